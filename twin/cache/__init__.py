@@ -1,0 +1,5 @@
+"""Token-exact prefix caches."""
+
+from twin.cache.radix import Match, Node, RadixTree
+
+__all__ = ["Match", "Node", "RadixTree"]

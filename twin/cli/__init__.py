@@ -1,0 +1,63 @@
+"""The ``twin`` command line: one typer app with a sub-app per noun."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from twin import __version__
+from twin.cli import models, workload
+from twin.errors import TwinError
+
+app = typer.Typer(
+    name="twin",
+    help=(
+        "Predict how an LLM serving cluster performs before you buy GPUs.\n\n"
+        "Examples:\n\n"
+        "  twin models list\n\n"
+        "  twin workload generate chat --sessions 100 -o chat.parquet\n\n"
+        "  twin workload info chat.parquet"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(models.app, name="models")
+app.add_typer(workload.app, name="workload")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        print(f"twin {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """Predict how an LLM serving cluster performs before you buy GPUs."""
+
+
+def main() -> None:
+    """Console entry point: user errors become one line on stderr and exit status 2."""
+    try:
+        app(standalone_mode=False)
+    except TwinError as err:
+        Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Exit as done:
+        sys.exit(done.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as err:  # click usage errors raised under standalone_mode=False
+        import click
+
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(err.exit_code)
+        raise

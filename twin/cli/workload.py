@@ -1,0 +1,207 @@
+"""``twin workload``: generate, import, export and describe workloads."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from twin.cli.common import console, print_json, progress_bar
+from twin.errors import TwinError
+from workloads.exporters import export_marconi
+from workloads.generators import GENERATORS, get_generator
+from workloads.importers import IMPORTERS, get_importer
+from workloads.reader import Workload
+from workloads.stats import summarize
+from workloads.writer import WorkloadWriter
+
+app = typer.Typer(help="Generate, import, export and describe workloads.", no_args_is_help=True)
+
+
+def _parse_sets(pairs: list[str]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise TwinError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set turns_mean=6")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+@app.command()
+def generate(
+    kind: str = typer.Argument(..., help=f"Workload kind: {', '.join(GENERATORS)}."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output parquet file."),
+    sessions: int = typer.Option(100, "--sessions", "-n", min=1, help="Number of sessions."),
+    session_rate: float = typer.Option(
+        1.0, "--session-rate", min=1e-9, help="Poisson session arrival rate, sessions/s."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed: same seed, same file."),
+    max_context: int = typer.Option(
+        32768, "--max-context", min=16, help="Longest prompt + output of any turn, in tokens."
+    ),
+    knobs: list[str] = typer.Option(
+        [], "--set", help="Override a per-kind knob, KEY=VALUE (see `twin workload kinds`)."
+    ),
+) -> None:
+    """Generate a synthetic workload with Poisson session arrivals.
+
+    Example:
+
+      twin workload generate chat --sessions 200 --session-rate 0.5 --seed 1 -o chat.parquet
+
+      twin workload generate swebench -n 50 --set keep_observations=3 -o swe.parquet
+    """
+    gen_cls = get_generator(kind)
+    params = gen_cls.parse_params(_parse_sets(knobs))
+    gen = gen_cls(params)
+    metadata = gen.metadata(sessions, session_rate, seed, max_context)
+    with (
+        progress_bar(f"generating {kind}", sessions) as advance,
+        WorkloadWriter(out, metadata) as writer,
+    ):
+        for row in gen.rows(sessions, session_rate, seed, max_context):
+            writer.write(row)
+            if row.turn == 0:
+                advance(1)
+    console.print(
+        f"wrote {writer.rows_written} requests in {sessions} sessions "
+        f"({writer.input_tokens_written} stored input tokens) to {out}"
+    )
+
+
+@app.command()
+def kinds() -> None:
+    """List the workload kinds with their knobs, defaults and sources.
+
+    Example:
+
+      twin workload kinds
+    """
+    for name, gen_cls in GENERATORS.items():
+        table = Table(title=f"{name}: {gen_cls.description}", title_justify="left")
+        for col in ("knob", "default", "meaning", "source"):
+            table.add_column(col)
+        defaults = gen_cls.Params()
+        for f in fields(gen_cls.Params):
+            table.add_row(
+                f.name, str(getattr(defaults, f.name)), f.metadata.get("help", ""),
+                f.metadata.get("source", ""),
+            )
+        console.print(table)
+
+
+@app.command("import")
+def import_(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"Trace format: {', '.join(IMPORTERS)}."),
+    src: Path = typer.Argument(..., metavar="IN", help="Trace file to import."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output parquet file."),
+) -> None:
+    """Import a public trace into the workload format.
+
+    Example:
+
+      twin workload import mooncake mooncake_synthetic_trace.jsonl -o mooncake.parquet
+    """
+    importer = get_importer(fmt)()
+    if not src.is_file():
+        raise TwinError(f"{src}: no such trace file")
+    with (
+        progress_bar(f"importing {fmt}", src.stat().st_size, unit="bytes") as advance,
+        WorkloadWriter(out, importer.metadata(src)) as writer,
+    ):
+        for row in importer.rows(src, on_progress=advance):
+            writer.write(row)
+    console.print(
+        f"imported {writer.rows_written} requests ({writer.input_tokens_written} stored input "
+        f"tokens) to {out}"
+    )
+
+
+@app.command()
+def export(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help="Target format: marconi."),
+    src: Path = typer.Argument(..., metavar="IN", help="Workload parquet file."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output JSONL file."),
+) -> None:
+    """Export a workload for another tool (the Marconi artifact's JSONL trace).
+
+    Example:
+
+      twin workload export marconi chat.parquet -o chat.jsonl
+    """
+    if fmt != "marconi":
+        raise TwinError(f"export format {fmt!r} is unknown; the only one is 'marconi'")
+    workload = Workload.open(src)
+    with progress_bar("exporting", workload.num_rows) as advance:
+        rows = export_marconi(workload, out, on_progress=advance)
+    console.print(f"exported {rows} requests to {out}")
+
+
+@app.command()
+def info(
+    src: Path = typer.Argument(..., metavar="WORKLOAD", help="Workload parquet file."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+) -> None:
+    """Describe a workload: sizes, lengths, turns, arrivals and the hit-rate ceiling.
+
+    The ceiling is the token hit rate of an unbounded prefix cache replaying
+    the requests in order: no policy at any capacity can exceed it.
+
+    Example:
+
+      twin workload info chat.parquet --json
+    """
+    workload = Workload.open(src)
+    with progress_bar("reading", workload.num_rows) as advance:
+        summary = summarize(workload, on_request=advance)
+    if as_json:
+        print_json(summary)
+        return
+    _print_summary(summary)
+
+
+def _fmt(x: float | None, digits: int = 0) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}"
+
+
+def _print_summary(s: dict) -> None:
+    head = Table(title=f"workload {s['file']}", title_justify="left", show_header=False)
+    head.add_column(style="bold")
+    head.add_column()
+    producer = s["producer"].get("generator") or s["producer"].get("importer") or "unknown"
+    arr = s["arrivals"]
+    cache = s["infinite_cache"]
+    rows = [
+        ("producer", producer),
+        ("sessions", _fmt(s["sessions"])),
+        ("requests", f"{_fmt(s['requests'])} ({_fmt(s['closed_loop_requests'])} closed-loop)"),
+        ("prompt tokens", f"{_fmt(s['tokens']['prompt_total'])} "
+         f"(stored {_fmt(s['tokens']['stored_input_total'])})"),
+        ("output tokens", _fmt(s["tokens"]["output_total"])),
+        ("arrival span", f"{_fmt(arr['span_s'], 1)} s"),
+        ("session rate", f"{_fmt(arr['session_rate_per_s'], 3)} /s"),
+        ("request rate (open loop)", f"{_fmt(arr['request_rate_per_s'], 3)} /s"),
+        ("infinite-cache token hit rate", f"{cache['token_hit_rate']:.1%}"),
+        ("infinite-cache request hit rate", f"{cache['request_hit_rate']:.1%}"),
+    ]
+    for k, v in rows:
+        head.add_row(k, v)
+    console.print(head)
+    dist = Table(title="distributions", title_justify="left")
+    for col in ("", "mean", "p5", "p50", "p95", "p99", "max"):
+        dist.add_column(col, justify="right")
+    for label, key in (
+        ("prompt tokens", "prompt_tokens"),
+        ("output tokens", "output_tokens"),
+        ("turns / session", "turns_per_session"),
+        ("think time (s)", "think_s"),
+    ):
+        d = s[key]
+        digits = 1 if key == "think_s" else 0
+        dist.add_row(label, *(_fmt(d[c], digits) for c in ("mean", "p5", "p50", "p95", "p99", "max")))
+    console.print(dist)

@@ -1,0 +1,19 @@
+"""The one error type users see: a clear sentence, never a traceback."""
+
+
+class TwinError(Exception):
+    """Bad input or an impossible request, described for the user.
+
+    The message names what is wrong and where (file, row, column, flag); the
+    CLI prints it on one line and exits with status 2.
+    """
+
+
+def where(path: object, row: int | None = None, column: str | None = None) -> str:
+    """Format a location such as ``trace.parquet, row 12, column 'turn'``."""
+    parts = [str(path)]
+    if row is not None:
+        parts.append(f"row {row}")
+    if column is not None:
+        parts.append(f"column {column!r}")
+    return ", ".join(parts)

@@ -1,0 +1,278 @@
+"""Reading workload files: schema checks, row validation, history expansion.
+
+``Workload.open`` checks the schema and validates every light column at once
+(one clear ``TwinError`` naming file, row and column). ``Workload.requests``
+then streams the token lists batch by batch, validates them, and expands each
+turn to its full prompt, holding one copy of each open session's history and
+dropping it after the session's last turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from twin.errors import TwinError, where
+from workloads.schema import (
+    COLUMNS,
+    INDEX_COLUMNS,
+    MAX_SEQUENCE_TOKENS,
+    METADATA_KEY,
+    TOKEN_ID_MAX,
+)
+
+_BATCH_ROWS = 1024
+
+
+@dataclass(slots=True)
+class Request:
+    """One request with its full prompt expanded from the session history."""
+
+    row: int
+    session_id: int
+    turn: int
+    arrival_s: float | None
+    think_s: float | None
+    prompt: np.ndarray  # int32: every prompt token, history included
+    output: np.ndarray  # int32: output ids (from the file, or fresh negative ids)
+    new_tokens: int  # prompt tokens this turn added (len of its input_tokens)
+    extends_history: bool
+
+    @property
+    def output_len(self) -> int:
+        return len(self.output)
+
+
+def _is_int(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t)
+
+
+def _is_int_list(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_int(t.value_type)
+
+
+# Accepted physical types per column, and the type named in errors.
+_TYPE_RULES: dict[str, tuple[Any, str]] = {
+    "session_id": (_is_int, "int64"),
+    "turn": (_is_int, "int32"),
+    "arrival_s": (lambda t: pa.types.is_floating(t) or _is_int(t) or pa.types.is_null(t), "float64"),
+    "think_s": (lambda t: pa.types.is_floating(t) or _is_int(t) or pa.types.is_null(t), "float64"),
+    "input_tokens": (_is_int_list, "list<int32>"),
+    "extends_history": (pa.types.is_boolean, "bool"),
+    "output_tokens": (lambda t: _is_int_list(t) or pa.types.is_null(t), "list<int32>"),
+    "output_len": (_is_int, "int32"),
+}
+
+
+class Workload:
+    """A validated workload file. Open with :meth:`open`."""
+
+    def __init__(self, path: Path, parquet: pq.ParquetFile, index: dict[str, np.ndarray]) -> None:
+        self.path = path
+        self._parquet = parquet
+        self.index = index  # light columns as numpy arrays (NaN for null floats)
+        self.num_rows = len(index["session_id"])
+        raw = parquet.schema_arrow.metadata or {}
+        self.metadata: dict[str, Any] = json.loads(raw[METADATA_KEY]) if METADATA_KEY in raw else {}
+        self._last_turn = _last_turn_mask(index["session_id"])
+
+    @property
+    def num_sessions(self) -> int:
+        return int(self._last_turn.sum())
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Workload:
+        """Open and validate ``path``; raise ``TwinError`` on any defect."""
+        path = Path(path)
+        if not path.is_file():
+            raise TwinError(f"{path}: no such workload file")
+        try:
+            parquet = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as err:
+            raise TwinError(f"{path}: not a readable parquet file ({err})") from None
+        _check_schema(path, parquet.schema_arrow)
+        table = parquet.read(columns=list(INDEX_COLUMNS))
+        index = _validate_index(path, table)
+        return cls(path, parquet, index)
+
+    def requests(self) -> Iterator[Request]:
+        """Yield every request in row order with its full prompt and output ids."""
+        history: dict[int, np.ndarray] = {}
+        fresh = 0  # fresh output ids counted down from -1, in row order
+        row = 0
+        sid_all, turn_all = self.index["session_id"], self.index["turn"]
+        arr_all, think_all = self.index["arrival_s"], self.index["think_s"]
+        ext_all, olen_all = self.index["extends_history"], self.index["output_len"]
+        for batch in self._parquet.iter_batches(
+            batch_size=_BATCH_ROWS, columns=["input_tokens", "output_tokens"]
+        ):
+            inputs = _token_lists(self.path, row, "input_tokens", batch.column(0))
+            outputs = _token_lists(self.path, row, "output_tokens", batch.column(1))
+            for i in range(batch.num_rows):
+                r = row + i
+                sid = int(sid_all[r])
+                new = inputs[i]
+                if new is None or len(new) == 0:
+                    raise TwinError(f"{where(self.path, r, 'input_tokens')}: empty or null prompt")
+                if ext_all[r]:
+                    prompt = np.concatenate((history.pop(sid), new))
+                else:
+                    history.pop(sid, None)
+                    prompt = np.array(new, dtype=np.int32)
+                out = outputs[i]
+                n_out = int(olen_all[r])
+                if out is None:
+                    out = np.arange(-1 - fresh, -1 - fresh - n_out, -1, dtype=np.int32)
+                    fresh += n_out
+                elif len(out) != n_out:
+                    raise TwinError(
+                        f"{where(self.path, r, 'output_tokens')}: {len(out)} ids but "
+                        f"output_len is {n_out}"
+                    )
+                else:
+                    out = np.array(out, dtype=np.int32)
+                if len(prompt) + n_out > MAX_SEQUENCE_TOKENS:
+                    raise TwinError(
+                        f"{where(self.path, r, 'input_tokens')}: session {sid} reaches "
+                        f"{len(prompt) + n_out} tokens, over the {MAX_SEQUENCE_TOKENS} limit"
+                    )
+                if not self._last_turn[r]:
+                    history[sid] = np.concatenate((prompt, out))
+                yield Request(
+                    row=r,
+                    session_id=sid,
+                    turn=int(turn_all[r]),
+                    arrival_s=None if np.isnan(arr_all[r]) else float(arr_all[r]),
+                    think_s=None if np.isnan(think_all[r]) else float(think_all[r]),
+                    prompt=prompt,
+                    output=out,
+                    new_tokens=len(new),
+                    extends_history=bool(ext_all[r]),
+                )
+            row += batch.num_rows
+
+
+def _check_schema(path: Path, schema: pa.Schema) -> None:
+    missing = [c for c in COLUMNS if c not in schema.names]
+    if missing:
+        raise TwinError(f"{path}: missing column {missing[0]!r} (a workload needs {', '.join(COLUMNS)})")
+    for name, (accepts, expected) in _TYPE_RULES.items():
+        actual = schema.field(name).type
+        if not accepts(actual):
+            raise TwinError(f"{where(path, column=name)}: type {actual}, expected {expected}")
+
+
+def _first_bad(path: Path, column: str, bad: np.ndarray, what: str) -> None:
+    """Raise naming the first row where ``bad`` holds."""
+    rows = np.flatnonzero(bad)
+    if rows.size:
+        raise TwinError(f"{where(path, int(rows[0]), column)}: {what}")
+
+
+def _validate_index(path: Path, table: pa.Table) -> dict[str, np.ndarray]:
+    for name in ("session_id", "turn", "extends_history", "output_len"):
+        nulls = table.column(name).is_null().to_numpy(zero_copy_only=False)
+        _first_bad(path, name, nulls, "null value in a required column")
+
+    def ints(name: str) -> np.ndarray:
+        return table.column(name).to_numpy().astype(np.int64)
+
+    def floats(name: str) -> np.ndarray:
+        col = pc.cast(table.column(name), pa.float64())
+        return col.to_numpy(zero_copy_only=False).astype(np.float64)
+
+    index = {
+        "session_id": ints("session_id"),
+        "turn": ints("turn"),
+        "arrival_s": floats("arrival_s"),
+        "think_s": floats("think_s"),
+        "extends_history": table.column("extends_history").to_numpy().astype(bool),
+        "output_len": ints("output_len"),
+    }
+    turn, olen = index["turn"], index["output_len"]
+    _first_bad(path, "turn", turn < 0, "negative turn")
+    _first_bad(path, "output_len", olen < 1, "output_len must be at least 1 (TTFT is the first token)")
+    _first_bad(path, "output_len", olen > MAX_SEQUENCE_TOKENS, f"output_len over {MAX_SEQUENCE_TOKENS}")
+    for name in ("arrival_s", "think_s"):
+        v = index[name]
+        _first_bad(path, name, np.isinf(v) | (v < 0), "must be a finite number >= 0")
+    arrivals = index["arrival_s"]
+    known = np.flatnonzero(~np.isnan(arrivals))
+    drops = np.flatnonzero(np.diff(arrivals[known]) < 0)
+    if drops.size:
+        r = int(known[drops[0] + 1])
+        raise TwinError(
+            f"{where(path, r, 'arrival_s')}: arrivals must not decrease down the file "
+            f"({arrivals[r]} after {arrivals[known[drops[0]]]}); sort rows by arrival"
+        )
+    _check_turn_order(path, index["session_id"], turn, index["extends_history"])
+    return index
+
+
+def _check_turn_order(path: Path, sid: np.ndarray, turn: np.ndarray, extends: np.ndarray) -> None:
+    """Each session's turns must be 0, 1, 2, ... in row order."""
+    order = np.argsort(sid, kind="stable")
+    s = sid[order]
+    starts = np.r_[True, s[1:] != s[:-1]] if len(s) else np.zeros(0, bool)
+    group_start = np.maximum.accumulate(np.where(starts, np.arange(len(s)), 0)) if len(s) else s
+    expected = np.arange(len(s)) - group_start
+    bad = turn[order] != expected
+    if bad.any():
+        rows = order[bad]
+        r = int(rows.min())
+        k = int(np.flatnonzero(order == r)[0])
+        raise TwinError(
+            f"{where(path, r, 'turn')}: session {sid[r]} has turn {turn[r]} here, "
+            f"but its turn {expected[k]} must come first (turns are 0, 1, 2, ... in row order)"
+        )
+    _first_bad(
+        path,
+        "extends_history",
+        (turn == 0) & extends,
+        "turn 0 cannot extend a history (there is no earlier turn)",
+    )
+
+
+def _last_turn_mask(sid: np.ndarray) -> np.ndarray:
+    """True on each session's last row."""
+    _, last_from_end = np.unique(sid[::-1], return_index=True)
+    mask = np.zeros(len(sid), bool)
+    mask[len(sid) - 1 - last_from_end] = True
+    return mask
+
+
+def _token_lists(path: Path, first_row: int, column: str, arr: pa.Array) -> list[np.ndarray | None]:
+    """Split a list column into per-row numpy views, checking token ids."""
+    if pa.types.is_null(arr.type):
+        return [None] * len(arr)
+    offsets = arr.offsets.to_numpy()
+    values = arr.values
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    values = values.slice(lo, hi - lo)
+    if values.null_count:
+        pos = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+        r = first_row + int(np.searchsorted(offsets, lo + pos, side="right") - 1)
+        raise TwinError(f"{where(path, r, column)}: null token id")
+    ids = values.to_numpy()
+    if ids.size:
+        bad = (ids < 0) | (ids > TOKEN_ID_MAX)
+        if bad.any():
+            pos = int(np.flatnonzero(bad)[0])
+            r = first_row + int(np.searchsorted(offsets, lo + pos, side="right") - 1)
+            raise TwinError(
+                f"{where(path, r, column)}: token id {int(ids[pos])} out of range "
+                f"[0, {TOKEN_ID_MAX}]"
+            )
+    ids = ids.astype(np.int32, copy=False)
+    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    rel = offsets - lo
+    return [ids[rel[i] : rel[i + 1]] if valid[i] else None for i in range(len(arr))]

@@ -1,0 +1,69 @@
+"""The workload schema: one parquet row per request, grouped in sessions.
+
+Columns (see DESIGN.md, "Workload schema"):
+
+- ``session_id`` int64: conversation / agent episode.
+- ``turn`` int32: 0, 1, 2, ... within the session, in row order.
+- ``arrival_s`` float64, nullable: open-loop arrival time. Null means closed
+  loop: the turn arrives ``think_s`` after the previous turn of its session
+  completes (turn 0 at the session's arrival, which the engine then draws).
+- ``think_s`` float64, nullable: think / tool time before this turn.
+- ``input_tokens`` list<int32>: the whole prompt, or, when ``extends_history``
+  is true, only the tokens appended after the previous turn's prompt + output.
+- ``extends_history`` bool.
+- ``output_tokens`` list<int32>, nullable: generated token ids.
+- ``output_len`` int32: number of generated tokens.
+
+Row order is replay order: non-null arrivals never decrease down the file,
+and closed-loop turns sit where their nominal arrival (previous nominal
+arrival + think time, service taken as instant) puts them.
+
+Token ids in files are in [0, 2**31 - 1]. Negative ids are reserved for the
+fresh output ids drawn at read time when ``output_tokens`` is null, so they
+can never collide with a prompt token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+SCHEMA = pa.schema(
+    [
+        pa.field("session_id", pa.int64(), nullable=False),
+        pa.field("turn", pa.int32(), nullable=False),
+        pa.field("arrival_s", pa.float64()),
+        pa.field("think_s", pa.float64()),
+        pa.field("input_tokens", pa.list_(pa.int32()), nullable=False),
+        pa.field("extends_history", pa.bool_(), nullable=False),
+        pa.field("output_tokens", pa.list_(pa.int32())),
+        pa.field("output_len", pa.int32(), nullable=False),
+    ]
+)
+COLUMNS = tuple(SCHEMA.names)
+# Light columns: everything but the token lists; cheap to read whole.
+INDEX_COLUMNS = ("session_id", "turn", "arrival_s", "think_s", "extends_history", "output_len")
+
+# Key of the file-level metadata entry holding the producer and its parameters (JSON).
+METADATA_KEY = b"twin.workload"
+
+TOKEN_ID_MAX = 2**31 - 1
+# Longest sequence (a session's full prompt + output) accepted: 16M tokens is
+# beyond every context window published today, so longer means a broken file.
+MAX_SEQUENCE_TOKENS = 2**24
+
+
+@dataclass(slots=True)
+class WorkloadRow:
+    """One request as written to a workload file (before history is expanded)."""
+
+    session_id: int
+    turn: int
+    arrival_s: float | None
+    think_s: float | None
+    input_tokens: np.ndarray
+    extends_history: bool
+    output_tokens: np.ndarray | None
+    output_len: int
