@@ -1,0 +1,165 @@
+"""``twin models``: list the preset model shapes and show what one costs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from twin.errors import TwinError
+from twin.model import FLOP_KINDS, ModelSpec
+from twin.presets import PRESETS, get_model
+
+app = typer.Typer(
+    help=(
+        "Model shapes: layer mix, KV and SSM-state bytes, weights, prefill FLOPs.\n\n"
+        "Example:\n\n  twin models list"
+    ),
+    no_args_is_help=True,
+)
+
+# Prompt lengths at which `show` reports FLOPs per prefill token.
+SHOW_LENGTHS = (1024, 8192, 32768)
+
+
+def _layers(m: ModelSpec) -> str:
+    """``A/S/M`` with ``(E)`` MoE layers when present."""
+    mix = f"{m.n_attention_layers}/{m.n_ssm_layers}/{m.n_mlp_layers}"
+    return f"{mix}({m.n_moe_layers})" if m.n_moe_layers else mix
+
+
+def _bytes(n: float) -> str:
+    """Decimal units, as the papers quote them (17.4 GB)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _flops_per_token(m: ModelSpec, lengths: tuple[int, ...] = SHOW_LENGTHS) -> dict[str, Any]:
+    """Prefill FLOPs from scratch divided by the prompt length, by layer kind."""
+    out: dict[str, Any] = {}
+    for n in lengths:
+        f = m.prefill_flops(n, 0)
+        row = {k: f[k] / n for k in FLOP_KINDS}
+        row["total"] = f.total / n
+        out[str(n)] = row
+    return out
+
+
+@app.command("list")
+def list_models_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List the preset models with their cache and weight sizes.
+
+    Layers are attention/SSM/MLP, with MoE layers in brackets.
+
+    Example:
+
+      twin models list
+    """
+    if as_json:
+        print(json.dumps([m.to_dict() for m in PRESETS.values()], indent=2))
+        return
+    table = Table(title="Preset models")
+    table.add_column("name", no_wrap=True)
+    table.add_column("kind")
+    for col in ("layers A/S/M(E)", "d_model", "KV bytes/token", "SSM checkpoint", "weights GB"):
+        table.add_column(col, justify="right")
+    table.add_column("source")
+    for m in PRESETS.values():
+        table.add_row(
+            m.name,
+            m.kind,
+            _layers(m),
+            str(m.d_model),
+            f"{m.kv_bytes_per_token:,}",
+            _bytes(m.ssm_checkpoint_bytes) if m.n_ssm_layers else "-",
+            f"{m.weight_bytes / 1e9:.1f}",
+            m.source.split(";")[0],  # the first citation; `show` prints them all
+        )
+    Console().print(table)
+
+
+@app.command("show")
+def show_cmd(
+    name: str | None = typer.Argument(None, help="A preset name (see `twin models list`)."),
+    config: Path | None = typer.Option(
+        None, "--config", help="A Hugging Face config.json to read instead of a preset."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Show one model: layer mix, cache and weight bytes, prefill FLOPs per token.
+
+    FLOPs per token are a full prefill of 1K, 8K and 32K tokens divided by the length.
+
+    Example:
+
+      twin models show marconi-hybrid-7b
+
+      twin models show --config path/to/config.json --json
+    """
+    if (name is None) == (config is None):
+        raise TwinError("give either a preset NAME or --config PATH (exactly one)")
+    m = ModelSpec.from_hf_config(config) if config is not None else get_model(str(name))
+    flops = _flops_per_token(m)
+    if as_json:
+        print(json.dumps({"model": m.to_dict(), "prefill_flops_per_token": flops}, indent=2))
+        return
+    console = Console()
+    console.print(f"[bold]{m.name}[/] ({m.kind})  source: {m.source or '-'}", highlight=False)
+
+    mix = Table(title="Layer mix", show_header=True)
+    for col in ("attention", "ssm", "mlp", "moe", "d_model", "vocab"):
+        mix.add_column(col, justify="right")
+    mix.add_row(
+        *(
+            str(v)
+            for v in (
+                m.n_attention_layers,
+                m.n_ssm_layers,
+                m.n_mlp_layers,
+                m.n_moe_layers,
+                m.d_model,
+                m.vocab_size,
+            )
+        )
+    )
+    console.print(mix)
+
+    sizes = Table(title="Sizes", show_header=False)
+    sizes.add_column("what")
+    sizes.add_column("value", justify="right")
+    if m.n_attention_layers:
+        window = f", window {m.sliding_window}" if m.sliding_window else ""
+        sizes.add_row(
+            "attention",
+            f"{m.n_heads} heads, {m.n_kv_heads} kv heads, head dim {m.head_dim}{window}",
+        )
+        sizes.add_row("KV bytes / token", f"{m.kv_bytes_per_token:,}")
+    if m.n_ssm_layers:
+        sizes.add_row(
+            "SSM",
+            f"N {m.ssm_d_state}, d_inner {m.d_inner}, state channels "
+            f"{m.state_channels}, {m.n_ssm_heads} heads, groups {m.ssm_groups}",
+        )
+        sizes.add_row("SSM state bytes / layer", f"{m.ssm_state_bytes_per_layer:,}")
+        sizes.add_row(
+            "SSM checkpoint bytes", f"{m.ssm_checkpoint_bytes:,} ({_bytes(m.ssm_checkpoint_bytes)})"
+        )
+    sizes.add_row("parameters", f"{m.n_params:,}")
+    sizes.add_row("weight bytes", f"{m.weight_bytes:,} ({_bytes(m.weight_bytes)})")
+    console.print(sizes)
+
+    ft = Table(title="Prefill GFLOP per token (from scratch)")
+    ft.add_column("prompt", justify="right")
+    for col in (*FLOP_KINDS, "total"):
+        ft.add_column(col, justify="right")
+    for n, row in flops.items():
+        ft.add_row(n, *(f"{row[k] / 1e9:.2f}" for k in (*FLOP_KINDS, "total")))
+    console.print(ft)

@@ -1,0 +1,382 @@
+"""Model shapes and what they cost: cache bytes, weight bytes and prefill FLOPs.
+
+A ``ModelSpec`` describes a decoder-only model by how many layers of each kind
+it has (attention, SSM, dense MLP, MoE) and their widths. Everything the
+prefix cache and the cost model need is derived from it: KV bytes per token,
+the bytes of one SSM checkpoint (every SSM layer's recurrent state plus its
+conv state), the weight bytes, and the FLOPs of a prefill of ``n_new`` tokens
+after ``n_cached`` cached ones, split by layer kind.
+
+FLOPs count 2 per multiply-add. They are computed with Python integers and
+converted to float at the end, so ``prefill_flops(a + b, 0)`` equals
+``prefill_flops(a, 0) + prefill_flops(b, a)`` exactly (below 2**53).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from twin.errors import TwinError
+
+FLOP_KINDS = ("attention", "ssm", "mlp", "moe")
+
+
+class FlopBreakdown(dict[str, float]):
+    """FLOPs by layer kind (keys ``attention``, ``ssm``, ``mlp``, ``moe``); ``.total`` sums them."""
+
+    @property
+    def total(self) -> float:
+        """Sum over layer kinds."""
+        return float(sum(self.values()))
+
+
+def total(flops: dict[str, float]) -> float:
+    """Sum of a FLOPs-by-kind dict (works on plain dicts too)."""
+    return float(sum(flops.values()))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Shape of a (hybrid) decoder-only LLM; see the module docstring."""
+
+    name: str  # registry / display name
+    n_attention_layers: int = 0  # layers holding a KV cache (self-attention)
+    n_ssm_layers: int = 0  # Mamba(2) layers holding a recurrent state
+    n_mlp_layers: int = 0  # dense MLP (FFN) layers
+    n_moe_layers: int = 0  # mixture-of-experts FFN layers
+    d_model: int  # hidden size
+    n_heads: int = 0  # attention query heads
+    n_kv_heads: int = 0  # attention key/value heads (GQA when < n_heads)
+    head_dim: int = 0  # attention head dimension
+    mlp_d_ff: int = 0  # dense MLP intermediate size
+    mlp_gated: bool = True  # SwiGLU-style (3 matrices) for MLP and experts; else 2
+    moe_n_experts: int = 0  # routed experts per MoE layer
+    moe_top_k: int = 0  # experts each token goes through
+    moe_d_ff: int = 0  # expert intermediate size
+    ssm_d_state: int = 0  # N: state size per channel
+    ssm_expand: float = 2  # d_inner = expand * d_model (in/out projections, conv channels)
+    ssm_state_channels: int | None = None  # n_ssm_heads * ssm_head_dim; None -> d_inner
+    ssm_head_dim: int = 64  # P: channels per SSM head
+    ssm_groups: int = 1  # G: groups sharing B and C
+    ssm_conv_kernel: int = 4  # causal conv width
+    ssm_chunk_size: int = 256  # SSD chunk length Q
+    vocab_size: int  # embedding rows
+    dtype_bytes: int = 2  # weights, activations and KV (fp16/bf16)
+    state_dtype_bytes: int = 2  # SSM recurrent state
+    sliding_window: int | None = None  # attention window in tokens; None = full causal
+    tie_embeddings: bool = False  # LM head shares the embedding matrix
+    shared_block_copies: int | None = None  # Zamba2: distinct attention/MLP weight copies
+    source: str = ""  # citation of the config / model card / paper
+
+    # ------------------------------------------------------------------ checks
+    def __post_init__(self) -> None:
+        def need(cond: bool, field: str, what: str) -> None:
+            if not cond:
+                value = getattr(self, field)
+                raise TwinError(f"model {self.name!r}: field {field!r} {what} (got {value!r})")
+
+        if not isinstance(self.name, str) or not self.name:
+            raise TwinError(f"model name must be a non-empty string (got {self.name!r})")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("mlp_gated", "tie_embeddings"):
+                need(isinstance(value, bool), f.name, "must be true or false")
+            elif f.name in ("name", "source", "ssm_expand"):
+                continue
+            elif value is not None:
+                need(
+                    isinstance(value, int) and not isinstance(value, bool),
+                    f.name,
+                    "must be an integer",
+                )
+                need(value >= 0, f.name, "must not be negative")
+        need(isinstance(self.source, str), "source", "must be a string")
+        for f in ("d_model", "vocab_size", "dtype_bytes", "state_dtype_bytes"):
+            need(getattr(self, f) > 0, f, "must be positive")
+        need(
+            self.n_attention_layers + self.n_ssm_layers > 0,
+            "n_attention_layers",
+            "and n_ssm_layers cannot both be 0 (no sequence mixer)",
+        )
+        need(
+            self.sliding_window is None or self.sliding_window > 0,
+            "sliding_window",
+            "must be positive or null",
+        )
+        need(
+            self.shared_block_copies is None or self.shared_block_copies > 0,
+            "shared_block_copies",
+            "must be positive or null",
+        )
+        if self.n_attention_layers:
+            for f in ("n_heads", "n_kv_heads", "head_dim"):
+                need(getattr(self, f) > 0, f, "must be positive for a model with attention")
+            need(self.n_heads % self.n_kv_heads == 0, "n_kv_heads", "must divide n_heads")
+        if self.n_mlp_layers:
+            need(self.mlp_d_ff > 0, "mlp_d_ff", "must be positive for a model with MLP layers")
+        if self.n_moe_layers:
+            for f in ("moe_n_experts", "moe_top_k", "moe_d_ff"):
+                need(getattr(self, f) > 0, f, "must be positive for a model with MoE layers")
+            need(self.moe_top_k <= self.moe_n_experts, "moe_top_k", "must be <= moe_n_experts")
+        if self.n_ssm_layers:
+            e = self.ssm_expand
+            need(
+                isinstance(e, int | float) and not isinstance(e, bool) and e > 0,
+                "ssm_expand",
+                "must be a positive number",
+            )
+            need(
+                abs(e * self.d_model - round(e * self.d_model)) < 1e-6,
+                "ssm_expand",
+                "times d_model must be a whole number of channels",
+            )
+            for f in (
+                "ssm_d_state",
+                "ssm_head_dim",
+                "ssm_groups",
+                "ssm_conv_kernel",
+                "ssm_chunk_size",
+            ):
+                need(getattr(self, f) > 0, f, "must be positive for a model with SSM layers")
+            need(
+                self.ssm_state_channels is None or self.ssm_state_channels > 0,
+                "ssm_state_channels",
+                "must be positive or null",
+            )
+            need(
+                self.state_channels % self.ssm_head_dim == 0,
+                "ssm_head_dim",
+                f"must divide the state channels ({self.state_channels})",
+            )
+
+    # ------------------------------------------------------------------ kinds
+    @property
+    def is_hybrid(self) -> bool:
+        """Both attention and SSM layers."""
+        return self.n_attention_layers > 0 and self.n_ssm_layers > 0
+
+    @property
+    def is_transformer(self) -> bool:
+        """No SSM layers."""
+        return self.n_ssm_layers == 0
+
+    @property
+    def is_pure_ssm(self) -> bool:
+        """No attention layers."""
+        return self.n_attention_layers == 0
+
+    @property
+    def kind(self) -> str:
+        """``hybrid``, ``transformer`` or ``ssm``."""
+        if self.is_hybrid:
+            return "hybrid"
+        return "transformer" if self.is_transformer else "ssm"
+
+    # ------------------------------------------------------------------ SSM widths
+    @property
+    def d_inner(self) -> int:
+        """Width of the SSM in/out projections and conv (expand * d_model)."""
+        return round(self.ssm_expand * self.d_model)
+
+    @property
+    def state_channels(self) -> int:
+        """Channels carrying the recurrent state (n_ssm_heads * ssm_head_dim)."""
+        return self.d_inner if self.ssm_state_channels is None else self.ssm_state_channels
+
+    @property
+    def n_ssm_heads(self) -> int:
+        """SSM heads (each with its own A, D and dt)."""
+        return self.state_channels // self.ssm_head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels of the causal conv: it runs over x, B and C (Mamba2)."""
+        return self.d_inner + 2 * self.ssm_groups * self.ssm_d_state
+
+    # ------------------------------------------------------------------ bytes
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token over all attention layers."""
+        return self.n_attention_layers * 2 * self.n_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def ssm_state_bytes_per_layer(self) -> int:
+        """Recurrent state (channels x N) plus conv state of one SSM layer.
+
+        mamba_ssm's inference cache keeps the full conv kernel width per channel.
+        """
+        if not self.n_ssm_layers:
+            return 0
+        ssm = self.state_channels * self.ssm_d_state * self.state_dtype_bytes
+        conv = self.conv_channels * self.ssm_conv_kernel * self.dtype_bytes
+        return ssm + conv
+
+    @property
+    def ssm_checkpoint_bytes(self) -> int:
+        """One checkpoint: every SSM layer's recurrent + conv state."""
+        return self.n_ssm_layers * self.ssm_state_bytes_per_layer
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of all parameters at ``dtype_bytes`` each."""
+        return self.n_params * self.dtype_bytes
+
+    @property
+    def n_params(self) -> int:
+        """Parameter count (all experts included)."""
+        d = self.d_model
+        q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        attn = d * (q + 2 * kv) + q * d + d  # QKV (GQA), O, pre-norm
+        mats = 3 if self.mlp_gated else 2
+        mlp = mats * d * self.mlp_d_ff + d
+        moe = self.moe_n_experts * mats * d * self.moe_d_ff + d * self.moe_n_experts + d
+        h, n_g = self.n_ssm_heads, self.ssm_groups * self.ssm_d_state
+        ssm = (
+            d * (2 * self.d_inner + 2 * n_g + h)  # in_proj -> z, x, B, C, dt
+            + self.conv_channels * (self.ssm_conv_kernel + 1)  # conv weight + bias
+            + 3 * h  # A_log, D, dt_bias
+            + self.d_inner  # gated RMSNorm before out_proj
+            + self.d_inner * d  # out_proj
+            + d  # pre-norm
+        )
+        n_attn, n_mlp = self.n_attention_layers, self.n_mlp_layers
+        if self.shared_block_copies is not None:
+            # Zamba2: the attention+MLP blocks are shared; only this many copies exist.
+            n_attn = min(n_attn, self.shared_block_copies)
+            n_mlp = min(n_mlp, self.shared_block_copies)
+        embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
+        return (
+            n_attn * attn
+            + self.n_ssm_layers * ssm
+            + n_mlp * mlp
+            + self.n_moe_layers * moe
+            + embed
+            + d  # final norm
+        )
+
+    # ------------------------------------------------------------------ FLOPs
+    def attended_keys(self, n_new: int, n_cached: int = 0) -> int:
+        """Sum over the new tokens of the keys each attends to (causal, window-capped).
+
+        The token at absolute position p sees p+1 keys, at most ``sliding_window``.
+        """
+        n_new, n_cached = _check_counts(n_new, n_cached)
+        return _keys_upto(n_cached + n_new, self.sliding_window) - _keys_upto(
+            n_cached, self.sliding_window
+        )
+
+    def prefill_flops(self, n_new: int, n_cached: int = 0) -> FlopBreakdown:
+        """FLOPs of prefilling ``n_new`` tokens after ``n_cached`` cached ones, by layer kind.
+
+        The LM head is left out: a prefill needs logits for its last token only.
+        """
+        n_new, n_cached = _check_counts(n_new, n_cached)
+        n, d = n_new, self.d_model
+        q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        # Attention: QKV and O projections, then QK^T and AV over the attended
+        # keys (2 FLOPs x head_dim per query-key pair each, for every head).
+        attn = 2 * n * d * (q + 2 * kv) + 2 * n * q * d
+        attn += 4 * self.n_heads * self.head_dim * self.attended_keys(n, n_cached)
+        ssm = 0
+        if self.n_ssm_layers:
+            sc, big_n, chunk, g = (
+                self.state_channels,
+                self.ssm_d_state,
+                self.ssm_chunk_size,
+                self.ssm_groups,
+            )
+            ssm = 2 * n * d * (2 * self.d_inner + 2 * g * big_n + self.n_ssm_heads)  # in_proj
+            ssm += 2 * n * self.conv_channels * self.ssm_conv_kernel  # causal conv
+            # Chunked SSD scan, per token: C.B^T within a chunk (2*Q*N per group),
+            # (L o CB).X (2*Q per state channel), chunk states B^T.X and outputs
+            # C.h (2*N each per state channel). State passing between chunks is
+            # O(channels*N/Q) per token and left out, which keeps this linear.
+            ssm += n * (2 * sc * (2 * big_n + chunk) + 2 * chunk * big_n * g)
+            ssm += 2 * n * self.d_inner * d  # out_proj
+        mats = 3 if self.mlp_gated else 2
+        mlp = 2 * n * d * self.mlp_d_ff * mats
+        # MoE: top_k experts per token plus the router's d_model x n_experts GEMM.
+        moe = 2 * n * d * self.moe_d_ff * mats * self.moe_top_k + 2 * n * d * self.moe_n_experts
+        return FlopBreakdown(
+            attention=float(self.n_attention_layers * attn),
+            ssm=float(self.n_ssm_layers * ssm),
+            mlp=float(self.n_mlp_layers * mlp),
+            moe=float(self.n_moe_layers * moe),
+        )
+
+    def prefill_flops_total(self, n_new: int, n_cached: int = 0) -> float:
+        """Total FLOPs of a prefill (all layer kinds)."""
+        return self.prefill_flops(n_new, n_cached).total
+
+    def flops_saved_by_hit(self, n_hit: int) -> float:
+        """FLOPs a cache hit of ``n_hit`` tokens avoids: prefilling them from scratch."""
+        return self.prefill_flops(n_hit, 0).total
+
+    # ------------------------------------------------------------------ I/O
+    def to_dict(self, derived: bool = True) -> dict[str, Any]:
+        """Plain JSON-ready dict of the fields, plus derived sizes when ``derived``."""
+        out: dict[str, Any] = dataclasses.asdict(self)
+        if derived:
+            out.update(
+                kind=self.kind,
+                d_inner=self.d_inner if self.n_ssm_layers else 0,
+                kv_bytes_per_token=self.kv_bytes_per_token,
+                ssm_state_bytes_per_layer=self.ssm_state_bytes_per_layer,
+                ssm_checkpoint_bytes=self.ssm_checkpoint_bytes,
+                n_params=self.n_params,
+                weight_bytes=self.weight_bytes,
+            )
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
+        """Inverse of ``to_dict`` (derived keys are ignored; unknown keys are refused)."""
+        names = {f.name for f in fields(cls)}
+        derived = {
+            "kind",
+            "d_inner",
+            "kv_bytes_per_token",
+            "ssm_state_bytes_per_layer",
+            "ssm_checkpoint_bytes",
+            "n_params",
+            "weight_bytes",
+        }
+        unknown = sorted(set(data) - names - derived)
+        if unknown:
+            raise TwinError(f"unknown model field(s): {', '.join(unknown)}")
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError as err:  # a required field is missing
+            raise TwinError(f"model description incomplete: {err}") from None
+
+    @staticmethod
+    def from_hf_config(path: str | Path, name: str | None = None) -> ModelSpec:
+        """Read a Hugging Face ``config.json``; see :func:`twin.hf_config.from_hf_config`."""
+        from twin.hf_config import from_hf_config  # late import: hf_config imports us
+
+        return from_hf_config(path, name=name)
+
+
+def _check_counts(n_new: int, n_cached: int) -> tuple[int, int]:
+    """Validate token counts; return them as Python ints (numpy ints would overflow)."""
+    out = []
+    for label, v in (("n_new", n_new), ("n_cached", n_cached)):
+        try:
+            iv = operator.index(v)
+        except TypeError:
+            iv = -1
+        if isinstance(v, bool) or iv < 0:
+            raise TwinError(f"{label} must be a non-negative integer (got {v!r})")
+        out.append(iv)
+    return out[0], out[1]
+
+
+def _keys_upto(m: int, window: int | None) -> int:
+    """Sum of min(k, window) for k = 1..m: keys attended by the first m tokens."""
+    if window is None or m <= window:
+        return m * (m + 1) // 2
+    return window * (window + 1) // 2 + (m - window) * window
