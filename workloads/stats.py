@@ -13,10 +13,10 @@ from workloads.reader import Workload
 PERCENTILES = (5, 50, 95, 99)
 
 
-def distribution(values: np.ndarray) -> dict[str, float]:
-    """Mean, min, max and the P5/P50/P95/P99 of ``values`` (zeros when empty)."""
+def distribution(values: np.ndarray) -> dict[str, float | None]:
+    """Mean, min, max and the P5/P50/P95/P99 of ``values`` (all None when empty)."""
     if values.size == 0:
-        return {"mean": 0.0, "min": 0.0, **{f"p{p}": 0.0 for p in PERCENTILES}, "max": 0.0}
+        return {"mean": None, "min": None, **{f"p{p}": None for p in PERCENTILES}, "max": None}
     pct = np.percentile(values, PERCENTILES)
     return {
         "mean": float(values.mean()),
@@ -74,7 +74,11 @@ def summarize(workload: Workload, on_request: Callable[[], None] = lambda: None)
             "span_s": span,
             # n arrivals over a span hold n - 1 gaps.
             "session_rate_per_s": (len(session_starts) - 1) / span if span > 0 else None,
-            "request_rate_per_s": (len(known) - 1) / span if span > 0 else None,
+            # Only an all-open-loop file has a request rate of its own; closed-loop
+            # turns arrive when the simulated server answers.
+            "request_rate_per_s": (
+                (len(known) - 1) / span if span > 0 and len(known) == n else None
+            ),
         },
         "infinite_cache": {
             "hit_tokens": int(hit_len.sum()),

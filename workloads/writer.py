@@ -29,7 +29,9 @@ def _list_array(arrays: list[np.ndarray | None]) -> pa.Array:
     offsets = np.zeros(len(arrays) + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
     present = [a for a in arrays if a is not None]
-    values = np.concatenate(present).astype(np.int32, copy=False) if present else np.zeros(0, np.int32)
+    values = (
+        np.concatenate(present).astype(np.int32, copy=False) if present else np.zeros(0, np.int32)
+    )
     mask = None
     if len(present) != len(arrays):
         mask = pa.array([a is None for a in arrays], pa.bool_())

@@ -29,7 +29,9 @@ def print_json(data: Any) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(description: str, total: float | None, unit: str = "") -> Iterator[Callable[[float], None]]:
+def progress_bar(
+    description: str, total: float | None, unit: str = ""
+) -> Iterator[Callable[[float], None]]:
     """Show a rich progress bar on stderr; yield ``advance(amount)``."""
     count = MofNCompleteColumn() if unit != "bytes" else TextColumn("")
     with Progress(

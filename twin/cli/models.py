@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from twin.cli.common import console, print_json
 from twin.errors import TwinError
 from twin.model import FLOP_KINDS, ModelSpec
 from twin.presets import PRESETS, get_model
@@ -64,14 +63,13 @@ def list_models_cmd(
       twin models list
     """
     if as_json:
-        print(json.dumps([m.to_dict() for m in PRESETS.values()], indent=2))
+        print_json([m.to_dict() for m in PRESETS.values()])
         return
     table = Table(title="Preset models")
     table.add_column("name", no_wrap=True)
-    table.add_column("kind")
-    for col in ("layers A/S/M(E)", "d_model", "KV bytes/token", "SSM checkpoint", "weights GB"):
-        table.add_column(col, justify="right")
-    table.add_column("source")
+    table.add_column("kind", no_wrap=True)
+    for col in ("layers A/S/M(E)", "d_model", "KV B/token", "SSM ckpt", "weights GB"):
+        table.add_column(col, justify="right", no_wrap=True)
     for m in PRESETS.values():
         table.add_row(
             m.name,
@@ -81,9 +79,8 @@ def list_models_cmd(
             f"{m.kv_bytes_per_token:,}",
             _bytes(m.ssm_checkpoint_bytes) if m.n_ssm_layers else "-",
             f"{m.weight_bytes / 1e9:.1f}",
-            m.source.split(";")[0],  # the first citation; `show` prints them all
         )
-    Console().print(table)
+    console.print(table)
 
 
 @app.command("show")
@@ -109,9 +106,8 @@ def show_cmd(
     m = ModelSpec.from_hf_config(config) if config is not None else get_model(str(name))
     flops = _flops_per_token(m)
     if as_json:
-        print(json.dumps({"model": m.to_dict(), "prefill_flops_per_token": flops}, indent=2))
+        print_json({"model": m.to_dict(), "prefill_flops_per_token": flops})
         return
-    console = Console()
     console.print(f"[bold]{m.name}[/] ({m.kind})  source: {m.source or '-'}", highlight=False)
 
     mix = Table(title="Layer mix", show_header=True)

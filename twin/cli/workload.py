@@ -67,8 +67,8 @@ def generate(
             if row.turn == 0:
                 advance(1)
     console.print(
-        f"wrote {writer.rows_written} requests in {sessions} sessions "
-        f"({writer.input_tokens_written} stored input tokens) to {out}"
+        f"wrote {writer.rows_written:,} requests in {sessions:,} sessions "
+        f"({writer.input_tokens_written:,} stored input tokens) to {out}"
     )
 
 
@@ -87,7 +87,9 @@ def kinds() -> None:
         defaults = gen_cls.Params()
         for f in fields(gen_cls.Params):
             table.add_row(
-                f.name, str(getattr(defaults, f.name)), f.metadata.get("help", ""),
+                f.name,
+                str(getattr(defaults, f.name)),
+                f.metadata.get("help", ""),
                 f.metadata.get("source", ""),
             )
         console.print(table)
@@ -115,8 +117,8 @@ def import_(
         for row in importer.rows(src, on_progress=advance):
             writer.write(row)
     console.print(
-        f"imported {writer.rows_written} requests ({writer.input_tokens_written} stored input "
-        f"tokens) to {out}"
+        f"imported {writer.rows_written:,} requests ({writer.input_tokens_written:,} stored "
+        f"input tokens) to {out}"
     )
 
 
@@ -137,7 +139,7 @@ def export(
     workload = Workload.open(src)
     with progress_bar("exporting", workload.num_rows) as advance:
         rows = export_marconi(workload, out, on_progress=advance)
-    console.print(f"exported {rows} requests to {out}")
+    console.print(f"exported {rows:,} requests to {out}")
 
 
 @app.command()
@@ -180,12 +182,20 @@ def _print_summary(s: dict) -> None:
         ("producer", producer),
         ("sessions", _fmt(s["sessions"])),
         ("requests", f"{_fmt(s['requests'])} ({_fmt(s['closed_loop_requests'])} closed-loop)"),
-        ("prompt tokens", f"{_fmt(s['tokens']['prompt_total'])} "
-         f"(stored {_fmt(s['tokens']['stored_input_total'])})"),
+        (
+            "prompt tokens",
+            f"{_fmt(s['tokens']['prompt_total'])} "
+            f"(stored {_fmt(s['tokens']['stored_input_total'])})",
+        ),
         ("output tokens", _fmt(s["tokens"]["output_total"])),
         ("arrival span", f"{_fmt(arr['span_s'], 1)} s"),
         ("session rate", f"{_fmt(arr['session_rate_per_s'], 3)} /s"),
-        ("request rate (open loop)", f"{_fmt(arr['request_rate_per_s'], 3)} /s"),
+        (
+            "request rate",
+            "set by the server (closed loop)"
+            if arr["request_rate_per_s"] is None
+            else f"{_fmt(arr['request_rate_per_s'], 3)} /s",
+        ),
         ("infinite-cache token hit rate", f"{cache['token_hit_rate']:.1%}"),
         ("infinite-cache request hit rate", f"{cache['request_hit_rate']:.1%}"),
     ]
@@ -203,5 +213,7 @@ def _print_summary(s: dict) -> None:
     ):
         d = s[key]
         digits = 1 if key == "think_s" else 0
-        dist.add_row(label, *(_fmt(d[c], digits) for c in ("mean", "p5", "p50", "p95", "p99", "max")))
+        dist.add_row(
+            label, *(_fmt(d[c], digits) for c in ("mean", "p5", "p50", "p95", "p99", "max"))
+        )
     console.print(dist)

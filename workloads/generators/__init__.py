@@ -1,0 +1,53 @@
+"""Synthetic workload generators, found by name through one registry.
+
+The CLI calls::
+
+    cls = get_generator(kind)
+    gen = cls(cls.parse_params({"key": "value", ...}))     # from --set key=value
+    with WorkloadWriter(out, gen.metadata(sessions, rate, seed, max_context)) as w:
+        w.write_all(gen.rows(sessions, rate, seed, max_context))
+
+Add a kind by subclassing ``Generator`` (``workloads.generators.base``) and
+listing it here.
+"""
+
+from __future__ import annotations
+
+from twin.errors import TwinError
+from workloads.generators.base import Generator, GeneratorParams, Turn
+from workloads.generators.chat import ChatGenerator, ChatParams
+from workloads.generators.sharegpt import ShareGPTGenerator, ShareGPTParams
+from workloads.generators.swebench import SWEBenchGenerator, SWEBenchParams
+from workloads.generators.system_prompt import SystemPromptGenerator, SystemPromptParams
+
+GENERATORS: dict[str, type[Generator]] = {
+    cls.name: cls
+    for cls in (ChatGenerator, ShareGPTGenerator, SWEBenchGenerator, SystemPromptGenerator)
+}
+
+
+def get_generator(kind: str) -> type[Generator]:
+    """The generator class registered as ``kind``; a ``TwinError`` listing valid kinds if none."""
+    try:
+        return GENERATORS[kind]
+    except KeyError:
+        raise TwinError(
+            f"unknown generator {kind!r}; valid generators: {', '.join(sorted(GENERATORS))}"
+        ) from None
+
+
+__all__ = [
+    "GENERATORS",
+    "ChatGenerator",
+    "ChatParams",
+    "Generator",
+    "GeneratorParams",
+    "SWEBenchGenerator",
+    "SWEBenchParams",
+    "ShareGPTGenerator",
+    "ShareGPTParams",
+    "SystemPromptGenerator",
+    "SystemPromptParams",
+    "Turn",
+    "get_generator",
+]
