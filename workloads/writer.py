@@ -66,8 +66,14 @@ class WorkloadWriter:
             tmp,
             schema,
             compression="zstd",
-            # Token ids have no small dictionary; plain + zstd is smaller and faster.
             use_dictionary=["session_id", "turn"],
+            # Delta encoding stores runs of ids (imported block hashes, repeated
+            # prompts) in a few bits: the Mooncake trace drops from 165 MB to
+            # 0.2 MB; random-vocabulary files move by -16% (sharegpt) to +9% (swebench).
+            column_encoding={
+                "input_tokens.list.element": "DELTA_BINARY_PACKED",
+                "output_tokens.list.element": "DELTA_BINARY_PACKED",
+            },
         )
         return self
 
