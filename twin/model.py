@@ -265,7 +265,7 @@ class ModelSpec:
         The token at absolute position p sees p+1 keys, at most ``sliding_window``.
         """
         n_new, n_cached = _check_counts(n_new, n_cached)
-        return _keys_upto(n_cached + n_new, self.sliding_window) - _keys_upto(
+        return keys_upto(n_cached + n_new, self.sliding_window) - keys_upto(
             n_cached, self.sliding_window
         )
 
@@ -375,8 +375,8 @@ def _check_counts(n_new: int, n_cached: int) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _keys_upto(m: int, window: int | None) -> int:
-    """Sum of min(k, window) for k = 1..m: keys attended by the first m tokens."""
+def keys_upto(m: int, window: int | None) -> int:
+    """Sum of min(k, window) for k = 1..m: keys attended by the first m causal tokens."""
     if window is None or m <= window:
         return m * (m + 1) // 2
     return window * (window + 1) // 2 + (m - window) * window

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from twin import __version__
-from twin.cli import models, workload
+from twin.cli import calibrate, cost, models, workload
 from twin.errors import TwinError
 
 app = typer.Typer(
@@ -18,7 +18,8 @@ app = typer.Typer(
         "Examples:\n\n"
         "  twin models list\n\n"
         "  twin workload generate chat --sessions 100 -o chat.parquet\n\n"
-        "  twin workload info chat.parquet"
+        "  twin workload info chat.parquet\n\n"
+        "  twin cost --model marconi-hybrid-7b --gpu h100"
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -26,6 +27,8 @@ app = typer.Typer(
 )
 app.add_typer(models.app, name="models")
 app.add_typer(workload.app, name="workload")
+app.command("calibrate")(calibrate.calibrate)
+app.command("cost")(cost.cost)
 
 
 def _version_callback(value: bool) -> None:

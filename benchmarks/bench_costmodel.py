@@ -1,0 +1,60 @@
+"""How many batch steps per second ``CostModel.step`` prices (the simulator's hot path).
+
+Run: ``python benchmarks/bench_costmodel.py [--model marconi-hybrid-7b] [--gpu h100]``.
+Steps are drawn like a continuous-batching engine's: 0-2 prefill chunks of up to
+512 tokens after up to 16K cached tokens, plus 1-256 decoding sequences with
+contexts up to 16K. Prints calls/s for plain floats and for breakdowns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from calibration.profile import load_profile
+from twin.costmodel import CostModel
+from twin.presets import get_model
+
+
+def _steps(n: int, seed: int) -> list[tuple[list[tuple[int, int]], list[int]]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        prefills = [(rng.randint(1, 512), rng.randint(0, 16384)) for _ in range(rng.randint(0, 2))]
+        decodes = [rng.randint(1, 16384) for _ in range(rng.randint(1, 256))]
+        out.append((prefills, decodes))
+    return out
+
+
+def bench(model: str, gpu: str, tp: int, n: int, seed: int = 0) -> dict[str, float]:
+    """Calls per second of ``step`` (float) and ``step(breakdown=True)``."""
+    cm = CostModel(get_model(model), load_profile(gpu), tp=tp)
+    steps = _steps(n, seed)
+    rates = {}
+    for label, breakdown in (("float", False), ("breakdown", True)):
+        start = time.perf_counter()
+        for prefills, decodes in steps:
+            cm.step(prefills, decodes, breakdown=breakdown)
+        rates[label] = n / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for i in range(n):
+        cm.prefill(1 + i % 4096, (i * 37) % 8192)
+    rates["prefill"] = n / (time.perf_counter() - start)
+    return rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="marconi-hybrid-7b")
+    parser.add_argument("--gpu", default="h100")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("-n", type=int, default=20000)
+    args = parser.parse_args()
+    rates = bench(args.model, args.gpu, args.tp, args.n)
+    for label, rate in rates.items():
+        print(f"{label:>10}: {rate:,.0f} calls/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""Fit each kernel's latency model (calibration.formulas) to its timings with scipy.
+
+The residual is the log of predicted over measured time, so every shape counts by
+its relative error whether it takes 5 us or 50 ms, and a soft-L1 loss keeps one
+noisy timing from pulling the fit. Parameters are fitted in log space (all are
+positive and span many decades) from a few starting points; the best is kept.
+A seeded share of the shapes is held out: the fit never sees them, and their
+median and max relative errors go into the profile.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from calibration.formulas import get_formula
+from calibration.profile import KernelFit
+
+HOLDOUT_SHARE = 0.25  # a quarter of the shapes is kept out of the fit
+MIN_SHAPES_FOR_HOLDOUT = 6
+
+
+def _columns(kernel: str, rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, ...]:
+    f = get_formula(kernel)
+    flops = np.array([float(r["flops"]) for r in rows])
+    nbytes = np.array([float(r["bytes"]) for r in rows])
+    extras = np.array([[float(r[x]) for x in f.extras] for r in rows]).reshape(len(rows), -1)
+    y = np.array([float(r["median_s"]) for r in rows])
+    return flops, nbytes, extras, y
+
+
+def _model(kernel: str, theta: np.ndarray, peaks: dict[str, float], flops: np.ndarray,
+           nbytes: np.ndarray, extras: np.ndarray) -> np.ndarray:
+    """Vectorised formula at parameters ``theta`` (in ``param_names`` order)."""
+    f = get_formula(kernel)
+    t0 = theta[0]
+    if not f.uses_flops:
+        return t0 + nbytes / (theta[1] * peaks[f.bytes_peak])
+    ef, eb, p = theta[1], theta[2], theta[3]
+    a = flops / (ef * peaks["flops"])
+    if len(theta) > 4:
+        a = a + extras @ theta[4:]
+    b = nbytes / (eb * peaks[f.bytes_peak])
+    m = np.maximum(np.maximum(a, b), 1e-300)
+    return t0 + m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
+
+
+def _starts(kernel: str, peaks: dict[str, float], flops: np.ndarray, nbytes: np.ndarray,
+            extras: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Starting points and log-space bounds from the data's own scale."""
+    f = get_formula(kernel)
+    t0 = max(0.5 * float(np.min(y)), 1e-9)
+    # The efficiency each shape would need if it were all FLOPs (bytes): the best
+    # shapes bound it from below; their upper quantile is a fair start.
+    eb = float(np.quantile(nbytes / (peaks[f.bytes_peak] * y), 0.9))
+    eb = min(max(eb, 1e-4), 2.0)
+    cs = []
+    for j in range(extras.shape[1]):
+        x = extras[:, j]
+        pos = x > 0
+        cs.append(0.1 * float(np.median(y[pos] / x[pos])) if pos.any() else 1e-15)
+    lo = [1e-10]
+    hi = [10.0]
+    starts: list[list[float]] = []
+    if f.uses_flops:
+        ef = float(np.quantile(flops / (peaks["flops"] * y), 0.9))
+        ef = min(max(ef, 1e-4), 2.0)
+        lo += [1e-5, 1e-5, 1.0]
+        hi += [4.0, 4.0, 20.0]
+        for p in (1.5, 4.0):
+            for scale in (1.0, 0.5):
+                starts.append([t0, ef * scale, eb * scale, p, *cs])
+    else:
+        lo += [1e-5]
+        hi += [4.0]
+        starts += [[t0, eb, *cs], [t0 * 0.2, eb * 0.5, *cs]]
+    for c in cs:
+        lo.append(max(c, 1e-30) * 1e-9)
+        hi.append(max(c, 1e-30) * 1e4)
+    lo_a, hi_a = np.log(np.array(lo)), np.log(np.array(hi))
+    return [np.clip(np.log(np.array(s)), lo_a, hi_a) for s in starts], lo_a, hi_a
+
+
+def fit_params(kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, float]
+               ) -> dict[str, float]:
+    """Least-squares parameters of ``kernel``'s model on ``rows`` (needs >= 1 row)."""
+    if not rows:
+        raise ValueError(f"no timings to fit {kernel}")
+    f = get_formula(kernel)
+    flops, nbytes, extras, y = _columns(kernel, rows)
+    starts, lo, hi = _starts(kernel, peaks, flops, nbytes, extras, y)
+    log_y = np.log(y)
+
+    def resid(u: np.ndarray) -> np.ndarray:
+        return np.log(_model(kernel, np.exp(u), peaks, flops, nbytes, extras)) - log_y
+
+    best = None
+    for u0 in starts:
+        res = least_squares(resid, u0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05,
+                            method="trf", max_nfev=4000)
+        if best is None or res.cost < best.cost:
+            best = res
+    assert best is not None
+    theta = np.exp(best.x)
+    return {name: float(v) for name, v in zip(f.param_names, theta, strict=True)}
+
+
+def predict_rows(kernel: str, params: dict[str, float], peaks: dict[str, float],
+                 rows: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Predicted seconds of ``rows`` (vectorised; same formula as ``formulas.predict``)."""
+    f = get_formula(kernel)
+    flops, nbytes, extras, _ = _columns(kernel, rows)
+    theta = np.array([params[n] for n in f.param_names])
+    return _model(kernel, theta, peaks, flops, nbytes, extras)
+
+
+def relative_errors(kernel: str, params: dict[str, float], peaks: dict[str, float],
+                    rows: Sequence[dict[str, Any]]) -> np.ndarray:
+    """|predicted - measured| / measured for each row."""
+    y = np.array([float(r["median_s"]) for r in rows])
+    return np.abs(predict_rows(kernel, params, peaks, rows) - y) / y
+
+
+def split_holdout(n: int, share: float = HOLDOUT_SHARE, seed: int = 0
+                  ) -> tuple[list[int], list[int]]:
+    """Indices (train, held out); nothing is held out below ``MIN_SHAPES_FOR_HOLDOUT``."""
+    order = list(np.random.default_rng(seed).permutation(n))
+    if n < MIN_SHAPES_FOR_HOLDOUT:
+        return sorted(order), []
+    k = max(2, math.floor(n * share))
+    return sorted(order[k:]), sorted(order[:k])
+
+
+def fit_kernel(kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, float],
+               share: float = HOLDOUT_SHARE, seed: int = 0) -> KernelFit:
+    """Fit on the training shapes, report the held-out errors."""
+    train_idx, held_idx = split_holdout(len(rows), share, seed)
+    train = [rows[i] for i in train_idx]
+    held = [rows[i] for i in held_idx]
+    params = fit_params(kernel, train, peaks)
+    med = mx = None
+    if held:
+        err = relative_errors(kernel, params, peaks, held)
+        med, mx = float(np.median(err)), float(np.max(err))
+    train_err = relative_errors(kernel, params, peaks, train)
+    note = f"train median rel err {float(np.median(train_err)):.3f}"
+    return KernelFit(model=get_formula(kernel).model_name, params=params,
+                     heldout_median_rel_err=med, heldout_max_rel_err=mx,
+                     n_shapes=len(rows), n_heldout=len(held), note=note)
+
+
+def fit_all(rows: Sequence[dict[str, Any]], peaks: dict[str, float],
+            share: float = HOLDOUT_SHARE, seed: int = 0) -> dict[str, KernelFit]:
+    """One fit per kernel present in ``rows`` (registry order)."""
+    by_kernel: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_kernel.setdefault(str(r["kernel"]), []).append(r)
+    return {k: fit_kernel(k, v, peaks, share, seed) for k, v in by_kernel.items()}
+
+
+def pooled_heldout(rows: Sequence[dict[str, Any]], fits: dict[str, KernelFit],
+                   peaks: dict[str, float], share: float = HOLDOUT_SHARE, seed: int = 0
+                   ) -> dict[str, float | int | None]:
+    """Median and max relative error over every kernel's held-out shapes together."""
+    by_kernel: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_kernel.setdefault(str(r["kernel"]), []).append(r)
+    errs: list[float] = []
+    for kernel, krows in by_kernel.items():
+        _, held_idx = split_holdout(len(krows), share, seed)
+        if held_idx and kernel in fits:
+            held = [krows[i] for i in held_idx]
+            errs.extend(relative_errors(kernel, fits[kernel].params, peaks, held).tolist())
+    if not errs:
+        return {"median": None, "max": None, "n": 0}
+    return {"median": float(np.median(errs)), "max": float(np.max(errs)), "n": len(errs)}
+
+
+__all__ = ["fit_all", "fit_kernel", "fit_params", "pooled_heldout", "predict_rows",
+           "relative_errors", "split_holdout"]

@@ -1,0 +1,187 @@
+"""The Mamba2 kernels: the chunked scan (prefill) and the one-token state update (decode).
+
+On a GPU with ``mamba_ssm`` they time its Triton kernels. ``import mamba_ssm``
+runs the package ``__init__``, which imports compiled CUDA extensions
+(``selective_scan_cuda``) that a Triton-only install may lack; the Triton
+modules themselves do not need them. So the import is tried twice:
+
+1. the normal ``from mamba_ssm.ops.triton.ssd_combined import ...``;
+2. if that fails, a bare package object for ``mamba_ssm`` is put in
+   ``sys.modules`` with the installed directory as its path, so that the
+   submodule loads without the package ``__init__`` running.
+
+If both fail (or there is no GPU) the exact PyTorch reference
+(``calibration.ssd``) is timed instead, and the reason is recorded in the
+profile's provenance (``implementations``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from calibration import formulas as fm
+from calibration.kernels import Kernel, Runner, Shape, SweepContext
+
+
+def import_mamba_triton(module: str, attr: str) -> tuple[Callable[..., Any] | None, str]:
+    """``attr`` of ``mamba_ssm.<module>`` (see the module docstring), and a note saying how."""
+    full = f"mamba_ssm.{module}"
+    try:
+        return getattr(importlib.import_module(full), attr), f"mamba_ssm {module}.{attr}"
+    except Exception as err:  # ImportError, OSError from a broken CUDA extension, ...
+        first = f"{type(err).__name__}: {err}"
+    spec = importlib.util.find_spec("mamba_ssm") if "mamba_ssm" not in sys.modules else None
+    if spec is None or not spec.submodule_search_locations:
+        return None, f"mamba_ssm not importable ({first})"
+    saved = {k: v for k, v in sys.modules.items() if k == "mamba_ssm" or k.startswith("mamba_ssm.")}
+    for k in saved:
+        del sys.modules[k]
+    stub = types.ModuleType("mamba_ssm")
+    stub.__path__ = list(spec.submodule_search_locations)
+    sys.modules["mamba_ssm"] = stub
+    try:
+        fn = getattr(importlib.import_module(full), attr)
+    except Exception as err:
+        for k in [k for k in sys.modules if k == "mamba_ssm" or k.startswith("mamba_ssm.")]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+        return None, (f"mamba_ssm not importable ({first}; without its __init__: "
+                      f"{type(err).__name__}: {err})")
+    return fn, f"mamba_ssm {module}.{attr} (loaded without the package __init__: {first})"
+
+
+def _ssm_inputs(ctx: SweepContext, shape: Shape, gen: Any, tokens: tuple[int, ...]) -> dict:
+    """Random x, dt, A, B, C, D, dt_bias of Mamba2's dtypes (A, D, dt_bias in fp32)."""
+    t = ctx.torch
+    h, p, n, g = shape["h"], shape["p"], shape["n"], shape["g"]
+    f32 = t.float32
+    return {
+        "x": ctx.randn(*tokens, h, p, gen=gen),
+        "dt": ctx.randn(*tokens, h, gen=gen) * 0.5 - 2.0,  # softplus -> dt ~ 0.1, as trained
+        "B": ctx.randn(*tokens, g, n, gen=gen),
+        "C": ctx.randn(*tokens, g, n, gen=gen),
+        "A": -t.exp(ctx.randn(h, gen=gen, dtype=f32) * 0.5),  # A = -exp(A_log) < 0
+        "D": ctx.randn(h, gen=gen, dtype=f32),
+        "dt_bias": ctx.randn(h, gen=gen, dtype=f32) * 0.1,
+    }
+
+
+class SsmScan(Kernel):
+    """``mamba_chunk_scan_combined`` (GPU) or the PyTorch SSD reference, over one batch."""
+
+    name = "ssm_scan"
+    axes: ClassVar = {
+        "cpu-tiny": {"b": [1], "l": [32, 128, 512], "h": [4, 8], "p": [32], "n": [16, 64],
+                     "g": [1], "q": [32, 64]},
+        "cpu": {"b": [1, 2], "l": [64, 256, 1024, 2048], "h": [4, 16], "p": [64],
+                "n": [16, 64, 128], "g": [1], "q": [64, 128]},
+        "cuda": {"b": [1, 4], "l": [256, 1024, 4096, 16384], "h": [32, 64, 128], "p": [64],
+                 "n": [64, 128], "g": [1, 8], "q": [128, 256]},
+    }
+
+    def valid(self, shape: Shape, ctx: SweepContext) -> bool:
+        return shape["h"] % shape["g"] == 0 and super().valid(shape, ctx)
+
+    def features(self, shape: Shape, e: int) -> fm.Features:
+        return fm.ssm_scan_features(shape["b"], shape["l"], shape["h"], shape["p"], shape["n"],
+                                    shape["g"], shape["q"], e)
+
+    def measured_features(self, shape: Shape, ctx: SweepContext) -> fm.Features:
+        """The PyTorch reference materialises its (heads x chunk x chunk) decay and score
+        tensors in fp32, about 8 passes over them (``ssd_chunked``); the Triton kernel
+        keeps them on chip. Rows of the reference record those bytes too."""
+        flops, nbytes, extras = self.features(shape, ctx.dtype_bytes)
+        if not ctx.notes.get("ssm_scan", "").startswith("PyTorch"):
+            return flops, nbytes, extras
+        q = shape["q"]
+        padded = shape["b"] * -(-shape["l"] // q) * q
+        return flops, nbytes + 32.0 * shape["h"] * padded * q, extras
+
+    def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
+        b, length, q = shape["b"], shape["l"], shape["q"]
+        gen = ctx.generator(b * 131 + length * 17 + shape["h"] * 5 + shape["n"] + q)
+        sets = ctx.rotating(_ssm_inputs(ctx, shape, gen, (b, length)), nbuf)
+        fn = None
+        if ctx.device == "cuda":
+            fn, note = import_mamba_triton("ops.triton.ssd_combined", "mamba_chunk_scan_combined")
+        else:
+            note = "no GPU"
+        if fn is None:
+            from calibration.ssd import ssd_chunked
+
+            ctx.notes["ssm_scan"] = f"PyTorch SSD reference (calibration.ssd): {note}"
+
+            def run(i: int) -> Any:
+                s = sets[i % nbuf]
+                return ssd_chunked(s["x"], s["dt"], s["A"], s["B"], s["C"], q, D=s["D"],
+                                   dt_bias=s["dt_bias"], dt_softplus=True)
+            return run
+        ctx.notes["ssm_scan"] = note
+
+        def run_triton(i: int) -> Any:
+            s = sets[i % nbuf]
+            return fn(s["x"], s["dt"], s["A"], s["B"], s["C"], q, D=s["D"],
+                      dt_bias=s["dt_bias"], dt_softplus=True)
+        return run_triton
+
+
+class SsmStep(Kernel):
+    """One decode token per sequence: ``selective_state_update`` (GPU) or ``ssd_step``."""
+
+    name = "ssm_step"
+    axes: ClassVar = {
+        "cpu-tiny": {"b": [1, 8, 32], "h": [8, 32], "p": [32], "n": [16, 64], "g": [1]},
+        "cpu": {"b": [1, 8, 32, 128], "h": [8, 32, 64], "p": [64], "n": [16, 64, 128], "g": [1]},
+        "cuda": {"b": [1, 8, 32, 128, 512], "h": [32, 64, 128], "p": [64], "n": [64, 128],
+                 "g": [1, 8]},
+    }
+
+    def valid(self, shape: Shape, ctx: SweepContext) -> bool:
+        return shape["h"] % shape["g"] == 0 and super().valid(shape, ctx)
+
+    def features(self, shape: Shape, e: int) -> fm.Features:
+        # Mamba2 keeps the recurrent state in the activation dtype by default.
+        return fm.ssm_step_features(shape["b"], shape["h"], shape["p"], shape["n"], shape["g"],
+                                    e, e)
+
+    def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
+        b, h, p, n = shape["b"], shape["h"], shape["p"], shape["n"]
+        gen = ctx.generator(b * 131 + h * 17 + n)
+        one = _ssm_inputs(ctx, shape, gen, (b,))
+        one["state"] = ctx.randn(b, h, p, n, gen=gen)
+        sets = ctx.rotating(one, nbuf)
+        fn = None
+        if ctx.device == "cuda":
+            fn, note = import_mamba_triton("ops.triton.selective_state_update",
+                                           "selective_state_update")
+        else:
+            note = "no GPU"
+        if fn is None:
+            from calibration.ssd import ssd_step
+
+            ctx.notes["ssm_step"] = f"PyTorch reference (calibration.ssd.ssd_step): {note}"
+
+            def run(i: int) -> Any:
+                s = sets[i % nbuf]
+                return ssd_step(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], D=s["D"],
+                                dt_bias=s["dt_bias"], dt_softplus=True)
+            return run
+        ctx.notes["ssm_step"] = note
+        # selective_state_update's Mamba2 layout: per-channel dt, A, D, dt_bias broadcast
+        # over headdim (and A over d_state) as stride-0 views, as Mamba2.step builds them.
+        for s in sets:
+            s["dt"] = s["dt"][..., None].expand(b, h, p)
+            s["A"] = s["A"][:, None, None].expand(h, p, n)
+            s["D"] = s["D"][:, None].expand(h, p)
+            s["dt_bias"] = s["dt_bias"][:, None].expand(h, p)
+
+        def run_triton(i: int) -> Any:
+            s = sets[i % nbuf]
+            return fn(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], D=s["D"],
+                      dt_bias=s["dt_bias"], dt_softplus=True)
+        return run_triton

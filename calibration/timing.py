@@ -1,0 +1,109 @@
+"""Time one kernel call the way device/METHOD.md says.
+
+Warm up first (module load, autotuning and handle creation stay out of the
+numbers), then time each call on its own: CUDA events around the call on a GPU
+(device work is asynchronous, events measure it on the stream), the host's
+``perf_counter_ns`` on the CPU. The call cycles through several input buffers
+so that repeated calls do not find their inputs in cache. The number of repeats
+adapts to the kernel's length inside a time budget; the median and the 10th and
+90th percentiles are kept.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TimingBudget:
+    """How long to spend on one shape."""
+
+    warmup_s: float = 0.02  # at least this long (and 2 calls) of warm-up
+    budget_s: float = 0.1  # timed calls stop after about this long...
+    min_repeats: int = 5  # ...but never fewer than this many
+    max_repeats: int = 200
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call over ``repeats`` timed calls."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    repeats: int
+    samples: tuple[float, ...] = ()
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of an already sorted list."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarize(samples: list[float]) -> Timing:
+    """Median and 10/90th percentiles of per-call seconds."""
+    s = sorted(samples)
+    return Timing(statistics.median(s), _quantile(s, 0.1), _quantile(s, 0.9), len(s),
+                  tuple(samples))
+
+
+def time_cpu(fn: Callable[[int], Any], budget: TimingBudget, n_buffers: int = 1) -> Timing:
+    """Time ``fn(i)`` (i picks the input buffer) with the host clock.
+
+    Warm-up visits every buffer at least once, so that first-touch page faults of
+    outputs (slow on a virtual machine) stay out of the numbers.
+    """
+    start = time.perf_counter()
+    i = 0
+    while i < max(2, n_buffers) or time.perf_counter() - start < budget.warmup_s:
+        fn(i)
+        i += 1
+    samples: list[float] = []
+    spent = 0.0
+    while len(samples) < budget.max_repeats and (
+        len(samples) < budget.min_repeats or spent < budget.budget_s
+    ):
+        t0 = time.perf_counter_ns()
+        fn(i)
+        dt = (time.perf_counter_ns() - t0) * 1e-9
+        samples.append(dt)
+        spent += dt
+        i += 1
+    return summarize(samples)
+
+
+def time_cuda(fn: Callable[[int], Any], budget: TimingBudget, torch: Any, n_buffers: int = 1
+              ) -> Timing:
+    """Time ``fn(i)`` with CUDA events on the current stream (warm-up visits every buffer)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    i = 0
+    while i < max(2, n_buffers) or time.perf_counter() - start < budget.warmup_s:
+        fn(i)
+        i += 1
+    torch.cuda.synchronize()
+    # Estimate one call's length to size the repeats, then record all event pairs
+    # and read them after a single synchronisation (reading each pair would stall).
+    probe_start = time.perf_counter()
+    fn(i)
+    torch.cuda.synchronize()
+    one = max(time.perf_counter() - probe_start, 1e-6)
+    i += 1
+    n = int(min(budget.max_repeats, max(budget.min_repeats, budget.budget_s / one)))
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(n)]
+    for k, (ev_start, ev_end) in enumerate(events):
+        ev_start.record()
+        fn(i + k)
+        ev_end.record()
+    torch.cuda.synchronize()
+    return summarize([a.elapsed_time(b) * 1e-3 for a, b in events])

@@ -1,0 +1,69 @@
+"""Derive a profile for a GPU we cannot measure from one we did measure.
+
+The fitted efficiencies are fractions of the measured device's peaks, so they
+carry over: the target's profile keeps them (and the smooth-max exponent) and
+swaps in the target's datasheet peaks. Launch overheads are host/driver time
+and are kept as measured. The extra per-score and per-chunk coefficients are
+seconds of arithmetic, so they are scaled by the ratio of the FLOP peaks (a
+first-order assumption: softmax and state passing speed up with the chip).
+The result is labelled ``transferred from <gpu>`` wherever it is shown.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from calibration.profile import KernelFit, Profile
+from twin.errors import TwinError
+from twin.hardware import get_gpu
+
+
+def transfer_profile(source: Profile, target_gpu: str, source_path: str | Path | None = None
+                     ) -> Profile:
+    """A profile for ``target_gpu`` scaled from the measured ``source``."""
+    if source.source != "measured":
+        where = f" ({source_path})" if source_path else ""
+        raise TwinError(
+            f"--transfer-from needs a measured profile, but {source.gpu}{where} is "
+            f"{source.provenance_label}; measure one with twin calibrate on a GPU first"
+        )
+    spec = get_gpu(target_gpu)
+    peaks = spec.peaks()
+    flop_ratio = source.peaks["flops"] / peaks["flops"]
+    kernels: dict[str, KernelFit] = {}
+    for name, fit in source.kernels.items():
+        params = dict(fit.params)
+        for key in params:
+            if key.startswith("c_"):
+                params[key] *= flop_ratio
+        kernels[name] = KernelFit(
+            model=fit.model,
+            params=params,
+            # The source's held-out errors say how well the shape fits; they do not
+            # bound the transfer error, which nothing here measures.
+            heldout_median_rel_err=fit.heldout_median_rel_err,
+            heldout_max_rel_err=fit.heldout_max_rel_err,
+            n_shapes=fit.n_shapes,
+            n_heldout=fit.n_heldout,
+            note=f"transferred from {source.gpu}: held-out errors are the source's",
+        )
+    return Profile(
+        gpu=spec.name,
+        device=spec.display_name,
+        source="transferred",
+        transferred_from=source.gpu,
+        peaks=peaks,
+        kernels=kernels,
+        dtype=source.dtype,
+        provenance={
+            "transferred_from": source.gpu,
+            "transferred_from_device": source.device,
+            "transferred_from_label": source.provenance_label,
+            "transferred_from_path": str(source_path) if source_path else None,
+            "source_provenance": source.provenance,
+            "date": _dt.date.today().isoformat(),
+            "method": "efficiencies kept, datasheet peaks of the target, "
+                      "extra coefficients scaled by the FLOP-peak ratio",
+        },
+    )

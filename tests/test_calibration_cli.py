@@ -1,0 +1,120 @@
+"""``twin calibrate`` through the console entry point and through typer."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from calibration.datasheet import datasheet_profile
+from calibration.profile import KernelFit, Profile
+from twin.cli.calibrate import calibrate
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+# Runs twin.cli.main() exactly as the `twin` script does; registers the command
+# first only if twin/cli/__init__.py does not (yet) do so itself.
+ENTRY = (
+    "from twin.cli import app, main\n"
+    "import twin.cli.calibrate as c\n"
+    "names = {cmd.name or cmd.callback.__name__ for cmd in app.registered_commands}\n"
+    "if 'calibrate' not in names:\n"
+    "    app.command('calibrate')(c.calibrate)\n"
+    "main()\n"
+)
+
+
+def _twin(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True,
+                          text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin"})
+
+
+def _no_cuda() -> bool:
+    if not HAS_TORCH:
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _no_cuda(), reason="this machine has a GPU")
+def test_a100_without_an_a100_refuses_in_one_sentence() -> None:
+    proc = _twin("calibrate", "--gpu", "a100")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "twin calibrate --gpu a100" in lines[0]
+    assert "--transfer-from" in lines[0]
+    if HAS_TORCH:
+        assert "this machine has no CUDA GPU (found: cpu" in lines[0]
+        assert "run it on an A100" in lines[0]
+    else:
+        assert "PyTorch" in lines[0]
+
+
+def test_unknown_gpu_name_is_refused() -> None:
+    proc = _twin("calibrate", "--gpu", "v100")
+    assert proc.returncode == 2 and "expected one of a100" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.command("calibrate")(calibrate)
+
+    @app.command("noop")
+    def _noop() -> None:  # a second command keeps typer's sub-command layout
+        pass
+
+    return app
+
+
+def test_transfer_from_a_measured_profile(tmp_path: Path) -> None:
+    base = datasheet_profile("h100")
+    measured = Profile(
+        gpu="h100", device="NVIDIA H100 80GB HBM3", source="measured", peaks=base.peaks,
+        kernels={k: KernelFit(f.model, dict(f.params), 0.05, 0.2, 20, 5)
+                 for k, f in base.kernels.items()},
+        provenance={"date": "2026-11-22"},
+    ).save(tmp_path / "h100.json")
+    out = tmp_path / "a100.json"
+    res = CliRunner().invoke(_app(), ["calibrate", "--gpu", "a100", "--transfer-from",
+                                      str(measured), "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert summary["provenance_label"] == "transferred from h100"
+    assert summary["heldout"]["gemm"]["median"] == 0.05
+    assert Profile.load(out).source == "transferred"
+
+
+def test_help_has_an_example() -> None:
+    res = CliRunner().invoke(_app(), ["calibrate", "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "twin calibrate --gpu cpu --quick" in res.output
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+def test_cpu_tiny_level_through_the_cli(tmp_path: Path) -> None:
+    out = tmp_path / "cpu.json"
+    proc = _twin("calibrate", "--gpu", "cpu", "--level", "tiny", "--kernels",
+                 "elementwise,copy_h2d", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["source"] == "measured" and Path(summary["raw"]).exists()
+    assert set(summary["heldout"]) == {"elementwise", "copy_h2d"}
+    assert summary["heldout"]["copy_h2d"]["median"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+def test_cpu_quick_through_the_cli_under_a_minute(tmp_path: Path) -> None:
+    out = tmp_path / "cpu.json"
+    proc = _twin("calibrate", "--gpu", "cpu", "--quick", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "Held-out relative error" in proc.stdout and "measured on" in proc.stdout

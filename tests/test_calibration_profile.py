@@ -1,0 +1,105 @@
+"""Profiles: the shipped datasheet profiles, JSON round trips, labels, transfer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calibration.datasheet import DEFAULTS, datasheet_profile
+from calibration.formulas import FORMULAS
+from calibration.profile import KernelFit, Profile, load_profile, shipped_profiles
+from calibration.transfer import transfer_profile
+from twin.errors import TwinError
+from twin.hardware import get_gpu
+
+
+def _measured(gpu: str = "h100") -> Profile:
+    base = datasheet_profile(gpu)
+    kernels = {k: KernelFit(model=f.model, params={**f.params, **(
+        {"c_score_elems": 1e-13} if "c_score_elems" in f.params else {})},
+        heldout_median_rel_err=0.03, heldout_max_rel_err=0.1, n_shapes=20, n_heldout=5)
+        for k, f in base.kernels.items()}
+    return Profile(gpu=gpu, device="NVIDIA H100 80GB HBM3", source="measured",
+                   peaks=base.peaks, kernels=kernels,
+                   provenance={"date": "2026-11-22", "torch": "2.13.0"})
+
+
+@pytest.mark.parametrize("gpu", ["a100", "a100-80gb", "h100", "h200", "l4"])
+def test_datasheet_profiles_ship_and_are_labelled(gpu: str) -> None:
+    assert gpu in shipped_profiles()
+    p = load_profile(gpu)
+    assert p.source == "datasheet"
+    assert p.provenance_label == "datasheet roofline (uncalibrated)"
+    assert set(p.kernels) == set(FORMULAS)
+    assert p.peaks["flops"] == get_gpu(gpu).flops
+    for name, fit in p.kernels.items():
+        assert fit.params == DEFAULTS[name]  # the documented defaults, nothing else
+
+
+def test_shipped_files_match_the_generator() -> None:
+    """calibration/profiles/*.json are what ``python -m calibration.datasheet`` writes."""
+    for gpu, path in shipped_profiles().items():
+        data = json.loads(path.read_text())
+        if data["source"] == "datasheet":
+            assert data == datasheet_profile(gpu).to_dict()
+
+
+def test_round_trip_and_labels(tmp_path: Path) -> None:
+    p = _measured()
+    assert p.provenance_label == "measured on NVIDIA H100 80GB HBM3, 2026-11-22"
+    path = p.save(tmp_path / "sub" / "h100.json")
+    again = Profile.load(path)
+    assert again.to_dict() == p.to_dict()
+    assert json.loads(path.read_text())["provenance_label"] == p.provenance_label
+    assert not list(path.parent.glob(".*tmp*"))  # atomic write left nothing behind
+
+
+def test_transfer_scales_to_target_peaks_and_says_so() -> None:
+    src = _measured("h100")
+    out = transfer_profile(src, "a100")
+    assert out.source == "transferred" and out.transferred_from == "h100"
+    assert out.provenance_label == "transferred from h100"
+    assert out.peaks["flops"] == get_gpu("a100").flops
+    g_src, g_out = src.kernels["gemm"].params, out.kernels["gemm"].params
+    assert g_out["eff_flops"] == g_src["eff_flops"] and g_out["t0_s"] == g_src["t0_s"]
+    ratio = get_gpu("h100").flops / get_gpu("a100").flops
+    c_src = src.kernels["attn_prefill"].params["c_score_elems"]
+    assert out.kernels["attn_prefill"].params["c_score_elems"] == pytest.approx(c_src * ratio)
+    assert "transferred from h100" in out.kernels["gemm"].note
+
+
+def test_transfer_refuses_a_datasheet_source() -> None:
+    with pytest.raises(TwinError, match="needs a measured profile"):
+        transfer_profile(datasheet_profile("h100"), "a100")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(source="guessed"), "source must be one of"),
+        (lambda d: d["peaks"].update(flops=0), "peak 'flops' must be positive"),
+        (lambda d: d["kernels"]["gemm"]["params"].update(eff_flops=-1), "eff_flops"),
+        (lambda d: d["kernels"]["gemm"].update(model="cubic"), "is not this version's"),
+        (lambda d: d.pop("kernels"), "not a valid profile"),
+        (lambda d: d.update(schema=99), "schema 99"),
+    ],
+)
+def test_malformed_profiles_are_refused_in_one_line(tmp_path: Path, edit, message: str) -> None:
+    data = datasheet_profile("h100").to_dict()
+    edit(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TwinError, match=message) as err:
+        Profile.load(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_load_profile_by_name_or_path_and_unknown(tmp_path: Path) -> None:
+    path = datasheet_profile("l4").save(tmp_path / "mine.json")
+    assert load_profile(path).gpu == "l4"
+    with pytest.raises(TwinError, match="no profile 'v100'"):
+        load_profile("v100")
+    with pytest.raises(TwinError, match="no such profile file"):
+        load_profile(tmp_path / "missing.json")

@@ -1,0 +1,58 @@
+"""GpuSpec registry: datasheet peaks and recognising device names."""
+
+from __future__ import annotations
+
+import pytest
+
+from twin.errors import TwinError
+from twin.hardware import GPUS, get_gpu, identify_gpu, list_gpus
+
+
+def test_required_gpus_are_known_with_datasheet_peaks() -> None:
+    for name in ("a100", "a100-80gb", "h100", "h200", "l4"):
+        assert name in GPUS
+    h100 = get_gpu("h100")
+    assert h100.flops == pytest.approx(989e12)
+    assert h100.hbm_bw == pytest.approx(3350e9)
+    assert get_gpu("a100-80gb").hbm_bw == pytest.approx(2039e9)
+    assert get_gpu("h200").hbm_bytes == pytest.approx(141e9)
+    assert get_gpu("L4").flops == pytest.approx(121e12)  # case-insensitive
+
+
+def test_interconnect_is_per_direction() -> None:
+    # The datasheet's NVLink figure counts both directions; PCIe is already per direction.
+    assert get_gpu("h100").interconnect_bw == pytest.approx(450e9)
+    assert get_gpu("a100").interconnect_bw == pytest.approx(300e9)
+    assert get_gpu("l4").interconnect_bw == pytest.approx(32e9)  # no NVLink: PCIe
+
+
+def test_peaks_have_what_profiles_need() -> None:
+    for name in list_gpus():
+        peaks = get_gpu(name).peaks()
+        for key in ("flops", "mem_bw", "host_bw", "interconnect_bw", "allreduce_latency_s"):
+            assert peaks[key] > 0
+
+
+def test_unknown_gpu_names_the_valid_ones() -> None:
+    with pytest.raises(TwinError, match="valid names: a100"):
+        get_gpu("v100")
+
+
+@pytest.mark.parametrize(
+    ("device_name", "memory", "expected"),
+    [
+        ("NVIDIA A100-SXM4-40GB", 40e9, "a100"),
+        ("NVIDIA A100-PCIE-40GB", 40e9, "a100"),
+        ("NVIDIA A100-SXM4-80GB", 80e9, "a100-80gb"),
+        ("NVIDIA A100 80GB PCIe", 80e9, "a100-80gb-pcie"),
+        ("NVIDIA A100-SXM4", 81e9, "a100-80gb"),  # the memory decides
+        ("NVIDIA H100 80GB HBM3", 80e9, "h100"),
+        ("NVIDIA H100 PCIe", 80e9, None),  # different peaks: not our h100
+        ("NVIDIA H200", 141e9, "h200"),
+        ("NVIDIA L4", 24e9, "l4"),
+        ("NVIDIA L40S", 48e9, None),  # not an L4
+        ("Tesla V100-SXM2-16GB", 16e9, None),
+    ],
+)
+def test_identify_gpu(device_name: str, memory: float, expected: str | None) -> None:
+    assert identify_gpu(device_name, memory) == expected

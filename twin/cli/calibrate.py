@@ -1,0 +1,123 @@
+"""``twin calibrate``: time kernels on this machine's device, or derive a profile from one."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from calibration.device import CHOICES
+from calibration.formulas import FORMULAS
+from calibration.harness import DEFAULT_SHAPE_MODEL, CalibrationResult
+from calibration.harness import calibrate as run_calibration
+from calibration.harness import transfer as run_transfer
+from calibration.kernels import LEVELS
+from twin.cli.common import console, print_json, progress_bar
+from twin.errors import TwinError
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _summary(result: CalibrationResult) -> dict[str, Any]:
+    p = result.profile
+    return {
+        "gpu": p.gpu,
+        "device": p.device,
+        "source": p.source,
+        "provenance_label": p.provenance_label,
+        "profile": str(result.profile_path),
+        "raw": str(result.raw_path) if result.raw_path else None,
+        "shapes_timed": result.n_rows,
+        "skipped": result.skipped,
+        "heldout": p.heldout_summary(),
+        "heldout_all_kernels": p.provenance.get("heldout_all_kernels"),
+    }
+
+
+def _show(result: CalibrationResult) -> None:
+    p = result.profile
+    console.print(f"[bold]{p.gpu}[/]: {p.provenance_label}", highlight=False)
+    table = Table(title="Held-out relative error of the fitted kernel models")
+    table.add_column("kernel", no_wrap=True)
+    table.add_column("model")
+    for col in ("shapes", "held out", "median err", "max err"):
+        table.add_column(col, justify="right")
+    for name, fit in p.kernels.items():
+        table.add_row(name, fit.model, str(fit.n_shapes), str(fit.n_heldout),
+                      _pct(fit.heldout_median_rel_err), _pct(fit.heldout_max_rel_err))
+    console.print(table)
+    pooled = p.provenance.get("heldout_all_kernels") or {}
+    if pooled.get("n"):
+        console.print(f"All kernels: median {_pct(pooled['median'])}, max {_pct(pooled['max'])} "
+                      f"over {pooled['n']} held-out shapes", highlight=False)
+    if p.source == "transferred":
+        console.print("Errors are the source profile's fits; the transfer itself is unmeasured.")
+    for note in result.skipped:
+        console.print(f"skipped: {note}", highlight=False)
+    console.print(f"wrote {result.profile_path}" + (f" and {result.raw_path}" if result.raw_path
+                                                      else ""), highlight=False)
+
+
+def calibrate(
+    gpu: str = typer.Option(..., "--gpu", help=f"Device to calibrate: {', '.join(CHOICES)}."),
+    quick: bool = typer.Option(False, "--quick", help="Reduced sweep (CI: under a minute)."),
+    level: str | None = typer.Option(
+        None, "--level", help=f"Sweep size, one of {', '.join(LEVELS)} (overrides --quick)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o",
+        help="Profile JSON to write (the raw parquet goes beside it). "
+             "Default: calibration/profiles/<gpu>.json.",
+    ),
+    transfer_from: Path | None = typer.Option(
+        None, "--transfer-from",
+        help="Derive the --gpu profile from this measured profile by scaling to the "
+             "target's datasheet peaks, instead of measuring.",
+    ),
+    model: str = typer.Option(
+        DEFAULT_SHAPE_MODEL, "--model",
+        help="Preset whose projection shapes the GPU GEMM grid uses.",
+    ),
+    kernels: str | None = typer.Option(
+        None, "--kernels", help=f"Comma-separated subset of: {', '.join(FORMULAS)} (default all)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of inputs, shape samples and held-out split."),
+    threads: int = typer.Option(1, "--threads", min=1, help="CPU threads while timing."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of tables."),
+) -> None:
+    """Time the kernels on this machine's device and fit a latency profile.
+
+    Refuses when the visible device is not the one asked for; then run it on
+    that GPU, or derive a profile with --transfer-from.
+
+    Examples:
+
+      twin calibrate --gpu cpu --quick --out /tmp/cpu.json
+
+      twin calibrate --gpu h100
+
+      twin calibrate --gpu a100 --transfer-from calibration/profiles/h100.json
+    """
+    gpu = gpu.lower()
+    if gpu not in CHOICES:
+        raise TwinError(f"--gpu {gpu!r}: expected one of {', '.join(CHOICES)}")
+    if transfer_from is not None:
+        result = run_transfer(gpu, transfer_from, out)
+    else:
+        chosen = level or ("quick" if quick else "full")
+        with contextlib.ExitStack() as stack:
+            def progress(total: int) -> Any:
+                return stack.enter_context(progress_bar(f"calibrating {gpu}", total))
+
+            subset = [k.strip() for k in kernels.split(",") if k.strip()] if kernels else None
+            result = run_calibration(gpu, chosen, out, model=model, seed=seed,
+                                     kernels=subset, threads=threads, progress=progress)
+    if as_json:
+        print_json(_summary(result))
+    else:
+        _show(result)

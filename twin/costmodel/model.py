@@ -1,0 +1,341 @@
+"""``CostModel``: a model shape + a device profile -> seconds of serving steps.
+
+A step is what the engine runs in one iteration: prefill chunks (each with its
+cached context) and decode tokens (each with its context), batched as vLLM and
+SGLang batch them: every GEMM and element-wise pass runs once over all the
+step's tokens, attention and the Mamba2 scan run once for the prefill chunks and
+once for the decode tokens, with the chunks' features summed (one launch each).
+Per layer kind:
+
+- attention: fused add+RMSNorm, QKV GEMM, RoPE, attention (prefill and decode),
+  output GEMM;
+- SSM (Mamba2): fused add+RMSNorm, in_proj GEMM, causal conv1d (prefill) or its
+  state update (decode), chunked scan (prefill) or state update (decode), gated
+  RMSNorm, out_proj GEMM;
+- MLP: fused add+RMSNorm, up (gate+up) GEMM, activation, down GEMM;
+- MoE: fused add+RMSNorm, router GEMM, the routed experts as one grouped GEMM
+  each way over ``T x top_k`` token rows and the expected number of distinct
+  experts hit (uniform routing), activation, weighted combine;
+- head: embedding gather, final RMSNorm, LM head GEMM for one row per sequence
+  (a prefill chunk is charged its logits row as if it ended its prompt).
+
+Tensor parallelism (Megatron style) divides heads, SSM heads and FFN widths by
+``tp`` (KV heads and SSM groups are replicated when fewer than ``tp``) and adds
+one all-reduce of the step's hidden states per layer, priced as a ring:
+``latency + 2 (tp-1)/tp x bytes / interconnect bandwidth``. Not priced:
+scheduler and sampling CPU time, CUDA-graph replay savings, communication
+overlap. Kernel latencies come from the profile (``calibration.formulas``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+from calibration import formulas as fm
+from calibration.profile import Profile
+from twin.costmodel.breakdown import StepCost
+from twin.errors import TwinError
+from twin.model import ModelSpec, keys_upto
+
+TIERS = ("device", "host")
+_COPY_KERNEL = {("device", "device"): "copy_d2d", ("host", "device"): "copy_h2d",
+                ("device", "host"): "copy_d2h"}
+_DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is remembered
+
+
+def _split(total: int, tp: int, what: str, model: str) -> int:
+    if total % tp:
+        raise TwinError(f"--tp {tp} does not divide {what} ({total}) of model {model!r}")
+    return total // tp
+
+
+class CostModel:
+    """Prices prefills, batch steps and state copies of ``model`` on ``profile``'s device."""
+
+    def __init__(self, model: ModelSpec, profile: Profile, tp: int = 1) -> None:
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise TwinError(f"tp must be a positive integer (got {tp!r})")
+        missing = [k for k in fm.KERNELS if k not in profile.kernels]
+        if missing:
+            raise TwinError(f"profile {profile.gpu!r} lacks kernel(s) {', '.join(missing)}; "
+                            "re-run twin calibrate")
+        if tp > 1 and not profile.peaks.get("interconnect_bw"):
+            raise TwinError(f"profile {profile.gpu!r} has no interconnect bandwidth, so it "
+                            "cannot price tensor parallelism: use --tp 1")
+        self.model, self.profile, self.tp = model, profile, tp
+        self._k = {name: fm.compile_fast(name, profile.kernels[name].params, profile.peaks)
+                   for name in fm.KERNELS}
+        self._setup_shapes()
+        self._dense_cache: dict[int, float] = {}
+        self.prefill_s = lru_cache(maxsize=1 << 16)(self._prefill_s)
+
+    # ------------------------------------------------------------ public API
+    @property
+    def provenance(self) -> str:
+        """The profile's provenance label, for every output that shows a prediction."""
+        return self.profile.provenance_label
+
+    def prefill(self, n_new: int, n_cached: int = 0, breakdown: bool = False
+                ) -> float | StepCost:
+        """Seconds of one prefill of ``n_new`` tokens after ``n_cached`` cached ones."""
+        _check_count("n_new", n_new)
+        _check_count("n_cached", n_cached)
+        if n_new == 0:
+            return StepCost() if breakdown else 0.0
+        if breakdown:
+            return self.step(((n_new, n_cached),), (), breakdown=True)
+        return self.prefill_s(n_new, n_cached)
+
+    def decode(self, contexts: Sequence[int], breakdown: bool = False) -> float | StepCost:
+        """Seconds of one decode step: one new token per sequence of these contexts."""
+        return self.step((), contexts, breakdown=breakdown)
+
+    def step(self, prefills: Sequence[tuple[int, int]] = (), decodes: Sequence[int] = (),
+             breakdown: bool = False) -> float | StepCost:
+        """Seconds of one batch step.
+
+        ``prefills``: ``(n_new, n_cached)`` per prefill chunk; ``decodes``: the
+        context (tokens before the new one) of each decoding sequence.
+        ``breakdown=True`` returns a ``StepCost`` split by layer kind and kernel.
+        """
+        agg = self._aggregate(prefills, decodes)
+        if breakdown:
+            cost = StepCost()
+            self._price(agg, cost)
+            return cost
+        tokens = agg[0]
+        if not tokens:
+            return 0.0
+        dense = self._dense_cache.get(tokens)
+        if dense is None:
+            dense = self._dense(tokens, None)
+            if len(self._dense_cache) < _DENSE_CACHE_MAX:
+                self._dense_cache[tokens] = dense
+        return dense + self._mixing(agg, None) + self._head(tokens, agg[1], None)
+
+    def copy_s(self, nbytes: float, src: str = "device", dst: str = "device",
+               launches: int = 1) -> float:
+        """Seconds to move ``nbytes`` (the whole replica's) between tiers.
+
+        Each of the ``tp`` GPUs moves its shard over its own link, in ``launches``
+        copies (one per layer, say).
+        """
+        kernel = _COPY_KERNEL.get((src, dst))
+        if kernel is None:
+            raise TwinError(f"no copy from {src!r} to {dst!r}; tiers are {', '.join(TIERS)} "
+                            "and host-to-host is not priced")
+        if nbytes <= 0:
+            return 0.0
+        per_launch = nbytes / self.tp / launches
+        flops, moved, _ = fm.copy_features(per_launch, kernel)
+        return launches * self._k[kernel](flops, moved)
+
+    def checkpoint_copy_s(self, n_checkpoints: int = 1, src: str = "device",
+                          dst: str = "device") -> float:
+        """Seconds to copy ``n`` SSM checkpoints (every SSM layer's state), one launch a layer."""
+        m = self.model
+        return self.copy_s(n_checkpoints * m.ssm_checkpoint_bytes, src, dst,
+                           launches=max(m.n_ssm_layers, 1))
+
+    def kv_transfer_s(self, n_tokens: int, src: str, dst: str) -> float:
+        """Seconds to move the KV of ``n_tokens`` between tiers, one launch per attention layer."""
+        m = self.model
+        return self.copy_s(n_tokens * m.kv_bytes_per_token, src, dst,
+                           launches=max(m.n_attention_layers, 1))
+
+    # ------------------------------------------------------------ shapes
+    def _setup_shapes(self) -> None:
+        m, tp = self.model, self.tp
+        self.e = m.dtype_bytes
+        self.d = m.d_model
+        if m.n_attention_layers:
+            self.h = _split(m.n_heads, tp, "the attention heads", m.name)
+            # KV heads below tp are replicated (vLLM), never split further.
+            self.kvh = m.n_kv_heads // tp if m.n_kv_heads >= tp else 1
+            self.hd = m.head_dim
+            self.qkv_n = (self.h + 2 * self.kvh) * self.hd
+        if m.n_ssm_layers:
+            self.sh = _split(m.n_ssm_heads, tp, "the SSM heads", m.name)
+            self.sp = m.ssm_head_dim
+            self.d_inner = _split(m.d_inner, tp, "d_inner", m.name)
+            self.sg = m.ssm_groups // tp if m.ssm_groups % tp == 0 else m.ssm_groups
+            self.sn, self.q = m.ssm_d_state, m.ssm_chunk_size
+            self.sc = self.sh * self.sp
+            self.conv_c = self.d_inner + 2 * self.sg * self.sn
+            self.in_n = 2 * self.d_inner + 2 * self.sg * self.sn + self.sh
+        if m.n_mlp_layers:
+            self.dff = _split(m.mlp_d_ff, tp, "the MLP width", m.name)
+        if m.n_moe_layers:
+            self.moe_dff = _split(m.moe_d_ff, tp, "the expert width", m.name)
+        self.up_mats = 2 if m.mlp_gated else 1
+        self.vocab = -(-m.vocab_size // tp)
+        peaks = self.profile.peaks
+        self.ar_lat = float(peaks.get("allreduce_latency_s", 0.0))
+        self.ar_inv_bw = (2.0 * (tp - 1) / tp / float(peaks["interconnect_bw"])) if tp > 1 else 0.0
+
+    # ------------------------------------------------------------ pricing
+    def _aggregate(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
+                   ) -> tuple[int, ...]:
+        """(tokens, sequences, prefill tokens, prefill chunks, keys, KV rows, scan chunks,
+        decodes, decode keys): every feature the step's kernels need is a sum of these."""
+        window = self.model.sliding_window
+        p_tok = p_keys = p_kv = chunks = 0
+        q = self.q if self.model.n_ssm_layers else 1
+        for n, c in prefills:
+            if n <= 0 or c < 0:
+                raise TwinError(f"a prefill chunk needs n_new >= 1 and n_cached >= 0 "
+                                f"(got {(n, c)})")
+            p_tok += n
+            p_keys += keys_upto(c + n, window) - keys_upto(c, window)
+            p_kv += c + n if window is None else min(c + n, window + n)
+            chunks += -(-n // q)
+        n_dec = len(decodes)
+        if window is None:
+            d_keys = sum(decodes) + n_dec
+        else:
+            d_keys = sum(min(c + 1, window) for c in decodes)
+        if n_dec and min(decodes) < 0:
+            raise TwinError("a decode context must be >= 0")
+        return (p_tok + n_dec, len(prefills) + n_dec, p_tok, len(prefills), p_keys, p_kv,
+                chunks, n_dec, d_keys)
+
+    def _allreduce(self, tokens: int) -> float:
+        if self.tp == 1:
+            return 0.0
+        return self.ar_lat + tokens * self.d * self.e * self.ar_inv_bw
+
+    def _dense(self, t: int, cost: StepCost | None) -> float:
+        """Everything that depends only on the step's token count: GEMMs, norms, all-reduces."""
+        m, k, e, d = self.model, self._k, self.e, self.d
+        gemm, elem = k["gemm"], k["elementwise"]
+        norm = elem(0.0, e * (4.0 * t * d + d))  # fused residual add + RMSNorm
+        ar = self._allreduce(t)
+        total = 0.0
+
+        def put(kind: str, layers: int, parts: tuple[tuple[str, float], ...]) -> float:
+            if cost is not None:
+                for kernel, s in parts:
+                    cost.add(kind, kernel, layers * s)
+            return layers * sum(s for _, s in parts)
+
+        if m.n_attention_layers:
+            qkv = gemm(*_gemm(t, d, self.qkv_n, e))
+            o = gemm(*_gemm(t, self.h * self.hd, d, e))
+            rope = elem(0.0, e * (2.0 * t * (self.h + self.kvh) * self.hd))
+            total += put("attention", m.n_attention_layers,
+                         (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)))
+        if m.n_ssm_layers:
+            g_in = gemm(*_gemm(t, d, self.in_n, e))
+            g_out = gemm(*_gemm(t, self.d_inner, d, e))
+            gated = elem(0.0, e * (3.0 * t * self.d_inner + self.d_inner))
+            total += put("ssm", m.n_ssm_layers,
+                         (("elementwise", norm + gated), ("gemm", g_in + g_out), ("allreduce", ar)))
+        if m.n_mlp_layers:
+            up = gemm(*_gemm(t, d, self.up_mats * self.dff, e))
+            down = gemm(*_gemm(t, self.dff, d, e))
+            act = elem(0.0, e * ((self.up_mats + 1.0) * t * self.dff))
+            total += put("mlp", m.n_mlp_layers,
+                         (("elementwise", norm + act), ("gemm", up + down), ("allreduce", ar)))
+        if m.n_moe_layers:
+            total += put("moe", m.n_moe_layers, self._moe(t, norm, ar))
+        return total
+
+    def _moe(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
+        m, k, e, d = self.model, self._k, self.e, self.d
+        n_exp, top = m.moe_n_experts, m.moe_top_k
+        rows = t * top
+        # Expected distinct experts hit by `rows` uniform draws; each streams its weights.
+        active = n_exp * (1.0 - (1.0 - 1.0 / n_exp) ** rows) if n_exp > 1 else 1.0
+        wide = self.up_mats * self.moe_dff
+        up = k["gemm"](2.0 * rows * d * wide, e * (rows * d + active * d * wide + rows * wide),
+                       active * d * wide)
+        down = k["gemm"](2.0 * rows * self.moe_dff * d,
+                         e * (rows * self.moe_dff + active * self.moe_dff * d + rows * d),
+                         active * self.moe_dff * d)
+        router = k["gemm"](*_gemm(t, d, n_exp, e))
+        act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.moe_dff))
+        combine = k["elementwise"](0.0, e * ((top + 1.0) * t * d))
+        return (("elementwise", norm + act + combine), ("gemm", router + up + down),
+                ("allreduce", ar))
+
+    def _mixing(self, agg: tuple[int, ...], cost: StepCost | None) -> float:
+        """Attention and SSM kernels, which depend on each sequence's context and length."""
+        _, _, p_tok, n_pre, p_keys, p_kv, chunks, n_dec, d_keys = agg
+        m, k, e = self.model, self._k, self.e
+        total = 0.0
+        if m.n_attention_layers:
+            h, kvh, hd, layers = self.h, self.kvh, self.hd, m.n_attention_layers
+            if n_pre:
+                s = layers * k["attn_prefill"](4.0 * h * hd * p_keys,
+                                               e * (2.0 * p_tok * h * hd + 2.0 * p_kv * kvh * hd),
+                                               h * p_keys)
+                total += s
+                if cost is not None:
+                    cost.add("attention", "attn_prefill", s)
+            if n_dec:
+                s = layers * k["attn_decode"](
+                    4.0 * h * hd * d_keys, e * (2.0 * n_dec * h * hd + 2.0 * kvh * hd * d_keys),
+                    h * d_keys)
+                total += s
+                if cost is not None:
+                    cost.add("attention", "attn_decode", s)
+        if m.n_ssm_layers:
+            layers, sc, n, g, q, c = (m.n_ssm_layers, self.sc, self.sn, self.sg, self.q,
+                                      self.conv_c)
+            kw = m.ssm_conv_kernel
+            parts: list[tuple[str, float]] = []
+            if n_pre:
+                padded = chunks * q
+                parts.append(("ssm_scan", k["ssm_scan"](
+                    padded * (2.0 * sc * (2 * n + q) + 2.0 * q * n * g),
+                    e * p_tok * (2.0 * sc + 2.0 * g * n + self.sh) + 8.0 * chunks * sc * n,
+                    chunks * self.sh)))
+                parts.append(("conv1d", k["conv1d"](2.0 * p_tok * c * kw,
+                                                    e * (2.0 * p_tok * c + c * kw))))
+            if n_dec:
+                sf, sb, _ = fm.ssm_step_features(n_dec, self.sh, self.sp, n, g, e,
+                                                 m.state_dtype_bytes)
+                parts.append(("ssm_step", k["ssm_step"](sf, sb)))
+                parts.append(("conv1d", k["conv1d"](2.0 * n_dec * c * kw,
+                                                    e * (2.0 * n_dec * c + c * kw
+                                                         + 2.0 * n_dec * c * kw))))
+            for kernel, s in parts:
+                total += layers * s
+                if cost is not None:
+                    cost.add("ssm", kernel, layers * s)
+        return total
+
+    def _head(self, t: int, seqs: int, cost: StepCost | None) -> float:
+        """Embedding gather, final norm and the LM head (one row per sequence)."""
+        k, e, d = self._k, self.e, self.d
+        embed = k["elementwise"](0.0, e * 2.0 * t * d)
+        norm = k["elementwise"](0.0, e * (2.0 * t * d + d))
+        lm = k["gemm"](*_gemm(seqs, d, self.vocab, e)) if seqs else 0.0
+        if cost is not None:
+            cost.add("head", "elementwise", embed + norm)
+            cost.add("head", "gemm", lm)
+        return embed + norm + lm
+
+    def _price(self, agg: tuple[int, ...], cost: StepCost) -> None:
+        if agg[0] == 0:
+            return
+        self._dense(agg[0], cost)
+        self._mixing(agg, cost)
+        self._head(agg[0], agg[1], cost)
+
+    def _prefill_s(self, n_new: int, n_cached: int) -> float:
+        return float(self.step(((n_new, n_cached),), ()))
+
+
+def _gemm(m: float, k: float, n: float, e: int) -> tuple[float, float, float]:
+    """(flops, bytes, weight elements) of an (m x k) @ (k x n) product."""
+    return 2.0 * m * k * n, e * (m * k + k * n + m * n), k * n
+
+
+def _check_count(label: str, v: object) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise TwinError(f"{label} must be a non-negative integer (got {v!r})")
+
+
+__all__ = ["TIERS", "CostModel"]

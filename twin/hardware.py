@@ -1,0 +1,114 @@
+"""GPU datasheet peaks, and recognising which GPU a device name is.
+
+Every number comes from ``shared/reference/gpu_datasheets.md`` (NVIDIA's A100,
+H100, H200 and L4 datasheets; dense FP16/BF16 tensor rates, no sparsity). The
+datasheet's NVLink column is the total of both directions (A100: 12 links x
+50 GB/s); a ring all-reduce sends and receives at once, so the cost model uses
+half of it per direction. PCIe figures in the table are already per direction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from twin.errors import TwinError
+
+GB = 1e9
+TB = 1e12
+
+# Assumed, not measured: the fixed latency of one small all-reduce inside one
+# NVLink/PCIe node (NCCL's ring/tree start-up), of the order of 10 us. It only
+# matters for tensor parallelism with small batches; a measured profile may
+# override it through its peaks.
+DEFAULT_ALLREDUCE_LATENCY_S = 10e-6
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Datasheet peaks of one GPU model."""
+
+    name: str  # registry key used on the command line (``a100``, ``h100``...)
+    display_name: str  # as a person names it
+    flops: float  # dense FP16/BF16 tensor-core FLOP/s
+    hbm_bytes: float  # device memory, bytes
+    hbm_bw: float  # device memory bandwidth, bytes/s
+    host_bw: float  # host link bandwidth per direction, bytes/s
+    nvlink_bw: float | None  # NVLink total of both directions, bytes/s; None: no NVLink
+    fp32_flops: float | None = None  # FP32 non-tensor FLOP/s where the sheet gives it
+    host_link: str = ""  # the host link as named in the datasheet
+    source: str = "NVIDIA datasheet via shared/reference/gpu_datasheets.md"
+
+    @property
+    def interconnect_bw(self) -> float:
+        """Bytes/s per direction between two GPUs: NVLink if present, else the host link."""
+        return self.nvlink_bw / 2 if self.nvlink_bw else self.host_bw
+
+    def peaks(self) -> dict[str, float]:
+        """The peaks a profile stores and the cost model reads (see calibration.formulas)."""
+        return {
+            "flops": self.flops,
+            "mem_bw": self.hbm_bw,
+            "host_bw": self.host_bw,
+            "interconnect_bw": self.interconnect_bw,
+            "allreduce_latency_s": DEFAULT_ALLREDUCE_LATENCY_S,
+            "mem_bytes": self.hbm_bytes,
+        }
+
+
+_PCIE4 = 32 * GB  # PCIe Gen4 x16, per direction (datasheet table)
+_PCIE5 = 64 * GB  # PCIe Gen5 x16, per direction (datasheet table)
+
+GPUS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in (
+        GpuSpec("a100", "A100 40GB SXM4", 312 * TB, 40 * GB, 1555 * GB, _PCIE4, 600 * GB,
+                fp32_flops=19.5 * TB, host_link="PCIe Gen4 x16"),
+        GpuSpec("a100-80gb", "A100 80GB SXM4", 312 * TB, 80 * GB, 2039 * GB, _PCIE4, 600 * GB,
+                fp32_flops=19.5 * TB, host_link="PCIe Gen4 x16"),
+        GpuSpec("a100-80gb-pcie", "A100 80GB PCIe", 312 * TB, 80 * GB, 1935 * GB, _PCIE4,
+                600 * GB, fp32_flops=19.5 * TB, host_link="PCIe Gen4 x16 (NVLink bridge)"),
+        GpuSpec("h100", "H100 SXM5", 989 * TB, 80 * GB, 3350 * GB, _PCIE5, 900 * GB,
+                fp32_flops=67 * TB, host_link="PCIe Gen5 x16"),
+        GpuSpec("h200", "H200 SXM", 989 * TB, 141 * GB, 4800 * GB, _PCIE5, 900 * GB,
+                host_link="PCIe Gen5 x16"),
+        GpuSpec("l4", "L4", 121 * TB, 24 * GB, 300 * GB, _PCIE4, None,
+                host_link="PCIe Gen4 x16"),
+    )
+}
+
+
+def list_gpus() -> list[str]:
+    """Registry names of the known GPUs."""
+    return list(GPUS)
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """The GPU called ``name``; a ``TwinError`` listing the valid names otherwise."""
+    try:
+        return GPUS[name.lower()]
+    except KeyError:
+        raise TwinError(f"unknown GPU {name!r}; valid names: {', '.join(GPUS)}") from None
+
+
+def identify_gpu(device_name: str, total_memory: float | None = None) -> str | None:
+    """Registry name of a CUDA device from its name (``torch.cuda.get_device_name``).
+
+    ``None`` when the device is none of ours (an H100 PCIe, say, whose peaks differ
+    from the SXM part's). ``total_memory`` in bytes separates A100 40GB from 80GB
+    when the name does not say.
+    """
+    upper = device_name.upper()
+    pcie = "PCIE" in upper
+    if "H200" in upper:
+        return "h200"
+    if "H100" in upper:
+        return None if pcie or "NVL" in upper else "h100"
+    if "A100" in upper:
+        big = "80GB" in upper or (total_memory is not None and total_memory > 60 * GB)
+        if not big:
+            return "a100"  # SXM4 and PCIe 40GB share the 1,555 GB/s of the table
+        return "a100-80gb-pcie" if pcie else "a100-80gb"
+    if re.search(r"\bL4\b", upper):  # not L40 / L40S
+        return "l4"
+    return None
