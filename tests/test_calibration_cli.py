@@ -113,7 +113,7 @@ def test_cpu_tiny_level_through_the_cli(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
-def test_cpu_quick_through_the_cli_under_a_minute(tmp_path: Path) -> None:
+def test_cpu_quick_sweep_through_the_cli_writes_a_measured_profile(tmp_path: Path) -> None:
     out = tmp_path / "cpu.json"
     proc = _twin("calibrate", "--gpu", "cpu", "--quick", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
