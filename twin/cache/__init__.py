@@ -1,5 +1,23 @@
-"""Token-exact prefix caches."""
+"""Token-exact prefix caches: the radix tree, its byte-accounted cache, the vllm+ block pool."""
 
+from twin.cache.base import CachePolicy, Hit, serve
+from twin.cache.block_cache import BlockCache, BlockRef, Segment
+from twin.cache.flops import PrefillFlops
+from twin.cache.prefix_cache import PrefixCache
 from twin.cache.radix import Match, Node, RadixTree
+from twin.cache.snapshot import CacheSnapshot
 
-__all__ = ["Match", "Node", "RadixTree"]
+__all__ = [
+    "BlockCache",
+    "BlockRef",
+    "CachePolicy",
+    "CacheSnapshot",
+    "Hit",
+    "Match",
+    "Node",
+    "PrefillFlops",
+    "PrefixCache",
+    "RadixTree",
+    "Segment",
+    "serve",
+]

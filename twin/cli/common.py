@@ -43,6 +43,8 @@ def progress_bar(
         TimeRemainingColumn(),
         console=err_console,
         transient=True,
+        # Piped or captured output gets no bar (and no blank lines where it was).
+        disable=not err_console.is_terminal,
     ) as progress:
         task = progress.add_task(description, total=total)
         yield lambda amount=1: progress.advance(task, amount)

@@ -1,0 +1,79 @@
+"""The policy interface (admission, refresh on access, eviction order) and the judicious rule.
+
+A policy is bound to one cache (:meth:`Policy.bind`) and keeps its own
+incremental candidate structure current through the cache's hooks, so that
+choosing a victim never scans the tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from twin.cache import PrefixCache
+from twin.model import ModelSpec
+
+
+class Policy:
+    """Base class: caches nothing special, evicts nothing; subclasses fill in the rules."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    # Keyword options this policy accepts from ``get_policy(name, **options)``.
+    OPTIONS: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self) -> None:
+        self.cache: Any = None
+
+    # ----- lifecycle ----------------------------------------------------------
+    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
+        """The cache structure this policy runs on (the radix-tree cache by default)."""
+        return PrefixCache(model, capacity_bytes, self)
+
+    def bind(self, cache: Any) -> None:
+        """Called once by the cache that this policy serves."""
+        self.cache = cache
+
+    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
+        """A request arrives (before its lookup)."""
+
+    # ----- decisions ----------------------------------------------------------
+    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        """Token positions of ``full`` (input + output) after which to keep the SSM state."""
+        raise NotImplementedError
+
+    def on_hit(self, cache: Any, node: Any) -> None:
+        """A lookup hit ``node``: refresh it (what else is refreshed is the policy's rule)."""
+        cache.touch(node)
+
+    def choose_victim(self, cache: Any) -> Any | None:
+        """The node to evict next, or ``None`` if no candidate is left."""
+        return None
+
+    # ----- hooks keeping the candidate structure current ----------------------
+    def on_node_added(self, node: Any) -> None:
+        self.on_node_changed(node)
+
+    def on_node_changed(self, node: Any) -> None:
+        """Anything about ``node`` changed: children, pins, checkpoint, tokens, last access."""
+
+    def on_node_removed(self, node: Any, into: Any | None = None) -> None:
+        """``node`` left the cache; ``into`` is the child that took its KV, if any."""
+
+    def stats(self) -> dict[str, Any]:
+        """Policy-specific numbers for reports (e.g. the tuned alpha)."""
+        return {}
+
+
+def judicious_admission(cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    """Marconi's admission (sec. 4.1), shared by ``sglang+``, ``marconi`` and ``oracle``.
+
+    Two kinds of reuse are worth an SSM checkpoint: a purely-input shared
+    prefix (e.g. a system prompt), found by speculative insertion of the input
+    as the branch point it would create, and input + output reuse (the next
+    turn of a conversation), served by the state after the last decoded token.
+    """
+    branch = cache.speculative_insert(prompt)
+    end = len(full)
+    return [end] if branch is None else [branch, end]

@@ -1,0 +1,114 @@
+"""``twin.replay`` and the ``twin replay`` command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from twin.cli import app
+from twin.errors import TwinError
+from twin.presets import get_model
+from twin.replay import Trace, replay
+from workloads import Workload, WorkloadRow, WorkloadWriter
+from workloads.stats import summarize
+
+runner = CliRunner()
+HYBRID = get_model("tiny-hybrid")
+
+
+def a(*xs: int) -> np.ndarray:
+    return np.array(xs, np.int32)
+
+
+@pytest.fixture
+def workload(tmp_path):
+    """Two conversations behind one system prompt, plus a one-off request."""
+    system = np.arange(500, 540, dtype=np.int32)
+    rows = []
+    for sid in range(3):
+        rows.append(WorkloadRow(sid, 0, float(sid), None, np.r_[system, a(sid, 7, 8)], False,
+                                a(60 + sid, 61), 2))
+    for sid in range(3):
+        rows.append(WorkloadRow(sid, 1, None, 2.0, a(9, 9, sid), True, a(70, 71, 72), 3))
+    rows.append(WorkloadRow(3, 0, 9.0, None, a(1, 2, 3), False, a(4), 1))
+    path = tmp_path / "w.parquet"
+    with WorkloadWriter(path, {"generator": "test"}) as w:
+        w.write_all(rows)
+    return path
+
+
+def test_replay_counts(workload):
+    r = replay(workload, "tiny-hybrid", 10**9, "sglang+")
+    # Turn 0: third system-prompt occurrence hits 40; turn 1: each hits its turn 0 (45 tokens).
+    assert r.requests == 7 and r.hit_tokens == 40 + 3 * 45
+    assert r.prompt_tokens == 3 * 43 + 3 * 48 + 3
+    assert r.token_hit_rate == pytest.approx(r.hit_tokens / r.prompt_tokens)
+    assert r.request_hit_rate == pytest.approx(4 / 7)
+    assert r.flops_saved == pytest.approx(
+        HYBRID.prefill_flops(40, 0).total + 3 * HYBRID.prefill_flops(45, 0).total
+    )
+    assert r.flops_total == pytest.approx(
+        sum(HYBRID.prefill_flops(n, 0).total for n in [43] * 3 + [48] * 3 + [3])
+    )
+    assert r.kv_bytes + r.ssm_bytes <= r.peak_bytes <= r.capacity_bytes
+    assert r.ssm_bytes == r.checkpoints_admitted * HYBRID.ssm_checkpoint_bytes  # none evicted
+    assert r.checkpoints_hit == 4 and r.evictions == 0 and r.alpha is None
+
+
+def test_transformer_unbounded_reaches_the_infinite_cache_ceiling(workload):
+    ceiling = summarize(Workload.open(workload))["infinite_cache"]["hit_tokens"]
+    for policy in ("sglang+", "marconi"):
+        assert replay(workload, "tiny-transformer", 10**12, policy).hit_tokens == ceiling
+    assert replay(workload, "tiny-hybrid", 10**12, "marconi").hit_tokens < ceiling
+
+
+def test_oracle_reports_its_alpha_and_grid(workload):
+    kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
+    r = replay(workload, HYBRID, 60 * kv + 2 * ck, "oracle")
+    assert r.alpha in [float(k) for k in r.details["grid"]] and len(r.details["grid"]) == 21
+    assert r.hit_tokens == max(r.details["grid"].values())
+
+
+def test_trace_is_materialised_once_and_reusable(workload):
+    trace = Trace.load(workload)
+    assert trace.num_requests == 7 and len(trace.fulls[3]) == 43 + 2 + 3 + 3
+    a1 = replay(trace, "tiny-hybrid", 10**9, "marconi").hit_tokens
+    assert a1 == replay(trace, "tiny-hybrid", 10**9, "sglang+").hit_tokens
+
+
+def test_bad_names_are_user_errors(workload):
+    with pytest.raises(TwinError, match="unknown policy"):
+        replay(workload, "tiny-hybrid", 10**9, "fifo")
+    with pytest.raises(TwinError, match="unknown model"):
+        replay(workload, "gpt-9", 10**9, "vanilla")
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), env={"COLUMNS": "250"})
+
+
+def test_cli_table_and_json(workload):
+    result = invoke("replay", str(workload), "--model", "tiny-hybrid", "--cache-gb", "1",
+                    "--policy", "vanilla,sglang+,vllm+", "--block-size", "4")
+    assert result.exit_code == 0, result.output
+    for word in ("vanilla", "sglang+", "vllm+", "token hit", "ckpts hit/admitted"):
+        assert word in result.output
+    result = invoke("replay", str(workload), "-m", "tiny-hybrid", "--cache-gb", "1",
+                    "-p", "marconi,oracle", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["model"] == "tiny-hybrid" and data["capacity_bytes"] == 10**9
+    assert [r["policy"] for r in data["results"]] == ["marconi", "oracle"]
+    assert data["results"][0]["hit_tokens"] == 40 + 3 * 45
+
+
+def test_cli_refuses_bad_names(workload):
+    result = invoke("replay", str(workload), "-m", "tiny-hybrid", "--cache-gb", "1", "-p", "lfu")
+    assert isinstance(result.exception, TwinError) and "valid policies" in str(result.exception)
+    result = invoke("replay", str(workload), "-m", "nope", "--cache-gb", "1")
+    assert isinstance(result.exception, TwinError) and "unknown model" in str(result.exception)
+    result = invoke("replay", "--help")
+    assert result.exit_code == 0 and "twin replay chat.parquet" in result.output

@@ -1,0 +1,392 @@
+"""Block-granular prefix cache of the ``vllm+`` baseline (Marconi sec. 5; vLLM's block pool).
+
+Every full block of ``block_size`` tokens is one entry: its tokens' KV plus,
+for SSM-bearing models, one SSM checkpoint after its last token (the paper's
+"fine-grained checkpointing" baseline). Entries are keyed by a chained prefix
+hash, so equal keys mean equal prefixes; a partial last block is never cached
+(vLLM caches full blocks only). A hit is the longest chain of cached blocks.
+
+Eviction is LRU over leaf blocks (no cached child), owned by the pool as
+vLLM's free queue is; a hit refreshes its whole chain. Only leaves go, so the
+cached blocks of any sequence form a prefix of its block list: the longest
+chain is a binary search over the request's keys, O(log n) probes.
+
+Blocks are stored by *segment*, the run of blocks one insert created (a chain
+hanging off one cached block). A segment holds its keys, one creation stamp
+and sparse per-block exceptions (later stamps, pins, branches); the hash map
+sends each key to its segment. A block is the pair ``(segment, index)``,
+whose creation id is ``segment.nid0 + index``. So creating or evicting a run
+of blocks costs a dictionary operation per block, not an object and a heap
+entry per block: LRU order is the same as per block with key ``(stamp, id)``
+(a leaf's parent inherits the later stamp, which is refreshing the whole path,
+lazily), and an evicted tail's parent is next in line, so a run is trimmed
+from the tail until the next block's key passes the best other candidate.
+
+Hashing is vectorised: a 64-bit polynomial prefix hash ``sum mix(x_i) * P^i``
+over the request's tokens with uint64 wrap-around (one ``cumsum``), read at
+block ends. Two different prefixes collide with probability about 2**-64 per
+pair; nothing verifies tokens, as in vLLM.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from twin.cache.base import CachePolicy, Hit
+from twin.errors import TwinError
+from twin.model import ModelSpec
+
+_P = np.uint64(0x100000001B3)  # FNV-64 prime: odd, so P^i never degenerates to 0
+_MUL = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio constant spreads token ids
+_ADD = np.uint64(0x632BE59BD9B4E019)  # keeps token 0 from contributing nothing
+
+BlockRef = tuple["Segment", int]  # a block: its segment and its index there
+
+
+class Segment:
+    """The blocks one insert created: ``keys[:n]`` are still cached (eviction trims the tail)."""
+
+    __slots__ = ("branches", "keys", "locks", "n", "nid0", "parent", "pidx", "stamps", "start",
+                 "t0", "used", "ver")
+
+    def __init__(self, keys: list[int], start: int, nid0: int, t0: Any,
+                 parent: Segment | None, pidx: int) -> None:
+        self.keys = keys
+        self.start = start  # block index (in any sequence holding it) of keys[0]
+        self.n = len(keys)
+        self.nid0 = nid0
+        self.t0 = t0  # creation stamp of every block
+        self.parent, self.pidx = parent, pidx  # the block it hangs off (None: the root)
+        self.branches: dict[int, int] | None = None  # index -> segments hanging off it
+        self.locks: dict[int, int] | None = None  # index -> pins
+        self.stamps: dict[int, Any] | None = None  # index -> later stamp than t0
+        self.used: set[int] | None = None  # indices whose state served a hit
+        self.ver = 0  # bumped on every change of the tail (lazy heap invalidation)
+
+    def stamp(self, i: int) -> Any:
+        s = self.stamps
+        return s.get(i, self.t0) if s else self.t0
+
+    def is_leaf(self, i: int) -> bool:
+        """Block ``i`` has no cached child and no pin."""
+        return (i == self.n - 1 and not (self.branches and self.branches.get(i))
+                and not (self.locks and self.locks.get(i)))
+
+    def __repr__(self) -> str:
+        return f"Segment(nid0={self.nid0}, start={self.start}, n={self.n}/{len(self.keys)})"
+
+
+class BlockCache:
+    """The block pool: same API as :class:`~twin.cache.prefix_cache.PrefixCache`.
+
+    Nodes are :data:`BlockRef` pairs. The policy supplies admission and the
+    refresh on a hit (``on_hit``); eviction order is the pool's own LRU, so
+    the node hooks are not called.
+    """
+
+    def __init__(
+        self, model: ModelSpec, capacity_bytes: int, policy: CachePolicy, block_size: int = 32
+    ) -> None:
+        if capacity_bytes < 0:
+            raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
+        if type(block_size) is not int or block_size < 1:
+            raise TwinError(f"block size must be a positive integer (got {block_size!r})")
+        self.model = model
+        self.capacity = int(capacity_bytes)
+        self.block_size = block_size
+        self.kv_per_token = model.kv_bytes_per_token
+        self.ckpt_bytes = model.ssm_checkpoint_bytes
+        self.has_ssm = model.n_ssm_layers > 0
+        self.block_bytes = block_size * self.kv_per_token + self.ckpt_bytes
+        self.blocks: dict[int, Segment] = {}
+        self.clock: Any = 0
+        self.next_nid = 1
+        self.evictions = 0
+        self.checkpoints_admitted = 0
+        self.checkpoints_hit = 0
+        self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
+        self._lru: list[tuple[Any, int, int, Segment]] = []  # (tail stamp, tail id, ver, seg)
+        self._lru_limit = 1024
+        self._powers = np.ones(1, np.uint64)
+        self._last: tuple[np.ndarray | None, list[int]] = (None, [])  # last hashed sequence
+        self.policy = policy
+        policy.bind(self)
+
+    # ------------------------------------------------------------------ bytes
+    @property
+    def kv_bytes(self) -> int:
+        return len(self.blocks) * self.block_size * self.kv_per_token
+
+    @property
+    def ssm_bytes(self) -> int:
+        return len(self.blocks) * self.ckpt_bytes
+
+    @property
+    def used_bytes(self) -> int:
+        return len(self.blocks) * self.block_bytes
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.blocks)
+
+    def node_bytes(self, node: BlockRef) -> int:
+        return self.block_bytes
+
+    # ------------------------------------------------------------------ queries
+    def lookup(self, seq: np.ndarray) -> Hit:
+        """Longest chain of cached blocks of ``seq`` (block-aligned)."""
+        keys = self._keys(seq, len(seq) // self.block_size)
+        k = self._cached(keys)
+        if k == 0:
+            return Hit(0, None)
+        ref = self._ref(keys, k - 1)
+        seg, i = ref
+        if self.has_ssm:
+            if seg.used is None:
+                seg.used = set()
+            if i not in seg.used:
+                seg.used.add(i)
+                self.checkpoints_hit += 1
+        self.policy.on_hit(self, ref)
+        return Hit(k * self.block_size, ref)
+
+    def speculative_insert(self, seq: np.ndarray) -> int | None:
+        """Block-aligned position where ``seq`` would branch off a cached chain, or ``None``."""
+        keys = self._keys(seq, len(seq) // self.block_size)
+        k = self._cached(keys)
+        if k == 0 or k == len(keys):
+            return None
+        seg, i = self._ref(keys, k - 1)
+        has_child = i < seg.n - 1 or bool(seg.branches and seg.branches.get(i))
+        return k * self.block_size if has_child else None
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, seq: np.ndarray, checkpoints: Sequence[int]) -> int:
+        """Cache every full block of ``seq`` up to ``checkpoints[-1]`` (positions ascending).
+
+        Each block is KV + a checkpoint, so the positions only say how far to go.
+        Returns the tokens newly cached.
+        """
+        if not checkpoints:
+            return 0
+        nb = min(int(checkpoints[-1]), len(seq)) // self.block_size
+        keys = self._keys(seq, nb)
+        k = self._cached(keys)
+        attach = self._ref(keys, k - 1) if k else None
+        free = (self.capacity - self.used_bytes) // self.block_bytes
+        if nb - k > free:
+            if attach is not None:
+                self.pin(attach)
+            # Leaf-only eviction never removes an ancestor of the pinned attach
+            # point, so the cached chain stays k blocks long.
+            self._make_room(nb - k - free)
+            if attach is not None:
+                self.unpin(attach)
+            nb = k + min(nb - k, (self.capacity - self.used_bytes) // self.block_bytes)
+        if nb > k:
+            parent, pidx = attach if attach is not None else (None, -1)
+            seg = Segment(keys[k:nb], k, self.next_nid, self.clock, parent, pidx)
+            self.next_nid += nb - k
+            self.blocks.update(zip(seg.keys, repeat(seg)))
+            if parent is not None:
+                if parent.branches is None:
+                    parent.branches = {}
+                parent.branches[pidx] = parent.branches.get(pidx, 0) + 1
+                self._push(parent)  # its tail may have stopped being a leaf
+            self._push(seg)
+            if self.has_ssm:
+                self.checkpoints_admitted += nb - k
+        elif nb:
+            self.touch(self._ref(keys, nb - 1))
+        n = len(self.blocks)
+        self.peak_bytes = max(self.peak_bytes, n * self.block_bytes)
+        self.peak_kv_bytes = max(self.peak_kv_bytes, n * self.block_size * self.kv_per_token)
+        self.peak_ssm_bytes = max(self.peak_ssm_bytes, n * self.ckpt_bytes)
+        return (nb - k) * self.block_size if nb > k else 0
+
+    # ------------------------------------------------------------------ pins, access, eviction
+    def pin(self, node: BlockRef) -> None:
+        seg, i = node
+        if seg.locks is None:
+            seg.locks = {}
+        seg.locks[i] = seg.locks.get(i, 0) + 1
+        if i == seg.n - 1:
+            seg.ver += 1  # a pinned tail is no candidate
+
+    def unpin(self, node: BlockRef) -> None:
+        seg, i = node
+        assert seg.locks and seg.locks.get(i), "unpin without pin"
+        seg.locks[i] -= 1
+        if not seg.locks[i]:
+            del seg.locks[i]
+            self._push(seg)
+
+    def touch(self, node: BlockRef) -> None:
+        """Stamp a block accessed now (its chain, lazily: see the module docstring)."""
+        seg, i = node
+        if seg.stamps is None:
+            seg.stamps = {}
+        seg.stamps[i] = self.clock
+        if i == seg.n - 1:
+            self._push(seg)
+
+    def evictable(self, node: BlockRef) -> bool:
+        seg, i = node
+        return 0 <= i < seg.n and seg.is_leaf(i)
+
+    def evict(self, node: BlockRef) -> int:
+        """Drop a leaf block; return the bytes freed."""
+        if not self.evictable(node):
+            raise ValueError(f"{node!r} is not evictable")
+        self._trim(node[0], 1)
+        return self.block_bytes
+
+    def verify(self) -> None:
+        """Assert the invariants: prefix-closed chains, branch counts, capacity."""
+        live = {id(s): s for s in self.blocks.values()}
+        assert sum(s.n for s in live.values()) == len(self.blocks)
+        branches: dict[tuple[int, int], int] = {}
+        for seg in live.values():
+            assert all(self.blocks.get(k) is seg for k in seg.keys[: seg.n])
+            if seg.parent is not None:
+                assert id(seg.parent) in live and seg.pidx < seg.parent.n, "orphan segment"
+                assert seg.start == seg.parent.start + seg.pidx + 1
+                key = (id(seg.parent), seg.pidx)
+                branches[key] = branches.get(key, 0) + 1
+            else:
+                assert seg.start == 0
+        for seg in live.values():
+            for i, c in (seg.branches or {}).items():
+                assert c == branches.get((id(seg), i), 0)
+        assert self.used_bytes <= self.capacity, "capacity exceeded"
+
+    # ------------------------------------------------------------------ the LRU
+    def _push(self, seg: Segment) -> None:
+        """Re-file ``seg`` after a change: a fresh heap entry if its tail is a leaf."""
+        seg.ver += 1
+        n = seg.n
+        if n and seg.is_leaf(n - 1):
+            heapq.heappush(self._lru, (seg.stamp(n - 1), seg.nid0 + n - 1, seg.ver, seg))
+            if len(self._lru) > self._lru_limit:
+                self._lru = [e for e in self._lru if e[2] == e[3].ver]
+                heapq.heapify(self._lru)
+                self._lru_limit = 2 * len(self._lru) + 1024
+
+    def _top(self) -> tuple[Any, int] | None:
+        """Key of the best candidate, dropping stale entries."""
+        lru = self._lru
+        while lru and lru[0][2] != lru[0][3].ver:
+            heapq.heappop(lru)
+        return (lru[0][0], lru[0][1]) if lru else None
+
+    def _make_room(self, blocks: int) -> None:
+        """Evict ``blocks`` leaf blocks in LRU order (fewer if the candidates run out)."""
+        while blocks > 0 and self._top() is not None:
+            seg = heapq.heappop(self._lru)[3]
+            blocks -= self._trim(seg, blocks)
+
+    def _trim(self, seg: Segment, want: int) -> int:
+        """Evict up to ``want`` blocks from ``seg``'s tail while each is next in LRU order."""
+        blocks, keys, top = self.blocks, seg.keys, self._top()
+        branches, locks = seg.branches, seg.locks
+        n, t, count = seg.n, seg.stamp(seg.n - 1), 0
+        while True:
+            n -= 1
+            del blocks[keys[n]]
+            count += 1
+            if n == 0 or count == want:
+                break
+            j = n - 1
+            tj = seg.stamp(j)
+            if tj < t:
+                tj = t  # the evicted child's stamp passes to its parent
+            t = tj
+            if (branches and branches.get(j)) or (locks and locks.get(j)):
+                break  # block j keeps a child or a pin: no longer a candidate
+            if top is not None and (tj, seg.nid0 + j) > top:
+                break  # another candidate comes first
+        seg.n = n
+        self.evictions += count
+        if n:
+            if t > seg.stamp(n - 1):  # the new tail inherits the later stamp
+                if seg.stamps is None:
+                    seg.stamps = {}
+                seg.stamps[n - 1] = t
+            self._push(seg)
+        else:
+            seg.ver += 1
+            self._detach(seg, t)
+        return count
+
+    def _detach(self, seg: Segment, t: Any) -> None:
+        """``seg`` lost its last block: its parent block loses a child and inherits its stamp."""
+        parent, i = seg.parent, seg.pidx
+        if parent is None:
+            return
+        assert parent.branches is not None
+        parent.branches[i] -= 1
+        if not parent.branches[i]:
+            del parent.branches[i]
+        if t > parent.stamp(i):
+            if parent.stamps is None:
+                parent.stamps = {}
+            parent.stamps[i] = t
+        if i == parent.n - 1:
+            self._push(parent)
+
+    # ------------------------------------------------------------------ internals
+    def _keys(self, seq: np.ndarray, nblocks: int) -> list[int]:
+        """Chained hashes of the first ``nblocks`` full blocks of ``seq``.
+
+        A request's insert (prompt + output) extends its lookup (prompt): the
+        hashes of the shared blocks are reused and the rest continue from them.
+        """
+        bs = self.block_size
+        n = nblocks * bs
+        if n == 0:
+            return []
+        if len(self._powers) < n:
+            size = max(n, 2 * len(self._powers))
+            # P^0, P^1, ... with uint64 wrap-around (cumprod wraps silently).
+            self._powers = np.concatenate(
+                (np.ones(1, np.uint64), np.cumprod(np.full(size - 1, _P, np.uint64)))
+            )
+        prev_seq, prev = self._last
+        start, keys = 0, []
+        if prev:
+            m = min(len(prev), nblocks) * bs
+            if seq[:m].tobytes() == prev_seq[:m].tobytes():
+                start, keys = m, prev[: m // bs]
+        if start < n:
+            x = seq[start:n].astype(np.uint64) * _MUL + _ADD
+            x *= self._powers[start:n]
+            h = np.cumsum(x, dtype=np.uint64)
+            if keys:
+                h += np.uint64(keys[-1])  # array op: wraps silently, as intended
+            keys = keys + h[bs - 1 :: bs].tolist()
+        self._last = (seq, keys)
+        return keys
+
+    def _ref(self, keys: list[int], b: int) -> BlockRef:
+        """The block at index ``b`` of a sequence whose keys are ``keys`` (must be cached)."""
+        seg = self.blocks[keys[b]]
+        return seg, b - seg.start
+
+    def _cached(self, keys: list[int]) -> int:
+        """Number of leading blocks of ``keys`` in the cache (they form a prefix)."""
+        blocks = self.blocks
+        lo, hi = 0, len(keys)
+        if hi and keys[hi - 1] in blocks:
+            return hi
+        while lo < hi:  # invariant: keys[:lo] cached, keys[hi:] not
+            mid = (lo + hi) // 2
+            if keys[mid] in blocks:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo

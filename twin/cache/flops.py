@@ -1,0 +1,45 @@
+"""Fast prefill-FLOP counts for the cache's hot paths.
+
+``ModelSpec.prefill_flops`` builds a dict per call; replays need it several
+times per request (FLOPs saved by a hit, FLOP efficiency of every changed
+node). Every layer kind's prefill FLOPs are ``linear x n_new`` except the
+attention score/value products, which are ``quad x attended keys``, so two
+coefficients read off the model reproduce it. The decomposition is checked
+against the model at construction; if the model ever grows a term of another
+shape, this falls back to calling it.
+"""
+
+from __future__ import annotations
+
+from twin.model import ModelSpec, keys_upto
+
+# (n_new, n_cached) pairs at which the decomposition is verified.
+_PROBES = ((1, 0), (7, 0), (3, 5), (1000, 0), (333, 4000), (5000, 70000))
+
+
+class PrefillFlops:
+    """``total(n_new, n_cached)`` equal to ``model.prefill_flops(n_new, n_cached).total``."""
+
+    def __init__(self, model: ModelSpec) -> None:
+        self.model = model
+        self.window = model.sliding_window
+        one = model.prefill_flops(1, 0).total
+        # One more cached token adds exactly one attended key to the new token.
+        self.quad = model.prefill_flops(1, 1).total - one
+        self.linear = one - self.quad
+        self.exact = all(
+            abs(self._formula(n, c) - model.prefill_flops(n, c).total)
+            <= 1e-9 * max(1.0, model.prefill_flops(n, c).total)
+            for n, c in _PROBES
+        )
+
+    def _formula(self, n_new: int, n_cached: int) -> float:
+        w = self.window
+        keys = keys_upto(n_cached + n_new, w) - keys_upto(n_cached, w)
+        return self.linear * n_new + self.quad * keys
+
+    def total(self, n_new: int, n_cached: int = 0) -> float:
+        """FLOPs of prefilling ``n_new`` tokens after ``n_cached`` cached ones (all layers)."""
+        if self.exact:
+            return self._formula(n_new, n_cached)
+        return self.model.prefill_flops(n_new, n_cached).total

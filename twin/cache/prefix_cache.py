@@ -1,0 +1,409 @@
+"""The token-exact prefix cache of a hybrid model: radix tree + bytes + pins + eviction mechanics.
+
+Semantics (DESIGN.md "Prefix cache semantics"; Marconi, arXiv 2411.19379, sec. 4):
+
+- A node owns the KV of its tokens for every attention layer and may own one
+  SSM checkpoint, the state of every SSM layer after its last token.
+- Hybrid and pure SSM models: a hit ends at a node holding a checkpoint, with
+  all ancestors' KV present (sec. 2: SSM states cannot be rolled back, so a
+  hit is all-or-nothing per checkpoint). Pure Transformer: any matched prefix.
+- Evicting a leaf frees its KV and checkpoint; evicting a node with one child
+  drops only its checkpoint and hands its KV to the child (sec. 4.2: such a
+  node's tokens stay needed by the child's hits).
+- Bytes: KV = tokens x ``kv_bytes_per_token`` (all attention layers); one
+  checkpoint = ``ssm_checkpoint_bytes`` (all SSM layers' state + conv state).
+  ``capacity`` is never exceeded; what cannot fit is not admitted.
+
+For SSM-bearing models the tree stays tidy: a node without a checkpoint and
+with at most one child can never end a hit, so (unless pinned) it is folded
+into its child or, as a leaf, dropped. Transformers need no checkpoints, so
+their nodes never carry one and nothing is tidied.
+
+The policy owns eviction order and refresh rules; it hears about every change
+through ``on_node_added`` / ``on_node_changed`` / ``on_node_removed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from twin.cache.base import CachePolicy, Hit
+from twin.cache.radix import Match, Node, RadixTree
+from twin.cache.snapshot import CacheSnapshot, fill, take_snapshot
+from twin.errors import TwinError
+from twin.model import ModelSpec
+
+
+class PrefixCache:
+    """Radix-tree prefix cache with byte accounting; decisions come from ``policy``."""
+
+    def __init__(self, model: ModelSpec, capacity_bytes: int, policy: CachePolicy) -> None:
+        if capacity_bytes < 0:
+            raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
+        self.model = model
+        self.capacity = int(capacity_bytes)
+        self.kv_per_token = model.kv_bytes_per_token
+        self.ckpt_bytes = model.ssm_checkpoint_bytes
+        self.has_ssm = model.n_ssm_layers > 0
+        self.tree = RadixTree()
+        self.root = self.tree.root
+        self.kv_tokens = 0
+        self.n_ckpts = 0
+        self.clock: Any = 0  # request index in replays, simulated seconds in the engine
+        self.evictions = 0
+        self.checkpoints_admitted = 0
+        self.checkpoints_hit = 0
+        self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
+        self._memo: tuple[np.ndarray, int, Match] | None = None
+        self.policy = policy
+        policy.bind(self)
+
+    # ------------------------------------------------------------------ bytes
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv_tokens * self.kv_per_token
+
+    @property
+    def ssm_bytes(self) -> int:
+        return self.n_ckpts * self.ckpt_bytes
+
+    @property
+    def used_bytes(self) -> int:
+        return self.kv_tokens * self.kv_per_token + self.n_ckpts * self.ckpt_bytes
+
+    @property
+    def num_nodes(self) -> int:
+        return self.tree.num_nodes
+
+    def node_bytes(self, node: Node) -> int:
+        """Bytes ``node`` holds: its tokens' KV plus its checkpoint."""
+        return len(node.tokens) * self.kv_per_token + (self.ckpt_bytes if node.ckpt else 0)
+
+    # ------------------------------------------------------------------ queries
+    def lookup(self, seq: np.ndarray) -> Hit:
+        """Longest usable cached prefix of ``seq``; tells the policy about the hit."""
+        m = self._match(seq)
+        if self.has_ssm:
+            node = m.node
+            while not node.ckpt and node is not self.root:
+                node = node.parent
+            if node is self.root:
+                return Hit(0, None)
+            if not node.used:
+                node.used = True
+                self.checkpoints_hit += 1
+            length = node.depth
+        else:
+            if m.length == 0:
+                return Hit(0, None)
+            node = m.partial if m.partial is not None else m.node
+            length = m.length
+        self.policy.on_hit(self, node)
+        return Hit(length, node)
+
+    def speculative_insert(self, seq: np.ndarray) -> int | None:
+        """Dry run of inserting ``seq``: the branch position it would create, or ``None``.
+
+        Marconi sec. 4.1: inserting the *input* tokens before the prefill tells
+        whether they share a prefix with cached sequences that ends where no
+        checkpoint exists yet (an edge would be split, or a checkpoint-less
+        node would gain a branch). Checkpointing the SSM state there during the
+        prefill lets the next request with that prefix hit. Extending a leaf,
+        or branching where a checkpoint already is, returns ``None``.
+        """
+        m = self._match(seq)
+        p = m.length
+        if p == 0:
+            return None
+        if m.partial is not None:
+            return p
+        node = m.node
+        if node.ckpt:
+            return None
+        return p if (p == len(seq) or node.children) else None
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, seq: np.ndarray, checkpoints: Sequence[int]) -> int:
+        """Cache ``seq`` up to its last checkpoint position; return the tokens newly cached.
+
+        ``checkpoints`` are token counts (``0 < p <= len(seq)``) after which
+        the SSM state is kept; tokens after the last one are not cached (no
+        hit could reach them). Room is made by evicting the policy's victims;
+        if it still does not fit, the longest prefix that fits is admitted.
+        """
+        pos = sorted({int(p) for p in checkpoints if 0 < p <= len(seq)})
+        if not pos:
+            return 0
+        upto = pos[-1]
+        if upto < len(seq):
+            seq = seq[:upto]
+        m = self._match(seq)
+        covered = m.length
+        base = m.partial if m.partial is not None else m.node
+        if not self.has_ssm:
+            pos = [upto]  # Transformers: no states to place, only the end matters
+        # Never evict for what could not fit even in an otherwise empty cache
+        # (the matched prefix stays): cut the admission to that bound first.
+        bound = self.capacity - covered * self.kv_per_token
+        missing, need = self._need(base, pos, covered)
+        if need > bound:
+            pos, upto = self._truncate(pos, covered, missing, max(bound, 0))
+            if not pos:
+                return 0
+            missing, need = self._need(base, pos, covered)
+        pinned = False
+        while need > self.capacity - self.used_bytes:
+            if not pinned and base is not self.root:
+                self.pin(base)  # keep the attach point while making room
+                pinned = True
+            if not self._evict_until(need):
+                pos, upto = self._truncate(pos, covered, missing, self.capacity - self.used_bytes)
+                missing = [p for p in missing if p <= upto]
+                break
+            # Evictions may have dropped states on our path (Marconi folds
+            # one-child nodes): count again.
+            missing, need = self._need(base, pos, covered)
+        added = 0
+        if pos:
+            for p in missing:
+                self._set_ckpt(self._node_ending_at(base, p))
+            if upto > covered:
+                attach = self._node_ending_at(base, covered) if covered else self.root
+                self._add_chain(attach, seq, covered, [p for p in pos if p > covered] or [upto])
+                added = upto - covered
+            else:
+                self.touch(self._node_ending_at(base, upto) if self.has_ssm else base)
+        if pinned:
+            self.unpin(base)
+        used, kv, ssm = self.used_bytes, self.kv_bytes, self.ssm_bytes
+        self.peak_bytes = max(self.peak_bytes, used)
+        self.peak_kv_bytes = max(self.peak_kv_bytes, kv)
+        self.peak_ssm_bytes = max(self.peak_ssm_bytes, ssm)
+        return added
+
+    # ------------------------------------------------------------------ pins, access, eviction
+    def pin(self, node: Node) -> None:
+        """A running request holds ``node`` (like SGLang's ``inc_lock_ref``): never evicted."""
+        node.lock += 1
+        if node.lock == 1:
+            self.policy.on_node_changed(node)
+
+    def unpin(self, node: Node) -> None:
+        """Release one :meth:`pin`; a checkpoint-less node may then be tidied away."""
+        assert node.lock > 0, "unpin without pin"
+        node.lock -= 1
+        if node.lock == 0 and node.parent is not None:
+            self.policy.on_node_changed(node)
+            self._tidy(node)
+
+    def touch(self, node: Node) -> None:
+        """Mark ``node`` accessed now."""
+        node.t = self.clock
+        self.policy.on_node_changed(node)
+
+    def evictable(self, node: Node) -> bool:
+        """Unpinned, and a leaf or a one-child node whose checkpoint frees bytes."""
+        if node.lock or node is self.root:
+            return False
+        n = len(node.children)
+        return n == 0 or (n == 1 and node.ckpt and self.ckpt_bytes > 0)
+
+    def leaf_evictable(self, node: Node) -> bool:
+        """Unpinned leaf (the candidates of leaf-only LRU policies)."""
+        return not node.lock and not node.children and node is not self.root
+
+    def evict(self, node: Node) -> int:
+        """Evict ``node``; return the bytes freed. A leaf goes; a one-child node folds into it."""
+        if not self.evictable(node):
+            raise ValueError(f"{node!r} is not evictable")
+        before = self.used_bytes
+        if node.children:
+            self._merge(node)
+        else:
+            parent = node.parent
+            self._remove_leaf(node)
+            self._tidy(parent)
+        self.evictions += 1
+        return before - self.used_bytes
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self) -> CacheSnapshot:
+        """A flat, picklable copy of the tree and counters (see :mod:`twin.cache.snapshot`)."""
+        return take_snapshot(self)
+
+    @classmethod
+    def restore(cls, snap: CacheSnapshot, model: ModelSpec, policy: CachePolicy) -> PrefixCache:
+        """Rebuild a cache from :meth:`snapshot` under ``policy`` (which hears every node)."""
+        cache = cls(model, snap.capacity, policy)
+        fill(cache, snap)
+        return cache
+
+    # ------------------------------------------------------------------ checks
+    def verify(self) -> None:
+        """Assert every invariant (tests and debugging; O(nodes))."""
+        kv = ck = 0
+        for node in self.tree.nodes():
+            parent = node.parent
+            assert parent is not None and parent.children[int(node.tokens[0])] is node
+            assert node.depth == parent.depth + len(node.tokens) and len(node.tokens) > 0
+            kv += len(node.tokens)
+            ck += node.ckpt
+            if self.has_ssm and not node.lock:
+                assert node.ckpt or len(node.children) >= 2, f"untidy {node!r}"
+            if not self.has_ssm:
+                assert not node.ckpt
+        assert (kv, ck) == (self.kv_tokens, self.n_ckpts), "byte counters drifted"
+        assert kv == self.tree.num_tokens
+        assert self.used_bytes <= self.capacity, "capacity exceeded"
+
+    # ------------------------------------------------------------------ internals
+    def _match(self, seq: np.ndarray) -> Match:
+        """``tree.match``, reusing the last match while the tree is unchanged.
+
+        A request's lookup and speculative insertion walk the same prompt, and
+        its insert walks prompt + output: the walk resumes where the prompt's ended.
+        """
+        memo, mutations = self._memo, self.tree.mutations
+        if memo is not None and memo[1] == mutations:
+            prev = memo[0]
+            if prev is seq:
+                return memo[2]
+            k = len(prev)
+            if k <= len(seq) and seq[:k].tobytes() == prev.tobytes():
+                m = self.tree.match(seq, memo[2], k)
+                self._memo = (seq, mutations, m)
+                return m
+        m = self.tree.match(seq)
+        self._memo = (seq, mutations, m)
+        return m
+
+    def _need(self, base: Node, pos: list[int], covered: int) -> tuple[list[int], int]:
+        """(positions on the cached path lacking a state, bytes to admit ``pos``)."""
+        missing = self._missing_ckpts(base, pos, covered)
+        n_new = sum(1 for p in pos if p > covered) if self.has_ssm else 0
+        kv = (pos[-1] - covered) * self.kv_per_token if pos[-1] > covered else 0
+        return missing, kv + (len(missing) + n_new) * self.ckpt_bytes
+
+    def _missing_ckpts(self, base: Node, pos: list[int], covered: int) -> list[int]:
+        """Positions already in the tree (``<= covered``) whose node holds no checkpoint."""
+        if not self.has_ssm:
+            return []
+        out = []
+        for p in pos:
+            if p > covered:
+                break
+            node = base
+            while node.depth - len(node.tokens) >= p:
+                node = node.parent
+            if not (node.depth == p and node.ckpt):
+                out.append(p)
+        return out
+
+    def _truncate(
+        self, pos: list[int], covered: int, missing: list[int], free: int
+    ) -> tuple[list[int], int]:
+        """The longest admission prefix that fits in ``free`` bytes: (positions, end)."""
+        if not self.has_ssm:
+            end = covered + (free // self.kv_per_token if self.kv_per_token else 0)
+            end = min(end, pos[-1])
+            return ([end] if end > 0 else []), end
+        kept: list[int] = []
+        spent, prev = 0, covered
+        missing_set = set(missing)
+        for p in pos:
+            cost = 0
+            if p <= covered:
+                cost = self.ckpt_bytes if p in missing_set else 0
+            else:
+                cost = (p - prev) * self.kv_per_token + self.ckpt_bytes
+                prev = p
+            if spent + cost > free:
+                break
+            spent += cost
+            kept.append(p)
+        return kept, (kept[-1] if kept else 0)
+
+    def _evict_until(self, need: int) -> bool:
+        """Evict victims until ``need`` bytes are free; ``False`` if the policy has none left."""
+        while self.capacity - self.used_bytes < need:
+            victim = self.policy.choose_victim(self)
+            if victim is None:
+                return False
+            self.evict(victim)
+        return True
+
+    def _node_ending_at(self, below: Node, p: int) -> Node:
+        """The node ending exactly at depth ``p`` on ``below``'s path (splits an edge if needed)."""
+        node = below
+        while node.depth - len(node.tokens) >= p:
+            node = node.parent
+        if node.depth == p:
+            return node
+        upper = self.tree.split(node, p - (node.depth - len(node.tokens)))
+        self.policy.on_node_added(upper)
+        self.policy.on_node_changed(node)
+        return upper
+
+    def _set_ckpt(self, node: Node) -> None:
+        node.ckpt = True
+        node.t = self.clock
+        self.n_ckpts += 1
+        self.checkpoints_admitted += 1
+        self.policy.on_node_changed(node)
+
+    def _add_chain(self, attach: Node, seq: np.ndarray, start: int, ends: list[int]) -> None:
+        """Hang ``seq[start:ends[-1]]`` under ``attach`` as a chain cut at ``ends``."""
+        tokens = np.array(seq[start : ends[-1]], dtype=np.int32)  # owned copy
+        chain = []
+        parent, prev = attach, start
+        for end in ends:
+            node = self.tree.add_child(parent, tokens[prev - start : end - start])
+            node.t = self.clock
+            if self.has_ssm:
+                node.ckpt = True
+                self.n_ckpts += 1
+                self.checkpoints_admitted += 1
+            chain.append(node)
+            parent, prev = node, end
+        self.kv_tokens += ends[-1] - start
+        # Hooks after the chain is whole: inner chain nodes are never seen as leaves.
+        for node in chain:
+            self.policy.on_node_added(node)
+        if attach is not self.root:
+            self.policy.on_node_changed(attach)
+
+    def _remove_leaf(self, node: Node) -> None:
+        parent = node.parent
+        assert parent is not None
+        self.tree.remove_leaf(node)
+        self.kv_tokens -= len(node.tokens)
+        self.n_ckpts -= node.ckpt
+        self.policy.on_node_removed(node)
+        node.parent = None
+        if parent is not self.root:
+            self.policy.on_node_changed(parent)
+
+    def _merge(self, node: Node) -> None:
+        child = self.tree.merge_into_child(node)
+        self.n_ckpts -= node.ckpt
+        self.policy.on_node_removed(node, child)
+        node.parent = None
+        self.policy.on_node_changed(child)
+
+    def _tidy(self, node: Node | None) -> None:
+        """Drop checkpoint-less leaves and fold checkpoint-less one-child nodes (SSM models)."""
+        while (
+            self.has_ssm and node is not None and node is not self.root
+            and not node.lock and not node.ckpt
+        ):
+            if not node.children:
+                parent = node.parent
+                self._remove_leaf(node)
+                node = parent
+                continue
+            if len(node.children) == 1:
+                self._merge(node)
+            return
