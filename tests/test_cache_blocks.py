@@ -156,3 +156,17 @@ def test_segment_pool_equals_a_block_by_block_reference(block_size):
             assert len(pool.blocks) == len(ref.blocks)
             fulls.append(full)
         assert pool.evictions == ref.evictions
+
+
+def test_thue_morse_sequences_do_not_collide():
+    """Any polynomial hash mod 2**64 maps a Thue-Morse sequence and its complement
+    to the same key once they are 2**11 tokens long; block keys must not."""
+    n = 2048
+    t = np.array([bin(i).count("1") & 1 for i in range(n)], np.int32)
+    a, b = t + 5, (1 - t) + 5  # differ at every position
+    cache = pool(block_size=32)
+    serve(cache, a, np.r_[a, [1]].astype(np.int32))
+    assert cache.lookup(b).length == 0
+    cache.insert(np.r_[b, [1]].astype(np.int32), [n + 1])
+    cache.verify()
+    assert cache.lookup(a).length == n and cache.lookup(b).length == n

@@ -198,3 +198,28 @@ def test_match_resumes_from_a_prefix_match():
         resumed, fresh = tree.match(full, start, prefix_len), tree.match(full)
         assert (resumed.node, resumed.length, resumed.partial) == (
             fresh.node, fresh.length, fresh.partial)
+
+
+@pytest.mark.parametrize("model", [HYBRID, get_model("tiny-transformer")])
+def test_wider_integer_sequences_match_like_int32(model):
+    narrow, wide = cache_of(model), cache_of(model)
+    first, second = seq(1, 20), np.r_[seq(1, 12), seq(500, 9)].astype(np.int32)
+    for c, cast in ((narrow, np.int32), (wide, np.int64)):
+        serve(c, first.astype(cast), np.r_[first, [7]].astype(cast))
+        c.speculative_insert(second.astype(cast))
+        c.insert(np.r_[second, [8]].astype(cast), [12, 22])
+        c.verify()
+    for probe in (first, second, seq(1, 12)):
+        assert wide.lookup(probe.astype(np.int64)).length == narrow.lookup(probe).length
+
+
+def test_failed_eviction_keeps_the_requested_checkpoints_consistent():
+    # A Marconi eviction round that cannot make room may fold a state on the
+    # insert's own path; what is then admitted must still be tidy and hit.
+    cache = cache_of(policy="marconi", alpha=0.0)
+    x = np.arange(1, 11, dtype=np.int32)
+    cache.insert(x, [5, 10])
+    cache.capacity = cache.used_bytes + 10 * HYBRID.kv_bytes_per_token
+    cache.insert(np.r_[x, np.arange(100, 120)].astype(np.int32), [5, 30])
+    cache.verify()
+    assert cache.lookup(x[:5]).length == 5

@@ -41,9 +41,22 @@ from twin.cache.base import CachePolicy, Hit
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
-_P = np.uint64(0x100000001B3)  # FNV-64 prime: odd, so P^i never degenerates to 0
-_MUL = np.uint64(0x9E3779B97F4A7C15)  # golden-ratio constant spreads token ids
-_ADD = np.uint64(0x632BE59BD9B4E019)  # keeps token 0 from contributing nothing
+# Block keys sum a pseudo-random 64-bit value per (token, position): the
+# splitmix64 finaliser of token ^ position * golden ratio. A polynomial hash
+# mod 2**64 is not enough: Thue-Morse-like sequences make any of them collide
+# (a wrong hit, then a corrupted block map); mixed values do not, and summing
+# keeps the prefix chaining a single vectorised cumsum.
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """splitmix64(token ^ position * golden): independent-looking 64-bit words."""
+    z = tokens.astype(np.uint64) ^ (positions * _GOLDEN)
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
 
 BlockRef = tuple["Segment", int]  # a block: its segment and its index there
 
@@ -112,7 +125,7 @@ class BlockCache:
         self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
         self._lru: list[tuple[Any, int, int, Segment]] = []  # (tail stamp, tail id, ver, seg)
         self._lru_limit = 1024
-        self._powers = np.ones(1, np.uint64)
+        self._positions = np.arange(1, dtype=np.uint64)
         self._last: tuple[np.ndarray | None, list[int]] = (None, [])  # last hashed sequence
         self.policy = policy
         policy.bind(self)
@@ -350,12 +363,8 @@ class BlockCache:
         n = nblocks * bs
         if n == 0:
             return []
-        if len(self._powers) < n:
-            size = max(n, 2 * len(self._powers))
-            # P^0, P^1, ... with uint64 wrap-around (cumprod wraps silently).
-            self._powers = np.concatenate(
-                (np.ones(1, np.uint64), np.cumprod(np.full(size - 1, _P, np.uint64)))
-            )
+        if len(self._positions) < n:
+            self._positions = np.arange(max(n, 2 * len(self._positions)), dtype=np.uint64)
         prev_seq, prev = self._last
         start, keys = 0, []
         if prev:
@@ -363,9 +372,7 @@ class BlockCache:
             if seq[:m].tobytes() == prev_seq[:m].tobytes():
                 start, keys = m, prev[: m // bs]
         if start < n:
-            x = seq[start:n].astype(np.uint64) * _MUL + _ADD
-            x *= self._powers[start:n]
-            h = np.cumsum(x, dtype=np.uint64)
+            h = np.cumsum(_mix(seq[start:n], self._positions[start:n]), dtype=np.uint64)
             if keys:
                 h += np.uint64(keys[-1])  # array op: wraps silently, as intended
             keys = keys + h[bs - 1 :: bs].tolist()

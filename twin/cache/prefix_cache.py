@@ -85,7 +85,7 @@ class PrefixCache:
     # ------------------------------------------------------------------ queries
     def lookup(self, seq: np.ndarray) -> Hit:
         """Longest usable cached prefix of ``seq``; tells the policy about the hit."""
-        m = self._match(seq)
+        m = self._match(np.asarray(seq, dtype=np.int32))
         if self.has_ssm:
             node = m.node
             while not node.ckpt and node is not self.root:
@@ -114,7 +114,7 @@ class PrefixCache:
         prefill lets the next request with that prefix hit. Extending a leaf,
         or branching where a checkpoint already is, returns ``None``.
         """
-        m = self._match(seq)
+        m = self._match(np.asarray(seq, dtype=np.int32))
         p = m.length
         if p == 0:
             return None
@@ -134,6 +134,7 @@ class PrefixCache:
         hit could reach them). Room is made by evicting the policy's victims;
         if it still does not fit, the longest prefix that fits is admitted.
         """
+        seq = np.asarray(seq, dtype=np.int32)  # edges compare raw int32 bytes
         pos = sorted({int(p) for p in checkpoints if 0 < p <= len(seq)})
         if not pos:
             return 0
@@ -160,6 +161,8 @@ class PrefixCache:
                 self.pin(base)  # keep the attach point while making room
                 pinned = True
             if not self._evict_until(need):
+                # The failed round may still have dropped states on our path.
+                missing, _ = self._need(base, pos, covered)
                 pos, upto = self._truncate(pos, covered, missing, self.capacity - self.used_bytes)
                 missing = [p for p in missing if p <= upto]
                 break
