@@ -1,0 +1,202 @@
+"""Benchmark the event engine: simulated requests per wall second, and memory at 1M requests.
+
+    python benchmarks/bench_engine.py [--quick] [--skip-1m] [--results PATH]
+
+1. **Speed.** A chat workload (``workloads.generators`` ``chat``, default 5,000
+   sessions, about 55,000 requests) on 8 replicas of ``marconi-hybrid-7b``
+   with the shipped H100 profile, 30 GB of cache per replica, the
+   ``session-affinity`` router and the ``marconi`` policy: once with alpha
+   tuned online (the policy's bootstrap replays its window once per alpha of
+   the grid on every replica), once with a fixed alpha (the engine and cache
+   alone), and once with ``vanilla`` (the engine alone). Requests per second =
+   requests / wall seconds of the simulation call (workload open, run,
+   records and summary written), measured in a child process pinned to one
+   CPU core.
+2. **Scale.** A million single-turn ``system-prompt`` requests (short shared
+   prompts, generated streaming into a temporary parquet) on 64 replicas
+   with ``marconi``. The child samples its resident memory (and the bytes
+   pyarrow holds) every half second; flat memory means the RSS late in the
+   run is close to the RSS early in it (records are streamed to parquet; only
+   float32 latencies and running sums stay in memory, 20 bytes a request).
+   Reading the workload with pyarrow's default ``pre_buffer=True`` keeps every
+   row group read so far (about the file's size by the end, apache/arrow
+   #39808); that growth is reported separately as ``pyarrow_held_mb``.
+
+Results are printed and written atomically to ``benchmarks/results/engine.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "engine.json"
+TARGET_REQ_PER_S = 5000.0
+
+_GENERATE = """
+import json, sys, time
+from workloads.generators import get_generator
+from workloads.writer import WorkloadWriter
+kind, n, rate, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+knobs = json.loads(sys.argv[5])
+cls = get_generator(kind)
+gen = cls(cls.parse_params(knobs))
+t = time.perf_counter()
+with WorkloadWriter(out, gen.metadata(n, rate, 1, 32768)) as w:
+    w.write_all(gen.rows(n, rate, 1, 32768))
+print(json.dumps({"rows": w.rows_written, "wall_s": time.perf_counter() - t}))
+"""
+
+_SIMULATE = """
+import json, os, sys, threading, time
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
+import pyarrow as pa
+from calibration import load_profile
+from twin.engine import EngineConfig, make_pricer, simulate
+from twin.presets import get_model
+from workloads.reader import Workload
+path, out, cfg, sample = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] == "1"
+model = get_model(cfg.pop("model"))
+profile = load_profile(cfg.pop("gpu"))
+config = EngineConfig(gpu_memory_bytes=profile.peaks["mem_bytes"], **cfg)
+pricer = make_pricer(model, profile, config.tp)
+series, done = [], threading.Event()
+
+def rss_mb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+
+def sampler():  # resident memory and what pyarrow holds, every half second
+    while not done.wait(0.5):
+        series.append((time.perf_counter() - t, rss_mb(), pa.total_allocated_bytes() / 1e6))
+
+t = time.perf_counter()
+if sample:
+    threading.Thread(target=sampler, daemon=True).start()
+summary = simulate(Workload.open(path), model, pricer, config, out)
+wall = time.perf_counter() - t
+done.set()
+n = summary["requests"]["total"]
+print(json.dumps({"requests": n, "wall_s": wall, "requests_per_s": n / wall,
+                  "token_hit_rate": summary["hit"]["token_hit_rate"],
+                  "ttft_p50_s": summary["ttft_s"]["p50"], "ttft_p95_s": summary["ttft_s"]["p95"],
+                  "utilisation": summary["utilisation"]["mean"],
+                  "sim_end_s": summary["sim_end_s"],
+                  "alpha": [r["policy"].get("alpha") for r in summary["replicas"]][:4],
+                  "series": series}))
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def _run(script: str, *args: str) -> dict[str, Any]:
+    """Run ``script`` in a child process; return the JSON object it prints last."""
+    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                          text=True, env=_env(), check=False)
+    if proc.returncode != 0:
+        sys.exit(f"child failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _memory_summary(series: list[list[float]]) -> dict[str, Any]:
+    """Peak RSS, and RSS / pyarrow-held MB at each tenth of the run (the memory curve)."""
+    if not series:
+        return {}
+    end = series[-1][0]
+    rss, arrow = {}, {}
+    for k in range(1, 11):
+        sample = min(series, key=lambda s: abs(s[0] - end * k / 10))
+        rss[f"{10 * k}%"], arrow[f"{10 * k}%"] = round(sample[1], 1), round(sample[2], 1)
+    return {"samples": len(series), "peak_rss_mb": round(max(s[1] for s in series), 1),
+            "rss_mb": rss, "pyarrow_held_mb": arrow,
+            "rss_growth_30_to_100_pct_mb": round(rss["100%"] - rss["30%"], 1),
+            "pyarrow_growth_30_to_100_pct_mb": round(arrow["100%"] - arrow["30%"], 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--skip-1m", action="store_true", help="skip the 1M-request run")
+    parser.add_argument("--chat-sessions", type=int, default=5000)
+    parser.add_argument("--chat-rate", type=float, default=4.0, help="chat sessions/s")
+    parser.add_argument("--scale-requests", type=int, default=1_000_000)
+    parser.add_argument("--scale-rate", type=float, default=2500.0, help="requests/s, 1M run")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.quick:
+        args.chat_sessions, args.scale_requests = 300, 20_000
+
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()},
+        "target_requests_per_s": TARGET_REQ_PER_S,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        chat = Path(tmp) / "chat.parquet"
+        gen = _run(_GENERATE, "chat", str(args.chat_sessions), str(args.chat_rate), str(chat),
+                   "{}")
+        base = {"model": "marconi-hybrid-7b", "gpu": "h100", "replicas": 8,
+                "cache_bytes": int(30e9), "router": "session-affinity"}
+        speed = {}
+        for label, extra in (("marconi_tuned_alpha", {"policy": "marconi"}),
+                             ("marconi_alpha_1.0", {"policy": "marconi",
+                                                    "policy_options": {"alpha": 1.0}}),
+                             ("vanilla", {"policy": "vanilla"})):
+            res = _run(_SIMULATE, str(chat), str(Path(tmp) / label),
+                       json.dumps({**base, **extra}), "0")
+            res.pop("series")
+            speed[label] = res
+            print(f"chat x8 {label:<22}{res['requests']:>9,} req {res['wall_s']:>8.1f} s "
+                  f"{res['requests_per_s']:>9,.0f} req/s  hit {res['token_hit_rate']:.1%}  "
+                  f"util {res['utilisation']:.0%}")
+        results["speed"] = {"workload": {"kind": "chat", "sessions": args.chat_sessions,
+                                         "session_rate": args.chat_rate, **gen},
+                            "config": base, "runs": speed}
+        if not args.skip_1m:
+            sp = Path(tmp) / "scale.parquet"
+            knobs = {"system_prompt_min_tokens": "64", "system_prompt_max_tokens": "256",
+                     "n_fewshot": "0", "question_mean_tokens": "24",
+                     "question_max_tokens": "128", "output_mean_tokens": "48",
+                     "output_max_tokens": "256"}
+            gen = _run(_GENERATE, "system-prompt", str(args.scale_requests), "1000.0", str(sp),
+                       json.dumps(knobs))
+            cfg = {"model": "marconi-hybrid-7b", "gpu": "h100", "replicas": 64,
+                   "cache_bytes": int(2e9), "router": "round-robin", "policy": "marconi",
+                   "session_rate": args.scale_rate}
+            res = _run(_SIMULATE, str(sp), str(Path(tmp) / "scale"), json.dumps(cfg), "1")
+            res["memory"] = _memory_summary(res.pop("series"))
+            results["scale"] = {"workload": {"kind": "system-prompt", "knobs": knobs, **gen,
+                                             "parquet_mb": round(sp.stat().st_size / 1e6, 1)},
+                                "config": cfg, "run": res}
+            mem = res["memory"]
+            print(f"system-prompt x64 {res['requests']:,} req in {res['wall_s']:.1f} s "
+                  f"({res['requests_per_s']:,.0f} req/s); peak RSS {mem['peak_rss_mb']:.0f} MB, "
+                  f"RSS +{mem['rss_growth_30_to_100_pct_mb']:.0f} MB from 30% to the end, "
+                  f"of which pyarrow +{mem['pyarrow_growth_30_to_100_pct_mb']:.0f} MB")
+    best = speed["marconi_tuned_alpha"]["requests_per_s"]
+    results["target_met"] = best >= TARGET_REQ_PER_S
+    print(f"target {TARGET_REQ_PER_S:,.0f} req/s with marconi (tuned alpha): "
+          f"{'met' if results['target_met'] else 'MISSED'} ({best:,.0f})")
+    sys.path.insert(0, str(ROOT))
+    from twin.atomic import write_text_atomic
+
+    write_text_atomic(args.results, json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.results}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""The engine with every policy: plug-in by name, agreement with ``twin replay``, determinism.
+
+``twin replay`` serves requests back to back and inserts a request's
+prompt-time checkpoints and its final state in one call. The engine inserts
+them at two moments (when the prefill ends, when the request completes:
+DESIGN.md, prefix cache semantics). Without overlap the two agree exactly
+whenever that split does not change what gets evicted; at the tightest
+capacities it can, so those cases are checked against a replay that makes
+the same two calls.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_engine_helpers import LinearPricer, generated, run
+
+from policies import POLICIES, get_policy
+from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
+from twin.errors import TwinError
+from twin.presets import get_model
+from twin.replay import Trace, replay
+from workloads.examples import example_path
+from workloads.reader import Workload
+
+ONLINE = [name for name, cls in POLICIES.items() if not getattr(cls, "hindsight", False)]
+
+
+@pytest.fixture(scope="module")
+def apart(tmp_path_factory: pytest.TempPathFactory):
+    """Workloads whose sessions are 1e7 s apart: requests never overlap."""
+    d = tmp_path_factory.mktemp("apart")
+    return {kind: generated(d / f"{kind}.parquet", kind, n, 1e-7)
+            for kind, n in (("chat", 30), ("system-prompt", 150))}
+
+
+@pytest.mark.parametrize("policy", ONLINE)
+def test_every_online_policy_plugs_in_by_name(policy):
+    summary, records = run(example_path("system-prompt"), LinearPricer(), "tiny-hybrid",
+                           policy=policy, cache_bytes=2_000_000, replicas=2)
+    assert len(records) == Workload.open(example_path("system-prompt")).num_rows
+    assert summary["config"]["policy"] == policy
+    if policy != "vanilla":
+        assert summary["hit"]["token_hit_rate"] > 0
+
+
+def test_hindsight_policy_is_refused():
+    with pytest.raises(TwinError, match="hindsight"):
+        run(example_path("chat"), LinearPricer(), policy="oracle")
+
+
+def test_policy_options_reach_the_policy():
+    summary, _ = run(example_path("chat"), LinearPricer(), "tiny-hybrid", policy="marconi",
+                     policy_options={"alpha": 1.5}, cache_bytes=300_000)
+    assert summary["replicas"][0]["policy"]["alpha"] == 1.5
+    with pytest.raises(TwinError, match="unknown policy option"):
+        run(example_path("chat"), LinearPricer(), policy="marconi", policy_options={"beta": 1})
+
+
+@pytest.mark.parametrize("model", ["tiny-hybrid", "tiny-transformer"])
+@pytest.mark.parametrize("capacity", [2_000_000, 20_000_000])
+@pytest.mark.parametrize("policy", ["vanilla", "marconi", "sglang+", "vllm+"])
+def test_hit_rates_equal_replay_when_requests_never_overlap(apart, model, capacity, policy):
+    for kind in ("chat", "system-prompt"):
+        path = apart[kind]
+        expected = replay(Trace.load(path), model, capacity, policy)
+        summary, _ = run(path, LinearPricer(), model, policy=policy, cache_bytes=capacity)
+        assert summary["hit"]["token_hit_rate"] == pytest.approx(expected.token_hit_rate,
+                                                                 abs=1e-12)
+        assert summary["hit"]["request_hit_rate"] == pytest.approx(
+            expected.request_hit_rate, abs=1e-12)
+        assert summary["flops"]["saved"] == pytest.approx(expected.flops_saved, rel=1e-12)
+
+
+def _split_replay(trace: Trace, model_name: str, capacity: int, policy_name: str) -> float:
+    """``twin replay`` with the engine's two insertions per request."""
+    model = get_model(model_name)
+    cache = get_policy(policy_name).make_cache(model, capacity)
+    policy = cache.policy
+    hit_tokens = 0
+    for i, (full, n) in enumerate(zip(trace.fulls, trace.prompt_lens, strict=True)):
+        prompt = full[:n]
+        cache.clock = i
+        policy.on_request(cache, prompt, full)
+        hit = cache.lookup(prompt)
+        if hit.node is not None:
+            cache.pin(hit.node)
+        positions = policy.admit(cache, prompt, full)
+        early = [p for p in positions if p <= n]
+        if early:
+            cache.insert(prompt, early)
+        late = [p for p in positions if p > n]
+        if late:
+            cache.insert(full, late)
+        if hit.node is not None:
+            cache.unpin(hit.node)
+        hit_tokens += hit.length
+    return hit_tokens / trace.prompt_tokens
+
+
+@pytest.mark.parametrize("capacity", [100_000, 200_000, 500_000])
+@pytest.mark.parametrize("policy", ["marconi", "sglang+"])
+def test_tight_caches_match_replay_with_split_insertion(apart, capacity, policy):
+    path = apart["system-prompt"]
+    summary, _ = run(path, LinearPricer(), "tiny-ssm", policy=policy, cache_bytes=capacity)
+    expected = _split_replay(Trace.load(path), "tiny-ssm", capacity, policy)
+    assert summary["hit"]["token_hit_rate"] == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("policy", ["marconi", "sglang+"])
+def test_overlapping_requests_hit_no_more_than_replay(tmp_path, policy):
+    """Requests admitted before earlier ones finish miss the state those would cache."""
+    path = generated(tmp_path / "sp.parquet", "system-prompt", 150, 1.0)
+    expected = replay(Trace.load(path), "tiny-hybrid", 50_000_000, policy).token_hit_rate
+    apart, _ = run(path, LinearPricer(), policy=policy, cache_bytes=50_000_000,
+                   request_rate=1e-3)
+    crowded, _ = run(path, LinearPricer(), policy=policy, cache_bytes=50_000_000,
+                     request_rate=1e4)
+    assert apart["hit"]["token_hit_rate"] == pytest.approx(expected, abs=1e-12)
+    assert crowded["hit"]["token_hit_rate"] < expected
+
+
+def test_same_inputs_and_seed_give_byte_identical_outputs(tmp_path):
+    def once(out):
+        run(example_path("chat"), LinearPricer(copy_s=1e-4), "marconi-hybrid-7b", out=out,
+            replicas=3, router="prefix-aware", policy="marconi", cache_bytes=int(3e9),
+            gpu_memory_bytes=80e9, session_rate=2.0, seed=9, warmup_s=20.0)
+        return (out / REQUESTS_FILE).read_bytes(), (out / SUMMARY_FILE).read_bytes()
+
+    first, second = once(tmp_path / "a"), once(tmp_path / "b")
+    assert first == second
+    assert not list((tmp_path / "a").glob(".*tmp*"))  # no temporary files left behind
+
+
+def test_a_failed_run_leaves_no_files(tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(TwinError):
+        run(example_path("chat"), LinearPricer(), out=out, policy="nope")
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_summary_carries_configuration_and_occupancy(tmp_path):
+    summary, _ = run(example_path("chat"), LinearPricer(), "marconi-hybrid-7b",
+                     replicas=2, policy="marconi", cache_bytes=int(2e9), session_rate=1.0,
+                     seed=4)
+    assert summary["config"] == EngineConfig(replicas=2, policy="marconi",
+                                             cache_bytes=int(2e9), session_rate=1.0,
+                                             seed=4).to_dict()
+    assert summary["seed"] == 4 and summary["twin_version"]
+    occ = summary["cache_occupancy"]
+    assert len(occ["kv_bytes"]) == 2 and len(occ["t_s"]) == len(occ["ssm_bytes"][1]) > 10
+    assert max(max(x) for x in occ["kv_bytes"]) > 0
+    for rep in summary["replicas"]:
+        assert rep["cache"]["peak_bytes"] <= int(2e9)

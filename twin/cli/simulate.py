@@ -1,0 +1,202 @@
+"""``twin simulate``: run a workload through a simulated serving cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from calibration import Profile, load_profile
+from policies import POLICIES
+from twin.cli.common import console, err_console, progress_bar
+from twin.engine import ROUTERS, EngineConfig, expected_horizon, make_pricer
+from twin.engine import simulate as run_simulation
+from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
+from twin.errors import TwinError
+from twin.hardware import get_gpu
+from twin.metrics import to_json
+from twin.model import ModelSpec
+from twin.presets import get_model
+from workloads.examples import example_path
+from workloads.reader import Workload
+
+GB = 1e9  # decimal, as the Marconi paper and `twin replay` quote cache sizes
+EXAMPLE = "chat"
+
+
+def _model(name: str) -> ModelSpec:
+    """A preset name, or the path of a Hugging Face ``config.json``."""
+    path = Path(name)
+    if path.suffix == ".json" and path.is_file():
+        return ModelSpec.from_hf_config(path)
+    return get_model(name)
+
+
+def _value(text: str) -> Any:
+    """A policy option's value: int, then float, then the string itself."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _policy_options(pairs: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise TwinError(f"--policy-option {pair!r}: expected KEY=VALUE, e.g. alpha=1.0")
+        options[key.strip().replace("-", "_")] = _value(value.strip())
+    return options
+
+
+def _profile(gpu: str | None, profile: Path | None) -> Profile:
+    if gpu is not None and profile is not None:
+        raise TwinError("give --gpu or --profile, not both")
+    if profile is not None:
+        return Profile.load(profile)
+    return load_profile(gpu or "h100")
+
+
+def _gpu_memory(profile: Profile) -> float:
+    mem = profile.peaks.get("mem_bytes")
+    if mem:
+        return float(mem)
+    try:
+        return get_gpu(profile.gpu).hbm_bytes
+    except TwinError:
+        raise TwinError(f"profile {profile.gpu!r} gives no device memory (peaks.mem_bytes) "
+                        "and names no known GPU") from None
+
+
+def simulate(
+    workload: Path | None = typer.Argument(
+        None, metavar="[WORKLOAD]", help=f"Workload parquet file (default: the bundled "
+        f"{EXAMPLE!r} example)."),
+    model: str = typer.Option(
+        "marconi-hybrid-7b", "--model", "-m",
+        help="Preset model name (see `twin models list`) or a config.json."),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="Shipped profile by GPU name (h100, a100, l4, ...); default h100."),
+    profile: Path | None = typer.Option(
+        None, "--profile", help="A profile file from `twin calibrate` instead of --gpu."),
+    replicas: int = typer.Option(1, "--replicas", "-r", min=1, help="Model replicas."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel GPUs per replica."),
+    cache_gb: float = typer.Option(
+        20.0, "--cache-gb", min=0.0, help="Prefix cache per replica, GB (1e9 bytes)."),
+    policy: str = typer.Option(
+        "marconi", "--policy", "-p", help=f"Cache policy: {', '.join(POLICIES)}."),
+    policy_option: list[str] = typer.Option(
+        [], "--policy-option", help="KEY=VALUE passed to the policy (e.g. alpha=1.0)."),
+    router: str = typer.Option(
+        "round-robin", "--router", help=f"Router: {', '.join(ROUTERS)}."),
+    session_rate: float | None = typer.Option(
+        None, "--session-rate", help="Poisson session arrivals per second, replacing the "
+        "file's session start times (required if they are missing)."),
+    request_rate: float | None = typer.Option(
+        None, "--request-rate", help="Scale the file's open-loop arrival times to this "
+        "many requests per second."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the session arrivals."),
+    max_batched_tokens: int = typer.Option(
+        8192, "--max-batched-tokens", min=1, help="Token budget per step (chunked prefill)."),
+    max_running: int = typer.Option(
+        256, "--max-running", min=1, help="Most sequences in a replica's running batch."),
+    gpu_mem_util: float = typer.Option(
+        0.9, "--gpu-mem-util", help="Fraction of GPU memory for weights, cache and requests."),
+    warmup_s: float = typer.Option(
+        0.0, "--warmup-s", min=0.0, help="Leave requests arriving before this out of the "
+        "summary (the cache starts cold)."),
+    until_s: float | None = typer.Option(
+        None, "--until-s", help="No request arrives after this simulated time."),
+    out: Path = typer.Option(
+        Path("twin-simulate"), "--out", "-o", help="Output folder for requests.parquet and "
+        "summary.json."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Simulate a serving cluster on a workload: TTFT, TPOT, hit rates, throughput.
+
+    Sessions arrive at the workload's times (or as a Poisson process with
+    --session-rate); each replica batches continuously with chunked prefill and
+    its own prefix cache; each step costs what the calibrated cost model says.
+    Writes OUT/requests.parquet (one row per request) and OUT/summary.json.
+
+    Examples:
+
+      twin simulate --out sim
+
+      twin simulate chat.parquet -m marconi-hybrid-7b --gpu h100 -r 8 --cache-gb 40 -p marconi
+      --router session-affinity --session-rate 4 --out sim
+
+      twin simulate trace.parquet --profile my-a100.json -r 2 --tp 2 -p sglang+ --json
+    """
+    spec = _model(model)
+    prof = _profile(gpu, profile)
+    config = EngineConfig(
+        replicas=replicas, tp=tp, cache_bytes=int(cache_gb * GB), policy=policy,
+        policy_options=_policy_options(policy_option), router=router,
+        max_batched_tokens=max_batched_tokens, max_running=max_running,
+        gpu_memory_bytes=_gpu_memory(prof), memory_utilization=gpu_mem_util,
+        session_rate=session_rate, request_rate=request_rate, seed=seed, warmup_s=warmup_s,
+        until_s=until_s)
+    if workload is None:
+        workload = example_path(EXAMPLE)
+        err_console.print(f"no workload given: simulating the bundled {EXAMPLE!r} example "
+                          f"({workload})")
+    wl = Workload.open(workload)
+    pricer = make_pricer(spec, prof, tp)
+    info = {"gpu": prof.gpu, "device": prof.device, "source": prof.source,
+            "provenance": prof.provenance_label}
+    total = round(expected_horizon(wl, config), 1) or None
+    with progress_bar("simulated seconds", total) as advance:
+        summary = run_simulation(wl, spec, pricer, config, out, info, advance)
+    if as_json:
+        print(to_json(summary), end="")  # the same text as summary.json
+        return
+    _print_table(summary, out)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{1e3 * x:,.1f}"
+
+
+def _print_table(s: dict[str, Any], out: Path) -> None:
+    cfg, req = s["config"], s["requests"]
+    title = (f"{s['workload']['path']}: {req['measured']:,} requests measured "
+             f"({req['warmup_excluded']:,} in warm-up, {req['rejected']:,} rejected); "
+             f"{s['model']} x{cfg['replicas']} (tp {cfg['tp']}), {cfg['policy']}, "
+             f"{cfg['cache_bytes'] / GB:g} GB cache, {cfg['router']}")
+    table = Table(title=title, title_justify="left")
+    table.add_column("latency (ms)")
+    for col in ("mean", "p5", "p50", "p95", "p99"):
+        table.add_column(col, justify="right")
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end"),
+                       ("queue_s", "queue wait"), ("prefill_s", "prefill")):
+        row = s[key]
+        table.add_row(label, *(_ms(row[c]) for c in ("mean", "p5", "p50", "p95", "p99")))
+    console.print(table)
+    hit, thr, util = s["hit"], s["throughput"], s["utilisation"]
+    facts = Table(show_header=False)
+    facts.add_column()
+    facts.add_column(justify="right")
+    rate = thr["requests_per_s"]
+    for label, value in (
+        ("token hit rate", f"{hit['token_hit_rate']:.1%}"),
+        ("request hit rate", f"{hit['request_hit_rate']:.1%}"),
+        ("prefill FLOPs saved", f"{s['flops']['saved_fraction']:.1%}"),
+        ("throughput", "-" if rate is None else
+         f"{rate:,.2f} req/s, {thr['output_tokens_per_s']:,.0f} output tok/s"),
+        ("replica utilisation", f"{util['mean']:.1%} (min {util['min']:.1%}, "
+                                f"max {util['max']:.1%})"),
+        ("simulated time", f"{s['sim_end_s']:,.1f} s"),
+        ("cost model", f"{s['profile']['gpu']}: {s['profile']['provenance']}"),
+        ("outputs", f"{out / REQUESTS_FILE}, {out / SUMMARY_FILE}"),
+    ):
+        facts.add_row(label, value)
+    console.print(facts)
+    if req["rejected"]:
+        err_console.print(f"[yellow]warning:[/] {req['rejected']:,} request(s) could never fit "
+                          "a replica's memory for running requests and were rejected")

@@ -1,0 +1,36 @@
+"""The SimPy event engine: sessions arrive, a router picks a replica, replicas batch and step.
+
+Entry points: :func:`simulate` (one run, records + summary), :class:`Cluster`
+(the simulated cluster), :class:`EngineConfig`, the router registry
+(:data:`ROUTERS`, :func:`get_router`) and the :class:`StepPricer` protocol the
+engine prices steps with.
+"""
+
+from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
+from twin.engine.config import EngineConfig
+from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
+from twin.engine.replica import Replica, Seq
+from twin.engine.router import ROUTERS, Router, get_router
+from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, simulate
+from twin.engine.source import SessionSource
+
+__all__ = [
+    "REQUESTS_FILE",
+    "ROUTERS",
+    "SUMMARY_FILE",
+    "Cluster",
+    "CostModelPricer",
+    "EngineConfig",
+    "PricerBase",
+    "Replica",
+    "Router",
+    "RunStats",
+    "Seq",
+    "SessionSource",
+    "StepPricer",
+    "expected_horizon",
+    "get_router",
+    "make_pricer",
+    "memory_budget",
+    "simulate",
+]

@@ -1,0 +1,237 @@
+"""The cluster: replicas, a router, the session source, and every request's life as a SimPy process.
+
+Processes (each a generator reading top to bottom):
+
+- ``_arrivals``: starts each session at its start time (file or Poisson);
+- ``_session``: one per session, submits its turns in order: open-loop turns
+  at their arrival time, closed-loop turns ``think_s`` after the previous
+  turn completed;
+- ``_request``: one per request: arrive, route, queue, get admitted (the
+  replica looks the cache up and pins the hit), prefill, first token, decode,
+  complete (the replica inserts the final state and unpins), record;
+- ``Replica.run``: each replica's scheduler step loop;
+- ``_sampler``: cache occupancy at fixed intervals, and progress.
+
+The run ends when every session has submitted its last turn and every
+request has completed; records are handed to ``on_record`` as requests finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from policies import get_policy
+from twin.engine.config import EngineConfig
+from twin.engine.cost import StepPricer
+from twin.engine.replica import Replica, Seq
+from twin.engine.router import cached_prefix, get_router
+from twin.engine.source import SessionSource
+from twin.errors import TwinError
+from twin.metrics import Occupancy, RequestRecord
+from twin.model import ModelSpec
+from workloads.reader import Request, Workload
+
+GB = 1e9
+
+
+@dataclass
+class RunStats:
+    """What the run leaves besides the records: per-replica counters and the occupancy series."""
+
+    sim_end_s: float
+    replicas: list[dict[str, Any]]
+    occupancy: dict[str, Any]
+    memory_budget_bytes: float
+    horizon_s: float
+    peak_buffered_rows: int  # workload rows read ahead of need at the worst moment
+
+
+def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
+    """Bytes a replica has for running requests: usable HBM - weights - cache."""
+    if config.gpu_memory_bytes is None:
+        return float("inf")
+    usable = config.tp * config.gpu_memory_bytes * config.memory_utilization
+    budget = usable - model.weight_bytes - config.cache_bytes
+    if budget <= 0:
+        raise TwinError(
+            f"no memory left for running requests: {config.tp} GPU(s) x "
+            f"{config.gpu_memory_bytes / GB:.1f} GB x {config.memory_utilization:g} = "
+            f"{usable / GB:.1f} GB, minus {model.weight_bytes / GB:.1f} GB of weights and "
+            f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp")
+    return budget
+
+
+def horizon(source: SessionSource, config: EngineConfig) -> float:
+    """Simulated seconds until the last arrival expected (progress bars, sampling)."""
+    h = source.horizon()
+    return min(h, config.until_s) if config.until_s is not None else h
+
+
+def expected_horizon(workload: Workload, config: EngineConfig) -> float:
+    """:func:`horizon` of ``workload`` under ``config``, before any simulation."""
+    source = SessionSource(workload, config.session_rate, config.request_rate, config.seed)
+    return horizon(source, config)
+
+
+class Cluster:
+    """Replicas + router + source in one SimPy environment; :meth:`run` simulates the workload."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        pricer: StepPricer,
+        config: EngineConfig,
+        workload: Workload,
+        on_record: Callable[[RequestRecord], None] = lambda rec: None,
+    ) -> None:
+        if getattr(get_policy(config.policy, **config.policy_options), "hindsight", False):
+            raise TwinError(
+                f"policy {config.policy!r} is a hindsight bound (one replay per alpha), not an "
+                "online policy; simulate 'marconi' with --policy-option alpha=A instead")
+        self.env = env = simpy.Environment()
+        self.model = model
+        self.config = config
+        self.on_record = on_record
+        self.source = SessionSource(workload, config.session_rate, config.request_rate,
+                                    config.seed)
+        self.router = get_router(config.router)
+        self.budget = memory_budget(model, config)
+        self.replicas: list[Replica] = []
+        for i in range(config.replicas):
+            cache = get_policy(config.policy, **config.policy_options).make_cache(
+                model, config.cache_bytes)
+            self.replicas.append(Replica(env, i, model, pricer, cache, config.max_batched_tokens,
+                                         config.max_running, self.budget))
+        if config.router == "prefix-aware":  # refuse an unprobeable cache before running
+            cached_prefix(self.replicas[0].cache, np.zeros(1, np.int32))
+        self.horizon_s = horizon(self.source, config)
+        self.occupancy = Occupancy(config.replicas, max(self.horizon_s, 1e-3) / config.samples,
+                                   max_samples=2 * config.samples)
+        self._finished = env.event()
+        self._arrivals_done = False
+        self._active = 0  # sessions still submitting or waiting on a turn
+
+    # ------------------------------------------------------------------ running
+    def run(self, progress: Callable[[float], None] | None = None) -> RunStats:
+        """Simulate until every request completed; ``progress(dt)`` reports simulated seconds."""
+        env = self.env
+        for replica in self.replicas:
+            env.process(replica.run())
+        env.process(self._arrivals())
+        env.process(self._sampler(progress))
+        env.run(until=self._finished)
+        return self._stats()
+
+    def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+        env, until = self.env, self.config.until_s
+        for first, start in self.source.sessions():
+            if until is not None and start > until:
+                break
+            if start > env.now:
+                yield env.timeout(start - env.now)
+            self._active += 1
+            env.process(self._session(first, start))
+        self._arrivals_done = True
+        self._check_finished()
+
+    def _session(self, first: Request, start: float) -> Generator[simpy.Event, Any, None]:
+        env, source, until = self.env, self.source, self.config.until_s
+        req = first
+        previous: simpy.Process | None = None  # the last turn, if it runs on its own
+        spawned: list[simpy.Process] = []
+        while True:
+            at = source.turn_arrival(req, first, start)
+            if at is None:  # closed loop: think after the previous turn completes
+                if previous is not None:
+                    yield previous
+                if req.think_s:
+                    yield env.timeout(req.think_s)
+            elif at > env.now:  # open loop: at its own time, whatever came before
+                yield env.timeout(at - env.now)
+            if until is not None and env.now > until:
+                if not source.is_last(req):
+                    source.drop(req.session_id)
+                break
+            last = source.is_last(req)
+            if last or not source.next_is_open(req):
+                # Nothing else of this session can happen before this turn
+                # completes: serve it here (one process fewer per request).
+                yield from self._request(req)
+                previous = None
+            else:
+                previous = env.process(self._request(req))
+                spawned.append(previous)
+            if last:
+                break
+            req = source.next_turn(req.session_id)
+        for proc in spawned:  # open-loop turns may still be running
+            if not proc.processed:
+                yield proc
+        self._active -= 1
+        self._check_finished()
+
+    def _request(self, req: Request) -> Generator[simpy.Event, Any, None]:
+        """One request's life, top to bottom."""
+        replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+        seq = replica.submit(req)  # arrive now; queue FCFS (or rejected: too big to ever fit)
+        if not seq.rejected:
+            yield seq.admitted  # joined the batch: cache looked up, hit pinned, checkpoints chosen
+            yield seq.first_token  # prefill of the uncached tokens done: the first token is out
+        yield seq.done  # decoded to output_len; final state cached, hit unpinned, memory freed
+        self.on_record(_record(seq))
+
+    def _sampler(self, progress: Callable[[float], None] | None
+                 ) -> Generator[simpy.Event, Any, None]:
+        env, occ = self.env, self.occupancy
+        reported = 0.0
+        while True:
+            occ.add(env.now, [r.cache.kv_bytes for r in self.replicas],
+                    [r.cache.ssm_bytes for r in self.replicas])
+            if progress is not None:
+                now = min(env.now, self.horizon_s)
+                progress(now - reported)
+                reported = now
+            yield env.timeout(occ.interval_s)
+
+    def _check_finished(self) -> None:
+        if self._arrivals_done and not self._active and not self._finished.triggered:
+            self._finished.succeed()
+
+    # ------------------------------------------------------------------ results
+    def _stats(self) -> RunStats:
+        end = self.env.now
+        reps = []
+        for r in self.replicas:
+            c = r.cache
+            reps.append({
+                "replica": r.index,
+                "requests": r.requests,
+                "rejected": r.rejected,
+                "steps": r.step_no,
+                "busy_s": r.busy_s,
+                "utilisation": r.busy_s / end if end > 0 else 0.0,
+                "cache": {
+                    "kv_bytes": c.kv_bytes, "ssm_bytes": c.ssm_bytes,
+                    "peak_bytes": c.peak_bytes, "peak_kv_bytes": c.peak_kv_bytes,
+                    "peak_ssm_bytes": c.peak_ssm_bytes, "evictions": c.evictions,
+                    "checkpoints_admitted": c.checkpoints_admitted,
+                    "checkpoints_hit": c.checkpoints_hit, "nodes": c.num_nodes,
+                },
+                "policy": r.policy.stats(),
+            })
+        return RunStats(end, reps, self.occupancy.to_dict(), self.budget, self.horizon_s,
+                        self.source.peak_buffered)
+
+
+def _record(seq: Seq) -> RequestRecord:
+    req = seq.req
+    return RequestRecord(
+        row=req.row, session_id=req.session_id, turn=req.turn, replica=seq.replica,
+        arrival_s=seq.arrival_s, admitted_s=seq.admitted_s, first_token_s=seq.first_token_s,
+        completed_s=seq.done_s, input_tokens=seq.prompt_len, hit_tokens=seq.hit,
+        output_tokens=seq.out_len, checkpoints=seq.ckpts, rejected=seq.rejected)

@@ -1,0 +1,152 @@
+"""What the engine needs from a cost model: the seconds of one batch step, and of a state copy.
+
+The engine depends on the tiny :class:`StepPricer` protocol, not on the
+calibrated cost model itself, so that tests can plug in constant or linear
+pricers whose queueing behaviour is known in closed form, and so that the
+scheduler never sees kernels or profiles (Vidur's separation of the execution
+time predictor from the scheduler).
+
+A step is priced from its prefill chunks, each ``(new tokens, cached context
+before the chunk)``, and its decode batch summarised by ``(sequences, total
+context)``. The decode summary is exact for every cost model whose decode
+work is additive over sequences (attention decode reads each sequence's keys;
+SSM and MLP layers cost the same per sequence), and it lets the engine price a
+step in O(1) however many sequences decode: it keeps the batch's context sum
+incrementally instead of walking the batch every step. (With a sliding
+window, keys per sequence are capped, so handing the cost model the sum
+spread evenly over the batch is an approximation; no preset has a window.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from twin.model import ModelSpec
+
+Chunk = tuple[int, int]  # (new tokens, cached context before them)
+
+
+@runtime_checkable
+class StepPricer(Protocol):
+    """Seconds of the work a replica does; see the module docstring."""
+
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
+                  ) -> float:
+        """Seconds of ``prefills`` + ``decode_batch`` decodes over ``decode_context`` keys."""
+        ...
+
+    def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
+        """Durations of ``steps`` pure-decode steps; step i sees ``context + i * batch`` keys."""
+        ...
+
+    def decode_affine(self, batch: int) -> tuple[float, float] | None:
+        """``(a, b)`` if a pure-decode step of ``batch`` sequences costs ``a + b x context``.
+
+        Lets the engine time a whole decode run in closed form; ``None`` when
+        the price is not affine in the context (the engine then uses
+        :meth:`decode_run`).
+        """
+        ...
+
+    def checkpoint_copy_time(self) -> float:
+        """Seconds to copy one SSM checkpoint (every SSM layer's state) on the device."""
+        ...
+
+
+class PricerBase:
+    """Implements :meth:`decode_run` by pricing each step; subclasses give ``step_time``."""
+
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
+                  ) -> float:
+        raise NotImplementedError
+
+    def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
+        return np.fromiter(
+            (self.step_time((), batch, context + i * batch) for i in range(steps)),
+            np.float64, steps,
+        )
+
+    def decode_affine(self, batch: int) -> tuple[float, float] | None:
+        return None
+
+    def checkpoint_copy_time(self) -> float:
+        return 0.0
+
+
+# Per-sequence contexts at which a batch size's decode price is checked to be
+# affine in the context sum (up to 128K tokens a sequence), and the tolerance.
+_PROBE_CONTEXTS = (0, 128, 1024, 8192, 32768, 131072)
+_AFFINE_RTOL = 1e-6
+
+
+class CostModelPricer(PricerBase):
+    """Adapter over the calibrated :class:`twin.costmodel.CostModel` of one replica.
+
+    Steps with prefill chunks are priced exactly by ``CostModel.step``. A pure
+    decode step depends on the context sum only through the attention decode
+    kernel, which is memory-bound: for each batch size the price is fitted as
+    ``a + b x context`` from the cost model itself and checked at six contexts
+    (0 to 128K tokens a sequence) to agree within 1e-6 relative (in practice
+    1e-9); a batch size that fails the check (a sliding window, a kernel near
+    its compute/memory crossover) is priced exactly step by step. With the fit
+    the engine times a fast-forwarded decode run in closed form instead of
+    calling the cost model once per step (about 7 us a call, and a request at
+    low load decodes over tens of steps).
+    """
+
+    def __init__(self, cost_model: Any) -> None:
+        self.cost_model = cost_model
+        self._affine: dict[int, tuple[float, float] | None] = {}
+        self._copy_s = float(cost_model.checkpoint_copy_s(1))
+
+    @property
+    def provenance(self) -> str:
+        return str(self.cost_model.provenance)
+
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
+                  ) -> float:
+        if not prefills and decode_batch:
+            fit = self._fit(decode_batch)
+            if fit is not None:
+                return fit[0] + fit[1] * decode_context
+        return self._exact(prefills, decode_batch, decode_context)
+
+    def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
+        fit = self._fit(batch)
+        if fit is None:
+            return super().decode_run(batch, context, steps)
+        return fit[0] + fit[1] * (context + batch * np.arange(steps, dtype=np.float64))
+
+    def decode_affine(self, batch: int) -> tuple[float, float] | None:
+        return self._fit(batch)
+
+    def checkpoint_copy_time(self) -> float:
+        return self._copy_s
+
+    def _exact(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:
+        # Spread the context sum over the batch: exact, decode features are sums.
+        base, extra = divmod(context, batch) if batch else (0, 0)
+        decodes = [base + 1] * extra + [base] * (batch - extra)
+        return float(self.cost_model.step(list(prefills), decodes))
+
+    def _fit(self, batch: int) -> tuple[float, float] | None:
+        if batch in self._affine:
+            return self._affine[batch]
+        xs = [c * batch for c in _PROBE_CONTEXTS]
+        ts = [self._exact((), batch, x) for x in xs]
+        slope = (ts[-1] - ts[0]) / (xs[-1] - xs[0])
+        fit: tuple[float, float] | None = (ts[0], slope)
+        if any(abs(ts[0] + slope * x - t) > _AFFINE_RTOL * t for x, t in zip(xs, ts, strict=True)):
+            fit = None
+        self._affine[batch] = fit
+        return fit
+
+
+def make_pricer(model: ModelSpec, profile: Any, tp: int) -> CostModelPricer:
+    """The calibrated cost model of ``model`` on ``profile`` with tensor parallelism ``tp``."""
+    from twin.costmodel import CostModel
+
+    return CostModelPricer(CostModel(model, profile, tp))

@@ -1,0 +1,303 @@
+"""Per-request records and the run summary: data first, text later.
+
+- :class:`RequestRecord`: one request's ids, replica and timestamps, with the
+  derived latencies (queue wait, prefill time, TTFT, TPOT, end-to-end).
+- :class:`RecordWriter`: streams records to ``requests.parquet`` in row groups
+  through a temporary file renamed at the end, so memory stays flat and a
+  failed run leaves no half-written file.
+- :class:`SummaryBuilder`: keeps only what the summary needs (latencies as
+  float32 arrays for the percentiles, running sums for the rest).
+- :class:`Occupancy`: cache bytes by kind per replica at fixed simulated-time
+  intervals, thinned (every other sample dropped, interval doubled) when a run
+  outlasts its expected horizon, so the series stays a few hundred points.
+- :func:`to_json`: sorted keys, floats rounded, NaN as null: the same run
+  always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from twin.atomic import atomic_path
+from twin.cache import PrefillFlops
+
+NAN = float("nan")
+PERCENTILES = (5, 50, 95, 99)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request's life; times in simulated seconds, NaN where they do not apply."""
+
+    row: int  # workload row
+    session_id: int
+    turn: int
+    replica: int
+    arrival_s: float
+    admitted_s: float  # joined the running batch (cache looked up)
+    first_token_s: float
+    completed_s: float
+    input_tokens: int
+    hit_tokens: int
+    output_tokens: int
+    checkpoints: int  # SSM checkpoints the cache admitted for this request
+    rejected: bool = False  # larger than the replica's memory for running requests
+
+    @property
+    def queue_s(self) -> float:
+        return self.admitted_s - self.arrival_s
+
+    @property
+    def prefill_s(self) -> float:
+        return self.first_token_s - self.admitted_s
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float:
+        """Mean time per output token after the first (NaN with a single output token)."""
+        if self.output_tokens < 2:
+            return NAN
+        return (self.completed_s - self.first_token_s) / (self.output_tokens - 1)
+
+    @property
+    def e2e_s(self) -> float:
+        return self.completed_s - self.arrival_s
+
+
+_INT_COLUMNS = ("row", "session_id", "turn", "replica", "input_tokens", "hit_tokens",
+                "output_tokens", "checkpoints")
+_TIME_COLUMNS = ("arrival_s", "queue_s", "prefill_s", "ttft_s", "tpot_s", "e2e_s")
+RECORD_SCHEMA = pa.schema(
+    [(c, pa.int32() if c in ("turn", "replica") else pa.int64()) for c in _INT_COLUMNS[:4]]
+    + [(c, pa.float64()) for c in _TIME_COLUMNS]
+    + [(c, pa.int64()) for c in _INT_COLUMNS[4:]]
+    + [("rejected", pa.bool_()), ("warmup", pa.bool_())]
+)
+
+
+_TYPECODE = {pa.int64(): "q", pa.int32(): "i", pa.float64(): "d", pa.bool_(): "b"}
+_NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32, pa.float64(): np.float64,
+          pa.bool_(): np.int8}
+
+
+class RecordWriter:
+    """Stream :class:`RequestRecord` rows to a parquet file, atomically (module docstring)."""
+
+    def __init__(self, path: str | os.PathLike[str], warmup_s: float = 0.0,
+                 chunk_rows: int = 65536) -> None:
+        self.path = Path(path)
+        self.warmup_s = warmup_s
+        self.chunk_rows = chunk_rows
+        self.rows = 0
+        # Typed buffers (8 bytes a value, no Python objects): a 64K-row chunk is 8 MB.
+        self._cols: dict[str, array] = {f.name: array(_TYPECODE[f.type]) for f in RECORD_SCHEMA}
+        self._atomic = atomic_path(self.path)
+        self._tmp = self._atomic.__enter__()
+        self._writer = pq.ParquetWriter(self._tmp, RECORD_SCHEMA)
+
+    def add(self, rec: RequestRecord) -> None:
+        c = self._cols
+        arrival = rec.arrival_s
+        c["row"].append(rec.row)
+        c["session_id"].append(rec.session_id)
+        c["turn"].append(rec.turn)
+        c["replica"].append(rec.replica)
+        c["arrival_s"].append(arrival)
+        c["queue_s"].append(rec.admitted_s - arrival)
+        c["prefill_s"].append(rec.first_token_s - rec.admitted_s)
+        c["ttft_s"].append(rec.first_token_s - arrival)
+        c["tpot_s"].append(rec.tpot_s)
+        c["e2e_s"].append(rec.completed_s - arrival)
+        c["input_tokens"].append(rec.input_tokens)
+        c["hit_tokens"].append(rec.hit_tokens)
+        c["output_tokens"].append(rec.output_tokens)
+        c["checkpoints"].append(rec.checkpoints)
+        c["rejected"].append(rec.rejected)
+        c["warmup"].append(arrival < self.warmup_s)
+        self.rows += 1
+        if self.rows % self.chunk_rows == 0:
+            self._flush()
+
+    def close(self) -> None:
+        """Write the last rows and move the file to its final name."""
+        self._flush()
+        self._writer.close()
+        self._atomic.__exit__(None, None, None)
+
+    def abort(self) -> None:
+        """Drop the temporary file (the target is left as it was)."""
+        self._writer.close()
+        err = RuntimeError("aborted")
+        with contextlib.suppress(RuntimeError):
+            self._atomic.__exit__(type(err), err, None)
+
+    def _flush(self) -> None:
+        c = self._cols
+        if not c["row"]:
+            return
+        arrays = []
+        for f in RECORD_SCHEMA:
+            values = np.frombuffer(c[f.name], _NUMPY[f.type])
+            if f.type == pa.bool_():
+                values = values.astype(bool)
+            # from_pandas: NaN times (rejected requests, TPOT of one token) become nulls.
+            arrays.append(pa.array(values, f.type, from_pandas=True))
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA))
+        for name in c:
+            c[name] = array(c[name].typecode)
+
+
+def _stats(values: array) -> dict[str, float | None]:
+    x = np.frombuffer(values, np.float32).astype(np.float64)
+    x = x[~np.isnan(x)]
+    if not x.size:
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    q = np.percentile(x, PERCENTILES)
+    return {"mean": float(x.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, q,
+                                                                          strict=True)}}
+
+
+class SummaryBuilder:
+    """Accumulates the summary of the requests arriving at or after ``warmup_s``."""
+
+    LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "prefill_s")
+
+    def __init__(self, flops: PrefillFlops, warmup_s: float = 0.0) -> None:
+        self.flops = flops
+        self.warmup_s = warmup_s
+        self.lat = {k: array("f") for k in self.LATENCIES}
+        self.total = self.excluded = self.rejected = self.measured = 0
+        self.input_tokens = self.hit_tokens = self.output_tokens = self.hits = 0
+        self.checkpoints = 0
+        self.flops_total = self.flops_saved = 0.0
+        self.first_arrival = math.inf
+        self.last_completion = 0.0
+
+    def add(self, rec: RequestRecord) -> None:
+        self.total += 1
+        if rec.arrival_s < self.warmup_s:
+            self.excluded += 1
+            return
+        if rec.rejected:
+            self.rejected += 1
+            return
+        self.measured += 1
+        lat = self.lat
+        lat["ttft_s"].append(rec.first_token_s - rec.arrival_s)
+        lat["tpot_s"].append(rec.tpot_s)
+        lat["e2e_s"].append(rec.completed_s - rec.arrival_s)
+        lat["queue_s"].append(rec.admitted_s - rec.arrival_s)
+        lat["prefill_s"].append(rec.first_token_s - rec.admitted_s)
+        self.input_tokens += rec.input_tokens
+        self.output_tokens += rec.output_tokens
+        self.checkpoints += rec.checkpoints
+        self.flops_total += self.flops.total(rec.input_tokens, 0)
+        if rec.hit_tokens:
+            self.hits += 1
+            self.hit_tokens += rec.hit_tokens
+            self.flops_saved += self.flops.total(rec.hit_tokens, 0)
+        if rec.arrival_s < self.first_arrival:
+            self.first_arrival = rec.arrival_s
+        if rec.completed_s > self.last_completion:
+            self.last_completion = rec.completed_s
+
+    def result(self) -> dict[str, Any]:
+        start = self.warmup_s if self.warmup_s > 0 else self.first_arrival
+        window = self.last_completion - start if self.measured else 0.0
+        rate = (lambda x: x / window) if window > 0 else (lambda x: None)
+        out: dict[str, Any] = {k: _stats(v) for k, v in self.lat.items()}
+        out["requests"] = {
+            "total": self.total,
+            "measured": self.measured,
+            "warmup_excluded": self.excluded,
+            "rejected": self.rejected,
+        }
+        out["hit"] = {
+            "token_hit_rate": self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,
+            "request_hit_rate": self.hits / self.measured if self.measured else 0.0,
+            "input_tokens": self.input_tokens,
+            "hit_tokens": self.hit_tokens,
+            "checkpoints_admitted": self.checkpoints,
+        }
+        out["flops"] = {
+            "prefill_total": self.flops_total,
+            "saved": self.flops_saved,
+            "saved_fraction": self.flops_saved / self.flops_total if self.flops_total else 0.0,
+        }
+        out["throughput"] = {
+            "window_s": window,
+            "requests_per_s": rate(self.measured),
+            "output_tokens_per_s": rate(self.output_tokens),
+            "input_tokens_per_s": rate(self.input_tokens),
+        }
+        return out
+
+
+class Occupancy:
+    """Cache bytes by kind per replica over simulated time (module docstring)."""
+
+    def __init__(self, replicas: int, interval_s: float, max_samples: int = 400) -> None:
+        self.interval_s = interval_s
+        self.max_samples = max_samples
+        self.t: list[float] = []
+        self.kv: list[list[int]] = [[] for _ in range(replicas)]
+        self.ssm: list[list[int]] = [[] for _ in range(replicas)]
+
+    def add(self, t: float, kv: list[int], ssm: list[int]) -> None:
+        self.t.append(t)
+        for i, (k, s) in enumerate(zip(kv, ssm, strict=True)):
+            self.kv[i].append(k)
+            self.ssm[i].append(s)
+        if len(self.t) > self.max_samples:
+            self.t = self.t[::2]
+            self.kv = [x[::2] for x in self.kv]
+            self.ssm = [x[::2] for x in self.ssm]
+            self.interval_s *= 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"interval_s": self.interval_s, "t_s": self.t, "kv_bytes": self.kv,
+                "ssm_bytes": self.ssm}
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return float(f"{x:.9g}") if math.isfinite(x) else None
+    return x
+
+
+# A list of numbers that ``json.dumps(indent=...)`` spread one per line.
+_NUMBER_LIST = re.compile(r"\[\s*((?:-?[\d.eE+-]+|null)(?:,\s*(?:-?[\d.eE+-]+|null))*)\s*\]")
+
+
+def to_json(data: Any) -> str:
+    """Deterministic JSON text: sorted keys, 9 significant digits, NaN and inf as null.
+
+    Lists of numbers (the occupancy series) stay on one line each.
+    """
+    text = json.dumps(_clean(data), indent=2, sort_keys=True)
+    return _NUMBER_LIST.sub(
+        lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
