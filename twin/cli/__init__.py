@@ -49,20 +49,13 @@ def _root(
 
 
 def main() -> None:
-    """Console entry point: user errors become one line on stderr and exit status 2."""
+    """Console entry point: user errors become one line on stderr and exit status 2.
+
+    Typer runs standalone, so it reports usage errors (a bad flag or value)
+    itself, with exit status 2; every other user error is a ``TwinError``.
+    """
     try:
-        app(standalone_mode=False)
+        app()
     except TwinError as err:
         Console(stderr=True).print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    except typer.Exit as done:
-        sys.exit(done.exit_code)
-    except typer.Abort:
-        sys.exit(130)
-    except Exception as err:  # click usage errors raised under standalone_mode=False
-        import click
-
-        if isinstance(err, click.ClickException):
-            err.show()
-            sys.exit(err.exit_code)
-        raise
