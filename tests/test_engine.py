@@ -153,6 +153,17 @@ def test_warmup_and_until(tmp_path):
     assert sorted(r.arrival_s for r in recs) == [0, 1, 2, 3, 4, 5]
 
 
+@pytest.mark.parametrize(("arrival", "think"), [(1000.0, None), (None, 1000.0)])
+def test_a_turn_due_after_until_ends_the_run_without_waiting_for_it(tmp_path, arrival, think):
+    tokens = np.arange(1, 9, dtype=np.int32)
+    rows = [WorkloadRow(0, 0, 0.0, None, tokens, False, None, 4),
+            WorkloadRow(0, 1, arrival, think, tokens[:3], True, None, 4)]
+    summary, recs = run(write_rows(tmp_path / "w.parquet", rows), ConstantPricer(1.0),
+                        policy="vanilla", until_s=10.0)
+    assert len(recs) == 1
+    assert summary["sim_end_s"] == pytest.approx(4.0)  # 4 one-second steps, then done
+
+
 # ----------------------------------------------------------------- memory
 def test_memory_budget_is_never_overcommitted(tmp_path):
     model = get_model("tiny-hybrid")

@@ -52,7 +52,7 @@ class PrefixCache:
         self.root = self.tree.root
         self.kv_tokens = 0
         self.n_ckpts = 0
-        self.clock: Any = 0  # request index in replays, simulated seconds in the engine
+        self.clock: Any = 0  # requests served (replay) or admitted (engine): recency's unit
         self.evictions = 0
         self.checkpoints_admitted = 0
         self.checkpoints_hit = 0

@@ -149,14 +149,17 @@ class Cluster:
             if at is None:  # closed loop: think after the previous turn completes
                 if previous is not None:
                     yield previous
-                if req.think_s:
-                    yield env.timeout(req.think_s)
-            elif at > env.now:  # open loop: at its own time, whatever came before
-                yield env.timeout(at - env.now)
-            if until is not None and env.now > until:
+                due = env.now + (req.think_s or 0.0)
+            else:  # open loop: at its own time, whatever came before
+                due = max(at, env.now)
+            # Decide before waiting: a turn due after --until-s must not keep
+            # the clock (and utilisation, occupancy) running until its time.
+            if until is not None and due > until:
                 if not source.is_last(req):
                     source.drop(req.session_id)
                 break
+            if due > env.now:
+                yield env.timeout(due - env.now)
             last = source.is_last(req)
             if last or not source.next_is_open(req):
                 # Nothing else of this session can happen before this turn
