@@ -228,3 +228,28 @@ def measured_profiles() -> dict[str, Path]:
         except TwinError:
             continue  # a broken file is reported when someone loads it by name
     return out
+
+
+def resolve_profile(gpu: str | None, path: Path | None) -> Profile:
+    """The profile named by ``--gpu`` (a shipped one) or ``--profile`` (a file); h100 if neither."""
+    if gpu is not None and path is not None:
+        raise TwinError("give --gpu or --profile, not both")
+    if path is not None:
+        return Profile.load(path)
+    return load_profile(gpu or "h100")
+
+
+def device_memory_bytes(profile: Profile) -> float:
+    """HBM of the profile's device: its measured peak, else the datasheet of its GPU."""
+    from twin.hardware import get_gpu  # late: keeps calibration importable on its own
+
+    mem = profile.peaks.get("mem_bytes")
+    if mem:
+        return float(mem)
+    try:
+        return get_gpu(profile.gpu).hbm_bytes
+    except TwinError:
+        raise TwinError(
+            f"profile {profile.gpu!r} gives no device memory (peaks.mem_bytes) "
+            "and names no known GPU"
+        ) from None

@@ -6,6 +6,8 @@ public ``config.json`` files (field names in brackets) where one exists.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -235,3 +237,11 @@ def get_model(name: str) -> ModelSpec:
         return PRESETS[name]
     except KeyError:
         raise TwinError(f"unknown model {name!r}; valid names: {', '.join(PRESETS)}") from None
+
+
+def resolve_model(name: str) -> ModelSpec:
+    """A preset name, or the path of a Hugging Face ``config.json``."""
+    path = Path(name)
+    if path.suffix == ".json" and path.is_file():
+        return ModelSpec.from_hf_config(path)
+    return get_model(name)

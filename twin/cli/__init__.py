@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from twin import __version__
-from twin.cli import calibrate, cost, models, replay, simulate, workload
+from twin.cli import calibrate, cost, models, replay, report, simulate, workload
 from twin.errors import TwinError
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ app = typer.Typer(
 )
 app.add_typer(models.app, name="models")
 app.add_typer(workload.app, name="workload")
+app.add_typer(report.app, name="report")
 app.command("simulate")(simulate.simulate)
 app.command("replay")(replay.replay)
 app.command("calibrate")(calibrate.calibrate)

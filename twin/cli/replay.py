@@ -11,21 +11,12 @@ from rich.table import Table
 from policies import POLICIES, get_policy
 from twin.cli.common import console, print_json, progress_bar
 from twin.errors import TwinError
-from twin.model import ModelSpec
-from twin.presets import get_model
+from twin.presets import resolve_model
 from twin.replay import ReplayResult, Trace, replay_work
 from twin.replay import replay as run_replay
 from workloads.reader import Workload
 
 GB = 1e9  # decimal, as the Marconi paper quotes cache sizes
-
-
-def _model(name: str) -> ModelSpec:
-    """A preset name, or the path of a Hugging Face ``config.json``."""
-    path = Path(name)
-    if path.suffix == ".json" and path.is_file():
-        return ModelSpec.from_hf_config(path)
-    return get_model(name)
 
 
 def _policies(text: str) -> list[str]:
@@ -77,7 +68,7 @@ def replay(
 
       twin replay chat.parquet -m marconi-hybrid-7b --cache-gb 60 -p sglang+,marconi,oracle --json
     """
-    spec = _model(model)
+    spec = resolve_model(model)
     names = _policies(policy)
     options: dict[str, Any] = {
         "block_size": block_size,

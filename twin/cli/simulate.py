@@ -8,30 +8,20 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration import Profile, load_profile
+from calibration.profile import device_memory_bytes, resolve_profile
 from policies import POLICIES
 from twin.cli.common import console, err_console, progress_bar
 from twin.engine import ROUTERS, EngineConfig, expected_horizon, make_pricer
 from twin.engine import simulate as run_simulation
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.errors import TwinError
-from twin.hardware import get_gpu
 from twin.metrics import to_json
-from twin.model import ModelSpec
-from twin.presets import get_model
+from twin.presets import resolve_model
 from workloads.examples import example_path
 from workloads.reader import Workload
 
 GB = 1e9  # decimal, as the Marconi paper and `twin replay` quote cache sizes
 EXAMPLE = "chat"
-
-
-def _model(name: str) -> ModelSpec:
-    """A preset name, or the path of a Hugging Face ``config.json``."""
-    path = Path(name)
-    if path.suffix == ".json" and path.is_file():
-        return ModelSpec.from_hf_config(path)
-    return get_model(name)
 
 
 def _value(text: str) -> Any:
@@ -52,25 +42,6 @@ def _policy_options(pairs: list[str]) -> dict[str, Any]:
             raise TwinError(f"--policy-option {pair!r}: expected KEY=VALUE, e.g. alpha=1.0")
         options[key.strip().replace("-", "_")] = _value(value.strip())
     return options
-
-
-def _profile(gpu: str | None, profile: Path | None) -> Profile:
-    if gpu is not None and profile is not None:
-        raise TwinError("give --gpu or --profile, not both")
-    if profile is not None:
-        return Profile.load(profile)
-    return load_profile(gpu or "h100")
-
-
-def _gpu_memory(profile: Profile) -> float:
-    mem = profile.peaks.get("mem_bytes")
-    if mem:
-        return float(mem)
-    try:
-        return get_gpu(profile.gpu).hbm_bytes
-    except TwinError:
-        raise TwinError(f"profile {profile.gpu!r} gives no device memory (peaks.mem_bytes) "
-                        "and names no known GPU") from None
 
 
 def simulate(
@@ -133,13 +104,13 @@ def simulate(
 
       twin simulate trace.parquet --profile my-a100.json -r 2 --tp 2 -p sglang+ --json
     """
-    spec = _model(model)
-    prof = _profile(gpu, profile)
+    spec = resolve_model(model)
+    prof = resolve_profile(gpu, profile)
     config = EngineConfig(
         replicas=replicas, tp=tp, cache_bytes=int(cache_gb * GB), policy=policy,
         policy_options=_policy_options(policy_option), router=router,
         max_batched_tokens=max_batched_tokens, max_running=max_running,
-        gpu_memory_bytes=_gpu_memory(prof), memory_utilization=gpu_mem_util,
+        gpu_memory_bytes=device_memory_bytes(prof), memory_utilization=gpu_mem_util,
         session_rate=session_rate, request_rate=request_rate, seed=seed, warmup_s=warmup_s,
         until_s=until_s)
     if workload is None:

@@ -1,0 +1,25 @@
+"""Capacity-planning sweeps and their HTML/Markdown reports.
+
+Data flows one way: :mod:`reports.sweep` runs one engine simulation per grid
+point and keeps a resumable ``results.parquet``; :mod:`reports.analysis`
+aggregates seeds and picks the smallest cache meeting an SLO;
+:mod:`reports.render` draws the figures and writes ``report.html`` and
+``report.md``.
+"""
+
+from reports.analysis import Slo, aggregate, parse_slo, recommend, winner
+from reports.render import render_report
+from reports.sweep import Point, SweepSpec, grid, run_sweep
+
+__all__ = [
+    "Point",
+    "Slo",
+    "SweepSpec",
+    "aggregate",
+    "grid",
+    "parse_slo",
+    "recommend",
+    "render_report",
+    "run_sweep",
+    "winner",
+]

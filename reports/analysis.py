@@ -1,0 +1,167 @@
+"""Seed aggregation, the SLO parser and the capacity recommendation.
+
+Works on plain lists of row dicts (no pandas: it is not a dependency), so the
+same functions serve results read from parquet and tables written by hand in
+tests.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from scipy import stats
+
+from twin.errors import TwinError
+
+# Metrics averaged across seeds; each gets a 95% interval when seeds >= 2.
+METRICS = (
+    "ttft_p5_ms", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p95_ms",
+    "token_hit_rate", "request_hit_rate", "flops_saved_frac", "kv_bytes_mean",
+    "ssm_bytes_mean", "throughput_rps", "output_tokens_per_s", "utilisation",
+)
+
+_SLO = re.compile(r"^\s*p(\d{1,2})_(ttft|tpot)\s*(<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)\s*$",
+                  re.IGNORECASE)
+_SLO_EXAMPLE = "e.g. 'p95_ttft<=500ms', 'p50_ttft<=200ms' or 'p99_ttft<=1.5s'"
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A latency target on one percentile column: ``value(column) <= threshold_ms``."""
+
+    percentile: int
+    metric: str  # "ttft" or "tpot"
+    threshold_ms: float
+
+    @property
+    def column(self) -> str:
+        return f"{self.metric}_p{self.percentile}_ms"
+
+    def __str__(self) -> str:
+        return f"P{self.percentile} {self.metric.upper()} <= {self.threshold_ms:g} ms"
+
+
+def parse_slo(text: str) -> Slo:
+    """Parse ``p95_ttft<=500ms`` (ms or s); a TwinError saying what is accepted otherwise."""
+    m = _SLO.match(text or "")
+    if m is None:
+        raise TwinError(f"--slo {text!r}: expected pNN_ttft<=VALUE(ms|s), {_SLO_EXAMPLE}")
+    pct, metric, value, unit = int(m[1]), m[2].lower(), float(m[4]), m[5].lower()
+    slo = Slo(pct, metric, value * (1e3 if unit == "s" else 1.0))
+    if slo.column not in METRICS:
+        have = sorted(c.removesuffix("_ms") for c in METRICS if c.startswith(metric))
+        raise TwinError(f"--slo {text!r}: the sweep records {', '.join(have)} only")
+    if not (math.isfinite(slo.threshold_ms) and slo.threshold_ms > 0):
+        raise TwinError(f"--slo {text!r}: the threshold must be a positive number")
+    return slo
+
+
+def _interval(values: list[float]) -> float | None:
+    """Half-width of the 95% t-interval of the mean (None below two seeds)."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (policy, session_rate, cache_gb): ``M`` (mean) and ``M_ci`` per metric."""
+    groups: dict[tuple[str, float | None, float], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["policy"], r["session_rate"], r["cache_gb"])].append(r)
+    out = []
+    for (policy, rate, cache), members in groups.items():
+        agg: dict[str, Any] = {"policy": policy, "session_rate": rate, "cache_gb": cache,
+                               "seeds": len(members)}
+        for m in METRICS:
+            # A point with no measured requests has null latencies: leave it
+            # out of the mean rather than pretend it was zero.
+            vals = [float(r[m]) for r in members if r.get(m) is not None]
+            agg[m] = sum(vals) / len(vals) if vals else None
+            agg[f"{m}_ci"] = _interval(vals)
+        out.append(agg)
+    out.sort(key=lambda a: (a["policy"], a["session_rate"] is not None,
+                            a["session_rate"] or 0.0, a["cache_gb"]))
+    return out
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The smallest cache meeting the SLO for one policy at one session rate."""
+
+    policy: str
+    session_rate: float | None
+    cache_gb: float | None  # None: no cache size in the sweep meets the SLO
+    value_ms: float | None  # the SLO metric's mean at that cache size
+    gpus: int  # replicas x tp
+
+    @property
+    def meets(self) -> bool:
+        return self.cache_gb is not None
+
+
+def recommend(agg: list[dict[str, Any]], slo: Slo, replicas: int, tp: int
+              ) -> list[Recommendation]:
+    """For each (policy, rate): the smallest cache whose mean SLO metric meets the target."""
+    by: dict[tuple[str, float | None], list[dict[str, Any]]] = defaultdict(list)
+    for a in agg:
+        by[(a["policy"], a["session_rate"])].append(a)
+    recs = []
+    for (policy, rate), cells in by.items():
+        ok = [c for c in cells if c[slo.column] is not None and c[slo.column] <= slo.threshold_ms]
+        best = min(ok, key=lambda c: c["cache_gb"]) if ok else None
+        recs.append(Recommendation(
+            policy, rate, best["cache_gb"] if best else None,
+            best[slo.column] if best else None, replicas * tp))
+    return recs
+
+
+def winner(recs: list[Recommendation]) -> Recommendation | None:
+    """The smallest cache meeting the SLO; ties go to the lower SLO metric."""
+    ok = [r for r in recs if r.meets]
+    return min(ok, key=lambda r: (r.cache_gb, r.value_ms)) if ok else None
+
+
+def rate_label(rate: float | None) -> str:
+    return "workload arrivals" if rate is None else f"{rate:g} sessions/s"
+
+
+def verdict(recs: list[Recommendation], slo: Slo) -> list[str]:
+    """Plain sentences: per session rate, the winner and its margin over the runner-up."""
+    lines = []
+    rates = sorted({r.session_rate for r in recs}, key=lambda x: (x is not None, x or 0.0))
+    for rate in rates:
+        at = [r for r in recs if r.session_rate == rate]
+        best = winner(at)
+        where = rate_label(rate)
+        if best is None:
+            lines.append(f"At {where}, no policy meets {slo} at any cache size in the sweep: "
+                         "try larger caches, more replicas or a lower rate.")
+            continue
+        assert best.cache_gb is not None and best.value_ms is not None
+        headroom = 1 - best.value_ms / slo.threshold_ms
+        text = (f"At {where}, {best.policy} meets {slo} with {best.cache_gb:g} GB of cache per "
+                f"replica on {best.gpus} GPU(s): {best.value_ms:,.1f} ms, "
+                f"{headroom:.0%} under the target.")
+        rest = [r for r in at if r is not best]
+        met = [r for r in rest if r.meets]
+        if met:
+            nxt = min(met, key=lambda r: (r.cache_gb, r.value_ms))
+            assert nxt.cache_gb is not None
+            if nxt.cache_gb == best.cache_gb:
+                text += (f" {nxt.policy} also meets it at {nxt.cache_gb:g} GB but at "
+                         f"{nxt.value_ms:,.1f} ms.")
+            else:
+                text += (f" The runner-up, {nxt.policy}, needs {nxt.cache_gb:g} GB "
+                         f"({nxt.cache_gb - best.cache_gb:g} GB more per replica).")
+        missing = [r.policy for r in rest if not r.meets]
+        if missing:
+            text += f" {', '.join(missing)}: none in the sweep meets it."
+        lines.append(text)
+    return lines

@@ -1,0 +1,256 @@
+"""The sweep: one engine simulation per grid point, kept in a resumable results table.
+
+A point is (cache size, policy, session rate, seed); everything else (model,
+profile, replicas, workload) is fixed by the :class:`SweepSpec`. Each finished
+point is merged into ``DIR/results.parquet``, rewritten atomically, so a
+killed sweep loses at most the points still running and a rerun with the same
+DIR computes only what is missing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from twin.atomic import atomic_path
+from twin.errors import TwinError
+
+RESULTS_FILE = "results.parquet"
+GB = 1e9  # decimal GB, as `twin simulate --cache-gb`
+
+# Column order of the results table (and the schema every row is cast to, so
+# an all-null column such as session_rate keeps its type across rewrites).
+SCHEMA = pa.schema([
+    ("key", pa.string()),
+    ("cache_gb", pa.float64()),
+    ("policy", pa.string()),
+    ("session_rate", pa.float64()),  # null: the workload's own arrival times
+    ("seed", pa.int64()),
+    ("model", pa.string()),
+    ("profile_label", pa.string()),
+    ("profile_gpu", pa.string()),
+    ("workload_sha256", pa.string()),
+    ("replicas", pa.int64()),
+    ("tp", pa.int64()),
+    ("requests_measured", pa.int64()),
+    ("requests_rejected", pa.int64()),
+    ("ttft_p5_ms", pa.float64()),
+    ("ttft_p50_ms", pa.float64()),
+    ("ttft_p95_ms", pa.float64()),
+    ("ttft_p99_ms", pa.float64()),
+    ("tpot_p50_ms", pa.float64()),
+    ("tpot_p95_ms", pa.float64()),
+    ("token_hit_rate", pa.float64()),
+    ("request_hit_rate", pa.float64()),
+    ("flops_saved_frac", pa.float64()),
+    ("kv_bytes_mean", pa.float64()),
+    ("ssm_bytes_mean", pa.float64()),
+    ("throughput_rps", pa.float64()),
+    ("output_tokens_per_s", pa.float64()),
+    ("utilisation", pa.float64()),
+])
+
+
+@dataclass(frozen=True)
+class Point:
+    """One grid point: the parameters that vary across the sweep."""
+
+    cache_gb: float
+    policy: str
+    session_rate: float | None
+    seed: int
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What stays fixed across the sweep. Plain values only: it is pickled to workers."""
+
+    workload: str
+    model: str
+    gpu: str | None = None
+    profile: str | None = None
+    replicas: int = 1
+    tp: int = 1
+    router: str = "round-robin"
+    max_batched_tokens: int = 8192
+    max_running: int = 256
+    warmup_s: float = 0.0
+    workload_sha256: str = ""
+    profile_label: str = ""
+    # The label alone is not enough: every datasheet profile has the same one.
+    profile_gpu: str = ""
+
+    def key(self, point: Point) -> str:
+        """Resume key: the point, the workload's bytes, the model and the profile label.
+
+        Hashing canonical JSON makes the key stable across processes and
+        Python versions (``hash()`` is salted per process).
+        """
+        fixed = {k: v for k, v in asdict(self).items() if k not in ("workload", "gpu", "profile")}
+        blob = json.dumps({"point": asdict(point), "fixed": fixed}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def grid(cache_gb: Iterable[float], policies: Iterable[str],
+         session_rates: Iterable[float | None], seeds: int) -> list[Point]:
+    """Every combination, in a stable order (cache, policy, rate, seed)."""
+    return [Point(float(c), p, None if r is None else float(r), s)
+            for c, p, r, s in itertools.product(cache_gb, policies, session_rates, range(seeds))]
+
+
+def resolve(spec: SweepSpec) -> SweepSpec:
+    """Fill in the workload fingerprint and profile label (done once, in the parent)."""
+    from dataclasses import replace
+
+    from calibration.profile import resolve_profile
+    from workloads.importers.base import sha256_file
+
+    path = Path(spec.workload)
+    if not path.is_file():
+        raise TwinError(f"{path}: no such workload file")
+    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
+    return replace(spec, workload_sha256=sha256_file(path), profile_label=prof.provenance_label,
+                   profile_gpu=prof.gpu)
+
+
+def _mean_occupancy(summary: dict[str, Any], name: str) -> float | None:
+    """Mean over replicas and samples of the sampled cache occupancy, bytes per replica."""
+    samples = summary.get("cache_occupancy", {}).get(name)
+    values = [v for per_replica in samples or [] for v in per_replica]
+    return sum(values) / len(values) if values else None
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else 1e3 * x
+
+
+def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, Any]:
+    """Flatten an engine summary into one results row."""
+    thr = s["throughput"]
+    return {
+        "key": spec.key(point), **asdict(point),
+        "model": spec.model, "profile_label": spec.profile_label, "profile_gpu": spec.profile_gpu,
+        "workload_sha256": spec.workload_sha256, "replicas": spec.replicas, "tp": spec.tp,
+        "requests_measured": s["requests"]["measured"],
+        "requests_rejected": s["requests"]["rejected"],
+        **{f"ttft_{p}_ms": _ms(s["ttft_s"][p]) for p in ("p5", "p50", "p95", "p99")},
+        **{f"tpot_{p}_ms": _ms(s["tpot_s"][p]) for p in ("p50", "p95")},
+        "token_hit_rate": s["hit"]["token_hit_rate"],
+        "request_hit_rate": s["hit"]["request_hit_rate"],
+        "flops_saved_frac": s["flops"]["saved_fraction"],
+        "kv_bytes_mean": _mean_occupancy(s, "kv_bytes"),
+        "ssm_bytes_mean": _mean_occupancy(s, "ssm_bytes"),
+        "throughput_rps": thr["requests_per_s"],
+        "output_tokens_per_s": thr["output_tokens_per_s"],
+        "utilisation": s["utilisation"]["mean"],
+    }
+
+
+def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
+    """Simulate one point and return its row. Top-level so worker processes can pickle it."""
+    from calibration.profile import device_memory_bytes, resolve_profile
+    from twin.engine import EngineConfig, make_pricer, simulate
+    from twin.presets import resolve_model
+    from workloads.reader import Workload
+
+    model = resolve_model(spec.model)
+    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
+    config = EngineConfig(
+        replicas=spec.replicas, tp=spec.tp, cache_bytes=int(point.cache_gb * GB),
+        policy=point.policy, router=spec.router, max_batched_tokens=spec.max_batched_tokens,
+        max_running=spec.max_running, gpu_memory_bytes=device_memory_bytes(prof),
+        session_rate=point.session_rate, seed=point.seed, warmup_s=spec.warmup_s)
+    summary = simulate(Workload.open(Path(spec.workload)), model,
+                       make_pricer(model, prof, spec.tp), config,
+                       profile={"provenance": prof.provenance_label})
+    return summary_row(spec, point, summary)
+
+
+def read_results(out_dir: Path) -> list[dict[str, Any]]:
+    """Rows already in ``out_dir/results.parquet`` (none if there is no such file)."""
+    path = Path(out_dir) / RESULTS_FILE
+    if not path.is_file():
+        return []
+    try:
+        return pq.read_table(path).to_pylist()
+    except (OSError, pa.ArrowException) as err:
+        raise TwinError(f"{path}: cannot read the previous results ({err}); "
+                        "delete it or use another --out") from None
+
+
+def write_results(out_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """Rewrite the whole table atomically, sorted so the file does not depend on finish order."""
+    ordered = sorted(rows, key=lambda r: (r["cache_gb"], r["policy"],
+                                          r["session_rate"] is not None, r["session_rate"] or 0,
+                                          r["seed"], r["key"]))
+    table = pa.Table.from_pylist([{c: r.get(c) for c in SCHEMA.names} for r in ordered],
+                                 schema=SCHEMA)
+    with atomic_path(Path(out_dir) / RESULTS_FILE) as tmp:
+        pq.write_table(table, tmp)
+
+
+@dataclass
+class SweepOutcome:
+    """The rows of this sweep's points, and how many were computed now vs found on disk."""
+
+    rows: list[dict[str, Any]]
+    computed: int
+    skipped: int
+
+
+def run_sweep(
+    spec: SweepSpec,
+    points: list[Point],
+    out_dir: str | Path,
+    jobs: int = 1,
+    progress: Callable[[float], None] | None = None,
+    on_point: Callable[[Point, dict[str, Any]], None] | None = None,
+) -> SweepOutcome:
+    """Run the points missing from ``out_dir/results.parquet``; return this sweep's rows.
+
+    ``spec`` must be :func:`resolve`-d (its key needs the fingerprint and
+    label). ``jobs == 1`` runs in-process, in grid order (deterministic, and
+    tracebacks stay readable); more uses a local process pool. ``on_point``
+    sees each newly computed point (tests count them).
+    """
+    if not spec.workload_sha256:
+        raise ValueError("run_sweep needs a resolved SweepSpec (call reports.sweep.resolve)")
+    if jobs < 1:
+        raise TwinError(f"--jobs: must be at least 1 (got {jobs})")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # Rows of other sweeps sharing the DIR are kept in the file, but only this
+    # sweep's keys are returned for the report.
+    rows = {r["key"]: r for r in read_results(out)}
+    todo = [p for p in points if spec.key(p) not in rows]
+    skipped = len(points) - len(todo)
+    if progress is not None and skipped:
+        progress(skipped)
+
+    def done(point: Point, row: dict[str, Any]) -> None:
+        rows[row["key"]] = row
+        write_results(out, list(rows.values()))
+        if on_point is not None:
+            on_point(point, row)
+        if progress is not None:
+            progress(1)
+
+    if jobs == 1 or len(todo) <= 1:
+        for point in todo:
+            done(point, run_point(spec, point))
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+            futures = {pool.submit(run_point, spec, p): p for p in todo}
+            for fut in as_completed(futures):
+                done(futures[fut], fut.result())
+    wanted = [spec.key(p) for p in points]
+    return SweepOutcome([rows[k] for k in wanted], computed=len(todo), skipped=skipped)

@@ -1,0 +1,180 @@
+"""The capacity sweep, its recommendation, its reports and `twin report capacity`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from reports.analysis import Slo, aggregate, parse_slo, recommend, verdict, winner
+from reports.render import HTML_FILE, MD_FILE
+from reports.sweep import RESULTS_FILE, SCHEMA, SweepSpec, grid, resolve, run_sweep
+from twin.cli import report
+from twin.errors import TwinError
+from workloads.examples import example_path
+
+WORKLOAD = example_path("system-prompt")
+
+
+def _spec() -> SweepSpec:
+    return resolve(SweepSpec(workload=str(WORKLOAD), model="tiny-hybrid", gpu="h100"))
+
+
+# --- the SLO parser ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "pct", "metric", "ms"), [
+    ("p95_ttft<=500ms", 95, "ttft", 500.0),
+    ("p50_ttft<=200ms", 50, "ttft", 200.0),
+    (" P99_TTFT <= 1.5 s ", 99, "ttft", 1500.0),
+    ("p95_tpot<50ms", 95, "tpot", 50.0),
+])
+def test_parse_slo(text: str, pct: int, metric: str, ms: float) -> None:
+    slo = parse_slo(text)
+    assert (slo.percentile, slo.metric, slo.threshold_ms) == (pct, metric, ms)
+    assert slo.column == f"{metric}_p{pct}_ms"
+
+
+@pytest.mark.parametrize("text", ["", "p95<=500ms", "p95_ttft>=500ms", "p95_ttft<=500",
+                                  "p95_ttft<=fast", "p42_ttft<=1s", "p95_ttft<=0ms",
+                                  "p5_tpot<=1s"])
+def test_parse_slo_rejects(text: str) -> None:
+    with pytest.raises(TwinError, match="--slo"):
+        parse_slo(text)
+
+
+# --- the recommendation from a hand-made table -------------------------------------------
+
+def _row(policy: str, cache: float, p95: float, seed: int = 0) -> dict[str, object]:
+    return {"policy": policy, "session_rate": None, "cache_gb": cache, "seed": seed,
+            "ttft_p95_ms": p95}
+
+
+def test_recommendation_is_smallest_cache_meeting_slo() -> None:
+    rows = [
+        # marconi meets 500 ms from 20 GB (mean of seeds 480 and 500 = 490)
+        _row("marconi", 10, 700), _row("marconi", 10, 720, 1),
+        _row("marconi", 20, 480), _row("marconi", 20, 500, 1),
+        _row("marconi", 40, 300), _row("marconi", 40, 310, 1),
+        # vllm+ only at 40 GB; 20 GB mean is 505 (one seed under, the mean over)
+        _row("vllm+", 10, 900), _row("vllm+", 10, 910, 1),
+        _row("vllm+", 20, 490), _row("vllm+", 20, 520, 1),
+        _row("vllm+", 40, 450), _row("vllm+", 40, 460, 1),
+        # sglang+ never
+        _row("sglang+", 10, 990), _row("sglang+", 40, 800),
+    ]
+    agg = aggregate(rows)
+    cell = next(a for a in agg if a["policy"] == "marconi" and a["cache_gb"] == 20)
+    assert cell["ttft_p95_ms"] == pytest.approx(490)
+    # t(0.975, 1) * sd / sqrt(2) with sd = 14.142: 12.706 * 10 = 127.06
+    assert cell["ttft_p95_ms_ci"] == pytest.approx(127.06, rel=1e-3)
+    recs = {r.policy: r for r in recommend(agg, parse_slo("p95_ttft<=500ms"), 2, 4)}
+    assert recs["marconi"].cache_gb == 20 and recs["marconi"].value_ms == pytest.approx(490)
+    assert recs["vllm+"].cache_gb == 40
+    assert recs["sglang+"].cache_gb is None and not recs["sglang+"].meets
+    assert all(r.gpus == 8 for r in recs.values())
+    best = winner(list(recs.values()))
+    assert best is not None and best.policy == "marconi"
+    text = " ".join(verdict(list(recs.values()), parse_slo("p95_ttft<=500ms")))
+    assert "marconi meets" in text and "20 GB" in text and "vllm+, needs 40 GB" in text
+    assert "sglang+: none in the sweep" in text
+
+
+def test_winner_tie_goes_to_lower_metric() -> None:
+    agg = aggregate([_row("a", 20, 400), _row("b", 20, 300), _row("c", 10, 900)])
+    best = winner(recommend(agg, Slo(95, "ttft", 500.0), 1, 1))
+    assert best is not None and best.policy == "b"
+    assert winner(recommend(agg, Slo(95, "ttft", 100.0), 1, 1)) is None
+
+
+# --- a real sweep --------------------------------------------------------------------------
+
+def test_sweep_rows_columns_and_resume(tmp_path: Path) -> None:
+    spec = _spec()
+    points = grid([0.0005, 0.002], ["vllm+", "marconi"], [None], 2)
+    assert len(points) == 8
+    seen: list[object] = []
+    first = run_sweep(spec, points, tmp_path, on_point=lambda p, r: seen.append(p))
+    assert (first.computed, first.skipped, len(seen)) == (8, 0, 8)
+    table = pq.read_table(tmp_path / RESULTS_FILE)
+    assert table.num_rows == 8 and table.schema.names == SCHEMA.names
+    rows = table.to_pylist()
+    assert {(r["cache_gb"], r["policy"], r["seed"]) for r in rows} == {
+        (p.cache_gb, p.policy, p.seed) for p in points}
+    assert all(r["ttft_p95_ms"] > 0 and 0 <= r["token_hit_rate"] <= 1 for r in rows)
+    assert {r["workload_sha256"] for r in rows} == {spec.workload_sha256}
+
+    seen.clear()
+    again = run_sweep(spec, points, tmp_path, on_point=lambda p, r: seen.append(p))
+    assert (again.computed, again.skipped, seen) == (0, 8, [])
+    assert again.rows == first.rows
+    # One more cache size: only its points run; the old rows stay in the file.
+    more = grid([0.0005, 0.002, 0.01], ["vllm+", "marconi"], [None], 2)
+    third = run_sweep(spec, more, tmp_path)
+    assert (third.computed, third.skipped) == (4, 8)
+    assert pq.read_table(tmp_path / RESULTS_FILE).num_rows == 12
+
+
+def test_sweep_in_processes_matches_in_process(tmp_path: Path) -> None:
+    spec = _spec()
+    points = grid([0.001], ["vllm+", "marconi"], [2.0], 1)
+    one = run_sweep(spec, points, tmp_path / "a", jobs=1)
+    two = run_sweep(spec, points, tmp_path / "b", jobs=2)
+    assert one.rows == two.rows
+
+
+# --- the CLI and the reports ---------------------------------------------------------------
+
+def _cli() -> typer.Typer:
+    # The real registration lives in twin.cli; a local root keeps this test independent.
+    root = typer.Typer()
+    root.add_typer(report.app, name="report")
+
+    @root.callback()
+    def _root() -> None:
+        """twin"""
+
+    return root
+
+
+def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
+    out = tmp_path / "cap"
+    args = ["report", "capacity", str(WORKLOAD), "-m", "tiny-hybrid", "--gpu", "h100",
+            "--cache-gb", "0.0005,0.002", "--policies", "vllm+,marconi",
+            "--session-rates", "1,3", "--slo", "p95_ttft<=1s", "--out", str(out)]
+    res = CliRunner().invoke(_cli(), args)
+    assert res.exit_code == 0, res.output
+    assert "8 point(s) simulated" in res.output
+    page = (out / HTML_FILE).read_text()
+    # No external resource of any kind: every src/href is local or absent.
+    refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", page)
+    assert not [r for r in refs if r.startswith(("http://", "https://", "//"))]
+    assert "<script" not in page and "<link" not in page
+    # 2 rates x (TTFT + hit) + TTFT vs rate, all inline
+    assert page.count("<svg") == 5 and "<img" not in page
+    assert "datasheet roofline" in page and "sha256" in page
+    md = (out / MD_FILE).read_text()
+    figs = re.findall(r"\]\((fig-[^)]+\.svg)\)", md)
+    assert len(figs) == 5 and all((out / f).is_file() for f in figs)
+    assert "| policy |" in md
+    again = CliRunner().invoke(_cli(), args)
+    assert again.exit_code == 0 and "0 point(s) simulated, 8 found" in again.output
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--cache-gb", "", "comma-separated"),
+    ("--cache-gb", "10,x", "not a number"),
+    ("--policies", "marconi,lru9", "unknown policy 'lru9'"),
+    ("--policies", ",", "comma-separated"),
+    ("--session-rates", "0", "must be > 0"),
+    ("--slo", "p95_ttft=500ms", "--slo"),
+])
+def test_cli_bad_flags(tmp_path: Path, flag: str, value: str, message: str) -> None:
+    args = ["report", "capacity", str(WORKLOAD), "-m", "tiny-hybrid", flag, value,
+            "--out", str(tmp_path / "x")]
+    res = CliRunner().invoke(_cli(), args)
+    assert isinstance(res.exception, TwinError) and message in str(res.exception)
+    assert not (tmp_path / "x").exists()  # rejected before any work

@@ -1,0 +1,142 @@
+"""``twin report capacity``: sweep cache size x policy x load, recommend, write the report."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from policies import POLICIES
+from reports.analysis import aggregate, parse_slo, rate_label, recommend, verdict
+from reports.render import HTML_FILE, MD_FILE, Header, render_report
+from reports.sweep import RESULTS_FILE, SweepSpec, grid, resolve, run_sweep
+from twin import __version__
+from twin.cli.common import console, err_console, progress_bar
+from twin.errors import TwinError
+from twin.presets import resolve_model
+
+app = typer.Typer(
+    help="Capacity-planning reports: sweeps of the simulator rendered as HTML and Markdown.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _numbers(flag: str, text: str, positive: bool) -> list[float]:
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise TwinError(f"{flag} {text!r}: expected a comma-separated list, e.g. 20,40,60")
+    out = []
+    for t in items:
+        try:
+            v = float(t)
+        except ValueError:
+            raise TwinError(f"{flag}: {t!r} is not a number") from None
+        if not (v > 0 if positive else v >= 0) or v != v or v == float("inf"):
+            raise TwinError(f"{flag}: {t!r} must be {'> 0' if positive else '>= 0'}")
+        out.append(v)
+    return list(dict.fromkeys(out))  # a repeated value would only duplicate points
+
+
+def _policy_list(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not n for n in names):
+        raise TwinError(f"--policies {text!r}: expected a comma-separated list, "
+                        f"e.g. vllm+,sglang+,marconi")
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise TwinError(f"--policies: unknown policy {', '.join(map(repr, unknown))}; "
+                        f"choose from {', '.join(POLICIES)}")
+    return list(dict.fromkeys(names))
+
+
+def _command_line() -> str:
+    """The command as typed; click keeps no raw argv, so read sys.argv when it is ours
+    (under a test runner or another host program it is not, and a generic line is used)."""
+    args = sys.argv[1:]
+    if args[:2] == ["report", "capacity"]:
+        return shlex.join(["twin", *args])
+    return "twin report capacity (invoked programmatically)"
+
+
+@app.command("capacity")
+def capacity(
+    workload: Path = typer.Argument(..., help="Workload parquet file."),
+    model: str = typer.Option(
+        "marconi-hybrid-7b", "--model", "-m",
+        help="Preset model name (see `twin models list`) or a config.json."),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="Shipped profile by GPU name (h100, a100, l4, ...); default h100."),
+    profile: Path | None = typer.Option(
+        None, "--profile", help="A profile file from `twin calibrate` instead of --gpu."),
+    replicas: int = typer.Option(1, "--replicas", "-r", min=1, help="Model replicas."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel GPUs per replica."),
+    cache_gb: str = typer.Option(
+        "20,40,60", "--cache-gb", help="Cache sizes per replica to sweep, GB, comma-separated."),
+    policies: str = typer.Option(
+        "vllm+,sglang+,marconi", "--policies",
+        help=f"Policies to sweep, comma-separated: {', '.join(POLICIES)}."),
+    session_rates: str | None = typer.Option(
+        None, "--session-rates", help="Poisson session rates (per second) to sweep, "
+        "comma-separated; default: the workload's own arrival times."),
+    slo: str | None = typer.Option(
+        None, "--slo", help="Latency target for the recommendation, e.g. p95_ttft<=500ms."),
+    seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per point (2+ gives intervals)."),
+    router: str = typer.Option("round-robin", "--router", help="Router across replicas."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder (reruns resume in it)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1,
+                             help="Worker processes (1: in-process, deterministic order)."),
+) -> None:
+    """Sweep cache size x policy x session rate x seed; recommend the smallest cache meeting
+    the SLO; write OUT/results.parquet, OUT/report.html (self-contained) and OUT/report.md.
+
+    Every finished point is saved at once, so rerunning the same command in the
+    same OUT computes only the missing points.
+
+    Example:
+
+      twin report capacity chat.parquet -m marconi-hybrid-7b --gpu h100 -r 2
+      --cache-gb 20,40,60 --policies vllm+,sglang+,marconi --session-rates 0.5,1,2
+      --slo "p95_ttft<=500ms" --seeds 2 --out capacity --jobs 4
+    """
+    caches = _numbers("--cache-gb", cache_gb, positive=False)
+    names = _policy_list(policies)
+    rates: list[float | None] = (
+        [None] if session_rates is None else list(_numbers("--session-rates", session_rates,
+                                                           positive=True)))
+    target = parse_slo(slo) if slo is not None else None
+    resolve_model(model)  # fail on a bad --model before any work
+    spec = resolve(SweepSpec(
+        workload=str(workload), model=model, gpu=gpu,
+        profile=None if profile is None else str(profile), replicas=replicas, tp=tp,
+        router=router))
+    points = grid(caches, names, rates, seeds)
+    with progress_bar("points", len(points)) as advance:
+        result = run_sweep(spec, points, out, jobs=jobs, progress=advance)
+    err_console.print(f"{result.computed} point(s) simulated, {result.skipped} found in "
+                      f"{out / RESULTS_FILE}")
+    agg = aggregate(result.rows)
+    recs = recommend(agg, target, replicas, tp) if target is not None else []
+    header = Header(
+        command=_command_line(),
+        workload=str(workload), workload_sha256=spec.workload_sha256,
+        twin_version=__version__, model=model, gpu=spec.profile_gpu,
+        provenance=spec.profile_label, replicas=replicas, tp=tp)
+    render_report(out, header, target, agg, recs)
+    if target is not None:
+        table = Table(title=f"smallest cache meeting {target}", title_justify="left")
+        for col in ("policy", "session rate", "cache", "metric (ms)", "GPUs"):
+            table.add_column(col)
+        for r in recs:
+            table.add_row(r.policy, rate_label(r.session_rate),
+                          "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
+                          "-" if r.value_ms is None else f"{r.value_ms:,.1f}", str(r.gpus))
+        console.print(table)
+        for line in verdict(recs, target):
+            console.print(line, highlight=False)
+    console.print(f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}",
+                  highlight=False)
