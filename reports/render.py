@@ -1,4 +1,4 @@
-"""Figures (matplotlib, Agg, SVG) and the two report files: report.html and report.md.
+"""The two report files: report.html and report.md (figures: reports.render_figures).
 
 report.html is one self-contained file (inline SVG and CSS, no scripts, no
 external URL) so it can be mailed or attached to a ticket; report.md
@@ -8,22 +8,14 @@ references the same figures saved beside it as fig-*.svg.
 from __future__ import annotations
 
 import html
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display on servers; must precede pyplot
-import matplotlib.pyplot as plt
-
 from reports.analysis import Recommendation, Slo, rate_label, verdict
+from reports.load import LOAD_HEAD, Sustainable, load_rows, load_verdict, sustainable
+from reports.render_figures import figures
 from twin.atomic import write_text_atomic
-
-# Text stays text (smaller files, selectable labels) and the hash salt makes
-# element ids, hence the files, identical from run to run.
-matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "twin-report"})
 
 HTML_FILE = "report.html"
 MD_FILE = "report.md"
@@ -44,97 +36,6 @@ class Header:
     tp: int
 
 
-def _svg(fig: Any) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
-    text = buf.getvalue()
-    # Inline SVG in HTML needs no XML prolog or DOCTYPE.
-    return text[text.index("<svg"):]
-
-
-def _series(agg: list[dict[str, Any]], policy: str, rate: float | None) -> list[dict[str, Any]]:
-    return sorted((a for a in agg if a["policy"] == policy and a["session_rate"] == rate),
-                  key=lambda a: a["cache_gb"])
-
-
-def _rates(agg: list[dict[str, Any]]) -> list[float | None]:
-    return sorted({a["session_rate"] for a in agg}, key=lambda x: (x is not None, x or 0.0))
-
-
-def _policies(agg: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(a["policy"] for a in agg))
-
-
-def fig_ttft_vs_cache(agg: list[dict[str, Any]], rate: float | None, slo: Slo | None) -> str:
-    """P5/P50/P95 TTFT vs cache per policy; P95 carries the across-seed interval."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, policy in enumerate(_policies(agg)):
-        cells = _series(agg, policy, rate)
-        x = [c["cache_gb"] for c in cells]
-        color = f"C{i}"
-        err = [c["ttft_p95_ms_ci"] or 0.0 for c in cells]
-        ax.errorbar(x, [c["ttft_p95_ms"] for c in cells], yerr=err, color=color, marker="o",
-                    capsize=3, label=f"{policy} P95")
-        ax.plot(x, [c["ttft_p50_ms"] for c in cells], color=color, ls="--", marker=".",
-                label=f"{policy} P50")
-        ax.plot(x, [c["ttft_p5_ms"] for c in cells], color=color, ls=":", label=f"{policy} P5")
-    if slo is not None and slo.metric == "ttft":
-        ax.axhline(slo.threshold_ms, color="k", lw=0.8, ls="-.", label=f"SLO ({slo})")
-    ax.set(xlabel="prefix cache per replica (GB)", ylabel="TTFT (ms)",
-           title=f"TTFT vs cache size ({rate_label(rate)})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    return _svg(fig)
-
-
-def fig_hit_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, policy in enumerate(_policies(agg)):
-        cells = _series(agg, policy, rate)
-        err = [c["token_hit_rate_ci"] or 0.0 for c in cells]
-        ax.errorbar([c["cache_gb"] for c in cells], [c["token_hit_rate"] for c in cells],
-                    yerr=err, color=f"C{i}", marker="o", capsize=3, label=policy)
-    ax.set(xlabel="prefix cache per replica (GB)", ylabel="token hit rate",
-           title=f"Token hit rate vs cache size ({rate_label(rate)})", ylim=(0, 1))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _svg(fig)
-
-
-def fig_ttft_vs_rate(agg: list[dict[str, Any]]) -> str:
-    """P95 TTFT vs session rate at the largest cache (only rates set by the sweep)."""
-    top = max(a["cache_gb"] for a in agg)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, policy in enumerate(_policies(agg)):
-        cells = sorted((a for a in agg if a["policy"] == policy and a["cache_gb"] == top
-                        and a["session_rate"] is not None), key=lambda a: a["session_rate"])
-        ax.errorbar([c["session_rate"] for c in cells], [c["ttft_p95_ms"] for c in cells],
-                    yerr=[c["ttft_p95_ms_ci"] or 0.0 for c in cells], color=f"C{i}",
-                    marker="o", capsize=3, label=policy)
-    ax.set(xlabel="session arrivals per second", ylabel="P95 TTFT (ms)",
-           title=f"P95 TTFT vs load at {top:g} GB cache")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _svg(fig)
-
-
-def figures(agg: list[dict[str, Any]], slo: Slo | None) -> list[tuple[str, str, str]]:
-    """(file stem, caption, svg) for every figure of the report."""
-    out = []
-    rates = _rates(agg)
-    for rate in rates:
-        tag = "own" if rate is None else f"{rate:g}".replace(".", "p")
-        out.append((f"fig-ttft-vs-cache-{tag}", f"TTFT vs cache size, {rate_label(rate)}",
-                    fig_ttft_vs_cache(agg, rate, slo)))
-        out.append((f"fig-hit-vs-cache-{tag}", f"Token hit rate vs cache size, "
-                    f"{rate_label(rate)}", fig_hit_vs_cache(agg, rate)))
-    if len([r for r in rates if r is not None]) >= 2:
-        out.append(("fig-ttft-vs-rate", "P95 TTFT vs session rate at the largest cache",
-                    fig_ttft_vs_rate(agg)))
-    return out
-
-
 def _fmt(v: Any, ci: Any = None, digits: int = 1, pct: bool = False) -> str:
     if v is None:
         return "-"
@@ -150,6 +51,11 @@ def _rec_rows(recs: list[Recommendation]) -> list[list[str]]:
              _fmt(r.value_ms), str(r.gpus)] for r in recs]
 
 
+LOAD_NOTE = ("Max sustainable rate: the largest swept session rate meeting the SLO, "
+             "interpolated linearly to the SLO crossing between the last passing and the first "
+             "failing rate ('>=': every swept rate passes). Knee: the first swept rate after "
+             "which P95 TTFT grows more than twice as fast as the load in relative terms "
+             "(log-log slope > 2 to the next swept rate).")
 REC_HEAD = ["policy", "session rate", "smallest cache meeting SLO", "SLO metric (ms)", "GPUs"]
 RES_HEAD = ["policy", "session rate", "cache (GB)", "seeds", "P5 TTFT (ms)", "P50 TTFT (ms)",
             "P95 TTFT (ms)", "P99 TTFT (ms)", "P95 TPOT (ms)", "token hit", "request hit",
@@ -211,7 +117,8 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;c
 
 
 def render_html(h: Header, slo: Slo | None, agg: list[dict[str, Any]],
-                recs: list[Recommendation], figs: list[tuple[str, str, str]]) -> str:
+                recs: list[Recommendation], figs: list[tuple[str, str, str]],
+                load: list[Sustainable] | None = None) -> str:
     e = html.escape
     facts = "".join(f"<tr><th>{e(k)}</th><td style='text-align:left'><code>{e(v)}</code></td>"
                     "</tr>" for k, v in _facts(h, slo))
@@ -223,6 +130,10 @@ def render_html(h: Header, slo: Slo | None, agg: list[dict[str, Any]],
         parts.append("<h2>Recommendation</h2>")
         parts += [f"<p class='verdict'>{e(line)}</p>" for line in verdict(recs, slo)]
         parts.append(_html_table(REC_HEAD, _rec_rows(recs)))
+    if slo is not None and load:
+        parts.append("<h2>Load</h2>")
+        parts += [f"<p class='verdict'>{e(line)}</p>" for line in load_verdict(load, slo)]
+        parts += [_html_table(LOAD_HEAD, load_rows(load)), f"<p>{e(LOAD_NOTE)}</p>"]
     parts.append("<h2>Figures</h2>")
     parts += [f"<figure>{svg}<figcaption>{e(cap)}</figcaption></figure>"
               for _, cap, svg in figs]
@@ -233,12 +144,16 @@ def render_html(h: Header, slo: Slo | None, agg: list[dict[str, Any]],
 
 
 def render_md(h: Header, slo: Slo | None, agg: list[dict[str, Any]],
-              recs: list[Recommendation], figs: list[tuple[str, str, str]]) -> str:
+              recs: list[Recommendation], figs: list[tuple[str, str, str]],
+              load: list[Sustainable] | None = None) -> str:
     parts = [f"# Capacity report: {h.model} on {h.gpu}", "",
              "\n".join(f"- **{k}**: `{v}`" for k, v in _facts(h, slo)), ""]
     if slo is not None:
         parts += ["## Recommendation", "", *(f"> {line}\n" for line in verdict(recs, slo)),
                   _md_table(REC_HEAD, _rec_rows(recs)), ""]
+    if slo is not None and load:
+        parts += ["## Load", "", *(f"> {line}\n" for line in load_verdict(load, slo)),
+                  _md_table(LOAD_HEAD, load_rows(load)), "", LOAD_NOTE, ""]
     parts += ["## Figures", ""]
     parts += [f"![{cap}]({stem}.svg)\n" for stem, cap, _ in figs]
     parts += ["## Results (mean across seeds)", "", _md_table(RES_HEAD, _res_rows(agg)), "",
@@ -247,16 +162,23 @@ def render_md(h: Header, slo: Slo | None, agg: list[dict[str, Any]],
 
 
 def render_report(out_dir: str | Path, header: Header, slo: Slo | None,
-                  agg: list[dict[str, Any]], recs: list[Recommendation]) -> list[Path]:
-    """Write the figures, report.md and report.html (each atomically); return their paths."""
+                  agg: list[dict[str, Any]], recs: list[Recommendation],
+                  rows: list[dict[str, Any]] | None = None,
+                  cdf_cache_gb: float | None = None) -> list[Path]:
+    """Write the figures, report.md and report.html (each atomically); return their paths.
+
+    ``rows`` (per-seed results) enable the TTFT CDF and hit-by-length views at
+    ``cdf_cache_gb`` (default: the largest swept cache).
+    """
     out = Path(out_dir)
-    figs = figures(agg, slo)
+    load = sustainable(agg, slo) if slo is not None else []
+    figs = figures(agg, slo, rows, cdf_cache_gb, load)
     written = []
     for stem, _, svg in figs:
         write_text_atomic(out / f"{stem}.svg", svg)
         written.append(out / f"{stem}.svg")
     # The Markdown last-but-one and the HTML last: a reader who finds the HTML
     # finds every file it summarises already in place.
-    write_text_atomic(out / MD_FILE, render_md(header, slo, agg, recs, figs))
-    write_text_atomic(out / HTML_FILE, render_html(header, slo, agg, recs, figs))
+    write_text_atomic(out / MD_FILE, render_md(header, slo, agg, recs, figs, load))
+    write_text_atomic(out / HTML_FILE, render_html(header, slo, agg, recs, figs, load))
     return [*written, out / MD_FILE, out / HTML_FILE]

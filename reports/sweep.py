@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
@@ -21,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN, RequestDigest
 from twin.atomic import atomic_path
 from twin.errors import TwinError
 
@@ -57,7 +59,12 @@ SCHEMA = pa.schema([
     ("throughput_rps", pa.float64()),
     ("output_tokens_per_s", pa.float64()),
     ("utilisation", pa.float64()),
+    # Per-request digests (reports.perrequest); null in rows written before they existed.
+    (CDF_COLUMN, pa.list_(pa.float64())),
+    (BIN_INPUT_COLUMN, pa.list_(pa.float64())),
+    (BIN_HIT_COLUMN, pa.list_(pa.float64())),
 ])
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -169,10 +176,11 @@ def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
         policy=point.policy, router=spec.router, max_batched_tokens=spec.max_batched_tokens,
         max_running=spec.max_running, gpu_memory_bytes=device_memory_bytes(prof),
         session_rate=point.session_rate, seed=point.seed, warmup_s=spec.warmup_s)
+    digest = RequestDigest(spec.warmup_s)
     summary = simulate(Workload.open(Path(spec.workload)), model,
                        make_pricer(model, prof, spec.tp), config,
-                       profile={"provenance": prof.provenance_label})
-    return summary_row(spec, point, summary)
+                       profile={"provenance": prof.provenance_label}, on_record=digest.add)
+    return {**summary_row(spec, point, summary), **digest.columns()}
 
 
 def read_results(out_dir: Path) -> list[dict[str, Any]]:
@@ -214,18 +222,26 @@ def run_sweep(
     jobs: int = 1,
     progress: Callable[[float], None] | None = None,
     on_point: Callable[[Point, dict[str, Any]], None] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
 ) -> SweepOutcome:
     """Run the points missing from ``out_dir/results.parquet``; return this sweep's rows.
 
     ``spec`` must be :func:`resolve`-d (its key needs the fingerprint and
     label). ``jobs == 1`` runs in-process, in grid order (deterministic, and
     tracebacks stay readable); more uses a local process pool. ``on_point``
-    sees each newly computed point (tests count them).
+    sees each newly computed point (tests count them). ``executor="ray"`` runs
+    the missing points as ray tasks instead (``jobs`` is then ray's business);
+    their rows are stored exactly like local ones, as each finishes.
     """
     if not spec.workload_sha256:
         raise ValueError("run_sweep needs a resolved SweepSpec (call reports.sweep.resolve)")
     if jobs < 1:
         raise TwinError(f"--jobs: must be at least 1 (got {jobs})")
+    if executor not in EXECUTORS:
+        raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
+    # Fail on a missing ray before touching the output folder.
+    ray = import_ray() if executor == "ray" else None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # Rows of other sweeps sharing the DIR are kept in the file, but only this
@@ -244,7 +260,10 @@ def run_sweep(
         if progress is not None:
             progress(1)
 
-    if jobs == 1 or len(todo) <= 1:
+    if ray is not None:
+        if todo:
+            _run_on_ray(ray, ray_address, spec, todo, done)
+    elif jobs == 1 or len(todo) <= 1:
         for point in todo:
             done(point, run_point(spec, point))
     else:
@@ -254,3 +273,31 @@ def run_sweep(
                 done(futures[fut], fut.result())
     wanted = [spec.key(p) for p in points]
     return SweepOutcome([rows[k] for k in wanted], computed=len(todo), skipped=skipped)
+
+
+def import_ray() -> Any:
+    """The ray module, or a TwinError saying how to get it (ray is an optional extra)."""
+    try:
+        import ray
+    except ImportError:
+        raise TwinError("--executor ray: ray is not installed; pip install 'twin[ray]'"
+                        ) from None
+    return ray
+
+
+def _run_on_ray(ray: Any, address: str | None, spec: SweepSpec, todo: list[Point],
+                done: Callable[[Point, dict[str, Any]], None]) -> None:
+    """Run ``todo`` as ray tasks, handing each row to ``done`` (which stores it) as it lands.
+
+    Connects to ``address``, else $RAY_ADDRESS, else starts a local ray. Rows
+    are merged here, in the driver, so the results file has one writer.
+    """
+    if not ray.is_initialized():
+        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None,
+                 ignore_reinit_error=True, log_to_driver=False)
+    task = ray.remote(num_cpus=1)(run_point)
+    pending = {task.remote(spec, p): p for p in todo}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            done(pending.pop(ref), ray.get(ref))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from reports.analysis import Slo, aggregate, parse_slo, recommend, verdict, winner
+from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
 from reports.render import HTML_FILE, MD_FILE
 from reports.sweep import RESULTS_FILE, SCHEMA, SweepSpec, grid, resolve, run_sweep
 from twin.cli import report
@@ -105,6 +107,13 @@ def test_sweep_rows_columns_and_resume(tmp_path: Path) -> None:
     assert {(r["cache_gb"], r["policy"], r["seed"]) for r in rows} == {
         (p.cache_gb, p.policy, p.seed) for p in points}
     assert all(r["ttft_p95_ms"] > 0 and 0 <= r["token_hit_rate"] <= 1 for r in rows)
+    for r in rows:  # the per-request digest agrees with the engine's own summary
+        q = r[CDF_COLUMN]
+        assert len(q) == 101 and all(a <= b for a, b in itertools.pairwise(q))
+        assert q[95] == pytest.approx(r["ttft_p95_ms"], rel=1e-3)
+        assert sum(r[BIN_INPUT_COLUMN]) > 0
+        assert all(0 <= h <= i for h, i in zip(r[BIN_HIT_COLUMN], r[BIN_INPUT_COLUMN],
+                                              strict=True))
     assert {r["workload_sha256"] for r in rows} == {spec.workload_sha256}
 
     seen.clear()
@@ -153,15 +162,40 @@ def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
     refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", page)
     assert not [r for r in refs if r.startswith(("http://", "https://", "//"))]
     assert "<script" not in page and "<link" not in page
-    # 2 rates x (TTFT + hit) + TTFT vs rate, all inline
-    assert page.count("<svg") == 5 and "<img" not in page
+    # 2 rates x (TTFT, hit, FLOPs saved, composition, TTFT CDF, hit by length)
+    # + TTFT vs rate, all inline
+    assert page.count("<svg") == 13 and "<img" not in page
+    for caption in ("Prefill FLOPs saved vs cache size", "Mean cache composition",
+                    "TTFT CDF at 0.002 GB", "Token hit rate by input length at 0.002 GB"):
+        assert page.count(f"<figcaption>{caption}") == 2, caption
+    assert "<h2>Load</h2>" in page and "maximum sustainable load" in page
     assert "datasheet roofline" in page and "sha256" in page
     md = (out / MD_FILE).read_text()
     figs = re.findall(r"\]\((fig-[^)]+\.svg)\)", md)
-    assert len(figs) == 5 and all((out / f).is_file() for f in figs)
-    assert "| policy |" in md
+    assert len(figs) == 13 and all((out / f).is_file() for f in figs)
+    for stem in ("flops-vs-cache", "composition", "ttft-cdf", "hit-by-length"):
+        assert {f"fig-{stem}-1.svg", f"fig-{stem}-3.svg"} <= set(figs), stem
+    assert "| policy |" in md and "## Load" in md and "max sustainable rate" in md
     again = CliRunner().invoke(_cli(), args)
     assert again.exit_code == 0 and "0 point(s) simulated, 8 found" in again.output
+
+    # Results written before the per-request columns existed: the report still
+    # renders, without the CDF and hit-by-length figures.
+    table = pq.read_table(out / RESULTS_FILE)
+    pq.write_table(table.drop_columns([CDF_COLUMN, BIN_INPUT_COLUMN, BIN_HIT_COLUMN]),
+                   out / RESULTS_FILE)
+    old = CliRunner().invoke(_cli(), args)
+    assert old.exit_code == 0 and "0 point(s) simulated, 8 found" in old.output, old.output
+    page = (out / HTML_FILE).read_text()
+    assert page.count("<svg") == 9 and "TTFT CDF" not in page
+
+
+def test_cli_cdf_cache_must_be_swept(tmp_path: Path) -> None:
+    args = ["report", "capacity", str(WORKLOAD), "-m", "tiny-hybrid", "--cache-gb", "0.001",
+            "--cdf-cache-gb", "5", "--out", str(tmp_path / "x")]
+    res = CliRunner().invoke(_cli(), args)
+    assert isinstance(res.exception, TwinError) and "--cdf-cache-gb" in str(res.exception)
+    assert not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [

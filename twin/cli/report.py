@@ -11,8 +11,17 @@ from rich.table import Table
 
 from policies import POLICIES
 from reports.analysis import aggregate, parse_slo, rate_label, recommend, verdict
+from reports.load import load_verdict, sustainable
 from reports.render import HTML_FILE, MD_FILE, Header, render_report
-from reports.sweep import RESULTS_FILE, SweepSpec, grid, resolve, run_sweep
+from reports.sweep import (
+    EXECUTORS,
+    RESULTS_FILE,
+    SweepSpec,
+    grid,
+    import_ray,
+    resolve,
+    run_sweep,
+)
 from twin import __version__
 from twin.cli.common import console, err_console, progress_bar
 from twin.errors import TwinError
@@ -90,6 +99,15 @@ def capacity(
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (reruns resume in it)."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1,
                              help="Worker processes (1: in-process, deterministic order)."),
+    cdf_cache_gb: float | None = typer.Option(
+        None, "--cdf-cache-gb", help="Cache size (one of --cache-gb) for the TTFT CDF and "
+        "hit-rate-by-input-length figures; default: the largest swept."),
+    executor: str = typer.Option(
+        "local", "--executor", help="Where points run: local (processes) or ray (tasks; "
+        "needs pip install 'twin[ray]')."),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a "
+        "local ray)."),
 ) -> None:
     """Sweep cache size x policy x session rate x seed; recommend the smallest cache meeting
     the SLO; write OUT/results.parquet, OUT/report.html (self-contained) and OUT/report.md.
@@ -109,6 +127,13 @@ def capacity(
         [None] if session_rates is None else list(_numbers("--session-rates", session_rates,
                                                            positive=True)))
     target = parse_slo(slo) if slo is not None else None
+    if cdf_cache_gb is not None and float(cdf_cache_gb) not in caches:
+        raise TwinError(f"--cdf-cache-gb {cdf_cache_gb:g}: not one of the swept --cache-gb "
+                        f"({', '.join(f'{c:g}' for c in caches)})")
+    if executor not in EXECUTORS:
+        raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
+    if executor == "ray":
+        import_ray()  # a missing extra fails before any work
     resolve_model(model)  # fail on a bad --model before any work
     spec = resolve(SweepSpec(
         workload=str(workload), model=model, gpu=gpu,
@@ -116,7 +141,8 @@ def capacity(
         router=router))
     points = grid(caches, names, rates, seeds)
     with progress_bar("points", len(points)) as advance:
-        result = run_sweep(spec, points, out, jobs=jobs, progress=advance)
+        result = run_sweep(spec, points, out, jobs=jobs, progress=advance, executor=executor,
+                           ray_address=ray_address)
     err_console.print(f"{result.computed} point(s) simulated, {result.skipped} found in "
                       f"{out / RESULTS_FILE}")
     agg = aggregate(result.rows)
@@ -126,7 +152,7 @@ def capacity(
         workload=str(workload), workload_sha256=spec.workload_sha256,
         twin_version=__version__, model=model, gpu=spec.profile_gpu,
         provenance=spec.profile_label, replicas=replicas, tp=tp)
-    render_report(out, header, target, agg, recs)
+    render_report(out, header, target, agg, recs, rows=result.rows, cdf_cache_gb=cdf_cache_gb)
     if target is not None:
         table = Table(title=f"smallest cache meeting {target}", title_justify="left")
         for col in ("policy", "session rate", "cache", "metric (ms)", "GPUs"):
@@ -136,7 +162,7 @@ def capacity(
                           "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
                           "-" if r.value_ms is None else f"{r.value_ms:,.1f}", str(r.gpus))
         console.print(table)
-        for line in verdict(recs, target):
+        for line in [*verdict(recs, target), *load_verdict(sustainable(agg, target), target)]:
             console.print(line, highlight=False)
     console.print(f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}",
                   highlight=False)
