@@ -170,3 +170,15 @@ def test_thue_morse_sequences_do_not_collide():
     cache.insert(np.r_[b, [1]].astype(np.int32), [n + 1])
     cache.verify()
     assert cache.lookup(a).length == n and cache.lookup(b).length == n
+
+
+def test_peek_reports_the_lookup_length_and_changes_no_recency():
+    cache = pool_of(2, 4)  # room for two blocks
+    first, second = seq(1, 4), seq(100, 4)
+    serve(cache, first, np.r_[first, [9]].astype(np.int32))
+    serve(cache, second, np.r_[second, [9]].astype(np.int32))
+    assert cache.peek(first) == 4  # a lookup would hit and refresh `first`...
+    third = seq(200, 4)
+    serve(cache, third, np.r_[third, [9]].astype(np.int32))
+    assert cache.peek(first) == 0  # ...but peek did not: the oldest block went
+    assert cache.peek(second) == 4

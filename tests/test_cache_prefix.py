@@ -223,3 +223,17 @@ def test_failed_eviction_keeps_the_requested_checkpoints_consistent():
     cache.insert(np.r_[x, np.arange(100, 120)].astype(np.int32), [5, 30])
     cache.verify()
     assert cache.lookup(x[:5]).length == 5
+
+
+@pytest.mark.parametrize("model", [HYBRID, get_model("tiny-transformer")])
+def test_peek_equals_lookup_without_touching_the_cache(model):
+    cache = cache_of(model)
+    x = seq(1, 12)
+    serve(cache, x, np.r_[x, [5]].astype(np.int32))
+    probe = np.r_[x, [5], seq(300, 4)].astype(np.int32)  # past the state after the output
+    cache.clock += 1
+    state = [(n.t, n.used) for n in cache.tree.nodes()]
+    peeked = cache.peek(probe)
+    assert [(n.t, n.used) for n in cache.tree.nodes()] == state
+    assert peeked == cache.lookup(probe).length == 13
+    assert [(n.t, n.used) for n in cache.tree.nodes()] != state  # a lookup does refresh

@@ -211,11 +211,12 @@ def test_session_affinity_keeps_a_session_on_one_replica():
     assert len({next(iter(h)) for h in homes.values()}) == 4
 
 
-def test_prefix_aware_routing_finds_the_history():
-    common = {"replicas": 4, "cache_bytes": int(5e9), "session_rate": 2.0}
+@pytest.mark.parametrize("policy", ["marconi", "vllm+"])
+def test_prefix_aware_routing_finds_the_history(policy):
+    common = {"replicas": 4, "cache_bytes": int(5e9), "session_rate": 2.0, "policy": policy}
     rr, _ = run(CHAT, LinearPricer(), "marconi-hybrid-7b", router="round-robin", **common)
     pa, _ = run(CHAT, LinearPricer(), "marconi-hybrid-7b", router="prefix-aware", **common)
-    assert pa["hit"]["token_hit_rate"] > rr["hit"]["token_hit_rate"] + 0.3
+    assert pa["hit"]["token_hit_rate"] > rr["hit"]["token_hit_rate"] + 0.1
 
 
 def test_least_loaded_balances_outstanding_work():

@@ -168,6 +168,10 @@ class BlockCache:
         self.policy.on_hit(self, ref)
         return Hit(k * self.block_size, ref)
 
+    def peek(self, seq: np.ndarray) -> int:
+        """Tokens :meth:`lookup` would hit now, changing no recency (a router's probe)."""
+        return self._cached(self._keys(seq, len(seq) // self.block_size)) * self.block_size
+
     def speculative_insert(self, seq: np.ndarray) -> int | None:
         """Block-aligned position where ``seq`` would branch off a cached chain, or ``None``."""
         keys = self._keys(seq, len(seq) // self.block_size)

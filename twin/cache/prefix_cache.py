@@ -85,24 +85,18 @@ class PrefixCache:
     # ------------------------------------------------------------------ queries
     def lookup(self, seq: np.ndarray) -> Hit:
         """Longest usable cached prefix of ``seq``; tells the policy about the hit."""
-        m = self._match(np.asarray(seq, dtype=np.int32))
-        if self.has_ssm:
-            node = m.node
-            while not node.ckpt and node is not self.root:
-                node = node.parent
-            if node is self.root:
-                return Hit(0, None)
-            if not node.used:
-                node.used = True
-                self.checkpoints_hit += 1
-            length = node.depth
-        else:
-            if m.length == 0:
-                return Hit(0, None)
-            node = m.partial if m.partial is not None else m.node
-            length = m.length
+        node, length = self._usable(self._match(np.asarray(seq, dtype=np.int32)))
+        if node is None:
+            return Hit(0, None)
+        if self.has_ssm and not node.used:
+            node.used = True
+            self.checkpoints_hit += 1
         self.policy.on_hit(self, node)
         return Hit(length, node)
+
+    def peek(self, seq: np.ndarray) -> int:
+        """Tokens :meth:`lookup` would hit now, changing nothing (a router's probe)."""
+        return self._usable(self._match(np.asarray(seq, dtype=np.int32)))[1]
 
     def speculative_insert(self, seq: np.ndarray) -> int | None:
         """Dry run of inserting ``seq``: the branch position it would create, or ``None``.
@@ -263,6 +257,19 @@ class PrefixCache:
         assert self.used_bytes <= self.capacity, "capacity exceeded"
 
     # ------------------------------------------------------------------ internals
+    def _usable(self, m: Match) -> tuple[Node | None, int]:
+        """The node a hit resumes from and its length: on models with SSM layers
+        the deepest checkpoint on the matched path (all-or-nothing states);
+        on Transformers every matched token."""
+        if self.has_ssm:
+            node = m.node
+            while not node.ckpt and node is not self.root:
+                node = node.parent
+            return (None, 0) if node is self.root else (node, node.depth)
+        if m.length == 0:
+            return None, 0
+        return (m.partial if m.partial is not None else m.node), m.length
+
     def _match(self, seq: np.ndarray) -> Match:
         """``tree.match``, reusing the last match while the tree is unchanged.
 

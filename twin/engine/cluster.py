@@ -22,14 +22,13 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import simpy
 
 from policies import get_policy
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.replica import Replica, Seq
-from twin.engine.router import cached_prefix, get_router
+from twin.engine.router import get_router
 from twin.engine.source import SessionSource
 from twin.errors import TwinError
 from twin.metrics import Occupancy, RequestRecord
@@ -107,8 +106,6 @@ class Cluster:
                 model, config.cache_bytes)
             self.replicas.append(Replica(env, i, model, pricer, cache, config.max_batched_tokens,
                                          config.max_running, self.budget))
-        if config.router == "prefix-aware":  # refuse an unprobeable cache before running
-            cached_prefix(self.replicas[0].cache, np.zeros(1, np.int32))
         self.horizon_s = horizon(self.source, config)
         self.occupancy = Occupancy(config.replicas, max(self.horizon_s, 1e-3) / config.samples,
                                    max_samples=2 * config.samples)

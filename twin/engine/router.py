@@ -119,35 +119,10 @@ class PrefixAware(Router):
             i = (self._start + k) % n
             if loads[i] > limit:
                 continue
-            hit = cached_prefix(replicas[i].cache, prompt)
+            hit = replicas[i].cache.peek(prompt)  # lookup would refresh recency
             if hit > best_hit or (hit == best_hit and loads[i] < best_load):
                 best, best_hit, best_load = i, hit, loads[i]
         return best
-
-
-def cached_prefix(cache: Any, prompt: np.ndarray) -> int:
-    """Tokens of ``prompt`` a lookup would hit now, without touching the cache.
-
-    ``cache.lookup`` refreshes what it hits, which must not happen on replicas
-    that do not serve the request; so the router probes instead: with the
-    cache's own side-effect-free ``peek`` when it has one, else by matching the
-    radix tree (public API) and applying the hit rule of
-    ``PrefixCache.lookup`` (a hybrid hit ends at a checkpoint).
-    """
-    peek = getattr(cache, "peek", None)
-    if peek is not None:
-        return int(peek(prompt))
-    tree = getattr(cache, "tree", None)
-    if tree is None:
-        raise TwinError(f"router 'prefix-aware' cannot probe a {type(cache).__name__} "
-                        "without side effects; use another router with this policy")
-    m = tree.match(prompt)
-    if not cache.has_ssm:
-        return m.length
-    node = m.node
-    while node is not cache.root and not node.ckpt:
-        node = node.parent
-    return node.depth
 
 
 ROUTERS: dict[str, type[Router]] = {
