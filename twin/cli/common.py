@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -48,3 +50,22 @@ def progress_bar(
     ) as progress:
         task = progress.add_task(description, total=total)
         yield lambda amount=1: progress.advance(task, amount)
+
+
+# Options shared by the commands that build a cluster (simulate, report capacity).
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        "--model", "-m", help="Preset model name (see `twin models list`) or a config.json."
+    ),
+]
+GpuOption = Annotated[
+    str | None,
+    typer.Option("--gpu", help="Shipped profile by GPU name (h100, a100, l4, ...); default h100."),
+]
+ProfileOption = Annotated[
+    Path | None,
+    typer.Option("--profile", help="A profile file from `twin calibrate` instead of --gpu."),
+]
+ReplicasOption = Annotated[int, typer.Option("--replicas", "-r", min=1, help="Model replicas.")]
+TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica.")]

@@ -23,7 +23,16 @@ from reports.sweep import (
     run_sweep,
 )
 from twin import __version__
-from twin.cli.common import console, err_console, progress_bar
+from twin.cli.common import (
+    GpuOption,
+    ModelOption,
+    ProfileOption,
+    ReplicasOption,
+    TpOption,
+    console,
+    err_console,
+    progress_bar,
+)
 from twin.errors import TwinError
 from twin.presets import resolve_model
 
@@ -75,15 +84,11 @@ def _command_line() -> str:
 @app.command("capacity")
 def capacity(
     workload: Path = typer.Argument(..., help="Workload parquet file."),
-    model: str = typer.Option(
-        "marconi-hybrid-7b", "--model", "-m",
-        help="Preset model name (see `twin models list`) or a config.json."),
-    gpu: str | None = typer.Option(
-        None, "--gpu", help="Shipped profile by GPU name (h100, a100, l4, ...); default h100."),
-    profile: Path | None = typer.Option(
-        None, "--profile", help="A profile file from `twin calibrate` instead of --gpu."),
-    replicas: int = typer.Option(1, "--replicas", "-r", min=1, help="Model replicas."),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel GPUs per replica."),
+    model: ModelOption = "marconi-hybrid-7b",
+    gpu: GpuOption = None,
+    profile: ProfileOption = None,
+    replicas: ReplicasOption = 1,
+    tp: TpOption = 1,
     cache_gb: str = typer.Option(
         "20,40,60", "--cache-gb", help="Cache sizes per replica to sweep, GB, comma-separated."),
     policies: str = typer.Option(

@@ -10,7 +10,16 @@ from rich.table import Table
 
 from calibration.profile import device_memory_bytes, resolve_profile
 from policies import POLICIES
-from twin.cli.common import console, err_console, progress_bar
+from twin.cli.common import (
+    GpuOption,
+    ModelOption,
+    ProfileOption,
+    ReplicasOption,
+    TpOption,
+    console,
+    err_console,
+    progress_bar,
+)
 from twin.engine import ROUTERS, EngineConfig, expected_horizon, make_pricer
 from twin.engine import simulate as run_simulation
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
@@ -48,15 +57,11 @@ def simulate(
     workload: Path | None = typer.Argument(
         None, metavar="[WORKLOAD]", help=f"Workload parquet file (default: the bundled "
         f"{EXAMPLE!r} example)."),
-    model: str = typer.Option(
-        "marconi-hybrid-7b", "--model", "-m",
-        help="Preset model name (see `twin models list`) or a config.json."),
-    gpu: str | None = typer.Option(
-        None, "--gpu", help="Shipped profile by GPU name (h100, a100, l4, ...); default h100."),
-    profile: Path | None = typer.Option(
-        None, "--profile", help="A profile file from `twin calibrate` instead of --gpu."),
-    replicas: int = typer.Option(1, "--replicas", "-r", min=1, help="Model replicas."),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel GPUs per replica."),
+    model: ModelOption = "marconi-hybrid-7b",
+    gpu: GpuOption = None,
+    profile: ProfileOption = None,
+    replicas: ReplicasOption = 1,
+    tp: TpOption = 1,
     cache_gb: float = typer.Option(
         20.0, "--cache-gb", min=0.0, help="Prefix cache per replica, GB (1e9 bytes)."),
     policy: str = typer.Option(
