@@ -77,12 +77,25 @@ def test_parse_params_converts_types_and_keeps_other_defaults():
         ({"mean_turns": "nan"}, r"--set mean_turns=nan: expected a finite number"),
         ({"min_turns": "0"}, r"--set min_turns=0: must be >= 1"),
         ({"typing_wpm": "0"}, r"--set typing_wpm=0.0: must be > 0"),
-        ({"mean_turns": "3"}, r"--set mean_turns=3.0: must lie in \[min_turns, max_turns\]"),
+        ({"mean_turns": "3"}, r"--set mean_turns=3.0: needs min_turns <= mean_turns <= max_turns"),
     ],
 )
 def test_parse_params_rejects_bad_knobs_naming_the_key(overrides, message):
     with pytest.raises(TwinError, match=message):
         get_generator("chat").parse_params(overrides)
+
+
+@pytest.mark.parametrize(
+    ("kind", "overrides", "message"),
+    [
+        ("swebench", {"max_steps": "4"}, r"max_steps=4: needs min_steps <= mean_steps"),
+        ("swebench", {"observation_max_tokens": "16"}, r"observation_max_tokens=16: needs"),
+        ("system-prompt", {"system_prompt_max_tokens": "10"}, r"system_prompt_max_tokens=10"),
+    ],
+)
+def test_ordered_knobs_are_checked_in_every_kind(kind, overrides, message):
+    with pytest.raises(TwinError, match=message):
+        get_generator(kind).parse_params(overrides)
 
 
 def test_run_arguments_are_checked_before_any_row():

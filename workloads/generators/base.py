@@ -90,6 +90,16 @@ class GeneratorParams:
     def check(self) -> None:
         """Cross-field rules (e.g. min <= mean <= max); raise ``TwinError`` via ``knob_error``."""
 
+    def require_ordered(self, *names: str) -> None:
+        """Knobs ``names`` must not decrease (min <= mean <= max); blames the first that does."""
+        values = [getattr(self, n) for n in names]
+        for i in range(1, len(names)):
+            if values[i] < values[i - 1]:
+                bounds = ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
+                raise knob_error(
+                    names[i], values[i], f"needs {' <= '.join(names)} (got {bounds})"
+                )
+
 
 def _coerce(name: str, value: object, typ: object) -> object:
     """Type-check a knob given from Python; ints widen to floats."""

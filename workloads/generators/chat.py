@@ -112,12 +112,7 @@ class ChatParams(GeneratorParams):
     )
 
     def check(self) -> None:
-        if not self.min_turns <= self.mean_turns <= self.max_turns:
-            raise knob_error(
-                "mean_turns",
-                self.mean_turns,
-                f"must lie in [min_turns, max_turns] = [{self.min_turns}, {self.max_turns}]",
-            )
+        self.require_ordered("min_turns", "mean_turns", "max_turns")
         if self.max_session_tokens == 1:
             raise knob_error(
                 "max_session_tokens", 1, "must be 0 (off) or >= 2 (a prompt and a reply token)"

@@ -42,7 +42,6 @@ from workloads.generators.base import (
     GeneratorParams,
     Turn,
     knob,
-    knob_error,
     lognormal_int,
     token_ids,
     turn_count,
@@ -167,18 +166,8 @@ class SWEBenchParams(GeneratorParams):
     )
 
     def check(self) -> None:
-        if not self.min_steps <= self.mean_steps <= self.max_steps:
-            raise knob_error(
-                "mean_steps",
-                self.mean_steps,
-                f"must lie in [min_steps, max_steps] = [{self.min_steps}, {self.max_steps}]",
-            )
-        if self.observation_min_tokens > self.observation_max_tokens:
-            raise knob_error(
-                "observation_min_tokens",
-                self.observation_min_tokens,
-                f"must be <= observation_max_tokens ({self.observation_max_tokens})",
-            )
+        self.require_ordered("min_steps", "mean_steps", "max_steps")
+        self.require_ordered("observation_min_tokens", "observation_max_tokens")
 
 
 @dataclass(frozen=True)

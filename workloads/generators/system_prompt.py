@@ -30,7 +30,6 @@ from workloads.generators.base import (
     GeneratorParams,
     Turn,
     knob,
-    knob_error,
     lognormal_int,
     token_ids,
 )
@@ -120,12 +119,7 @@ class SystemPromptParams(GeneratorParams):
     )
 
     def check(self) -> None:
-        if self.system_prompt_min_tokens > self.system_prompt_max_tokens:
-            raise knob_error(
-                "system_prompt_min_tokens",
-                self.system_prompt_min_tokens,
-                f"must be <= system_prompt_max_tokens ({self.system_prompt_max_tokens})",
-            )
+        self.require_ordered("system_prompt_min_tokens", "system_prompt_max_tokens")
 
 
 @dataclass(frozen=True)
