@@ -62,6 +62,10 @@ def test_import_export_round_trip_keeps_every_prompt(tmp_path):
         (["workload", "info", "absent.parquet"], "absent.parquet: no such workload file"),
         (["workload", "generate", "chess", "-o", "x.parquet"], "unknown"),
         (["workload", "generate", "chat", "--set", "nope=1", "-o", "x.parquet"], "--set nope"),
+        (
+            ["workload", "generate", "chat", "--set", "mean_turns", "-o", "x.parquet"],
+            "--set 'mean_turns': expected KEY=VALUE",
+        ),
         (["workload", "import", "mooncake", "absent.jsonl", "-o", "x.parquet"], "absent.jsonl"),
         (["workload", "export", "vidur", "x.parquet", "-o", "x.jsonl"], "'vidur' is unknown"),
         (["models", "show", "gpt-9"], "gpt-9"),

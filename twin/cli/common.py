@@ -19,10 +19,23 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from twin.errors import TwinError
+
 # Tables and bars go to stderr-free stdout; progress goes to stderr so that
 # ``--json`` output stays pipeable.
 console = Console()
 err_console = Console(stderr=True)
+
+
+def parse_pairs(pairs: list[str], flag: str, example: str) -> dict[str, str]:
+    """``KEY=VALUE`` flag values as a dict; a ``TwinError`` naming the flag on a malformed one."""
+    parsed: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise TwinError(f"{flag} {pair!r}: expected KEY=VALUE, e.g. {flag} {example}")
+        parsed[key.strip()] = value.strip()
+    return parsed
 
 
 def print_json(data: Any) -> None:

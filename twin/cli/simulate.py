@@ -18,12 +18,12 @@ from twin.cli.common import (
     TpOption,
     console,
     err_console,
+    parse_pairs,
     progress_bar,
 )
 from twin.engine import ROUTERS, EngineConfig, expected_horizon, make_pricer
 from twin.engine import simulate as run_simulation
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
-from twin.errors import TwinError
 from twin.metrics import to_json
 from twin.presets import resolve_model
 from workloads.examples import example_path
@@ -44,13 +44,8 @@ def _value(text: str) -> Any:
 
 
 def _policy_options(pairs: list[str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise TwinError(f"--policy-option {pair!r}: expected KEY=VALUE, e.g. alpha=1.0")
-        options[key.strip().replace("-", "_")] = _value(value.strip())
-    return options
+    options = parse_pairs(pairs, "--policy-option", "alpha=1.0")
+    return {key.replace("-", "_"): _value(value) for key, value in options.items()}
 
 
 def simulate(

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from twin.cli.common import console, print_json, progress_bar
+from twin.cli.common import console, parse_pairs, print_json, progress_bar
 from twin.errors import TwinError
 from workloads.exporters import export_marconi
 from workloads.generators import GENERATORS, get_generator
@@ -18,16 +18,6 @@ from workloads.stats import summarize
 from workloads.writer import WorkloadWriter
 
 app = typer.Typer(help="Generate, import, export and describe workloads.", no_args_is_help=True)
-
-
-def _parse_sets(pairs: list[str]) -> dict[str, str]:
-    overrides: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise TwinError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set turns_mean=6")
-        overrides[key.strip()] = value.strip()
-    return overrides
 
 
 @app.command()
@@ -55,7 +45,7 @@ def generate(
       twin workload generate swebench -n 50 --set keep_observations=3 -o swe.parquet
     """
     gen_cls = get_generator(kind)
-    params = gen_cls.parse_params(_parse_sets(knobs))
+    params = gen_cls.parse_params(parse_pairs(knobs, "--set", "mean_turns=6"))
     gen = gen_cls(params)
     metadata = gen.metadata(sessions, session_rate, seed, max_context)
     with (
