@@ -19,6 +19,7 @@ from calibration.sweep import measure_ceilings, run_sweep, sweep_size, write_raw
 from calibration.transfer import transfer_profile
 from twin.errors import TwinError
 from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, get_gpu
+from twin.model import ModelSpec
 from twin.presets import get_model
 
 DEFAULT_SHAPE_MODEL = "marconi-hybrid-7b"  # the paper's hybrid: its GEMMs seed the GPU grid
@@ -44,9 +45,10 @@ def raw_path_for(profile_file: Path) -> Path:
 
 
 def calibrate(gpu: str, level: str = "full", out: str | Path | None = None,
-              model: str = DEFAULT_SHAPE_MODEL, seed: int = 0,
+              model: str | ModelSpec = DEFAULT_SHAPE_MODEL, seed: int = 0,
               kernels: Sequence[str] | None = None, threads: int = 1,
-              progress: Callable[[int], Any] | None = None) -> CalibrationResult:
+              progress: Callable[[int], Any] | None = None,
+              overhead: bool = False, model_only: bool = False) -> CalibrationResult:
     """Time the kernels on the visible device, which must be ``gpu``; fit and save.
 
     ``progress(total)`` is called once with the number of shapes and must return
@@ -54,7 +56,10 @@ def calibrate(gpu: str, level: str = "full", out: str | Path | None = None,
     ``threads`` is torch's CPU thread count while timing: 1 by default, because on
     this project's 2-vCPU virtual machines a second thread's wake-up stalls whole
     milliseconds (seen: 0.2 ms GEMMs timed at 8 or 16 ms with 2 threads, never
-    with 1), which no fit survives.
+    with 1), which no fit survives. ``overhead`` also measures the per-layer host
+    overhead of ``model``'s layers (:mod:`calibration.overhead`); ``model_only`` sweeps
+    only the shapes ``model`` runs (Vidur's per-model operator profiles), for a
+    profile that prices that model best and others not at all.
     """
     if level not in LEVELS:
         raise TwinError(f"--level {level!r}: expected one of {', '.join(LEVELS)}")
@@ -69,7 +74,8 @@ def calibrate(gpu: str, level: str = "full", out: str | Path | None = None,
     torch.set_num_threads(threads)
     warm = _keep_heap_warm(True) if device.kind == "cpu" else False
     try:
-        result = _calibrate(torch, device, gpu, level, out, model, seed, kernels, progress)
+        result = _calibrate(torch, device, gpu, level, out, model, seed, kernels, progress,
+                            overhead, model_only)
     finally:
         torch.set_num_threads(saved_threads)
         if warm:
@@ -105,8 +111,9 @@ def _keep_heap_warm(on: bool) -> bool:
 
 def _calibrate(torch: Any, device: DeviceInfo, gpu: str, level: str, out: str | Path | None,
                model: str, seed: int, kernels: Sequence[str] | None,
-               progress: Callable[[int], Any] | None) -> CalibrationResult:
-    spec_model = get_model(model)
+               progress: Callable[[int], Any] | None, overhead: bool,
+               model_only: bool) -> CalibrationResult:
+    spec_model = model if isinstance(model, ModelSpec) else get_model(model)
     cuda = device.kind == "cuda"
     torch.manual_seed(seed)
     ctx = SweepContext(
@@ -118,6 +125,7 @@ def _calibrate(torch: Any, device: DeviceInfo, gpu: str, level: str, out: str | 
         level=level,
         model=spec_model,
         seed=seed,
+        model_only=model_only,
         cache_bytes=_cache_bytes(torch, cuda),
         mem_cap_bytes=int(min(8 << 30, 0.2 * (device.total_memory or 0))) if cuda
         else CPU_MEM_CAP[level],
@@ -142,7 +150,8 @@ def _calibrate(torch: Any, device: DeviceInfo, gpu: str, level: str, out: str | 
     prov = provenance(torch, device)
     prov.update(
         level=level,
-        shape_model=model,
+        shape_model=spec_model.name,
+        model_shapes_only=model_only,
         seed=seed,
         holdout_share=HOLDOUT_SHARE,
         heldout_all_kernels=pooled_heldout(rows, fits, peaks, HOLDOUT_SHARE, seed),
@@ -159,6 +168,10 @@ def _calibrate(torch: Any, device: DeviceInfo, gpu: str, level: str, out: str | 
     profile = Profile(gpu=device.gpu, device=device.name, source="measured", peaks=peaks,
                       kernels=fits, provenance=prov,
                       dtype=str(ctx.dtype).replace("torch.", ""))
+    if overhead:
+        from calibration.overhead import measure_layer_overhead
+
+        profile.layer_overhead = measure_layer_overhead(spec_model, profile, device.kind)
     target = Path(out) if out is not None else profile_path(device.gpu)
     raw = write_raw(rows, raw_path_for(target))
     profile.provenance["raw"] = raw.name

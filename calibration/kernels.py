@@ -51,6 +51,7 @@ class SweepContext:
     cache_bytes: int = 64 << 20  # rotate inputs through at least 2x this (L2 / LLC)
     mem_cap_bytes: int = 1 << 30  # most bytes one shape's buffers may take
     notes: dict[str, str] = field(default_factory=dict)  # implementation notes -> provenance
+    model_only: bool = False  # sweep only the model's own shapes (kernels that have them)
 
     @property
     def grid_key(self) -> str:
@@ -110,14 +111,32 @@ class Kernel:
         return [s for s in shapes if self.valid(s, ctx)]
 
     def grid(self, ctx: SweepContext) -> list[Shape]:
-        """The shapes of this level: a seeded sample of the full grid."""
-        shapes = self.full_grid(ctx)
+        """The shapes of this level: a seeded sample of the full grid, plus every shape
+        the context's model runs (at the grid's token counts), so that the fit is
+        anchored where the model will be priced whatever the level."""
+        own = self.model_grid(ctx)
+        shapes = [] if ctx.model_only and own else self.full_grid(ctx)
         count = LEVEL_COUNTS[ctx.level]
         if count is not None and len(shapes) > count:
             rng = random.Random(f"{self.name}-{ctx.seed}")
             keep = sorted(rng.sample(range(len(shapes)), count))
             shapes = [shapes[i] for i in keep]
+        cap = CPU_WORK_CAP["quick"] if ctx.device == "cpu" else None
+        for s in own:
+            if s in shapes or not self.valid(s, ctx):
+                continue
+            flops, nbytes, _ = self.features(s, ctx.dtype_bytes)
+            if cap is None or (flops <= cap[0] and nbytes <= cap[1]):
+                shapes.append(s)
         return shapes
+
+    def model_grid(self, ctx: SweepContext) -> list[Shape]:
+        """The shapes ``ctx.model`` runs through this kernel ([]: none, or in the grid)."""
+        return []
+
+    def axis(self, ctx: SweepContext, name: str) -> list[int]:
+        """One axis of this device class's grid (the token counts model shapes use)."""
+        return list(self.axes[ctx.grid_key][name])
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         """FLOPs, bytes and extra features of one shape."""
@@ -179,6 +198,12 @@ class Gemm(Kernel):
         shapes = [{"m": m, "k": k, "n": n} for m in self.axes["cuda"]["m"] for k, n in kn]
         return [s for s in shapes if self.valid(s, ctx)]
 
+    def model_grid(self, ctx: SweepContext) -> list[Shape]:
+        if ctx.grid_key == "cuda":  # the full grid is the model's already
+            return []
+        return [{"m": m, "k": k, "n": n} for m in self.axis(ctx, "m")
+                for k, n in model_gemm_shapes(ctx.model, (1,))]
+
     def features(self, shape: Shape, e: int) -> fm.Features:
         return fm.gemm_features(shape["m"], shape["k"], shape["n"], e)
 
@@ -201,10 +226,18 @@ class AttnPrefill(Kernel):
     name = "attn_prefill"
     axes: ClassVar = {
         "cpu-tiny": {"n": [16, 64, 128], "c": [0, 128], "h": [4], "d": [32, 64]},
-        "cpu": {"n": [16, 64, 256, 512], "c": [0, 256, 1024], "h": [4, 8], "d": [64, 128]},
+        "cpu": {"n": [16, 64, 256, 512, 2048], "c": [0, 256, 1024, 4096], "h": [4, 8],
+                "d": [64, 128]},
         "cuda": {"n": [128, 512, 2048, 8192], "c": [0, 2048, 16384], "h": [8, 32],
                  "d": [64, 128]},
     }
+
+    def model_grid(self, ctx: SweepContext) -> list[Shape]:
+        m = ctx.model
+        if not m.n_attention_layers:
+            return []
+        return [{"n": n, "c": c, "h": m.n_heads, "d": m.head_dim}
+                for n in self.axis(ctx, "n") for c in self.axis(ctx, "c")]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         h = shape["h"]
@@ -258,6 +291,13 @@ class AttnDecode(Kernel):
         "cpu": {"b": [1, 4, 16, 32], "c": [128, 512, 2048, 4096], "h": [8], "d": [64, 128]},
         "cuda": {"b": [1, 8, 32, 128], "c": [512, 4096, 32768], "h": [8, 32], "d": [128]},
     }
+
+    def model_grid(self, ctx: SweepContext) -> list[Shape]:
+        m = ctx.model
+        if not m.n_attention_layers:
+            return []
+        return [{"b": b, "c": c, "h": m.n_heads, "d": m.head_dim}
+                for b in self.axis(ctx, "b") for c in self.axis(ctx, "c")]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         h = shape["h"]

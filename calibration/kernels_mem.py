@@ -19,6 +19,13 @@ class Conv1d(Kernel):
         "cuda": {"b": [1, 8], "l": [1, 256, 2048, 16384], "c": [4352, 8448, 16640], "k": [4]},
     }
 
+    def model_grid(self, ctx: SweepContext) -> list[Shape]:
+        m = ctx.model
+        if not m.n_ssm_layers:
+            return []
+        return [{"b": 1, "l": n, "c": m.conv_channels, "k": m.ssm_conv_kernel}
+                for n in self.axis(ctx, "l")]
+
     def features(self, shape: Shape, e: int) -> fm.Features:
         return fm.conv1d_features(shape["b"], shape["l"], shape["c"], shape["k"], e)
 
@@ -74,6 +81,11 @@ class Elementwise(Kernel):
         "cpu": {"rows": [1, 16, 256, 2048, 8192], "width": [256, 1024, 4096]},
         "cuda": {"rows": [1, 64, 1024, 8192, 65536], "width": [1024, 4096, 8192, 16384]},
     }
+
+    def model_grid(self, ctx: SweepContext) -> list[Shape]:
+        m = ctx.model
+        widths = sorted({m.d_model, m.d_inner} if m.n_ssm_layers else {m.d_model})
+        return [{"rows": r, "width": w} for r in self.axis(ctx, "rows") for w in widths]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         return fm.elementwise_features(shape["rows"], shape["width"], e)

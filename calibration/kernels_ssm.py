@@ -87,6 +87,13 @@ class SsmScan(Kernel):
     def valid(self, shape: Shape, ctx: SweepContext) -> bool:
         return shape["h"] % shape["g"] == 0 and super().valid(shape, ctx)
 
+    def model_grid(self, ctx: SweepContext) -> list[Shape]:
+        m = ctx.model
+        if not m.n_ssm_layers:
+            return []
+        return [{"b": 1, "l": n, "h": m.n_ssm_heads, "p": m.ssm_head_dim, "n": m.ssm_d_state,
+                 "g": m.ssm_groups, "q": m.ssm_chunk_size} for n in self.axis(ctx, "l")]
+
     def features(self, shape: Shape, e: int) -> fm.Features:
         return fm.ssm_scan_features(shape["b"], shape["l"], shape["h"], shape["p"], shape["n"],
                                     shape["g"], shape["q"], e)
@@ -143,6 +150,13 @@ class SsmStep(Kernel):
 
     def valid(self, shape: Shape, ctx: SweepContext) -> bool:
         return shape["h"] % shape["g"] == 0 and super().valid(shape, ctx)
+
+    def model_grid(self, ctx: SweepContext) -> list[Shape]:
+        m = ctx.model
+        if not m.n_ssm_layers:
+            return []
+        return [{"b": b, "h": m.n_ssm_heads, "p": m.ssm_head_dim, "n": m.ssm_d_state,
+                 "g": m.ssm_groups} for b in self.axis(ctx, "b")]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         # Mamba2 keeps the recurrent state in the activation dtype by default.

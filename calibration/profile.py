@@ -89,6 +89,9 @@ class Profile:
     provenance: dict[str, Any] = field(default_factory=dict)
     transferred_from: str | None = None
     dtype: str = "bfloat16"
+    # Host overhead per layer kind beyond the kernels (calibration.overhead):
+    # {"mode": "add" | "max", "model": ..., "seconds": {"attention": s, ...}}; None: not measured.
+    layer_overhead: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -135,7 +138,7 @@ class Profile:
     # ------------------------------------------------------------ I/O
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict in the documented schema."""
-        return {
+        out = {
             "schema": SCHEMA_VERSION,
             "gpu": self.gpu,
             "device": self.device,
@@ -147,6 +150,9 @@ class Profile:
             "peaks": self.peaks,
             "kernels": {k: v.to_dict() for k, v in self.kernels.items()},
         }
+        if self.layer_overhead is not None:
+            out["layer_overhead"] = self.layer_overhead
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "profile") -> Profile:
@@ -164,6 +170,7 @@ class Profile:
                 provenance=dict(data.get("provenance") or {}),
                 transferred_from=data.get("transferred_from"),
                 dtype=str(data.get("dtype", "bfloat16")),
+                layer_overhead=_overhead(data.get("layer_overhead")),
             )
         except TwinError as err:
             raise TwinError(f"{where}: {err}") from None
@@ -189,6 +196,19 @@ class Profile:
         if not isinstance(data, dict):
             raise TwinError(f"{path}: not a valid profile (expected a JSON object)")
         return cls.from_dict(data, where=str(path))
+
+
+def _overhead(data: Any) -> dict[str, Any] | None:
+    """A ``layer_overhead`` entry, checked: a mode and non-negative seconds per layer kind."""
+    if data is None:
+        return None
+    mode, seconds = data["mode"], data["seconds"]
+    if mode not in ("add", "max"):
+        raise ValueError(f"layer_overhead mode must be add or max (got {mode!r})")
+    out = {k: float(v) for k, v in seconds.items()}
+    if any(not math.isfinite(v) or v < 0 for v in out.values()):
+        raise ValueError("layer_overhead seconds must be finite and >= 0")
+    return {**data, "seconds": out}
 
 
 def _opt_float(v: Any) -> float | None:

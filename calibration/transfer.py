@@ -56,6 +56,8 @@ def transfer_profile(source: Profile, target_gpu: str, source_path: str | Path |
         peaks=peaks,
         kernels=kernels,
         dtype=source.dtype,
+        # Host overhead is the host's and the framework's, not the GPU's: kept as measured.
+        layer_overhead=source.layer_overhead,
         provenance={
             "transferred_from": source.gpu,
             "transferred_from_device": source.device,

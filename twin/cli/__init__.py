@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 
 from twin import __version__
-from twin.cli import calibrate, cost, models, replay, report, simulate, workload
+from twin.cli import calibrate, cost, models, replay, report, simulate, validate, workload
 from twin.errors import TwinError
 
 app = typer.Typer(
@@ -32,6 +32,7 @@ app.command("simulate")(simulate.simulate)
 app.command("replay")(replay.replay)
 app.command("calibrate")(calibrate.calibrate)
 app.command("cost")(cost.cost)
+app.command("validate")(validate.validate)
 
 
 def _version_callback(value: bool) -> None:

@@ -88,6 +88,16 @@ def calibrate(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of inputs, shape samples and held-out split."),
     threads: int = typer.Option(1, "--threads", min=1, help="CPU threads while timing."),
+    overhead: bool = typer.Option(
+        False, "--overhead",
+        help="Also measure the host overhead per layer of --model's layers, run by the "
+             "reference executor (what validation compares against).",
+    ),
+    model_only: bool = typer.Option(
+        False, "--model-shapes-only",
+        help="Sweep only the shapes --model runs (a per-model profile: best for that model, "
+             "not meant for others).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of tables."),
 ) -> None:
     """Time the kernels on this machine's device and fit a latency profile.
@@ -100,6 +110,8 @@ def calibrate(
       twin calibrate --gpu cpu --quick --out /tmp/cpu.json
 
       twin calibrate --gpu h100
+
+      twin calibrate --gpu cpu --quick --model tiny-hybrid --overhead --out /tmp/tiny.json
 
       twin calibrate --gpu a100 --transfer-from calibration/profiles/h100.json
     """
@@ -116,7 +128,8 @@ def calibrate(
 
             subset = [k.strip() for k in kernels.split(",") if k.strip()] if kernels else None
             result = run_calibration(gpu, chosen, out, model=model, seed=seed,
-                                     kernels=subset, threads=threads, progress=progress)
+                                     kernels=subset, threads=threads, progress=progress,
+                                     overhead=overhead, model_only=model_only)
     if as_json:
         print_json(_summary(result))
     else:

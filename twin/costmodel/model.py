@@ -68,6 +68,7 @@ class CostModel:
                    for name in fm.KERNELS}
         self._setup_shapes()
         self._dense_cache: dict[int, float] = {}
+        self._setup_overhead()
         self.prefill_s = lru_cache(maxsize=1 << 16)(self._prefill_s)
 
     # ------------------------------------------------------------ public API
@@ -112,7 +113,7 @@ class CostModel:
             dense = self._dense(tokens, None)
             if len(self._dense_cache) < _DENSE_CACHE_MAX:
                 self._dense_cache[tokens] = dense
-        return dense + self._mixing(agg, None) + self._head(tokens, agg[1], None)
+        return self._with_host(dense + self._mixing(agg, None) + self._head(tokens, agg[1], None))
 
     def copy_s(self, nbytes: float, src: str = "device", dst: str = "device",
                launches: int = 1) -> float:
@@ -320,9 +321,30 @@ class CostModel:
     def _price(self, agg: tuple[int, ...], cost: StepCost) -> None:
         if agg[0] == 0:
             return
-        self._dense(agg[0], cost)
-        self._mixing(agg, cost)
-        self._head(agg[0], agg[1], cost)
+        kernels = self._dense(agg[0], cost) + self._mixing(agg, cost)
+        kernels += self._head(agg[0], agg[1], cost)
+        if self.host_mode == "add":
+            for kind, s in self.host_by_kind.items():
+                cost.add(kind, "host_overhead", s)
+        elif self.host_s > kernels:  # "max": the host's issue time is the step's floor
+            cost.add("head", "host_overhead", self.host_s - kernels)
+
+    # ------------------------------------------------------------ host overhead
+    def _setup_overhead(self) -> None:
+        """Per-step host time from the profile's ``layer_overhead`` (calibration.overhead)."""
+        entry = self.profile.layer_overhead or {"mode": "add", "seconds": {}}
+        m, secs = self.model, entry["seconds"]
+        layers = {"attention": m.n_attention_layers, "ssm": m.n_ssm_layers,
+                  "mlp": m.n_mlp_layers, "moe": m.n_moe_layers, "head": 1}
+        self.host_by_kind = {k: layers[k] * float(secs[k]) for k in secs
+                             if layers.get(k)}
+        self.host_s = sum(self.host_by_kind.values())
+        self.host_mode = str(entry["mode"])
+
+    def _with_host(self, kernels: float) -> float:
+        if self.host_mode == "add":
+            return kernels + self.host_s
+        return max(kernels, self.host_s)
 
     def _prefill_s(self, n_new: int, n_cached: int) -> float:
         return float(self.step(((n_new, n_cached),), ()))

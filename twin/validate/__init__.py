@@ -1,0 +1,34 @@
+"""``twin validate``: measure the twin against a real PyTorch executor on the same requests.
+
+The pipeline, one module a step:
+
+- :mod:`~twin.validate.arrivals`: fix every arrival time (an open-loop copy of
+  the workload), so both sides serve the same requests at the same times;
+- :mod:`~twin.validate.predict`: the twin's engine configured as the
+  executor's single prefill server;
+- :mod:`~twin.validate.compare` and :mod:`~twin.validate.plot`: join by row,
+  errors against targets, ``validation.json``, ``requests.parquet`` and a figure;
+- :mod:`~twin.validate.run`: the steps in order, with the executor passed in
+  (``twin.reference.executor`` needs torch; this package does not).
+"""
+
+from twin.validate.arrivals import fix_arrivals
+from twin.validate.compare import TARGETS, join, judge, metrics, rel_err, write_outputs
+from twin.validate.predict import PrefillOnlyPricer, predict, server_config
+from twin.validate.run import CacheChoice, default_cache, validate
+
+__all__ = [
+    "TARGETS",
+    "CacheChoice",
+    "PrefillOnlyPricer",
+    "default_cache",
+    "fix_arrivals",
+    "join",
+    "judge",
+    "metrics",
+    "predict",
+    "rel_err",
+    "server_config",
+    "validate",
+    "write_outputs",
+]
