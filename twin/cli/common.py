@@ -82,3 +82,11 @@ ProfileOption = Annotated[
 ]
 ReplicasOption = Annotated[int, typer.Option("--replicas", "-r", min=1, help="Model replicas.")]
 TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica.")]
+
+
+def format_bytes(n: float) -> str:
+    """Decimal units, as the papers quote them (17.4 GB)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from twin.cli.common import console, print_json
+from twin.cli.common import console, format_bytes, print_json
 from twin.errors import TwinError
 from twin.model import FLOP_KINDS, ModelSpec
 from twin.presets import PRESETS, get_model
@@ -29,14 +29,6 @@ def _layers(m: ModelSpec) -> str:
     """``A/S/M`` with ``(E)`` MoE layers when present."""
     mix = f"{m.n_attention_layers}/{m.n_ssm_layers}/{m.n_mlp_layers}"
     return f"{mix}({m.n_moe_layers})" if m.n_moe_layers else mix
-
-
-def _bytes(n: float) -> str:
-    """Decimal units, as the papers quote them (17.4 GB)."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def _flops_per_token(m: ModelSpec, lengths: tuple[int, ...] = SHOW_LENGTHS) -> dict[str, Any]:
@@ -77,7 +69,7 @@ def list_models_cmd(
             _layers(m),
             str(m.d_model),
             f"{m.kv_bytes_per_token:,}",
-            _bytes(m.ssm_checkpoint_bytes) if m.n_ssm_layers else "-",
+            format_bytes(m.ssm_checkpoint_bytes) if m.n_ssm_layers else "-",
             f"{m.weight_bytes / 1e9:.1f}",
         )
     console.print(table)
@@ -145,11 +137,10 @@ def show_cmd(
             f"{m.state_channels}, {m.n_ssm_heads} heads, groups {m.ssm_groups}",
         )
         sizes.add_row("SSM state bytes / layer", f"{m.ssm_state_bytes_per_layer:,}")
-        sizes.add_row(
-            "SSM checkpoint bytes", f"{m.ssm_checkpoint_bytes:,} ({_bytes(m.ssm_checkpoint_bytes)})"
-        )
+        ckpt = m.ssm_checkpoint_bytes
+        sizes.add_row("SSM checkpoint bytes", f"{ckpt:,} ({format_bytes(ckpt)})")
     sizes.add_row("parameters", f"{m.n_params:,}")
-    sizes.add_row("weight bytes", f"{m.weight_bytes:,} ({_bytes(m.weight_bytes)})")
+    sizes.add_row("weight bytes", f"{m.weight_bytes:,} ({format_bytes(m.weight_bytes)})")
     console.print(sizes)
 
     ft = Table(title="Prefill GFLOP per token (from scratch)")

@@ -14,8 +14,7 @@ from rich.table import Table
 
 from calibration.profile import Profile
 from policies import get_policy
-from twin.cli.common import ModelOption, console, progress_bar
-from twin.cli.models import _bytes
+from twin.cli.common import ModelOption, console, format_bytes, progress_bar
 from twin.errors import TwinError
 from twin.metrics import to_json
 from twin.model import ModelSpec
@@ -191,7 +190,7 @@ def _print_report(r: dict[str, Any]) -> None:
     m, targets = r["metrics"], r["targets"]
     title = (f"{r['workload']['path']}: {m['requests']:,} requests in {m['sessions']:,} sessions; "
              f"{r['model']} on {r['device_name']} ({r['dtype']}), {r['policy']}, "
-             f"{_bytes(r['cache']['bytes'])} cache ({r['cache']['source']})")
+             f"{format_bytes(r['cache']['bytes'])} cache ({r['cache']['source']})")
     table = Table(title=title, title_justify="left")
     for col, justify in (("", "left"), ("measured (ms)", "right"), ("predicted (ms)", "right"),
                          ("error", "right"), ("target", "right")):
