@@ -104,8 +104,13 @@ def _env() -> dict[str, str]:
 
 def _run(script: str, *args: str) -> dict[str, Any]:
     """Run ``script`` in a child process; return the JSON object it prints last."""
-    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
-                          text=True, env=_env(), check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=False,
+    )
     if proc.returncode != 0:
         sys.exit(f"child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -120,10 +125,14 @@ def _memory_summary(series: list[list[float]]) -> dict[str, Any]:
     for k in range(1, 11):
         sample = min(series, key=lambda s: abs(s[0] - end * k / 10))
         rss[f"{10 * k}%"], arrow[f"{10 * k}%"] = round(sample[1], 1), round(sample[2], 1)
-    return {"samples": len(series), "peak_rss_mb": round(max(s[1] for s in series), 1),
-            "rss_mb": rss, "pyarrow_held_mb": arrow,
-            "rss_growth_30_to_100_pct_mb": round(rss["100%"] - rss["30%"], 1),
-            "pyarrow_growth_30_to_100_pct_mb": round(arrow["100%"] - arrow["30%"], 1)}
+    return {
+        "samples": len(series),
+        "peak_rss_mb": round(max(s[1] for s in series), 1),
+        "rss_mb": rss,
+        "pyarrow_held_mb": arrow,
+        "rss_growth_30_to_100_pct_mb": round(rss["100%"] - rss["30%"], 1),
+        "pyarrow_growth_30_to_100_pct_mb": round(arrow["100%"] - arrow["30%"], 1),
+    }
 
 
 def main() -> None:
@@ -141,56 +150,103 @@ def main() -> None:
 
     results: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_avg_at_start": os.getloadavg(),
+        },
         "target_requests_per_s": TARGET_REQ_PER_S,
     }
     with tempfile.TemporaryDirectory() as tmp:
         chat = Path(tmp) / "chat.parquet"
-        gen = _run(_GENERATE, "chat", str(args.chat_sessions), str(args.chat_rate), str(chat),
-                   "{}")
-        base = {"model": "marconi-hybrid-7b", "gpu": "h100", "replicas": 8,
-                "cache_bytes": int(30e9), "router": "session-affinity"}
+        gen = _run(_GENERATE, "chat", str(args.chat_sessions), str(args.chat_rate), str(chat), "{}")
+        base = {
+            "model": "marconi-hybrid-7b",
+            "gpu": "h100",
+            "replicas": 8,
+            "cache_bytes": int(30e9),
+            "router": "session-affinity",
+        }
         speed = {}
-        for label, extra in (("marconi_tuned_alpha", {"policy": "marconi"}),
-                             ("marconi_alpha_1.0", {"policy": "marconi",
-                                                    "policy_options": {"alpha": 1.0}}),
-                             ("vanilla", {"policy": "vanilla"})):
-            res = _run(_SIMULATE, str(chat), str(Path(tmp) / label),
-                       json.dumps({**base, **extra}), "0")
+        for label, extra in (
+            ("marconi_tuned_alpha", {"policy": "marconi"}),
+            ("marconi_alpha_1.0", {"policy": "marconi", "policy_options": {"alpha": 1.0}}),
+            ("vanilla", {"policy": "vanilla"}),
+        ):
+            res = _run(
+                _SIMULATE, str(chat), str(Path(tmp) / label), json.dumps({**base, **extra}), "0"
+            )
             res.pop("series")
             speed[label] = res
-            print(f"chat x8 {label:<22}{res['requests']:>9,} req {res['wall_s']:>8.1f} s "
-                  f"{res['requests_per_s']:>9,.0f} req/s  hit {res['token_hit_rate']:.1%}  "
-                  f"util {res['utilisation']:.0%}")
-        results["speed"] = {"workload": {"kind": "chat", "sessions": args.chat_sessions,
-                                         "session_rate": args.chat_rate, **gen},
-                            "config": base, "runs": speed}
+            print(
+                f"chat x8 {label:<22}{res['requests']:>9,} req {res['wall_s']:>8.1f} s "
+                f"{res['requests_per_s']:>9,.0f} req/s  hit {res['token_hit_rate']:.1%}  "
+                f"util {res['utilisation']:.0%}"
+            )
+        results["speed"] = {
+            "workload": {
+                "kind": "chat",
+                "sessions": args.chat_sessions,
+                "session_rate": args.chat_rate,
+                **gen,
+            },
+            "config": base,
+            "runs": speed,
+        }
         if not args.skip_1m:
             sp = Path(tmp) / "scale.parquet"
-            knobs = {"system_prompt_min_tokens": "64", "system_prompt_max_tokens": "256",
-                     "n_fewshot": "0", "question_mean_tokens": "24",
-                     "question_max_tokens": "128", "output_mean_tokens": "48",
-                     "output_max_tokens": "256"}
-            gen = _run(_GENERATE, "system-prompt", str(args.scale_requests), "1000.0", str(sp),
-                       json.dumps(knobs))
-            cfg = {"model": "marconi-hybrid-7b", "gpu": "h100", "replicas": 64,
-                   "cache_bytes": int(2e9), "router": "round-robin", "policy": "marconi",
-                   "session_rate": args.scale_rate}
+            knobs = {
+                "system_prompt_min_tokens": "64",
+                "system_prompt_max_tokens": "256",
+                "n_fewshot": "0",
+                "question_mean_tokens": "24",
+                "question_max_tokens": "128",
+                "output_mean_tokens": "48",
+                "output_max_tokens": "256",
+            }
+            gen = _run(
+                _GENERATE,
+                "system-prompt",
+                str(args.scale_requests),
+                "1000.0",
+                str(sp),
+                json.dumps(knobs),
+            )
+            cfg = {
+                "model": "marconi-hybrid-7b",
+                "gpu": "h100",
+                "replicas": 64,
+                "cache_bytes": int(2e9),
+                "router": "round-robin",
+                "policy": "marconi",
+                "session_rate": args.scale_rate,
+            }
             res = _run(_SIMULATE, str(sp), str(Path(tmp) / "scale"), json.dumps(cfg), "1")
             res["memory"] = _memory_summary(res.pop("series"))
-            results["scale"] = {"workload": {"kind": "system-prompt", "knobs": knobs, **gen,
-                                             "parquet_mb": round(sp.stat().st_size / 1e6, 1)},
-                                "config": cfg, "run": res}
+            results["scale"] = {
+                "workload": {
+                    "kind": "system-prompt",
+                    "knobs": knobs,
+                    **gen,
+                    "parquet_mb": round(sp.stat().st_size / 1e6, 1),
+                },
+                "config": cfg,
+                "run": res,
+            }
             mem = res["memory"]
-            print(f"system-prompt x64 {res['requests']:,} req in {res['wall_s']:.1f} s "
-                  f"({res['requests_per_s']:,.0f} req/s); peak RSS {mem['peak_rss_mb']:.0f} MB, "
-                  f"RSS +{mem['rss_growth_30_to_100_pct_mb']:.0f} MB from 30% to the end, "
-                  f"of which pyarrow +{mem['pyarrow_growth_30_to_100_pct_mb']:.0f} MB")
+            print(
+                f"system-prompt x64 {res['requests']:,} req in {res['wall_s']:.1f} s "
+                f"({res['requests_per_s']:,.0f} req/s); peak RSS {mem['peak_rss_mb']:.0f} MB, "
+                f"RSS +{mem['rss_growth_30_to_100_pct_mb']:.0f} MB from 30% to the end, "
+                f"of which pyarrow +{mem['pyarrow_growth_30_to_100_pct_mb']:.0f} MB"
+            )
     best = speed["marconi_tuned_alpha"]["requests_per_s"]
     results["target_met"] = best >= TARGET_REQ_PER_S
-    print(f"target {TARGET_REQ_PER_S:,.0f} req/s with marconi (tuned alpha): "
-          f"{'met' if results['target_met'] else 'MISSED'} ({best:,.0f})")
+    print(
+        f"target {TARGET_REQ_PER_S:,.0f} req/s with marconi (tuned alpha): "
+        f"{'met' if results['target_met'] else 'MISSED'} ({best:,.0f})"
+    )
     sys.path.insert(0, str(ROOT))
     from twin.atomic import write_text_atomic
 

@@ -86,7 +86,10 @@ def run_child(code: str, *args: str) -> tuple[dict[str, Any], float]:
     """Run ``code`` in a wrapped child; return its JSON output and its peak RSS (MB)."""
     wrapped = subprocess.run(
         [sys.executable, "-c", _WRAPPER, sys.executable, "-c", code, *args],
-        capture_output=True, text=True, env=_env(), check=True,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=True,
     )
     res = json.loads(wrapped.stdout)
     if res["rc"] != 0:
@@ -125,8 +128,12 @@ def _fallback_chat(path: Path, sessions: int, seed: int, writer: Any) -> None:
         for turn in range(10 + int(rng.geometric(0.5)) - 1):
             msg = rng.integers(0, 32000, max(1, int(rng.lognormal(np.log(70), 1.0))), np.int32)
             out = rng.integers(0, 32000, max(1, int(rng.lognormal(np.log(215), 0.8))), np.int32)
-            rows.append((start + 30.0 * turn, WorkloadRow(
-                sid, turn, start + 30.0 * turn, None, msg, turn > 0, out, len(out))))
+            rows.append(
+                (
+                    start + 30.0 * turn,
+                    WorkloadRow(sid, turn, start + 30.0 * turn, None, msg, turn > 0, out, len(out)),
+                )
+            )
     rows.sort(key=lambda r: (r[0], r[1].session_id))
     with writer(path, {"generator": "bench_replay fallback chat", "seed": seed}) as w:
         w.write_all(r for _, r in rows)
@@ -146,8 +153,9 @@ def main() -> None:
     parser.add_argument("--chat-sessions", type=int, default=360, help="chat sessions (~6M tokens)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="marconi-hybrid-7b")
-    parser.add_argument("--fractions", default="0.1,0.3",
-                        help="cache sizes as fractions of the unbounded footprint")
+    parser.add_argument(
+        "--fractions", default="0.1,0.3", help="cache sizes as fractions of the unbounded footprint"
+    )
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--jobs", type=int, default=1, help="processes for alpha grid searches")
     parser.add_argument("--repeat", type=int, default=3, help="replays per run; the best counts")
@@ -174,8 +182,15 @@ def main() -> None:
             for frac in fractions:
                 capacity = int(frac * info["footprint_bytes"])
                 for policy in policies:
-                    out, rss = run_child(_CHILD, str(path), args.model, str(capacity), policy,
-                                         json.dumps({"jobs": args.jobs}), str(args.repeat))
+                    out, rss = run_child(
+                        _CHILD,
+                        str(path),
+                        args.model,
+                        str(capacity),
+                        policy,
+                        json.dumps({"jobs": args.jobs}),
+                        str(args.repeat),
+                    )
                     r = out["result"]
                     # Tokens actually replayed: oracle serves the trace once per alpha,
                     # marconi replays its bootstrap window once per alpha.
@@ -185,12 +200,17 @@ def main() -> None:
                     if policy != "oracle":
                         replayed += grid * boot.get("window_prompt_tokens", 0)
                     run = {
-                        "workload": name, "fraction": frac, "capacity_gb": capacity / 1e9,
-                        "policy": policy, "token_hit_rate": r["token_hit_rate"],
-                        "evictions": r["evictions"], "alpha": r["alpha"],
+                        "workload": name,
+                        "fraction": frac,
+                        "capacity_gb": capacity / 1e9,
+                        "policy": policy,
+                        "token_hit_rate": r["token_hit_rate"],
+                        "evictions": r["evictions"],
+                        "alpha": r["alpha"],
                         "grid_search": bool(r["details"].get("bootstrap", {}).get("completed"))
                         or policy == "oracle",
-                        "load_s": round(out["load_s"], 3), "replay_s": round(out["replay_s"], 3),
+                        "load_s": round(out["load_s"], 3),
+                        "replay_s": round(out["replay_s"], 3),
                         "replay_cpu_s": round(out["replay_cpu_s"], 3),
                         "mtokens_per_s": info["prompt_tokens"] / out["replay_s"] / 1e6,
                         "replayed_mtokens_per_s": replayed / out["replay_s"] / 1e6,
@@ -200,8 +220,9 @@ def main() -> None:
                     runs.append(run)
                     print(_row(run), flush=True)
     # One core: judged on CPU time, which a shared machine does not inflate.
-    chat_ok = all(r["cpu_mtokens_per_s"] * 1e6 >= TARGET_TOKENS_PER_S
-                  for r in runs if r["workload"] == "chat")
+    chat_ok = all(
+        r["cpu_mtokens_per_s"] * 1e6 >= TARGET_TOKENS_PER_S for r in runs if r["workload"] == "chat"
+    )
     moon = [r for r in runs if r["workload"] == "mooncake"]
     moon_ok = bool(moon) and all(
         r["load_s"] + r["replay_s"] < TARGET_MOONCAKE_S
@@ -210,29 +231,43 @@ def main() -> None:
     )
     results = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpus": os.cpu_count()},
-        "model": args.model, "jobs": args.jobs, "workloads": workloads, "runs": runs,
-        "targets": {"chat_tokens_per_s": TARGET_TOKENS_PER_S, "chat_met": chat_ok,
-                    "mooncake_s": TARGET_MOONCAKE_S, "mooncake_rss_mb": TARGET_MOONCAKE_RSS_MB,
-                    "mooncake_met": moon_ok},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+        },
+        "model": args.model,
+        "jobs": args.jobs,
+        "workloads": workloads,
+        "runs": runs,
+        "targets": {
+            "chat_tokens_per_s": TARGET_TOKENS_PER_S,
+            "chat_met": chat_ok,
+            "mooncake_s": TARGET_MOONCAKE_S,
+            "mooncake_rss_mb": TARGET_MOONCAKE_RSS_MB,
+            "mooncake_met": moon_ok,
+        },
     }
     write_text_atomic(args.results, json.dumps(results, indent=2) + "\n")
-    print(f"chat target (>= {TARGET_TOKENS_PER_S / 1e6:g}M tokens/s, every policy): "
-          f"{'met' if chat_ok else 'MISSED'}; mooncake target (< {TARGET_MOONCAKE_S:g} s, "
-          f"< {TARGET_MOONCAKE_RSS_MB:g} MB): {'met' if moon_ok else 'MISSED'}")
+    print(
+        f"chat target (>= {TARGET_TOKENS_PER_S / 1e6:g}M tokens/s, every policy): "
+        f"{'met' if chat_ok else 'MISSED'}; mooncake target (< {TARGET_MOONCAKE_S:g} s, "
+        f"< {TARGET_MOONCAKE_RSS_MB:g} MB): {'met' if moon_ok else 'MISSED'}"
+    )
     print(f"wrote {args.results}")
 
 
 def _row(r: dict[str, Any]) -> str:
     alpha = "-" if r["alpha"] is None else f"{r['alpha']:.1f}"
-    return (f"{r['workload']:<9}{r['fraction']:>5.2f}{r['capacity_gb']:>9.1f} GB  {r['policy']:<8}"
-            f" hit {r['token_hit_rate']:6.1%}  ev {r['evictions']:>9,}  alpha {alpha:>3}"
-            f" grid {'y' if r['grid_search'] else 'n'}  load {r['load_s']:6.2f}s"
-            f"  replay {r['replay_s']:7.2f}s  {r['mtokens_per_s']:7.1f}M tok/s"
-            f" ({r['cpu_mtokens_per_s']:.1f}M per CPU s,"
-            f" {r['replayed_mtokens_per_s']:.1f}M replayed)"
-            f"  rss {r['peak_rss_mb']:7.1f} MB")
+    return (
+        f"{r['workload']:<9}{r['fraction']:>5.2f}{r['capacity_gb']:>9.1f} GB  {r['policy']:<8}"
+        f" hit {r['token_hit_rate']:6.1%}  ev {r['evictions']:>9,}  alpha {alpha:>3}"
+        f" grid {'y' if r['grid_search'] else 'n'}  load {r['load_s']:6.2f}s"
+        f"  replay {r['replay_s']:7.2f}s  {r['mtokens_per_s']:7.1f}M tok/s"
+        f" ({r['cpu_mtokens_per_s']:.1f}M per CPU s,"
+        f" {r['replayed_mtokens_per_s']:.1f}M replayed)"
+        f"  rss {r['peak_rss_mb']:7.1f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -154,9 +154,11 @@ def main() -> None:
     }
     assert counts["requests"] == imported["requests"], "read back a different request count"
 
-    print(f"trace {args.trace} ({results['trace_bytes'] / 1e6:.1f} MB): "
-          f"{results['requests']:,} requests, {results['prompt_tokens']:,} prompt tokens; "
-          f"parquet {parquet_bytes / 1e6:.1f} MB")
+    print(
+        f"trace {args.trace} ({results['trace_bytes'] / 1e6:.1f} MB): "
+        f"{results['requests']:,} requests, {results['prompt_tokens']:,} prompt tokens; "
+        f"parquet {parquet_bytes / 1e6:.1f} MB"
+    )
     print(f"{'step':<22}{'wall s':>10}{'peak RSS MB':>14}")
     for name, m in steps.items():
         if m is None:

@@ -67,8 +67,18 @@ def seven_b(profiles: list[str]) -> list[dict]:
     models = {p: CostModel(m, load_profile(p)) for p in profiles}
     gen = torch.Generator().manual_seed(1)
     rows = []
-    for n_new, n_cached in [(16, 0), (128, 0), (512, 0), (1024, 0), (2048, 0), (4096, 0),
-                            (64, 2048), (256, 2048), (512, 4096), (1024, 8192)]:
+    for n_new, n_cached in [
+        (16, 0),
+        (128, 0),
+        (512, 0),
+        (1024, 0),
+        (2048, 0),
+        (4096, 0),
+        (64, 2048),
+        (256, 2048),
+        (512, 4096),
+        (1024, 8192),
+    ]:
         past = None
         if n_cached:
             first = lm.forward(torch.randint(0, m.vocab_size, (n_cached,), generator=gen).cuda())
@@ -89,12 +99,13 @@ def main() -> None:
     if "--json" in args:
         i = args.index("--json")
         out = args[i + 1]
-        args = args[:i] + args[i + 2:]
+        args = args[:i] + args[i + 2 :]
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
     result["exactness"] = exactness()
     print(result["exactness"], flush=True)
     result["implementations"] = ReferenceExecutor(
-        get_model("tiny-hybrid"), ExecutorConfig(device="cuda")).lm.ops.notes
+        get_model("tiny-hybrid"), ExecutorConfig(device="cuda")
+    ).lm.ops.notes
     print(result["implementations"], flush=True)
     result["marconi_hybrid_7b"] = seven_b(args or ["h100"])
     if out:

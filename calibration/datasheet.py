@@ -28,17 +28,26 @@ DEFAULTS: dict[str, dict[str, float]] = {
     "gemm": {"t0_s": _T0, "eff_flops": 0.7, "eff_bytes": 0.8, "p": _P, "c_weight_elems": 0.0},
     # FlashAttention-2 forward reaches 50-73% of A100 peak (Dao 2023, arXiv 2307.08691,
     # sec. 4.1): 0.5 for the low end over varied shapes; softmax folded into the FLOPs.
-    "attn_prefill": {"t0_s": 2 * _T0, "eff_flops": 0.5, "eff_bytes": 0.6, "p": _P,
-                     "c_score_elems": 0.0},
+    "attn_prefill": {
+        "t0_s": 2 * _T0,
+        "eff_flops": 0.5,
+        "eff_bytes": 0.6,
+        "p": _P,
+        "c_score_elems": 0.0,
+    },
     # Decode attention streams the KV cache: assumed 0.6 of HBM bandwidth (a single
     # query per sequence leaves part of the chip idle without split-KV).
-    "attn_decode": {"t0_s": 2 * _T0, "eff_flops": 0.3, "eff_bytes": 0.6, "p": _P,
-                    "c_score_elems": 0.0},
+    "attn_decode": {
+        "t0_s": 2 * _T0,
+        "eff_flops": 0.3,
+        "eff_bytes": 0.6,
+        "p": _P,
+        "c_score_elems": 0.0,
+    },
     # mamba_chunk_scan_combined runs five Triton kernels (chunk cumsum, chunk state,
     # state passing, bmm, chunk scan; mamba_ssm/ops/triton/ssd_combined.py): 5 x t0.
     # Efficiencies assumed: its matmuls are small (chunk x d_state).
-    "ssm_scan": {"t0_s": 5 * _T0, "eff_flops": 0.3, "eff_bytes": 0.5, "p": _P,
-                 "c_chunks": 0.0},
+    "ssm_scan": {"t0_s": 5 * _T0, "eff_flops": 0.3, "eff_bytes": 0.5, "p": _P, "c_chunks": 0.0},
     "ssm_step": {"t0_s": _T0, "eff_flops": 0.1, "eff_bytes": 0.5, "p": _P},  # assumed
     # Depthwise conv runs on CUDA cores, not tensor cores: FLOP efficiency against the
     # tensor peak is small (assumed 0.05); it is memory-bound in practice.
@@ -56,8 +65,11 @@ def datasheet_profile(gpu: str) -> Profile:
     """The uncalibrated roofline profile of a known GPU."""
     spec = get_gpu(gpu)
     kernels = {
-        name: KernelFit(model=FORMULAS[name].model_name, params=dict(DEFAULTS[name]),
-                        note="datasheet default, not measured")
+        name: KernelFit(
+            model=FORMULAS[name].model_name,
+            params=dict(DEFAULTS[name]),
+            note="datasheet default, not measured",
+        )
         for name in FORMULAS
     }
     return Profile(
@@ -73,8 +85,9 @@ def datasheet_profile(gpu: str) -> Profile:
     )
 
 
-def write_datasheet_profiles(directory: Path = PROFILES_DIR, overwrite_measured: bool = False
-                             ) -> list[Path]:
+def write_datasheet_profiles(
+    directory: Path = PROFILES_DIR, overwrite_measured: bool = False
+) -> list[Path]:
     """Write a datasheet profile for every known GPU; never over a measured one by default."""
     written = []
     for name in GPUS:

@@ -60,8 +60,9 @@ def detect_device(torch: Any) -> DeviceInfo:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         name = torch.cuda.get_device_name(0)
-        return DeviceInfo("cuda", name, identify_gpu(name, props.total_memory),
-                          float(props.total_memory))
+        return DeviceInfo(
+            "cuda", name, identify_gpu(name, props.total_memory), float(props.total_memory)
+        )
     return DeviceInfo("cpu", cpu_name(), "cpu")
 
 
@@ -77,9 +78,11 @@ def refusal(requested: str, found: DeviceInfo) -> str | None:
     if requested == "cpu" or (requested == "auto" and found.gpu is not None):
         return None
     if requested == "auto":
-        return (f"twin calibrate --gpu auto: found {found.name}, which is none of the GPUs "
-                f"twin has datasheet peaks for ({', '.join(GPUS)}); run it on one of those, "
-                "or add the GPU to twin/hardware.py")
+        return (
+            f"twin calibrate --gpu auto: found {found.name}, which is none of the GPUs "
+            f"twin has datasheet peaks for ({', '.join(GPUS)}); run it on one of those, "
+            "or add the GPU to twin/hardware.py"
+        )
     spec = get_gpu(requested)
     if found.gpu == spec.name:
         return None
@@ -88,9 +91,11 @@ def refusal(requested: str, found: DeviceInfo) -> str | None:
     else:
         known = f"twin's {found.gpu}" if found.gpu else "a GPU twin has no datasheet for"
         what = f"this machine's GPU is {found.name} ({known}), not an {spec.display_name}"
-    return (f"twin calibrate --gpu {requested}: {what}; run it on an {spec.display_name}, "
-            f"or derive one from a measured profile with --transfer-from "
-            f"PROFILE.json{_transfer_hint()}.")
+    return (
+        f"twin calibrate --gpu {requested}: {what}; run it on an {spec.display_name}, "
+        f"or derive one from a measured profile with --transfer-from "
+        f"PROFILE.json{_transfer_hint()}."
+    )
 
 
 def check_requested(requested: str, torch: Any) -> DeviceInfo:
@@ -120,8 +125,13 @@ def driver_version() -> str | None:
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True)
+        out = subprocess.run(
+            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None

@@ -33,8 +33,14 @@ def _columns(kernel: str, rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, .
     return flops, nbytes, extras, y
 
 
-def _model(kernel: str, theta: np.ndarray, peaks: dict[str, float], flops: np.ndarray,
-           nbytes: np.ndarray, extras: np.ndarray) -> np.ndarray:
+def _model(
+    kernel: str,
+    theta: np.ndarray,
+    peaks: dict[str, float],
+    flops: np.ndarray,
+    nbytes: np.ndarray,
+    extras: np.ndarray,
+) -> np.ndarray:
     """Vectorised formula at parameters ``theta`` (in ``param_names`` order)."""
     f = get_formula(kernel)
     t0 = theta[0]
@@ -49,8 +55,14 @@ def _model(kernel: str, theta: np.ndarray, peaks: dict[str, float], flops: np.nd
     return t0 + m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
 
 
-def _starts(kernel: str, peaks: dict[str, float], flops: np.ndarray, nbytes: np.ndarray,
-            extras: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+def _starts(
+    kernel: str,
+    peaks: dict[str, float],
+    flops: np.ndarray,
+    nbytes: np.ndarray,
+    extras: np.ndarray,
+    y: np.ndarray,
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """Starting points and log-space bounds from the data's own scale."""
     f = get_formula(kernel)
     t0 = max(0.5 * float(np.min(y)), 1e-9)
@@ -85,8 +97,9 @@ def _starts(kernel: str, peaks: dict[str, float], flops: np.ndarray, nbytes: np.
     return [np.clip(np.log(np.array(s)), lo_a, hi_a) for s in starts], lo_a, hi_a
 
 
-def fit_params(kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, float]
-               ) -> dict[str, float]:
+def fit_params(
+    kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, float]
+) -> dict[str, float]:
     """Least-squares parameters of ``kernel``'s model on ``rows`` (needs >= 1 row)."""
     if not rows:
         raise ValueError(f"no timings to fit {kernel}")
@@ -100,8 +113,9 @@ def fit_params(kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, flo
 
     best = None
     for u0 in starts:
-        res = least_squares(resid, u0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05,
-                            method="trf", max_nfev=4000)
+        res = least_squares(
+            resid, u0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, method="trf", max_nfev=4000
+        )
         if best is None or res.cost < best.cost:
             best = res
     assert best is not None
@@ -109,8 +123,9 @@ def fit_params(kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, flo
     return {name: float(v) for name, v in zip(f.param_names, theta, strict=True)}
 
 
-def predict_rows(kernel: str, params: dict[str, float], peaks: dict[str, float],
-                 rows: Sequence[dict[str, Any]]) -> np.ndarray:
+def predict_rows(
+    kernel: str, params: dict[str, float], peaks: dict[str, float], rows: Sequence[dict[str, Any]]
+) -> np.ndarray:
     """Predicted seconds of ``rows`` (vectorised; same formula as ``formulas.predict``)."""
     f = get_formula(kernel)
     flops, nbytes, extras, _ = _columns(kernel, rows)
@@ -118,15 +133,17 @@ def predict_rows(kernel: str, params: dict[str, float], peaks: dict[str, float],
     return _model(kernel, theta, peaks, flops, nbytes, extras)
 
 
-def relative_errors(kernel: str, params: dict[str, float], peaks: dict[str, float],
-                    rows: Sequence[dict[str, Any]]) -> np.ndarray:
+def relative_errors(
+    kernel: str, params: dict[str, float], peaks: dict[str, float], rows: Sequence[dict[str, Any]]
+) -> np.ndarray:
     """|predicted - measured| / measured for each row."""
     y = np.array([float(r["median_s"]) for r in rows])
     return np.abs(predict_rows(kernel, params, peaks, rows) - y) / y
 
 
-def split_holdout(n: int, share: float = HOLDOUT_SHARE, seed: int = 0
-                  ) -> tuple[list[int], list[int]]:
+def split_holdout(
+    n: int, share: float = HOLDOUT_SHARE, seed: int = 0
+) -> tuple[list[int], list[int]]:
     """Indices (train, held out); nothing is held out below ``MIN_SHAPES_FOR_HOLDOUT``."""
     order = list(np.random.default_rng(seed).permutation(n))
     if n < MIN_SHAPES_FOR_HOLDOUT:
@@ -135,8 +152,13 @@ def split_holdout(n: int, share: float = HOLDOUT_SHARE, seed: int = 0
     return sorted(order[k:]), sorted(order[:k])
 
 
-def fit_kernel(kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, float],
-               share: float = HOLDOUT_SHARE, seed: int = 0) -> KernelFit:
+def fit_kernel(
+    kernel: str,
+    rows: Sequence[dict[str, Any]],
+    peaks: dict[str, float],
+    share: float = HOLDOUT_SHARE,
+    seed: int = 0,
+) -> KernelFit:
     """Fit on the training shapes, report the held-out errors."""
     train_idx, held_idx = split_holdout(len(rows), share, seed)
     train = [rows[i] for i in train_idx]
@@ -148,13 +170,23 @@ def fit_kernel(kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, flo
         med, mx = float(np.median(err)), float(np.max(err))
     train_err = relative_errors(kernel, params, peaks, train)
     note = f"train median rel err {float(np.median(train_err)):.3f}"
-    return KernelFit(model=get_formula(kernel).model_name, params=params,
-                     heldout_median_rel_err=med, heldout_max_rel_err=mx,
-                     n_shapes=len(rows), n_heldout=len(held), note=note)
+    return KernelFit(
+        model=get_formula(kernel).model_name,
+        params=params,
+        heldout_median_rel_err=med,
+        heldout_max_rel_err=mx,
+        n_shapes=len(rows),
+        n_heldout=len(held),
+        note=note,
+    )
 
 
-def fit_all(rows: Sequence[dict[str, Any]], peaks: dict[str, float],
-            share: float = HOLDOUT_SHARE, seed: int = 0) -> dict[str, KernelFit]:
+def fit_all(
+    rows: Sequence[dict[str, Any]],
+    peaks: dict[str, float],
+    share: float = HOLDOUT_SHARE,
+    seed: int = 0,
+) -> dict[str, KernelFit]:
     """One fit per kernel present in ``rows`` (registry order)."""
     by_kernel: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -162,9 +194,13 @@ def fit_all(rows: Sequence[dict[str, Any]], peaks: dict[str, float],
     return {k: fit_kernel(k, v, peaks, share, seed) for k, v in by_kernel.items()}
 
 
-def pooled_heldout(rows: Sequence[dict[str, Any]], fits: dict[str, KernelFit],
-                   peaks: dict[str, float], share: float = HOLDOUT_SHARE, seed: int = 0
-                   ) -> dict[str, float | int | None]:
+def pooled_heldout(
+    rows: Sequence[dict[str, Any]],
+    fits: dict[str, KernelFit],
+    peaks: dict[str, float],
+    share: float = HOLDOUT_SHARE,
+    seed: int = 0,
+) -> dict[str, float | int | None]:
     """Median and max relative error over every kernel's held-out shapes together."""
     by_kernel: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -180,5 +216,12 @@ def pooled_heldout(rows: Sequence[dict[str, Any]], fits: dict[str, KernelFit],
     return {"median": float(np.median(errs)), "max": float(np.max(errs)), "n": len(errs)}
 
 
-__all__ = ["fit_all", "fit_kernel", "fit_params", "pooled_heldout", "predict_rows",
-           "relative_errors", "split_holdout"]
+__all__ = [
+    "fit_all",
+    "fit_kernel",
+    "fit_params",
+    "pooled_heldout",
+    "predict_rows",
+    "relative_errors",
+    "split_holdout",
+]

@@ -64,17 +64,29 @@ class KernelFormula:
 FORMULAS: dict[str, KernelFormula] = {
     f.kernel: f
     for f in (
-        KernelFormula("gemm", "mem_bw", True, ("weight_elems",),
-                      "dense GEMM (m tokens x k) @ (k x n)"),
-        KernelFormula("attn_prefill", "mem_bw", True, ("score_elems",),
-                      "causal attention of n new tokens over c cached + n new keys"),
-        KernelFormula("attn_decode", "mem_bw", True, ("score_elems",),
-                      "one query token per sequence over its context"),
+        KernelFormula(
+            "gemm", "mem_bw", True, ("weight_elems",), "dense GEMM (m tokens x k) @ (k x n)"
+        ),
+        KernelFormula(
+            "attn_prefill",
+            "mem_bw",
+            True,
+            ("score_elems",),
+            "causal attention of n new tokens over c cached + n new keys",
+        ),
+        KernelFormula(
+            "attn_decode",
+            "mem_bw",
+            True,
+            ("score_elems",),
+            "one query token per sequence over its context",
+        ),
         KernelFormula("ssm_scan", "mem_bw", True, ("chunks",), "Mamba2 chunked (SSD) scan"),
         KernelFormula("ssm_step", "mem_bw", True, (), "Mamba2 one-token state update (decode)"),
         KernelFormula("conv1d", "mem_bw", True, (), "causal depthwise conv1d"),
-        KernelFormula("elementwise", "mem_bw", False, (),
-                      "element-wise pass / RMSNorm: bytes in and out"),
+        KernelFormula(
+            "elementwise", "mem_bw", False, (), "element-wise pass / RMSNorm: bytes in and out"
+        ),
         KernelFormula("copy_d2d", "mem_bw", False, (), "device-to-device copy (read + write)"),
         KernelFormula("copy_h2d", "host_bw", False, (), "pinned host to device copy"),
         KernelFormula("copy_d2h", "host_bw", False, (), "device to pinned host copy"),
@@ -102,8 +114,9 @@ def gemm_features(m: int, k: int, n: int, e: int) -> Features:
     return 2.0 * m * k * n, float(e * (m * k + k * n + m * n)), {"weight_elems": float(k * n)}
 
 
-def attn_prefill_features(n: int, c: int, heads: int, kv_heads: int, head_dim: int, e: int,
-                          window: int | None = None) -> Features:
+def attn_prefill_features(
+    n: int, c: int, heads: int, kv_heads: int, head_dim: int, e: int, window: int | None = None
+) -> Features:
     """Causal attention of ``n`` new queries after ``c`` cached keys (bottom-right aligned).
 
     QK^T and AV cost 4 x head_dim FLOPs per score; Q in and O out are read/written
@@ -116,16 +129,25 @@ def attn_prefill_features(n: int, c: int, heads: int, kv_heads: int, head_dim: i
     return flops, nbytes, {"score_elems": float(heads * keys)}
 
 
-def attn_decode_features(batch: int, keys: int, heads: int, kv_heads: int, head_dim: int,
-                         e: int) -> Features:
+def attn_decode_features(
+    batch: int, keys: int, heads: int, kv_heads: int, head_dim: int, e: int
+) -> Features:
     """``batch`` single-token queries, each over ``keys`` keys (KV read dominates)."""
     flops = 4.0 * heads * head_dim * batch * keys
     nbytes = float(e * batch * (2 * heads * head_dim + 2 * kv_heads * head_dim * keys))
     return flops, nbytes, {"score_elems": float(heads * batch * keys)}
 
 
-def ssm_scan_features(batch: int, seqlen: int, nheads: int, headdim: int, d_state: int,
-                      ngroups: int, chunk: int, e: int) -> Features:
+def ssm_scan_features(
+    batch: int,
+    seqlen: int,
+    nheads: int,
+    headdim: int,
+    d_state: int,
+    ngroups: int,
+    chunk: int,
+    e: int,
+) -> Features:
     """SSD chunked scan over ``batch`` sequences of ``seqlen`` tokens.
 
     FLOPs per token as ``ModelSpec.prefill_flops`` counts them (C.B^T within a
@@ -137,23 +159,27 @@ def ssm_scan_features(batch: int, seqlen: int, nheads: int, headdim: int, d_stat
     n_chunks = batch * -(-seqlen // chunk)
     padded = n_chunks * chunk
     flops = float(padded * (2 * sc * (2 * d_state + chunk) + 2 * chunk * d_state * ngroups))
-    nbytes = float(e * tokens * (2 * sc + 2 * ngroups * d_state + nheads)
-                   + 8 * n_chunks * sc * d_state)
+    nbytes = float(
+        e * tokens * (2 * sc + 2 * ngroups * d_state + nheads) + 8 * n_chunks * sc * d_state
+    )
     return flops, nbytes, {"chunks": float(n_chunks * nheads)}
 
 
-def ssm_step_features(batch: int, nheads: int, headdim: int, d_state: int, ngroups: int,
-                      e: int, state_e: int) -> Features:
+def ssm_step_features(
+    batch: int, nheads: int, headdim: int, d_state: int, ngroups: int, e: int, state_e: int
+) -> Features:
     """One decode token per sequence: read and write each recurrent state once."""
     sc = nheads * headdim
     flops = 6.0 * batch * sc * d_state  # decay, outer product update, C.h readout
-    nbytes = float(batch * (2 * sc * d_state * state_e + e * (2 * sc + 2 * ngroups * d_state
-                                                              + 2 * nheads)))
+    nbytes = float(
+        batch * (2 * sc * d_state * state_e + e * (2 * sc + 2 * ngroups * d_state + 2 * nheads))
+    )
     return flops, nbytes, {}
 
 
-def conv1d_features(batch: int, seqlen: int, channels: int, kernel: int, e: int,
-                    with_state: bool = False) -> Features:
+def conv1d_features(
+    batch: int, seqlen: int, channels: int, kernel: int, e: int, with_state: bool = False
+) -> Features:
     """Causal depthwise conv; ``with_state`` adds the decode conv-state read + write."""
     flops = 2.0 * batch * seqlen * channels * kernel
     nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
@@ -184,14 +210,21 @@ def smooth_max(a: float, b: float, p: float) -> float:
     return m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
 
 
-def predict(kernel: str, params: dict[str, float], peaks: dict[str, float], flops: float,
-            nbytes: float, extras: dict[str, float] | None = None) -> float:
+def predict(
+    kernel: str,
+    params: dict[str, float],
+    peaks: dict[str, float],
+    flops: float,
+    nbytes: float,
+    extras: dict[str, float] | None = None,
+) -> float:
     """Seconds for one launch of ``kernel`` with these features."""
     return compile_kernel(kernel, params, peaks)(flops, nbytes, extras or {})
 
 
-def compile_kernel(kernel: str, params: dict[str, float], peaks: dict[str, float]
-                   ) -> Callable[[float, float, dict[str, float]], float]:
+def compile_kernel(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[[float, float, dict[str, float]], float]:
     """A fast closure ``(flops, bytes, extras) -> seconds`` with the constants folded."""
     f = get_formula(kernel)
     missing = [p for p in f.param_names if p not in params]
@@ -201,8 +234,10 @@ def compile_kernel(kernel: str, params: dict[str, float], peaks: dict[str, float
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     coeffs = [(x, float(params[f"c_{x}"])) for x in f.extras]
     if not f.uses_flops:
+
         def bandwidth(flops: float, nbytes: float, extras: dict[str, float]) -> float:
             return t0 + nbytes * inv_b
+
         return bandwidth
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks["flops"]))
     p = float(params["p"])
@@ -212,11 +247,13 @@ def compile_kernel(kernel: str, params: dict[str, float], peaks: dict[str, float
         for name, c in coeffs:
             compute += c * extras.get(name, 0.0)
         return t0 + smooth_max(compute, nbytes * inv_b, p)
+
     return roofline
 
 
-def compile_fast(kernel: str, params: dict[str, float], peaks: dict[str, float]
-                 ) -> Callable[[float, float, float], float]:
+def compile_fast(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[[float, float, float], float]:
     """Like ``compile_kernel`` but ``(flops, bytes, x)`` with ``x`` the kernel's one extra
     feature (0 when it has none): no dict per call, for the cost model's hot path."""
     f = get_formula(kernel)
@@ -240,17 +277,25 @@ def compile_fast(kernel: str, params: dict[str, float], peaks: dict[str, float]
             return t0 + a
         m = a if a > b else b
         return t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
+
     return fast
 
 
-def predict_many(kernel: str, params: dict[str, float], peaks: dict[str, float],
-                 flops: list[float], nbytes: list[float],
-                 extras: dict[str, list[float]] | None = None) -> list[float]:
+def predict_many(
+    kernel: str,
+    params: dict[str, float],
+    peaks: dict[str, float],
+    flops: list[float],
+    nbytes: list[float],
+    extras: dict[str, list[float]] | None = None,
+) -> list[float]:
     """``predict`` over columns of features (used by fitting reports and tests)."""
     fn = compile_kernel(kernel, params, peaks)
     ex = extras or {}
-    return [fn(f, b, {k: v[i] for k, v in ex.items()}) for i, (f, b) in
-            enumerate(zip(flops, nbytes, strict=True))]
+    return [
+        fn(f, b, {k: v[i] for k, v in ex.items()})
+        for i, (f, b) in enumerate(zip(flops, nbytes, strict=True))
+    ]
 
 
 def check_params(kernel: str, params: dict[str, float]) -> None:
@@ -258,8 +303,9 @@ def check_params(kernel: str, params: dict[str, float]) -> None:
     for name in get_formula(kernel).param_names:
         v = params.get(name)
         if v is None or not math.isfinite(v) or v < 0:
-            raise TwinError(f"kernel {kernel!r}: parameter {name} must be finite and >= 0 "
-                            f"(got {v!r})")
+            raise TwinError(
+                f"kernel {kernel!r}: parameter {name} must be finite and >= 0 (got {v!r})"
+            )
     for name in ("eff_flops", "eff_bytes"):
         if name in params and params[name] <= 0:
             raise TwinError(f"kernel {kernel!r}: {name} must be positive")

@@ -44,11 +44,18 @@ def raw_path_for(profile_file: Path) -> Path:
     return profile_file.with_suffix(".parquet")
 
 
-def calibrate(gpu: str, level: str = "full", out: str | Path | None = None,
-              model: str | ModelSpec = DEFAULT_SHAPE_MODEL, seed: int = 0,
-              kernels: Sequence[str] | None = None, threads: int = 1,
-              progress: Callable[[int], Any] | None = None,
-              overhead: bool = False, model_only: bool = False) -> CalibrationResult:
+def calibrate(
+    gpu: str,
+    level: str = "full",
+    out: str | Path | None = None,
+    model: str | ModelSpec = DEFAULT_SHAPE_MODEL,
+    seed: int = 0,
+    kernels: Sequence[str] | None = None,
+    threads: int = 1,
+    progress: Callable[[int], Any] | None = None,
+    overhead: bool = False,
+    model_only: bool = False,
+) -> CalibrationResult:
     """Time the kernels on the visible device, which must be ``gpu``; fit and save.
 
     ``progress(total)`` is called once with the number of shapes and must return
@@ -64,8 +71,10 @@ def calibrate(gpu: str, level: str = "full", out: str | Path | None = None,
     if level not in LEVELS:
         raise TwinError(f"--level {level!r}: expected one of {', '.join(LEVELS)}")
     if kernels and out is None:
-        raise TwinError("--kernels makes a partial profile, which the cost model cannot use: "
-                        "give --out PATH so that the shipped profile stays whole")
+        raise TwinError(
+            "--kernels makes a partial profile, which the cost model cannot use: "
+            "give --out PATH so that the shipped profile stays whole"
+        )
     if threads < 1:
         raise TwinError(f"--threads must be at least 1 (got {threads})")
     torch = import_torch(f"--gpu {gpu}")
@@ -74,8 +83,9 @@ def calibrate(gpu: str, level: str = "full", out: str | Path | None = None,
     torch.set_num_threads(threads)
     warm = _keep_heap_warm(True) if device.kind == "cpu" else False
     try:
-        result = _calibrate(torch, device, gpu, level, out, model, seed, kernels, progress,
-                            overhead, model_only)
+        result = _calibrate(
+            torch, device, gpu, level, out, model, seed, kernels, progress, overhead, model_only
+        )
     finally:
         torch.set_num_threads(saved_threads)
         if warm:
@@ -109,10 +119,19 @@ def _keep_heap_warm(on: bool) -> bool:
         return False
 
 
-def _calibrate(torch: Any, device: DeviceInfo, gpu: str, level: str, out: str | Path | None,
-               model: str, seed: int, kernels: Sequence[str] | None,
-               progress: Callable[[int], Any] | None, overhead: bool,
-               model_only: bool) -> CalibrationResult:
+def _calibrate(
+    torch: Any,
+    device: DeviceInfo,
+    gpu: str,
+    level: str,
+    out: str | Path | None,
+    model: str,
+    seed: int,
+    kernels: Sequence[str] | None,
+    progress: Callable[[int], Any] | None,
+    overhead: bool,
+    model_only: bool,
+) -> CalibrationResult:
     spec_model = model if isinstance(model, ModelSpec) else get_model(model)
     cuda = device.kind == "cuda"
     torch.manual_seed(seed)
@@ -127,7 +146,8 @@ def _calibrate(torch: Any, device: DeviceInfo, gpu: str, level: str, out: str | 
         seed=seed,
         model_only=model_only,
         cache_bytes=_cache_bytes(torch, cuda),
-        mem_cap_bytes=int(min(8 << 30, 0.2 * (device.total_memory or 0))) if cuda
+        mem_cap_bytes=int(min(8 << 30, 0.2 * (device.total_memory or 0)))
+        if cuda
         else CPU_MEM_CAP[level],
     )
     ceilings = measure_ceilings(ctx)
@@ -142,10 +162,12 @@ def _calibrate(torch: Any, device: DeviceInfo, gpu: str, level: str, out: str | 
         # can swap in another GPU's datasheet; the measured ceilings go in provenance.
         peaks = get_gpu(device.gpu).peaks()
     else:
-        peaks = {"flops": ceilings["matmul_flops"],
-                 "mem_bw": ceilings["copy_bw_read_plus_write"],
-                 "host_bw": ceilings["h2d_bw"],
-                 "allreduce_latency_s": DEFAULT_ALLREDUCE_LATENCY_S}
+        peaks = {
+            "flops": ceilings["matmul_flops"],
+            "mem_bw": ceilings["copy_bw_read_plus_write"],
+            "host_bw": ceilings["h2d_bw"],
+            "allreduce_latency_s": DEFAULT_ALLREDUCE_LATENCY_S,
+        }
     fits = fit_all(rows, peaks, HOLDOUT_SHARE, seed)
     prov = provenance(torch, device)
     prov.update(
@@ -156,18 +178,29 @@ def _calibrate(torch: Any, device: DeviceInfo, gpu: str, level: str, out: str | 
         holdout_share=HOLDOUT_SHARE,
         heldout_all_kernels=pooled_heldout(rows, fits, peaks, HOLDOUT_SHARE, seed),
         measured_ceilings=ceilings,
-        peaks_source=("datasheet (twin/hardware.py)" if cuda
-                      else "measured ceilings of this CPU (matmul, memcpy)"),
+        peaks_source=(
+            "datasheet (twin/hardware.py)"
+            if cuda
+            else "measured ceilings of this CPU (matmul, memcpy)"
+        ),
         implementations=dict(sorted(ctx.notes.items())),
         skipped_shapes=skipped,
     )
     if not cuda:
         prov["allocator"] = "glibc mmap disabled while timing (see harness._keep_heap_warm)"
-        prov["note"] = ("CPU run in float32: host and device are one memory, so the "
-                        "h2d/d2h copies are memcpys and the scan is the PyTorch SSD reference")
-    profile = Profile(gpu=device.gpu, device=device.name, source="measured", peaks=peaks,
-                      kernels=fits, provenance=prov,
-                      dtype=str(ctx.dtype).replace("torch.", ""))
+        prov["note"] = (
+            "CPU run in float32: host and device are one memory, so the "
+            "h2d/d2h copies are memcpys and the scan is the PyTorch SSD reference"
+        )
+    profile = Profile(
+        gpu=device.gpu,
+        device=device.name,
+        source="measured",
+        peaks=peaks,
+        kernels=fits,
+        provenance=prov,
+        dtype=str(ctx.dtype).replace("torch.", ""),
+    )
     if overhead:
         from calibration.overhead import measure_layer_overhead
 
@@ -182,8 +215,9 @@ def _calibrate(torch: Any, device: DeviceInfo, gpu: str, level: str, out: str | 
 def transfer(gpu: str, source: str | Path, out: str | Path | None = None) -> CalibrationResult:
     """Derive ``gpu``'s profile from the measured profile at ``source``; no device needed."""
     if gpu in ("auto", "cpu"):
-        raise TwinError(f"--transfer-from needs a GPU name for --gpu (got {gpu!r}), "
-                        "e.g. --gpu a100")
+        raise TwinError(
+            f"--transfer-from needs a GPU name for --gpu (got {gpu!r}), e.g. --gpu a100"
+        )
     src = load_profile(source)
     derived = transfer_profile(src, gpu, source_path=source)
     target = Path(out) if out is not None else profile_path(derived.gpu)

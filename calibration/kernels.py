@@ -71,12 +71,14 @@ class SweepContext:
         The copies sit at other addresses, which is all rotation needs against the
         cache; cloning is much faster than drawing fresh random numbers.
         """
+
         def clone(x: Any) -> Any:
             if isinstance(x, dict):
                 return {k: clone(v) for k, v in x.items()}
             if isinstance(x, tuple):
                 return tuple(clone(v) for v in x)
             return x.clone()
+
         return [one] + [clone(one) for _ in range(nbuf - 1)]
 
     def generator(self, salt: int) -> Any:
@@ -106,8 +108,10 @@ class Kernel:
         """The Cartesian product of this device class's axes, filtered."""
         axes = self.axes[ctx.grid_key]
         names = list(axes)
-        shapes = [dict(zip(names, combo, strict=True))
-                  for combo in itertools.product(*(axes[n] for n in names))]
+        shapes = [
+            dict(zip(names, combo, strict=True))
+            for combo in itertools.product(*(axes[n] for n in names))
+        ]
         return [s for s in shapes if self.valid(s, ctx)]
 
     def grid(self, ctx: SweepContext) -> list[Shape]:
@@ -201,8 +205,11 @@ class Gemm(Kernel):
     def model_grid(self, ctx: SweepContext) -> list[Shape]:
         if ctx.grid_key == "cuda":  # the full grid is the model's already
             return []
-        return [{"m": m, "k": k, "n": n} for m in self.axis(ctx, "m")
-                for k, n in model_gemm_shapes(ctx.model, (1,))]
+        return [
+            {"m": m, "k": k, "n": n}
+            for m in self.axis(ctx, "m")
+            for k, n in model_gemm_shapes(ctx.model, (1,))
+        ]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         return fm.gemm_features(shape["m"], shape["k"], shape["n"], e)
@@ -216,6 +223,7 @@ class Gemm(Kernel):
         def run(i: int) -> Any:
             a, w = sets[i % nbuf]
             return t.mm(a, w.t(), out=outs[i % nbuf])
+
         return run
 
 
@@ -226,18 +234,24 @@ class AttnPrefill(Kernel):
     name = "attn_prefill"
     axes: ClassVar = {
         "cpu-tiny": {"n": [16, 64, 128], "c": [0, 128], "h": [4], "d": [32, 64]},
-        "cpu": {"n": [16, 64, 256, 512, 2048], "c": [0, 256, 1024, 4096], "h": [4, 8],
-                "d": [64, 128]},
-        "cuda": {"n": [128, 512, 2048, 8192], "c": [0, 2048, 16384], "h": [8, 32],
-                 "d": [64, 128]},
+        "cpu": {
+            "n": [16, 64, 256, 512, 2048],
+            "c": [0, 256, 1024, 4096],
+            "h": [4, 8],
+            "d": [64, 128],
+        },
+        "cuda": {"n": [128, 512, 2048, 8192], "c": [0, 2048, 16384], "h": [8, 32], "d": [64, 128]},
     }
 
     def model_grid(self, ctx: SweepContext) -> list[Shape]:
         m = ctx.model
         if not m.n_attention_layers:
             return []
-        return [{"n": n, "c": c, "h": m.n_heads, "d": m.head_dim}
-                for n in self.axis(ctx, "n") for c in self.axis(ctx, "c")]
+        return [
+            {"n": n, "c": c, "h": m.n_heads, "d": m.head_dim}
+            for n in self.axis(ctx, "n")
+            for c in self.axis(ctx, "c")
+        ]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         h = shape["h"]
@@ -259,8 +273,9 @@ class AttnPrefill(Kernel):
         sdpa = t.nn.functional.scaled_dot_product_attention
         n, c, h, d = shape["n"], shape["c"], shape["h"], shape["d"]
         g = ctx.generator(n * 31 + c * 7 + h * 3 + d)
-        sets = ctx.rotating(tuple(ctx.randn(1, h, length, d, gen=g)
-                                  for length in (n, c + n, c + n)), nbuf)
+        sets = ctx.rotating(
+            tuple(ctx.randn(1, h, length, d, gen=g) for length in (n, c + n, c + n)), nbuf
+        )
         mask: Any = None
         if ctx.device != "cuda":
             # One code path on the CPU, with or without a cached prefix: an explicit
@@ -279,6 +294,7 @@ class AttnPrefill(Kernel):
                 if mask is None:
                     return sdpa(q, k, v, is_causal=True)
                 return sdpa(q, k, v, attn_mask=mask)
+
         return run
 
 
@@ -296,8 +312,11 @@ class AttnDecode(Kernel):
         m = ctx.model
         if not m.n_attention_layers:
             return []
-        return [{"b": b, "c": c, "h": m.n_heads, "d": m.head_dim}
-                for b in self.axis(ctx, "b") for c in self.axis(ctx, "c")]
+        return [
+            {"b": b, "c": c, "h": m.n_heads, "d": m.head_dim}
+            for b in self.axis(ctx, "b")
+            for c in self.axis(ctx, "c")
+        ]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         h = shape["h"]
@@ -308,14 +327,21 @@ class AttnDecode(Kernel):
         sdpa = t.nn.functional.scaled_dot_product_attention
         b, c, h, d = shape["b"], shape["c"], shape["h"], shape["d"]
         g = ctx.generator(b * 31 + c * 7 + h * 3 + d)
-        sets = ctx.rotating((ctx.randn(b, h, 1, d, gen=g), ctx.randn(b, h, c, d, gen=g),
-                             ctx.randn(b, h, c, d, gen=g)), nbuf)
+        sets = ctx.rotating(
+            (
+                ctx.randn(b, h, 1, d, gen=g),
+                ctx.randn(b, h, c, d, gen=g),
+                ctx.randn(b, h, c, d, gen=g),
+            ),
+            nbuf,
+        )
         backends = _flash_backends(t) if ctx.device == "cuda" else None
 
         def run(i: int) -> Any:
             q, k, v = sets[i % nbuf]
             with _maybe_backends(t, backends):
                 return sdpa(q, k, v)
+
         return run
 
 
@@ -340,8 +366,18 @@ def registry() -> dict[str, Kernel]:
     from calibration.kernels_mem import Conv1d, CopyD2D, CopyD2H, CopyH2D, Elementwise
     from calibration.kernels_ssm import SsmScan, SsmStep
 
-    kernels: list[Kernel] = [Gemm(), AttnPrefill(), AttnDecode(), SsmScan(), SsmStep(),
-                             Conv1d(), Elementwise(), CopyD2D(), CopyH2D(), CopyD2H()]
+    kernels: list[Kernel] = [
+        Gemm(),
+        AttnPrefill(),
+        AttnDecode(),
+        SsmScan(),
+        SsmStep(),
+        Conv1d(),
+        Elementwise(),
+        CopyD2D(),
+        CopyH2D(),
+        CopyD2H(),
+    ]
     out = {k.name: k for k in kernels}
     assert set(out) == set(fm.FORMULAS), "every kernel needs a formula and vice versa"
     return out

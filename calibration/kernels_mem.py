@@ -23,8 +23,10 @@ class Conv1d(Kernel):
         m = ctx.model
         if not m.n_ssm_layers:
             return []
-        return [{"b": 1, "l": n, "c": m.conv_channels, "k": m.ssm_conv_kernel}
-                for n in self.axis(ctx, "l")]
+        return [
+            {"b": 1, "l": n, "c": m.conv_channels, "k": m.ssm_conv_kernel}
+            for n in self.axis(ctx, "l")
+        ]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         return fm.conv1d_features(shape["b"], shape["l"], shape["c"], shape["k"], e)
@@ -33,13 +35,15 @@ class Conv1d(Kernel):
         t = ctx.torch
         b, length, c, k = shape["b"], shape["l"], shape["c"], shape["k"]
         g = ctx.generator(b * 31 + length * 7 + c)
-        sets = ctx.rotating((ctx.randn(b, c, length, gen=g), ctx.randn(c, k, gen=g),
-                             ctx.randn(c, gen=g)), nbuf)
+        sets = ctx.rotating(
+            (ctx.randn(b, c, length, gen=g), ctx.randn(c, k, gen=g), ctx.randn(c, gen=g)), nbuf
+        )
         if ctx.device != "cuda":
             # torch's CPU conv1d picks among oneDNN paths whose speed swung 7x between
             # runs here; the tap-by-tap form is what causal-conv1d computes, steadily.
-            ctx.notes["conv1d"] = ("K shifted multiply-adds "
-                                   "(calibration.kernels_mem.causal_conv1d_taps)")
+            ctx.notes["conv1d"] = (
+                "K shifted multiply-adds (calibration.kernels_mem.causal_conv1d_taps)"
+            )
             return lambda i: causal_conv1d_taps(*sets[i % nbuf])
         fast = _causal_conv1d_fn(ctx)
         conv = t.nn.functional.conv1d
@@ -49,15 +53,16 @@ class Conv1d(Kernel):
             if fast is not None:
                 return fast(x, w, bias, activation="silu")
             return conv(x, w[:, None, :], bias, padding=k - 1, groups=c)[..., :length]
+
         return run
 
 
 def causal_conv1d_taps(x: Any, w: Any, bias: Any) -> Any:
     """Causal depthwise conv of x (b, c, l) with w (c, k): y_t = bias + sum_j w_j x_{t-k+1+j}."""
     k, length = w.shape[1], x.shape[-1]
-    y = (x * w[:, k - 1:k]).add_(bias[:, None])
+    y = (x * w[:, k - 1 : k]).add_(bias[:, None])
     for j in range(1, min(k, length)):
-        y[..., j:].addcmul_(x[..., :length - j], w[:, k - 1 - j:k - j])
+        y[..., j:].addcmul_(x[..., : length - j], w[:, k - 1 - j : k - j])
     return y
 
 
@@ -100,6 +105,7 @@ class Elementwise(Kernel):
 
         def run(i: int) -> Any:
             return norm(sets[i % nbuf], (width,), weight, 1e-6)
+
         return run
 
 
@@ -134,8 +140,8 @@ class _Copy(Kernel):
 
         src, dst = arena(self.src_host), arena(self.dst_host)
         noise = t.randint(1, 255, (nbytes,), dtype=t.uint8, generator=g, device=ctx.device)
-        srcs = [src[j * nbytes:(j + 1) * nbytes] for j in range(nbuf)]
-        dsts = [dst[j * nbytes:(j + 1) * nbytes] for j in range(nbuf)]
+        srcs = [src[j * nbytes : (j + 1) * nbytes] for j in range(nbuf)]
+        dsts = [dst[j * nbytes : (j + 1) * nbytes] for j in range(nbuf)]
         for s in srcs:
             s.copy_(noise)
         for d in dsts:  # touch every destination page now, not while timing
@@ -144,6 +150,7 @@ class _Copy(Kernel):
 
         def run(i: int) -> Any:
             return dsts[i % nbuf].copy_(srcs[i % nbuf], non_blocking=gpu)
+
         return run
 
 

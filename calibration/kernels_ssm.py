@@ -50,8 +50,9 @@ def import_mamba_triton(module: str, attr: str) -> tuple[Callable[..., Any] | No
         for k in [k for k in sys.modules if k == "mamba_ssm" or k.startswith("mamba_ssm.")]:
             del sys.modules[k]
         sys.modules.update(saved)
-        return None, (f"mamba_ssm not importable ({first}; without its __init__: "
-                      f"{type(err).__name__}: {err})")
+        return None, (
+            f"mamba_ssm not importable ({first}; without its __init__: {type(err).__name__}: {err})"
+        )
     return fn, f"mamba_ssm {module}.{attr} (loaded without the package __init__: {first})"
 
 
@@ -76,12 +77,33 @@ class SsmScan(Kernel):
 
     name = "ssm_scan"
     axes: ClassVar = {
-        "cpu-tiny": {"b": [1], "l": [32, 128, 512], "h": [4, 8], "p": [32], "n": [16, 64],
-                     "g": [1], "q": [32, 64]},
-        "cpu": {"b": [1, 2], "l": [64, 256, 1024, 2048], "h": [4, 16], "p": [64],
-                "n": [16, 64, 128], "g": [1], "q": [64, 128]},
-        "cuda": {"b": [1, 4], "l": [256, 1024, 4096, 16384], "h": [32, 64, 128], "p": [64],
-                 "n": [64, 128], "g": [1, 8], "q": [128, 256]},
+        "cpu-tiny": {
+            "b": [1],
+            "l": [32, 128, 512],
+            "h": [4, 8],
+            "p": [32],
+            "n": [16, 64],
+            "g": [1],
+            "q": [32, 64],
+        },
+        "cpu": {
+            "b": [1, 2],
+            "l": [64, 256, 1024, 2048],
+            "h": [4, 16],
+            "p": [64],
+            "n": [16, 64, 128],
+            "g": [1],
+            "q": [64, 128],
+        },
+        "cuda": {
+            "b": [1, 4],
+            "l": [256, 1024, 4096, 16384],
+            "h": [32, 64, 128],
+            "p": [64],
+            "n": [64, 128],
+            "g": [1, 8],
+            "q": [128, 256],
+        },
     }
 
     def valid(self, shape: Shape, ctx: SweepContext) -> bool:
@@ -91,12 +113,23 @@ class SsmScan(Kernel):
         m = ctx.model
         if not m.n_ssm_layers:
             return []
-        return [{"b": 1, "l": n, "h": m.n_ssm_heads, "p": m.ssm_head_dim, "n": m.ssm_d_state,
-                 "g": m.ssm_groups, "q": m.ssm_chunk_size} for n in self.axis(ctx, "l")]
+        return [
+            {
+                "b": 1,
+                "l": n,
+                "h": m.n_ssm_heads,
+                "p": m.ssm_head_dim,
+                "n": m.ssm_d_state,
+                "g": m.ssm_groups,
+                "q": m.ssm_chunk_size,
+            }
+            for n in self.axis(ctx, "l")
+        ]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
-        return fm.ssm_scan_features(shape["b"], shape["l"], shape["h"], shape["p"], shape["n"],
-                                    shape["g"], shape["q"], e)
+        return fm.ssm_scan_features(
+            shape["b"], shape["l"], shape["h"], shape["p"], shape["n"], shape["g"], shape["q"], e
+        )
 
     def measured_features(self, shape: Shape, ctx: SweepContext) -> fm.Features:
         """The PyTorch reference materialises its (heads x chunk x chunk) decay and score
@@ -125,15 +158,35 @@ class SsmScan(Kernel):
 
             def run(i: int) -> Any:
                 s = sets[i % nbuf]
-                return ssd_chunked(s["x"], s["dt"], s["A"], s["B"], s["C"], q, D=s["D"],
-                                   dt_bias=s["dt_bias"], dt_softplus=True)
+                return ssd_chunked(
+                    s["x"],
+                    s["dt"],
+                    s["A"],
+                    s["B"],
+                    s["C"],
+                    q,
+                    D=s["D"],
+                    dt_bias=s["dt_bias"],
+                    dt_softplus=True,
+                )
+
             return run
         ctx.notes["ssm_scan"] = note
 
         def run_triton(i: int) -> Any:
             s = sets[i % nbuf]
-            return fn(s["x"], s["dt"], s["A"], s["B"], s["C"], q, D=s["D"],
-                      dt_bias=s["dt_bias"], dt_softplus=True)
+            return fn(
+                s["x"],
+                s["dt"],
+                s["A"],
+                s["B"],
+                s["C"],
+                q,
+                D=s["D"],
+                dt_bias=s["dt_bias"],
+                dt_softplus=True,
+            )
+
         return run_triton
 
 
@@ -144,8 +197,13 @@ class SsmStep(Kernel):
     axes: ClassVar = {
         "cpu-tiny": {"b": [1, 8, 32], "h": [8, 32], "p": [32], "n": [16, 64], "g": [1]},
         "cpu": {"b": [1, 8, 32, 128], "h": [8, 32, 64], "p": [64], "n": [16, 64, 128], "g": [1]},
-        "cuda": {"b": [1, 8, 32, 128, 512], "h": [32, 64, 128], "p": [64], "n": [64, 128],
-                 "g": [1, 8]},
+        "cuda": {
+            "b": [1, 8, 32, 128, 512],
+            "h": [32, 64, 128],
+            "p": [64],
+            "n": [64, 128],
+            "g": [1, 8],
+        },
     }
 
     def valid(self, shape: Shape, ctx: SweepContext) -> bool:
@@ -155,13 +213,16 @@ class SsmStep(Kernel):
         m = ctx.model
         if not m.n_ssm_layers:
             return []
-        return [{"b": b, "h": m.n_ssm_heads, "p": m.ssm_head_dim, "n": m.ssm_d_state,
-                 "g": m.ssm_groups} for b in self.axis(ctx, "b")]
+        return [
+            {"b": b, "h": m.n_ssm_heads, "p": m.ssm_head_dim, "n": m.ssm_d_state, "g": m.ssm_groups}
+            for b in self.axis(ctx, "b")
+        ]
 
     def features(self, shape: Shape, e: int) -> fm.Features:
         # Mamba2 keeps the recurrent state in the activation dtype by default.
-        return fm.ssm_step_features(shape["b"], shape["h"], shape["p"], shape["n"], shape["g"],
-                                    e, e)
+        return fm.ssm_step_features(
+            shape["b"], shape["h"], shape["p"], shape["n"], shape["g"], e, e
+        )
 
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         b, h, p, n = shape["b"], shape["h"], shape["p"], shape["n"]
@@ -171,8 +232,9 @@ class SsmStep(Kernel):
         sets = ctx.rotating(one, nbuf)
         fn = None
         if ctx.device == "cuda":
-            fn, note = import_mamba_triton("ops.triton.selective_state_update",
-                                           "selective_state_update")
+            fn, note = import_mamba_triton(
+                "ops.triton.selective_state_update", "selective_state_update"
+            )
         else:
             note = "no GPU"
         if fn is None:
@@ -182,8 +244,18 @@ class SsmStep(Kernel):
 
             def run(i: int) -> Any:
                 s = sets[i % nbuf]
-                return ssd_step(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], D=s["D"],
-                                dt_bias=s["dt_bias"], dt_softplus=True)
+                return ssd_step(
+                    s["state"],
+                    s["x"],
+                    s["dt"],
+                    s["A"],
+                    s["B"],
+                    s["C"],
+                    D=s["D"],
+                    dt_bias=s["dt_bias"],
+                    dt_softplus=True,
+                )
+
             return run
         ctx.notes["ssm_step"] = note
         # selective_state_update's Mamba2 layout: per-channel dt, A, D, dt_bias broadcast
@@ -196,6 +268,16 @@ class SsmStep(Kernel):
 
         def run_triton(i: int) -> Any:
             s = sets[i % nbuf]
-            return fn(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], D=s["D"],
-                      dt_bias=s["dt_bias"], dt_softplus=True)
+            return fn(
+                s["state"],
+                s["x"],
+                s["dt"],
+                s["A"],
+                s["B"],
+                s["C"],
+                D=s["D"],
+                dt_bias=s["dt_bias"],
+                dt_softplus=True,
+            )
+
         return run_triton

@@ -33,8 +33,9 @@ SIZES = (1, 2, 4, 8)  # tokens: kernel work is negligible, overheads are not
 REPEATS = 25
 
 
-def measure_layer_overhead(model: ModelSpec, profile: Profile, device: str,
-                           repeats: int = REPEATS) -> dict[str, Any]:
+def measure_layer_overhead(
+    model: ModelSpec, profile: Profile, device: str, repeats: int = REPEATS
+) -> dict[str, Any]:
     """The ``layer_overhead`` entry of a profile, measured with ``model``'s layers."""
     import torch
 
@@ -44,13 +45,15 @@ def measure_layer_overhead(model: ModelSpec, profile: Profile, device: str,
     from twin.reference.ops import synchronize
 
     # One layer of each kind at the model's widths is all that is timed.
-    one = dataclasses.replace(model, n_attention_layers=min(model.n_attention_layers, 1),
-                              n_ssm_layers=min(model.n_ssm_layers, 1),
-                              n_mlp_layers=min(model.n_mlp_layers, 1))
+    one = dataclasses.replace(
+        model,
+        n_attention_layers=min(model.n_attention_layers, 1),
+        n_ssm_layers=min(model.n_ssm_layers, 1),
+        n_mlp_layers=min(model.n_mlp_layers, 1),
+    )
     lm = HybridLM(one, device, model_dtype(device), seed=0)
     cost = CostModel(one, dataclasses.replace(profile, layer_overhead=None))
-    counts = {"attention": one.n_attention_layers, "ssm": one.n_ssm_layers,
-              "mlp": one.n_mlp_layers}
+    counts = {"attention": one.n_attention_layers, "ssm": one.n_ssm_layers, "mlp": one.n_mlp_layers}
     mode = "max" if device == "cuda" else "add"
     gen = torch.Generator().manual_seed(7)
     seconds: dict[str, float] = {}
@@ -65,8 +68,13 @@ def measure_layer_overhead(model: ModelSpec, profile: Profile, device: str,
                 kernels /= counts.get(kind, 1)
                 per_size.append(measured if mode == "max" else measured - kernels)
             seconds[kind] = max(statistics.median(per_size), 0.0)
-    return {"mode": mode, "model": model.name, "seconds": seconds,
-            "sizes": list(SIZES), "implementation": "twin.reference.model (eager PyTorch)"}
+    return {
+        "mode": mode,
+        "model": model.name,
+        "seconds": seconds,
+        "sizes": list(SIZES),
+        "implementation": "twin.reference.model (eager PyTorch)",
+    }
 
 
 def _layer_runner(lm: Any, kind: str, ids: Any) -> Callable[[], Any]:
@@ -77,8 +85,10 @@ def _layer_runner(lm: Any, kind: str, ids: Any) -> Callable[[], Any]:
 
     x = F.embedding(ids, lm.embed)[None]
     if kind == "head":
-        return lambda: F.linear(F.rms_norm(F.embedding(ids, lm.embed)[None][:, -1],
-                                           (x.shape[-1],), lm.final_norm, EPS), lm.lm_head)
+        return lambda: F.linear(
+            F.rms_norm(F.embedding(ids, lm.embed)[None][:, -1], (x.shape[-1],), lm.final_norm, EPS),
+            lm.lm_head,
+        )
     w = lm.layers[lm.plan.index(kind)]
 
     def run() -> Any:
@@ -90,6 +100,7 @@ def _layer_runner(lm: Any, kind: str, ids: Any) -> Callable[[], Any]:
         else:
             out = lm._mlp(h, w)
         return x + out
+
     return run
 
 

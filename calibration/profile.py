@@ -95,21 +95,25 @@ class Profile:
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
-            raise TwinError(f"profile {self.gpu!r}: source must be one of {', '.join(SOURCES)} "
-                            f"(got {self.source!r})")
+            raise TwinError(
+                f"profile {self.gpu!r}: source must be one of {', '.join(SOURCES)} "
+                f"(got {self.source!r})"
+            )
         if self.source == "transferred" and not self.transferred_from:
-            raise TwinError(f"profile {self.gpu!r}: a transferred profile must say "
-                            "transferred_from")
+            raise TwinError(
+                f"profile {self.gpu!r}: a transferred profile must say transferred_from"
+            )
         for key in REQUIRED_PEAKS:
             v = self.peaks.get(key)
             if v is None or not math.isfinite(v) or v <= 0:
-                raise TwinError(f"profile {self.gpu!r}: peak {key!r} must be positive "
-                                f"(got {v!r})")
+                raise TwinError(f"profile {self.gpu!r}: peak {key!r} must be positive (got {v!r})")
         for name, fit in self.kernels.items():
             formula = get_formula(name)
             if fit.model != formula.model_name:
-                raise TwinError(f"profile {self.gpu!r}, kernel {name!r}: model {fit.model!r} "
-                                f"is not this version's {formula.model_name!r}")
+                raise TwinError(
+                    f"profile {self.gpu!r}, kernel {name!r}: model {fit.model!r} "
+                    f"is not this version's {formula.model_name!r}"
+                )
             check_params(name, fit.params)
 
     # ------------------------------------------------------------ display
@@ -159,8 +163,10 @@ class Profile:
         """Inverse of ``to_dict``; a ``TwinError`` naming ``where`` on a malformed one."""
         try:
             if data.get("schema", SCHEMA_VERSION) != SCHEMA_VERSION:
-                raise TwinError(f"{where}: schema {data.get('schema')!r} is not "
-                                f"{SCHEMA_VERSION}; re-run twin calibrate")
+                raise TwinError(
+                    f"{where}: schema {data.get('schema')!r} is not "
+                    f"{SCHEMA_VERSION}; re-run twin calibrate"
+                )
             return cls(
                 gpu=str(data["gpu"]),
                 device=str(data["device"]),
@@ -234,8 +240,10 @@ def load_profile(name_or_path: str | Path) -> Profile:
     shipped = shipped_profiles()
     if text.lower() in shipped:
         return Profile.load(shipped[text.lower()])
-    raise TwinError(f"no profile {text!r}: give a profile file or one of "
-                    f"{', '.join(shipped) or '(none shipped)'}")
+    raise TwinError(
+        f"no profile {text!r}: give a profile file or one of "
+        f"{', '.join(shipped) or '(none shipped)'}"
+    )
 
 
 def measured_profiles() -> dict[str, Path]:

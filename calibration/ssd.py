@@ -29,8 +29,7 @@ def _f(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.float64 else t.float()
 
 
-def _prepare_dt(dt: torch.Tensor, dt_bias: torch.Tensor | None, dt_softplus: bool
-                ) -> torch.Tensor:
+def _prepare_dt(dt: torch.Tensor, dt_bias: torch.Tensor | None, dt_softplus: bool) -> torch.Tensor:
     dt = _f(dt)
     if dt_bias is not None:
         dt = dt + _f(dt_bias)
@@ -47,18 +46,27 @@ def _group_chunks(t: torch.Tensor, nc: int, q: int) -> torch.Tensor:
     return t.reshape(t.shape[0], nc, q, t.shape[2], t.shape[3])
 
 
-def ssd_sequential(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-                   C: torch.Tensor, D: torch.Tensor | None = None,
-                   dt_bias: torch.Tensor | None = None, dt_softplus: bool = False,
-                   initial_states: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def ssd_sequential(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The naive token-by-token recurrence: (y, final_state). The ground truth."""
     b, length, h, p = x.shape
     n = B.shape[-1]
     dt = _prepare_dt(dt, dt_bias, dt_softplus)
     Bh, Ch = _f(_heads(B, h)), _f(_heads(C, h))
-    state = (_f(initial_states).clone() if initial_states is not None
-             else x.new_zeros((b, h, p, n), dtype=torch.float32))
+    state = (
+        _f(initial_states).clone()
+        if initial_states is not None
+        else x.new_zeros((b, h, p, n), dtype=torch.float32)
+    )
     ys = []
     for t in range(length):
         decay = torch.exp(dt[:, t] * _f(A))  # (b, h)
@@ -71,11 +79,18 @@ def ssd_sequential(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.
     return y.to(x.dtype), state
 
 
-def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-                C: torch.Tensor, chunk_size: int, D: torch.Tensor | None = None,
-                dt_bias: torch.Tensor | None = None, dt_softplus: bool = False,
-                initial_states: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def ssd_chunked(
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    chunk_size: int,
+    D: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+    initial_states: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The chunked SSD scan: (y, final_state), equal to ``ssd_sequential``."""
     b, length, h, p = x.shape
     n = B.shape[-1]
@@ -111,8 +126,7 @@ def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     chunk_states = torch.einsum("bcjhn,bhcj,bcjhp->bchpn", Bc, to_end, xs)
 
     # Pass states from chunk to chunk (sequential, linear in the number of chunks).
-    state = (_f(initial_states) if initial_states is not None
-             else xf.new_zeros((b, h, p, n)))
+    state = _f(initial_states) if initial_states is not None else xf.new_zeros((b, h, p, n))
     chunk_decay = torch.exp(cum[..., -1])  # (b, h, c)
     entering = []
     for c in range(nc):
@@ -128,9 +142,17 @@ def ssd_chunked(x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Ten
     return y.to(x.dtype), state
 
 
-def ssd_step(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor,
-             B: torch.Tensor, C: torch.Tensor, D: torch.Tensor | None = None,
-             dt_bias: torch.Tensor | None = None, dt_softplus: bool = False) -> torch.Tensor:
+def ssd_step(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    dt_softplus: bool = False,
+) -> torch.Tensor:
     """One decode token: update ``state`` (b, h, p, n) in place and return y (b, h, p).
 
     x (b, h, p), dt (b, h), B and C (b, g, n): one step of ``ssd_sequential``.

@@ -22,8 +22,7 @@ from calibration.timing import Timing, TimingBudget, summarize, time_cpu, time_c
 from twin.atomic import atomic_path
 from twin.errors import TwinError
 
-SHAPE_COLUMNS = ("m", "k", "n", "c", "h", "d", "b", "l", "p", "g", "q", "rows", "width",
-                 "nbytes")
+SHAPE_COLUMNS = ("m", "k", "n", "c", "h", "d", "b", "l", "p", "g", "q", "rows", "width", "nbytes")
 EXTRA_COLUMNS = tuple(sorted({x for f in FORMULAS.values() for x in f.extras}))
 
 # Time spent per shape, by level (CPU); GPU calls are cheap, so one budget fits all.
@@ -46,8 +45,9 @@ def plan(ctx: SweepContext, kernels: Sequence[str] | None = None) -> list[tuple[
     return [(reg[k], s) for k in names for s in reg[k].grid(ctx)]
 
 
-def _time(ctx: SweepContext, fn: Callable[[int], Any], budget: TimingBudget, nbuf: int = 1
-          ) -> Timing:
+def _time(
+    ctx: SweepContext, fn: Callable[[int], Any], budget: TimingBudget, nbuf: int = 1
+) -> Timing:
     if ctx.device == "cuda":
         return time_cuda(fn, GPU_BUDGET, ctx.torch, nbuf)
     return time_cpu(fn, budget, nbuf)
@@ -63,8 +63,11 @@ def sweep_size(ctx: SweepContext, kernels: Sequence[str] | None = None) -> int:
     return len(plan(ctx, kernels)) * n_rounds(ctx)
 
 
-def run_sweep(ctx: SweepContext, kernels: Sequence[str] | None = None,
-              advance: Callable[[float], None] | None = None) -> tuple[list[dict], list[str]]:
+def run_sweep(
+    ctx: SweepContext,
+    kernels: Sequence[str] | None = None,
+    advance: Callable[[float], None] | None = None,
+) -> tuple[list[dict], list[str]]:
     """Time every planned shape; returns (rows, notes on skipped shapes).
 
     On the CPU every shape is timed in several rounds, each over the shapes in a
@@ -97,8 +100,11 @@ def run_sweep(ctx: SweepContext, kernels: Sequence[str] | None = None,
                     ctx.torch.cuda.empty_cache()
             if advance is not None:
                 advance(1)
-    rows = [_row(k, s, ctx, summarize(samples[i]), buffers[i])
-            for i, (k, s) in enumerate(planned) if i not in failed and samples[i]]
+    rows = [
+        _row(k, s, ctx, summarize(samples[i]), buffers[i])
+        for i, (k, s) in enumerate(planned)
+        if i not in failed and samples[i]
+    ]
     return rows, list(failed.values())
 
 
@@ -129,9 +135,12 @@ def measure_ceilings(ctx: SweepContext) -> dict[str, float]:
     budget = TimingBudget(warmup_s=0.05, budget_s=0.1, min_repeats=3, max_repeats=20)
     mm = _time(ctx, _matmul_runner(ctx, n), budget)
     cp = _time(ctx, _copy_runner(ctx, size, host_src=False), budget)
-    ceilings = {"matmul_flops": 2.0 * n**3 / mm.median_s,
-                "copy_bw_read_plus_write": 2.0 * size / cp.median_s,
-                "matmul_n": float(n), "copy_bytes": float(size)}
+    ceilings = {
+        "matmul_flops": 2.0 * n**3 / mm.median_s,
+        "copy_bw_read_plus_write": 2.0 * size / cp.median_s,
+        "matmul_n": float(n),
+        "copy_bytes": float(size),
+    }
     if gpu:
         h2d = _time(ctx, _copy_runner(ctx, size // 4, host_src=True), budget)
         ceilings["h2d_bw"] = (size // 4) / h2d.median_s
@@ -163,13 +172,20 @@ def write_raw(rows: Sequence[dict], path: str | Path) -> Path:
     """Write the rows as parquet (atomically), shape columns as nullable int64."""
     fields = [pa.field("kernel", pa.string())]
     fields += [pa.field(c, pa.int64()) for c in SHAPE_COLUMNS]
-    fields += [pa.field("dtype", pa.string()), pa.field("device", pa.string()),
-               pa.field("repeats", pa.int64()), pa.field("n_buffers", pa.int64())]
-    fields += [pa.field(c, pa.float64()) for c in ("median_s", "p10_s", "p90_s", "flops",
-                                                  "bytes", *EXTRA_COLUMNS)]
+    fields += [
+        pa.field("dtype", pa.string()),
+        pa.field("device", pa.string()),
+        pa.field("repeats", pa.int64()),
+        pa.field("n_buffers", pa.int64()),
+    ]
+    fields += [
+        pa.field(c, pa.float64())
+        for c in ("median_s", "p10_s", "p90_s", "flops", "bytes", *EXTRA_COLUMNS)
+    ]
     schema = pa.schema(fields)
-    table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in fields} for r in rows],
-                                 schema=schema)
+    table = pa.Table.from_pylist(
+        [{f.name: r.get(f.name) for f in fields} for r in rows], schema=schema
+    )
     path = Path(path)
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")

@@ -52,8 +52,9 @@ def _quantile(sorted_values: list[float], q: float) -> float:
 def summarize(samples: list[float]) -> Timing:
     """Median and 10/90th percentiles of per-call seconds."""
     s = sorted(samples)
-    return Timing(statistics.median(s), _quantile(s, 0.1), _quantile(s, 0.9), len(s),
-                  tuple(samples))
+    return Timing(
+        statistics.median(s), _quantile(s, 0.1), _quantile(s, 0.9), len(s), tuple(samples)
+    )
 
 
 def time_cpu(fn: Callable[[int], Any], budget: TimingBudget, n_buffers: int = 1) -> Timing:
@@ -81,8 +82,9 @@ def time_cpu(fn: Callable[[int], Any], budget: TimingBudget, n_buffers: int = 1)
     return summarize(samples)
 
 
-def time_cuda(fn: Callable[[int], Any], budget: TimingBudget, torch: Any, n_buffers: int = 1
-              ) -> Timing:
+def time_cuda(
+    fn: Callable[[int], Any], budget: TimingBudget, torch: Any, n_buffers: int = 1
+) -> Timing:
     """Time ``fn(i)`` with CUDA events on the current stream (warm-up visits every buffer)."""
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -99,8 +101,10 @@ def time_cuda(fn: Callable[[int], Any], budget: TimingBudget, torch: Any, n_buff
     one = max(time.perf_counter() - probe_start, 1e-6)
     i += 1
     n = int(min(budget.max_repeats, max(budget.min_repeats, budget.budget_s / one)))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(n)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(n)
+    ]
     for k, (ev_start, ev_end) in enumerate(events):
         ev_start.record()
         fn(i + k)

@@ -19,8 +19,9 @@ from twin.errors import TwinError
 from twin.hardware import get_gpu
 
 
-def transfer_profile(source: Profile, target_gpu: str, source_path: str | Path | None = None
-                     ) -> Profile:
+def transfer_profile(
+    source: Profile, target_gpu: str, source_path: str | Path | None = None
+) -> Profile:
     """A profile for ``target_gpu`` scaled from the measured ``source``."""
     if source.source != "measured":
         where = f" ({source_path})" if source_path else ""
@@ -66,6 +67,6 @@ def transfer_profile(source: Profile, target_gpu: str, source_path: str | Path |
             "source_provenance": source.provenance,
             "date": _dt.date.today().isoformat(),
             "method": "efficiencies kept, datasheet peaks of the target, "
-                      "extra coefficients scaled by the FLOP-peak ratio",
+            "extra coefficients scaled by the FLOP-peak ratio",
         },
     )

@@ -86,8 +86,9 @@ class MarconiPolicy(FlopAwareEviction):
 
     def _tune(self, model: ModelSpec) -> None:
         assert self._snapshot is not None
-        scores = grid_scores(self._snapshot, model, self._window, ALPHA_GRID, self.metric,
-                             self.jobs)
+        scores = grid_scores(
+            self._snapshot, model, self._window, ALPHA_GRID, self.metric, self.jobs
+        )
         best = max(ALPHA_GRID, key=lambda a: (scores[a], -a))
         self.alpha = best
         self.bootstrap.update(

@@ -19,13 +19,25 @@ from twin.errors import TwinError
 
 # Metrics averaged across seeds; each gets a 95% interval when seeds >= 2.
 METRICS = (
-    "ttft_p5_ms", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p95_ms",
-    "token_hit_rate", "request_hit_rate", "flops_saved_frac", "kv_bytes_mean",
-    "ssm_bytes_mean", "throughput_rps", "output_tokens_per_s", "utilisation",
+    "ttft_p5_ms",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "token_hit_rate",
+    "request_hit_rate",
+    "flops_saved_frac",
+    "kv_bytes_mean",
+    "ssm_bytes_mean",
+    "throughput_rps",
+    "output_tokens_per_s",
+    "utilisation",
 )
 
-_SLO = re.compile(r"^\s*p(\d{1,2})_(ttft|tpot)\s*(<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)\s*$",
-                  re.IGNORECASE)
+_SLO = re.compile(
+    r"^\s*p(\d{1,2})_(ttft|tpot)\s*(<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)\s*$", re.IGNORECASE
+)
 _SLO_EXAMPLE = "e.g. 'p95_ttft<=500ms', 'p50_ttft<=200ms' or 'p99_ttft<=1.5s'"
 
 
@@ -77,8 +89,12 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups[(r["policy"], r["session_rate"], r["cache_gb"])].append(r)
     out = []
     for (policy, rate, cache), members in groups.items():
-        agg: dict[str, Any] = {"policy": policy, "session_rate": rate, "cache_gb": cache,
-                               "seeds": len(members)}
+        agg: dict[str, Any] = {
+            "policy": policy,
+            "session_rate": rate,
+            "cache_gb": cache,
+            "seeds": len(members),
+        }
         for m in METRICS:
             # A point with no measured requests has null latencies: leave it
             # out of the mean rather than pretend it was zero.
@@ -86,8 +102,14 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             agg[m] = sum(vals) / len(vals) if vals else None
             agg[f"{m}_ci"] = _interval(vals)
         out.append(agg)
-    out.sort(key=lambda a: (a["policy"], a["session_rate"] is not None,
-                            a["session_rate"] or 0.0, a["cache_gb"]))
+    out.sort(
+        key=lambda a: (
+            a["policy"],
+            a["session_rate"] is not None,
+            a["session_rate"] or 0.0,
+            a["cache_gb"],
+        )
+    )
     return out
 
 
@@ -106,8 +128,7 @@ class Recommendation:
         return self.cache_gb is not None
 
 
-def recommend(agg: list[dict[str, Any]], slo: Slo, replicas: int, tp: int
-              ) -> list[Recommendation]:
+def recommend(agg: list[dict[str, Any]], slo: Slo, replicas: int, tp: int) -> list[Recommendation]:
     """For each (policy, rate): the smallest cache whose mean SLO metric meets the target."""
     by: dict[tuple[str, float | None], list[dict[str, Any]]] = defaultdict(list)
     for a in agg:
@@ -116,9 +137,15 @@ def recommend(agg: list[dict[str, Any]], slo: Slo, replicas: int, tp: int
     for (policy, rate), cells in by.items():
         ok = [c for c in cells if c[slo.column] is not None and c[slo.column] <= slo.threshold_ms]
         best = min(ok, key=lambda c: c["cache_gb"]) if ok else None
-        recs.append(Recommendation(
-            policy, rate, best["cache_gb"] if best else None,
-            best[slo.column] if best else None, replicas * tp))
+        recs.append(
+            Recommendation(
+                policy,
+                rate,
+                best["cache_gb"] if best else None,
+                best[slo.column] if best else None,
+                replicas * tp,
+            )
+        )
     return recs
 
 
@@ -141,25 +168,33 @@ def verdict(recs: list[Recommendation], slo: Slo) -> list[str]:
         best = winner(at)
         where = rate_label(rate)
         if best is None:
-            lines.append(f"At {where}, no policy meets {slo} at any cache size in the sweep: "
-                         "try larger caches, more replicas or a lower rate.")
+            lines.append(
+                f"At {where}, no policy meets {slo} at any cache size in the sweep: "
+                "try larger caches, more replicas or a lower rate."
+            )
             continue
         assert best.cache_gb is not None and best.value_ms is not None
         headroom = 1 - best.value_ms / slo.threshold_ms
-        text = (f"At {where}, {best.policy} meets {slo} with {best.cache_gb:g} GB of cache per "
-                f"replica on {best.gpus} GPU(s): {best.value_ms:,.1f} ms, "
-                f"{headroom:.0%} under the target.")
+        text = (
+            f"At {where}, {best.policy} meets {slo} with {best.cache_gb:g} GB of cache per "
+            f"replica on {best.gpus} GPU(s): {best.value_ms:,.1f} ms, "
+            f"{headroom:.0%} under the target."
+        )
         rest = [r for r in at if r is not best]
         met = [r for r in rest if r.meets]
         if met:
             nxt = min(met, key=lambda r: (r.cache_gb, r.value_ms))
             assert nxt.cache_gb is not None
             if nxt.cache_gb == best.cache_gb:
-                text += (f" {nxt.policy} also meets it at {nxt.cache_gb:g} GB but at "
-                         f"{nxt.value_ms:,.1f} ms.")
+                text += (
+                    f" {nxt.policy} also meets it at {nxt.cache_gb:g} GB but at "
+                    f"{nxt.value_ms:,.1f} ms."
+                )
             else:
-                text += (f" The runner-up, {nxt.policy}, needs {nxt.cache_gb:g} GB "
-                         f"({nxt.cache_gb - best.cache_gb:g} GB more per replica).")
+                text += (
+                    f" The runner-up, {nxt.policy}, needs {nxt.cache_gb:g} GB "
+                    f"({nxt.cache_gb - best.cache_gb:g} GB more per replica)."
+                )
         missing = [r.policy for r in rest if not r.meets]
         if missing:
             text += f" {', '.join(missing)}: none in the sweep meets it."

@@ -44,13 +44,13 @@ class Sustainable:
     def label(self) -> str:
         if self.rate is None:
             return "below the smallest swept rate"
-        prefix = ">= " if self.bound == "at least" else "~" if self.bound == "interpolated" \
-            else ""
+        prefix = ">= " if self.bound == "at least" else "~" if self.bound == "interpolated" else ""
         return f"{prefix}{self.rate:.3g} sessions/s"
 
 
-def max_sustainable_rate(curve: list[tuple[float, float | None]], threshold: float
-                         ) -> tuple[float | None, str]:
+def max_sustainable_rate(
+    curve: list[tuple[float, float | None]], threshold: float
+) -> tuple[float | None, str]:
     """Largest rate meeting ``value <= threshold``, with how it was obtained.
 
     Walk the rates upwards to the first failing one (a null value, i.e. no
@@ -89,7 +89,8 @@ def sustainable(agg: list[dict[str, Any]], slo: Slo) -> list[Sustainable]:
         if len(cells) < 2:
             continue
         rate, bound = max_sustainable_rate(
-            [(c["session_rate"], c[slo.column]) for c in cells], slo.threshold_ms)
+            [(c["session_rate"], c[slo.column]) for c in cells], slo.threshold_ms
+        )
         k = knee([(c["session_rate"], c["ttft_p95_ms"]) for c in cells])
         out.append(Sustainable(policy, cache, rate, bound, k))
     out.sort(key=lambda s: (s.cache_gb, s.policy))
@@ -101,16 +102,21 @@ def load_verdict(items: list[Sustainable], slo: Slo) -> list[str]:
     if not items:
         return []
     top = max(s.cache_gb for s in items)
-    at = sorted((s for s in items if s.cache_gb == top),
-                key=lambda s: -(s.rate if s.rate is not None else -1.0))
+    at = sorted(
+        (s for s in items if s.cache_gb == top),
+        key=lambda s: -(s.rate if s.rate is not None else -1.0),
+    )
     parts = []
     for s in at:
         text = f"{s.policy} {s.label()}"
         if s.knee is not None:
             text += f" (P95 TTFT knee at {s.knee:g} sessions/s)"
         parts.append(text)
-    line = f"Under {slo} at {top:g} GB of cache, the maximum sustainable load is: " \
-        + "; ".join(parts) + "."
+    line = (
+        f"Under {slo} at {top:g} GB of cache, the maximum sustainable load is: "
+        + "; ".join(parts)
+        + "."
+    )
     if at[0].rate is not None and (len(at) == 1 or at[1].rate != at[0].rate):
         line += f" {at[0].policy} sustains the most load."
     return [line]
@@ -120,5 +126,12 @@ LOAD_HEAD = ["policy", "cache (GB)", "max sustainable rate", "P95 TTFT knee (ses
 
 
 def load_rows(items: list[Sustainable]) -> list[list[str]]:
-    return [[s.policy, f"{s.cache_gb:g}", s.label(),
-             "none in the sweep" if s.knee is None else f"{s.knee:g}"] for s in items]
+    return [
+        [
+            s.policy,
+            f"{s.cache_gb:g}",
+            s.label(),
+            "none in the sweep" if s.knee is None else f"{s.knee:g}",
+        ]
+        for s in items
+    ]

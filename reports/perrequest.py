@@ -61,15 +61,17 @@ class RequestDigest:
         """The three list columns of a results row (quantiles None with no measured request)."""
         x = np.frombuffer(self.ttft_s, np.float64)
         x = x[~np.isnan(x)]
-        quantiles = ([float(v) for v in 1e3 * np.percentile(x, QUANTILES)] if x.size
-                     else None)
-        return {CDF_COLUMN: quantiles,
-                BIN_INPUT_COLUMN: [float(v) for v in self.bin_input],
-                BIN_HIT_COLUMN: [float(v) for v in self.bin_hit]}
+        quantiles = [float(v) for v in 1e3 * np.percentile(x, QUANTILES)] if x.size else None
+        return {
+            CDF_COLUMN: quantiles,
+            BIN_INPUT_COLUMN: [float(v) for v in self.bin_input],
+            BIN_HIT_COLUMN: [float(v) for v in self.bin_hit],
+        }
 
 
-def digest(records: Iterable[RequestRecord], warmup_s: float = 0.0
-           ) -> dict[str, list[float] | None]:
+def digest(
+    records: Iterable[RequestRecord], warmup_s: float = 0.0
+) -> dict[str, list[float] | None]:
     """The digest columns of a record list (tests, and anyone holding records)."""
     d = RequestDigest(warmup_s)
     for rec in records:
@@ -77,14 +79,19 @@ def digest(records: Iterable[RequestRecord], warmup_s: float = 0.0
     return d.columns()
 
 
-def _cell(rows: list[dict[str, Any]], policy: str, rate: float | None, cache: float
-          ) -> list[dict[str, Any]]:
-    return [r for r in rows if r["policy"] == policy and r["session_rate"] == rate
-            and r["cache_gb"] == cache]
+def _cell(
+    rows: list[dict[str, Any]], policy: str, rate: float | None, cache: float
+) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in rows
+        if r["policy"] == policy and r["session_rate"] == rate and r["cache_gb"] == cache
+    ]
 
 
-def pooled_cdf(rows: list[dict[str, Any]], policy: str, rate: float | None, cache: float
-               ) -> list[float] | None:
+def pooled_cdf(
+    rows: list[dict[str, Any]], policy: str, rate: float | None, cache: float
+) -> list[float] | None:
     """Mean across seeds of each TTFT quantile (quantile averaging keeps the result a
     valid, non-decreasing quantile function); None if no seed row carries the column
     (results written before it existed, or no measured request)."""
@@ -94,12 +101,16 @@ def pooled_cdf(rows: list[dict[str, Any]], policy: str, rate: float | None, cach
     return [float(v) for v in np.mean(np.asarray(qs, dtype=float), axis=0)]
 
 
-def pooled_bin_hit_rates(rows: list[dict[str, Any]], policy: str, rate: float | None,
-                         cache: float) -> list[float] | None:
+def pooled_bin_hit_rates(
+    rows: list[dict[str, Any]], policy: str, rate: float | None, cache: float
+) -> list[float] | None:
     """Hit tokens / input tokens per bin, pooled over seeds; NaN for an empty bin,
     None if no seed row carries the columns."""
-    cells = [r for r in _cell(rows, policy, rate, cache)
-             if r.get(BIN_INPUT_COLUMN) and r.get(BIN_HIT_COLUMN)]
+    cells = [
+        r
+        for r in _cell(rows, policy, rate, cache)
+        if r.get(BIN_INPUT_COLUMN) and r.get(BIN_HIT_COLUMN)
+    ]
     if not cells:
         return None
     inp = np.sum([r[BIN_INPUT_COLUMN] for r in cells], axis=0)

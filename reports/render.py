@@ -46,45 +46,84 @@ def _fmt(v: Any, ci: Any = None, digits: int = 1, pct: bool = False) -> str:
 
 
 def _rec_rows(recs: list[Recommendation]) -> list[list[str]]:
-    return [[r.policy, rate_label(r.session_rate),
-             "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
-             _fmt(r.value_ms), str(r.gpus)] for r in recs]
+    return [
+        [
+            r.policy,
+            rate_label(r.session_rate),
+            "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
+            _fmt(r.value_ms),
+            str(r.gpus),
+        ]
+        for r in recs
+    ]
 
 
-LOAD_NOTE = ("Max sustainable rate: the largest swept session rate meeting the SLO, "
-             "interpolated linearly to the SLO crossing between the last passing and the first "
-             "failing rate ('>=': every swept rate passes). Knee: the first swept rate after "
-             "which P95 TTFT grows more than twice as fast as the load in relative terms "
-             "(log-log slope > 2 to the next swept rate).")
+LOAD_NOTE = (
+    "Max sustainable rate: the largest swept session rate meeting the SLO, "
+    "interpolated linearly to the SLO crossing between the last passing and the first "
+    "failing rate ('>=': every swept rate passes). Knee: the first swept rate after "
+    "which P95 TTFT grows more than twice as fast as the load in relative terms "
+    "(log-log slope > 2 to the next swept rate)."
+)
 REC_HEAD = ["policy", "session rate", "smallest cache meeting SLO", "SLO metric (ms)", "GPUs"]
-RES_HEAD = ["policy", "session rate", "cache (GB)", "seeds", "P5 TTFT (ms)", "P50 TTFT (ms)",
-            "P95 TTFT (ms)", "P99 TTFT (ms)", "P95 TPOT (ms)", "token hit", "request hit",
-            "FLOPs saved", "req/s", "utilisation"]
+RES_HEAD = [
+    "policy",
+    "session rate",
+    "cache (GB)",
+    "seeds",
+    "P5 TTFT (ms)",
+    "P50 TTFT (ms)",
+    "P95 TTFT (ms)",
+    "P99 TTFT (ms)",
+    "P95 TPOT (ms)",
+    "token hit",
+    "request hit",
+    "FLOPs saved",
+    "req/s",
+    "utilisation",
+]
 
 
 def _res_rows(agg: list[dict[str, Any]]) -> list[list[str]]:
-    return [[a["policy"], rate_label(a["session_rate"]), f"{a['cache_gb']:g}", str(a["seeds"]),
-             _fmt(a["ttft_p5_ms"]), _fmt(a["ttft_p50_ms"]),
-             _fmt(a["ttft_p95_ms"], a["ttft_p95_ms_ci"]), _fmt(a["ttft_p99_ms"]),
-             _fmt(a["tpot_p95_ms"], digits=2),
-             _fmt(a["token_hit_rate"], a["token_hit_rate_ci"], pct=True),
-             _fmt(a["request_hit_rate"], pct=True), _fmt(a["flops_saved_frac"], pct=True),
-             _fmt(a["throughput_rps"], digits=2), _fmt(a["utilisation"], pct=True)]
-            for a in agg]
+    return [
+        [
+            a["policy"],
+            rate_label(a["session_rate"]),
+            f"{a['cache_gb']:g}",
+            str(a["seeds"]),
+            _fmt(a["ttft_p5_ms"]),
+            _fmt(a["ttft_p50_ms"]),
+            _fmt(a["ttft_p95_ms"], a["ttft_p95_ms_ci"]),
+            _fmt(a["ttft_p99_ms"]),
+            _fmt(a["tpot_p95_ms"], digits=2),
+            _fmt(a["token_hit_rate"], a["token_hit_rate_ci"], pct=True),
+            _fmt(a["request_hit_rate"], pct=True),
+            _fmt(a["flops_saved_frac"], pct=True),
+            _fmt(a["throughput_rps"], digits=2),
+            _fmt(a["utilisation"], pct=True),
+        ]
+        for a in agg
+    ]
 
 
 def caveats(h: Header) -> list[str]:
     out = [f"Step prices come from the {h.gpu} profile: {h.provenance}."]
     if "datasheet" in h.provenance:
-        out.append("A datasheet roofline is not calibrated: absolute latencies can be off "
-                   "by a large factor; compare policies and cache sizes relative to each "
-                   "other, or calibrate with `twin calibrate` on the target GPU.")
+        out.append(
+            "A datasheet roofline is not calibrated: absolute latencies can be off "
+            "by a large factor; compare policies and cache sizes relative to each "
+            "other, or calibrate with `twin calibrate` on the target GPU."
+        )
     elif "transferred" in h.provenance:
-        out.append("Transferred profiles scale another GPU's measurements by peak ratios; "
-                   "expect larger errors than a profile measured on the target GPU.")
-    out.append("Intervals are 95% t-intervals across seeds of the mean; with one seed none "
-               "is shown. The seed drives the Poisson session arrivals of --session-rates; "
-               "with the workload's own arrival times, seeds may give identical runs.")
+        out.append(
+            "Transferred profiles scale another GPU's measurements by peak ratios; "
+            "expect larger errors than a profile measured on the target GPU."
+        )
+    out.append(
+        "Intervals are 95% t-intervals across seeds of the mean; with one seed none "
+        "is shown. The seed drives the Poisson session arrivals of --session-rates; "
+        "with the workload's own arrival times, seeds may give identical runs."
+    )
     return out
 
 
@@ -96,36 +135,52 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 def _html_table(head: list[str], rows: list[list[str]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
-                   for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows
+    )
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _facts(h: Header, slo: Slo | None) -> list[tuple[str, str]]:
-    return [("command", h.command), ("workload", f"{h.workload} (sha256 {h.workload_sha256})"),
-            ("twin version", h.twin_version), ("model", h.model),
-            ("cluster", f"{h.replicas} replica(s) x tp {h.tp} = {h.replicas * h.tp} GPU(s)"),
-            ("GPU profile", f"{h.gpu}: {h.provenance}"),
-            ("SLO", str(slo) if slo else "none given")]
+    return [
+        ("command", h.command),
+        ("workload", f"{h.workload} (sha256 {h.workload_sha256})"),
+        ("twin version", h.twin_version),
+        ("model", h.model),
+        ("cluster", f"{h.replicas} replica(s) x tp {h.tp} = {h.replicas * h.tp} GPU(s)"),
+        ("GPU profile", f"{h.gpu}: {h.provenance}"),
+        ("SLO", str(slo) if slo else "none given"),
+    ]
 
 
-CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-       "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
-       "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-       "td:first-child,th:first-child{text-align:left}code{background:#f4f4f4}"
-       "figure{margin:1.5em 0}.verdict{background:#eef6ee;padding:.6em 1em}")
+CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+    "td:first-child,th:first-child{text-align:left}code{background:#f4f4f4}"
+    "figure{margin:1.5em 0}.verdict{background:#eef6ee;padding:.6em 1em}"
+)
 
 
-def render_html(h: Header, slo: Slo | None, agg: list[dict[str, Any]],
-                recs: list[Recommendation], figs: list[tuple[str, str, str]],
-                load: list[Sustainable] | None = None) -> str:
+def render_html(
+    h: Header,
+    slo: Slo | None,
+    agg: list[dict[str, Any]],
+    recs: list[Recommendation],
+    figs: list[tuple[str, str, str]],
+    load: list[Sustainable] | None = None,
+) -> str:
     e = html.escape
-    facts = "".join(f"<tr><th>{e(k)}</th><td style='text-align:left'><code>{e(v)}</code></td>"
-                    "</tr>" for k, v in _facts(h, slo))
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
-             f"<title>twin capacity report: {e(h.model)}</title><style>{CSS}</style></head>"
-             f"<body><h1>Capacity report: {e(h.model)} on {e(h.gpu)}</h1>",
-             f"<table>{facts}</table>"]
+    facts = "".join(
+        f"<tr><th>{e(k)}</th><td style='text-align:left'><code>{e(v)}</code></td></tr>"
+        for k, v in _facts(h, slo)
+    )
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>twin capacity report: {e(h.model)}</title><style>{CSS}</style></head>"
+        f"<body><h1>Capacity report: {e(h.model)} on {e(h.gpu)}</h1>",
+        f"<table>{facts}</table>",
+    ]
     if slo is not None:
         parts.append("<h2>Recommendation</h2>")
         parts += [f"<p class='verdict'>{e(line)}</p>" for line in verdict(recs, slo)]
@@ -135,36 +190,73 @@ def render_html(h: Header, slo: Slo | None, agg: list[dict[str, Any]],
         parts += [f"<p class='verdict'>{e(line)}</p>" for line in load_verdict(load, slo)]
         parts += [_html_table(LOAD_HEAD, load_rows(load)), f"<p>{e(LOAD_NOTE)}</p>"]
     parts.append("<h2>Figures</h2>")
-    parts += [f"<figure>{svg}<figcaption>{e(cap)}</figcaption></figure>"
-              for _, cap, svg in figs]
-    parts += ["<h2>Results (mean across seeds)</h2>", _html_table(RES_HEAD, _res_rows(agg)),
-              "<h2>Caveats</h2><ul>", *(f"<li>{e(c)}</li>" for c in caveats(h)),
-              "</ul></body></html>"]
+    parts += [f"<figure>{svg}<figcaption>{e(cap)}</figcaption></figure>" for _, cap, svg in figs]
+    parts += [
+        "<h2>Results (mean across seeds)</h2>",
+        _html_table(RES_HEAD, _res_rows(agg)),
+        "<h2>Caveats</h2><ul>",
+        *(f"<li>{e(c)}</li>" for c in caveats(h)),
+        "</ul></body></html>",
+    ]
     return "\n".join(parts) + "\n"
 
 
-def render_md(h: Header, slo: Slo | None, agg: list[dict[str, Any]],
-              recs: list[Recommendation], figs: list[tuple[str, str, str]],
-              load: list[Sustainable] | None = None) -> str:
-    parts = [f"# Capacity report: {h.model} on {h.gpu}", "",
-             "\n".join(f"- **{k}**: `{v}`" for k, v in _facts(h, slo)), ""]
+def render_md(
+    h: Header,
+    slo: Slo | None,
+    agg: list[dict[str, Any]],
+    recs: list[Recommendation],
+    figs: list[tuple[str, str, str]],
+    load: list[Sustainable] | None = None,
+) -> str:
+    parts = [
+        f"# Capacity report: {h.model} on {h.gpu}",
+        "",
+        "\n".join(f"- **{k}**: `{v}`" for k, v in _facts(h, slo)),
+        "",
+    ]
     if slo is not None:
-        parts += ["## Recommendation", "", *(f"> {line}\n" for line in verdict(recs, slo)),
-                  _md_table(REC_HEAD, _rec_rows(recs)), ""]
+        parts += [
+            "## Recommendation",
+            "",
+            *(f"> {line}\n" for line in verdict(recs, slo)),
+            _md_table(REC_HEAD, _rec_rows(recs)),
+            "",
+        ]
     if slo is not None and load:
-        parts += ["## Load", "", *(f"> {line}\n" for line in load_verdict(load, slo)),
-                  _md_table(LOAD_HEAD, load_rows(load)), "", LOAD_NOTE, ""]
+        parts += [
+            "## Load",
+            "",
+            *(f"> {line}\n" for line in load_verdict(load, slo)),
+            _md_table(LOAD_HEAD, load_rows(load)),
+            "",
+            LOAD_NOTE,
+            "",
+        ]
     parts += ["## Figures", ""]
     parts += [f"![{cap}]({stem}.svg)\n" for stem, cap, _ in figs]
-    parts += ["## Results (mean across seeds)", "", _md_table(RES_HEAD, _res_rows(agg)), "",
-              "## Caveats", "", *(f"- {c}" for c in caveats(h)), ""]
+    parts += [
+        "## Results (mean across seeds)",
+        "",
+        _md_table(RES_HEAD, _res_rows(agg)),
+        "",
+        "## Caveats",
+        "",
+        *(f"- {c}" for c in caveats(h)),
+        "",
+    ]
     return "\n".join(parts)
 
 
-def render_report(out_dir: str | Path, header: Header, slo: Slo | None,
-                  agg: list[dict[str, Any]], recs: list[Recommendation],
-                  rows: list[dict[str, Any]] | None = None,
-                  cdf_cache_gb: float | None = None) -> list[Path]:
+def render_report(
+    out_dir: str | Path,
+    header: Header,
+    slo: Slo | None,
+    agg: list[dict[str, Any]],
+    recs: list[Recommendation],
+    rows: list[dict[str, Any]] | None = None,
+    cdf_cache_gb: float | None = None,
+) -> list[Path]:
     """Write the figures, report.md and report.html (each atomically); return their paths.
 
     ``rows`` (per-seed results) enable the TTFT CDF and hit-by-length views at

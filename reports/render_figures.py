@@ -31,12 +31,14 @@ def _svg(fig: Any) -> str:
     plt.close(fig)
     text = buf.getvalue()
     # Inline SVG in HTML needs no XML prolog or DOCTYPE.
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def _series(agg: list[dict[str, Any]], policy: str, rate: float | None) -> list[dict[str, Any]]:
-    return sorted((a for a in agg if a["policy"] == policy and a["session_rate"] == rate),
-                  key=lambda a: a["cache_gb"])
+    return sorted(
+        (a for a in agg if a["policy"] == policy and a["session_rate"] == rate),
+        key=lambda a: a["cache_gb"],
+    )
 
 
 def _rates(agg: list[dict[str, Any]]) -> list[float | None]:
@@ -65,15 +67,31 @@ def fig_ttft_vs_cache(agg: list[dict[str, Any]], rate: float | None, slo: Slo | 
         x = [c["cache_gb"] for c in cells]
         color = f"C{i}"
         err = [c["ttft_p95_ms_ci"] or 0.0 for c in cells]
-        ax.errorbar(x, [c["ttft_p95_ms"] for c in cells], yerr=err, color=color, marker="o",
-                    capsize=3, label=f"{policy} P95")
-        ax.plot(x, [c["ttft_p50_ms"] for c in cells], color=color, ls="--", marker=".",
-                label=f"{policy} P50")
+        ax.errorbar(
+            x,
+            [c["ttft_p95_ms"] for c in cells],
+            yerr=err,
+            color=color,
+            marker="o",
+            capsize=3,
+            label=f"{policy} P95",
+        )
+        ax.plot(
+            x,
+            [c["ttft_p50_ms"] for c in cells],
+            color=color,
+            ls="--",
+            marker=".",
+            label=f"{policy} P50",
+        )
         ax.plot(x, [c["ttft_p5_ms"] for c in cells], color=color, ls=":", label=f"{policy} P5")
     if slo is not None and slo.metric == "ttft":
         ax.axhline(slo.threshold_ms, color="k", lw=0.8, ls="-.", label=f"SLO ({slo})")
-    ax.set(xlabel="prefix cache per replica (GB)", ylabel="TTFT (ms)",
-           title=f"TTFT vs cache size ({rate_label(rate)})")
+    ax.set(
+        xlabel="prefix cache per replica (GB)",
+        ylabel="TTFT (ms)",
+        title=f"TTFT vs cache size ({rate_label(rate)})",
+    )
     _cache_axis(ax, agg)
     ax.grid(alpha=0.3)
     # Three lines per policy: the legend goes beside the plot, not over it.
@@ -86,10 +104,21 @@ def fig_hit_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
     for i, policy in enumerate(_policies(agg)):
         cells = _series(agg, policy, rate)
         err = [c["token_hit_rate_ci"] or 0.0 for c in cells]
-        ax.errorbar([c["cache_gb"] for c in cells], [c["token_hit_rate"] for c in cells],
-                    yerr=err, color=f"C{i}", marker="o", capsize=3, label=policy)
-    ax.set(xlabel="prefix cache per replica (GB)", ylabel="token hit rate",
-           title=f"Token hit rate vs cache size ({rate_label(rate)})", ylim=(0, 1))
+        ax.errorbar(
+            [c["cache_gb"] for c in cells],
+            [c["token_hit_rate"] for c in cells],
+            yerr=err,
+            color=f"C{i}",
+            marker="o",
+            capsize=3,
+            label=policy,
+        )
+    ax.set(
+        xlabel="prefix cache per replica (GB)",
+        ylabel="token hit rate",
+        title=f"Token hit rate vs cache size ({rate_label(rate)})",
+        ylim=(0, 1),
+    )
     _cache_axis(ax, agg)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -102,23 +131,44 @@ def fig_ttft_vs_rate(agg: list[dict[str, Any]], load: list[Sustainable] | None =
     top = max(a["cache_gb"] for a in agg)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, policy in enumerate(_policies(agg)):
-        cells = sorted((a for a in agg if a["policy"] == policy and a["cache_gb"] == top
-                        and a["session_rate"] is not None), key=lambda a: a["session_rate"])
-        ax.errorbar([c["session_rate"] for c in cells], [c["ttft_p95_ms"] for c in cells],
-                    yerr=[c["ttft_p95_ms_ci"] or 0.0 for c in cells], color=f"C{i}",
-                    marker="o", capsize=3, label=policy)
+        cells = sorted(
+            (
+                a
+                for a in agg
+                if a["policy"] == policy and a["cache_gb"] == top and a["session_rate"] is not None
+            ),
+            key=lambda a: a["session_rate"],
+        )
+        ax.errorbar(
+            [c["session_rate"] for c in cells],
+            [c["ttft_p95_ms"] for c in cells],
+            yerr=[c["ttft_p95_ms_ci"] or 0.0 for c in cells],
+            color=f"C{i}",
+            marker="o",
+            capsize=3,
+            label=policy,
+        )
         for s in load or []:  # knee and max rate of this policy at this cache
             if s.policy != policy or s.cache_gb != top:
                 continue
             if s.knee is not None:
                 at = next(c["ttft_p95_ms"] for c in cells if c["session_rate"] == s.knee)
-                ax.plot([s.knee], [at], marker="o", ms=14, mfc="none", color=f"C{i}",
-                        label=f"{policy} knee")
+                ax.plot(
+                    [s.knee],
+                    [at],
+                    marker="o",
+                    ms=14,
+                    mfc="none",
+                    color=f"C{i}",
+                    label=f"{policy} knee",
+                )
             if s.rate is not None:
-                ax.axvline(s.rate, color=f"C{i}", lw=0.8, ls=":",
-                           label=f"{policy} max sustainable")
-    ax.set(xlabel="session arrivals per second", ylabel="P95 TTFT (ms)",
-           title=f"P95 TTFT vs load at {top:g} GB cache")
+                ax.axvline(s.rate, color=f"C{i}", lw=0.8, ls=":", label=f"{policy} max sustainable")
+    ax.set(
+        xlabel="session arrivals per second",
+        ylabel="P95 TTFT (ms)",
+        title=f"P95 TTFT vs load at {top:g} GB cache",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _svg(fig)
@@ -130,10 +180,21 @@ def fig_flops_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
     for i, policy in enumerate(_policies(agg)):
         cells = _series(agg, policy, rate)
         err = [c["flops_saved_frac_ci"] or 0.0 for c in cells]
-        ax.errorbar([c["cache_gb"] for c in cells], [_nan(c["flops_saved_frac"]) for c in cells],
-                    yerr=err, color=f"C{i}", marker="o", capsize=3, label=policy)
-    ax.set(xlabel="prefix cache per replica (GB)", ylabel="prefill FLOPs saved (fraction)",
-           title=f"FLOPs saved vs cache size ({rate_label(rate)})", ylim=(0, 1))
+        ax.errorbar(
+            [c["cache_gb"] for c in cells],
+            [_nan(c["flops_saved_frac"]) for c in cells],
+            yerr=err,
+            color=f"C{i}",
+            marker="o",
+            capsize=3,
+            label=policy,
+        )
+    ax.set(
+        xlabel="prefix cache per replica (GB)",
+        ylabel="prefill FLOPs saved (fraction)",
+        title=f"FLOPs saved vs cache size ({rate_label(rate)})",
+        ylim=(0, 1),
+    )
     _cache_axis(ax, agg)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -153,18 +214,27 @@ def fig_composition(agg: list[dict[str, Any]], rate: float | None) -> str:
         kv = [(by[c]["kv_bytes_mean"] or 0.0) / 1e9 if c in by else 0.0 for c in caches]
         ssm = [(by[c]["ssm_bytes_mean"] or 0.0) / 1e9 if c in by else 0.0 for c in caches]
         ax.bar(x, kv, width, color=f"C{i}", label=f"{policy} KV")
-        ax.bar(x, ssm, width, bottom=kv, color=f"C{i}", alpha=0.45, hatch="//",
-               label=f"{policy} SSM")
+        ax.bar(
+            x, ssm, width, bottom=kv, color=f"C{i}", alpha=0.45, hatch="//", label=f"{policy} SSM"
+        )
     ax.set_xticks(range(len(caches)), [f"{c:g}" for c in caches])
-    ax.set(xlabel="prefix cache per replica (GB)", ylabel="mean bytes held per replica (GB)",
-           title=f"Cache composition ({rate_label(rate)})")
+    ax.set(
+        xlabel="prefix cache per replica (GB)",
+        ylabel="mean bytes held per replica (GB)",
+        title=f"Cache composition ({rate_label(rate)})",
+    )
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7, ncol=2)
     return _svg(fig)
 
 
-def fig_ttft_cdf(rows: list[dict[str, Any]], policies: list[str], rate: float | None,
-                 cache: float, slo: Slo | None) -> str | None:
+def fig_ttft_cdf(
+    rows: list[dict[str, Any]],
+    policies: list[str],
+    rate: float | None,
+    cache: float,
+    slo: Slo | None,
+) -> str | None:
     """TTFT CDF per policy at one cache size (None if no row carries the quantiles)."""
     curves = {p: pooled_cdf(rows, p, rate, cache) for p in policies}
     if not any(curves.values()):
@@ -181,15 +251,20 @@ def fig_ttft_cdf(rows: list[dict[str, Any]], policies: list[str], rate: float | 
     # TTFT spans orders of magnitude between a full hit and a queued miss.
     if all(v > 0 for q in curves.values() if q for v in q):
         ax.set_xscale("log")
-    ax.set(xlabel="TTFT (ms)", ylabel="fraction of requests", ylim=(0, 1),
-           title=f"TTFT CDF at {cache:g} GB cache ({rate_label(rate)})")
+    ax.set(
+        xlabel="TTFT (ms)",
+        ylabel="fraction of requests",
+        ylim=(0, 1),
+        title=f"TTFT CDF at {cache:g} GB cache ({rate_label(rate)})",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _svg(fig)
 
 
-def fig_hit_by_length(rows: list[dict[str, Any]], policies: list[str], rate: float | None,
-                      cache: float) -> str | None:
+def fig_hit_by_length(
+    rows: list[dict[str, Any]], policies: list[str], rate: float | None, cache: float
+) -> str | None:
     """Token hit rate per input-length bin and policy (the Marconi paper's Fig. 10a view);
     None if no row carries the bins. Empty bins are left out of the axis."""
     rates = {p: pooled_bin_hit_rates(rows, p, rate, cache) for p in policies}
@@ -204,11 +279,16 @@ def fig_hit_by_length(rows: list[dict[str, Any]], policies: list[str], rate: flo
         if r is None:
             continue
         x = [j + (i - (len(policies) - 1) / 2) * width for j in range(len(used))]
-        ax.bar(x, [0.0 if math.isnan(r[b]) else r[b] for b in used], width, color=f"C{i}",
-               label=policy)
+        ax.bar(
+            x, [0.0 if math.isnan(r[b]) else r[b] for b in used], width, color=f"C{i}", label=policy
+        )
     ax.set_xticks(range(len(used)), [BIN_LABELS[b] for b in used])
-    ax.set(xlabel="input length (tokens)", ylabel="token hit rate", ylim=(0, 1),
-           title=f"Hit rate by input length at {cache:g} GB cache ({rate_label(rate)})")
+    ax.set(
+        xlabel="input length (tokens)",
+        ylabel="token hit rate",
+        ylim=(0, 1),
+        title=f"Hit rate by input length at {cache:g} GB cache ({rate_label(rate)})",
+    )
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # bars fill the plot
     return _svg(fig)
@@ -222,9 +302,13 @@ def _tag(rate: float | None) -> str:
     return "own" if rate is None else f"{rate:g}".replace(".", "p")
 
 
-def figures(agg: list[dict[str, Any]], slo: Slo | None,
-            rows: list[dict[str, Any]] | None = None, cdf_cache_gb: float | None = None,
-            load: list[Sustainable] | None = None) -> list[tuple[str, str, str]]:
+def figures(
+    agg: list[dict[str, Any]],
+    slo: Slo | None,
+    rows: list[dict[str, Any]] | None = None,
+    cdf_cache_gb: float | None = None,
+    load: list[Sustainable] | None = None,
+) -> list[tuple[str, str, str]]:
     """(file stem, caption, svg) for every figure of the report.
 
     ``rows`` (the per-seed results) feed the TTFT CDF and hit-by-length views
@@ -237,24 +321,53 @@ def figures(agg: list[dict[str, Any]], slo: Slo | None,
     cdf_cache = cdf_cache_gb if cdf_cache_gb is not None else max(a["cache_gb"] for a in agg)
     for rate in rates:
         tag, where = _tag(rate), rate_label(rate)
-        out.append((f"fig-ttft-vs-cache-{tag}", f"TTFT vs cache size, {where}",
-                    fig_ttft_vs_cache(agg, rate, slo)))
-        out.append((f"fig-hit-vs-cache-{tag}", f"Token hit rate vs cache size, {where}",
-                    fig_hit_vs_cache(agg, rate)))
-        out.append((f"fig-flops-vs-cache-{tag}", f"Prefill FLOPs saved vs cache size, {where}",
-                    fig_flops_vs_cache(agg, rate)))
-        out.append((f"fig-composition-{tag}", f"Mean cache composition (KV vs SSM bytes), "
-                    f"{where}", fig_composition(agg, rate)))
+        out.append(
+            (
+                f"fig-ttft-vs-cache-{tag}",
+                f"TTFT vs cache size, {where}",
+                fig_ttft_vs_cache(agg, rate, slo),
+            )
+        )
+        out.append(
+            (
+                f"fig-hit-vs-cache-{tag}",
+                f"Token hit rate vs cache size, {where}",
+                fig_hit_vs_cache(agg, rate),
+            )
+        )
+        out.append(
+            (
+                f"fig-flops-vs-cache-{tag}",
+                f"Prefill FLOPs saved vs cache size, {where}",
+                fig_flops_vs_cache(agg, rate),
+            )
+        )
+        out.append(
+            (
+                f"fig-composition-{tag}",
+                f"Mean cache composition (KV vs SSM bytes), {where}",
+                fig_composition(agg, rate),
+            )
+        )
         if rows:
             cdf = fig_ttft_cdf(rows, policies, rate, cdf_cache, slo)
             if cdf is not None:
-                out.append((f"fig-ttft-cdf-{tag}", f"TTFT CDF at {cdf_cache:g} GB, {where}",
-                            cdf))
+                out.append((f"fig-ttft-cdf-{tag}", f"TTFT CDF at {cdf_cache:g} GB, {where}", cdf))
             bins = fig_hit_by_length(rows, policies, rate, cdf_cache)
             if bins is not None:
-                out.append((f"fig-hit-by-length-{tag}", f"Token hit rate by input length at "
-                            f"{cdf_cache:g} GB, {where}", bins))
+                out.append(
+                    (
+                        f"fig-hit-by-length-{tag}",
+                        f"Token hit rate by input length at {cdf_cache:g} GB, {where}",
+                        bins,
+                    )
+                )
     if len([r for r in rates if r is not None]) >= 2:
-        out.append(("fig-ttft-vs-rate", "P95 TTFT vs session rate at the largest cache",
-                    fig_ttft_vs_rate(agg, load)))
+        out.append(
+            (
+                "fig-ttft-vs-rate",
+                "P95 TTFT vs session rate at the largest cache",
+                fig_ttft_vs_rate(agg, load),
+            )
+        )
     return out

@@ -31,39 +31,41 @@ GB = 1e9  # decimal GB, as `twin simulate --cache-gb`
 
 # Column order of the results table (and the schema every row is cast to, so
 # an all-null column such as session_rate keeps its type across rewrites).
-SCHEMA = pa.schema([
-    ("key", pa.string()),
-    ("cache_gb", pa.float64()),
-    ("policy", pa.string()),
-    ("session_rate", pa.float64()),  # null: the workload's own arrival times
-    ("seed", pa.int64()),
-    ("model", pa.string()),
-    ("profile_label", pa.string()),
-    ("profile_gpu", pa.string()),
-    ("workload_sha256", pa.string()),
-    ("replicas", pa.int64()),
-    ("tp", pa.int64()),
-    ("requests_measured", pa.int64()),
-    ("requests_rejected", pa.int64()),
-    ("ttft_p5_ms", pa.float64()),
-    ("ttft_p50_ms", pa.float64()),
-    ("ttft_p95_ms", pa.float64()),
-    ("ttft_p99_ms", pa.float64()),
-    ("tpot_p50_ms", pa.float64()),
-    ("tpot_p95_ms", pa.float64()),
-    ("token_hit_rate", pa.float64()),
-    ("request_hit_rate", pa.float64()),
-    ("flops_saved_frac", pa.float64()),
-    ("kv_bytes_mean", pa.float64()),
-    ("ssm_bytes_mean", pa.float64()),
-    ("throughput_rps", pa.float64()),
-    ("output_tokens_per_s", pa.float64()),
-    ("utilisation", pa.float64()),
-    # Per-request digests (reports.perrequest); null in rows written before they existed.
-    (CDF_COLUMN, pa.list_(pa.float64())),
-    (BIN_INPUT_COLUMN, pa.list_(pa.float64())),
-    (BIN_HIT_COLUMN, pa.list_(pa.float64())),
-])
+SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("cache_gb", pa.float64()),
+        ("policy", pa.string()),
+        ("session_rate", pa.float64()),  # null: the workload's own arrival times
+        ("seed", pa.int64()),
+        ("model", pa.string()),
+        ("profile_label", pa.string()),
+        ("profile_gpu", pa.string()),
+        ("workload_sha256", pa.string()),
+        ("replicas", pa.int64()),
+        ("tp", pa.int64()),
+        ("requests_measured", pa.int64()),
+        ("requests_rejected", pa.int64()),
+        ("ttft_p5_ms", pa.float64()),
+        ("ttft_p50_ms", pa.float64()),
+        ("ttft_p95_ms", pa.float64()),
+        ("ttft_p99_ms", pa.float64()),
+        ("tpot_p50_ms", pa.float64()),
+        ("tpot_p95_ms", pa.float64()),
+        ("token_hit_rate", pa.float64()),
+        ("request_hit_rate", pa.float64()),
+        ("flops_saved_frac", pa.float64()),
+        ("kv_bytes_mean", pa.float64()),
+        ("ssm_bytes_mean", pa.float64()),
+        ("throughput_rps", pa.float64()),
+        ("output_tokens_per_s", pa.float64()),
+        ("utilisation", pa.float64()),
+        # Per-request digests (reports.perrequest); null in rows written before they existed.
+        (CDF_COLUMN, pa.list_(pa.float64())),
+        (BIN_INPUT_COLUMN, pa.list_(pa.float64())),
+        (BIN_HIT_COLUMN, pa.list_(pa.float64())),
+    ]
+)
 EXECUTORS = ("local", "ray")
 
 
@@ -107,11 +109,17 @@ class SweepSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def grid(cache_gb: Iterable[float], policies: Iterable[str],
-         session_rates: Iterable[float | None], seeds: int) -> list[Point]:
+def grid(
+    cache_gb: Iterable[float],
+    policies: Iterable[str],
+    session_rates: Iterable[float | None],
+    seeds: int,
+) -> list[Point]:
     """Every combination, in a stable order (cache, policy, rate, seed)."""
-    return [Point(float(c), p, None if r is None else float(r), s)
-            for c, p, r, s in itertools.product(cache_gb, policies, session_rates, range(seeds))]
+    return [
+        Point(float(c), p, None if r is None else float(r), s)
+        for c, p, r, s in itertools.product(cache_gb, policies, session_rates, range(seeds))
+    ]
 
 
 def resolve(spec: SweepSpec) -> SweepSpec:
@@ -125,8 +133,12 @@ def resolve(spec: SweepSpec) -> SweepSpec:
     if not path.is_file():
         raise TwinError(f"{path}: no such workload file")
     prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
-    return replace(spec, workload_sha256=sha256_file(path), profile_label=prof.provenance_label,
-                   profile_gpu=prof.gpu)
+    return replace(
+        spec,
+        workload_sha256=sha256_file(path),
+        profile_label=prof.provenance_label,
+        profile_gpu=prof.gpu,
+    )
 
 
 def _mean_occupancy(summary: dict[str, Any], name: str) -> float | None:
@@ -144,9 +156,14 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
     """Flatten an engine summary into one results row."""
     thr = s["throughput"]
     return {
-        "key": spec.key(point), **asdict(point),
-        "model": spec.model, "profile_label": spec.profile_label, "profile_gpu": spec.profile_gpu,
-        "workload_sha256": spec.workload_sha256, "replicas": spec.replicas, "tp": spec.tp,
+        "key": spec.key(point),
+        **asdict(point),
+        "model": spec.model,
+        "profile_label": spec.profile_label,
+        "profile_gpu": spec.profile_gpu,
+        "workload_sha256": spec.workload_sha256,
+        "replicas": spec.replicas,
+        "tp": spec.tp,
         "requests_measured": s["requests"]["measured"],
         "requests_rejected": s["requests"]["rejected"],
         **{f"ttft_{p}_ms": _ms(s["ttft_s"][p]) for p in ("p5", "p50", "p95", "p99")},
@@ -172,14 +189,27 @@ def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
     model = resolve_model(spec.model)
     prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
     config = EngineConfig(
-        replicas=spec.replicas, tp=spec.tp, cache_bytes=int(point.cache_gb * GB),
-        policy=point.policy, router=spec.router, max_batched_tokens=spec.max_batched_tokens,
-        max_running=spec.max_running, gpu_memory_bytes=device_memory_bytes(prof),
-        session_rate=point.session_rate, seed=point.seed, warmup_s=spec.warmup_s)
+        replicas=spec.replicas,
+        tp=spec.tp,
+        cache_bytes=int(point.cache_gb * GB),
+        policy=point.policy,
+        router=spec.router,
+        max_batched_tokens=spec.max_batched_tokens,
+        max_running=spec.max_running,
+        gpu_memory_bytes=device_memory_bytes(prof),
+        session_rate=point.session_rate,
+        seed=point.seed,
+        warmup_s=spec.warmup_s,
+    )
     digest = RequestDigest(spec.warmup_s)
-    summary = simulate(Workload.open(Path(spec.workload)), model,
-                       make_pricer(model, prof, spec.tp), config,
-                       profile={"provenance": prof.provenance_label}, on_record=digest.add)
+    summary = simulate(
+        Workload.open(Path(spec.workload)),
+        model,
+        make_pricer(model, prof, spec.tp),
+        config,
+        profile={"provenance": prof.provenance_label},
+        on_record=digest.add,
+    )
     return {**summary_row(spec, point, summary), **digest.columns()}
 
 
@@ -191,17 +221,27 @@ def read_results(out_dir: Path) -> list[dict[str, Any]]:
     try:
         return pq.read_table(path).to_pylist()
     except (OSError, pa.ArrowException) as err:
-        raise TwinError(f"{path}: cannot read the previous results ({err}); "
-                        "delete it or use another --out") from None
+        raise TwinError(
+            f"{path}: cannot read the previous results ({err}); delete it or use another --out"
+        ) from None
 
 
 def write_results(out_dir: Path, rows: list[dict[str, Any]]) -> None:
     """Rewrite the whole table atomically, sorted so the file does not depend on finish order."""
-    ordered = sorted(rows, key=lambda r: (r["cache_gb"], r["policy"],
-                                          r["session_rate"] is not None, r["session_rate"] or 0,
-                                          r["seed"], r["key"]))
-    table = pa.Table.from_pylist([{c: r.get(c) for c in SCHEMA.names} for r in ordered],
-                                 schema=SCHEMA)
+    ordered = sorted(
+        rows,
+        key=lambda r: (
+            r["cache_gb"],
+            r["policy"],
+            r["session_rate"] is not None,
+            r["session_rate"] or 0,
+            r["seed"],
+            r["key"],
+        ),
+    )
+    table = pa.Table.from_pylist(
+        [{c: r.get(c) for c in SCHEMA.names} for r in ordered], schema=SCHEMA
+    )
     with atomic_path(Path(out_dir) / RESULTS_FILE) as tmp:
         pq.write_table(table, tmp)
 
@@ -280,21 +320,28 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise TwinError("--executor ray: ray is not installed; pip install 'twin[ray]'"
-                        ) from None
+        raise TwinError("--executor ray: ray is not installed; pip install 'twin[ray]'") from None
     return ray
 
 
-def _run_on_ray(ray: Any, address: str | None, spec: SweepSpec, todo: list[Point],
-                done: Callable[[Point, dict[str, Any]], None]) -> None:
+def _run_on_ray(
+    ray: Any,
+    address: str | None,
+    spec: SweepSpec,
+    todo: list[Point],
+    done: Callable[[Point, dict[str, Any]], None],
+) -> None:
     """Run ``todo`` as ray tasks, handing each row to ``done`` (which stores it) as it lands.
 
     Connects to ``address``, else $RAY_ADDRESS, else starts a local ray. Rows
     are merged here, in the driver, so the results file has one writer.
     """
     if not ray.is_initialized():
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None,
-                 ignore_reinit_error=True, log_to_driver=False)
+        ray.init(
+            address=address or os.environ.get("RAY_ADDRESS") or None,
+            ignore_reinit_error=True,
+            log_to_driver=False,
+        )
     task = ray.remote(num_cpus=1)(run_point)
     pending = {task.remote(spec, p): p for p in todo}
     while pending:

@@ -115,8 +115,11 @@ class _ReferencePool:
             if p is not None:
                 self.blocks[p]["lock"] += 1
         while len(self.blocks) + len(chain) - k > self.cap:
-            leaves = [(b["t"], b["nid"], key) for key, b in self.blocks.items()
-                      if not b["children"] and not b["lock"]]
+            leaves = [
+                (b["t"], b["nid"], key)
+                for key, b in self.blocks.items()
+                if not b["children"] and not b["lock"]
+            ]
             if not leaves:
                 break
             key = min(leaves)[2]

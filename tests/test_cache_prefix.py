@@ -197,7 +197,10 @@ def test_match_resumes_from_a_prefix_match():
         start = tree.match(full[:prefix_len])
         resumed, fresh = tree.match(full, start, prefix_len), tree.match(full)
         assert (resumed.node, resumed.length, resumed.partial) == (
-            fresh.node, fresh.length, fresh.partial)
+            fresh.node,
+            fresh.length,
+            fresh.partial,
+        )
 
 
 @pytest.mark.parametrize("model", [HYBRID, get_model("tiny-transformer")])

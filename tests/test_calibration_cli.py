@@ -31,8 +31,13 @@ ENTRY = (
 
 
 def _twin(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True,
-                          text=True, timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", ENTRY, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"COLUMNS": "200", "PATH": "/usr/bin"},
+    )
 
 
 def _no_cuda() -> bool:
@@ -79,14 +84,29 @@ def _app() -> typer.Typer:
 def test_transfer_from_a_measured_profile(tmp_path: Path) -> None:
     base = datasheet_profile("h100")
     measured = Profile(
-        gpu="h100", device="NVIDIA H100 80GB HBM3", source="measured", peaks=base.peaks,
-        kernels={k: KernelFit(f.model, dict(f.params), 0.05, 0.2, 20, 5)
-                 for k, f in base.kernels.items()},
+        gpu="h100",
+        device="NVIDIA H100 80GB HBM3",
+        source="measured",
+        peaks=base.peaks,
+        kernels={
+            k: KernelFit(f.model, dict(f.params), 0.05, 0.2, 20, 5) for k, f in base.kernels.items()
+        },
         provenance={"date": "2026-11-22"},
     ).save(tmp_path / "h100.json")
     out = tmp_path / "a100.json"
-    res = CliRunner().invoke(_app(), ["calibrate", "--gpu", "a100", "--transfer-from",
-                                      str(measured), "--out", str(out), "--json"])
+    res = CliRunner().invoke(
+        _app(),
+        [
+            "calibrate",
+            "--gpu",
+            "a100",
+            "--transfer-from",
+            str(measured),
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output)
     assert summary["provenance_label"] == "transferred from h100"
@@ -102,8 +122,18 @@ def test_help_has_an_example() -> None:
 @pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
 def test_cpu_tiny_level_through_the_cli(tmp_path: Path) -> None:
     out = tmp_path / "cpu.json"
-    proc = _twin("calibrate", "--gpu", "cpu", "--level", "tiny", "--kernels",
-                 "elementwise,copy_h2d", "--out", str(out), "--json")
+    proc = _twin(
+        "calibrate",
+        "--gpu",
+        "cpu",
+        "--level",
+        "tiny",
+        "--kernels",
+        "elementwise,copy_h2d",
+        "--out",
+        str(out),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["source"] == "measured" and Path(summary["raw"]).exists()

@@ -14,23 +14,34 @@ from calibration.fit import fit_kernel, fit_params, predict_rows, split_holdout
 PEAKS = {"flops": 1e14, "mem_bw": 2e12, "host_bw": 3e10}
 
 
-def _rows(kernel: str, params: dict[str, float], features: list[fm.Features],
-          noise: float = 0.0, seed: int = 0) -> list[dict]:
+def _rows(
+    kernel: str,
+    params: dict[str, float],
+    features: list[fm.Features],
+    noise: float = 0.0,
+    seed: int = 0,
+) -> list[dict]:
     rng = random.Random(seed)
     rows = []
     for flops, nbytes, extras in features:
         t = fm.predict(kernel, params, PEAKS, flops, nbytes, extras)
-        row = {"kernel": kernel, "flops": flops, "bytes": nbytes,
-               "median_s": t * math.exp(rng.gauss(0.0, noise))}
+        row = {
+            "kernel": kernel,
+            "flops": flops,
+            "bytes": nbytes,
+            "median_s": t * math.exp(rng.gauss(0.0, noise)),
+        }
         row.update({x: extras.get(x, 0.0) for x in fm.get_formula(kernel).extras})
         rows.append(row)
     return rows
 
 
-GEMM_TRUE = {"t0_s": 6e-6, "eff_flops": 0.65, "eff_bytes": 0.8, "p": 3.0,
-             "c_weight_elems": 2e-13}
-GEMM_SHAPES = [fm.gemm_features(m, k, n, 2) for m in (1, 8, 64, 512, 4096, 16384)
-               for k, n in ((1024, 1024), (4096, 4096), (4096, 14336), (8192, 2048))]
+GEMM_TRUE = {"t0_s": 6e-6, "eff_flops": 0.65, "eff_bytes": 0.8, "p": 3.0, "c_weight_elems": 2e-13}
+GEMM_SHAPES = [
+    fm.gemm_features(m, k, n, 2)
+    for m in (1, 8, 64, 512, 4096, 16384)
+    for k, n in ((1024, 1024), (4096, 4096), (4096, 14336), (8192, 2048))
+]
 
 
 def test_gemm_fit_recovers_known_parameters() -> None:
@@ -46,9 +57,13 @@ def test_gemm_fit_recovers_known_parameters() -> None:
 
 def test_attention_fit_with_score_term_and_noise_generalises() -> None:
     true = {"t0_s": 1e-5, "eff_flops": 0.5, "eff_bytes": 0.6, "p": 4.0, "c_score_elems": 3e-13}
-    shapes = [fm.attn_prefill_features(n, c, h, h // 4, d, 2)
-              for n in (64, 256, 1024, 4096) for c in (0, 1024, 8192)
-              for h in (8, 32) for d in (64, 128)]
+    shapes = [
+        fm.attn_prefill_features(n, c, h, h // 4, d, 2)
+        for n in (64, 256, 1024, 4096)
+        for c in (0, 1024, 8192)
+        for h in (8, 32)
+        for d in (64, 128)
+    ]
     rows = _rows("attn_prefill", true, shapes, noise=0.02, seed=3)
     fit = fit_kernel("attn_prefill", rows, PEAKS, seed=1)
     assert fit.n_heldout == len(rows) // 4
@@ -60,8 +75,12 @@ def test_attention_fit_with_score_term_and_noise_generalises() -> None:
 def test_bandwidth_kernels_fit_launch_and_bandwidth(kernel: str) -> None:
     true = {"t0_s": 8e-6, "eff_bytes": 0.85}
     sizes = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30]
-    feats = [fm.copy_features(s, kernel) if kernel.startswith("copy")
-             else fm.elementwise_features(s // 8192 + 1, 4096, 2) for s in sizes]
+    feats = [
+        fm.copy_features(s, kernel)
+        if kernel.startswith("copy")
+        else fm.elementwise_features(s // 8192 + 1, 4096, 2)
+        for s in sizes
+    ]
     fitted = fit_params(kernel, _rows(kernel, true, feats), PEAKS)
     assert fitted["t0_s"] == pytest.approx(8e-6, rel=0.05)
     assert fitted["eff_bytes"] == pytest.approx(0.85, rel=0.02)
@@ -69,9 +88,15 @@ def test_bandwidth_kernels_fit_launch_and_bandwidth(kernel: str) -> None:
 
 def test_scan_fit_reproduces_linear_in_tokens() -> None:
     true = {"t0_s": 3e-5, "eff_flops": 0.3, "eff_bytes": 0.5, "p": 4.0, "c_chunks": 2e-8}
-    shapes = [fm.ssm_scan_features(b, L, h, 64, n, g, q, 2) for b in (1, 4)
-              for L in (256, 1024, 4096, 16384) for h in (32, 128) for n in (64, 128)
-              for g in (1, 8) for q in (128, 256)]
+    shapes = [
+        fm.ssm_scan_features(b, L, h, 64, n, g, q, 2)
+        for b in (1, 4)
+        for L in (256, 1024, 4096, 16384)
+        for h in (32, 128)
+        for n in (64, 128)
+        for g in (1, 8)
+        for q in (128, 256)
+    ]
     rows = _rows("ssm_scan", true, shapes)
     fitted = fit_params("ssm_scan", rows, PEAKS)
     pred = predict_rows("ssm_scan", fitted, PEAKS, rows)

@@ -66,8 +66,14 @@ def test_cost_model_runs_on_the_measured_cpu_profile(tiny) -> None:
 
 
 def test_inputs_are_random_and_rotate() -> None:
-    ctx = SweepContext(torch=torch, device="cpu", dtype=torch.float32, dtype_bytes=4,
-                       level="tiny", model=get_model("tiny-hybrid"))
+    ctx = SweepContext(
+        torch=torch,
+        device="cpu",
+        dtype=torch.float32,
+        dtype_bytes=4,
+        level="tiny",
+        model=get_model("tiny-hybrid"),
+    )
     gemm = registry()["gemm"]
     shape = {"m": 4, "k": 64, "n": 32}
     nbuf = gemm.n_buffers(shape, ctx)
@@ -91,8 +97,9 @@ def test_tap_conv_equals_torch_causal_conv1d(length: int) -> None:
 def test_refusal_sentence_names_what_was_found() -> None:
     cpu = DeviceInfo("cpu", "AMD EPYC (2 threads)", "cpu")
     msg = refusal("a100", cpu)
-    assert msg is not None and msg.startswith("twin calibrate --gpu a100: this machine has no "
-                                              "CUDA GPU (found: cpu")
+    assert msg is not None and msg.startswith(
+        "twin calibrate --gpu a100: this machine has no CUDA GPU (found: cpu"
+    )
     assert "--transfer-from" in msg and "\n" not in msg
     h100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", "h100", 80e9)
     msg = refusal("a100", h100)

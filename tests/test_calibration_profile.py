@@ -17,13 +17,28 @@ from twin.hardware import get_gpu
 
 def _measured(gpu: str = "h100") -> Profile:
     base = datasheet_profile(gpu)
-    kernels = {k: KernelFit(model=f.model, params={**f.params, **(
-        {"c_score_elems": 1e-13} if "c_score_elems" in f.params else {})},
-        heldout_median_rel_err=0.03, heldout_max_rel_err=0.1, n_shapes=20, n_heldout=5)
-        for k, f in base.kernels.items()}
-    return Profile(gpu=gpu, device="NVIDIA H100 80GB HBM3", source="measured",
-                   peaks=base.peaks, kernels=kernels,
-                   provenance={"date": "2026-11-22", "torch": "2.13.0"})
+    kernels = {
+        k: KernelFit(
+            model=f.model,
+            params={
+                **f.params,
+                **({"c_score_elems": 1e-13} if "c_score_elems" in f.params else {}),
+            },
+            heldout_median_rel_err=0.03,
+            heldout_max_rel_err=0.1,
+            n_shapes=20,
+            n_heldout=5,
+        )
+        for k, f in base.kernels.items()
+    }
+    return Profile(
+        gpu=gpu,
+        device="NVIDIA H100 80GB HBM3",
+        source="measured",
+        peaks=base.peaks,
+        kernels=kernels,
+        provenance={"date": "2026-11-22", "torch": "2.13.0"},
+    )
 
 
 @pytest.mark.parametrize("gpu", ["a100", "a100-80gb", "h100", "h200", "l4"])

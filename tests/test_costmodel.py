@@ -16,8 +16,15 @@ from twin.errors import TwinError
 from twin.presets import get_model
 
 H100 = load_profile("h100")
-MODELS = ["marconi-hybrid-7b", "llama-3-8b", "jamba-1.5-mini", "mamba2-2.7b", "zamba2-7b",
-          "nemotron-h-8b", "tiny-hybrid"]
+MODELS = [
+    "marconi-hybrid-7b",
+    "llama-3-8b",
+    "jamba-1.5-mini",
+    "mamba2-2.7b",
+    "zamba2-7b",
+    "nemotron-h-8b",
+    "tiny-hybrid",
+]
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -101,8 +108,9 @@ def test_kernel_prices_match_the_profile_formulas() -> None:
     dec = cm.decode([999] * 7, breakdown=True)
     assert isinstance(dec, StepCost)
     f, b, ex = fm.attn_decode_features(7, 1000, m.n_heads, m.n_kv_heads, m.head_dim, 2)
-    expect = m.n_attention_layers * fm.predict("attn_decode", H100.kernels["attn_decode"].params,
-                                               H100.peaks, f, b, ex)
+    expect = m.n_attention_layers * fm.predict(
+        "attn_decode", H100.kernels["attn_decode"].params, H100.peaks, f, b, ex
+    )
     assert dec.items["attention"]["attn_decode"] == pytest.approx(expect, rel=1e-12)
 
 
@@ -128,8 +136,9 @@ def test_copies_and_transfers() -> None:
     one = cm.checkpoint_copy_s(1)
     assert 0 < one < cm.checkpoint_copy_s(4)
     # Host link (64 GB/s) is far slower than HBM (3.35 TB/s).
-    assert cm.kv_transfer_s(4096, "host", "device") > 10 * cm.kv_transfer_s(4096, "device",
-                                                                             "device")
+    assert cm.kv_transfer_s(4096, "host", "device") > 10 * cm.kv_transfer_s(
+        4096, "device", "device"
+    )
     assert cm.copy_s(0) == 0.0
     with pytest.raises(TwinError, match="no copy from 'host' to 'host'"):
         cm.copy_s(1e6, "host", "host")

@@ -39,9 +39,16 @@ def _rows(records):
 @pytest.mark.parametrize("router", list(ROUTERS))
 def test_every_request_completes_exactly_once(router):
     wl = Workload.open(CHAT)
-    summary, records = run(CHAT, LinearPricer(), "marconi-hybrid-7b", replicas=3,
-                           router=router, cache_bytes=int(5e9), gpu_memory_bytes=80e9,
-                           session_rate=3.0)
+    summary, records = run(
+        CHAT,
+        LinearPricer(),
+        "marconi-hybrid-7b",
+        replicas=3,
+        router=router,
+        cache_bytes=int(5e9),
+        gpu_memory_bytes=80e9,
+        session_rate=3.0,
+    )
     assert sorted(r.row for r in records) == list(range(wl.num_rows))
     assert summary["requests"]["total"] == wl.num_rows == summary["requests"]["measured"]
     assert sum(r["requests"] for r in summary["replicas"]) == wl.num_rows
@@ -57,8 +64,14 @@ def test_every_request_completes_exactly_once(router):
 
 def test_closed_loop_turns_arrive_think_time_after_completion():
     wl = Workload.open(CHAT)
-    _, records = run(CHAT, LinearPricer(), "marconi-hybrid-7b", replicas=2,
-                     cache_bytes=int(5e9), session_rate=1.0)
+    _, records = run(
+        CHAT,
+        LinearPricer(),
+        "marconi-hybrid-7b",
+        replicas=2,
+        cache_bytes=int(5e9),
+        session_rate=1.0,
+    )
     by_turn = {(r.session_id, r.turn): r for r in records}
     think, arrival = wl.index["think_s"], wl.index["arrival_s"]
     checked = 0
@@ -84,11 +97,12 @@ def test_open_loop_arrivals_follow_the_file_and_request_rate_scales_them(tmp_pat
 
 def test_open_loop_turns_do_not_wait_for_the_previous_turn(tmp_path):
     prompt = np.arange(10, 20, dtype=np.int32)
-    rows = [WorkloadRow(0, 0, 0.0, None, prompt, False, None, 50),
-            WorkloadRow(0, 1, 1.0, None, prompt[:3], True, None, 1),
-            WorkloadRow(0, 2, 2.0, None, prompt[:2], True, None, 1)]
-    _, recs = run(write_rows(tmp_path / "w.parquet", rows), ConstantPricer(1.0),
-                  policy="vanilla")
+    rows = [
+        WorkloadRow(0, 0, 0.0, None, prompt, False, None, 50),
+        WorkloadRow(0, 1, 1.0, None, prompt[:3], True, None, 1),
+        WorkloadRow(0, 2, 2.0, None, prompt[:2], True, None, 1),
+    ]
+    _, recs = run(write_rows(tmp_path / "w.parquet", rows), ConstantPricer(1.0), policy="vanilla")
     first, second, third = sorted(recs, key=lambda r: r.turn)  # all three complete
     assert second.arrival_s == 1.0 and third.arrival_s == 2.0
     assert third.completed_s < first.completed_s == 50.0
@@ -146,8 +160,7 @@ def test_a_hit_never_slows_a_request(quiet_chat):
 def test_warmup_and_until(tmp_path):
     path = single_turns(tmp_path / "w.parquet", [float(t) for t in range(10)])
     summary, recs = run(path, ConstantPricer(0.1), policy="vanilla", warmup_s=4.0)
-    assert summary["requests"] == {"total": 10, "measured": 6, "warmup_excluded": 4,
-                                   "rejected": 0}
+    assert summary["requests"] == {"total": 10, "measured": 6, "warmup_excluded": 4, "rejected": 0}
     assert summary["throughput"]["window_s"] == pytest.approx(9.1 - 4.0)
     _, recs = run(path, ConstantPricer(0.1), policy="vanilla", until_s=5.5)
     assert sorted(r.arrival_s for r in recs) == [0, 1, 2, 3, 4, 5]
@@ -156,10 +169,16 @@ def test_warmup_and_until(tmp_path):
 @pytest.mark.parametrize(("arrival", "think"), [(1000.0, None), (None, 1000.0)])
 def test_a_turn_due_after_until_ends_the_run_without_waiting_for_it(tmp_path, arrival, think):
     tokens = np.arange(1, 9, dtype=np.int32)
-    rows = [WorkloadRow(0, 0, 0.0, None, tokens, False, None, 4),
-            WorkloadRow(0, 1, arrival, think, tokens[:3], True, None, 4)]
-    summary, recs = run(write_rows(tmp_path / "w.parquet", rows), ConstantPricer(1.0),
-                        policy="vanilla", until_s=10.0)
+    rows = [
+        WorkloadRow(0, 0, 0.0, None, tokens, False, None, 4),
+        WorkloadRow(0, 1, arrival, think, tokens[:3], True, None, 4),
+    ]
+    summary, recs = run(
+        write_rows(tmp_path / "w.parquet", rows),
+        ConstantPricer(1.0),
+        policy="vanilla",
+        until_s=10.0,
+    )
     assert len(recs) == 1
     assert summary["sim_end_s"] == pytest.approx(4.0)  # 4 one-second steps, then done
 
@@ -182,11 +201,18 @@ def test_memory_budget_is_never_overcommitted(tmp_path):
 def test_a_request_larger_than_memory_is_rejected_and_recorded(tmp_path):
     model = get_model("tiny-hybrid")
     prompt = np.arange(2000, dtype=np.int32)
-    rows = [WorkloadRow(0, 0, 0.0, None, prompt[:10], False, None, 2),
-            WorkloadRow(1, 0, 1.0, None, prompt, False, None, 2)]
-    hbm = (model.weight_bytes + 500 * model.kv_bytes_per_token + model.ssm_checkpoint_bytes)
-    summary, recs = run(write_rows(tmp_path / "w.parquet", rows), ConstantPricer(), model,
-                        policy="vanilla", gpu_memory_bytes=hbm / 0.9)
+    rows = [
+        WorkloadRow(0, 0, 0.0, None, prompt[:10], False, None, 2),
+        WorkloadRow(1, 0, 1.0, None, prompt, False, None, 2),
+    ]
+    hbm = model.weight_bytes + 500 * model.kv_bytes_per_token + model.ssm_checkpoint_bytes
+    summary, recs = run(
+        write_rows(tmp_path / "w.parquet", rows),
+        ConstantPricer(),
+        model,
+        policy="vanilla",
+        gpu_memory_bytes=hbm / 0.9,
+    )
     ok, big = sorted(recs, key=lambda r: r.row)
     assert not ok.rejected and big.rejected and math.isnan(big.ttft_s)
     assert summary["requests"]["rejected"] == 1 and summary["requests"]["measured"] == 1
@@ -196,14 +222,22 @@ def test_cache_larger_than_free_memory_is_refused():
     model = get_model("marconi-hybrid-7b")
     with pytest.raises(TwinError, match="no memory left"):
         memory_budget(model, EngineConfig(cache_bytes=int(80e9), gpu_memory_bytes=80e9))
-    assert memory_budget(model, EngineConfig(tp=2, cache_bytes=int(80e9),
-                                             gpu_memory_bytes=80e9)) > 0
+    assert (
+        memory_budget(model, EngineConfig(tp=2, cache_bytes=int(80e9), gpu_memory_bytes=80e9)) > 0
+    )
 
 
 # ----------------------------------------------------------------- routers
 def test_session_affinity_keeps_a_session_on_one_replica():
-    _, recs = run(CHAT, LinearPricer(), "marconi-hybrid-7b", replicas=4,
-                  router="session-affinity", cache_bytes=int(5e9), session_rate=2.0)
+    _, recs = run(
+        CHAT,
+        LinearPricer(),
+        "marconi-hybrid-7b",
+        replicas=4,
+        router="session-affinity",
+        cache_bytes=int(5e9),
+        session_rate=2.0,
+    )
     homes: dict[int, set[int]] = {}
     for r in recs:
         homes.setdefault(r.session_id, set()).add(r.replica)
@@ -220,8 +254,15 @@ def test_prefix_aware_routing_finds_the_history(policy):
 
 
 def test_least_loaded_balances_outstanding_work():
-    summary, _ = run(CHAT, LinearPricer(), "marconi-hybrid-7b", replicas=3,
-                     router="least-loaded", cache_bytes=int(5e9), session_rate=3.0)
+    summary, _ = run(
+        CHAT,
+        LinearPricer(),
+        "marconi-hybrid-7b",
+        replicas=3,
+        router="least-loaded",
+        cache_bytes=int(5e9),
+        session_rate=3.0,
+    )
     counts = [r["requests"] for r in summary["replicas"]]
     assert max(counts) - min(counts) < 0.2 * max(counts)
 

@@ -29,14 +29,22 @@ ONLINE = [name for name, cls in POLICIES.items() if not getattr(cls, "hindsight"
 def apart(tmp_path_factory: pytest.TempPathFactory):
     """Workloads whose sessions are 1e7 s apart: requests never overlap."""
     d = tmp_path_factory.mktemp("apart")
-    return {kind: generated(d / f"{kind}.parquet", kind, n, 1e-7)
-            for kind, n in (("chat", 30), ("system-prompt", 150))}
+    return {
+        kind: generated(d / f"{kind}.parquet", kind, n, 1e-7)
+        for kind, n in (("chat", 30), ("system-prompt", 150))
+    }
 
 
 @pytest.mark.parametrize("policy", ONLINE)
 def test_every_online_policy_plugs_in_by_name(policy):
-    summary, records = run(example_path("system-prompt"), LinearPricer(), "tiny-hybrid",
-                           policy=policy, cache_bytes=2_000_000, replicas=2)
+    summary, records = run(
+        example_path("system-prompt"),
+        LinearPricer(),
+        "tiny-hybrid",
+        policy=policy,
+        cache_bytes=2_000_000,
+        replicas=2,
+    )
     assert len(records) == Workload.open(example_path("system-prompt")).num_rows
     assert summary["config"]["policy"] == policy
     if policy != "vanilla":
@@ -49,8 +57,14 @@ def test_hindsight_policy_is_refused():
 
 
 def test_policy_options_reach_the_policy():
-    summary, _ = run(example_path("chat"), LinearPricer(), "tiny-hybrid", policy="marconi",
-                     policy_options={"alpha": 1.5}, cache_bytes=300_000)
+    summary, _ = run(
+        example_path("chat"),
+        LinearPricer(),
+        "tiny-hybrid",
+        policy="marconi",
+        policy_options={"alpha": 1.5},
+        cache_bytes=300_000,
+    )
     assert summary["replicas"][0]["policy"]["alpha"] == 1.5
     with pytest.raises(TwinError, match="unknown policy option"):
         run(example_path("chat"), LinearPricer(), policy="marconi", policy_options={"beta": 1})
@@ -64,10 +78,10 @@ def test_hit_rates_equal_replay_when_requests_never_overlap(apart, model, capaci
         path = apart[kind]
         expected = replay(Trace.load(path), model, capacity, policy)
         summary, _ = run(path, LinearPricer(), model, policy=policy, cache_bytes=capacity)
-        assert summary["hit"]["token_hit_rate"] == pytest.approx(expected.token_hit_rate,
-                                                                 abs=1e-12)
+        assert summary["hit"]["token_hit_rate"] == pytest.approx(expected.token_hit_rate, abs=1e-12)
         assert summary["hit"]["request_hit_rate"] == pytest.approx(
-            expected.request_hit_rate, abs=1e-12)
+            expected.request_hit_rate, abs=1e-12
+        )
         assert summary["flops"]["saved"] == pytest.approx(expected.flops_saved, rel=1e-12)
 
 
@@ -111,19 +125,28 @@ def test_overlapping_requests_hit_no_more_than_replay(tmp_path, policy):
     """Requests admitted before earlier ones finish miss the state those would cache."""
     path = generated(tmp_path / "sp.parquet", "system-prompt", 150, 1.0)
     expected = replay(Trace.load(path), "tiny-hybrid", 50_000_000, policy).token_hit_rate
-    apart, _ = run(path, LinearPricer(), policy=policy, cache_bytes=50_000_000,
-                   request_rate=1e-3)
-    crowded, _ = run(path, LinearPricer(), policy=policy, cache_bytes=50_000_000,
-                     request_rate=1e4)
+    apart, _ = run(path, LinearPricer(), policy=policy, cache_bytes=50_000_000, request_rate=1e-3)
+    crowded, _ = run(path, LinearPricer(), policy=policy, cache_bytes=50_000_000, request_rate=1e4)
     assert apart["hit"]["token_hit_rate"] == pytest.approx(expected, abs=1e-12)
     assert crowded["hit"]["token_hit_rate"] < expected
 
 
 def test_same_inputs_and_seed_give_byte_identical_outputs(tmp_path):
     def once(out):
-        run(example_path("chat"), LinearPricer(copy_s=1e-4), "marconi-hybrid-7b", out=out,
-            replicas=3, router="prefix-aware", policy="marconi", cache_bytes=int(3e9),
-            gpu_memory_bytes=80e9, session_rate=2.0, seed=9, warmup_s=20.0)
+        run(
+            example_path("chat"),
+            LinearPricer(copy_s=1e-4),
+            "marconi-hybrid-7b",
+            out=out,
+            replicas=3,
+            router="prefix-aware",
+            policy="marconi",
+            cache_bytes=int(3e9),
+            gpu_memory_bytes=80e9,
+            session_rate=2.0,
+            seed=9,
+            warmup_s=20.0,
+        )
         return (out / REQUESTS_FILE).read_bytes(), (out / SUMMARY_FILE).read_bytes()
 
     first, second = once(tmp_path / "a"), once(tmp_path / "b")
@@ -139,12 +162,22 @@ def test_a_failed_run_leaves_no_files(tmp_path):
 
 
 def test_summary_carries_configuration_and_occupancy(tmp_path):
-    summary, _ = run(example_path("chat"), LinearPricer(), "marconi-hybrid-7b",
-                     replicas=2, policy="marconi", cache_bytes=int(2e9), session_rate=1.0,
-                     seed=4)
-    assert summary["config"] == EngineConfig(replicas=2, policy="marconi",
-                                             cache_bytes=int(2e9), session_rate=1.0,
-                                             seed=4).to_dict()
+    summary, _ = run(
+        example_path("chat"),
+        LinearPricer(),
+        "marconi-hybrid-7b",
+        replicas=2,
+        policy="marconi",
+        cache_bytes=int(2e9),
+        session_rate=1.0,
+        seed=4,
+    )
+    assert (
+        summary["config"]
+        == EngineConfig(
+            replicas=2, policy="marconi", cache_bytes=int(2e9), session_rate=1.0, seed=4
+        ).to_dict()
+    )
     assert summary["seed"] == 4 and summary["twin_version"]
     occ = summary["cache_occupancy"]
     assert len(occ["kv_bytes"]) == 2 and len(occ["t_s"]) == len(occ["ssm_bytes"][1]) > 10

@@ -24,8 +24,7 @@ class ConstantPricer(PricerBase):
     def __init__(self, step_s: float = 1.0) -> None:
         self.step_s = step_s
 
-    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
-                  ) -> float:
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         return self.step_s
 
     def decode_affine(self, batch: int) -> tuple[float, float]:
@@ -40,8 +39,7 @@ class ExponentialPricer(PricerBase):
         self.rng = np.random.default_rng(seed)
         self.draws: list[float] = []
 
-    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
-                  ) -> float:
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         t = float(self.rng.exponential(self.mean_s))
         self.draws.append(t)
         return t
@@ -53,14 +51,20 @@ class LinearPricer(PricerBase):
     ``affine=False`` hides the closed form so the engine prices decode runs step by step.
     """
 
-    def __init__(self, base: float = 1e-3, per_token: float = 1e-5, per_key: float = 1e-9,
-                 per_seq: float = 1e-4, copy_s: float = 0.0, affine: bool = True) -> None:
+    def __init__(
+        self,
+        base: float = 1e-3,
+        per_token: float = 1e-5,
+        per_key: float = 1e-9,
+        per_seq: float = 1e-4,
+        copy_s: float = 0.0,
+        affine: bool = True,
+    ) -> None:
         self.base, self.per_token, self.per_key, self.per_seq = base, per_token, per_key, per_seq
         self.copy_s = copy_s
         self.affine = affine
 
-    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
-                  ) -> float:
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         new = sum(n for n, _ in prefills)
         keys = sum(n * c + n * (n + 1) // 2 for n, c in prefills) + decode_context
         return self.base + self.per_token * new + self.per_key * keys + self.per_seq * decode_batch
@@ -80,33 +84,53 @@ def write_rows(path: Path, rows: list[WorkloadRow]) -> Path:
     return path
 
 
-def single_turns(path: Path, arrivals: Sequence[float | None], prompt_len: int = 8,
-                 output_len: int = 1, seed: int = 0) -> Path:
+def single_turns(
+    path: Path,
+    arrivals: Sequence[float | None],
+    prompt_len: int = 8,
+    output_len: int = 1,
+    seed: int = 0,
+) -> Path:
     """One single-turn session per arrival (None: the engine draws the session start)."""
     rng = np.random.default_rng(seed)
     rows = [
-        WorkloadRow(i, 0, a, None, rng.integers(0, 30000, prompt_len, dtype=np.int32), False,
-                    None, output_len)
+        WorkloadRow(
+            i,
+            0,
+            a,
+            None,
+            rng.integers(0, 30000, prompt_len, dtype=np.int32),
+            False,
+            None,
+            output_len,
+        )
         for i, a in enumerate(arrivals)
     ]
     return write_rows(path, rows)
 
 
-def generated(path: Path, kind: str, sessions: int, rate: float, seed: int = 7,
-              max_context: int = 4096) -> Path:
+def generated(
+    path: Path, kind: str, sessions: int, rate: float, seed: int = 7, max_context: int = 4096
+) -> Path:
     gen = get_generator(kind)()
     with WorkloadWriter(path, gen.metadata(sessions, rate, seed, max_context)) as w:
         w.write_all(gen.rows(sessions, rate, seed, max_context))
     return path
 
 
-def run(path: Path, pricer: PricerBase, model: ModelSpec | str = "tiny-hybrid",
-        out: Path | None = None, **config: object) -> tuple[dict, list[RequestRecord]]:
+def run(
+    path: Path,
+    pricer: PricerBase,
+    model: ModelSpec | str = "tiny-hybrid",
+    out: Path | None = None,
+    **config: object,
+) -> tuple[dict, list[RequestRecord]]:
     """Simulate; return the summary and the records in completion order."""
     spec = get_model(model) if isinstance(model, str) else model
     records: list[RequestRecord] = []
-    summary = simulate(Workload.open(path), spec, pricer, EngineConfig(**config), out,
-                       on_record=records.append)
+    summary = simulate(
+        Workload.open(path), spec, pricer, EngineConfig(**config), out, on_record=records.append
+    )
     return summary, records
 
 

@@ -73,8 +73,13 @@ def test_mm1_mean_wait(poisson):
 
 
 def test_round_robin_splits_the_load_evenly(poisson):
-    summary, records = run(poisson, ConstantPricer(1.0), replicas=4, router="round-robin",
-                           **{**ONE_AT_A_TIME, "session_rate": 4 * RHO})
+    summary, records = run(
+        poisson,
+        ConstantPricer(1.0),
+        replicas=4,
+        router="round-robin",
+        **{**ONE_AT_A_TIME, "session_rate": 4 * RHO},
+    )
     counts = [r["requests"] for r in summary["replicas"]]
     assert counts == [N // 4] * 4
     end = summary["sim_end_s"]
@@ -121,8 +126,9 @@ def test_arrival_during_a_decode_run_joins_at_the_next_step_boundary(tmp_path, a
 
 def test_linear_pricer_fast_forward_equals_step_by_step(tmp_path):
     """Closed-form decode runs give the same schedule as pricing every step."""
-    path = single_turns(tmp_path / "w.parquet", list(np.linspace(0, 3, 40)), prompt_len=300,
-                        output_len=64)
+    path = single_turns(
+        tmp_path / "w.parquet", list(np.linspace(0, 3, 40)), prompt_len=300, output_len=64
+    )
     _, fast = run(path, LinearPricer(affine=True), policy="vanilla", max_running=8)
     _, slow = run(path, LinearPricer(affine=False), policy="vanilla", max_running=8)
     for x, y in zip(_by_row(fast), _by_row(slow), strict=True):

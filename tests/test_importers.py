@@ -38,8 +38,7 @@ def _import(importer: object, src: Path, out: Path) -> Workload:
 
 def _by_key(workload: Workload) -> dict[tuple[int, int], tuple[list[int], list[int]]]:
     return {
-        (r.session_id, r.turn): (r.prompt.tolist(), r.output.tolist())
-        for r in workload.requests()
+        (r.session_id, r.turn): (r.prompt.tolist(), r.output.tolist()) for r in workload.requests()
     }
 
 
@@ -259,8 +258,15 @@ def test_export_mooncake_workload(tmp_path: Path) -> None:
 
 
 def _rec(sid: int = 0, turn: int = 0, ts: float = 0.0, **kw: object) -> dict:
-    r = {"session_id": sid, "turn_id": turn, "ts": ts, "num_input_tokens": 2,
-         "num_output_tokens": 1, "input_tokens": [1, 2], "output_tokens": [3]}
+    r = {
+        "session_id": sid,
+        "turn_id": turn,
+        "ts": ts,
+        "num_input_tokens": 2,
+        "num_output_tokens": 1,
+        "input_tokens": [1, 2],
+        "output_tokens": [3],
+    }
     return {**r, **kw}
 
 

@@ -18,10 +18,12 @@ from twin.reference.model import HybridLM, SeqState, layer_plan  # noqa: E402
 F64 = torch.float64
 
 
-def _executor(model: str = "tiny-hybrid", policy: str = "marconi", cache: int = 10**9
-              ) -> ReferenceExecutor:
-    return ReferenceExecutor(get_model(model), ExecutorConfig(policy=policy, cache_bytes=cache,
-                                                              repeats=1), dtype=F64)
+def _executor(
+    model: str = "tiny-hybrid", policy: str = "marconi", cache: int = 10**9
+) -> ReferenceExecutor:
+    return ReferenceExecutor(
+        get_model(model), ExecutorConfig(policy=policy, cache_bytes=cache, repeats=1), dtype=F64
+    )
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -96,8 +98,11 @@ def test_next_turn_hits_the_previous_input_and_output_exactly() -> None:
 @pytest.mark.parametrize("policy", ["marconi", "sglang+"])
 def test_hits_stay_exact_through_evictions(model: str, policy: str) -> None:
     spec = get_model(model)
-    cap = (400 * spec.kv_bytes_per_token + 3 * spec.ssm_checkpoint_bytes
-           if spec.n_attention_layers else 6 * spec.ssm_checkpoint_bytes)
+    cap = (
+        400 * spec.kv_bytes_per_token + 3 * spec.ssm_checkpoint_bytes
+        if spec.n_attention_layers
+        else 6 * spec.ssm_checkpoint_bytes
+    )
     ex = _executor(model, policy, cap)
     rng = np.random.default_rng(2)
     systems = [rng.integers(0, 500, 60).astype(np.int32) for _ in range(3)]
@@ -107,8 +112,9 @@ def test_hits_stay_exact_through_evictions(model: str, policy: str) -> None:
         sid = int(rng.integers(0, 8))
         base = history.get(sid) if rng.random() < 0.7 else None
         base = systems[sid % 3] if base is None else base
-        prompt = np.concatenate([base, rng.integers(0, 500, int(rng.integers(1, 30)))
-                                 .astype(np.int32)])
+        prompt = np.concatenate(
+            [base, rng.integers(0, 500, int(rng.integers(1, 30))).astype(np.int32)]
+        )
         out = rng.integers(0, 500, int(rng.integers(1, 15))).astype(np.int32)
         served = ex.serve(prompt, out)
         history[sid] = np.concatenate([prompt, out])
@@ -146,12 +152,15 @@ def test_hits_equal_the_twin_replay_in_the_same_order() -> None:
     system = rng.integers(0, 500, 50).astype(np.int32)
     prev = system
     for i in range(40):
-        prompt = np.concatenate([prev if i % 3 else system,
-                                 rng.integers(0, 500, 20).astype(np.int32)])
+        prompt = np.concatenate(
+            [prev if i % 3 else system, rng.integers(0, 500, 20).astype(np.int32)]
+        )
         out = rng.integers(0, 500, 8).astype(np.int32)
         twin_cache.clock = i
-        assert ex.serve(prompt, out).hit == serve(twin_cache, prompt,
-                                                  np.concatenate([prompt, out])).length
+        assert (
+            ex.serve(prompt, out).hit
+            == serve(twin_cache, prompt, np.concatenate([prompt, out])).length
+        )
         prev = np.concatenate([prompt, out])
 
 
@@ -178,14 +187,18 @@ def test_layer_overhead_composes_into_the_cost_model() -> None:
     entry = measure_layer_overhead(spec, prof, "cpu", repeats=3)
     assert entry["mode"] == "add" and set(entry["seconds"]) == {"attention", "ssm", "mlp", "head"}
     assert all(s >= 0 for s in entry["seconds"].values())
-    bare, with_host = CostModel(spec, prof), CostModel(
-        spec, dataclasses.replace(prof, layer_overhead=entry))
-    host = sum(entry["seconds"][k] * n for k, n in (("attention", 1), ("ssm", 3), ("mlp", 4),
-                                                    ("head", 1)))
+    bare, with_host = (
+        CostModel(spec, prof),
+        CostModel(spec, dataclasses.replace(prof, layer_overhead=entry)),
+    )
+    host = sum(
+        entry["seconds"][k] * n for k, n in (("attention", 1), ("ssm", 3), ("mlp", 4), ("head", 1))
+    )
     for n, c in ((1, 0), (200, 100)):
         assert with_host.prefill(n, c) == pytest.approx(bare.prefill(n, c) + host)
         assert with_host.prefill(n, c, breakdown=True).total_s == pytest.approx(
-            with_host.prefill(n, c))
+            with_host.prefill(n, c)
+        )
     gpu = dataclasses.replace(prof, layer_overhead={**entry, "mode": "max"})
     assert CostModel(spec, gpu).prefill(1, 0) == pytest.approx(max(bare.prefill(1, 0), host))
 
@@ -194,12 +207,20 @@ def test_calibration_grid_covers_the_model_shapes() -> None:
     from calibration.kernels import SweepContext, registry
 
     spec = get_model("tiny-hybrid")
-    ctx = SweepContext(torch=torch, device="cpu", dtype=torch.float32, dtype_bytes=4,
-                       level="tiny", model=spec)
+    ctx = SweepContext(
+        torch=torch, device="cpu", dtype=torch.float32, dtype_bytes=4, level="tiny", model=spec
+    )
     reg = registry()
     scan = reg["ssm_scan"].grid(ctx)
     assert any(s["h"] == spec.n_ssm_heads and s["q"] == spec.ssm_chunk_size for s in scan)
-    only = SweepContext(torch=torch, device="cpu", dtype=torch.float32, dtype_bytes=4,
-                        level="tiny", model=spec, model_only=True)
+    only = SweepContext(
+        torch=torch,
+        device="cpu",
+        dtype=torch.float32,
+        dtype_bytes=4,
+        level="tiny",
+        model=spec,
+        model_only=True,
+    )
     assert all(s["d"] == spec.head_dim for s in reg["attn_prefill"].grid(only))
     assert reg["copy_d2d"].grid(only)  # kernels without model shapes keep their grid

@@ -29,8 +29,11 @@ def workload(tmp_path):
     system = np.arange(500, 540, dtype=np.int32)
     rows = []
     for sid in range(3):
-        rows.append(WorkloadRow(sid, 0, float(sid), None, np.r_[system, a(sid, 7, 8)], False,
-                                a(60 + sid, 61), 2))
+        rows.append(
+            WorkloadRow(
+                sid, 0, float(sid), None, np.r_[system, a(sid, 7, 8)], False, a(60 + sid, 61), 2
+            )
+        )
     for sid in range(3):
         rows.append(WorkloadRow(sid, 1, None, 2.0, a(9, 9, sid), True, a(70, 71, 72), 3))
     rows.append(WorkloadRow(3, 0, 9.0, None, a(1, 2, 3), False, a(4), 1))
@@ -91,13 +94,32 @@ def invoke(*args: str):
 
 
 def test_cli_table_and_json(workload):
-    result = invoke("replay", str(workload), "--model", "tiny-hybrid", "--cache-gb", "1",
-                    "--policy", "vanilla,sglang+,vllm+", "--block-size", "4")
+    result = invoke(
+        "replay",
+        str(workload),
+        "--model",
+        "tiny-hybrid",
+        "--cache-gb",
+        "1",
+        "--policy",
+        "vanilla,sglang+,vllm+",
+        "--block-size",
+        "4",
+    )
     assert result.exit_code == 0, result.output
     for word in ("vanilla", "sglang+", "vllm+", "token hit", "ckpts hit/admitted"):
         assert word in result.output
-    result = invoke("replay", str(workload), "-m", "tiny-hybrid", "--cache-gb", "1",
-                    "-p", "marconi,oracle", "--json")
+    result = invoke(
+        "replay",
+        str(workload),
+        "-m",
+        "tiny-hybrid",
+        "--cache-gb",
+        "1",
+        "-p",
+        "marconi,oracle",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["model"] == "tiny-hybrid" and data["capacity_bytes"] == 10**9

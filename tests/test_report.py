@@ -28,21 +28,35 @@ def _spec() -> SweepSpec:
 
 # --- the SLO parser ----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("text", "pct", "metric", "ms"), [
-    ("p95_ttft<=500ms", 95, "ttft", 500.0),
-    ("p50_ttft<=200ms", 50, "ttft", 200.0),
-    (" P99_TTFT <= 1.5 s ", 99, "ttft", 1500.0),
-    ("p95_tpot<50ms", 95, "tpot", 50.0),
-])
+
+@pytest.mark.parametrize(
+    ("text", "pct", "metric", "ms"),
+    [
+        ("p95_ttft<=500ms", 95, "ttft", 500.0),
+        ("p50_ttft<=200ms", 50, "ttft", 200.0),
+        (" P99_TTFT <= 1.5 s ", 99, "ttft", 1500.0),
+        ("p95_tpot<50ms", 95, "tpot", 50.0),
+    ],
+)
 def test_parse_slo(text: str, pct: int, metric: str, ms: float) -> None:
     slo = parse_slo(text)
     assert (slo.percentile, slo.metric, slo.threshold_ms) == (pct, metric, ms)
     assert slo.column == f"{metric}_p{pct}_ms"
 
 
-@pytest.mark.parametrize("text", ["", "p95<=500ms", "p95_ttft>=500ms", "p95_ttft<=500",
-                                  "p95_ttft<=fast", "p42_ttft<=1s", "p95_ttft<=0ms",
-                                  "p5_tpot<=1s"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "p95<=500ms",
+        "p95_ttft>=500ms",
+        "p95_ttft<=500",
+        "p95_ttft<=fast",
+        "p42_ttft<=1s",
+        "p95_ttft<=0ms",
+        "p5_tpot<=1s",
+    ],
+)
 def test_parse_slo_rejects(text: str) -> None:
     with pytest.raises(TwinError, match="--slo"):
         parse_slo(text)
@@ -50,23 +64,36 @@ def test_parse_slo_rejects(text: str) -> None:
 
 # --- the recommendation from a hand-made table -------------------------------------------
 
+
 def _row(policy: str, cache: float, p95: float, seed: int = 0) -> dict[str, object]:
-    return {"policy": policy, "session_rate": None, "cache_gb": cache, "seed": seed,
-            "ttft_p95_ms": p95}
+    return {
+        "policy": policy,
+        "session_rate": None,
+        "cache_gb": cache,
+        "seed": seed,
+        "ttft_p95_ms": p95,
+    }
 
 
 def test_recommendation_is_smallest_cache_meeting_slo() -> None:
     rows = [
         # marconi meets 500 ms from 20 GB (mean of seeds 480 and 500 = 490)
-        _row("marconi", 10, 700), _row("marconi", 10, 720, 1),
-        _row("marconi", 20, 480), _row("marconi", 20, 500, 1),
-        _row("marconi", 40, 300), _row("marconi", 40, 310, 1),
+        _row("marconi", 10, 700),
+        _row("marconi", 10, 720, 1),
+        _row("marconi", 20, 480),
+        _row("marconi", 20, 500, 1),
+        _row("marconi", 40, 300),
+        _row("marconi", 40, 310, 1),
         # vllm+ only at 40 GB; 20 GB mean is 505 (one seed under, the mean over)
-        _row("vllm+", 10, 900), _row("vllm+", 10, 910, 1),
-        _row("vllm+", 20, 490), _row("vllm+", 20, 520, 1),
-        _row("vllm+", 40, 450), _row("vllm+", 40, 460, 1),
+        _row("vllm+", 10, 900),
+        _row("vllm+", 10, 910, 1),
+        _row("vllm+", 20, 490),
+        _row("vllm+", 20, 520, 1),
+        _row("vllm+", 40, 450),
+        _row("vllm+", 40, 460, 1),
         # sglang+ never
-        _row("sglang+", 10, 990), _row("sglang+", 40, 800),
+        _row("sglang+", 10, 990),
+        _row("sglang+", 40, 800),
     ]
     agg = aggregate(rows)
     cell = next(a for a in agg if a["policy"] == "marconi" and a["cache_gb"] == 20)
@@ -94,6 +121,7 @@ def test_winner_tie_goes_to_lower_metric() -> None:
 
 # --- a real sweep --------------------------------------------------------------------------
 
+
 def test_sweep_rows_columns_and_resume(tmp_path: Path) -> None:
     spec = _spec()
     points = grid([0.0005, 0.002], ["vllm+", "marconi"], [None], 2)
@@ -105,15 +133,15 @@ def test_sweep_rows_columns_and_resume(tmp_path: Path) -> None:
     assert table.num_rows == 8 and table.schema.names == SCHEMA.names
     rows = table.to_pylist()
     assert {(r["cache_gb"], r["policy"], r["seed"]) for r in rows} == {
-        (p.cache_gb, p.policy, p.seed) for p in points}
+        (p.cache_gb, p.policy, p.seed) for p in points
+    }
     assert all(r["ttft_p95_ms"] > 0 and 0 <= r["token_hit_rate"] <= 1 for r in rows)
     for r in rows:  # the per-request digest agrees with the engine's own summary
         q = r[CDF_COLUMN]
         assert len(q) == 101 and all(a <= b for a, b in itertools.pairwise(q))
         assert q[95] == pytest.approx(r["ttft_p95_ms"], rel=1e-3)
         assert sum(r[BIN_INPUT_COLUMN]) > 0
-        assert all(0 <= h <= i for h, i in zip(r[BIN_HIT_COLUMN], r[BIN_INPUT_COLUMN],
-                                              strict=True))
+        assert all(0 <= h <= i for h, i in zip(r[BIN_HIT_COLUMN], r[BIN_INPUT_COLUMN], strict=True))
     assert {r["workload_sha256"] for r in rows} == {spec.workload_sha256}
 
     seen.clear()
@@ -137,6 +165,7 @@ def test_sweep_in_processes_matches_in_process(tmp_path: Path) -> None:
 
 # --- the CLI and the reports ---------------------------------------------------------------
 
+
 def _cli() -> typer.Typer:
     # The real registration lives in twin.cli; a local root keeps this test independent.
     root = typer.Typer()
@@ -151,9 +180,25 @@ def _cli() -> typer.Typer:
 
 def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
     out = tmp_path / "cap"
-    args = ["report", "capacity", str(WORKLOAD), "-m", "tiny-hybrid", "--gpu", "h100",
-            "--cache-gb", "0.0005,0.002", "--policies", "vllm+,marconi",
-            "--session-rates", "1,3", "--slo", "p95_ttft<=1s", "--out", str(out)]
+    args = [
+        "report",
+        "capacity",
+        str(WORKLOAD),
+        "-m",
+        "tiny-hybrid",
+        "--gpu",
+        "h100",
+        "--cache-gb",
+        "0.0005,0.002",
+        "--policies",
+        "vllm+,marconi",
+        "--session-rates",
+        "1,3",
+        "--slo",
+        "p95_ttft<=1s",
+        "--out",
+        str(out),
+    ]
     res = CliRunner().invoke(_cli(), args)
     assert res.exit_code == 0, res.output
     assert "8 point(s) simulated" in res.output
@@ -165,8 +210,12 @@ def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
     # 2 rates x (TTFT, hit, FLOPs saved, composition, TTFT CDF, hit by length)
     # + TTFT vs rate, all inline
     assert page.count("<svg") == 13 and "<img" not in page
-    for caption in ("Prefill FLOPs saved vs cache size", "Mean cache composition",
-                    "TTFT CDF at 0.002 GB", "Token hit rate by input length at 0.002 GB"):
+    for caption in (
+        "Prefill FLOPs saved vs cache size",
+        "Mean cache composition",
+        "TTFT CDF at 0.002 GB",
+        "Token hit rate by input length at 0.002 GB",
+    ):
         assert page.count(f"<figcaption>{caption}") == 2, caption
     assert "<h2>Load</h2>" in page and "maximum sustainable load" in page
     assert "datasheet roofline" in page and "sha256" in page
@@ -182,8 +231,9 @@ def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
     # Results written before the per-request columns existed: the report still
     # renders, without the CDF and hit-by-length figures.
     table = pq.read_table(out / RESULTS_FILE)
-    pq.write_table(table.drop_columns([CDF_COLUMN, BIN_INPUT_COLUMN, BIN_HIT_COLUMN]),
-                   out / RESULTS_FILE)
+    pq.write_table(
+        table.drop_columns([CDF_COLUMN, BIN_INPUT_COLUMN, BIN_HIT_COLUMN]), out / RESULTS_FILE
+    )
     old = CliRunner().invoke(_cli(), args)
     assert old.exit_code == 0 and "0 point(s) simulated, 8 found" in old.output, old.output
     page = (out / HTML_FILE).read_text()
@@ -191,24 +241,47 @@ def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
 
 
 def test_cli_cdf_cache_must_be_swept(tmp_path: Path) -> None:
-    args = ["report", "capacity", str(WORKLOAD), "-m", "tiny-hybrid", "--cache-gb", "0.001",
-            "--cdf-cache-gb", "5", "--out", str(tmp_path / "x")]
+    args = [
+        "report",
+        "capacity",
+        str(WORKLOAD),
+        "-m",
+        "tiny-hybrid",
+        "--cache-gb",
+        "0.001",
+        "--cdf-cache-gb",
+        "5",
+        "--out",
+        str(tmp_path / "x"),
+    ]
     res = CliRunner().invoke(_cli(), args)
     assert isinstance(res.exception, TwinError) and "--cdf-cache-gb" in str(res.exception)
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--cache-gb", "", "comma-separated"),
-    ("--cache-gb", "10,x", "not a number"),
-    ("--policies", "marconi,lru9", "unknown policy 'lru9'"),
-    ("--policies", ",", "comma-separated"),
-    ("--session-rates", "0", "must be > 0"),
-    ("--slo", "p95_ttft=500ms", "--slo"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--cache-gb", "", "comma-separated"),
+        ("--cache-gb", "10,x", "not a number"),
+        ("--policies", "marconi,lru9", "unknown policy 'lru9'"),
+        ("--policies", ",", "comma-separated"),
+        ("--session-rates", "0", "must be > 0"),
+        ("--slo", "p95_ttft=500ms", "--slo"),
+    ],
+)
 def test_cli_bad_flags(tmp_path: Path, flag: str, value: str, message: str) -> None:
-    args = ["report", "capacity", str(WORKLOAD), "-m", "tiny-hybrid", flag, value,
-            "--out", str(tmp_path / "x")]
+    args = [
+        "report",
+        "capacity",
+        str(WORKLOAD),
+        "-m",
+        "tiny-hybrid",
+        flag,
+        value,
+        "--out",
+        str(tmp_path / "x"),
+    ]
     res = CliRunner().invoke(_cli(), args)
     assert isinstance(res.exception, TwinError) and message in str(res.exception)
     assert not (tmp_path / "x").exists()  # rejected before any work

@@ -30,29 +30,48 @@ from workloads.examples import example_path
 WORKLOAD = example_path("system-prompt")
 
 
-def _rec(arrival: float, ttft: float, inp: int, hit: int, rejected: bool = False
-         ) -> RequestRecord:
-    return RequestRecord(row=0, session_id=0, turn=0, replica=0, arrival_s=arrival,
-                         admitted_s=arrival, first_token_s=arrival + ttft,
-                         completed_s=arrival + ttft + 1, input_tokens=inp, hit_tokens=hit,
-                         output_tokens=2, checkpoints=0, rejected=rejected)
+def _rec(arrival: float, ttft: float, inp: int, hit: int, rejected: bool = False) -> RequestRecord:
+    return RequestRecord(
+        row=0,
+        session_id=0,
+        turn=0,
+        replica=0,
+        arrival_s=arrival,
+        admitted_s=arrival,
+        first_token_s=arrival + ttft,
+        completed_s=arrival + ttft + 1,
+        input_tokens=inp,
+        hit_tokens=hit,
+        output_tokens=2,
+        checkpoints=0,
+        rejected=rejected,
+    )
 
 
 # --- the per-request digest ----------------------------------------------------------------
 
+
 def test_length_bins_are_log2() -> None:
     assert [length_bin(n) for n in (1, 1023, 1024, 2047, 2048, 32767, 32768, 10**6)] == [
-        0, 0, 1, 1, 2, 5, 6, 6]
+        0,
+        0,
+        1,
+        1,
+        2,
+        5,
+        6,
+        6,
+    ]
     assert len(BIN_LABELS) == 7
 
 
 def test_digest_of_hand_made_records() -> None:
     records = [
-        _rec(10.0, 0.010, 500, 100),     # <1K
-        _rec(11.0, 0.030, 900, 900),     # <1K
-        _rec(12.0, 0.020, 1500, 0),      # 1-2K
+        _rec(10.0, 0.010, 500, 100),  # <1K
+        _rec(11.0, 0.030, 900, 900),  # <1K
+        _rec(12.0, 0.020, 1500, 0),  # 1-2K
         _rec(13.0, 0.040, 40000, 30000),  # >=32K
-        _rec(1.0, 9.0, 500, 0),          # warm-up: left out
+        _rec(1.0, 9.0, 500, 0),  # warm-up: left out
         _rec(14.0, math.nan, 3000, 0, rejected=True),  # rejected: left out
     ]
     cols = digest(records, warmup_s=5.0)
@@ -74,10 +93,18 @@ def test_digest_of_hand_made_records() -> None:
 
 def test_pooling_across_seeds_and_missing_columns() -> None:
     base = {"policy": "p", "session_rate": 2.0, "cache_gb": 1.0}
-    a = {**base, CDF_COLUMN: [1.0, 2.0, 4.0], BIN_INPUT_COLUMN: [100.0, 0.0],
-         BIN_HIT_COLUMN: [10.0, 0.0]}
-    b = {**base, CDF_COLUMN: [3.0, 4.0, 6.0], BIN_INPUT_COLUMN: [300.0, 0.0],
-         BIN_HIT_COLUMN: [290.0, 0.0]}
+    a = {
+        **base,
+        CDF_COLUMN: [1.0, 2.0, 4.0],
+        BIN_INPUT_COLUMN: [100.0, 0.0],
+        BIN_HIT_COLUMN: [10.0, 0.0],
+    }
+    b = {
+        **base,
+        CDF_COLUMN: [3.0, 4.0, 6.0],
+        BIN_INPUT_COLUMN: [300.0, 0.0],
+        BIN_HIT_COLUMN: [290.0, 0.0],
+    }
     old = {**base}  # a row written before the digest columns existed
     assert pooled_cdf([a, b, old], "p", 2.0, 1.0) == [2.0, 3.0, 5.0]
     rates = pooled_bin_hit_rates([a, b, old], "p", 2.0, 1.0)
@@ -88,10 +115,13 @@ def test_pooling_across_seeds_and_missing_columns() -> None:
 
 # --- load: knee and max sustainable rate ------------------------------------------------------
 
+
 def test_max_sustainable_rate_interpolates_to_the_crossing() -> None:
     # passes at 1 and 2 (100, 300 ms), fails at 4 (700 ms): crossing of 500 ms at 3.0
     assert max_sustainable_rate([(4.0, 700.0), (1.0, 100.0), (2.0, 300.0)], 500.0) == (
-        pytest.approx(3.0), "interpolated")
+        pytest.approx(3.0),
+        "interpolated",
+    )
     assert max_sustainable_rate([(1.0, 100.0), (2.0, 200.0)], 500.0) == (2.0, "at least")
     assert max_sustainable_rate([(1.0, 600.0), (2.0, 900.0)], 500.0) == (None, "below")
     # the first failure bounds it even if a later rate passes again (noise)
@@ -110,14 +140,18 @@ def test_knee_is_unit_free_log_log_slope() -> None:
 
 
 def test_sustainable_table_and_verdict() -> None:
-    rows = [{"policy": p, "session_rate": r, "cache_gb": c, "seed": 0, "ttft_p95_ms": v}
-            for p, c, r, v in [
-                ("marconi", 20.0, 1.0, 100.0), ("marconi", 20.0, 2.0, 200.0),
-                ("marconi", 20.0, 4.0, 2000.0),
-                ("vllm+", 20.0, 1.0, 300.0), ("vllm+", 20.0, 2.0, 700.0),
-                ("vllm+", 20.0, 4.0, 9000.0),
-                ("vllm+", 5.0, 1.0, 900.0),  # one rate only at 5 GB: no load row
-            ]]
+    rows = [
+        {"policy": p, "session_rate": r, "cache_gb": c, "seed": 0, "ttft_p95_ms": v}
+        for p, c, r, v in [
+            ("marconi", 20.0, 1.0, 100.0),
+            ("marconi", 20.0, 2.0, 200.0),
+            ("marconi", 20.0, 4.0, 2000.0),
+            ("vllm+", 20.0, 1.0, 300.0),
+            ("vllm+", 20.0, 2.0, 700.0),
+            ("vllm+", 20.0, 4.0, 9000.0),
+            ("vllm+", 5.0, 1.0, 900.0),  # one rate only at 5 GB: no load row
+        ]
+    ]
     slo = parse_slo("p95_ttft<=500ms")
     items = {(s.policy, s.cache_gb): s for s in sustainable(aggregate(rows), slo)}
     assert set(items) == {("marconi", 20.0), ("vllm+", 20.0)}
@@ -132,12 +166,12 @@ def test_sustainable_table_and_verdict() -> None:
 
 # --- the ray executor ---------------------------------------------------------------------------
 
+
 def _spec() -> SweepSpec:
     return resolve(SweepSpec(workload=str(WORKLOAD), model="tiny-hybrid", gpu="h100"))
 
 
-def test_ray_missing_gives_install_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                        ) -> None:
+def test_ray_missing_gives_install_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     points = grid([0.001], ["vllm+"], [None], 1)
     with pytest.raises(TwinError, match=r"pip install 'twin\[ray\]'"):
@@ -145,9 +179,25 @@ def test_ray_missing_gives_install_hint(tmp_path: Path, monkeypatch: pytest.Monk
     assert not (tmp_path / "r").exists()
 
     from test_report import _cli
-    res = CliRunner().invoke(_cli(), [
-        "report", "capacity", str(WORKLOAD), "-m", "tiny-hybrid", "--cache-gb", "0.001",
-        "--policies", "vllm+", "--executor", "ray", "--out", str(tmp_path / "c")])
+
+    res = CliRunner().invoke(
+        _cli(),
+        [
+            "report",
+            "capacity",
+            str(WORKLOAD),
+            "-m",
+            "tiny-hybrid",
+            "--cache-gb",
+            "0.001",
+            "--policies",
+            "vllm+",
+            "--executor",
+            "ray",
+            "--out",
+            str(tmp_path / "c"),
+        ],
+    )
     assert isinstance(res.exception, TwinError)
     assert "pip install 'twin[ray]'" in str(res.exception)
     assert not (tmp_path / "c").exists()

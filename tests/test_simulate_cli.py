@@ -53,8 +53,20 @@ def test_no_workload_runs_the_bundled_example(tmp_path):
     assert "datasheet roofline" in result.output  # the profile's provenance is shown
     table = pq.read_table(out / "requests.parquet")
     assert table.num_rows == Workload.open(example_path("chat")).num_rows
-    for col in ("session_id", "turn", "replica", "arrival_s", "queue_s", "prefill_s",
-                "ttft_s", "tpot_s", "e2e_s", "input_tokens", "hit_tokens", "checkpoints"):
+    for col in (
+        "session_id",
+        "turn",
+        "replica",
+        "arrival_s",
+        "queue_s",
+        "prefill_s",
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "input_tokens",
+        "hit_tokens",
+        "checkpoints",
+    ):
         assert col in table.column_names
     summary = json.loads((out / "summary.json").read_text())
     assert summary["profile"]["gpu"] == "h100"
@@ -64,11 +76,27 @@ def test_no_workload_runs_the_bundled_example(tmp_path):
 def test_json_output_is_the_summary_file(tmp_path):
     out = tmp_path / "sim"
     path = str(example_path("system-prompt"))
-    result = _invoke(path, "--out", str(out), "--json", "--replicas", "2", "--router",
-                     "prefix-aware", "--policy", "sglang+", "--gpu", "a100", "--seed", "3",
-                     "--warmup-s", "5", *SMALL)
+    result = _invoke(
+        path,
+        "--out",
+        str(out),
+        "--json",
+        "--replicas",
+        "2",
+        "--router",
+        "prefix-aware",
+        "--policy",
+        "sglang+",
+        "--gpu",
+        "a100",
+        "--seed",
+        "3",
+        "--warmup-s",
+        "5",
+        *SMALL,
+    )
     assert result.exit_code == 0, result.output
-    printed = result.stdout[result.stdout.index("{"):]
+    printed = result.stdout[result.stdout.index("{") :]
     assert printed == (out / "summary.json").read_text()
     summary = json.loads(printed)
     assert summary["config"]["router"] == "prefix-aware" and summary["seed"] == 3
@@ -77,10 +105,22 @@ def test_json_output_is_the_summary_file(tmp_path):
 
 
 def test_policy_options_and_session_rate(tmp_path):
-    result = _invoke("--out", str(tmp_path), "--policy", "marconi", "--policy-option",
-                     "alpha=0.7", "--session-rate", "2", "--until-s", "60", "--json", *SMALL)
+    result = _invoke(
+        "--out",
+        str(tmp_path),
+        "--policy",
+        "marconi",
+        "--policy-option",
+        "alpha=0.7",
+        "--session-rate",
+        "2",
+        "--until-s",
+        "60",
+        "--json",
+        *SMALL,
+    )
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.stdout[result.stdout.index("{"):])
+    summary = json.loads(result.stdout[result.stdout.index("{") :])
     assert summary["replicas"][0]["policy"]["alpha"] == 0.7
     assert summary["config"]["session_rate"] == 2.0
     arrivals = pq.read_table(tmp_path / "requests.parquet").column("arrival_s").to_pylist()

@@ -51,8 +51,9 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def chat(tmp_path_factory: pytest.TempPathFactory) -> Workload:
     """Closed-loop chat sessions (turn 0 timed, later turns after think time)."""
-    return Workload.open(generated(tmp_path_factory.mktemp("w") / "chat.parquet", "chat", 12,
-                                   2.0, max_context=2048))
+    return Workload.open(
+        generated(tmp_path_factory.mktemp("w") / "chat.parquet", "chat", 12, 2.0, max_context=2048)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -126,16 +127,23 @@ def fake_reference(workload: Workload, model: Any, config: FakeConfig, progress=
             free_at += (cache.checkpoints_admitted - c1) * copy_s
         if hit.node is not None:
             cache.unpin(hit.node)
-        records.append(FakeMeasured(req.row, req.session_id, req.turn, req.arrival_s, start,
-                                    n, hit.length, service))
+        records.append(
+            FakeMeasured(
+                req.row, req.session_id, req.turn, req.arrival_s, start, n, hit.length, service
+            )
+        )
         if progress is not None:
             progress((i + 1) / workload.num_rows)
     hits = sum(r.hit_tokens for r in records)
     return SimpleNamespace(
-        records=records, device_name="fake CPU", dtype="float32",
-        implementations={"ssm_scan": "fake"}, wall_s=0.1,
+        records=records,
+        device_name="fake CPU",
+        dtype="float32",
+        implementations={"ssm_scan": "fake"},
+        wall_s=0.1,
         token_hit_rate=hits / sum(r.input_tokens for r in records),
-        request_hit_rate=sum(r.hit_tokens > 0 for r in records) / len(records))
+        request_hit_rate=sum(r.hit_tokens > 0 for r in records) / len(records),
+    )
 
 
 # ----------------------------------------------------------------- fix_arrivals
@@ -144,8 +152,7 @@ def _full_prompts(workload: Workload) -> dict[tuple[int, int], np.ndarray]:
 
 
 def test_fixed_arrivals_are_open_loop_sorted_and_prefix_closed(chat, tmp_path):
-    fixed = fix_arrivals(chat, tmp_path / "f.parquet", session_rate=None, seed=0,
-                         max_requests=40)
+    fixed = fix_arrivals(chat, tmp_path / "f.parquet", session_rate=None, seed=0, max_requests=40)
     arr = fixed.index["arrival_s"]
     assert fixed.num_rows == 40 and not np.isnan(arr).any()
     assert (np.diff(arr) > 0).all()
@@ -162,22 +169,29 @@ def test_fixed_arrivals_are_open_loop_sorted_and_prefix_closed(chat, tmp_path):
 
 
 def test_closed_loop_turns_follow_previous_arrival_plus_think(chat, tmp_path):
-    fixed = fix_arrivals(chat, tmp_path / "f.parquet", session_rate=None, seed=0,
-                         max_requests=None)
+    fixed = fix_arrivals(chat, tmp_path / "f.parquet", session_rate=None, seed=0, max_requests=None)
     assert fixed.num_rows == chat.num_rows
     src, new = chat.index, fixed.index
-    at = {(int(s), int(t)): a for s, t, a in zip(new["session_id"], new["turn"],
-                                                new["arrival_s"], strict=True)}
-    for s, t, a, think in zip(src["session_id"], src["turn"], src["arrival_s"], src["think_s"],
-                              strict=True):
+    at = {
+        (int(s), int(t)): a
+        for s, t, a in zip(new["session_id"], new["turn"], new["arrival_s"], strict=True)
+    }
+    for s, t, a, think in zip(
+        src["session_id"], src["turn"], src["arrival_s"], src["think_s"], strict=True
+    ):
         expected = a if t == 0 else at[(int(s), int(t) - 1)] + think
         assert at[(int(s), int(t))] == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 def test_fix_arrivals_is_deterministic_and_seeded(tmp_path):
     rng = np.random.default_rng(1)
-    rows = [WorkloadRow(s, t, None, 0.5 if t else None, rng.integers(0, 99, 5, np.int32),
-                        t > 0, None, 2) for s in range(6) for t in range(2)]
+    rows = [
+        WorkloadRow(
+            s, t, None, 0.5 if t else None, rng.integers(0, 99, 5, np.int32), t > 0, None, 2
+        )
+        for s in range(6)
+        for t in range(2)
+    ]
     src = Workload.open(write_rows(tmp_path / "closed.parquet", rows))
     a = fix_arrivals(src, tmp_path / "a.parquet", session_rate=2.0, seed=3, max_requests=None)
     b = fix_arrivals(src, tmp_path / "b.parquet", session_rate=2.0, seed=3, max_requests=None)
@@ -192,25 +206,35 @@ def test_fix_arrivals_is_deterministic_and_seeded(tmp_path):
 
 
 def test_metadata_rate_serves_when_session_starts_are_missing(tmp_path):
-    rows = [WorkloadRow(s, 0, None, None, np.arange(4, dtype=np.int32), False, None, 1)
-            for s in range(3)]
+    rows = [
+        WorkloadRow(s, 0, None, None, np.arange(4, dtype=np.int32), False, None, 1)
+        for s in range(3)
+    ]
     path = tmp_path / "w.parquet"
     from workloads.writer import WorkloadWriter
 
     with WorkloadWriter(path, {"generator": "test", "session_rate": 4.0}) as w:
         w.write_all(rows)
-    fixed = fix_arrivals(Workload.open(path), tmp_path / "f.parquet", session_rate=None, seed=0,
-                         max_requests=None)
+    fixed = fix_arrivals(
+        Workload.open(path), tmp_path / "f.parquet", session_rate=None, seed=0, max_requests=None
+    )
     assert fixed.metadata["fixed_arrivals"]["session_rate"] == 4.0
 
 
 def test_tied_arrivals_are_spread_in_row_order(tmp_path):
     p = np.arange(6, dtype=np.int32)
-    rows = [WorkloadRow(0, 0, 1.0, None, p, False, None, 1),
-            WorkloadRow(1, 0, 1.0, None, p + 10, False, None, 1),
-            WorkloadRow(0, 1, None, None, p[:2], True, None, 1)]  # null think: same instant
-    fixed = fix_arrivals(Workload.open(write_rows(tmp_path / "t.parquet", rows)),
-                         tmp_path / "f.parquet", session_rate=None, seed=0, max_requests=None)
+    rows = [
+        WorkloadRow(0, 0, 1.0, None, p, False, None, 1),
+        WorkloadRow(1, 0, 1.0, None, p + 10, False, None, 1),
+        WorkloadRow(0, 1, None, None, p[:2], True, None, 1),
+    ]  # null think: same instant
+    fixed = fix_arrivals(
+        Workload.open(write_rows(tmp_path / "t.parquet", rows)),
+        tmp_path / "f.parquet",
+        session_rate=None,
+        seed=0,
+        max_requests=None,
+    )
     arr = fixed.index["arrival_s"]
     assert list(fixed.index["session_id"]) == [0, 1, 0] and (np.diff(arr) > 0).all()
     assert arr[-1] - arr[0] < 1e-12
@@ -240,15 +264,17 @@ def test_prediction_matches_an_exact_single_server_model(busy):
     cache = default_cache(busy, MODEL, "marconi").bytes
     config = FakeConfig(cache_bytes=cache)
     measured = fake_reference(busy, MODEL, config).records
-    predicted = predict(busy, MODEL, make_pricer(MODEL, load_profile("cpu"), 1),
-                        cache_bytes=cache, policy="marconi")
+    predicted = predict(
+        busy, MODEL, make_pricer(MODEL, load_profile("cpu"), 1), cache_bytes=cache, policy="marconi"
+    )
     cols = join(measured, predicted)
     assert (cols["measured_queue_s"] > 1e-4).sum() >= 5  # the test exercises queueing
     assert (cols["measured_hit_tokens"] > 0).any()
     np.testing.assert_array_equal(cols["measured_hit_tokens"], cols["predicted_hit_tokens"])
     np.testing.assert_allclose(cols["predicted_service_s"], cols["measured_service_s"], rtol=1e-9)
-    np.testing.assert_allclose(cols["predicted_ttft_s"], cols["measured_ttft_s"], rtol=1e-9,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        cols["predicted_ttft_s"], cols["measured_ttft_s"], rtol=1e-9, atol=1e-12
+    )
 
 
 def test_default_cache_is_30_percent_of_the_unbounded_footprint(busy):
@@ -264,13 +290,17 @@ def _cols(meas_service, pred_service, meas_hit=None, pred_hit=None, inputs=None)
     zeros = np.zeros(n)
     meas_service, pred_service = np.asarray(meas_service, float), np.asarray(pred_service, float)
     return {
-        "row": np.arange(n), "session_id": np.arange(n), "turn": np.zeros(n, int),
+        "row": np.arange(n),
+        "session_id": np.arange(n),
+        "turn": np.zeros(n, int),
         "input_tokens": np.asarray(inputs if inputs is not None else [10] * n),
         "measured_hit_tokens": np.asarray(meas_hit if meas_hit is not None else [0] * n),
         "predicted_hit_tokens": np.asarray(pred_hit if pred_hit is not None else [0] * n),
         "measured_exact": np.ones(n, bool),
-        "measured_service_s": meas_service, "predicted_service_s": pred_service,
-        "measured_ttft_s": meas_service + zeros, "predicted_ttft_s": pred_service + zeros,
+        "measured_service_s": meas_service,
+        "predicted_service_s": pred_service,
+        "measured_ttft_s": meas_service + zeros,
+        "predicted_ttft_s": pred_service + zeros,
         "service_rel_err": rel_err(pred_service, meas_service),
     }
 
@@ -281,8 +311,15 @@ def test_relative_error_known_answers():
 
 
 def test_metrics_known_answers():
-    m = metrics(_cols([1.0, 1.0, 1.0, 1.0], [1.1, 0.8, 1.3, 1.0], meas_hit=[0, 5, 5, 0],
-                      pred_hit=[0, 5, 4, 0], inputs=[10, 10, 10, 10]))
+    m = metrics(
+        _cols(
+            [1.0, 1.0, 1.0, 1.0],
+            [1.1, 0.8, 1.3, 1.0],
+            meas_hit=[0, 5, 5, 0],
+            pred_hit=[0, 5, 4, 0],
+            inputs=[10, 10, 10, 10],
+        )
+    )
     s = m["service"]
     assert s["median_abs_rel_err"] == pytest.approx(0.15)  # of 0, 0.1, 0.2, 0.3
     assert s["median_signed_rel_err"] == pytest.approx(0.05)  # of -0.2, 0, 0.1, 0.3
@@ -320,21 +357,47 @@ def test_join_refuses_different_workloads(busy):
 
 def test_validate_writes_all_outputs_with_zero_error(busy, tmp_path):
     cache = default_cache(busy, MODEL, "marconi")
-    report = validate(busy, MODEL, load_profile("cpu"), run_reference=fake_reference,
-                      executor_config=FakeConfig(cache_bytes=cache.bytes), cache=cache,
-                      out_dir=tmp_path)
+    report = validate(
+        busy,
+        MODEL,
+        load_profile("cpu"),
+        run_reference=fake_reference,
+        executor_config=FakeConfig(cache_bytes=cache.bytes),
+        cache=cache,
+        out_dir=tmp_path,
+    )
     assert report["pass"] and report["metrics"]["hit"]["identical"]
     assert report["metrics"]["service"]["p90_abs_rel_err"] < 1e-9
     saved = json.loads((tmp_path / VALIDATION_FILE).read_text())
-    for key in ("model", "device", "device_name", "dtype", "profile", "implementations",
-                "policy", "cache", "workload", "seed", "repeats", "metrics", "targets", "pass",
-                "outputs"):
+    for key in (
+        "model",
+        "device",
+        "device_name",
+        "dtype",
+        "profile",
+        "implementations",
+        "policy",
+        "cache",
+        "workload",
+        "seed",
+        "repeats",
+        "metrics",
+        "targets",
+        "pass",
+        "outputs",
+    ):
         assert key in saved, key
     assert saved["profile"]["source"] == "measured" and len(saved["workload"]["sha256"]) == 64
     table = pq.read_table(tmp_path / REQUESTS_FILE)
     assert table.num_rows == busy.num_rows
-    assert {"measured_service_s", "predicted_service_s", "measured_ttft_s", "predicted_ttft_s",
-            "measured_hit_tokens", "predicted_hit_tokens"} <= set(table.column_names)
+    assert {
+        "measured_service_s",
+        "predicted_service_s",
+        "measured_ttft_s",
+        "predicted_ttft_s",
+        "measured_hit_tokens",
+        "predicted_hit_tokens",
+    } <= set(table.column_names)
     assert (tmp_path / PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
     assert not list(tmp_path.glob(".*tmp*"))
 
@@ -344,9 +407,15 @@ def test_validate_writes_nothing_when_the_executor_fails(busy, tmp_path):
         raise TwinError("executor failed")
 
     with pytest.raises(TwinError):
-        validate(busy, MODEL, load_profile("cpu"), run_reference=broken,
-                 executor_config=FakeConfig(), cache=default_cache(busy, MODEL, "vanilla"),
-                 out_dir=tmp_path / "o")
+        validate(
+            busy,
+            MODEL,
+            load_profile("cpu"),
+            run_reference=broken,
+            executor_config=FakeConfig(),
+            cache=default_cache(busy, MODEL, "vanilla"),
+            out_dir=tmp_path / "o",
+        )
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 
@@ -373,35 +442,61 @@ def fake_executor(monkeypatch):
 def test_command_with_a_fake_executor(fake_executor, tmp_path):
     out = tmp_path / "val"
     shipped = str(profile_path("cpu"))  # the fake prices with it: errors are 0
-    result = _invoke("--generate", "chat", "--requests", "25", "--profile", shipped, "--out",
-                     str(out))
+    result = _invoke(
+        "--generate", "chat", "--requests", "25", "--profile", shipped, "--out", str(out)
+    )
     assert result.exit_code == 0, result.output
-    for text in ("service time", "TTFT P95", "token hit rate", "30% of the unbounded footprint",
-                 "all targets met", "validation.json"):
+    for text in (
+        "service time",
+        "TTFT P95",
+        "token hit rate",
+        "30% of the unbounded footprint",
+        "all targets met",
+        "validation.json",
+    ):
         assert text in result.output, text
     for name in ("workload.parquet", VALIDATION_FILE, REQUESTS_FILE, PLOT_FILE):
         assert (out / name).is_file(), name
-    result = _invoke("--generate", "chat", "--requests", "10", "--cache-gb", "0.001",
-                     "--policy", "sglang+", "--profile", shipped, "--out", str(out), "--json")
+    result = _invoke(
+        "--generate",
+        "chat",
+        "--requests",
+        "10",
+        "--cache-gb",
+        "0.001",
+        "--policy",
+        "sglang+",
+        "--profile",
+        shipped,
+        "--out",
+        str(out),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["cache"] == {"bytes": 1_000_000, "source": "--cache-gb",
-                             "unbounded_footprint_bytes": None}
+    assert data["cache"] == {
+        "bytes": 1_000_000,
+        "source": "--cache-gb",
+        "unbounded_footprint_bytes": None,
+    }
     assert data["policy"] == "sglang+" and data["metrics"]["requests"] == 10
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((), "give one of --workload"),
-    (("--generate", "chat", "--workload", "w.parquet"), "give one of --workload"),
-    (("--generate", "nope"), "unknown generator"),
-    (("--generate", "chat", "--device", "tpu"), "--device 'tpu'"),
-    (("--generate", "chat", "--policy", "oracle"), "hindsight"),
-    (("--generate", "chat", "--policy", "nope"), "unknown policy"),
-    (("--generate", "chat", "--cache-gb", "-1"), "--cache-gb"),
-    (("--generate", "chat", "--session-rate", "0"), "--session-rate"),
-    (("--workload", "missing.parquet"), "no such workload file"),
-    (("--generate", "chat", "--model", "nope"), "unknown model"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "give one of --workload"),
+        (("--generate", "chat", "--workload", "w.parquet"), "give one of --workload"),
+        (("--generate", "nope"), "unknown generator"),
+        (("--generate", "chat", "--device", "tpu"), "--device 'tpu'"),
+        (("--generate", "chat", "--policy", "oracle"), "hindsight"),
+        (("--generate", "chat", "--policy", "nope"), "unknown policy"),
+        (("--generate", "chat", "--cache-gb", "-1"), "--cache-gb"),
+        (("--generate", "chat", "--session-rate", "0"), "--session-rate"),
+        (("--workload", "missing.parquet"), "no such workload file"),
+        (("--generate", "chat", "--model", "nope"), "unknown model"),
+    ],
+)
 def test_bad_input_is_one_twin_error(fake_executor, tmp_path, args, message):
     result = _invoke(*args, "--out", str(tmp_path / "o"))
     assert result.exit_code != 0
@@ -433,8 +528,9 @@ def test_end_to_end_on_the_real_executor(tmp_path):
     """tiny-hybrid on the CPU: the executor and the twin hit the same tokens on every row."""
     pytest.importorskip("torch")
     out = tmp_path / "val"
-    result = _invoke("--generate", "chat", "--requests", "20", "--repeats", "1", "--out",
-                     str(out), "--json")
+    result = _invoke(
+        "--generate", "chat", "--requests", "20", "--repeats", "1", "--out", str(out), "--json"
+    )
     assert result.exit_code == 0, result.output
     saved = json.loads((out / VALIDATION_FILE).read_text())
     assert saved == json.loads(result.output)
@@ -443,8 +539,12 @@ def test_end_to_end_on_the_real_executor(tmp_path):
     assert saved["executor"]["token_hit_rate"] == pytest.approx(hit["measured"]["token_hit_rate"])
     assert saved["device_name"] and saved["dtype"] == "float32" and saved["implementations"]
     assert saved["metrics"]["requests"] == 20
-    for key in ("service_median_rel_err", "ttft_p50_rel_err", "ttft_p95_rel_err",
-                "hit_tokens_identical"):
+    for key in (
+        "service_median_rel_err",
+        "ttft_p50_rel_err",
+        "ttft_p95_rel_err",
+        "hit_tokens_identical",
+    ):
         assert key in saved["targets"]
     assert (out / REQUESTS_FILE).is_file() and (out / PLOT_FILE).is_file()
     # Step 1 calibrated the CPU at tiny-hybrid's shapes, with its layers' host overhead.

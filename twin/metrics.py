@@ -79,8 +79,16 @@ class RequestRecord:
         return self.completed_s - self.arrival_s
 
 
-_INT_COLUMNS = ("row", "session_id", "turn", "replica", "input_tokens", "hit_tokens",
-                "output_tokens", "checkpoints")
+_INT_COLUMNS = (
+    "row",
+    "session_id",
+    "turn",
+    "replica",
+    "input_tokens",
+    "hit_tokens",
+    "output_tokens",
+    "checkpoints",
+)
 _TIME_COLUMNS = ("arrival_s", "queue_s", "prefill_s", "ttft_s", "tpot_s", "e2e_s")
 RECORD_SCHEMA = pa.schema(
     [(c, pa.int32() if c in ("turn", "replica") else pa.int64()) for c in _INT_COLUMNS[:4]]
@@ -91,15 +99,15 @@ RECORD_SCHEMA = pa.schema(
 
 
 _TYPECODE = {pa.int64(): "q", pa.int32(): "i", pa.float64(): "d", pa.bool_(): "b"}
-_NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32, pa.float64(): np.float64,
-          pa.bool_(): np.int8}
+_NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32, pa.float64(): np.float64, pa.bool_(): np.int8}
 
 
 class RecordWriter:
     """Stream :class:`RequestRecord` rows to a parquet file, atomically (module docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str], warmup_s: float = 0.0,
-                 chunk_rows: int = 65536) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], warmup_s: float = 0.0, chunk_rows: int = 65536
+    ) -> None:
         self.path = Path(path)
         self.warmup_s = warmup_s
         self.chunk_rows = chunk_rows
@@ -168,8 +176,10 @@ def _stats(values: array) -> dict[str, float | None]:
     if not x.size:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
     q = np.percentile(x, PERCENTILES)
-    return {"mean": float(x.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, q,
-                                                                          strict=True)}}
+    return {
+        "mean": float(x.mean()),
+        **{f"p{p}": float(v) for p, v in zip(PERCENTILES, q, strict=True)},
+    }
 
 
 class SummaryBuilder:
@@ -270,8 +280,12 @@ class Occupancy:
             self.interval_s *= 2
 
     def to_dict(self) -> dict[str, Any]:
-        return {"interval_s": self.interval_s, "t_s": self.t, "kv_bytes": self.kv,
-                "ssm_bytes": self.ssm}
+        return {
+            "interval_s": self.interval_s,
+            "t_s": self.t,
+            "kv_bytes": self.kv,
+            "ssm_bytes": self.ssm,
+        }
 
 
 def _clean(x: Any) -> Any:
@@ -299,5 +313,9 @@ def to_json(data: Any) -> str:
     Lists of numbers (the occupancy series) stay on one line each.
     """
     text = json.dumps(_clean(data), indent=2, sort_keys=True)
-    return _NUMBER_LIST.sub(
-        lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
+    return (
+        _NUMBER_LIST.sub(
+            lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text
+        )
+        + "\n"
+    )

@@ -58,17 +58,31 @@ def _mix(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     return z ^ (z >> np.uint64(31))
 
+
 BlockRef = tuple["Segment", int]  # a block: its segment and its index there
 
 
 class Segment:
     """The blocks one insert created: ``keys[:n]`` are still cached (eviction trims the tail)."""
 
-    __slots__ = ("branches", "keys", "locks", "n", "nid0", "parent", "pidx", "stamps", "start",
-                 "t0", "used", "ver")
+    __slots__ = (
+        "branches",
+        "keys",
+        "locks",
+        "n",
+        "nid0",
+        "parent",
+        "pidx",
+        "stamps",
+        "start",
+        "t0",
+        "used",
+        "ver",
+    )
 
-    def __init__(self, keys: list[int], start: int, nid0: int, t0: Any,
-                 parent: Segment | None, pidx: int) -> None:
+    def __init__(
+        self, keys: list[int], start: int, nid0: int, t0: Any, parent: Segment | None, pidx: int
+    ) -> None:
         self.keys = keys
         self.start = start  # block index (in any sequence holding it) of keys[0]
         self.n = len(keys)
@@ -87,8 +101,11 @@ class Segment:
 
     def is_leaf(self, i: int) -> bool:
         """Block ``i`` has no cached child and no pin."""
-        return (i == self.n - 1 and not (self.branches and self.branches.get(i))
-                and not (self.locks and self.locks.get(i)))
+        return (
+            i == self.n - 1
+            and not (self.branches and self.branches.get(i))
+            and not (self.locks and self.locks.get(i))
+        )
 
     def __repr__(self) -> str:
         return f"Segment(nid0={self.nid0}, start={self.start}, n={self.n}/{len(self.keys)})"

@@ -406,8 +406,11 @@ class PrefixCache:
     def _tidy(self, node: Node | None) -> None:
         """Drop checkpoint-less leaves and fold checkpoint-less one-child nodes (SSM models)."""
         while (
-            self.has_ssm and node is not None and node is not self.root
-            and not node.lock and not node.ckpt
+            self.has_ssm
+            and node is not None
+            and node is not self.root
+            and not node.lock
+            and not node.ckpt
         ):
             if not node.children:
                 parent = node.parent

@@ -16,8 +16,14 @@ import numpy as np
 
 from twin.cache.radix import Node
 
-_COUNTERS = ("evictions", "checkpoints_admitted", "checkpoints_hit", "peak_bytes",
-             "peak_kv_bytes", "peak_ssm_bytes")
+_COUNTERS = (
+    "evictions",
+    "checkpoints_admitted",
+    "checkpoints_hit",
+    "peak_bytes",
+    "peak_kv_bytes",
+    "peak_ssm_bytes",
+)
 
 
 @dataclass

@@ -48,19 +48,30 @@ def _show(result: CalibrationResult) -> None:
     for col in ("shapes", "held out", "median err", "max err"):
         table.add_column(col, justify="right")
     for name, fit in p.kernels.items():
-        table.add_row(name, fit.model, str(fit.n_shapes), str(fit.n_heldout),
-                      _pct(fit.heldout_median_rel_err), _pct(fit.heldout_max_rel_err))
+        table.add_row(
+            name,
+            fit.model,
+            str(fit.n_shapes),
+            str(fit.n_heldout),
+            _pct(fit.heldout_median_rel_err),
+            _pct(fit.heldout_max_rel_err),
+        )
     console.print(table)
     pooled = p.provenance.get("heldout_all_kernels") or {}
     if pooled.get("n"):
-        console.print(f"All kernels: median {_pct(pooled['median'])}, max {_pct(pooled['max'])} "
-                      f"over {pooled['n']} held-out shapes", highlight=False)
+        console.print(
+            f"All kernels: median {_pct(pooled['median'])}, max {_pct(pooled['max'])} "
+            f"over {pooled['n']} held-out shapes",
+            highlight=False,
+        )
     if p.source == "transferred":
         console.print("Errors are the source profile's fits; the transfer itself is unmeasured.")
     for note in result.skipped:
         console.print(f"skipped: {note}", highlight=False)
-    console.print(f"wrote {result.profile_path}" + (f" and {result.raw_path}" if result.raw_path
-                                                      else ""), highlight=False)
+    console.print(
+        f"wrote {result.profile_path}" + (f" and {result.raw_path}" if result.raw_path else ""),
+        highlight=False,
+    )
 
 
 def calibrate(
@@ -70,17 +81,21 @@ def calibrate(
         None, "--level", help=f"Sweep size, one of {', '.join(LEVELS)} (overrides --quick)."
     ),
     out: Path | None = typer.Option(
-        None, "--out", "-o",
+        None,
+        "--out",
+        "-o",
         help="Profile JSON to write (the raw parquet goes beside it). "
-             "Default: calibration/profiles/<gpu>.json.",
+        "Default: calibration/profiles/<gpu>.json.",
     ),
     transfer_from: Path | None = typer.Option(
-        None, "--transfer-from",
+        None,
+        "--transfer-from",
         help="Derive the --gpu profile from this measured profile by scaling to the "
-             "target's datasheet peaks, instead of measuring.",
+        "target's datasheet peaks, instead of measuring.",
     ),
     model: str = typer.Option(
-        DEFAULT_SHAPE_MODEL, "--model",
+        DEFAULT_SHAPE_MODEL,
+        "--model",
         help="Preset whose projection shapes the GPU GEMM grid uses.",
     ),
     kernels: str | None = typer.Option(
@@ -89,14 +104,16 @@ def calibrate(
     seed: int = typer.Option(0, "--seed", help="Seed of inputs, shape samples and held-out split."),
     threads: int = typer.Option(1, "--threads", min=1, help="CPU threads while timing."),
     overhead: bool = typer.Option(
-        False, "--overhead",
+        False,
+        "--overhead",
         help="Also measure the host overhead per layer of --model's layers, run by the "
-             "reference executor (what validation compares against).",
+        "reference executor (what validation compares against).",
     ),
     model_only: bool = typer.Option(
-        False, "--model-shapes-only",
+        False,
+        "--model-shapes-only",
         help="Sweep only the shapes --model runs (a per-model profile: best for that model, "
-             "not meant for others).",
+        "not meant for others).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of tables."),
 ) -> None:
@@ -123,13 +140,23 @@ def calibrate(
     else:
         chosen = level or ("quick" if quick else "full")
         with contextlib.ExitStack() as stack:
+
             def progress(total: int) -> Any:
                 return stack.enter_context(progress_bar(f"calibrating {gpu}", total))
 
             subset = [k.strip() for k in kernels.split(",") if k.strip()] if kernels else None
-            result = run_calibration(gpu, chosen, out, model=model, seed=seed,
-                                     kernels=subset, threads=threads, progress=progress,
-                                     overhead=overhead, model_only=model_only)
+            result = run_calibration(
+                gpu,
+                chosen,
+                out,
+                model=model,
+                seed=seed,
+                kernels=subset,
+                threads=threads,
+                progress=progress,
+                overhead=overhead,
+                model_only=model_only,
+            )
     if as_json:
         print_json(_summary(result))
     else:

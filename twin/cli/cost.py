@@ -20,8 +20,9 @@ def _ints(text: str, flag: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise TwinError(f"{flag} {text!r}: expected comma-separated integers, "
-                        "e.g. 1024,4096") from None
+        raise TwinError(
+            f"{flag} {text!r}: expected comma-separated integers, e.g. 1024,4096"
+        ) from None
     if not values or min(values) < 1:
         raise TwinError(f"{flag} {text!r}: expected positive integers")
     return values
@@ -29,13 +30,19 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def _kinds(model: ModelSpec) -> list[str]:
     """The layer kinds this model has, plus the head."""
-    counts = {"attention": model.n_attention_layers, "ssm": model.n_ssm_layers,
-              "mlp": model.n_mlp_layers, "moe": model.n_moe_layers, "head": 1}
+    counts = {
+        "attention": model.n_attention_layers,
+        "ssm": model.n_ssm_layers,
+        "mlp": model.n_mlp_layers,
+        "moe": model.n_moe_layers,
+        "head": 1,
+    }
     return [k for k in KINDS if counts[k]]
 
 
-def predictions(cm: CostModel, lengths: list[int], cached_frac: float, batches: list[int],
-                context: int) -> dict[str, Any]:
+def predictions(
+    cm: CostModel, lengths: list[int], cached_frac: float, batches: list[int], context: int
+) -> dict[str, Any]:
     """The numbers ``twin cost`` shows, as data."""
     prefill = []
     for n in lengths:
@@ -43,14 +50,22 @@ def predictions(cm: CostModel, lengths: list[int], cached_frac: float, batches: 
         for c in sorted({0, cached}):
             cost = cm.prefill(n - c, c, breakdown=True)
             assert isinstance(cost, StepCost)
-            prefill.append({"prompt": n, "cached": c, "total_s": cost.total_s,
-                            "by_kind": cost.by_kind})
+            prefill.append(
+                {"prompt": n, "cached": c, "total_s": cost.total_s, "by_kind": cost.by_kind}
+            )
     decode = []
     for b in batches:
         cost = cm.decode([context] * b, breakdown=True)
         assert isinstance(cost, StepCost)
-        decode.append({"batch": b, "context": context, "total_s": cost.total_s,
-                       "tokens_per_s": b / cost.total_s, "by_kind": cost.by_kind})
+        decode.append(
+            {
+                "batch": b,
+                "context": context,
+                "total_s": cost.total_s,
+                "tokens_per_s": b / cost.total_s,
+                "by_kind": cost.by_kind,
+            }
+        )
     return {"prefill": prefill, "decode": decode}
 
 
@@ -61,16 +76,24 @@ def cost(
     ),
     profile: Path | None = typer.Option(None, "--profile", help="A profile JSON instead of --gpu."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs per replica)."),
-    lengths: str = typer.Option("1024,4096,16384,32768", "--lengths",
-                                help="Prompt lengths of the prefill table, comma-separated."),
+    lengths: str = typer.Option(
+        "1024,4096,16384,32768",
+        "--lengths",
+        help="Prompt lengths of the prefill table, comma-separated.",
+    ),
     cached_frac: float = typer.Option(
-        0.5, "--cached-frac", min=0.0, max=0.999,
+        0.5,
+        "--cached-frac",
+        min=0.0,
+        max=0.999,
         help="Share of each prompt served from a cached prefix in the second row.",
     ),
-    batches: str = typer.Option("1,8,32,128", "--batches",
-                                help="Batch sizes of the decode table, comma-separated."),
-    context: int = typer.Option(4096, "--context", min=0,
-                                help="Context of every sequence in the decode table."),
+    batches: str = typer.Option(
+        "1,8,32,128", "--batches", help="Batch sizes of the decode table, comma-separated."
+    ),
+    context: int = typer.Option(
+        4096, "--context", min=0, help="Context of every sequence in the decode table."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Predict prefill and decode step latency, split by layer kind.
@@ -85,34 +108,52 @@ def cost(
       twin cost -m llama-3-8b -g a100 --tp 2 --lengths 2048,8192 --json
     """
     if (gpu is None) == (profile is None):
-        raise TwinError("give either --gpu NAME or --profile PATH (exactly one); shipped: "
-                        f"{', '.join(shipped_profiles())}")
+        raise TwinError(
+            "give either --gpu NAME or --profile PATH (exactly one); shipped: "
+            f"{', '.join(shipped_profiles())}"
+        )
     prof = load_profile(profile if profile is not None else str(gpu))
     spec = get_model(model)
     cm = CostModel(spec, prof, tp=tp)
-    data = predictions(cm, _ints(lengths, "--lengths"), cached_frac,
-                       _ints(batches, "--batches"), context)
-    header = {"model": spec.name, "gpu": prof.gpu, "device": prof.device, "tp": tp,
-              "source": prof.source, "provenance_label": cm.provenance,
-              "profile": str(profile) if profile else str(shipped_profiles().get(prof.gpu, ""))}
+    data = predictions(
+        cm, _ints(lengths, "--lengths"), cached_frac, _ints(batches, "--batches"), context
+    )
+    header = {
+        "model": spec.name,
+        "gpu": prof.gpu,
+        "device": prof.device,
+        "tp": tp,
+        "source": prof.source,
+        "provenance_label": cm.provenance,
+        "profile": str(profile) if profile else str(shipped_profiles().get(prof.gpu, "")),
+    }
     if as_json:
         print_json({**header, **data})
         return
-    console.print(f"[bold]{spec.name}[/] on [bold]{prof.gpu}[/] ({prof.device}), tp={tp}: "
-                  f"{cm.provenance}", highlight=False)
+    console.print(
+        f"[bold]{spec.name}[/] on [bold]{prof.gpu}[/] ({prof.device}), tp={tp}: {cm.provenance}",
+        highlight=False,
+    )
     kinds = _kinds(spec)
     pre = Table(title="Prefill latency (ms), by layer kind")
     for col in ("prompt", "cached", "total", *kinds):
         pre.add_column(col, justify="right")
     for row in data["prefill"]:
-        pre.add_row(f"{row['prompt']:,}", f"{row['cached']:,}", f"{1e3 * row['total_s']:.2f}",
-                    *(f"{1e3 * row['by_kind'][k]:.2f}" for k in kinds))
+        pre.add_row(
+            f"{row['prompt']:,}",
+            f"{row['cached']:,}",
+            f"{1e3 * row['total_s']:.2f}",
+            *(f"{1e3 * row['by_kind'][k]:.2f}" for k in kinds),
+        )
     console.print(pre)
     dec = Table(title=f"Decode step latency (ms) at context {context:,}, by layer kind")
     for col in ("batch", "total", "tokens/s", *kinds):
         dec.add_column(col, justify="right")
     for row in data["decode"]:
-        dec.add_row(str(row["batch"]), f"{1e3 * row['total_s']:.2f}",
-                    f"{row['tokens_per_s']:,.0f}", *(f"{1e3 * row['by_kind'][k]:.2f}"
-                                                     for k in kinds))
+        dec.add_row(
+            str(row["batch"]),
+            f"{1e3 * row['total_s']:.2f}",
+            f"{row['tokens_per_s']:,.0f}",
+            *(f"{1e3 * row['by_kind'][k]:.2f}" for k in kinds),
+        )
     console.print(dec)

@@ -124,8 +124,17 @@ def _print_table(results: list[ReplayResult], path: str, model: str, cache_gb: f
         title_justify="left",
     )
     table.add_column("policy", no_wrap=True)
-    for col in ("token hit", "req. hit", "FLOPs saved", "KV GB", "SSM GB", "ckpts hit/admitted",
-                "evictions", "alpha", "wall s"):
+    for col in (
+        "token hit",
+        "req. hit",
+        "FLOPs saved",
+        "KV GB",
+        "SSM GB",
+        "ckpts hit/admitted",
+        "evictions",
+        "alpha",
+        "wall s",
+    ):
         table.add_column(col, justify="right")
     for r in results:
         saved = r.flops_saved / r.flops_total if r.flops_total else 0.0

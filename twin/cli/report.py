@@ -63,12 +63,15 @@ def _numbers(flag: str, text: str, positive: bool) -> list[float]:
 def _policy_list(text: str) -> list[str]:
     names = [t.strip() for t in text.split(",")]
     if not text.strip() or any(not n for n in names):
-        raise TwinError(f"--policies {text!r}: expected a comma-separated list, "
-                        f"e.g. vllm+,sglang+,marconi")
+        raise TwinError(
+            f"--policies {text!r}: expected a comma-separated list, e.g. vllm+,sglang+,marconi"
+        )
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
-        raise TwinError(f"--policies: unknown policy {', '.join(map(repr, unknown))}; "
-                        f"choose from {', '.join(POLICIES)}")
+        raise TwinError(
+            f"--policies: unknown policy {', '.join(map(repr, unknown))}; "
+            f"choose from {', '.join(POLICIES)}"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -90,29 +93,42 @@ def capacity(
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
     cache_gb: str = typer.Option(
-        "20,40,60", "--cache-gb", help="Cache sizes per replica to sweep, GB, comma-separated."),
+        "20,40,60", "--cache-gb", help="Cache sizes per replica to sweep, GB, comma-separated."
+    ),
     policies: str = typer.Option(
-        "vllm+,sglang+,marconi", "--policies",
-        help=f"Policies to sweep, comma-separated: {', '.join(POLICIES)}."),
+        "vllm+,sglang+,marconi",
+        "--policies",
+        help=f"Policies to sweep, comma-separated: {', '.join(POLICIES)}.",
+    ),
     session_rates: str | None = typer.Option(
-        None, "--session-rates", help="Poisson session rates (per second) to sweep, "
-        "comma-separated; default: the workload's own arrival times."),
+        None,
+        "--session-rates",
+        help="Poisson session rates (per second) to sweep, "
+        "comma-separated; default: the workload's own arrival times.",
+    ),
     slo: str | None = typer.Option(
-        None, "--slo", help="Latency target for the recommendation, e.g. p95_ttft<=500ms."),
+        None, "--slo", help="Latency target for the recommendation, e.g. p95_ttft<=500ms."
+    ),
     seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per point (2+ gives intervals)."),
     router: str = typer.Option("round-robin", "--router", help="Router across replicas."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (reruns resume in it)."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1,
-                             help="Worker processes (1: in-process, deterministic order)."),
+    jobs: int = typer.Option(
+        1, "--jobs", "-j", min=1, help="Worker processes (1: in-process, deterministic order)."
+    ),
     cdf_cache_gb: float | None = typer.Option(
-        None, "--cdf-cache-gb", help="Cache size (one of --cache-gb) for the TTFT CDF and "
-        "hit-rate-by-input-length figures; default: the largest swept."),
+        None,
+        "--cdf-cache-gb",
+        help="Cache size (one of --cache-gb) for the TTFT CDF and "
+        "hit-rate-by-input-length figures; default: the largest swept.",
+    ),
     executor: str = typer.Option(
-        "local", "--executor", help="Where points run: local (processes) or ray (tasks; "
-        "needs pip install 'twin[ray]')."),
+        "local",
+        "--executor",
+        help="Where points run: local (processes) or ray (tasks; needs pip install 'twin[ray]').",
+    ),
     ray_address: str | None = typer.Option(
-        None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a "
-        "local ray)."),
+        None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local ray)."
+    ),
 ) -> None:
     """Sweep cache size x policy x session rate x seed; recommend the smallest cache meeting
     the SLO; write OUT/results.parquet, OUT/report.html (self-contained) and OUT/report.md.
@@ -129,45 +145,75 @@ def capacity(
     caches = _numbers("--cache-gb", cache_gb, positive=False)
     names = _policy_list(policies)
     rates: list[float | None] = (
-        [None] if session_rates is None else list(_numbers("--session-rates", session_rates,
-                                                           positive=True)))
+        [None]
+        if session_rates is None
+        else list(_numbers("--session-rates", session_rates, positive=True))
+    )
     target = parse_slo(slo) if slo is not None else None
     if cdf_cache_gb is not None and float(cdf_cache_gb) not in caches:
-        raise TwinError(f"--cdf-cache-gb {cdf_cache_gb:g}: not one of the swept --cache-gb "
-                        f"({', '.join(f'{c:g}' for c in caches)})")
+        raise TwinError(
+            f"--cdf-cache-gb {cdf_cache_gb:g}: not one of the swept --cache-gb "
+            f"({', '.join(f'{c:g}' for c in caches)})"
+        )
     if executor not in EXECUTORS:
         raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
     if executor == "ray":
         import_ray()  # a missing extra fails before any work
     resolve_model(model)  # fail on a bad --model before any work
-    spec = resolve(SweepSpec(
-        workload=str(workload), model=model, gpu=gpu,
-        profile=None if profile is None else str(profile), replicas=replicas, tp=tp,
-        router=router))
+    spec = resolve(
+        SweepSpec(
+            workload=str(workload),
+            model=model,
+            gpu=gpu,
+            profile=None if profile is None else str(profile),
+            replicas=replicas,
+            tp=tp,
+            router=router,
+        )
+    )
     points = grid(caches, names, rates, seeds)
     with progress_bar("points", len(points)) as advance:
-        result = run_sweep(spec, points, out, jobs=jobs, progress=advance, executor=executor,
-                           ray_address=ray_address)
-    err_console.print(f"{result.computed} point(s) simulated, {result.skipped} found in "
-                      f"{out / RESULTS_FILE}")
+        result = run_sweep(
+            spec,
+            points,
+            out,
+            jobs=jobs,
+            progress=advance,
+            executor=executor,
+            ray_address=ray_address,
+        )
+    err_console.print(
+        f"{result.computed} point(s) simulated, {result.skipped} found in {out / RESULTS_FILE}"
+    )
     agg = aggregate(result.rows)
     recs = recommend(agg, target, replicas, tp) if target is not None else []
     header = Header(
         command=_command_line(),
-        workload=str(workload), workload_sha256=spec.workload_sha256,
-        twin_version=__version__, model=model, gpu=spec.profile_gpu,
-        provenance=spec.profile_label, replicas=replicas, tp=tp)
+        workload=str(workload),
+        workload_sha256=spec.workload_sha256,
+        twin_version=__version__,
+        model=model,
+        gpu=spec.profile_gpu,
+        provenance=spec.profile_label,
+        replicas=replicas,
+        tp=tp,
+    )
     render_report(out, header, target, agg, recs, rows=result.rows, cdf_cache_gb=cdf_cache_gb)
     if target is not None:
         table = Table(title=f"smallest cache meeting {target}", title_justify="left")
         for col in ("policy", "session rate", "cache", "metric (ms)", "GPUs"):
             table.add_column(col)
         for r in recs:
-            table.add_row(r.policy, rate_label(r.session_rate),
-                          "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
-                          "-" if r.value_ms is None else f"{r.value_ms:,.1f}", str(r.gpus))
+            table.add_row(
+                r.policy,
+                rate_label(r.session_rate),
+                "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
+                "-" if r.value_ms is None else f"{r.value_ms:,.1f}",
+                str(r.gpus),
+            )
         console.print(table)
         for line in [*verdict(recs, target), *load_verdict(sustainable(agg, target), target)]:
             console.print(line, highlight=False)
-    console.print(f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}",
-                  highlight=False)
+    console.print(
+        f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}", highlight=False
+    )

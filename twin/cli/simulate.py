@@ -50,42 +50,61 @@ def _policy_options(pairs: list[str]) -> dict[str, Any]:
 
 def simulate(
     workload: Path | None = typer.Argument(
-        None, metavar="[WORKLOAD]", help=f"Workload parquet file (default: the bundled "
-        f"{EXAMPLE!r} example)."),
+        None,
+        metavar="[WORKLOAD]",
+        help=f"Workload parquet file (default: the bundled {EXAMPLE!r} example).",
+    ),
     model: ModelOption = "marconi-hybrid-7b",
     gpu: GpuOption = None,
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
     cache_gb: float = typer.Option(
-        20.0, "--cache-gb", min=0.0, help="Prefix cache per replica, GB (1e9 bytes)."),
+        20.0, "--cache-gb", min=0.0, help="Prefix cache per replica, GB (1e9 bytes)."
+    ),
     policy: str = typer.Option(
-        "marconi", "--policy", "-p", help=f"Cache policy: {', '.join(POLICIES)}."),
+        "marconi", "--policy", "-p", help=f"Cache policy: {', '.join(POLICIES)}."
+    ),
     policy_option: list[str] = typer.Option(
-        [], "--policy-option", help="KEY=VALUE passed to the policy (e.g. alpha=1.0)."),
-    router: str = typer.Option(
-        "round-robin", "--router", help=f"Router: {', '.join(ROUTERS)}."),
+        [], "--policy-option", help="KEY=VALUE passed to the policy (e.g. alpha=1.0)."
+    ),
+    router: str = typer.Option("round-robin", "--router", help=f"Router: {', '.join(ROUTERS)}."),
     session_rate: float | None = typer.Option(
-        None, "--session-rate", help="Poisson session arrivals per second, replacing the "
-        "file's session start times (required if they are missing)."),
+        None,
+        "--session-rate",
+        help="Poisson session arrivals per second, replacing the "
+        "file's session start times (required if they are missing).",
+    ),
     request_rate: float | None = typer.Option(
-        None, "--request-rate", help="Scale the file's open-loop arrival times to this "
-        "many requests per second."),
+        None,
+        "--request-rate",
+        help="Scale the file's open-loop arrival times to this many requests per second.",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the session arrivals."),
     max_batched_tokens: int = typer.Option(
-        8192, "--max-batched-tokens", min=1, help="Token budget per step (chunked prefill)."),
+        8192, "--max-batched-tokens", min=1, help="Token budget per step (chunked prefill)."
+    ),
     max_running: int = typer.Option(
-        256, "--max-running", min=1, help="Most sequences in a replica's running batch."),
+        256, "--max-running", min=1, help="Most sequences in a replica's running batch."
+    ),
     gpu_mem_util: float = typer.Option(
-        0.9, "--gpu-mem-util", help="Fraction of GPU memory for weights, cache and requests."),
+        0.9, "--gpu-mem-util", help="Fraction of GPU memory for weights, cache and requests."
+    ),
     warmup_s: float = typer.Option(
-        0.0, "--warmup-s", min=0.0, help="Leave requests arriving before this out of the "
-        "summary (the cache starts cold)."),
+        0.0,
+        "--warmup-s",
+        min=0.0,
+        help="Leave requests arriving before this out of the summary (the cache starts cold).",
+    ),
     until_s: float | None = typer.Option(
-        None, "--until-s", help="No request arrives after this simulated time."),
+        None, "--until-s", help="No request arrives after this simulated time."
+    ),
     out: Path = typer.Option(
-        Path("twin-simulate"), "--out", "-o", help="Output folder for requests.parquet and "
-        "summary.json."),
+        Path("twin-simulate"),
+        "--out",
+        "-o",
+        help="Output folder for requests.parquet and summary.json.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Simulate a serving cluster on a workload: TTFT, TPOT, hit rates, throughput.
@@ -107,20 +126,35 @@ def simulate(
     spec = resolve_model(model)
     prof = resolve_profile(gpu, profile)
     config = EngineConfig(
-        replicas=replicas, tp=tp, cache_bytes=int(cache_gb * GB), policy=policy,
-        policy_options=_policy_options(policy_option), router=router,
-        max_batched_tokens=max_batched_tokens, max_running=max_running,
-        gpu_memory_bytes=device_memory_bytes(prof), memory_utilization=gpu_mem_util,
-        session_rate=session_rate, request_rate=request_rate, seed=seed, warmup_s=warmup_s,
-        until_s=until_s)
+        replicas=replicas,
+        tp=tp,
+        cache_bytes=int(cache_gb * GB),
+        policy=policy,
+        policy_options=_policy_options(policy_option),
+        router=router,
+        max_batched_tokens=max_batched_tokens,
+        max_running=max_running,
+        gpu_memory_bytes=device_memory_bytes(prof),
+        memory_utilization=gpu_mem_util,
+        session_rate=session_rate,
+        request_rate=request_rate,
+        seed=seed,
+        warmup_s=warmup_s,
+        until_s=until_s,
+    )
     if workload is None:
         workload = example_path(EXAMPLE)
-        err_console.print(f"no workload given: simulating the bundled {EXAMPLE!r} example "
-                          f"({workload})")
+        err_console.print(
+            f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"
+        )
     wl = Workload.open(workload)
     pricer = make_pricer(spec, prof, tp)
-    info = {"gpu": prof.gpu, "device": prof.device, "source": prof.source,
-            "provenance": prof.provenance_label}
+    info = {
+        "gpu": prof.gpu,
+        "device": prof.device,
+        "source": prof.source,
+        "provenance": prof.provenance_label,
+    }
     total = round(expected_horizon(wl, config), 1) or None
     with progress_bar("simulated seconds", total) as advance:
         summary = run_simulation(wl, spec, pricer, config, out, info, advance)
@@ -136,16 +170,23 @@ def _ms(x: float | None) -> str:
 
 def _print_table(s: dict[str, Any], out: Path) -> None:
     cfg, req = s["config"], s["requests"]
-    title = (f"{s['workload']['path']}: {req['measured']:,} requests measured "
-             f"({req['warmup_excluded']:,} in warm-up, {req['rejected']:,} rejected); "
-             f"{s['model']} x{cfg['replicas']} (tp {cfg['tp']}), {cfg['policy']}, "
-             f"{cfg['cache_bytes'] / GB:g} GB cache, {cfg['router']}")
+    title = (
+        f"{s['workload']['path']}: {req['measured']:,} requests measured "
+        f"({req['warmup_excluded']:,} in warm-up, {req['rejected']:,} rejected); "
+        f"{s['model']} x{cfg['replicas']} (tp {cfg['tp']}), {cfg['policy']}, "
+        f"{cfg['cache_bytes'] / GB:g} GB cache, {cfg['router']}"
+    )
     table = Table(title=title, title_justify="left")
     table.add_column("latency (ms)")
     for col in ("mean", "p5", "p50", "p95", "p99"):
         table.add_column(col, justify="right")
-    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end"),
-                       ("queue_s", "queue wait"), ("prefill_s", "prefill")):
+    for key, label in (
+        ("ttft_s", "TTFT"),
+        ("tpot_s", "TPOT"),
+        ("e2e_s", "end-to-end"),
+        ("queue_s", "queue wait"),
+        ("prefill_s", "prefill"),
+    ):
         row = s[key]
         table.add_row(label, *(_ms(row[c]) for c in ("mean", "p5", "p50", "p95", "p99")))
     console.print(table)
@@ -158,10 +199,16 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
         ("token hit rate", f"{hit['token_hit_rate']:.1%}"),
         ("request hit rate", f"{hit['request_hit_rate']:.1%}"),
         ("prefill FLOPs saved", f"{s['flops']['saved_fraction']:.1%}"),
-        ("throughput", "-" if rate is None else
-         f"{rate:,.2f} req/s, {thr['output_tokens_per_s']:,.0f} output tok/s"),
-        ("replica utilisation", f"{util['mean']:.1%} (min {util['min']:.1%}, "
-                                f"max {util['max']:.1%})"),
+        (
+            "throughput",
+            "-"
+            if rate is None
+            else f"{rate:,.2f} req/s, {thr['output_tokens_per_s']:,.0f} output tok/s",
+        ),
+        (
+            "replica utilisation",
+            f"{util['mean']:.1%} (min {util['min']:.1%}, max {util['max']:.1%})",
+        ),
         ("simulated time", f"{s['sim_end_s']:,.1f} s"),
         ("cost model", f"{s['profile']['gpu']}: {s['profile']['provenance']}"),
         ("outputs", f"{out / REQUESTS_FILE}, {out / SUMMARY_FILE}"),
@@ -169,5 +216,7 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
         facts.add_row(label, value)
     console.print(facts)
     if req["rejected"]:
-        err_console.print(f"[yellow]warning:[/] {req['rejected']:,} request(s) could never fit "
-                          "a replica's memory for running requests and were rejected")
+        err_console.print(
+            f"[yellow]warning:[/] {req['rejected']:,} request(s) could never fit "
+            "a replica's memory for running requests and were rejected"
+        )

@@ -47,8 +47,10 @@ def _executor() -> tuple[Any, Callable[..., Any], type]:
 
 def _check_policy(name: str) -> None:
     if getattr(get_policy(name), "hindsight", False):
-        raise TwinError(f"--policy {name}: a hindsight bound (one replay per alpha) cannot serve "
-                        "requests online; validate marconi, sglang+ or vanilla")
+        raise TwinError(
+            f"--policy {name}: a hindsight bound (one replay per alpha) cannot serve "
+            "requests online; validate marconi, sglang+ or vanilla"
+        )
 
 
 PROFILE_FILE = "profile.json"
@@ -61,16 +63,25 @@ def _calibrated_profile(device: str, spec: ModelSpec, out: Path) -> Profile:
 
     gpu = "cpu" if device == "cpu" else "auto"
     with contextlib.ExitStack() as stack:
+
         def progress(total: int) -> Any:
             return stack.enter_context(progress_bar("calibrating", total))
 
-        result = calibrate(gpu, "quick", out / PROFILE_FILE, model=spec, progress=progress,
-                           overhead=True, model_only=True)
+        result = calibrate(
+            gpu,
+            "quick",
+            out / PROFILE_FILE,
+            model=spec,
+            progress=progress,
+            overhead=True,
+            model_only=True,
+        )
     return result.profile
 
 
-def _generate(kind: str, sessions: int, session_rate: float | None, seed: int, path: Path
-              ) -> Workload:
+def _generate(
+    kind: str, sessions: int, session_rate: float | None, seed: int, path: Path
+) -> Workload:
     """A fresh ``kind`` workload at ``path`` (the generator's defaults; rate 1/s if none given)."""
     Example(kind, sessions, 1.0 if session_rate is None else session_rate, seed).build(path)
     return Workload.open(path)
@@ -80,29 +91,46 @@ def validate(
     model: ModelOption = "tiny-hybrid",
     device: str = typer.Option("cpu", "--device", help="Where the executor runs: cpu or cuda."),
     workload: Path | None = typer.Option(
-        None, "--workload", "-w", help="Workload parquet file (or --generate)."),
+        None, "--workload", "-w", help="Workload parquet file (or --generate)."
+    ),
     generate: str | None = typer.Option(
-        None, "--generate", "-g", help=f"Generate a workload instead: {', '.join(GENERATORS)}."),
+        None, "--generate", "-g", help=f"Generate a workload instead: {', '.join(GENERATORS)}."
+    ),
     sessions: int | None = typer.Option(
-        None, "--sessions", "-n", min=1, help="--generate: sessions (default: --requests)."),
+        None, "--sessions", "-n", min=1, help="--generate: sessions (default: --requests)."
+    ),
     requests: int = typer.Option(
-        100, "--requests", min=1, help="Keep the first N requests in arrival order."),
+        100, "--requests", min=1, help="Keep the first N requests in arrival order."
+    ),
     session_rate: float | None = typer.Option(
-        None, "--session-rate", help="Poisson session starts per second (with --generate: the "
-        "generator's rate, default 1; with --workload: replaces the file's session starts)."),
+        None,
+        "--session-rate",
+        help="Poisson session starts per second (with --generate: the "
+        "generator's rate, default 1; with --workload: replaces the file's session starts).",
+    ),
     policy: str = typer.Option(
-        "marconi", "--policy", "-p", help="Cache policy the executor runs: vanilla, sglang+ or "
-        "marconi."),
+        "marconi",
+        "--policy",
+        "-p",
+        help="Cache policy the executor runs: vanilla, sglang+ or marconi.",
+    ),
     cache_gb: float | None = typer.Option(
-        None, "--cache-gb", help="Prefix cache, GB (1e9 bytes); default: 30% of what the "
-        "requests would cache with no bound."),
+        None,
+        "--cache-gb",
+        help="Prefix cache, GB (1e9 bytes); default: 30% of what the "
+        "requests would cache with no bound.",
+    ),
     profile: Path | None = typer.Option(
-        None, "--profile", help="A profile file from `twin calibrate` (default: calibrate this "
+        None,
+        "--profile",
+        help="A profile file from `twin calibrate` (default: calibrate this "
         "device now at the model's shapes, with its layers' host overhead, into "
-        "OUT/profile.json: about 20 s on a CPU for tiny-hybrid)."),
+        "OUT/profile.json: about 20 s on a CPU for tiny-hybrid).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of arrivals, generated requests, weights."),
     repeats: int = typer.Option(
-        3, "--repeats", min=1, help="Time each prefill this many times; keep the median."),
+        3, "--repeats", min=1, help="Time each prefill this many times; keep the median."
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder."),
     as_json: bool = typer.Option(False, "--json", help="Print validation.json."),
 ) -> None:
@@ -145,21 +173,38 @@ def validate(
     prof = Profile.load(profile) if profile is not None else _calibrated_profile(device, spec, out)
     with tempfile.TemporaryDirectory() as tmp:
         if generate is not None:
-            src = _generate(generate, sessions or requests, session_rate, seed,
-                            Path(tmp) / "generated.parquet")
+            src = _generate(
+                generate, sessions or requests, session_rate, seed, Path(tmp) / "generated.parquet"
+            )
         else:
             assert workload is not None
             src = Workload.open(workload)
-        fixed = fix_arrivals(src, out / WORKLOAD_FILE, seed=seed, max_requests=requests,
-                             session_rate=None if generate is not None else session_rate)
-    cache = (default_cache(fixed, spec, policy) if cache_gb is None
-             else CacheChoice(int(cache_gb * GB), "--cache-gb"))
-    config = config_cls(device=device, policy=policy, cache_bytes=cache.bytes, seed=seed,
-                        repeats=repeats)
+        fixed = fix_arrivals(
+            src,
+            out / WORKLOAD_FILE,
+            seed=seed,
+            max_requests=requests,
+            session_rate=None if generate is not None else session_rate,
+        )
+    cache = (
+        default_cache(fixed, spec, policy)
+        if cache_gb is None
+        else CacheChoice(int(cache_gb * GB), "--cache-gb")
+    )
+    config = config_cls(
+        device=device, policy=policy, cache_bytes=cache.bytes, seed=seed, repeats=repeats
+    )
     with progress_bar("prefills measured", fixed.num_rows) as advance:
-        report = run_validation(fixed, spec, prof, run_reference=run_reference,
-                                executor_config=config, cache=cache, out_dir=out,
-                                progress=_fraction(advance, fixed.num_rows))
+        report = run_validation(
+            fixed,
+            spec,
+            prof,
+            run_reference=run_reference,
+            executor_config=config,
+            cache=cache,
+            out_dir=out,
+            progress=_fraction(advance, fixed.num_rows),
+        )
     if as_json:
         print(to_json(report), end="")  # the same text as validation.json
         return
@@ -188,12 +233,19 @@ def _pct(x: float | None) -> str:
 
 def _print_report(r: dict[str, Any]) -> None:
     m, targets = r["metrics"], r["targets"]
-    title = (f"{r['workload']['path']}: {m['requests']:,} requests in {m['sessions']:,} sessions; "
-             f"{r['model']} on {r['device_name']} ({r['dtype']}), {r['policy']}, "
-             f"{format_bytes(r['cache']['bytes'])} cache ({r['cache']['source']})")
+    title = (
+        f"{r['workload']['path']}: {m['requests']:,} requests in {m['sessions']:,} sessions; "
+        f"{r['model']} on {r['device_name']} ({r['dtype']}), {r['policy']}, "
+        f"{format_bytes(r['cache']['bytes'])} cache ({r['cache']['source']})"
+    )
     table = Table(title=title, title_justify="left")
-    for col, justify in (("", "left"), ("measured (ms)", "right"), ("predicted (ms)", "right"),
-                         ("error", "right"), ("target", "right")):
+    for col, justify in (
+        ("", "left"),
+        ("measured (ms)", "right"),
+        ("predicted (ms)", "right"),
+        ("error", "right"),
+        ("target", "right"),
+    ):
         table.add_column(col, justify=justify)
 
     def verdict(key: str) -> str:
@@ -203,18 +255,34 @@ def _print_report(r: dict[str, Any]) -> None:
 
     s = m["service"]
     meas, pred = s["measured_median_s"], s["predicted_median_s"]
-    table.add_row("service time, median", _ms(meas), _ms(pred),
-                  _pct(abs(pred - meas) / meas if meas else None), "")
-    table.add_row("per-request service error, median", "", "", _pct(s["median_abs_rel_err"]),
-                  verdict("service_median_rel_err"))
+    table.add_row(
+        "service time, median",
+        _ms(meas),
+        _ms(pred),
+        _pct(abs(pred - meas) / meas if meas else None),
+        "",
+    )
+    table.add_row(
+        "per-request service error, median",
+        "",
+        "",
+        _pct(s["median_abs_rel_err"]),
+        verdict("service_median_rel_err"),
+    )
     table.add_row("per-request service error, P90", "", "", _pct(s["p90_abs_rel_err"]), "")
-    table.add_row("per-request bias (signed median)", "", "",
-                  f"{s['median_signed_rel_err']:+.1%}", "")
+    table.add_row(
+        "per-request bias (signed median)", "", "", f"{s['median_signed_rel_err']:+.1%}", ""
+    )
     for q in ("p5", "p50", "p95"):
         t = m["ttft"][q]
         key = f"ttft_{q}_rel_err"
-        table.add_row(f"TTFT {q.upper()}", _ms(t["measured_s"]), _ms(t["predicted_s"]),
-                      _pct(t["rel_err"]), verdict(key) if key in targets else "")
+        table.add_row(
+            f"TTFT {q.upper()}",
+            _ms(t["measured_s"]),
+            _ms(t["predicted_s"]),
+            _pct(t["rel_err"]),
+            verdict(key) if key in targets else "",
+        )
     console.print(table)
     hit = m["hit"]
     facts = Table(show_header=False)
@@ -222,14 +290,23 @@ def _print_report(r: dict[str, Any]) -> None:
     facts.add_column(justify="right")
     same = targets["hit_tokens_identical"]["pass"]
     rows = [
-        ("token hit rate (measured / predicted)",
-         f"{_pct(hit['measured']['token_hit_rate'])} / {_pct(hit['predicted']['token_hit_rate'])}"),
-        ("request hit rate (measured / predicted)",
-         f"{_pct(hit['measured']['request_hit_rate'])} / "
-         f"{_pct(hit['predicted']['request_hit_rate'])}"),
-        ("hit tokens identical on every row",
-         "[green]yes[/]" if same else f"[red]no[/]: {hit['rows_differing']} rows differ, "
-         f"first row {hit['first_differing_row']}"),
+        (
+            "token hit rate (measured / predicted)",
+            f"{_pct(hit['measured']['token_hit_rate'])} / "
+            f"{_pct(hit['predicted']['token_hit_rate'])}",
+        ),
+        (
+            "request hit rate (measured / predicted)",
+            f"{_pct(hit['measured']['request_hit_rate'])} / "
+            f"{_pct(hit['predicted']['request_hit_rate'])}",
+        ),
+        (
+            "hit tokens identical on every row",
+            "[green]yes[/]"
+            if same
+            else f"[red]no[/]: {hit['rows_differing']} rows differ, "
+            f"first row {hit['first_differing_row']}",
+        ),
         ("cost model", f"{r['profile']['gpu']}: {r['profile']['provenance']}"),
         ("verdict", "[green]all targets met[/]" if r["pass"] else "[red]targets missed[/]"),
     ]

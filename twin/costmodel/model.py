@@ -39,8 +39,11 @@ from twin.errors import TwinError
 from twin.model import ModelSpec, keys_upto
 
 TIERS = ("device", "host")
-_COPY_KERNEL = {("device", "device"): "copy_d2d", ("host", "device"): "copy_h2d",
-                ("device", "host"): "copy_d2h"}
+_COPY_KERNEL = {
+    ("device", "device"): "copy_d2d",
+    ("host", "device"): "copy_h2d",
+    ("device", "host"): "copy_d2h",
+}
 _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is remembered
 
 
@@ -58,14 +61,20 @@ class CostModel:
             raise TwinError(f"tp must be a positive integer (got {tp!r})")
         missing = [k for k in fm.KERNELS if k not in profile.kernels]
         if missing:
-            raise TwinError(f"profile {profile.gpu!r} lacks kernel(s) {', '.join(missing)}; "
-                            "re-run twin calibrate")
+            raise TwinError(
+                f"profile {profile.gpu!r} lacks kernel(s) {', '.join(missing)}; "
+                "re-run twin calibrate"
+            )
         if tp > 1 and not profile.peaks.get("interconnect_bw"):
-            raise TwinError(f"profile {profile.gpu!r} has no interconnect bandwidth, so it "
-                            "cannot price tensor parallelism: use --tp 1")
+            raise TwinError(
+                f"profile {profile.gpu!r} has no interconnect bandwidth, so it "
+                "cannot price tensor parallelism: use --tp 1"
+            )
         self.model, self.profile, self.tp = model, profile, tp
-        self._k = {name: fm.compile_fast(name, profile.kernels[name].params, profile.peaks)
-                   for name in fm.KERNELS}
+        self._k = {
+            name: fm.compile_fast(name, profile.kernels[name].params, profile.peaks)
+            for name in fm.KERNELS
+        }
         self._setup_shapes()
         self._dense_cache: dict[int, float] = {}
         self._setup_overhead()
@@ -77,8 +86,7 @@ class CostModel:
         """The profile's provenance label, for every output that shows a prediction."""
         return self.profile.provenance_label
 
-    def prefill(self, n_new: int, n_cached: int = 0, breakdown: bool = False
-                ) -> float | StepCost:
+    def prefill(self, n_new: int, n_cached: int = 0, breakdown: bool = False) -> float | StepCost:
         """Seconds of one prefill of ``n_new`` tokens after ``n_cached`` cached ones."""
         _check_count("n_new", n_new)
         _check_count("n_cached", n_cached)
@@ -92,8 +100,12 @@ class CostModel:
         """Seconds of one decode step: one new token per sequence of these contexts."""
         return self.step((), contexts, breakdown=breakdown)
 
-    def step(self, prefills: Sequence[tuple[int, int]] = (), decodes: Sequence[int] = (),
-             breakdown: bool = False) -> float | StepCost:
+    def step(
+        self,
+        prefills: Sequence[tuple[int, int]] = (),
+        decodes: Sequence[int] = (),
+        breakdown: bool = False,
+    ) -> float | StepCost:
         """Seconds of one batch step.
 
         ``prefills``: ``(n_new, n_cached)`` per prefill chunk; ``decodes``: the
@@ -115,8 +127,9 @@ class CostModel:
                 self._dense_cache[tokens] = dense
         return self._with_host(dense + self._mixing(agg, None) + self._head(tokens, agg[1], None))
 
-    def copy_s(self, nbytes: float, src: str = "device", dst: str = "device",
-               launches: int = 1) -> float:
+    def copy_s(
+        self, nbytes: float, src: str = "device", dst: str = "device", launches: int = 1
+    ) -> float:
         """Seconds to move ``nbytes`` (the whole replica's) between tiers.
 
         Each of the ``tp`` GPUs moves its shard over its own link, in ``launches``
@@ -124,26 +137,31 @@ class CostModel:
         """
         kernel = _COPY_KERNEL.get((src, dst))
         if kernel is None:
-            raise TwinError(f"no copy from {src!r} to {dst!r}; tiers are {', '.join(TIERS)} "
-                            "and host-to-host is not priced")
+            raise TwinError(
+                f"no copy from {src!r} to {dst!r}; tiers are {', '.join(TIERS)} "
+                "and host-to-host is not priced"
+            )
         if nbytes <= 0:
             return 0.0
         per_launch = nbytes / self.tp / launches
         flops, moved, _ = fm.copy_features(per_launch, kernel)
         return launches * self._k[kernel](flops, moved)
 
-    def checkpoint_copy_s(self, n_checkpoints: int = 1, src: str = "device",
-                          dst: str = "device") -> float:
+    def checkpoint_copy_s(
+        self, n_checkpoints: int = 1, src: str = "device", dst: str = "device"
+    ) -> float:
         """Seconds to copy ``n`` SSM checkpoints (every SSM layer's state), one launch a layer."""
         m = self.model
-        return self.copy_s(n_checkpoints * m.ssm_checkpoint_bytes, src, dst,
-                           launches=max(m.n_ssm_layers, 1))
+        return self.copy_s(
+            n_checkpoints * m.ssm_checkpoint_bytes, src, dst, launches=max(m.n_ssm_layers, 1)
+        )
 
     def kv_transfer_s(self, n_tokens: int, src: str, dst: str) -> float:
         """Seconds to move the KV of ``n_tokens`` between tiers, one launch per attention layer."""
         m = self.model
-        return self.copy_s(n_tokens * m.kv_bytes_per_token, src, dst,
-                           launches=max(m.n_attention_layers, 1))
+        return self.copy_s(
+            n_tokens * m.kv_bytes_per_token, src, dst, launches=max(m.n_attention_layers, 1)
+        )
 
     # ------------------------------------------------------------ shapes
     def _setup_shapes(self) -> None:
@@ -176,8 +194,9 @@ class CostModel:
         self.ar_inv_bw = (2.0 * (tp - 1) / tp / float(peaks["interconnect_bw"])) if tp > 1 else 0.0
 
     # ------------------------------------------------------------ pricing
-    def _aggregate(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
-                   ) -> tuple[int, ...]:
+    def _aggregate(
+        self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
+    ) -> tuple[int, ...]:
         """(tokens, sequences, prefill tokens, prefill chunks, keys, KV rows, scan chunks,
         decodes, decode keys): every feature the step's kernels need is a sum of these."""
         window = self.model.sliding_window
@@ -185,8 +204,9 @@ class CostModel:
         q = self.q if self.model.n_ssm_layers else 1
         for n, c in prefills:
             if n <= 0 or c < 0:
-                raise TwinError(f"a prefill chunk needs n_new >= 1 and n_cached >= 0 "
-                                f"(got {(n, c)})")
+                raise TwinError(
+                    f"a prefill chunk needs n_new >= 1 and n_cached >= 0 (got {(n, c)})"
+                )
             p_tok += n
             p_keys += keys_upto(c + n, window) - keys_upto(c, window)
             p_kv += c + n if window is None else min(c + n, window + n)
@@ -198,8 +218,17 @@ class CostModel:
             d_keys = sum(min(c + 1, window) for c in decodes)
         if n_dec and min(decodes) < 0:
             raise TwinError("a decode context must be >= 0")
-        return (p_tok + n_dec, len(prefills) + n_dec, p_tok, len(prefills), p_keys, p_kv,
-                chunks, n_dec, d_keys)
+        return (
+            p_tok + n_dec,
+            len(prefills) + n_dec,
+            p_tok,
+            len(prefills),
+            p_keys,
+            p_kv,
+            chunks,
+            n_dec,
+            d_keys,
+        )
 
     def _allreduce(self, tokens: int) -> float:
         if self.tp == 1:
@@ -224,20 +253,29 @@ class CostModel:
             qkv = gemm(*_gemm(t, d, self.qkv_n, e))
             o = gemm(*_gemm(t, self.h * self.hd, d, e))
             rope = elem(0.0, e * (2.0 * t * (self.h + self.kvh) * self.hd))
-            total += put("attention", m.n_attention_layers,
-                         (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)))
+            total += put(
+                "attention",
+                m.n_attention_layers,
+                (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)),
+            )
         if m.n_ssm_layers:
             g_in = gemm(*_gemm(t, d, self.in_n, e))
             g_out = gemm(*_gemm(t, self.d_inner, d, e))
             gated = elem(0.0, e * (3.0 * t * self.d_inner + self.d_inner))
-            total += put("ssm", m.n_ssm_layers,
-                         (("elementwise", norm + gated), ("gemm", g_in + g_out), ("allreduce", ar)))
+            total += put(
+                "ssm",
+                m.n_ssm_layers,
+                (("elementwise", norm + gated), ("gemm", g_in + g_out), ("allreduce", ar)),
+            )
         if m.n_mlp_layers:
             up = gemm(*_gemm(t, d, self.up_mats * self.dff, e))
             down = gemm(*_gemm(t, self.dff, d, e))
             act = elem(0.0, e * ((self.up_mats + 1.0) * t * self.dff))
-            total += put("mlp", m.n_mlp_layers,
-                         (("elementwise", norm + act), ("gemm", up + down), ("allreduce", ar)))
+            total += put(
+                "mlp",
+                m.n_mlp_layers,
+                (("elementwise", norm + act), ("gemm", up + down), ("allreduce", ar)),
+            )
         if m.n_moe_layers:
             total += put("moe", m.n_moe_layers, self._moe(t, norm, ar))
         return total
@@ -249,16 +287,24 @@ class CostModel:
         # Expected distinct experts hit by `rows` uniform draws; each streams its weights.
         active = n_exp * (1.0 - (1.0 - 1.0 / n_exp) ** rows) if n_exp > 1 else 1.0
         wide = self.up_mats * self.moe_dff
-        up = k["gemm"](2.0 * rows * d * wide, e * (rows * d + active * d * wide + rows * wide),
-                       active * d * wide)
-        down = k["gemm"](2.0 * rows * self.moe_dff * d,
-                         e * (rows * self.moe_dff + active * self.moe_dff * d + rows * d),
-                         active * self.moe_dff * d)
+        up = k["gemm"](
+            2.0 * rows * d * wide,
+            e * (rows * d + active * d * wide + rows * wide),
+            active * d * wide,
+        )
+        down = k["gemm"](
+            2.0 * rows * self.moe_dff * d,
+            e * (rows * self.moe_dff + active * self.moe_dff * d + rows * d),
+            active * self.moe_dff * d,
+        )
         router = k["gemm"](*_gemm(t, d, n_exp, e))
         act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.moe_dff))
         combine = k["elementwise"](0.0, e * ((top + 1.0) * t * d))
-        return (("elementwise", norm + act + combine), ("gemm", router + up + down),
-                ("allreduce", ar))
+        return (
+            ("elementwise", norm + act + combine),
+            ("gemm", router + up + down),
+            ("allreduce", ar),
+        )
 
     def _mixing(self, agg: tuple[int, ...], cost: StepCost | None) -> float:
         """Attention and SSM kernels, which depend on each sequence's context and length."""
@@ -268,39 +314,63 @@ class CostModel:
         if m.n_attention_layers:
             h, kvh, hd, layers = self.h, self.kvh, self.hd, m.n_attention_layers
             if n_pre:
-                s = layers * k["attn_prefill"](4.0 * h * hd * p_keys,
-                                               e * (2.0 * p_tok * h * hd + 2.0 * p_kv * kvh * hd),
-                                               h * p_keys)
+                s = layers * k["attn_prefill"](
+                    4.0 * h * hd * p_keys,
+                    e * (2.0 * p_tok * h * hd + 2.0 * p_kv * kvh * hd),
+                    h * p_keys,
+                )
                 total += s
                 if cost is not None:
                     cost.add("attention", "attn_prefill", s)
             if n_dec:
                 s = layers * k["attn_decode"](
-                    4.0 * h * hd * d_keys, e * (2.0 * n_dec * h * hd + 2.0 * kvh * hd * d_keys),
-                    h * d_keys)
+                    4.0 * h * hd * d_keys,
+                    e * (2.0 * n_dec * h * hd + 2.0 * kvh * hd * d_keys),
+                    h * d_keys,
+                )
                 total += s
                 if cost is not None:
                     cost.add("attention", "attn_decode", s)
         if m.n_ssm_layers:
-            layers, sc, n, g, q, c = (m.n_ssm_layers, self.sc, self.sn, self.sg, self.q,
-                                      self.conv_c)
+            layers, sc, n, g, q, c = (
+                m.n_ssm_layers,
+                self.sc,
+                self.sn,
+                self.sg,
+                self.q,
+                self.conv_c,
+            )
             kw = m.ssm_conv_kernel
             parts: list[tuple[str, float]] = []
             if n_pre:
                 padded = chunks * q
-                parts.append(("ssm_scan", k["ssm_scan"](
-                    padded * (2.0 * sc * (2 * n + q) + 2.0 * q * n * g),
-                    e * p_tok * (2.0 * sc + 2.0 * g * n + self.sh) + 8.0 * chunks * sc * n,
-                    chunks * self.sh)))
-                parts.append(("conv1d", k["conv1d"](2.0 * p_tok * c * kw,
-                                                    e * (2.0 * p_tok * c + c * kw))))
+                parts.append(
+                    (
+                        "ssm_scan",
+                        k["ssm_scan"](
+                            padded * (2.0 * sc * (2 * n + q) + 2.0 * q * n * g),
+                            e * p_tok * (2.0 * sc + 2.0 * g * n + self.sh) + 8.0 * chunks * sc * n,
+                            chunks * self.sh,
+                        ),
+                    )
+                )
+                parts.append(
+                    ("conv1d", k["conv1d"](2.0 * p_tok * c * kw, e * (2.0 * p_tok * c + c * kw)))
+                )
             if n_dec:
-                sf, sb, _ = fm.ssm_step_features(n_dec, self.sh, self.sp, n, g, e,
-                                                 m.state_dtype_bytes)
+                sf, sb, _ = fm.ssm_step_features(
+                    n_dec, self.sh, self.sp, n, g, e, m.state_dtype_bytes
+                )
                 parts.append(("ssm_step", k["ssm_step"](sf, sb)))
-                parts.append(("conv1d", k["conv1d"](2.0 * n_dec * c * kw,
-                                                    e * (2.0 * n_dec * c + c * kw
-                                                         + 2.0 * n_dec * c * kw))))
+                parts.append(
+                    (
+                        "conv1d",
+                        k["conv1d"](
+                            2.0 * n_dec * c * kw,
+                            e * (2.0 * n_dec * c + c * kw + 2.0 * n_dec * c * kw),
+                        ),
+                    )
+                )
             for kernel, s in parts:
                 total += layers * s
                 if cost is not None:
@@ -334,10 +404,14 @@ class CostModel:
         """Per-step host time from the profile's ``layer_overhead`` (calibration.overhead)."""
         entry = self.profile.layer_overhead or {"mode": "add", "seconds": {}}
         m, secs = self.model, entry["seconds"]
-        layers = {"attention": m.n_attention_layers, "ssm": m.n_ssm_layers,
-                  "mlp": m.n_mlp_layers, "moe": m.n_moe_layers, "head": 1}
-        self.host_by_kind = {k: layers[k] * float(secs[k]) for k in secs
-                             if layers.get(k)}
+        layers = {
+            "attention": m.n_attention_layers,
+            "ssm": m.n_ssm_layers,
+            "mlp": m.n_mlp_layers,
+            "moe": m.n_moe_layers,
+            "head": 1,
+        }
+        self.host_by_kind = {k: layers[k] * float(secs[k]) for k in secs if layers.get(k)}
         self.host_s = sum(self.host_by_kind.values())
         self.host_mode = str(entry["mode"])
 

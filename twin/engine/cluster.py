@@ -61,7 +61,8 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
             f"no memory left for running requests: {config.tp} GPU(s) x "
             f"{config.gpu_memory_bytes / GB:.1f} GB x {config.memory_utilization:g} = "
             f"{usable / GB:.1f} GB, minus {model.weight_bytes / GB:.1f} GB of weights and "
-            f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp")
+            f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp"
+        )
     return budget
 
 
@@ -91,24 +92,38 @@ class Cluster:
         if getattr(get_policy(config.policy, **config.policy_options), "hindsight", False):
             raise TwinError(
                 f"policy {config.policy!r} is a hindsight bound (one replay per alpha), not an "
-                "online policy; simulate 'marconi' with --policy-option alpha=A instead")
+                "online policy; simulate 'marconi' with --policy-option alpha=A instead"
+            )
         self.env = env = simpy.Environment()
         self.model = model
         self.config = config
         self.on_record = on_record
-        self.source = SessionSource(workload, config.session_rate, config.request_rate,
-                                    config.seed)
+        self.source = SessionSource(workload, config.session_rate, config.request_rate, config.seed)
         self.router = get_router(config.router)
         self.budget = memory_budget(model, config)
         self.replicas: list[Replica] = []
         for i in range(config.replicas):
             cache = get_policy(config.policy, **config.policy_options).make_cache(
-                model, config.cache_bytes)
-            self.replicas.append(Replica(env, i, model, pricer, cache, config.max_batched_tokens,
-                                         config.max_running, self.budget))
+                model, config.cache_bytes
+            )
+            self.replicas.append(
+                Replica(
+                    env,
+                    i,
+                    model,
+                    pricer,
+                    cache,
+                    config.max_batched_tokens,
+                    config.max_running,
+                    self.budget,
+                )
+            )
         self.horizon_s = horizon(self.source, config)
-        self.occupancy = Occupancy(config.replicas, max(self.horizon_s, 1e-3) / config.samples,
-                                   max_samples=2 * config.samples)
+        self.occupancy = Occupancy(
+            config.replicas,
+            max(self.horizon_s, 1e-3) / config.samples,
+            max_samples=2 * config.samples,
+        )
         self._finished = env.event()
         self._arrivals_done = False
         self._active = 0  # sessions still submitting or waiting on a turn
@@ -185,13 +200,17 @@ class Cluster:
         yield seq.done  # decoded to output_len; final state cached, hit unpinned, memory freed
         self.on_record(_record(seq))
 
-    def _sampler(self, progress: Callable[[float], None] | None
-                 ) -> Generator[simpy.Event, Any, None]:
+    def _sampler(
+        self, progress: Callable[[float], None] | None
+    ) -> Generator[simpy.Event, Any, None]:
         env, occ = self.env, self.occupancy
         reported = 0.0
         while True:
-            occ.add(env.now, [r.cache.kv_bytes for r in self.replicas],
-                    [r.cache.ssm_bytes for r in self.replicas])
+            occ.add(
+                env.now,
+                [r.cache.kv_bytes for r in self.replicas],
+                [r.cache.ssm_bytes for r in self.replicas],
+            )
             if progress is not None:
                 now = min(env.now, self.horizon_s)
                 progress(now - reported)
@@ -208,30 +227,52 @@ class Cluster:
         reps = []
         for r in self.replicas:
             c = r.cache
-            reps.append({
-                "replica": r.index,
-                "requests": r.requests,
-                "rejected": r.rejected,
-                "steps": r.step_no,
-                "busy_s": r.busy_s,
-                "utilisation": r.busy_s / end if end > 0 else 0.0,
-                "cache": {
-                    "kv_bytes": c.kv_bytes, "ssm_bytes": c.ssm_bytes,
-                    "peak_bytes": c.peak_bytes, "peak_kv_bytes": c.peak_kv_bytes,
-                    "peak_ssm_bytes": c.peak_ssm_bytes, "evictions": c.evictions,
-                    "checkpoints_admitted": c.checkpoints_admitted,
-                    "checkpoints_hit": c.checkpoints_hit, "nodes": c.num_nodes,
-                },
-                "policy": r.policy.stats(),
-            })
-        return RunStats(end, reps, self.occupancy.to_dict(), self.budget, self.horizon_s,
-                        self.source.peak_buffered)
+            reps.append(
+                {
+                    "replica": r.index,
+                    "requests": r.requests,
+                    "rejected": r.rejected,
+                    "steps": r.step_no,
+                    "busy_s": r.busy_s,
+                    "utilisation": r.busy_s / end if end > 0 else 0.0,
+                    "cache": {
+                        "kv_bytes": c.kv_bytes,
+                        "ssm_bytes": c.ssm_bytes,
+                        "peak_bytes": c.peak_bytes,
+                        "peak_kv_bytes": c.peak_kv_bytes,
+                        "peak_ssm_bytes": c.peak_ssm_bytes,
+                        "evictions": c.evictions,
+                        "checkpoints_admitted": c.checkpoints_admitted,
+                        "checkpoints_hit": c.checkpoints_hit,
+                        "nodes": c.num_nodes,
+                    },
+                    "policy": r.policy.stats(),
+                }
+            )
+        return RunStats(
+            end,
+            reps,
+            self.occupancy.to_dict(),
+            self.budget,
+            self.horizon_s,
+            self.source.peak_buffered,
+        )
 
 
 def _record(seq: Seq) -> RequestRecord:
     req = seq.req
     return RequestRecord(
-        row=req.row, session_id=req.session_id, turn=req.turn, replica=seq.replica,
-        arrival_s=seq.arrival_s, admitted_s=seq.admitted_s, first_token_s=seq.first_token_s,
-        completed_s=seq.done_s, input_tokens=seq.prompt_len, hit_tokens=seq.hit,
-        output_tokens=seq.out_len, checkpoints=seq.ckpts, rejected=seq.rejected)
+        row=req.row,
+        session_id=req.session_id,
+        turn=req.turn,
+        replica=seq.replica,
+        arrival_s=seq.arrival_s,
+        admitted_s=seq.admitted_s,
+        first_token_s=seq.first_token_s,
+        completed_s=seq.done_s,
+        input_tokens=seq.prompt_len,
+        hit_tokens=seq.hit,
+        output_tokens=seq.out_len,
+        checkpoints=seq.ckpts,
+        rejected=seq.rejected,
+    )

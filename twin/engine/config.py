@@ -23,18 +23,23 @@ class EngineConfig:
     cache_bytes: int = _opt(0, "prefix-cache capacity per replica, bytes (KV + SSM states)")
     policy: str = _opt("marconi", "prefix-cache policy name (policies.get_policy)")
     policy_options: dict[str, Any] = field(
-        default_factory=dict, metadata={"help": "options passed to policies.get_policy"})
+        default_factory=dict, metadata={"help": "options passed to policies.get_policy"}
+    )
     router: str = _opt("round-robin", "router name (twin.engine.router.ROUTERS)")
     max_batched_tokens: int = _opt(8192, "token budget per step: decodes + prefill chunks")
     max_running: int = _opt(256, "most sequences in a replica's running batch")
     gpu_memory_bytes: float | None = _opt(
-        None, "HBM per GPU, bytes; None: running requests are bounded by max_running only")
+        None, "HBM per GPU, bytes; None: running requests are bounded by max_running only"
+    )
     memory_utilization: float = _opt(
-        0.9, "fraction of HBM the server may use (weights + cache + running requests)")
+        0.9, "fraction of HBM the server may use (weights + cache + running requests)"
+    )
     session_rate: float | None = _opt(
-        None, "Poisson session arrivals per second; None: the workload's own arrival times")
+        None, "Poisson session arrivals per second; None: the workload's own arrival times"
+    )
     request_rate: float | None = _opt(
-        None, "open-loop requests per second: scales the file's open-loop arrival times")
+        None, "open-loop requests per second: scales the file's open-loop arrival times"
+    )
     seed: int = _opt(0, "seed of the session-arrival stream")
     warmup_s: float = _opt(0.0, "requests arriving before this are left out of the summary")
     until_s: float | None = _opt(None, "no request arrives after this simulated time")
@@ -43,8 +48,7 @@ class EngineConfig:
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
             if not ok:
-                raise TwinError(f"--{name.replace('_', '-')}: {what} "
-                                f"(got {getattr(self, name)!r})")
+                raise TwinError(f"--{name.replace('_', '-')}: {what} (got {getattr(self, name)!r})")
 
         need(self.replicas >= 1, "replicas", "must be at least 1")
         need(self.tp >= 1, "tp", "must be at least 1")
@@ -53,15 +57,21 @@ class EngineConfig:
         need(self.max_running >= 1, "max_running", "must be at least 1")
         # Every running sequence decodes one token per step, so the budget must
         # hold a full batch of decodes (vLLM requires the same).
-        need(self.max_running <= self.max_batched_tokens, "max_running",
-             f"must not exceed --max-batched-tokens ({self.max_batched_tokens})")
+        need(
+            self.max_running <= self.max_batched_tokens,
+            "max_running",
+            f"must not exceed --max-batched-tokens ({self.max_batched_tokens})",
+        )
         need(0 < self.memory_utilization <= 1, "memory_utilization", "must be in (0, 1]")
         for name in ("session_rate", "request_rate", "gpu_memory_bytes"):
             v = getattr(self, name)
             need(v is None or (math.isfinite(v) and v > 0), name, "must be a positive number")
         need(math.isfinite(self.warmup_s) and self.warmup_s >= 0, "warmup_s", "must be >= 0")
-        need(self.until_s is None or (math.isfinite(self.until_s) and self.until_s > 0),
-             "until_s", "must be a positive number")
+        need(
+            self.until_s is None or (math.isfinite(self.until_s) and self.until_s > 0),
+            "until_s",
+            "must be a positive number",
+        )
         need(self.samples >= 2, "samples", "must be at least 2")
 
     def to_dict(self) -> dict[str, Any]:

@@ -33,8 +33,7 @@ Chunk = tuple[int, int]  # (new tokens, cached context before them)
 class StepPricer(Protocol):
     """Seconds of the work a replica does; see the module docstring."""
 
-    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
-                  ) -> float:
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         """Seconds of ``prefills`` + ``decode_batch`` decodes over ``decode_context`` keys."""
         ...
 
@@ -59,14 +58,14 @@ class StepPricer(Protocol):
 class PricerBase:
     """Implements :meth:`decode_run` by pricing each step; subclasses give ``step_time``."""
 
-    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
-                  ) -> float:
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         raise NotImplementedError
 
     def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
         return np.fromiter(
             (self.step_time((), batch, context + i * batch) for i in range(steps)),
-            np.float64, steps,
+            np.float64,
+            steps,
         )
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
@@ -106,8 +105,7 @@ class CostModelPricer(PricerBase):
     def provenance(self) -> str:
         return str(self.cost_model.provenance)
 
-    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
-                  ) -> float:
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         if not prefills and decode_batch:
             fit = self._fit(decode_batch)
             if fit is not None:

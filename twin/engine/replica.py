@@ -60,13 +60,36 @@ MAX_RUN_STEPS = 4096
 class Seq:
     """One request on a replica: its progress and timestamps (compact: slots, no dicts)."""
 
-    __slots__ = ("admitted", "admitted_s", "arrival_s", "ckpts", "ctx", "done", "done_s",
-                 "early", "finish_step", "first_token", "first_token_s", "footprint", "full",
-                 "hit", "late", "node", "order", "out_len", "prefill_left", "prompt_len",
-                 "rejected", "replica", "req", "start_step")
+    __slots__ = (
+        "admitted",
+        "admitted_s",
+        "arrival_s",
+        "ckpts",
+        "ctx",
+        "done",
+        "done_s",
+        "early",
+        "finish_step",
+        "first_token",
+        "first_token_s",
+        "footprint",
+        "full",
+        "hit",
+        "late",
+        "node",
+        "order",
+        "out_len",
+        "prefill_left",
+        "prompt_len",
+        "rejected",
+        "replica",
+        "req",
+        "start_step",
+    )
 
-    def __init__(self, req: Request, replica: int, arrival_s: float, footprint: int,
-                 env: simpy.Environment) -> None:
+    def __init__(
+        self, req: Request, replica: int, arrival_s: float, footprint: int, env: simpy.Environment
+    ) -> None:
         self.req = req
         self.replica = replica
         self.arrival_s = arrival_s
@@ -97,8 +120,14 @@ class DecodeRun:
 
     __slots__ = ("alpha", "beta", "capped", "ends", "k")
 
-    def __init__(self, k: int, alpha: float = 0.0, beta: float = 0.0,
-                 ends: np.ndarray | None = None, capped: bool = False) -> None:
+    def __init__(
+        self,
+        k: int,
+        alpha: float = 0.0,
+        beta: float = 0.0,
+        ends: np.ndarray | None = None,
+        capped: bool = False,
+    ) -> None:
         self.k, self.alpha, self.beta, self.ends, self.capped = k, alpha, beta, ends, capped
 
     def end(self, m: int) -> float:
@@ -280,7 +309,8 @@ class Replica:
             budget -= c
         n = self.step_no + 1
         seconds = self.pricer.step_time(
-            [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n)
+            [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
+        )
         return chunked, seconds
 
     def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
@@ -315,8 +345,9 @@ class Replica:
         capped = k > self._run_cap
         if capped:
             k = self._run_cap
-        return DecodeRun(k, ends=np.cumsum(self.pricer.decode_run(batch, context, k)),
-                         capped=capped)
+        return DecodeRun(
+            k, ends=np.cumsum(self.pricer.decode_run(batch, context, k)), capped=capped
+        )
 
     def _complete_due(self) -> list[Seq]:
         """Sequences whose last token came out in the step just ended."""

@@ -66,15 +66,19 @@ class SessionSource:
         self.scale = 1.0
         if request_rate is not None:
             if self.file_request_rate is None:
-                raise TwinError(f"--request-rate: {workload.path} has no open-loop arrival span "
-                                "to scale (fewer than two distinct arrival times)")
+                raise TwinError(
+                    f"--request-rate: {workload.path} has no open-loop arrival span "
+                    "to scale (fewer than two distinct arrival times)"
+                )
             self.scale = self.file_request_rate / request_rate
         if session_rate is None:
             missing = np.flatnonzero((turn == 0) & np.isnan(arrival))
             if missing.size:
                 r = int(missing[0])
-                raise TwinError(f"{where(workload.path, r, 'arrival_s')}: session {sid[r]} has "
-                                "no start time (closed loop); give --session-rate")
+                raise TwinError(
+                    f"{where(workload.path, r, 'arrival_s')}: session {sid[r]} has "
+                    "no start time (closed loop); give --session-rate"
+                )
         self.last_known_arrival = self.scaled(float(known[-1])) if known.size else 0.0
         self._rng = np.random.default_rng(seed)
         self._rows: Iterator[Request] = workload.requests()

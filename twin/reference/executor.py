@@ -123,8 +123,9 @@ def model_dtype(device: str) -> torch.dtype:
 class ReferenceExecutor:
     """One device, one model, one real prefix cache driven by the twin's policy."""
 
-    def __init__(self, model: ModelSpec, config: ExecutorConfig,
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, model: ModelSpec, config: ExecutorConfig, dtype: torch.dtype | None = None
+    ) -> None:
         if config.device not in ("cpu", "cuda"):
             raise TwinError(f"--device {config.device!r}: expected cpu or cuda")
         if config.device == "cuda" and not torch.cuda.is_available():
@@ -136,12 +137,15 @@ class ReferenceExecutor:
         self.lm = HybridLM(model, self.device, dtype or model_dtype(self.device), config.seed)
         policy: Policy = get_policy(config.policy, **config.policy_options)
         if type(policy).make_cache is not Policy.make_cache:
-            raise TwinError(f"policy {config.policy!r} runs on its own cache structure, which "
-                            "the reference executor does not mirror; use vanilla, sglang+ or "
-                            "marconi")
+            raise TwinError(
+                f"policy {config.policy!r} runs on its own cache structure, which "
+                "the reference executor does not mirror; use vanilla, sglang+ or "
+                "marconi"
+            )
         self.store = TensorStore()
-        self.cache = PrefixCache(model, config.cache_bytes,
-                                 StateMirror(policy, self.store, model.n_ssm_layers > 0))
+        self.cache = PrefixCache(
+            model, config.cache_bytes, StateMirror(policy, self.store, model.n_ssm_layers > 0)
+        )
         self.policy = self.cache.policy
         self.admissions = 0
 
@@ -182,22 +186,31 @@ class ReferenceExecutor:
             cache.unpin(hit.node)
         return Served(hit.length, seconds, result.logits, exact)
 
-    def _insert(self, seq: np.ndarray, positions: Sequence[int], kv: Any,
-                states: dict[int, Any]) -> None:
+    def _insert(
+        self, seq: np.ndarray, positions: Sequence[int], kv: Any, states: dict[int, Any]
+    ) -> None:
         self.store.pending = Pending(kv, states)
         try:
             self.cache.insert(seq, positions)
         finally:
             self.store.pending = None
 
-    def _insert_late(self, full: np.ndarray, n: int, late: list[int], end: SeqState,
-                     kv: Any, states: dict[int, Any]) -> None:
+    def _insert_late(
+        self,
+        full: np.ndarray,
+        n: int,
+        late: list[int],
+        end: SeqState,
+        kv: Any,
+        states: dict[int, Any],
+    ) -> None:
         """Run the output tokens (untimed, teacher-forced) and insert input + output."""
         states = dict(states)
         states.setdefault(n, end.ssm)
         if max(late) > n:
-            out = self.lm.forward(self._ids(full[n:max(late)]), end,
-                                  [p - n for p in late if p > n])
+            out = self.lm.forward(
+                self._ids(full[n : max(late)]), end, [p - n for p in late if p > n]
+            )
             kv = out.kv
             states.update({n + s: v for s, v in out.ssm_at.items()})
             states[max(late)] = out.ssm_end
@@ -209,8 +222,9 @@ class ReferenceExecutor:
         ids = np.mod(tokens.astype(np.int64), self.spec.vocab_size)
         return torch.from_numpy(ids).to(self.device)
 
-    def _timed(self, ids: torch.Tensor, past: SeqState | None, stops: list[int]
-               ) -> tuple[Prefill, float]:
+    def _timed(
+        self, ids: torch.Tensor, past: SeqState | None, stops: list[int]
+    ) -> tuple[Prefill, float]:
         times, result = [], None
         for _ in range(self.config.repeats):
             synchronize(self.device)
@@ -242,8 +256,12 @@ def device_name(device: str) -> str:
     return cpu_name()
 
 
-def run_reference(workload: Workload, model: ModelSpec, config: ExecutorConfig,
-                  progress: Callable[[float], None] | None = None) -> ReferenceRun:
+def run_reference(
+    workload: Workload,
+    model: ModelSpec,
+    config: ExecutorConfig,
+    progress: Callable[[float], None] | None = None,
+) -> ReferenceRun:
     """Serve every request of ``workload`` (open loop, row order) and measure each prefill."""
     threads = torch.get_num_threads()
     if config.device == "cpu":
@@ -261,27 +279,49 @@ def run_reference(workload: Workload, model: ModelSpec, config: ExecutorConfig,
             served = ex.serve(req.prompt, req.output)
             start = max(arrival, free_at)
             free_at = start + served.service_s
-            records.append(MeasuredRequest(
-                row=req.row, session_id=req.session_id, turn=req.turn, arrival_s=arrival,
-                start_s=start, input_tokens=len(req.prompt), hit_tokens=served.hit,
-                service_s=served.service_s, exact=served.exact))
+            records.append(
+                MeasuredRequest(
+                    row=req.row,
+                    session_id=req.session_id,
+                    turn=req.turn,
+                    arrival_s=arrival,
+                    start_s=start,
+                    input_tokens=len(req.prompt),
+                    hit_tokens=served.hit,
+                    service_s=served.service_s,
+                    exact=served.exact,
+                )
+            )
             if progress is not None:
                 progress((i + 1) / total)
         wall = time.perf_counter() - t_start
         cache = ex.cache
-        stats = {"evictions": cache.evictions, "checkpoints_admitted": cache.checkpoints_admitted,
-                 "checkpoints_hit": cache.checkpoints_hit, "peak_bytes": cache.peak_bytes,
-                 "tensor_bytes_held": ex.store.tensor_bytes(),
-                 "accounted_bytes_held": cache.used_bytes, **ex.policy.stats()}
-        return ReferenceRun(records, device_name(config.device), str(ex.lm.dtype)
-                            .removeprefix("torch."), dict(ex.lm.ops.notes), wall, stats)
+        stats = {
+            "evictions": cache.evictions,
+            "checkpoints_admitted": cache.checkpoints_admitted,
+            "checkpoints_hit": cache.checkpoints_hit,
+            "peak_bytes": cache.peak_bytes,
+            "tensor_bytes_held": ex.store.tensor_bytes(),
+            "accounted_bytes_held": cache.used_bytes,
+            **ex.policy.stats(),
+        }
+        return ReferenceRun(
+            records,
+            device_name(config.device),
+            str(ex.lm.dtype).removeprefix("torch."),
+            dict(ex.lm.ops.notes),
+            wall,
+            stats,
+        )
     finally:
         torch.set_num_threads(threads)
 
 
 def _arrival(workload: Workload, req: Request) -> float:
     if req.arrival_s is None:
-        raise TwinError(f"{workload.path}: row {req.row}, column arrival_s: the reference "
-                        "executor needs every arrival time (open loop); twin validate "
-                        "writes them for closed-loop workloads")
+        raise TwinError(
+            f"{workload.path}: row {req.row}, column arrival_s: the reference "
+            "executor needs every arrival time (open loop); twin validate "
+            "writes them for closed-loop workloads"
+        )
     return float(req.arrival_s)

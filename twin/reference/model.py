@@ -87,14 +87,19 @@ def layer_plan(model: ModelSpec) -> list[str]:
 def check_supported(model: ModelSpec) -> None:
     """A ``TwinError`` for shapes the reference model does not implement."""
     if model.n_moe_layers:
-        raise TwinError(f"model {model.name!r}: the reference executor has no MoE layers; "
-                        "validate a dense preset (e.g. tiny-hybrid, marconi-hybrid-7b)")
+        raise TwinError(
+            f"model {model.name!r}: the reference executor has no MoE layers; "
+            "validate a dense preset (e.g. tiny-hybrid, marconi-hybrid-7b)"
+        )
     if model.sliding_window is not None:
-        raise TwinError(f"model {model.name!r}: the reference executor has no sliding-window "
-                        "attention")
+        raise TwinError(
+            f"model {model.name!r}: the reference executor has no sliding-window attention"
+        )
     if model.n_ssm_layers and model.state_channels > model.d_inner:
-        raise TwinError(f"model {model.name!r}: ssm_state_channels ({model.state_channels}) "
-                        f"exceeds d_inner ({model.d_inner})")
+        raise TwinError(
+            f"model {model.name!r}: ssm_state_channels ({model.state_channels}) "
+            f"exceeds d_inner ({model.d_inner})"
+        )
 
 
 class HybridLM:
@@ -124,14 +129,16 @@ class HybridLM:
                 w.update(self._mamba_weights(depth_scale))
             self.layers.append(w)
         if m.n_attention_layers:
-            inv = 1.0 / ROPE_THETA ** (torch.arange(0, m.head_dim, 2, device=device,
-                                                    dtype=torch.float32) / m.head_dim)
+            inv = 1.0 / ROPE_THETA ** (
+                torch.arange(0, m.head_dim, 2, device=device, dtype=torch.float32) / m.head_dim
+            )
             self._inv_freq = inv
 
     # ------------------------------------------------------------------ weights
     def _randn(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
-        return torch.randn(*shape, generator=self._gen, device=self.device,
-                           dtype=dtype or self.dtype)
+        return torch.randn(
+            *shape, generator=self._gen, device=self.device, dtype=dtype or self.dtype
+        )
 
     def _linear(self, out_features: int, in_features: int) -> torch.Tensor:
         return self._randn(out_features, in_features) / math.sqrt(in_features)
@@ -151,8 +158,9 @@ class HybridLM:
             "conv_b": self._randn(conv_c) * 0.1,
             "A": -self._uniform(h, 1.0, 16.0),
             "D": torch.ones(h, device=self.device, dtype=torch.float32),
-            "D_rest": torch.ones(m.d_inner - m.state_channels, device=self.device,
-                                 dtype=self.dtype),
+            "D_rest": torch.ones(
+                m.d_inner - m.state_channels, device=self.device, dtype=self.dtype
+            ),
             "dt_bias": dt + torch.log(-torch.expm1(-dt)),  # inverse softplus
             "gate_norm": torch.ones(m.d_inner, device=self.device, dtype=self.dtype),
             "out_proj": self._linear(m.d_model, m.d_inner) * depth_scale,
@@ -160,8 +168,9 @@ class HybridLM:
 
     # ------------------------------------------------------------------ forward
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, past: SeqState | None = None,
-                stops: Sequence[int] = ()) -> Prefill:
+    def forward(
+        self, tokens: torch.Tensor, past: SeqState | None = None, stops: Sequence[int] = ()
+    ) -> Prefill:
         """Run ``tokens`` (1-D ids) after ``past``; keep the SSM states at ``stops``.
 
         ``stops`` are counts of new tokens (0 < s <= len(tokens)) after which the
@@ -214,8 +223,13 @@ class HybridLM:
         t1, t2 = t[..., :half], t[..., half:]
         return torch.cat((t1 * cos - t2 * sin, t2 * cos + t1 * sin), dim=-1)
 
-    def _attention(self, h: torch.Tensor, w: dict[str, torch.Tensor], prev: Kv | None,
-                   rope: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, Kv]:
+    def _attention(
+        self,
+        h: torch.Tensor,
+        w: dict[str, torch.Tensor],
+        prev: Kv | None,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> tuple[torch.Tensor, Kv]:
         m = self.spec
         n, hd = h.shape[1], m.head_dim
         qkv = F.linear(h, w["qkv"]).view(1, n, m.n_heads + 2 * m.n_kv_heads, hd).transpose(1, 2)
@@ -231,16 +245,16 @@ class HybridLM:
         y = y.transpose(1, 2).reshape(1, n, m.n_heads * hd)
         return F.linear(y, w["o"]), (k, v)
 
-    def _mamba(self, h: torch.Tensor, w: dict[str, torch.Tensor], prev: SsmState | None,
-               cuts: list[int]) -> tuple[torch.Tensor, SsmState, list[SsmState]]:
+    def _mamba(
+        self, h: torch.Tensor, w: dict[str, torch.Tensor], prev: SsmState | None, cuts: list[int]
+    ) -> tuple[torch.Tensor, SsmState, list[SsmState]]:
         m = self.spec
         n, di, k = h.shape[1], m.d_inner, m.ssm_conv_kernel
         heads, p, sc = m.n_ssm_heads, m.ssm_head_dim, m.state_channels
         gn = m.ssm_groups * m.ssm_d_state
         z, xbc, dt = F.linear(h, w["in_proj"]).split((di, di + 2 * gn, heads), dim=-1)
         xbc_t = xbc.transpose(1, 2)  # (1, c, n)
-        conv_prev = (prev[1] if prev is not None
-                     else xbc_t.new_zeros((1, xbc_t.shape[1], k - 1)))
+        conv_prev = prev[1] if prev is not None else xbc_t.new_zeros((1, xbc_t.shape[1], k - 1))
         xpad = torch.cat((conv_prev, xbc_t), dim=2)  # (1, c, k - 1 + n)
         xbc = F.silu(self.ops.conv(xpad, w["conv_w"], w["conv_b"])).transpose(1, 2)
         xs, B, C = xbc.split((di, gn, gn), dim=-1)
@@ -251,11 +265,20 @@ class HybridLM:
         ys, at = [], []
         bounds = [0, *cuts, n]
         for a, b in itertools.pairwise(bounds):
-            y, state = self.ops.scan(x_scan[:, a:b], dt[:, a:b], w["A"], B[:, a:b], C[:, a:b],
-                                     m.ssm_chunk_size, w["D"], w["dt_bias"], state)
+            y, state = self.ops.scan(
+                x_scan[:, a:b],
+                dt[:, a:b],
+                w["A"],
+                B[:, a:b],
+                C[:, a:b],
+                m.ssm_chunk_size,
+                w["D"],
+                w["dt_bias"],
+                state,
+            )
             ys.append(y)
             if b < n:  # the checkpoint: this layer's states after token b (clones: owned)
-                at.append((state.clone(), xpad[..., b:b + k - 1].clone()))
+                at.append((state.clone(), xpad[..., b : b + k - 1].clone()))
         y = (torch.cat(ys, dim=1) if len(ys) > 1 else ys[0]).reshape(1, n, sc)
         if sc < di:  # channels without state: the D skip only (see the module docstring)
             y = torch.cat((y, xs[..., sc:] * w["D_rest"]), dim=-1)

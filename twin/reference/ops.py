@@ -65,12 +65,21 @@ class Ops:
         k = w.shape[1]
         if self.cuda:
             return F.conv1d(xpad, w[:, None, :], bias, groups=w.shape[0])
-        return causal_conv1d_taps(xpad, w, bias)[..., k - 1:]
+        return causal_conv1d_taps(xpad, w, bias)[..., k - 1 :]
 
     # ------------------------------------------------------------------ scan
-    def scan(self, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
-             C: torch.Tensor, chunk: int, D: torch.Tensor, dt_bias: torch.Tensor,
-             initial: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def scan(
+        self,
+        x: torch.Tensor,
+        dt: torch.Tensor,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        C: torch.Tensor,
+        chunk: int,
+        D: torch.Tensor,
+        dt_bias: torch.Tensor,
+        initial: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mamba2 SSD scan of one segment: (y (1, l, h, p), final state (1, h, p, n))."""
         return self._scan(x, dt, A, B, C, chunk, D, dt_bias, initial)
 
@@ -80,20 +89,44 @@ class Ops:
             if fn is not None:
                 self.notes["ssm_scan"] = note
 
-                def triton_scan(x: Any, dt: Any, A: Any, B: Any, C: Any, q: int, D: Any,
-                                dt_bias: Any, initial: Any) -> tuple[torch.Tensor, torch.Tensor]:
-                    y, state = fn(x, dt, A, B, C, q, D=D, dt_bias=dt_bias, dt_softplus=True,
-                                  initial_states=initial, return_final_states=True)
+                def triton_scan(
+                    x: Any,
+                    dt: Any,
+                    A: Any,
+                    B: Any,
+                    C: Any,
+                    q: int,
+                    D: Any,
+                    dt_bias: Any,
+                    initial: Any,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+                    y, state = fn(
+                        x,
+                        dt,
+                        A,
+                        B,
+                        C,
+                        q,
+                        D=D,
+                        dt_bias=dt_bias,
+                        dt_softplus=True,
+                        initial_states=initial,
+                        return_final_states=True,
+                    )
                     return y, state
+
                 return triton_scan
         else:
             note = "no GPU"
         self.notes["ssm_scan"] = f"PyTorch SSD reference (calibration.ssd): {note}"
 
-        def reference_scan(x: Any, dt: Any, A: Any, B: Any, C: Any, q: int, D: Any,
-                           dt_bias: Any, initial: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            return ssd_chunked(x, dt, A, B, C, q, D=D, dt_bias=dt_bias, dt_softplus=True,
-                               initial_states=initial)
+        def reference_scan(
+            x: Any, dt: Any, A: Any, B: Any, C: Any, q: int, D: Any, dt_bias: Any, initial: Any
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            return ssd_chunked(
+                x, dt, A, B, C, q, D=D, dt_bias=dt_bias, dt_softplus=True, initial_states=initial
+            )
+
         return reference_scan
 
 

@@ -122,8 +122,10 @@ class TensorStore:
         if held is None or into is None:
             return
         child = self.nodes[into]
-        child.kv = [(torch.cat((a[0], b[0]), dim=2), torch.cat((a[1], b[1]), dim=2))
-                    for a, b in zip(held.kv, child.kv, strict=True)]
+        child.kv = [
+            (torch.cat((a[0], b[0]), dim=2), torch.cat((a[1], b[1]), dim=2))
+            for a, b in zip(held.kv, child.kv, strict=True)
+        ]
         child.start = held.start
 
     def _pending(self, node: Any) -> Pending:

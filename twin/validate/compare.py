@@ -62,12 +62,16 @@ def join(measured: Sequence[Measured], predicted: Sequence[RequestRecord]) -> di
     p = sorted(predicted, key=lambda r: r.row)
     rows = np.array([r.row for r in m], np.int64)
     if not np.array_equal(rows, np.array([r.row for r in p], np.int64)):
-        raise TwinError(f"the executor measured {len(m)} requests and the twin predicted "
-                        f"{len(p)}, not the same rows: they did not run the same workload")
+        raise TwinError(
+            f"the executor measured {len(m)} requests and the twin predicted "
+            f"{len(p)}, not the same rows: they did not run the same workload"
+        )
     bad = [a.row for a, b in zip(m, p, strict=True) if a.input_tokens != b.input_tokens]
     if bad:
-        raise TwinError(f"row {bad[0]}: the executor and the twin disagree on the prompt length; "
-                        "they did not run the same workload")
+        raise TwinError(
+            f"row {bad[0]}: the executor and the twin disagree on the prompt length; "
+            "they did not run the same workload"
+        )
     arrival = np.array([r.arrival_s for r in m])
     m_start = np.array([r.start_s for r in m])
     m_service = np.array([r.service_s for r in m])
@@ -124,8 +128,11 @@ def metrics(cols: dict[str, np.ndarray]) -> dict[str, Any]:
     for q in TTFT_PERCENTILES:
         meas = float(np.percentile(cols["measured_ttft_s"], q))
         pred = float(np.percentile(cols["predicted_ttft_s"], q))
-        ttft[f"p{q}"] = {"measured_s": meas, "predicted_s": pred,
-                         "rel_err": float(abs(rel_err(pred, meas)))}
+        ttft[f"p{q}"] = {
+            "measured_s": meas,
+            "predicted_s": pred,
+            "rel_err": float(abs(rel_err(pred, meas))),
+        }
     differ = np.flatnonzero(cols["measured_hit_tokens"] != cols["predicted_hit_tokens"])
     return {
         "requests": int(cols["row"].size),
@@ -160,8 +167,9 @@ def judge(m: dict[str, Any], device: str) -> dict[str, Any]:
         "ttft_p95_rel_err": m["ttft"]["p95"]["rel_err"],
     }
     # NaN (nothing measured) never passes: ``x < limit`` is False.
-    targets: dict[str, Any] = {k: {"max": limit, "value": v, "pass": bool(v < limit)}
-                               for k, v in checks.items()}
+    targets: dict[str, Any] = {
+        k: {"max": limit, "value": v, "pass": bool(v < limit)} for k, v in checks.items()
+    }
     same = m["hit"]["identical"]
     targets["hit_tokens_identical"] = {"required": True, "value": same, "pass": same}
     return {"targets": targets, "pass": all(t["pass"] for t in targets.values())}
@@ -175,12 +183,14 @@ def to_table(cols: dict[str, np.ndarray]) -> pa.Table:
 def output_paths(out_dir: str | Path) -> dict[str, Path]:
     """Where :func:`write_outputs` puts each output."""
     out_dir = Path(out_dir)
-    return {"validation": out_dir / VALIDATION_FILE, "requests": out_dir / REQUESTS_FILE,
-            "plot": out_dir / PLOT_FILE}
+    return {
+        "validation": out_dir / VALIDATION_FILE,
+        "requests": out_dir / REQUESTS_FILE,
+        "plot": out_dir / PLOT_FILE,
+    }
 
 
-def write_outputs(out_dir: str | Path, cols: dict[str, np.ndarray], report: dict[str, Any]
-                  ) -> None:
+def write_outputs(out_dir: str | Path, cols: dict[str, np.ndarray], report: dict[str, Any]) -> None:
     """Write the three outputs under ``out_dir``, all or nothing (module docstring)."""
     from twin.validate.plot import plot_validation  # late: matplotlib is slow to import
 

@@ -38,8 +38,7 @@ class PrefillOnlyPricer:
     def __init__(self, inner: StepPricer) -> None:
         self.inner = inner
 
-    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
-                  ) -> float:
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         return self.inner.step_time(prefills, 0, 0) if prefills else 0.0
 
     def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
@@ -57,13 +56,20 @@ def longest_prompt(workload: Workload) -> int:
     return max(len(req.prompt) for req in workload.requests())
 
 
-def server_config(workload: Workload, cache_bytes: int, policy: str,
-                  policy_options: dict[str, Any] | None = None) -> EngineConfig:
+def server_config(
+    workload: Workload, cache_bytes: int, policy: str, policy_options: dict[str, Any] | None = None
+) -> EngineConfig:
     """The engine configuration of the executor's server (module docstring)."""
     return EngineConfig(
-        replicas=1, tp=1, cache_bytes=int(cache_bytes), policy=policy,
-        policy_options=dict(policy_options or {}), max_running=1,
-        max_batched_tokens=longest_prompt(workload), gpu_memory_bytes=None)
+        replicas=1,
+        tp=1,
+        cache_bytes=int(cache_bytes),
+        policy=policy,
+        policy_options=dict(policy_options or {}),
+        max_running=1,
+        max_batched_tokens=longest_prompt(workload),
+        gpu_memory_bytes=None,
+    )
 
 
 def predict(
@@ -85,7 +91,13 @@ def predict(
     """
     config = server_config(workload, cache_bytes, policy, policy_options)
     records: list[RequestRecord] = []
-    simulate(workload, model, PrefillOnlyPricer(pricer), config, progress=progress,
-             on_record=records.append)
+    simulate(
+        workload,
+        model,
+        PrefillOnlyPricer(pricer),
+        config,
+        progress=progress,
+        on_record=records.append,
+    )
     records.sort(key=lambda rec: rec.row)
     return records

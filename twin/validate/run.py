@@ -45,9 +45,11 @@ def unbounded_footprint(workload: Workload, model: ModelSpec, policy: str) -> in
 def default_cache(workload: Workload, model: ModelSpec, policy: str) -> CacheChoice:
     """:data:`DEFAULT_CACHE_FRACTION` of the unbounded footprint under ``policy``."""
     footprint = unbounded_footprint(workload, model, policy)
-    return CacheChoice(int(DEFAULT_CACHE_FRACTION * footprint),
-                       f"{DEFAULT_CACHE_FRACTION:.0%} of the unbounded footprint under {policy}",
-                       footprint)
+    return CacheChoice(
+        int(DEFAULT_CACHE_FRACTION * footprint),
+        f"{DEFAULT_CACHE_FRACTION:.0%} of the unbounded footprint under {policy}",
+        footprint,
+    )
 
 
 def file_sha256(path: str | Path) -> str:
@@ -78,9 +80,14 @@ def validate(
     the executor's progress (the fraction of requests served).
     """
     config = executor_config
-    records = predict(workload, model, make_pricer(model, profile, 1),
-                      cache_bytes=config.cache_bytes, policy=config.policy,
-                      policy_options=config.policy_options)
+    records = predict(
+        workload,
+        model,
+        make_pricer(model, profile, 1),
+        cache_bytes=config.cache_bytes,
+        policy=config.policy,
+        policy_options=config.policy_options,
+    )
     run = run_reference(workload, model, config, progress)
     cols = join(run.records, records)
     found = metrics(cols)
@@ -91,19 +98,33 @@ def validate(
         "device_name": run.device_name,
         "dtype": run.dtype,
         "implementations": run.implementations,
-        "profile": {"gpu": profile.gpu, "device": profile.device, "source": profile.source,
-                    "provenance": profile.provenance_label},
+        "profile": {
+            "gpu": profile.gpu,
+            "device": profile.device,
+            "source": profile.source,
+            "provenance": profile.provenance_label,
+        },
         "policy": config.policy,
         "policy_options": config.policy_options,
-        "cache": {"bytes": cache.bytes, "source": cache.source,
-                  "unbounded_footprint_bytes": cache.unbounded_footprint_bytes},
-        "workload": {"path": str(workload.path), "sha256": file_sha256(workload.path),
-                     "rows": workload.num_rows, "sessions": workload.num_sessions,
-                     "fixed_arrivals": workload.metadata.get("fixed_arrivals")},
+        "cache": {
+            "bytes": cache.bytes,
+            "source": cache.source,
+            "unbounded_footprint_bytes": cache.unbounded_footprint_bytes,
+        },
+        "workload": {
+            "path": str(workload.path),
+            "sha256": file_sha256(workload.path),
+            "rows": workload.num_rows,
+            "sessions": workload.num_sessions,
+            "fixed_arrivals": workload.metadata.get("fixed_arrivals"),
+        },
         "seed": config.seed,
         "repeats": config.repeats,
-        "executor": {"wall_s": run.wall_s, "token_hit_rate": run.token_hit_rate,
-                     "request_hit_rate": run.request_hit_rate},
+        "executor": {
+            "wall_s": run.wall_s,
+            "token_hit_rate": run.token_hit_rate,
+            "request_hit_rate": run.request_hit_rate,
+        },
         "metrics": found,
         **judge(found, config.device),
         "outputs": {k: str(p) for k, p in output_paths(out_dir).items()},

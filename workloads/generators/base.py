@@ -96,9 +96,7 @@ class GeneratorParams:
         for i in range(1, len(names)):
             if values[i] < values[i - 1]:
                 bounds = ", ".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
-                raise knob_error(
-                    names[i], values[i], f"needs {' <= '.join(names)} (got {bounds})"
-                )
+                raise knob_error(names[i], values[i], f"needs {' <= '.join(names)} (got {bounds})")
 
 
 def _coerce(name: str, value: object, typ: object) -> object:
