@@ -197,7 +197,7 @@ class Profile:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise TwinError(f"{path}: no such profile file") from None
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, ValueError) as err:  # ValueError: bad JSON, or not UTF-8 (a binary file)
             raise TwinError(f"{path}: cannot read profile ({err})") from None
         if not isinstance(data, dict):
             raise TwinError(f"{path}: not a valid profile (expected a JSON object)")

@@ -4,7 +4,8 @@ A point is (cache size, policy, session rate, seed); everything else (model,
 profile, replicas, workload) is fixed by the :class:`SweepSpec`. Each finished
 point is merged into ``DIR/results.parquet``, rewritten atomically, so a
 killed sweep loses at most the points still running and a rerun with the same
-DIR computes only what is missing.
+DIR computes only what is missing. Each merge re-reads the file under a lock
+(``DIR/.results.lock``), so two sweeps sharing a DIR keep each other's rows.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN, RequestDigest
-from twin.atomic import atomic_path
+from reports.workers import run_in_pool
+from twin.atomic import atomic_path, locked
 from twin.errors import TwinError
 
 RESULTS_FILE = "results.parquet"
+LOCK_FILE = ".results.lock"
 GB = 1e9  # decimal GB, as `twin simulate --cache-gb`
 
 # Column order of the results table (and the schema every row is cast to, so
@@ -246,6 +248,20 @@ def write_results(out_dir: Path, rows: list[dict[str, Any]]) -> None:
         pq.write_table(table, tmp)
 
 
+def merge_results(out_dir: Path, new: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Add ``new`` rows to the file's, under the folder's lock; return every row by key.
+
+    Re-reading under the lock (not trusting a copy read at start) is what keeps
+    the rows another sweep wrote into the same DIR meanwhile.
+    """
+    with locked(Path(out_dir) / LOCK_FILE):
+        rows = {r["key"]: r for r in read_results(out_dir)}
+        rows.update({r["key"]: r for r in new})
+        if new:
+            write_results(out_dir, list(rows.values()))
+    return rows
+
+
 @dataclass
 class SweepOutcome:
     """The rows of this sweep's points, and how many were computed now vs found on disk."""
@@ -286,15 +302,14 @@ def run_sweep(
     out.mkdir(parents=True, exist_ok=True)
     # Rows of other sweeps sharing the DIR are kept in the file, but only this
     # sweep's keys are returned for the report.
-    rows = {r["key"]: r for r in read_results(out)}
+    rows = merge_results(out, [])
     todo = [p for p in points if spec.key(p) not in rows]
     skipped = len(points) - len(todo)
     if progress is not None and skipped:
         progress(skipped)
 
     def done(point: Point, row: dict[str, Any]) -> None:
-        rows[row["key"]] = row
-        write_results(out, list(rows.values()))
+        rows.update(merge_results(out, [row]))
         if on_point is not None:
             on_point(point, row)
         if progress is not None:
@@ -307,10 +322,7 @@ def run_sweep(
         for point in todo:
             done(point, run_point(spec, point))
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
-            futures = {pool.submit(run_point, spec, p): p for p in todo}
-            for fut in as_completed(futures):
-                done(futures[fut], fut.result())
+        run_in_pool(run_point, todo, lambda p: (spec, p), min(jobs, len(todo)), done)
     wanted = [spec.key(p) for p in points]
     return SweepOutcome([rows[k] for k in wanted], computed=len(todo), skipped=skipped)
 

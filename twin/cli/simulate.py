@@ -10,6 +10,7 @@ from rich.table import Table
 
 from calibration.profile import device_memory_bytes, resolve_profile
 from policies import POLICIES
+from twin.cli import checks
 from twin.cli.common import (
     GpuOption,
     ModelOption,
@@ -33,19 +34,11 @@ GB = 1e9  # decimal, as the Marconi paper and `twin replay` quote cache sizes
 EXAMPLE = "chat"
 
 
-def _value(text: str) -> Any:
-    """A policy option's value: int, then float, then the string itself."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            continue
-    return text
-
-
-def _policy_options(pairs: list[str]) -> dict[str, Any]:
+def _policy_options(policy: str, pairs: list[str]) -> dict[str, Any]:
     options = parse_pairs(pairs, "--policy-option", "alpha=1.0")
-    return {key.replace("-", "_"): _value(value) for key, value in options.items()}
+    return checks.policy_options(
+        policy, {key.replace("-", "_"): value for key, value in options.items()}
+    )
 
 
 def simulate(
@@ -80,7 +73,7 @@ def simulate(
         "--request-rate",
         help="Scale the file's open-loop arrival times to this many requests per second.",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the session arrivals."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the session arrivals."),
     max_batched_tokens: int = typer.Option(
         8192, "--max-batched-tokens", min=1, help="Token budget per step (chunked prefill)."
     ),
@@ -106,6 +99,9 @@ def simulate(
         help="Output folder for requests.parquet and summary.json.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace the outputs of an earlier run in --out."
+    ),
 ) -> None:
     """Simulate a serving cluster on a workload: TTFT, TPOT, hit rates, throughput.
 
@@ -123,6 +119,16 @@ def simulate(
 
       twin simulate trace.parquet --profile my-a100.json -r 2 --tp 2 -p sglang+ --json
     """
+    checks.number("--cache-gb", cache_gb, low=0)
+    checks.number("--gpu-mem-util", gpu_mem_util, low=0, high=1, low_open=True)
+    for flag, rate in (("--session-rate", session_rate), ("--request-rate", request_rate)):
+        checks.number(flag, rate, low=0, low_open=True)
+    checks.number("--warmup-s", warmup_s, low=0)
+    checks.number("--until-s", until_s, low=0, low_open=True)
+    if workload is not None:
+        checks.in_file("WORKLOAD", workload, "workload file")
+    checks.out_dir("--out", out)
+    checks.no_other_run("--out", out, [REQUESTS_FILE, SUMMARY_FILE], force)
     spec = resolve_model(model)
     prof = resolve_profile(gpu, profile)
     config = EngineConfig(
@@ -130,7 +136,7 @@ def simulate(
         tp=tp,
         cache_bytes=int(cache_gb * GB),
         policy=policy,
-        policy_options=_policy_options(policy_option),
+        policy_options=_policy_options(policy, policy_option),
         router=router,
         max_batched_tokens=max_batched_tokens,
         max_running=max_running,
@@ -157,7 +163,7 @@ def simulate(
     }
     total = round(expected_horizon(wl, config), 1) or None
     with progress_bar("simulated seconds", total) as advance:
-        summary = run_simulation(wl, spec, pricer, config, out, info, advance)
+        summary = run_simulation(wl, spec, pricer, config, out, info, advance, force=force)
     if as_json:
         print(to_json(summary), end="")  # the same text as summary.json
         return

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from twin import __version__
-from twin.atomic import write_text_atomic
+from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
 from twin.engine.cluster import Cluster
 from twin.engine.config import EngineConfig
@@ -29,17 +29,23 @@ def simulate(
     profile: dict[str, Any] | None = None,
     progress: Callable[[float], None] | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
+    force: bool = True,
 ) -> dict[str, Any]:
     """Simulate ``workload``; return the summary (and write both files under ``out_dir``).
 
     ``profile`` describes where the step prices come from (its provenance
     label goes into the summary). ``on_record`` also sees every record (tests).
-    Nothing is left in ``out_dir`` if the run fails.
+    Nothing is left in ``out_dir`` if the run fails, and the two files are
+    committed as one set with a manifest (``twin.atomic.OutputSet``); unless
+    ``force``, outputs another run committed there meanwhile are kept and this
+    run fails instead.
     """
     summary = SummaryBuilder(PrefillFlops(model), config.warmup_s)
-    writer = None
+    writer = outputs = None
     if out_dir is not None:
-        writer = RecordWriter(Path(out_dir) / REQUESTS_FILE, config.warmup_s)
+        before = peek_manifest(out_dir)
+        outputs = OutputSet(out_dir, [REQUESTS_FILE, SUMMARY_FILE], kind="twin simulate")
+        writer = RecordWriter(outputs.path(REQUESTS_FILE), config.warmup_s)
 
     def record(rec: RequestRecord) -> None:
         summary.add(rec)
@@ -52,8 +58,9 @@ def simulate(
         cluster = Cluster(model, pricer, config, workload, record)
         stats = cluster.run(progress)
     except BaseException:
-        if writer is not None:
+        if writer is not None and outputs is not None:
             writer.abort()
+            outputs.abort()
         raise
     if writer is not None:
         writer.close()
@@ -78,6 +85,11 @@ def simulate(
         replicas=stats.replicas,
         cache_occupancy=stats.occupancy,
     )
-    if out_dir is not None:
-        write_text_atomic(Path(out_dir) / SUMMARY_FILE, to_json(result))
+    if outputs is not None:
+        try:
+            outputs.path(SUMMARY_FILE).write_text(to_json(result))
+            outputs.commit(before, force)
+        except BaseException:
+            outputs.abort()
+            raise
     return result

@@ -1,0 +1,222 @@
+"""Faults and concurrency: kills, interrupts, stale temporaries, concurrent writers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from reports.sweep import RESULTS_FILE, SweepSpec, grid, resolve, run_sweep
+from twin import atomic
+from twin.atomic import MANIFEST_FILE, read_manifest, remove_stale_tmp, write_text_atomic
+from twin.cli.simulate import simulate
+from twin.errors import TwinError
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--model", "tiny-hybrid", "--cache-gb", "0.001"]
+
+
+def _simulate_app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command("simulate")(simulate)
+
+    @app.callback()
+    def _root() -> None:
+        """Keep ``simulate`` a sub-command."""
+
+    return app
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+def _wait_gone(pids: list[int], limit_s: float = 30.0) -> list[int]:
+    deadline = time.monotonic() + limit_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if not _gone(p)]
+        time.sleep(0.2)
+    return alive
+
+
+# --- stale temporaries ------------------------------------------------------------------
+
+
+def test_stale_tmp_of_a_dead_process_is_removed_by_the_next_writer(tmp_path: Path) -> None:
+    target = tmp_path / "summary.json"
+    dead = tmp_path / f".summary.json.tmp-{_dead_pid()}"
+    nested = tmp_path / f"..summary.json.tmp-{_dead_pid()}.tmp-{_dead_pid()}"
+    live = tmp_path / f".summary.json.tmp-{os.getppid()}"  # a live process: kept
+    other = tmp_path / f".other.json.tmp-{_dead_pid()}"  # another name: not ours to judge
+    for p in (dead, nested, live, other):
+        p.write_text("half")
+    write_text_atomic(target, "{}")
+    assert target.read_text() == "{}"
+    assert not dead.exists() and not nested.exists()
+    assert live.exists() and other.exists()
+    assert remove_stale_tmp(target) == []
+
+
+# --- simulate: outputs as a set, --force --------------------------------------------------
+
+
+def test_simulate_commits_its_outputs_as_a_set(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    res = CliRunner().invoke(_simulate_app(), ["simulate", "--out", str(out), *SMALL])
+    assert res.exit_code == 0, res.output
+    manifest = read_manifest(out)
+    assert set(manifest["files"]) == {"requests.parquet", "summary.json"}
+    assert not [p for p in out.iterdir() if ".tmp-" in p.name]
+    # Another run's summary beside this run's requests is refused, naming the file.
+    (out / "summary.json").write_text(json.dumps({"other": "run"}))
+    with pytest.raises(TwinError, match="summary.json: does not belong"):
+        read_manifest(out)
+
+
+def test_a_kill_between_renames_leaves_no_valid_manifest(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "sim"
+    res = CliRunner().invoke(_simulate_app(), ["simulate", "--out", str(out), *SMALL])
+    assert res.exit_code == 0, res.output
+    real_replace = os.replace
+
+    def replace_then_die(src, dst):  # "killed" after renaming requests.parquet
+        if Path(dst).name == "summary.json":
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace_then_die)
+    args = ["simulate", "--out", str(out), "--force", "--seed", "3", *SMALL]
+    res = CliRunner().invoke(_simulate_app(), args)
+    assert res.exit_code != 0
+    monkeypatch.undo()
+    assert (out / "requests.parquet").stat().st_mtime_ns > (out / "summary.json").stat().st_mtime_ns
+    # requests.parquet is the new run's, summary.json the old one's: no manifest vouches.
+    assert not (out / MANIFEST_FILE).exists()
+    with pytest.raises(TwinError, match="did not finish"):
+        read_manifest(out)
+
+
+def test_second_simulate_into_one_out_refuses_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    app = _simulate_app()
+    first = CliRunner().invoke(app, ["simulate", "--out", str(out), *SMALL])
+    assert first.exit_code == 0, first.output
+    before = (out / "summary.json").read_bytes()
+    again = CliRunner().invoke(app, ["simulate", "--out", str(out), "--seed", "5", *SMALL])
+    assert isinstance(again.exception, TwinError)
+    assert "--force" in str(again.exception) and "another run" in str(again.exception)
+    assert (out / "summary.json").read_bytes() == before
+    forced = CliRunner().invoke(
+        app, ["simulate", "--out", str(out), "--seed", "5", "--force", *SMALL]
+    )
+    assert forced.exit_code == 0, forced.output
+    assert json.loads((out / "summary.json").read_text())["seed"] == 5
+    read_manifest(out)
+
+
+# --- sweeps: two writers in one folder -----------------------------------------------------
+
+
+def test_two_sweeps_into_one_out_keep_each_others_points(tmp_path: Path) -> None:
+    from workloads.examples import example_path
+
+    spec = resolve(
+        SweepSpec(workload=str(example_path("system-prompt")), model="tiny-hybrid", gpu="h100")
+    )
+    mine = grid([0.0005, 0.002], ["vllm+"], [None], 1)
+    theirs = grid([0.0005, 0.002], ["marconi"], [None], 1)
+    started = []
+
+    def other_sweep_runs_meanwhile(point, row):
+        # The other sweep runs to completion between this sweep's first and second point.
+        if not started:
+            started.append(point)
+            run_sweep(spec, theirs, tmp_path)
+
+    run_sweep(spec, mine, tmp_path, on_point=other_sweep_runs_meanwhile)
+    rows = pq.read_table(tmp_path / RESULTS_FILE).to_pylist()
+    assert sorted((r["policy"], r["cache_gb"]) for r in rows) == [
+        ("marconi", 0.0005),
+        ("marconi", 0.002),
+        ("vllm+", 0.0005),
+        ("vllm+", 0.002),
+    ]
+
+
+# --- the process pool: SIGKILL and Ctrl-C ---------------------------------------------------
+
+_POOL_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    from reports.workers import run_in_pool
+
+    def slow(i, folder):
+        open(os.path.join(folder, f"worker-{os.getpid()}"), "w").close()
+        time.sleep(300)
+        return i
+
+    if __name__ == "__main__":
+        run_in_pool(slow, range(8), lambda i: (i, sys.argv[1]), 2, lambda i, r: None)
+    """
+)
+
+
+def _start_pool(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
+    script = tmp_path / "pool.py"
+    script.write_text(_POOL_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path)], env=env, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    pids: list[int] = []
+    while len(pids) < 2 and time.monotonic() < deadline:
+        pids = [int(p.name.split("-")[1]) for p in tmp_path.glob("worker-*")]
+        time.sleep(0.1)
+    assert len(pids) == 2, "the pool never started its workers"
+    return proc, pids
+
+
+def test_sigkill_of_the_sweep_takes_its_workers_down(tmp_path: Path) -> None:
+    proc, workers = _start_pool(tmp_path)
+    proc.kill()
+    proc.wait()
+    assert _wait_gone(workers) == [], "pool workers outlived their SIGKILLed parent"
+
+
+def test_ctrl_c_with_jobs_stops_the_pool_without_finishing_points(tmp_path: Path) -> None:
+    proc, workers = _start_pool(tmp_path)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
+    try:
+        # The points sleep 300 s each: finishing them first would blow this limit.
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc != 0
+    assert _wait_gone(workers) == []

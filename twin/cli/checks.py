@@ -1,0 +1,137 @@
+"""Flag and path checks the commands run before any work starts.
+
+Each check raises a ``TwinError`` naming the flag and what is wrong with its
+value, so a bad command line fails in milliseconds with one line instead of
+after the simulation (or with a traceback from deep inside it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+from twin.errors import TwinError
+
+
+def number(
+    flag: str,
+    value: float | None,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> None:
+    """A finite number within [low, high] (``low_open``: strictly above ``low``)."""
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise TwinError(f"{flag} {value}: must be a finite number")
+    if low is not None and (value <= low if low_open else value < low):
+        raise TwinError(f"{flag} {value:g}: must be {'>' if low_open else '>='} {low:g}")
+    if high is not None and value > high:
+        raise TwinError(f"{flag} {value:g}: must be <= {high:g}")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def _writable_parent(flag: str, path: Path) -> None:
+    """``path`` can be created: its nearest existing ancestor is a writable folder."""
+    base = _existing_ancestor(path.parent if not path.exists() else path)
+    if not base.is_dir():
+        raise TwinError(f"{flag} {path}: {base} is a file, not a folder")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise TwinError(f"{flag} {path}: folder {base} is not writable")
+
+
+def out_dir(flag: str, path: Path) -> None:
+    """An output folder: a folder (or creatable), never an existing file."""
+    if path.exists() and not path.is_dir():
+        raise TwinError(f"{flag} {path}: is a file; expected a folder for the outputs")
+    _writable_parent(flag, path)
+
+
+def out_file(flag: str, path: Path) -> None:
+    """An output file: not a folder, and its folder is writable (or creatable)."""
+    if path.is_dir():
+        raise TwinError(f"{flag} {path}: is a folder; expected a file name")
+    _writable_parent(flag, path)
+
+
+def in_file(flag: str, path: Path, what: str = "file") -> None:
+    """An input file that exists and can be read."""
+    if not path.exists():
+        raise TwinError(f"{flag} {path}: no such {what}")
+    if not path.is_file():
+        raise TwinError(f"{flag} {path}: is a folder; expected a {what}")
+    if not os.access(path, os.R_OK):
+        raise TwinError(f"{flag} {path}: not readable")
+
+
+def no_other_run(flag: str, path: Path, names: list[str], force: bool) -> None:
+    """Refuse to replace another run's outputs in ``path`` unless ``force``."""
+    from twin.atomic import has_outputs
+
+    if not force and path.is_dir() and has_outputs(path, names):
+        raise TwinError(
+            f"{flag} {path}: already holds the outputs of another run; "
+            "pass --force to replace them, or choose another folder"
+        )
+
+
+def _option_type(policy_classes: list[type], key: str) -> Any:
+    """The annotated type of ``key`` in the first policy constructor that takes it."""
+    for cls in policy_classes:
+        params = inspect.signature(cls.__init__).parameters
+        if key in params:
+            hints = typing.get_type_hints(cls.__init__)
+            return hints.get(key, Any)
+    return Any
+
+
+def policy_options(policy: str, options: dict[str, str]) -> dict[str, Any]:
+    """``--policy-option`` values typed as the policy's constructor declares, then tried.
+
+    Numbers must be finite (``alpha=nan`` would silently act as 0 and
+    ``bootstrap_multiplier=nan`` crash at the first eviction); the policy is
+    then built once so its own range checks run before the simulation does.
+    """
+    from policies import POLICIES, get_policy
+
+    classes = [POLICIES[policy]] if policy in POLICIES else []
+    classes += [c for c in POLICIES.values() if c not in classes]
+    typed: dict[str, Any] = {}
+    for key, text in options.items():
+        want = _option_type(classes, key)
+        args = set(typing.get_args(want)) or {want}
+        flag = f"--policy-option {key}={text}"
+        if int in args:
+            try:
+                typed[key] = int(text)
+            except ValueError:
+                raise TwinError(f"{flag}: expected a whole number") from None
+        elif float in args:
+            try:
+                value = float(text)
+            except ValueError:
+                raise TwinError(f"{flag}: expected a number") from None
+            if not math.isfinite(value):
+                raise TwinError(f"{flag}: must be a finite number")
+            typed[key] = value
+        else:
+            typed[key] = text
+    if policy not in POLICIES:
+        return typed  # the --policy check names the valid ones
+    try:
+        get_policy(policy, **typed)
+    except TwinError as err:
+        raise TwinError(f"--policy-option: {err}") from None
+    return typed
