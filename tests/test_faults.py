@@ -94,7 +94,7 @@ def test_simulate_commits_its_outputs_as_a_set(tmp_path: Path) -> None:
     assert not [p for p in out.iterdir() if ".tmp-" in p.name]
     # Another run's summary beside this run's requests is refused, naming the file.
     (out / "summary.json").write_text(json.dumps({"other": "run"}))
-    with pytest.raises(TwinError, match="summary.json: does not belong"):
+    with pytest.raises(TwinError, match=r"summary\.json: does not belong"):
         read_manifest(out)
 
 
