@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.optimize import least_squares
-
 from calibration.formulas import get_formula
 from calibration.profile import KernelFit
 
@@ -110,6 +108,8 @@ def fit_params(
 
     def resid(u: np.ndarray) -> np.ndarray:
         return np.log(_model(kernel, np.exp(u), peaks, flops, nbytes, extras)) - log_y
+
+    from scipy.optimize import least_squares  # late: scipy costs every command ~0.6 s
 
     best = None
     for u0 in starts:

@@ -9,19 +9,31 @@ sustainable rate; :mod:`reports.render_figures` draws the figures and
 :mod:`reports.render` writes ``report.html`` and ``report.md``.
 """
 
-from reports.analysis import Slo, aggregate, parse_slo, recommend, winner
-from reports.render import render_report
-from reports.sweep import Point, SweepSpec, grid, run_sweep
+from __future__ import annotations
 
-__all__ = [
-    "Point",
-    "Slo",
-    "SweepSpec",
-    "aggregate",
-    "grid",
-    "parse_slo",
-    "recommend",
-    "render_report",
-    "run_sweep",
-    "winner",
-]
+from importlib import import_module
+from typing import Any
+
+# Names re-exported lazily: importing ``reports.sweep`` (or the CLI) must not
+# pull in scipy and matplotlib through this package's ``__init__``.
+_EXPORTS = {
+    "Point": "reports.sweep",
+    "Slo": "reports.analysis",
+    "SweepSpec": "reports.sweep",
+    "aggregate": "reports.analysis",
+    "grid": "reports.sweep",
+    "parse_slo": "reports.analysis",
+    "recommend": "reports.analysis",
+    "render_report": "reports.render",
+    "run_sweep": "reports.sweep",
+    "winner": "reports.analysis",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(name)
+
+
+__all__ = sorted(_EXPORTS)

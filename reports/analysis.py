@@ -13,8 +13,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from scipy import stats
-
 from twin.errors import TwinError
 
 # Metrics averaged across seeds; each gets a 95% interval when seeds >= 2.
@@ -79,6 +77,8 @@ def _interval(values: list[float]) -> float | None:
         return None
     mean = sum(values) / n
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    from scipy import stats  # late: scipy.stats costs every command ~0.4 s to import
+
     return float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
 
 

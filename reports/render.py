@@ -14,7 +14,6 @@ from typing import Any
 
 from reports.analysis import Recommendation, Slo, rate_label, verdict
 from reports.load import LOAD_HEAD, Sustainable, load_rows, load_verdict, sustainable
-from reports.render_figures import figures
 from twin.atomic import write_text_atomic
 
 HTML_FILE = "report.html"
@@ -264,6 +263,8 @@ def render_report(
     """
     out = Path(out_dir)
     load = sustainable(agg, slo) if slo is not None else []
+    from reports.render_figures import figures  # late: matplotlib is slow to import
+
     figs = figures(agg, slo, rows, cdf_cache_gb, load)
     written = []
     for stem, _, svg in figs:

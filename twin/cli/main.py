@@ -1,0 +1,75 @@
+"""The console entry point: every failure a user can cause is one line on stderr.
+
+The command modules are imported here, inside the handler, so even a Ctrl-C
+during start-up (importing numpy, pyarrow, ...) ends with one line. Typer runs
+with ``standalone_mode=False`` so that its usage errors (a bad flag value) come
+back as exceptions and are printed on one line like every other error, instead
+of a multi-line box.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+USAGE_EXIT = 2  # bad input: a flag, a file, a value (click uses 2 for usage errors too)
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report a Ctrl-C
+
+
+def _say(text: str) -> None:
+    # Plain text, not rich markup: a message such as pip install 'twin[ray]'
+    # must keep its square brackets, and must not be wrapped onto several lines.
+    print(" ".join(text.split()), file=sys.stderr)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the ``twin`` command line on ``argv`` (default: ``sys.argv[1:]``); return the status."""
+    try:
+        from typer.exceptions import TyperException
+
+        from twin.errors import TwinError
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return INTERRUPTED_EXIT
+    try:
+        from twin.cli.root import app
+
+        rv = app(args=argv, prog_name="twin", standalone_mode=False)
+    except TwinError as err:
+        _say(f"error: {err}")
+        return USAGE_EXIT
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return INTERRUPTED_EXIT
+    except TyperException as err:  # typer's click: usage errors, Abort, NoArgsIsHelp
+        return _usage(err)
+    except BrokenPipeError:
+        # The reader of our output went away (``| head``): stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as err:  # a disk filled, a folder vanished: say which file, no traceback
+        name = f"{err.filename}: " if err.filename else ""
+        _say(f"error: {name}{err.strerror or err}")
+        return USAGE_EXIT
+    if rv == INTERRUPTED_EXIT:  # typer turns a Ctrl-C inside a command into Exit(130)
+        _say("interrupted")
+    return rv if isinstance(rv, int) else 0
+
+
+def _usage(err: BaseException) -> int:
+    from typer._click import exceptions as click_exc  # typer's bundled click
+
+    if isinstance(err, click_exc.NoArgsIsHelpError):
+        print(err.ctx.get_help() if err.ctx else err.format_message())
+        return USAGE_EXIT
+    if isinstance(err, click_exc.ClickException):
+        command = err.ctx.command_path if getattr(err, "ctx", None) else "twin"
+        _say(f"error: {command}: {err.format_message()} (see {command} --help)")
+        return err.exit_code
+    _say("interrupted")  # click's Abort (Ctrl-C or end of input at a prompt)
+    return INTERRUPTED_EXIT
+
+
+def main() -> None:
+    """``twin`` console script."""
+    sys.exit(run())
