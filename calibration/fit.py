@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
 from calibration.formulas import get_formula
 from calibration.profile import KernelFit
 
