@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from twin.atomic import atomic_path
 from twin.errors import TwinError
@@ -44,15 +43,14 @@ def _no_progress(n: int) -> None:
     """Default progress callback: ignore."""
 
 
-def _max_stored_id(path: Path) -> int:
+def _max_stored_id(workload: Workload) -> int:
     """Largest token id stored in the file's input and output lists (-1 if none).
 
     One scan of the token columns without history expansion: every id a
     request can hold (prompt history included) is one of these or fresh.
     """
     best = -1
-    parquet = pq.ParquetFile(path)
-    for batch in parquet.iter_batches(columns=["input_tokens", "output_tokens"]):
+    for batch in workload.token_batches():
         for col in batch.columns:
             if col.null_count == len(col):
                 continue
@@ -73,7 +71,7 @@ def export_marconi(
     previous call (the CLI's bar runs over ``workload.num_rows``).
     """
     out = Path(out)
-    base = _max_stored_id(workload.path) + 1
+    base = _max_stored_id(workload) + 1
     session_ts: dict[int, float] = {}  # last ts of each session, for closed-loop turns
     last_ts = 0.0
     rows = 0

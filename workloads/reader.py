@@ -86,8 +86,7 @@ class Workload:
         self._parquet = parquet
         self.index = index  # light columns as numpy arrays (NaN for null floats)
         self.num_rows = len(index["session_id"])
-        raw = parquet.schema_arrow.metadata or {}
-        self.metadata: dict[str, Any] = json.loads(raw[METADATA_KEY]) if METADATA_KEY in raw else {}
+        self.metadata: dict[str, Any] = _file_metadata(path, parquet.schema_arrow)
         self._last_turn = _last_turn_mask(index["session_id"])
 
     @property
@@ -108,7 +107,13 @@ class Workload:
         except (pa.ArrowInvalid, OSError) as err:
             raise TwinError(f"{path}: not a readable parquet file ({err})") from None
         _check_schema(path, parquet.schema_arrow)
-        table = parquet.read(columns=list(INDEX_COLUMNS))
+        _file_metadata(path, parquet.schema_arrow)
+        try:
+            table = parquet.read(columns=list(INDEX_COLUMNS))
+        except (OSError, pa.ArrowException) as err:
+            raise TwinError(f"{path}: corrupt data ({_short(err)})") from None
+        if table.num_rows == 0:
+            raise TwinError(f"{path}: the workload has no rows (no requests to run)")
         index = _validate_index(path, table)
         return cls(path, parquet, index)
 
@@ -120,9 +125,7 @@ class Workload:
         sid_all, turn_all = self.index["session_id"], self.index["turn"]
         arr_all, think_all = self.index["arrival_s"], self.index["think_s"]
         ext_all, olen_all = self.index["extends_history"], self.index["output_len"]
-        for batch in self._parquet.iter_batches(
-            batch_size=_BATCH_ROWS, columns=["input_tokens", "output_tokens"]
-        ):
+        for batch in self.token_batches():
             inputs = _token_lists(self.path, row, "input_tokens", batch.column(0))
             outputs = _token_lists(self.path, row, "output_tokens", batch.column(1))
             for i in range(batch.num_rows):
@@ -168,6 +171,53 @@ class Workload:
                 )
             row += batch.num_rows
 
+    def token_batches(self) -> Iterator[pa.RecordBatch]:
+        """The token columns batch by batch; a page that fails to decode is a ``TwinError``.
+
+        Opening a file reads only its footer, so a corrupted data page (a bit
+        flip in a compressed token page) surfaces here, mid-run.
+        """
+        batches = self._parquet.iter_batches(
+            batch_size=_BATCH_ROWS, columns=["input_tokens", "output_tokens"]
+        )
+        row = 0
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except (OSError, pa.ArrowException) as err:
+                raise TwinError(
+                    f"{where(self.path, row, 'input_tokens')}: corrupt data "
+                    f"in the batch starting here ({_short(err)})"
+                ) from None
+            row += batch.num_rows
+            yield batch
+
+
+def _short(err: BaseException) -> str:
+    """An arrow error on one line (some span several, with a C++ source location)."""
+    return str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+
+
+def _file_metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
+    """The ``twin.workload`` JSON object in the file's metadata ({} when absent)."""
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        return {}
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise TwinError(
+            f"{path}: file metadata {METADATA_KEY.decode()!r} is not valid UTF-8 JSON ({err})"
+        ) from None
+    if not isinstance(data, dict):
+        raise TwinError(
+            f"{path}: file metadata {METADATA_KEY.decode()!r} must be a JSON object, "
+            f"got {type(data).__name__}"
+        )
+    return data
+
 
 def _check_schema(path: Path, schema: pa.Schema) -> None:
     missing = [c for c in COLUMNS if c not in schema.names]
@@ -198,6 +248,14 @@ def _validate_index(path: Path, table: pa.Table) -> dict[str, np.ndarray]:
 
     def floats(name: str) -> np.ndarray:
         col = pc.cast(table.column(name), pa.float64())
+        # Null means "not given" (NaN below); a NaN stored in the file is not
+        # null and would silently turn an open-loop turn into a closed-loop one.
+        _first_bad(
+            path,
+            name,
+            pc.fill_null(pc.is_nan(col), False).to_numpy(zero_copy_only=False),
+            "NaN is not a time (leave the value null to mean 'not given')",
+        )
         return col.to_numpy(zero_copy_only=False).astype(np.float64)
 
     index = {

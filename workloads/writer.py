@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from twin import __version__
 from twin.atomic import atomic_path
+from twin.errors import TwinError
 from workloads.schema import METADATA_KEY, SCHEMA, WorkloadRow
 
 # Flush a row group once this many tokens are buffered: bounds memory while
@@ -96,12 +97,23 @@ class WorkloadWriter:
         tb: TracebackType | None,
     ) -> None:
         assert self._writer is not None
+        empty: TwinError | None = None
         try:
             if exc_type is None:
                 self._flush()
+                if self.rows_written == 0:
+                    # A workload without requests would only fail later (or,
+                    # worse, "succeed" with empty results): refuse it here.
+                    source = self._metadata.get("source", "the input")
+                    empty = TwinError(f"{source}: no requests in it; nothing written")
             self._writer.close()
         finally:
-            self._atomic.__exit__(exc_type, exc, tb)
+            if empty is not None:
+                self._atomic.__exit__(TwinError, empty, None)
+            else:
+                self._atomic.__exit__(exc_type, exc, tb)
+        if empty is not None:
+            raise empty
 
     def _flush(self) -> None:
         if not self._rows:

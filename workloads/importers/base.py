@@ -110,6 +110,10 @@ def json_lines(path: Path, on_progress: ProgressFn = _no_progress) -> Iterator[t
                     obj = json.loads(raw)
                 except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
                     raise TwinError(f"{at(path, lineno)}: not valid JSON ({err})") from None
+                except RecursionError:  # json's C decoder recurses once per nesting level
+                    raise TwinError(
+                        f"{at(path, lineno)}: JSON nested too deeply to be a trace record"
+                    ) from None
                 if not isinstance(obj, dict):
                     raise TwinError(
                         f"{at(path, lineno)}: expected a JSON object, got {type(obj).__name__}"
@@ -172,8 +176,14 @@ def get_int_array(
         arr = None
     # numpy infers an integer dtype only when every element is an int (bools
     # give 'b', floats 'f', strings 'U', nesting ndim > 1, huge ints 'O').
-    if arr is None or arr.dtype.kind not in "iu" or arr.ndim != 1:
-        bad = next((x for x in v if type(x) is not int), v[0])
+    # numpy also folds a ``true`` among integers into 1: look for bools too.
+    if (
+        arr is None
+        or arr.dtype.kind not in "iu"
+        or arr.ndim != 1
+        or any(type(x) is bool for x in v)
+    ):
+        bad = next((x for x in v if type(x) is not int), v[0])  # bool is not int here
         raise TwinError(f"{at(path, line, field)}: expected integers, found {bad!r:.60}")
     out_of_range = (arr < 0) | (arr > maximum)
     if out_of_range.any():
