@@ -140,6 +140,8 @@ class OutputSet:
         self.out_dir = Path(out_dir)
         self.names = list(names)
         self.kind = kind
+        # A failed run removes the folder again if it made it (and it is empty).
+        self._made = [p for p in (self.out_dir, *self.out_dir.parents) if not p.exists()]
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._tmp = {}
         for name in self.names:
@@ -180,6 +182,9 @@ class OutputSet:
         for tmp in self._tmp.values():
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
+        for folder in self._made:  # innermost first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def peek_manifest(out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from policies import POLICIES, get_policy
+from twin.cli import checks
 from twin.cli.common import console, print_json, progress_bar
 from twin.errors import TwinError
 from twin.presets import resolve_model
@@ -68,6 +69,8 @@ def replay(
 
       twin replay chat.parquet -m marconi-hybrid-7b --cache-gb 60 -p sglang+,marconi,oracle --json
     """
+    checks.number("--cache-gb", cache_gb, low=0)
+    checks.number("--bootstrap-multiplier", bootstrap_multiplier, low=0, low_open=True)
     spec = resolve_model(model)
     names = _policies(policy)
     options: dict[str, Any] = {

@@ -23,6 +23,7 @@ from reports.sweep import (
     run_sweep,
 )
 from twin import __version__
+from twin.cli import checks
 from twin.cli.common import (
     GpuOption,
     ModelOption,
@@ -142,6 +143,8 @@ def capacity(
       --cache-gb 20,40,60 --policies vllm+,sglang+,marconi --session-rates 0.5,1,2
       --slo "p95_ttft<=500ms" --seeds 2 --out capacity --jobs 4
     """
+    checks.in_file("WORKLOAD", workload, "workload file")
+    checks.out_dir("--out", out)
     caches = _numbers("--cache-gb", cache_gb, positive=False)
     names = _policy_list(policies)
     rates: list[float | None] = (

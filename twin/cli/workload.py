@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from twin.cli import checks
 from twin.cli.common import console, parse_pairs, print_json, progress_bar
 from twin.errors import TwinError
 from workloads.exporters import export_marconi
@@ -28,7 +29,7 @@ def generate(
     session_rate: float = typer.Option(
         1.0, "--session-rate", min=1e-9, help="Poisson session arrival rate, sessions/s."
     ),
-    seed: int = typer.Option(0, "--seed", help="Random seed: same seed, same file."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Random seed: same seed, same file."),
     max_context: int = typer.Option(
         32768, "--max-context", min=16, help="Longest prompt + output of any turn, in tokens."
     ),
@@ -44,6 +45,8 @@ def generate(
 
       twin workload generate swebench -n 50 --set keep_observations=3 -o swe.parquet
     """
+    checks.number("--session-rate", session_rate, low=0, low_open=True)
+    checks.out_file("--out", out)
     gen_cls = get_generator(kind)
     params = gen_cls.parse_params(parse_pairs(knobs, "--set", "mean_turns=6"))
     gen = gen_cls(params)
@@ -98,8 +101,8 @@ def import_(
       twin workload import mooncake mooncake_synthetic_trace.jsonl -o mooncake.parquet
     """
     importer = get_importer(fmt)()
-    if not src.is_file():
-        raise TwinError(f"{src}: no such trace file")
+    checks.in_file("IN", src, "trace file")
+    checks.out_file("--out", out)
     with (
         progress_bar(f"importing {fmt}", src.stat().st_size, unit="bytes") as advance,
         WorkloadWriter(out, importer.metadata(src)) as writer,
@@ -126,6 +129,7 @@ def export(
     """
     if fmt != "marconi":
         raise TwinError(f"export format {fmt!r} is unknown; the only one is 'marconi'")
+    checks.out_file("--out", out)
     workload = Workload.open(src)
     with progress_bar("exporting", workload.num_rows) as advance:
         rows = export_marconi(workload, out, on_progress=advance)
