@@ -33,6 +33,8 @@ class Header:
     provenance: str
     replicas: int
     tp: int
+    # "<cache> GB cache: <why>" for each swept cache size that cannot run.
+    infeasible: tuple[str, ...] = ()
 
 
 def _fmt(v: Any, ci: Any = None, digits: int = 1, pct: bool = False) -> str:
@@ -57,6 +59,7 @@ def _rec_rows(recs: list[Recommendation]) -> list[list[str]]:
     ]
 
 
+INFEASIBLE_HEAD = "## Points that cannot run (left out of the results)"
 LOAD_NOTE = (
     "Max sustainable rate: the largest swept session rate meeting the SLO, "
     "interpolated linearly to the SLO crossing between the last passing and the first "
@@ -188,6 +191,10 @@ def render_html(
         parts.append("<h2>Load</h2>")
         parts += [f"<p class='verdict'>{e(line)}</p>" for line in load_verdict(load, slo)]
         parts += [_html_table(LOAD_HEAD, load_rows(load)), f"<p>{e(LOAD_NOTE)}</p>"]
+    if h.infeasible:
+        parts.append(f"<h2>{e(INFEASIBLE_HEAD[3:])}</h2><ul>")
+        parts += [f"<li>{e(line)}</li>" for line in h.infeasible]
+        parts.append("</ul>")
     parts.append("<h2>Figures</h2>")
     parts += [f"<figure>{svg}<figcaption>{e(cap)}</figcaption></figure>" for _, cap, svg in figs]
     parts += [
@@ -232,6 +239,8 @@ def render_md(
             LOAD_NOTE,
             "",
         ]
+    if h.infeasible:
+        parts += [INFEASIBLE_HEAD, "", *(f"- {line}" for line in h.infeasible), ""]
     parts += ["## Figures", ""]
     parts += [f"![{cap}]({stem}.svg)\n" for stem, cap, _ in figs]
     parts += [

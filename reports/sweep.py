@@ -28,6 +28,7 @@ from twin.atomic import atomic_path, locked
 from twin.errors import TwinError
 
 RESULTS_FILE = "results.parquet"
+INFEASIBLE_COLUMN = "infeasible"
 LOCK_FILE = ".results.lock"
 GB = 1e9  # decimal GB, as `twin simulate --cache-gb`
 
@@ -66,6 +67,9 @@ SCHEMA = pa.schema(
         (CDF_COLUMN, pa.list_(pa.float64())),
         (BIN_INPUT_COLUMN, pa.list_(pa.float64())),
         (BIN_HIT_COLUMN, pa.list_(pa.float64())),
+        # Why the point cannot run (its cache and the weights leave no memory for
+        # requests); null for points that ran. Infeasible rows have null metrics.
+        (INFEASIBLE_COLUMN, pa.string()),
     ]
 )
 EXECUTORS = ("local", "ray")
@@ -154,9 +158,8 @@ def _ms(x: float | None) -> float | None:
     return None if x is None else 1e3 * x
 
 
-def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, Any]:
-    """Flatten an engine summary into one results row."""
-    thr = s["throughput"]
+def point_fields(spec: SweepSpec, point: Point) -> dict[str, Any]:
+    """The columns that say which point a row is (its key, parameters and fixed setup)."""
     return {
         "key": spec.key(point),
         **asdict(point),
@@ -166,6 +169,14 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
         "workload_sha256": spec.workload_sha256,
         "replicas": spec.replicas,
         "tp": spec.tp,
+    }
+
+
+def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, Any]:
+    """Flatten an engine summary into one results row."""
+    thr = s["throughput"]
+    return {
+        **point_fields(spec, point),
         "requests_measured": s["requests"]["measured"],
         "requests_rejected": s["requests"]["rejected"],
         **{f"ttft_{p}_ms": _ms(s["ttft_s"][p]) for p in ("p5", "p50", "p95", "p99")},
@@ -181,10 +192,15 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
     }
 
 
+def infeasible_row(spec: SweepSpec, point: Point, reason: str) -> dict[str, Any]:
+    """The row of a point that cannot run: its parameters and why, every metric null."""
+    return {**point_fields(spec, point), INFEASIBLE_COLUMN: reason}
+
+
 def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
     """Simulate one point and return its row. Top-level so worker processes can pickle it."""
     from calibration.profile import device_memory_bytes, resolve_profile
-    from twin.engine import EngineConfig, make_pricer, simulate
+    from twin.engine import EngineConfig, make_pricer, memory_budget, simulate
     from twin.presets import resolve_model
     from workloads.reader import Workload
 
@@ -203,6 +219,11 @@ def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
         seed=point.seed,
         warmup_s=spec.warmup_s,
     )
+    try:
+        memory_budget(model, config)
+    except TwinError as err:
+        # A point that cannot run is a finding of the sweep, not a reason to stop it.
+        return infeasible_row(spec, point, str(err))
     digest = RequestDigest(spec.warmup_s)
     summary = simulate(
         Workload.open(Path(spec.workload)),
@@ -256,7 +277,8 @@ def merge_results(out_dir: Path, new: list[dict[str, Any]]) -> dict[str, dict[st
     """
     with locked(Path(out_dir) / LOCK_FILE):
         rows = {r["key"]: r for r in read_results(out_dir)}
-        rows.update({r["key"]: r for r in new})
+        # Stored shape (every column, in order), so rows computed now equal rows read back.
+        rows.update({r["key"]: {c: r.get(c) for c in SCHEMA.names} for r in new})
         if new:
             write_results(out_dir, list(rows.values()))
     return rows

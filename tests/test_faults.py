@@ -220,3 +220,67 @@ def test_ctrl_c_with_jobs_stops_the_pool_without_finishing_points(tmp_path: Path
             os.killpg(proc.pid, signal.SIGKILL)
     assert rc != 0
     assert _wait_gone(workers) == []
+
+
+# --- a sweep that outgrows its GPU ----------------------------------------------------------
+
+
+def _report_cli() -> typer.Typer:
+    from twin.cli import report
+
+    root = typer.Typer()
+    root.add_typer(report.app, name="report")
+
+    @root.callback()
+    def _root() -> None:
+        """twin"""
+
+    return root
+
+
+def test_points_that_cannot_run_are_reported_not_fatal(tmp_path: Path) -> None:
+    from workloads.examples import example_path
+
+    out = tmp_path / "cap"
+    args = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
+    args += ["--cache-gb", "0.002,100", "--policies", "vllm+,marconi", "--out", str(out)]
+    res = CliRunner().invoke(_report_cli(), args)
+    assert res.exit_code == 0, res.output
+    rows = pq.read_table(out / RESULTS_FILE).to_pylist()
+    bad = [r for r in rows if r["infeasible"]]
+    assert {r["cache_gb"] for r in bad} == {100.0} and len(bad) == 2
+    assert all(r["ttft_p95_ms"] is None for r in bad)
+    assert all(r["ttft_p95_ms"] > 0 for r in rows if not r["infeasible"])
+    md = (out / "report.md").read_text()
+    assert "Points that cannot run" in md and "100 GB cache: no memory left" in md
+    assert "100 GB cache" in (out / "report.html").read_text()
+
+
+def test_a_sweep_where_nothing_fits_is_one_clear_error(tmp_path: Path) -> None:
+    from workloads.examples import example_path
+
+    out = tmp_path / "cap"
+    args = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
+    args += ["--cache-gb", "100", "--policies", "vllm+", "--out", str(out)]
+    res = CliRunner().invoke(_report_cli(), args)
+    assert isinstance(res.exception, TwinError)
+    assert "no point of the sweep can run" in str(res.exception)
+    assert "100 GB cache" in str(res.exception)
+
+
+def test_report_capacity_defaults_fit_the_default_model_on_the_default_gpu() -> None:
+    import inspect
+
+    from calibration.profile import device_memory_bytes, resolve_profile
+    from twin.cli.report import capacity
+    from twin.engine import EngineConfig, memory_budget
+    from twin.presets import resolve_model
+
+    params = inspect.signature(capacity).parameters
+    model = resolve_model(params["model"].default)
+    prof = resolve_profile(None, None)
+    for text in params["cache_gb"].default.default.split(","):
+        config = EngineConfig(
+            cache_bytes=int(float(text) * 1e9), gpu_memory_bytes=device_memory_bytes(prof)
+        )
+        assert memory_budget(model, config) > 0

@@ -15,6 +15,7 @@ from reports.load import load_verdict, sustainable
 from reports.render import HTML_FILE, MD_FILE, Header, render_report
 from reports.sweep import (
     EXECUTORS,
+    INFEASIBLE_COLUMN,
     RESULTS_FILE,
     SweepSpec,
     grid,
@@ -76,6 +77,20 @@ def _policy_list(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def split_infeasible(rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """The rows that ran, and one line per cache size whose points cannot run.
+
+    Whether a point fits depends on its cache size (with the fixed model,
+    GPU and tp), not on its policy or rate: one line per size says it all.
+    """
+    reasons: dict[float, str] = {}
+    for r in rows:
+        if r.get(INFEASIBLE_COLUMN):
+            reasons.setdefault(r["cache_gb"], r[INFEASIBLE_COLUMN])
+    ran = [r for r in rows if not r.get(INFEASIBLE_COLUMN)]
+    return ran, [f"{c:g} GB cache: {why}" for c, why in sorted(reasons.items())]
+
+
 def _command_line() -> str:
     """The command as typed; click keeps no raw argv, so read sys.argv when it is ours
     (under a test runner or another host program it is not, and a generic line is used)."""
@@ -94,7 +109,7 @@ def capacity(
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
     cache_gb: str = typer.Option(
-        "20,40,60", "--cache-gb", help="Cache sizes per replica to sweep, GB, comma-separated."
+        "10,20,40", "--cache-gb", help="Cache sizes per replica to sweep, GB, comma-separated."
     ),
     policies: str = typer.Option(
         "vllm+,sglang+,marconi",
@@ -186,9 +201,19 @@ def capacity(
             ray_address=ray_address,
         )
     err_console.print(
-        f"{result.computed} point(s) simulated, {result.skipped} found in {out / RESULTS_FILE}"
+        f"{result.computed} point(s) simulated, {result.skipped} found in {out / RESULTS_FILE}",
+        highlight=False,
     )
-    agg = aggregate(result.rows)
+    rows, infeasible = split_infeasible(result.rows)
+    for line in infeasible:
+        err_console.print(f"warning: cannot run {line}", highlight=False, markup=False)
+    if not rows:
+        raise TwinError(
+            "no point of the sweep can run: "
+            + "; ".join(infeasible)
+            + " (lower --cache-gb, or use more GPUs per replica with --tp)"
+        )
+    agg = aggregate(rows)
     recs = recommend(agg, target, replicas, tp) if target is not None else []
     header = Header(
         command=_command_line(),
@@ -200,8 +225,9 @@ def capacity(
         provenance=spec.profile_label,
         replicas=replicas,
         tp=tp,
+        infeasible=tuple(infeasible),
     )
-    render_report(out, header, target, agg, recs, rows=result.rows, cdf_cache_gb=cdf_cache_gb)
+    render_report(out, header, target, agg, recs, rows=rows, cdf_cache_gb=cdf_cache_gb)
     if target is not None:
         table = Table(title=f"smallest cache meeting {target}", title_justify="left")
         for col in ("policy", "session rate", "cache", "metric (ms)", "GPUs"):
