@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,12 +21,33 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 
 from twin.errors import TwinError
 
 # Tables and bars go to stderr-free stdout; progress goes to stderr so that
 # ``--json`` output stays pipeable.
-console = Console()
+# Width of piped output (no terminal to measure; $COLUMNS still wins): wide
+# enough for every table, so logs and README snippets show them whole.
+PIPE_WIDTH = 160
+
+
+class _TableConsole(Console):
+    """A console whose tables never cut a cell: a number squeezed by a narrow
+    terminal wraps onto a second line (``fold``) instead of ending in ``…``."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        for obj in objects:
+            if isinstance(obj, Table):
+                for column in obj.columns:
+                    column.overflow = "fold"
+                    column.no_wrap = False
+        super().print(*objects, **kwargs)
+
+
+console = _TableConsole(
+    width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPE_WIDTH
+)
 err_console = Console(stderr=True)
 
 
@@ -43,11 +67,58 @@ def print_json(data: Any) -> None:
     print(json.dumps(data, indent=2))
 
 
+# Seconds between plain progress lines when stderr is not a terminal (CI logs, pipes).
+PLAIN_PROGRESS_EVERY_S = 15.0
+
+
+class _PlainProgress:
+    """Progress as an occasional plain line (``points: 3/12 (25%), 41 s``) for logs.
+
+    A rich bar redraws in place, which only a terminal can show; piped or CI
+    runs would otherwise print nothing for minutes.
+    """
+
+    def __init__(self, description: str, total: float | None, unit: str) -> None:
+        self.description, self.total, self.unit = description, total, unit
+        self.done = 0.0
+        self.start = self.last = time.monotonic()
+
+    def advance(self, amount: float = 1) -> None:
+        self.done += amount
+        now = time.monotonic()
+        if now - self.last >= PLAIN_PROGRESS_EVERY_S:
+            self.last = now
+            self.line(now)
+
+    def line(self, now: float) -> None:
+        if self.unit == "bytes":
+            count = f"{self.done / 1e6:,.1f} MB"
+            if self.total:
+                count += f" of {self.total / 1e6:,.1f} MB"
+        else:
+            count = f"{self.done:,.0f}" + (f"/{self.total:,.0f}" if self.total else "")
+        pct = f" ({min(1.0, self.done / self.total):.0%})" if self.total else ""
+        err_console.print(
+            f"{self.description}: {count}{pct}, {now - self.start:,.0f} s elapsed",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+
+
 @contextlib.contextmanager
 def progress_bar(
     description: str, total: float | None, unit: str = ""
 ) -> Iterator[Callable[[float], None]]:
-    """Show a rich progress bar on stderr; yield ``advance(amount)``."""
+    """Show progress on stderr; yield ``advance(amount)``.
+
+    A rich bar on a terminal; elsewhere a plain line every
+    ``PLAIN_PROGRESS_EVERY_S`` seconds (none for work quicker than that).
+    """
+    if not err_console.is_terminal:
+        plain = _PlainProgress(description, total, unit)
+        yield plain.advance
+        return
     count = MofNCompleteColumn() if unit != "bytes" else TextColumn("")
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -58,8 +129,6 @@ def progress_bar(
         TimeRemainingColumn(),
         console=err_console,
         transient=True,
-        # Piped or captured output gets no bar (and no blank lines where it was).
-        disable=not err_console.is_terminal,
     ) as progress:
         task = progress.add_task(description, total=total)
         yield lambda amount=1: progress.advance(task, amount)
