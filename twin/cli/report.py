@@ -154,9 +154,9 @@ def capacity(
 
     Example:
 
-      twin report capacity chat.parquet -m marconi-hybrid-7b --gpu h100 -r 2
-      --cache-gb 20,40,60 --policies vllm+,sglang+,marconi --session-rates 0.5,1,2
-      --slo "p95_ttft<=500ms" --seeds 2 --out capacity --jobs 4
+      twin report capacity chat.parquet -m marconi-hybrid-7b --gpu h100 -r 2 \\
+        --cache-gb 10,20,40 --policies vllm+,sglang+,marconi --session-rates 0.5,1,2 \\
+        --slo "p95_ttft<=500ms" --seeds 2 --out capacity --jobs 4
     """
     checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)

@@ -114,8 +114,8 @@ def simulate(
 
       twin simulate --out sim
 
-      twin simulate chat.parquet -m marconi-hybrid-7b --gpu h100 -r 8 --cache-gb 40 -p marconi
-      --router session-affinity --session-rate 4 --out sim
+      twin simulate chat.parquet -m marconi-hybrid-7b --gpu h100 -r 8 --cache-gb 40 -p marconi \\
+        --router session-affinity --session-rate 4 --out sim-8
 
       twin simulate trace.parquet --profile my-a100.json -r 2 --tp 2 -p sglang+ --json
     """

@@ -152,8 +152,8 @@ def validate(
 
       twin validate --workload chat.parquet --policy sglang+ --cache-gb 0.001 --out val --json
 
-      twin validate --device cuda --profile h100-measured.json -m marconi-hybrid-7b --generate
-      chat --requests 50 --out val-gpu
+      twin validate --device cuda --profile h100-measured.json -m marconi-hybrid-7b \\
+        --generate chat --requests 50 --out val-gpu
     """
     spec = resolve_model(model)
     if device not in DEVICES:
