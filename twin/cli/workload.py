@@ -96,6 +96,10 @@ def import_(
 ) -> None:
     """Import a public trace into the workload format.
 
+    The Mooncake traces are not shipped: download one from
+    https://github.com/kvcache-ai/Mooncake/tree/main/FAST25-release/traces
+    (the example is synthetic_trace.jsonl saved as mooncake_synthetic_trace.jsonl).
+
     Example:
 
       twin workload import mooncake mooncake_synthetic_trace.jsonl -o mooncake.parquet
