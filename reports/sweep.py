@@ -197,10 +197,16 @@ def infeasible_row(spec: SweepSpec, point: Point, reason: str) -> dict[str, Any]
     return {**point_fields(spec, point), INFEASIBLE_COLUMN: reason}
 
 
-def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
-    """Simulate one point and return its row. Top-level so worker processes can pickle it."""
+def run_point(
+    spec: SweepSpec, point: Point, progress: Callable[[float], None] | None = None
+) -> dict[str, Any]:
+    """Simulate one point and return its row. Top-level so worker processes can pickle it.
+
+    ``progress(x)`` is told the fraction of the point's arrival horizon just
+    simulated (the increments add up to at most 1).
+    """
     from calibration.profile import device_memory_bytes, resolve_profile
-    from twin.engine import EngineConfig, make_pricer, memory_budget, simulate
+    from twin.engine import EngineConfig, expected_horizon, make_pricer, memory_budget, simulate
     from twin.presets import resolve_model
     from workloads.reader import Workload
 
@@ -225,12 +231,15 @@ def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
         # A point that cannot run is a finding of the sweep, not a reason to stop it.
         return infeasible_row(spec, point, str(err))
     digest = RequestDigest(spec.warmup_s)
+    workload = Workload.open(Path(spec.workload))
+    horizon = expected_horizon(workload, config)
     summary = simulate(
-        Workload.open(Path(spec.workload)),
+        workload,
         model,
         make_pricer(model, prof, spec.tp),
         config,
         profile={"provenance": prof.provenance_label},
+        progress=None if progress is None or horizon <= 0 else lambda dt: progress(dt / horizon),
         on_record=digest.add,
     )
     return {**summary_row(spec, point, summary), **digest.columns()}
@@ -330,21 +339,37 @@ def run_sweep(
     if progress is not None and skipped:
         progress(skipped)
 
+    # Progress within points: up to 0.95 of a point while it runs, the rest when it is stored.
+    shown: dict[Point, float] = {}
+
+    def partial(point: Point, x: float) -> None:
+        step = min(x, 0.95 - shown.get(point, 0.0))
+        if progress is not None and step > 0:
+            shown[point] = shown.get(point, 0.0) + step
+            progress(step)
+
     def done(point: Point, row: dict[str, Any]) -> None:
         rows.update(merge_results(out, [row]))
         if on_point is not None:
             on_point(point, row)
         if progress is not None:
-            progress(1)
+            progress(1 - shown.pop(point, 0.0))
 
     if ray is not None:
         if todo:
             _run_on_ray(ray, ray_address, spec, todo, done)
     elif jobs == 1 or len(todo) <= 1:
         for point in todo:
-            done(point, run_point(spec, point))
+            done(point, run_point(spec, point, lambda x, p=point: partial(p, x)))
     else:
-        run_in_pool(run_point, todo, lambda p: (spec, p), min(jobs, len(todo)), done)
+        run_in_pool(
+            run_point,
+            todo,
+            lambda p: (spec, p),
+            min(jobs, len(todo)),
+            done,
+            on_progress=partial if progress is not None else None,
+        )
     wanted = [spec.key(p) for p in points]
     return SweepOutcome([rows[k] for k in wanted], computed=len(todo), skipped=skipped)
 

@@ -17,19 +17,25 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing
 import os
+import queue
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_POLL_S = 0.5  # how often the parent relays workers' progress while it waits
+
+# In a worker: where progress within a task goes (set by _init_worker).
+_progress_queue: Any = None
 
 
 def _watch_parent(parent: int) -> None:
@@ -39,8 +45,10 @@ def _watch_parent(parent: int) -> None:
         time.sleep(0.5)
 
 
-def _init_worker(parent: int) -> None:
+def _init_worker(parent: int, progress_queue: Any = None) -> None:
     """Runs first in each worker: ignore Ctrl-C (the parent handles it), die with the parent."""
+    global _progress_queue
+    _progress_queue = progress_queue
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
@@ -64,24 +72,63 @@ def kill_workers(pool: ProcessPoolExecutor) -> None:
             proc.join(timeout=5)
 
 
+def _with_progress(fn: Callable[..., R], index: int, *args: Any) -> R:
+    """In a worker: ``fn(*args, progress=...)``, its progress sent to the parent as (index, x)."""
+    q = _progress_queue
+    return fn(*args, progress=None if q is None else lambda x: q.put((index, x)))
+
+
 def run_in_pool(
     fn: Callable[..., R],
     items: Iterable[T],
     args: Callable[[T], tuple[Any, ...]],
     jobs: int,
     on_result: Callable[[T, R], None],
+    on_progress: Callable[[T, float], None] | None = None,
 ) -> None:
     """Run ``fn(*args(item))`` for each item in ``jobs`` processes; ``on_result`` as each lands.
+
+    With ``on_progress``, ``fn`` is called with a ``progress`` keyword too, and
+    what it reports reaches ``on_progress(item, x)`` in this process while the
+    task runs (a long point shows movement before it finishes).
 
     Any exception (a failed point, ``KeyboardInterrupt``) stops the pool at once
     and propagates; results already handed to ``on_result`` stay handed.
     """
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(os.getpid(),))
+    todo = list(items)
+    q = multiprocessing.Queue() if on_progress is not None else None
+    pool = ProcessPoolExecutor(
+        max_workers=jobs, initializer=_init_worker, initargs=(os.getpid(), q)
+    )
+
+    def relay() -> None:
+        while q is not None and on_progress is not None:
+            try:
+                index, x = q.get_nowait()
+            except queue.Empty:
+                return
+            on_progress(todo[index], x)
+
     try:
-        futures: dict[Future[R], T] = {pool.submit(fn, *args(item)): item for item in items}
-        for fut in as_completed(futures):
-            on_result(futures[fut], fut.result())
+        futures: dict[Future[R], T] = {
+            (
+                pool.submit(_with_progress, fn, i, *args(item))
+                if q is not None
+                else pool.submit(fn, *args(item))
+            ): item
+            for i, item in enumerate(todo)
+        }
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+            relay()
+            for fut in done:
+                on_result(futures[fut], fut.result())
     except BaseException:
         kill_workers(pool)
         raise
+    finally:
+        if q is not None:
+            q.close()
+            q.cancel_join_thread()
     pool.shutdown(wait=True)

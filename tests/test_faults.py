@@ -284,3 +284,18 @@ def test_report_capacity_defaults_fit_the_default_model_on_the_default_gpu() -> 
             cache_bytes=int(float(text) * 1e9), gpu_memory_bytes=device_memory_bytes(prof)
         )
         assert memory_budget(model, config) > 0
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_sweep_progress_moves_within_points(tmp_path: Path, jobs: int) -> None:
+    from workloads.examples import example_path
+
+    spec = resolve(
+        SweepSpec(workload=str(example_path("system-prompt")), model="tiny-hybrid", gpu="h100")
+    )
+    points = grid([0.001], ["vllm+", "marconi"], [None], 1)
+    steps: list[float] = []
+    run_sweep(spec, points, tmp_path, jobs=jobs, progress=steps.append)
+    assert sum(steps) == pytest.approx(len(points))
+    partial = [s for s in steps if 0 < s < 0.99]
+    assert partial, f"progress only ticked once per point: {steps}"

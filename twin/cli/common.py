@@ -96,7 +96,7 @@ class _PlainProgress:
             if self.total:
                 count += f" of {self.total / 1e6:,.1f} MB"
         else:
-            count = f"{self.done:,.0f}" + (f"/{self.total:,.0f}" if self.total else "")
+            count = f"{int(self.done):,}" + (f"/{self.total:,.0f}" if self.total else "")
         pct = f" ({min(1.0, self.done / self.total):.0%})" if self.total else ""
         err_console.print(
             f"{self.description}: {count}{pct}, {now - self.start:,.0f} s elapsed",
