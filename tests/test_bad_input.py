@@ -173,6 +173,13 @@ def test_output_paths_of_the_wrong_kind(tmp_path, capsys) -> None:
         assert_clean_error(capsys, argv, tmp_path, needle)
 
 
+def test_an_existing_output_file_is_replaced_not_refused(tmp_path, capsys) -> None:
+    out = tmp_path / "w.parquet"
+    out.write_text("old")
+    assert run(["workload", "generate", "chat", "-n", "2", "-o", str(out)]) == 0
+    assert pq.read_table(out).num_rows > 0
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through folder permissions")
 def test_unwritable_output_folder(tmp_path, capsys) -> None:
     locked = tmp_path / "ro"

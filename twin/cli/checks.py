@@ -45,7 +45,7 @@ def _existing_ancestor(path: Path) -> Path:
 
 def _writable_parent(flag: str, path: Path) -> None:
     """``path`` can be created: its nearest existing ancestor is a writable folder."""
-    base = _existing_ancestor(path.parent if not path.exists() else path)
+    base = _existing_ancestor(path if path.is_dir() else path.parent)
     if not base.is_dir():
         raise TwinError(f"{flag} {path}: {base} is a file, not a folder")
     if not os.access(base, os.W_OK | os.X_OK):
