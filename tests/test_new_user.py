@@ -49,3 +49,17 @@ def test_error_text_keeps_square_brackets_and_stays_one_line(tmp_path, capsys) -
     err = capsys.readouterr().err
     assert rc == 2
     assert err.strip() == "error: --executor ray: ray is not installed; pip install 'twin[ray]'"
+
+
+def test_simulate_progress_counts_requests_to_the_end(tmp_path, monkeypatch, capsys) -> None:
+    from workloads.reader import Workload
+
+    monkeypatch.setattr(common, "PLAIN_PROGRESS_EVERY_S", 0.0)
+    wl = example_path("system-prompt")
+    rows = Workload.open(wl).num_rows
+    argv = ["simulate", str(wl), "-m", "tiny-hybrid", "--cache-gb", "0.001"]
+    assert run([*argv, "--out", str(tmp_path / "sim")]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("requests completed:")]
+    assert len(lines) == rows  # one per request at this interval, none past the total
+    assert lines[-1].startswith(f"requests completed: {rows:,}/{rows:,} (100%)")

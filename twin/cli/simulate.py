@@ -22,7 +22,7 @@ from twin.cli.common import (
     parse_pairs,
     progress_bar,
 )
-from twin.engine import ROUTERS, EngineConfig, expected_horizon, make_pricer
+from twin.engine import ROUTERS, EngineConfig, make_pricer
 from twin.engine import simulate as run_simulation
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.metrics import to_json
@@ -161,9 +161,14 @@ def simulate(
         "source": prof.source,
         "provenance": prof.provenance_label,
     }
-    total = round(expected_horizon(wl, config), 1) or None
-    with progress_bar("simulated seconds", total) as advance:
-        summary = run_simulation(wl, spec, pricer, config, out, info, advance, force=force)
+    # Completed requests, not simulated seconds: the run goes on draining well
+    # past the last arrival, so a time bar sat at 100% for half the run.
+    # With --until-s some rows never arrive, and the total is unknown.
+    total = wl.num_rows if until_s is None else None
+    with progress_bar("requests completed", total) as advance:
+        summary = run_simulation(
+            wl, spec, pricer, config, out, info, on_record=lambda _: advance(1), force=force
+        )
     if as_json:
         print(to_json(summary), end="")  # the same text as summary.json
         return
