@@ -20,6 +20,11 @@ from reports.analysis import Slo
 # it does not depend on the unit of the rate: "2x per unit rate" would call the same
 # curve a knee or not depending on sessions/s vs sessions/min.
 KNEE_ELASTICITY = 2.0
+# Two policies' sustainable rates tie when their seed intervals overlap; with
+# one seed (no interval) when they are within this fraction of the larger. 5%
+# is a judgement call: single-seed Poisson runs of a few hundred sessions move
+# the interpolated rate by a few percent from seed to seed.
+TIE_FRACTION = 0.05
 
 
 def knee(curve: list[tuple[float, float]]) -> float | None:
@@ -40,6 +45,9 @@ class Sustainable:
     rate: float | None  # None: even the smallest swept rate misses the SLO
     bound: str  # "interpolated", "at least" (every swept rate passes) or "below"
     knee: float | None
+    # The rate with the SLO metric at the ends of its 95% seed interval (None with one seed).
+    rate_low: float | None = None
+    rate_high: float | None = None
 
     def label(self) -> str:
         if self.rate is None:
@@ -92,9 +100,24 @@ def sustainable(agg: list[dict[str, Any]], slo: Slo) -> list[Sustainable]:
             [(c["session_rate"], c[slo.column]) for c in cells], slo.threshold_ms
         )
         k = knee([(c["session_rate"], c["ttft_p95_ms"]) for c in cells])
-        out.append(Sustainable(policy, cache, rate, bound, k))
+        low = high = None
+        cis = [c.get(f"{slo.column}_ci") for c in cells]
+        if all(ci is not None for ci in cis):
+            low, high = _shifted_rate(cells, cis, slo, +1.0), _shifted_rate(cells, cis, slo, -1.0)
+        out.append(Sustainable(policy, cache, rate, bound, k, low, high))
     out.sort(key=lambda s: (s.cache_gb, s.policy))
     return out
+
+
+def _shifted_rate(
+    cells: list[dict[str, Any]], cis: list[float], slo: Slo, sign: float
+) -> float | None:
+    """The sustainable rate with each cell's SLO metric moved ``sign`` x its seed interval."""
+    curve = [
+        (c["session_rate"], None if c[slo.column] is None else c[slo.column] + sign * ci)
+        for c, ci in zip(cells, cis, strict=True)
+    ]
+    return max_sustainable_rate(curve, slo.threshold_ms)[0]
 
 
 def load_verdict(items: list[Sustainable], slo: Slo) -> list[str]:
@@ -117,9 +140,29 @@ def load_verdict(items: list[Sustainable], slo: Slo) -> list[str]:
         + "; ".join(parts)
         + "."
     )
-    if at[0].rate is not None and (len(at) == 1 or at[1].rate != at[0].rate):
-        line += f" {at[0].policy} sustains the most load."
+    best = at[0]
+    if best.rate is not None:
+        tied = [s for s in at[1:] if _tied(best, s)]
+        if tied:
+            names = ", ".join(s.policy for s in [best, *tied])
+            how = (
+                "their seed intervals overlap"
+                if best.rate_low is not None
+                else f"within {TIE_FRACTION:.0%}, one seed"
+            )
+            line += f" {names} tie ({how}): none sustains clearly more load."
+        else:
+            line += f" {best.policy} sustains the most load."
     return [line]
+
+
+def _tied(best: Sustainable, other: Sustainable) -> bool:
+    """Whether ``other`` cannot be told apart from ``best`` (rules at ``TIE_FRACTION``)."""
+    if other.rate is None or best.rate is None:
+        return False
+    if best.rate_low is not None and other.rate_high is not None:
+        return other.rate_high >= best.rate_low
+    return best.rate - other.rate <= TIE_FRACTION * best.rate
 
 
 LOAD_HEAD = ["policy", "cache (GB)", "max sustainable rate", "P95 TTFT knee (sessions/s)"]

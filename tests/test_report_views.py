@@ -213,3 +213,42 @@ def test_ray_sweep_matches_local(tmp_path: Path) -> None:
         ray.shutdown()
     assert remote.rows == local.rows
     assert run_sweep(_spec(), points, tmp_path / "b", executor="local").computed == 0
+
+
+def test_close_sustainable_rates_are_a_tie_not_a_winner() -> None:
+    # The case: 2.04 vs 2.02 sessions/s on one seed is not a win.
+    slo = parse_slo("p95_ttft<=500ms")
+    rows = [
+        {"policy": p, "session_rate": r, "cache_gb": 20.0, "seed": 0, "ttft_p95_ms": v}
+        for p, r, v in [
+            ("marconi", 1.0, 100.0),
+            ("marconi", 3.0, 900.0),  # crosses 500 ms at 2.0
+            ("sglang+", 1.0, 100.0),
+            ("sglang+", 3.0, 908.0),  # at 1.98: 1% less
+            ("vllm+", 1.0, 300.0),
+            ("vllm+", 3.0, 900.0),  # at 1.67: clearly less
+        ]
+    ]
+    text = " ".join(load_verdict(sustainable(aggregate(rows), slo), slo))
+    assert "marconi, sglang+ tie" in text and "sustains the most load" not in text
+    assert "marconi, sglang+ tie (within 5%, one seed)" in text  # vllm+ is not in the tie
+
+
+def test_seed_intervals_decide_ties_when_there_are_seeds() -> None:
+    slo = parse_slo("p95_ttft<=500ms")
+
+    def cells(policy: str, p95_at_3: list[float]) -> list[dict]:
+        return [
+            {"policy": policy, "session_rate": r, "cache_gb": 20.0, "seed": s, "ttft_p95_ms": v}
+            for s, v3 in enumerate(p95_at_3)
+            for r, v in ((1.0, 100.0), (3.0, v3))
+        ]
+
+    # Means 900 vs 950 (rates 2.0 vs 1.89, 5.5% apart) but noisy seeds: intervals overlap.
+    noisy = cells("marconi", [700.0, 1100.0]) + cells("sglang+", [750.0, 1150.0])
+    text = " ".join(load_verdict(sustainable(aggregate(noisy), slo), slo))
+    assert "tie (their seed intervals overlap)" in text
+    # Tight seeds: the same 1% gap is now a real difference.
+    tight = cells("marconi", [900.0, 900.2]) + cells("sglang+", [908.0, 908.2])
+    text = " ".join(load_verdict(sustainable(aggregate(tight), slo), slo))
+    assert "marconi sustains the most load" in text
