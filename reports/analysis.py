@@ -160,8 +160,10 @@ def rate_label(rate: float | None) -> str:
 
 
 def verdict(recs: list[Recommendation], slo: Slo) -> list[str]:
-    """Plain sentences: per session rate, the winner and its margin over the runner-up."""
+    """Plain sentences: per session rate, the winner and its margin over the next policy;
+    then, when different policies win at different rates, where each one wins."""
     lines = []
+    wins: dict[str, list[str]] = {}
     rates = sorted({r.session_rate for r in recs}, key=lambda x: (x is not None, x or 0.0))
     for rate in rates:
         at = [r for r in recs if r.session_rate == rate]
@@ -174,6 +176,7 @@ def verdict(recs: list[Recommendation], slo: Slo) -> list[str]:
             )
             continue
         assert best.cache_gb is not None and best.value_ms is not None
+        wins.setdefault(best.policy, []).append(where)
         headroom = 1 - best.value_ms / slo.threshold_ms
         text = (
             f"At {where}, {best.policy} meets {slo} with {best.cache_gb:g} GB of cache per "
@@ -192,11 +195,17 @@ def verdict(recs: list[Recommendation], slo: Slo) -> list[str]:
                 )
             else:
                 text += (
-                    f" The runner-up, {nxt.policy}, needs {nxt.cache_gb:g} GB "
+                    f" At this rate {nxt.policy} comes next: it needs {nxt.cache_gb:g} GB "
                     f"({nxt.cache_gb - best.cache_gb:g} GB more per replica)."
                 )
         missing = [r.policy for r in rest if not r.meets]
         if missing:
             text += f" {', '.join(missing)}: none in the sweep meets it."
         lines.append(text)
+    if len(wins) > 1:
+        lines.append(
+            "Where each policy wins: "
+            + "; ".join(f"{p} at {', '.join(at)}" for p, at in wins.items())
+            + "."
+        )
     return lines

@@ -11,7 +11,15 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from reports.analysis import Slo, aggregate, parse_slo, recommend, verdict, winner
+from reports.analysis import (
+    Recommendation,
+    Slo,
+    aggregate,
+    parse_slo,
+    recommend,
+    verdict,
+    winner,
+)
 from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
 from reports.render import HTML_FILE, MD_FILE
 from reports.sweep import RESULTS_FILE, SCHEMA, SweepSpec, grid, resolve, run_sweep
@@ -108,7 +116,9 @@ def test_recommendation_is_smallest_cache_meeting_slo() -> None:
     best = winner(list(recs.values()))
     assert best is not None and best.policy == "marconi"
     text = " ".join(verdict(list(recs.values()), parse_slo("p95_ttft<=500ms")))
-    assert "marconi meets" in text and "20 GB" in text and "vllm+, needs 40 GB" in text
+    assert (
+        "marconi meets" in text and "20 GB" in text and "vllm+ comes next: it needs 40 GB" in text
+    )
     assert "sglang+: none in the sweep" in text
 
 
@@ -285,3 +295,16 @@ def test_cli_bad_flags(tmp_path: Path, flag: str, value: str, message: str) -> N
     res = CliRunner().invoke(_cli(), args)
     assert isinstance(res.exception, TwinError) and message in str(res.exception)
     assert not (tmp_path / "x").exists()  # rejected before any work
+
+
+def test_verdict_names_where_each_policy_wins() -> None:
+    slo = parse_slo("p95_ttft<=500ms")
+    recs = [
+        Recommendation("marconi", 1.0, 20.0, 300.0, 1),
+        Recommendation("sglang+", 1.0, 40.0, 300.0, 1),
+        Recommendation("marconi", 2.0, 40.0, 400.0, 1),
+        Recommendation("sglang+", 2.0, 20.0, 450.0, 1),
+    ]
+    text = " ".join(verdict(recs, slo))
+    assert "runner-up" not in text
+    assert "Where each policy wins: marconi at 1 sessions/s; sglang+ at 2 sessions/s." in text
