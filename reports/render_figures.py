@@ -125,9 +125,15 @@ def fig_hit_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
     return _svg(fig)
 
 
-def fig_ttft_vs_rate(agg: list[dict[str, Any]], load: list[Sustainable] | None = None) -> str:
+def fig_ttft_vs_rate(
+    agg: list[dict[str, Any]], load: list[Sustainable] | None = None, slo: Slo | None = None
+) -> str:
     """P95 TTFT vs session rate at the largest cache (only rates set by the sweep);
-    each policy's knee is ringed and its max sustainable rate drawn as a dotted line."""
+    each policy's knee is ringed and its max sustainable rate drawn as a dotted line.
+
+    The latency axis is logarithmic: past the knee P95 grows by orders of
+    magnitude, which a linear axis turns into a flat line and a wall. The SLO
+    is drawn when it is on TTFT."""
     top = max(a["cache_gb"] for a in agg)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, policy in enumerate(_policies(agg)):
@@ -169,7 +175,12 @@ def fig_ttft_vs_rate(agg: list[dict[str, Any]], load: list[Sustainable] | None =
         ylabel="P95 TTFT (ms)",
         title=f"P95 TTFT vs load at {top:g} GB cache",
     )
-    ax.grid(alpha=0.3)
+    if slo is not None and slo.metric == "ttft":
+        ax.axhline(slo.threshold_ms, color="k", lw=0.8, ls="-.", label=f"SLO ({slo})")
+    values = [a["ttft_p95_ms"] for a in agg if a["cache_gb"] == top and a["session_rate"]]
+    if values and all(v is not None and v > 0 for v in values):
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return _svg(fig)
 
@@ -367,7 +378,7 @@ def figures(
             (
                 "fig-ttft-vs-rate",
                 "P95 TTFT vs session rate at the largest cache",
-                fig_ttft_vs_rate(agg, load),
+                fig_ttft_vs_rate(agg, load, slo),
             )
         )
     return out

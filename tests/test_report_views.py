@@ -252,3 +252,31 @@ def test_seed_intervals_decide_ties_when_there_are_seeds() -> None:
     tight = cells("marconi", [900.0, 900.2]) + cells("sglang+", [908.0, 908.2])
     text = " ".join(load_verdict(sustainable(aggregate(tight), slo), slo))
     assert "marconi sustains the most load" in text
+
+
+def test_p95_vs_load_has_a_log_axis_and_the_slo_line(monkeypatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from reports import render_figures
+
+    axes = []
+    real = plt.subplots
+
+    def keep(*args, **kwargs):
+        fig, ax = real(*args, **kwargs)
+        axes.append(ax)
+        return fig, ax
+
+    monkeypatch.setattr(render_figures.plt, "subplots", keep)
+    rows = [
+        {"policy": "marconi", "session_rate": r, "cache_gb": 20.0, "seed": 0, "ttft_p95_ms": v}
+        for r, v in ((1.0, 50.0), (2.0, 80.0), (4.0, 9000.0))
+    ]
+    slo = parse_slo("p95_ttft<=500ms")
+    render_figures.fig_ttft_vs_rate(aggregate(rows), None, slo)
+    ax = axes[-1]
+    assert ax.get_yscale() == "log"
+    assert any(
+        list(line.get_ydata()) == [500.0, 500.0] and "SLO" in line.get_label()
+        for line in ax.get_lines()
+    )
