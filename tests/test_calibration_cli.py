@@ -108,7 +108,7 @@ def test_transfer_from_a_measured_profile(tmp_path: Path) -> None:
         ],
     )
     assert res.exit_code == 0, res.output
-    summary = json.loads(res.output)
+    summary = json.loads(res.stdout)
     assert summary["provenance_label"] == "transferred from h100"
     assert summary["heldout"]["gemm"]["median"] == 0.05
     assert Profile.load(out).source == "transferred"

@@ -57,7 +57,7 @@ def test_list_table_shows_every_preset() -> None:
 def test_list_json() -> None:
     result = invoke("list", "--json")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.stdout)
     assert [r["name"] for r in rows] == list(PRESETS)
     marconi = next(r for r in rows if r["name"] == "marconi-hybrid-7b")
     assert marconi["kv_bytes_per_token"] == 65_536
@@ -78,7 +78,7 @@ def test_show_table() -> None:
 def test_show_json_is_consistent_with_the_model() -> None:
     result = invoke("show", "nemotron-h-8b", "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     m = get_model("nemotron-h-8b")
     assert data["model"]["ssm_checkpoint_bytes"] == m.ssm_checkpoint_bytes
     assert data["model"]["weight_bytes"] == m.weight_bytes
@@ -95,7 +95,7 @@ def test_show_json_is_consistent_with_the_model() -> None:
 def test_show_hf_config() -> None:
     result = invoke("show", "--config", str(HF / "nemotron-h-8b-base.json"), "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["model"]["name"] == "nvidia/Nemotron-H-8B-Base-8K"
     assert data["model"]["ssm_checkpoint_bytes"] == get_model("nemotron-h-8b").ssm_checkpoint_bytes
 

@@ -121,7 +121,7 @@ def test_cli_table_and_json(workload):
         "--json",
     )
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["model"] == "tiny-hybrid" and data["capacity_bytes"] == 10**9
     assert [r["policy"] for r in data["results"]] == ["marconi", "oracle"]
     assert data["results"][0]["hit_tokens"] == 40 + 3 * 45
