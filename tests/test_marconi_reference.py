@@ -295,3 +295,60 @@ def test_sglang_refreshes_the_node_a_prompt_diverges_inside():
     # X's lower part was refreshed at t=2, so Y (t=1) went, X's tail stayed.
     assert cache.peek(np.r_[a, 900, 5].astype(np.int32)) == 21
     assert cache.peek(np.r_[b, 901, 5].astype(np.int32)) == 0
+
+
+# ----- why the three differ on a pure Transformer (docs/decisions.md) -----------------
+TRANSFORMER = get_model("tiny-transformer")
+
+
+def test_transformer_marconi_at_alpha_zero_is_sglang_even_when_evicting():
+    """Without SSM layers only alpha separates them: same admission, same leaves, same order."""
+    kv = TRANSFORMER.kv_bytes_per_token
+    for seed in range(4):
+        caches = [
+            get_policy(p, **o).make_cache(TRANSFORMER, (150 + 40 * seed) * kv)
+            for p, o in (("sglang+", {}), ("marconi", {"alpha": 0.0}))
+        ]
+        got = [[], []]
+        for prompt, output in sessions_trace(seed, 120):
+            full = np.r_[prompt, output].astype(np.int32)
+            for cache, out in zip(caches, got, strict=True):
+                out.append(serve(cache, prompt, full).length)
+        assert got[0] == got[1] and caches[0].evictions > 0
+
+
+def test_transformer_flop_efficiency_still_favours_long_contexts():
+    """Attention FLOPs grow with context length, KV bytes only linearly: alpha > 0 keeps
+    the long, old leaf and evicts the short, recent one."""
+    victims = {}
+    for alpha in (0.0, 0.5, 2.0):
+        policy = get_policy("marconi", alpha=alpha)
+        cache = policy.make_cache(TRANSFORMER, BIG)
+        long = np.arange(0, 200, dtype=np.int32)
+        serve(cache, long[:-1], long)
+        short = np.arange(1000, 1002, dtype=np.int32)
+        serve(cache, short[:-1], short)
+        victim = policy.victim_at(policy.now + 1)
+        victims[alpha] = int(victim.depth)
+    assert victims == {0.0: 200, 0.5: 200, 2.0: 2}
+
+
+def test_transformer_vllm_evicts_blocks_sglang_whole_nodes():
+    """On a Transformer any cached prefix hits: evicting a leaf block by block keeps
+    its head usable, evicting the whole node (SGLang, Marconi) does not."""
+    kv = TRANSFORMER.kv_bytes_per_token
+    kept = {}
+    for name, options in (
+        ("sglang+", {}),
+        ("marconi", {"alpha": 0.0}),
+        ("vllm+", {"block_size": 1}),
+    ):
+        cache = get_policy(name, **options).make_cache(TRANSFORMER, 30 * kv)
+        a = np.arange(0, 20, dtype=np.int32)
+        serve(cache, a, np.r_[a, 900].astype(np.int32))  # 21 tokens
+        b = np.arange(1000, 1008, dtype=np.int32)
+        serve(cache, b, np.r_[b, 901].astype(np.int32))  # 30 tokens: full
+        c = np.arange(2000, 2005, dtype=np.int32)
+        serve(cache, c, np.r_[c, 902].astype(np.int32))  # 6 more: the oldest goes
+        kept[name] = cache.peek(np.r_[a, 900].astype(np.int32))
+    assert kept == {"sglang+": 0, "marconi": 0, "vllm+": 15}
