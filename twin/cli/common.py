@@ -115,6 +115,16 @@ ReplicasOption = Annotated[int, typer.Option("--replicas", "-r", min=1, help="Mo
 TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica.")]
 
 
+_UNTUNED = ("warmup", "window", "untuned")
+
+
+def alpha_label(alpha: float | None, source: str) -> str:
+    """A Marconi alpha and where it came from: ``0.3 (tuned)``, ``0.0 (untuned)``, ``-``."""
+    if alpha is None:
+        return "-"
+    return f"{alpha:.1f} ({'untuned' if source in _UNTUNED else source})"
+
+
 def format_bytes(n: float) -> str:
     """Decimal units, as the papers quote them (17.4 GB)."""
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

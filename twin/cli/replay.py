@@ -16,6 +16,7 @@ from twin.atomic import atomic_path
 from twin.cli.common import (
     ModelSetOption,
     PolicyOptionOption,
+    alpha_label,
     console,
     policy_options,
     print_json,
@@ -190,14 +191,8 @@ def _write_requests(path: Path, results: list[ReplayResult]) -> None:
         pq.write_table(table, tmp)
 
 
-_UNTUNED = {"warmup": "untuned", "window": "untuned", "untuned": "untuned"}
-
-
 def _alpha(r: ReplayResult) -> str:
-    if r.alpha is None:
-        return "-"
-    source = r.details.get("alpha_source", "")
-    return f"{r.alpha:.1f} ({_UNTUNED.get(source, source)})"
+    return alpha_label(r.alpha, r.details.get("alpha_source", ""))
 
 
 def _grid_line(r: ReplayResult) -> str | None:

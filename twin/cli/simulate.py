@@ -18,6 +18,7 @@ from twin.cli.common import (
     ProfileOption,
     ReplicasOption,
     TpOption,
+    alpha_label,
     console,
     err_console,
     policy_options,
@@ -157,7 +158,7 @@ def _alphas(s: dict[str, Any]) -> str:
     stats = [r.get("policy", {}) for r in s.get("replicas", [])]
     if not any("alpha" in p for p in stats):
         return "-"
-    return ", ".join(f"{p['alpha']:.1f} ({p.get('alpha_source', '?')})" for p in stats)
+    return ", ".join(alpha_label(p.get("alpha"), p.get("alpha_source", "")) for p in stats)
 
 
 def _ms(x: float | None) -> str:
