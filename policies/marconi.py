@@ -111,6 +111,7 @@ class MarconiPolicy(ReferenceFlopAwareEviction):
         self.bootstrap.update(
             completed=True,
             tuned_at_request=self.requests,
+            window_prompt_tokens=sum(n for _, n in self._window),
             metric="reference FLOPs saved, last 500 requests",
             grid={str(a): scores[a] for a in ALPHA_GRID},
         )
