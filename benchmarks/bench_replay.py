@@ -176,6 +176,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    from policies import POLICIES as REGISTRY
     from twin.atomic import write_text_atomic
 
     fractions = [float(f) for f in args.fractions.split(",")]
@@ -213,7 +214,9 @@ def main() -> None:
                         args.model,
                         str(capacity),
                         policy,
-                        json.dumps({"jobs": args.jobs}),
+                        json.dumps(
+                            {"jobs": args.jobs} if "jobs" in REGISTRY[policy].OPTIONS else {}
+                        ),
                         str(args.repeat),
                     )
                     r = out["result"]

@@ -1,4 +1,7 @@
-"""FLOP-aware eviction (Marconi, arXiv 2411.19379, sec. 4.2), shared by ``marconi`` and ``oracle``.
+"""FLOP-aware eviction as the twin first built it (Marconi sec. 4.2): ``marconi-twin``.
+
+``marconi`` and ``oracle`` use the authors' score instead
+(:mod:`policies.reference_score`); docs/decisions.md compares the two.
 
 Candidates are the unpinned nodes with at most one child (evicting a
 one-child node drops its checkpoint and hands its KV to the child). Each has
