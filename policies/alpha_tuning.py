@@ -23,6 +23,7 @@ import numpy as np
 
 from policies.reference_score import ReferenceFlops
 from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, serve
+from twin.errors import TwinError
 from twin.model import ModelSpec
 
 ALPHA_GRID = tuple(round(0.1 * i, 1) for i in range(21))
@@ -81,6 +82,51 @@ def grid_scores(
         initargs=(snapshot, model, window, policy_cls, metric),
     ) as pool:
         return dict(zip(grid, pool.map(_worker_score, grid), strict=True))
+
+
+class TunedAlpha:
+    """What both Marconi variants record about their alpha (mixed into the policy)."""
+
+    alpha: float
+    phase: str  # warmup, window, tuned, untuned (window never reached) or fixed
+    rules: str
+    bootstrap: dict[str, Any]
+    _snapshot: Any
+    _window: Window
+
+    def start_tuning(self, alpha: float | None, bootstrap_multiplier: float, jobs: int) -> None:
+        """Check the options; a given ``alpha`` is fixed, none starts the bootstrap."""
+        if bootstrap_multiplier <= 0:
+            raise TwinError(f"bootstrap multiplier must be > 0 (got {bootstrap_multiplier})")
+        if alpha is not None and alpha < 0:
+            raise TwinError(f"alpha must be >= 0 (got {alpha})")
+        self.phase = "warmup" if alpha is None else "fixed"
+        self.multiplier = bootstrap_multiplier
+        self.jobs = max(1, int(jobs))
+        self.requests = 0
+        self.bootstrap = {}
+        self._snapshot = None
+        self._window = []
+
+    def finish_tuning(self, scores: dict[float, float], **record: Any) -> None:
+        """Take the best alpha of ``scores`` and record the grid; the window is dropped."""
+        self.alpha = best_alpha(scores)
+        self.bootstrap.update(
+            completed=True,
+            window_prompt_tokens=sum(n for _, n in self._window),
+            grid={str(a): s for a, s in scores.items()},
+            **record,
+        )
+        self.phase = "tuned"
+        self._snapshot, self._window = None, []
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "alpha_source": self.phase,
+            "rules": self.rules,
+            "bootstrap": self.bootstrap,
+        }
 
 
 def best_alpha(scores: dict[float, float]) -> float:

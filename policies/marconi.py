@@ -29,15 +29,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.alpha_tuning import ALPHA_GRID, best_alpha, grid_scores
+from policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
 from policies.base import judicious_admission
 from policies.reference_score import ReferenceFlopAwareEviction
-from twin.errors import TwinError
 
 BOOTSTRAP_MULTIPLIER = 5  # policy_exploration.py's --bootstrap_multiplier default (15 for LMSys)
 
 
-class MarconiPolicy(ReferenceFlopAwareEviction):
+class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
     """The reference score with the reference bootstrap (or a fixed ``alpha``)."""
 
     name = "marconi"
@@ -52,17 +51,7 @@ class MarconiPolicy(ReferenceFlopAwareEviction):
         jobs: int = 1,
     ) -> None:
         super().__init__(0.0 if alpha is None else alpha)
-        if bootstrap_multiplier <= 0:
-            raise TwinError(f"bootstrap multiplier must be > 0 (got {bootstrap_multiplier})")
-        if alpha is not None and alpha < 0:
-            raise TwinError(f"alpha must be >= 0 (got {alpha})")
-        self.phase = "warmup" if alpha is None else "fixed"
-        self.multiplier = bootstrap_multiplier
-        self.jobs = max(1, int(jobs))
-        self.requests = 0
-        self.bootstrap: dict[str, Any] = {}
-        self._snapshot: Any = None
-        self._window: list[tuple[np.ndarray, int]] = []
+        self.start_tuning(alpha, bootstrap_multiplier, jobs)
         self._window_len: int | None = None
 
     # ----- admission, refresh and the bootstrap -------------------------------------
@@ -107,21 +96,8 @@ class MarconiPolicy(ReferenceFlopAwareEviction):
             ALPHA_GRID,
             self.jobs,
         )
-        self.alpha = best_alpha(scores)
-        self.bootstrap.update(
-            completed=True,
+        self.finish_tuning(
+            scores,
             tuned_at_request=self.requests,
-            window_prompt_tokens=sum(n for _, n in self._window),
             metric="reference FLOPs saved, last 500 requests",
-            grid={str(a): scores[a] for a in ALPHA_GRID},
         )
-        self.phase = "tuned"
-        self._snapshot, self._window = None, []
-
-    def stats(self) -> dict[str, Any]:
-        return {
-            "alpha": self.alpha,
-            "alpha_source": self.phase,
-            "rules": self.rules,
-            "bootstrap": self.bootstrap,
-        }

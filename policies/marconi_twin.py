@@ -19,17 +19,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from policies.alpha_tuning import ALPHA_GRID, best_alpha, grid_scores
+from policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
 from policies.base import judicious_admission
 from policies.flop_aware import FlopAwareEviction
-from twin.cache import CacheSnapshot
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 ALPHA_METRICS = ("hit-rate", "flops")
 
 
-class MarconiTwinPolicy(FlopAwareEviction):
+class MarconiTwinPolicy(TunedAlpha, FlopAwareEviction):
     """FLOP-aware eviction with a bootstrapped alpha (or a fixed one when ``alpha`` is given)."""
 
     name = "marconi-twin"
@@ -49,18 +48,8 @@ class MarconiTwinPolicy(FlopAwareEviction):
             raise TwinError(
                 f"alpha metric {alpha_metric!r} unknown; valid: {', '.join(ALPHA_METRICS)}"
             )
-        if bootstrap_multiplier <= 0:
-            raise TwinError(f"bootstrap multiplier must be > 0 (got {bootstrap_multiplier})")
-        if alpha is not None and alpha < 0:
-            raise TwinError(f"alpha must be >= 0 (got {alpha})")
-        self.phase = "warmup" if alpha is None else "fixed"
-        self.multiplier = bootstrap_multiplier
         self.metric = alpha_metric
-        self.jobs = max(1, int(jobs))
-        self.requests = 0
-        self.bootstrap: dict[str, Any] = {}
-        self._snapshot: CacheSnapshot | None = None
-        self._window: list[tuple[np.ndarray, int]] = []
+        self.start_tuning(alpha, bootstrap_multiplier, jobs)
         self._window_len = 0
 
     # ----- admission and bootstrap -------------------------------------------
@@ -91,20 +80,4 @@ class MarconiTwinPolicy(FlopAwareEviction):
         scores = grid_scores(
             self._snapshot, model, self._window, type(self), self.metric, ALPHA_GRID, self.jobs
         )
-        best = best_alpha(scores)
-        self.alpha = best
-        self.bootstrap.update(
-            completed=True,
-            window_prompt_tokens=sum(n for _, n in self._window),
-            grid={str(a): scores[a] for a in ALPHA_GRID},
-        )
-        self.phase = "tuned"
-        self._snapshot, self._window = None, []
-
-    def stats(self) -> dict[str, Any]:
-        return {
-            "alpha": self.alpha,
-            "alpha_source": self.phase,
-            "rules": self.rules,
-            "bootstrap": self.bootstrap,
-        }
+        self.finish_tuning(scores, metric=self.metric)

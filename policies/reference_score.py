@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from policies.base import Policy
+from policies.candidate_table import CandidateTable
 from twin.model import ModelSpec
 
 
@@ -121,10 +122,7 @@ class ReferenceFlopAwareEviction(Policy):
         self.now = 0  # the logical clock
         self._evict_ticked = False
         self._stamp: dict[int, int] = {}  # id(node) -> last access on the logical clock
-        self._n = 0
-        self._r = np.zeros(256)
-        self._f = np.zeros(256)
-        self._nodes: list[Any] = []
+        self.table = CandidateTable()
 
     def bind(self, cache: Any) -> None:
         super().bind(cache)
@@ -154,65 +152,37 @@ class ReferenceFlopAwareEviction(Policy):
 
     def on_node_changed(self, node: Any) -> None:
         if not self.cache.evictable(node):
-            if node.slot >= 0:
-                self._drop(node)
+            self.table.drop(node)
             return
         node.eff = self.flops.efficiency(node.depth, len(node.tokens))
-        i = node.slot
-        if i < 0:
-            i = node.slot = self._n
-            if i == len(self._r):
-                self._grow()
-            self._nodes.append(node)
-            self._n += 1
-        self._r[i] = self._stamp[id(node)]
-        self._f[i] = node.eff
+        self.table.set(node, self._stamp[id(node)], node.eff)
 
     def on_node_removed(self, node: Any, into: Any | None = None) -> None:
         stamp = self._stamp.pop(id(node), 0)
         if into is not None:  # ``_evict_intermediate_node``: the later of the two stamps
             self._stamp[id(into)] = max(stamp, self._stamp.get(id(into), 0))
-        if node.slot >= 0:
-            self._drop(node)
+        self.table.drop(node)
 
     def choose_victim(self, cache: Any) -> Any | None:
-        n = self._n
-        if n == 0:
+        t = self.table
+        if t.n == 0:
             return None
-        if not self._evict_ticked or self._r[:n].max() >= self.now:
+        if not self._evict_ticked or t.r[: t.n].max() >= self.now:
             self.now += 1  # ``evict``'s tick (once per insert that makes room)
             self._evict_ticked = True
         return self.victim_at(self.now)
 
     def victim_at(self, now: int) -> Any | None:
         """The node ``evict_v2`` would pick at logical time ``now`` (changes nothing)."""
-        n = self._n
+        t = self.table
+        n = t.n
         if n == 0:
             return None
-        score = normalise(1.0 / (now - self._r[:n]))
+        score = normalise(1.0 / (now - t.r[:n]))
         if self.alpha:
-            score = self.alpha * normalise(self._f[:n]) + score
+            score = self.alpha * normalise(t.f[:n]) + score
         i = int(score.argmin())
         if i + 1 < n and (score[i + 1 :] == score[i]).any():  # first in pre-order
             tied = np.flatnonzero(score == score[i]).tolist()
-            i = min(tied, key=lambda j: preorder_key(self._nodes[j]))
-        return self._nodes[i]
-
-    # ----- the table (swap-remove slots, as in policies.flop_aware) -----------------
-    def _drop(self, node: Any) -> None:
-        i, last = node.slot, self._n - 1
-        if i != last:
-            moved = self._nodes[last]
-            self._nodes[i] = moved
-            moved.slot = i
-            self._r[i], self._f[i] = self._r[last], self._f[last]
-        self._nodes.pop()
-        self._n = last
-        node.slot = -1
-
-    def _grow(self) -> None:
-        for name in ("_r", "_f"):
-            old = getattr(self, name)
-            new = np.zeros(2 * len(old), old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+            i = min(tied, key=lambda j: preorder_key(t.nodes[j]))
+        return t.nodes[i]

@@ -209,22 +209,12 @@ _WORKER: dict[str, Any] = {}
 def _init_worker(
     trace: Trace, model: ModelSpec, capacity: int, name: str, options: dict, per_request: bool
 ) -> None:
-    _WORKER.update(
-        trace=trace,
-        model=model,
-        capacity=capacity,
-        name=name,
-        options=options,
-        per_request=per_request,
-    )
+    _WORKER["args"] = (trace, model, capacity, name, options, per_request)
 
 
 def _worker_run(alpha: float) -> ReplayResult:
-    w = _WORKER
-    options = {**w["options"], "alpha": alpha}
-    return _run(
-        w["trace"], w["model"], w["capacity"], w["name"], options, _nothing, w["per_request"]
-    )
+    trace, model, capacity, name, options, per_request = _WORKER["args"]
+    return _run(trace, model, capacity, name, {**options, "alpha": alpha}, _nothing, per_request)
 
 
 def _hindsight(
