@@ -91,6 +91,7 @@ class SweepSpec:
 
     workload: str
     model: str
+    model_set: tuple[str, ...] = ()  # --model-set FIELD=VALUE overrides of ``model``
     gpu: str | None = None
     profile: str | None = None
     replicas: int = 1
@@ -163,7 +164,7 @@ def point_fields(spec: SweepSpec, point: Point) -> dict[str, Any]:
     return {
         "key": spec.key(point),
         **asdict(point),
-        "model": spec.model,
+        "model": spec.model + (f"[{','.join(spec.model_set)}]" if spec.model_set else ""),
         "profile_label": spec.profile_label,
         "profile_gpu": spec.profile_gpu,
         "workload_sha256": spec.workload_sha256,
@@ -210,7 +211,7 @@ def run_point(
     from twin.presets import resolve_model
     from workloads.reader import Workload
 
-    model = resolve_model(spec.model)
+    model = resolve_model(spec.model, spec.model_set)
     prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
     config = EngineConfig(
         replicas=spec.replicas,

@@ -97,8 +97,8 @@ def _option_type(policy_classes: list[type], key: str) -> Any:
     return Any
 
 
-def policy_options(policy: str, options: dict[str, str]) -> dict[str, Any]:
-    """``--policy-option`` values typed as the policy's constructor declares, then tried.
+def policy_options(policies: list[str], options: dict[str, str]) -> dict[str, Any]:
+    """``--policy-option`` values typed as the policies' constructors declare, then tried.
 
     Numbers must be finite (``alpha=nan`` would silently act as 0 and
     ``bootstrap_multiplier=nan`` crash at the first eviction); the policy is
@@ -106,7 +106,8 @@ def policy_options(policy: str, options: dict[str, str]) -> dict[str, Any]:
     """
     from policies import POLICIES, get_policy
 
-    classes = [POLICIES[policy]] if policy in POLICIES else []
+    known = [p for p in policies if p in POLICIES]  # the --policy check names the others
+    classes = [POLICIES[p] for p in known]
     classes += [c for c in POLICIES.values() if c not in classes]
     typed: dict[str, Any] = {}
     for key, text in options.items():
@@ -128,10 +129,9 @@ def policy_options(policy: str, options: dict[str, str]) -> dict[str, Any]:
             typed[key] = value
         else:
             typed[key] = text
-    if policy not in POLICIES:
-        return typed  # the --policy check names the valid ones
-    try:
-        get_policy(policy, **typed)
-    except TwinError as err:
-        raise TwinError(f"--policy-option: {err}") from None
+    for policy in known:
+        try:
+            get_policy(policy, **typed)
+        except TwinError as err:
+            raise TwinError(f"--policy-option: {err}") from None
     return typed
