@@ -169,6 +169,7 @@ def test_output_paths_of_the_wrong_kind(tmp_path, capsys) -> None:
         (["workload", "export", "marconi", str(CHAT), "-o", str(adir)], "is a folder"),
         (["report", "capacity", str(CHAT), "-m", "tiny-hybrid", "--out", str(afile)], "is a file"),
         (["workload", "generate", "chat", "-o", str(afile / "x.parquet")], "not a folder"),
+        (["replay", str(CHAT), *TINY, "-p", "vllm+", "--requests", str(adir)], "is a folder"),
     ):
         assert_clean_error(capsys, argv, tmp_path, needle)
 

@@ -98,6 +98,8 @@ def replay(
     """
     checks.number("--cache-gb", cache_gb, low=0)
     checks.number("--bootstrap-multiplier", bootstrap_multiplier, low=0, low_open=True)
+    if requests_out is not None:
+        checks.out_file("--requests", requests_out)
     spec = resolve_model(model, model_set)
     names = _policies(policy)
     extra = policy_options(policy_option, names)
