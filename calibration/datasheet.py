@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from calibration.formulas import FORMULAS
-from calibration.profile import PROFILES_DIR, KernelFit, Profile
+from twin.costmodel.formulas import FORMULAS, KERNELS
+from twin.costmodel.profile import PROFILES_DIR, KernelFit, Profile
 from twin.errors import TwinError
 from twin.hardware import GPUS, get_gpu
 
@@ -70,7 +70,7 @@ def datasheet_profile(gpu: str) -> Profile:
             params=dict(DEFAULTS[name]),
             note="datasheet default, not measured",
         )
-        for name in FORMULAS
+        for name in KERNELS
     }
     return Profile(
         gpu=spec.name,

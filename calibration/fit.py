@@ -1,4 +1,4 @@
-"""Fit each kernel's latency model (calibration.formulas) to its timings with scipy.
+"""Fit each kernel's latency model (twin.costmodel.formulas) to its timings with scipy.
 
 The residual is the log of predicted over measured time, so every shape counts by
 its relative error whether it takes 5 us or 50 ms, and a soft-L1 loss keeps one
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from calibration.formulas import get_formula
-from calibration.profile import KernelFit
+from twin.costmodel.formulas import get_formula
+from twin.costmodel.profile import KernelFit
 
 HOLDOUT_SHARE = 0.25  # a quarter of the shapes is kept out of the fit
 MIN_SHAPES_FOR_HOLDOUT = 6

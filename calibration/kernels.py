@@ -1,7 +1,7 @@
 """The kernels the harness times, one small class each, in one registry.
 
 Each kernel knows its shape grid (per device class and sweep level), the FLOPs
-and bytes of a shape (``calibration.formulas``, the same functions the cost
+and bytes of a shape (``twin.costmodel.formulas``, the same functions the cost
 model prices with), and how to build a callable over rotating random input
 buffers. Torch is only touched inside ``build``: this module imports without it.
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from calibration import formulas as fm
+from twin.costmodel import formulas as fm
 from twin.model import ModelSpec
 
 LEVELS = ("tiny", "quick", "full")
@@ -379,5 +379,5 @@ def registry() -> dict[str, Kernel]:
         CopyD2H(),
     ]
     out = {k.name: k for k in kernels}
-    assert set(out) == set(fm.FORMULAS), "every kernel needs a formula and vice versa"
+    assert set(out) == set(fm.KERNELS), "every kernel needs a formula and vice versa"
     return out

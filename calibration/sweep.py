@@ -16,10 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from calibration.formulas import FORMULAS
 from calibration.kernels import Kernel, Shape, SweepContext, registry
 from calibration.timing import Timing, TimingBudget, summarize, time_cpu, time_cuda
 from twin.atomic import atomic_path
+from twin.costmodel.formulas import FORMULAS
 from twin.errors import TwinError
 
 SHAPE_COLUMNS = ("m", "k", "n", "c", "h", "d", "b", "l", "p", "g", "q", "rows", "width", "nbytes")

@@ -126,7 +126,7 @@ def resolve(spec: SweepSpec) -> SweepSpec:
     """Fill in the workload fingerprint and profile label (done once, in the parent)."""
     from dataclasses import replace
 
-    from calibration.profile import resolve_profile
+    from twin.costmodel.profile import resolve_profile
     from workloads.importers.base import sha256_file
 
     path = Path(spec.workload)
@@ -181,7 +181,7 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
 
 def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
     """Simulate one point and return its row. Top-level so worker processes can pickle it."""
-    from calibration.profile import device_memory_bytes, resolve_profile
+    from twin.costmodel.profile import device_memory_bytes, resolve_profile
     from twin.engine import EngineConfig, make_pricer, simulate
     from twin.presets import resolve_model
     from workloads.reader import Workload

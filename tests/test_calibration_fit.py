@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from calibration import formulas as fm
 from calibration.fit import fit_kernel, fit_params, predict_rows, split_holdout
+from twin.costmodel import formulas as fm
 
 PEAKS = {"flops": 1e14, "mem_bw": 2e12, "host_bw": 3e10}
 

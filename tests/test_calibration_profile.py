@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from calibration.datasheet import DEFAULTS, datasheet_profile
-from calibration.formulas import FORMULAS
-from calibration.profile import KernelFit, Profile, load_profile, shipped_profiles
 from calibration.transfer import transfer_profile
+from twin.costmodel.formulas import KERNELS
+from twin.costmodel.profile import KernelFit, Profile, load_profile, shipped_profiles
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 
@@ -47,7 +47,7 @@ def test_datasheet_profiles_ship_and_are_labelled(gpu: str) -> None:
     p = load_profile(gpu)
     assert p.source == "datasheet"
     assert p.provenance_label == "datasheet roofline (uncalibrated)"
-    assert set(p.kernels) == set(FORMULAS)
+    assert set(p.kernels) == set(KERNELS)
     assert p.peaks["flops"] == get_gpu(gpu).flops
     for name, fit in p.kernels.items():
         assert fit.params == DEFAULTS[name]  # the documented defaults, nothing else

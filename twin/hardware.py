@@ -45,7 +45,7 @@ class GpuSpec:
         return self.nvlink_bw / 2 if self.nvlink_bw else self.host_bw
 
     def peaks(self) -> dict[str, float]:
-        """The peaks a profile stores and the cost model reads (see calibration.formulas)."""
+        """The peaks a profile stores and the cost model reads (see twin.costmodel.formulas)."""
         return {
             "flops": self.flops,
             "mem_bw": self.hbm_bw,

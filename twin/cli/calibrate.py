@@ -10,12 +10,12 @@ import typer
 from rich.table import Table
 
 from calibration.device import CHOICES
-from calibration.formulas import FORMULAS
 from calibration.harness import DEFAULT_SHAPE_MODEL, CalibrationResult
 from calibration.harness import calibrate as run_calibration
 from calibration.harness import transfer as run_transfer
 from calibration.kernels import LEVELS
 from twin.cli.common import console, print_json, progress_bar
+from twin.costmodel.formulas import KERNELS
 from twin.errors import TwinError
 
 
@@ -99,7 +99,7 @@ def calibrate(
         help="Preset whose projection shapes the GPU GEMM grid uses.",
     ),
     kernels: str | None = typer.Option(
-        None, "--kernels", help=f"Comma-separated subset of: {', '.join(FORMULAS)} (default all)."
+        None, "--kernels", help=f"Comma-separated subset of: {', '.join(KERNELS)} (default all)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of inputs, shape samples and held-out split."),
     threads: int = typer.Option(1, "--threads", min=1, help="CPU threads while timing."),

@@ -8,9 +8,9 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration.profile import load_profile, shipped_profiles
 from twin.cli.common import console, print_json
 from twin.costmodel import KINDS, CostModel, StepCost
+from twin.costmodel.profile import load_profile, shipped_profiles
 from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.presets import get_model

@@ -8,7 +8,6 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration.profile import device_memory_bytes, resolve_profile
 from policies import POLICIES
 from twin.cli.common import (
     GpuOption,
@@ -21,6 +20,7 @@ from twin.cli.common import (
     parse_pairs,
     progress_bar,
 )
+from twin.costmodel.profile import device_memory_bytes, resolve_profile
 from twin.engine import ROUTERS, EngineConfig, expected_horizon, make_pricer
 from twin.engine import simulate as run_simulation
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
