@@ -164,10 +164,11 @@ def fit_kernel(
     train = [rows[i] for i in train_idx]
     held = [rows[i] for i in held_idx]
     params = fit_params(kernel, train, peaks)
-    med = mx = None
+    med = mx = p90 = None
     if held:
         err = relative_errors(kernel, params, peaks, held)
         med, mx = float(np.median(err)), float(np.max(err))
+        p90 = float(np.quantile(err, 0.9))
     train_err = relative_errors(kernel, params, peaks, train)
     note = f"train median rel err {float(np.median(train_err)):.3f}"
     return KernelFit(
@@ -178,6 +179,7 @@ def fit_kernel(
         n_shapes=len(rows),
         n_heldout=len(held),
         note=note,
+        heldout_p90_rel_err=p90,
     )
 
 

@@ -266,7 +266,7 @@ class AttnPrefill(Kernel):
             return flops, nbytes, extras
         n, c, h, d = shape["n"], shape["c"], shape["h"], shape["d"]
         pairs = n * (n + c)
-        return 4.0 * h * d * pairs, nbytes, {"score_elems": float(h * pairs)}
+        return 4.0 * h * d * pairs, nbytes, {**extras, "score_elems": float(h * pairs)}
 
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         t = ctx.torch

@@ -72,27 +72,37 @@ FORMULAS: dict[str, KernelFormula] = {
             "attn_prefill",
             "mem_bw",
             True,
-            ("score_elems",),
+            ("score_elems", "tiles"),
             "causal attention of n new tokens over c cached + n new keys",
         ),
         KernelFormula(
             "attn_decode",
             "mem_bw",
             True,
-            ("score_elems",),
+            ("score_elems", "tiles"),
             "one query token per sequence over its context",
         ),
         KernelFormula("ssm_scan", "mem_bw", True, ("chunks",), "Mamba2 chunked (SSD) scan"),
         KernelFormula("ssm_step", "mem_bw", True, (), "Mamba2 one-token state update (decode)"),
-        KernelFormula("conv1d", "mem_bw", True, (), "causal depthwise conv1d"),
+        KernelFormula(
+            "conv1d", "mem_bw", True, ("sequences",), "causal depthwise conv1d over prompts"
+        ),
         KernelFormula(
             "elementwise", "mem_bw", False, (), "element-wise pass / RMSNorm: bytes in and out"
         ),
         KernelFormula("copy_d2d", "mem_bw", False, (), "device-to-device copy (read + write)"),
         KernelFormula("copy_h2d", "host_bw", False, (), "pinned host to device copy"),
         KernelFormula("copy_d2h", "host_bw", False, (), "device to pinned host copy"),
-        # Optional: one fit per GPU count, stored as ``allreduce_<n>gpu``; without one
-        # the cost model prices a ring from the profile's peaks.
+        # Optional families (see OPTIONAL): the cost model falls back when a profile lacks one.
+        KernelFormula(
+            "conv1d_update",
+            "mem_bw",
+            True,
+            (),
+            "causal conv1d decode update: one token per sequence, conv state read + written",
+        ),
+        # One fit per GPU count, stored as ``allreduce_<n>gpu``; without one the cost
+        # model prices a ring from the profile's peaks.
         KernelFormula(
             "allreduce",
             "interconnect_bw",
@@ -104,7 +114,12 @@ FORMULAS: dict[str, KernelFormula] = {
 }
 
 # Families every profile must carry (the cost model refuses a profile without one).
-KERNELS: tuple[str, ...] = tuple(k for k in FORMULAS if k != "allreduce")
+OPTIONAL = ("conv1d_update", "allreduce")
+KERNELS: tuple[str, ...] = tuple(k for k in FORMULAS if k not in OPTIONAL)
+# Query rows of one FlashAttention tile (Br = 128: FlashAttention-2, Dao 2023,
+# arXiv 2307.08691 sec. 3.1; FA3's Hopper kernels keep 128-row query tiles). Each
+# (sequence, head, query tile) is one thread-block's work with a fixed start-up.
+ATTN_QUERY_TILE = 128
 _PER_GPU_COUNT = re.compile(r"^(allreduce)_(\d+)gpu$")
 
 
@@ -149,39 +164,58 @@ def attn_prefill_features(
     """Causal attention of ``n`` new queries after ``c`` cached keys (bottom-right aligned)."""
     keys = keys_upto(c + n, window) - keys_upto(c, window)
     kv_rows = c + n if window is None else min(c + n, window + n)
-    flops, nbytes, scores = attn_prefill_sums(n, keys, kv_rows, heads, kv_heads, head_dim, e)
-    return flops, nbytes, {"score_elems": scores}
+    blocks = query_blocks(n)
+    flops, nbytes, scores, tiles = attn_prefill_sums(
+        n, keys, kv_rows, blocks, heads, kv_heads, head_dim, e
+    )
+    return flops, nbytes, {"score_elems": scores, "tiles": tiles}
+
+
+def query_blocks(n: int) -> int:
+    """Query tiles of one prefill chunk of ``n`` tokens."""
+    return -(-n // ATTN_QUERY_TILE)
 
 
 def attn_prefill_sums(
-    queries: float, keys: float, kv_rows: float, heads: int, kv_heads: int, head_dim: int, e: int
-) -> tuple[float, float, float]:
-    """(FLOPs, bytes, score elements) of prefill chunks batched in one launch.
+    queries: float,
+    keys: float,
+    kv_rows: float,
+    blocks: float,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    e: int,
+) -> tuple[float, float, float, float]:
+    """(FLOPs, bytes, score elements, tiles) of prefill chunks batched in one launch.
 
-    ``queries``, ``keys`` (query-key pairs) and ``kv_rows`` (K/V rows read) are summed
-    over the chunks. QK^T and AV cost 4 x head_dim FLOPs per score; Q in and O out
-    are read/written once, K and V of the visible context once.
+    ``queries``, ``keys`` (query-key pairs), ``kv_rows`` (K/V rows read) and
+    ``blocks`` (query tiles, ``query_blocks``) are summed over the chunks. QK^T and
+    AV cost 4 x head_dim FLOPs per score; Q in and O out are read/written once, K
+    and V of the visible context once; every (query tile, head) is one tile.
     """
     flops = 4.0 * heads * head_dim * keys
     nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
-    return flops, nbytes, float(heads * keys)
+    return flops, nbytes, float(heads * keys), float(heads * blocks)
 
 
 def attn_decode_features(
     batch: int, keys: int, heads: int, kv_heads: int, head_dim: int, e: int
 ) -> Features:
     """``batch`` single-token queries, each over ``keys`` keys (KV read dominates)."""
-    flops, nbytes, scores = attn_decode_sums(batch, batch * keys, heads, kv_heads, head_dim, e)
-    return flops, nbytes, {"score_elems": scores}
+    flops, nbytes, scores, tiles = attn_decode_sums(
+        batch, batch * keys, heads, kv_heads, head_dim, e
+    )
+    return flops, nbytes, {"score_elems": scores, "tiles": tiles}
 
 
 def attn_decode_sums(
     batch: float, keys: float, heads: int, kv_heads: int, head_dim: int, e: int
-) -> tuple[float, float, float]:
-    """(FLOPs, bytes, score elements) of ``batch`` decode queries over ``keys`` keys in all."""
+) -> tuple[float, float, float, float]:
+    """(FLOPs, bytes, score elements, tiles) of ``batch`` decode queries over ``keys`` keys
+    in all; each (sequence, head) is one tile."""
     flops = 4.0 * heads * head_dim * keys
     nbytes = e * (2.0 * batch * heads * head_dim + 2.0 * kv_heads * head_dim * keys)
-    return flops, nbytes, float(heads * keys)
+    return flops, nbytes, float(heads * keys), float(heads * batch)
 
 
 def ssm_scan_features(
@@ -244,12 +278,17 @@ def ssm_step_features(
 def conv1d_features(
     batch: int, seqlen: int, channels: int, kernel: int, e: int, with_state: bool = False
 ) -> Features:
-    """Causal depthwise conv; ``with_state`` adds the decode conv-state read + write."""
+    """Causal depthwise conv; ``with_state`` adds the decode conv-state read + write.
+
+    A prompt pass (``with_state=False``) also counts its sequences: the varlen
+    kernel sets up each one (NVIDIA's tables show a fixed cost per sequence).
+    """
     flops = 2.0 * batch * seqlen * channels * kernel
     nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
     if with_state:
         nbytes += e * 2 * batch * channels * kernel
-    return flops, float(nbytes), {}
+        return flops, float(nbytes), {}
+    return flops, float(nbytes), {"sequences": float(batch)}
 
 
 def elementwise_features(rows: int, width: int, e: int, passes: float = 2.0) -> Features:
@@ -322,23 +361,23 @@ def compile_kernel(
 
 def compile_fast(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
-) -> Callable[[float, float, float], float]:
-    """Like ``compile_kernel`` but ``(flops, bytes, x)`` with ``x`` the kernel's one extra
-    feature (0 when it has none): no dict per call, for the cost model's hot path."""
+) -> Callable[..., float]:
+    """Like ``compile_kernel`` but ``(flops, bytes, x=0, y=0)`` with ``x``, ``y`` the
+    kernel's extra features in formula order: no dict per call, for the cost model."""
     f = get_formula(kernel)
-    assert len(f.extras) <= 1, "compile_fast handles at most one extra feature"
+    assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
     compile_kernel(kernel, params, peaks)  # validates the parameters
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     if not f.uses_flops:
-        return lambda flops, nbytes, x=0.0: t0 + nbytes * inv_b
+        return lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks["flops"]))
     p = float(params["p"])
     inv_p = 1.0 / p
-    c = float(params[f"c_{f.extras[0]}"]) if f.extras else 0.0
+    cx, cy = _coefficients(f, params)
 
-    def fast(flops: float, nbytes: float, x: float = 0.0) -> float:
-        a = flops * inv_f + c * x
+    def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0) -> float:
+        a = flops * inv_f + cx * x + cy * y
         b = nbytes * inv_b
         if a <= 0.0:
             return t0 + b
@@ -348,6 +387,12 @@ def compile_fast(
         return t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
 
     return fast
+
+
+def _coefficients(f: KernelFormula, params: dict[str, float]) -> tuple[float, float]:
+    """The extra features' coefficients in formula order, padded with zeros to two."""
+    cs = [*(float(params[f"c_{name}"]) for name in f.extras), 0.0, 0.0]
+    return cs[0], cs[1]
 
 
 def predict_many(
@@ -383,8 +428,10 @@ def check_params(kernel: str, params: dict[str, float]) -> None:
 
 
 __all__ = [
+    "ATTN_QUERY_TILE",
     "FORMULAS",
     "KERNELS",
+    "OPTIONAL",
     "Features",
     "KernelFormula",
     "allreduce_features",
@@ -405,6 +452,7 @@ __all__ = [
     "get_formula",
     "predict",
     "predict_many",
+    "query_blocks",
     "smooth_max",
     "ssm_scan_features",
     "ssm_scan_sums",

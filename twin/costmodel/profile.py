@@ -32,7 +32,8 @@ from twin.costmodel.formulas import check_params, get_formula
 from twin.errors import TwinError
 
 SCHEMA_VERSION = 1
-SOURCES = ("measured", "datasheet", "transferred")
+# ``mixed``: the families come from different places; each fit says where.
+SOURCES = ("measured", "datasheet", "transferred", "mixed")
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
 REQUIRED_PEAKS = ("flops", "mem_bw", "host_bw")
 
@@ -48,9 +49,15 @@ class KernelFit:
     n_shapes: int = 0
     n_heldout: int = 0
     note: str = ""
+    heldout_p90_rel_err: float | None = None
+    # Rows refused as physically impossible for the device (faster than its peaks).
+    n_flagged: int = 0
+    # Where this family's numbers come from when it differs per family (see
+    # twin.costmodel.provenance): {"source": "measured" | "datasheet" | ..., "label": ...}.
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``note`` only when set)."""
+        """JSON-ready dict (``note``, p90, flagged rows and provenance only when set)."""
         out: dict[str, Any] = {
             "model": self.model,
             "params": dict(self.params),
@@ -59,6 +66,12 @@ class KernelFit:
             "n_shapes": self.n_shapes,
             "n_heldout": self.n_heldout,
         }
+        if self.heldout_p90_rel_err is not None:
+            out["heldout_p90_rel_err"] = self.heldout_p90_rel_err
+        if self.n_flagged:
+            out["n_flagged"] = self.n_flagged
+        if self.provenance:
+            out["provenance"] = dict(self.provenance)
         if self.note:
             out["note"] = self.note
         return out
@@ -74,6 +87,9 @@ class KernelFit:
             n_shapes=int(data.get("n_shapes", 0)),
             n_heldout=int(data.get("n_heldout", 0)),
             note=str(data.get("note", "")),
+            heldout_p90_rel_err=_opt_float(data.get("heldout_p90_rel_err")),
+            n_flagged=int(data.get("n_flagged", 0)),
+            provenance=dict(data.get("provenance") or {}),
         )
 
 
@@ -109,6 +125,7 @@ class Profile:
                 raise TwinError(f"profile {self.gpu!r}: peak {key!r} must be positive (got {v!r})")
         for name, fit in self.kernels.items():
             formula = get_formula(name)
+            _upgrade(fit, formula.model_name)
             if fit.model != formula.model_name:
                 raise TwinError(
                     f"profile {self.gpu!r}, kernel {name!r}: model {fit.model!r} "
@@ -119,20 +136,38 @@ class Profile:
     # ------------------------------------------------------------ display
     @property
     def provenance_label(self) -> str:
-        """One line saying where the numbers come from, shown by every output."""
+        """One line saying where the numbers come from, shown by every output: the
+        mixture per kernel family when the families differ."""
+        if any(fit.provenance for fit in self.kernels.values()):
+            return self.provenance_mixture()
+        return self.profile_label()
+
+    def profile_label(self) -> str:
+        """Where the whole profile comes from (families without their own provenance)."""
         if self.source == "measured":
             date = self.provenance.get("date", "undated")
             return f"measured on {self.device}, {date}"
         if self.source == "transferred":
             return f"transferred from {self.transferred_from}"
+        if self.source == "mixed":
+            return "mixed (see each kernel family)"
         return "datasheet roofline (uncalibrated)"
+
+    def provenance_mixture(self) -> str:
+        """Per kernel family, e.g. "attention: measured (vLLM 0.24.0 FA3, H100 SXM5); SSM
+        scan: datasheet" (``twin.costmodel.provenance``)."""
+        from twin.costmodel.provenance import mixture  # late: provenance imports this module
+
+        return mixture(self)
 
     def heldout_summary(self) -> dict[str, dict[str, float | int | None]]:
         """Held-out errors by kernel, as printed by ``twin calibrate``."""
         return {
             name: {
                 "median": fit.heldout_median_rel_err,
+                "p90": fit.heldout_p90_rel_err,
                 "max": fit.heldout_max_rel_err,
+                "flagged": fit.n_flagged,
                 "n_shapes": fit.n_shapes,
                 "n_heldout": fit.n_heldout,
             }
@@ -204,6 +239,17 @@ class Profile:
         return cls.from_dict(data, where=str(path))
 
 
+def _upgrade(fit: KernelFit, current: str) -> None:
+    """Read a fit written before its formula gained extra features: the new features
+    get a zero coefficient, so the fit predicts exactly what it did."""
+    old, new = fit.model.split("+"), current.split("+")
+    if old == new or old[0] != new[0] or not set(old[1:]) <= set(new[1:]):
+        return
+    for extra in new[1:]:
+        fit.params.setdefault(f"c_{extra}", 0.0)
+    fit.model = current
+
+
 def _overhead(data: Any) -> dict[str, Any] | None:
     """A ``layer_overhead`` entry, checked: a mode and non-negative seconds per layer kind."""
     if data is None:
@@ -231,19 +277,57 @@ def profile_path(gpu: str) -> Path:
     return PROFILES_DIR / f"{gpu}.json"
 
 
-def load_profile(name_or_path: str | Path) -> Profile:
-    """A shipped profile by GPU name (``h100``), or a profile file by path."""
+def load_profile(name_or_path: str | Path, engine: str | None = None) -> Profile:
+    """A shipped profile by name, or a profile file by path.
+
+    A GPU name means its measured profile for ``engine`` (default vLLM's kernels,
+    ``twin.costmodel.kernel_sources``), else its datasheet profile; a full shipped
+    name (``h100-sglang``, ``h100-datasheet``, ``cpu``) means that file.
+    """
     text = str(name_or_path)
     path = Path(text)
     if text.endswith(".json") or path.exists():
+        if engine is not None:
+            raise TwinError("--engine picks a shipped profile: give it with --gpu, not a file")
         return Profile.load(path)
+    return Profile.load(shipped_profiles()[shipped_name(text, engine)])
+
+
+def shipped_name(gpu: str, engine: str | None = None) -> str:
+    """The shipped profile that ``--gpu gpu [--engine engine]`` means."""
+    from twin.costmodel.kernel_sources import profile_names
+
     shipped = shipped_profiles()
-    if text.lower() in shipped:
-        return Profile.load(shipped[text.lower()])
+    candidates = profile_names(gpu, engine)
+    for name in candidates:
+        if name in shipped:
+            return name
+    mine = [n for n in shipped if n == gpu.lower() or n.startswith(f"{gpu.lower()}-")]
+    if engine is not None and mine:
+        raise TwinError(
+            f"no {engine} profile for --gpu {gpu}: NVIDIA's tables do not cover it; "
+            f"shipped for {gpu}: {', '.join(mine)}"
+        )
     raise TwinError(
-        f"no profile {text!r}: give a profile file or one of "
-        f"{', '.join(shipped) or '(none shipped)'}"
+        f"no profile {gpu!r}: give a profile file or one of {', '.join(_gpu_names(shipped))} "
+        "(or a full shipped name such as h100-sglang or h100-datasheet)"
     )
+
+
+def _gpu_names(shipped: dict[str, Path]) -> list[str]:
+    """The GPU names behind the shipped files (``h100-vllm`` -> ``h100``), in order."""
+    from twin.costmodel.kernel_sources import DATASHEET, KERNEL_SOURCES
+
+    suffixes = (*KERNEL_SOURCES, DATASHEET)
+    out: list[str] = []
+    for name in shipped:
+        base = name
+        for suffix in suffixes:
+            if name.endswith(f"-{suffix}"):
+                base = name[: -len(suffix) - 1]
+        if base not in out:
+            out.append(base)
+    return out
 
 
 def measured_profiles() -> dict[str, Path]:
@@ -258,13 +342,16 @@ def measured_profiles() -> dict[str, Path]:
     return out
 
 
-def resolve_profile(gpu: str | None, path: Path | None) -> Profile:
-    """The profile named by ``--gpu`` (a shipped one) or ``--profile`` (a file); h100 if neither."""
+def resolve_profile(gpu: str | None, path: Path | None, engine: str | None = None) -> Profile:
+    """The profile named by ``--gpu`` [``--engine``] (a shipped one) or ``--profile`` (a
+    file); h100 if neither. The one resolver every command uses."""
     if gpu is not None and path is not None:
         raise TwinError("give --gpu or --profile, not both")
     if path is not None:
+        if engine is not None:
+            raise TwinError("--engine picks a shipped profile: give it with --gpu, not --profile")
         return Profile.load(path)
-    return load_profile(gpu or "h100")
+    return load_profile(gpu or "h100", engine)
 
 
 def device_memory_bytes(profile: Profile) -> float:
