@@ -251,7 +251,7 @@ def attention_rows(system: Path, engine: str, phase: str) -> FamilyRows | None:
                 continue  # a cached prefix: not the table's main grid
             s = int(r["isl"])
             flops, nbytes, scores, tiles = fm.attn_prefill_sums(
-                b * s, b * s * (s + 1) // 2, b * s, b * fm.query_blocks(s), h, kvh, hd, ELEM_BYTES
+                b * s, b * s * (s + 1) // 2, b * s, b, h, kvh, hd, ELEM_BYTES
             )
             shape = {"b": b, "s": s, "h": h, "kvh": kvh, "d": hd}
         else:

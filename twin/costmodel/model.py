@@ -57,7 +57,6 @@ class StepFeatures(NamedTuple):
     prefill_chunks: int
     prefill_keys: int  # query-key pairs of the prefill chunks (causal, windowed)
     prefill_kv_rows: int  # K/V rows the prefill chunks read
-    prefill_query_blocks: int  # attention query tiles of the prefill chunks
     scan_chunks: int  # Mamba2 scan chunks over the prefill chunks (each padded)
     decodes: int
     decode_keys: int  # keys the decode queries read, summed
@@ -237,7 +236,7 @@ class CostModel:
     ) -> StepFeatures:
         """The step's features: every kernel's FLOPs and bytes are functions of these sums."""
         window = self.model.sliding_window
-        p_tok = p_keys = p_kv = chunks = blocks = 0
+        p_tok = p_keys = p_kv = chunks = 0
         chunk = self.chunk_size if self.model.n_ssm_layers else 1
         for n, c in prefills:
             if n <= 0 or c < 0:
@@ -248,7 +247,6 @@ class CostModel:
             p_keys += keys_upto(c + n, window) - keys_upto(c, window)
             p_kv += c + n if window is None else min(c + n, window + n)
             chunks += -(-n // chunk)
-            blocks += fm.query_blocks(n)
         n_dec = len(decodes)
         if n_dec and min(decodes) < 0:
             raise TwinError("a decode context must be >= 0")
@@ -263,7 +261,6 @@ class CostModel:
             prefill_chunks=len(prefills),
             prefill_keys=p_keys,
             prefill_kv_rows=p_kv,
-            prefill_query_blocks=blocks,
             scan_chunks=chunks,
             decodes=n_dec,
             decode_keys=d_keys,
@@ -363,7 +360,7 @@ class CostModel:
                     f.prefill_tokens,
                     f.prefill_keys,
                     f.prefill_kv_rows,
-                    f.prefill_query_blocks,
+                    f.prefill_chunks,
                     *heads,
                 )
                 parts.append(("attention", "attn_prefill", k["attn_prefill"](*feats)))
@@ -376,10 +373,11 @@ class CostModel:
             if f.prefill_chunks:
                 feats = fm.ssm_scan_sums(f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e)
                 parts.append(("ssm", "ssm_scan", k["ssm_scan"](*feats)))
-                # Features of one sequence holding all the step's prompt tokens, with
-                # the chunks' count as the per-sequence term.
+                # Features of one sequence holding all the step's prompt tokens; the
+                # per-sequence term counts every chunk.
                 cf, cb, _ = fm.conv1d_features(1, f.prefill_tokens, width, taps, e)
-                parts.append(("ssm", "conv1d", k["conv1d"](cf, cb, f.prefill_chunks)))
+                seq_channels = f.prefill_chunks * width
+                parts.append(("ssm", "conv1d", k["conv1d"](cf, cb, seq_channels)))
             if f.decodes:
                 sf, sb, _ = fm.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
                 parts.append(("ssm", "ssm_step", k["ssm_step"](sf, sb)))
