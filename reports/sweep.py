@@ -86,6 +86,7 @@ class SweepSpec:
     workload: str
     model: str
     gpu: str | None = None
+    engine: str | None = None  # whose kernels (twin.costmodel.kernel_sources); None: default
     profile: str | None = None
     replicas: int = 1
     tp: int = 1
@@ -104,7 +105,11 @@ class SweepSpec:
         Hashing canonical JSON makes the key stable across processes and
         Python versions (``hash()`` is salted per process).
         """
-        fixed = {k: v for k, v in asdict(self).items() if k not in ("workload", "gpu", "profile")}
+        fixed = {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in ("workload", "gpu", "engine", "profile")
+        }
         blob = json.dumps({"point": asdict(point), "fixed": fixed}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
@@ -132,7 +137,7 @@ def resolve(spec: SweepSpec) -> SweepSpec:
     path = Path(spec.workload)
     if not path.is_file():
         raise TwinError(f"{path}: no such workload file")
-    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
+    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None, spec.engine)
     return replace(
         spec,
         workload_sha256=sha256_file(path),
@@ -187,7 +192,7 @@ def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
     from workloads.reader import Workload
 
     model = resolve_model(spec.model)
-    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
+    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None, spec.engine)
     config = EngineConfig(
         replicas=spec.replicas,
         tp=spec.tp,

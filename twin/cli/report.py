@@ -24,6 +24,7 @@ from reports.sweep import (
 )
 from twin import __version__
 from twin.cli.common import (
+    EngineOption,
     GpuOption,
     ModelOption,
     ProfileOption,
@@ -89,6 +90,7 @@ def capacity(
     workload: Path = typer.Argument(..., help="Workload parquet file."),
     model: ModelOption = "marconi-hybrid-7b",
     gpu: GpuOption = None,
+    engine: EngineOption = None,
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
@@ -165,6 +167,7 @@ def capacity(
             workload=str(workload),
             model=model,
             gpu=gpu,
+            engine=engine,
             profile=None if profile is None else str(profile),
             replicas=replicas,
             tp=tp,

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from policies import POLICIES
 from twin.cli.common import (
+    EngineOption,
     GpuOption,
     ModelOption,
     ProfileOption,
@@ -56,6 +57,7 @@ def simulate(
     ),
     model: ModelOption = "marconi-hybrid-7b",
     gpu: GpuOption = None,
+    engine: EngineOption = None,
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
@@ -124,7 +126,7 @@ def simulate(
       twin simulate trace.parquet --profile my-a100.json -r 2 --tp 2 -p sglang+ --json
     """
     spec = resolve_model(model)
-    prof = resolve_profile(gpu, profile)
+    prof = resolve_profile(gpu, profile, engine)
     config = EngineConfig(
         replicas=replicas,
         tp=tp,
