@@ -36,6 +36,13 @@ from twin.hardware import get_gpu
 # Slack on the peaks before a row counts as impossible: datasheet peaks are
 # rounded and boost clocks run a few percent above base.
 PEAK_SLACK = 1.05
+# Shapes a family is fitted on, where the table sweeps wider than serving needs:
+# GEMMs whose output and reduction widths are both >= 1024 (every projection of the
+# preset models; the tables' 32-512-wide products follow cuBLAS's small-kernel
+# choices, which one roofline cannot follow). Rows outside are counted, not fitted.
+DOMAINS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "gemm": lambda shape: shape["n"] >= 1024 and shape["k"] >= 1024,
+}
 
 
 @dataclass
@@ -80,7 +87,9 @@ def fit_family(
     fam: FamilyRows, peaks: dict[str, float], device: str, seed: int = 0
 ) -> KernelFit | None:
     """The family's fit with its provenance; None if every row was impossible."""
-    ok, flagged = split_impossible(fam.kernel, fam.rows, peaks)
+    inside = DOMAINS.get(fam.kernel, lambda shape: True)
+    rows = [r for r in fam.rows if inside(r["shape"])]
+    ok, flagged = split_impossible(fam.kernel, rows, peaks)
     if not ok:
         return None
     fit = fit_kernel(fam.kernel, ok, peaks, HOLDOUT_SHARE, seed)
@@ -94,6 +103,7 @@ def fit_family(
         "kernel_source": fam.kernel_source,
         "device": fam.device,
         "tables": fam.tables,
+        "rows_outside_domain": len(fam.rows) - len(rows),
     }
     return fit
 
