@@ -124,8 +124,12 @@ def system_dir(gpu: str, root: Path | None = None) -> Path:
     return path
 
 
-def latest_version(directory: Path) -> Path | None:
-    """The newest version directory under ``directory`` (PEP 440 order), if any."""
+def latest_version(directory: Path, table: str) -> Path | None:
+    """The newest version directory under ``directory`` (PEP 440 order) holding ``table``.
+
+    Some version directories hold only a ``reuse.yaml`` pointing at an older
+    collection; they are skipped.
+    """
     from packaging.version import InvalidVersion, Version
 
     def key(p: Path) -> tuple[int, Any]:
@@ -134,7 +138,9 @@ def latest_version(directory: Path) -> Path | None:
         except InvalidVersion:
             return (0, p.name)
 
-    versions = [p for p in directory.iterdir() if p.is_dir()] if directory.is_dir() else []
+    versions = (
+        [p for p in directory.iterdir() if (p / table).is_file()] if directory.is_dir() else []
+    )
     return max(versions, key=key) if versions else None
 
 
@@ -204,7 +210,7 @@ def _family(
 
 def gemm_rows(system: Path, engine: str) -> FamilyRows | None:
     """bf16 GEMMs of ``engine`` on this system."""
-    version = latest_version(system / "gemm" / engine)
+    version = latest_version(system / "gemm" / engine, "gemm_perf.parquet")
     if version is None:
         return None
     table = version / "gemm_perf.parquet"
@@ -230,13 +236,11 @@ _ATTN = {"attn_dtype": {"bfloat16", "float16"}, "kv_cache_dtype": {"bfloat16", "
 
 def attention_rows(system: Path, engine: str, phase: str) -> FamilyRows | None:
     """Context (``phase='prefill'``) or generation attention of ``engine``, full attention."""
-    version = latest_version(system / "attention" / engine)
+    name = "context" if phase == "prefill" else "generation"
+    version = latest_version(system / "attention" / engine, f"{name}_attention_perf.parquet")
     if version is None:
         return None
-    name = "context" if phase == "prefill" else "generation"
     table = version / f"{name}_attention_perf.parquet"
-    if not table.exists():
-        return None
     raw = [r for r in _read(table) if _keep(r, window_size={0}, beam_width={1}, **_ATTN)]
     raw, source = _narrow(raw, ATTENTION_SOURCES.get(engine, ()), table)
     kernel = f"attn_{phase}"
@@ -267,8 +271,8 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
     """Mamba2 causal conv1d: prompt pass (``conv1d``) and decode update (``conv1d_update``)."""
     base = system / "linear_attention"
     for engine in ENGINES:  # whichever engine collected mamba2 kernels (today: trtllm)
-        version = latest_version(base / engine)
-        if version is not None and (version / "mamba2_perf.parquet").exists():
+        version = latest_version(base / engine, "mamba2_perf.parquet")
+        if version is not None:
             break
     else:
         return []
@@ -305,18 +309,18 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
 
 def allreduce_rows(system: Path, engine: str) -> list[FamilyRows]:
     """One family per GPU count: the engine's graph-mode custom all-reduce, NCCL above it."""
-    custom_dir = latest_version(system / "comm" / engine)
-    nccl_dir = latest_version(system / "comm" / "nccl")
+    custom_dir = latest_version(system / "comm" / engine, "custom_allreduce_perf.parquet")
+    nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
     by_size: dict[tuple[int, int], tuple[float, str, Path]] = {}
     device = ""
-    if nccl_dir is not None and (nccl_dir / "nccl_perf.parquet").exists():
+    if nccl_dir is not None:
         table = nccl_dir / "nccl_perf.parquet"
         for r in _read(table):
             if r.get("op_name") == "all_reduce" and r.get("nccl_dtype") in ("half", "bfloat16"):
                 key = (int(r["num_gpus"]), int(r["message_size"]))
                 by_size[key] = (float(r["latency"]), "NCCL " + nccl_dir.name, table)
                 device = device or str(r.get("device", ""))
-    if custom_dir is not None and (custom_dir / "custom_allreduce_perf.parquet").exists():
+    if custom_dir is not None:
         table = custom_dir / "custom_allreduce_perf.parquet"
         for r in _read(table):
             backend = str(r.get("backend") or r.get("kernel_source") or "")

@@ -52,6 +52,9 @@ class SweepContext:
     mem_cap_bytes: int = 1 << 30  # most bytes one shape's buffers may take
     notes: dict[str, str] = field(default_factory=dict)  # implementation notes -> provenance
     model_only: bool = False  # sweep only the model's own shapes (kernels that have them)
+    # GPU: time eagerly (host launch gaps included) instead of CUDA-graph replay; only
+    # for describing an eager executor (``twin validate``), never production profiles.
+    eager: bool = False
 
     @property
     def grid_key(self) -> str:

@@ -41,10 +41,10 @@ def _measured(gpu: str = "h100") -> Profile:
     )
 
 
-@pytest.mark.parametrize("gpu", ["a100", "a100-80gb", "h100", "h200", "l4"])
+@pytest.mark.parametrize("gpu", ["a100", "a100-80gb", "h100", "h200", "l4", "b200", "l40s"])
 def test_datasheet_profiles_ship_and_are_labelled(gpu: str) -> None:
-    assert gpu in shipped_profiles()
-    p = load_profile(gpu)
+    assert f"{gpu}-datasheet" in shipped_profiles()
+    p = load_profile(f"{gpu}-datasheet")
     assert p.source == "datasheet"
     assert p.provenance_label == "datasheet roofline (uncalibrated)"
     assert set(p.kernels) == set(KERNELS)
@@ -55,10 +55,11 @@ def test_datasheet_profiles_ship_and_are_labelled(gpu: str) -> None:
 
 def test_shipped_files_match_the_generator() -> None:
     """calibration/profiles/*.json are what ``python -m calibration.datasheet`` writes."""
-    for gpu, path in shipped_profiles().items():
+    for path in shipped_profiles().values():
         data = json.loads(path.read_text())
         if data["source"] == "datasheet":
-            assert data == datasheet_profile(gpu).to_dict()
+            assert path.stem == f"{data['gpu']}-datasheet"
+            assert data == datasheet_profile(data["gpu"]).to_dict()
 
 
 def test_round_trip_and_labels(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from twin.costmodel.profile import load_profile
 from twin.errors import TwinError
 from twin.presets import get_model
 
-H100 = load_profile("h100")
+H100 = load_profile("h100-datasheet")  # the formulas' tests use the documented roofline
 MODELS = [
     "marconi-hybrid-7b",
     "llama-3-8b",
