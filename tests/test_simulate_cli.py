@@ -50,7 +50,10 @@ def test_no_workload_runs_the_bundled_example(tmp_path):
     assert result.exit_code == 0, result.output
     assert "bundled 'chat' example" in result.output
     assert "TTFT" in result.output and "token hit rate" in result.output
-    assert "datasheet roofline" in result.output  # the profile's provenance is shown
+    # the profile's provenance is shown per kernel family (h100: NVIDIA's vLLM tables)
+    assert "GEMM: measured" in result.output and "datasheet" in result.output
+    provenance = json.loads((out / "summary.json").read_text())["profile"]["provenance"]
+    assert "attention: measured (vLLM" in provenance
     table = pq.read_table(out / "requests.parquet")
     assert table.num_rows == Workload.open(example_path("chat")).num_rows
     for col in (
