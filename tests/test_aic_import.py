@@ -157,3 +157,38 @@ def test_uncovered_gpu_and_unknown_engine_are_refused() -> None:
         read_families("l4", "vllm", root=DATA)
     with pytest.raises(TwinError, match="--engine 'tgi'"):
         read_families("h100", "tgi", root=DATA)
+
+
+def test_gemm_rows_outside_the_fit_domain_are_counted_not_fitted(tmp_path: Path) -> None:
+    from calibration.aic_import import fit_family
+    from calibration.aic_tables import gemm_rows
+
+    fam = gemm_rows(DATA / "h100_sxm", "vllm")
+    assert fam is not None
+    narrow = dict(fam.rows[0], shape={"m": 8, "n": 32, "k": 1024})  # a 32-wide product
+    fam.rows.append(narrow)
+    fit = fit_family(fam, get_gpu("h100").peaks(), "H100 SXM5")
+    assert fit is not None
+    assert fit.provenance["rows_outside_domain"] == 1
+    assert fit.n_shapes == 36 and fit.n_flagged == 1
+
+
+def test_calibrate_cli_merges_and_refuses_bad_sources(imported: Profile, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from twin.cli import app
+
+    a = imported.save(tmp_path / "a.json")
+    b = load_profile("h100-datasheet").save(tmp_path / "b.json")
+    out = tmp_path / "m.json"
+    res = CliRunner().invoke(
+        app, ["calibrate", "--merge", str(a), "--merge", str(b), "--out", str(out), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    merged = Profile.load(out)
+    assert merged.kernels["gemm"].provenance["merged_from"] == str(a)
+    res = CliRunner().invoke(app, ["calibrate", "--merge", str(a), "--merge", str(b)])
+    assert isinstance(res.exception, TwinError) and "--out" in str(res.exception)
+    res = CliRunner().invoke(app, ["calibrate", "--from", "mlperf", "--gpu", "h100"])
+    assert isinstance(res.exception, TwinError) and "'aiconfigurator'" in str(res.exception)
+    assert not (tmp_path / "h100-vllm.json").exists()
