@@ -1,4 +1,7 @@
-"""FLOP-aware eviction (Marconi, arXiv 2411.19379, sec. 4.2), shared by ``marconi`` and ``oracle``.
+"""FLOP-aware eviction as the twin first built it (Marconi sec. 4.2): ``marconi-twin``.
+
+``marconi`` and ``oracle`` use the authors' score instead
+(:mod:`policies.reference_score`); docs/decisions.md compares the two.
 
 Candidates are the unpinned nodes with at most one child (evicting a
 one-child node drops its checkpoint and hands its KV to the child). Each has
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from policies.base import Policy
+from policies.candidate_table import CandidateTable
 from twin.cache import PrefillFlops
 
 
@@ -37,11 +41,7 @@ class FlopAwareEviction(Policy):
         super().__init__()
         self.alpha = float(alpha)
         self.flops: PrefillFlops | None = None
-        self._n = 0
-        self._r = np.zeros(256)
-        self._f = np.zeros(256)
-        self._nid = np.zeros(256, np.int64)
-        self._nodes: list[Any] = []
+        self.table = CandidateTable()
 
     def bind(self, cache: Any) -> None:
         super().bind(cache)
@@ -51,33 +51,23 @@ class FlopAwareEviction(Policy):
     def on_node_changed(self, node: Any) -> None:
         cache = self.cache
         if not cache.evictable(node):
-            if node.slot >= 0:
-                self._drop(node)
+            self.table.drop(node)
             return
         n_tok = len(node.tokens)
         held = cache.node_bytes(node)
         saved = self.flops.total(n_tok, node.depth - n_tok)  # beyond its parent
         node.eff = saved / held if held else 0.0
-        i = node.slot
-        if i < 0:
-            i = node.slot = self._n
-            if i == len(self._r):
-                self._grow()
-            self._nodes.append(node)
-            self._nid[i] = node.nid
-            self._n += 1
-        self._r[i] = node.t
-        self._f[i] = node.eff
+        self.table.set(node, node.t, node.eff)
 
     def on_node_removed(self, node: Any, into: Any | None = None) -> None:
-        if node.slot >= 0:
-            self._drop(node)
+        self.table.drop(node)
 
     def choose_victim(self, cache: Any) -> Any | None:
-        n = self._n
+        t = self.table
+        n = t.n
         if n == 0:
             return None
-        r, f = self._r[:n], self._f[:n]
+        r, f = t.r[:n], t.f[:n]
         # x[x.argmin()] rather than x.min(): same value, a fraction of the overhead.
         rmin, rmax = r[r.argmin()], r[r.argmax()]
         a = 1.0 / (rmax - rmin) if rmax > rmin else 0.0
@@ -97,26 +87,5 @@ class FlopAwareEviction(Policy):
             low = score[i]
         if i + 1 < n and (score[i + 1 :] == low).any():  # an exact tie: older, then first created
             tied = np.flatnonzero(score == low).tolist()
-            i = min(tied, key=lambda j: (r[j], self._nid[j]))
-        return self._nodes[i]
-
-    # ----- the table -------------------------------------------------------------
-    def _drop(self, node: Any) -> None:
-        """Swap-remove ``node``'s slot."""
-        i, last = node.slot, self._n - 1
-        if i != last:
-            moved = self._nodes[last]
-            self._nodes[i] = moved
-            moved.slot = i
-            self._r[i], self._f[i], self._nid[i] = self._r[last], self._f[last], self._nid[last]
-        self._nodes.pop()
-        self._n = last
-        node.slot = -1
-
-    def _grow(self) -> None:
-        size = 2 * len(self._r)
-        for name in ("_r", "_f", "_nid"):
-            old = getattr(self, name)
-            new = np.zeros(size, old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+            i = min(tied, key=lambda j: (r[j], t.nid[j]))
+        return t.nodes[i]

@@ -85,6 +85,7 @@ class SweepSpec:
 
     workload: str
     model: str
+    model_set: tuple[str, ...] = ()  # --model-set FIELD=VALUE overrides of ``model``
     gpu: str | None = None
     engine: str | None = None  # whose kernels (twin.costmodel.kernel_sources); None: default
     profile: str | None = None
@@ -163,7 +164,7 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
     return {
         "key": spec.key(point),
         **asdict(point),
-        "model": spec.model,
+        "model": spec.model + (f"[{','.join(spec.model_set)}]" if spec.model_set else ""),
         "profile_label": spec.profile_label,
         "profile_gpu": spec.profile_gpu,
         "workload_sha256": spec.workload_sha256,
@@ -191,7 +192,7 @@ def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
     from twin.presets import resolve_model
     from workloads.reader import Workload
 
-    model = resolve_model(spec.model)
+    model = resolve_model(spec.model, spec.model_set)
     prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None, spec.engine)
     config = EngineConfig(
         replicas=spec.replicas,

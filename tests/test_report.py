@@ -287,3 +287,20 @@ def test_cli_bad_flags(tmp_path: Path, flag: str, value: str, message: str) -> N
     res = CliRunner().invoke(_cli(), args)
     assert isinstance(res.exception, TwinError) and message in str(res.exception)
     assert not (tmp_path / "x").exists()  # rejected before any work
+
+
+def test_model_set_reaches_every_point_and_its_resume_key(tmp_path: Path) -> None:
+    """--model-set: the sweep simulates the changed shape and keys its rows apart."""
+    base = _spec()
+    changed = resolve(
+        SweepSpec(
+            workload=str(WORKLOAD), model="tiny-hybrid", gpu="h100", model_set=("ssm_d_state=4",)
+        )
+    )
+    points = grid([0.0005], ["marconi"], [None], 1)
+    assert base.key(points[0]) != changed.key(points[0])
+    rows = [run_sweep(s, points, tmp_path / str(i)).rows[0] for i, s in enumerate((base, changed))]
+    assert rows[0]["model"] == "tiny-hybrid"
+    assert rows[1]["model"] == "tiny-hybrid[ssm_d_state=4]"
+    # The points really ran the changed shape: its SSM states occupy the cache differently.
+    assert rows[1]["ssm_bytes_mean"] != rows[0]["ssm_bytes_mean"]

@@ -54,6 +54,9 @@ def test_no_workload_runs_the_bundled_example(tmp_path):
     assert "GEMM: measured" in result.output and "datasheet" in result.output
     provenance = json.loads((out / "summary.json").read_text())["profile"]["provenance"]
     assert "attention: measured (vLLM" in provenance
+    assert "alpha per replica" in result.output  # the default policy is marconi
+    summary_alpha = json.loads((out / "summary.json").read_text())["replicas"][0]["policy"]
+    assert f"{summary_alpha['alpha']:.1f} (" in result.output
     table = pq.read_table(out / "requests.parquet")
     assert table.num_rows == Workload.open(example_path("chat")).num_rows
     for col in (

@@ -92,7 +92,7 @@ def calibrate(
         None,
         "--from",
         help="Fit to public measured tables instead of timing this machine: "
-        "'aiconfigurator' (NVIDIA's kernel database; needs the twin[aic] extra).",
+        "'aiconfigurator' (NVIDIA's kernel database; needs the twin\\[aic] extra).",
     ),
     engine: str = typer.Option(
         DEFAULT_ENGINE,
@@ -166,7 +166,8 @@ def calibrate(
 
       twin calibrate --gpu cpu --quick --model tiny-hybrid --overhead --out /tmp/tiny.json
 
-      twin calibrate --gpu a100 --transfer-from calibration/profiles/h100.json
+      twin calibrate --gpu a100 --out /tmp/a100.json \\
+        --transfer-from calibration/validation/gpu_stage2/h100.json
     """
     if merge:
         _merge(merge, out, gpu, source, as_json)

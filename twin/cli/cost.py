@@ -8,13 +8,13 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from twin.cli.common import EngineOption, console, print_json
+from twin.cli.common import EngineOption, ModelSetOption, console, print_json
 from twin.costmodel import KINDS, CostModel, StepCost
 from twin.costmodel.profile import resolve_profile, shipped_name, shipped_profiles
 from twin.costmodel.provenance import family_label
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.presets import get_model
+from twin.presets import resolve_model
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -72,6 +72,7 @@ def predictions(
 
 def cost(
     model: str = typer.Option(..., "--model", "-m", help="Preset model (see `twin models list`)."),
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: str | None = typer.Option(
         None,
         "--gpu",
@@ -116,6 +117,8 @@ def cost(
       twin cost --model llama-3-8b --gpu h100-datasheet
 
       twin cost -m llama-3-8b -g a100 --tp 2 --lengths 2048,8192 --json
+
+      twin cost -m marconi-hybrid-7b -g h100 --model-set n_ssm_layers=32
     """
     if (gpu is None) == (profile is None):
         raise TwinError(
@@ -123,7 +126,7 @@ def cost(
             f"{', '.join(shipped_profiles())}"
         )
     prof = resolve_profile(gpu, profile, engine)
-    spec = get_model(model)
+    spec = resolve_model(model, model_set)
     cm = CostModel(spec, prof, tp=tp)
     data = predictions(
         cm, _ints(lengths, "--lengths"), cached_frac, _ints(batches, "--batches"), context

@@ -27,6 +27,7 @@ from twin.cli.common import (
     EngineOption,
     GpuOption,
     ModelOption,
+    ModelSetOption,
     ProfileOption,
     ReplicasOption,
     TpOption,
@@ -89,6 +90,7 @@ def _command_line() -> str:
 def capacity(
     workload: Path = typer.Argument(..., help="Workload parquet file."),
     model: ModelOption = "marconi-hybrid-7b",
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: GpuOption = None,
     engine: EngineOption = None,
     profile: ProfileOption = None,
@@ -143,6 +145,9 @@ def capacity(
       twin report capacity chat.parquet -m marconi-hybrid-7b --gpu h100 -r 2
       --cache-gb 20,40,60 --policies vllm+,sglang+,marconi --session-rates 0.5,1,2
       --slo "p95_ttft<=500ms" --seeds 2 --out capacity --jobs 4
+
+      twin report capacity chat.parquet --model-set n_ssm_layers=32 --model-set ssm_d_state=16
+      --cache-gb 20,40 --out capacity-32ssm
     """
     caches = _numbers("--cache-gb", cache_gb, positive=False)
     names = _policy_list(policies)
@@ -161,11 +166,12 @@ def capacity(
         raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
     if executor == "ray":
         import_ray()  # a missing extra fails before any work
-    resolve_model(model)  # fail on a bad --model before any work
+    label = resolve_model(model, model_set).name  # fail on a bad --model before any work
     spec = resolve(
         SweepSpec(
             workload=str(workload),
             model=model,
+            model_set=tuple(model_set),
             gpu=gpu,
             engine=engine,
             profile=None if profile is None else str(profile),
@@ -195,7 +201,7 @@ def capacity(
         workload=str(workload),
         workload_sha256=spec.workload_sha256,
         twin_version=__version__,
-        model=model,
+        model=label,
         gpu=spec.profile_gpu,
         provenance=spec.profile_label,
         replicas=replicas,

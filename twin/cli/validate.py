@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from policies import get_policy
-from twin.cli.common import ModelOption, console, format_bytes, progress_bar
+from twin.cli.common import ModelOption, ModelSetOption, console, format_bytes, progress_bar
 from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.metrics import to_json
@@ -89,6 +89,7 @@ def _generate(
 
 def validate(
     model: ModelOption = "tiny-hybrid",
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     device: str = typer.Option("cpu", "--device", help="Where the executor runs: cpu or cuda."),
     workload: Path | None = typer.Option(
         None, "--workload", "-w", help="Workload parquet file (or --generate)."
@@ -155,7 +156,7 @@ def validate(
       twin validate --device cuda --profile h100-measured.json -m marconi-hybrid-7b --generate
       chat --requests 50 --out val-gpu
     """
-    spec = resolve_model(model)
+    spec = resolve_model(model, model_set)
     if device not in DEVICES:
         raise TwinError(f"--device {device!r}: expected cpu or cuda")
     if (workload is None) == (generate is None):
