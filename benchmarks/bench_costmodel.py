@@ -12,8 +12,8 @@ import argparse
 import random
 import time
 
-from calibration.profile import load_profile
 from twin.costmodel import CostModel
+from twin.costmodel.profile import load_profile
 from twin.presets import get_model
 
 

@@ -19,8 +19,8 @@ import time
 import numpy as np
 import torch
 
-from calibration.profile import load_profile
 from twin.costmodel import CostModel
+from twin.costmodel.profile import load_profile
 from twin.presets import get_model
 from twin.reference.executor import ExecutorConfig, ReferenceExecutor
 from twin.reference.model import HybridLM, SeqState

@@ -1,6 +1,6 @@
 """Datasheet profiles: a roofline at documented default efficiencies, until a GPU is measured.
 
-These ship as ``calibration/profiles/<gpu>.json`` with ``source: datasheet`` and
+These ship as ``calibration/profiles/<gpu>-datasheet.json`` with ``source: datasheet`` and
 are labelled "datasheet roofline (uncalibrated)" wherever they are used. Each
 default below says where it comes from; "assumed" means no measurement backs it.
 Regenerate the files with ``python -m calibration.datasheet``.
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from calibration.formulas import FORMULAS
-from calibration.profile import PROFILES_DIR, KernelFit, Profile
+from twin.costmodel.formulas import FORMULAS, KERNELS
+from twin.costmodel.kernel_sources import DATASHEET
+from twin.costmodel.profile import PROFILES_DIR, KernelFit, Profile
 from twin.errors import TwinError
 from twin.hardware import GPUS, get_gpu
 
@@ -34,6 +35,7 @@ DEFAULTS: dict[str, dict[str, float]] = {
         "eff_bytes": 0.6,
         "p": _P,
         "c_score_elems": 0.0,
+        "c_tiles": 0.0,
     },
     # Decode attention streams the KV cache: assumed 0.6 of HBM bandwidth (a single
     # query per sequence leaves part of the chip idle without split-KV).
@@ -43,6 +45,7 @@ DEFAULTS: dict[str, dict[str, float]] = {
         "eff_bytes": 0.6,
         "p": _P,
         "c_score_elems": 0.0,
+        "c_tiles": 0.0,
     },
     # mamba_chunk_scan_combined runs five Triton kernels (chunk cumsum, chunk state,
     # state passing, bmm, chunk scan; mamba_ssm/ops/triton/ssd_combined.py): 5 x t0.
@@ -51,7 +54,7 @@ DEFAULTS: dict[str, dict[str, float]] = {
     "ssm_step": {"t0_s": _T0, "eff_flops": 0.1, "eff_bytes": 0.5, "p": _P},  # assumed
     # Depthwise conv runs on CUDA cores, not tensor cores: FLOP efficiency against the
     # tensor peak is small (assumed 0.05); it is memory-bound in practice.
-    "conv1d": {"t0_s": _T0, "eff_flops": 0.05, "eff_bytes": 0.6, "p": _P},
+    "conv1d": {"t0_s": _T0, "eff_flops": 0.05, "eff_bytes": 0.6, "p": _P, "c_seq_channels": 0.0},
     "elementwise": {"t0_s": _T0, "eff_bytes": 0.7},  # assumed
     # A device copy ran at 3.0 of 3.35 TB/s (read + write) on the lent H100: 0.9.
     "copy_d2d": {"t0_s": 2 * _T0, "eff_bytes": 0.9},
@@ -70,7 +73,7 @@ def datasheet_profile(gpu: str) -> Profile:
             params=dict(DEFAULTS[name]),
             note="datasheet default, not measured",
         )
-        for name in FORMULAS
+        for name in KERNELS
     }
     return Profile(
         gpu=spec.name,
@@ -91,7 +94,7 @@ def write_datasheet_profiles(
     """Write a datasheet profile for every known GPU; never over a measured one by default."""
     written = []
     for name in GPUS:
-        path = directory / f"{name}.json"
+        path = directory / f"{name}-{DATASHEET}.json"
         if path.exists() and not overwrite_measured:
             try:
                 keep = Profile.load(path).source != "datasheet"

@@ -1,4 +1,4 @@
-"""Fit each kernel's latency model (calibration.formulas) to its timings with scipy.
+"""Fit each kernel's latency model (twin.costmodel.formulas) to its timings with scipy.
 
 The residual is the log of predicted over measured time, so every shape counts by
 its relative error whether it takes 5 us or 50 ms, and a soft-L1 loss keeps one
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from calibration.formulas import get_formula
-from calibration.profile import KernelFit
+from twin.costmodel.formulas import get_formula
+from twin.costmodel.profile import KernelFit
 
 HOLDOUT_SHARE = 0.25  # a quarter of the shapes is kept out of the fit
 MIN_SHAPES_FOR_HOLDOUT = 6
@@ -165,10 +165,11 @@ def fit_kernel(
     train = [rows[i] for i in train_idx]
     held = [rows[i] for i in held_idx]
     params = fit_params(kernel, train, peaks)
-    med = mx = None
+    med = mx = p90 = None
     if held:
         err = relative_errors(kernel, params, peaks, held)
         med, mx = float(np.median(err)), float(np.max(err))
+        p90 = float(np.quantile(err, 0.9))
     train_err = relative_errors(kernel, params, peaks, train)
     note = f"train median rel err {float(np.median(train_err)):.3f}"
     return KernelFit(
@@ -179,6 +180,7 @@ def fit_kernel(
         n_shapes=len(rows),
         n_heldout=len(held),
         note=note,
+        heldout_p90_rel_err=p90,
     )
 
 

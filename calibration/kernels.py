@@ -1,7 +1,7 @@
 """The kernels the harness times, one small class each, in one registry.
 
 Each kernel knows its shape grid (per device class and sweep level), the FLOPs
-and bytes of a shape (``calibration.formulas``, the same functions the cost
+and bytes of a shape (``twin.costmodel.formulas``, the same functions the cost
 model prices with), and how to build a callable over rotating random input
 buffers. Torch is only touched inside ``build``: this module imports without it.
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from calibration import formulas as fm
+from twin.costmodel import formulas as fm
 from twin.model import ModelSpec
 
 LEVELS = ("tiny", "quick", "full")
@@ -52,6 +52,9 @@ class SweepContext:
     mem_cap_bytes: int = 1 << 30  # most bytes one shape's buffers may take
     notes: dict[str, str] = field(default_factory=dict)  # implementation notes -> provenance
     model_only: bool = False  # sweep only the model's own shapes (kernels that have them)
+    # GPU: time eagerly (host launch gaps included) instead of CUDA-graph replay; only
+    # for describing an eager executor (``twin validate``), never production profiles.
+    eager: bool = False
 
     @property
     def grid_key(self) -> str:
@@ -266,7 +269,7 @@ class AttnPrefill(Kernel):
             return flops, nbytes, extras
         n, c, h, d = shape["n"], shape["c"], shape["h"], shape["d"]
         pairs = n * (n + c)
-        return 4.0 * h * d * pairs, nbytes, {"score_elems": float(h * pairs)}
+        return 4.0 * h * d * pairs, nbytes, {**extras, "score_elems": float(h * pairs)}
 
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         t = ctx.torch
@@ -379,5 +382,5 @@ def registry() -> dict[str, Kernel]:
         CopyD2H(),
     ]
     out = {k.name: k for k in kernels}
-    assert set(out) == set(fm.FORMULAS), "every kernel needs a formula and vice versa"
+    assert set(out) == set(fm.KERNELS), "every kernel needs a formula and vice versa"
     return out

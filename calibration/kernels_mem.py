@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from calibration import formulas as fm
 from calibration.kernels import Kernel, Runner, Shape, SweepContext
+from twin.costmodel import formulas as fm
 
 
 class Conv1d(Kernel):

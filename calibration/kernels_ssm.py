@@ -24,8 +24,8 @@ import types
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from calibration import formulas as fm
 from calibration.kernels import Kernel, Runner, Shape, SweepContext
+from twin.costmodel import formulas as fm
 
 
 def import_mamba_triton(module: str, attr: str) -> tuple[Callable[..., Any] | None, str]:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from calibration.profile import Profile
+from twin.costmodel.profile import Profile
 from twin.model import ModelSpec
 
 SIZES = (1, 2, 4, 8)  # tokens: kernel work is negligible, overheads are not

@@ -16,10 +16,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from calibration.formulas import FORMULAS
 from calibration.kernels import Kernel, Shape, SweepContext, registry
-from calibration.timing import Timing, TimingBudget, summarize, time_cpu, time_cuda
+from calibration.timing import (
+    Timing,
+    TimingBudget,
+    summarize,
+    time_cpu,
+    time_cuda,
+    time_cuda_graph,
+)
 from twin.atomic import atomic_path
+from twin.costmodel.formulas import FORMULAS
 from twin.errors import TwinError
 
 SHAPE_COLUMNS = ("m", "k", "n", "c", "h", "d", "b", "l", "p", "g", "q", "rows", "width", "nbytes")
@@ -49,8 +56,23 @@ def _time(
     ctx: SweepContext, fn: Callable[[int], Any], budget: TimingBudget, nbuf: int = 1
 ) -> Timing:
     if ctx.device == "cuda":
-        return time_cuda(fn, GPU_BUDGET, ctx.torch, nbuf)
+        return time_gpu_kernel(ctx, fn, nbuf)
     return time_cpu(fn, budget, nbuf)
+
+
+def time_gpu_kernel(ctx: SweepContext, fn: Callable[[int], Any], nbuf: int = 1) -> Timing:
+    """Kernel-only GPU time (CUDA graph replay); eager CUDA events if capture fails.
+
+    ``ctx.eager`` keeps the eager timing (host launch gaps included), which is what
+    ``twin validate``'s eager reference executor runs.
+    """
+    if ctx.eager:
+        return time_cuda(fn, GPU_BUDGET, ctx.torch, nbuf)
+    try:
+        return time_cuda_graph(fn, GPU_BUDGET, ctx.torch, nbuf)
+    except RuntimeError:  # not capturable (a host sync inside the call, say)
+        ctx.torch.cuda.synchronize()
+        return time_cuda(fn, GPU_BUDGET, ctx.torch, nbuf)
 
 
 def n_rounds(ctx: SweepContext) -> int:
@@ -78,6 +100,7 @@ def run_sweep(
     budget = BUDGETS[ctx.level]
     planned = plan(ctx, kernels)
     samples: dict[int, list[float]] = {i: [] for i in range(len(planned))}
+    how: dict[int, Timing] = {}
     buffers: dict[int, int] = {}
     failed: dict[int, str] = {}
     for r in range(n_rounds(ctx)):
@@ -90,7 +113,9 @@ def run_sweep(
                 try:
                     buffers[i] = kernel.n_buffers(shape, ctx)
                     fn = kernel.build(shape, ctx, buffers[i])
-                    samples[i].extend(_time(ctx, fn, budget, buffers[i]).samples)
+                    timing = _time(ctx, fn, budget, buffers[i])
+                    samples[i].extend(timing.samples)
+                    how[i] = timing
                 except (RuntimeError, MemoryError) as err:  # e.g. out of device memory
                     failed[i] = f"{kernel.name} {shape}: {type(err).__name__}: {str(err)[:120]}"
                 # Drop the buffers before the next shape allocates its own (reference
@@ -101,14 +126,21 @@ def run_sweep(
             if advance is not None:
                 advance(1)
     rows = [
-        _row(k, s, ctx, summarize(samples[i]), buffers[i])
+        _row(k, s, ctx, summarize(samples[i]), buffers[i], how.get(i))
         for i, (k, s) in enumerate(planned)
         if i not in failed and samples[i]
     ]
     return rows, list(failed.values())
 
 
-def _row(kernel: Kernel, shape: Shape, ctx: SweepContext, timing: Timing, nbuf: int) -> dict:
+def _row(
+    kernel: Kernel,
+    shape: Shape,
+    ctx: SweepContext,
+    timing: Timing,
+    nbuf: int,
+    how: Timing | None = None,
+) -> dict:
     flops, nbytes, extras = kernel.measured_features(shape, ctx)
     row: dict[str, Any] = {"kernel": kernel.name}
     row.update({c: shape.get(c) for c in SHAPE_COLUMNS})
@@ -124,6 +156,9 @@ def _row(kernel: Kernel, shape: Shape, ctx: SweepContext, timing: Timing, nbuf: 
         bytes=nbytes,
     )
     row.update({x: float(extras.get(x, 0.0)) for x in EXTRA_COLUMNS})
+    # How the GPU timed it, and the host's issue time kept apart (never in the fit).
+    row["timing"] = how.mode if how is not None and how.mode else ctx.device
+    row["host_issue_s"] = how.host_issue_s if how is not None else None
     return row
 
 
@@ -177,10 +212,11 @@ def write_raw(rows: Sequence[dict], path: str | Path) -> Path:
         pa.field("device", pa.string()),
         pa.field("repeats", pa.int64()),
         pa.field("n_buffers", pa.int64()),
+        pa.field("timing", pa.string()),
     ]
     fields += [
         pa.field(c, pa.float64())
-        for c in ("median_s", "p10_s", "p90_s", "flops", "bytes", *EXTRA_COLUMNS)
+        for c in ("median_s", "p10_s", "p90_s", "flops", "bytes", *EXTRA_COLUMNS, "host_issue_s")
     ]
     schema = pa.schema(fields)
     table = pa.Table.from_pylist(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-from calibration.profile import KernelFit, Profile
+from twin.costmodel.profile import KernelFit, Profile
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 

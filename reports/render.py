@@ -110,7 +110,13 @@ def _res_rows(agg: list[dict[str, Any]]) -> list[list[str]]:
 
 def caveats(h: Header) -> list[str]:
     out = [f"Step prices come from the {h.gpu} profile: {h.provenance}."]
-    if "datasheet" in h.provenance:
+    if "measured (" in h.provenance and "datasheet" in h.provenance:
+        out.append(
+            "The kernel families marked datasheet are uncalibrated rooflines; the "
+            "measured ones are fitted to NVIDIA's public kernel tables (kernel-only "
+            "times, as engines replaying CUDA graphs run them)."
+        )
+    elif "datasheet" in h.provenance:
         out.append(
             "A datasheet roofline is not calibrated: absolute latencies can be off "
             "by a large factor; compare policies and cache sizes relative to each "

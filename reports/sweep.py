@@ -93,6 +93,7 @@ class SweepSpec:
     model: str
     model_set: tuple[str, ...] = ()  # --model-set FIELD=VALUE overrides of ``model``
     gpu: str | None = None
+    engine: str | None = None  # whose kernels (twin.costmodel.kernel_sources); None: default
     profile: str | None = None
     replicas: int = 1
     tp: int = 1
@@ -111,7 +112,11 @@ class SweepSpec:
         Hashing canonical JSON makes the key stable across processes and
         Python versions (``hash()`` is salted per process).
         """
-        fixed = {k: v for k, v in asdict(self).items() if k not in ("workload", "gpu", "profile")}
+        fixed = {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in ("workload", "gpu", "engine", "profile")
+        }
         blob = json.dumps({"point": asdict(point), "fixed": fixed}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
@@ -133,13 +138,13 @@ def resolve(spec: SweepSpec) -> SweepSpec:
     """Fill in the workload fingerprint and profile label (done once, in the parent)."""
     from dataclasses import replace
 
-    from calibration.profile import resolve_profile
+    from twin.costmodel.profile import resolve_profile
     from workloads.importers.base import sha256_file
 
     path = Path(spec.workload)
     if not path.is_file():
         raise TwinError(f"{path}: no such workload file")
-    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
+    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None, spec.engine)
     return replace(
         spec,
         workload_sha256=sha256_file(path),
@@ -206,13 +211,13 @@ def run_point(
     ``progress(x)`` is told the fraction of the point's arrival horizon just
     simulated (the increments add up to at most 1).
     """
-    from calibration.profile import device_memory_bytes, resolve_profile
+    from twin.costmodel.profile import device_memory_bytes, resolve_profile
     from twin.engine import EngineConfig, expected_horizon, make_pricer, memory_budget, simulate
     from twin.presets import resolve_model
     from workloads.reader import Workload
 
     model = resolve_model(spec.model, spec.model_set)
-    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
+    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None, spec.engine)
     config = EngineConfig(
         replicas=spec.replicas,
         tp=spec.tp,

@@ -13,8 +13,8 @@ import typer
 from typer.testing import CliRunner
 
 from calibration.datasheet import datasheet_profile
-from calibration.profile import KernelFit, Profile
 from twin.cli.calibrate import calibrate
+from twin.costmodel.profile import KernelFit, Profile
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 

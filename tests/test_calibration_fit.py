@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from calibration import formulas as fm
 from calibration.fit import fit_kernel, fit_params, predict_rows, split_holdout
+from twin.costmodel import formulas as fm
 
 PEAKS = {"flops": 1e14, "mem_bw": 2e12, "host_bw": 3e10}
 
@@ -56,7 +56,14 @@ def test_gemm_fit_recovers_known_parameters() -> None:
 
 
 def test_attention_fit_with_score_term_and_noise_generalises() -> None:
-    true = {"t0_s": 1e-5, "eff_flops": 0.5, "eff_bytes": 0.6, "p": 4.0, "c_score_elems": 3e-13}
+    true = {
+        "t0_s": 1e-5,
+        "eff_flops": 0.5,
+        "eff_bytes": 0.6,
+        "p": 4.0,
+        "c_score_elems": 3e-13,
+        "c_tiles": 2e-8,
+    }
     shapes = [
         fm.attn_prefill_features(n, c, h, h // 4, d, 2)
         for n in (64, 256, 1024, 4096)

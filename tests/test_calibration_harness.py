@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from calibration.device import DeviceInfo, refusal
-from calibration.formulas import FORMULAS
-from calibration.profile import Profile
 from calibration.sweep import SHAPE_COLUMNS
 from twin.costmodel import CostModel
+from twin.costmodel.formulas import KERNELS
+from twin.costmodel.profile import Profile
 from twin.presets import get_model
 
 torch = pytest.importorskip("torch")
@@ -34,7 +34,7 @@ def test_tiny_cpu_run_yields_a_measured_profile(tiny) -> None:
     p = Profile.load(tiny.profile_path)
     assert p.source == "measured" and p.gpu == "cpu"
     assert p.provenance_label.startswith("measured on ")
-    assert set(p.kernels) == set(FORMULAS)
+    assert set(p.kernels) == set(KERNELS)
     for key in ("torch", "date", "python", "implementations", "measured_ceilings"):
         assert key in p.provenance
     assert "PyTorch SSD reference" in p.provenance["implementations"]["ssm_scan"]

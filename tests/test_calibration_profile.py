@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from calibration.datasheet import DEFAULTS, datasheet_profile
-from calibration.formulas import FORMULAS
-from calibration.profile import KernelFit, Profile, load_profile, shipped_profiles
 from calibration.transfer import transfer_profile
+from twin.costmodel.formulas import KERNELS
+from twin.costmodel.profile import KernelFit, Profile, load_profile, shipped_profiles
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 
@@ -41,13 +41,13 @@ def _measured(gpu: str = "h100") -> Profile:
     )
 
 
-@pytest.mark.parametrize("gpu", ["a100", "a100-80gb", "h100", "h200", "l4"])
+@pytest.mark.parametrize("gpu", ["a100", "a100-80gb", "h100", "h200", "l4", "b200", "l40s"])
 def test_datasheet_profiles_ship_and_are_labelled(gpu: str) -> None:
-    assert gpu in shipped_profiles()
-    p = load_profile(gpu)
+    assert f"{gpu}-datasheet" in shipped_profiles()
+    p = load_profile(f"{gpu}-datasheet")
     assert p.source == "datasheet"
     assert p.provenance_label == "datasheet roofline (uncalibrated)"
-    assert set(p.kernels) == set(FORMULAS)
+    assert set(p.kernels) == set(KERNELS)
     assert p.peaks["flops"] == get_gpu(gpu).flops
     for name, fit in p.kernels.items():
         assert fit.params == DEFAULTS[name]  # the documented defaults, nothing else
@@ -55,10 +55,11 @@ def test_datasheet_profiles_ship_and_are_labelled(gpu: str) -> None:
 
 def test_shipped_files_match_the_generator() -> None:
     """calibration/profiles/*.json are what ``python -m calibration.datasheet`` writes."""
-    for gpu, path in shipped_profiles().items():
+    for path in shipped_profiles().values():
         data = json.loads(path.read_text())
         if data["source"] == "datasheet":
-            assert data == datasheet_profile(gpu).to_dict()
+            assert path.stem == f"{data['gpu']}-datasheet"
+            assert data == datasheet_profile(data["gpu"]).to_dict()
 
 
 def test_round_trip_and_labels(tmp_path: Path) -> None:

@@ -50,7 +50,10 @@ def test_unknown_gpu_names_the_valid_ones() -> None:
         ("NVIDIA H100 PCIe", 80e9, None),  # different peaks: not our h100
         ("NVIDIA H200", 141e9, "h200"),
         ("NVIDIA L4", 24e9, "l4"),
-        ("NVIDIA L40S", 48e9, None),  # not an L4
+        ("NVIDIA L40S", 48e9, "l40s"),  # not an L4
+        ("NVIDIA B200", 180e9, "b200"),
+        ("NVIDIA GB200", 186e9, "gb200"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96e9, "rtx-pro-6000"),
         ("Tesla V100-SXM2-16GB", 16e9, None),
     ],
 )

@@ -228,7 +228,9 @@ def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
     ):
         assert page.count(f"<figcaption>{caption}") == 2, caption
     assert "<h2>Load</h2>" in page and "maximum sustainable load" in page
-    assert "datasheet roofline" in page and "sha256" in page
+    # the profile's provenance per kernel family (h100: NVIDIA's tables + datasheet)
+    assert "attention: measured (vLLM" in page and "copies: datasheet" in page
+    assert "sha256" in page
     md = (out / MD_FILE).read_text()
     figs = re.findall(r"\]\((fig-[^)]+\.svg)\)", md)
     assert len(figs) == 13 and all((out / f).is_file() for f in figs)

@@ -50,7 +50,10 @@ def test_no_workload_runs_the_bundled_example(tmp_path):
     assert result.exit_code == 0, result.output
     assert "bundled 'chat' example" in result.output
     assert "TTFT" in result.output and "token hit rate" in result.output
-    assert "datasheet roofline" in result.output  # the profile's provenance is shown
+    # the profile's provenance is shown per kernel family (h100: NVIDIA's vLLM tables)
+    assert "GEMM: measured" in result.output and "datasheet" in result.output
+    provenance = json.loads((out / "summary.json").read_text())["profile"]["provenance"]
+    assert "attention: measured (vLLM" in provenance
     assert "alpha per replica" in result.output  # the default policy is marconi
     summary_alpha = json.loads((out / "summary.json").read_text())["replicas"][0]["policy"]
     assert f"{summary_alpha['alpha']:.1f} (" in result.output

@@ -22,8 +22,8 @@ import typer
 from test_engine_helpers import LinearPricer, generated, write_rows
 from typer.testing import CliRunner
 
-from calibration.profile import load_profile, profile_path
 from policies import get_policy
+from twin.costmodel.profile import load_profile, profile_path
 from twin.engine.cost import make_pricer
 from twin.errors import TwinError
 from twin.presets import get_model

@@ -1,7 +1,11 @@
 """GPU datasheet peaks, and recognising which GPU a device name is.
 
-Every number comes from ``shared/reference/gpu_datasheets.md`` (NVIDIA's A100,
-H100, H200 and L4 datasheets; dense FP16/BF16 tensor rates, no sparsity). The
+A100, H100, H200 and L4 numbers come from ``shared/reference/gpu_datasheets.md``
+(NVIDIA's datasheets; dense FP16/BF16 tensor rates, no sparsity). The GPUs that
+NVIDIA's public kernel database covers (B200, B300, GB200, GB300, L40S, RTX PRO
+6000 Server) take NVIDIA's datasheet figures (dense = half the sparse rate) as
+tabulated in ``aiconfigurator-core`` 0.12.0 ``systems/<gpu>.yaml``; each entry
+says where it departs from that table. The
 datasheet's NVLink column is the total of both directions (A100: 12 links x
 50 GB/s); a ring all-reduce sends and receives at once, so the cost model uses
 half of it per direction. PCIe figures in the table are already per direction.
@@ -45,7 +49,7 @@ class GpuSpec:
         return self.nvlink_bw / 2 if self.nvlink_bw else self.host_bw
 
     def peaks(self) -> dict[str, float]:
-        """The peaks a profile stores and the cost model reads (see calibration.formulas)."""
+        """The peaks a profile stores and the cost model reads (see twin.costmodel.formulas)."""
         return {
             "flops": self.flops,
             "mem_bw": self.hbm_bw,
@@ -58,6 +62,10 @@ class GpuSpec:
 
 _PCIE4 = 32 * GB  # PCIe Gen4 x16, per direction (datasheet table)
 _PCIE5 = 64 * GB  # PCIe Gen5 x16, per direction (datasheet table)
+_PCIE6 = 128 * GB  # PCIe Gen6 x16, per direction (HGX B300; aiconfigurator b300_sxm.yaml)
+_NVLINK5 = 1800 * GB  # fifth-generation NVLink, both directions (HGX/GB200 datasheets)
+_C2C = 450 * GB  # NVLink-C2C to the Grace CPU: 900 GB/s both directions (GB200 datasheet)
+_AIC = "NVIDIA datasheet via aiconfigurator-core 0.12.0 systems/{}.yaml"
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
@@ -117,6 +125,77 @@ GPUS: dict[str, GpuSpec] = {
             host_link="PCIe Gen5 x16",
         ),
         GpuSpec("l4", "L4", 121 * TB, 24 * GB, 300 * GB, _PCIE4, None, host_link="PCIe Gen4 x16"),
+        # HGX B200: 180 GB HBM3e at 8 TB/s per GPU (the yaml's 7.7 TB/s is a derating).
+        GpuSpec(
+            "b200",
+            "B200 SXM (HGX)",
+            2250 * TB,
+            180 * GB,
+            8000 * GB,
+            _PCIE5,
+            _NVLINK5,
+            host_link="PCIe Gen5 x16",
+            source=_AIC.format("b200_sxm"),
+        ),
+        GpuSpec(
+            "b300",
+            "B300 SXM (HGX)",
+            2250 * TB,
+            288 * GB,
+            8000 * GB,
+            _PCIE6,
+            _NVLINK5,
+            host_link="PCIe Gen6 x16",
+            source=_AIC.format("b300_sxm"),
+        ),
+        # GB200 NVL72: 13.4 TB HBM3e over 72 GPUs (186 GB), host link NVLink-C2C.
+        GpuSpec(
+            "gb200",
+            "GB200 (NVL72)",
+            2500 * TB,
+            186 * GB,
+            8000 * GB,
+            _C2C,
+            _NVLINK5,
+            host_link="NVLink-C2C",
+            source=_AIC.format("gb200"),
+        ),
+        GpuSpec(
+            "gb300",
+            "GB300 (NVL72)",
+            2500 * TB,
+            288 * GB,
+            8000 * GB,
+            _C2C,
+            _NVLINK5,
+            host_link="NVLink-C2C",
+            source=_AIC.format("gb300"),
+        ),
+        GpuSpec(
+            "l40s",
+            "L40S",
+            362.05 * TB,
+            48 * GB,
+            864 * GB,
+            _PCIE4,
+            None,
+            fp32_flops=91.6 * TB,
+            host_link="PCIe Gen4 x16",
+            source=_AIC.format("l40s"),
+        ),
+        # The table gives 467.8 TFLOP/s dense BF16 at 2430 MHz; memory 96 GB GDDR7 at
+        # 1.6 TB/s (NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet).
+        GpuSpec(
+            "rtx-pro-6000",
+            "RTX PRO 6000 Blackwell Server",
+            467.8 * TB,
+            96 * GB,
+            1597 * GB,
+            _PCIE5,
+            None,
+            host_link="PCIe Gen5 x16",
+            source=_AIC.format("rtx_pro_6000_server"),
+        ),
     )
 }
 
@@ -143,6 +222,18 @@ def identify_gpu(device_name: str, total_memory: float | None = None) -> str | N
     """
     upper = device_name.upper()
     pcie = "PCIE" in upper
+    for marker, name in (
+        ("GB300", "gb300"),
+        ("GB200", "gb200"),
+        ("B300", "b300"),
+        ("B200", "b200"),
+    ):
+        if marker in upper:
+            return name
+    if "RTX PRO 6000" in upper and "SERVER" in upper:
+        return "rtx-pro-6000"
+    if re.search(r"\bL40S\b", upper):
+        return "l40s"
     if "H200" in upper:
         return "h200"
     if "H100" in upper:

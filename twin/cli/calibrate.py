@@ -10,12 +10,14 @@ import typer
 from rich.table import Table
 
 from calibration.device import CHOICES
-from calibration.formulas import FORMULAS
 from calibration.harness import DEFAULT_SHAPE_MODEL, CalibrationResult
 from calibration.harness import calibrate as run_calibration
 from calibration.harness import transfer as run_transfer
 from calibration.kernels import LEVELS
 from twin.cli.common import console, print_json, progress_bar
+from twin.costmodel.formulas import KERNELS
+from twin.costmodel.kernel_sources import DEFAULT_ENGINE, KERNEL_SOURCES, get_kernel_source
+from twin.costmodel.profile import PROFILES_DIR, Profile
 from twin.errors import TwinError
 
 
@@ -42,19 +44,27 @@ def _summary(result: CalibrationResult) -> dict[str, Any]:
 def _show(result: CalibrationResult) -> None:
     p = result.profile
     console.print(f"[bold]{p.gpu}[/]: {p.provenance_label}", highlight=False)
+    flagged = sum(fit.n_flagged for fit in p.kernels.values())
+    if flagged:
+        console.print(
+            f"{flagged} rows faster than the device's peaks were flagged and left out of the fits",
+            highlight=False,
+        )
     table = Table(title="Held-out relative error of the fitted kernel models")
     table.add_column("kernel", no_wrap=True)
-    table.add_column("model")
-    for col in ("shapes", "held out", "median err", "max err"):
+    for col in ("shapes", "flagged", "held out", "median err", "P90 err", "max err"):
         table.add_column(col, justify="right")
+    table.add_column("source")
     for name, fit in p.kernels.items():
         table.add_row(
             name,
-            fit.model,
             str(fit.n_shapes),
+            str(fit.n_flagged),
             str(fit.n_heldout),
             _pct(fit.heldout_median_rel_err),
+            _pct(fit.heldout_p90_rel_err),
             _pct(fit.heldout_max_rel_err),
+            str(fit.provenance.get("source") or p.source),
         )
     console.print(table)
     pooled = p.provenance.get("heldout_all_kernels") or {}
@@ -75,7 +85,26 @@ def _show(result: CalibrationResult) -> None:
 
 
 def calibrate(
-    gpu: str = typer.Option(..., "--gpu", help=f"Device to calibrate: {', '.join(CHOICES)}."),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help=f"Device to calibrate: {', '.join(CHOICES)}."
+    ),
+    source: str | None = typer.Option(
+        None,
+        "--from",
+        help="Fit to public measured tables instead of timing this machine: "
+        "'aiconfigurator' (NVIDIA's kernel database; needs the twin\\[aic] extra).",
+    ),
+    engine: str = typer.Option(
+        DEFAULT_ENGINE,
+        "--engine",
+        help=f"With --from: whose kernels, one of {', '.join(KERNEL_SOURCES)}.",
+    ),
+    merge: list[Path] | None = typer.Option(
+        None,
+        "--merge",
+        help="A profile to merge per kernel family; repeat it (two or more) and give --out. "
+        "The first profile that measured a family wins.",
+    ),
     quick: bool = typer.Option(False, "--quick", help="Reduced sweep (CI: under a minute)."),
     level: str | None = typer.Option(
         None, "--level", help=f"Sweep size, one of {', '.join(LEVELS)} (overrides --quick)."
@@ -99,7 +128,7 @@ def calibrate(
         help="Preset whose projection shapes the GPU GEMM grid uses.",
     ),
     kernels: str | None = typer.Option(
-        None, "--kernels", help=f"Comma-separated subset of: {', '.join(FORMULAS)} (default all)."
+        None, "--kernels", help=f"Comma-separated subset of: {', '.join(KERNELS)} (default all)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of inputs, shape samples and held-out split."),
     threads: int = typer.Option(1, "--threads", min=1, help="CPU threads while timing."),
@@ -120,19 +149,35 @@ def calibrate(
     """Time the kernels on this machine's device and fit a latency profile.
 
     Refuses when the visible device is not the one asked for; then run it on
-    that GPU, or derive a profile with --transfer-from.
+    that GPU, derive a profile with --transfer-from, or fit NVIDIA's public
+    tables with --from aiconfigurator.
 
     Examples:
 
       twin calibrate --gpu cpu --quick --out /tmp/cpu.json
 
+      twin calibrate --from aiconfigurator --gpu h100 --engine sglang --out /tmp/h100-sglang.json
+
+      twin calibrate --from aiconfigurator --gpu h100 --out /tmp/h100.json
+
+      twin calibrate --merge /tmp/h100.json --merge /tmp/h100-sglang.json --out /tmp/m.json
+
       twin calibrate --gpu h100
 
       twin calibrate --gpu cpu --quick --model tiny-hybrid --overhead --out /tmp/tiny.json
 
-      twin calibrate --gpu a100 --transfer-from calibration/profiles/h100.json
+      twin calibrate --gpu a100 --out /tmp/a100.json \\
+        --transfer-from calibration/validation/gpu_stage2/h100.json
     """
+    if merge:
+        _merge(merge, out, gpu, source, as_json)
+        return
+    if gpu is None:
+        raise TwinError("--gpu is required (or --merge A.json --merge B.json --out P.json)")
     gpu = gpu.lower()
+    if source is not None:
+        _from_tables(source, gpu, engine, out, seed, as_json)
+        return
     if gpu not in CHOICES:
         raise TwinError(f"--gpu {gpu!r}: expected one of {', '.join(CHOICES)}")
     if transfer_from is not None:
@@ -157,6 +202,46 @@ def calibrate(
                 overhead=overhead,
                 model_only=model_only,
             )
+    _report(result, as_json)
+
+
+def _from_tables(
+    source: str, gpu: str, engine: str, out: Path | None, seed: int, as_json: bool
+) -> None:
+    """``--from aiconfigurator``: fit the GPU's profile to NVIDIA's tables for ``engine``."""
+    if source.lower() != "aiconfigurator":
+        raise TwinError(f"--from {source!r}: the one table source is 'aiconfigurator'")
+    from calibration.aic_import import import_profile  # late: reads parquet with pyarrow
+
+    kernels = get_kernel_source(engine)
+    with contextlib.ExitStack() as stack:
+
+        def progress(total: int) -> Any:
+            label = f"fitting {gpu} ({kernels.display} kernels)"
+            return stack.enter_context(progress_bar(label, total))
+
+        result = import_profile(gpu, kernels.name, seed=seed, progress=progress)
+    target = out if out is not None else PROFILES_DIR / f"{gpu}-{kernels.name}.json"
+    result.profile.save(target)
+    _report(CalibrationResult(result.profile, target, None), as_json)
+
+
+def _merge(
+    paths: list[Path], out: Path | None, gpu: str | None, source: str | None, as_json: bool
+) -> None:
+    """``--merge A.json --merge B.json --out P.json``."""
+    from calibration.merge import merge_profiles
+
+    if gpu is not None or source is not None:
+        raise TwinError("--merge takes profile files only: drop --gpu / --from")
+    if out is None:
+        raise TwinError("--merge needs --out P.json (the shipped profiles are not overwritten)")
+    merged = merge_profiles([Profile.load(p) for p in paths], [str(p) for p in paths])
+    merged.save(out)
+    _report(CalibrationResult(merged, out, None), as_json)
+
+
+def _report(result: CalibrationResult, as_json: bool) -> None:
     if as_json:
         print_json(_summary(result))
     else:

@@ -154,7 +154,20 @@ ModelOption = Annotated[
 ]
 GpuOption = Annotated[
     str | None,
-    typer.Option("--gpu", help="Shipped profile by GPU name (h100, a100, l4, ...); default h100."),
+    typer.Option(
+        "--gpu",
+        help="Shipped profile by GPU name (h100, b200, l40s, a100, ...; default h100): "
+        "measured from NVIDIA's kernel tables where they cover the GPU, else the datasheet "
+        "roofline; NAME-datasheet forces the datasheet one.",
+    ),
+]
+EngineOption = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="Whose kernels price the steps: vllm (default), sglang or trtllm "
+        "(twin.costmodel.kernel_sources).",
+    ),
 ]
 ProfileOption = Annotated[
     Path | None,

@@ -8,9 +8,10 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration.profile import load_profile, shipped_profiles
-from twin.cli.common import ModelSetOption, console, print_json
+from twin.cli.common import EngineOption, ModelSetOption, console, print_json
 from twin.costmodel import KINDS, CostModel, StepCost
+from twin.costmodel.profile import resolve_profile, shipped_name, shipped_profiles
+from twin.costmodel.provenance import family_label
 from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.presets import resolve_model
@@ -73,8 +74,13 @@ def cost(
     model: str = typer.Option(..., "--model", "-m", help="Preset model (see `twin models list`)."),
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: str | None = typer.Option(
-        None, "--gpu", "-g", help="Shipped profile name (a100, h100, h200, l4, cpu, ...)."
+        None,
+        "--gpu",
+        "-g",
+        help="Shipped profile by GPU name (h100, b200, l40s, a100, cpu, ...): measured from "
+        "NVIDIA's kernel tables where they cover it; NAME-datasheet for the datasheet one.",
     ),
+    engine: EngineOption = None,
     profile: Path | None = typer.Option(None, "--profile", help="A profile JSON instead of --gpu."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs per replica)."),
     lengths: str = typer.Option(
@@ -99,12 +105,16 @@ def cost(
 ) -> None:
     """Predict prefill and decode step latency, split by layer kind.
 
-    Every number carries the profile's provenance (measured, transferred, or
-    datasheet roofline).
+    Every number carries its provenance per kernel family (measured from
+    NVIDIA's tables, measured on an own GPU, transferred, or datasheet roofline).
 
     Examples:
 
-      twin cost --model marconi-hybrid-7b --gpu h100
+      twin cost --model llama-3-8b --gpu h100
+
+      twin cost --model marconi-hybrid-7b --gpu b200 --engine sglang
+
+      twin cost --model llama-3-8b --gpu h100-datasheet
 
       twin cost -m llama-3-8b -g a100 --tp 2 --lengths 2048,8192 --json
 
@@ -115,7 +125,7 @@ def cost(
             "give either --gpu NAME or --profile PATH (exactly one); shipped: "
             f"{', '.join(shipped_profiles())}"
         )
-    prof = load_profile(profile if profile is not None else str(gpu))
+    prof = resolve_profile(gpu, profile, engine)
     spec = resolve_model(model, model_set)
     cm = CostModel(spec, prof, tp=tp)
     data = predictions(
@@ -128,7 +138,8 @@ def cost(
         "tp": tp,
         "source": prof.source,
         "provenance_label": cm.provenance,
-        "profile": str(profile) if profile else str(shipped_profiles().get(prof.gpu, "")),
+        "provenance_by_kernel": {k: family_label(prof, f) for k, f in prof.kernels.items()},
+        "profile": str(profile) if profile else str(shipped_profiles()[shipped_name(gpu, engine)]),
     }
     if as_json:
         print_json({**header, **data})

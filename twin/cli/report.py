@@ -26,6 +26,7 @@ from reports.sweep import (
 from twin import __version__
 from twin.cli import checks
 from twin.cli.common import (
+    EngineOption,
     GpuOption,
     ModelOption,
     ModelSetOption,
@@ -107,6 +108,7 @@ def capacity(
     model: ModelOption = "marconi-hybrid-7b",
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: GpuOption = None,
+    engine: EngineOption = None,
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
@@ -189,6 +191,7 @@ def capacity(
             model=model,
             model_set=tuple(model_set),
             gpu=gpu,
+            engine=engine,
             profile=None if profile is None else str(profile),
             replicas=replicas,
             tp=tp,

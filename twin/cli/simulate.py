@@ -8,10 +8,10 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration.profile import device_memory_bytes, resolve_profile
 from policies import POLICIES
 from twin.cli import checks
 from twin.cli.common import (
+    EngineOption,
     GpuOption,
     ModelOption,
     ModelSetOption,
@@ -25,6 +25,7 @@ from twin.cli.common import (
     policy_options,
     progress_bar,
 )
+from twin.costmodel.profile import device_memory_bytes, resolve_profile
 from twin.engine import ROUTERS, EngineConfig, make_pricer
 from twin.engine import simulate as run_simulation
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
@@ -46,6 +47,7 @@ def simulate(
     model: ModelOption = "marconi-hybrid-7b",
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: GpuOption = None,
+    engine: EngineOption = None,
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
@@ -127,7 +129,7 @@ def simulate(
     checks.out_dir("--out", out)
     checks.no_other_run("--out", out, [REQUESTS_FILE, SUMMARY_FILE], force)
     spec = resolve_model(model, model_set)
-    prof = resolve_profile(gpu, profile)
+    prof = resolve_profile(gpu, profile, engine)
     config = EngineConfig(
         replicas=replicas,
         tp=tp,

@@ -12,9 +12,9 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration.profile import Profile
 from policies import get_policy
 from twin.cli.common import ModelOption, ModelSetOption, console, format_bytes, progress_bar
+from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.metrics import to_json
 from twin.model import ModelSpec

@@ -24,17 +24,18 @@ Tensor parallelism (Megatron style) divides heads, SSM heads and FFN widths by
 one all-reduce of the step's hidden states per layer, priced as a ring:
 ``latency + 2 (tp-1)/tp x bytes / interconnect bandwidth``. Not priced:
 scheduler and sampling CPU time, CUDA-graph replay savings, communication
-overlap. Kernel latencies come from the profile (``calibration.formulas``).
+overlap. Kernel latencies and features come from ``twin.costmodel.formulas``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import NamedTuple
 
-from calibration import formulas as fm
-from calibration.profile import Profile
+from twin.costmodel import formulas as fm
 from twin.costmodel.breakdown import StepCost
+from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec, keys_upto
 
@@ -45,6 +46,20 @@ _COPY_KERNEL = {
     ("device", "host"): "copy_d2h",
 }
 _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is remembered
+
+
+class StepFeatures(NamedTuple):
+    """Sums over one step's sequences that price every kernel of the step."""
+
+    tokens: int  # new tokens: prefill chunks' plus one per decode
+    sequences: int  # prefill chunks + decoding sequences (one LM-head row each)
+    prefill_tokens: int
+    prefill_chunks: int
+    prefill_keys: int  # query-key pairs of the prefill chunks (causal, windowed)
+    prefill_kv_rows: int  # K/V rows the prefill chunks read
+    scan_chunks: int  # Mamba2 scan chunks over the prefill chunks (each padded)
+    decodes: int
+    decode_keys: int  # keys the decode queries read, summed
 
 
 def _split(total: int, tp: int, what: str, model: str) -> int:
@@ -76,6 +91,15 @@ class CostModel:
             for name in fm.KERNELS
         }
         self._setup_shapes()
+        # The decode conv update: its own fit where the profile has one (NVIDIA's tables
+        # time causal_conv1d_update apart), else the prompt conv's model with no
+        # per-sequence term.
+        update = profile.kernels.get("conv1d_update")
+        self._conv_update = (
+            fm.compile_fast("conv1d_update", update.params, profile.peaks)
+            if update is not None
+            else self._k["conv1d"]
+        )
         self._dense_cache: dict[int, float] = {}
         self._setup_overhead()
         self.prefill_s = lru_cache(maxsize=1 << 16)(self._prefill_s)
@@ -112,12 +136,12 @@ class CostModel:
         context (tokens before the new one) of each decoding sequence.
         ``breakdown=True`` returns a ``StepCost`` split by layer kind and kernel.
         """
-        agg = self._aggregate(prefills, decodes)
+        feats = self._aggregate(prefills, decodes)
         if breakdown:
             cost = StepCost()
-            self._price(agg, cost)
+            self._price(feats, cost)
             return cost
-        tokens = agg[0]
+        tokens = feats.tokens
         if not tokens:
             return 0.0
         dense = self._dense_cache.get(tokens)
@@ -125,7 +149,8 @@ class CostModel:
             dense = self._dense(tokens, None)
             if len(self._dense_cache) < _DENSE_CACHE_MAX:
                 self._dense_cache[tokens] = dense
-        return self._with_host(dense + self._mixing(agg, None) + self._head(tokens, agg[1], None))
+        mixing = self._mixing(feats, None)
+        return self._with_host(dense + mixing + self._head(tokens, feats.sequences, None))
 
     def copy_s(
         self, nbytes: float, src: str = "device", dst: str = "device", launches: int = 1
@@ -165,43 +190,54 @@ class CostModel:
 
     # ------------------------------------------------------------ shapes
     def _setup_shapes(self) -> None:
+        """Per-GPU widths after tensor-parallel splitting (Megatron style)."""
         m, tp = self.model, self.tp
-        self.e = m.dtype_bytes
-        self.d = m.d_model
+        self.elem_bytes = m.dtype_bytes
+        self.d_model = m.d_model
         if m.n_attention_layers:
-            self.h = _split(m.n_heads, tp, "the attention heads", m.name)
+            self.heads = _split(m.n_heads, tp, "the attention heads", m.name)
             # KV heads below tp are replicated (vLLM), never split further.
-            self.kvh = m.n_kv_heads // tp if m.n_kv_heads >= tp else 1
-            self.hd = m.head_dim
-            self.qkv_n = (self.h + 2 * self.kvh) * self.hd
+            self.kv_heads = m.n_kv_heads // tp if m.n_kv_heads >= tp else 1
+            self.head_dim = m.head_dim
+            self.qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
         if m.n_ssm_layers:
-            self.sh = _split(m.n_ssm_heads, tp, "the SSM heads", m.name)
-            self.sp = m.ssm_head_dim
+            self.ssm_heads = _split(m.n_ssm_heads, tp, "the SSM heads", m.name)
+            self.ssm_head_dim = m.ssm_head_dim
             self.d_inner = _split(m.d_inner, tp, "d_inner", m.name)
-            self.sg = m.ssm_groups // tp if m.ssm_groups % tp == 0 else m.ssm_groups
-            self.sn, self.q = m.ssm_d_state, m.ssm_chunk_size
-            self.sc = self.sh * self.sp
-            self.conv_c = self.d_inner + 2 * self.sg * self.sn
-            self.in_n = 2 * self.d_inner + 2 * self.sg * self.sn + self.sh
+            self.ssm_groups = m.ssm_groups // tp if m.ssm_groups % tp == 0 else m.ssm_groups
+            self.ssm_d_state, self.chunk_size = m.ssm_d_state, m.ssm_chunk_size
+            self.conv_channels = self.d_inner + 2 * self.ssm_groups * self.ssm_d_state
+            self.in_proj_width = (
+                2 * self.d_inner + 2 * self.ssm_groups * self.ssm_d_state + self.ssm_heads
+            )
         if m.n_mlp_layers:
-            self.dff = _split(m.mlp_d_ff, tp, "the MLP width", m.name)
+            self.mlp_width = _split(m.mlp_d_ff, tp, "the MLP width", m.name)
         if m.n_moe_layers:
-            self.moe_dff = _split(m.moe_d_ff, tp, "the expert width", m.name)
+            self.expert_width = _split(m.moe_d_ff, tp, "the expert width", m.name)
         self.up_mats = 2 if m.mlp_gated else 1
         self.vocab = -(-m.vocab_size // tp)
-        peaks = self.profile.peaks
-        self.ar_lat = float(peaks.get("allreduce_latency_s", 0.0))
-        self.ar_inv_bw = (2.0 * (tp - 1) / tp / float(peaks["interconnect_bw"])) if tp > 1 else 0.0
+        self._setup_allreduce()
+
+    def _setup_allreduce(self) -> None:
+        """A fitted all-reduce for this GPU count if the profile has one, else a ring on peaks."""
+        tp, peaks = self.tp, self.profile.peaks
+        fit = self.profile.kernels.get(fm.allreduce_kernel(tp)) if tp > 1 else None
+        if fit is not None:
+            self._allreduce_fit = fm.compile_fast(fm.allreduce_kernel(tp), fit.params, peaks)
+            return
+        self._allreduce_fit = None
+        self.allreduce_latency_s = float(peaks.get("allreduce_latency_s", 0.0))
+        bw = float(peaks["interconnect_bw"]) if tp > 1 else 1.0
+        self.allreduce_s_per_byte = 1.0 / bw
 
     # ------------------------------------------------------------ pricing
     def _aggregate(
         self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
-    ) -> tuple[int, ...]:
-        """(tokens, sequences, prefill tokens, prefill chunks, keys, KV rows, scan chunks,
-        decodes, decode keys): every feature the step's kernels need is a sum of these."""
+    ) -> StepFeatures:
+        """The step's features: every kernel's FLOPs and bytes are functions of these sums."""
         window = self.model.sliding_window
         p_tok = p_keys = p_kv = chunks = 0
-        q = self.q if self.model.n_ssm_layers else 1
+        chunk = self.chunk_size if self.model.n_ssm_layers else 1
         for n, c in prefills:
             if n <= 0 or c < 0:
                 raise TwinError(
@@ -210,35 +246,42 @@ class CostModel:
             p_tok += n
             p_keys += keys_upto(c + n, window) - keys_upto(c, window)
             p_kv += c + n if window is None else min(c + n, window + n)
-            chunks += -(-n // q)
+            chunks += -(-n // chunk)
         n_dec = len(decodes)
+        if n_dec and min(decodes) < 0:
+            raise TwinError("a decode context must be >= 0")
         if window is None:
             d_keys = sum(decodes) + n_dec
         else:
             d_keys = sum(min(c + 1, window) for c in decodes)
-        if n_dec and min(decodes) < 0:
-            raise TwinError("a decode context must be >= 0")
-        return (
-            p_tok + n_dec,
-            len(prefills) + n_dec,
-            p_tok,
-            len(prefills),
-            p_keys,
-            p_kv,
-            chunks,
-            n_dec,
-            d_keys,
+        return StepFeatures(
+            tokens=p_tok + n_dec,
+            sequences=len(prefills) + n_dec,
+            prefill_tokens=p_tok,
+            prefill_chunks=len(prefills),
+            prefill_keys=p_keys,
+            prefill_kv_rows=p_kv,
+            scan_chunks=chunks,
+            decodes=n_dec,
+            decode_keys=d_keys,
         )
 
     def _allreduce(self, tokens: int) -> float:
+        """One all-reduce of the step's hidden states across the ``tp`` GPUs."""
         if self.tp == 1:
             return 0.0
-        return self.ar_lat + tokens * self.d * self.e * self.ar_inv_bw
+        nbytes = tokens * self.d_model * self.elem_bytes
+        flops, ring_bytes, _ = fm.allreduce_features(nbytes, self.tp)
+        if self._allreduce_fit is not None:
+            return self._allreduce_fit(flops, ring_bytes)
+        return self.allreduce_latency_s + ring_bytes * self.allreduce_s_per_byte
+
+    def _gemm(self, rows: float, k: float, n: float) -> float:
+        return self._k["gemm"](*fm.gemm_sums(rows, k, n, self.elem_bytes))
 
     def _dense(self, t: int, cost: StepCost | None) -> float:
         """Everything that depends only on the step's token count: GEMMs, norms, all-reduces."""
-        m, k, e, d = self.model, self._k, self.e, self.d
-        gemm, elem = k["gemm"], k["elementwise"]
+        m, elem, e, d = self.model, self._k["elementwise"], self.elem_bytes, self.d_model
         norm = elem(0.0, e * (4.0 * t * d + d))  # fused residual add + RMSNorm
         ar = self._allreduce(t)
         total = 0.0
@@ -250,17 +293,17 @@ class CostModel:
             return layers * sum(s for _, s in parts)
 
         if m.n_attention_layers:
-            qkv = gemm(*_gemm(t, d, self.qkv_n, e))
-            o = gemm(*_gemm(t, self.h * self.hd, d, e))
-            rope = elem(0.0, e * (2.0 * t * (self.h + self.kvh) * self.hd))
+            qkv = self._gemm(t, d, self.qkv_width)
+            o = self._gemm(t, self.heads * self.head_dim, d)
+            rope = elem(0.0, e * (2.0 * t * (self.heads + self.kv_heads) * self.head_dim))
             total += put(
                 "attention",
                 m.n_attention_layers,
                 (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)),
             )
         if m.n_ssm_layers:
-            g_in = gemm(*_gemm(t, d, self.in_n, e))
-            g_out = gemm(*_gemm(t, self.d_inner, d, e))
+            g_in = self._gemm(t, d, self.in_proj_width)
+            g_out = self._gemm(t, self.d_inner, d)
             gated = elem(0.0, e * (3.0 * t * self.d_inner + self.d_inner))
             total += put(
                 "ssm",
@@ -268,9 +311,9 @@ class CostModel:
                 (("elementwise", norm + gated), ("gemm", g_in + g_out), ("allreduce", ar)),
             )
         if m.n_mlp_layers:
-            up = gemm(*_gemm(t, d, self.up_mats * self.dff, e))
-            down = gemm(*_gemm(t, self.dff, d, e))
-            act = elem(0.0, e * ((self.up_mats + 1.0) * t * self.dff))
+            up = self._gemm(t, d, self.up_mats * self.mlp_width)
+            down = self._gemm(t, self.mlp_width, d)
+            act = elem(0.0, e * ((self.up_mats + 1.0) * t * self.mlp_width))
             total += put(
                 "mlp",
                 m.n_mlp_layers,
@@ -281,24 +324,24 @@ class CostModel:
         return total
 
     def _moe(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
-        m, k, e, d = self.model, self._k, self.e, self.d
+        m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
         n_exp, top = m.moe_n_experts, m.moe_top_k
         rows = t * top
         # Expected distinct experts hit by `rows` uniform draws; each streams its weights.
         active = n_exp * (1.0 - (1.0 - 1.0 / n_exp) ** rows) if n_exp > 1 else 1.0
-        wide = self.up_mats * self.moe_dff
+        wide = self.up_mats * self.expert_width
         up = k["gemm"](
             2.0 * rows * d * wide,
             e * (rows * d + active * d * wide + rows * wide),
             active * d * wide,
         )
         down = k["gemm"](
-            2.0 * rows * self.moe_dff * d,
-            e * (rows * self.moe_dff + active * self.moe_dff * d + rows * d),
-            active * self.moe_dff * d,
+            2.0 * rows * self.expert_width * d,
+            e * (rows * self.expert_width + active * self.expert_width * d + rows * d),
+            active * self.expert_width * d,
         )
-        router = k["gemm"](*_gemm(t, d, n_exp, e))
-        act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.moe_dff))
+        router = self._gemm(t, d, n_exp)
+        act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.expert_width))
         combine = k["elementwise"](0.0, e * ((top + 1.0) * t * d))
         return (
             ("elementwise", norm + act + combine),
@@ -306,93 +349,64 @@ class CostModel:
             ("allreduce", ar),
         )
 
-    def _mixing(self, agg: tuple[int, ...], cost: StepCost | None) -> float:
+    def _mixing(self, f: StepFeatures, cost: StepCost | None) -> float:
         """Attention and SSM kernels, which depend on each sequence's context and length."""
-        _, _, p_tok, n_pre, p_keys, p_kv, chunks, n_dec, d_keys = agg
-        m, k, e = self.model, self._k, self.e
-        total = 0.0
+        m, k, e = self.model, self._k, self.elem_bytes
+        parts: list[tuple[str, str, float]] = []  # (layer kind, kernel, seconds per layer)
         if m.n_attention_layers:
-            h, kvh, hd, layers = self.h, self.kvh, self.hd, m.n_attention_layers
-            if n_pre:
-                s = layers * k["attn_prefill"](
-                    4.0 * h * hd * p_keys,
-                    e * (2.0 * p_tok * h * hd + 2.0 * p_kv * kvh * hd),
-                    h * p_keys,
+            heads = (self.heads, self.kv_heads, self.head_dim, e)
+            if f.prefill_chunks:
+                feats = fm.attn_prefill_sums(
+                    f.prefill_tokens,
+                    f.prefill_keys,
+                    f.prefill_kv_rows,
+                    f.prefill_chunks,
+                    *heads,
                 )
-                total += s
-                if cost is not None:
-                    cost.add("attention", "attn_prefill", s)
-            if n_dec:
-                s = layers * k["attn_decode"](
-                    4.0 * h * hd * d_keys,
-                    e * (2.0 * n_dec * h * hd + 2.0 * kvh * hd * d_keys),
-                    h * d_keys,
-                )
-                total += s
-                if cost is not None:
-                    cost.add("attention", "attn_decode", s)
+                parts.append(("attention", "attn_prefill", k["attn_prefill"](*feats)))
+            if f.decodes:
+                feats = fm.attn_decode_sums(f.decodes, f.decode_keys, *heads)
+                parts.append(("attention", "attn_decode", k["attn_decode"](*feats)))
         if m.n_ssm_layers:
-            layers, sc, n, g, q, c = (
-                m.n_ssm_layers,
-                self.sc,
-                self.sn,
-                self.sg,
-                self.q,
-                self.conv_c,
-            )
-            kw = m.ssm_conv_kernel
-            parts: list[tuple[str, float]] = []
-            if n_pre:
-                padded = chunks * q
-                parts.append(
-                    (
-                        "ssm_scan",
-                        k["ssm_scan"](
-                            padded * (2.0 * sc * (2 * n + q) + 2.0 * q * n * g),
-                            e * p_tok * (2.0 * sc + 2.0 * g * n + self.sh) + 8.0 * chunks * sc * n,
-                            chunks * self.sh,
-                        ),
-                    )
-                )
-                parts.append(
-                    ("conv1d", k["conv1d"](2.0 * p_tok * c * kw, e * (2.0 * p_tok * c + c * kw)))
-                )
-            if n_dec:
-                sf, sb, _ = fm.ssm_step_features(
-                    n_dec, self.sh, self.sp, n, g, e, m.state_dtype_bytes
-                )
-                parts.append(("ssm_step", k["ssm_step"](sf, sb)))
-                parts.append(
-                    (
-                        "conv1d",
-                        k["conv1d"](
-                            2.0 * n_dec * c * kw,
-                            e * (2.0 * n_dec * c + c * kw + 2.0 * n_dec * c * kw),
-                        ),
-                    )
-                )
-            for kernel, s in parts:
-                total += layers * s
-                if cost is not None:
-                    cost.add("ssm", kernel, layers * s)
+            ssm = (self.ssm_heads, self.ssm_head_dim, self.ssm_d_state, self.ssm_groups)
+            width, taps = self.conv_channels, m.ssm_conv_kernel
+            if f.prefill_chunks:
+                feats = fm.ssm_scan_sums(f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e)
+                parts.append(("ssm", "ssm_scan", k["ssm_scan"](*feats)))
+                # Features of one sequence holding all the step's prompt tokens; the
+                # per-sequence term counts every chunk.
+                cf, cb, _ = fm.conv1d_features(1, f.prefill_tokens, width, taps, e)
+                seq_channels = f.prefill_chunks * width
+                parts.append(("ssm", "conv1d", k["conv1d"](cf, cb, seq_channels)))
+            if f.decodes:
+                sf, sb, _ = fm.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
+                parts.append(("ssm", "ssm_step", k["ssm_step"](sf, sb)))
+                cf, cb, _ = fm.conv1d_features(f.decodes, 1, width, taps, e, with_state=True)
+                parts.append(("ssm", "conv1d", self._conv_update(cf, cb)))
+        total = 0.0
+        for kind, kernel, s in parts:
+            layers = m.n_attention_layers if kind == "attention" else m.n_ssm_layers
+            total += layers * s
+            if cost is not None:
+                cost.add(kind, kernel, layers * s)
         return total
 
     def _head(self, t: int, seqs: int, cost: StepCost | None) -> float:
         """Embedding gather, final norm and the LM head (one row per sequence)."""
-        k, e, d = self._k, self.e, self.d
-        embed = k["elementwise"](0.0, e * 2.0 * t * d)
-        norm = k["elementwise"](0.0, e * (2.0 * t * d + d))
-        lm = k["gemm"](*_gemm(seqs, d, self.vocab, e)) if seqs else 0.0
+        elem, e, d = self._k["elementwise"], self.elem_bytes, self.d_model
+        embed = elem(0.0, e * 2.0 * t * d)
+        norm = elem(0.0, e * (2.0 * t * d + d))
+        lm = self._gemm(seqs, d, self.vocab) if seqs else 0.0
         if cost is not None:
             cost.add("head", "elementwise", embed + norm)
             cost.add("head", "gemm", lm)
         return embed + norm + lm
 
-    def _price(self, agg: tuple[int, ...], cost: StepCost) -> None:
-        if agg[0] == 0:
+    def _price(self, f: StepFeatures, cost: StepCost) -> None:
+        if f.tokens == 0:
             return
-        kernels = self._dense(agg[0], cost) + self._mixing(agg, cost)
-        kernels += self._head(agg[0], agg[1], cost)
+        kernels = self._dense(f.tokens, cost) + self._mixing(f, cost)
+        kernels += self._head(f.tokens, f.sequences, cost)
         if self.host_mode == "add":
             for kind, s in self.host_by_kind.items():
                 cost.add(kind, "host_overhead", s)
@@ -422,11 +436,6 @@ class CostModel:
 
     def _prefill_s(self, n_new: int, n_cached: int) -> float:
         return float(self.step(((n_new, n_cached),), ()))
-
-
-def _gemm(m: float, k: float, n: float, e: int) -> tuple[float, float, float]:
-    """(flops, bytes, weight elements) of an (m x k) @ (k x n) product."""
-    return 2.0 * m * k * n, e * (m * k + k * n + m * n), k * n
 
 
 def _check_count(label: str, v: object) -> None:

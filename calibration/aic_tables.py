@@ -1,0 +1,372 @@
+"""Read NVIDIA's public kernel tables (``aiconfigurator-core``) as the twin's kernel rows.
+
+The package keeps parquet tables under
+``aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/<table>.parquet``,
+every row labelled with framework, version, device and kernel source, latency in
+milliseconds. This module finds them in the installed package (never a copy in
+this repository), keeps the rows that match how the twin prices a kernel (bf16
+weights and activations, bf16 KV cache, full attention, no beams) and turns each
+into a fitting row: ``{"kernel", "flops", "bytes", <extra>, "median_s"}`` plus the
+shape it came from. Which table feeds which kernel family:
+
+- ``gemm``: ``gemm_perf`` (m x n x k, ``gemm_dtype`` bfloat16);
+- ``attn_prefill``: ``context_attention_perf`` (batch x isl, no cached prefix: ``step`` 0);
+- ``attn_decode``: ``generation_attention_perf`` (batch, ``step`` = cached length, so
+  each query reads ``step + 1`` keys);
+- ``conv1d``: ``mamba2_perf``'s ``causal_conv1d_fn`` (prefill) and
+  ``causal_conv1d_update`` (decode) rows; only TensorRT-LLM collected them, and it is
+  the same CUDA kernel (Dao-AILab causal-conv1d) that vLLM and SGLang call;
+- ``allreduce_<n>gpu``: the engine's ``custom_allreduce_perf`` (CUDA-graph backend)
+  where it has the message size, NCCL ``nccl_perf`` all_reduce above that;
+  ``message_size`` counts elements (2 bytes each), not bytes.
+
+A table that mixes kernel sources is narrowed to the engine's default one for that
+GPU (``ATTENTION_SOURCES``); the chosen source travels into the profile.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from twin.costmodel import formulas as fm
+from twin.errors import TwinError
+
+PACKAGE = "aiconfigurator-core"
+PACKAGE_VERSION = "0.12.0"  # the pinned extra ``twin[aic]``
+ENGINES = ("vllm", "sglang", "trtllm")
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "nccl": "NCCL"}
+
+# twin GPU name -> the database's system directory.
+SYSTEMS = {
+    "a100-80gb": "a100_sxm",
+    "h100": "h100_sxm",
+    "h200": "h200_sxm",
+    "b200": "b200_sxm",
+    "b300": "b300_sxm",
+    "gb200": "gb200",
+    "gb300": "gb300",
+    "l40s": "l40s",
+    "rtx-pro-6000": "rtx_pro_6000_server",
+}
+
+# Attention kernel of each engine's default backend, in order of preference (the
+# first one present in a table is kept). vLLM: FlashAttention 3 on Hopper, FA2
+# elsewhere, FlashInfer (its TRT-LLM kernels) on Blackwell (vllm/platforms/cuda.py
+# backend selection); SGLang: fa3 on Hopper, FlashInfer elsewhere
+# (sglang/srt/server_args.py attention-backend defaults); TensorRT-LLM: its
+# PyTorch-flow attention op, which also applies RoPE and writes the KV cache.
+ATTENTION_SOURCES = {
+    "vllm": (
+        "vllm_flash_attn_fa3",
+        "vllm_flashinfer_trtllmprefill",
+        "vllm_flashinfer_trtllmdecode",
+        "vllm_flashinfer",
+        "vllm_flash_attn_fa2",
+        "vllm_flash_attn",
+    ),
+    "sglang": ("fa3", "flashinfer", "flash_attention", "triton"),
+    "trtllm": ("torch_flow",),
+}
+ELEM_BYTES = 2  # bf16
+
+
+@dataclass
+class FamilyRows:
+    """The fitting rows of one kernel family and where they were read."""
+
+    kernel: str
+    rows: list[dict[str, Any]]
+    framework: str
+    version: str
+    device: str
+    kernel_source: str
+    tables: list[str] = field(default_factory=list)
+
+
+def data_root() -> Path:
+    """``systems/data`` of the installed package; a ``TwinError`` naming the extra if absent."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or spec.origin is None:
+        raise TwinError(
+            f"--from aiconfigurator needs the optional extra: pip install 'twin[aic]' "
+            f"({PACKAGE}=={PACKAGE_VERSION})"
+        )
+    root = Path(spec.origin).parent / "systems" / "data"
+    if not root.is_dir():
+        raise TwinError(f"{PACKAGE} is installed but has no systems/data at {root}")
+    return root
+
+
+def installed_version() -> str:
+    """The installed package's version (goes into the profile's provenance)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PACKAGE)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def system_dir(gpu: str, root: Path | None = None) -> Path:
+    """The database directory of twin GPU ``gpu``; a ``TwinError`` listing the covered ones."""
+    if gpu not in SYSTEMS:
+        raise TwinError(
+            f"--gpu {gpu!r}: NVIDIA's kernel database covers {', '.join(SYSTEMS)}; "
+            "other GPUs keep their datasheet profile"
+        )
+    path = (root or data_root()) / SYSTEMS[gpu]
+    if not path.is_dir():
+        raise TwinError(f"--gpu {gpu!r}: no data directory {path}")
+    return path
+
+
+def latest_version(directory: Path, table: str) -> Path | None:
+    """The newest version directory under ``directory`` (PEP 440 order) holding ``table``.
+
+    Some version directories hold only a ``reuse.yaml`` pointing at an older
+    collection; they are skipped.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    def key(p: Path) -> tuple[int, Any]:
+        try:
+            return (1, Version(p.name))
+        except InvalidVersion:
+            return (0, p.name)
+
+    versions = (
+        [p for p in directory.iterdir() if (p / table).is_file()] if directory.is_dir() else []
+    )
+    return max(versions, key=key) if versions else None
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as err:  # pyarrow raises several types for a broken file
+        raise TwinError(f"{path}: cannot read the table ({err})") from None
+
+
+def _keep(row: dict[str, Any], **wanted: Any) -> bool:
+    """True if every column present in ``row`` among ``wanted`` has an accepted value."""
+    for column, accepted in wanted.items():
+        if column in row and row[column] not in accepted:
+            return False
+    return True
+
+
+def _narrow(rows: list[dict[str, Any]], preferred: Sequence[str], where: Path) -> tuple[list, str]:
+    """Rows of the first preferred kernel source present (all rows if none is listed)."""
+    present = {str(r.get("kernel_source", "")) for r in rows}
+    for source in preferred:
+        if source in present:
+            return [r for r in rows if r.get("kernel_source") == source], source
+    if len(present) == 1:
+        return rows, present.pop()
+    raise TwinError(f"{where}: kernel sources {sorted(present)}, none of {list(preferred)}")
+
+
+def _require(row: dict[str, Any], columns: Sequence[str], where: Path, i: int) -> None:
+    for c in columns:
+        if c not in row or row[c] is None:
+            raise TwinError(f"{where}, row {i}: missing column {c!r}")
+    lat = row.get("latency")
+    if lat is None or not lat > 0:
+        raise TwinError(f"{where}, row {i}, column 'latency': must be positive (got {lat!r})")
+
+
+def _row(kernel: str, feats: fm.Features, latency_ms: float, shape: dict[str, Any]) -> dict:
+    flops, nbytes, extras = feats
+    return {
+        "kernel": kernel,
+        "flops": flops,
+        "bytes": nbytes,
+        **extras,
+        "median_s": latency_ms * 1e-3,
+        "shape": shape,
+    }
+
+
+def _family(
+    kernel: str, table: Path, rows: list[dict[str, Any]], source: str, out: list[dict]
+) -> FamilyRows:
+    first = rows[0] if rows else {}
+    return FamilyRows(
+        kernel=kernel,
+        rows=out,
+        framework=ENGINE_NAMES.get(table.parts[-3], table.parts[-3]),
+        version=table.parts[-2],
+        device=str(first.get("device", "")),
+        kernel_source=source,
+        tables=[str(Path(*table.parts[-5:]))],
+    )
+
+
+def gemm_rows(system: Path, engine: str) -> FamilyRows | None:
+    """bf16 GEMMs of ``engine`` on this system."""
+    version = latest_version(system / "gemm" / engine, "gemm_perf.parquet")
+    if version is None:
+        return None
+    table = version / "gemm_perf.parquet"
+    raw = [r for r in _read(table) if _keep(r, gemm_dtype={"bfloat16", "float16"})]
+    out = []
+    for i, r in enumerate(raw):
+        _require(r, ("m", "n", "k"), table, i)
+        m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+        out.append(
+            _row(
+                "gemm",
+                fm.gemm_features(m, k, n, ELEM_BYTES),
+                r["latency"],
+                {"m": m, "n": n, "k": k},
+            )
+        )
+    sources = sorted({str(r.get("kernel_source", "")) for r in raw})
+    return _family("gemm", table, raw, ",".join(sources), out)
+
+
+_ATTN = {"attn_dtype": {"bfloat16", "float16"}, "kv_cache_dtype": {"bfloat16", "float16"}}
+
+
+def attention_rows(system: Path, engine: str, phase: str) -> FamilyRows | None:
+    """Context (``phase='prefill'``) or generation attention of ``engine``, full attention."""
+    name = "context" if phase == "prefill" else "generation"
+    version = latest_version(system / "attention" / engine, f"{name}_attention_perf.parquet")
+    if version is None:
+        return None
+    table = version / f"{name}_attention_perf.parquet"
+    raw = [r for r in _read(table) if _keep(r, window_size={0}, beam_width={1}, **_ATTN)]
+    raw, source = _narrow(raw, ATTENTION_SOURCES.get(engine, ()), table)
+    kernel = f"attn_{phase}"
+    out = []
+    for i, r in enumerate(raw):
+        _require(r, ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"), table, i)
+        b, h, kvh, hd = (
+            int(r[c]) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim")
+        )
+        if phase == "prefill":
+            if int(r.get("step", 0) or 0):
+                continue  # a cached prefix: not the table's main grid
+            s = int(r["isl"])
+            flops, nbytes, scores, tiles = fm.attn_prefill_sums(
+                b * s, b * s * (s + 1) // 2, b * s, b, h, kvh, hd, ELEM_BYTES
+            )
+            shape = {"b": b, "s": s, "h": h, "kvh": kvh, "d": hd}
+        else:
+            keys = int(r["step"]) + 1  # the cached tokens and the new one
+            flops, nbytes, scores, tiles = fm.attn_decode_sums(b, b * keys, h, kvh, hd, ELEM_BYTES)
+            shape = {"b": b, "c": keys - 1, "h": h, "kvh": kvh, "d": hd}
+        extras = {"score_elems": scores, "tiles": tiles}
+        out.append(_row(kernel, (flops, nbytes, extras), r["latency"], shape))
+    return _family(kernel, table, raw, source, out)
+
+
+def conv1d_rows(system: Path) -> list[FamilyRows]:
+    """Mamba2 causal conv1d: prompt pass (``conv1d``) and decode update (``conv1d_update``)."""
+    base = system / "linear_attention"
+    for engine in ENGINES:  # whichever engine collected mamba2 kernels (today: trtllm)
+        version = latest_version(base / engine, "mamba2_perf.parquet")
+        if version is not None:
+            break
+    else:
+        return []
+    table = version / "mamba2_perf.parquet"
+    raw = _read(table)
+    families = []
+    for kernel, source in (
+        ("conv1d", "causal_conv1d_fn"),
+        ("conv1d_update", "causal_conv1d_update"),
+    ):
+        mine = [r for r in raw if r.get("kernel_source") == source]
+        out = []
+        for i, r in enumerate(mine):
+            _require(
+                r,
+                ("batch_size", "seq_len", "nheads", "head_dim", "n_groups", "d_state", "d_conv"),
+                table,
+                i,
+            )
+            b, s, taps = int(r["batch_size"]), int(r["seq_len"]), int(r["d_conv"])
+            # conv channels = d_inner + 2 x groups x d_state (x, B and C go through the conv)
+            width = int(r["nheads"]) * int(r["head_dim"]) + 2 * int(r["n_groups"]) * int(
+                r["d_state"]
+            )
+            update = kernel == "conv1d_update"
+            length = 1 if update else s
+            feats = fm.conv1d_features(b, length, width, taps, ELEM_BYTES, with_state=update)
+            shape = {"b": b, "l": length, "c": width, "k": taps}
+            out.append(_row(kernel, feats, r["latency"], shape))
+        if out:
+            families.append(_family(kernel, table, mine, source, out))
+    return families
+
+
+def allreduce_rows(system: Path, engine: str) -> list[FamilyRows]:
+    """One family per GPU count: the engine's graph-mode custom all-reduce, NCCL above it."""
+    custom_dir = latest_version(system / "comm" / engine, "custom_allreduce_perf.parquet")
+    nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
+    by_size: dict[tuple[int, int], tuple[float, str, Path]] = {}
+    device = ""
+    if nccl_dir is not None:
+        table = nccl_dir / "nccl_perf.parquet"
+        for r in _read(table):
+            if r.get("op_name") == "all_reduce" and r.get("nccl_dtype") in ("half", "bfloat16"):
+                key = (int(r["num_gpus"]), int(r["message_size"]))
+                by_size[key] = (float(r["latency"]), "NCCL " + nccl_dir.name, table)
+                device = device or str(r.get("device", ""))
+    if custom_dir is not None:
+        table = custom_dir / "custom_allreduce_perf.parquet"
+        for r in _read(table):
+            backend = str(r.get("backend") or r.get("kernel_source") or "")
+            if "eager" in backend.lower():
+                continue  # production engines replay the all-reduce inside CUDA graphs
+            key = (int(r["num_gpus"]), int(r["message_size"]))
+            label = f"{ENGINE_NAMES.get(engine, engine)} {custom_dir.name} custom"
+            by_size[key] = (float(r["latency"]), label, table)
+            device = device or str(r.get("device", ""))
+    families = []
+    for n in sorted({k[0] for k in by_size}):
+        kernel = fm.allreduce_kernel(n)
+        out, labels, tables = [], set(), set()
+        for (gpus, size), (lat, label, table) in sorted(by_size.items()):
+            if gpus != n:
+                continue
+            nbytes = size * ELEM_BYTES
+            out.append(
+                _row(kernel, fm.allreduce_features(nbytes, n), lat, {"n": n, "bytes": nbytes})
+            )
+            labels.add(label)
+            tables.add(str(Path(*table.parts[-5:])))
+        families.append(
+            FamilyRows(
+                kernel=kernel,
+                rows=out,
+                framework=" + ".join(sorted(labels)),
+                version="",
+                device=device,
+                kernel_source="all_reduce",
+                tables=sorted(tables),
+            )
+        )
+    return families
+
+
+def read_families(gpu: str, engine: str, root: Path | None = None) -> list[FamilyRows]:
+    """Every kernel family the database has for ``gpu`` under ``engine``."""
+    if engine not in ENGINES:
+        raise TwinError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    system = system_dir(gpu, root)
+    found = [
+        gemm_rows(system, engine),
+        attention_rows(system, engine, "prefill"),
+        attention_rows(system, engine, "decode"),
+        *conv1d_rows(system),
+        *allreduce_rows(system, engine),
+    ]
+    return [f for f in found if f is not None and f.rows]

@@ -1,0 +1,194 @@
+"""Import and fit of NVIDIA's kernel tables, on the small tables in ``tests/data/aic``.
+
+Those tables have the database's layout and schema; their latencies come from the
+twin's own models at known parameters (``tests/data/aic/make_tables.py``), so the
+fits must recover them. None of this needs ``aiconfigurator-core`` installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from calibration.aic_import import import_profile, impossible
+from calibration.aic_tables import read_families
+from calibration.merge import merge_profiles
+from twin.costmodel import CostModel
+from twin.costmodel import formulas as fm
+from twin.costmodel.profile import Profile, load_profile
+from twin.errors import TwinError
+from twin.hardware import get_gpu
+from twin.presets import get_model
+
+DATA = Path(__file__).parent / "data" / "aic" / "systems" / "data"
+
+
+@pytest.fixture(scope="module")
+def imported() -> Profile:
+    return import_profile("h100", "vllm", root=DATA).profile
+
+
+def test_reader_keeps_bf16_rows_of_the_engines_default_kernel() -> None:
+    fams = {f.kernel: f for f in read_families("h100", "vllm", root=DATA)}
+    assert set(fams) == {
+        "gemm",
+        "attn_prefill",
+        "attn_decode",
+        "conv1d",
+        "conv1d_update",
+        "allreduce_2gpu",
+        "allreduce_8gpu",
+    }
+    assert len(fams["gemm"].rows) == 37  # 36 bf16 shapes + the impossible one; fp8 dropped
+    assert len(fams["attn_prefill"].rows) == 24  # fa4 and fp8-KV rows dropped
+    assert fams["attn_prefill"].kernel_source == "vllm_flash_attn_fa3"
+    assert (fams["gemm"].framework, fams["gemm"].version) == ("vLLM", "0.24.0")
+    assert fams["conv1d"].framework == "TensorRT-LLM"
+    # Generation attention: ``step`` is the cached length, so the query reads step + 1 keys.
+    row = fams["attn_decode"].rows[0]
+    assert row["shape"]["c"] == 15
+    assert row["score_elems"] == row["shape"]["h"] * row["shape"]["b"] * 16
+    # All-reduce: message_size counts elements (2 bytes); graph-mode custom rows, NCCL above.
+    ar = fams["allreduce_2gpu"]
+    assert [r["shape"]["bytes"] for r in ar.rows] == [
+        2 << e for e in (10, 12, 14, 16, 18, 20, 22, 26)
+    ]
+    assert "NCCL" in ar.framework and "custom" in ar.framework
+
+
+def test_fits_recover_the_generating_parameters(imported: Profile) -> None:
+    spec = importlib.util.spec_from_file_location("make_tables", DATA.parents[1] / "make_tables.py")
+    assert spec is not None and spec.loader is not None
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    TRUE = tables.TRUE
+    peaks = imported.peaks
+    for kernel in TRUE:
+        fit = imported.kernels[kernel]
+        assert fit.provenance["source"] == "measured"
+        assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err < 0.05, kernel
+        # The fitted model predicts the true one (no jitter) within 6% on fresh shapes.
+        if kernel == "gemm":
+            for m, k, n in ((2, 2048, 2048), (512, 4096, 8192), (3000, 1024, 14336)):
+                f, b, ex = fm.gemm_features(m, k, n, 2)
+                want = fm.predict(kernel, TRUE[kernel], peaks, f, b, ex)
+                got = fm.predict(kernel, fit.params, peaks, f, b, ex)
+                assert got == pytest.approx(want, rel=0.06)
+
+
+def test_impossible_rows_are_flagged_excluded_and_counted(imported: Profile) -> None:
+    peaks = get_gpu("h100").peaks()
+    gemm = imported.kernels["gemm"]
+    assert gemm.n_flagged == 1
+    assert gemm.n_shapes == 36  # the flagged row is not among the fitted shapes
+    f, b, _ = fm.gemm_features(4096, 4096, 14336, 2)
+    row = {"flops": f, "bytes": b, "median_s": 1e-6}
+    assert impossible("gemm", row, peaks) == "above peak FLOP/s"
+    row["median_s"] = 1e-3
+    assert impossible("gemm", row, peaks) is None
+
+
+def test_missing_families_stay_datasheet_and_the_mixture_says_so(imported: Profile) -> None:
+    assert imported.source == "mixed"
+    for kernel in ("ssm_scan", "ssm_step", "elementwise", "copy_d2d"):
+        assert imported.kernels[kernel].provenance["source"] == "datasheet"
+    label = imported.provenance_label
+    assert "attention: measured (vLLM 0.24.0 vllm_flash_attn_fa3, H100 SXM5)" in label
+    assert "causal conv1d: measured (TensorRT-LLM 1.3.0rc20 causal_conv1d, H100 SXM5)" in label
+    assert label.endswith("SSM scan, element-wise, copies: datasheet")
+
+
+def test_profile_round_trips_and_prices_a_model(imported: Profile, tmp_path: Path) -> None:
+    path = imported.save(tmp_path / "h100-vllm.json")
+    again = Profile.load(path)
+    assert again.to_dict() == imported.to_dict()
+    cm = CostModel(get_model("marconi-hybrid-7b"), again, tp=2)
+    assert cm.prefill(4096) > cm.prefill(1024) > 0
+    # The decode conv is priced by its own fit; tp=2's all-reduce by the 2-GPU fit.
+    assert cm.decode([1000] * 8, breakdown=True).by_kernel["conv1d"] > 0
+    fit = again.kernels["allreduce_2gpu"]
+    nbytes = 512 * 4096 * 2
+    want = fm.predict("allreduce_2gpu", fit.params, again.peaks, *fm.allreduce_features(nbytes, 2))
+    assert cm._allreduce(512) == pytest.approx(want)
+
+
+def test_tp_without_a_fitted_gpu_count_falls_back_to_the_ring(imported: Profile) -> None:
+    cm = CostModel(get_model("llama-3-8b"), imported, tp=4)  # only 2 and 8 GPUs were fitted
+    ring = (
+        imported.peaks["allreduce_latency_s"]
+        + 2 * 3 / 4 * 100 * 4096 * 2 / (imported.peaks["interconnect_bw"])
+    )
+    assert math.isclose(cm._allreduce(100), ring, rel_tol=1e-12)
+
+
+def test_merge_takes_each_family_from_the_first_that_measured_it(imported: Profile) -> None:
+    own = load_profile("h100-datasheet")
+    own.source = "measured"  # stands in for an own-GPU measurement of every family
+    own.provenance = {"date": "2026-11-23"}
+    merged = merge_profiles([imported, own], ["nvidia.json", "own.json"])
+    assert merged.kernels["gemm"].provenance["merged_from"] == "nvidia.json"
+    assert merged.kernels["ssm_scan"].provenance["merged_from"] == "own.json"
+    assert merged.kernels["ssm_scan"].provenance["source"] == "measured"
+    assert "SSM scan, element-wise, copies: measured on H100 SXM5, 2026-11-23" in (
+        merged.provenance_label
+    )
+    with pytest.raises(TwinError, match="merge profiles of one GPU"):
+        merge_profiles([imported, load_profile("a100-datasheet")], ["a", "b"])
+
+
+def test_a_malformed_table_is_refused_with_file_row_and_column(tmp_path: Path) -> None:
+    table = tmp_path / "h100_sxm" / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet"
+    table.parent.mkdir(parents=True)
+    pq.write_table(
+        pa.Table.from_pylist([{"gemm_dtype": "bfloat16", "m": 1, "n": 2, "k": 3, "latency": -1.0}]),
+        table,
+    )
+    with pytest.raises(TwinError, match=r"gemm_perf.parquet, row 0, column 'latency'"):
+        read_families("h100", "vllm", root=tmp_path)
+
+
+def test_uncovered_gpu_and_unknown_engine_are_refused() -> None:
+    with pytest.raises(TwinError, match="covers"):
+        read_families("l4", "vllm", root=DATA)
+    with pytest.raises(TwinError, match="--engine 'tgi'"):
+        read_families("h100", "tgi", root=DATA)
+
+
+def test_gemm_rows_outside_the_fit_domain_are_counted_not_fitted(tmp_path: Path) -> None:
+    from calibration.aic_import import fit_family
+    from calibration.aic_tables import gemm_rows
+
+    fam = gemm_rows(DATA / "h100_sxm", "vllm")
+    assert fam is not None
+    narrow = dict(fam.rows[0], shape={"m": 8, "n": 32, "k": 1024})  # a 32-wide product
+    fam.rows.append(narrow)
+    fit = fit_family(fam, get_gpu("h100").peaks(), "H100 SXM5")
+    assert fit is not None
+    assert fit.provenance["rows_outside_domain"] == 1
+    assert fit.n_shapes == 36 and fit.n_flagged == 1
+
+
+def test_calibrate_cli_merges_and_refuses_bad_sources(imported: Profile, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from twin.cli import app
+
+    a = imported.save(tmp_path / "a.json")
+    b = load_profile("h100-datasheet").save(tmp_path / "b.json")
+    out = tmp_path / "m.json"
+    res = CliRunner().invoke(
+        app, ["calibrate", "--merge", str(a), "--merge", str(b), "--out", str(out), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    merged = Profile.load(out)
+    assert merged.kernels["gemm"].provenance["merged_from"] == str(a)
+    res = CliRunner().invoke(app, ["calibrate", "--merge", str(a), "--merge", str(b)])
+    assert isinstance(res.exception, TwinError) and "--out" in str(res.exception)
+    res = CliRunner().invoke(app, ["calibrate", "--from", "mlperf", "--gpu", "h100"])
+    assert isinstance(res.exception, TwinError) and "'aiconfigurator'" in str(res.exception)
+    assert not (tmp_path / "h100-vllm.json").exists()
