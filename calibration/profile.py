@@ -4,4 +4,3 @@ Re-exported here so code written before the move keeps importing it.
 """
 
 from twin.costmodel.profile import *  # noqa: F403
-from twin.costmodel.profile import __all__  # noqa: F401

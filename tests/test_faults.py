@@ -271,8 +271,8 @@ def test_a_sweep_where_nothing_fits_is_one_clear_error(tmp_path: Path) -> None:
 def test_report_capacity_defaults_fit_the_default_model_on_the_default_gpu() -> None:
     import inspect
 
-    from calibration.profile import device_memory_bytes, resolve_profile
     from twin.cli.report import capacity
+    from twin.costmodel.profile import device_memory_bytes, resolve_profile
     from twin.engine import EngineConfig, memory_budget
     from twin.presets import resolve_model
 

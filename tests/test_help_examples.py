@@ -102,7 +102,8 @@ def test_every_example_runs_as_printed(tmp_path, monkeypatch, capsys) -> None:
     assert run(["workload", "generate", "chat", "-n", "20", "-o", "chat.parquet"]) == 0
     shutil.copy("chat.parquet", "trace.parquet")
     # A profile file standing in for one calibrated on an A100.
-    shutil.copy(Path(__file__).parents[1] / "calibration/profiles/a100.json", "my-a100.json")
+    profiles = Path(__file__).parents[1] / "calibration/profiles"
+    shutil.copy(profiles / "a100-80gb-vllm.json", "my-a100.json")
     failed = []
     for example in all_examples():
         if any(s in example for s in _NEEDS_MORE):
