@@ -22,6 +22,11 @@ class Policy:
     description: ClassVar[str] = ""
     # Keyword options this policy accepts from ``get_policy(name, **options)``.
     OPTIONS: ClassVar[tuple[str, ...]] = ()
+    # What callers ask of a policy, declared rather than probed:
+    # ``hindsight``: a bound computed from the whole trace (one replay per
+    # alpha of ``alpha_grid``, the best kept); it cannot serve requests online.
+    hindsight: ClassVar[bool] = False
+    alpha_grid: ClassVar[tuple[float, ...]] = ()
 
     def __init__(self) -> None:
         self.cache: Any = None

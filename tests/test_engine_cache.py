@@ -22,7 +22,7 @@ from twin.replay import Trace, replay
 from workloads.examples import example_path
 from workloads.reader import Workload
 
-ONLINE = [name for name, cls in POLICIES.items() if not getattr(cls, "hindsight", False)]
+ONLINE = [name for name, cls in POLICIES.items() if not cls.hindsight]
 
 
 @pytest.fixture(scope="module")

@@ -136,6 +136,8 @@ def test_policy_options_and_session_rate(tmp_path):
         (["--gpu", "h100", "--profile", "x.json"], "not both"),
         (["--gpu", "tpu"], "no profile"),
         (["--policy-option", "alpha"], "KEY=VALUE"),
+        # Regression (issue 17): sglang+ used to take marconi's alpha and ignore it.
+        (["-p", "sglang+", "--policy-option", "alpha=0.7"], "for policy 'sglang+'"),
         (["--max-running", "512", "--max-batched-tokens", "256"], "max-running"),
         (["--cache-gb", "500"], "no memory left"),
         (["--model", "gpt-5"], "valid names"),

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from policies import get_policy
+from policies import get_policy, policy_class
 from twin.cache import PrefillFlops, serve
 from twin.model import ModelSpec
 from twin.presets import get_model
@@ -120,15 +120,15 @@ def replay(
     spec = get_model(model) if isinstance(model, str) else model
     options = dict(options or {})
     policy = get_policy(policy_name, **options)  # validates the name and options first
-    if not getattr(policy, "hindsight", False):
+    if not policy.hindsight:
         return _run(trace, spec, capacity_bytes, policy_name, options, on_request)
     return _hindsight(trace, spec, capacity_bytes, policy_name, options, on_request)
 
 
 def replay_work(trace: Trace, policy_name: str) -> int:
     """How many requests a replay of ``policy_name`` serves (for progress bars)."""
-    policy = get_policy(policy_name)
-    runs = len(policy.alpha_grid) if getattr(policy, "hindsight", False) else 1  # type: ignore[attr-defined]
+    cls = policy_class(policy_name)
+    runs = len(cls.alpha_grid) if cls.hindsight else 1
     return trace.num_requests * runs
 
 
@@ -205,7 +205,7 @@ def _hindsight(
 ) -> ReplayResult:
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
-    grid: tuple[float, ...] = policy.alpha_grid  # type: ignore[attr-defined]
+    grid = policy.alpha_grid
     jobs = int(options.get("jobs") or 1)
     if jobs <= 1:
         runs = [

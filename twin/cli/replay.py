@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from policies import POLICIES, get_policy
+from policies import POLICIES, get_policy, options_for
 from twin.cli.common import console, print_json, progress_bar
 from twin.errors import TwinError
 from twin.presets import resolve_model
@@ -76,8 +76,10 @@ def replay(
         "alpha_metric": alpha_metric,
         "jobs": jobs,
     }
+    # The flags are shared: each policy takes its own (block_size only vllm+, ...).
+    per_policy = {name: options_for(name, options) for name in names}
     for name in names:  # refuse bad names and options before reading anything
-        get_policy(name, **options)
+        get_policy(name, **per_policy[name])
     capacity = int(cache_gb * GB)
     wl = Workload.open(workload)
     with progress_bar("reading", wl.num_rows) as advance:
@@ -85,7 +87,7 @@ def replay(
     results: list[ReplayResult] = []
     for name in names:
         with progress_bar(f"replaying {name}", replay_work(trace, name)) as advance:
-            results.append(run_replay(trace, spec, capacity, name, options, on_request=advance))
+            results.append(run_replay(trace, spec, capacity, name, per_policy[name], on_request=advance))
     if as_json:
         print_json(
             {

@@ -46,7 +46,7 @@ def _executor() -> tuple[Any, Callable[..., Any], type]:
 
 
 def _check_policy(name: str) -> None:
-    if getattr(get_policy(name), "hindsight", False):
+    if get_policy(name).hindsight:
         raise TwinError(
             f"--policy {name}: a hindsight bound (one replay per alpha) cannot serve "
             "requests online; validate marconi, sglang+ or vanilla"

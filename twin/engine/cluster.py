@@ -89,7 +89,7 @@ class Cluster:
         workload: Workload,
         on_record: Callable[[RequestRecord], None] = lambda rec: None,
     ) -> None:
-        if getattr(get_policy(config.policy, **config.policy_options), "hindsight", False):
+        if get_policy(config.policy, **config.policy_options).hindsight:
             raise TwinError(
                 f"policy {config.policy!r} is a hindsight bound (one replay per alpha), not an "
                 "online policy; simulate 'marconi' with --policy-option alpha=A instead"
