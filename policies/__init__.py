@@ -65,7 +65,7 @@ __all__ = [
     "VLLMPlusPolicy",
     "VanillaPolicy",
     "get_policy",
+    "judicious_admission",
     "options_for",
     "policy_class",
-    "judicious_admission",
 ]

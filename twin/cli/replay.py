@@ -87,7 +87,9 @@ def replay(
     results: list[ReplayResult] = []
     for name in names:
         with progress_bar(f"replaying {name}", replay_work(trace, name)) as advance:
-            results.append(run_replay(trace, spec, capacity, name, per_policy[name], on_request=advance))
+            results.append(
+                run_replay(trace, spec, capacity, name, per_policy[name], on_request=advance)
+            )
     if as_json:
         print_json(
             {
