@@ -285,3 +285,42 @@ def test_cli_bad_flags(tmp_path: Path, flag: str, value: str, message: str) -> N
     res = CliRunner().invoke(_cli(), args)
     assert isinstance(res.exception, TwinError) and message in str(res.exception)
     assert not (tmp_path / "x").exists()  # rejected before any work
+
+
+# --- one engine-config builder (issue 17 regression) ---------------------------------
+
+
+def test_sweep_points_build_the_config_simulate_builds_keeping_every_field():
+    from calibration.profile import resolve_profile
+    from reports.sweep import Point
+    from twin.engine import build_config
+
+    prof = resolve_profile("h100", None)
+    engine = (
+        ("replicas", 2),
+        ("memory_utilization", 0.5),
+        ("policy_options", {"alpha": 1.0, "block_size": 16}),
+    )
+    spec = SweepSpec(workload=str(WORKLOAD), model="tiny-hybrid", gpu="h100", engine=engine)
+    marconi = spec.config(Point(1.5, "marconi", 2.0, 3), prof)
+    # What `twin simulate -r 2 --gpu-mem-util 0.5 --cache-gb 1.5 -p marconi
+    # --policy-option alpha=1.0 --session-rate 2 --seed 3` builds:
+    assert marconi == build_config(
+        prof,
+        cache_gb=1.5,
+        replicas=2,
+        memory_utilization=0.5,
+        policy="marconi",
+        policy_options={"alpha": 1.0},
+        session_rate=2.0,
+        seed=3,
+    )
+    assert marconi.memory_utilization == 0.5 and marconi.gpu_memory_bytes == 80e9
+    # Shared options: each swept policy takes its own.
+    assert spec.config(Point(1.5, "vllm+", None, 0), prof).policy_options == {"block_size": 16}
+    # A fixed engine setting is part of the resume key.
+    plain = SweepSpec(workload=str(WORKLOAD), model="tiny-hybrid", gpu="h100")
+    point = Point(1.5, "marconi", None, 0)
+    assert spec.key(point) != plain.key(point)
+    with pytest.raises(TwinError, match="memory-utilization"):
+        resolve(SweepSpec(str(WORKLOAD), "tiny-hybrid", engine=(("memory_utilization", 2.0),)))

@@ -166,9 +166,7 @@ def capacity(
             model=model,
             gpu=gpu,
             profile=None if profile is None else str(profile),
-            replicas=replicas,
-            tp=tp,
-            router=router,
+            engine=(("replicas", replicas), ("tp", tp), ("router", router)),
         )
     )
     points = grid(caches, names, rates, seeds)

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration.profile import device_memory_bytes, resolve_profile
+from calibration.profile import resolve_profile
 from policies import POLICIES
 from twin.cli.common import (
     GpuOption,
@@ -21,7 +21,7 @@ from twin.cli.common import (
     parse_pairs,
     progress_bar,
 )
-from twin.engine import ROUTERS, EngineConfig, expected_horizon, make_pricer
+from twin.engine import GB, ROUTERS, build_config, expected_horizon, make_pricer
 from twin.engine import simulate as run_simulation
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.metrics import to_json
@@ -29,7 +29,6 @@ from twin.presets import resolve_model
 from workloads.examples import example_path
 from workloads.reader import Workload
 
-GB = 1e9  # decimal, as the Marconi paper and `twin replay` quote cache sizes
 EXAMPLE = "chat"
 
 
@@ -125,16 +124,16 @@ def simulate(
     """
     spec = resolve_model(model)
     prof = resolve_profile(gpu, profile)
-    config = EngineConfig(
+    config = build_config(
+        prof,
+        cache_gb=cache_gb,
         replicas=replicas,
         tp=tp,
-        cache_bytes=int(cache_gb * GB),
         policy=policy,
         policy_options=_policy_options(policy_option),
         router=router,
         max_batched_tokens=max_batched_tokens,
         max_running=max_running,
-        gpu_memory_bytes=device_memory_bytes(prof),
         memory_utilization=gpu_mem_util,
         session_rate=session_rate,
         request_rate=request_rate,

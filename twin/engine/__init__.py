@@ -7,7 +7,7 @@ engine prices steps with.
 """
 
 from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
-from twin.engine.config import EngineConfig
+from twin.engine.config import GB, EngineConfig, build_config
 from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
 from twin.engine.replica import Replica, Seq
 from twin.engine.router import ROUTERS, Router, get_router
@@ -15,6 +15,7 @@ from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, simulate
 from twin.engine.source import SessionSource
 
 __all__ = [
+    "GB",
     "REQUESTS_FILE",
     "ROUTERS",
     "SUMMARY_FILE",
@@ -28,6 +29,7 @@ __all__ = [
     "Seq",
     "SessionSource",
     "StepPricer",
+    "build_config",
     "expected_horizon",
     "get_router",
     "make_pricer",
