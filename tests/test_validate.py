@@ -550,3 +550,60 @@ def test_end_to_end_on_the_real_executor(tmp_path):
     # Step 1 calibrated the CPU at tiny-hybrid's shapes, with its layers' host overhead.
     prof = load_profile(str(out / "profile.json"))
     assert prof.layer_overhead is not None and prof.provenance["shape_model"] == "tiny-hybrid"
+
+
+# ----------------------------------------------------------------- inputs first, outputs as a set
+def test_a_missing_workload_is_refused_before_calibrating(fake_executor, tmp_path, monkeypatch):
+    # Regression (issue 17): it calibrated for minutes, then left OUT/profile.json behind.
+    import twin.validate.entry as entry
+
+    def no_calibration(*args, **kwargs):
+        raise AssertionError("calibrated before checking the inputs")
+
+    monkeypatch.setattr(entry, "_calibrate", no_calibration)
+    result = _invoke("--workload", str(tmp_path / "missing.parquet"), "--out", str(tmp_path / "o"))
+    assert isinstance(result.exception, TwinError), result.output
+    assert "no such workload file" in str(result.exception)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_failed_validation_leaves_no_output_not_even_the_calibrated_profile(
+    tmp_path, monkeypatch
+):
+    import twin.validate.entry as entry
+
+    def calibrate(device, spec, path, bar):
+        path.write_text(profile_path("cpu").read_text())  # what a calibration leaves
+        return load_profile("cpu")
+
+    def broken(*args, **kwargs):
+        raise TwinError("executor failed")
+
+    monkeypatch.setattr(entry, "_calibrate", calibrate)
+    torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False))
+    out = tmp_path / "o"
+    with pytest.raises(TwinError, match="executor failed"):
+        entry.validate_model(
+            "tiny-hybrid",
+            out,
+            generate="chat",
+            requests=5,
+            executor=lambda: (torch, broken, FakeConfig),
+        )
+    assert not out.exists()
+    # The same run with a working executor publishes the whole set at once.
+    report = entry.validate_model(
+        "tiny-hybrid",
+        out,
+        generate="chat",
+        requests=5,
+        executor=lambda: (torch, fake_reference, FakeConfig),
+    )
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(
+        ["profile.json", "workload.parquet", VALIDATION_FILE, REQUESTS_FILE, PLOT_FILE]
+    )
+    assert report["workload"]["path"] == str(out / "workload.parquet")
+    assert json.loads((out / VALIDATION_FILE).read_text())["outputs"]["plot"] == str(
+        out / PLOT_FILE
+    )

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import math
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,79 +9,15 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration.profile import Profile
-from policies import get_policy
 from twin.cli.common import ModelOption, console, format_bytes, progress_bar
-from twin.errors import TwinError
 from twin.metrics import to_json
-from twin.model import ModelSpec
-from twin.presets import resolve_model
-from twin.validate.arrivals import fix_arrivals
-from twin.validate.run import CacheChoice, default_cache
-from twin.validate.run import validate as run_validation
-from workloads.examples import Example
-from workloads.generators import GENERATORS, get_generator
-from workloads.reader import Workload
-
-GB = 1e9  # decimal, as the other commands quote cache sizes
-DEVICES = ("cpu", "cuda")
-WORKLOAD_FILE = "workload.parquet"  # the fixed-arrival copy both sides run
+from twin.validate.entry import load_executor, validate_model
+from workloads.generators import GENERATORS
 
 
 def _executor() -> tuple[Any, Callable[..., Any], type]:
-    """``torch``, ``run_reference`` and ``ExecutorConfig``, or a one-line install hint."""
-    try:
-        import torch
-    except ImportError:
-        raise TwinError(
-            "twin validate runs the model with PyTorch, which is not installed: "
-            "pip install 'twin[torch]' (torch==2.13.0)"
-        ) from None
-    from twin.reference.executor import ExecutorConfig, run_reference
-
-    return torch, run_reference, ExecutorConfig
-
-
-def _check_policy(name: str) -> None:
-    if get_policy(name).hindsight:
-        raise TwinError(
-            f"--policy {name}: a hindsight bound (one replay per alpha) cannot serve "
-            "requests online; validate marconi, sglang+ or vanilla"
-        )
-
-
-PROFILE_FILE = "profile.json"
-
-
-def _calibrated_profile(device: str, spec: ModelSpec, out: Path) -> Profile:
-    """Step 1 of a validation: time this device's kernels at the model's own shapes, and the
-    host overhead of its layers, into ``out/profile.json`` (a quick, per-model profile)."""
-    from calibration.harness import calibrate
-
-    gpu = "cpu" if device == "cpu" else "auto"
-    with contextlib.ExitStack() as stack:
-
-        def progress(total: int) -> Any:
-            return stack.enter_context(progress_bar("calibrating", total))
-
-        result = calibrate(
-            gpu,
-            "quick",
-            out / PROFILE_FILE,
-            model=spec,
-            progress=progress,
-            overhead=True,
-            model_only=True,
-        )
-    return result.profile
-
-
-def _generate(
-    kind: str, sessions: int, session_rate: float | None, seed: int, path: Path
-) -> Workload:
-    """A fresh ``kind`` workload at ``path`` (the generator's defaults; rate 1/s if none given)."""
-    Example(kind, sessions, 1.0 if session_rate is None else session_rate, seed).build(path)
-    return Workload.open(path)
+    """The real executor (tests replace this with a fake)."""
+    return load_executor()
 
 
 def validate(
@@ -155,72 +88,27 @@ def validate(
       twin validate --device cuda --profile h100-measured.json -m marconi-hybrid-7b --generate
       chat --requests 50 --out val-gpu
     """
-    spec = resolve_model(model)
-    if device not in DEVICES:
-        raise TwinError(f"--device {device!r}: expected cpu or cuda")
-    if (workload is None) == (generate is None):
-        raise TwinError("give one of --workload W.parquet or --generate KIND")
-    if generate is not None:
-        get_generator(generate)
-    _check_policy(policy)
-    if cache_gb is not None and not (math.isfinite(cache_gb) and cache_gb >= 0):
-        raise TwinError(f"--cache-gb must be a number >= 0 (got {cache_gb})")
-    if session_rate is not None and not (math.isfinite(session_rate) and session_rate > 0):
-        raise TwinError(f"--session-rate must be a positive number (got {session_rate})")
-    torch, run_reference, config_cls = _executor()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise TwinError("--device cuda: PyTorch sees no CUDA GPU on this machine")
-    prof = Profile.load(profile) if profile is not None else _calibrated_profile(device, spec, out)
-    with tempfile.TemporaryDirectory() as tmp:
-        if generate is not None:
-            src = _generate(
-                generate, sessions or requests, session_rate, seed, Path(tmp) / "generated.parquet"
-            )
-        else:
-            assert workload is not None
-            src = Workload.open(workload)
-        fixed = fix_arrivals(
-            src,
-            out / WORKLOAD_FILE,
-            seed=seed,
-            max_requests=requests,
-            session_rate=None if generate is not None else session_rate,
-        )
-    cache = (
-        default_cache(fixed, spec, policy)
-        if cache_gb is None
-        else CacheChoice(int(cache_gb * GB), "--cache-gb")
+    report = validate_model(
+        model,
+        out,
+        device=device,
+        workload=workload,
+        generate=generate,
+        sessions=sessions,
+        requests=requests,
+        session_rate=session_rate,
+        policy=policy,
+        cache_gb=cache_gb,
+        profile=profile,
+        seed=seed,
+        repeats=repeats,
+        executor=_executor,
+        bar=progress_bar,
     )
-    config = config_cls(
-        device=device, policy=policy, cache_bytes=cache.bytes, seed=seed, repeats=repeats
-    )
-    with progress_bar("prefills measured", fixed.num_rows) as advance:
-        report = run_validation(
-            fixed,
-            spec,
-            prof,
-            run_reference=run_reference,
-            executor_config=config,
-            cache=cache,
-            out_dir=out,
-            progress=_fraction(advance, fixed.num_rows),
-        )
     if as_json:
         print(to_json(report), end="")  # the same text as validation.json
         return
     _print_report(report)
-
-
-def _fraction(advance: Callable[[float], None], total: int) -> Callable[[float], None]:
-    """Adapt the executor's progress (fraction of requests served) to a bar's advances."""
-    done = 0.0
-
-    def report(fraction: float) -> None:
-        nonlocal done
-        advance(fraction * total - done)
-        done = fraction * total
-
-    return report
 
 
 def _ms(x: float | None) -> str:

@@ -70,6 +70,7 @@ def validate(
     executor_config: Any,
     cache: CacheChoice,
     out_dir: str | Path,
+    shown_dir: str | Path | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> dict[str, Any]:
     """Predict and measure ``workload`` on one server; write the outputs; return the report.
@@ -77,8 +78,19 @@ def validate(
     ``workload`` must be open loop (see ``fix_arrivals``). ``executor_config``
     names the device, policy, cache bytes, seed and repeats; the twin is
     configured from it, so both sides run the same cache. ``progress`` gets
-    the executor's progress (the fraction of requests served).
+    the executor's progress (the fraction of requests served). ``shown_dir``:
+    where the files of ``out_dir`` will live once published (the report names
+    them there; :func:`twin.validate.entry.validate_model` stages its outputs).
     """
+
+    def shown(path: str | Path) -> str:
+        if shown_dir is None:
+            return str(path)
+        try:
+            return str(Path(shown_dir) / Path(path).relative_to(out_dir))
+        except ValueError:
+            return str(path)
+
     config = executor_config
     records = predict(
         workload,
@@ -112,7 +124,7 @@ def validate(
             "unbounded_footprint_bytes": cache.unbounded_footprint_bytes,
         },
         "workload": {
-            "path": str(workload.path),
+            "path": shown(workload.path),
             "sha256": file_sha256(workload.path),
             "rows": workload.num_rows,
             "sessions": workload.num_sessions,
@@ -127,7 +139,7 @@ def validate(
         },
         "metrics": found,
         **judge(found, config.device),
-        "outputs": {k: str(p) for k, p in output_paths(out_dir).items()},
+        "outputs": {k: shown(p) for k, p in output_paths(out_dir).items()},
     }
     write_outputs(out_dir, cols, report)
     return report
