@@ -106,9 +106,9 @@ def test_vanilla_caches_nothing(model):
 def _two_leaves(alpha: float):
     """An old, long (FLOP-efficient) leaf and a recent, short one."""
     cache = get_policy("marconi", alpha=alpha).make_cache(HYBRID, BIG)
-    cache.clock = 0
+    cache.set_clock(0)
     cache.insert(seq(0, 200), [200])
-    cache.clock = 10
+    cache.set_clock(10)
     cache.insert(seq(1000, 2), [2])
     # tree.match, not lookup: a lookup is an access and would refresh them.
     long_leaf = cache.tree.match(seq(0, 200)).node

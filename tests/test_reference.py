@@ -156,7 +156,6 @@ def test_hits_equal_the_twin_replay_in_the_same_order() -> None:
             [prev if i % 3 else system, rng.integers(0, 500, 20).astype(np.int32)]
         )
         out = rng.integers(0, 500, 8).astype(np.int32)
-        twin_cache.clock = i
         assert (
             ex.serve(prompt, out).hit
             == serve(twin_cache, prompt, np.concatenate([prompt, out])).length

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from calibration.profile import load_profile, profile_path
 from policies import get_policy
+from twin.cache import RequestCache
 from twin.engine.cost import make_pricer
 from twin.errors import TwinError
 from twin.presets import get_model
@@ -100,33 +101,23 @@ def fake_reference(workload: Workload, model: Any, config: FakeConfig, progress=
     copy_s = pricer.checkpoint_copy_time()
     policy = get_policy(config.policy, **config.policy_options)
     cache = policy.make_cache(model, config.cache_bytes)
+    requests = RequestCache(cache)
     records, free_at = [], 0.0
     for i, req in enumerate(workload.requests()):
-        prompt, n = req.prompt, len(req.prompt)
-        full = np.concatenate((prompt, req.output))
-        cache.clock = i
-        policy.on_request(cache, prompt, full)
-        hit = cache.lookup(prompt)
-        if hit.node is not None:
-            cache.pin(hit.node)
-        positions = policy.admit(cache, prompt, full)
-        early, late = [p for p in positions if p <= n], [p for p in positions if p > n]
+        n = len(req.prompt)
+        adm = requests.admit(req.prompt, req.output)
+        hit = adm.hit
         new = max(1, n - hit.length)
         service = pricer.step_time([(new, n - new)], 0, 0)
-        c0 = cache.checkpoints_admitted
-        if early:
-            cache.insert(prompt, early)
-        if req.output_len == 1 and late:
-            cache.insert(full, late)
-        service += (cache.checkpoints_admitted - c0) * copy_s
+        copies = requests.insert_at_prefill_end(adm)
+        if req.output_len == 1:
+            copies += requests.insert_at_completion(adm)
+        service += copies * copy_s
         start = max(req.arrival_s, free_at)
         free_at = start + service
-        if req.output_len > 1 and late:
-            c1 = cache.checkpoints_admitted
-            cache.insert(full, late)
-            free_at += (cache.checkpoints_admitted - c1) * copy_s
-        if hit.node is not None:
-            cache.unpin(hit.node)
+        if req.output_len > 1:
+            free_at += requests.insert_at_completion(adm) * copy_s
+        requests.release(adm)
         records.append(
             FakeMeasured(
                 req.row, req.session_id, req.turn, req.arrival_s, start, n, hit.length, service

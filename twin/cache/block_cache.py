@@ -134,7 +134,7 @@ class BlockCache:
         self.has_ssm = model.n_ssm_layers > 0
         self.block_bytes = block_size * self.kv_per_token + self.ckpt_bytes
         self.blocks: dict[int, Segment] = {}
-        self.clock: Any = 0
+        self.clock = 0
         self.next_nid = 1
         self.evictions = 0
         self.checkpoints_admitted = 0
@@ -146,6 +146,10 @@ class BlockCache:
         self._last: tuple[np.ndarray | None, list[int]] = (None, [])  # last hashed sequence
         self.policy = policy
         policy.bind(self)
+
+    def set_clock(self, t: int) -> None:
+        """Set recency's clock (the request protocol and snapshots do; see ``requests.py``)."""
+        self.clock = t
 
     # ------------------------------------------------------------------ bytes
     @property

@@ -26,7 +26,6 @@ through ``on_node_added`` / ``on_node_changed`` / ``on_node_removed``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -52,7 +51,7 @@ class PrefixCache:
         self.root = self.tree.root
         self.kv_tokens = 0
         self.n_ckpts = 0
-        self.clock: Any = 0  # requests served (replay) or admitted (engine): recency's unit
+        self.clock = 0  # requests served (replay) or admitted (engine): recency's unit
         self.evictions = 0
         self.checkpoints_admitted = 0
         self.checkpoints_hit = 0
@@ -60,6 +59,10 @@ class PrefixCache:
         self._memo: tuple[np.ndarray, int, Match] | None = None
         self.policy = policy
         policy.bind(self)
+
+    def set_clock(self, t: int) -> None:
+        """Set recency's clock (the request protocol and snapshots do; see ``requests.py``)."""
+        self.clock = t
 
     # ------------------------------------------------------------------ bytes
     @property

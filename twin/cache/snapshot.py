@@ -72,7 +72,7 @@ def fill(cache: Any, snap: CacheSnapshot) -> None:
     Restored edges are views of the snapshot's token buffer: the tree never
     writes into token arrays, so several restores may share one snapshot.
     """
-    cache.clock = snap.clock
+    cache.set_clock(snap.clock)
     tree = cache.tree
     tree.next_nid = snap.next_nid
     nodes: list[Node] = []

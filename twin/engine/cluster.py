@@ -230,7 +230,7 @@ class Cluster:
             reps.append(
                 {
                     "replica": r.index,
-                    "requests": r.requests,
+                    "requests": r.submitted,
                     "rejected": r.rejected,
                     "steps": r.step_no,
                     "busy_s": r.busy_s,

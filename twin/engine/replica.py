@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from twin.cache import Admission, CacheStructure, RequestCache
 from twin.engine.cost import StepPricer
 from twin.model import ModelSpec
 from workloads.reader import Request
@@ -64,19 +65,16 @@ class Seq:
         "admitted",
         "admitted_s",
         "arrival_s",
+        "cached",
         "ckpts",
         "ctx",
         "done",
         "done_s",
-        "early",
         "finish_step",
         "first_token",
         "first_token_s",
         "footprint",
-        "full",
         "hit",
-        "late",
-        "node",
         "order",
         "out_len",
         "prefill_left",
@@ -103,10 +101,7 @@ class Seq:
         self.rejected = False
         self.hit = self.ckpts = self.order = self.start_step = self.finish_step = 0
         self.prefill_left = self.ctx = 0
-        self.node: Any = None
-        self.full: np.ndarray | None = None
-        self.early: list[int] = []
-        self.late: list[int] = []
+        self.cached: Admission | None = None  # its hold on the cache, from admission to the end
 
 
 class DecodeRun:
@@ -165,7 +160,7 @@ class Replica:
         index: int,
         model: ModelSpec,
         pricer: StepPricer,
-        cache: Any,
+        cache: CacheStructure,
         max_batched_tokens: int,
         max_running: int,
         memory_budget: float,
@@ -175,6 +170,7 @@ class Replica:
         self.pricer = pricer
         self.cache = cache
         self.policy = cache.policy
+        self.requests = RequestCache(cache)
         self.max_batched = max_batched_tokens
         self.max_running = max_running
         self.memory_budget = memory_budget
@@ -189,8 +185,7 @@ class Replica:
         self.outstanding_tokens = 0  # the routers' load signal
         self.step_no = 0
         self.busy_s = 0.0
-        self.admissions = 0
-        self.requests = self.rejected = 0
+        self.submitted = self.rejected = 0
         self._wake: simpy.Event | None = None
         self._run_cap = MIN_RUN_STEPS
 
@@ -200,7 +195,7 @@ class Replica:
         env = self.env
         footprint = (len(req.prompt) + len(req.output)) * self.kv_per_token + self.state_bytes
         seq = Seq(req, self.index, env.now, footprint, env)
-        self.requests += 1
+        self.submitted += 1
         if footprint > self.memory_budget:
             # As a server answers a request longer than it can ever hold: an
             # error now, recorded, rather than a queue that never drains.
@@ -362,32 +357,15 @@ class Replica:
 
     # ------------------------------------------------------------------ cache and lifecycle
     def _admit(self, seq: Seq) -> None:
-        """Look the prompt up, pin the hit, let the policy choose checkpoints, reserve memory."""
-        cache, policy = self.cache, self.policy
-        req = seq.req
-        prompt = req.prompt
-        # The cache clock counts admissions (the replay's request index), so
-        # recency means the same in the engine as in ``twin replay``.
-        cache.clock = self.admissions
-        seq.order = self.admissions
-        self.admissions += 1
-        full = np.concatenate((prompt, req.output))
-        seq.full = full
-        policy.on_request(cache, prompt, full)
-        hit = cache.lookup(prompt)
-        if hit.node is not None:
-            cache.pin(hit.node)
-            seq.node = hit.node
-        seq.hit = hit.length
-        positions = policy.admit(cache, prompt, full)
+        """Admit to the cache (lookup, pin, checkpoints: ``RequestCache.admit``), reserve memory."""
+        adm = self.requests.admit(seq.req.prompt, seq.req.output)
+        seq.cached = adm
+        seq.order = adm.order
+        seq.hit = adm.hit.length
         n = seq.prompt_len
-        # Prompt-time checkpoints only mean something with SSM layers: a
-        # Transformer's prompt prefix is cached with the final insert anyway.
-        seq.early = [p for p in positions if p <= n] if self.state_bytes else []
-        seq.late = [p for p in positions if p > n or not self.state_bytes]
         # The last prompt token is always computed: its logits give the first
         # output token, even when the whole prompt is cached.
-        seq.prefill_left = max(1, n - hit.length)
+        seq.prefill_left = max(1, n - seq.hit)
         seq.ctx = n - seq.prefill_left
         self.memory_used += seq.footprint
         seq.admitted_s = self.env.now
@@ -395,24 +373,26 @@ class Replica:
 
     def _insert(self, prefilled: list[Seq], completed: list[Seq]) -> int:
         """Cache what a step's end makes visible; free what completed; return the copies made."""
-        cache = self.cache
-        before = cache.checkpoints_admitted
+        requests = self.requests
+        copies = 0
         for seq in prefilled:
-            if seq.early:  # checkpoints inside the prompt: visible when its prefill ends
-                c0 = cache.checkpoints_admitted
-                cache.insert(seq.req.prompt, seq.early)
-                seq.ckpts += cache.checkpoints_admitted - c0
+            adm = seq.cached
+            assert adm is not None
+            # Checkpoints inside the prompt: visible when its prefill ends.
+            made = requests.insert_at_prefill_end(adm)
+            seq.ckpts += made
+            copies += made
             if seq.out_len == 1:
                 completed.append(seq)
         for seq in completed:
-            if seq.late:  # the state after the last token: visible at completion
-                c0 = cache.checkpoints_admitted
-                cache.insert(seq.full, seq.late)
-                seq.ckpts += cache.checkpoints_admitted - c0
-            if seq.node is not None:
-                cache.unpin(seq.node)
-                seq.node = None
-            seq.full = None
+            adm = seq.cached
+            assert adm is not None
+            # The state after the last token: visible at completion.
+            made = requests.insert_at_completion(adm)
+            seq.ckpts += made
+            copies += made
+            requests.release(adm)
+            seq.cached = None
             self.memory_used -= seq.footprint
             self.outstanding_tokens -= seq.prompt_len + seq.out_len
-        return cache.checkpoints_admitted - before
+        return copies
