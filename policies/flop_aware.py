@@ -27,28 +27,30 @@ from typing import Any
 import numpy as np
 
 from policies.base import Policy
-from twin.cache import PrefillFlops
+from twin.cache import CacheNode, CacheStructure, PrefillFlops, PrefixCache
 
 
 class FlopAwareEviction(Policy):
     """Evicts the candidate with the lowest ``recency + alpha x FLOP efficiency``."""
 
+    cache: PrefixCache  # a radix-tree policy: it reads the tree's nodes
+    flops: PrefillFlops  # set by bind, from the cache's model
+
     def __init__(self, alpha: float = 0.0) -> None:
         super().__init__()
         self.alpha = float(alpha)
-        self.flops: PrefillFlops | None = None
         self._n = 0
         self._r = np.zeros(256)
         self._f = np.zeros(256)
         self._nid = np.zeros(256, np.int64)
         self._nodes: list[Any] = []
 
-    def bind(self, cache: Any) -> None:
+    def bind(self, cache: CacheStructure) -> None:
         super().bind(cache)
         self.flops = PrefillFlops(cache.model)
 
     # ----- hooks ----------------------------------------------------------------
-    def on_node_changed(self, node: Any) -> None:
+    def on_node_changed(self, node: CacheNode) -> None:
         cache = self.cache
         if not cache.evictable(node):
             if node.slot >= 0:
@@ -69,11 +71,11 @@ class FlopAwareEviction(Policy):
         self._r[i] = node.t
         self._f[i] = node.eff
 
-    def on_node_removed(self, node: Any, into: Any | None = None) -> None:
+    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
         if node.slot >= 0:
             self._drop(node)
 
-    def choose_victim(self, cache: Any) -> Any | None:
+    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
         n = self._n
         if n == 0:
             return None
@@ -101,7 +103,7 @@ class FlopAwareEviction(Policy):
         return self._nodes[i]
 
     # ----- the table -------------------------------------------------------------
-    def _drop(self, node: Any) -> None:
+    def _drop(self, node: CacheNode) -> None:
         """Swap-remove ``node``'s slot."""
         i, last = node.slot, self._n - 1
         if i != last:

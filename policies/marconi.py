@@ -14,13 +14,13 @@ tokens (or FLOPs saved) is kept; ties go to the smallest alpha.
 from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from policies.base import judicious_admission
 from policies.flop_aware import FlopAwareEviction
-from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, serve
+from twin.cache import CacheSnapshot, CacheStructure, PrefillFlops, PrefixCache, serve
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -33,7 +33,7 @@ class MarconiPolicy(FlopAwareEviction):
 
     name = "marconi"
     description = "judicious admission, evicts by recency + alpha x FLOP efficiency (alpha tuned)"
-    OPTIONS = ("alpha", "bootstrap_multiplier", "alpha_metric", "jobs")
+    OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "alpha_metric", "jobs")
 
     def __init__(
         self,
@@ -62,15 +62,15 @@ class MarconiPolicy(FlopAwareEviction):
         self._window_len = 0
 
     # ----- admission and bootstrap -------------------------------------------
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         return judicious_admission(cache, prompt, full)
 
-    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
+    def on_request(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> None:
         self.requests += 1
         if self.phase == "warmup" and cache.evictions:
             before = self.requests - 1  # requests served before this one, eviction included
             self._window_len = max(1, round(self.multiplier * before))
-            self._snapshot = cache.snapshot()
+            self._snapshot = self.cache.snapshot()
             self.bootstrap = {
                 "requests_before_first_eviction": before,
                 "window_start": before,
@@ -124,7 +124,9 @@ def window_score(
     return total
 
 
-def _init_worker(snapshot: CacheSnapshot, model: ModelSpec, window: list, metric: str) -> None:
+def _init_worker(
+    snapshot: CacheSnapshot, model: ModelSpec, window: list[tuple[np.ndarray, int]], metric: str
+) -> None:
     _WORKER.update(snapshot=snapshot, model=model, window=window, metric=metric)
 
 

@@ -9,12 +9,11 @@ node's access time).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from policies.base import judicious_admission
 from policies.lru import LeafLRU
+from twin.cache import CacheStructure
 
 
 class SGLangPlusPolicy(LeafLRU):
@@ -23,5 +22,5 @@ class SGLangPlusPolicy(LeafLRU):
     name = "sglang+"
     description = "judicious admission (branch points + last token), LRU over leaves"
 
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         return judicious_admission(cache, prompt, full)

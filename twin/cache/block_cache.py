@@ -56,7 +56,8 @@ def _mix(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
     z = tokens.astype(np.uint64) ^ (positions * _GOLDEN)
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
+    mixed: np.ndarray = z ^ (z >> np.uint64(31))
+    return mixed
 
 
 BlockRef = tuple["Segment", int]  # a block: its segment and its index there
@@ -393,6 +394,7 @@ class BlockCache:
         prev_seq, prev = self._last
         start, keys = 0, []
         if prev:
+            assert prev_seq is not None
             m = min(len(prev), nblocks) * bs
             if seq[:m].tobytes() == prev_seq[:m].tobytes():
                 start, keys = m, prev[: m // bs]

@@ -267,7 +267,7 @@ class PrefixCache:
         if self.has_ssm:
             node = m.node
             while not node.ckpt and node is not self.root:
-                node = node.parent
+                node = _parent(node)
             return (None, 0) if node is self.root else (node, node.depth)
         if m.length == 0:
             return None, 0
@@ -310,7 +310,7 @@ class PrefixCache:
                 break
             node = base
             while node.depth - len(node.tokens) >= p:
-                node = node.parent
+                node = _parent(node)
             if not (node.depth == p and node.ckpt):
                 out.append(p)
         return out
@@ -352,7 +352,7 @@ class PrefixCache:
         """The node ending exactly at depth ``p`` on ``below``'s path (splits an edge if needed)."""
         node = below
         while node.depth - len(node.tokens) >= p:
-            node = node.parent
+            node = _parent(node)
         if node.depth == p:
             return node
         upper = self.tree.split(node, p - (node.depth - len(node.tokens)))
@@ -423,3 +423,10 @@ class PrefixCache:
             if len(node.children) == 1:
                 self._merge(node)
             return
+
+
+def _parent(node: Node) -> Node:
+    """The parent of a node below the root (which every walk up from a cached node meets)."""
+    parent = node.parent
+    assert parent is not None, "walked above the root"
+    return parent

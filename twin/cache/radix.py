@@ -106,12 +106,12 @@ class RadixTree:
                 return resume  # the prefix already left the tree
             node, pos = resume.node, resume.length
             if resume.partial is not None:  # the prefix ended inside an edge
-                child = resume.partial
+                part = resume.partial
                 off = pos - node.depth
-                k = _common_prefix(child.tokens[off:], seq[pos:])
-                if off + k < len(child.tokens):
-                    return Match(node, pos + k, child)
-                node, pos = child, pos + k
+                k = _common_prefix(part.tokens[off:], seq[pos:])
+                if off + k < len(part.tokens):
+                    return Match(node, pos + k, part)
+                node, pos = part, pos + k
         # Whole-edge equality on bytes: one memcmp, much cheaper than numpy
         # ufuncs on the short edges typical of a cache.
         raw = seq.tobytes()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import typer
 from rich.console import Console
@@ -27,6 +27,12 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+class Advance(Protocol):
+    """A progress bar's ``advance(amount=1)``: callable with or without an amount."""
+
+    def __call__(self, amount: float = 1, /) -> None: ...
+
+
 def parse_pairs(pairs: list[str], flag: str, example: str) -> dict[str, str]:
     """``KEY=VALUE`` flag values as a dict; a ``TwinError`` naming the flag on a malformed one."""
     parsed: dict[str, str] = {}
@@ -44,9 +50,7 @@ def print_json(data: Any) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(
-    description: str, total: float | None, unit: str = ""
-) -> Iterator[Callable[[float], None]]:
+def progress_bar(description: str, total: float | None, unit: str = "") -> Iterator[Advance]:
     """Show a rich progress bar on stderr; yield ``advance(amount)``."""
     count = MofNCompleteColumn() if unit != "bytes" else TextColumn("")
     with Progress(
@@ -62,7 +66,11 @@ def progress_bar(
         disable=not err_console.is_terminal,
     ) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda amount=1: progress.advance(task, amount)
+
+        def advance(amount: float = 1) -> None:
+            progress.advance(task, amount)
+
+        yield advance
 
 
 # Options shared by the commands that build a cluster (simulate, report capacity).

@@ -127,14 +127,9 @@ def _print_report(r: dict[str, Any]) -> None:
         f"{format_bytes(r['cache']['bytes'])} cache ({r['cache']['source']})"
     )
     table = Table(title=title, title_justify="left")
-    for col, justify in (
-        ("", "left"),
-        ("measured (ms)", "right"),
-        ("predicted (ms)", "right"),
-        ("error", "right"),
-        ("target", "right"),
-    ):
-        table.add_column(col, justify=justify)
+    table.add_column("", justify="left")
+    for col in ("measured (ms)", "predicted (ms)", "error", "target"):
+        table.add_column(col, justify="right")
 
     def verdict(key: str) -> str:
         t = targets[key]

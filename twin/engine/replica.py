@@ -40,7 +40,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -151,6 +151,16 @@ class DecodeRun:
         return m
 
 
+def _waker(wake: simpy.Event) -> Callable[[simpy.Event], None]:
+    """A timer callback that triggers ``wake`` unless something else did first."""
+
+    def fire(_: simpy.Event) -> None:
+        if not wake.triggered:
+            wake.succeed()
+
+    return fire
+
+
 class Replica:
     """One model instance on ``tp`` GPUs with its own cache; :meth:`run` is its step loop."""
 
@@ -245,7 +255,7 @@ class Replica:
                     # than a Condition).
                     self._wake = wake = env.event()
                     timer = env.timeout(total)
-                    timer.callbacks.append(lambda _, w=wake: w.triggered or w.succeed())
+                    timer.callbacks.append(_waker(wake))
                     yield wake
                     self._wake = None
                     elapsed = env.now - t0

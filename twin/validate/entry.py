@@ -56,10 +56,14 @@ def load_executor() -> tuple[Any, Callable[..., Any], type]:
     return torch, run_reference, ExecutorConfig
 
 
+def _ignore(amount: float = 1) -> None:
+    pass
+
+
 @contextlib.contextmanager
 def no_bar(description: str, total: float | None) -> Iterator[Callable[[float], None]]:
     """The default progress display: none."""
-    yield lambda amount=1: None
+    yield _ignore
 
 
 def validate_model(

@@ -201,7 +201,7 @@ class Generator:
                     f"valid parameters: {', '.join(names)}"
                 )
             values[key] = _parse(key, str(text), hints[key])
-        return cls.Params(**values)
+        return cls.Params(**values)  # type: ignore[arg-type]  # checked per key above
 
     @classmethod
     def knobs(cls) -> list[dict[str, Any]]:
