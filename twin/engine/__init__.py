@@ -9,29 +9,35 @@ engine prices steps with.
 from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
 from twin.engine.config import GB, EngineConfig, build_config
 from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
-from twin.engine.replica import Replica, Seq
+from twin.engine.replica import Replica
 from twin.engine.router import ROUTERS, Router, get_router
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, simulate
+from twin.engine.scheduler import SCHEDULERS, ContinuousBatching, Scheduler, get_scheduler
+from twin.engine.seq import Seq
 from twin.engine.source import SessionSource
 
 __all__ = [
     "GB",
     "REQUESTS_FILE",
     "ROUTERS",
+    "SCHEDULERS",
     "SUMMARY_FILE",
     "Cluster",
+    "ContinuousBatching",
     "CostModelPricer",
     "EngineConfig",
     "PricerBase",
     "Replica",
     "Router",
     "RunStats",
+    "Scheduler",
     "Seq",
     "SessionSource",
     "StepPricer",
     "build_config",
     "expected_horizon",
     "get_router",
+    "get_scheduler",
     "make_pricer",
     "memory_budget",
     "simulate",
