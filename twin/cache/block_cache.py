@@ -22,10 +22,11 @@ entry per block: LRU order is the same as per block with key ``(stamp, id)``
 lazily), and an evicted tail's parent is next in line, so a run is trimmed
 from the tail until the next block's key passes the best other candidate.
 
-Hashing is vectorised: a 64-bit polynomial prefix hash ``sum mix(x_i) * P^i``
-over the request's tokens with uint64 wrap-around (one ``cumsum``), read at
-block ends. Two different prefixes collide with probability about 2**-64 per
-pair; nothing verifies tokens, as in vLLM.
+Hashing is vectorised: a block's key is the prefix sum ``sum_i mix(x_i, i)``
+over the request's tokens up to its end, with uint64 wrap-around (one
+``cumsum``), where ``mix`` is the splitmix64 finaliser of the token and its
+position (not a polynomial hash: see ``_mix``). Two different prefixes collide
+with probability about 2**-64 per pair; nothing verifies tokens, as in vLLM.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Segment:
 
     __slots__ = (
         "branches",
+        "ckpt_hit",
         "keys",
         "locks",
         "n",
@@ -77,7 +79,6 @@ class Segment:
         "stamps",
         "start",
         "t0",
-        "used",
         "ver",
     )
 
@@ -93,7 +94,7 @@ class Segment:
         self.branches: dict[int, int] | None = None  # index -> segments hanging off it
         self.locks: dict[int, int] | None = None  # index -> pins
         self.stamps: dict[int, Any] | None = None  # index -> later stamp than t0
-        self.used: set[int] | None = None  # indices whose state served a hit
+        self.ckpt_hit: set[int] | None = None  # indices whose state served a hit
         self.ver = 0  # bumped on every change of the tail (lazy heap invalidation)
 
     def stamp(self, i: int) -> Any:
@@ -182,10 +183,10 @@ class BlockCache:
         ref = self._ref(keys, k - 1)
         seg, i = ref
         if self.has_ssm:
-            if seg.used is None:
-                seg.used = set()
-            if i not in seg.used:
-                seg.used.add(i)
+            if seg.ckpt_hit is None:
+                seg.ckpt_hit = set()
+            if i not in seg.ckpt_hit:
+                seg.ckpt_hit.add(i)
                 self.checkpoints_hit += 1
         self.policy.on_hit(self, ref)
         return Hit(k * self.block_size, ref)

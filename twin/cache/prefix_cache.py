@@ -91,8 +91,8 @@ class PrefixCache:
         node, length = self._usable(self._match(np.asarray(seq, dtype=np.int32)))
         if node is None:
             return Hit(0, None)
-        if self.has_ssm and not node.used:
-            node.used = True
+        if self.has_ssm and not node.ckpt_hit:
+            node.ckpt_hit = True
             self.checkpoints_hit += 1
         self.policy.on_hit(self, node)
         return Hit(length, node)

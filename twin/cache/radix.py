@@ -24,6 +24,7 @@ class Node:
     __slots__ = (
         "children",
         "ckpt",
+        "ckpt_hit",
         "depth",
         "eff",
         "lock",
@@ -32,7 +33,6 @@ class Node:
         "slot",
         "t",
         "tokens",
-        "used",
         "ver",
     )
 
@@ -48,7 +48,7 @@ class Node:
         self.ver = 0  # bumped by the policy on every change (lazy heap invalidation)
         self.eff = 0.0  # policy-owned cached score (Marconi: FLOP efficiency)
         self.slot = -1  # policy-owned index into a candidate table (-1: not a candidate)
-        self.used = False  # its checkpoint served at least one hit
+        self.ckpt_hit = False  # its checkpoint served at least one hit (counted once)
 
     @property
     def is_leaf(self) -> bool:

@@ -39,7 +39,7 @@ class CacheSnapshot:
     ckpt: list[bool]
     t: list[Any]
     nid: list[int]
-    used: list[bool]
+    ckpt_hit: list[bool]
     counters: dict[str, int]
 
 
@@ -61,7 +61,7 @@ def take_snapshot(cache: Any) -> CacheSnapshot:
         ckpt=[n.ckpt for n in nodes],
         t=[n.t for n in nodes],
         nid=[n.nid for n in nodes],
-        used=[n.used for n in nodes],
+        ckpt_hit=[n.ckpt_hit for n in nodes],
         counters={k: getattr(cache, k) for k in _COUNTERS},
     )
 
@@ -81,7 +81,7 @@ def fill(cache: Any, snap: CacheSnapshot) -> None:
         parent = cache.root if p < 0 else nodes[p]
         toks = snap.tokens[off[i] : off[i + 1]]
         node = Node(toks, parent, parent.depth + len(toks), snap.nid[i])
-        node.ckpt, node.t, node.used = snap.ckpt[i], snap.t[i], snap.used[i]
+        node.ckpt, node.t, node.ckpt_hit = snap.ckpt[i], snap.t[i], snap.ckpt_hit[i]
         parent.children[int(toks[0])] = node
         nodes.append(node)
         cache.kv_tokens += len(toks)
