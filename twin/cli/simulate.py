@@ -21,9 +21,10 @@ from twin.cli.common import (
     parse_pairs,
     progress_bar,
 )
-from twin.engine import GB, ROUTERS, build_config, expected_horizon, make_pricer
+from twin.engine import ROUTERS, build_config, expected_horizon, make_pricer
 from twin.engine import simulate as run_simulation
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
+from twin.hardware import GB
 from twin.metrics import to_json
 from twin.presets import resolve_model
 from workloads.examples import example_path

@@ -7,7 +7,7 @@ engine prices steps with.
 """
 
 from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
-from twin.engine.config import GB, EngineConfig, build_config
+from twin.engine.config import EngineConfig, build_config
 from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
 from twin.engine.replica import Replica
 from twin.engine.router import ROUTERS, Router, get_router
@@ -17,7 +17,6 @@ from twin.engine.seq import Seq
 from twin.engine.source import SessionSource
 
 __all__ = [
-    "GB",
     "REQUESTS_FILE",
     "ROUTERS",
     "SCHEDULERS",

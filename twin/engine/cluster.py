@@ -31,11 +31,10 @@ from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
 from twin.engine.source import SessionSource
 from twin.errors import TwinError
+from twin.hardware import GB
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
 from workloads.reader import Request, Workload
-
-GB = 1e9
 
 
 @dataclass

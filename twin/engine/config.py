@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twin.errors import TwinError
-
-GB = 1e9  # decimal GB, as the Marconi paper and every `--cache-gb` flag quote cache sizes
+from twin.hardware import GB
 
 
 def _opt(default: Any, help: str) -> Any:

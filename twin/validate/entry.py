@@ -25,13 +25,13 @@ from typing import Any
 
 from policies import get_policy
 from twin.errors import TwinError
+from twin.hardware import GB
 from twin.model import ModelSpec
 from twin.presets import resolve_model
 from twin.validate.arrivals import fix_arrivals
 from twin.validate.run import CacheChoice, default_cache, validate
 from workloads.reader import Workload
 
-GB = 1e9  # decimal, as every `--cache-gb` flag
 DEVICES = ("cpu", "cuda")
 WORKLOAD_FILE = "workload.parquet"  # the fixed-arrival copy both sides run
 PROFILE_FILE = "profile.json"  # the device calibrated for the model (when no profile is given)

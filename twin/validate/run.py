@@ -8,7 +8,6 @@ the tests pass a fake with the same API.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from twin.model import ModelSpec
 from twin.replay import replay
 from twin.validate.compare import join, judge, metrics, output_paths, write_outputs
 from twin.validate.predict import predict
+from workloads.importers.base import sha256_file
 from workloads.reader import Workload
 
 # Default cache: this share of what the workload would fill with no bound, so
@@ -50,15 +50,6 @@ def default_cache(workload: Workload, model: ModelSpec, policy: str) -> CacheCho
         f"{DEFAULT_CACHE_FRACTION:.0%} of the unbounded footprint under {policy}",
         footprint,
     )
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a file (the workload's identity in the report)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def validate(
@@ -125,7 +116,7 @@ def validate(
         },
         "workload": {
             "path": shown(workload.path),
-            "sha256": file_sha256(workload.path),
+            "sha256": sha256_file(Path(workload.path)),
             "rows": workload.num_rows,
             "sessions": workload.num_sessions,
             "fixed_arrivals": workload.metadata.get("fixed_arrivals"),
