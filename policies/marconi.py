@@ -13,13 +13,13 @@ tokens (or FLOPs saved) is kept; ties go to the smallest alpha.
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, ClassVar
 
 import numpy as np
 
 from policies.base import judicious_admission
 from policies.flop_aware import FlopAwareEviction
+from policies.grid import map_alphas
 from twin.cache import CacheSnapshot, CacheStructure, PrefillFlops, PrefixCache, serve
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -104,15 +104,12 @@ class MarconiPolicy(FlopAwareEviction):
 
 
 # ----- the alpha grid search ---------------------------------------------------
-_WORKER: dict[str, Any] = {}
-
-
 def window_score(
     snapshot: CacheSnapshot,
     model: ModelSpec,
     window: list[tuple[np.ndarray, int]],
+    metric: str,
     alpha: float,
-    metric: str = "hit-rate",
 ) -> float:
     """Hit tokens (or FLOPs saved) replaying ``window`` from ``snapshot`` at a fixed ``alpha``."""
     cache = PrefixCache.restore(snapshot, model, MarconiPolicy(alpha=alpha))
@@ -124,17 +121,6 @@ def window_score(
     return total
 
 
-def _init_worker(
-    snapshot: CacheSnapshot, model: ModelSpec, window: list[tuple[np.ndarray, int]], metric: str
-) -> None:
-    _WORKER.update(snapshot=snapshot, model=model, window=window, metric=metric)
-
-
-def _worker_score(alpha: float) -> float:
-    w = _WORKER
-    return window_score(w["snapshot"], w["model"], w["window"], alpha, w["metric"])
-
-
 def grid_scores(
     snapshot: CacheSnapshot,
     model: ModelSpec,
@@ -144,11 +130,5 @@ def grid_scores(
     jobs: int = 1,
 ) -> dict[float, float]:
     """:func:`window_score` for every alpha of ``grid``, over ``jobs`` processes."""
-    if jobs <= 1:
-        return {a: window_score(snapshot, model, window, a, metric) for a in grid}
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(grid)),
-        initializer=_init_worker,
-        initargs=(snapshot, model, window, metric),
-    ) as pool:
-        return dict(zip(grid, pool.map(_worker_score, grid), strict=True))
+    scores = map_alphas(window_score, (snapshot, model, window, metric), grid, jobs)
+    return dict(zip(grid, scores, strict=True))

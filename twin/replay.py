@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from policies import get_policy, policy_class
+from policies.grid import map_alphas
 from twin.cache import PrefillFlops, serve
 from twin.model import ModelSpec
 from twin.presets import get_model
@@ -183,16 +183,11 @@ def _run(
 
 
 # ----- hindsight (oracle): one full replay per alpha ---------------------------------
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(trace: Trace, model: ModelSpec, capacity: int, name: str, options: dict) -> None:
-    _WORKER.update(trace=trace, model=model, capacity=capacity, name=name, options=options)
-
-
-def _worker_run(alpha: float) -> ReplayResult:
-    w = _WORKER
-    return _run(w["trace"], w["model"], w["capacity"], w["name"], {**w["options"], "alpha": alpha})
+def _run_at(
+    trace: Trace, model: ModelSpec, capacity: int, name: str, options: dict[str, Any], alpha: float
+) -> ReplayResult:
+    """One replay at a fixed ``alpha`` (a worker's task in the grid's process pool)."""
+    return _run(trace, model, capacity, name, {**options, "alpha": alpha})
 
 
 def _hindsight(
@@ -213,16 +208,11 @@ def _hindsight(
             for a in grid
         ]
     else:
-        with ProcessPoolExecutor(
-            max_workers=min(jobs, len(grid)),
-            initializer=_init_worker,
-            initargs=(trace, model, capacity, policy_name, options),
-        ) as pool:
-            runs = []
-            for r in pool.map(_worker_run, grid):
-                runs.append(r)
-                for _ in range(trace.num_requests):
-                    on_request()
+        runs = []
+        for r in map_alphas(_run_at, (trace, model, capacity, policy_name, options), grid, jobs):
+            runs.append(r)
+            for _ in range(trace.num_requests):
+                on_request()
     by_flops = options.get("alpha_metric") == "flops"
     scores = [r.flops_saved if by_flops else r.hit_tokens for r in runs]
     best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
