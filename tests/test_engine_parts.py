@@ -126,8 +126,8 @@ def test_tp_2_end_to_end_prices_faster_prefills_and_reports_its_degree(tmp_path)
     model = get_model("marconi-hybrid-7b")
     prof = load_profile("h100")
     common = {"cache_bytes": int(20e9), "gpu_memory_bytes": 80e9, "policy": "vanilla"}
-    one, recs1 = run(path, make_pricer(model, prof, 1), model, tp=1, **common)
-    two, recs2 = run(path, make_pricer(model, prof, 2), model, tp=2, **common)
+    one, _ = run(path, make_pricer(model, prof, 1), model, tp=1, **common)
+    two, _ = run(path, make_pricer(model, prof, 2), model, tp=2, **common)
     assert one["config"]["tp"] == 1 and two["config"]["tp"] == 2
     assert one["requests"]["measured"] == two["requests"]["measured"] > 0
     # Quiet traffic: no queueing, so each prefill is its own step, faster on two GPUs.
