@@ -21,7 +21,7 @@ import numpy as np
 
 from policies import get_policy, policy_class
 from policies.grid import map_alphas
-from twin.cache import PrefillFlops, serve
+from twin.cache import PrefillFlops, cache_stats, serve
 from twin.model import ModelSpec
 from twin.presets import get_model
 from workloads.reader import Workload
@@ -167,15 +167,7 @@ def _run(
         request_hit_rate=hits / trace.num_requests if trace.num_requests else 0.0,
         flops_saved=saved,
         flops_total=total,
-        kv_bytes=cache.kv_bytes,
-        ssm_bytes=cache.ssm_bytes,
-        peak_bytes=cache.peak_bytes,
-        peak_kv_bytes=cache.peak_kv_bytes,
-        peak_ssm_bytes=cache.peak_ssm_bytes,
-        checkpoints_admitted=cache.checkpoints_admitted,
-        checkpoints_hit=cache.checkpoints_hit,
-        evictions=cache.evictions,
-        nodes=cache.num_nodes,
+        **cache_stats(cache),
         alpha=stats.get("alpha"),
         wall_s=time.perf_counter() - start,
         details=stats,

@@ -1,6 +1,6 @@
 """Token-exact prefix caches: the radix tree, its byte-accounted cache, the vllm+ block pool."""
 
-from twin.cache.base import CacheNode, CachePolicy, CacheStructure, Hit
+from twin.cache.base import COUNTERS, CacheNode, CachePolicy, CacheStructure, Hit, cache_stats
 from twin.cache.block_cache import BlockCache, BlockRef, Segment
 from twin.cache.flops import PrefillFlops
 from twin.cache.prefix_cache import PrefixCache
@@ -9,6 +9,7 @@ from twin.cache.requests import Admission, RequestCache, serve
 from twin.cache.snapshot import CacheSnapshot
 
 __all__ = [
+    "COUNTERS",
     "Admission",
     "BlockCache",
     "BlockRef",
@@ -24,5 +25,6 @@ __all__ = [
     "RadixTree",
     "RequestCache",
     "Segment",
+    "cache_stats",
     "serve",
 ]

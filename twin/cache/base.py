@@ -38,6 +38,27 @@ class Hit:
     node: CacheNode | None
 
 
+# The counters every cache keeps (they only grow): snapshots carry them, reports show them.
+COUNTERS = (
+    "peak_bytes",
+    "peak_kv_bytes",
+    "peak_ssm_bytes",
+    "evictions",
+    "checkpoints_admitted",
+    "checkpoints_hit",
+)
+
+
+def cache_stats(cache: CacheStructure) -> dict[str, int]:
+    """What reports show of a cache: the bytes it holds now, its counters, its nodes."""
+    return {
+        "kv_bytes": cache.kv_bytes,
+        "ssm_bytes": cache.ssm_bytes,
+        **{name: getattr(cache, name) for name in COUNTERS},
+        "nodes": cache.num_nodes,
+    }
+
+
 class CachePolicy(Protocol):
     """The hooks a cache calls; :class:`policies.base.Policy` implements them."""
 

@@ -14,16 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from twin.cache.base import COUNTERS
 from twin.cache.radix import Node
-
-_COUNTERS = (
-    "evictions",
-    "checkpoints_admitted",
-    "checkpoints_hit",
-    "peak_bytes",
-    "peak_kv_bytes",
-    "peak_ssm_bytes",
-)
 
 
 @dataclass
@@ -62,7 +54,7 @@ def take_snapshot(cache: Any) -> CacheSnapshot:
         t=[n.t for n in nodes],
         nid=[n.nid for n in nodes],
         ckpt_hit=[n.ckpt_hit for n in nodes],
-        counters={k: getattr(cache, k) for k in _COUNTERS},
+        counters={k: getattr(cache, k) for k in COUNTERS},
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import simpy
 
 from policies import get_policy
+from twin.cache import cache_stats
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.replica import Replica, Seq
@@ -225,7 +226,6 @@ class Cluster:
         end = self.env.now
         reps = []
         for r in self.replicas:
-            c = r.cache
             reps.append(
                 {
                     "replica": r.index,
@@ -234,17 +234,7 @@ class Cluster:
                     "steps": r.step_no,
                     "busy_s": r.busy_s,
                     "utilisation": r.busy_s / end if end > 0 else 0.0,
-                    "cache": {
-                        "kv_bytes": c.kv_bytes,
-                        "ssm_bytes": c.ssm_bytes,
-                        "peak_bytes": c.peak_bytes,
-                        "peak_kv_bytes": c.peak_kv_bytes,
-                        "peak_ssm_bytes": c.peak_ssm_bytes,
-                        "evictions": c.evictions,
-                        "checkpoints_admitted": c.checkpoints_admitted,
-                        "checkpoints_hit": c.checkpoints_hit,
-                        "nodes": c.num_nodes,
-                    },
+                    "cache": cache_stats(r.cache),
                     "policy": r.policy.stats(),
                 }
             )
