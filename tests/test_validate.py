@@ -515,6 +515,7 @@ def test_help_has_examples():
     assert "Examples" in result.output and "--generate" in result.output
 
 
+@pytest.mark.slow  # a whole validation on PyTorch: about a minute on a loaded CPU
 def test_end_to_end_on_the_real_executor(tmp_path):
     """tiny-hybrid on the CPU: the executor and the twin hit the same tokens on every row."""
     pytest.importorskip("torch")
