@@ -27,6 +27,10 @@ over the request's tokens up to its end, with uint64 wrap-around (one
 ``cumsum``), where ``mix`` is the splitmix64 finaliser of the token and its
 position (not a polynomial hash: see ``_mix``). Two different prefixes collide
 with probability about 2**-64 per pair; nothing verifies tokens, as in vLLM.
+
+Why one module past 400 lines: the segment representation, the pool's LRU
+trimming and the hashing are one data structure's invariants; splitting them
+would put the segment's fields and the code that keeps them right apart.
 """
 
 from __future__ import annotations

@@ -21,6 +21,12 @@ their nodes never carry one and nothing is tidied.
 
 The policy owns eviction order and refresh rules; it hears about every change
 through ``on_node_added`` / ``on_node_changed`` / ``on_node_removed``.
+
+Why one module past 400 lines: ``insert`` and its private helpers (room
+making, truncation, tidying) keep the byte counters and the tidy-tree
+invariant together, and read best beside them; the structure is
+:mod:`twin.cache.radix`, snapshots :mod:`twin.cache.snapshot`, the request
+protocol :mod:`twin.cache.requests`.
 """
 
 from __future__ import annotations
