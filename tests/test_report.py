@@ -324,3 +324,35 @@ def test_sweep_points_build_the_config_simulate_builds_keeping_every_field():
     assert spec.key(point) != plain.key(point)
     with pytest.raises(TwinError, match="memory-utilization"):
         resolve(SweepSpec(str(WORKLOAD), "tiny-hybrid", engine=(("memory_utilization", 2.0),)))
+
+
+def test_capacity_report_is_a_library_call(tmp_path: Path) -> None:
+    from reports.capacity import capacity_report
+
+    out = tmp_path / "cap"
+    found = capacity_report(
+        WORKLOAD,
+        out,
+        model="tiny-hybrid",
+        gpu="h100",
+        cache_gb=[0.0005, 0.002],
+        policies=["vllm+", "marconi"],
+        slo="p95_ttft<=1s",
+        engine={"replicas": 2},
+    )
+    assert found.computed == 4 and found.skipped == 0 and len(found.rows) == 4
+    assert {r["replicas"] for r in found.rows} == {2}
+    assert sorted(r.policy for r in found.recommendations) == ["marconi", "vllm+"]
+    assert (out / HTML_FILE).is_file() and (out / MD_FILE).is_file()
+    again = capacity_report(
+        WORKLOAD,
+        out,
+        model="tiny-hybrid",
+        gpu="h100",
+        cache_gb=[0.002],
+        policies=["marconi"],
+        engine={"replicas": 2},
+    )
+    assert again.computed == 0 and again.skipped == 1  # resumed from results.parquet
+    with pytest.raises(TwinError, match="cdf-cache-gb"):
+        capacity_report(WORKLOAD, out, model="tiny-hybrid", cache_gb=[1.0], cdf_cache_gb=2.0)
