@@ -105,19 +105,22 @@ class SweepSpec:
         """The fixed part of every point's configuration (validates ``engine`` early)."""
         return build_config(**dict(self.engine))
 
-    def config(self, point: Point, profile: Any = None) -> EngineConfig:
-        """The engine configuration of ``point`` (``profile`` gives the device memory)."""
+    def fields(self, point: Point) -> dict[str, Any]:
+        """The engine settings of ``point`` for :func:`twin.engine.build_config`."""
         fixed = dict(self.engine)
         options = options_for(point.policy, dict(fixed.pop("policy_options", None) or {}))
-        return build_config(
-            profile,
-            cache_gb=point.cache_gb,
-            policy=point.policy,
-            policy_options=options,
-            session_rate=point.session_rate,
-            seed=point.seed,
+        return {
             **fixed,
-        )
+            "cache_gb": point.cache_gb,
+            "policy": point.policy,
+            "policy_options": options,
+            "session_rate": point.session_rate,
+            "seed": point.seed,
+        }
+
+    def config(self, point: Point, profile: Any = None) -> EngineConfig:
+        """The engine configuration of ``point`` (``profile`` gives the device memory)."""
+        return build_config(profile, **self.fields(point))
 
     @property
     def replicas(self) -> int:
@@ -223,23 +226,13 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
 
 def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
     """Simulate one point and return its row. Top-level so worker processes can pickle it."""
-    from calibration.profile import resolve_profile
-    from twin.engine import make_pricer, simulate
-    from twin.presets import resolve_model
-    from workloads.reader import Workload
+    from twin.engine import build_run
 
-    model = resolve_model(spec.model)
-    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None)
-    config = spec.config(point, prof)
-    digest = RequestDigest(config.warmup_s)
-    summary = simulate(
-        Workload.open(Path(spec.workload)),
-        model,
-        make_pricer(model, prof, config.tp),
-        config,
-        profile={"provenance": prof.provenance_label},
-        on_record=digest.add,
+    run = build_run(
+        spec.workload, model=spec.model, gpu=spec.gpu, profile=spec.profile, **spec.fields(point)
     )
+    digest = RequestDigest(run.config.warmup_s)
+    summary = run.simulate(on_record=digest.add)
     return {**summary_row(spec, point, summary), **digest.columns()}
 
 

@@ -8,7 +8,6 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration.profile import resolve_profile
 from policies import POLICIES
 from twin.cli.common import (
     GpuOption,
@@ -21,14 +20,11 @@ from twin.cli.common import (
     parse_pairs,
     progress_bar,
 )
-from twin.engine import ROUTERS, build_config, expected_horizon, make_pricer
-from twin.engine import simulate as run_simulation
+from twin.engine import ROUTERS, build_run
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
 from twin.metrics import to_json
-from twin.presets import resolve_model
 from workloads.examples import example_path
-from workloads.reader import Workload
 
 EXAMPLE = "chat"
 
@@ -123,10 +119,16 @@ def simulate(
 
       twin simulate trace.parquet --profile my-a100.json -r 2 --tp 2 -p sglang+ --json
     """
-    spec = resolve_model(model)
-    prof = resolve_profile(gpu, profile)
-    config = build_config(
-        prof,
+    if workload is None:
+        workload = example_path(EXAMPLE)
+        err_console.print(
+            f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"
+        )
+    run = build_run(
+        workload,
+        model=model,
+        gpu=gpu,
+        profile=profile,
         cache_gb=cache_gb,
         replicas=replicas,
         tp=tp,
@@ -142,22 +144,8 @@ def simulate(
         warmup_s=warmup_s,
         until_s=until_s,
     )
-    if workload is None:
-        workload = example_path(EXAMPLE)
-        err_console.print(
-            f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"
-        )
-    wl = Workload.open(workload)
-    pricer = make_pricer(spec, prof, tp)
-    info = {
-        "gpu": prof.gpu,
-        "device": prof.device,
-        "source": prof.source,
-        "provenance": prof.provenance_label,
-    }
-    total = round(expected_horizon(wl, config), 1) or None
-    with progress_bar("simulated seconds", total) as advance:
-        summary = run_simulation(wl, spec, pricer, config, out, info, advance)
+    with progress_bar("simulated seconds", round(run.horizon_s(), 1) or None) as advance:
+        summary = run.simulate(out, advance)
     if as_json:
         print(to_json(summary), end="")  # the same text as summary.json
         return

@@ -11,7 +11,7 @@ from twin.engine.config import EngineConfig, build_config
 from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
 from twin.engine.replica import Replica
 from twin.engine.router import ROUTERS, Router, get_router
-from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, simulate
+from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, Run, build_run, simulate
 from twin.engine.scheduler import SCHEDULERS, ContinuousBatching, Scheduler, get_scheduler
 from twin.engine.seq import Seq
 from twin.engine.source import SessionSource
@@ -28,12 +28,14 @@ __all__ = [
     "PricerBase",
     "Replica",
     "Router",
+    "Run",
     "RunStats",
     "Scheduler",
     "Seq",
     "SessionSource",
     "StepPricer",
     "build_config",
+    "build_run",
     "expected_horizon",
     "get_router",
     "get_scheduler",
