@@ -36,6 +36,8 @@ from twin.cache import PrefillFlops
 
 NAN = float("nan")
 PERCENTILES = (5, 50, 95, 99)
+# The columns of every latency summary (and of the tables that show one).
+STAT_COLUMNS = ("mean", *(f"p{p}" for p in PERCENTILES))
 
 
 @dataclass(slots=True)

@@ -92,6 +92,18 @@ ReplicasOption = Annotated[int, typer.Option("--replicas", "-r", min=1, help="Mo
 TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica.")]
 
 
+def format_ms(seconds: float | None, digits: int = 1) -> str:
+    """Seconds as milliseconds for a table; ``-`` for a missing (None or NaN) value."""
+    if seconds is None or seconds != seconds:
+        return "-"
+    return f"{1e3 * seconds:,.{digits}f}"
+
+
+def format_pct(x: float | None) -> str:
+    """A fraction as a percentage with one decimal; ``-`` for a missing value."""
+    return "-" if x is None or x != x else f"{x:.1%}"
+
+
 def format_bytes(n: float) -> str:
     """Decimal units, as the papers quote them (17.4 GB)."""
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -17,13 +17,14 @@ from twin.cli.common import (
     TpOption,
     console,
     err_console,
+    format_ms,
     parse_pairs,
     progress_bar,
 )
 from twin.engine import ROUTERS, build_run
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
-from twin.metrics import to_json
+from twin.metrics import STAT_COLUMNS, to_json
 from workloads.examples import example_path
 
 EXAMPLE = "chat"
@@ -152,10 +153,6 @@ def simulate(
     _print_table(summary, out)
 
 
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{1e3 * x:,.1f}"
-
-
 def _print_table(s: dict[str, Any], out: Path) -> None:
     cfg, req = s["config"], s["requests"]
     title = (
@@ -166,7 +163,7 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
     )
     table = Table(title=title, title_justify="left")
     table.add_column("latency (ms)")
-    for col in ("mean", "p5", "p50", "p95", "p99"):
+    for col in STAT_COLUMNS:
         table.add_column(col, justify="right")
     for key, label in (
         ("ttft_s", "TTFT"),
@@ -176,7 +173,7 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
         ("prefill_s", "prefill"),
     ):
         row = s[key]
-        table.add_row(label, *(_ms(row[c]) for c in ("mean", "p5", "p50", "p95", "p99")))
+        table.add_row(label, *(format_ms(row[c]) for c in STAT_COLUMNS))
     console.print(table)
     hit, thr, util = s["hit"], s["throughput"], s["utilisation"]
     facts = Table(show_header=False)

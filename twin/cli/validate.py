@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from twin.cli.common import ModelOption, console, format_bytes, progress_bar
+from twin.cli.common import ModelOption, console, format_bytes, format_ms, format_pct, progress_bar
 from twin.metrics import to_json
 from twin.validate.entry import load_executor, validate_model
 from workloads.generators import GENERATORS
@@ -111,14 +111,6 @@ def validate(
     _print_report(report)
 
 
-def _ms(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{1e3 * x:,.2f}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{x:.1%}"
-
-
 def _print_report(r: dict[str, Any]) -> None:
     m, targets = r["metrics"], r["targets"]
     title = (
@@ -140,19 +132,19 @@ def _print_report(r: dict[str, Any]) -> None:
     meas, pred = s["measured_median_s"], s["predicted_median_s"]
     table.add_row(
         "service time, median",
-        _ms(meas),
-        _ms(pred),
-        _pct(abs(pred - meas) / meas if meas else None),
+        format_ms(meas, 2),
+        format_ms(pred, 2),
+        format_pct(abs(pred - meas) / meas if meas else None),
         "",
     )
     table.add_row(
         "per-request service error, median",
         "",
         "",
-        _pct(s["median_abs_rel_err"]),
+        format_pct(s["median_abs_rel_err"]),
         verdict("service_median_rel_err"),
     )
-    table.add_row("per-request service error, P90", "", "", _pct(s["p90_abs_rel_err"]), "")
+    table.add_row("per-request service error, P90", "", "", format_pct(s["p90_abs_rel_err"]), "")
     table.add_row(
         "per-request bias (signed median)", "", "", f"{s['median_signed_rel_err']:+.1%}", ""
     )
@@ -161,9 +153,9 @@ def _print_report(r: dict[str, Any]) -> None:
         key = f"ttft_{q}_rel_err"
         table.add_row(
             f"TTFT {q.upper()}",
-            _ms(t["measured_s"]),
-            _ms(t["predicted_s"]),
-            _pct(t["rel_err"]),
+            format_ms(t["measured_s"], 2),
+            format_ms(t["predicted_s"], 2),
+            format_pct(t["rel_err"]),
             verdict(key) if key in targets else "",
         )
     console.print(table)
@@ -175,13 +167,13 @@ def _print_report(r: dict[str, Any]) -> None:
     rows = [
         (
             "token hit rate (measured / predicted)",
-            f"{_pct(hit['measured']['token_hit_rate'])} / "
-            f"{_pct(hit['predicted']['token_hit_rate'])}",
+            f"{format_pct(hit['measured']['token_hit_rate'])} / "
+            f"{format_pct(hit['predicted']['token_hit_rate'])}",
         ),
         (
             "request hit rate (measured / predicted)",
-            f"{_pct(hit['measured']['request_hit_rate'])} / "
-            f"{_pct(hit['predicted']['request_hit_rate'])}",
+            f"{format_pct(hit['measured']['request_hit_rate'])} / "
+            f"{format_pct(hit['predicted']['request_hit_rate'])}",
         ),
         (
             "hit tokens identical on every row",
