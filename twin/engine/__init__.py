@@ -1,9 +1,12 @@
 """The SimPy event engine: sessions arrive, a router picks a replica, replicas batch and step.
 
-Entry points: :func:`simulate` (one run, records + summary), :class:`Cluster`
-(the simulated cluster), :class:`EngineConfig`, the router registry
-(:data:`ROUTERS`, :func:`get_router`) and the :class:`StepPricer` protocol the
-engine prices steps with.
+Entry points: :func:`build_run` (the one builder of a run from what a user
+names) and :func:`simulate` (one run, records + summary), :class:`Cluster`
+(the simulated cluster), :class:`EngineConfig` and :func:`build_config`, the
+router registry (:data:`ROUTERS`, :func:`get_router`), the scheduler registry
+(:data:`SCHEDULERS`, :func:`get_scheduler`: batch formation, apart from the
+replica's cache and memory) and the :class:`StepPricer` protocol the engine
+prices steps with.
 """
 
 from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
