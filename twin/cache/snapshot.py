@@ -10,12 +10,15 @@ running requests, which a replayed window does not have.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from twin.cache.base import COUNTERS
 from twin.cache.radix import Node
+
+if TYPE_CHECKING:
+    from twin.cache.prefix_cache import PrefixCache
 
 
 @dataclass
@@ -35,7 +38,7 @@ class CacheSnapshot:
     counters: dict[str, int]
 
 
-def take_snapshot(cache: Any) -> CacheSnapshot:
+def take_snapshot(cache: PrefixCache) -> CacheSnapshot:
     """Copy ``cache`` (a :class:`~twin.cache.prefix_cache.PrefixCache`) into a snapshot."""
     nodes = cache.tree.nodes()
     index = {id(n): i for i, n in enumerate(nodes)}
@@ -58,7 +61,7 @@ def take_snapshot(cache: Any) -> CacheSnapshot:
     )
 
 
-def fill(cache: Any, snap: CacheSnapshot) -> None:
+def fill(cache: PrefixCache, snap: CacheSnapshot) -> None:
     """Rebuild ``snap``'s tree into an empty ``cache``; its policy hears about every node.
 
     Restored edges are views of the snapshot's token buffer: the tree never
