@@ -329,11 +329,14 @@ class ContinuousBatching:
         seq.admitted.succeed()
 
 
-SCHEDULERS: dict[str, type[ContinuousBatching]] = {ContinuousBatching.name: ContinuousBatching}
+# A scheduler is built as ``factory(env, replica, pricer, max_batched_tokens, max_running)``;
+# a new one (an engine mode's) only needs to satisfy :class:`Scheduler`.
+SchedulerFactory = Callable[[simpy.Environment, ReplicaSide, StepPricer, int, int], Scheduler]
+SCHEDULERS: dict[str, SchedulerFactory] = {ContinuousBatching.name: ContinuousBatching}
 
 
-def get_scheduler(name: str) -> type[ContinuousBatching]:
-    """The scheduler class registered as ``name``."""
+def get_scheduler(name: str) -> SchedulerFactory:
+    """The scheduler registered as ``name``; a ``TwinError`` listing the valid names otherwise."""
     try:
         return SCHEDULERS[name]
     except KeyError:
