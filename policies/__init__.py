@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from policies.alpha_tuning import ALPHA_GRID
 from policies.base import Policy, judicious_admission
-from policies.marconi import ALPHA_GRID, MarconiPolicy
+from policies.marconi import MarconiPolicy
+from policies.marconi_twin import MarconiTwinPolicy
 from policies.oracle import OraclePolicy
 from policies.sglang_plus import SGLangPlusPolicy
 from policies.vanilla import VanillaPolicy
@@ -18,7 +20,14 @@ from twin.errors import TwinError
 
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
-    for cls in (VanillaPolicy, VLLMPlusPolicy, SGLangPlusPolicy, MarconiPolicy, OraclePolicy)
+    for cls in (
+        VanillaPolicy,
+        VLLMPlusPolicy,
+        SGLangPlusPolicy,
+        MarconiPolicy,
+        MarconiTwinPolicy,
+        OraclePolicy,
+    )
 }
 
 
@@ -59,6 +68,7 @@ __all__ = [
     "ALPHA_GRID",
     "POLICIES",
     "MarconiPolicy",
+    "MarconiTwinPolicy",
     "OraclePolicy",
     "Policy",
     "SGLangPlusPolicy",

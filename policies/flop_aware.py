@@ -1,4 +1,7 @@
-"""FLOP-aware eviction (Marconi, arXiv 2411.19379, sec. 4.2), shared by ``marconi`` and ``oracle``.
+"""FLOP-aware eviction as the twin first built it (Marconi sec. 4.2): ``marconi-twin``.
+
+``marconi`` and ``oracle`` use the authors' score instead
+(:mod:`policies.reference_score`); docs/decisions.md compares the two.
 
 Candidates are the unpinned nodes with at most one child (evicting a
 one-child node drops its checkpoint and hands its KV to the child). Each has
@@ -27,59 +30,45 @@ from typing import Any
 import numpy as np
 
 from policies.base import Policy
-from twin.cache import CacheNode, CacheStructure, PrefillFlops, PrefixCache
+from policies.candidate_table import CandidateTable
+from twin.cache import PrefillFlops
 
 
 class FlopAwareEviction(Policy):
     """Evicts the candidate with the lowest ``recency + alpha x FLOP efficiency``."""
 
-    cache: PrefixCache  # a radix-tree policy: it reads the tree's nodes
     flops: PrefillFlops  # set by bind, from the cache's model
 
     def __init__(self, alpha: float = 0.0) -> None:
         super().__init__()
         self.alpha = float(alpha)
-        self._n = 0
-        self._r = np.zeros(256)
-        self._f = np.zeros(256)
-        self._nid = np.zeros(256, np.int64)
-        self._nodes: list[Any] = []
+        self.table = CandidateTable()
 
-    def bind(self, cache: CacheStructure) -> None:
+    def bind(self, cache: Any) -> None:
         super().bind(cache)
         self.flops = PrefillFlops(cache.model)
 
     # ----- hooks ----------------------------------------------------------------
-    def on_node_changed(self, node: CacheNode) -> None:
+    def on_node_changed(self, node: Any) -> None:
         cache = self.cache
         if not cache.evictable(node):
-            if node.slot >= 0:
-                self._drop(node)
+            self.table.drop(node)
             return
         n_tok = len(node.tokens)
         held = cache.node_bytes(node)
         saved = self.flops.total(n_tok, node.depth - n_tok)  # beyond its parent
         node.eff = saved / held if held else 0.0
-        i = node.slot
-        if i < 0:
-            i = node.slot = self._n
-            if i == len(self._r):
-                self._grow()
-            self._nodes.append(node)
-            self._nid[i] = node.nid
-            self._n += 1
-        self._r[i] = node.t
-        self._f[i] = node.eff
+        self.table.set(node, node.t, node.eff)
 
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
-        if node.slot >= 0:
-            self._drop(node)
+    def on_node_removed(self, node: Any, into: Any | None = None) -> None:
+        self.table.drop(node)
 
-    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
-        n = self._n
+    def choose_victim(self, cache: Any) -> Any | None:
+        t = self.table
+        n = t.n
         if n == 0:
             return None
-        r, f = self._r[:n], self._f[:n]
+        r, f = t.r[:n], t.f[:n]
         # x[x.argmin()] rather than x.min(): same value, a fraction of the overhead.
         rmin, rmax = r[r.argmin()], r[r.argmax()]
         a = 1.0 / (rmax - rmin) if rmax > rmin else 0.0
@@ -99,26 +88,5 @@ class FlopAwareEviction(Policy):
             low = score[i]
         if i + 1 < n and (score[i + 1 :] == low).any():  # an exact tie: older, then first created
             tied = np.flatnonzero(score == low).tolist()
-            i = min(tied, key=lambda j: (r[j], self._nid[j]))
-        return self._nodes[i]
-
-    # ----- the table -------------------------------------------------------------
-    def _drop(self, node: CacheNode) -> None:
-        """Swap-remove ``node``'s slot."""
-        i, last = node.slot, self._n - 1
-        if i != last:
-            moved = self._nodes[last]
-            self._nodes[i] = moved
-            moved.slot = i
-            self._r[i], self._f[i], self._nid[i] = self._r[last], self._f[last], self._nid[last]
-        self._nodes.pop()
-        self._n = last
-        node.slot = -1
-
-    def _grow(self) -> None:
-        size = 2 * len(self._r)
-        for name in ("_r", "_f", "_nid"):
-            old = getattr(self, name)
-            new = np.zeros(size, old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+            i = min(tied, key=lambda j: (r[j], t.nid[j]))
+        return t.nodes[i]

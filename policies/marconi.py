@@ -1,14 +1,26 @@
-"""``marconi``: judicious admission + FLOP-aware eviction (Marconi, arXiv 2411.19379, sec. 4).
+"""``marconi``: Marconi (arXiv 2411.19379, sec. 4) as its authors' code runs it.
 
-Admission (sec. 4.1) is the judicious rule of ``policies.base``; eviction
-(sec. 4.2) is ``policies.flop_aware``: recency + alpha x FLOP efficiency over
-the nodes with at most one child, refreshing only the node a hit used.
+Admission (sec. 4.1) is the judicious rule of ``policies.base``; eviction is
+the reference code's score (:mod:`policies.reference_score`). Alpha follows
+the reference code's retrospective tuning (github.com/ruipeterpan/marconi):
 
-Alpha (sec. 4.2). 0 until the first eviction. The requests seen until then,
-times ``bootstrap_multiplier``, make the bootstrap window; a snapshot of the
-cache is taken at its start. At its end every alpha of the grid 0.0..2.0 is
-replayed over the window from the snapshot, and the one with the most hit
-tokens (or FLOPs saved) is kept; ties go to the smallest alpha.
+- alpha is 0 until tuned (``policy_exploration.py`` starts every run at
+  ``eff_weight=0``);
+- the cache is snapshotted at the first request, while still empty
+  (``RadixCache.match_prefix``: ``tree_snapshot`` when ``request_history`` is
+  empty), and every request from then on is recorded;
+- the first eviction fixes the bootstrap window at ``bootstrap_multiplier``
+  times the requests seen so far, the evicting one included (``RadixCache.evict``:
+  ``num_reqs_before_eviction = len(request_history)``);
+- when the request that completes the window is inserted, its input + output
+  included, every alpha of the grid replays the whole window from the empty
+  snapshot and the alpha saving the most FLOPs over the window's last 500
+  requests wins (``RadixCache.insert`` calling ``ConfigTuner.tune_config``;
+  metric and tie-break in :mod:`policies.alpha_tuning`); it applies from that
+  insert on, and is never tuned again. A window that ends at the evicting
+  request itself (multiplier 1) is never tuned, as in the reference.
+
+``marconi-twin`` (:mod:`policies.marconi_twin`) keeps the twin's earlier rules.
 """
 
 from __future__ import annotations
@@ -17,118 +29,79 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
 from policies.base import judicious_admission
-from policies.flop_aware import FlopAwareEviction
-from policies.grid import map_alphas
-from twin.cache import CacheSnapshot, CacheStructure, PrefillFlops, PrefixCache, serve
-from twin.errors import TwinError
-from twin.model import ModelSpec
+from policies.reference_score import ReferenceFlopAwareEviction
 
-ALPHA_GRID = tuple(round(0.1 * i, 1) for i in range(21))
-ALPHA_METRICS = ("hit-rate", "flops")
+BOOTSTRAP_MULTIPLIER = 5  # policy_exploration.py's --bootstrap_multiplier default (15 for LMSys)
 
 
-class MarconiPolicy(FlopAwareEviction):
-    """FLOP-aware eviction with a bootstrapped alpha (or a fixed one when ``alpha`` is given)."""
+class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
+    """The reference score with the reference bootstrap (or a fixed ``alpha``)."""
 
     name = "marconi"
-    description = "judicious admission, evicts by recency + alpha x FLOP efficiency (alpha tuned)"
-    OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "alpha_metric", "jobs")
+    description = "judicious admission, the authors' eviction score and alpha tuning"
+    OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "jobs")
+    rules: ClassVar[str] = "reference"
 
     def __init__(
         self,
         alpha: float | None = None,
-        bootstrap_multiplier: float = 5,
-        alpha_metric: str = "hit-rate",
+        bootstrap_multiplier: float = BOOTSTRAP_MULTIPLIER,
         jobs: int = 1,
     ) -> None:
         super().__init__(0.0 if alpha is None else alpha)
-        if alpha_metric not in ALPHA_METRICS:
-            raise TwinError(
-                f"alpha metric {alpha_metric!r} unknown; valid: {', '.join(ALPHA_METRICS)}"
-            )
-        if bootstrap_multiplier <= 0:
-            raise TwinError(f"bootstrap multiplier must be > 0 (got {bootstrap_multiplier})")
-        if alpha is not None and alpha < 0:
-            raise TwinError(f"alpha must be >= 0 (got {alpha})")
-        self.phase = "warmup" if alpha is None else "fixed"
-        self.multiplier = bootstrap_multiplier
-        self.metric = alpha_metric
-        self.jobs = max(1, int(jobs))
-        self.requests = 0
-        self.bootstrap: dict[str, Any] = {}
-        self._snapshot: CacheSnapshot | None = None
-        self._window: list[tuple[np.ndarray, int]] = []
-        self._window_len = 0
+        self.start_tuning(alpha, bootstrap_multiplier, jobs)
+        self._window_len: int | None = None
 
-    # ----- admission and bootstrap -------------------------------------------
-    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    # ----- admission, refresh and the bootstrap -------------------------------------
+    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
+        super().on_request(cache, prompt, full)
+        self.requests += 1
+        if self.phase not in ("warmup", "window"):
+            return
+        if self._snapshot is None:
+            self._snapshot = cache.snapshot()
+        if self._window_len is None or len(self._window) < self._window_len:
+            self._window.append((full, len(prompt)))
+
+    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        self.refresh_insert_path(cache, full)
+        if (
+            self.phase == "window"
+            and self._window_len is not None
+            and self.requests >= self._window_len
+        ):
+            self._tune(cache)
         return judicious_admission(cache, prompt, full)
 
-    def on_request(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> None:
-        self.requests += 1
-        if self.phase == "warmup" and cache.evictions:
-            before = self.requests - 1  # requests served before this one, eviction included
+    def choose_victim(self, cache: Any) -> Any | None:
+        if self.phase == "warmup":
+            before = self.requests
             self._window_len = max(1, round(self.multiplier * before))
-            self._snapshot = self.cache.snapshot()
             self.bootstrap = {
                 "requests_before_first_eviction": before,
-                "window_start": before,
                 "window_requests": self._window_len,
                 "completed": False,
             }
-            self.phase = "window"
-        if self.phase == "window":
-            if len(self._window) < self._window_len:
-                self._window.append((full, len(prompt)))
-                return
-            self._tune(cache.model)
+            # The reference checks for the window's end before evicting: a window
+            # ending at this very request is never reached.
+            self.phase = "window" if self._window_len > before else "untuned"
+            del self._window[self._window_len :]
+        return super().choose_victim(cache)
 
-    def _tune(self, model: ModelSpec) -> None:
-        assert self._snapshot is not None
+    def _tune(self, cache: Any) -> None:
         scores = grid_scores(
-            self._snapshot, model, self._window, ALPHA_GRID, self.metric, self.jobs
+            self._snapshot,
+            cache.model,
+            self._window,
+            type(self),
+            "reference",
+            ALPHA_GRID,
+            self.jobs,
         )
-        best = max(ALPHA_GRID, key=lambda a: (scores[a], -a))
-        self.alpha = best
-        self.bootstrap.update(
-            completed=True,
-            window_prompt_tokens=sum(n for _, n in self._window),
-            grid={str(a): scores[a] for a in ALPHA_GRID},
+        self.finish_tuning(
+            scores,
+            tuned_at_request=self.requests,
+            metric="reference FLOPs saved, last 500 requests",
         )
-        self.phase = "tuned"
-        self._snapshot, self._window = None, []
-
-    def stats(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "alpha_source": self.phase, "bootstrap": self.bootstrap}
-
-
-# ----- the alpha grid search ---------------------------------------------------
-def window_score(
-    snapshot: CacheSnapshot,
-    model: ModelSpec,
-    window: list[tuple[np.ndarray, int]],
-    metric: str,
-    alpha: float,
-) -> float:
-    """Hit tokens (or FLOPs saved) replaying ``window`` from ``snapshot`` at a fixed ``alpha``."""
-    cache = PrefixCache.restore(snapshot, model, MarconiPolicy(alpha=alpha))
-    flops = PrefillFlops(model)
-    total = 0.0
-    for full, n_prompt in window:
-        hit = serve(cache, full[:n_prompt], full).length
-        total += hit if metric == "hit-rate" else flops.total(hit, 0)
-    return total
-
-
-def grid_scores(
-    snapshot: CacheSnapshot,
-    model: ModelSpec,
-    window: list[tuple[np.ndarray, int]],
-    grid: tuple[float, ...] = ALPHA_GRID,
-    metric: str = "hit-rate",
-    jobs: int = 1,
-) -> dict[float, float]:
-    """:func:`window_score` for every alpha of ``grid``, over ``jobs`` processes."""
-    scores = map_alphas(window_score, (snapshot, model, window, metric), grid, jobs)
-    return dict(zip(grid, scores, strict=True))

@@ -42,6 +42,7 @@ def capacity_report(
     out: str | Path,
     *,
     model: str = "marconi-hybrid-7b",
+    model_set: Sequence[str] = (),
     gpu: str | None = None,
     profile: str | Path | None = None,
     cache_gb: Sequence[float] = (20.0, 40.0, 60.0),
@@ -60,6 +61,7 @@ def capacity_report(
     """Run the sweep of ``cache_gb`` x ``policies`` x ``session_rates`` x ``seeds``; write
     the report under ``out``; return what it found.
 
+    ``model_set`` holds ``FIELD=VALUE`` overrides of ``model`` (``--model-set``);
     ``engine`` holds the fixed engine settings (``replicas``, ``tp``,
     ``router``, ... any :class:`~twin.engine.EngineConfig` field); ``slo``
     (e.g. ``"p95_ttft<=500ms"``) adds the smallest cache meeting it per policy
@@ -77,11 +79,12 @@ def capacity_report(
         raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
     if executor == "ray":
         import_ray()  # a missing extra fails before any work
-    resolve_model(model)  # fail on a bad --model before any work
+    label = resolve_model(model, model_set).name  # fail on a bad --model before any work
     spec = resolve(
         SweepSpec(
             workload=str(workload),
             model=model,
+            model_set=tuple(model_set),
             gpu=gpu,
             profile=None if profile is None else str(profile),
             engine=tuple((engine or {}).items()),
@@ -105,7 +108,7 @@ def capacity_report(
         workload=str(workload),
         workload_sha256=spec.workload_sha256,
         twin_version=__version__,
-        model=model,
+        model=label,
         gpu=spec.profile_gpu,
         provenance=spec.profile_label,
         replicas=config.replicas,

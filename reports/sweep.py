@@ -93,6 +93,7 @@ class SweepSpec:
 
     workload: str
     model: str
+    model_set: tuple[str, ...] = ()  # --model-set FIELD=VALUE overrides of ``model``
     gpu: str | None = None
     profile: str | None = None
     engine: tuple[tuple[str, Any], ...] = ()
@@ -144,6 +145,7 @@ class SweepSpec:
         )
         fixed = {
             "model": self.model,
+            "model_set": list(self.model_set),
             "workload_sha256": self.workload_sha256,
             "profile_label": self.profile_label,
             "profile_gpu": self.profile_gpu,
@@ -203,7 +205,7 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
     return {
         "key": spec.key(point),
         **asdict(point),
-        "model": spec.model,
+        "model": spec.model + (f"[{','.join(spec.model_set)}]" if spec.model_set else ""),
         "profile_label": spec.profile_label,
         "profile_gpu": spec.profile_gpu,
         "workload_sha256": spec.workload_sha256,
@@ -227,9 +229,14 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
 def run_point(spec: SweepSpec, point: Point) -> dict[str, Any]:
     """Simulate one point and return its row. Top-level so worker processes can pickle it."""
     from twin.engine import build_run
+    from twin.presets import resolve_model
 
     run = build_run(
-        spec.workload, model=spec.model, gpu=spec.gpu, profile=spec.profile, **spec.fields(point)
+        spec.workload,
+        model=resolve_model(spec.model, spec.model_set),
+        gpu=spec.gpu,
+        profile=spec.profile,
+        **spec.fields(point),
     )
     digest = RequestDigest(run.config.warmup_s)
     summary = run.simulate(on_record=digest.add)

@@ -122,3 +122,24 @@ def test_help_shows_an_example(command: str) -> None:
     assert result.exit_code == 0, result.output
     assert "Example" in result.output
     assert f"twin models {command}" in result.output
+
+
+def test_show_with_model_set_overrides_fields() -> None:
+    result = invoke(
+        "show",
+        "marconi-hybrid-7b",
+        "--model-set",
+        "n_ssm_layers=32",
+        "--model-set",
+        "ssm_d_state=16",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    model = json.loads(result.output)["model"]
+    assert model["name"] == "marconi-hybrid-7b[n_ssm_layers=32,ssm_d_state=16]"
+    assert model["n_ssm_layers"] == 32 and model["ssm_d_state"] == 16
+    # The paper's accounting: d_model x N state plus the conv state, per layer.
+    assert model["ssm_checkpoint_bytes"] == 32 * (4096 * 16 * 2 + (2 * 4096 + 2 * 16) * 4 * 2)
+    result = invoke("show", "marconi-hybrid-7b", "--model-set", "ssm_d_state=x")
+    assert result.exit_code != 0
+    assert "--model-set 'ssm_d_state=x': ssm_d_state takes a int" in str(result.exception)

@@ -105,7 +105,7 @@ def test_vanilla_caches_nothing(model):
 
 def _two_leaves(alpha: float):
     """An old, long (FLOP-efficient) leaf and a recent, short one."""
-    cache = get_policy("marconi", alpha=alpha).make_cache(HYBRID, BIG)
+    cache = get_policy("marconi-twin", alpha=alpha).make_cache(HYBRID, BIG)
     cache.set_clock(0)
     cache.insert(seq(0, 200), [200])
     cache.set_clock(10)
@@ -117,7 +117,7 @@ def _two_leaves(alpha: float):
     return cache, long_leaf, short_leaf
 
 
-def test_marconi_evicts_lru_at_alpha_zero_and_the_inefficient_node_at_large_alpha():
+def test_marconi_twin_evicts_lru_at_alpha_zero_and_the_inefficient_node_at_large_alpha():
     cache, long_leaf, short_leaf = _two_leaves(0.0)
     assert cache.policy.choose_victim(cache) is long_leaf
     cache, long_leaf, short_leaf = _two_leaves(2.0)
@@ -146,11 +146,11 @@ def test_marconi_refreshes_only_the_node_used_sglang_the_whole_path():
     assert kept == {"sglang+": 8, "marconi": 0}
 
 
-def test_bootstrap_sets_alpha_after_the_window():
+def test_marconi_twin_bootstrap_sets_alpha_after_the_window():
     pairs = random_trace(7, n=160)
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     capacity = 150 * kv + 6 * ck
-    policy = get_policy("marconi", bootstrap_multiplier=2)
+    policy = get_policy("marconi-twin", bootstrap_multiplier=2)
     cache = policy.make_cache(HYBRID, capacity)
     got = []
     alphas = []
@@ -169,12 +169,12 @@ def test_bootstrap_sets_alpha_after_the_window():
     assert boot["grid"]["0.0"] == sum(got[start : start + length])
 
 
-def test_bootstrap_grid_is_the_same_with_a_process_pool():
+def test_marconi_twin_bootstrap_grid_is_the_same_with_a_process_pool():
     pairs = random_trace(7, n=120)
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     stats = []
     for jobs in (1, 2):
-        policy = get_policy("marconi", bootstrap_multiplier=1, jobs=jobs)
+        policy = get_policy("marconi-twin", bootstrap_multiplier=1, jobs=jobs)
         cache = policy.make_cache(HYBRID, 150 * kv + 6 * ck)
         for prompt, output in pairs:
             serve(cache, prompt, np.r_[prompt, output].astype(np.int32))
@@ -183,13 +183,13 @@ def test_bootstrap_grid_is_the_same_with_a_process_pool():
 
 
 def test_registry_and_errors():
-    assert list(POLICIES) == ["vanilla", "vllm+", "sglang+", "marconi", "oracle"]
+    assert list(POLICIES) == ["vanilla", "vllm+", "sglang+", "marconi", "marconi-twin", "oracle"]
     with pytest.raises(TwinError, match="valid policies: vanilla, vllm\\+"):
         get_policy("lru")
     with pytest.raises(TwinError, match="unknown policy option"):
         get_policy("marconi", colour="red")
     with pytest.raises(TwinError, match="alpha metric"):
-        get_policy("marconi", alpha_metric="speed")
+        get_policy("marconi-twin", alpha_metric="speed")
     # Shared flags (twin replay's) go through options_for: others' options are dropped there.
     assert get_policy("vllm+", **options_for("vllm+", {"block_size": 8, "jobs": 3})).block_size == 8
 
@@ -242,8 +242,8 @@ def test_lazy_path_refresh_equals_stamping_the_whole_path(model):
         assert lazy.evictions == brute.evictions > 0
 
 
-class _ScanMarconi(get_policy("marconi").__class__):
-    """Brute-force Marconi eviction: score every evictable node of the tree."""
+class _ScanMarconi(get_policy("marconi-twin").__class__):
+    """Brute-force marconi-twin eviction: score every evictable node of the tree."""
 
     def choose_victim(self, cache):
         nodes = [n for n in cache.tree.nodes() if cache.evictable(n)]
@@ -257,12 +257,12 @@ class _ScanMarconi(get_policy("marconi").__class__):
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.4, 2.0])
-def test_vectorised_marconi_victim_equals_a_full_scan(alpha):
+def test_vectorised_marconi_twin_victim_equals_a_full_scan(alpha):
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     for seed in range(4):
         pairs = random_trace(seed + 10, n=120)
         capacity = (80 + 20 * seed) * kv + (3 + seed) * ck
-        fast = get_policy("marconi", alpha=alpha).make_cache(HYBRID, capacity)
+        fast = get_policy("marconi-twin", alpha=alpha).make_cache(HYBRID, capacity)
         slow = _ScanMarconi(alpha=alpha).make_cache(HYBRID, capacity)
         for prompt, output in pairs:
             full = np.r_[prompt, output].astype(np.int32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -142,3 +143,45 @@ def test_cli_refuses_bad_names(workload):
     assert isinstance(result.exception, TwinError) and "unknown model" in str(result.exception)
     result = invoke("replay", "--help")
     assert result.exit_code == 0 and "twin replay chat.parquet" in result.output
+
+
+def test_cli_fixed_alpha_requests_file_and_model_set(workload, tmp_path):
+    kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
+    out = tmp_path / "hits.parquet"
+    gb = str((60 * kv + 2 * ck) / 1e9)
+    args = ["replay", str(workload), "-m", "tiny-hybrid", "--cache-gb", gb, "-p"]
+    result = invoke(
+        *args, "sglang+,marconi", "--policy-option", "alpha=1.5", "--requests", str(out), "--json"
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    marconi = data["results"][1]
+    assert marconi["alpha"] == 1.5 and marconi["details"]["alpha_source"] == "fixed"
+    assert marconi["details"]["rules"] == "reference"
+    rows = pq.read_table(out).to_pylist()
+    assert [r["policy"] for r in rows] == ["sglang+"] * 7 + ["marconi"] * 7
+    by_policy = {r["policy"]: r for r in data["results"]}
+    for name in ("sglang+", "marconi"):
+        mine = [r for r in rows if r["policy"] == name]
+        assert [r["request"] for r in mine] == list(range(7))
+        assert sum(r["hit_tokens"] for r in mine) == by_policy[name]["hit_tokens"]
+        assert all((r["hit_node"] >= 0) == (r["hit_tokens"] > 0) for r in mine)
+        assert [r["input_tokens"] for r in mine] == [43] * 3 + [48] * 3 + [3]
+    # An option no named policy takes is refused, naming the flag.
+    result = invoke(*args, "sglang+", "--policy-option", "alpha=1")
+    assert isinstance(result.exception, TwinError) and "--policy-option alpha" in str(
+        result.exception
+    )
+    # --model-set changes the shape and the name says so.
+    result = invoke(*args, "marconi", "--model-set", "ssm_d_state=4", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["model"] == "tiny-hybrid[ssm_d_state=4]"
+
+
+def test_cli_table_shows_the_tuned_alpha_and_its_grid(workload):
+    kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
+    gb = str((60 * kv + 2 * ck) / 1e9)
+    result = invoke("replay", str(workload), "-m", "tiny-hybrid", "--cache-gb", gb, "-p", "oracle")
+    assert result.exit_code == 0, result.output
+    assert "(oracle)" not in result.output and "(hindsight)" in result.output
+    assert "oracle alpha grid (score / best): 0.0:" in result.output

@@ -356,3 +356,20 @@ def test_capacity_report_is_a_library_call(tmp_path: Path) -> None:
     assert again.computed == 0 and again.skipped == 1  # resumed from results.parquet
     with pytest.raises(TwinError, match="cdf-cache-gb"):
         capacity_report(WORKLOAD, out, model="tiny-hybrid", cache_gb=[1.0], cdf_cache_gb=2.0)
+
+
+def test_model_set_reaches_every_point_and_its_resume_key(tmp_path: Path) -> None:
+    """--model-set: the sweep simulates the changed shape and keys its rows apart."""
+    base = _spec()
+    changed = resolve(
+        SweepSpec(
+            workload=str(WORKLOAD), model="tiny-hybrid", gpu="h100", model_set=("ssm_d_state=4",)
+        )
+    )
+    points = grid([0.0005], ["marconi"], [None], 1)
+    assert base.key(points[0]) != changed.key(points[0])
+    rows = [run_sweep(s, points, tmp_path / str(i)).rows[0] for i, s in enumerate((base, changed))]
+    assert rows[0]["model"] == "tiny-hybrid"
+    assert rows[1]["model"] == "tiny-hybrid[ssm_d_state=4]"
+    # The points really ran the changed shape: its SSM states occupy the cache differently.
+    assert rows[1]["ssm_bytes_mean"] != rows[0]["ssm_bytes_mean"]

@@ -51,6 +51,9 @@ def test_no_workload_runs_the_bundled_example(tmp_path):
     assert "bundled 'chat' example" in result.output
     assert "TTFT" in result.output and "token hit rate" in result.output
     assert "datasheet roofline" in result.output  # the profile's provenance is shown
+    assert "alpha per replica" in result.output  # the default policy is marconi
+    summary_alpha = json.loads((out / "summary.json").read_text())["replicas"][0]["policy"]
+    assert f"{summary_alpha['alpha']:.1f} (" in result.output
     table = pq.read_table(out / "requests.parquet")
     assert table.num_rows == Workload.open(example_path("chat")).num_rows
     for col in (

@@ -6,7 +6,11 @@ public ``config.json`` files (field names in brackets) where one exists.
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -239,9 +243,65 @@ def get_model(name: str) -> ModelSpec:
         raise TwinError(f"unknown model {name!r}; valid names: {', '.join(PRESETS)}") from None
 
 
-def resolve_model(name: str) -> ModelSpec:
-    """A preset name, or the path of a Hugging Face ``config.json``."""
+def resolve_model(name: str, overrides: Sequence[str] = ()) -> ModelSpec:
+    """A preset name, or the path of a Hugging Face ``config.json``, with ``--model-set`` fields.
+
+    ``overrides`` are ``KEY=VALUE`` strings (see :func:`override_model`).
+    """
     path = Path(name)
     if path.suffix == ".json" and path.is_file():
-        return ModelSpec.from_hf_config(path)
-    return get_model(name)
+        spec = ModelSpec.from_hf_config(path)
+    else:
+        spec = get_model(name)
+    return override_model(spec, overrides)
+
+
+_FLAG = "--model-set"
+_FIXED = ("name", "source")  # what a --model-set may not change
+
+
+def override_model(spec: ModelSpec, overrides: Sequence[str]) -> ModelSpec:
+    """``spec`` with fields replaced from ``KEY=VALUE`` strings (the ``--model-set`` flag).
+
+    E.g. ``n_ssm_layers=32``, ``ssm_d_state=16``, ``ssm_state_channels=4096``:
+    the paper's layer-mix and state-size sweeps (Marconi sec. 5.3) without
+    writing a config. The result is named ``base[k=v,...]`` so every output
+    says which shape ran; the model's own checks apply to the new values.
+    """
+    if not overrides:
+        return spec
+    hints = typing.get_type_hints(ModelSpec)
+    fields = [f.name for f in dataclasses.fields(ModelSpec) if f.name not in _FIXED]
+    changes: dict[str, Any] = {}
+    for pair in overrides:
+        key, sep, text = (part.strip() for part in pair.partition("="))
+        if not sep or not key:
+            raise TwinError(f"{_FLAG} {pair!r}: expected FIELD=VALUE, e.g. {_FLAG} n_ssm_layers=32")
+        if key not in fields:
+            raise TwinError(
+                f"{_FLAG} {pair!r}: unknown model field {key!r}; valid: {', '.join(fields)}"
+            )
+        changes[key] = _field_value(key, text, hints[key], pair)
+    label = ",".join(f"{k}={text}" for k, text in (p.split("=", 1) for p in overrides))
+    return dataclasses.replace(spec, name=f"{spec.name}[{label.replace(' ', '')}]", **changes)
+
+
+def _field_value(key: str, text: str, hint: object, pair: str) -> object:
+    """``text`` as the type of ModelSpec field ``key``; a TwinError naming the flag otherwise."""
+    args = typing.get_args(hint)
+    if text.lower() == "none" and type(None) in args:
+        return None
+    kind = next((a for a in args if a is not type(None)), hint) if args else hint
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+    except ValueError:
+        name = getattr(kind, "__name__", str(kind))
+        raise TwinError(f"{_FLAG} {pair!r}: {key} takes a {name}, not {text!r}") from None
+    return text

@@ -96,9 +96,14 @@ class ReplayResult:
     alpha: float | None
     wall_s: float
     details: dict[str, Any] = field(default_factory=dict)
+    # Per request, when asked for: input_tokens, hit_tokens, hit_node (the radix
+    # node a hit resumed from, by creation id; -1 on a miss or a block cache's hit).
+    per_request: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out.pop("per_request")
+        return out
 
 
 def replay(
@@ -108,21 +113,22 @@ def replay(
     policy_name: str,
     options: dict[str, Any] | None = None,
     on_request: OnRequest = _nothing,
+    per_request: bool = False,
 ) -> ReplayResult:
     """Replay ``workload`` through a ``capacity_bytes`` cache run by policy ``policy_name``.
 
     ``options`` go to :func:`policies.get_policy` (``block_size``,
     ``bootstrap_multiplier``, ``alpha_metric``, ``jobs``, ...). ``on_request``
     is called after every request served (``oracle`` serves the trace once
-    per alpha of its grid).
+    per alpha of its grid). ``per_request`` fills ``ReplayResult.per_request``.
     """
     trace = workload if isinstance(workload, Trace) else Trace.load(workload)
     spec = get_model(model) if isinstance(model, str) else model
     options = dict(options or {})
     policy = get_policy(policy_name, **options)  # validates the name and options first
     if not policy.hindsight:
-        return _run(trace, spec, capacity_bytes, policy_name, options, on_request)
-    return _hindsight(trace, spec, capacity_bytes, policy_name, options, on_request)
+        return _run(trace, spec, capacity_bytes, policy_name, options, on_request, per_request)
+    return _hindsight(trace, spec, capacity_bytes, policy_name, options, on_request, per_request)
 
 
 def replay_work(trace: Trace, policy_name: str) -> int:
@@ -139,6 +145,7 @@ def _run(
     policy_name: str,
     options: dict[str, Any],
     on_request: OnRequest = _nothing,
+    per_request: bool = False,
 ) -> ReplayResult:
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
@@ -146,8 +153,14 @@ def _run(
     flops = PrefillFlops(model)
     hit_tokens = hits = 0
     saved = total = 0.0
+    hit_lens: list[int] = []
+    hit_nodes: list[int] = []
     for full, n in zip(trace.fulls, trace.prompt_lens, strict=True):
-        h = serve(cache, full[:n], full).length
+        hit = serve(cache, full[:n], full)
+        h = hit.length
+        if per_request:
+            hit_lens.append(h)
+            hit_nodes.append(getattr(hit.node, "nid", -1))
         total += flops.total(n, 0)
         if h:
             hit_tokens += h
@@ -171,15 +184,28 @@ def _run(
         alpha=stats.get("alpha"),
         wall_s=time.perf_counter() - start,
         details=stats,
+        per_request=None
+        if not per_request
+        else {
+            "input_tokens": np.asarray(trace.prompt_lens, np.int64),
+            "hit_tokens": np.asarray(hit_lens, np.int64),
+            "hit_node": np.asarray(hit_nodes, np.int64),
+        },
     )
 
 
 # ----- hindsight (oracle): one full replay per alpha ---------------------------------
 def _run_at(
-    trace: Trace, model: ModelSpec, capacity: int, name: str, options: dict[str, Any], alpha: float
+    trace: Trace,
+    model: ModelSpec,
+    capacity: int,
+    name: str,
+    options: dict[str, Any],
+    per_request: bool,
+    alpha: float,
 ) -> ReplayResult:
     """One replay at a fixed ``alpha`` (a worker's task in the grid's process pool)."""
-    return _run(trace, model, capacity, name, {**options, "alpha": alpha})
+    return _run(trace, model, capacity, name, {**options, "alpha": alpha}, _nothing, per_request)
 
 
 def _hindsight(
@@ -189,6 +215,7 @@ def _hindsight(
     policy_name: str,
     options: dict[str, Any],
     on_request: OnRequest,
+    per_request: bool = False,
 ) -> ReplayResult:
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
@@ -196,12 +223,21 @@ def _hindsight(
     jobs = int(options.get("jobs") or 1)
     if jobs <= 1:
         runs = [
-            _run(trace, model, capacity, policy_name, {**options, "alpha": a}, on_request)
+            _run(
+                trace,
+                model,
+                capacity,
+                policy_name,
+                {**options, "alpha": a},
+                on_request,
+                per_request,
+            )
             for a in grid
         ]
     else:
         runs = []
-        for r in map_alphas(_run_at, (trace, model, capacity, policy_name, options), grid, jobs):
+        shared = (trace, model, capacity, policy_name, options, per_request)
+        for r in map_alphas(_run_at, shared, grid, jobs):
             runs.append(r)
             for _ in range(trace.num_requests):
                 on_request()

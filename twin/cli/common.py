@@ -44,6 +44,22 @@ def parse_pairs(pairs: list[str], flag: str, example: str) -> dict[str, str]:
     return parsed
 
 
+def _option_value(text: str) -> Any:
+    """A policy option's value: int, then float, then the string itself."""
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            continue
+    return text
+
+
+def policy_options(pairs: list[str]) -> dict[str, Any]:
+    """``--policy-option KEY=VALUE`` values as keyword options (dashes read as underscores)."""
+    options = parse_pairs(pairs, "--policy-option", "alpha=1.0")
+    return {key.replace("-", "_"): _option_value(value) for key, value in options.items()}
+
+
 def print_json(data: Any) -> None:
     """Print ``data`` as indented JSON on stdout (plain print: no markup, pipeable)."""
     print(json.dumps(data, indent=2))
@@ -88,6 +104,21 @@ ProfileOption = Annotated[
     Path | None,
     typer.Option("--profile", help="A profile file from `twin calibrate` instead of --gpu."),
 ]
+ModelSetOption = Annotated[
+    list[str],
+    typer.Option(
+        "--model-set",
+        help="Override a model field, FIELD=VALUE, repeatable "
+        "(e.g. --model-set n_ssm_layers=32 --model-set ssm_d_state=16).",
+    ),
+]
+PolicyOptionOption = Annotated[
+    list[str],
+    typer.Option(
+        "--policy-option",
+        help="KEY=VALUE for the policy, repeatable (e.g. alpha=1.0, bootstrap_multiplier=15).",
+    ),
+]
 ReplicasOption = Annotated[int, typer.Option("--replicas", "-r", min=1, help="Model replicas.")]
 TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica.")]
 
@@ -102,6 +133,16 @@ def format_ms(seconds: float | None, digits: int = 1) -> str:
 def format_pct(x: float | None) -> str:
     """A fraction as a percentage with one decimal; ``-`` for a missing value."""
     return "-" if x is None or x != x else f"{x:.1%}"
+
+
+_UNTUNED = ("warmup", "window", "untuned")
+
+
+def alpha_label(alpha: float | None, source: str) -> str:
+    """A Marconi alpha and where it came from: ``0.3 (tuned)``, ``0.0 (untuned)``, ``-``."""
+    if alpha is None:
+        return "-"
+    return f"{alpha:.1f} ({'untuned' if source in _UNTUNED else source})"
 
 
 def format_bytes(n: float) -> str:

@@ -9,11 +9,11 @@ import typer
 from rich.table import Table
 
 from calibration.profile import load_profile, shipped_profiles
-from twin.cli.common import console, print_json
+from twin.cli.common import ModelSetOption, console, print_json
 from twin.costmodel import KINDS, CostModel, StepCost
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.presets import get_model
+from twin.presets import resolve_model
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -71,6 +71,7 @@ def predictions(
 
 def cost(
     model: str = typer.Option(..., "--model", "-m", help="Preset model (see `twin models list`)."),
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: str | None = typer.Option(
         None, "--gpu", "-g", help="Shipped profile name (a100, h100, h200, l4, cpu, ...)."
     ),
@@ -106,6 +107,8 @@ def cost(
       twin cost --model marconi-hybrid-7b --gpu h100
 
       twin cost -m llama-3-8b -g a100 --tp 2 --lengths 2048,8192 --json
+
+      twin cost -m marconi-hybrid-7b -g h100 --model-set n_ssm_layers=32
     """
     if (gpu is None) == (profile is None):
         raise TwinError(
@@ -113,7 +116,7 @@ def cost(
             f"{', '.join(shipped_profiles())}"
         )
     prof = load_profile(profile if profile is not None else str(gpu))
-    spec = get_model(model)
+    spec = resolve_model(model, model_set)
     cm = CostModel(spec, prof, tp=tp)
     data = predictions(
         cm, _ints(lengths, "--lengths"), cached_frac, _ints(batches, "--batches"), context

@@ -8,10 +8,10 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from twin.cli.common import console, format_bytes, print_json
+from twin.cli.common import ModelSetOption, console, format_bytes, print_json
 from twin.errors import TwinError
 from twin.model import FLOP_KINDS, ModelSpec
-from twin.presets import PRESETS, get_model
+from twin.presets import PRESETS, get_model, override_model
 
 app = typer.Typer(
     help=(
@@ -81,6 +81,7 @@ def show_cmd(
     config: Path | None = typer.Option(
         None, "--config", help="A Hugging Face config.json to read instead of a preset."
     ),
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Show one model: layer mix, cache and weight bytes, prefill FLOPs per token.
@@ -92,10 +93,13 @@ def show_cmd(
       twin models show marconi-hybrid-7b
 
       twin models show --config path/to/config.json --json
+
+      twin models show marconi-hybrid-7b --model-set ssm_d_state=16 --model-set n_ssm_layers=32
     """
     if (name is None) == (config is None):
         raise TwinError("give either a preset NAME or --config PATH (exactly one)")
     m = ModelSpec.from_hf_config(config) if config is not None else get_model(str(name))
+    m = override_model(m, model_set)
     flops = _flops_per_token(m)
     if as_json:
         print_json({"model": m.to_dict(), "prefill_flops_per_token": flops})

@@ -5,11 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import typer
 from rich.table import Table
 
-from policies import POLICIES, get_policy, options_for
-from twin.cli.common import console, print_json, progress_bar
+from policies import POLICIES, get_policy
+from twin.atomic import atomic_path
+from twin.cli.common import (
+    ModelSetOption,
+    PolicyOptionOption,
+    alpha_label,
+    console,
+    policy_options,
+    print_json,
+    progress_bar,
+)
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.presets import resolve_model
@@ -30,6 +42,7 @@ def replay(
     model: str = typer.Option(
         ..., "--model", "-m", help="Preset model name (see `twin models list`) or a config.json."
     ),
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     cache_gb: float = typer.Option(
         ..., "--cache-gb", min=0.0, help="Cache capacity in GB (1e9 bytes): KV + SSM states."
     ),
@@ -44,13 +57,24 @@ def replay(
         5.0,
         "--bootstrap-multiplier",
         min=0.001,
-        help="marconi: bootstrap window = this x the requests before the first eviction.",
+        help="marconi, marconi-twin: bootstrap window = this x the requests "
+        "up to the first eviction (the paper's runs: 5; 15 for LMSys).",
     ),
     alpha_metric: str = typer.Option(
-        "hit-rate", "--alpha-metric", help="marconi/oracle: pick alpha by 'hit-rate' or 'flops'."
+        "hit-rate",
+        "--alpha-metric",
+        help="marconi-twin/oracle: pick alpha by 'hit-rate' or 'flops' "
+        "(marconi always uses the reference code's FLOPs).",
     ),
+    policy_option: PolicyOptionOption = [],  # noqa: B006 (typer reads the default)
     jobs: int = typer.Option(
         1, "--jobs", "-j", min=1, help="Processes for the alpha grid search (marconi, oracle)."
+    ),
+    requests_out: Path | None = typer.Option(
+        None,
+        "--requests",
+        help="Write one row per policy and request (input and hit tokens, the node hit) "
+        "to this parquet file.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
 ) -> None:
@@ -66,17 +90,21 @@ def replay(
       twin replay chat.parquet --model marconi-hybrid-7b --cache-gb 100
 
       twin replay chat.parquet -m marconi-hybrid-7b --cache-gb 60 -p sglang+,marconi,oracle --json
+
+      twin replay chat.parquet -m marconi-hybrid-7b --cache-gb 20 -p marconi,marconi-twin
+      --policy-option alpha=0 --model-set n_ssm_layers=32 --requests hits.parquet
     """
-    spec = resolve_model(model)
+    spec = resolve_model(model, model_set)
     names = _policies(policy)
+    extra = policy_options(policy_option)
     options: dict[str, Any] = {
         "block_size": block_size,
         "bootstrap_multiplier": bootstrap_multiplier,
         "alpha_metric": alpha_metric,
         "jobs": jobs,
+        **extra,
     }
-    # The flags are shared: each policy takes its own (block_size only vllm+, ...).
-    per_policy = {name: options_for(name, options) for name in names}
+    per_policy = {name: _options_for(name, options, extra, names) for name in names}
     for name in names:  # refuse bad names and options before reading anything
         get_policy(name, **per_policy[name])
     capacity = int(cache_gb * GB)
@@ -87,8 +115,18 @@ def replay(
     for name in names:
         with progress_bar(f"replaying {name}", replay_work(trace, name)) as advance:
             results.append(
-                run_replay(trace, spec, capacity, name, per_policy[name], on_request=advance)
+                run_replay(
+                    trace,
+                    spec,
+                    capacity,
+                    name,
+                    per_policy[name],
+                    on_request=advance,
+                    per_request=requests_out is not None,
+                )
             )
+    if requests_out is not None:
+        _write_requests(requests_out, results)
     if as_json:
         print_json(
             {
@@ -106,11 +144,64 @@ def replay(
     _print_table(results, str(workload), spec.name, cache_gb)
 
 
+def _options_for(
+    name: str, options: dict[str, Any], extra: dict[str, Any], names: list[str]
+) -> dict[str, Any]:
+    """The options policy ``name`` declares; a --policy-option no named policy takes is an error."""
+    for key in extra:
+        if not any(key in POLICIES[n].OPTIONS for n in names if n in POLICIES):
+            takes = sorted({o for n in names if n in POLICIES for o in POLICIES[n].OPTIONS})
+            raise TwinError(
+                f"--policy-option {key}: no policy of --policy {','.join(names)} takes it; "
+                f"valid: {', '.join(takes) or '(none)'}"
+            )
+    cls = POLICIES.get(name)
+    if cls is None:
+        return {}
+    return {k: v for k, v in options.items() if k in cls.OPTIONS}
+
+
+def _write_requests(path: Path, results: list[ReplayResult]) -> None:
+    """One row per policy and request, in replay order (``--requests``)."""
+    cols: dict[str, list[Any]] = {
+        "policy": [],
+        "request": [],
+        "input_tokens": [],
+        "hit_tokens": [],
+        "hit_node": [],
+    }
+    for r in results:
+        rows = r.per_request or {}
+        n = len(rows.get("hit_tokens", ()))
+        cols["policy"].extend([r.policy] * n)
+        cols["request"].append(np.arange(n, dtype=np.int64))
+        for key in ("input_tokens", "hit_tokens", "hit_node"):
+            cols[key].append(rows.get(key, np.zeros(0, np.int64)))
+    table = pa.table(
+        {
+            "policy": pa.array(cols["policy"], pa.string()),
+            **{
+                k: pa.array(np.concatenate(cols[k]) if cols[k] else [], pa.int64())
+                for k in ("request", "input_tokens", "hit_tokens", "hit_node")
+            },
+        }
+    )
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
 def _alpha(r: ReplayResult) -> str:
-    if r.alpha is None:
-        return "-"
-    untuned = r.details.get("alpha_source") in ("warmup", "window")
-    return f"{r.alpha:.1f}" + ("*" if untuned else "")
+    return alpha_label(r.alpha, r.details.get("alpha_source", ""))
+
+
+def _grid_line(r: ReplayResult) -> str | None:
+    """A tuned policy's alpha grid as scores relative to the best (the table's caption)."""
+    grid = r.details.get("grid") or r.details.get("bootstrap", {}).get("grid")
+    if not grid:
+        return None
+    best = max(grid.values())
+    cells = " ".join(f"{float(a):.1f}:{(s / best if best else 0):.3f}" for a, s in grid.items())
+    return f"{r.policy} alpha grid (score / best): {cells}"
 
 
 def _gb(n: float) -> str:
@@ -153,6 +244,10 @@ def _print_table(results: list[ReplayResult], path: str, model: str, cache_gb: f
             _alpha(r),
             f"{r.wall_s:.2f}",
         )
-    if any(_alpha(r).endswith("*") for r in results):
-        table.caption = "* the bootstrap window did not end within the trace: alpha stayed 0"
+    notes = [line for r in results if (line := _grid_line(r))]
+    if any("untuned" in _alpha(r) for r in results):
+        notes.append("untuned: the bootstrap window did not end within the trace, alpha stayed 0")
+    if notes:
+        table.caption = "\n".join(notes)
+        table.caption_justify = "left"
     console.print(table)

@@ -20,6 +20,7 @@ from reports.sweep import (
 from twin.cli.common import (
     GpuOption,
     ModelOption,
+    ModelSetOption,
     ProfileOption,
     ReplicasOption,
     TpOption,
@@ -81,6 +82,7 @@ def _command_line() -> str:
 def capacity(
     workload: Path = typer.Argument(..., help="Workload parquet file."),
     model: ModelOption = "marconi-hybrid-7b",
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: GpuOption = None,
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
@@ -134,6 +136,9 @@ def capacity(
       twin report capacity chat.parquet -m marconi-hybrid-7b --gpu h100 -r 2
       --cache-gb 20,40,60 --policies vllm+,sglang+,marconi --session-rates 0.5,1,2
       --slo "p95_ttft<=500ms" --seeds 2 --out capacity --jobs 4
+
+      twin report capacity chat.parquet --model-set n_ssm_layers=32 --model-set ssm_d_state=16
+      --cache-gb 20,40 --out capacity-32ssm
     """
     caches = _numbers("--cache-gb", cache_gb, positive=False)
     names = _policy_list(policies)
@@ -148,6 +153,7 @@ def capacity(
             workload,
             out,
             model=model,
+            model_set=tuple(model_set),
             gpu=gpu,
             profile=profile,
             cache_gb=caches,

@@ -12,37 +12,26 @@ from policies import POLICIES
 from twin.cli.common import (
     GpuOption,
     ModelOption,
+    ModelSetOption,
+    PolicyOptionOption,
     ProfileOption,
     ReplicasOption,
     TpOption,
+    alpha_label,
     console,
     err_console,
     format_ms,
-    parse_pairs,
+    policy_options,
     progress_bar,
 )
 from twin.engine import ROUTERS, build_run
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
 from twin.metrics import STAT_COLUMNS, to_json
+from twin.presets import resolve_model
 from workloads.examples import example_path
 
 EXAMPLE = "chat"
-
-
-def _value(text: str) -> Any:
-    """A policy option's value: int, then float, then the string itself."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            continue
-    return text
-
-
-def _policy_options(pairs: list[str]) -> dict[str, Any]:
-    options = parse_pairs(pairs, "--policy-option", "alpha=1.0")
-    return {key.replace("-", "_"): _value(value) for key, value in options.items()}
 
 
 def simulate(
@@ -52,6 +41,7 @@ def simulate(
         help=f"Workload parquet file (default: the bundled {EXAMPLE!r} example).",
     ),
     model: ModelOption = "marconi-hybrid-7b",
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: GpuOption = None,
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
@@ -62,9 +52,7 @@ def simulate(
     policy: str = typer.Option(
         "marconi", "--policy", "-p", help=f"Cache policy: {', '.join(POLICIES)}."
     ),
-    policy_option: list[str] = typer.Option(
-        [], "--policy-option", help="KEY=VALUE passed to the policy (e.g. alpha=1.0)."
-    ),
+    policy_option: PolicyOptionOption = [],  # noqa: B006 (typer reads the default)
     router: str = typer.Option("round-robin", "--router", help=f"Router: {', '.join(ROUTERS)}."),
     session_rate: float | None = typer.Option(
         None,
@@ -119,6 +107,8 @@ def simulate(
       --router session-affinity --session-rate 4 --out sim
 
       twin simulate trace.parquet --profile my-a100.json -r 2 --tp 2 -p sglang+ --json
+
+      twin simulate --model-set n_ssm_layers=32 -p marconi --policy-option alpha=1.0 --out sim
     """
     if workload is None:
         workload = example_path(EXAMPLE)
@@ -127,14 +117,14 @@ def simulate(
         )
     run = build_run(
         workload,
-        model=model,
+        model=resolve_model(model, model_set),
         gpu=gpu,
         profile=profile,
         cache_gb=cache_gb,
         replicas=replicas,
         tp=tp,
         policy=policy,
-        policy_options=_policy_options(policy_option),
+        policy_options=policy_options(policy_option),
         router=router,
         max_batched_tokens=max_batched_tokens,
         max_running=max_running,
@@ -151,6 +141,14 @@ def simulate(
         print(to_json(summary), end="")  # the same text as summary.json
         return
     _print_table(summary, out)
+
+
+def _alphas(s: dict[str, Any]) -> str:
+    """Each replica's Marconi alpha and where it came from (tuned, fixed, 0 untuned)."""
+    stats = [r.get("policy", {}) for r in s.get("replicas", [])]
+    if not any("alpha" in p for p in stats):
+        return "-"
+    return ", ".join(alpha_label(p.get("alpha"), p.get("alpha_source", "")) for p in stats)
 
 
 def _print_table(s: dict[str, Any], out: Path) -> None:
@@ -195,6 +193,7 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
             f"{util['mean']:.1%} (min {util['min']:.1%}, max {util['max']:.1%})",
         ),
         ("simulated time", f"{s['sim_end_s']:,.1f} s"),
+        ("alpha per replica", _alphas(s)),
         ("cost model", f"{s['profile']['gpu']}: {s['profile']['provenance']}"),
         ("outputs", f"{out / REQUESTS_FILE}, {out / SUMMARY_FILE}"),
     ):

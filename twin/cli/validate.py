@@ -9,8 +9,17 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from twin.cli.common import ModelOption, console, format_bytes, format_ms, format_pct, progress_bar
+from twin.cli.common import (
+    ModelOption,
+    ModelSetOption,
+    console,
+    format_bytes,
+    format_ms,
+    format_pct,
+    progress_bar,
+)
 from twin.metrics import to_json
+from twin.presets import resolve_model
 from twin.validate.entry import load_executor, validate_model
 from workloads.generators import GENERATORS
 
@@ -22,6 +31,7 @@ def _executor() -> tuple[Any, Callable[..., Any], type]:
 
 def validate(
     model: ModelOption = "tiny-hybrid",
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     device: str = typer.Option("cpu", "--device", help="Where the executor runs: cpu or cuda."),
     workload: Path | None = typer.Option(
         None, "--workload", "-w", help="Workload parquet file (or --generate)."
@@ -89,7 +99,7 @@ def validate(
       chat --requests 50 --out val-gpu
     """
     report = validate_model(
-        model,
+        resolve_model(model, model_set),
         out,
         device=device,
         workload=workload,

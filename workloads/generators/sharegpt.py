@@ -1,14 +1,14 @@
-"""``sharegpt``: short ShareGPT conversations as serving benchmarks replay them.
+"""``sharegpt``: ShareGPT conversations as the Marconi paper's trace keeps them.
 
 The same session model as ``chat`` (history-extending turns, typing-time think
-time), with ShareGPT's message lengths and turn count, and the 2,048-token
-sequence cap of vLLM's ShareGPT benchmark: a conversation ends before the turn
-that would take it past 2,048 tokens, so sequences stay under 2K and sessions
-are a few turns long.
+time), with ShareGPT's message lengths. Like the Marconi artifact's trace builder
+(``utils/generate_trace.py``: ``process_sharegpt_dataset`` keeps conversations
+of 10+ rounds; ``generate_sharegpt_trace`` stops a session at 32,768 input
+tokens, the default ``--max-context``), only conversations of at least 10 turns
+are generated and there is no per-session cap below the context.
 
-The Marconi artifact's own ShareGPT trace keeps only 10+-turn conversations and
-caps at 8,192 tokens; ``--set min_turns=10 mean_turns=11 max_session_tokens=8192``
-comes close to it.
+vLLM's ShareGPT benchmark instead keeps every conversation and caps sequences
+at 2,048 tokens: ``--set min_turns=1 mean_turns=3.51 max_session_tokens=2048``.
 """
 
 from __future__ import annotations
@@ -31,16 +31,17 @@ class ShareGPTParams(ChatParams):
     """``ChatParams`` with ShareGPT defaults (only the defaults and sources differ)."""
 
     min_turns: int = knob(
-        1,
+        10,
         "fewest turns in a conversation",
-        "every ShareGPT conversation has at least one turn",
+        "Marconi artifact utils/generate_trace.py (process_sharegpt_dataset): min_num_rounds = 10",
         lo=1,
     )
     mean_turns: float = knob(
-        3.51,
+        12.51,
         "mean turns per conversation (min_turns + a geometric number of extra turns)",
-        "ShareGPT: 330,239 turns in 94,145 conversations = 3.51 "
-        "(ShareChat paper, arXiv 2512.17843, Table 1)",
+        "ShareGPT: 330,239 turns in 94,145 conversations = 3.51 (ShareChat paper, "
+        "arXiv 2512.17843, Table 1); a geometric fit with that mean conditioned on "
+        ">= 10 turns has mean 10 + 2.51 = 12.51 (memoryless)",
         lo=1,
     )
     prompt_mean_tokens: float = knob(
@@ -52,19 +53,20 @@ class ShareGPTParams(ChatParams):
     )
     output_max_tokens: int = knob(2048, "longest reply (tokens)", _VLLM_FILTER, lo=1)
     max_session_tokens: int = knob(
-        2048,
+        0,
         "per-session context cap in tokens on top of --max-context (0: none)",
-        _VLLM_FILTER,
+        "Marconi artifact utils/generate_trace.py (generate_sharegpt_trace): no cap "
+        f"below 32,768 input tokens; {_VLLM_FILTER}",
         lo=0,
     )
 
 
 class ShareGPTGenerator(ChatGenerator):
-    """Few-turn conversations with sequences under 2K tokens."""
+    """ShareGPT conversations of 10+ turns."""
 
     name: ClassVar[str] = "sharegpt"
     description: ClassVar[str] = (
-        "ShareGPT-like conversations: ~3.5 turns, ~160-token messages, ~340-token replies, "
-        "sequences capped at 2,048 tokens"
+        "ShareGPT-like conversations as Marconi's trace keeps them: 10+ turns, "
+        "~160-token messages, ~340-token replies"
     )
     Params: ClassVar[type[GeneratorParams]] = ShareGPTParams

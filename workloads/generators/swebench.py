@@ -62,11 +62,14 @@ class SWEBenchParams(GeneratorParams):
     """Knobs of the ``swebench`` kind."""
 
     system_prompt_tokens: int = knob(
-        2500,
-        "length of the system prompt shared by every session (tokens)",
-        "SWE-agent's system template with its command docs plus a demonstration; turn-0 "
-        f"prompts of {_CLAUDE_TRACE} start at 3.04K tokens, i.e. ~2.5K + the issue",
-        lo=1,
+        1600,
+        "length of the system prompt shared by every session (tokens; 0: none)",
+        "SWE-agent config/default.yaml: system_template 1,793 characters + the JSON "
+        "schemas of its tool bundles (defaults, search, edit_replace, submit) 4,698 "
+        "characters = 6,491 characters, about 1.6K tokens at ~4 characters per token "
+        "(OpenAI help center 'What are tokens'); its optional demonstration "
+        "(put_demos_in_history) would add ~26K characters (~6.5K tokens)",
+        lo=0,
     )
     task_mean_tokens: float = knob(
         400.0,
@@ -186,7 +189,7 @@ class SWEBenchGenerator(WorkloadGenerator):
 
     name: ClassVar[str] = "swebench"
     description: ClassVar[str] = (
-        "SWE-agent-like episodes: shared 2.5K-token system prompt + issue, ~20 steps of "
+        "SWE-agent-like episodes: shared 1.6K-token system prompt + issue, ~20 steps of "
         "action/observation, observations older than the last 5 collapsed"
     )
     Params: ClassVar[type[GeneratorParams]] = SWEBenchParams
