@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import typer
 from rich.console import Console
@@ -25,6 +25,12 @@ from twin.errors import TwinError
 # ``--json`` output stays pipeable.
 console = Console()
 err_console = Console(stderr=True)
+
+
+class Advance(Protocol):
+    """A progress bar's ``advance(amount=1)``: callable with or without an amount."""
+
+    def __call__(self, amount: float = 1, /) -> None: ...
 
 
 def parse_pairs(pairs: list[str], flag: str, example: str) -> dict[str, str]:
@@ -60,9 +66,7 @@ def print_json(data: Any) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(
-    description: str, total: float | None, unit: str = ""
-) -> Iterator[Callable[[float], None]]:
+def progress_bar(description: str, total: float | None, unit: str = "") -> Iterator[Advance]:
     """Show a rich progress bar on stderr; yield ``advance(amount)``."""
     count = MofNCompleteColumn() if unit != "bytes" else TextColumn("")
     with Progress(
@@ -78,7 +82,11 @@ def progress_bar(
         disable=not err_console.is_terminal,
     ) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda amount=1: progress.advance(task, amount)
+
+        def advance(amount: float = 1) -> None:
+            progress.advance(task, amount)
+
+        yield advance
 
 
 # Options shared by the commands that build a cluster (simulate, report capacity).
@@ -126,6 +134,18 @@ PolicyOptionOption = Annotated[
 ]
 ReplicasOption = Annotated[int, typer.Option("--replicas", "-r", min=1, help="Model replicas.")]
 TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica.")]
+
+
+def format_ms(seconds: float | None, digits: int = 1) -> str:
+    """Seconds as milliseconds for a table; ``-`` for a missing (None or NaN) value."""
+    if seconds is None or seconds != seconds:
+        return "-"
+    return f"{1e3 * seconds:,.{digits}f}"
+
+
+def format_pct(x: float | None) -> str:
+    """A fraction as a percentage with one decimal; ``-`` for a missing value."""
+    return "-" if x is None or x != x else f"{x:.1%}"
 
 
 _UNTUNED = ("warmup", "window", "untuned")

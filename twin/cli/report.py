@@ -10,19 +10,13 @@ import typer
 from rich.table import Table
 
 from policies import POLICIES
-from reports.analysis import aggregate, parse_slo, rate_label, recommend, verdict
-from reports.load import load_verdict, sustainable
-from reports.render import HTML_FILE, MD_FILE, Header, render_report
+from reports.analysis import parse_slo, rate_label, verdict
+from reports.capacity import capacity_report
+from reports.load import load_verdict
+from reports.render import HTML_FILE, MD_FILE
 from reports.sweep import (
-    EXECUTORS,
     RESULTS_FILE,
-    SweepSpec,
-    grid,
-    import_ray,
-    resolve,
-    run_sweep,
 )
-from twin import __version__
 from twin.cli.common import (
     EngineOption,
     GpuOption,
@@ -36,7 +30,6 @@ from twin.cli.common import (
     progress_bar,
 )
 from twin.errors import TwinError
-from twin.presets import resolve_model
 
 app = typer.Typer(
     help="Capacity-planning reports: sweeps of the simulator rendered as HTML and Markdown.",
@@ -157,57 +150,32 @@ def capacity(
         else list(_numbers("--session-rates", session_rates, positive=True))
     )
     target = parse_slo(slo) if slo is not None else None
-    if cdf_cache_gb is not None and float(cdf_cache_gb) not in caches:
-        raise TwinError(
-            f"--cdf-cache-gb {cdf_cache_gb:g}: not one of the swept --cache-gb "
-            f"({', '.join(f'{c:g}' for c in caches)})"
-        )
-    if executor not in EXECUTORS:
-        raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
-    if executor == "ray":
-        import_ray()  # a missing extra fails before any work
-    label = resolve_model(model, model_set).name  # fail on a bad --model before any work
-    spec = resolve(
-        SweepSpec(
-            workload=str(workload),
+    with progress_bar("points", len(caches) * len(names) * len(rates) * seeds) as advance:
+        found = capacity_report(
+            workload,
+            out,
             model=model,
             model_set=tuple(model_set),
             gpu=gpu,
             engine=engine,
-            profile=None if profile is None else str(profile),
-            replicas=replicas,
-            tp=tp,
-            router=router,
-        )
-    )
-    points = grid(caches, names, rates, seeds)
-    with progress_bar("points", len(points)) as advance:
-        result = run_sweep(
-            spec,
-            points,
-            out,
+            profile=profile,
+            cache_gb=caches,
+            policies=names,
+            session_rates=rates,
+            slo=target,
+            seeds=seeds,
+            settings={"replicas": replicas, "tp": tp, "router": router},
             jobs=jobs,
-            progress=advance,
+            cdf_cache_gb=cdf_cache_gb,
             executor=executor,
             ray_address=ray_address,
+            command=_command_line(),
+            progress=advance,
         )
     err_console.print(
-        f"{result.computed} point(s) simulated, {result.skipped} found in {out / RESULTS_FILE}"
+        f"{found.computed} point(s) simulated, {found.skipped} found in {out / RESULTS_FILE}"
     )
-    agg = aggregate(result.rows)
-    recs = recommend(agg, target, replicas, tp) if target is not None else []
-    header = Header(
-        command=_command_line(),
-        workload=str(workload),
-        workload_sha256=spec.workload_sha256,
-        twin_version=__version__,
-        model=label,
-        gpu=spec.profile_gpu,
-        provenance=spec.profile_label,
-        replicas=replicas,
-        tp=tp,
-    )
-    render_report(out, header, target, agg, recs, rows=result.rows, cdf_cache_gb=cdf_cache_gb)
+    recs = found.recommendations
     if target is not None:
         table = Table(title=f"smallest cache meeting {target}", title_justify="left")
         for col in ("policy", "session rate", "cache", "metric (ms)", "GPUs"):
@@ -221,7 +189,7 @@ def capacity(
                 str(r.gpus),
             )
         console.print(table)
-        for line in [*verdict(recs, target), *load_verdict(sustainable(agg, target), target)]:
+        for line in [*verdict(recs, target), *load_verdict(found.sustainable, target)]:
             console.print(line, highlight=False)
     console.print(
         f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}", highlight=False

@@ -21,19 +21,17 @@ from twin.cli.common import (
     alpha_label,
     console,
     err_console,
+    format_ms,
     policy_options,
     progress_bar,
 )
-from twin.costmodel.profile import device_memory_bytes, resolve_profile
-from twin.engine import ROUTERS, EngineConfig, expected_horizon, make_pricer
-from twin.engine import simulate as run_simulation
+from twin.engine import ROUTERS, build_run
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
-from twin.metrics import to_json
+from twin.hardware import GB
+from twin.metrics import STAT_COLUMNS, to_json
 from twin.presets import resolve_model
 from workloads.examples import example_path
-from workloads.reader import Workload
 
-GB = 1e9  # decimal, as the Marconi paper and `twin replay` quote cache sizes
 EXAMPLE = "chat"
 
 
@@ -114,18 +112,25 @@ def simulate(
 
       twin simulate --model-set n_ssm_layers=32 -p marconi --policy-option alpha=1.0 --out sim
     """
-    spec = resolve_model(model, model_set)
-    prof = resolve_profile(gpu, profile, engine)
-    config = EngineConfig(
+    if workload is None:
+        workload = example_path(EXAMPLE)
+        err_console.print(
+            f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"
+        )
+    run = build_run(
+        workload,
+        model=resolve_model(model, model_set),
+        gpu=gpu,
+        engine=engine,
+        profile=profile,
+        cache_gb=cache_gb,
         replicas=replicas,
         tp=tp,
-        cache_bytes=int(cache_gb * GB),
         policy=policy,
         policy_options=policy_options(policy_option),
         router=router,
         max_batched_tokens=max_batched_tokens,
         max_running=max_running,
-        gpu_memory_bytes=device_memory_bytes(prof),
         memory_utilization=gpu_mem_util,
         session_rate=session_rate,
         request_rate=request_rate,
@@ -133,22 +138,8 @@ def simulate(
         warmup_s=warmup_s,
         until_s=until_s,
     )
-    if workload is None:
-        workload = example_path(EXAMPLE)
-        err_console.print(
-            f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"
-        )
-    wl = Workload.open(workload)
-    pricer = make_pricer(spec, prof, tp)
-    info = {
-        "gpu": prof.gpu,
-        "device": prof.device,
-        "source": prof.source,
-        "provenance": prof.provenance_label,
-    }
-    total = round(expected_horizon(wl, config), 1) or None
-    with progress_bar("simulated seconds", total) as advance:
-        summary = run_simulation(wl, spec, pricer, config, out, info, advance)
+    with progress_bar("simulated seconds", round(run.horizon_s(), 1) or None) as advance:
+        summary = run.simulate(out, advance)
     if as_json:
         print(to_json(summary), end="")  # the same text as summary.json
         return
@@ -163,10 +154,6 @@ def _alphas(s: dict[str, Any]) -> str:
     return ", ".join(alpha_label(p.get("alpha"), p.get("alpha_source", "")) for p in stats)
 
 
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{1e3 * x:,.1f}"
-
-
 def _print_table(s: dict[str, Any], out: Path) -> None:
     cfg, req = s["config"], s["requests"]
     title = (
@@ -177,7 +164,7 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
     )
     table = Table(title=title, title_justify="left")
     table.add_column("latency (ms)")
-    for col in ("mean", "p5", "p50", "p95", "p99"):
+    for col in STAT_COLUMNS:
         table.add_column(col, justify="right")
     for key, label in (
         ("ttft_s", "TTFT"),
@@ -187,7 +174,7 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
         ("prefill_s", "prefill"),
     ):
         row = s[key]
-        table.add_row(label, *(_ms(row[c]) for c in ("mean", "p5", "p50", "p95", "p99")))
+        table.add_row(label, *(format_ms(row[c]) for c in STAT_COLUMNS))
     console.print(table)
     hit, thr, util = s["hit"], s["throughput"], s["utilisation"]
     facts = Table(show_header=False)
