@@ -69,7 +69,8 @@ def split_impossible(
     kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, float]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(possible rows, flagged rows)."""
-    ok, flagged = [], []
+    ok: list[dict[str, Any]] = []
+    flagged: list[dict[str, Any]] = []
     for r in rows:
         (flagged if impossible(kernel, r, peaks) else ok).append(r)
     return ok, flagged

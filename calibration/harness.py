@@ -125,7 +125,7 @@ def _calibrate(
     gpu: str,
     level: str,
     out: str | Path | None,
-    model: str,
+    model: str | ModelSpec,
     seed: int,
     kernels: Sequence[str] | None,
     progress: Callable[[int], Any] | None,

@@ -24,8 +24,9 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from twin.costmodel.breakdown import StepCost
 from twin.costmodel.profile import Profile
 from twin.model import ModelSpec
 
@@ -64,7 +65,7 @@ def measure_layer_overhead(
                 ids = torch.randint(0, model.vocab_size, (n,), generator=gen).to(device)
                 run = _layer_runner(lm, kind, ids)
                 measured = _median_time(run, repeats, lambda: synchronize(device))
-                kernels = cost.prefill(n, 0, breakdown=True).by_kind.get(kind, 0.0)
+                kernels = cast(StepCost, cost.prefill(n, 0, breakdown=True)).by_kind.get(kind, 0.0)
                 kernels /= counts.get(kind, 1)
                 per_size.append(measured if mode == "max" else measured - kernels)
             seconds[kind] = max(statistics.median(per_size), 0.0)

@@ -120,7 +120,7 @@ def run_sweep(
                     failed[i] = f"{kernel.name} {shape}: {type(err).__name__}: {str(err)[:120]}"
                 # Drop the buffers before the next shape allocates its own (reference
                 # counting frees them; gc.collect() would cost ~0.1 s a shape).
-                fn = None
+                fn = None  # type: ignore[assignment]
                 if ctx.device == "cuda":
                     ctx.torch.cuda.empty_cache()
             if advance is not None:

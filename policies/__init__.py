@@ -29,26 +29,39 @@ POLICIES: dict[str, type[Policy]] = {
         OraclePolicy,
     )
 }
-ALL_OPTIONS = frozenset(o for cls in POLICIES.values() for o in cls.OPTIONS)
 
 
 def get_policy(name: str, **options: Any) -> Policy:
-    """A fresh policy called ``name``.
+    """A fresh policy called ``name`` with ``options`` (``None`` values mean "default").
 
-    ``options`` may hold any policy's options (e.g. one set from the command
-    line for several policies): each policy takes those it knows, ``None``
-    values mean "default". Unknown names raise a ``TwinError`` listing the valid ones.
+    Unknown names, and options this policy does not take, raise a ``TwinError``
+    naming the policy and its valid options. Callers holding options meant for
+    several policies (``twin replay``'s shared flags) pick each policy's own
+    with :func:`options_for` first.
     """
+    cls = policy_class(name)
+    unknown = sorted(set(options) - set(cls.OPTIONS))
+    if unknown:
+        valid = ", ".join(cls.OPTIONS) if cls.OPTIONS else "none"
+        raise TwinError(
+            f"unknown policy option(s) {', '.join(unknown)} for policy {name!r}; "
+            f"{name} takes: {valid}"
+        )
+    return cls(**{k: v for k, v in options.items() if v is not None})
+
+
+def policy_class(name: str) -> type[Policy]:
+    """The registered class called ``name``, or a ``TwinError`` listing the valid names."""
     cls = POLICIES.get(name)
     if cls is None:
         raise TwinError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}")
-    unknown = sorted(set(options) - ALL_OPTIONS)
-    if unknown:
-        raise TwinError(
-            f"unknown policy option(s) {', '.join(unknown)}; "
-            f"valid: {', '.join(sorted(ALL_OPTIONS))}"
-        )
-    return cls(**{k: v for k, v in options.items() if k in cls.OPTIONS and v is not None})
+    return cls
+
+
+def options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``options`` (shared by several policies) that policy ``name`` takes."""
+    cls = policy_class(name)
+    return {k: v for k, v in options.items() if k in cls.OPTIONS}
 
 
 __all__ = [
@@ -63,4 +76,6 @@ __all__ = [
     "VanillaPolicy",
     "get_policy",
     "judicious_admission",
+    "options_for",
+    "policy_class",
 ]

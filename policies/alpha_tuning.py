@@ -16,11 +16,11 @@ Metrics, each the total over the scored requests of the replayed window:
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from policies.grid import map_alphas
 from policies.reference_score import ReferenceFlops
 from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, serve
 from twin.errors import TwinError
@@ -52,15 +52,15 @@ def window_score(
     return sum(ref.saved_by_hit(h) for h in hits[-REFERENCE_LAST_N:])
 
 
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(*args: Any) -> None:
-    _WORKER["args"] = args
-
-
-def _worker_score(alpha: float) -> float:
-    snapshot, model, window, policy_cls, metric = _WORKER["args"]
+def _score_at(
+    snapshot: CacheSnapshot,
+    model: ModelSpec,
+    window: Window,
+    policy_cls: type,
+    metric: str,
+    alpha: float,
+) -> float:
+    """:func:`window_score` with alpha last (the shared grid pool's calling order)."""
     return window_score(snapshot, model, window, alpha, policy_cls, metric)
 
 
@@ -74,14 +74,8 @@ def grid_scores(
     jobs: int = 1,
 ) -> dict[float, float]:
     """:func:`window_score` for every alpha of ``grid``, over ``jobs`` processes."""
-    if jobs <= 1:
-        return {a: window_score(snapshot, model, window, a, policy_cls, metric) for a in grid}
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(grid)),
-        initializer=_init_worker,
-        initargs=(snapshot, model, window, policy_cls, metric),
-    ) as pool:
-        return dict(zip(grid, pool.map(_worker_score, grid), strict=True))
+    scores = map_alphas(_score_at, (snapshot, model, window, policy_cls, metric), grid, jobs)
+    return dict(zip(grid, scores, strict=True))
 
 
 class TunedAlpha:
@@ -89,7 +83,7 @@ class TunedAlpha:
 
     alpha: float
     phase: str  # warmup, window, tuned, untuned (window never reached) or fixed
-    rules: str
+    rules: ClassVar[str]
     bootstrap: dict[str, Any]
     _snapshot: Any
     _window: Window

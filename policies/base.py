@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.cache import PrefixCache
+from twin.cache import CacheNode, CacheStructure, PrefixCache
 from twin.model import ModelSpec
 
 
@@ -22,43 +22,51 @@ class Policy:
     description: ClassVar[str] = ""
     # Keyword options this policy accepts from ``get_policy(name, **options)``.
     OPTIONS: ClassVar[tuple[str, ...]] = ()
+    # What callers ask of a policy, declared rather than probed:
+    # ``hindsight``: a bound computed from the whole trace (one replay per
+    # alpha of ``alpha_grid``, the best kept); it cannot serve requests online.
+    hindsight: ClassVar[bool] = False
+    alpha_grid: ClassVar[tuple[float, ...]] = ()
+
+    # The cache this policy serves, set once by :meth:`bind`.
+    cache: CacheStructure
 
     def __init__(self) -> None:
-        self.cache: Any = None
+        pass
 
     # ----- lifecycle ----------------------------------------------------------
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
+    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> CacheStructure:
         """The cache structure this policy runs on (the radix-tree cache by default)."""
         return PrefixCache(model, capacity_bytes, self)
 
-    def bind(self, cache: Any) -> None:
+    def bind(self, cache: CacheStructure) -> None:
         """Called once by the cache that this policy serves."""
         self.cache = cache
 
-    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
+    def on_request(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> None:
         """A request arrives (before its lookup)."""
 
     # ----- decisions ----------------------------------------------------------
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         """Token positions of ``full`` (input + output) after which to keep the SSM state."""
         raise NotImplementedError
 
-    def on_hit(self, cache: Any, node: Any) -> None:
+    def on_hit(self, cache: CacheStructure, node: CacheNode) -> None:
         """A lookup hit ``node``: refresh it (what else is refreshed is the policy's rule)."""
         cache.touch(node)
 
-    def choose_victim(self, cache: Any) -> Any | None:
+    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
         """The node to evict next, or ``None`` if no candidate is left."""
         return None
 
     # ----- hooks keeping the candidate structure current ----------------------
-    def on_node_added(self, node: Any) -> None:
+    def on_node_added(self, node: CacheNode) -> None:
         self.on_node_changed(node)
 
-    def on_node_changed(self, node: Any) -> None:
+    def on_node_changed(self, node: CacheNode) -> None:
         """Anything about ``node`` changed: children, pins, checkpoint, tokens, last access."""
 
-    def on_node_removed(self, node: Any, into: Any | None = None) -> None:
+    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
         """``node`` left the cache; ``into`` is the child that took its KV, if any."""
 
     def stats(self) -> dict[str, Any]:
@@ -66,7 +74,7 @@ class Policy:
         return {}
 
 
-def judicious_admission(cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+def judicious_admission(cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
     """Marconi's admission (sec. 4.1), shared by ``sglang+``, ``marconi`` and ``oracle``.
 
     Two kinds of reuse are worth an SSM checkpoint: a purely-input shared

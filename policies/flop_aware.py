@@ -37,10 +37,11 @@ from twin.cache import PrefillFlops
 class FlopAwareEviction(Policy):
     """Evicts the candidate with the lowest ``recency + alpha x FLOP efficiency``."""
 
+    flops: PrefillFlops  # set by bind, from the cache's model
+
     def __init__(self, alpha: float = 0.0) -> None:
         super().__init__()
         self.alpha = float(alpha)
-        self.flops: PrefillFlops | None = None
         self.table = CandidateTable()
 
     def bind(self, cache: Any) -> None:

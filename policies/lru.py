@@ -18,10 +18,13 @@ import heapq
 from typing import Any
 
 from policies.base import Policy
+from twin.cache import CacheNode, CacheStructure, PrefixCache
 
 
 class LeafLRU(Policy):
     """Evicts the least recently used unpinned leaf."""
+
+    cache: PrefixCache  # a radix-tree policy: it reads the tree's nodes
 
     def __init__(self) -> None:
         super().__init__()
@@ -29,11 +32,11 @@ class LeafLRU(Policy):
         self._limit = 1024  # heap size that triggers dropping stale entries
         self._is_candidate: Any = None
 
-    def bind(self, cache: Any) -> None:
+    def bind(self, cache: CacheStructure) -> None:
         super().bind(cache)
-        self._is_candidate = cache.leaf_evictable
+        self._is_candidate = self.cache.leaf_evictable
 
-    def on_node_changed(self, node: Any) -> None:
+    def on_node_changed(self, node: CacheNode) -> None:
         node.ver += 1
         if self._is_candidate(node):
             heap = self._heap
@@ -41,13 +44,13 @@ class LeafLRU(Policy):
             if len(heap) > self._limit:
                 self._compact()
 
-    def on_node_removed(self, node: Any, into: Any | None = None) -> None:
+    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
         node.ver += 1
         parent = node.parent
         if into is None and parent is not None and node.t > parent.t:
             parent.t = node.t  # the lazy path refresh (module docstring)
 
-    def choose_victim(self, cache: Any) -> Any | None:
+    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
         heap = self._heap
         while heap:
             _, _, ver, node = heap[0]

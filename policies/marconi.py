@@ -67,7 +67,11 @@ class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
 
     def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         self.refresh_insert_path(cache, full)
-        if self.phase == "window" and self.requests >= self._window_len:
+        if (
+            self.phase == "window"
+            and self._window_len is not None
+            and self.requests >= self._window_len
+        ):
             self._tune(cache)
         return judicious_admission(cache, prompt, full)
 

@@ -97,7 +97,8 @@ def normalise(x: np.ndarray) -> np.ndarray:
     if len(x) > 1:
         lo, hi = x[x.argmin()], x[x.argmax()]
         if lo != hi:
-            return (x - lo) / (hi - lo)
+            scaled: np.ndarray = (x - lo) / (hi - lo)
+            return scaled
     return np.ones(len(x))
 
 
@@ -115,10 +116,11 @@ def preorder_key(node: Any) -> list[int]:
 class ReferenceFlopAwareEviction(Policy):
     """Evicts the node with the lowest ``alpha x eff + recency`` (module docstring)."""
 
+    flops: ReferenceFlops  # set by bind, from the cache's model
+
     def __init__(self, alpha: float = 0.0) -> None:
         super().__init__()
         self.alpha = float(alpha)
-        self.flops: ReferenceFlops | None = None
         self.now = 0  # the logical clock
         self._evict_ticked = False
         self._stamp: dict[int, int] = {}  # id(node) -> last access on the logical clock

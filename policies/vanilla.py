@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from policies.base import Policy
+from twin.cache import CacheStructure
 
 
 class VanillaPolicy(Policy):
@@ -15,5 +14,5 @@ class VanillaPolicy(Policy):
     name = "vanilla"
     description = "nothing cached: every prompt is prefilled from scratch"
 
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         return []

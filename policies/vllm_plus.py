@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from policies.base import Policy
-from twin.cache import BlockCache
+from twin.cache import BlockCache, CacheStructure
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -35,7 +35,7 @@ class VLLMPlusPolicy(Policy):
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> BlockCache:
         return BlockCache(model, capacity_bytes, self, self.block_size)
 
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         # Every full block of input + output; the block pool checkpoints each one,
         # so only the last boundary needs saying.
         end = len(full) // self.block_size * self.block_size

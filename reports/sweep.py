@@ -15,22 +15,23 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from policies import options_for
 from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN, RequestDigest
 from reports.workers import run_in_pool
 from twin.atomic import atomic_path, locked
+from twin.engine.config import EngineConfig, build_config
 from twin.errors import TwinError
 
 RESULTS_FILE = "results.parquet"
 INFEASIBLE_COLUMN = "infeasible"
 LOCK_FILE = ".results.lock"
-GB = 1e9  # decimal GB, as `twin simulate --cache-gb`
 
 # Column order of the results table (and the schema every row is cast to, so
 # an all-null column such as session_rate keeps its type across rewrites).
@@ -87,7 +88,15 @@ class Point:
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """What stays fixed across the sweep. Plain values only: it is pickled to workers."""
+    """What stays fixed across the sweep. Plain values only: it is pickled to workers.
+
+    ``engine`` names whose kernels price the steps (``--engine``); ``settings``
+    holds the :class:`~twin.engine.EngineConfig` fields fixed across
+    the sweep, as the user gave them (replicas, tp, router, ...); the engine's
+    own defaults fill in the rest, through the one builder
+    (:func:`twin.engine.build_config`), so nothing here repeats a default.
+    ``policy_options`` in it are shared by the swept policies: each takes its own.
+    """
 
     workload: str
     model: str
@@ -95,27 +104,60 @@ class SweepSpec:
     gpu: str | None = None
     engine: str | None = None  # whose kernels (twin.costmodel.kernel_sources); None: default
     profile: str | None = None
-    replicas: int = 1
-    tp: int = 1
-    router: str = "round-robin"
-    max_batched_tokens: int = 8192
-    max_running: int = 256
-    warmup_s: float = 0.0
+    settings: tuple[tuple[str, Any], ...] = ()
     workload_sha256: str = ""
     profile_label: str = ""
     # The label alone is not enough: every datasheet profile has the same one.
     profile_gpu: str = ""
 
+    def base_config(self) -> EngineConfig:
+        """The fixed part of every point's configuration (validates ``settings`` early)."""
+        return build_config(**dict(self.settings))
+
+    def fields(self, point: Point) -> dict[str, Any]:
+        """The engine settings of ``point`` for :func:`twin.engine.build_config`."""
+        fixed = dict(self.settings)
+        options = options_for(point.policy, dict(fixed.pop("policy_options", None) or {}))
+        return {
+            **fixed,
+            "cache_gb": point.cache_gb,
+            "policy": point.policy,
+            "policy_options": options,
+            "session_rate": point.session_rate,
+            "seed": point.seed,
+        }
+
+    def config(self, point: Point, profile: Any = None) -> EngineConfig:
+        """The engine configuration of ``point`` (``profile`` gives the device memory)."""
+        return build_config(profile, **self.fields(point))
+
+    @property
+    def replicas(self) -> int:
+        return self.base_config().replicas
+
+    @property
+    def tp(self) -> int:
+        return self.base_config().tp
+
     def key(self, point: Point) -> str:
-        """Resume key: the point, the workload's bytes, the model and the profile label.
+        """Resume key: the point, the workload's bytes, the model, the profile and every
+        fixed engine setting (defaults included, so a changed default is a new point).
 
         Hashing canonical JSON makes the key stable across processes and
         Python versions (``hash()`` is salted per process).
         """
+        varying = {f.name for f in fields(Point)} | {"cache_bytes", "policy_options"}
+        engine = {k: v for k, v in self.base_config().to_dict().items() if k not in varying}
+        engine["policy_options"] = options_for(
+            point.policy, dict(dict(self.settings).get("policy_options") or {})
+        )
         fixed = {
-            k: v
-            for k, v in asdict(self).items()
-            if k not in ("workload", "gpu", "engine", "profile")
+            "model": self.model,
+            "model_set": list(self.model_set),
+            "workload_sha256": self.workload_sha256,
+            "profile_label": self.profile_label,
+            "profile_gpu": self.profile_gpu,
+            "engine": engine,
         }
         blob = json.dumps({"point": asdict(point), "fixed": fixed}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
@@ -141,6 +183,7 @@ def resolve(spec: SweepSpec) -> SweepSpec:
     from twin.costmodel.profile import resolve_profile
     from workloads.importers.base import sha256_file
 
+    spec.base_config()  # a bad engine setting fails before any work
     path = Path(spec.workload)
     if not path.is_file():
         raise TwinError(f"{path}: no such workload file")
@@ -211,40 +254,25 @@ def run_point(
     ``progress(x)`` is told the fraction of the point's arrival horizon just
     simulated (the increments add up to at most 1).
     """
-    from twin.costmodel.profile import device_memory_bytes, resolve_profile
-    from twin.engine import EngineConfig, expected_horizon, make_pricer, memory_budget, simulate
+    from twin.engine import build_run, memory_budget
     from twin.presets import resolve_model
-    from workloads.reader import Workload
 
-    model = resolve_model(spec.model, spec.model_set)
-    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None, spec.engine)
-    config = EngineConfig(
-        replicas=spec.replicas,
-        tp=spec.tp,
-        cache_bytes=int(point.cache_gb * GB),
-        policy=point.policy,
-        router=spec.router,
-        max_batched_tokens=spec.max_batched_tokens,
-        max_running=spec.max_running,
-        gpu_memory_bytes=device_memory_bytes(prof),
-        session_rate=point.session_rate,
-        seed=point.seed,
-        warmup_s=spec.warmup_s,
+    run = build_run(
+        spec.workload,
+        model=resolve_model(spec.model, spec.model_set),
+        gpu=spec.gpu,
+        engine=spec.engine,
+        profile=spec.profile,
+        **spec.fields(point),
     )
     try:
-        memory_budget(model, config)
+        memory_budget(run.model, run.config)
     except TwinError as err:
         # A point that cannot run is a finding of the sweep, not a reason to stop it.
         return infeasible_row(spec, point, str(err))
-    digest = RequestDigest(spec.warmup_s)
-    workload = Workload.open(Path(spec.workload))
-    horizon = expected_horizon(workload, config)
-    summary = simulate(
-        workload,
-        model,
-        make_pricer(model, prof, spec.tp),
-        config,
-        profile={"provenance": prof.provenance_label},
+    digest = RequestDigest(run.config.warmup_s)
+    horizon = run.horizon_s()
+    summary = run.simulate(
         progress=None if progress is None or horizon <= 0 else lambda dt: progress(dt / horizon),
         on_record=digest.add,
     )

@@ -46,13 +46,13 @@ def test_equal_blocks_at_other_positions_do_not_match():
 
 def test_lru_over_leaf_blocks_with_chain_refresh():
     c = pool(capacity=4 * BLOCK)
-    c.clock = 0
+    c.set_clock(0)
     c.insert(seq(0, 8), [8])  # chain A: 2 blocks
-    c.clock = 1
+    c.set_clock(1)
     c.insert(seq(100, 8), [8])  # chain B: 2 blocks
-    c.clock = 2
+    c.set_clock(2)
     assert c.lookup(seq(0, 8)).length == 8  # refreshes all of chain A
-    c.clock = 3
+    c.set_clock(3)
     c.insert(seq(200, 8), [8])  # needs 2 blocks: B's go (leaf first, then its parent)
     assert c.lookup(seq(100, 8)).length == 0
     assert c.lookup(seq(0, 8)).length == 8

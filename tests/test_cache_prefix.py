@@ -236,9 +236,9 @@ def test_peek_equals_lookup_without_touching_the_cache(model):
     x = seq(1, 12)
     serve(cache, x, np.r_[x, [5]].astype(np.int32))
     probe = np.r_[x, [5], seq(300, 4)].astype(np.int32)  # past the state after the output
-    cache.clock += 1
-    state = [(n.t, n.used) for n in cache.tree.nodes()]
+    cache.set_clock(cache.clock + 1)
+    state = [(n.t, n.ckpt_hit) for n in cache.tree.nodes()]
     peeked = cache.peek(probe)
-    assert [(n.t, n.used) for n in cache.tree.nodes()] == state
+    assert [(n.t, n.ckpt_hit) for n in cache.tree.nodes()] == state
     assert peeked == cache.lookup(probe).length == 13
-    assert [(n.t, n.used) for n in cache.tree.nodes()] != state  # a lookup does refresh
+    assert [(n.t, n.ckpt_hit) for n in cache.tree.nodes()] != state  # a lookup does refresh

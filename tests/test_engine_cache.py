@@ -15,6 +15,7 @@ import pytest
 from test_engine_helpers import LinearPricer, generated, run
 
 from policies import POLICIES, get_policy
+from twin.cache import RequestCache
 from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
 from twin.errors import TwinError
 from twin.presets import get_model
@@ -22,7 +23,7 @@ from twin.replay import Trace, replay
 from workloads.examples import example_path
 from workloads.reader import Workload
 
-ONLINE = [name for name, cls in POLICIES.items() if not getattr(cls, "hindsight", False)]
+ONLINE = [name for name, cls in POLICIES.items() if not cls.hindsight]
 
 
 @pytest.fixture(scope="module")
@@ -95,25 +96,14 @@ def _split_replay(trace: Trace, model_name: str, capacity: int, policy_name: str
     """``twin replay`` with the engine's two insertions per request."""
     model = get_model(model_name)
     cache = get_policy(policy_name).make_cache(model, capacity)
-    policy = cache.policy
+    requests = RequestCache(cache)
     hit_tokens = 0
-    for i, (full, n) in enumerate(zip(trace.fulls, trace.prompt_lens, strict=True)):
-        prompt = full[:n]
-        cache.clock = i
-        policy.on_request(cache, prompt, full)
-        hit = cache.lookup(prompt)
-        if hit.node is not None:
-            cache.pin(hit.node)
-        positions = policy.admit(cache, prompt, full)
-        early = [p for p in positions if p <= n]
-        if early:
-            cache.insert(prompt, early)
-        late = [p for p in positions if p > n]
-        if late:
-            cache.insert(full, late)
-        if hit.node is not None:
-            cache.unpin(hit.node)
-        hit_tokens += hit.length
+    for full, n in zip(trace.fulls, trace.prompt_lens, strict=True):
+        adm = requests.admit(full[:n], full[n:])
+        requests.insert_at_prefill_end(adm)
+        requests.insert_at_completion(adm)
+        requests.release(adm)
+        hit_tokens += adm.hit.length
     return hit_tokens / trace.prompt_tokens
 
 

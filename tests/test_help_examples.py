@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import typer
 
+from twin.cli import app
 from twin.cli.main import run
-from twin.cli.root import app
 
 DATA = Path(__file__).parent / "data"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies import ALPHA_GRID, POLICIES, get_policy
+from policies import ALPHA_GRID, POLICIES, get_policy, options_for
 from twin.cache import serve
 from twin.errors import TwinError
 from twin.presets import get_model
@@ -20,7 +20,7 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def hits(policy: str, model, pairs, capacity: int = BIG, **options) -> list[int]:
-    cache = get_policy(policy, **options).make_cache(model, capacity)
+    cache = get_policy(policy, **options_for(policy, options)).make_cache(model, capacity)
     out = []
     for prompt, output in pairs:
         full = np.r_[prompt, output].astype(np.int32)
@@ -106,9 +106,9 @@ def test_vanilla_caches_nothing(model):
 def _two_leaves(alpha: float):
     """An old, long (FLOP-efficient) leaf and a recent, short one."""
     cache = get_policy("marconi-twin", alpha=alpha).make_cache(HYBRID, BIG)
-    cache.clock = 0
+    cache.set_clock(0)
     cache.insert(seq(0, 200), [200])
-    cache.clock = 10
+    cache.set_clock(10)
     cache.insert(seq(1000, 2), [2])
     # tree.match, not lookup: a lookup is an access and would refresh them.
     long_leaf = cache.tree.match(seq(0, 200)).node
@@ -190,7 +190,17 @@ def test_registry_and_errors():
         get_policy("marconi", colour="red")
     with pytest.raises(TwinError, match="alpha metric"):
         get_policy("marconi-twin", alpha_metric="speed")
-    assert get_policy("vllm+", block_size=8, jobs=3).block_size == 8  # others' options ignored
+    # Shared flags (twin replay's) go through options_for: others' options are dropped there.
+    assert get_policy("vllm+", **options_for("vllm+", {"block_size": 8, "jobs": 3})).block_size == 8
+
+
+def test_an_option_of_another_policy_is_refused_naming_the_policy_and_its_options():
+    # Regression (issue 17): sglang+ took alpha (a marconi option) and ignored it.
+    with pytest.raises(TwinError, match=r"alpha for policy 'sglang\+'; sglang\+ takes: none"):
+        get_policy("sglang+", alpha=0.7)
+    with pytest.raises(TwinError, match=r"block_size for policy 'marconi'; marconi takes: alpha, "):
+        get_policy("marconi", block_size=16)
+    assert get_policy("marconi", alpha=None).stats()["alpha_source"] == "warmup"  # None: default
 
 
 class _PathRefreshLRU(get_policy("sglang+").__class__):

@@ -76,6 +76,14 @@ def test_oracle_reports_its_alpha_and_grid(workload):
     assert r.hit_tokens == max(r.details["grid"].values())
 
 
+def test_oracle_grid_over_processes_equals_in_process(workload):
+    # The shared alpha-grid pool (policies.grid) returns runs in grid order.
+    kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
+    one = replay(workload, HYBRID, 60 * kv + 2 * ck, "oracle", {"jobs": 1})
+    two = replay(workload, HYBRID, 60 * kv + 2 * ck, "oracle", {"jobs": 2})
+    assert one.details == two.details and one.hit_tokens == two.hit_tokens
+
+
 def test_trace_is_materialised_once_and_reusable(workload):
     trace = Trace.load(workload)
     assert trace.num_requests == 7 and len(trace.fulls[3]) == 43 + 2 + 3 + 3

@@ -312,6 +312,77 @@ def test_verdict_names_where_each_policy_wins() -> None:
     assert "Where each policy wins: marconi at 1 sessions/s; sglang+ at 2 sessions/s." in text
 
 
+# --- one engine-config builder (issue 17 regression) ---------------------------------
+
+
+def test_sweep_points_build_the_config_simulate_builds_keeping_every_field():
+    from reports.sweep import Point
+    from twin.costmodel.profile import resolve_profile
+    from twin.engine import build_config
+
+    prof = resolve_profile("h100", None)
+    settings = (
+        ("replicas", 2),
+        ("memory_utilization", 0.5),
+        ("policy_options", {"alpha": 1.0, "block_size": 16}),
+    )
+    spec = SweepSpec(workload=str(WORKLOAD), model="tiny-hybrid", gpu="h100", settings=settings)
+    marconi = spec.config(Point(1.5, "marconi", 2.0, 3), prof)
+    # What `twin simulate -r 2 --gpu-mem-util 0.5 --cache-gb 1.5 -p marconi
+    # --policy-option alpha=1.0 --session-rate 2 --seed 3` builds:
+    assert marconi == build_config(
+        prof,
+        cache_gb=1.5,
+        replicas=2,
+        memory_utilization=0.5,
+        policy="marconi",
+        policy_options={"alpha": 1.0},
+        session_rate=2.0,
+        seed=3,
+    )
+    assert marconi.memory_utilization == 0.5 and marconi.gpu_memory_bytes == 80e9
+    # Shared options: each swept policy takes its own.
+    assert spec.config(Point(1.5, "vllm+", None, 0), prof).policy_options == {"block_size": 16}
+    # A fixed engine setting is part of the resume key.
+    plain = SweepSpec(workload=str(WORKLOAD), model="tiny-hybrid", gpu="h100")
+    point = Point(1.5, "marconi", None, 0)
+    assert spec.key(point) != plain.key(point)
+    with pytest.raises(TwinError, match="memory-utilization"):
+        resolve(SweepSpec(str(WORKLOAD), "tiny-hybrid", settings=(("memory_utilization", 2.0),)))
+
+
+def test_capacity_report_is_a_library_call(tmp_path: Path) -> None:
+    from reports.capacity import capacity_report
+
+    out = tmp_path / "cap"
+    found = capacity_report(
+        WORKLOAD,
+        out,
+        model="tiny-hybrid",
+        gpu="h100",
+        cache_gb=[0.0005, 0.002],
+        policies=["vllm+", "marconi"],
+        slo="p95_ttft<=1s",
+        settings={"replicas": 2},
+    )
+    assert found.computed == 4 and found.skipped == 0 and len(found.rows) == 4
+    assert {r["replicas"] for r in found.rows} == {2}
+    assert sorted(r.policy for r in found.recommendations) == ["marconi", "vllm+"]
+    assert (out / HTML_FILE).is_file() and (out / MD_FILE).is_file()
+    again = capacity_report(
+        WORKLOAD,
+        out,
+        model="tiny-hybrid",
+        gpu="h100",
+        cache_gb=[0.002],
+        policies=["marconi"],
+        settings={"replicas": 2},
+    )
+    assert again.computed == 0 and again.skipped == 1  # resumed from results.parquet
+    with pytest.raises(TwinError, match="cdf-cache-gb"):
+        capacity_report(WORKLOAD, out, model="tiny-hybrid", cache_gb=[1.0], cdf_cache_gb=2.0)
+
+
 def test_model_set_reaches_every_point_and_its_resume_key(tmp_path: Path) -> None:
     """--model-set: the sweep simulates the changed shape and keys its rows apart."""
     base = _spec()

@@ -142,6 +142,8 @@ def test_policy_options_and_session_rate(tmp_path):
         (["--gpu", "h100", "--profile", "x.json"], "not both"),
         (["--gpu", "tpu"], "no profile"),
         (["--policy-option", "alpha"], "KEY=VALUE"),
+        # Regression (issue 17): sglang+ used to take marconi's alpha and ignore it.
+        (["-p", "sglang+", "--policy-option", "alpha=0.7"], "for policy 'sglang+'"),
         (["--max-running", "512", "--max-batched-tokens", "256"], "max-running"),
         (["--cache-gb", "500"], "no memory left"),
         (["--model", "gpt-5"], "valid names"),
@@ -159,3 +161,19 @@ def test_help_has_examples():
     result = _invoke("--help")
     assert result.exit_code == 0
     assert "Examples" in result.output and "--session-rate" in result.output
+
+
+def test_the_command_is_the_library_run_builder(tmp_path):
+    from twin.engine import build_run
+
+    result = _invoke("--out", str(tmp_path / "cli"), "--seed", "2", "--json", *SMALL)
+    assert result.exit_code == 0, result.output
+    run = build_run(example_path("chat"), model="tiny-hybrid", cache_gb=0.001, seed=2)
+    assert run.config.gpu_memory_bytes == 80e9  # the default h100 profile's memory
+    run.simulate(tmp_path / "lib")
+    assert (tmp_path / "lib" / "summary.json").read_text() == (
+        tmp_path / "cli" / "summary.json"
+    ).read_text()
+    assert (tmp_path / "lib" / "requests.parquet").read_bytes() == (
+        tmp_path / "cli" / "requests.parquet"
+    ).read_bytes()

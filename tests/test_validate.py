@@ -23,6 +23,7 @@ from test_engine_helpers import LinearPricer, generated, write_rows
 from typer.testing import CliRunner
 
 from policies import get_policy
+from twin.cache import RequestCache
 from twin.costmodel.profile import load_profile, profile_path
 from twin.engine.cost import make_pricer
 from twin.errors import TwinError
@@ -100,33 +101,23 @@ def fake_reference(workload: Workload, model: Any, config: FakeConfig, progress=
     copy_s = pricer.checkpoint_copy_time()
     policy = get_policy(config.policy, **config.policy_options)
     cache = policy.make_cache(model, config.cache_bytes)
+    requests = RequestCache(cache)
     records, free_at = [], 0.0
     for i, req in enumerate(workload.requests()):
-        prompt, n = req.prompt, len(req.prompt)
-        full = np.concatenate((prompt, req.output))
-        cache.clock = i
-        policy.on_request(cache, prompt, full)
-        hit = cache.lookup(prompt)
-        if hit.node is not None:
-            cache.pin(hit.node)
-        positions = policy.admit(cache, prompt, full)
-        early, late = [p for p in positions if p <= n], [p for p in positions if p > n]
+        n = len(req.prompt)
+        adm = requests.admit(req.prompt, req.output)
+        hit = adm.hit
         new = max(1, n - hit.length)
         service = pricer.step_time([(new, n - new)], 0, 0)
-        c0 = cache.checkpoints_admitted
-        if early:
-            cache.insert(prompt, early)
-        if req.output_len == 1 and late:
-            cache.insert(full, late)
-        service += (cache.checkpoints_admitted - c0) * copy_s
+        copies = requests.insert_at_prefill_end(adm)
+        if req.output_len == 1:
+            copies += requests.insert_at_completion(adm)
+        service += copies * copy_s
         start = max(req.arrival_s, free_at)
         free_at = start + service
-        if req.output_len > 1 and late:
-            c1 = cache.checkpoints_admitted
-            cache.insert(full, late)
-            free_at += (cache.checkpoints_admitted - c1) * copy_s
-        if hit.node is not None:
-            cache.unpin(hit.node)
+        if req.output_len > 1:
+            free_at += requests.insert_at_completion(adm) * copy_s
+        requests.release(adm)
         records.append(
             FakeMeasured(
                 req.row, req.session_id, req.turn, req.arrival_s, start, n, hit.length, service
@@ -525,6 +516,7 @@ def test_help_has_examples():
     assert "Examples" in result.output and "--generate" in result.output
 
 
+@pytest.mark.slow  # a whole validation on PyTorch: about a minute on a loaded CPU
 def test_end_to_end_on_the_real_executor(tmp_path):
     """tiny-hybrid on the CPU: the executor and the twin hit the same tokens on every row."""
     pytest.importorskip("torch")
@@ -551,3 +543,60 @@ def test_end_to_end_on_the_real_executor(tmp_path):
     # Step 1 calibrated the CPU at tiny-hybrid's shapes, with its layers' host overhead.
     prof = load_profile(str(out / "profile.json"))
     assert prof.layer_overhead is not None and prof.provenance["shape_model"] == "tiny-hybrid"
+
+
+# ----------------------------------------------------------------- inputs first, outputs as a set
+def test_a_missing_workload_is_refused_before_calibrating(fake_executor, tmp_path, monkeypatch):
+    # Regression (issue 17): it calibrated for minutes, then left OUT/profile.json behind.
+    import twin.validate.entry as entry
+
+    def no_calibration(*args, **kwargs):
+        raise AssertionError("calibrated before checking the inputs")
+
+    monkeypatch.setattr(entry, "_calibrate", no_calibration)
+    result = _invoke("--workload", str(tmp_path / "missing.parquet"), "--out", str(tmp_path / "o"))
+    assert isinstance(result.exception, TwinError), result.output
+    assert "no such workload file" in str(result.exception)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_failed_validation_leaves_no_output_not_even_the_calibrated_profile(
+    tmp_path, monkeypatch
+):
+    import twin.validate.entry as entry
+
+    def calibrate(device, spec, path, bar):
+        path.write_text(profile_path("cpu").read_text())  # what a calibration leaves
+        return load_profile("cpu")
+
+    def broken(*args, **kwargs):
+        raise TwinError("executor failed")
+
+    monkeypatch.setattr(entry, "_calibrate", calibrate)
+    torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False))
+    out = tmp_path / "o"
+    with pytest.raises(TwinError, match="executor failed"):
+        entry.validate_model(
+            "tiny-hybrid",
+            out,
+            generate="chat",
+            requests=5,
+            executor=lambda: (torch, broken, FakeConfig),
+        )
+    assert not out.exists()
+    # The same run with a working executor publishes the whole set at once.
+    report = entry.validate_model(
+        "tiny-hybrid",
+        out,
+        generate="chat",
+        requests=5,
+        executor=lambda: (torch, fake_reference, FakeConfig),
+    )
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(
+        ["profile.json", "workload.parquet", VALIDATION_FILE, REQUESTS_FILE, PLOT_FILE]
+    )
+    assert report["workload"]["path"] == str(out / "workload.parquet")
+    assert json.loads((out / VALIDATION_FILE).read_text())["outputs"]["plot"] == str(
+        out / PLOT_FILE
+    )

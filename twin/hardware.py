@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from twin.errors import TwinError
 
-GB = 1e9
+GB = 1e9  # decimal units, as datasheets and the Marconi paper quote sizes (every --cache-gb)
 TB = 1e12
 
 # Assumed, not measured: the fixed latency of one small all-reduce inside one

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import operator
 import os
 import re
 from array import array
@@ -35,6 +36,8 @@ from twin.cache import PrefillFlops
 
 NAN = float("nan")
 PERCENTILES = (5, 50, 95, 99)
+# The columns of every latency summary (and of the tables that show one).
+STAT_COLUMNS = ("mean", *(f"p{p}" for p in PERCENTILES))
 
 
 @dataclass(slots=True)
@@ -78,6 +81,10 @@ class RequestRecord:
     def e2e_s(self) -> float:
         return self.completed_s - self.arrival_s
 
+
+# A record's latencies, derived once (the properties above) for the writer and the summary.
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "prefill_s")
+_latencies = operator.attrgetter(*LATENCIES)
 
 _INT_COLUMNS = (
     "row",
@@ -126,11 +133,9 @@ class RecordWriter:
         c["turn"].append(rec.turn)
         c["replica"].append(rec.replica)
         c["arrival_s"].append(arrival)
-        c["queue_s"].append(rec.admitted_s - arrival)
-        c["prefill_s"].append(rec.first_token_s - rec.admitted_s)
-        c["ttft_s"].append(rec.first_token_s - arrival)
-        c["tpot_s"].append(rec.tpot_s)
-        c["e2e_s"].append(rec.completed_s - arrival)
+        # The latencies are the record's own properties (one derivation each).
+        for name, value in zip(LATENCIES, _latencies(rec), strict=True):
+            c[name].append(value)
         c["input_tokens"].append(rec.input_tokens)
         c["hit_tokens"].append(rec.hit_tokens)
         c["output_tokens"].append(rec.output_tokens)
@@ -185,7 +190,7 @@ def _stats(values: array) -> dict[str, float | None]:
 class SummaryBuilder:
     """Accumulates the summary of the requests arriving at or after ``warmup_s``."""
 
-    LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "prefill_s")
+    LATENCIES = LATENCIES
 
     def __init__(self, flops: PrefillFlops, warmup_s: float = 0.0) -> None:
         self.flops = flops
@@ -208,11 +213,8 @@ class SummaryBuilder:
             return
         self.measured += 1
         lat = self.lat
-        lat["ttft_s"].append(rec.first_token_s - rec.arrival_s)
-        lat["tpot_s"].append(rec.tpot_s)
-        lat["e2e_s"].append(rec.completed_s - rec.arrival_s)
-        lat["queue_s"].append(rec.admitted_s - rec.arrival_s)
-        lat["prefill_s"].append(rec.first_token_s - rec.admitted_s)
+        for name, value in zip(LATENCIES, _latencies(rec), strict=True):
+            lat[name].append(value)
         self.input_tokens += rec.input_tokens
         self.output_tokens += rec.output_tokens
         self.checkpoints += rec.checkpoints

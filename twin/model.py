@@ -81,19 +81,19 @@ class ModelSpec:
 
         if not isinstance(self.name, str) or not self.name:
             raise TwinError(f"model name must be a non-empty string (got {self.name!r})")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("mlp_gated", "tie_embeddings"):
-                need(isinstance(value, bool), f.name, "must be true or false")
-            elif f.name in ("name", "source", "ssm_expand"):
+        for fld in fields(self):
+            value = getattr(self, fld.name)
+            if fld.name in ("mlp_gated", "tie_embeddings"):
+                need(isinstance(value, bool), fld.name, "must be true or false")
+            elif fld.name in ("name", "source", "ssm_expand"):
                 continue
             elif value is not None:
                 need(
                     isinstance(value, int) and not isinstance(value, bool),
-                    f.name,
+                    fld.name,
                     "must be an integer",
                 )
-                need(value >= 0, f.name, "must not be negative")
+                need(value >= 0, fld.name, "must not be negative")
         need(isinstance(self.source, str), "source", "must be a string")
         for f in ("d_model", "vocab_size", "dtype_bytes", "state_dtype_bytes"):
             need(getattr(self, f) > 0, f, "must be positive")

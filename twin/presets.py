@@ -10,6 +10,7 @@ import dataclasses
 import typing
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -271,7 +272,7 @@ def override_model(spec: ModelSpec, overrides: Sequence[str]) -> ModelSpec:
         return spec
     hints = typing.get_type_hints(ModelSpec)
     fields = [f.name for f in dataclasses.fields(ModelSpec) if f.name not in _FIXED]
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     for pair in overrides:
         key, sep, text = (part.strip() for part in pair.partition("="))
         if not sep or not key:

@@ -13,15 +13,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from policies import get_policy
-from twin.cache import PrefillFlops, serve
+from policies import get_policy, policy_class
+from policies.grid import map_alphas
+from twin.cache import PrefillFlops, cache_stats, serve
 from twin.model import ModelSpec
 from twin.presets import get_model
 from workloads.reader import Workload
@@ -126,15 +126,15 @@ def replay(
     spec = get_model(model) if isinstance(model, str) else model
     options = dict(options or {})
     policy = get_policy(policy_name, **options)  # validates the name and options first
-    if not getattr(policy, "hindsight", False):
+    if not policy.hindsight:
         return _run(trace, spec, capacity_bytes, policy_name, options, on_request, per_request)
     return _hindsight(trace, spec, capacity_bytes, policy_name, options, on_request, per_request)
 
 
 def replay_work(trace: Trace, policy_name: str) -> int:
     """How many requests a replay of ``policy_name`` serves (for progress bars)."""
-    policy = get_policy(policy_name)
-    runs = len(policy.alpha_grid) if getattr(policy, "hindsight", False) else 1  # type: ignore[attr-defined]
+    cls = policy_class(policy_name)
+    runs = len(cls.alpha_grid) if cls.hindsight else 1
     return trace.num_requests * runs
 
 
@@ -180,15 +180,7 @@ def _run(
         request_hit_rate=hits / trace.num_requests if trace.num_requests else 0.0,
         flops_saved=saved,
         flops_total=total,
-        kv_bytes=cache.kv_bytes,
-        ssm_bytes=cache.ssm_bytes,
-        peak_bytes=cache.peak_bytes,
-        peak_kv_bytes=cache.peak_kv_bytes,
-        peak_ssm_bytes=cache.peak_ssm_bytes,
-        checkpoints_admitted=cache.checkpoints_admitted,
-        checkpoints_hit=cache.checkpoints_hit,
-        evictions=cache.evictions,
-        nodes=cache.num_nodes,
+        **cache_stats(cache),
         alpha=stats.get("alpha"),
         wall_s=time.perf_counter() - start,
         details=stats,
@@ -203,17 +195,16 @@ def _run(
 
 
 # ----- hindsight (oracle): one full replay per alpha ---------------------------------
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(
-    trace: Trace, model: ModelSpec, capacity: int, name: str, options: dict, per_request: bool
-) -> None:
-    _WORKER["args"] = (trace, model, capacity, name, options, per_request)
-
-
-def _worker_run(alpha: float) -> ReplayResult:
-    trace, model, capacity, name, options, per_request = _WORKER["args"]
+def _run_at(
+    trace: Trace,
+    model: ModelSpec,
+    capacity: int,
+    name: str,
+    options: dict[str, Any],
+    per_request: bool,
+    alpha: float,
+) -> ReplayResult:
+    """One replay at a fixed ``alpha`` (a worker's task in the grid's process pool)."""
     return _run(trace, model, capacity, name, {**options, "alpha": alpha}, _nothing, per_request)
 
 
@@ -228,7 +219,7 @@ def _hindsight(
 ) -> ReplayResult:
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
-    grid: tuple[float, ...] = policy.alpha_grid  # type: ignore[attr-defined]
+    grid = policy.alpha_grid
     jobs = int(options.get("jobs") or 1)
     if jobs <= 1:
         runs = [
@@ -244,16 +235,12 @@ def _hindsight(
             for a in grid
         ]
     else:
-        with ProcessPoolExecutor(
-            max_workers=min(jobs, len(grid)),
-            initializer=_init_worker,
-            initargs=(trace, model, capacity, policy_name, options, per_request),
-        ) as pool:
-            runs = []
-            for r in pool.map(_worker_run, grid):
-                runs.append(r)
-                for _ in range(trace.num_requests):
-                    on_request()
+        runs = []
+        shared = (trace, model, capacity, policy_name, options, per_request)
+        for r in map_alphas(_run_at, shared, grid, jobs):
+            runs.append(r)
+            for _ in range(trace.num_requests):
+                on_request()
     by_flops = options.get("alpha_metric") == "flops"
     scores = [r.flops_saved if by_flops else r.hit_tokens for r in runs]
     best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))

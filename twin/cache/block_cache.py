@@ -22,10 +22,15 @@ entry per block: LRU order is the same as per block with key ``(stamp, id)``
 lazily), and an evicted tail's parent is next in line, so a run is trimmed
 from the tail until the next block's key passes the best other candidate.
 
-Hashing is vectorised: a 64-bit polynomial prefix hash ``sum mix(x_i) * P^i``
-over the request's tokens with uint64 wrap-around (one ``cumsum``), read at
-block ends. Two different prefixes collide with probability about 2**-64 per
-pair; nothing verifies tokens, as in vLLM.
+Hashing is vectorised: a block's key is the prefix sum ``sum_i mix(x_i, i)``
+over the request's tokens up to its end, with uint64 wrap-around (one
+``cumsum``), where ``mix`` is the splitmix64 finaliser of the token and its
+position (not a polynomial hash: see ``_mix``). Two different prefixes collide
+with probability about 2**-64 per pair; nothing verifies tokens, as in vLLM.
+
+Why one module past 400 lines: the segment representation, the pool's LRU
+trimming and the hashing are one data structure's invariants; splitting them
+would put the segment's fields and the code that keeps them right apart.
 """
 
 from __future__ import annotations
@@ -56,7 +61,8 @@ def _mix(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
     z = tokens.astype(np.uint64) ^ (positions * _GOLDEN)
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
+    mixed: np.ndarray = z ^ (z >> np.uint64(31))
+    return mixed
 
 
 BlockRef = tuple["Segment", int]  # a block: its segment and its index there
@@ -67,6 +73,7 @@ class Segment:
 
     __slots__ = (
         "branches",
+        "ckpt_hit",
         "keys",
         "locks",
         "n",
@@ -76,7 +83,6 @@ class Segment:
         "stamps",
         "start",
         "t0",
-        "used",
         "ver",
     )
 
@@ -92,7 +98,7 @@ class Segment:
         self.branches: dict[int, int] | None = None  # index -> segments hanging off it
         self.locks: dict[int, int] | None = None  # index -> pins
         self.stamps: dict[int, Any] | None = None  # index -> later stamp than t0
-        self.used: set[int] | None = None  # indices whose state served a hit
+        self.ckpt_hit: set[int] | None = None  # indices whose state served a hit
         self.ver = 0  # bumped on every change of the tail (lazy heap invalidation)
 
     def stamp(self, i: int) -> Any:
@@ -134,7 +140,7 @@ class BlockCache:
         self.has_ssm = model.n_ssm_layers > 0
         self.block_bytes = block_size * self.kv_per_token + self.ckpt_bytes
         self.blocks: dict[int, Segment] = {}
-        self.clock: Any = 0
+        self.clock = 0
         self.next_nid = 1
         self.evictions = 0
         self.checkpoints_admitted = 0
@@ -146,6 +152,10 @@ class BlockCache:
         self._last: tuple[np.ndarray | None, list[int]] = (None, [])  # last hashed sequence
         self.policy = policy
         policy.bind(self)
+
+    def set_clock(self, t: int) -> None:
+        """Set recency's clock (the request protocol and snapshots do; see ``requests.py``)."""
+        self.clock = t
 
     # ------------------------------------------------------------------ bytes
     @property
@@ -177,10 +187,10 @@ class BlockCache:
         ref = self._ref(keys, k - 1)
         seg, i = ref
         if self.has_ssm:
-            if seg.used is None:
-                seg.used = set()
-            if i not in seg.used:
-                seg.used.add(i)
+            if seg.ckpt_hit is None:
+                seg.ckpt_hit = set()
+            if i not in seg.ckpt_hit:
+                seg.ckpt_hit.add(i)
                 self.checkpoints_hit += 1
         self.policy.on_hit(self, ref)
         return Hit(k * self.block_size, ref)
@@ -389,6 +399,7 @@ class BlockCache:
         prev_seq, prev = self._last
         start, keys = 0, []
         if prev:
+            assert prev_seq is not None
             m = min(len(prev), nblocks) * bs
             if seq[:m].tobytes() == prev_seq[:m].tobytes():
                 start, keys = m, prev[: m // bs]

@@ -21,12 +21,17 @@ their nodes never carry one and nothing is tidied.
 
 The policy owns eviction order and refresh rules; it hears about every change
 through ``on_node_added`` / ``on_node_changed`` / ``on_node_removed``.
+
+Why one module past 400 lines: ``insert`` and its private helpers (room
+making, truncation, tidying) keep the byte counters and the tidy-tree
+invariant together, and read best beside them; the structure is
+:mod:`twin.cache.radix`, snapshots :mod:`twin.cache.snapshot`, the request
+protocol :mod:`twin.cache.requests`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -52,7 +57,7 @@ class PrefixCache:
         self.root = self.tree.root
         self.kv_tokens = 0
         self.n_ckpts = 0
-        self.clock: Any = 0  # requests served (replay) or admitted (engine): recency's unit
+        self.clock = 0  # requests served (replay) or admitted (engine): recency's unit
         self.evictions = 0
         self.checkpoints_admitted = 0
         self.checkpoints_hit = 0
@@ -60,6 +65,10 @@ class PrefixCache:
         self._memo: tuple[np.ndarray, int, Match] | None = None
         self.policy = policy
         policy.bind(self)
+
+    def set_clock(self, t: int) -> None:
+        """Set recency's clock (the request protocol and snapshots do; see ``requests.py``)."""
+        self.clock = t
 
     # ------------------------------------------------------------------ bytes
     @property
@@ -88,8 +97,8 @@ class PrefixCache:
         node, length = self._usable(self._match(np.asarray(seq, dtype=np.int32)))
         if node is None:
             return Hit(0, None)
-        if self.has_ssm and not node.used:
-            node.used = True
+        if self.has_ssm and not node.ckpt_hit:
+            node.ckpt_hit = True
             self.checkpoints_hit += 1
         self.policy.on_hit(self, node)
         return Hit(length, node)
@@ -264,7 +273,7 @@ class PrefixCache:
         if self.has_ssm:
             node = m.node
             while not node.ckpt and node is not self.root:
-                node = node.parent
+                node = _parent(node)
             return (None, 0) if node is self.root else (node, node.depth)
         if m.length == 0:
             return None, 0
@@ -307,7 +316,7 @@ class PrefixCache:
                 break
             node = base
             while node.depth - len(node.tokens) >= p:
-                node = node.parent
+                node = _parent(node)
             if not (node.depth == p and node.ckpt):
                 out.append(p)
         return out
@@ -349,7 +358,7 @@ class PrefixCache:
         """The node ending exactly at depth ``p`` on ``below``'s path (splits an edge if needed)."""
         node = below
         while node.depth - len(node.tokens) >= p:
-            node = node.parent
+            node = _parent(node)
         if node.depth == p:
             return node
         upper = self.tree.split(node, p - (node.depth - len(node.tokens)))
@@ -420,3 +429,10 @@ class PrefixCache:
             if len(node.children) == 1:
                 self._merge(node)
             return
+
+
+def _parent(node: Node) -> Node:
+    """The parent of a node below the root (which every walk up from a cached node meets)."""
+    parent = node.parent
+    assert parent is not None, "walked above the root"
+    return parent

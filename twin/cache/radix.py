@@ -24,6 +24,7 @@ class Node:
     __slots__ = (
         "children",
         "ckpt",
+        "ckpt_hit",
         "depth",
         "eff",
         "lock",
@@ -32,7 +33,6 @@ class Node:
         "slot",
         "t",
         "tokens",
-        "used",
         "ver",
     )
 
@@ -48,7 +48,7 @@ class Node:
         self.ver = 0  # bumped by the policy on every change (lazy heap invalidation)
         self.eff = 0.0  # policy-owned cached score (Marconi: FLOP efficiency)
         self.slot = -1  # policy-owned index into a candidate table (-1: not a candidate)
-        self.used = False  # its checkpoint served at least one hit
+        self.ckpt_hit = False  # its checkpoint served at least one hit (counted once)
 
     @property
     def is_leaf(self) -> bool:
@@ -106,12 +106,12 @@ class RadixTree:
                 return resume  # the prefix already left the tree
             node, pos = resume.node, resume.length
             if resume.partial is not None:  # the prefix ended inside an edge
-                child = resume.partial
+                part = resume.partial
                 off = pos - node.depth
-                k = _common_prefix(child.tokens[off:], seq[pos:])
-                if off + k < len(child.tokens):
-                    return Match(node, pos + k, child)
-                node, pos = child, pos + k
+                k = _common_prefix(part.tokens[off:], seq[pos:])
+                if off + k < len(part.tokens):
+                    return Match(node, pos + k, part)
+                node, pos = part, pos + k
         # Whole-edge equality on bytes: one memcmp, much cheaper than numpy
         # ufuncs on the short edges typical of a cache.
         raw = seq.tobytes()

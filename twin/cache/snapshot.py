@@ -10,20 +10,15 @@ running requests, which a replayed window does not have.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from twin.cache.base import COUNTERS
 from twin.cache.radix import Node
 
-_COUNTERS = (
-    "evictions",
-    "checkpoints_admitted",
-    "checkpoints_hit",
-    "peak_bytes",
-    "peak_kv_bytes",
-    "peak_ssm_bytes",
-)
+if TYPE_CHECKING:
+    from twin.cache.prefix_cache import PrefixCache
 
 
 @dataclass
@@ -39,11 +34,11 @@ class CacheSnapshot:
     ckpt: list[bool]
     t: list[Any]
     nid: list[int]
-    used: list[bool]
+    ckpt_hit: list[bool]
     counters: dict[str, int]
 
 
-def take_snapshot(cache: Any) -> CacheSnapshot:
+def take_snapshot(cache: PrefixCache) -> CacheSnapshot:
     """Copy ``cache`` (a :class:`~twin.cache.prefix_cache.PrefixCache`) into a snapshot."""
     nodes = cache.tree.nodes()
     index = {id(n): i for i, n in enumerate(nodes)}
@@ -61,18 +56,18 @@ def take_snapshot(cache: Any) -> CacheSnapshot:
         ckpt=[n.ckpt for n in nodes],
         t=[n.t for n in nodes],
         nid=[n.nid for n in nodes],
-        used=[n.used for n in nodes],
-        counters={k: getattr(cache, k) for k in _COUNTERS},
+        ckpt_hit=[n.ckpt_hit for n in nodes],
+        counters={k: getattr(cache, k) for k in COUNTERS},
     )
 
 
-def fill(cache: Any, snap: CacheSnapshot) -> None:
+def fill(cache: PrefixCache, snap: CacheSnapshot) -> None:
     """Rebuild ``snap``'s tree into an empty ``cache``; its policy hears about every node.
 
     Restored edges are views of the snapshot's token buffer: the tree never
     writes into token arrays, so several restores may share one snapshot.
     """
-    cache.clock = snap.clock
+    cache.set_clock(snap.clock)
     tree = cache.tree
     tree.next_nid = snap.next_nid
     nodes: list[Node] = []
@@ -81,7 +76,7 @@ def fill(cache: Any, snap: CacheSnapshot) -> None:
         parent = cache.root if p < 0 else nodes[p]
         toks = snap.tokens[off[i] : off[i + 1]]
         node = Node(toks, parent, parent.depth + len(toks), snap.nid[i])
-        node.ckpt, node.t, node.used = snap.ckpt[i], snap.t[i], snap.used[i]
+        node.ckpt, node.t, node.ckpt_hit = snap.ckpt[i], snap.t[i], snap.ckpt_hit[i]
         parent.children[int(toks[0])] = node
         nodes.append(node)
         cache.kv_tokens += len(toks)

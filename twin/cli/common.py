@@ -7,9 +7,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import typer
 from rich.console import Console
@@ -49,6 +49,12 @@ console = _TableConsole(
     width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPE_WIDTH
 )
 err_console = Console(stderr=True)
+
+
+class Advance(Protocol):
+    """A progress bar's ``advance(amount=1)``: callable with or without an amount."""
+
+    def __call__(self, amount: float = 1, /) -> None: ...
 
 
 def parse_pairs(pairs: list[str], flag: str, example: str) -> dict[str, str]:
@@ -118,9 +124,7 @@ class _PlainProgress:
 
 
 @contextlib.contextmanager
-def progress_bar(
-    description: str, total: float | None, unit: str = ""
-) -> Iterator[Callable[[float], None]]:
+def progress_bar(description: str, total: float | None, unit: str = "") -> Iterator[Advance]:
     """Show progress on stderr; yield ``advance(amount)``.
 
     A rich bar on a terminal; elsewhere a plain line every
@@ -142,7 +146,11 @@ def progress_bar(
         transient=True,
     ) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda amount=1: progress.advance(task, amount)
+
+        def advance(amount: float = 1) -> None:
+            progress.advance(task, amount)
+
+        yield advance
 
 
 # Options shared by the commands that build a cluster (simulate, report capacity).
@@ -190,6 +198,18 @@ PolicyOptionOption = Annotated[
 ]
 ReplicasOption = Annotated[int, typer.Option("--replicas", "-r", min=1, help="Model replicas.")]
 TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica.")]
+
+
+def format_ms(seconds: float | None, digits: int = 1) -> str:
+    """Seconds as milliseconds for a table; ``-`` for a missing (None or NaN) value."""
+    if seconds is None or seconds != seconds:
+        return "-"
+    return f"{1e3 * seconds:,.{digits}f}"
+
+
+def format_pct(x: float | None) -> str:
+    """A fraction as a percentage with one decimal; ``-`` for a missing value."""
+    return "-" if x is None or x != x else f"{x:.1%}"
 
 
 _UNTUNED = ("warmup", "window", "untuned")

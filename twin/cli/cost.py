@@ -139,7 +139,7 @@ def cost(
         "source": prof.source,
         "provenance_label": cm.provenance,
         "provenance_by_kernel": {k: family_label(prof, f) for k, f in prof.kernels.items()},
-        "profile": str(profile) if profile else str(shipped_profiles()[shipped_name(gpu, engine)]),
+        "profile": str(profile or shipped_profiles()[shipped_name(gpu or "h100", engine)]),
     }
     if as_json:
         print_json({**header, **data})

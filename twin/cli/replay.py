@@ -24,12 +24,11 @@ from twin.cli.common import (
     progress_bar,
 )
 from twin.errors import TwinError
+from twin.hardware import GB
 from twin.presets import resolve_model
 from twin.replay import ReplayResult, Trace, replay_work
 from twin.replay import replay as run_replay
 from workloads.reader import Workload
-
-GB = 1e9  # decimal, as the Marconi paper quotes cache sizes
 
 
 def _policies(text: str) -> list[str]:

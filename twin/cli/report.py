@@ -10,20 +10,13 @@ import typer
 from rich.table import Table
 
 from policies import POLICIES
-from reports.analysis import aggregate, parse_slo, rate_label, recommend, verdict
-from reports.load import load_verdict, sustainable
-from reports.render import HTML_FILE, MD_FILE, Header, render_report
+from reports.analysis import parse_slo, rate_label, verdict
+from reports.capacity import capacity_report
+from reports.load import load_verdict
+from reports.render import HTML_FILE, MD_FILE
 from reports.sweep import (
-    EXECUTORS,
-    INFEASIBLE_COLUMN,
     RESULTS_FILE,
-    SweepSpec,
-    grid,
-    import_ray,
-    resolve,
-    run_sweep,
 )
-from twin import __version__
 from twin.cli import checks
 from twin.cli.common import (
     EngineOption,
@@ -38,7 +31,6 @@ from twin.cli.common import (
     progress_bar,
 )
 from twin.errors import TwinError
-from twin.presets import resolve_model
 
 app = typer.Typer(
     help="Capacity-planning reports: sweeps of the simulator rendered as HTML and Markdown.",
@@ -77,20 +69,6 @@ def _policy_list(text: str) -> list[str]:
             f"choose from {', '.join(POLICIES)}"
         )
     return list(dict.fromkeys(names))
-
-
-def split_infeasible(rows: list[dict]) -> tuple[list[dict], list[str]]:
-    """The rows that ran, and one line per cache size whose points cannot run.
-
-    Whether a point fits depends on its cache size (with the fixed model,
-    GPU and tp), not on its policy or rate: one line per size says it all.
-    """
-    reasons: dict[float, str] = {}
-    for r in rows:
-        if r.get(INFEASIBLE_COLUMN):
-            reasons.setdefault(r["cache_gb"], r[INFEASIBLE_COLUMN])
-    ran = [r for r in rows if not r.get(INFEASIBLE_COLUMN)]
-    return ran, [f"{c:g} GB cache: {why}" for c, why in sorted(reasons.items())]
 
 
 def _command_line() -> str:
@@ -175,68 +153,34 @@ def capacity(
         else list(_numbers("--session-rates", session_rates, positive=True))
     )
     target = parse_slo(slo) if slo is not None else None
-    if cdf_cache_gb is not None and float(cdf_cache_gb) not in caches:
-        raise TwinError(
-            f"--cdf-cache-gb {cdf_cache_gb:g}: not one of the swept --cache-gb "
-            f"({', '.join(f'{c:g}' for c in caches)})"
-        )
-    if executor not in EXECUTORS:
-        raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
-    if executor == "ray":
-        import_ray()  # a missing extra fails before any work
-    label = resolve_model(model, model_set).name  # fail on a bad --model before any work
-    spec = resolve(
-        SweepSpec(
-            workload=str(workload),
+    with progress_bar("points", len(caches) * len(names) * len(rates) * seeds) as advance:
+        found = capacity_report(
+            workload,
+            out,
             model=model,
             model_set=tuple(model_set),
             gpu=gpu,
             engine=engine,
-            profile=None if profile is None else str(profile),
-            replicas=replicas,
-            tp=tp,
-            router=router,
-        )
-    )
-    points = grid(caches, names, rates, seeds)
-    with progress_bar("points", len(points)) as advance:
-        result = run_sweep(
-            spec,
-            points,
-            out,
+            profile=profile,
+            cache_gb=caches,
+            policies=names,
+            session_rates=rates,
+            slo=target,
+            seeds=seeds,
+            settings={"replicas": replicas, "tp": tp, "router": router},
             jobs=jobs,
-            progress=advance,
+            cdf_cache_gb=cdf_cache_gb,
             executor=executor,
             ray_address=ray_address,
+            command=_command_line(),
+            progress=advance,
         )
     err_console.print(
-        f"{result.computed} point(s) simulated, {result.skipped} found in {out / RESULTS_FILE}",
-        highlight=False,
+        f"{found.computed} point(s) simulated, {found.skipped} found in {out / RESULTS_FILE}"
     )
-    rows, infeasible = split_infeasible(result.rows)
-    for line in infeasible:
+    recs = found.recommendations
+    for line in found.infeasible:
         err_console.print(f"warning: cannot run {line}", highlight=False, markup=False)
-    if not rows:
-        raise TwinError(
-            "no point of the sweep can run: "
-            + "; ".join(infeasible)
-            + " (lower --cache-gb, or use more GPUs per replica with --tp)"
-        )
-    agg = aggregate(rows)
-    recs = recommend(agg, target, replicas, tp) if target is not None else []
-    header = Header(
-        command=_command_line(),
-        workload=str(workload),
-        workload_sha256=spec.workload_sha256,
-        twin_version=__version__,
-        model=label,
-        gpu=spec.profile_gpu,
-        provenance=spec.profile_label,
-        replicas=replicas,
-        tp=tp,
-        infeasible=tuple(infeasible),
-    )
-    render_report(out, header, target, agg, recs, rows=rows, cdf_cache_gb=cdf_cache_gb)
     if target is not None:
         table = Table(title=f"smallest cache meeting {target}", title_justify="left")
         for col in ("policy", "session rate", "cache", "metric (ms)", "GPUs"):
@@ -250,7 +194,7 @@ def capacity(
                 str(r.gpus),
             )
         console.print(table)
-        for line in [*verdict(recs, target), *load_verdict(sustainable(agg, target), target)]:
+        for line in [*verdict(recs, target), *load_verdict(found.sustainable, target)]:
             console.print(line, highlight=False)
     console.print(
         f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}", highlight=False

@@ -22,19 +22,17 @@ from twin.cli.common import (
     alpha_label,
     console,
     err_console,
+    format_ms,
     policy_options,
     progress_bar,
 )
-from twin.costmodel.profile import device_memory_bytes, resolve_profile
-from twin.engine import ROUTERS, EngineConfig, make_pricer
-from twin.engine import simulate as run_simulation
+from twin.engine import ROUTERS, build_run
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
-from twin.metrics import to_json
+from twin.hardware import GB
+from twin.metrics import STAT_COLUMNS, to_json
 from twin.presets import resolve_model
 from workloads.examples import example_path
-from workloads.reader import Workload
 
-GB = 1e9  # decimal, as the Marconi paper and `twin replay` quote cache sizes
 EXAMPLE = "chat"
 
 
@@ -128,18 +126,25 @@ def simulate(
         checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
     checks.no_other_run("--out", out, [REQUESTS_FILE, SUMMARY_FILE], force)
-    spec = resolve_model(model, model_set)
-    prof = resolve_profile(gpu, profile, engine)
-    config = EngineConfig(
+    if workload is None:
+        workload = example_path(EXAMPLE)
+        err_console.print(
+            f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"
+        )
+    run = build_run(
+        workload,
+        model=resolve_model(model, model_set),
+        gpu=gpu,
+        engine=engine,
+        profile=profile,
+        cache_gb=cache_gb,
         replicas=replicas,
         tp=tp,
-        cache_bytes=int(cache_gb * GB),
         policy=policy,
         policy_options=policy_options(policy_option, [policy]),
         router=router,
         max_batched_tokens=max_batched_tokens,
         max_running=max_running,
-        gpu_memory_bytes=device_memory_bytes(prof),
         memory_utilization=gpu_mem_util,
         session_rate=session_rate,
         request_rate=request_rate,
@@ -147,27 +152,12 @@ def simulate(
         warmup_s=warmup_s,
         until_s=until_s,
     )
-    if workload is None:
-        workload = example_path(EXAMPLE)
-        err_console.print(
-            f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"
-        )
-    wl = Workload.open(workload)
-    pricer = make_pricer(spec, prof, tp)
-    info = {
-        "gpu": prof.gpu,
-        "device": prof.device,
-        "source": prof.source,
-        "provenance": prof.provenance_label,
-    }
     # Completed requests, not simulated seconds: the run goes on draining well
     # past the last arrival, so a time bar sat at 100% for half the run.
     # With --until-s some rows never arrive, and the total is unknown.
-    total = wl.num_rows if until_s is None else None
+    total = run.workload.num_rows if until_s is None else None
     with progress_bar("requests completed", total) as advance:
-        summary = run_simulation(
-            wl, spec, pricer, config, out, info, on_record=lambda _: advance(1), force=force
-        )
+        summary = run.simulate(out, on_record=lambda _: advance(1), force=force)
     if as_json:
         print(to_json(summary), end="")  # the same text as summary.json
         return
@@ -182,10 +172,6 @@ def _alphas(s: dict[str, Any]) -> str:
     return ", ".join(alpha_label(p.get("alpha"), p.get("alpha_source", "")) for p in stats)
 
 
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{1e3 * x:,.1f}"
-
-
 def _print_table(s: dict[str, Any], out: Path) -> None:
     cfg, req = s["config"], s["requests"]
     title = (
@@ -196,7 +182,7 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
     )
     table = Table(title=title, title_justify="left")
     table.add_column("latency (ms)")
-    for col in ("mean", "p5", "p50", "p95", "p99"):
+    for col in STAT_COLUMNS:
         table.add_column(col, justify="right")
     for key, label in (
         ("ttft_s", "TTFT"),
@@ -206,7 +192,7 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
         ("prefill_s", "prefill"),
     ):
         row = s[key]
-        table.add_row(label, *(_ms(row[c]) for c in ("mean", "p5", "p50", "p95", "p99")))
+        table.add_row(label, *(format_ms(row[c]) for c in STAT_COLUMNS))
     console.print(table)
     hit, thr, util = s["hit"], s["throughput"], s["utilisation"]
     facts = Table(show_header=False)

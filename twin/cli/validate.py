@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import math
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,79 +9,24 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from policies import get_policy
-from twin.cli.common import ModelOption, ModelSetOption, console, format_bytes, progress_bar
-from twin.costmodel.profile import Profile
-from twin.errors import TwinError
+from twin.cli.common import (
+    ModelOption,
+    ModelSetOption,
+    console,
+    format_bytes,
+    format_ms,
+    format_pct,
+    progress_bar,
+)
 from twin.metrics import to_json
-from twin.model import ModelSpec
 from twin.presets import resolve_model
-from twin.validate.arrivals import fix_arrivals
-from twin.validate.run import CacheChoice, default_cache
-from twin.validate.run import validate as run_validation
-from workloads.examples import Example
-from workloads.generators import GENERATORS, get_generator
-from workloads.reader import Workload
-
-GB = 1e9  # decimal, as the other commands quote cache sizes
-DEVICES = ("cpu", "cuda")
-WORKLOAD_FILE = "workload.parquet"  # the fixed-arrival copy both sides run
+from twin.validate.entry import load_executor, validate_model
+from workloads.generators import GENERATORS
 
 
 def _executor() -> tuple[Any, Callable[..., Any], type]:
-    """``torch``, ``run_reference`` and ``ExecutorConfig``, or a one-line install hint."""
-    try:
-        import torch
-    except ImportError:
-        raise TwinError(
-            "twin validate runs the model with PyTorch, which is not installed: "
-            "pip install 'twin[torch]' (torch==2.13.0)"
-        ) from None
-    from twin.reference.executor import ExecutorConfig, run_reference
-
-    return torch, run_reference, ExecutorConfig
-
-
-def _check_policy(name: str) -> None:
-    if getattr(get_policy(name), "hindsight", False):
-        raise TwinError(
-            f"--policy {name}: a hindsight bound (one replay per alpha) cannot serve "
-            "requests online; validate marconi, sglang+ or vanilla"
-        )
-
-
-PROFILE_FILE = "profile.json"
-
-
-def _calibrated_profile(device: str, spec: ModelSpec, out: Path) -> Profile:
-    """Step 1 of a validation: time this device's kernels at the model's own shapes, and the
-    host overhead of its layers, into ``out/profile.json`` (a quick, per-model profile)."""
-    from calibration.harness import calibrate
-
-    gpu = "cpu" if device == "cpu" else "auto"
-    with contextlib.ExitStack() as stack:
-
-        def progress(total: int) -> Any:
-            return stack.enter_context(progress_bar("calibrating", total))
-
-        result = calibrate(
-            gpu,
-            "quick",
-            out / PROFILE_FILE,
-            model=spec,
-            progress=progress,
-            overhead=True,
-            model_only=True,
-        )
-    return result.profile
-
-
-def _generate(
-    kind: str, sessions: int, session_rate: float | None, seed: int, path: Path
-) -> Workload:
-    """A fresh ``kind`` workload at ``path`` (the generator's defaults; rate 1/s if none given)."""
-    Example(kind, sessions, 1.0 if session_rate is None else session_rate, seed).build(path)
-    return Workload.open(path)
+    """The real executor (tests replace this with a fake)."""
+    return load_executor()
 
 
 def validate(
@@ -156,80 +98,27 @@ def validate(
       twin validate --device cuda --profile h100-measured.json -m marconi-hybrid-7b \\
         --generate chat --requests 50 --out val-gpu
     """
-    spec = resolve_model(model, model_set)
-    if device not in DEVICES:
-        raise TwinError(f"--device {device!r}: expected cpu or cuda")
-    if (workload is None) == (generate is None):
-        raise TwinError("give one of --workload W.parquet or --generate KIND")
-    if generate is not None:
-        get_generator(generate)
-    _check_policy(policy)
-    if cache_gb is not None and not (math.isfinite(cache_gb) and cache_gb >= 0):
-        raise TwinError(f"--cache-gb must be a number >= 0 (got {cache_gb})")
-    if session_rate is not None and not (math.isfinite(session_rate) and session_rate > 0):
-        raise TwinError(f"--session-rate must be a positive number (got {session_rate})")
-    torch, run_reference, config_cls = _executor()
-    if device == "cuda" and not torch.cuda.is_available():
-        raise TwinError("--device cuda: PyTorch sees no CUDA GPU on this machine")
-    prof = Profile.load(profile) if profile is not None else _calibrated_profile(device, spec, out)
-    with tempfile.TemporaryDirectory() as tmp:
-        if generate is not None:
-            src = _generate(
-                generate, sessions or requests, session_rate, seed, Path(tmp) / "generated.parquet"
-            )
-        else:
-            assert workload is not None
-            src = Workload.open(workload)
-        fixed = fix_arrivals(
-            src,
-            out / WORKLOAD_FILE,
-            seed=seed,
-            max_requests=requests,
-            session_rate=None if generate is not None else session_rate,
-        )
-    cache = (
-        default_cache(fixed, spec, policy)
-        if cache_gb is None
-        else CacheChoice(int(cache_gb * GB), "--cache-gb")
+    report = validate_model(
+        resolve_model(model, model_set),
+        out,
+        device=device,
+        workload=workload,
+        generate=generate,
+        sessions=sessions,
+        requests=requests,
+        session_rate=session_rate,
+        policy=policy,
+        cache_gb=cache_gb,
+        profile=profile,
+        seed=seed,
+        repeats=repeats,
+        executor=_executor,
+        bar=progress_bar,
     )
-    config = config_cls(
-        device=device, policy=policy, cache_bytes=cache.bytes, seed=seed, repeats=repeats
-    )
-    with progress_bar("prefills measured", fixed.num_rows) as advance:
-        report = run_validation(
-            fixed,
-            spec,
-            prof,
-            run_reference=run_reference,
-            executor_config=config,
-            cache=cache,
-            out_dir=out,
-            progress=_fraction(advance, fixed.num_rows),
-        )
     if as_json:
         print(to_json(report), end="")  # the same text as validation.json
         return
     _print_report(report)
-
-
-def _fraction(advance: Callable[[float], None], total: int) -> Callable[[float], None]:
-    """Adapt the executor's progress (fraction of requests served) to a bar's advances."""
-    done = 0.0
-
-    def report(fraction: float) -> None:
-        nonlocal done
-        advance(fraction * total - done)
-        done = fraction * total
-
-    return report
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{1e3 * x:,.2f}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None or x != x else f"{x:.1%}"
 
 
 def _print_report(r: dict[str, Any]) -> None:
@@ -240,14 +129,9 @@ def _print_report(r: dict[str, Any]) -> None:
         f"{format_bytes(r['cache']['bytes'])} cache ({r['cache']['source']})"
     )
     table = Table(title=title, title_justify="left")
-    for col, justify in (
-        ("", "left"),
-        ("measured (ms)", "right"),
-        ("predicted (ms)", "right"),
-        ("error", "right"),
-        ("target", "right"),
-    ):
-        table.add_column(col, justify=justify)
+    table.add_column("", justify="left")
+    for col in ("measured (ms)", "predicted (ms)", "error", "target"):
+        table.add_column(col, justify="right")
 
     def verdict(key: str) -> str:
         t = targets[key]
@@ -258,19 +142,19 @@ def _print_report(r: dict[str, Any]) -> None:
     meas, pred = s["measured_median_s"], s["predicted_median_s"]
     table.add_row(
         "service time, median",
-        _ms(meas),
-        _ms(pred),
-        _pct(abs(pred - meas) / meas if meas else None),
+        format_ms(meas, 2),
+        format_ms(pred, 2),
+        format_pct(abs(pred - meas) / meas if meas else None),
         "",
     )
     table.add_row(
         "per-request service error, median",
         "",
         "",
-        _pct(s["median_abs_rel_err"]),
+        format_pct(s["median_abs_rel_err"]),
         verdict("service_median_rel_err"),
     )
-    table.add_row("per-request service error, P90", "", "", _pct(s["p90_abs_rel_err"]), "")
+    table.add_row("per-request service error, P90", "", "", format_pct(s["p90_abs_rel_err"]), "")
     table.add_row(
         "per-request bias (signed median)", "", "", f"{s['median_signed_rel_err']:+.1%}", ""
     )
@@ -279,9 +163,9 @@ def _print_report(r: dict[str, Any]) -> None:
         key = f"ttft_{q}_rel_err"
         table.add_row(
             f"TTFT {q.upper()}",
-            _ms(t["measured_s"]),
-            _ms(t["predicted_s"]),
-            _pct(t["rel_err"]),
+            format_ms(t["measured_s"], 2),
+            format_ms(t["predicted_s"], 2),
+            format_pct(t["rel_err"]),
             verdict(key) if key in targets else "",
         )
     console.print(table)
@@ -293,13 +177,13 @@ def _print_report(r: dict[str, Any]) -> None:
     rows = [
         (
             "token hit rate (measured / predicted)",
-            f"{_pct(hit['measured']['token_hit_rate'])} / "
-            f"{_pct(hit['predicted']['token_hit_rate'])}",
+            f"{format_pct(hit['measured']['token_hit_rate'])} / "
+            f"{format_pct(hit['predicted']['token_hit_rate'])}",
         ),
         (
             "request hit rate (measured / predicted)",
-            f"{_pct(hit['measured']['request_hit_rate'])} / "
-            f"{_pct(hit['predicted']['request_hit_rate'])}",
+            f"{format_pct(hit['measured']['request_hit_rate'])} / "
+            f"{format_pct(hit['predicted']['request_hit_rate'])}",
         ),
         (
             "hit tokens identical on every row",

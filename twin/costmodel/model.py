@@ -29,9 +29,9 @@ overlap. Kernel latencies and features come from ``twin.costmodel.formulas``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from twin.costmodel import formulas as fm
 from twin.costmodel.breakdown import StepCost
@@ -222,6 +222,7 @@ class CostModel:
         """A fitted all-reduce for this GPU count if the profile has one, else a ring on peaks."""
         tp, peaks = self.tp, self.profile.peaks
         fit = self.profile.kernels.get(fm.allreduce_kernel(tp)) if tp > 1 else None
+        self._allreduce_fit: Callable[..., float] | None
         if fit is not None:
             self._allreduce_fit = fm.compile_fast(fm.allreduce_kernel(tp), fit.params, peaks)
             return
@@ -371,8 +372,8 @@ class CostModel:
             ssm = (self.ssm_heads, self.ssm_head_dim, self.ssm_d_state, self.ssm_groups)
             width, taps = self.conv_channels, m.ssm_conv_kernel
             if f.prefill_chunks:
-                feats = fm.ssm_scan_sums(f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e)
-                parts.append(("ssm", "ssm_scan", k["ssm_scan"](*feats)))
+                scan = fm.ssm_scan_sums(f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e)
+                parts.append(("ssm", "ssm_scan", k["ssm_scan"](*scan)))
                 # Features of one sequence holding all the step's prompt tokens; the
                 # per-sequence term counts every chunk.
                 cf, cb, _ = fm.conv1d_features(1, f.prefill_tokens, width, taps, e)
@@ -435,7 +436,7 @@ class CostModel:
         return max(kernels, self.host_s)
 
     def _prefill_s(self, n_new: int, n_cached: int) -> float:
-        return float(self.step(((n_new, n_cached),), ()))
+        return float(cast(float, self.step(((n_new, n_cached),), ())))
 
 
 def _check_count(label: str, v: object) -> None:

@@ -1,35 +1,47 @@
 """The SimPy event engine: sessions arrive, a router picks a replica, replicas batch and step.
 
-Entry points: :func:`simulate` (one run, records + summary), :class:`Cluster`
-(the simulated cluster), :class:`EngineConfig`, the router registry
-(:data:`ROUTERS`, :func:`get_router`) and the :class:`StepPricer` protocol the
-engine prices steps with.
+Entry points: :func:`build_run` (the one builder of a run from what a user
+names) and :func:`simulate` (one run, records + summary), :class:`Cluster`
+(the simulated cluster), :class:`EngineConfig` and :func:`build_config`, the
+router registry (:data:`ROUTERS`, :func:`get_router`), the scheduler registry
+(:data:`SCHEDULERS`, :func:`get_scheduler`: batch formation, apart from the
+replica's cache and memory) and the :class:`StepPricer` protocol the engine
+prices steps with.
 """
 
 from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
-from twin.engine.config import EngineConfig
+from twin.engine.config import EngineConfig, build_config
 from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
-from twin.engine.replica import Replica, Seq
+from twin.engine.replica import Replica
 from twin.engine.router import ROUTERS, Router, get_router
-from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, simulate
+from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, Run, build_run, simulate
+from twin.engine.scheduler import SCHEDULERS, ContinuousBatching, Scheduler, get_scheduler
+from twin.engine.seq import Seq
 from twin.engine.source import SessionSource
 
 __all__ = [
     "REQUESTS_FILE",
     "ROUTERS",
+    "SCHEDULERS",
     "SUMMARY_FILE",
     "Cluster",
+    "ContinuousBatching",
     "CostModelPricer",
     "EngineConfig",
     "PricerBase",
     "Replica",
     "Router",
+    "Run",
     "RunStats",
+    "Scheduler",
     "Seq",
     "SessionSource",
     "StepPricer",
+    "build_config",
+    "build_run",
     "expected_horizon",
     "get_router",
+    "get_scheduler",
     "make_pricer",
     "memory_budget",
     "simulate",

@@ -25,17 +25,17 @@ from typing import Any
 import simpy
 
 from policies import get_policy
+from twin.cache import cache_stats
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
 from twin.engine.source import SessionSource
 from twin.errors import TwinError
+from twin.hardware import GB
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
 from workloads.reader import Request, Workload
-
-GB = 1e9
 
 
 @dataclass
@@ -89,7 +89,7 @@ class Cluster:
         workload: Workload,
         on_record: Callable[[RequestRecord], None] = lambda rec: None,
     ) -> None:
-        if getattr(get_policy(config.policy, **config.policy_options), "hindsight", False):
+        if get_policy(config.policy, **config.policy_options).hindsight:
             raise TwinError(
                 f"policy {config.policy!r} is a hindsight bound (one replay per alpha), not an "
                 "online policy; simulate 'marconi' with --policy-option alpha=A instead"
@@ -226,26 +226,15 @@ class Cluster:
         end = self.env.now
         reps = []
         for r in self.replicas:
-            c = r.cache
             reps.append(
                 {
                     "replica": r.index,
-                    "requests": r.requests,
+                    "requests": r.submitted,
                     "rejected": r.rejected,
                     "steps": r.step_no,
                     "busy_s": r.busy_s,
                     "utilisation": r.busy_s / end if end > 0 else 0.0,
-                    "cache": {
-                        "kv_bytes": c.kv_bytes,
-                        "ssm_bytes": c.ssm_bytes,
-                        "peak_bytes": c.peak_bytes,
-                        "peak_kv_bytes": c.peak_kv_bytes,
-                        "peak_ssm_bytes": c.peak_ssm_bytes,
-                        "evictions": c.evictions,
-                        "checkpoints_admitted": c.checkpoints_admitted,
-                        "checkpoints_hit": c.checkpoints_hit,
-                        "nodes": c.num_nodes,
-                    },
+                    "cache": cache_stats(r.cache),
                     "policy": r.policy.stats(),
                 }
             )

@@ -1,4 +1,5 @@
-"""The engine's configuration: one dataclass whose every field says what it means."""
+"""The engine's configuration: one dataclass whose every field says what it means, and its
+one builder from what a user names (:func:`build_config`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twin.errors import TwinError
+from twin.hardware import GB
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -77,3 +79,27 @@ class EngineConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready copy (the summary records the exact configuration)."""
         return dataclasses.asdict(self)
+
+
+def build_config(
+    profile: Any = None, *, cache_gb: float | None = None, **fields: Any
+) -> EngineConfig:
+    """The one builder of an :class:`EngineConfig` from what a user names.
+
+    ``cache_gb`` (decimal GB) becomes ``cache_bytes``; ``profile`` (a
+    calibration profile) gives ``gpu_memory_bytes`` unless it is named;
+    every other field is :class:`EngineConfig`'s own, with its own default
+    when absent. ``twin simulate``, the capacity sweeps and the library's
+    entry points all build their configuration here, so no caller repeats
+    a default or drops a field.
+    """
+    if cache_gb is not None:
+        fields["cache_bytes"] = int(cache_gb * GB)
+    if profile is not None and "gpu_memory_bytes" not in fields:
+        from twin.costmodel.profile import device_memory_bytes  # late: the engine needs no profile
+
+        fields["gpu_memory_bytes"] = device_memory_bytes(profile)
+    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(EngineConfig)})
+    if unknown:
+        raise TypeError(f"EngineConfig has no field {', '.join(unknown)}")
+    return EngineConfig(**fields)

@@ -1,159 +1,43 @@
-"""A replica: one model instance, its prefix cache, and its scheduler's step loop (a SimPy process).
+"""A replica: one model instance with its prefix cache and memory, driven by a scheduler.
 
-Scheduling is iteration-level continuous batching (vLLM V1 / SGLang style):
+The replica owns what a request *holds* while it runs, the scheduler
+(:mod:`twin.engine.scheduler`) decides *when* it computes:
 
-- every step, each decoding sequence contributes one token; the rest of the
-  ``max_batched_tokens`` budget goes to prefill chunks, first to sequences
-  already prefilling (in admission order), then to newly admitted ones;
-- admission is FCFS from the waiting queue, while the budget, the
-  ``max_running`` cap and the memory budget allow; the head of the queue
-  blocks those behind it (no skipping);
-- a sequence's memory (KV of its prompt + output tokens, and one live SSM
-  state) is reserved whole at admission, so a full replica queues instead of
-  overcommitting and nothing is ever preempted. The reservation ignores the
-  hit (the cache's bytes are a separate partition of ``--cache-gb``), which
-  keeps admission free of lookups and makes memory never favour a hit or a
-  miss; a request that could never fit is rejected and recorded at once;
-- the cache is looked up when a request is admitted (as vLLM and SGLang match
-  prefixes at scheduling time); the policy decides its checkpoints then, by
-  speculative insertion. The cache clock counts admissions, as ``twin
-  replay`` counts requests. The last prompt token is always computed, even
-  on a full hit, since its logits give the first output token. Checkpoints
-  inside the prompt are inserted when the prefill ends, the state after the
-  last token when the request completes (DESIGN.md, prefix cache
-  semantics); each checkpoint copy the cache makes lengthens that step by
-  the pricer's copy time.
+- memory: a sequence's memory (KV of its prompt + output tokens, and one
+  live SSM state) is reserved whole at admission, so a full replica queues
+  instead of overcommitting and nothing is ever preempted. The reservation
+  ignores the hit (the cache's bytes are a separate partition of
+  ``--cache-gb``), which keeps admission free of lookups and makes memory
+  never favour a hit or a miss; a request that could never fit is rejected
+  and recorded at once;
+- the cache, through its one request protocol
+  (:class:`twin.cache.RequestCache`): looked up when a request is admitted
+  (as vLLM and SGLang match prefixes at scheduling time; the cache clock
+  counts admissions, as ``twin replay`` counts requests), checkpoints inside
+  the prompt inserted when the prefill ends, the state after the last token
+  when the request completes (DESIGN.md, prefix cache semantics), the hit
+  released at completion.
 
-Decode runs are fast-forwarded: while no sequence prefills and none can be
-admitted, nothing can change the batch before the next completion, so the
-next k steps are timed in one go (in closed form when the pricer is affine in
-the context, see :class:`DecodeRun`) and waited for with one timeout,
-interrupted early only by a new arrival (which can then be admitted at the
-next step boundary). The result is the same step-by-step schedule, computed
-in bulk. Decoding sequences are kept in a heap by the step at which they
-finish, and the batch's context sum is kept incrementally, so an event costs
-O(log batch) rather than O(batch).
+The scheduler is found by name (:data:`twin.engine.scheduler.SCHEDULERS`);
+it calls back :meth:`Replica.fits`, :meth:`Replica.admit` and
+:meth:`Replica.step_end`.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
-from collections import deque
 from collections.abc import Generator
 from typing import Any
 
-import numpy as np
 import simpy
 
+from twin.cache import CacheStructure, RequestCache
 from twin.engine.cost import StepPricer
+from twin.engine.scheduler import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun, get_scheduler
+from twin.engine.seq import Seq
 from twin.model import ModelSpec
 from workloads.reader import Request
 
-# Steps priced per decode run: an interrupted run wastes the pricing of its
-# remaining steps, an uninterrupted long decode costs one event per run; the
-# cap doubles while runs go uninterrupted and falls back after an interruption.
-MIN_RUN_STEPS = 256
-MAX_RUN_STEPS = 4096
-
-
-class Seq:
-    """One request on a replica: its progress and timestamps (compact: slots, no dicts)."""
-
-    __slots__ = (
-        "admitted",
-        "admitted_s",
-        "arrival_s",
-        "ckpts",
-        "ctx",
-        "done",
-        "done_s",
-        "early",
-        "finish_step",
-        "first_token",
-        "first_token_s",
-        "footprint",
-        "full",
-        "hit",
-        "late",
-        "node",
-        "order",
-        "out_len",
-        "prefill_left",
-        "prompt_len",
-        "rejected",
-        "replica",
-        "req",
-        "start_step",
-    )
-
-    def __init__(
-        self, req: Request, replica: int, arrival_s: float, footprint: int, env: simpy.Environment
-    ) -> None:
-        self.req = req
-        self.replica = replica
-        self.arrival_s = arrival_s
-        self.prompt_len = len(req.prompt)
-        self.out_len = len(req.output)
-        self.footprint = footprint
-        self.admitted = env.event()
-        self.first_token = env.event()
-        self.done = env.event()
-        self.admitted_s = self.first_token_s = self.done_s = float("nan")
-        self.rejected = False
-        self.hit = self.ckpts = self.order = self.start_step = self.finish_step = 0
-        self.prefill_left = self.ctx = 0
-        self.node: Any = None
-        self.full: np.ndarray | None = None
-        self.early: list[int] = []
-        self.late: list[int] = []
-
-
-class DecodeRun:
-    """When each of ``k`` pure-decode steps ends, counted from the run's start.
-
-    Affine pricers give step i (0-based) ``alpha + beta i`` seconds, so the
-    end of step m is ``m alpha + beta m (m-1) / 2`` and the step in flight at
-    any moment solves a quadratic: no per-step work at all. Other pricers give
-    the cumulative ``ends`` array.
-    """
-
-    __slots__ = ("alpha", "beta", "capped", "ends", "k")
-
-    def __init__(
-        self,
-        k: int,
-        alpha: float = 0.0,
-        beta: float = 0.0,
-        ends: np.ndarray | None = None,
-        capped: bool = False,
-    ) -> None:
-        self.k, self.alpha, self.beta, self.ends, self.capped = k, alpha, beta, ends, capped
-
-    def end(self, m: int) -> float:
-        """Seconds from the run's start to the end of its m-th step."""
-        if self.ends is not None:
-            return float(self.ends[m - 1]) if m else 0.0
-        return m * self.alpha + self.beta * (m * (m - 1) // 2)
-
-    def steps_to_reach(self, elapsed: float) -> int:
-        """Steps that end by the first step boundary at or after ``elapsed`` (at least 1)."""
-        if self.ends is not None:
-            m = int(np.searchsorted(self.ends, elapsed, side="left")) + 1
-            return min(max(m, 1), self.k)
-        a, b = self.alpha, self.beta
-        if b > 0:
-            h = a - b / 2
-            m = math.ceil((-h + math.sqrt(h * h + 2 * b * elapsed)) / b)
-        else:
-            m = math.ceil(elapsed / a) if a > 0 else 1
-        m = min(max(m, 1), self.k)
-        # The root is exact up to rounding; settle it against end() itself.
-        while m > 1 and self.end(m - 1) >= elapsed:
-            m -= 1
-        while m < self.k and self.end(m) < elapsed:
-            m += 1
-        return m
+__all__ = ["MAX_RUN_STEPS", "MIN_RUN_STEPS", "DecodeRun", "Replica", "Seq"]
 
 
 class Replica:
@@ -165,34 +49,37 @@ class Replica:
         index: int,
         model: ModelSpec,
         pricer: StepPricer,
-        cache: Any,
+        cache: CacheStructure,
         max_batched_tokens: int,
         max_running: int,
         memory_budget: float,
+        scheduler: str = "continuous",
     ) -> None:
         self.env = env
         self.index = index
-        self.pricer = pricer
         self.cache = cache
         self.policy = cache.policy
-        self.max_batched = max_batched_tokens
-        self.max_running = max_running
+        self.requests = RequestCache(cache)
         self.memory_budget = memory_budget
         self.kv_per_token = model.kv_bytes_per_token
         self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
         self.copy_s = pricer.checkpoint_copy_time() if self.state_bytes else 0.0
-        self.waiting: deque[Seq] = deque()
-        self.prefilling: deque[Seq] = deque()
-        self.decoding: list[tuple[int, int, Seq]] = []  # heap of (finish step, order, seq)
-        self.ctx_base = 0  # decode context sum at step n = ctx_base + len(decoding) * n
         self.memory_used = 0
         self.outstanding_tokens = 0  # the routers' load signal
-        self.step_no = 0
-        self.busy_s = 0.0
-        self.admissions = 0
-        self.requests = self.rejected = 0
-        self._wake: simpy.Event | None = None
-        self._run_cap = MIN_RUN_STEPS
+        self.submitted = self.rejected = 0
+        self.scheduler = get_scheduler(scheduler)(
+            env, self, pricer, max_batched_tokens, max_running
+        )
+
+    @property
+    def step_no(self) -> int:
+        """Steps the scheduler has run."""
+        return self.scheduler.step_no
+
+    @property
+    def busy_s(self) -> float:
+        """Simulated seconds the replica spent computing."""
+        return self.scheduler.busy_s
 
     # ------------------------------------------------------------------ requests in
     def submit(self, req: Request) -> Seq:
@@ -200,7 +87,7 @@ class Replica:
         env = self.env
         footprint = (len(req.prompt) + len(req.output)) * self.kv_per_token + self.state_bytes
         seq = Seq(req, self.index, env.now, footprint, env)
-        self.requests += 1
+        self.submitted += 1
         if footprint > self.memory_budget:
             # As a server answers a request longer than it can ever hold: an
             # error now, recorded, rather than a queue that never drains.
@@ -210,209 +97,46 @@ class Replica:
             seq.done.succeed()
             return seq
         self.outstanding_tokens += seq.prompt_len + seq.out_len
-        self.waiting.append(seq)
-        wake = self._wake
-        if wake is not None and not wake.triggered:
-            wake.succeed()
+        self.scheduler.submit(seq)
         return seq
 
-    # ------------------------------------------------------------------ the step loop
     def run(self) -> Generator[simpy.Event, Any, None]:
-        """The scheduler: plan a step, wait its price in seconds, apply its end; forever.
+        """The scheduler's step loop (a SimPy process)."""
+        return self.scheduler.run()
 
-        Plain methods plan and apply; only this loop yields, so a step costs one
-        generator resume rather than a nest of sub-generators.
-        """
-        env = self.env
-        while True:
-            if not self.waiting and not self.prefilling and not self.decoding:
-                self._wake = env.event()
-                yield self._wake  # idle until a request is submitted
-                continue
-            if self.prefilling or self._can_admit():
-                chunked, seconds = self._plan_step()
-                yield env.timeout(seconds)
-                self.busy_s += seconds
-                self.step_no += 1
-                prefilled = self._apply_chunks(chunked)
-            else:
-                # A decode run (module docstring): the next k steps in one wait.
-                run = self._plan_run()
-                t0, m = env.now, run.k
-                total = run.end(m)
-                if self.waiting:
-                    # The head is blocked (memory or max_running) until a
-                    # completion: an arrival cannot change this run.
-                    yield env.timeout(total)
-                else:
-                    # Wait for the run's end or a submission, whichever comes
-                    # first; the timer wakes us through the same event (cheaper
-                    # than a Condition).
-                    self._wake = wake = env.event()
-                    timer = env.timeout(total)
-                    timer.callbacks.append(lambda _, w=wake: w.triggered or w.succeed())
-                    yield wake
-                    self._wake = None
-                    elapsed = env.now - t0
-                    if not timer.processed and elapsed < total:
-                        # Finish the step in flight; the newcomer joins at its boundary.
-                        m = run.steps_to_reach(elapsed)
-                        left = t0 + run.end(m) - env.now
-                        if left > 0:
-                            yield env.timeout(left)
-                        run.capped = False
-                # Long uninterrupted decodes price longer runs next time (fewer
-                # events); an interruption goes back to short runs.
-                if run.capped:
-                    self._run_cap = min(self._run_cap * 2, MAX_RUN_STEPS)
-                else:
-                    self._run_cap = MIN_RUN_STEPS
-                self.busy_s += run.end(m)
-                self.step_no += m
-                prefilled = []
-            completed = self._complete_due()
-            copies = self._insert(prefilled, completed)
-            if copies and self.copy_s:
-                extra = copies * self.copy_s  # the checkpoint copies lengthen the step
-                yield env.timeout(extra)
-                self.busy_s += extra
-            now = env.now
-            for seq in prefilled:
-                seq.first_token_s = now
-                seq.first_token.succeed()
-            for seq in completed:
-                seq.done_s = now
-                seq.done.succeed()
+    # ------------------------------------------------------------------ the scheduler's calls
+    def fits(self, seq: Seq) -> bool:
+        """Whether ``seq``'s whole footprint can be reserved now."""
+        return self.memory_used + seq.footprint <= self.memory_budget
 
-    def _can_admit(self) -> bool:
-        if not self.waiting or len(self.prefilling) + len(self.decoding) >= self.max_running:
-            return False
-        return self.memory_used + self.waiting[0].footprint <= self.memory_budget
-
-    def _plan_step(self) -> tuple[list[tuple[Seq, int]], float]:
-        """A mixed step: decodes, prefill chunks of running sequences, then admissions."""
-        batch = len(self.decoding)
-        budget = self.max_batched - batch
-        chunked: list[tuple[Seq, int]] = []
-        for seq in self.prefilling:
-            if budget <= 0:
-                break
-            c = min(seq.prefill_left, budget)
-            chunked.append((seq, c))
-            budget -= c
-        while budget > 0 and self._can_admit():
-            seq = self.waiting.popleft()
-            self._admit(seq)
-            self.prefilling.append(seq)
-            c = min(seq.prefill_left, budget)
-            chunked.append((seq, c))
-            budget -= c
-        n = self.step_no + 1
-        seconds = self.pricer.step_time(
-            [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
-        )
-        return chunked, seconds
-
-    def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
-        """Advance the chunks' sequences; return those whose prefill ended (first token out)."""
-        n = self.step_no
-        prefilled: list[Seq] = []
-        for seq, c in chunked:
-            seq.ctx += c
-            seq.prefill_left -= c
-            if seq.prefill_left:
-                continue
-            prefilled.append(seq)
-            self.prefilling.popleft()  # chunks go to the front first: finished ones lead
-            if seq.out_len > 1:
-                seq.start_step = n
-                seq.finish_step = n + seq.out_len - 1
-                heapq.heappush(self.decoding, (seq.finish_step, seq.order, seq))
-                self.ctx_base += seq.prompt_len - n
-        return prefilled
-
-    def _plan_run(self) -> DecodeRun:
-        """The next pure-decode steps, up to the next completion (or the cap, when priced)."""
-        heap = self.decoding
-        batch = len(heap)
-        n0 = self.step_no
-        k = heap[0][0] - n0
-        context = self.ctx_base + batch * (n0 + 1)  # the first step's context sum
-        fit = self.pricer.decode_affine(batch)
-        if fit is not None:
-            a, b = fit
-            return DecodeRun(k, a + b * context, b * batch)
-        capped = k > self._run_cap
-        if capped:
-            k = self._run_cap
-        return DecodeRun(
-            k, ends=np.cumsum(self.pricer.decode_run(batch, context, k)), capped=capped
-        )
-
-    def _complete_due(self) -> list[Seq]:
-        """Sequences whose last token came out in the step just ended."""
-        n = self.step_no
-        heap = self.decoding
-        done: list[Seq] = []
-        while heap and heap[0][0] <= n:
-            seq = heapq.heappop(heap)[2]
-            self.ctx_base -= seq.prompt_len - seq.start_step
-            done.append(seq)
-        return done
-
-    # ------------------------------------------------------------------ cache and lifecycle
-    def _admit(self, seq: Seq) -> None:
-        """Look the prompt up, pin the hit, let the policy choose checkpoints, reserve memory."""
-        cache, policy = self.cache, self.policy
-        req = seq.req
-        prompt = req.prompt
-        # The cache clock counts admissions (the replay's request index), so
-        # recency means the same in the engine as in ``twin replay``.
-        cache.clock = self.admissions
-        seq.order = self.admissions
-        self.admissions += 1
-        full = np.concatenate((prompt, req.output))
-        seq.full = full
-        policy.on_request(cache, prompt, full)
-        hit = cache.lookup(prompt)
-        if hit.node is not None:
-            cache.pin(hit.node)
-            seq.node = hit.node
-        seq.hit = hit.length
-        positions = policy.admit(cache, prompt, full)
-        n = seq.prompt_len
-        # Prompt-time checkpoints only mean something with SSM layers: a
-        # Transformer's prompt prefix is cached with the final insert anyway.
-        seq.early = [p for p in positions if p <= n] if self.state_bytes else []
-        seq.late = [p for p in positions if p > n or not self.state_bytes]
-        # The last prompt token is always computed: its logits give the first
-        # output token, even when the whole prompt is cached.
-        seq.prefill_left = max(1, n - hit.length)
-        seq.ctx = n - seq.prefill_left
+    def admit(self, seq: Seq) -> None:
+        """Admit to the cache (lookup, pin, checkpoints: ``RequestCache.admit``), reserve memory."""
+        adm = self.requests.admit(seq.req.prompt, seq.req.output)
+        seq.cached = adm
+        seq.order = adm.order
+        seq.hit = adm.hit.length
         self.memory_used += seq.footprint
-        seq.admitted_s = self.env.now
-        seq.admitted.succeed()
 
-    def _insert(self, prefilled: list[Seq], completed: list[Seq]) -> int:
+    def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
         """Cache what a step's end makes visible; free what completed; return the copies made."""
-        cache = self.cache
-        before = cache.checkpoints_admitted
+        requests = self.requests
+        copies = 0
         for seq in prefilled:
-            if seq.early:  # checkpoints inside the prompt: visible when its prefill ends
-                c0 = cache.checkpoints_admitted
-                cache.insert(seq.req.prompt, seq.early)
-                seq.ckpts += cache.checkpoints_admitted - c0
-            if seq.out_len == 1:
-                completed.append(seq)
+            adm = seq.cached
+            assert adm is not None
+            # Checkpoints inside the prompt: visible when its prefill ends.
+            made = requests.insert_at_prefill_end(adm)
+            seq.ckpts += made
+            copies += made
         for seq in completed:
-            if seq.late:  # the state after the last token: visible at completion
-                c0 = cache.checkpoints_admitted
-                cache.insert(seq.full, seq.late)
-                seq.ckpts += cache.checkpoints_admitted - c0
-            if seq.node is not None:
-                cache.unpin(seq.node)
-                seq.node = None
-            seq.full = None
+            adm = seq.cached
+            assert adm is not None
+            # The state after the last token: visible at completion.
+            made = requests.insert_at_completion(adm)
+            seq.ckpts += made
+            copies += made
+            requests.release(adm)
+            seq.cached = None
             self.memory_used -= seq.footprint
             self.outstanding_tokens -= seq.prompt_len + seq.out_len
-        return cache.checkpoints_admitted - before
+        return copies

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from twin.cache import CacheStructure
 from twin.errors import TwinError
 
 
@@ -21,7 +22,7 @@ class Routable(Protocol):
 
     index: int
     outstanding_tokens: int
-    cache: Any
+    cache: CacheStructure
 
 
 class Router:

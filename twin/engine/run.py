@@ -1,17 +1,19 @@
-"""One simulation end to end: cluster + streamed records + summary, written atomically."""
+"""One simulation end to end: cluster + streamed records + summary, written atomically;
+and the one builder of a run from what a user names (:func:`build_run`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from twin import __version__
 from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
-from twin.engine.cluster import Cluster
-from twin.engine.config import EngineConfig
-from twin.engine.cost import StepPricer
+from twin.engine.cluster import Cluster, expected_horizon
+from twin.engine.config import EngineConfig, build_config
+from twin.engine.cost import StepPricer, make_pricer
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
 from workloads.reader import Workload
@@ -93,3 +95,78 @@ def simulate(
             outputs.abort()
             raise
     return result
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything one simulation needs, resolved and checked (:func:`build_run` makes it)."""
+
+    workload: Workload
+    model: ModelSpec
+    profile: Any  # twin.costmodel.profile.Profile
+    pricer: StepPricer
+    config: EngineConfig
+
+    @property
+    def profile_info(self) -> dict[str, Any]:
+        """Where the step prices come from (the summary's ``profile``)."""
+        p = self.profile
+        return {
+            "gpu": p.gpu,
+            "device": p.device,
+            "source": p.source,
+            "provenance": p.provenance_label,
+        }
+
+    def horizon_s(self) -> float:
+        """Simulated seconds the run is expected to span (a progress bar's total)."""
+        return expected_horizon(self.workload, self.config)
+
+    def simulate(
+        self,
+        out_dir: str | Path | None = None,
+        progress: Callable[[float], None] | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        force: bool = True,
+    ) -> dict[str, Any]:
+        """:func:`simulate` this run; return the summary (and write it under ``out_dir``)."""
+        return simulate(
+            self.workload,
+            self.model,
+            self.pricer,
+            self.config,
+            out_dir,
+            self.profile_info,
+            progress,
+            on_record,
+            force,
+        )
+
+
+def build_run(
+    workload: str | Path | Workload,
+    *,
+    model: str | ModelSpec = "marconi-hybrid-7b",
+    gpu: str | None = None,
+    profile: str | Path | None = None,
+    engine: str | None = None,
+    cache_gb: float | None = None,
+    **settings: Any,
+) -> Run:
+    """The one builder of a simulation from what a user names (``twin simulate``, the sweeps).
+
+    ``model`` is a preset name or a ``config.json``; ``gpu`` a shipped profile
+    or ``profile`` a profile file (h100 if neither); ``engine`` whose kernels
+    price the steps (:mod:`twin.costmodel.kernel_sources`); ``cache_gb`` and
+    ``settings`` (any :class:`EngineConfig` field) go through
+    :func:`~twin.engine.config.build_config`. Everything is checked here,
+    the configuration before the workload is opened.
+    """
+    from twin.costmodel.profile import resolve_profile  # late: the engine needs no profile format
+    from twin.presets import resolve_model
+
+    spec = resolve_model(model) if isinstance(model, str) else model
+    prof = resolve_profile(gpu, None if profile is None else Path(profile), engine)
+    config = build_config(prof, cache_gb=cache_gb, **settings)
+    wl = workload if isinstance(workload, Workload) else Workload.open(Path(workload))
+    return Run(wl, spec, prof, make_pricer(spec, prof, config.tp), config)

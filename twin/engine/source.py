@@ -31,9 +31,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from twin.errors import TwinError, where
+from workloads.generators.base import poisson_times
 from workloads.reader import Request, Workload
-
-_GAP_BLOCK = 1024  # exponential gaps drawn per numpy call
 
 
 class SessionSource:
@@ -114,10 +113,8 @@ class SessionSource:
     # ------------------------------------------------------------------ rows
     def sessions(self) -> Iterator[tuple[Request, float]]:
         """Each session's turn 0 with its start time, in file order, read lazily."""
-        gaps = np.zeros(0)
-        used = 0
-        t = 0.0
-        k = 0
+        # The same Poisson stream as the workload generators' (one definition).
+        times = None if self.session_rate is None else poisson_times(self._rng, self.session_rate)
         while True:
             first = self._next_start()
             if first is None:
@@ -126,14 +123,8 @@ class SessionSource:
                 assert first.arrival_s is not None  # checked in __init__
                 start = self.scaled(first.arrival_s)
             else:
-                if k:
-                    if used == len(gaps):
-                        gaps = self._rng.exponential(1.0 / self.session_rate, _GAP_BLOCK)
-                        used = 0
-                    t += float(gaps[used])
-                    used += 1
-                start = t
-            k += 1
+                assert times is not None
+                start = next(times)
             yield first, start
 
     def is_last(self, req: Request) -> bool:

@@ -2,13 +2,13 @@
 
 Requests are served in arrival order, first come first served, one at a time
 on one device (the twin's single replica with ``max_running=1``). Each
-request does what the engine does, in the engine's order
-(``twin/engine/replica.py``): the cache clock is set to the admission index,
-the prompt is looked up and the hit pinned, the policy picks its checkpoint
-positions, the prompt's uncached tokens are prefilled (the SSM states are
-materialised at the positions inside the prompt), those checkpoints are
-inserted, then the output tokens are run teacher-forced so that the state
-after the last one can be inserted, and the hit is unpinned.
+request goes through the cache's one request protocol
+(:class:`twin.cache.RequestCache`, as the engine's replica does): it is
+admitted (clock, lookup, pin, checkpoint positions), the prompt's uncached
+tokens are prefilled (the SSM states are materialised at the positions
+inside the prompt), those checkpoints are inserted, then the output tokens
+are run teacher-forced so that the state after the last one can be
+inserted, and the hit is released.
 
 Only the prefill is timed (synchronised, after warm-up, the median of
 ``repeats`` runs from the same cached state); the output pass builds the
@@ -26,9 +26,10 @@ reproduced exactly; it is timed as a one-token prefill and flagged
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +38,7 @@ import torch
 
 from policies import get_policy
 from policies.base import Policy
-from twin.cache import PrefixCache
+from twin.cache import PrefixCache, RequestCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.reference.model import HybridLM, Prefill, SeqState
@@ -147,23 +148,16 @@ class ReferenceExecutor:
             model, config.cache_bytes, StateMirror(policy, self.store, model.n_ssm_layers > 0)
         )
         self.policy = self.cache.policy
-        self.admissions = 0
+        self.requests = RequestCache(self.cache)
 
     # ------------------------------------------------------------------ one request
     def serve(self, prompt: np.ndarray, output: np.ndarray) -> Served:
         """Admit, prefill (timed), insert and release one request, as the engine does."""
-        cache, n = self.cache, len(prompt)
-        full = np.concatenate((prompt, output))
-        cache.clock = self.admissions
-        self.admissions += 1
-        self.policy.on_request(cache, prompt, full)
-        hit = cache.lookup(prompt)
-        if hit.node is not None:
-            cache.pin(hit.node)
-        positions = self.policy.admit(cache, prompt, full)
+        n = len(prompt)
+        adm = self.requests.admit(prompt, output)
+        hit = adm.hit
         has_ssm = self.spec.n_ssm_layers > 0
-        early = [p for p in positions if p <= n] if has_ssm else []
-        late = [p for p in positions if p > n or not has_ssm]
+        early, late = adm.at_prefill, adm.at_completion
 
         start = hit.length if hit.length < n else n - 1
         past = self.store.gather(hit.node, upto=start) if hit.node is not None else None
@@ -179,23 +173,25 @@ class ReferenceExecutor:
             end_state = self.store.gather(hit.node, upto=n)
             kv, states = end_state.kv, {n: end_state.ssm}
         if early:
-            self._insert(prompt, early, kv, states)
+            with self._pending(kv, states):
+                self.requests.insert_at_prefill_end(adm)
         if late:
-            self._insert_late(full, n, late, end_state, kv, states)
-        if hit.node is not None:
-            cache.unpin(hit.node)
+            full = np.concatenate((prompt, output))
+            with self._pending(*self._run_output(full, n, late, end_state, kv, states)):
+                self.requests.insert_at_completion(adm)
+        self.requests.release(adm)
         return Served(hit.length, seconds, result.logits, exact)
 
-    def _insert(
-        self, seq: np.ndarray, positions: Sequence[int], kv: Any, states: dict[int, Any]
-    ) -> None:
+    @contextlib.contextmanager
+    def _pending(self, kv: Any, states: dict[int, Any]) -> Iterator[None]:
+        """The tensors of the states an insert is about to cache (the mirror reads them)."""
         self.store.pending = Pending(kv, states)
         try:
-            self.cache.insert(seq, positions)
+            yield
         finally:
             self.store.pending = None
 
-    def _insert_late(
+    def _run_output(
         self,
         full: np.ndarray,
         n: int,
@@ -203,8 +199,8 @@ class ReferenceExecutor:
         end: SeqState,
         kv: Any,
         states: dict[int, Any],
-    ) -> None:
-        """Run the output tokens (untimed, teacher-forced) and insert input + output."""
+    ) -> tuple[Any, dict[int, Any]]:
+        """Run the output tokens (untimed, teacher-forced): the KV and states of input + output."""
         states = dict(states)
         states.setdefault(n, end.ssm)
         if max(late) > n:
@@ -214,7 +210,7 @@ class ReferenceExecutor:
             kv = out.kv
             states.update({n + s: v for s, v in out.ssm_at.items()})
             states[max(late)] = out.ssm_end
-        self._insert(full, late, kv, states)
+        return kv, states
 
     # ------------------------------------------------------------------ timing
     def _ids(self, tokens: np.ndarray) -> torch.Tensor:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from twin.cache import CacheNode, CacheStructure
 from twin.reference.model import Kv, SeqState, SsmState
 
 
@@ -142,26 +143,26 @@ class StateMirror:
     def __getattr__(self, name: str) -> Any:  # decisions, stats, options: the policy's own
         return getattr(self.policy, name)
 
-    def bind(self, cache: Any) -> None:
+    def bind(self, cache: CacheStructure) -> None:
         self.policy.bind(cache)
 
-    def on_request(self, cache: Any, prompt: Any, full: Any) -> None:
+    def on_request(self, cache: CacheStructure, prompt: Any, full: Any) -> None:
         self.policy.on_request(cache, prompt, full)
 
-    def admit(self, cache: Any, prompt: Any, full: Any) -> list[int]:
+    def admit(self, cache: CacheStructure, prompt: Any, full: Any) -> list[int]:
         return self.policy.admit(cache, prompt, full)
 
-    def on_hit(self, cache: Any, node: Any) -> None:
+    def on_hit(self, cache: CacheStructure, node: CacheNode) -> None:
         self.policy.on_hit(cache, node)
 
-    def choose_victim(self, cache: Any) -> Any | None:
+    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
         return self.policy.choose_victim(cache)
 
-    def on_node_added(self, node: Any) -> None:
+    def on_node_added(self, node: CacheNode) -> None:
         self.store.added(node, self.has_ssm)
         self.policy.on_node_added(node)
 
-    def on_node_changed(self, node: Any) -> None:
+    def on_node_changed(self, node: CacheNode) -> None:
         self.store.changed(node, self.has_ssm)
         self.policy.on_node_changed(node)
 

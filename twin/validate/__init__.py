@@ -9,11 +9,14 @@ The pipeline, one module a step:
 - :mod:`~twin.validate.compare` and :mod:`~twin.validate.plot`: join by row,
   errors against targets, ``validation.json``, ``requests.parquet`` and a figure;
 - :mod:`~twin.validate.run`: the steps in order, with the executor passed in
-  (``twin.reference.executor`` needs torch; this package does not).
+  (``twin.reference.executor`` needs torch; this package does not);
+- :mod:`~twin.validate.entry`: the command as a library call
+  (:func:`validate_model`): inputs checked first, outputs published as a set.
 """
 
 from twin.validate.arrivals import fix_arrivals
 from twin.validate.compare import TARGETS, join, judge, metrics, rel_err, write_outputs
+from twin.validate.entry import validate_model
 from twin.validate.predict import PrefillOnlyPricer, predict, server_config
 from twin.validate.run import CacheChoice, default_cache, validate
 
@@ -30,5 +33,6 @@ __all__ = [
     "rel_err",
     "server_config",
     "validate",
+    "validate_model",
     "write_outputs",
 ]

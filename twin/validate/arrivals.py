@@ -197,7 +197,7 @@ def _metadata(
 ) -> dict[str, Any]:
     """The copy's metadata: the producer (for ``twin workload info``) and what was fixed."""
     source = workload.metadata
-    producer = {k: source[k] for k in ("generator", "importer") if k in source}
+    producer: dict[str, Any] = {k: source[k] for k in ("generator", "importer") if k in source}
     return {
         **producer,
         "source_metadata": source,

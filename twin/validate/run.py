@@ -8,7 +8,6 @@ the tests pass a fake with the same API.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from twin.model import ModelSpec
 from twin.replay import replay
 from twin.validate.compare import join, judge, metrics, output_paths, write_outputs
 from twin.validate.predict import predict
+from workloads.importers.base import sha256_file
 from workloads.reader import Workload
 
 # Default cache: this share of what the workload would fill with no bound, so
@@ -52,15 +52,6 @@ def default_cache(workload: Workload, model: ModelSpec, policy: str) -> CacheCho
     )
 
 
-def file_sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a file (the workload's identity in the report)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def validate(
     workload: Workload,
     model: ModelSpec,
@@ -70,6 +61,7 @@ def validate(
     executor_config: Any,
     cache: CacheChoice,
     out_dir: str | Path,
+    shown_dir: str | Path | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> dict[str, Any]:
     """Predict and measure ``workload`` on one server; write the outputs; return the report.
@@ -77,8 +69,19 @@ def validate(
     ``workload`` must be open loop (see ``fix_arrivals``). ``executor_config``
     names the device, policy, cache bytes, seed and repeats; the twin is
     configured from it, so both sides run the same cache. ``progress`` gets
-    the executor's progress (the fraction of requests served).
+    the executor's progress (the fraction of requests served). ``shown_dir``:
+    where the files of ``out_dir`` will live once published (the report names
+    them there; :func:`twin.validate.entry.validate_model` stages its outputs).
     """
+
+    def shown(path: str | Path) -> str:
+        if shown_dir is None:
+            return str(path)
+        try:
+            return str(Path(shown_dir) / Path(path).relative_to(out_dir))
+        except ValueError:
+            return str(path)
+
     config = executor_config
     records = predict(
         workload,
@@ -112,8 +115,8 @@ def validate(
             "unbounded_footprint_bytes": cache.unbounded_footprint_bytes,
         },
         "workload": {
-            "path": str(workload.path),
-            "sha256": file_sha256(workload.path),
+            "path": shown(workload.path),
+            "sha256": sha256_file(Path(workload.path)),
             "rows": workload.num_rows,
             "sessions": workload.num_sessions,
             "fixed_arrivals": workload.metadata.get("fixed_arrivals"),
@@ -127,7 +130,7 @@ def validate(
         },
         "metrics": found,
         **judge(found, config.device),
-        "outputs": {k: str(p) for k, p in output_paths(out_dir).items()},
+        "outputs": {k: shown(p) for k, p in output_paths(out_dir).items()},
     }
     write_outputs(out_dir, cols, report)
     return report

@@ -7,26 +7,26 @@ The CLI calls::
     with WorkloadWriter(out, gen.metadata(sessions, rate, seed, max_context)) as w:
         w.write_all(gen.rows(sessions, rate, seed, max_context))
 
-Add a kind by subclassing ``Generator`` (``workloads.generators.base``) and
+Add a kind by subclassing ``WorkloadGenerator`` (``workloads.generators.base``) and
 listing it here.
 """
 
 from __future__ import annotations
 
 from twin.errors import TwinError
-from workloads.generators.base import Generator, GeneratorParams, Turn
+from workloads.generators.base import GeneratorParams, Turn, WorkloadGenerator
 from workloads.generators.chat import ChatGenerator, ChatParams
 from workloads.generators.sharegpt import ShareGPTGenerator, ShareGPTParams
 from workloads.generators.swebench import SWEBenchGenerator, SWEBenchParams
 from workloads.generators.system_prompt import SystemPromptGenerator, SystemPromptParams
 
-GENERATORS: dict[str, type[Generator]] = {
+GENERATORS: dict[str, type[WorkloadGenerator]] = {
     cls.name: cls
     for cls in (ChatGenerator, ShareGPTGenerator, SWEBenchGenerator, SystemPromptGenerator)
 }
 
 
-def get_generator(kind: str) -> type[Generator]:
+def get_generator(kind: str) -> type[WorkloadGenerator]:
     """The generator class registered as ``kind``; a ``TwinError`` listing valid kinds if none."""
     try:
         return GENERATORS[kind]
@@ -40,7 +40,6 @@ __all__ = [
     "GENERATORS",
     "ChatGenerator",
     "ChatParams",
-    "Generator",
     "GeneratorParams",
     "SWEBenchGenerator",
     "SWEBenchParams",
@@ -49,5 +48,6 @@ __all__ = [
     "SystemPromptGenerator",
     "SystemPromptParams",
     "Turn",
+    "WorkloadGenerator",
     "get_generator",
 ]

@@ -1,6 +1,6 @@
 """Shared machinery of the synthetic workload generators.
 
-A generator kind only describes *one session*: :meth:`Generator.session` yields
+A generator kind only describes *one session*: :meth:`WorkloadGenerator.session` yields
 its turns (think time, new prompt tokens, whether they extend the history, and
 the output ids) from a random generator private to that session. This module
 does the rest:
@@ -18,7 +18,7 @@ does the rest:
   *active* session and sessions are created lazily in arrival order, so memory
   is O(active sessions) and 100K-session workloads stream straight to disk.
 - **Knobs.** Each kind's ``Params`` is a frozen dataclass whose fields carry
-  ``help``, ``source`` and range metadata; :meth:`Generator.parse_params` turns
+  ``help``, ``source`` and range metadata; :meth:`WorkloadGenerator.parse_params` turns
   CLI ``--set key=value`` strings into it with one clear ``TwinError``.
 """
 
@@ -166,7 +166,7 @@ class Turn(NamedTuple):
     output_tokens: np.ndarray  # int32, at least one id
 
 
-class Generator:
+class WorkloadGenerator:
     """Base class of the synthetic generators; a kind sets ``name``, ``description``,
     ``Params`` and implements :meth:`session` (and optionally :meth:`shared`)."""
 
@@ -201,7 +201,7 @@ class Generator:
                     f"valid parameters: {', '.join(names)}"
                 )
             values[key] = _parse(key, str(text), hints[key])
-        return cls.Params(**values)
+        return cls.Params(**values)  # type: ignore[arg-type]  # checked per key above
 
     @classmethod
     def knobs(cls) -> list[dict[str, Any]]:
@@ -264,7 +264,7 @@ class Generator:
         session_rate: float,
         max_context: int,
     ) -> Iterator[WorkloadRow]:
-        arrivals = _poisson_times(_stream(root, (_ARRIVALS,)), session_rate)
+        arrivals = poisson_times(_stream(root, (_ARRIVALS,)), session_rate)
         # Heap entries: (nominal time, session id, turn index, Turn, session iterator).
         # (time, session id) is unique, so Turn and the iterator are never compared.
         heap: list[tuple[float, int, int, Turn, Iterator[Turn]]] = []
@@ -333,7 +333,7 @@ def _stream(root: np.random.SeedSequence, key: tuple[int, ...]) -> np.random.Gen
     return np.random.Generator(np.random.PCG64(child))
 
 
-def _poisson_times(rng: np.random.Generator, rate: float) -> Iterator[float]:
+def poisson_times(rng: np.random.Generator, rate: float) -> Iterator[float]:
     """Arrival times of a Poisson process: 0, then cumulative exponential gaps."""
     t = 0.0
     while True:

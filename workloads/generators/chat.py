@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from workloads.generators.base import (
-    Generator,
     GeneratorParams,
     Turn,
+    WorkloadGenerator,
     knob,
     knob_error,
     lognormal_int,
@@ -119,7 +119,7 @@ class ChatParams(GeneratorParams):
             )
 
 
-class ChatGenerator(Generator):
+class ChatGenerator(WorkloadGenerator):
     """Multi-turn conversations; each turn appends a user message to the history."""
 
     name: ClassVar[str] = "chat"

@@ -38,9 +38,9 @@ import numpy as np
 
 from twin.errors import TwinError
 from workloads.generators.base import (
-    Generator,
     GeneratorParams,
     Turn,
+    WorkloadGenerator,
     knob,
     lognormal_int,
     token_ids,
@@ -184,7 +184,7 @@ def collapsed_count(turn: int, keep: int, every: int) -> int:
     return max(0, ((1 + turn) // every) * every - keep - 1)
 
 
-class SWEBenchGenerator(Generator):
+class SWEBenchGenerator(WorkloadGenerator):
     """Agent episodes: shared system prompt + task, then action/observation steps."""
 
     name: ClassVar[str] = "swebench"

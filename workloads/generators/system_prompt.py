@@ -26,9 +26,9 @@ import numpy as np
 
 from twin.errors import TwinError
 from workloads.generators.base import (
-    Generator,
     GeneratorParams,
     Turn,
+    WorkloadGenerator,
     knob,
     lognormal_int,
     token_ids,
@@ -129,7 +129,7 @@ class _Shared:
     cdf: np.ndarray  # cumulative Zipf popularity over the prompts
 
 
-class SystemPromptGenerator(Generator):
+class SystemPromptGenerator(WorkloadGenerator):
     """Single-turn requests: shared system prompt + few-shot block + unique question."""
 
     name: ClassVar[str] = "system-prompt"

@@ -1,0 +1,163 @@
+"""``twin report capacity`` as a library call: sweep, aggregate, recommend, render.
+
+:func:`capacity_report` does what the command does (the CLI only parses its
+comma-separated flags and prints the tables): every input is checked before
+the first simulation, finished points are kept in ``OUT/results.parquet``
+(a rerun computes only what is missing), and ``OUT/report.html`` and
+``OUT/report.md`` are written from the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reports.analysis import Slo, aggregate, parse_slo, recommend
+from reports.load import sustainable
+from reports.render import Header, render_report
+from reports.sweep import (
+    EXECUTORS,
+    INFEASIBLE_COLUMN,
+    SweepSpec,
+    grid,
+    import_ray,
+    resolve,
+    run_sweep,
+)
+from twin import __version__
+from twin.errors import TwinError
+from twin.presets import resolve_model
+
+
+@dataclass
+class CapacityReport:
+    """What a capacity sweep found: its rows, their aggregate, the recommendations."""
+
+    spec: SweepSpec
+    rows: list[dict[str, Any]]
+    computed: int  # points simulated by this call
+    skipped: int  # points found in OUT/results.parquet
+    aggregate: list[dict[str, Any]]
+    target: Slo | None
+    recommendations: list[Any]  # reports.analysis.Recommendation, one per policy and rate
+    sustainable: Any  # reports.load.sustainable(aggregate, target), or None without a target
+    # "<cache> GB cache: <why>" per swept cache size whose points cannot run (issue 18).
+    infeasible: list[str]
+
+
+def split_infeasible(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows that ran, and one line per cache size whose points cannot run.
+
+    Whether a point fits depends on its cache size (with the fixed model,
+    GPU and tp), not on its policy or rate: one line per size says it all.
+    """
+    reasons: dict[float, str] = {}
+    for r in rows:
+        if r.get(INFEASIBLE_COLUMN):
+            reasons.setdefault(r["cache_gb"], r[INFEASIBLE_COLUMN])
+    ran = [r for r in rows if not r.get(INFEASIBLE_COLUMN)]
+    return ran, [f"{c:g} GB cache: {why}" for c, why in sorted(reasons.items())]
+
+
+def capacity_report(
+    workload: str | Path,
+    out: str | Path,
+    *,
+    model: str = "marconi-hybrid-7b",
+    model_set: Sequence[str] = (),
+    gpu: str | None = None,
+    engine: str | None = None,
+    profile: str | Path | None = None,
+    cache_gb: Sequence[float] = (10.0, 20.0, 40.0),
+    policies: Sequence[str] = ("vllm+", "sglang+", "marconi"),
+    session_rates: Sequence[float | None] = (None,),
+    slo: str | Slo | None = None,
+    seeds: int = 1,
+    settings: dict[str, Any] | None = None,
+    jobs: int = 1,
+    cdf_cache_gb: float | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+    command: str = "twin report capacity (invoked programmatically)",
+    progress: Callable[[float], None] | None = None,
+) -> CapacityReport:
+    """Run the sweep of ``cache_gb`` x ``policies`` x ``session_rates`` x ``seeds``; write
+    the report under ``out``; return what it found.
+
+    ``model_set`` holds ``FIELD=VALUE`` overrides of ``model`` (``--model-set``);
+    ``engine`` names whose kernels price the steps (``--engine``);
+    ``settings`` holds the fixed engine settings (``replicas``, ``tp``,
+    ``router``, ... any :class:`~twin.engine.EngineConfig` field); ``slo``
+    (e.g. ``"p95_ttft<=500ms"``) adds the smallest cache meeting it per policy
+    and rate. ``progress(points)`` is called as points finish (of
+    ``len(cache_gb) x len(policies) x len(session_rates) x seeds``).
+    """
+    target = parse_slo(slo) if isinstance(slo, str) else slo
+    caches = [float(c) for c in cache_gb]
+    if cdf_cache_gb is not None and float(cdf_cache_gb) not in caches:
+        raise TwinError(
+            f"--cdf-cache-gb {cdf_cache_gb:g}: not one of the swept --cache-gb "
+            f"({', '.join(f'{c:g}' for c in caches)})"
+        )
+    if executor not in EXECUTORS:
+        raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
+    if executor == "ray":
+        import_ray()  # a missing extra fails before any work
+    label = resolve_model(model, model_set).name  # fail on a bad --model before any work
+    spec = resolve(
+        SweepSpec(
+            workload=str(workload),
+            model=model,
+            model_set=tuple(model_set),
+            gpu=gpu,
+            engine=engine,
+            profile=None if profile is None else str(profile),
+            settings=tuple((settings or {}).items()),
+        )
+    )
+    points = grid(caches, policies, session_rates, seeds)
+    result = run_sweep(
+        spec,
+        points,
+        out,
+        jobs=jobs,
+        progress=progress,
+        executor=executor,
+        ray_address=ray_address,
+    )
+    config = spec.base_config()
+    rows, infeasible = split_infeasible(result.rows)
+    if not rows:
+        raise TwinError(
+            "no point of the sweep can run: "
+            + "; ".join(infeasible)
+            + " (lower --cache-gb, or use more GPUs per replica with --tp)"
+        )
+    agg = aggregate(rows)
+    recs = recommend(agg, target, config.replicas, config.tp) if target is not None else []
+    header = Header(
+        command=command,
+        workload=str(workload),
+        workload_sha256=spec.workload_sha256,
+        twin_version=__version__,
+        model=label,
+        gpu=spec.profile_gpu,
+        provenance=spec.profile_label,
+        replicas=config.replicas,
+        tp=config.tp,
+        infeasible=tuple(infeasible),
+    )
+    render_report(Path(out), header, target, agg, recs, rows=rows, cdf_cache_gb=cdf_cache_gb)
+    return CapacityReport(
+        spec=spec,
+        rows=result.rows,
+        computed=result.computed,
+        skipped=result.skipped,
+        aggregate=agg,
+        target=target,
+        recommendations=recs,
+        sustainable=sustainable(agg, target) if target is not None else None,
+        infeasible=infeasible,
+    )

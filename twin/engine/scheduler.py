@@ -1,0 +1,345 @@
+"""The replica's scheduler: batch formation and decode runs (a SimPy process), found by name.
+
+A scheduler decides *when* each running request computes what; the replica
+(:mod:`twin.engine.replica`) owns *what it holds*: its cache admissions and
+its memory. The two meet through :class:`ReplicaSide`, so a new scheduler
+(the engine modes' own, issue "The engines people run") plugs in by name in
+:data:`SCHEDULERS` without touching the replica's cache or memory code.
+
+:class:`ContinuousBatching` is iteration-level continuous batching (vLLM V1 /
+SGLang style):
+
+- every step, each decoding sequence contributes one token; the rest of the
+  ``max_batched_tokens`` budget goes to prefill chunks, first to sequences
+  already prefilling (in admission order), then to newly admitted ones;
+- admission is FCFS from the waiting queue, while the budget, the
+  ``max_running`` cap and the replica's memory allow; the head of the queue
+  blocks those behind it (no skipping);
+- the last prompt token is always computed, even on a full hit, since its
+  logits give the first output token; each checkpoint copy the cache makes
+  at a step's end lengthens that step by the pricer's copy time.
+
+Decode runs are fast-forwarded: while no sequence prefills and none can be
+admitted, nothing can change the batch before the next completion, so the
+next k steps are timed in one go (in closed form when the pricer is affine in
+the context, see :class:`DecodeRun`) and waited for with one timeout,
+interrupted early only by a new arrival (which can then be admitted at the
+next step boundary). The result is the same step-by-step schedule, computed
+in bulk. Decoding sequences are kept in a heap by the step at which they
+finish, and the batch's context sum is kept incrementally, so an event costs
+O(log batch) rather than O(batch).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+import simpy
+
+from twin.engine.cost import StepPricer
+from twin.engine.seq import Seq
+from twin.errors import TwinError
+
+# Steps priced per decode run: an interrupted run wastes the pricing of its
+# remaining steps, an uninterrupted long decode costs one event per run; the
+# cap doubles while runs go uninterrupted and falls back after an interruption.
+MIN_RUN_STEPS = 256
+MAX_RUN_STEPS = 4096
+
+
+class ReplicaSide(Protocol):
+    """What a scheduler asks of its replica (cache admissions and memory)."""
+
+    copy_s: float  # seconds one checkpoint copy adds to the step that makes it
+
+    def fits(self, seq: Seq) -> bool:
+        """Whether ``seq``'s memory can be reserved now."""
+        ...
+
+    def admit(self, seq: Seq) -> None:
+        """Look ``seq`` up in the cache (sets ``seq.hit``) and reserve its memory."""
+        ...
+
+    def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
+        """Cache what the step's end makes visible, free what completed; return the copies."""
+        ...
+
+
+class Scheduler(Protocol):
+    """A replica's step loop: what the replica and the cluster call."""
+
+    step_no: int
+    busy_s: float
+
+    def submit(self, seq: Seq) -> None: ...
+    def run(self) -> Generator[simpy.Event, Any, None]: ...
+
+
+class DecodeRun:
+    """When each of ``k`` pure-decode steps ends, counted from the run's start.
+
+    Affine pricers give step i (0-based) ``alpha + beta i`` seconds, so the
+    end of step m is ``m alpha + beta m (m-1) / 2`` and the step in flight at
+    any moment solves a quadratic: no per-step work at all. Other pricers give
+    the cumulative ``ends`` array.
+    """
+
+    __slots__ = ("alpha", "beta", "capped", "ends", "k")
+
+    def __init__(
+        self,
+        k: int,
+        alpha: float = 0.0,
+        beta: float = 0.0,
+        ends: np.ndarray | None = None,
+        capped: bool = False,
+    ) -> None:
+        self.k, self.alpha, self.beta, self.ends, self.capped = k, alpha, beta, ends, capped
+
+    def end(self, m: int) -> float:
+        """Seconds from the run's start to the end of its m-th step."""
+        if self.ends is not None:
+            return float(self.ends[m - 1]) if m else 0.0
+        return m * self.alpha + self.beta * (m * (m - 1) // 2)
+
+    def steps_to_reach(self, elapsed: float) -> int:
+        """Steps that end by the first step boundary at or after ``elapsed`` (at least 1)."""
+        if self.ends is not None:
+            m = int(np.searchsorted(self.ends, elapsed, side="left")) + 1
+            return min(max(m, 1), self.k)
+        a, b = self.alpha, self.beta
+        if b > 0:
+            h = a - b / 2
+            m = math.ceil((-h + math.sqrt(h * h + 2 * b * elapsed)) / b)
+        else:
+            m = math.ceil(elapsed / a) if a > 0 else 1
+        m = min(max(m, 1), self.k)
+        # The root is exact up to rounding; settle it against end() itself.
+        while m > 1 and self.end(m - 1) >= elapsed:
+            m -= 1
+        while m < self.k and self.end(m) < elapsed:
+            m += 1
+        return m
+
+
+def _waker(wake: simpy.Event) -> Callable[[simpy.Event], None]:
+    """A timer callback that triggers ``wake`` unless something else did first."""
+
+    def fire(_: simpy.Event) -> None:
+        if not wake.triggered:
+            wake.succeed()
+
+    return fire
+
+
+class ContinuousBatching:
+    """Continuous batching with chunked prefill (module docstring); :meth:`run` is the loop."""
+
+    name: ClassVar[str] = "continuous"
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        replica: ReplicaSide,
+        pricer: StepPricer,
+        max_batched_tokens: int,
+        max_running: int,
+    ) -> None:
+        self.env = env
+        self.replica = replica
+        self.pricer = pricer
+        self.max_batched = max_batched_tokens
+        self.max_running = max_running
+        self.waiting: deque[Seq] = deque()
+        self.prefilling: deque[Seq] = deque()
+        self.decoding: list[tuple[int, int, Seq]] = []  # heap of (finish step, order, seq)
+        self.ctx_base = 0  # decode context sum at step n = ctx_base + len(decoding) * n
+        self.step_no = 0
+        self.busy_s = 0.0
+        self._wake: simpy.Event | None = None
+        self._run_cap = MIN_RUN_STEPS
+
+    def submit(self, seq: Seq) -> None:
+        """Queue ``seq`` (FCFS) and wake the loop if it idles."""
+        self.waiting.append(seq)
+        wake = self._wake
+        if wake is not None and not wake.triggered:
+            wake.succeed()
+
+    def run(self) -> Generator[simpy.Event, Any, None]:
+        """The scheduler: plan a step, wait its price in seconds, apply its end; forever.
+
+        Plain methods plan and apply; only this loop yields, so a step costs one
+        generator resume rather than a nest of sub-generators.
+        """
+        env = self.env
+        while True:
+            if not self.waiting and not self.prefilling and not self.decoding:
+                self._wake = env.event()
+                yield self._wake  # idle until a request is submitted
+                continue
+            if self.prefilling or self._can_admit():
+                chunked, seconds = self._plan_step()
+                yield env.timeout(seconds)
+                self.busy_s += seconds
+                self.step_no += 1
+                prefilled = self._apply_chunks(chunked)
+            else:
+                # A decode run (module docstring): the next k steps in one wait.
+                run = self._plan_run()
+                t0, m = env.now, run.k
+                total = run.end(m)
+                if self.waiting:
+                    # The head is blocked (memory or max_running) until a
+                    # completion: an arrival cannot change this run.
+                    yield env.timeout(total)
+                else:
+                    # Wait for the run's end or a submission, whichever comes
+                    # first; the timer wakes us through the same event (cheaper
+                    # than a Condition).
+                    self._wake = wake = env.event()
+                    timer = env.timeout(total)
+                    timer.callbacks.append(_waker(wake))
+                    yield wake
+                    self._wake = None
+                    elapsed = env.now - t0
+                    if not timer.processed and elapsed < total:
+                        # Finish the step in flight; the newcomer joins at its boundary.
+                        m = run.steps_to_reach(elapsed)
+                        left = t0 + run.end(m) - env.now
+                        if left > 0:
+                            yield env.timeout(left)
+                        run.capped = False
+                # Long uninterrupted decodes price longer runs next time (fewer
+                # events); an interruption goes back to short runs.
+                if run.capped:
+                    self._run_cap = min(self._run_cap * 2, MAX_RUN_STEPS)
+                else:
+                    self._run_cap = MIN_RUN_STEPS
+                self.busy_s += run.end(m)
+                self.step_no += m
+                prefilled = []
+            completed = self._complete_due()
+            # A one-token request completes when its prefill ends.
+            completed.extend(seq for seq in prefilled if seq.out_len == 1)
+            copies = self.replica.step_end(prefilled, completed)
+            copy_s = self.replica.copy_s
+            if copies and copy_s:
+                extra = copies * copy_s  # the checkpoint copies lengthen the step
+                yield env.timeout(extra)
+                self.busy_s += extra
+            now = env.now
+            for seq in prefilled:
+                seq.first_token_s = now
+                seq.first_token.succeed()
+            for seq in completed:
+                seq.done_s = now
+                seq.done.succeed()
+
+    def _can_admit(self) -> bool:
+        if not self.waiting or len(self.prefilling) + len(self.decoding) >= self.max_running:
+            return False
+        return self.replica.fits(self.waiting[0])
+
+    def _plan_step(self) -> tuple[list[tuple[Seq, int]], float]:
+        """A mixed step: decodes, prefill chunks of running sequences, then admissions."""
+        batch = len(self.decoding)
+        budget = self.max_batched - batch
+        chunked: list[tuple[Seq, int]] = []
+        for seq in self.prefilling:
+            if budget <= 0:
+                break
+            c = min(seq.prefill_left, budget)
+            chunked.append((seq, c))
+            budget -= c
+        while budget > 0 and self._can_admit():
+            seq = self.waiting.popleft()
+            self._admit(seq)
+            self.prefilling.append(seq)
+            c = min(seq.prefill_left, budget)
+            chunked.append((seq, c))
+            budget -= c
+        n = self.step_no + 1
+        seconds = self.pricer.step_time(
+            [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
+        )
+        return chunked, seconds
+
+    def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
+        """Advance the chunks' sequences; return those whose prefill ended (first token out)."""
+        n = self.step_no
+        prefilled: list[Seq] = []
+        for seq, c in chunked:
+            seq.ctx += c
+            seq.prefill_left -= c
+            if seq.prefill_left:
+                continue
+            prefilled.append(seq)
+            self.prefilling.popleft()  # chunks go to the front first: finished ones lead
+            if seq.out_len > 1:
+                seq.start_step = n
+                seq.finish_step = n + seq.out_len - 1
+                heapq.heappush(self.decoding, (seq.finish_step, seq.order, seq))
+                self.ctx_base += seq.prompt_len - n
+        return prefilled
+
+    def _plan_run(self) -> DecodeRun:
+        """The next pure-decode steps, up to the next completion (or the cap, when priced)."""
+        heap = self.decoding
+        batch = len(heap)
+        n0 = self.step_no
+        k = heap[0][0] - n0
+        context = self.ctx_base + batch * (n0 + 1)  # the first step's context sum
+        fit = self.pricer.decode_affine(batch)
+        if fit is not None:
+            a, b = fit
+            return DecodeRun(k, a + b * context, b * batch)
+        capped = k > self._run_cap
+        if capped:
+            k = self._run_cap
+        return DecodeRun(
+            k, ends=np.cumsum(self.pricer.decode_run(batch, context, k)), capped=capped
+        )
+
+    def _complete_due(self) -> list[Seq]:
+        """Sequences whose last token came out in the step just ended."""
+        n = self.step_no
+        heap = self.decoding
+        done: list[Seq] = []
+        while heap and heap[0][0] <= n:
+            seq = heapq.heappop(heap)[2]
+            self.ctx_base -= seq.prompt_len - seq.start_step
+            done.append(seq)
+        return done
+
+    def _admit(self, seq: Seq) -> None:
+        """Admit ``seq``: the replica looks it up and reserves memory; its prefill is planned."""
+        self.replica.admit(seq)
+        n = seq.prompt_len
+        # The last prompt token is always computed: its logits give the first
+        # output token, even when the whole prompt is cached.
+        seq.prefill_left = max(1, n - seq.hit)
+        seq.ctx = n - seq.prefill_left
+        seq.admitted_s = self.env.now
+        seq.admitted.succeed()
+
+
+# A scheduler is built as ``factory(env, replica, pricer, max_batched_tokens, max_running)``;
+# a new one (an engine mode's) only needs to satisfy :class:`Scheduler`.
+SchedulerFactory = Callable[[simpy.Environment, ReplicaSide, StepPricer, int, int], Scheduler]
+SCHEDULERS: dict[str, SchedulerFactory] = {ContinuousBatching.name: ContinuousBatching}
+
+
+def get_scheduler(name: str) -> SchedulerFactory:
+    """The scheduler registered as ``name``; a ``TwinError`` listing the valid names otherwise."""
+    try:
+        return SCHEDULERS[name]
+    except KeyError:
+        raise TwinError(
+            f"unknown scheduler {name!r}; valid schedulers: {', '.join(SCHEDULERS)}"
+        ) from None

@@ -1,0 +1,54 @@
+"""One request on a replica: its progress and timestamps (the engine's per-request entity)."""
+
+from __future__ import annotations
+
+import simpy
+
+from twin.cache import Admission
+from workloads.reader import Request
+
+
+class Seq:
+    """One request on a replica: its progress and timestamps (compact: slots, no dicts)."""
+
+    __slots__ = (
+        "admitted",
+        "admitted_s",
+        "arrival_s",
+        "cached",
+        "ckpts",
+        "ctx",
+        "done",
+        "done_s",
+        "finish_step",
+        "first_token",
+        "first_token_s",
+        "footprint",
+        "hit",
+        "order",
+        "out_len",
+        "prefill_left",
+        "prompt_len",
+        "rejected",
+        "replica",
+        "req",
+        "start_step",
+    )
+
+    def __init__(
+        self, req: Request, replica: int, arrival_s: float, footprint: int, env: simpy.Environment
+    ) -> None:
+        self.req = req
+        self.replica = replica
+        self.arrival_s = arrival_s
+        self.prompt_len = len(req.prompt)
+        self.out_len = len(req.output)
+        self.footprint = footprint
+        self.admitted = env.event()
+        self.first_token = env.event()
+        self.done = env.event()
+        self.admitted_s = self.first_token_s = self.done_s = float("nan")
+        self.rejected = False
+        self.hit = self.ckpts = self.order = self.start_step = self.finish_step = 0
+        self.prefill_left = self.ctx = 0
+        self.cached: Admission | None = None  # its hold on the cache, from admission to the end

@@ -1,0 +1,220 @@
+"""``twin validate`` as a library call: check every input, then do the work, publish as a set.
+
+:func:`validate_model` is what the command runs (the CLI only parses flags and
+prints the report). Its order is the project's rule for bad input: every
+input (model, device, policy, numbers, the workload file, the profile file,
+the output folder, PyTorch itself) is checked before the first expensive
+step (calibrating a device takes minutes). The outputs (``profile.json``
+when the device is calibrated, ``workload.parquet``, ``validation.json``,
+``requests.parquet``, the figure) are written into a staging folder inside
+OUT and moved into place together only once all exist, so a failed run
+leaves OUT as it found it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from policies import get_policy
+from twin.errors import TwinError
+from twin.hardware import GB
+from twin.model import ModelSpec
+from twin.presets import resolve_model
+from twin.validate.arrivals import fix_arrivals
+from twin.validate.run import CacheChoice, default_cache, validate
+from workloads.reader import Workload
+
+DEVICES = ("cpu", "cuda")
+WORKLOAD_FILE = "workload.parquet"  # the fixed-arrival copy both sides run
+PROFILE_FILE = "profile.json"  # the device calibrated for the model (when no profile is given)
+
+# A progress display: ``bar(description, total)`` is a context giving ``advance(amount)``.
+Bar = Callable[[str, float | None], AbstractContextManager[Callable[[float], None]]]
+# The executor: ``torch``, ``run_reference`` and ``ExecutorConfig`` (tests pass a fake).
+Executor = Callable[[], tuple[Any, Callable[..., Any], type]]
+
+
+def load_executor() -> tuple[Any, Callable[..., Any], type]:
+    """``torch``, ``run_reference`` and ``ExecutorConfig``, or a one-line install hint."""
+    try:
+        import torch
+    except ImportError:
+        raise TwinError(
+            "twin validate runs the model with PyTorch, which is not installed: "
+            "pip install 'twin[torch]' (torch==2.13.0)"
+        ) from None
+    from twin.reference.executor import ExecutorConfig, run_reference
+
+    return torch, run_reference, ExecutorConfig
+
+
+def _ignore(amount: float = 1) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def no_bar(description: str, total: float | None) -> Iterator[Callable[[float], None]]:
+    """The default progress display: none."""
+    yield _ignore
+
+
+def validate_model(
+    model: str | ModelSpec,
+    out: str | Path,
+    *,
+    device: str = "cpu",
+    workload: str | Path | None = None,
+    generate: str | None = None,
+    sessions: int | None = None,
+    requests: int = 100,
+    session_rate: float | None = None,
+    policy: str = "marconi",
+    cache_gb: float | None = None,
+    profile: str | Path | None = None,
+    seed: int = 0,
+    repeats: int = 3,
+    executor: Executor = load_executor,
+    bar: Bar = no_bar,
+) -> dict[str, Any]:
+    """Measure the twin against the reference executor; return the report (``validation.json``).
+
+    Exactly one of ``workload`` (a parquet file) and ``generate`` (a generator
+    name) gives the requests; the first ``requests`` in arrival order are kept.
+    Without ``profile``, the device is calibrated at the model's shapes first
+    (into OUT/profile.json). See ``twin validate --help`` for every argument.
+    """
+    from workloads.generators import get_generator
+
+    # ----- every input, before any work
+    spec = resolve_model(model) if isinstance(model, str) else model
+    if device not in DEVICES:
+        raise TwinError(f"--device {device!r}: expected cpu or cuda")
+    if (workload is None) == (generate is None):
+        raise TwinError("give one of --workload W.parquet or --generate KIND")
+    if generate is not None:
+        get_generator(generate)
+    if get_policy(policy).hindsight:
+        raise TwinError(
+            f"--policy {policy}: a hindsight bound (one replay per alpha) cannot serve "
+            "requests online; validate marconi, sglang+ or vanilla"
+        )
+    if cache_gb is not None and not (math.isfinite(cache_gb) and cache_gb >= 0):
+        raise TwinError(f"--cache-gb must be a number >= 0 (got {cache_gb})")
+    if session_rate is not None and not (math.isfinite(session_rate) and session_rate > 0):
+        raise TwinError(f"--session-rate must be a positive number (got {session_rate})")
+    if requests < 1 or repeats < 1 or (sessions is not None and sessions < 1):
+        raise TwinError("--requests, --repeats and --sessions must be at least 1")
+    src = Workload.open(workload) if workload is not None else None
+    from twin.costmodel.profile import Profile
+
+    prof = Profile.load(profile) if profile is not None else None
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise TwinError(f"--out {out}: exists and is not a folder")
+    torch, run_reference, config_cls = executor()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise TwinError("--device cuda: PyTorch sees no CUDA GPU on this machine")
+
+    # ----- the work, staged inside OUT and published as one set
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".validate-staging-", dir=out))
+    try:
+        if prof is None:
+            prof = _calibrate(device, spec, staging / PROFILE_FILE, bar)
+        with tempfile.TemporaryDirectory() as tmp:
+            if src is None:
+                assert generate is not None
+                src = _generate(
+                    generate, sessions or requests, session_rate, seed, Path(tmp) / "gen.parquet"
+                )
+                session_rate = None  # the generator's rate already
+            fixed = fix_arrivals(
+                src,
+                staging / WORKLOAD_FILE,
+                seed=seed,
+                max_requests=requests,
+                session_rate=session_rate,
+            )
+        cache = (
+            default_cache(fixed, spec, policy)
+            if cache_gb is None
+            else CacheChoice(int(cache_gb * GB), "--cache-gb")
+        )
+        config = config_cls(
+            device=device, policy=policy, cache_bytes=cache.bytes, seed=seed, repeats=repeats
+        )
+        with bar("prefills measured", fixed.num_rows) as advance:
+            report = validate(
+                fixed,
+                spec,
+                prof,
+                run_reference=run_reference,
+                executor_config=config,
+                cache=cache,
+                out_dir=staging,
+                shown_dir=out,
+                progress=_fraction(advance, fixed.num_rows),
+            )
+        for item in sorted(staging.iterdir()):
+            os.replace(item, out / item.name)
+        staging.rmdir()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only if still empty
+        raise
+    return report
+
+
+def _calibrate(device: str, spec: ModelSpec, path: Path, bar: Bar) -> Any:
+    """Step 1 of a validation: time this device's kernels at the model's own shapes, and the
+    host overhead of its layers, into ``path`` (a quick, per-model profile)."""
+    from calibration.harness import calibrate
+
+    with contextlib.ExitStack() as stack:
+
+        def progress(total: int) -> Any:
+            return stack.enter_context(bar("calibrating", total))
+
+        result = calibrate(
+            "cpu" if device == "cpu" else "auto",
+            "quick",
+            path,
+            model=spec,
+            progress=progress,
+            overhead=True,
+            model_only=True,
+        )
+    return result.profile
+
+
+def _generate(
+    kind: str, sessions: int, session_rate: float | None, seed: int, path: Path
+) -> Workload:
+    """A fresh ``kind`` workload at ``path`` (the generator's defaults; rate 1/s if none given)."""
+    from workloads.examples import Example
+
+    Example(kind, sessions, 1.0 if session_rate is None else session_rate, seed).build(path)
+    return Workload.open(path)
+
+
+def _fraction(advance: Callable[[float], None], total: int) -> Callable[[float], None]:
+    """Adapt the executor's progress (fraction of requests served) to a bar's advances."""
+    done = 0.0
+
+    def report(fraction: float) -> None:
+        nonlocal done
+        advance(fraction * total - done)
+        done = fraction * total
+
+    return report
