@@ -101,8 +101,8 @@ def sustainable(agg: list[dict[str, Any]], slo: Slo) -> list[Sustainable]:
         )
         k = knee([(c["session_rate"], c["ttft_p95_ms"]) for c in cells])
         low = high = None
-        cis = [c.get(f"{slo.column}_ci") for c in cells]
-        if all(ci is not None for ci in cis):
+        cis = [c[f"{slo.column}_ci"] for c in cells if c.get(f"{slo.column}_ci") is not None]
+        if len(cis) == len(cells):
             low, high = _shifted_rate(cells, cis, slo, +1.0), _shifted_rate(cells, cis, slo, -1.0)
         out.append(Sustainable(policy, cache, rate, bound, k, low, high))
     out.sort(key=lambda s: (s.cache_gb, s.policy))

@@ -10,6 +10,7 @@ DIR computes only what is missing. Each merge re-reads the file under a lock
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -394,7 +395,7 @@ def run_sweep(
             _run_on_ray(ray, ray_address, spec, todo, done)
     elif jobs == 1 or len(todo) <= 1:
         for point in todo:
-            done(point, run_point(spec, point, lambda x, p=point: partial(p, x)))
+            done(point, run_point(spec, point, functools.partial(partial, point)))
     else:
         run_in_pool(
             run_point,

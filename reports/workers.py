@@ -96,7 +96,7 @@ def run_in_pool(
     and propagates; results already handed to ``on_result`` stay handed.
     """
     todo = list(items)
-    q = multiprocessing.Queue() if on_progress is not None else None
+    q: Any = multiprocessing.Queue() if on_progress is not None else None
     pool = ProcessPoolExecutor(
         max_workers=jobs, initializer=_init_worker, initargs=(os.getpid(), q)
     )

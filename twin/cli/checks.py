@@ -87,12 +87,11 @@ def no_other_run(flag: str, path: Path, names: list[str], force: bool) -> None:
         )
 
 
-def _option_type(policy_classes: list[type], key: str) -> Any:
+def _option_type(policy_classes: list[type[Any]], key: str) -> Any:
     """The annotated type of ``key`` in the first policy constructor that takes it."""
     for cls in policy_classes:
-        params = inspect.signature(cls.__init__).parameters
-        if key in params:
-            hints = typing.get_type_hints(cls.__init__)
+        if key in inspect.signature(cls).parameters:  # a class's signature is its __init__'s
+            hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]
             return hints.get(key, Any)
     return Any
 
@@ -130,8 +129,11 @@ def policy_options(policies: list[str], options: dict[str, str]) -> dict[str, An
         else:
             typed[key] = text
     for policy in known:
+        # Each policy is tried with the options it declares; an option none of
+        # the named policies takes is the command's own error to report.
+        mine = {k: v for k, v in typed.items() if k in POLICIES[policy].OPTIONS}
         try:
-            get_policy(policy, **typed)
+            get_policy(policy, **mine)
         except TwinError as err:
             raise TwinError(f"--policy-option: {err}") from None
     return typed

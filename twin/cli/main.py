@@ -63,7 +63,8 @@ def _usage(err: BaseException) -> int:
         print(err.ctx.get_help() if err.ctx else err.format_message())
         return USAGE_EXIT
     if isinstance(err, click_exc.ClickException):
-        command = err.ctx.command_path if getattr(err, "ctx", None) else "twin"
+        ctx = getattr(err, "ctx", None)
+        command = ctx.command_path if ctx is not None else "twin"
         _say(f"error: {command}: {err.format_message()} (see {command} --help)")
         return err.exit_code
     _say("interrupted")  # click's Abort (Ctrl-C or end of input at a prompt)

@@ -126,11 +126,9 @@ def simulate(
         checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
     checks.no_other_run("--out", out, [REQUESTS_FILE, SUMMARY_FILE], force)
+    bundled = workload is None
     if workload is None:
         workload = example_path(EXAMPLE)
-        err_console.print(
-            f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"
-        )
     run = build_run(
         workload,
         model=resolve_model(model, model_set),
@@ -152,6 +150,10 @@ def simulate(
         warmup_s=warmup_s,
         until_s=until_s,
     )
+    if bundled:  # said once every flag has passed its checks (an error stays one line)
+        err_console.print(
+            f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"
+        )
     # Completed requests, not simulated seconds: the run goes on draining well
     # past the last arrival, so a time bar sat at 100% for half the run.
     # With --until-s some rows never arrive, and the total is unknown.
