@@ -25,7 +25,10 @@ from test_engine_helpers import (
     lindley,
     run,
     single_turns,
+    write_rows,
 )
+
+from workloads.schema import WorkloadRow
 
 N = 20_000
 RHO = 0.5
@@ -170,3 +173,31 @@ def test_token_budget_limits_admissions(tmp_path):
     # B's last 400 + C's first 599. Step 3: C's last 101 + B's decode.
     assert [r.admitted_s for r in recs] == [0.0, 0.0, 1.0]
     assert [r.first_token_s for r in recs] == [1.0, 2.0, 3.0]
+
+
+def test_utilisation_shows_headroom_under_overload(tmp_path):
+    """Issue 18: utilisation is the busy share of the arrival window, so overload reads higher.
+
+    100 sessions of 4 closed-loop turns (60 s of thinking between turns); a step
+    costs 0.5 s plus 0.5 s per 8-token prompt, so batching makes a crowded
+    replica cheaper per request. At 100 sessions/s the starts pile up (overload);
+    at 0.5 sessions/s the replica has headroom. Busy time over the whole run,
+    the old definition, read the overload lower (0.55 against 0.71): its batched
+    work is shorter and its closed-loop tail idles as long.
+    """
+    rng = np.random.default_rng(0)
+    rows = [
+        WorkloadRow(s, t, None, 60.0 if t else None, rng.integers(0, 30000, 8), False, None, 1)
+        for s in range(100)
+        for t in range(4)
+    ]
+    path = write_rows(tmp_path / "closed.parquet", rows)
+    pricer = LinearPricer(base=0.5, per_token=0.0625, per_key=0.0, per_seq=0.0)
+    light, _ = run(path, pricer, session_rate=0.5, policy="vanilla", seed=3)
+    heavy, _ = run(path, pricer, session_rate=100.0, policy="vanilla", seed=3)
+    assert heavy["utilisation"]["mean"] > light["utilisation"]["mean"]
+    assert heavy["utilisation"]["mean"] == 1.0  # busy throughout the arrival window
+    assert 0.5 < light["utilisation"]["mean"] < 0.95
+    # The same runs measured the old way (busy over the run's end): overload lower.
+    old = [s["replicas"][0]["busy_s"] / s["sim_end_s"] for s in (light, heavy)]
+    assert old[1] < old[0]

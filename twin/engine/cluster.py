@@ -127,6 +127,10 @@ class Cluster:
         self._finished = env.event()
         self._arrivals_done = False
         self._active = 0  # sessions still submitting or waiting on a turn
+        # Utilisation's window: the first request arrival to the last expected session
+        # start (the horizon), and each replica's busy seconds when it closes.
+        self._first_arrival_s: float | None = None
+        self._busy_at_horizon: list[float] | None = None
 
     # ------------------------------------------------------------------ running
     def run(self, progress: Callable[[float], None] | None = None) -> RunStats:
@@ -136,6 +140,7 @@ class Cluster:
             env.process(replica.run())
         env.process(self._arrivals())
         env.process(self._sampler(progress))
+        env.process(self._close_window())
         env.run(until=self._finished)
         return self._stats()
 
@@ -193,6 +198,8 @@ class Cluster:
     def _request(self, req: Request) -> Generator[simpy.Event, Any, None]:
         """One request's life, top to bottom."""
         replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+        if self._first_arrival_s is None:
+            self._first_arrival_s = self.env.now
         seq = replica.submit(req)  # arrive now; queue FCFS (or rejected: too big to ever fit)
         if not seq.rejected:
             yield seq.admitted  # joined the batch: cache looked up, hit pinned, checkpoints chosen
@@ -217,6 +224,27 @@ class Cluster:
                 reported = now
             yield env.timeout(occ.interval_s)
 
+    def _close_window(self) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(self.horizon_s)
+        self._busy_at_horizon = [r.busy_until_now_s() for r in self.replicas]
+
+    def utilisation(self) -> list[float]:
+        """Per replica: busy share of the arrival window, capped at 1 (1 = no headroom).
+
+        The window runs from the first request arrival to the horizon (the last
+        expected session start, or ``until_s``): while load is still arriving.
+        Busy time over the whole run is not used, because an overloaded run
+        drains (and idles between closed-loop turns) long after arrivals stop,
+        so it read lower under overload than at light load (issue 18). Runs whose
+        arrivals all come at once have no window: busy time over the run.
+        """
+        end = self.env.now
+        start = self._first_arrival_s or 0.0
+        window = self.horizon_s - start
+        if self._busy_at_horizon is None or window <= 0:
+            return [r.busy_s / end if end > 0 else 0.0 for r in self.replicas]
+        return [min(1.0, busy / window) for busy in self._busy_at_horizon]
+
     def _check_finished(self) -> None:
         if self._arrivals_done and not self._active and not self._finished.triggered:
             self._finished.succeed()
@@ -225,7 +253,7 @@ class Cluster:
     def _stats(self) -> RunStats:
         end = self.env.now
         reps = []
-        for r in self.replicas:
+        for r, util in zip(self.replicas, self.utilisation(), strict=True):
             reps.append(
                 {
                     "replica": r.index,
@@ -233,7 +261,7 @@ class Cluster:
                     "rejected": r.rejected,
                     "steps": r.step_no,
                     "busy_s": r.busy_s,
-                    "utilisation": r.busy_s / end if end > 0 else 0.0,
+                    "utilisation": util,
                     "cache": cache_stats(r.cache),
                     "policy": r.policy.stats(),
                 }

@@ -81,6 +81,11 @@ class Replica:
         """Simulated seconds the replica spent computing."""
         return self.scheduler.busy_s
 
+    def busy_until_now_s(self) -> float:
+        """:attr:`busy_s` plus the part of the step in flight already computed."""
+        since = self.scheduler.busy_since
+        return self.busy_s + (self.env.now - since if since is not None else 0.0)
+
     # ------------------------------------------------------------------ requests in
     def submit(self, req: Request) -> Seq:
         """Queue ``req`` (FCFS); a request too big for the replica's memory is rejected at once."""

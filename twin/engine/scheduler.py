@@ -74,7 +74,8 @@ class Scheduler(Protocol):
     """A replica's step loop: what the replica and the cluster call."""
 
     step_no: int
-    busy_s: float
+    busy_s: float  # seconds of finished steps
+    busy_since: float | None  # when the step (or decode run) in flight began; None: idle
 
     def submit(self, seq: Seq) -> None: ...
     def run(self) -> Generator[simpy.Event, Any, None]: ...
@@ -161,6 +162,7 @@ class ContinuousBatching:
         self.ctx_base = 0  # decode context sum at step n = ctx_base + len(decoding) * n
         self.step_no = 0
         self.busy_s = 0.0
+        self.busy_since: float | None = None
         self._wake: simpy.Event | None = None
         self._run_cap = MIN_RUN_STEPS
 
@@ -185,6 +187,7 @@ class ContinuousBatching:
                 continue
             if self.prefilling or self._can_admit():
                 chunked, seconds = self._plan_step()
+                self.busy_since = env.now
                 yield env.timeout(seconds)
                 self.busy_s += seconds
                 self.step_no += 1
@@ -193,6 +196,7 @@ class ContinuousBatching:
                 # A decode run (module docstring): the next k steps in one wait.
                 run = self._plan_run()
                 t0, m = env.now, run.k
+                self.busy_since = t0
                 total = run.end(m)
                 if self.waiting:
                     # The head is blocked (memory or max_running) until a
@@ -231,8 +235,10 @@ class ContinuousBatching:
             copy_s = self.replica.copy_s
             if copies and copy_s:
                 extra = copies * copy_s  # the checkpoint copies lengthen the step
+                self.busy_since = env.now
                 yield env.timeout(extra)
                 self.busy_s += extra
+            self.busy_since = None
             now = env.now
             for seq in prefilled:
                 seq.first_token_s = now
