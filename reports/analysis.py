@@ -7,6 +7,7 @@ tests.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import defaultdict
@@ -83,16 +84,24 @@ def _interval(values: list[float]) -> float | None:
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (policy, session_rate, cache_gb): ``M`` (mean) and ``M_ci`` per metric."""
-    groups: dict[tuple[str, float | None, float], list[dict[str, Any]]] = defaultdict(list)
+    """One row per (policy, session_rate, cache_gb, replicas, tp): ``M`` (mean) and
+    ``M_ci`` per metric, with ``gpus`` (replicas x tp). Rows without ``replicas`` or
+    ``tp`` (tables written by hand) keep them None and count as one each in ``gpus``."""
+    Key = tuple[str, float | None, float, int | None, int | None]
+    groups: dict[Key, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        groups[(r["policy"], r["session_rate"], r["cache_gb"])].append(r)
+        n, per = r.get("replicas"), r.get("tp")
+        groups[(r["policy"], r["session_rate"], r["cache_gb"], n, per)].append(r)
     out = []
-    for (policy, rate, cache), members in groups.items():
+    for (policy, rate, cache, replicas, tp), members in groups.items():
         agg: dict[str, Any] = {
             "policy": policy,
             "session_rate": rate,
             "cache_gb": cache,
+            "replicas": replicas,
+            "tp": tp,
+            "gpus": gpus({"replicas": replicas, "tp": tp}),
+            "cache_gb_per_gpu": cache / (tp or 1),
             "seeds": len(members),
         }
         for m in METRICS:
@@ -107,10 +116,34 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             a["policy"],
             a["session_rate"] is not None,
             a["session_rate"] or 0.0,
+            a["gpus"],
             a["cache_gb"],
         )
     )
     return out
+
+
+def gpus(row: dict[str, Any]) -> int:
+    """A result row's GPU count: replicas x tp (one each where the row does not say)."""
+    return int(row.get("replicas") or 1) * int(row.get("tp") or 1)
+
+
+def gpu_counts(rows: list[dict[str, Any]]) -> list[int]:
+    """The GPU counts in the sweep's rows (or aggregate), smallest first."""
+    return sorted({gpus(r) for r in rows})
+
+
+def by_gpu_count(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (per-seed or aggregated) with each policy named with its GPU count when
+    the count varies.
+
+    The figures and the load analysis group by policy; naming ``marconi, 2 GPUs``
+    apart from ``marconi, 4 GPUs`` groups them by GPU count as well, with no
+    second code path. A sweep on one GPU count is returned unchanged.
+    """
+    if len(gpu_counts(rows)) < 2:
+        return rows
+    return [{**r, "policy": f"{r['policy']}, {gpus(r)} GPU(s)"} for r in rows]
 
 
 @dataclass(frozen=True)
@@ -122,6 +155,11 @@ class Recommendation:
     cache_gb: float | None  # None: no cache size in the sweep meets the SLO
     value_ms: float | None  # the SLO metric's mean at that cache size
     gpus: int  # replicas x tp
+    tp: int = 1  # GPUs per replica: the cache per GPU is cache_gb / tp
+
+    @property
+    def cache_gb_per_gpu(self) -> float | None:
+        return None if self.cache_gb is None else self.cache_gb / self.tp
 
     @property
     def meets(self) -> bool:
@@ -129,12 +167,14 @@ class Recommendation:
 
 
 def recommend(agg: list[dict[str, Any]], slo: Slo, replicas: int, tp: int) -> list[Recommendation]:
-    """For each (policy, rate): the smallest cache whose mean SLO metric meets the target."""
-    by: dict[tuple[str, float | None], list[dict[str, Any]]] = defaultdict(list)
+    """For each (policy, rate, GPU count): the smallest cache whose mean SLO metric meets
+    the target. ``replicas`` and ``tp`` stand in for rows that do not carry their own."""
+    by: dict[tuple[str, float | None, int, int], list[dict[str, Any]]] = defaultdict(list)
     for a in agg:
-        by[(a["policy"], a["session_rate"])].append(a)
+        n, per = int(a.get("replicas") or replicas), int(a.get("tp") or tp)
+        by[(a["policy"], a["session_rate"], n, per)].append(a)
     recs = []
-    for (policy, rate), cells in by.items():
+    for (policy, rate, n, per), cells in by.items():
         ok = [c for c in cells if c[slo.column] is not None and c[slo.column] <= slo.threshold_ms]
         best = min(ok, key=lambda c: c["cache_gb"]) if ok else None
         recs.append(
@@ -143,7 +183,8 @@ def recommend(agg: list[dict[str, Any]], slo: Slo, replicas: int, tp: int) -> li
                 rate,
                 best["cache_gb"] if best else None,
                 best[slo.column] if best else None,
-                replicas * tp,
+                n * per,
+                per,
             )
         )
     return recs
@@ -165,10 +206,13 @@ def verdict(recs: list[Recommendation], slo: Slo) -> list[str]:
     lines = []
     wins: dict[str, list[str]] = {}
     rates = sorted({r.session_rate for r in recs}, key=lambda x: (x is not None, x or 0.0))
-    for rate in rates:
-        at = [r for r in recs if r.session_rate == rate]
+    counts = sorted({r.gpus for r in recs})
+    for rate, gpus in itertools.product(rates, counts):
+        at = [r for r in recs if r.session_rate == rate and r.gpus == gpus]
+        if not at:
+            continue
         best = winner(at)
-        where = rate_label(rate)
+        where = rate_label(rate) + (f" on {gpus} GPU(s)" if len(counts) > 1 else "")
         if best is None:
             lines.append(
                 f"At {where}, no policy meets {slo} at any cache size in the sweep: "
@@ -180,7 +224,8 @@ def verdict(recs: list[Recommendation], slo: Slo) -> list[str]:
         headroom = 1 - best.value_ms / slo.threshold_ms
         text = (
             f"At {where}, {best.policy} meets {slo} with {best.cache_gb:g} GB of cache per "
-            f"replica on {best.gpus} GPU(s): {best.value_ms:,.1f} ms, "
+            f"replica ({best.cache_gb_per_gpu:g} GB per GPU) on {best.gpus} GPU(s): "
+            f"{best.value_ms:,.1f} ms, "
             f"{headroom:.0%} under the target."
         )
         rest = [r for r in at if r is not best]

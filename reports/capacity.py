@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reports.analysis import Slo, aggregate, parse_slo, recommend
+from reports.analysis import Slo, aggregate, by_gpu_count, parse_slo, recommend
 from reports.load import sustainable
 from reports.render import Header, render_report
 from reports.sweep import (
@@ -75,6 +75,7 @@ def capacity_report(
     session_rates: Sequence[float | None] = (None,),
     slo: str | Slo | None = None,
     seeds: int = 1,
+    replicas: Sequence[int] | None = None,
     settings: dict[str, Any] | None = None,
     jobs: int = 1,
     cdf_cache_gb: float | None = None,
@@ -89,10 +90,12 @@ def capacity_report(
     ``model_set`` holds ``FIELD=VALUE`` overrides of ``model`` (``--model-set``);
     ``engine`` names whose kernels price the steps (``--engine``);
     ``settings`` holds the fixed engine settings (``replicas``, ``tp``,
-    ``router``, ... any :class:`~twin.engine.EngineConfig` field); ``slo``
+    ``router``, ... any :class:`~twin.engine.EngineConfig` field); ``replicas``
+    (``--replicas 1,2,4``) sweeps the replica count, and so the GPU count
+    (replicas x tp), instead of fixing it in ``settings``; ``slo``
     (e.g. ``"p95_ttft<=500ms"``) adds the smallest cache meeting it per policy
     and rate. ``progress(points)`` is called as points finish (of
-    ``len(cache_gb) x len(policies) x len(session_rates) x seeds``).
+    ``len(replicas) x len(cache_gb) x len(policies) x len(session_rates) x seeds``).
     """
     target = parse_slo(slo) if isinstance(slo, str) else slo
     caches = [float(c) for c in cache_gb]
@@ -106,6 +109,14 @@ def capacity_report(
     if executor == "ray":
         import_ray()  # a missing extra fails before any work
     label = resolve_model(model, model_set).name  # fail on a bad --model before any work
+    fixed = dict(settings or {})
+    counts: list[int | None] = [None]
+    if replicas is not None:
+        wanted = list(dict.fromkeys(int(n) for n in replicas))  # in order, once each
+        if not wanted or any(n < 1 for n in wanted):
+            raise TwinError(f"--replicas {list(replicas)}: each must be at least 1")
+        counts = list(wanted)
+        fixed.pop("replicas", None)  # the points carry it
     spec = resolve(
         SweepSpec(
             workload=str(workload),
@@ -114,10 +125,10 @@ def capacity_report(
             gpu=gpu,
             engine=engine,
             profile=None if profile is None else str(profile),
-            settings=tuple((settings or {}).items()),
+            settings=tuple(fixed.items()),
         )
     )
-    points = grid(caches, policies, session_rates, seeds)
+    points = grid(caches, policies, session_rates, seeds, counts)
     result = run_sweep(
         spec,
         points,
@@ -147,6 +158,7 @@ def capacity_report(
         provenance=spec.profile_label,
         replicas=config.replicas,
         tp=config.tp,
+        replica_counts=tuple(sorted({spec.replicas(p) for p in points})),
         infeasible=tuple(infeasible),
     )
     render_report(Path(out), header, target, agg, recs, rows=rows, cdf_cache_gb=cdf_cache_gb)
@@ -158,6 +170,6 @@ def capacity_report(
         aggregate=agg,
         target=target,
         recommendations=recs,
-        sustainable=sustainable(agg, target) if target is not None else None,
+        sustainable=sustainable(by_gpu_count(agg), target) if target is not None else None,
         infeasible=infeasible,
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reports.analysis import Recommendation, Slo, rate_label, verdict
+from reports.analysis import Recommendation, Slo, by_gpu_count, rate_label, verdict
 from reports.load import LOAD_HEAD, Sustainable, load_rows, load_verdict, sustainable
 from twin.atomic import write_text_atomic
 
@@ -33,6 +33,8 @@ class Header:
     provenance: str
     replicas: int
     tp: int
+    # Every swept replica count (--replicas 1,2,4); empty: ``replicas`` alone.
+    replica_counts: tuple[int, ...] = ()
     # "<cache> GB cache: <why>" for each swept cache size that cannot run.
     infeasible: tuple[str, ...] = ()
 
@@ -52,6 +54,7 @@ def _rec_rows(recs: list[Recommendation]) -> list[list[str]]:
             r.policy,
             rate_label(r.session_rate),
             "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
+            "-" if r.cache_gb_per_gpu is None else f"{r.cache_gb_per_gpu:g} GB",
             _fmt(r.value_ms),
             str(r.gpus),
         ]
@@ -67,11 +70,20 @@ LOAD_NOTE = (
     "which P95 TTFT grows more than twice as fast as the load in relative terms "
     "(log-log slope > 2 to the next swept rate)."
 )
-REC_HEAD = ["policy", "session rate", "smallest cache meeting SLO", "SLO metric (ms)", "GPUs"]
+REC_HEAD = [
+    "policy",
+    "session rate",
+    "smallest cache meeting SLO (per replica)",
+    "per GPU",
+    "SLO metric (ms)",
+    "GPUs",
+]
 RES_HEAD = [
     "policy",
     "session rate",
-    "cache (GB)",
+    "GPUs",
+    "cache per replica (GB)",
+    "cache per GPU (GB)",
     "seeds",
     "P5 TTFT (ms)",
     "P50 TTFT (ms)",
@@ -91,7 +103,9 @@ def _res_rows(agg: list[dict[str, Any]]) -> list[list[str]]:
         [
             a["policy"],
             rate_label(a["session_rate"]),
+            str(a.get("gpus", 1)),
             f"{a['cache_gb']:g}",
+            f"{a.get('cache_gb_per_gpu', a['cache_gb']):g}",
             str(a["seeds"]),
             _fmt(a["ttft_p5_ms"]),
             _fmt(a["ttft_p50_ms"]),
@@ -155,10 +169,21 @@ def _facts(h: Header, slo: Slo | None) -> list[tuple[str, str]]:
         ("workload", f"{h.workload} (sha256 {h.workload_sha256})"),
         ("twin version", h.twin_version),
         ("model", h.model),
-        ("cluster", f"{h.replicas} replica(s) x tp {h.tp} = {h.replicas * h.tp} GPU(s)"),
+        ("cluster", _cluster(h)),
         ("GPU profile", f"{h.gpu}: {h.provenance}"),
         ("SLO", str(slo) if slo else "none given"),
     ]
+
+
+def _cluster(h: Header) -> str:
+    counts = h.replica_counts or (h.replicas,)
+    if len(counts) == 1:
+        return f"{counts[0]} replica(s) x tp {h.tp} = {counts[0] * h.tp} GPU(s)"
+    return (
+        f"{', '.join(map(str, counts))} replicas (swept) x tp {h.tp} = "
+        f"{', '.join(str(n * h.tp) for n in counts)} GPUs; cache sizes are per replica, "
+        f"{h.tp} GPU(s) each"
+    )
 
 
 CSS = (
@@ -277,10 +302,12 @@ def render_report(
     ``cdf_cache_gb`` (default: the largest swept cache).
     """
     out = Path(out_dir)
-    load = sustainable(agg, slo) if slo is not None else []
+    # Figures and load group by policy; where the GPU count varies, by policy and count.
+    grouped = by_gpu_count(agg)
+    load = sustainable(grouped, slo) if slo is not None else []
     from reports.render_figures import figures  # late: matplotlib is slow to import
 
-    figs = figures(agg, slo, rows, cdf_cache_gb, load)
+    figs = figures(grouped, slo, None if rows is None else by_gpu_count(rows), cdf_cache_gb, load)
     written = []
     for stem, _, svg in figs:
         write_text_atomic(out / f"{stem}.svg", svg)

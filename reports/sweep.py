@@ -1,7 +1,7 @@
 """The sweep: one engine simulation per grid point, kept in a resumable results table.
 
-A point is (cache size, policy, session rate, seed); everything else (model,
-profile, replicas, workload) is fixed by the :class:`SweepSpec`. Each finished
+A point is (cache size, policy, session rate, seed, replicas); everything else
+(model, profile, tp, workload) is fixed by the :class:`SweepSpec`. Each finished
 point is merged into ``DIR/results.parquet``, rewritten atomically, so a
 killed sweep loses at most the points still running and a rerun with the same
 DIR computes only what is missing. Each merge re-reads the file under a lock
@@ -85,6 +85,9 @@ class Point:
     policy: str
     session_rate: float | None
     seed: int
+    # Replicas of this point (the GPU count is replicas x tp, issue 18); None: the
+    # spec's ``settings`` (or the engine's default) decide.
+    replicas: int | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,8 @@ class SweepSpec:
         """The engine settings of ``point`` for :func:`twin.engine.build_config`."""
         fixed = dict(self.settings)
         options = options_for(point.policy, dict(fixed.pop("policy_options", None) or {}))
+        if point.replicas is not None:
+            fixed["replicas"] = point.replicas
         return {
             **fixed,
             "cache_gb": point.cache_gb,
@@ -132,9 +137,9 @@ class SweepSpec:
         """The engine configuration of ``point`` (``profile`` gives the device memory)."""
         return build_config(profile, **self.fields(point))
 
-    @property
-    def replicas(self) -> int:
-        return self.base_config().replicas
+    def replicas(self, point: Point) -> int:
+        """The replicas ``point`` runs on (its own, else the fixed setting)."""
+        return point.replicas if point.replicas is not None else self.base_config().replicas
 
     @property
     def tp(self) -> int:
@@ -160,7 +165,10 @@ class SweepSpec:
             "profile_gpu": self.profile_gpu,
             "engine": engine,
         }
-        blob = json.dumps({"point": asdict(point), "fixed": fixed}, sort_keys=True)
+        # The replica count always comes from the point (resolved), never the engine part.
+        engine.pop("replicas", None)
+        where = {**asdict(point), "replicas": self.replicas(point)}
+        blob = json.dumps({"point": where, "fixed": fixed}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -169,11 +177,14 @@ def grid(
     policies: Iterable[str],
     session_rates: Iterable[float | None],
     seeds: int,
+    replicas: Iterable[int | None] = (None,),
 ) -> list[Point]:
-    """Every combination, in a stable order (cache, policy, rate, seed)."""
+    """Every combination, in a stable order (replicas, cache, policy, rate, seed)."""
     return [
-        Point(float(c), p, None if r is None else float(r), s)
-        for c, p, r, s in itertools.product(cache_gb, policies, session_rates, range(seeds))
+        Point(float(c), p, None if r is None else float(r), s, n)
+        for n, c, p, r, s in itertools.product(
+            replicas, cache_gb, policies, session_rates, range(seeds)
+        )
     ]
 
 
@@ -217,7 +228,7 @@ def point_fields(spec: SweepSpec, point: Point) -> dict[str, Any]:
         "profile_label": spec.profile_label,
         "profile_gpu": spec.profile_gpu,
         "workload_sha256": spec.workload_sha256,
-        "replicas": spec.replicas,
+        "replicas": spec.replicas(point),
         "tp": spec.tp,
     }
 
@@ -298,6 +309,7 @@ def write_results(out_dir: Path, rows: list[dict[str, Any]]) -> None:
     ordered = sorted(
         rows,
         key=lambda r: (
+            r["replicas"] or 0,
             r["cache_gb"],
             r["policy"],
             r["session_rate"] is not None,

@@ -398,3 +398,45 @@ def test_model_set_reaches_every_point_and_its_resume_key(tmp_path: Path) -> Non
     assert rows[1]["model"] == "tiny-hybrid[ssm_d_state=4]"
     # The points really ran the changed shape: its SSM states occupy the cache differently.
     assert rows[1]["ssm_bytes_mean"] != rows[0]["ssm_bytes_mean"]
+
+
+def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path) -> None:
+    """Issue 18: --replicas 1,2 sweeps the GPU count (replicas x tp) in one report; the
+    recommendation and the tables show the cache per replica and per GPU (cache / tp)."""
+    from reports.capacity import capacity_report
+
+    out = tmp_path / "gpus"
+    found = capacity_report(
+        WORKLOAD,
+        out,
+        model="tiny-hybrid",
+        gpu="h100",
+        cache_gb=[0.002],
+        policies=["marconi"],
+        session_rates=[2.0],
+        replicas=[1, 2],
+        slo="p95_ttft<=10s",
+        settings={"tp": 2},
+    )
+    assert found.computed == 2
+    assert sorted((r["replicas"], r["tp"]) for r in found.rows) == [(1, 2), (2, 2)]
+    assert len({r["key"] for r in found.rows}) == 2  # each GPU count its own resume key
+    # Each point's engine configuration has its own replica count, the fixed tp.
+    points = grid([0.002], ["marconi"], [2.0], 1, [1, 2])
+    assert [found.spec.config(p).replicas for p in points] == [1, 2]
+    assert {found.spec.config(p).tp for p in points} == {2}
+    assert [a["gpus"] for a in found.aggregate] == [2, 4]
+    recs = sorted(found.recommendations, key=lambda r: r.gpus)
+    assert [(r.gpus, r.cache_gb, r.cache_gb_per_gpu) for r in recs] == [
+        (2, 0.002, 0.001),
+        (4, 0.002, 0.001),
+    ]
+    md = (out / MD_FILE).read_text()
+    assert "per GPU" in md and "1, 2 replicas (swept) x tp 2 = 2, 4 GPUs" in md
+    assert "on 2 GPU(s)" in md and "on 4 GPU(s)" in md  # a verdict per GPU count
+    assert "marconi, 4 GPU(s)" in (out / HTML_FILE).read_text()  # figures group by count
+    # The CLI parses the list; a fraction is refused before any work.
+    args = ["report", "capacity", str(WORKLOAD), "-r", "1,1.5", "-o", str(tmp_path / "x")]
+    res = CliRunner().invoke(_cli(), args)
+    assert isinstance(res.exception, TwinError) and "--replicas" in str(res.exception)
+    assert not (tmp_path / "x").exists()

@@ -24,7 +24,6 @@ from twin.cli.common import (
     ModelOption,
     ModelSetOption,
     ProfileOption,
-    ReplicasOption,
     TpOption,
     console,
     err_console,
@@ -71,6 +70,16 @@ def _policy_list(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _replica_counts(text: str) -> list[int]:
+    """``--replicas 1,2,4``: whole numbers >= 1, each once, in order."""
+    counts = []
+    for v in _numbers("--replicas", text, positive=True):
+        if v != int(v):
+            raise TwinError(f"--replicas: {v:g} is not a whole number")
+        counts.append(int(v))
+    return counts
+
+
 def _command_line() -> str:
     """The command as typed; click keeps no raw argv, so read sys.argv when it is ours
     (under a test runner or another host program it is not, and a generic line is used)."""
@@ -88,7 +97,12 @@ def capacity(
     gpu: GpuOption = None,
     engine: EngineOption = None,
     profile: ProfileOption = None,
-    replicas: ReplicasOption = 1,
+    replicas: str = typer.Option(
+        "1",
+        "--replicas",
+        "-r",
+        help="Model replicas, comma-separated to sweep the GPU count (replicas x tp), e.g. 1,2,4.",
+    ),
     tp: TpOption = 1,
     cache_gb: str = typer.Option(
         "10,20,40", "--cache-gb", help="Cache sizes per replica to sweep, GB, comma-separated."
@@ -128,8 +142,9 @@ def capacity(
         None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local ray)."
     ),
 ) -> None:
-    """Sweep cache size x policy x session rate x seed; recommend the smallest cache meeting
-    the SLO; write OUT/results.parquet, OUT/report.html (self-contained) and OUT/report.md.
+    """Sweep replicas x cache size x policy x session rate x seed; recommend the smallest
+    cache meeting the SLO; write OUT/results.parquet, OUT/report.html (self-contained)
+    and OUT/report.md.
 
     Every finished point is saved at once, so rerunning the same command in the
     same OUT computes only the missing points.
@@ -140,12 +155,16 @@ def capacity(
         --cache-gb 10,20,40 --policies vllm+,sglang+,marconi --session-rates 0.5,1,2 \\
         --slo "p95_ttft<=500ms" --seeds 2 --out capacity --jobs 4
 
+      twin report capacity chat.parquet --replicas 1,2 --tp 2 --cache-gb 10,20 \\
+        --policies marconi --session-rates 1,4 --slo "p95_ttft<=500ms" --out capacity-gpus
+
       twin report capacity chat.parquet --model-set n_ssm_layers=32 --model-set ssm_d_state=16 \\
         --cache-gb 20,40 --out capacity-32ssm
     """
     checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
     caches = _numbers("--cache-gb", cache_gb, positive=False)
+    counts = _replica_counts(replicas)
     names = _policy_list(policies)
     rates: list[float | None] = (
         [None]
@@ -153,7 +172,8 @@ def capacity(
         else list(_numbers("--session-rates", session_rates, positive=True))
     )
     target = parse_slo(slo) if slo is not None else None
-    with progress_bar("points", len(caches) * len(names) * len(rates) * seeds) as advance:
+    total = len(counts) * len(caches) * len(names) * len(rates) * seeds
+    with progress_bar("points", total) as advance:
         found = capacity_report(
             workload,
             out,
@@ -167,7 +187,8 @@ def capacity(
             session_rates=rates,
             slo=target,
             seeds=seeds,
-            settings={"replicas": replicas, "tp": tp, "router": router},
+            replicas=counts,
+            settings={"tp": tp, "router": router},
             jobs=jobs,
             cdf_cache_gb=cdf_cache_gb,
             executor=executor,
@@ -183,13 +204,14 @@ def capacity(
         err_console.print(f"warning: cannot run {line}", highlight=False, markup=False)
     if target is not None:
         table = Table(title=f"smallest cache meeting {target}", title_justify="left")
-        for col in ("policy", "session rate", "cache", "metric (ms)", "GPUs"):
+        for col in ("policy", "session rate", "cache/replica", "cache/GPU", "metric (ms)", "GPUs"):
             table.add_column(col)
         for r in recs:
             table.add_row(
                 r.policy,
                 rate_label(r.session_rate),
                 "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
+                "-" if r.cache_gb_per_gpu is None else f"{r.cache_gb_per_gpu:g} GB",
                 "-" if r.value_ms is None else f"{r.value_ms:,.1f}",
                 str(r.gpus),
             )
