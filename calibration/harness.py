@@ -20,7 +20,7 @@ from twin.costmodel.profile import Profile, load_profile, profile_path
 from twin.errors import TwinError
 from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, get_gpu
 from twin.model import ModelSpec
-from twin.presets import get_model
+from twin.presets import resolve_model
 
 DEFAULT_SHAPE_MODEL = "marconi-hybrid-7b"  # the paper's hybrid: its GEMMs seed the GPU grid
 # Most bytes one shape's buffers may take on the CPU: small for the test suite's
@@ -132,7 +132,7 @@ def _calibrate(
     overhead: bool,
     model_only: bool,
 ) -> CalibrationResult:
-    spec_model = model if isinstance(model, ModelSpec) else get_model(model)
+    spec_model = model if isinstance(model, ModelSpec) else resolve_model(model)
     cuda = device.kind == "cuda"
     torch.manual_seed(seed)
     ctx = SweepContext(

@@ -148,3 +148,37 @@ def test_cpu_quick_sweep_through_the_cli_writes_a_measured_profile(tmp_path: Pat
     proc = _twin("calibrate", "--gpu", "cpu", "--quick", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "Held-out relative error" in proc.stdout and "measured on" in proc.stdout
+
+
+def test_calibrate_without_out_writes_to_the_user_folder_never_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18: without --out, `twin calibrate` overwrote the tracked, shipped profile."""
+    from twin.costmodel.profile import PROFILES_DIR, load_profile, shipped_profiles
+
+    user = tmp_path / "mine"
+    monkeypatch.setenv("TWIN_PROFILES_DIR", str(user))
+    shipped_before = {n: p.read_bytes() for n, p in shipped_profiles().items()}
+    base = datasheet_profile("h100")
+    measured = Profile(
+        gpu="h100",
+        device="NVIDIA H100 80GB HBM3",
+        source="measured",
+        peaks=base.peaks,
+        kernels={
+            k: KernelFit(f.model, dict(f.params), 0.05, 0.2, 20, 5) for k, f in base.kernels.items()
+        },
+        provenance={"date": "2026-11-22"},
+    ).save(tmp_path / "h100.json")
+    res = CliRunner().invoke(
+        _app(), ["calibrate", "--gpu", "a100", "--transfer-from", str(measured), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    written = Path(json.loads(res.stdout)["profile"])
+    assert written == user / "a100.json" and written.is_file()
+    assert PROFILES_DIR not in written.parents
+    assert {n: p.read_bytes() for n, p in shipped_profiles().items()} == shipped_before
+    # --gpu a100 now finds the user's own calibration before the shipped datasheet one.
+    assert load_profile("a100").source == "transferred"
+    monkeypatch.setenv("TWIN_PROFILES_DIR", str(tmp_path / "empty"))
+    assert load_profile("a100").source == "datasheet"

@@ -143,3 +143,22 @@ def test_show_with_model_set_overrides_fields() -> None:
     result = invoke("show", "marconi-hybrid-7b", "--model-set", "ssm_d_state=x")
     assert result.exit_code != 0
     assert "--model-set 'ssm_d_state=x': ssm_d_state takes a int" in str(result.exception)
+
+
+def test_show_and_cost_take_a_config_json_path() -> None:
+    """Issue 18: `twin models show PATH` (and `twin cost --model PATH`) read a HF config."""
+    config = Path(__file__).parent / "data" / "hf_configs" / "llama-3-8b.json"
+    result = invoke("show", str(config), "--json")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)["model"]
+    assert shown["n_attention_layers"] == 32 and shown["d_model"] == 4096
+    assert shown["n_kv_heads"] == 8  # Llama-3-8B's GQA, from the file rather than a preset
+
+    from twin.cli.cost import cost
+
+    app = typer.Typer()
+    app.command("cost")(cost)
+    app.command("noop")(lambda: None)
+    res = runner.invoke(app, ["cost", "--model", str(config), "--gpu", "h100", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["model"] == "meta-llama/Meta-Llama-3-8B"

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from policies import get_policy
 from twin.cache import RequestCache
-from twin.costmodel.profile import load_profile, profile_path
+from twin.costmodel.profile import load_profile, shipped_profiles
 from twin.engine.cost import make_pricer
 from twin.errors import TwinError
 from twin.presets import get_model
@@ -432,7 +432,7 @@ def fake_executor(monkeypatch):
 
 def test_command_with_a_fake_executor(fake_executor, tmp_path):
     out = tmp_path / "val"
-    shipped = str(profile_path("cpu"))  # the fake prices with it: errors are 0
+    shipped = str(shipped_profiles()["cpu"])  # the fake prices with it: errors are 0
     result = _invoke(
         "--generate", "chat", "--requests", "25", "--profile", shipped, "--out", str(out)
     )
@@ -566,7 +566,7 @@ def test_a_failed_validation_leaves_no_output_not_even_the_calibrated_profile(
     import twin.validate.entry as entry
 
     def calibrate(device, spec, path, bar):
-        path.write_text(profile_path("cpu").read_text())  # what a calibration leaves
+        path.write_text(shipped_profiles()["cpu"].read_text())  # what a calibration leaves
         return load_profile("cpu")
 
     def broken(*args, **kwargs):

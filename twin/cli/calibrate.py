@@ -17,7 +17,7 @@ from calibration.kernels import LEVELS
 from twin.cli.common import console, print_json, progress_bar
 from twin.costmodel.formulas import KERNELS
 from twin.costmodel.kernel_sources import DEFAULT_ENGINE, KERNEL_SOURCES, get_kernel_source
-from twin.costmodel.profile import PROFILES_DIR, Profile
+from twin.costmodel.profile import Profile, profile_path
 from twin.errors import TwinError
 
 
@@ -114,7 +114,9 @@ def calibrate(
         "--out",
         "-o",
         help="Profile JSON to write (the raw parquet goes beside it). "
-        "Default: calibration/profiles/<gpu>.json.",
+        "Default: <gpu>.json in your profile folder ($TWIN_PROFILES_DIR, else "
+        "~/.local/share/twin/profiles), which --gpu <gpu> then finds first; "
+        "never the installed package.",
     ),
     transfer_from: Path | None = typer.Option(
         None,
@@ -125,7 +127,7 @@ def calibrate(
     model: str = typer.Option(
         DEFAULT_SHAPE_MODEL,
         "--model",
-        help="Preset whose projection shapes the GPU GEMM grid uses.",
+        help="Preset (or Hugging Face config.json) whose projection shapes the GPU GEMM grid uses.",
     ),
     kernels: str | None = typer.Option(
         None, "--kernels", help=f"Comma-separated subset of: {', '.join(KERNELS)} (default all)."
@@ -221,7 +223,7 @@ def _from_tables(
             return stack.enter_context(progress_bar(label, total))
 
         result = import_profile(gpu, kernels.name, seed=seed, progress=progress)
-    target = out if out is not None else PROFILES_DIR / f"{gpu}-{kernels.name}.json"
+    target = out if out is not None else profile_path(f"{gpu}-{kernels.name}")
     result.profile.save(target)
     _report(CalibrationResult(result.profile, target, None), as_json)
 

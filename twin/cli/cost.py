@@ -10,7 +10,7 @@ from rich.table import Table
 
 from twin.cli.common import EngineOption, ModelSetOption, console, print_json
 from twin.costmodel import KINDS, CostModel, StepCost
-from twin.costmodel.profile import resolve_profile, shipped_name, shipped_profiles
+from twin.costmodel.profile import available_profiles, resolve_profile, shipped_name
 from twin.costmodel.provenance import family_label
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -71,7 +71,12 @@ def predictions(
 
 
 def cost(
-    model: str = typer.Option(..., "--model", "-m", help="Preset model (see `twin models list`)."),
+    model: str = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="Preset model (see `twin models list`) or a Hugging Face config.json.",
+    ),
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: str | None = typer.Option(
         None,
@@ -123,7 +128,7 @@ def cost(
     if (gpu is None) == (profile is None):
         raise TwinError(
             "give either --gpu NAME or --profile PATH (exactly one); shipped: "
-            f"{', '.join(shipped_profiles())}"
+            f"{', '.join(available_profiles())}"
         )
     prof = resolve_profile(gpu, profile, engine)
     spec = resolve_model(model, model_set)
@@ -139,7 +144,7 @@ def cost(
         "source": prof.source,
         "provenance_label": cm.provenance,
         "provenance_by_kernel": {k: family_label(prof, f) for k, f in prof.kernels.items()},
-        "profile": str(profile or shipped_profiles()[shipped_name(gpu or "h100", engine)]),
+        "profile": str(profile or available_profiles()[shipped_name(gpu or "h100", engine)]),
     }
     if as_json:
         print_json({**header, **data})

@@ -11,7 +11,7 @@ from rich.table import Table
 from twin.cli.common import ModelSetOption, console, format_bytes, print_json
 from twin.errors import TwinError
 from twin.model import FLOP_KINDS, ModelSpec
-from twin.presets import PRESETS, get_model, override_model
+from twin.presets import PRESETS, override_model, resolve_model
 
 app = typer.Typer(
     help=(
@@ -77,7 +77,9 @@ def list_models_cmd(
 
 @app.command("show")
 def show_cmd(
-    name: str | None = typer.Argument(None, help="A preset name (see `twin models list`)."),
+    name: str | None = typer.Argument(
+        None, help="A preset name (see `twin models list`) or a Hugging Face config.json."
+    ),
     config: Path | None = typer.Option(
         None, "--config", help="A Hugging Face config.json to read instead of a preset."
     ),
@@ -94,12 +96,17 @@ def show_cmd(
 
       twin models show --config path/to/config.json --json
 
+      twin models show path/to/config.json
+
       twin models show marconi-hybrid-7b --model-set ssm_d_state=16 --model-set n_ssm_layers=32
     """
     if (name is None) == (config is None):
         raise TwinError("give either a preset NAME or --config PATH (exactly one)")
-    m = ModelSpec.from_hf_config(config) if config is not None else get_model(str(name))
-    m = override_model(m, model_set)
+    m = (
+        override_model(ModelSpec.from_hf_config(config), model_set)
+        if config is not None
+        else resolve_model(str(name), model_set)
+    )
     flops = _flops_per_token(m)
     if as_json:
         print_json({"model": m.to_dict(), "prefill_flops_per_token": flops})

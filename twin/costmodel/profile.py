@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -272,9 +273,30 @@ def shipped_profiles() -> dict[str, Path]:
     return {p.stem: p for p in sorted(PROFILES_DIR.glob("*.json"))}
 
 
-def profile_path(gpu: str) -> Path:
-    """Where the shipped profile of ``gpu`` lives (it may not exist yet)."""
-    return PROFILES_DIR / f"{gpu}.json"
+def user_profiles_dir() -> Path:
+    """Where ``twin calibrate`` writes without ``--out``: the user's data folder, never the
+    installed package (``$TWIN_PROFILES_DIR``, else ``$XDG_DATA_HOME/twin/profiles``, else
+    ``~/.local/share/twin/profiles``, the XDG base-directory default)."""
+    explicit = os.environ.get("TWIN_PROFILES_DIR")
+    if explicit:
+        return Path(explicit)
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "twin" / "profiles"
+
+
+def available_profiles() -> dict[str, Path]:
+    """Every profile ``--gpu NAME`` can name: the shipped ones, and the user's own
+    calibrations (:func:`user_profiles_dir`), which take precedence under the same name."""
+    found = shipped_profiles()
+    user = user_profiles_dir()
+    if user.is_dir():
+        found.update({p.stem: p for p in sorted(user.glob("*.json"))})
+    return found
+
+
+def profile_path(name: str) -> Path:
+    """Where ``twin calibrate`` writes profile ``name`` by default (the user's folder)."""
+    return user_profiles_dir() / f"{name}.json"
 
 
 def load_profile(name_or_path: str | Path, engine: str | None = None) -> Profile:
@@ -290,14 +312,14 @@ def load_profile(name_or_path: str | Path, engine: str | None = None) -> Profile
         if engine is not None:
             raise TwinError("--engine picks a shipped profile: give it with --gpu, not a file")
         return Profile.load(path)
-    return Profile.load(shipped_profiles()[shipped_name(text, engine)])
+    return Profile.load(available_profiles()[shipped_name(text, engine)])
 
 
 def shipped_name(gpu: str, engine: str | None = None) -> str:
-    """The shipped profile that ``--gpu gpu [--engine engine]`` means."""
+    """The profile (shipped, or the user's own) that ``--gpu gpu [--engine engine]`` means."""
     from twin.costmodel.kernel_sources import profile_names
 
-    shipped = shipped_profiles()
+    shipped = available_profiles()
     candidates = profile_names(gpu, engine)
     for name in candidates:
         if name in shipped:
@@ -331,9 +353,9 @@ def _gpu_names(shipped: dict[str, Path]) -> list[str]:
 
 
 def measured_profiles() -> dict[str, Path]:
-    """Shipped profiles measured on a device (the ones ``--transfer-from`` can use)."""
+    """Profiles measured on a device (the ones ``--transfer-from`` can use)."""
     out: dict[str, Path] = {}
-    for name, path in shipped_profiles().items():
+    for name, path in available_profiles().items():
         try:
             if Profile.load(path).source == "measured":
                 out[name] = path
