@@ -9,6 +9,7 @@ dropping it after the session's last turn.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -27,7 +28,9 @@ from workloads.schema import (
     INDEX_COLUMNS,
     MAX_SEQUENCE_TOKENS,
     METADATA_KEY,
+    MODULES_COLUMN,
     TOKEN_ID_MAX,
+    check_modules,
 )
 
 # Rows per read batch: long-prompt traces (Mooncake: 15K tokens a row) peak at
@@ -48,6 +51,8 @@ class Request:
     output: np.ndarray  # int32: output ids (from the file, or fresh negative ids)
     new_tokens: int  # prompt tokens this turn added (len of its input_tokens)
     extends_history: bool
+    # Prompt modules imported: (k, 3) int64 rows of (id, start, length); None: none.
+    modules: np.ndarray | None = None
 
     @property
     def output_len(self) -> int:
@@ -88,6 +93,7 @@ class Workload:
         self.num_rows = len(index["session_id"])
         self.metadata: dict[str, Any] = _file_metadata(path, parquet.schema_arrow)
         self._last_turn = _last_turn_mask(index["session_id"])
+        self.has_modules = MODULES_COLUMN in parquet.schema_arrow.names
 
     @property
     def num_sessions(self) -> int:
@@ -125,9 +131,15 @@ class Workload:
         sid_all, turn_all = self.index["session_id"], self.index["turn"]
         arr_all, think_all = self.index["arrival_s"], self.index["think_s"]
         ext_all, olen_all = self.index["extends_history"], self.index["output_len"]
+        seen: dict[int, tuple[int, bytes]] = {}  # module id -> (length, digest of its tokens)
         for batch in self.token_batches():
             inputs = _token_lists(self.path, row, "input_tokens", batch.column(0))
             outputs = _token_lists(self.path, row, "output_tokens", batch.column(1))
+            mods = (
+                _module_lists(self.path, row, batch.column(2))
+                if self.has_modules
+                else [None] * batch.num_rows
+            )
             for i in range(batch.num_rows):
                 r = row + i
                 sid = int(sid_all[r])
@@ -156,6 +168,8 @@ class Workload:
                         f"{where(self.path, r, 'input_tokens')}: session {sid} reaches "
                         f"{len(prompt) + n_out} tokens, over the {MAX_SEQUENCE_TOKENS} limit"
                     )
+                if mods[i] is not None:
+                    _check_row_modules(self.path, r, mods[i], prompt, seen)
                 if not self._last_turn[r]:
                     history[sid] = np.concatenate((prompt, out))
                 yield Request(
@@ -168,6 +182,7 @@ class Workload:
                     output=out,
                     new_tokens=len(new),
                     extends_history=bool(ext_all[r]),
+                    modules=mods[i],
                 )
             row += batch.num_rows
 
@@ -177,9 +192,10 @@ class Workload:
         Opening a file reads only its footer, so a corrupted data page (a bit
         flip in a compressed token page) surfaces here, mid-run.
         """
-        batches = self._parquet.iter_batches(
-            batch_size=_BATCH_ROWS, columns=["input_tokens", "output_tokens"]
-        )
+        columns = ["input_tokens", "output_tokens"]
+        if MODULES_COLUMN in self._parquet.schema_arrow.names:
+            columns.append(MODULES_COLUMN)
+        batches = self._parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
         row = 0
         while True:
             try:
@@ -219,6 +235,55 @@ def _file_metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
     return data
 
 
+def _is_module_list(t: pa.DataType) -> bool:
+    """list<struct<id, start, length>> with integer fields (any integer widths)."""
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return False
+    v = t.value_type
+    if not pa.types.is_struct(v):
+        return False
+    names = {v.field(i).name: v.field(i).type for i in range(v.num_fields)}
+    return all(k in names and _is_int(names[k]) for k in ("id", "start", "length"))
+
+
+def _module_lists(path: Path, first_row: int, arr: pa.Array) -> list[np.ndarray | None]:
+    """Per-row (k, 3) int64 arrays of (id, start, length); ``None`` for a null row."""
+    if pa.types.is_null(arr.type):
+        return [None] * len(arr)
+    out: list[np.ndarray | None] = []
+    for i, item in enumerate(arr.to_pylist()):
+        if item is None:
+            out.append(None)
+            continue
+        rows = [None if m is None else (m["id"], m["start"], m["length"]) for m in item]
+        if any(t is None or None in t for t in rows):
+            raise TwinError(f"{where(path, first_row + i, MODULES_COLUMN)}: null module field")
+        out.append(np.array(rows, np.int64).reshape(-1, 3))
+    return out
+
+
+def _check_row_modules(
+    path: Path,
+    row: int,
+    modules: np.ndarray,
+    prompt: np.ndarray,
+    seen: dict[int, tuple[int, bytes]],
+) -> None:
+    """One row's modules: well formed, inside the prompt, and each id always the same tokens."""
+    why = check_modules(modules, len(prompt))
+    if why:
+        raise TwinError(f"{where(path, row, MODULES_COLUMN)}: {why}")
+    for mid, start, length in modules.tolist():
+        digest = hashlib.blake2b(prompt[start : start + length].tobytes(), digest_size=16).digest()
+        known = seen.setdefault(mid, (length, digest))
+        if known != (length, digest):
+            raise TwinError(
+                f"{where(path, row, MODULES_COLUMN)}: module id {mid} names different tokens "
+                f"here ({length} tokens at {start}) than where it first appeared "
+                f"({known[0]} tokens); one id must always name the same segment"
+            )
+
+
 def _check_schema(path: Path, schema: pa.Schema) -> None:
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing:
@@ -229,6 +294,13 @@ def _check_schema(path: Path, schema: pa.Schema) -> None:
         actual = schema.field(name).type
         if not accepts(actual):
             raise TwinError(f"{where(path, column=name)}: type {actual}, expected {expected}")
+    if MODULES_COLUMN in schema.names:
+        actual = schema.field(MODULES_COLUMN).type
+        if not (_is_module_list(actual) or pa.types.is_null(actual)):
+            raise TwinError(
+                f"{where(path, column=MODULES_COLUMN)}: type {actual}, expected "
+                "list<struct<id: int64, start: int32, length: int32>>"
+            )
 
 
 def _first_bad(path: Path, column: str, bad: np.ndarray, what: str) -> None:
