@@ -13,6 +13,7 @@ from policies.base import Policy, judicious_admission
 from policies.marconi import MarconiPolicy
 from policies.marconi_twin import MarconiTwinPolicy
 from policies.oracle import OraclePolicy
+from policies.prompt_cache import PromptCachePolicy
 from policies.sglang_plus import SGLangPlusPolicy
 from policies.vanilla import VanillaPolicy
 from policies.vllm_plus import VLLMPlusPolicy
@@ -27,6 +28,7 @@ POLICIES: dict[str, type[Policy]] = {
         MarconiPolicy,
         MarconiTwinPolicy,
         OraclePolicy,
+        PromptCachePolicy,
     )
 }
 
@@ -71,6 +73,7 @@ __all__ = [
     "MarconiTwinPolicy",
     "OraclePolicy",
     "Policy",
+    "PromptCachePolicy",
     "SGLangPlusPolicy",
     "VLLMPlusPolicy",
     "VanillaPolicy",

@@ -118,6 +118,16 @@ def generated(
     return path
 
 
+def doc_qa(path: Path, sessions: int = 60, rate: float = 4.0) -> Path:
+    """A small ``doc-qa`` workload (short documents) with a ``modules`` column."""
+    cls = get_generator("doc-qa")
+    knobs = {"n_documents": "8", "doc_min_tokens": "40", "doc_max_tokens": "120"}
+    gen = cls(cls.parse_params(knobs))
+    with WorkloadWriter(path, gen.metadata(sessions, rate, 3, 4096)) as w:
+        w.write_all(gen.rows(sessions, rate, 3, 4096))
+    return path
+
+
 def run(
     path: Path,
     pricer: PricerBase,

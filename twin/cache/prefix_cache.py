@@ -92,7 +92,7 @@ class PrefixCache:
         return len(node.tokens) * self.kv_per_token + (self.ckpt_bytes if node.ckpt else 0)
 
     # ------------------------------------------------------------------ queries
-    def lookup(self, seq: np.ndarray) -> Hit:
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """Longest usable cached prefix of ``seq``; tells the policy about the hit."""
         node, length = self._usable(self._match(np.asarray(seq, dtype=np.int32)))
         if node is None:
@@ -129,7 +129,9 @@ class PrefixCache:
         return p if (p == len(seq) or node.children) else None
 
     # ------------------------------------------------------------------ insert
-    def insert(self, seq: np.ndarray, checkpoints: Sequence[int]) -> int:
+    def insert(
+        self, seq: np.ndarray, checkpoints: Sequence[int], modules: np.ndarray | None = None
+    ) -> int:
         """Cache ``seq`` up to its last checkpoint position; return the tokens newly cached.
 
         ``checkpoints`` are token counts (``0 < p <= len(seq)``) after which
