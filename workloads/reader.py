@@ -168,8 +168,9 @@ class Workload:
                         f"{where(self.path, r, 'input_tokens')}: session {sid} reaches "
                         f"{len(prompt) + n_out} tokens, over the {MAX_SEQUENCE_TOKENS} limit"
                     )
-                if mods[i] is not None:
-                    _check_row_modules(self.path, r, mods[i], prompt, seen)
+                row_modules = mods[i]
+                if row_modules is not None:
+                    _check_row_modules(self.path, r, row_modules, prompt, seen)
                 if not self._last_turn[r]:
                     history[sid] = np.concatenate((prompt, out))
                 yield Request(
@@ -182,7 +183,7 @@ class Workload:
                     output=out,
                     new_tokens=len(new),
                     extends_history=bool(ext_all[r]),
-                    modules=mods[i],
+                    modules=row_modules,
                 )
             row += batch.num_rows
 

@@ -77,7 +77,9 @@ class ModuleCache:
         if capacity_bytes < 0:
             raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
         if storage not in STORAGES:
-            raise TwinError(f"module storage must be one of {', '.join(STORAGES)} (got {storage!r})")
+            raise TwinError(
+                f"module storage must be one of {', '.join(STORAGES)} (got {storage!r})"
+            )
         self.model = model
         self.capacity = int(capacity_bytes)
         self.storage = storage

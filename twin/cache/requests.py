@@ -114,9 +114,7 @@ class RequestCache:
             adm.node = None
         adm.full = None
 
-    def serve(
-        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
-    ) -> Hit:
+    def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """The protocol back to back, with one insertion of all the checkpoints.
 
         The clock then points to the next request (a snapshot taken now

@@ -160,5 +160,6 @@ class DocQAGenerator(WorkloadGenerator):
         for j, i in enumerate(picked):
             modules[j] = (i, start, len(shared.docs[i]))
             start += len(shared.docs[i])
-        prompt = np.concatenate([shared.docs[i] for i in picked] + [token_ids(rng, n_q, p.vocab_size)])
+        question = token_ids(rng, n_q, p.vocab_size)
+        prompt = np.concatenate([shared.docs[i] for i in picked] + [question])
         yield Turn(0.0, prompt, False, token_ids(rng, n_out, p.vocab_size), modules)
