@@ -10,6 +10,7 @@ from typing import Any
 
 from policies.alpha_tuning import ALPHA_GRID
 from policies.base import Policy, judicious_admission
+from policies.jenga import JengaPolicy
 from policies.marconi import MarconiPolicy
 from policies.marconi_twin import MarconiTwinPolicy
 from policies.oracle import OraclePolicy
@@ -29,6 +30,7 @@ POLICIES: dict[str, type[Policy]] = {
         MarconiTwinPolicy,
         OraclePolicy,
         PromptCachePolicy,
+        JengaPolicy,
     )
 }
 
@@ -69,6 +71,7 @@ def options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:
 __all__ = [
     "ALPHA_GRID",
     "POLICIES",
+    "JengaPolicy",
     "MarconiPolicy",
     "MarconiTwinPolicy",
     "OraclePolicy",
