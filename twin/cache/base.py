@@ -71,6 +71,47 @@ def cache_stats(cache: CacheStructure) -> dict[str, int]:
     }
 
 
+class TokenStateBytes:
+    """Byte accounting of a cache that counts KV tokens and SSM checkpoints.
+
+    Shared by the radix tree and the module store; the subclass sets
+    ``kv_tokens``, ``n_ckpts``, ``kv_per_token`` and ``ckpt_bytes`` and keeps the
+    first two current.
+    """
+
+    kv_tokens: int
+    n_ckpts: int
+    kv_per_token: int
+    ckpt_bytes: int
+    clock: int
+    peak_bytes: int
+    peak_kv_bytes: int
+    peak_ssm_bytes: int
+
+    def set_clock(self, t: int) -> None:
+        """Set recency's clock (the request protocol and snapshots do; see ``requests.py``)."""
+        self.clock = t
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv_tokens * self.kv_per_token
+
+    @property
+    def ssm_bytes(self) -> int:
+        return self.n_ckpts * self.ckpt_bytes
+
+    @property
+    def used_bytes(self) -> int:
+        return self.kv_tokens * self.kv_per_token + self.n_ckpts * self.ckpt_bytes
+
+    def note_peaks(self) -> None:
+        """Raise the peak counters to the bytes held now."""
+        used, kv, ssm = self.used_bytes, self.kv_bytes, self.ssm_bytes
+        self.peak_bytes = max(self.peak_bytes, used)
+        self.peak_kv_bytes = max(self.peak_kv_bytes, kv)
+        self.peak_ssm_bytes = max(self.peak_ssm_bytes, ssm)
+
+
 class CachePolicy(Protocol):
     """The hooks a cache calls; :class:`policies.base.Policy` implements them."""
 

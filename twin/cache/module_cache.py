@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, Hit
+from twin.cache.base import CachePolicy, Hit, TokenStateBytes
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -68,7 +68,7 @@ class ModuleHold:
         self.modules = modules
 
 
-class ModuleCache:
+class ModuleCache(TokenStateBytes):
     """Module id -> cached attention KV (and, at position 0, the recurrent state); bytes capped."""
 
     def __init__(
@@ -102,22 +102,7 @@ class ModuleCache:
         self.policy = policy
         policy.bind(self)
 
-    def set_clock(self, t: int) -> None:
-        self.clock = t
-
     # ------------------------------------------------------------------ bytes
-    @property
-    def kv_bytes(self) -> int:
-        return self.kv_tokens * self.kv_per_token
-
-    @property
-    def ssm_bytes(self) -> int:
-        return self.n_ckpts * self.ckpt_bytes
-
-    @property
-    def used_bytes(self) -> int:
-        return self.kv_bytes + self.ssm_bytes
-
     @property
     def num_nodes(self) -> int:
         return len(self.modules)
@@ -195,9 +180,7 @@ class ModuleCache:
                 self.checkpoints_admitted += 1
             added += length
             self.policy.on_node_added(m)
-        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
-        self.peak_kv_bytes = max(self.peak_kv_bytes, self.kv_bytes)
-        self.peak_ssm_bytes = max(self.peak_ssm_bytes, self.ssm_bytes)
+        self.note_peaks()
         return added
 
     # ------------------------------------------------------------------ pins, access, eviction

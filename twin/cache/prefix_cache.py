@@ -35,14 +35,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, Hit
+from twin.cache.base import CachePolicy, Hit, TokenStateBytes
 from twin.cache.radix import Match, Node, RadixTree
 from twin.cache.snapshot import CacheSnapshot, fill, take_snapshot
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 
-class PrefixCache:
+class PrefixCache(TokenStateBytes):
     """Radix-tree prefix cache with byte accounting; decisions come from ``policy``."""
 
     def __init__(self, model: ModelSpec, capacity_bytes: int, policy: CachePolicy) -> None:
@@ -66,23 +66,7 @@ class PrefixCache:
         self.policy = policy
         policy.bind(self)
 
-    def set_clock(self, t: int) -> None:
-        """Set recency's clock (the request protocol and snapshots do; see ``requests.py``)."""
-        self.clock = t
-
     # ------------------------------------------------------------------ bytes
-    @property
-    def kv_bytes(self) -> int:
-        return self.kv_tokens * self.kv_per_token
-
-    @property
-    def ssm_bytes(self) -> int:
-        return self.n_ckpts * self.ckpt_bytes
-
-    @property
-    def used_bytes(self) -> int:
-        return self.kv_tokens * self.kv_per_token + self.n_ckpts * self.ckpt_bytes
-
     @property
     def num_nodes(self) -> int:
         return self.tree.num_nodes
@@ -186,10 +170,7 @@ class PrefixCache:
                 self.touch(self._node_ending_at(base, upto) if self.has_ssm else base)
         if pinned:
             self.unpin(base)
-        used, kv, ssm = self.used_bytes, self.kv_bytes, self.ssm_bytes
-        self.peak_bytes = max(self.peak_bytes, used)
-        self.peak_kv_bytes = max(self.peak_kv_bytes, kv)
-        self.peak_ssm_bytes = max(self.peak_ssm_bytes, ssm)
+        self.note_peaks()
         return added
 
     # ------------------------------------------------------------------ pins, access, eviction
