@@ -303,3 +303,34 @@ def test_replay_shows_the_saving_that_survives_on_a_hybrid(tmp_path):
     # Without the modules column nothing is reused.
     bare = Trace(trace.fulls, trace.prompt_lens)
     assert replay(bare, "tiny-transformer", 10**9, "prompt-cache").hit_tokens == 0
+
+
+# ----- the engine ---------------------------------------------------------------------
+
+
+def _ttft_of_hits(path: Path, model: str, policy: str, **options: str) -> dict[int, float]:
+    from test_engine_helpers import run
+
+    pricer = CostModelPricer(CostModel(get_model(model), load_profile("a100-80gb")))
+    _, records = run(
+        path,
+        pricer,
+        model,
+        policy=policy,
+        policy_options=options,
+        cache_bytes=10**10,
+        gpu_memory_bytes=80e9,
+    )
+    return {r.row: r.ttft_s for r in records if policy == "vanilla" or r.hit_tokens}
+
+
+def test_engine_prices_gpu_modules_below_host_modules_below_computing_them(tmp_path):
+    # Documents long enough that copying their KV beats recomputing it (a 44-token
+    # module is cheaper to recompute than to fetch over PCIe); nothing queues.
+    path = doc_qa(tmp_path / "d.parquet", sessions=30, rate=0.01, doc_tokens=(1000, 1200))
+    base = _ttft_of_hits(path, "llama-7b-transformer", "vanilla")
+    gpu = _ttft_of_hits(path, "llama-7b-transformer", "prompt-cache", storage="gpu")
+    host = _ttft_of_hits(path, "llama-7b-transformer", "prompt-cache", storage="host")
+    assert gpu and set(gpu) == set(host)
+    for row in gpu:
+        assert gpu[row] < host[row] < base[row]
