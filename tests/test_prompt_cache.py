@@ -334,3 +334,19 @@ def test_engine_prices_gpu_modules_below_host_modules_below_computing_them(tmp_p
     assert gpu and set(gpu) == set(host)
     for row in gpu:
         assert gpu[row] < host[row] < base[row]
+
+
+def test_the_advantage_grows_with_the_prompt_length():
+    # Prompt Cache sec. 5.4: computing a document is superlinear in its length, the
+    # question after its cached KV nearly constant; the host copy is linear.
+    cm = CostModel(get_model("llama-7b-transformer"), load_profile("a100-80gb"))
+    pricer = CostModelPricer(cm)
+    q = 32
+    gpu, host = [], []
+    for n in (1000, 4000, 16000):
+        cached = cm.prefill(q, n)
+        gpu.append(cm.prefill(n + q, 0) / cached)
+        host.append(cm.prefill(n + q, 0) / (cached + pricer.hit_work_time(0, n)))
+    assert gpu[0] < gpu[1] < gpu[2]
+    assert host[0] < host[1] < host[2]
+    assert all(h < g for h, g in zip(host, gpu, strict=True))
