@@ -9,7 +9,6 @@ dropping it after the session's last turn.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from twin.errors import TwinError, where
+from workloads.modules import check_row_modules, is_module_list, module_lists
 from workloads.schema import (
     COLUMNS,
     INDEX_COLUMNS,
@@ -30,7 +30,6 @@ from workloads.schema import (
     METADATA_KEY,
     MODULES_COLUMN,
     TOKEN_ID_MAX,
-    check_modules,
 )
 
 # Rows per read batch: long-prompt traces (Mooncake: 15K tokens a row) peak at
@@ -136,7 +135,7 @@ class Workload:
             inputs = _token_lists(self.path, row, "input_tokens", batch.column(0))
             outputs = _token_lists(self.path, row, "output_tokens", batch.column(1))
             mods = (
-                _module_lists(self.path, row, batch.column(2))
+                module_lists(self.path, row, batch.column(2))
                 if self.has_modules
                 else [None] * batch.num_rows
             )
@@ -170,7 +169,7 @@ class Workload:
                     )
                 row_modules = mods[i]
                 if row_modules is not None:
-                    _check_row_modules(self.path, r, row_modules, prompt, seen)
+                    check_row_modules(self.path, r, row_modules, prompt, seen)
                 if not self._last_turn[r]:
                     history[sid] = np.concatenate((prompt, out))
                 yield Request(
@@ -236,55 +235,6 @@ def _file_metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
     return data
 
 
-def _is_module_list(t: pa.DataType) -> bool:
-    """list<struct<id, start, length>> with integer fields (any integer widths)."""
-    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
-        return False
-    v = t.value_type
-    if not pa.types.is_struct(v):
-        return False
-    names = {v.field(i).name: v.field(i).type for i in range(v.num_fields)}
-    return all(k in names and _is_int(names[k]) for k in ("id", "start", "length"))
-
-
-def _module_lists(path: Path, first_row: int, arr: pa.Array) -> list[np.ndarray | None]:
-    """Per-row (k, 3) int64 arrays of (id, start, length); ``None`` for a null row."""
-    if pa.types.is_null(arr.type):
-        return [None] * len(arr)
-    out: list[np.ndarray | None] = []
-    for i, item in enumerate(arr.to_pylist()):
-        if item is None:
-            out.append(None)
-            continue
-        rows = [None if m is None else (m["id"], m["start"], m["length"]) for m in item]
-        if any(t is None or None in t for t in rows):
-            raise TwinError(f"{where(path, first_row + i, MODULES_COLUMN)}: null module field")
-        out.append(np.array(rows, np.int64).reshape(-1, 3))
-    return out
-
-
-def _check_row_modules(
-    path: Path,
-    row: int,
-    modules: np.ndarray,
-    prompt: np.ndarray,
-    seen: dict[int, tuple[int, bytes]],
-) -> None:
-    """One row's modules: well formed, inside the prompt, and each id always the same tokens."""
-    why = check_modules(modules, len(prompt))
-    if why:
-        raise TwinError(f"{where(path, row, MODULES_COLUMN)}: {why}")
-    for mid, start, length in modules.tolist():
-        digest = hashlib.blake2b(prompt[start : start + length].tobytes(), digest_size=16).digest()
-        known = seen.setdefault(mid, (length, digest))
-        if known != (length, digest):
-            raise TwinError(
-                f"{where(path, row, MODULES_COLUMN)}: module id {mid} names different tokens "
-                f"here ({length} tokens at {start}) than where it first appeared "
-                f"({known[0]} tokens); one id must always name the same segment"
-            )
-
-
 def _check_schema(path: Path, schema: pa.Schema) -> None:
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing:
@@ -297,7 +247,7 @@ def _check_schema(path: Path, schema: pa.Schema) -> None:
             raise TwinError(f"{where(path, column=name)}: type {actual}, expected {expected}")
     if MODULES_COLUMN in schema.names:
         actual = schema.field(MODULES_COLUMN).type
-        if not (_is_module_list(actual) or pa.types.is_null(actual)):
+        if not (is_module_list(actual) or pa.types.is_null(actual)):
             raise TwinError(
                 f"{where(path, column=MODULES_COLUMN)}: type {actual}, expected "
                 "list<struct<id: int64, start: int32, length: int32>>"
