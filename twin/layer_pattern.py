@@ -83,6 +83,14 @@ def describe(m: ModelSpec) -> str:
     has_ffn_only = any(not layer_parts(t)[0] for t in m.layers)
     uniform = len(ffns) == 1 and not has_ffn_only
     tokens = [_short(t, uniform) for t in m.layers]
+    if has_ffn_only:  # Nemotron-H style: show a mixer and the FFN-only layer after it as one
+        merged: list[str] = []
+        for t in tokens:
+            if merged and t in FFN_KINDS and "/" not in merged[-1] and merged[-1] not in FFN_KINDS:
+                merged[-1] += f"/{t}"
+            else:
+                merged.append(t)
+        tokens = merged
     body = _periodic(tokens)
     if uniform and ffns != {"none"}:
         body += f"; ffn {ffns.pop()}"
@@ -94,11 +102,10 @@ def _periodic(tokens: list[str]) -> str:
     n = len(tokens)
     for p in range(1, n // 2 + 1):
         if all(tokens[i] == tokens[i % p] for i in range(n)):
-            reps, tail = divmod(n, p)
-            unit = ", ".join(_runs(tokens[:p]))
-            text = f"({unit}) x {reps}" if p > 1 else f"{reps} {tokens[0]}"
             if p == 1:
                 return f"{n} {tokens[0]}"
+            reps, tail = divmod(n, p)
+            text = f"({', '.join(_runs(tokens[:p]))}) x {reps}"
             return text + (", " + ", ".join(_runs(tokens[n - tail :])) if tail else "")
     return ", ".join(_runs(tokens))
 

@@ -124,8 +124,10 @@ def params(m: ModelSpec, kind: str) -> int:
             d * 2 * di  # in_proj -> x, z
             + di * (m.ssm_conv_kernel + 1)  # conv weight + bias
             + di * (r + 2 * n)  # x_proj -> dt, B, C
-            + r * di + di  # dt_proj weight + bias
-            + di * n + di  # A_log, D
+            + r * di
+            + di  # dt_proj weight + bias
+            + di * n
+            + di  # A_log, D
             + di * d  # out_proj
             + d  # pre-norm
         )

@@ -342,8 +342,7 @@ class ModelSpec:
         ``n_cached``), keyed by kind; FFNs are in ``prefill_flops``."""
         n_new, n_cached = _check_counts(n_new, n_cached)
         return {
-            k: n * mx.prefill_flops(self, k, n_new, n_cached)
-            for k, n in self.mixer_counts.items()
+            k: n * mx.prefill_flops(self, k, n_new, n_cached) for k, n in self.mixer_counts.items()
         }
 
     def prefill_flops(self, n_new: int, n_cached: int = 0) -> FlopBreakdown:
