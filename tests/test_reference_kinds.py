@@ -50,12 +50,12 @@ def test_hits_stay_exact_through_evictions(name: str) -> None:
     spec = get_model(name)
     kinds = KindBytes(spec)
     per_token = kinds.full_kv_per_token + kinds.swa_kv_per_token
-    ex = _executor(name, "sglang+", 120 * per_token + 3 * kinds.state_bytes)
+    ex = _executor(name, "sglang+", 90 * per_token + 3 * kinds.state_bytes)
     rng = np.random.default_rng(2)
     systems = [rng.integers(0, 500, 40).astype(np.int32) for _ in range(2)]
     history: dict[int, np.ndarray] = {}
     worst, hits = 0.0, 0
-    for _ in range(16):
+    for _ in range(10):
         sid = int(rng.integers(0, 5))
         base = history.get(sid) if rng.random() < 0.6 else None
         base = systems[sid % 2] if base is None else base
@@ -67,7 +67,7 @@ def test_hits_stay_exact_through_evictions(name: str) -> None:
         worst = max(worst, _rel(served.logits, ex.lm.forward(ex._ids(prompt)).logits))
         hits += served.hit > 0
         ex.cache.verify()
-    assert hits >= 4 and ex.cache.evictions > 0
+    assert hits >= 3 and ex.cache.evictions > 0
     assert worst < 1e-10
     if name == "tiny-swa":  # the old sliding-window KV really is gone from the store
         assert any(torch.isnan(k).any() for t in ex.store.nodes.values() for k, _ in t.kv)
