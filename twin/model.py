@@ -238,6 +238,7 @@ class ModelSpec:
         """Set the four layer counts from ``layers`` (refusing counts that disagree)."""
         from twin.layer_pattern import parse_layers
 
+        assert self.layers is not None
         layers, counts = parse_layers(self.name, self.layers)
         object.__setattr__(self, "layers", layers)
         for f, n in counts.items():

@@ -263,7 +263,7 @@ class CostModel:
         self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
     ) -> StepFeatures:
         """The step's features: every kernel's FLOPs and bytes are functions of these sums."""
-        kinds, window = self.kinds, self.model.sliding_window
+        kinds, window = self.kinds, self.model.sliding_window or 0
         full, swa = "attention" in kinds, "swa" in kinds
         p_tok = p_keys = p_kv = chunks = s_keys = s_kv = g_chunks = 0
         chunk = self.chunk_size if kinds.get("mamba2") else 1
@@ -279,14 +279,14 @@ class CostModel:
                 p_kv += c + n
             if swa:
                 s_keys += keys_upto(c + n, window) - keys_upto(c, window)
-                s_kv += min(c + n, window + n)  # type: ignore[operator]
+                s_kv += min(c + n, window + n)
             chunks += -(-n // chunk)
             g_chunks += -(-n // g_chunk)
         n_dec = len(decodes)
         if n_dec and min(decodes) < 0:
             raise TwinError("a decode context must be >= 0")
         d_keys = sum(decodes) + n_dec if full else 0
-        s_dec = sum(min(c + 1, window) for c in decodes) if swa else 0  # type: ignore[type-var]
+        s_dec = sum(min(c + 1, window) for c in decodes) if swa else 0
         return StepFeatures(
             tokens=p_tok + n_dec,
             sequences=len(prefills) + n_dec,

@@ -89,19 +89,18 @@ KV_PLAN = ("attention", "swa")  # plan kinds holding KV; the others hold a state
 def layer_plan(model: ModelSpec) -> list[str]:
     """Layer kinds in order: the model's layer pattern if it has one (a parallel layer is
     ``attention+ssm``), else mixers with attention spread evenly and MLPs after mixers."""
+    plan: list[str] = []
     if model.layers is not None:
-        plan = []
         for token in model.layers:
-            mixers, ffn = layer_parts(token)
-            if mixers:
-                plan.append("+".join(PLAN_KIND[k] for k in mixers))
+            kinds, ffn = layer_parts(token)
+            if kinds:
+                plan.append("+".join(PLAN_KIND[k] for k in kinds))
             if ffn != "none":
                 plan.append(ffn)
         return plan
     n_attn, n_ssm, n_mlp = model.n_attention_layers, model.n_ssm_layers, model.n_mlp_layers
     mixers = n_attn + n_ssm
     attn_at = {(2 * i + 1) * mixers // (2 * n_attn) for i in range(n_attn)} if n_attn else set()
-    plan: list[str] = []
     for i in range(mixers):
         plan.append("attention" if i in attn_at else "ssm")
         plan.extend(["mlp"] * ((i + 1) * n_mlp // mixers - i * n_mlp // mixers))
@@ -136,7 +135,7 @@ class HybridLM:
         self.embed = self._randn(m.vocab_size, d)
         self.final_norm = torch.ones(d, device=device, dtype=dtype)
         self.lm_head = self._linear(m.vocab_size, d)
-        self.layers: list[dict[str, torch.Tensor]] = []
+        self.layers: list[dict[str, Any]] = []
         for kind in self.plan:
             w: dict[str, Any] = {"norm": torch.ones(d, device=device, dtype=dtype)}
             parts = kind.split("+")
@@ -230,7 +229,7 @@ class HybridLM:
                 continue
             parts = kind.split("+")
             for part in parts:
-                wp = w if len(parts) == 1 else w[part]
+                wp: dict[str, torch.Tensor] = w if len(parts) == 1 else w[part]
                 if part in KV_PLAN:
                     prev = past.kv[ai] if past is not None else None
                     window = self.spec.sliding_window if part == "swa" else None
