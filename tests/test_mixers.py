@@ -202,3 +202,22 @@ def test_models_show_prints_pattern_and_bytes() -> None:
     out = CliRunner().invoke(app, ["models", "show", str(HF / "gpt-oss-20b.json")])
     assert out.exit_code == 0, out.output
     assert "(1 swa, 1 attn) x 12" in out.output and "window 128" in out.output
+
+
+def test_hf_hybrid_configs_refuse_bad_input(tmp_path: Path) -> None:
+    import json
+
+    bad = json.loads((HF / "gpt-oss-20b.json").read_text())
+    bad["layer_types"] = ["sliding_attention", "linear_attention"] * 12
+    (tmp_path / "config.json").write_text(json.dumps(bad))
+    with pytest.raises(TwinError, match=r"config.json: key 'layer_types' has unknown layer"):
+        from_hf_config(tmp_path)
+    wrapper = {"model_type": "qwen3_5", "vision_config": {}}
+    (tmp_path / "config.json").write_text(json.dumps(wrapper))
+    with pytest.raises(TwinError, match="needs a 'text_config' object"):
+        from_hf_config(tmp_path)
+    short = json.loads((HF / "falcon-h1-7b.json").read_text())
+    short["mamba_d_head"] = 100  # 24 x 100 != mamba_d_ssm 3072
+    (tmp_path / "config.json").write_text(json.dumps(short))
+    with pytest.raises(TwinError, match="mamba_d_head"):
+        from_hf_config(tmp_path)
