@@ -14,21 +14,7 @@ from twin.presets import get_model
 SWA = get_model("tiny-swa")  # 3 swa layers (window 8) + 1 full, no recurrent layer
 W = 8
 FULL, SLIDE = SWA.kv_bytes_per_token_of("attention"), SWA.kv_bytes_per_token_of("swa")
-# Sliding-window + full attention + Mamba2: hits only at checkpoints.
-SWA_HYBRID = ModelSpec(
-    name="swa-hybrid",
-    layers=("swa/mlp", "mamba2/mlp", "attention/mlp", "swa/mlp"),
-    d_model=64,
-    n_heads=4,
-    n_kv_heads=2,
-    head_dim=16,
-    sliding_window=W,
-    mlp_d_ff=128,
-    ssm_d_state=16,
-    ssm_head_dim=16,
-    ssm_chunk_size=16,
-    vocab_size=512,
-)
+SWA_HYBRID = get_model("tiny-swa-hybrid")  # + Mamba2: hits only at checkpoints
 BIG = 10**12
 
 

@@ -26,6 +26,8 @@ PRESETS = [
     ("tiny-gdn-hybrid", 1),
     ("tiny-mamba1-hybrid", 1),
     ("tiny-swa", 1),
+    ("tiny-swa-hybrid", 1),
+    ("tiny-parallel", 1),
 ]
 
 

@@ -446,6 +446,21 @@ _PRESETS: list[ModelSpec] = [
         source="test shape",
     ),
     ModelSpec(
+        name="tiny-swa-hybrid",  # sliding-window + full attention + Mamba2
+        layers=("swa/mlp", "mamba2/mlp", "attention/mlp", "swa/mlp"),
+        d_model=64,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=16,
+        sliding_window=8,
+        mlp_d_ff=128,
+        ssm_d_state=16,
+        ssm_head_dim=16,
+        ssm_chunk_size=16,
+        vocab_size=512,
+        source="test shape",
+    ),
+    ModelSpec(
         name="tiny-swa",
         layers=("swa/mlp", "swa/mlp", "attention/mlp", "swa/mlp"),
         d_model=64,
