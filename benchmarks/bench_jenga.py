@@ -14,13 +14,11 @@ one length by :class:`twin.memory.PagedAllocator` and by
 :class:`twin.memory.JengaAllocator`: how many fit, the share of the pool
 holding data (utilisation), and the decode throughput of that batch
 (sequences / the cost model's decode step on the GPU's shipped profile).
-Models: Gemma-3-12B (5 sliding-window layers of 1024 tokens per full one) and
-gpt-oss-20b (alternating 128-token windows and full attention), two Mamba
-hybrids (Nemotron-H-8B, Zamba2-7B) and Llama-3-8B. The cost model has no
-per-layer windows yet, so a windowed model's decode step is priced with every
-attention layer reading the layers' mean context (window-limited layers read
-their window): exact for an attention-decode price linear in the keys read,
-as the memory-bound kernel is. Writes ``benchmarks/results/jenga.json``.
+Models (the presets, their layer kinds through ``twin.memory.kinds_of``):
+Gemma-3-4B (5 sliding-window layers of 1024 tokens per full one), gpt-oss-20b
+(alternating 128-token windows and full attention), Nemotron-H-8B and
+Falcon-H1-7B (Mamba2 hybrids), Qwen3.5-9B (gated delta net hybrid) and
+Llama-3-8B. Writes ``benchmarks/results/jenga.json``.
 """
 
 from __future__ import annotations
@@ -35,8 +33,7 @@ from twin.atomic import write_text_atomic
 from twin.costmodel import CostModel
 from twin.costmodel.profile import load_profile
 from twin.hardware import get_gpu
-from twin.memory import JengaAllocator, LayerKind, PagedAllocator, fit_requests, kinds_of
-from twin.model import ModelSpec
+from twin.memory import JengaAllocator, PagedAllocator, fit_requests, kinds_of
 from twin.presets import get_model
 
 RESULTS = Path(__file__).resolve().parent / "results" / "jenga.json"
@@ -45,81 +42,29 @@ LENGTHS = (1000, 4000, 16000)  # tokens per request (prompt + output so far)
 MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
 
 
-def _kv_per_layer(kv_heads: int, head_dim: int) -> int:
-    return 2 * kv_heads * head_dim * 2  # K and V, bf16
-
-
-# google/gemma-3-12b-it config.json: hidden_size 3840, num_hidden_layers 48,
-# num_attention_heads 16, num_key_value_heads 8, head_dim 256, intermediate_size
-# 15360, vocab 262208, sliding_window 1024, one global layer in 6 (40 local, 8 global).
-GEMMA3 = ModelSpec(
-    name="gemma-3-12b",
-    n_attention_layers=48,
-    n_mlp_layers=48,
-    d_model=3840,
-    n_heads=16,
-    n_kv_heads=8,
-    head_dim=256,
-    mlp_d_ff=15360,
-    vocab_size=262208,
+MODELS = (
+    ("gemma-3-4b", "sliding window + full"),
+    ("gpt-oss-20b", "sliding window + full"),
+    ("nemotron-h-8b", "Mamba hybrid"),
+    ("qwen3.5-9b", "GDN hybrid"),
+    ("falcon-h1-7b", "Mamba hybrid"),
+    ("llama-3-8b", "Transformer"),
 )
-GEMMA3_KINDS = [
-    LayerKind("swa", token_bytes=40 * _kv_per_layer(8, 256), window=1024),
-    LayerKind("attention", token_bytes=8 * _kv_per_layer(8, 256)),
-]
-# openai/gpt-oss-20b config.json: hidden_size 2880, num_hidden_layers 24 alternating
-# sliding_attention (window 128) and full_attention, 64 heads, 8 KV heads, head_dim 64,
-# 32 local experts, 4 per token, intermediate_size 2880, vocab 201088.
-GPT_OSS = ModelSpec(
-    name="gpt-oss-20b",
-    n_attention_layers=24,
-    n_moe_layers=24,
-    d_model=2880,
-    n_heads=64,
-    n_kv_heads=8,
-    head_dim=64,
-    moe_n_experts=32,
-    moe_top_k=4,
-    moe_d_ff=2880,
-    vocab_size=201088,
-)
-GPT_OSS_KINDS = [
-    LayerKind("swa", token_bytes=12 * _kv_per_layer(8, 64), window=128),
-    LayerKind("attention", token_bytes=12 * _kv_per_layer(8, 64)),
-]
 
 
-def _models() -> list[tuple[ModelSpec, list[LayerKind], str]]:
-    out = [
-        (GEMMA3, GEMMA3_KINDS, "sliding window + full"),
-        (GPT_OSS, GPT_OSS_KINDS, "sliding window + full"),
-    ]
-    for name in ("nemotron-h-8b", "zamba2-7b"):
-        spec = get_model(name)
-        out.append((spec, kinds_of(spec), "Mamba hybrid"))
-    llama = get_model("llama-3-8b")
-    out.append((llama, kinds_of(llama), "Transformer"))
-    return out
-
-
-def _mean_context(kinds: list[LayerKind], tokens: int) -> int:
-    """Keys an attention layer reads on average, windows applied (weighted by the kinds'
-    bytes, which follow their layer counts when every layer's KV has one size)."""
-    attn = [k for k in kinds if not k.is_state]
-    total = sum(k.token_bytes for k in attn)
-    return round(sum(k.token_bytes * k.tokens_needed(tokens, 0) for k in attn) / total)
-
-
-def _throughput(cm: CostModel, batch: int, context: int) -> float:
-    """Decode tokens/s of ``batch`` sequences reading ``context`` keys a layer."""
-    return batch / float(cm.decode([context] * batch)) if batch else 0.0
+def _throughput(cm: CostModel, batch: int, tokens: int) -> float:
+    """Decode tokens/s of ``batch`` sequences of ``tokens`` context (each mixer kind
+    priced with its own kernel: sliding-window layers read their window)."""
+    return batch / float(cm.decode([tokens] * batch)) if batch else 0.0
 
 
 def run(gpu: str) -> dict[str, Any]:
     spec_gpu = get_gpu(gpu)
     profile = load_profile(gpu)
     rows = []
-    for model, kinds, family in _models():
+    for name, family in MODELS:
+        model = get_model(name)
+        kinds = kinds_of(model)
         pool = int(spec_gpu.hbm_bytes * MEMORY_UTILIZATION - model.weight_bytes)
         if pool <= 0:
             continue
@@ -128,8 +73,7 @@ def run(gpu: str) -> dict[str, Any]:
             paged, jenga = PagedAllocator(kinds, pool), JengaAllocator(kinds, pool)
             n_p = fit_requests(paged, [tokens] * 1_000_000)
             n_j = fit_requests(jenga, [tokens] * 1_000_000)
-            context = _mean_context(kinds, tokens)
-            t_p, t_j = _throughput(cm, n_p, context), _throughput(cm, n_j, context)
+            t_p, t_j = _throughput(cm, n_p, tokens), _throughput(cm, n_j, tokens)
             rows.append(
                 {
                     "model": model.name,

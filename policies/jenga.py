@@ -14,10 +14,10 @@ Heterogeneity" (arXiv 2503.18292), sec. 5 (customisable prefix caching):
   together from the tail (leaves only), the least recently used first, ties
   broken by prefix length so the longest suffix goes first.
 
-The sliding-window rule (a hit needs only the last W tokens; tokens out of
-the window are evicted first, without refresh) waits for the per-kind cache
-of the issue "The hybrids people actually serve": on the present cache every
-attention layer is full attention. The memory side (LCM large pages, small
+The sliding-window rule (a hit needs only the last W tokens before it) is the
+radix cache's own per-kind rule (``twin/cache/kinds.py``, issue #13), which
+this policy runs on; there, KV out of every node's window is dropped at once
+rather than evicted first. The memory side (LCM large pages, small
 pages per kind) is :class:`twin.memory.JengaAllocator`; ``stats`` reports its
 page sizes for the model served.
 """

@@ -72,6 +72,6 @@ def test_state_interval_is_checked_and_reported():
     # The LCM of 1 MiB attention pages and a 26.8 MB state is too large: attention
     # pages are padded so that 25 fill one state-sized large page.
     small = stats["small_page_bytes"]["attention"]
-    assert stats["large_page_bytes"] == stats["small_page_bytes"]["mamba"] == 26_787_840
+    assert stats["large_page_bytes"] == stats["small_page_bytes"]["mamba2"] == 26_787_840
     assert small >= 16 * get_model("marconi-hybrid-7b").kv_bytes_per_token
     assert stats["large_page_bytes"] // small == 25

@@ -9,8 +9,8 @@ all the kind's layers together: the layers of one kind share one page table,
 as vLLM's KV cache groups do (``vllm/v1/core/kv_cache_utils.py``,
 ``get_kv_cache_groups``: one block id indexes every layer of a group).
 
-:func:`kinds_of` adapts a :class:`~twin.model.ModelSpec`; models whose layers
-carry per-layer mixer kinds build their list directly (one adapter).
+:func:`kinds_of` adapts a :class:`~twin.model.ModelSpec` through its per-layer
+mixer kinds (``mixer_counts``, ``kv_bytes_per_token_of``, ``state_bytes_of``).
 """
 
 from __future__ import annotations
@@ -55,17 +55,25 @@ class LayerKind:
         return min(tokens, self.window + page_tokens)
 
 
+# Recurrent mixer kinds of ModelSpec's layer pattern (twin.mixers): one state per request.
+STATE_KINDS = ("mamba1", "mamba2", "gdn")
+
+
 def kinds_of(model: ModelSpec) -> list[LayerKind]:
-    """The layer kinds of ``model``: its attention layers (windowed when it has a
-    ``sliding_window``) and its SSM layers."""
+    """The layer kinds of ``model`` from its per-layer mixer kinds (``ModelSpec.mixer_counts``):
+    full attention, sliding-window attention with the model's window, and each recurrent
+    kind with its state bytes. The one adapter from a model to the allocators."""
     out = []
-    if model.n_attention_layers:
-        name = "swa" if model.sliding_window else "attention"
-        out.append(
-            LayerKind(name, token_bytes=model.kv_bytes_per_token, window=model.sliding_window)
-        )
-    if model.n_ssm_layers:
-        out.append(LayerKind("mamba", state_bytes=model.ssm_checkpoint_bytes))
+    for name, layers in model.mixer_counts.items():
+        if not layers:
+            continue
+        if name in STATE_KINDS:
+            out.append(LayerKind(name, state_bytes=model.state_bytes_of(name)))
+        else:
+            window = model.sliding_window if name == "swa" else None
+            out.append(
+                LayerKind(name, token_bytes=model.kv_bytes_per_token_of(name), window=window)
+            )
     if not out:
         raise TwinError(f"model {model.name!r} holds no KV cache or state")
     return out
