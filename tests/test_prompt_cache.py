@@ -159,6 +159,15 @@ def test_host_copy_is_priced_at_the_host_link(a100_pricer):
     assert a100_pricer.hit_work_time(0, 2 * n) == pytest.approx(2 * seconds, rel=0.05)
 
 
+@pytest.mark.parametrize("model", ["qwen3.5-9b", "tiny-mamba1-hybrid"])
+def test_recompute_prices_every_recurrent_kind(model):
+    cm = CostModel(get_model(model), load_profile("a100-80gb"))
+    by_kind = cm.prefill(512, 0, breakdown=True).by_kind
+    recurrent = sum(v for k, v in by_kind.items() if k in ("ssm", "mamba1", "mamba2", "gdn"))
+    assert recurrent > 0
+    assert CostModelPricer(cm).hit_work_time(512, 0) == pytest.approx(recurrent)
+
+
 def test_recompute_is_priced_as_the_recurrent_layers_share(a100_pricer):
     cm = a100_pricer.cost_model
     n = 4096

@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from twin.mixers import RECURRENT_KINDS
 from twin.model import ModelSpec
 
 Chunk = tuple[int, int]  # (new tokens, cached context before them)
@@ -139,7 +140,9 @@ class CostModelPricer(PricerBase):
         cm = self.cost_model
         seconds = 0.0
         if recompute:
-            seconds += cm.prefill(recompute, 0, breakdown=True).by_kind["ssm"]
+            by_kind = cm.prefill(recompute, 0, breakdown=True).by_kind
+            # Mamba2 layers are priced as "ssm", Mamba-1 and GDN under their own names.
+            seconds += sum(by_kind.get(k, 0.0) for k in ("ssm", *sorted(RECURRENT_KINDS)))
         if host_tokens:
             seconds += cm.kv_transfer_s(host_tokens, "host", "device")
         return float(seconds)
