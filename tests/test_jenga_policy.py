@@ -75,3 +75,14 @@ def test_state_interval_is_checked_and_reported():
     assert stats["large_page_bytes"] == stats["small_page_bytes"]["mamba2"] == 26_787_840
     assert small >= 16 * get_model("marconi-hybrid-7b").kv_bytes_per_token
     assert stats["large_page_bytes"] // small == 25
+
+
+def test_sliding_window_hybrid_hits_on_multiples_of_512_holding_only_windows():
+    model = get_model("tiny-swa-hybrid")
+    cache = cache_for("jenga", "tiny-swa-hybrid")
+    first = seq(0, 1300)
+    RequestCache(cache).serve(first, first)
+    assert cache.lookup(np.concatenate((first, seq(9000, 10)))).length == 1024
+    # The window's layers keep only each node's last W tokens (the cache's rule).
+    assert cache.kv_bytes < 1024 * model.kv_bytes_per_token
+    assert cache.swa_freed_bytes > 0
