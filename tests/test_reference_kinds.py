@@ -14,7 +14,14 @@ from twin.reference.executor import ExecutorConfig, ReferenceExecutor  # noqa: E
 from twin.reference.model import HybridLM, SeqState, layer_plan  # noqa: E402
 
 F64 = torch.float64
-KINDS = ["tiny-gdn-hybrid", "tiny-mamba1-hybrid", "tiny-parallel", "tiny-swa", "tiny-swa-hybrid"]
+KINDS = [
+    "tiny-gdn-hybrid",
+    "tiny-mamba1-hybrid",
+    "tiny-parallel",
+    "tiny-swa",
+    "tiny-swa-hybrid",
+    "tiny-moe-hybrid",
+]
 
 
 def _executor(model: str, policy: str, cache: int) -> ReferenceExecutor:
@@ -33,7 +40,9 @@ def test_layer_plan_follows_the_pattern() -> None:
     assert layer_plan(get_model("tiny-swa"))[:3] == ["swa", "mlp", "swa"]
 
 
-@pytest.mark.parametrize("name", ["tiny-gdn-hybrid", "tiny-mamba1-hybrid", "tiny-parallel"])
+@pytest.mark.parametrize(
+    "name", ["tiny-gdn-hybrid", "tiny-mamba1-hybrid", "tiny-parallel", "tiny-moe-hybrid"]
+)
 def test_resuming_from_states_equals_one_pass(name: str) -> None:
     lm = HybridLM(get_model(name), "cpu", F64, seed=3)
     ids = torch.randint(0, 512, (45,), generator=torch.Generator().manual_seed(0))
@@ -69,7 +78,7 @@ def test_hits_stay_exact_through_evictions(name: str) -> None:
         ex.cache.verify()
     assert hits >= 3 and ex.cache.evictions > 0
     assert worst < 1e-10
-    if name.startswith("tiny-swa"):  # the old sliding-window KV really is gone from the store
+    if name in ("tiny-swa", "tiny-swa-hybrid", "tiny-moe-hybrid"):  # the old sliding-window KV really is gone from the store
         assert any(torch.isnan(k).any() for t in ex.store.nodes.values() for k, _ in t.kv)
 
 

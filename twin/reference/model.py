@@ -1,4 +1,4 @@
-"""A real hybrid Attention + Mamba2 + MLP language model built from a ``ModelSpec``.
+"""A real hybrid language model built from a ``ModelSpec``: every mixer and FFN kind.
 
 Random weights from a fixed seed: the executor measures time and checks that
 prefix reuse is exact, neither of which needs trained weights. The layers are
@@ -10,12 +10,17 @@ residual blocks:
 - Mamba2: RMSNorm, in_proj -> (z, xBC, dt), causal depthwise conv1d over xBC
   continuing from the conv state, SiLU, the chunked SSD scan continuing from
   the SSM state, gated RMSNorm (y * silu(z)), out_proj;
+- Mamba-1 and Gated DeltaNet: :mod:`twin.reference.recurrent`; sliding-window
+  attention: the attention layer over the last ``sliding_window`` keys;
 - MLP: RMSNorm, gate+up projection, SiLU(gate) * up, down projection;
+- MoE: RMSNorm, top-k routed experts (each an MLP) plus an optional gated shared
+  expert, :mod:`twin.reference.moe`;
 - head: embedding, final RMSNorm, LM head for the last token only.
 
-Mixers are laid out with the attention layers spread evenly among the SSM
-layers (as Jamba and the Marconi hybrid interleave them) and the MLPs spread
-evenly after the mixers. When a spec's ``state_channels`` is below
+A spec with a ``layers`` pattern is built layer by layer as written. A
+counts-based spec has its attention layers spread evenly among the SSM layers
+(as Jamba and the Marconi hybrid interleave them) and its FFNs spread evenly
+after the mixers, the MoE ones evenly among them. When a spec's ``state_channels`` is below
 ``d_inner`` (``marconi-hybrid-7b`` follows the paper's accounting of d_model x
 N state elements a layer) only the first ``state_channels`` channels go
 through the scan and the rest take the D skip alone, so the real state is
@@ -41,7 +46,7 @@ import torch.nn.functional as F
 from twin.errors import TwinError
 from twin.layer_pattern import layer_parts
 from twin.model import ModelSpec
-from twin.reference import recurrent
+from twin.reference import moe, recurrent
 from twin.reference.ops import Ops
 
 ROPE_THETA = 10000.0  # Llama's RoPE base (Touvron et al. 2023)
@@ -88,7 +93,8 @@ KV_PLAN = ("attention", "swa")  # plan kinds holding KV; the others hold a state
 
 def layer_plan(model: ModelSpec) -> list[str]:
     """Layer kinds in order: the model's layer pattern if it has one (a parallel layer is
-    ``attention+ssm``), else mixers with attention spread evenly and MLPs after mixers."""
+    ``attention+ssm``), else mixers with attention spread evenly and FFNs (MoE spread
+    evenly among them) after mixers."""
     plan: list[str] = []
     if model.layers is not None:
         for token in model.layers:
@@ -98,22 +104,24 @@ def layer_plan(model: ModelSpec) -> list[str]:
             if ffn != "none":
                 plan.append(ffn)
         return plan
-    n_attn, n_ssm, n_mlp = model.n_attention_layers, model.n_ssm_layers, model.n_mlp_layers
+    n_attn, n_ssm = model.n_attention_layers, model.n_ssm_layers
+    n_ffn, n_moe = model.n_mlp_layers + model.n_moe_layers, model.n_moe_layers
     mixers = n_attn + n_ssm
-    attn_at = {(2 * i + 1) * mixers // (2 * n_attn) for i in range(n_attn)} if n_attn else set()
+    attn_at, moe_at = _spread(n_attn, mixers), _spread(n_moe, n_ffn)
+    ffns = iter(["moe" if j in moe_at else "mlp" for j in range(n_ffn)])
     for i in range(mixers):
         plan.append("attention" if i in attn_at else "ssm")
-        plan.extend(["mlp"] * ((i + 1) * n_mlp // mixers - i * n_mlp // mixers))
+        plan.extend(itertools.islice(ffns, (i + 1) * n_ffn // mixers - i * n_ffn // mixers))
     return plan
+
+
+def _spread(k: int, n: int) -> set[int]:
+    """``k`` positions spread evenly over ``n`` slots (the middle of each n/k stretch)."""
+    return {(2 * i + 1) * n // (2 * k) for i in range(k)} if k else set()
 
 
 def check_supported(model: ModelSpec) -> None:
     """A ``TwinError`` for shapes the reference model does not implement."""
-    if model.n_moe_layers:
-        raise TwinError(
-            f"model {model.name!r}: the reference executor has no MoE layers; "
-            "validate a dense preset (e.g. tiny-hybrid, marconi-hybrid-7b)"
-        )
     if model.mixer_counts.get("mamba2") and model.state_channels > model.d_inner:
         raise TwinError(
             f"model {model.name!r}: ssm_state_channels ({model.state_channels}) "
@@ -176,6 +184,8 @@ class HybridLM:
                 "up": self._linear((2 if m.mlp_gated else 1) * m.mlp_d_ff, d),
                 "down": self._linear(d, m.mlp_d_ff) * depth_scale,
             }
+        if kind == "moe":
+            return moe.moe_weights(self, depth_scale)
         if kind == "mamba1":
             return recurrent.mamba1_weights(self, depth_scale)
         if kind == "gdn":
@@ -226,6 +236,9 @@ class HybridLM:
             h = F.rms_norm(x, (x.shape[-1],), w["norm"], EPS)
             if kind == "mlp":
                 x = x + self._mlp(h, w)
+                continue
+            if kind == "moe":
+                x = x + moe.moe_forward(h, w, self.spec.moe_top_k, self._mlp)
                 continue
             parts = kind.split("+")
             for part in parts:
