@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from twin.costmodel.breakdown import StepCost
 from twin.costmodel.profile import Profile
+from twin.layer_pattern import layer_parts
 from twin.model import ModelSpec
 
 SIZES = (1, 2, 4, 8)  # tokens: kernel work is negligible, overheads are not
@@ -46,15 +47,15 @@ def measure_layer_overhead(
     from twin.reference.ops import synchronize
 
     # One layer of each kind at the model's widths is all that is timed.
-    one = dataclasses.replace(
-        model,
-        n_attention_layers=min(model.n_attention_layers, 1),
-        n_ssm_layers=min(model.n_ssm_layers, 1),
-        n_mlp_layers=min(model.n_mlp_layers, 1),
-    )
+    one = one_of_each(model)
     lm = HybridLM(one, device, model_dtype(device), seed=0)
     cost = CostModel(one, dataclasses.replace(profile, layer_overhead=None))
-    counts = {"attention": one.n_attention_layers, "ssm": one.n_ssm_layers, "mlp": one.n_mlp_layers}
+    counts = {
+        "attention": one.n_attention_layers,
+        "ssm": one.n_ssm_layers,
+        "mlp": one.n_mlp_layers,
+        "moe": one.n_moe_layers,
+    }
     mode = "max" if device == "cuda" else "add"
     gen = torch.Generator().manual_seed(7)
     seconds: dict[str, float] = {}
@@ -63,10 +64,10 @@ def measure_layer_overhead(
             per_size = []
             for n in SIZES:
                 ids = torch.randint(0, model.vocab_size, (n,), generator=gen).to(device)
-                run = _layer_runner(lm, kind, ids)
+                run, label = _layer_runner(lm, kind, ids)
                 measured = _median_time(run, repeats, lambda: synchronize(device))
-                kernels = cast(StepCost, cost.prefill(n, 0, breakdown=True)).by_kind.get(kind, 0.0)
-                kernels /= counts.get(kind, 1)
+                kernels = cast(StepCost, cost.prefill(n, 0, breakdown=True)).by_kind.get(label, 0.0)
+                kernels /= _layers_labelled(one, label)
                 per_size.append(measured if mode == "max" else measured - kernels)
             seconds[kind] = max(statistics.median(per_size), 0.0)
     return {
@@ -78,31 +79,80 @@ def measure_layer_overhead(
     }
 
 
-def _layer_runner(lm: Any, kind: str, ids: Any) -> Callable[[], Any]:
-    """One layer of ``kind`` (or the head) over ``ids``' embeddings, as forward runs it."""
+def one_of_each(model: ModelSpec) -> ModelSpec:
+    """``model`` cut to one layer of each kind: the first pattern layer bringing a new mixer
+    or FFN kind, or (a counts-based spec) at most one layer of each count."""
+    if model.layers is None:
+        return dataclasses.replace(
+            model,
+            n_attention_layers=min(model.n_attention_layers, 1),
+            n_ssm_layers=min(model.n_ssm_layers, 1),
+            n_mlp_layers=min(model.n_mlp_layers, 1),
+            n_moe_layers=min(model.n_moe_layers, 1),
+        )
+    seen: set[str] = set()
+    tokens = []
+    for token in model.layers:
+        mixers, ffn = layer_parts(token)
+        kinds = {*mixers, ffn} - {"none"}
+        if kinds - seen:
+            tokens.append(token)
+            seen |= kinds
+    counts = dict.fromkeys(("n_attention_layers", "n_ssm_layers", "n_mlp_layers"), 0)
+    return dataclasses.replace(model, layers=tuple(tokens), n_moe_layers=0, **counts)
+
+
+# The breakdown label (``StepCost.by_kind``) of each plan kind of the reference model.
+_LABEL = {"attention": "attention", "swa": "swa", "ssm": "ssm", "mamba1": "mamba1", "gdn": "gdn"}
+_PLAN_MIXER = {"ssm": "mamba2"}  # the plan's name of Mamba2 -> the mixer kind
+
+
+def _layers_labelled(one: ModelSpec, label: str) -> int:
+    """Layers of ``one`` whose kernels the breakdown files under ``label``."""
+    ffn = {"mlp": one.n_mlp_layers, "moe": one.n_moe_layers, "head": 1}
+    n = ffn[label] if label in ffn else one.mixer_counts.get(_PLAN_MIXER.get(label, label), 0)
+    return max(n, 1)
+
+
+def _layer_runner(lm: Any, kind: str, ids: Any) -> tuple[Callable[[], Any], str]:
+    """One layer of ``kind`` (``attention`` and ``ssm``: the first layer of any attention
+    or recurrent kind; or the head) over ``ids``' embeddings, as forward runs it; and the
+    breakdown label of the layer timed."""
     import torch.nn.functional as F
 
-    from twin.reference.model import EPS
+    from twin.reference.model import EPS, FFN_PLAN, KV_PLAN
 
     x = F.embedding(ids, lm.embed)[None]
     if kind == "head":
         return lambda: F.linear(
             F.rms_norm(F.embedding(ids, lm.embed)[None][:, -1], (x.shape[-1],), lm.final_norm, EPS),
             lm.lm_head,
-        )
-    w = lm.layers[lm.plan.index(kind)]
+        ), "head"
+
+    def family(part: str) -> str:  # the overhead kind a plan kind's layer counts as
+        return "attention" if part in KV_PLAN else part if part in FFN_PLAN else "ssm"
+
+    i, part = next(
+        (i, part)
+        for i, plan in enumerate(lm.plan)
+        for part in plan.split("+")
+        if family(part) == kind
+    )
+    w = lm.layers[i]
+    wp = w if "+" not in lm.plan[i] else w[part]
 
     def run() -> Any:
         h = F.rms_norm(x, (x.shape[-1],), w["norm"], EPS)
-        if kind == "attention":
-            out = lm._attention(h, w, None, lm._rope(0, ids.shape[0]))[0]
+        if part in KV_PLAN:
+            window = lm.spec.sliding_window if part == "swa" else None
+            out = lm._attention(h, wp, None, lm._rope(0, ids.shape[0]), window)[0]
         elif kind == "ssm":
-            out = lm._mamba(h, w, None, [])[0]
+            out = lm.recurrent(part)(h, wp, None, [])[0]
         else:
-            out = lm._mlp(h, w)
+            out = lm.ffn(kind, h, wp)
         return x + out
 
-    return run
+    return run, _LABEL.get(part, part)
 
 
 def _median_time(run: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:

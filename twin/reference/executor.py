@@ -41,6 +41,7 @@ from policies.base import Policy
 from twin.cache import PrefixCache, RequestCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
+from twin.reference.fits import EXECUTOR_DTYPE, check_fits, free_memory
 from twin.reference.model import KV_PLAN, HybridLM, Prefill, SeqState
 from twin.reference.ops import synchronize
 from twin.reference.store import Pending, StateMirror, TensorStore
@@ -118,7 +119,7 @@ class Served:
 
 def model_dtype(device: str) -> torch.dtype:
     """The dtype ``twin calibrate`` times on the device: bf16 on a GPU, fp32 on the CPU."""
-    return torch.bfloat16 if device == "cuda" else torch.float32
+    return getattr(torch, EXECUTOR_DTYPE[device])
 
 
 class ReferenceExecutor:
@@ -135,7 +136,11 @@ class ReferenceExecutor:
             raise TwinError(f"--repeats must be at least 1 (got {config.repeats})")
         self.spec, self.config = model, config
         self.device = config.device
-        self.lm = HybridLM(model, self.device, dtype or model_dtype(self.device), config.seed)
+        dtype = dtype or model_dtype(self.device)
+        check_fits(
+            model, self.device, free_memory(self.device, torch), str(dtype).removeprefix("torch.")
+        )
+        self.lm = HybridLM(model, self.device, dtype, config.seed)
         policy: Policy = get_policy(config.policy, **config.policy_options)
         if type(policy).make_cache is not Policy.make_cache:
             raise TwinError(

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +89,8 @@ PLAN_KIND = {
     "gdn": "gdn",
 }
 KV_PLAN = ("attention", "swa")  # plan kinds holding KV; the others hold a state
+FFN_PLAN = ("mlp", "moe")
+RecurrentMixer = Callable[..., tuple[torch.Tensor, SsmState, list[SsmState]]]
 
 
 def layer_plan(model: ModelSpec) -> list[str]:
@@ -234,11 +236,8 @@ class HybridLM:
         rope = self._rope(offset, n) if self.spec.n_attention_layers else None
         for kind, w in zip(self.plan, self.layers, strict=True):
             h = F.rms_norm(x, (x.shape[-1],), w["norm"], EPS)
-            if kind == "mlp":
-                x = x + self._mlp(h, w)
-                continue
-            if kind == "moe":
-                x = x + moe.moe_forward(h, w, self.spec.moe_top_k, self._mlp)
+            if kind in FFN_PLAN:
+                x = x + self.ffn(kind, h, w)
                 continue
             parts = kind.split("+")
             for part in parts:
@@ -251,12 +250,7 @@ class HybridLM:
                     ai += 1
                 else:
                     prev_s = past.ssm[si] if past is not None else None
-                    mixer = {
-                        "ssm": self._mamba,
-                        "mamba1": lambda *a: recurrent.mamba1_forward(self, *a),
-                        "gdn": lambda *a: recurrent.gdn_forward(self, *a),
-                    }[part]
-                    out, end, at = mixer(h, wp, prev_s, cuts)
+                    out, end, at = self.recurrent(part)(h, wp, prev_s, cuts)
                     ssm_end.append(end)
                     for s, state in zip(cuts, at, strict=True):
                         ssm_at[s].append(state)
@@ -267,6 +261,21 @@ class HybridLM:
         if n in stops:
             ssm_at[n] = ssm_end
         return Prefill(logits, kv_out, ssm_end, ssm_at)
+
+    def ffn(self, kind: str, h: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The FFN of kind ``mlp`` or ``moe`` on the normed hidden states ``h``."""
+        if kind == "moe":
+            return moe.moe_forward(h, w, self.spec.moe_top_k, self._mlp)
+        return self._mlp(h, w)
+
+    def recurrent(self, part: str) -> RecurrentMixer:
+        """The layer function of a recurrent plan kind (``ssm``, ``mamba1`` or ``gdn``):
+        ``(h, weights, previous state, cuts) -> (output, end state, states at the cuts)``."""
+        if part == "mamba1":
+            return lambda *a: recurrent.mamba1_forward(self, *a)
+        if part == "gdn":
+            return lambda *a: recurrent.gdn_forward(self, *a)
+        return self._mamba
 
     def _rope(self, offset: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         pos = torch.arange(offset, offset + n, device=self.device, dtype=torch.float32)

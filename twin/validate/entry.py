@@ -28,6 +28,7 @@ from twin.errors import TwinError
 from twin.hardware import GB
 from twin.model import ModelSpec
 from twin.presets import resolve_model
+from twin.reference.fits import check_fits, free_memory
 from twin.validate.arrivals import fix_arrivals
 from twin.validate.run import CacheChoice, default_cache, validate
 from workloads.reader import Workload
@@ -122,6 +123,7 @@ def validate_model(
     torch, run_reference, config_cls = executor()
     if device == "cuda" and not torch.cuda.is_available():
         raise TwinError("--device cuda: PyTorch sees no CUDA GPU on this machine")
+    check_fits(spec, device, free_memory(device, torch))
 
     # ----- the work, staged inside OUT and published as one set
     created = not out.exists()
