@@ -68,3 +68,26 @@ def test_counts_specs_spread_their_moe_layers_among_the_ffns() -> None:
     assert plan.count("attention") == 1 and plan.count("ssm") == 3
     lm = HybridLM(spec, "cpu", F64, seed=0)
     assert torch.isfinite(lm.forward(torch.arange(20)).logits).all()
+
+
+def test_the_cost_model_prices_the_shared_expert_as_a_dense_mlp() -> None:
+    """Each MoE layer's GEMMs grow by exactly a dense MLP of the shared expert's width."""
+    from twin.costmodel import CostModel
+    from twin.costmodel.profile import load_profile
+
+    prof = load_profile("h100")
+    spec = get_model("qwen3.5-35b-a3b")
+    no_shared = dataclasses.replace(spec, moe_shared_d_ff=0)
+    dense = dataclasses.replace(
+        spec,
+        layers=("gdn/mlp",),
+        mlp_d_ff=spec.moe_shared_d_ff,
+        **dict.fromkeys(("n_attention_layers", "n_ssm_layers", "n_mlp_layers", "n_moe_layers"), 0),
+    )
+
+    def gemm(m, kind):
+        return CostModel(m, prof).prefill(2048, 0, breakdown=True).items[kind]["gemm"]
+
+    added = (gemm(spec, "moe") - gemm(no_shared, "moe")) / spec.n_moe_layers  # one layer
+    assert added > 0
+    assert added == pytest.approx(gemm(dense, "mlp"), rel=1e-12)

@@ -241,6 +241,7 @@ class CostModel:
             self.mlp_width = _split(m.mlp_d_ff, tp, "the MLP width", m.name)
         if m.n_moe_layers:
             self.expert_width = _split(m.moe_d_ff, tp, "the expert width", m.name)
+            self.shared_width = _split(m.moe_shared_d_ff, tp, "the shared-expert width", m.name)
         self.up_mats = 2 if m.mlp_gated else 1
         self.vocab = -(-m.vocab_size // tp)
         self._setup_allreduce()
@@ -402,6 +403,10 @@ class CostModel:
         )
         router = self._gemm(t, d, n_exp)
         act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.expert_width))
+        if self.shared_width:  # the shared expert: a dense MLP over every token
+            sw = self.shared_width
+            up += self._gemm(t, d, self.up_mats * sw) + self._gemm(t, sw, d)
+            act += k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
         combine = k["elementwise"](0.0, e * ((top + 1.0) * t * d))
         return (
             ("elementwise", norm + act + combine),
