@@ -28,6 +28,7 @@ PRESETS = [
     ("tiny-swa", 1),
     ("tiny-swa-hybrid", 1),
     ("tiny-parallel", 1),
+    ("tiny-moe-hybrid", 1),
 ]
 
 

@@ -91,3 +91,18 @@ def test_the_cost_model_prices_the_shared_expert_as_a_dense_mlp() -> None:
     added = (gemm(spec, "moe") - gemm(no_shared, "moe")) / spec.n_moe_layers  # one layer
     assert added > 0
     assert added == pytest.approx(gemm(dense, "mlp"), rel=1e-12)
+
+
+def test_layer_overhead_is_measured_on_a_patterned_moe_hybrid() -> None:
+    """One layer of each kind is timed (before, a pattern spec could not be cut down)."""
+    from calibration.overhead import measure_layer_overhead, one_of_each
+    from twin.costmodel.profile import load_profile
+
+    spec = get_model("tiny-moe-hybrid")
+    one = one_of_each(spec)
+    assert one.layers == ("gdn/moe", "mamba2/moe", "swa/moe", "attention/moe", "swa/mlp")
+    jamba = one_of_each(get_model("jamba-1.5-mini"))
+    assert jamba.layers == ("mamba1/mlp", "mamba1/moe", "attention/mlp")
+    entry = measure_layer_overhead(spec, load_profile("cpu"), "cpu", repeats=2)
+    assert set(entry["seconds"]) == {"attention", "ssm", "mlp", "moe", "head"}
+    assert all(s >= 0 for s in entry["seconds"].values())
