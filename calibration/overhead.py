@@ -98,8 +98,14 @@ def one_of_each(model: ModelSpec) -> ModelSpec:
         if kinds - seen:
             tokens.append(token)
             seen |= kinds
-    counts = dict.fromkeys(("n_attention_layers", "n_ssm_layers", "n_mlp_layers"), 0)
-    return dataclasses.replace(model, layers=tuple(tokens), n_moe_layers=0, **counts)
+    return dataclasses.replace(  # counts 0: derived from the new pattern
+        model,
+        layers=tuple(tokens),
+        n_attention_layers=0,
+        n_ssm_layers=0,
+        n_mlp_layers=0,
+        n_moe_layers=0,
+    )
 
 
 # The breakdown label (``StepCost.by_kind``) of each plan kind of the reference model.
