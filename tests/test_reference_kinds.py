@@ -92,3 +92,22 @@ def test_a_hit_inside_a_dropped_window_would_be_caught(monkeypatch) -> None:
     prompt = np.r_[first[:40], rng.integers(0, 500, 10)].astype(np.int32)
     served = ex.serve(prompt, rng.integers(0, 500, 2).astype(np.int32))
     assert served.hit == 40 and torch.isnan(served.logits).any()
+
+
+def test_a_counts_spec_with_a_window_runs_sliding_window_attention() -> None:
+    """The cache treats its attention layers as ``swa`` (drops old KV), so must the model."""
+    import dataclasses
+
+    spec = dataclasses.replace(get_model("tiny-hybrid"), sliding_window=8)
+    assert layer_plan(spec).count("swa") == 1 and "attention" not in layer_plan(spec)
+    ex = ReferenceExecutor(
+        spec, ExecutorConfig(policy="sglang+", cache_bytes=10**8, repeats=1), F64
+    )
+    rng = np.random.default_rng(1)
+    first = rng.integers(0, 500, 50).astype(np.int32)
+    out = rng.integers(0, 500, 3).astype(np.int32)
+    ex.serve(first, out)
+    prompt = np.r_[first, out, rng.integers(0, 500, 10)].astype(np.int32)  # the next turn
+    served = ex.serve(prompt, rng.integers(0, 500, 2).astype(np.int32))
+    assert served.hit == 53 and served.exact
+    assert _rel(served.logits, ex.lm.forward(ex._ids(prompt)).logits) < 1e-10

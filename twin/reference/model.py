@@ -110,9 +110,10 @@ def layer_plan(model: ModelSpec) -> list[str]:
     n_ffn, n_moe = model.n_mlp_layers + model.n_moe_layers, model.n_moe_layers
     mixers = n_attn + n_ssm
     attn_at, moe_at = _spread(n_attn, mixers), _spread(n_moe, n_ffn)
+    attn = "swa" if model.sliding_window is not None else "attention"  # as mixer_counts says
     ffns = iter(["moe" if j in moe_at else "mlp" for j in range(n_ffn)])
     for i in range(mixers):
-        plan.append("attention" if i in attn_at else "ssm")
+        plan.append(attn if i in attn_at else "ssm")
         plan.extend(itertools.islice(ffns, (i + 1) * n_ffn // mixers - i * n_ffn // mixers))
     return plan
 
