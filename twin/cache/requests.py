@@ -38,7 +38,16 @@ if TYPE_CHECKING:
 class Admission:
     """One admitted request's hold on the cache: its hit, pin and pending checkpoints."""
 
-    __slots__ = ("at_completion", "at_prefill", "full", "hit", "node", "order", "prompt")
+    __slots__ = (
+        "at_completion",
+        "at_prefill",
+        "full",
+        "hit",
+        "node",
+        "order",
+        "prefill_tokens",
+        "prompt",
+    )
 
     def __init__(
         self,
@@ -56,6 +65,7 @@ class Admission:
         self.node: Any = hit.node  # pinned until :meth:`RequestCache.release`
         self.at_prefill = at_prefill  # checkpoint positions inside the prompt
         self.at_completion = at_completion  # positions past it (input + output)
+        self.prefill_tokens = 0  # prompt tokens the prefill-end insert newly cached
 
 
 class RequestCache:
@@ -81,7 +91,7 @@ class RequestCache:
             return 0
         cache = self.cache
         before = cache.checkpoints_admitted
-        cache.insert(adm.prompt, adm.at_prefill)
+        adm.prefill_tokens = cache.insert(adm.prompt, adm.at_prefill)
         return cache.checkpoints_admitted - before
 
     def insert_at_completion(self, adm: Admission) -> int:

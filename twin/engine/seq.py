@@ -14,6 +14,7 @@ class Seq:
     __slots__ = (
         "admitted",
         "admitted_s",
+        "alloc",
         "arrival_s",
         "cached",
         "ckpts",
@@ -24,11 +25,14 @@ class Seq:
         "first_token",
         "first_token_s",
         "footprint",
+        "generated",
         "hit",
         "order",
         "out_len",
+        "preemptions",
         "prefill_left",
         "prompt_len",
+        "recomputed",
         "rejected",
         "replica",
         "req",
@@ -51,4 +55,7 @@ class Seq:
         self.rejected = False
         self.hit = self.ckpts = self.order = self.start_step = self.finish_step = 0
         self.prefill_left = self.ctx = 0
+        # Shared KV pool only: bytes it owns now (not counting decode growth, which the
+        # scheduler adds as steps pass), output tokens out before its last preemption.
+        self.alloc = self.generated = self.preemptions = self.recomputed = 0
         self.cached: Admission | None = None  # its hold on the cache, from admission to the end
