@@ -58,7 +58,7 @@ class RequestRecord:
     checkpoints: int  # SSM checkpoints the cache admitted for this request
     rejected: bool = False  # larger than the replica's memory for running requests
     preemptions: int = 0  # times the shared KV pool ran out and the engine preempted it
-    recomputed_tokens: int = 0  # KV tokens it lost to preemption (computed again, priced)
+    recomputed_tokens: int = 0  # tokens prefilled again because of its preemptions (priced)
 
     @property
     def queue_s(self) -> float:

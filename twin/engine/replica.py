@@ -203,8 +203,8 @@ class Replica:
         """Shared pool: free ``seq``'s pages and its hold on the cache; it will start again.
 
         ``decoded`` output tokens' pages it grew since its last prefill; ``kept``
-        KV tokens it held (lost: recomputed when it is admitted again, and priced
-        then as prefill). Nothing is inserted into the cache: a preempted
+        the tokens it must prefill again because of this preemption (its
+        ``recomputed`` tokens, priced as prefill when it is admitted again). Nothing is inserted into the cache: a preempted
         request's pages are the ones the allocation needs (vLLM frees them to
         the free queue, where the failed allocation takes them first).
         """

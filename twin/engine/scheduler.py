@@ -274,7 +274,7 @@ class ContinuousBatching:
         if self.shared:
             # Each decode takes one token's pages; preempt until they fit.
             while self.decoding and not self.replica.grow(len(self.decoding)):
-                self._preempt_one()
+                self._make_room()
         batch = len(self.decoding)
         budget = self.max_batched - batch
         chunked: list[tuple[Seq, int]] = []
@@ -337,7 +337,7 @@ class ContinuousBatching:
             if not replica.grow(k * batch):
                 k = min(k, replica.room_tokens() // batch)
                 if k == 0:
-                    self._preempt_one()
+                    self._make_room()
                     return None
                 replica.grow(k * batch)
                 capped = False
@@ -358,6 +358,17 @@ class ContinuousBatching:
             self.ctx_base -= seq.prompt_len + seq.generated - seq.start_step
             done.append(seq)
         return done
+
+    def _make_room(self) -> None:
+        """Running requests need pages: the queue's head gives back any it took, else preempt.
+
+        (Running requests are served before waiting ones, as in vLLM's and
+        SGLang's schedulers.)
+        """
+        if self.waiting and self.waiting[0].alloc:
+            self.replica.unreserve(self.waiting[0])
+        else:
+            self._preempt_one()
 
     def _preempt_one(self) -> None:
         """The shared pool ran out: preempt one running request as the engine does.
@@ -394,7 +405,7 @@ class ContinuousBatching:
             decoded = n - victim.start_step
             self.ctx_base -= victim.prompt_len + victim.generated - victim.start_step
             victim.generated += 1 + decoded  # the prefill's token and the decoded ones
-            kept = victim.prompt_len + victim.generated - 1
+            kept = victim.prompt_len + victim.generated
         self.replica.preempt(victim, decoded, kept)
         victim.start_step = victim.finish_step = 0
         victim.prefill_left = victim.ctx = 0
