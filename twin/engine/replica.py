@@ -204,9 +204,10 @@ class Replica:
 
         ``decoded`` output tokens' pages it grew since its last prefill; ``kept``
         the tokens it must prefill again because of this preemption (its
-        ``recomputed`` tokens, priced as prefill when it is admitted again). Nothing is inserted into the cache: a preempted
-        request's pages are the ones the allocation needs (vLLM frees them to
-        the free queue, where the failed allocation takes them first).
+        ``recomputed`` tokens, priced as prefill when it is admitted again).
+        Nothing is inserted into the cache: a preempted request's pages are
+        the ones the allocation needs (vLLM frees them to the free queue,
+        where the failed allocation takes them first).
         """
         pool = self.pool
         assert pool is not None and seq.cached is not None
