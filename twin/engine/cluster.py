@@ -114,6 +114,13 @@ class Cluster:
         for i in range(config.replicas):
             capacity = int(self.budget) if config.shared_pool else config.cache_bytes
             cache = get_policy(config.policy, **config.policy_options).make_cache(model, capacity)
+            host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
+            # The host tier runs its own instance of the policy (a policy decides per tier).
+            host = (
+                get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes)
+                if host_bytes
+                else None
+            )
             self.replicas.append(
                 Replica(
                     env,
@@ -127,6 +134,7 @@ class Cluster:
                     shared_pool=config.shared_pool,
                     preemption=config.preemption,
                     state_slots=config.state_slots,
+                    host=host,
                 )
             )
         self.horizon_s = horizon(self.source, config)
@@ -275,6 +283,13 @@ class Cluster:
                 "cache": cache_stats(r.cache),
                 "policy": r.policy.stats(),
             }
+            if r.host is not None:
+                rep["host_cache"] = {
+                    **cache_stats(r.host),
+                    "capacity_bytes": r.host.capacity,
+                    "loaded_tokens": r.host_loaded_tokens,
+                    "load_s": r.host_load_s,
+                }
             if r.pool is not None:
                 rep["pool"] = {
                     "bytes": r.pool.size,

@@ -65,6 +65,12 @@ class EngineConfig:
         "or retract (SGLang: decode requests, fewest output tokens first)",
     )
     state_slots: int = _opt(1, "recurrent states a running request holds (SGLang extra_buffer: 3)")
+    host_cache_ratio: float = _opt(
+        0.0,
+        "host-memory tier per replica, as a multiple of its GPU cache (the shared pool, "
+        "or cache_bytes); 0: none (SGLang --hicache-ratio)",
+    )
+    host_cache_bytes: int = _opt(0, "host-memory tier per replica, bytes (vLLM CPU offload)")
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -100,6 +106,12 @@ class EngineConfig:
             "must be recompute or retract",
         )
         need(self.state_slots >= 1, "state_slots", "must be at least 1")
+        need(
+            math.isfinite(self.host_cache_ratio) and self.host_cache_ratio >= 0,
+            "host_cache_ratio",
+            "must be >= 0",
+        )
+        need(self.host_cache_bytes >= 0, "host_cache_bytes", "must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready copy (the summary records the exact configuration).
@@ -114,13 +126,19 @@ class EngineConfig:
         return out
 
 
-_OMITTED_AT_DEFAULT = ("shared_pool", "engine", "engine_flags", "preemption", "state_slots")
+_OMITTED_AT_DEFAULT = (
+    "shared_pool",
+    "engine",
+    "engine_flags",
+    "preemption",
+    "state_slots",
+    "host_cache_ratio",
+    "host_cache_bytes",
+)
 _DEFAULTS: dict[str, Any] = {
-    "shared_pool": False,
-    "engine": "paper",
-    "engine_flags": {},
-    "preemption": "recompute",
-    "state_slots": 1,
+    f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default)  # type: ignore[misc]
+    for f in dataclasses.fields(EngineConfig)
+    if f.name in _OMITTED_AT_DEFAULT
 }
 
 

@@ -54,6 +54,10 @@ class StepPricer(Protocol):
         """Seconds to copy one SSM checkpoint (every SSM layer's state) on the device."""
         ...
 
+    def host_load_time(self, tokens: int, checkpoints: int) -> float:
+        """Seconds to load ``tokens`` tokens' KV and ``checkpoints`` states from host memory."""
+        ...
+
 
 class PricerBase:
     """Implements :meth:`decode_run` by pricing each step; subclasses give ``step_time``."""
@@ -72,6 +76,9 @@ class PricerBase:
         return None
 
     def checkpoint_copy_time(self) -> float:
+        return 0.0
+
+    def host_load_time(self, tokens: int, checkpoints: int) -> float:
         return 0.0
 
 
@@ -123,6 +130,14 @@ class CostModelPricer(PricerBase):
 
     def checkpoint_copy_time(self) -> float:
         return self._copy_s
+
+    def host_load_time(self, tokens: int, checkpoints: int) -> float:
+        # The cost model's host-to-device copy kernels (fitted, else the GpuSpec host
+        # link's datasheet bandwidth), one launch per layer.
+        cm = self.cost_model
+        kv = cm.kv_transfer_s(tokens, "host", "device") if tokens else 0.0
+        states = cm.checkpoint_copy_s(checkpoints, "host", "device") if checkpoints else 0.0
+        return float(kv + states)
 
     def _exact(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:
         # Spread the context sum over the batch: exact, decode features are sums.

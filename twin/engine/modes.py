@@ -153,6 +153,11 @@ def _vllm_mamba_mode(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
         out["policy"] = "vanilla"
 
 
+def _vllm_offload(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # vLLM's native CPU offloading (--kv-offloading-size GB, --kv-offloading-backend native).
+    out["host_cache_bytes"] = int(_float("kv_offloading_size", value, 0.0, 1e6) * 1e9)
+
+
 def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
     block = out.pop("vllm_block_size", 16)
     if out["policy"] != "vllm+":
@@ -174,6 +179,7 @@ VLLM = EngineMode(
                 Flag("attention block (hybrids raise it to one Mamba page)", _vllm_block, "16"),
             ),
             ("enable_prefix_caching", Flag("cache prefixes", _vllm_prefix_caching, "true")),
+            ("kv_offloading_size", Flag("CPU offload tier, GB", _vllm_offload, "0")),
             (
                 "mamba_cache_mode",
                 Flag("align (hybrid prefix caching) or none", _vllm_mamba_mode, "align"),
@@ -213,6 +219,24 @@ def _sglang_radix(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
         out["policy"] = "vanilla"
 
 
+def _sglang_hicache(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # HiCache's host pool defaults to twice the device pool (server_args.py hicache_ratio 2.0).
+    if _bool("enable_hierarchical_cache", value):
+        out.setdefault("host_cache_ratio", 2.0)
+
+
+def _sglang_hicache_ratio(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # SGLang requires a host pool larger than the device pool (ratio > 1); giving the
+    # ratio implies the hierarchical cache here.
+    out["host_cache_ratio"] = _float("hicache_ratio", value, 1.0, 1e3)
+
+
+def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # Only write-through is modelled (every cached page also goes to host memory,
+    # its copy overlapped and not priced); write_back is refused, not approximated.
+    _choice("hicache_write_policy", value, ("write_through",))
+
+
 def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # Only LRU is modelled so far; lfu/fifo/slru are refused rather than run as LRU.
     _choice("radix_eviction_policy", value, ("lru",))
@@ -239,6 +263,15 @@ SGLANG = EngineMode(
                 ),
             ),
             ("disable_radix_cache", Flag("no prefix cache", _sglang_radix, "false")),
+            (
+                "enable_hierarchical_cache",
+                Flag("HiCache: a host-memory tier (ratio 2)", _sglang_hicache, "false"),
+            ),
+            ("hicache_ratio", Flag("host tier / device pool", _sglang_hicache_ratio, "2")),
+            (
+                "hicache_write_policy",
+                Flag("write_through", _sglang_write_policy, "write_through"),
+            ),
             ("radix_eviction_policy", Flag("lru", _sglang_eviction, "lru")),
             ("schedule_policy", Flag("fcfs", _sglang_schedule, "fcfs")),
             _field("max_running_requests", "max_running", "int", "most running requests", "256"),

@@ -68,12 +68,17 @@ class Replica:
         shared_pool: bool = False,
         preemption: str = "recompute",
         state_slots: int = 1,
+        host: CacheStructure | None = None,
     ) -> None:
         self.env = env
         self.index = index
         self.cache = cache
         self.policy = cache.policy
-        self.requests = RequestCache(cache)
+        self.requests = RequestCache(cache, host)
+        self.host = host
+        self.pricer = pricer
+        self.host_loaded_tokens = 0
+        self.host_load_s = 0.0
         self.memory_budget = memory_budget
         self.kv_per_token = model.kv_bytes_per_token
         self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
@@ -157,6 +162,14 @@ class Replica:
         seq.cached = adm
         seq.order = adm.order
         hit = adm.hit.length
+        if adm.host_tokens:
+            # Loaded back from the host tier before the prefill can use it (HiCache's
+            # load_back, vLLM's CPU offload connector), priced by the cost model's
+            # host-to-device copies; not overlapped with compute.
+            states = 1 if self.state_bytes else 0
+            seq.load_s = self.pricer.host_load_time(adm.host_tokens, states)
+            self.host_loaded_tokens += adm.host_tokens
+            self.host_load_s += seq.load_s
         pool = self.pool
         if pool is None:
             seq.hit = hit
@@ -164,7 +177,8 @@ class Replica:
             return
         if not seq.preemptions:
             seq.hit = hit  # the record keeps the first admission's hit
-        back = hit * self.kv_per_token  # the hit's pages are the cache's (pinned)
+        # The GPU hit's pages are the cache's (pinned); loaded ones are the request's.
+        back = (hit - adm.host_tokens) * self.kv_per_token
         pool.release(back)
         seq.alloc -= back
         self.memory_used = pool.running

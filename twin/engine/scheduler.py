@@ -284,9 +284,12 @@ class ContinuousBatching:
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
             budget -= c
+        load_s = 0.0
         while budget > 0 and self._can_admit():
             seq = self.waiting.popleft()
             self._admit(seq)
+            load_s += seq.load_s  # a host-tier hit is loaded back first
+            seq.load_s = 0.0
             self.prefilling.append(seq)
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
@@ -295,6 +298,8 @@ class ContinuousBatching:
         seconds = self.pricer.step_time(
             [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
         )
+        if load_s:
+            seconds += load_s
         return chunked, seconds
 
     def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:

@@ -27,6 +27,7 @@ class Seq:
         "footprint",
         "generated",
         "hit",
+        "load_s",
         "order",
         "out_len",
         "preemptions",
@@ -58,4 +59,5 @@ class Seq:
         # Shared KV pool only: bytes it owns now (not counting decode growth, which the
         # scheduler adds as steps pass), output tokens out before its last preemption.
         self.alloc = self.generated = self.preemptions = self.recomputed = 0
+        self.load_s = 0.0  # seconds loading its hit back from the host tier (at admission)
         self.cached: Admission | None = None  # its hold on the cache, from admission to the end

@@ -50,6 +50,9 @@ class PrefillOnlyPricer:
     def checkpoint_copy_time(self) -> float:
         return self.inner.checkpoint_copy_time()
 
+    def host_load_time(self, tokens: int, checkpoints: int) -> float:
+        return self.inner.host_load_time(tokens, checkpoints)
+
 
 def longest_prompt(workload: Workload) -> int:
     """Tokens in the workload's longest prompt (history included)."""
