@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_engine_helpers import LinearPricer, run, single_turns, write_rows
+from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns, write_rows
 
 from twin.cache import BlockCache, PrefixCache
 from twin.engine import EngineConfig
@@ -48,6 +48,9 @@ class _Watch:
             if self.pool is not None:
                 self.pool.verify()
             self.cache.verify()
+            if self.host is not None:
+                self.host.verify()  # never past its capacity
+                assert self.host.peak_bytes <= self.host.capacity
             watch.steps += 1
             if self not in watch.replicas:
                 watch.replicas.append(self)
@@ -103,9 +106,10 @@ def traces(draw):
     preemption=st.sampled_from(["recompute", "retract"]),
     slots=st.sampled_from([1, 3]),
     pool_kb=st.integers(160, 600),
+    host_ratio=st.sampled_from([0.0, 0.5, 3.0]),
 )
 def test_pool_invariants_over_random_traces(
-    tmp_path_factory, monkeypatch, rows, policy, model, preemption, slots, pool_kb
+    tmp_path_factory, monkeypatch, rows, policy, model, preemption, slots, pool_kb, host_ratio
 ):
     """In use + cached + free = pool after every step; every hit exact; pins all released;
     every request completes exactly once, whatever preemption happened."""
@@ -121,6 +125,7 @@ def test_pool_invariants_over_random_traces(
         shared_pool=True,
         preemption=preemption,
         state_slots=slots,
+        host_cache_ratio=host_ratio,
         gpu_memory_bytes=(spec.weight_bytes + pool_kb * 1000) / 0.9,
         max_batched_tokens=256,
     )
@@ -238,3 +243,45 @@ def test_the_paper_world_keeps_its_summary_keys():
     assert not {"shared_pool", "engine", "preemption", "state_slots"} & set(cfg.to_dict())
     shared = EngineConfig(shared_pool=True, engine="sglang", state_slots=3).to_dict()
     assert shared["shared_pool"] and shared["engine"] == "sglang" and shared["state_slots"] == 3
+
+
+class _HostPricer(ConstantPricer):
+    """One second a step; loading from the host costs 1 ms a token plus 0.25 s a state."""
+
+    def host_load_time(self, tokens: int, checkpoints: int) -> float:
+        return 1e-3 * tokens + 0.25 * checkpoints
+
+
+@pytest.mark.parametrize("model", ["tiny-transformer", "tiny-hybrid"])
+def test_host_tier_hits_cost_the_copy_time_and_stay_within_its_capacity(tmp_path, model):
+    spec = get_model(model)
+    a = np.arange(400, dtype=np.int32)
+    b = np.arange(400, dtype=np.int32) + 5000
+    # Session 0 asks A, session 1 asks B (evicting A from a one-prompt GPU cache),
+    # then session 0 comes back: its history A + output is a hit on the host tier.
+    rows = [
+        WorkloadRow(0, 0, 0.0, None, a, False, None, 1),
+        WorkloadRow(0, 1, None, 20.0, np.arange(5, dtype=np.int32) + 9000, True, None, 1),
+        WorkloadRow(1, 0, 10.0, None, b, False, None, 1),
+    ]
+    path = write_rows(tmp_path / "w.parquet", rows)
+    one = 401 * spec.kv_bytes_per_token + 2 * spec.ssm_checkpoint_bytes  # one prompt's worth
+    common = dict(policy="sglang+", gpu_memory_bytes=1e9)
+    _, gpu = run(path, _HostPricer(), spec, cache_bytes=10 * one, **common)
+    summary, host = run(
+        path, _HostPricer(), spec, cache_bytes=one, host_cache_bytes=10 * one, **common
+    )
+    _, none = run(path, _HostPricer(), spec, cache_bytes=one, **common)
+    by = {
+        name: {r.row: r for r in recs}
+        for name, recs in (("gpu", gpu), ("host", host), ("none", none))
+    }
+    assert by["none"][1].hit_tokens == 0  # the GPU cache lost A to B
+    hit = by["gpu"][1].hit_tokens
+    assert hit > 0 and by["host"][1].hit_tokens == hit  # the host tier still had it
+    states = 1 if spec.n_ssm_layers else 0
+    load = 1e-3 * hit + 0.25 * states
+    assert by["host"][1].ttft_s == pytest.approx(by["gpu"][1].ttft_s + load)
+    tier = summary["replicas"][0]["host_cache"]
+    assert tier["loaded_tokens"] == hit and tier["load_s"] == pytest.approx(load)
+    assert tier["peak_bytes"] <= tier["capacity_bytes"] == 10 * one
