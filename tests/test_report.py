@@ -474,6 +474,15 @@ def test_engine_modes_and_their_flags_are_swept_in_their_shared_pool(tmp_path: P
     assert pool > 10 and all(r["cache_gb"] == pool for r in rows.values())
     assert rows["vllm"]["token_hit_rate"] != rows["sglang"]["token_hit_rate"]
     assert len({r["key"] for r in rows.values()}) == 4
+    # One of its figures as a PNG, drawn by the report's code (the README's picture).
+    from reports.png import report_png
+
+    stem = re.search(r"\((fig-[^)]+)\.svg\)", (tmp_path / "engines" / MD_FILE).read_text())
+    assert stem is not None
+    png = report_png(tmp_path / "engines", stem.group(1), tmp_path / "f.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(TwinError, match="the report has"):
+        report_png(tmp_path / "engines", "fig-nope", tmp_path / "g.png")
 
 
 def test_cli_refuses_an_engine_flag_in_the_sweep(capsys, tmp_path: Path) -> None:
