@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from policies import POLICIES
@@ -235,7 +236,7 @@ def capacity(
             table.add_column(col)
         for r in recs:
             table.add_row(
-                r.policy,
+                escape(r.policy),  # an engine mode's [flag=value] is not markup
                 rate_label(r.session_rate),
                 "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
                 "-" if r.cache_gb_per_gpu is None else f"{r.cache_gb_per_gpu:g} GB",
@@ -244,7 +245,7 @@ def capacity(
             )
         console.print(table)
         for line in [*verdict(recs, target), *load_verdict(found.sustainable, target)]:
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, markup=False)
     console.print(
         f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}", highlight=False
     )

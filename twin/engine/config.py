@@ -135,11 +135,7 @@ _OMITTED_AT_DEFAULT = (
     "host_cache_ratio",
     "host_cache_bytes",
 )
-_DEFAULTS: dict[str, Any] = {
-    f.name: (f.default_factory() if f.default is dataclasses.MISSING else f.default)  # type: ignore[misc]
-    for f in dataclasses.fields(EngineConfig)
-    if f.name in _OMITTED_AT_DEFAULT
-}
+_DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 
 
 def build_config(
