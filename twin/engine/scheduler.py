@@ -19,6 +19,13 @@ SGLang style):
   logits give the first output token; each checkpoint copy the cache makes
   at a step's end lengthens that step by the pricer's copy time.
 
+With the shared KV pool (``--cache-gb auto``) each step first takes one
+token's pages per decoding sequence (a decode run: for all its steps, cut to
+what fits); when the pool cannot give them, the queue's head gives back pages
+it took while waiting, else one running request is preempted by the replica's
+rule (:meth:`ContinuousBatching._preempt_one`) and goes back to the head of
+the queue, to be recomputed.
+
 Decode runs are fast-forwarded: while no sequence prefills and none can be
 admitted, nothing can change the batch before the next completion, so the
 next k steps are timed in one go (in closed form when the pricer is affine in
