@@ -133,3 +133,29 @@ def test_bad_engine_flags_are_one_line_errors(sets, message):
 )
 def test_cli_refuses_bad_flags_and_cache_sizes_in_one_line(capsys, tmp_path, args, message):
     assert_clean_error(capsys, ["simulate", *args, "--out", str(tmp_path / "o")], tmp_path, message)
+
+
+@pytest.mark.parametrize(("policy", "first"), [("fcfs", 1), ("lpm", 2)])
+def test_sglang_lpm_admits_the_longest_cached_prefix_first(tmp_path, policy, first):
+    model = get_model("tiny-transformer")
+    a = np.arange(300, dtype=np.int32)
+    rows = [
+        WorkloadRow(0, 0, 0.0, None, a, False, None, 50),  # runs alone (max_running 1)
+        WorkloadRow(1, 0, 0.001, None, a + 1000, False, None, 2),  # a miss, arrives first
+        WorkloadRow(2, 0, 0.002, None, np.concatenate((a, a[:5] + 7)), False, None, 2),  # hits A
+    ]
+    settings = get_mode("sglang").settings(model, {"schedule_policy": policy})
+    assert settings["schedule_policy"] == policy
+    _, recs = run(
+        write_rows(tmp_path / "w.parquet", rows),
+        LinearPricer(),
+        model,
+        shared_pool=True,
+        gpu_memory_bytes=1e9,
+        max_running=1,
+        **settings,
+    )
+    by = {r.row: r for r in recs}
+    later = 3 - first
+    assert by[first].admitted_s < by[later].admitted_s
+    assert by[2].hit_tokens >= 300 - 16  # it did hit A's prefix

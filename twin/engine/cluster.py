@@ -135,6 +135,7 @@ class Cluster:
                     preemption=config.preemption,
                     state_slots=config.state_slots,
                     host=host,
+                    schedule_policy=config.schedule_policy,
                 )
             )
         self.horizon_s = horizon(self.source, config)

@@ -65,6 +65,11 @@ class EngineConfig:
         "or retract (SGLang: decode requests, fewest output tokens first)",
     )
     state_slots: int = _opt(1, "recurrent states a running request holds (SGLang extra_buffer: 3)")
+    schedule_policy: str = _opt(
+        "fcfs",
+        "admission order: fcfs, or lpm (SGLang: longest cached prefix first, fcfs past "
+        "128 waiting)",
+    )
     host_cache_ratio: float = _opt(
         0.0,
         "host-memory tier per replica, as a multiple of its GPU cache (the shared pool, "
@@ -106,6 +111,7 @@ class EngineConfig:
             "must be recompute or retract",
         )
         need(self.state_slots >= 1, "state_slots", "must be at least 1")
+        need(self.schedule_policy in ("fcfs", "lpm"), "schedule_policy", "must be fcfs or lpm")
         need(
             math.isfinite(self.host_cache_ratio) and self.host_cache_ratio >= 0,
             "host_cache_ratio",
@@ -132,6 +138,7 @@ _OMITTED_AT_DEFAULT = (
     "engine_flags",
     "preemption",
     "state_slots",
+    "schedule_policy",
     "host_cache_ratio",
     "host_cache_bytes",
 )

@@ -243,8 +243,10 @@ def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 
 def _sglang_schedule(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # fcfs is the twin's admission order; lpm (longest prefix first) is not modelled yet.
-    _choice("schedule_policy", value, ("fcfs",))
+    # lpm: longest cached prefix first (python/sglang/srt/managers/schedule_policy.py,
+    # SchedulePolicy.calc_priority); the other cache-aware orders (dfs-weight) and the
+    # cache-agnostic lof/random are not modelled.
+    out["schedule_policy"] = _choice("schedule_policy", value, ("fcfs", "lpm"))
 
 
 SGLANG = EngineMode(
@@ -273,7 +275,7 @@ SGLANG = EngineMode(
                 Flag("write_through", _sglang_write_policy, "write_through"),
             ),
             ("radix_eviction_policy", Flag("lru", _sglang_eviction, "lru")),
-            ("schedule_policy", Flag("fcfs", _sglang_schedule, "fcfs")),
+            ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
             _field("max_running_requests", "max_running", "int", "most running requests", "256"),
             _field(
                 "chunked_prefill_size",

@@ -69,6 +69,7 @@ class Replica:
         preemption: str = "recompute",
         state_slots: int = 1,
         host: CacheStructure | None = None,
+        schedule_policy: str = "fcfs",
     ) -> None:
         self.env = env
         self.index = index
@@ -91,6 +92,7 @@ class Replica:
         self.pool = SharedPool(int(memory_budget), cache) if shared_pool else None
         self.preemption = preemption
         self.preemptions = 0
+        self.schedule_policy = schedule_policy
         self.memory_used = 0
         self.outstanding_tokens = 0  # the routers' load signal
         self.submitted = self.rejected = 0
@@ -182,6 +184,10 @@ class Replica:
         pool.release(back)
         seq.alloc -= back
         self.memory_used = pool.running
+
+    def cached_prefix(self, seq: Seq) -> int:
+        """Tokens of ``seq``'s prompt the cache would hit now (no recency change)."""
+        return self.cache.peek(seq.req.prompt)
 
     def grow(self, tokens: int) -> bool:
         """Shared pool: take ``tokens`` tokens' pages for running requests; ``False``: no room."""

@@ -57,6 +57,8 @@ from twin.errors import TwinError
 # cap doubles while runs go uninterrupted and falls back after an interruption.
 MIN_RUN_STEPS = 256
 MAX_RUN_STEPS = 4096
+# SGLang's lpm falls back to FCFS past this many waiting requests (schedule_policy.py).
+LPM_MAX_WAITING = 128
 
 
 class ReplicaSide(Protocol):
@@ -79,6 +81,9 @@ class ReplicaSide(Protocol):
     # Shared KV pool only (``pool`` is not None): decode growth and preemption.
     pool: Any
     preemption: str
+    schedule_policy: str  # "fcfs" or "lpm"
+
+    def cached_prefix(self, seq: Seq) -> int: ...
 
     def grow(self, tokens: int) -> bool: ...
     def room_tokens(self) -> int: ...
@@ -183,6 +188,7 @@ class ContinuousBatching:
         self._wake: simpy.Event | None = None
         self._run_cap = MIN_RUN_STEPS
         self.shared = getattr(replica, "pool", None) is not None
+        self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq`` (FCFS) and wake the loop if it idles."""
@@ -203,6 +209,8 @@ class ContinuousBatching:
                 self._wake = env.event()
                 yield self._wake  # idle until a request is submitted
                 continue
+            if self.lpm and len(self.waiting) > 1:
+                self._order_by_prefix()
             if self.prefilling or self._can_admit():
                 chunked, seconds = self._plan_step()
                 self.busy_since = env.now
@@ -370,6 +378,22 @@ class ContinuousBatching:
             self.ctx_base -= seq.prompt_len + seq.generated - seq.start_step
             done.append(seq)
         return done
+
+    def _order_by_prefix(self) -> None:
+        """SGLang's ``lpm``: the waiting queue by longest cached prefix, ties in arrival order.
+
+        ``python/sglang/srt/managers/schedule_policy.py`` ``SchedulePolicy``:
+        prefixes are matched for every waiting request each time a batch is
+        formed, and past 128 waiting requests it falls back to FCFS. A head
+        holding pages keeps its place (it was already being admitted).
+        """
+        waiting = self.waiting
+        if len(waiting) > LPM_MAX_WAITING or waiting[0].alloc:
+            return
+        match = self.replica.cached_prefix
+        ranked = sorted(waiting, key=lambda q: -match(q))
+        waiting.clear()
+        waiting.extend(ranked)
 
     def _make_room(self) -> None:
         """Running requests need pages: the queue's head gives back any it took, else preempt.
