@@ -148,6 +148,17 @@ class SweepSpec:
             **common,
         }
 
+    def config(self, point: Point, profile: Any = None) -> EngineConfig:
+        """The engine configuration of ``point`` (``profile`` gives the device memory)."""
+        from twin.engine.run import mode_fields
+        from twin.presets import resolve_model
+
+        fields = self.fields(point)
+        engine, sets = fields.pop("engine", None), fields.pop("sets", None)
+        cache_gb = fields.pop("cache_gb")
+        model = resolve_model(self.model, self.model_set)
+        return build_config(profile, cache_gb=cache_gb, **mode_fields(model, engine, sets, fields))
+
     def replicas(self, point: Point) -> int:
         """The replicas ``point`` runs on (its own, else the fixed setting)."""
         return point.replicas if point.replicas is not None else self.base_config().replicas

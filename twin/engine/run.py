@@ -145,6 +145,23 @@ class Run:
         )
 
 
+def mode_fields(
+    model: ModelSpec, engine: str | None, sets: dict[str, str] | None, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """EngineConfig fields of engine mode ``engine`` with its flags ``sets``, under ``settings``.
+
+    What the user set explicitly wins over the mode's choices; a policy given
+    explicitly drops the options the mode derived for its own policy.
+    """
+    from twin.engine.modes import get_mode
+
+    fields = get_mode(engine).settings(model, sets or {})
+    if "policy" in settings and "policy_options" not in settings:
+        fields.pop("policy_options", None)
+    fields.update(settings)
+    return fields
+
+
 def build_run(
     workload: str | Path | Workload,
     *,
@@ -171,12 +188,8 @@ def build_run(
 
     spec = resolve_model(model) if isinstance(model, str) else model
     mode = get_mode(engine)
-    fields = mode.settings(spec, sets or {})
-    if "policy" in settings and "policy_options" not in settings:
-        fields.pop("policy_options", None)  # the mode's options are for its own policy
-    fields.update(settings)
     kernels = mode.kernels if engine is not None else None
     prof = resolve_profile(gpu, None if profile is None else Path(profile), kernels)
-    config = build_config(prof, cache_gb=cache_gb, **fields)
+    config = build_config(prof, cache_gb=cache_gb, **mode_fields(spec, engine, sets, settings))
     wl = workload if isinstance(workload, Workload) else Workload.open(Path(workload))
     return Run(wl, spec, prof, make_pricer(spec, prof, config.tp), config)
