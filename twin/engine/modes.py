@@ -83,6 +83,17 @@ def _field(name: str, target: str, kind: str, help: str, default: str) -> tuple[
     return name, Flag(help, apply, default)
 
 
+def _batching_flags(running: str, budget: str, memory: str) -> list[tuple[str, Flag]]:
+    """An engine's names for the running cap, the step's token budget and its memory share."""
+    return [
+        _field(running, "max_running", "int", "most running requests", "256"),
+        _field(
+            budget, "max_batched_tokens", "int", "token budget per step (chunked prefill)", "8192"
+        ),
+        _field(memory, "memory_utilization", "float", "share of HBM for weights + KV pool", "0.9"),
+    ]
+
+
 def vllm_block_size(model: ModelSpec, block_size: int = 16) -> int:
     """The attention block vLLM uses for a hybrid model: one attention page >= one Mamba page.
 
@@ -184,21 +195,7 @@ VLLM = EngineMode(
                 "mamba_cache_mode",
                 Flag("align (hybrid prefix caching) or none", _vllm_mamba_mode, "align"),
             ),
-            _field("max_num_seqs", "max_running", "int", "most running requests", "256"),
-            _field(
-                "max_num_batched_tokens",
-                "max_batched_tokens",
-                "int",
-                "token budget per step (chunked prefill)",
-                "8192",
-            ),
-            _field(
-                "gpu_memory_utilization",
-                "memory_utilization",
-                "float",
-                "share of HBM for weights + KV pool",
-                "0.9",
-            ),
+            *_batching_flags("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization"),
         ]
     ),
     options=_vllm_options,
@@ -276,21 +273,7 @@ SGLANG = EngineMode(
             ),
             ("radix_eviction_policy", Flag("lru", _sglang_eviction, "lru")),
             ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
-            _field("max_running_requests", "max_running", "int", "most running requests", "256"),
-            _field(
-                "chunked_prefill_size",
-                "max_batched_tokens",
-                "int",
-                "token budget per step (chunked prefill)",
-                "8192",
-            ),
-            _field(
-                "mem_fraction_static",
-                "memory_utilization",
-                "float",
-                "share of HBM for weights + KV pool",
-                "0.9",
-            ),
+            *_batching_flags("max_running_requests", "chunked_prefill_size", "mem_fraction_static"),
         ]
     ),
 )
