@@ -14,7 +14,6 @@ import functools
 import hashlib
 import itertools
 import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -25,7 +24,7 @@ import pyarrow.parquet as pq
 
 from policies import options_for
 from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN, RequestDigest
-from reports.workers import run_in_pool
+from reports.workers import run_in_pool, run_on_ray
 from twin.atomic import atomic_path, locked
 from twin.engine.config import EngineConfig, build_config
 from twin.errors import TwinError
@@ -437,20 +436,5 @@ def _run_on_ray(
     todo: list[Point],
     done: Callable[[Point, dict[str, Any]], None],
 ) -> None:
-    """Run ``todo`` as ray tasks, handing each row to ``done`` (which stores it) as it lands.
-
-    Connects to ``address``, else $RAY_ADDRESS, else starts a local ray. Rows
-    are merged here, in the driver, so the results file has one writer.
-    """
-    if not ray.is_initialized():
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or None,
-            ignore_reinit_error=True,
-            log_to_driver=False,
-        )
-    task = ray.remote(num_cpus=1)(run_point)
-    pending = {task.remote(spec, p): p for p in todo}
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            done(pending.pop(ref), ray.get(ref))
+    """Run ``todo`` as ray tasks, handing each row to ``done`` (which stores it) as it lands."""
+    run_on_ray(ray, address, run_point, todo, lambda p: (spec, p), done)
