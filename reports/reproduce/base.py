@@ -162,6 +162,8 @@ class Results(Protocol):
 
     def footprint_gb(self, name: str) -> float: ...
 
+    def artifact(self, point: ReplayPoint) -> dict[str, Any] | None: ...
+
 
 class Paper(Protocol):
     """A paper whose published results ``twin reproduce NAME`` reruns."""
@@ -177,6 +179,10 @@ class Paper(Protocol):
     def replays(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]: ...
 
     def sims(self, quick: bool, footprint_gb: dict[str, float]) -> list[SimSet]: ...
+
+    def artifact_points(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]:
+        """Points also run by the authors' code when its checkout is configured."""
+        ...
 
     def claims(self, results: Results, quick: bool) -> list[Claim]: ...
 

@@ -30,7 +30,7 @@ BASE_RATE = 1.0
 # Sessions per workload: full (what the README quotes) and --quick.
 SESSIONS = {
     False: {"chat": 200, "sharegpt": 200, "swebench": 100},
-    True: {"chat": 30, "sharegpt": 30, "swebench": 12},
+    True: {"chat": 60, "sharegpt": 60, "swebench": 25},
 }
 FRACTIONS = {
     False: (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2),
@@ -51,11 +51,6 @@ THINK_KNOB = "tool_median_s"  # swebench's inter-request (tool) time, seconds
 THINK_S = (5.0, 10.0)
 
 
-def workload_name(kind: str, rate: float, quick: bool, think_s: float | None = None) -> str:
-    extra = "" if think_s is None else f"-think{think_s:g}"
-    return f"{kind}-n{SESSIONS[quick][kind]}-r{rate:g}{extra}"
-
-
 def mix_set(attn: int, ssm: int) -> tuple[str, ...]:
     return (f"n_attention_layers={attn}", f"n_ssm_layers={ssm}")
 
@@ -65,17 +60,27 @@ class Marconi:
     title = "Marconi: Prefix Caching for the Era of Hybrid LLMs"
     citation = "Pan et al., MLSys 2025 (arXiv 2411.19379); artifact github.com/ruipeterpan/marconi"
 
+    def __init__(self, sessions: dict[bool, dict[str, int]] | None = None) -> None:
+        # Tests pass tiny session counts; the CLI uses SESSIONS.
+        self.sessions = sessions or SESSIONS
+
+    def workload_name(
+        self, kind: str, rate: float, quick: bool, think_s: float | None = None
+    ) -> str:
+        extra = "" if think_s is None else f"-think{think_s:g}"
+        return f"{kind}-n{self.sessions[quick][kind]}-r{rate:g}{extra}"
+
     def workloads(self, quick: bool) -> list[Recipe]:
         out = [
-            Recipe(workload_name(k, r, quick), k, SESSIONS[quick][k], r)
+            Recipe(self.workload_name(k, r, quick), k, self.sessions[quick][k], r)
             for k in KINDS
             for r in RATES
         ]
         out.append(
             Recipe(
-                workload_name("swebench", BASE_RATE, quick, THINK_S[1]),
+                self.workload_name("swebench", BASE_RATE, quick, THINK_S[1]),
                 "swebench",
-                SESSIONS[quick]["swebench"],
+                self.sessions[quick]["swebench"],
                 BASE_RATE,
                 knobs=((THINK_KNOB, THINK_S[1]),),
             )
@@ -83,16 +88,16 @@ class Marconi:
         return out
 
     def footprint_workloads(self, quick: bool) -> list[str]:
-        return [workload_name(k, BASE_RATE, quick) for k in KINDS]
+        return [self.workload_name(k, BASE_RATE, quick) for k in KINDS]
 
     def focus_gb(self, kind: str, quick: bool, footprint: dict[str, float]) -> float:
-        return cache_gb_of(FOCUS, footprint[workload_name(kind, BASE_RATE, quick)])
+        return cache_gb_of(FOCUS, footprint[self.workload_name(kind, BASE_RATE, quick)])
 
     def grid(self, kind: str, quick: bool, footprint: dict[str, float]) -> list[ReplayPoint]:
         """Claims 1, 2, 4, 7: fractions x session rates x policies on one kind."""
-        fp = footprint[workload_name(kind, BASE_RATE, quick)]
+        fp = footprint[self.workload_name(kind, BASE_RATE, quick)]
         return [
-            ReplayPoint(workload_name(kind, r, quick), p, cache_gb_of(f, fp))
+            ReplayPoint(self.workload_name(kind, r, quick), p, cache_gb_of(f, fp))
             for r in RATES
             for f in FRACTIONS[quick]
             for p in GRID_POLICIES
@@ -108,19 +113,19 @@ class Marconi:
 
     def length_bins(self, quick: bool, footprint: dict[str, float]) -> list[ReplayPoint]:
         """Claim 3: SGLang+ and Marconi on one SWE-bench-like trace, per request."""
-        w = workload_name("swebench", BASE_RATE, quick)
+        w = self.workload_name("swebench", BASE_RATE, quick)
         gb = self.focus_gb("swebench", quick, footprint)
         return [ReplayPoint(w, p, gb, per_request=True) for p in ("sglang+", "marconi")]
 
     def mixes(self, quick: bool, footprint: dict[str, float]) -> list[list[ReplayPoint]]:
         """Claim 5: per layer mix, vLLM+ / SGLang+ / Marconi on the LMSys-like trace."""
-        w = workload_name("chat", BASE_RATE, quick)
+        w = self.workload_name("chat", BASE_RATE, quick)
         gb = self.focus_gb("chat", quick, footprint)
         return [[ReplayPoint(w, p, gb, mix_set(a, s)) for p in GRID_POLICIES] for a, s in MIXES]
 
     def d_states(self, quick: bool, footprint: dict[str, float]) -> list[list[ReplayPoint]]:
         """Claim 6: per SSM state size, vLLM+ and Marconi on the LMSys-like trace."""
-        w = workload_name("chat", BASE_RATE, quick)
+        w = self.workload_name("chat", BASE_RATE, quick)
         gb = self.focus_gb("chat", quick, footprint)
         return [
             [ReplayPoint(w, p, gb, (f"ssm_d_state={n}",)) for p in ("vllm+", "marconi")]
@@ -131,8 +136,8 @@ class Marconi:
         """Claim 7: SWE-bench-like traces with 5 s and 10 s median tool time."""
         gb = self.focus_gb("swebench", quick, footprint)
         names = [
-            workload_name("swebench", BASE_RATE, quick),
-            workload_name("swebench", BASE_RATE, quick, THINK_S[1]),
+            self.workload_name("swebench", BASE_RATE, quick),
+            self.workload_name("swebench", BASE_RATE, quick, THINK_S[1]),
         ]
         return [ReplayPoint(w, p, gb) for w in names for p in ("sglang+", "marconi")]
 
@@ -140,11 +145,21 @@ class Marconi:
         """Claims 3 and 8: the engine on each kind's base trace at the focus cache."""
         return [
             SimSet(
-                workload_name(k, BASE_RATE, quick),
+                self.workload_name(k, BASE_RATE, quick),
                 SIM_POLICIES,
                 min(self.focus_gb(k, quick, footprint), SIM_CAP_GB),
             )
             for k in KINDS
+        ]
+
+    def artifact_points(self, quick: bool, footprint: dict[str, float]) -> list[ReplayPoint]:
+        """With $TWIN_MARCONI_ARTIFACT: claim 1's policies at the focus cache and base rate."""
+        return [
+            ReplayPoint(
+                self.workload_name(k, BASE_RATE, quick), p, self.focus_gb(k, quick, footprint)
+            )
+            for k in KINDS
+            for p in GRID_POLICIES
         ]
 
     def claims(self, results: Results, quick: bool) -> list[Claim]:

@@ -65,7 +65,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 def _by_config(marconi: Marconi, results: Results, kind: str, quick: bool) -> list[dict[str, Any]]:
     """Claims 1, 2, 4: one dict per (rate, cache fraction) with the three policies' hit rates."""
-    from reports.reproduce.marconi import FRACTIONS, GRID_POLICIES, RATES, workload_name
+    from reports.reproduce.marconi import FRACTIONS, GRID_POLICIES, RATES
 
     footprint = {w: results.footprint_gb(w) for w in marconi.footprint_workloads(quick)}
     points = marconi.grid(kind, quick, footprint)
@@ -73,7 +73,11 @@ def _by_config(marconi: Marconi, results: Results, kind: str, quick: bool) -> li
     i = 0
     for rate in RATES:
         for frac in FRACTIONS[quick]:
-            cell = {"rate": rate, "fraction": frac, "workload": workload_name(kind, rate, quick)}
+            cell = {
+                "rate": rate,
+                "fraction": frac,
+                "workload": marconi.workload_name(kind, rate, quick),
+            }
             for p in GRID_POLICIES:
                 assert points[i].policy == p
                 r = results.replay(points[i])
@@ -81,9 +85,14 @@ def _by_config(marconi: Marconi, results: Results, kind: str, quick: bool) -> li
                 cell[p + " peak/cap"] = r["peak_bytes"] / r["capacity_bytes"]
                 cell["cache_gb"] = points[i].cache_gb
                 cell.setdefault("commands", []).append(r["command"])
+                cell["artifact " + p] = results.artifact(points[i])
                 i += 1
             rows.append(cell)
     return rows
+
+
+def _artifact_cell(result: dict[str, Any] | None) -> str:
+    return "-" if result is None else pct(result["token_hit_rate"])
 
 
 def claim_vs_vllm(marconi: Marconi, results: Results, quick: bool) -> Claim:
@@ -93,6 +102,7 @@ def claim_vs_vllm(marconi: Marconi, results: Results, quick: bool) -> Claim:
     checks, parts, rows, commands, notes = [], [], [], [], []
     means: dict[str, float] = {}
     worst_overrun = 0.0
+    overruns: list[tuple[str, float, float]] = []
     for kind in KINDS:
         cells = _by_config(marconi, results, kind, quick)
         gains = [g for c in cells if (g := _ratio(c["marconi"], c["vllm+"])) is not None]
@@ -120,9 +130,13 @@ def claim_vs_vllm(marconi: Marconi, results: Results, quick: bool) -> Claim:
                     pct(c["marconi"]),
                     times(_ratio(c["marconi"], c["vllm+"])),
                     times(_ratio(c["marconi"], c["sglang+"])),
+                    *(_artifact_cell(c[f"artifact {p}"]) for p in ("vllm+", "sglang+", "marconi")),
                 ]
             )
             commands += c["commands"]
+            art = c["artifact vllm+"]
+            if art is not None:
+                overruns.append((LABEL[kind], c["cache_gb"], art["peak_bytes"] / GB))
     checks.insert(
         0,
         trend(
@@ -151,7 +165,24 @@ def claim_vs_vllm(marconi: Marconi, results: Results, quick: bool) -> Claim:
         "Marconi",
         "Marconi / vLLM+",
         "Marconi / SGLang+",
+        "artifact vLLM+",
+        "artifact SGLang+",
+        "artifact Marconi",
     ]
+    if overruns:
+        notes.append(
+            "The artifact's vLLM+ tree peaked at "
+            + "; ".join(f"{gb:.1f} GB in a {cap:g} GB cache ({w})" for w, cap, gb in overruns)
+            + "."
+        )
+    else:
+        # No checkout configured: the artifact columns stay empty.
+        head, rows = head[:-3], [r[:-3] for r in rows]
+        notes.append(
+            "Artifact columns: set $TWIN_MARCONI_ARTIFACT to a checkout of "
+            "github.com/ruipeterpan/marconi to add the authors' own hit rates "
+            "(run at the 1/8-footprint cache, base session rate)."
+        )
     return Claim(
         1,
         "Token hit rate vs vLLM+ (block 32), across cache sizes and arrival patterns",
@@ -524,7 +555,7 @@ def claim_ttft(marconi: Marconi, results: Results, quick: bool) -> Claim:
 
 
 def claim_footprint(marconi: Marconi, results: Results, quick: bool) -> Claim:
-    from reports.reproduce.marconi import KINDS, LABEL, workload_name
+    from reports.reproduce.marconi import KINDS, LABEL
 
     hybrid = resolve_model(MODEL)
     transformer = get_model("llama-7b-transformer")
@@ -540,7 +571,7 @@ def claim_footprint(marconi: Marconi, results: Results, quick: bool) -> Claim:
     ]
     rows, parts = [], []
     for kind in KINDS:
-        trace = Trace.load(results.workload_path(workload_name(kind, 1.0, quick)))
+        trace = Trace.load(results.workload_path(marconi.workload_name(kind, 1.0, quick)))
         r = block_reuse(trace, 32)
         rows.append([LABEL[kind], f"{r.blocks:,}", pct(r.kv_rate), pct(r.ssm_rate, 2)])
         parts.append(f"{LABEL[kind]} {pct(r.kv_rate)} vs {pct(r.ssm_rate, 2)}")

@@ -26,6 +26,7 @@ from twin.errors import TwinError
 from twin.hardware import GB
 
 REPLAYS_FILE = "replays.json"
+ARTIFACT_FILE = "artifact.json"
 # A cache no workload here can fill: its peak bytes are the workload's footprint.
 UNBOUNDED_GB = 1e6
 FOOTPRINT_POLICY = "sglang+"
@@ -87,6 +88,22 @@ def run_replay(path: str, point: ReplayPoint) -> dict[str, Any]:
     return out
 
 
+def run_artifact_point(repo: str, path: str, point: ReplayPoint) -> dict[str, Any]:
+    """One replay point run by the authors' artifact (top-level for pool workers)."""
+    from reports.reproduce.artifact import run_artifact
+    from twin.presets import resolve_model
+
+    m = resolve_model(MODEL, point.model_set)
+    shape = {
+        "num_ssm_layers": m.n_ssm_layers,
+        "num_attn_layers": m.n_attention_layers,
+        "num_mlp_layers": m.n_mlp_layers,
+        "d": m.d_model,
+        "n": m.ssm_d_state,
+    }
+    return run_artifact(repo, path, point.policy, int(point.cache_gb * GB), shape)
+
+
 class Run:
     """One reproduction's files and results; also what a paper's claims read (``Results``)."""
 
@@ -111,6 +128,10 @@ class Run:
         self._replays: dict[str, dict[str, Any]] = {}
         self._sims: dict[tuple[SimSet, str], dict[str, Any]] = {}
         self._footprints: dict[str, float] = {}
+        from reports.reproduce.artifact import checkout
+
+        self.artifact_repo = checkout()  # $TWIN_MARCONI_ARTIFACT, checked before any work
+        self._artifact: dict[str, dict[str, Any]] = {}
 
     # ----- what the claims read (reports.reproduce.base.Results) -----------------------
     def workload_path(self, name: str) -> str:
@@ -125,6 +146,15 @@ class Run:
     def sim(self, sims: SimSet, policy: str) -> dict[str, Any]:
         row = self._sims[(sims, policy)]
         return {**row, "command": sims.command(self.workload_path(sims.workload), policy)}
+
+    def artifact(self, point: ReplayPoint) -> dict[str, Any] | None:
+        """The artifact's result on ``point``; None when no checkout is configured."""
+        if self.artifact_repo is None:
+            return None
+        return self._artifact.get(self._artifact_key(point))
+
+    def _artifact_key(self, point: ReplayPoint) -> str:
+        return f"{point.key(self._sha[point.workload])}@{self.artifact_repo}"
 
     def footprint_gb(self, name: str) -> float:
         return self._footprints[name]
@@ -142,7 +172,8 @@ class Run:
         dummy = dict.fromkeys(names, 1.0)
         replays = set(self.paper.replays(self.quick, dummy))
         sims = sum(len(s.policies) for s in self.paper.sims(self.quick, dummy))
-        return len(self.recipes) + len(names) + len(replays) + sims
+        artifact = set(self.paper.artifact_points(self.quick, dummy)) if self.artifact_repo else ()
+        return len(self.recipes) + len(names) + len(replays) + sims + len(artifact)
 
     def execute(self, progress: Progress = _nothing) -> list[Claim]:
         """Generate, replay, simulate; then return the paper's claims."""
@@ -166,6 +197,8 @@ class Run:
         self._run_replays(replays, progress)
         for s in sims:
             self._run_sims(s, progress)
+        if self.artifact_repo is not None:
+            self._run_artifact(self.paper.artifact_points(self.quick, self._footprints), progress)
         return self.paper.claims(self, self.quick)
 
     def _read_replays(self) -> dict[str, dict[str, Any]]:
@@ -201,6 +234,28 @@ class Run:
                 done(p, run_replay(*args(p)))
         else:
             run_in_pool(run_replay, todo, args, min(self.jobs, len(todo)), done)
+
+    def _run_artifact(self, points: list[ReplayPoint], progress: Progress) -> None:
+        path = self.out / ARTIFACT_FILE
+        if path.is_file():
+            self._artifact = dict(json.loads(path.read_text()))
+        unique = list(dict.fromkeys(points))
+        todo = [p for p in unique if self._artifact_key(p) not in self._artifact]
+        progress(len(unique) - len(todo))
+
+        def done(point: ReplayPoint, result: dict[str, Any]) -> None:
+            self._artifact[self._artifact_key(point)] = result
+            write_text_atomic(path, json.dumps(self._artifact, sort_keys=True, indent=0) + "\n")
+            progress(1)
+
+        def args(p: ReplayPoint) -> tuple[Any, ...]:
+            return (str(self.artifact_repo), self.workload_path(p.workload), p)
+
+        if self.jobs == 1 or len(todo) <= 1:
+            for p in todo:
+                done(p, run_artifact_point(*args(p)))
+        else:
+            run_in_pool(run_artifact_point, todo, args, min(self.jobs, len(todo)), done)
 
     def _run_sims(self, sims: SimSet, progress: Progress) -> None:
         spec = resolve(
