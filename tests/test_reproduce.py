@@ -66,7 +66,7 @@ def test_block_reuse_counts_kv_and_one_state_per_hit() -> None:
 
 
 def test_claims_table_structure(tiny_run) -> None:
-    run, claims = tiny_run
+    _, claims = tiny_run
     assert [c.number for c in claims] == list(range(1, 10))
     for c in claims:
         assert c.paper and c.twin and c.section and c.commands
@@ -84,11 +84,11 @@ def test_claims_table_structure(tiny_run) -> None:
 def test_printed_command_reruns_the_point(tiny_run, monkeypatch) -> None:
     run, claims = tiny_run
     cmd = next(c for c in claims[0].commands if " -p marconi" in c)
-    args = shlex.split(cmd)[1:] + ["--json"]
+    args = [*shlex.split(cmd)[1:], "--json"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     got = json.loads(res.stdout)
-    rate = got[0]["token_hit_rate"] if isinstance(got, list) else got["results"][0]["token_hit_rate"]
+    rate = got["results"][0]["token_hit_rate"]
     stored = json.loads((run.out / REPLAYS_FILE).read_text())
     assert any(abs(v["token_hit_rate"] - rate) < 1e-12 for v in stored.values())
 
@@ -106,7 +106,7 @@ def test_rerun_computes_nothing(tiny_run, monkeypatch) -> None:
 
 
 def test_report_files(tiny_run, tmp_path: Path) -> None:
-    run, claims = tiny_run
+    _, claims = tiny_run
     facts = Facts("marconi", "cite", "twin reproduce marconi --quick", "quick", "0", ())
     paths = render_report(tmp_path, facts, claims, ["a note"])
     html = (tmp_path / "report.html").read_text()
