@@ -111,7 +111,9 @@ def test_report_files(tiny_run, tmp_path: Path) -> None:
     paths = render_report(tmp_path, facts, claims, ["a note"])
     html = (tmp_path / "report.html").read_text()
     md = (tmp_path / "report.md").read_text()
-    assert [p.name for p in paths] == ["claims.json", "report.md", "report.html"]
+    assert [p.name for p in paths][-3:] == ["claims.json", "report.md", "report.html"]
+    assert {"fig-claim1.svg", "fig-claim3.svg", "fig-claim4.svg"} <= {p.name for p in paths}
+    assert html.count("<svg") == 3 and "![" in md
     assert "<script" not in html and "http" not in html.split("<body>")[1].split("github.com")[0]
     assert md.count("## Claim ") == 9
     data = json.loads((tmp_path / "claims.json").read_text())

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -120,6 +120,8 @@ class Claim:
     commands: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     table: tuple[list[str], list[list[str]]] | None = None  # detail table
+    # (caption, draw): draw() returns <svg> text; called only when the report is written.
+    figure: tuple[str, Callable[[], str]] | None = None
 
     @property
     def verdict(self) -> str:

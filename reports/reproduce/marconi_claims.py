@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from reports.reproduce import figures
 from reports.reproduce.base import (
     MODEL,
     Claim,
@@ -103,9 +104,11 @@ def claim_vs_vllm(marconi: Marconi, results: Results, quick: bool) -> Claim:
     means: dict[str, float] = {}
     worst_overrun = 0.0
     overruns: list[tuple[str, float, float]] = []
+    all_gains: list[tuple[str, list[float]]] = []
     for kind in KINDS:
         cells = _by_config(marconi, results, kind, quick)
         gains = [g for c in cells if (g := _ratio(c["marconi"], c["vllm+"])) is not None]
+        all_gains.append((kind, gains or [1.0]))
         skipped = len(cells) - len(gains)
         mean = float(np.mean(gains)) if gains else 0.0
         means[kind] = mean
@@ -155,6 +158,17 @@ def claim_vs_vllm(marconi: Marconi, results: Results, quick: bool) -> Claim:
         "The twin's vLLM+ never exceeded its capacity: largest peak bytes / capacity "
         f"{worst_overrun:.3f}."
     )
+    boxes = dict(all_gains)
+    figure = (
+        "Marconi / vLLM+ token hit rate per configuration (box: quartiles, whiskers P5/P95, "
+        "triangle: mean); x: the paper's average gain",
+        lambda: figures.gain_boxes(
+            [LABEL[k] for k in KINDS],
+            [boxes[k] for k in KINDS],
+            [paper[k] for k in KINDS],
+            "Marconi / vLLM+ token hit rate",
+        ),
+    )
     head = [
         "workload",
         "session rate",
@@ -193,6 +207,7 @@ def claim_vs_vllm(marconi: Marconi, results: Results, quick: bool) -> Claim:
         commands,
         notes,
         (head, rows),
+        figure,
     )
 
 
@@ -284,9 +299,12 @@ def claim_one_trace(marconi: Marconi, results: Results, quick: bool) -> Claim:
     )
     edges = [0, 2000, 4000, LENGTH_EDGE, 10000, 15000, 20000, np.inf]
     rows = []
+    bins: dict[str, list[float]] = {"SGLang+": [], "Marconi": []}
     for lo, hi in itertools.pairwise(edges):
         mask = (inputs >= lo) & (inputs < hi)
         if mask.any():
+            bins["SGLang+"].append(100 * (_pooled(inputs, hs, mask) or 0.0))
+            bins["Marconi"].append(100 * (_pooled(inputs, hm, mask) or 0.0))
             rows.append(
                 [
                     f"{lo:,.0f}-{hi:,.0f}" if hi < np.inf else f">= {lo:,.0f}",
@@ -310,6 +328,10 @@ def claim_one_trace(marconi: Marconi, results: Results, quick: bool) -> Claim:
             f"{sim.cache_gb:g} GB."
         ],
         (["input tokens", "requests", "SGLang+ hit", "Marconi hit"], rows),
+        (
+            "Token hit rate by input length (pooled over the requests in each bin)",
+            lambda: figures.bars([r[0] for r in rows], bins, "token hit rate (%)"),
+        ),
     )
 
 
@@ -322,9 +344,13 @@ def claim_contention(marconi: Marconi, results: Results, quick: bool) -> Claim:
 
     checks, parts, rows, commands = [], [], [], []
     peaks = []
+    curves: dict[str, list[float]] = {}
+    fractions: list[float] = []
     for kind in KINDS:
         cells = [c for c in _by_config(marconi, results, kind, quick) if c["rate"] == BASE_RATE]
         wins = [(_ratio(c["marconi"], c["sglang+"]) or 1.0) - 1 for c in cells]
+        curves[LABEL[kind]] = [100 * w for w in wins]
+        fractions = [c["fraction"] for c in cells]
         best = int(np.argmax(wins))
         peaks.append(wins[best])
         interior = 0 < best < len(wins) - 1
@@ -358,6 +384,13 @@ def claim_contention(marconi: Marconi, results: Results, quick: bool) -> Claim:
             "(see the notes)."
         ],
         (["workload", "cache / footprint", "cache GB", "SGLang+", "Marconi", "improvement"], rows),
+        (
+            "Marconi's token hit rate over SGLang+'s (%) vs cache size as a fraction of the "
+            "trace's footprint (base session rate)",
+            lambda: figures.curves(
+                fractions, curves, "cache / footprint", "improvement over SGLang+ (%)"
+            ),
+        ),
     )
 
 

@@ -83,7 +83,22 @@ def claims_json(facts: Facts, claims: list[Claim], notes: list[str]) -> str:
     return json.dumps(data, indent=1) + "\n"
 
 
-def render_md(facts: Facts, claims: list[Claim], notes: list[str]) -> str:
+def draw(claims: list[Claim]) -> dict[int, tuple[str, str, str]]:
+    """Claim number -> (file stem, caption, svg) of each claim's figure."""
+    return {
+        c.number: (f"fig-claim{c.number}", c.figure[0], c.figure[1]())
+        for c in claims
+        if c.figure is not None
+    }
+
+
+def render_md(
+    facts: Facts,
+    claims: list[Claim],
+    notes: list[str],
+    figs: dict[int, tuple[str, str, str]] | None = None,
+) -> str:
+    figs = figs or {}
     parts = [
         f"# Reproducing {facts.paper}: the paper's numbers beside the twin's",
         "",
@@ -112,6 +127,9 @@ def render_md(facts: Facts, claims: list[Claim], notes: list[str]) -> str:
         parts += [f"- **paper** ({c.section}): {c.paper}", f"- **twin**: {c.twin}", ""]
         parts += [f"- [{'x' if k.passed else ' '}] {k.kind}: {k.what}" for k in c.checks]
         parts += ["", *(f"> {n}\n" for n in c.notes)]
+        if c.number in figs:
+            stem, cap, _ = figs[c.number]
+            parts += [f"![{cap}]({stem}.svg)", ""]
         if c.table is not None:
             parts += [_md_table(*c.table), ""]
         parts += ["<details><summary>commands (rerun one point)</summary>", "", "```"]
@@ -119,7 +137,13 @@ def render_md(facts: Facts, claims: list[Claim], notes: list[str]) -> str:
     return "\n".join(parts)
 
 
-def render_html(facts: Facts, claims: list[Claim], notes: list[str]) -> str:
+def render_html(
+    facts: Facts,
+    claims: list[Claim],
+    notes: list[str],
+    figs: dict[int, tuple[str, str, str]] | None = None,
+) -> str:
+    figs = figs or {}
     e = html.escape
     facts_rows = [
         ("paper", facts.citation),
@@ -156,6 +180,9 @@ def render_html(facts: Facts, claims: list[Claim], notes: list[str]) -> str:
             "</ul>",
             *(f"<p class='verdict'>{e(n)}</p>" for n in c.notes),
         ]
+        if c.number in figs:
+            _, cap, svg = figs[c.number]
+            parts.append(f"<figure>{svg}<figcaption>{e(cap)}</figcaption></figure>")
         if c.table is not None:
             parts.append(_html_table(*c.table))
         cmds = "\n".join(dict.fromkeys(c.commands))
@@ -167,9 +194,14 @@ def render_html(facts: Facts, claims: list[Claim], notes: list[str]) -> str:
 
 
 def render_report(out: Path, facts: Facts, claims: list[Claim], notes: list[str]) -> list[Path]:
-    """Write claims.json, report.md and report.html (in that order, each atomically)."""
-    paths = [out / JSON_FILE, out / MD_FILE, out / HTML_FILE]
-    write_text_atomic(paths[0], claims_json(facts, claims, notes))
-    write_text_atomic(paths[1], render_md(facts, claims, notes))
-    write_text_atomic(paths[2], render_html(facts, claims, notes))
+    """Write the figures, claims.json, report.md and report.html (each atomically, HTML last)."""
+    figs = draw(claims)
+    paths = []
+    for stem, _, svg in figs.values():
+        write_text_atomic(out / f"{stem}.svg", svg)
+        paths.append(out / f"{stem}.svg")
+    paths += [out / JSON_FILE, out / MD_FILE, out / HTML_FILE]
+    write_text_atomic(out / JSON_FILE, claims_json(facts, claims, notes))
+    write_text_atomic(out / MD_FILE, render_md(facts, claims, notes, figs))
+    write_text_atomic(out / HTML_FILE, render_html(facts, claims, notes, figs))
     return paths

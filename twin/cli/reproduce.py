@@ -50,11 +50,13 @@ def reproduce_cmd(
     Finished points are kept in OUT (replays.json, sim/*/results.parquet), so rerunning
     the same command computes only what is missing.
 
+    The full form (no --quick; tens of minutes on two cores) is what
+    docs/reproduce/marconi/ holds; $TWIN_MARCONI_ARTIFACT, set to a checkout of the
+    authors' artifact, adds its hit rates beside the twin's.
+
     Example:
 
       twin reproduce marconi --quick --out repro-quick --jobs 2
-
-      twin reproduce marconi --out repro --jobs 4
     """
     get_paper(paper)  # an unknown name fails before any work
     checks.out_dir("--out", out)
