@@ -118,3 +118,17 @@ def test_report_files(tiny_run, tmp_path: Path) -> None:
     assert md.count("## Claim ") == 9
     data = json.loads((tmp_path / "claims.json").read_text())
     assert [c["verdict"] for c in data["claims"]] == [c.verdict for c in claims]
+
+
+@pytest.mark.slow
+def test_ray_reproduction_matches_local(tiny_run, tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray")
+    run, claims = tiny_run
+    try:
+        remote = Run(Marconi(TINY), tmp_path, quick=True, executor="ray").execute()
+    finally:
+        ray.shutdown()
+    assert [(c.twin, c.verdict) for c in remote] == [(c.twin, c.verdict) for c in claims]
+    assert json.loads((tmp_path / REPLAYS_FILE).read_text()) == json.loads(
+        (run.out / REPLAYS_FILE).read_text()
+    )

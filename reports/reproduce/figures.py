@@ -34,6 +34,7 @@ def curves(
     xlabel: str,
     ylabel: str,
     log_x: bool = True,
+    x_labels: Sequence[str] | None = None,
 ) -> str:
     """One line per series over ``x`` (e.g. the improvement over SGLang+ vs cache size)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
@@ -41,7 +42,7 @@ def curves(
         ax.plot(x, ys, marker="o", color=f"C{i}", label=name)
     if log_x:
         ax.set_xscale("log")
-    ax.set_xticks(list(x), [f"{v:.3g}" for v in x])
+    ax.set_xticks(list(x), list(x_labels) if x_labels else [f"{v:.3g}" for v in x])
     ax.minorticks_off()
     ax.axhline(0, color="#888", linewidth=0.8)
     ax.set_xlabel(xlabel)

@@ -388,7 +388,11 @@ def claim_contention(marconi: Marconi, results: Results, quick: bool) -> Claim:
             "Marconi's token hit rate over SGLang+'s (%) vs cache size as a fraction of the "
             "trace's footprint (base session rate)",
             lambda: figures.curves(
-                fractions, curves, "cache / footprint", "improvement over SGLang+ (%)"
+                fractions,
+                curves,
+                "cache / footprint",
+                "improvement over SGLang+ (%)",
+                x_labels=[f"1/{round(1 / f)}" for f in fractions],
             ),
         ),
     )

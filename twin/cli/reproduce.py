@@ -12,7 +12,14 @@ from rich.table import Table
 from reports.reproduce import PAPERS, get_paper
 from reports.reproduce.runner import REPLAYS_FILE, plan_size, reproduce
 from twin.cli import checks
-from twin.cli.common import console, err_console, progress_bar
+from twin.cli.common import (
+    ExecutorOption,
+    JobsOption,
+    RayAddressOption,
+    console,
+    err_console,
+    progress_bar,
+)
 from twin.errors import TwinError
 
 
@@ -30,17 +37,9 @@ def reproduce_cmd(
     quick: bool = typer.Option(
         False, "--quick", help="Smaller traces and fewer cache sizes: minutes, not the full run."
     ),
-    jobs: int = typer.Option(
-        1, "--jobs", "-j", min=1, help="Worker processes (1: in-process, deterministic order)."
-    ),
-    executor: str = typer.Option(
-        "local",
-        "--executor",
-        help="Where points run: local (processes) or ray (tasks; needs pip install 'twin[ray]').",
-    ),
-    ray_address: str | None = typer.Option(
-        None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local ray)."
-    ),
+    jobs: JobsOption = 1,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Rerun a paper's experiments on workloads the twin generates to its descriptions, and
     write OUT/report.html (self-contained), OUT/report.md and OUT/claims.json: for each
