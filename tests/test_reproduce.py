@@ -132,3 +132,46 @@ def test_ray_reproduction_matches_local(tiny_run, tmp_path: Path) -> None:
     assert json.loads((tmp_path / REPLAYS_FILE).read_text()) == json.loads(
         (run.out / REPLAYS_FILE).read_text()
     )
+
+
+FAKE_ARTIFACT = '''
+class RadixCache:
+    """Stands in for the artifact's cache: counts what the driver asks of it."""
+
+    def __init__(self, capacity_bytes, use_logical_ts, eff_weight, **kwargs):
+        self.capacity, self.kwargs, self.looked, self.inserted = capacity_bytes, kwargs, 0, 0
+
+    def match_prefix(self, tokens):
+        self.looked += len(tokens)
+
+    def insert(self, token_ids, state_at_leaf, state_at_branchoff):
+        assert state_at_leaf == state_at_branchoff
+        self.inserted += len(token_ids)
+
+    def get_tree_size(self):
+        return self.inserted
+
+    def get_cache_stats(self, verbose=True):
+        return (0.5, self.looked / self.inserted, 0, 0, 0)
+'''
+
+
+def test_artifact_driver_replays_every_request(tmp_path: Path, monkeypatch) -> None:
+    from reports.reproduce.artifact import ENV, checkout, run_artifact
+    from reports.reproduce.base import Recipe
+    from reports.reproduce.runner import generate
+
+    monkeypatch.setenv(ENV, str(tmp_path))
+    with pytest.raises(TwinError, match="not a checkout of the Marconi artifact"):
+        checkout()
+    for name in ("radix_cache_hybrid.py", "radix_cache_vllm.py"):
+        (tmp_path / name).write_text(FAKE_ARTIFACT)
+    assert checkout() == tmp_path
+    path = tmp_path / "w.parquet"
+    generate(Recipe("w", "chat", 3, 1.0), path)
+    trace = Trace.load(path)
+    shape = {"num_ssm_layers": 24, "num_attn_layers": 4, "num_mlp_layers": 28, "d": 4096, "n": 128}
+    got = run_artifact(str(tmp_path), str(path), "vllm+", 10**9, shape)
+    total = sum(len(f) for f in trace.fulls)
+    assert got["token_hit_rate"] == pytest.approx(trace.prompt_tokens / total)
+    assert got["request_hit_rate"] == 0.5

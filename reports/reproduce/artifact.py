@@ -79,6 +79,17 @@ def checkout() -> Path | None:
     return path
 
 
+def describe(repo: Path) -> str:
+    """``PATH at commit C`` (or ``PATH`` when it is not a git checkout), for the report."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    commit = done.stdout.strip() if done.returncode == 0 else ""
+    return (
+        f"{repo} at commit {commit}" if commit else f"{repo} (not a git checkout: commit unknown)"
+    )
+
+
 def run_artifact(
     repo: str, workload: str, policy: str, capacity_bytes: int, model: dict[str, int]
 ) -> dict[str, Any]:

@@ -39,6 +39,7 @@ class Facts:
     form: str  # "full" or "quick"
     twin_version: str
     workloads: tuple[tuple[str, str, str, float], ...]  # name, command, sha256, footprint GB
+    artifact: str = "not run (set $TWIN_MARCONI_ARTIFACT to a checkout of the authors' code)"
 
 
 def _counts(claims: list[Claim]) -> str:
@@ -65,6 +66,7 @@ def claims_json(facts: Facts, claims: list[Claim], notes: list[str]) -> str:
         "form": facts.form,
         "command": facts.command,
         "twin_version": facts.twin_version,
+        "artifact": facts.artifact,
         "claims": [
             {
                 "number": c.number,
@@ -105,6 +107,7 @@ def render_md(
         f"- **paper**: {facts.citation}",
         f"- **command**: `{facts.command}` ({facts.form} form)",
         f"- **twin version**: `{facts.twin_version}`",
+        f"- **authors' artifact**: {facts.artifact}",
         f"- **verdicts**: {_counts(claims)}",
         "",
         "## Claims",
@@ -149,6 +152,7 @@ def render_html(
         ("paper", facts.citation),
         ("command", f"{facts.command} ({facts.form} form)"),
         ("twin version", facts.twin_version),
+        ("authors' artifact", facts.artifact),
         ("verdicts", _counts(claims)),
     ]
     parts = [

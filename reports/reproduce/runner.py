@@ -288,6 +288,7 @@ def reproduce(
 ) -> tuple[list[Claim], list[Path]]:
     """Run paper ``name``'s plan under ``out`` and write its report; return claims and files."""
     from reports.reproduce import get_paper
+    from reports.reproduce.artifact import describe
     from reports.reproduce.render import Facts, render_report
     from twin import __version__
 
@@ -308,6 +309,7 @@ def reproduce(
             )
             for n, r in run.recipes.items()
         ),
+        **({} if run.artifact_repo is None else {"artifact": describe(run.artifact_repo)}),
     )
     return claims, render_report(Path(out), facts, claims, run.paper.notes())
 
