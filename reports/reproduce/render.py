@@ -58,6 +58,10 @@ def _workload_rows(f: Facts) -> list[list[str]]:
 
 
 WORKLOAD_HEAD = ["workload", "command", "sha256 (first 16)", "footprint GB"]
+RERUN = (
+    "To rerun one point: generate its workload with the command below (same seed, same "
+    "bytes: compare the sha256), then run the point's command listed under its claim."
+)
 
 
 def claims_json(facts: Facts, claims: list[Claim], notes: list[str]) -> str:
@@ -122,6 +126,8 @@ def render_md(
         "",
         "## Workloads",
         "",
+        RERUN,
+        "",
         _md_table(WORKLOAD_HEAD, _workload_rows(facts)),
         "",
     ]
@@ -170,7 +176,7 @@ def render_html(
         f"<p class='verdict'>{e(VERDICT_RULE)}</p>",
         "<h2>Notes</h2><ul>",
         *(f"<li>{e(n)}</li>" for n in notes),
-        "</ul><h2>Workloads</h2>",
+        f"</ul><h2>Workloads</h2><p>{e(RERUN)}</p>",
         _html_table(WORKLOAD_HEAD, _workload_rows(facts)),
     ]
     for c in claims:
