@@ -6,7 +6,7 @@ text; matplotlib is imported here only, when a report is written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from reports.render_figures import _svg, plt
 
@@ -30,7 +30,7 @@ def gain_boxes(
 
 def curves(
     x: Sequence[float],
-    series: dict[str, Sequence[float]],
+    series: Mapping[str, Sequence[float]],
     xlabel: str,
     ylabel: str,
     log_x: bool = True,
@@ -52,7 +52,7 @@ def curves(
     return _svg(fig)
 
 
-def bars(groups: Sequence[str], series: dict[str, Sequence[float]], ylabel: str) -> str:
+def bars(groups: Sequence[str], series: Mapping[str, Sequence[float]], ylabel: str) -> str:
     """Grouped bars (e.g. hit rate by input-length bin, one bar per policy)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     width = 0.8 / max(1, len(series))

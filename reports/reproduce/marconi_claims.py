@@ -74,7 +74,7 @@ def _by_config(marconi: Marconi, results: Results, kind: str, quick: bool) -> li
     i = 0
     for rate in RATES:
         for frac in FRACTIONS[quick]:
-            cell = {
+            cell: dict[str, Any] = {
                 "rate": rate,
                 "fraction": frac,
                 "workload": marconi.workload_name(kind, rate, quick),
@@ -250,6 +250,15 @@ def _pooled(inputs: np.ndarray, hits: np.ndarray, mask: np.ndarray) -> float | N
     return float(hits[mask].sum() / total) if total else None
 
 
+def _crosses(below: list[float | None], above: list[float | None]) -> bool:
+    """SGLang+ / Marconi hit rates below and above the edge: Marconi not better below,
+    better above."""
+    (sb, mb), (sa, ma) = below, above
+    if sb is None or mb is None or sa is None or ma is None:
+        return False
+    return mb <= sb and ma > sa
+
+
 def claim_one_trace(marconi: Marconi, results: Results, quick: bool) -> Claim:
     s_point, m_point = marconi.length_bins(quick, _footprints(marconi, results, quick))
     s, m = results.replay(s_point), results.replay(m_point)
@@ -275,7 +284,7 @@ def claim_one_trace(marconi: Marconi, results: Results, quick: bool) -> Claim:
         trend(
             f"Marconi gains more on inputs >= {LENGTH_EDGE} tokens than below (worse or "
             "equal below, better above)",
-            None not in below + above and below[1] <= below[0] and above[1] > above[0],
+            _crosses(below, above),
         ),
         trend("Marconi's P50 and P95 TTFT are lower", (dp50 or 0) < 0 and (dp95 or 0) < 0),
         magnitude("SGLang+ hit rate (%)", 16.4, 100 * s["token_hit_rate"]),
