@@ -20,7 +20,7 @@ fractions, wide enough that contention goes from severe to none.
 
 from __future__ import annotations
 
-from reports.reproduce import marconi_claims
+from reports.reproduce import marconi_claims, marconi_claims_single
 from reports.reproduce.base import Claim, Recipe, ReplayPoint, Results, SimSet, cache_gb_of
 
 KINDS = ("chat", "sharegpt", "swebench")
@@ -163,7 +163,21 @@ class Marconi:
         ]
 
     def claims(self, results: Results, quick: bool) -> list[Claim]:
-        return marconi_claims.all_claims(self, results, quick)
+        grid, single = marconi_claims, marconi_claims_single
+        return [
+            f(self, results, quick)
+            for f in (
+                grid.claim_vs_vllm,
+                grid.claim_vs_sglang,
+                single.claim_one_trace,
+                grid.claim_contention,
+                single.claim_layers,
+                single.claim_state_dim,
+                grid.claim_arrivals,
+                single.claim_ttft,
+                single.claim_footprint,
+            )
+        ]
 
     def notes(self) -> list[str]:
         return marconi_claims.NOTES

@@ -159,6 +159,18 @@ class Run:
     def footprint_gb(self, name: str) -> float:
         return self._footprints[name]
 
+    def workload_facts(self) -> tuple[tuple[str, str, str, float], ...]:
+        """Per workload: name, generating command, SHA-256, footprint GB (NaN if unmeasured)."""
+        return tuple(
+            (
+                n,
+                r.command(self.workload_path(n)),
+                self._sha[n],
+                self._footprints.get(n, float("nan")),
+            )
+            for n, r in self.recipes.items()
+        )
+
     def footprint_point(self, name: str) -> ReplayPoint:
         return ReplayPoint(name, FOOTPRINT_POLICY, UNBOUNDED_GB)
 
@@ -300,15 +312,7 @@ def reproduce(
         command=command,
         form="quick" if quick else "full",
         twin_version=__version__,
-        workloads=tuple(
-            (
-                n,
-                r.command(run.workload_path(n)),
-                run._sha[n],
-                run._footprints.get(n, float("nan")),
-            )
-            for n, r in run.recipes.items()
-        ),
+        workloads=run.workload_facts(),
         **({} if run.artifact_repo is None else {"artifact": describe(run.artifact_repo)}),
     )
     return claims, render_report(Path(out), facts, claims, run.paper.notes())
