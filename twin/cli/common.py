@@ -209,7 +209,7 @@ ExecutorOption = Annotated[
     str,
     typer.Option(
         "--executor",
-        help="Where points run: local (processes) or ray (tasks; needs pip install 'twin[ray]').",
+        help="Where points run: local (processes) or ray (tasks; needs pip install 'twin\\[ray]').",
     ),
 ]
 RayAddressOption = Annotated[
