@@ -7,8 +7,21 @@ text; matplotlib is imported here only, when a report is written.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from reports.render_figures import _svg, plt
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot, configured as the capacity report's figures are (imported late:
+    ``twin --version`` and the CLI's start-up must not pay for matplotlib)."""
+    from reports.render_figures import plt
+
+    return plt
+
+
+def _svg(fig: Any) -> str:
+    from reports.render_figures import _svg as to_svg
+
+    return str(to_svg(fig))
 
 
 def gain_boxes(
@@ -18,7 +31,7 @@ def gain_boxes(
     ylabel: str,
 ) -> str:
     """One box per workload over its configurations (whiskers P5/P95), the paper's mean as x."""
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = _pyplot().subplots(figsize=(6.5, 3.8))
     ax.boxplot(list(gains), whis=(5, 95), showmeans=True, tick_labels=list(labels))
     ax.plot(range(1, len(paper) + 1), paper, "x", color="C3", markersize=10, label="paper (mean)")
     ax.set_yscale("log")
@@ -37,7 +50,7 @@ def curves(
     x_labels: Sequence[str] | None = None,
 ) -> str:
     """One line per series over ``x`` (e.g. the improvement over SGLang+ vs cache size)."""
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = _pyplot().subplots(figsize=(6.5, 3.8))
     for i, (name, ys) in enumerate(series.items()):
         ax.plot(x, ys, marker="o", color=f"C{i}", label=name)
     if log_x:
@@ -54,7 +67,7 @@ def curves(
 
 def bars(groups: Sequence[str], series: Mapping[str, Sequence[float]], ylabel: str) -> str:
     """Grouped bars (e.g. hit rate by input-length bin, one bar per policy)."""
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = _pyplot().subplots(figsize=(6.5, 3.8))
     width = 0.8 / max(1, len(series))
     for i, (name, ys) in enumerate(series.items()):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
