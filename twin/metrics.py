@@ -57,6 +57,8 @@ class RequestRecord:
     output_tokens: int
     checkpoints: int  # SSM checkpoints the cache admitted for this request
     rejected: bool = False  # larger than the replica's memory for running requests
+    # Hit tokens the recurrent layers still computed (prompt modules out of prefix position).
+    recompute_tokens: int = 0
 
     @property
     def queue_s(self) -> float:
@@ -199,7 +201,7 @@ class SummaryBuilder:
         self.total = self.excluded = self.rejected = self.measured = 0
         self.input_tokens = self.hit_tokens = self.output_tokens = self.hits = 0
         self.checkpoints = 0
-        self.flops_total = self.flops_saved = 0.0
+        self.flops_total = self.flops_saved = self.flops_recomputed = 0.0
         self.first_arrival = math.inf
         self.last_completion = 0.0
 
@@ -223,6 +225,8 @@ class SummaryBuilder:
             self.hits += 1
             self.hit_tokens += rec.hit_tokens
             self.flops_saved += self.flops.total(rec.hit_tokens, 0)
+            if rec.recompute_tokens:
+                self.flops_recomputed += self.flops.recurrent(rec.recompute_tokens)
         if rec.arrival_s < self.first_arrival:
             self.first_arrival = rec.arrival_s
         if rec.completed_s > self.last_completion:
@@ -246,11 +250,18 @@ class SummaryBuilder:
             "hit_tokens": self.hit_tokens,
             "checkpoints_admitted": self.checkpoints,
         }
+        saved = self.flops_saved - self.flops_recomputed
         out["flops"] = {
             "prefill_total": self.flops_total,
-            "saved": self.flops_saved,
-            "saved_fraction": self.flops_saved / self.flops_total if self.flops_total else 0.0,
+            "saved": saved,
+            "saved_fraction": saved / self.flops_total if self.flops_total else 0.0,
         }
+        if self.flops_recomputed:
+            # Prompt modules reused out of prefix position on a model with recurrent
+            # layers: what reusing them in every layer would save, and what survives.
+            out["flops"]["saved_attention_only"] = self.flops_saved
+            out["flops"]["recomputed_recurrent"] = self.flops_recomputed
+            out["flops"]["saving_kept"] = saved / self.flops_saved if self.flops_saved else 0.0
         out["throughput"] = {
             "window_s": window,
             "requests_per_s": rate(self.measured),

@@ -40,6 +40,8 @@ class Trace:
     fulls: list[np.ndarray]
     prompt_lens: list[int]
     source: str = ""
+    # Per request, its declared prompt modules (workload ``modules`` column) or None.
+    modules: list[np.ndarray | None] = field(default_factory=list)
 
     @property
     def num_requests(self) -> int:
@@ -54,12 +56,13 @@ class Trace:
         """Read every request of ``workload`` (a path or an open :class:`Workload`)."""
         if not isinstance(workload, Workload):
             workload = Workload.open(workload)
-        fulls, lens = [], []
+        fulls, lens, modules = [], [], []
         for req in workload.requests():
             fulls.append(np.concatenate((req.prompt, req.output)))
             lens.append(len(req.prompt))
+            modules.append(req.modules)
             on_request()
-        return cls(fulls, lens, str(workload.path))
+        return cls(fulls, lens, str(workload.path), modules if workload.has_modules else [])
 
     @classmethod
     def from_pairs(cls, pairs: list[tuple[Any, Any]], source: str = "") -> Trace:
@@ -155,8 +158,10 @@ def _run(
     saved = total = 0.0
     hit_lens: list[int] = []
     hit_nodes: list[int] = []
-    for full, n in zip(trace.fulls, trace.prompt_lens, strict=True):
-        hit = serve(cache, full[:n], full)
+    recomputed = 0.0  # FLOPs the recurrent layers spend on reused modules (prompt-cache)
+    modules = trace.modules or [None] * trace.num_requests
+    for full, n, mods in zip(trace.fulls, trace.prompt_lens, modules, strict=True):
+        hit = serve(cache, full[:n], full, mods)
         h = hit.length
         if per_request:
             hit_lens.append(h)
@@ -166,9 +171,17 @@ def _run(
             hit_tokens += h
             hits += 1
             saved += flops.total(h, 0)
+            if hit.recompute:
+                recomputed += flops.recurrent(hit.recompute)
         on_request()
     prompt = trace.prompt_tokens
     stats = policy.stats()
+    if recomputed:
+        # How much of the reuse survives the recurrent layers' recompute.
+        stats["flops_saved_attention_only"] = saved
+        stats["flops_recomputed_recurrent"] = recomputed
+        stats["saving_kept"] = (saved - recomputed) / saved if saved else 0.0
+        saved -= recomputed
     return ReplayResult(
         policy=policy_name,
         model=model.name,

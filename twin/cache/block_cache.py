@@ -178,7 +178,7 @@ class BlockCache:
         return self.block_bytes
 
     # ------------------------------------------------------------------ queries
-    def lookup(self, seq: np.ndarray) -> Hit:
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """Longest chain of cached blocks of ``seq`` (block-aligned)."""
         keys = self._keys(seq, len(seq) // self.block_size)
         k = self._cached(keys)
@@ -210,7 +210,9 @@ class BlockCache:
         return k * self.block_size if has_child else None
 
     # ------------------------------------------------------------------ insert
-    def insert(self, seq: np.ndarray, checkpoints: Sequence[int]) -> int:
+    def insert(
+        self, seq: np.ndarray, checkpoints: Sequence[int], modules: np.ndarray | None = None
+    ) -> int:
         """Cache every full block of ``seq`` up to ``checkpoints[-1]`` (positions ascending).
 
         Each block is KV + a checkpoint, so the positions only say how far to go.

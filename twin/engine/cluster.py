@@ -292,4 +292,5 @@ def _record(seq: Seq) -> RequestRecord:
         output_tokens=seq.out_len,
         checkpoints=seq.ckpts,
         rejected=seq.rejected,
+        recompute_tokens=seq.recompute,
     )

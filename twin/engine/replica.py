@@ -64,6 +64,7 @@ class Replica:
         self.kv_per_token = model.kv_bytes_per_token
         self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
         self.copy_s = pricer.checkpoint_copy_time() if self.state_bytes else 0.0
+        self.pricer = pricer
         self.memory_used = 0
         self.outstanding_tokens = 0  # the routers' load signal
         self.submitted = self.rejected = 0
@@ -116,10 +117,15 @@ class Replica:
 
     def admit(self, seq: Seq) -> None:
         """Admit to the cache (lookup, pin, checkpoints: ``RequestCache.admit``), reserve memory."""
-        adm = self.requests.admit(seq.req.prompt, seq.req.output)
+        req = seq.req
+        adm = self.requests.admit(req.prompt, req.output, req.modules)
         seq.cached = adm
         seq.order = adm.order
-        seq.hit = adm.hit.length
+        hit = adm.hit
+        seq.hit = hit.length
+        seq.recompute = hit.recompute
+        if hit.recompute or hit.host_tokens:
+            seq.hit_work_s = self.pricer.hit_work_time(hit.recompute, hit.host_tokens)
         self.memory_used += seq.footprint
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:

@@ -62,7 +62,7 @@ class ReplicaSide(Protocol):
         ...
 
     def admit(self, seq: Seq) -> None:
-        """Look ``seq`` up in the cache (sets ``seq.hit``) and reserve its memory."""
+        """Look ``seq`` up in the cache (sets ``seq.hit``, ``seq.hit_work_s``), reserve memory."""
         ...
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
@@ -263,9 +263,11 @@ class ContinuousBatching:
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
             budget -= c
+        extra = 0.0  # a non-prefix hit's own work lengthens the step that admits it
         while budget > 0 and self._can_admit():
             seq = self.waiting.popleft()
             self._admit(seq)
+            extra += seq.hit_work_s
             self.prefilling.append(seq)
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
@@ -274,7 +276,7 @@ class ContinuousBatching:
         seconds = self.pricer.step_time(
             [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
         )
-        return chunked, seconds
+        return chunked, seconds + extra
 
     def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
         """Advance the chunks' sequences; return those whose prefill ended (first token out)."""

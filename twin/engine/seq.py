@@ -25,10 +25,12 @@ class Seq:
         "first_token_s",
         "footprint",
         "hit",
+        "hit_work_s",
         "order",
         "out_len",
         "prefill_left",
         "prompt_len",
+        "recompute",
         "rejected",
         "replica",
         "req",
@@ -50,5 +52,7 @@ class Seq:
         self.admitted_s = self.first_token_s = self.done_s = float("nan")
         self.rejected = False
         self.hit = self.ckpts = self.order = self.start_step = self.finish_step = 0
+        self.recompute = 0  # hit tokens the recurrent layers still compute
+        self.hit_work_s = 0.0  # what a non-prefix hit adds to its first step (Hit docstring)
         self.prefill_left = self.ctx = 0
         self.cached: Admission | None = None  # its hold on the cache, from admission to the end
