@@ -330,6 +330,20 @@ class BlockCache:
             heapq.heappop(lru)
         return (lru[0][0], lru[0][1]) if lru else None
 
+    def shrink_to(self, limit: int) -> int:
+        """Evict LRU leaf blocks until at most ``limit`` bytes are cached; set the capacity.
+
+        As vLLM's ``BlockPool.get_new_blocks`` takes free blocks from the head of
+        the free queue, evicting the cached block there (``vllm/v1/core/block_pool.py``).
+        Pinned blocks stay: the capacity becomes ``max(limit, what is left)``.
+        """
+        limit = max(int(limit), 0)
+        over = self.used_bytes - limit
+        if over > 0:
+            self._make_room(-(-over // self.block_bytes))
+        self.capacity = max(limit, self.used_bytes)
+        return self.used_bytes
+
     def _make_room(self, blocks: int) -> None:
         """Evict ``blocks`` leaf blocks in LRU order (fewer if the candidates run out)."""
         while blocks > 0 and self._top() is not None:

@@ -213,6 +213,18 @@ class ModuleCache(TokenStateBytes):
         self.policy.on_node_removed(node)
         return freed
 
+    def shrink_to(self, limit: int) -> int:
+        """Evict victims until at most ``limit`` bytes are cached; set the capacity.
+
+        As ``PrefixCache.shrink_to``: a shared KV pool (``twin.cache.pool``)
+        reclaims cached modules this way; pinned ones stay, so the capacity
+        becomes ``max(limit, what is left)``. Returns the bytes still cached.
+        """
+        self.capacity = max(int(limit), 0)
+        self._make_room(0, None)
+        self.capacity = max(self.capacity, self.used_bytes)
+        return self.used_bytes
+
     def verify(self) -> None:
         """Assert the byte counters and the capacity (tests)."""
         assert self.kv_tokens == sum(m.length for m in self.modules.values())

@@ -368,6 +368,18 @@ class PrefixCache(TokenStateBytes):
             kept.append(p)
         return kept, (kept[-1] if kept else 0)
 
+    def shrink_to(self, limit: int) -> int:
+        """Evict the policy's victims until at most ``limit`` bytes are cached; set the capacity.
+
+        A shared KV pool (``twin.cache.pool``) reclaims cached pages this way when
+        a running request allocates. Pinned nodes stay, so the capacity becomes
+        ``max(limit, what is left)``; returns the bytes still cached.
+        """
+        self.capacity = max(int(limit), 0)
+        self._evict_until(0)
+        self.capacity = max(self.capacity, self.used_bytes)
+        return self.used_bytes
+
     def _evict_until(self, need: int) -> bool:
         """Evict victims until ``need`` bytes are free; ``False`` if the policy has none left."""
         while self.capacity - self.used_bytes < need:

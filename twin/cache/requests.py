@@ -43,9 +43,11 @@ class Admission:
         "at_prefill",
         "full",
         "hit",
+        "host_tokens",
         "modules",
         "node",
         "order",
+        "prefill_tokens",
         "prompt",
     )
 
@@ -67,15 +69,20 @@ class Admission:
         self.at_prefill = at_prefill  # checkpoint positions inside the prompt
         self.at_completion = at_completion  # positions past it (input + output)
         self.modules = modules  # the prompt modules it declares (workload ``modules`` column)
+        self.prefill_tokens = 0  # prompt tokens the prefill-end insert newly cached
+        self.host_tokens = 0  # hit tokens loaded back from the host tier (not on the GPU)
 
 
 class RequestCache:
     """The request-facing side of one cache structure (module docstring)."""
 
-    __slots__ = ("admissions", "cache", "policy", "split")
+    __slots__ = ("admissions", "cache", "host", "policy", "split")
 
-    def __init__(self, cache: CacheStructure) -> None:
+    def __init__(self, cache: CacheStructure, host: CacheStructure | None = None) -> None:
         self.cache = cache
+        # A host-memory tier (twin.cache.host_tier): written through on every insert,
+        # looked up after the GPU cache; a longer hit there is loaded back.
+        self.host = host
         self.policy = cache.policy
         # Resume counting where the cache's clock is (a restored snapshot).
         self.admissions: int = cache.clock
@@ -94,7 +101,9 @@ class RequestCache:
             return 0
         cache = self.cache
         before = cache.checkpoints_admitted
-        cache.insert(adm.prompt, adm.at_prefill, adm.modules)
+        adm.prefill_tokens = cache.insert(adm.prompt, adm.at_prefill, adm.modules)
+        if self.host is not None:
+            self.host.insert(adm.prompt, adm.at_prefill, adm.modules)
         return cache.checkpoints_admitted - before
 
     def insert_at_completion(self, adm: Admission) -> int:
@@ -105,6 +114,8 @@ class RequestCache:
         before = cache.checkpoints_admitted
         assert adm.full is not None, "insert after release"
         cache.insert(adm.full, adm.at_completion, adm.modules)
+        if self.host is not None:
+            self.host.insert(adm.full, adm.at_completion, adm.modules)
         return cache.checkpoints_admitted - before
 
     def release(self, adm: Admission) -> None:
@@ -141,14 +152,29 @@ class RequestCache:
         hit = cache.lookup(prompt, modules)
         if hit.node is not None:
             cache.pin(hit.node)
+        host = self.host
+        loaded = 0
+        if host is not None:
+            # The host holds everything the GPU cache was given (write-through), so
+            # its hit is at least as long; what the GPU lacks is loaded back.
+            far = host.peek(prompt)
+            if far > hit.length:
+                host.lookup(prompt)  # an access: the host tier's policy refreshes it
+                loaded = far - hit.length
+                hit = Hit(far, hit.node, hit.recompute, hit.host_tokens)
         positions = policy.admit(cache, prompt, full)
+        if loaded and hit.length not in positions:
+            # The loaded prefix (and its state) is cached on the GPU again.
+            positions = sorted([*positions, hit.length])
         if split and self.split:
             n = len(prompt)
             at_prefill = [p for p in positions if p <= n]
             at_completion = [p for p in positions if p > n]
         else:
             at_prefill, at_completion = [], list(positions)
-        return Admission(order, prompt, full, hit, at_prefill, at_completion, modules)
+        adm = Admission(order, prompt, full, hit, at_prefill, at_completion, modules)
+        adm.host_tokens = loaded
+        return adm
 
 
 def serve(

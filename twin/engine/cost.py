@@ -55,9 +55,11 @@ class StepPricer(Protocol):
         """Seconds to copy one SSM checkpoint (every SSM layer's state) on the device."""
         ...
 
-    def hit_work_time(self, recompute: int, host_tokens: int) -> float:
-        """Seconds a non-prefix hit adds (``twin.cache.Hit``): the recurrent layers over
-        ``recompute`` tokens, and copying ``host_tokens`` tokens' KV from host memory."""
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+        """Seconds a hit adds before its prefill: the recurrent layers over ``recompute``
+        tokens (a non-prefix hit, ``twin.cache.Hit``), and loading ``host_tokens``
+        tokens' KV and ``host_states`` recurrent states from host memory (prompt
+        modules kept there, or the host tier's hits)."""
         ...
 
 
@@ -80,7 +82,7 @@ class PricerBase:
     def checkpoint_copy_time(self) -> float:
         return 0.0
 
-    def hit_work_time(self, recompute: int, host_tokens: int) -> float:
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
         return 0.0
 
 
@@ -133,10 +135,11 @@ class CostModelPricer(PricerBase):
     def checkpoint_copy_time(self) -> float:
         return self._copy_s
 
-    def hit_work_time(self, recompute: int, host_tokens: int) -> float:
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
         """Recurrent layers' share of a prefill of ``recompute`` tokens (the cost model's own
-        breakdown by layer kind) plus the host-to-device copy of ``host_tokens`` tokens' KV
-        (one launch per attention layer, at the host link's speed: GpuSpec.host_bw)."""
+        breakdown by layer kind) plus the host-to-device copies of ``host_tokens`` tokens'
+        KV and ``host_states`` states: the cost model's copy kernels (fitted, else the
+        GpuSpec host link's datasheet bandwidth), one launch per layer."""
         cm = self.cost_model
         seconds = 0.0
         if recompute:
@@ -145,6 +148,8 @@ class CostModelPricer(PricerBase):
             seconds += sum(by_kind.get(k, 0.0) for k in ("ssm", *sorted(RECURRENT_KINDS)))
         if host_tokens:
             seconds += cm.kv_transfer_s(host_tokens, "host", "device")
+        if host_states:
+            seconds += cm.checkpoint_copy_s(host_states, "host", "device")
         return float(seconds)
 
     def _exact(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:
