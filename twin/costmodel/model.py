@@ -152,6 +152,42 @@ class CostModel:
         mixing = self._mixing(feats, None)
         return self._with_host(dense + mixing + self._head(tokens, feats.sequences, None))
 
+    def decode_steps_s(self, batch: int, contexts: Sequence[int]) -> list[float]:
+        """Seconds of pure-decode steps of ``batch`` sequences, one per context sum in ``contexts``.
+
+        Equals ``step((), decodes)`` for any ``decodes`` of ``batch`` contexts
+        summing to that value, within 1e-12 relative (the engine's decode
+        runs, issue 16): without a sliding window only the attention decode
+        kernel reads the context sum, so it alone is priced per step and the
+        rest of the step once. A window needs every sequence's context: each
+        step is then priced in full, from an even spread of the sum.
+        """
+        if batch <= 0:
+            raise TwinError(f"a decode step needs at least one sequence (got {batch})")
+        if self.model.sliding_window is not None or self.host_mode not in ("add", "max"):
+            return [self._even_decode_s(batch, c) for c in contexts]
+        layers = self.model.n_attention_layers
+
+        def attention(context: int) -> float:
+            # ``_aggregate``: the decode keys are the contexts' sum plus one per sequence.
+            if not layers:
+                return 0.0
+            heads = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
+            return layers * self._k["attn_decode"](
+                *fm.attn_decode_sums(batch, context + batch, *heads)
+            )
+
+        feats = self._aggregate((), [0] * batch)
+        rest = self._dense(batch, None) + self._mixing(feats, None) + self._head(batch, batch, None)
+        rest -= attention(0)
+        if self.host_mode == "add":
+            return [rest + attention(c) + self.host_s for c in contexts]
+        return [max(rest + attention(c), self.host_s) for c in contexts]
+
+    def _even_decode_s(self, batch: int, context: int) -> float:
+        base, extra = divmod(context, batch)
+        return float(cast(float, self.step((), [base + 1] * extra + [base] * (batch - extra))))
+
     def copy_s(
         self, nbytes: float, src: str = "device", dst: str = "device", launches: int = 1
     ) -> float:
