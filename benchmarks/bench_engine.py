@@ -1,6 +1,7 @@
 """Benchmark the event engine: simulated requests per wall second, and memory at 1M requests.
 
     python benchmarks/bench_engine.py [--quick] [--skip-1m] [--results PATH]
+        [--scale-requests 10000000 --scale-replicas 256 --scale-rate 25000]
 
 1. **Speed.** A chat workload (``workloads.generators`` ``chat``, default 5,000
    sessions, about 55,000 requests) on 8 replicas of ``marconi-hybrid-7b``
@@ -14,6 +15,7 @@
    CPU core.
 2. **Scale.** A million single-turn ``system-prompt`` requests (short shared
    prompts, generated streaming into a temporary parquet) on 64 replicas
+   (``--scale-requests``, ``--scale-replicas``; issue 16's target is 10M on 256)
    with ``marconi``. The child samples its resident memory (and the bytes
    pyarrow holds) every half second; flat memory means the RSS late in the
    run is close to the RSS early in it (records are streamed to parquet; only
@@ -143,6 +145,12 @@ def main() -> None:
     parser.add_argument("--chat-rate", type=float, default=4.0, help="chat sessions/s")
     parser.add_argument("--scale-requests", type=int, default=1_000_000)
     parser.add_argument("--scale-rate", type=float, default=2500.0, help="requests/s, 1M run")
+    parser.add_argument(
+        "--scale-replicas",
+        type=int,
+        default=64,
+        help="replicas of the scale run (issue 16's target: 10M requests on 256)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     if args.quick:
@@ -216,7 +224,7 @@ def main() -> None:
             cfg = {
                 "model": "marconi-hybrid-7b",
                 "gpu": "h100",
-                "replicas": 64,
+                "replicas": args.scale_replicas,
                 "cache_bytes": int(2e9),
                 "router": "round-robin",
                 "policy": "marconi",
@@ -236,7 +244,8 @@ def main() -> None:
             }
             mem = res["memory"]
             print(
-                f"system-prompt x64 {res['requests']:,} req in {res['wall_s']:.1f} s "
+                f"system-prompt x{args.scale_replicas} {res['requests']:,} req "
+                f"in {res['wall_s']:.1f} s "
                 f"({res['requests_per_s']:,.0f} req/s); peak RSS {mem['peak_rss_mb']:.0f} MB, "
                 f"RSS +{mem['rss_growth_30_to_100_pct_mb']:.0f} MB from 30% to the end, "
                 f"of which pyarrow +{mem['pyarrow_growth_30_to_100_pct_mb']:.0f} MB"
