@@ -78,7 +78,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "chat.parquet"
         make_chat(path, args.chat_sessions, args.seed)
-        footprint = summarize(Workload.open(path))["infinite_cache"]["footprint_bytes"]
+        tree = summarize(Workload.open(path))["infinite_cache"]  # as bench_replay sizes caches
+        footprint = (
+            tree["unique_tokens"] * model.kv_bytes_per_token
+            + tree["tree_nodes"] * model.ssm_checkpoint_bytes
+        )
         trace = Trace.load(path)
     capacity = int(args.fraction * footprint)
     requests = [
