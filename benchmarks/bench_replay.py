@@ -317,11 +317,15 @@ def _variants(policies: list[str], baseline: bool) -> list[tuple[str, str]]:
 
 def _speedups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Shared over unshared CPU time, per (workload, fraction, policy) run in both ways."""
-    base = {(r["workload"], r["fraction"], r["policy"]): r for r in runs}
+    base = {
+        (r["workload"], r["fraction"], r["policy"]): r
+        for r in runs
+        if r["grid_replay"] == "unshared"
+    }
     out = []
     for r in runs:
         b = base.get((r["workload"], r["fraction"], r["policy"]))
-        if r["grid_replay"] == "shared" and b is not None and b["grid_replay"] == "unshared":
+        if r["grid_replay"] == "shared" and b is not None:
             assert (b["token_hit_rate"], b["alpha"]) == (r["token_hit_rate"], r["alpha"]), r
             out.append(
                 {
