@@ -167,22 +167,19 @@ class CostModel:
         if self.model.sliding_window is not None or self.host_mode not in ("add", "max"):
             return [self._even_decode_s(batch, c) for c in contexts]
         layers = self.model.n_attention_layers
-
-        def attention(context: int) -> float:
-            # ``_aggregate``: the decode keys are the contexts' sum plus one per sequence.
-            if not layers:
-                return 0.0
-            heads = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
-            return layers * self._k["attn_decode"](
-                *fm.attn_decode_sums(batch, context + batch, *heads)
-            )
-
         feats = self._aggregate((), [0] * batch)
         rest = self._dense(batch, None) + self._mixing(feats, None) + self._head(batch, batch, None)
-        rest -= attention(0)
+        if layers:
+            # ``_aggregate``: the decode keys are the contexts' sum plus one per sequence.
+            kernel, sums = self._k["attn_decode"], fm.attn_decode_sums
+            heads = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
+            rest -= layers * kernel(*sums(batch, batch, *heads))
+            parts = [rest + layers * kernel(*sums(batch, c + batch, *heads)) for c in contexts]
+        else:
+            parts = [rest for _ in contexts]
         if self.host_mode == "add":
-            return [rest + attention(c) + self.host_s for c in contexts]
-        return [max(rest + attention(c), self.host_s) for c in contexts]
+            return [x + self.host_s for x in parts]
+        return [max(x, self.host_s) for x in parts]
 
     def _even_decode_s(self, batch: int, context: int) -> float:
         base, extra = divmod(context, batch)
