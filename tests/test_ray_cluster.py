@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from reports.ray_executor import PACKAGES, project_runtime_env, stage_file
-from reports.sweep import SweepSpec, grid, resolve, run_sweep
+from reports.ray_executor import PACKAGES, project_runtime_env, run_staged_point, stage_file
+from reports.sweep import SweepSpec, grid, resolve, run_point, run_sweep
 from workloads.examples import example_path
 
 
@@ -31,6 +31,23 @@ def test_the_runtime_env_ships_every_package_of_the_project() -> None:
     folders = [Path(f) for f in project_runtime_env()["py_modules"]]
     assert [f.name for f in folders] == list(PACKAGES)
     assert all((f / "__init__.py").is_file() for f in folders)
+
+
+def test_a_task_runs_its_point_on_the_shipped_bytes(tmp_path: Path, monkeypatch) -> None:
+    """What a ray task does, without ray: the driver's file is gone, the bytes suffice."""
+    workload = tmp_path / "w.parquet"
+    data = Path(example_path("system-prompt")).read_bytes()
+    workload.write_bytes(data)
+    spec = resolve(SweepSpec(workload=str(workload), model="tiny-hybrid", gpu="h100"))
+    point = grid([0.002], ["marconi"], [2.0], 1)[0]
+    expected = run_point(spec, point)
+    workload.unlink()
+    node_tmp = tmp_path / "node"
+    node_tmp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(node_tmp))
+    shipped = (hashlib.sha256(data).hexdigest(), ".parquet", data)
+    assert run_staged_point(spec, point, shipped, None) == expected
+    assert [p.name for p in node_tmp.iterdir()] == [f"twin-{shipped[0]}.parquet"]
 
 
 @pytest.mark.slow
