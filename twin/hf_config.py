@@ -1,10 +1,13 @@
 """Build a ``ModelSpec`` from a local Hugging Face ``config.json``.
 
-Supported: Llama/Mistral (``llama``, ``mistral``), Jamba (``jamba``), Zamba2
-(``zamba2``), Nemotron-H (``nemotron_h``), Mamba2 (``mamba2``) and the native
-``mamba_ssm`` format (no ``model_type``; ``d_model``/``n_layer``/``ssm_cfg``,
-as in ``state-spaces/mamba2-*``). Keys that define the layer mix and widths are
-required; keys that transformers itself defaults take the same default here.
+Supported: Llama/Mistral (``llama``, ``mistral``), Jamba (``jamba``, Mamba-1), Zamba2
+(``zamba2``), Nemotron-H (``nemotron_h``), Mamba2 (``mamba2``), and (``twin.hf_hybrids``)
+Qwen3-Next and Qwen3.5 (``qwen3_next``, ``qwen3_5``, ``qwen3_5_moe``), Granite-4.0-H
+(``granitemoehybrid``), Falcon-H1 (``falcon_h1``), gpt-oss (``gpt_oss``), Gemma 3
+(``gemma3``, ``gemma3_text``), and the native ``mamba_ssm`` format (no ``model_type``;
+``d_model``/``n_layer``/``ssm_cfg``, as in ``state-spaces/mamba2-*``). Keys that
+define the layer mix and widths are required; keys that transformers itself
+defaults take the same default here.
 The serving dtype is a deployment choice, not read from ``torch_dtype``.
 """
 
@@ -16,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from twin.errors import TwinError
+from twin.hf_hybrids import PARSERS as HYBRID_PARSERS
+from twin.hf_hybrids import WRAPPERS
 from twin.model import ModelSpec
 
 _MISSING = object()
@@ -69,6 +74,11 @@ def from_hf_config(
     model_type = data.get("model_type")
     if model_type is None and "ssm_cfg" in data:
         model_type = "mamba_ssm"
+    if model_type in WRAPPERS:  # a multimodal wrapper: the language model is text_config
+        text = data.get("text_config")
+        if not isinstance(text, dict):
+            raise TwinError(f"{p}: model_type {model_type!r} needs a 'text_config' object")
+        cfg, model_type = _Config(text, p), WRAPPERS[model_type]
     parser = _PARSERS.get(str(model_type))
     if parser is None:
         raise TwinError(
@@ -121,32 +131,33 @@ def _llama(cfg: _Config) -> dict[str, Any]:
 
 
 def _jamba(cfg: _Config) -> dict[str, Any]:
+    """Jamba (transformers ``JambaConfig``): Mamba-1 layers, attention where
+    ``i % attn_layer_period == attn_layer_offset``, MoE where ``i % expert_layer_period ==
+    expert_layer_offset`` (``num_experts`` 1 is a plain MLP everywhere)."""
     n = cfg.int("num_hidden_layers")
     a_per, a_off = cfg.int("attn_layer_period"), cfg.int("attn_layer_offset")
     e_per, e_off = cfg.int("expert_layer_period"), cfg.int("expert_layer_offset")
     experts = cfg.int("num_experts")
-    n_attn = sum(1 for i in range(n) if i % a_per == a_off)
-    # Jamba treats num_experts == 1 as a plain MLP everywhere.
-    n_moe = sum(1 for i in range(n) if i % e_per == e_off) if experts > 1 else 0
+    moe = [experts > 1 and i % e_per == e_off for i in range(n)]
+    layers = tuple(
+        ("attention" if i % a_per == a_off else "mamba1") + ("/moe" if moe[i] else "/mlp")
+        for i in range(n)
+    )
+    dt_rank = cfg.opt("mamba_dt_rank", "auto")
     d_ff = cfg.int("intermediate_size")
     return dict(
-        n_attention_layers=n_attn,
-        n_ssm_layers=n - n_attn,
-        n_mlp_layers=n - n_moe,
-        n_moe_layers=n_moe,
+        layers=layers,
         d_model=cfg.int("hidden_size"),
         **_attention(cfg),
         mlp_d_ff=d_ff,
         mlp_gated=True,
-        moe_n_experts=experts if n_moe else 0,
-        moe_top_k=cfg.int("num_experts_per_tok") if n_moe else 0,
-        moe_d_ff=d_ff if n_moe else 0,
-        # Mamba-1 modelled as a Mamba2 layer of the same d_inner and N (see presets).
+        moe_n_experts=experts if any(moe) else 0,
+        moe_top_k=cfg.int("num_experts_per_tok") if any(moe) else 0,
+        moe_d_ff=d_ff if any(moe) else 0,
         ssm_d_state=cfg.int("mamba_d_state"),
         ssm_expand=cfg.int("mamba_expand"),
         ssm_conv_kernel=cfg.int("mamba_d_conv"),
-        ssm_head_dim=64,
-        ssm_groups=1,
+        ssm_dt_rank=0 if dt_rank == "auto" else cfg.int("mamba_dt_rank"),
         vocab_size=cfg.int("vocab_size"),
         tie_embeddings=bool(cfg.opt("tie_word_embeddings", False)),
     )
@@ -219,6 +230,7 @@ def _nemotron_h(cfg: _Config) -> dict[str, Any]:
     if unknown:
         raise cfg.fail(key, f"has unknown layer symbols {unknown} (expected M, *, -, E)")
     kinds = [_NEMOTRON_KINDS[x] for x in layers]
+    pattern = tuple("mamba2" if k == "ssm" else k for k in kinds)
     d = cfg.int("hidden_size")
     ssm_heads, ssm_head_dim = cfg.int("mamba_num_heads"), cfg.int("mamba_head_dim")
     # The mixer's width is heads x head_dim; `expand` in the file is not used by it.
@@ -226,10 +238,7 @@ def _nemotron_h(cfg: _Config) -> dict[str, Any]:
     expand: float = d_inner // d if d_inner % d == 0 else d_inner / d
     n_moe = kinds.count("moe")
     return dict(
-        n_attention_layers=kinds.count("attention"),
-        n_ssm_layers=kinds.count("ssm"),
-        n_mlp_layers=kinds.count("mlp"),
-        n_moe_layers=n_moe,
+        layers=pattern,
         d_model=d,
         **_attention(cfg, ("head_dim", "attention_head_dim")),
         mlp_d_ff=cfg.int("intermediate_size"),
@@ -310,4 +319,5 @@ _PARSERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "nemotron_h": _nemotron_h,
     "mamba2": _mamba2,
     "mamba_ssm": _mamba_ssm,
+    **HYBRID_PARSERS,
 }

@@ -20,7 +20,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from twin import mixers as mx
 from twin.errors import TwinError
+from twin.mixers import keys_upto
 
 FLOP_KINDS = ("attention", "ssm", "mlp", "moe")
 
@@ -70,6 +72,20 @@ class ModelSpec:
     sliding_window: int | None = None  # attention window in tokens; None = full causal
     tie_embeddings: bool = False  # LM head shares the embedding matrix
     shared_block_copies: int | None = None  # Zamba2: distinct attention/MLP weight copies
+    # Per-layer pattern (see twin.mixers): one token per layer, "MIXER[+MIXER][/FFN]" or
+    # "FFN" alone, MIXER in attention|swa|mamba1|mamba2|gdn, FFN in mlp|moe. When given,
+    # the four layer counts are derived from it; when None, counts describe the model
+    # (attention layers are "swa" if sliding_window is set, SSM layers "mamba2").
+    layers: tuple[str, ...] | None = None
+    attn_output_gate: bool = False  # gated attention (Qwen3-Next): q_proj also emits a gate
+    ssm_dt_rank: int = 0  # Mamba-1 dt rank; 0 -> ceil(d_model / 16) (mamba_ssm default)
+    gdn_k_heads: int = 0  # Gated DeltaNet query/key heads
+    gdn_v_heads: int = 0  # Gated DeltaNet value heads (one state each)
+    gdn_head_k_dim: int = 0  # key head dim
+    gdn_head_v_dim: int = 0  # value head dim
+    gdn_conv_kernel: int = 4  # causal conv width over q, k, v
+    gdn_chunk_size: int = 64  # chunk length of the chunked delta rule (FLA default)
+    moe_shared_d_ff: int = 0  # shared-expert intermediate size (0: none), every MoE layer
     source: str = ""  # citation of the config / model card / paper
 
     # ------------------------------------------------------------------ checks
@@ -81,11 +97,13 @@ class ModelSpec:
 
         if not isinstance(self.name, str) or not self.name:
             raise TwinError(f"model name must be a non-empty string (got {self.name!r})")
+        if self.layers is not None:
+            self._derive_counts()
         for fld in fields(self):
             value = getattr(self, fld.name)
-            if fld.name in ("mlp_gated", "tie_embeddings"):
+            if fld.name in ("mlp_gated", "tie_embeddings", "attn_output_gate"):
                 need(isinstance(value, bool), fld.name, "must be true or false")
-            elif fld.name in ("name", "source", "ssm_expand"):
+            elif fld.name in ("name", "source", "ssm_expand", "layers"):
                 continue
             elif value is not None:
                 need(
@@ -122,7 +140,25 @@ class ModelSpec:
             for f in ("moe_n_experts", "moe_top_k", "moe_d_ff"):
                 need(getattr(self, f) > 0, f, "must be positive for a model with MoE layers")
             need(self.moe_top_k <= self.moe_n_experts, "moe_top_k", "must be <= moe_n_experts")
-        if self.n_ssm_layers:
+        kinds = self.mixer_counts
+        if "swa" in kinds:
+            need(self.sliding_window is not None, "sliding_window", "must be set for swa layers")
+        if kinds.get("gdn"):
+            for f in (
+                "gdn_k_heads",
+                "gdn_v_heads",
+                "gdn_head_k_dim",
+                "gdn_head_v_dim",
+                "gdn_conv_kernel",
+                "gdn_chunk_size",
+            ):
+                need(getattr(self, f) > 0, f, "must be positive for a model with gdn layers")
+            need(
+                self.gdn_v_heads % self.gdn_k_heads == 0,
+                "gdn_k_heads",
+                "must divide gdn_v_heads",
+            )
+        if kinds.get("mamba1") or kinds.get("mamba2"):
             e = self.ssm_expand
             need(
                 isinstance(e, int | float) and not isinstance(e, bool) and e > 0,
@@ -197,28 +233,74 @@ class ModelSpec:
         """Channels of the causal conv: it runs over x, B and C (Mamba2)."""
         return self.d_inner + 2 * self.ssm_groups * self.ssm_d_state
 
+    # ------------------------------------------------------------------ layer pattern
+    def _derive_counts(self) -> None:
+        """Set the four layer counts from ``layers`` (refusing counts that disagree)."""
+        from twin.layer_pattern import parse_layers
+
+        assert self.layers is not None
+        layers, counts = parse_layers(self.name, self.layers)
+        object.__setattr__(self, "layers", layers)
+        for f, n in counts.items():
+            given = getattr(self, f)
+            if given not in (0, n):
+                raise TwinError(
+                    f"model {self.name!r}: field {f!r} is {given} but the layer pattern "
+                    f"has {n} (leave the counts out when giving layers)"
+                )
+            object.__setattr__(self, f, n)
+
+    @property
+    def mixer_counts(self) -> dict[str, int]:
+        """Layers of each mixer kind (a parallel hybrid layer counts for each of its kinds)."""
+        from twin.layer_pattern import layer_parts
+
+        out: dict[str, int] = {}
+        if self.layers is None:
+            if self.n_attention_layers:
+                kind = "swa" if self.sliding_window is not None else "attention"
+                out[kind] = self.n_attention_layers
+            if self.n_ssm_layers:
+                out["mamba2"] = self.n_ssm_layers
+            return out
+        for token in self.layers:
+            for kind in layer_parts(token)[0]:
+                out[kind] = out.get(kind, 0) + 1
+        return out
+
+    @property
+    def pattern(self) -> str:
+        """The layer stack, compactly: ``(3 gdn/moe, 1 attn/moe) x 12``."""
+        from twin.layer_pattern import describe
+
+        return describe(self)
+
     # ------------------------------------------------------------------ bytes
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token over all attention layers."""
-        return self.n_attention_layers * 2 * self.n_kv_heads * self.head_dim * self.dtype_bytes
+        """K and V of one token over all attention layers (full and sliding-window)."""
+        return sum(n * mx.kv_bytes_per_token(self, k) for k, n in self.mixer_counts.items())
+
+    def kv_bytes_per_token_of(self, kind: str) -> int:
+        """K and V of one token over the layers of one kind (``attention`` or ``swa``)."""
+        return self.mixer_counts.get(kind, 0) * mx.kv_bytes_per_token(self, kind)
 
     @property
     def ssm_state_bytes_per_layer(self) -> int:
-        """Recurrent state (channels x N) plus conv state of one SSM layer.
+        """Recurrent state plus conv state of one recurrent layer (their mean if kinds differ).
 
         mamba_ssm's inference cache keeps the full conv kernel width per channel.
         """
-        if not self.n_ssm_layers:
-            return 0
-        ssm = self.state_channels * self.ssm_d_state * self.state_dtype_bytes
-        conv = self.conv_channels * self.ssm_conv_kernel * self.dtype_bytes
-        return ssm + conv
+        return self.ssm_checkpoint_bytes // self.n_ssm_layers if self.n_ssm_layers else 0
+
+    def state_bytes_of(self, kind: str) -> int:
+        """Recurrent + conv state of every layer of one recurrent kind."""
+        return self.mixer_counts.get(kind, 0) * mx.state_bytes(self, kind)
 
     @property
     def ssm_checkpoint_bytes(self) -> int:
-        """One checkpoint: every SSM layer's recurrent + conv state."""
-        return self.n_ssm_layers * self.ssm_state_bytes_per_layer
+        """One checkpoint: every recurrent layer's state + conv state."""
+        return sum(n * mx.state_bytes(self, k) for k, n in self.mixer_counts.items())
 
     @property
     def weight_bytes(self) -> int:
@@ -229,34 +311,21 @@ class ModelSpec:
     def n_params(self) -> int:
         """Parameter count (all experts included)."""
         d = self.d_model
-        q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        attn = d * (q + 2 * kv) + q * d + d  # QKV (GQA), O, pre-norm
         mats = 3 if self.mlp_gated else 2
         mlp = mats * d * self.mlp_d_ff + d
         moe = self.moe_n_experts * mats * d * self.moe_d_ff + d * self.moe_n_experts + d
-        h, n_g = self.n_ssm_heads, self.ssm_groups * self.ssm_d_state
-        ssm = (
-            d * (2 * self.d_inner + 2 * n_g + h)  # in_proj -> z, x, B, C, dt
-            + self.conv_channels * (self.ssm_conv_kernel + 1)  # conv weight + bias
-            + 3 * h  # A_log, D, dt_bias
-            + self.d_inner  # gated RMSNorm before out_proj
-            + self.d_inner * d  # out_proj
-            + d  # pre-norm
-        )
-        n_attn, n_mlp = self.n_attention_layers, self.n_mlp_layers
+        moe += mats * d * self.moe_shared_d_ff
+        n_mlp = self.n_mlp_layers
+        mixers = 0
+        for kind, n in self.mixer_counts.items():
+            if kind in mx.KV_KINDS and self.shared_block_copies is not None:
+                # Zamba2: the attention+MLP blocks are shared; only this many copies exist.
+                n = min(n, self.shared_block_copies)
+            mixers += n * mx.params(self, kind)
         if self.shared_block_copies is not None:
-            # Zamba2: the attention+MLP blocks are shared; only this many copies exist.
-            n_attn = min(n_attn, self.shared_block_copies)
             n_mlp = min(n_mlp, self.shared_block_copies)
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
-        return (
-            n_attn * attn
-            + self.n_ssm_layers * ssm
-            + n_mlp * mlp
-            + self.n_moe_layers * moe
-            + embed
-            + d  # final norm
-        )
+        return mixers + n_mlp * mlp + self.n_moe_layers * moe + embed + d  # + final norm
 
     # ------------------------------------------------------------------ FLOPs
     def attended_keys(self, n_new: int, n_cached: int = 0) -> int:
@@ -269,41 +338,31 @@ class ModelSpec:
             n_cached, self.sliding_window
         )
 
+    def prefill_flops_by_mixer(self, n_new: int, n_cached: int = 0) -> dict[str, int]:
+        """Exact integer FLOPs of every mixer kind's layers (prefill of ``n_new`` after
+        ``n_cached``), keyed by kind; FFNs are in ``prefill_flops``."""
+        n_new, n_cached = _check_counts(n_new, n_cached)
+        return {
+            k: n * mx.prefill_flops(self, k, n_new, n_cached) for k, n in self.mixer_counts.items()
+        }
+
     def prefill_flops(self, n_new: int, n_cached: int = 0) -> FlopBreakdown:
         """FLOPs of prefilling ``n_new`` tokens after ``n_cached`` cached ones, by layer kind.
 
-        The LM head is left out: a prefill needs logits for its last token only.
+        ``attention`` sums the attention and sliding-window layers, ``ssm`` every
+        recurrent kind (``prefill_flops_by_mixer`` splits them). The LM head is left
+        out: a prefill needs logits for its last token only.
         """
-        n_new, n_cached = _check_counts(n_new, n_cached)
+        by_mixer = self.prefill_flops_by_mixer(n_new, n_cached)
         n, d = n_new, self.d_model
-        q, kv = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        # Attention: QKV and O projections, then QK^T and AV over the attended
-        # keys (2 FLOPs x head_dim per query-key pair each, for every head).
-        attn = 2 * n * d * (q + 2 * kv) + 2 * n * q * d
-        attn += 4 * self.n_heads * self.head_dim * self.attended_keys(n, n_cached)
-        ssm = 0
-        if self.n_ssm_layers:
-            sc, big_n, chunk, g = (
-                self.state_channels,
-                self.ssm_d_state,
-                self.ssm_chunk_size,
-                self.ssm_groups,
-            )
-            ssm = 2 * n * d * (2 * self.d_inner + 2 * g * big_n + self.n_ssm_heads)  # in_proj
-            ssm += 2 * n * self.conv_channels * self.ssm_conv_kernel  # causal conv
-            # Chunked SSD scan, per token: C.B^T within a chunk (2*Q*N per group),
-            # (L o CB).X (2*Q per state channel), chunk states B^T.X and outputs
-            # C.h (2*N each per state channel). State passing between chunks is
-            # O(channels*N/Q) per token and left out, which keeps this linear.
-            ssm += n * (2 * sc * (2 * big_n + chunk) + 2 * chunk * big_n * g)
-            ssm += 2 * n * self.d_inner * d  # out_proj
         mats = 3 if self.mlp_gated else 2
         mlp = 2 * n * d * self.mlp_d_ff * mats
-        # MoE: top_k experts per token plus the router's d_model x n_experts GEMM.
-        moe = 2 * n * d * self.moe_d_ff * mats * self.moe_top_k + 2 * n * d * self.moe_n_experts
+        # MoE: top_k experts (plus the shared one) per token and the router's GEMM.
+        moe = 2 * n * d * (self.moe_d_ff * self.moe_top_k + self.moe_shared_d_ff) * mats
+        moe += 2 * n * d * self.moe_n_experts
         return FlopBreakdown(
-            attention=float(self.n_attention_layers * attn),
-            ssm=float(self.n_ssm_layers * ssm),
+            attention=float(sum(v for k, v in by_mixer.items() if k in mx.KV_KINDS)),
+            ssm=float(sum(v for k, v in by_mixer.items() if k in mx.RECURRENT_KINDS)),
             mlp=float(self.n_mlp_layers * mlp),
             moe=float(self.n_moe_layers * moe),
         )
@@ -327,6 +386,7 @@ class ModelSpec:
                 kv_bytes_per_token=self.kv_bytes_per_token,
                 ssm_state_bytes_per_layer=self.ssm_state_bytes_per_layer,
                 ssm_checkpoint_bytes=self.ssm_checkpoint_bytes,
+                pattern=self.pattern,
                 n_params=self.n_params,
                 weight_bytes=self.weight_bytes,
             )
@@ -342,6 +402,7 @@ class ModelSpec:
             "kv_bytes_per_token",
             "ssm_state_bytes_per_layer",
             "ssm_checkpoint_bytes",
+            "pattern",
             "n_params",
             "weight_bytes",
         }
@@ -375,8 +436,4 @@ def _check_counts(n_new: int, n_cached: int) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def keys_upto(m: int, window: int | None) -> int:
-    """Sum of min(k, window) for k = 1..m: keys attended by the first m causal tokens."""
-    if window is None or m <= window:
-        return m * (m + 1) // 2
-    return window * (window + 1) // 2 + (m - window) * window
+__all__ = ["FLOP_KINDS", "FlopBreakdown", "ModelSpec", "keys_upto", "total"]

@@ -10,8 +10,12 @@ Semantics (DESIGN.md "Prefix cache semantics"; Marconi, arXiv 2411.19379, sec. 4
 - Evicting a leaf frees its KV and checkpoint; evicting a node with one child
   drops only its checkpoint and hands its KV to the child (sec. 4.2: such a
   node's tokens stay needed by the child's hits).
-- Bytes: KV = tokens x ``kv_bytes_per_token`` (all attention layers); one
-  checkpoint = ``ssm_checkpoint_bytes`` (all SSM layers' state + conv state).
+- Bytes: KV = tokens x the full-attention layers' KV per token, plus each node's
+  last ``min(len, W)`` tokens x the sliding-window layers' (``twin.cache.kinds``: the
+  older sliding-window KV is dropped and freed); one checkpoint =
+  ``ssm_checkpoint_bytes`` (every recurrent layer's state + conv state).
+- Sliding-window models without recurrent layers: a hit ending inside a node longer
+  than the window backs off to the node's start (its window there was dropped).
   ``capacity`` is never exceeded; what cannot fit is not admitted.
 
 For SSM-bearing models the tree stays tidy: a node without a checkpoint and
@@ -36,6 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from twin.cache.base import CachePolicy, Hit
+from twin.cache.kinds import KindBytes
 from twin.cache.radix import Match, Node, RadixTree
 from twin.cache.snapshot import CacheSnapshot, fill, take_snapshot
 from twin.errors import TwinError
@@ -50,12 +55,15 @@ class PrefixCache:
             raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
         self.model = model
         self.capacity = int(capacity_bytes)
-        self.kv_per_token = model.kv_bytes_per_token
+        self.kinds = KindBytes(model)
+        self.kv_per_token = model.kv_bytes_per_token - self.kinds.swa_kv_per_token
+        self.swa_per_token = self.kinds.swa_kv_per_token
         self.ckpt_bytes = model.ssm_checkpoint_bytes
         self.has_ssm = model.n_ssm_layers > 0
         self.tree = RadixTree()
         self.root = self.tree.root
         self.kv_tokens = 0
+        self.swa_tokens = 0  # sliding-window KV tokens held: every node's tail
         self.n_ckpts = 0
         self.clock = 0  # requests served (replay) or admitted (engine): recency's unit
         self.evictions = 0
@@ -73,23 +81,28 @@ class PrefixCache:
     # ------------------------------------------------------------------ bytes
     @property
     def kv_bytes(self) -> int:
-        return self.kv_tokens * self.kv_per_token
+        return self.kv_tokens * self.kv_per_token + self.swa_tokens * self.swa_per_token
 
     @property
     def ssm_bytes(self) -> int:
         return self.n_ckpts * self.ckpt_bytes
 
     @property
+    def swa_freed_bytes(self) -> int:
+        """Sliding-window KV of cached tokens dropped by the hit rule (held without it)."""
+        return (self.kv_tokens - self.swa_tokens) * self.swa_per_token
+
+    @property
     def used_bytes(self) -> int:
-        return self.kv_tokens * self.kv_per_token + self.n_ckpts * self.ckpt_bytes
+        return self.kv_bytes + self.n_ckpts * self.ckpt_bytes
 
     @property
     def num_nodes(self) -> int:
         return self.tree.num_nodes
 
     def node_bytes(self, node: Node) -> int:
-        """Bytes ``node`` holds: its tokens' KV plus its checkpoint."""
-        return len(node.tokens) * self.kv_per_token + (self.ckpt_bytes if node.ckpt else 0)
+        """Bytes ``node`` holds: its tokens' KV (sliding-window: its tail) plus its checkpoint."""
+        return self.kinds.node_bytes(len(node.tokens), node.ckpt)
 
     # ------------------------------------------------------------------ queries
     def lookup(self, seq: np.ndarray) -> Hit:
@@ -250,18 +263,19 @@ class PrefixCache:
     # ------------------------------------------------------------------ checks
     def verify(self) -> None:
         """Assert every invariant (tests and debugging; O(nodes))."""
-        kv = ck = 0
+        kv = ck = swa = 0
         for node in self.tree.nodes():
             parent = node.parent
             assert parent is not None and parent.children[int(node.tokens[0])] is node
             assert node.depth == parent.depth + len(node.tokens) and len(node.tokens) > 0
             kv += len(node.tokens)
+            swa += self.kinds.tail(len(node.tokens))
             ck += node.ckpt
             if self.has_ssm and not node.lock:
                 assert node.ckpt or len(node.children) >= 2, f"untidy {node!r}"
             if not self.has_ssm:
                 assert not node.ckpt
-        assert (kv, ck) == (self.kv_tokens, self.n_ckpts), "byte counters drifted"
+        assert (kv, ck, swa) == (self.kv_tokens, self.n_ckpts, self.swa_tokens), "counters drifted"
         assert kv == self.tree.num_tokens
         assert self.used_bytes <= self.capacity, "capacity exceeded"
 
@@ -277,7 +291,13 @@ class PrefixCache:
             return (None, 0) if node is self.root else (node, node.depth)
         if m.length == 0:
             return None, 0
-        return (m.partial if m.partial is not None else m.node), m.length
+        if m.partial is not None:
+            start = m.partial.depth - len(m.partial.tokens)
+            if not self.kinds.hit_inside_ok(len(m.partial.tokens), m.length - start):
+                # Its sliding-window KV there was dropped: resume at the node's start.
+                return (None, 0) if m.node is self.root else (m.node, start)
+            return m.partial, m.length
+        return m.node, m.length
 
     def _match(self, seq: np.ndarray) -> Match:
         """``tree.match``, reusing the last match while the tree is unchanged.
@@ -304,6 +324,14 @@ class PrefixCache:
         missing = self._missing_ckpts(base, pos, covered)
         n_new = sum(1 for p in pos if p > covered) if self.has_ssm else 0
         kv = (pos[-1] - covered) * self.kv_per_token if pos[-1] > covered else 0
+        if self.swa_per_token:  # the new chain's tails, plus at most W per edge split
+            ends = [p for p in pos if p > covered] if self.has_ssm else [pos[-1]]
+            prev, swa = covered, 0
+            for p in ends:
+                swa += self.kinds.tail(p - prev)
+                prev = p
+            swa += (len(missing) + 1) * self.kinds.tail(pos[-1])
+            kv += swa * self.swa_per_token
         return missing, kv + (len(missing) + n_new) * self.ckpt_bytes
 
     def _missing_ckpts(self, base: Node, pos: list[int], covered: int) -> list[int]:
@@ -326,7 +354,8 @@ class PrefixCache:
     ) -> tuple[list[int], int]:
         """The longest admission prefix that fits in ``free`` bytes: (positions, end)."""
         if not self.has_ssm:
-            end = covered + (free // self.kv_per_token if self.kv_per_token else 0)
+            per = self.kv_per_token + self.swa_per_token  # a bound: tails cost at most this
+            end = covered + (free // per if per else 0)
             end = min(end, pos[-1])
             return ([end] if end > 0 else []), end
         kept: list[int] = []
@@ -338,6 +367,7 @@ class PrefixCache:
                 cost = self.ckpt_bytes if p in missing_set else 0
             else:
                 cost = (p - prev) * self.kv_per_token + self.ckpt_bytes
+                cost += self.kinds.tail(p - prev) * self.swa_per_token
                 prev = p
             if spent + cost > free:
                 break
@@ -361,7 +391,10 @@ class PrefixCache:
             node = _parent(node)
         if node.depth == p:
             return node
-        upper = self.tree.split(node, p - (node.depth - len(node.tokens)))
+        before, k = len(node.tokens), p - (node.depth - len(node.tokens))
+        upper = self.tree.split(node, k)
+        tail = self.kinds.tail
+        self.swa_tokens += tail(k) + tail(before - k) - tail(before)
         self.policy.on_node_added(upper)
         self.policy.on_node_changed(node)
         return upper
@@ -386,6 +419,7 @@ class PrefixCache:
                 self.n_ckpts += 1
                 self.checkpoints_admitted += 1
             chain.append(node)
+            self.swa_tokens += self.kinds.tail(end - prev)
             parent, prev = node, end
         self.kv_tokens += ends[-1] - start
         # Hooks after the chain is whole: inner chain nodes are never seen as leaves.
@@ -399,6 +433,7 @@ class PrefixCache:
         assert parent is not None
         self.tree.remove_leaf(node)
         self.kv_tokens -= len(node.tokens)
+        self.swa_tokens -= self.kinds.tail(len(node.tokens))
         self.n_ckpts -= node.ckpt
         self.policy.on_node_removed(node)
         node.parent = None
@@ -406,6 +441,9 @@ class PrefixCache:
             self.policy.on_node_changed(parent)
 
     def _merge(self, node: Node) -> None:
+        tail, upper = self.kinds.tail, len(node.tokens)
+        lower = len(next(iter(node.children.values())).tokens)
+        self.swa_tokens += tail(upper + lower) - tail(upper) - tail(lower)
         child = self.tree.merge_into_child(node)
         self.n_ckpts -= node.ckpt
         self.policy.on_node_removed(node, child)

@@ -95,6 +95,7 @@ def fill(cache: PrefixCache, snap: CacheSnapshot) -> None:
         parent.children[int(toks[0])] = node
         nodes.append(node)
         cache.kv_tokens += len(toks)
+        cache.swa_tokens += cache.kinds.tail(len(toks))
         cache.n_ckpts += node.ckpt
     tree.num_nodes += len(nodes)
     tree.num_tokens = cache.kv_tokens

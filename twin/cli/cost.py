@@ -10,6 +10,8 @@ from rich.table import Table
 
 from twin.cli.common import EngineOption, ModelSetOption, console, print_json
 from twin.costmodel import KINDS, CostModel, StepCost
+from twin.costmodel.breakdown import MIXER_LABELS
+from twin.costmodel.model import LABEL
 from twin.costmodel.profile import available_profiles, resolve_profile, shipped_name
 from twin.costmodel.provenance import family_label
 from twin.errors import TwinError
@@ -30,15 +32,16 @@ def _ints(text: str, flag: str) -> list[int]:
 
 
 def _kinds(model: ModelSpec) -> list[str]:
-    """The layer kinds this model has, plus the head."""
+    """The breakdown labels this model has (one per mixer kind, ``ssm`` for Mamba2),
+    then the FFN kinds and the head."""
+    mixers = model.mixer_counts
     counts = {
-        "attention": model.n_attention_layers,
-        "ssm": model.n_ssm_layers,
+        **{LABEL[k]: n for k, n in mixers.items()},
         "mlp": model.n_mlp_layers,
         "moe": model.n_moe_layers,
         "head": 1,
     }
-    return [k for k in KINDS if counts[k]]
+    return [k for k in (*KINDS, *MIXER_LABELS) if counts.get(k)]
 
 
 def predictions(
@@ -124,6 +127,8 @@ def cost(
       twin cost -m llama-3-8b -g a100 --tp 2 --lengths 2048,8192 --json
 
       twin cost -m marconi-hybrid-7b -g h100 --model-set n_ssm_layers=32
+
+      twin cost -m qwen3.5-9b -g h100 --lengths 4096,32768
     """
     if (gpu is None) == (profile is None):
         raise TwinError(
@@ -144,6 +149,7 @@ def cost(
         "source": prof.source,
         "provenance_label": cm.provenance,
         "provenance_by_kernel": {k: family_label(prof, f) for k, f in prof.kernels.items()},
+        **({"datasheet_fallback_kernels": cm.fallback_kernels} if cm.fallback_kernels else {}),
         "profile": str(profile or available_profiles()[shipped_name(gpu or "h100", engine)]),
     }
     if as_json:
@@ -153,6 +159,14 @@ def cost(
         f"[bold]{spec.name}[/] on [bold]{prof.gpu}[/] ({prof.device}), tp={tp}: {cm.provenance}",
         highlight=False,
     )
+    if cm.fallback_kernels:
+        console.print(
+            f"{', '.join(cm.fallback_kernels)}: not in this profile; priced by the datasheet "
+            "roofline fallback of twin.costmodel.mixer_kernels (Mamba-1's scan against the "
+            "fp32 CUDA-core peak)",
+            highlight=False,
+            markup=False,
+        )
     kinds = _kinds(spec)
     pre = Table(title="Prefill latency (ms), by layer kind")
     for col in ("prompt", "cached", "total", *kinds):

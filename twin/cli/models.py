@@ -94,6 +94,8 @@ def show_cmd(
 
       twin models show marconi-hybrid-7b
 
+      twin models show qwen3.5-9b
+
       twin models show --config path/to/config.json --json
 
       twin models show path/to/config.json
@@ -112,6 +114,7 @@ def show_cmd(
         print_json({"model": m.to_dict(), "prefill_flops_per_token": flops})
         return
     console.print(f"[bold]{m.name}[/] ({m.kind})  source: {m.source or '-'}", highlight=False)
+    console.print(f"layers: {m.pattern}", highlight=False, markup=False)
 
     mix = Table(title="Layer mix", show_header=True)
     for col in ("attention", "ssm", "mlp", "moe", "d_model", "vocab"):
@@ -134,22 +137,38 @@ def show_cmd(
     sizes = Table(title="Sizes", show_header=False)
     sizes.add_column("what")
     sizes.add_column("value", justify="right")
+    kinds = m.mixer_counts
     if m.n_attention_layers:
-        window = f", window {m.sliding_window}" if m.sliding_window else ""
+        gate = ", output gate" if m.attn_output_gate else ""
         sizes.add_row(
             "attention",
-            f"{m.n_heads} heads, {m.n_kv_heads} kv heads, head dim {m.head_dim}{window}",
+            f"{m.n_heads} heads, {m.n_kv_heads} kv heads, head dim {m.head_dim}{gate}",
         )
         sizes.add_row("KV bytes / token", f"{m.kv_bytes_per_token:,}")
-    if m.n_ssm_layers:
+        if "swa" in kinds:
+            sizes.add_row(
+                f"  of which swa (window {m.sliding_window})",
+                f"{m.kv_bytes_per_token_of('swa'):,}",
+            )
+    if kinds.get("mamba2") or kinds.get("mamba1"):
         sizes.add_row(
             "SSM",
             f"N {m.ssm_d_state}, d_inner {m.d_inner}, state channels "
             f"{m.state_channels}, {m.n_ssm_heads} heads, groups {m.ssm_groups}",
         )
-        sizes.add_row("SSM state bytes / layer", f"{m.ssm_state_bytes_per_layer:,}")
+    if kinds.get("gdn"):
+        sizes.add_row(
+            "Gated DeltaNet",
+            f"{m.gdn_k_heads} qk heads x {m.gdn_head_k_dim}, {m.gdn_v_heads} v heads x "
+            f"{m.gdn_head_v_dim}, conv {m.gdn_conv_kernel}",
+        )
+    if m.n_ssm_layers:
+        for kind in ("mamba1", "mamba2", "gdn"):
+            if kinds.get(kind):
+                per = m.state_bytes_of(kind) // kinds[kind]
+                sizes.add_row(f"{kind} state bytes / layer", f"{per:,}")
         ckpt = m.ssm_checkpoint_bytes
-        sizes.add_row("SSM checkpoint bytes", f"{ckpt:,} ({format_bytes(ckpt)})")
+        sizes.add_row("state bytes / checkpoint", f"{ckpt:,} ({format_bytes(ckpt)})")
     sizes.add_row("parameters", f"{m.n_params:,}")
     sizes.add_row("weight bytes", f"{m.weight_bytes:,} ({format_bytes(m.weight_bytes)})")
     console.print(sizes)

@@ -8,6 +8,8 @@ from typing import Any
 # Layer kinds of a breakdown: the four of ModelSpec plus the embedding / final norm /
 # LM head, which belong to no layer.
 KINDS = ("attention", "ssm", "mlp", "moe", "head")
+# Labels of the mixer kinds beyond those (``ssm`` is Mamba2's).
+MIXER_LABELS = ("swa", "mamba1", "gdn")
 
 
 @dataclass
@@ -29,8 +31,13 @@ class StepCost:
 
     @property
     def by_kind(self) -> dict[str, float]:
-        """Seconds per layer kind (every kind of ``KINDS``, zeros included)."""
-        return {k: sum(self.items.get(k, {}).values()) for k in KINDS}
+        """Seconds per layer kind: every kind of ``KINDS`` (zeros included), then the
+        issue-13 mixer kinds present (``swa``, ``mamba1``, ``gdn``)."""
+        out = {k: sum(self.items.get(k, {}).values()) for k in KINDS}
+        for k in MIXER_LABELS:
+            if k in self.items:
+                out[k] = sum(self.items[k].values())
+        return out
 
     @property
     def by_kernel(self) -> dict[str, float]:

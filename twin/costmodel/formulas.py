@@ -41,6 +41,9 @@ class KernelFormula:
     uses_flops: bool  # False: a pure byte-moving kernel (no FLOP term, no smooth max)
     extras: tuple[str, ...]  # extra linear features, each with a ``c_<name>`` coefficient
     doc: str
+    # The peak the FLOP time divides by: tensor-core ``flops``, or ``fp32_flops`` for a
+    # kernel that runs on CUDA cores in fp32 (Mamba-1's selective scan).
+    flops_peak: str = "flops"
 
     def __post_init__(self) -> None:
         assert self.uses_flops or not self.extras, "extras sit on the compute side"
@@ -101,6 +104,38 @@ FORMULAS: dict[str, KernelFormula] = {
             (),
             "causal conv1d decode update: one token per sequence, conv state read + written",
         ),
+        # Issue 13's mixer kinds (optional: a profile without them takes the datasheet
+        # fallback of ``twin.costmodel.mixer_kernels``).
+        KernelFormula(
+            "mamba1_scan",
+            "mem_bw",
+            True,
+            (),
+            "Mamba-1 selective scan over prompts (selective_scan_cuda: fp32 on CUDA cores)",
+            flops_peak="fp32_flops",
+        ),
+        KernelFormula(
+            "mamba1_step",
+            "mem_bw",
+            True,
+            (),
+            "Mamba-1 one-token state update (selective_state_update, fp32 CUDA cores)",
+            flops_peak="fp32_flops",
+        ),
+        KernelFormula(
+            "gdn_chunk",
+            "mem_bw",
+            True,
+            ("chunks",),
+            "Gated DeltaNet chunked delta rule over prompts (FLA chunk_gated_delta_rule)",
+        ),
+        KernelFormula(
+            "gdn_step",
+            "mem_bw",
+            True,
+            (),
+            "Gated DeltaNet one-token recurrent update (FLA fused_recurrent_gated_delta_rule)",
+        ),
         # One fit per GPU count, stored as ``allreduce_<n>gpu``; without one the cost
         # model prices a ring from the profile's peaks.
         KernelFormula(
@@ -114,7 +149,7 @@ FORMULAS: dict[str, KernelFormula] = {
 }
 
 # Families every profile must carry (the cost model refuses a profile without one).
-OPTIONAL = ("conv1d_update", "allreduce")
+OPTIONAL = ("conv1d_update", "allreduce", "mamba1_scan", "mamba1_step", "gdn_chunk", "gdn_step")
 KERNELS: tuple[str, ...] = tuple(k for k in FORMULAS if k not in OPTIONAL)
 
 _PER_GPU_COUNT = re.compile(r"^(allreduce)_(\d+)gpu$")
@@ -342,7 +377,7 @@ def compile_kernel(
             return t0 + nbytes * inv_b
 
         return bandwidth
-    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks["flops"]))
+    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
 
     def roofline(flops: float, nbytes: float, extras: dict[str, float]) -> float:
@@ -366,7 +401,7 @@ def compile_fast(
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     if not f.uses_flops:
         return lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b
-    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks["flops"]))
+    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
     inv_p = 1.0 / p
     cx, cy = _coefficients(f, params)

@@ -13,6 +13,13 @@ Per layer kind:
   state update (decode), chunked scan (prefill) or state update (decode), gated
   RMSNorm, out_proj GEMM;
 - MLP: fused add+RMSNorm, up (gate+up) GEMM, activation, down GEMM;
+- sliding-window attention (``swa``): as attention, over the window's keys only;
+- Mamba-1: fused add+RMSNorm, in_proj, x_proj and dt_proj GEMMs, causal conv1d,
+  the selective scan (fp32 on CUDA cores, see ``twin.costmodel.mixer_kernels``) or its
+  state update, gating, out_proj GEMM;
+- Gated DeltaNet (``gdn``): fused add+RMSNorm, in_proj GEMM (q, k, v, z, beta, decay),
+  causal conv1d, the chunked delta rule or its recurrent update, gated RMSNorm,
+  out_proj GEMM;
 - MoE: fused add+RMSNorm, router GEMM, the routed experts as one grouped GEMM
   each way over ``T x top_k`` token rows and the expected number of distinct
   experts hit (uniform routing), activation, weighted combine;
@@ -33,7 +40,9 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import NamedTuple, cast
 
+from twin import mixers as mx
 from twin.costmodel import formulas as fm
+from twin.costmodel import mixer_kernels as mk
 from twin.costmodel.breakdown import StepCost
 from twin.costmodel.profile import Profile
 from twin.errors import TwinError
@@ -46,6 +55,8 @@ _COPY_KERNEL = {
     ("device", "host"): "copy_d2h",
 }
 _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is remembered
+# Breakdown label of each mixer kind: Mamba2 keeps the ``ssm`` label it always had.
+LABEL = {"attention": "attention", "swa": "swa", "mamba2": "ssm", "mamba1": "mamba1", "gdn": "gdn"}
 
 
 class StepFeatures(NamedTuple):
@@ -60,6 +71,10 @@ class StepFeatures(NamedTuple):
     scan_chunks: int  # Mamba2 scan chunks over the prefill chunks (each padded)
     decodes: int
     decode_keys: int  # keys the decode queries read, summed
+    swa_prefill_keys: int = 0  # the same three for sliding-window layers
+    swa_prefill_kv_rows: int = 0
+    swa_decode_keys: int = 0
+    gdn_chunks: int = 0  # GDN chunks over the prefill chunks (each padded)
 
 
 def _split(total: int, tp: int, what: str, model: str) -> int:
@@ -100,6 +115,7 @@ class CostModel:
             if update is not None
             else self._k["conv1d"]
         )
+        self._setup_mixer_kernels()
         self._dense_cache: dict[int, float] = {}
         self._setup_overhead()
         self.prefill_s = lru_cache(maxsize=1 << 16)(self._prefill_s)
@@ -157,16 +173,17 @@ class CostModel:
 
         Equals ``step((), decodes)`` for any ``decodes`` of ``batch`` contexts
         summing to that value, within 1e-12 relative (the engine's decode
-        runs, issue 16): without a sliding window only the attention decode
-        kernel reads the context sum, so it alone is priced per step and the
-        rest of the step once. A window needs every sequence's context: each
-        step is then priced in full, from an even spread of the sum.
+        runs, issue 16): without sliding-window layers only the full-attention
+        decode kernel reads the context sum, so it alone is priced per step and
+        the rest of the step once. A window needs every sequence's context:
+        each step is then priced in full, from an even spread of the sum.
         """
         if batch <= 0:
             raise TwinError(f"a decode step needs at least one sequence (got {batch})")
-        if self.model.sliding_window is not None or self.host_mode not in ("add", "max"):
+        windowed = self.kinds.get("swa") or self.model.sliding_window is not None
+        if windowed or self.host_mode not in ("add", "max"):
             return [self._even_decode_s(batch, c) for c in contexts]
-        layers = self.model.n_attention_layers
+        layers = self.kinds.get("attention", 0)
         feats = self._aggregate((), [0] * batch)
         rest = self._dense(batch, None) + self._mixing(feats, None) + self._head(batch, batch, None)
         if layers:
@@ -225,6 +242,7 @@ class CostModel:
     def _setup_shapes(self) -> None:
         """Per-GPU widths after tensor-parallel splitting (Megatron style)."""
         m, tp = self.model, self.tp
+        self.kinds = kinds = m.mixer_counts
         self.elem_bytes = m.dtype_bytes
         self.d_model = m.d_model
         if m.n_attention_layers:
@@ -232,8 +250,18 @@ class CostModel:
             # KV heads below tp are replicated (vLLM), never split further.
             self.kv_heads = m.n_kv_heads // tp if m.n_kv_heads >= tp else 1
             self.head_dim = m.head_dim
-            self.qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
-        if m.n_ssm_layers:
+            q_heads = self.heads * (2 if m.attn_output_gate else 1)  # query (+ gate)
+            self.qkv_width = (q_heads + 2 * self.kv_heads) * self.head_dim
+        if kinds.get("mamba1"):
+            self.m1_inner = _split(m.d_inner, tp, "d_inner", m.name)
+            self.m1_rank, self.m1_state = mx.mamba1_dt_rank(m), m.ssm_d_state
+        if kinds.get("gdn"):
+            self.gdn_v = _split(m.gdn_v_heads, tp, "the GDN value heads", m.name)
+            self.gdn_k = m.gdn_k_heads // tp if m.gdn_k_heads >= tp else 1
+            self.gdn_key_w = self.gdn_k * m.gdn_head_k_dim
+            self.gdn_val_w = self.gdn_v * m.gdn_head_v_dim
+            self.gdn_conv = 2 * self.gdn_key_w + self.gdn_val_w
+        if kinds.get("mamba2"):
             self.ssm_heads = _split(m.n_ssm_heads, tp, "the SSM heads", m.name)
             self.ssm_head_dim = m.ssm_head_dim
             self.d_inner = _split(m.d_inner, tp, "d_inner", m.name)
@@ -269,25 +297,30 @@ class CostModel:
         self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
     ) -> StepFeatures:
         """The step's features: every kernel's FLOPs and bytes are functions of these sums."""
-        window = self.model.sliding_window
-        p_tok = p_keys = p_kv = chunks = 0
-        chunk = self.chunk_size if self.model.n_ssm_layers else 1
+        kinds, window = self.kinds, self.model.sliding_window or 0
+        full, swa = "attention" in kinds, "swa" in kinds
+        p_tok = p_keys = p_kv = chunks = s_keys = s_kv = g_chunks = 0
+        chunk = self.chunk_size if kinds.get("mamba2") else 1
+        g_chunk = self.model.gdn_chunk_size
         for n, c in prefills:
             if n <= 0 or c < 0:
                 raise TwinError(
                     f"a prefill chunk needs n_new >= 1 and n_cached >= 0 (got {(n, c)})"
                 )
             p_tok += n
-            p_keys += keys_upto(c + n, window) - keys_upto(c, window)
-            p_kv += c + n if window is None else min(c + n, window + n)
+            if full:
+                p_keys += keys_upto(c + n, None) - keys_upto(c, None)
+                p_kv += c + n
+            if swa:
+                s_keys += keys_upto(c + n, window) - keys_upto(c, window)
+                s_kv += min(c + n, window + n)
             chunks += -(-n // chunk)
+            g_chunks += -(-n // g_chunk)
         n_dec = len(decodes)
         if n_dec and min(decodes) < 0:
             raise TwinError("a decode context must be >= 0")
-        if window is None:
-            d_keys = sum(decodes) + n_dec
-        else:
-            d_keys = sum(min(c + 1, window) for c in decodes)
+        d_keys = sum(decodes) + n_dec if full else 0
+        s_dec = sum(min(c + 1, window) for c in decodes) if swa else 0
         return StepFeatures(
             tokens=p_tok + n_dec,
             sequences=len(prefills) + n_dec,
@@ -298,6 +331,10 @@ class CostModel:
             scan_chunks=chunks,
             decodes=n_dec,
             decode_keys=d_keys,
+            swa_prefill_keys=s_keys,
+            swa_prefill_kv_rows=s_kv,
+            swa_decode_keys=s_dec,
+            gdn_chunks=g_chunks,
         )
 
     def _allreduce(self, tokens: int) -> float:
@@ -326,23 +363,46 @@ class CostModel:
                     cost.add(kind, kernel, layers * s)
             return layers * sum(s for _, s in parts)
 
+        kinds = self.kinds
         if m.n_attention_layers:
             qkv = self._gemm(t, d, self.qkv_width)
             o = self._gemm(t, self.heads * self.head_dim, d)
             rope = elem(0.0, e * (2.0 * t * (self.heads + self.kv_heads) * self.head_dim))
-            total += put(
-                "attention",
-                m.n_attention_layers,
-                (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)),
-            )
-        if m.n_ssm_layers:
+            for kind in ("attention", "swa"):
+                if kinds.get(kind):
+                    total += put(
+                        LABEL[kind],
+                        kinds[kind],
+                        (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)),
+                    )
+        if kinds.get("mamba2"):
             g_in = self._gemm(t, d, self.in_proj_width)
             g_out = self._gemm(t, self.d_inner, d)
             gated = elem(0.0, e * (3.0 * t * self.d_inner + self.d_inner))
             total += put(
                 "ssm",
-                m.n_ssm_layers,
+                kinds["mamba2"],
                 (("elementwise", norm + gated), ("gemm", g_in + g_out), ("allreduce", ar)),
+            )
+        if kinds.get("mamba1"):
+            di, r, big_n = self.m1_inner, self.m1_rank, self.m1_state
+            # in_proj, x_proj (dt, B, C), dt_proj, out_proj (mamba_simple.py's four GEMMs).
+            gemms = self._gemm(t, d, 2 * di) + self._gemm(t, di, r + 2 * big_n)
+            gemms += self._gemm(t, r, di) + self._gemm(t, di, d)
+            gated = elem(0.0, e * 3.0 * t * di)  # y * silu(z)
+            total += put(
+                "mamba1",
+                kinds["mamba1"],
+                (("elementwise", norm + gated), ("gemm", gemms), ("allreduce", ar)),
+            )
+        if kinds.get("gdn"):
+            width = 2 * self.gdn_key_w + 2 * self.gdn_val_w + 2 * self.gdn_v
+            gemms = self._gemm(t, d, width) + self._gemm(t, self.gdn_val_w, d)
+            gated = elem(0.0, e * (3.0 * t * self.gdn_val_w + m.gdn_head_v_dim))
+            total += put(
+                "gdn",
+                kinds["gdn"],
+                (("elementwise", norm + gated), ("gemm", gemms), ("allreduce", ar)),
             )
         if m.n_mlp_layers:
             up = self._gemm(t, d, self.up_mats * self.mlp_width)
@@ -386,44 +446,100 @@ class CostModel:
     def _mixing(self, f: StepFeatures, cost: StepCost | None) -> float:
         """Attention and SSM kernels, which depend on each sequence's context and length."""
         m, k, e = self.model, self._k, self.elem_bytes
-        parts: list[tuple[str, str, float]] = []  # (layer kind, kernel, seconds per layer)
+        kinds = self.kinds
+        parts: list[tuple[str, str, float]] = []  # (mixer kind, kernel, seconds per layer)
         if m.n_attention_layers:
             heads = (self.heads, self.kv_heads, self.head_dim, e)
-            if f.prefill_chunks:
-                feats = fm.attn_prefill_sums(
-                    f.prefill_tokens,
-                    f.prefill_keys,
-                    f.prefill_kv_rows,
-                    f.prefill_chunks,
-                    *heads,
-                )
-                parts.append(("attention", "attn_prefill", k["attn_prefill"](*feats)))
-            if f.decodes:
-                feats = fm.attn_decode_sums(f.decodes, f.decode_keys, *heads)
-                parts.append(("attention", "attn_decode", k["attn_decode"](*feats)))
-        if m.n_ssm_layers:
+            groups = (
+                ("attention", f.prefill_keys, f.prefill_kv_rows, f.decode_keys),
+                ("swa", f.swa_prefill_keys, f.swa_prefill_kv_rows, f.swa_decode_keys),
+            )
+            for kind, keys, kv_rows, dec_keys in groups:
+                if not kinds.get(kind):
+                    continue
+                if f.prefill_chunks:
+                    feats = fm.attn_prefill_sums(
+                        f.prefill_tokens, keys, kv_rows, f.prefill_chunks, *heads
+                    )
+                    parts.append((kind, "attn_prefill", k["attn_prefill"](*feats)))
+                if f.decodes:
+                    feats = fm.attn_decode_sums(f.decodes, dec_keys, *heads)
+                    parts.append((kind, "attn_decode", k["attn_decode"](*feats)))
+        if kinds.get("mamba2"):
             ssm = (self.ssm_heads, self.ssm_head_dim, self.ssm_d_state, self.ssm_groups)
-            width, taps = self.conv_channels, m.ssm_conv_kernel
+            conv = ("mamba2", f, self.conv_channels, m.ssm_conv_kernel)
             if f.prefill_chunks:
                 scan = fm.ssm_scan_sums(f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e)
-                parts.append(("ssm", "ssm_scan", k["ssm_scan"](*scan)))
-                # Features of one sequence holding all the step's prompt tokens; the
-                # per-sequence term counts every chunk.
-                cf, cb, _ = fm.conv1d_features(1, f.prefill_tokens, width, taps, e)
-                seq_channels = f.prefill_chunks * width
-                parts.append(("ssm", "conv1d", k["conv1d"](cf, cb, seq_channels)))
+                parts.append(("mamba2", "ssm_scan", k["ssm_scan"](*scan)))
+                parts.append(self._conv(*conv, decode=False))
             if f.decodes:
                 sf, sb, _ = fm.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
-                parts.append(("ssm", "ssm_step", k["ssm_step"](sf, sb)))
-                cf, cb, _ = fm.conv1d_features(f.decodes, 1, width, taps, e, with_state=True)
-                parts.append(("ssm", "conv1d", self._conv_update(cf, cb)))
+                parts.append(("mamba2", "ssm_step", k["ssm_step"](sf, sb)))
+                parts.append(self._conv(*conv, decode=True))
+        if kinds.get("mamba1"):
+            o, conv = self._opt, ("mamba1", f, self.m1_inner, m.ssm_conv_kernel)
+            if f.prefill_chunks:
+                sums = mk.mamba1_scan_sums(f.prefill_tokens, self.m1_inner, self.m1_state, e)
+                parts.append(("mamba1", "mamba1_scan", o["mamba1_scan"](*sums)))
+                parts.append(self._conv(*conv, decode=False))
+            if f.decodes:
+                step = mk.mamba1_step_features(
+                    f.decodes, self.m1_inner, self.m1_state, e, m.state_dtype_bytes
+                )
+                parts.append(("mamba1", "mamba1_step", o["mamba1_step"](*step)))
+                parts.append(self._conv(*conv, decode=True))
+        if kinds.get("gdn"):
+            o, conv = self._opt, ("gdn", f, self.gdn_conv, m.gdn_conv_kernel)
+            dims = (self.gdn_v, self.gdn_k, m.gdn_head_k_dim, m.gdn_head_v_dim)
+            if f.prefill_chunks:
+                sums = mk.gdn_chunk_sums(f.prefill_tokens, f.gdn_chunks, *dims, m.gdn_chunk_size, e)
+                parts.append(("gdn", "gdn_chunk", o["gdn_chunk"](*sums)))
+                parts.append(self._conv(*conv, decode=False))
+            if f.decodes:
+                step = mk.gdn_step_features(f.decodes, *dims, e, m.state_dtype_bytes)
+                parts.append(("gdn", "gdn_step", o["gdn_step"](*step)))
+                parts.append(self._conv(*conv, decode=True))
         total = 0.0
         for kind, kernel, s in parts:
-            layers = m.n_attention_layers if kind == "attention" else m.n_ssm_layers
+            layers = kinds[kind]
             total += layers * s
             if cost is not None:
-                cost.add(kind, kernel, layers * s)
+                cost.add(LABEL[kind], kernel, layers * s)
         return total
+
+    def _conv(
+        self, kind: str, f: StepFeatures, width: int, taps: int, decode: bool
+    ) -> tuple[str, str, float]:
+        """The causal conv1d of a recurrent mixer: over the step's prompts, or its
+        decode update."""
+        e = self.elem_bytes
+        if decode:
+            cf, cb, _ = fm.conv1d_features(f.decodes, 1, width, taps, e, with_state=True)
+            return (kind, "conv1d", self._conv_update(cf, cb))
+        # Features of one sequence holding all the step's prompt tokens; the
+        # per-sequence term counts every chunk.
+        cf, cb, _ = fm.conv1d_features(1, f.prefill_tokens, width, taps, e)
+        return (kind, "conv1d", self._k["conv1d"](cf, cb, f.prefill_chunks * width))
+
+    def _setup_mixer_kernels(self) -> None:
+        """Compile the Mamba-1 / GDN kernels this model uses: the profile's fit, else the
+        datasheet fallback (``fallback_kernels`` names those)."""
+        peaks = {**self.profile.peaks, "fp32_flops": mk.fp32_peak(self.profile)}
+        used = {
+            "mamba1": ("mamba1_scan", "mamba1_step"),
+            "gdn": ("gdn_chunk", "gdn_step"),
+        }
+        self._opt: dict[str, Callable[..., float]] = {}
+        self.fallback_kernels: list[str] = []
+        for kind, names in used.items():
+            if not self.kinds.get(kind):
+                continue
+            for name in names:
+                fit = self.profile.kernels.get(name)
+                if fit is None:
+                    self.fallback_kernels.append(name)
+                params = fit.params if fit is not None else mk.FALLBACK[name]
+                self._opt[name] = fm.compile_fast(name, params, peaks)
 
     def _head(self, t: int, seqs: int, cost: StepCost | None) -> float:
         """Embedding gather, final norm and the LM head (one row per sequence)."""

@@ -41,7 +41,7 @@ from policies.base import Policy
 from twin.cache import PrefixCache, RequestCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.reference.model import HybridLM, Prefill, SeqState
+from twin.reference.model import KV_PLAN, HybridLM, Prefill, SeqState
 from twin.reference.ops import synchronize
 from twin.reference.store import Pending, StateMirror, TensorStore
 from workloads.reader import Request, Workload
@@ -143,7 +143,13 @@ class ReferenceExecutor:
                 "the reference executor does not mirror; use vanilla, sglang+ or "
                 "marconi"
             )
-        self.store = TensorStore()
+        windows = [
+            model.sliding_window if part == "swa" else None
+            for kind in self.lm.plan
+            for part in kind.split("+")
+            if part in KV_PLAN
+        ]
+        self.store = TensorStore(windows)
         self.cache = PrefixCache(
             model, config.cache_bytes, StateMirror(policy, self.store, model.n_ssm_layers > 0)
         )

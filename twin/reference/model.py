@@ -33,12 +33,15 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from twin.errors import TwinError
+from twin.layer_pattern import layer_parts
 from twin.model import ModelSpec
+from twin.reference import recurrent
 from twin.reference.ops import Ops
 
 ROPE_THETA = 10000.0  # Llama's RoPE base (Touvron et al. 2023)
@@ -72,12 +75,32 @@ class Prefill:
     ssm_at: dict[int, list[SsmState]]
 
 
+# The plan's name of each mixer kind (Mamba2 keeps the executor's ``ssm``).
+PLAN_KIND = {
+    "attention": "attention",
+    "swa": "swa",
+    "mamba2": "ssm",
+    "mamba1": "mamba1",
+    "gdn": "gdn",
+}
+KV_PLAN = ("attention", "swa")  # plan kinds holding KV; the others hold a state
+
+
 def layer_plan(model: ModelSpec) -> list[str]:
-    """Layer kinds in order: mixers with attention spread evenly, MLPs after mixers."""
+    """Layer kinds in order: the model's layer pattern if it has one (a parallel layer is
+    ``attention+ssm``), else mixers with attention spread evenly and MLPs after mixers."""
+    plan: list[str] = []
+    if model.layers is not None:
+        for token in model.layers:
+            kinds, ffn = layer_parts(token)
+            if kinds:
+                plan.append("+".join(PLAN_KIND[k] for k in kinds))
+            if ffn != "none":
+                plan.append(ffn)
+        return plan
     n_attn, n_ssm, n_mlp = model.n_attention_layers, model.n_ssm_layers, model.n_mlp_layers
     mixers = n_attn + n_ssm
     attn_at = {(2 * i + 1) * mixers // (2 * n_attn) for i in range(n_attn)} if n_attn else set()
-    plan: list[str] = []
     for i in range(mixers):
         plan.append("attention" if i in attn_at else "ssm")
         plan.extend(["mlp"] * ((i + 1) * n_mlp // mixers - i * n_mlp // mixers))
@@ -91,11 +114,7 @@ def check_supported(model: ModelSpec) -> None:
             f"model {model.name!r}: the reference executor has no MoE layers; "
             "validate a dense preset (e.g. tiny-hybrid, marconi-hybrid-7b)"
         )
-    if model.sliding_window is not None:
-        raise TwinError(
-            f"model {model.name!r}: the reference executor has no sliding-window attention"
-        )
-    if model.n_ssm_layers and model.state_channels > model.d_inner:
+    if model.mixer_counts.get("mamba2") and model.state_channels > model.d_inner:
         raise TwinError(
             f"model {model.name!r}: ssm_state_channels ({model.state_channels}) "
             f"exceeds d_inner ({model.d_inner})"
@@ -116,17 +135,14 @@ class HybridLM:
         self.embed = self._randn(m.vocab_size, d)
         self.final_norm = torch.ones(d, device=device, dtype=dtype)
         self.lm_head = self._linear(m.vocab_size, d)
-        self.layers: list[dict[str, torch.Tensor]] = []
+        self.layers: list[dict[str, Any]] = []
         for kind in self.plan:
-            w: dict[str, torch.Tensor] = {"norm": torch.ones(d, device=device, dtype=dtype)}
-            if kind == "attention":
-                w["qkv"] = self._linear((m.n_heads + 2 * m.n_kv_heads) * m.head_dim, d)
-                w["o"] = self._linear(d, m.n_heads * m.head_dim) * depth_scale
-            elif kind == "mlp":
-                w["up"] = self._linear((2 if m.mlp_gated else 1) * m.mlp_d_ff, d)
-                w["down"] = self._linear(d, m.mlp_d_ff) * depth_scale
-            else:
-                w.update(self._mamba_weights(depth_scale))
+            w: dict[str, Any] = {"norm": torch.ones(d, device=device, dtype=dtype)}
+            parts = kind.split("+")
+            if len(parts) == 1:
+                w.update(self._weights(kind, depth_scale))
+            else:  # a parallel hybrid layer: each mixer its own weights
+                w.update({part: self._weights(part, depth_scale) for part in parts})
             self.layers.append(w)
         if m.n_attention_layers:
             inv = 1.0 / ROPE_THETA ** (
@@ -146,6 +162,25 @@ class HybridLM:
     def _uniform(self, n: int, lo: float, hi: float) -> torch.Tensor:
         u = torch.rand(n, generator=self._gen, device=self.device, dtype=torch.float32)
         return lo + (hi - lo) * u
+
+    def _weights(self, kind: str, depth_scale: float) -> dict[str, torch.Tensor]:
+        m, d = self.spec, self.spec.d_model
+        if kind in KV_PLAN:
+            q_heads = m.n_heads * (2 if m.attn_output_gate else 1)  # query (+ output gate)
+            return {
+                "qkv": self._linear((q_heads + 2 * m.n_kv_heads) * m.head_dim, d),
+                "o": self._linear(d, m.n_heads * m.head_dim) * depth_scale,
+            }
+        if kind == "mlp":
+            return {
+                "up": self._linear((2 if m.mlp_gated else 1) * m.mlp_d_ff, d),
+                "down": self._linear(d, m.mlp_d_ff) * depth_scale,
+            }
+        if kind == "mamba1":
+            return recurrent.mamba1_weights(self, depth_scale)
+        if kind == "gdn":
+            return recurrent.gdn_weights(self, depth_scale)
+        return self._mamba_weights(depth_scale)
 
     def _mamba_weights(self, depth_scale: float) -> dict[str, torch.Tensor]:
         """Mamba2's initialisation (Dao & Gu 2024): A in [-16, -1], dt in [1e-3, 0.1]."""
@@ -189,21 +224,31 @@ class HybridLM:
         rope = self._rope(offset, n) if self.spec.n_attention_layers else None
         for kind, w in zip(self.plan, self.layers, strict=True):
             h = F.rms_norm(x, (x.shape[-1],), w["norm"], EPS)
-            if kind == "attention":
-                prev = past.kv[ai] if past is not None else None
-                out, kv = self._attention(h, w, prev, rope)
-                kv_out.append(kv)
-                ai += 1
-            elif kind == "ssm":
-                prev_s = past.ssm[si] if past is not None else None
-                out, end, at = self._mamba(h, w, prev_s, cuts)
-                ssm_end.append(end)
-                for s, state in zip(cuts, at, strict=True):
-                    ssm_at[s].append(state)
-                si += 1
-            else:
-                out = self._mlp(h, w)
-            x = x + out
+            if kind == "mlp":
+                x = x + self._mlp(h, w)
+                continue
+            parts = kind.split("+")
+            for part in parts:
+                wp: dict[str, torch.Tensor] = w if len(parts) == 1 else w[part]
+                if part in KV_PLAN:
+                    prev = past.kv[ai] if past is not None else None
+                    window = self.spec.sliding_window if part == "swa" else None
+                    out, kv = self._attention(h, wp, prev, rope, window)
+                    kv_out.append(kv)
+                    ai += 1
+                else:
+                    prev_s = past.ssm[si] if past is not None else None
+                    mixer = {
+                        "ssm": self._mamba,
+                        "mamba1": lambda *a: recurrent.mamba1_forward(self, *a),
+                        "gdn": lambda *a: recurrent.gdn_forward(self, *a),
+                    }[part]
+                    out, end, at = mixer(h, wp, prev_s, cuts)
+                    ssm_end.append(end)
+                    for s, state in zip(cuts, at, strict=True):
+                        ssm_at[s].append(state)
+                    si += 1
+                x = x + out
         last = F.rms_norm(x[:, -1], (x.shape[-1],), self.final_norm, EPS)
         logits = F.linear(last, self.lm_head)[0]
         if n in stops:
@@ -229,11 +274,14 @@ class HybridLM:
         w: dict[str, torch.Tensor],
         prev: Kv | None,
         rope: tuple[torch.Tensor, torch.Tensor] | None,
+        window: int | None = None,
     ) -> tuple[torch.Tensor, Kv]:
         m = self.spec
         n, hd = h.shape[1], m.head_dim
-        qkv = F.linear(h, w["qkv"]).view(1, n, m.n_heads + 2 * m.n_kv_heads, hd).transpose(1, 2)
-        q, k, v = qkv.split((m.n_heads, m.n_kv_heads, m.n_kv_heads), dim=1)
+        gate = m.n_heads if m.attn_output_gate else 0
+        heads = m.n_heads + gate + 2 * m.n_kv_heads
+        qkv = F.linear(h, w["qkv"]).view(1, n, heads, hd).transpose(1, 2)
+        q, g, k, v = qkv.split((m.n_heads, gate, m.n_kv_heads, m.n_kv_heads), dim=1)
         assert rope is not None
         q, k = self._rotate(q, rope), self._rotate(k, rope)
         if prev is not None:
@@ -241,7 +289,13 @@ class HybridLM:
             v = torch.cat((prev[1], v), dim=2)
         else:
             v = v.contiguous()
-        y = self.ops.attention(q, k, v)  # (1, h, n, hd)
+        if window is None:
+            y = self.ops.attention(q, k, v)  # (1, h, n, hd)
+        else:  # only the keys some query's window reaches are read (older ones may be gone)
+            first = max(0, k.shape[2] - n - window + 1)
+            y = self.ops.window_attention(q, k[:, :, first:], v[:, :, first:], window)
+        if gate:  # Qwen3-Next's gated attention: y * sigmoid(gate)
+            y = y * torch.sigmoid(g)
         y = y.transpose(1, 2).reshape(1, n, m.n_heads * hd)
         return F.linear(y, w["o"]), (k, v)
 

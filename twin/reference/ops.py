@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from calibration.kernels_mem import causal_conv1d_taps
 from calibration.kernels_ssm import import_mamba_triton
+from calibration.recurrent_refs import sliding_window_attention
 from calibration.ssd import ssd_chunked
 
 Scan = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -58,6 +59,16 @@ class Ops:
             from torch.nn.attention.bias import causal_lower_right
 
             return sdpa(q, k, v, attn_mask=causal_lower_right(n, total))
+
+    def window_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int
+    ) -> torch.Tensor:
+        """Sliding-window causal attention: each query sees the ``window`` keys ending at
+        it (calibration.recurrent_refs, an explicit band mask on every device)."""
+        if k.shape[1] != q.shape[1]:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        return sliding_window_attention(q, k, v, window)
 
     # ------------------------------------------------------------------ conv
     def conv(self, xpad: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

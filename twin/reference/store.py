@@ -52,11 +52,40 @@ def _slice(kv: list[Kv], a: int, b: int) -> list[Kv]:
 
 
 class TensorStore:
-    """Node -> tensors, kept in step with the cache through :class:`StateMirror`."""
+    """Node -> tensors, kept in step with the cache through :class:`StateMirror`.
 
-    def __init__(self) -> None:
+    ``windows`` gives each KV layer's sliding window (None: full attention). The cache
+    keeps only a node's last ``min(len, W)`` tokens of sliding-window KV
+    (``twin.cache.kinds``); the store drops the rest for real, overwriting it with NaN,
+    so a hit that needed dropped KV would turn the logits into NaN.
+    """
+
+    def __init__(self, windows: list[int | None] | None = None) -> None:
         self.nodes: dict[Any, NodeTensors] = {}
         self.pending: Pending | None = None
+        self.windows = windows or []
+
+    def _drop_old_window_kv(self, held: NodeTensors) -> None:
+        """NaN the sliding-window KV before a node's tail (what the cache freed)."""
+        for i, w in enumerate(self.windows):
+            n = held.kv[i][0].shape[2]
+            if w is not None and n > w:
+                held.kv[i][0][:, :, : n - w] = float("nan")
+                held.kv[i][1][:, :, : n - w] = float("nan")
+
+    def _fresh_tail(self, held: NodeTensors, end: int) -> None:
+        """A split's upper part: its sliding-window tail comes from the sequence being
+        inserted, which computed those tokens (``twin.cache.kinds``)."""
+        pending = self.pending
+        if pending is None:
+            return
+        for i, w in enumerate(self.windows):
+            if w is None:
+                continue
+            lo = max(held.start, end - w)
+            k, v = pending.kv[i]
+            held.kv[i][0][:, :, lo - held.start :] = k[:, :, lo:end]
+            held.kv[i][1][:, :, lo - held.start :] = v[:, :, lo:end]
 
     # ------------------------------------------------------------------ reads
     def gather(self, node: Any, upto: int | None = None) -> SeqState:
@@ -102,9 +131,11 @@ class TensorStore:
             n_child = below.kv[0][0].shape[2] if below.kv else 0
             below.kv = _slice(below.kv, cut, n_child)
             below.start = node.depth
+            self._fresh_tail(self.nodes[node], node.depth)
         else:
             pending = self._pending(node)
             self.nodes[node] = NodeTensors(start, _slice(pending.kv, start, node.depth))
+        self._drop_old_window_kv(self.nodes[node])
         self.changed(node, has_ssm)
 
     def changed(self, node: Any, has_ssm: bool) -> None:
@@ -128,6 +159,7 @@ class TensorStore:
             for a, b in zip(held.kv, child.kv, strict=True)
         ]
         child.start = held.start
+        self._drop_old_window_kv(child)
 
     def _pending(self, node: Any) -> Pending:
         assert self.pending is not None, f"{node!r} changed outside an insert"

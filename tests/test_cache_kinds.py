@@ -1,0 +1,101 @@
+"""The cache's hit rule and bytes per mixer kind (issue 13; Jenga's sliding-window rule)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies import get_policy
+from twin.cache import PrefixCache
+from twin.cache.kinds import KindBytes
+from twin.model import ModelSpec
+from twin.presets import get_model
+
+SWA = get_model("tiny-swa")  # 3 swa layers (window 8) + 1 full, no recurrent layer
+W = 8
+FULL, SLIDE = SWA.kv_bytes_per_token_of("attention"), SWA.kv_bytes_per_token_of("swa")
+SWA_HYBRID = get_model("tiny-swa-hybrid")  # + Mamba2: hits only at checkpoints
+BIG = 10**12
+
+
+def seq(start: int, n: int) -> np.ndarray:
+    return np.arange(start, start + n, dtype=np.int32)
+
+
+def cache_of(model: ModelSpec, capacity: int = BIG, policy: str = "sglang+") -> PrefixCache:
+    return get_policy(policy).make_cache(model, capacity)
+
+
+def test_kind_bytes_known_answers() -> None:
+    k = KindBytes(SWA)
+    assert (k.full_kv_per_token, k.swa_kv_per_token, k.window) == (128, 3 * 128, 8)
+    assert [k.tail(n) for n in (0, 3, 8, 9, 100)] == [0, 3, 8, 8, 8]
+    assert k.node_bytes(100, False) == 100 * 128 + 8 * 384
+    # The union of [p - 8, p): 10 -> [2, 10); 12 -> [4, 12) adds 2; 40 -> 8 more.
+    assert k.swa_tokens_needed([10, 12, 40]) == 8 + 2 + 8
+    assert k.hit_inside_ok(100, 100) and k.hit_inside_ok(8, 3) and not k.hit_inside_ok(9, 3)
+    plain = KindBytes(get_model("tiny-hybrid"))  # no window: every token, like before
+    assert plain.window is None and plain.swa_kv_per_token == 0
+    assert plain.node_bytes(100, True) == 100 * 128 + get_model("tiny-hybrid").ssm_checkpoint_bytes
+
+
+def test_old_sliding_window_kv_is_dropped_and_counted_as_freed() -> None:
+    c = cache_of(SWA)
+    c.insert(seq(0, 100), [100])
+    assert c.used_bytes == 100 * FULL + W * SLIDE
+    assert c.swa_freed_bytes == (100 - W) * SLIDE
+    assert c.lookup(seq(0, 100)).length == 100  # at the node's end the window is there
+    # Inside the long node the window was dropped: no hit (the node starts at the root).
+    assert c.lookup(np.r_[seq(0, 60), seq(900, 5)]).length == 0
+    # A request branching at 60 recomputed [0, 60): the split keeps both tails.
+    c.insert(np.r_[seq(0, 60), seq(900, 30)], [90])
+    c.verify()
+    assert c.used_bytes == 130 * FULL + 3 * W * SLIDE
+    assert c.lookup(np.r_[seq(0, 60), seq(700, 3)]).length == 60
+
+
+def test_short_nodes_keep_every_token_so_partial_hits_stay() -> None:
+    c = cache_of(SWA)
+    c.insert(seq(0, 6), [6])  # shorter than the window: all of it is held
+    assert c.used_bytes == 6 * (FULL + SLIDE)
+    assert c.lookup(np.r_[seq(0, 4), seq(50, 2)]).length == 4
+
+
+def test_hybrid_with_swa_hits_at_checkpoints_with_their_windows() -> None:
+    c = cache_of(SWA_HYBRID)
+    kinds = KindBytes(SWA_HYBRID)
+    c.insert(seq(0, 50), [20, 50])  # two nodes: 20 and 30 tokens, each with a state
+    expect = 50 * kinds.full_kv_per_token + 2 * W * kinds.swa_kv_per_token
+    assert c.used_bytes == expect + 2 * SWA_HYBRID.ssm_checkpoint_bytes
+    assert c.lookup(np.r_[seq(0, 45), seq(800, 3)]).length == 20
+    c.verify()
+
+
+def _window_covered(cache: PrefixCache) -> None:
+    """Every node end finds the sliding-window KV of its last W tokens on its path."""
+    for node in cache.tree.nodes():
+        held: set[int] = set()
+        n = node
+        while n.parent is not None:
+            held |= set(range(n.depth - cache.kinds.tail(len(n.tokens)), n.depth))
+            n = n.parent
+        assert set(range(max(0, node.depth - W), node.depth)) <= held
+
+
+@pytest.mark.parametrize("model", [SWA, SWA_HYBRID], ids=["swa", "swa-hybrid"])
+@pytest.mark.parametrize("policy", ["sglang+", "marconi"])
+def test_random_traffic_keeps_counters_capacity_and_windows(model, policy) -> None:
+    rng = np.random.default_rng(7)
+    kinds = KindBytes(model)
+    capacity = 40 * (kinds.full_kv_per_token + kinds.swa_kv_per_token) + 3 * kinds.state_bytes
+    c = cache_of(model, capacity, policy)
+    stems = [rng.integers(0, 50, size=int(rng.integers(5, 30))).astype(np.int32) for _ in range(4)]
+    for i in range(150):
+        s = np.r_[stems[i % 4], rng.integers(0, 50, size=int(rng.integers(1, 25)))].astype(np.int32)
+        c.set_clock(i)
+        c.lookup(s)
+        branch = c.speculative_insert(s)
+        c.insert(s, sorted({len(s), *([branch] if branch else [])}))
+        c.verify()
+        _window_covered(c)
+    assert c.evictions > 0  # the capacity was tight enough to exercise eviction

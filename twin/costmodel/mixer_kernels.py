@@ -1,0 +1,109 @@
+"""Kernels of the Mamba-1 and Gated DeltaNet mixers (issue 13): features and fallbacks.
+
+Features follow ``twin.costmodel.formulas`` (FLOPs, the fewest bytes moved, extras)
+and count FLOPs as ``twin.mixers`` does, so a kernel's FLOPs over a prompt equal the
+model's. A profile that carries no fit for one of these families (every shipped
+profile today: NVIDIA's tables time neither, and no GPU was at hand) is priced with
+``FALLBACK``: a datasheet roofline at assumed efficiencies, labelled as such.
+
+Mamba-1's selective scan (mamba_ssm ``csrc/selective_scan``; its decode step,
+``ops/triton/selective_state_update.py``) runs its recurrence in fp32 on CUDA cores,
+not tensor cores: its compute time divides by the GPU's fp32 (non-tensor) peak,
+``fp32_flops``. The GDN kernels of flash-linear-attention (``fla/ops/gated_delta_rule``)
+do their chunk products with ``tl.dot`` on tensor cores.
+"""
+
+from __future__ import annotations
+
+from twin.costmodel.profile import Profile
+from twin.hardware import GPUS
+from twin.mixers import gdn_chunk_flops_per_head, mamba1_scan_flops_per_channel
+
+_T0 = 5e-6  # one launch, as calibration/datasheet.py assumes
+_P = 4.0  # smooth-max exponent, as calibration/datasheet.py assumes
+# Tensor to fp32 CUDA-core peak ratio when a device has no fp32 figure: A100 312 / 19.5
+# = 16 (datasheet); assumed for devices we have no sheet for.
+FP32_RATIO = 16.0
+
+FALLBACK: dict[str, dict[str, float]] = {
+    # One selective_scan_fwd kernel; efficiencies assumed (a sequential scan over
+    # d_state per channel: half the fp32 peak, half the HBM bandwidth).
+    "mamba1_scan": {"t0_s": _T0, "eff_flops": 0.5, "eff_bytes": 0.5, "p": _P},
+    "mamba1_step": {"t0_s": _T0, "eff_flops": 0.1, "eff_bytes": 0.5, "p": _P},  # as ssm_step
+    # chunk_gated_delta_rule_fwd launches six kernels (chunk_local_cumsum,
+    # chunk_scaled_dot_kkt, solve_tril, recompute_w_u, chunk_fwd_h, chunk_fwd_o):
+    # 6 x t0; efficiencies assumed as for Mamba2's chunk scan (small matmuls).
+    "gdn_chunk": {"t0_s": 6 * _T0, "eff_flops": 0.3, "eff_bytes": 0.5, "p": _P, "c_chunks": 0.0},
+    "gdn_step": {"t0_s": _T0, "eff_flops": 0.1, "eff_bytes": 0.5, "p": _P},  # as ssm_step
+}
+
+
+def fp32_peak(profile: Profile) -> float:
+    """FP32 CUDA-core FLOP/s of the profile's device: its own peak, the datasheet's, or
+    the tensor peak / ``FP32_RATIO`` (the CPU profile: the same peak)."""
+    if "fp32_flops" in profile.peaks:
+        return float(profile.peaks["fp32_flops"])
+    spec = GPUS.get(profile.gpu)
+    if spec is not None and spec.fp32_flops:
+        return float(spec.fp32_flops)
+    if profile.gpu == "cpu":
+        return float(profile.peaks["flops"])
+    return float(profile.peaks["flops"]) / FP32_RATIO
+
+
+def mamba1_scan_sums(
+    tokens: float, channels: int, d_state: int, e: int
+) -> tuple[float, float, float]:
+    """(FLOPs, bytes, 0) of a selective scan over ``tokens`` prompt tokens.
+
+    Bytes per token: u, delta, z in and y out (``channels`` each) plus B and C
+    (``d_state`` each) at ``e`` bytes; A (fp32) read once per launch.
+    """
+    flops = tokens * channels * mamba1_scan_flops_per_channel(d_state)
+    nbytes = e * tokens * (4.0 * channels + 2.0 * d_state) + 4.0 * channels * d_state
+    return float(flops), float(nbytes), 0.0
+
+
+def mamba1_step_features(
+    batch: int, channels: int, d_state: int, e: int, state_e: int
+) -> tuple[float, float]:
+    """(FLOPs, bytes) of one decode token per sequence: each state read and written once."""
+    flops = batch * channels * mamba1_scan_flops_per_channel(d_state)
+    nbytes = batch * (2 * channels * d_state * state_e + e * (4 * channels + 2 * d_state))
+    return float(flops), float(nbytes)
+
+
+def gdn_chunk_sums(
+    tokens: float,
+    n_chunks: float,
+    v_heads: int,
+    k_heads: int,
+    k_dim: int,
+    v_dim: int,
+    chunk: int,
+    e: int,
+) -> tuple[float, float, float]:
+    """(FLOPs, bytes, chunks x heads) of the chunked delta rule over ``n_chunks`` chunks.
+
+    FLOPs over whole chunks (a last partial chunk is computed padded), per value head as
+    ``twin.mixers.gdn_chunk_flops_per_head``. Bytes: q, k, v, the gate and beta in and o
+    out per token, plus one fp32 state per chunk and head written and read back.
+    """
+    flops = n_chunks * chunk * v_heads * gdn_chunk_flops_per_head(k_dim, v_dim, chunk)
+    io = 2 * k_heads * k_dim + 2 * v_heads * v_dim + 2 * v_heads
+    nbytes = e * tokens * io + 8.0 * n_chunks * v_heads * k_dim * v_dim
+    return float(flops), float(nbytes), float(n_chunks * v_heads)
+
+
+def gdn_step_features(
+    batch: int, v_heads: int, k_heads: int, k_dim: int, v_dim: int, e: int, state_e: int
+) -> tuple[float, float]:
+    """(FLOPs, bytes) of one decode token per sequence.
+
+    Per value head: decay the state, read it against k, the rank-one delta update and
+    the readout against q: four k_dim x v_dim passes (2 FLOPs each, 8 in all).
+    """
+    flops = batch * v_heads * 8 * k_dim * v_dim
+    state = 2 * v_heads * k_dim * v_dim * state_e  # read + write
+    io = e * (2 * k_heads * k_dim + 2 * v_heads * v_dim + 2 * v_heads)
+    return float(flops), float(batch * (state + io))
