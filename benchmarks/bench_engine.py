@@ -9,7 +9,10 @@
    ``session-affinity`` router and the ``marconi`` policy: once with alpha
    tuned online (the policy's bootstrap replays its window once per alpha of
    the grid on every replica), once with a fixed alpha (the engine and cache
-   alone), and once with ``vanilla`` (the engine alone). Requests per second =
+   alone), and once with ``vanilla`` (the engine alone); then in the shared KV
+   pool (issue 14) with fixed-alpha ``marconi``, and as vLLM's and SGLang's
+   modes build it (``vllm+`` at vLLM's block of 80, ``sglang+`` with
+   retraction). Requests per second =
    requests / wall seconds of the simulation call (workload open, run,
    records and summary written), measured in a child process pinned to one
    CPU core.
@@ -186,6 +189,19 @@ def main() -> None:
                 ("marconi_tuned_alpha", {"policy": "marconi"}),
                 ("marconi_alpha_1.0", {"policy": "marconi", "policy_options": {"alpha": 1.0}}),
                 ("vanilla", {"policy": "vanilla"}),
+                # The engines' shared KV pool (issue 14): cache_bytes is then unused.
+                (
+                    "shared_pool_marconi_alpha_1.0",
+                    {"shared_pool": True, "policy": "marconi", "policy_options": {"alpha": 1.0}},
+                ),
+                (
+                    "vllm_mode",
+                    {"shared_pool": True, "policy": "vllm+", "policy_options": {"block_size": 80}},
+                ),
+                (
+                    "sglang_mode",
+                    {"shared_pool": True, "policy": "sglang+", "preemption": "retract"},
+                ),
             )
         ):
             res = _run(

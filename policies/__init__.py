@@ -10,9 +10,11 @@ from typing import Any
 
 from policies.alpha_tuning import ALPHA_GRID
 from policies.base import Policy, judicious_admission
+from policies.jenga import JengaPolicy
 from policies.marconi import MarconiPolicy
 from policies.marconi_twin import MarconiTwinPolicy
 from policies.oracle import OraclePolicy
+from policies.prompt_cache import PromptCachePolicy
 from policies.sglang_plus import SGLangPlusPolicy
 from policies.vanilla import VanillaPolicy
 from policies.vllm_plus import VLLMPlusPolicy
@@ -27,6 +29,8 @@ POLICIES: dict[str, type[Policy]] = {
         MarconiPolicy,
         MarconiTwinPolicy,
         OraclePolicy,
+        PromptCachePolicy,
+        JengaPolicy,
     )
 }
 
@@ -67,10 +71,12 @@ def options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:
 __all__ = [
     "ALPHA_GRID",
     "POLICIES",
+    "JengaPolicy",
     "MarconiPolicy",
     "MarconiTwinPolicy",
     "OraclePolicy",
     "Policy",
+    "PromptCachePolicy",
     "SGLangPlusPolicy",
     "VLLMPlusPolicy",
     "VanillaPolicy",

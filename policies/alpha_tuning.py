@@ -88,7 +88,7 @@ def grid_scores(
     """
     if jobs <= 1 and not exhaustive:
         runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)
-        return {a: score_hits([h for h, _ in served], model, metric) for a, _, served in runs}
+        return {a: score_hits([h for h, *_ in served], model, metric) for a, _, served in runs}
     scores = map_alphas(_score_at, (snapshot, model, window, policy_cls, metric), grid, jobs)
     return dict(zip(grid, scores, strict=True))
 

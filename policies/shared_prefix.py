@@ -26,8 +26,10 @@ import numpy as np
 from twin.cache import CacheSnapshot, PrefixCache, serve
 from twin.model import ModelSpec
 
-Request = tuple[np.ndarray, int]  # (input + output, input length)
-Served = tuple[int, int]  # (hit tokens, the hit node's nid or -1) per request
+# (input + output, input length[, declared modules]) per request
+Request = tuple[np.ndarray, int] | tuple[np.ndarray, int, np.ndarray | None]
+# (hit tokens, the hit node's nid or -1, hit tokens recomputed) per request
+Served = tuple[int, int, int]
 
 
 def replay_grid(
@@ -58,8 +60,8 @@ def replay_grid(
     before = first.evictions
     served: list[Served] = []
     shared = None  # requests served before the first eviction
-    for full, n in requests:
-        served.append(_serve(first, full, n))
+    for request in requests:
+        served.append(_serve(first, *request))
         if shared is None and first.evictions != before:
             shared = len(served) - 1
         tick()
@@ -73,8 +75,8 @@ def replay_grid(
     fork = None
     if shared > 0:
         common = fresh(grid[0])
-        for full, n in requests[:shared]:
-            _serve(common, full, n)
+        for request in requests[:shared]:
+            _serve(common, *request)
         fork = (common.snapshot(), common.policy.export_state())
     for alpha in grid[1:]:
         if fork is None:
@@ -86,8 +88,8 @@ def replay_grid(
         own = served[:shared]
         for _ in range(shared):
             tick()
-        for full, n in requests[shared:]:
-            own.append(_serve(cache, full, n))
+        for request in requests[shared:]:
+            own.append(_serve(cache, *request))
             tick()
         yield alpha, cache, own
 
@@ -107,8 +109,8 @@ def replay_each(
     for alpha in grid:
         cache = _start(make_policy(alpha), model, start, capacity)
         served = []
-        for full, n in requests:
-            served.append(_serve(cache, full, n))
+        for request in requests:
+            served.append(_serve(cache, *request))
             tick()
         yield alpha, cache, served
 
@@ -119,9 +121,9 @@ def _start(policy: Any, model: ModelSpec, start: CacheSnapshot | None, capacity:
     return PrefixCache.restore(start, model, policy)
 
 
-def _serve(cache: Any, full: np.ndarray, n: int) -> Served:
-    hit = serve(cache, full[:n], full)
-    return hit.length, getattr(hit.node, "nid", -1)
+def _serve(cache: Any, full: np.ndarray, n: int, modules: np.ndarray | None = None) -> Served:
+    hit = serve(cache, full[:n], full, modules)
+    return hit.length, getattr(hit.node, "nid", -1), hit.recompute
 
 
 def _nothing() -> None:

@@ -18,6 +18,7 @@ from reports.analysis import Slo, aggregate, by_gpu_count, parse_slo, recommend
 from reports.load import sustainable
 from reports.render import Header, render_report
 from reports.sweep import (
+    AUTO_GB,
     EXECUTORS,
     INFEASIBLE_COLUMN,
     SweepSpec,
@@ -70,7 +71,7 @@ def capacity_report(
     gpu: str | None = None,
     engine: str | None = None,
     profile: str | Path | None = None,
-    cache_gb: Sequence[float] = (10.0, 20.0, 40.0),
+    cache_gb: Sequence[float | str] = (10.0, 20.0, 40.0),
     policies: Sequence[str] = ("vllm+", "sglang+", "marconi"),
     session_rates: Sequence[float | None] = (None,),
     slo: str | Slo | None = None,
@@ -87,6 +88,9 @@ def capacity_report(
     """Run the sweep of ``cache_gb`` x ``policies`` x ``session_rates`` x ``seeds``; write
     the report under ``out``; return what it found.
 
+    ``cache_gb`` may hold ``"auto"`` (the shared KV pool); ``policies`` may name
+    engine modes with flags (``"sglang[mamba_scheduler_strategy=extra_buffer]"``,
+    :func:`reports.sweep.engine_variant`), each run in its shared pool.
     ``model_set`` holds ``FIELD=VALUE`` overrides of ``model`` (``--model-set``);
     ``engine`` names whose kernels price the steps (``--engine``);
     ``settings`` holds the fixed engine settings (``replicas``, ``tp``,
@@ -98,7 +102,7 @@ def capacity_report(
     ``len(replicas) x len(cache_gb) x len(policies) x len(session_rates) x seeds``).
     """
     target = parse_slo(slo) if isinstance(slo, str) else slo
-    caches = [float(c) for c in cache_gb]
+    caches = [AUTO_GB if str(c).lower() == "auto" else float(c) for c in cache_gb]
     if cdf_cache_gb is not None and float(cdf_cache_gb) not in caches:
         raise TwinError(
             f"--cdf-cache-gb {cdf_cache_gb:g}: not one of the swept --cache-gb "

@@ -7,8 +7,11 @@ returns one ``<svg>`` element.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import io
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import matplotlib
@@ -25,7 +28,26 @@ from reports.perrequest import BIN_LABELS, QUANTILES, pooled_bin_hit_rates, pool
 matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "twin-report"})
 
 
+# "png" while :func:`png_figures` is active: each figure comes back as base64 PNG.
+_FORMAT = ["svg"]
+
+
+@contextlib.contextmanager
+def png_figures() -> Iterator[None]:
+    """Within this block every ``fig_*`` function returns a base64 PNG instead of SVG."""
+    _FORMAT.append("png")
+    try:
+        yield
+    finally:
+        _FORMAT.pop()
+
+
 def _svg(fig: Any) -> str:
+    if _FORMAT[-1] == "png":
+        raw = io.BytesIO()
+        fig.savefig(raw, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})
+        plt.close(fig)
+        return base64.b64encode(raw.getvalue()).decode()
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)

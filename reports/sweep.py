@@ -1,7 +1,12 @@
 """The sweep: one engine simulation per grid point, kept in a resumable results table.
 
 A point is (cache size, policy, session rate, seed, replicas); everything else
-(model, profile, tp, workload) is fixed by the :class:`SweepSpec`. Each finished
+(model, profile, tp, workload) is fixed by the :class:`SweepSpec`. The policy
+axis may also name an engine mode with its flags (``sglang``,
+``sglang[mamba_scheduler_strategy=extra_buffer;max_running_requests=64]``,
+:func:`engine_variant`): such a point runs that engine in its shared KV pool,
+and its cache size is the pool's (``AUTO_GB`` in the point, the pool's GB in
+the row); ``--cache-gb auto`` runs a policy in the shared pool the same way. Each finished
 point is merged into ``DIR/results.parquet``, rewritten atomically, so a
 killed sweep loses at most the points still running and a rerun with the same
 DIR computes only what is missing. Each merge re-reads the file under a lock
@@ -29,8 +34,10 @@ from reports.workers import run_in_pool
 from twin.atomic import atomic_path, locked
 from twin.engine.config import EngineConfig, build_config
 from twin.errors import TwinError
+from twin.hardware import GB
 
 RESULTS_FILE = "results.parquet"
+AUTO_GB = -1.0  # a point's cache size when it runs the shared KV pool (--cache-gb auto)
 INFEASIBLE_COLUMN = "infeasible"
 LOCK_FILE = ".results.lock"
 
@@ -119,23 +126,38 @@ class SweepSpec:
         return build_config(**dict(self.settings))
 
     def fields(self, point: Point) -> dict[str, Any]:
-        """The engine settings of ``point`` for :func:`twin.engine.build_config`."""
+        """The engine settings of ``point`` for :func:`twin.engine.build_run`.
+
+        An engine-mode point gives ``engine`` and ``sets`` (its flags) instead
+        of a policy; the mode chooses the policy.
+        """
         fixed = dict(self.settings)
-        options = options_for(point.policy, dict(fixed.pop("policy_options", None) or {}))
+        shared = dict(fixed.pop("policy_options", None) or {})
         if point.replicas is not None:
             fixed["replicas"] = point.replicas
+        common = {"session_rate": point.session_rate, "seed": point.seed}
+        variant = engine_variant(point.policy)
+        if variant is not None:
+            mode, sets = variant
+            return {**fixed, "cache_gb": "auto", "engine": mode, "sets": sets, **common}
         return {
             **fixed,
-            "cache_gb": point.cache_gb,
+            "cache_gb": "auto" if point.cache_gb == AUTO_GB else point.cache_gb,
             "policy": point.policy,
-            "policy_options": options,
-            "session_rate": point.session_rate,
-            "seed": point.seed,
+            "policy_options": options_for(point.policy, shared),
+            **common,
         }
 
     def config(self, point: Point, profile: Any = None) -> EngineConfig:
         """The engine configuration of ``point`` (``profile`` gives the device memory)."""
-        return build_config(profile, **self.fields(point))
+        from twin.engine.run import mode_fields
+        from twin.presets import resolve_model
+
+        fields = self.fields(point)
+        engine, sets = fields.pop("engine", None), fields.pop("sets", None)
+        cache_gb = fields.pop("cache_gb")
+        model = resolve_model(self.model, self.model_set)
+        return build_config(profile, cache_gb=cache_gb, **mode_fields(model, engine, sets, fields))
 
     def replicas(self, point: Point) -> int:
         """The replicas ``point`` runs on (its own, else the fixed setting)."""
@@ -154,9 +176,9 @@ class SweepSpec:
         """
         varying = {f.name for f in fields(Point)} | {"cache_bytes", "policy_options"}
         engine = {k: v for k, v in self.base_config().to_dict().items() if k not in varying}
-        engine["policy_options"] = options_for(
-            point.policy, dict(dict(self.settings).get("policy_options") or {})
-        )
+        shared = dict(dict(self.settings).get("policy_options") or {})
+        variant = engine_variant(point.policy)
+        engine["policy_options"] = {} if variant else options_for(point.policy, shared)
         fixed = {
             "model": self.model,
             "model_set": list(self.model_set),
@@ -172,6 +194,24 @@ class SweepSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
+def engine_variant(name: str) -> tuple[str, dict[str, str]] | None:
+    """``NAME[flag=value;...]`` on the policy axis as (engine mode, flags); None for a policy."""
+    from twin.engine.modes import ENGINE_MODES
+
+    mode, bracket, rest = name.partition("[")
+    if mode not in ENGINE_MODES:
+        return None
+    if bracket and not rest.endswith("]"):
+        raise TwinError(f"{name!r}: expected ENGINE[flag=value;flag=value]")
+    sets: dict[str, str] = {}
+    for item in filter(None, (t.strip() for t in rest[:-1].split(";"))) if bracket else ():
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise TwinError(f"{name!r}: expected flag=value, got {item!r}")
+        sets[key.strip()] = value.strip()
+    return mode, sets
+
+
 def grid(
     cache_gb: Iterable[float],
     policies: Iterable[str],
@@ -179,13 +219,19 @@ def grid(
     seeds: int,
     replicas: Iterable[int | None] = (None,),
 ) -> list[Point]:
-    """Every combination, in a stable order (replicas, cache, policy, rate, seed)."""
-    return [
-        Point(float(c), p, None if r is None else float(r), s, n)
-        for n, c, p, r, s in itertools.product(
-            replicas, cache_gb, policies, session_rates, range(seeds)
-        )
-    ]
+    """Every combination, in a stable order (replicas, cache, policy, rate, seed).
+
+    An engine mode runs its shared pool: one cache point (``AUTO_GB``), not one per size.
+    """
+    caches = [float(c) for c in cache_gb]
+    points = []
+    for n, c, p, r, s in itertools.product(replicas, caches, policies, session_rates, range(seeds)):
+        if engine_variant(p) is not None:
+            if c != caches[0]:
+                continue
+            c = AUTO_GB
+        points.append(Point(c, p, None if r is None else float(r), s, n))
+    return points
 
 
 def resolve(spec: SweepSpec) -> SweepSpec:
@@ -234,10 +280,13 @@ def point_fields(spec: SweepSpec, point: Point) -> dict[str, Any]:
 
 
 def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, Any]:
-    """Flatten an engine summary into one results row."""
+    """Flatten an engine summary into one results row (a shared pool's cache: the pool's GB)."""
     thr = s["throughput"]
+    where = point_fields(spec, point)
+    if point.cache_gb == AUTO_GB:
+        where["cache_gb"] = round(s["memory_budget_bytes"] / GB, 1)
     return {
-        **point_fields(spec, point),
+        **where,
         "requests_measured": s["requests"]["measured"],
         "requests_rejected": s["requests"]["rejected"],
         **{f"ttft_{p}_ms": _ms(s["ttft_s"][p]) for p in ("p5", "p50", "p95", "p99")},
@@ -269,13 +318,14 @@ def run_point(
     from twin.engine import build_run, memory_budget
     from twin.presets import resolve_model
 
+    settings = spec.fields(point)
     run = build_run(
         spec.workload,
         model=resolve_model(spec.model, spec.model_set),
         gpu=spec.gpu,
-        engine=spec.engine,
+        engine=settings.pop("engine", spec.engine),
         profile=spec.profile,
-        **spec.fields(point),
+        **settings,
     )
     try:
         memory_budget(run.model, run.config)

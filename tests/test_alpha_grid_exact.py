@@ -66,7 +66,7 @@ def test_grid_replay_serves_like_one_replay_per_alpha(
     ):
         alone = PrefixCache.restore(snap, model, cls(alpha=alpha))
         hits = [serve(alone, full[:n], full) for full, n in window]
-        assert served == [(h.length, getattr(h.node, "nid", -1)) for h in hits], alpha
+        assert served == [(h.length, getattr(h.node, "nid", -1), h.recompute) for h in hits], alpha
         assert sorted(n.nid for n in cache.tree.nodes()) == sorted(
             n.nid for n in alone.tree.nodes()
         )

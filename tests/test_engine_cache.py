@@ -12,7 +12,7 @@ the same two calls.
 from __future__ import annotations
 
 import pytest
-from test_engine_helpers import LinearPricer, generated, run
+from test_engine_helpers import LinearPricer, doc_qa, generated, run
 
 from policies import POLICIES, get_policy
 from twin.cache import RequestCache
@@ -37,16 +37,20 @@ def apart(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.mark.parametrize("policy", ONLINE)
-def test_every_online_policy_plugs_in_by_name(policy):
+def test_every_online_policy_plugs_in_by_name(policy, tmp_path):
+    path = example_path("system-prompt")
+    if policy == "prompt-cache":
+        # It reuses only declared modules: a workload with a modules column.
+        path = doc_qa(tmp_path / "doc-qa.parquet")
     summary, records = run(
-        example_path("system-prompt"),
+        path,
         LinearPricer(),
         "tiny-hybrid",
         policy=policy,
         cache_bytes=2_000_000,
         replicas=2,
     )
-    assert len(records) == Workload.open(example_path("system-prompt")).num_rows
+    assert len(records) == Workload.open(path).num_rows
     assert summary["config"]["policy"] == policy
     if policy != "vanilla":
         assert summary["hit"]["token_hit_rate"] > 0

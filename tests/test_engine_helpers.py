@@ -118,6 +118,22 @@ def generated(
     return path
 
 
+def doc_qa(
+    path: Path, sessions: int = 60, rate: float = 4.0, doc_tokens: tuple[int, int] = (40, 120)
+) -> Path:
+    """A small ``doc-qa`` workload (short documents) with a ``modules`` column."""
+    cls = get_generator("doc-qa")
+    knobs = {
+        "n_documents": "8",
+        "doc_min_tokens": str(doc_tokens[0]),
+        "doc_max_tokens": str(doc_tokens[1]),
+    }
+    gen = cls(cls.parse_params(knobs))
+    with WorkloadWriter(path, gen.metadata(sessions, rate, 3, 4096)) as w:
+        w.write_all(gen.rows(sessions, rate, 3, 4096))
+    return path
+
+
 def run(
     path: Path,
     pricer: PricerBase,

@@ -440,3 +440,53 @@ def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path) -> 
     res = CliRunner().invoke(_cli(), args)
     assert isinstance(res.exception, TwinError) and "--replicas" in str(res.exception)
     assert not (tmp_path / "x").exists()
+
+
+def test_engine_modes_and_their_flags_are_swept_in_their_shared_pool(tmp_path: Path) -> None:
+    """Issue 14: the policy axis takes engine modes with flags; each runs once per rate in
+    its shared KV pool (the row's cache is the pool's size); auto runs a policy there too."""
+    from reports.capacity import capacity_report
+    from reports.sweep import AUTO_GB, engine_variant
+
+    assert engine_variant("vllm+") is None
+    assert engine_variant("sglang[mamba_scheduler_strategy=extra_buffer;page_size=1]") == (
+        "sglang",
+        {"mamba_scheduler_strategy": "extra_buffer", "page_size": "1"},
+    )
+    points = grid([1.0, 2.0], ["vllm", "marconi"], [None], 1)
+    assert [(p.policy, p.cache_gb) for p in points] == [
+        ("vllm", AUTO_GB),
+        ("marconi", 1.0),
+        ("marconi", 2.0),
+    ]
+    extra = "sglang[mamba_scheduler_strategy=extra_buffer]"
+    found = capacity_report(
+        WORKLOAD,
+        tmp_path / "engines",
+        model="tiny-hybrid",
+        gpu="h100",
+        cache_gb=["auto"],
+        policies=["vllm", "sglang", extra, "marconi"],
+    )
+    rows = {r["policy"]: r for r in found.rows}
+    assert set(rows) == {"vllm", "sglang", extra, "marconi"}
+    pool = rows["vllm"]["cache_gb"]
+    assert pool > 10 and all(r["cache_gb"] == pool for r in rows.values())
+    assert rows["vllm"]["token_hit_rate"] != rows["sglang"]["token_hit_rate"]
+    assert len({r["key"] for r in rows.values()}) == 4
+    # One of its figures as a PNG, drawn by the report's code (the README's picture).
+    from reports.png import report_png
+
+    stem = re.search(r"\((fig-[^)]+)\.svg\)", (tmp_path / "engines" / MD_FILE).read_text())
+    assert stem is not None
+    png = report_png(tmp_path / "engines", stem.group(1), tmp_path / "f.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(TwinError, match="the report has"):
+        report_png(tmp_path / "engines", "fig-nope", tmp_path / "g.png")
+
+
+def test_cli_refuses_an_engine_flag_in_the_sweep(capsys, tmp_path: Path) -> None:
+    from test_bad_input import assert_clean_error
+
+    argv = ["report", "capacity", str(WORKLOAD), "--policies", "vllm[nope=1],sglang"]
+    assert_clean_error(capsys, [*argv, "--out", str(tmp_path / "o")], tmp_path, "no flag 'nope'")

@@ -59,6 +59,10 @@ class RequestRecord:
     output_tokens: int
     checkpoints: int  # SSM checkpoints the cache admitted for this request
     rejected: bool = False  # larger than the replica's memory for running requests
+    # Hit tokens the recurrent layers still computed (prompt modules out of prefix position).
+    hit_recompute_tokens: int = 0
+    preemptions: int = 0  # times the shared KV pool ran out and the engine preempted it
+    recomputed_tokens: int = 0  # tokens prefilled again because of its preemptions (priced)
 
     @property
     def queue_s(self) -> float:
@@ -105,6 +109,12 @@ RECORD_SCHEMA = pa.schema(
     + [(c, pa.int64()) for c in _INT_COLUMNS[4:]]
     + [("rejected", pa.bool_()), ("warmup", pa.bool_())]
 )
+# Shared-pool runs (preemption possible) add these; the dedicated cache's files keep the
+# schema above byte for byte.
+PREEMPTION_COLUMNS = ("preemptions", "recomputed_tokens")
+PREEMPTIVE_SCHEMA = RECORD_SCHEMA.append(pa.field("preemptions", pa.int64())).append(
+    pa.field("recomputed_tokens", pa.int64())
+)
 
 
 _TYPECODE = {pa.int64(): "q", pa.int32(): "i", pa.float64(): "d", pa.bool_(): "b"}
@@ -115,17 +125,23 @@ class RecordWriter:
     """Stream :class:`RequestRecord` rows to a parquet file, atomically (module docstring)."""
 
     def __init__(
-        self, path: str | os.PathLike[str], warmup_s: float = 0.0, chunk_rows: int = 65536
+        self,
+        path: str | os.PathLike[str],
+        warmup_s: float = 0.0,
+        chunk_rows: int = 65536,
+        preemptive: bool = False,
     ) -> None:
         self.path = Path(path)
         self.warmup_s = warmup_s
         self.chunk_rows = chunk_rows
         self.rows = 0
+        self.preemptive = preemptive
+        self.schema = PREEMPTIVE_SCHEMA if preemptive else RECORD_SCHEMA
         # Typed buffers (8 bytes a value, no Python objects): a 64K-row chunk is 8 MB.
-        self._cols: dict[str, array] = {f.name: array(_TYPECODE[f.type]) for f in RECORD_SCHEMA}
+        self._cols: dict[str, array] = {f.name: array(_TYPECODE[f.type]) for f in self.schema}
         self._atomic = atomic_path(self.path)
         self._tmp = self._atomic.__enter__()
-        self._writer = pq.ParquetWriter(self._tmp, RECORD_SCHEMA)
+        self._writer = pq.ParquetWriter(self._tmp, self.schema)
 
     def add(self, rec: RequestRecord) -> None:
         c = self._cols
@@ -144,6 +160,9 @@ class RecordWriter:
         c["checkpoints"].append(rec.checkpoints)
         c["rejected"].append(rec.rejected)
         c["warmup"].append(arrival < self.warmup_s)
+        if self.preemptive:
+            c["preemptions"].append(rec.preemptions)
+            c["recomputed_tokens"].append(rec.recomputed_tokens)
         self.rows += 1
         if self.rows % self.chunk_rows == 0:
             self._flush()
@@ -166,13 +185,13 @@ class RecordWriter:
         if not c["row"]:
             return
         arrays = []
-        for f in RECORD_SCHEMA:
+        for f in self.schema:
             values = np.frombuffer(c[f.name], _NUMPY[f.type])
             if f.type == pa.bool_():
                 values = values.astype(bool)
             # from_pandas: NaN times (rejected requests, TPOT of one token) become nulls.
             arrays.append(pa.array(values, f.type, from_pandas=True))
-        self._writer.write_table(pa.Table.from_arrays(arrays, schema=RECORD_SCHEMA))
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
         for name in c:
             c[name] = array(c[name].typecode)
 
@@ -197,9 +216,13 @@ class SummaryBuilder:
 
     LATENCIES = LATENCIES
 
-    def __init__(self, flops: PrefillFlops, warmup_s: float = 0.0) -> None:
+    def __init__(
+        self, flops: PrefillFlops, warmup_s: float = 0.0, preemptive: bool = False
+    ) -> None:
         self.flops = flops
         self.warmup_s = warmup_s
+        self.preemptive = preemptive
+        self.preemptions = self.preempted = self.recomputed = 0
         self.lat = {k: array("f") for k in self.LATENCIES}
         # Latencies past SPILL_AT per kind go to anonymous temporary files, so a
         # ten-million-request run keeps flat memory (issue 16); read back at the end.
@@ -207,7 +230,7 @@ class SummaryBuilder:
         self.total = self.excluded = self.rejected = self.measured = 0
         self.input_tokens = self.hit_tokens = self.output_tokens = self.hits = 0
         self.checkpoints = 0
-        self.flops_total = self.flops_saved = 0.0
+        self.flops_total = self.flops_saved = self.flops_recomputed = 0.0
         self.first_arrival = math.inf
         self.last_completion = 0.0
 
@@ -228,11 +251,17 @@ class SummaryBuilder:
         self.input_tokens += rec.input_tokens
         self.output_tokens += rec.output_tokens
         self.checkpoints += rec.checkpoints
+        if rec.preemptions:
+            self.preempted += 1
+            self.preemptions += rec.preemptions
+            self.recomputed += rec.recomputed_tokens
         self.flops_total += self.flops.total(rec.input_tokens, 0)
         if rec.hit_tokens:
             self.hits += 1
             self.hit_tokens += rec.hit_tokens
             self.flops_saved += self.flops.total(rec.hit_tokens, 0)
+            if rec.hit_recompute_tokens:
+                self.flops_recomputed += self.flops.recurrent(rec.hit_recompute_tokens)
         if rec.arrival_s < self.first_arrival:
             self.first_arrival = rec.arrival_s
         if rec.completed_s > self.last_completion:
@@ -249,6 +278,12 @@ class SummaryBuilder:
             "warmup_excluded": self.excluded,
             "rejected": self.rejected,
         }
+        if self.preemptive:
+            out["preemption"] = {
+                "preempted_requests": self.preempted,
+                "preemptions": self.preemptions,
+                "recomputed_tokens": self.recomputed,
+            }
         out["hit"] = {
             "token_hit_rate": self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,
             "request_hit_rate": self.hits / self.measured if self.measured else 0.0,
@@ -256,11 +291,18 @@ class SummaryBuilder:
             "hit_tokens": self.hit_tokens,
             "checkpoints_admitted": self.checkpoints,
         }
+        saved = self.flops_saved - self.flops_recomputed
         out["flops"] = {
             "prefill_total": self.flops_total,
-            "saved": self.flops_saved,
-            "saved_fraction": self.flops_saved / self.flops_total if self.flops_total else 0.0,
+            "saved": saved,
+            "saved_fraction": saved / self.flops_total if self.flops_total else 0.0,
         }
+        if self.flops_recomputed:
+            # Prompt modules reused out of prefix position on a model with recurrent
+            # layers: what reusing them in every layer would save, and what survives.
+            out["flops"]["saved_attention_only"] = self.flops_saved
+            out["flops"]["recomputed_recurrent"] = self.flops_recomputed
+            out["flops"]["saving_kept"] = saved / self.flops_saved if self.flops_saved else 0.0
         out["throughput"] = {
             "window_s": window,
             "requests_per_s": rate(self.measured),

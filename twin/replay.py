@@ -41,6 +41,8 @@ class Trace:
     fulls: list[np.ndarray]
     prompt_lens: list[int]
     source: str = ""
+    # Per request, its declared prompt modules (workload ``modules`` column) or None.
+    modules: list[np.ndarray | None] = field(default_factory=list)
 
     @property
     def num_requests(self) -> int:
@@ -55,12 +57,13 @@ class Trace:
         """Read every request of ``workload`` (a path or an open :class:`Workload`)."""
         if not isinstance(workload, Workload):
             workload = Workload.open(workload)
-        fulls, lens = [], []
+        fulls, lens, modules = [], [], []
         for req in workload.requests():
             fulls.append(np.concatenate((req.prompt, req.output)))
             lens.append(len(req.prompt))
+            modules.append(req.modules)
             on_request()
-        return cls(fulls, lens, str(workload.path))
+        return cls(fulls, lens, str(workload.path), modules if workload.has_modules else [])
 
     @classmethod
     def from_pairs(cls, pairs: list[tuple[Any, Any]], source: str = "") -> Trace:
@@ -152,11 +155,17 @@ def _run(
     policy = get_policy(policy_name, **options)
     cache = policy.make_cache(model, capacity)
     served = []
-    for full, n in zip(trace.fulls, trace.prompt_lens, strict=True):
-        hit = serve(cache, full[:n], full)
-        served.append((hit.length, getattr(hit.node, "nid", -1)))
+    for full, n, mods in _requests(trace):
+        hit = serve(cache, full[:n], full, mods)
+        served.append((hit.length, getattr(hit.node, "nid", -1), hit.recompute))
         on_request()
     return _result(trace, model, policy_name, cache, served, per_request, start)
+
+
+def _requests(trace: Trace) -> list[tuple[np.ndarray, int, np.ndarray | None]]:
+    """(input + output, input length, declared modules or None) per request."""
+    modules = trace.modules or [None] * trace.num_requests
+    return list(zip(trace.fulls, trace.prompt_lens, modules, strict=True))
 
 
 def _result(
@@ -164,23 +173,32 @@ def _result(
     model: ModelSpec,
     policy_name: str,
     cache: Any,
-    served: list[tuple[int, int]],
+    served: list[tuple[int, int, int]],
     per_request: bool,
     start: float,
 ) -> ReplayResult:
     """What ``cache`` holds after serving ``trace``, each request hitting ``served[i]``
-    (hit tokens, the hit node's nid)."""
+    (hit tokens, the hit node's nid, hit tokens the recurrent layers recompute)."""
     flops = PrefillFlops(model)
     hit_tokens = hits = 0
     saved = total = 0.0
-    for (h, _), n in zip(served, trace.prompt_lens, strict=True):
+    recomputed = 0.0  # FLOPs the recurrent layers spend on reused modules (prompt-cache)
+    for (h, _, recompute), n in zip(served, trace.prompt_lens, strict=True):
         total += flops.total(n, 0)
         if h:
             hit_tokens += h
             hits += 1
             saved += flops.total(h, 0)
+            if recompute:
+                recomputed += flops.recurrent(recompute)
     prompt = trace.prompt_tokens
     stats = cache.policy.stats()
+    if recomputed:
+        # How much of the reuse survives the recurrent layers' recompute.
+        stats["flops_saved_attention_only"] = saved
+        stats["flops_recomputed_recurrent"] = recomputed
+        stats["saving_kept"] = (saved - recomputed) / saved if saved else 0.0
+        saved -= recomputed
     return ReplayResult(
         policy=policy_name,
         model=model.name,
@@ -200,8 +218,8 @@ def _result(
         if not per_request
         else {
             "input_tokens": np.asarray(trace.prompt_lens, np.int64),
-            "hit_tokens": np.asarray([h for h, _ in served], np.int64),
-            "hit_node": np.asarray([nid for _, nid in served], np.int64),
+            "hit_tokens": np.asarray([h for h, _, _ in served], np.int64),
+            "hit_node": np.asarray([nid for _, nid, _ in served], np.int64),
         },
     )
 
@@ -240,7 +258,7 @@ def _hindsight(
                 grid,
                 lambda a: get_policy(policy_name, **{**options, "alpha": a}),
                 model,
-                list(zip(trace.fulls, trace.prompt_lens, strict=True)),
+                _requests(trace),
                 capacity=capacity,
                 on_request=on_request,
             )

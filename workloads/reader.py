@@ -22,11 +22,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from twin.errors import TwinError, where
+from workloads.modules import check_row_modules, is_module_list, module_lists
 from workloads.schema import (
     COLUMNS,
     INDEX_COLUMNS,
     MAX_SEQUENCE_TOKENS,
     METADATA_KEY,
+    MODULES_COLUMN,
     TOKEN_ID_MAX,
 )
 
@@ -48,6 +50,8 @@ class Request:
     output: np.ndarray  # int32: output ids (from the file, or fresh negative ids)
     new_tokens: int  # prompt tokens this turn added (len of its input_tokens)
     extends_history: bool
+    # Prompt modules imported: (k, 3) int64 rows of (id, start, length); None: none.
+    modules: np.ndarray | None = None
 
     @property
     def output_len(self) -> int:
@@ -88,6 +92,7 @@ class Workload:
         self.num_rows = len(index["session_id"])
         self.metadata: dict[str, Any] = _file_metadata(path, parquet.schema_arrow)
         self._last_turn = _last_turn_mask(index["session_id"])
+        self.has_modules = MODULES_COLUMN in parquet.schema_arrow.names
 
     @property
     def num_sessions(self) -> int:
@@ -125,9 +130,15 @@ class Workload:
         sid_all, turn_all = self.index["session_id"], self.index["turn"]
         arr_all, think_all = self.index["arrival_s"], self.index["think_s"]
         ext_all, olen_all = self.index["extends_history"], self.index["output_len"]
+        seen: dict[int, tuple[int, bytes]] = {}  # module id -> (length, digest of its tokens)
         for batch in self.token_batches():
             inputs = _token_lists(self.path, row, "input_tokens", batch.column(0))
             outputs = _token_lists(self.path, row, "output_tokens", batch.column(1))
+            mods = (
+                module_lists(self.path, row, batch.column(2))
+                if self.has_modules
+                else [None] * batch.num_rows
+            )
             for i in range(batch.num_rows):
                 r = row + i
                 sid = int(sid_all[r])
@@ -156,6 +167,9 @@ class Workload:
                         f"{where(self.path, r, 'input_tokens')}: session {sid} reaches "
                         f"{len(prompt) + n_out} tokens, over the {MAX_SEQUENCE_TOKENS} limit"
                     )
+                row_modules = mods[i]
+                if row_modules is not None:
+                    check_row_modules(self.path, r, row_modules, prompt, seen)
                 if not self._last_turn[r]:
                     history[sid] = np.concatenate((prompt, out))
                 yield Request(
@@ -168,6 +182,7 @@ class Workload:
                     output=out,
                     new_tokens=len(new),
                     extends_history=bool(ext_all[r]),
+                    modules=row_modules,
                 )
             row += batch.num_rows
 
@@ -177,9 +192,10 @@ class Workload:
         Opening a file reads only its footer, so a corrupted data page (a bit
         flip in a compressed token page) surfaces here, mid-run.
         """
-        batches = self._parquet.iter_batches(
-            batch_size=_BATCH_ROWS, columns=["input_tokens", "output_tokens"]
-        )
+        columns = ["input_tokens", "output_tokens"]
+        if MODULES_COLUMN in self._parquet.schema_arrow.names:
+            columns.append(MODULES_COLUMN)
+        batches = self._parquet.iter_batches(batch_size=_BATCH_ROWS, columns=columns)
         row = 0
         while True:
             try:
@@ -229,6 +245,13 @@ def _check_schema(path: Path, schema: pa.Schema) -> None:
         actual = schema.field(name).type
         if not accepts(actual):
             raise TwinError(f"{where(path, column=name)}: type {actual}, expected {expected}")
+    if MODULES_COLUMN in schema.names:
+        actual = schema.field(MODULES_COLUMN).type
+        if not (is_module_list(actual) or pa.types.is_null(actual)):
+            raise TwinError(
+                f"{where(path, column=MODULES_COLUMN)}: type {actual}, expected "
+                "list<struct<id: int64, start: int32, length: int32>>"
+            )
 
 
 def _first_bad(path: Path, column: str, bad: np.ndarray, what: str) -> None:

@@ -13,6 +13,13 @@ Columns (see DESIGN.md, "Workload schema"):
 - ``extends_history`` bool.
 - ``output_tokens`` list<int32>, nullable: generated token ids.
 - ``output_len`` int32: number of generated tokens.
+- ``modules`` list<struct<id int64, start int32, length int32>>, optional
+  column, nullable: the prompt modules this request imports (Prompt Cache,
+  Gim et al., MLSys 2024, sec. 3.2: a schema declares reusable segments).
+  ``start`` is the token position of the module in the request's full prompt
+  (history included), ``length`` its tokens; one id always names the same
+  tokens. Modules are sorted by ``start`` and never overlap. Files without
+  the column are valid (no modules).
 
 Row order is replay order: non-null arrivals never decrease down the file,
 and closed-loop turns sit where their nominal arrival (previous nominal
@@ -43,6 +50,18 @@ SCHEMA = pa.schema(
     ]
 )
 COLUMNS = tuple(SCHEMA.names)
+# The optional ``modules`` column (module docstring) and the schema of a file that has it.
+MODULE_TYPE = pa.list_(
+    pa.struct(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            pa.field("start", pa.int32(), nullable=False),
+            pa.field("length", pa.int32(), nullable=False),
+        ]
+    )
+)
+MODULES_COLUMN = "modules"
+SCHEMA_WITH_MODULES = SCHEMA.append(pa.field(MODULES_COLUMN, MODULE_TYPE))
 # Light columns: everything but the token lists; cheap to read whole.
 INDEX_COLUMNS = ("session_id", "turn", "arrival_s", "think_s", "extends_history", "output_len")
 
@@ -67,3 +86,39 @@ class WorkloadRow:
     extends_history: bool
     output_tokens: np.ndarray | None
     output_len: int
+    # (k, 3) int64 rows of (id, start, length), sorted by start; None: no modules.
+    modules: np.ndarray | None = None
+
+
+def check_modules(modules: np.ndarray, prompt_len: int | None = None) -> str | None:
+    """What is wrong with one row's ``modules`` array, or ``None`` when it is valid.
+
+    ``prompt_len`` (when known: the reader knows the expanded prompt) bounds
+    every module's end.
+    """
+    if modules.ndim != 2 or modules.shape[1] != 3:
+        return f"expected rows of (id, start, length), got shape {modules.shape}"
+    ids, starts, lengths = modules[:, 0], modules[:, 1], modules[:, 2]
+    for what, bad in (
+        ("negative module id", ids < 0),
+        ("negative module start", starts < 0),
+        ("module length must be at least 1", lengths < 1),
+    ):
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            return f"module {i} (id {int(ids[i])}): {what}"
+    ends = starts + lengths
+    overlap = np.flatnonzero(starts[1:] < ends[:-1])
+    if overlap.size:
+        i = int(overlap[0]) + 1
+        return (
+            f"module {i} (id {int(ids[i])}) starts at {int(starts[i])}, before the end of "
+            f"module {i - 1} at {int(ends[i - 1])} (modules are sorted by start, never overlap)"
+        )
+    if prompt_len is not None and len(ends) and int(ends[-1]) > prompt_len:
+        i = len(ends) - 1
+        return (
+            f"module {i} (id {int(ids[i])}) ends at token {int(ends[-1])}, past the "
+            f"prompt's {prompt_len} tokens"
+        )
+    return None

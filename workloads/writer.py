@@ -15,8 +15,15 @@ import pyarrow.parquet as pq
 
 from twin import __version__
 from twin.atomic import atomic_path
-from twin.errors import TwinError
-from workloads.schema import METADATA_KEY, SCHEMA, WorkloadRow
+from twin.errors import TwinError, where
+from workloads.schema import (
+    METADATA_KEY,
+    MODULE_TYPE,
+    SCHEMA,
+    SCHEMA_WITH_MODULES,
+    WorkloadRow,
+    check_modules,
+)
 
 # Flush a row group once this many tokens are buffered: bounds memory while
 # keeping row groups large enough for fast scans.
@@ -39,6 +46,19 @@ def _list_array(arrays: list[np.ndarray | None]) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values), mask=mask)
 
 
+def _modules_array(rows: list[WorkloadRow]) -> pa.Array:
+    """The ``modules`` column of ``rows`` (null where a row imports none)."""
+    return pa.array(
+        [
+            None
+            if r.modules is None
+            else [{"id": int(m[0]), "start": int(m[1]), "length": int(m[2])} for m in r.modules]
+            for r in rows
+        ],
+        MODULE_TYPE,
+    )
+
+
 class WorkloadWriter:
     """Write workload rows to parquet in row groups, atomically.
 
@@ -50,8 +70,16 @@ class WorkloadWriter:
                 w.write(row)
     """
 
-    def __init__(self, path: str | os.PathLike[str], metadata: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        metadata: dict[str, Any],
+        modules: bool | None = None,
+    ) -> None:
         self.path = Path(path)
+        # The optional ``modules`` column: written when asked, or when the
+        # producer's metadata says its rows carry modules.
+        self.modules = bool(metadata.get("modules")) if modules is None else modules
         self._metadata = {**metadata, "twin_version": __version__}
         self._rows: list[WorkloadRow] = []
         self._buffered_tokens = 0
@@ -62,7 +90,8 @@ class WorkloadWriter:
 
     def __enter__(self) -> WorkloadWriter:
         tmp = self._atomic.__enter__()
-        schema = SCHEMA.with_metadata({METADATA_KEY: json.dumps(self._metadata, sort_keys=True)})
+        base = SCHEMA_WITH_MODULES if self.modules else SCHEMA
+        schema = base.with_metadata({METADATA_KEY: json.dumps(self._metadata, sort_keys=True)})
         self._writer = pq.ParquetWriter(
             tmp,
             schema,
@@ -79,7 +108,18 @@ class WorkloadWriter:
         return self
 
     def write(self, row: WorkloadRow) -> None:
-        """Buffer one row; flushes a row group when the buffer is large."""
+        """Buffer one row; flushes a row group when the buffer is large.
+
+        A row's ``modules`` are checked here (a ``TwinError`` naming the file,
+        row and column), and refused when the file has no ``modules`` column.
+        """
+        if row.modules is not None:
+            here = where(self.path, self.rows_written + len(self._rows), "modules")
+            if not self.modules:
+                raise TwinError(f"{here}: this file was opened without a modules column")
+            why = check_modules(np.asarray(row.modules))
+            if why:
+                raise TwinError(f"{here}: {why}")
         self._rows.append(row)
         n_out = 0 if row.output_tokens is None else len(row.output_tokens)
         self._buffered_tokens += len(row.input_tokens) + n_out
@@ -129,8 +169,9 @@ class WorkloadWriter:
                 pa.array([r.extends_history for r in rows], pa.bool_()),
                 _list_array([r.output_tokens for r in rows]),
                 pa.array([r.output_len for r in rows], pa.int32()),
+                *([_modules_array(rows)] if self.modules else []),
             ],
-            schema=SCHEMA,
+            schema=SCHEMA_WITH_MODULES if self.modules else SCHEMA,
         )
         assert self._writer is not None
         self._writer.write_batch(batch)

@@ -1,8 +1,9 @@
-"""Token-exact prefix caches: the radix tree, its byte-accounted cache, the vllm+ block pool."""
+"""Caches: the radix tree and its byte-accounted cache, the vllm+ block pool, the module store."""
 
 from twin.cache.base import COUNTERS, CacheNode, CachePolicy, CacheStructure, Hit, cache_stats
 from twin.cache.block_cache import BlockCache, BlockRef, Segment
 from twin.cache.flops import PrefillFlops
+from twin.cache.module_cache import Module, ModuleCache, ModuleHold
 from twin.cache.prefix_cache import PrefixCache
 from twin.cache.radix import Match, Node, RadixTree
 from twin.cache.requests import Admission, RequestCache, serve
@@ -19,6 +20,9 @@ __all__ = [
     "CacheStructure",
     "Hit",
     "Match",
+    "Module",
+    "ModuleCache",
+    "ModuleHold",
     "Node",
     "PrefillFlops",
     "PrefixCache",

@@ -1,10 +1,14 @@
 """What every prefix cache shares: the hit record, the cache API, the policy hooks.
 
-Two structures implement the same cache API (:class:`CacheStructure`:
+Three structures implement the same cache API (:class:`CacheStructure`:
 ``lookup``, ``speculative_insert``, ``insert``, ``pin``/``unpin``, ``touch``,
 ``evict``): the token-exact radix tree
 (:class:`~twin.cache.prefix_cache.PrefixCache`) and the block pool of the
-``vllm+`` baseline (:class:`~twin.cache.block_cache.BlockCache`). A policy
+``vllm+`` baseline (:class:`~twin.cache.block_cache.BlockCache`) and the
+module store of ``prompt-cache`` (:class:`~twin.cache.module_cache.ModuleCache`).
+``modules`` (a request's declared prompt modules, the workload's ``modules``
+column) reach ``lookup`` and ``insert``; prefix caches find reuse from the
+tokens alone and ignore them. A policy
 (``policies/``) decides what is admitted and what is evicted; the cache only
 keeps the structure and the bytes right and calls the policy's hooks
 (:class:`CachePolicy`). Requests use a cache through one protocol,
@@ -32,10 +36,18 @@ class Hit:
 
     ``node`` is what the request must pin while it runs (the node whose state
     the hit resumes from); ``None`` on a miss.
+
+    A hit that is not a prefix (Prompt Cache's modules, reused wherever they
+    sit) may leave work for the engine to price: ``recompute`` hit tokens that
+    the recurrent layers still compute (their state cannot be moved to another
+    position), and ``host_tokens`` whose KV is copied from host memory first.
+    Prefix caches leave both 0.
     """
 
     length: int
     node: CacheNode | None
+    recompute: int = 0
+    host_tokens: int = 0
 
 
 # The counters every cache keeps (they only grow): snapshots carry them, reports show them.
@@ -57,6 +69,47 @@ def cache_stats(cache: CacheStructure) -> dict[str, int]:
         **{name: getattr(cache, name) for name in COUNTERS},
         "nodes": cache.num_nodes,
     }
+
+
+class TokenStateBytes:
+    """Byte accounting of a cache that counts KV tokens and SSM checkpoints.
+
+    Shared by the radix tree and the module store; the subclass sets
+    ``kv_tokens``, ``n_ckpts``, ``kv_per_token`` and ``ckpt_bytes`` and keeps the
+    first two current.
+    """
+
+    kv_tokens: int
+    n_ckpts: int
+    kv_per_token: int
+    ckpt_bytes: int
+    clock: int
+    peak_bytes: int
+    peak_kv_bytes: int
+    peak_ssm_bytes: int
+
+    def set_clock(self, t: int) -> None:
+        """Set recency's clock (the request protocol and snapshots do; see ``requests.py``)."""
+        self.clock = t
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv_tokens * self.kv_per_token
+
+    @property
+    def ssm_bytes(self) -> int:
+        return self.n_ckpts * self.ckpt_bytes
+
+    @property
+    def used_bytes(self) -> int:
+        return self.kv_tokens * self.kv_per_token + self.n_ckpts * self.ckpt_bytes
+
+    def note_peaks(self) -> None:
+        """Raise the peak counters to the bytes held now."""
+        used, kv, ssm = self.used_bytes, self.kv_bytes, self.ssm_bytes
+        self.peak_bytes = max(self.peak_bytes, used)
+        self.peak_kv_bytes = max(self.peak_kv_bytes, kv)
+        self.peak_ssm_bytes = max(self.peak_ssm_bytes, ssm)
 
 
 class CachePolicy(Protocol):
@@ -104,13 +157,16 @@ class CacheStructure(Protocol):
 
     def set_clock(self, t: int) -> None: ...
     def node_bytes(self, node: CacheNode) -> int: ...
-    def lookup(self, seq: np.ndarray) -> Hit: ...
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit: ...
     def peek(self, seq: np.ndarray) -> int: ...
     def speculative_insert(self, seq: np.ndarray) -> int | None: ...
-    def insert(self, seq: np.ndarray, checkpoints: Sequence[int]) -> int: ...
+    def insert(
+        self, seq: np.ndarray, checkpoints: Sequence[int], modules: np.ndarray | None = None
+    ) -> int: ...
     def pin(self, node: CacheNode) -> None: ...
     def unpin(self, node: CacheNode) -> None: ...
     def touch(self, node: CacheNode) -> None: ...
     def evictable(self, node: CacheNode) -> bool: ...
     def evict(self, node: CacheNode) -> int: ...
+    def shrink_to(self, limit: int) -> int: ...
     def verify(self) -> None: ...

@@ -178,7 +178,7 @@ class BlockCache:
         return self.block_bytes
 
     # ------------------------------------------------------------------ queries
-    def lookup(self, seq: np.ndarray) -> Hit:
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """Longest chain of cached blocks of ``seq`` (block-aligned)."""
         keys = self._keys(seq, len(seq) // self.block_size)
         k = self._cached(keys)
@@ -210,7 +210,9 @@ class BlockCache:
         return k * self.block_size if has_child else None
 
     # ------------------------------------------------------------------ insert
-    def insert(self, seq: np.ndarray, checkpoints: Sequence[int]) -> int:
+    def insert(
+        self, seq: np.ndarray, checkpoints: Sequence[int], modules: np.ndarray | None = None
+    ) -> int:
         """Cache every full block of ``seq`` up to ``checkpoints[-1]`` (positions ascending).
 
         Each block is KV + a checkpoint, so the positions only say how far to go.
@@ -327,6 +329,20 @@ class BlockCache:
         while lru and lru[0][2] != lru[0][3].ver:
             heapq.heappop(lru)
         return (lru[0][0], lru[0][1]) if lru else None
+
+    def shrink_to(self, limit: int) -> int:
+        """Evict LRU leaf blocks until at most ``limit`` bytes are cached; set the capacity.
+
+        As vLLM's ``BlockPool.get_new_blocks`` takes free blocks from the head of
+        the free queue, evicting the cached block there (``vllm/v1/core/block_pool.py``).
+        Pinned blocks stay: the capacity becomes ``max(limit, what is left)``.
+        """
+        limit = max(int(limit), 0)
+        over = self.used_bytes - limit
+        if over > 0:
+            self._make_room(-(-over // self.block_bytes))
+        self.capacity = max(limit, self.used_bytes)
+        return self.used_bytes
 
     def _make_room(self, blocks: int) -> None:
         """Evict ``blocks`` leaf blocks in LRU order (fewer if the candidates run out)."""

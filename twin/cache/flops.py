@@ -38,6 +38,11 @@ class PrefillFlops:
         keys = keys_upto(n_cached + n_new, w) - keys_upto(n_cached, w)
         return self.linear * n_new + self.quad * keys
 
+    def recurrent(self, tokens: int) -> float:
+        """FLOPs of the recurrent (SSM) layers alone over ``tokens`` tokens: what a prompt
+        module reused out of prefix position still costs them (``Hit.recompute``)."""
+        return float(self.model.prefill_flops(tokens, 0)["ssm"]) if tokens else 0.0
+
     def total(self, n_new: int, n_cached: int = 0) -> float:
         """FLOPs of prefilling ``n_new`` tokens after ``n_cached`` cached ones (all layers)."""
         if self.exact:

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, Hit
+from twin.cache.base import CachePolicy, Hit, TokenStateBytes
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Match, Node, RadixTree
 from twin.cache.snapshot import CacheSnapshot, fill, take_snapshot
@@ -47,7 +47,7 @@ from twin.errors import TwinError
 from twin.model import ModelSpec
 
 
-class PrefixCache:
+class PrefixCache(TokenStateBytes):
     """Radix-tree prefix cache with byte accounting; decisions come from ``policy``."""
 
     def __init__(self, model: ModelSpec, capacity_bytes: int, policy: CachePolicy) -> None:
@@ -74,18 +74,12 @@ class PrefixCache:
         self.policy = policy
         policy.bind(self)
 
-    def set_clock(self, t: int) -> None:
-        """Set recency's clock (the request protocol and snapshots do; see ``requests.py``)."""
-        self.clock = t
-
     # ------------------------------------------------------------------ bytes
+    # (``ssm_bytes``, ``set_clock`` and the peaks: :class:`TokenStateBytes`; the KV
+    # adds the sliding-window tails.)
     @property
     def kv_bytes(self) -> int:
         return self.kv_tokens * self.kv_per_token + self.swa_tokens * self.swa_per_token
-
-    @property
-    def ssm_bytes(self) -> int:
-        return self.n_ckpts * self.ckpt_bytes
 
     @property
     def swa_freed_bytes(self) -> int:
@@ -105,7 +99,7 @@ class PrefixCache:
         return self.kinds.node_bytes(len(node.tokens), node.ckpt)
 
     # ------------------------------------------------------------------ queries
-    def lookup(self, seq: np.ndarray) -> Hit:
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """Longest usable cached prefix of ``seq``; tells the policy about the hit."""
         node, length = self._usable(self._match(np.asarray(seq, dtype=np.int32)))
         if node is None:
@@ -142,7 +136,9 @@ class PrefixCache:
         return p if (p == len(seq) or node.children) else None
 
     # ------------------------------------------------------------------ insert
-    def insert(self, seq: np.ndarray, checkpoints: Sequence[int]) -> int:
+    def insert(
+        self, seq: np.ndarray, checkpoints: Sequence[int], modules: np.ndarray | None = None
+    ) -> int:
         """Cache ``seq`` up to its last checkpoint position; return the tokens newly cached.
 
         ``checkpoints`` are token counts (``0 < p <= len(seq)``) after which
@@ -197,10 +193,7 @@ class PrefixCache:
                 self.touch(self._node_ending_at(base, upto) if self.has_ssm else base)
         if pinned:
             self.unpin(base)
-        used, kv, ssm = self.used_bytes, self.kv_bytes, self.ssm_bytes
-        self.peak_bytes = max(self.peak_bytes, used)
-        self.peak_kv_bytes = max(self.peak_kv_bytes, kv)
-        self.peak_ssm_bytes = max(self.peak_ssm_bytes, ssm)
+        self.note_peaks()
         return added
 
     # ------------------------------------------------------------------ pins, access, eviction
@@ -374,6 +367,18 @@ class PrefixCache:
             spent += cost
             kept.append(p)
         return kept, (kept[-1] if kept else 0)
+
+    def shrink_to(self, limit: int) -> int:
+        """Evict the policy's victims until at most ``limit`` bytes are cached; set the capacity.
+
+        A shared KV pool (``twin.cache.pool``) reclaims cached pages this way when
+        a running request allocates. Pinned nodes stay, so the capacity becomes
+        ``max(limit, what is left)``; returns the bytes still cached.
+        """
+        self.capacity = max(int(limit), 0)
+        self._evict_until(0)
+        self.capacity = max(self.capacity, self.used_bytes)
+        return self.used_bytes
 
     def _evict_until(self, need: int) -> bool:
         """Evict victims until ``need`` bytes are free; ``False`` if the policy has none left."""

@@ -137,3 +137,15 @@ def policy_options(policies: list[str], options: dict[str, str]) -> dict[str, An
         except TwinError as err:
             raise TwinError(f"--policy-option: {err}") from None
     return typed
+
+
+def cache_gb(flag: str, value: str) -> float | str:
+    """``--cache-gb``: ``auto`` (the shared KV pool) or GB >= 0 (a dedicated cache)."""
+    if value.strip().lower() == "auto":
+        return "auto"
+    try:
+        gb = float(value)
+    except ValueError:
+        raise TwinError(f"{flag} {value!r}: expected auto or a number of GB") from None
+    number(flag, gb, low=0)
+    return gb

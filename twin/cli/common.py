@@ -177,6 +177,39 @@ EngineOption = Annotated[
         "(twin.costmodel.kernel_sources).",
     ),
 ]
+EngineModeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="Engine mode (twin.engine.modes): vllm, sglang (their caching, preemption, "
+        "flags and kernels), trtllm (its kernels); default: the Marconi paper's world "
+        "priced with vLLM's kernels.",
+    ),
+]
+SetOption = Annotated[
+    list[str],
+    typer.Option(
+        "--set",
+        help="An engine flag by the engine's own name, NAME=VALUE, repeatable "
+        "(e.g. --engine sglang --set mamba_scheduler_strategy=extra_buffer).",
+    ),
+]
+CacheGbOption = Annotated[
+    str,
+    typer.Option(
+        "--cache-gb",
+        help="auto: one KV pool per replica shared by running requests and the prefix "
+        "cache (the engines); G: a dedicated cache of G GB (1e9 bytes) beside the "
+        "running requests' memory (the Marconi paper).",
+    ),
+]
+
+
+def engine_sets(pairs: list[str]) -> dict[str, str]:
+    """``--set NAME=VALUE`` values as a dict (the engine mode checks the names)."""
+    return parse_pairs(pairs, "--set", "max_num_seqs=128")
+
+
 ProfileOption = Annotated[
     Path | None,
     typer.Option("--profile", help="A profile file from `twin calibrate` instead of --gpu."),

@@ -209,6 +209,25 @@ def _grid_line(r: ReplayResult) -> str | None:
     return f"{r.policy} alpha grid (score / best): {cells}"
 
 
+def _module_line(r: ReplayResult) -> str | None:
+    """prompt-cache: reused modules, and on a hybrid how much saving the recompute leaves."""
+    d = r.details
+    if "module_hits" not in d:
+        return None
+    line = (
+        f"{r.policy} ({d['storage']} memory): {d['module_hits']:,} module hits, "
+        f"{d['reused_tokens']:,} tokens reused"
+    )
+    if d.get("host_copied_tokens"):
+        line += f", {d['host_copied_tokens']:,} copied from host"
+    if "saving_kept" in d:
+        line += (
+            f"; recurrent layers recompute {d['recompute_tokens']:,} of them out of prefix "
+            f"position: {d['saving_kept']:.0%} of the attention-reuse FLOPs saving survives"
+        )
+    return line
+
+
 def _gb(n: float) -> str:
     return f"{n / GB:,.2f}"
 
@@ -250,6 +269,7 @@ def _print_table(results: list[ReplayResult], path: str, model: str, cache_gb: f
             f"{r.wall_s:.2f}",
         )
     notes = [line for r in results if (line := _grid_line(r))]
+    notes += [line for r in results if (line := _module_line(r))]
     if any("untuned" in _alpha(r) for r in results):
         notes.append("untuned: the bootstrap window did not end within the trace, alpha stayed 0")
     if notes:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from policies import POLICIES
@@ -14,9 +16,7 @@ from reports.analysis import parse_slo, rate_label, verdict
 from reports.capacity import capacity_report
 from reports.load import load_verdict
 from reports.render import HTML_FILE, MD_FILE
-from reports.sweep import (
-    RESULTS_FILE,
-)
+from reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant
 from twin.cli import checks
 from twin.cli.common import (
     EngineOption,
@@ -29,6 +29,7 @@ from twin.cli.common import (
     err_console,
     progress_bar,
 )
+from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.errors import TwinError
 
 app = typer.Typer(
@@ -56,16 +57,29 @@ def _numbers(flag: str, text: str, positive: bool) -> list[float]:
 
 
 def _policy_list(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",")]
+    """Policies and engine modes (``sglang[flag=value;...]``), split on commas outside [...]."""
+    names = [t.strip() for t in re.split(r",(?![^\[]*\])", text)]
     if not text.strip() or any(not n for n in names):
         raise TwinError(
             f"--policies {text!r}: expected a comma-separated list, e.g. vllm+,sglang+,marconi"
         )
-    unknown = [n for n in names if n not in POLICIES]
+    unknown = []
+    for name in names:
+        variant = engine_variant(name)
+        if variant is not None:
+            mode, sets = variant
+            bad = sorted(set(sets) - set(get_mode(mode).flags))
+            if bad:
+                raise TwinError(
+                    f"--policies {name!r}: engine {mode!r} has no flag {bad[0]!r} "
+                    f"(its flags: {', '.join(get_mode(mode).flags)})"
+                )
+        elif name not in POLICIES:
+            unknown.append(name)
     if unknown:
         raise TwinError(
             f"--policies: unknown policy {', '.join(map(repr, unknown))}; "
-            f"choose from {', '.join(POLICIES)}"
+            f"choose from {', '.join(POLICIES)} or an engine mode ({', '.join(ENGINE_MODES)})"
         )
     return list(dict.fromkeys(names))
 
@@ -105,12 +119,18 @@ def capacity(
     ),
     tp: TpOption = 1,
     cache_gb: str = typer.Option(
-        "10,20,40", "--cache-gb", help="Cache sizes per replica to sweep, GB, comma-separated."
+        "10,20,40",
+        "--cache-gb",
+        help="Cache sizes per replica to sweep, GB, comma-separated; auto: the shared KV "
+        "pool (the engines' memory), e.g. auto,10,20.",
     ),
     policies: str = typer.Option(
         "vllm+,sglang+,marconi",
         "--policies",
-        help=f"Policies to sweep, comma-separated: {', '.join(POLICIES)}.",
+        help=f"Policies to sweep, comma-separated: {', '.join(POLICIES)}; or engine modes "
+        f"with their flags ({', '.join(ENGINE_MODES)}), e.g. "
+        "vllm,sglang,sglang[mamba_scheduler_strategy=extra_buffer]: each runs in its shared "
+        "KV pool (its cache column is the pool's size).",
     ),
     session_rates: str | None = typer.Option(
         None,
@@ -160,10 +180,18 @@ def capacity(
 
       twin report capacity chat.parquet --model-set n_ssm_layers=32 --model-set ssm_d_state=16 \\
         --cache-gb 20,40 --out capacity-32ssm
+
+      twin report capacity chat.parquet --gpu a100-80gb --cache-gb auto \\
+        --policies "vllm,sglang,sglang[mamba_scheduler_strategy=extra_buffer]" \\
+        --session-rates 2,8 --out capacity-engines
     """
     checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
-    caches = _numbers("--cache-gb", cache_gb, positive=False)
+    auto = [t for t in cache_gb.split(",") if t.strip().lower() == "auto"]
+    rest = ",".join(t for t in cache_gb.split(",") if t.strip().lower() != "auto")
+    caches = ([AUTO_GB] if auto else []) + (
+        _numbers("--cache-gb", rest, positive=False) if rest.strip() or not auto else []
+    )
     counts = _replica_counts(replicas)
     names = _policy_list(policies)
     rates: list[float | None] = (
@@ -208,7 +236,7 @@ def capacity(
             table.add_column(col)
         for r in recs:
             table.add_row(
-                r.policy,
+                escape(r.policy),  # an engine mode's [flag=value] is not markup
                 rate_label(r.session_rate),
                 "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
                 "-" if r.cache_gb_per_gpu is None else f"{r.cache_gb_per_gpu:g} GB",
@@ -217,7 +245,7 @@ def capacity(
             )
         console.print(table)
         for line in [*verdict(recs, target), *load_verdict(found.sustainable, target)]:
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, markup=False)
     console.print(
         f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}", highlight=False
     )

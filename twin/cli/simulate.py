@@ -11,22 +11,26 @@ from rich.table import Table
 from policies import POLICIES
 from twin.cli import checks
 from twin.cli.common import (
-    EngineOption,
+    CacheGbOption,
+    EngineModeOption,
     GpuOption,
     ModelOption,
     ModelSetOption,
     PolicyOptionOption,
     ProfileOption,
     ReplicasOption,
+    SetOption,
     TpOption,
     alpha_label,
     console,
+    engine_sets,
     err_console,
     format_ms,
     policy_options,
     progress_bar,
 )
 from twin.engine import ROUTERS, build_run
+from twin.engine.modes import get_mode
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
 from twin.metrics import STAT_COLUMNS, to_json
@@ -45,15 +49,17 @@ def simulate(
     model: ModelOption = "marconi-hybrid-7b",
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: GpuOption = None,
-    engine: EngineOption = None,
+    engine: EngineModeOption = None,
+    engine_set: SetOption = [],  # noqa: B006 (typer reads the default)
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
-    cache_gb: float = typer.Option(
-        20.0, "--cache-gb", min=0.0, help="Prefix cache per replica, GB (1e9 bytes)."
-    ),
-    policy: str = typer.Option(
-        "marconi", "--policy", "-p", help=f"Cache policy: {', '.join(POLICIES)}."
+    cache_gb: CacheGbOption = "auto",
+    policy: str | None = typer.Option(
+        None,
+        "--policy",
+        "-p",
+        help=f"Cache policy: {', '.join(POLICIES)} (default: the engine mode's; marconi).",
     ),
     policy_option: PolicyOptionOption = [],  # noqa: B006 (typer reads the default)
     router: str = typer.Option("round-robin", "--router", help=f"Router: {', '.join(ROUTERS)}."),
@@ -69,14 +75,22 @@ def simulate(
         help="Scale the file's open-loop arrival times to this many requests per second.",
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the session arrivals."),
-    max_batched_tokens: int = typer.Option(
-        8192, "--max-batched-tokens", min=1, help="Token budget per step (chunked prefill)."
+    max_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-batched-tokens",
+        min=1,
+        help="Token budget per step (chunked prefill). [default: 8192]",
     ),
-    max_running: int = typer.Option(
-        256, "--max-running", min=1, help="Most sequences in a replica's running batch."
+    max_running: int | None = typer.Option(
+        None,
+        "--max-running",
+        min=1,
+        help="Most sequences in a replica's running batch. [default: 256]",
     ),
-    gpu_mem_util: float = typer.Option(
-        0.9, "--gpu-mem-util", help="Fraction of GPU memory for weights, cache and requests."
+    gpu_mem_util: float | None = typer.Option(
+        None,
+        "--gpu-mem-util",
+        help="Fraction of GPU memory for weights, cache and requests. [default: 0.9]",
     ),
     warmup_s: float = typer.Option(
         0.0,
@@ -115,8 +129,15 @@ def simulate(
       twin simulate trace.parquet --profile my-a100.json -r 2 --tp 2 -p sglang+ --json
 
       twin simulate --model-set n_ssm_layers=32 -p marconi --policy-option alpha=1.0 --out sim-32
+
+      twin simulate --engine vllm --set max_num_seqs=128 --out sim-vllm
+
+      twin simulate --engine sglang --set mamba_scheduler_strategy=extra_buffer --out sim-sglang
+
+    --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
+    the Marconi paper's dedicated 20 GB cache.
     """
-    checks.number("--cache-gb", cache_gb, low=0)
+    cache = checks.cache_gb("--cache-gb", cache_gb)
     checks.number("--gpu-mem-util", gpu_mem_util, low=0, high=1, low_open=True)
     for flag, rate in (("--session-rate", session_rate), ("--request-rate", request_rate)):
         checks.number(flag, rate, low=0, low_open=True)
@@ -129,21 +150,31 @@ def simulate(
     bundled = workload is None
     if workload is None:
         workload = example_path(EXAMPLE)
+    mode = get_mode(engine)
+    explicit: dict[str, Any] = {
+        name: value
+        for name, value in (
+            ("policy", policy),
+            ("max_batched_tokens", max_batched_tokens),
+            ("max_running", max_running),
+            ("memory_utilization", gpu_mem_util),
+        )
+        if value is not None
+    }
+    if policy is not None or policy_option:
+        explicit["policy_options"] = policy_options(policy_option, [policy or mode.policy])
     run = build_run(
         workload,
         model=resolve_model(model, model_set),
         gpu=gpu,
         engine=engine,
         profile=profile,
-        cache_gb=cache_gb,
+        cache_gb=cache,
+        sets=engine_sets(engine_set),
         replicas=replicas,
         tp=tp,
-        policy=policy,
-        policy_options=policy_options(policy_option, [policy]),
         router=router,
-        max_batched_tokens=max_batched_tokens,
-        max_running=max_running,
-        memory_utilization=gpu_mem_util,
+        **explicit,
         session_rate=session_rate,
         request_rate=request_rate,
         seed=seed,
@@ -176,11 +207,16 @@ def _alphas(s: dict[str, Any]) -> str:
 
 def _print_table(s: dict[str, Any], out: Path) -> None:
     cfg, req = s["config"], s["requests"]
+    memory = (
+        f"shared KV pool {s['memory_budget_bytes'] / GB:.1f} GB"
+        if cfg.get("shared_pool")
+        else f"{cfg['cache_bytes'] / GB:g} GB cache"
+    )
     title = (
         f"{s['workload']['path']}: {req['measured']:,} requests measured "
         f"({req['warmup_excluded']:,} in warm-up, {req['rejected']:,} rejected); "
-        f"{s['model']} x{cfg['replicas']} (tp {cfg['tp']}), {cfg['policy']}, "
-        f"{cfg['cache_bytes'] / GB:g} GB cache, {cfg['router']}"
+        f"{s['model']} x{cfg['replicas']} (tp {cfg['tp']}), engine {cfg.get('engine', 'paper')}, "
+        f"{cfg['policy']}, {memory}, {cfg['router']}"
     )
     table = Table(title=title, title_justify="left")
     table.add_column("latency (ms)")
@@ -201,10 +237,18 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
     facts.add_column()
     facts.add_column(justify="right")
     rate = thr["requests_per_s"]
+    flops = s["flops"]
+    saved = f"{flops['saved_fraction']:.1%}"
+    if "saving_kept" in flops:
+        # prompt-cache on a model with recurrent layers (twin/cache/module_cache.py).
+        saved += (
+            f" ({flops['saving_kept']:.0%} of the modules' attention-reuse saving survives "
+            "the recurrent layers' recompute)"
+        )
     for label, value in (
         ("token hit rate", f"{hit['token_hit_rate']:.1%}"),
         ("request hit rate", f"{hit['request_hit_rate']:.1%}"),
-        ("prefill FLOPs saved", f"{s['flops']['saved_fraction']:.1%}"),
+        ("prefill FLOPs saved", saved),
         (
             "throughput",
             "-"
@@ -216,6 +260,18 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
             f"{util['mean']:.1%} (min {util['min']:.1%}, max {util['max']:.1%})",
         ),
         ("simulated time", f"{s['sim_end_s']:,.1f} s"),
+        *(
+            [
+                (
+                    "preemptions",
+                    f"{s['preemption']['preemptions']:,} "
+                    f"({s['preemption']['preempted_requests']:,} requests, "
+                    f"{s['preemption']['recomputed_tokens']:,} tokens recomputed)",
+                )
+            ]
+            if "preemption" in s
+            else []
+        ),
         ("alpha per replica", _alphas(s)),
         ("cost model", f"{s['profile']['gpu']}: {s['profile']['provenance']}"),
         ("outputs", f"{out / REQUESTS_FILE}, {out / SUMMARY_FILE}"),

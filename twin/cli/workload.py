@@ -44,6 +44,8 @@ def generate(
       twin workload generate chat --sessions 200 --session-rate 0.5 --seed 1 -o chat.parquet
 
       twin workload generate swebench -n 50 --set keep_observations=3 -o swe.parquet
+
+      twin workload generate doc-qa -n 100 --set docs_max=2 -o docqa.parquet
     """
     checks.number("--session-rate", session_rate, low=0, low_open=True)
     checks.out_file("--out", out)

@@ -51,11 +51,20 @@ class RunStats:
 
 
 def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
-    """Bytes a replica has for running requests: usable HBM - weights - cache."""
+    """Bytes a replica has for running requests: usable HBM - weights - cache.
+
+    With the shared pool, the pool's size: usable HBM - weights (running
+    requests and the cache share it).
+    """
     if config.gpu_memory_bytes is None:
+        if config.shared_pool:
+            raise TwinError(
+                "the shared KV pool needs the GPU's memory (give a profile or --cache-gb)"
+            )
         return float("inf")
     usable = config.tp * config.gpu_memory_bytes * config.memory_utilization
-    budget = usable - model.weight_bytes - config.cache_bytes
+    cache = 0 if config.shared_pool else config.cache_bytes
+    budget = usable - model.weight_bytes - cache
     if budget <= 0:
         raise TwinError(
             f"no memory left for running requests: {config.tp} GPU(s) x "
@@ -103,8 +112,14 @@ class Cluster:
         self.budget = memory_budget(model, config)
         self.replicas: list[Replica] = []
         for i in range(config.replicas):
-            cache = get_policy(config.policy, **config.policy_options).make_cache(
-                model, config.cache_bytes
+            capacity = int(self.budget) if config.shared_pool else config.cache_bytes
+            cache = get_policy(config.policy, **config.policy_options).make_cache(model, capacity)
+            host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
+            # The host tier runs its own instance of the policy (a policy decides per tier).
+            host = (
+                get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes)
+                if host_bytes
+                else None
             )
             self.replicas.append(
                 Replica(
@@ -116,6 +131,11 @@ class Cluster:
                     config.max_batched_tokens,
                     config.max_running,
                     self.budget,
+                    shared_pool=config.shared_pool,
+                    preemption=config.preemption,
+                    state_slots=config.state_slots,
+                    host=host,
+                    schedule_policy=config.schedule_policy,
                 )
             )
         self.horizon_s = horizon(self.source, config)
@@ -254,18 +274,30 @@ class Cluster:
         end = self.env.now
         reps = []
         for r, util in zip(self.replicas, self.utilisation(), strict=True):
-            reps.append(
-                {
-                    "replica": r.index,
-                    "requests": r.submitted,
-                    "rejected": r.rejected,
-                    "steps": r.step_no,
-                    "busy_s": r.busy_s,
-                    "utilisation": util,
-                    "cache": cache_stats(r.cache),
-                    "policy": r.policy.stats(),
+            rep = {
+                "replica": r.index,
+                "requests": r.submitted,
+                "rejected": r.rejected,
+                "steps": r.step_no,
+                "busy_s": r.busy_s,
+                "utilisation": util,
+                "cache": cache_stats(r.cache),
+                "policy": r.policy.stats(),
+            }
+            if r.host is not None:
+                rep["host_cache"] = {
+                    **cache_stats(r.host),
+                    "capacity_bytes": r.host.capacity,
+                    "loaded_tokens": r.host_loaded_tokens,
+                    "load_s": r.host_load_s,
                 }
-            )
+            if r.pool is not None:
+                rep["pool"] = {
+                    "bytes": r.pool.size,
+                    "peak_running_bytes": r.pool.peak_running,
+                    "preemptions": r.preemptions,
+                }
+            reps.append(rep)
         return RunStats(
             end,
             reps,
@@ -292,4 +324,7 @@ def _record(seq: Seq) -> RequestRecord:
         output_tokens=seq.out_len,
         checkpoints=seq.ckpts,
         rejected=seq.rejected,
+        hit_recompute_tokens=seq.hit_recompute,
+        preemptions=seq.preemptions,
+        recomputed_tokens=seq.recomputed,
     )

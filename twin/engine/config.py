@@ -11,6 +11,8 @@ from typing import Any
 from twin.errors import TwinError
 from twin.hardware import GB
 
+AUTO = "auto"  # --cache-gb auto: the shared KV pool
+
 
 def _opt(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
@@ -46,6 +48,34 @@ class EngineConfig:
     warmup_s: float = _opt(0.0, "requests arriving before this are left out of the summary")
     until_s: float | None = _opt(None, "no request arrives after this simulated time")
     samples: int = _opt(200, "target number of cache-occupancy samples over the run")
+    # Issue 14: the engines' memory and modes. At their defaults these are left out of
+    # to_dict(), so the paper's dedicated-cache summaries stay byte-identical.
+    shared_pool: bool = _opt(
+        False,
+        "one KV pool after weights shared by running requests and the cache "
+        "(--cache-gb auto); False: a dedicated cache of cache_bytes (the Marconi paper)",
+    )
+    engine: str = _opt("paper", "engine mode (twin.engine.modes.ENGINE_MODES)")
+    engine_flags: dict[str, str] = field(
+        default_factory=dict, metadata={"help": "the engine flags given with --set"}
+    )
+    preemption: str = _opt(
+        "recompute",
+        "when the shared pool runs out: recompute (vLLM: the youngest running request) "
+        "or retract (SGLang: decode requests, fewest output tokens first)",
+    )
+    state_slots: int = _opt(1, "recurrent states a running request holds (SGLang extra_buffer: 3)")
+    schedule_policy: str = _opt(
+        "fcfs",
+        "admission order: fcfs, or lpm (SGLang: longest cached prefix first, fcfs past "
+        "128 waiting)",
+    )
+    host_cache_ratio: float = _opt(
+        0.0,
+        "host-memory tier per replica, as a multiple of its GPU cache (the shared pool, "
+        "or cache_bytes); 0: none (SGLang --hicache-ratio)",
+    )
+    host_cache_bytes: int = _opt(0, "host-memory tier per replica, bytes (vLLM CPU offload)")
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -75,26 +105,63 @@ class EngineConfig:
             "must be a positive number",
         )
         need(self.samples >= 2, "samples", "must be at least 2")
+        need(
+            self.preemption in ("recompute", "retract"),
+            "preemption",
+            "must be recompute or retract",
+        )
+        need(self.state_slots >= 1, "state_slots", "must be at least 1")
+        need(self.schedule_policy in ("fcfs", "lpm"), "schedule_policy", "must be fcfs or lpm")
+        need(
+            math.isfinite(self.host_cache_ratio) and self.host_cache_ratio >= 0,
+            "host_cache_ratio",
+            "must be >= 0",
+        )
+        need(self.host_cache_bytes >= 0, "host_cache_bytes", "must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready copy (the summary records the exact configuration)."""
-        return dataclasses.asdict(self)
+        """JSON-ready copy (the summary records the exact configuration).
+
+        The engine-mode fields are left out at their defaults (the paper's world),
+        so summaries from before they existed are reproduced byte for byte.
+        """
+        out = dataclasses.asdict(self)
+        for name in _OMITTED_AT_DEFAULT:
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
+        return out
+
+
+_OMITTED_AT_DEFAULT = (
+    "shared_pool",
+    "engine",
+    "engine_flags",
+    "preemption",
+    "state_slots",
+    "schedule_policy",
+    "host_cache_ratio",
+    "host_cache_bytes",
+)
+_DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 
 
 def build_config(
-    profile: Any = None, *, cache_gb: float | None = None, **fields: Any
+    profile: Any = None, *, cache_gb: float | str | None = None, **fields: Any
 ) -> EngineConfig:
     """The one builder of an :class:`EngineConfig` from what a user names.
 
-    ``cache_gb`` (decimal GB) becomes ``cache_bytes``; ``profile`` (a
+    ``cache_gb`` (decimal GB) becomes ``cache_bytes`` (a dedicated cache);
+    ``"auto"`` means the shared KV pool (``shared_pool``); ``profile`` (a
     calibration profile) gives ``gpu_memory_bytes`` unless it is named;
     every other field is :class:`EngineConfig`'s own, with its own default
     when absent. ``twin simulate``, the capacity sweeps and the library's
     entry points all build their configuration here, so no caller repeats
     a default or drops a field.
     """
-    if cache_gb is not None:
-        fields["cache_bytes"] = int(cache_gb * GB)
+    if cache_gb == AUTO:
+        fields["shared_pool"] = True  # the engines' one KV pool: the cache takes what is free
+    elif cache_gb is not None:
+        fields["cache_bytes"] = int(float(cache_gb) * GB)
     if profile is not None and "gpu_memory_bytes" not in fields:
         from twin.costmodel.profile import device_memory_bytes  # late: the engine needs no profile
 

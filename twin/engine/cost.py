@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from twin.mixers import RECURRENT_KINDS
 from twin.model import ModelSpec
 
 Chunk = tuple[int, int]  # (new tokens, cached context before them)
@@ -54,6 +55,13 @@ class StepPricer(Protocol):
         """Seconds to copy one SSM checkpoint (every SSM layer's state) on the device."""
         ...
 
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+        """Seconds a hit adds before its prefill: the recurrent layers over ``recompute``
+        tokens (a non-prefix hit, ``twin.cache.Hit``), and loading ``host_tokens``
+        tokens' KV and ``host_states`` recurrent states from host memory (prompt
+        modules kept there, or the host tier's hits)."""
+        ...
+
 
 class PricerBase:
     """Implements :meth:`decode_run` by pricing each step; subclasses give ``step_time``."""
@@ -72,6 +80,9 @@ class PricerBase:
         return None
 
     def checkpoint_copy_time(self) -> float:
+        return 0.0
+
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
         return 0.0
 
 
@@ -125,6 +136,23 @@ class CostModelPricer(PricerBase):
 
     def checkpoint_copy_time(self) -> float:
         return self._copy_s
+
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+        """Recurrent layers' share of a prefill of ``recompute`` tokens (the cost model's own
+        breakdown by layer kind) plus the host-to-device copies of ``host_tokens`` tokens'
+        KV and ``host_states`` states: the cost model's copy kernels (fitted, else the
+        GpuSpec host link's datasheet bandwidth), one launch per layer."""
+        cm = self.cost_model
+        seconds = 0.0
+        if recompute:
+            by_kind = cm.prefill(recompute, 0, breakdown=True).by_kind
+            # Mamba2 layers are priced as "ssm", Mamba-1 and GDN under their own names.
+            seconds += sum(by_kind.get(k, 0.0) for k in ("ssm", *sorted(RECURRENT_KINDS)))
+        if host_tokens:
+            seconds += cm.kv_transfer_s(host_tokens, "host", "device")
+        if host_states:
+            seconds += cm.checkpoint_copy_s(host_states, "host", "device")
+        return float(seconds)
 
     def _exact(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:
         # Spread the context sum over the batch: exact, decode features are sums.

@@ -3,13 +3,23 @@
 The replica owns what a request *holds* while it runs, the scheduler
 (:mod:`twin.engine.scheduler`) decides *when* it computes:
 
-- memory: a sequence's memory (KV of its prompt + output tokens, and one
-  live SSM state) is reserved whole at admission, so a full replica queues
-  instead of overcommitting and nothing is ever preempted. The reservation
-  ignores the hit (the cache's bytes are a separate partition of
-  ``--cache-gb``), which keeps admission free of lookups and makes memory
-  never favour a hit or a miss; a request that could never fit is rejected
-  and recorded at once;
+- memory, in one of two modes:
+
+  * dedicated (the Marconi paper, ``--cache-gb G``): a sequence's memory (KV
+    of its prompt + output tokens, and one live SSM state) is reserved whole
+    at admission, so a full replica queues instead of overcommitting and
+    nothing is ever preempted. The reservation ignores the hit (the cache's
+    bytes are a separate partition of ``--cache-gb``);
+  * shared (the engines, ``--cache-gb auto``): one KV pool
+    (:class:`twin.cache.pool.SharedPool`) holds running requests' pages and
+    the cache's. Admission takes the prompt's pages (the hit's come back once
+    the lookup is done) and the request's recurrent-state slots; decode steps
+    take one token's pages per running request (:meth:`Replica.grow`); a
+    failed allocation evicts cached pages, then the scheduler preempts
+    (:meth:`Replica.preempt`). Pages a prefill-end insert caches are handed to
+    the cache (shared, counted once).
+
+  Either way a request that could never fit is rejected and recorded at once;
 - the cache, through its one request protocol
   (:class:`twin.cache.RequestCache`): looked up when a request is admitted
   (as vLLM and SGLang match prefixes at scheduling time; the cache clock
@@ -31,6 +41,7 @@ from typing import Any
 import simpy
 
 from twin.cache import CacheStructure, RequestCache
+from twin.cache.pool import SharedPool
 from twin.engine.cost import StepPricer
 from twin.engine.scheduler import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun, get_scheduler
 from twin.engine.seq import Seq
@@ -54,16 +65,35 @@ class Replica:
         max_running: int,
         memory_budget: float,
         scheduler: str = "continuous",
+        shared_pool: bool = False,
+        preemption: str = "recompute",
+        state_slots: int = 1,
+        host: CacheStructure | None = None,
+        schedule_policy: str = "fcfs",
     ) -> None:
         self.env = env
         self.index = index
         self.cache = cache
         self.policy = cache.policy
-        self.requests = RequestCache(cache)
+        self.requests = RequestCache(cache, host)
+        self.host = host
+        self.pricer = pricer
+        self.host_loaded_tokens = 0
+        self.host_load_s = 0.0
         self.memory_budget = memory_budget
         self.kv_per_token = model.kv_bytes_per_token
         self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
-        self.copy_s = pricer.checkpoint_copy_time() if self.state_bytes else 0.0
+        self.state_slots = state_slots
+        # SGLang's extra_buffer writes the next checkpoint into a spare state slot
+        # instead of copying it (scheduler strategy docs, mamba_radix_cache.py).
+        self.copy_s = (
+            pricer.checkpoint_copy_time() if self.state_bytes and state_slots == 1 else 0.0
+        )
+        self.pool = SharedPool(int(memory_budget), cache) if shared_pool else None
+        self.preemption = preemption
+        self.preemptions = 0
+        self.schedule_policy = schedule_policy
+        self.pricer = pricer
         self.memory_used = 0
         self.outstanding_tokens = 0  # the routers' load signal
         self.submitted = self.rejected = 0
@@ -90,7 +120,9 @@ class Replica:
     def submit(self, req: Request) -> Seq:
         """Queue ``req`` (FCFS); a request too big for the replica's memory is rejected at once."""
         env = self.env
-        footprint = (len(req.prompt) + len(req.output)) * self.kv_per_token + self.state_bytes
+        footprint = (
+            len(req.prompt) + len(req.output)
+        ) * self.kv_per_token + self.state_slots * self.state_bytes
         seq = Seq(req, self.index, env.now, footprint, env)
         self.submitted += 1
         if footprint > self.memory_budget:
@@ -111,21 +143,117 @@ class Replica:
 
     # ------------------------------------------------------------------ the scheduler's calls
     def fits(self, seq: Seq) -> bool:
-        """Whether ``seq``'s whole footprint can be reserved now."""
-        return self.memory_used + seq.footprint <= self.memory_budget
+        """Whether ``seq``'s memory can be taken now (shared pool: it is taken, evicting)."""
+        pool = self.pool
+        if pool is None:
+            return self.memory_used + seq.footprint <= self.memory_budget
+        if seq.alloc:
+            return True  # taken at an earlier try, still waiting for the token budget
+        # The prompt (and the output recomputed after a preemption) as if nothing
+        # hit: cached pages could be reclaimed by this very allocation.
+        need = (seq.prompt_len + seq.generated) * self.kv_per_token + (
+            self.state_slots * self.state_bytes
+        )
+        if not pool.allocate(need):
+            return False
+        seq.alloc = need
+        return True
 
     def admit(self, seq: Seq) -> None:
         """Admit to the cache (lookup, pin, checkpoints: ``RequestCache.admit``), reserve memory."""
-        adm = self.requests.admit(seq.req.prompt, seq.req.output)
+        req = seq.req
+        adm = self.requests.admit(req.prompt, req.output, req.modules)
         seq.cached = adm
         seq.order = adm.order
-        seq.hit = adm.hit.length
-        self.memory_used += seq.footprint
+        hit = adm.hit
+        seq.hit_recompute = hit.recompute
+        seq.hit_work_s = 0.0
+        if hit.recompute or hit.host_tokens:
+            # A non-prefix hit's own work (``twin.cache.Hit``: Prompt Cache modules).
+            seq.hit_work_s = self.pricer.hit_work_time(hit.recompute, hit.host_tokens)
+        if adm.host_tokens:
+            # Loaded back from the host tier before the prefill can use it (HiCache's
+            # load_back, vLLM's CPU offload connector), priced by the cost model's
+            # host-to-device copies; not overlapped with compute.
+            states = 1 if self.state_bytes else 0
+            load_s = self.pricer.hit_work_time(0, adm.host_tokens, states)
+            seq.hit_work_s += load_s
+            self.host_loaded_tokens += adm.host_tokens
+            self.host_load_s += load_s
+        pool = self.pool
+        if pool is None:
+            seq.hit = hit.length
+            self.memory_used += seq.footprint
+            return
+        if not seq.preemptions:
+            seq.hit = hit.length  # the record keeps the first admission's hit
+        # The GPU hit's pages are the cache's (pinned); loaded ones are the request's.
+        back = (hit.length - adm.host_tokens) * self.kv_per_token
+        pool.release(back)
+        seq.alloc -= back
+        self.memory_used = pool.running
+
+    def cached_prefix(self, seq: Seq) -> int:
+        """Tokens of ``seq``'s prompt the cache would hit now (no recency change)."""
+        return self.cache.peek(seq.req.prompt)
+
+    def grow(self, tokens: int) -> bool:
+        """Shared pool: take ``tokens`` tokens' pages for running requests; ``False``: no room."""
+        pool = self.pool
+        assert pool is not None
+        ok = pool.allocate(tokens * self.kv_per_token)
+        self.memory_used = pool.running
+        return ok
+
+    def room_tokens(self) -> int:
+        """Shared pool: tokens' pages free now (after a failed :meth:`grow`: all it can free)."""
+        pool = self.pool
+        assert pool is not None
+        kv = self.kv_per_token
+        return max(pool.free, 0) // kv if kv else 1 << 62
+
+    def shrink(self, tokens: int) -> None:
+        """Shared pool: give back ``tokens`` tokens' pages taken by :meth:`grow` but not used."""
+        pool = self.pool
+        assert pool is not None
+        pool.release(tokens * self.kv_per_token)
+        self.memory_used = pool.running
+
+    def unreserve(self, seq: Seq) -> None:
+        """Shared pool: a waiting request gives back the pages :meth:`fits` took for it."""
+        pool = self.pool
+        assert pool is not None
+        pool.release(seq.alloc)
+        seq.alloc = 0
+        self.memory_used = pool.running
+
+    def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
+        """Shared pool: free ``seq``'s pages and its hold on the cache; it will start again.
+
+        ``decoded`` output tokens' pages it grew since its last prefill; ``kept``
+        the tokens it must prefill again because of this preemption (its
+        ``recomputed`` tokens, priced as prefill when it is admitted again).
+        Nothing is inserted into the cache: a preempted request's pages are
+        the ones the allocation needs (vLLM frees them to the free queue,
+        where the failed allocation takes them first).
+        """
+        pool = self.pool
+        assert pool is not None and seq.cached is not None
+        pool.release(seq.alloc + decoded * self.kv_per_token)
+        seq.alloc = 0
+        self.requests.release(seq.cached)
+        pool.unpinned()
+        seq.cached = None
+        seq.preemptions += 1
+        seq.recomputed += kept
+        self.preemptions += 1
+        self.memory_used = pool.running
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
         """Cache what a step's end makes visible; free what completed; return the copies made."""
         requests = self.requests
         copies = 0
+        pool = self.pool
         for seq in prefilled:
             adm = seq.cached
             assert adm is not None
@@ -133,15 +261,29 @@ class Replica:
             made = requests.insert_at_prefill_end(adm)
             seq.ckpts += made
             copies += made
+            if pool is not None and adm.prefill_tokens:
+                # Those prompt pages are the cache's now (shared, counted once).
+                handed = min(adm.prefill_tokens * self.kv_per_token, seq.alloc)
+                pool.hand_to_cache(handed)
+                seq.alloc -= handed
         for seq in completed:
             adm = seq.cached
             assert adm is not None
+            if pool is not None:
+                # Its pages come free first: the cache may keep them (vLLM's freed
+                # blocks stay hashed; SGLang's cache_finished_req inserts them).
+                pool.release(seq.alloc + (seq.finish_step - seq.start_step) * self.kv_per_token)
+                pool.unpinned()
+                seq.alloc = 0
             # The state after the last token: visible at completion.
             made = requests.insert_at_completion(adm)
             seq.ckpts += made
             copies += made
             requests.release(adm)
             seq.cached = None
-            self.memory_used -= seq.footprint
+            if pool is None:
+                self.memory_used -= seq.footprint
+            else:
+                self.memory_used = pool.running
             self.outstanding_tokens -= seq.prompt_len + seq.out_len
         return copies

@@ -42,12 +42,14 @@ def simulate(
     ``force``, outputs another run committed there meanwhile are kept and this
     run fails instead.
     """
-    summary = SummaryBuilder(PrefillFlops(model), config.warmup_s)
+    summary = SummaryBuilder(PrefillFlops(model), config.warmup_s, config.shared_pool)
     writer = outputs = None
     if out_dir is not None:
         before = peek_manifest(out_dir)
         outputs = OutputSet(out_dir, [REQUESTS_FILE, SUMMARY_FILE], kind="twin simulate")
-        writer = RecordWriter(outputs.path(REQUESTS_FILE), config.warmup_s)
+        writer = RecordWriter(
+            outputs.path(REQUESTS_FILE), config.warmup_s, preemptive=config.shared_pool
+        )
 
     def record(rec: RequestRecord) -> None:
         summary.add(rec)
@@ -143,6 +145,23 @@ class Run:
         )
 
 
+def mode_fields(
+    model: ModelSpec, engine: str | None, sets: dict[str, str] | None, settings: dict[str, Any]
+) -> dict[str, Any]:
+    """EngineConfig fields of engine mode ``engine`` with its flags ``sets``, under ``settings``.
+
+    What the user set explicitly wins over the mode's choices; a policy given
+    explicitly drops the options the mode derived for its own policy.
+    """
+    from twin.engine.modes import get_mode
+
+    fields = get_mode(engine).settings(model, sets or {})
+    if "policy" in settings and "policy_options" not in settings:
+        fields.pop("policy_options", None)
+    fields.update(settings)
+    return fields
+
+
 def build_run(
     workload: str | Path | Workload,
     *,
@@ -150,7 +169,8 @@ def build_run(
     gpu: str | None = None,
     profile: str | Path | None = None,
     engine: str | None = None,
-    cache_gb: float | None = None,
+    cache_gb: float | str | None = None,
+    sets: dict[str, str] | None = None,
     **settings: Any,
 ) -> Run:
     """The one builder of a simulation from what a user names (``twin simulate``, the sweeps).
@@ -163,10 +183,13 @@ def build_run(
     the configuration before the workload is opened.
     """
     from twin.costmodel.profile import resolve_profile  # late: the engine needs no profile format
+    from twin.engine.modes import get_mode
     from twin.presets import resolve_model
 
     spec = resolve_model(model) if isinstance(model, str) else model
-    prof = resolve_profile(gpu, None if profile is None else Path(profile), engine)
-    config = build_config(prof, cache_gb=cache_gb, **settings)
+    mode = get_mode(engine)
+    kernels = mode.kernels if engine is not None else None
+    prof = resolve_profile(gpu, None if profile is None else Path(profile), kernels)
+    config = build_config(prof, cache_gb=cache_gb, **mode_fields(spec, engine, sets, settings))
     wl = workload if isinstance(workload, Workload) else Workload.open(Path(workload))
     return Run(wl, spec, prof, make_pricer(spec, prof, config.tp), config)

@@ -19,6 +19,13 @@ SGLang style):
   logits give the first output token; each checkpoint copy the cache makes
   at a step's end lengthens that step by the pricer's copy time.
 
+With the shared KV pool (``--cache-gb auto``) each step first takes one
+token's pages per decoding sequence (a decode run: for all its steps, cut to
+what fits); when the pool cannot give them, the queue's head gives back pages
+it took while waiting, else one running request is preempted by the replica's
+rule (:meth:`ContinuousBatching._preempt_one`) and goes back to the head of
+the queue, to be recomputed.
+
 Decode runs are fast-forwarded: while no sequence prefills and none can be
 admitted, nothing can change the batch before the next completion, so the
 next k steps are timed in one go (in closed form when the pricer is affine in
@@ -50,6 +57,8 @@ from twin.errors import TwinError
 # cap doubles while runs go uninterrupted and falls back after an interruption.
 MIN_RUN_STEPS = 256
 MAX_RUN_STEPS = 4096
+# SGLang's lpm falls back to FCFS past this many waiting requests (schedule_policy.py).
+LPM_MAX_WAITING = 128
 
 
 class ReplicaSide(Protocol):
@@ -62,12 +71,25 @@ class ReplicaSide(Protocol):
         ...
 
     def admit(self, seq: Seq) -> None:
-        """Look ``seq`` up in the cache (sets ``seq.hit``) and reserve its memory."""
+        """Look ``seq`` up in the cache (sets ``seq.hit``, ``seq.hit_work_s``), reserve memory."""
         ...
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
         """Cache what the step's end makes visible, free what completed; return the copies."""
         ...
+
+    # Shared KV pool only (``pool`` is not None): decode growth and preemption.
+    pool: Any
+    preemption: str
+    schedule_policy: str  # "fcfs" or "lpm"
+
+    def cached_prefix(self, seq: Seq) -> int: ...
+
+    def grow(self, tokens: int) -> bool: ...
+    def room_tokens(self) -> int: ...
+    def shrink(self, tokens: int) -> None: ...
+    def preempt(self, seq: Seq, decoded: int, kept: int) -> None: ...
+    def unreserve(self, seq: Seq) -> None: ...
 
 
 class Scheduler(Protocol):
@@ -165,6 +187,8 @@ class ContinuousBatching:
         self.busy_since: float | None = None
         self._wake: simpy.Event | None = None
         self._run_cap = MIN_RUN_STEPS
+        self.shared = getattr(replica, "pool", None) is not None
+        self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq`` (FCFS) and wake the loop if it idles."""
@@ -185,6 +209,8 @@ class ContinuousBatching:
                 self._wake = env.event()
                 yield self._wake  # idle until a request is submitted
                 continue
+            if self.lpm and len(self.waiting) > 1:
+                self._order_by_prefix()
             if self.prefilling or self._can_admit():
                 chunked, seconds = self._plan_step()
                 self.busy_since = env.now
@@ -195,6 +221,8 @@ class ContinuousBatching:
             else:
                 # A decode run (module docstring): the next k steps in one wait.
                 run = self._plan_run()
+                if run is None:
+                    continue  # the pool ran out: a request was preempted, plan again
                 t0, m = env.now, run.k
                 self.busy_since = t0
                 total = run.end(m)
@@ -227,10 +255,13 @@ class ContinuousBatching:
                     self._run_cap = MIN_RUN_STEPS
                 self.busy_s += run.end(m)
                 self.step_no += m
+                if self.shared and m < run.k:
+                    self.replica.shrink((run.k - m) * len(self.decoding))
                 prefilled = []
             completed = self._complete_due()
-            # A one-token request completes when its prefill ends.
-            completed.extend(seq for seq in prefilled if seq.out_len == 1)
+            # A request whose prefill yields its last token completes at once (one
+            # output token, or a preempted one whose recompute brought it there).
+            completed.extend(seq for seq in prefilled if seq.out_len - seq.generated == 1)
             copies = self.replica.step_end(prefilled, completed)
             copy_s = self.replica.copy_s
             if copies and copy_s:
@@ -241,8 +272,9 @@ class ContinuousBatching:
             self.busy_since = None
             now = env.now
             for seq in prefilled:
-                seq.first_token_s = now
-                seq.first_token.succeed()
+                if not seq.generated:  # a recompute after preemption emits no first token
+                    seq.first_token_s = now
+                    seq.first_token.succeed()
             for seq in completed:
                 seq.done_s = now
                 seq.done.succeed()
@@ -254,6 +286,10 @@ class ContinuousBatching:
 
     def _plan_step(self) -> tuple[list[tuple[Seq, int]], float]:
         """A mixed step: decodes, prefill chunks of running sequences, then admissions."""
+        if self.shared:
+            # Each decode takes one token's pages; preempt until they fit.
+            while self.decoding and not self.replica.grow(len(self.decoding)):
+                self._make_room()
         batch = len(self.decoding)
         budget = self.max_batched - batch
         chunked: list[tuple[Seq, int]] = []
@@ -263,9 +299,12 @@ class ContinuousBatching:
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
             budget -= c
+        extra = 0.0  # a hit's own work (non-prefix or host-loaded) lengthens its first step
         while budget > 0 and self._can_admit():
             seq = self.waiting.popleft()
             self._admit(seq)
+            extra += seq.hit_work_s
+            seq.hit_work_s = 0.0
             self.prefilling.append(seq)
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
@@ -274,7 +313,7 @@ class ContinuousBatching:
         seconds = self.pricer.step_time(
             [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
         )
-        return chunked, seconds
+        return chunked, seconds + extra
 
     def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
         """Advance the chunks' sequences; return those whose prefill ended (first token out)."""
@@ -287,27 +326,42 @@ class ContinuousBatching:
                 continue
             prefilled.append(seq)
             self.prefilling.popleft()  # chunks go to the front first: finished ones lead
-            if seq.out_len > 1:
+            left = seq.out_len - seq.generated - 1  # decode steps still to run
+            if left > 0:
                 seq.start_step = n
-                seq.finish_step = n + seq.out_len - 1
+                seq.finish_step = n + left
                 heapq.heappush(self.decoding, (seq.finish_step, seq.order, seq))
-                self.ctx_base += seq.prompt_len - n
+                self.ctx_base += seq.prompt_len + seq.generated - n
         return prefilled
 
-    def _plan_run(self) -> DecodeRun:
-        """The next pure-decode steps, up to the next completion (or the cap, when priced)."""
+    def _plan_run(self) -> DecodeRun | None:
+        """The next pure-decode steps, up to the next completion (or the cap, when priced).
+
+        With a shared pool the run also stops where the pool runs out (its pages
+        are taken now; those of steps not run are given back); ``None`` when not
+        even one step fits: a request was preempted instead.
+        """
         heap = self.decoding
         batch = len(heap)
         n0 = self.step_no
         k = heap[0][0] - n0
         context = self.ctx_base + batch * (n0 + 1)  # the first step's context sum
         fit = self.pricer.decode_affine(batch)
+        capped = fit is None and k > self._run_cap
+        if capped:
+            k = self._run_cap
+        if self.shared:
+            replica = self.replica
+            if not replica.grow(k * batch):
+                k = min(k, replica.room_tokens() // batch)
+                if k == 0:
+                    self._make_room()
+                    return None
+                replica.grow(k * batch)
+                capped = False
         if fit is not None:
             a, b = fit
             return DecodeRun(k, a + b * context, b * batch)
-        capped = k > self._run_cap
-        if capped:
-            k = self._run_cap
         return DecodeRun(
             k, ends=np.cumsum(self.pricer.decode_run(batch, context, k)), capped=capped
         )
@@ -319,18 +373,95 @@ class ContinuousBatching:
         done: list[Seq] = []
         while heap and heap[0][0] <= n:
             seq = heapq.heappop(heap)[2]
-            self.ctx_base -= seq.prompt_len - seq.start_step
+            self.ctx_base -= seq.prompt_len + seq.generated - seq.start_step
             done.append(seq)
         return done
+
+    def _order_by_prefix(self) -> None:
+        """SGLang's ``lpm``: the waiting queue by longest cached prefix, ties in arrival order.
+
+        ``python/sglang/srt/managers/schedule_policy.py`` ``SchedulePolicy``:
+        prefixes are matched for every waiting request each time a batch is
+        formed, and past 128 waiting requests it falls back to FCFS. A head
+        holding pages keeps its place (it was already being admitted).
+        """
+        waiting = self.waiting
+        if len(waiting) > LPM_MAX_WAITING or waiting[0].alloc:
+            return
+        match = self.replica.cached_prefix
+        ranked = sorted(waiting, key=lambda q: -match(q))
+        waiting.clear()
+        waiting.extend(ranked)
+
+    def _make_room(self) -> None:
+        """Running requests need pages: the queue's head gives back any it took, else preempt.
+
+        (Running requests are served before waiting ones, as in vLLM's and
+        SGLang's schedulers.)
+        """
+        if self.waiting and self.waiting[0].alloc:
+            self.replica.unreserve(self.waiting[0])
+        else:
+            self._preempt_one()
+
+    def _preempt_one(self) -> None:
+        """The shared pool ran out: preempt one running request as the engine does.
+
+        ``recompute`` (vLLM V1 ``vllm/v1/core/sched/scheduler.py``
+        ``Scheduler.schedule``: when ``allocate_slots`` fails, ``self.running.pop()``,
+        the request scheduled last, is preempted and later recomputed, its
+        output tokens included); ``retract`` (SGLang
+        ``python/sglang/srt/managers/schedule_batch.py`` ``ScheduleBatch.retract_decode``:
+        decode requests sorted by output length, then longest input, the one with
+        the fewest output tokens retracted first). Either way the request goes
+        back to the head of the queue and its lost KV is computed again (priced
+        as prefill when it is admitted again).
+        """
+        n = self.step_no
+        victim: Seq | None = None
+        if self.replica.preemption == "retract" and self.decoding:
+            victim = min(
+                (e[2] for e in self.decoding),
+                key=lambda q: (q.generated + n - q.start_step, -q.prompt_len, -q.order),
+            )
+        else:
+            running = [e[2] for e in self.decoding] + list(self.prefilling)
+            victim = max(running, key=lambda q: q.order)
+        if victim in self.prefilling:
+            self.prefilling.remove(victim)
+            decoded = 0
+            kept = victim.ctx
+        else:
+            i = next(i for i, e in enumerate(self.decoding) if e[2] is victim)
+            self.decoding[i] = self.decoding[-1]
+            self.decoding.pop()
+            heapq.heapify(self.decoding)
+            decoded = n - victim.start_step
+            self.ctx_base -= victim.prompt_len + victim.generated - victim.start_step
+            victim.generated += 1 + decoded  # the prefill's token and the decoded ones
+            kept = victim.prompt_len + victim.generated
+        self.replica.preempt(victim, decoded, kept)
+        victim.start_step = victim.finish_step = 0
+        victim.prefill_left = victim.ctx = 0
+        if self.waiting and self.waiting[0].alloc:
+            # The old head's pages were taken while it waited for the token budget;
+            # it is no longer first, so it gives them back (no one waits holding pages).
+            self.replica.unreserve(self.waiting[0])
+        self.waiting.appendleft(victim)
 
     def _admit(self, seq: Seq) -> None:
         """Admit ``seq``: the replica looks it up and reserves memory; its prefill is planned."""
         self.replica.admit(seq)
-        n = seq.prompt_len
+        # A preempted request recomputes its prompt and the output it had (vLLM
+        # resumes with the output appended to the prompt).
+        n = seq.prompt_len + seq.generated
+        hit = seq.cached.hit.length if seq.cached is not None else seq.hit
         # The last prompt token is always computed: its logits give the first
         # output token, even when the whole prompt is cached.
-        seq.prefill_left = max(1, n - seq.hit)
+        seq.prefill_left = max(1, n - hit)
         seq.ctx = n - seq.prefill_left
+        if seq.admitted.triggered:
+            return  # admitted again after a preemption: the record keeps the first time
         seq.admitted_s = self.env.now
         seq.admitted.succeed()
 

@@ -14,6 +14,7 @@ class Seq:
     __slots__ = (
         "admitted",
         "admitted_s",
+        "alloc",
         "arrival_s",
         "cached",
         "ckpts",
@@ -24,11 +25,16 @@ class Seq:
         "first_token",
         "first_token_s",
         "footprint",
+        "generated",
         "hit",
+        "hit_recompute",
+        "hit_work_s",
         "order",
         "out_len",
+        "preemptions",
         "prefill_left",
         "prompt_len",
+        "recomputed",
         "rejected",
         "replica",
         "req",
@@ -50,5 +56,10 @@ class Seq:
         self.admitted_s = self.first_token_s = self.done_s = float("nan")
         self.rejected = False
         self.hit = self.ckpts = self.order = self.start_step = self.finish_step = 0
+        self.hit_recompute = 0  # hit tokens the recurrent layers still compute
+        self.hit_work_s = 0.0  # what its hit adds to its first step: non-prefix work, host loads
         self.prefill_left = self.ctx = 0
+        # Shared KV pool only: bytes it owns now (not counting decode growth, which the
+        # scheduler adds as steps pass), output tokens out before its last preemption.
+        self.alloc = self.generated = self.preemptions = self.recomputed = 0
         self.cached: Admission | None = None  # its hold on the cache, from admission to the end

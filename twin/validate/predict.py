@@ -50,6 +50,9 @@ class PrefillOnlyPricer:
     def checkpoint_copy_time(self) -> float:
         return self.inner.checkpoint_copy_time()
 
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+        return self.inner.hit_work_time(recompute, host_tokens, host_states)
+
 
 def longest_prompt(workload: Workload) -> int:
     """Tokens in the workload's longest prompt (history included)."""

@@ -16,13 +16,20 @@ from __future__ import annotations
 from twin.errors import TwinError
 from workloads.generators.base import GeneratorParams, Turn, WorkloadGenerator
 from workloads.generators.chat import ChatGenerator, ChatParams
+from workloads.generators.doc_qa import DocQAGenerator, DocQAParams
 from workloads.generators.sharegpt import ShareGPTGenerator, ShareGPTParams
 from workloads.generators.swebench import SWEBenchGenerator, SWEBenchParams
 from workloads.generators.system_prompt import SystemPromptGenerator, SystemPromptParams
 
 GENERATORS: dict[str, type[WorkloadGenerator]] = {
     cls.name: cls
-    for cls in (ChatGenerator, ShareGPTGenerator, SWEBenchGenerator, SystemPromptGenerator)
+    for cls in (
+        ChatGenerator,
+        DocQAGenerator,
+        ShareGPTGenerator,
+        SWEBenchGenerator,
+        SystemPromptGenerator,
+    )
 }
 
 
@@ -40,6 +47,8 @@ __all__ = [
     "GENERATORS",
     "ChatGenerator",
     "ChatParams",
+    "DocQAGenerator",
+    "DocQAParams",
     "GeneratorParams",
     "SWEBenchGenerator",
     "SWEBenchParams",

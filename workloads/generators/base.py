@@ -164,6 +164,7 @@ class Turn(NamedTuple):
     input_tokens: np.ndarray  # int32; only the appended tokens when extends_history
     extends_history: bool
     output_tokens: np.ndarray  # int32, at least one id
+    modules: np.ndarray | None = None  # (k, 3) rows of (id, start, length); kinds with modules
 
 
 class WorkloadGenerator:
@@ -173,6 +174,9 @@ class WorkloadGenerator:
     name: ClassVar[str]
     description: ClassVar[str]
     Params: ClassVar[type[GeneratorParams]] = GeneratorParams
+    # Whether rows carry the optional ``modules`` column (the writer reads it
+    # from the metadata).
+    has_modules: ClassVar[bool] = False
 
     def __init__(self, params: GeneratorParams | None = None) -> None:
         if params is None:
@@ -222,7 +226,9 @@ class WorkloadGenerator:
         self, n_sessions: int, session_rate: float, seed: int, max_context: int
     ) -> dict[str, Any]:
         """The workload file's metadata: generator, knobs and run arguments."""
+        extra = {"modules": True} if self.has_modules else {}
         return {
+            **extra,
             "generator": self.name,
             "params": dataclasses.asdict(self.params),
             "sessions": n_sessions,
@@ -288,6 +294,7 @@ class WorkloadGenerator:
                 extends_history=turn.extends_history,
                 output_tokens=turn.output_tokens,
                 output_len=len(turn.output_tokens),
+                modules=turn.modules,
             )
             # The next session is created only once its predecessor has arrived:
             # its arrival is later than every row emitted so far, and no earlier.

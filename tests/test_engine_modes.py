@@ -1,0 +1,161 @@
+"""Engine modes (issue 14): vLLM's and SGLang's bundles, their flags, and the rules they follow."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_bad_input import assert_clean_error
+from test_engine_helpers import LinearPricer, generated, run, write_rows
+
+from twin.engine import build_run
+from twin.engine.modes import ENGINE_MODES, get_mode, vllm_block_size
+from twin.errors import TwinError
+from twin.presets import get_model
+from workloads.examples import example_path
+from workloads.schema import WorkloadRow
+
+
+@pytest.mark.parametrize(
+    "name", ["marconi-hybrid-7b", "jamba-1.5-mini", "zamba2-7b", "nemotron-h-8b", "tiny-hybrid"]
+)
+@pytest.mark.parametrize("user_block", [16, 32, 64])
+def test_vllm_block_is_the_smallest_aligned_one_whose_attention_page_holds_a_mamba_page(
+    name, user_block
+):
+    model = get_model(name)
+    block = vllm_block_size(model, user_block)
+    attn_1 = model.kv_bytes_per_token // model.n_attention_layers
+    mamba = model.ssm_state_bytes_per_layer
+    align = max(16, user_block)
+    assert block % align == 0 and block >= user_block
+    assert block * attn_1 >= mamba
+    assert block == user_block or (block - align) * attn_1 < mamba
+
+
+def test_vllm_block_of_the_paper_model_by_hand():
+    # 4 attention layers x 2 x 8 KV heads x 128 x 2 B = 65,536 B/token: 16,384 a layer;
+    # a Mamba layer's state 1,116,160 B: 68.1 tokens, so 5 x 16 = 80.
+    model = get_model("marconi-hybrid-7b")
+    assert model.ssm_state_bytes_per_layer == 1_116_160
+    assert vllm_block_size(model) == 80
+    assert vllm_block_size(get_model("llama-3-8b")) == 16  # a Transformer keeps --block-size
+
+
+def test_under_vllm_align_prompts_shorter_than_a_block_never_hit(tmp_path):
+    model = get_model("tiny-hybrid")
+    block = vllm_block_size(model)
+    assert block == 48
+    short = np.arange(block - 2, dtype=np.int32)  # + the output: still one block short
+    long = np.arange(3 * block + 5, dtype=np.int32) + 100
+    rows = [WorkloadRow(i, 0, float(i), None, short, False, None, 1) for i in range(4)]
+    rows += [WorkloadRow(4 + i, 0, 10.0 + i, None, long, False, None, 1) for i in range(3)]
+    settings = get_mode("vllm").settings(model, {})
+    _, recs = run(
+        write_rows(tmp_path / "w.parquet", rows),
+        LinearPricer(),
+        model,
+        shared_pool=True,
+        gpu_memory_bytes=1e9,
+        **settings,
+    )
+    hits = {r.row: r.hit_tokens for r in recs}
+    assert [hits[i] for i in range(4)] == [0, 0, 0, 0]  # 0% hit rate, as vLLM users saw
+    assert [hits[i] for i in range(4, 7)] == [0, 3 * block, 3 * block]  # on the block grid
+
+
+@pytest.mark.parametrize(("mode", "baseline"), [("vllm", "vllm+"), ("sglang", "sglang+")])
+def test_a_transformer_under_either_engine_hits_as_the_lru_baselines(tmp_path, mode, baseline):
+    model = get_model("tiny-transformer")
+    path = generated(tmp_path / "w.parquet", "chat", 12, 2.0, max_context=2048)
+    settings = get_mode(mode).settings(model, {})
+    options = {"block_size": 16} if baseline == "vllm+" else {}
+    _, engine = run(path, LinearPricer(), model, shared_pool=True, gpu_memory_bytes=1e9, **settings)
+    _, paper = run(
+        path,
+        LinearPricer(),
+        model,
+        policy=baseline,
+        policy_options=options,
+        cache_bytes=int(1e8),
+        gpu_memory_bytes=1e9,
+    )
+    assert sum(r.hit_tokens for r in engine) > 0
+    assert {r.row: r.hit_tokens for r in engine} == {r.row: r.hit_tokens for r in paper}
+
+
+def test_a_mode_is_a_bundle_with_its_kernels_and_its_flags():
+    chat = example_path("chat")
+    run_ = build_run(
+        chat,
+        engine="sglang",
+        cache_gb="auto",
+        sets={"mamba_scheduler_strategy": "extra_buffer", "max_running_requests": "64"},
+    )
+    cfg = run_.config
+    assert cfg.engine == "sglang" and cfg.policy == "sglang+" and cfg.preemption == "retract"
+    assert cfg.state_slots == 3 and cfg.max_running == 64 and cfg.shared_pool
+    assert cfg.engine_flags == {
+        "max_running_requests": "64",
+        "mamba_scheduler_strategy": "extra_buffer",
+    }
+    assert "SGLang" in run_.profile_info["provenance"]  # its kernels price the steps
+    vllm = build_run(chat, engine="vllm", cache_gb="auto", sets={"max-num-seqs": "32"}).config
+    assert vllm.policy == "vllm+" and vllm.policy_options == {"block_size": 80}
+    assert vllm.max_running == 32 and vllm.preemption == "recompute"
+    # An explicit setting wins over the mode's; the paper's world is the default.
+    assert build_run(chat, engine="vllm", policy="marconi").config.policy == "marconi"
+    assert build_run(chat).config.policy == "marconi"
+    assert set(ENGINE_MODES) >= {"paper", "vllm", "sglang", "trtllm"}
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        ({"nope": "1"}, "engine 'vllm' has no such flag"),
+        ({"max_num_seqs": "zero"}, "expected an integer"),
+        ({"gpu_memory_utilization": "1.5"}, r"must be in \(0, 1\]"),
+        ({"mamba_cache_mode": "all"}, "expected one of align, none"),
+    ],
+)
+def test_bad_engine_flags_are_one_line_errors(sets, message):
+    with pytest.raises(TwinError, match=message):
+        build_run(example_path("chat"), engine="vllm", sets=sets)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--engine", "sglang", "--set", "page_sizes=4"], "no such flag"),
+        (["--engine", "vllm", "--set", "max_num_seqs"], "expected KEY=VALUE"),
+        (["--cache-gb", "lots"], "expected auto or a number"),
+        (["--engine", "tgi"], "--engine 'tgi'"),
+    ],
+)
+def test_cli_refuses_bad_flags_and_cache_sizes_in_one_line(capsys, tmp_path, args, message):
+    assert_clean_error(capsys, ["simulate", *args, "--out", str(tmp_path / "o")], tmp_path, message)
+
+
+@pytest.mark.parametrize(("policy", "first"), [("fcfs", 1), ("lpm", 2)])
+def test_sglang_lpm_admits_the_longest_cached_prefix_first(tmp_path, policy, first):
+    model = get_model("tiny-transformer")
+    a = np.arange(300, dtype=np.int32)
+    rows = [
+        WorkloadRow(0, 0, 0.0, None, a, False, None, 50),  # runs alone (max_running 1)
+        WorkloadRow(1, 0, 0.001, None, a + 1000, False, None, 2),  # a miss, arrives first
+        WorkloadRow(2, 0, 0.002, None, np.concatenate((a, a[:5] + 7)), False, None, 2),  # hits A
+    ]
+    settings = get_mode("sglang").settings(model, {"schedule_policy": policy})
+    assert settings["schedule_policy"] == policy
+    _, recs = run(
+        write_rows(tmp_path / "w.parquet", rows),
+        LinearPricer(),
+        model,
+        shared_pool=True,
+        gpu_memory_bytes=1e9,
+        max_running=1,
+        **settings,
+    )
+    by = {r.row: r for r in recs}
+    later = 3 - first
+    assert by[first].admitted_s < by[later].admitted_s
+    assert by[2].hit_tokens >= 300 - 16  # it did hit A's prefix

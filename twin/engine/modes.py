@@ -1,0 +1,320 @@
+"""Engine modes: a named bundle of what a serving engine does, with the engine's own flag names.
+
+``--engine NAME`` picks one mode from :data:`ENGINE_MODES`. A mode names
+
+- its **kernel source** (:mod:`twin.costmodel.kernel_sources`: whose measured
+  kernels price the steps; ``--engine`` kept this meaning, a mode only adds to it),
+- its **cache policy** and the options it derives from the model,
+- its **preemption** when the shared KV pool runs out (``recompute`` or ``retract``),
+- the **recurrent-state slots** a running request holds,
+- its **flags**: ``--set name=value`` with the engine's own flag names, each
+  mapped onto an :class:`~twin.engine.config.EngineConfig` field or a policy option.
+
+The memory mode is not part of the bundle: ``--cache-gb auto`` is the shared
+pool every engine has; ``--cache-gb G`` is the Marconi paper's dedicated cache
+(``paper``, the default mode, is that paper's world: Marconi's policy, any
+``--policy``). Adding a mode is one entry here; the engine only reads the
+configuration it produces.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from twin.errors import TwinError
+from twin.model import ModelSpec
+
+Apply = Callable[[str, ModelSpec, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One engine flag: its help and how its value changes the run's settings."""
+
+    help: str
+    apply: Apply
+    default: str
+
+
+def _int(name: str, value: str, low: int = 1) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise TwinError(f"--set {name}={value}: expected an integer") from None
+    if v < low:
+        raise TwinError(f"--set {name}={value}: must be at least {low}")
+    return v
+
+
+def _float(name: str, value: str, low: float, high: float) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise TwinError(f"--set {name}={value}: expected a number") from None
+    if not (math.isfinite(v) and low < v <= high):
+        raise TwinError(f"--set {name}={value}: must be in ({low:g}, {high:g}]")
+    return v
+
+
+def _bool(name: str, value: str) -> bool:
+    low = value.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise TwinError(f"--set {name}={value}: expected true or false")
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise TwinError(f"--set {name}={value}: expected one of {', '.join(choices)}")
+    return value
+
+
+def _field(name: str, target: str, kind: str, help: str, default: str) -> tuple[str, Flag]:
+    """A flag that sets one EngineConfig field."""
+
+    def apply(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+        out[target] = _int(name, value) if kind == "int" else _float(name, value, 0.0, 1.0)
+
+    return name, Flag(help, apply, default)
+
+
+def _batching_flags(running: str, budget: str, memory: str) -> list[tuple[str, Flag]]:
+    """An engine's names for the running cap, the step's token budget and its memory share."""
+    return [
+        _field(running, "max_running", "int", "most running requests", "256"),
+        _field(
+            budget, "max_batched_tokens", "int", "token budget per step (chunked prefill)", "8192"
+        ),
+        _field(memory, "memory_utilization", "float", "share of HBM for weights + KV pool", "0.9"),
+    ]
+
+
+def vllm_block_size(model: ModelSpec, block_size: int = 16) -> int:
+    """The attention block vLLM uses for a hybrid model: one attention page >= one Mamba page.
+
+    vLLM ``vllm/platforms/interface.py`` ``Platform._align_hybrid_block_size``:
+    ``attn_page_size_1_token`` is one attention layer's K+V of one token,
+    ``mamba_page_size`` one Mamba layer's state (conv + SSM); the block is
+    ``align * cdiv(mamba_page, align * attn_page_1)`` with ``align`` the larger
+    of the kernel's block alignment (16, FlashAttention's
+    ``get_supported_kernel_block_sizes``) and ``--block-size``, never smaller
+    than ``--block-size``. Both pages come from the model's own byte methods.
+    """
+    if not (model.n_attention_layers and model.n_ssm_layers):
+        return block_size
+    attn_page_1 = model.kv_bytes_per_token // model.n_attention_layers
+    mamba_page = model.ssm_state_bytes_per_layer
+    align = max(16, block_size)
+    return max(block_size, align * -(-mamba_page // (align * attn_page_1)))
+
+
+@dataclass(frozen=True)
+class EngineMode:
+    """A serving engine's bundle of choices (module docstring)."""
+
+    name: str
+    display: str
+    kernels: str | None  # kernel source (None: the default lookup, own profiles first)
+    policy: str  # the cache policy it runs
+    preemption: str  # "recompute" (youngest running) or "retract" (decode requests)
+    models: str  # which real system this mode models (README, --help)
+    flags: dict[str, Flag] = field(default_factory=dict)
+    options: Callable[[ModelSpec, dict[str, Any]], dict[str, Any]] = lambda m, s: {}
+
+    def settings(self, model: ModelSpec, sets: dict[str, str]) -> dict[str, Any]:
+        """EngineConfig fields for this mode with ``sets`` (``--set name=value``) applied."""
+        sets = {k.lstrip("-").replace("-", "_"): v for k, v in sets.items()}
+        unknown = sorted(set(sets) - set(self.flags))
+        if unknown:
+            valid = ", ".join(self.flags) or "none"
+            raise TwinError(
+                f"--set {unknown[0]}: engine {self.name!r} has no such flag (its flags: {valid})"
+            )
+        out: dict[str, Any] = {"policy": self.policy, "preemption": self.preemption}
+        for name, flag in self.flags.items():
+            if name in sets:
+                flag.apply(sets[name], model, out)
+        out["policy_options"] = {**self.options(model, out), **out.get("policy_options", {})}
+        if self.name != "paper":
+            out["engine"] = self.name
+            if sets:
+                out["engine_flags"] = dict(sorted(sets.items()))
+        return out
+
+
+# ---------------------------------------------------------------------- vLLM
+def _vllm_block(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    out["vllm_block_size"] = _int("block_size", value)
+
+
+def _vllm_prefix_caching(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    if not _bool("enable_prefix_caching", value):
+        out["policy"] = "vanilla"
+
+
+def _vllm_mamba_mode(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # "none" keeps no recurrent state for reuse: a hybrid model gets no prefix hits
+    # (vLLM disables prefix caching for it); "align" is the hybrid prefix cache.
+    if _choice("mamba_cache_mode", value, ("align", "none")) == "none" and model.n_ssm_layers:
+        out["policy"] = "vanilla"
+
+
+def _vllm_offload(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # vLLM's native CPU offloading (--kv-offloading-size GB, --kv-offloading-backend native).
+    out["host_cache_bytes"] = int(_float("kv_offloading_size", value, 0.0, 1e6) * 1e9)
+
+
+def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
+    block = out.pop("vllm_block_size", 16)
+    if out["policy"] != "vllm+":
+        return {}
+    return {"block_size": vllm_block_size(model, block)}
+
+
+VLLM = EngineMode(
+    name="vllm",
+    display="vLLM",
+    kernels="vllm",
+    policy="vllm+",
+    preemption="recompute",
+    models="vLLM V1 with --enable-prefix-caching and --mamba-cache-mode align",
+    flags=dict(
+        [
+            (
+                "block_size",
+                Flag("attention block (hybrids raise it to one Mamba page)", _vllm_block, "16"),
+            ),
+            ("enable_prefix_caching", Flag("cache prefixes", _vllm_prefix_caching, "true")),
+            ("kv_offloading_size", Flag("CPU offload tier, GB", _vllm_offload, "0")),
+            (
+                "mamba_cache_mode",
+                Flag("align (hybrid prefix caching) or none", _vllm_mamba_mode, "align"),
+            ),
+            *_batching_flags("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization"),
+        ]
+    ),
+    options=_vllm_options,
+)
+
+
+# ---------------------------------------------------------------------- SGLang
+def _sglang_strategy(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # extra_buffer keeps 3 recurrent states per running request (the live one and
+    # two ping-pong buffers for the next checkpoint) and skips the copies;
+    # no_buffer keeps one (SGLang server_args.py --mamba-scheduler-strategy).
+    strategy = _choice("mamba_scheduler_strategy", value, ("no_buffer", "extra_buffer"))
+    out["state_slots"] = 3 if strategy == "extra_buffer" else 1
+
+
+def _sglang_radix(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    if _bool("disable_radix_cache", value):
+        out["policy"] = "vanilla"
+
+
+def _sglang_hicache(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # HiCache's host pool defaults to twice the device pool (server_args.py hicache_ratio 2.0).
+    if _bool("enable_hierarchical_cache", value):
+        out.setdefault("host_cache_ratio", 2.0)
+
+
+def _sglang_hicache_ratio(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # SGLang requires a host pool larger than the device pool (ratio > 1); giving the
+    # ratio implies the hierarchical cache here.
+    out["host_cache_ratio"] = _float("hicache_ratio", value, 1.0, 1e3)
+
+
+def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # Only write-through is modelled (every cached page also goes to host memory,
+    # its copy overlapped and not priced); write_back is refused, not approximated.
+    _choice("hicache_write_policy", value, ("write_through",))
+
+
+def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # Only LRU is modelled so far; lfu/fifo/slru are refused rather than run as LRU.
+    _choice("radix_eviction_policy", value, ("lru",))
+
+
+def _sglang_schedule(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # lpm: longest cached prefix first (python/sglang/srt/managers/schedule_policy.py,
+    # SchedulePolicy.calc_priority); the other cache-aware orders (dfs-weight) and the
+    # cache-agnostic lof/random are not modelled.
+    out["schedule_policy"] = _choice("schedule_policy", value, ("fcfs", "lpm"))
+
+
+SGLANG = EngineMode(
+    name="sglang",
+    display="SGLang",
+    kernels="sglang",
+    policy="sglang+",
+    preemption="retract",
+    models="SGLang with its radix cache for hybrid models (MambaRadixCache)",
+    flags=dict(
+        [
+            (
+                "mamba_scheduler_strategy",
+                Flag(
+                    "no_buffer or extra_buffer (3 states a request)", _sglang_strategy, "no_buffer"
+                ),
+            ),
+            ("disable_radix_cache", Flag("no prefix cache", _sglang_radix, "false")),
+            (
+                "enable_hierarchical_cache",
+                Flag("HiCache: a host-memory tier (ratio 2)", _sglang_hicache, "false"),
+            ),
+            ("hicache_ratio", Flag("host tier / device pool", _sglang_hicache_ratio, "2")),
+            (
+                "hicache_write_policy",
+                Flag("write_through", _sglang_write_policy, "write_through"),
+            ),
+            ("radix_eviction_policy", Flag("lru", _sglang_eviction, "lru")),
+            ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
+            *_batching_flags("max_running_requests", "chunked_prefill_size", "mem_fraction_static"),
+        ]
+    ),
+)
+
+PAPER = EngineMode(
+    name="paper",
+    display="Marconi paper",
+    kernels=None,
+    policy="marconi",
+    preemption="recompute",
+    models="the Marconi paper's world: any --policy; --cache-gb G is its dedicated cache",
+)
+
+TRTLLM = EngineMode(
+    name="trtllm",
+    display="TensorRT-LLM kernels",
+    kernels="trtllm",
+    policy="marconi",
+    preemption="recompute",
+    models="the paper's world priced with TensorRT-LLM's kernels (its own cache not modelled)",
+)
+
+ENGINE_MODES: dict[str, EngineMode] = {m.name: m for m in (PAPER, VLLM, SGLANG, TRTLLM)}
+DEFAULT_MODE = "paper"
+PREEMPTIONS = ("recompute", "retract")
+
+
+def get_mode(name: str | None) -> EngineMode:
+    """The engine mode called ``name`` (``None``: the default); a one-line error otherwise."""
+    try:
+        return ENGINE_MODES[(name or DEFAULT_MODE).lower()]
+    except KeyError:
+        raise TwinError(f"--engine {name!r}: expected one of {', '.join(ENGINE_MODES)}") from None
+
+
+__all__ = [
+    "DEFAULT_MODE",
+    "ENGINE_MODES",
+    "PREEMPTIONS",
+    "EngineMode",
+    "Flag",
+    "get_mode",
+    "vllm_block_size",
+]
