@@ -79,7 +79,9 @@ def test_prompt_cache_printed_command_reruns_the_point(pc_run, tmp_path: Path) -
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 0, res.output
         t = pq.read_table(tmp_path / name / "requests.parquet").to_pydict()
-        ttft[name] = {r: (x, h) for r, x, h in zip(t["row"], t["ttft_s"], t["hit_tokens"])}
+        ttft[name] = {
+            r: (x, h) for r, x, h in zip(t["row"], t["ttft_s"], t["hit_tokens"], strict=True)
+        }
     warm = [r for r, (_, h) in ttft["pc"].items() if h > 0]
     speedup = np.mean([ttft["vanilla"][r][0] for r in warm]) / np.mean(
         [ttft["pc"][r][0] for r in warm]
@@ -117,7 +119,7 @@ def test_jenga_claims_table(jenga_claims) -> None:
     assert "79.6%" in jenga_claims[1].paper
     # A plain Transformer's pages are the same under both allocators: its check holds.
     assert jenga_claims[2].verdict == "yes"
-    head, rows = jenga_claims[2].table
+    _, rows = jenga_claims[2].table
     assert rows and all(r[3] == r[4] for r in rows)  # fit paged == fit Jenga
 
 
