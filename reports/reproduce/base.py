@@ -226,6 +226,26 @@ class Paper(Protocol):
     def notes(self) -> list[str]: ...
 
 
+class ComputedPaper:
+    r"""Defaults for a paper whose results are all :class:`Computation`\ s: no workloads
+    unless it says so, and no footprints, replays, simulations or artifact points."""
+
+    def workloads(self, quick: bool) -> list[Recipe]:
+        return []
+
+    def footprint_workloads(self, quick: bool) -> list[str]:
+        return []
+
+    def replays(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]:
+        return []
+
+    def sims(self, quick: bool, footprint_gb: dict[str, float]) -> list[SimSet]:
+        return []
+
+    def artifact_points(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]:
+        return []
+
+
 def cache_gb_of(fraction: float, footprint_gb: float) -> float:
     """A cache of ``fraction`` of a workload's footprint, rounded to 3 significant digits
     (so the printed ``--cache-gb`` reruns the exact same point)."""

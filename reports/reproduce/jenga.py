@@ -16,10 +16,8 @@ from reports.reproduce import jenga_runs as jr
 from reports.reproduce.base import (
     Claim,
     Computation,
-    Recipe,
-    ReplayPoint,
+    ComputedPaper,
     Results,
-    SimSet,
     magnitude,
     pct,
     times,
@@ -68,25 +66,10 @@ def _table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     ]
 
 
-class Jenga:
+class Jenga(ComputedPaper):
     name = "jenga"
     title = "Jenga: Effective Memory Management for Serving LLM with Heterogeneity"
     citation = "Zhang et al., SOSP 2025 (arXiv 2503.18292)"
-
-    def workloads(self, quick: bool) -> list[Recipe]:
-        return []
-
-    def footprint_workloads(self, quick: bool) -> list[str]:
-        return []
-
-    def replays(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]:
-        return []
-
-    def sims(self, quick: bool, footprint_gb: dict[str, float]) -> list[SimSet]:
-        return []
-
-    def artifact_points(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]:
-        return []
 
     def computations(self, quick: bool) -> list[Computation]:
         return [_computation()]

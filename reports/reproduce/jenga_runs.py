@@ -1,25 +1,16 @@
 """Jenga against PagedAttention pages in the twin's allocators: the one place it is computed.
 
 ``twin reproduce jenga`` (:mod:`reports.reproduce.jenga`) and
-``benchmarks/bench_jenga.py`` both call :func:`compare` and :func:`summarise`.
+``benchmarks/bench_jenga.py`` (whose docstring states the paper's numbers)
+both call :func:`compare` and :func:`summarise`.
 
-The paper (Zhang et al., "Jenga: Effective Memory Management for Serving LLM
-with Heterogeneity", SOSP 2025, arXiv 2503.18292) reports, on vLLM, serving
-throughput 1.80x higher on average and up to 4.92x, and GPU memory utilisation
-up to 79.6% better, than PagedAttention's one-size pages on heterogeneous
-models; a plain Transformer is unchanged.
-
-The twin: for each model, the KV pool left on one GPU after the weights (90%
-of HBM, vLLM's default ``gpu_memory_utilization``), filled with requests of
-one length by :class:`twin.memory.PagedAllocator` and by
-:class:`twin.memory.JengaAllocator`: how many fit, the share of the pool
-holding data (utilisation), and the decode throughput of that batch
-(sequences / the cost model's decode step on the GPU's shipped profile).
-Models (the presets, their layer kinds through ``twin.memory.kinds_of``):
-Gemma-3-4B (5 sliding-window layers of 1024 tokens per full one), gpt-oss-20b
-(alternating 128-token windows and full attention), Nemotron-H-8B and
-Falcon-H1-7B (Mamba2 hybrids), Qwen3.5-9B (gated delta net hybrid) and
-Llama-3-8B.
+Per model preset in :data:`MODELS` and request length in :data:`LENGTHS`: the
+KV pool is what one GPU has left after the weights at vLLM's default
+``gpu_memory_utilization``; :class:`twin.memory.PagedAllocator` and
+:class:`twin.memory.JengaAllocator` each take as many requests of that length
+as fit (:func:`twin.memory.fit_requests`); a row records the counts, the share
+of the pool holding data, and the decode tokens/s of each batch on the GPU's
+shipped profile (each mixer kind priced by its own kernel).
 """
 
 from __future__ import annotations
@@ -27,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+# Zhang et al., SOSP 2025 (arXiv 2503.18292), abstract: vs PagedAttention-style pages on vLLM.
 PAPER = {"throughput_mean": 1.80, "throughput_max": 4.92, "utilisation_gain_max": 0.796}
 LENGTHS = (1000, 4000, 16000)  # tokens per request (prompt + output so far)
 MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization

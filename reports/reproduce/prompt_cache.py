@@ -20,10 +20,9 @@ from reports.reproduce import prompt_cache_runs as pc
 from reports.reproduce.base import (
     Claim,
     Computation,
+    ComputedPaper,
     Recipe,
-    ReplayPoint,
     Results,
-    SimSet,
     magnitude_range,
     times,
     trend,
@@ -49,7 +48,7 @@ NOTES = [
 ]
 
 
-class PromptCache:
+class PromptCache(ComputedPaper):
     name = "prompt-cache"
     title = "Prompt Cache: Modular Attention Reuse for Low-Latency Inference"
     citation = "Gim et al., MLSys 2024 (arXiv 2311.04934)"
@@ -68,18 +67,6 @@ class PromptCache:
         out = [pc.recipe(self.doc_name(t, quick), t, sessions=n) for t in self.lengths(quick)]
         multi = self.doc_name(MAIN_TOKENS, quick, multi=True)
         return [*out, pc.recipe(multi, MAIN_TOKENS, MULTI_DOCS, sessions=n)]
-
-    def footprint_workloads(self, quick: bool) -> list[str]:
-        return []
-
-    def replays(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]:
-        return []
-
-    def sims(self, quick: bool, footprint_gb: dict[str, float]) -> list[SimSet]:
-        return []
-
-    def artifact_points(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]:
-        return []
 
     def computation(self, workload: str, model: str = pc.TRANSFORMER) -> Computation:
         args = (("model", model), ("gpu", pc.GPU))

@@ -262,13 +262,24 @@ class Run:
         def args(p: ReplayPoint) -> tuple[Any, ...]:
             return (self.workload_path(p.workload), p)
 
-        if self.ray is not None and todo:
-            run_on_ray(self.ray, self.ray_address, run_replay, todo, args, done)
+        self._dispatch(run_replay, todo, args, done)
+
+    def _dispatch(
+        self,
+        fn: Callable[..., Any],
+        todo: list[Any],
+        args: Callable[[Any], tuple[Any, ...]],
+        done: Callable[[Any, Any], None],
+        on_ray: bool = True,
+    ) -> None:
+        """``done(item, fn(*args(item)))`` for each item: on ray, in a pool, or in-process."""
+        if on_ray and self.ray is not None and todo:
+            run_on_ray(self.ray, self.ray_address, fn, todo, args, done)
         elif self.jobs == 1 or len(todo) <= 1:
-            for p in todo:
-                done(p, run_replay(*args(p)))
+            for item in todo:
+                done(item, fn(*args(item)))
         else:
-            run_in_pool(run_replay, todo, args, min(self.jobs, len(todo)), done)
+            run_in_pool(fn, todo, args, min(self.jobs, len(todo)), done)
 
     def _run_artifact(self, points: list[ReplayPoint], progress: Progress) -> None:
         path = self.out / ARTIFACT_FILE
@@ -286,11 +297,8 @@ class Run:
         def args(p: ReplayPoint) -> tuple[Any, ...]:
             return (str(self.artifact_repo), self.workload_path(p.workload), p)
 
-        if self.jobs == 1 or len(todo) <= 1:
-            for p in todo:
-                done(p, run_artifact_point(*args(p)))
-        else:
-            run_in_pool(run_artifact_point, todo, args, min(self.jobs, len(todo)), done)
+        # The artifact runs locally only: its checkout is on this machine.
+        self._dispatch(run_artifact_point, todo, args, done, on_ray=False)
 
     def _run_computations(self, todo_all: list[Computation], progress: Progress) -> None:
         path = self.out / COMPUTED_FILE
@@ -311,13 +319,7 @@ class Run:
         def args(c: Computation) -> tuple[Any, ...]:
             return (None if c.workload is None else self.workload_path(c.workload), c)
 
-        if self.ray is not None and todo:
-            run_on_ray(self.ray, self.ray_address, run_computation, todo, args, done)
-        elif self.jobs == 1 or len(todo) <= 1:
-            for c in todo:
-                done(c, run_computation(*args(c)))
-        else:
-            run_in_pool(run_computation, todo, args, min(self.jobs, len(todo)), done)
+        self._dispatch(run_computation, todo, args, done)
 
     def _run_sims(self, sims: SimSet, progress: Progress) -> None:
         spec = resolve(
