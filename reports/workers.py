@@ -132,30 +132,3 @@ def run_in_pool(
             q.close()
             q.cancel_join_thread()
     pool.shutdown(wait=True)
-
-
-def run_on_ray(
-    ray: Any,
-    address: str | None,
-    fn: Callable[..., R],
-    items: Iterable[T],
-    args: Callable[[T], tuple[Any, ...]],
-    on_result: Callable[[T, R], None],
-) -> None:
-    """Run ``fn(*args(item))`` as one ray task per item; ``on_result`` in the driver as each lands.
-
-    Connects to ``address``, else $RAY_ADDRESS, else starts a local ray. Results
-    are handed over here, in the driver, so whatever stores them has one writer.
-    """
-    if not ray.is_initialized():
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or None,
-            ignore_reinit_error=True,
-            log_to_driver=False,
-        )
-    task = ray.remote(num_cpus=1)(fn)
-    pending = {task.remote(*args(item)): item for item in items}
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            on_result(pending.pop(ref), ray.get(ref))
