@@ -19,6 +19,7 @@ prompt-cache, on the same rows.
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,8 @@ def simulate_command(path: str, model: str, gpu: str, policy: str, storage: str 
     args += ["-p", policy]
     for k, v in _options(policy, storage).items():
         args += ["--policy-option", f"{k}={v}"]
-    out = f"sim-{model}-{policy}" + (f"-{storage}" if policy == "prompt-cache" else "")
+    out = f"sim-{Path(path).stem}-{model}-{policy}"  # one folder per point
+    out += f"-{storage}" if policy == "prompt-cache" else ""
     return shlex.join([*args, "--out", out])
 
 
