@@ -29,70 +29,16 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from reports.reproduce.jenga_runs import PAPER, compare, summarise
 from twin.atomic import write_text_atomic
-from twin.costmodel import CostModel
-from twin.costmodel.profile import load_profile
-from twin.hardware import get_gpu
-from twin.memory import JengaAllocator, PagedAllocator, fit_requests, kinds_of
-from twin.presets import get_model
 
 RESULTS = Path(__file__).resolve().parent / "results" / "jenga.json"
-PAPER = {"throughput_mean": 1.80, "throughput_max": 4.92, "utilisation_gain_max": 0.796}
-LENGTHS = (1000, 4000, 16000)  # tokens per request (prompt + output so far)
-MEMORY_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
-
-
-MODELS = (
-    ("gemma-3-4b", "sliding window + full"),
-    ("gpt-oss-20b", "sliding window + full"),
-    ("nemotron-h-8b", "Mamba hybrid"),
-    ("qwen3.5-9b", "GDN hybrid"),
-    ("falcon-h1-7b", "Mamba hybrid"),
-    ("llama-3-8b", "Transformer"),
-)
-
-
-def _throughput(cm: CostModel, batch: int, tokens: int) -> float:
-    """Decode tokens/s of ``batch`` sequences of ``tokens`` context (each mixer kind
-    priced with its own kernel: sliding-window layers read their window)."""
-    return batch / float(cm.decode([tokens] * batch)) if batch else 0.0
 
 
 def run(gpu: str) -> dict[str, Any]:
-    spec_gpu = get_gpu(gpu)
-    profile = load_profile(gpu)
-    rows = []
-    for name, family in MODELS:
-        model = get_model(name)
-        kinds = kinds_of(model)
-        pool = int(spec_gpu.hbm_bytes * MEMORY_UTILIZATION - model.weight_bytes)
-        if pool <= 0:
-            continue
-        cm = CostModel(model, profile, 1)
-        for tokens in LENGTHS:
-            paged, jenga = PagedAllocator(kinds, pool), JengaAllocator(kinds, pool)
-            n_p = fit_requests(paged, [tokens] * 1_000_000)
-            n_j = fit_requests(jenga, [tokens] * 1_000_000)
-            t_p, t_j = _throughput(cm, n_p, tokens), _throughput(cm, n_j, tokens)
-            rows.append(
-                {
-                    "model": model.name,
-                    "family": family,
-                    "tokens": tokens,
-                    "pool_gb": pool / 1e9,
-                    "paged_requests": n_p,
-                    "jenga_requests": n_j,
-                    "paged_utilisation": paged.used_data_bytes / pool,
-                    "jenga_utilisation": jenga.used_data_bytes / pool,
-                    "paged_tok_s": t_p,
-                    "jenga_tok_s": t_j,
-                    "throughput_ratio": t_j / t_p if t_p else None,
-                    "large_page_bytes": jenga.large_bytes,
-                    "small_page_bytes": jenga.small_bytes,
-                    "paged_page_bytes": paged.page_bytes,
-                }
-            )
-    return {"gpu": gpu, "rows": rows}
+    """The rows (computed by :func:`reports.reproduce.jenga_runs.compare`, which
+    ``twin reproduce jenga`` also calls)."""
+    return compare(gpu)
 
 
 def main() -> None:
@@ -116,20 +62,7 @@ def main() -> None:
             f"{r['jenga_requests']:>10,} {r['paged_utilisation']:>10.1%} "
             f"{r['jenga_utilisation']:>10.1%} {'-' if ratio is None else f'{ratio:.2f}x':>11}"
         )
-    hetero = [
-        r["throughput_ratio"]
-        for r in rows
-        if r["family"] != "Transformer" and r["throughput_ratio"]
-    ]
-    gains = [r["jenga_utilisation"] - r["paged_utilisation"] for r in rows]
-    summary = {
-        "throughput_mean_heterogeneous": sum(hetero) / len(hetero),
-        "throughput_max": max(hetero),
-        "utilisation_gain_max": max(gains),
-        "transformer_unchanged": all(
-            r["paged_requests"] == r["jenga_requests"] for r in rows if r["family"] == "Transformer"
-        ),
-    }
+    summary = summarise(rows)
     out["summary"] = summary
     print(
         f"\n{'':<28} {'paper':>8} {'twin':>8}\n"

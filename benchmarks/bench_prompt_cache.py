@@ -30,71 +30,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from reports.reproduce.prompt_cache_runs import PAPER_GPU, PAPER_HOST, recipe, speedups
+from reports.reproduce.runner import generate
 from twin.atomic import write_text_atomic
-from twin.costmodel.profile import load_profile
-from twin.engine import EngineConfig, simulate
-from twin.engine.cost import make_pricer
-from twin.metrics import RequestRecord
-from twin.presets import get_model
-from workloads.generators import get_generator
-from workloads.reader import Workload
-from workloads.writer import WorkloadWriter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "prompt-cache.json"
-PAPER_GPU = (5.0, 10.0)  # sec. 5.2: TTFT speedup, modules in GPU memory
-PAPER_HOST = (1.5, 3.0)  # sec. 5.2: modules in host (CPU) memory
-SESSIONS = 48
-RATE = 0.001  # sessions/s: ~1000 s apart, far longer than any request, so nothing queues
 
 
-def _workload(path: Path, doc_tokens: int, seed: int = 1, docs: tuple[int, int] = (1, 1)) -> Path:
-    cls = get_generator("doc-qa")
-    lo, hi = int(doc_tokens * 0.9), int(doc_tokens * 1.1)
-    knobs = {
-        "n_documents": "8",
-        "doc_min_tokens": str(lo),
-        "doc_max_tokens": str(hi),
-        "docs_min": str(docs[0]),
-        "docs_max": str(docs[1]),
-    }
-    gen = cls(cls.parse_params(knobs))
-    context = max(32768, 2 * hi)
-    with WorkloadWriter(path, gen.metadata(SESSIONS, RATE, seed, context)) as w:
-        w.write_all(gen.rows(SESSIONS, RATE, seed, context))
+def _workload(path: Path, doc_tokens: int, docs: tuple[int, int] = (1, 1)) -> Path:
+    generate(recipe(path.stem, doc_tokens, docs), path)
     return path
 
 
-def _ttft(
-    path: Path, model: str, gpu: str, policy: str, storage: str = "gpu"
-) -> tuple[dict[int, tuple[float, int]], dict[str, Any]]:
-    """Per workload row (TTFT seconds, hit tokens) under ``policy``, and the run's summary."""
-    spec = get_model(model)
-    options = {"storage": storage} if policy == "prompt-cache" else {}
-    config = EngineConfig(policy=policy, policy_options=options, cache_bytes=40 * 10**9)
-    records: list[RequestRecord] = []
-    pricer = make_pricer(spec, load_profile(gpu), 1)
-    summary = simulate(Workload.open(path), spec, pricer, config, on_record=records.append)
-    return {r.row: (r.ttft_s, r.hit_tokens) for r in records}, summary
-
-
 def _speedups(path: Path, model: str, gpu: str) -> dict[str, Any]:
-    base, _ = _ttft(path, model, gpu, "vanilla")
-    out: dict[str, Any] = {}
-    for storage in ("gpu", "host"):
-        cached, summary = _ttft(path, model, gpu, "prompt-cache", storage)
-        warm = [row for row, (_, hit) in cached.items() if hit > 0]
-        t_base = float(np.mean([base[r][0] for r in warm]))
-        t_pc = float(np.mean([cached[r][0] for r in warm]))
-        out[storage] = {
-            "warm_requests": len(warm),
-            "ttft_vanilla_s": t_base,
-            "ttft_prompt_cache_s": t_pc,
-            "speedup": t_base / t_pc,
-            "saving_kept": summary["flops"].get("saving_kept"),
-        }
-    return out
+    """Computed by :func:`reports.reproduce.prompt_cache_runs.speedups` (``twin reproduce
+    prompt-cache`` calls it too)."""
+    return speedups(str(path), model, gpu)
 
 
 def main() -> None:

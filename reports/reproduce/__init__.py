@@ -11,10 +11,12 @@ the runner or the renderer.
 from __future__ import annotations
 
 from reports.reproduce.base import Paper
+from reports.reproduce.jenga import Jenga
 from reports.reproduce.marconi import Marconi
+from reports.reproduce.prompt_cache import PromptCache
 from twin.errors import TwinError
 
-PAPERS: dict[str, Paper] = {p.name: p for p in (Marconi(),)}
+PAPERS: dict[str, Paper] = {p.name: p for p in (Marconi(), PromptCache(), Jenga())}
 
 
 def get_paper(name: str) -> Paper:

@@ -99,6 +99,27 @@ class SimSet:
 
 
 @dataclass(frozen=True)
+class Computation:
+    """A paper's own computation: ``function(**args)`` (plus ``path=`` the workload's file when
+    ``workload`` names a Recipe), a top-level function returning JSON-able numbers.
+
+    For results that are neither a replay nor a sweep row (per-request TTFTs, allocator
+    fits); the runner keeps them like replays, by a key over the computation and the
+    workload's SHA-256. ``command`` is what a user types to rerun it.
+    """
+
+    name: str
+    function: str  # "package.module:function"
+    args: tuple[tuple[str, Any], ...] = ()
+    workload: str | None = None  # a Recipe name
+    command: str = ""
+
+    def key(self, workload_sha256: str = "") -> str:
+        blob = json.dumps({**asdict(self), "sha": workload_sha256}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
 class Check:
     """One test of a claim against the twin's data: a trend (direction) or a magnitude."""
 
@@ -153,6 +174,14 @@ def magnitude(what: str, paper: float, twin: float | None) -> Check:
     return Check("magnitude", f"{what}: paper {paper:g}, twin {shown}", ok)
 
 
+def magnitude_range(what: str, low: float, high: float, twin: float | None) -> Check:
+    """A paper's range ``low``-``high``: the twin's number within :data:`MAGNITUDE_FACTOR` of
+    it (``low / F <= twin <= high * F``), the point rule of :func:`magnitude` widened."""
+    ok = twin is not None and low / MAGNITUDE_FACTOR <= twin <= high * MAGNITUDE_FACTOR
+    shown = "-" if twin is None else f"{twin:.3g}"
+    return Check("magnitude", f"{what}: paper {low:g}-{high:g}, twin {shown}", ok)
+
+
 class Results(Protocol):
     """What a paper's claims read: finished replays and simulations, with their commands."""
 
@@ -165,6 +194,8 @@ class Results(Protocol):
     def footprint_gb(self, name: str) -> float: ...
 
     def artifact(self, point: ReplayPoint) -> dict[str, Any] | None: ...
+
+    def computed(self, c: Computation) -> dict[str, Any]: ...
 
 
 class Paper(Protocol):
@@ -186,9 +217,33 @@ class Paper(Protocol):
         """Points also run by the authors' code when its checkout is configured."""
         ...
 
+    def computations(self, quick: bool) -> list[Computation]:
+        """The paper's own computations (:class:`Computation`), run after the replays."""
+        ...
+
     def claims(self, results: Results, quick: bool) -> list[Claim]: ...
 
     def notes(self) -> list[str]: ...
+
+
+class ComputedPaper:
+    r"""Defaults for a paper whose results are all :class:`Computation`\ s: no workloads
+    unless it says so, and no footprints, replays, simulations or artifact points."""
+
+    def workloads(self, quick: bool) -> list[Recipe]:
+        return []
+
+    def footprint_workloads(self, quick: bool) -> list[str]:
+        return []
+
+    def replays(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]:
+        return []
+
+    def sims(self, quick: bool, footprint_gb: dict[str, float]) -> list[SimSet]:
+        return []
+
+    def artifact_points(self, quick: bool, footprint_gb: dict[str, float]) -> list[ReplayPoint]:
+        return []
 
 
 def cache_gb_of(fraction: float, footprint_gb: float) -> float:

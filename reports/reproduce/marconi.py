@@ -21,7 +21,15 @@ fractions, wide enough that contention goes from severe to none.
 from __future__ import annotations
 
 from reports.reproduce import marconi_claims, marconi_claims_single
-from reports.reproduce.base import Claim, Recipe, ReplayPoint, Results, SimSet, cache_gb_of
+from reports.reproduce.base import (
+    Claim,
+    Computation,
+    Recipe,
+    ReplayPoint,
+    Results,
+    SimSet,
+    cache_gb_of,
+)
 
 KINDS = ("chat", "sharegpt", "swebench")
 LABEL = {"chat": "LMSys-like", "sharegpt": "ShareGPT-like", "swebench": "SWE-bench-like"}
@@ -161,6 +169,9 @@ class Marconi:
             for k in KINDS
             for p in GRID_POLICIES
         ]
+
+    def computations(self, quick: bool) -> list[Computation]:
+        return []  # everything is a replay or an engine run
 
     def claims(self, results: Results, quick: bool) -> list[Claim]:
         grid, single = marconi_claims, marconi_claims_single

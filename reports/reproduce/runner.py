@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.ray_executor import import_ray, run_on_ray
-from reports.reproduce.base import MODEL, Claim, Paper, Recipe, ReplayPoint, SimSet
+from reports.reproduce.base import MODEL, Claim, Computation, Paper, Recipe, ReplayPoint, SimSet
 from reports.sweep import Point, SweepSpec, resolve, run_sweep
 from reports.workers import run_in_pool
 from twin.atomic import write_text_atomic
@@ -28,6 +28,7 @@ from twin.hardware import GB
 
 REPLAYS_FILE = "replays.json"
 ARTIFACT_FILE = "artifact.json"
+COMPUTED_FILE = "computed.json"
 # A cache no workload here can fill: its peak bytes are the workload's footprint.
 UNBOUNDED_GB = 1e6
 FOOTPRINT_POLICY = "sglang+"
@@ -89,6 +90,16 @@ def run_replay(path: str, point: ReplayPoint) -> dict[str, Any]:
     return out
 
 
+def run_computation(path: str | None, c: Computation) -> dict[str, Any]:
+    """One paper computation's numbers (top-level so pool workers and ray can pickle it)."""
+    import importlib
+
+    module, _, name = c.function.partition(":")
+    function = getattr(importlib.import_module(module), name)
+    kwargs = dict(c.args) | ({} if path is None else {"path": path})
+    return dict(function(**kwargs))
+
+
 def run_artifact_point(repo: str, path: str, point: ReplayPoint) -> dict[str, Any]:
     """One replay point run by the authors' artifact (top-level for pool workers)."""
     from reports.reproduce.artifact import run_artifact
@@ -133,6 +144,7 @@ class Run:
 
         self.artifact_repo = checkout()  # $TWIN_MARCONI_ARTIFACT, checked before any work
         self._artifact: dict[str, dict[str, Any]] = {}
+        self._computed: dict[str, dict[str, Any]] = {}
 
     # ----- what the claims read (reports.reproduce.base.Results) -----------------------
     def workload_path(self, name: str) -> str:
@@ -160,6 +172,15 @@ class Run:
     def footprint_gb(self, name: str) -> float:
         return self._footprints[name]
 
+    def computed(self, c: Computation) -> dict[str, Any]:
+        found = self._computed.get(self._computed_key(c))
+        if found is None:
+            raise KeyError(f"computation not in the plan: {c}")
+        return {**found, "command": c.command}
+
+    def _computed_key(self, c: Computation) -> str:
+        return c.key(self._sha[c.workload] if c.workload else "")
+
     def workload_facts(self) -> tuple[tuple[str, str, str, float], ...]:
         """Per workload: name, generating command, SHA-256, footprint GB (NaN if unmeasured)."""
         return tuple(
@@ -186,7 +207,8 @@ class Run:
         replays = set(self.paper.replays(self.quick, dummy))
         sims = sum(len(s.policies) for s in self.paper.sims(self.quick, dummy))
         artifact = set(self.paper.artifact_points(self.quick, dummy)) if self.artifact_repo else ()
-        return len(self.recipes) + len(names) + len(replays) + sims + len(artifact)
+        computed = len(set(self.paper.computations(self.quick)))
+        return len(self.recipes) + len(names) + len(replays) + sims + len(artifact) + computed
 
     def execute(self, progress: Progress = _nothing) -> list[Claim]:
         """Generate, replay, simulate; then return the paper's claims."""
@@ -212,6 +234,7 @@ class Run:
             self._run_sims(s, progress)
         if self.artifact_repo is not None:
             self._run_artifact(self.paper.artifact_points(self.quick, self._footprints), progress)
+        self._run_computations(self.paper.computations(self.quick), progress)
         return self.paper.claims(self, self.quick)
 
     def _read_replays(self) -> dict[str, dict[str, Any]]:
@@ -240,13 +263,24 @@ class Run:
         def args(p: ReplayPoint) -> tuple[Any, ...]:
             return (self.workload_path(p.workload), p)
 
-        if self.ray is not None and todo:
-            run_on_ray(self.ray, self.ray_address, run_replay, todo, args, done)
+        self._dispatch(run_replay, todo, args, done)
+
+    def _dispatch(
+        self,
+        fn: Callable[..., Any],
+        todo: list[Any],
+        args: Callable[[Any], tuple[Any, ...]],
+        done: Callable[[Any, Any], None],
+        on_ray: bool = True,
+    ) -> None:
+        """``done(item, fn(*args(item)))`` for each item: on ray, in a pool, or in-process."""
+        if on_ray and self.ray is not None and todo:
+            run_on_ray(self.ray, self.ray_address, fn, todo, args, done)
         elif self.jobs == 1 or len(todo) <= 1:
-            for p in todo:
-                done(p, run_replay(*args(p)))
+            for item in todo:
+                done(item, fn(*args(item)))
         else:
-            run_in_pool(run_replay, todo, args, min(self.jobs, len(todo)), done)
+            run_in_pool(fn, todo, args, min(self.jobs, len(todo)), done)
 
     def _run_artifact(self, points: list[ReplayPoint], progress: Progress) -> None:
         path = self.out / ARTIFACT_FILE
@@ -264,11 +298,29 @@ class Run:
         def args(p: ReplayPoint) -> tuple[Any, ...]:
             return (str(self.artifact_repo), self.workload_path(p.workload), p)
 
-        if self.jobs == 1 or len(todo) <= 1:
-            for p in todo:
-                done(p, run_artifact_point(*args(p)))
-        else:
-            run_in_pool(run_artifact_point, todo, args, min(self.jobs, len(todo)), done)
+        # The artifact runs locally only: its checkout is on this machine.
+        self._dispatch(run_artifact_point, todo, args, done, on_ray=False)
+
+    def _run_computations(self, todo_all: list[Computation], progress: Progress) -> None:
+        path = self.out / COMPUTED_FILE
+        if path.is_file():
+            try:
+                self._computed = dict(json.loads(path.read_text()))
+            except (OSError, ValueError) as err:
+                raise TwinError(f"{path}: cannot read earlier results ({err}); delete it") from None
+        unique = list(dict.fromkeys(todo_all))
+        todo = [c for c in unique if self._computed_key(c) not in self._computed]
+        progress(len(unique) - len(todo))
+
+        def done(c: Computation, result: dict[str, Any]) -> None:
+            self._computed[self._computed_key(c)] = result
+            write_text_atomic(path, json.dumps(self._computed, sort_keys=True, indent=0) + "\n")
+            progress(1)
+
+        def args(c: Computation) -> tuple[Any, ...]:
+            return (None if c.workload is None else self.workload_path(c.workload), c)
+
+        self._dispatch(run_computation, todo, args, done)
 
     def _run_sims(self, sims: SimSet, progress: Progress) -> None:
         spec = resolve(
@@ -307,6 +359,8 @@ def reproduce(
 
     run = Run(get_paper(name), Path(out), quick, jobs, executor, ray_address)
     claims = run.execute(progress)
+    dummy = dict.fromkeys(run.paper.footprint_workloads(quick), 1.0)
+    no_artifact = not run.paper.artifact_points(quick, dummy)
     facts = Facts(
         paper=run.paper.name,
         citation=f"{run.paper.title}. {run.paper.citation}",
@@ -314,7 +368,13 @@ def reproduce(
         form="quick" if quick else "full",
         twin_version=__version__,
         workloads=run.workload_facts(),
-        **({} if run.artifact_repo is None else {"artifact": describe(run.artifact_repo)}),
+        **(
+            {"artifact": "none for this paper (the twin's numbers only)"}
+            if no_artifact
+            else {}
+            if run.artifact_repo is None
+            else {"artifact": describe(run.artifact_repo)}
+        ),
     )
     return claims, render_report(Path(out), facts, claims, run.paper.notes())
 

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from reports.reproduce import PAPERS, get_paper
-from reports.reproduce.runner import REPLAYS_FILE, plan_size, reproduce
+from reports.reproduce.runner import plan_size, reproduce
 from twin.cli import checks
 from twin.cli.common import (
     ExecutorOption,
@@ -50,12 +50,14 @@ def reproduce_cmd(
     the same command computes only what is missing.
 
     The full form (no --quick; tens of minutes on two cores) is what
-    docs/reproduce/marconi/ holds; $TWIN_MARCONI_ARTIFACT, set to a checkout of the
+    docs/reproduce/PAPER/ holds; $TWIN_MARCONI_ARTIFACT, set to a checkout of the
     authors' artifact, adds its hit rates beside the twin's.
 
     Example:
 
       twin reproduce marconi --quick --out repro-quick --jobs 2
+
+      twin reproduce jenga --out repro-jenga
     """
     get_paper(paper)  # an unknown name fails before any work
     checks.out_dir("--out", out)
@@ -78,5 +80,7 @@ def reproduce_cmd(
     for c in claims:
         table.add_row(str(c.number), c.title, c.paper, c.twin, c.verdict)
     console.print(table)
-    err_console.print(f"points kept in {out / REPLAYS_FILE} and {out / 'sim'}", highlight=False)
+    err_console.print(
+        f"finished points kept in {out} (a rerun computes only what is missing)", highlight=False
+    )
     console.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
