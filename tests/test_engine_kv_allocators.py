@@ -8,6 +8,8 @@ than with ``paged``; a plain Transformer runs the same either way.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_engine_helpers import LinearPricer, run, single_turns
 
 from twin.engine import EngineConfig
@@ -118,3 +120,17 @@ def test_the_allocator_is_the_policys_unless_named_and_needs_the_shared_pool():
     with pytest.raises(TwinError, match=r"--kv-allocator: .*--cache-gb auto"):
         EngineConfig(kv_allocator="jenga")
     assert "kv_allocator" not in EngineConfig().to_dict()  # dedicated summaries unchanged
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    model=st.sampled_from(["tiny-swa-hybrid", "tiny-swa", "tiny-hybrid", "gemma-3-4b"]),
+    allocator=st.sampled_from(sorted(KV_ALLOCATORS)),
+    lengths=st.lists(st.integers(1, 5000), min_size=3, max_size=3).map(sorted),
+)
+def test_a_request_never_holds_more_than_its_admission_bound(model, allocator, lengths):
+    """Admitted (again) at n0 tokens and grown to n <= final: within ``most(final)``, the
+    bound a request is rejected by at arrival (else it could be preempted forever)."""
+    n0, n, final = lengths
+    kv = get_kv_allocator(allocator, get_model(model), state_slots=2)
+    assert kv.tokens(n0, final) + (n - n0) * kv.growth + kv.state <= kv.most(final)

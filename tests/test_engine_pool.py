@@ -95,7 +95,7 @@ def traces(draw):
 
 
 @settings(
-    max_examples=400,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

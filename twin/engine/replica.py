@@ -131,7 +131,7 @@ class Replica:
         if kv is None:
             footprint = total * self.kv_per_token + self.state_slots * self.state_bytes
         else:
-            footprint = kv.tokens(total, total) + kv.state
+            footprint = kv.most(total)
         seq = Seq(req, self.index, env.now, footprint, env)
         self.submitted += 1
         if footprint > self.memory_budget:

@@ -11,7 +11,9 @@ engine pages memory with. Each allocator here is found by name in
 - ``growth``: bytes one more decode token adds;
 - ``state``: bytes of its recurrent states (all its state slots);
 - ``handed(tokens)``: bytes the prefix cache takes over when ``tokens`` of its
-  prompt are cached at the end of its prefill.
+  prompt are cached at the end of its prefill;
+- ``most(final)``: the most bytes it can ever hold with ``final`` tokens (a
+  request past it is rejected at arrival: admitted, it could never finish).
 
 Allocators:
 
@@ -79,6 +81,9 @@ class ByteFootprint:
     def handed(self, tokens: int) -> int:
         return tokens * self.growth
 
+    def most(self, final: int) -> int:
+        return self.tokens(final, final) + self.state
+
 
 class PagedFootprint:
     """PagedAttention's one-size pages, every kind every token (module docstring)."""
@@ -103,6 +108,12 @@ class PagedFootprint:
 
     def handed(self, tokens: int) -> int:
         return self.tokens(tokens, tokens)
+
+    def most(self, final: int) -> int:
+        # Admitted at n0 tokens, it holds pages(n0) + (n - n0) x growth: at most one page
+        # per kind more than pages(n), and growth rounds a page's bytes per token up (< 1 B).
+        slack = len(self.token_kinds) * self.pages.page_bytes + final
+        return self.tokens(final, final) + slack + self.state
 
 
 class JengaFootprint:
@@ -129,6 +140,12 @@ class JengaFootprint:
 
     def handed(self, tokens: int) -> int:
         return self._bytes(self.full, tokens)
+
+    def most(self, final: int) -> int:
+        # Admitted at n0 tokens it holds whole pages for n0, then growth per token:
+        # at most one small page per full kind more than at admission.
+        slack = sum(self.pages.small_bytes[k.name] for k in self.full)
+        return self.tokens(final, final) + slack + self.state
 
 
 KvFootprint = ByteFootprint | PagedFootprint | JengaFootprint
