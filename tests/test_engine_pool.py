@@ -95,24 +95,35 @@ def traces(draw):
 
 
 @settings(
-    max_examples=25,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     rows=traces(),
     policy=st.sampled_from(["vanilla", "sglang+", "marconi", "vllm+"]),
-    model=st.sampled_from(["tiny-hybrid", "tiny-transformer"]),
+    model=st.sampled_from(["tiny-hybrid", "tiny-transformer", "tiny-swa", "tiny-swa-hybrid"]),
     preemption=st.sampled_from(["recompute", "retract"]),
     slots=st.sampled_from([1, 3]),
     pool_kb=st.integers(160, 600),
     host_ratio=st.sampled_from([0.0, 0.5, 3.0]),
+    allocator=st.sampled_from(["bytes", "paged", "jenga"]),
 )
 def test_pool_invariants_over_random_traces(
-    tmp_path_factory, monkeypatch, rows, policy, model, preemption, slots, pool_kb, host_ratio
+    tmp_path_factory,
+    monkeypatch,
+    rows,
+    policy,
+    model,
+    preemption,
+    slots,
+    pool_kb,
+    host_ratio,
+    allocator,
 ):
     """In use + cached + free = pool after every step; every hit exact; pins all released;
-    every request completes exactly once, whatever preemption happened."""
+    every request completes exactly once, whatever preemption happened, with each of the
+    pool's allocators (issue 15)."""
     spec = get_model(model)
     watch = _Watch(monkeypatch)
     path = write_rows(tmp_path_factory.mktemp("pool") / "w.parquet", rows)
@@ -126,6 +137,7 @@ def test_pool_invariants_over_random_traces(
         preemption=preemption,
         state_slots=slots,
         host_cache_ratio=host_ratio,
+        kv_allocator=allocator,
         gpu_memory_bytes=(spec.weight_bytes + pool_kb * 1000) / 0.9,
         max_batched_tokens=256,
     )

@@ -92,6 +92,13 @@ def simulate(
         "--gpu-mem-util",
         help="Fraction of GPU memory for weights, cache and requests. [default: 0.9]",
     ),
+    kv_allocator: str | None = typer.Option(
+        None,
+        "--kv-allocator",
+        help="How the shared pool pages running requests' KV: bytes (exact), paged "
+        "(PagedAttention's one-size pages), jenga (per-kind small pages). "
+        "[default: jenga with -p jenga, else bytes]",
+    ),
     warmup_s: float = typer.Option(
         0.0,
         "--warmup-s",
@@ -134,6 +141,8 @@ def simulate(
 
       twin simulate --engine sglang --set mamba_scheduler_strategy=extra_buffer --out sim-sglang
 
+      twin simulate -m gemma-3-4b --gpu h100 -p jenga --kv-allocator paged --out sim-paged
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache.
     """
@@ -158,6 +167,7 @@ def simulate(
             ("max_batched_tokens", max_batched_tokens),
             ("max_running", max_running),
             ("memory_utilization", gpu_mem_util),
+            ("kv_allocator", kv_allocator),
         )
         if value is not None
     }

@@ -33,6 +33,7 @@ from twin.engine.router import get_router
 from twin.engine.source import SessionSource
 from twin.errors import TwinError
 from twin.hardware import GB
+from twin.memory.footprint import allocator_for
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
 from workloads.reader import Request, Workload
@@ -136,6 +137,7 @@ class Cluster:
                     state_slots=config.state_slots,
                     host=host,
                     schedule_policy=config.schedule_policy,
+                    kv_allocator=allocator_for(config.kv_allocator, config.policy),
                 )
             )
         self.horizon_s = horizon(self.source, config)
@@ -295,6 +297,8 @@ class Cluster:
                 rep["pool"] = {
                     "bytes": r.pool.size,
                     "peak_running_bytes": r.pool.peak_running,
+                    "peak_running_requests": r.peak_running_requests,
+                    "kv_allocator": r.kv.name if r.kv is not None else None,
                     "preemptions": r.preemptions,
                 }
             reps.append(rep)

@@ -10,6 +10,7 @@ from typing import Any
 
 from twin.errors import TwinError
 from twin.hardware import GB
+from twin.memory.footprint import allocator_for
 
 AUTO = "auto"  # --cache-gb auto: the shared KV pool
 
@@ -76,6 +77,12 @@ class EngineConfig:
         "or cache_bytes); 0: none (SGLang --hicache-ratio)",
     )
     host_cache_bytes: int = _opt(0, "host-memory tier per replica, bytes (vLLM CPU offload)")
+    kv_allocator: str = _opt(
+        "auto",
+        "shared pool: how running requests' KV is paged: bytes (exact), paged "
+        "(PagedAttention's one-size pages), jenga (per-kind small pages); auto: the "
+        "policy's (jenga for -p jenga), else bytes (twin.memory.footprint)",
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -118,6 +125,12 @@ class EngineConfig:
             "must be >= 0",
         )
         need(self.host_cache_bytes >= 0, "host_cache_bytes", "must be >= 0")
+        allocator_for(self.kv_allocator, self.policy)  # a clear error for an unknown name
+        need(
+            self.shared_pool or self.kv_allocator == AUTO,
+            "kv_allocator",
+            "pages the shared pool only: use it with --cache-gb auto",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready copy (the summary records the exact configuration).
@@ -141,6 +154,7 @@ _OMITTED_AT_DEFAULT = (
     "schedule_policy",
     "host_cache_ratio",
     "host_cache_bytes",
+    "kv_allocator",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

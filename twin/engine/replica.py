@@ -45,6 +45,7 @@ from twin.cache.pool import SharedPool
 from twin.engine.cost import StepPricer
 from twin.engine.scheduler import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun, get_scheduler
 from twin.engine.seq import Seq
+from twin.memory.footprint import get_kv_allocator
 from twin.model import ModelSpec
 from workloads.reader import Request
 
@@ -70,6 +71,7 @@ class Replica:
         state_slots: int = 1,
         host: CacheStructure | None = None,
         schedule_policy: str = "fcfs",
+        kv_allocator: str = "bytes",
     ) -> None:
         self.env = env
         self.index = index
@@ -90,8 +92,12 @@ class Replica:
             pricer.checkpoint_copy_time() if self.state_bytes and state_slots == 1 else 0.0
         )
         self.pool = SharedPool(int(memory_budget), cache) if shared_pool else None
+        # Shared pool: a running request's bytes under the engine's allocator (issue 15).
+        self.kv = get_kv_allocator(kv_allocator, model, state_slots) if shared_pool else None
+        self.growth = self.kv.growth if self.kv is not None else self.kv_per_token  # per token
         self.preemption = preemption
         self.preemptions = 0
+        self.running_requests = self.peak_running_requests = 0  # shared pool: admitted, not done
         self.schedule_policy = schedule_policy
         self.pricer = pricer
         self.memory_used = 0
@@ -120,9 +126,12 @@ class Replica:
     def submit(self, req: Request) -> Seq:
         """Queue ``req`` (FCFS); a request too big for the replica's memory is rejected at once."""
         env = self.env
-        footprint = (
-            len(req.prompt) + len(req.output)
-        ) * self.kv_per_token + self.state_slots * self.state_bytes
+        total = len(req.prompt) + len(req.output)
+        kv = self.kv
+        if kv is None:
+            footprint = total * self.kv_per_token + self.state_slots * self.state_bytes
+        else:
+            footprint = kv.most(total)
         seq = Seq(req, self.index, env.now, footprint, env)
         self.submitted += 1
         if footprint > self.memory_budget:
@@ -151,9 +160,9 @@ class Replica:
             return True  # taken at an earlier try, still waiting for the token budget
         # The prompt (and the output recomputed after a preemption) as if nothing
         # hit: cached pages could be reclaimed by this very allocation.
-        need = (seq.prompt_len + seq.generated) * self.kv_per_token + (
-            self.state_slots * self.state_bytes
-        )
+        kv = self.kv
+        assert kv is not None
+        need = kv.tokens(seq.prompt_len + seq.generated, seq.prompt_len + seq.out_len) + kv.state
         if not pool.allocate(need):
             return False
         seq.alloc = need
@@ -187,8 +196,14 @@ class Replica:
             return
         if not seq.preemptions:
             seq.hit = hit.length  # the record keeps the first admission's hit
+        self.running_requests += 1
+        self.peak_running_requests = max(self.peak_running_requests, self.running_requests)
         # The GPU hit's pages are the cache's (pinned); loaded ones are the request's.
-        back = (hit.length - adm.host_tokens) * self.kv_per_token
+        kv = self.kv
+        assert kv is not None
+        gpu_hit = hit.length - adm.host_tokens
+        own, final = seq.prompt_len + seq.generated, seq.prompt_len + seq.out_len
+        back = kv.tokens(own, final) - kv.tokens(own - gpu_hit, final - gpu_hit)
         pool.release(back)
         seq.alloc -= back
         self.memory_used = pool.running
@@ -201,7 +216,7 @@ class Replica:
         """Shared pool: take ``tokens`` tokens' pages for running requests; ``False``: no room."""
         pool = self.pool
         assert pool is not None
-        ok = pool.allocate(tokens * self.kv_per_token)
+        ok = pool.allocate(tokens * self.growth)
         self.memory_used = pool.running
         return ok
 
@@ -209,14 +224,14 @@ class Replica:
         """Shared pool: tokens' pages free now (after a failed :meth:`grow`: all it can free)."""
         pool = self.pool
         assert pool is not None
-        kv = self.kv_per_token
+        kv = self.growth
         return max(pool.free, 0) // kv if kv else 1 << 62
 
     def shrink(self, tokens: int) -> None:
         """Shared pool: give back ``tokens`` tokens' pages taken by :meth:`grow` but not used."""
         pool = self.pool
         assert pool is not None
-        pool.release(tokens * self.kv_per_token)
+        pool.release(tokens * self.growth)
         self.memory_used = pool.running
 
     def unreserve(self, seq: Seq) -> None:
@@ -239,13 +254,14 @@ class Replica:
         """
         pool = self.pool
         assert pool is not None and seq.cached is not None
-        pool.release(seq.alloc + decoded * self.kv_per_token)
+        pool.release(seq.alloc + decoded * self.growth)
         seq.alloc = 0
         self.requests.release(seq.cached)
         pool.unpinned()
         seq.cached = None
         seq.preemptions += 1
         seq.recomputed += kept
+        self.running_requests -= 1
         self.preemptions += 1
         self.memory_used = pool.running
 
@@ -263,7 +279,8 @@ class Replica:
             copies += made
             if pool is not None and adm.prefill_tokens:
                 # Those prompt pages are the cache's now (shared, counted once).
-                handed = min(adm.prefill_tokens * self.kv_per_token, seq.alloc)
+                assert self.kv is not None
+                handed = min(self.kv.handed(adm.prefill_tokens), seq.alloc)
                 pool.hand_to_cache(handed)
                 seq.alloc -= handed
         for seq in completed:
@@ -272,9 +289,10 @@ class Replica:
             if pool is not None:
                 # Its pages come free first: the cache may keep them (vLLM's freed
                 # blocks stay hashed; SGLang's cache_finished_req inserts them).
-                pool.release(seq.alloc + (seq.finish_step - seq.start_step) * self.kv_per_token)
+                pool.release(seq.alloc + (seq.finish_step - seq.start_step) * self.growth)
                 pool.unpinned()
                 seq.alloc = 0
+                self.running_requests -= 1
             # The state after the last token: visible at completion.
             made = requests.insert_at_completion(adm)
             seq.ckpts += made
