@@ -235,8 +235,21 @@ def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> N
 
 
 def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # Only LRU is modelled so far; lfu/fifo/slru are refused rather than run as LRU.
-    _choice("radix_eviction_policy", value, ("lru",))
+    # SGLang --radix-eviction-policy (server_args.py; the orders of
+    # mem_cache/evict_policy.py): the radix cache's leaf order, ``sglang+``'s
+    # ``eviction`` option (policies/sglang_plus.py). Only RadixCache reads it:
+    # MambaRadixCache (hybrid models) keeps plain LRU lists, so for a model with
+    # recurrent layers the flag is accepted and, as in SGLang, changes nothing.
+    from policies.sglang_plus import EVICTION_KEYS
+
+    choice = _choice("radix_eviction_policy", value, tuple(EVICTION_KEYS))
+    if not model.n_ssm_layers and choice != "lru":
+        out["radix_eviction"] = choice
+
+
+def _sglang_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
+    eviction = out.pop("radix_eviction", None)
+    return {"eviction": eviction} if eviction and out["policy"] == "sglang+" else {}
 
 
 def _sglang_schedule(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -271,11 +284,12 @@ SGLANG = EngineMode(
                 "hicache_write_policy",
                 Flag("write_through", _sglang_write_policy, "write_through"),
             ),
-            ("radix_eviction_policy", Flag("lru", _sglang_eviction, "lru")),
+            ("radix_eviction_policy", Flag("lru, lfu, fifo, mru, filo, priority, slru", _sglang_eviction, "lru")),
             ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
             *_batching_flags("max_running_requests", "chunked_prefill_size", "mem_fraction_static"),
         ]
     ),
+    options=_sglang_options,
 )
 
 PAPER = EngineMode(
