@@ -57,7 +57,9 @@ def test_each_eviction_order_picks_the_hand_worked_victim(eviction):
 
 def test_lru_is_todays_sglang_plus():
     default, lru = get_policy("sglang+"), get_policy("sglang+", eviction="lru")
-    caches = [p.make_cache(TRANSFORMER, 30 * TRANSFORMER.kv_bytes_per_token) for p in (default, lru)]
+    caches = [
+        p.make_cache(TRANSFORMER, 30 * TRANSFORMER.kv_bytes_per_token) for p in (default, lru)
+    ]
     for prompt in (A, B, B, C, A, D, B, C):
         assert serve(caches[0], prompt, prompt).length == serve(caches[1], prompt, prompt).length
 

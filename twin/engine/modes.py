@@ -284,7 +284,10 @@ SGLANG = EngineMode(
                 "hicache_write_policy",
                 Flag("write_through", _sglang_write_policy, "write_through"),
             ),
-            ("radix_eviction_policy", Flag("lru, lfu, fifo, mru, filo, priority, slru", _sglang_eviction, "lru")),
+            (
+                "radix_eviction_policy",
+                Flag("lru, lfu, fifo, mru, filo, priority, slru", _sglang_eviction, "lru"),
+            ),
             ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
             *_batching_flags("max_running_requests", "chunked_prefill_size", "mem_fraction_static"),
         ]
