@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class SGLangPlusPolicy(LeafLRU):
 
     name = "sglang+"
     description = "judicious admission (branch points + last token), LRU over leaves"
-    OPTIONS = ("eviction",)
+    OPTIONS: ClassVar[tuple[str, ...]] = ("eviction",)
 
     def __init__(self, eviction: str = "lru") -> None:
         super().__init__()

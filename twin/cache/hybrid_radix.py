@@ -29,17 +29,26 @@ The order of each pool (which node is least recently used) is the policy's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
+from twin.cache.base import CachePolicy, CacheStructure
 from twin.cache.prefix_cache import PrefixCache
-from twin.cache.radix import Node
+from twin.cache.radix import Match, Node
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 # SGLang server_args.py: --mamba-full-memory-ratio default.
 MAMBA_FULL_MEMORY_RATIO = 0.9
+
+
+class PoolPolicy(CachePolicy, Protocol):
+    """What the hybrid cache asks of its policy besides the hooks: recency and two victims."""
+
+    def on_insert_path(self, cache: CacheStructure, match: Match) -> None: ...
+    def full_victim(self, cache: CacheStructure) -> Node | None: ...
+    def state_victim(self, cache: CacheStructure) -> Node | None: ...
 
 
 class HybridRadixCache(PrefixCache):
@@ -49,7 +58,7 @@ class HybridRadixCache(PrefixCache):
         self,
         model: ModelSpec,
         capacity_bytes: int,
-        policy: Any,
+        policy: PoolPolicy,
         ratio: float = MAMBA_FULL_MEMORY_RATIO,
     ) -> None:
         if not (ratio > 0 and np.isfinite(ratio)):
@@ -59,6 +68,7 @@ class HybridRadixCache(PrefixCache):
                 f"the hybrid radix cache needs recurrent layers ({model.name} has none)"
             )
         self.ratio = float(ratio)
+        self._pools = policy  # the policy, with the two LRU lists' victims
         super().__init__(model, capacity_bytes, policy)
 
     # ------------------------------------------------------------------ pools
@@ -87,7 +97,7 @@ class HybridRadixCache(PrefixCache):
         if not pos:
             return 0
         m = self._match(seq[: pos[-1]])
-        self.policy.on_insert_path(self, m)  # _insert_helper stamps the walked path
+        self._pools.on_insert_path(self, m)  # _insert_helper stamps the walked path
         base = m.partial if m.partial is not None else m.node
         covered = m.length
         pinned = base is not self.root
@@ -129,12 +139,12 @@ class HybridRadixCache(PrefixCache):
         ``evict_mamba`` for the states, each by its own LRU list.
         """
         while self.kv_bytes + kv > self.kv_capacity:
-            victim = self.policy.full_victim(self)
+            victim = self._pools.full_victim(self)
             if victim is None:
                 return False
             self.evict(victim)
         while self.ssm_bytes + states > self.state_capacity:
-            victim = self.policy.state_victim(self)
+            victim = self._pools.state_victim(self)
             if victim is None:
                 return False
             self.drop_state(victim)

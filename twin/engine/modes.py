@@ -249,7 +249,9 @@ def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 def _sglang_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
     eviction = out.pop("radix_eviction", None)
-    options = {k: out.pop(k) for k in ("mamba_full_memory_ratio", "page_size") if k in out}
+    options: dict[str, Any] = {
+        k: out.pop(k) for k in ("mamba_full_memory_ratio", "page_size") if k in out
+    }
     if out["policy"] != "sglang":
         return {}
     if options.get("page_size", 1) > 1 and not model.n_ssm_layers:
