@@ -68,6 +68,11 @@ class HybridRadixCache(PrefixCache):
                 f"the hybrid radix cache needs recurrent layers ({model.name} has none)"
             )
         self.ratio = float(ratio)
+        # What each pool was last held to (by an insert or shrink_to): its share, or
+        # more while pins keep it over. The shared KV pool may lower ``capacity``
+        # without evicting while the total fits; the shares apply again at the next
+        # insert. ``verify`` checks the pools against these.
+        self._limits = (0, 0)
         self._pools = policy  # the policy, with the two LRU lists' victims
         super().__init__(model, capacity_bytes, policy)
 
@@ -110,6 +115,7 @@ class HybridRadixCache(PrefixCache):
             pos = self._fitting(base, pos, covered)
         if pinned:
             self.unpin(base)
+        self._hold_limits()
         return super().insert(seq, pos) if pos else 0
 
     def _split_need(self, base: Node, pos: list[int], covered: int) -> tuple[int, int]:
@@ -150,6 +156,17 @@ class HybridRadixCache(PrefixCache):
             self.drop_state(victim)
         return True
 
+    def shrink_to(self, limit: int) -> int:
+        cached = super().shrink_to(limit)
+        self._hold_limits()
+        return cached
+
+    def _hold_limits(self) -> None:
+        self._limits = (
+            max(self.kv_capacity, self.kv_bytes),
+            max(self.state_capacity, self.ssm_bytes),
+        )
+
     def _evict_until(self, need: int) -> bool:
         # ``shrink_to`` (the shared pool reclaiming pages) and the base insert's
         # loop land here: each pool is brought within its share of ``capacity``.
@@ -178,9 +195,6 @@ class HybridRadixCache(PrefixCache):
 
     def verify(self) -> None:
         super().verify()
-        assert self.kv_bytes <= self.kv_capacity or self._pinned_over(), "KV pool exceeded"
-        assert self.ssm_bytes <= self.state_capacity or self._pinned_over(), "state pool exceeded"
-
-    def _pinned_over(self) -> bool:
-        """A pool may stay over its share only while pins hold it (the shared pool shrank)."""
-        return any(n.lock for n in self.tree.nodes())
+        kv, states = self._limits
+        assert self.kv_bytes <= kv, "KV pool exceeded"
+        assert self.ssm_bytes <= states, "state pool exceeded"
