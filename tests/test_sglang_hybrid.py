@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 import pytest
+import test_mixer_presets_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies import hits, random_trace
@@ -22,11 +23,11 @@ from twin.cache import serve
 from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cli import app
 from twin.presets import get_model
-from workloads import WorkloadRow, WorkloadWriter
 
 HYBRID = get_model("tiny-hybrid")
 TRANSFORMER = get_model("tiny-transformer")
 KV, CK = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
+workload = test_mixer_presets_run.workload  # a fixture: two conversations, 4 requests
 
 
 def toks(start: int, n: int) -> np.ndarray:
@@ -156,21 +157,6 @@ def test_pools_hold_their_bytes_and_every_hit_resumes_from_a_state(seed, states,
             cache.verify()
 
 
-@pytest.fixture(scope="module")
-def workload(tmp_path_factory):
-    system = np.arange(1000, 1300, dtype=np.int32)
-    rows = []
-    for sid in range(3):
-        first = np.r_[system, np.arange(10 * sid, 10 * sid + 40, dtype=np.int32)]
-        rows.append(WorkloadRow(sid, 0, float(sid), None, first, False, None, 8))
-        more = np.arange(500 + sid, 560 + sid, dtype=np.int32)
-        rows.append(WorkloadRow(sid, 1, None, 1.0, more, True, None, 4))
-    path = tmp_path_factory.mktemp("w") / "w.parquet"
-    with WorkloadWriter(path, {"generator": "test"}) as w:
-        w.write_all(rows)
-    return path
-
-
 @pytest.mark.parametrize("eviction", sorted(EVICTION_KEYS))
 def test_simulate_sglang_on_a_hybrid_runs_with_each_eviction_policy(eviction, workload, tmp_path):
     out = tmp_path / "sim"
@@ -179,4 +165,4 @@ def test_simulate_sglang_on_a_hybrid_runs_with_each_eviction_policy(eviction, wo
     result = CliRunner().invoke(app, [*args, *sets, "--out", str(out), "--json"])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["requests"]["measured"] == 6
+    assert summary["requests"]["measured"] == 4
