@@ -1,7 +1,7 @@
 """Benchmark: trace replay speed and memory of every prefix-cache policy.
 
     python benchmarks/bench_replay.py [--chat-sessions 360] [--fractions 0.1,0.3] [--jobs 1]
-        [--workloads chat,mooncake,mooncake-conversation]
+        [--workloads chat,mooncake,mooncake-conversation] [--baseline]
 
 Workloads: a chat trace from ``workloads.generators`` (``chat``, about 6M
 prompt tokens at 360 sessions, like the Marconi artifact's LMSys trace), or a
@@ -22,7 +22,11 @@ parquet file (reported apart); the one-core target is judged on CPU time,
 which other processes on a shared machine do not inflate. "Replayed" counts
 the grid searches' extra replays too. ``marconi`` includes its bootstrap alpha
 grid search whenever its window completes within the trace; ``oracle`` is
-21 full replays by definition. Results go to ``benchmarks/results/replay.json``.
+21 full replays by definition, sharing the requests before their first
+eviction (``policies.shared_prefix``); ``--baseline`` also runs them with
+every alpha replaying every request, and records the CPU-time ratio of the
+two (``shared_over_unshared``, same hits and alpha asserted). Results go to
+``benchmarks/results/replay.json``.
 """
 
 from __future__ import annotations
@@ -54,6 +58,10 @@ import json, sys, time
 from twin.replay import Trace, replay
 path, model, policy = sys.argv[1], sys.argv[2], sys.argv[4]
 capacity, options = int(sys.argv[3]), json.loads(sys.argv[5])
+if sys.argv[7] == "unshared":  # the baseline: every alpha of a grid replays every request
+    import policies.alpha_tuning, twin.replay
+    from policies.shared_prefix import replay_each
+    policies.alpha_tuning.replay_grid = twin.replay.replay_grid = replay_each
 t = time.perf_counter(); trace = Trace.load(path); load_s = time.perf_counter() - t
 wall = cpu = float("inf")
 for _ in range(int(sys.argv[6])):  # best of N: the machine may be shared
@@ -173,6 +181,12 @@ def main() -> None:
         default="chat," + ",".join(TRACES),
         help="comma-separated: chat and the Mooncake traces (skipped if their file is absent)",
     )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also run the alpha-grid policies with every alpha replaying every request "
+        "(before issue 16), for ratios measured in the same run",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -207,7 +221,7 @@ def main() -> None:
             workloads[name].update(info)
             for frac in fractions:
                 capacity = int(frac * info["footprint_bytes"])
-                for policy in policies:
+                for policy, variant in _variants(policies, args.baseline):
                     out, rss = run_child(
                         _CHILD,
                         str(path),
@@ -218,6 +232,7 @@ def main() -> None:
                             {"jobs": args.jobs} if "jobs" in REGISTRY[policy].OPTIONS else {}
                         ),
                         str(args.repeat),
+                        variant,
                     )
                     r = out["result"]
                     # Tokens actually replayed: oracle serves the trace once per alpha,
@@ -232,6 +247,7 @@ def main() -> None:
                         "fraction": frac,
                         "capacity_gb": capacity / 1e9,
                         "policy": policy,
+                        "grid_replay": variant,
                         "token_hit_rate": r["token_hit_rate"],
                         "evictions": r["evictions"],
                         "alpha": r["alpha"],
@@ -248,10 +264,10 @@ def main() -> None:
                     runs.append(run)
                     print(_row(run), flush=True)
     # One core: judged on CPU time, which a shared machine does not inflate.
-    chat = [r for r in runs if r["workload"] == "chat"]
+    chat = [r for r in runs if r["workload"] == "chat" and r["grid_replay"] == "shared"]
     chat_ok = bool(chat) and all(r["cpu_mtokens_per_s"] * 1e6 >= TARGET_TOKENS_PER_S for r in chat)
     # The time and memory targets are the synthetic trace's (61M tokens).
-    moon = [r for r in runs if r["workload"] == "mooncake"]
+    moon = [r for r in runs if r["workload"] == "mooncake" and r["grid_replay"] == "shared"]
     moon_ok = bool(moon) and all(
         r["load_s"] + r["replay_s"] < TARGET_MOONCAKE_S
         and r["peak_rss_mb"] < TARGET_MOONCAKE_RSS_MB
@@ -268,6 +284,7 @@ def main() -> None:
         "jobs": args.jobs,
         "workloads": workloads,
         "runs": runs,
+        "shared_over_unshared": _speedups(runs),
         "targets": {
             "chat_tokens_per_s": TARGET_TOKENS_PER_S,
             "chat_met": chat_ok,
@@ -285,6 +302,42 @@ def main() -> None:
     print(f"wrote {args.results}")
 
 
+GRID_POLICIES = ("marconi", "marconi-twin", "oracle")
+
+
+def _variants(policies: list[str], baseline: bool) -> list[tuple[str, str]]:
+    """(policy, grid replay) runs: ``shared`` always, ``unshared`` too for grid policies."""
+    out = []
+    for p in policies:
+        if baseline and p in GRID_POLICIES:
+            out.append((p, "unshared"))
+        out.append((p, "shared"))
+    return out
+
+
+def _speedups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Shared over unshared CPU time, per (workload, fraction, policy) run in both ways."""
+    base = {
+        (r["workload"], r["fraction"], r["policy"]): r
+        for r in runs
+        if r["grid_replay"] == "unshared"
+    }
+    out = []
+    for r in runs:
+        b = base.get((r["workload"], r["fraction"], r["policy"]))
+        if r["grid_replay"] == "shared" and b is not None:
+            assert (b["token_hit_rate"], b["alpha"]) == (r["token_hit_rate"], r["alpha"]), r
+            out.append(
+                {
+                    "workload": r["workload"],
+                    "fraction": r["fraction"],
+                    "policy": r["policy"],
+                    "cpu_speedup": round(b["replay_cpu_s"] / r["replay_cpu_s"], 3),
+                }
+            )
+    return out
+
+
 def _verdict(runs: list[dict[str, Any]], ok: bool) -> str:
     return "not run" if not runs else "met" if ok else "MISSED"
 
@@ -293,6 +346,7 @@ def _row(r: dict[str, Any]) -> str:
     alpha = "-" if r["alpha"] is None else f"{r['alpha']:.1f}"
     return (
         f"{r['workload']:<22}{r['fraction']:>6.3f}{r['capacity_gb']:>9.1f} GB  {r['policy']:<12}"
+        f" {r['grid_replay']:<8}"
         f" hit {r['token_hit_rate']:6.1%}  ev {r['evictions']:>9,}  alpha {alpha:>3}"
         f" grid {'y' if r['grid_search'] else 'n'}  load {r['load_s']:6.2f}s"
         f"  replay {r['replay_s']:7.2f}s  {r['mtokens_per_s']:7.1f}M tok/s"

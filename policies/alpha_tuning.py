@@ -22,6 +22,7 @@ import numpy as np
 
 from policies.grid import map_alphas
 from policies.reference_score import ReferenceFlops
+from policies.shared_prefix import replay_grid
 from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, serve
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -42,7 +43,11 @@ def window_score(
 ) -> float:
     """``metric`` of replaying ``window`` from ``snapshot`` under ``policy_cls(alpha=alpha)``."""
     cache = PrefixCache.restore(snapshot, model, policy_cls(alpha=alpha))
-    hits = [serve(cache, full[:n], full).length for full, n in window]
+    return score_hits([serve(cache, full[:n], full).length for full, n in window], model, metric)
+
+
+def score_hits(hits: list[int], model: ModelSpec, metric: str) -> float:
+    """``metric`` of a window replay whose requests hit ``hits`` tokens each."""
     if metric == "hit-rate":
         return float(sum(hits))
     if metric == "flops":
@@ -72,8 +77,18 @@ def grid_scores(
     metric: str,
     grid: tuple[float, ...] = ALPHA_GRID,
     jobs: int = 1,
+    exhaustive: bool = False,
 ) -> dict[float, float]:
-    """:func:`window_score` for every alpha of ``grid``, over ``jobs`` processes."""
+    """:func:`window_score` for every alpha of ``grid``.
+
+    One process replays the grid sharing the requests before the first
+    eviction (:func:`policies.shared_prefix.replay_grid`); ``jobs > 1``
+    processes, or ``exhaustive``, replay each alpha on its own (the tests'
+    reference). The scores are the same either way.
+    """
+    if jobs <= 1 and not exhaustive:
+        runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)
+        return {a: score_hits([h for h, *_ in served], model, metric) for a, _, served in runs}
     scores = map_alphas(_score_at, (snapshot, model, window, policy_cls, metric), grid, jobs)
     return dict(zip(grid, scores, strict=True))
 

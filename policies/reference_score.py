@@ -147,6 +147,18 @@ class ReferenceFlopAwareEviction(Policy):
             self._stamp[id(node)] = self.now
             self.on_node_changed(node)
 
+    # ----- copies (the stamps live here, not in the tree's snapshot) ----------------
+    def export_state(self) -> Any:
+        cache: Any = self.cache  # a PrefixCache: the reference rules run on the radix tree
+        stamps = {node.nid: self._stamp[id(node)] for node in cache.tree.nodes()}
+        return self.now, self._evict_ticked, stamps
+
+    def import_state(self, state: Any, nodes: dict[int, Any]) -> None:
+        self.now, self._evict_ticked, stamps = state
+        self._stamp = {id(nodes[nid]): stamp for nid, stamp in stamps.items()}
+        for node in nodes.values():
+            self.on_node_changed(node)
+
     # ----- hooks ------------------------------------------------------------------
     def on_node_added(self, node: Any) -> None:
         self._stamp[id(node)] = self.now

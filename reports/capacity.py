@@ -16,6 +16,7 @@ from typing import Any
 
 from reports.analysis import Slo, aggregate, by_gpu_count, parse_slo, recommend
 from reports.load import sustainable
+from reports.ray_executor import import_ray
 from reports.render import Header, render_report
 from reports.sweep import (
     AUTO_GB,
@@ -23,7 +24,6 @@ from reports.sweep import (
     INFEASIBLE_COLUMN,
     SweepSpec,
     grid,
-    import_ray,
     resolve,
     run_sweep,
 )

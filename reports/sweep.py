@@ -19,7 +19,6 @@ import functools
 import hashlib
 import itertools
 import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -30,6 +29,7 @@ import pyarrow.parquet as pq
 
 from policies import options_for
 from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN, RequestDigest
+from reports.ray_executor import import_ray, run_points_on_ray
 from reports.workers import run_in_pool
 from twin.atomic import atomic_path, locked
 from twin.engine.config import EngineConfig, build_config
@@ -454,7 +454,7 @@ def run_sweep(
 
     if ray is not None:
         if todo:
-            _run_on_ray(ray, ray_address, spec, todo, done)
+            run_points_on_ray(ray, ray_address, spec, todo, done)
     elif jobs == 1 or len(todo) <= 1:
         for point in todo:
             done(point, run_point(spec, point, functools.partial(partial, point)))
@@ -469,38 +469,3 @@ def run_sweep(
         )
     wanted = [spec.key(p) for p in points]
     return SweepOutcome([rows[k] for k in wanted], computed=len(todo), skipped=skipped)
-
-
-def import_ray() -> Any:
-    """The ray module, or a TwinError saying how to get it (ray is an optional extra)."""
-    try:
-        import ray
-    except ImportError:
-        raise TwinError("--executor ray: ray is not installed; pip install 'twin[ray]'") from None
-    return ray
-
-
-def _run_on_ray(
-    ray: Any,
-    address: str | None,
-    spec: SweepSpec,
-    todo: list[Point],
-    done: Callable[[Point, dict[str, Any]], None],
-) -> None:
-    """Run ``todo`` as ray tasks, handing each row to ``done`` (which stores it) as it lands.
-
-    Connects to ``address``, else $RAY_ADDRESS, else starts a local ray. Rows
-    are merged here, in the driver, so the results file has one writer.
-    """
-    if not ray.is_initialized():
-        ray.init(
-            address=address or os.environ.get("RAY_ADDRESS") or None,
-            ignore_reinit_error=True,
-            log_to_driver=False,
-        )
-    task = ray.remote(num_cpus=1)(run_point)
-    pending = {task.remote(spec, p): p for p in todo}
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            done(pending.pop(ref), ray.get(ref))

@@ -54,6 +54,13 @@ class _SqrtDecodeModel:
     def step(self, prefills: list[tuple[int, int]], decodes: list[int]) -> float:
         return 1e-3 + sum(1e-4 * n for n, _ in prefills) + sum(1e-5 * math.sqrt(d) for d in decodes)
 
+    def decode_steps_s(self, batch: int, contexts: list[int]) -> list[float]:
+        """Each pure-decode step by ``step``, the context sum spread evenly (the contract)."""
+        return [
+            self.step([], [c // batch + 1] * (c % batch) + [c // batch] * (batch - c % batch))
+            for c in contexts
+        ]
+
 
 def test_a_non_affine_decode_price_falls_back_to_exact_step_prices():
     pricer = CostModelPricer(_SqrtDecodeModel())

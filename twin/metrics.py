@@ -6,7 +6,8 @@
   through a temporary file renamed at the end, so memory stays flat and a
   failed run leaves no half-written file.
 - :class:`SummaryBuilder`: keeps only what the summary needs (latencies as
-  float32 arrays for the percentiles, running sums for the rest).
+  float32 arrays for the percentiles, spilled to temporary files past a
+  million, running sums for the rest).
 - :class:`Occupancy`: cache bytes by kind per replica at fixed simulated-time
   intervals, thinned (every other sample dropped, interval doubled) when a run
   outlasts its expected horizon, so the series stays a few hundred points.
@@ -22,6 +23,7 @@ import math
 import operator
 import os
 import re
+import tempfile
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,8 +196,8 @@ class RecordWriter:
             c[name] = array(c[name].typecode)
 
 
-def _stats(values: array) -> dict[str, float | None]:
-    x = np.frombuffer(values, np.float32).astype(np.float64)
+def _stats(values: np.ndarray) -> dict[str, float | None]:
+    x = values.astype(np.float64)
     x = x[~np.isnan(x)]
     if not x.size:
         return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
@@ -204,6 +206,9 @@ def _stats(values: array) -> dict[str, float | None]:
         "mean": float(x.mean()),
         **{f"p{p}": float(v) for p, v in zip(PERCENTILES, q, strict=True)},
     }
+
+
+SPILL_AT = 1 << 20  # latencies per kind kept in memory before spilling (4 MiB each)
 
 
 class SummaryBuilder:
@@ -219,6 +224,9 @@ class SummaryBuilder:
         self.preemptive = preemptive
         self.preemptions = self.preempted = self.recomputed = 0
         self.lat = {k: array("f") for k in self.LATENCIES}
+        # Latencies past SPILL_AT per kind go to anonymous temporary files, so a
+        # ten-million-request run keeps flat memory (issue 16); read back at the end.
+        self._spilled: dict[str, Any] = {}
         self.total = self.excluded = self.rejected = self.measured = 0
         self.input_tokens = self.hit_tokens = self.output_tokens = self.hits = 0
         self.checkpoints = 0
@@ -238,6 +246,8 @@ class SummaryBuilder:
         lat = self.lat
         for name, value in zip(LATENCIES, _latencies(rec), strict=True):
             lat[name].append(value)
+        if len(lat[LATENCIES[0]]) >= SPILL_AT:
+            self._spill()
         self.input_tokens += rec.input_tokens
         self.output_tokens += rec.output_tokens
         self.checkpoints += rec.checkpoints
@@ -261,7 +271,7 @@ class SummaryBuilder:
         start = self.warmup_s if self.warmup_s > 0 else self.first_arrival
         window = self.last_completion - start if self.measured else 0.0
         rate = (lambda x: x / window) if window > 0 else (lambda x: None)
-        out: dict[str, Any] = {k: _stats(v) for k, v in self.lat.items()}
+        out: dict[str, Any] = {k: _stats(self._latencies(k)) for k in self.lat}
         out["requests"] = {
             "total": self.total,
             "measured": self.measured,
@@ -300,6 +310,24 @@ class SummaryBuilder:
             "input_tokens_per_s": rate(self.input_tokens),
         }
         return out
+
+    def _spill(self) -> None:
+        for name, values in self.lat.items():
+            f = self._spilled.get(name)
+            if f is None:
+                # Closed with the builder (a TemporaryFile deletes itself).
+                f = self._spilled[name] = tempfile.TemporaryFile()  # noqa: SIM115
+            values.tofile(f)
+            self.lat[name] = array("f")
+
+    def _latencies(self, name: str) -> np.ndarray:
+        """Every latency ``name`` recorded, in order (spilled ones first)."""
+        tail = np.frombuffer(self.lat[name], np.float32)
+        f = self._spilled.get(name)
+        if f is None:
+            return tail
+        f.seek(0)
+        return np.concatenate((np.fromfile(f, np.float32), tail))
 
 
 class Occupancy:

@@ -21,6 +21,7 @@ import numpy as np
 
 from policies import get_policy, policy_class
 from policies.grid import map_alphas
+from policies.shared_prefix import replay_grid
 from twin.cache import PrefillFlops, cache_stats, serve
 from twin.model import ModelSpec
 from twin.presets import get_model
@@ -153,29 +154,45 @@ def _run(
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
     cache = policy.make_cache(model, capacity)
+    served = []
+    for full, n, mods in _requests(trace):
+        hit = serve(cache, full[:n], full, mods)
+        served.append((hit.length, getattr(hit.node, "nid", -1), hit.recompute))
+        on_request()
+    return _result(trace, model, policy_name, cache, served, per_request, start)
+
+
+def _requests(trace: Trace) -> list[tuple[np.ndarray, int, np.ndarray | None]]:
+    """(input + output, input length, declared modules or None) per request."""
+    modules = trace.modules or [None] * trace.num_requests
+    return list(zip(trace.fulls, trace.prompt_lens, modules, strict=True))
+
+
+def _result(
+    trace: Trace,
+    model: ModelSpec,
+    policy_name: str,
+    cache: Any,
+    served: list[tuple[int, int, int]],
+    per_request: bool,
+    start: float,
+) -> ReplayResult:
+    """What ``cache`` holds after serving ``trace``, each request hitting ``served[i]``
+    (hit tokens, the hit node's nid, hit tokens the recurrent layers recompute)."""
     flops = PrefillFlops(model)
     hit_tokens = hits = 0
     saved = total = 0.0
-    hit_lens: list[int] = []
-    hit_nodes: list[int] = []
     recomputed = 0.0  # FLOPs the recurrent layers spend on reused modules (prompt-cache)
-    modules = trace.modules or [None] * trace.num_requests
-    for full, n, mods in zip(trace.fulls, trace.prompt_lens, modules, strict=True):
-        hit = serve(cache, full[:n], full, mods)
-        h = hit.length
-        if per_request:
-            hit_lens.append(h)
-            hit_nodes.append(getattr(hit.node, "nid", -1))
+    for (h, _, recompute), n in zip(served, trace.prompt_lens, strict=True):
         total += flops.total(n, 0)
         if h:
             hit_tokens += h
             hits += 1
             saved += flops.total(h, 0)
-            if hit.recompute:
-                recomputed += flops.recurrent(hit.recompute)
-        on_request()
+            if recompute:
+                recomputed += flops.recurrent(recompute)
     prompt = trace.prompt_tokens
-    stats = policy.stats()
+    stats = cache.policy.stats()
     if recomputed:
         # How much of the reuse survives the recurrent layers' recompute.
         stats["flops_saved_attention_only"] = saved
@@ -185,7 +202,7 @@ def _run(
     return ReplayResult(
         policy=policy_name,
         model=model.name,
-        capacity_bytes=int(capacity),
+        capacity_bytes=int(cache.capacity),
         requests=trace.num_requests,
         prompt_tokens=prompt,
         hit_tokens=hit_tokens,
@@ -201,8 +218,8 @@ def _run(
         if not per_request
         else {
             "input_tokens": np.asarray(trace.prompt_lens, np.int64),
-            "hit_tokens": np.asarray(hit_lens, np.int64),
-            "hit_node": np.asarray(hit_nodes, np.int64),
+            "hit_tokens": np.asarray([h for h, _, _ in served], np.int64),
+            "hit_node": np.asarray([nid for _, nid, _ in served], np.int64),
         },
     )
 
@@ -234,18 +251,17 @@ def _hindsight(
     policy = get_policy(policy_name, **options)
     grid = policy.alpha_grid
     jobs = int(options.get("jobs") or 1)
-    if jobs <= 1:
+    if jobs <= 1:  # one process: the grid shares the requests before its first eviction
         runs = [
-            _run(
-                trace,
+            _result(trace, model, policy_name, cache, served, per_request, start)
+            for _, cache, served in replay_grid(
+                grid,
+                lambda a: get_policy(policy_name, **{**options, "alpha": a}),
                 model,
-                capacity,
-                policy_name,
-                {**options, "alpha": a},
-                on_request,
-                per_request,
+                _requests(trace),
+                capacity=capacity,
+                on_request=on_request,
             )
-            for a in grid
         ]
     else:
         runs = []

@@ -40,7 +40,7 @@ class CacheSnapshot:
 
 def take_snapshot(cache: PrefixCache) -> CacheSnapshot:
     """Copy ``cache`` (a :class:`~twin.cache.prefix_cache.PrefixCache`) into a snapshot."""
-    nodes = cache.tree.nodes()
+    nodes = _preorder(cache.root)
     index = {id(n): i for i, n in enumerate(nodes)}
     lengths = np.fromiter((len(n.tokens) for n in nodes), np.int64, len(nodes))
     offsets = np.zeros(len(nodes) + 1, np.int64)
@@ -59,6 +59,21 @@ def take_snapshot(cache: PrefixCache) -> CacheSnapshot:
         ckpt_hit=[n.ckpt_hit for n in nodes],
         counters={k: getattr(cache, k) for k in COUNTERS},
     )
+
+
+def _preorder(root: Node) -> list[Node]:
+    """Every node but ``root`` in pre-order, children in insertion order (no recursion).
+
+    Restoring in this order rebuilds every ``children`` dict in its original
+    order, which ``marconi``'s tie-break (first in pre-order) reads.
+    """
+    out: list[Node] = []
+    stack = list(reversed(root.children.values()))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children.values()))
+    return out
 
 
 def fill(cache: PrefixCache, snap: CacheSnapshot) -> None:

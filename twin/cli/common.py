@@ -231,6 +231,26 @@ PolicyOptionOption = Annotated[
 ]
 ReplicasOption = Annotated[int, typer.Option("--replicas", "-r", min=1, help="Model replicas.")]
 TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica.")]
+# Options of the commands that run many points (report capacity, reproduce).
+JobsOption = Annotated[
+    int,
+    typer.Option(
+        "--jobs", "-j", min=1, help="Worker processes (1: in-process, deterministic order)."
+    ),
+]
+ExecutorOption = Annotated[
+    str,
+    typer.Option(
+        "--executor",
+        help="Where points run: local (processes) or ray (tasks; needs pip install 'twin\\[ray]').",
+    ),
+]
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local ray)."
+    ),
+]
 
 
 def format_ms(seconds: float | None, digits: int = 1) -> str:

@@ -20,10 +20,13 @@ from reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant
 from twin.cli import checks
 from twin.cli.common import (
     EngineOption,
+    ExecutorOption,
     GpuOption,
+    JobsOption,
     ModelOption,
     ModelSetOption,
     ProfileOption,
+    RayAddressOption,
     TpOption,
     console,
     err_console,
@@ -144,23 +147,15 @@ def capacity(
     seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per point (2+ gives intervals)."),
     router: str = typer.Option("round-robin", "--router", help="Router across replicas."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (reruns resume in it)."),
-    jobs: int = typer.Option(
-        1, "--jobs", "-j", min=1, help="Worker processes (1: in-process, deterministic order)."
-    ),
+    jobs: JobsOption = 1,
     cdf_cache_gb: float | None = typer.Option(
         None,
         "--cdf-cache-gb",
         help="Cache size (one of --cache-gb) for the TTFT CDF and "
         "hit-rate-by-input-length figures; default: the largest swept.",
     ),
-    executor: str = typer.Option(
-        "local",
-        "--executor",
-        help="Where points run: local (processes) or ray (tasks; needs pip install 'twin[ray]').",
-    ),
-    ray_address: str | None = typer.Option(
-        None, "--ray-address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local ray)."
-    ),
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Sweep replicas x cache size x policy x session rate x seed; recommend the smallest
     cache meeting the SLO; write OUT/results.parquet, OUT/report.html (self-contained)

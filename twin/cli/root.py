@@ -5,7 +5,17 @@ from __future__ import annotations
 import typer
 
 from twin import __version__
-from twin.cli import calibrate, cost, models, replay, report, simulate, validate, workload
+from twin.cli import (
+    calibrate,
+    cost,
+    models,
+    replay,
+    report,
+    reproduce,
+    simulate,
+    validate,
+    workload,
+)
 
 app = typer.Typer(
     name="twin",
@@ -29,6 +39,7 @@ app.command("replay")(replay.replay)
 app.command("calibrate")(calibrate.calibrate)
 app.command("cost")(cost.cost)
 app.command("validate")(validate.validate)
+app.command("reproduce")(reproduce.reproduce_cmd)
 
 
 def _version_callback(value: bool) -> None:

@@ -168,6 +168,41 @@ class CostModel:
         mixing = self._mixing(feats, None)
         return self._with_host(dense + mixing + self._head(tokens, feats.sequences, None))
 
+    def decode_steps_s(self, batch: int, contexts: Sequence[int]) -> list[float]:
+        """Seconds of pure-decode steps of ``batch`` sequences, one per context sum in ``contexts``.
+
+        Equals ``step((), decodes)`` for any ``decodes`` of ``batch`` contexts
+        summing to that value, to the bit (the engine's decode runs, issue 16):
+        without sliding-window layers only the full-attention decode kernel
+        reads the context sum, so it alone is priced per step and the rest of
+        the step once. A window needs every sequence's context:
+        each step is then priced in full, from an even spread of the sum.
+        """
+        if batch <= 0:
+            raise TwinError(f"a decode step needs at least one sequence (got {batch})")
+        windowed = self.kinds.get("swa") or self.model.sliding_window is not None
+        if windowed or self.host_mode not in ("add", "max"):
+            return [self._even_decode_s(batch, c) for c in contexts]
+        feats = self._aggregate((), [0] * batch)
+        dense, head = self._dense(batch, None), self._head(batch, batch, None)
+        parts = self._mixing_parts(feats)
+        # The full-attention decode kernel is the one part that reads the context
+        # sum (``_aggregate``: the sum plus one key per sequence); the others and
+        # the order of the sum stay as ``step`` has them, so prices are identical.
+        at = [i for i, (kind, _, _) in enumerate(parts) if kind == "attention"]
+        kernel, sums = self._k["attn_decode"], fm.attn_decode_sums
+        heads = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes) if at else ()
+        out = []
+        for c in contexts:
+            if at:
+                parts[at[0]] = ("attention", "attn_decode", kernel(*sums(batch, c + batch, *heads)))
+            out.append(self._with_host(dense + self._sum_parts(parts, None) + head))
+        return out
+
+    def _even_decode_s(self, batch: int, context: int) -> float:
+        base, extra = divmod(context, batch)
+        return float(cast(float, self.step((), [base + 1] * extra + [base] * (batch - extra))))
+
     def copy_s(
         self, nbytes: float, src: str = "device", dst: str = "device", launches: int = 1
     ) -> float:
@@ -411,6 +446,21 @@ class CostModel:
 
     def _mixing(self, f: StepFeatures, cost: StepCost | None) -> float:
         """Attention and SSM kernels, which depend on each sequence's context and length."""
+        return self._sum_parts(self._mixing_parts(f), cost)
+
+    def _sum_parts(self, parts: list[tuple[str, str, float]], cost: StepCost | None) -> float:
+        """Seconds of the mixer ``parts`` (kind, kernel, seconds per layer) over their layers."""
+        kinds = self.kinds
+        total = 0.0
+        for kind, kernel, s in parts:
+            layers = kinds[kind]
+            total += layers * s
+            if cost is not None:
+                cost.add(LABEL[kind], kernel, layers * s)
+        return total
+
+    def _mixing_parts(self, f: StepFeatures) -> list[tuple[str, str, float]]:
+        """Each mixer kernel of the step: (kind, kernel, seconds per layer), in pricing order."""
         m, k, e = self.model, self._k, self.elem_bytes
         kinds = self.kinds
         parts: list[tuple[str, str, float]] = []  # (mixer kind, kernel, seconds per layer)
@@ -465,13 +515,7 @@ class CostModel:
                 step = mk.gdn_step_features(f.decodes, *dims, e, m.state_dtype_bytes)
                 parts.append(("gdn", "gdn_step", o["gdn_step"](*step)))
                 parts.append(self._conv(*conv, decode=True))
-        total = 0.0
-        for kind, kernel, s in parts:
-            layers = kinds[kind]
-            total += layers * s
-            if cost is not None:
-                cost.add(LABEL[kind], kernel, layers * s)
-        return total
+        return parts
 
     def _conv(
         self, kind: str, f: StepFeatures, width: int, taps: int, decode: bool

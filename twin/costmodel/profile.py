@@ -21,6 +21,7 @@ Schema::
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -35,7 +36,18 @@ from twin.errors import TwinError
 SCHEMA_VERSION = 1
 # ``mixed``: the families come from different places; each fit says where.
 SOURCES = ("measured", "datasheet", "transferred", "mixed")
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "calibration" / "profiles"
+
+
+def _shipped_dir() -> Path:
+    """``calibration/profiles`` wherever the ``calibration`` package is (a checkout, an
+    install, or a Ray worker's ``py_modules``, where it is no sibling of ``twin``)."""
+    spec = importlib.util.find_spec("calibration")
+    if spec is not None and spec.origin:
+        return Path(spec.origin).resolve().parent / "profiles"
+    return Path(__file__).resolve().parents[2] / "calibration" / "profiles"
+
+
+PROFILES_DIR = _shipped_dir()
 REQUIRED_PEAKS = ("flops", "mem_bw", "host_bw")
 
 

@@ -126,7 +126,9 @@ class CostModelPricer(PricerBase):
     def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
         fit = self._fit(batch)
         if fit is None:
-            return super().decode_run(batch, context, steps)
+            # Not affine (a measured p-norm attention kernel): the context's part per step.
+            contexts = range(context, context + steps * batch, batch)
+            return np.asarray(self.cost_model.decode_steps_s(batch, contexts), np.float64)
         return fit[0] + fit[1] * (context + batch * np.arange(steps, dtype=np.float64))
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:

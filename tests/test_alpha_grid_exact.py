@@ -1,0 +1,138 @@
+"""The shared-prefix grid replay equals one independent replay per alpha, exactly.
+
+The exhaustive paths (``policies.alpha_tuning.window_score`` per alpha,
+``twin.replay._run_at`` per alpha) are the reference; the fast path must give
+the same hits, hit nodes, scores, chosen alpha and cache counters, on random
+traces with ties (a vocabulary of four tokens) and every capacity.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import policies.alpha_tuning as tuning
+from policies import get_policy, policy_class
+from policies.alpha_tuning import ALPHA_GRID, grid_scores, window_score
+from policies.shared_prefix import replay_grid
+from tests.test_policies_props import traces
+from twin.cache import PrefixCache, serve
+from twin.presets import get_model
+from twin.replay import Trace, _run_at, replay
+
+HYBRID = get_model("tiny-hybrid")
+MODELS = [HYBRID, get_model("tiny-transformer")]
+TUNED = ("marconi", "marconi-twin")
+
+
+def _capacity(model, tokens_cap: int, states_cap: int) -> int:
+    return tokens_cap * model.kv_bytes_per_token + states_cap * model.ssm_checkpoint_bytes
+
+
+def _window(pairs) -> list[tuple[np.ndarray, int]]:
+    return [(np.r_[p, o].astype(np.int32), len(p)) for p, o in pairs]
+
+
+def _start_snapshot(name: str, model, capacity: int, warm) -> object:
+    """A cache after serving ``warm`` at alpha 0 (a mid-run start, like marconi-twin's)."""
+    cache = get_policy(name, alpha=0.0).make_cache(model, capacity)
+    for full, n in _window(warm):
+        serve(cache, full[:n], full)
+    return cache.snapshot()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    trace=traces(),
+    warm=st.integers(0, 10),
+    name_i=st.integers(0, 1),
+    model_i=st.integers(0, 1),
+    tokens_cap=st.integers(0, 50),
+    states_cap=st.integers(0, 6),
+)
+def test_grid_replay_serves_like_one_replay_per_alpha(
+    trace, warm, name_i, model_i, tokens_cap, states_cap
+):
+    name, model = TUNED[name_i], MODELS[model_i]
+    capacity = _capacity(model, tokens_cap, states_cap)
+    snap = _start_snapshot(name, model, capacity, trace[:warm])
+    window = _window(trace[warm:]) or _window(trace)
+    cls = policy_class(name)
+    for alpha, cache, served in replay_grid(
+        ALPHA_GRID, lambda a: cls(alpha=a), model, window, start=snap
+    ):
+        alone = PrefixCache.restore(snap, model, cls(alpha=alpha))
+        hits = [serve(alone, full[:n], full) for full, n in window]
+        assert served == [(h.length, getattr(h.node, "nid", -1), h.recompute) for h in hits], alpha
+        assert sorted(n.nid for n in cache.tree.nodes()) == sorted(
+            n.nid for n in alone.tree.nodes()
+        )
+        assert (cache.evictions, cache.used_bytes) == (alone.evictions, alone.used_bytes)
+    for metric in ("reference", "hit-rate", "flops"):
+        fast = grid_scores(snap, model, window, cls, metric)
+        assert fast == {a: window_score(snap, model, window, a, cls, metric) for a in ALPHA_GRID}
+        assert fast == grid_scores(snap, model, window, cls, metric, exhaustive=True)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    trace=traces(),
+    name_i=st.integers(0, 1),
+    multiplier=st.sampled_from([2, 3, 5]),
+    tokens_cap=st.integers(3, 50),
+    states_cap=st.integers(1, 6),
+)
+def test_tuned_policies_choose_the_exhaustive_alpha(
+    trace, name_i, multiplier, tokens_cap, states_cap
+):
+    name = TUNED[name_i]
+    capacity = _capacity(HYBRID, tokens_cap, states_cap)
+    t = Trace.from_pairs(trace)
+    options = {"bootstrap_multiplier": multiplier}
+    fast = replay(t, HYBRID, capacity, name, options, per_request=True)
+
+    def exhaustive(*args, **kwargs):
+        return tuning.grid_scores(*args, **kwargs, exhaustive=True)
+
+    # The policies import grid_scores by name: patch it where they look it up.
+    with (
+        mock.patch("policies.marconi.grid_scores", exhaustive),
+        mock.patch("policies.marconi_twin.grid_scores", exhaustive),
+    ):
+        slow = replay(t, HYBRID, capacity, name, options, per_request=True)
+    assert fast.details.get("alpha_source") == slow.details.get("alpha_source")
+    a, b = fast.to_dict(), slow.to_dict()
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b
+    for key in ("hit_tokens", "hit_node"):
+        assert np.array_equal(fast.per_request[key], slow.per_request[key])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    trace=traces(),
+    model_i=st.integers(0, 1),
+    metric=st.sampled_from(["hit-rate", "flops"]),
+    tokens_cap=st.integers(0, 50),
+    states_cap=st.integers(0, 6),
+)
+def test_oracle_equals_one_full_replay_per_alpha(trace, model_i, metric, tokens_cap, states_cap):
+    model = MODELS[model_i]
+    capacity = _capacity(model, tokens_cap, states_cap)
+    t = Trace.from_pairs(trace)
+    options = {"alpha_metric": metric}
+    fast = replay(t, model, capacity, "oracle", options, per_request=True)
+    runs = [_run_at(t, model, capacity, "oracle", options, True, a) for a in ALPHA_GRID]
+    scores = [r.flops_saved if metric == "flops" else r.hit_tokens for r in runs]
+    best = max(range(len(ALPHA_GRID)), key=lambda i: (scores[i], -ALPHA_GRID[i]))
+    assert fast.alpha == ALPHA_GRID[best]
+    assert fast.details["grid"] == {str(a): s for a, s in zip(ALPHA_GRID, scores, strict=True)}
+    a, b = fast.to_dict(), runs[best].to_dict()
+    for d in (a, b):
+        d.pop("wall_s"), d.pop("details"), d.pop("alpha")
+    assert a == b
+    for key in ("hit_tokens", "hit_node"):
+        assert np.array_equal(fast.per_request[key], runs[best].per_request[key])
