@@ -15,6 +15,7 @@ from policies.marconi import MarconiPolicy
 from policies.marconi_twin import MarconiTwinPolicy
 from policies.oracle import OraclePolicy
 from policies.prompt_cache import PromptCachePolicy
+from policies.sglang_hybrid import SGLangPolicy
 from policies.sglang_plus import SGLangPlusPolicy
 from policies.vanilla import VanillaPolicy
 from policies.vllm_plus import VLLMPlusPolicy
@@ -31,6 +32,7 @@ POLICIES: dict[str, type[Policy]] = {
         OraclePolicy,
         PromptCachePolicy,
         JengaPolicy,
+        SGLangPolicy,
     )
 }
 
@@ -78,6 +80,7 @@ __all__ = [
     "Policy",
     "PromptCachePolicy",
     "SGLangPlusPolicy",
+    "SGLangPolicy",
     "VLLMPlusPolicy",
     "VanillaPolicy",
     "get_policy",

@@ -92,7 +92,7 @@ def test_a_mode_is_a_bundle_with_its_kernels_and_its_flags():
         sets={"mamba_scheduler_strategy": "extra_buffer", "max_running_requests": "64"},
     )
     cfg = run_.config
-    assert cfg.engine == "sglang" and cfg.policy == "sglang+" and cfg.preemption == "retract"
+    assert cfg.engine == "sglang" and cfg.policy == "sglang" and cfg.preemption == "retract"
     assert cfg.state_slots == 3 and cfg.max_running == 64 and cfg.shared_pool
     assert cfg.engine_flags == {
         "max_running_requests": "64",

@@ -101,7 +101,7 @@ def traces(draw):
 )
 @given(
     rows=traces(),
-    policy=st.sampled_from(["vanilla", "sglang+", "marconi", "vllm+"]),
+    policy=st.sampled_from(["vanilla", "sglang+", "sglang", "marconi", "vllm+"]),
     model=st.sampled_from(["tiny-hybrid", "tiny-transformer", "tiny-swa", "tiny-swa-hybrid"]),
     preemption=st.sampled_from(["recompute", "retract"]),
     slots=st.sampled_from([1, 3]),

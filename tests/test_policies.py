@@ -198,7 +198,7 @@ def test_registry_and_errors():
 
 def test_an_option_of_another_policy_is_refused_naming_the_policy_and_its_options():
     # Regression (issue 17): sglang+ took alpha (a marconi option) and ignored it.
-    with pytest.raises(TwinError, match=r"alpha for policy 'sglang\+'; sglang\+ takes: none"):
+    with pytest.raises(TwinError, match=r"alpha for policy 'sglang\+'; sglang\+ takes: eviction"):
         get_policy("sglang+", alpha=0.7)
     with pytest.raises(TwinError, match=r"block_size for policy 'marconi'; marconi takes: alpha, "):
         get_policy("marconi", block_size=16)

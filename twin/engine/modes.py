@@ -235,8 +235,44 @@ def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> N
 
 
 def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # Only LRU is modelled so far; lfu/fifo/slru are refused rather than run as LRU.
-    _choice("radix_eviction_policy", value, ("lru",))
+    # SGLang --radix-eviction-policy (server_args.py; the orders of
+    # mem_cache/evict_policy.py): the radix cache's leaf order, ``sglang``'s
+    # ``eviction`` option (policies/sglang_plus.py). Only RadixCache reads it:
+    # MambaRadixCache (hybrid models) keeps plain LRU lists, so for a model with
+    # recurrent layers the flag is accepted and, as in SGLang, changes nothing.
+    from policies.sglang_plus import EVICTION_KEYS
+
+    choice = _choice("radix_eviction_policy", value, tuple(EVICTION_KEYS))
+    if not model.n_ssm_layers and choice != "lru":
+        out["radix_eviction"] = choice
+
+
+def _sglang_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
+    eviction = out.pop("radix_eviction", None)
+    options: dict[str, Any] = {
+        k: out.pop(k) for k in ("mamba_full_memory_ratio", "page_size") if k in out
+    }
+    if out["policy"] != "sglang":
+        return {}
+    if options.get("page_size", 1) > 1 and not model.n_ssm_layers:
+        # RadixCache's paged matching is not modelled: refused, not approximated.
+        raise TwinError("--set page_size: only 1 is modelled for a model without recurrent layers")
+    if options.get("page_size", 1) > 1 and out.get("state_slots", 1) == 1:
+        # MambaRadixCache v1 (no_buffer) asserts page_size == 1 (mamba_radix_cache.py __init__).
+        raise TwinError(
+            "--set page_size: SGLang needs mamba_scheduler_strategy=extra_buffer for page_size > 1"
+        )
+    return {**options, "eviction": eviction} if eviction else options
+
+
+def _sglang_ratio(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # server_args.py --mamba-full-memory-ratio (default 0.9): the mamba pool's bytes
+    # over the full-attention KV pool's (model_runner: mamba = rest * r / (1 + r)).
+    out["mamba_full_memory_ratio"] = _float("mamba_full_memory_ratio", value, 0.0, 1e3)
+
+
+def _sglang_page(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    out["page_size"] = _int("page_size", value)
 
 
 def _sglang_schedule(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -250,7 +286,7 @@ SGLANG = EngineMode(
     name="sglang",
     display="SGLang",
     kernels="sglang",
-    policy="sglang+",
+    policy="sglang",
     preemption="retract",
     models="SGLang with its radix cache for hybrid models (MambaRadixCache)",
     flags=dict(
@@ -271,11 +307,20 @@ SGLANG = EngineMode(
                 "hicache_write_policy",
                 Flag("write_through", _sglang_write_policy, "write_through"),
             ),
-            ("radix_eviction_policy", Flag("lru", _sglang_eviction, "lru")),
+            (
+                "radix_eviction_policy",
+                Flag("lru, lfu, fifo, mru, filo, priority, slru", _sglang_eviction, "lru"),
+            ),
             ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
+            (
+                "mamba_full_memory_ratio",
+                Flag("state pool / KV pool (hybrids)", _sglang_ratio, "0.9"),
+            ),
+            ("page_size", Flag("tokens a page (hybrids: extra_buffer)", _sglang_page, "1")),
             *_batching_flags("max_running_requests", "chunked_prefill_size", "mem_fraction_static"),
         ]
     ),
+    options=_sglang_options,
 )
 
 PAPER = EngineMode(
