@@ -13,12 +13,12 @@ from unittest import mock
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_policies_props import traces
 
 import policies.alpha_tuning as tuning
 from policies import get_policy, policy_class
 from policies.alpha_tuning import ALPHA_GRID, grid_scores, window_score
 from policies.shared_prefix import replay_grid
-from tests.test_policies_props import traces
 from twin.cache import PrefixCache, serve
 from twin.presets import get_model
 from twin.replay import Trace, _run_at, replay
