@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from twin.engine.modes import PREEMPTIONS, SCHEDULE_POLICIES
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.memory.footprint import allocator_for
@@ -113,12 +114,12 @@ class EngineConfig:
         )
         need(self.samples >= 2, "samples", "must be at least 2")
         need(
-            self.preemption in ("recompute", "retract"),
+            self.preemption in PREEMPTIONS,
             "preemption",
             "must be recompute or retract",
         )
         need(self.state_slots >= 1, "state_slots", "must be at least 1")
-        need(self.schedule_policy in ("fcfs", "lpm"), "schedule_policy", "must be fcfs or lpm")
+        need(self.schedule_policy in SCHEDULE_POLICIES, "schedule_policy", "must be fcfs or lpm")
         need(
             math.isfinite(self.host_cache_ratio) and self.host_cache_ratio >= 0,
             "host_cache_ratio",

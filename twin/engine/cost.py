@@ -27,6 +27,10 @@ import numpy as np
 from twin.mixers import RECURRENT_KINDS
 from twin.model import ModelSpec
 
+# The cost model's breakdown labels of recurrent layers: Mamba-2 is "ssm", the others
+# their own kind (Mamba-1, GDN).
+_RECURRENT_LABELS = ("ssm", *sorted(RECURRENT_KINDS))
+
 Chunk = tuple[int, int]  # (new tokens, cached context before them)
 
 
@@ -147,7 +151,7 @@ class CostModelPricer(PricerBase):
         if recompute:
             by_kind = cm.prefill(recompute, 0, breakdown=True).by_kind
             # Mamba2 layers are priced as "ssm", Mamba-1 and GDN under their own names.
-            seconds += sum(by_kind.get(k, 0.0) for k in ("ssm", *sorted(RECURRENT_KINDS)))
+            seconds += sum(by_kind.get(k, 0.0) for k in _RECURRENT_LABELS)
         if host_tokens:
             seconds += cm.kv_transfer_s(host_tokens, "host", "device")
         if host_states:

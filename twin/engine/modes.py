@@ -27,6 +27,10 @@ from typing import Any
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
+# The preemption rules and schedule orders the engine runs (EngineConfig checks them).
+PREEMPTIONS = ("recompute", "retract")
+SCHEDULE_POLICIES = ("fcfs", "lpm")
+
 Apply = Callable[[str, ModelSpec, dict[str, Any]], None]
 
 
@@ -279,7 +283,7 @@ def _sglang_schedule(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # lpm: longest cached prefix first (python/sglang/srt/managers/schedule_policy.py,
     # SchedulePolicy.calc_priority); the other cache-aware orders (dfs-weight) and the
     # cache-agnostic lof/random are not modelled.
-    out["schedule_policy"] = _choice("schedule_policy", value, ("fcfs", "lpm"))
+    out["schedule_policy"] = _choice("schedule_policy", value, SCHEDULE_POLICIES)
 
 
 SGLANG = EngineMode(
@@ -343,7 +347,6 @@ TRTLLM = EngineMode(
 
 ENGINE_MODES: dict[str, EngineMode] = {m.name: m for m in (PAPER, VLLM, SGLANG, TRTLLM)}
 DEFAULT_MODE = "paper"
-PREEMPTIONS = ("recompute", "retract")
 
 
 def get_mode(name: str | None) -> EngineMode:
@@ -358,6 +361,7 @@ __all__ = [
     "DEFAULT_MODE",
     "ENGINE_MODES",
     "PREEMPTIONS",
+    "SCHEDULE_POLICIES",
     "EngineMode",
     "Flag",
     "get_mode",

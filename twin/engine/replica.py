@@ -99,8 +99,7 @@ class Replica:
         self.preemptions = 0
         self.running_requests = self.peak_running_requests = 0  # shared pool: admitted, not done
         self.schedule_policy = schedule_policy
-        self.pricer = pricer
-        self.memory_used = 0
+        self.memory_used = 0  # dedicated cache only (the shared pool counts its own bytes)
         self.outstanding_tokens = 0  # the routers' load signal
         self.submitted = self.rejected = 0
         self.scheduler = get_scheduler(scheduler)(
@@ -206,7 +205,6 @@ class Replica:
         back = kv.tokens(own, final) - kv.tokens(own - gpu_hit, final - gpu_hit)
         pool.release(back)
         seq.alloc -= back
-        self.memory_used = pool.running
 
     def cached_prefix(self, seq: Seq) -> int:
         """Tokens of ``seq``'s prompt the cache would hit now (no recency change)."""
@@ -217,7 +215,6 @@ class Replica:
         pool = self.pool
         assert pool is not None
         ok = pool.allocate(tokens * self.growth)
-        self.memory_used = pool.running
         return ok
 
     def room_tokens(self) -> int:
@@ -232,7 +229,6 @@ class Replica:
         pool = self.pool
         assert pool is not None
         pool.release(tokens * self.growth)
-        self.memory_used = pool.running
 
     def unreserve(self, seq: Seq) -> None:
         """Shared pool: a waiting request gives back the pages :meth:`fits` took for it."""
@@ -240,7 +236,6 @@ class Replica:
         assert pool is not None
         pool.release(seq.alloc)
         seq.alloc = 0
-        self.memory_used = pool.running
 
     def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
         """Shared pool: free ``seq``'s pages and its hold on the cache; it will start again.
@@ -263,7 +258,6 @@ class Replica:
         seq.recomputed += kept
         self.running_requests -= 1
         self.preemptions += 1
-        self.memory_used = pool.running
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
         """Cache what a step's end makes visible; free what completed; return the copies made."""
@@ -302,6 +296,5 @@ class Replica:
             if pool is None:
                 self.memory_used -= seq.footprint
             else:
-                self.memory_used = pool.running
-            self.outstanding_tokens -= seq.prompt_len + seq.out_len
+                self.outstanding_tokens -= seq.prompt_len + seq.out_len
         return copies

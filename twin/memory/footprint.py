@@ -73,6 +73,8 @@ class ByteFootprint:
         self.state = state_slots * model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
 
     def tokens(self, own: int, final: int) -> int:
+        if not self.windowed:
+            return own * self.growth
         held = sum(
             k.tokens_needed(final, DEFAULT_PAGE_TOKENS) * k.token_bytes for k in self.windowed
         )
