@@ -32,7 +32,7 @@ import numpy as np
 from policies.lru import LeafLRU
 from twin.cache import CacheNode, CacheStructure
 from twin.errors import TwinError
-from twin.memory import DEFAULT_PAGE_TOKENS, kinds_of, large_page, small_page_bytes
+from twin.memory import JengaAllocator, kinds_of
 
 # Jenga sec. 5: Mamba states are cached every 512 tokens.
 STATE_INTERVAL = 512
@@ -74,11 +74,9 @@ class JengaPolicy(LeafLRU):
         node.ver += 1  # only the last cached token was refreshed: no stamp goes up the path
 
     def stats(self) -> dict[str, Any]:
-        kinds = kinds_of(self.cache.model)
-        sizes = {k.name: small_page_bytes(k, DEFAULT_PAGE_TOKENS) for k in kinds}
-        large, small = large_page(sizes)
+        pages = JengaAllocator(kinds_of(self.cache.model), 0)  # its page sizes, no memory
         return {
             "state_interval": self.state_interval,
-            "large_page_bytes": large,
-            "small_page_bytes": small,
+            "large_page_bytes": pages.large_bytes,
+            "small_page_bytes": pages.small_bytes,
         }

@@ -15,9 +15,12 @@ converted to float at the end, so ``prefill_flops(a + b, 0)`` equals
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from twin import mixers as mx
@@ -250,9 +253,16 @@ class ModelSpec:
                 )
             object.__setattr__(self, f, n)
 
-    @property
-    def mixer_counts(self) -> dict[str, int]:
-        """Layers of each mixer kind (a parallel hybrid layer counts for each of its kinds)."""
+    @functools.cached_property
+    def mixer_counts(self) -> Mapping[str, int]:
+        """Layers of each mixer kind (a parallel hybrid layer counts for each of its kinds).
+
+        Computed once per spec (bytes and FLOPs ask for it on every call); read-only,
+        so no caller can change the spec's answer.
+        """
+        return MappingProxyType(self._count_mixers())
+
+    def _count_mixers(self) -> dict[str, int]:
         from twin.layer_pattern import layer_parts
 
         out: dict[str, int] = {}

@@ -111,13 +111,12 @@ class PagedAllocator:
 
 
 class _LargePage:
-    __slots__ = ("free", "kind", "owners", "pid")
+    __slots__ = ("free", "kind", "pid")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.kind: str | None = None
         self.free = 0  # free small slots while assigned to a kind
-        self.owners: dict[int, int] = {}  # request -> small pages it holds here
 
 
 class JengaAllocator:
@@ -221,7 +220,6 @@ class JengaAllocator:
                 partial[page.pid] = None
             c = min(need, page.free)
             page.free -= c
-            page.owners[req] = page.owners.get(req, 0) + c
             mine[page.pid] = mine.get(page.pid, 0) + c
             if page.free == 0:
                 partial.pop(page.pid, None)
@@ -232,9 +230,6 @@ class JengaAllocator:
     def _give_back(self, req: int, name: str, pid: int, count: int, mine: dict[int, int]) -> None:
         page = self.pages[pid]
         page.free += count
-        page.owners[req] -= count
-        if not page.owners[req]:
-            del page.owners[req]
         mine[pid] -= count
         if not mine[pid]:
             del mine[pid]
