@@ -23,11 +23,13 @@ from reports.sweep import (
     EXECUTORS,
     INFEASIBLE_COLUMN,
     SweepSpec,
+    engine_variant,
     grid,
     resolve,
     run_sweep,
 )
 from twin import __version__
+from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.presets import resolve_model
 
@@ -112,7 +114,17 @@ def capacity_report(
         raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
     if executor == "ray":
         import_ray()  # a missing extra fails before any work
-    label = resolve_model(model, model_set).name  # fail on a bad --model before any work
+    if ray_address and executor != "ray":
+        raise TwinError("--ray-address: needs --executor ray")
+    spec_model = resolve_model(model, model_set)  # fail on a bad --model before any work
+    label = spec_model.name
+    for name in policies:  # an engine mode's flag values, before any work
+        variant = engine_variant(name)
+        if variant is not None:
+            try:
+                get_mode(variant[0]).settings(spec_model, variant[1])
+            except TwinError as err:
+                raise TwinError(f"--policies {name!r}: {str(err).removeprefix('--set ')}") from None
     fixed = dict(settings or {})
     counts: list[int | None] = [None]
     if replicas is not None:

@@ -201,14 +201,18 @@ def engine_variant(name: str) -> tuple[str, dict[str, str]] | None:
     mode, bracket, rest = name.partition("[")
     if mode not in ENGINE_MODES:
         return None
-    if bracket and not rest.endswith("]"):
-        raise TwinError(f"{name!r}: expected ENGINE[flag=value;flag=value]")
+    body = rest[:-1]
+    if bracket and (not rest.endswith("]") or "[" in body or "]" in body):
+        raise TwinError(f"--policies {name!r}: expected ENGINE[flag=value;flag=value]")
     sets: dict[str, str] = {}
-    for item in filter(None, (t.strip() for t in rest[:-1].split(";"))) if bracket else ():
+    for item in (t.strip() for t in body.split(";")) if bracket else ():
         key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise TwinError(f"{name!r}: expected flag=value, got {item!r}")
-        sets[key.strip()] = value.strip()
+        key = key.strip()
+        if not eq or not key:
+            raise TwinError(f"--policies {name!r}: expected flag=value, got {item!r}")
+        if key in sets:
+            raise TwinError(f"--policies {name!r}: flag {key!r} given twice")
+        sets[key] = value.strip()
     return mode, sets
 
 

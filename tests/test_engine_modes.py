@@ -135,6 +135,34 @@ def test_cli_refuses_bad_flags_and_cache_sizes_in_one_line(capsys, tmp_path, arg
     assert_clean_error(capsys, ["simulate", *args, "--out", str(tmp_path / "o")], tmp_path, message)
 
 
+def test_set_without_an_engine_says_which_engines_take_flags(capsys, tmp_path):
+    argv = ["simulate", "--set", "max_num_seqs=4", "--out", str(tmp_path / "o")]
+    assert_clean_error(capsys, argv, tmp_path, "--engine vllm or --engine sglang")
+
+
+@pytest.mark.parametrize(
+    ("policies", "message"),
+    [
+        ("vllm[max_num_seqs=abc]", "--policies 'vllm[max_num_seqs=abc]': max_num_seqs=abc:"),
+        ("vllm[max_num_seqs=4]]", "expected ENGINE[flag=value;flag=value]"),
+        ("vllm[max_num_seqs=4", "expected ENGINE[flag=value;flag=value]"),
+        ("vllm[max_num_seqs=4;max_num_seqs=8]", "flag 'max_num_seqs' given twice"),
+        ("vllm[]", "expected flag=value"),
+        ("sglang[radix_eviction_policy=bad]", "--policies 'sglang[radix_eviction_policy=bad]'"),
+    ],
+)
+def test_report_refuses_bad_engine_variants_before_any_work(capsys, tmp_path, policies, message):
+    argv = ["report", "capacity", str(example_path("chat")), "--cache-gb", "auto"]
+    argv += ["--policies", policies, "--session-rates", "1", "--out", str(tmp_path / "o")]
+    assert_clean_error(capsys, argv, tmp_path, message)
+
+
+def test_ray_address_needs_the_ray_executor(capsys, tmp_path):
+    argv = ["report", "capacity", str(example_path("chat")), "--ray-address", "h:1"]
+    argv += ["--out", str(tmp_path / "o")]
+    assert_clean_error(capsys, argv, tmp_path, "--ray-address: needs --executor ray")
+
+
 @pytest.mark.parametrize(("policy", "first"), [("fcfs", 1), ("lpm", 2)])
 def test_sglang_lpm_admits_the_longest_cached_prefix_first(tmp_path, policy, first):
     model = get_model("tiny-transformer")

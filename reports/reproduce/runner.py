@@ -132,6 +132,8 @@ class Run:
             raise TwinError(f"--jobs: must be at least 1 (got {jobs})")
         if executor not in ("local", "ray"):
             raise TwinError(f"--executor {executor!r}: choose from local, ray")
+        if ray_address and executor != "ray":
+            raise TwinError("--ray-address: needs --executor ray")
         self.paper, self.out, self.quick = paper, Path(out), quick
         self.jobs, self.executor, self.ray_address = jobs, executor, ray_address
         self.ray = import_ray() if executor == "ray" else None  # fail before any work

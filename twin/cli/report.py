@@ -177,7 +177,7 @@ def capacity(
         --cache-gb 20,40 --out capacity-32ssm
 
       twin report capacity chat.parquet --gpu a100-80gb --cache-gb auto \\
-        --policies "vllm,sglang,sglang[mamba_scheduler_strategy=extra_buffer]" \\
+        --policies "vllm,sglang,sglang\\[mamba_scheduler_strategy=extra_buffer]" \\
         --session-rates 2,8 --out capacity-engines
     """
     checks.in_file("WORKLOAD", workload, "workload file")

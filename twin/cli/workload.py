@@ -6,6 +6,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from twin.cli import checks
@@ -84,8 +85,8 @@ def kinds() -> None:
             table.add_row(
                 f.name,
                 str(getattr(defaults, f.name)),
-                f.metadata.get("help", ""),
-                f.metadata.get("source", ""),
+                escape(f.metadata.get("help", "")),  # "[min, max]" is not markup
+                escape(f.metadata.get("source", "")),
             )
         console.print(table)
 

@@ -134,8 +134,13 @@ class EngineMode:
         """EngineConfig fields for this mode with ``sets`` (``--set name=value``) applied."""
         sets = {k.lstrip("-").replace("-", "_"): v for k, v in sets.items()}
         unknown = sorted(set(sets) - set(self.flags))
+        if unknown and not self.flags:
+            raise TwinError(
+                f"--set {unknown[0]}: engine {self.name!r} takes no flags; "
+                "name the engine the flags are for (--engine vllm or --engine sglang)"
+            )
         if unknown:
-            valid = ", ".join(self.flags) or "none"
+            valid = ", ".join(self.flags)
             raise TwinError(
                 f"--set {unknown[0]}: engine {self.name!r} has no such flag (its flags: {valid})"
             )
