@@ -55,6 +55,34 @@ def test_each_eviction_order_picks_the_hand_worked_victim(eviction):
     assert cache.peek(D) == 10
 
 
+# A second trace separates the orders the first one pairs (mru/fifo, filo/lfu/slru):
+#   A B C A C A C B, then D. Last access A=5 C=6 B=7; creation A<B<C; hits A=3 B=2 C=3,
+#   so every leaf is protected under slru (hits >= 2) and slru falls back to LRU.
+SECOND_TRACE = (A, B, C, A, C, A, C, B, D)
+SECOND_VICTIM = {
+    "lru": "A",  # oldest access
+    "mru": "B",  # newest access (fifo still evicts A: created first)
+    "fifo": "A",
+    "filo": "C",  # created last
+    "lfu": "B",  # fewest hits (2)
+    "slru": "A",  # no probationary leaf: LRU among the protected
+}
+
+
+@pytest.mark.parametrize("eviction", sorted(SECOND_VICTIM))
+def test_a_second_trace_separates_the_orders_the_first_pairs(eviction):
+    cache = get_policy("sglang+", eviction=eviction).make_cache(
+        TRANSFORMER, 30 * TRANSFORMER.kv_bytes_per_token
+    )
+    for prompt in SECOND_TRACE:
+        serve(cache, prompt, prompt)
+    gone = [name for name, s in zip("ABC", (A, B, C), strict=True) if cache.peek(s) == 0]
+    assert gone == [SECOND_VICTIM[eviction]]
+    # With the first trace, each pair of orders the two traces share a victim in differs once.
+    both = {e: (EXPECTED_VICTIM[e], SECOND_VICTIM[e]) for e in SECOND_VICTIM}
+    assert len(set(both.values())) == len(both)
+
+
 def test_lru_is_todays_sglang_plus():
     default, lru = get_policy("sglang+"), get_policy("sglang+", eviction="lru")
     caches = [
