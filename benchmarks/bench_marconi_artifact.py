@@ -42,7 +42,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "marconi_artifact.json"
 MODEL = "marconi-hybrid-7b"  # the artifact's default model (NVIDIA's 7B hybrid)
 
 
-def _artifact_cache(checkout: Path) -> Any:
+def artifact_cache(checkout: Path) -> Any:
     if "transformers" not in sys.modules:
         try:
             import transformers  # noqa: F401
@@ -56,7 +56,7 @@ def _artifact_cache(checkout: Path) -> Any:
     return RadixCache
 
 
-def _spy_on_tuning(grid: dict[str, int]) -> None:
+def spy_on_tuning(grid: dict[str, int]) -> None:
     """Record each alpha's window FLOPs as ``tune_config`` collects its replays.
 
     ``tune_config`` ranks alphas by ``get_cache_stats(last_n=tuning_interval)``'s
@@ -113,9 +113,9 @@ def main() -> None:
         for full, n in zip(trace.fulls, trace.prompt_lens, strict=True)
     ]
 
-    radix_cache = _artifact_cache(Path(checkout))
+    radix_cache = artifact_cache(Path(checkout))
     artifact_grid: dict[str, int] = {}
-    _spy_on_tuning(artifact_grid)
+    spy_on_tuning(artifact_grid)
     cache = radix_cache(
         capacity_bytes=capacity,
         evict_policy_version=2,

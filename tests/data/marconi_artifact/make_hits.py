@@ -29,7 +29,6 @@ import io
 import json
 import os
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -117,37 +116,22 @@ def run(
 
 
 def main() -> None:
-    checkout = Path(os.environ["MARCONI_ARTIFACT"])
-    try:  # imported by the artifact's cache module, never used by it
-        import transformers  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("transformers")
-        stub.AutoTokenizer = stub.AutoModelForCausalLM = None  # type: ignore[attr-defined]
-        sys.modules["transformers"] = stub
-    sys.path.insert(0, str(checkout))
-    import config_tuner
-    from radix_cache_hybrid import RadixCache
+    root = HERE.parent.parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    from bench_marconi_artifact import artifact_cache, spy_on_tuning
 
+    radix_cache = artifact_cache(Path(os.environ["MARCONI_ARTIFACT"]))
     grid: dict[str, int] = {}
-    completed = config_tuner.as_completed
-
-    def as_completed(futures: Any) -> Any:
-        for future in completed(futures):
-            tree = future.result()
-            stats = tree.get_cache_stats(verbose=False, last_n=tree.tuning_interval)
-            grid[str(float(tree.eff_weight))] = int(sum(stats[2:]))
-            yield future
-
-    config_tuner.as_completed = as_completed
+    spy_on_tuning(grid)
     out = []
     for seed, n, fraction in TRACES:
         trace = make_trace(seed, n)
         requests = expand(trace)
-        capacity = int(fraction * run(RadixCache, requests, 10**18, 0.0)[1].get_tree_size())
-        runs = {str(a): run(RadixCache, requests, capacity, a)[0] for a in ALPHAS}
+        capacity = int(fraction * run(radix_cache, requests, 10**18, 0.0)[1].get_tree_size())
+        runs = {str(a): run(radix_cache, requests, capacity, a)[0] for a in ALPHAS}
         grid.clear()
         with contextlib.redirect_stdout(io.StringIO()):
-            hits, cache = run(RadixCache, requests, capacity, None)
+            hits, cache = run(radix_cache, requests, capacity, None)
         best = max(grid.values()) if grid else None
         assert best is None or list(grid.values()).count(best) == 1, f"tied grid, seed {seed}"
         tuned = {"hits": hits, "alpha": cache.eff_weight, "grid": dict(sorted(grid.items()))}
