@@ -138,6 +138,7 @@ class Cluster:
                     host=host,
                     schedule_policy=config.schedule_policy,
                     kv_allocator=allocator_for(config.kv_allocator, config.policy),
+                    new_token_ratio=config.new_token_ratio or None,
                 )
             )
         self.horizon_s = horizon(self.source, config)

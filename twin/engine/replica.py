@@ -42,6 +42,7 @@ import simpy
 
 from twin.cache import CacheStructure, RequestCache
 from twin.cache.pool import SharedPool
+from twin.engine.admission import NewTokenRatio
 from twin.engine.cost import StepPricer
 from twin.engine.scheduler import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun, get_scheduler
 from twin.engine.seq import Seq
@@ -72,6 +73,7 @@ class Replica:
         host: CacheStructure | None = None,
         schedule_policy: str = "fcfs",
         kv_allocator: str = "bytes",
+        new_token_ratio: dict[str, float] | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -99,6 +101,12 @@ class Replica:
         self.preemptions = 0
         self.running_requests = self.peak_running_requests = 0  # shared pool: admitted, not done
         self.schedule_policy = schedule_policy
+        # SGLang's admission control (twin.engine.admission): shared pool only.
+        self.new_token_ratio = (
+            NewTokenRatio.from_options(new_token_ratio)
+            if new_token_ratio is not None and shared_pool
+            else None
+        )
         self.memory_used = 0  # dedicated cache only (the shared pool counts its own bytes)
         self.outstanding_tokens = 0  # the routers' load signal
         self.submitted = self.rejected = 0
@@ -209,6 +217,28 @@ class Replica:
     def cached_prefix(self, seq: Seq) -> int:
         """Tokens of ``seq``'s prompt the cache would hit now (no recency change)."""
         return self.cache.peek(seq.req.prompt)
+
+    def headroom_tokens(self) -> int:
+        """Shared pool: free + evictable tokens (SGLang's ``available_size + evictable_size``).
+
+        Every cached page counts as evictable but those known pinned (the pool's floor).
+        """
+        pool = self.pool
+        assert pool is not None
+        return (pool.size - pool.running - pool.floor) // self.growth if self.growth else 1 << 62
+
+    def ratio_candidate(self, seq: Seq) -> int:
+        """Tokens ``seq`` must find free to pass SGLang's ``add_one_req`` check.
+
+        Its extend (what is not cached on the GPU), its clipped remaining output,
+        one page (``per_req_token_overhead``), and its state slots' bytes in tokens.
+        """
+        ratio = self.new_token_ratio
+        kv = self.kv
+        assert ratio is not None and kv is not None
+        extend = seq.prompt_len + seq.generated - self.cached_prefix(seq)
+        state = -(-kv.state // self.growth) if self.growth else 0
+        return ratio.candidate(max(extend, 1), seq.out_len - seq.generated) + state
 
     def grow(self, tokens: int) -> bool:
         """Shared pool: take ``tokens`` tokens' pages for running requests; ``False``: no room."""
