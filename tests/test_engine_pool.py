@@ -13,6 +13,7 @@ from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns,
 
 from twin.cache import BlockCache, PrefixCache
 from twin.engine import EngineConfig
+from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.engine.replica import Replica
 from twin.presets import get_model
 from workloads.schema import WorkloadRow
@@ -108,6 +109,7 @@ def traces(draw):
     pool_kb=st.integers(160, 600),
     host_ratio=st.sampled_from([0.0, 0.5, 3.0]),
     allocator=st.sampled_from(["bytes", "paged", "jenga"]),
+    ratio=st.booleans(),
 )
 def test_pool_invariants_over_random_traces(
     tmp_path_factory,
@@ -120,6 +122,7 @@ def test_pool_invariants_over_random_traces(
     pool_kb,
     host_ratio,
     allocator,
+    ratio,
 ):
     """In use + cached + free = pool after every step; every hit exact; pins all released;
     every request completes exactly once, whatever preemption happened, with each of the
@@ -138,6 +141,7 @@ def test_pool_invariants_over_random_traces(
         state_slots=slots,
         host_cache_ratio=host_ratio,
         kv_allocator=allocator,
+        new_token_ratio=dict(ADMISSION) if ratio else {},  # SGLang's admission control
         gpu_memory_bytes=(spec.weight_bytes + pool_kb * 1000) / 0.9,
         max_batched_tokens=256,
     )
