@@ -187,3 +187,29 @@ def test_sglang_lpm_admits_the_longest_cached_prefix_first(tmp_path, policy, fir
     later = 3 - first
     assert by[first].admitted_s < by[later].admitted_s
     assert by[2].hit_tokens >= 300 - 16  # it did hit A's prefix
+
+
+def test_hicache_ratio_without_the_host_tier_is_refused_and_with_it_sizes_the_tier():
+    model = get_model("tiny-hybrid")
+    sglang = get_mode("sglang")
+    with pytest.raises(TwinError, match="enable_hierarchical_cache=true"):
+        sglang.settings(model, {"hicache_ratio": "3"})
+    with pytest.raises(TwinError, match="enable_hierarchical_cache=true"):
+        sglang.settings(model, {"hicache_ratio": "3", "enable_hierarchical_cache": "false"})
+    on = {"enable_hierarchical_cache": "true"}
+    assert sglang.settings(model, {**on, "hicache_ratio": "3"})["host_cache_ratio"] == 3.0
+    assert sglang.settings(model, on)["host_cache_ratio"] == 2.0  # SGLang's default ratio
+    assert "host_cache_ratio" not in sglang.settings(model, {})
+
+
+def test_an_explicit_option_and_an_engine_flag_for_the_same_setting_must_agree():
+    chat = example_path("chat")
+    sets = {"max_running_requests": "32"}
+    with pytest.raises(TwinError, match="--max-running 64 conflicts with --set max_running_req"):
+        build_run(chat, engine="sglang", cache_gb="auto", sets=sets, max_running=64)
+    with pytest.raises(TwinError, match="--policy marconi conflicts with --set disable_radix"):
+        build_run(chat, engine="sglang", sets={"disable_radix_cache": "true"}, policy="marconi")
+    # Agreeing, or either alone, is fine.
+    cfg = build_run(chat, engine="sglang", cache_gb="auto", sets=sets, max_running=32).config
+    assert cfg.max_running == 32
+    assert build_run(chat, engine="sglang", max_running=64).config.max_running == 64

@@ -231,15 +231,30 @@ def _sglang_radix(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 
 def _sglang_hicache(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # HiCache's host pool defaults to twice the device pool (server_args.py hicache_ratio 2.0).
-    if _bool("enable_hierarchical_cache", value):
-        out.setdefault("host_cache_ratio", 2.0)
+    out["hicache"] = _bool("enable_hierarchical_cache", value)
 
 
 def _sglang_hicache_ratio(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # SGLang requires a host pool larger than the device pool (ratio > 1); giving the
-    # ratio implies the hierarchical cache here.
-    out["host_cache_ratio"] = _float("hicache_ratio", value, 1.0, 1e3)
+    # SGLang requires a host pool larger than the device pool (ratio > 1).
+    out["hicache_ratio"] = _float("hicache_ratio", value, 1.0, 1e3)
+
+
+def _sglang_host_tier(out: dict[str, Any]) -> None:
+    """HiCache's host tier from the two flags (``_sglang_options``, after every flag).
+
+    SGLang builds ``HiRadixCache`` only under ``--enable-hierarchical-cache``
+    (``scheduler.py``), its host pool ``hicache_ratio`` x the device pool
+    (``server_args.py``, default 2.0); without it the ratio is read by nothing,
+    so the twin refuses the ratio alone rather than ignore it.
+    """
+    enabled, ratio = out.pop("hicache", False), out.pop("hicache_ratio", None)
+    if ratio is not None and not enabled:
+        raise TwinError(
+            "--set hicache_ratio: SGLang reads it only with the host tier on; "
+            "add --set enable_hierarchical_cache=true"
+        )
+    if enabled:
+        out["host_cache_ratio"] = 2.0 if ratio is None else ratio
 
 
 def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -262,6 +277,7 @@ def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 
 def _sglang_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
+    _sglang_host_tier(out)
     eviction = out.pop("radix_eviction", None)
     options: dict[str, Any] = {
         k: out.pop(k) for k in ("mamba_full_memory_ratio", "page_size") if k in out
