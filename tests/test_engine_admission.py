@@ -16,7 +16,7 @@ from workloads.schema import WorkloadRow
 
 def test_the_ratio_follows_sglangs_defaults_decay_and_retraction_estimate():
     r = NewTokenRatio.from_options({})
-    # SGLang environ.py: 0.7 x conservativeness 1, floor 0.7 x 0.14, 600 steps from one to the other.
+    # SGLang environ.py: 0.7 x conservativeness 1, floor 0.7 x 0.14, 600 steps between them.
     assert r.ratio == r.init == pytest.approx(0.7)
     assert r.min == pytest.approx(0.098)
     assert r.decay == pytest.approx((0.7 - 0.098) / 600)

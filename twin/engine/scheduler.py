@@ -524,9 +524,7 @@ class ContinuousBatching:
         if self.ratio is not None and self.replica.preemption == "retract":
             # retract_decode's estimate over the decode batch it kept: (tokens out,
             # max_new_tokens) each; the output so far is out_len - what is left.
-            self.ratio.retracted(
-                (e[2].out_len - (e[0] - n), e[2].out_len) for e in self.decoding
-            )
+            self.ratio.retracted((e[2].out_len - (e[0] - n), e[2].out_len) for e in self.decoding)
         victim.start_step = victim.finish_step = 0
         victim.prefill_left = victim.ctx = 0
         if self.waiting and self.waiting[0].alloc:
