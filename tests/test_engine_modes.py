@@ -213,3 +213,41 @@ def test_an_explicit_option_and_an_engine_flag_for_the_same_setting_must_agree()
     cfg = build_run(chat, engine="sglang", cache_gb="auto", sets=sets, max_running=32).config
     assert cfg.max_running == 32
     assert build_run(chat, engine="sglang", max_running=64).config.max_running == 64
+
+
+def test_lpm_sorts_in_place_deprioritizes_in_queue_sharers_and_keeps_ties_by_history():
+    """SGLang ``_sort_by_longest_prefix`` over ``_compute_prefix_matches``: stable, in place
+    (ties keep the queue's current order), a request matching <= 32 cached tokens but 32 of
+    an earlier such waiting request's prompt last."""
+    from types import SimpleNamespace
+
+    import simpy
+
+    from twin.engine.scheduler import ContinuousBatching
+
+    cached = {}
+    replica = SimpleNamespace(
+        schedule_policy="lpm", cached_prefix=lambda q: cached.get(q.name, 0), pool=None
+    )
+    sched = ContinuousBatching(simpy.Environment(), replica, None, 256, 8)
+    b, c = np.arange(300, dtype=np.int32), np.arange(300, dtype=np.int32) + 5000
+
+    def seq(name, prompt):
+        return SimpleNamespace(name=name, alloc=0, req=SimpleNamespace(prompt=prompt))
+
+    queue = [
+        seq("b", b),
+        seq("b2", np.concatenate((b[:100], c[:50]))),  # shares 100 uncached tokens with b
+        seq("c", c),
+        seq("hot", c + 1),
+        seq("short", b[:10]),  # under 32 tokens: never deprioritized
+    ]
+    cached["hot"] = 200
+    sched.waiting.extend(queue)
+    sched._order_by_prefix()
+    assert [q.name for q in sched.waiting] == ["hot", "b", "c", "short", "b2"]
+    # Ties keep the current order, the last sort's (history), not arrival order.
+    cached.clear()
+    sched.waiting.rotate(1)  # b2 first now
+    sched._order_by_prefix()
+    assert [q.name for q in sched.waiting] == ["b2", "hot", "c", "short", "b"]
