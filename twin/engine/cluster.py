@@ -302,6 +302,9 @@ class Cluster:
                     "kv_allocator": r.kv.name if r.kv is not None else None,
                     "preemptions": r.preemptions,
                 }
+                if r.split:  # SGLang's mamba pool beside the KV pool (bytes above)
+                    rep["pool"]["state_bytes"] = r.pool.state_size
+                    rep["pool"]["peak_running_state_bytes"] = r.pool.peak_running_states
             reps.append(rep)
         return RunStats(
             end,
