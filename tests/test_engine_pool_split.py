@@ -86,8 +86,9 @@ def test_each_pool_keeps_running_plus_cached_plus_free_over_random_traces(
     for replica in watch.replicas:
         pool = replica.pool
         assert pool.running == 0 and pool.running_states == 0  # everything handed back
+    budget = int(summary["memory_budget_bytes"])
     for rep in summary["replicas"]:
-        assert rep["pool"]["state_bytes"] + rep["pool"]["bytes"] == int(summary["memory_budget_bytes"])
+        assert rep["pool"]["state_bytes"] + rep["pool"]["bytes"] == budget
 
 
 def test_the_pools_are_sized_as_sglang_sizes_them():
@@ -135,7 +136,7 @@ def test_a_full_mamba_pool_holds_the_queue_without_retracting(tmp_path, slots):
 
 def test_a_request_whose_states_cannot_fit_the_mamba_pool_is_rejected(tmp_path):
     rows = [WorkloadRow(0, 0, 0.0, None, np.arange(50, dtype=np.int32), False, None, 5)]
-    summary, (rec,) = run(
+    _, (rec,) = run(
         write_rows(tmp_path / "w.parquet", rows),
         LinearPricer(),
         HYBRID,
