@@ -92,15 +92,16 @@ def test_each_pool_keeps_running_plus_cached_plus_free_over_random_traces(
 
 
 def test_the_pools_are_sized_as_sglang_sizes_them():
-    # model_runner: mamba budget = rest x r / (1 + r); the KV pool gets the rest.
+    # model_runner _handle_max_mamba_cache: whole states in rest x r / (1 + r) (200,000
+    # bytes: 12 states of 16,128); the KV pool gets what they leave.
     from policies import get_policy
 
     cache = get_policy("sglang", mamba_full_memory_ratio=0.25).make_cache(HYBRID, 0)
     pool = SplitPool(1_000_000, cache)
-    assert pool.state_size == 200_000 and pool.size == 800_000
-    assert cache.state_capacity == 200_000 and cache.kv_capacity == 800_000
+    assert pool.state_size == 12 * CK and pool.size == 1_000_000 - 12 * CK
+    assert cache.state_capacity == 12 * CK and cache.kv_capacity == pool.size
     assert pool.allocate_states(3 * CK) and pool.allocate(1000)
-    assert cache.state_capacity == 200_000 - 3 * CK and cache.kv_capacity == 800_000 - 1000
+    assert cache.state_capacity == 9 * CK and cache.kv_capacity == pool.size - 1000
     pool.verify()
 
 

@@ -104,9 +104,10 @@ class SplitPool(SharedPool):
     """SGLang's two pools for a hybrid model: full-attention KV and recurrent states.
 
     SGLang sizes a mamba pool beside the KV pool from the memory left after the
-    weights (``python/sglang/srt/model_executor/model_runner.py``: the mamba
-    budget is ``rest * mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)``,
-    the KV pool the rest). Running requests take their state slots (1, or 3 with
+    weights (``python/sglang/srt/model_executor/model_runner.py``
+    ``_handle_max_mamba_cache``: ``max_mamba_cache_size`` whole states fit in
+    ``rest * mamba_full_memory_ratio / (1 + mamba_full_memory_ratio)``, the KV
+    pool gets what they leave). Running requests take their state slots (1, or 3 with
     ``extra_buffer``) from the mamba pool (``HybridReqToTokenPool.alloc``,
     ``mem_cache/memory_pool.py``) and their tokens from the KV pool; the radix
     cache's states and KV live in the same two pools, and each pool evicts
@@ -121,7 +122,8 @@ class SplitPool(SharedPool):
 
     def __init__(self, size: int, cache: HybridRadixCache) -> None:
         r = cache.ratio
-        self.state_size = int(int(size) * r / (1.0 + r))
+        slot = max(cache.ckpt_bytes, 1)  # mamba_cache_per_req: one request's state
+        self.state_size = int(int(size) * r / (1.0 + r)) // slot * slot
         self.running_states = self.peak_running_states = 0
         self.state_floor = 0
         self.cache = cache
