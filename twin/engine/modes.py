@@ -259,7 +259,13 @@ def _sglang_host_tier(out: dict[str, Any]) -> None:
 
 def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # Only write-through is modelled (every cached page also goes to host memory,
-    # its copy overlapped and not priced); write_back is refused, not approximated.
+    # its copy overlapped and not priced). SGLang's write_through_selective (backed
+    # up at the second hit) and write_back (backed up when evicted, the eviction
+    # waiting for the copy: hiradix_cache.py) are refused, not approximated.
+    if value in ("write_back", "write_through_selective"):
+        raise TwinError(
+            f"--set hicache_write_policy={value}: not modelled yet (only write_through)"
+        )
     _choice("hicache_write_policy", value, ("write_through",))
 
 
