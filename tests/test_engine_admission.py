@@ -78,25 +78,29 @@ def _overload(tmp_path):
     return write_rows(tmp_path / "w.parquet", rows), rows
 
 
+def _retracting(path, model, ratio: dict) -> tuple[dict, list]:
+    """The overload trace on a shared pool of 9,000 tokens with SGLang's retraction."""
+    return run(
+        path,
+        LinearPricer(),
+        model,
+        policy="vanilla",
+        shared_pool=True,
+        preemption="retract",
+        new_token_ratio=ratio,
+        gpu_memory_bytes=(model.weight_bytes + 9000 * model.kv_bytes_per_token) / 0.9,
+    )
+
+
 @pytest.mark.parametrize("model_name", ["tiny-hybrid", "tiny-transformer"])
 def test_the_ratio_retracts_less_than_admission_by_memory_and_each_request_completes_once(
     tmp_path, model_name
 ):
     model = get_model(model_name)
     path, rows = _overload(tmp_path)
-    pool = 9000 * model.kv_bytes_per_token
     results = {}
     for ratio in (False, True):
-        summary, recs = run(
-            path,
-            LinearPricer(),
-            model,
-            policy="vanilla",
-            shared_pool=True,
-            preemption="retract",
-            new_token_ratio=dict(DEFAULTS) if ratio else {},
-            gpu_memory_bytes=(model.weight_bytes + pool) / 0.9,
-        )
+        summary, recs = _retracting(path, model, dict(DEFAULTS) if ratio else {})
         # Each request exactly once, with its whole output.
         assert sorted(r.row for r in recs) == list(range(len(rows)))
         assert [r.output_tokens for r in sorted(recs, key=lambda r: r.row)] == [
@@ -107,20 +111,11 @@ def test_the_ratio_retracts_less_than_admission_by_memory_and_each_request_compl
     assert results[True] < results[False]
 
 
-def test_a_ratio_of_one_never_retracts_when_outputs_are_known(tmp_path):
-    """With the ratio held at 1 (conservativeness large, no decay) every running request's
-    whole remaining output is kept free: retraction is never needed."""
-    model = get_model("tiny-transformer")
+def test_a_ratio_held_at_one_never_retracts_when_outputs_are_known(tmp_path):
+    """With the ratio held at 1 (start clipped to 1, floor factor 1: no decay) every running
+    request's whole remaining output is kept free: retraction is never needed."""
     path, _ = _overload(tmp_path)
-    pool = 9000 * model.kv_bytes_per_token
-    summary, _ = run(
-        path,
-        LinearPricer(),
-        model,
-        policy="vanilla",
-        shared_pool=True,
-        preemption="retract",
-        new_token_ratio={**DEFAULTS, "schedule_conservativeness": 1e3},
-        gpu_memory_bytes=(model.weight_bytes + pool) / 0.9,
-    )
+    held = {**DEFAULTS, "schedule_conservativeness": 1e3, "sglang_min_new_token_ratio_factor": 1}
+    assert NewTokenRatio.from_options(held).decay == 0.0
+    summary, _ = _retracting(path, get_model("tiny-transformer"), held)
     assert summary["preemption"]["preemptions"] == 0

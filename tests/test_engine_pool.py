@@ -95,11 +95,15 @@ def traces(draw):
     return rows
 
 
-@settings(
+# The pool property tests' budget (also tests/test_engine_pool_split.py).
+POOL_EXAMPLES = settings(
     max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+@POOL_EXAMPLES
 @given(
     rows=traces(),
     policy=st.sampled_from(["vanilla", "sglang+", "sglang", "marconi", "vllm+"]),

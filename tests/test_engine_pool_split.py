@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from test_engine_helpers import LinearPricer, run, write_rows
-from test_engine_pool import traces
+from test_engine_pool import POOL_EXAMPLES, traces
 
 from twin.cache.pool import SplitPool
 from twin.engine.admission import DEFAULTS as ADMISSION
@@ -49,11 +49,7 @@ class _PoolWatch:
         monkeypatch.setattr(Replica, "step_end", checked)
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@POOL_EXAMPLES
 @given(
     rows=traces(),
     model=st.sampled_from(["tiny-hybrid", "tiny-swa-hybrid"]),

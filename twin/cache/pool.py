@@ -147,40 +147,48 @@ class SplitPool(SharedPool):
 
     def allocate(self, nbytes: int) -> bool:
         """KV for running requests, evicting cached tokens (whole leaves) if needed."""
-        if nbytes <= 0:
-            return True
-        cache = self.cache
-        assert isinstance(cache, HybridRadixCache)
-        room = self.size - self.running - nbytes
-        if cache.kv_bytes > room:
-            if room < self.floor:
-                return False
-            if not cache.hold_pools(room, self._limits()[1]):
-                cache.hold_pools(*self._limits())
-                self.floor = cache.kv_bytes
-                return False
-        self.running += nbytes
-        cache.hold_pools(*self._limits())
-        self.peak_running = max(self.peak_running, self.running)
-        return True
+        return self._take(nbytes, states=False)
 
     def allocate_states(self, nbytes: int) -> bool:
         """State slots for a running request, evicting cached states if needed."""
+        return self._take(nbytes, states=True)
+
+    def _take(self, nbytes: int, states: bool) -> bool:
+        """Give ``nbytes`` of one pool to running requests; ``False``: pins leave no room.
+
+        The cache is held to what the pool leaves (its own kind evicted by its
+        LRU); on failure what stays is that pool's floor until a pin is released.
+        """
         if nbytes <= 0:
             return True
         cache = self.cache
         assert isinstance(cache, HybridRadixCache)
-        room = self.state_size - self.running_states - nbytes
-        if cache.ssm_bytes > room:
-            if room < self.state_floor:
+        kv_room, state_room = self._limits()
+        if states:
+            state_room -= nbytes
+            short = cache.ssm_bytes > state_room
+            floor, room = self.state_floor, state_room
+        else:
+            kv_room -= nbytes
+            short = cache.kv_bytes > kv_room
+            floor, room = self.floor, kv_room
+        if short:
+            if room < floor:
                 return False
-            if not cache.hold_pools(self._limits()[0], room):
+            if not cache.hold_pools(kv_room, state_room):
                 cache.hold_pools(*self._limits())
-                self.state_floor = cache.ssm_bytes
+                if states:
+                    self.state_floor = cache.ssm_bytes
+                else:
+                    self.floor = cache.kv_bytes
                 return False
-        self.running_states += nbytes
+        if states:
+            self.running_states += nbytes
+            self.peak_running_states = max(self.peak_running_states, self.running_states)
+        else:
+            self.running += nbytes
+            self.peak_running = max(self.peak_running, self.running)
         cache.hold_pools(*self._limits())
-        self.peak_running_states = max(self.peak_running_states, self.running_states)
         return True
 
     def release(self, nbytes: int) -> None:
