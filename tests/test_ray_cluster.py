@@ -9,13 +9,73 @@ sweep run locally, point for point.
 from __future__ import annotations
 
 import hashlib
+import socket
 from pathlib import Path
 
 import pytest
+from test_bad_input import assert_clean_error
 
-from reports.ray_executor import PACKAGES, project_runtime_env, run_staged_point, stage_file
+from reports.ray_executor import (
+    PACKAGES,
+    address_host_port,
+    check_address,
+    project_runtime_env,
+    run_staged_point,
+    stage_file,
+)
 from reports.sweep import SweepSpec, grid, resolve, run_point, run_sweep
+from twin.errors import TwinError
 from workloads.examples import example_path
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("address", "target"),
+    [
+        ("ray://head.example:10001", ("head.example", 10001)),
+        ("ray://head.example", ("head.example", 10001)),  # Ray Client's default port
+        ("10.0.0.5:6379", ("10.0.0.5", 6379)),  # the head node itself
+        ("[::1]:6379", ("::1", 6379)),
+        ("auto", None),  # Ray's own lookups, left to Ray
+        ("local", None),
+        ("anyscale://cluster", None),
+    ],
+)
+def test_ray_addresses_name_the_host_and_port_they_connect_to(address, target) -> None:
+    assert address_host_port(address, "--ray-address") == target
+
+
+@pytest.mark.parametrize("address", ["head.example", "ray://h:port", "ray://:10001", "h:1/x"])
+def test_a_malformed_ray_address_is_refused(address) -> None:
+    with pytest.raises(TwinError, match=r"^--ray-address .*expected ray://HOST:PORT"):
+        address_host_port(address, "--ray-address")
+
+
+def test_a_silent_ray_address_fails_in_seconds_naming_the_flag(capsys, tmp_path) -> None:
+    address = f"ray://127.0.0.1:{_closed_port()}"
+    with pytest.raises(TwinError, match=rf"^--ray-address {address}: no Ray cluster answers"):
+        check_address(address, "--ray-address")
+    out = tmp_path / "o"
+    argv = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
+    argv += ["--cache-gb", "0.001", "--policies", "vllm+", "--executor", "ray"]
+    for address in (f"127.0.0.1:{_closed_port()}", f"ray://127.0.0.1:{_closed_port()}"):
+        line = assert_clean_error(
+            capsys, [*argv, "--ray-address", address, "--out", str(out)], tmp_path, address
+        )
+        # Ray's own connect would wait 30 s (client) or minutes (head), then raise its own error.
+        assert line.startswith(f"error: --ray-address {address}: no Ray cluster answers")
+
+
+def test_a_silent_ray_address_env_is_named_as_such(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{_closed_port()}")
+    argv = ["reproduce", "marconi", "--quick", "--executor", "ray", "--out", str(tmp_path / "o")]
+    assert_clean_error(capsys, argv, tmp_path, "$RAY_ADDRESS 127.0.0.1:")
 
 
 def test_a_staged_file_is_written_once_under_its_hash(tmp_path: Path) -> None:
@@ -75,3 +135,5 @@ def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch) ->
         cluster.shutdown()
     assert remote.computed == len(points)
     assert remote.rows == local.rows
+    # Both nodes computed points (8 one-CPU tasks cannot all wait for the head).
+    assert len(remote.nodes) == 2 and sum(remote.nodes.values()) == len(points)
