@@ -33,6 +33,7 @@ import os
 import socket
 import tempfile
 import urllib.parse
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -154,11 +155,16 @@ def _connect(ray: Any, address: str | None) -> bool:
     if ray.is_initialized():
         return False
     target = address or os.environ.get("RAY_ADDRESS") or None
-    try:
-        ray.init(address=target, runtime_env=project_runtime_env(), log_to_driver=False)
-    except (ConnectionError, TimeoutError) as err:  # answered, but not as a Ray cluster
-        flag = "--ray-address" if address else "$RAY_ADDRESS"
-        raise TwinError(f"{flag} {target}: cannot join a Ray cluster there ({err})") from None
+    # Ray's warnings are shown once it has joined; on a failure the one line says it all.
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            ray.init(address=target, runtime_env=project_runtime_env(), log_to_driver=False)
+        except (ConnectionError, TimeoutError) as err:  # answered, but not as a Ray cluster
+            flag = "--ray-address" if address else "$RAY_ADDRESS"
+            raise TwinError(f"{flag} {target}: cannot join a Ray cluster there ({err})") from None
+    for w in said:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return True
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import socket
+import warnings
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,22 @@ def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch) ->
     assert remote.rows == local.rows
     # Both nodes computed points (8 one-CPU tasks cannot all wait for the head).
     assert len(remote.nodes) == 2 and sum(remote.nodes.values()) == len(points)
+
+
+@pytest.mark.slow
+def test_an_address_that_answers_but_is_no_ray_cluster_is_one_line(tmp_path) -> None:
+    """TCP accepts, Ray Client gets no answer: Ray's own 30 s timeout, then one line."""
+    ray = pytest.importorskip("ray")
+    from reports.ray_executor import _connect
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"ray://127.0.0.1:{silent.getsockname()[1]}"
+        check_address(address, "--ray-address")  # something answers
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            with pytest.raises(TwinError, match=rf"^--ray-address {address}: cannot join"):
+                _connect(ray, address)
+    assert not ray.is_initialized()
+    assert [str(w.message) for w in said] == []  # Ray's own timeout warning is not repeated
