@@ -216,7 +216,8 @@ def run_on_ray(
             ready, rest = ray.wait(refs, num_returns=1)
             if rest:  # whatever else has landed meanwhile, without waiting
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-            for ref, (node, result) in zip(ready, ray.get(ready), strict=True):
+            for ref in ready:  # one by one: a failed task loses no other's result
+                node, result = ray.get(ref)
                 nodes[node] += 1
                 on_result(pending.pop(ref), result)
     except BaseException:
