@@ -27,6 +27,8 @@ sweep run locally, point for point.
    they quote.
 
 Recorded: wall seconds and points per second of each run (and their ratio),
+also up to the results file's last write (the sweep without rendering the
+report, whose 61 figures at 10 session rates take a minute or more here),
 the points each ray node computed (from the command's ``ray: points per
 node`` line, mapped to head and second node), the peak RSS of each command's
 own process (and of the local run's largest pool worker), and the peak summed
@@ -130,7 +132,7 @@ PEAK_LINE = re.compile(r"^PEAK_RSS_KB (\d+) (\d+)$", re.M)
 
 def _twin(args: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
     """Run ``twin ARGS``; its wall time, stderr and peak memory (fails loudly)."""
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     with TreeMemory() as tree:
         proc = subprocess.Popen(
             [sys.executable, "-c", _TWIN_WITH_RSS, *args],
@@ -153,6 +155,7 @@ def _twin(args: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
     own, kids = (int(peak.group(1)), int(peak.group(2))) if peak else (0, 0)
     return {
         "wall_s": round(wall, 2),
+        "started_at": started_at,
         "stderr": err,
         "peak_rss_mb_command": round(own / 1024, 1),
         "peak_rss_mb_largest_local_worker": round(kids / 1024, 1),
@@ -269,11 +272,17 @@ def main() -> None:
             "ray": shlex.join(["twin", *ray_args]),
         }
         compared = _compare(tmp / "local", tmp / "ray", commands)
+        for run, name in ((local, "local"), (on_ray, "ray")):
+            written = (tmp / name / "results.parquet").stat().st_mtime
+            run["points_done_s"] = round(written - run["started_at"], 2)
 
     def run_facts(run: dict[str, Any]) -> dict[str, Any]:
         return {
             "wall_s": run["wall_s"],
             "points_per_s": round(n_points / run["wall_s"], 2),
+            # Start to the results file's last write: the sweep without the report's figures.
+            "points_done_s": run["points_done_s"],
+            "points_per_s_sweep": round(n_points / run["points_done_s"], 2),
             "peak_rss_mb_command": run["peak_rss_mb_command"],
             "peak_tree_rss_mb": run["peak_tree_rss_mb"],
         }
@@ -294,6 +303,7 @@ def main() -> None:
         "points_per_node": per_node,
     }
     results["ray_over_local_wall"] = round(on_ray["wall_s"] / local["wall_s"], 3)
+    results["ray_over_local_sweep"] = round(on_ray["points_done_s"] / local["points_done_s"], 3)
     results["compare"] = compared
     results["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["target_met"] = bool(
@@ -305,7 +315,9 @@ def main() -> None:
         f"{n_points} points: local {local['wall_s']:.1f} s "
         f"({n_points / local['wall_s']:.1f} points/s), "
         f"ray {on_ray['wall_s']:.1f} s ({n_points / on_ray['wall_s']:.1f} points/s), "
-        f"ray/local {results['ray_over_local_wall']:.2f}; per node {per_node}; "
+        f"ray/local {results['ray_over_local_wall']:.2f} (sweeps alone: local "
+        f"{local['points_done_s']:.1f} s, ray {on_ray['points_done_s']:.1f} s, "
+        f"{results['ray_over_local_sweep']:.2f}); per node {per_node}; "
         f"{'equal' if compared['equal'] else 'DIFFERENT'} ({compared})"
     )
     sys.path.insert(0, str(ROOT))
