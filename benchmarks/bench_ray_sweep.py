@@ -1,7 +1,7 @@
 """Benchmark a 1,000-point capacity sweep on a local two-node Ray cluster against the same
 sweep run locally, point for point.
 
-    python benchmarks/bench_ray_sweep.py [--quick] [--local-jobs 2] [--results PATH]
+    python benchmarks/bench_ray_sweep.py [--quick] [--client] [--local-jobs 2] [--results PATH]
 
 1. **Workload.** A small closed-loop chat workload (``twin workload generate
    chat -n 8 --seed 1``, about 90 requests) on ``tiny-hybrid`` with the
@@ -18,7 +18,8 @@ sweep run locally, point for point.
    (``ray.cluster_utils.Cluster``, one CPU each, the second with its own
    ``second_node`` resource), both without ``PYTHONPATH``: they can import
    the project only from what the driver ships (``reports/ray_executor.py``).
-   The same command with ``--executor ray --ray-address HEAD``, run from a
+   The same command with ``--executor ray --ray-address HEAD`` (``--client``:
+   ``ray://HOST:PORT``, through Ray Client as from a laptop), run from a
    driver process that has the project. The cluster is shut down at the end,
    also on a failure.
 5. **Compare.** Both ``results.parquet`` files must be byte-identical (the
@@ -49,6 +50,7 @@ import os
 import platform
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -66,6 +68,12 @@ RATES = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
 SEEDS = 2
 SLO = "p95_ttft<=0.3ms"  # tiny-hybrid's TTFTs are a few tenths of a millisecond
 NODES_LINE = re.compile(r"^ray: points per node: (.*)$", re.M)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _page_kb() -> int:
@@ -207,7 +215,15 @@ def main() -> None:
     parser.add_argument(
         "--local-jobs", type=int, default=2, help="--jobs of the local run (default: 2)"
     )
-    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help=f"where to write (default: {RESULTS})"
+    )
+    parser.add_argument(
+        "--client",
+        action="store_true",
+        help="join through Ray Client (--ray-address ray://HOST:PORT, as from a laptop) "
+        "instead of the head's own address",
+    )
     parser.add_argument(
         "--keep", type=Path, help="keep both runs' output folders (and the workload) here"
     )
@@ -248,14 +264,20 @@ def main() -> None:
         local = _twin(local_args, driver_env, tmp)
         print(f"  {local['wall_s']:.1f} s", flush=True)
 
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        head: dict[str, Any] = {"num_cpus": 1}
+        if args.client:
+            head["ray_client_server_port"] = _free_port()
+        cluster = Cluster(initialize_head=True, head_node_args=head)
         try:
             second = cluster.add_node(num_cpus=1, resources={"second_node": 1})
             cluster.wait_for_nodes()
             node_ids = {"head": cluster.head_node.node_id, "second": second.node_id}
             ray_args = [*sweep, "--out", str(tmp / "ray"), "--executor", "ray"]
-            ray_args += ["--ray-address", cluster.address]
-            print(f"ray sweep on {cluster.address} (head + second node) ...", flush=True)
+            address = cluster.address
+            if args.client:
+                address = f"ray://127.0.0.1:{head['ray_client_server_port']}"
+            ray_args += ["--ray-address", address]
+            print(f"ray sweep on {address} (head + second node) ...", flush=True)
             on_ray = _twin(ray_args, driver_env, tmp)
             print(f"  {on_ray['wall_s']:.1f} s", flush=True)
         finally:
@@ -300,6 +322,7 @@ def main() -> None:
     results["ray"] = {
         **run_facts(on_ray),
         "cluster": "ray.cluster_utils.Cluster: head (1 CPU) + second node (1 CPU), no PYTHONPATH",
+        "joined_through": "Ray Client (ray://)" if args.client else "the head's address",
         "points_per_node": per_node,
     }
     results["ray_over_local_wall"] = round(on_ray["wall_s"] / local["wall_s"], 3)

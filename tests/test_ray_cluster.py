@@ -112,7 +112,10 @@ def test_a_task_runs_its_point_on_the_shipped_bytes(tmp_path: Path, monkeypatch)
 
 
 @pytest.mark.slow
-def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("via", ["head", "ray-client"])
+def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch, via) -> None:
+    """``HOST:PORT`` joins the head itself; ``ray://HOST:PORT`` goes through Ray Client,
+    as a laptop does with a remote cluster (the packages are uploaded through it)."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -124,13 +127,14 @@ def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch) ->
 
     monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.chdir(tmp_path)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    client_port = _closed_port()
+    head = {"num_cpus": 1, "ray_client_server_port": client_port}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         cluster.add_node(num_cpus=1, resources={"second_node": 1})
         cluster.wait_for_nodes()
-        remote = run_sweep(
-            spec, points, tmp_path / "ray", executor="ray", ray_address=cluster.address
-        )
+        address = cluster.address if via == "head" else f"ray://127.0.0.1:{client_port}"
+        remote = run_sweep(spec, points, tmp_path / "ray", executor="ray", ray_address=address)
     finally:
         ray.shutdown()
         cluster.shutdown()
