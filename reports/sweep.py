@@ -36,7 +36,7 @@ from reports.results_table import (  # noqa: F401 (RESULTS_FILE, SCHEMA: the swe
     merge_results,
     stored_row,
 )
-from reports.workers import run_in_pool
+from reports.workers import Batched, run_in_pool
 from twin.engine.config import EngineConfig, build_config
 from twin.errors import TwinError
 from twin.hardware import GB
@@ -383,7 +383,7 @@ def run_sweep(
                 nodes = run_points_on_ray(ray, ray_address, spec, todo, done)
         elif jobs == 1 or len(todo) <= 1:
             for point in todo:
-                done(point, run_point(spec, point, functools.partial(partial, point)))
+                done(point, run_point(spec, point, Batched(functools.partial(partial, point))))
         else:
             run_in_pool(
                 run_point,

@@ -54,3 +54,15 @@ def test_a_sweep_stopped_by_an_error_keeps_its_finished_points(tmp_path: Path) -
     assert pq.read_table(tmp_path / RESULTS_FILE).num_rows == 3
     again = run_sweep(spec, points, tmp_path)
     assert (again.computed, again.skipped) == (1, 3)
+
+
+def test_progress_is_batched_but_moves_at_once() -> None:
+    from reports.workers import Batched
+
+    sent: list[float] = []
+    batched = Batched(sent.append, interval_s=3600.0)
+    batched(0.0)  # the engine's first sample: nothing to show yet
+    for _ in range(1000):
+        batched(0.001)
+    assert sent == [0.001]  # the first movement, then nothing within the interval
+    assert batched.held == pytest.approx(0.999)
