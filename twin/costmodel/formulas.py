@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
+from operator import add
 from typing import Any
 
 import numpy as np
@@ -450,18 +451,17 @@ def _compile_pair(
         b = np.asarray(nbytes, np.float64) * inv_b
         if a.shape != b.shape:
             a, b = np.broadcast_arrays(a, b)
-        m = np.where(a > b, a, b)
-        both = (a > 0.0) & (b > 0.0)
-        edge = not both.all()
+        m = np.maximum(a, b)  # ``a if a > b else b``: equal values, no NaN
+        edge = min(a.min(initial=1.0), b.min(initial=1.0)) <= 0.0
         if edge:  # ratios only where both sides are positive (the rest: ``fast``'s branches)
+            both = (a > 0.0) & (b > 0.0)
             a_, b_, m = np.where(both, a, 1.0), np.where(both, b, 1.0), np.where(both, m, 1.0)
         else:
             a_, b_ = a, b
         n = m.size
         ra, rb = (a_ / m).ravel().tolist(), (b_ / m).ravel().tolist()
-        norm = np.fromiter(map(pow, ra, repeat(p)), np.float64, n)
-        norm += np.fromiter(map(pow, rb, repeat(p)), np.float64, n)
-        root = np.fromiter(map(pow, norm.tolist(), repeat(inv_p)), np.float64, n)
+        norm = list(map(add, map(pow, ra, repeat(p)), map(pow, rb, repeat(p))))
+        root = np.fromiter(map(pow, norm, repeat(inv_p)), np.float64, n)
         out = t0 + m * root.reshape(m.shape)
         if edge:
             out = np.where(a <= 0.0, t0 + b, np.where(b <= 0.0, t0 + a, out))
