@@ -26,7 +26,8 @@ def test_array_prices_equal_scalar_prices(profile: str) -> None:
         nbytes = rng.uniform(0, 1e10, n) * (rng.random(n) > 0.1)
         x, y = rng.uniform(0, 1e8, n), rng.uniform(0, 1e6, n)
         got = many(flops, nbytes, x, y)
-        want = [fast(*v) for v in zip(flops.tolist(), nbytes.tolist(), x.tolist(), y.tolist())]
+        columns = (flops.tolist(), nbytes.tolist(), x.tolist(), y.tolist())
+        want = [fast(*v) for v in zip(*columns, strict=True)]
         assert got.tolist() == want, name
         # Scalars broadcast against arrays (a decode run's fixed features).
         assert many(flops, 1e9, 0.0, 5.0).tolist() == [fast(f, 1e9, 0.0, 5.0) for f in flops]
@@ -38,4 +39,4 @@ def test_a_negative_compute_side_is_priced_like_the_scalar_form() -> None:
     fast = fm.compile_fast("attn_decode", params, prof.peaks)
     many = fm.compile_many("attn_decode", params, prof.peaks)
     flops, nbytes = np.array([0.0, 1e12, 0.0, 1e12]), np.array([1e9, 0.0, 0.0, 1e9])
-    assert many(flops, nbytes).tolist() == [fast(f, b) for f, b in zip(flops, nbytes)]
+    assert many(flops, nbytes).tolist() == [fast(f, b) for f, b in zip(flops, nbytes, strict=True)]
