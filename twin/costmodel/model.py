@@ -207,11 +207,14 @@ class CostModel:
         if len(contexts) < _ARRAY_STEPS:
             # Few steps: numpy's fixed cost per call outweighs its per-step saving.
             kernel, sums, out = self._k["attn_decode"], fm.attn_decode_sums, []
+            host_s, add = self.host_s, self.host_mode == "add"
             for c in contexts:
                 total = before + attn_layers * kernel(*sums(batch, c + batch, *heads))
                 for term in after:
                     total += term
-                out.append(self._with_host(dense + total + head))
+                kernels = dense + total + head
+                # ``_with_host``, inline (called once a step).
+                out.append(kernels + host_s if add else max(kernels, host_s))
             return out
         # Every step at once, as arrays: the same operations in the same order as
         # ``_sum_parts`` and ``_with_host`` per element (``compile_many``: the same pow).

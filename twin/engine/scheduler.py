@@ -362,9 +362,8 @@ class ContinuousBatching:
         if fit is not None:
             a, b = fit
             return DecodeRun(k, a + b * context, b * batch)
-        return DecodeRun(
-            k, ends=np.cumsum(self.pricer.decode_run(batch, context, k)), capped=capped
-        )
+        ends = self.pricer.decode_run(batch, context, k).cumsum()  # as np.cumsum, no wrapper
+        return DecodeRun(k, ends=ends, capped=capped)
 
     def _complete_due(self) -> list[Seq]:
         """Sequences whose last token came out in the step just ended."""
