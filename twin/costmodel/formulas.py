@@ -29,7 +29,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
-from operator import add
 from typing import Any
 
 import numpy as np
@@ -452,16 +451,17 @@ def _compile_pair(
         if a.shape != b.shape:
             a, b = np.broadcast_arrays(a, b)
         m = np.maximum(a, b)  # ``a if a > b else b``: equal values, no NaN
-        edge = min(a.min(initial=1.0), b.min(initial=1.0)) <= 0.0
+        lo = np.minimum(a, b)
+        edge = lo.min(initial=1.0) <= 0.0
         if edge:  # ratios only where both sides are positive (the rest: ``fast``'s branches)
-            both = (a > 0.0) & (b > 0.0)
-            a_, b_, m = np.where(both, a, 1.0), np.where(both, b, 1.0), np.where(both, m, 1.0)
-        else:
-            a_, b_ = a, b
+            both = lo > 0.0
+            lo, m = np.where(both, lo, 1.0), np.where(both, m, 1.0)
+        # The larger side's ratio is exactly 1.0 and 1.0 ** p == 1.0, so ``fast``'s
+        # ``(a/m)**p + (b/m)**p`` is ``1.0 + (lo/m)**p`` to the bit (+ commutes).
         n = m.size
-        ra, rb = (a_ / m).ravel().tolist(), (b_ / m).ravel().tolist()
-        norm = list(map(add, map(pow, ra, repeat(p)), map(pow, rb, repeat(p))))
-        root = np.fromiter(map(pow, norm, repeat(inv_p)), np.float64, n)
+        ratios = (lo / m).ravel().tolist()
+        norms = map((1.0).__add__, map(pow, ratios, repeat(p)))
+        root = np.fromiter(map(pow, norms, repeat(inv_p)), np.float64, n)
         out = t0 + m * root.reshape(m.shape)
         if edge:
             out = np.where(a <= 0.0, t0 + b, np.where(b <= 0.0, t0 + a, out))
