@@ -18,7 +18,8 @@ element-wise passes) are ``t0 + B / (eff_bytes * bytes_peak)``.
 
 Features are additive across the sequences of one batched launch, so a batch of
 prefill chunks is priced as one launch with the summed features (one ``t0``).
-This module is pure Python: the cost model and the fitting import it without torch.
+This module is pure Python (numpy for the array form): the cost model and the fitting
+import it without torch.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import numpy as np
 
 from twin.errors import TwinError
 from twin.model import keys_upto
@@ -244,7 +249,9 @@ def attn_decode_sums(
     in all; each (sequence, KV head) is one tile (see ``attn_prefill_sums``)."""
     flops = 4.0 * heads * head_dim * keys
     nbytes = e * (2.0 * batch * heads * head_dim + 2.0 * kv_heads * head_dim * keys)
-    return flops, nbytes, float(heads * keys), float(kv_heads * batch)
+    # float(heads) * keys, not float(heads * keys): equal for counts below 2^53, and
+    # ``keys`` may be an array of decode steps (``CostModel.decode_steps_s``).
+    return flops, nbytes, float(heads) * keys, float(kv_heads * batch)
 
 
 def ssm_scan_features(
@@ -394,13 +401,35 @@ def compile_fast(
 ) -> Callable[..., float]:
     """Like ``compile_kernel`` but ``(flops, bytes, x=0, y=0)`` with ``x``, ``y`` the
     kernel's extra features in formula order: no dict per call, for the cost model."""
+    return _compile_pair(kernel, params, peaks)[0]
+
+
+def compile_many(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[..., np.ndarray]:
+    """``compile_fast`` over arrays of features: one price per element, each equal to the
+    scalar one to the bit (the same operations in the same order, and the same ``pow``:
+    Python's, not numpy's, whose SIMD versions may round differently). For runs of
+    decode steps (``CostModel.decode_steps_s``)."""
+    return _compile_pair(kernel, params, peaks)[1]
+
+
+def _compile_pair(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> tuple[Callable[..., float], Callable[..., np.ndarray]]:
+    """The scalar and the array form of one kernel's model (one set of constants)."""
     f = get_formula(kernel)
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
     compile_kernel(kernel, params, peaks)  # validates the parameters
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     if not f.uses_flops:
-        return lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b
+
+        def bandwidth_many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:
+            b = np.asarray(nbytes, np.float64) * inv_b
+            return t0 + np.broadcast_arrays(b, np.asarray(flops))[0]
+
+        return (lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b), bandwidth_many
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
     inv_p = 1.0 / p
@@ -416,7 +445,29 @@ def compile_fast(
         m = a if a > b else b
         return t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
 
-    return fast
+    def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:
+        a = np.asarray(flops, np.float64) * inv_f + cx * x + cy * y
+        b = np.asarray(nbytes, np.float64) * inv_b
+        if a.shape != b.shape:
+            a, b = np.broadcast_arrays(a, b)
+        m = np.maximum(a, b)  # ``a if a > b else b``: equal values, no NaN
+        lo = np.minimum(a, b)
+        edge = lo.min(initial=1.0) <= 0.0
+        if edge:  # ratios only where both sides are positive (the rest: ``fast``'s branches)
+            both = lo > 0.0
+            lo, m = np.where(both, lo, 1.0), np.where(both, m, 1.0)
+        # The larger side's ratio is exactly 1.0 and 1.0 ** p == 1.0, so ``fast``'s
+        # ``(a/m)**p + (b/m)**p`` is ``1.0 + (lo/m)**p`` to the bit (+ commutes).
+        n = m.size
+        ratios = (lo / m).ravel().tolist()
+        norms = map((1.0).__add__, map(pow, ratios, repeat(p)))
+        root = np.fromiter(map(pow, norms, repeat(inv_p)), np.float64, n)
+        out = t0 + m * root.reshape(m.shape)
+        if edge:
+            out = np.where(a <= 0.0, t0 + b, np.where(b <= 0.0, t0 + a, out))
+        return out
+
+    return fast, many
 
 
 def _coefficients(f: KernelFormula, params: dict[str, float]) -> tuple[float, float]:
@@ -472,6 +523,7 @@ __all__ = [
     "check_params",
     "compile_fast",
     "compile_kernel",
+    "compile_many",
     "conv1d_features",
     "copy_features",
     "elementwise_features",

@@ -422,9 +422,8 @@ class ContinuousBatching:
         if fit is not None:
             a, b = fit
             return DecodeRun(k, a + b * context, b * batch)
-        return DecodeRun(
-            k, ends=np.cumsum(self.pricer.decode_run(batch, context, k)), capped=capped
-        )
+        ends = self.pricer.decode_run(batch, context, k).cumsum()  # as np.cumsum, no wrapper
+        return DecodeRun(k, ends=ends, capped=capped)
 
     def _ratio_cut(self, k: int) -> int:
         """Steps of a decode run after which the queue's head passes the ratio check.
