@@ -37,6 +37,7 @@ the reference, so scores match it to the last bit.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,9 @@ import numpy as np
 from policies.base import Policy
 from policies.candidate_table import CandidateTable
 from twin.model import ModelSpec
+
+
+_MEMO_SIZE = 1 << 16  # efficiencies remembered per model (about 10 MB at most)
 
 
 def attn_flops(n: int, d: int) -> int:
@@ -70,6 +74,9 @@ class ReferenceFlops:
         self.mlp = model.n_mlp_layers + model.n_moe_layers
         self.ckpt_bytes = model.ssm_checkpoint_bytes
         self.kv_per_token = model.kv_bytes_per_token
+        # A replay asks for the same (depth, own) pairs again and again (every
+        # touch re-reads a node's efficiency), and a grid once more per alpha.
+        self._eff: dict[tuple[int, int], float] = {}
 
     def saved_by_hit(self, hit: int) -> int:
         """FLOPs a hit of ``hit`` tokens saves (``RadixCache.get_cache_stats``)."""
@@ -82,6 +89,14 @@ class ReferenceFlops:
 
     def efficiency(self, depth: int, own: int) -> float:
         """FLOP efficiency of a node ending at ``depth`` holding ``own`` tokens (``evict_v2``)."""
+        eff = self._eff.get((depth, own))
+        if eff is None:
+            if len(self._eff) >= _MEMO_SIZE:  # flat memory on long runs
+                self._eff.clear()
+            eff = self._eff[(depth, own)] = self._efficiency(depth, own)
+        return eff
+
+    def _efficiency(self, depth: int, own: int) -> float:
         d, parent = self.d, depth - own
         saved = (
             self.ssm * mamba1_flops(own, d, self.n)
@@ -92,12 +107,19 @@ class ReferenceFlops:
         return saved / held if held else 0.0
 
 
+@functools.lru_cache(maxsize=16)
+def reference_flops(model: ModelSpec) -> ReferenceFlops:
+    """The one :class:`ReferenceFlops` of ``model`` (its memos shared by every replay)."""
+    return ReferenceFlops(model)
+
+
 def normalise(x: np.ndarray) -> np.ndarray:
     """Min-max scaling; one value or all equal gives ones (``utils._normalize``)."""
     if len(x) > 1:
         lo, hi = x[x.argmin()], x[x.argmax()]
         if lo != hi:
-            scaled: np.ndarray = (x - lo) / (hi - lo)
+            scaled: np.ndarray = x - lo
+            scaled /= hi - lo  # in place: the same values as ``(x - lo) / (hi - lo)``
             return scaled
     return np.ones(len(x))
 
@@ -128,7 +150,7 @@ class ReferenceFlopAwareEviction(Policy):
 
     def bind(self, cache: Any) -> None:
         super().bind(cache)
-        self.flops = ReferenceFlops(cache.model)
+        self.flops = reference_flops(cache.model)
 
     # ----- the clock and refreshes -------------------------------------------------
     def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
@@ -181,7 +203,8 @@ class ReferenceFlopAwareEviction(Policy):
         t = self.table
         if t.n == 0:
             return None
-        if not self._evict_ticked or t.r[: t.n].max() >= self.now:
+        r = t.r[: t.n]
+        if not self._evict_ticked or r[r.argmax()] >= self.now:
             self.now += 1  # ``evict``'s tick (once per insert that makes room)
             self._evict_ticked = True
         return self.victim_at(self.now)
@@ -192,11 +215,17 @@ class ReferenceFlopAwareEviction(Policy):
         n = t.n
         if n == 0:
             return None
-        score = normalise(1.0 / (now - t.r[:n]))
+        recency = now - t.r[:n]
+        score = normalise(np.divide(1.0, recency, out=recency))
         if self.alpha:
-            score = self.alpha * normalise(t.f[:n]) + score
+            eff = normalise(t.f[:n])
+            eff *= self.alpha
+            score += eff  # IEEE addition commutes: ``alpha x eff + recency`` to the bit
         i = int(score.argmin())
-        if i + 1 < n and (score[i + 1 :] == score[i]).any():  # first in pre-order
-            tied = np.flatnonzero(score == score[i]).tolist()
+        low = score[i]
+        score[i] = np.inf  # a second minimum equal to the first is a tie
+        if score[score.argmin()] == low:  # first in pre-order
+            score[i] = low
+            tied = np.flatnonzero(score == low).tolist()
             i = min(tied, key=lambda j: preorder_key(t.nodes[j]))
         return t.nodes[i]
