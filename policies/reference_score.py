@@ -43,9 +43,8 @@ from typing import Any
 import numpy as np
 
 from policies.base import Policy
-from policies.candidate_table import CandidateTable
+from policies.candidate_table import CandidateTable, tied_after
 from twin.model import ModelSpec
-
 
 _MEMO_SIZE = 1 << 16  # efficiencies remembered per model (about 10 MB at most)
 
@@ -222,10 +221,7 @@ class ReferenceFlopAwareEviction(Policy):
             eff *= self.alpha
             score += eff  # IEEE addition commutes: ``alpha x eff + recency`` to the bit
         i = int(score.argmin())
-        low = score[i]
-        score[i] = np.inf  # a second minimum equal to the first is a tie
-        if score[score.argmin()] == low:  # first in pre-order
-            score[i] = low
-            tied = np.flatnonzero(score == low).tolist()
+        if tied_after(score, i):  # first in pre-order
+            tied = np.flatnonzero(score == score[i]).tolist()
             i = min(tied, key=lambda j: preorder_key(t.nodes[j]))
         return t.nodes[i]
