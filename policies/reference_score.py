@@ -163,7 +163,7 @@ class ReferenceFlopAwareEviction(Policy):
         """``insert``: two ticks, and its ``match_prefix`` stamps the deepest fully matched node."""
         self.now += 2
         self._evict_ticked = False
-        node = cache.tree.match(np.asarray(full, dtype=np.int32)).node
+        node = cache.matched_node(full)
         if node is not cache.root:
             self._stamp[id(node)] = self.now
             self.on_node_changed(node)

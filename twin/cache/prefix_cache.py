@@ -70,7 +70,10 @@ class PrefixCache(TokenStateBytes):
         self.checkpoints_admitted = 0
         self.checkpoints_hit = 0
         self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
-        self._memo: tuple[np.ndarray, int, Match] | None = None
+        # The last two matches (a request's prompt and its input + output) and the
+        # tree's mutation count they were made at (:meth:`match`).
+        self._memos: list[tuple[np.ndarray, Match]] = []
+        self._memo_at = -1
         self.policy = policy
         policy.bind(self)
 
@@ -297,24 +300,40 @@ class PrefixCache(TokenStateBytes):
             return m.partial, m.length
         return m.node, m.length
 
+    def matched_node(self, seq: np.ndarray) -> Node:
+        """The deepest node whose whole edge ``seq`` matches (the root if none); changes nothing."""
+        return self._match(np.asarray(seq, dtype=np.int32)).node
+
     def _match(self, seq: np.ndarray) -> Match:
-        """``tree.match``, reusing the last match while the tree is unchanged.
+        """``tree.match`` of ``seq`` (int32), reusing the last two while the tree is unchanged.
 
         A request's lookup and speculative insertion walk the same prompt, and
-        its insert walks prompt + output: the walk resumes where the prompt's ended.
+        its insert (and ``marconi``'s refresh before it) walks prompt + output:
+        that walk resumes where the prompt's ended.
         """
-        memo, mutations = self._memo, self.tree.mutations
-        if memo is not None and memo[1] == mutations:
-            prev = memo[0]
+        mutations = self.tree.mutations
+        memos = self._memos
+        if self._memo_at != mutations:
+            memos.clear()
+            self._memo_at = mutations
+        resume: tuple[np.ndarray, Match] | None = None
+        for prev, m in memos:
             if prev is seq:
-                return memo[2]
-            k = len(prev)
-            if k <= len(seq) and seq[:k].tobytes() == prev.tobytes():
-                m = self.tree.match(seq, memo[2], k)
-                self._memo = (seq, mutations, m)
                 return m
-        m = self.tree.match(seq)
-        self._memo = (seq, mutations, m)
+            k = len(prev)
+            if (
+                k <= len(seq)
+                and (resume is None or k > len(resume[0]))
+                and seq[:k].tobytes() == prev.tobytes()
+            ):
+                resume = (prev, m)
+        if resume is None:
+            m = self.tree.match(seq)
+        else:
+            m = self.tree.match(seq, resume[1], len(resume[0]))
+        if len(memos) == 2:
+            del memos[0]
+        memos.append((seq, m))
         return m
 
     def _need(self, base: Node, pos: list[int], covered: int) -> tuple[list[int], int]:
