@@ -94,27 +94,6 @@ def replay_grid(
         yield alpha, cache, own
 
 
-def replay_each(
-    grid: Sequence[float],
-    make_policy: Callable[[float], Any],
-    model: ModelSpec,
-    requests: Sequence[Request],
-    start: CacheSnapshot | None = None,
-    capacity: int = 0,
-    on_request: Callable[[], None] | None = None,
-) -> Iterator[tuple[float, Any, list[Served]]]:
-    """:func:`replay_grid` without sharing: every alpha replays every request (the baseline
-    ``benchmarks/bench_replay.py`` measures against)."""
-    tick = on_request or _nothing
-    for alpha in grid:
-        cache = _start(make_policy(alpha), model, start, capacity)
-        served = []
-        for request in requests:
-            served.append(_serve(cache, *request))
-            tick()
-        yield alpha, cache, served
-
-
 def _start(policy: Any, model: ModelSpec, start: CacheSnapshot | None, capacity: int) -> Any:
     if start is None:
         return policy.make_cache(model, capacity)
