@@ -311,26 +311,20 @@ class PrefixCache(TokenStateBytes):
         its insert (and ``marconi``'s refresh before it) walks prompt + output:
         that walk resumes where the prompt's ended.
         """
-        mutations = self.tree.mutations
-        memos = self._memos
-        if self._memo_at != mutations:
+        memos, tree = self._memos, self.tree
+        if self._memo_at != tree.mutations:
             memos.clear()
-            self._memo_at = mutations
-        resume: tuple[np.ndarray, Match] | None = None
-        for prev, m in memos:
-            if prev is seq:
-                return m
-            k = len(prev)
-            if (
-                k <= len(seq)
-                and (resume is None or k > len(resume[0]))
-                and seq[:k].tobytes() == prev.tobytes()
-            ):
-                resume = (prev, m)
-        if resume is None:
-            m = self.tree.match(seq)
+            self._memo_at = tree.mutations
+            m = tree.match(seq)
         else:
-            m = self.tree.match(seq, resume[1], len(resume[0]))
+            for prev, m in memos:
+                if prev is seq:
+                    return m
+            resume, k = None, 0  # the longest remembered prefix of ``seq``
+            for prev, m in memos:
+                if k < len(prev) <= len(seq) and seq[: len(prev)].tobytes() == prev.tobytes():
+                    resume, k = m, len(prev)
+            m = tree.match(seq, resume, k) if resume is not None else tree.match(seq)
         if len(memos) == 2:
             del memos[0]
         memos.append((seq, m))
