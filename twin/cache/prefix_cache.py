@@ -307,6 +307,9 @@ class PrefixCache(TokenStateBytes):
     def _match(self, seq: np.ndarray) -> Match:
         """``tree.match`` of ``seq`` (int32), reusing the last two while the tree is unchanged.
 
+        An equal array object gets its match back; otherwise the walk resumes
+        from the last match if that one's sequence is a prefix of ``seq``.
+
         A request's lookup and speculative insertion walk the same prompt, and
         its insert (and ``marconi``'s refresh before it) walks prompt + output:
         that walk resumes where the prompt's ended.
@@ -320,11 +323,12 @@ class PrefixCache(TokenStateBytes):
             for prev, m in memos:
                 if prev is seq:
                     return m
-            resume, k = None, 0  # the longest remembered prefix of ``seq``
-            for prev, m in memos:
-                if k < len(prev) <= len(seq) and seq[: len(prev)].tobytes() == prev.tobytes():
-                    resume, k = m, len(prev)
-            m = tree.match(seq, resume, k) if resume is not None else tree.match(seq)
+            last = memos[-1] if memos else None  # resumed if a prefix of ``seq``
+            if last is not None:
+                k = len(last[0])
+                if k > len(seq) or seq[:k].tobytes() != last[0].tobytes():
+                    last = None
+            m = tree.match(seq) if last is None else tree.match(seq, last[1], len(last[0]))
         if len(memos) == 2:
             del memos[0]
         memos.append((seq, m))
