@@ -1,7 +1,7 @@
 """Benchmark: trace replay speed and memory of every prefix-cache policy.
 
     python benchmarks/bench_replay.py [--chat-sessions 360] [--fractions 0.1,0.3] [--jobs 1]
-        [--workloads chat,mooncake,mooncake-conversation] [--baseline]
+        [--workloads chat,mooncake,mooncake-conversation] [--baseline [REF]]
 
 Workloads: a chat trace from ``workloads.generators`` (``chat``, about 6M
 prompt tokens at 360 sessions, like the Marconi artifact's LMSys trace), or a
@@ -23,10 +23,12 @@ which other processes on a shared machine do not inflate. "Replayed" counts
 the grid searches' extra replays too. ``marconi`` includes its bootstrap alpha
 grid search whenever its window completes within the trace; ``oracle`` is
 21 full replays by definition, sharing the requests before their first
-eviction (``policies.shared_prefix``); ``--baseline`` also runs them with
-every alpha replaying every request, and records the CPU-time ratio of the
-two (``shared_over_unshared``, same hits and alpha asserted). Results go to
-``benchmarks/results/replay.json``.
+eviction (``policies.shared_prefix``). ``--baseline REF`` also runs every
+policy on the code of git revision ``REF`` (``main`` when no REF is named:
+extracted with ``git archive`` into a temporary folder), interleaved with
+this tree's runs, and records the CPU-time ratio of the two
+(``current_over_baseline``; same hits, alpha, grid scores and counters
+asserted). Results go to ``benchmarks/results/replay.json``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ TRACES = {
     "mooncake-conversation": "mooncake_conversation_trace.jsonl",
 }
 RESULTS = ROOT / "benchmarks" / "results" / "replay.json"
+COUNTERS = ("evictions", "checkpoints_admitted", "checkpoints_hit", "peak_bytes", "nodes")
 POLICIES = ("vanilla", "vllm+", "sglang+", "marconi", "marconi-twin", "oracle")
 TARGET_TOKENS_PER_S = 10e6  # every policy, one core, chat
 TARGET_MOONCAKE_S, TARGET_MOONCAKE_RSS_MB = 60.0, 4096.0
@@ -58,10 +61,6 @@ import json, sys, time
 from twin.replay import Trace, replay
 path, model, policy = sys.argv[1], sys.argv[2], sys.argv[4]
 capacity, options = int(sys.argv[3]), json.loads(sys.argv[5])
-if sys.argv[7] == "unshared":  # the baseline: every alpha of a grid replays every request
-    import policies.alpha_tuning, twin.replay
-    from policies.shared_prefix import replay_each
-    policies.alpha_tuning.replay_grid = twin.replay.replay_grid = replay_each
 t = time.perf_counter(); trace = Trace.load(path); load_s = time.perf_counter() - t
 wall = cpu = float("inf")
 for _ in range(int(sys.argv[6])):  # best of N: the machine may be shared
@@ -94,17 +93,20 @@ print(json.dumps({"requests": s["requests"], "prompt_tokens": s["tokens"]["promp
 """
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+def _env(root: Path = ROOT) -> dict[str, str]:
+    """The environment of a child importing the project from ``root`` (first on its path)."""
+    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
 
-def run_child(code: str, *args: str) -> tuple[dict[str, Any], float]:
-    """Run ``code`` in a wrapped child; return its JSON output and its peak RSS (MB)."""
+def run_child(code: str, *args: str, root: Path = ROOT) -> tuple[dict[str, Any], float]:
+    """Run ``code`` in a wrapped child importing the project from ``root``; return its JSON
+    output and its peak RSS (MB)."""
     wrapped = subprocess.run(
         [sys.executable, "-c", _WRAPPER, sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=_env(root),
+        cwd=root,
         check=True,
     )
     res = json.loads(wrapped.stdout)
@@ -155,6 +157,24 @@ def _fallback_chat(path: Path, sessions: int, seed: int, writer: Any) -> None:
         w.write_all(r for _, r in rows)
 
 
+def extract_revision(ref: str, into: Path) -> str:
+    """Write the project's files at git revision ``ref`` under ``into``; return its commit."""
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
+    if commit.returncode != 0:
+        sys.exit(f"--baseline: {ref!r} is not a git revision of {ROOT}")
+    sha = commit.stdout.strip()
+    into.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", sha], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return sha
+
+
 def import_mooncake(trace: Path, path: Path) -> None:
     from workloads.importers import get_importer
     from workloads.writer import WorkloadWriter
@@ -183,9 +203,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--baseline",
-        action="store_true",
-        help="also run the alpha-grid policies with every alpha replaying every request "
-        "(before issue 16), for ratios measured in the same run",
+        nargs="?",
+        const="main",
+        default=None,
+        metavar="REF",
+        help="also run every policy on the code of git revision REF (default: main), "
+        "interleaved, for ratios measured in the same run",
     )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -202,6 +225,11 @@ def main() -> None:
     if unknown:
         sys.exit(f"--workloads: unknown {', '.join(unknown)}; valid: chat, {', '.join(TRACES)}")
     with tempfile.TemporaryDirectory() as tmp:
+        roots = {"current": ROOT}
+        baseline_commit = None
+        if args.baseline is not None:
+            roots["baseline"] = Path(tmp) / "baseline"
+            baseline_commit = extract_revision(args.baseline, roots["baseline"])
         files: dict[str, Path] = {}
         if "chat" in wanted:
             files["chat"] = Path(tmp) / "chat.parquet"
@@ -221,7 +249,7 @@ def main() -> None:
             workloads[name].update(info)
             for frac in fractions:
                 capacity = int(frac * info["footprint_bytes"])
-                for policy, variant in _variants(policies, args.baseline):
+                for policy, variant in _variants(policies, args.baseline is not None):
                     out, rss = run_child(
                         _CHILD,
                         str(path),
@@ -232,7 +260,7 @@ def main() -> None:
                             {"jobs": args.jobs} if "jobs" in REGISTRY[policy].OPTIONS else {}
                         ),
                         str(args.repeat),
-                        variant,
+                        root=roots[variant],
                     )
                     r = out["result"]
                     # Tokens actually replayed: oracle serves the trace once per alpha,
@@ -247,10 +275,12 @@ def main() -> None:
                         "fraction": frac,
                         "capacity_gb": capacity / 1e9,
                         "policy": policy,
-                        "grid_replay": variant,
+                        "code": variant,
                         "token_hit_rate": r["token_hit_rate"],
                         "evictions": r["evictions"],
                         "alpha": r["alpha"],
+                        "grid": r["details"].get("grid", boot.get("grid")),
+                        "counters": {k: r[k] for k in COUNTERS},
                         "grid_search": bool(r["details"].get("bootstrap", {}).get("completed"))
                         or policy == "oracle",
                         "load_s": round(out["load_s"], 3),
@@ -264,10 +294,10 @@ def main() -> None:
                     runs.append(run)
                     print(_row(run), flush=True)
     # One core: judged on CPU time, which a shared machine does not inflate.
-    chat = [r for r in runs if r["workload"] == "chat" and r["grid_replay"] == "shared"]
+    chat = [r for r in runs if r["workload"] == "chat" and r["code"] == "current"]
     chat_ok = bool(chat) and all(r["cpu_mtokens_per_s"] * 1e6 >= TARGET_TOKENS_PER_S for r in chat)
     # The time and memory targets are the synthetic trace's (61M tokens).
-    moon = [r for r in runs if r["workload"] == "mooncake" and r["grid_replay"] == "shared"]
+    moon = [r for r in runs if r["workload"] == "mooncake" and r["code"] == "current"]
     moon_ok = bool(moon) and all(
         r["load_s"] + r["replay_s"] < TARGET_MOONCAKE_S
         and r["peak_rss_mb"] < TARGET_MOONCAKE_RSS_MB
@@ -284,7 +314,10 @@ def main() -> None:
         "jobs": args.jobs,
         "workloads": workloads,
         "runs": runs,
-        "shared_over_unshared": _speedups(runs),
+        "baseline": None
+        if args.baseline is None
+        else {"ref": args.baseline, "commit": baseline_commit},
+        "current_over_baseline": _speedups(runs),
         "targets": {
             "chat_tokens_per_s": TARGET_TOKENS_PER_S,
             "chat_met": chat_ok,
@@ -302,36 +335,36 @@ def main() -> None:
     print(f"wrote {args.results}")
 
 
-GRID_POLICIES = ("marconi", "marconi-twin", "oracle")
-
-
 def _variants(policies: list[str], baseline: bool) -> list[tuple[str, str]]:
-    """(policy, grid replay) runs: ``shared`` always, ``unshared`` too for grid policies."""
+    """(policy, code) runs: this tree's always, the baseline revision's just before it."""
     out = []
     for p in policies:
-        if baseline and p in GRID_POLICIES:
-            out.append((p, "unshared"))
-        out.append((p, "shared"))
+        if baseline:
+            out.append((p, "baseline"))
+        out.append((p, "current"))
     return out
 
 
+# What a faster replay must leave exactly as it was.
+SAME = ("token_hit_rate", "alpha", "grid", "counters")
+
+
 def _speedups(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Shared over unshared CPU time, per (workload, fraction, policy) run in both ways."""
-    base = {
-        (r["workload"], r["fraction"], r["policy"]): r
-        for r in runs
-        if r["grid_replay"] == "unshared"
-    }
+    """Baseline over current CPU time, per (workload, fraction, policy) run on both codes."""
+    base = {(r["workload"], r["fraction"], r["policy"]): r for r in runs if r["code"] == "baseline"}
     out = []
     for r in runs:
         b = base.get((r["workload"], r["fraction"], r["policy"]))
-        if r["grid_replay"] == "shared" and b is not None:
-            assert (b["token_hit_rate"], b["alpha"]) == (r["token_hit_rate"], r["alpha"]), r
+        if r["code"] == "current" and b is not None:
+            differ = [k for k in SAME if b[k] != r[k]]
+            assert not differ, f"{r['policy']} at {r['fraction']}: {differ} differ from baseline"
             out.append(
                 {
                     "workload": r["workload"],
                     "fraction": r["fraction"],
                     "policy": r["policy"],
+                    "baseline_cpu_mtokens_per_s": round(b["cpu_mtokens_per_s"], 2),
+                    "cpu_mtokens_per_s": round(r["cpu_mtokens_per_s"], 2),
                     "cpu_speedup": round(b["replay_cpu_s"] / r["replay_cpu_s"], 3),
                 }
             )
@@ -346,7 +379,7 @@ def _row(r: dict[str, Any]) -> str:
     alpha = "-" if r["alpha"] is None else f"{r['alpha']:.1f}"
     return (
         f"{r['workload']:<22}{r['fraction']:>6.3f}{r['capacity_gb']:>9.1f} GB  {r['policy']:<12}"
-        f" {r['grid_replay']:<8}"
+        f" {r['code']:<8}"
         f" hit {r['token_hit_rate']:6.1%}  ev {r['evictions']:>9,}  alpha {alpha:>3}"
         f" grid {'y' if r['grid_search'] else 'n'}  load {r['load_s']:6.2f}s"
         f"  replay {r['replay_s']:7.2f}s  {r['mtokens_per_s']:7.1f}M tok/s"

@@ -25,13 +25,22 @@ small anyway: every candidate holds a checkpoint, so there are at most
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from policies.base import Policy
-from policies.candidate_table import CandidateTable
+from policies.candidate_table import CandidateTable, tied_after
 from twin.cache import PrefillFlops
+from twin.model import ModelSpec
+
+_MEMO_SIZE = 1 << 16  # efficiencies remembered per model
+
+
+@functools.lru_cache(maxsize=16)
+def _efficiencies(model: ModelSpec) -> dict[tuple[int, int, bool], float]:
+    return {}
 
 
 class FlopAwareEviction(Policy):
@@ -47,6 +56,9 @@ class FlopAwareEviction(Policy):
     def bind(self, cache: Any) -> None:
         super().bind(cache)
         self.flops = PrefillFlops(cache.model)
+        # (depth, own tokens, checkpoint) -> efficiency; one per model, shared by
+        # every replay of a grid (a node's efficiency depends on nothing else).
+        self._eff = _efficiencies(cache.model)
 
     # ----- hooks ----------------------------------------------------------------
     def on_node_changed(self, node: Any) -> None:
@@ -54,11 +66,17 @@ class FlopAwareEviction(Policy):
         if not cache.evictable(node):
             self.table.drop(node)
             return
-        n_tok = len(node.tokens)
-        held = cache.node_bytes(node)
-        saved = self.flops.total(n_tok, node.depth - n_tok)  # beyond its parent
-        node.eff = saved / held if held else 0.0
-        self.table.set(node, node.t, node.eff)
+        key = (node.depth, len(node.tokens), node.ckpt)
+        eff = self._eff.get(key)
+        if eff is None:
+            if len(self._eff) >= _MEMO_SIZE:  # flat memory on long runs
+                self._eff.clear()
+            n_tok = len(node.tokens)
+            held = cache.node_bytes(node)
+            saved = self.flops.total(n_tok, node.depth - n_tok)  # beyond its parent
+            eff = self._eff[key] = saved / held if held else 0.0
+        node.eff = eff
+        self.table.set(node, node.t, eff)
 
     def on_node_removed(self, node: Any, into: Any | None = None) -> None:
         self.table.drop(node)
@@ -86,7 +104,7 @@ class FlopAwareEviction(Policy):
             score += (f - fmin) * b
             i = int(score.argmin())
             low = score[i]
-        if i + 1 < n and (score[i + 1 :] == low).any():  # an exact tie: older, then first created
+        if i + 1 < n and tied_after(score, i):  # an exact tie: older, then first created
             tied = np.flatnonzero(score == low).tolist()
             i = min(tied, key=lambda j: (r[j], t.nid[j]))
         return t.nodes[i]

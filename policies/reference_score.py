@@ -43,13 +43,16 @@ the reference, so scores match it to the last bit.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from policies.base import Policy
-from policies.candidate_table import CandidateTable
+from policies.candidate_table import CandidateTable, tied_after
 from twin.model import ModelSpec
+
+_MEMO_SIZE = 1 << 16  # efficiencies remembered per model (about 10 MB at most)
 
 
 def attn_flops(n: int, d: int) -> int:
@@ -76,6 +79,9 @@ class ReferenceFlops:
         self.mlp = model.n_mlp_layers + model.n_moe_layers
         self.ckpt_bytes = model.ssm_checkpoint_bytes
         self.kv_per_token = model.kv_bytes_per_token
+        # A replay asks for the same (depth, own) pairs again and again (every
+        # touch re-reads a node's efficiency), and a grid once more per alpha.
+        self._eff: dict[tuple[int, int], float] = {}
 
     def saved_by_hit(self, hit: int) -> int:
         """FLOPs a hit of ``hit`` tokens saves (``RadixCache.get_cache_stats``)."""
@@ -88,6 +94,14 @@ class ReferenceFlops:
 
     def efficiency(self, depth: int, own: int) -> float:
         """FLOP efficiency of a node ending at ``depth`` holding ``own`` tokens (``evict_v2``)."""
+        eff = self._eff.get((depth, own))
+        if eff is None:
+            if len(self._eff) >= _MEMO_SIZE:  # flat memory on long runs
+                self._eff.clear()
+            eff = self._eff[(depth, own)] = self._efficiency(depth, own)
+        return eff
+
+    def _efficiency(self, depth: int, own: int) -> float:
         d, parent = self.d, depth - own
         saved = (
             self.ssm * mamba1_flops(own, d, self.n)
@@ -98,12 +112,19 @@ class ReferenceFlops:
         return saved / held if held else 0.0
 
 
+@functools.lru_cache(maxsize=16)
+def reference_flops(model: ModelSpec) -> ReferenceFlops:
+    """The one :class:`ReferenceFlops` of ``model`` (its memos shared by every replay)."""
+    return ReferenceFlops(model)
+
+
 def normalise(x: np.ndarray) -> np.ndarray:
     """Min-max scaling; one value or all equal gives ones (``utils._normalize``)."""
     if len(x) > 1:
         lo, hi = x[x.argmin()], x[x.argmax()]
         if lo != hi:
-            scaled: np.ndarray = (x - lo) / (hi - lo)
+            scaled: np.ndarray = x - lo
+            scaled /= hi - lo  # in place: the same values as ``(x - lo) / (hi - lo)``
             return scaled
     return np.ones(len(x))
 
@@ -134,7 +155,7 @@ class ReferenceFlopAwareEviction(Policy):
 
     def bind(self, cache: Any) -> None:
         super().bind(cache)
-        self.flops = ReferenceFlops(cache.model)
+        self.flops = reference_flops(cache.model)
 
     # ----- the clock and refreshes -------------------------------------------------
     def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
@@ -148,7 +169,7 @@ class ReferenceFlopAwareEviction(Policy):
         """``insert``: two ticks, and its ``match_prefix`` stamps the deepest fully matched node."""
         self.now += 2
         self._evict_ticked = False
-        node = cache.tree.match(np.asarray(full, dtype=np.int32)).node
+        node = cache.matched_node(full)
         if node is not cache.root:
             self._stamp[id(node)] = self.now
             self.on_node_changed(node)
@@ -188,7 +209,8 @@ class ReferenceFlopAwareEviction(Policy):
         t = self.table
         if t.n == t.n_held:
             return None
-        if not self._evict_ticked or t.r[: t.n].max() >= self.now:
+        r = t.r[: t.n]
+        if not self._evict_ticked or r[r.argmax()] >= self.now:
             self.now += 1  # ``evict``'s tick (once per insert that makes room)
             self._evict_ticked = True
         return self.victim_at(self.now)
@@ -203,13 +225,16 @@ class ReferenceFlopAwareEviction(Policy):
         n = t.n
         if n == t.n_held:
             return None
-        score = normalise(1.0 / (now - t.r[:n]))
+        recency = now - t.r[:n]
+        score = normalise(np.divide(1.0, recency, out=recency))
         if self.alpha:
-            score = self.alpha * normalise(t.f[:n]) + score
+            eff = normalise(t.f[:n])
+            eff *= self.alpha
+            score += eff  # IEEE addition commutes: ``alpha x eff + recency`` to the bit
         if t.n_held:
             score[t.held[:n]] = np.inf
         i = int(score.argmin())
-        if i + 1 < n and (score[i + 1 :] == score[i]).any():  # first in pre-order
+        if tied_after(score, i):  # first in pre-order
             tied = np.flatnonzero(score == score[i]).tolist()
             i = min(tied, key=lambda j: preorder_key(t.nodes[j]))
         return t.nodes[i]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache import CacheSnapshot, PrefixCache, serve
+from twin.cache import CacheSnapshot, PrefixCache, RequestCache
 from twin.model import ModelSpec
 
 # (input + output, input length[, declared modules]) per request
@@ -60,8 +60,9 @@ def replay_grid(
     before = first.evictions
     served: list[Served] = []
     shared = None  # requests served before the first eviction
+    protocol = RequestCache(first)
     for request in requests:
-        served.append(_serve(first, *request))
+        served.append(_serve(protocol, *request))
         if shared is None and first.evictions != before:
             shared = len(served) - 1
         tick()
@@ -75,8 +76,9 @@ def replay_grid(
     fork = None
     if shared > 0:
         common = fresh(grid[0])
+        protocol = RequestCache(common)
         for request in requests[:shared]:
-            _serve(common, *request)
+            _serve(protocol, *request)
         fork = (common.snapshot(), common.policy.export_state())
     for alpha in grid[1:]:
         if fork is None:
@@ -88,31 +90,11 @@ def replay_grid(
         own = served[:shared]
         for _ in range(shared):
             tick()
+        protocol = RequestCache(cache)
         for request in requests[shared:]:
-            own.append(_serve(cache, *request))
+            own.append(_serve(protocol, *request))
             tick()
         yield alpha, cache, own
-
-
-def replay_each(
-    grid: Sequence[float],
-    make_policy: Callable[[float], Any],
-    model: ModelSpec,
-    requests: Sequence[Request],
-    start: CacheSnapshot | None = None,
-    capacity: int = 0,
-    on_request: Callable[[], None] | None = None,
-) -> Iterator[tuple[float, Any, list[Served]]]:
-    """:func:`replay_grid` without sharing: every alpha replays every request (the baseline
-    ``benchmarks/bench_replay.py`` measures against)."""
-    tick = on_request or _nothing
-    for alpha in grid:
-        cache = _start(make_policy(alpha), model, start, capacity)
-        served = []
-        for request in requests:
-            served.append(_serve(cache, *request))
-            tick()
-        yield alpha, cache, served
 
 
 def _start(policy: Any, model: ModelSpec, start: CacheSnapshot | None, capacity: int) -> Any:
@@ -121,8 +103,10 @@ def _start(policy: Any, model: ModelSpec, start: CacheSnapshot | None, capacity:
     return PrefixCache.restore(start, model, policy)
 
 
-def _serve(cache: Any, full: np.ndarray, n: int, modules: np.ndarray | None = None) -> Served:
-    hit = serve(cache, full[:n], full, modules)
+def _serve(
+    protocol: RequestCache, full: np.ndarray, n: int, modules: np.ndarray | None = None
+) -> Served:
+    hit = protocol.serve(full[:n], full, modules)
     return hit.length, getattr(hit.node, "nid", -1), hit.recompute
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from policies import get_policy, policy_class
 from policies.grid import map_alphas
 from policies.shared_prefix import replay_grid
-from twin.cache import PrefillFlops, cache_stats, serve
+from twin.cache import PrefillFlops, RequestCache, cache_stats
 from twin.model import ModelSpec
 from twin.presets import get_model
 from workloads.reader import Workload
@@ -154,9 +154,10 @@ def _run(
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
     cache = policy.make_cache(model, capacity)
+    protocol = RequestCache(cache)
     served = []
     for full, n, mods in _requests(trace):
-        hit = serve(cache, full[:n], full, mods)
+        hit = protocol.serve(full[:n], full, mods)
         served.append((hit.length, getattr(hit.node, "nid", -1), hit.recompute))
         on_request()
     return _result(trace, model, policy_name, cache, served, per_request, start)

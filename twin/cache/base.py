@@ -106,10 +106,13 @@ class TokenStateBytes:
 
     def note_peaks(self) -> None:
         """Raise the peak counters to the bytes held now."""
-        used, kv, ssm = self.used_bytes, self.kv_bytes, self.ssm_bytes
-        self.peak_bytes = max(self.peak_bytes, used)
-        self.peak_kv_bytes = max(self.peak_kv_bytes, kv)
-        self.peak_ssm_bytes = max(self.peak_ssm_bytes, ssm)
+        kv, ssm = self.kv_bytes, self.ssm_bytes  # used = kv + ssm (called once per insert)
+        if kv + ssm > self.peak_bytes:
+            self.peak_bytes = kv + ssm
+        if kv > self.peak_kv_bytes:
+            self.peak_kv_bytes = kv
+        if ssm > self.peak_ssm_bytes:
+            self.peak_ssm_bytes = ssm
 
 
 class CachePolicy(Protocol):

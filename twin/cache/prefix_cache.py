@@ -70,7 +70,10 @@ class PrefixCache(TokenStateBytes):
         self.checkpoints_admitted = 0
         self.checkpoints_hit = 0
         self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
-        self._memo: tuple[np.ndarray, int, Match] | None = None
+        # The last two matches (a request's prompt and its input + output) and the
+        # tree's mutation count they were made at (:meth:`match`).
+        self._memos: list[tuple[np.ndarray, Match]] = []
+        self._memo_at = -1
         self.policy = policy
         policy.bind(self)
 
@@ -88,7 +91,12 @@ class PrefixCache(TokenStateBytes):
 
     @property
     def used_bytes(self) -> int:
-        return self.kv_bytes + self.n_ckpts * self.ckpt_bytes
+        # ``kv_bytes`` written out: the eviction loop reads this once per victim.
+        return (
+            self.kv_tokens * self.kv_per_token
+            + self.swa_tokens * self.swa_per_token
+            + self.n_ckpts * self.ckpt_bytes
+        )
 
     @property
     def num_nodes(self) -> int:
@@ -300,24 +308,38 @@ class PrefixCache(TokenStateBytes):
             return m.partial, m.length
         return m.node, m.length
 
+    def matched_node(self, seq: np.ndarray) -> Node:
+        """The deepest node whose whole edge ``seq`` matches (the root if none); changes nothing."""
+        return self._match(np.asarray(seq, dtype=np.int32)).node
+
     def _match(self, seq: np.ndarray) -> Match:
-        """``tree.match``, reusing the last match while the tree is unchanged.
+        """``tree.match`` of ``seq`` (int32), reusing the last two while the tree is unchanged.
+
+        An equal array object gets its match back; otherwise the walk resumes
+        from the last match if that one's sequence is a prefix of ``seq``.
 
         A request's lookup and speculative insertion walk the same prompt, and
-        its insert walks prompt + output: the walk resumes where the prompt's ended.
+        its insert (and ``marconi``'s refresh before it) walks prompt + output:
+        that walk resumes where the prompt's ended.
         """
-        memo, mutations = self._memo, self.tree.mutations
-        if memo is not None and memo[1] == mutations:
-            prev = memo[0]
-            if prev is seq:
-                return memo[2]
-            k = len(prev)
-            if k <= len(seq) and seq[:k].tobytes() == prev.tobytes():
-                m = self.tree.match(seq, memo[2], k)
-                self._memo = (seq, mutations, m)
-                return m
-        m = self.tree.match(seq)
-        self._memo = (seq, mutations, m)
+        memos, tree = self._memos, self.tree
+        if self._memo_at != tree.mutations:
+            memos.clear()
+            self._memo_at = tree.mutations
+            m = tree.match(seq)
+        else:
+            for prev, m in memos:
+                if prev is seq:
+                    return m
+            last = memos[-1] if memos else None  # resumed if a prefix of ``seq``
+            if last is not None:
+                k = len(last[0])
+                if k > len(seq) or seq[:k].tobytes() != last[0].tobytes():
+                    last = None
+            m = tree.match(seq) if last is None else tree.match(seq, last[1], len(last[0]))
+        if len(memos) == 2:
+            del memos[0]
+        memos.append((seq, m))
         return m
 
     def _need(self, base: Node, pos: list[int], covered: int) -> tuple[list[int], int]:

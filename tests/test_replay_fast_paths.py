@@ -1,0 +1,184 @@
+"""The replay's fast paths give exactly what their plain versions give (issue 16).
+
+Each fast path keeps a plain version here as the oracle: the Marconi victim as
+the reference code writes it (out-of-place ``alpha x normalise(eff) +
+normalise(recency)``, ties found by comparing the rest of the rows), FLOP
+efficiencies computed afresh for every change (no memo), and every match
+walked from the root (no remembered matches). Whole replays under both must
+agree on every number: hits and hit nodes per request, the chosen alpha, the
+recorded grid scores and the cache counters, for ``marconi``, ``marconi-twin``
+and ``oracle`` under every alpha metric, on random traces with ties (a
+vocabulary of four tokens), with and without declared modules.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_policies_props import traces
+
+import policies.flop_aware as flop_aware
+import policies.reference_score as reference_score
+from policies.candidate_table import tied_after
+from policies.flop_aware import FlopAwareEviction
+from policies.reference_score import (
+    ReferenceFlopAwareEviction,
+    ReferenceFlops,
+    normalise,
+    preorder_key,
+)
+from twin.cache import PrefixCache
+from twin.presets import get_model
+from twin.replay import Trace, replay
+
+HYBRID = get_model("tiny-hybrid")
+MODELS = [HYBRID, get_model("tiny-transformer")]
+# (policy, options) runs: every alpha metric of every policy that tunes alpha.
+RUNS = [
+    ("marconi", {"bootstrap_multiplier": 2}),
+    ("marconi", {"bootstrap_multiplier": 3}),
+    ("marconi", {"bootstrap_multiplier": 5}),
+    ("marconi-twin", {"bootstrap_multiplier": 2, "alpha_metric": "hit-rate"}),
+    ("marconi-twin", {"bootstrap_multiplier": 3, "alpha_metric": "flops"}),
+    ("oracle", {"alpha_metric": "hit-rate"}),
+    ("oracle", {"alpha_metric": "flops"}),
+    ("marconi", {"alpha": 0.7}),
+    ("marconi-twin", {"alpha": 1.3}),
+]
+
+
+# ----- the plain versions ------------------------------------------------------------
+def plain_normalise(x: np.ndarray) -> np.ndarray:
+    """``utils._normalize`` out of place."""
+    if len(x) > 1:
+        lo, hi = x.min(), x.max()
+        if lo != hi:
+            return (x - lo) / (hi - lo)
+    return np.ones(len(x))
+
+
+def plain_tied_after(score: np.ndarray, i: int) -> bool:
+    return bool((score[i + 1 :] == score[i]).any())
+
+
+def plain_victim_at(self: Any, now: int) -> Any:
+    """``evict_v2``'s victim as the reference writes it."""
+    t = self.table
+    n = t.n
+    if n == t.n_held:
+        return None
+    score = plain_normalise(1.0 / (now - t.r[:n]))
+    if self.alpha:
+        score = self.alpha * plain_normalise(t.f[:n]) + score
+    score[t.held[:n]] = np.inf  # pinned candidates count in the scaling, never win
+    i = int(score.argmin())
+    if plain_tied_after(score, i):
+        tied = np.flatnonzero(score == score[i]).tolist()
+        i = min(tied, key=lambda j: preorder_key(t.nodes[j]))
+    return t.nodes[i]
+
+
+def plain_reference_changed(self: Any, node: Any) -> None:
+    if not self.cache.candidate(node):
+        self.table.drop(node)
+        return
+    node.eff = self.flops._efficiency(node.depth, len(node.tokens))
+    self.table.set(node, self._stamp[id(node)], node.eff, held=node.lock > 0)
+
+
+def plain_twin_changed(self: Any, node: Any) -> None:
+    cache = self.cache
+    if not cache.evictable(node):
+        self.table.drop(node)
+        return
+    n_tok = len(node.tokens)
+    held = cache.node_bytes(node)
+    node.eff = self.flops.total(n_tok, node.depth - n_tok) / held if held else 0.0
+    self.table.set(node, node.t, node.eff)
+
+
+def plain_match(self: Any, seq: np.ndarray) -> Any:
+    return self.tree.match(seq)
+
+
+def plain_paths() -> ExitStack:
+    stack = ExitStack()
+    stack.enter_context(mock.patch.object(ReferenceFlopAwareEviction, "victim_at", plain_victim_at))
+    stack.enter_context(
+        mock.patch.object(ReferenceFlopAwareEviction, "on_node_changed", plain_reference_changed)
+    )
+    stack.enter_context(mock.patch.object(FlopAwareEviction, "on_node_changed", plain_twin_changed))
+    stack.enter_context(mock.patch.object(flop_aware, "tied_after", plain_tied_after))
+    stack.enter_context(mock.patch.object(PrefixCache, "_match", plain_match))
+    return stack
+
+
+# ----- whole replays -----------------------------------------------------------------
+def _summary(result: Any) -> tuple[dict[str, Any], list[int], list[int]]:
+    d = result.to_dict()
+    d.pop("wall_s")
+    per = result.per_request
+    return d, per["hit_tokens"].tolist(), per["hit_node"].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    trace=traces(),
+    run_i=st.integers(0, len(RUNS) - 1),
+    model_i=st.integers(0, 1),
+    tokens_cap=st.integers(0, 50),
+    states_cap=st.integers(0, 6),
+    with_modules=st.booleans(),
+)
+def test_fast_replay_equals_the_plain_one(
+    trace, run_i, model_i, tokens_cap, states_cap, with_modules
+):
+    name, options = RUNS[run_i]
+    model = MODELS[model_i]
+    capacity = tokens_cap * model.kv_bytes_per_token + states_cap * model.ssm_checkpoint_bytes
+    t = Trace.from_pairs(trace)
+    if with_modules:  # prefix caches find reuse from the tokens alone: modules change nothing
+        t.modules = [np.array([i % 3], np.int64) for i in range(t.num_requests)]
+    fast = replay(t, model, capacity, name, options, per_request=True)
+    with plain_paths():
+        plain = replay(t, model, capacity, name, options, per_request=True)
+    assert _summary(fast) == _summary(plain)
+
+
+# ----- the pieces --------------------------------------------------------------------
+floats = st.lists(st.sampled_from([0.0, 0.25, 1.0, 1e-9, 3.0, 7.5, 1e6]), min_size=1, max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=floats)
+def test_normalise_in_place_equals_out_of_place(values):
+    x = np.array(values)
+    before = x.copy()
+    assert np.array_equal(normalise(x), plain_normalise(x))
+    assert np.array_equal(x, before)  # its input is never written
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=floats)
+def test_tied_after_finds_exactly_the_ties(values):
+    score = np.array(values)
+    before = score.copy()
+    i = int(score.argmin())
+    assert tied_after(score, i) == plain_tied_after(score, i)
+    assert np.array_equal(score, before)  # the masked row is restored
+
+
+@pytest.mark.parametrize("model", [HYBRID, get_model("marconi-hybrid-7b")])
+def test_remembered_efficiencies_equal_fresh_ones(model, monkeypatch):
+    monkeypatch.setattr(reference_score, "_MEMO_SIZE", 5)  # the memo is cleared as it fills
+    ref = ReferenceFlops(model)
+    pairs = [(depth, own) for depth in (1, 7, 300, 5000) for own in (1, 3, depth)] * 2
+    for depth, own in pairs:
+        assert ref.efficiency(depth, own) == ref._efficiency(depth, own)
+    assert len(ref._eff) <= 5
