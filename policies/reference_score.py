@@ -192,7 +192,8 @@ class ReferenceFlopAwareEviction(Policy):
         self.on_node_changed(node)
 
     def on_node_changed(self, node: Any) -> None:
-        if not self.cache.candidate(node):
+        cache: Any = self.cache  # a PrefixCache (``candidate``: evictable, pins aside)
+        if not cache.candidate(node):
             self.table.drop(node)
             return
         node.eff = self.flops.efficiency(node.depth, len(node.tokens))

@@ -223,17 +223,17 @@ class CostModel:
         else:
             keys = np.asarray(contexts, np.int64)
         keys += batch  # one key per sequence: ``_aggregate``'s decode keys
-        total = before + attn_layers * self._attn_decode_many(
+        totals = before + attn_layers * self._attn_decode_many(
             *fm.attn_decode_sums(batch, keys, *heads)
         )
         for term in after:
-            total = total + term
-        kernels = dense + total + head
+            totals = totals + term
+        steps = dense + totals + head
         if self.host_mode == "add":
-            kernels = kernels + self.host_s
+            steps = steps + self.host_s
         else:
-            kernels = np.where(self.host_s > kernels, self.host_s, kernels)
-        return cast(list[float], kernels.tolist())
+            steps = np.where(self.host_s > steps, self.host_s, steps)
+        return cast(list[float], steps.tolist())
 
     def _decode_shape(self, batch: int) -> tuple[float, float, int | None, list[float], float]:
         """What a pure-decode step of ``batch`` sequences costs besides the context sum.

@@ -26,6 +26,7 @@ import simpy
 
 from policies import get_policy
 from twin.cache import cache_stats
+from twin.cache.pool import SplitPool
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.replica import Replica, Seq
@@ -295,16 +296,17 @@ class Cluster:
                     "load_s": r.host_load_s,
                 }
             if r.pool is not None:
-                rep["pool"] = {
+                pool: dict[str, Any] = {
                     "bytes": r.pool.size,
                     "peak_running_bytes": r.pool.peak_running,
                     "peak_running_requests": r.peak_running_requests,
                     "kv_allocator": r.kv.name if r.kv is not None else None,
                     "preemptions": r.preemptions,
                 }
-                if r.split:  # SGLang's mamba pool beside the KV pool (bytes above)
-                    rep["pool"]["state_bytes"] = r.pool.state_size
-                    rep["pool"]["peak_running_state_bytes"] = r.pool.peak_running_states
+                if isinstance(r.pool, SplitPool):  # SGLang's mamba pool beside the KV pool
+                    pool["state_bytes"] = r.pool.state_size
+                    pool["peak_running_state_bytes"] = r.pool.peak_running_states
+                rep["pool"] = pool
             reps.append(rep)
         return RunStats(
             end,
