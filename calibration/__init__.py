@@ -3,7 +3,8 @@
 - ``calibration.kernels`` / ``kernels_ssm``: the kernel registry (torch imported lazily);
 - ``calibration.ssd``: the exact PyTorch Mamba2 SSD scan (needs torch);
 - ``calibration.timing`` / ``sweep``: timing per device/METHOD.md, raw parquet;
-- ``twin.costmodel.formulas`` / ``fit``: the latency models and their scipy fits;
+- ``twin.costmodel.formulas`` / ``features`` / ``latency`` / ``fit``: the latency models
+  and their scipy fits;
 - ``twin.costmodel.profile``: the ``Profile`` JSON with provenance;
 - ``calibration.datasheet`` / ``transfer``: profiles without measuring;
 - ``calibration.harness``: the whole ``twin calibrate`` run.

@@ -18,18 +18,19 @@ element-wise passes) are ``t0 + B / (eff_bytes * bytes_peak)``.
 
 Features are additive across the sequences of one batched launch, so a batch of
 prefill chunks is priced as one launch with the summed features (one ``t0``).
-This module is pure Python: the cost model and the fitting import it without torch.
+This module names each kernel's formula (its parameters, its peaks, its extra features)
+and checks parameter sets; ``twin.costmodel.features`` computes the features of a shape
+and ``twin.costmodel.latency`` evaluates the formula. All three are pure Python: the
+cost model and the fitting import them without torch.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from twin.errors import TwinError
-from twin.model import keys_upto
 
 
 @dataclass(frozen=True)
@@ -174,274 +175,6 @@ def get_formula(kernel: str) -> KernelFormula:
         raise TwinError(f"unknown kernel {kernel!r}; known: {', '.join(FORMULAS)}") from None
 
 
-# ---------------------------------------------------------------- features
-# Each returns (flops, bytes, {extra: value}); ``e`` is bytes per element.
-Features = tuple[float, float, dict[str, float]]
-
-
-def gemm_features(m: int, k: int, n: int, e: int) -> Features:
-    """A (m x k) @ (k x n) product: activations in, weights in, output out."""
-    flops, nbytes, weights = gemm_sums(m, k, n, e)
-    return flops, nbytes, {"weight_elems": weights}
-
-
-def gemm_sums(m: float, k: float, n: float, e: int) -> tuple[float, float, float]:
-    """(FLOPs, bytes, weight elements) of an (m x k) @ (k x n) product."""
-    return 2.0 * m * k * n, float(e * (m * k + k * n + m * n)), float(k * n)
-
-
-def attn_prefill_features(
-    n: int, c: int, heads: int, kv_heads: int, head_dim: int, e: int, window: int | None = None
-) -> Features:
-    """Causal attention of ``n`` new queries after ``c`` cached keys (bottom-right aligned)."""
-    keys = keys_upto(c + n, window) - keys_upto(c, window)
-    kv_rows = c + n if window is None else min(c + n, window + n)
-    flops, nbytes, scores, tiles = attn_prefill_sums(
-        n, keys, kv_rows, 1, heads, kv_heads, head_dim, e
-    )
-    return flops, nbytes, {"score_elems": scores, "tiles": tiles}
-
-
-def attn_prefill_sums(
-    queries: float,
-    keys: float,
-    kv_rows: float,
-    sequences: float,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
-    e: int,
-) -> tuple[float, float, float, float]:
-    """(FLOPs, bytes, score elements, tiles) of prefill chunks batched in one launch.
-
-    ``queries``, ``keys`` (query-key pairs) and ``kv_rows`` (K/V rows read) are
-    summed over the ``sequences`` chunks. QK^T and AV cost 4 x head_dim FLOPs per
-    score; Q in and O out are read/written once, K and V of the visible context
-    once. A tile is one (sequence, KV head): varlen kernels set up each sequence's
-    K/V for each KV head, the query heads sharing it packed together (FA3's
-    PackGQA, FlashInfer's grouped heads); NVIDIA's tables show this fixed cost
-    (~20 ns a tile on H100) dominating many short sequences.
-    """
-    flops = 4.0 * heads * head_dim * keys
-    nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
-    return flops, nbytes, float(heads * keys), float(kv_heads * sequences)
-
-
-def attn_decode_features(
-    batch: int, keys: int, heads: int, kv_heads: int, head_dim: int, e: int
-) -> Features:
-    """``batch`` single-token queries, each over ``keys`` keys (KV read dominates)."""
-    flops, nbytes, scores, tiles = attn_decode_sums(
-        batch, batch * keys, heads, kv_heads, head_dim, e
-    )
-    return flops, nbytes, {"score_elems": scores, "tiles": tiles}
-
-
-def attn_decode_sums(
-    batch: float, keys: float, heads: int, kv_heads: int, head_dim: int, e: int
-) -> tuple[float, float, float, float]:
-    """(FLOPs, bytes, score elements, tiles) of ``batch`` decode queries over ``keys`` keys
-    in all; each (sequence, KV head) is one tile (see ``attn_prefill_sums``)."""
-    flops = 4.0 * heads * head_dim * keys
-    nbytes = e * (2.0 * batch * heads * head_dim + 2.0 * kv_heads * head_dim * keys)
-    return flops, nbytes, float(heads * keys), float(kv_heads * batch)
-
-
-def ssm_scan_features(
-    batch: int,
-    seqlen: int,
-    nheads: int,
-    headdim: int,
-    d_state: int,
-    ngroups: int,
-    chunk: int,
-    e: int,
-) -> Features:
-    """SSD chunked scan over ``batch`` sequences of ``seqlen`` tokens."""
-    n_chunks = batch * -(-seqlen // chunk)
-    flops, nbytes, x = ssm_scan_sums(
-        batch * seqlen, n_chunks, nheads, headdim, d_state, ngroups, chunk, e
-    )
-    return flops, nbytes, {"chunks": x}
-
-
-def ssm_scan_sums(
-    tokens: float,
-    n_chunks: float,
-    nheads: int,
-    headdim: int,
-    d_state: int,
-    ngroups: int,
-    chunk: int,
-    e: int,
-) -> tuple[float, float, float]:
-    """(FLOPs, bytes, chunks x heads) of a scan over ``tokens`` in ``n_chunks`` chunks.
-
-    FLOPs per token as ``ModelSpec.prefill_flops`` counts them (C.B^T within a
-    chunk, the masked mixing, chunk states and outputs), over whole chunks: a
-    sequence's last, partial chunk is computed in full. Bytes: x, dt, B, C in and
-    y out per token, plus one fp32 chunk state per chunk written and read back.
-    """
-    channels = nheads * headdim
-    padded = n_chunks * chunk
-    flops = padded * (2.0 * channels * (2 * d_state + chunk) + 2.0 * chunk * d_state * ngroups)
-    nbytes = (
-        e * tokens * (2.0 * channels + 2.0 * ngroups * d_state + nheads)
-        + 8.0 * n_chunks * channels * d_state
-    )
-    return float(flops), float(nbytes), float(n_chunks * nheads)
-
-
-def ssm_step_features(
-    batch: int, nheads: int, headdim: int, d_state: int, ngroups: int, e: int, state_e: int
-) -> Features:
-    """One decode token per sequence: read and write each recurrent state once."""
-    sc = nheads * headdim
-    flops = 6.0 * batch * sc * d_state  # decay, outer product update, C.h readout
-    nbytes = float(
-        batch * (2 * sc * d_state * state_e + e * (2 * sc + 2 * ngroups * d_state + 2 * nheads))
-    )
-    return flops, nbytes, {}
-
-
-def conv1d_features(
-    batch: int, seqlen: int, channels: int, kernel: int, e: int, with_state: bool = False
-) -> Features:
-    """Causal depthwise conv; ``with_state`` adds the decode conv-state read + write.
-
-    A prompt pass (``with_state=False``) also counts sequences x channels: the
-    varlen kernel sets up every channel of each sequence (NVIDIA's tables: ~1 ns per
-    sequence-channel on H100, 0.7 ms for 64 one-token prompts of 10,240 channels).
-    """
-    flops = 2.0 * batch * seqlen * channels * kernel
-    nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
-    if with_state:
-        nbytes += e * 2 * batch * channels * kernel
-        return flops, float(nbytes), {}
-    return flops, float(nbytes), {"seq_channels": float(batch * channels)}
-
-
-def elementwise_features(rows: int, width: int, e: int, passes: float = 2.0) -> Features:
-    """An element-wise pass over rows x width touching ``passes`` tensors (RMSNorm: 2)."""
-    return 4.0 * rows * width, float(e * (passes * rows * width + width)), {}
-
-
-def allreduce_features(nbytes: float, n_gpus: int) -> Features:
-    """A ring all-reduce of ``nbytes`` per GPU: each GPU sends and receives 2 (n-1)/n of it."""
-    return 0.0, 2.0 * (n_gpus - 1) / n_gpus * float(nbytes), {}
-
-
-def copy_features(nbytes: float, kernel: str) -> Features:
-    """A copy of ``nbytes``; device-to-device counts the read and the write."""
-    moved = 2.0 * nbytes if kernel == "copy_d2d" else float(nbytes)
-    return 0.0, moved, {}
-
-
-# ---------------------------------------------------------------- evaluation
-def smooth_max(a: float, b: float, p: float) -> float:
-    """(a^p + b^p)^(1/p) for a, b >= 0: between max(a, b) and a + b."""
-    if a <= 0.0:
-        return b
-    if b <= 0.0:
-        return a
-    m = a if a > b else b
-    return m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
-
-
-def predict(
-    kernel: str,
-    params: dict[str, float],
-    peaks: dict[str, float],
-    flops: float,
-    nbytes: float,
-    extras: dict[str, float] | None = None,
-) -> float:
-    """Seconds for one launch of ``kernel`` with these features."""
-    return compile_kernel(kernel, params, peaks)(flops, nbytes, extras or {})
-
-
-def compile_kernel(
-    kernel: str, params: dict[str, float], peaks: dict[str, float]
-) -> Callable[[float, float, dict[str, float]], float]:
-    """A fast closure ``(flops, bytes, extras) -> seconds`` with the constants folded."""
-    f = get_formula(kernel)
-    missing = [p for p in f.param_names if p not in params]
-    if missing:
-        raise TwinError(f"kernel {kernel!r}: profile lacks parameter(s) {', '.join(missing)}")
-    t0 = float(params["t0_s"])
-    inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
-    coeffs = [(x, float(params[f"c_{x}"])) for x in f.extras]
-    if not f.uses_flops:
-
-        def bandwidth(flops: float, nbytes: float, extras: dict[str, float]) -> float:
-            return t0 + nbytes * inv_b
-
-        return bandwidth
-    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
-    p = float(params["p"])
-
-    def roofline(flops: float, nbytes: float, extras: dict[str, float]) -> float:
-        compute = flops * inv_f
-        for name, c in coeffs:
-            compute += c * extras.get(name, 0.0)
-        return t0 + smooth_max(compute, nbytes * inv_b, p)
-
-    return roofline
-
-
-def compile_fast(
-    kernel: str, params: dict[str, float], peaks: dict[str, float]
-) -> Callable[..., float]:
-    """Like ``compile_kernel`` but ``(flops, bytes, x=0, y=0)`` with ``x``, ``y`` the
-    kernel's extra features in formula order: no dict per call, for the cost model."""
-    f = get_formula(kernel)
-    assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
-    compile_kernel(kernel, params, peaks)  # validates the parameters
-    t0 = float(params["t0_s"])
-    inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
-    if not f.uses_flops:
-        return lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b
-    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
-    p = float(params["p"])
-    inv_p = 1.0 / p
-    cx, cy = _coefficients(f, params)
-
-    def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0) -> float:
-        a = flops * inv_f + cx * x + cy * y
-        b = nbytes * inv_b
-        if a <= 0.0:
-            return t0 + b
-        if b <= 0.0:
-            return t0 + a
-        m = a if a > b else b
-        return t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
-
-    return fast
-
-
-def _coefficients(f: KernelFormula, params: dict[str, float]) -> tuple[float, float]:
-    """The extra features' coefficients in formula order, padded with zeros to two."""
-    cs = [*(float(params[f"c_{name}"]) for name in f.extras), 0.0, 0.0]
-    return cs[0], cs[1]
-
-
-def predict_many(
-    kernel: str,
-    params: dict[str, float],
-    peaks: dict[str, float],
-    flops: list[float],
-    nbytes: list[float],
-    extras: dict[str, list[float]] | None = None,
-) -> list[float]:
-    """``predict`` over columns of features (used by fitting reports and tests)."""
-    fn = compile_kernel(kernel, params, peaks)
-    ex = extras or {}
-    return [
-        fn(f, b, {k: v[i] for k, v in ex.items()})
-        for i, (f, b) in enumerate(zip(flops, nbytes, strict=True))
-    ]
-
-
 def check_params(kernel: str, params: dict[str, float]) -> None:
     """Refuse a parameter set that would break monotonicity or divide by zero."""
     for name in get_formula(kernel).param_names:
@@ -461,28 +194,9 @@ __all__ = [
     "FORMULAS",
     "KERNELS",
     "OPTIONAL",
-    "Features",
     "KernelFormula",
-    "allreduce_features",
     "allreduce_kernel",
-    "attn_decode_features",
-    "attn_decode_sums",
-    "attn_prefill_features",
-    "attn_prefill_sums",
     "check_params",
-    "compile_fast",
-    "compile_kernel",
-    "conv1d_features",
-    "copy_features",
-    "elementwise_features",
     "family",
-    "gemm_features",
-    "gemm_sums",
     "get_formula",
-    "predict",
-    "predict_many",
-    "smooth_max",
-    "ssm_scan_features",
-    "ssm_scan_sums",
-    "ssm_step_features",
 ]

@@ -31,7 +31,8 @@ Tensor parallelism (Megatron style) divides heads, SSM heads and FFN widths by
 one all-reduce of the step's hidden states per layer, priced as a ring:
 ``latency + 2 (tp-1)/tp x bytes / interconnect bandwidth``. Not priced:
 scheduler and sampling CPU time, CUDA-graph replay savings, communication
-overlap. Kernel latencies and features come from ``twin.costmodel.formulas``.
+overlap. Kernel formulas, features and latencies come from ``twin.costmodel.formulas``,
+``features`` and ``latency``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ from functools import lru_cache
 from typing import NamedTuple, cast
 
 from twin import mixers as mx
+from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
+from twin.costmodel import latency as lat
 from twin.costmodel import mixer_kernels as mk
 from twin.costmodel.breakdown import StepCost
 from twin.costmodel.profile import Profile
@@ -102,7 +105,7 @@ class CostModel:
             )
         self.model, self.profile, self.tp = model, profile, tp
         self._k = {
-            name: fm.compile_fast(name, profile.kernels[name].params, profile.peaks)
+            name: lat.compile_fast(name, profile.kernels[name].params, profile.peaks)
             for name in fm.KERNELS
         }
         self._setup_shapes()
@@ -111,7 +114,7 @@ class CostModel:
         # per-sequence term.
         update = profile.kernels.get("conv1d_update")
         self._conv_update = (
-            fm.compile_fast("conv1d_update", update.params, profile.peaks)
+            lat.compile_fast("conv1d_update", update.params, profile.peaks)
             if update is not None
             else self._k["conv1d"]
         )
@@ -190,7 +193,7 @@ class CostModel:
         # sum (``_aggregate``: the sum plus one key per sequence); the others and
         # the order of the sum stay as ``step`` has them, so prices are identical.
         at = [i for i, (kind, _, _) in enumerate(parts) if kind == "attention"]
-        kernel, sums = self._k["attn_decode"], fm.attn_decode_sums
+        kernel, sums = self._k["attn_decode"], ft.attn_decode_sums
         heads = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes) if at else ()
         out = []
         for c in contexts:
@@ -220,7 +223,7 @@ class CostModel:
         if nbytes <= 0:
             return 0.0
         per_launch = nbytes / self.tp / launches
-        flops, moved, _ = fm.copy_features(per_launch, kernel)
+        flops, moved, _ = ft.copy_features(per_launch, kernel)
         return launches * self._k[kernel](flops, moved)
 
     def checkpoint_copy_s(
@@ -287,7 +290,7 @@ class CostModel:
         fit = self.profile.kernels.get(fm.allreduce_kernel(tp)) if tp > 1 else None
         self._allreduce_fit: Callable[..., float] | None
         if fit is not None:
-            self._allreduce_fit = fm.compile_fast(fm.allreduce_kernel(tp), fit.params, peaks)
+            self._allreduce_fit = lat.compile_fast(fm.allreduce_kernel(tp), fit.params, peaks)
             return
         self._allreduce_fit = None
         self.allreduce_latency_s = float(peaks.get("allreduce_latency_s", 0.0))
@@ -344,13 +347,13 @@ class CostModel:
         if self.tp == 1:
             return 0.0
         nbytes = tokens * self.d_model * self.elem_bytes
-        flops, ring_bytes, _ = fm.allreduce_features(nbytes, self.tp)
+        flops, ring_bytes, _ = ft.allreduce_features(nbytes, self.tp)
         if self._allreduce_fit is not None:
             return self._allreduce_fit(flops, ring_bytes)
         return self.allreduce_latency_s + ring_bytes * self.allreduce_s_per_byte
 
     def _gemm(self, rows: float, k: float, n: float) -> float:
-        return self._k["gemm"](*fm.gemm_sums(rows, k, n, self.elem_bytes))
+        return self._k["gemm"](*ft.gemm_sums(rows, k, n, self.elem_bytes))
 
     def _dense(self, t: int, cost: StepCost | None) -> float:
         """Everything that depends only on the step's token count: GEMMs, norms, all-reduces."""
@@ -479,22 +482,22 @@ class CostModel:
                 if not kinds.get(kind):
                     continue
                 if f.prefill_chunks:
-                    feats = fm.attn_prefill_sums(
+                    feats = ft.attn_prefill_sums(
                         f.prefill_tokens, keys, kv_rows, f.prefill_chunks, *heads
                     )
                     parts.append((kind, "attn_prefill", k["attn_prefill"](*feats)))
                 if f.decodes:
-                    feats = fm.attn_decode_sums(f.decodes, dec_keys, *heads)
+                    feats = ft.attn_decode_sums(f.decodes, dec_keys, *heads)
                     parts.append((kind, "attn_decode", k["attn_decode"](*feats)))
         if kinds.get("mamba2"):
             ssm = (self.ssm_heads, self.ssm_head_dim, self.ssm_d_state, self.ssm_groups)
             conv = ("mamba2", f, self.conv_channels, m.ssm_conv_kernel)
             if f.prefill_chunks:
-                scan = fm.ssm_scan_sums(f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e)
+                scan = ft.ssm_scan_sums(f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e)
                 parts.append(("mamba2", "ssm_scan", k["ssm_scan"](*scan)))
                 parts.append(self._conv(*conv, decode=False))
             if f.decodes:
-                sf, sb, _ = fm.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
+                sf, sb, _ = ft.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
                 parts.append(("mamba2", "ssm_step", k["ssm_step"](sf, sb)))
                 parts.append(self._conv(*conv, decode=True))
         if kinds.get("mamba1"):
@@ -529,11 +532,11 @@ class CostModel:
         decode update."""
         e = self.elem_bytes
         if decode:
-            cf, cb, _ = fm.conv1d_features(f.decodes, 1, width, taps, e, with_state=True)
+            cf, cb, _ = ft.conv1d_features(f.decodes, 1, width, taps, e, with_state=True)
             return (kind, "conv1d", self._conv_update(cf, cb))
         # Features of one sequence holding all the step's prompt tokens; the
         # per-sequence term counts every chunk.
-        cf, cb, _ = fm.conv1d_features(1, f.prefill_tokens, width, taps, e)
+        cf, cb, _ = ft.conv1d_features(1, f.prefill_tokens, width, taps, e)
         return (kind, "conv1d", self._k["conv1d"](cf, cb, f.prefill_chunks * width))
 
     def _setup_mixer_kernels(self) -> None:
@@ -554,7 +557,7 @@ class CostModel:
                 if fit is None:
                     self.fallback_kernels.append(name)
                 params = fit.params if fit is not None else mk.FALLBACK[name]
-                self._opt[name] = fm.compile_fast(name, params, peaks)
+                self._opt[name] = lat.compile_fast(name, params, peaks)
 
     def _head(self, t: int, seqs: int, cost: StepCost | None) -> float:
         """Embedding gather, final norm and the LM head (one row per sequence)."""
