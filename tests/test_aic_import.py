@@ -21,7 +21,8 @@ from calibration.merge import merge_profiles
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
-from twin.costmodel.profile import Profile, load_profile
+from twin.costmodel.profile import Profile
+from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 from twin.presets import get_model

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from twin.costmodel import KINDS, CostModel, StepCost
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
-from twin.costmodel.profile import load_profile
+from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
 from twin.presets import get_model
 

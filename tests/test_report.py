@@ -317,7 +317,7 @@ def test_verdict_names_where_each_policy_wins() -> None:
 
 def test_sweep_points_build_the_config_simulate_builds_keeping_every_field():
     from reports.sweep import Point
-    from twin.costmodel.profile import resolve_profile
+    from twin.costmodel.profile_store import resolve_profile
     from twin.engine import build_config
 
     prof = resolve_profile("h100", None)

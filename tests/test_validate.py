@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from policies import get_policy
 from twin.cache import RequestCache
-from twin.costmodel.profile import load_profile, shipped_profiles
+from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.engine.cost import make_pricer
 from twin.errors import TwinError
 from twin.presets import get_model
