@@ -82,13 +82,23 @@ def fig_ttft_vs_cache(agg: list[dict[str, Any]], rate: float | None, slo: Slo | 
 
 
 def fig_hit_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
+    """Token hit rate vs cache size, one line per policy."""
+    return _fraction_vs_cache(
+        agg, rate, "token_hit_rate", "token hit rate", "Token hit rate vs cache size"
+    )
+
+
+def _fraction_vs_cache(
+    agg: list[dict[str, Any]], rate: float | None, column: str, ylabel: str, title: str
+) -> str:
+    """A fraction (``column``, with its ``_ci`` interval) vs cache size, a line per policy."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, policy in enumerate(_policies(agg)):
         cells = _series(agg, policy, rate)
-        err = [c["token_hit_rate_ci"] or 0.0 for c in cells]
+        err = [c[f"{column}_ci"] or 0.0 for c in cells]
         ax.errorbar(
             [c["cache_gb"] for c in cells],
-            [c["token_hit_rate"] for c in cells],
+            [_nan(c[column]) for c in cells],
             yerr=err,
             color=f"C{i}",
             marker="o",
@@ -97,8 +107,8 @@ def fig_hit_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
         )
     ax.set(
         xlabel="prefix cache per replica (GB)",
-        ylabel="token hit rate",
-        title=f"Token hit rate vs cache size ({rate_label(rate)})",
+        ylabel=ylabel,
+        title=f"{title} ({rate_label(rate)})",
         ylim=(0, 1),
     )
     _cache_axis(ax, agg)
@@ -169,29 +179,9 @@ def fig_ttft_vs_rate(
 
 def fig_flops_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
     """Fraction of prefill FLOPs saved by cache hits vs cache size, one line per policy."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, policy in enumerate(_policies(agg)):
-        cells = _series(agg, policy, rate)
-        err = [c["flops_saved_frac_ci"] or 0.0 for c in cells]
-        ax.errorbar(
-            [c["cache_gb"] for c in cells],
-            [_nan(c["flops_saved_frac"]) for c in cells],
-            yerr=err,
-            color=f"C{i}",
-            marker="o",
-            capsize=3,
-            label=policy,
-        )
-    ax.set(
-        xlabel="prefix cache per replica (GB)",
-        ylabel="prefill FLOPs saved (fraction)",
-        title=f"FLOPs saved vs cache size ({rate_label(rate)})",
-        ylim=(0, 1),
+    return _fraction_vs_cache(
+        agg, rate, "flops_saved_frac", "prefill FLOPs saved (fraction)", "FLOPs saved vs cache size"
     )
-    _cache_axis(ax, agg)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return figure_text(fig)
 
 
 def fig_composition(agg: list[dict[str, Any]], rate: float | None) -> str:
