@@ -76,10 +76,8 @@ def attn_decode_sums(
     batch: float, keys: float, heads: int, kv_heads: int, head_dim: int, e: int
 ) -> tuple[float, float, float, float]:
     """(FLOPs, bytes, score elements, tiles) of ``batch`` decode queries over ``keys`` keys
-    in all; each (sequence, KV head) is one tile (see ``attn_prefill_sums``)."""
-    flops = 4.0 * heads * head_dim * keys
-    nbytes = e * (2.0 * batch * heads * head_dim + 2.0 * kv_heads * head_dim * keys)
-    return flops, nbytes, float(heads * keys), float(kv_heads * batch)
+    in all: a prefill of one query per sequence, every key's K/V row read once."""
+    return attn_prefill_sums(batch, keys, keys, batch, heads, kv_heads, head_dim, e)
 
 
 def ssm_scan_features(
