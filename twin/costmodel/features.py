@@ -59,7 +59,9 @@ def attn_prefill_sums(
     """
     flops = 4.0 * heads * head_dim * keys
     nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
-    return flops, nbytes, float(heads * keys), float(kv_heads * sequences)
+    # float(heads) * keys, not float(heads * keys): equal for counts below 2^53, and
+    # ``keys`` may be an array (a run of decode steps, ``attn_decode_sums``).
+    return flops, nbytes, float(heads) * keys, float(kv_heads * sequences)
 
 
 def attn_decode_features(
