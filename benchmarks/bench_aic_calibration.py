@@ -27,7 +27,8 @@ from pathlib import Path
 
 from calibration.aic_tables import attention_rows, gemm_rows, system_dir
 from twin.costmodel import CostModel
-from twin.costmodel.profile import Profile, load_profile, shipped_profiles
+from twin.costmodel.profile import Profile
+from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.presets import get_model
 
 RESULTS = Path(__file__).parent / "results" / "aic_calibration.json"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from twin.atomic import write_text_atomic
 from twin.costmodel import CostModel
-from twin.costmodel.profile import load_profile
+from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
 from twin.presets import resolve_model
 

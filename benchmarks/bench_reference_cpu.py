@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from twin.costmodel import CostModel
-from twin.costmodel.profile import load_profile
+from twin.costmodel.profile_store import load_profile
 from twin.presets import get_model
 from twin.reference.executor import ExecutorConfig, ReferenceExecutor
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from twin.costmodel import CostModel
-from twin.costmodel.profile import load_profile
+from twin.costmodel.profile_store import load_profile
 from twin.presets import get_model
 from twin.reference.executor import ExecutorConfig, ReferenceExecutor
 from twin.reference.model import HybridLM, SeqState

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.errors import TwinError
 
@@ -181,7 +182,7 @@ def _require(row: dict[str, Any], columns: Sequence[str], where: Path, i: int) -
         raise TwinError(f"{where}, row {i}, column 'latency': must be positive (got {lat!r})")
 
 
-def _row(kernel: str, feats: fm.Features, latency_ms: float, shape: dict[str, Any]) -> dict:
+def _row(kernel: str, feats: ft.Features, latency_ms: float, shape: dict[str, Any]) -> dict:
     flops, nbytes, extras = feats
     return {
         "kernel": kernel,
@@ -222,7 +223,7 @@ def gemm_rows(system: Path, engine: str) -> FamilyRows | None:
         out.append(
             _row(
                 "gemm",
-                fm.gemm_features(m, k, n, ELEM_BYTES),
+                ft.gemm_features(m, k, n, ELEM_BYTES),
                 r["latency"],
                 {"m": m, "n": n, "k": k},
             )
@@ -254,13 +255,13 @@ def attention_rows(system: Path, engine: str, phase: str) -> FamilyRows | None:
             if int(r.get("step", 0) or 0):
                 continue  # a cached prefix: not the table's main grid
             s = int(r["isl"])
-            flops, nbytes, scores, tiles = fm.attn_prefill_sums(
+            flops, nbytes, scores, tiles = ft.attn_prefill_sums(
                 b * s, b * s * (s + 1) // 2, b * s, b, h, kvh, hd, ELEM_BYTES
             )
             shape = {"b": b, "s": s, "h": h, "kvh": kvh, "d": hd}
         else:
             keys = int(r["step"]) + 1  # the cached tokens and the new one
-            flops, nbytes, scores, tiles = fm.attn_decode_sums(b, b * keys, h, kvh, hd, ELEM_BYTES)
+            flops, nbytes, scores, tiles = ft.attn_decode_sums(b, b * keys, h, kvh, hd, ELEM_BYTES)
             shape = {"b": b, "c": keys - 1, "h": h, "kvh": kvh, "d": hd}
         extras = {"score_elems": scores, "tiles": tiles}
         out.append(_row(kernel, (flops, nbytes, extras), r["latency"], shape))
@@ -299,7 +300,7 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
             )
             update = kernel == "conv1d_update"
             length = 1 if update else s
-            feats = fm.conv1d_features(b, length, width, taps, ELEM_BYTES, with_state=update)
+            feats = ft.conv1d_features(b, length, width, taps, ELEM_BYTES, with_state=update)
             shape = {"b": b, "l": length, "c": width, "k": taps}
             out.append(_row(kernel, feats, r["latency"], shape))
         if out:
@@ -339,7 +340,7 @@ def allreduce_rows(system: Path, engine: str) -> list[FamilyRows]:
                 continue
             nbytes = size * ELEM_BYTES
             out.append(
-                _row(kernel, fm.allreduce_features(nbytes, n), lat, {"n": n, "bytes": nbytes})
+                _row(kernel, ft.allreduce_features(nbytes, n), lat, {"n": n, "bytes": nbytes})
             )
             labels.add(label)
             tables.add(str(Path(*table.parts[-5:])))

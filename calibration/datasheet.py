@@ -12,7 +12,8 @@ from pathlib import Path
 
 from twin.costmodel.formulas import FORMULAS, KERNELS
 from twin.costmodel.kernel_sources import DATASHEET
-from twin.costmodel.profile import PROFILES_DIR, KernelFit, Profile
+from twin.costmodel.profile import KernelFit, Profile
+from twin.costmodel.profile_store import PROFILES_DIR
 from twin.errors import TwinError
 from twin.hardware import GPUS, get_gpu
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from twin.costmodel.profile import measured_profiles
+from twin.costmodel.profile_store import measured_profiles
 from twin.errors import TwinError
 from twin.hardware import GPUS, get_gpu, identify_gpu
 

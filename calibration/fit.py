@@ -127,7 +127,7 @@ def fit_params(
 def predict_rows(
     kernel: str, params: dict[str, float], peaks: dict[str, float], rows: Sequence[dict[str, Any]]
 ) -> np.ndarray:
-    """Predicted seconds of ``rows`` (vectorised; same formula as ``formulas.predict``)."""
+    """Predicted seconds of ``rows`` (vectorised; same formula as ``latency.predict``)."""
     f = get_formula(kernel)
     flops, nbytes, extras, _ = _columns(kernel, rows)
     theta = np.array([params[n] for n in f.param_names])

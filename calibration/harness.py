@@ -16,7 +16,8 @@ from calibration.fit import HOLDOUT_SHARE, fit_all, pooled_heldout
 from calibration.kernels import LEVELS, SweepContext
 from calibration.sweep import measure_ceilings, run_sweep, sweep_size, write_raw
 from calibration.transfer import transfer_profile
-from twin.costmodel.profile import Profile, load_profile, profile_path
+from twin.costmodel.profile import Profile
+from twin.costmodel.profile_store import load_profile, profile_path
 from twin.errors import TwinError
 from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, get_gpu
 from twin.model import ModelSpec

@@ -1,7 +1,7 @@
 """The kernels the harness times, one small class each, in one registry.
 
 Each kernel knows its shape grid (per device class and sweep level), the FLOPs
-and bytes of a shape (``twin.costmodel.formulas``, the same functions the cost
+and bytes of a shape (``twin.costmodel.features``, the same functions the cost
 model prices with), and how to build a callable over rotating random input
 buffers. Torch is only touched inside ``build``: this module imports without it.
 
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.model import ModelSpec
 
@@ -145,11 +146,11 @@ class Kernel:
         """One axis of this device class's grid (the token counts model shapes use)."""
         return list(self.axes[ctx.grid_key][name])
 
-    def features(self, shape: Shape, e: int) -> fm.Features:
+    def features(self, shape: Shape, e: int) -> ft.Features:
         """FLOPs, bytes and extra features of one shape."""
         raise NotImplementedError
 
-    def measured_features(self, shape: Shape, ctx: SweepContext) -> fm.Features:
+    def measured_features(self, shape: Shape, ctx: SweepContext) -> ft.Features:
         """Features of the work this device's implementation does (what rows record)."""
         return self.features(shape, ctx.dtype_bytes)
 
@@ -214,8 +215,8 @@ class Gemm(Kernel):
             for k, n in model_gemm_shapes(ctx.model, (1,))
         ]
 
-    def features(self, shape: Shape, e: int) -> fm.Features:
-        return fm.gemm_features(shape["m"], shape["k"], shape["n"], e)
+    def features(self, shape: Shape, e: int) -> ft.Features:
+        return ft.gemm_features(shape["m"], shape["k"], shape["n"], e)
 
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         t, (m, k, n) = ctx.torch, (shape["m"], shape["k"], shape["n"])
@@ -256,11 +257,11 @@ class AttnPrefill(Kernel):
             for c in self.axis(ctx, "c")
         ]
 
-    def features(self, shape: Shape, e: int) -> fm.Features:
+    def features(self, shape: Shape, e: int) -> ft.Features:
         h = shape["h"]
-        return fm.attn_prefill_features(shape["n"], shape["c"], h, h, shape["d"], e)
+        return ft.attn_prefill_features(shape["n"], shape["c"], h, h, shape["d"], e)
 
-    def measured_features(self, shape: Shape, ctx: SweepContext) -> fm.Features:
+    def measured_features(self, shape: Shape, ctx: SweepContext) -> ft.Features:
         """On the CPU the causal mask is materialised (see ``build``) and SDPA's CPU
         kernel computes every query-key block: the rows record that rectangle. GPUs
         run flash attention, which skips the masked blocks."""
@@ -321,9 +322,9 @@ class AttnDecode(Kernel):
             for c in self.axis(ctx, "c")
         ]
 
-    def features(self, shape: Shape, e: int) -> fm.Features:
+    def features(self, shape: Shape, e: int) -> ft.Features:
         h = shape["h"]
-        return fm.attn_decode_features(shape["b"], shape["c"], h, h, shape["d"], e)
+        return ft.attn_decode_features(shape["b"], shape["c"], h, h, shape["d"], e)
 
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         t = ctx.torch

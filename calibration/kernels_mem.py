@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from calibration.kernels import Kernel, Runner, Shape, SweepContext
-from twin.costmodel import formulas as fm
+from twin.costmodel import features as ft
 
 
 class Conv1d(Kernel):
@@ -28,8 +28,8 @@ class Conv1d(Kernel):
             for n in self.axis(ctx, "l")
         ]
 
-    def features(self, shape: Shape, e: int) -> fm.Features:
-        return fm.conv1d_features(shape["b"], shape["l"], shape["c"], shape["k"], e)
+    def features(self, shape: Shape, e: int) -> ft.Features:
+        return ft.conv1d_features(shape["b"], shape["l"], shape["c"], shape["k"], e)
 
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         t = ctx.torch
@@ -92,8 +92,8 @@ class Elementwise(Kernel):
         widths = sorted({m.d_model, m.d_inner} if m.n_ssm_layers else {m.d_model})
         return [{"rows": r, "width": w} for r in self.axis(ctx, "rows") for w in widths]
 
-    def features(self, shape: Shape, e: int) -> fm.Features:
-        return fm.elementwise_features(shape["rows"], shape["width"], e)
+    def features(self, shape: Shape, e: int) -> ft.Features:
+        return ft.elementwise_features(shape["rows"], shape["width"], e)
 
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         t = ctx.torch
@@ -120,8 +120,8 @@ class _Copy(Kernel):
         "cuda": {"nbytes": [1 << s for s in range(12, 31)]},  # 4 KB .. 1 GB
     }
 
-    def features(self, shape: Shape, e: int) -> fm.Features:
-        return fm.copy_features(shape["nbytes"], self.name)
+    def features(self, shape: Shape, e: int) -> ft.Features:
+        return ft.copy_features(shape["nbytes"], self.name)
 
     def set_bytes(self, shape: Shape, e: int) -> int:
         return 2 * shape["nbytes"]

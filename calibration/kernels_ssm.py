@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from calibration.kernels import Kernel, Runner, Shape, SweepContext
-from twin.costmodel import formulas as fm
+from twin.costmodel import features as ft
 
 
 def import_mamba_triton(module: str, attr: str) -> tuple[Callable[..., Any] | None, str]:
@@ -126,12 +126,12 @@ class SsmScan(Kernel):
             for n in self.axis(ctx, "l")
         ]
 
-    def features(self, shape: Shape, e: int) -> fm.Features:
-        return fm.ssm_scan_features(
+    def features(self, shape: Shape, e: int) -> ft.Features:
+        return ft.ssm_scan_features(
             shape["b"], shape["l"], shape["h"], shape["p"], shape["n"], shape["g"], shape["q"], e
         )
 
-    def measured_features(self, shape: Shape, ctx: SweepContext) -> fm.Features:
+    def measured_features(self, shape: Shape, ctx: SweepContext) -> ft.Features:
         """The PyTorch reference materialises its (heads x chunk x chunk) decay and score
         tensors in fp32, about 8 passes over them (``ssd_chunked``); the Triton kernel
         keeps them on chip. Rows of the reference record those bytes too."""
@@ -218,9 +218,9 @@ class SsmStep(Kernel):
             for b in self.axis(ctx, "b")
         ]
 
-    def features(self, shape: Shape, e: int) -> fm.Features:
+    def features(self, shape: Shape, e: int) -> ft.Features:
         # Mamba2 keeps the recurrent state in the activation dtype by default.
-        return fm.ssm_step_features(
+        return ft.ssm_step_features(
             shape["b"], shape["h"], shape["p"], shape["n"], shape["g"], e, e
         )
 

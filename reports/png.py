@@ -22,7 +22,8 @@ from twin.errors import TwinError
 
 def report_png(results_dir: str | Path, stem: str, out: str | Path) -> Path:
     """Write figure ``stem`` of the report on ``results_dir`` to ``out`` (PNG)."""
-    from reports.render_figures import figures, png_figures
+    from reports.figure_canvas import png_figures
+    from reports.render_figures import figures
 
     rows, _ = split_infeasible(read_results(Path(results_dir)))
     if not rows:

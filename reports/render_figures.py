@@ -1,59 +1,19 @@
 """The report's figures: matplotlib (Agg) drawn to SVG text for inlining.
 
-Every function takes the seed-aggregated table (and, for the per-request
-views, the raw rows carrying the digests of :mod:`reports.perrequest`) and
-returns one ``<svg>`` element.
+Every function takes the seed-aggregated table and returns one ``<svg>``
+element; :func:`figures` lists them all, with the per-request views of
+:mod:`reports.figures_perrequest` (the canvas: :mod:`reports.figure_canvas`).
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import io
 import math
-from collections.abc import Iterator
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display on servers; must precede pyplot
-import matplotlib.pyplot as plt
-
 from reports.analysis import Slo, rate_label
+from reports.figure_canvas import figure_text, plt
+from reports.figures_perrequest import fig_hit_by_length, fig_ttft_cdf
 from reports.load import Sustainable
-from reports.perrequest import BIN_LABELS, QUANTILES, pooled_bin_hit_rates, pooled_cdf
-
-# Text stays text (smaller files, selectable labels) and the hash salt makes
-# element ids, hence the files, identical from run to run.
-matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "twin-report"})
-
-
-# "png" while :func:`png_figures` is active: each figure comes back as base64 PNG.
-_FORMAT = ["svg"]
-
-
-@contextlib.contextmanager
-def png_figures() -> Iterator[None]:
-    """Within this block every ``fig_*`` function returns a base64 PNG instead of SVG."""
-    _FORMAT.append("png")
-    try:
-        yield
-    finally:
-        _FORMAT.pop()
-
-
-def _svg(fig: Any) -> str:
-    if _FORMAT[-1] == "png":
-        raw = io.BytesIO()
-        fig.savefig(raw, format="png", dpi=120, bbox_inches="tight", metadata={"Software": None})
-        plt.close(fig)
-        return base64.b64encode(raw.getvalue()).decode()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
-    text = buf.getvalue()
-    # Inline SVG in HTML needs no XML prolog or DOCTYPE.
-    return text[text.index("<svg") :]
 
 
 def _series(agg: list[dict[str, Any]], policy: str, rate: float | None) -> list[dict[str, Any]]:
@@ -118,17 +78,27 @@ def fig_ttft_vs_cache(agg: list[dict[str, Any]], rate: float | None, slo: Slo | 
     ax.grid(alpha=0.3)
     # Three lines per policy: the legend goes beside the plot, not over it.
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _svg(fig)
+    return figure_text(fig)
 
 
 def fig_hit_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
+    """Token hit rate vs cache size, one line per policy."""
+    return _fraction_vs_cache(
+        agg, rate, "token_hit_rate", "token hit rate", "Token hit rate vs cache size"
+    )
+
+
+def _fraction_vs_cache(
+    agg: list[dict[str, Any]], rate: float | None, column: str, ylabel: str, title: str
+) -> str:
+    """A fraction (``column``, with its ``_ci`` interval) vs cache size, a line per policy."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for i, policy in enumerate(_policies(agg)):
         cells = _series(agg, policy, rate)
-        err = [c["token_hit_rate_ci"] or 0.0 for c in cells]
+        err = [c[f"{column}_ci"] or 0.0 for c in cells]
         ax.errorbar(
             [c["cache_gb"] for c in cells],
-            [c["token_hit_rate"] for c in cells],
+            [_nan(c[column]) for c in cells],
             yerr=err,
             color=f"C{i}",
             marker="o",
@@ -137,14 +107,14 @@ def fig_hit_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
         )
     ax.set(
         xlabel="prefix cache per replica (GB)",
-        ylabel="token hit rate",
-        title=f"Token hit rate vs cache size ({rate_label(rate)})",
+        ylabel=ylabel,
+        title=f"{title} ({rate_label(rate)})",
         ylim=(0, 1),
     )
     _cache_axis(ax, agg)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _svg(fig)
+    return figure_text(fig)
 
 
 def fig_ttft_vs_rate(
@@ -204,34 +174,14 @@ def fig_ttft_vs_rate(
         ax.set_yscale("log")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _svg(fig)
+    return figure_text(fig)
 
 
 def fig_flops_vs_cache(agg: list[dict[str, Any]], rate: float | None) -> str:
     """Fraction of prefill FLOPs saved by cache hits vs cache size, one line per policy."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, policy in enumerate(_policies(agg)):
-        cells = _series(agg, policy, rate)
-        err = [c["flops_saved_frac_ci"] or 0.0 for c in cells]
-        ax.errorbar(
-            [c["cache_gb"] for c in cells],
-            [_nan(c["flops_saved_frac"]) for c in cells],
-            yerr=err,
-            color=f"C{i}",
-            marker="o",
-            capsize=3,
-            label=policy,
-        )
-    ax.set(
-        xlabel="prefix cache per replica (GB)",
-        ylabel="prefill FLOPs saved (fraction)",
-        title=f"FLOPs saved vs cache size ({rate_label(rate)})",
-        ylim=(0, 1),
+    return _fraction_vs_cache(
+        agg, rate, "flops_saved_frac", "prefill FLOPs saved (fraction)", "FLOPs saved vs cache size"
     )
-    _cache_axis(ax, agg)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _svg(fig)
 
 
 def fig_composition(agg: list[dict[str, Any]], rate: float | None) -> str:
@@ -258,73 +208,7 @@ def fig_composition(agg: list[dict[str, Any]], rate: float | None) -> str:
     )
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7, ncol=2)
-    return _svg(fig)
-
-
-def fig_ttft_cdf(
-    rows: list[dict[str, Any]],
-    policies: list[str],
-    rate: float | None,
-    cache: float,
-    slo: Slo | None,
-) -> str | None:
-    """TTFT CDF per policy at one cache size (None if no row carries the quantiles)."""
-    curves = {p: pooled_cdf(rows, p, rate, cache) for p in policies}
-    if not any(curves.values()):
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    ys = [q / 100 for q in QUANTILES]
-    for i, policy in enumerate(policies):
-        q = curves[policy]
-        if q is not None:
-            ax.plot(q, ys, color=f"C{i}", label=policy)
-    if slo is not None and slo.metric == "ttft":
-        ax.axvline(slo.threshold_ms, color="k", lw=0.8, ls="-.", label=f"SLO ({slo})")
-        ax.axhline(slo.percentile / 100, color="0.6", lw=0.6, ls=":")
-    # TTFT spans orders of magnitude between a full hit and a queued miss.
-    if all(v > 0 for q in curves.values() if q for v in q):
-        ax.set_xscale("log")
-    ax.set(
-        xlabel="TTFT (ms)",
-        ylabel="fraction of requests",
-        ylim=(0, 1),
-        title=f"TTFT CDF at {cache:g} GB cache ({rate_label(rate)})",
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _svg(fig)
-
-
-def fig_hit_by_length(
-    rows: list[dict[str, Any]], policies: list[str], rate: float | None, cache: float
-) -> str | None:
-    """Token hit rate per input-length bin and policy (the Marconi paper's Fig. 10a view);
-    None if no row carries the bins. Empty bins are left out of the axis."""
-    rates = {p: pooled_bin_hit_rates(rows, p, rate, cache) for p in policies}
-    present = [r for r in rates.values() if r is not None]
-    if not present:
-        return None
-    used = [b for b in range(len(BIN_LABELS)) if any(not math.isnan(r[b]) for r in present)]
-    width = 0.8 / max(len(policies), 1)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for i, policy in enumerate(policies):
-        r = rates[policy]
-        if r is None:
-            continue
-        x = [j + (i - (len(policies) - 1) / 2) * width for j in range(len(used))]
-        ax.bar(
-            x, [0.0 if math.isnan(r[b]) else r[b] for b in used], width, color=f"C{i}", label=policy
-        )
-    ax.set_xticks(range(len(used)), [BIN_LABELS[b] for b in used])
-    ax.set(
-        xlabel="input length (tokens)",
-        ylabel="token hit rate",
-        ylim=(0, 1),
-        title=f"Hit rate by input length at {cache:g} GB cache ({rate_label(rate)})",
-    )
-    ax.grid(alpha=0.3, axis="y")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # bars fill the plot
-    return _svg(fig)
+    return figure_text(fig)
 
 
 def _nan(v: float | None) -> float:

@@ -203,7 +203,7 @@ def resolve(spec: SweepSpec) -> SweepSpec:
     """Fill in the workload fingerprint and profile label (done once, in the parent)."""
     from dataclasses import replace
 
-    from twin.costmodel.profile import resolve_profile
+    from twin.costmodel.profile_store import resolve_profile
     from workloads.importers.base import sha256_file
 
     spec.base_config()  # a bad engine setting fails before any work

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(autouse=True)
 def _own_profile_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
     # `twin calibrate` writes here without --out and `--gpu NAME` looks here first
-    # (twin.costmodel.profile.user_profiles_dir); subprocesses inherit the variable.
+    # (twin.costmodel.profile_store.user_profiles_dir); subprocesses inherit the variable.
     folder: Path = tmp_path_factory.mktemp("twin-profiles")
     monkeypatch.setenv("TWIN_PROFILES_DIR", str(folder))
     return folder

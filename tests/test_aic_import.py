@@ -19,8 +19,10 @@ from calibration.aic_import import import_profile, impossible
 from calibration.aic_tables import read_families
 from calibration.merge import merge_profiles
 from twin.costmodel import CostModel
-from twin.costmodel import formulas as fm
-from twin.costmodel.profile import Profile, load_profile
+from twin.costmodel import features as ft
+from twin.costmodel import latency as lat
+from twin.costmodel.profile import Profile
+from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 from twin.presets import get_model
@@ -75,9 +77,9 @@ def test_fits_recover_the_generating_parameters(imported: Profile) -> None:
         # The fitted model predicts the true one (no jitter) within 6% on fresh shapes.
         if kernel == "gemm":
             for m, k, n in ((2, 2048, 2048), (512, 4096, 8192), (3000, 1024, 14336)):
-                f, b, ex = fm.gemm_features(m, k, n, 2)
-                want = fm.predict(kernel, TRUE[kernel], peaks, f, b, ex)
-                got = fm.predict(kernel, fit.params, peaks, f, b, ex)
+                f, b, ex = ft.gemm_features(m, k, n, 2)
+                want = lat.predict(kernel, TRUE[kernel], peaks, f, b, ex)
+                got = lat.predict(kernel, fit.params, peaks, f, b, ex)
                 assert got == pytest.approx(want, rel=0.06)
 
 
@@ -86,7 +88,7 @@ def test_impossible_rows_are_flagged_excluded_and_counted(imported: Profile) -> 
     gemm = imported.kernels["gemm"]
     assert gemm.n_flagged == 1
     assert gemm.n_shapes == 36  # the flagged row is not among the fitted shapes
-    f, b, _ = fm.gemm_features(4096, 4096, 14336, 2)
+    f, b, _ = ft.gemm_features(4096, 4096, 14336, 2)
     row = {"flops": f, "bytes": b, "median_s": 1e-6}
     assert impossible("gemm", row, peaks) == "above peak FLOP/s"
     row["median_s"] = 1e-3
@@ -113,7 +115,7 @@ def test_profile_round_trips_and_prices_a_model(imported: Profile, tmp_path: Pat
     assert cm.decode([1000] * 8, breakdown=True).by_kernel["conv1d"] > 0
     fit = again.kernels["allreduce_2gpu"]
     nbytes = 512 * 4096 * 2
-    want = fm.predict("allreduce_2gpu", fit.params, again.peaks, *fm.allreduce_features(nbytes, 2))
+    want = lat.predict("allreduce_2gpu", fit.params, again.peaks, *ft.allreduce_features(nbytes, 2))
     assert cm._allreduce(512) == pytest.approx(want)
 
 

@@ -159,7 +159,7 @@ def test_calibrate_without_out_writes_to_the_user_folder_never_the_package(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 18: without --out, `twin calibrate` overwrote the tracked, shipped profile."""
-    from twin.costmodel.profile import PROFILES_DIR, load_profile, shipped_profiles
+    from twin.costmodel.profile_store import PROFILES_DIR, load_profile, shipped_profiles
 
     user = tmp_path / "mine"
     monkeypatch.setenv("TWIN_PROFILES_DIR", str(user))

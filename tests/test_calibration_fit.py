@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from calibration.fit import fit_kernel, fit_params, predict_rows, split_holdout
+from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
+from twin.costmodel import latency as lat
 
 PEAKS = {"flops": 1e14, "mem_bw": 2e12, "host_bw": 3e10}
 
@@ -17,14 +19,14 @@ PEAKS = {"flops": 1e14, "mem_bw": 2e12, "host_bw": 3e10}
 def _rows(
     kernel: str,
     params: dict[str, float],
-    features: list[fm.Features],
+    features: list[ft.Features],
     noise: float = 0.0,
     seed: int = 0,
 ) -> list[dict]:
     rng = random.Random(seed)
     rows = []
     for flops, nbytes, extras in features:
-        t = fm.predict(kernel, params, PEAKS, flops, nbytes, extras)
+        t = lat.predict(kernel, params, PEAKS, flops, nbytes, extras)
         row = {
             "kernel": kernel,
             "flops": flops,
@@ -38,7 +40,7 @@ def _rows(
 
 GEMM_TRUE = {"t0_s": 6e-6, "eff_flops": 0.65, "eff_bytes": 0.8, "p": 3.0, "c_weight_elems": 2e-13}
 GEMM_SHAPES = [
-    fm.gemm_features(m, k, n, 2)
+    ft.gemm_features(m, k, n, 2)
     for m in (1, 8, 64, 512, 4096, 16384)
     for k, n in ((1024, 1024), (4096, 4096), (4096, 14336), (8192, 2048))
 ]
@@ -65,7 +67,7 @@ def test_attention_fit_with_score_term_and_noise_generalises() -> None:
         "c_tiles": 2e-8,
     }
     shapes = [
-        fm.attn_prefill_features(n, c, h, h // 4, d, 2)
+        ft.attn_prefill_features(n, c, h, h // 4, d, 2)
         for n in (64, 256, 1024, 4096)
         for c in (0, 1024, 8192)
         for h in (8, 32)
@@ -83,9 +85,9 @@ def test_bandwidth_kernels_fit_launch_and_bandwidth(kernel: str) -> None:
     true = {"t0_s": 8e-6, "eff_bytes": 0.85}
     sizes = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30]
     feats = [
-        fm.copy_features(s, kernel)
+        ft.copy_features(s, kernel)
         if kernel.startswith("copy")
-        else fm.elementwise_features(s // 8192 + 1, 4096, 2)
+        else ft.elementwise_features(s // 8192 + 1, 4096, 2)
         for s in sizes
     ]
     fitted = fit_params(kernel, _rows(kernel, true, feats), PEAKS)
@@ -96,7 +98,7 @@ def test_bandwidth_kernels_fit_launch_and_bandwidth(kernel: str) -> None:
 def test_scan_fit_reproduces_linear_in_tokens() -> None:
     true = {"t0_s": 3e-5, "eff_flops": 0.3, "eff_bytes": 0.5, "p": 4.0, "c_chunks": 2e-8}
     shapes = [
-        fm.ssm_scan_features(b, L, h, 64, n, g, q, 2)
+        ft.ssm_scan_features(b, L, h, 64, n, g, q, 2)
         for b in (1, 4)
         for L in (256, 1024, 4096, 16384)
         for h in (32, 128)
@@ -122,7 +124,7 @@ def test_holdout_split_is_seeded_and_disjoint() -> None:
 def test_vectorised_and_scalar_predictions_agree() -> None:
     rows = _rows("gemm", GEMM_TRUE, GEMM_SHAPES)
     vec = predict_rows("gemm", GEMM_TRUE, PEAKS, rows)
-    fast = fm.compile_fast("gemm", GEMM_TRUE, PEAKS)
+    fast = lat.compile_fast("gemm", GEMM_TRUE, PEAKS)
     for r, v in zip(rows, vec, strict=True):
         assert v == pytest.approx(r["median_s"], rel=1e-12)
         assert fast(r["flops"], r["bytes"], r["weight_elems"]) == pytest.approx(v, rel=1e-12)
@@ -130,6 +132,6 @@ def test_vectorised_and_scalar_predictions_agree() -> None:
 
 def test_smooth_max_is_between_max_and_sum() -> None:
     for a, b, p in ((1.0, 2.0, 1.0), (1.0, 2.0, 4.0), (3.0, 3.0, 20.0), (0.0, 2.0, 3.0)):
-        s = fm.smooth_max(a, b, p)
+        s = lat.smooth_max(a, b, p)
         assert max(a, b) - 1e-12 <= s <= a + b + 1e-12
-    assert fm.smooth_max(1.0, 2.0, 1.0) == pytest.approx(3.0)
+    assert lat.smooth_max(1.0, 2.0, 1.0) == pytest.approx(3.0)

@@ -10,7 +10,8 @@ import pytest
 from calibration.datasheet import DEFAULTS, datasheet_profile
 from calibration.transfer import transfer_profile
 from twin.costmodel.formulas import KERNELS
-from twin.costmodel.profile import KernelFit, Profile, load_profile, shipped_profiles
+from twin.costmodel.profile import KernelFit, Profile
+from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from twin.costmodel import KINDS, CostModel, StepCost
-from twin.costmodel import formulas as fm
-from twin.costmodel.profile import load_profile
+from twin.costmodel import features as ft
+from twin.costmodel import latency as lat
+from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
 from twin.presets import get_model
 
@@ -101,14 +102,14 @@ def test_kernel_prices_match_the_profile_formulas() -> None:
     cm = CostModel(m, H100)
     cost = cm.prefill(3000, 5000, breakdown=True)
     assert isinstance(cost, StepCost)
-    f, b, ex = fm.attn_prefill_features(3000, 5000, m.n_heads, m.n_kv_heads, m.head_dim, 2)
+    f, b, ex = ft.attn_prefill_features(3000, 5000, m.n_heads, m.n_kv_heads, m.head_dim, 2)
     fit = H100.kernels["attn_prefill"]
-    expect = m.n_attention_layers * fm.predict("attn_prefill", fit.params, H100.peaks, f, b, ex)
+    expect = m.n_attention_layers * lat.predict("attn_prefill", fit.params, H100.peaks, f, b, ex)
     assert cost.items["attention"]["attn_prefill"] == pytest.approx(expect, rel=1e-12)
     dec = cm.decode([999] * 7, breakdown=True)
     assert isinstance(dec, StepCost)
-    f, b, ex = fm.attn_decode_features(7, 1000, m.n_heads, m.n_kv_heads, m.head_dim, 2)
-    expect = m.n_attention_layers * fm.predict(
+    f, b, ex = ft.attn_decode_features(7, 1000, m.n_heads, m.n_kv_heads, m.head_dim, 2)
+    expect = m.n_attention_layers * lat.predict(
         "attn_decode", H100.kernels["attn_decode"].params, H100.peaks, f, b, ex
     )
     assert dec.items["attention"]["attn_decode"] == pytest.approx(expect, rel=1e-12)

@@ -8,7 +8,8 @@ import pytest
 
 from twin.costmodel import CostModel, StepCost
 from twin.costmodel import mixer_kernels as mk
-from twin.costmodel.profile import KernelFit, load_profile
+from twin.costmodel.profile import KernelFit
+from twin.costmodel.profile_store import load_profile
 from twin.presets import get_model
 
 H100 = load_profile("h100-datasheet")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from twin.costmodel import CostModel
-from twin.costmodel.profile import load_profile, shipped_profiles
+from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.engine.cost import CostModelPricer
 from twin.presets import PRESETS, get_model
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from test_engine_helpers import LinearPricer, generated, run
 
-from twin.costmodel.profile import load_profile
+from twin.costmodel.profile_store import load_profile
 from twin.engine import SCHEDULERS, make_pricer
 from twin.engine.cost import CostModelPricer
 from twin.engine.router import PrefixAware

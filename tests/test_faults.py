@@ -272,7 +272,7 @@ def test_report_capacity_defaults_fit_the_default_model_on_the_default_gpu() -> 
     import inspect
 
     from twin.cli.report import capacity
-    from twin.costmodel.profile import device_memory_bytes, resolve_profile
+    from twin.costmodel.profile_store import device_memory_bytes, resolve_profile
     from twin.engine import EngineConfig, memory_budget
     from twin.presets import resolve_model
 

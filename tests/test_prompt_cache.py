@@ -19,7 +19,7 @@ from test_engine_helpers import doc_qa
 from policies import get_policy
 from twin.cache import RequestCache
 from twin.costmodel import CostModel
-from twin.costmodel.profile import load_profile
+from twin.costmodel.profile_store import load_profile
 from twin.engine.cost import CostModelPricer
 from twin.errors import TwinError
 from twin.hardware import get_gpu

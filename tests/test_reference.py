@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from twin.cache import serve  # noqa: E402
 from twin.costmodel import CostModel  # noqa: E402
-from twin.costmodel.profile import load_profile  # noqa: E402
+from twin.costmodel.profile_store import load_profile  # noqa: E402
 from twin.errors import TwinError  # noqa: E402
 from twin.presets import get_model  # noqa: E402
 from twin.reference.executor import ExecutorConfig, ReferenceExecutor  # noqa: E402

@@ -73,7 +73,7 @@ def test_counts_specs_spread_their_moe_layers_among_the_ffns() -> None:
 def test_the_cost_model_prices_the_shared_expert_as_a_dense_mlp() -> None:
     """Each MoE layer's GEMMs grow by exactly a dense MLP of the shared expert's width."""
     from twin.costmodel import CostModel
-    from twin.costmodel.profile import load_profile
+    from twin.costmodel.profile_store import load_profile
 
     prof = load_profile("h100")
     spec = get_model("qwen3.5-35b-a3b")
@@ -96,7 +96,7 @@ def test_the_cost_model_prices_the_shared_expert_as_a_dense_mlp() -> None:
 def test_layer_overhead_is_measured_on_a_patterned_moe_hybrid() -> None:
     """One layer of each kind is timed (before, a pattern spec could not be cut down)."""
     from calibration.overhead import measure_layer_overhead, one_of_each
-    from twin.costmodel.profile import load_profile
+    from twin.costmodel.profile_store import load_profile
 
     spec = get_model("tiny-moe-hybrid")
     one = one_of_each(spec)

@@ -8,7 +8,7 @@ import pytest
 from calibration.aic_tables import SYSTEMS
 from twin.costmodel import CostModel
 from twin.costmodel.kernel_sources import KERNEL_SOURCES
-from twin.costmodel.profile import load_profile, resolve_profile, shipped_profiles
+from twin.costmodel.profile_store import load_profile, resolve_profile, shipped_profiles
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 from twin.presets import get_model

@@ -26,6 +26,7 @@ from typing import Any
 from twin import mixers as mx
 from twin.errors import TwinError
 from twin.mixers import keys_upto
+from twin.model_checks import check_fields, check_name
 
 FLOP_KINDS = ("attention", "ssm", "mlp", "moe")
 
@@ -93,104 +94,10 @@ class ModelSpec:
 
     # ------------------------------------------------------------------ checks
     def __post_init__(self) -> None:
-        def need(cond: bool, field: str, what: str) -> None:
-            if not cond:
-                value = getattr(self, field)
-                raise TwinError(f"model {self.name!r}: field {field!r} {what} (got {value!r})")
-
-        if not isinstance(self.name, str) or not self.name:
-            raise TwinError(f"model name must be a non-empty string (got {self.name!r})")
+        check_name(self.name)
         if self.layers is not None:
             self._derive_counts()
-        for fld in fields(self):
-            value = getattr(self, fld.name)
-            if fld.name in ("mlp_gated", "tie_embeddings", "attn_output_gate"):
-                need(isinstance(value, bool), fld.name, "must be true or false")
-            elif fld.name in ("name", "source", "ssm_expand", "layers"):
-                continue
-            elif value is not None:
-                need(
-                    isinstance(value, int) and not isinstance(value, bool),
-                    fld.name,
-                    "must be an integer",
-                )
-                need(value >= 0, fld.name, "must not be negative")
-        need(isinstance(self.source, str), "source", "must be a string")
-        for f in ("d_model", "vocab_size", "dtype_bytes", "state_dtype_bytes"):
-            need(getattr(self, f) > 0, f, "must be positive")
-        need(
-            self.n_attention_layers + self.n_ssm_layers > 0,
-            "n_attention_layers",
-            "and n_ssm_layers cannot both be 0 (no sequence mixer)",
-        )
-        need(
-            self.sliding_window is None or self.sliding_window > 0,
-            "sliding_window",
-            "must be positive or null",
-        )
-        need(
-            self.shared_block_copies is None or self.shared_block_copies > 0,
-            "shared_block_copies",
-            "must be positive or null",
-        )
-        if self.n_attention_layers:
-            for f in ("n_heads", "n_kv_heads", "head_dim"):
-                need(getattr(self, f) > 0, f, "must be positive for a model with attention")
-            need(self.n_heads % self.n_kv_heads == 0, "n_kv_heads", "must divide n_heads")
-        if self.n_mlp_layers:
-            need(self.mlp_d_ff > 0, "mlp_d_ff", "must be positive for a model with MLP layers")
-        if self.n_moe_layers:
-            for f in ("moe_n_experts", "moe_top_k", "moe_d_ff"):
-                need(getattr(self, f) > 0, f, "must be positive for a model with MoE layers")
-            need(self.moe_top_k <= self.moe_n_experts, "moe_top_k", "must be <= moe_n_experts")
-        kinds = self.mixer_counts
-        if "swa" in kinds:
-            need(self.sliding_window is not None, "sliding_window", "must be set for swa layers")
-        if kinds.get("gdn"):
-            for f in (
-                "gdn_k_heads",
-                "gdn_v_heads",
-                "gdn_head_k_dim",
-                "gdn_head_v_dim",
-                "gdn_conv_kernel",
-                "gdn_chunk_size",
-            ):
-                need(getattr(self, f) > 0, f, "must be positive for a model with gdn layers")
-            need(
-                self.gdn_v_heads % self.gdn_k_heads == 0,
-                "gdn_k_heads",
-                "must divide gdn_v_heads",
-            )
-        if kinds.get("mamba1") or kinds.get("mamba2"):
-            e = self.ssm_expand
-            need(
-                isinstance(e, int | float) and not isinstance(e, bool) and e > 0,
-                "ssm_expand",
-                "must be a positive number",
-            )
-            need(
-                abs(e * self.d_model - round(e * self.d_model)) < 1e-6,
-                "ssm_expand",
-                "times d_model must be a whole number of channels",
-            )
-            for f in (
-                "ssm_d_state",
-                "ssm_head_dim",
-                "ssm_groups",
-                "ssm_conv_kernel",
-                "ssm_chunk_size",
-            ):
-                need(getattr(self, f) > 0, f, "must be positive for a model with SSM layers")
-            need(
-                self.ssm_state_channels is None or self.ssm_state_channels > 0,
-                "ssm_state_channels",
-                "must be positive or null",
-            )
-            need(
-                self.state_channels % self.ssm_head_dim == 0,
-                "ssm_head_dim",
-                f"must divide the state channels ({self.state_channels})",
-            )
+        check_fields(self)
 
     # ------------------------------------------------------------------ kinds
     @property

@@ -1,5 +1,6 @@
-"""The preset models' shapes: the paper's hybrid, public hybrids, Transformers, a pure SSM,
-tiny test shapes (the registry and ``--model-set`` are in ``twin.presets``).
+"""The preset models' shapes: the paper's hybrid, public hybrids, Transformers, a pure SSM
+(the tiny test shapes are in ``twin.preset_test_shapes``; the registry and
+``--model-set`` in ``twin.presets``).
 
 Each preset cites where its numbers come from. Values were checked against the
 public ``config.json`` files (field names in brackets) where one exists.
@@ -17,7 +18,7 @@ def nemotron_layers(pattern: str) -> tuple[str, ...]:
     return tuple(kinds[c] for c in pattern)
 
 
-PRESET_SPECS: list[ModelSpec] = [
+PUBLIC_SPECS: list[ModelSpec] = [
     # Marconi (Pan et al., MLSys 2025, arXiv 2411.19379), section 3: the 7B hybrid
     # with 4 attention, 24 Mamba2 and 28 MLP layers, d=4096, N=128, fp16.
     ModelSpec(
@@ -344,150 +345,5 @@ PRESET_SPECS: list[ModelSpec] = [
         vocab_size=262208,
         tie_embeddings=True,
         source="google/gemma-3-4b-it config.json (text_config); arXiv 2503.19786",
-    ),
-    # Tiny shapes for tests: fast, but exercising GQA, SSM heads and chunking.
-    ModelSpec(
-        name="tiny-hybrid",
-        n_attention_layers=1,
-        n_ssm_layers=3,
-        n_mlp_layers=4,
-        d_model=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=16,
-        mlp_d_ff=256,
-        ssm_d_state=16,
-        ssm_expand=2,
-        ssm_head_dim=16,
-        ssm_groups=1,
-        ssm_conv_kernel=4,
-        ssm_chunk_size=16,
-        vocab_size=512,
-        source="test shape",
-    ),
-    ModelSpec(
-        name="tiny-transformer",
-        n_attention_layers=4,
-        n_mlp_layers=4,
-        d_model=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=16,
-        mlp_d_ff=256,
-        vocab_size=512,
-        source="test shape",
-    ),
-    ModelSpec(
-        name="tiny-ssm",
-        n_ssm_layers=4,
-        d_model=64,
-        ssm_d_state=16,
-        ssm_expand=2,
-        ssm_head_dim=16,
-        ssm_groups=1,
-        ssm_conv_kernel=4,
-        ssm_chunk_size=16,
-        vocab_size=512,
-        tie_embeddings=True,
-        source="test shape",
-    ),
-    # Tiny shapes of the issue-13 kinds: one per recurrent kind with attention, and
-    # sliding-window + full attention.
-    ModelSpec(
-        name="tiny-gdn-hybrid",
-        layers=repeat(("gdn/mlp",) * 3 + ("attention/mlp",), 1),
-        d_model=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=16,
-        attn_output_gate=True,
-        mlp_d_ff=128,
-        gdn_k_heads=2,
-        gdn_v_heads=4,
-        gdn_head_k_dim=16,
-        gdn_head_v_dim=16,
-        gdn_chunk_size=16,
-        vocab_size=512,
-        source="test shape",
-    ),
-    ModelSpec(
-        name="tiny-mamba1-hybrid",
-        layers=("mamba1/mlp", "mamba1/mlp", "attention/mlp", "mamba1/mlp"),
-        d_model=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=16,
-        mlp_d_ff=128,
-        ssm_d_state=8,
-        ssm_expand=2,
-        ssm_conv_kernel=4,
-        vocab_size=512,
-        source="test shape",
-    ),
-    ModelSpec(
-        name="tiny-parallel",  # Falcon-H1's layout: attention and Mamba2 side by side
-        layers=("attention+mamba2/mlp",) * 3,
-        d_model=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=16,
-        mlp_d_ff=128,
-        ssm_d_state=16,
-        ssm_expand=1,
-        ssm_head_dim=16,
-        ssm_chunk_size=16,
-        vocab_size=512,
-        source="test shape",
-    ),
-    ModelSpec(
-        name="tiny-swa-hybrid",  # sliding-window + full attention + Mamba2
-        layers=("swa/mlp", "mamba2/mlp", "attention/mlp", "swa/mlp"),
-        d_model=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=16,
-        sliding_window=8,
-        mlp_d_ff=128,
-        ssm_d_state=16,
-        ssm_head_dim=16,
-        ssm_chunk_size=16,
-        vocab_size=512,
-        source="test shape",
-    ),
-    ModelSpec(
-        name="tiny-moe-hybrid",  # every kind but Mamba-1, each with a MoE FFN + shared expert
-        layers=("gdn/moe", "mamba2/moe", "swa/moe", "attention/moe", "swa/mlp"),
-        d_model=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=16,
-        sliding_window=8,
-        mlp_d_ff=128,
-        moe_n_experts=8,
-        moe_top_k=2,
-        moe_d_ff=32,
-        moe_shared_d_ff=64,
-        ssm_d_state=16,
-        ssm_head_dim=16,
-        ssm_chunk_size=16,
-        gdn_k_heads=2,
-        gdn_v_heads=4,
-        gdn_head_k_dim=16,
-        gdn_head_v_dim=16,
-        gdn_chunk_size=16,
-        vocab_size=512,
-        source="test shape",
-    ),
-    ModelSpec(
-        name="tiny-swa",
-        layers=("swa/mlp", "swa/mlp", "attention/mlp", "swa/mlp"),
-        d_model=64,
-        n_heads=4,
-        n_kv_heads=2,
-        head_dim=16,
-        sliding_window=8,
-        mlp_d_ff=128,
-        vocab_size=512,
-        source="test shape",
     ),
 ]

@@ -1,6 +1,7 @@
 """Named model shapes: the registry, Hugging Face configs and ``--model-set`` overrides.
 
-The shapes themselves, each citing its source, are in ``twin.preset_specs``.
+The shapes themselves, each citing its source, are in ``twin.preset_specs`` (public
+models) and ``twin.preset_test_shapes`` (tiny test shapes).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from typing import Any
 
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.preset_specs import PRESET_SPECS
+from twin.preset_specs import PUBLIC_SPECS
+from twin.preset_test_shapes import TINY_SPECS
 
-PRESETS: dict[str, ModelSpec] = {m.name: m for m in PRESET_SPECS}
+PRESETS: dict[str, ModelSpec] = {m.name: m for m in (*PUBLIC_SPECS, *TINY_SPECS)}
 
 
 def list_models() -> list[str]:

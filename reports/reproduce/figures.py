@@ -13,15 +13,15 @@ from typing import Any
 def _pyplot() -> Any:
     """matplotlib's pyplot, configured as the capacity report's figures are (imported late:
     ``twin --version`` and the CLI's start-up must not pay for matplotlib)."""
-    from reports.render_figures import plt
+    from reports.figure_canvas import plt
 
     return plt
 
 
 def _svg(fig: Any) -> str:
-    from reports.render_figures import _svg as to_svg
+    from reports.figure_canvas import figure_text
 
-    return str(to_svg(fig))
+    return figure_text(fig)
 
 
 def gain_boxes(

@@ -43,7 +43,7 @@ def compare(
     """One row per (model, length): requests that fit, utilisation and decode throughput under
     both allocators. Models whose weights leave no pool on ``gpu`` are skipped."""
     from twin.costmodel import CostModel
-    from twin.costmodel.profile import load_profile
+    from twin.costmodel.profile_store import load_profile
     from twin.hardware import get_gpu
     from twin.memory import JengaAllocator, PagedAllocator, fit_requests, kinds_of
     from twin.presets import get_model

@@ -17,7 +17,8 @@ from calibration.kernels import LEVELS
 from twin.cli.common import console, print_json, progress_bar
 from twin.costmodel.formulas import KERNELS
 from twin.costmodel.kernel_sources import DEFAULT_ENGINE, KERNEL_SOURCES, get_kernel_source
-from twin.costmodel.profile import Profile, profile_path
+from twin.costmodel.profile import Profile
+from twin.costmodel.profile_store import profile_path
 from twin.errors import TwinError
 
 

@@ -10,9 +10,8 @@ from rich.table import Table
 
 from twin.cli.common import EngineOption, ModelSetOption, console, print_json
 from twin.costmodel import KINDS, CostModel, StepCost
-from twin.costmodel.breakdown import MIXER_LABELS
-from twin.costmodel.model import LABEL
-from twin.costmodel.profile import available_profiles, resolve_profile, shipped_name
+from twin.costmodel.breakdown import LABEL, MIXER_LABELS
+from twin.costmodel.profile_store import available_profiles, resolve_profile, shipped_name
 from twin.costmodel.provenance import family_label
 from twin.errors import TwinError
 from twin.model import ModelSpec

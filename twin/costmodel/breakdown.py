@@ -10,6 +10,8 @@ from typing import Any
 KINDS = ("attention", "ssm", "mlp", "moe", "head")
 # Labels of the mixer kinds beyond those (``ssm`` is Mamba2's).
 MIXER_LABELS = ("swa", "mamba1", "gdn")
+# Breakdown label of each mixer kind: Mamba2 keeps the ``ssm`` label it always had.
+LABEL = {"attention": "attention", "swa": "swa", "mamba2": "ssm", "mamba1": "mamba1", "gdn": "gdn"}
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Kernels of the Mamba-1 and Gated DeltaNet mixers (issue 13): features and fallbacks.
 
-Features follow ``twin.costmodel.formulas`` (FLOPs, the fewest bytes moved, extras)
+Features follow ``twin.costmodel.features`` (FLOPs, the fewest bytes moved, extras)
 and count FLOPs as ``twin.mixers`` does, so a kernel's FLOPs over a prompt equal the
 model's. A profile that carries no fit for one of these families (every shipped
 profile today: NVIDIA's tables time neither, and no GPU was at hand) is priced with

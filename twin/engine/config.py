@@ -187,7 +187,9 @@ def build_config(
     elif cache_gb is not None:
         fields["cache_bytes"] = int(float(cache_gb) * GB)
     if profile is not None and "gpu_memory_bytes" not in fields:
-        from twin.costmodel.profile import device_memory_bytes  # late: the engine needs no profile
+        from twin.costmodel.profile_store import (
+            device_memory_bytes,  # late: the engine needs no profile
+        )
 
         fields["gpu_memory_bytes"] = device_memory_bytes(profile)
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(EngineConfig)})

@@ -206,7 +206,9 @@ def build_run(
     :func:`~twin.engine.config.build_config`. Everything is checked here,
     the configuration before the workload is opened.
     """
-    from twin.costmodel.profile import resolve_profile  # late: the engine needs no profile format
+    from twin.costmodel.profile_store import (
+        resolve_profile,  # late: the engine needs no profile format
+    )
     from twin.engine.modes import get_mode
     from twin.presets import resolve_model
 

@@ -159,10 +159,10 @@ class JengaAllocator:
         taken: list[tuple[str, int, int]] = []
         for name, kind in self.kinds.items():
             need = self.pages_for(kind, tokens) - sum(held[name].values())
-            got = self._take(req, name, need, held[name]) if need > 0 else []
+            got = self._take(name, need, held[name]) if need > 0 else []
             if got is None:
                 for n, pid, c in taken:
-                    self._give_back(req, n, pid, c, held[n])
+                    self._give_back(n, pid, c, held[n])
                 if not any(held[n] for n in held):
                     del self.held[req]
                 return False
@@ -175,7 +175,7 @@ class JengaAllocator:
         held = self.held.pop(req, {})
         for name, pages in held.items():
             for pid, c in list(pages.items()):
-                self._give_back(req, name, pid, c, pages)
+                self._give_back(name, pid, c, pages)
         self.data.pop(req, None)
 
     # ------------------------------------------------------------------ accounting
@@ -193,10 +193,9 @@ class JengaAllocator:
         return len(self.free_large)
 
     # ------------------------------------------------------------------ internals
-    def _take(
-        self, req: int, name: str, need: int, mine: dict[int, int]
-    ) -> list[tuple[int, int]] | None:
-        """``need`` small pages of kind ``name`` for ``req``: [(large id, pages)], or None."""
+    def _take(self, name: str, need: int, mine: dict[int, int]) -> list[tuple[int, int]] | None:
+        """``need`` small pages of kind ``name`` for the request holding ``mine`` (its pages
+        of that kind per large page): [(large id, pages)], or None."""
         slots = self.slots[name]
         partial = self.partial[name]
         available = sum(self.pages[pid].free for pid in partial) + len(self.free_large) * slots
@@ -227,7 +226,8 @@ class JengaAllocator:
             need -= c
         return got
 
-    def _give_back(self, req: int, name: str, pid: int, count: int, mine: dict[int, int]) -> None:
+    def _give_back(self, name: str, pid: int, count: int, mine: dict[int, int]) -> None:
+        """Return ``count`` small pages of large page ``pid`` from the request holding ``mine``."""
         page = self.pages[pid]
         page.free += count
         mine[pid] -= count

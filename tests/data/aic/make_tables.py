@@ -20,7 +20,9 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).parent / "systems" / "data" / "h100_sxm"
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from twin.costmodel import features as ft  # noqa: E402
 from twin.costmodel import formulas as fm  # noqa: E402
+from twin.costmodel import latency as lat  # noqa: E402
 from twin.hardware import get_gpu  # noqa: E402
 
 PEAKS = get_gpu("h100").peaks()
@@ -51,10 +53,10 @@ TRUE = {
 rng = np.random.default_rng(12)
 
 
-def ms(kernel: str, feats: fm.Features) -> float:
+def ms(kernel: str, feats: ft.Features) -> float:
     """Latency in ms (the database's unit) of the true model, jittered."""
     flops, nbytes, extras = feats
-    t = fm.predict(kernel, TRUE[kernel], PEAKS, flops, nbytes, extras)
+    t = lat.predict(kernel, TRUE[kernel], PEAKS, flops, nbytes, extras)
     return float(t * 1e3 * rng.uniform(0.97, 1.03))
 
 
@@ -79,7 +81,7 @@ def main() -> None:
     for m in (1, 8, 64, 256, 1024, 4096):
         for n in (1024, 4096, 14336):
             for k in (1024, 4096):
-                t = ms("gemm", fm.gemm_features(m, k, n, 2))
+                t = ms("gemm", ft.gemm_features(m, k, n, 2))
                 gemm.append(
                     {
                         **label("VLLM", "0.24.0", "gemm", "torch.nn.functional.linear"),
@@ -105,7 +107,7 @@ def main() -> None:
     for b in (1, 4, 32):
         for s in (16, 256, 2048, 8192):
             for h, kvh in ((32, 8), (8, 8)):
-                f, by, sc, tl = fm.attn_prefill_sums(
+                f, by, sc, tl = ft.attn_prefill_sums(
                     b * s, b * s * (s + 1) // 2, b * s, b, h, kvh, 128, 2
                 )
                 t = ms("attn_prefill", (f, by, {"score_elems": sc, "tiles": tl}))
@@ -123,7 +125,7 @@ def main() -> None:
                 ctx.append(row)
         for c in (15, 1023, 16383):
             for h, kvh in ((32, 8), (8, 8)):
-                t = ms("attn_decode", fm.attn_decode_features(b, c + 1, h, kvh, 128, 2))
+                t = ms("attn_decode", ft.attn_decode_features(b, c + 1, h, kvh, 128, 2))
                 gen.append(
                     {
                         **label("VLLM", "0.24.0", "generation_attention", "vllm_flash_attn_fa3"),
@@ -159,7 +161,7 @@ def main() -> None:
                 "n_groups": g,
                 "chunk_size": 128,
             }
-            t = ms("conv1d", fm.conv1d_features(b, s, width, 4, 2))
+            t = ms("conv1d", ft.conv1d_features(b, s, width, 4, 2))
             mamba.append(
                 {
                     **base,
@@ -171,7 +173,7 @@ def main() -> None:
             )
     for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
         for width in (6144, 10240):
-            t = ms("conv1d_update", fm.conv1d_features(b, 1, width, 4, 2, with_state=True))
+            t = ms("conv1d_update", ft.conv1d_features(b, 1, width, 4, 2, with_state=True))
             mamba.append(
                 {
                     **label("TRTLLM", "1.3.0rc20", "mamba2", "causal_conv1d_update"),
@@ -195,7 +197,7 @@ def main() -> None:
     for n in (2, 8):
         kernel = fm.allreduce_kernel(n)
         for size in (1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 26):
-            t = ms(kernel, fm.allreduce_features(2 * size, n))
+            t = ms(kernel, ft.allreduce_features(2 * size, n))
             row = {"num_gpus": n, "message_size": size, "latency": t}
             if size <= 1 << 22:
                 custom.append(

@@ -1,0 +1,157 @@
+"""Pricing the parts of a step that depend only on its token count: every layer's
+GEMMs, norms and element-wise passes, the MoE experts, the all-reduces, and the head.
+
+The layer recipes are in ``twin.costmodel.model``'s docstring; ``CostModel`` remembers
+the dense seconds per token count, since decode steps repeat them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twin.costmodel import features as ft
+from twin.costmodel import formulas as fm
+from twin.costmodel import latency as lat
+from twin.costmodel.breakdown import LABEL, StepCost
+from twin.costmodel.shard_shapes import ShardShapes
+
+
+class DensePricing(ShardShapes):
+    """The token-count-only kernels of a step (a part of ``CostModel``)."""
+
+    _allreduce_fit: Callable[..., float] | None
+    allreduce_latency_s: float
+    allreduce_s_per_byte: float
+
+    def _setup_allreduce(self) -> None:
+        """A fitted all-reduce for this GPU count if the profile has one, else a ring on peaks."""
+        tp, peaks = self.tp, self.profile.peaks
+        fit = self.profile.kernels.get(fm.allreduce_kernel(tp)) if tp > 1 else None
+        if fit is not None:
+            self._allreduce_fit = lat.compile_fast(fm.allreduce_kernel(tp), fit.params, peaks)
+            return
+        self._allreduce_fit = None
+        self.allreduce_latency_s = float(peaks.get("allreduce_latency_s", 0.0))
+        bw = float(peaks["interconnect_bw"]) if tp > 1 else 1.0
+        self.allreduce_s_per_byte = 1.0 / bw
+
+    def _allreduce(self, tokens: int) -> float:
+        """One all-reduce of the step's hidden states across the ``tp`` GPUs."""
+        if self.tp == 1:
+            return 0.0
+        nbytes = tokens * self.d_model * self.elem_bytes
+        flops, ring_bytes, _ = ft.allreduce_features(nbytes, self.tp)
+        if self._allreduce_fit is not None:
+            return self._allreduce_fit(flops, ring_bytes)
+        return self.allreduce_latency_s + ring_bytes * self.allreduce_s_per_byte
+
+    def _gemm(self, rows: float, k: float, n: float) -> float:
+        return self._k["gemm"](*ft.gemm_sums(rows, k, n, self.elem_bytes))
+
+    def _dense(self, t: int, cost: StepCost | None) -> float:
+        """Everything that depends only on the step's token count: GEMMs, norms, all-reduces."""
+        m, elem, e, d = self.model, self._k["elementwise"], self.elem_bytes, self.d_model
+        norm = elem(0.0, e * (4.0 * t * d + d))  # fused residual add + RMSNorm
+        ar = self._allreduce(t)
+        total = 0.0
+
+        def put(kind: str, layers: int, parts: tuple[tuple[str, float], ...]) -> float:
+            if cost is not None:
+                for kernel, s in parts:
+                    cost.add(kind, kernel, layers * s)
+            return layers * sum(s for _, s in parts)
+
+        kinds = self.kinds
+        if m.n_attention_layers:
+            qkv = self._gemm(t, d, self.qkv_width)
+            o = self._gemm(t, self.heads * self.head_dim, d)
+            rope = elem(0.0, e * (2.0 * t * (self.heads + self.kv_heads) * self.head_dim))
+            for kind in ("attention", "swa"):
+                if kinds.get(kind):
+                    total += put(
+                        LABEL[kind],
+                        kinds[kind],
+                        (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)),
+                    )
+        if kinds.get("mamba2"):
+            g_in = self._gemm(t, d, self.in_proj_width)
+            g_out = self._gemm(t, self.d_inner, d)
+            gated = elem(0.0, e * (3.0 * t * self.d_inner + self.d_inner))
+            total += put(
+                "ssm",
+                kinds["mamba2"],
+                (("elementwise", norm + gated), ("gemm", g_in + g_out), ("allreduce", ar)),
+            )
+        if kinds.get("mamba1"):
+            di, r, big_n = self.m1_inner, self.m1_rank, self.m1_state
+            # in_proj, x_proj (dt, B, C), dt_proj, out_proj (mamba_simple.py's four GEMMs).
+            gemms = self._gemm(t, d, 2 * di) + self._gemm(t, di, r + 2 * big_n)
+            gemms += self._gemm(t, r, di) + self._gemm(t, di, d)
+            gated = elem(0.0, e * 3.0 * t * di)  # y * silu(z)
+            total += put(
+                "mamba1",
+                kinds["mamba1"],
+                (("elementwise", norm + gated), ("gemm", gemms), ("allreduce", ar)),
+            )
+        if kinds.get("gdn"):
+            width = 2 * self.gdn_key_w + 2 * self.gdn_val_w + 2 * self.gdn_v
+            gemms = self._gemm(t, d, width) + self._gemm(t, self.gdn_val_w, d)
+            gated = elem(0.0, e * (3.0 * t * self.gdn_val_w + m.gdn_head_v_dim))
+            total += put(
+                "gdn",
+                kinds["gdn"],
+                (("elementwise", norm + gated), ("gemm", gemms), ("allreduce", ar)),
+            )
+        if m.n_mlp_layers:
+            up = self._gemm(t, d, self.up_mats * self.mlp_width)
+            down = self._gemm(t, self.mlp_width, d)
+            act = elem(0.0, e * ((self.up_mats + 1.0) * t * self.mlp_width))
+            total += put(
+                "mlp",
+                m.n_mlp_layers,
+                (("elementwise", norm + act), ("gemm", up + down), ("allreduce", ar)),
+            )
+        if m.n_moe_layers:
+            total += put("moe", m.n_moe_layers, self._moe(t, norm, ar))
+        return total
+
+    def _moe(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
+        m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
+        n_exp, top = m.moe_n_experts, m.moe_top_k
+        rows = t * top
+        # Expected distinct experts hit by `rows` uniform draws; each streams its weights.
+        active = n_exp * (1.0 - (1.0 - 1.0 / n_exp) ** rows) if n_exp > 1 else 1.0
+        wide = self.up_mats * self.expert_width
+        up = k["gemm"](
+            2.0 * rows * d * wide,
+            e * (rows * d + active * d * wide + rows * wide),
+            active * d * wide,
+        )
+        down = k["gemm"](
+            2.0 * rows * self.expert_width * d,
+            e * (rows * self.expert_width + active * self.expert_width * d + rows * d),
+            active * self.expert_width * d,
+        )
+        router = self._gemm(t, d, n_exp)
+        act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.expert_width))
+        if self.shared_width:  # the shared expert: a dense MLP over every token
+            sw = self.shared_width
+            up += self._gemm(t, d, self.up_mats * sw) + self._gemm(t, sw, d)
+            act += k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
+        combine = k["elementwise"](0.0, e * ((top + 1.0) * t * d))
+        return (
+            ("elementwise", norm + act + combine),
+            ("gemm", router + up + down),
+            ("allreduce", ar),
+        )
+
+    def _head(self, t: int, seqs: int, cost: StepCost | None) -> float:
+        """Embedding gather, final norm and the LM head (one row per sequence)."""
+        elem, e, d = self._k["elementwise"], self.elem_bytes, self.d_model
+        embed = elem(0.0, e * 2.0 * t * d)
+        norm = elem(0.0, e * (2.0 * t * d + d))
+        lm = self._gemm(seqs, d, self.vocab) if seqs else 0.0
+        if cost is not None:
+            cost.add("head", "elementwise", embed + norm)
+            cost.add("head", "gemm", lm)
+        return embed + norm + lm

@@ -1,0 +1,196 @@
+"""The features each kernel's latency formula reads: FLOPs, bytes and extras of a shape.
+
+Each ``*_features`` function returns ``(flops, bytes, {extra: value})`` for one launch
+(the extras named in ``twin.costmodel.formulas.FORMULAS``); each ``*_sums`` function
+returns the same quantities summed over the sequences of one batched launch, which is
+how the cost model prices a step. ``e`` is bytes per element. Pure Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twin.model import keys_upto
+
+# A sum over sequences: a float, or an array of them (one per step of a decode run,
+# ``CostModel.decode_steps_s``); the formulas are the same element by element.
+Sums = Any
+
+# Each returns (flops, bytes, {extra: value}); ``e`` is bytes per element.
+Features = tuple[float, float, dict[str, float]]
+
+
+def gemm_features(m: int, k: int, n: int, e: int) -> Features:
+    """A (m x k) @ (k x n) product: activations in, weights in, output out."""
+    flops, nbytes, weights = gemm_sums(m, k, n, e)
+    return flops, nbytes, {"weight_elems": weights}
+
+
+def gemm_sums(m: float, k: float, n: float, e: int) -> tuple[float, float, float]:
+    """(FLOPs, bytes, weight elements) of an (m x k) @ (k x n) product."""
+    return 2.0 * m * k * n, float(e * (m * k + k * n + m * n)), float(k * n)
+
+
+def attn_prefill_features(
+    n: int, c: int, heads: int, kv_heads: int, head_dim: int, e: int, window: int | None = None
+) -> Features:
+    """Causal attention of ``n`` new queries after ``c`` cached keys (bottom-right aligned)."""
+    keys = keys_upto(c + n, window) - keys_upto(c, window)
+    kv_rows = c + n if window is None else min(c + n, window + n)
+    flops, nbytes, scores, tiles = attn_prefill_sums(
+        n, keys, kv_rows, 1, heads, kv_heads, head_dim, e
+    )
+    return flops, nbytes, {"score_elems": scores, "tiles": tiles}
+
+
+def attn_prefill_sums(
+    queries: float,
+    keys: Sums,
+    kv_rows: Sums,
+    sequences: float,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    e: int,
+) -> tuple[Sums, Sums, Sums, Sums]:
+    """(FLOPs, bytes, score elements, tiles) of prefill chunks batched in one launch.
+
+    ``queries``, ``keys`` (query-key pairs) and ``kv_rows`` (K/V rows read) are
+    summed over the ``sequences`` chunks. QK^T and AV cost 4 x head_dim FLOPs per
+    score; Q in and O out are read/written once, K and V of the visible context
+    once. A tile is one (sequence, KV head): varlen kernels set up each sequence's
+    K/V for each KV head, the query heads sharing it packed together (FA3's
+    PackGQA, FlashInfer's grouped heads); NVIDIA's tables show this fixed cost
+    (~20 ns a tile on H100) dominating many short sequences.
+    """
+    flops = 4.0 * heads * head_dim * keys
+    nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
+    # float(heads) * keys, not float(heads * keys): equal for counts below 2^53, and
+    # ``keys`` may be an array (a run of decode steps, ``attn_decode_sums``).
+    return flops, nbytes, float(heads) * keys, float(kv_heads * sequences)
+
+
+def attn_decode_features(
+    batch: int, keys: int, heads: int, kv_heads: int, head_dim: int, e: int
+) -> Features:
+    """``batch`` single-token queries, each over ``keys`` keys (KV read dominates)."""
+    flops, nbytes, scores, tiles = attn_decode_sums(
+        batch, batch * keys, heads, kv_heads, head_dim, e
+    )
+    return flops, nbytes, {"score_elems": scores, "tiles": tiles}
+
+
+def attn_decode_sums(
+    batch: float, keys: Sums, heads: int, kv_heads: int, head_dim: int, e: int
+) -> tuple[Sums, Sums, Sums, Sums]:
+    """(FLOPs, bytes, score elements, tiles) of ``batch`` decode queries over ``keys`` keys
+    in all: a prefill of one query per sequence, every key's K/V row read once."""
+    return attn_prefill_sums(batch, keys, keys, batch, heads, kv_heads, head_dim, e)
+
+
+def ssm_scan_features(
+    batch: int,
+    seqlen: int,
+    nheads: int,
+    headdim: int,
+    d_state: int,
+    ngroups: int,
+    chunk: int,
+    e: int,
+) -> Features:
+    """SSD chunked scan over ``batch`` sequences of ``seqlen`` tokens."""
+    n_chunks = batch * -(-seqlen // chunk)
+    flops, nbytes, x = ssm_scan_sums(
+        batch * seqlen, n_chunks, nheads, headdim, d_state, ngroups, chunk, e
+    )
+    return flops, nbytes, {"chunks": x}
+
+
+def ssm_scan_sums(
+    tokens: float,
+    n_chunks: float,
+    nheads: int,
+    headdim: int,
+    d_state: int,
+    ngroups: int,
+    chunk: int,
+    e: int,
+) -> tuple[float, float, float]:
+    """(FLOPs, bytes, chunks x heads) of a scan over ``tokens`` in ``n_chunks`` chunks.
+
+    FLOPs per token as ``ModelSpec.prefill_flops`` counts them (C.B^T within a
+    chunk, the masked mixing, chunk states and outputs), over whole chunks: a
+    sequence's last, partial chunk is computed in full. Bytes: x, dt, B, C in and
+    y out per token, plus one fp32 chunk state per chunk written and read back.
+    """
+    channels = nheads * headdim
+    padded = n_chunks * chunk
+    flops = padded * (2.0 * channels * (2 * d_state + chunk) + 2.0 * chunk * d_state * ngroups)
+    nbytes = (
+        e * tokens * (2.0 * channels + 2.0 * ngroups * d_state + nheads)
+        + 8.0 * n_chunks * channels * d_state
+    )
+    return float(flops), float(nbytes), float(n_chunks * nheads)
+
+
+def ssm_step_features(
+    batch: int, nheads: int, headdim: int, d_state: int, ngroups: int, e: int, state_e: int
+) -> Features:
+    """One decode token per sequence: read and write each recurrent state once."""
+    sc = nheads * headdim
+    flops = 6.0 * batch * sc * d_state  # decay, outer product update, C.h readout
+    nbytes = float(
+        batch * (2 * sc * d_state * state_e + e * (2 * sc + 2 * ngroups * d_state + 2 * nheads))
+    )
+    return flops, nbytes, {}
+
+
+def conv1d_features(
+    batch: int, seqlen: int, channels: int, kernel: int, e: int, with_state: bool = False
+) -> Features:
+    """Causal depthwise conv; ``with_state`` adds the decode conv-state read + write.
+
+    A prompt pass (``with_state=False``) also counts sequences x channels: the
+    varlen kernel sets up every channel of each sequence (NVIDIA's tables: ~1 ns per
+    sequence-channel on H100, 0.7 ms for 64 one-token prompts of 10,240 channels).
+    """
+    flops = 2.0 * batch * seqlen * channels * kernel
+    nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
+    if with_state:
+        nbytes += e * 2 * batch * channels * kernel
+        return flops, float(nbytes), {}
+    return flops, float(nbytes), {"seq_channels": float(batch * channels)}
+
+
+def elementwise_features(rows: int, width: int, e: int, passes: float = 2.0) -> Features:
+    """An element-wise pass over rows x width touching ``passes`` tensors (RMSNorm: 2)."""
+    return 4.0 * rows * width, float(e * (passes * rows * width + width)), {}
+
+
+def allreduce_features(nbytes: float, n_gpus: int) -> Features:
+    """A ring all-reduce of ``nbytes`` per GPU: each GPU sends and receives 2 (n-1)/n of it."""
+    return 0.0, 2.0 * (n_gpus - 1) / n_gpus * float(nbytes), {}
+
+
+def copy_features(nbytes: float, kernel: str) -> Features:
+    """A copy of ``nbytes``; device-to-device counts the read and the write."""
+    moved = 2.0 * nbytes if kernel == "copy_d2d" else float(nbytes)
+    return 0.0, moved, {}
+
+
+__all__ = [
+    "Features",
+    "allreduce_features",
+    "attn_decode_features",
+    "attn_decode_sums",
+    "attn_prefill_features",
+    "attn_prefill_sums",
+    "conv1d_features",
+    "copy_features",
+    "elementwise_features",
+    "gemm_features",
+    "gemm_sums",
+    "ssm_scan_features",
+    "ssm_scan_sums",
+    "ssm_step_features",
+]

@@ -1,0 +1,176 @@
+"""Evaluating a kernel's latency formula (``twin.costmodel.formulas``) on its features.
+
+``compile_kernel`` and ``compile_fast`` fold a profile's fitted parameters and peaks
+into a closure; ``predict`` and ``predict_many`` are one-off evaluations for fitting
+reports and tests; ``compile_many`` prices arrays of features (runs of decode steps).
+Pure Python, numpy for the array form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from twin.costmodel.formulas import KernelFormula, get_formula
+from twin.errors import TwinError
+
+
+def smooth_max(a: float, b: float, p: float) -> float:
+    """(a^p + b^p)^(1/p) for a, b >= 0: between max(a, b) and a + b."""
+    if a <= 0.0:
+        return b
+    if b <= 0.0:
+        return a
+    m = a if a > b else b
+    return m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
+
+
+def predict(
+    kernel: str,
+    params: dict[str, float],
+    peaks: dict[str, float],
+    flops: float,
+    nbytes: float,
+    extras: dict[str, float] | None = None,
+) -> float:
+    """Seconds for one launch of ``kernel`` with these features."""
+    return compile_kernel(kernel, params, peaks)(flops, nbytes, extras or {})
+
+
+def compile_kernel(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[[float, float, dict[str, float]], float]:
+    """A fast closure ``(flops, bytes, extras) -> seconds`` with the constants folded."""
+    f = get_formula(kernel)
+    missing = [p for p in f.param_names if p not in params]
+    if missing:
+        raise TwinError(f"kernel {kernel!r}: profile lacks parameter(s) {', '.join(missing)}")
+    t0 = float(params["t0_s"])
+    inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
+    coeffs = [(x, float(params[f"c_{x}"])) for x in f.extras]
+    if not f.uses_flops:
+
+        def bandwidth(flops: float, nbytes: float, extras: dict[str, float]) -> float:
+            return t0 + nbytes * inv_b
+
+        return bandwidth
+    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
+    p = float(params["p"])
+
+    def roofline(flops: float, nbytes: float, extras: dict[str, float]) -> float:
+        compute = flops * inv_f
+        for name, c in coeffs:
+            compute += c * extras.get(name, 0.0)
+        return t0 + smooth_max(compute, nbytes * inv_b, p)
+
+    return roofline
+
+
+def compile_fast(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[..., float]:
+    """Like ``compile_kernel`` but ``(flops, bytes, x=0, y=0)`` with ``x``, ``y`` the
+    kernel's extra features in formula order: no dict per call, for the cost model."""
+    return _compile_pair(kernel, params, peaks)[0]
+
+
+def compile_many(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[..., np.ndarray]:
+    """``compile_fast`` over arrays of features: one price per element, each equal to the
+    scalar one to the bit (the same operations in the same order, and the same ``pow``:
+    Python's, not numpy's, whose SIMD versions may round differently). For runs of
+    decode steps (``CostModel.decode_steps_s``)."""
+    return _compile_pair(kernel, params, peaks)[1]
+
+
+def _compile_pair(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> tuple[Callable[..., float], Callable[..., np.ndarray]]:
+    """The scalar and the array form of one kernel's model (one set of constants)."""
+    f = get_formula(kernel)
+    assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
+    compile_kernel(kernel, params, peaks)  # validates the parameters
+    t0 = float(params["t0_s"])
+    inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
+    if not f.uses_flops:
+
+        def bandwidth_many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:
+            b = np.asarray(nbytes, np.float64) * inv_b
+            return t0 + np.broadcast_arrays(b, np.asarray(flops))[0]
+
+        return (lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b), bandwidth_many
+    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
+    p = float(params["p"])
+    inv_p = 1.0 / p
+    cx, cy = _coefficients(f, params)
+
+    def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0) -> float:
+        a = flops * inv_f + cx * x + cy * y
+        b = nbytes * inv_b
+        if a <= 0.0:
+            return t0 + b
+        if b <= 0.0:
+            return t0 + a
+        m = a if a > b else b
+        return t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
+
+    def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:
+        a = np.asarray(flops, np.float64) * inv_f + cx * x + cy * y
+        b = np.asarray(nbytes, np.float64) * inv_b
+        if a.shape != b.shape:
+            a, b = np.broadcast_arrays(a, b)
+        m = np.maximum(a, b)  # ``a if a > b else b``: equal values, no NaN
+        lo = np.minimum(a, b)
+        edge = lo.min(initial=1.0) <= 0.0
+        if edge:  # ratios only where both sides are positive (the rest: ``fast``'s branches)
+            both = lo > 0.0
+            lo, m = np.where(both, lo, 1.0), np.where(both, m, 1.0)
+        # The larger side's ratio is exactly 1.0 and 1.0 ** p == 1.0, so ``fast``'s
+        # ``(a/m)**p + (b/m)**p`` is ``1.0 + (lo/m)**p`` to the bit (+ commutes).
+        n = m.size
+        ratios = (lo / m).ravel().tolist()
+        norms = map((1.0).__add__, map(pow, ratios, repeat(p)))
+        root = np.fromiter(map(pow, norms, repeat(inv_p)), np.float64, n)
+        out = t0 + m * root.reshape(m.shape)
+        if edge:
+            out = np.where(a <= 0.0, t0 + b, np.where(b <= 0.0, t0 + a, out))
+        return out
+
+    return fast, many
+
+
+def _coefficients(f: KernelFormula, params: dict[str, float]) -> tuple[float, float]:
+    """The extra features' coefficients in formula order, padded with zeros to two."""
+    cs = [*(float(params[f"c_{name}"]) for name in f.extras), 0.0, 0.0]
+    return cs[0], cs[1]
+
+
+def predict_many(
+    kernel: str,
+    params: dict[str, float],
+    peaks: dict[str, float],
+    flops: list[float],
+    nbytes: list[float],
+    extras: dict[str, list[float]] | None = None,
+) -> list[float]:
+    """``predict`` over columns of features (used by fitting reports and tests)."""
+    fn = compile_kernel(kernel, params, peaks)
+    ex = extras or {}
+    return [
+        fn(f, b, {k: v[i] for k, v in ex.items()})
+        for i, (f, b) in enumerate(zip(flops, nbytes, strict=True))
+    ]
+
+
+__all__ = [
+    "compile_fast",
+    "compile_kernel",
+    "compile_many",
+    "predict",
+    "predict_many",
+    "smooth_max",
+]

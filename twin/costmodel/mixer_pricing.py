@@ -1,0 +1,131 @@
+"""Pricing the sequence mixers of a step: attention (full and sliding-window) over each
+sequence's context, the Mamba2 scan, Mamba-1, Gated DeltaNet and their causal convs.
+
+These kernels read the step's summed features (``twin.costmodel.step_features``);
+Mamba-1 and GDN take the profile's fit where it has one, else the datasheet fallback
+of ``twin.costmodel.mixer_kernels``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twin.costmodel import features as ft
+from twin.costmodel import latency as lat
+from twin.costmodel import mixer_kernels as mk
+from twin.costmodel.breakdown import LABEL, StepCost
+from twin.costmodel.shard_shapes import ShardShapes
+from twin.costmodel.step_features import StepFeatures
+
+
+class MixerPricing(ShardShapes):
+    """The context-dependent kernels of a step (a part of ``CostModel``)."""
+
+    _conv_update: Callable[..., float]
+
+    def _setup_mixer_kernels(self) -> None:
+        """Compile the Mamba-1 / GDN kernels this model uses: the profile's fit, else the
+        datasheet fallback (``fallback_kernels`` names those)."""
+        peaks = {**self.profile.peaks, "fp32_flops": mk.fp32_peak(self.profile)}
+        used = {
+            "mamba1": ("mamba1_scan", "mamba1_step"),
+            "gdn": ("gdn_chunk", "gdn_step"),
+        }
+        self._opt: dict[str, Callable[..., float]] = {}
+        self.fallback_kernels: list[str] = []
+        for kind, names in used.items():
+            if not self.kinds.get(kind):
+                continue
+            for name in names:
+                fit = self.profile.kernels.get(name)
+                if fit is None:
+                    self.fallback_kernels.append(name)
+                params = fit.params if fit is not None else mk.FALLBACK[name]
+                self._opt[name] = lat.compile_fast(name, params, peaks)
+
+    def _mixing(self, f: StepFeatures, cost: StepCost | None) -> float:
+        """Attention and SSM kernels, which depend on each sequence's context and length."""
+        return self._sum_parts(self._mixing_parts(f), cost)
+
+    def _sum_parts(self, parts: list[tuple[str, str, float]], cost: StepCost | None) -> float:
+        """Seconds of the mixer ``parts`` (kind, kernel, seconds per layer) over their layers."""
+        kinds = self.kinds
+        total = 0.0
+        for kind, kernel, s in parts:
+            layers = kinds[kind]
+            total += layers * s
+            if cost is not None:
+                cost.add(LABEL[kind], kernel, layers * s)
+        return total
+
+    def _mixing_parts(self, f: StepFeatures) -> list[tuple[str, str, float]]:
+        """Each mixer kernel of the step: (kind, kernel, seconds per layer), in pricing order."""
+        m, k, e = self.model, self._k, self.elem_bytes
+        kinds = self.kinds
+        parts: list[tuple[str, str, float]] = []  # (mixer kind, kernel, seconds per layer)
+        if m.n_attention_layers:
+            heads = (self.heads, self.kv_heads, self.head_dim, e)
+            groups = (
+                ("attention", f.prefill_keys, f.prefill_kv_rows, f.decode_keys),
+                ("swa", f.swa_prefill_keys, f.swa_prefill_kv_rows, f.swa_decode_keys),
+            )
+            for kind, keys, kv_rows, dec_keys in groups:
+                if not kinds.get(kind):
+                    continue
+                if f.prefill_chunks:
+                    feats = ft.attn_prefill_sums(
+                        f.prefill_tokens, keys, kv_rows, f.prefill_chunks, *heads
+                    )
+                    parts.append((kind, "attn_prefill", k["attn_prefill"](*feats)))
+                if f.decodes:
+                    feats = ft.attn_decode_sums(f.decodes, dec_keys, *heads)
+                    parts.append((kind, "attn_decode", k["attn_decode"](*feats)))
+        if kinds.get("mamba2"):
+            ssm = (self.ssm_heads, self.ssm_head_dim, self.ssm_d_state, self.ssm_groups)
+            conv = ("mamba2", f, self.conv_channels, m.ssm_conv_kernel)
+            if f.prefill_chunks:
+                scan = ft.ssm_scan_sums(f.prefill_tokens, f.scan_chunks, *ssm, self.chunk_size, e)
+                parts.append(("mamba2", "ssm_scan", k["ssm_scan"](*scan)))
+                parts.append(self._conv(*conv, decode=False))
+            if f.decodes:
+                sf, sb, _ = ft.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
+                parts.append(("mamba2", "ssm_step", k["ssm_step"](sf, sb)))
+                parts.append(self._conv(*conv, decode=True))
+        if kinds.get("mamba1"):
+            o, conv = self._opt, ("mamba1", f, self.m1_inner, m.ssm_conv_kernel)
+            if f.prefill_chunks:
+                sums = mk.mamba1_scan_sums(f.prefill_tokens, self.m1_inner, self.m1_state, e)
+                parts.append(("mamba1", "mamba1_scan", o["mamba1_scan"](*sums)))
+                parts.append(self._conv(*conv, decode=False))
+            if f.decodes:
+                step = mk.mamba1_step_features(
+                    f.decodes, self.m1_inner, self.m1_state, e, m.state_dtype_bytes
+                )
+                parts.append(("mamba1", "mamba1_step", o["mamba1_step"](*step)))
+                parts.append(self._conv(*conv, decode=True))
+        if kinds.get("gdn"):
+            o, conv = self._opt, ("gdn", f, self.gdn_conv, m.gdn_conv_kernel)
+            dims = (self.gdn_v, self.gdn_k, m.gdn_head_k_dim, m.gdn_head_v_dim)
+            if f.prefill_chunks:
+                sums = mk.gdn_chunk_sums(f.prefill_tokens, f.gdn_chunks, *dims, m.gdn_chunk_size, e)
+                parts.append(("gdn", "gdn_chunk", o["gdn_chunk"](*sums)))
+                parts.append(self._conv(*conv, decode=False))
+            if f.decodes:
+                step = mk.gdn_step_features(f.decodes, *dims, e, m.state_dtype_bytes)
+                parts.append(("gdn", "gdn_step", o["gdn_step"](*step)))
+                parts.append(self._conv(*conv, decode=True))
+        return parts
+
+    def _conv(
+        self, kind: str, f: StepFeatures, width: int, taps: int, decode: bool
+    ) -> tuple[str, str, float]:
+        """The causal conv1d of a recurrent mixer: over the step's prompts, or its
+        decode update."""
+        e = self.elem_bytes
+        if decode:
+            cf, cb, _ = ft.conv1d_features(f.decodes, 1, width, taps, e, with_state=True)
+            return (kind, "conv1d", self._conv_update(cf, cb))
+        # Features of one sequence holding all the step's prompt tokens; the
+        # per-sequence term counts every chunk.
+        cf, cb, _ = ft.conv1d_features(1, f.prefill_tokens, width, taps, e)
+        return (kind, "conv1d", self._k["conv1d"](cf, cb, f.prefill_chunks * width))

@@ -1,0 +1,120 @@
+"""The checks a ``ModelSpec`` runs when it is made: one clear error naming the bad field.
+
+Kept apart from ``twin.model`` (what a spec is and what it derives) because the rules
+are long: every field's type and sign, then what each layer kind needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TYPE_CHECKING
+
+from twin.errors import TwinError
+
+if TYPE_CHECKING:
+    from twin.model import ModelSpec
+
+
+def check_name(name: object) -> None:
+    """Refuse a model name that is not a non-empty string (checked before anything else)."""
+    if not isinstance(name, str) or not name:
+        raise TwinError(f"model name must be a non-empty string (got {name!r})")
+
+
+def check_fields(spec: ModelSpec) -> None:
+    """Refuse a spec whose fields are of the wrong type, negative or inconsistent."""
+
+    def need(cond: bool, field: str, what: str) -> None:
+        if not cond:
+            value = getattr(spec, field)
+            raise TwinError(f"model {spec.name!r}: field {field!r} {what} (got {value!r})")
+
+    for fld in fields(spec):
+        value = getattr(spec, fld.name)
+        if fld.name in ("mlp_gated", "tie_embeddings", "attn_output_gate"):
+            need(isinstance(value, bool), fld.name, "must be true or false")
+        elif fld.name in ("name", "source", "ssm_expand", "layers"):
+            continue
+        elif value is not None:
+            need(
+                isinstance(value, int) and not isinstance(value, bool),
+                fld.name,
+                "must be an integer",
+            )
+            need(value >= 0, fld.name, "must not be negative")
+    need(isinstance(spec.source, str), "source", "must be a string")
+    for f in ("d_model", "vocab_size", "dtype_bytes", "state_dtype_bytes"):
+        need(getattr(spec, f) > 0, f, "must be positive")
+    need(
+        spec.n_attention_layers + spec.n_ssm_layers > 0,
+        "n_attention_layers",
+        "and n_ssm_layers cannot both be 0 (no sequence mixer)",
+    )
+    need(
+        spec.sliding_window is None or spec.sliding_window > 0,
+        "sliding_window",
+        "must be positive or null",
+    )
+    need(
+        spec.shared_block_copies is None or spec.shared_block_copies > 0,
+        "shared_block_copies",
+        "must be positive or null",
+    )
+    if spec.n_attention_layers:
+        for f in ("n_heads", "n_kv_heads", "head_dim"):
+            need(getattr(spec, f) > 0, f, "must be positive for a model with attention")
+        need(spec.n_heads % spec.n_kv_heads == 0, "n_kv_heads", "must divide n_heads")
+    if spec.n_mlp_layers:
+        need(spec.mlp_d_ff > 0, "mlp_d_ff", "must be positive for a model with MLP layers")
+    if spec.n_moe_layers:
+        for f in ("moe_n_experts", "moe_top_k", "moe_d_ff"):
+            need(getattr(spec, f) > 0, f, "must be positive for a model with MoE layers")
+        need(spec.moe_top_k <= spec.moe_n_experts, "moe_top_k", "must be <= moe_n_experts")
+    kinds = spec.mixer_counts
+    if "swa" in kinds:
+        need(spec.sliding_window is not None, "sliding_window", "must be set for swa layers")
+    if kinds.get("gdn"):
+        for f in (
+            "gdn_k_heads",
+            "gdn_v_heads",
+            "gdn_head_k_dim",
+            "gdn_head_v_dim",
+            "gdn_conv_kernel",
+            "gdn_chunk_size",
+        ):
+            need(getattr(spec, f) > 0, f, "must be positive for a model with gdn layers")
+        need(
+            spec.gdn_v_heads % spec.gdn_k_heads == 0,
+            "gdn_k_heads",
+            "must divide gdn_v_heads",
+        )
+    if kinds.get("mamba1") or kinds.get("mamba2"):
+        e = spec.ssm_expand
+        need(
+            isinstance(e, int | float) and not isinstance(e, bool) and e > 0,
+            "ssm_expand",
+            "must be a positive number",
+        )
+        need(
+            abs(e * spec.d_model - round(e * spec.d_model)) < 1e-6,
+            "ssm_expand",
+            "times d_model must be a whole number of channels",
+        )
+        for f in (
+            "ssm_d_state",
+            "ssm_head_dim",
+            "ssm_groups",
+            "ssm_conv_kernel",
+            "ssm_chunk_size",
+        ):
+            need(getattr(spec, f) > 0, f, "must be positive for a model with SSM layers")
+        need(
+            spec.ssm_state_channels is None or spec.ssm_state_channels > 0,
+            "ssm_state_channels",
+            "must be positive or null",
+        )
+        need(
+            spec.state_channels % spec.ssm_head_dim == 0,
+            "ssm_head_dim",
+            f"must divide the state channels ({spec.state_channels})",
+        )
