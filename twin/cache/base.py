@@ -17,7 +17,7 @@ keeps the structure and the bytes right and calls the policy's hooks
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,6 +49,11 @@ class Hit:
     recompute: int = 0
     host_tokens: int = 0
 
+
+# Told when cached content leaves the GPU (a host tier's write-back, ``RequestCache``):
+# the token path from the root to the evicted node's end, and whether that
+# position's state (an SSM checkpoint; always true on Transformers) went with it.
+EvictHook = Callable[[np.ndarray, bool], None]
 
 # The counters every cache keeps (they only grow): snapshots carry them, reports show them.
 COUNTERS = (
@@ -135,6 +140,10 @@ class CacheStructure(Protocol):
     Counters (``evictions``, ``checkpoints_admitted``, ``checkpoints_hit``,
     the peaks) only grow; ``clock`` is recency's unit, set only through
     :meth:`set_clock` by the request protocol and by snapshots.
+
+    ``on_evict`` (``None`` by default) is called by :meth:`evict` before a
+    victim's content goes; the radix trees call it (SGLang's HiCache write-back
+    runs on them), the block pool and the module store never do.
     """
 
     model: ModelSpec
@@ -148,6 +157,7 @@ class CacheStructure(Protocol):
     peak_bytes: int
     peak_kv_bytes: int
     peak_ssm_bytes: int
+    on_evict: EvictHook | None
 
     @property
     def kv_bytes(self) -> int: ...

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, Hit
+from twin.cache.base import CachePolicy, EvictHook, Hit
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -150,6 +150,7 @@ class BlockCache:
         self._lru_limit = 1024
         self._positions = np.arange(1, dtype=np.uint64)
         self._last: tuple[np.ndarray | None, list[int]] = (None, [])  # last hashed sequence
+        self.on_evict: EvictHook | None = None  # never called: write-back is the radix trees'
         self.policy = policy
         policy.bind(self)
 

@@ -202,6 +202,7 @@ class HybridRadixCache(PrefixCache):
         if not node.children:
             self.evict(node)
             return before - self.used_bytes
+        self._tell_evict(node)
         node.ckpt = False
         self.n_ckpts -= 1
         self.evictions += 1

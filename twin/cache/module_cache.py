@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, Hit, TokenStateBytes
+from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -99,6 +99,7 @@ class ModuleCache(TokenStateBytes):
         self.reused_tokens = 0
         self.recompute_tokens = 0
         self.host_tokens = 0
+        self.on_evict: EvictHook | None = None  # never called: write-back is the radix trees'
         self.policy = policy
         policy.bind(self)
 

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, Hit, TokenStateBytes
+from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Match, Node, RadixTree
 from twin.cache.snapshot import CacheSnapshot, fill, take_snapshot
@@ -74,6 +74,7 @@ class PrefixCache(TokenStateBytes):
         # tree's mutation count they were made at (:meth:`match`).
         self._memos: list[tuple[np.ndarray, Match]] = []
         self._memo_at = -1
+        self.on_evict: EvictHook | None = None  # a host tier's write-back (RequestCache)
         self.policy = policy
         policy.bind(self)
 
@@ -247,6 +248,7 @@ class PrefixCache(TokenStateBytes):
         """Evict ``node``; return the bytes freed. A leaf goes; a one-child node folds into it."""
         if not self.evictable(node):
             raise ValueError(f"{node!r} is not evictable")
+        self._tell_evict(node)
         before = self.used_bytes
         if node.children:
             self._merge(node)
@@ -256,6 +258,23 @@ class PrefixCache(TokenStateBytes):
             self._tidy(parent)
         self.evictions += 1
         return before - self.used_bytes
+
+    def _tell_evict(self, node: Node) -> None:
+        """Hand ``node``'s path and whether its state goes to ``on_evict`` (if set).
+
+        A leaf takes its KV and checkpoint; a one-child node folds (its KV stays
+        with the child) and takes only its checkpoint.
+        """
+        hook = self.on_evict
+        if hook is None:
+            return
+        parts = []
+        walk: Node | None = node
+        while walk is not None and walk is not self.root:
+            parts.append(walk.tokens)
+            walk = walk.parent
+        path = np.concatenate(parts[::-1])
+        hook(path, bool(node.ckpt) or not self.has_ssm)
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self) -> CacheSnapshot:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from twin.cache.base import Hit
+from twin.errors import TwinError
 
 if TYPE_CHECKING:
     from twin.cache.base import CacheStructure
@@ -76,13 +77,39 @@ class Admission:
 class RequestCache:
     """The request-facing side of one cache structure (module docstring)."""
 
-    __slots__ = ("admissions", "cache", "host", "policy", "split")
+    __slots__ = (
+        "admissions",
+        "cache",
+        "host",
+        "policy",
+        "split",
+        "write_policy",
+        "written_back_states",
+        "written_back_tokens",
+    )
 
-    def __init__(self, cache: CacheStructure, host: CacheStructure | None = None) -> None:
+    def __init__(
+        self,
+        cache: CacheStructure,
+        host: CacheStructure | None = None,
+        write_policy: str = "write_through",
+    ) -> None:
+        if write_policy not in WRITE_POLICIES:
+            raise TwinError(
+                f"host write policy {write_policy!r}: expected one of {', '.join(WRITE_POLICIES)}"
+            )
         self.cache = cache
-        # A host-memory tier (twin.cache.host_tier): written through on every insert,
-        # looked up after the GPU cache; a longer hit there is loaded back.
+        # A host-memory tier: filled by ``write_policy`` (module constant
+        # WRITE_POLICIES), looked up after the GPU cache; a longer hit there is
+        # loaded back.
         self.host = host
+        self.write_policy = write_policy
+        # Device-to-host copies made by write-back evictions (the engine prices
+        # them into the step that evicts: ``written_back`` in the replica).
+        self.written_back_tokens = 0
+        self.written_back_states = 0
+        if host is not None and write_policy == "write_back":
+            cache.on_evict = self._write_back
         self.policy = cache.policy
         # Resume counting where the cache's clock is (a restored snapshot).
         self.admissions: int = cache.clock
@@ -101,9 +128,8 @@ class RequestCache:
             return 0
         cache = self.cache
         before = cache.checkpoints_admitted
+        self._write_through(adm.prompt, adm.at_prefill, adm.modules)
         adm.prefill_tokens = cache.insert(adm.prompt, adm.at_prefill, adm.modules)
-        if self.host is not None:
-            self.host.insert(adm.prompt, adm.at_prefill, adm.modules)
         return cache.checkpoints_admitted - before
 
     def insert_at_completion(self, adm: Admission) -> int:
@@ -113,9 +139,8 @@ class RequestCache:
         cache = self.cache
         before = cache.checkpoints_admitted
         assert adm.full is not None, "insert after release"
+        self._write_through(adm.full, adm.at_completion, adm.modules)
         cache.insert(adm.full, adm.at_completion, adm.modules)
-        if self.host is not None:
-            self.host.insert(adm.full, adm.at_completion, adm.modules)
         return cache.checkpoints_admitted - before
 
     def release(self, adm: Admission) -> None:
@@ -137,6 +162,52 @@ class RequestCache:
         self.cache.set_clock(self.admissions)
         return adm.hit
 
+    def _write_through(
+        self, seq: np.ndarray, checkpoints: list[int], modules: np.ndarray | None
+    ) -> None:
+        """Back up to the host what this insert's policy says (before the GPU insert).
+
+        SGLang ``HiRadixCache._insert_helper`` bumps the hit count of every node
+        the insert walks (``inc_hit_count``; a new node starts at one) and backs
+        a node up once the count reaches ``write_through_threshold``
+        (``HiRadixCache.__init__``: 1 for ``write_through``, 2 otherwise). So
+        ``write_through`` copies everything inserted, ``write_through_selective``
+        only the part the GPU already held (this insert is its second), and
+        ``write_back`` nothing here (``inc_hit_count`` returns at once). The
+        copies overlap compute (non-blocking ``write_backup``) and are not priced.
+        """
+        host = self.host
+        if host is None or self.write_policy == "write_back":
+            return
+        if self.write_policy == "write_through":
+            host.insert(seq, checkpoints, modules)
+            return
+        held = self.cache.peek(seq[: max(checkpoints)])
+        if held:
+            host.insert(seq, [held], modules)
+
+    def _write_back(self, path: np.ndarray, has_state: bool) -> None:
+        """``on_evict`` under write-back: copy the victim to the host before it goes.
+
+        SGLang ``HiRadixCache.evict``: a victim not yet backed up is written to
+        the host (``write_backup(write_back=True)``) and the eviction waits for
+        the copy (``writing_check(write_back=True)`` blocks), so the engine
+        prices it into the evicting step. The twin's host tier is a prefix cache
+        of its own, whose hits need the whole prefix: the victim goes with its
+        path (ancestors still on the GPU included; only tokens new to the host
+        are copied and counted). A position without a state cannot end a hit
+        on a model with SSM layers, so nothing is copied for it. What the host
+        cannot fit (after its own evictions) is lost.
+        """
+        host = self.host
+        assert host is not None
+        if self.split and not has_state:
+            return
+        states = host.checkpoints_admitted
+        self.written_back_tokens += host.insert(path, [len(path)])
+        if self.split:
+            self.written_back_states += host.checkpoints_admitted - states
+
     def _admit(
         self,
         prompt: np.ndarray,
@@ -147,6 +218,8 @@ class RequestCache:
         cache, policy = self.cache, self.policy
         order = self.admissions
         cache.set_clock(order)
+        if self.host is not None:
+            self.host.set_clock(order)  # the host tier's recency runs on the same clock
         self.admissions += 1
         policy.on_request(cache, prompt, full)
         hit = cache.lookup(prompt, modules)
@@ -155,8 +228,12 @@ class RequestCache:
         host = self.host
         loaded = 0
         if host is not None:
-            # The host holds everything the GPU cache was given (write-through), so
-            # its hit is at least as long; what the GPU lacks is loaded back.
+            # The longest prefix across both tiers (SGLang ``match_prefix`` walks
+            # one tree whose nodes are on the GPU, backed up, or both): a host hit
+            # past the GPU's is loaded back, only what the GPU lacks
+            # (``HiRadixCache.load_back``). Under write-through the host's hit is
+            # at least the GPU's; under write-back or selective it may be shorter
+            # or none, and the GPU hit stands.
             far = host.peek(prompt)
             if far > hit.length:
                 host.lookup(prompt)  # an access: the host tier's policy refreshes it
@@ -175,6 +252,10 @@ class RequestCache:
         adm = Admission(order, prompt, full, hit, at_prefill, at_completion, modules)
         adm.host_tokens = loaded
         return adm
+
+
+# How the host tier is filled: SGLang's --hicache-write-policy (server_args.py).
+WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
 
 def serve(

@@ -140,6 +140,7 @@ class Cluster:
                     schedule_policy=config.schedule_policy,
                     kv_allocator=allocator_for(config.kv_allocator, config.policy),
                     new_token_ratio=config.new_token_ratio or None,
+                    host_write_policy=config.host_write_policy,
                 )
             )
         self.horizon_s = horizon(self.source, config)

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from twin.cache.requests import WRITE_POLICIES
 from twin.engine.modes import PREEMPTIONS, SCHEDULE_POLICIES
 from twin.errors import TwinError
 from twin.hardware import GB
@@ -78,6 +79,12 @@ class EngineConfig:
         "or cache_bytes); 0: none (SGLang --hicache-ratio)",
     )
     host_cache_bytes: int = _opt(0, "host-memory tier per replica, bytes (vLLM CPU offload)")
+    host_write_policy: str = _opt(
+        "write_through",
+        "how the host tier is filled: write_through (every insert), "
+        "write_through_selective (a prefix's second insert) or write_back (GPU evictions, "
+        "priced); SGLang --hicache-write-policy",
+    )
     new_token_ratio: dict[str, float] = field(
         default_factory=dict,
         metadata={
@@ -134,6 +141,11 @@ class EngineConfig:
             "must be >= 0",
         )
         need(self.host_cache_bytes >= 0, "host_cache_bytes", "must be >= 0")
+        need(
+            self.host_write_policy in WRITE_POLICIES,
+            "host_write_policy",
+            f"must be one of {', '.join(WRITE_POLICIES)}",
+        )
         allocator_for(self.kv_allocator, self.policy)  # a clear error for an unknown name
         need(
             self.shared_pool or self.kv_allocator == AUTO,
@@ -163,6 +175,7 @@ _OMITTED_AT_DEFAULT = (
     "schedule_policy",
     "host_cache_ratio",
     "host_cache_bytes",
+    "host_write_policy",
     "kv_allocator",
     "new_token_ratio",
 )

@@ -66,6 +66,11 @@ class StepPricer(Protocol):
         modules kept there, or the host tier's hits)."""
         ...
 
+    def write_back_time(self, tokens: int, states: int) -> float:
+        """Seconds to copy ``tokens`` tokens' KV and ``states`` recurrent states from the
+        device to host memory (the host tier's write-back, which evictions wait for)."""
+        ...
+
 
 class PricerBase:
     """Implements :meth:`decode_run` by pricing each step; subclasses give ``step_time``."""
@@ -87,6 +92,9 @@ class PricerBase:
         return 0.0
 
     def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+        return 0.0
+
+    def write_back_time(self, tokens: int, states: int) -> float:
         return 0.0
 
 
@@ -156,6 +164,13 @@ class CostModelPricer(PricerBase):
             seconds += cm.kv_transfer_s(host_tokens, "host", "device")
         if host_states:
             seconds += cm.checkpoint_copy_s(host_states, "host", "device")
+        return float(seconds)
+
+    def write_back_time(self, tokens: int, states: int) -> float:
+        cm = self.cost_model
+        seconds = cm.kv_transfer_s(tokens, "device", "host") if tokens else 0.0
+        if states:
+            seconds += cm.checkpoint_copy_s(states, "device", "host")
         return float(seconds)
 
     def _exact(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from twin.cache.requests import WRITE_POLICIES
 from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -244,29 +245,24 @@ def _sglang_host_tier(out: dict[str, Any]) -> None:
 
     SGLang builds ``HiRadixCache`` only under ``--enable-hierarchical-cache``
     (``scheduler.py``), its host pool ``hicache_ratio`` x the device pool
-    (``server_args.py``, default 2.0); without it the ratio is read by nothing,
-    so the twin refuses the ratio alone rather than ignore it.
+    (``server_args.py``, default 2.0); without it the ratio and the write policy
+    are read by nothing, so the twin refuses them alone rather than ignore them.
     """
     enabled, ratio = out.pop("hicache", False), out.pop("hicache_ratio", None)
-    if ratio is not None and not enabled:
-        raise TwinError(
-            "--set hicache_ratio: SGLang reads it only with the host tier on; "
-            "add --set enable_hierarchical_cache=true"
-        )
+    host_flags = {"hicache_ratio": ratio, "hicache_write_policy": out.get("host_write_policy")}
+    for name, value in host_flags.items():
+        if value is not None and not enabled:
+            raise TwinError(
+                f"--set {name}: SGLang reads it only with the host tier on; "
+                "add --set enable_hierarchical_cache=true"
+            )
     if enabled:
         out["host_cache_ratio"] = 2.0 if ratio is None else ratio
 
 
 def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # Only write-through is modelled (every cached page also goes to host memory,
-    # its copy overlapped and not priced). SGLang's write_through_selective (backed
-    # up at the second hit) and write_back (backed up when evicted, the eviction
-    # waiting for the copy: hiradix_cache.py) are refused, not approximated.
-    if value in ("write_back", "write_through_selective"):
-        raise TwinError(
-            f"--set hicache_write_policy={value}: not modelled yet (only write_through)"
-        )
-    _choice("hicache_write_policy", value, ("write_through",))
+    # SGLang --hicache-write-policy (server_args.py); the rules: twin.cache.requests.
+    out["host_write_policy"] = _choice("hicache_write_policy", value, WRITE_POLICIES)
 
 
 def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -379,7 +375,11 @@ SGLANG = EngineMode(
             ("hicache_ratio", Flag("host tier / device pool", _sglang_hicache_ratio, "2")),
             (
                 "hicache_write_policy",
-                Flag("write_through", _sglang_write_policy, "write_through"),
+                Flag(
+                    "write_through, write_through_selective or write_back",
+                    _sglang_write_policy,
+                    "write_through",
+                ),
             ),
             (
                 "radix_eviction_policy",

@@ -75,16 +75,19 @@ class Replica:
         schedule_policy: str = "fcfs",
         kv_allocator: str = "bytes",
         new_token_ratio: dict[str, float] | None = None,
+        host_write_policy: str = "write_through",
     ) -> None:
         self.env = env
         self.index = index
         self.cache = cache
         self.policy = cache.policy
-        self.requests = RequestCache(cache, host)
+        self.requests = RequestCache(cache, host, host_write_policy)
         self.host = host
         self.pricer = pricer
         self.host_loaded_tokens = 0
         self.host_load_s = 0.0
+        self.host_write_s = 0.0  # write-back copies to the host tier, priced
+        self._written_back = (0, 0)  # (tokens, states) already priced
         self.memory_budget = memory_budget
         self.kv_per_token = model.kv_bytes_per_token
         self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
@@ -244,6 +247,23 @@ class Replica:
         back = kv.tokens(own, final) - kv.tokens(own - gpu_hit, final - gpu_hit)
         pool.release(back)
         seq.alloc -= back
+
+    def write_back_time(self) -> float:
+        """Seconds of the write-back copies made since the last call (0 without write-back).
+
+        SGLang's write-back eviction waits for its device-to-host copy
+        (``HiRadixCache.evict``, ``writing_check(write_back=True)``): the
+        scheduler adds this to the step during which the evictions happened.
+        """
+        req = self.requests
+        done = (req.written_back_tokens, req.written_back_states)
+        tokens, states = done[0] - self._written_back[0], done[1] - self._written_back[1]
+        if not tokens and not states:
+            return 0.0
+        self._written_back = done
+        seconds = self.pricer.write_back_time(tokens, states)
+        self.host_write_s += seconds
+        return seconds
 
     def cached_prefix(self, seq: Seq) -> int:
         """Tokens of ``seq``'s prompt the cache would hit now (no recency change)."""

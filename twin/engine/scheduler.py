@@ -69,6 +69,10 @@ class ReplicaSide(Protocol):
 
     copy_s: float  # seconds one checkpoint copy adds to the step that makes it
 
+    def write_back_time(self) -> float:
+        """Seconds of the host tier's write-back copies since the last call."""
+        ...
+
     def fits(self, seq: Seq) -> bool:
         """Whether ``seq``'s memory can be reserved now."""
         ...
@@ -279,9 +283,9 @@ class ContinuousBatching:
             # output token, or a preempted one whose recompute brought it there).
             completed.extend(seq for seq in prefilled if seq.out_len - seq.generated == 1)
             copies = self.replica.step_end(prefilled, completed)
-            copy_s = self.replica.copy_s
-            if copies and copy_s:
-                extra = copies * copy_s  # the checkpoint copies lengthen the step
+            # The checkpoint copies and write-back evictions' copies lengthen the step.
+            extra = copies * self.replica.copy_s + self.replica.write_back_time()
+            if extra:
                 self.busy_since = env.now
                 yield env.timeout(extra)
                 self.busy_s += extra

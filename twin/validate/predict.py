@@ -53,6 +53,9 @@ class PrefillOnlyPricer:
     def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
         return self.inner.hit_work_time(recompute, host_tokens, host_states)
 
+    def write_back_time(self, tokens: int, states: int) -> float:
+        return self.inner.write_back_time(tokens, states)
+
 
 def longest_prompt(workload: Workload) -> int:
     """Tokens in the workload's longest prompt (history included)."""
