@@ -251,11 +251,3 @@ def test_lpm_sorts_in_place_deprioritizes_in_queue_sharers_and_keeps_ties_by_his
     sched.waiting.rotate(1)  # b2 first now
     sched._order_by_prefix()
     assert [q.name for q in sched.waiting] == ["b2", "hot", "c", "short", "b"]
-
-
-@pytest.mark.parametrize("policy", ["write_back", "write_through_selective"])
-def test_hicache_write_policies_other_than_write_through_are_refused(policy):
-    with pytest.raises(TwinError, match=f"hicache_write_policy={policy}: not modelled"):
-        get_mode("sglang").settings(get_model("tiny-hybrid"), {"hicache_write_policy": policy})
-    on = {"hicache_write_policy": "write_through", "enable_hierarchical_cache": "true"}
-    assert get_mode("sglang").settings(get_model("tiny-hybrid"), on)["host_cache_ratio"] == 2.0

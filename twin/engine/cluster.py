@@ -296,6 +296,10 @@ class Cluster:
                     "loaded_tokens": r.host_loaded_tokens,
                     "load_s": r.host_load_s,
                 }
+                if self.config.host_write_policy == "write_back":
+                    # Copies evictions waited for (summaries of other policies unchanged).
+                    rep["host_cache"]["written_back_tokens"] = r.requests.written_back_tokens
+                    rep["host_cache"]["write_back_s"] = r.host_write_s
             if r.pool is not None:
                 pool: dict[str, Any] = {
                     "bytes": r.pool.size,
