@@ -82,6 +82,7 @@ class Segment:
         "pidx",
         "stamps",
         "start",
+        "states",
         "t0",
         "ver",
     )
@@ -99,6 +100,9 @@ class Segment:
         self.locks: dict[int, int] | None = None  # index -> pins
         self.stamps: dict[int, Any] | None = None  # index -> later stamp than t0
         self.ckpt_hit: set[int] | None = None  # indices whose state served a hit
+        # Indices holding a recurrent state, for a pool that keeps states on some
+        # blocks only (twin.cache.sparse_blocks); None here: every block has one.
+        self.states: set[int] | None = None
         self.ver = 0  # bumped on every change of the tail (lazy heap invalidation)
 
     def stamp(self, i: int) -> Any:
