@@ -7,6 +7,8 @@ on every block with the dense pool.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -215,12 +217,14 @@ def test_retention_none_reproduces_the_dense_runs_and_zero_keeps_fewer_states(tm
 
 
 def test_the_block_follows_the_largest_state_page():
-    # tiny-moe-hybrid mixes a GDN and a Mamba2 layer: vLLM pads every state page to
-    # one size, so the block must hold the larger (5,376 B), not their mean (4,224 B).
-    model = get_model("tiny-moe-hybrid")
-    assert largest_state_page(model) == 5376 > model.ssm_state_bytes_per_layer == 4224
-    attn_1 = model.kv_bytes_per_token // model.n_attention_layers
-    assert vllm_block_size(model) == 16 * -(-5376 // (16 * attn_1))
+    # A GDN and a Mamba2 layer (tiny-moe-hybrid, GDN value heads widened to 64): vLLM
+    # pads every state page to one size, so one attention page (2 KV heads x 16 x 2 x
+    # 2 B = 128 B a token) must hold the larger state, 10,752 B: 84 tokens, 6 x 16 =
+    # 96; the mean of the two (8,064 B, 63 tokens) would give 64.
+    model = dataclasses.replace(get_model("tiny-moe-hybrid"), gdn_head_v_dim=64)
+    assert model.kv_bytes_per_token // model.n_attention_layers == 128
+    assert largest_state_page(model) == 10752 and model.ssm_state_bytes_per_layer == 8064
+    assert vllm_block_size(model) == 96
 
 
 @pytest.mark.parametrize(

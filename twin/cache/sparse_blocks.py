@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from itertools import repeat
 
 import numpy as np
 
@@ -81,16 +80,7 @@ class SparseBlockCache(BlockCache):
     def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """The deepest state-holding block of the longest cached KV chain of ``seq``."""
         ref, blocks, _ = self._hit(seq)
-        if ref is None:
-            return Hit(0, None)
-        seg, i = ref
-        if seg.ckpt_hit is None:
-            seg.ckpt_hit = set()
-        if i not in seg.ckpt_hit:
-            seg.ckpt_hit.add(i)
-            self.checkpoints_hit += 1
-        self.policy.on_hit(self, ref)
-        return Hit(blocks * self.block_size, ref)
+        return Hit(0, None) if ref is None else self._hit_at(ref, blocks)
 
     def peek(self, seq: np.ndarray) -> int:
         return self._hit(seq)[1] * self.block_size
@@ -167,19 +157,10 @@ class SparseBlockCache(BlockCache):
                 room -= kvb + (cb if end in fresh else 0)
                 end += 1
         if end > k:
-            parent, pidx = attach if attach is not None else (None, -1)
-            seg = Segment(keys[k:end], k, self.next_nid, self.clock, parent, pidx)
-            self.next_nid += end - k
-            self.blocks.update(zip(seg.keys, repeat(seg)))
+            seg = self._add_segment(keys, k, end, attach)
             for b in sorted(fresh):
                 if b < end:
                     self._add_state(seg, b - k)
-            if parent is not None:
-                if parent.branches is None:
-                    parent.branches = {}
-                parent.branches[pidx] = parent.branches.get(pidx, 0) + 1
-                self._push(parent)  # its tail may have stopped being a leaf
-            self._push(seg)
         elif end:
             self.touch(self._ref(keys, end - 1))
         self.peak_bytes = max(self.peak_bytes, self.used_bytes)
