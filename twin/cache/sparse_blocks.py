@@ -73,8 +73,7 @@ class SparseBlockCache(BlockCache):
         return len(self.blocks) * self.kv_block_bytes + self.n_states * self.ckpt_bytes
 
     def node_bytes(self, node: BlockRef) -> int:
-        seg, i = node
-        return self.kv_block_bytes + (self.ckpt_bytes if seg.states and i in seg.states else 0)
+        return self.kv_block_bytes + (self.ckpt_bytes if self._has_state(node) else 0)
 
     # ------------------------------------------------------------------ queries
     def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
@@ -102,8 +101,7 @@ class SparseBlockCache(BlockCache):
         if kv == 0:
             return None, 0, 0
         seg: Segment | None = self.blocks[keys[kv - 1]]
-        assert seg is not None
-        i = kv - 1 - seg.start
+        i = kv - 1 - self.blocks[keys[kv - 1]].start
         # MambaManager.find_longest_cache_hit searches right to left for the first
         # cached state: here, up the chain of segments from the KV chain's end.
         while seg is not None:
@@ -111,7 +109,8 @@ class SparseBlockCache(BlockCache):
                 j = max((s for s in seg.states if s <= i), default=-1)
                 if j >= 0:
                     return (seg, j), seg.start + j + 1, kv
-            seg, i = seg.parent, seg.pidx
+            i = seg.pidx
+            seg = seg.parent
         return None, 0, kv
 
     # ------------------------------------------------------------------ insert
@@ -169,8 +168,8 @@ class SparseBlockCache(BlockCache):
         return (end - k) * bs
 
     def _has_state(self, node: BlockRef) -> bool:
-        seg, i = node
-        return bool(seg.states) and i in seg.states  # type: ignore[operator]
+        states = node[0].states
+        return states is not None and node[1] in states
 
     def _add_state(self, seg: Segment, i: int) -> None:
         if seg.states is None:
