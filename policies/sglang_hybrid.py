@@ -94,7 +94,9 @@ class SGLangPolicy(SGLangPlusPolicy):
         if not self.hybrid:
             super().on_hit(cache, node)
             return
-        cache.touch(node)
+        # cache.touch would also queue the node at its old stamp, an entry that the
+        # fresh stamp below makes stale at once: set the access time only.
+        node.t = cache.clock
         self._stamp_path(node)
 
     def on_insert_path(self, cache: CacheStructure, match: Match) -> None:

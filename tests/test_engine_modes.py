@@ -188,3 +188,75 @@ def test_sglang_lpm_admits_the_longest_cached_prefix_first(tmp_path, policy, fir
     later = 3 - first
     assert by[first].admitted_s < by[later].admitted_s
     assert by[2].hit_tokens >= 300 - 16  # it did hit A's prefix
+
+
+def test_hicache_ratio_without_the_host_tier_is_refused_and_with_it_sizes_the_tier():
+    model = get_model("tiny-hybrid")
+    sglang = get_mode("sglang")
+    with pytest.raises(TwinError, match="enable_hierarchical_cache=true"):
+        sglang.settings(model, {"hicache_ratio": "3"})
+    with pytest.raises(TwinError, match="enable_hierarchical_cache=true"):
+        sglang.settings(model, {"hicache_ratio": "3", "enable_hierarchical_cache": "false"})
+    on = {"enable_hierarchical_cache": "true"}
+    assert sglang.settings(model, {**on, "hicache_ratio": "3"})["host_cache_ratio"] == 3.0
+    assert sglang.settings(model, on)["host_cache_ratio"] == 2.0  # SGLang's default ratio
+    assert "host_cache_ratio" not in sglang.settings(model, {})
+
+
+def test_an_explicit_option_and_an_engine_flag_for_the_same_setting_must_agree():
+    chat = example_path("chat")
+    sets = {"max_running_requests": "32"}
+    with pytest.raises(TwinError, match="--max-running 64 conflicts with --set max_running_req"):
+        build_run(chat, engine="sglang", cache_gb="auto", sets=sets, max_running=64)
+    with pytest.raises(TwinError, match="--policy marconi conflicts with --set disable_radix"):
+        build_run(chat, engine="sglang", sets={"disable_radix_cache": "true"}, policy="marconi")
+    # Agreeing, or either alone, is fine.
+    cfg = build_run(chat, engine="sglang", cache_gb="auto", sets=sets, max_running=32).config
+    assert cfg.max_running == 32
+    assert build_run(chat, engine="sglang", max_running=64).config.max_running == 64
+
+
+def test_lpm_sorts_in_place_deprioritizes_in_queue_sharers_and_keeps_ties_by_history():
+    """SGLang ``_sort_by_longest_prefix`` over ``_compute_prefix_matches``: stable, in place
+    (ties keep the queue's current order), a request matching <= 32 cached tokens but 32 of
+    an earlier such waiting request's prompt last."""
+    from types import SimpleNamespace
+
+    import simpy
+
+    from twin.engine.scheduler import ContinuousBatching
+
+    cached = {}
+    replica = SimpleNamespace(
+        schedule_policy="lpm", cached_prefix=lambda q: cached.get(q.name, 0), pool=None
+    )
+    sched = ContinuousBatching(simpy.Environment(), replica, None, 256, 8)
+    b, c = np.arange(300, dtype=np.int32), np.arange(300, dtype=np.int32) + 5000
+
+    def seq(name, prompt):
+        return SimpleNamespace(name=name, alloc=0, req=SimpleNamespace(prompt=prompt))
+
+    queue = [
+        seq("b", b),
+        seq("b2", np.concatenate((b[:100], c[:50]))),  # shares 100 uncached tokens with b
+        seq("c", c),
+        seq("hot", c + 1),
+        seq("short", b[:10]),  # under 32 tokens: never deprioritized
+    ]
+    cached["hot"] = 200
+    sched.waiting.extend(queue)
+    sched._order_by_prefix()
+    assert [q.name for q in sched.waiting] == ["hot", "b", "c", "short", "b2"]
+    # Ties keep the current order, the last sort's (history), not arrival order.
+    cached.clear()
+    sched.waiting.rotate(1)  # b2 first now
+    sched._order_by_prefix()
+    assert [q.name for q in sched.waiting] == ["b2", "hot", "c", "short", "b"]
+
+
+@pytest.mark.parametrize("policy", ["write_back", "write_through_selective"])
+def test_hicache_write_policies_other_than_write_through_are_refused(policy):
+    with pytest.raises(TwinError, match=f"hicache_write_policy={policy}: not modelled"):
+        get_mode("sglang").settings(get_model("tiny-hybrid"), {"hicache_write_policy": policy})
+    on = {"hicache_write_policy": "write_through", "enable_hierarchical_cache": "true"}
+    assert get_mode("sglang").settings(get_model("tiny-hybrid"), on)["host_cache_ratio"] == 2.0

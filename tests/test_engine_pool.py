@@ -13,6 +13,7 @@ from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns,
 
 from twin.cache import BlockCache, PrefixCache
 from twin.engine import EngineConfig
+from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.engine.replica import Replica
 from twin.presets import get_model
 from workloads.schema import WorkloadRow
@@ -94,11 +95,15 @@ def traces(draw):
     return rows
 
 
-@settings(
+# The pool property tests' budget (also tests/test_engine_pool_split.py).
+POOL_EXAMPLES = settings(
     max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+@POOL_EXAMPLES
 @given(
     rows=traces(),
     policy=st.sampled_from(["vanilla", "sglang+", "sglang", "marconi", "vllm+", "vllm+@0"]),
@@ -108,6 +113,7 @@ def traces(draw):
     pool_kb=st.integers(160, 600),
     host_ratio=st.sampled_from([0.0, 0.5, 3.0]),
     allocator=st.sampled_from(["bytes", "paged", "jenga"]),
+    ratio=st.booleans(),
 )
 def test_pool_invariants_over_random_traces(
     tmp_path_factory,
@@ -120,6 +126,7 @@ def test_pool_invariants_over_random_traces(
     pool_kb,
     host_ratio,
     allocator,
+    ratio,
 ):
     """In use + cached + free = pool after every step; every hit exact; pins all released;
     every request completes exactly once, whatever preemption happened, with each of the
@@ -143,6 +150,7 @@ def test_pool_invariants_over_random_traces(
         state_slots=slots,
         host_cache_ratio=host_ratio,
         kv_allocator=allocator,
+        new_token_ratio=dict(ADMISSION) if ratio else {},  # SGLang's admission control
         gpu_memory_bytes=(spec.weight_bytes + pool_kb * 1000) / 0.9,
         max_batched_tokens=256,
     )

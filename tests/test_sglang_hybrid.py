@@ -166,3 +166,17 @@ def test_simulate_sglang_on_a_hybrid_runs_with_each_eviction_policy(eviction, wo
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["requests"]["measured"] == 4
+
+
+def test_a_hit_queues_each_node_on_its_path_once():
+    """on_hit refreshes the path with fresh stamps and queues each node once (no stale
+    duplicate at the old stamp)."""
+    cache = sglang_cache(100 * CK)
+    serve_all(cache, X, Y)  # S is a branch point: X and Y leaves under it
+    policy = cache.policy
+    full, states = len(policy._full), len(policy._states)
+    hit = cache.lookup(X)
+    assert hit.length > 0
+    # The path from X's leaf to the root: S (a state, inner) and X's leaf (a state, a leaf).
+    assert len(policy._full) - full == 1
+    assert len(policy._states) - states == 2

@@ -73,19 +73,39 @@ class HybridRadixCache(PrefixCache):
         # without evicting while the total fits; the shares apply again at the next
         # insert. ``verify`` checks the pools against these.
         self._limits = (0, 0)
+        # SGLang's separate pools for running requests too (twin.cache.pool.SplitPool):
+        # (KV bytes, state bytes) the cache may hold, set by that pool; None: the
+        # ratio's split of ``capacity``.
+        self.split: tuple[int, int] | None = None
         self._pools = policy  # the policy, with the two LRU lists' victims
         super().__init__(model, capacity_bytes, policy)
 
     # ------------------------------------------------------------------ pools
     @property
     def state_capacity(self) -> int:
-        """Bytes the mamba pool may hold: ``capacity * r / (1 + r)``."""
+        """Bytes the mamba pool may hold: ``capacity * r / (1 + r)`` (or the split's)."""
+        if self.split is not None:
+            return self.split[1]
         return int(self.capacity * self.ratio / (1.0 + self.ratio))
 
     @property
     def kv_capacity(self) -> int:
-        """Bytes the full-attention KV pool may hold: the rest of ``capacity``."""
+        """Bytes the full-attention KV pool may hold: the rest of ``capacity`` (or the split's)."""
+        if self.split is not None:
+            return self.split[0]
         return self.capacity - self.state_capacity
+
+    def hold_pools(self, kv: int, states: int) -> bool:
+        """Hold the pools to ``kv`` and ``states`` bytes, evicting by each pool's LRU.
+
+        (:class:`twin.cache.pool.SplitPool`: running requests took the rest.)
+        ``False`` when pins keep a pool over its limit; the limits stay set.
+        """
+        self.split = (max(kv, 0), max(states, 0))
+        self.capacity = self.split[0] + self.split[1]
+        ok = self._evict_pools()
+        self._hold_limits()
+        return ok
 
     # ------------------------------------------------------------------ insert
     def insert(

@@ -85,7 +85,8 @@ def simulate(
         None,
         "--max-running",
         min=1,
-        help="Most sequences in a replica's running batch. [default: 256]",
+        help="Most sequences in a replica's running batch; an engine flag for it "
+        "(max_num_seqs, max_running_requests) must agree. [default: 256]",
     ),
     gpu_mem_util: float | None = typer.Option(
         None,

@@ -138,6 +138,7 @@ class Cluster:
                     host=host,
                     schedule_policy=config.schedule_policy,
                     kv_allocator=allocator_for(config.kv_allocator, config.policy),
+                    new_token_ratio=config.new_token_ratio or None,
                 )
             )
         self.horizon_s = horizon(self.source, config)
@@ -301,6 +302,9 @@ class Cluster:
                     "kv_allocator": r.kv.name if r.kv is not None else None,
                     "preemptions": r.preemptions,
                 }
+                if r.split:  # SGLang's mamba pool beside the KV pool (bytes above)
+                    rep["pool"]["state_bytes"] = r.pool.state_size
+                    rep["pool"]["peak_running_state_bytes"] = r.pool.peak_running_states
             reps.append(rep)
         return RunStats(
             end,

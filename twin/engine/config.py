@@ -78,6 +78,14 @@ class EngineConfig:
         "or cache_bytes); 0: none (SGLang --hicache-ratio)",
     )
     host_cache_bytes: int = _opt(0, "host-memory tier per replica, bytes (vLLM CPU offload)")
+    new_token_ratio: dict[str, float] = field(
+        default_factory=dict,
+        metadata={
+            "help": "shared pool: SGLang's new_token_ratio admission control with these "
+            "settings (twin.engine.admission.DEFAULTS; the sglang mode sets them); "
+            "empty: admission by memory alone"
+        },
+    )
     kv_allocator: str = _opt(
         "auto",
         "shared pool: how running requests' KV is paged: bytes (exact), paged "
@@ -156,6 +164,7 @@ _OMITTED_AT_DEFAULT = (
     "host_cache_ratio",
     "host_cache_bytes",
     "kv_allocator",
+    "new_token_ratio",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -143,6 +144,8 @@ class EngineMode:
     models: str  # which real system this mode models (README, --help)
     flags: dict[str, Flag] = field(default_factory=dict)
     options: Callable[[ModelSpec, dict[str, Any]], dict[str, Any]] = lambda m, s: {}
+    # SGLang's new_token_ratio admission settings (twin.engine.admission); None: none.
+    admission: dict[str, float] | None = None
 
     def settings(self, model: ModelSpec, sets: dict[str, str]) -> dict[str, Any]:
         """EngineConfig fields for this mode with ``sets`` (``--set name=value``) applied."""
@@ -163,6 +166,8 @@ class EngineMode:
             if name in sets:
                 flag.apply(sets[name], model, out)
         out["policy_options"] = {**self.options(model, out), **out.get("policy_options", {})}
+        if self.admission is not None:
+            out["new_token_ratio"] = {**self.admission, **out.pop("new_token_ratio", {})}
         if self.name != "paper":
             out["engine"] = self.name
             if sets:
@@ -305,20 +310,41 @@ def _sglang_radix(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 
 def _sglang_hicache(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # HiCache's host pool defaults to twice the device pool (server_args.py hicache_ratio 2.0).
-    if _bool("enable_hierarchical_cache", value):
-        out.setdefault("host_cache_ratio", 2.0)
+    out["hicache"] = _bool("enable_hierarchical_cache", value)
 
 
 def _sglang_hicache_ratio(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # SGLang requires a host pool larger than the device pool (ratio > 1); giving the
-    # ratio implies the hierarchical cache here.
-    out["host_cache_ratio"] = _float("hicache_ratio", value, 1.0, 1e3)
+    # SGLang requires a host pool larger than the device pool (ratio > 1).
+    out["hicache_ratio"] = _float("hicache_ratio", value, 1.0, 1e3)
+
+
+def _sglang_host_tier(out: dict[str, Any]) -> None:
+    """HiCache's host tier from the two flags (``_sglang_options``, after every flag).
+
+    SGLang builds ``HiRadixCache`` only under ``--enable-hierarchical-cache``
+    (``scheduler.py``), its host pool ``hicache_ratio`` x the device pool
+    (``server_args.py``, default 2.0); without it the ratio is read by nothing,
+    so the twin refuses the ratio alone rather than ignore it.
+    """
+    enabled, ratio = out.pop("hicache", False), out.pop("hicache_ratio", None)
+    if ratio is not None and not enabled:
+        raise TwinError(
+            "--set hicache_ratio: SGLang reads it only with the host tier on; "
+            "add --set enable_hierarchical_cache=true"
+        )
+    if enabled:
+        out["host_cache_ratio"] = 2.0 if ratio is None else ratio
 
 
 def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # Only write-through is modelled (every cached page also goes to host memory,
-    # its copy overlapped and not priced); write_back is refused, not approximated.
+    # its copy overlapped and not priced). SGLang's write_through_selective (backed
+    # up at the second hit) and write_back (backed up when evicted, the eviction
+    # waiting for the copy: hiradix_cache.py) are refused, not approximated.
+    if value in ("write_back", "write_through_selective"):
+        raise TwinError(
+            f"--set hicache_write_policy={value}: not modelled yet (only write_through)"
+        )
     _choice("hicache_write_policy", value, ("write_through",))
 
 
@@ -336,6 +362,7 @@ def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 
 def _sglang_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
+    _sglang_host_tier(out)
     eviction = out.pop("radix_eviction", None)
     options: dict[str, Any] = {
         k: out.pop(k) for k in ("mamba_full_memory_ratio", "page_size") if k in out
@@ -368,6 +395,44 @@ def _sglang_schedule(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # SchedulePolicy.calc_priority); the other cache-aware orders (dfs-weight) and the
     # cache-agnostic lof/random are not modelled.
     out["schedule_policy"] = _choice("schedule_policy", value, SCHEDULE_POLICIES)
+
+
+def _sglang_admission(name: str, kind: str) -> Apply:
+    """A flag that sets one of SGLang's new_token_ratio settings (twin.engine.admission)."""
+
+    def apply(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+        if kind == "int":
+            v: float = _int(name, value, 0 if name == "sglang_retract_decode_steps" else 1)
+        elif name == "schedule_conservativeness" and value.strip() in ("0", "0.0"):
+            v = 0.0  # SGLang asserts only >= 0 (scheduler.py): 0 reserves nothing
+        else:
+            v = _float(name, value, 0.0, 1e3)
+        out.setdefault("new_token_ratio", {})[name] = v
+
+    return apply
+
+
+def _admission_flags() -> list[tuple[str, Flag]]:
+    """SGLang's new_token_ratio knobs: the server flag and its environment variables."""
+    helps = {
+        "schedule_conservativeness": "scales the new_token_ratio (server flag)",
+        "sglang_init_new_token_ratio": "new_token_ratio at start and after no decode (env)",
+        "sglang_min_new_token_ratio_factor": "floor of the ratio, x its start (env)",
+        "sglang_new_token_ratio_decay_steps": "decode steps from start to floor (env)",
+        "sglang_retract_decode_steps": "steps a retraction leaves room for (env)",
+        "sglang_clip_max_new_tokens_estimation": "max_new_tokens clip in the estimate (env)",
+    }
+    return [
+        (
+            name,
+            Flag(
+                help,
+                _sglang_admission(name, "int" if isinstance(ADMISSION[name], int) else "float"),
+                f"{ADMISSION[name]:g}",
+            ),
+        )
+        for name, help in helps.items()
+    ]
 
 
 SGLANG = EngineMode(
@@ -405,10 +470,12 @@ SGLANG = EngineMode(
                 Flag("state pool / KV pool (hybrids)", _sglang_ratio, "0.9"),
             ),
             ("page_size", Flag("tokens a page (hybrids: extra_buffer)", _sglang_page, "1")),
+            *_admission_flags(),
             *_batching_flags("max_running_requests", "chunked_prefill_size", "mem_fraction_static"),
         ]
     ),
     options=_sglang_options,
+    admission=dict(ADMISSION),
 )
 
 PAPER = EngineMode(

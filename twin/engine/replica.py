@@ -41,7 +41,9 @@ from typing import Any
 import simpy
 
 from twin.cache import CacheStructure, RequestCache
-from twin.cache.pool import SharedPool
+from twin.cache.hybrid_radix import HybridRadixCache
+from twin.cache.pool import SharedPool, SplitPool
+from twin.engine.admission import NewTokenRatio
 from twin.engine.cost import StepPricer
 from twin.engine.scheduler import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun, get_scheduler
 from twin.engine.seq import Seq
@@ -72,6 +74,7 @@ class Replica:
         host: CacheStructure | None = None,
         schedule_policy: str = "fcfs",
         kv_allocator: str = "bytes",
+        new_token_ratio: dict[str, float] | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -91,7 +94,15 @@ class Replica:
         self.copy_s = (
             pricer.checkpoint_copy_time() if self.state_bytes and state_slots == 1 else 0.0
         )
-        self.pool = SharedPool(int(memory_budget), cache) if shared_pool else None
+        # SGLang keeps a hybrid model's states in their own pool (SplitPool); other
+        # caches share one pool of bytes.
+        self.split = shared_pool and isinstance(cache, HybridRadixCache)
+        self.pool: SharedPool | None = None
+        if self.split:
+            assert isinstance(cache, HybridRadixCache)
+            self.pool = SplitPool(int(memory_budget), cache)
+        elif shared_pool:
+            self.pool = SharedPool(int(memory_budget), cache)
         # Shared pool: a running request's bytes under the engine's allocator (issue 15).
         self.kv = get_kv_allocator(kv_allocator, model, state_slots) if shared_pool else None
         self.growth = self.kv.growth if self.kv is not None else self.kv_per_token  # per token
@@ -99,6 +110,12 @@ class Replica:
         self.preemptions = 0
         self.running_requests = self.peak_running_requests = 0  # shared pool: admitted, not done
         self.schedule_policy = schedule_policy
+        # SGLang's admission control (twin.engine.admission): shared pool only.
+        self.new_token_ratio = (
+            NewTokenRatio.from_options(new_token_ratio)
+            if new_token_ratio is not None and shared_pool
+            else None
+        )
         self.memory_used = 0  # dedicated cache only (the shared pool counts its own bytes)
         self.outstanding_tokens = 0  # the routers' load signal
         self.submitted = self.rejected = 0
@@ -133,7 +150,12 @@ class Replica:
             footprint = kv.most(total)
         seq = Seq(req, self.index, env.now, footprint, env)
         self.submitted += 1
-        if footprint > self.memory_budget:
+        too_big = footprint > self.memory_budget
+        if self.split:
+            # Each of SGLang's pools must hold its part (SplitPool).
+            assert isinstance(self.pool, SplitPool) and kv is not None
+            too_big = kv.state > self.pool.state_size or footprint - kv.state > self.pool.size
+        if too_big:
             # As a server answers a request longer than it can ever hold: an
             # error now, recorded, rather than a queue that never drains.
             seq.rejected = True
@@ -161,11 +183,28 @@ class Replica:
         # hit: cached pages could be reclaimed by this very allocation.
         kv = self.kv
         assert kv is not None
-        need = kv.tokens(seq.prompt_len + seq.generated, seq.prompt_len + seq.out_len) + kv.state
-        if not pool.allocate(need):
-            return False
+        need = kv.tokens(seq.prompt_len + seq.generated, seq.prompt_len + seq.out_len)
+        if self.split:
+            # State slots from the mamba pool first (HybridReqToTokenPool.alloc in
+            # alloc_req_slots), then the tokens from the KV pool.
+            assert isinstance(pool, SplitPool)
+            if not pool.allocate_states(kv.state):
+                return False
+            if not pool.allocate(need):
+                pool.release_states(kv.state)
+                return False
+        else:
+            need += kv.state
+            if not pool.allocate(need):
+                return False
         seq.alloc = need
         return True
+
+    def _free_states(self) -> None:
+        """Split pools: a request that held state slots gives them back (SplitPool)."""
+        if self.split:
+            assert isinstance(self.pool, SplitPool) and self.kv is not None
+            self.pool.release_states(self.kv.state)
 
     def admit(self, seq: Seq) -> None:
         """Admit to the cache (lookup, pin, checkpoints: ``RequestCache.admit``), reserve memory."""
@@ -210,6 +249,29 @@ class Replica:
         """Tokens of ``seq``'s prompt the cache would hit now (no recency change)."""
         return self.cache.peek(seq.req.prompt)
 
+    def headroom_tokens(self) -> int:
+        """Shared pool: free + evictable tokens (SGLang's ``available_size + evictable_size``).
+
+        Every cached page counts as evictable but those known pinned (the pool's floor).
+        """
+        pool = self.pool
+        assert pool is not None
+        return (pool.size - pool.running - pool.floor) // self.growth if self.growth else 1 << 62
+
+    def ratio_candidate(self, seq: Seq) -> int:
+        """Tokens ``seq`` must find free to pass SGLang's ``add_one_req`` check.
+
+        Its extend (what is not cached on the GPU), its clipped remaining output,
+        one page (``per_req_token_overhead``), and its state slots' bytes in tokens.
+        """
+        ratio = self.new_token_ratio
+        kv = self.kv
+        assert ratio is not None and kv is not None
+        extend = seq.prompt_len + seq.generated - self.cached_prefix(seq)
+        # One pool: the state slots are bytes of it too (split pools gate them apart).
+        state = -(-kv.state // self.growth) if self.growth and not self.split else 0
+        return ratio.candidate(max(extend, 1), seq.out_len - seq.generated) + state
+
     def grow(self, tokens: int) -> bool:
         """Shared pool: take ``tokens`` tokens' pages for running requests; ``False``: no room."""
         pool = self.pool
@@ -236,6 +298,7 @@ class Replica:
         assert pool is not None
         pool.release(seq.alloc)
         seq.alloc = 0
+        self._free_states()
 
     def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
         """Shared pool: free ``seq``'s pages and its hold on the cache; it will start again.
@@ -251,6 +314,7 @@ class Replica:
         assert pool is not None and seq.cached is not None
         pool.release(seq.alloc + decoded * self.growth)
         seq.alloc = 0
+        self._free_states()
         self.requests.release(seq.cached)
         pool.unpinned()
         seq.cached = None
@@ -284,6 +348,7 @@ class Replica:
                 # Its pages come free first: the cache may keep them (vLLM's freed
                 # blocks stay hashed; SGLang's cache_finished_req inserts them).
                 pool.release(seq.alloc + (seq.finish_step - seq.start_step) * self.growth)
+                self._free_states()
                 pool.unpinned()
                 seq.alloc = 0
                 self.running_requests -= 1

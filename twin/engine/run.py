@@ -14,6 +14,7 @@ from twin.cache import PrefillFlops
 from twin.engine.cluster import Cluster, expected_horizon
 from twin.engine.config import EngineConfig, build_config
 from twin.engine.cost import StepPricer, make_pricer
+from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
 from workloads.reader import Workload
@@ -155,11 +156,34 @@ def mode_fields(
     """
     from twin.engine.modes import get_mode
 
-    fields = get_mode(engine).settings(model, sets or {})
+    mode = get_mode(engine)
+    fields = mode.settings(model, sets or {})
+    for flag, value in (sets or {}).items():
+        # An explicit option and an engine flag for the same setting must agree
+        # (--max-running 64 with --set max_running_requests=32 is refused, not
+        # silently resolved); alone, either one applies.
+        name = flag.lstrip("-").replace("-", "_")
+        wrote: dict[str, Any] = {}
+        mode.flags[name].apply(value, model, wrote)
+        for field, mine in wrote.items():
+            if field in _OPTION_NAMES and field in settings and settings[field] != mine:
+                raise TwinError(
+                    f"{_OPTION_NAMES[field]} {settings[field]} conflicts with --set "
+                    f"{name}={value} (both set {field}); give one of them"
+                )
     if "policy" in settings and "policy_options" not in settings:
         fields.pop("policy_options", None)
     fields.update(settings)
     return fields
+
+
+# The options of `twin simulate` that an engine flag can also set (mode_fields).
+_OPTION_NAMES = {
+    "policy": "--policy",
+    "max_running": "--max-running",
+    "max_batched_tokens": "--max-batched-tokens",
+    "memory_utilization": "--gpu-mem-util",
+}
 
 
 def build_run(

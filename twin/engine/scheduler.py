@@ -48,6 +48,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 import simpy
 
+from twin.engine.admission import NewTokenRatio
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
 from twin.errors import TwinError
@@ -59,6 +60,8 @@ MIN_RUN_STEPS = 256
 MAX_RUN_STEPS = 4096
 # SGLang's lpm falls back to FCFS past this many waiting requests (schedule_policy.py).
 LPM_MAX_WAITING = 128
+# SGLang's in-batch prefix caching thresholds (schedule_policy.py, both 32 by default).
+IN_BATCH_PREFIX = 32
 
 
 class ReplicaSide(Protocol):
@@ -90,6 +93,12 @@ class ReplicaSide(Protocol):
     def shrink(self, tokens: int) -> None: ...
     def preempt(self, seq: Seq, decoded: int, kept: int) -> None: ...
     def unreserve(self, seq: Seq) -> None: ...
+
+    # SGLang's new_token_ratio admission control (None: admission by memory alone).
+    new_token_ratio: NewTokenRatio | None
+
+    def headroom_tokens(self) -> int: ...
+    def ratio_candidate(self, seq: Seq) -> int: ...
 
 
 class Scheduler(Protocol):
@@ -189,6 +198,11 @@ class ContinuousBatching:
         self._run_cap = MIN_RUN_STEPS
         self.shared = getattr(replica, "pool", None) is not None
         self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
+        # SGLang's PrefillAdder reservation (twin.engine.admission); the tokens this
+        # step's admissions reserved and how many they were.
+        self.ratio: NewTokenRatio | None = getattr(replica, "new_token_ratio", None)
+        self._step_reserved = self._step_admitted = 0
+        self._ratio_blocked = False
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq`` (FCFS) and wake the loop if it idles."""
@@ -255,6 +269,8 @@ class ContinuousBatching:
                     self._run_cap = MIN_RUN_STEPS
                 self.busy_s += run.end(m)
                 self.step_no += m
+                if self.ratio is not None:
+                    self.ratio.decayed(m)
                 if self.shared and m < run.k:
                     self.replica.shrink((run.k - m) * len(self.decoding))
                 prefilled = []
@@ -280,9 +296,41 @@ class ContinuousBatching:
                 seq.done.succeed()
 
     def _can_admit(self) -> bool:
+        self._ratio_blocked = False
         if not self.waiting or len(self.prefilling) + len(self.decoding) >= self.max_running:
             return False
-        return self.replica.fits(self.waiting[0])
+        head = self.waiting[0]
+        if self.ratio is not None and not head.alloc and not self._ratio_admits(head):
+            self._ratio_blocked = True
+            return False
+        return self.replica.fits(head)
+
+    def _running_left(self) -> list[int]:
+        """Output tokens each running request (admitted before this step) has still to come."""
+        n = self.step_no
+        left = [e[0] - n for e in self.decoding]  # finish step - now
+        earlier = len(self.prefilling) - self._step_admitted
+        left.extend(q.out_len - q.generated for q in list(self.prefilling)[:earlier])
+        return left
+
+    def _ratio_admits(self, seq: Seq) -> bool:
+        """SGLang ``PrefillAdder.add_one_req``: the candidate fits under the room left.
+
+        Room = free + evictable tokens - running requests' remaining outputs x
+        ``new_token_ratio`` - what this step's admissions reserved
+        (:mod:`twin.engine.admission`). With nothing running the pool's own
+        allocation decides (no reservation can be owed to anyone).
+        """
+        if not self.decoding and not self.prefilling:
+            return True
+        ratio = self.ratio
+        assert ratio is not None
+        room = (
+            self.replica.headroom_tokens()
+            - ratio.reserved(self._running_left())
+            - self._step_reserved
+        )
+        return self.replica.ratio_candidate(seq) < room
 
     def _plan_step(self) -> tuple[list[tuple[Seq, int]], float]:
         """A mixed step: decodes, prefill chunks of running sequences, then admissions."""
@@ -291,6 +339,10 @@ class ContinuousBatching:
             while self.decoding and not self.replica.grow(len(self.decoding)):
                 self._make_room()
         batch = len(self.decoding)
+        ratio = self.ratio
+        if ratio is not None:
+            ratio.decayed(1 if batch else 0)  # a step with decodes (update_running_batch)
+            self._step_reserved = self._step_admitted = 0
         budget = self.max_batched - batch
         chunked: list[tuple[Seq, int]] = []
         for seq in self.prefilling:
@@ -303,12 +355,18 @@ class ContinuousBatching:
         while budget > 0 and self._can_admit():
             seq = self.waiting.popleft()
             self._admit(seq)
+            if ratio is not None:
+                # The admitted request reserves its whole clipped output this step
+                # (its extend pages are taken already: _update_prefill_budget).
+                self._step_reserved += min(seq.out_len - seq.generated, ratio.clip) + 1
+                self._step_admitted += 1
             extra += seq.hit_work_s
             seq.hit_work_s = 0.0
             self.prefilling.append(seq)
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
             budget -= c
+        self._step_reserved = self._step_admitted = 0  # the next step starts afresh
         n = self.step_no + 1
         seconds = self.pricer.step_time(
             [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
@@ -350,6 +408,8 @@ class ContinuousBatching:
         capped = fit is None and k > self._run_cap
         if capped:
             k = self._run_cap
+        if self._ratio_blocked and self.waiting:
+            k = self._ratio_cut(k)
         if self.shared:
             replica = self.replica
             if not replica.grow(k * batch):
@@ -366,6 +426,28 @@ class ContinuousBatching:
             k, ends=np.cumsum(self.pricer.decode_run(batch, context, k)), capped=capped
         )
 
+    def _ratio_cut(self, k: int) -> int:
+        """Steps of a decode run after which the queue's head passes the ratio check.
+
+        SGLang checks every step; while the run decodes, the ratio decays, the
+        running requests' remaining outputs shrink and their pages grow, so the
+        run stops at the first step where the check (:meth:`_ratio_admits`) would
+        pass, and the loop admits there. Remaining outputs past the clip stay
+        clipped (``CLIP_MAX_NEW_TOKENS``).
+        """
+        ratio = self.ratio
+        assert ratio is not None
+        left = self._running_left()
+        batch = len(self.decoding)
+        j = np.arange(1, k + 1, dtype=np.float64)
+        shrinking = sum(1 for t in left if t <= ratio.clip)
+        reserved = np.maximum(ratio.ratio - j * ratio.decay, ratio.min) * (
+            sum(min(t, ratio.clip) for t in left) - j * shrinking
+        )
+        room = self.replica.headroom_tokens() - j * batch - reserved
+        ok = np.flatnonzero(room > self.replica.ratio_candidate(self.waiting[0]))
+        return int(ok[0]) + 1 if ok.size else k
+
     def _complete_due(self) -> list[Seq]:
         """Sequences whose last token came out in the step just ended."""
         n = self.step_no
@@ -378,18 +460,39 @@ class ContinuousBatching:
         return done
 
     def _order_by_prefix(self) -> None:
-        """SGLang's ``lpm``: the waiting queue by longest cached prefix, ties in arrival order.
+        """SGLang's ``lpm``: the waiting queue by longest cached prefix, sorted in place.
 
         ``python/sglang/srt/managers/schedule_policy.py`` ``SchedulePolicy``:
         prefixes are matched for every waiting request each time a batch is
-        formed, and past 128 waiting requests it falls back to FCFS. A head
-        holding pages keeps its place (it was already being admitted).
+        formed (``_compute_prefix_matches``), past 128 waiting requests it falls
+        back to FCFS (``_determine_active_policy``), and ``_sort_by_longest_prefix``
+        sorts the queue in place with Python's stable sort, so ties keep the
+        queue's current order, itself the previous sort's: ties depend on
+        history, in SGLang as here. In-batch prefix caching: a request whose
+        cached match is at most 32 tokens while 32 or more of its prompt match
+        an earlier such waiting request's goes last (``temporary_deprioritized``;
+        ``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` and ``..._DEPRIORITIZE_THRESHOLD``,
+        both 32), so one request of a group sharing an uncached prefix computes
+        it for the others. A head holding pages keeps its place (it was already
+        being admitted; SGLang allocates only once a batch is formed).
         """
         waiting = self.waiting
         if len(waiting) > LPM_MAX_WAITING or waiting[0].alloc:
             return
         match = self.replica.cached_prefix
-        ranked = sorted(waiting, key=lambda q: -match(q))
+        seen: set[bytes] = set()  # the waiting-queue radix tree, to depth 32
+
+        def key(q: Seq) -> float:
+            m = match(q)
+            prompt = q.req.prompt
+            if m <= IN_BATCH_PREFIX and len(prompt) >= IN_BATCH_PREFIX:
+                head = prompt[:IN_BATCH_PREFIX].tobytes()
+                if head in seen:
+                    return math.inf  # a 32-token match in the queue: deprioritized
+                seen.add(head)
+            return -m
+
+        ranked = sorted(waiting, key=key)  # keys in queue order, as SGLang matches them
         waiting.clear()
         waiting.extend(ranked)
 
@@ -441,6 +544,10 @@ class ContinuousBatching:
             victim.generated += 1 + decoded  # the prefill's token and the decoded ones
             kept = victim.prompt_len + victim.generated
         self.replica.preempt(victim, decoded, kept)
+        if self.ratio is not None and self.replica.preemption == "retract":
+            # retract_decode's estimate over the decode batch it kept: (tokens out,
+            # max_new_tokens) each; the output so far is out_len - what is left.
+            self.ratio.retracted((e[2].out_len - (e[0] - n), e[2].out_len) for e in self.decoding)
         victim.start_step = victim.finish_step = 0
         victim.prefill_left = victim.ctx = 0
         if self.waiting and self.waiting[0].alloc:
