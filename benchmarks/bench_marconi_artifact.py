@@ -11,8 +11,11 @@ rules (the artifact's ``evict_policy_version=2``, logical clock, bootstrap
 multiplier 5, as ``policy_exploration.run_trace_with_config`` drives it: a
 ``match_prefix`` of the input, then an ``insert`` of input + output), the
 twin with ``marconi``. Reported: prompt tokens per wall second of each, the
-ratio, and both token hit rates (the twin follows the artifact's rules, so
-they should agree). The artifact's alpha grid search runs in a process pool
+ratio, both token hit rates (the twin follows the artifact's rules, so
+they should agree) and, per alpha of the grid, the FLOPs each saved over the
+bootstrap window's last 500 requests (the artifact's from its
+``config_tuner.tune_config`` replays, read as they complete; the twin's from
+``marconi``'s bootstrap record). The artifact's alpha grid search runs in a process pool
 over every core (``config_tuner.NUM_CPUS``), so its wall time is the fair
 measure; the twin's is one process. Results: ``benchmarks/results/marconi_artifact.json``.
 
@@ -39,7 +42,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "marconi_artifact.json"
 MODEL = "marconi-hybrid-7b"  # the artifact's default model (NVIDIA's 7B hybrid)
 
 
-def _artifact_cache(checkout: Path) -> Any:
+def artifact_cache(checkout: Path) -> Any:
     if "transformers" not in sys.modules:
         try:
             import transformers  # noqa: F401
@@ -51,6 +54,26 @@ def _artifact_cache(checkout: Path) -> Any:
     from radix_cache_hybrid import RadixCache
 
     return RadixCache
+
+
+def spy_on_tuning(grid: dict[str, int]) -> None:
+    """Record each alpha's window FLOPs as ``tune_config`` collects its replays.
+
+    ``tune_config`` ranks alphas by ``get_cache_stats(last_n=tuning_interval)``'s
+    three FLOP terms; the same sum is taken here from each finished replay.
+    """
+    import config_tuner
+
+    completed = config_tuner.as_completed
+
+    def as_completed(futures: Any) -> Any:
+        for future in completed(futures):
+            tree = future.result()
+            stats = tree.get_cache_stats(verbose=False, last_n=tree.tuning_interval)
+            grid[str(float(tree.eff_weight))] = int(sum(stats[2:]))
+            yield future
+
+    config_tuner.as_completed = as_completed
 
 
 def main() -> None:
@@ -90,7 +113,9 @@ def main() -> None:
         for full, n in zip(trace.fulls, trace.prompt_lens, strict=True)
     ]
 
-    radix_cache = _artifact_cache(Path(checkout))
+    radix_cache = artifact_cache(Path(checkout))
+    artifact_grid: dict[str, int] = {}
+    spy_on_tuning(artifact_grid)
     cache = radix_cache(
         capacity_bytes=capacity,
         evict_policy_version=2,
@@ -115,6 +140,11 @@ def main() -> None:
     twin_s = time.perf_counter() - start
 
     tokens = trace.prompt_tokens
+    twin_grid = ours.details.get("bootstrap", {}).get("grid", {})
+    grid = {
+        alpha: {"artifact": artifact_grid.get(alpha), "twin": twin_grid.get(alpha)}
+        for alpha in sorted(set(artifact_grid) | set(twin_grid), key=float)
+    }
     results = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
@@ -136,12 +166,21 @@ def main() -> None:
             "alpha": ours.alpha,
         },
         "twin_over_artifact_speed": artifact_s / twin_s,
+        "window_flops_saved_by_alpha": grid,
     }
     print(
         f"artifact {artifact_s:.2f} s ({tokens / artifact_s / 1e6:.2f}M tok/s, hit "
         f"{artifact_hit:.2%}); twin {twin_s:.2f} s ({tokens / twin_s / 1e6:.2f}M tok/s, hit "
         f"{ours.token_hit_rate:.2%}); twin {artifact_s / twin_s:.1f}x faster"
     )
+    for alpha, both in grid.items():
+        a, t = both["artifact"], both["twin"]
+        print(
+            f"  alpha {alpha}: window FLOPs saved artifact "
+            + (f"{a / 1e12:.2f}e12" if a is not None else "-")
+            + " twin "
+            + (f"{t / 1e12:.2f}e12" if t is not None else "-")
+        )
     write_text_atomic(args.results, json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.results}")
 

@@ -13,11 +13,17 @@ score, kept as ``marconi-twin``, is :mod:`policies.flop_aware`.
   input + output, before any eviction. A folded node's child keeps the later
   of the two stamps (``_evict_intermediate_node``).
 - Candidates (``_collect_leaf_and_single_child_nodes``): nodes with at most
-  one child; the cache additionally spares pinned nodes (see docs/decisions.md).
+  one child (``PrefixCache.candidate``). The reference has no pins; the twin
+  pins a running request's hit node and an insert's attach point. A pinned
+  candidate is still scored, so it counts in both normalisations as in the
+  reference (the attach point, stamped by the insert's own match, is usually
+  the most recent node and sets recency's maximum), but it is never the
+  victim: the least utility among the unpinned goes (docs/decisions.md).
 - Score (``evict_v2``): recency ``1 / (now - stamp)`` and FLOP efficiency, each
-  min-max normalised (``utils._normalize``: all equal, or one value, gives 1),
-  utility ``alpha x eff + recency``; the victim is the first minimum in the
-  tree's pre-order (children in insertion order), as ``list.index(min(...))``.
+  min-max normalised over every candidate (``utils._normalize``: all equal,
+  or one value, gives 1), utility ``alpha x eff + recency``; the victim is the
+  first minimum in the tree's pre-order (children in insertion order), as
+  ``list.index(min(...))``.
 - FLOP efficiency (``evict_v2``): for a node ending at depth ``T`` holding
   ``C`` tokens under a parent at depth ``P = T - C``: SSM layers save
   ``mamba1(C)``, attention layers ``attn(T) - attn(P)`` and MLP layers
@@ -165,11 +171,12 @@ class ReferenceFlopAwareEviction(Policy):
         self.on_node_changed(node)
 
     def on_node_changed(self, node: Any) -> None:
-        if not self.cache.evictable(node):
+        if not self.cache.candidate(node):
             self.table.drop(node)
             return
         node.eff = self.flops.efficiency(node.depth, len(node.tokens))
-        self.table.set(node, self._stamp[id(node)], node.eff)
+        # A pinned candidate is scored but held back (module docstring, "Candidates").
+        self.table.set(node, self._stamp[id(node)], node.eff, held=node.lock > 0)
 
     def on_node_removed(self, node: Any, into: Any | None = None) -> None:
         stamp = self._stamp.pop(id(node), 0)
@@ -179,7 +186,7 @@ class ReferenceFlopAwareEviction(Policy):
 
     def choose_victim(self, cache: Any) -> Any | None:
         t = self.table
-        if t.n == 0:
+        if t.n == t.n_held:
             return None
         if not self._evict_ticked or t.r[: t.n].max() >= self.now:
             self.now += 1  # ``evict``'s tick (once per insert that makes room)
@@ -187,14 +194,20 @@ class ReferenceFlopAwareEviction(Policy):
         return self.victim_at(self.now)
 
     def victim_at(self, now: int) -> Any | None:
-        """The node ``evict_v2`` would pick at logical time ``now`` (changes nothing)."""
+        """The node ``evict_v2`` would pick at logical time ``now`` (changes nothing).
+
+        Every candidate is scored (``evict_v2`` normalises over all of them);
+        the pinned ones are then left out of the minimum.
+        """
         t = self.table
         n = t.n
-        if n == 0:
+        if n == t.n_held:
             return None
         score = normalise(1.0 / (now - t.r[:n]))
         if self.alpha:
             score = self.alpha * normalise(t.f[:n]) + score
+        if t.n_held:
+            score[t.held[:n]] = np.inf
         i = int(score.argmin())
         if i + 1 < n and (score[i + 1 :] == score[i]).any():  # first in pre-order
             tied = np.flatnonzero(score == score[i]).tolist()

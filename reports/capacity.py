@@ -10,7 +10,7 @@ the first simulation, finished points are kept in ``OUT/results.parquet``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ class CapacityReport:
     sustainable: Any  # reports.load.sustainable(aggregate, target), or None without a target
     # "<cache> GB cache: <why>" per swept cache size whose points cannot run (issue 18).
     infeasible: list[str]
+    # Points computed per ray node (node id: count); empty when they ran here.
+    nodes: dict[str, int] = field(default_factory=dict)
 
 
 def split_infeasible(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -112,10 +114,10 @@ def capacity_report(
         )
     if executor not in EXECUTORS:
         raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
-    if executor == "ray":
-        import_ray()  # a missing extra fails before any work
     if ray_address and executor != "ray":
         raise TwinError("--ray-address: needs --executor ray")
+    if executor == "ray":
+        import_ray(ray_address)  # a missing extra or a silent cluster fails before any work
     spec_model = resolve_model(model, model_set)  # fail on a bad --model before any work
     label = spec_model.name
     for name in policies:  # an engine mode's flag values, before any work
@@ -188,4 +190,5 @@ def capacity_report(
         recommendations=recs,
         sustainable=sustainable(by_gpu_count(agg), target) if target is not None else None,
         infeasible=infeasible,
+        nodes=result.nodes,
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from reports.analysis import aggregate, by_gpu_count
 from reports.capacity import split_infeasible
-from reports.sweep import read_results
+from reports.results_table import read_results
 from twin.atomic import atomic_path
 from twin.errors import TwinError
 

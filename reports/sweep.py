@@ -6,11 +6,12 @@ axis may also name an engine mode with its flags (``sglang``,
 ``sglang[mamba_scheduler_strategy=extra_buffer;max_running_requests=64]``,
 :func:`engine_variant`): such a point runs that engine in its shared KV pool,
 and its cache size is the pool's (``AUTO_GB`` in the point, the pool's GB in
-the row); ``--cache-gb auto`` runs a policy in the shared pool the same way. Each finished
-point is merged into ``DIR/results.parquet``, rewritten atomically, so a
-killed sweep loses at most the points still running and a rerun with the same
-DIR computes only what is missing. Each merge re-reads the file under a lock
-(``DIR/.results.lock``), so two sweeps sharing a DIR keep each other's rows.
+the row); ``--cache-gb auto`` runs a policy in the shared pool the same way. Finished
+points are merged into ``DIR/results.parquet`` (:mod:`reports.results_table`:
+rewritten atomically, under a lock, in batches about a second apart), so a
+sweep stopped by an error or Ctrl-C keeps every finished point, one killed
+outright loses at most the points still running and its last batch, and a
+rerun with the same DIR computes only what is missing.
 """
 
 from __future__ import annotations
@@ -20,67 +21,27 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from policies import options_for
-from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN, RequestDigest
+from reports.perrequest import RequestDigest
 from reports.ray_executor import import_ray, run_points_on_ray
-from reports.workers import run_in_pool
-from twin.atomic import atomic_path, locked
+from reports.results_table import (  # noqa: F401 (RESULTS_FILE, SCHEMA: the sweep's names)
+    INFEASIBLE_COLUMN,
+    RESULTS_FILE,
+    SCHEMA,
+    ResultsWriter,
+    merge_results,
+    stored_row,
+)
+from reports.workers import Batched, run_in_pool
 from twin.engine.config import EngineConfig, build_config
 from twin.errors import TwinError
 from twin.hardware import GB
 
-RESULTS_FILE = "results.parquet"
 AUTO_GB = -1.0  # a point's cache size when it runs the shared KV pool (--cache-gb auto)
-INFEASIBLE_COLUMN = "infeasible"
-LOCK_FILE = ".results.lock"
-
-# Column order of the results table (and the schema every row is cast to, so
-# an all-null column such as session_rate keeps its type across rewrites).
-SCHEMA = pa.schema(
-    [
-        ("key", pa.string()),
-        ("cache_gb", pa.float64()),
-        ("policy", pa.string()),
-        ("session_rate", pa.float64()),  # null: the workload's own arrival times
-        ("seed", pa.int64()),
-        ("model", pa.string()),
-        ("profile_label", pa.string()),
-        ("profile_gpu", pa.string()),
-        ("workload_sha256", pa.string()),
-        ("replicas", pa.int64()),
-        ("tp", pa.int64()),
-        ("requests_measured", pa.int64()),
-        ("requests_rejected", pa.int64()),
-        ("ttft_p5_ms", pa.float64()),
-        ("ttft_p50_ms", pa.float64()),
-        ("ttft_p95_ms", pa.float64()),
-        ("ttft_p99_ms", pa.float64()),
-        ("tpot_p50_ms", pa.float64()),
-        ("tpot_p95_ms", pa.float64()),
-        ("token_hit_rate", pa.float64()),
-        ("request_hit_rate", pa.float64()),
-        ("flops_saved_frac", pa.float64()),
-        ("kv_bytes_mean", pa.float64()),
-        ("ssm_bytes_mean", pa.float64()),
-        ("throughput_rps", pa.float64()),
-        ("output_tokens_per_s", pa.float64()),
-        ("utilisation", pa.float64()),
-        # Per-request digests (reports.perrequest); null in rows written before they existed.
-        (CDF_COLUMN, pa.list_(pa.float64())),
-        (BIN_INPUT_COLUMN, pa.list_(pa.float64())),
-        (BIN_HIT_COLUMN, pa.list_(pa.float64())),
-        # Why the point cannot run (its cache and the weights leave no memory for
-        # requests); null for points that ran. Infeasible rows have null metrics.
-        (INFEASIBLE_COLUMN, pa.string()),
-    ]
-)
 EXECUTORS = ("local", "ray")
 
 
@@ -345,55 +306,6 @@ def run_point(
     return {**summary_row(spec, point, summary), **digest.columns()}
 
 
-def read_results(out_dir: Path) -> list[dict[str, Any]]:
-    """Rows already in ``out_dir/results.parquet`` (none if there is no such file)."""
-    path = Path(out_dir) / RESULTS_FILE
-    if not path.is_file():
-        return []
-    try:
-        return pq.read_table(path).to_pylist()
-    except (OSError, pa.ArrowException) as err:
-        raise TwinError(
-            f"{path}: cannot read the previous results ({err}); delete it or use another --out"
-        ) from None
-
-
-def write_results(out_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """Rewrite the whole table atomically, sorted so the file does not depend on finish order."""
-    ordered = sorted(
-        rows,
-        key=lambda r: (
-            r["replicas"] or 0,
-            r["cache_gb"],
-            r["policy"],
-            r["session_rate"] is not None,
-            r["session_rate"] or 0,
-            r["seed"],
-            r["key"],
-        ),
-    )
-    table = pa.Table.from_pylist(
-        [{c: r.get(c) for c in SCHEMA.names} for r in ordered], schema=SCHEMA
-    )
-    with atomic_path(Path(out_dir) / RESULTS_FILE) as tmp:
-        pq.write_table(table, tmp)
-
-
-def merge_results(out_dir: Path, new: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Add ``new`` rows to the file's, under the folder's lock; return every row by key.
-
-    Re-reading under the lock (not trusting a copy read at start) is what keeps
-    the rows another sweep wrote into the same DIR meanwhile.
-    """
-    with locked(Path(out_dir) / LOCK_FILE):
-        rows = {r["key"]: r for r in read_results(out_dir)}
-        # Stored shape (every column, in order), so rows computed now equal rows read back.
-        rows.update({r["key"]: {c: r.get(c) for c in SCHEMA.names} for r in new})
-        if new:
-            write_results(out_dir, list(rows.values()))
-    return rows
-
-
 @dataclass
 class SweepOutcome:
     """The rows of this sweep's points, and how many were computed now vs found on disk."""
@@ -401,6 +313,8 @@ class SweepOutcome:
     rows: list[dict[str, Any]]
     computed: int
     skipped: int
+    # Points computed per ray node (node id: count); empty when they ran here.
+    nodes: dict[str, int] = field(default_factory=dict)
 
 
 def run_sweep(
@@ -420,7 +334,10 @@ def run_sweep(
     tracebacks stay readable); more uses a local process pool. ``on_point``
     sees each newly computed point (tests count them). ``executor="ray"`` runs
     the missing points as ray tasks instead (``jobs`` is then ray's business);
-    their rows are stored exactly like local ones, as each finishes.
+    their rows are stored exactly like local ones, and the outcome counts the
+    points each ray node computed. Rows are merged into the file in batches
+    (:class:`~reports.results_table.ResultsWriter`), and once more at the end,
+    also when the sweep stops on an error or Ctrl-C.
     """
     if not spec.workload_sha256:
         raise ValueError("run_sweep needs a resolved SweepSpec (call reports.sweep.resolve)")
@@ -428,8 +345,8 @@ def run_sweep(
         raise TwinError(f"--jobs: must be at least 1 (got {jobs})")
     if executor not in EXECUTORS:
         raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
-    # Fail on a missing ray before touching the output folder.
-    ray = import_ray() if executor == "ray" else None
+    # Fail on a missing ray, or a cluster that does not answer, before touching the folder.
+    ray = import_ray(ray_address) if executor == "ray" else None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     # Rows of other sweeps sharing the DIR are kept in the file, but only this
@@ -449,27 +366,34 @@ def run_sweep(
             shown[point] = shown.get(point, 0.0) + step
             progress(step)
 
+    writer = ResultsWriter(out)
+
     def done(point: Point, row: dict[str, Any]) -> None:
-        rows.update(merge_results(out, [row]))
+        rows[row["key"]] = stored_row(row)
+        writer.add(row)
         if on_point is not None:
             on_point(point, row)
         if progress is not None:
             progress(1 - shown.pop(point, 0.0))
 
-    if ray is not None:
-        if todo:
-            run_points_on_ray(ray, ray_address, spec, todo, done)
-    elif jobs == 1 or len(todo) <= 1:
-        for point in todo:
-            done(point, run_point(spec, point, functools.partial(partial, point)))
-    else:
-        run_in_pool(
-            run_point,
-            todo,
-            lambda p: (spec, p),
-            min(jobs, len(todo)),
-            done,
-            on_progress=partial if progress is not None else None,
-        )
+    nodes: dict[str, int] = {}
+    try:
+        if ray is not None:
+            if todo:
+                nodes = run_points_on_ray(ray, ray_address, spec, todo, done)
+        elif jobs == 1 or len(todo) <= 1:
+            for point in todo:
+                done(point, run_point(spec, point, Batched(functools.partial(partial, point))))
+        else:
+            run_in_pool(
+                run_point,
+                todo,
+                lambda p: (spec, p),
+                min(jobs, len(todo)),
+                done,
+                on_progress=partial if progress is not None else None,
+            )
+    finally:
+        writer.flush()  # what finished is kept, also on an error or Ctrl-C
     wanted = [spec.key(p) for p in points]
-    return SweepOutcome([rows[k] for k in wanted], computed=len(todo), skipped=skipped)
+    return SweepOutcome([rows[k] for k in wanted], len(todo), skipped, nodes)

@@ -9,13 +9,74 @@ sweep run locally, point for point.
 from __future__ import annotations
 
 import hashlib
+import socket
+import warnings
 from pathlib import Path
 
 import pytest
+from test_bad_input import assert_clean_error
 
-from reports.ray_executor import PACKAGES, project_runtime_env, run_staged_point, stage_file
+from reports.ray_executor import (
+    PACKAGES,
+    address_host_port,
+    check_address,
+    project_runtime_env,
+    run_staged_point,
+    stage_file,
+)
 from reports.sweep import SweepSpec, grid, resolve, run_point, run_sweep
+from twin.errors import TwinError
 from workloads.examples import example_path
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("address", "target"),
+    [
+        ("ray://head.example:10001", ("head.example", 10001)),
+        ("ray://head.example", ("head.example", 10001)),  # Ray Client's default port
+        ("10.0.0.5:6379", ("10.0.0.5", 6379)),  # the head node itself
+        ("[::1]:6379", ("::1", 6379)),
+        ("auto", None),  # Ray's own lookups, left to Ray
+        ("local", None),
+        ("anyscale://cluster", None),
+    ],
+)
+def test_ray_addresses_name_the_host_and_port_they_connect_to(address, target) -> None:
+    assert address_host_port(address, "--ray-address") == target
+
+
+@pytest.mark.parametrize("address", ["head.example", "ray://h:port", "ray://:10001", "h:1/x"])
+def test_a_malformed_ray_address_is_refused(address) -> None:
+    with pytest.raises(TwinError, match=r"^--ray-address .*expected ray://HOST:PORT"):
+        address_host_port(address, "--ray-address")
+
+
+def test_a_silent_ray_address_fails_in_seconds_naming_the_flag(capsys, tmp_path) -> None:
+    address = f"ray://127.0.0.1:{_closed_port()}"
+    with pytest.raises(TwinError, match=rf"^--ray-address {address}: no Ray cluster answers"):
+        check_address(address, "--ray-address")
+    out = tmp_path / "o"
+    argv = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
+    argv += ["--cache-gb", "0.001", "--policies", "vllm+", "--executor", "ray"]
+    for address in (f"127.0.0.1:{_closed_port()}", f"ray://127.0.0.1:{_closed_port()}"):
+        line = assert_clean_error(
+            capsys, [*argv, "--ray-address", address, "--out", str(out)], tmp_path, address
+        )
+        # Ray's own connect would wait 30 s (client) or minutes (head), then raise its own error.
+        assert line.startswith(f"error: --ray-address {address}: no Ray cluster answers")
+
+
+def test_a_silent_ray_address_env_is_named_as_such(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{_closed_port()}")
+    argv = ["reproduce", "marconi", "--quick", "--executor", "ray", "--out", str(tmp_path / "o")]
+    assert_clean_error(capsys, argv, tmp_path, "$RAY_ADDRESS 127.0.0.1:")
 
 
 def test_a_staged_file_is_written_once_under_its_hash(tmp_path: Path) -> None:
@@ -51,7 +112,10 @@ def test_a_task_runs_its_point_on_the_shipped_bytes(tmp_path: Path, monkeypatch)
 
 
 @pytest.mark.slow
-def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("via", ["head", "ray-client"])
+def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch, via) -> None:
+    """``HOST:PORT`` joins the head itself; ``ray://HOST:PORT`` goes through Ray Client,
+    as a laptop does with a remote cluster (the packages are uploaded through it)."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -63,15 +127,37 @@ def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch) ->
 
     monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.chdir(tmp_path)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    client_port = _closed_port()
+    head = {"num_cpus": 1, "ray_client_server_port": client_port}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     try:
         cluster.add_node(num_cpus=1, resources={"second_node": 1})
         cluster.wait_for_nodes()
-        remote = run_sweep(
-            spec, points, tmp_path / "ray", executor="ray", ray_address=cluster.address
-        )
+        address = cluster.address if via == "head" else f"ray://127.0.0.1:{client_port}"
+        remote = run_sweep(spec, points, tmp_path / "ray", executor="ray", ray_address=address)
     finally:
         ray.shutdown()
         cluster.shutdown()
     assert remote.computed == len(points)
     assert remote.rows == local.rows
+    # Both nodes computed points (8 one-CPU tasks cannot all wait for the head).
+    assert len(remote.nodes) == 2 and sum(remote.nodes.values()) == len(points)
+
+
+@pytest.mark.slow
+def test_an_address_that_answers_but_is_no_ray_cluster_is_one_line(tmp_path) -> None:
+    """TCP accepts, Ray Client gets no answer: Ray's own 30 s timeout, then one line."""
+    ray = pytest.importorskip("ray")
+    from reports.ray_executor import _connect
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"ray://127.0.0.1:{silent.getsockname()[1]}"
+        check_address(address, "--ray-address")  # something answers
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            with pytest.raises(TwinError, match=rf"^--ray-address {address}: cannot join"):
+                _connect(ray, address)
+    assert not ray.is_initialized()
+    assert [str(w.message) for w in said] == []  # Ray's own timeout warning is not repeated

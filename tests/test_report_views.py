@@ -203,15 +203,19 @@ def test_ray_missing_gives_install_hint(tmp_path: Path, monkeypatch: pytest.Monk
     assert not (tmp_path / "c").exists()
 
 
-def test_ray_sweep_matches_local(tmp_path: Path) -> None:
+def test_ray_sweep_matches_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ray = pytest.importorskip("ray")
-    points = grid([0.001], ["vllm+", "marconi"], [2.0], 1)
+    # One task in flight at a time: each result refills the window.
+    monkeypatch.setattr("reports.ray_executor.MIN_IN_FLIGHT", 1)
+    monkeypatch.setattr("reports.ray_executor.TASKS_PER_CPU", 0)
+    points = grid([0.001], ["vllm+", "marconi", "sglang+"], [2.0], 1)
     local = run_sweep(_spec(), points, tmp_path / "a")
     try:
         remote = run_sweep(_spec(), points, tmp_path / "b", executor="ray")
     finally:
         ray.shutdown()
     assert remote.rows == local.rows
+    assert sum(remote.nodes.values()) == len(points) and local.nodes == {}
     assert run_sweep(_spec(), points, tmp_path / "b", executor="local").computed == 0
 
 

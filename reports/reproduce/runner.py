@@ -136,7 +136,8 @@ class Run:
             raise TwinError("--ray-address: needs --executor ray")
         self.paper, self.out, self.quick = paper, Path(out), quick
         self.jobs, self.executor, self.ray_address = jobs, executor, ray_address
-        self.ray = import_ray() if executor == "ray" else None  # fail before any work
+        # A missing extra or a silent cluster fails before any work.
+        self.ray = import_ray(ray_address) if executor == "ray" else None
         self.recipes = {r.name: r for r in paper.workloads(quick)}
         self._sha: dict[str, str] = {}
         self._replays: dict[str, dict[str, Any]] = {}

@@ -217,8 +217,16 @@ class PrefixCache(TokenStateBytes):
         self.policy.on_node_changed(node)
 
     def evictable(self, node: Node) -> bool:
-        """Unpinned, and a leaf or a one-child node whose checkpoint frees bytes."""
-        if node.lock or node is self.root:
+        """Unpinned, and a :meth:`candidate`."""
+        return not node.lock and self.candidate(node)
+
+    def candidate(self, node: Node) -> bool:
+        """A leaf or a one-child node whose checkpoint frees bytes, pinned or not.
+
+        ``marconi`` scores pinned candidates too (the reference has no pins:
+        ``policies.reference_score``) and only skips them as victims.
+        """
+        if node is self.root:
             return False
         n = len(node.children)
         return n == 0 or (n == 1 and node.ckpt and self.ckpt_bytes > 0)

@@ -222,6 +222,9 @@ def capacity(
     err_console.print(
         f"{found.computed} point(s) simulated, {found.skipped} found in {out / RESULTS_FILE}"
     )
+    if found.nodes:  # which ray nodes did the work (node ids cut to 8 hex digits)
+        shares = ", ".join(f"{node[:8]} {n}" for node, n in sorted(found.nodes.items()))
+        err_console.print(f"ray: points per node: {shares}", highlight=False, markup=False)
     recs = found.recommendations
     for line in found.infeasible:
         err_console.print(f"warning: cannot run {line}", highlight=False, markup=False)
