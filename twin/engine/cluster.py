@@ -290,7 +290,7 @@ class Cluster:
                 "policy": r.policy.stats(),
             }
             if r.host is not None:
-                rep["host_cache"] = {
+                host: dict[str, Any] = {
                     **cache_stats(r.host),
                     "capacity_bytes": r.host.capacity,
                     "loaded_tokens": r.host_loaded_tokens,
@@ -298,8 +298,9 @@ class Cluster:
                 }
                 if self.config.host_write_policy == "write_back":
                     # Copies evictions waited for (summaries of other policies unchanged).
-                    rep["host_cache"]["written_back_tokens"] = r.requests.written_back_tokens
-                    rep["host_cache"]["write_back_s"] = r.host_write_s
+                    host["written_back_tokens"] = r.requests.written_back_tokens
+                    host["write_back_s"] = r.host_write_s
+                rep["host_cache"] = host
             if r.pool is not None:
                 pool: dict[str, Any] = {
                     "bytes": r.pool.size,
