@@ -5,32 +5,19 @@ the queue's head gives back any it took while waiting, else one running
 request is preempted by the engine's rule (vLLM's ``recompute`` or SGLang's
 ``retract``) and goes back to the head of the queue, to be recomputed.
 :class:`Preemption` is a part of :class:`twin.engine.batching.ContinuousBatching`
-(its batch state is declared below).
+(its batch state is :class:`twin.engine.batch_state.BatchState`).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
-from typing import TYPE_CHECKING
 
-from twin.engine.admission import NewTokenRatio
+from twin.engine.batch_state import BatchState
 from twin.engine.seq import Seq
 
-if TYPE_CHECKING:
-    from twin.engine.scheduler import ReplicaSide
 
-
-class Preemption:
+class Preemption(BatchState):
     """Making room in the shared pool: :meth:`_make_room`, :meth:`_preempt_one`."""
-
-    replica: ReplicaSide
-    waiting: deque[Seq]
-    prefilling: deque[Seq]
-    decoding: list[tuple[int, int, Seq]]  # heap of (finish step, order, seq)
-    ctx_base: int
-    step_no: int
-    ratio: NewTokenRatio | None
 
     def _make_room(self) -> None:
         """Running requests need pages: the queue's head gives back any it took, else preempt.

@@ -4,36 +4,20 @@ The ratio itself (its start, decay and retraction estimate) is
 :class:`twin.engine.admission.NewTokenRatio`; here the scheduler asks whether
 the queue's head fits under the room it leaves, and for how many decode steps
 it will not. :class:`RatioAdmission` is a part of
-:class:`twin.engine.batching.ContinuousBatching` (its batch state is declared
-below).
+:class:`twin.engine.batching.ContinuousBatching` (its batch state is
+:class:`twin.engine.batch_state.BatchState`).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from twin.engine.admission import NewTokenRatio
+from twin.engine.batch_state import BatchState
 from twin.engine.seq import Seq
 
-if TYPE_CHECKING:
-    from twin.engine.scheduler import ReplicaSide
 
-
-class RatioAdmission:
+class RatioAdmission(BatchState):
     """The ratio check (:meth:`_ratio_admits`) and the decode run it cuts (:meth:`_ratio_cut`)."""
-
-    replica: ReplicaSide
-    waiting: deque[Seq]
-    prefilling: deque[Seq]
-    decoding: list[tuple[int, int, Seq]]  # heap of (finish step, order, seq)
-    step_no: int
-    ratio: NewTokenRatio | None
-    # The tokens this step's admissions reserved and how many they were.
-    _step_reserved: int
-    _step_admitted: int
 
     def _running_left(self) -> list[int]:
         """Output tokens each running request (admitted before this step) has still to come."""
