@@ -100,7 +100,8 @@ def test_a_mode_is_a_bundle_with_its_kernels_and_its_flags():
     }
     assert "SGLang" in run_.profile_info["provenance"]  # its kernels price the steps
     vllm = build_run(chat, engine="vllm", cache_gb="auto", sets={"max-num-seqs": "32"}).config
-    assert vllm.policy == "vllm+" and vllm.policy_options == {"block_size": 80}
+    assert vllm.policy == "vllm+"
+    assert vllm.policy_options == {"block_size": 80, "retention_interval": 0}  # vLLM defaults
     assert vllm.max_running == 32 and vllm.preemption == "recompute"
     # An explicit setting wins over the mode's; the paper's world is the default.
     assert build_run(chat, engine="vllm", policy="marconi").config.policy == "marconi"

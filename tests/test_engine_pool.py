@@ -106,7 +106,7 @@ POOL_EXAMPLES = settings(
 @POOL_EXAMPLES
 @given(
     rows=traces(),
-    policy=st.sampled_from(["vanilla", "sglang+", "sglang", "marconi", "vllm+"]),
+    policy=st.sampled_from(["vanilla", "sglang+", "sglang", "marconi", "vllm+", "vllm+@0"]),
     model=st.sampled_from(["tiny-hybrid", "tiny-transformer", "tiny-swa", "tiny-swa-hybrid"]),
     preemption=st.sampled_from(["recompute", "retract"]),
     slots=st.sampled_from([1, 3]),
@@ -132,6 +132,11 @@ def test_pool_invariants_over_random_traces(
     every request completes exactly once, whatever preemption happened, with each of the
     pool's allocators (issue 15)."""
     spec = get_model(model)
+    # vllm+@0: vLLM's default retention (recurrent states at junctions and the replay boundary)
+    policy, _, retention = policy.partition("@")
+    options = {"block_size": 16} if policy == "vllm+" else {}
+    if retention:
+        options["retention_interval"] = int(retention)
     watch = _Watch(monkeypatch)
     path = write_rows(tmp_path_factory.mktemp("pool") / "w.parquet", rows)
     summary, recs = run(
@@ -139,7 +144,7 @@ def test_pool_invariants_over_random_traces(
         LinearPricer(),
         spec,
         policy=policy,
-        policy_options={"block_size": 16} if policy == "vllm+" else {},
+        policy_options=options,
         shared_pool=True,
         preemption=preemption,
         state_slots=slots,

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from policies import get_policy
 from twin.cache import PrefixCache, serve
+from twin.cache.sparse_blocks import SparseBlockCache
 from twin.presets import get_model
 from twin.replay import Trace, replay
 
@@ -19,6 +20,8 @@ POLICIES = [
     ("marconi", {"bootstrap_multiplier": 1}),
     ("vllm+", {"block_size": 1}),
     ("vllm+", {"block_size": 3}),
+    ("vllm+", {"block_size": 3, "retention_interval": 0}),  # vLLM's default: junctions only
+    ("vllm+", {"block_size": 2, "retention_interval": 6}),  # and every 6 tokens
 ]
 
 
@@ -64,7 +67,7 @@ def recomputed_bytes(cache) -> int:
     if isinstance(cache, PrefixCache):
         return sum(cache.node_bytes(n) for n in cache.tree.nodes())
     segments = {id(s): s for s in cache.blocks.values()}.values()
-    return sum(s.n for s in segments) * cache.block_bytes
+    return sum(cache.node_bytes((s, i)) for s in segments for i in range(s.n))
 
 
 @settings(max_examples=40, deadline=None)
@@ -97,6 +100,10 @@ def test_invariants_hold_after_every_request(trace, model_i, policy_i, tokens_ca
             assert np.array_equal(path_tokens(hit.node)[: hit.length], prompt[: hit.length])
         if hit.length and not isinstance(cache, PrefixCache):
             assert hit.length % cache.block_size == 0
+        if hit.length and isinstance(cache, SparseBlockCache):
+            assert hit.length < len(prompt)  # vLLM computes the last prompt token
+            seg, i = hit.node
+            assert i in seg.states  # a hit ends on a block holding a state
         seen.append(full)
     if isinstance(cache, PrefixCache):
         assert not any(n.lock for n in cache.tree.nodes())  # every pin was released

@@ -82,6 +82,7 @@ class Segment:
         "pidx",
         "stamps",
         "start",
+        "states",
         "t0",
         "ver",
     )
@@ -99,6 +100,9 @@ class Segment:
         self.locks: dict[int, int] | None = None  # index -> pins
         self.stamps: dict[int, Any] | None = None  # index -> later stamp than t0
         self.ckpt_hit: set[int] | None = None  # indices whose state served a hit
+        # Indices holding a recurrent state, for a pool that keeps states on some
+        # blocks only (twin.cache.sparse_blocks); None here: every block has one.
+        self.states: set[int] | None = None
         self.ver = 0  # bumped on every change of the tail (lazy heap invalidation)
 
     def stamp(self, i: int) -> Any:
@@ -184,7 +188,10 @@ class BlockCache:
         k = self._cached(keys)
         if k == 0:
             return Hit(0, None)
-        ref = self._ref(keys, k - 1)
+        return self._hit_at(self._ref(keys, k - 1), k)
+
+    def _hit_at(self, ref: BlockRef, blocks: int) -> Hit:
+        """A hit of ``blocks`` blocks ending at ``ref``: count its state's first use, refresh."""
         seg, i = ref
         if self.has_ssm:
             if seg.ckpt_hit is None:
@@ -193,7 +200,7 @@ class BlockCache:
                 seg.ckpt_hit.add(i)
                 self.checkpoints_hit += 1
         self.policy.on_hit(self, ref)
-        return Hit(k * self.block_size, ref)
+        return Hit(blocks * self.block_size, ref)
 
     def peek(self, seq: np.ndarray) -> int:
         """Tokens :meth:`lookup` would hit now, changing no recency (a router's probe)."""
@@ -235,16 +242,7 @@ class BlockCache:
                 self.unpin(attach)
             nb = k + min(nb - k, (self.capacity - self.used_bytes) // self.block_bytes)
         if nb > k:
-            parent, pidx = attach if attach is not None else (None, -1)
-            seg = Segment(keys[k:nb], k, self.next_nid, self.clock, parent, pidx)
-            self.next_nid += nb - k
-            self.blocks.update(zip(seg.keys, repeat(seg)))
-            if parent is not None:
-                if parent.branches is None:
-                    parent.branches = {}
-                parent.branches[pidx] = parent.branches.get(pidx, 0) + 1
-                self._push(parent)  # its tail may have stopped being a leaf
-            self._push(seg)
+            self._add_segment(keys, k, nb, attach)
             if self.has_ssm:
                 self.checkpoints_admitted += nb - k
         elif nb:
@@ -254,6 +252,20 @@ class BlockCache:
         self.peak_kv_bytes = max(self.peak_kv_bytes, n * self.block_size * self.kv_per_token)
         self.peak_ssm_bytes = max(self.peak_ssm_bytes, n * self.ckpt_bytes)
         return (nb - k) * self.block_size if nb > k else 0
+
+    def _add_segment(self, keys: list[int], k: int, end: int, attach: BlockRef | None) -> Segment:
+        """Cache blocks ``k .. end - 1`` of ``keys`` as one segment hanging off ``attach``."""
+        parent, pidx = attach if attach is not None else (None, -1)
+        seg = Segment(keys[k:end], k, self.next_nid, self.clock, parent, pidx)
+        self.next_nid += end - k
+        self.blocks.update(zip(seg.keys, repeat(seg)))
+        if parent is not None:
+            if parent.branches is None:
+                parent.branches = {}
+            parent.branches[pidx] = parent.branches.get(pidx, 0) + 1
+            self._push(parent)  # its tail may have stopped being a leaf
+        self._push(seg)
+        return seg
 
     # ------------------------------------------------------------------ pins, access, eviction
     def pin(self, node: BlockRef) -> None:
