@@ -8,7 +8,8 @@ from test_bad_input import assert_clean_error
 from test_engine_helpers import LinearPricer, generated, run, write_rows
 
 from twin.engine import build_run
-from twin.engine.modes import ENGINE_MODES, get_mode, vllm_block_size
+from twin.engine.modes import ENGINE_MODES, get_mode
+from twin.engine.modes_vllm import vllm_block_size
 from twin.errors import TwinError
 from twin.presets import get_model
 from workloads.examples import example_path
