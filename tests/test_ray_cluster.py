@@ -62,6 +62,7 @@ def test_a_silent_ray_address_fails_in_seconds_naming_the_flag(capsys, tmp_path)
     address = f"ray://127.0.0.1:{_closed_port()}"
     with pytest.raises(TwinError, match=rf"^--ray-address {address}: no Ray cluster answers"):
         check_address(address, "--ray-address")
+    pytest.importorskip("ray")  # the CLI says "not installed" first without the extra
     out = tmp_path / "o"
     argv = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
     argv += ["--cache-gb", "0.001", "--policies", "vllm+", "--executor", "ray"]
@@ -74,6 +75,7 @@ def test_a_silent_ray_address_fails_in_seconds_naming_the_flag(capsys, tmp_path)
 
 
 def test_a_silent_ray_address_env_is_named_as_such(capsys, tmp_path, monkeypatch) -> None:
+    pytest.importorskip("ray")  # the CLI says "not installed" first without the extra
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{_closed_port()}")
     argv = ["reproduce", "marconi", "--quick", "--executor", "ray", "--out", str(tmp_path / "o")]
     assert_clean_error(capsys, argv, tmp_path, "$RAY_ADDRESS 127.0.0.1:")
