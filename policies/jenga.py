@@ -24,7 +24,6 @@ page sizes for the model served.
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 import numpy as np
@@ -62,13 +61,9 @@ class JengaPolicy(LeafLRU):
         k = self.state_interval
         return list(range(k, len(full) + 1, k))
 
-    def on_node_changed(self, node: CacheNode) -> None:
-        node.ver += 1
-        if self._is_candidate(node):
-            # Oldest access first; among equals the deepest (longest prefix) first.
-            heapq.heappush(self._heap, ((node.t, -node.depth, node.nid), 0, node.ver, node))
-            if len(self._heap) > self._limit:
-                self._compact()
+    def eviction_key(self, node: CacheNode) -> tuple[Any, ...]:
+        # Oldest access first; among equals the deepest (longest prefix) first.
+        return (node.t, -node.depth, node.nid)
 
     def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
         node.ver += 1  # only the last cached token was refreshed: no stamp goes up the path

@@ -25,11 +25,11 @@ tokens.
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 import numpy as np
 
+from policies.leaf_heap import LeafHeap
 from policies.sglang_plus import SGLangPlusPolicy
 from twin.cache import CacheNode, CacheStructure
 from twin.cache.hybrid_radix import MAMBA_FULL_MEMORY_RATIO, HybridRadixCache
@@ -61,8 +61,8 @@ class SGLangPolicy(SGLangPlusPolicy):
         self.page_size = page_size
         self.hybrid = False
         self._stamp = 0
-        self._full: list[tuple[int, int, int, Any]] = []  # (stamp, nid, ver, node): leaves
-        self._states: list[tuple[int, int, int, Any]] = []  # nodes holding a state
+        self._full = LeafHeap()  # leaves by (stamp, nid)
+        self._states = LeafHeap()  # nodes holding a state, by (stamp, nid)
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> CacheStructure:
         if not model.n_ssm_layers:
@@ -124,17 +124,11 @@ class SGLangPolicy(SGLangPlusPolicy):
         node.ver += 1
         if node.lock or node.parent is None:
             return
-        entry = (node.eff, node.nid, node.ver, node)
+        key = (node.eff, node.nid)
         if not node.children:
-            heapq.heappush(self._full, entry)
+            self._full.push(key, node)
         if node.ckpt:
-            heapq.heappush(self._states, entry)
-        if len(self._full) + len(self._states) > self._limit:
-            self._full = [e for e in self._full if e[2] == e[3].ver]
-            self._states = [e for e in self._states if e[2] == e[3].ver]
-            heapq.heapify(self._full)
-            heapq.heapify(self._states)
-            self._limit = 2 * (len(self._full) + len(self._states)) + 1024
+            self._states.push(key, node)
 
     def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
         if not self.hybrid:
@@ -148,11 +142,11 @@ class SGLangPolicy(SGLangPlusPolicy):
     # ----- victims (hybrid) ----------------------------------------------------
     def full_victim(self, cache: CacheStructure) -> CacheNode | None:
         """``full_lru_list.get_leaf_lru_no_lock``: the least recently used unpinned leaf."""
-        return _pop_current(self._full, lambda n: not n.children)
+        return self._full.pop(lambda n: _unpinned(n) and not n.children)
 
     def state_victim(self, cache: CacheStructure) -> CacheNode | None:
         """``mamba_lru_list.get_lru_no_lock``: the least recently used unpinned state."""
-        return _pop_current(self._states, lambda n: bool(n.ckpt))
+        return self._states.pop(lambda n: _unpinned(n) and bool(n.ckpt))
 
     def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
         return self.full_victim(cache) if self.hybrid else super().choose_victim(cache)
@@ -163,10 +157,6 @@ class SGLangPolicy(SGLangPlusPolicy):
         return {"mamba_full_memory_ratio": self.ratio, "page_size": self.page_size}
 
 
-def _pop_current(heap: list[tuple[int, int, int, Any]], still: Any) -> Any:
-    """Pop stale entries; return (and pop) the first current one still a candidate."""
-    while heap:
-        _, _, ver, node = heapq.heappop(heap)
-        if ver == node.ver and node.parent is not None and not node.lock and still(node):
-            return node
-    return None
+def _unpinned(node: CacheNode) -> bool:
+    """Still in the tree and not locked: a candidate (its kind's condition aside)."""
+    return node.parent is not None and not node.lock

@@ -34,7 +34,6 @@ same order as SGLang stamping the whole matched path).
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -105,16 +104,9 @@ class SGLangPlusPolicy(LeafLRU):
             self.hits[node] = max(below) if below else 1
         self.on_node_changed(node)
 
-    def on_node_changed(self, node: CacheNode) -> None:
-        if self.eviction == "lru":
-            super().on_node_changed(node)  # the (t, nid) heap, unchanged
-            return
-        node.ver += 1
-        if self._is_candidate(node):
-            key = (*self._key(node, self.hits.get(node, 0)), node.nid)
-            heapq.heappush(self._heap, (key, 0, node.ver, node))
-            if len(self._heap) > self._limit:
-                self._compact()
+    def eviction_key(self, node: CacheNode) -> tuple[Any, ...]:
+        # The --radix-eviction-policy's key, ties by creation order (``lru``: (t, nid)).
+        return (*self._key(node, self.hits.get(node, 0)), node.nid)
 
     def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
         super().on_node_removed(node, into)

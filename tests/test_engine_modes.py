@@ -8,7 +8,8 @@ from test_bad_input import assert_clean_error
 from test_engine_helpers import LinearPricer, generated, run, write_rows
 
 from twin.engine import build_run
-from twin.engine.modes import ENGINE_MODES, get_mode, vllm_block_size
+from twin.engine.modes import ENGINE_MODES, get_mode
+from twin.engine.modes_vllm import vllm_block_size
 from twin.errors import TwinError
 from twin.presets import get_model
 from workloads.examples import example_path
@@ -220,17 +221,13 @@ def test_lpm_sorts_in_place_deprioritizes_in_queue_sharers_and_keeps_ties_by_his
     """SGLang ``_sort_by_longest_prefix`` over ``_compute_prefix_matches``: stable, in place
     (ties keep the queue's current order), a request matching <= 32 cached tokens but 32 of
     an earlier such waiting request's prompt last."""
+    from collections import deque
     from types import SimpleNamespace
 
-    import simpy
-
-    from twin.engine.scheduler import ContinuousBatching
+    from twin.engine.lpm import order_by_prefix
 
     cached = {}
-    replica = SimpleNamespace(
-        schedule_policy="lpm", cached_prefix=lambda q: cached.get(q.name, 0), pool=None
-    )
-    sched = ContinuousBatching(simpy.Environment(), replica, None, 256, 8)
+    waiting = deque()
     b, c = np.arange(300, dtype=np.int32), np.arange(300, dtype=np.int32) + 5000
 
     def seq(name, prompt):
@@ -244,11 +241,11 @@ def test_lpm_sorts_in_place_deprioritizes_in_queue_sharers_and_keeps_ties_by_his
         seq("short", b[:10]),  # under 32 tokens: never deprioritized
     ]
     cached["hot"] = 200
-    sched.waiting.extend(queue)
-    sched._order_by_prefix()
-    assert [q.name for q in sched.waiting] == ["hot", "b", "c", "short", "b2"]
+    waiting.extend(queue)
+    order_by_prefix(waiting, lambda q: cached.get(q.name, 0))
+    assert [q.name for q in waiting] == ["hot", "b", "c", "short", "b2"]
     # Ties keep the current order, the last sort's (history), not arrival order.
     cached.clear()
-    sched.waiting.rotate(1)  # b2 first now
-    sched._order_by_prefix()
-    assert [q.name for q in sched.waiting] == ["b2", "hot", "c", "short", "b"]
+    waiting.rotate(1)  # b2 first now
+    order_by_prefix(waiting, lambda q: cached.get(q.name, 0))
+    assert [q.name for q in waiting] == ["b2", "hot", "c", "short", "b"]

@@ -22,7 +22,8 @@ from policies.vllm_plus import VLLMPlusPolicy
 from twin.cache import BlockCache, RequestCache, serve
 from twin.cache.sparse_blocks import KVOnly, SparseBlockCache
 from twin.engine import build_run
-from twin.engine.modes import get_mode, largest_state_page, vllm_block_size
+from twin.engine.modes import get_mode
+from twin.engine.modes_vllm import largest_state_page, vllm_block_size
 from twin.errors import TwinError
 from twin.presets import get_model
 from workloads.examples import example_path

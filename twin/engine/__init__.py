@@ -9,13 +9,14 @@ replica's cache and memory) and the :class:`StepPricer` protocol the engine
 prices steps with.
 """
 
+from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
 from twin.engine.config import EngineConfig, build_config
 from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
 from twin.engine.replica import Replica
 from twin.engine.router import ROUTERS, Router, get_router
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, Run, build_run, simulate
-from twin.engine.scheduler import SCHEDULERS, ContinuousBatching, Scheduler, get_scheduler
+from twin.engine.scheduler import SCHEDULERS, Scheduler, get_scheduler
 from twin.engine.seq import Seq
 from twin.engine.source import SessionSource
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twin.cache.requests import WRITE_POLICIES
-from twin.engine.modes import PREEMPTIONS, SCHEDULE_POLICIES
+from twin.engine.mode_base import PREEMPTIONS, SCHEDULE_POLICIES
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.memory.footprint import allocator_for

@@ -1,0 +1,321 @@
+"""Continuous batching with chunked prefill: the replica's step loop (a SimPy process).
+
+:class:`ContinuousBatching` is iteration-level continuous batching (vLLM V1 /
+SGLang style):
+
+- every step, each decoding sequence contributes one token; the rest of the
+  ``max_batched_tokens`` budget goes to prefill chunks, first to sequences
+  already prefilling (in admission order), then to newly admitted ones;
+- admission is FCFS from the waiting queue (or SGLang's ``lpm`` order,
+  :mod:`twin.engine.lpm`), while the budget, the ``max_running`` cap and the
+  replica's memory allow; the head of the queue blocks those behind it (no
+  skipping); SGLang's ``new_token_ratio`` check, where the mode sets it, is
+  :mod:`twin.engine.ratio_admission`;
+- the last prompt token is always computed, even on a full hit, since its
+  logits give the first output token; each checkpoint copy the cache makes
+  at a step's end lengthens that step by the pricer's copy time.
+
+With the shared KV pool (``--cache-gb auto``) each step first takes one
+token's pages per decoding sequence (a decode run: for all its steps, cut to
+what fits); when the pool cannot give them, the queue's head gives back pages
+it took while waiting, else one running request is preempted
+(:mod:`twin.engine.preemption`) and goes back to the head of the queue, to be
+recomputed.
+
+Decode runs are fast-forwarded: while no sequence prefills and none can be
+admitted, nothing can change the batch before the next completion, so the
+next k steps are timed in one go (in closed form when the pricer is affine in
+the context, see :class:`twin.engine.decode_run.DecodeRun`) and waited for
+with one timeout, interrupted early only by a new arrival (which can then be
+admitted at the next step boundary). The result is the same step-by-step
+schedule, computed in bulk. Decoding sequences are kept in a heap by the step
+at which they finish, and the batch's context sum is kept incrementally, so an
+event costs O(log batch) rather than O(batch).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import simpy
+
+from twin.engine.admission import NewTokenRatio
+from twin.engine.cost import StepPricer
+from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun
+from twin.engine.lpm import order_by_prefix
+from twin.engine.preemption import Preemption
+from twin.engine.ratio_admission import RatioAdmission
+from twin.engine.seq import Seq
+
+if TYPE_CHECKING:
+    from twin.engine.scheduler import ReplicaSide
+
+
+def _waker(wake: simpy.Event) -> Callable[[simpy.Event], None]:
+    """A timer callback that triggers ``wake`` unless something else did first."""
+
+    def fire(_: simpy.Event) -> None:
+        if not wake.triggered:
+            wake.succeed()
+
+    return fire
+
+
+class ContinuousBatching(Preemption, RatioAdmission):
+    """Continuous batching with chunked prefill (module docstring); :meth:`run` is the loop."""
+
+    name: ClassVar[str] = "continuous"
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        replica: ReplicaSide,
+        pricer: StepPricer,
+        max_batched_tokens: int,
+        max_running: int,
+    ) -> None:
+        self.env = env
+        self.replica = replica
+        self.pricer = pricer
+        self.max_batched = max_batched_tokens
+        self.max_running = max_running
+        self.waiting: deque[Seq] = deque()
+        self.prefilling: deque[Seq] = deque()
+        self.decoding: list[tuple[int, int, Seq]] = []  # heap of (finish step, order, seq)
+        self.ctx_base = 0  # decode context sum at step n = ctx_base + len(decoding) * n
+        self.step_no = 0
+        self.busy_s = 0.0
+        self.busy_since: float | None = None
+        self._wake: simpy.Event | None = None
+        self._run_cap = MIN_RUN_STEPS
+        self.shared = getattr(replica, "pool", None) is not None
+        self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
+        # SGLang's PrefillAdder reservation (twin.engine.admission); the tokens this
+        # step's admissions reserved and how many they were.
+        self.ratio: NewTokenRatio | None = getattr(replica, "new_token_ratio", None)
+        self._step_reserved = self._step_admitted = 0
+        self._ratio_blocked = False
+
+    def submit(self, seq: Seq) -> None:
+        """Queue ``seq`` (FCFS) and wake the loop if it idles."""
+        self.waiting.append(seq)
+        wake = self._wake
+        if wake is not None and not wake.triggered:
+            wake.succeed()
+
+    def run(self) -> Generator[simpy.Event, Any, None]:
+        """The scheduler: plan a step, wait its price in seconds, apply its end; forever.
+
+        Plain methods plan and apply; only this loop yields, so a step costs one
+        generator resume rather than a nest of sub-generators.
+        """
+        env = self.env
+        while True:
+            if not self.waiting and not self.prefilling and not self.decoding:
+                self._wake = env.event()
+                yield self._wake  # idle until a request is submitted
+                continue
+            if self.lpm and len(self.waiting) > 1:
+                order_by_prefix(self.waiting, self.replica.cached_prefix)
+            if self.prefilling or self._can_admit():
+                chunked, seconds = self._plan_step()
+                self.busy_since = env.now
+                yield env.timeout(seconds)
+                self.busy_s += seconds
+                self.step_no += 1
+                prefilled = self._apply_chunks(chunked)
+            else:
+                # A decode run (module docstring): the next k steps in one wait.
+                run = self._plan_run()
+                if run is None:
+                    continue  # the pool ran out: a request was preempted, plan again
+                t0, m = env.now, run.k
+                self.busy_since = t0
+                total = run.end(m)
+                if self.waiting:
+                    # The head is blocked (memory or max_running) until a
+                    # completion: an arrival cannot change this run.
+                    yield env.timeout(total)
+                else:
+                    # Wait for the run's end or a submission, whichever comes
+                    # first; the timer wakes us through the same event (cheaper
+                    # than a Condition).
+                    self._wake = wake = env.event()
+                    timer = env.timeout(total)
+                    timer.callbacks.append(_waker(wake))
+                    yield wake
+                    self._wake = None
+                    elapsed = env.now - t0
+                    if not timer.processed and elapsed < total:
+                        # Finish the step in flight; the newcomer joins at its boundary.
+                        m = run.steps_to_reach(elapsed)
+                        left = t0 + run.end(m) - env.now
+                        if left > 0:
+                            yield env.timeout(left)
+                        run.capped = False
+                # Long uninterrupted decodes price longer runs next time (fewer
+                # events); an interruption goes back to short runs.
+                if run.capped:
+                    self._run_cap = min(self._run_cap * 2, MAX_RUN_STEPS)
+                else:
+                    self._run_cap = MIN_RUN_STEPS
+                self.busy_s += run.end(m)
+                self.step_no += m
+                if self.ratio is not None:
+                    self.ratio.decayed(m)
+                if self.shared and m < run.k:
+                    self.replica.shrink((run.k - m) * len(self.decoding))
+                prefilled = []
+            completed = self._complete_due()
+            # A request whose prefill yields its last token completes at once (one
+            # output token, or a preempted one whose recompute brought it there).
+            completed.extend(seq for seq in prefilled if seq.out_len - seq.generated == 1)
+            copies = self.replica.step_end(prefilled, completed)
+            # The checkpoint copies and write-back evictions' copies lengthen the step.
+            extra = copies * self.replica.copy_s + self.replica.write_back_time()
+            if extra:
+                self.busy_since = env.now
+                yield env.timeout(extra)
+                self.busy_s += extra
+            self.busy_since = None
+            now = env.now
+            for seq in prefilled:
+                if not seq.generated:  # a recompute after preemption emits no first token
+                    seq.first_token_s = now
+                    seq.first_token.succeed()
+            for seq in completed:
+                seq.done_s = now
+                seq.done.succeed()
+
+    def _can_admit(self) -> bool:
+        self._ratio_blocked = False
+        if not self.waiting or len(self.prefilling) + len(self.decoding) >= self.max_running:
+            return False
+        head = self.waiting[0]
+        if self.ratio is not None and not head.alloc and not self._ratio_admits(head):
+            self._ratio_blocked = True
+            return False
+        return self.replica.fits(head)
+
+    def _plan_step(self) -> tuple[list[tuple[Seq, int]], float]:
+        """A mixed step: decodes, prefill chunks of running sequences, then admissions."""
+        if self.shared:
+            # Each decode takes one token's pages; preempt until they fit.
+            while self.decoding and not self.replica.grow(len(self.decoding)):
+                self._make_room()
+        batch = len(self.decoding)
+        ratio = self.ratio
+        if ratio is not None:
+            ratio.decayed(1 if batch else 0)  # a step with decodes (update_running_batch)
+            self._step_reserved = self._step_admitted = 0
+        budget = self.max_batched - batch
+        chunked: list[tuple[Seq, int]] = []
+        for seq in self.prefilling:
+            if budget <= 0:
+                break
+            c = min(seq.prefill_left, budget)
+            chunked.append((seq, c))
+            budget -= c
+        extra = 0.0  # a hit's own work (non-prefix or host-loaded) lengthens its first step
+        while budget > 0 and self._can_admit():
+            seq = self.waiting.popleft()
+            self._admit(seq)
+            if ratio is not None:
+                # The admitted request reserves its whole clipped output this step
+                # (its extend pages are taken already: _update_prefill_budget).
+                self._step_reserved += min(seq.out_len - seq.generated, ratio.clip) + 1
+                self._step_admitted += 1
+            extra += seq.hit_work_s
+            seq.hit_work_s = 0.0
+            self.prefilling.append(seq)
+            c = min(seq.prefill_left, budget)
+            chunked.append((seq, c))
+            budget -= c
+        self._step_reserved = self._step_admitted = 0  # the next step starts afresh
+        n = self.step_no + 1
+        seconds = self.pricer.step_time(
+            [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
+        )
+        return chunked, seconds + extra
+
+    def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
+        """Advance the chunks' sequences; return those whose prefill ended (first token out)."""
+        n = self.step_no
+        prefilled: list[Seq] = []
+        for seq, c in chunked:
+            seq.ctx += c
+            seq.prefill_left -= c
+            if seq.prefill_left:
+                continue
+            prefilled.append(seq)
+            self.prefilling.popleft()  # chunks go to the front first: finished ones lead
+            left = seq.out_len - seq.generated - 1  # decode steps still to run
+            if left > 0:
+                seq.start_step = n
+                seq.finish_step = n + left
+                heapq.heappush(self.decoding, (seq.finish_step, seq.order, seq))
+                self.ctx_base += seq.prompt_len + seq.generated - n
+        return prefilled
+
+    def _plan_run(self) -> DecodeRun | None:
+        """The next pure-decode steps, up to the next completion (or the cap, when priced).
+
+        With a shared pool the run also stops where the pool runs out (its pages
+        are taken now; those of steps not run are given back); ``None`` when not
+        even one step fits: a request was preempted instead.
+        """
+        heap = self.decoding
+        batch = len(heap)
+        n0 = self.step_no
+        k = heap[0][0] - n0
+        context = self.ctx_base + batch * (n0 + 1)  # the first step's context sum
+        fit = self.pricer.decode_affine(batch)
+        capped = fit is None and k > self._run_cap
+        if capped:
+            k = self._run_cap
+        if self._ratio_blocked and self.waiting:
+            k = self._ratio_cut(k)
+        if self.shared:
+            replica = self.replica
+            if not replica.grow(k * batch):
+                k = min(k, replica.room_tokens() // batch)
+                if k == 0:
+                    self._make_room()
+                    return None
+                replica.grow(k * batch)
+                capped = False
+        if fit is not None:
+            a, b = fit
+            return DecodeRun(k, a + b * context, b * batch)
+        ends = self.pricer.decode_run(batch, context, k).cumsum()  # as np.cumsum, no wrapper
+        return DecodeRun(k, ends=ends, capped=capped)
+
+    def _complete_due(self) -> list[Seq]:
+        """Sequences whose last token came out in the step just ended."""
+        n = self.step_no
+        heap = self.decoding
+        done: list[Seq] = []
+        while heap and heap[0][0] <= n:
+            seq = heapq.heappop(heap)[2]
+            self.ctx_base -= seq.prompt_len + seq.generated - seq.start_step
+            done.append(seq)
+        return done
+
+    def _admit(self, seq: Seq) -> None:
+        """Admit ``seq``: the replica looks it up and reserves memory; its prefill is planned."""
+        self.replica.admit(seq)
+        # A preempted request recomputes its prompt and the output it had (vLLM
+        # resumes with the output appended to the prompt).
+        n = seq.prompt_len + seq.generated
+        hit = seq.cached.hit.length if seq.cached is not None else seq.hit
+        # The last prompt token is always computed: its logits give the first
+        # output token, even when the whole prompt is cached.
+        seq.prefill_left = max(1, n - hit)
+        seq.ctx = n - seq.prefill_left
+        if seq.admitted.triggered:
+            return  # admitted again after a preemption: the record keeps the first time
+        seq.admitted_s = self.env.now
+        seq.admitted.succeed()

@@ -1,0 +1,132 @@
+"""What an engine mode is (:class:`EngineMode`) and the parsers its flags share.
+
+A mode's flags (``--set name=value``) are :class:`Flag` entries whose ``apply``
+parses the value with the helpers here and writes
+:class:`~twin.engine.config.EngineConfig` fields or policy options; the modes
+themselves live one engine a module (:mod:`twin.engine.modes_vllm`,
+:mod:`twin.engine.modes_sglang`) and are found by name in
+:mod:`twin.engine.modes`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from twin.errors import TwinError
+from twin.model import ModelSpec
+
+# The preemption rules and schedule orders the engine runs (EngineConfig checks them).
+PREEMPTIONS = ("recompute", "retract")
+SCHEDULE_POLICIES = ("fcfs", "lpm")
+
+Apply = Callable[[str, ModelSpec, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One engine flag: its help and how its value changes the run's settings."""
+
+    help: str
+    apply: Apply
+    default: str
+
+
+def _int(name: str, value: str, low: int = 1) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise TwinError(f"--set {name}={value}: expected an integer") from None
+    if v < low:
+        raise TwinError(f"--set {name}={value}: must be at least {low}")
+    return v
+
+
+def _float(name: str, value: str, low: float, high: float) -> float:
+    try:
+        v = float(value)
+    except ValueError:
+        raise TwinError(f"--set {name}={value}: expected a number") from None
+    if not (math.isfinite(v) and low < v <= high):
+        raise TwinError(f"--set {name}={value}: must be in ({low:g}, {high:g}]")
+    return v
+
+
+def _bool(name: str, value: str) -> bool:
+    low = value.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise TwinError(f"--set {name}={value}: expected true or false")
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise TwinError(f"--set {name}={value}: expected one of {', '.join(choices)}")
+    return value
+
+
+def _field(name: str, target: str, kind: str, help: str, default: str) -> tuple[str, Flag]:
+    """A flag that sets one EngineConfig field."""
+
+    def apply(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+        out[target] = _int(name, value) if kind == "int" else _float(name, value, 0.0, 1.0)
+
+    return name, Flag(help, apply, default)
+
+
+def _batching_flags(running: str, budget: str, memory: str) -> list[tuple[str, Flag]]:
+    """An engine's names for the running cap, the step's token budget and its memory share."""
+    return [
+        _field(running, "max_running", "int", "most running requests", "256"),
+        _field(
+            budget, "max_batched_tokens", "int", "token budget per step (chunked prefill)", "8192"
+        ),
+        _field(memory, "memory_utilization", "float", "share of HBM for weights + KV pool", "0.9"),
+    ]
+
+
+@dataclass(frozen=True)
+class EngineMode:
+    """A serving engine's bundle of choices (module docstring)."""
+
+    name: str
+    display: str
+    kernels: str | None  # kernel source (None: the default lookup, own profiles first)
+    policy: str  # the cache policy it runs
+    preemption: str  # "recompute" (youngest running) or "retract" (decode requests)
+    models: str  # which real system this mode models (README, --help)
+    flags: dict[str, Flag] = field(default_factory=dict)
+    options: Callable[[ModelSpec, dict[str, Any]], dict[str, Any]] = lambda m, s: {}
+    # SGLang's new_token_ratio admission settings (twin.engine.admission); None: none.
+    admission: dict[str, float] | None = None
+
+    def settings(self, model: ModelSpec, sets: dict[str, str]) -> dict[str, Any]:
+        """EngineConfig fields for this mode with ``sets`` (``--set name=value``) applied."""
+        sets = {k.lstrip("-").replace("-", "_"): v for k, v in sets.items()}
+        unknown = sorted(set(sets) - set(self.flags))
+        if unknown and not self.flags:
+            raise TwinError(
+                f"--set {unknown[0]}: engine {self.name!r} takes no flags; "
+                "name the engine the flags are for (--engine vllm or --engine sglang)"
+            )
+        if unknown:
+            valid = ", ".join(self.flags)
+            raise TwinError(
+                f"--set {unknown[0]}: engine {self.name!r} has no such flag (its flags: {valid})"
+            )
+        out: dict[str, Any] = {"policy": self.policy, "preemption": self.preemption}
+        for name, flag in self.flags.items():
+            if name in sets:
+                flag.apply(sets[name], model, out)
+        out["policy_options"] = {**self.options(model, out), **out.get("policy_options", {})}
+        if self.admission is not None:
+            out["new_token_ratio"] = {**self.admission, **out.pop("new_token_ratio", {})}
+        if self.name != "paper":
+            out["engine"] = self.name
+            if sets:
+                out["engine_flags"] = dict(sorted(sets.items()))
+        return out
