@@ -277,20 +277,27 @@ class _HostPricer(ConstantPricer):
         return 1e-3 * host_tokens + 0.25 * host_states
 
 
-@pytest.mark.parametrize("model", ["tiny-transformer", "tiny-hybrid"])
-def test_host_tier_hits_cost_the_copy_time_and_stay_within_its_capacity(tmp_path, model):
-    spec = get_model(model)
+def host_return_trace(tmp_path, spec) -> tuple:
+    """Session 0 asks A, session 1 asks B (evicting A from a one-prompt GPU cache), then
+    session 0 comes back: its history A + output is a hit on the host tier.
+
+    Returns the trace's path and one prompt's worth of cache bytes.
+    """
     a = np.arange(400, dtype=np.int32)
     b = np.arange(400, dtype=np.int32) + 5000
-    # Session 0 asks A, session 1 asks B (evicting A from a one-prompt GPU cache),
-    # then session 0 comes back: its history A + output is a hit on the host tier.
     rows = [
         WorkloadRow(0, 0, 0.0, None, a, False, None, 1),
         WorkloadRow(0, 1, None, 20.0, np.arange(5, dtype=np.int32) + 9000, True, None, 1),
         WorkloadRow(1, 0, 10.0, None, b, False, None, 1),
     ]
-    path = write_rows(tmp_path / "w.parquet", rows)
-    one = 401 * spec.kv_bytes_per_token + 2 * spec.ssm_checkpoint_bytes  # one prompt's worth
+    one = 401 * spec.kv_bytes_per_token + 2 * spec.ssm_checkpoint_bytes
+    return write_rows(tmp_path / "w.parquet", rows), one
+
+
+@pytest.mark.parametrize("model", ["tiny-transformer", "tiny-hybrid"])
+def test_host_tier_hits_cost_the_copy_time_and_stay_within_its_capacity(tmp_path, model):
+    spec = get_model(model)
+    path, one = host_return_trace(tmp_path, spec)
     common = dict(policy="sglang+", gpu_memory_bytes=1e9)
     _, gpu = run(path, _HostPricer(), spec, cache_bytes=10 * one, **common)
     summary, host = run(

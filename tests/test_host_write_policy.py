@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_engine_helpers import ConstantPricer, run, write_rows
-from test_engine_pool import _pins, _Watch
+from test_engine_pool import _pins, _Watch, host_return_trace
 
 from policies import get_policy
 from twin.cache import RequestCache
@@ -157,17 +157,7 @@ class _WriteBackPricer(ConstantPricer):
 @pytest.mark.parametrize("model", MODELS)
 def test_write_back_copies_lengthen_the_evicting_step_and_serve_the_return(tmp_path, model):
     spec = get_model(model)
-    a = np.arange(400, dtype=np.int32)
-    b = np.arange(400, dtype=np.int32) + 5000
-    # Session 0 asks A, session 1 asks B (evicting A from a one-prompt GPU cache),
-    # then session 0 comes back: its history A + output is a hit on the host tier.
-    rows = [
-        WorkloadRow(0, 0, 0.0, None, a, False, None, 1),
-        WorkloadRow(0, 1, None, 20.0, np.arange(5, dtype=np.int32) + 9000, True, None, 1),
-        WorkloadRow(1, 0, 10.0, None, b, False, None, 1),
-    ]
-    path = write_rows(tmp_path / "w.parquet", rows)
-    one = 401 * spec.kv_bytes_per_token + 2 * spec.ssm_checkpoint_bytes
+    path, one = host_return_trace(tmp_path, spec)  # A, B evicting A, A's session again
     common = dict(policy="sglang+", gpu_memory_bytes=1e9, cache_bytes=one)
     common["host_cache_bytes"] = 10 * one
     runs = {
