@@ -404,8 +404,11 @@ class PrefixCache(TokenStateBytes):
     def _truncate(
         self, pos: list[int], covered: int, missing: list[int], free: int
     ) -> tuple[list[int], int]:
-        """The longest admission prefix whose :meth:`_cost` fits in ``free`` bytes: (positions,
-        end). Costed as the eviction was: an edge split's sliding-window tail counts too."""
+        """The longest admission prefix that fits in ``free`` bytes: (positions, end).
+
+        An edge split's sliding-window tail counts too (:meth:`_cost`'s bound, the
+        one the eviction made room for): left out, the cache overran its capacity.
+        """
         if not self.has_ssm:
             per = self.kv_per_token + self.swa_per_token  # a bound: tails cost at most this
             # The chain attached inside an edge splits it: one more tail, at most this.
