@@ -99,3 +99,34 @@ def test_random_traffic_keeps_counters_capacity_and_windows(model, policy) -> No
         c.verify()
         _window_covered(c)
     assert c.evictions > 0  # the capacity was tight enough to exercise eviction
+
+
+def _pinned_tight(model: ModelSpec, first: np.ndarray, ckpts: list[int], free: int) -> PrefixCache:
+    """A cache holding ``first`` pinned (nothing evictable), ``free`` bytes left."""
+    c = cache_of(model)
+    c.insert(first, ckpts)
+    node = c._match(first).node
+    c.pin(node)
+    c.capacity = c.used_bytes + free
+    return c
+
+
+def test_a_truncated_insert_counts_the_split_tail_of_a_state_placed_inside_an_edge() -> None:
+    # Issue 15c: a state placed inside a pinned edge splits it (one more window tail);
+    # the truncation once charged only the state, and the insert overflowed by the tail's
+    # bytes (with room for the state but not the tail, here 1 byte short).
+    ckpt = SWA_HYBRID.ssm_checkpoint_bytes
+    slide = SWA_HYBRID.kv_bytes_per_token_of("swa")
+    c = _pinned_tight(SWA_HYBRID, seq(0, 100), [100], ckpt + W * slide - 1)
+    c.insert(np.r_[seq(0, 60), seq(900, 30)], [60])  # everything pinned: cut, not evicted
+    c.verify()
+    assert c.used_bytes <= c.capacity
+
+
+def test_a_truncated_insert_counts_the_split_tail_of_the_chains_attach_point() -> None:
+    # The same for a model without states: the new chain attached inside a pinned edge.
+    c = _pinned_tight(SWA, seq(0, 100), [100], 12 * (FULL + SLIDE))
+    c.insert(np.r_[seq(0, 60), seq(900, 30)], [90])
+    c.verify()
+    assert c.used_bytes <= c.capacity
+    assert c.lookup(np.r_[seq(0, 60), seq(900, 30)]).length > 60  # a prefix of it still fits

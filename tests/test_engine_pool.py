@@ -131,6 +131,65 @@ def test_pool_invariants_over_random_traces(
     """In use + cached + free = pool after every step; every hit exact; pins all released;
     every request completes exactly once, whatever preemption happened, with each of the
     pool's allocators (issue 15)."""
+    _check_pool_invariants(
+        tmp_path_factory.mktemp("pool"),
+        monkeypatch,
+        rows,
+        policy,
+        model,
+        preemption,
+        slots,
+        pool_kb,
+        host_ratio,
+        allocator,
+        ratio,
+    )
+
+
+def test_pool_invariants_when_a_state_lands_inside_a_pinned_sliding_window_edge(
+    tmp_path, monkeypatch
+):
+    """Issue 15c, hypothesis's shrunk example: request 1 places a state at 202 inside
+    request 0's cached, pinned 211-token node; the split adds a window tail the
+    truncated insert did not count, and the pool over-committed by 128 bytes."""
+    rng = np.random.default_rng(0)
+    shared = rng.integers(0, 4, 201, dtype=np.int32)
+    first = np.append(shared, 1).astype(np.int32)
+    rows = [
+        WorkloadRow(0, 0, 0.0, 0.0, first, False, None, 9),
+        WorkloadRow(
+            1, 0, 0.0, 0.0, np.r_[first, rng.integers(0, 4, 72, dtype=np.int32)], False, None, 2
+        ),
+        WorkloadRow(2, 0, 0.0, 0.0, np.append(shared, 2).astype(np.int32), False, None, 1),
+    ]
+    _check_pool_invariants(
+        tmp_path,
+        monkeypatch,
+        rows,
+        "marconi",
+        "tiny-swa-hybrid",
+        "recompute",
+        1,
+        160,
+        0.0,
+        "paged",
+        False,
+    )
+
+
+def _check_pool_invariants(
+    tmp_path,
+    monkeypatch,
+    rows,
+    policy,
+    model,
+    preemption,
+    slots,
+    pool_kb,
+    host_ratio,
+    allocator,
+    ratio,
+) -> None:
     spec = get_model(model)
     # vllm+@0: vLLM's default retention (recurrent states at junctions and the replay boundary)
     policy, _, retention = policy.partition("@")
@@ -138,7 +197,7 @@ def test_pool_invariants_over_random_traces(
     if retention:
         options["retention_interval"] = int(retention)
     watch = _Watch(monkeypatch)
-    path = write_rows(tmp_path_factory.mktemp("pool") / "w.parquet", rows)
+    path = write_rows(tmp_path / "w.parquet", rows)
     summary, recs = run(
         path,
         LinearPricer(),

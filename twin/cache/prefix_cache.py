@@ -364,6 +364,16 @@ class PrefixCache(TokenStateBytes):
     def _need(self, base: Node, pos: list[int], covered: int) -> tuple[list[int], int]:
         """(positions on the cached path lacking a state, bytes to admit ``pos``)."""
         missing = self._missing_ckpts(base, pos, covered)
+        return missing, self._cost(pos, covered, missing)
+
+    def _cost(self, pos: list[int], covered: int, missing: list[int]) -> int:
+        """Bytes admitting ``pos`` may add, ``missing`` its states to place on the cached path.
+
+        Exact but for the sliding-window tails of edge splits (a state placed
+        inside an edge, the new chain attached inside one): each is bounded by
+        the tail of the deepest position. :meth:`insert` evicts for this and
+        :meth:`_truncate` cuts to it, so what is admitted never exceeds it.
+        """
         n_new = sum(1 for p in pos if p > covered) if self.has_ssm else 0
         kv = (pos[-1] - covered) * self.kv_per_token if pos[-1] > covered else 0
         if self.swa_per_token:  # the new chain's tails, plus at most W per edge split
@@ -374,7 +384,7 @@ class PrefixCache(TokenStateBytes):
                 prev = p
             swa += (len(missing) + 1) * self.kinds.tail(pos[-1])
             kv += swa * self.swa_per_token
-        return missing, kv + (len(missing) + n_new) * self.ckpt_bytes
+        return kv + (len(missing) + n_new) * self.ckpt_bytes
 
     def _missing_ckpts(self, base: Node, pos: list[int], covered: int) -> list[int]:
         """Positions already in the tree (``<= covered``) whose node holds no checkpoint."""
@@ -394,26 +404,22 @@ class PrefixCache(TokenStateBytes):
     def _truncate(
         self, pos: list[int], covered: int, missing: list[int], free: int
     ) -> tuple[list[int], int]:
-        """The longest admission prefix that fits in ``free`` bytes: (positions, end)."""
+        """The longest admission prefix that fits in ``free`` bytes: (positions, end).
+
+        An edge split's sliding-window tail counts too (:meth:`_cost`'s bound, the
+        one the eviction made room for): left out, the cache overran its capacity.
+        """
         if not self.has_ssm:
             per = self.kv_per_token + self.swa_per_token  # a bound: tails cost at most this
-            end = covered + (free // per if per else 0)
+            # The chain attached inside an edge splits it: one more tail, at most this.
+            split = self.kinds.tail(pos[-1]) * self.swa_per_token if covered else 0
+            end = covered + (max(free - split, 0) // per if per else 0)
             end = min(end, pos[-1])
             return ([end] if end > 0 else []), end
         kept: list[int] = []
-        spent, prev = 0, covered
-        missing_set = set(missing)
         for p in pos:
-            cost = 0
-            if p <= covered:
-                cost = self.ckpt_bytes if p in missing_set else 0
-            else:
-                cost = (p - prev) * self.kv_per_token + self.ckpt_bytes
-                cost += self.kinds.tail(p - prev) * self.swa_per_token
-                prev = p
-            if spent + cost > free:
+            if self._cost([*kept, p], covered, [q for q in missing if q <= p]) > free:
                 break
-            spent += cost
             kept.append(p)
         return kept, (kept[-1] if kept else 0)
 
