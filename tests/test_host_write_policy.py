@@ -234,3 +234,16 @@ def test_sglang_write_policy_flags():
         sglang.settings(model, {**on, "hicache_write_policy": "lazy"})
     with pytest.raises(TwinError, match="--host-write-policy: must be one of"):
         EngineConfig(cache_bytes=1, host_write_policy="lazy")
+
+
+@pytest.mark.parametrize("policy", ["vllm+", "prompt-cache"])
+def test_write_back_is_refused_for_caches_whose_evictions_never_reach_the_host(tmp_path, policy):
+    """The block pool and the module store never call ``on_evict``: their host would stay empty."""
+    spec = get_model("tiny-hybrid")
+    path, one = host_return_trace(tmp_path, spec)
+    common = dict(cache_bytes=one, host_cache_bytes=10 * one, gpu_memory_bytes=1e9)
+    with pytest.raises(TwinError, match=r"write_back: policy .* whose evictions the host tier"):
+        run(path, ConstantPricer(), spec, policy=policy, host_write_policy="write_back", **common)
+    # write_through still runs with them
+    _, recs = run(path, ConstantPricer(), spec, policy=policy, **common)
+    assert len(recs) == 3

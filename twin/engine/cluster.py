@@ -27,6 +27,7 @@ import simpy
 from policies import get_policy
 from twin.cache import cache_stats
 from twin.cache.pool import SplitPool
+from twin.cache.prefix_cache import PrefixCache
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.replica import Replica, Seq
@@ -117,6 +118,8 @@ class Cluster:
             capacity = int(self.budget) if config.shared_pool else config.cache_bytes
             cache = get_policy(config.policy, **config.policy_options).make_cache(model, capacity)
             host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
+            if host_bytes and config.host_write_policy == "write_back":
+                _check_write_back(config.policy, cache)
             # The host tier runs its own instance of the policy (a policy decides per tier).
             host = (
                 get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes)
@@ -344,3 +347,14 @@ def _record(seq: Seq) -> RequestRecord:
         preemptions=seq.preemptions,
         recomputed_tokens=seq.recomputed,
     )
+
+
+def _check_write_back(policy: str, cache: Any) -> None:
+    """Write-back hands evicted radix nodes to the host (``PrefixCache.on_evict``); the
+    block pool and the module store never evict that way, so their host would stay empty."""
+    if not isinstance(cache, PrefixCache):
+        raise TwinError(
+            f"hicache_write_policy=write_back: policy {policy!r} keeps a "
+            f"{type(cache).__name__}, whose evictions the host tier does not receive; "
+            "use a radix-tree policy (sglang, sglang+, marconi, ...) or write_through"
+        )
