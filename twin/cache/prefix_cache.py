@@ -92,12 +92,7 @@ class PrefixCache(TokenStateBytes):
 
     @property
     def used_bytes(self) -> int:
-        # ``kv_bytes`` written out: the eviction loop reads this once per victim.
-        return (
-            self.kv_tokens * self.kv_per_token
-            + self.swa_tokens * self.swa_per_token
-            + self.n_ckpts * self.ckpt_bytes
-        )
+        return self.kv_bytes + self.n_ckpts * self.ckpt_bytes
 
     @property
     def num_nodes(self) -> int:

@@ -45,14 +45,13 @@ from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cache.pool import SharedPool, SplitPool
 from twin.engine.admission import NewTokenRatio
 from twin.engine.cost import StepPricer
-from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun
 from twin.engine.scheduler import get_scheduler
 from twin.engine.seq import Seq
 from twin.memory.footprint import get_kv_allocator
 from twin.model import ModelSpec
 from workloads.reader import Request
 
-__all__ = ["MAX_RUN_STEPS", "MIN_RUN_STEPS", "DecodeRun", "Replica", "Seq"]
+__all__ = ["Replica", "Seq"]
 
 
 class Replica:
