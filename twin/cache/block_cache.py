@@ -35,7 +35,6 @@ would put the segment's fields and the code that keeps them right apart.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
@@ -43,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from twin.cache.base import CachePolicy, EvictHook, Hit
+from twin.cache.leaf_heap import LeafHeap
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -150,8 +150,7 @@ class BlockCache:
         self.checkpoints_admitted = 0
         self.checkpoints_hit = 0
         self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
-        self._lru: list[tuple[Any, int, int, Segment]] = []  # (tail stamp, tail id, ver, seg)
-        self._lru_limit = 1024
+        self._lru = LeafHeap()  # segments whose tail is a leaf, by (tail stamp, tail id)
         self._positions = np.arange(1, dtype=np.uint64)
         self._last: tuple[np.ndarray | None, list[int]] = (None, [])  # last hashed sequence
         self.on_evict: EvictHook | None = None  # never called: write-back is the radix trees'
@@ -330,18 +329,7 @@ class BlockCache:
         seg.ver += 1
         n = seg.n
         if n and seg.is_leaf(n - 1):
-            heapq.heappush(self._lru, (seg.stamp(n - 1), seg.nid0 + n - 1, seg.ver, seg))
-            if len(self._lru) > self._lru_limit:
-                self._lru = [e for e in self._lru if e[2] == e[3].ver]
-                heapq.heapify(self._lru)
-                self._lru_limit = 2 * len(self._lru) + 1024
-
-    def _top(self) -> tuple[Any, int] | None:
-        """Key of the best candidate, dropping stale entries."""
-        lru = self._lru
-        while lru and lru[0][2] != lru[0][3].ver:
-            heapq.heappop(lru)
-        return (lru[0][0], lru[0][1]) if lru else None
+            self._lru.push((seg.stamp(n - 1), seg.nid0 + n - 1), seg)
 
     def shrink_to(self, limit: int) -> int:
         """Evict LRU leaf blocks until at most ``limit`` bytes are cached; set the capacity.
@@ -359,13 +347,15 @@ class BlockCache:
 
     def _make_room(self, blocks: int) -> None:
         """Evict ``blocks`` leaf blocks in LRU order (fewer if the candidates run out)."""
-        while blocks > 0 and self._top() is not None:
-            seg = heapq.heappop(self._lru)[3]
+        while blocks > 0:
+            seg = self._lru.pop()
+            if seg is None:
+                return
             blocks -= self._trim(seg, blocks)
 
     def _trim(self, seg: Segment, want: int) -> int:
         """Evict up to ``want`` blocks from ``seg``'s tail while each is next in LRU order."""
-        blocks, keys, top = self.blocks, seg.keys, self._top()
+        blocks, keys, top = self.blocks, seg.keys, self._lru.peek()
         branches, locks = seg.branches, seg.locks
         n, t, count = seg.n, seg.stamp(seg.n - 1), 0
         while True:

@@ -32,7 +32,6 @@ of a block leaving together.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 
 import numpy as np
@@ -201,8 +200,10 @@ class SparseBlockCache(BlockCache):
         bytes cover what is still over (blocks differ: some hold a state).
         """
         kvb, cb = self.kv_block_bytes, self.ckpt_bytes
-        while self.used_bytes > limit and self._top() is not None:
-            seg = heapq.heappop(self._lru)[3]
+        while self.used_bytes > limit:
+            seg = self._lru.pop()
+            if seg is None:
+                return
             over, n, want, states = self.used_bytes - limit, seg.n, 0, seg.states
             while n > 0 and over > 0:
                 n -= 1
