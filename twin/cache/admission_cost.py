@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Node
-from twin.cache.tree_edits import parent_of
+from twin.cache.tree_edits import node_holding
 
 
 class AdmissionCost:
@@ -57,9 +57,7 @@ class AdmissionCost:
         for p in pos:
             if p > covered:
                 break
-            node = base
-            while node.depth - len(node.tokens) >= p:
-                node = parent_of(node)
+            node = node_holding(base, p)
             if not (node.depth == p and node.ckpt):
                 out.append(p)
         return out

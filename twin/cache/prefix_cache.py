@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from twin.cache.admission_cost import AdmissionCost
-from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes
+from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes, evict_for
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Match, Node, RadixTree
 from twin.cache.snapshot import CacheSnapshot, fill, take_snapshot
@@ -374,9 +374,4 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
 
     def _evict_until(self, need: int) -> bool:
         """Evict victims until ``need`` bytes are free; ``False`` if the policy has none left."""
-        while self.capacity - self.used_bytes < need:
-            victim = self.policy.choose_victim(self)
-            if victim is None:
-                return False
-            self.evict(victim)
-        return True
+        return evict_for(self, need)

@@ -33,9 +33,7 @@ class TreeEdits:
 
     def _node_ending_at(self, below: Node, p: int) -> Node:
         """The node ending exactly at depth ``p`` on ``below``'s path (splits an edge if needed)."""
-        node = below
-        while node.depth - len(node.tokens) >= p:
-            node = parent_of(node)
+        node = node_holding(below, p)
         if node.depth == p:
             return node
         before, k = len(node.tokens), p - (node.depth - len(node.tokens))
@@ -114,6 +112,14 @@ class TreeEdits:
             if len(node.children) == 1:
                 self._merge(node)
             return
+
+
+def node_holding(below: Node, p: int) -> Node:
+    """The node on ``below``'s path whose edge holds the ``p``-th token (``0 < p <= depth``)."""
+    node = below
+    while node.depth - len(node.tokens) >= p:
+        node = parent_of(node)
+    return node
 
 
 def parent_of(node: Node) -> Node:
