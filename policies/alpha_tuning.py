@@ -81,12 +81,20 @@ def grid_scores(
 ) -> dict[float, float]:
     """:func:`window_score` for every alpha of ``grid``.
 
-    One process replays the grid sharing the requests before the first
-    eviction (:func:`policies.shared_prefix.replay_grid`); ``jobs > 1``
-    processes, or ``exhaustive``, replay each alpha on its own (the tests'
-    reference). The scores are the same either way.
+    One process replays ``marconi``'s grid from an empty cache as compiled
+    code (:mod:`policies.marconi_compiled`), and any other grid sharing the
+    requests before the first eviction (:func:`policies.shared_prefix.replay_grid`);
+    ``jobs > 1`` processes, or ``exhaustive``, replay each alpha on its own
+    (the tests' reference). The scores are the same every way.
     """
     if jobs <= 1 and not exhaustive:
+        from policies.marconi_compiled import compiled_grid_hits  # numba loads on first use
+
+        compiled = compiled_grid_hits(
+            model, snapshot.capacity, window, grid, policy_cls, empty=not snapshot.parents
+        )
+        if compiled is not None:
+            return {a: score_hits(h, model, metric) for a, h in zip(grid, compiled, strict=True)}
         runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)
         return {a: score_hits([h for h, *_ in served], model, metric) for a, _, served in runs}
     scores = map_alphas(_score_at, (snapshot, model, window, policy_cls, metric), grid, jobs)
