@@ -240,12 +240,12 @@ def _preorder_before(nd: np.ndarray, a: int, b: int) -> bool:
             return True
     while nd[PAR, a] != nd[PAR, b]:
         a, b = nd[PAR, a], nd[PAR, b]
-    x = a
-    while x >= 0:  # siblings in insertion order
+    x = nd[NXT, a]
+    while x >= 0:  # siblings in insertion order: is ``b`` after ``a``?
         if x == b:
-            return False
+            return True
         x = nd[NXT, x]
-    return True
+    return False
 
 
 @_jit
