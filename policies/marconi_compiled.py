@@ -42,8 +42,6 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import types
-from numba.typed import Dict
 
 from twin.model import ModelSpec
 
@@ -88,31 +86,94 @@ def _key(node: int, token: int) -> int:
     return node * 4294967296 + token  # tokens are checked non-negative int32
 
 
+# The children's keys: open addressing over a power-of-two table (``kids[0]`` keys,
+# ``kids[1]`` nodes), sized so that it is never more than half full.
+_EMPTY, _GONE = -1, -2
+
+
+@_jit
+def _slot(kids: np.ndarray, key: int) -> int:
+    """Where ``key`` is, or where it would go (the first free or deleted slot met)."""
+    mask = kids.shape[1] - 1
+    h = int((np.uint64(key) * np.uint64(11400714819323198485)) >> np.uint64(32)) & mask
+    free = -1
+    while True:
+        k = kids[0, h]
+        if k == key:
+            return h
+        if k == _EMPTY:
+            return h if free < 0 else free
+        if k == _GONE and free < 0:
+            free = h
+        h = (h + 1) & mask
+
+
+@_jit
+def _get(kids: np.ndarray, key: int) -> int:
+    h = _slot(kids, key)
+    return kids[1, h] if kids[0, h] == key else -1
+
+
+@_jit
+def _put(kids: np.ndarray, key: int, node: int) -> None:
+    h = _slot(kids, key)
+    kids[0, h], kids[1, h] = key, node
+
+
+@_jit
+def _delete(kids: np.ndarray, key: int) -> None:
+    h = _slot(kids, key)
+    if kids[0, h] == key:
+        kids[0, h] = _GONE
+
+
 @_jit
 def _first_token(nd: np.ndarray, buf: np.ndarray, v: int) -> int:
     return buf[nd[BASE, v] + nd[DEP, v] - nd[LEN, v]]
 
 
 @_jit
-def _match(nd: np.ndarray, kids: Any, buf: np.ndarray, s0: int, n: int) -> tuple[int, int, int]:
-    """``RadixTree.match`` of ``buf[s0:s0 + n]``: (deepest whole node, length, partial or -1)."""
-    node, pos = 0, 0
+def _walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, s0: int, n: int, path: np.ndarray):
+    """``RadixTree.match`` of ``buf[s0:s0 + n]``: (nodes on ``path``, length, partial or -1).
+
+    ``path[:count]`` gets the root and every node whose whole edge matched, so
+    that the match of any prefix is read off it (:func:`_prefix`): a request's
+    lookup, refresh, speculative insertion and insert all match a prefix of its
+    input + output in the same tree (nothing changes the tree's shape between
+    them), so one walk serves the four.
+    """
+    node, pos, count = 0, 0, 1
+    path[0] = 0
     while pos < n:
-        key = _key(node, buf[s0 + pos])
-        if key not in kids:
-            return node, pos, -1
-        child = kids[key]
+        child = _get(kids, _key(node, buf[s0 + pos]))
+        if child < 0:
+            return count, pos, -1
         m = nd[LEN, child]
         es = nd[BASE, child] + nd[DEP, child] - m
         lim = min(m, n - pos)
         k = 0
         while k < lim and buf[es + k] == buf[s0 + pos + k]:
             k += 1
-        if k == m:
-            node, pos = child, pos + m
-            continue
-        return node, pos + k, child
-    return node, pos, -1
+        if k < m:
+            return count, pos + k, child
+        node, pos = child, pos + m
+        path[count] = node
+        count += 1
+    return count, pos, -1
+
+
+@_jit
+def _prefix(nd: np.ndarray, path: np.ndarray, count: int, length: int, partial: int, n: int):
+    """The match of the walked sequence's first ``n`` tokens: (node, length, partial or -1)."""
+    j = count - 1
+    while nd[DEP, path[j]] > n:
+        j -= 1
+    node = path[j]
+    if nd[DEP, node] == n:
+        return node, n, -1
+    if j + 1 < count:  # the next whole node runs past ``n``
+        return node, n, path[j + 1]
+    return node, min(n, length), partial
 
 
 @_jit
@@ -305,7 +366,7 @@ def _remove_leaf(nd, kids, buf, sc, mc, cr, cf, ch, cn, v) -> None:
     else:
         nd[LAST, p] = a
     nd[NCH, p] -= 1
-    del kids[_key(p, _first_token(nd, buf, v))]
+    _delete(kids, _key(p, _first_token(nd, buf, v)))
     sc[S_KV] -= nd[LEN, v]
     sc[S_CKPTS] -= nd[CKPT, v]
     _table_drop(nd, sc, cr, cf, ch, cn, v)  # on_node_removed
@@ -318,11 +379,11 @@ def _remove_leaf(nd, kids, buf, sc, mc, cr, cf, ch, cn, v) -> None:
 def _merge(nd, kids, buf, sc, mc, cr, cf, ch, cn, v) -> None:
     """``PrefixCache._merge``: fold one-child ``v`` into its child (``merge_into_child``)."""
     child = nd[FIRST, v]
-    del kids[_key(v, _first_token(nd, buf, child))]
+    _delete(kids, _key(v, _first_token(nd, buf, child)))
     nd[LEN, child] += nd[LEN, v]  # the child's creator holds the longer edge too
     _replace_sibling(nd, v, child)
     nd[PAR, child] = nd[PAR, v]
-    kids[_key(nd[PAR, v], _first_token(nd, buf, child))] = child
+    _put(kids, _key(nd[PAR, v], _first_token(nd, buf, child)), child)
     nd[FIRST, v] = nd[LAST, v] = -1
     nd[NCH, v] = 0
     sc[S_CKPTS] -= nd[CKPT, v]
@@ -399,13 +460,13 @@ def _ending_at(nd, kids, buf, sc, mc, cr, cf, ch, cn, below, p) -> int:
     upper = _new_node(nd, sc, nd[BASE, v], p, k)  # RadixTree.split
     _replace_sibling(nd, v, upper)
     nd[PAR, upper] = parent
-    kids[_key(parent, _first_token(nd, buf, upper))] = upper
+    _put(kids, _key(parent, _first_token(nd, buf, upper)), upper)
     nd[LEN, v] -= k
     nd[PAR, v] = upper
     nd[FIRST, upper] = nd[LAST, upper] = v
     nd[PRV, v] = nd[NXT, v] = -1
     nd[NCH, upper] = 1
-    kids[_key(upper, _first_token(nd, buf, v))] = v
+    _put(kids, _key(upper, _first_token(nd, buf, v)), v)
     _added(nd, sc, mc, cr, cf, ch, cn, upper)
     _changed(nd, sc, mc, cr, cf, ch, cn, v)
     return upper
@@ -457,12 +518,12 @@ def _truncate(mc, pos, npos, covered, missing, free) -> int:
 
 
 @_jit
-def _insert(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, pos, npos) -> None:
-    """``PrefixCache.insert`` of ``buf[s0:]`` with checkpoints ``pos[:npos]`` (sorted, unique)."""
+def _insert(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, pos, npos, mnode, covered, part):
+    """``PrefixCache.insert`` of ``buf[s0:s0 + pos[npos - 1]]`` with checkpoints ``pos[:npos]``
+    (sorted, unique), whose match is ``(mnode, covered, part)``."""
     if npos == 0:
         return
     upto = pos[npos - 1]
-    mnode, covered, part = _match(nd, kids, buf, s0, upto)
     base = part if part >= 0 else mnode
     bound = mc[M_CAP] - covered * mc[M_KVPT]
     missing = _missing(nd, base, pos, npos, covered)
@@ -517,7 +578,7 @@ def _add_chain(nd, kids, buf, sc, mc, cr, cf, ch, cn, attach, s0, start, pos, np
             continue
         v = _new_node(nd, sc, s0, end, end - prev)
         _append_child(nd, parent, v)
-        kids[_key(parent, buf[s0 + prev])] = v
+        _put(kids, _key(parent, buf[s0 + prev]), v)
         nd[CKPT, v] = 1
         sc[S_CKPTS] += 1
         chain[m] = v
@@ -532,10 +593,11 @@ def _add_chain(nd, kids, buf, sc, mc, cr, cf, ch, cn, attach, s0, start, pos, np
 
 # ----- one request (RequestCache.serve with marconi's admission) ------------------------------
 @_jit
-def _serve(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, plen, flen, pos) -> int:
+def _serve(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, plen, flen, pos, path) -> int:
+    count, length, partial = _walk(nd, kids, buf, s0, flen, path)
     sc[S_NOW] += 1  # on_request: the lookup's tick
-    node, _, _ = _match(nd, kids, buf, s0, plen)  # lookup: the deepest state on the path
-    while node != 0 and nd[CKPT, node] == 0:
+    node, _, _ = _prefix(nd, path, count, length, partial, plen)
+    while node != 0 and nd[CKPT, node] == 0:  # lookup: the deepest state on the path
         node = nd[PAR, node]
     hit = 0
     if node != 0:
@@ -546,12 +608,12 @@ def _serve(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, plen, flen, pos) ->
     # marconi's admit: the insert's refresh (two ticks; the deepest whole node of the full)
     sc[S_NOW] += 2
     sc[S_TICKED] = 0
-    whole, _, _ = _match(nd, kids, buf, s0, flen)
+    whole = path[count - 1]
     if whole != 0:
         nd[STAMP, whole] = sc[S_NOW]
         _changed(nd, sc, mc, cr, cf, ch, cn, whole)
     # judicious admission: speculative insertion of the prompt (PrefixCache.speculative_insert)
-    mnode, p, part = _match(nd, kids, buf, s0, plen)
+    mnode, p, part = _prefix(nd, path, count, length, partial, plen)
     npos = 0
     if p > 0 and (part >= 0 or (nd[CKPT, mnode] == 0 and (p == plen or nd[NCH, mnode] > 0))):
         pos[0] = p
@@ -559,7 +621,9 @@ def _serve(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, plen, flen, pos) ->
     if npos == 0 or pos[0] != flen:  # sorted and unique, as ``insert`` makes them
         pos[npos] = flen
         npos += 1
-    _insert(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, pos, npos)
+    # The insert of the whole input + output: the walk's own match.
+    whole_match = (path[count - 1], length, partial)
+    _insert(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, pos, npos, *whole_match)
     if node != 0:
         _unpin(nd, kids, buf, sc, mc, cr, cf, ch, cn, node)
     return hit
@@ -578,11 +642,15 @@ def _replay(buf, starts, plens, flens, mc, alpha, hits) -> np.ndarray:
     cf = np.zeros(size)
     ch = np.zeros(size, np.bool_)
     cn = np.zeros(size, np.int64)
-    kids = Dict.empty(key_type=types.int64, value_type=types.int64)
+    table = 1
+    while table < 8 * size:  # at most two keys per node ever made: never half full
+        table *= 2
+    kids = np.full((2, table), _EMPTY, np.int64)
     pos = np.zeros(2, np.int64)
+    path = np.zeros(size, np.int64)
     for i in range(r):
         s0, plen, flen = starts[i], plens[i], flens[i]
-        hits[i] = _serve(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, plen, flen, pos)
+        hits[i] = _serve(nd, kids, buf, sc, mc, alpha, cr, cf, ch, cn, s0, plen, flen, pos, path)
     live = 0
     for v in range(1, sc[S_NEXT]):
         if nd[PAR, v] >= 0:
@@ -601,7 +669,7 @@ class CompiledTrace:
         self.starts = np.zeros(len(fulls), np.int64)
         if len(fulls) > 1:
             np.cumsum(self.flens[:-1], out=self.starts[1:])
-        self.buf = np.concatenate(fulls).astype(np.int64) if fulls else np.zeros(0, np.int64)
+        self.buf = np.concatenate(fulls) if fulls else np.zeros(0, np.int32)
         self.max_depth = int(self.flens.max()) if len(fulls) else 0
 
 
