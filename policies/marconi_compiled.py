@@ -53,6 +53,7 @@ S_NOW, S_TICKED, S_NEXT, S_KV, S_CKPTS, S_NCAND, S_NHELD, S_EVICTIONS = range(8)
 # Model constants, entries of the int64 vector ``mc``.
 M_CAP, M_KVPT, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP = range(8)
 
+Range = tuple[bool, float, float]  # (scaled, lo, hi - lo) of a min-max normalisation
 _EXACT = 2**53  # floats hold every integer below this: a division of two is then exact-rounded
 
 _jit = numba.njit(cache=True, error_model="numpy", nogil=True)
@@ -259,26 +260,6 @@ def _changed(nd, sc, mc, cr, cf, ch, cn, v) -> None:
 
 
 @_jit
-def _normalised(x: np.ndarray) -> np.ndarray:
-    """``reference_score.normalise`` (min-max; one value or all equal gives ones), in place."""
-    n = len(x)
-    if n > 1:
-        lo, hi = x[0], x[0]
-        for i in range(1, n):
-            if x[i] < lo:
-                lo = x[i]
-            if x[i] > hi:
-                hi = x[i]
-        if lo != hi:
-            span = hi - lo
-            for i in range(n):
-                x[i] = (x[i] - lo) / span
-            return x
-    x[:] = 1.0
-    return x
-
-
-@_jit
 def _preorder_before(nd: np.ndarray, a: int, b: int) -> bool:
     """Is ``a`` before ``b`` in the tree's pre-order (``reference_score.preorder_key``)?"""
     da, db, x = 0, 0, a
@@ -310,40 +291,60 @@ def _preorder_before(nd: np.ndarray, a: int, b: int) -> bool:
 
 
 @_jit
+def _score(r: float, f: float, now: int, rec: Range, eff: Range, alpha: float) -> float:
+    """``alpha x eff + recency``, each min-max normalised (``utils._normalize``: ``(x - lo) /
+    (hi - lo)``, or 1 when one value or all equal; ``rec``/``eff`` are ``(scaled, lo, span)``)."""
+    x = 1.0
+    if rec[0]:
+        x = (1.0 / (now - r) - rec[1]) / rec[2]
+    if alpha != 0.0:
+        y = (f - eff[1]) / eff[2] if eff[0] else 1.0
+        x += y * alpha  # IEEE addition commutes: the reference's sum to the bit
+    return x
+
+
+@_jit
 def _choose_victim(nd, sc, alpha, cr, cf, ch, cn) -> int:
-    """``choose_victim`` then ``victim_at`` (the first minimum in pre-order; -1 if none)."""
+    """``choose_victim`` then ``victim_at`` (the first minimum in pre-order; -1 if none).
+
+    ``victim_at`` normalises over every candidate, the held ones too. Recency
+    ``1 / (now - stamp)`` is monotone in the stamp (a correctly rounded
+    division is), so its extremes are those of the stamps: one pass finds the
+    ranges, a second scores.
+    """
     n = sc[S_NCAND]
     if n == sc[S_NHELD]:
         return -1
-    now = sc[S_NOW]
-    rmax = cr[0]
+    rmin = rmax = cr[0]
+    fmin = fmax = cf[0]
     for i in range(1, n):
-        if cr[i] > rmax:
-            rmax = cr[i]
+        r, f = cr[i], cf[i]
+        rmin, rmax = min(rmin, r), max(rmax, r)
+        fmin, fmax = min(fmin, f), max(fmax, f)
+    now = sc[S_NOW]
     if sc[S_TICKED] == 0 or rmax >= now:
         now += 1  # ``evict``'s tick (once per insert that makes room)
         sc[S_NOW] = now
         sc[S_TICKED] = 1
-    score = np.empty(n)
-    for i in range(n):
-        score[i] = 1.0 / (now - cr[i])
-    _normalised(score)
-    if alpha != 0.0:
-        eff = cf[:n].copy()
-        _normalised(eff)
-        for i in range(n):
-            score[i] += eff[i] * alpha
-    best = -1
+    lo, hi = 1.0 / (now - rmin), 1.0 / (now - rmax)
+    rec = (n > 1 and lo != hi, lo, hi - lo)
+    eff = (n > 1 and fmin != fmax, fmin, fmax - fmin)
+    best, low, tied = -1, 0.0, False
     for i in range(n):
         if ch[i]:
             continue
-        if best < 0 or score[i] < score[best]:
-            best = i
+        x = _score(cr[i], cf[i], now, rec, eff, alpha)
+        if best < 0 or x < low:
+            best, low, tied = i, x, False
+        elif x == low:
+            tied = True
     victim = cn[best]
-    for i in range(n):  # ties: the first in pre-order
-        tied = i != best and not ch[i] and score[i] == score[best]
-        if tied and _preorder_before(nd, cn[i], victim):
-            victim = cn[i]
+    if tied:  # the first in pre-order among the minima
+        for i in range(best + 1, n):
+            if ch[i] or _score(cr[i], cf[i], now, rec, eff, alpha) != low:
+                continue
+            if _preorder_before(nd, cn[i], victim):
+                victim = cn[i]
     return victim
 
 
