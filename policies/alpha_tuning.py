@@ -81,18 +81,16 @@ def grid_scores(
 ) -> dict[float, float]:
     """:func:`window_score` for every alpha of ``grid``.
 
-    One process replays ``marconi``'s grid from an empty cache as compiled
-    code (:mod:`policies.marconi_compiled`), and any other grid sharing the
+    One process replays the grid of either Marconi as compiled code
+    (:mod:`policies.compiled`), and any other grid sharing the
     requests before the first eviction (:func:`policies.shared_prefix.replay_grid`);
     ``jobs > 1`` processes, or ``exhaustive``, replay each alpha on its own
     (the tests' reference). The scores are the same every way.
     """
     if jobs <= 1 and not exhaustive:
-        from policies.marconi_compiled import compiled_grid_hits  # numba loads on first use
+        from policies.compiled import compiled_grid_hits
 
-        compiled = compiled_grid_hits(
-            model, snapshot.capacity, window, grid, policy_cls, empty=not snapshot.parents
-        )
+        compiled = compiled_grid_hits(model, snapshot.capacity, window, grid, policy_cls, snapshot)
         if compiled is not None:
             return {a: score_hits(h, model, metric) for a, h in zip(grid, compiled, strict=True)}
         runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)

@@ -263,7 +263,7 @@ def _hindsight(
     by_flops = options.get("alpha_metric") == "flops"
     compiled = None
     if jobs <= 1:
-        from policies.marconi_compiled import compiled_grid_hits  # numba loads on first use
+        from policies.compiled import compiled_grid_hits
 
         compiled = compiled_grid_hits(model, capacity, _requests(trace), grid, type(policy))
     runs: list[ReplayResult] = []
