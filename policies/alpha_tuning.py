@@ -88,11 +88,11 @@ def grid_scores(
     (the tests' reference). The scores are the same every way.
     """
     if jobs <= 1 and not exhaustive:
-        from policies.compiled import compiled_grid_hits
+        from policies.compiled import compiled_grid_runs
 
-        compiled = compiled_grid_hits(model, snapshot.capacity, window, grid, policy_cls, snapshot)
+        compiled = compiled_grid_runs(model, snapshot.capacity, window, grid, policy_cls, snapshot)
         if compiled is not None:
-            return {a: score_hits(h, model, metric) for a, h in zip(grid, compiled, strict=True)}
+            return {run.alpha: score_hits(run.hits, model, metric) for run in compiled}
         runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)
         return {a: score_hits([h for h, *_ in served], model, metric) for a, _, served in runs}
     scores = map_alphas(_score_at, (snapshot, model, window, policy_cls, metric), grid, jobs)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_policies_props import traces
 
 from policies.alpha_tuning import ALPHA_GRID, grid_scores
-from policies.compiled import compiled_grid_hits, replay_counters, supported
+from policies.compiled import compiled_grid_runs, grid_runs, supported
 from policies.marconi import MarconiPolicy
 from policies.marconi_twin import MarconiTwinPolicy
 from policies.oracle import OraclePolicy
@@ -54,17 +54,16 @@ def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None
 
 def _same(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None) -> None:
     expected, cache, victims = _python(requests, capacity, alpha, cls, start)
-    hits, counters, compiled_victims = replay_counters(
-        HYBRID, capacity, requests, alpha, cls, start
+    (run,) = grid_runs(HYBRID, capacity, requests, [alpha], cls, start)
+    assert run.hits == expected
+    assert run.victims == victims  # the same nodes go, in the same order
+    c = run.counters
+    assert (c["evictions"], c["kv_tokens"], c["n_ckpts"]) == (
+        len(victims),
+        cache.kv_tokens,
+        cache.n_ckpts,
     )
-    assert hits.tolist() == expected
-    assert compiled_victims == victims  # the same nodes go, in the same order
-    assert counters == {
-        "evictions": len(victims),
-        "kv_tokens": cache.kv_tokens,
-        "n_ckpts": cache.n_ckpts,
-        "num_nodes": cache.num_nodes - 1,  # the root is not counted
-    }
+    assert c["num_nodes"] == cache.num_nodes - 1  # the root is not counted
 
 
 def _snapshot(cls, capacity: int, warm) -> CacheSnapshot:
@@ -191,4 +190,4 @@ def test_where_the_compiled_replay_does_not_apply():
     assert not supported(HYBRID, MarconiPolicy, negative, None)
     huge = [(np.zeros(30_000_000, np.int32), 1)]
     assert not supported(get_model("marconi-hybrid-7b"), MarconiPolicy, huge, None)
-    assert compiled_grid_hits(HYBRID, 10**6, requests, (0.0,), SGLangPlusPolicy) is None
+    assert compiled_grid_runs(HYBRID, 10**6, requests, (0.0,), SGLangPlusPolicy) is None

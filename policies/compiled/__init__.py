@@ -16,8 +16,10 @@ sliding-window ones, declared prompt modules, counts past exact float range),
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -86,7 +88,7 @@ def supported(
 
 
 class CompiledTrace:
-    """Requests (and a snapshot to start from) laid out for :func:`grid_hits`."""
+    """Requests (and a snapshot to start from) laid out for :func:`grid_runs`."""
 
     def __init__(self, requests: Sequence[Any], start: CacheSnapshot | None = None) -> None:
         fulls = [np.asarray(req[0], np.int32) for req in requests]
@@ -96,7 +98,7 @@ class CompiledTrace:
         if len(fulls) > 1:
             np.cumsum(self.flens[:-1], out=self.starts[1:])
         parts = fulls
-        self.snap = np.zeros((7, 0), np.int64)
+        self.snap = np.zeros((8, 0), np.int64)
         self.clock, self.next_nid = 0, 1
         if start is not None:
             paths, self.snap = _snapshot_columns(start, int(self.flens.sum()))
@@ -142,9 +144,10 @@ def _snapshot_columns(snap: CacheSnapshot, offset: int) -> tuple[list[np.ndarray
             [int(c) for c in snap.ckpt],
             [int(t) for t in snap.t],
             snap.nid,
+            [int(h) for h in snap.ckpt_hit],
         ],
         np.int64,
-    ).reshape(7, n)
+    ).reshape(8, n)
     return paths, cols
 
 
@@ -169,56 +172,93 @@ def constants(model: ModelSpec, capacity: int, rules: int) -> tuple[np.ndarray, 
     return mc, np.array([0.0, flops.linear, flops.quad_full])
 
 
-def _run(trace: CompiledTrace, mc: np.ndarray, mf: np.ndarray, alpha: float) -> tuple[Any, ...]:
-    from policies.compiled.kernel import F_ALPHA, replay
+@dataclass
+class GridRun:
+    """One alpha's compiled replay: per request, the hit tokens and the hit node's creation
+    id (-1 on a miss); the victims' creation ids in order; the cache's counters at the end
+    (those of this replay: a snapshot's own are not added)."""
 
-    mf = mf.copy()
-    mf[F_ALPHA] = float(alpha)
-    hits = np.zeros(len(trace.starts), np.int64)
-    counters, victims = replay(
-        trace.buf,
-        trace.starts,
-        trace.plens,
-        trace.flens,
-        mc,
-        mf,
-        trace.snap,
-        trace.clock,
-        trace.next_nid,
-        hits,
-    )
-    return hits, counters, victims
+    alpha: float
+    hits: list[int]
+    hit_nids: list[int]
+    victims: list[int]
+    counters: dict[str, int]
 
 
-def grid_hits(
+_COUNTERS = (
+    "evictions",
+    "kv_tokens",
+    "n_ckpts",
+    "num_nodes",
+    "peak_bytes",
+    "peak_kv_bytes",
+    "peak_ssm_bytes",
+    "checkpoints_admitted",
+    "checkpoints_hit",
+)
+
+
+def grid_runs(
     model: ModelSpec,
     capacity: int,
     requests: Sequence[Any],
     grid: Sequence[float],
     policy_cls: type,
     start: CacheSnapshot | None = None,
-) -> list[list[int]]:
-    """Each alpha's hit tokens per request, replayed from ``start`` (or an empty cache).
+) -> list[GridRun]:
+    """Each alpha's replay of ``requests`` from ``start`` (or an empty cache), in grid order.
 
-    Only where :func:`supported` says yes (:func:`compiled_grid_hits` checks).
+    Alpha only enters the victim's choice, so every replay is the same until
+    its first eviction (``policies.shared_prefix``'s rule): the first alpha runs
+    in full, the requests before its first eviction are served once more, and
+    every other alpha goes on from a copy of that state. Only where
+    :func:`supported` says yes (:func:`compiled_grid_runs` checks).
     """
+    from policies.compiled import kernel  # numba loads the compiled code here
+
     rules = rules_of(policy_cls)
     assert rules is not None
     trace = CompiledTrace(requests, start)
     mc, mf = constants(model, int(capacity), rules)
-    # Python ints: the scores are exact integer sums.
-    return [_run(trace, mc, mf, alpha)[0].tolist() for alpha in grid]
+    n = len(trace.starts)
+    args = (trace.buf, n, mc, mf, trace.snap, trace.clock, trace.next_nid)
+    requests_of = (trace.starts, trace.plens, trace.flens)
+
+    def run(st: Any, alpha: float, i0: int, hits: np.ndarray, nids: np.ndarray) -> GridRun:
+        kernel.serve_range(st, *requests_of, i0, n, hits, nids)
+        c = kernel.counters(st)
+        return GridRun(
+            alpha,
+            hits.tolist(),  # Python ints: the scores are exact integer sums
+            nids.tolist(),
+            kernel.victims(st).tolist(),
+            {k: int(v) for k, v in zip(_COUNTERS, c, strict=False)},
+        )
+
+    mf[kernel.F_ALPHA] = grid[0]
+    first = kernel.start(*args)
+    hits, nids = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    runs = [run(first, grid[0], 0, hits, nids)]
+    evicted_at = int(kernel.counters(first)[9])
+    if evicted_at < 0:  # never evicted: alpha never mattered
+        return runs + [dataclasses.replace(runs[0], alpha=a) for a in grid[1:]]
+    shared = evicted_at - trace.clock  # requests served before the first eviction
+    common = kernel.start(*args)
+    kernel.serve_range(common, *requests_of, 0, shared, hits.copy(), nids.copy())
+    for alpha in grid[1:]:
+        runs.append(run(kernel.copy(common, float(alpha)), alpha, shared, hits.copy(), nids.copy()))
+    return runs
 
 
-def compiled_grid_hits(
+def compiled_grid_runs(
     model: ModelSpec,
     capacity: int,
     requests: Sequence[Any],
     grid: Sequence[float],
     policy_cls: type,
     start: CacheSnapshot | None = None,
-) -> list[list[int]] | None:
-    """:func:`grid_hits` where :func:`supported`, else ``None`` (replay in Python).
+) -> list[GridRun] | None:
+    """:func:`grid_runs` where :func:`supported`, else ``None`` (replay in Python).
 
     ``TWIN_COMPILED_REPLAY=0`` in the environment turns the compiled path off
     (to time or debug the Python one; the results are the same).
@@ -227,22 +267,4 @@ def compiled_grid_hits(
         return None
     if not supported(model, policy_cls, requests, start):
         return None
-    return grid_hits(model, capacity, requests, grid, policy_cls, start)
-
-
-def replay_counters(
-    model: ModelSpec,
-    capacity: int,
-    requests: Sequence[Any],
-    alpha: float,
-    policy_cls: type,
-    start: CacheSnapshot | None = None,
-) -> tuple[np.ndarray, dict[str, int], list[int]]:
-    """One alpha's hits; the evictions, KV tokens, states and nodes at the end; the victims'
-    creation ids in eviction order (tests)."""
-    rules = rules_of(policy_cls)
-    assert rules is not None
-    trace = CompiledTrace(requests, start)
-    hits, c, victims = _run(trace, *constants(model, int(capacity), rules), alpha)
-    names = ("evictions", "kv_tokens", "n_ckpts", "num_nodes")
-    return hits, {k: int(v) for k, v in zip(names, c, strict=True)}, victims.tolist()
+    return grid_runs(model, capacity, requests, grid, policy_cls, start)

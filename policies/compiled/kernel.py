@@ -56,13 +56,17 @@ import numba
 import numpy as np
 
 # Node fields, rows of ``nd``.
-(PAR, FIRST, LAST, NXT, PRV, NCH, BASE, DEP, LEN, CKPT, LOCK, STAMP, SLOT, T, NID) = range(15)
-N_FIELDS = 15
+(PAR, FIRST, LAST, NXT, PRV, NCH, BASE, DEP, LEN, CKPT, LOCK, STAMP, SLOT, T, NID, CKHIT) = range(
+    16
+)
+N_FIELDS = 16
 # Scalars, entries of ``sc``: the reference's logical clock and its evict tick, the next
 # node, KV tokens, states, candidates, held candidates, evictions, the cache clock, the
-# next creation id.
-S_NOW, S_TICKED, S_NEXT, S_KV, S_CKPTS, S_NCAND, S_NHELD, S_EVICTIONS, S_CLOCK, S_NID = range(10)
-N_SCALARS = 10
+# next creation id; then the counters of ``twin.cache.base.COUNTERS`` and the request
+# during which the first eviction came (-1: none yet).
+(S_NOW, S_TICKED, S_NEXT, S_KV, S_CKPTS, S_NCAND, S_NHELD, S_EVICTIONS, S_CLOCK, S_NID) = range(10)
+S_PEAK, S_PEAK_KV, S_PEAK_SSM, S_ADMITTED, S_CKHIT, S_FIRST_EVICTION = range(10, 16)
+N_SCALARS = 16
 # Integer constants, entries of ``mc``: capacity, bytes (KV per token of every layer,
 # of the full-attention layers, one state), the reference's FLOP terms, the rules.
 M_CAP, M_KVPT, M_FULLKV, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP, M_RULES = range(10)
@@ -543,6 +547,8 @@ def _evict_until(st, need: int) -> bool:
         if v < 0:
             return False
         st[10][sc[S_EVICTIONS]] = nd[NID, v]  # the victims, in order (tests compare them)
+        if sc[S_FIRST_EVICTION] < 0:
+            sc[S_FIRST_EVICTION] = sc[S_CLOCK]
         if nd[NCH, v] > 0:
             _merge(st, v)
         else:
@@ -659,6 +665,7 @@ def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int)
         nd[T, v] = sc[S_CLOCK]
         nd[CKPT, v] = 1
         sc[S_CKPTS] += 1
+        sc[S_ADMITTED] += 1
         chain[m] = v
         m += 1
         parent, prev = v, end
@@ -707,6 +714,7 @@ def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, p
             nd[CKPT, v] = 1  # _set_ckpt
             nd[T, v] = sc[S_CLOCK]
             sc[S_CKPTS] += 1
+            sc[S_ADMITTED] += 1
             changed(st, v)
         if upto > covered:
             attach = _ending_at(st, base, covered) if covered else 0
@@ -715,11 +723,23 @@ def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, p
             _touch(st, _ending_at(st, base, upto))
     if pinned:
         _unpin(st, base)
+    _note_peaks(st)
+
+
+@jit
+def _note_peaks(st) -> None:
+    """``TokenStateBytes.note_peaks``."""
+    sc, mc = st[1], st[2]
+    kv, ssm = sc[S_KV] * mc[M_KVPT], sc[S_CKPTS] * mc[M_CKB]
+    sc[S_PEAK] = max(sc[S_PEAK], kv + ssm)
+    sc[S_PEAK_KV] = max(sc[S_PEAK_KV], kv)
+    sc[S_PEAK_SSM] = max(sc[S_PEAK_SSM], ssm)
 
 
 @jit
 def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray) -> int:
-    """``RequestCache.serve``: lookup and pin, admission, one insert, unpin; the hit tokens."""
+    """``RequestCache.serve``: lookup and pin, admission, one insert, unpin; the hit node
+    (0: none)."""
     nd, sc, mc = st[0], st[1], st[2]
     reference = mc[M_RULES] == REFERENCE
     count, length, partial = walk(nd, st[8], st[9], s0, flen, path)
@@ -728,9 +748,10 @@ def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray)
     node, _, _ = prefix(nd, path, count, length, partial, plen)
     while node != 0 and nd[CKPT, node] == 0:  # lookup: the deepest state on the path
         node = nd[PAR, node]
-    hit = 0
     if node != 0:
-        hit = nd[DEP, node]
+        if nd[CKHIT, node] == 0:  # lookup: a state's first hit is counted
+            nd[CKHIT, node] = 1
+            sc[S_CKHIT] += 1
         if reference:
             nd[STAMP, node] = sc[S_NOW]  # on_hit
         _touch(st, node)
@@ -756,25 +777,24 @@ def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray)
     _insert(st, s0, pos, npos, path[count - 1], length, partial)
     if node != 0:
         _unpin(st, node)
-    return hit
+    return node
 
 
 @jit
-def replay(buf, starts, plens, flens, mc, mf, snap, clock, next_nid, hits):
-    """Serve every request from a restored snapshot (or an empty cache); fill ``hits``.
+def start(buf, n_requests, mc, mf, snap, clock, next_nid):
+    """The state of a replay of ``n_requests`` from a restored snapshot (or an empty cache).
 
     ``snap`` rows: parent (an index into ``snap``, -1 for the root), base,
-    depth, length, state, last access, creation id, one column per node,
+    depth, length, state, last access, creation id, state hit, one column per node,
     parents first (``twin.cache.snapshot.fill``'s order, which rebuilds every
-    node's children in their order). Returns the counters (evictions, KV
-    tokens, states, nodes) and the victims' creation ids in eviction order.
+    node's children in their order).
     """
-    r, restored = len(starts), snap.shape[1]
-    size = restored + 3 * r + 2  # an insert adds at most a split and two chain nodes
+    restored = snap.shape[1]
+    size = restored + 3 * n_requests + 2  # an insert adds at most a split and two chain nodes
     nd = np.zeros((N_FIELDS, size), np.int64)
     nd[FIRST, 0] = nd[LAST, 0] = nd[NXT, 0] = nd[PRV, 0] = nd[PAR, 0] = nd[SLOT, 0] = -1
     sc = np.zeros(N_SCALARS, np.int64)
-    sc[S_NEXT], sc[S_CLOCK], sc[S_NID] = 1, clock, next_nid
+    sc[S_NEXT], sc[S_CLOCK], sc[S_NID], sc[S_FIRST_EVICTION] = 1, clock, next_nid, -1
     table = 1
     while table < 8 * size:  # a key per node ever made: never a quarter full
         table *= 2
@@ -783,7 +803,7 @@ def replay(buf, starts, plens, flens, mc, mf, snap, clock, next_nid, hits):
         nd,
         sc,
         mc,
-        mf,
+        mf.copy(),
         np.zeros(size),
         np.zeros(size),
         np.zeros(size, np.bool_),
@@ -798,19 +818,67 @@ def replay(buf, starts, plens, flens, mc, mf, snap, clock, next_nid, hits):
         append_child(nd, parent, v)
         put(kids, key(parent, first_token(nd, buf, v)), v)
         nd[CKPT, v], nd[T, v], nd[NID, v] = snap[4, i], snap[5, i], snap[6, i]
+        nd[CKHIT, v] = snap[7, i]
         sc[S_KV] += nd[LEN, v]
         sc[S_CKPTS] += nd[CKPT, v]
     sc[S_NEXT] = restored + 1
     for i in range(restored):
         _added(st, i + 1)
+    return st
+
+
+@jit
+def copy(st, alpha: float):
+    """An independent copy of ``st`` that goes on at ``alpha`` (the model and tokens shared)."""
+    mf = st[3].copy()
+    mf[F_ALPHA] = alpha
+    return (
+        st[0].copy(),
+        st[1].copy(),
+        st[2],
+        mf,
+        st[4].copy(),
+        st[5].copy(),
+        st[6].copy(),
+        st[7].copy(),
+        st[8].copy(),
+        st[9],
+        st[10].copy(),
+    )
+
+
+@jit
+def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> None:
+    """Serve requests ``i0`` to ``i1 - 1``: their hit tokens and hit nodes' creation ids (-1)."""
+    nd, sc = st[0], st[1]
     pos = np.zeros(2, np.int64)
-    path = np.zeros(size, np.int64)
-    for i in range(r):
-        hits[i] = _serve(st, starts[i], plens[i], flens[i], pos, path)
-        sc[S_CLOCK] += 1  # RequestCache: the next admission
+    path = np.zeros(nd.shape[1], np.int64)
+    first = sc[S_CLOCK] - i0  # the cache clock of request 0
+    for i in range(i0, i1):
+        sc[S_CLOCK] = first + i  # RequestCache: the admission's clock
+        node = _serve(st, starts[i], plens[i], flens[i], pos, path)
+        hits[i] = nd[DEP, node] if node != 0 else 0
+        hit_nids[i] = nd[NID, node] if node != 0 else -1
+    sc[S_CLOCK] = first + i1
+
+
+@jit
+def counters(st) -> np.ndarray:
+    """Evictions, KV tokens, states, nodes (the root not counted), the peaks (bytes, KV,
+    states), states admitted, states hit, and the first evicting request's clock (-1)."""
+    nd, sc = st[0], st[1]
     live = 0
     for v in range(1, sc[S_NEXT]):
         if nd[PAR, v] >= 0:
             live += 1
-    counters = np.array([sc[S_EVICTIONS], sc[S_KV], sc[S_CKPTS], live], np.int64)
-    return counters, st[10][: sc[S_EVICTIONS]].copy()
+    out = np.empty(10, np.int64)
+    out[0], out[1], out[2], out[3] = sc[S_EVICTIONS], sc[S_KV], sc[S_CKPTS], live
+    out[4], out[5], out[6] = sc[S_PEAK], sc[S_PEAK_KV], sc[S_PEAK_SSM]
+    out[7], out[8], out[9] = sc[S_ADMITTED], sc[S_CKHIT], sc[S_FIRST_EVICTION]
+    return out
+
+
+@jit
+def victims(st) -> np.ndarray:
+    """The creation ids of the nodes evicted so far, in order."""
+    return st[10][: st[1][S_EVICTIONS]].copy()
