@@ -188,6 +188,9 @@ def test_where_the_compiled_replay_does_not_apply():
     assert not supported(HYBRID, MarconiPolicy, with_modules, None)
     negative = [(np.array([-1, 2], np.int32), 1)]
     assert not supported(HYBRID, MarconiPolicy, negative, None)
+    wide = [(np.array([2**31, 2], np.int64), 1)]  # would wrap if cast to int32
+    assert not supported(HYBRID, MarconiPolicy, wide, None)
+    assert supported(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, 2], np.int64), 1)], None)
     huge = [(np.zeros(30_000_000, np.int32), 1)]
     assert not supported(get_model("marconi-hybrid-7b"), MarconiPolicy, huge, None)
     assert compiled_grid_runs(HYBRID, 10**6, requests, (0.0,), SGLangPlusPolicy) is None

@@ -303,10 +303,12 @@ def _hindsight(
         if compiled is not None:
             for _ in range(trace.num_requests * len(grid)):
                 on_request()
-            # Scores first; the full result only for the best alpha.
+            # Scores first (hit tokens, or FLOPs saved); the full result only for the best alpha.
             flops = PrefillFlops(model)
-            sums = [_hit_sums(flops, [(h, -1, 0) for h in run.hits]) for run in compiled]
-            scores: list[float] = [t[2] if by_flops else t[0] for t in sums]
+            scores: list[float] = [
+                _hit_sums(flops, [(h, -1, 0) for h in run.hits])[2] if by_flops else sum(run.hits)
+                for run in compiled
+            ]
             best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
             best = _compiled_result(
                 trace, model, policy_name, capacity, compiled[best_i], per_request, start

@@ -57,41 +57,37 @@ def supported(
     below 2**53 (so that each efficiency is the same correctly rounded
     division as Python's).
     """
-    rules = rules_of(policy_cls)
-    if rules is None or model.n_ssm_layers == 0 or model.ssm_checkpoint_bytes <= 0:
+    if not _supported_model(model, policy_cls) or _declares_modules(requests):
         return False
-    if model.sliding_window is not None or model.kv_bytes_per_token <= 0:
+    return CompiledTrace(requests, start).fits(model)
+
+
+def _supported_model(model: ModelSpec, policy_cls: type) -> bool:
+    if rules_of(policy_cls) is None or model.n_ssm_layers == 0:
         return False
-    if any(len(req) > 2 and req[2] is not None for req in requests):
+    if model.ssm_checkpoint_bytes <= 0 or model.kv_bytes_per_token <= 0:
         return False
-    depth = 0
-    for full, *_ in requests:
-        if len(full):
-            if int(np.min(full)) < 0 or int(np.max(full)) >= 2**31:
-                return False
-            depth = max(depth, len(full))
-    if start is not None and len(start.tokens):
-        if int(start.tokens.min()) < 0 or int(start.tokens.max()) >= 2**31:
-            return False
-        depth += len(start.tokens)  # a bound on any restored node's depth
     flops = PrefillFlops(model)
-    if not flops.exact or flops.quad_window:
-        return False
-    d = model.d_model
-    attn = 8 * depth * d * d + 4 * depth * depth * d
-    mamba = 12 * depth * d * d + 16 * depth * d * model.ssm_d_state + 10 * depth * d
-    mlp = max(16 * depth * d * d, attn)
-    layers = model.n_mlp_layers + model.n_moe_layers
-    saved = model.n_ssm_layers * mamba + model.n_attention_layers * attn + layers * mlp
-    held = model.ssm_checkpoint_bytes + model.kv_bytes_per_token * depth
-    return saved < _EXACT and held < _EXACT and flops.total(depth, 0) < _EXACT
+    return model.sliding_window is None and flops.exact and not flops.quad_window
+
+
+def _declares_modules(requests: Sequence[Any]) -> bool:
+    return any(len(req) > 2 and req[2] is not None for req in requests)
 
 
 class CompiledTrace:
     """Requests (and a snapshot to start from) laid out for :func:`grid_runs`."""
 
     def __init__(self, requests: Sequence[Any], start: CacheSnapshot | None = None) -> None:
-        fulls = [np.asarray(req[0], np.int32) for req in requests]
+        # Token ids must be int32 and non-negative (the children's keys); others are
+        # checked before the cast and make the trace unfit.
+        self.ids_fit = True
+        fulls = []
+        for req in requests:
+            full = np.asarray(req[0])
+            if full.dtype != np.int32 and len(full):
+                self.ids_fit &= int(full.min()) >= 0 and int(full.max()) < 2**31
+            fulls.append(full.astype(np.int32, copy=False))
         self.flens = np.array([len(f) for f in fulls], np.int64)
         self.plens = np.array([int(req[1]) for req in requests], np.int64)
         self.starts = np.zeros(len(fulls), np.int64)
@@ -105,6 +101,24 @@ class CompiledTrace:
             parts = [*fulls, *paths]
             self.clock, self.next_nid = int(start.clock), int(start.next_nid)
         self.buf = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        self.ids_fit &= not len(self.buf) or int(self.buf.min()) >= 0
+        # A bound on any node's depth: the longest request, plus a snapshot's every token.
+        self.max_depth = int(self.flens.max()) if len(fulls) else 0
+        if start is not None:
+            self.max_depth += len(start.tokens)
+
+    def fits(self, model: ModelSpec) -> bool:
+        """Token ids fit the keys, and every count of ``model`` up to the deepest node is
+        below 2**53."""
+        depth, d = self.max_depth, model.d_model
+        attn = 8 * depth * d * d + 4 * depth * depth * d
+        mamba = 12 * depth * d * d + 16 * depth * d * model.ssm_d_state + 10 * depth * d
+        mlp = max(16 * depth * d * d, attn)
+        layers = model.n_mlp_layers + model.n_moe_layers
+        saved = model.n_ssm_layers * mamba + model.n_attention_layers * attn + layers * mlp
+        held = model.ssm_checkpoint_bytes + model.kv_bytes_per_token * depth
+        exact = saved < _EXACT and held < _EXACT and PrefillFlops(model).total(depth, 0) < _EXACT
+        return self.ids_fit and exact
 
 
 def _snapshot_columns(snap: CacheSnapshot, offset: int) -> tuple[list[np.ndarray], np.ndarray]:
@@ -214,11 +228,16 @@ def grid_runs(
     every other alpha goes on from a copy of that state. Only where
     :func:`supported` says yes (:func:`compiled_grid_runs` checks).
     """
+    return _grid_runs(CompiledTrace(requests, start), model, capacity, grid, policy_cls)
+
+
+def _grid_runs(
+    trace: CompiledTrace, model: ModelSpec, capacity: int, grid: Sequence[float], policy_cls: type
+) -> list[GridRun]:
     from policies.compiled import kernel  # numba loads the compiled code here
 
     rules = rules_of(policy_cls)
     assert rules is not None
-    trace = CompiledTrace(requests, start)
     mc, mf = constants(model, int(capacity), rules)
     n = len(trace.starts)
     args = (trace.buf, n, mc, mf, trace.snap, trace.clock, trace.next_nid)
@@ -265,6 +284,9 @@ def compiled_grid_runs(
     """
     if os.environ.get("TWIN_COMPILED_REPLAY", "1") == "0":
         return None
-    if not supported(model, policy_cls, requests, start):
+    if not _supported_model(model, policy_cls) or _declares_modules(requests):
         return None
-    return grid_runs(model, capacity, requests, grid, policy_cls, start)
+    trace = CompiledTrace(requests, start)
+    if not trace.fits(model):
+        return None
+    return _grid_runs(trace, model, capacity, grid, policy_cls)
