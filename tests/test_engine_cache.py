@@ -184,3 +184,30 @@ def test_summary_carries_configuration_and_occupancy(tmp_path):
     assert max(max(x) for x in occ["kv_bytes"]) > 0
     for rep in summary["replicas"]:
         assert rep["cache"]["peak_bytes"] <= int(2e9)
+
+
+@pytest.mark.parametrize("policy", ["marconi", "marconi-twin"])
+def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
+    """The replicas' alpha grids replay as compiled code (``policies.compiled``) or in
+    Python (``TWIN_COMPILED_REPLAY=0``): the outputs are byte-identical."""
+
+    def once(out):
+        summary, _ = run(
+            example_path("chat"),
+            LinearPricer(copy_s=1e-4),
+            out=out,
+            replicas=2,
+            policy=policy,
+            cache_bytes=int(4e5),
+            session_rate=2.0,
+            seed=3,
+        )
+        return summary, (out / REQUESTS_FILE).read_bytes(), (out / SUMMARY_FILE).read_bytes()
+
+    summary, *fast = once(tmp_path / "compiled")
+    boots = [r["policy"]["bootstrap"] for r in summary["replicas"]]
+    assert all(b.get("completed") for b in boots), boots
+    assert len({str(sorted(b["grid"].items())) for b in boots}) == len(boots)
+    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
+    _, *slow = once(tmp_path / "python")
+    assert fast == slow
