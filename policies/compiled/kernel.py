@@ -17,7 +17,8 @@ kids, buf, victims)`` of flat arrays:
   held, node; swap-removed rows);
 - ``kids``: the children's keys (below);
 - ``buf``: every token the replay reads (the trace's, then a restored snapshot's);
-- ``victims``: the creation id of each node evicted, in order.
+- ``victims``: the creation id of each node evicted, in order;
+- ``score``: scratch for the victim pass.
 
 Sections, each the transliteration of one Python piece (the same operations in
 the same order; each function names what it follows):
@@ -79,13 +80,17 @@ F_ALPHA, F_LINEAR, F_QUAD = range(3)
 REFERENCE, TWIN = 0, 1
 
 
-def jit(fn):
+def jit(fn=None, **options):
     """numba's ``njit``, cached on disk where numba finds a writable place (beside this
-    file, or the user's cache folder); compiled once per process where it finds none."""
+    file, or the user's cache folder); compiled once per process where it finds none.
+    ``@jit`` or ``@jit(**more njit options)``."""
+    if fn is None:
+        return lambda f: jit(f, **options)
+    options = {"error_model": "numpy", "nogil": True, **options}
     try:
-        return numba.njit(cache=True, error_model="numpy", nogil=True)(fn)
+        return numba.njit(cache=True, **options)(fn)
     except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-        return numba.njit(error_model="numpy", nogil=True)(fn)
+        return numba.njit(**options)(fn)
 
 
 # ----- 1. the radix tree ---------------------------------------------------------------------
@@ -269,7 +274,6 @@ def preorder_before(nd: np.ndarray, a: int, b: int) -> bool:
 
 
 # ----- 2. candidates and victims -------------------------------------------------------------
-Range = tuple[bool, float, float]  # (scaled, lo, hi - lo) of a min-max normalisation
 
 
 @jit
@@ -361,17 +365,18 @@ def changed(st, v: int) -> None:
 
 
 # ----- victims -------------------------------------------------------------------------------
-@jit
-def _score(r: float, f: float, now: int, rec: Range, eff: Range, alpha: float) -> float:
-    """``alpha x eff + recency``, each min-max normalised (``utils._normalize``: ``(x - lo) /
-    (hi - lo)``, or 1 when one value or all equal)."""
-    x = 1.0
-    if rec[0]:
-        x = (1.0 / (now - r) - rec[1]) / rec[2]
-    if alpha != 0.0:
-        y = (f - eff[1]) / eff[2] if eff[0] else 1.0
-        x += y * alpha  # IEEE addition commutes: the reference's sum to the bit
-    return x
+@jit(fastmath={"nnan", "ninf", "nsz"})
+def _ranges(cr: np.ndarray, cf: np.ndarray, n: int) -> tuple[float, float, float, float]:
+    """Least and greatest of ``cr[:n]`` and ``cf[:n]``: exact at any order, so the
+    reductions may be vectorised (finite values, no signed zeros among them)."""
+    rmin = rmax = cr[0]
+    fmin = fmax = cf[0]
+    for i in range(1, n):
+        rmin = min(rmin, cr[i])
+        rmax = max(rmax, cr[i])
+        fmin = min(fmin, cf[i])
+        fmax = max(fmax, cf[i])
+    return rmin, rmax, fmin, fmax
 
 
 @jit
@@ -381,32 +386,41 @@ def _reference_victim(st) -> int:
     ``victim_at`` normalises over every candidate, the held ones too. Recency
     ``1 / (now - stamp)`` is monotone in the stamp (a correctly rounded
     division is), so its extremes are those of the stamps: one pass finds the
-    ranges, a second scores.
+    ranges; the scores go into a scratch row by loops without branches (the
+    same operations per element, so vectorising them changes no bit); a last
+    pass takes the first minimum among the candidates not held.
     """
     nd, sc, mf, cr, cf, ch, cn = st[0], st[1], st[3], st[4], st[5], st[6], st[7]
+    score = st[11]
     n = sc[S_NCAND]
     if n == sc[S_NHELD]:
         return -1
-    rmin = rmax = cr[0]
-    fmin = fmax = cf[0]
-    for i in range(1, n):
-        r, f = cr[i], cf[i]
-        rmin, rmax = min(rmin, r), max(rmax, r)
-        fmin, fmax = min(fmin, f), max(fmax, f)
+    rmin, rmax, fmin, fmax = _ranges(cr, cf, n)
     now = sc[S_NOW]
     if sc[S_TICKED] == 0 or rmax >= now:
         now += 1  # ``evict``'s tick (once per insert that makes room)
         sc[S_NOW] = now
         sc[S_TICKED] = 1
     lo, hi = 1.0 / (now - rmin), 1.0 / (now - rmax)
-    rec = (n > 1 and lo != hi, lo, hi - lo)
-    eff = (n > 1 and fmin != fmax, fmin, fmax - fmin)
+    if n > 1 and lo != hi:  # ``utils._normalize``: (x - lo) / (hi - lo), or ones
+        span = hi - lo
+        for i in range(n):
+            score[i] = (1.0 / (now - cr[i]) - lo) / span
+    else:
+        score[:n] = 1.0
     alpha = mf[F_ALPHA]
+    if alpha != 0.0:  # IEEE addition commutes: ``alpha x eff + recency`` to the bit
+        if n > 1 and fmin != fmax:
+            fspan = fmax - fmin
+            for i in range(n):
+                score[i] += ((cf[i] - fmin) / fspan) * alpha
+        else:
+            score[:n] += alpha  # ones times alpha
     best, low, tied = -1, 0.0, False
     for i in range(n):
         if ch[i]:
             continue
-        x = _score(cr[i], cf[i], now, rec, eff, alpha)
+        x = score[i]
         if best < 0 or x < low:
             best, low, tied = i, x, False
         elif x == low:
@@ -414,9 +428,7 @@ def _reference_victim(st) -> int:
     victim = cn[best]
     if tied:  # the first in pre-order among the minima
         for i in range(best + 1, n):
-            if ch[i] or _score(cr[i], cf[i], now, rec, eff, alpha) != low:
-                continue
-            if preorder_before(nd, cn[i], victim):
+            if not ch[i] and score[i] == low and preorder_before(nd, cn[i], victim):
                 victim = cn[i]
     return victim
 
@@ -820,6 +832,7 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
         kids,
         buf,
         np.zeros(size, np.int64),
+        np.zeros(size),
     )
     for i in range(restored):  # fill: the tree first, then the policy hears every node
         v = new_node(nd, i + 1, snap[1, i], snap[2, i], snap[3, i])
@@ -853,6 +866,7 @@ def copy(st, alpha: float):
         st[8].copy(),
         st[9],
         st[10].copy(),
+        np.zeros(len(st[11])),
     )
 
 
