@@ -46,7 +46,8 @@ def test_a_sliding_window_is_priced_per_sequence() -> None:
 def test_the_pricer_times_a_non_affine_run_like_each_step() -> None:
     measured = [p for p in sorted(shipped_profiles()) if not p.endswith("datasheet")]
     pricer = CostModelPricer(CostModel(get_model("marconi-hybrid-7b"), load_profile(measured[0])))
-    batch, context, steps = 24, 24 * 900, 50
-    run = pricer.decode_run(batch, context, steps)
-    each = [pricer.step_time((), batch, context + i * batch) for i in range(steps)]
-    assert run.tolist() == each
+    batch, context = 24, 24 * 900
+    for steps in (1, 50, 300):  # the loop and the array form (``_ARRAY_STEPS``)
+        run = pricer.decode_run(batch, context, steps)
+        each = [pricer.step_time((), batch, context + i * batch) for i in range(steps)]
+        assert list(run) == each

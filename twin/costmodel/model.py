@@ -64,9 +64,9 @@ _COPY_KERNEL = {
 }
 _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is remembered
 # Decode runs of at least this many steps are priced as arrays (``decode_steps_s``): below
-# it a Python loop is faster (measured on this project's 2-core machine: 33 us a numpy call
-# against about 1 us a step).
-_ARRAY_STEPS = 32
+# it a tight Python loop is faster (measured on this project's 2-core machine: about 35 us
+# a numpy call and 0.2 us a step, against 0.5 us a step in the loop).
+_ARRAY_STEPS = 128
 
 
 class CostModel(DensePricing, MixerPricing):
@@ -95,6 +95,11 @@ class CostModel(DensePricing, MixerPricing):
         self._attn_decode_many = lat.compile_many(
             "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
         )
+        self._attn_decode_affine = lat.compile_affine(
+            "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
+        )
+        # Per decode batch size: the attention decode features' coefficients in the keys.
+        self._decode_keys_affine: dict[int, tuple[float, float, float, float, float]] = {}
         self._setup_shapes()
         self._setup_allreduce()
         # The decode conv update: its own fit where the profile has one (NVIDIA's tables
@@ -186,11 +191,16 @@ class CostModel(DensePricing, MixerPricing):
             return [self._with_host(dense + before + head)] * len(contexts)
         heads = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
         if len(contexts) < _ARRAY_STEPS:
-            # Few steps: numpy's fixed cost per call outweighs its per-step saving.
-            kernel, sums, out = self._k["attn_decode"], ft.attn_decode_sums, []
-            host_s, add = self.host_s, self.host_mode == "add"
-            for c in contexts:
-                total = before + attn_layers * kernel(*sums(batch, c + batch, *heads))
+            # Few steps: numpy's fixed cost per call outweighs its per-step saving. The
+            # attention decode kernel's features are affine in the keys read (the context
+            # sum plus one key per sequence), so its prices come from one tight loop.
+            coeffs = self._decode_keys_affine.get(batch)
+            if coeffs is None:
+                coeffs = self._decode_keys_affine[batch] = _affine_in_keys(batch, heads)
+            kernel_s = self._attn_decode_affine(*coeffs, [c + batch for c in contexts])
+            host_s, add, out = self.host_s, self.host_mode == "add", []
+            for r in kernel_s:
+                total = before + attn_layers * r
                 for term in after:
                     total += term
                 kernels = dense + total + head
@@ -327,6 +337,23 @@ class CostModel(DensePricing, MixerPricing):
 
     def _prefill_s(self, n_new: int, n_cached: int) -> float:
         return float(cast(float, self.step(((n_new, n_cached),), ())))
+
+
+def _affine_in_keys(
+    batch: int, heads: tuple[int, int, int, int]
+) -> tuple[float, float, float, float, float]:
+    """``(fn, b0, bn, xn, y)``: the attention decode features of ``batch`` sequences
+    reading ``n`` keys in all are ``fn n`` FLOPs, ``b0 + bn n`` bytes, ``xn n`` score
+    elements and ``y`` tiles (``latency.compile_affine``). Read off the features
+    themselves at 0 and 1 key and checked at a third count: every term is an integer."""
+    f0, b0, x0, y = ft.attn_decode_sums(batch, 0, *heads)
+    f1, b1, x1, _ = ft.attn_decode_sums(batch, 1, *heads)
+    fn, bn, xn = f1 - f0, b1 - b0, x1 - x0
+    n = 1 << 24
+    fx, bx, xx, yx = ft.attn_decode_sums(batch, n, *heads)
+    if (f0, x0) != (0.0, 0.0) or (fx, bx, xx, yx) != (fn * n, b0 + bn * n, xn * n, y):
+        raise AssertionError("attention decode features are no longer affine in the keys")
+    return fn, b0, bn, xn, y
 
 
 def _check_count(label: str, v: object) -> None:

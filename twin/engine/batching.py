@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import simpy
 
 from twin.engine.admission import NewTokenRatio
-from twin.engine.cost import StepPricer
-from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun
+from twin.engine.cost import Durations, StepPricer
+from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun, timeout_at
 from twin.engine.lpm import order_by_prefix
 from twin.engine.preemption import Preemption
 from twin.engine.ratio_admission import RatioAdmission
@@ -134,28 +134,39 @@ class ContinuousBatching(Preemption, RatioAdmission):
                     continue  # the pool ran out: a request was preempted, plan again
                 t0, m = env.now, run.k
                 self.busy_since = t0
-                total = run.end(m)
                 if self.waiting:
                     # The head is blocked (memory or max_running) until a
                     # completion: an arrival cannot change this run.
-                    yield env.timeout(total)
+                    yield env.timeout(run.price_next(m))
                 else:
                     # Wait for the run's end or a submission, whichever comes
                     # first; the timer wakes us through the same event (cheaper
-                    # than a Condition).
-                    self._wake = wake = env.event()
-                    timer = env.timeout(total)
-                    timer.callbacks.append(_waker(wake))
-                    yield wake
-                    self._wake = None
-                    elapsed = env.now - t0
-                    if not timer.processed and elapsed < total:
-                        # Finish the step in flight; the newcomer joins at its boundary.
-                        m = run.steps_to_reach(elapsed)
-                        left = t0 + run.end(m) - env.now
-                        if left > 0:
-                            yield env.timeout(left)
-                        run.capped = False
+                    # than a Condition). Steps are priced a chunk at a time: at
+                    # each chunk's end with no arrival, the next is priced.
+                    while True:
+                        target = run.price_next()
+                        self._wake = wake = env.event()
+                        timer = (
+                            timeout_at(env, t0 + target) if env.now > t0 else env.timeout(target)
+                        )
+                        timer.callbacks.append(_waker(wake))
+                        yield wake
+                        self._wake = None
+                        if timer.processed:
+                            if run.priced < m:
+                                continue
+                            break
+                        elapsed = env.now - t0
+                        if elapsed < target:
+                            # Finish the step in flight; the newcomer joins at its boundary.
+                            m = run.steps_to_reach(elapsed)
+                            left = t0 + run.end(m) - env.now
+                            if left > 0:
+                                yield env.timeout(left)
+                            run.capped = False
+                            break
+                        if run.priced == m:
+                            break
                 # Long uninterrupted decodes price longer runs next time (fewer
                 # events); an interruption goes back to short runs.
                 if run.capped:
@@ -290,8 +301,12 @@ class ContinuousBatching(Preemption, RatioAdmission):
         if fit is not None:
             a, b = fit
             return DecodeRun(k, a + b * context, b * batch)
-        ends = self.pricer.decode_run(batch, context, k).cumsum()  # as np.cumsum, no wrapper
-        return DecodeRun(k, ends=ends, capped=capped)
+        decode_run = self.pricer.decode_run
+
+        def price(first: int, n: int) -> Durations:
+            return decode_run(batch, context + first * batch, n)
+
+        return DecodeRun(k, price=price, capped=capped)
 
     def _complete_due(self) -> list[Seq]:
         """Sequences whose last token came out in the step just ended."""

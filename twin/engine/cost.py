@@ -32,6 +32,7 @@ from twin.model import ModelSpec
 _RECURRENT_LABELS = ("ssm", *sorted(RECURRENT_KINDS))
 
 Chunk = tuple[int, int]  # (new tokens, cached context before them)
+Durations = Sequence[float] | np.ndarray  # seconds of each step of a decode run
 
 
 @runtime_checkable
@@ -42,8 +43,9 @@ class StepPricer(Protocol):
         """Seconds of ``prefills`` + ``decode_batch`` decodes over ``decode_context`` keys."""
         ...
 
-    def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
-        """Durations of ``steps`` pure-decode steps; step i sees ``context + i * batch`` keys."""
+    def decode_run(self, batch: int, context: int, steps: int) -> Durations:
+        """Durations of ``steps`` pure-decode steps; step i sees ``context + i * batch`` keys
+        (a list or a numpy array)."""
         ...
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
@@ -78,7 +80,7 @@ class PricerBase:
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         raise NotImplementedError
 
-    def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
+    def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         return np.fromiter(
             (self.step_time((), batch, context + i * batch) for i in range(steps)),
             np.float64,
@@ -135,12 +137,12 @@ class CostModelPricer(PricerBase):
                 return fit[0] + fit[1] * decode_context
         return self._exact(prefills, decode_batch, decode_context)
 
-    def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
+    def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         fit = self._fit(batch)
         if fit is None:
             # Not affine (a measured p-norm attention kernel): the context's part per step.
             contexts = range(context, context + steps * batch, batch)
-            return np.asarray(self.cost_model.decode_steps_s(batch, contexts), np.float64)
+            return self.cost_model.decode_steps_s(batch, contexts)  # type: ignore[no-any-return]
         return fit[0] + fit[1] * (context + batch * np.arange(steps, dtype=np.float64))
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
