@@ -196,7 +196,6 @@ class ContinuousBatching(Preemption, RatioAdmission):
             for seq in prefilled:
                 if not seq.generated:  # a recompute after preemption emits no first token
                     seq.first_token_s = now
-                    seq.first_token.succeed()
             for seq in completed:
                 seq.done_s = now
                 seq.done.succeed()
@@ -330,7 +329,6 @@ class ContinuousBatching(Preemption, RatioAdmission):
         # output token, even when the whole prompt is cached.
         seq.prefill_left = max(1, n - hit)
         seq.ctx = n - seq.prefill_left
-        if seq.admitted.triggered:
+        if seq.preemptions:
             return  # admitted again after a preemption: the record keeps the first time
         seq.admitted_s = self.env.now
-        seq.admitted.succeed()
