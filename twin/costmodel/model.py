@@ -197,16 +197,14 @@ class CostModel(DensePricing, MixerPricing):
             coeffs = self._decode_keys_affine.get(batch)
             if coeffs is None:
                 coeffs = self._decode_keys_affine[batch] = _affine_in_keys(batch, heads)
-            kernel_s = self._attn_decode_affine(*coeffs, [c + batch for c in contexts])
-            host_s, add, out = self.host_s, self.host_mode == "add", []
-            for r in kernel_s:
-                total = before + attn_layers * r
-                for term in after:
-                    total += term
-                kernels = dense + total + head
-                # ``_with_host``, inline (called once a step).
-                out.append(kernels + host_s if add else max(kernels, host_s))
-            return out
+            if isinstance(contexts, range):
+                counts: Sequence[int] = range(
+                    contexts.start + batch, contexts.stop + batch, contexts.step
+                )
+            else:
+                counts = [c + batch for c in contexts]
+            kernel_s = self._attn_decode_affine(*coeffs, counts)
+            return _decode_steps(dense, before, attn_layers, after, head, kernel_s, self)
         # Every step at once, as arrays: the same operations in the same order as
         # ``_sum_parts`` and ``_with_host`` per element (``compile_many``: the same pow).
         if isinstance(contexts, range):
@@ -337,6 +335,39 @@ class CostModel(DensePricing, MixerPricing):
 
     def _prefill_s(self, n_new: int, n_cached: int) -> float:
         return float(cast(float, self.step(((n_new, n_cached),), ())))
+
+
+def _decode_steps(
+    dense: float,
+    before: float,
+    layers: int,
+    after: list[float],
+    head: float,
+    kernel_s: list[float],
+    cm: CostModel,
+) -> list[float]:
+    """Each pure-decode step's seconds from its attention decode kernel's: ``_sum_parts``
+    then ``_with_host``, the same additions in the same order (one comprehension for the
+    usual few later parts)."""
+    if len(after) == 2:
+        t1, t2 = after
+        steps = [dense + (before + layers * r + t1 + t2) + head for r in kernel_s]
+    elif len(after) == 1:
+        (t1,) = after
+        steps = [dense + (before + layers * r + t1) + head for r in kernel_s]
+    elif not after:
+        steps = [dense + (before + layers * r) + head for r in kernel_s]
+    else:
+        steps = []
+        for r in kernel_s:
+            total = before + layers * r
+            for term in after:
+                total += term
+            steps.append(dense + total + head)
+    host = cm.host_s
+    if cm.host_mode == "add":
+        return [s + host for s in steps] if host else steps
+    return [s if s >= host else host for s in steps]  # ``max(kernels, host_s)``
 
 
 def _affine_in_keys(

@@ -16,6 +16,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from heapq import heappush
+from itertools import accumulate
 
 import numpy as np
 import simpy
@@ -77,11 +78,11 @@ class DecodeRun:
             durations = self._price(done, n)
             if isinstance(durations, np.ndarray):
                 durations = durations.tolist()
-            acc = ends[-1] if done else 0.0
-            append = ends.append
-            for d in durations:
-                acc += d
-                append(acc)
+            # Running sums left to right, continuing from the last end: np.cumsum's.
+            sums = accumulate(durations, initial=ends[-1]) if done else accumulate(durations)
+            if done:
+                next(sums)  # the initial value itself
+            ends.extend(sums)
         return ends[-1]
 
     def end(self, m: int) -> float:
