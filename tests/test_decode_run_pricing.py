@@ -51,3 +51,21 @@ def test_the_pricer_times_a_non_affine_run_like_each_step() -> None:
         run = pricer.decode_run(batch, context, steps)
         each = [pricer.step_time((), batch, context + i * batch) for i in range(steps)]
         assert list(run) == each
+
+
+def test_a_step_priced_from_its_decode_summary_equals_the_step_of_its_spread() -> None:
+    prof = load_profile(sorted(shipped_profiles())[0])
+    windowed = dataclasses.replace(get_model("tiny-transformer"), sliding_window=16)
+    for model in [*(get_model(name) for name in sorted(PRESETS)), windowed]:
+        cm = CostModel(model, prof)
+        for batch in (0, 1, 3, 64):
+            for _ in range(4):
+                chunks = [
+                    (int(n), int(c)) for n, c in RNG.integers(1, 3000, (int(RNG.integers(0, 3)), 2))
+                ]
+                if not chunks and not batch:
+                    continue
+                context = int(RNG.integers(0, 9000)) * max(batch, 1) if batch else 0
+                context += int(RNG.integers(0, max(batch, 1)))
+                want = cm.step(chunks, _even(batch, context) if batch else [])
+                assert cm.step_spread(chunks, batch, context) == want, (model.name, batch)

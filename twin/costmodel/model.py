@@ -39,7 +39,7 @@ and ``mixer_pricing``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import cast
 
@@ -52,7 +52,7 @@ from twin.costmodel.breakdown import StepCost
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.mixer_pricing import MixerPricing
 from twin.costmodel.profile import Profile
-from twin.costmodel.step_features import StepFeatures, aggregate_step
+from twin.costmodel.step_features import StepFeatures, aggregate_spread, aggregate_step
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -155,6 +155,15 @@ class CostModel(DensePricing, MixerPricing):
             cost = StepCost()
             self._price(feats, cost)
             return cost
+        return self._seconds(feats)
+
+    def step_spread(self, prefills: Sequence[tuple[int, int]], batch: int, context: int) -> float:
+        """``step(prefills, decodes)`` for ``batch`` decodes whose contexts sum to
+        ``context``, spread evenly (the engine's decode summary), in O(1) of the batch."""
+        return self._seconds(aggregate_spread(prefills, batch, context, *self._shape_args()))
+
+    def _seconds(self, feats: StepFeatures) -> float:
+        """Seconds of a step of these features (``step`` without the breakdown)."""
         tokens = feats.tokens
         if not tokens:
             return 0.0
@@ -246,8 +255,7 @@ class CostModel(DensePricing, MixerPricing):
         return dense, before, kinds["attention"], after, head
 
     def _even_decode_s(self, batch: int, context: int) -> float:
-        base, extra = divmod(context, batch)
-        return float(cast(float, self.step((), [base + 1] * extra + [base] * (batch - extra))))
+        return self.step_spread((), batch, context)
 
     def copy_s(
         self, nbytes: float, src: str = "device", dst: str = "device", launches: int = 1
@@ -291,10 +299,12 @@ class CostModel(DensePricing, MixerPricing):
         self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
     ) -> StepFeatures:
         """The step's features (``twin.costmodel.step_features``)."""
+        return aggregate_step(prefills, decodes, *self._shape_args())
+
+    def _shape_args(self) -> tuple[Mapping[str, int], int, int, int]:
+        """What ``step_features`` needs of the model: mixer counts, window, chunk lengths."""
         kinds = self.kinds
-        return aggregate_step(
-            prefills,
-            decodes,
+        return (
             kinds,
             self.model.sliding_window or 0,
             self.chunk_size if kinds.get("mamba2") else 1,

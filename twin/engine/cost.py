@@ -125,6 +125,9 @@ class CostModelPricer(PricerBase):
         self.cost_model = cost_model
         self._affine: dict[int, tuple[float, float] | None] = {}
         self._copy_s = float(cost_model.checkpoint_copy_s(1))
+        # ``CostModel.step_spread`` prices the spread without building it (other cost
+        # models: ``step`` over the spread).
+        self._spread = getattr(cost_model, "step_spread", None)
 
     @property
     def provenance(self) -> str:
@@ -177,6 +180,9 @@ class CostModelPricer(PricerBase):
 
     def _exact(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:
         # Spread the context sum over the batch: exact, decode features are sums.
+        spread = self._spread
+        if spread is not None:
+            return float(spread(prefills, batch, context))
         base, extra = divmod(context, batch) if batch else (0, 0)
         decodes = [base + 1] * extra + [base] * (batch - extra)
         return float(self.cost_model.step(list(prefills), decodes))
