@@ -130,6 +130,7 @@ class Workload:
         sid_all, turn_all = self.index["session_id"], self.index["turn"]
         arr_all, think_all = self.index["arrival_s"], self.index["think_s"]
         ext_all, olen_all = self.index["extends_history"], self.index["output_len"]
+        last_all = self._last_turn
         seen: dict[int, tuple[int, bytes]] = {}  # module id -> (length, digest of its tokens)
         for batch in self.token_batches():
             inputs = _token_lists(self.path, row, "input_tokens", batch.column(0))
@@ -139,19 +140,29 @@ class Workload:
                 if self.has_modules
                 else [None] * batch.num_rows
             )
-            for i in range(batch.num_rows):
+            n = batch.num_rows
+            # This batch's index values as Python scalars (one conversion per column).
+            sids = sid_all[row : row + n].tolist()
+            turns = turn_all[row : row + n].tolist()
+            arrivals = arr_all[row : row + n].tolist()
+            thinks = think_all[row : row + n].tolist()
+            extends = ext_all[row : row + n].tolist()
+            olens = olen_all[row : row + n].tolist()
+            lasts = last_all[row : row + n].tolist()
+            for i in range(n):
                 r = row + i
-                sid = int(sid_all[r])
+                sid = sids[i]
                 new = inputs[i]
                 if new is None or len(new) == 0:
                     raise TwinError(f"{where(self.path, r, 'input_tokens')}: empty or null prompt")
-                if ext_all[r]:
+                extends_history = extends[i]
+                if extends_history:
                     prompt = np.concatenate((history.pop(sid), new))
                 else:
                     history.pop(sid, None)
                     prompt = np.array(new, dtype=np.int32)
                 out = outputs[i]
-                n_out = int(olen_all[r])
+                n_out = olens[i]
                 if out is None:
                     out = np.arange(-1 - fresh, -1 - fresh - n_out, -1, dtype=np.int32)
                     fresh += n_out
@@ -170,18 +181,19 @@ class Workload:
                 row_modules = mods[i]
                 if row_modules is not None:
                     check_row_modules(self.path, r, row_modules, prompt, seen)
-                if not self._last_turn[r]:
+                if not lasts[i]:
                     history[sid] = np.concatenate((prompt, out))
+                arrival, think = arrivals[i], thinks[i]
                 yield Request(
                     row=r,
                     session_id=sid,
-                    turn=int(turn_all[r]),
-                    arrival_s=None if np.isnan(arr_all[r]) else float(arr_all[r]),
-                    think_s=None if np.isnan(think_all[r]) else float(think_all[r]),
+                    turn=turns[i],
+                    arrival_s=None if arrival != arrival else arrival,  # NaN: not given
+                    think_s=None if think != think else think,
                     prompt=prompt,
                     output=out,
                     new_tokens=len(new),
-                    extends_history=bool(ext_all[r]),
+                    extends_history=extends_history,
                     modules=row_modules,
                 )
             row += batch.num_rows
