@@ -184,7 +184,7 @@ class ContinuousBatching(Preemption, RatioAdmission):
             # A request whose prefill yields its last token completes at once (one
             # output token, or a preempted one whose recompute brought it there).
             completed.extend(seq for seq in prefilled if seq.out_len - seq.generated == 1)
-            copies = self.replica.step_end(prefilled, completed)
+            copies = self.replica.step_end(prefilled, completed) if prefilled or completed else 0
             # The checkpoint copies and write-back evictions' copies lengthen the step.
             extra = copies * self.replica.copy_s + self.replica.write_back_time()
             if extra:
