@@ -20,7 +20,7 @@ spread evenly over the batch is an approximation; no preset has a window.)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -103,6 +103,8 @@ class PricerBase:
 # Per-sequence contexts at which a batch size's decode price is checked to be
 # affine in the context sum (up to 128K tokens a sequence), and the tolerance.
 _PROBE_CONTEXTS = (0, 128, 1024, 8192, 32768, 131072)
+# Decode step prices remembered across runs (about 100 bytes each) before starting afresh.
+_STEPS_REMEMBERED = 1 << 17
 _AFFINE_RTOL = 1e-6
 
 
@@ -124,6 +126,9 @@ class CostModelPricer(PricerBase):
     def __init__(self, cost_model: Any) -> None:
         self.cost_model = cost_model
         self._affine: dict[int, tuple[float, float] | None] = {}
+        # Non-affine batch sizes: batch -> {context sum: seconds of that decode step}.
+        self._steps: dict[int, dict[int, float]] = {}
+        self._remembered = 0
         self._copy_s = float(cost_model.checkpoint_copy_s(1))
         # ``CostModel.step_spread`` prices the spread without building it (other cost
         # models: ``step`` over the spread).
@@ -143,9 +148,29 @@ class CostModelPricer(PricerBase):
     def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         fit = self._fit(batch)
         if fit is None:
-            # Not affine (a measured p-norm attention kernel): the context's part per step.
+            # Not affine (a measured p-norm attention kernel): the context's part per step,
+            # remembered: a run cut short by an arrival that cannot be admitted yet is
+            # planned again over the same steps (most steps priced, on the chat benchmark).
             contexts = range(context, context + steps * batch, batch)
-            return self.cost_model.decode_steps_s(batch, contexts)  # type: ignore[no-any-return]
+            memo = self._steps.get(batch)
+            if memo is None:
+                memo = self._steps[batch] = {}
+            known = [memo.get(c) for c in contexts]
+            missing = [c for c, p in zip(contexts, known, strict=True) if p is None]
+            if not missing:
+                return cast(list[float], known)
+            if len(missing) == steps:
+                prices: list[float] = self.cost_model.decode_steps_s(batch, contexts)
+            else:
+                fresh = iter(self.cost_model.decode_steps_s(batch, missing))
+                prices = [next(fresh) if p is None else p for p in known]
+            self._remembered += len(missing)
+            if self._remembered > _STEPS_REMEMBERED:  # flat memory on long runs
+                self._steps.clear()
+                self._remembered = len(missing)
+                memo = self._steps[batch] = {}
+            memo.update(zip(contexts, prices, strict=True))
+            return prices
         return fit[0] + fit[1] * (context + batch * np.arange(steps, dtype=np.float64))
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
