@@ -291,6 +291,7 @@ class PrefixCache(TokenStateBytes):
             parent = node.parent
             assert parent is not None and parent.children[int(node.tokens[0])] is node
             assert node.depth == parent.depth + len(node.tokens) and len(node.tokens) > 0
+            assert node.key == node.tokens.tobytes(), f"stale edge bytes {node!r}"
             kv += len(node.tokens)
             swa += self.kinds.tail(len(node.tokens))
             ck += node.ckpt

@@ -155,10 +155,10 @@ class CostModelPricer(PricerBase):
             memo = self._steps.get(batch)
             if memo is None:
                 memo = self._steps[batch] = {}
-            known = [memo.get(c) for c in contexts]
-            missing = [c for c, p in zip(contexts, known, strict=True) if p is None]
-            if not missing:
+            known = list(map(memo.get, contexts))
+            if None not in known:
                 return cast(list[float], known)
+            missing = [c for c, p in zip(contexts, known, strict=True) if p is None]
             if len(missing) == steps:
                 prices: list[float] = self.cost_model.decode_steps_s(batch, contexts)
             else:
