@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from twin.atomic import atomic_path
 from twin.cache import PrefillFlops
+from workloads.arrow_numpy import arrow_of
 
 NAN = float("nan")
 PERCENTILES = (5, 50, 95, 99)
@@ -189,8 +190,8 @@ class RecordWriter:
             values = np.frombuffer(c[f.name], _NUMPY[f.type])
             if f.type == pa.bool_():
                 values = values.astype(bool)
-            # from_pandas: NaN times (rejected requests, TPOT of one token) become nulls.
-            arrays.append(pa.array(values, f.type, from_pandas=True))
+            # NaN times (rejected requests, TPOT of one token) become nulls.
+            arrays.append(arrow_of(values, f.type))
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
         for name in c:
             c[name] = array(c[name].typecode)

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from twin.errors import TwinError, where
+from workloads.arrow_numpy import numpy_of
 from workloads.modules import check_row_modules, is_module_list, module_lists
 from workloads.schema import (
     COLUMNS,
@@ -275,30 +276,31 @@ def _first_bad(path: Path, column: str, bad: np.ndarray, what: str) -> None:
 
 def _validate_index(path: Path, table: pa.Table) -> dict[str, np.ndarray]:
     for name in ("session_id", "turn", "extends_history", "output_len"):
-        nulls = table.column(name).is_null().to_numpy(zero_copy_only=False)
+        nulls = numpy_of(table.column(name).is_null())
         _first_bad(path, name, nulls, "null value in a required column")
 
     def ints(name: str) -> np.ndarray:
-        return table.column(name).to_numpy().astype(np.int64)
+        return numpy_of(table.column(name)).astype(np.int64)
 
     def floats(name: str) -> np.ndarray:
         col = pc.cast(table.column(name), pa.float64())
+        valid = numpy_of(col.is_valid())
         # Null means "not given" (NaN below); a NaN stored in the file is not
         # null and would silently turn an open-loop turn into a closed-loop one.
         _first_bad(
             path,
             name,
-            pc.fill_null(pc.is_nan(col), False).to_numpy(zero_copy_only=False),
+            numpy_of(pc.is_nan(col)) & valid,
             "NaN is not a time (leave the value null to mean 'not given')",
         )
-        return col.to_numpy(zero_copy_only=False).astype(np.float64)
+        return np.where(valid, numpy_of(col), np.nan)
 
     index = {
         "session_id": ints("session_id"),
         "turn": ints("turn"),
         "arrival_s": floats("arrival_s"),
         "think_s": floats("think_s"),
-        "extends_history": table.column("extends_history").to_numpy().astype(bool),
+        "extends_history": numpy_of(table.column("extends_history")).astype(bool),
         "output_len": ints("output_len"),
     }
     turn, olen = index["turn"], index["output_len"]
@@ -361,15 +363,15 @@ def _token_lists(path: Path, first_row: int, column: str, arr: pa.Array) -> list
     """Split a list column into per-row numpy views, checking token ids."""
     if pa.types.is_null(arr.type):
         return [None] * len(arr)
-    offsets = arr.offsets.to_numpy()
+    offsets = numpy_of(arr.offsets)
     values = arr.values
     lo, hi = int(offsets[0]), int(offsets[-1])
     values = values.slice(lo, hi - lo)
     if values.null_count:
-        pos = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+        pos = int(np.flatnonzero(numpy_of(values.is_null()))[0])
         r = first_row + int(np.searchsorted(offsets, lo + pos, side="right") - 1)
         raise TwinError(f"{where(path, r, column)}: null token id")
-    ids = values.to_numpy()
+    ids = numpy_of(values)
     if ids.size:
         bad = (ids < 0) | (ids > TOKEN_ID_MAX)
         if bad.any():
@@ -380,6 +382,6 @@ def _token_lists(path: Path, first_row: int, column: str, arr: pa.Array) -> list
                 f"[0, {TOKEN_ID_MAX}]"
             )
     ids = ids.astype(np.int32, copy=False)
-    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    valid = numpy_of(arr.is_valid())
     rel = offsets - lo
     return [ids[rel[i] : rel[i + 1]] if valid[i] else None for i in range(len(arr))]
