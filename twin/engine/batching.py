@@ -181,12 +181,14 @@ class ContinuousBatching(Preemption, RatioAdmission):
                     self.replica.shrink((run.k - m) * len(self.decoding))
                 prefilled = []
             completed = self._complete_due()
-            # A request whose prefill yields its last token completes at once (one
-            # output token, or a preempted one whose recompute brought it there).
-            completed.extend(seq for seq in prefilled if seq.out_len - seq.generated == 1)
-            copies = self.replica.step_end(prefilled, completed) if prefilled or completed else 0
+            replica = self.replica
+            if prefilled:
+                # A request whose prefill yields its last token completes at once (one
+                # output token, or a preempted one whose recompute brought it there).
+                completed.extend(seq for seq in prefilled if seq.out_len - seq.generated == 1)
+            copies = replica.step_end(prefilled, completed) if prefilled or completed else 0
             # The checkpoint copies and write-back evictions' copies lengthen the step.
-            extra = copies * self.replica.copy_s + self.replica.write_back_time()
+            extra = copies * replica.copy_s + replica.write_back_time()
             if extra:
                 self.busy_since = env.now
                 yield env.timeout(extra)
