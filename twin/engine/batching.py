@@ -25,8 +25,9 @@ recomputed.
 Decode runs are fast-forwarded: while no sequence prefills and none can be
 admitted, nothing can change the batch before the next completion, so the
 next k steps are timed in one go (in closed form when the pricer is affine in
-the context, see :class:`twin.engine.decode_run.DecodeRun`) and waited for
-with one timeout, interrupted early only by a new arrival (which can then be
+the context, see :class:`twin.engine.decode_run.DecodeRun`; else priced a chunk
+at a time while an arrival may still cut the run short) and waited for with one
+timeout a chunk, interrupted early only by a new arrival (which can then be
 admitted at the next step boundary). The result is the same step-by-step
 schedule, computed in bulk. Decoding sequences are kept in a heap by the step
 at which they finish, and the batch's context sum is kept incrementally, so an
