@@ -125,7 +125,8 @@ class Workload:
 
     def requests(self) -> Iterator[Request]:
         """Yield every request in row order with its full prompt and output ids."""
-        history: dict[int, np.ndarray] = {}
+        # session -> its last turn's (prompt, output), joined with the next turn's input
+        history: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         fresh = 0  # fresh output ids counted down from -1, in row order
         row = 0
         sid_all, turn_all = self.index["session_id"], self.index["turn"]
@@ -158,7 +159,7 @@ class Workload:
                     raise TwinError(f"{where(self.path, r, 'input_tokens')}: empty or null prompt")
                 extends_history = extends[i]
                 if extends_history:
-                    prompt = np.concatenate((history.pop(sid), new))
+                    prompt = np.concatenate((*history.pop(sid), new))
                 else:
                     history.pop(sid, None)
                     prompt = np.array(new, dtype=np.int32)
@@ -183,7 +184,7 @@ class Workload:
                 if row_modules is not None:
                     check_row_modules(self.path, r, row_modules, prompt, seen)
                 if not lasts[i]:
-                    history[sid] = np.concatenate((prompt, out))
+                    history[sid] = (prompt, out)
                 arrival, think = arrivals[i], thinks[i]
                 yield Request(
                     row=r,
