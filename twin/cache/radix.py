@@ -96,11 +96,18 @@ class RadixTree:
         # computed while this number stayed the same.
         self.mutations = 0
 
-    def match(self, seq: np.ndarray, resume: Match | None = None, resumed_len: int = 0) -> Match:
+    def match(
+        self,
+        seq: np.ndarray,
+        resume: Match | None = None,
+        resumed_len: int = 0,
+        raw: bytes | None = None,
+    ) -> Match:
         """Find the longest prefix of ``seq`` present in the tree.
 
         ``resume``: the match of ``seq[:resumed_len]`` in this same, unchanged
-        tree; the walk goes on from there instead of from the root.
+        tree; the walk goes on from there instead of from the root. ``raw``:
+        ``seq.tobytes()``, where the caller has it already.
         """
         node, pos, n = self.root, 0, len(seq)
         if resume is not None:
@@ -116,7 +123,8 @@ class RadixTree:
                 node, pos = part, pos + k
         # Whole-edge equality on bytes: one memcmp, much cheaper than numpy
         # ufuncs on the short edges typical of a cache.
-        raw = seq.tobytes()
+        if raw is None:
+            raw = seq.tobytes()
         while pos < n:
             child = node.children.get(int(seq[pos]))
             if child is None:
