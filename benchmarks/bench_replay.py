@@ -22,8 +22,10 @@ parquet file (reported apart); the one-core target is judged on CPU time,
 which other processes on a shared machine do not inflate. "Replayed" counts
 the grid searches' extra replays too. ``marconi`` includes its bootstrap alpha
 grid search whenever its window completes within the trace; ``oracle`` is
-21 full replays by definition, sharing the requests before their first
-eviction (``policies.shared_prefix``). ``--baseline REF`` also runs every
+21 full replays by definition. Both replay their grid as compiled code
+(``policies.marconi_compiled``; numba loads it at the first replay of a
+process, whose CPU time is reported apart as ``first_replay_cpu_s``).
+``--baseline REF`` also runs every
 policy on the code of git revision ``REF`` (``main`` when no REF is named:
 extracted with ``git archive`` into a temporary folder), interleaved with
 this tree's runs, and records the CPU-time ratio of the two
@@ -54,6 +56,8 @@ RESULTS = ROOT / "benchmarks" / "results" / "replay.json"
 COUNTERS = ("evictions", "checkpoints_admitted", "checkpoints_hit", "peak_bytes", "nodes")
 POLICIES = ("vanilla", "vllm+", "sglang+", "marconi", "marconi-twin", "oracle")
 TARGET_TOKENS_PER_S = 10e6  # every policy, one core, chat
+# Issue 16's, one core, chat, CPU time: marconi with its alpha tuning; oracle.
+TARGET_TUNED = {"marconi": 10e6, "oracle": 5e6}
 TARGET_MOONCAKE_S, TARGET_MOONCAKE_RSS_MB = 60.0, 4096.0
 
 _CHILD = """
@@ -63,11 +67,14 @@ path, model, policy = sys.argv[1], sys.argv[2], sys.argv[4]
 capacity, options = int(sys.argv[3]), json.loads(sys.argv[5])
 t = time.perf_counter(); trace = Trace.load(path); load_s = time.perf_counter() - t
 wall = cpu = float("inf")
+first = None  # the first replay's CPU seconds: numba loads the compiled replay then, once
 for _ in range(int(sys.argv[6])):  # best of N: the machine may be shared
     t, c = time.perf_counter(), time.process_time()
     r = replay(trace, model, capacity, policy, options)
     wall, cpu = min(wall, time.perf_counter() - t), min(cpu, time.process_time() - c)
-print(json.dumps({"load_s": load_s, "replay_s": wall, "replay_cpu_s": cpu, "result": r.to_dict()}))
+    first = time.process_time() - c if first is None else first
+print(json.dumps({"load_s": load_s, "replay_s": wall, "replay_cpu_s": cpu, "first_cpu_s": first,
+                  "result": r.to_dict()}))
 """
 
 _WRAPPER = """
@@ -286,6 +293,7 @@ def main() -> None:
                         "load_s": round(out["load_s"], 3),
                         "replay_s": round(out["replay_s"], 3),
                         "replay_cpu_s": round(out["replay_cpu_s"], 3),
+                        "first_replay_cpu_s": round(out.get("first_cpu_s") or 0.0, 3),
                         "mtokens_per_s": info["prompt_tokens"] / out["replay_s"] / 1e6,
                         "replayed_mtokens_per_s": replayed / out["replay_s"] / 1e6,
                         "cpu_mtokens_per_s": info["prompt_tokens"] / out["replay_cpu_s"] / 1e6,
@@ -296,6 +304,10 @@ def main() -> None:
     # One core: judged on CPU time, which a shared machine does not inflate.
     chat = [r for r in runs if r["workload"] == "chat" and r["code"] == "current"]
     chat_ok = bool(chat) and all(r["cpu_mtokens_per_s"] * 1e6 >= TARGET_TOKENS_PER_S for r in chat)
+    tuned = [r for r in chat if r["policy"] in TARGET_TUNED and r["grid_search"]]
+    tuned_ok = bool(tuned) and all(
+        r["cpu_mtokens_per_s"] * 1e6 >= TARGET_TUNED[r["policy"]] for r in tuned
+    )
     # The time and memory targets are the synthetic trace's (61M tokens).
     moon = [r for r in runs if r["workload"] == "mooncake" and r["code"] == "current"]
     moon_ok = bool(moon) and all(
@@ -321,6 +333,8 @@ def main() -> None:
         "targets": {
             "chat_tokens_per_s": TARGET_TOKENS_PER_S,
             "chat_met": chat_ok,
+            "chat_tuned_tokens_per_s": TARGET_TUNED,
+            "chat_tuned_met": tuned_ok,
             "mooncake_s": TARGET_MOONCAKE_S,
             "mooncake_rss_mb": TARGET_MOONCAKE_RSS_MB,
             "mooncake_met": moon_ok,
@@ -331,6 +345,10 @@ def main() -> None:
         f"chat target (>= {TARGET_TOKENS_PER_S / 1e6:g}M tokens/s, every policy): "
         f"{_verdict(chat, chat_ok)}; mooncake target (< {TARGET_MOONCAKE_S:g} s, "
         f"< {TARGET_MOONCAKE_RSS_MB:g} MB): {_verdict(moon, moon_ok)}"
+    )
+    print(
+        "chat targets with a grid search (marconi >= 10M, oracle >= 5M tokens per CPU s): "
+        + _verdict(tuned, tuned_ok)
     )
     print(f"wrote {args.results}")
 

@@ -81,12 +81,18 @@ def grid_scores(
 ) -> dict[float, float]:
     """:func:`window_score` for every alpha of ``grid``.
 
-    One process replays the grid sharing the requests before the first
-    eviction (:func:`policies.shared_prefix.replay_grid`); ``jobs > 1``
-    processes, or ``exhaustive``, replay each alpha on its own (the tests'
-    reference). The scores are the same either way.
+    One process replays the grid of either Marconi as compiled code
+    (:mod:`policies.compiled`), and any other grid sharing the
+    requests before the first eviction (:func:`policies.shared_prefix.replay_grid`);
+    ``jobs > 1`` processes, or ``exhaustive``, replay each alpha on its own
+    (the tests' reference). The scores are the same every way.
     """
     if jobs <= 1 and not exhaustive:
+        from policies.compiled import compiled_grid_runs
+
+        compiled = compiled_grid_runs(model, snapshot.capacity, window, grid, policy_cls, snapshot)
+        if compiled is not None:
+            return {run.alpha: score_hits(run.hits, model, metric) for run in compiled}
         runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)
         return {a: score_hits([h for h, *_ in served], model, metric) for a, _, served in runs}
     scores = map_alphas(_score_at, (snapshot, model, window, policy_cls, metric), grid, jobs)

@@ -23,6 +23,7 @@ from policies import get_policy, policy_class
 from policies.grid import map_alphas
 from policies.shared_prefix import replay_grid
 from twin.cache import PrefillFlops, RequestCache, cache_stats
+from twin.cache.base import COUNTERS
 from twin.model import ModelSpec
 from twin.presets import get_model
 from workloads.reader import Workload
@@ -180,20 +181,34 @@ def _result(
 ) -> ReplayResult:
     """What ``cache`` holds after serving ``trace``, each request hitting ``served[i]``
     (hit tokens, the hit node's nid, hit tokens the recurrent layers recompute)."""
-    flops = PrefillFlops(model)
-    hit_tokens = hits = 0
-    saved = total = 0.0
-    recomputed = 0.0  # FLOPs the recurrent layers spend on reused modules (prompt-cache)
-    for (h, _, recompute), n in zip(served, trace.prompt_lens, strict=True):
-        total += flops.total(n, 0)
-        if h:
-            hit_tokens += h
-            hits += 1
-            saved += flops.total(h, 0)
-            if recompute:
-                recomputed += flops.recurrent(recompute)
+    return _assemble(
+        trace,
+        model,
+        policy_name,
+        int(cache.capacity),
+        cache_stats(cache),
+        cache.policy.stats(),
+        served,
+        per_request,
+        start,
+    )
+
+
+def _assemble(
+    trace: Trace,
+    model: ModelSpec,
+    policy_name: str,
+    capacity: int,
+    held: dict[str, int],
+    stats: dict[str, Any],
+    served: list[tuple[int, int, int]],
+    per_request: bool,
+    start: float,
+) -> ReplayResult:
+    """The result of a replay whose cache ends with ``held`` (``cache_stats``) and whose
+    policy reports ``stats``."""
+    hit_tokens, hits, saved, total, recomputed = _totals(trace, model, served)
     prompt = trace.prompt_tokens
-    stats = cache.policy.stats()
     if recomputed:
         # How much of the reuse survives the recurrent layers' recompute.
         stats["flops_saved_attention_only"] = saved
@@ -203,7 +218,7 @@ def _result(
     return ReplayResult(
         policy=policy_name,
         model=model.name,
-        capacity_bytes=int(cache.capacity),
+        capacity_bytes=capacity,
         requests=trace.num_requests,
         prompt_tokens=prompt,
         hit_tokens=hit_tokens,
@@ -211,7 +226,7 @@ def _result(
         request_hit_rate=hits / trace.num_requests if trace.num_requests else 0.0,
         flops_saved=saved,
         flops_total=total,
-        **cache_stats(cache),
+        **held,
         alpha=stats.get("alpha"),
         wall_s=time.perf_counter() - start,
         details=stats,
@@ -223,6 +238,34 @@ def _result(
             "hit_node": np.asarray([nid for _, nid, _ in served], np.int64),
         },
     )
+
+
+def _totals(
+    trace: Trace, model: ModelSpec, served: list[tuple[int, int, int]]
+) -> tuple[int, int, float, float, float]:
+    """(hit tokens, requests hit, FLOPs saved, FLOPs of every prompt, FLOPs recomputed)."""
+    flops = PrefillFlops(model)
+    total = 0.0
+    for n in trace.prompt_lens:
+        total += flops.total(n, 0)
+    hit_tokens, hits, saved, recomputed = _hit_sums(flops, served)
+    return hit_tokens, hits, saved, total, recomputed
+
+
+def _hit_sums(
+    flops: PrefillFlops, served: list[tuple[int, int, int]]
+) -> tuple[int, int, float, float]:
+    """(hit tokens, requests hit, FLOPs saved, FLOPs recomputed) of the requests ``served``."""
+    hit_tokens = hits = 0
+    saved = recomputed = 0.0  # recomputed: the recurrent layers' FLOPs on reused modules
+    for h, _, recompute in served:
+        if h:
+            hit_tokens += h
+            hits += 1
+            saved += flops.total(h, 0)
+            if recompute:
+                recomputed += flops.recurrent(recompute)
+    return hit_tokens, hits, saved, recomputed
 
 
 # ----- hindsight (oracle): one full replay per alpha ---------------------------------
@@ -252,7 +295,24 @@ def _hindsight(
     policy = get_policy(policy_name, **options)
     grid = policy.alpha_grid
     jobs = int(options.get("jobs") or 1)
-    if jobs <= 1:  # one process: the grid shares the requests before its first eviction
+    by_flops = options.get("alpha_metric") == "flops"
+    if jobs <= 1:
+        from policies.compiled import compiled_grid_runs
+
+        compiled = compiled_grid_runs(model, capacity, _requests(trace), grid, type(policy))
+        if compiled is not None:
+            for _ in range(trace.num_requests * len(grid)):
+                on_request()
+            # Scores first; the full result only for the best alpha.
+            flops = PrefillFlops(model)
+            sums = [_hit_sums(flops, [(h, -1, 0) for h in run.hits]) for run in compiled]
+            scores: list[float] = [t[2] if by_flops else t[0] for t in sums]
+            best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
+            best = _compiled_result(
+                trace, model, policy_name, capacity, compiled[best_i], per_request, start
+            )
+            return _best_of_grid(best, grid, best_i, scores, start)
+        # In Python, the grid shares the requests before its first eviction.
         runs = [
             _result(trace, model, policy_name, cache, served, per_request, start)
             for _, cache, served in replay_grid(
@@ -271,10 +331,15 @@ def _hindsight(
             runs.append(r)
             for _ in range(trace.num_requests):
                 on_request()
-    by_flops = options.get("alpha_metric") == "flops"
     scores = [r.flops_saved if by_flops else r.hit_tokens for r in runs]
     best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
-    best = runs[best_i]
+    return _best_of_grid(runs[best_i], grid, best_i, scores, start)
+
+
+def _best_of_grid(
+    best: ReplayResult, grid: tuple[float, ...], best_i: int, scores: list[float], start: float
+) -> ReplayResult:
+    """``best``, the run at ``grid[best_i]``, labelled with its alpha and every alpha's score."""
     best.alpha = grid[best_i]
     best.details = {
         "alpha": grid[best_i],
@@ -283,3 +348,25 @@ def _hindsight(
     }
     best.wall_s = time.perf_counter() - start
     return best
+
+
+def _compiled_result(
+    trace: Trace,
+    model: ModelSpec,
+    policy_name: str,
+    capacity: int,
+    run: Any,
+    per_request: bool,
+    start: float,
+) -> ReplayResult:
+    """The result of a compiled replay (:class:`policies.compiled.GridRun`) from an empty
+    cache: its counters are the whole cache's."""
+    c = run.counters
+    held = {
+        "kv_bytes": c["kv_tokens"] * model.kv_bytes_per_token,
+        "ssm_bytes": c["n_ckpts"] * model.ssm_checkpoint_bytes,
+        **{k: c[k] for k in COUNTERS},
+        "nodes": c["num_nodes"] + 1,  # the root
+    }
+    served = [(h, nid, 0) for h, nid in zip(run.hits, run.hit_nids, strict=True)]
+    return _assemble(trace, model, policy_name, capacity, held, {}, served, per_request, start)

@@ -1,0 +1,884 @@
+"""Marconi's replay as compiled code (numba): the tree, the candidates and victims, the cache.
+
+Why one module: numba caches each compiled function on disk keyed by its own
+source file, and a cached function carries the code of everything it calls;
+a change to a callee in another file would leave callers stale. Everything
+compiled lives here, so any change recompiles all of it.
+
+The state of one replay is one tuple ``st = (nd, sc, mc, mf, cr, cf, ch, cn,
+kids, buf, victims)`` of flat arrays:
+
+- ``nd``: node fields, rows named below (node 0 is the root; nodes are never
+  reused, so a node's index is its creation order);
+- ``sc``: the replay's scalars (clocks, counters, the candidate count);
+- ``mc`` / ``mf``: the model's and the capacity's integer / float constants;
+- ``cr``, ``cf``, ``ch``, ``cn``: the candidate table
+  (``policies.candidate_table.CandidateTable``: recency, FLOP efficiency,
+  held, node; swap-removed rows);
+- ``kids``: the children's keys (below);
+- ``buf``: every token the replay reads (the trace's, then a restored snapshot's);
+- ``victims``: the creation id of each node evicted, in order.
+
+Sections, each the transliteration of one Python piece (the same operations in
+the same order; each function names what it follows):
+
+1. the radix tree (``twin.cache.radix.RadixTree``). A node's tokens are never
+   copied: the sequence that created a node holds the node's whole path at the
+   same positions (the path above a node never changes its tokens, only where
+   it is cut), so a node is ``(base, depth, length)``, its edge
+   ``buf[base + depth - length : base + depth]``. Splitting keeps the creator
+   for both halves; folding a node into its child keeps the child's creator,
+   which holds the longer edge too. Children are kept twice: in a key table
+   (parent and first token to child, open addressing) for the walk, and as a
+   sibling list in insertion order for the tie-break (a Python dict keeps a
+   replaced key's position, so an edge replaced in place, by a split or a
+   fold, keeps its place among its siblings);
+2. candidates and victims, both Marconi scores. ``REFERENCE`` rules (``marconi``,
+   ``oracle``; ``policies.reference_score.ReferenceFlopAwareEviction``): every
+   node with at most one child is a candidate, pinned ones held (scored, never
+   the victim); recency ``1 / (now - stamp)`` on the logical clock;
+   ``ReferenceFlops``' efficiency; ties to the first in pre-order. ``TWIN`` rules
+   (``marconi-twin``; ``policies.flop_aware.FlopAwareEviction``): unpinned
+   candidates only; recency is the last access on the cache clock; the
+   efficiency is ``PrefillFlops``' FLOPs of the node's own tokens over its own
+   bytes; ties to the older, then the first created;
+3. the cache (``twin.cache.prefix_cache.PrefixCache`` on a model with SSM layers
+   and no sliding-window layers: ``insert`` with its room making, truncation and
+   tidying, ``evict``, splits and folds, pins) and one request
+   (``twin.cache.requests.RequestCache.serve`` with Marconi's judicious admission,
+   ``policies.base.judicious_admission``, and under the reference rules
+   ``marconi``'s clock ticks and insert refresh).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# Node fields, rows of ``nd``.
+(PAR, FIRST, LAST, NXT, PRV, NCH, BASE, DEP, LEN, CKPT, LOCK, STAMP, SLOT, T, NID, CKHIT) = range(
+    16
+)
+N_FIELDS = 16
+# Scalars, entries of ``sc``: the reference's logical clock and its evict tick, the next
+# node, KV tokens, states, candidates, held candidates, evictions, the cache clock, the
+# next creation id; then the counters of ``twin.cache.base.COUNTERS`` and the request
+# during which the first eviction came (-1: none yet).
+(S_NOW, S_TICKED, S_NEXT, S_KV, S_CKPTS, S_NCAND, S_NHELD, S_EVICTIONS, S_CLOCK, S_NID) = range(10)
+S_PEAK, S_PEAK_KV, S_PEAK_SSM, S_ADMITTED, S_CKHIT, S_FIRST_EVICTION = range(10, 16)
+N_SCALARS = 16
+# Integer constants, entries of ``mc``: capacity, bytes (KV per token of every layer,
+# of the full-attention layers, one state), the reference's FLOP terms, the rules.
+M_CAP, M_KVPT, M_FULLKV, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP, M_RULES = range(10)
+# Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear and
+# full-attention quadratic coefficients (``marconi-twin``'s efficiency).
+F_ALPHA, F_LINEAR, F_QUAD = range(3)
+# The rules, ``mc[M_RULES]``: the authors' (marconi, oracle) or the twin's (marconi-twin).
+REFERENCE, TWIN = 0, 1
+
+jit = numba.njit(cache=True, error_model="numpy", nogil=True)
+
+
+# ----- 1. the radix tree ---------------------------------------------------------------------
+EMPTY, GONE = -1, -2  # free and deleted slots of the key table
+
+
+@jit
+def key(node: int, token: int) -> int:
+    return node * 4294967296 + token  # tokens are checked non-negative int32
+
+
+@jit
+def _slot(kids: np.ndarray, k: int) -> int:
+    """Where key ``k`` is, or where it would go (the first free or deleted slot met)."""
+    mask = kids.shape[1] - 1
+    h = int((np.uint64(k) * np.uint64(11400714819323198485)) >> np.uint64(32)) & mask
+    free = -1
+    while True:
+        here = kids[0, h]
+        if here == k:
+            return h
+        if here == EMPTY:
+            return h if free < 0 else free
+        if here == GONE and free < 0:
+            free = h
+        h = (h + 1) & mask
+
+
+@jit
+def get(kids: np.ndarray, k: int) -> int:
+    h = _slot(kids, k)
+    return kids[1, h] if kids[0, h] == k else -1
+
+
+@jit
+def put(kids: np.ndarray, k: int, node: int) -> None:
+    h = _slot(kids, k)
+    kids[0, h], kids[1, h] = k, node
+
+
+@jit
+def delete(kids: np.ndarray, k: int) -> None:
+    h = _slot(kids, k)
+    if kids[0, h] == k:
+        kids[0, h] = GONE
+
+
+@jit
+def first_token(nd: np.ndarray, buf: np.ndarray, v: int) -> int:
+    return buf[nd[BASE, v] + nd[DEP, v] - nd[LEN, v]]
+
+
+@jit
+def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, s0: int, n: int, path: np.ndarray):
+    """``RadixTree.match`` of ``buf[s0:s0 + n]``: (nodes on ``path``, length, partial or -1).
+
+    ``path[:count]`` gets the root and every node whose whole edge matched, so
+    that the match of any prefix is read off it (:func:`prefix`): a request's
+    lookup, refresh, speculative insertion and insert all match a prefix of its
+    input + output in the same tree (nothing changes the tree's shape between
+    them), so one walk serves the four.
+    """
+    node, pos, count = 0, 0, 1
+    path[0] = 0
+    while pos < n:
+        child = get(kids, key(node, buf[s0 + pos]))
+        if child < 0:
+            return count, pos, -1
+        m = nd[LEN, child]
+        es = nd[BASE, child] + nd[DEP, child] - m
+        lim = min(m, n - pos)
+        k = 0
+        while k < lim and buf[es + k] == buf[s0 + pos + k]:
+            k += 1
+        if k < m:
+            return count, pos + k, child
+        node, pos = child, pos + m
+        path[count] = node
+        count += 1
+    return count, pos, -1
+
+
+@jit
+def prefix(nd: np.ndarray, path: np.ndarray, count: int, length: int, partial: int, n: int):
+    """The match of the walked sequence's first ``n`` tokens: (node, length, partial or -1)."""
+    j = count - 1
+    while nd[DEP, path[j]] > n:
+        j -= 1
+    node = path[j]
+    if nd[DEP, node] == n:
+        return node, n, -1
+    if j + 1 < count:  # the next whole node runs past ``n``
+        return node, n, path[j + 1]
+    return node, min(n, length), partial
+
+
+@jit
+def replace_sibling(nd: np.ndarray, old: int, new: int) -> None:
+    """``parent.children[key] = new`` over ``old``: the key keeps its position."""
+    p, a, b = nd[PAR, old], nd[PRV, old], nd[NXT, old]
+    nd[PRV, new], nd[NXT, new] = a, b
+    if a >= 0:
+        nd[NXT, a] = new
+    else:
+        nd[FIRST, p] = new
+    if b >= 0:
+        nd[PRV, b] = new
+    else:
+        nd[LAST, p] = new
+
+
+@jit
+def append_child(nd: np.ndarray, p: int, v: int) -> None:
+    """A new key: last among ``p``'s children."""
+    last = nd[LAST, p]
+    nd[PRV, v], nd[NXT, v] = last, -1
+    if last >= 0:
+        nd[NXT, last] = v
+    else:
+        nd[FIRST, p] = v
+    nd[LAST, p] = v
+    nd[NCH, p] += 1
+    nd[PAR, v] = p
+
+
+@jit
+def unlink_child(nd: np.ndarray, v: int) -> None:
+    """``del parent.children[key]``."""
+    p, a, b = nd[PAR, v], nd[PRV, v], nd[NXT, v]
+    if a >= 0:
+        nd[NXT, a] = b
+    else:
+        nd[FIRST, p] = b
+    if b >= 0:
+        nd[PRV, b] = a
+    else:
+        nd[LAST, p] = a
+    nd[NCH, p] -= 1
+
+
+@jit
+def new_node(nd: np.ndarray, next_index: int, base: int, depth: int, length: int) -> int:
+    """Clear column ``next_index`` for a node of ``length`` tokens ending at ``depth``."""
+    v = next_index
+    nd[:, v] = 0
+    nd[FIRST, v] = nd[LAST, v] = nd[NXT, v] = nd[PRV, v] = -1
+    nd[SLOT, v] = -1
+    nd[BASE, v], nd[DEP, v], nd[LEN, v] = base, depth, length
+    return v
+
+
+@jit
+def preorder_before(nd: np.ndarray, a: int, b: int) -> bool:
+    """Is ``a`` before ``b`` in the tree's pre-order (``reference_score.preorder_key``)?"""
+    da, db, x = 0, 0, a
+    while x != 0:
+        x = nd[PAR, x]
+        da += 1
+    x = b
+    while x != 0:
+        x = nd[PAR, x]
+        db += 1
+    while da > db:  # an ancestor comes before its descendants
+        a = nd[PAR, a]
+        da -= 1
+        if a == b:
+            return False
+    while db > da:
+        b = nd[PAR, b]
+        db -= 1
+        if a == b:
+            return True
+    while nd[PAR, a] != nd[PAR, b]:
+        a, b = nd[PAR, a], nd[PAR, b]
+    x = nd[NXT, a]
+    while x >= 0:  # siblings in insertion order: is ``b`` after ``a``?
+        if x == b:
+            return True
+        x = nd[NXT, x]
+    return False
+
+
+# ----- 2. candidates and victims -------------------------------------------------------------
+Range = tuple[bool, float, float]  # (scaled, lo, hi - lo) of a min-max normalisation
+
+
+@jit
+def _attn(n: int, d: int) -> int:
+    return 8 * n * d * d + 4 * n * n * d  # utils.get_attn_flops
+
+
+@jit
+def reference_efficiency(depth: int, own: int, mc: np.ndarray) -> float:
+    """``ReferenceFlops._efficiency``: int64 counts (checked below 2**53), one division."""
+    d, parent = mc[M_D], depth - own
+    mamba = 12 * own * d * d + 16 * own * d * mc[M_NSTATE] + 10 * own * d
+    saved = (
+        mc[M_SSM] * mamba
+        + mc[M_ATTN] * (_attn(depth, d) - _attn(parent, d))
+        + mc[M_MLP] * (16 * depth * d * d - _attn(parent, d))
+    )
+    held = mc[M_CKB] + mc[M_KVPT] * depth  # the state's bytes, then all ``depth`` tokens' KV
+    if held == 0:
+        return 0.0
+    return saved / held
+
+
+@jit
+def twin_efficiency(depth: int, own: int, ckpt: int, mc: np.ndarray, mf: np.ndarray) -> float:
+    """``FlopAwareEviction``'s: ``PrefillFlops.total(own, depth - own)`` over the node's bytes."""
+    c, n = depth - own, own
+    saved = mf[F_LINEAR] * n
+    if mf[F_QUAD]:  # ``PrefillFlops._formula``: keys attended, ``keys_upto`` without a window
+        saved += mf[F_QUAD] * ((c + n) * (c + n + 1) // 2 - c * (c + 1) // 2)
+    held = own * mc[M_FULLKV] + (mc[M_CKB] if ckpt else 0)  # ``KindBytes.node_bytes``
+    if held == 0:
+        return 0.0
+    return saved / held
+
+
+# ----- the candidate table (policies.candidate_table.CandidateTable) -------------------------
+@jit
+def _table_set(st, v: int, r: float, f: float, held: bool) -> None:
+    nd, sc, cr, cf, ch, cn = st[0], st[1], st[4], st[5], st[6], st[7]
+    i = nd[SLOT, v]
+    if i < 0:
+        i = sc[S_NCAND]
+        nd[SLOT, v] = i
+        cn[i] = v
+        ch[i] = False
+        sc[S_NCAND] += 1
+    cr[i], cf[i] = r, f
+    sc[S_NHELD] += int(held) - int(ch[i])
+    ch[i] = held
+
+
+@jit
+def table_drop(st, v: int) -> None:
+    nd, sc, cr, cf, ch, cn = st[0], st[1], st[4], st[5], st[6], st[7]
+    i = nd[SLOT, v]
+    if i < 0:
+        return
+    last = sc[S_NCAND] - 1
+    sc[S_NHELD] -= int(ch[i])
+    if i != last:
+        moved = cn[last]
+        cn[i] = moved
+        nd[SLOT, moved] = i
+        cr[i], cf[i], ch[i] = cr[last], cf[last], ch[last]
+    sc[S_NCAND] = last
+    nd[SLOT, v] = -1
+
+
+@jit
+def changed(st, v: int) -> None:
+    """The policy's ``on_node_changed``: a candidate gets its row, any other node none.
+
+    A candidate (``PrefixCache.candidate``) is a node with no child, or one
+    child and a state that frees bytes; the twin's rules also leave out pinned
+    ones (``PrefixCache.evictable``).
+    """
+    nd, mc, mf = st[0], st[2], st[3]
+    n = nd[NCH, v]
+    candidate = v != 0 and (n == 0 or (n == 1 and nd[CKPT, v] != 0 and mc[M_CKB] > 0))
+    if mc[M_RULES] == REFERENCE and candidate:
+        eff = reference_efficiency(nd[DEP, v], nd[LEN, v], mc)
+        _table_set(st, v, float(nd[STAMP, v]), eff, nd[LOCK, v] > 0)
+    elif mc[M_RULES] == TWIN and candidate and nd[LOCK, v] == 0:
+        eff = twin_efficiency(nd[DEP, v], nd[LEN, v], nd[CKPT, v], mc, mf)
+        _table_set(st, v, float(nd[T, v]), eff, False)
+    else:
+        table_drop(st, v)
+
+
+# ----- victims -------------------------------------------------------------------------------
+@jit
+def _score(r: float, f: float, now: int, rec: Range, eff: Range, alpha: float) -> float:
+    """``alpha x eff + recency``, each min-max normalised (``utils._normalize``: ``(x - lo) /
+    (hi - lo)``, or 1 when one value or all equal)."""
+    x = 1.0
+    if rec[0]:
+        x = (1.0 / (now - r) - rec[1]) / rec[2]
+    if alpha != 0.0:
+        y = (f - eff[1]) / eff[2] if eff[0] else 1.0
+        x += y * alpha  # IEEE addition commutes: the reference's sum to the bit
+    return x
+
+
+@jit
+def _reference_victim(st) -> int:
+    """``ReferenceFlopAwareEviction.choose_victim`` then ``victim_at`` (-1 if none).
+
+    ``victim_at`` normalises over every candidate, the held ones too. Recency
+    ``1 / (now - stamp)`` is monotone in the stamp (a correctly rounded
+    division is), so its extremes are those of the stamps: one pass finds the
+    ranges, a second scores.
+    """
+    nd, sc, mf, cr, cf, ch, cn = st[0], st[1], st[3], st[4], st[5], st[6], st[7]
+    n = sc[S_NCAND]
+    if n == sc[S_NHELD]:
+        return -1
+    rmin = rmax = cr[0]
+    fmin = fmax = cf[0]
+    for i in range(1, n):
+        r, f = cr[i], cf[i]
+        rmin, rmax = min(rmin, r), max(rmax, r)
+        fmin, fmax = min(fmin, f), max(fmax, f)
+    now = sc[S_NOW]
+    if sc[S_TICKED] == 0 or rmax >= now:
+        now += 1  # ``evict``'s tick (once per insert that makes room)
+        sc[S_NOW] = now
+        sc[S_TICKED] = 1
+    lo, hi = 1.0 / (now - rmin), 1.0 / (now - rmax)
+    rec = (n > 1 and lo != hi, lo, hi - lo)
+    eff = (n > 1 and fmin != fmax, fmin, fmax - fmin)
+    alpha = mf[F_ALPHA]
+    best, low, tied = -1, 0.0, False
+    for i in range(n):
+        if ch[i]:
+            continue
+        x = _score(cr[i], cf[i], now, rec, eff, alpha)
+        if best < 0 or x < low:
+            best, low, tied = i, x, False
+        elif x == low:
+            tied = True
+    victim = cn[best]
+    if tied:  # the first in pre-order among the minima
+        for i in range(best + 1, n):
+            if ch[i] or _score(cr[i], cf[i], now, rec, eff, alpha) != low:
+                continue
+            if preorder_before(nd, cn[i], victim):
+                victim = cn[i]
+    return victim
+
+
+@jit
+def _twin_victim(st) -> int:
+    """``FlopAwareEviction.choose_victim`` (-1 if none): ``r_norm + alpha x f_norm``."""
+    nd, sc, mf, cr, cf, cn = st[0], st[1], st[3], st[4], st[5], st[7]
+    n = sc[S_NCAND]
+    if n == 0:
+        return -1
+    rmin = rmax = cr[0]
+    fmin = fmax = cf[0]
+    for i in range(1, n):
+        r, f = cr[i], cf[i]
+        rmin, rmax = min(rmin, r), max(rmax, r)
+        fmin, fmax = min(fmin, f), max(fmax, f)
+    a = 1.0 / (rmax - rmin) if rmax > rmin else 0.0
+    b = 0.0
+    alpha = mf[F_ALPHA]
+    if alpha > 0:
+        b = alpha / (fmax - fmin) if fmax > fmin else 0.0
+    best, low, tied = -1, 0.0, False
+    for i in range(n):
+        # Recency alone (b == 0) is not scaled: the oldest, as the Python path.
+        x = cr[i] if b == 0.0 else (cr[i] - rmin) * a + (cf[i] - fmin) * b
+        if best < 0 or x < low:
+            best, low, tied = i, x, False
+        elif x == low:
+            tied = True
+    if tied:  # an exact tie: the older, then the first created
+        for i in range(best + 1, n):
+            x = cr[i] if b == 0.0 else (cr[i] - rmin) * a + (cf[i] - fmin) * b
+            if x != low:
+                continue
+            if cr[i] < cr[best] or (cr[i] == cr[best] and nd[NID, cn[i]] < nd[NID, cn[best]]):
+                best = i
+    return cn[best]
+
+
+@jit
+def choose_victim(st) -> int:
+    if st[2][M_RULES] == REFERENCE:
+        return _reference_victim(st)
+    return _twin_victim(st)
+
+
+# ----- 3. the cache and one request ----------------------------------------------------------
+@jit
+def _used(st) -> int:
+    sc, mc = st[1], st[2]
+    return sc[S_KV] * mc[M_KVPT] + sc[S_CKPTS] * mc[M_CKB]
+
+
+@jit
+def _make_node(st, base: int, depth: int, length: int) -> int:
+    """A new node (``RadixTree``: the next creation id)."""
+    nd, sc = st[0], st[1]
+    v = new_node(nd, sc[S_NEXT], base, depth, length)
+    sc[S_NEXT] += 1
+    nd[NID, v] = sc[S_NID]
+    sc[S_NID] += 1
+    return v
+
+
+@jit
+def _added(st, v: int) -> None:
+    """``on_node_added``: the reference stamps it now (the twin's rules only hear of it)."""
+    st[0][STAMP, v] = st[1][S_NOW]
+    changed(st, v)
+
+
+@jit
+def _touch(st, v: int) -> None:
+    """``PrefixCache.touch``: accessed now."""
+    st[0][T, v] = st[1][S_CLOCK]
+    changed(st, v)
+
+
+@jit
+def _remove_leaf(st, v: int) -> None:
+    """``PrefixCache._remove_leaf`` (and ``RadixTree.remove_leaf``)."""
+    nd, sc, kids, buf = st[0], st[1], st[8], st[9]
+    p = nd[PAR, v]
+    unlink_child(nd, v)
+    delete(kids, key(p, first_token(nd, buf, v)))
+    sc[S_KV] -= nd[LEN, v]
+    sc[S_CKPTS] -= nd[CKPT, v]
+    table_drop(st, v)  # on_node_removed
+    nd[PAR, v] = -1
+    if p != 0:
+        changed(st, p)
+
+
+@jit
+def _merge(st, v: int) -> None:
+    """``PrefixCache._merge``: fold one-child ``v`` into its child (``merge_into_child``)."""
+    nd, sc, kids, buf = st[0], st[1], st[8], st[9]
+    child = nd[FIRST, v]
+    delete(kids, key(v, first_token(nd, buf, child)))
+    nd[LEN, child] += nd[LEN, v]  # the child's creator holds the longer edge too
+    replace_sibling(nd, v, child)
+    nd[PAR, child] = nd[PAR, v]
+    put(kids, key(nd[PAR, v], first_token(nd, buf, child)), child)
+    nd[FIRST, v] = nd[LAST, v] = -1
+    nd[NCH, v] = 0
+    sc[S_CKPTS] -= nd[CKPT, v]
+    # on_node_removed(v, child): the reference's child keeps the later stamp
+    # (``_evict_intermediate_node``); the twin's keeps its own last access.
+    nd[STAMP, child] = max(nd[STAMP, child], nd[STAMP, v])
+    table_drop(st, v)
+    nd[PAR, v] = -1
+    changed(st, child)
+
+
+@jit
+def _tidy(st, v: int) -> None:
+    """``PrefixCache._tidy``: drop state-less leaves, fold a state-less one-child node."""
+    nd = st[0]
+    while v > 0 and nd[LOCK, v] == 0 and nd[CKPT, v] == 0:
+        if nd[NCH, v] == 0:
+            p = nd[PAR, v]
+            _remove_leaf(st, v)
+            v = p
+            continue
+        if nd[NCH, v] == 1:
+            _merge(st, v)
+        return
+
+
+@jit
+def _evict_until(st, need: int) -> bool:
+    """``PrefixCache._evict_until`` with ``evict``: a leaf goes, a one-child node folds."""
+    nd, sc, mc = st[0], st[1], st[2]
+    while mc[M_CAP] - _used(st) < need:
+        v = choose_victim(st)
+        if v < 0:
+            return False
+        st[10][sc[S_EVICTIONS]] = nd[NID, v]  # the victims, in order (tests compare them)
+        if sc[S_FIRST_EVICTION] < 0:
+            sc[S_FIRST_EVICTION] = sc[S_CLOCK]
+        if nd[NCH, v] > 0:
+            _merge(st, v)
+        else:
+            p = nd[PAR, v]
+            _remove_leaf(st, v)
+            _tidy(st, p)
+        sc[S_EVICTIONS] += 1
+    return True
+
+
+@jit
+def _pin(st, v: int) -> None:
+    nd = st[0]
+    nd[LOCK, v] += 1
+    if nd[LOCK, v] == 1:
+        changed(st, v)
+
+
+@jit
+def _unpin(st, v: int) -> None:
+    nd = st[0]
+    nd[LOCK, v] -= 1
+    if nd[LOCK, v] == 0 and nd[PAR, v] >= 0:
+        changed(st, v)
+        _tidy(st, v)
+
+
+@jit
+def _ending_at(st, below: int, p: int) -> int:
+    """``PrefixCache._node_ending_at``: the node ending at depth ``p``, an edge split if needed."""
+    nd, kids, buf = st[0], st[8], st[9]
+    v = below
+    while nd[DEP, v] - nd[LEN, v] >= p:
+        v = nd[PAR, v]
+    if nd[DEP, v] == p:
+        return v
+    k = p - (nd[DEP, v] - nd[LEN, v])
+    parent = nd[PAR, v]
+    upper = _make_node(st, nd[BASE, v], p, k)  # RadixTree.split
+    nd[T, upper] = nd[T, v]  # the upper part inherits the last access
+    replace_sibling(nd, v, upper)
+    nd[PAR, upper] = parent
+    put(kids, key(parent, first_token(nd, buf, upper)), upper)
+    nd[LEN, v] -= k
+    nd[PAR, v] = upper
+    nd[FIRST, upper] = nd[LAST, upper] = v
+    nd[PRV, v] = nd[NXT, v] = -1
+    nd[NCH, upper] = 1
+    put(kids, key(upper, first_token(nd, buf, v)), v)
+    _added(st, upper)
+    changed(st, v)
+    return upper
+
+
+@jit
+def _missing(nd: np.ndarray, base: int, pos: np.ndarray, npos: int, covered: int) -> np.ndarray:
+    """``PrefixCache._missing_ckpts``: positions on the cached path whose node has no state."""
+    out = np.empty(npos, np.int64)
+    m = 0
+    for j in range(npos):
+        p = pos[j]
+        if p > covered:
+            break
+        v = base
+        while nd[DEP, v] - nd[LEN, v] >= p:
+            v = nd[PAR, v]
+        if not (nd[DEP, v] == p and nd[CKPT, v] != 0):
+            out[m] = p
+            m += 1
+    return out[:m]
+
+
+@jit
+def _cost(mc: np.ndarray, pos: np.ndarray, npos: int, covered: int, n_missing: int) -> int:
+    """``PrefixCache._cost`` without sliding-window layers."""
+    n_new = 0
+    for j in range(npos):
+        if pos[j] > covered:
+            n_new += 1
+    last = pos[npos - 1]
+    kv = (last - covered) * mc[M_KVPT] if last > covered else 0
+    return kv + (n_missing + n_new) * mc[M_CKB]
+
+
+@jit
+def _truncate(mc, pos, npos, covered, missing, free) -> int:
+    """``PrefixCache._truncate`` (SSM models): how many positions of ``pos`` fit in ``free``."""
+    kept = 0
+    for j in range(npos):
+        n_missing = 0
+        for q in missing:
+            if q <= pos[j]:
+                n_missing += 1
+        if _cost(mc, pos, j + 1, covered, n_missing) > free:
+            break
+        kept += 1
+    return kept
+
+
+@jit
+def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int) -> None:
+    """``PrefixCache._add_chain``: nodes cut at the positions past ``start``, all with states."""
+    nd, sc, kids, buf = st[0], st[1], st[8], st[9]
+    chain = np.empty(npos, np.int64)
+    m = 0
+    parent, prev = attach, start
+    for j in range(npos):
+        end = pos[j]
+        if end <= start:
+            continue
+        v = _make_node(st, s0, end, end - prev)
+        append_child(nd, parent, v)
+        put(kids, key(parent, buf[s0 + prev]), v)
+        nd[T, v] = sc[S_CLOCK]
+        nd[CKPT, v] = 1
+        sc[S_CKPTS] += 1
+        sc[S_ADMITTED] += 1
+        chain[m] = v
+        m += 1
+        parent, prev = v, end
+    sc[S_KV] += prev - start
+    for j in range(m):  # hooks once the chain is whole
+        _added(st, chain[j])
+    if attach != 0:
+        changed(st, attach)
+
+
+@jit
+def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, part: int) -> None:
+    """``PrefixCache.insert`` of ``buf[s0:s0 + pos[npos - 1]]`` with checkpoints ``pos[:npos]``
+    (sorted, unique), whose match is ``(mnode, covered, part)``."""
+    nd, sc, mc = st[0], st[1], st[2]
+    if npos == 0:
+        return
+    upto = pos[npos - 1]
+    base = part if part >= 0 else mnode
+    bound = mc[M_CAP] - covered * mc[M_KVPT]
+    missing = _missing(nd, base, pos, npos, covered)
+    need = _cost(mc, pos, npos, covered, len(missing))
+    if need > bound:
+        npos = _truncate(mc, pos, npos, covered, missing, max(bound, 0))
+        if npos == 0:
+            return
+        upto = pos[npos - 1]
+        missing = _missing(nd, base, pos, npos, covered)
+        need = _cost(mc, pos, npos, covered, len(missing))
+    pinned = False
+    while need > mc[M_CAP] - _used(st):
+        if not pinned and base != 0:
+            _pin(st, base)  # keep the attach point while making room
+            pinned = True
+        if not _evict_until(st, need):
+            missing = _missing(nd, base, pos, npos, covered)
+            npos = _truncate(mc, pos, npos, covered, missing, mc[M_CAP] - _used(st))
+            upto = pos[npos - 1] if npos else 0
+            missing = missing[missing <= upto]
+            break
+        missing = _missing(nd, base, pos, npos, covered)
+        need = _cost(mc, pos, npos, covered, len(missing))
+    if npos:
+        for p in missing:
+            v = _ending_at(st, base, p)
+            nd[CKPT, v] = 1  # _set_ckpt
+            nd[T, v] = sc[S_CLOCK]
+            sc[S_CKPTS] += 1
+            sc[S_ADMITTED] += 1
+            changed(st, v)
+        if upto > covered:
+            attach = _ending_at(st, base, covered) if covered else 0
+            _add_chain(st, attach, s0, covered, pos, npos)
+        else:
+            _touch(st, _ending_at(st, base, upto))
+    if pinned:
+        _unpin(st, base)
+    _note_peaks(st)
+
+
+@jit
+def _note_peaks(st) -> None:
+    """``TokenStateBytes.note_peaks``."""
+    sc, mc = st[1], st[2]
+    kv, ssm = sc[S_KV] * mc[M_KVPT], sc[S_CKPTS] * mc[M_CKB]
+    sc[S_PEAK] = max(sc[S_PEAK], kv + ssm)
+    sc[S_PEAK_KV] = max(sc[S_PEAK_KV], kv)
+    sc[S_PEAK_SSM] = max(sc[S_PEAK_SSM], ssm)
+
+
+@jit
+def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray) -> int:
+    """``RequestCache.serve``: lookup and pin, admission, one insert, unpin; the hit node
+    (0: none)."""
+    nd, sc, mc = st[0], st[1], st[2]
+    reference = mc[M_RULES] == REFERENCE
+    count, length, partial = walk(nd, st[8], st[9], s0, flen, path)
+    if reference:
+        sc[S_NOW] += 1  # on_request: the lookup's tick
+    node, _, _ = prefix(nd, path, count, length, partial, plen)
+    while node != 0 and nd[CKPT, node] == 0:  # lookup: the deepest state on the path
+        node = nd[PAR, node]
+    if node != 0:
+        if nd[CKHIT, node] == 0:  # lookup: a state's first hit is counted
+            nd[CKHIT, node] = 1
+            sc[S_CKHIT] += 1
+        if reference:
+            nd[STAMP, node] = sc[S_NOW]  # on_hit
+        _touch(st, node)
+        _pin(st, node)
+    if reference:
+        # marconi's admit: the insert's refresh (two ticks; the deepest whole node of the full)
+        sc[S_NOW] += 2
+        sc[S_TICKED] = 0
+        whole = path[count - 1]
+        if whole != 0:
+            nd[STAMP, whole] = sc[S_NOW]
+            changed(st, whole)
+    # judicious admission: speculative insertion of the prompt (PrefixCache.speculative_insert)
+    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    npos = 0
+    if p > 0 and (part >= 0 or (nd[CKPT, mnode] == 0 and (p == plen or nd[NCH, mnode] > 0))):
+        pos[0] = p
+        npos = 1
+    if npos == 0 or pos[0] != flen:  # sorted and unique, as ``insert`` makes them
+        pos[npos] = flen
+        npos += 1
+    # The insert of the whole input + output: the walk's own match.
+    _insert(st, s0, pos, npos, path[count - 1], length, partial)
+    if node != 0:
+        _unpin(st, node)
+    return node
+
+
+@jit
+def start(buf, n_requests, mc, mf, snap, clock, next_nid):
+    """The state of a replay of ``n_requests`` from a restored snapshot (or an empty cache).
+
+    ``snap`` rows: parent (an index into ``snap``, -1 for the root), base,
+    depth, length, state, last access, creation id, state hit, one column per node,
+    parents first (``twin.cache.snapshot.fill``'s order, which rebuilds every
+    node's children in their order).
+    """
+    restored = snap.shape[1]
+    size = restored + 3 * n_requests + 2  # an insert adds at most a split and two chain nodes
+    nd = np.zeros((N_FIELDS, size), np.int64)
+    nd[FIRST, 0] = nd[LAST, 0] = nd[NXT, 0] = nd[PRV, 0] = nd[PAR, 0] = nd[SLOT, 0] = -1
+    sc = np.zeros(N_SCALARS, np.int64)
+    sc[S_NEXT], sc[S_CLOCK], sc[S_NID], sc[S_FIRST_EVICTION] = 1, clock, next_nid, -1
+    table = 1
+    while table < 8 * size:  # a key per node ever made: never a quarter full
+        table *= 2
+    kids = np.full((2, table), EMPTY, np.int64)
+    st = (
+        nd,
+        sc,
+        mc,
+        mf.copy(),
+        np.zeros(size),
+        np.zeros(size),
+        np.zeros(size, np.bool_),
+        np.zeros(size, np.int64),
+        kids,
+        buf,
+        np.zeros(size, np.int64),
+    )
+    for i in range(restored):  # fill: the tree first, then the policy hears every node
+        v = new_node(nd, i + 1, snap[1, i], snap[2, i], snap[3, i])
+        parent = snap[0, i] + 1
+        append_child(nd, parent, v)
+        put(kids, key(parent, first_token(nd, buf, v)), v)
+        nd[CKPT, v], nd[T, v], nd[NID, v] = snap[4, i], snap[5, i], snap[6, i]
+        nd[CKHIT, v] = snap[7, i]
+        sc[S_KV] += nd[LEN, v]
+        sc[S_CKPTS] += nd[CKPT, v]
+    sc[S_NEXT] = restored + 1
+    for i in range(restored):
+        _added(st, i + 1)
+    return st
+
+
+@jit
+def copy(st, alpha: float):
+    """An independent copy of ``st`` that goes on at ``alpha`` (the model and tokens shared)."""
+    mf = st[3].copy()
+    mf[F_ALPHA] = alpha
+    return (
+        st[0].copy(),
+        st[1].copy(),
+        st[2],
+        mf,
+        st[4].copy(),
+        st[5].copy(),
+        st[6].copy(),
+        st[7].copy(),
+        st[8].copy(),
+        st[9],
+        st[10].copy(),
+    )
+
+
+@jit
+def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> None:
+    """Serve requests ``i0`` to ``i1 - 1``: their hit tokens and hit nodes' creation ids (-1)."""
+    nd, sc = st[0], st[1]
+    pos = np.zeros(2, np.int64)
+    path = np.zeros(nd.shape[1], np.int64)
+    first = sc[S_CLOCK] - i0  # the cache clock of request 0
+    for i in range(i0, i1):
+        sc[S_CLOCK] = first + i  # RequestCache: the admission's clock
+        node = _serve(st, starts[i], plens[i], flens[i], pos, path)
+        hits[i] = nd[DEP, node] if node != 0 else 0
+        hit_nids[i] = nd[NID, node] if node != 0 else -1
+    sc[S_CLOCK] = first + i1
+
+
+@jit
+def counters(st) -> np.ndarray:
+    """Evictions, KV tokens, states, nodes (the root not counted), the peaks (bytes, KV,
+    states), states admitted, states hit, and the first evicting request's clock (-1)."""
+    nd, sc = st[0], st[1]
+    live = 0
+    for v in range(1, sc[S_NEXT]):
+        if nd[PAR, v] >= 0:
+            live += 1
+    out = np.empty(10, np.int64)
+    out[0], out[1], out[2], out[3] = sc[S_EVICTIONS], sc[S_KV], sc[S_CKPTS], live
+    out[4], out[5], out[6] = sc[S_PEAK], sc[S_PEAK_KV], sc[S_PEAK_SSM]
+    out[7], out[8], out[9] = sc[S_ADMITTED], sc[S_CKHIT], sc[S_FIRST_EVICTION]
+    return out
+
+
+@jit
+def victims(st) -> np.ndarray:
+    """The creation ids of the nodes evicted so far, in order."""
+    return st[10][: st[1][S_EVICTIONS]].copy()

@@ -1,0 +1,193 @@
+"""The compiled grid replay (``policies.compiled``) equals the Python path, exactly.
+
+The Python path (``PrefixCache`` under ``MarconiPolicy`` or ``MarconiTwinPolicy``,
+served one request at a time) is the definition; the compiled replay must give
+every request the same hit and leave the same counters, on random traces with
+ties (a vocabulary of four tokens), truncated admissions (capacities of a few
+tokens and states), from an empty cache or a snapshot, at every alpha; and the
+two callers (``grid_scores``, the ``oracle`` replay) must give the same results
+with it as without it (``TWIN_COMPILED_REPLAY=0``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_policies_props import traces
+
+from policies.alpha_tuning import ALPHA_GRID, grid_scores
+from policies.compiled import compiled_grid_runs, grid_runs, supported
+from policies.marconi import MarconiPolicy
+from policies.marconi_twin import MarconiTwinPolicy
+from policies.oracle import OraclePolicy
+from policies.sglang_plus import SGLangPlusPolicy
+from twin.cache import CacheSnapshot, PrefixCache, RequestCache
+from twin.presets import get_model
+from twin.replay import Trace, replay
+
+HYBRID = get_model("tiny-hybrid")
+
+
+def _capacity(tokens: int, states: int, model=HYBRID) -> int:
+    return tokens * model.kv_bytes_per_token + states * model.ssm_checkpoint_bytes
+
+
+def _requests(pairs) -> list[tuple[np.ndarray, int]]:
+    return [(np.r_[p, o].astype(np.int32), len(p)) for p, o in pairs]
+
+
+def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None):
+    if start is None:
+        cache = cls(alpha=alpha).make_cache(HYBRID, capacity)
+    else:
+        cache = PrefixCache.restore(start, HYBRID, cls(alpha=alpha))
+    assert isinstance(cache, PrefixCache)
+    victims: list[int] = []
+    evict = cache.evict
+    cache.evict = lambda node: victims.append(node.nid) or evict(node)  # type: ignore[method-assign]
+    protocol = RequestCache(cache)
+    hits = [protocol.serve(full[:n], full).length for full, n in requests]
+    return hits, cache, victims
+
+
+def _same(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None) -> None:
+    expected, cache, victims = _python(requests, capacity, alpha, cls, start)
+    (run,) = grid_runs(HYBRID, capacity, requests, [alpha], cls, start)
+    assert run.hits == expected
+    assert run.victims == victims  # the same nodes go, in the same order
+    c = run.counters
+    assert (c["evictions"], c["kv_tokens"], c["n_ckpts"]) == (
+        len(victims),
+        cache.kv_tokens,
+        cache.n_ckpts,
+    )
+    assert c["num_nodes"] == cache.num_nodes - 1  # the root is not counted
+
+
+def _snapshot(cls, capacity: int, warm) -> CacheSnapshot:
+    """A cache after serving ``warm`` at alpha 0 (marconi-twin's window starts from one)."""
+    cache = cls(alpha=0.0).make_cache(HYBRID, capacity)
+    protocol = RequestCache(cache)
+    for full, n in warm:
+        protocol.serve(full[:n], full)
+    return cache.snapshot()
+
+
+ALPHAS = st.sampled_from([0.0, 0.1, 0.7, 1.0, 2.0])  # 1.0: ties as 1 + 0 = 0 + 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(trace=traces(), tokens=st.integers(0, 60), states=st.integers(0, 8), alpha=ALPHAS)
+def test_compiled_replay_serves_like_the_python_cache(trace, tokens, states, alpha):
+    _same(_requests(trace), _capacity(tokens, states), alpha)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    trace=traces(),
+    warm=st.integers(0, 12),
+    tokens=st.integers(0, 60),
+    states=st.integers(0, 8),
+    alpha=ALPHAS,
+    twin=st.booleans(),
+)
+def test_compiled_replay_from_a_snapshot(trace, warm, tokens, states, alpha, twin):
+    cls = MarconiTwinPolicy if twin else MarconiPolicy
+    requests = _requests(trace)
+    capacity = _capacity(tokens, states)
+    start = _snapshot(cls, capacity, requests[:warm])
+    _same(requests[warm:] or requests, capacity, alpha, cls, start)
+
+
+def _chat_like(seed: int, sessions: int = 40, turns: int = 6) -> list[tuple[np.ndarray, int]]:
+    """Sessions behind three shared system prompts, interleaved, each turn extending the last."""
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(0, 50, int(rng.integers(20, 60))) for _ in range(3)]
+    history = {s: systems[s % 3] for s in range(sessions)}
+    requests = []
+    for _ in range(turns):
+        for s in rng.permutation(sessions):
+            prompt = np.r_[history[s], rng.integers(0, 50, int(rng.integers(1, 30)))]
+            full = np.r_[prompt, rng.integers(0, 50, int(rng.integers(1, 20)))].astype(np.int32)
+            history[s] = full
+            requests.append((full, len(prompt)))
+    return requests
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3])
+def test_compiled_replay_on_chat_like_traces(seed, fraction):
+    requests = _chat_like(seed)
+    total = sum(len(full) for full, _ in requests)
+    capacity = int(fraction * _capacity(total, len(requests)))
+    half = len(requests) // 2
+    for alpha in (0.0, 0.3, 1.0, 1.5):  # 1.0: ties (1 + 0 = 0 + 1), broken in pre-order
+        for cls in (MarconiPolicy, MarconiTwinPolicy):
+            _same(requests, capacity, alpha, cls)
+            _same(requests[half:], capacity, alpha, cls, _snapshot(cls, capacity, requests[:half]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(trace=traces(), tokens=st.integers(0, 40), states=st.integers(0, 6))
+def test_grid_scores_with_and_without_the_compiled_replay(trace, tokens, states):
+    window = _requests(trace)
+    capacity = _capacity(tokens, states)
+    grid = ALPHA_GRID[::4]
+    for cls, snap in (
+        (MarconiPolicy, MarconiPolicy().make_cache(HYBRID, capacity).snapshot()),
+        (MarconiTwinPolicy, _snapshot(MarconiTwinPolicy, capacity, window[: len(window) // 3])),
+    ):
+        for metric in ("reference", "hit-rate", "flops"):
+            fast = grid_scores(snap, HYBRID, window, cls, metric, grid)
+            assert fast == grid_scores(snap, HYBRID, window, cls, metric, grid, exhaustive=True)
+            with pytest.MonkeyPatch.context() as m:
+                m.setenv("TWIN_COMPILED_REPLAY", "0")
+                assert fast == grid_scores(snap, HYBRID, window, cls, metric, grid)
+
+
+@pytest.mark.parametrize("metric", ["hit-rate", "flops"])
+def test_oracle_replay_is_the_same_compiled(metric, monkeypatch):
+    requests = _chat_like(3, sessions=20, turns=4)
+    trace = Trace([full for full, _ in requests], [n for _, n in requests])
+    capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
+    options = {"alpha_metric": metric}
+    fast = replay(trace, HYBRID, capacity, "oracle", options, per_request=True)
+    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
+    slow = replay(trace, HYBRID, capacity, "oracle", options, per_request=True)
+    assert fast.details == slow.details and len(set(fast.details["grid"].values())) > 1
+    assert {**fast.to_dict(), "wall_s": 0} == {**slow.to_dict(), "wall_s": 0}
+    assert fast.per_request is not None and slow.per_request is not None
+    for key, values in fast.per_request.items():
+        assert np.array_equal(values, slow.per_request[key])
+
+
+@pytest.mark.parametrize("name", ["marconi", "marconi-twin"])
+def test_marconi_tuning_is_the_same_compiled(name, monkeypatch):
+    requests = _chat_like(4, sessions=30, turns=5)
+    trace = Trace([full for full, _ in requests], [n for _, n in requests])
+    capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
+    fast = replay(trace, HYBRID, capacity, name, per_request=True)
+    assert fast.details["bootstrap"]["completed"]
+    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
+    slow = replay(trace, HYBRID, capacity, name, per_request=True)
+    assert {**fast.to_dict(), "wall_s": 0} == {**slow.to_dict(), "wall_s": 0}
+
+
+def test_where_the_compiled_replay_does_not_apply():
+    requests = _requests([(np.array([1, 2, 3]), np.array([4]))])
+    for cls in (MarconiPolicy, OraclePolicy, MarconiTwinPolicy):
+        assert supported(HYBRID, cls, requests, None)
+    # Another policy, models it does not transliterate.
+    assert not supported(HYBRID, SGLangPlusPolicy, requests, None)
+    for name in ("tiny-transformer", "tiny-swa-hybrid"):
+        assert not supported(get_model(name), MarconiPolicy, requests, None)
+    # Declared prompt modules, token ids outside the keys, FLOP counts past 2**53.
+    with_modules = [(requests[0][0], 3, np.array([0, 1, 3], np.int32))]
+    assert not supported(HYBRID, MarconiPolicy, with_modules, None)
+    negative = [(np.array([-1, 2], np.int32), 1)]
+    assert not supported(HYBRID, MarconiPolicy, negative, None)
+    huge = [(np.zeros(30_000_000, np.int32), 1)]
+    assert not supported(get_model("marconi-hybrid-7b"), MarconiPolicy, huge, None)
+    assert compiled_grid_runs(HYBRID, 10**6, requests, (0.0,), SGLangPlusPolicy) is None
