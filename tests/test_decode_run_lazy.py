@@ -8,10 +8,18 @@ run's start would have.
 
 from __future__ import annotations
 
-import numpy as np
-import simpy
+from pathlib import Path
 
+import numpy as np
+import pytest
+import simpy
+from test_engine_helpers import generated
+
+from calibration import load_profile
+from twin.engine import EngineConfig, decode_run, make_pricer, simulate
 from twin.engine.decode_run import FIRST_CHUNK_STEPS, DecodeRun, timeout_at
+from twin.presets import get_model
+from workloads.reader import Workload
 
 RNG = np.random.default_rng(16)
 
@@ -58,3 +66,24 @@ def test_a_timeout_set_mid_run_fires_exactly_at_its_target() -> None:
         timer = timeout_at(env, at)
         env.run(until=timer)
         assert env.now == at
+
+
+def test_a_simulation_with_lazy_pricing_equals_one_priced_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plain path (every run priced whole at its start) as the oracle, to the byte."""
+    path = generated(tmp_path / "chat.parquet", "chat", 40, 4.0)
+    model, profile = get_model("marconi-hybrid-7b"), load_profile("h100")
+    config = EngineConfig(
+        gpu_memory_bytes=profile.peaks["mem_bytes"],
+        replicas=2,
+        cache_bytes=int(30e9),
+        router="session-affinity",
+    )
+    out = {}
+    for label, first in (("lazy", FIRST_CHUNK_STEPS), ("whole", 1 << 30)):
+        monkeypatch.setattr(decode_run, "FIRST_CHUNK_STEPS", first)
+        pricer = make_pricer(model, profile, config.tp)  # fresh: nothing remembered
+        simulate(Workload.open(path), model, pricer, config, tmp_path / label)
+        out[label] = (tmp_path / label / "requests.parquet").read_bytes()
+    assert out["lazy"] == out["whole"]
