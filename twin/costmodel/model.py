@@ -49,6 +49,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import StepCost
+from twin.costmodel.decode_pricing import affine_in_keys, decode_steps
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.mixer_pricing import MixerPricing
 from twin.costmodel.profile import Profile
@@ -205,7 +206,7 @@ class CostModel(DensePricing, MixerPricing):
             # sum plus one key per sequence), so its prices come from one tight loop.
             coeffs = self._decode_keys_affine.get(batch)
             if coeffs is None:
-                coeffs = self._decode_keys_affine[batch] = _affine_in_keys(batch, heads)
+                coeffs = self._decode_keys_affine[batch] = affine_in_keys(batch, heads)
             if isinstance(contexts, range):
                 counts: Sequence[int] = range(
                     contexts.start + batch, contexts.stop + batch, contexts.step
@@ -213,7 +214,9 @@ class CostModel(DensePricing, MixerPricing):
             else:
                 counts = [c + batch for c in contexts]
             kernel_s = self._attn_decode_affine(*coeffs, counts)
-            return _decode_steps(dense, before, attn_layers, after, head, kernel_s, self)
+            return decode_steps(
+                dense, before, attn_layers, after, head, kernel_s, self.host_s, self.host_mode
+            )
         # Every step at once, as arrays: the same operations in the same order as
         # ``_sum_parts`` and ``_with_host`` per element (``compile_many``: the same pow).
         if isinstance(contexts, range):
@@ -345,56 +348,6 @@ class CostModel(DensePricing, MixerPricing):
 
     def _prefill_s(self, n_new: int, n_cached: int) -> float:
         return float(cast(float, self.step(((n_new, n_cached),), ())))
-
-
-def _decode_steps(
-    dense: float,
-    before: float,
-    layers: int,
-    after: list[float],
-    head: float,
-    kernel_s: list[float],
-    cm: CostModel,
-) -> list[float]:
-    """Each pure-decode step's seconds from its attention decode kernel's: ``_sum_parts``
-    then ``_with_host``, the same additions in the same order (one comprehension for the
-    usual few later parts)."""
-    if len(after) == 2:
-        t1, t2 = after
-        steps = [dense + (before + layers * r + t1 + t2) + head for r in kernel_s]
-    elif len(after) == 1:
-        (t1,) = after
-        steps = [dense + (before + layers * r + t1) + head for r in kernel_s]
-    elif not after:
-        steps = [dense + (before + layers * r) + head for r in kernel_s]
-    else:
-        steps = []
-        for r in kernel_s:
-            total = before + layers * r
-            for term in after:
-                total += term
-            steps.append(dense + total + head)
-    host = cm.host_s
-    if cm.host_mode == "add":
-        return [s + host for s in steps] if host else steps
-    return [s if s >= host else host for s in steps]  # ``max(kernels, host_s)``
-
-
-def _affine_in_keys(
-    batch: int, heads: tuple[int, int, int, int]
-) -> tuple[float, float, float, float, float]:
-    """``(fn, b0, bn, xn, y)``: the attention decode features of ``batch`` sequences
-    reading ``n`` keys in all are ``fn n`` FLOPs, ``b0 + bn n`` bytes, ``xn n`` score
-    elements and ``y`` tiles (``latency.compile_affine``). Read off the features
-    themselves at 0 and 1 key and checked at a third count: every term is an integer."""
-    f0, b0, x0, y = ft.attn_decode_sums(batch, 0, *heads)
-    f1, b1, x1, _ = ft.attn_decode_sums(batch, 1, *heads)
-    fn, bn, xn = f1 - f0, b1 - b0, x1 - x0
-    n = 1 << 24
-    fx, bx, xx, yx = ft.attn_decode_sums(batch, n, *heads)
-    if (f0, x0) != (0.0, 0.0) or (fx, bx, xx, yx) != (fn * n, b0 + bn * n, xn * n, y):
-        raise AssertionError("attention decode features are no longer affine in the keys")
-    return fn, b0, bn, xn, y
 
 
 def _check_count(label: str, v: object) -> None:
