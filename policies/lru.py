@@ -7,7 +7,7 @@ therefore stamp only the accessed node, and when a leaf is evicted hand its
 stamp to its parent (``parent.t = max(parent.t, leaf.t)``): the same order as
 refreshing the whole path, without walking it.
 
-Candidates live in a :class:`policies.leaf_heap.LeafHeap` keyed by
+Candidates live in a :class:`twin.cache.leaf_heap.LeafHeap` keyed by
 :meth:`LeafLRU.eviction_key`, here ``(t, nid)`` (ties by creation order): every
 change bumps the node's version and pushes a fresh entry if the node is a
 candidate; entries whose version is stale are skipped. Policies built on this
@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from policies.base import Policy
-from policies.leaf_heap import LeafHeap
 from twin.cache import CacheNode, CacheStructure, PrefixCache
+from twin.cache.leaf_heap import LeafHeap
 
 
 class LeafLRU(Policy):

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from policies.leaf_heap import LeafHeap
 from policies.sglang_plus import SGLangPlusPolicy
 from twin.cache import CacheNode, CacheStructure
 from twin.cache.hybrid_radix import MAMBA_FULL_MEMORY_RATIO, HybridRadixCache
+from twin.cache.leaf_heap import LeafHeap
 from twin.cache.radix import Match
 from twin.errors import TwinError
 from twin.model import ModelSpec

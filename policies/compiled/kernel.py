@@ -44,7 +44,9 @@ the same order; each function names what it follows):
    bytes; ties to the older, then the first created;
 3. the cache (``twin.cache.prefix_cache.PrefixCache`` on a model with SSM layers
    and no sliding-window layers: ``insert`` with its room making, truncation and
-   tidying, ``evict``, splits and folds, pins) and one request
+   tidying, ``evict``, splits and folds, pins; the edits are in
+   ``twin.cache.tree_edits.TreeEdits``, an insert's bytes in
+   ``twin.cache.admission_cost.AdmissionCost``) and one request
    (``twin.cache.requests.RequestCache.serve`` with Marconi's judicious admission,
    ``policies.base.judicious_admission``, and under the reference rules
    ``marconi``'s clock ticks and insert refresh).
@@ -489,7 +491,7 @@ def _touch(st, v: int) -> None:
 
 @jit
 def _remove_leaf(st, v: int) -> None:
-    """``PrefixCache._remove_leaf`` (and ``RadixTree.remove_leaf``)."""
+    """``TreeEdits._remove_leaf`` (and ``RadixTree.remove_leaf``)."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
     p = nd[PAR, v]
     unlink_child(nd, v)
@@ -504,7 +506,7 @@ def _remove_leaf(st, v: int) -> None:
 
 @jit
 def _merge(st, v: int) -> None:
-    """``PrefixCache._merge``: fold one-child ``v`` into its child (``merge_into_child``)."""
+    """``TreeEdits._merge``: fold one-child ``v`` into its child (``merge_into_child``)."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
     child = nd[FIRST, v]
     delete(kids, key(v, first_token(nd, buf, child)))
@@ -525,7 +527,7 @@ def _merge(st, v: int) -> None:
 
 @jit
 def _tidy(st, v: int) -> None:
-    """``PrefixCache._tidy``: drop state-less leaves, fold a state-less one-child node."""
+    """``TreeEdits._tidy``: drop state-less leaves, fold a state-less one-child node."""
     nd = st[0]
     while v > 0 and nd[LOCK, v] == 0 and nd[CKPT, v] == 0:
         if nd[NCH, v] == 0:
@@ -540,7 +542,7 @@ def _tidy(st, v: int) -> None:
 
 @jit
 def _evict_until(st, need: int) -> bool:
-    """``PrefixCache._evict_until`` with ``evict``: a leaf goes, a one-child node folds."""
+    """``base.evict_for`` with ``PrefixCache.evict``: a leaf goes, a one-child node folds."""
     nd, sc, mc = st[0], st[1], st[2]
     while mc[M_CAP] - _used(st) < need:
         v = choose_victim(st)
@@ -578,7 +580,7 @@ def _unpin(st, v: int) -> None:
 
 @jit
 def _ending_at(st, below: int, p: int) -> int:
-    """``PrefixCache._node_ending_at``: the node ending at depth ``p``, an edge split if needed."""
+    """``TreeEdits._node_ending_at``: the node ending at depth ``p``, an edge split if needed."""
     nd, kids, buf = st[0], st[8], st[9]
     v = below
     while nd[DEP, v] - nd[LEN, v] >= p:
@@ -605,7 +607,7 @@ def _ending_at(st, below: int, p: int) -> int:
 
 @jit
 def _missing(nd: np.ndarray, base: int, pos: np.ndarray, npos: int, covered: int) -> np.ndarray:
-    """``PrefixCache._missing_ckpts``: positions on the cached path whose node has no state."""
+    """``AdmissionCost._missing_ckpts``: positions on the cached path whose node has no state."""
     out = np.empty(npos, np.int64)
     m = 0
     for j in range(npos):
@@ -623,7 +625,7 @@ def _missing(nd: np.ndarray, base: int, pos: np.ndarray, npos: int, covered: int
 
 @jit
 def _cost(mc: np.ndarray, pos: np.ndarray, npos: int, covered: int, n_missing: int) -> int:
-    """``PrefixCache._cost`` without sliding-window layers."""
+    """``AdmissionCost._cost`` without sliding-window layers."""
     n_new = 0
     for j in range(npos):
         if pos[j] > covered:
@@ -635,7 +637,7 @@ def _cost(mc: np.ndarray, pos: np.ndarray, npos: int, covered: int, n_missing: i
 
 @jit
 def _truncate(mc, pos, npos, covered, missing, free) -> int:
-    """``PrefixCache._truncate`` (SSM models): how many positions of ``pos`` fit in ``free``."""
+    """``AdmissionCost._truncate`` (SSM models): how many positions of ``pos`` fit in ``free``."""
     kept = 0
     for j in range(npos):
         n_missing = 0
@@ -650,7 +652,7 @@ def _truncate(mc, pos, npos, covered, missing, free) -> int:
 
 @jit
 def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int) -> None:
-    """``PrefixCache._add_chain``: nodes cut at the positions past ``start``, all with states."""
+    """``TreeEdits._add_chain``: nodes cut at the positions past ``start``, all with states."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
     chain = np.empty(npos, np.int64)
     m = 0

@@ -76,6 +76,16 @@ def cache_stats(cache: CacheStructure) -> dict[str, int]:
     }
 
 
+def evict_for(cache: CacheStructure, need: int) -> bool:
+    """Evict the policy's victims until ``need`` bytes are free; ``False`` if it has none left."""
+    while cache.capacity - cache.used_bytes < need:
+        victim = cache.policy.choose_victim(cache)
+        if victim is None:
+            return False
+        cache.evict(victim)
+    return True
+
+
 class TokenStateBytes:
     """Byte accounting of a cache that counts KV tokens and SSM checkpoints.
 

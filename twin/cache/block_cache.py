@@ -11,31 +11,21 @@ vLLM's free queue is; a hit refreshes its whole chain. Only leaves go, so the
 cached blocks of any sequence form a prefix of its block list: the longest
 chain is a binary search over the request's keys, O(log n) probes.
 
-Blocks are stored by *segment*, the run of blocks one insert created (a chain
-hanging off one cached block). A segment holds its keys, one creation stamp
-and sparse per-block exceptions (later stamps, pins, branches); the hash map
-sends each key to its segment. A block is the pair ``(segment, index)``,
-whose creation id is ``segment.nid0 + index``. So creating or evicting a run
+Blocks are stored by *segment*, the run of blocks one insert created
+(:mod:`twin.cache.block_segment`); the hash map sends each key
+(:mod:`twin.cache.block_keys`) to its segment. So creating or evicting a run
 of blocks costs a dictionary operation per block, not an object and a heap
 entry per block: LRU order is the same as per block with key ``(stamp, id)``
 (a leaf's parent inherits the later stamp, which is refreshing the whole path,
 lazily), and an evicted tail's parent is next in line, so a run is trimmed
 from the tail until the next block's key passes the best other candidate.
-
-Hashing is vectorised: a block's key is the prefix sum ``sum_i mix(x_i, i)``
-over the request's tokens up to its end, with uint64 wrap-around (one
-``cumsum``), where ``mix`` is the splitmix64 finaliser of the token and its
-position (not a polynomial hash: see ``_mix``). Two different prefixes collide
-with probability about 2**-64 per pair; nothing verifies tokens, as in vLLM.
-
-Why one module past 400 lines: the segment representation, the pool's LRU
-trimming and the hashing are one data structure's invariants; splitting them
-would put the segment's fields and the code that keeps them right apart.
+Segments whose tail is a leaf wait in a :class:`~twin.cache.leaf_heap.LeafHeap`.
+This module keeps the segments' fields right: the pool's API, its LRU and the
+trimming.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
@@ -43,82 +33,13 @@ from typing import Any
 import numpy as np
 
 from twin.cache.base import CachePolicy, EvictHook, Hit
+from twin.cache.block_keys import BlockKeys
+from twin.cache.block_segment import BlockRef, Segment
+from twin.cache.leaf_heap import LeafHeap
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
-# Block keys sum a pseudo-random 64-bit value per (token, position): the
-# splitmix64 finaliser of token ^ position * golden ratio. A polynomial hash
-# mod 2**64 is not enough: Thue-Morse-like sequences make any of them collide
-# (a wrong hit, then a corrupted block map); mixed values do not, and summing
-# keeps the prefix chaining a single vectorised cumsum.
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-def _mix(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """splitmix64(token ^ position * golden): independent-looking 64-bit words."""
-    z = tokens.astype(np.uint64) ^ (positions * _GOLDEN)
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    mixed: np.ndarray = z ^ (z >> np.uint64(31))
-    return mixed
-
-
-BlockRef = tuple["Segment", int]  # a block: its segment and its index there
-
-
-class Segment:
-    """The blocks one insert created: ``keys[:n]`` are still cached (eviction trims the tail)."""
-
-    __slots__ = (
-        "branches",
-        "ckpt_hit",
-        "keys",
-        "locks",
-        "n",
-        "nid0",
-        "parent",
-        "pidx",
-        "stamps",
-        "start",
-        "states",
-        "t0",
-        "ver",
-    )
-
-    def __init__(
-        self, keys: list[int], start: int, nid0: int, t0: Any, parent: Segment | None, pidx: int
-    ) -> None:
-        self.keys = keys
-        self.start = start  # block index (in any sequence holding it) of keys[0]
-        self.n = len(keys)
-        self.nid0 = nid0
-        self.t0 = t0  # creation stamp of every block
-        self.parent, self.pidx = parent, pidx  # the block it hangs off (None: the root)
-        self.branches: dict[int, int] | None = None  # index -> segments hanging off it
-        self.locks: dict[int, int] | None = None  # index -> pins
-        self.stamps: dict[int, Any] | None = None  # index -> later stamp than t0
-        self.ckpt_hit: set[int] | None = None  # indices whose state served a hit
-        # Indices holding a recurrent state, for a pool that keeps states on some
-        # blocks only (twin.cache.sparse_blocks); None here: every block has one.
-        self.states: set[int] | None = None
-        self.ver = 0  # bumped on every change of the tail (lazy heap invalidation)
-
-    def stamp(self, i: int) -> Any:
-        s = self.stamps
-        return s.get(i, self.t0) if s else self.t0
-
-    def is_leaf(self, i: int) -> bool:
-        """Block ``i`` has no cached child and no pin."""
-        return (
-            i == self.n - 1
-            and not (self.branches and self.branches.get(i))
-            and not (self.locks and self.locks.get(i))
-        )
-
-    def __repr__(self) -> str:
-        return f"Segment(nid0={self.nid0}, start={self.start}, n={self.n}/{len(self.keys)})"
+__all__ = ["BlockCache", "BlockRef", "Segment"]  # the pool's node types, where they were
 
 
 class BlockCache:
@@ -150,10 +71,8 @@ class BlockCache:
         self.checkpoints_admitted = 0
         self.checkpoints_hit = 0
         self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
-        self._lru: list[tuple[Any, int, int, Segment]] = []  # (tail stamp, tail id, ver, seg)
-        self._lru_limit = 1024
-        self._positions = np.arange(1, dtype=np.uint64)
-        self._last: tuple[np.ndarray | None, list[int]] = (None, [])  # last hashed sequence
+        self._lru = LeafHeap()  # segments whose tail is a leaf, by (tail stamp, tail id)
+        self._hasher = BlockKeys(block_size)
         self.on_evict: EvictHook | None = None  # never called: write-back is the radix trees'
         self.policy = policy
         policy.bind(self)
@@ -185,7 +104,7 @@ class BlockCache:
     # ------------------------------------------------------------------ queries
     def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """Longest chain of cached blocks of ``seq`` (block-aligned)."""
-        keys = self._keys(seq, len(seq) // self.block_size)
+        keys = self._hasher.keys(seq, len(seq) // self.block_size)
         k = self._cached(keys)
         if k == 0:
             return Hit(0, None)
@@ -205,11 +124,11 @@ class BlockCache:
 
     def peek(self, seq: np.ndarray) -> int:
         """Tokens :meth:`lookup` would hit now, changing no recency (a router's probe)."""
-        return self._cached(self._keys(seq, len(seq) // self.block_size)) * self.block_size
+        return self._cached(self._hasher.keys(seq, len(seq) // self.block_size)) * self.block_size
 
     def speculative_insert(self, seq: np.ndarray) -> int | None:
         """Block-aligned position where ``seq`` would branch off a cached chain, or ``None``."""
-        keys = self._keys(seq, len(seq) // self.block_size)
+        keys = self._hasher.keys(seq, len(seq) // self.block_size)
         k = self._cached(keys)
         if k == 0 or k == len(keys):
             return None
@@ -229,7 +148,7 @@ class BlockCache:
         if not checkpoints:
             return 0
         nb = min(int(checkpoints[-1]), len(seq)) // self.block_size
-        keys = self._keys(seq, nb)
+        keys = self._hasher.keys(seq, nb)
         k = self._cached(keys)
         attach = self._ref(keys, k - 1) if k else None
         free = (self.capacity - self.used_bytes) // self.block_bytes
@@ -330,18 +249,7 @@ class BlockCache:
         seg.ver += 1
         n = seg.n
         if n and seg.is_leaf(n - 1):
-            heapq.heappush(self._lru, (seg.stamp(n - 1), seg.nid0 + n - 1, seg.ver, seg))
-            if len(self._lru) > self._lru_limit:
-                self._lru = [e for e in self._lru if e[2] == e[3].ver]
-                heapq.heapify(self._lru)
-                self._lru_limit = 2 * len(self._lru) + 1024
-
-    def _top(self) -> tuple[Any, int] | None:
-        """Key of the best candidate, dropping stale entries."""
-        lru = self._lru
-        while lru and lru[0][2] != lru[0][3].ver:
-            heapq.heappop(lru)
-        return (lru[0][0], lru[0][1]) if lru else None
+            self._lru.push((seg.stamp(n - 1), seg.nid0 + n - 1), seg)
 
     def shrink_to(self, limit: int) -> int:
         """Evict LRU leaf blocks until at most ``limit`` bytes are cached; set the capacity.
@@ -359,13 +267,15 @@ class BlockCache:
 
     def _make_room(self, blocks: int) -> None:
         """Evict ``blocks`` leaf blocks in LRU order (fewer if the candidates run out)."""
-        while blocks > 0 and self._top() is not None:
-            seg = heapq.heappop(self._lru)[3]
+        while blocks > 0:
+            seg = self._lru.pop()
+            if seg is None:
+                return
             blocks -= self._trim(seg, blocks)
 
     def _trim(self, seg: Segment, want: int) -> int:
         """Evict up to ``want`` blocks from ``seg``'s tail while each is next in LRU order."""
-        blocks, keys, top = self.blocks, seg.keys, self._top()
+        blocks, keys, top = self.blocks, seg.keys, self._lru.peek()
         branches, locks = seg.branches, seg.locks
         n, t, count = seg.n, seg.stamp(seg.n - 1), 0
         while True:
@@ -413,33 +323,6 @@ class BlockCache:
             self._push(parent)
 
     # ------------------------------------------------------------------ internals
-    def _keys(self, seq: np.ndarray, nblocks: int) -> list[int]:
-        """Chained hashes of the first ``nblocks`` full blocks of ``seq``.
-
-        A request's insert (prompt + output) extends its lookup (prompt): the
-        hashes of the shared blocks are reused and the rest continue from them.
-        """
-        bs = self.block_size
-        n = nblocks * bs
-        if n == 0:
-            return []
-        if len(self._positions) < n:
-            self._positions = np.arange(max(n, 2 * len(self._positions)), dtype=np.uint64)
-        prev_seq, prev = self._last
-        start, keys = 0, []
-        if prev:
-            assert prev_seq is not None
-            m = min(len(prev), nblocks) * bs
-            if seq[:m].tobytes() == prev_seq[:m].tobytes():
-                start, keys = m, prev[: m // bs]
-        if start < n:
-            h = np.cumsum(_mix(seq[start:n], self._positions[start:n]), dtype=np.uint64)
-            if keys:
-                h += np.uint64(keys[-1])  # array op: wraps silently, as intended
-            keys = keys + h[bs - 1 :: bs].tolist()
-        self._last = (seq, keys)
-        return keys
-
     def _ref(self, keys: list[int], b: int) -> BlockRef:
         """The block at index ``b`` of a sequence whose keys are ``keys`` (must be cached)."""
         seg = self.blocks[keys[b]]

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes
+from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes, evict_for
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -238,12 +238,7 @@ class ModuleCache(TokenStateBytes):
         if keep is not None:
             keep.lock += 1  # pinned while room is made for its own state
         try:
-            while self.capacity - self.used_bytes < need:
-                victim = self.policy.choose_victim(self)
-                if victim is None:
-                    return False
-                self.evict(victim)
-            return True
+            return evict_for(self, need)
         finally:
             if keep is not None:
                 keep.lock -= 1

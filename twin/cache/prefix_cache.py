@@ -26,11 +26,13 @@ their nodes never carry one and nothing is tidied.
 The policy owns eviction order and refresh rules; it hears about every change
 through ``on_node_added`` / ``on_node_changed`` / ``on_node_removed``.
 
-Why one module past 400 lines: ``insert`` and its private helpers (room
-making, truncation, tidying) keep the byte counters and the tidy-tree
-invariant together, and read best beside them; the structure is
-:mod:`twin.cache.radix`, snapshots :mod:`twin.cache.snapshot`, the request
-protocol :mod:`twin.cache.requests`.
+This module is the public cache (lookups, inserts, pins, eviction, snapshots,
+the invariants' check). The structure is :mod:`twin.cache.radix`; the edits
+that keep the counters and the policy's hooks right as it changes (splits,
+chains, removals, folds, tidying) :mod:`twin.cache.tree_edits`; an insert's
+byte cost and its cut to what fits :mod:`twin.cache.admission_cost`;
+snapshots :mod:`twin.cache.snapshot`; the request protocol
+:mod:`twin.cache.requests`.
 """
 
 from __future__ import annotations
@@ -39,15 +41,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes
+from twin.cache.admission_cost import AdmissionCost
+from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes, evict_for
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Match, Node, RadixTree
 from twin.cache.snapshot import CacheSnapshot, fill, take_snapshot
+from twin.cache.tree_edits import TreeEdits, parent_of
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 
-class PrefixCache(TokenStateBytes):
+class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
     """Radix-tree prefix cache with byte accounting; decisions come from ``policy``."""
 
     def __init__(self, model: ModelSpec, capacity_bytes: int, policy: CachePolicy) -> None:
@@ -311,7 +315,7 @@ class PrefixCache(TokenStateBytes):
         if self.has_ssm:
             node = m.node
             while not node.ckpt and node is not self.root:
-                node = _parent(node)
+                node = parent_of(node)
             return (None, 0) if node is self.root else (node, node.depth)
         if m.length == 0:
             return None, 0
@@ -358,68 +362,6 @@ class PrefixCache(TokenStateBytes):
         memos.append((seq, m, raw))
         return m
 
-    def _need(self, base: Node, pos: list[int], covered: int) -> tuple[list[int], int]:
-        """(positions on the cached path lacking a state, bytes to admit ``pos``)."""
-        missing = self._missing_ckpts(base, pos, covered)
-        return missing, self._cost(pos, covered, missing)
-
-    def _cost(self, pos: list[int], covered: int, missing: list[int]) -> int:
-        """Bytes admitting ``pos`` may add, ``missing`` its states to place on the cached path.
-
-        Exact but for the sliding-window tails of edge splits (a state placed
-        inside an edge, the new chain attached inside one): each is bounded by
-        the tail of the deepest position. :meth:`insert` evicts for this and
-        :meth:`_truncate` cuts to it, so what is admitted never exceeds it.
-        """
-        n_new = sum(1 for p in pos if p > covered) if self.has_ssm else 0
-        kv = (pos[-1] - covered) * self.kv_per_token if pos[-1] > covered else 0
-        if self.swa_per_token:  # the new chain's tails, plus at most W per edge split
-            ends = [p for p in pos if p > covered] if self.has_ssm else [pos[-1]]
-            prev, swa = covered, 0
-            for p in ends:
-                swa += self.kinds.tail(p - prev)
-                prev = p
-            swa += (len(missing) + 1) * self.kinds.tail(pos[-1])
-            kv += swa * self.swa_per_token
-        return kv + (len(missing) + n_new) * self.ckpt_bytes
-
-    def _missing_ckpts(self, base: Node, pos: list[int], covered: int) -> list[int]:
-        """Positions already in the tree (``<= covered``) whose node holds no checkpoint."""
-        if not self.has_ssm:
-            return []
-        out = []
-        for p in pos:
-            if p > covered:
-                break
-            node = base
-            while node.depth - len(node.tokens) >= p:
-                node = _parent(node)
-            if not (node.depth == p and node.ckpt):
-                out.append(p)
-        return out
-
-    def _truncate(
-        self, pos: list[int], covered: int, missing: list[int], free: int
-    ) -> tuple[list[int], int]:
-        """The longest admission prefix that fits in ``free`` bytes: (positions, end).
-
-        An edge split's sliding-window tail counts too (:meth:`_cost`'s bound, the
-        one the eviction made room for): left out, the cache overran its capacity.
-        """
-        if not self.has_ssm:
-            per = self.kv_per_token + self.swa_per_token  # a bound: tails cost at most this
-            # The chain attached inside an edge splits it: one more tail, at most this.
-            split = self.kinds.tail(pos[-1]) * self.swa_per_token if covered else 0
-            end = covered + (max(free - split, 0) // per if per else 0)
-            end = min(end, pos[-1])
-            return ([end] if end > 0 else []), end
-        kept: list[int] = []
-        for p in pos:
-            if self._cost([*kept, p], covered, [q for q in missing if q <= p]) > free:
-                break
-            kept.append(p)
-        return kept, (kept[-1] if kept else 0)
-
     def shrink_to(self, limit: int) -> int:
         """Evict the policy's victims until at most ``limit`` bytes are cached; set the capacity.
 
@@ -434,100 +376,4 @@ class PrefixCache(TokenStateBytes):
 
     def _evict_until(self, need: int) -> bool:
         """Evict victims until ``need`` bytes are free; ``False`` if the policy has none left."""
-        while self.capacity - self.used_bytes < need:
-            victim = self.policy.choose_victim(self)
-            if victim is None:
-                return False
-            self.evict(victim)
-        return True
-
-    def _node_ending_at(self, below: Node, p: int) -> Node:
-        """The node ending exactly at depth ``p`` on ``below``'s path (splits an edge if needed)."""
-        node = below
-        while node.depth - len(node.tokens) >= p:
-            node = _parent(node)
-        if node.depth == p:
-            return node
-        before, k = len(node.tokens), p - (node.depth - len(node.tokens))
-        upper = self.tree.split(node, k)
-        tail = self.kinds.tail
-        self.swa_tokens += tail(k) + tail(before - k) - tail(before)
-        self.policy.on_node_added(upper)
-        self.policy.on_node_changed(node)
-        return upper
-
-    def _set_ckpt(self, node: Node) -> None:
-        node.ckpt = True
-        node.t = self.clock
-        self.n_ckpts += 1
-        self.checkpoints_admitted += 1
-        self.policy.on_node_changed(node)
-
-    def _add_chain(self, attach: Node, seq: np.ndarray, start: int, ends: list[int]) -> None:
-        """Hang ``seq[start:ends[-1]]`` under ``attach`` as a chain cut at ``ends``."""
-        tokens = np.array(seq[start : ends[-1]], dtype=np.int32)  # owned copy
-        chain = []
-        parent, prev = attach, start
-        for end in ends:
-            node = self.tree.add_child(parent, tokens[prev - start : end - start])
-            node.t = self.clock
-            if self.has_ssm:
-                node.ckpt = True
-                self.n_ckpts += 1
-                self.checkpoints_admitted += 1
-            chain.append(node)
-            self.swa_tokens += self.kinds.tail(end - prev)
-            parent, prev = node, end
-        self.kv_tokens += ends[-1] - start
-        # Hooks after the chain is whole: inner chain nodes are never seen as leaves.
-        for node in chain:
-            self.policy.on_node_added(node)
-        if attach is not self.root:
-            self.policy.on_node_changed(attach)
-
-    def _remove_leaf(self, node: Node) -> None:
-        parent = node.parent
-        assert parent is not None
-        self.tree.remove_leaf(node)
-        self.kv_tokens -= len(node.tokens)
-        self.swa_tokens -= self.kinds.tail(len(node.tokens))
-        self.n_ckpts -= node.ckpt
-        self.policy.on_node_removed(node)
-        node.parent = None
-        if parent is not self.root:
-            self.policy.on_node_changed(parent)
-
-    def _merge(self, node: Node) -> None:
-        tail, upper = self.kinds.tail, len(node.tokens)
-        lower = len(next(iter(node.children.values())).tokens)
-        self.swa_tokens += tail(upper + lower) - tail(upper) - tail(lower)
-        child = self.tree.merge_into_child(node)
-        self.n_ckpts -= node.ckpt
-        self.policy.on_node_removed(node, child)
-        node.parent = None
-        self.policy.on_node_changed(child)
-
-    def _tidy(self, node: Node | None) -> None:
-        """Drop checkpoint-less leaves and fold checkpoint-less one-child nodes (SSM models)."""
-        while (
-            self.has_ssm
-            and node is not None
-            and node is not self.root
-            and not node.lock
-            and not node.ckpt
-        ):
-            if not node.children:
-                parent = node.parent
-                self._remove_leaf(node)
-                node = parent
-                continue
-            if len(node.children) == 1:
-                self._merge(node)
-            return
-
-
-def _parent(node: Node) -> Node:
-    """The parent of a node below the root (which every walk up from a cached node meets)."""
-    parent = node.parent
-    assert parent is not None, "walked above the root"
-    return parent
+        return evict_for(self, need)

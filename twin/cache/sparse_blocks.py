@@ -32,13 +32,13 @@ of a block leaving together.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 
 import numpy as np
 
 from twin.cache.base import CachePolicy, Hit
-from twin.cache.block_cache import BlockCache, BlockRef, Segment
+from twin.cache.block_cache import BlockCache
+from twin.cache.block_segment import BlockRef, Segment
 from twin.model import ModelSpec
 
 
@@ -96,7 +96,7 @@ class SparseBlockCache(BlockCache):
 
     def _hit(self, seq: np.ndarray) -> tuple[BlockRef | None, int, int]:
         """(the hit's block, the hit in blocks, the cached KV chain in blocks)."""
-        keys = self._keys(seq, max(len(seq) - 1, 0) // self.block_size)
+        keys = self._hasher.keys(seq, max(len(seq) - 1, 0) // self.block_size)
         kv = self._cached(keys)
         if kv == 0:
             return None, 0, 0
@@ -129,7 +129,7 @@ class SparseBlockCache(BlockCache):
             return 0
         bs, kvb, cb = self.block_size, self.kv_block_bytes, self.ckpt_bytes
         nb = min(int(checkpoints[-1]), len(seq)) // bs
-        keys = self._keys(seq, nb)
+        keys = self._hasher.keys(seq, nb)
         k = self._cached(keys)
         want = sorted({p // bs - 1 for p in checkpoints if not isinstance(p, KVOnly)})
         want = [b for b in want if 0 <= b < nb]
@@ -201,8 +201,10 @@ class SparseBlockCache(BlockCache):
         bytes cover what is still over (blocks differ: some hold a state).
         """
         kvb, cb = self.kv_block_bytes, self.ckpt_bytes
-        while self.used_bytes > limit and self._top() is not None:
-            seg = heapq.heappop(self._lru)[3]
+        while self.used_bytes > limit:
+            seg = self._lru.pop()
+            if seg is None:
+                return
             over, n, want, states = self.used_bytes - limit, seg.n, 0, seg.states
             while n > 0 and over > 0:
                 n -= 1

@@ -5,7 +5,9 @@ fresh entry when the node is a candidate; an entry whose version is no longer
 the node's is stale and is skipped when it reaches the top. Once the heap
 outgrows twice its live entries (plus :data:`COMPACT_SLACK`) the stale ones are
 dropped, which bounds its memory without changing the order anything pops in.
-Used by the leaf-evicting policies (``policies.lru`` and those built on it).
+Used by the leaf-evicting policies (``policies.lru`` and those built on it,
+``policies.sglang_hybrid``) and by the block pool's LRU
+(:class:`~twin.cache.block_cache.BlockCache`, whose segments carry ``ver`` too).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from twin.cache import CacheNode
+from twin.cache.base import CacheNode
 
 # Entries beyond twice the live ones that trigger dropping the stale (a bound on
 # the heap's memory, not on its order).
@@ -48,6 +50,13 @@ class LeafHeap:
             if ver == node.ver and (still is None or still(node)):
                 return node
         return None
+
+    def peek(self) -> tuple[Any, ...] | None:
+        """The smallest key whose entry is current (stale entries above it are dropped)."""
+        entries = self._entries
+        while entries and entries[0][1] != entries[0][2].ver:
+            heapq.heappop(entries)
+        return entries[0][0] if entries else None
 
     def __len__(self) -> int:
         """Entries held, stale ones included."""

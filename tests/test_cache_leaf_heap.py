@@ -1,8 +1,8 @@
-"""policies.leaf_heap: smallest current key first, stale entries skipped and compacted away."""
+"""twin.cache.leaf_heap: smallest current key first, stale entries skipped and compacted away."""
 
 from types import SimpleNamespace
 
-from policies.leaf_heap import COMPACT_SLACK, LeafHeap
+from twin.cache.leaf_heap import COMPACT_SLACK, LeafHeap
 
 
 def node(nid, ver=0):
@@ -41,3 +41,15 @@ def test_stale_entries_are_dropped_once_they_outnumber_the_slack_and_order_is_ke
     assert len(heap) < 10 + COMPACT_SLACK  # compacted: only current entries survived
     assert [heap.pop() for _ in range(11)] == [*live, churn]
     assert heap.pop() is None
+
+
+def test_peek_gives_the_smallest_current_key_and_leaves_it_for_pop():
+    heap = LeafHeap()
+    a, b = node(1), node(2)
+    heap.push((2, a.nid), a)
+    heap.push((3, b.nid), b)
+    a.ver += 1  # a's entry is stale: peek drops it and shows b's key
+    assert heap.peek() == (3, b.nid)
+    assert len(heap) == 1
+    assert heap.pop() is b
+    assert heap.peek() is None
