@@ -78,7 +78,14 @@ F_ALPHA, F_LINEAR, F_QUAD = range(3)
 # The rules, ``mc[M_RULES]``: the authors' (marconi, oracle) or the twin's (marconi-twin).
 REFERENCE, TWIN = 0, 1
 
-jit = numba.njit(cache=True, error_model="numpy", nogil=True)
+
+def jit(fn):
+    """numba's ``njit``, cached on disk where numba finds a writable place (beside this
+    file, or the user's cache folder); compiled once per process where it finds none."""
+    try:
+        return numba.njit(cache=True, error_model="numpy", nogil=True)(fn)
+    except RuntimeError:  # numba: "cannot cache function ...: no locator available"
+        return numba.njit(error_model="numpy", nogil=True)(fn)
 
 
 # ----- 1. the radix tree ---------------------------------------------------------------------
