@@ -46,7 +46,30 @@ def test_a_sliding_window_is_priced_per_sequence() -> None:
 def test_the_pricer_times_a_non_affine_run_like_each_step() -> None:
     measured = [p for p in sorted(shipped_profiles()) if not p.endswith("datasheet")]
     pricer = CostModelPricer(CostModel(get_model("marconi-hybrid-7b"), load_profile(measured[0])))
-    batch, context, steps = 24, 24 * 900, 50
-    run = pricer.decode_run(batch, context, steps)
-    each = [pricer.step_time((), batch, context + i * batch) for i in range(steps)]
-    assert run.tolist() == each
+    batch, context = 24, 24 * 900
+    for steps in (1, 50, 300):  # the loop and the array form (``_ARRAY_STEPS``)
+        run = pricer.decode_run(batch, context, steps)
+        each = [pricer.step_time((), batch, context + i * batch) for i in range(steps)]
+        assert list(run) == each
+    # Remembered prices (a run planned again over steps already priced) are the same.
+    overlap = pricer.decode_run(batch, context + 250 * batch, 100)
+    each = [pricer.step_time((), batch, context + i * batch) for i in range(250, 350)]
+    assert list(overlap) == each
+
+
+def test_a_step_priced_from_its_decode_summary_equals_the_step_of_its_spread() -> None:
+    prof = load_profile(sorted(shipped_profiles())[0])
+    windowed = dataclasses.replace(get_model("tiny-transformer"), sliding_window=16)
+    for model in [*(get_model(name) for name in sorted(PRESETS)), windowed]:
+        cm = CostModel(model, prof)
+        for batch in (0, 1, 3, 64):
+            for _ in range(4):
+                chunks = [
+                    (int(n), int(c)) for n, c in RNG.integers(1, 3000, (int(RNG.integers(0, 3)), 2))
+                ]
+                if not chunks and not batch:
+                    continue
+                context = int(RNG.integers(0, 9000)) * max(batch, 1) if batch else 0
+                context += int(RNG.integers(0, max(batch, 1)))
+                want = cm.step(chunks, _even(batch, context) if batch else [])
+                assert cm.step_spread(chunks, batch, context) == want, (model.name, batch)

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from twin.atomic import atomic_path
 from twin.cache import PrefillFlops
+from workloads.arrow_numpy import arrow_of
 
 NAN = float("nan")
 PERCENTILES = (5, 50, 95, 99)
@@ -139,30 +140,35 @@ class RecordWriter:
         self.schema = PREEMPTIVE_SCHEMA if preemptive else RECORD_SCHEMA
         # Typed buffers (8 bytes a value, no Python objects): a 64K-row chunk is 8 MB.
         self._cols: dict[str, array] = {f.name: array(_TYPECODE[f.type]) for f in self.schema}
+        # Each column's ``append`` in :meth:`add`'s order (renewed with the buffers).
+        order = ["row", "session_id", "turn", "replica", "arrival_s", *LATENCIES]
+        order += ["input_tokens", "hit_tokens", "output_tokens", "checkpoints", "rejected"]
+        self._order = [*order, "warmup", *(PREEMPTION_COLUMNS if preemptive else ())]
+        self._appends = [self._cols[name].append for name in self._order]
         self._atomic = atomic_path(self.path)
         self._tmp = self._atomic.__enter__()
         self._writer = pq.ParquetWriter(self._tmp, self.schema)
 
     def add(self, rec: RequestRecord) -> None:
-        c = self._cols
         arrival = rec.arrival_s
-        c["row"].append(rec.row)
-        c["session_id"].append(rec.session_id)
-        c["turn"].append(rec.turn)
-        c["replica"].append(rec.replica)
-        c["arrival_s"].append(arrival)
         # The latencies are the record's own properties (one derivation each).
-        for name, value in zip(LATENCIES, _latencies(rec), strict=True):
-            c[name].append(value)
-        c["input_tokens"].append(rec.input_tokens)
-        c["hit_tokens"].append(rec.hit_tokens)
-        c["output_tokens"].append(rec.output_tokens)
-        c["checkpoints"].append(rec.checkpoints)
-        c["rejected"].append(rec.rejected)
-        c["warmup"].append(arrival < self.warmup_s)
-        if self.preemptive:
-            c["preemptions"].append(rec.preemptions)
-            c["recomputed_tokens"].append(rec.recomputed_tokens)
+        values = (
+            rec.row,
+            rec.session_id,
+            rec.turn,
+            rec.replica,
+            arrival,
+            *_latencies(rec),
+            rec.input_tokens,
+            rec.hit_tokens,
+            rec.output_tokens,
+            rec.checkpoints,
+            rec.rejected,
+            arrival < self.warmup_s,
+            *((rec.preemptions, rec.recomputed_tokens) if self.preemptive else ()),
+        )
+        for append, value in zip(self._appends, values, strict=True):
+            append(value)
         self.rows += 1
         if self.rows % self.chunk_rows == 0:
             self._flush()
@@ -189,11 +195,12 @@ class RecordWriter:
             values = np.frombuffer(c[f.name], _NUMPY[f.type])
             if f.type == pa.bool_():
                 values = values.astype(bool)
-            # from_pandas: NaN times (rejected requests, TPOT of one token) become nulls.
-            arrays.append(pa.array(values, f.type, from_pandas=True))
+            # NaN times (rejected requests, TPOT of one token) become nulls.
+            arrays.append(arrow_of(values, f.type))
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
         for name in c:
-            c[name] = array(c[name].typecode)
+            c[name] = array(c[name].typecode)  # the written ones may still be exported
+        self._appends = [c[name].append for name in self._order]
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from twin.errors import TwinError, where
+from workloads.arrow_numpy import numpy_of
 from workloads.modules import check_row_modules, is_module_list, module_lists
 from workloads.schema import (
     COLUMNS,
@@ -124,12 +125,14 @@ class Workload:
 
     def requests(self) -> Iterator[Request]:
         """Yield every request in row order with its full prompt and output ids."""
-        history: dict[int, np.ndarray] = {}
+        # session -> its last turn's (prompt, output), joined with the next turn's input
+        history: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         fresh = 0  # fresh output ids counted down from -1, in row order
         row = 0
         sid_all, turn_all = self.index["session_id"], self.index["turn"]
         arr_all, think_all = self.index["arrival_s"], self.index["think_s"]
         ext_all, olen_all = self.index["extends_history"], self.index["output_len"]
+        last_all = self._last_turn
         seen: dict[int, tuple[int, bytes]] = {}  # module id -> (length, digest of its tokens)
         for batch in self.token_batches():
             inputs = _token_lists(self.path, row, "input_tokens", batch.column(0))
@@ -139,19 +142,29 @@ class Workload:
                 if self.has_modules
                 else [None] * batch.num_rows
             )
-            for i in range(batch.num_rows):
+            n = batch.num_rows
+            # This batch's index values as Python scalars (one conversion per column).
+            sids = sid_all[row : row + n].tolist()
+            turns = turn_all[row : row + n].tolist()
+            arrivals = arr_all[row : row + n].tolist()
+            thinks = think_all[row : row + n].tolist()
+            extends = ext_all[row : row + n].tolist()
+            olens = olen_all[row : row + n].tolist()
+            lasts = last_all[row : row + n].tolist()
+            for i in range(n):
                 r = row + i
-                sid = int(sid_all[r])
+                sid = sids[i]
                 new = inputs[i]
                 if new is None or len(new) == 0:
                     raise TwinError(f"{where(self.path, r, 'input_tokens')}: empty or null prompt")
-                if ext_all[r]:
-                    prompt = np.concatenate((history.pop(sid), new))
+                extends_history = extends[i]
+                if extends_history:
+                    prompt = np.concatenate((*history.pop(sid), new))
                 else:
                     history.pop(sid, None)
                     prompt = np.array(new, dtype=np.int32)
                 out = outputs[i]
-                n_out = int(olen_all[r])
+                n_out = olens[i]
                 if out is None:
                     out = np.arange(-1 - fresh, -1 - fresh - n_out, -1, dtype=np.int32)
                     fresh += n_out
@@ -170,18 +183,19 @@ class Workload:
                 row_modules = mods[i]
                 if row_modules is not None:
                     check_row_modules(self.path, r, row_modules, prompt, seen)
-                if not self._last_turn[r]:
-                    history[sid] = np.concatenate((prompt, out))
+                if not lasts[i]:
+                    history[sid] = (prompt, out)
+                arrival, think = arrivals[i], thinks[i]
                 yield Request(
                     row=r,
                     session_id=sid,
-                    turn=int(turn_all[r]),
-                    arrival_s=None if np.isnan(arr_all[r]) else float(arr_all[r]),
-                    think_s=None if np.isnan(think_all[r]) else float(think_all[r]),
+                    turn=turns[i],
+                    arrival_s=None if arrival != arrival else arrival,  # NaN: not given
+                    think_s=None if think != think else think,
                     prompt=prompt,
                     output=out,
                     new_tokens=len(new),
-                    extends_history=bool(ext_all[r]),
+                    extends_history=extends_history,
                     modules=row_modules,
                 )
             row += batch.num_rows
@@ -263,30 +277,31 @@ def _first_bad(path: Path, column: str, bad: np.ndarray, what: str) -> None:
 
 def _validate_index(path: Path, table: pa.Table) -> dict[str, np.ndarray]:
     for name in ("session_id", "turn", "extends_history", "output_len"):
-        nulls = table.column(name).is_null().to_numpy(zero_copy_only=False)
+        nulls = numpy_of(table.column(name).is_null())
         _first_bad(path, name, nulls, "null value in a required column")
 
     def ints(name: str) -> np.ndarray:
-        return table.column(name).to_numpy().astype(np.int64)
+        return numpy_of(table.column(name)).astype(np.int64)
 
     def floats(name: str) -> np.ndarray:
         col = pc.cast(table.column(name), pa.float64())
+        valid = numpy_of(col.is_valid())
         # Null means "not given" (NaN below); a NaN stored in the file is not
         # null and would silently turn an open-loop turn into a closed-loop one.
         _first_bad(
             path,
             name,
-            pc.fill_null(pc.is_nan(col), False).to_numpy(zero_copy_only=False),
+            numpy_of(pc.is_nan(col)) & valid,
             "NaN is not a time (leave the value null to mean 'not given')",
         )
-        return col.to_numpy(zero_copy_only=False).astype(np.float64)
+        return np.where(valid, numpy_of(col), np.nan)
 
     index = {
         "session_id": ints("session_id"),
         "turn": ints("turn"),
         "arrival_s": floats("arrival_s"),
         "think_s": floats("think_s"),
-        "extends_history": table.column("extends_history").to_numpy().astype(bool),
+        "extends_history": numpy_of(table.column("extends_history")).astype(bool),
         "output_len": ints("output_len"),
     }
     turn, olen = index["turn"], index["output_len"]
@@ -349,15 +364,15 @@ def _token_lists(path: Path, first_row: int, column: str, arr: pa.Array) -> list
     """Split a list column into per-row numpy views, checking token ids."""
     if pa.types.is_null(arr.type):
         return [None] * len(arr)
-    offsets = arr.offsets.to_numpy()
+    offsets = numpy_of(arr.offsets)
     values = arr.values
     lo, hi = int(offsets[0]), int(offsets[-1])
     values = values.slice(lo, hi - lo)
     if values.null_count:
-        pos = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+        pos = int(np.flatnonzero(numpy_of(values.is_null()))[0])
         r = first_row + int(np.searchsorted(offsets, lo + pos, side="right") - 1)
         raise TwinError(f"{where(path, r, column)}: null token id")
-    ids = values.to_numpy()
+    ids = numpy_of(values)
     if ids.size:
         bad = (ids < 0) | (ids > TOKEN_ID_MAX)
         if bad.any():
@@ -368,6 +383,6 @@ def _token_lists(path: Path, first_row: int, column: str, arr: pa.Array) -> list
                 f"[0, {TOKEN_ID_MAX}]"
             )
     ids = ids.astype(np.int32, copy=False)
-    valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    valid = numpy_of(arr.is_valid())
     rel = offsets - lo
     return [ids[rel[i] : rel[i + 1]] if valid[i] else None for i in range(len(arr))]

@@ -76,7 +76,7 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
         self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
         # The last two matches (a request's prompt and its input + output) and the
         # tree's mutation count they were made at (:meth:`match`).
-        self._memos: list[tuple[np.ndarray, Match]] = []
+        self._memos: list[tuple[np.ndarray, Match, bytes]] = []  # (seq, match, its bytes)
         self._memo_at = -1
         self.on_evict: EvictHook | None = None  # a host tier's write-back (RequestCache)
         self.policy = policy
@@ -295,6 +295,7 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
             parent = node.parent
             assert parent is not None and parent.children[int(node.tokens[0])] is node
             assert node.depth == parent.depth + len(node.tokens) and len(node.tokens) > 0
+            assert node.key == node.tokens.tobytes(), f"stale edge bytes {node!r}"
             kv += len(node.tokens)
             swa += self.kinds.tail(len(node.tokens))
             ck += node.ckpt
@@ -344,20 +345,21 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
         if self._memo_at != tree.mutations:
             memos.clear()
             self._memo_at = tree.mutations
-            m = tree.match(seq)
+            raw = seq.tobytes()
+            m = tree.match(seq, raw=raw)
         else:
-            for prev, m in memos:
+            for prev, m, _ in memos:
                 if prev is seq:
                     return m
+            raw = seq.tobytes()  # the walk's own bytes, compared with the last match's
             last = memos[-1] if memos else None  # resumed if a prefix of ``seq``
-            if last is not None:
-                k = len(last[0])
-                if k > len(seq) or seq[:k].tobytes() != last[0].tobytes():
-                    last = None
-            m = tree.match(seq) if last is None else tree.match(seq, last[1], len(last[0]))
+            if last is None or not raw.startswith(last[2]):
+                m = tree.match(seq, raw=raw)
+            else:
+                m = tree.match(seq, last[1], len(last[0]), raw=raw)
         if len(memos) == 2:
             del memos[0]
-        memos.append((seq, m))
+        memos.append((seq, m, raw))
         return m
 
     def shrink_to(self, limit: int) -> int:

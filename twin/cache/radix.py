@@ -27,6 +27,7 @@ class Node:
         "ckpt_hit",
         "depth",
         "eff",
+        "key",
         "lock",
         "nid",
         "parent",
@@ -38,6 +39,7 @@ class Node:
 
     def __init__(self, tokens: np.ndarray, parent: Node | None, depth: int, nid: int = 0) -> None:
         self.tokens = tokens
+        self.key = tokens.tobytes()  # the edge's raw int32 bytes (``RadixTree.match``)
         self.parent = parent
         self.depth = depth
         self.children: dict[int, Node] = {}
@@ -94,11 +96,18 @@ class RadixTree:
         # computed while this number stayed the same.
         self.mutations = 0
 
-    def match(self, seq: np.ndarray, resume: Match | None = None, resumed_len: int = 0) -> Match:
+    def match(
+        self,
+        seq: np.ndarray,
+        resume: Match | None = None,
+        resumed_len: int = 0,
+        raw: bytes | None = None,
+    ) -> Match:
         """Find the longest prefix of ``seq`` present in the tree.
 
         ``resume``: the match of ``seq[:resumed_len]`` in this same, unchanged
-        tree; the walk goes on from there instead of from the root.
+        tree; the walk goes on from there instead of from the root. ``raw``:
+        ``seq.tobytes()``, where the caller has it already.
         """
         node, pos, n = self.root, 0, len(seq)
         if resume is not None:
@@ -114,17 +123,17 @@ class RadixTree:
                 node, pos = part, pos + k
         # Whole-edge equality on bytes: one memcmp, much cheaper than numpy
         # ufuncs on the short edges typical of a cache.
-        raw = seq.tobytes()
+        if raw is None:
+            raw = seq.tobytes()
         while pos < n:
             child = node.children.get(int(seq[pos]))
             if child is None:
                 return Match(node, pos, None)
-            edge = child.tokens
-            m = len(edge)
-            if pos + m <= n and edge.tobytes() == raw[4 * pos : 4 * (pos + m)]:
+            if raw.startswith(child.key, 4 * pos):
                 # The usual case on a cached path: the whole edge matches.
-                node, pos = child, pos + m
+                node, pos = child, pos + len(child.tokens)
                 continue
+            edge = child.tokens
             # The edge differs or runs past the end of ``seq``: a partial match
             # (never empty: the first token selected this child).
             return Match(node, pos + _common_prefix(edge, seq[pos:]), child)
@@ -156,6 +165,7 @@ class RadixTree:
         upper.t = node.t
         parent.children[int(node.tokens[0])] = upper
         node.tokens = node.tokens[k:]
+        node.key = node.key[4 * k :]
         node.parent = upper
         upper.children[int(node.tokens[0])] = node
         self.num_nodes += 1
@@ -188,6 +198,7 @@ class RadixTree:
         assert len(node.children) == 1 and node.parent is not None
         (child,) = node.children.values()
         child.tokens = np.concatenate((node.tokens, child.tokens))
+        child.key = node.key + child.key
         child.parent = node.parent
         node.parent.children[int(node.tokens[0])] = child
         node.children = {}

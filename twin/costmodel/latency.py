@@ -2,13 +2,14 @@
 
 ``compile_kernel`` and ``compile_fast`` fold a profile's fitted parameters and peaks
 into a closure; ``predict`` and ``predict_many`` are one-off evaluations for fitting
-reports and tests; ``compile_many`` prices arrays of features (runs of decode steps).
-Pure Python, numpy for the array form.
+reports and tests; ``compile_many`` prices arrays of features and ``compile_affine``
+lists of counts whose features are affine in the count (both for runs of decode
+steps). Pure Python, numpy for the array form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
 
@@ -87,10 +88,23 @@ def compile_many(
     return _compile_pair(kernel, params, peaks)[1]
 
 
+def compile_affine(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[[float, float, float, float, float, Iterable[int]], list[float]]:
+    """``compile_fast`` over counts ``n`` whose features are ``flops = fn * n``, ``bytes =
+    b0 + bn * n``, ``x = xn * n`` and a fixed ``y``: ``(fn, b0, bn, xn, y, counts) ->
+    [seconds per count]``, each equal to ``compile_fast``'s price of those features to
+    the bit (the same operations in the same order; the features themselves are exact
+    while they are integers below 2^53). A tight loop without a call per element, for
+    short runs of decode steps (``CostModel.decode_steps_s``: ``n`` the keys read)."""
+    return _compile_pair(kernel, params, peaks)[2]
+
+
 def _compile_pair(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
-) -> tuple[Callable[..., float], Callable[..., np.ndarray]]:
-    """The scalar and the array form of one kernel's model (one set of constants)."""
+) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
+    """The scalar, the array and the affine form of one kernel's model (one set of
+    constants)."""
     f = get_formula(kernel)
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
     compile_kernel(kernel, params, peaks)  # validates the parameters
@@ -102,7 +116,13 @@ def _compile_pair(
             b = np.asarray(nbytes, np.float64) * inv_b
             return t0 + np.broadcast_arrays(b, np.asarray(flops))[0]
 
-        return (lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b), bandwidth_many
+        def bandwidth_affine(
+            fn: float, b0: float, bn: float, xn: float, y: float, counts: Iterable[int]
+        ) -> list[float]:
+            return [t0 + (b0 + bn * n) * inv_b for n in counts]
+
+        scalar = lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b  # noqa: E731
+        return scalar, bandwidth_many, bandwidth_affine
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
     inv_p = 1.0 / p
@@ -140,7 +160,27 @@ def _compile_pair(
             out = np.where(a <= 0.0, t0 + b, np.where(b <= 0.0, t0 + a, out))
         return out
 
-    return fast, many
+    def affine(
+        fn: float, b0: float, bn: float, xn: float, y: float, counts: Iterable[int]
+    ) -> list[float]:
+        out = []
+        cyy = cy * y
+        for n in counts:
+            # ``fast`` on (fn * n, b0 + bn * n, xn * n, y), inline.
+            a = fn * n * inv_f + cx * (xn * n) + cyy
+            b = (b0 + bn * n) * inv_b
+            if a <= 0.0:
+                out.append(t0 + b)
+            elif b <= 0.0:
+                out.append(t0 + a)
+            elif a > b:
+                out.append(t0 + a * (1.0 + (b / a) ** p) ** inv_p)
+            else:
+                # ``fast``'s larger side's ratio is exactly 1.0, and 1.0 ** p == 1.0.
+                out.append(t0 + b * ((a / b) ** p + 1.0) ** inv_p)
+        return out
+
+    return fast, many, affine
 
 
 def _coefficients(f: KernelFormula, params: dict[str, float]) -> tuple[float, float]:
@@ -167,6 +207,7 @@ def predict_many(
 
 
 __all__ = [
+    "compile_affine",
     "compile_fast",
     "compile_kernel",
     "compile_many",

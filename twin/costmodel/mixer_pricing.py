@@ -17,6 +17,8 @@ from twin.costmodel.breakdown import LABEL, StepCost
 from twin.costmodel.shard_shapes import ShardShapes
 from twin.costmodel.step_features import StepFeatures
 
+_DECODE_MEMO_MAX = 1 << 14  # decode batch sizes (per recurrent kind) remembered
+
 
 class MixerPricing(ShardShapes):
     """The context-dependent kernels of a step (a part of ``CostModel``)."""
@@ -32,6 +34,8 @@ class MixerPricing(ShardShapes):
             "gdn": ("gdn_chunk", "gdn_step"),
         }
         self._opt: dict[str, Callable[..., float]] = {}
+        # (kind, decodes) -> that recurrent mixer's decode parts (``_recurrent_decode``).
+        self._decode_memo: dict[tuple[str, int], list[tuple[str, str, float]]] = {}
         self.fallback_kernels: list[str] = []
         for kind, names in used.items():
             if not self.kinds.get(kind):
@@ -88,9 +92,7 @@ class MixerPricing(ShardShapes):
                 parts.append(("mamba2", "ssm_scan", k["ssm_scan"](*scan)))
                 parts.append(self._conv(*conv, decode=False))
             if f.decodes:
-                sf, sb, _ = ft.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
-                parts.append(("mamba2", "ssm_step", k["ssm_step"](sf, sb)))
-                parts.append(self._conv(*conv, decode=True))
+                parts.extend(self._recurrent_decode("mamba2", f))
         if kinds.get("mamba1"):
             o, conv = self._opt, ("mamba1", f, self.m1_inner, m.ssm_conv_kernel)
             if f.prefill_chunks:
@@ -98,11 +100,7 @@ class MixerPricing(ShardShapes):
                 parts.append(("mamba1", "mamba1_scan", o["mamba1_scan"](*sums)))
                 parts.append(self._conv(*conv, decode=False))
             if f.decodes:
-                step = mk.mamba1_step_features(
-                    f.decodes, self.m1_inner, self.m1_state, e, m.state_dtype_bytes
-                )
-                parts.append(("mamba1", "mamba1_step", o["mamba1_step"](*step)))
-                parts.append(self._conv(*conv, decode=True))
+                parts.extend(self._recurrent_decode("mamba1", f))
         if kinds.get("gdn"):
             o, conv = self._opt, ("gdn", f, self.gdn_conv, m.gdn_conv_kernel)
             dims = (self.gdn_v, self.gdn_k, m.gdn_head_k_dim, m.gdn_head_v_dim)
@@ -111,9 +109,36 @@ class MixerPricing(ShardShapes):
                 parts.append(("gdn", "gdn_chunk", o["gdn_chunk"](*sums)))
                 parts.append(self._conv(*conv, decode=False))
             if f.decodes:
-                step = mk.gdn_step_features(f.decodes, *dims, e, m.state_dtype_bytes)
-                parts.append(("gdn", "gdn_step", o["gdn_step"](*step)))
-                parts.append(self._conv(*conv, decode=True))
+                parts.extend(self._recurrent_decode("gdn", f))
+        return parts
+
+    def _recurrent_decode(self, kind: str, f: StepFeatures) -> list[tuple[str, str, float]]:
+        """A recurrent mixer's decode parts (state update, conv update): functions of the
+        number of decodes alone, so priced once per batch size."""
+        memo = self._decode_memo
+        key = (kind, f.decodes)
+        parts = memo.get(key)
+        if parts is not None:
+            return parts
+        m, k, e = self.model, self._k, self.elem_bytes
+        if kind == "mamba2":
+            ssm = (self.ssm_heads, self.ssm_head_dim, self.ssm_d_state, self.ssm_groups)
+            sf, sb, _ = ft.ssm_step_features(f.decodes, *ssm, e, m.state_dtype_bytes)
+            parts = [("mamba2", "ssm_step", k["ssm_step"](sf, sb))]
+            parts.append(self._conv("mamba2", f, self.conv_channels, m.ssm_conv_kernel, True))
+        elif kind == "mamba1":
+            step = mk.mamba1_step_features(
+                f.decodes, self.m1_inner, self.m1_state, e, m.state_dtype_bytes
+            )
+            parts = [("mamba1", "mamba1_step", self._opt["mamba1_step"](*step))]
+            parts.append(self._conv("mamba1", f, self.m1_inner, m.ssm_conv_kernel, True))
+        else:
+            dims = (self.gdn_v, self.gdn_k, m.gdn_head_k_dim, m.gdn_head_v_dim)
+            step = mk.gdn_step_features(f.decodes, *dims, e, m.state_dtype_bytes)
+            parts = [("gdn", "gdn_step", self._opt["gdn_step"](*step))]
+            parts.append(self._conv("gdn", f, self.gdn_conv, m.gdn_conv_kernel, True))
+        if len(memo) < _DECODE_MEMO_MAX:
+            memo[key] = parts
         return parts
 
     def _conv(

@@ -39,7 +39,7 @@ and ``mixer_pricing``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import cast
 
@@ -49,10 +49,11 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import StepCost
+from twin.costmodel.decode_pricing import affine_in_keys, decode_steps
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.mixer_pricing import MixerPricing
 from twin.costmodel.profile import Profile
-from twin.costmodel.step_features import StepFeatures, aggregate_step
+from twin.costmodel.step_features import StepFeatures, aggregate_spread, aggregate_step
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -64,9 +65,9 @@ _COPY_KERNEL = {
 }
 _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is remembered
 # Decode runs of at least this many steps are priced as arrays (``decode_steps_s``): below
-# it a Python loop is faster (measured on this project's 2-core machine: 33 us a numpy call
-# against about 1 us a step).
-_ARRAY_STEPS = 32
+# it a tight Python loop is faster (measured on this project's 2-core machine: about 35 us
+# a numpy call and 0.2 us a step, against 0.5 us a step in the loop).
+_ARRAY_STEPS = 128
 
 
 class CostModel(DensePricing, MixerPricing):
@@ -95,6 +96,11 @@ class CostModel(DensePricing, MixerPricing):
         self._attn_decode_many = lat.compile_many(
             "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
         )
+        self._attn_decode_affine = lat.compile_affine(
+            "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
+        )
+        # Per decode batch size: the attention decode features' coefficients in the keys.
+        self._decode_keys_affine: dict[int, tuple[float, float, float, float, float]] = {}
         self._setup_shapes()
         self._setup_allreduce()
         # The decode conv update: its own fit where the profile has one (NVIDIA's tables
@@ -150,6 +156,15 @@ class CostModel(DensePricing, MixerPricing):
             cost = StepCost()
             self._price(feats, cost)
             return cost
+        return self._seconds(feats)
+
+    def step_spread(self, prefills: Sequence[tuple[int, int]], batch: int, context: int) -> float:
+        """``step(prefills, decodes)`` for ``batch`` decodes whose contexts sum to
+        ``context``, spread evenly (the engine's decode summary), in O(1) of the batch."""
+        return self._seconds(aggregate_spread(prefills, batch, context, *self._shape_args()))
+
+    def _seconds(self, feats: StepFeatures) -> float:
+        """Seconds of a step of these features (``step`` without the breakdown)."""
         tokens = feats.tokens
         if not tokens:
             return 0.0
@@ -186,17 +201,22 @@ class CostModel(DensePricing, MixerPricing):
             return [self._with_host(dense + before + head)] * len(contexts)
         heads = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
         if len(contexts) < _ARRAY_STEPS:
-            # Few steps: numpy's fixed cost per call outweighs its per-step saving.
-            kernel, sums, out = self._k["attn_decode"], ft.attn_decode_sums, []
-            host_s, add = self.host_s, self.host_mode == "add"
-            for c in contexts:
-                total = before + attn_layers * kernel(*sums(batch, c + batch, *heads))
-                for term in after:
-                    total += term
-                kernels = dense + total + head
-                # ``_with_host``, inline (called once a step).
-                out.append(kernels + host_s if add else max(kernels, host_s))
-            return out
+            # Few steps: numpy's fixed cost per call outweighs its per-step saving. The
+            # attention decode kernel's features are affine in the keys read (the context
+            # sum plus one key per sequence), so its prices come from one tight loop.
+            coeffs = self._decode_keys_affine.get(batch)
+            if coeffs is None:
+                coeffs = self._decode_keys_affine[batch] = affine_in_keys(batch, heads)
+            if isinstance(contexts, range):
+                counts: Sequence[int] = range(
+                    contexts.start + batch, contexts.stop + batch, contexts.step
+                )
+            else:
+                counts = [c + batch for c in contexts]
+            kernel_s = self._attn_decode_affine(*coeffs, counts)
+            return decode_steps(
+                dense, before, attn_layers, after, head, kernel_s, self.host_s, self.host_mode
+            )
         # Every step at once, as arrays: the same operations in the same order as
         # ``_sum_parts`` and ``_with_host`` per element (``compile_many``: the same pow).
         if isinstance(contexts, range):
@@ -238,8 +258,7 @@ class CostModel(DensePricing, MixerPricing):
         return dense, before, kinds["attention"], after, head
 
     def _even_decode_s(self, batch: int, context: int) -> float:
-        base, extra = divmod(context, batch)
-        return float(cast(float, self.step((), [base + 1] * extra + [base] * (batch - extra))))
+        return self.step_spread((), batch, context)
 
     def copy_s(
         self, nbytes: float, src: str = "device", dst: str = "device", launches: int = 1
@@ -283,10 +302,12 @@ class CostModel(DensePricing, MixerPricing):
         self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
     ) -> StepFeatures:
         """The step's features (``twin.costmodel.step_features``)."""
+        return aggregate_step(prefills, decodes, *self._shape_args())
+
+    def _shape_args(self) -> tuple[Mapping[str, int], int, int, int]:
+        """What ``step_features`` needs of the model: mixer counts, window, chunk lengths."""
         kinds = self.kinds
-        return aggregate_step(
-            prefills,
-            decodes,
+        return (
             kinds,
             self.model.sliding_window or 0,
             self.chunk_size if kinds.get("mamba2") else 1,

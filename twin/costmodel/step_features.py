@@ -46,6 +46,46 @@ def aggregate_step(
     ``chunk``, ``g_chunk``: the Mamba2 scan's and the GDN delta rule's chunk lengths
     (1 for a model without that kind).
     """
+    sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk)
+    n_dec = len(decodes)
+    if n_dec and min(decodes) < 0:
+        raise TwinError("a decode context must be >= 0")
+    d_keys = sum(decodes) + n_dec if "attention" in kinds else 0
+    s_dec = sum(min(c + 1, window) for c in decodes) if "swa" in kinds else 0
+    return _features(len(prefills), sums, n_dec, d_keys, s_dec)
+
+
+def aggregate_spread(
+    prefills: Sequence[tuple[int, int]],
+    batch: int,
+    context: int,
+    kinds: Mapping[str, int],
+    window: int,
+    chunk: int,
+    g_chunk: int,
+) -> StepFeatures:
+    """:func:`aggregate_step` with ``batch`` decodes whose contexts sum to ``context``,
+    spread evenly (``divmod``: the first ``context % batch`` one token longer), in O(1)."""
+    sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk)
+    base, extra = divmod(context, batch) if batch else (0, 0)
+    if batch and base < 0:
+        raise TwinError("a decode context must be >= 0")
+    d_keys = context + batch if "attention" in kinds else 0
+    s_dec = 0
+    if "swa" in kinds and batch:
+        s_dec = extra * min(base + 2, window) + (batch - extra) * min(base + 1, window)
+    return _features(len(prefills), sums, batch, d_keys, s_dec)
+
+
+def _prefill_sums(
+    prefills: Sequence[tuple[int, int]],
+    kinds: Mapping[str, int],
+    window: int,
+    chunk: int,
+    g_chunk: int,
+) -> tuple[int, int, int, int, int, int, int]:
+    """(tokens, keys, K/V rows, scan chunks, window keys, window rows, GDN chunks) of the
+    prefill chunks."""
     full, swa = "attention" in kinds, "swa" in kinds
     p_tok = p_keys = p_kv = chunks = s_keys = s_kv = g_chunks = 0
     for n, c in prefills:
@@ -60,16 +100,22 @@ def aggregate_step(
             s_kv += min(c + n, window + n)
         chunks += -(-n // chunk)
         g_chunks += -(-n // g_chunk)
-    n_dec = len(decodes)
-    if n_dec and min(decodes) < 0:
-        raise TwinError("a decode context must be >= 0")
-    d_keys = sum(decodes) + n_dec if full else 0
-    s_dec = sum(min(c + 1, window) for c in decodes) if swa else 0
+    return p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks
+
+
+def _features(
+    n_chunks: int,
+    sums: tuple[int, int, int, int, int, int, int],
+    n_dec: int,
+    d_keys: int,
+    s_dec: int,
+) -> StepFeatures:
+    p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks = sums
     return StepFeatures(
         tokens=p_tok + n_dec,
-        sequences=len(prefills) + n_dec,
+        sequences=n_chunks + n_dec,
         prefill_tokens=p_tok,
-        prefill_chunks=len(prefills),
+        prefill_chunks=n_chunks,
         prefill_keys=p_keys,
         prefill_kv_rows=p_kv,
         scan_chunks=chunks,

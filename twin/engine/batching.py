@@ -25,8 +25,9 @@ recomputed.
 Decode runs are fast-forwarded: while no sequence prefills and none can be
 admitted, nothing can change the batch before the next completion, so the
 next k steps are timed in one go (in closed form when the pricer is affine in
-the context, see :class:`twin.engine.decode_run.DecodeRun`) and waited for
-with one timeout, interrupted early only by a new arrival (which can then be
+the context, see :class:`twin.engine.decode_run.DecodeRun`; else priced a chunk
+at a time while an arrival may still cut the run short) and waited for with one
+timeout a chunk, interrupted early only by a new arrival (which can then be
 admitted at the next step boundary). The result is the same step-by-step
 schedule, computed in bulk. Decoding sequences are kept in a heap by the step
 at which they finish, and the batch's context sum is kept incrementally, so an
@@ -43,8 +44,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import simpy
 
 from twin.engine.admission import NewTokenRatio
-from twin.engine.cost import StepPricer
-from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun
+from twin.engine.cost import Durations, StepPricer
+from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun, timeout_at
 from twin.engine.lpm import order_by_prefix
 from twin.engine.preemption import Preemption
 from twin.engine.ratio_admission import RatioAdmission
@@ -134,28 +135,39 @@ class ContinuousBatching(Preemption, RatioAdmission):
                     continue  # the pool ran out: a request was preempted, plan again
                 t0, m = env.now, run.k
                 self.busy_since = t0
-                total = run.end(m)
                 if self.waiting:
                     # The head is blocked (memory or max_running) until a
                     # completion: an arrival cannot change this run.
-                    yield env.timeout(total)
+                    yield env.timeout(run.price_next(m))
                 else:
                     # Wait for the run's end or a submission, whichever comes
                     # first; the timer wakes us through the same event (cheaper
-                    # than a Condition).
-                    self._wake = wake = env.event()
-                    timer = env.timeout(total)
-                    timer.callbacks.append(_waker(wake))
-                    yield wake
-                    self._wake = None
-                    elapsed = env.now - t0
-                    if not timer.processed and elapsed < total:
-                        # Finish the step in flight; the newcomer joins at its boundary.
-                        m = run.steps_to_reach(elapsed)
-                        left = t0 + run.end(m) - env.now
-                        if left > 0:
-                            yield env.timeout(left)
-                        run.capped = False
+                    # than a Condition). Steps are priced a chunk at a time: at
+                    # each chunk's end with no arrival, the next is priced.
+                    while True:
+                        target = run.price_next()
+                        self._wake = wake = env.event()
+                        timer = (
+                            timeout_at(env, t0 + target) if env.now > t0 else env.timeout(target)
+                        )
+                        timer.callbacks.append(_waker(wake))
+                        yield wake
+                        self._wake = None
+                        if timer.processed:
+                            if run.priced < m:
+                                continue
+                            break
+                        elapsed = env.now - t0
+                        if elapsed < target:
+                            # Finish the step in flight; the newcomer joins at its boundary.
+                            m = run.steps_to_reach(elapsed)
+                            left = t0 + run.end(m) - env.now
+                            if left > 0:
+                                yield env.timeout(left)
+                            run.capped = False
+                            break
+                        if run.priced == m:
+                            break
                 # Long uninterrupted decodes price longer runs next time (fewer
                 # events); an interruption goes back to short runs.
                 if run.capped:
@@ -170,12 +182,14 @@ class ContinuousBatching(Preemption, RatioAdmission):
                     self.replica.shrink((run.k - m) * len(self.decoding))
                 prefilled = []
             completed = self._complete_due()
-            # A request whose prefill yields its last token completes at once (one
-            # output token, or a preempted one whose recompute brought it there).
-            completed.extend(seq for seq in prefilled if seq.out_len - seq.generated == 1)
-            copies = self.replica.step_end(prefilled, completed)
+            replica = self.replica
+            if prefilled:
+                # A request whose prefill yields its last token completes at once (one
+                # output token, or a preempted one whose recompute brought it there).
+                completed.extend(seq for seq in prefilled if seq.out_len - seq.generated == 1)
+            copies = replica.step_end(prefilled, completed) if prefilled or completed else 0
             # The checkpoint copies and write-back evictions' copies lengthen the step.
-            extra = copies * self.replica.copy_s + self.replica.write_back_time()
+            extra = copies * replica.copy_s + replica.write_back_time()
             if extra:
                 self.busy_since = env.now
                 yield env.timeout(extra)
@@ -185,7 +199,6 @@ class ContinuousBatching(Preemption, RatioAdmission):
             for seq in prefilled:
                 if not seq.generated:  # a recompute after preemption emits no first token
                     seq.first_token_s = now
-                    seq.first_token.succeed()
             for seq in completed:
                 seq.done_s = now
                 seq.done.succeed()
@@ -290,8 +303,12 @@ class ContinuousBatching(Preemption, RatioAdmission):
         if fit is not None:
             a, b = fit
             return DecodeRun(k, a + b * context, b * batch)
-        ends = self.pricer.decode_run(batch, context, k).cumsum()  # as np.cumsum, no wrapper
-        return DecodeRun(k, ends=ends, capped=capped)
+        decode_run = self.pricer.decode_run
+
+        def price(first: int, n: int) -> Durations:
+            return decode_run(batch, context + first * batch, n)
+
+        return DecodeRun(k, price=price, capped=capped)
 
     def _complete_due(self) -> list[Seq]:
         """Sequences whose last token came out in the step just ended."""
@@ -315,7 +332,6 @@ class ContinuousBatching(Preemption, RatioAdmission):
         # output token, even when the whole prompt is cached.
         seq.prefill_left = max(1, n - hit)
         seq.ctx = n - seq.prefill_left
-        if seq.admitted.triggered:
+        if seq.preemptions:
             return  # admitted again after a preemption: the record keeps the first time
         seq.admitted_s = self.env.now
-        seq.admitted.succeed()

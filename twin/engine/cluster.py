@@ -229,9 +229,8 @@ class Cluster:
         if self._first_arrival_s is None:
             self._first_arrival_s = self.env.now
         seq = replica.submit(req)  # arrive now; queue FCFS (or rejected: too big to ever fit)
-        if not seq.rejected:
-            yield seq.admitted  # joined the batch: cache looked up, hit pinned, checkpoints chosen
-            yield seq.first_token  # prefill of the uncached tokens done: the first token is out
+        # The scheduler stamps its admission (cache looked up, hit pinned, checkpoints
+        # chosen) and first token (prefill of the uncached tokens done) as they happen.
         yield seq.done  # decoded to output_len; final state cached, hit unpinned, memory freed
         self.on_record(_record(seq))
 

@@ -20,7 +20,7 @@ spread evenly over the batch is an approximation; no preset has a window.)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from twin.model import ModelSpec
 _RECURRENT_LABELS = ("ssm", *sorted(RECURRENT_KINDS))
 
 Chunk = tuple[int, int]  # (new tokens, cached context before them)
+Durations = Sequence[float] | np.ndarray  # seconds of each step of a decode run
 
 
 @runtime_checkable
@@ -42,8 +43,9 @@ class StepPricer(Protocol):
         """Seconds of ``prefills`` + ``decode_batch`` decodes over ``decode_context`` keys."""
         ...
 
-    def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
-        """Durations of ``steps`` pure-decode steps; step i sees ``context + i * batch`` keys."""
+    def decode_run(self, batch: int, context: int, steps: int) -> Durations:
+        """Durations of ``steps`` pure-decode steps; step i sees ``context + i * batch`` keys
+        (a list or a numpy array)."""
         ...
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
@@ -78,7 +80,7 @@ class PricerBase:
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         raise NotImplementedError
 
-    def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
+    def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         return np.fromiter(
             (self.step_time((), batch, context + i * batch) for i in range(steps)),
             np.float64,
@@ -101,6 +103,8 @@ class PricerBase:
 # Per-sequence contexts at which a batch size's decode price is checked to be
 # affine in the context sum (up to 128K tokens a sequence), and the tolerance.
 _PROBE_CONTEXTS = (0, 128, 1024, 8192, 32768, 131072)
+# Decode step prices remembered across runs (about 100 bytes each) before starting afresh.
+_STEPS_REMEMBERED = 1 << 17
 _AFFINE_RTOL = 1e-6
 
 
@@ -122,7 +126,13 @@ class CostModelPricer(PricerBase):
     def __init__(self, cost_model: Any) -> None:
         self.cost_model = cost_model
         self._affine: dict[int, tuple[float, float] | None] = {}
+        # Non-affine batch sizes: batch -> {context sum: seconds of that decode step}.
+        self._steps: dict[int, dict[int, float]] = {}
+        self._remembered = 0
         self._copy_s = float(cost_model.checkpoint_copy_s(1))
+        # ``CostModel.step_spread`` prices the spread without building it (other cost
+        # models: ``step`` over the spread).
+        self._spread = getattr(cost_model, "step_spread", None)
 
     @property
     def provenance(self) -> str:
@@ -135,12 +145,32 @@ class CostModelPricer(PricerBase):
                 return fit[0] + fit[1] * decode_context
         return self._exact(prefills, decode_batch, decode_context)
 
-    def decode_run(self, batch: int, context: int, steps: int) -> np.ndarray:
+    def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         fit = self._fit(batch)
         if fit is None:
-            # Not affine (a measured p-norm attention kernel): the context's part per step.
+            # Not affine (a measured p-norm attention kernel): the context's part per step,
+            # remembered: a run cut short by an arrival that cannot be admitted yet is
+            # planned again over the same steps (most steps priced, on the chat benchmark).
             contexts = range(context, context + steps * batch, batch)
-            return np.asarray(self.cost_model.decode_steps_s(batch, contexts), np.float64)
+            memo = self._steps.get(batch)
+            if memo is None:
+                memo = self._steps[batch] = {}
+            known = list(map(memo.get, contexts))
+            if None not in known:
+                return cast(list[float], known)
+            missing = [c for c, p in zip(contexts, known, strict=True) if p is None]
+            if len(missing) == steps:
+                prices: list[float] = self.cost_model.decode_steps_s(batch, contexts)
+            else:
+                fresh = iter(self.cost_model.decode_steps_s(batch, missing))
+                prices = [next(fresh) if p is None else p for p in known]
+            self._remembered += len(missing)
+            if self._remembered > _STEPS_REMEMBERED:  # flat memory on long runs
+                self._steps.clear()
+                self._remembered = len(missing)
+                memo = self._steps[batch] = {}
+            memo.update(zip(contexts, prices, strict=True))
+            return prices
         return fit[0] + fit[1] * (context + batch * np.arange(steps, dtype=np.float64))
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
@@ -175,6 +205,9 @@ class CostModelPricer(PricerBase):
 
     def _exact(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:
         # Spread the context sum over the batch: exact, decode features are sums.
+        spread = self._spread
+        if spread is not None:
+            return float(spread(prefills, batch, context))
         base, extra = divmod(context, batch) if batch else (0, 0)
         decodes = [base + 1] * extra + [base] * (batch - extra)
         return float(self.cost_model.step(list(prefills), decodes))

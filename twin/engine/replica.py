@@ -88,6 +88,8 @@ class Replica:
         self.host_load_s = 0.0
         self.host_write_s = 0.0  # write-back copies to the host tier, priced
         self._written_back = (0, 0)  # (tokens, states) already priced
+        # Only write-back evictions copy to the host (``RequestCache._write_back``).
+        self._writes_back = host is not None and host_write_policy == "write_back"
         self.memory_budget = memory_budget
         self.kv_per_token = model.kv_bytes_per_token
         self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
@@ -255,6 +257,8 @@ class Replica:
         (``HiRadixCache.evict``, ``writing_check(write_back=True)``): the
         scheduler adds this to the step during which the evictions happened.
         """
+        if not self._writes_back:
+            return 0.0
         req = self.requests
         done = (req.written_back_tokens, req.written_back_states)
         tokens, states = done[0] - self._written_back[0], done[1] - self._written_back[1]

@@ -12,7 +12,6 @@ class Seq:
     """One request on a replica: its progress and timestamps (compact: slots, no dicts)."""
 
     __slots__ = (
-        "admitted",
         "admitted_s",
         "alloc",
         "arrival_s",
@@ -22,7 +21,6 @@ class Seq:
         "done",
         "done_s",
         "finish_step",
-        "first_token",
         "first_token_s",
         "footprint",
         "generated",
@@ -50,8 +48,8 @@ class Seq:
         self.prompt_len = len(req.prompt)
         self.out_len = len(req.output)
         self.footprint = footprint
-        self.admitted = env.event()
-        self.first_token = env.event()
+        # The one event its request waits for: admission and the first token are
+        # timestamps the scheduler writes (a wait on each would only cost events).
         self.done = env.event()
         self.admitted_s = self.first_token_s = self.done_s = float("nan")
         self.rejected = False
