@@ -129,6 +129,23 @@ def test_compiled_replay_on_chat_like_traces(seed, fraction):
             _same(requests[half:], capacity, alpha, cls, _snapshot(cls, capacity, requests[:half]))
 
 
+@pytest.mark.parametrize("cls", [MarconiPolicy, MarconiTwinPolicy])
+def test_compiled_replay_of_requests_without_output_or_tokens(cls):
+    """Empty outputs (the state at the prompt's end) and an empty request, as Python serves them."""
+    rng = np.random.default_rng(5)
+    requests = []
+    for i in range(60):
+        n_prompt, n_output = int(rng.integers(1, 9)), int(rng.integers(0, 3))
+        if i == 7:
+            n_prompt = n_output = 0
+        prompt = rng.integers(0, 3, n_prompt).astype(np.int32)
+        output = rng.integers(0, 3, n_output).astype(np.int32)
+        requests.append((np.r_[prompt, output].astype(np.int32), len(prompt)))
+    assert any(len(f) == n for f, n in requests) and any(len(f) == 0 for f, _ in requests)
+    for alpha in (0.0, 1.0):
+        _same(requests, _capacity(20, 3), alpha, cls)
+
+
 @settings(max_examples=40, deadline=None)
 @given(trace=traces(), tokens=st.integers(0, 40), states=st.integers(0, 6))
 def test_grid_scores_with_and_without_the_compiled_replay(trace, tokens, states):

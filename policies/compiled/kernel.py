@@ -791,7 +791,8 @@ def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray)
     if p > 0 and (part >= 0 or (nd[CKPT, mnode] == 0 and (p == plen or nd[NCH, mnode] > 0))):
         pos[0] = p
         npos = 1
-    if npos == 0 or pos[0] != flen:  # sorted and unique, as ``insert`` makes them
+    # Sorted and unique, as ``insert`` makes them; an empty request caches nothing.
+    if flen > 0 and (npos == 0 or pos[0] != flen):
         pos[npos] = flen
         npos += 1
     # The insert of the whole input + output: the walk's own match.
