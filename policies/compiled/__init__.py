@@ -76,7 +76,7 @@ def _declares_modules(requests: Sequence[Any]) -> bool:
 
 
 class CompiledTrace:
-    """Requests (and a snapshot to start from) laid out for :func:`grid_runs`."""
+    """Requests (and a snapshot to start from) laid out for :func:`compiled_grid_runs`."""
 
     def __init__(self, requests: Sequence[Any], start: CacheSnapshot | None = None) -> None:
         # Token ids must be int32 and non-negative (the children's keys); others are
@@ -212,25 +212,6 @@ _COUNTERS = (
 )
 
 
-def grid_runs(
-    model: ModelSpec,
-    capacity: int,
-    requests: Sequence[Any],
-    grid: Sequence[float],
-    policy_cls: type,
-    start: CacheSnapshot | None = None,
-) -> list[GridRun]:
-    """Each alpha's replay of ``requests`` from ``start`` (or an empty cache), in grid order.
-
-    Alpha only enters the victim's choice, so every replay is the same until
-    its first eviction (``policies.shared_prefix``'s rule): the first alpha runs
-    in full, the requests before its first eviction are served once more, and
-    every other alpha goes on from a copy of that state. Only where
-    :func:`supported` says yes (:func:`compiled_grid_runs` checks).
-    """
-    return _grid_runs(CompiledTrace(requests, start), model, capacity, grid, policy_cls)
-
-
 def _grid_runs(
     trace: CompiledTrace, model: ModelSpec, capacity: int, grid: Sequence[float], policy_cls: type
 ) -> list[GridRun]:
@@ -277,8 +258,13 @@ def compiled_grid_runs(
     policy_cls: type,
     start: CacheSnapshot | None = None,
 ) -> list[GridRun] | None:
-    """:func:`grid_runs` where :func:`supported`, else ``None`` (replay in Python).
+    """Each alpha's replay of ``requests`` from ``start`` (or an empty cache), in grid
+    order, where :func:`supported`; else ``None`` (replay in Python).
 
+    Alpha only enters the victim's choice, so every replay is the same until
+    its first eviction (``policies.shared_prefix``'s rule): the first alpha runs
+    in full, the requests before its first eviction are served once more, and
+    every other alpha goes on from a copy of that state.
     ``TWIN_COMPILED_REPLAY=0`` in the environment turns the compiled path off
     (to time or debug the Python one; the results are the same).
     """

@@ -188,18 +188,25 @@ def prefix(nd: np.ndarray, path: np.ndarray, count: int, length: int, partial: i
 
 
 @jit
+def _bridge(nd: np.ndarray, p: int, a: int, b: int, after_a: int, before_b: int) -> None:
+    """Among ``p``'s children, ``after_a`` follows ``a`` and ``before_b`` precedes ``b``
+    (-1: the list's ends, ``p``'s first and last child)."""
+    if a >= 0:
+        nd[NXT, a] = after_a
+    else:
+        nd[FIRST, p] = after_a
+    if b >= 0:
+        nd[PRV, b] = before_b
+    else:
+        nd[LAST, p] = before_b
+
+
+@jit
 def replace_sibling(nd: np.ndarray, old: int, new: int) -> None:
     """``parent.children[key] = new`` over ``old``: the key keeps its position."""
     p, a, b = nd[PAR, old], nd[PRV, old], nd[NXT, old]
     nd[PRV, new], nd[NXT, new] = a, b
-    if a >= 0:
-        nd[NXT, a] = new
-    else:
-        nd[FIRST, p] = new
-    if b >= 0:
-        nd[PRV, b] = new
-    else:
-        nd[LAST, p] = new
+    _bridge(nd, p, a, b, new, new)
 
 
 @jit
@@ -220,14 +227,7 @@ def append_child(nd: np.ndarray, p: int, v: int) -> None:
 def unlink_child(nd: np.ndarray, v: int) -> None:
     """``del parent.children[key]``."""
     p, a, b = nd[PAR, v], nd[PRV, v], nd[NXT, v]
-    if a >= 0:
-        nd[NXT, a] = b
-    else:
-        nd[FIRST, p] = b
-    if b >= 0:
-        nd[PRV, b] = a
-    else:
-        nd[LAST, p] = a
+    _bridge(nd, p, a, b, b, a)
     nd[NCH, p] -= 1
 
 
