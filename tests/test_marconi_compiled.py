@@ -132,6 +132,19 @@ def test_compiled_replay_on_chat_like_traces(seed, fraction):
 
 
 @pytest.mark.parametrize("cls", [MarconiPolicy, MarconiTwinPolicy])
+def test_compiled_replay_of_negative_and_extreme_token_ids(cls):
+    """Token ids anywhere in int32 (the Mooncake traces' hashed ids run negative): a
+    vocabulary of four far-apart ids, so that keys of one node's children would collide
+    if a token's sign reached the node's bits."""
+    ids = np.array([-(2**31), -1, 0, 2**31 - 1], np.int32)
+    for seed in (0, 1):
+        requests = [(ids[full % 4], n) for full, n in _chat_like(seed, sessions=20, turns=4)]
+        capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
+        for alpha in (0.0, 1.0):
+            _same(requests, capacity, alpha, cls)
+
+
+@pytest.mark.parametrize("cls", [MarconiPolicy, MarconiTwinPolicy])
 def test_compiled_replay_of_requests_without_output_or_tokens(cls):
     """Empty outputs (the state at the prompt's end) and an empty request, as Python serves them."""
     rng = np.random.default_rng(5)
@@ -202,14 +215,12 @@ def test_where_the_compiled_replay_does_not_apply():
     assert not supported(HYBRID, SGLangPlusPolicy, requests, None)
     for name in ("tiny-transformer", "tiny-swa-hybrid"):
         assert not supported(get_model(name), MarconiPolicy, requests, None)
-    # Declared prompt modules, token ids outside the keys, FLOP counts past 2**53.
+    # Declared prompt modules, token ids past int32, FLOP counts past 2**53.
     with_modules = [(requests[0][0], 3, np.array([0, 1, 3], np.int32))]
     assert not supported(HYBRID, MarconiPolicy, with_modules, None)
-    negative = [(np.array([-1, 2], np.int32), 1)]
-    assert not supported(HYBRID, MarconiPolicy, negative, None)
     wide = [(np.array([2**31, 2], np.int64), 1)]  # would wrap if cast to int32
     assert not supported(HYBRID, MarconiPolicy, wide, None)
-    assert supported(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, 2], np.int64), 1)], None)
+    assert supported(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, -(2**31)], np.int64), 1)], None)
     huge = [(np.zeros(30_000_000, np.int32), 1)]
     assert not supported(get_model("marconi-hybrid-7b"), MarconiPolicy, huge, None)
     assert compiled_grid_runs(HYBRID, 10**6, requests, (0.0,), SGLangPlusPolicy) is None

@@ -79,14 +79,14 @@ class CompiledTrace:
     """Requests (and a snapshot to start from) laid out for :func:`compiled_grid_runs`."""
 
     def __init__(self, requests: Sequence[Any], start: CacheSnapshot | None = None) -> None:
-        # Token ids must be int32 and non-negative (the children's keys); others are
-        # checked before the cast and make the trace unfit.
+        # Token ids must fit int32 (the children's keys); others are checked before the
+        # cast and make the trace unfit.
         self.ids_fit = True
         fulls = []
         for req in requests:
             full = np.asarray(req[0])
             if full.dtype != np.int32 and len(full):
-                self.ids_fit &= int(full.min()) >= 0 and int(full.max()) < 2**31
+                self.ids_fit &= int(full.min()) >= -(2**31) and int(full.max()) < 2**31
             fulls.append(full.astype(np.int32, copy=False))
         self.flens = np.array([len(f) for f in fulls], np.int64)
         self.plens = np.array([int(req[1]) for req in requests], np.int64)
@@ -101,7 +101,6 @@ class CompiledTrace:
             parts = [*fulls, *paths]
             self.clock, self.next_nid = int(start.clock), int(start.next_nid)
         self.buf = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        self.ids_fit &= not len(self.buf) or int(self.buf.min()) >= 0
         # A bound on any node's depth: the longest request, plus a snapshot's every token.
         self.max_depth = int(self.flens.max()) if len(fulls) else 0
         if start is not None:

@@ -99,7 +99,8 @@ EMPTY, GONE = -1, -2  # free and deleted slots of the key table
 
 @jit
 def key(node: int, token: int) -> int:
-    return node * 4294967296 + token  # tokens are checked non-negative int32
+    """One int64 per (node, int32 token): the token's 32 bits below the node's."""
+    return node * 4294967296 + (token & 4294967295)
 
 
 @jit
