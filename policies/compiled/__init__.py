@@ -112,9 +112,12 @@ class CompiledTrace:
         depth, d = self.max_depth, model.d_model
         attn = 8 * depth * d * d + 4 * depth * depth * d
         mamba = 12 * depth * d * d + 16 * depth * d * model.ssm_d_state + 10 * depth * d
-        mlp = max(16 * depth * d * d, attn)
         layers = model.n_mlp_layers + model.n_moe_layers
-        saved = model.n_ssm_layers * mamba + model.n_attention_layers * attn + layers * mlp
+        # The reference's saved FLOPs: its positive terms, or its one negative term (the
+        # MLP layers less the parent's attention FLOPs), bound its magnitude.
+        gained = model.n_ssm_layers * mamba + model.n_attention_layers * attn
+        gained += layers * 16 * depth * d * d
+        saved = max(gained, layers * attn)
         held = model.ssm_checkpoint_bytes + model.kv_bytes_per_token * depth
         exact = saved < _EXACT and held < _EXACT and PrefillFlops(model).total(depth, 0) < _EXACT
         return self.ids_fit and exact
