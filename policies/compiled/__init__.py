@@ -101,10 +101,10 @@ class CompiledTrace:
             parts = [*fulls, *paths]
             self.clock, self.next_nid = int(start.clock), int(start.next_nid)
         self.buf = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        # A bound on any node's depth: the longest request, plus a snapshot's every token.
+        # The deepest node: a request's end, or a restored node's (the snapshot's depth row).
         self.max_depth = int(self.flens.max()) if len(fulls) else 0
-        if start is not None:
-            self.max_depth += len(start.tokens)
+        if self.snap.shape[1]:
+            self.max_depth = max(self.max_depth, int(self.snap[2].max()))
 
     def fits(self, model: ModelSpec) -> bool:
         """Token ids fit the keys, and every count of ``model`` up to the deepest node is
