@@ -109,14 +109,15 @@ class CompiledTrace:
     def fits(self, model: ModelSpec) -> bool:
         """Token ids fit the keys, and every count of ``model`` up to the deepest node is
         below 2**53."""
+        from policies.reference_score import attn_flops, mamba1_flops, mlp_flops
+
         depth, d = self.max_depth, model.d_model
-        attn = 8 * depth * d * d + 4 * depth * depth * d
-        mamba = 12 * depth * d * d + 16 * depth * d * model.ssm_d_state + 10 * depth * d
+        attn = attn_flops(depth, d)
         layers = model.n_mlp_layers + model.n_moe_layers
         # The reference's saved FLOPs: its positive terms, or its one negative term (the
         # MLP layers less the parent's attention FLOPs), bound its magnitude.
-        gained = model.n_ssm_layers * mamba + model.n_attention_layers * attn
-        gained += layers * 16 * depth * d * d
+        gained = model.n_ssm_layers * mamba1_flops(depth, d, model.ssm_d_state)
+        gained += model.n_attention_layers * attn + layers * mlp_flops(depth, d)
         saved = max(gained, layers * attn)
         held = model.ssm_checkpoint_bytes + model.kv_bytes_per_token * depth
         exact = saved < _EXACT and held < _EXACT and PrefillFlops(model).total(depth, 0) < _EXACT
@@ -201,6 +202,7 @@ class GridRun:
     counters: dict[str, int]
 
 
+# ``kernel.counters``' entries, in order.
 _COUNTERS = (
     "evictions",
     "kv_tokens",
@@ -211,6 +213,7 @@ _COUNTERS = (
     "peak_ssm_bytes",
     "checkpoints_admitted",
     "checkpoints_hit",
+    "first_eviction_clock",  # the cache clock of the request that first evicted (-1: none)
 )
 
 
@@ -228,20 +231,19 @@ def _grid_runs(
 
     def run(st: Any, alpha: float, i0: int, hits: np.ndarray, nids: np.ndarray) -> GridRun:
         kernel.serve_range(st, *requests_of, i0, n, hits, nids)
-        c = kernel.counters(st)
         return GridRun(
             alpha,
             hits.tolist(),  # Python ints: the scores are exact integer sums
             nids.tolist(),
             kernel.victims(st).tolist(),
-            {k: int(v) for k, v in zip(_COUNTERS, c, strict=False)},
+            {k: int(v) for k, v in zip(_COUNTERS, kernel.counters(st), strict=True)},
         )
 
     mf[kernel.F_ALPHA] = grid[0]
     first = kernel.start(*args)
     hits, nids = np.zeros(n, np.int64), np.zeros(n, np.int64)
     runs = [run(first, grid[0], 0, hits, nids)]
-    evicted_at = int(kernel.counters(first)[9])
+    evicted_at = runs[0].counters["first_eviction_clock"]
     if evicted_at < 0:  # never evicted: alpha never mattered
         return runs + [dataclasses.replace(runs[0], alpha=a) for a in grid[1:]]
     shared = evicted_at - trace.clock  # requests served before the first eviction
