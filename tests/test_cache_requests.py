@@ -18,22 +18,28 @@ def seq(start: int, n: int) -> np.ndarray:
     return np.arange(start, start + n, dtype=np.int32)
 
 
+def prompt_full(prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(prompt, prompt + output)`` as int32, as ``RequestCache.admit`` takes them."""
+    full = np.r_[prompt, output].astype(np.int32)
+    return full[: len(prompt)], full
+
+
 def test_admission_sets_the_clock_pins_the_hit_and_splits_the_checkpoints():
     cache = get_policy("sglang+").make_cache(HYBRID, BIG)
     requests = RequestCache(cache)
     system = seq(0, 20)
-    first = requests.admit(np.r_[system, seq(100, 5)].astype(np.int32), seq(500, 3))
+    first = requests.admit(*prompt_full(np.r_[system, seq(100, 5)], seq(500, 3)))
     assert first.order == 0 and cache.clock == 0 and first.hit.length == 0
     assert first.at_prefill == [] and first.at_completion == [28]  # the state after the output
     assert requests.insert_at_completion(first) == 1
     requests.release(first)
-    second = requests.admit(np.r_[system, seq(200, 5)].astype(np.int32), seq(600, 3))
+    second = requests.admit(*prompt_full(np.r_[system, seq(200, 5)], seq(600, 3)))
     assert second.order == 1 and cache.clock == 1
     # Speculative insertion finds the branch point at the shared system prompt:
     # a checkpoint inside the prompt, visible when the prefill ends.
     assert second.at_prefill == [20] and second.at_completion == [28]
     assert requests.insert_at_prefill_end(second) == 1
-    third = requests.admit(np.r_[system, seq(300, 5)].astype(np.int32), seq(700, 3))
+    third = requests.admit(*prompt_full(np.r_[system, seq(300, 5)], seq(700, 3)))
     assert third.hit.length == 20 and third.node is not None and third.node.lock == 1
     requests.release(third)
     requests.release(third)  # idempotent: one pin, one unpin
@@ -44,7 +50,7 @@ def test_admission_sets_the_clock_pins_the_hit_and_splits_the_checkpoints():
 def test_transformers_insert_everything_at_completion():
     requests = RequestCache(get_policy("sglang+").make_cache(TRANSFORMER, BIG))
     requests.serve(seq(0, 20), np.r_[seq(0, 20), seq(50, 2)].astype(np.int32))
-    adm = requests.admit(np.r_[seq(0, 10), seq(900, 5)].astype(np.int32), seq(60, 2))
+    adm = requests.admit(*prompt_full(np.r_[seq(0, 10), seq(900, 5)], seq(60, 2)))
     assert adm.at_prefill == [] and adm.at_completion
     assert adm.hit.length == 10
 

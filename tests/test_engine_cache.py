@@ -103,7 +103,7 @@ def _split_replay(trace: Trace, model_name: str, capacity: int, policy_name: str
     requests = RequestCache(cache)
     hit_tokens = 0
     for full, n in zip(trace.fulls, trace.prompt_lens, strict=True):
-        adm = requests.admit(full[:n], full[n:])
+        adm = requests.admit(full[:n], full)
         requests.insert_at_prefill_end(adm)
         requests.insert_at_completion(adm)
         requests.release(adm)

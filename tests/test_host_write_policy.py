@@ -41,7 +41,7 @@ def _tiers(model: str, gpu: float, host: float, policy: str):
 
 
 def _serve(requests: RequestCache, prompt: np.ndarray, output: np.ndarray):
-    adm = requests.admit(prompt, output)
+    adm = requests.admit(prompt, np.concatenate((prompt, output)))
     requests.insert_at_prefill_end(adm)
     requests.insert_at_completion(adm)
     requests.release(adm)
@@ -125,7 +125,7 @@ def test_host_hits_are_exact_and_the_host_stays_within_capacity(seed, model, pol
     out = np.arange(4, dtype=np.int32) + 9000
     served: list[np.ndarray] = []
     for prompt in _prompts(seed, 40):
-        adm = requests.admit(prompt, out)
+        adm = requests.admit(prompt, np.concatenate((prompt, out)))
         hit, loaded = adm.hit.length, adm.host_tokens
         if hit:  # every hit was some earlier request's tokens
             assert any(len(s) >= hit and np.array_equal(s[:hit], prompt[:hit]) for s in served)

@@ -47,7 +47,7 @@ def sparse(retention: int = 0, capacity: int = 10**12) -> tuple[SparseBlockCache
 
 def run_request(requests: RequestCache, prompt: np.ndarray, output: int = 2) -> int:
     """One request through the protocol (admit, prefill-end insert, completion, release)."""
-    adm = requests.admit(prompt, seq(9000, output))
+    adm = requests.admit(prompt, np.concatenate((prompt, seq(9000, output))))
     requests.insert_at_prefill_end(adm)
     requests.insert_at_completion(adm)
     requests.release(adm)

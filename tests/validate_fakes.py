@@ -58,7 +58,7 @@ def fake_reference(workload: Workload, model: Any, config: FakeConfig, progress=
     records, free_at = [], 0.0
     for i, req in enumerate(workload.requests()):
         n = len(req.prompt)
-        adm = requests.admit(req.prompt, req.output)
+        adm = requests.admit(req.prompt, req.full)
         hit = adm.hit
         new = max(1, n - hit.length)
         service = pricer.step_time([(new, n - new)], 0, 0)

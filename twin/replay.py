@@ -60,7 +60,7 @@ class Trace:
             workload = Workload.open(workload)
         fulls, lens, modules = [], [], []
         for req in workload.requests():
-            fulls.append(np.concatenate((req.prompt, req.output)))
+            fulls.append(req.full)
             lens.append(len(req.prompt))
             modules.append(req.modules)
             on_request()

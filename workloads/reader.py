@@ -49,6 +49,9 @@ class Request:
     think_s: float | None
     prompt: np.ndarray  # int32: every prompt token, history included
     output: np.ndarray  # int32: output ids (from the file, or fresh negative ids)
+    # int32: prompt + output in one array; ``prompt`` and ``output`` are views of
+    # its two parts (``_SessionTokens``), so the cache takes it without a copy.
+    full: np.ndarray
     new_tokens: int  # prompt tokens this turn added (len of its input_tokens)
     extends_history: bool
     # Prompt modules imported: (k, 3) int64 rows of (id, start, length); None: none.
@@ -124,9 +127,15 @@ class Workload:
         return cls(path, parquet, index)
 
     def requests(self) -> Iterator[Request]:
-        """Yield every request in row order with its full prompt and output ids."""
-        # session -> its last turn's (prompt, output), joined with the next turn's input
-        history: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """Yield every request in row order with its full prompt and output ids.
+
+        A session's tokens live in one growable int32 buffer (module note at
+        :func:`_grown`): each turn appends its input and output, and its
+        ``prompt``, ``output`` and ``full`` are views of the buffer, so a turn
+        costs its own tokens, not a copy of the conversation so far.
+        """
+        # session -> (its token buffer, tokens used), joined by the next turn's input
+        history: dict[int, tuple[np.ndarray, int]] = {}
         fresh = 0  # fresh output ids counted down from -1, in row order
         row = 0
         sid_all, turn_all = self.index["session_id"], self.index["turn"]
@@ -134,6 +143,7 @@ class Workload:
         ext_all, olen_all = self.index["extends_history"], self.index["output_len"]
         last_all = self._last_turn
         seen: dict[int, tuple[int, bytes]] = {}  # module id -> (length, digest of its tokens)
+        pop = history.pop
         for batch in self.token_batches():
             inputs = _token_lists(self.path, row, "input_tokens", batch.column(0))
             outputs = _token_lists(self.path, row, "output_tokens", batch.column(1))
@@ -159,46 +169,55 @@ class Workload:
                     raise TwinError(f"{where(self.path, r, 'input_tokens')}: empty or null prompt")
                 extends_history = extends[i]
                 if extends_history:
-                    prompt = np.concatenate((*history.pop(sid), new))
+                    buf, used = pop(sid)
                 else:
-                    history.pop(sid, None)
-                    prompt = np.array(new, dtype=np.int32)
+                    pop(sid, None)
+                    buf, used = None, 0
                 out = outputs[i]
                 n_out = olens[i]
-                if out is None:
-                    out = np.arange(-1 - fresh, -1 - fresh - n_out, -1, dtype=np.int32)
-                    fresh += n_out
-                elif len(out) != n_out:
+                if out is not None and len(out) != n_out:
                     raise TwinError(
                         f"{where(self.path, r, 'output_tokens')}: {len(out)} ids but "
                         f"output_len is {n_out}"
                     )
-                else:
-                    out = np.array(out, dtype=np.int32)
-                if len(prompt) + n_out > MAX_SEQUENCE_TOKENS:
+                n_new = len(new)
+                end = used + n_new  # the prompt's end
+                total = end + n_out
+                if total > MAX_SEQUENCE_TOKENS:
                     raise TwinError(
                         f"{where(self.path, r, 'input_tokens')}: session {sid} reaches "
-                        f"{len(prompt) + n_out} tokens, over the {MAX_SEQUENCE_TOKENS} limit"
+                        f"{total} tokens, over the {MAX_SEQUENCE_TOKENS} limit"
                     )
+                last = lasts[i]
+                if buf is None or total > len(buf):
+                    buf = _grown(buf, used, total, last)
+                buf[used:end] = new
+                if out is None:
+                    buf[end:total] = np.arange(-1 - fresh, -1 - fresh - n_out, -1, dtype=np.int32)
+                    fresh += n_out
+                else:
+                    buf[end:total] = out
+                prompt = buf[:end]
                 row_modules = mods[i]
                 if row_modules is not None:
                     check_row_modules(self.path, r, row_modules, prompt, seen)
-                if not lasts[i]:
-                    history[sid] = (prompt, out)
+                if not last:
+                    history[sid] = (buf, total)
                 arrival, think = arrivals[i], thinks[i]
                 yield Request(
-                    row=r,
-                    session_id=sid,
-                    turn=turns[i],
-                    arrival_s=None if arrival != arrival else arrival,  # NaN: not given
-                    think_s=None if think != think else think,
-                    prompt=prompt,
-                    output=out,
-                    new_tokens=len(new),
-                    extends_history=extends_history,
-                    modules=row_modules,
+                    r,
+                    sid,
+                    turns[i],
+                    None if arrival != arrival else arrival,  # NaN: not given
+                    None if think != think else think,
+                    prompt,
+                    buf[end:total],
+                    buf[:total],
+                    n_new,
+                    extends_history,
+                    row_modules,
                 )
-            row += batch.num_rows
+            row += n
 
     def token_batches(self) -> Iterator[pa.RecordBatch]:
         """The token columns batch by batch; a page that fails to decode is a ``TwinError``.
@@ -223,6 +242,21 @@ class Workload:
                 ) from None
             row += batch.num_rows
             yield batch
+
+
+def _grown(buf: np.ndarray | None, used: int, need: int, last: bool) -> np.ndarray:
+    """A session's token buffer with room for ``need`` tokens, its first ``used`` kept.
+
+    Earlier turns' views keep the old buffer alive and unchanged (positions are
+    only ever appended, never rewritten). A session's last turn gets exactly its
+    size (single-turn traces hold no spare room); otherwise the capacity doubles,
+    so appending a conversation costs amortised linear copies, not quadratic.
+    """
+    grown = np.empty(need if last else 2 * need, np.int32)
+    if used:
+        assert buf is not None
+        grown[:used] = buf[:used]
+    return grown
 
 
 def _short(err: BaseException) -> str:

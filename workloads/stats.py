@@ -42,7 +42,7 @@ def summarize(workload: Workload, on_request: Callable[[], None] = lambda: None)
         prompt_len[req.row] = len(req.prompt)
         new_len[req.row] = req.new_tokens
         hit_len[req.row] = tree.match(req.prompt).length
-        tree.insert(np.concatenate((req.prompt, req.output)))
+        tree.insert(req.full)
         on_request()
 
     idx = workload.index

@@ -116,10 +116,13 @@ class RequestCache:
         self.split = cache.has_ssm
 
     def admit(
-        self, prompt: np.ndarray, output: np.ndarray, modules: np.ndarray | None = None
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
     ) -> Admission:
-        """Step 1: set the clock, tell the policy, look up and pin, choose checkpoints."""
-        full = np.concatenate((prompt, output))
+        """Step 1: set the clock, tell the policy, look up and pin, choose checkpoints.
+
+        ``full`` is the prompt followed by the output (``prompt`` its first
+        tokens: the workload reader hands both as views of one array).
+        """
         return self._admit(prompt, full, modules=modules)
 
     def insert_at_prefill_end(self, adm: Admission) -> int:

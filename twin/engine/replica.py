@@ -147,7 +147,7 @@ class Replica:
     def submit(self, req: Request) -> Seq:
         """Queue ``req`` (FCFS); a request too big for the replica's memory is rejected at once."""
         env = self.env
-        total = len(req.prompt) + len(req.output)
+        total = len(req.full)
         kv = self.kv
         if kv is None:
             footprint = total * self.kv_per_token + self.state_slots * self.state_bytes
@@ -214,7 +214,7 @@ class Replica:
     def admit(self, seq: Seq) -> None:
         """Admit to the cache (lookup, pin, checkpoints: ``RequestCache.admit``), reserve memory."""
         req = seq.req
-        adm = self.requests.admit(req.prompt, req.output, req.modules)
+        adm = self.requests.admit(req.prompt, req.full, req.modules)
         seq.cached = adm
         seq.order = adm.order
         hit = adm.hit

@@ -165,7 +165,7 @@ class ReferenceExecutor:
     def serve(self, prompt: np.ndarray, output: np.ndarray) -> Served:
         """Admit, prefill (timed), insert and release one request, as the engine does."""
         n = len(prompt)
-        adm = self.requests.admit(prompt, output)
+        adm = self.requests.admit(prompt, np.concatenate((prompt, output)))
         hit = adm.hit
         has_ssm = self.spec.n_ssm_layers > 0
         early, late = adm.at_prefill, adm.at_completion
