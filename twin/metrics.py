@@ -92,6 +92,8 @@ class RequestRecord:
 # A record's latencies, derived once (the properties above) for the writer and the summary.
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "prefill_s")
 _latencies = operator.attrgetter(*LATENCIES)
+# ``record_latencies(rec)``: the tuple of ``rec``'s :data:`LATENCIES`, in that order.
+record_latencies = _latencies
 
 _INT_COLUMNS = (
     "row",
@@ -118,6 +120,8 @@ PREEMPTIVE_SCHEMA = RECORD_SCHEMA.append(pa.field("preemptions", pa.int64())).ap
 )
 
 
+# Rows a RecordWriter holds as tuples before moving them into its column buffers.
+_PENDING_ROWS = 1024
 _TYPECODE = {pa.int64(): "q", pa.int32(): "i", pa.float64(): "d", pa.bool_(): "b"}
 _NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32, pa.float64(): np.float64, pa.bool_(): np.int8}
 
@@ -144,34 +148,70 @@ class RecordWriter:
         order = ["row", "session_id", "turn", "replica", "arrival_s", *LATENCIES]
         order += ["input_tokens", "hit_tokens", "output_tokens", "checkpoints", "rejected"]
         self._order = [*order, "warmup", *(PREEMPTION_COLUMNS if preemptive else ())]
-        self._appends = [self._cols[name].append for name in self._order]
+        self._buffers = [self._cols[name] for name in self._order]  # renewed with them
+        # Rows as tuples until _PENDING_ROWS of them are moved into the typed buffers
+        # at once (one C-level extend per column instead of a call per value).
+        self._pending: list[tuple[Any, ...]] = []
         self._atomic = atomic_path(self.path)
         self._tmp = self._atomic.__enter__()
         self._writer = pq.ParquetWriter(self._tmp, self.schema)
 
-    def add(self, rec: RequestRecord) -> None:
+    def add(self, rec: RequestRecord, latencies: tuple[float, ...] | None = None) -> None:
+        """Buffer ``rec``; ``latencies``: its :data:`LATENCIES`, if already derived."""
         arrival = rec.arrival_s
         # The latencies are the record's own properties (one derivation each).
-        values = (
-            rec.row,
-            rec.session_id,
-            rec.turn,
-            rec.replica,
-            arrival,
-            *_latencies(rec),
-            rec.input_tokens,
-            rec.hit_tokens,
-            rec.output_tokens,
-            rec.checkpoints,
-            rec.rejected,
-            arrival < self.warmup_s,
-            *((rec.preemptions, rec.recomputed_tokens) if self.preemptive else ()),
-        )
-        for append, value in zip(self._appends, values, strict=True):
-            append(value)
+        if latencies is None:
+            latencies = _latencies(rec)
+        pending = self._pending
+        if self.preemptive:
+            pending.append(
+                (
+                    rec.row,
+                    rec.session_id,
+                    rec.turn,
+                    rec.replica,
+                    arrival,
+                    *latencies,
+                    rec.input_tokens,
+                    rec.hit_tokens,
+                    rec.output_tokens,
+                    rec.checkpoints,
+                    rec.rejected,
+                    arrival < self.warmup_s,
+                    rec.preemptions,
+                    rec.recomputed_tokens,
+                )
+            )
+        else:
+            pending.append(
+                (
+                    rec.row,
+                    rec.session_id,
+                    rec.turn,
+                    rec.replica,
+                    arrival,
+                    *latencies,
+                    rec.input_tokens,
+                    rec.hit_tokens,
+                    rec.output_tokens,
+                    rec.checkpoints,
+                    rec.rejected,
+                    arrival < self.warmup_s,
+                )
+            )
         self.rows += 1
         if self.rows % self.chunk_rows == 0:
             self._flush()
+        elif len(pending) >= _PENDING_ROWS:
+            self._to_buffers()
+
+    def _to_buffers(self) -> None:
+        """Move the pending rows into the typed column buffers."""
+        pending = self._pending
+        if pending:
+            for buffer, column in zip(self._buffers, zip(*pending, strict=True), strict=True):
+                buffer.extend(column)
+            pending.clear()
 
     def close(self) -> None:
         """Write the last rows and move the file to its final name."""
@@ -187,6 +227,7 @@ class RecordWriter:
             self._atomic.__exit__(type(err), err, None)
 
     def _flush(self) -> None:
+        self._to_buffers()
         c = self._cols
         if not c["row"]:
             return
@@ -200,7 +241,7 @@ class RecordWriter:
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
         for name in c:
             c[name] = array(c[name].typecode)  # the written ones may still be exported
-        self._appends = [c[name].append for name in self._order]
+        self._buffers = [c[name] for name in self._order]
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:
@@ -231,6 +272,9 @@ class SummaryBuilder:
         self.preemptive = preemptive
         self.preemptions = self.preempted = self.recomputed = 0
         self.lat = {k: array("f") for k in self.LATENCIES}
+        self._appends = [self.lat[k].append for k in LATENCIES]  # renewed with the arrays
+        self._spilled_rows = 0  # latencies per kind already spilled
+        self._total_flops = flops.total
         # Latencies past SPILL_AT per kind go to anonymous temporary files, so a
         # ten-million-request run keeps flat memory (issue 16); read back at the end.
         self._spilled: dict[str, Any] = {}
@@ -241,36 +285,41 @@ class SummaryBuilder:
         self.first_arrival = math.inf
         self.last_completion = 0.0
 
-    def add(self, rec: RequestRecord) -> None:
+    def add(self, rec: RequestRecord, latencies: tuple[float, ...] | None = None) -> None:
+        """Count ``rec``; ``latencies``: its :data:`LATENCIES`, if already derived."""
         self.total += 1
-        if rec.arrival_s < self.warmup_s:
+        arrival = rec.arrival_s
+        if arrival < self.warmup_s:
             self.excluded += 1
             return
         if rec.rejected:
             self.rejected += 1
             return
         self.measured += 1
-        lat = self.lat
-        for name, value in zip(LATENCIES, _latencies(rec), strict=True):
-            lat[name].append(value)
-        if len(lat[LATENCIES[0]]) >= SPILL_AT:
+        appends = self._appends
+        for append, value in zip(appends, latencies or _latencies(rec), strict=True):
+            append(value)
+        if self.measured - self._spilled_rows >= SPILL_AT:
             self._spill()
-        self.input_tokens += rec.input_tokens
+        n = rec.input_tokens
+        self.input_tokens += n
         self.output_tokens += rec.output_tokens
         self.checkpoints += rec.checkpoints
         if rec.preemptions:
             self.preempted += 1
             self.preemptions += rec.preemptions
             self.recomputed += rec.recomputed_tokens
-        self.flops_total += self.flops.total(rec.input_tokens, 0)
-        if rec.hit_tokens:
+        total = self._total_flops
+        self.flops_total += total(n, 0)
+        hit = rec.hit_tokens
+        if hit:
             self.hits += 1
-            self.hit_tokens += rec.hit_tokens
-            self.flops_saved += self.flops.total(rec.hit_tokens, 0)
+            self.hit_tokens += hit
+            self.flops_saved += total(hit, 0)
             if rec.hit_recompute_tokens:
                 self.flops_recomputed += self.flops.recurrent(rec.hit_recompute_tokens)
-        if rec.arrival_s < self.first_arrival:
-            self.first_arrival = rec.arrival_s
+        if arrival < self.first_arrival:
+            self.first_arrival = arrival
         if rec.completed_s > self.last_completion:
             self.last_completion = rec.completed_s
 
@@ -326,6 +375,8 @@ class SummaryBuilder:
                 f = self._spilled[name] = tempfile.TemporaryFile()  # noqa: SIM115
             values.tofile(f)
             self.lat[name] = array("f")
+        self._spilled_rows = self.measured
+        self._appends = [self.lat[k].append for k in LATENCIES]
 
     def _latencies(self, name: str) -> np.ndarray:
         """Every latency ``name`` recorded, in order (spilled ones first)."""

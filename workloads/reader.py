@@ -417,6 +417,8 @@ def _token_lists(path: Path, first_row: int, column: str, arr: pa.Array) -> list
                 f"[0, {TOKEN_ID_MAX}]"
             )
     ids = ids.astype(np.int32, copy=False)
-    valid = numpy_of(arr.is_valid())
-    rel = offsets - lo
+    rel = (offsets - lo).tolist()  # Python ints: slicing with numpy scalars costs more
+    if not arr.null_count:
+        return [ids[a:b] for a, b in zip(rel, rel[1:])]
+    valid = numpy_of(arr.is_valid()).tolist()
     return [ids[rel[i] : rel[i + 1]] if valid[i] else None for i in range(len(arr))]
