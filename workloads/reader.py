@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -419,6 +420,6 @@ def _token_lists(path: Path, first_row: int, column: str, arr: pa.Array) -> list
     ids = ids.astype(np.int32, copy=False)
     rel = (offsets - lo).tolist()  # Python ints: slicing with numpy scalars costs more
     if not arr.null_count:
-        return [ids[a:b] for a, b in zip(rel, rel[1:])]
+        return [ids[a:b] for a, b in pairwise(rel)]
     valid = numpy_of(arr.is_valid()).tolist()
     return [ids[rel[i] : rel[i + 1]] if valid[i] else None for i in range(len(arr))]
