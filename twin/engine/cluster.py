@@ -32,7 +32,7 @@ from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
-from twin.engine.source import SessionSource
+from twin.engine.source import LAST_TURN, NEXT_OPEN, SessionSource
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.memory.footprint import allocator_for
@@ -186,33 +186,46 @@ class Cluster:
 
     def _session(self, first: Request, start: float) -> Generator[simpy.Event, Any, None]:
         env, source, until = self.env, self.source, self.config.until_s
+        flags = source.flags
+        # A router that picks by session alone picks once (the same replica every turn).
+        sticky = (
+            self.replicas[self.router.route(first.session_id, first.prompt, self.replicas)]
+            if self.router.by_session
+            else None
+        )
         req = first
         previous: simpy.Process | None = None  # the last turn, if it runs on its own
         spawned: list[simpy.Process] = []
         while True:
+            now = env.now
             at = source.turn_arrival(req, first, start)
             if at is None:  # closed loop: think after the previous turn completes
                 if previous is not None:
                     yield previous
-                due = env.now + (req.think_s or 0.0)
+                    now = env.now
+                due = now + (req.think_s or 0.0)
             else:  # open loop: at its own time, whatever came before
-                due = max(at, env.now)
+                due = max(at, now)
             # Decide before waiting: a turn due after --until-s must not keep
             # the clock (and utilisation, occupancy) running until its time.
             if until is not None and due > until:
-                if not source.is_last(req):
+                if not flags[req.row] & LAST_TURN:
                     source.drop(req.session_id)
                 break
-            if due > env.now:
-                yield env.timeout(due - env.now)
-            last = source.is_last(req)
-            if last or not source.next_is_open(req):
+            if due > now:
+                yield env.timeout(due - now)
+            flag = flags[req.row]
+            last = flag & LAST_TURN
+            if last or not flag & NEXT_OPEN:
                 # Nothing else of this session can happen before this turn
-                # completes: serve it here (one process fewer per request).
-                yield from self._request(req)
+                # completes: serve it here (one process fewer per request), as
+                # :meth:`_request` does.
+                seq = self._submit(req, sticky)
+                yield seq.done
+                self.on_record(_record(seq))
                 previous = None
             else:
-                previous = env.process(self._request(req))
+                previous = env.process(self._request(req, sticky))
                 spawned.append(previous)
             if last:
                 break
@@ -223,16 +236,24 @@ class Cluster:
         self._active -= 1
         self._check_finished()
 
-    def _request(self, req: Request) -> Generator[simpy.Event, Any, None]:
-        """One request's life, top to bottom."""
-        replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
-        if self._first_arrival_s is None:
-            self._first_arrival_s = self.env.now
-        seq = replica.submit(req)  # arrive now; queue FCFS (or rejected: too big to ever fit)
+    def _request(self, req: Request, replica: Replica | None) -> Generator[simpy.Event, Any, None]:
+        """One request's life, top to bottom (``replica``: the router's pick, if known)."""
+        seq = self._submit(req, replica)
         # The scheduler stamps its admission (cache looked up, hit pinned, checkpoints
         # chosen) and first token (prefill of the uncached tokens done) as they happen.
         yield seq.done  # decoded to output_len; final state cached, hit unpinned, memory freed
         self.on_record(_record(seq))
+
+    def _submit(self, req: Request, replica: Replica | None) -> Seq:
+        """``req`` arrives now: routed (unless ``replica`` is given) and queued FCFS.
+
+        Or rejected at once: too big to ever fit.
+        """
+        if replica is None:
+            replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+        if self._first_arrival_s is None:
+            self._first_arrival_s = self.env.now
+        return replica.submit(req)
 
     def _sampler(
         self, progress: Callable[[float], None] | None

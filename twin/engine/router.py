@@ -30,6 +30,9 @@ class Router:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    # True when :meth:`route` depends on the session id alone (then a session's
+    # turns all go where its first went, and the cluster asks once a session).
+    by_session: ClassVar[bool] = False
 
     def route(self, session_id: int, prompt: np.ndarray, replicas: Sequence[Routable]) -> int:
         """Index of the replica that gets this request."""
@@ -85,6 +88,7 @@ def _mix(x: int) -> int:
 class SessionAffinity(Router):
     name = "session-affinity"
     description = "sticky by session: a hash of the session id picks the replica"
+    by_session = True
 
     def route(self, session_id: int, prompt: np.ndarray, replicas: Sequence[Routable]) -> int:
         # A stateless hash is sticky by construction and keeps no per-session

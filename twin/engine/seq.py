@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import simpy
+from simpy.events import Event
 
 from twin.cache import Admission
 from workloads.reader import Request
+
+NAN = float("nan")
 
 
 class Seq:
@@ -50,8 +53,8 @@ class Seq:
         self.footprint = footprint
         # The one event its request waits for: admission and the first token are
         # timestamps the scheduler writes (a wait on each would only cost events).
-        self.done = env.event()
-        self.admitted_s = self.first_token_s = self.done_s = float("nan")
+        self.done = Event(env)
+        self.admitted_s = self.first_token_s = self.done_s = NAN
         self.rejected = False
         self.hit = self.ckpts = self.order = self.start_step = self.finish_step = 0
         self.hit_recompute = 0  # hit tokens the recurrent layers still compute

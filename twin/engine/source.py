@@ -34,6 +34,11 @@ from twin.errors import TwinError, where
 from workloads.generators.base import poisson_times
 from workloads.reader import Request, Workload
 
+# Bits of ``SessionSource.flags[row]``: the row is its session's last turn; the
+# session's next turn arrives at its own time (open loop).
+LAST_TURN = 1
+NEXT_OPEN = 2
+
 
 class SessionSource:
     """Session starts and turns of ``workload``; see the module docstring."""
@@ -53,12 +58,16 @@ class SessionSource:
         self.num_sessions = int((turn == 0).sum())
         # Per row: is it its session's last turn, and is the next turn open loop?
         # (A session runs a turn inline when the next one waits for it anyway.)
+        # One byte a row (``flags[row] & LAST_TURN``, ``& NEXT_OPEN``): indexing
+        # bytes is cheaper than a numpy array's, and memory stays one byte a row.
         order = np.argsort(sid, kind="stable")
         same = sid[order[1:]] == sid[order[:-1]]
-        self._last = np.ones(self.num_rows, bool)
-        self._last[order[:-1][same]] = False
-        self._next_open = np.zeros(self.num_rows, bool)
-        self._next_open[order[:-1][same]] = ~np.isnan(arrival[order[1:][same]])
+        flags = np.full(self.num_rows, LAST_TURN, np.uint8)
+        flags[order[:-1][same]] = 0
+        next_open = np.zeros(self.num_rows, bool)
+        next_open[order[:-1][same]] = ~np.isnan(arrival[order[1:][same]])
+        flags[next_open] |= NEXT_OPEN
+        self.flags = flags.tobytes()
         known = arrival[~np.isnan(arrival)]
         self.first_arrival = float(known[0]) if known.size else 0.0
         self.file_request_rate = _rate(known)
@@ -126,14 +135,6 @@ class SessionSource:
                 assert times is not None
                 start = next(times)
             yield first, start
-
-    def is_last(self, req: Request) -> bool:
-        """Whether ``req`` is its session's last turn."""
-        return bool(self._last[req.row])
-
-    def next_is_open(self, req: Request) -> bool:
-        """Whether the turn after ``req`` arrives at its own time (open loop)."""
-        return bool(self._next_open[req.row])
 
     def next_turn(self, session_id: int) -> Request:
         """The next turn of ``session_id`` (pulling rows until it appears)."""
