@@ -18,13 +18,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
-import operator
 import os
 import re
 import tempfile
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,35 +64,43 @@ class RequestRecord:
     preemptions: int = 0  # times the shared KV pool ran out and the engine preempted it
     recomputed_tokens: int = 0  # tokens prefilled again because of its preemptions (priced)
 
-    @property
-    def queue_s(self) -> float:
-        return self.admitted_s - self.arrival_s
-
-    @property
-    def prefill_s(self) -> float:
-        return self.first_token_s - self.admitted_s
+    def latencies(self) -> tuple[float, float, float, float, float]:
+        """The :data:`LATENCIES` in order (the one derivation of each; the properties
+        below read it): TTFT, TPOT (mean time per output token after the first, NaN
+        with a single output token), end to end, queue wait, prefill."""
+        arrival, admitted = self.arrival_s, self.admitted_s
+        first, done, n = self.first_token_s, self.completed_s, self.output_tokens
+        return (
+            first - arrival,
+            (done - first) / (n - 1) if n >= 2 else NAN,
+            done - arrival,
+            admitted - arrival,
+            first - admitted,
+        )
 
     @property
     def ttft_s(self) -> float:
-        return self.first_token_s - self.arrival_s
+        return self.latencies()[0]
 
     @property
     def tpot_s(self) -> float:
-        """Mean time per output token after the first (NaN with a single output token)."""
-        if self.output_tokens < 2:
-            return NAN
-        return (self.completed_s - self.first_token_s) / (self.output_tokens - 1)
+        return self.latencies()[1]
 
     @property
     def e2e_s(self) -> float:
-        return self.completed_s - self.arrival_s
+        return self.latencies()[2]
+
+    @property
+    def queue_s(self) -> float:
+        return self.latencies()[3]
+
+    @property
+    def prefill_s(self) -> float:
+        return self.latencies()[4]
 
 
-# A record's latencies, derived once (the properties above) for the writer and the summary.
+# A record's latencies (``RequestRecord.latencies``), derived once for the writer and the summary.
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "prefill_s")
-_latencies = operator.attrgetter(*LATENCIES)
-# ``record_latencies(rec)``: the tuple of ``rec``'s :data:`LATENCIES`, in that order.
-record_latencies = _latencies
 
 _INT_COLUMNS = (
     "row",
@@ -120,10 +127,49 @@ PREEMPTIVE_SCHEMA = RECORD_SCHEMA.append(pa.field("preemptions", pa.int64())).ap
 )
 
 
-# Rows a RecordWriter holds as tuples before moving them into its column buffers.
-_PENDING_ROWS = 1024
-_TYPECODE = {pa.int64(): "q", pa.int32(): "i", pa.float64(): "d", pa.bool_(): "b"}
-_NUMPY = {pa.int64(): np.int64, pa.int32(): np.int32, pa.float64(): np.float64, pa.bool_(): np.int8}
+_NUMPY = {
+    pa.int64(): np.int64,
+    pa.int32(): np.int32,
+    pa.float64(): np.float64,
+    pa.bool_(): np.bool_,
+}
+
+
+class ColumnBuffer:
+    """Rows appended as tuples, kept as numpy columns: one conversion per column
+    every :attr:`settle_rows` rows instead of a typed append per value (no Python
+    objects kept past that, 8 bytes a value at most)."""
+
+    settle_rows = 1024
+
+    def __init__(self, dtypes: list[Any]) -> None:
+        self.dtypes = dtypes
+        self.rows: list[tuple[Any, ...]] = []  # :meth:`add`: rows not yet converted
+        self.add = self.rows.append
+        self.chunks: list[list[np.ndarray]] = [[] for _ in dtypes]
+
+    def settle(self) -> None:
+        """Convert the pending rows into column chunks."""
+        rows = self.rows
+        if rows:
+            columns = zip(*rows, strict=True)
+            for chunks, dtype, column in zip(self.chunks, self.dtypes, columns, strict=True):
+                chunks.append(np.array(column, dtype))
+            rows.clear()
+
+    def columns(self) -> list[np.ndarray]:
+        """Every column so far, one array each in row order."""
+        self.settle()
+        for chunks, dtype in zip(self.chunks, self.dtypes, strict=True):
+            if len(chunks) != 1:
+                chunks[:] = [np.concatenate(chunks) if chunks else np.zeros(0, dtype)]
+        return [chunks[0] for chunks in self.chunks]
+
+    def take(self) -> list[np.ndarray]:
+        """:meth:`columns`, and the buffer is emptied."""
+        out = self.columns()
+        self.chunks = [[] for _ in self.dtypes]
+        return out
 
 
 class RecordWriter:
@@ -142,16 +188,11 @@ class RecordWriter:
         self.rows = 0
         self.preemptive = preemptive
         self.schema = PREEMPTIVE_SCHEMA if preemptive else RECORD_SCHEMA
-        # Typed buffers (8 bytes a value, no Python objects): a 64K-row chunk is 8 MB.
-        self._cols: dict[str, array] = {f.name: array(_TYPECODE[f.type]) for f in self.schema}
-        # Each column's ``append`` in :meth:`add`'s order (renewed with the buffers).
+        # Columns in :meth:`add`'s order (8 bytes a value: a 64K-row chunk is 8 MB).
         order = ["row", "session_id", "turn", "replica", "arrival_s", *LATENCIES]
         order += ["input_tokens", "hit_tokens", "output_tokens", "checkpoints", "rejected"]
         self._order = [*order, "warmup", *(PREEMPTION_COLUMNS if preemptive else ())]
-        self._buffers = [self._cols[name] for name in self._order]  # renewed with them
-        # Rows as tuples until _PENDING_ROWS of them are moved into the typed buffers
-        # at once (one C-level extend per column instead of a call per value).
-        self._pending: list[tuple[Any, ...]] = []
+        self._buffer = ColumnBuffer([_NUMPY[self.schema.field(c).type] for c in self._order])
         self._atomic = atomic_path(self.path)
         self._tmp = self._atomic.__enter__()
         self._writer = pq.ParquetWriter(self._tmp, self.schema)
@@ -159,12 +200,11 @@ class RecordWriter:
     def add(self, rec: RequestRecord, latencies: tuple[float, ...] | None = None) -> None:
         """Buffer ``rec``; ``latencies``: its :data:`LATENCIES`, if already derived."""
         arrival = rec.arrival_s
-        # The latencies are the record's own properties (one derivation each).
         if latencies is None:
-            latencies = _latencies(rec)
-        pending = self._pending
+            latencies = rec.latencies()
+        buffer = self._buffer
         if self.preemptive:
-            pending.append(
+            buffer.add(
                 (
                     rec.row,
                     rec.session_id,
@@ -183,7 +223,7 @@ class RecordWriter:
                 )
             )
         else:
-            pending.append(
+            buffer.add(
                 (
                     rec.row,
                     rec.session_id,
@@ -202,16 +242,8 @@ class RecordWriter:
         self.rows += 1
         if self.rows % self.chunk_rows == 0:
             self._flush()
-        elif len(pending) >= _PENDING_ROWS:
-            self._to_buffers()
-
-    def _to_buffers(self) -> None:
-        """Move the pending rows into the typed column buffers."""
-        pending = self._pending
-        if pending:
-            for buffer, column in zip(self._buffers, zip(*pending, strict=True), strict=True):
-                buffer.extend(column)
-            pending.clear()
+        elif len(buffer.rows) >= buffer.settle_rows:
+            buffer.settle()
 
     def close(self) -> None:
         """Write the last rows and move the file to its final name."""
@@ -227,21 +259,12 @@ class RecordWriter:
             self._atomic.__exit__(type(err), err, None)
 
     def _flush(self) -> None:
-        self._to_buffers()
-        c = self._cols
-        if not c["row"]:
+        columns = dict(zip(self._order, self._buffer.take(), strict=True))
+        if not len(columns["row"]):
             return
-        arrays = []
-        for f in self.schema:
-            values = np.frombuffer(c[f.name], _NUMPY[f.type])
-            if f.type == pa.bool_():
-                values = values.astype(bool)
-            # NaN times (rejected requests, TPOT of one token) become nulls.
-            arrays.append(arrow_of(values, f.type))
+        # NaN times (rejected requests, TPOT of one token) become nulls.
+        arrays = [arrow_of(columns[f.name], f.type) for f in self.schema]
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
-        for name in c:
-            c[name] = array(c[name].typecode)  # the written ones may still be exported
-        self._buffers = [c[name] for name in self._order]
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:
@@ -262,8 +285,6 @@ SPILL_AT = 1 << 20  # latencies per kind kept in memory before spilling (4 MiB e
 class SummaryBuilder:
     """Accumulates the summary of the requests arriving at or after ``warmup_s``."""
 
-    LATENCIES = LATENCIES
-
     def __init__(
         self, flops: PrefillFlops, warmup_s: float = 0.0, preemptive: bool = False
     ) -> None:
@@ -271,10 +292,12 @@ class SummaryBuilder:
         self.warmup_s = warmup_s
         self.preemptive = preemptive
         self.preemptions = self.preempted = self.recomputed = 0
-        self.lat = {k: array("f") for k in self.LATENCIES}
-        self._appends = [self.lat[k].append for k in LATENCIES]  # renewed with the arrays
+        # The latencies of the measured requests, float32 columns in LATENCIES' order.
+        self.lat = ColumnBuffer([np.float32] * len(LATENCIES))
         self._spilled_rows = 0  # latencies per kind already spilled
-        self._total_flops = flops.total
+        # Prompt lengths repeat (a few thousand distinct in 55,000 chat turns): their
+        # FLOPs are remembered, boundedly (the same floats, computed once each).
+        self._total_flops = functools.lru_cache(maxsize=1 << 13)(flops.total)
         # Latencies past SPILL_AT per kind go to anonymous temporary files, so a
         # ten-million-request run keeps flat memory (issue 16); read back at the end.
         self._spilled: dict[str, Any] = {}
@@ -296,11 +319,12 @@ class SummaryBuilder:
             self.rejected += 1
             return
         self.measured += 1
-        appends = self._appends
-        for append, value in zip(appends, latencies or _latencies(rec), strict=True):
-            append(value)
+        lat = self.lat
+        lat.add(latencies or rec.latencies())
         if self.measured - self._spilled_rows >= SPILL_AT:
             self._spill()
+        elif len(lat.rows) >= lat.settle_rows:
+            lat.settle()
         n = rec.input_tokens
         self.input_tokens += n
         self.output_tokens += rec.output_tokens
@@ -327,7 +351,9 @@ class SummaryBuilder:
         start = self.warmup_s if self.warmup_s > 0 else self.first_arrival
         window = self.last_completion - start if self.measured else 0.0
         rate = (lambda x: x / window) if window > 0 else (lambda x: None)
-        out: dict[str, Any] = {k: _stats(self._latencies(k)) for k in self.lat}
+        out: dict[str, Any] = {
+            k: _stats(v) for k, v in zip(LATENCIES, self._latencies(), strict=True)
+        }
         out["requests"] = {
             "total": self.total,
             "measured": self.measured,
@@ -368,24 +394,24 @@ class SummaryBuilder:
         return out
 
     def _spill(self) -> None:
-        for name, values in self.lat.items():
+        for name, values in zip(LATENCIES, self.lat.take(), strict=True):
             f = self._spilled.get(name)
             if f is None:
                 # Closed with the builder (a TemporaryFile deletes itself).
                 f = self._spilled[name] = tempfile.TemporaryFile()  # noqa: SIM115
             values.tofile(f)
-            self.lat[name] = array("f")
         self._spilled_rows = self.measured
-        self._appends = [self.lat[k].append for k in LATENCIES]
 
-    def _latencies(self, name: str) -> np.ndarray:
-        """Every latency ``name`` recorded, in order (spilled ones first)."""
-        tail = np.frombuffer(self.lat[name], np.float32)
-        f = self._spilled.get(name)
-        if f is None:
-            return tail
-        f.seek(0)
-        return np.concatenate((np.fromfile(f, np.float32), tail))
+    def _latencies(self) -> list[np.ndarray]:
+        """Every latency recorded, one array per kind in LATENCIES' order (spilled first)."""
+        out = []
+        for name, tail in zip(LATENCIES, self.lat.columns(), strict=True):
+            f = self._spilled.get(name)
+            if f is not None:
+                f.seek(0)
+                tail = np.concatenate((np.fromfile(f, np.float32), tail))
+            out.append(tail)
+        return out
 
 
 class Occupancy:

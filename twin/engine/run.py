@@ -15,7 +15,7 @@ from twin.engine.cluster import Cluster, expected_horizon
 from twin.engine.config import EngineConfig, build_config
 from twin.engine.cost import StepPricer, make_pricer
 from twin.errors import TwinError
-from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, record_latencies, to_json
+from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
 from workloads.reader import Workload
 
@@ -56,7 +56,7 @@ def simulate(
     write = writer.add if writer is not None else None
 
     def record(rec: RequestRecord) -> None:
-        latencies = record_latencies(rec)  # derived once for the summary and the file
+        latencies = rec.latencies()  # derived once for the summary and the file
         add(rec, latencies)
         if write is not None:
             write(rec, latencies)
