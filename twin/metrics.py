@@ -136,26 +136,32 @@ _NUMPY = {
 
 
 class ColumnBuffer:
-    """Rows appended as tuples, kept as numpy columns: one conversion per column
-    every :attr:`settle_rows` rows instead of a typed append per value (no Python
-    objects kept past that, 8 bytes a value at most)."""
+    """Rows of values kept as numpy columns.
+
+    :meth:`add` extends one flat list with a row's values (no object kept per
+    row, so no work for the garbage collector); every :attr:`settle_rows` rows
+    (``len(values) >= limit``) :meth:`settle` converts them, one numpy
+    conversion per column instead of a typed append per value. Past that, 8
+    bytes a value at most.
+    """
 
     settle_rows = 1024
 
     def __init__(self, dtypes: list[Any]) -> None:
         self.dtypes = dtypes
-        self.rows: list[tuple[Any, ...]] = []  # :meth:`add`: rows not yet converted
-        self.add = self.rows.append
+        self.width = len(dtypes)
+        self.limit = self.settle_rows * self.width
+        self.values: list[Any] = []  # rows not yet converted, row after row
+        self.add = self.values.extend
         self.chunks: list[list[np.ndarray]] = [[] for _ in dtypes]
 
     def settle(self) -> None:
         """Convert the pending rows into column chunks."""
-        rows = self.rows
-        if rows:
-            columns = zip(*rows, strict=True)
-            for chunks, dtype, column in zip(self.chunks, self.dtypes, columns, strict=True):
-                chunks.append(np.array(column, dtype))
-            rows.clear()
+        values, width = self.values, self.width
+        if values:
+            for k, (chunks, dtype) in enumerate(zip(self.chunks, self.dtypes, strict=True)):
+                chunks.append(np.array(values[k::width], dtype))
+            values.clear()
 
     def columns(self) -> list[np.ndarray]:
         """Every column so far, one array each in row order."""
@@ -242,7 +248,7 @@ class RecordWriter:
         self.rows += 1
         if self.rows % self.chunk_rows == 0:
             self._flush()
-        elif len(buffer.rows) >= buffer.settle_rows:
+        elif len(buffer.values) >= buffer.limit:
             buffer.settle()
 
     def close(self) -> None:
@@ -323,7 +329,7 @@ class SummaryBuilder:
         lat.add(latencies or rec.latencies())
         if self.measured - self._spilled_rows >= SPILL_AT:
             self._spill()
-        elif len(lat.rows) >= lat.settle_rows:
+        elif len(lat.values) >= lat.limit:
             lat.settle()
         n = rec.input_tokens
         self.input_tokens += n
