@@ -162,6 +162,11 @@ class Workload:
             extends = ext_all[row : row + n].tolist()
             olens = olen_all[row : row + n].tolist()
             lasts = last_all[row : row + n].tolist()
+            # The fresh output ids of this batch's rows without output ids, in one go.
+            n_fresh = sum(k for k, out in zip(olens, outputs, strict=True) if out is None)
+            fresh_ids = np.arange(-1 - fresh, -1 - fresh - n_fresh, -1, dtype=np.int32)
+            fresh += n_fresh
+            taken = 0  # fresh ids handed out in this batch
             for i in range(n):
                 r = row + i
                 sid = sids[i]
@@ -194,8 +199,8 @@ class Workload:
                     buf = _grown(buf, used, total, last)
                 buf[used:end] = new
                 if out is None:
-                    buf[end:total] = np.arange(-1 - fresh, -1 - fresh - n_out, -1, dtype=np.int32)
-                    fresh += n_out
+                    buf[end:total] = fresh_ids[taken : taken + n_out]
+                    taken += n_out
                 else:
                     buf[end:total] = out
                 prompt = buf[:end]
