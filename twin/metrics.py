@@ -209,42 +209,24 @@ class RecordWriter:
         if latencies is None:
             latencies = rec.latencies()
         buffer = self._buffer
+        buffer.add(
+            (
+                rec.row,
+                rec.session_id,
+                rec.turn,
+                rec.replica,
+                arrival,
+                *latencies,
+                rec.input_tokens,
+                rec.hit_tokens,
+                rec.output_tokens,
+                rec.checkpoints,
+                rec.rejected,
+                arrival < self.warmup_s,
+            )
+        )
         if self.preemptive:
-            buffer.add(
-                (
-                    rec.row,
-                    rec.session_id,
-                    rec.turn,
-                    rec.replica,
-                    arrival,
-                    *latencies,
-                    rec.input_tokens,
-                    rec.hit_tokens,
-                    rec.output_tokens,
-                    rec.checkpoints,
-                    rec.rejected,
-                    arrival < self.warmup_s,
-                    rec.preemptions,
-                    rec.recomputed_tokens,
-                )
-            )
-        else:
-            buffer.add(
-                (
-                    rec.row,
-                    rec.session_id,
-                    rec.turn,
-                    rec.replica,
-                    arrival,
-                    *latencies,
-                    rec.input_tokens,
-                    rec.hit_tokens,
-                    rec.output_tokens,
-                    rec.checkpoints,
-                    rec.rejected,
-                    arrival < self.warmup_s,
-                )
-            )
+            buffer.add((rec.preemptions, rec.recomputed_tokens))  # the same row's last values
         self.rows += 1
         if self.rows % self.chunk_rows == 0:
             self._flush()
