@@ -69,10 +69,15 @@ N_FIELDS = 16
 # during which the first eviction came (-1: none yet).
 (S_NOW, S_TICKED, S_NEXT, S_KV, S_CKPTS, S_NCAND, S_NHELD, S_EVICTIONS, S_CLOCK, S_NID) = range(10)
 S_PEAK, S_PEAK_KV, S_PEAK_SSM, S_ADMITTED, S_CKHIT, S_FIRST_EVICTION = range(10, 16)
-N_SCALARS = 16
+# A live cache's (section 4): the end of the tokens written to ``buf``, the free node
+# ids stacked, the key table's deleted slots, and the victim choices made.
+S_BUFEND, S_FREE, S_GONE, S_CHOSE = range(16, 20)
+N_SCALARS = 20
 # Integer constants, entries of ``mc``: capacity, bytes (KV per token of every layer,
 # of the full-attention layers, one state), the reference's FLOP terms, the rules.
 M_CAP, M_KVPT, M_FULLKV, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP, M_RULES = range(10)
+M_LIVE = 10  # 1: a live cache (section 4), 0: a replay over one trace buffer
+N_CONSTANTS = 11
 # Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear and
 # full-attention quadratic coefficients (``marconi-twin``'s efficiency).
 F_ALPHA, F_LINEAR, F_QUAD = range(3)
@@ -133,10 +138,12 @@ def put(kids: np.ndarray, k: int, node: int) -> None:
 
 
 @jit
-def delete(kids: np.ndarray, k: int) -> None:
+def delete(kids: np.ndarray, k: int) -> bool:
     h = _slot(kids, k)
     if kids[0, h] == k:
         kids[0, h] = GONE
+        return True
+    return False
 
 
 @jit
@@ -145,8 +152,11 @@ def first_token(nd: np.ndarray, buf: np.ndarray, v: int) -> int:
 
 
 @jit
-def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, s0: int, n: int, path: np.ndarray):
-    """``RadixTree.match`` of ``buf[s0:s0 + n]``: (nodes on ``path``, length, partial or -1).
+def walk(
+    nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, q: np.ndarray, s0: int, n: int, path
+):
+    """``RadixTree.match`` of ``q[s0:s0 + n]``: (nodes on ``path``, length, partial or -1);
+    the edges' tokens are in ``buf`` (a replay's ``q`` is ``buf`` itself).
 
     ``path[:count]`` gets the root and every node whose whole edge matched, so
     that the match of any prefix is read off it (:func:`prefix`): a request's
@@ -157,14 +167,14 @@ def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, s0: int, n: int, pat
     node, pos, count = 0, 0, 1
     path[0] = 0
     while pos < n:
-        child = get(kids, key(node, buf[s0 + pos]))
+        child = get(kids, key(node, q[s0 + pos]))
         if child < 0:
             return count, pos, -1
         m = nd[LEN, child]
         es = nd[BASE, child] + nd[DEP, child] - m
         lim = min(m, n - pos)
         k = 0
-        while k < lim and buf[es + k] == buf[s0 + pos + k]:
+        while k < lim and buf[es + k] == q[s0 + pos + k]:
             k += 1
         if k < m:
             return count, pos + k, child
@@ -488,8 +498,12 @@ def _used(st) -> int:
 def _make_node(st, base: int, depth: int, length: int) -> int:
     """A new node (``RadixTree``: the next creation id)."""
     nd, sc = st[0], st[1]
-    v = new_node(nd, sc[S_NEXT], base, depth, length)
-    sc[S_NEXT] += 1
+    if sc[S_FREE] > 0:  # a live cache reuses the ids of nodes gone (section 4)
+        sc[S_FREE] -= 1
+        v = new_node(nd, st[13][sc[S_FREE]], base, depth, length)
+    else:
+        v = new_node(nd, sc[S_NEXT], base, depth, length)
+        sc[S_NEXT] += 1
     nd[NID, v] = sc[S_NID]
     sc[S_NID] += 1
     return v
@@ -510,16 +524,30 @@ def _touch(st, v: int) -> None:
 
 
 @jit
+def _gone(st, v: int) -> None:
+    """``v`` left the tree; a live cache reuses its id and clears deleted keys now and then."""
+    st[0][PAR, v] = -1
+    sc = st[1]
+    if st[2][M_LIVE]:
+        st[13][sc[S_FREE]] = v
+        sc[S_FREE] += 1
+        kids = st[8]
+        if 4 * sc[S_GONE] > kids.shape[1]:
+            rehash(kids, kids.copy())
+            sc[S_GONE] = 0
+
+
+@jit
 def _remove_leaf(st, v: int) -> None:
     """``TreeEdits._remove_leaf`` (and ``RadixTree.remove_leaf``)."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
     p = nd[PAR, v]
     unlink_child(nd, v)
-    delete(kids, key(p, first_token(nd, buf, v)))
+    sc[S_GONE] += delete(kids, key(p, first_token(nd, buf, v)))
     sc[S_KV] -= nd[LEN, v]
     sc[S_CKPTS] -= nd[CKPT, v]
     table_drop(st, v)  # on_node_removed
-    nd[PAR, v] = -1
+    _gone(st, v)
     if p != 0:
         changed(st, p)
 
@@ -529,7 +557,9 @@ def _merge(st, v: int) -> None:
     """``TreeEdits._merge``: fold one-child ``v`` into its child (``merge_into_child``)."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
     child = nd[FIRST, v]
-    delete(kids, key(v, first_token(nd, buf, child)))
+    sc[S_GONE] += delete(kids, key(v, first_token(nd, buf, child)))
+    if st[2][M_LIVE]:
+        _join_edges(st, v, child)
     nd[LEN, child] += nd[LEN, v]  # the child's creator holds the longer edge too
     replace_sibling(nd, v, child)
     nd[PAR, child] = nd[PAR, v]
@@ -541,7 +571,7 @@ def _merge(st, v: int) -> None:
     # (``_evict_intermediate_node``); the twin's keeps its own last access.
     nd[STAMP, child] = max(nd[STAMP, child], nd[STAMP, v])
     table_drop(st, v)
-    nd[PAR, v] = -1
+    _gone(st, v)
     changed(st, child)
 
 
@@ -565,10 +595,12 @@ def _evict_until(st, need: int) -> bool:
     """``base.evict_for`` with ``PrefixCache.evict``: a leaf goes, a one-child node folds."""
     nd, sc, mc = st[0], st[1], st[2]
     while mc[M_CAP] - _used(st) < need:
+        sc[S_CHOSE] += 1
         v = choose_victim(st)
         if v < 0:
             return False
-        st[10][sc[S_EVICTIONS]] = nd[NID, v]  # the victims, in order (tests compare them)
+        if not mc[M_LIVE]:
+            st[10][sc[S_EVICTIONS]] = nd[NID, v]  # the victims, in order (tests compare them)
         if sc[S_FIRST_EVICTION] < 0:
             sc[S_FIRST_EVICTION] = sc[S_CLOCK]
         if nd[NCH, v] > 0:
@@ -699,12 +731,14 @@ def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int)
 
 
 @jit
-def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, part: int) -> None:
-    """``PrefixCache.insert`` of ``buf[s0:s0 + pos[npos - 1]]`` with checkpoints ``pos[:npos]``
-    (sorted, unique), whose match is ``(mnode, covered, part)``."""
+def _insert(
+    st, q: np.ndarray, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, part: int
+) -> int:
+    """``PrefixCache.insert`` of ``q[s0:s0 + pos[npos - 1]]`` with checkpoints ``pos[:npos]``
+    (sorted, unique), whose match is ``(mnode, covered, part)``; the tokens newly cached."""
     nd, sc, mc = st[0], st[1], st[2]
     if npos == 0:
-        return
+        return 0
     upto = pos[npos - 1]
     base = part if part >= 0 else mnode
     bound = mc[M_CAP] - covered * mc[M_KVPT]
@@ -713,7 +747,7 @@ def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, p
     if need > bound:
         npos = _truncate(mc, pos, npos, covered, missing, max(bound, 0))
         if npos == 0:
-            return
+            return 0
         upto = pos[npos - 1]
         missing = _missing(nd, base, pos, npos, covered)
         need = _cost(mc, pos, npos, covered, len(missing))
@@ -730,6 +764,7 @@ def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, p
             break
         missing = _missing(nd, base, pos, npos, covered)
         need = _cost(mc, pos, npos, covered, len(missing))
+    added = 0
     if npos:
         for p in missing:
             v = _ending_at(st, base, p)
@@ -740,12 +775,17 @@ def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, p
             changed(st, v)
         if upto > covered:
             attach = _ending_at(st, base, covered) if covered else 0
-            _add_chain(st, attach, s0, covered, pos, npos)
+            start = s0
+            if mc[M_LIVE]:  # the new tokens are copied once, the chain's edges cut from them
+                start = _write(st, q, s0 + covered, upto - covered) - covered
+            _add_chain(st, attach, start, covered, pos, npos)
+            added = upto - covered
         else:
             _touch(st, _ending_at(st, base, upto))
     if pinned:
         _unpin(st, base)
     _note_peaks(st)
+    return added
 
 
 @jit
@@ -764,7 +804,7 @@ def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray)
     (0: none)."""
     nd, sc, mc = st[0], st[1], st[2]
     reference = mc[M_RULES] == REFERENCE
-    count, length, partial = walk(nd, st[8], st[9], s0, flen, path)
+    count, length, partial = walk(nd, st[8], st[9], st[9], s0, flen, path)
     if reference:
         sc[S_NOW] += 1  # on_request: the lookup's tick
     node, _, _ = prefix(nd, path, count, length, partial, plen)
@@ -797,7 +837,7 @@ def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray)
         pos[npos] = flen
         npos += 1
     # The insert of the whole input + output: the walk's own match.
-    _insert(st, s0, pos, npos, path[count - 1], length, partial)
+    _insert(st, st[9], s0, pos, npos, path[count - 1], length, partial)
     if node != 0:
         _unpin(st, node)
     return node
@@ -835,6 +875,8 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
         buf,
         np.zeros(size, np.int64),
         np.zeros(size),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
     )
     for i in range(restored):  # fill: the tree first, then the policy hears every node
         v = new_node(nd, i + 1, snap[1, i], snap[2, i], snap[3, i])
@@ -869,6 +911,8 @@ def copy(st, alpha: float):
         st[9],
         st[10].copy(),
         np.zeros(len(st[11])),
+        st[12],
+        st[13],
     )
 
 
@@ -907,3 +951,220 @@ def counters(st) -> np.ndarray:
 def victims(st) -> np.ndarray:
     """The creation ids of the nodes evicted so far, in order."""
     return st[10][: st[1][S_EVICTIONS]].copy()
+
+
+# ----- 4. a live cache: the engine's, request by request ------------------------------------
+# The engine's replicas hold one cache each for a whole run and call the request protocol
+# (``twin.cache.requests.RequestCache``) step by step: admission, the inserts at the
+# prefill's end and at completion, the release, each at its own time. The tree, the
+# candidates and the cache above run unchanged, with three differences (``mc[M_LIVE]``):
+#
+# - tokens: ``buf`` holds each node's own edge, not a trace: an insert copies its new
+#   tokens once (the chain's nodes cut from them), a split keeps both halves in place,
+#   a fold keeps the child's edge where the two lie side by side, else copies both;
+#   when ``buf`` runs out, live edges are packed to its front (in order, so edges side
+#   by side stay so). A node's ``BASE`` is its edge's start less ``DEP - LEN``, so
+#   ``first_token`` and ``walk`` read it as before;
+# - node ids of nodes gone are reused (``S_FREE``), and the key table is cleared of
+#   deleted slots once they fill a quarter of it: memory follows what is cached, not
+#   the requests served;
+# - no victim list (a replay's test output).
+#
+# The Python side (``policies.compiled.live``) grows the arrays between calls.
+
+
+@jit
+def rehash(kids: np.ndarray, old: np.ndarray) -> None:
+    """Put every key of ``old`` into ``kids`` (cleared first; deleted slots dropped)."""
+    kids[:] = EMPTY
+    for h in range(old.shape[1]):
+        k = old[0, h]
+        if k != EMPTY and k != GONE:
+            put(kids, k, old[1, h])
+
+
+@jit
+def _pack(st) -> None:
+    """Move every live edge to the front of ``buf``, in order."""
+    nd, sc, buf = st[0], st[1], st[9]
+    top = sc[S_NEXT]
+    ids = np.empty(top, np.int64)
+    at = np.empty(top, np.int64)
+    m = 0
+    for v in range(1, top):
+        if nd[PAR, v] >= 0:
+            ids[m] = v
+            at[m] = nd[BASE, v] + nd[DEP, v] - nd[LEN, v]
+            m += 1
+    order = np.argsort(at[:m])
+    w = 0
+    for j in order:
+        v, s, n = ids[j], at[j], nd[LEN, ids[j]]
+        if s != w:
+            for i in range(n):  # w < s: forward copies never overwrite what is still read
+                buf[w + i] = buf[s + i]
+        nd[BASE, v] = w - nd[DEP, v] + n
+        w += n
+    sc[S_BUFEND] = w
+
+
+@jit
+def _reserve(st, n: int) -> int:
+    """Room for ``n`` more tokens at the end of ``buf`` (packing it if needed): where they go."""
+    sc, buf = st[1], st[9]
+    if sc[S_BUFEND] + n > len(buf):
+        _pack(st)
+        if sc[S_BUFEND] + n > len(buf):
+            raise MemoryError("live cache: token buffer too small (grow it between calls)")
+    return sc[S_BUFEND]
+
+
+@jit
+def _write(st, q: np.ndarray, s: int, n: int) -> int:
+    """Copy ``q[s:s + n]`` to the end of ``buf``; return where it starts."""
+    w = _reserve(st, n)
+    st[9][w : w + n] = q[s : s + n]
+    st[1][S_BUFEND] = w + n
+    return w
+
+
+@jit
+def _join_edges(st, v: int, child: int) -> None:
+    """Before ``child`` takes ``v``'s edge in front of its own: make them adjacent."""
+    nd, buf = st[0], st[9]
+    lv, lc = nd[LEN, v], nd[LEN, child]
+    if nd[BASE, v] + nd[DEP, v] == nd[BASE, child] + nd[DEP, child] - lc:
+        return  # side by side already: the child's base reads the joined edge
+    w = _reserve(st, lv + lc)  # may pack: read the edges' places after it
+    sv = nd[BASE, v] + nd[DEP, v] - lv
+    buf[w : w + lv] = buf[sv : sv + lv]
+    sc_ = nd[BASE, child] + nd[DEP, child] - lc
+    buf[w + lv : w + lv + lc] = buf[sc_ : sc_ + lc]
+    st[1][S_BUFEND] = w + lv + lc
+    nd[BASE, child] = w - nd[DEP, child] + lv + lc
+
+
+@jit
+def live_start(mc, mf, nodes: int, tokens: int):
+    """An empty live cache with room for ``nodes`` nodes and ``tokens`` tokens."""
+    nd = np.zeros((N_FIELDS, nodes), np.int64)
+    nd[FIRST, 0] = nd[LAST, 0] = nd[NXT, 0] = nd[PRV, 0] = nd[PAR, 0] = nd[SLOT, 0] = -1
+    sc = np.zeros(N_SCALARS, np.int64)
+    sc[S_NEXT], sc[S_NID], sc[S_FIRST_EVICTION] = 1, 1, -1
+    return (
+        nd,
+        sc,
+        mc,
+        mf,
+        np.zeros(nodes),
+        np.zeros(nodes),
+        np.zeros(nodes, np.bool_),
+        np.zeros(nodes, np.int64),
+        np.full((2, 8 * nodes), EMPTY, np.int64),
+        np.zeros(tokens, np.int32),
+        np.zeros(0, np.int64),
+        np.zeros(nodes),
+        np.zeros(nodes, np.int64),
+        np.zeros(nodes, np.int64),
+    )
+
+
+@jit
+def live_grow(st, nodes: int, tokens: int):
+    """``st`` with room for ``nodes`` nodes and ``tokens`` tokens (at least what it has)."""
+    nd, sc = st[0], st[1]
+    have = nd.shape[1]
+    nodes = max(nodes, have)
+    nd2 = np.zeros((N_FIELDS, nodes), np.int64)
+    nd2[:, :have] = nd
+    cr, cf, ch, cn = np.zeros(nodes), np.zeros(nodes), np.zeros(nodes, np.bool_), np.zeros(
+        nodes, np.int64
+    )
+    n = sc[S_NCAND]
+    cr[:n], cf[:n], ch[:n], cn[:n] = st[4][:n], st[5][:n], st[6][:n], st[7][:n]
+    kids = st[8]
+    if kids.shape[1] < 8 * nodes:
+        kids = np.full((2, 8 * nodes), EMPTY, np.int64)
+        rehash(kids, st[8])
+        sc[S_GONE] = 0
+    buf = st[9]
+    if tokens > len(buf):
+        buf = np.zeros(tokens, np.int32)
+        buf[: sc[S_BUFEND]] = st[9][: sc[S_BUFEND]]
+    free = np.zeros(nodes, np.int64)
+    free[: sc[S_FREE]] = st[13][: sc[S_FREE]]
+    return (nd2, sc, st[2], st[3], cr, cf, ch, cn, kids, buf, st[10], np.zeros(nodes), np.zeros(
+        nodes, np.int64
+    ), free)
+
+
+@jit
+def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndarray):
+    """``RequestCache.admit`` of prompt ``q[:plen]``, input + output ``q[:flen]`` at cache
+    clock ``clock``: the hit node (0: none; pinned) and how many checkpoint positions
+    ``pos`` got (``_serve`` up to its insert)."""
+    nd, sc, mc = st[0], st[1], st[2]
+    sc[S_CLOCK] = clock
+    path = st[12]
+    reference = mc[M_RULES] == REFERENCE
+    count, length, partial = walk(nd, st[8], st[9], q, 0, flen, path)
+    if reference:
+        sc[S_NOW] += 1  # on_request: the lookup's tick
+    node, _, _ = prefix(nd, path, count, length, partial, plen)
+    while node != 0 and nd[CKPT, node] == 0:  # lookup: the deepest state on the path
+        node = nd[PAR, node]
+    if node != 0:
+        if nd[CKHIT, node] == 0:
+            nd[CKHIT, node] = 1
+            sc[S_CKHIT] += 1
+        if reference:
+            nd[STAMP, node] = sc[S_NOW]  # on_hit
+        _touch(st, node)
+        _pin(st, node)
+    if reference:
+        sc[S_NOW] += 2  # marconi's admit: the insert's refresh
+        sc[S_TICKED] = 0
+        whole = path[count - 1]
+        if whole != 0:
+            nd[STAMP, whole] = sc[S_NOW]
+            changed(st, whole)
+    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    npos = 0
+    if p > 0 and (part >= 0 or (nd[CKPT, mnode] == 0 and (p == plen or nd[NCH, mnode] > 0))):
+        pos[0] = p
+        npos = 1
+    if flen > 0 and (npos == 0 or pos[0] != flen):
+        pos[npos] = flen
+        npos += 1
+    return node, npos
+
+
+@jit
+def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int) -> tuple[int, int]:
+    """``PrefixCache.insert`` of ``q`` up to ``pos[npos - 1]`` with checkpoints ``pos[:npos]``
+    (sorted, unique, positive): (tokens newly cached, states admitted)."""
+    if npos == 0:
+        return 0, 0
+    nd, sc = st[0], st[1]
+    before = sc[S_ADMITTED]
+    path = st[12]
+    count, length, partial = walk(nd, st[8], st[9], q, 0, pos[npos - 1], path)
+    added = _insert(st, q, 0, pos, npos, path[count - 1], length, partial)
+    return added, sc[S_ADMITTED] - before
+
+
+@jit
+def live_release(st, node: int) -> None:
+    """``RequestCache.release``: unpin the hit node."""
+    _unpin(st, node)
+
+
+@jit
+def live_peek(st, q: np.ndarray, plen: int) -> int:
+    """``PrefixCache.peek``: the tokens a lookup of ``q[:plen]`` would hit (changes nothing)."""
+    nd = st[0]
+    count, length, partial = walk(nd, st[8], st[9], q, 0, plen, st[12])
+    node, _, _ = prefix(nd, st[12], count, length, partial, plen)
+    while node != 0 and nd[CKPT, node] == 0:
+        node = nd[PAR, node]
+    return nd[DEP, node] if node != 0 else 0

@@ -1,0 +1,20 @@
+"""A bound on a workload's longest sequence, read before a run (without its tokens' ids)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+
+def longest_sequence(path: str, index: dict[str, np.ndarray]) -> int:
+    """A bound on the longest input + output of a workload: each session's every token.
+
+    ``index``: the workload's index columns (``workloads.reader.Workload.index``);
+    the input tokens' counts are read from ``path``'s ``input_tokens`` column.
+    """
+    column = pq.read_table(path, columns=["input_tokens"]).column(0)
+    tokens = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+    tokens += index["output_len"].astype(np.int64)
+    _, session = np.unique(index["session_id"], return_inverse=True)
+    return int(np.bincount(session, weights=tokens).max()) if len(tokens) else 0
