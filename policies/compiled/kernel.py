@@ -152,9 +152,7 @@ def first_token(nd: np.ndarray, buf: np.ndarray, v: int) -> int:
 
 
 @jit
-def walk(
-    nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, q: np.ndarray, s0: int, n: int, path
-):
+def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, q: np.ndarray, s0: int, n: int, path):
     """``RadixTree.match`` of ``q[s0:s0 + n]``: (nodes on ``path``, length, partial or -1);
     the edges' tokens are in ``buf`` (a replay's ``q`` is ``buf`` itself).
 
@@ -1077,8 +1075,11 @@ def live_grow(st, nodes: int, tokens: int):
     nodes = max(nodes, have)
     nd2 = np.zeros((N_FIELDS, nodes), np.int64)
     nd2[:, :have] = nd
-    cr, cf, ch, cn = np.zeros(nodes), np.zeros(nodes), np.zeros(nodes, np.bool_), np.zeros(
-        nodes, np.int64
+    cr, cf, ch, cn = (
+        np.zeros(nodes),
+        np.zeros(nodes),
+        np.zeros(nodes, np.bool_),
+        np.zeros(nodes, np.int64),
     )
     n = sc[S_NCAND]
     cr[:n], cf[:n], ch[:n], cn[:n] = st[4][:n], st[5][:n], st[6][:n], st[7][:n]
@@ -1093,9 +1094,22 @@ def live_grow(st, nodes: int, tokens: int):
         buf[: sc[S_BUFEND]] = st[9][: sc[S_BUFEND]]
     free = np.zeros(nodes, np.int64)
     free[: sc[S_FREE]] = st[13][: sc[S_FREE]]
-    return (nd2, sc, st[2], st[3], cr, cf, ch, cn, kids, buf, st[10], np.zeros(nodes), np.zeros(
-        nodes, np.int64
-    ), free)
+    return (
+        nd2,
+        sc,
+        st[2],
+        st[3],
+        cr,
+        cf,
+        ch,
+        cn,
+        kids,
+        buf,
+        st[10],
+        np.zeros(nodes),
+        np.zeros(nodes, np.int64),
+        free,
+    )
 
 
 @jit

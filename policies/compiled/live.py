@@ -228,4 +228,3 @@ class LiveRequests:
         if policy.phase == "warmup" and cache.sc[k.S_CHOSE]:
             policy.end_warmup()  # ``MarconiPolicy.choose_victim``'s first call
         return int(added), int(made)
-
