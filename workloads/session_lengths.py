@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 
-def longest_sequence(path: str, index: dict[str, np.ndarray]) -> int:
+def longest_sequence(path: str | os.PathLike[str], index: dict[str, np.ndarray]) -> int:
     """A bound on the longest input + output of a workload: each session's every token.
 
     ``index``: the workload's index columns (``workloads.reader.Workload.index``);
