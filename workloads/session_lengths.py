@@ -24,7 +24,8 @@ def longest_sequence(path: str | os.PathLike[str], index: dict[str, np.ndarray])
     except (OSError, pa.ArrowException):
         # Unreadable pages: no bound here; the reader names the bad row when it gets there.
         return MAX_SEQUENCE_TOKENS + 1
-    tokens = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = pc.fill_null(pc.list_value_length(column), 0)  # a null row: the reader says so
+    tokens = lengths.to_numpy(zero_copy_only=False).astype(np.int64)
     tokens += index["output_len"].astype(np.int64)
     _, session = np.unique(index["session_id"], return_inverse=True)
     return int(np.bincount(session, weights=tokens).max()) if len(tokens) else 0
