@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 # Node ids free before an insert (one makes at most five: splits at two checkpoints and
 # at the attach point, and a chain of two).
 _NODE_SLACK = 16
+_MISS = Hit(0, None)
 
 
 def live_cache(
@@ -191,9 +192,10 @@ class LiveRequests:
         if policy.tune_if_due(cache):
             cache.mf[k.F_ALPHA] = policy.alpha
         n = len(prompt)
-        at_prefill = [int(p) for p in pos[:npos] if p <= n]
-        at_completion = [int(p) for p in pos[:npos] if p > n]
-        hit = Hit(int(cache.st[0][k.DEP, node]), int(node)) if node else Hit(0, None)
+        positions = pos[:npos].tolist()
+        at_prefill = [p for p in positions if p <= n]
+        at_completion = [p for p in positions if p > n]
+        hit = Hit(int(cache.st[0][k.DEP, node]), int(node)) if node else _MISS
         return Admission(order, prompt, full, hit, at_prefill, at_completion)
 
     def insert_at_prefill_end(self, adm: Admission) -> int:
