@@ -77,6 +77,7 @@ N_SCALARS = 20
 # of the full-attention layers, one state), the reference's FLOP terms, the rules.
 M_CAP, M_KVPT, M_FULLKV, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP, M_RULES = range(10)
 M_LIVE = 10  # 1: a live cache (section 4), 0: a replay over one trace buffer
+LIVE_NODE_SLACK = 16  # free node ids a live cache keeps before an insert
 N_CONSTANTS = 11
 # Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear and
 # full-attention quadratic coefficients (``marconi-twin``'s efficiency).
@@ -1154,11 +1155,30 @@ def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndar
 
 
 @jit
+def live_room(st, tokens: int) -> bool:
+    """Room for an insert of up to ``tokens`` tokens: ``LIVE_NODE_SLACK`` free node ids
+    (an insert makes at most five: splits at two checkpoints and at the attach point, a
+    chain of two) and a token buffer of twice what the cache and the insert may hold
+    (packing it then always frees enough for a fold's copy or the insert's tokens)."""
+    nd, sc = st[0], st[1]
+    free_ids = nd.shape[1] - sc[S_NEXT] + sc[S_FREE]
+    return free_ids >= LIVE_NODE_SLACK and len(st[9]) >= live_tokens_needed(sc[S_KV], tokens)
+
+
+@jit
+def live_tokens_needed(held: int, tokens: int) -> int:
+    return 2 * (held + tokens) + 64
+
+
+@jit
 def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int) -> tuple[int, int]:
     """``PrefixCache.insert`` of ``q`` up to ``pos[npos - 1]`` with checkpoints ``pos[:npos]``
-    (sorted, unique, positive): (tokens newly cached, states admitted)."""
+    (sorted, unique, positive): (tokens newly cached, states admitted); ``(-1, 0)`` without
+    doing anything where ``st`` lacks room (:func:`live_room`: grow it and call again)."""
     if npos == 0:
         return 0, 0
+    if not live_room(st, pos[npos - 1]):
+        return -1, 0
     nd, sc = st[0], st[1]
     before = sc[S_ADMITTED]
     path = st[12]

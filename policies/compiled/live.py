@@ -39,9 +39,6 @@ from twin.model import ModelSpec
 if TYPE_CHECKING:
     from policies.marconi import MarconiPolicy
 
-# Node ids free before an insert (one makes at most five: splits at two checkpoints and
-# at the attach point, and a chain of two).
-_NODE_SLACK = 16
 _MISS = Hit(0, None)
 
 
@@ -146,21 +143,17 @@ class LiveCache:
         return LiveRequests(self)
 
     # ----- room, made between calls ---------------------------------------------------
-    def room_for(self, tokens: int) -> None:
-        """Node ids and token room for an insert of up to ``tokens`` tokens.
-
-        The token buffer holds twice what the cache and this insert may hold (its
-        packing then always frees enough for a fold's copy or the insert's tokens).
-        """
+    def grow_for(self, tokens: int) -> None:
+        """Grow the arrays for an insert of up to ``tokens`` tokens (``kernel.live_room``):
+        doubled, so growing costs O(1) an insert."""
         st, k = self.st, self.k
         nodes = st[0].shape[1]
-        need_tokens = 2 * (int(self.sc[k.S_KV]) + tokens) + 64
-        short_nodes = nodes - int(self.sc[k.S_NEXT]) + int(self.sc[k.S_FREE]) < _NODE_SLACK
-        if short_nodes or len(st[9]) < need_tokens:
-            grown_nodes = 2 * nodes if short_nodes else nodes
-            grown_tokens = max(need_tokens, 2 * len(st[9])) if len(st[9]) < need_tokens else 0
-            self.st = k.live_grow(st, grown_nodes, grown_tokens)
-            self.sc = self.st[1]
+        need_tokens = k.live_tokens_needed(int(self.sc[k.S_KV]), tokens)
+        short_nodes = nodes - int(self.sc[k.S_NEXT]) + int(self.sc[k.S_FREE]) < k.LIVE_NODE_SLACK
+        grown_nodes = 2 * nodes if short_nodes else nodes
+        grown_tokens = max(need_tokens, 2 * len(st[9])) if len(st[9]) < need_tokens else 0
+        self.st = k.live_grow(st, grown_nodes, grown_tokens)
+        self.sc = self.st[1]
 
 
 class LiveRequests:
@@ -175,6 +168,7 @@ class LiveRequests:
         self.policy = cache.policy
         self.admissions = cache.clock
         self._pos = np.zeros(2, np.int64)
+        self._ins = np.zeros(2, np.int64)  # an insert's positions (two at most)
 
     def admit(
         self, prompt: np.ndarray, output: np.ndarray, modules: np.ndarray | None = None
@@ -223,9 +217,12 @@ class LiveRequests:
 
     def _insert(self, full: np.ndarray, positions: list[int]) -> tuple[int, int]:
         cache, k = self.cache, self.cache.k
-        cache.room_for(positions[-1])
-        pos = np.array(positions, np.int64)
-        added, made = k.live_insert(cache.st, full, pos, len(pos))
+        pos = self._ins
+        pos[: len(positions)] = positions
+        added, made = k.live_insert(cache.st, full, pos, len(positions))
+        if added < 0:  # no room: grow, then the same insert
+            cache.grow_for(positions[-1])
+            added, made = k.live_insert(cache.st, full, pos, len(positions))
         policy = self.policy
         if policy.phase == "warmup" and cache.sc[k.S_CHOSE]:
             policy.end_warmup()  # ``MarconiPolicy.choose_victim``'s first call
