@@ -57,6 +57,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 # Node fields, rows of ``nd``.
 (PAR, FIRST, LAST, NXT, PRV, NCH, BASE, DEP, LEN, CKPT, LOCK, STAMP, SLOT, T, NID, CKHIT) = range(
@@ -103,6 +105,47 @@ def jit(fn=None, **options):
         return numba.njit(cache=True, **options)(fn)
     except RuntimeError:  # numba: "cannot cache function ...: no locator available"
         return numba.njit(**options)(fn)
+
+
+@intrinsic
+def _uncounted(typingctx, arr):
+    """``arr`` without its reference count: the same data, no owner to count.
+
+    numba counts a reference to every array of a tuple argument on each call
+    (atomic increments and decrements, a third of a replay's time); a state tuple
+    of uncounted views (:func:`borrow`) makes those no-ops. Only for the length of
+    one call from Python, which holds the arrays meanwhile; never returned.
+    """
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(arr)(context, builder, value=args[0])
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        return ary._getvalue()
+
+    return arr(arr), codegen
+
+
+@jit
+def borrow(st):
+    """``st`` as uncounted views (:func:`_uncounted`), for the calls inside one entry."""
+    return (
+        _uncounted(st[0]),
+        _uncounted(st[1]),
+        _uncounted(st[2]),
+        _uncounted(st[3]),
+        _uncounted(st[4]),
+        _uncounted(st[5]),
+        _uncounted(st[6]),
+        _uncounted(st[7]),
+        _uncounted(st[8]),
+        _uncounted(st[9]),
+        _uncounted(st[10]),
+        _uncounted(st[11]),
+        _uncounted(st[12]),
+        _uncounted(st[13]),
+    )
 
 
 # ----- 1. the radix tree ---------------------------------------------------------------------
@@ -924,6 +967,7 @@ def copy(st, alpha: float):
 @jit
 def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> None:
     """Serve requests ``i0`` to ``i1 - 1``: their hit tokens and hit nodes' creation ids (-1)."""
+    st = borrow(st)
     nd, sc = st[0], st[1]
     pos = np.zeros(2, np.int64)
     path = np.zeros(nd.shape[1], np.int64)
@@ -1124,6 +1168,7 @@ def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndar
     """``RequestCache.admit`` of prompt ``q[:plen]``, input + output ``q[:flen]`` at cache
     clock ``clock``: the hit node (0: none; pinned) and how many checkpoint positions
     ``pos`` got (``_serve`` up to its insert)."""
+    st = borrow(st)
     nd, sc, mc = st[0], st[1], st[2]
     sc[S_CLOCK] = clock
     path = st[12]
@@ -1181,6 +1226,7 @@ def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int) -> tuple[int, int
     """``PrefixCache.insert`` of ``q`` up to ``pos[npos - 1]`` with checkpoints ``pos[:npos]``
     (sorted, unique, positive): (tokens newly cached, states admitted); ``(-1, 0)`` without
     doing anything where ``st`` lacks room (:func:`live_room`: grow it and call again)."""
+    st = borrow(st)
     if npos == 0:
         return 0, 0
     if not live_room(st, pos[npos - 1]):
@@ -1196,7 +1242,7 @@ def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int) -> tuple[int, int
 @jit
 def live_release(st, node: int) -> None:
     """``RequestCache.release``: unpin the hit node."""
-    _unpin(st, node)
+    _unpin(borrow(st), node)
 
 
 @jit
