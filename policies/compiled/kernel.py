@@ -55,6 +55,8 @@ the same order; each function names what it follows):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
 from numba.core import cgutils, types
@@ -107,9 +109,8 @@ def jit(fn=None, **options):
         return numba.njit(**options)(fn)
 
 
-@intrinsic
-def _uncounted(typingctx, arr):
-    """``arr`` without its reference count: the same data, no owner to count.
+def _uncounted_typing(typingctx, arr):
+    """``_uncounted(arr)``: ``arr`` without its reference count: the same data, no owner.
 
     numba counts a reference to every array of a tuple argument on each call
     (atomic increments and decrements, a third of a replay's time); a state tuple
@@ -125,6 +126,9 @@ def _uncounted(typingctx, arr):
         return ary._getvalue()
 
     return arr(arr), codegen
+
+
+_uncounted: Any = intrinsic(_uncounted_typing)
 
 
 @jit
