@@ -42,7 +42,7 @@ def test_lazy_ends_equal_the_cumulative_sum_of_every_step() -> None:
         assert run.priced == min(k, FIRST_CHUNK_STEPS) and end == whole[run.priced - 1]
         while run.priced < k:
             run.price_next()
-        assert run.ends == whole.tolist()
+        assert run.ends is not None and run.ends.tolist() == whole.tolist()
         assert sum(n for _, n in asked) == k  # each step priced once
         for elapsed in [*RNG.uniform(0, whole[-1], 20).tolist(), 0.0, float(whole[3 % k])]:
             want = min(max(int(np.searchsorted(whole, elapsed, side="left")) + 1, 1), k)

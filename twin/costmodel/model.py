@@ -99,6 +99,9 @@ class CostModel(DensePricing, MixerPricing):
         self._attn_decode_affine = lat.compile_affine(
             "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
         )
+        self._attn_decode_constants = lat.kernel_constants(
+            "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
+        )
         # Per decode batch size: the attention decode features' coefficients in the keys.
         self._decode_keys_affine: dict[int, tuple[float, float, float, float, float]] = {}
         self._setup_shapes()
@@ -188,25 +191,16 @@ class CostModel(DensePricing, MixerPricing):
         """
         if batch <= 0:
             raise TwinError(f"a decode step needs at least one sequence (got {batch})")
-        windowed = self.kinds.get("swa") or self.model.sliding_window is not None
-        if windowed or self.host_mode not in ("add", "max"):
+        if not self._decode_by_parts:
             return [self._even_decode_s(batch, c) for c in contexts]
-        shape = self._decode_shapes.get(batch)
-        if shape is None:
-            shape = self._decode_shape(batch)
-            if len(self._decode_shapes) < _DENSE_CACHE_MAX:
-                self._decode_shapes[batch] = shape
-        dense, before, attn_layers, after, head = shape
+        dense, before, attn_layers, after, head = self._decode_parts(batch)
         if attn_layers is None:
             return [self._with_host(dense + before + head)] * len(contexts)
-        heads = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
         if len(contexts) < _ARRAY_STEPS:
             # Few steps: numpy's fixed cost per call outweighs its per-step saving. The
             # attention decode kernel's features are affine in the keys read (the context
             # sum plus one key per sequence), so its prices come from one tight loop.
-            coeffs = self._decode_keys_affine.get(batch)
-            if coeffs is None:
-                coeffs = self._decode_keys_affine[batch] = affine_in_keys(batch, heads)
+            coeffs = self._keys_affine(batch)
             if isinstance(contexts, range):
                 counts: Sequence[int] = range(
                     contexts.start + batch, contexts.stop + batch, contexts.step
@@ -225,7 +219,7 @@ class CostModel(DensePricing, MixerPricing):
             keys = np.asarray(contexts, np.int64)
         keys += batch  # one key per sequence: ``_aggregate``'s decode keys
         totals = before + attn_layers * self._attn_decode_many(
-            *ft.attn_decode_sums(batch, keys, *heads)
+            *ft.attn_decode_sums(batch, keys, *self._attn_heads())
         )
         for term in after:
             totals = totals + term
@@ -235,6 +229,52 @@ class CostModel(DensePricing, MixerPricing):
         else:
             steps = np.where(self.host_s > steps, self.host_s, steps)
         return cast(list[float], steps.tolist())
+
+    def decode_run_constants(self, batch: int) -> np.ndarray | None:
+        """What ``decode_kernel.fill_ends`` needs to price pure-decode steps of ``batch``
+        sequences as ``decode_steps_s`` does (``decode_kernel.pack``); ``None`` where a
+        step is priced in full (a sliding window, a host mode other than add or max) or
+        costs the same at every context (no full attention)."""
+        if batch <= 0 or not self._decode_by_parts:
+            return None
+        dense, before, attn_layers, after, head = self._decode_parts(batch)
+        if attn_layers is None:
+            return None
+        from twin.costmodel import decode_kernel  # numba loads here
+
+        return decode_kernel.pack(
+            (dense, before, attn_layers, after, head),
+            self.host_s,
+            self.host_mode == "max",
+            self._keys_affine(batch),
+            self._attn_decode_constants,
+        )
+
+    @property
+    def _decode_by_parts(self) -> bool:
+        """Whether a pure-decode step is its context-free parts plus the attention decode
+        kernel (``decode_steps_s``): no window, and host time added or a floor."""
+        windowed = self.kinds.get("swa") or self.model.sliding_window is not None
+        return not windowed and self.host_mode in ("add", "max")
+
+    def _decode_parts(self, batch: int) -> tuple[float, float, int | None, list[float], float]:
+        """``_decode_shape(batch)``, remembered."""
+        shape = self._decode_shapes.get(batch)
+        if shape is None:
+            shape = self._decode_shape(batch)
+            if len(self._decode_shapes) < _DENSE_CACHE_MAX:
+                self._decode_shapes[batch] = shape
+        return shape
+
+    def _keys_affine(self, batch: int) -> tuple[float, float, float, float, float]:
+        """``affine_in_keys`` for ``batch`` decodes, remembered."""
+        coeffs = self._decode_keys_affine.get(batch)
+        if coeffs is None:
+            coeffs = self._decode_keys_affine[batch] = affine_in_keys(batch, self._attn_heads())
+        return coeffs
+
+    def _attn_heads(self) -> tuple[int, int, int, int]:
+        return (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
 
     def _decode_shape(self, batch: int) -> tuple[float, float, int | None, list[float], float]:
         """What a pure-decode step of ``batch`` sequences costs besides the context sum.
