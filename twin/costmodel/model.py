@@ -39,7 +39,7 @@ and ``mixer_pricing``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import cast
 
@@ -63,6 +63,9 @@ _COPY_KERNEL = {
     ("host", "device"): "copy_h2d",
     ("device", "host"): "copy_d2h",
 }
+# Tokens (cached + new) and context sums the compiled mixed step's int64 sums hold exactly
+# (``step_kernel``): larger ones are priced in Python.
+MAX_TOKENS = 1 << 30
 _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is remembered
 # Decode runs of at least this many steps are priced as arrays (``decode_steps_s``): below
 # it a tight Python loop is faster (measured on this project's 2-core machine: about 35 us
@@ -117,6 +120,9 @@ class CostModel(DensePricing, MixerPricing):
         )
         self._setup_mixer_kernels()
         self._dense_cache: dict[int, float] = {}
+        # ``compile_steps``: the compiled mixed step and its tables, once asked for.
+        self._step_kernel: Callable[..., float] | None = None
+        self._step_tables: tuple[np.ndarray, np.ndarray] = (np.zeros((0, 8)), np.zeros(0))
         # Per decode batch size: ``_decode_shape``'s parts (``decode_steps_s``).
         self._decode_shapes: dict[int, tuple[float, float, int | None, list[float], float]] = {}
         self._setup_overhead()
@@ -164,7 +170,34 @@ class CostModel(DensePricing, MixerPricing):
     def step_spread(self, prefills: Sequence[tuple[int, int]], batch: int, context: int) -> float:
         """``step(prefills, decodes)`` for ``batch`` decodes whose contexts sum to
         ``context``, spread evenly (the engine's decode summary), in O(1) of the batch."""
+        compiled = self._step_kernel
+        if compiled is not None and len(prefills) <= 1:
+            n, cached = prefills[0] if prefills else (0, 0)
+            tokens = n + batch
+            # Valid counts the int64 sums hold exactly (else Python: its errors, big ints).
+            if (
+                tokens
+                and (n > 0 or not prefills)
+                and 0 <= cached < MAX_TOKENS - n
+                and batch >= 0
+                and 0 <= context < MAX_TOKENS
+            ):
+                dense = self._dense_cache.get(tokens)
+                if dense is None:
+                    dense = self._dense_s(tokens)
+                return compiled(*self._step_tables, n, cached, batch, context, dense)
         return self._seconds(aggregate_spread(prefills, batch, context, *self._shape_args()))
+
+    def compile_steps(self) -> None:
+        """Price :meth:`step_spread` of at most one prefill chunk by compiled code
+        (``twin.costmodel.step_kernel``, the same prices to the bit) where this model has
+        it; numba loads here (the engine's pricer asks, a one-off CLI call need not)."""
+        from twin.costmodel import step_kernel  # numba loads here
+
+        tables = step_kernel.pack(self)
+        if tables is not None:
+            self._step_tables = tables
+            self._step_kernel = step_kernel.step_seconds
 
     def _seconds(self, feats: StepFeatures) -> float:
         """Seconds of a step of these features (``step`` without the breakdown)."""
@@ -173,11 +206,16 @@ class CostModel(DensePricing, MixerPricing):
             return 0.0
         dense = self._dense_cache.get(tokens)
         if dense is None:
-            dense = self._dense(tokens, None)
-            if len(self._dense_cache) < _DENSE_CACHE_MAX:
-                self._dense_cache[tokens] = dense
+            dense = self._dense_s(tokens)
         mixing = self._mixing(feats, None)
         return self._with_host(dense + mixing + self._head(tokens, feats.sequences, None))
+
+    def _dense_s(self, tokens: int) -> float:
+        """``_dense(tokens)``, remembered (decode steps repeat token counts)."""
+        dense = self._dense(tokens, None)
+        if len(self._dense_cache) < _DENSE_CACHE_MAX:
+            self._dense_cache[tokens] = dense
+        return dense
 
     def decode_steps_s(self, batch: int, contexts: Sequence[int]) -> list[float]:
         """Seconds of pure-decode steps of ``batch`` sequences, one per context sum in ``contexts``.

@@ -149,6 +149,10 @@ class CostModelPricer(PricerBase):
             from twin.costmodel.decode_kernel import fill_ends
 
             self._fill_ends = fill_ends
+        # A step with a prefill chunk, about one per request: compiled where it can be.
+        compile_steps = getattr(cost_model, "compile_steps", None)
+        if compile_steps is not None:
+            compile_steps()
         self._copy_s = float(cost_model.checkpoint_copy_s(1))
         # ``CostModel.step_spread`` prices the spread without building it (other cost
         # models: ``step`` over the spread).

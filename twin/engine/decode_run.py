@@ -15,6 +15,7 @@ from the step prices, or written by the pricer's compiled filler
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from heapq import heappush
 from itertools import accumulate
@@ -108,7 +109,7 @@ class DecodeRun:
         among those priced."""
         if self.ends is not None:
             priced = self.priced
-            m = int(np.searchsorted(self.ends[:priced], elapsed)) + 1  # side="left"
+            m = bisect_left(self.ends, elapsed, 0, priced) + 1  # np.searchsorted(side="left")
             return min(max(m, 1), priced)
         a, b = self.alpha, self.beta
         if b > 0:
