@@ -119,7 +119,7 @@ def kernel_constants(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
 ) -> KernelConstants:
     """The constants every compiled form of ``kernel``'s model uses (``_compile_pair``'s, and
-    ``twin.costmodel.decode_kernel``'s)."""
+    ``twin.costmodel.compiled``'s)."""
     f = get_formula(kernel)
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
     compile_kernel(kernel, params, peaks)  # validates the parameters

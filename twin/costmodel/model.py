@@ -64,7 +64,7 @@ _COPY_KERNEL = {
     ("device", "host"): "copy_d2h",
 }
 # Tokens (cached + new) and context sums the compiled mixed step's int64 sums hold exactly
-# (``step_kernel``): larger ones are priced in Python.
+# (``twin.costmodel.compiled``): larger ones are priced in Python.
 MAX_TOKENS = 1 << 30
 _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is remembered
 # Decode runs of at least this many steps are priced as arrays (``decode_steps_s``): below
@@ -190,14 +190,14 @@ class CostModel(DensePricing, MixerPricing):
 
     def compile_steps(self) -> None:
         """Price :meth:`step_spread` of at most one prefill chunk by compiled code
-        (``twin.costmodel.step_kernel``, the same prices to the bit) where this model has
+        (``twin.costmodel.compiled``, the same prices to the bit) where this model has
         it; numba loads here (the engine's pricer asks, a one-off CLI call need not)."""
-        from twin.costmodel import step_kernel  # numba loads here
+        from twin.costmodel import compiled  # numba loads here
 
-        tables = step_kernel.pack(self)
+        tables = compiled.pack_step(self)
         if tables is not None:
             self._step_tables = tables
-            self._step_kernel = step_kernel.step_seconds
+            self._step_kernel = compiled.step_seconds
 
     def _seconds(self, feats: StepFeatures) -> float:
         """Seconds of a step of these features (``step`` without the breakdown)."""
@@ -269,8 +269,8 @@ class CostModel(DensePricing, MixerPricing):
         return cast(list[float], steps.tolist())
 
     def decode_run_constants(self, batch: int) -> np.ndarray | None:
-        """What ``decode_kernel.fill_ends`` needs to price pure-decode steps of ``batch``
-        sequences as ``decode_steps_s`` does (``decode_kernel.pack``); ``None`` where a
+        """What ``compiled.fill_ends`` needs to price pure-decode steps of ``batch``
+        sequences as ``decode_steps_s`` does (``compiled.pack_decode``); ``None`` where a
         step is priced in full (a sliding window, a host mode other than add or max) or
         costs the same at every context (no full attention)."""
         if batch <= 0 or not self._decode_by_parts:
@@ -278,9 +278,9 @@ class CostModel(DensePricing, MixerPricing):
         dense, before, attn_layers, after, head = self._decode_parts(batch)
         if attn_layers is None:
             return None
-        from twin.costmodel import decode_kernel  # numba loads here
+        from twin.costmodel import compiled  # numba loads here
 
-        return decode_kernel.pack(
+        return compiled.pack_decode(
             (dense, before, attn_layers, after, head),
             self.host_s,
             self.host_mode == "max",

@@ -130,14 +130,14 @@ class CostModelPricer(PricerBase):
     the engine times a fast-forwarded decode run in closed form instead of
     calling the cost model once per step (about 7 us a call, and a request at
     low load decodes over tens of steps). A batch size that fails it is timed by
-    compiled code (:meth:`decode_ends`: ``twin.costmodel.decode_kernel``, about
+    compiled code (:meth:`decode_ends`: ``twin.costmodel.compiled``, about
     50 ns a step), the same prices as ``CostModel.decode_steps_s`` to the bit.
     """
 
     def __init__(self, cost_model: Any) -> None:
         self.cost_model = cost_model
         self._affine: dict[int, tuple[float, float] | None] = {}
-        # Per batch size, ``decode_kernel.fill_ends``' constants (``None``: affine, or no
+        # Per batch size, ``compiled.fill_ends``' constants (``None``: affine, or no
         # compiled path); a cost model without them is timed through ``decode_run``.
         self._constants: Callable[[int], np.ndarray | None] | None = getattr(
             cost_model, "decode_run_constants", None
@@ -146,7 +146,7 @@ class CostModelPricer(PricerBase):
         if self._constants is not None:
             # numba loads (and the kernel compiles, or comes from its disk cache) with
             # the pricer, not in the middle of a run.
-            from twin.costmodel.decode_kernel import fill_ends
+            from twin.costmodel.compiled import fill_ends
 
             self._fill_ends = fill_ends
         # A step with a prefill chunk, about one per request: compiled where it can be.
@@ -177,7 +177,7 @@ class CostModelPricer(PricerBase):
         return fit[0] + fit[1] * (context + batch * np.arange(steps, dtype=np.float64))
 
     def decode_ends(self, batch: int, context: int) -> EndsFiller | None:
-        """``decode_kernel.fill_ends`` (``decode_steps_s``'s prices summed, compiled) for a
+        """``compiled.fill_ends`` (``decode_steps_s``'s prices summed, compiled) for a
         batch size that is not affine in the context, where the cost model has it."""
         known = self._run_constants
         if batch not in known:

@@ -1,7 +1,7 @@
 """Decode runs timed by compiled code equal the Python path to the bit (issue 16).
 
-``twin.costmodel.decode_kernel.fill_ends`` transliterates the attention decode
-kernel's affine form (``latency.compile_affine``), ``decode_pricing.decode_steps``
+``twin.costmodel.compiled.fill_ends`` transliterates the attention decode
+kernel (``latency.compile_affine``'s form), ``decode_pricing.decode_steps``
 and ``DecodeRun``'s running sums; the engine's outputs stay byte-identical only if
 every end it writes equals ``itertools.accumulate`` over ``CostModel.decode_steps_s``
 exactly (``==``, never approx): on every shipped profile and preset, both of
@@ -13,25 +13,22 @@ from __future__ import annotations
 
 import dataclasses
 from itertools import accumulate
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_engine_helpers import generated
 
 from calibration import load_profile
 from twin.costmodel import CostModel
-from twin.costmodel import decode_kernel as dk
+from twin.costmodel import compiled as dk
 from twin.costmodel import latency as lat
 from twin.costmodel.decode_pricing import decode_steps
 from twin.costmodel.profile_store import shipped_profiles
-from twin.engine import EngineConfig, make_pricer, simulate
+from twin.engine import make_pricer
 from twin.engine.cost import CostModelPricer, Durations
 from twin.engine.decode_run import DecodeRun
 from twin.presets import PRESETS, get_model
-from workloads.reader import Workload
 
 RNG = np.random.default_rng(16)
 # Full attention, no window: the presets whose decode runs are priced by parts.
@@ -178,7 +175,7 @@ def test_random_constants_give_the_python_prices(
     cut: int,
 ) -> None:
     # Zero coefficients reach the kernel's a <= 0 and b <= 0 branches.
-    c = dk.pack(parts, host[0], host[1] == "max", keys, _kernel(params)[1])
+    c = dk.pack_decode(parts, host[0], host[1] == "max", keys, _kernel(params)[1])
     counts = [keys0 + j * batch for j in range(k)]
     want = _python_path(params, parts, keys, host[0], host[1], counts)
     assert _filled(c, keys0, batch, k, [min(cut, k)]) == want
@@ -202,7 +199,7 @@ def test_the_edge_branches_and_both_sides_larger() -> None:
             b = (b0 + bn * n) * kernel.inv_b
             seen.add("a <= 0" if a <= 0 else "b <= 0" if b <= 0 else "a > b" if a > b else "a <= b")
         assert seen == sides
-        c = dk.pack(parts, 0.0, False, keys, kernel)
+        c = dk.pack_decode(parts, 0.0, False, keys, kernel)
         want = _python_path(params, parts, keys, 0.0, "add", counts)
         assert _filled(c, 1, 7, 200, [50]) == want, keys
 
@@ -225,25 +222,3 @@ def test_a_run_filled_by_the_pricer_equals_one_summed_from_decode_run() -> None:
         assert compiled.ends.tolist() == summed.ends.tolist()
         for elapsed in RNG.uniform(0, compiled.end(k), 10).tolist():
             assert compiled.steps_to_reach(elapsed) == summed.steps_to_reach(elapsed)
-
-
-def test_a_simulation_with_compiled_runs_equals_one_without(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The engine's generic path (``decode_run``'s durations summed) as the oracle, to the byte."""
-    path = generated(tmp_path / "chat.parquet", "chat", 40, 4.0)
-    model, profile = get_model("marconi-hybrid-7b"), load_profile("h100")
-    config = EngineConfig(
-        gpu_memory_bytes=profile.peaks["mem_bytes"],
-        replicas=2,
-        cache_bytes=int(30e9),
-        router="session-affinity",
-    )
-    out = {}
-    for label in ("compiled", "summed"):
-        pricer = make_pricer(model, profile, config.tp)
-        if label == "summed":
-            monkeypatch.setattr(pricer, "decode_ends", lambda batch, context: None)
-        simulate(Workload.open(path), model, pricer, config, tmp_path / label)
-        out[label] = (tmp_path / label / "requests.parquet").read_bytes()
-    assert out["compiled"] == out["summed"]

@@ -1,7 +1,7 @@
 """A mixed step priced by compiled code equals the Python path to the bit (issue 16).
 
 ``CostModel.compile_steps`` hands ``step_spread`` of at most one prefill chunk to
-``twin.costmodel.step_kernel.step_seconds``, a transliteration of the step's
+``twin.costmodel.compiled.step_seconds``, a transliteration of the step's
 sums, the mixers' and the head's kernels and the host time. The engine's outputs
 stay byte-identical only if every price equals the Python path's exactly (``==``):
 every shipped profile and preset it serves, tensor parallelism, both host modes,
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from twin.costmodel import CostModel
-from twin.costmodel import step_kernel as sk
+from twin.costmodel import compiled as sk
 from twin.costmodel.model import MAX_TOKENS
 from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.engine import make_pricer
@@ -56,7 +56,7 @@ def _random_steps(n: int) -> list[tuple[list[tuple[int, int]], int, int]]:
 
 def _served(name: str) -> bool:
     cm = CostModel(get_model(name), load_profile("h100"))
-    return sk.pack(cm) is not None
+    return sk.pack_step(cm) is not None
 
 
 def test_the_kernel_serves_full_attention_and_mamba2_models_only() -> None:

@@ -1,0 +1,310 @@
+"""The engine's hot pricing paths as compiled code (numba), equal to the Python to the bit.
+
+Two calls, each in place of a dozen Python calls:
+
+- :func:`fill_ends`: a chunk of a decode run's steps (``twin.engine.decode_run.DecodeRun``)
+  when the attention decode kernel is not affine in the context (a measured p-norm
+  roofline), each step priced and the run's cumulative ends written in place;
+- :func:`step_seconds`: a step of at most one prefill chunk and a decode batch
+  (``CostModel.step_spread``, about one a request) for the models whose mixers are full
+  attention and Mamba2 (the hybrids Marconi studies, and plain transformers); the dense
+  layers' price depends on the token count alone and comes from ``CostModel``'s memo.
+
+Each transliterates Python pieces, named where they are, with the same float and
+integer operations in the same order, so every price equals the Python path's to the
+bit (``tests/test_compiled_decode.py``, ``tests/test_compiled_step.py``, ``==`` on every
+shipped profile and preset and on random constants). No ``fastmath`` (``twin.jit``: no
+FMA contraction, no reassociation); ``x ** y`` on floats is LLVM's ``pow`` intrinsic,
+which calls the C library's ``pow`` as CPython's ``float.__pow__`` does (numba links the
+process's own libm). Integer sums are int64: ``CostModel.step_spread`` asks only for
+counts under ``model.MAX_TOKENS`` (``keys_upto`` of 2^30 tokens is under 2^59).
+
+Why one module: numba caches each compiled function on disk keyed by its own source
+file, and a cached function carries the code of what it calls; both paths call
+:func:`_kernel_s`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from twin.costmodel import latency as lat
+from twin.jit import jit
+
+
+@jit("f8(f8[::1], f8, f8, f8, f8)")
+def _kernel_s(k: np.ndarray, flops: float, nbytes: float, x: float, y: float) -> float:
+    """``latency._compile_pair``'s ``fast`` (or the bandwidth-only ``scalar``) of the kernel
+    whose constants are ``k`` (a ``latency.KernelConstants``, in its order).
+
+    ``fast`` ends ``m * ((a/m)**p + (b/m)**p) ** inv_p`` with ``m`` the larger side; here
+    that side's term is 1.0, as in ``compile_affine``'s loop: ``m / m`` is exactly 1.0,
+    ``pow(1.0, p)`` is exactly 1.0 (C99 F.9.4.4) and ``+`` commutes, so the price is the
+    same to the bit, one ``pow`` call fewer."""
+    t0, inv_b = k[1], k[2]
+    if k[0] == 0.0:
+        return t0 + nbytes * inv_b
+    inv_f, cx, cy, p, inv_p = k[3], k[4], k[5], k[6], k[7]
+    a = flops * inv_f + cx * x + cy * y
+    b = nbytes * inv_b
+    if a <= 0.0:
+        return t0 + b
+    if b <= 0.0:
+        return t0 + a
+    if a > b:
+        return t0 + a * (1.0 + (b / a) ** p) ** inv_p
+    return t0 + b * ((a / b) ** p + 1.0) ** inv_p
+
+
+# ----- decode runs ----------------------------------------------------------------------
+# Entries of a batch size's constants (:func:`pack_decode`): the step's parts
+# (``CostModel._decode_shape``: dense layers, the mixers summed before full attention, its
+# layer count, the head), the host time and its mode (1: a floor, 0: added), the attention
+# decode features' coefficients in the keys (``decode_pricing.affine_in_keys``: FLOPs,
+# bytes at 0 keys and per key, score elements per key, tiles), the kernel's constants
+# (``latency.KernelConstants``, 8 entries), then the count of the later parts and the parts.
+DENSE, BEFORE, LAYERS, HEAD, HOST, HOST_FLOOR, FN, B0, BN, XN, Y = range(11)
+KERNEL = 11
+N_AFTER = KERNEL + 8
+AFTER = N_AFTER + 1
+
+
+def pack_decode(
+    parts: tuple[float, float, int, Sequence[float], float],
+    host_s: float,
+    host_floor: bool,
+    keys: tuple[float, float, float, float, float],
+    kernel: lat.KernelConstants,
+) -> np.ndarray:
+    """The constants of one batch size: ``parts`` = ``(dense, before, layers, after, head)``
+    (``CostModel._decode_shape``), ``keys`` = ``(fn, b0, bn, xn, y)`` (``affine_in_keys``)."""
+    dense, before, layers, after, head = parts
+    c = np.zeros(AFTER + len(after), np.float64)
+    c[DENSE], c[BEFORE], c[LAYERS], c[HEAD] = dense, before, layers, head
+    c[HOST], c[HOST_FLOOR] = host_s, float(host_floor)
+    c[FN : Y + 1] = keys
+    c[KERNEL:N_AFTER] = kernel
+    c[N_AFTER] = len(after)
+    c[AFTER:] = after
+    return c
+
+
+@jit("void(f8[::1], i8, i8, f8[::1], i8, i8)")
+def fill_ends(c: np.ndarray, keys0: int, batch: int, ends: np.ndarray, first: int, n: int) -> None:
+    """``ends[first:first + n]``: the ends of steps ``first`` to ``first + n - 1`` of a run
+    whose step j reads ``keys0 + j x batch`` keys, summed on from ``ends[first - 1]``.
+
+    Transliterates ``CostModel.decode_steps_s``: the attention decode kernel over the
+    keys (``latency.compile_affine``'s loop equals ``fast`` on the same features to the
+    bit, which :func:`_kernel_s` is), then ``decode_pricing.decode_steps``; and
+    ``DecodeRun.price_next``'s running sums (``itertools.accumulate``).
+    """
+    dense, before, layers, head = c[DENSE], c[BEFORE], c[LAYERS], c[HEAD]
+    host, floor = c[HOST], c[HOST_FLOOR] != 0.0
+    fn, b0, bn, xn, y = c[FN], c[B0], c[BN], c[XN], c[Y]
+    kernel = c[KERNEL:N_AFTER]
+    n_after = int(c[N_AFTER])
+    total_s = ends[first - 1] if first else 0.0
+    for j in range(first, first + n):
+        keys = keys0 + j * batch
+        r = _kernel_s(kernel, fn * keys, b0 + bn * keys, xn * keys, y)
+        # ``decode_steps``: the parts in ``_sum_parts``' order, then ``_with_host``.
+        total = before + layers * r
+        for i in range(n_after):
+            total += c[AFTER + i]
+        step = dense + total + head
+        if floor:
+            if not step >= host:
+                step = host
+        elif host != 0.0:
+            step = step + host
+        # The running sum: ``accumulate`` (the first end is the first price itself).
+        total_s = total_s + step if j else step
+        ends[j] = total_s
+
+
+# ----- mixed steps ----------------------------------------------------------------------
+# Rows of the kernel table ``kc`` (each a ``latency.KernelConstants``), then the host row.
+ATTN_PREFILL, ATTN_DECODE, SSM_SCAN, CONV1D, SSM_STEP, CONV_UPDATE, ELEMENTWISE, GEMM = range(8)
+HOST_ROW = 8  # (host seconds, 1.0 if a floor else 0.0 for added)
+# Entries of the model's integers ``mi``.
+(
+    ATTN_LAYERS,  # 0: no full attention
+    HEADS,
+    KV_HEADS,
+    HEAD_DIM,
+    ELEM,
+    M2_LAYERS,  # 0: no Mamba2
+    SSM_HEADS,
+    SSM_HEAD_DIM,
+    D_STATE,
+    GROUPS,
+    SCAN_CHUNK,
+    CONV_CHANNELS,
+    TAPS,
+    STATE_ELEM,
+    D_MODEL,
+    VOCAB,
+    CHUNK,  # ``_shape_args``' chunk: the scan's, or 1 without Mamba2
+) = range(17)
+
+
+def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(kc, mi)`` for :func:`step_seconds` from a ``CostModel``; ``None`` where the step
+    is priced in Python (other mixers, a window, another host mode, a width not an int)."""
+    kinds = {k: n for k, n in cm.kinds.items() if n}
+    if not kinds or set(kinds) - {"attention", "mamba2"} or cm.host_mode not in ("add", "max"):
+        return None
+    m = cm.model
+    attn = bool(kinds.get("attention")) and bool(m.n_attention_layers)
+    if bool(kinds.get("attention")) != attn or m.sliding_window is not None:
+        return None
+    mamba2 = "mamba2" in kinds
+    ints = [
+        kinds.get("attention", 0) if attn else 0,
+        cm.heads if attn else 0,
+        cm.kv_heads if attn else 0,
+        cm.head_dim if attn else 0,
+        cm.elem_bytes,
+        kinds.get("mamba2", 0),
+        cm.ssm_heads if mamba2 else 0,
+        cm.ssm_head_dim if mamba2 else 0,
+        cm.ssm_d_state if mamba2 else 0,
+        cm.ssm_groups if mamba2 else 0,
+        cm.chunk_size if mamba2 else 0,
+        cm.conv_channels if mamba2 else 0,
+        m.ssm_conv_kernel,
+        m.state_dtype_bytes,
+        cm.d_model,
+        cm.vocab,
+        cm.chunk_size if mamba2 else 1,
+    ]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
+        return None
+    prof = cm.profile
+    kc = np.zeros((HOST_ROW + 1, 8), np.float64)
+    update = prof.kernels.get("conv1d_update")
+    for row, name in (
+        (ATTN_PREFILL, "attn_prefill"),
+        (ATTN_DECODE, "attn_decode"),
+        (SSM_SCAN, "ssm_scan"),
+        (CONV1D, "conv1d"),
+        (SSM_STEP, "ssm_step"),
+        (ELEMENTWISE, "elementwise"),
+        (GEMM, "gemm"),
+    ):
+        kc[row] = lat.kernel_constants(name, prof.kernels[name].params, prof.peaks)
+    # ``CostModel._conv_update``: its own fit where the profile has one, else the conv's.
+    kc[CONV_UPDATE] = (
+        lat.kernel_constants("conv1d_update", update.params, prof.peaks)
+        if update is not None
+        else kc[CONV1D]
+    )
+    kc[HOST_ROW, 0], kc[HOST_ROW, 1] = cm.host_s, float(cm.host_mode == "max")
+    return kc, np.array(ints, np.int64)
+
+
+@jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, i8, i8, i8, i8)")
+def _attention(
+    kc: np.ndarray,
+    mi: np.ndarray,
+    row: int,
+    queries: int,
+    keys: int,
+    kv_rows: int,
+    sequences: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+) -> float:
+    """``features.attn_prefill_sums`` priced by kernel ``row``."""
+    e = mi[ELEM]
+    flops = 4.0 * heads * head_dim * keys
+    nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
+    return _kernel_s(kc[row], flops, nbytes, float(heads) * keys, float(kv_heads * sequences))
+
+
+@jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, f8)")
+def step_seconds(
+    kc: np.ndarray, mi: np.ndarray, n: int, cached: int, batch: int, context: int, dense: float
+) -> float:
+    """Seconds of a step of one prefill chunk of ``n`` new tokens after ``cached`` ones
+    (``n = 0``: none) and ``batch`` decodes over ``context`` keys in all, whose dense
+    layers cost ``dense`` (``CostModel.step_spread``; ``n + batch > 0``)."""
+    e = mi[ELEM]
+    # 1. ``aggregate_spread``: ``_prefill_sums`` of at most one chunk, then ``_features``.
+    chunks = 1 if n else 0
+    p_keys = p_kv = scan_chunks = 0
+    if n:
+        if mi[ATTN_LAYERS]:
+            m = cached + n
+            p_keys = m * (m + 1) // 2 - cached * (cached + 1) // 2
+            p_kv = cached + n
+        scan_chunks = -(-n // mi[CHUNK])
+    d_keys = context + batch if mi[ATTN_LAYERS] else 0
+    tokens = n + batch
+    sequences = chunks + batch
+    # 2. ``_mixing_parts`` summed as ``_sum_parts`` sums them (layers x seconds, in order).
+    total = 0.0
+    if mi[ATTN_LAYERS]:
+        layers, heads, kvh, hd = mi[ATTN_LAYERS], mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
+        if chunks:
+            s = _attention(kc, mi, ATTN_PREFILL, n, p_keys, p_kv, chunks, heads, kvh, hd)
+            total += layers * s
+        if batch:
+            s = _attention(kc, mi, ATTN_DECODE, batch, d_keys, d_keys, batch, heads, kvh, hd)
+            total += layers * s
+    if mi[M2_LAYERS]:
+        layers, width, taps = mi[M2_LAYERS], mi[CONV_CHANNELS], mi[TAPS]
+        nheads, channels, d_state = mi[SSM_HEADS], mi[SSM_HEADS] * mi[SSM_HEAD_DIM], mi[D_STATE]
+        ngroups, chunk = mi[GROUPS], mi[SCAN_CHUNK]
+        if chunks:
+            # ``ssm_scan_sums(n, scan_chunks, ...)``
+            padded = scan_chunks * chunk
+            flops = padded * (
+                2.0 * channels * (2 * d_state + chunk) + 2.0 * chunk * d_state * ngroups
+            )
+            nbytes = (
+                e * n * (2.0 * channels + 2.0 * ngroups * d_state + nheads)
+                + 8.0 * scan_chunks * channels * d_state
+            )
+            s = _kernel_s(kc[SSM_SCAN], flops, nbytes, float(scan_chunks * nheads), 0.0)
+            total += layers * s
+            # ``conv1d_features(1, n, width, taps, e)``, the chunks' channels as the extra
+            cf = 2.0 * 1 * n * width * taps
+            cb = float(e * (2 * 1 * n * width + width * taps))
+            total += layers * _kernel_s(kc[CONV1D], cf, cb, float(chunks * width), 0.0)
+        if batch:
+            # ``ssm_step_features(batch, ...)``, then the conv update
+            sf = 6.0 * batch * channels * d_state
+            sb = float(
+                batch
+                * (
+                    2 * channels * d_state * mi[STATE_ELEM]
+                    + e * (2 * channels + 2 * ngroups * d_state + 2 * nheads)
+                )
+            )
+            total += layers * _kernel_s(kc[SSM_STEP], sf, sb, 0.0, 0.0)
+            cf = 2.0 * batch * 1 * width * taps
+            ub = e * (2 * batch * 1 * width + width * taps)
+            ub += e * 2 * batch * width * taps
+            total += layers * _kernel_s(kc[CONV_UPDATE], cf, float(ub), 0.0, 0.0)
+    # 3. ``_head``: embedding gather, final norm, the LM head's GEMM (``gemm_sums``).
+    d, vocab = mi[D_MODEL], mi[VOCAB]
+    embed = _kernel_s(kc[ELEMENTWISE], 0.0, e * 2.0 * tokens * d, 0.0, 0.0)
+    norm = _kernel_s(kc[ELEMENTWISE], 0.0, e * (2.0 * tokens * d + d), 0.0, 0.0)
+    lm = 0.0
+    if sequences:
+        lm_flops = 2.0 * sequences * d * vocab
+        lm_bytes = float(e * (sequences * d + d * vocab + sequences * vocab))
+        lm = _kernel_s(kc[GEMM], lm_flops, lm_bytes, float(d * vocab), 0.0)
+    head = embed + norm + lm
+    # ``_seconds`` and ``_with_host``
+    kernels = dense + total + head
+    host = kc[HOST_ROW, 0]
+    if kc[HOST_ROW, 1] != 0.0:
+        return host if host > kernels else kernels  # ``max(kernels, host)``
+    return kernels + host
