@@ -34,7 +34,8 @@ scheduler and sampling CPU time, CUDA-graph replay savings, communication
 overlap. Kernel formulas, features and latencies come from ``twin.costmodel.formulas``,
 ``features`` and ``latency``; the per-GPU widths from ``shard_shapes``, the step's sums
 from ``step_features``, the dense layers' and the mixers' prices from ``dense_pricing``
-and ``mixer_pricing``.
+and ``mixer_pricing``, copies between tiers from ``copy_pricing``; the engine's hot paths
+(decode runs, steps of one prefill chunk) also as compiled code, ``compiled``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import StepCost
+from twin.costmodel.copy_pricing import TIERS, CopyPricing
 from twin.costmodel.decode_pricing import affine_in_keys, decode_steps
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.mixer_pricing import MixerPricing
@@ -57,12 +59,6 @@ from twin.costmodel.step_features import StepFeatures, aggregate_spread, aggrega
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
-TIERS = ("device", "host")
-_COPY_KERNEL = {
-    ("device", "device"): "copy_d2d",
-    ("host", "device"): "copy_h2d",
-    ("device", "host"): "copy_d2h",
-}
 # Tokens (cached + new) and context sums the compiled mixed step's int64 sums hold exactly
 # (``twin.costmodel.compiled``): larger ones are priced in Python.
 MAX_TOKENS = 1 << 30
@@ -73,7 +69,7 @@ _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is re
 _ARRAY_STEPS = 128
 
 
-class CostModel(DensePricing, MixerPricing):
+class CostModel(DensePricing, MixerPricing, CopyPricing):
     """Prices prefills, batch steps and state copies of ``model`` on ``profile``'s device."""
 
     def __init__(self, model: ModelSpec, profile: Profile, tp: int = 1) -> None:
@@ -337,42 +333,6 @@ class CostModel(DensePricing, MixerPricing):
 
     def _even_decode_s(self, batch: int, context: int) -> float:
         return self.step_spread((), batch, context)
-
-    def copy_s(
-        self, nbytes: float, src: str = "device", dst: str = "device", launches: int = 1
-    ) -> float:
-        """Seconds to move ``nbytes`` (the whole replica's) between tiers.
-
-        Each of the ``tp`` GPUs moves its shard over its own link, in ``launches``
-        copies (one per layer, say).
-        """
-        kernel = _COPY_KERNEL.get((src, dst))
-        if kernel is None:
-            raise TwinError(
-                f"no copy from {src!r} to {dst!r}; tiers are {', '.join(TIERS)} "
-                "and host-to-host is not priced"
-            )
-        if nbytes <= 0:
-            return 0.0
-        per_launch = nbytes / self.tp / launches
-        flops, moved, _ = ft.copy_features(per_launch, kernel)
-        return launches * self._k[kernel](flops, moved)
-
-    def checkpoint_copy_s(
-        self, n_checkpoints: int = 1, src: str = "device", dst: str = "device"
-    ) -> float:
-        """Seconds to copy ``n`` SSM checkpoints (every SSM layer's state), one launch a layer."""
-        m = self.model
-        return self.copy_s(
-            n_checkpoints * m.ssm_checkpoint_bytes, src, dst, launches=max(m.n_ssm_layers, 1)
-        )
-
-    def kv_transfer_s(self, n_tokens: int, src: str, dst: str) -> float:
-        """Seconds to move the KV of ``n_tokens`` between tiers, one launch per attention layer."""
-        m = self.model
-        return self.copy_s(
-            n_tokens * m.kv_bytes_per_token, src, dst, launches=max(m.n_attention_layers, 1)
-        )
 
     # ------------------------------------------------------------ pricing
 
