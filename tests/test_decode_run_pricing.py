@@ -51,7 +51,7 @@ def test_the_pricer_times_a_non_affine_run_like_each_step() -> None:
         run = pricer.decode_run(batch, context, steps)
         each = [pricer.step_time((), batch, context + i * batch) for i in range(steps)]
         assert list(run) == each
-    # A run planned again over steps already priced gets the same prices.
+    # Remembered prices (a run planned again over steps already priced) are the same.
     overlap = pricer.decode_run(batch, context + 250 * batch, 100)
     each = [pricer.step_time((), batch, context + i * batch) for i in range(250, 350)]
     assert list(overlap) == each

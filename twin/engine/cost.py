@@ -114,6 +114,8 @@ class PricerBase:
 # Per-sequence contexts at which a batch size's decode price is checked to be
 # affine in the context sum (up to 128K tokens a sequence), and the tolerance.
 _PROBE_CONTEXTS = (0, 128, 1024, 8192, 32768, 131072)
+# Decode step prices remembered across runs (about 100 bytes each) before starting afresh.
+_STEPS_REMEMBERED = 1 << 17
 _AFFINE_RTOL = 1e-6
 
 
@@ -143,6 +145,10 @@ class CostModelPricer(PricerBase):
             cost_model, "decode_run_constants", None
         )
         self._run_constants: dict[int, np.ndarray | None] = {}
+        # Non-affine batch sizes timed through ``decode_run`` (no compiled path): batch ->
+        # {context sum: seconds of that decode step}.
+        self._steps: dict[int, dict[int, float]] = {}
+        self._remembered = 0
         if self._constants is not None:
             # numba loads (and the kernel compiles, or comes from its disk cache) with
             # the pricer, not in the middle of a run.
@@ -171,9 +177,31 @@ class CostModelPricer(PricerBase):
 
     def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         fit = self._fit(batch)
-        if fit is None:  # not affine (a measured p-norm attention kernel): every step
+        if fit is None:
+            # Not affine (a sliding window; a measured p-norm attention kernel where the
+            # compiled ``decode_ends`` is not used): the context's part per step,
+            # remembered: a run cut short by an arrival that cannot be admitted yet is
+            # planned again over the same steps (most steps priced, on the chat benchmark).
             contexts = range(context, context + steps * batch, batch)
-            return cast(list[float], self.cost_model.decode_steps_s(batch, contexts))
+            memo = self._steps.get(batch)
+            if memo is None:
+                memo = self._steps[batch] = {}
+            known = list(map(memo.get, contexts))
+            if None not in known:
+                return cast(list[float], known)
+            missing = [c for c, p in zip(contexts, known, strict=True) if p is None]
+            if len(missing) == steps:
+                prices: list[float] = self.cost_model.decode_steps_s(batch, contexts)
+            else:
+                fresh = iter(self.cost_model.decode_steps_s(batch, missing))
+                prices = [next(fresh) if p is None else p for p in known]
+            self._remembered += len(missing)
+            if self._remembered > _STEPS_REMEMBERED:  # flat memory on long runs
+                self._steps.clear()
+                self._remembered = len(missing)
+                memo = self._steps[batch] = {}
+            memo.update(zip(contexts, prices, strict=True))
+            return prices
         return fit[0] + fit[1] * (context + batch * np.arange(steps, dtype=np.float64))
 
     def decode_ends(self, batch: int, context: int) -> EndsFiller | None:
