@@ -9,7 +9,7 @@ in the context, else from the cumulative step prices, which it asks the pricer
 for lazily, a chunk at a time (an arrival cuts about half the runs short, and
 the steps after the cut are never run, so they are never priced): summed here
 from the step prices, or written by the pricer's compiled filler
-(``StepPricer.decode_ends``' optional fast path).
+(``PricerBase.decode_ends``, an optional fast path).
 """
 
 from __future__ import annotations
