@@ -184,16 +184,21 @@ class CostModel(DensePricing, MixerPricing, CopyPricing):
                 return compiled(*self._step_tables, n, cached, batch, context, dense)
         return self._seconds(aggregate_spread(prefills, batch, context, *self._shape_args()))
 
-    def compile_steps(self) -> None:
+    def compile_steps(self) -> bool:
         """Price :meth:`step_spread` of at most one prefill chunk by compiled code
         (``twin.costmodel.compiled``, the same prices to the bit) where this model has
-        it; numba loads here (the engine's pricer asks, a one-off CLI call need not)."""
+        it; numba loads here (the engine's pricer asks, a one-off CLI call need not).
+        ``False`` (numba not loaded) where no compiled path serves this model: a sliding
+        window, or a host mode other than add or max (:meth:`decode_run_constants` too)."""
+        if not self._decode_by_parts:
+            return False
         from twin.costmodel import compiled  # numba loads here
 
         tables = compiled.pack_step(self)
         if tables is not None:
             self._step_tables = tables
             self._step_kernel = compiled.step_seconds
+        return True
 
     def _seconds(self, feats: StepFeatures) -> float:
         """Seconds of a step of these features (``step`` without the breakdown)."""

@@ -141,24 +141,21 @@ class CostModelPricer(PricerBase):
         self._affine: dict[int, tuple[float, float] | None] = {}
         # Per batch size, ``compiled.fill_ends``' constants (``None``: affine, or no
         # compiled path); a cost model without them is timed through ``decode_run``.
-        self._constants: Callable[[int], np.ndarray | None] | None = getattr(
-            cost_model, "decode_run_constants", None
-        )
+        self._constants: Callable[[int], np.ndarray | None] | None = None
         self._run_constants: dict[int, np.ndarray | None] = {}
         # Non-affine batch sizes timed through ``decode_run`` (no compiled path): batch ->
         # {context sum: seconds of that decode step}.
         self._steps: dict[int, dict[int, float]] = {}
         self._remembered = 0
-        if self._constants is not None:
-            # numba loads (and the kernel compiles, or comes from its disk cache) with
-            # the pricer, not in the middle of a run.
+        # Steps with a prefill chunk (about one a request) and decode runs compiled where
+        # the cost model can: numba loads (the kernels from their disk cache) with the
+        # pricer, not in the middle of a run, and not for a model no compiled path serves.
+        compile_steps = getattr(cost_model, "compile_steps", None)
+        if compile_steps is not None and compile_steps():
             from twin.costmodel.compiled import fill_ends
 
             self._fill_ends = fill_ends
-        # A step with a prefill chunk, about one per request: compiled where it can be.
-        compile_steps = getattr(cost_model, "compile_steps", None)
-        if compile_steps is not None:
-            compile_steps()
+            self._constants = getattr(cost_model, "decode_run_constants", None)
         self._copy_s = float(cost_model.checkpoint_copy_s(1))
         # ``CostModel.step_spread`` prices the spread without building it (other cost
         # models: ``step`` over the spread).
