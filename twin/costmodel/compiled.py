@@ -6,9 +6,9 @@ Two calls, each in place of a dozen Python calls:
   when the attention decode kernel is not affine in the context (a measured p-norm
   roofline), each step priced and the run's cumulative ends written in place;
 - :func:`step_seconds`: a step of at most one prefill chunk and a decode batch
-  (``CostModel.step_spread``, about one a request) for the models whose mixers are full
-  attention and Mamba2 (the hybrids Marconi studies, and plain transformers); the dense
-  layers' price depends on the token count alone and comes from ``CostModel``'s memo.
+  (``CostModel.step_spread``, about one a request) for the models without a sliding
+  window (full attention, Mamba2, Mamba-1, GDN); the dense layers' price depends on the
+  token count alone and comes from ``CostModel``'s memo.
 
 Each transliterates Python pieces, named where they are, with the same float and
 integer operations in the same order, so every price equals the Python path's to the
@@ -128,8 +128,9 @@ def fill_ends(c: np.ndarray, keys0: int, batch: int, ends: np.ndarray, first: in
 
 # ----- mixed steps ----------------------------------------------------------------------
 # Rows of the kernel table ``kc`` (each a ``latency.KernelConstants``), then the host row.
-ATTN_PREFILL, ATTN_DECODE, SSM_SCAN, CONV1D, SSM_STEP, CONV_UPDATE, ELEMENTWISE, GEMM = range(8)
-HOST_ROW = 8  # (host seconds, 1.0 if a floor else 0.0 for added)
+(ATTN_PREFILL, ATTN_DECODE, SSM_SCAN, CONV1D, SSM_STEP, CONV_UPDATE, ELEMENTWISE, GEMM) = range(8)
+M1_SCAN, M1_STEP, GDN_CHUNK, GDN_STEP = range(8, 12)  # ``MixerPricing._opt``'s
+HOST_ROW = 12  # (host seconds, 1.0 if a floor else 0.0 for added)
 # Entries of the model's integers ``mi``.
 (
     ATTN_LAYERS,  # 0: no full attention
@@ -149,20 +150,32 @@ HOST_ROW = 8  # (host seconds, 1.0 if a floor else 0.0 for added)
     D_MODEL,
     VOCAB,
     CHUNK,  # ``_shape_args``' chunk: the scan's, or 1 without Mamba2
-) = range(17)
+    M1_LAYERS,  # 0: no Mamba-1
+    M1_INNER,
+    M1_STATE,
+    GDN_LAYERS,  # 0: no GDN
+    GDN_V,
+    GDN_K,
+    GDN_KDIM,
+    GDN_VDIM,
+    GDN_CHUNK_LEN,
+    GDN_CONV,
+    GDN_TAPS,
+) = range(28)
+_KINDS = {"attention", "mamba2", "mamba1", "gdn"}
 
 
 def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """``(kc, mi)`` for :func:`step_seconds` from a ``CostModel``; ``None`` where the step
     is priced in Python (other mixers, a window, another host mode, a width not an int)."""
     kinds = {k: n for k, n in cm.kinds.items() if n}
-    if not kinds or set(kinds) - {"attention", "mamba2"} or cm.host_mode not in ("add", "max"):
+    if not kinds or set(kinds) - _KINDS or cm.host_mode not in ("add", "max"):
         return None
     m = cm.model
     attn = bool(kinds.get("attention")) and bool(m.n_attention_layers)
     if bool(kinds.get("attention")) != attn or m.sliding_window is not None:
         return None
-    mamba2 = "mamba2" in kinds
+    mamba2, mamba1, gdn = "mamba2" in kinds, "mamba1" in kinds, "gdn" in kinds
     ints = [
         kinds.get("attention", 0) if attn else 0,
         cm.heads if attn else 0,
@@ -181,6 +194,17 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         cm.d_model,
         cm.vocab,
         cm.chunk_size if mamba2 else 1,
+        kinds.get("mamba1", 0),
+        cm.m1_inner if mamba1 else 0,
+        cm.m1_state if mamba1 else 0,
+        kinds.get("gdn", 0),
+        cm.gdn_v if gdn else 0,
+        cm.gdn_k if gdn else 0,
+        m.gdn_head_k_dim,
+        m.gdn_head_v_dim,
+        m.gdn_chunk_size,
+        cm.gdn_conv if gdn else 0,
+        m.gdn_conv_kernel,
     ]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
         return None
@@ -203,6 +227,15 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         if update is not None
         else kc[CONV1D]
     )
+    # Mamba-1's and GDN's kernels: the profile's fit, else the datasheet fallback.
+    for row, name in (
+        (M1_SCAN, "mamba1_scan"),
+        (M1_STEP, "mamba1_step"),
+        (GDN_CHUNK, "gdn_chunk"),
+        (GDN_STEP, "gdn_step"),
+    ):
+        if name in cm._opt_constants:
+            kc[row] = cm._opt_constants[name]
     kc[HOST_ROW, 0], kc[HOST_ROW, 1] = cm.host_s, float(cm.host_mode == "max")
     return kc, np.array(ints, np.int64)
 
@@ -227,6 +260,25 @@ def _attention(
     return _kernel_s(kc[row], flops, nbytes, float(heads) * keys, float(kv_heads * sequences))
 
 
+@jit("f8(f8[:, ::1], i8, i8, i8, i8, i8)")
+def _conv_prompt(kc: np.ndarray, e: int, n: int, chunks: int, width: int, taps: int) -> float:
+    """``MixerPricing._conv`` over a step's prompt tokens: ``conv1d_features(1, n, width,
+    taps, e)``, the chunks' channels as the extra feature."""
+    cf = 2.0 * 1 * n * width * taps
+    cb = float(e * (2 * 1 * n * width + width * taps))
+    return _kernel_s(kc[CONV1D], cf, cb, float(chunks * width), 0.0)
+
+
+@jit("f8(f8[:, ::1], i8, i8, i8, i8)")
+def _conv_update(kc: np.ndarray, e: int, batch: int, width: int, taps: int) -> float:
+    """``MixerPricing._conv``'s decode update: ``conv1d_features(batch, 1, width, taps, e,
+    with_state=True)`` priced by ``CostModel._conv_update``."""
+    cf = 2.0 * batch * 1 * width * taps
+    ub = e * (2 * batch * 1 * width + width * taps)
+    ub += e * 2 * batch * width * taps
+    return _kernel_s(kc[CONV_UPDATE], cf, float(ub), 0.0, 0.0)
+
+
 @jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, f8)")
 def step_seconds(
     kc: np.ndarray, mi: np.ndarray, n: int, cached: int, batch: int, context: int, dense: float
@@ -237,13 +289,15 @@ def step_seconds(
     e = mi[ELEM]
     # 1. ``aggregate_spread``: ``_prefill_sums`` of at most one chunk, then ``_features``.
     chunks = 1 if n else 0
-    p_keys = p_kv = scan_chunks = 0
+    p_keys = p_kv = scan_chunks = g_chunks = 0
     if n:
         if mi[ATTN_LAYERS]:
             m = cached + n
             p_keys = m * (m + 1) // 2 - cached * (cached + 1) // 2
             p_kv = cached + n
         scan_chunks = -(-n // mi[CHUNK])
+        if mi[GDN_LAYERS]:
+            g_chunks = -(-n // mi[GDN_CHUNK_LEN])
     d_keys = context + batch if mi[ATTN_LAYERS] else 0
     tokens = n + batch
     sequences = chunks + batch
@@ -273,10 +327,7 @@ def step_seconds(
             )
             s = _kernel_s(kc[SSM_SCAN], flops, nbytes, float(scan_chunks * nheads), 0.0)
             total += layers * s
-            # ``conv1d_features(1, n, width, taps, e)``, the chunks' channels as the extra
-            cf = 2.0 * 1 * n * width * taps
-            cb = float(e * (2 * 1 * n * width + width * taps))
-            total += layers * _kernel_s(kc[CONV1D], cf, cb, float(chunks * width), 0.0)
+            total += layers * _conv_prompt(kc, e, n, chunks, width, taps)
         if batch:
             # ``ssm_step_features(batch, ...)``, then the conv update
             sf = 6.0 * batch * channels * d_state
@@ -288,10 +339,45 @@ def step_seconds(
                 )
             )
             total += layers * _kernel_s(kc[SSM_STEP], sf, sb, 0.0, 0.0)
-            cf = 2.0 * batch * 1 * width * taps
-            ub = e * (2 * batch * 1 * width + width * taps)
-            ub += e * 2 * batch * width * taps
-            total += layers * _kernel_s(kc[CONV_UPDATE], cf, float(ub), 0.0, 0.0)
+            total += layers * _conv_update(kc, e, batch, width, taps)
+    if mi[M1_LAYERS]:
+        layers, inner, d_state, taps = mi[M1_LAYERS], mi[M1_INNER], mi[M1_STATE], mi[TAPS]
+        per_channel = 8 * d_state + 2  # ``mixers.mamba1_scan_flops_per_channel``
+        if chunks:
+            # ``mixer_kernels.mamba1_scan_sums(n, inner, d_state, e)``, then the prompt conv
+            flops = float(n * inner * per_channel)
+            nbytes = e * n * (4.0 * inner + 2.0 * d_state) + 4.0 * inner * d_state
+            total += layers * _kernel_s(kc[M1_SCAN], flops, nbytes, 0.0, 0.0)
+            total += layers * _conv_prompt(kc, e, n, chunks, inner, taps)
+        if batch:
+            # ``mamba1_step_features``, then the conv update
+            sf = float(batch * inner * per_channel)
+            sb = float(
+                batch * (2 * inner * d_state * mi[STATE_ELEM] + e * (4 * inner + 2 * d_state))
+            )
+            total += layers * _kernel_s(kc[M1_STEP], sf, sb, 0.0, 0.0)
+            total += layers * _conv_update(kc, e, batch, inner, taps)
+    if mi[GDN_LAYERS]:
+        layers, v_heads, k_heads = mi[GDN_LAYERS], mi[GDN_V], mi[GDN_K]
+        k_dim, v_dim, g_chunk = mi[GDN_KDIM], mi[GDN_VDIM], mi[GDN_CHUNK_LEN]
+        width, taps = mi[GDN_CONV], mi[GDN_TAPS]
+        io = 2 * k_heads * k_dim + 2 * v_heads * v_dim + 2 * v_heads
+        if chunks:
+            # ``gdn_chunk_sums(n, g_chunks, ...)`` (``mixers.gdn_chunk_flops_per_head``)
+            per_head = 6 * g_chunk * k_dim + 4 * g_chunk * v_dim + 6 * k_dim * v_dim
+            per_head += g_chunk * g_chunk
+            flops = float(g_chunks * g_chunk * v_heads * per_head)
+            nbytes = e * n * io + 8.0 * g_chunks * v_heads * k_dim * v_dim
+            x = float(g_chunks * v_heads)
+            total += layers * _kernel_s(kc[GDN_CHUNK], flops, nbytes, x, 0.0)
+            total += layers * _conv_prompt(kc, e, n, chunks, width, taps)
+        if batch:
+            # ``gdn_step_features``, then the conv update
+            sf = float(batch * v_heads * 8 * k_dim * v_dim)
+            state = 2 * v_heads * k_dim * v_dim * mi[STATE_ELEM]
+            sb = float(batch * (state + e * io))
+            total += layers * _kernel_s(kc[GDN_STEP], sf, sb, 0.0, 0.0)
+            total += layers * _conv_update(kc, e, batch, width, taps)
     # 3. ``_head``: embedding gather, final norm, the LM head's GEMM (``gemm_sums``).
     d, vocab = mi[D_MODEL], mi[VOCAB]
     embed = _kernel_s(kc[ELEMENTWISE], 0.0, e * 2.0 * tokens * d, 0.0, 0.0)
