@@ -101,10 +101,12 @@ def test_no_compiled_path_where_a_step_is_priced_in_full() -> None:
     assert CostModel(windowed, prof).decode_run_constants(4) is None
     for name in sorted(set(PRESETS) - set(_BY_PARTS)):  # windows, or no attention at all
         assert CostModel(get_model(name), prof).decode_run_constants(4) is None, name
-    # A windowed model's pricer loads no compiled path at all (numba not needed).
+    # A windowed model's decode steps are priced in full (by the compiled mixed step).
     pricer = make_pricer(get_model("gemma-3-4b"), prof, 1)
-    assert pricer.decode_ends(4, 400) is None and pricer.cost_model._step_kernel is None
-    assert CostModel(get_model("gemma-3-4b"), prof).compile_steps() is False
+    assert pricer.decode_ends(4, 400) is None and pricer.cost_model._step_kernel is not None
+    # Host time that is neither added nor a floor: no compiled path, numba not loaded.
+    odd = dataclasses.replace(prof, layer_overhead={"mode": "other", "seconds": {}})
+    assert CostModel(get_model("gemma-3-4b"), odd).compile_steps() is False
     # An affine batch size is timed in closed form; the pricer offers no filler for it.
     pricer = make_pricer(get_model("marconi-hybrid-7b"), load_profile("h100-datasheet"), 1)
     assert pricer.decode_affine(8) is not None and pricer.decode_ends(8, 800) is None

@@ -4,9 +4,9 @@
 ``twin.costmodel.compiled.step_seconds``, a transliteration of the step's
 sums, the mixers' and the head's kernels and the host time. The engine's outputs
 stay byte-identical only if every price equals the Python path's exactly (``==``):
-every shipped profile and preset it serves (full attention, Mamba2, Mamba-1, GDN),
-tensor parallelism, both host modes, random chunks, batches and contexts; and where it
-does not serve, Python answers.
+every shipped profile and preset (full and sliding-window attention, Mamba2, Mamba-1,
+GDN), tensor parallelism, both host modes, random chunks, batches and contexts; and where
+it does not serve, Python answers.
 """
 
 from __future__ import annotations
@@ -60,11 +60,10 @@ def _served(name: str) -> bool:
     return sk.pack_step(cm) is not None
 
 
-def test_the_kernel_serves_every_preset_without_a_sliding_window() -> None:
-    served = {n for n in PRESETS if _served(n)}
-    assert served == {n for n in PRESETS if not get_model(n).sliding_window}
-    kinds = {k for n in served for k in get_model(n).mixer_counts}
-    assert kinds == {"attention", "mamba2", "mamba1", "gdn"}
+def test_the_kernel_serves_every_preset() -> None:
+    assert {n for n in PRESETS if _served(n)} == set(PRESETS)
+    kinds = {k for n in PRESETS for k in get_model(n).mixer_counts}
+    assert kinds == {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
 
 @pytest.mark.parametrize("profile", sorted(shipped_profiles()))
@@ -79,15 +78,16 @@ def test_compiled_steps_equal_the_python_steps_on_every_profile_and_preset(profi
 
 
 def test_compiled_steps_equal_the_step_of_the_spread_contexts() -> None:
-    compiled, plain = _pair("marconi-hybrid-7b", "h100")
-    for chunks, batch, context in _random_steps(40):
-        base, extra = divmod(context, batch) if batch else (0, 0)
-        decodes = [base + 1] * extra + [base] * (batch - extra)
-        assert compiled.step_spread(chunks, batch, context) == plain.step(chunks, decodes)
+    for name in ("marconi-hybrid-7b", "gemma-3-4b", "tiny-moe-hybrid"):
+        compiled, plain = _pair(name, "h100")
+        for chunks, batch, context in _random_steps(40):
+            base, extra = divmod(context, batch) if batch else (0, 0)
+            decodes = [base + 1] * extra + [base] * (batch - extra)
+            assert compiled.step_spread(chunks, batch, context) == plain.step(chunks, decodes)
 
 
 def test_tensor_parallel_steps_are_priced_alike() -> None:
-    for name in ("marconi-hybrid-7b", "llama-3-8b", "zamba2-7b", "qwen3.5-9b", "jamba-1.5-mini"):
+    for name in ("marconi-hybrid-7b", "zamba2-7b", "qwen3.5-9b", "jamba-1.5-mini", "gpt-oss-20b"):
         compiled, plain = _pair(name, "h100", tp=2)
         for chunks, batch, context in _random_steps(30):
             assert compiled.step_spread(chunks, batch, context) == plain.step_spread(

@@ -6,9 +6,10 @@ Two calls, each in place of a dozen Python calls:
   when the attention decode kernel is not affine in the context (a measured p-norm
   roofline), each step priced and the run's cumulative ends written in place;
 - :func:`step_seconds`: a step of at most one prefill chunk and a decode batch
-  (``CostModel.step_spread``, about one a request) for the models without a sliding
-  window (full attention, Mamba2, Mamba-1, GDN); the dense layers' price depends on the
-  token count alone and comes from ``CostModel``'s memo.
+  (``CostModel.step_spread``, about one a request; each decode step of a sliding-window
+  model) for every mixer kind (full and sliding-window attention, Mamba2, Mamba-1, GDN);
+  the dense layers' price depends on the token count alone and comes from
+  ``CostModel``'s memo.
 
 Each transliterates Python pieces, named where they are, with the same float and
 integer operations in the same order, so every price equals the Python path's to the
@@ -19,9 +20,10 @@ which calls the C library's ``pow`` as CPython's ``float.__pow__`` does (numba l
 process's own libm). Integer sums are int64: ``CostModel.step_spread`` asks only for
 counts under ``model.MAX_TOKENS`` (``keys_upto`` of 2^30 tokens is under 2^59).
 
-Why one module: numba caches each compiled function on disk keyed by its own source
-file, and a cached function carries the code of what it calls; both paths call
-:func:`_kernel_s`.
+Why one module, past 400 lines: numba caches each compiled function on disk keyed by
+its own source file, and a cached function carries the code of what it calls; both
+paths call :func:`_kernel_s`, so a change to it in another file would leave the other's
+cache stale.
 """
 
 from __future__ import annotations
@@ -161,8 +163,10 @@ HOST_ROW = 12  # (host seconds, 1.0 if a floor else 0.0 for added)
     GDN_CHUNK_LEN,
     GDN_CONV,
     GDN_TAPS,
-) = range(28)
-_KINDS = {"attention", "mamba2", "mamba1", "gdn"}
+    SWA_LAYERS,  # 0: no sliding-window attention
+    WINDOW,  # ``_shape_args``' window (0: none)
+) = range(30)
+_KINDS = {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
 
 def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
@@ -172,15 +176,16 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
     if not kinds or set(kinds) - _KINDS or cm.host_mode not in ("add", "max"):
         return None
     m = cm.model
-    attn = bool(kinds.get("attention")) and bool(m.n_attention_layers)
-    if bool(kinds.get("attention")) != attn or m.sliding_window is not None:
+    # ``_mixing_parts`` prices attention of either kind only when the model has its layers.
+    heads = bool(m.n_attention_layers)
+    if (kinds.get("attention") or kinds.get("swa")) and not heads:
         return None
     mamba2, mamba1, gdn = "mamba2" in kinds, "mamba1" in kinds, "gdn" in kinds
     ints = [
-        kinds.get("attention", 0) if attn else 0,
-        cm.heads if attn else 0,
-        cm.kv_heads if attn else 0,
-        cm.head_dim if attn else 0,
+        kinds.get("attention", 0),
+        cm.heads if heads else 0,
+        cm.kv_heads if heads else 0,
+        cm.head_dim if heads else 0,
         cm.elem_bytes,
         kinds.get("mamba2", 0),
         cm.ssm_heads if mamba2 else 0,
@@ -205,6 +210,8 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         m.gdn_chunk_size,
         cm.gdn_conv if gdn else 0,
         m.gdn_conv_kernel,
+        kinds.get("swa", 0),
+        m.sliding_window or 0,
     ]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
         return None
@@ -260,6 +267,15 @@ def _attention(
     return _kernel_s(kc[row], flops, nbytes, float(heads) * keys, float(kv_heads * sequences))
 
 
+@jit("i8(i8, i8)")
+def _keys_upto(m: int, window: int) -> int:
+    """``mixers.keys_upto``: keys attended by the first ``m`` causal tokens (``window``
+    -1: full attention, ``None`` there)."""
+    if window < 0 or m <= window:
+        return m * (m + 1) // 2
+    return window * (window + 1) // 2 + (m - window) * window
+
+
 @jit("f8(f8[:, ::1], i8, i8, i8, i8, i8)")
 def _conv_prompt(kc: np.ndarray, e: int, n: int, chunks: int, width: int, taps: int) -> float:
     """``MixerPricing._conv`` over a step's prompt tokens: ``conv1d_features(1, n, width,
@@ -289,27 +305,43 @@ def step_seconds(
     e = mi[ELEM]
     # 1. ``aggregate_spread``: ``_prefill_sums`` of at most one chunk, then ``_features``.
     chunks = 1 if n else 0
-    p_keys = p_kv = scan_chunks = g_chunks = 0
+    window = mi[WINDOW]
+    p_keys = p_kv = s_keys = s_kv = scan_chunks = g_chunks = 0
     if n:
         if mi[ATTN_LAYERS]:
-            m = cached + n
-            p_keys = m * (m + 1) // 2 - cached * (cached + 1) // 2
+            p_keys = _keys_upto(cached + n, -1) - _keys_upto(cached, -1)
             p_kv = cached + n
+        if mi[SWA_LAYERS]:
+            s_keys = _keys_upto(cached + n, window) - _keys_upto(cached, window)
+            s_kv = min(cached + n, window + n)
         scan_chunks = -(-n // mi[CHUNK])
         if mi[GDN_LAYERS]:
             g_chunks = -(-n // mi[GDN_CHUNK_LEN])
     d_keys = context + batch if mi[ATTN_LAYERS] else 0
+    s_dec = 0
+    if mi[SWA_LAYERS] and batch:
+        base, extra = context // batch, context % batch  # the even spread (``divmod``)
+        s_dec = extra * min(base + 2, window) + (batch - extra) * min(base + 1, window)
     tokens = n + batch
     sequences = chunks + batch
     # 2. ``_mixing_parts`` summed as ``_sum_parts`` sums them (layers x seconds, in order).
     total = 0.0
+    heads, kvh, hd = mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
     if mi[ATTN_LAYERS]:
-        layers, heads, kvh, hd = mi[ATTN_LAYERS], mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
+        layers = mi[ATTN_LAYERS]
         if chunks:
             s = _attention(kc, mi, ATTN_PREFILL, n, p_keys, p_kv, chunks, heads, kvh, hd)
             total += layers * s
         if batch:
             s = _attention(kc, mi, ATTN_DECODE, batch, d_keys, d_keys, batch, heads, kvh, hd)
+            total += layers * s
+    if mi[SWA_LAYERS]:
+        layers = mi[SWA_LAYERS]
+        if chunks:
+            s = _attention(kc, mi, ATTN_PREFILL, n, s_keys, s_kv, chunks, heads, kvh, hd)
+            total += layers * s
+        if batch:
+            s = _attention(kc, mi, ATTN_DECODE, batch, s_dec, s_dec, batch, heads, kvh, hd)
             total += layers * s
     if mi[M2_LAYERS]:
         layers, width, taps = mi[M2_LAYERS], mi[CONV_CHANNELS], mi[TAPS]

@@ -188,9 +188,9 @@ class CostModel(DensePricing, MixerPricing, CopyPricing):
         """Price :meth:`step_spread` of at most one prefill chunk by compiled code
         (``twin.costmodel.compiled``, the same prices to the bit) where this model has
         it; numba loads here (the engine's pricer asks, a one-off CLI call need not).
-        ``False`` (numba not loaded) where no compiled path serves this model: a sliding
-        window, or a host mode other than add or max (:meth:`decode_run_constants` too)."""
-        if not self._decode_by_parts:
+        ``False`` (numba not loaded) where no compiled path serves this model: a host mode
+        other than add or max."""
+        if self.host_mode not in ("add", "max"):
             return False
         from twin.costmodel import compiled  # numba loads here
 
