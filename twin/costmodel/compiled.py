@@ -171,7 +171,7 @@ _KINDS = {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
 def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
     """``(kc, mi)`` for :func:`step_seconds` from a ``CostModel``; ``None`` where the step
-    is priced in Python (other mixers, a window, another host mode, a width not an int)."""
+    is priced in Python (another mixer kind, another host mode, a width not an int)."""
     kinds = {k: n for k, n in cm.kinds.items() if n}
     if not kinds or set(kinds) - _KINDS or cm.host_mode not in ("add", "max"):
         return None
@@ -247,24 +247,36 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
     return kc, np.array(ints, np.int64)
 
 
-@jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, i8, i8, i8, i8)")
-def _attention(
-    kc: np.ndarray,
-    mi: np.ndarray,
-    row: int,
-    queries: int,
-    keys: int,
-    kv_rows: int,
-    sequences: int,
-    heads: int,
-    kv_heads: int,
-    head_dim: int,
+@jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, i8)")
+def _attention_s(
+    kc: np.ndarray, mi: np.ndarray, row: int, queries: int, keys: int, kv_rows: int, seqs: int
 ) -> float:
     """``features.attn_prefill_sums`` priced by kernel ``row``."""
-    e = mi[ELEM]
+    e, heads, kv_heads, head_dim = mi[ELEM], mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
     flops = 4.0 * heads * head_dim * keys
     nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
-    return _kernel_s(kc[row], flops, nbytes, float(heads) * keys, float(kv_heads * sequences))
+    return _kernel_s(kc[row], flops, nbytes, float(heads) * keys, float(kv_heads * seqs))
+
+
+@jit("f8(f8[:, ::1], i8[::1], f8, i8, i8, i8, i8, i8, i8)")
+def _attention_kind(
+    kc: np.ndarray,
+    mi: np.ndarray,
+    total: float,
+    layers: int,
+    n: int,
+    keys: int,
+    kv_rows: int,
+    batch: int,
+    decode_keys: int,
+) -> float:
+    """``total`` plus one attention kind's parts (``_mixing_parts``' group of that kind):
+    its prefill over one chunk of ``n`` tokens (if any), then its decodes."""
+    if n:
+        total += layers * _attention_s(kc, mi, ATTN_PREFILL, n, keys, kv_rows, 1)
+    if batch:
+        total += layers * _attention_s(kc, mi, ATTN_DECODE, batch, decode_keys, decode_keys, batch)
+    return total
 
 
 @jit("i8(i8, i8)")
@@ -326,23 +338,10 @@ def step_seconds(
     sequences = chunks + batch
     # 2. ``_mixing_parts`` summed as ``_sum_parts`` sums them (layers x seconds, in order).
     total = 0.0
-    heads, kvh, hd = mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
     if mi[ATTN_LAYERS]:
-        layers = mi[ATTN_LAYERS]
-        if chunks:
-            s = _attention(kc, mi, ATTN_PREFILL, n, p_keys, p_kv, chunks, heads, kvh, hd)
-            total += layers * s
-        if batch:
-            s = _attention(kc, mi, ATTN_DECODE, batch, d_keys, d_keys, batch, heads, kvh, hd)
-            total += layers * s
+        total = _attention_kind(kc, mi, total, mi[ATTN_LAYERS], n, p_keys, p_kv, batch, d_keys)
     if mi[SWA_LAYERS]:
-        layers = mi[SWA_LAYERS]
-        if chunks:
-            s = _attention(kc, mi, ATTN_PREFILL, n, s_keys, s_kv, chunks, heads, kvh, hd)
-            total += layers * s
-        if batch:
-            s = _attention(kc, mi, ATTN_DECODE, batch, s_dec, s_dec, batch, heads, kvh, hd)
-            total += layers * s
+        total = _attention_kind(kc, mi, total, mi[SWA_LAYERS], n, s_keys, s_kv, batch, s_dec)
     if mi[M2_LAYERS]:
         layers, width, taps = mi[M2_LAYERS], mi[CONV_CHANNELS], mi[TAPS]
         nheads, channels, d_state = mi[SSM_HEADS], mi[SSM_HEADS] * mi[SSM_HEAD_DIM], mi[D_STATE]
