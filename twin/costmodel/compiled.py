@@ -217,7 +217,6 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         return None
     prof = cm.profile
     kc = np.zeros((HOST_ROW + 1, 8), np.float64)
-    update = prof.kernels.get("conv1d_update")
     for row, name in (
         (ATTN_PREFILL, "attn_prefill"),
         (ATTN_DECODE, "attn_decode"),
@@ -228,12 +227,7 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         (GEMM, "gemm"),
     ):
         kc[row] = lat.kernel_constants(name, prof.kernels[name].params, prof.peaks)
-    # ``CostModel._conv_update``: its own fit where the profile has one, else the conv's.
-    kc[CONV_UPDATE] = (
-        lat.kernel_constants("conv1d_update", update.params, prof.peaks)
-        if update is not None
-        else kc[CONV1D]
-    )
+    kc[CONV_UPDATE] = cm._conv_update_constants  # ``CostModel._conv_update``'s
     # Mamba-1's and GDN's kernels: the profile's fit, else the datasheet fallback.
     for row, name in (
         (M1_SCAN, "mamba1_scan"),

@@ -108,12 +108,10 @@ class CostModel(DensePricing, MixerPricing, CopyPricing):
         # The decode conv update: its own fit where the profile has one (NVIDIA's tables
         # time causal_conv1d_update apart), else the prompt conv's model with no
         # per-sequence term.
-        update = profile.kernels.get("conv1d_update")
-        self._conv_update = (
-            lat.compile_fast("conv1d_update", update.params, profile.peaks)
-            if update is not None
-            else self._k["conv1d"]
-        )
+        name = "conv1d_update" if "conv1d_update" in profile.kernels else "conv1d"
+        params = profile.kernels[name].params
+        self._conv_update = lat.compile_fast(name, params, profile.peaks)
+        self._conv_update_constants = lat.kernel_constants(name, params, profile.peaks)
         self._setup_mixer_kernels()
         self._dense_cache: dict[int, float] = {}
         # ``compile_steps``: the compiled mixed step and its tables, once asked for.
