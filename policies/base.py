@@ -7,6 +7,7 @@ choosing a victim never scans the tree.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,6 +39,14 @@ class Policy:
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> CacheStructure:
         """The cache structure this policy runs on (the radix-tree cache by default)."""
         return PrefixCache(model, capacity_bytes, self)
+
+    def make_engine_cache(
+        self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
+    ) -> CacheStructure:
+        """The cache the engine runs this policy on, without a host tier or a shared pool:
+        :meth:`make_cache`, unless a policy has a faster one with the same results
+        (``marconi``: compiled). ``longest()``: the workload's longest input + output."""
+        return self.make_cache(model, capacity_bytes)
 
     def bind(self, cache: CacheStructure) -> None:
         """Called once by the cache that this policy serves."""

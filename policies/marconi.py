@@ -25,6 +25,7 @@ the reference code's retrospective tuning (github.com/ruipeterpan/marconi):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,6 +33,7 @@ import numpy as np
 from policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
 from policies.base import judicious_admission
 from policies.reference_score import ReferenceFlopAwareEviction
+from twin.model import ModelSpec
 
 BOOTSTRAP_MULTIPLIER = 5  # policy_exploration.py's --bootstrap_multiplier default (15 for LMSys)
 
@@ -67,15 +69,37 @@ class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
 
     def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         self.refresh_insert_path(cache, full)
+        self.tune_if_due(cache)
+        return judicious_admission(cache, prompt, full)
+
+    def tune_if_due(self, cache: Any) -> bool:
+        """Tune now if the request just admitted completes the window; ``True`` if it did."""
         if (
             self.phase == "window"
             and self._window_len is not None
             and self.requests >= self._window_len
         ):
             self._tune(cache)
-        return judicious_admission(cache, prompt, full)
+            return True
+        return False
+
+    def make_engine_cache(
+        self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
+    ) -> Any:
+        """The compiled live cache where it runs this policy exactly
+        (:mod:`policies.compiled.live`), else the radix-tree cache."""
+        from policies.compiled.live import live_cache
+
+        live = live_cache(self, model, capacity_bytes, longest)
+        return live if live is not None else self.make_cache(model, capacity_bytes)
 
     def choose_victim(self, cache: Any) -> Any | None:
+        if self.phase == "warmup":
+            self.end_warmup()
+        return super().choose_victim(cache)
+
+    def end_warmup(self) -> None:
+        """The first victim is being chosen: the bootstrap window's length is fixed."""
         if self.phase == "warmup":
             before = self.requests
             self._window_len = max(1, round(self.multiplier * before))
@@ -88,7 +112,6 @@ class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
             # ending at this very request is never reached.
             self.phase = "window" if self._window_len > before else "untuned"
             del self._window[self._window_len :]
-        return super().choose_victim(cache)
 
     def _tune(self, cache: Any) -> None:
         scores = grid_scores(

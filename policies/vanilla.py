@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from policies.base import Policy
 from twin.cache import CacheStructure
+from twin.cache.empty import EmptyCache
+from twin.model import ModelSpec
 
 
 class VanillaPolicy(Policy):
@@ -16,3 +21,9 @@ class VanillaPolicy(Policy):
 
     def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         return []
+
+    def make_engine_cache(
+        self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
+    ) -> Any:
+        """An empty cache without a tree (:mod:`twin.cache.empty`): the same answers."""
+        return EmptyCache(model, capacity_bytes, self)

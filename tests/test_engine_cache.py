@@ -204,10 +204,55 @@ def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
         )
         return summary, (out / REQUESTS_FILE).read_bytes(), (out / SUMMARY_FILE).read_bytes()
 
+    from policies.compiled.live import LiveCache
+
+    made = []
+    init = LiveCache.__init__
+    monkeypatch.setattr(LiveCache, "__init__", lambda self, *a: made.append(1) or init(self, *a))
     summary, *fast = once(tmp_path / "compiled")
+    # marconi's replicas hold the compiled live cache; marconi-twin's the Python one.
+    assert len(made) == (2 if policy == "marconi" else 0)
     boots = [r["policy"]["bootstrap"] for r in summary["replicas"]]
     assert all(b.get("completed") for b in boots), boots
     assert len({str(sorted(b["grid"].items())) for b in boots}) == len(boots)
     monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
     _, *slow = once(tmp_path / "python")
     assert fast == slow
+
+
+def test_vanilla_empty_cache_is_the_same(tmp_path, monkeypatch):
+    """``vanilla`` runs on an :class:`~twin.cache.empty.EmptyCache` in the engine: the
+    outputs are those of the radix-tree cache it stands for, byte for byte."""
+    from policies.vanilla import VanillaPolicy
+    from twin.cache.empty import EmptyCache
+
+    def once(out, router):
+        run(
+            example_path("chat"),
+            LinearPricer(copy_s=1e-4),
+            out=out,
+            replicas=2,
+            policy="vanilla",
+            router=router,
+            session_rate=2.0,
+            seed=3,
+        )
+        return (out / REQUESTS_FILE).read_bytes(), (out / SUMMARY_FILE).read_bytes()
+
+    real = VanillaPolicy.make_engine_cache
+    made: list = []
+
+    def spied(self, *args):
+        made.append(real(self, *args))
+        return made[-1]
+
+    def tree(self, model, capacity, _longest):
+        return self.make_cache(model, capacity)
+
+    for router in ("session-affinity", "prefix-aware"):
+        made.clear()
+        monkeypatch.setattr(VanillaPolicy, "make_engine_cache", spied)
+        empty = once(tmp_path / f"empty-{router}", router)
+        assert made and all(isinstance(c, EmptyCache) for c in made)
+        monkeypatch.setattr(VanillaPolicy, "make_engine_cache", tree)
+        assert once(tmp_path / f"tree-{router}", router) == empty

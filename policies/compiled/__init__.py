@@ -109,19 +109,24 @@ class CompiledTrace:
     def fits(self, model: ModelSpec) -> bool:
         """Token ids fit the keys, and every count of ``model`` up to the deepest node is
         below 2**53."""
-        from policies.reference_score import attn_flops, mamba1_flops, mlp_flops
+        return self.ids_fit and exact_up_to(model, self.max_depth)
 
-        depth, d = self.max_depth, model.d_model
-        attn = attn_flops(depth, d)
-        layers = model.n_mlp_layers + model.n_moe_layers
-        # The reference's saved FLOPs: its positive terms, or its one negative term (the
-        # MLP layers less the parent's attention FLOPs), bound its magnitude.
-        gained = model.n_ssm_layers * mamba1_flops(depth, d, model.ssm_d_state)
-        gained += model.n_attention_layers * attn + layers * mlp_flops(depth, d)
-        saved = max(gained, layers * attn)
-        held = model.ssm_checkpoint_bytes + model.kv_bytes_per_token * depth
-        exact = saved < _EXACT and held < _EXACT and PrefillFlops(model).total(depth, 0) < _EXACT
-        return self.ids_fit and exact
+
+def exact_up_to(model: ModelSpec, depth: int) -> bool:
+    """Is every FLOP and byte count of ``model``'s efficiencies, for nodes up to ``depth``
+    tokens deep, below 2**53 (each efficiency then the same division as Python's)?"""
+    from policies.reference_score import attn_flops, mamba1_flops, mlp_flops
+
+    d = model.d_model
+    attn = attn_flops(depth, d)
+    layers = model.n_mlp_layers + model.n_moe_layers
+    # The reference's saved FLOPs: its positive terms, or its one negative term (the
+    # MLP layers less the parent's attention FLOPs), bound its magnitude.
+    gained = model.n_ssm_layers * mamba1_flops(depth, d, model.ssm_d_state)
+    gained += model.n_attention_layers * attn + layers * mlp_flops(depth, d)
+    saved = max(gained, layers * attn)
+    held = model.ssm_checkpoint_bytes + model.kv_bytes_per_token * depth
+    return saved < _EXACT and held < _EXACT and PrefillFlops(model).total(depth, 0) < _EXACT
 
 
 def _snapshot_columns(snap: CacheSnapshot, offset: int) -> tuple[list[np.ndarray], np.ndarray]:
@@ -183,6 +188,7 @@ def constants(model: ModelSpec, capacity: int, rules: int) -> tuple[np.ndarray, 
             model.n_attention_layers,
             model.n_mlp_layers + model.n_moe_layers,
             rules,
+            0,  # M_LIVE: a replay (``policies.compiled.live`` sets 1)
         ],
         np.int64,
     )

@@ -55,8 +55,12 @@ the same order; each function names what it follows):
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 # Node fields, rows of ``nd``.
 (PAR, FIRST, LAST, NXT, PRV, NCH, BASE, DEP, LEN, CKPT, LOCK, STAMP, SLOT, T, NID, CKHIT) = range(
@@ -69,10 +73,16 @@ N_FIELDS = 16
 # during which the first eviction came (-1: none yet).
 (S_NOW, S_TICKED, S_NEXT, S_KV, S_CKPTS, S_NCAND, S_NHELD, S_EVICTIONS, S_CLOCK, S_NID) = range(10)
 S_PEAK, S_PEAK_KV, S_PEAK_SSM, S_ADMITTED, S_CKHIT, S_FIRST_EVICTION = range(10, 16)
-N_SCALARS = 16
+# A live cache's (section 4): the end of the tokens written to ``buf``, the free node
+# ids stacked, the key table's deleted slots, and the victim choices made.
+S_BUFEND, S_FREE, S_GONE, S_CHOSE = range(16, 20)
+N_SCALARS = 20
 # Integer constants, entries of ``mc``: capacity, bytes (KV per token of every layer,
 # of the full-attention layers, one state), the reference's FLOP terms, the rules.
 M_CAP, M_KVPT, M_FULLKV, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP, M_RULES = range(10)
+M_LIVE = 10  # 1: a live cache (section 4), 0: a replay over one trace buffer
+LIVE_NODE_SLACK = 16  # free node ids a live cache keeps before an insert
+N_CONSTANTS = 11
 # Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear and
 # full-attention quadratic coefficients (``marconi-twin``'s efficiency).
 F_ALPHA, F_LINEAR, F_QUAD = range(3)
@@ -83,7 +93,13 @@ REFERENCE, TWIN = 0, 1
 def jit(fn=None, **options):
     """numba's ``njit``, cached on disk where numba finds a writable place (beside this
     file, or the user's cache folder); compiled once per process where it finds none.
-    ``@jit`` or ``@jit(**more njit options)``."""
+    ``@jit`` or ``@jit(**more njit options)``.
+
+    The small helpers that take the state tuple are inlined (``inline="always"``):
+    a call binds its tuple argument, and numba counts a reference to each of its
+    arrays on the way in and out (atomic operations: about a third of a replay's
+    time went to them; inlining them made a chat window's replay 1.25 times faster).
+    """
     if fn is None:
         return lambda f: jit(f, **options)
     options = {"error_model": "numpy", "nogil": True, **options}
@@ -91,6 +107,49 @@ def jit(fn=None, **options):
         return numba.njit(cache=True, **options)(fn)
     except RuntimeError:  # numba: "cannot cache function ...: no locator available"
         return numba.njit(**options)(fn)
+
+
+def _uncounted_typing(typingctx, arr):
+    """``_uncounted(arr)``: ``arr`` without its reference count: the same data, no owner.
+
+    numba counts a reference to every array of a tuple argument on each call
+    (atomic increments and decrements, a third of a replay's time); a state tuple
+    of uncounted views (:func:`borrow`) makes those no-ops. Only for the length of
+    one call from Python, which holds the arrays meanwhile; never returned.
+    """
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(arr)(context, builder, value=args[0])
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        return ary._getvalue()
+
+    return arr(arr), codegen
+
+
+_uncounted: Any = intrinsic(_uncounted_typing)
+
+
+@jit
+def borrow(st):
+    """``st`` as uncounted views (:func:`_uncounted`), for the calls inside one entry."""
+    return (
+        _uncounted(st[0]),
+        _uncounted(st[1]),
+        _uncounted(st[2]),
+        _uncounted(st[3]),
+        _uncounted(st[4]),
+        _uncounted(st[5]),
+        _uncounted(st[6]),
+        _uncounted(st[7]),
+        _uncounted(st[8]),
+        _uncounted(st[9]),
+        _uncounted(st[10]),
+        _uncounted(st[11]),
+        _uncounted(st[12]),
+        _uncounted(st[13]),
+    )
 
 
 # ----- 1. the radix tree ---------------------------------------------------------------------
@@ -133,10 +192,12 @@ def put(kids: np.ndarray, k: int, node: int) -> None:
 
 
 @jit
-def delete(kids: np.ndarray, k: int) -> None:
+def delete(kids: np.ndarray, k: int) -> bool:
     h = _slot(kids, k)
     if kids[0, h] == k:
         kids[0, h] = GONE
+        return True
+    return False
 
 
 @jit
@@ -145,8 +206,9 @@ def first_token(nd: np.ndarray, buf: np.ndarray, v: int) -> int:
 
 
 @jit
-def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, s0: int, n: int, path: np.ndarray):
-    """``RadixTree.match`` of ``buf[s0:s0 + n]``: (nodes on ``path``, length, partial or -1).
+def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, q: np.ndarray, s0: int, n: int, path):
+    """``RadixTree.match`` of ``q[s0:s0 + n]``: (nodes on ``path``, length, partial or -1);
+    the edges' tokens are in ``buf`` (a replay's ``q`` is ``buf`` itself).
 
     ``path[:count]`` gets the root and every node whose whole edge matched, so
     that the match of any prefix is read off it (:func:`prefix`): a request's
@@ -157,14 +219,14 @@ def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, s0: int, n: int, pat
     node, pos, count = 0, 0, 1
     path[0] = 0
     while pos < n:
-        child = get(kids, key(node, buf[s0 + pos]))
+        child = get(kids, key(node, q[s0 + pos]))
         if child < 0:
             return count, pos, -1
         m = nd[LEN, child]
         es = nd[BASE, child] + nd[DEP, child] - m
         lim = min(m, n - pos)
         k = 0
-        while k < lim and buf[es + k] == buf[s0 + pos + k]:
+        while k < lim and buf[es + k] == q[s0 + pos + k]:
             k += 1
         if k < m:
             return count, pos + k, child
@@ -312,7 +374,7 @@ def twin_efficiency(depth: int, own: int, ckpt: int, mc: np.ndarray, mf: np.ndar
 
 
 # ----- the candidate table (policies.candidate_table.CandidateTable) -------------------------
-@jit
+@jit(inline="always")
 def _table_set(st, v: int, r: float, f: float, held: bool) -> None:
     nd, sc, cr, cf, ch, cn = st[0], st[1], st[4], st[5], st[6], st[7]
     i = nd[SLOT, v]
@@ -327,7 +389,7 @@ def _table_set(st, v: int, r: float, f: float, held: bool) -> None:
     ch[i] = held
 
 
-@jit
+@jit(inline="always")
 def table_drop(st, v: int) -> None:
     nd, sc, cr, cf, ch, cn = st[0], st[1], st[4], st[5], st[6], st[7]
     i = nd[SLOT, v]
@@ -344,7 +406,7 @@ def table_drop(st, v: int) -> None:
     nd[SLOT, v] = -1
 
 
-@jit
+@jit(inline="always")
 def changed(st, v: int) -> None:
     """The policy's ``on_node_changed``: a candidate gets its row, any other node none.
 
@@ -470,7 +532,7 @@ def _twin_victim(st) -> int:
     return cn[best]
 
 
-@jit
+@jit(inline="always")
 def choose_victim(st) -> int:
     if st[2][M_RULES] == REFERENCE:
         return _reference_victim(st)
@@ -478,35 +540,53 @@ def choose_victim(st) -> int:
 
 
 # ----- 3. the cache and one request ----------------------------------------------------------
-@jit
+@jit(inline="always")
 def _used(st) -> int:
     sc, mc = st[1], st[2]
     return sc[S_KV] * mc[M_KVPT] + sc[S_CKPTS] * mc[M_CKB]
 
 
-@jit
+@jit(inline="always")
 def _make_node(st, base: int, depth: int, length: int) -> int:
     """A new node (``RadixTree``: the next creation id)."""
     nd, sc = st[0], st[1]
-    v = new_node(nd, sc[S_NEXT], base, depth, length)
-    sc[S_NEXT] += 1
+    if sc[S_FREE] > 0:  # a live cache reuses the ids of nodes gone (section 4)
+        sc[S_FREE] -= 1
+        v = new_node(nd, st[13][sc[S_FREE]], base, depth, length)
+    else:
+        v = new_node(nd, sc[S_NEXT], base, depth, length)
+        sc[S_NEXT] += 1
     nd[NID, v] = sc[S_NID]
     sc[S_NID] += 1
     return v
 
 
-@jit
+@jit(inline="always")
 def _added(st, v: int) -> None:
     """``on_node_added``: the reference stamps it now (the twin's rules only hear of it)."""
     st[0][STAMP, v] = st[1][S_NOW]
     changed(st, v)
 
 
-@jit
+@jit(inline="always")
 def _touch(st, v: int) -> None:
     """``PrefixCache.touch``: accessed now."""
     st[0][T, v] = st[1][S_CLOCK]
     changed(st, v)
+
+
+@jit(inline="always")
+def _gone(st, v: int) -> None:
+    """``v`` left the tree; a live cache reuses its id and clears deleted keys now and then."""
+    st[0][PAR, v] = -1
+    sc = st[1]
+    if st[2][M_LIVE]:
+        st[13][sc[S_FREE]] = v
+        sc[S_FREE] += 1
+        kids = st[8]
+        if 4 * sc[S_GONE] > kids.shape[1]:
+            rehash(kids, kids.copy())
+            sc[S_GONE] = 0
 
 
 @jit
@@ -515,11 +595,11 @@ def _remove_leaf(st, v: int) -> None:
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
     p = nd[PAR, v]
     unlink_child(nd, v)
-    delete(kids, key(p, first_token(nd, buf, v)))
+    sc[S_GONE] += delete(kids, key(p, first_token(nd, buf, v)))
     sc[S_KV] -= nd[LEN, v]
     sc[S_CKPTS] -= nd[CKPT, v]
     table_drop(st, v)  # on_node_removed
-    nd[PAR, v] = -1
+    _gone(st, v)
     if p != 0:
         changed(st, p)
 
@@ -529,7 +609,9 @@ def _merge(st, v: int) -> None:
     """``TreeEdits._merge``: fold one-child ``v`` into its child (``merge_into_child``)."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
     child = nd[FIRST, v]
-    delete(kids, key(v, first_token(nd, buf, child)))
+    sc[S_GONE] += delete(kids, key(v, first_token(nd, buf, child)))
+    if st[2][M_LIVE]:
+        _join_edges(st, v, child)
     nd[LEN, child] += nd[LEN, v]  # the child's creator holds the longer edge too
     replace_sibling(nd, v, child)
     nd[PAR, child] = nd[PAR, v]
@@ -541,7 +623,7 @@ def _merge(st, v: int) -> None:
     # (``_evict_intermediate_node``); the twin's keeps its own last access.
     nd[STAMP, child] = max(nd[STAMP, child], nd[STAMP, v])
     table_drop(st, v)
-    nd[PAR, v] = -1
+    _gone(st, v)
     changed(st, child)
 
 
@@ -565,10 +647,12 @@ def _evict_until(st, need: int) -> bool:
     """``base.evict_for`` with ``PrefixCache.evict``: a leaf goes, a one-child node folds."""
     nd, sc, mc = st[0], st[1], st[2]
     while mc[M_CAP] - _used(st) < need:
+        sc[S_CHOSE] += 1
         v = choose_victim(st)
         if v < 0:
             return False
-        st[10][sc[S_EVICTIONS]] = nd[NID, v]  # the victims, in order (tests compare them)
+        if not mc[M_LIVE]:
+            st[10][sc[S_EVICTIONS]] = nd[NID, v]  # the victims, in order (tests compare them)
         if sc[S_FIRST_EVICTION] < 0:
             sc[S_FIRST_EVICTION] = sc[S_CLOCK]
         if nd[NCH, v] > 0:
@@ -581,7 +665,7 @@ def _evict_until(st, need: int) -> bool:
     return True
 
 
-@jit
+@jit(inline="always")
 def _pin(st, v: int) -> None:
     nd = st[0]
     nd[LOCK, v] += 1
@@ -589,7 +673,7 @@ def _pin(st, v: int) -> None:
         changed(st, v)
 
 
-@jit
+@jit(inline="always")
 def _unpin(st, v: int) -> None:
     nd = st[0]
     nd[LOCK, v] -= 1
@@ -699,12 +783,14 @@ def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int)
 
 
 @jit
-def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, part: int) -> None:
-    """``PrefixCache.insert`` of ``buf[s0:s0 + pos[npos - 1]]`` with checkpoints ``pos[:npos]``
-    (sorted, unique), whose match is ``(mnode, covered, part)``."""
+def _insert(
+    st, q: np.ndarray, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, part: int
+) -> int:
+    """``PrefixCache.insert`` of ``q[s0:s0 + pos[npos - 1]]`` with checkpoints ``pos[:npos]``
+    (sorted, unique), whose match is ``(mnode, covered, part)``; the tokens newly cached."""
     nd, sc, mc = st[0], st[1], st[2]
     if npos == 0:
-        return
+        return 0
     upto = pos[npos - 1]
     base = part if part >= 0 else mnode
     bound = mc[M_CAP] - covered * mc[M_KVPT]
@@ -713,7 +799,7 @@ def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, p
     if need > bound:
         npos = _truncate(mc, pos, npos, covered, missing, max(bound, 0))
         if npos == 0:
-            return
+            return 0
         upto = pos[npos - 1]
         missing = _missing(nd, base, pos, npos, covered)
         need = _cost(mc, pos, npos, covered, len(missing))
@@ -730,6 +816,7 @@ def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, p
             break
         missing = _missing(nd, base, pos, npos, covered)
         need = _cost(mc, pos, npos, covered, len(missing))
+    added = 0
     if npos:
         for p in missing:
             v = _ending_at(st, base, p)
@@ -740,15 +827,20 @@ def _insert(st, s0: int, pos: np.ndarray, npos: int, mnode: int, covered: int, p
             changed(st, v)
         if upto > covered:
             attach = _ending_at(st, base, covered) if covered else 0
-            _add_chain(st, attach, s0, covered, pos, npos)
+            start = s0
+            if mc[M_LIVE]:  # the new tokens are copied once, the chain's edges cut from them
+                start = _write(st, q, s0 + covered, upto - covered) - covered
+            _add_chain(st, attach, start, covered, pos, npos)
+            added = upto - covered
         else:
             _touch(st, _ending_at(st, base, upto))
     if pinned:
         _unpin(st, base)
     _note_peaks(st)
+    return added
 
 
-@jit
+@jit(inline="always")
 def _note_peaks(st) -> None:
     """``TokenStateBytes.note_peaks``."""
     sc, mc = st[1], st[2]
@@ -764,7 +856,7 @@ def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray)
     (0: none)."""
     nd, sc, mc = st[0], st[1], st[2]
     reference = mc[M_RULES] == REFERENCE
-    count, length, partial = walk(nd, st[8], st[9], s0, flen, path)
+    count, length, partial = walk(nd, st[8], st[9], st[9], s0, flen, path)
     if reference:
         sc[S_NOW] += 1  # on_request: the lookup's tick
     node, _, _ = prefix(nd, path, count, length, partial, plen)
@@ -797,7 +889,7 @@ def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray)
         pos[npos] = flen
         npos += 1
     # The insert of the whole input + output: the walk's own match.
-    _insert(st, s0, pos, npos, path[count - 1], length, partial)
+    _insert(st, st[9], s0, pos, npos, path[count - 1], length, partial)
     if node != 0:
         _unpin(st, node)
     return node
@@ -835,6 +927,8 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
         buf,
         np.zeros(size, np.int64),
         np.zeros(size),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
     )
     for i in range(restored):  # fill: the tree first, then the policy hears every node
         v = new_node(nd, i + 1, snap[1, i], snap[2, i], snap[3, i])
@@ -869,12 +963,15 @@ def copy(st, alpha: float):
         st[9],
         st[10].copy(),
         np.zeros(len(st[11])),
+        st[12],
+        st[13],
     )
 
 
 @jit
 def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> None:
     """Serve requests ``i0`` to ``i1 - 1``: their hit tokens and hit nodes' creation ids (-1)."""
+    st = borrow(st)
     nd, sc = st[0], st[1]
     pos = np.zeros(2, np.int64)
     path = np.zeros(nd.shape[1], np.int64)
@@ -907,3 +1004,257 @@ def counters(st) -> np.ndarray:
 def victims(st) -> np.ndarray:
     """The creation ids of the nodes evicted so far, in order."""
     return st[10][: st[1][S_EVICTIONS]].copy()
+
+
+# ----- 4. a live cache: the engine's, request by request ------------------------------------
+# The engine's replicas hold one cache each for a whole run and call the request protocol
+# (``twin.cache.requests.RequestCache``) step by step: admission, the inserts at the
+# prefill's end and at completion, the release, each at its own time. The tree, the
+# candidates and the cache above run unchanged, with three differences (``mc[M_LIVE]``):
+#
+# - tokens: ``buf`` holds each node's own edge, not a trace: an insert copies its new
+#   tokens once (the chain's nodes cut from them), a split keeps both halves in place,
+#   a fold keeps the child's edge where the two lie side by side, else copies both;
+#   when ``buf`` runs out, live edges are packed to its front (in order, so edges side
+#   by side stay so). A node's ``BASE`` is its edge's start less ``DEP - LEN``, so
+#   ``first_token`` and ``walk`` read it as before;
+# - node ids of nodes gone are reused (``S_FREE``), and the key table is cleared of
+#   deleted slots once they fill a quarter of it: memory follows what is cached, not
+#   the requests served;
+# - no victim list (a replay's test output).
+#
+# The Python side (``policies.compiled.live``) grows the arrays between calls.
+
+
+@jit
+def rehash(kids: np.ndarray, old: np.ndarray) -> None:
+    """Put every key of ``old`` into ``kids`` (cleared first; deleted slots dropped)."""
+    kids[:] = EMPTY
+    for h in range(old.shape[1]):
+        k = old[0, h]
+        if k != EMPTY and k != GONE:
+            put(kids, k, old[1, h])
+
+
+@jit
+def _pack(st) -> None:
+    """Move every live edge to the front of ``buf``, in order."""
+    nd, sc, buf = st[0], st[1], st[9]
+    top = sc[S_NEXT]
+    ids = np.empty(top, np.int64)
+    at = np.empty(top, np.int64)
+    m = 0
+    for v in range(1, top):
+        if nd[PAR, v] >= 0:
+            ids[m] = v
+            at[m] = nd[BASE, v] + nd[DEP, v] - nd[LEN, v]
+            m += 1
+    order = np.argsort(at[:m])
+    w = 0
+    for j in order:
+        v, s, n = ids[j], at[j], nd[LEN, ids[j]]
+        if s != w:
+            for i in range(n):  # w < s: forward copies never overwrite what is still read
+                buf[w + i] = buf[s + i]
+        nd[BASE, v] = w - nd[DEP, v] + n
+        w += n
+    sc[S_BUFEND] = w
+
+
+@jit
+def _reserve(st, n: int) -> int:
+    """Room for ``n`` more tokens at the end of ``buf`` (packing it if needed): where they go."""
+    sc, buf = st[1], st[9]
+    if sc[S_BUFEND] + n > len(buf):
+        _pack(st)
+        if sc[S_BUFEND] + n > len(buf):
+            raise MemoryError("live cache: token buffer too small (grow it between calls)")
+    return sc[S_BUFEND]
+
+
+@jit
+def _write(st, q: np.ndarray, s: int, n: int) -> int:
+    """Copy ``q[s:s + n]`` to the end of ``buf``; return where it starts."""
+    w = _reserve(st, n)
+    st[9][w : w + n] = q[s : s + n]
+    st[1][S_BUFEND] = w + n
+    return w
+
+
+@jit
+def _join_edges(st, v: int, child: int) -> None:
+    """Before ``child`` takes ``v``'s edge in front of its own: make them adjacent."""
+    nd, buf = st[0], st[9]
+    lv, lc = nd[LEN, v], nd[LEN, child]
+    if nd[BASE, v] + nd[DEP, v] == nd[BASE, child] + nd[DEP, child] - lc:
+        return  # side by side already: the child's base reads the joined edge
+    w = _reserve(st, lv + lc)  # may pack: read the edges' places after it
+    sv = nd[BASE, v] + nd[DEP, v] - lv
+    buf[w : w + lv] = buf[sv : sv + lv]
+    sc_ = nd[BASE, child] + nd[DEP, child] - lc
+    buf[w + lv : w + lv + lc] = buf[sc_ : sc_ + lc]
+    st[1][S_BUFEND] = w + lv + lc
+    nd[BASE, child] = w - nd[DEP, child] + lv + lc
+
+
+@jit
+def live_start(mc, mf, nodes: int, tokens: int):
+    """An empty live cache with room for ``nodes`` nodes and ``tokens`` tokens."""
+    nd = np.zeros((N_FIELDS, nodes), np.int64)
+    nd[FIRST, 0] = nd[LAST, 0] = nd[NXT, 0] = nd[PRV, 0] = nd[PAR, 0] = nd[SLOT, 0] = -1
+    sc = np.zeros(N_SCALARS, np.int64)
+    sc[S_NEXT], sc[S_NID], sc[S_FIRST_EVICTION] = 1, 1, -1
+    return (
+        nd,
+        sc,
+        mc,
+        mf,
+        np.zeros(nodes),
+        np.zeros(nodes),
+        np.zeros(nodes, np.bool_),
+        np.zeros(nodes, np.int64),
+        np.full((2, 8 * nodes), EMPTY, np.int64),
+        np.zeros(tokens, np.int32),
+        np.zeros(0, np.int64),
+        np.zeros(nodes),
+        np.zeros(nodes, np.int64),
+        np.zeros(nodes, np.int64),
+    )
+
+
+@jit
+def live_grow(st, nodes: int, tokens: int):
+    """``st`` with room for ``nodes`` nodes and ``tokens`` tokens (at least what it has)."""
+    nd, sc = st[0], st[1]
+    have = nd.shape[1]
+    nodes = max(nodes, have)
+    nd2 = np.zeros((N_FIELDS, nodes), np.int64)
+    nd2[:, :have] = nd
+    cr, cf, ch, cn = (
+        np.zeros(nodes),
+        np.zeros(nodes),
+        np.zeros(nodes, np.bool_),
+        np.zeros(nodes, np.int64),
+    )
+    n = sc[S_NCAND]
+    cr[:n], cf[:n], ch[:n], cn[:n] = st[4][:n], st[5][:n], st[6][:n], st[7][:n]
+    kids = st[8]
+    if kids.shape[1] < 8 * nodes:
+        kids = np.full((2, 8 * nodes), EMPTY, np.int64)
+        rehash(kids, st[8])
+        sc[S_GONE] = 0
+    buf = st[9]
+    if tokens > len(buf):
+        buf = np.zeros(tokens, np.int32)
+        buf[: sc[S_BUFEND]] = st[9][: sc[S_BUFEND]]
+    free = np.zeros(nodes, np.int64)
+    free[: sc[S_FREE]] = st[13][: sc[S_FREE]]
+    return (
+        nd2,
+        sc,
+        st[2],
+        st[3],
+        cr,
+        cf,
+        ch,
+        cn,
+        kids,
+        buf,
+        st[10],
+        np.zeros(nodes),
+        np.zeros(nodes, np.int64),
+        free,
+    )
+
+
+@jit
+def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndarray):
+    """``RequestCache.admit`` of prompt ``q[:plen]``, input + output ``q[:flen]`` at cache
+    clock ``clock``: the hit node (0: none; pinned) and how many checkpoint positions
+    ``pos`` got (``_serve`` up to its insert)."""
+    st = borrow(st)
+    nd, sc, mc = st[0], st[1], st[2]
+    sc[S_CLOCK] = clock
+    path = st[12]
+    reference = mc[M_RULES] == REFERENCE
+    count, length, partial = walk(nd, st[8], st[9], q, 0, flen, path)
+    if reference:
+        sc[S_NOW] += 1  # on_request: the lookup's tick
+    node, _, _ = prefix(nd, path, count, length, partial, plen)
+    while node != 0 and nd[CKPT, node] == 0:  # lookup: the deepest state on the path
+        node = nd[PAR, node]
+    if node != 0:
+        if nd[CKHIT, node] == 0:
+            nd[CKHIT, node] = 1
+            sc[S_CKHIT] += 1
+        if reference:
+            nd[STAMP, node] = sc[S_NOW]  # on_hit
+        _touch(st, node)
+        _pin(st, node)
+    if reference:
+        sc[S_NOW] += 2  # marconi's admit: the insert's refresh
+        sc[S_TICKED] = 0
+        whole = path[count - 1]
+        if whole != 0:
+            nd[STAMP, whole] = sc[S_NOW]
+            changed(st, whole)
+    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    npos = 0
+    if p > 0 and (part >= 0 or (nd[CKPT, mnode] == 0 and (p == plen or nd[NCH, mnode] > 0))):
+        pos[0] = p
+        npos = 1
+    if flen > 0 and (npos == 0 or pos[0] != flen):
+        pos[npos] = flen
+        npos += 1
+    return node, npos
+
+
+@jit
+def live_room(st, tokens: int) -> bool:
+    """Room for an insert of up to ``tokens`` tokens: ``LIVE_NODE_SLACK`` free node ids
+    (an insert makes at most five: splits at two checkpoints and at the attach point, a
+    chain of two) and a token buffer of twice what the cache and the insert may hold
+    (packing it then always frees enough for a fold's copy or the insert's tokens)."""
+    nd, sc = st[0], st[1]
+    free_ids = nd.shape[1] - sc[S_NEXT] + sc[S_FREE]
+    return free_ids >= LIVE_NODE_SLACK and len(st[9]) >= live_tokens_needed(sc[S_KV], tokens)
+
+
+@jit
+def live_tokens_needed(held: int, tokens: int) -> int:
+    return 2 * (held + tokens) + 64
+
+
+@jit
+def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int) -> tuple[int, int]:
+    """``PrefixCache.insert`` of ``q`` up to ``pos[npos - 1]`` with checkpoints ``pos[:npos]``
+    (sorted, unique, positive): (tokens newly cached, states admitted); ``(-1, 0)`` without
+    doing anything where ``st`` lacks room (:func:`live_room`: grow it and call again)."""
+    st = borrow(st)
+    if npos == 0:
+        return 0, 0
+    if not live_room(st, pos[npos - 1]):
+        return -1, 0
+    nd, sc = st[0], st[1]
+    before = sc[S_ADMITTED]
+    path = st[12]
+    count, length, partial = walk(nd, st[8], st[9], q, 0, pos[npos - 1], path)
+    added = _insert(st, q, 0, pos, npos, path[count - 1], length, partial)
+    return added, sc[S_ADMITTED] - before
+
+
+@jit
+def live_release(st, node: int) -> None:
+    """``RequestCache.release``: unpin the hit node."""
+    _unpin(borrow(st), node)
+
+
+@jit
+def live_peek(st, q: np.ndarray, plen: int) -> int:
+    """``PrefixCache.peek``: the tokens a lookup of ``q[:plen]`` would hit (changes nothing)."""
+    nd = st[0]
+    count, length, partial = walk(nd, st[8], st[9], q, 0, plen, st[12])
+    node, _, _ = prefix(nd, st[12], count, length, partial, plen)
+    while node != 0 and nd[CKPT, node] == 0:
+        node = nd[PAR, node]
+    return nd[DEP, node] if node != 0 else 0

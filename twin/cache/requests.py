@@ -254,6 +254,17 @@ class RequestCache:
         return adm
 
 
+def request_cache_for(
+    cache: CacheStructure, host: CacheStructure | None = None, write_policy: str = "write_through"
+) -> Any:
+    """The request protocol on ``cache``: a cache's own where it has one (a compiled
+    cache, ``policies.compiled.live``; never with a host tier), else :class:`RequestCache`."""
+    own = getattr(cache, "request_cache", None)
+    if own is not None and host is None:
+        return own()
+    return RequestCache(cache, host, write_policy)
+
+
 # How the host tier is filled: SGLang's --hicache-write-policy (server_args.py).
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 

@@ -18,6 +18,7 @@ request has completed; records are handed to ``on_record`` as requests finish.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ from twin.memory.footprint import allocator_for
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
 from workloads.reader import Request, Workload
+from workloads.session_lengths import longest_sequence
 
 
 @dataclass
@@ -114,10 +116,15 @@ class Cluster:
         self.router = get_router(config.router)
         self.budget = memory_budget(model, config)
         self.replicas: list[Replica] = []
+        longest = functools.cache(lambda: longest_sequence(workload.path, workload.index))
         for i in range(config.replicas):
             capacity = int(self.budget) if config.shared_pool else config.cache_bytes
-            cache = get_policy(config.policy, **config.policy_options).make_cache(model, capacity)
             host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
+            policy = get_policy(config.policy, **config.policy_options)
+            if config.shared_pool or host_bytes or workload.has_modules:
+                cache = policy.make_cache(model, capacity)
+            else:  # the dedicated cache alone: the policy's fastest exact one
+                cache = policy.make_engine_cache(model, capacity, longest)
             if host_bytes and config.host_write_policy == "write_back":
                 _check_write_back(config.policy, cache)
             # The host tier runs its own instance of the policy (a policy decides per tier).

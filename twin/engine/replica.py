@@ -40,9 +40,10 @@ from typing import Any
 
 import simpy
 
-from twin.cache import CacheStructure, RequestCache
+from twin.cache import CacheStructure
 from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cache.pool import SharedPool, SplitPool
+from twin.cache.requests import request_cache_for
 from twin.engine.admission import NewTokenRatio
 from twin.engine.cost import StepPricer
 from twin.engine.scheduler import get_scheduler
@@ -81,7 +82,7 @@ class Replica:
         self.index = index
         self.cache = cache
         self.policy = cache.policy
-        self.requests = RequestCache(cache, host, host_write_policy)
+        self.requests = request_cache_for(cache, host, host_write_policy)
         self.host = host
         self.pricer = pricer
         self.host_loaded_tokens = 0

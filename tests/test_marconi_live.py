@@ -1,0 +1,163 @@
+"""The compiled live cache (``policies.compiled.live``) equals ``PrefixCache`` under ``marconi``.
+
+The engine calls the request protocol a step at a time, interleaving requests:
+admissions, inserts at a prefill's end and at completion, releases. Here
+hypothesis draws traces (a vocabulary of four: many ties and shared prefixes),
+capacities of a few tokens and states, alphas fixed or tuned online, and an
+interleaving of those calls; both caches must answer every call alike (hits,
+checkpoint positions, states admitted, tokens cached) and end with the same
+counters, nodes and policy record. A long run checks that the live cache's
+memory follows what it holds, not what it served.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_policies_props import traces
+
+from policies.compiled.live import LiveCache, live_cache
+from policies.marconi import MarconiPolicy
+from twin.cache import RequestCache, cache_stats
+from twin.cache.requests import request_cache_for
+from twin.presets import get_model
+
+HYBRID = get_model("tiny-hybrid")
+
+
+def _capacity(tokens: int, states: int) -> int:
+    return tokens * HYBRID.kv_bytes_per_token + states * HYBRID.ssm_checkpoint_bytes
+
+
+def _pair(capacity: int, alpha: float | None, multiplier: float):
+    python = MarconiPolicy(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(
+        HYBRID, capacity
+    )
+    live = LiveCache(HYBRID, capacity, MarconiPolicy(alpha=alpha, bootstrap_multiplier=multiplier))
+    return python, RequestCache(python), live, live.request_cache()
+
+
+def _state(cache) -> tuple:
+    return (
+        cache_stats(cache),
+        cache.used_bytes,
+        json.dumps(cache.policy.stats(), sort_keys=True),
+    )
+
+
+def _run(pairs, capacity: int, alpha: float | None, multiplier: float, choices: list[int]):
+    """Serve ``pairs`` on both caches, interleaved by ``choices``; compare every answer."""
+    python, py_req, live, live_req = _pair(capacity, alpha, multiplier)
+    waiting = list(range(len(pairs)))
+    running: list[list] = []  # [request, stage, python admission, live admission]
+    step = 0
+    while waiting or running:
+        pick = choices[step % len(choices)] if choices else 0
+        step += 1
+        if waiting and (not running or pick % 3 == 0):
+            i = waiting.pop(0)
+            prompt, output = pairs[i]
+            a, b = py_req.admit(prompt, output), live_req.admit(prompt, output)
+            assert (a.order, a.hit.length, a.at_prefill, a.at_completion) == (
+                b.order,
+                b.hit.length,
+                b.at_prefill,
+                b.at_completion,
+            ), f"admission of request {i}"
+            running.append([i, 0, a, b])
+            continue
+        entry = running[pick % len(running)]
+        i, stage, a, b = entry
+        if stage == 0:
+            made = py_req.insert_at_prefill_end(a), live_req.insert_at_prefill_end(b)
+            assert made[0] == made[1] and a.prefill_tokens == b.prefill_tokens, f"prefill {i}"
+        elif stage == 1:
+            made = py_req.insert_at_completion(a), live_req.insert_at_completion(b)
+            assert made[0] == made[1], f"completion of request {i}"
+        else:
+            py_req.release(a)
+            live_req.release(b)
+            running.remove(entry)
+        entry[1] += 1
+        assert python.used_bytes == live.used_bytes, f"after a step of request {i}"
+    assert _state(python) == _state(live)
+    for prompt, _ in pairs[:5]:
+        assert python.peek(prompt) == live.peek(prompt)
+    python.verify()
+    return python, live
+
+
+SETTINGS = settings(max_examples=150, deadline=None)
+
+
+@SETTINGS
+@given(
+    traces(),
+    st.integers(0, 40),
+    st.integers(0, 4),
+    st.sampled_from([0.0, 0.1, 0.7, 1.0, 2.0]),
+    st.lists(st.integers(0, 30), max_size=40),
+)
+def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices) -> None:
+    _run(pairs, _capacity(tokens, states), alpha, 5.0, choices)
+
+
+@SETTINGS
+@given(
+    traces(),
+    st.integers(4, 40),
+    st.integers(1, 4),
+    st.sampled_from([1.0, 1.5, 2.0, 3.0]),
+    st.lists(st.integers(0, 30), max_size=40),
+)
+def test_tuned_online_interleaved(pairs, tokens, states, multiplier, choices) -> None:
+    """Alpha tuned online: the window, its snapshot and the chosen alpha are the same."""
+    python, live = _run(pairs, _capacity(tokens, states), None, multiplier, choices)
+    assert python.policy.stats() == live.policy.stats()
+
+
+def test_tuning_completes_and_memory_follows_the_cache() -> None:
+    """A long run: the window is tuned, answers stay equal, and the live cache's arrays stay
+    near what it holds (ids reused, edges packed) however many tokens pass through."""
+    rng = np.random.default_rng(7)
+    pairs = []
+    history: list[np.ndarray] = []
+    for _ in range(1500):
+        if history and rng.random() < 0.6:
+            base = history[int(rng.integers(len(history)))]
+        else:
+            base = np.zeros(0, np.int32)
+        prompt = np.r_[base, rng.integers(0, 50, int(rng.integers(1, 30)))].astype(np.int32)
+        output = rng.integers(0, 50, int(rng.integers(1, 8))).astype(np.int32)
+        full = np.r_[prompt, output]
+        history = [*history[-40:], full[: min(len(full), 300)]]
+        pairs.append((prompt[:400], output))
+    capacity = _capacity(600, 12)
+    choices = rng.integers(0, 30, 64).tolist()
+    python, live = _run(pairs, capacity, None, 2.0, choices)
+    assert python.policy.phase == live.policy.phase == "tuned"
+    served = sum(len(p) + len(o) for p, o in pairs)
+    held = capacity // HYBRID.kv_bytes_per_token
+    assert served > 20 * held
+    nodes, tokens = live.st[0].shape[1], len(live.st[9])
+    assert nodes <= 4 * held and tokens <= 8 * held + 4 * 500, (nodes, tokens)
+
+
+def test_engine_picks_it_only_where_exact() -> None:
+    """``marconi`` on an SSM hybrid gets the live cache; a subclass, a model without SSM
+    layers, or a workload too long for exact efficiencies, the Python one."""
+    policy = MarconiPolicy()
+    assert isinstance(policy.make_engine_cache(HYBRID, 10**9, lambda: 1000), LiveCache)
+    assert live_cache(policy, HYBRID, 10**9, lambda: 10**9) is None
+    assert live_cache(policy, get_model("tiny-transformer"), 10**9, lambda: 1000) is None
+    cache = policy.make_engine_cache(HYBRID, 10**9, lambda: 1000)
+    assert request_cache_for(cache).__class__.__name__ == "LiveRequests"
+
+
+def test_off_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
+    assert live_cache(MarconiPolicy(), HYBRID, 10**9, lambda: 1000) is None

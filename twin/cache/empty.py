@@ -1,0 +1,69 @@
+"""A cache that admits nothing (``vanilla`` in the engine), and its request protocol.
+
+``vanilla`` on a ``PrefixCache`` keeps an empty tree: every lookup misses, no
+checkpoint is placed, every counter stays 0. :class:`EmptyCache` answers the same
+without the tree's per-request work (the request's tokens joined, a walk of an
+empty tree, the policy's calls), so an engine run of ``vanilla`` prices the engine
+alone; its outputs are the same byte for byte
+(``tests/test_engine_cache.py::test_vanilla_empty_cache_is_the_same``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from twin.cache.base import Hit
+from twin.cache.requests import Admission
+from twin.model import ModelSpec
+
+_MISS = Hit(0, None)
+
+
+class EmptyCache:
+    """What reports read of an empty ``PrefixCache`` (``cache_stats``, occupancy)."""
+
+    kv_bytes = ssm_bytes = used_bytes = 0
+    peak_bytes = peak_kv_bytes = peak_ssm_bytes = 0
+    evictions = checkpoints_admitted = checkpoints_hit = 0
+    num_nodes = 1  # the root, as ``RadixTree.num_nodes``
+
+    def __init__(self, model: ModelSpec, capacity: int, policy: Any) -> None:
+        self.model = model
+        self.capacity = int(capacity)
+        self.policy = policy
+        self.has_ssm = model.n_ssm_layers > 0
+        policy.bind(self)
+
+    def peek(self, seq: np.ndarray) -> int:
+        return 0
+
+    def request_cache(self) -> NothingCached:
+        """The request protocol (``twin.cache.requests.request_cache_for``)."""
+        return NothingCached()
+
+
+class NothingCached:
+    """``RequestCache``'s four steps where nothing is ever cached: a miss, no positions."""
+
+    written_back_tokens = written_back_states = 0
+
+    def __init__(self) -> None:
+        self.admissions = 0
+
+    def admit(
+        self, prompt: np.ndarray, output: np.ndarray, modules: np.ndarray | None = None
+    ) -> Admission:
+        order = self.admissions
+        self.admissions += 1
+        return Admission(order, prompt, prompt, _MISS, [], [], modules)
+
+    def insert_at_prefill_end(self, adm: Admission) -> int:
+        return 0
+
+    def insert_at_completion(self, adm: Admission) -> int:
+        return 0
+
+    def release(self, adm: Admission) -> None:
+        adm.full = None
