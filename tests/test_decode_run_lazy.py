@@ -42,7 +42,7 @@ def test_lazy_ends_equal_the_cumulative_sum_of_every_step() -> None:
         assert run.priced == min(k, FIRST_CHUNK_STEPS) and end == whole[run.priced - 1]
         while run.priced < k:
             run.price_next()
-        assert run.ends == whole.tolist()
+        assert run.ends is not None and run.ends.tolist() == whole.tolist()
         assert sum(n for _, n in asked) == k  # each step priced once
         for elapsed in [*RNG.uniform(0, whole[-1], 20).tolist(), 0.0, float(whole[3 % k])]:
             want = min(max(int(np.searchsorted(whole, elapsed, side="left")) + 1, 1), k)
@@ -71,7 +71,8 @@ def test_a_timeout_set_mid_run_fires_exactly_at_its_target() -> None:
 def test_a_simulation_with_lazy_pricing_equals_one_priced_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The plain path (every run priced whole at its start) as the oracle, to the byte."""
+    """The plain path (every run priced whole at its start) as the oracle, to the byte; and
+    the Python path (no compiled decode runs or steps, ``twin.costmodel.compiled``)."""
     path = generated(tmp_path / "chat.parquet", "chat", 40, 4.0)
     model, profile = get_model("marconi-hybrid-7b"), load_profile("h100")
     config = EngineConfig(
@@ -81,9 +82,12 @@ def test_a_simulation_with_lazy_pricing_equals_one_priced_whole(
         router="session-affinity",
     )
     out = {}
-    for label, first in (("lazy", FIRST_CHUNK_STEPS), ("whole", 1 << 30)):
+    for label, first in (("lazy", FIRST_CHUNK_STEPS), ("whole", 1 << 30), ("python", 64)):
         monkeypatch.setattr(decode_run, "FIRST_CHUNK_STEPS", first)
         pricer = make_pricer(model, profile, config.tp)  # fresh: nothing remembered
+        if label == "python":
+            monkeypatch.setattr(pricer, "decode_ends", lambda batch, context: None)
+            monkeypatch.setattr(pricer.cost_model, "_step_kernel", None)
         simulate(Workload.open(path), model, pricer, config, tmp_path / label)
         out[label] = (tmp_path / label / "requests.parquet").read_bytes()
-    assert out["lazy"] == out["whole"]
+    assert out["lazy"] == out["whole"] == out["python"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from itertools import repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -100,17 +100,46 @@ def compile_affine(
     return _compile_pair(kernel, params, peaks)[2]
 
 
-def _compile_pair(
+class KernelConstants(NamedTuple):
+    """One kernel's model with its parameters and peaks folded: ``t0 + bytes x inv_b``
+    (``roofline`` false), or ``t0`` plus the p-norm of the compute side ``flops x inv_f +
+    cx x + cy y`` and the memory side ``bytes x inv_b`` (``inv_p = 1 / p``)."""
+
+    roofline: bool
+    t0: float
+    inv_b: float
+    inv_f: float = 0.0
+    cx: float = 0.0
+    cy: float = 0.0
+    p: float = 1.0
+    inv_p: float = 1.0
+
+
+def kernel_constants(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
-) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
-    """The scalar, the array and the affine form of one kernel's model (one set of
-    constants)."""
+) -> KernelConstants:
+    """The constants every compiled form of ``kernel``'s model uses (``_compile_pair``'s, and
+    ``twin.costmodel.compiled``'s)."""
     f = get_formula(kernel)
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
     compile_kernel(kernel, params, peaks)  # validates the parameters
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     if not f.uses_flops:
+        return KernelConstants(False, t0, inv_b)
+    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
+    p = float(params["p"])
+    cx, cy = _coefficients(f, params)
+    return KernelConstants(True, t0, inv_b, inv_f, cx, cy, p, 1.0 / p)
+
+
+def _compile_pair(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
+    """The scalar, the array and the affine form of one kernel's model (one set of
+    constants)."""
+    roofline, t0, inv_b, inv_f, cx, cy, p, inv_p = kernel_constants(kernel, params, peaks)
+    if not roofline:
 
         def bandwidth_many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:
             b = np.asarray(nbytes, np.float64) * inv_b
@@ -123,10 +152,6 @@ def _compile_pair(
 
         scalar = lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b  # noqa: E731
         return scalar, bandwidth_many, bandwidth_affine
-    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
-    p = float(params["p"])
-    inv_p = 1.0 / p
-    cx, cy = _coefficients(f, params)
 
     def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0) -> float:
         a = flops * inv_f + cx * x + cy * y
@@ -207,10 +232,12 @@ def predict_many(
 
 
 __all__ = [
+    "KernelConstants",
     "compile_affine",
     "compile_fast",
     "compile_kernel",
     "compile_many",
+    "kernel_constants",
     "predict",
     "predict_many",
     "smooth_max",

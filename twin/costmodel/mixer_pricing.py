@@ -34,6 +34,7 @@ class MixerPricing(ShardShapes):
             "gdn": ("gdn_chunk", "gdn_step"),
         }
         self._opt: dict[str, Callable[..., float]] = {}
+        self._opt_constants: dict[str, lat.KernelConstants] = {}  # for ``compiled``
         # (kind, decodes) -> that recurrent mixer's decode parts (``_recurrent_decode``).
         self._decode_memo: dict[tuple[str, int], list[tuple[str, str, float]]] = {}
         self.fallback_kernels: list[str] = []
@@ -46,6 +47,7 @@ class MixerPricing(ShardShapes):
                     self.fallback_kernels.append(name)
                 params = fit.params if fit is not None else mk.FALLBACK[name]
                 self._opt[name] = lat.compile_fast(name, params, peaks)
+                self._opt_constants[name] = lat.kernel_constants(name, params, peaks)
 
     def _mixing(self, f: StepFeatures, cost: StepCost | None) -> float:
         """Attention and SSM kernels, which depend on each sequence's context and length."""

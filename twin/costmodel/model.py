@@ -34,12 +34,13 @@ scheduler and sampling CPU time, CUDA-graph replay savings, communication
 overlap. Kernel formulas, features and latencies come from ``twin.costmodel.formulas``,
 ``features`` and ``latency``; the per-GPU widths from ``shard_shapes``, the step's sums
 from ``step_features``, the dense layers' and the mixers' prices from ``dense_pricing``
-and ``mixer_pricing``.
+and ``mixer_pricing``, copies between tiers from ``copy_pricing``; the engine's hot paths
+(decode runs, steps of one prefill chunk) also as compiled code, ``compiled``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import cast
 
@@ -49,6 +50,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import StepCost
+from twin.costmodel.copy_pricing import TIERS, CopyPricing
 from twin.costmodel.decode_pricing import affine_in_keys, decode_steps
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.mixer_pricing import MixerPricing
@@ -57,12 +59,9 @@ from twin.costmodel.step_features import StepFeatures, aggregate_spread, aggrega
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
-TIERS = ("device", "host")
-_COPY_KERNEL = {
-    ("device", "device"): "copy_d2d",
-    ("host", "device"): "copy_h2d",
-    ("device", "host"): "copy_d2h",
-}
+# Tokens (cached + new) and context sums the compiled mixed step's int64 sums hold exactly
+# (``twin.costmodel.compiled``): larger ones are priced in Python.
+MAX_TOKENS = 1 << 30
 _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is remembered
 # Decode runs of at least this many steps are priced as arrays (``decode_steps_s``): below
 # it a tight Python loop is faster (measured on this project's 2-core machine: about 35 us
@@ -70,7 +69,7 @@ _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is re
 _ARRAY_STEPS = 128
 
 
-class CostModel(DensePricing, MixerPricing):
+class CostModel(DensePricing, MixerPricing, CopyPricing):
     """Prices prefills, batch steps and state copies of ``model`` on ``profile``'s device."""
 
     def __init__(self, model: ModelSpec, profile: Profile, tp: int = 1) -> None:
@@ -99,6 +98,9 @@ class CostModel(DensePricing, MixerPricing):
         self._attn_decode_affine = lat.compile_affine(
             "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
         )
+        self._attn_decode_constants = lat.kernel_constants(
+            "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
+        )
         # Per decode batch size: the attention decode features' coefficients in the keys.
         self._decode_keys_affine: dict[int, tuple[float, float, float, float, float]] = {}
         self._setup_shapes()
@@ -106,14 +108,15 @@ class CostModel(DensePricing, MixerPricing):
         # The decode conv update: its own fit where the profile has one (NVIDIA's tables
         # time causal_conv1d_update apart), else the prompt conv's model with no
         # per-sequence term.
-        update = profile.kernels.get("conv1d_update")
-        self._conv_update = (
-            lat.compile_fast("conv1d_update", update.params, profile.peaks)
-            if update is not None
-            else self._k["conv1d"]
-        )
+        name = "conv1d_update" if "conv1d_update" in profile.kernels else "conv1d"
+        params = profile.kernels[name].params
+        self._conv_update = lat.compile_fast(name, params, profile.peaks)
+        self._conv_update_constants = lat.kernel_constants(name, params, profile.peaks)
         self._setup_mixer_kernels()
         self._dense_cache: dict[int, float] = {}
+        # ``compile_steps``: the compiled mixed step and its tables, once asked for.
+        self._step_kernel: Callable[..., float] | None = None
+        self._step_tables: tuple[np.ndarray, np.ndarray] = (np.zeros((0, 8)), np.zeros(0))
         # Per decode batch size: ``_decode_shape``'s parts (``decode_steps_s``).
         self._decode_shapes: dict[int, tuple[float, float, int | None, list[float], float]] = {}
         self._setup_overhead()
@@ -161,7 +164,39 @@ class CostModel(DensePricing, MixerPricing):
     def step_spread(self, prefills: Sequence[tuple[int, int]], batch: int, context: int) -> float:
         """``step(prefills, decodes)`` for ``batch`` decodes whose contexts sum to
         ``context``, spread evenly (the engine's decode summary), in O(1) of the batch."""
+        compiled = self._step_kernel
+        if compiled is not None and len(prefills) <= 1:
+            n, cached = prefills[0] if prefills else (0, 0)
+            tokens = n + batch
+            # Valid counts the int64 sums hold exactly (else Python: its errors, big ints).
+            if (
+                tokens
+                and (n > 0 or not prefills)
+                and 0 <= cached < MAX_TOKENS - n
+                and batch >= 0
+                and 0 <= context < MAX_TOKENS
+            ):
+                dense = self._dense_cache.get(tokens)
+                if dense is None:
+                    dense = self._dense_s(tokens)
+                return compiled(*self._step_tables, n, cached, batch, context, dense)
         return self._seconds(aggregate_spread(prefills, batch, context, *self._shape_args()))
+
+    def compile_steps(self) -> bool:
+        """Price :meth:`step_spread` of at most one prefill chunk by compiled code
+        (``twin.costmodel.compiled``, the same prices to the bit) where this model has
+        it; numba loads here (the engine's pricer asks, a one-off CLI call need not).
+        ``False`` (numba not loaded) where no compiled path serves this model: a host mode
+        other than add or max."""
+        if self.host_mode not in ("add", "max"):
+            return False
+        from twin.costmodel import compiled  # numba loads here
+
+        tables = compiled.pack_step(self)
+        if tables is not None:
+            self._step_tables = tables
+            self._step_kernel = compiled.step_seconds
+        return True
 
     def _seconds(self, feats: StepFeatures) -> float:
         """Seconds of a step of these features (``step`` without the breakdown)."""
@@ -170,11 +205,16 @@ class CostModel(DensePricing, MixerPricing):
             return 0.0
         dense = self._dense_cache.get(tokens)
         if dense is None:
-            dense = self._dense(tokens, None)
-            if len(self._dense_cache) < _DENSE_CACHE_MAX:
-                self._dense_cache[tokens] = dense
+            dense = self._dense_s(tokens)
         mixing = self._mixing(feats, None)
         return self._with_host(dense + mixing + self._head(tokens, feats.sequences, None))
+
+    def _dense_s(self, tokens: int) -> float:
+        """``_dense(tokens)``, remembered (decode steps repeat token counts)."""
+        dense = self._dense(tokens, None)
+        if len(self._dense_cache) < _DENSE_CACHE_MAX:
+            self._dense_cache[tokens] = dense
+        return dense
 
     def decode_steps_s(self, batch: int, contexts: Sequence[int]) -> list[float]:
         """Seconds of pure-decode steps of ``batch`` sequences, one per context sum in ``contexts``.
@@ -188,25 +228,16 @@ class CostModel(DensePricing, MixerPricing):
         """
         if batch <= 0:
             raise TwinError(f"a decode step needs at least one sequence (got {batch})")
-        windowed = self.kinds.get("swa") or self.model.sliding_window is not None
-        if windowed or self.host_mode not in ("add", "max"):
+        if not self._decode_by_parts:
             return [self._even_decode_s(batch, c) for c in contexts]
-        shape = self._decode_shapes.get(batch)
-        if shape is None:
-            shape = self._decode_shape(batch)
-            if len(self._decode_shapes) < _DENSE_CACHE_MAX:
-                self._decode_shapes[batch] = shape
-        dense, before, attn_layers, after, head = shape
+        dense, before, attn_layers, after, head = self._decode_parts(batch)
         if attn_layers is None:
             return [self._with_host(dense + before + head)] * len(contexts)
-        heads = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
         if len(contexts) < _ARRAY_STEPS:
             # Few steps: numpy's fixed cost per call outweighs its per-step saving. The
             # attention decode kernel's features are affine in the keys read (the context
             # sum plus one key per sequence), so its prices come from one tight loop.
-            coeffs = self._decode_keys_affine.get(batch)
-            if coeffs is None:
-                coeffs = self._decode_keys_affine[batch] = affine_in_keys(batch, heads)
+            coeffs = self._keys_affine(batch)
             if isinstance(contexts, range):
                 counts: Sequence[int] = range(
                     contexts.start + batch, contexts.stop + batch, contexts.step
@@ -225,7 +256,7 @@ class CostModel(DensePricing, MixerPricing):
             keys = np.asarray(contexts, np.int64)
         keys += batch  # one key per sequence: ``_aggregate``'s decode keys
         totals = before + attn_layers * self._attn_decode_many(
-            *ft.attn_decode_sums(batch, keys, *heads)
+            *ft.attn_decode_sums(batch, keys, *self._attn_heads())
         )
         for term in after:
             totals = totals + term
@@ -235,6 +266,52 @@ class CostModel(DensePricing, MixerPricing):
         else:
             steps = np.where(self.host_s > steps, self.host_s, steps)
         return cast(list[float], steps.tolist())
+
+    def decode_run_constants(self, batch: int) -> np.ndarray | None:
+        """What ``compiled.fill_ends`` needs to price pure-decode steps of ``batch``
+        sequences as ``decode_steps_s`` does (``compiled.pack_decode``); ``None`` where a
+        step is priced in full (a sliding window, a host mode other than add or max) or
+        costs the same at every context (no full attention)."""
+        if batch <= 0 or not self._decode_by_parts:
+            return None
+        dense, before, attn_layers, after, head = self._decode_parts(batch)
+        if attn_layers is None:
+            return None
+        from twin.costmodel import compiled  # numba loads here
+
+        return compiled.pack_decode(
+            (dense, before, attn_layers, after, head),
+            self.host_s,
+            self.host_mode == "max",
+            self._keys_affine(batch),
+            self._attn_decode_constants,
+        )
+
+    @property
+    def _decode_by_parts(self) -> bool:
+        """Whether a pure-decode step is its context-free parts plus the attention decode
+        kernel (``decode_steps_s``): no window, and host time added or a floor."""
+        windowed = self.kinds.get("swa") or self.model.sliding_window is not None
+        return not windowed and self.host_mode in ("add", "max")
+
+    def _decode_parts(self, batch: int) -> tuple[float, float, int | None, list[float], float]:
+        """``_decode_shape(batch)``, remembered."""
+        shape = self._decode_shapes.get(batch)
+        if shape is None:
+            shape = self._decode_shape(batch)
+            if len(self._decode_shapes) < _DENSE_CACHE_MAX:
+                self._decode_shapes[batch] = shape
+        return shape
+
+    def _keys_affine(self, batch: int) -> tuple[float, float, float, float, float]:
+        """``affine_in_keys`` for ``batch`` decodes, remembered."""
+        coeffs = self._decode_keys_affine.get(batch)
+        if coeffs is None:
+            coeffs = self._decode_keys_affine[batch] = affine_in_keys(batch, self._attn_heads())
+        return coeffs
+
+    def _attn_heads(self) -> tuple[int, int, int, int]:
+        return (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
 
     def _decode_shape(self, batch: int) -> tuple[float, float, int | None, list[float], float]:
         """What a pure-decode step of ``batch`` sequences costs besides the context sum.
@@ -259,42 +336,6 @@ class CostModel(DensePricing, MixerPricing):
 
     def _even_decode_s(self, batch: int, context: int) -> float:
         return self.step_spread((), batch, context)
-
-    def copy_s(
-        self, nbytes: float, src: str = "device", dst: str = "device", launches: int = 1
-    ) -> float:
-        """Seconds to move ``nbytes`` (the whole replica's) between tiers.
-
-        Each of the ``tp`` GPUs moves its shard over its own link, in ``launches``
-        copies (one per layer, say).
-        """
-        kernel = _COPY_KERNEL.get((src, dst))
-        if kernel is None:
-            raise TwinError(
-                f"no copy from {src!r} to {dst!r}; tiers are {', '.join(TIERS)} "
-                "and host-to-host is not priced"
-            )
-        if nbytes <= 0:
-            return 0.0
-        per_launch = nbytes / self.tp / launches
-        flops, moved, _ = ft.copy_features(per_launch, kernel)
-        return launches * self._k[kernel](flops, moved)
-
-    def checkpoint_copy_s(
-        self, n_checkpoints: int = 1, src: str = "device", dst: str = "device"
-    ) -> float:
-        """Seconds to copy ``n`` SSM checkpoints (every SSM layer's state), one launch a layer."""
-        m = self.model
-        return self.copy_s(
-            n_checkpoints * m.ssm_checkpoint_bytes, src, dst, launches=max(m.n_ssm_layers, 1)
-        )
-
-    def kv_transfer_s(self, n_tokens: int, src: str, dst: str) -> float:
-        """Seconds to move the KV of ``n_tokens`` between tiers, one launch per attention layer."""
-        m = self.model
-        return self.copy_s(
-            n_tokens * m.kv_bytes_per_token, src, dst, launches=max(m.n_attention_layers, 1)
-        )
 
     # ------------------------------------------------------------ pricing
 

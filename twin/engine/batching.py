@@ -303,6 +303,11 @@ class ContinuousBatching(Preemption, RatioAdmission):
         if fit is not None:
             a, b = fit
             return DecodeRun(k, a + b * context, b * batch)
+        # The pricer's compiled step ends where it has them (``PricerBase.decode_ends``).
+        decode_ends = getattr(self.pricer, "decode_ends", None)
+        fill = decode_ends(batch, context) if decode_ends is not None else None
+        if fill is not None:
+            return DecodeRun(k, fill=fill, capped=capped)
         decode_run = self.pricer.decode_run
 
         def price(first: int, n: int) -> Durations:

@@ -19,7 +19,8 @@ spread evenly over the batch is an approximation; no preset has a window.)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
@@ -33,6 +34,10 @@ _RECURRENT_LABELS = ("ssm", *sorted(RECURRENT_KINDS))
 
 Chunk = tuple[int, int]  # (new tokens, cached context before them)
 Durations = Sequence[float] | np.ndarray  # seconds of each step of a decode run
+# ``fill(ends, first, n)``: writes the ends of a decode run's steps ``first`` to
+# ``first + n - 1`` (seconds from the run's start) into ``ends``, summing on from
+# ``ends[first - 1]`` (``StepPricer.decode_run``'s durations summed left to right).
+EndsFiller = Callable[[np.ndarray, int, int], None]
 
 
 @runtime_checkable
@@ -90,6 +95,12 @@ class PricerBase:
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
         return None
 
+    def decode_ends(self, batch: int, context: int) -> EndsFiller | None:
+        """Optional (the engine asks for it by name): a compiled way to time a decode run
+        of ``batch`` sequences whose first step sees ``context`` keys, equal to summing
+        :meth:`decode_run`'s durations; ``None``: the engine sums ``decode_run``'s."""
+        return None
+
     def checkpoint_copy_time(self) -> float:
         return 0.0
 
@@ -120,15 +131,31 @@ class CostModelPricer(PricerBase):
     its compute/memory crossover) is priced exactly step by step. With the fit
     the engine times a fast-forwarded decode run in closed form instead of
     calling the cost model once per step (about 7 us a call, and a request at
-    low load decodes over tens of steps).
+    low load decodes over tens of steps). A batch size that fails it is timed by
+    compiled code (:meth:`decode_ends`: ``twin.costmodel.compiled``, about
+    50 ns a step), the same prices as ``CostModel.decode_steps_s`` to the bit.
     """
 
     def __init__(self, cost_model: Any) -> None:
         self.cost_model = cost_model
         self._affine: dict[int, tuple[float, float] | None] = {}
-        # Non-affine batch sizes: batch -> {context sum: seconds of that decode step}.
+        # Per batch size, ``compiled.fill_ends``' constants (``None``: affine, or no
+        # compiled path); a cost model without them is timed through ``decode_run``.
+        self._constants: Callable[[int], np.ndarray | None] | None = None
+        self._run_constants: dict[int, np.ndarray | None] = {}
+        # Non-affine batch sizes timed through ``decode_run`` (no compiled path): batch ->
+        # {context sum: seconds of that decode step}.
         self._steps: dict[int, dict[int, float]] = {}
         self._remembered = 0
+        # Steps with a prefill chunk (about one a request) and decode runs compiled where
+        # the cost model can: numba loads (the kernels from their disk cache) with the
+        # pricer, not in the middle of a run, and not for a model no compiled path serves.
+        compile_steps = getattr(cost_model, "compile_steps", None)
+        if compile_steps is not None and compile_steps():
+            from twin.costmodel.compiled import fill_ends
+
+            self._fill_ends = fill_ends
+            self._constants = getattr(cost_model, "decode_run_constants", None)
         self._copy_s = float(cost_model.checkpoint_copy_s(1))
         # ``CostModel.step_spread`` prices the spread without building it (other cost
         # models: ``step`` over the spread).
@@ -148,7 +175,8 @@ class CostModelPricer(PricerBase):
     def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         fit = self._fit(batch)
         if fit is None:
-            # Not affine (a measured p-norm attention kernel): the context's part per step,
+            # Not affine (a sliding window; a measured p-norm attention kernel where the
+            # compiled ``decode_ends`` is not used): the context's part per step,
             # remembered: a run cut short by an arrival that cannot be admitted yet is
             # planned again over the same steps (most steps priced, on the chat benchmark).
             contexts = range(context, context + steps * batch, batch)
@@ -172,6 +200,19 @@ class CostModelPricer(PricerBase):
             memo.update(zip(contexts, prices, strict=True))
             return prices
         return fit[0] + fit[1] * (context + batch * np.arange(steps, dtype=np.float64))
+
+    def decode_ends(self, batch: int, context: int) -> EndsFiller | None:
+        """``compiled.fill_ends`` (``decode_steps_s``'s prices summed, compiled) for a
+        batch size that is not affine in the context, where the cost model has it."""
+        known = self._run_constants
+        if batch not in known:
+            ask = self._constants
+            known[batch] = ask(batch) if ask is not None and self._fit(batch) is None else None
+        c = known[batch]
+        if c is None:
+            return None
+        # The first step reads the context plus one key per sequence.
+        return partial(self._fill_ends, c, context + batch, batch)
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
         return self._fit(batch)

@@ -7,7 +7,9 @@ once and waits for them, interrupted only by an arrival. :class:`DecodeRun`
 answers when each of those steps ends, in closed form when the pricer is affine
 in the context, else from the cumulative step prices, which it asks the pricer
 for lazily, a chunk at a time (an arrival cuts about half the runs short, and
-the steps after the cut are never run, so they are never priced).
+the steps after the cut are never run, so they are never priced): summed here
+from the step prices, or written by the pricer's compiled filler
+(``PricerBase.decode_ends``, an optional fast path).
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ MIN_RUN_STEPS = 256
 MAX_RUN_STEPS = 4096
 # Steps priced at first when a run may be interrupted; each later chunk doubles the
 # steps priced so far (a wait each). The chat benchmark's runs have a median of 28
-# steps; fewer wastes less pricing on runs cut short (their steps are remembered for
-# the run planned next: ``CostModelPricer.decode_run``), but adds waits to long runs;
+# steps; fewer wastes less pricing on runs cut short, but adds waits to long runs;
 # 32, 64 and 128 measured within noise of each other there, 16 slower.
 FIRST_CHUNK_STEPS = 64
 
 # ``price(first, n)``: the durations of steps ``first`` to ``first + n - 1`` of the run.
 StepPrices = Callable[[int, int], Sequence[float] | np.ndarray]
+# ``fill(ends, first, n)``: writes those steps' ends into ``ends`` (``twin.engine.cost``'s
+# ``EndsFiller``).
+StepEnds = Callable[[np.ndarray, int, int], None]
 
 
 class DecodeRun:
@@ -44,11 +48,11 @@ class DecodeRun:
     Affine pricers give step i (0-based) ``alpha + beta i`` seconds, so the
     end of step m is ``m alpha + beta m (m-1) / 2`` and the step in flight at
     any moment solves a quadratic: no per-step work at all. Other pricers give
-    ``price``, and ``ends`` holds the cumulative durations of the steps priced so
-    far (summed left to right, as ``np.cumsum``).
+    ``price`` or ``fill``, and ``ends[:priced]`` holds the cumulative durations of
+    the steps priced so far (summed left to right, as ``np.cumsum``).
     """
 
-    __slots__ = ("_price", "alpha", "beta", "capped", "ends", "k")
+    __slots__ = ("_fill", "_price", "alpha", "beta", "capped", "ends", "k", "priced")
 
     def __init__(
         self,
@@ -57,15 +61,14 @@ class DecodeRun:
         beta: float = 0.0,
         price: StepPrices | None = None,
         capped: bool = False,
+        fill: StepEnds | None = None,
     ) -> None:
         self.k, self.alpha, self.beta, self.capped = k, alpha, beta, capped
-        self._price = price
-        self.ends: list[float] | None = None if price is None else []
-
-    @property
-    def priced(self) -> int:
-        """Steps whose end is known (all ``k`` in closed form)."""
-        return self.k if self.ends is None else len(self.ends)
+        self._price, self._fill = price, fill
+        closed = price is None and fill is None
+        self.ends: np.ndarray | None = None if closed else np.empty(k, np.float64)
+        # Steps whose end is known (all ``k`` in closed form).
+        self.priced = k if closed else 0
 
     def price_next(self, steps: int | None = None) -> float:
         """Price the next chunk (``steps`` more, or as many as priced so far, at least
@@ -73,32 +76,41 @@ class DecodeRun:
         ends = self.ends
         if ends is None:
             return self.end(self.k)
-        done = len(ends)
+        done = self.priced
         n = min(max(FIRST_CHUNK_STEPS, done) if steps is None else steps, self.k - done)
         if n > 0:
-            assert self._price is not None
-            durations = self._price(done, n)
-            if isinstance(durations, np.ndarray):
-                durations = durations.tolist()
-            # Running sums left to right, continuing from the last end: np.cumsum's.
-            sums = accumulate(durations, initial=ends[-1]) if done else accumulate(durations)
-            if done:
-                next(sums)  # the initial value itself
-            ends.extend(sums)
-        return ends[-1]
+            if self._fill is not None:
+                self._fill(ends, done, n)
+            else:
+                assert self._price is not None
+                durations = self._price(done, n)
+                if isinstance(durations, np.ndarray):
+                    durations = durations.tolist()
+                # Running sums left to right, continuing from the last end: np.cumsum's.
+                sums = (
+                    accumulate(durations, initial=float(ends[done - 1]))
+                    if done
+                    else accumulate(durations)
+                )
+                if done:
+                    next(sums)  # the initial value itself
+                ends[done : done + n] = list(sums)
+            self.priced = done = done + n
+        return float(ends[done - 1])
 
     def end(self, m: int) -> float:
         """Seconds from the run's start to the end of its m-th step (priced already)."""
         if self.ends is not None:
-            return self.ends[m - 1] if m else 0.0
+            return float(self.ends[m - 1]) if m else 0.0
         return m * self.alpha + self.beta * (m * (m - 1) // 2)
 
     def steps_to_reach(self, elapsed: float) -> int:
         """Steps that end by the first step boundary at or after ``elapsed`` (at least 1),
         among those priced."""
         if self.ends is not None:
-            m = bisect_left(self.ends, elapsed) + 1  # np.searchsorted(side="left") + 1
-            return min(max(m, 1), len(self.ends))
+            priced = self.priced
+            m = bisect_left(self.ends, elapsed, 0, priced) + 1  # np.searchsorted(side="left")
+            return min(max(m, 1), priced)
         a, b = self.alpha, self.beta
         if b > 0:
             h = a - b / 2
