@@ -241,7 +241,8 @@ def main() -> None:
             # that no timed run pays it (the baseline tree is always fresh).
             warm = Path(tmp) / "warm.parquet"
             _run(_GENERATE, "chat", "40", str(args.chat_rate), str(warm), "{}")
-            cfg = json.dumps({**base, "policy": "marconi"})
+            # A small cache: it evicts, so the alpha grid runs too.
+            cfg = json.dumps({**base, "policy": "marconi", "cache_bytes": int(3e8)})
             for root in (ROOT,) if baseline is None else (ROOT, baseline):
                 _run(_SIMULATE, str(warm), str(Path(tmp) / "warm-out"), cfg, "0", root=root)
         for label, extra in (

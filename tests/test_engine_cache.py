@@ -256,3 +256,31 @@ def test_vanilla_empty_cache_is_the_same(tmp_path, monkeypatch):
         assert made and all(isinstance(c, EmptyCache) for c in made)
         monkeypatch.setattr(VanillaPolicy, "make_engine_cache", tree)
         assert once(tmp_path / f"tree-{router}", router) == empty
+
+
+def test_collector_threshold_raised_during_the_run_only():
+    """``simulate`` raises the young collector threshold while the cluster runs (the run's
+    short-lived objects) and gives the caller's back, also when the run fails."""
+    import gc
+
+    from twin.engine import simulate
+
+    before = gc.get_threshold()
+    seen = []
+    spec = get_model("tiny-hybrid")
+    workload = Workload.open(example_path("chat"))
+    config = EngineConfig(replicas=1, policy="vanilla", session_rate=2.0, seed=1)
+
+    def spy(rec):
+        seen.append(gc.get_threshold()[0])
+
+    simulate(workload, spec, LinearPricer(), config, on_record=spy)
+    assert seen and min(seen) >= 20_000
+    assert gc.get_threshold() == before
+
+    def fail(rec):
+        raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError):
+        simulate(workload, spec, LinearPricer(), config, on_record=fail)
+    assert gc.get_threshold() == before
