@@ -11,6 +11,8 @@ import pyarrow.parquet as pq
 
 from workloads.schema import MAX_SEQUENCE_TOKENS
 
+_BATCH_ROWS = 4096  # rows of token lists read at a time (a few MB at chat lengths)
+
 
 def longest_sequence(path: str | os.PathLike[str], index: dict[str, np.ndarray]) -> int:
     """A bound on the longest input + output of a workload: each session's every token.
@@ -19,14 +21,18 @@ def longest_sequence(path: str | os.PathLike[str], index: dict[str, np.ndarray])
     the input tokens' counts are read from ``path``'s ``input_tokens`` column (a file
     that cannot be read gives more than any valid sequence).
     """
+    parts = []
     try:
-        # ParquetFile: read_table would import pyarrow.dataset and pandas (a third of a second)
-        column = pq.ParquetFile(path).read(columns=["input_tokens"]).column(0)
+        # ParquetFile (read_table would import pyarrow.dataset and pandas, a third of a
+        # second), a batch at a time: only the counts are kept, not the tokens.
+        for batch in pq.ParquetFile(path).iter_batches(_BATCH_ROWS, columns=["input_tokens"]):
+            # A null row counts 0 here: the reader reports it.
+            lengths = pc.fill_null(pc.list_value_length(batch.column(0)), 0)
+            parts.append(lengths.to_numpy(zero_copy_only=False).astype(np.int64))
     except (OSError, pa.ArrowException):
         # Unreadable pages: no bound here; the reader names the bad row when it gets there.
         return MAX_SEQUENCE_TOKENS + 1
-    lengths = pc.fill_null(pc.list_value_length(column), 0)  # a null row: the reader says so
-    tokens = lengths.to_numpy(zero_copy_only=False).astype(np.int64)
+    tokens = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     tokens += index["output_len"].astype(np.int64)
     _, session = np.unique(index["session_id"], return_inverse=True)
     return int(np.bincount(session, weights=tokens).max()) if len(tokens) else 0
