@@ -851,17 +851,26 @@ def _note_peaks(st) -> None:
 
 
 @jit
-def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray) -> int:
-    """``RequestCache.serve``: lookup and pin, admission, one insert, unpin; the hit node
-    (0: none)."""
+def _state_at(nd: np.ndarray, node: int) -> int:
+    """``PrefixCache._usable`` on a model with SSM layers: the deepest node with a state at
+    or above ``node`` (0: none)."""
+    while node != 0 and nd[CKPT, node] == 0:
+        node = nd[PAR, node]
+    return node
+
+
+@jit
+def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray):
+    """``RequestCache``'s admission of prompt ``q[s0:s0 + plen]`` with input + output
+    ``q[s0:s0 + flen]``: lookup and pin, the policy's refresh, judicious admission's
+    positions in ``pos``. Returns (hit node or 0, positions, and the walk of the input +
+    output: nodes on ``path``, length, partial) for the insert that follows."""
     nd, sc, mc = st[0], st[1], st[2]
     reference = mc[M_RULES] == REFERENCE
-    count, length, partial = walk(nd, st[8], st[9], st[9], s0, flen, path)
+    count, length, partial = walk(nd, st[8], st[9], q, s0, flen, path)
     if reference:
         sc[S_NOW] += 1  # on_request: the lookup's tick
-    node, _, _ = prefix(nd, path, count, length, partial, plen)
-    while node != 0 and nd[CKPT, node] == 0:  # lookup: the deepest state on the path
-        node = nd[PAR, node]
+    node = _state_at(nd, prefix(nd, path, count, length, partial, plen)[0])  # lookup
     if node != 0:
         if nd[CKHIT, node] == 0:  # lookup: a state's first hit is counted
             nd[CKHIT, node] = 1
@@ -888,6 +897,14 @@ def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray)
     if flen > 0 and (npos == 0 or pos[0] != flen):
         pos[npos] = flen
         npos += 1
+    return node, npos, count, length, partial
+
+
+@jit
+def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray) -> int:
+    """``RequestCache.serve``: lookup and pin, admission, one insert, unpin; the hit node
+    (0: none)."""
+    node, npos, count, length, partial = _admit(st, st[9], s0, plen, flen, pos, path)
     # The insert of the whole input + output: the walk's own match.
     _insert(st, st[9], s0, pos, npos, path[count - 1], length, partial)
     if node != 0:
@@ -1173,39 +1190,8 @@ def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndar
     clock ``clock``: the hit node (0: none; pinned) and how many checkpoint positions
     ``pos`` got (``_serve`` up to its insert)."""
     st = borrow(st)
-    nd, sc, mc = st[0], st[1], st[2]
-    sc[S_CLOCK] = clock
-    path = st[12]
-    reference = mc[M_RULES] == REFERENCE
-    count, length, partial = walk(nd, st[8], st[9], q, 0, flen, path)
-    if reference:
-        sc[S_NOW] += 1  # on_request: the lookup's tick
-    node, _, _ = prefix(nd, path, count, length, partial, plen)
-    while node != 0 and nd[CKPT, node] == 0:  # lookup: the deepest state on the path
-        node = nd[PAR, node]
-    if node != 0:
-        if nd[CKHIT, node] == 0:
-            nd[CKHIT, node] = 1
-            sc[S_CKHIT] += 1
-        if reference:
-            nd[STAMP, node] = sc[S_NOW]  # on_hit
-        _touch(st, node)
-        _pin(st, node)
-    if reference:
-        sc[S_NOW] += 2  # marconi's admit: the insert's refresh
-        sc[S_TICKED] = 0
-        whole = path[count - 1]
-        if whole != 0:
-            nd[STAMP, whole] = sc[S_NOW]
-            changed(st, whole)
-    mnode, p, part = prefix(nd, path, count, length, partial, plen)
-    npos = 0
-    if p > 0 and (part >= 0 or (nd[CKPT, mnode] == 0 and (p == plen or nd[NCH, mnode] > 0))):
-        pos[0] = p
-        npos = 1
-    if flen > 0 and (npos == 0 or pos[0] != flen):
-        pos[npos] = flen
-        npos += 1
+    st[1][S_CLOCK] = clock
+    node, npos, _, _, _ = _admit(st, q, 0, plen, flen, pos, st[12])
     return node, npos
 
 
@@ -1254,7 +1240,5 @@ def live_peek(st, q: np.ndarray, plen: int) -> int:
     """``PrefixCache.peek``: the tokens a lookup of ``q[:plen]`` would hit (changes nothing)."""
     nd = st[0]
     count, length, partial = walk(nd, st[8], st[9], q, 0, plen, st[12])
-    node, _, _ = prefix(nd, st[12], count, length, partial, plen)
-    while node != 0 and nd[CKPT, node] == 0:
-        node = nd[PAR, node]
+    node = _state_at(nd, prefix(nd, st[12], count, length, partial, plen)[0])
     return nd[DEP, node] if node != 0 else 0
