@@ -56,6 +56,11 @@ def live_cache(
     return LiveCache(model, capacity, policy)
 
 
+def _scalar(slot: str) -> Any:
+    """A read-only attribute: the kernel's scalar ``kernel.<slot>`` as a Python int."""
+    return property(lambda self: int(self.sc[getattr(self.k, slot)]))
+
+
 class LiveCache:
     """The compiled cache's state and what reports read of it (``cache_stats``, occupancy)."""
 
@@ -95,29 +100,13 @@ class LiveCache:
     def used_bytes(self) -> int:
         return self.kv_bytes + self.ssm_bytes
 
-    @property
-    def evictions(self) -> int:
-        return int(self.sc[self.k.S_EVICTIONS])
-
-    @property
-    def checkpoints_admitted(self) -> int:
-        return int(self.sc[self.k.S_ADMITTED])
-
-    @property
-    def checkpoints_hit(self) -> int:
-        return int(self.sc[self.k.S_CKHIT])
-
-    @property
-    def peak_bytes(self) -> int:
-        return int(self.sc[self.k.S_PEAK])
-
-    @property
-    def peak_kv_bytes(self) -> int:
-        return int(self.sc[self.k.S_PEAK_KV])
-
-    @property
-    def peak_ssm_bytes(self) -> int:
-        return int(self.sc[self.k.S_PEAK_SSM])
+    # The counters ``cache_stats`` reads (``twin.cache.base.COUNTERS``), from the kernel's.
+    evictions = _scalar("S_EVICTIONS")
+    checkpoints_admitted = _scalar("S_ADMITTED")
+    checkpoints_hit = _scalar("S_CKHIT")
+    peak_bytes = _scalar("S_PEAK")
+    peak_kv_bytes = _scalar("S_PEAK_KV")
+    peak_ssm_bytes = _scalar("S_PEAK_SSM")
 
     @property
     def num_nodes(self) -> int:
