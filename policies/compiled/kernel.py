@@ -859,7 +859,7 @@ def _state_at(nd: np.ndarray, node: int) -> int:
     return node
 
 
-@jit
+@jit(inline="always")
 def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray):
     """``RequestCache``'s admission of prompt ``q[s0:s0 + plen]`` with input + output
     ``q[s0:s0 + flen]``: lookup and pin, the policy's refresh, judicious admission's
