@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import simpy
@@ -53,16 +53,6 @@ from twin.engine.seq import Seq
 
 if TYPE_CHECKING:
     from twin.engine.scheduler import ReplicaSide
-
-
-def _waker(wake: simpy.Event) -> Callable[[simpy.Event], None]:
-    """A timer callback that triggers ``wake`` unless something else did first."""
-
-    def fire(_: simpy.Event) -> None:
-        if not wake.triggered:
-            wake.succeed()
-
-    return fire
 
 
 class ContinuousBatching(Preemption, RatioAdmission):
@@ -90,7 +80,8 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self.step_no = 0
         self.busy_s = 0.0
         self.busy_since: float | None = None
-        self._wake: simpy.Event | None = None
+        self._wake: simpy.Event | None = None  # the idle loop's wait
+        self._timer: simpy.Timeout | None = None  # a decode chunk's wait, an arrival may cut
         self._run_cap = MIN_RUN_STEPS
         self.shared = getattr(replica, "pool", None) is not None
         self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
@@ -101,11 +92,21 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self._ratio_blocked = False
 
     def submit(self, seq: Seq) -> None:
-        """Queue ``seq`` (FCFS) and wake the loop if it idles."""
+        """Queue ``seq`` (FCFS) and wake the loop if it idles or waits on a decode chunk."""
         self.waiting.append(seq)
         wake = self._wake
         if wake is not None and not wake.triggered:
             wake.succeed()
+            return
+        timer = self._timer
+        if timer is not None:
+            # The loop waits on the chunk's timer: its resumption moves to an event
+            # triggered now (the timer, when it fires later, resumes no one). One
+            # event per chunk rather than a timer and a wake-up event.
+            self._timer = None
+            now = simpy.Event(self.env)
+            now.callbacks, timer.callbacks = timer.callbacks, []
+            now.succeed()
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         """The scheduler: plan a step, wait its price in seconds, apply its end; forever.
@@ -141,33 +142,28 @@ class ContinuousBatching(Preemption, RatioAdmission):
                     yield env.timeout(run.price_next(m))
                 else:
                     # Wait for the run's end or a submission, whichever comes
-                    # first; the timer wakes us through the same event (cheaper
-                    # than a Condition). Steps are priced a chunk at a time: at
-                    # each chunk's end with no arrival, the next is priced.
+                    # first (a submission resumes the loop early: ``submit``).
+                    # Steps are priced a chunk at a time: at each chunk's end
+                    # with no arrival, the next is priced.
                     while True:
                         target = run.price_next()
-                        self._wake = wake = env.event()
-                        timer = (
+                        self._timer = timer = (
                             timeout_at(env, t0 + target) if env.now > t0 else env.timeout(target)
                         )
-                        timer.callbacks.append(_waker(wake))
-                        yield wake
-                        self._wake = None
-                        if timer.processed:
+                        yield timer
+                        if self._timer is not None:  # the timer fired: no arrival
+                            self._timer = None
                             if run.priced < m:
                                 continue
                             break
-                        elapsed = env.now - t0
-                        if elapsed < target:
-                            # Finish the step in flight; the newcomer joins at its boundary.
-                            m = run.steps_to_reach(elapsed)
-                            left = t0 + run.end(m) - env.now
-                            if left > 0:
-                                yield env.timeout(left)
-                            run.capped = False
-                            break
-                        if run.priced == m:
-                            break
+                        # An arrival, at or before the chunk's end: finish the step in
+                        # flight; the newcomer joins at its boundary.
+                        m = run.steps_to_reach(env.now - t0)
+                        left = t0 + run.end(m) - env.now
+                        if left > 0:
+                            yield env.timeout(left)
+                        run.capped = False
+                        break
                 # Long uninterrupted decodes price longer runs next time (fewer
                 # events); an interruption goes back to short runs.
                 if run.capped:
