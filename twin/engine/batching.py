@@ -82,6 +82,8 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self.busy_since: float | None = None
         self._wake: simpy.Event | None = None  # the idle loop's wait
         self._timer: simpy.Timeout | None = None  # a decode chunk's wait, an arrival may cut
+        self._run: DecodeRun | None = None  # the decode run in flight
+        self._cut = 0  # the step at which an arrival cut it
         self._run_cap = MIN_RUN_STEPS
         self.shared = getattr(replica, "pool", None) is not None
         self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
@@ -100,13 +102,15 @@ class ContinuousBatching(Preemption, RatioAdmission):
             return
         timer = self._timer
         if timer is not None:
-            # The loop waits on the chunk's timer: its resumption moves to an event
-            # triggered now (the timer, when it fires later, resumes no one). One
-            # event per chunk rather than a timer and a wake-up event.
+            # The loop waits on a decode chunk's timer: the arrival cuts the run at the
+            # step in flight, where the newcomer joins. The loop's resumption moves to
+            # that boundary (the timer, when it fires later, resumes no one).
             self._timer = None
-            now = simpy.Event(self.env)
-            now.callbacks, timer.callbacks = timer.callbacks, []
-            now.succeed()
+            env, run, t0 = self.env, self._run, self.busy_since
+            assert run is not None and t0 is not None
+            self._cut = m = run.steps_to_reach(env.now - t0)
+            boundary = env.timeout(max(t0 + run.end(m) - env.now, 0.0))
+            boundary.callbacks, timer.callbacks = timer.callbacks, []
 
     def run(self) -> Generator[simpy.Event, Any, None]:
         """The scheduler: plan a step, wait its price in seconds, apply its end; forever.
@@ -136,34 +140,29 @@ class ContinuousBatching(Preemption, RatioAdmission):
                     continue  # the pool ran out: a request was preempted, plan again
                 t0, m = env.now, run.k
                 self.busy_since = t0
+                self._run = run
                 if self.waiting:
                     # The head is blocked (memory or max_running) until a
                     # completion: an arrival cannot change this run.
                     yield env.timeout(run.price_next(m))
                 else:
                     # Wait for the run's end or a submission, whichever comes
-                    # first (a submission resumes the loop early: ``submit``).
-                    # Steps are priced a chunk at a time: at each chunk's end
-                    # with no arrival, the next is priced.
+                    # first (a submission moves the wait to the step boundary
+                    # where it joins: ``submit``). Steps are priced a chunk at a
+                    # time: at each chunk's end with no arrival, the next is priced.
                     while True:
                         target = run.price_next()
                         self._timer = timer = (
                             timeout_at(env, t0 + target) if env.now > t0 else env.timeout(target)
                         )
                         yield timer
-                        if self._timer is not None:  # the timer fired: no arrival
-                            self._timer = None
-                            if run.priced < m:
-                                continue
+                        if self._timer is None:  # an arrival cut the run (``submit``)
+                            m = self._cut
+                            run.capped = False
                             break
-                        # An arrival, at or before the chunk's end: finish the step in
-                        # flight; the newcomer joins at its boundary.
-                        m = run.steps_to_reach(env.now - t0)
-                        left = t0 + run.end(m) - env.now
-                        if left > 0:
-                            yield env.timeout(left)
-                        run.capped = False
-                        break
+                        self._timer = None
+                        if run.priced == m:
+                            break
                 # Long uninterrupted decodes price longer runs next time (fewer
                 # events); an interruption goes back to short runs.
                 if run.capped:
