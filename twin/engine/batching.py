@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import simpy
 
 from twin.engine.admission import NewTokenRatio
@@ -84,6 +85,8 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self._timer: simpy.Timeout | None = None  # a decode chunk's wait, an arrival may cut
         self._run: DecodeRun | None = None  # the decode run in flight
         self._cut = 0  # the step at which an arrival cut it
+        # The step ends of priced runs (at most MAX_RUN_STEPS), one buffer for all.
+        self._ends = np.empty(MAX_RUN_STEPS, np.float64)
         self._run_cap = MIN_RUN_STEPS
         self.shared = getattr(replica, "pool", None) is not None
         self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
@@ -302,13 +305,13 @@ class ContinuousBatching(Preemption, RatioAdmission):
         decode_ends = getattr(self.pricer, "decode_ends", None)
         fill = decode_ends(batch, context) if decode_ends is not None else None
         if fill is not None:
-            return DecodeRun(k, fill=fill, capped=capped)
+            return DecodeRun(k, fill=fill, capped=capped, ends=self._ends)
         decode_run = self.pricer.decode_run
 
         def price(first: int, n: int) -> Durations:
             return decode_run(batch, context + first * batch, n)
 
-        return DecodeRun(k, price=price, capped=capped)
+        return DecodeRun(k, price=price, capped=capped, ends=self._ends)
 
     def _complete_due(self) -> list[Seq]:
         """Sequences whose last token came out in the step just ended."""

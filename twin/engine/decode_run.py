@@ -62,13 +62,21 @@ class DecodeRun:
         price: StepPrices | None = None,
         capped: bool = False,
         fill: StepEnds | None = None,
+        ends: np.ndarray | None = None,
     ) -> None:
+        """``ends``: a float64 buffer of at least ``k`` to write the step ends into (the
+        scheduler's, reused run after run: its runs never overlap), else one of its own."""
         self.k, self.alpha, self.beta, self.capped = k, alpha, beta, capped
         self._price, self._fill = price, fill
-        closed = price is None and fill is None
-        self.ends: np.ndarray | None = None if closed else np.empty(k, np.float64)
+        if price is None and fill is None:
+            self.ends: np.ndarray | None = None
+        elif ends is None:
+            self.ends = np.empty(k, np.float64)
+        else:
+            assert len(ends) >= k
+            self.ends = ends
         # Steps whose end is known (all ``k`` in closed form).
-        self.priced = k if closed else 0
+        self.priced = k if self.ends is None else 0
 
     def price_next(self, steps: int | None = None) -> float:
         """Price the next chunk (``steps`` more, or as many as priced so far, at least
