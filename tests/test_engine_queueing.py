@@ -127,6 +127,23 @@ def test_arrival_during_a_decode_run_joins_at_the_next_step_boundary(tmp_path, a
     assert b.completed_s == pytest.approx(boundary + 20.0)
 
 
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("t_b", [64.5, 65.0, 129.0])
+def test_an_arrival_at_a_priced_chunks_end_joins_there(tmp_path, affine, t_b):
+    """A decodes 200 tokens in 1-s steps from t = 1: not affine, its run is priced a chunk
+    at a time (64 steps, then 64 more: chunks end at t = 65 and 129). B arriving exactly at
+    a chunk's end joins at that boundary, not a chunk later."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, t_b], output_len=200)
+    pricer = ConstantPricer(1.0)
+    if not affine:
+        pricer.decode_affine = lambda batch: None  # type: ignore[method-assign]
+    _, records = run(path, pricer, policy="vanilla")
+    a, b = _by_row(records)
+    assert a.completed_s == 200.0
+    assert b.admitted_s == math.ceil(t_b)
+    assert b.first_token_s == math.ceil(t_b) + 1.0
+
+
 def test_linear_pricer_fast_forward_equals_step_by_step(tmp_path):
     """Closed-form decode runs give the same schedule as pricing every step."""
     path = single_turns(
