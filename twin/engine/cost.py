@@ -14,7 +14,8 @@ SSM and MLP layers cost the same per sequence), and it lets the engine price a
 step in O(1) however many sequences decode: it keeps the batch's context sum
 incrementally instead of walking the batch every step. (With a sliding
 window, keys per sequence are capped, so handing the cost model the sum
-spread evenly over the batch is an approximation; no preset has a window.)
+spread evenly over the batch approximates its layers' keys, from above:
+capping is concave; ``gemma-3-4b``'s local layers are the shipped case.)
 """
 
 from __future__ import annotations
