@@ -107,7 +107,8 @@ class ContinuousBatching(Preemption, RatioAdmission):
         if timer is not None:
             # The loop waits on a decode chunk's timer: the arrival cuts the run at the
             # step in flight, where the newcomer joins. The loop's resumption moves to
-            # that boundary (the timer, when it fires later, resumes no one).
+            # that boundary (the timer, when it fires later, resumes no one). Nothing
+            # interrupts this process: SimPy's ``interrupt`` would look for it on the timer.
             self._timer = None
             env, run, t0 = self.env, self._run, self.busy_since
             assert run is not None and t0 is not None
