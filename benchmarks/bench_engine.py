@@ -33,7 +33,7 @@
 With ``--baseline REF`` (a git ref, e.g. ``main``) each speed mode also runs on
 that commit's tree (``git archive`` into a temporary folder) in the same session,
 alternating with this tree, so the ratio of requests per CPU second is measured
-under the same load; the two runs' ``requests.parquet`` must be byte-identical and
+under the same load; the two trees' last runs' ``requests.parquet`` must be byte-identical and
 their summaries equal (besides ``twin_version``), which the results record. With
 ``--repeat N`` each mode runs N times on each tree (alternating) and the fastest run
 of each counts (the least CPU time: the one the machine's other work slowed least);
@@ -238,6 +238,8 @@ def main() -> None:
         help="also run each speed mode on git REF's tree, in the same session (ratios)",
     )
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     if args.quick:
         args.chat_sessions, args.scale_requests = 300, 20_000
 
