@@ -10,7 +10,9 @@
    ``session-affinity`` router and the ``marconi`` policy: once with alpha
    tuned online (the policy's bootstrap replays its window once per alpha of
    the grid on every replica), once with a fixed alpha (the engine and cache
-   alone), and once with ``vanilla`` (the engine alone); then in the shared KV
+   alone), and once with ``vanilla`` (the engine alone); with the fixed alpha
+   and the ``prefix-aware`` router (every request probes every replica's
+   cache); then in the shared KV
    pool (issue 14) with fixed-alpha ``marconi``, and as vLLM's and SGLang's
    modes build it (``vllm+`` at vLLM's block of 80, ``sglang+`` with
    retraction). Requests per second =
@@ -289,6 +291,11 @@ def main() -> None:
                 ("marconi_tuned_alpha", {"policy": "marconi"}),
                 ("marconi_alpha_1.0", {"policy": "marconi", "policy_options": {"alpha": 1.0}}),
                 ("vanilla", {"policy": "vanilla"}),
+                # Routing probes: every request peeks every replica's cache.
+                (
+                    "prefix_aware_marconi_alpha_1.0",
+                    {"router": "prefix-aware", "policy": "marconi", "policy_options": {"alpha": 1.0}},
+                ),
                 # The engines' shared KV pool (issue 14): cache_bytes is then unused.
                 (
                     "shared_pool_marconi_alpha_1.0",

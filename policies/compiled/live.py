@@ -115,7 +115,8 @@ class LiveCache:
     def peek(self, seq: np.ndarray) -> int:
         """Tokens a lookup of ``seq`` would hit now (``PrefixCache.peek``)."""
         q = np.asarray(seq, dtype=np.int32)
-        return int(self.k.live_peek(self.st, q, len(q)))
+        st = self.st
+        return int(self.k.live_peek(st[0], st[8], st[9], st[12], q, len(q)))
 
     def snapshot(self) -> Any:
         """``PrefixCache.snapshot``, taken by the policy at the first request: the cache is
