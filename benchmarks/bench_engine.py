@@ -294,7 +294,11 @@ def main() -> None:
                 # Routing probes: every request peeks every replica's cache.
                 (
                     "prefix_aware_marconi_alpha_1.0",
-                    {"router": "prefix-aware", "policy": "marconi", "policy_options": {"alpha": 1.0}},
+                    {
+                        "router": "prefix-aware",
+                        "policy": "marconi",
+                        "policy_options": {"alpha": 1.0},
+                    },
                 ),
                 # The engines' shared KV pool (issue 14): cache_bytes is then unused.
                 (
