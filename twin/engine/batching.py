@@ -85,7 +85,6 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self._timer: simpy.Timeout | None = None  # a decode chunk's wait, an arrival may cut
         self._run: DecodeRun | None = None  # the decode run in flight
         self._cut = 0  # the step at which an arrival cut it
-        self._cut_short = False  # whether that was before the run's last step ended
         # The step ends of priced runs (at most MAX_RUN_STEPS), one buffer for all.
         self._ends = np.empty(MAX_RUN_STEPS, np.float64)
         self._run_cap = MIN_RUN_STEPS
@@ -115,8 +114,8 @@ class ContinuousBatching(Preemption, RatioAdmission):
             assert run is not None and t0 is not None
             elapsed = env.now - t0
             self._cut = m = run.steps_to_reach(elapsed)
-            # An arrival at the run's very end does not cut it (its cap may still grow).
-            self._cut_short = m < run.k or elapsed < run.end(m)
+            if m < run.k or elapsed < run.end(m):
+                run.capped = False  # cut short (one at the run's very end leaves its cap)
             boundary = env.timeout(max(t0 + run.end(m) - env.now, 0.0))
             boundary.callbacks, timer.callbacks = timer.callbacks, []
 
@@ -166,8 +165,6 @@ class ContinuousBatching(Preemption, RatioAdmission):
                         yield timer
                         if self._timer is None:  # an arrival cut the run (``submit``)
                             m = self._cut
-                            if self._cut_short:
-                                run.capped = False
                             break
                         self._timer = None
                         if run.priced == m:
