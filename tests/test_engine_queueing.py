@@ -110,16 +110,22 @@ def test_session_rate_starts_follow_the_seeded_poisson_stream(tmp_path):
 
 
 # ----------------------------------------------------------------- step-level schedules
-@pytest.mark.parametrize("affine", [True, False])
-@pytest.mark.parametrize("t_b", [0.35, 2.0, 2.5, 7.0, 30.0])
-def test_arrival_during_a_decode_run_joins_at_the_next_step_boundary(tmp_path, affine, t_b):
-    """A decodes 20 tokens in 1-s steps from t = 0; B arrives at t_b."""
-    path = single_turns(tmp_path / "w.parquet", [0.0, t_b], output_len=20)
+def _a_then_b(tmp_path, t_b: float, output_len: int, affine: bool):
+    """Records of A (arriving at 0) and B (at ``t_b``), ``output_len`` tokens each, on 1-s
+    steps; ``affine=False`` hides the closed form, so decode runs are priced a chunk at a time."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, t_b], output_len=output_len)
     pricer = ConstantPricer(1.0)
     if not affine:
         pricer.decode_affine = lambda batch: None  # type: ignore[method-assign]
     _, records = run(path, pricer, policy="vanilla")
-    a, b = _by_row(records)
+    return _by_row(records)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("t_b", [0.35, 2.0, 2.5, 7.0, 30.0])
+def test_arrival_during_a_decode_run_joins_at_the_next_step_boundary(tmp_path, affine, t_b):
+    """A decodes 20 tokens in 1-s steps from t = 0; B arrives at t_b."""
+    a, b = _a_then_b(tmp_path, t_b, 20, affine)
     assert a.first_token_s == 1.0 and a.completed_s == 20.0  # 1 prefill step + 19 decodes
     boundary = float(math.ceil(t_b)) if t_b < 20 else t_b  # A busy until t = 20
     assert b.admitted_s == pytest.approx(boundary)
@@ -133,12 +139,7 @@ def test_an_arrival_at_a_priced_chunks_end_joins_there(tmp_path, affine, t_b):
     """A decodes 200 tokens in 1-s steps from t = 1: not affine, its run is priced a chunk
     at a time (64 steps, then 64 more: chunks end at t = 65 and 129). B arriving exactly at
     a chunk's end joins at that boundary, not a chunk later."""
-    path = single_turns(tmp_path / "w.parquet", [0.0, t_b], output_len=200)
-    pricer = ConstantPricer(1.0)
-    if not affine:
-        pricer.decode_affine = lambda batch: None  # type: ignore[method-assign]
-    _, records = run(path, pricer, policy="vanilla")
-    a, b = _by_row(records)
+    a, b = _a_then_b(tmp_path, t_b, 200, affine)
     assert a.completed_s == 200.0
     assert b.admitted_s == math.ceil(t_b)
     assert b.first_token_s == math.ceil(t_b) + 1.0
