@@ -60,7 +60,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from trees import ROOT, child_env, export_tree
+
 RESULTS = ROOT / "benchmarks" / "results" / "engine.json"
 # Issue 16's targets, requests per CPU second on one core: Marconi tuned online, vanilla.
 TARGETS_PER_CPU_S = {"marconi_tuned_alpha": 5000.0, "vanilla": 10000.0}
@@ -122,40 +123,19 @@ print(json.dumps({"requests": n, "wall_s": wall, "requests_per_s": n / wall,
 """
 
 
-def _env(root: Path = ROOT) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-
-
 def _run(script: str, *args: str, root: Path = ROOT) -> dict[str, Any]:
     """Run ``script`` in a child process on the tree ``root``; return the JSON it prints last."""
     proc = subprocess.run(
         [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
-        env=_env(root),
+        env=child_env(root),
         cwd=root,
         check=False,
     )
     if proc.returncode != 0:
         sys.exit(f"child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _export_tree(ref: str, dest: Path) -> str:
-    """Write the tree of git ``ref`` under ``dest``; return its commit."""
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if commit.returncode != 0:
-        sys.exit(f"--baseline: {ref!r} is not a commit of {ROOT}")
-    dest.mkdir(parents=True)
-    archive = subprocess.Popen(["git", "-C", str(ROOT), "archive", ref], stdout=subprocess.PIPE)
-    subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
-    archive.wait()
-    return commit.stdout.strip()
 
 
 def _fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -256,6 +236,13 @@ def main() -> None:
         "targets_requests_per_cpu_s": TARGETS_PER_CPU_S,
     }
     with tempfile.TemporaryDirectory() as tmp:
+        baseline = None  # a bad --baseline fails before any work
+        if args.baseline and not args.skip_speed:
+            baseline = Path(tmp) / "baseline-tree"
+            results["baseline"] = {
+                "ref": args.baseline,
+                "commit": export_tree(args.baseline, baseline),
+            }
         chat = Path(tmp) / "chat.parquet"
         gen = _run(_GENERATE, "chat", str(args.chat_sessions), str(args.chat_rate), str(chat), "{}")
         base = {
@@ -267,13 +254,6 @@ def main() -> None:
         }
         speed: dict[str, Any] = {}
         compared: dict[str, Any] = {}
-        baseline = None
-        if args.baseline and not args.skip_speed:
-            baseline = Path(tmp) / "baseline-tree"
-            results["baseline"] = {
-                "ref": args.baseline,
-                "commit": _export_tree(args.baseline, baseline),
-            }
         if not args.skip_speed:
             # numba compiles a fresh tree's kernels at its first run (tens of seconds, then
             # cached on disk beside them): one small untimed run on each tree first, so

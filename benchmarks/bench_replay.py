@@ -46,7 +46,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from trees import ROOT, child_env, export_tree
+
 DATA = ROOT.parent / "shared" / "data"  # the README's data folder, beside the repository
 TRACES = {
     "mooncake": "mooncake_synthetic_trace.jsonl",
@@ -100,11 +101,6 @@ print(json.dumps({"requests": s["requests"], "prompt_tokens": s["tokens"]["promp
 """
 
 
-def _env(root: Path = ROOT) -> dict[str, str]:
-    """The environment of a child importing the project from ``root`` (first on its path)."""
-    return {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-
-
 def run_child(code: str, *args: str, root: Path = ROOT) -> tuple[dict[str, Any], float]:
     """Run ``code`` in a wrapped child importing the project from ``root``; return its JSON
     output and its peak RSS (MB)."""
@@ -112,7 +108,7 @@ def run_child(code: str, *args: str, root: Path = ROOT) -> tuple[dict[str, Any],
         [sys.executable, "-c", _WRAPPER, sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
-        env=_env(root),
+        env=child_env(root),
         cwd=root,
         check=True,
     )
@@ -162,24 +158,6 @@ def _fallback_chat(path: Path, sessions: int, seed: int, writer: Any) -> None:
     rows.sort(key=lambda r: (r[0], r[1].session_id))
     with writer(path, {"generator": "bench_replay fallback chat", "seed": seed}) as w:
         w.write_all(r for _, r in rows)
-
-
-def extract_revision(ref: str, into: Path) -> str:
-    """Write the project's files at git revision ``ref`` under ``into``; return its commit."""
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{ref}^{{commit}}"],
-        capture_output=True,
-        text=True,
-    )
-    if commit.returncode != 0:
-        sys.exit(f"--baseline: {ref!r} is not a git revision of {ROOT}")
-    sha = commit.stdout.strip()
-    into.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", "--format=tar", sha], capture_output=True, check=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return sha
 
 
 def import_mooncake(trace: Path, path: Path) -> None:
@@ -236,7 +214,7 @@ def main() -> None:
         baseline_commit = None
         if args.baseline is not None:
             roots["baseline"] = Path(tmp) / "baseline"
-            baseline_commit = extract_revision(args.baseline, roots["baseline"])
+            baseline_commit = export_tree(args.baseline, roots["baseline"])
         files: dict[str, Path] = {}
         if "chat" in wanted:
             files["chat"] = Path(tmp) / "chat.parquet"
