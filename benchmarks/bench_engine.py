@@ -221,7 +221,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.repeat < 1:
-        parser.error(f"--repeat must be at least 1, got {args.repeat}")
+        print(f"--repeat: must be at least 1, got {args.repeat}", file=sys.stderr)
+        sys.exit(2)
     if args.quick:
         args.chat_sessions, args.scale_requests = 300, 20_000
 

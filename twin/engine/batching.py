@@ -114,9 +114,10 @@ class ContinuousBatching(Preemption, RatioAdmission):
             assert run is not None and t0 is not None
             elapsed = env.now - t0
             self._cut = m = run.steps_to_reach(elapsed)
-            if m < run.k or elapsed < run.end(m):
+            end = run.end(m)
+            if m < run.k or elapsed < end:
                 run.capped = False  # cut short (one at the run's very end leaves its cap)
-            boundary = env.timeout(max(t0 + run.end(m) - env.now, 0.0))
+            boundary = env.timeout(max(t0 + end - env.now, 0.0))
             boundary.callbacks, timer.callbacks = timer.callbacks, []
 
     def run(self) -> Generator[simpy.Event, Any, None]:
