@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 from twin.errors import TwinError
+from twin.slo import Slo
+from twin.slo import parse_slo as parse_any_slo
 
 # Metrics averaged across seeds; each gets a 95% interval when seeds >= 2.
 METRICS = (
@@ -34,40 +35,17 @@ METRICS = (
     "utilisation",
 )
 
-_SLO = re.compile(
-    r"^\s*p(\d{1,2})_(ttft|tpot)\s*(<=|<)\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)\s*$", re.IGNORECASE
-)
-_SLO_EXAMPLE = "e.g. 'p95_ttft<=500ms', 'p50_ttft<=200ms' or 'p99_ttft<=1.5s'"
-
-
-@dataclass(frozen=True)
-class Slo:
-    """A latency target on one percentile column: ``value(column) <= threshold_ms``."""
-
-    percentile: int
-    metric: str  # "ttft" or "tpot"
-    threshold_ms: float
-
-    @property
-    def column(self) -> str:
-        return f"{self.metric}_p{self.percentile}_ms"
-
-    def __str__(self) -> str:
-        return f"P{self.percentile} {self.metric.upper()} <= {self.threshold_ms:g} ms"
-
 
 def parse_slo(text: str) -> Slo:
-    """Parse ``p95_ttft<=500ms`` (ms or s); a TwinError saying what is accepted otherwise."""
-    m = _SLO.match(text or "")
-    if m is None:
-        raise TwinError(f"--slo {text!r}: expected pNN_ttft<=VALUE(ms|s), {_SLO_EXAMPLE}")
-    pct, metric, value, unit = int(m[1]), m[2].lower(), float(m[4]), m[5].lower()
-    slo = Slo(pct, metric, value * (1e3 if unit == "s" else 1.0))
+    """:func:`twin.slo.parse_slo`, refused unless the sweep records that percentile."""
+    slo = parse_any_slo(text)
     if slo.column not in METRICS:
-        have = sorted(c.removesuffix("_ms") for c in METRICS if c.startswith(metric))
-        raise TwinError(f"--slo {text!r}: the sweep records {', '.join(have)} only")
-    if not (math.isfinite(slo.threshold_ms) and slo.threshold_ms > 0):
-        raise TwinError(f"--slo {text!r}: the threshold must be a positive number")
+        have = sorted(c.removesuffix("_ms") for c in METRICS if c.startswith(slo.metric))
+        raise TwinError(
+            f"--slo {text!r}: the sweep records "
+            + (", ".join(have) if have else f"no {slo.metric} percentile")
+            + " only"
+        )
     return slo
 
 
