@@ -24,6 +24,7 @@ import math
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,12 @@ import pyarrow.parquet as pq
 
 from twin.atomic import atomic_path
 from twin.cache import PrefillFlops
+from twin.slo import Slo, good_requests
+from twin.steady_state import judge
 from workloads.arrow_numpy import arrow_of
 
 NAN = float("nan")
-PERCENTILES = (5, 50, 95, 99)
+PERCENTILES = (5, 50, 90, 95, 99)
 # The columns of every latency summary (and of the tables that show one).
 STAT_COLUMNS = ("mean", *(f"p{p}" for p in PERCENTILES))
 
@@ -267,6 +270,8 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
     }
 
 
+# What SummaryBuilder keeps per measured request: the latencies and the arrival time.
+_KEPT = (*LATENCIES, "arrival_s")
 SPILL_AT = 1 << 20  # latencies per kind kept in memory before spilling (4 MiB each)
 
 
@@ -280,8 +285,9 @@ class SummaryBuilder:
         self.warmup_s = warmup_s
         self.preemptive = preemptive
         self.preemptions = self.preempted = self.recomputed = 0
-        # The latencies of the measured requests, float32 columns in LATENCIES' order.
-        self.lat = ColumnBuffer([np.float32] * len(LATENCIES))
+        # The latencies of the measured requests, float32 columns in LATENCIES' order, and
+        # their arrival times (float64: the steady-state test regresses on them).
+        self.lat = ColumnBuffer([np.float32] * len(LATENCIES) + [np.float64])
         self._spilled_rows = 0  # latencies per kind already spilled
         # Prompt lengths repeat (a few thousand distinct in 55,000 chat turns): their
         # FLOPs are remembered, boundedly (the same floats, computed once each).
@@ -309,6 +315,7 @@ class SummaryBuilder:
         self.measured += 1
         lat = self.lat
         lat.add(latencies or rec.latencies())
+        lat.add((arrival,))  # the same row's last value
         if self.measured - self._spilled_rows >= SPILL_AT:
             self._spill()
         elif len(lat.values) >= lat.limit:
@@ -335,13 +342,16 @@ class SummaryBuilder:
         if rec.completed_s > self.last_completion:
             self.last_completion = rec.completed_s
 
-    def result(self) -> dict[str, Any]:
+    def result(
+        self, arrivals_end_s: float | None = None, slos: Sequence[Slo] = ()
+    ) -> dict[str, Any]:
+        """The summary; ``arrivals_end_s`` (the last expected arrival) closes the
+        steady-state window (:mod:`twin.steady_state`), ``slos`` add the ``slo`` section."""
         start = self.warmup_s if self.warmup_s > 0 else self.first_arrival
         window = self.last_completion - start if self.measured else 0.0
         rate = (lambda x: x / window) if window > 0 else (lambda x: None)
-        out: dict[str, Any] = {
-            k: _stats(v) for k, v in zip(LATENCIES, self._latencies(), strict=True)
-        }
+        columns = self._columns()
+        out: dict[str, Any] = {k: _stats(columns[k]) for k in LATENCIES}
         out["requests"] = {
             "total": self.total,
             "measured": self.measured,
@@ -379,10 +389,31 @@ class SummaryBuilder:
             "output_tokens_per_s": rate(self.output_tokens),
             "input_tokens_per_s": rate(self.input_tokens),
         }
+        if arrivals_end_s is not None:
+            first = start if math.isfinite(start) else 0.0
+            out["steady_state"] = judge(
+                columns["arrival_s"],
+                columns["ttft_s"],
+                columns["arrival_s"] + columns["e2e_s"],
+                (first, max(first, arrivals_end_s)),
+            ).to_dict()
+        if slos:
+            good = good_requests(slos, columns["ttft_s"], columns["tpot_s"], columns["e2e_s"])
+            out["slo"] = {
+                "attainment": float(good.mean()) if good.size else None,
+                "goodput_rps": rate(int(good.sum())),
+            }
         return out
 
+    def percentile(self, name: str, q: float) -> float | None:
+        """The ``q``-th percentile of latency ``name`` (one of LATENCIES) over the
+        measured requests; None when none has a value."""
+        x = self._columns()[name].astype(np.float64)
+        x = x[~np.isnan(x)]
+        return float(np.percentile(x, q)) if x.size else None
+
     def _spill(self) -> None:
-        for name, values in zip(LATENCIES, self.lat.take(), strict=True):
+        for name, values in zip(_KEPT, self.lat.take(), strict=True):
             f = self._spilled.get(name)
             if f is None:
                 # Closed with the builder (a TemporaryFile deletes itself).
@@ -390,15 +421,15 @@ class SummaryBuilder:
             values.tofile(f)
         self._spilled_rows = self.measured
 
-    def _latencies(self) -> list[np.ndarray]:
-        """Every latency recorded, one array per kind in LATENCIES' order (spilled first)."""
-        out = []
-        for name, tail in zip(LATENCIES, self.lat.columns(), strict=True):
+    def _columns(self) -> dict[str, np.ndarray]:
+        """Every latency and arrival recorded, one array each (spilled rows first)."""
+        out = {}
+        for name, tail in zip(_KEPT, self.lat.columns(), strict=True):
             f = self._spilled.get(name)
             if f is not None:
                 f.seek(0)
-                tail = np.concatenate((np.fromfile(f, np.float32), tail))
-            out.append(tail)
+                tail = np.concatenate((np.fromfile(f, tail.dtype), tail))
+            out[name] = tail
         return out
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from policies import POLICIES
@@ -35,6 +36,8 @@ from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
 from twin.metrics import STAT_COLUMNS, to_json
 from twin.presets import resolve_model
+from twin.slo import parse_slos
+from twin.steady_state import OVERLOADED
 from workloads.examples import example_path
 
 EXAMPLE = "chat"
@@ -100,14 +103,35 @@ def simulate(
         "(PagedAttention's one-size pages), jenga (per-kind small pages). "
         "[default: jenga with -p jenga, else bytes]",
     ),
-    warmup_s: float = typer.Option(
-        0.0,
+    warmup_s: float | None = typer.Option(
+        None,
         "--warmup-s",
         min=0.0,
-        help="Leave requests arriving before this out of the summary (the cache starts cold).",
+        help="Leave requests arriving before this out of the summary (the cache starts cold). "
+        "[default: 20% of --duration, else 0]",
     ),
     until_s: float | None = typer.Option(
         None, "--until-s", help="No request arrives after this simulated time."
+    ),
+    duration: float | None = typer.Option(
+        None,
+        "--duration",
+        help="Seconds of load: sessions start in [0, DURATION) (with --session-rate, a "
+        "generated workload with too few sessions is regenerated longer); the first 20% is "
+        "warm-up unless --warmup-s says otherwise.",
+    ),
+    concurrency: int | None = typer.Option(
+        None,
+        "--concurrency",
+        help="Closed-loop clients, as vllm bench serve --max-concurrency: each sends the "
+        "file's sessions one after another, every request when its previous one completes.",
+    ),
+    slo: list[str] = typer.Option(
+        [],
+        "--slo",
+        help="A latency target, repeatable: pNN_ttft|pNN_tpot|pNN_itl|pNN_e2e<=VALUE(ms|s), "
+        "e.g. --slo p95_ttft<=500ms --slo p95_tpot<=50ms. Adds each target's value, whether "
+        "all are met (only at steady state) and the goodput.",
     ),
     out: Path = typer.Option(
         Path("twin-simulate"),
@@ -144,6 +168,11 @@ def simulate(
 
       twin simulate -m gemma-3-4b --gpu h100 -p jenga --kv-allocator paged --out sim-paged
 
+      twin simulate -m qwen3.5-9b --engine vllm --session-rate 2 --duration 300 \
+        --slo p95_ttft<=500ms --slo p95_tpot<=50ms --out sim-steady
+
+      twin simulate -m qwen3.5-9b --engine vllm --concurrency 8 --duration 120 --out sim-c8
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache.
     """
@@ -153,6 +182,9 @@ def simulate(
         checks.number(flag, rate, low=0, low_open=True)
     checks.number("--warmup-s", warmup_s, low=0)
     checks.number("--until-s", until_s, low=0, low_open=True)
+    checks.number("--duration", duration, low=0, low_open=True)
+    checks.number("--concurrency", concurrency, low=0, low_open=True)
+    slos = parse_slos(slo)
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
@@ -191,6 +223,8 @@ def simulate(
         seed=seed,
         warmup_s=warmup_s,
         until_s=until_s,
+        duration_s=duration,
+        concurrency=concurrency,
     )
     if bundled:  # said once every flag has passed its checks (an error stays one line)
         err_console.print(
@@ -199,9 +233,9 @@ def simulate(
     # Completed requests, not simulated seconds: the run goes on draining well
     # past the last arrival, so a time bar sat at 100% for half the run.
     # With --until-s some rows never arrive, and the total is unknown.
-    total = run.workload.num_rows if until_s is None else None
+    total = run.workload.num_rows if run.config.until_s is None else None
     with progress_bar("requests completed", total) as advance:
-        summary = run.simulate(out, on_record=lambda _: advance(1), force=force)
+        summary = run.simulate(out, on_record=lambda _: advance(1), force=force, slos=slos)
     if as_json:
         print(to_json(summary), end="")  # the same text as summary.json
         return
@@ -289,8 +323,46 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
     ):
         facts.add_row(label, value)
     console.print(facts)
+    _print_verdict(s)
     if req["rejected"]:
         err_console.print(
             f"[yellow]warning:[/] {req['rejected']:,} request(s) could never fit "
             "a replica's memory for running requests and were rejected"
+        )
+
+
+def _print_verdict(s: dict[str, Any]) -> None:
+    """The steady-state verdict, the SLO targets, and a warning when nothing can be read."""
+    steady = s.get("steady_state")
+    if steady is not None:
+        t0, t1 = steady["window_s"]
+        line = (
+            f"steady state: {steady['verdict']} (arrivals {t0:,.1f}-{t1:,.1f} s): "
+            f"{steady['reason']}"
+        )
+        if steady["verdict"] == OVERLOADED:
+            err_console.print(
+                f"[yellow]warning:[/] overloaded: {escape(steady['reason'])}; its latencies "
+                "grow with the length of the run and meet no SLO (lower the load or add "
+                "replicas)"
+            )
+        else:
+            console.print(line, highlight=False, markup=False)
+    slo = s.get("slo")
+    if slo is not None:
+        for t in slo["targets"]:
+            value = "-" if t["value_ms"] is None else f"{t['value_ms']:,.1f} ms"
+            console.print(
+                f"SLO {t['label']}: {value} ({'met' if t['met'] else 'missed'})",
+                highlight=False,
+                markup=False,
+            )
+        goodput = slo.get("goodput_rps")
+        console.print(
+            f"SLOs {'met' if slo['met'] else 'not met'}"
+            + ("" if slo["met"] or not slo["targets_met"] else " (the run is not at steady state)")
+            + f"; goodput {'-' if goodput is None else f'{goodput:,.2f}'} req/s, "
+            f"{(slo['attainment'] or 0):.1%} of requests within every per-request target",
+            highlight=False,
+            markup=False,
         )

@@ -19,7 +19,7 @@ request has completed; records are handed to ``on_record`` as requests finish.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,15 +81,31 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
 
 
 def horizon(source: SessionSource, config: EngineConfig) -> float:
-    """Simulated seconds until the last arrival expected (progress bars, sampling)."""
+    """Simulated seconds until the last arrival expected (progress bars, sampling).
+
+    Closed-loop clients (``--concurrency``) send until ``until_s``, or until the
+    file's sessions run out: 0 (unknown) then.
+    """
+    if source.closed_loop:
+        return config.until_s or 0.0
     h = source.horizon()
     return min(h, config.until_s) if config.until_s is not None else h
 
 
+def session_source(workload: Workload, config: EngineConfig) -> SessionSource:
+    """The session source ``config`` asks for (arrival times, rates, closed loop)."""
+    return SessionSource(
+        workload,
+        config.session_rate,
+        config.request_rate,
+        config.seed,
+        closed_loop=config.concurrency is not None,
+    )
+
+
 def expected_horizon(workload: Workload, config: EngineConfig) -> float:
     """:func:`horizon` of ``workload`` under ``config``, before any simulation."""
-    source = SessionSource(workload, config.session_rate, config.request_rate, config.seed)
-    return horizon(source, config)
+    return horizon(session_source(workload, config), config)
 
 
 class Cluster:
@@ -112,7 +128,7 @@ class Cluster:
         self.model = model
         self.config = config
         self.on_record = on_record
-        self.source = SessionSource(workload, config.session_rate, config.request_rate, config.seed)
+        self.source = session_source(workload, config)
         self.router = get_router(config.router)
         self.budget = memory_budget(model, config)
         self.replicas: list[Replica] = []
@@ -165,6 +181,7 @@ class Cluster:
         # Utilisation's window: the first request arrival to the last expected session
         # start (the horizon), and each replica's busy seconds when it closes.
         self._first_arrival_s: float | None = None
+        self._last_arrival_s = 0.0
         self._busy_at_horizon: list[float] | None = None
 
     # ------------------------------------------------------------------ running
@@ -181,6 +198,14 @@ class Cluster:
 
     def _arrivals(self) -> Generator[simpy.Event, Any, None]:
         env, until = self.env, self.config.until_s
+        if self.config.concurrency is not None:
+            starts = self.source.sessions()  # one stream: each free client takes the next
+            yield env.all_of(
+                [env.process(self._client(starts)) for _ in range(self.config.concurrency)]
+            )
+            self._arrivals_done = True
+            self._check_finished()
+            return
         for first, start in self.source.sessions():
             if until is not None and start > until:
                 break
@@ -190,6 +215,17 @@ class Cluster:
             env.process(self._session(first, start))
         self._arrivals_done = True
         self._check_finished()
+
+    def _client(self, starts: Iterator[tuple[Request, float]]) -> Generator[simpy.Event, Any, None]:
+        """A closed-loop client (``--concurrency``): sessions one after another, each
+        started as soon as the previous one ends, until ``until_s`` or the file ends."""
+        env, until = self.env, self.config.until_s
+        for first, _ in starts:
+            if until is not None and env.now > until:
+                self.source.drop(first.session_id)
+                break
+            self._active += 1
+            yield from self._session(first, env.now)
 
     def _session(self, first: Request, start: float) -> Generator[simpy.Event, Any, None]:
         env, source, until = self.env, self.source, self.config.until_s
@@ -258,8 +294,10 @@ class Cluster:
         """
         if replica is None:
             replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+        now = self.env.now
         if self._first_arrival_s is None:
-            self._first_arrival_s = self.env.now
+            self._first_arrival_s = now
+        self._last_arrival_s = now
         return replica.submit(req)
 
     def _sampler(
@@ -344,12 +382,14 @@ class Cluster:
                     pool["peak_running_state_bytes"] = r.pool.peak_running_states
                 rep["pool"] = pool
             reps.append(rep)
+        # Closed-loop clients with no --until-s: the arrivals ended with the last one seen.
+        arrivals_end = self._last_arrival_s if self.source.closed_loop else self.horizon_s
         return RunStats(
             end,
             reps,
             self.occupancy.to_dict(),
             self.budget,
-            self.horizon_s,
+            arrivals_end,
             self.source.peak_buffered,
         )
 

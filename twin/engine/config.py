@@ -50,6 +50,12 @@ class EngineConfig:
     seed: int = _opt(0, "seed of the session-arrival stream")
     warmup_s: float = _opt(0.0, "requests arriving before this are left out of the summary")
     until_s: float | None = _opt(None, "no request arrives after this simulated time")
+    concurrency: int | None = _opt(
+        None,
+        "closed-loop clients (vllm bench serve --max-concurrency): each runs the file's "
+        "sessions one after another, every turn sent when the previous one completes (plus "
+        "its think time); None: the workload's (or --session-rate's) arrival times",
+    )
     samples: int = _opt(200, "target number of cache-occupancy samples over the run")
     # Issue 14: the engines' memory and modes. At their defaults these are left out of
     # to_dict(), so the paper's dedicated-cache summaries stay byte-identical.
@@ -128,6 +134,13 @@ class EngineConfig:
             "must be a positive number",
         )
         need(self.samples >= 2, "samples", "must be at least 2")
+        need(self.concurrency is None or self.concurrency >= 1, "concurrency", "must be >= 1")
+        for name in ("session_rate", "request_rate"):
+            if self.concurrency is not None and getattr(self, name) is not None:
+                raise TwinError(
+                    f"--concurrency: closed-loop clients set the arrivals; --"
+                    f"{name.replace('_', '-')} cannot be given with it"
+                )
         need(
             self.preemption in PREEMPTIONS,
             "preemption",
@@ -167,6 +180,7 @@ class EngineConfig:
 
 
 _OMITTED_AT_DEFAULT = (
+    "concurrency",
     "shared_pool",
     "engine",
     "engine_flags",

@@ -4,7 +4,9 @@ and the one builder of a run from what a user names (:func:`build_run`)."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ from twin.engine.cost import StepPricer, make_pricer
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
+from twin.slo import Slo
+from twin.steady_state import STABLE
 from workloads.reader import Workload
 
 REQUESTS_FILE = "requests.parquet"
@@ -55,11 +59,14 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
     force: bool = True,
+    slos: Sequence[Slo] = (),
 ) -> dict[str, Any]:
     """Simulate ``workload``; return the summary (and write both files under ``out_dir``).
 
     ``profile`` describes where the step prices come from (its provenance
     label goes into the summary). ``on_record`` also sees every record (tests).
+    ``slos`` add the summary's ``slo`` section: each target's measured value, whether
+    it is met, and the goodput (:mod:`twin.slo`).
     Nothing is left in ``out_dir`` if the run fails, and the two files are
     committed as one set with a manifest (``twin.atomic.OutputSet``); unless
     ``force``, outputs another run committed there meanwhile are kept and this
@@ -96,7 +103,7 @@ def simulate(
         raise
     if writer is not None:
         writer.close()
-    result = summary.result()
+    result = summary.result(stats.horizon_s, slos)
     util = [r["utilisation"] for r in stats.replicas]
     result.update(
         twin_version=__version__,
@@ -117,6 +124,8 @@ def simulate(
         replicas=stats.replicas,
         cache_occupancy=stats.occupancy,
     )
+    if slos:
+        result["slo"] = slo_section(slos, summary, result)
     if outputs is not None:
         try:
             outputs.path(SUMMARY_FILE).write_text(to_json(result))
@@ -125,6 +134,31 @@ def simulate(
             outputs.abort()
             raise
     return result
+
+
+def slo_section(
+    slos: Sequence[Slo], summary: SummaryBuilder, result: dict[str, Any]
+) -> dict[str, Any]:
+    """The summary's ``slo`` section: each target's value and verdict, all of them met
+    only at steady state, and the goodput the builder counted."""
+    targets = []
+    for slo in slos:
+        if slo.metric == "itl":
+            value = (result.get("itl_s") or {}).get(f"p{slo.percentile}")
+        else:
+            value = summary.percentile(slo.summary_key, slo.percentile)
+        value_ms = None if value is None else value * 1e3
+        targets.append(
+            {"slo": slo.text, "label": str(slo), "value_ms": value_ms, "met": slo.met_by(value_ms)}
+        )
+    stable = result.get("steady_state", {}).get("verdict") == STABLE
+    return {
+        **result.get("slo", {}),
+        "targets": targets,
+        "targets_met": all(t["met"] for t in targets),
+        # A run that is not at steady state meets no SLO: its latencies measure its length.
+        "met": stable and all(t["met"] for t in targets),
+    }
 
 
 @dataclass(frozen=True)
@@ -158,6 +192,7 @@ class Run:
         progress: Callable[[float], None] | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
         force: bool = True,
+        slos: Sequence[Slo] = (),
     ) -> dict[str, Any]:
         """:func:`simulate` this run; return the summary (and write it under ``out_dir``)."""
         return simulate(
@@ -170,6 +205,7 @@ class Run:
             progress,
             on_record,
             force,
+            slos,
         )
 
 
@@ -213,6 +249,36 @@ _OPTION_NAMES = {
 }
 
 
+# The share of a --duration run whose arrivals are left out as warm-up (cold cache,
+# sessions still accumulating) unless --warmup-s says otherwise. A judgement call: the
+# usual rule of thumb for deleting a transient before batch means is 10-20% of the run
+# (Law and Kelton, ch. 9.5.1); the larger end, as multi-turn sessions ramp up slowly.
+DURATION_WARMUP_FRACTION = 0.2
+
+
+def duration_settings(settings: dict[str, Any], duration_s: float) -> dict[str, Any]:
+    """``settings`` for a run whose sessions start in [0, ``duration_s``): arrivals cut
+    there (``until_s``), and a warm-up of :data:`DURATION_WARMUP_FRACTION` unless given."""
+    if not (math.isfinite(duration_s) and duration_s > 0):
+        raise TwinError(f"--duration: must be a positive number of seconds (got {duration_s!r})")
+    if settings.get("until_s") is not None:
+        raise TwinError("--duration and --until-s both end the arrivals: give one of them")
+    out = {**settings, "until_s": float(duration_s)}
+    if out.get("warmup_s") is None:
+        out["warmup_s"] = DURATION_WARMUP_FRACTION * float(duration_s)
+    elif out["warmup_s"] >= duration_s:
+        raise TwinError(
+            f"--warmup-s {out['warmup_s']:g}: must be shorter than --duration {duration_s:g}"
+        )
+    return out
+
+
+def default_workload_cache() -> Path:
+    """Where stretched workloads are kept between runs (``$XDG_CACHE_HOME/twin/workloads``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "twin" / "workloads"
+
+
 def build_run(
     workload: str | Path | Workload,
     *,
@@ -222,6 +288,8 @@ def build_run(
     engine: str | None = None,
     cache_gb: float | str | None = None,
     sets: dict[str, str] | None = None,
+    duration_s: float | None = None,
+    workload_cache: str | Path | None = None,
     **settings: Any,
 ) -> Run:
     """The one builder of a simulation from what a user names (``twin simulate``, the sweeps).
@@ -232,6 +300,12 @@ def build_run(
     ``settings`` (any :class:`EngineConfig` field) go through
     :func:`~twin.engine.config.build_config`. Everything is checked here,
     the configuration before the workload is opened.
+
+    ``duration_s`` (``--duration``) runs the load for that long: sessions start in
+    [0, duration_s) (:func:`duration_settings`); at a ``session_rate`` a workload
+    with too few sessions for it is stretched (a generated one regenerated with
+    more sessions, kept under ``workload_cache``: :mod:`workloads.extend`), so
+    every rate of a sweep runs the same simulated time.
     """
     from twin.costmodel.profile_store import (
         resolve_profile,  # late: the engine needs no profile format
@@ -243,6 +317,22 @@ def build_run(
     mode = get_mode(engine)
     kernels = mode.kernels if engine is not None else None
     prof = resolve_profile(gpu, None if profile is None else Path(profile), kernels)
+    if duration_s is not None:
+        settings = duration_settings(settings, duration_s)
+    settings = {k: v for k, v in settings.items() if not (k == "warmup_s" and v is None)}
     config = build_config(prof, cache_gb=cache_gb, **mode_fields(spec, engine, sets, settings))
+    if duration_s is not None and config.session_rate is not None:
+        from workloads.extend import extended_workload, sessions_started
+
+        path = workload.path if isinstance(workload, Workload) else Path(workload)
+        needed = sessions_started(config.session_rate, duration_s, config.seed)
+        longer = extended_workload(
+            Path(path),
+            needed,
+            Path(workload_cache) if workload_cache is not None else default_workload_cache(),
+            f"{config.session_rate:g} sessions/s for {duration_s:g} s",
+        )
+        if longer != Path(path):
+            workload = longer
     wl = workload if isinstance(workload, Workload) else Workload.open(Path(workload))
     return Run(wl, spec, prof, make_pricer(spec, prof, config.tp), config)

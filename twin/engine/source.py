@@ -20,7 +20,10 @@ Arrival times (DESIGN.md, workload schema):
 - with ``--session-rate`` the k-th session in file order starts at the k-th
   arrival of a seeded Poisson process (the first at t = 0, as the generators
   do), replacing the file's turn-0 time; the session's later open-loop turns
-  keep their offsets from its turn 0. Without it every turn 0 needs a time.
+  keep their offsets from its turn 0. Without it every turn 0 needs a time;
+- with ``--concurrency`` (``closed_loop``) no time in the file is used: a free
+  client takes the next session in file order, and every later turn is sent
+  ``think_s`` (0 if null) after the previous one completes.
 """
 
 from __future__ import annotations
@@ -49,9 +52,13 @@ class SessionSource:
         session_rate: float | None = None,
         request_rate: float | None = None,
         seed: int = 0,
+        closed_loop: bool = False,
     ) -> None:
         self.workload = workload
         self.session_rate = session_rate
+        # Closed-loop clients (--concurrency): every turn after the first waits for the
+        # previous one, and sessions start when a client is free, not at a time.
+        self.closed_loop = closed_loop
         index = workload.index
         sid, turn, arrival = index["session_id"], index["turn"], index["arrival_s"]
         self.num_rows = len(sid)
@@ -64,9 +71,10 @@ class SessionSource:
         same = sid[order[1:]] == sid[order[:-1]]
         flags = np.full(self.num_rows, LAST_TURN, np.uint8)
         flags[order[:-1][same]] = 0
-        next_open = np.zeros(self.num_rows, bool)
-        next_open[order[:-1][same]] = ~np.isnan(arrival[order[1:][same]])
-        flags[next_open] |= NEXT_OPEN
+        if not closed_loop:
+            next_open = np.zeros(self.num_rows, bool)
+            next_open[order[:-1][same]] = ~np.isnan(arrival[order[1:][same]])
+            flags[next_open] |= NEXT_OPEN
         self.flags = flags.tobytes()
         known = arrival[~np.isnan(arrival)]
         self.first_arrival = float(known[0]) if known.size else 0.0
@@ -79,7 +87,7 @@ class SessionSource:
                     "to scale (fewer than two distinct arrival times)"
                 )
             self.scale = self.file_request_rate / request_rate
-        if session_rate is None:
+        if session_rate is None and not closed_loop:
             missing = np.flatnonzero((turn == 0) & np.isnan(arrival))
             if missing.size:
                 r = int(missing[0])
@@ -105,6 +113,8 @@ class SessionSource:
 
     def horizon(self) -> float:
         """When the last arrival is expected (for progress bars and sampling)."""
+        if self.closed_loop:
+            return 0.0  # set by how fast the clients are served: unknown before the run
         if self.session_rate is not None:
             return max(0.0, (self.num_sessions - 1) / self.session_rate)
         return self.last_known_arrival
@@ -113,7 +123,7 @@ class SessionSource:
         """When open-loop turn ``req`` of a session started at ``start`` arrives; None if closed."""
         if req.turn == 0:
             return start  # the driver already waited for the session start
-        if req.arrival_s is None:
+        if req.arrival_s is None or self.closed_loop:
             return None
         if self.session_rate is not None and first.arrival_s is not None:
             return start + (req.arrival_s - first.arrival_s) * self.scale
@@ -128,7 +138,9 @@ class SessionSource:
             first = self._next_start()
             if first is None:
                 return
-            if self.session_rate is None:
+            if self.closed_loop:
+                start = 0.0  # the client starts it when it is free
+            elif self.session_rate is None:
                 assert first.arrival_s is not None  # checked in __init__
                 start = self.scaled(first.arrival_s)
             else:
