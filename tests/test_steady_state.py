@@ -76,3 +76,15 @@ def test_the_engine_md1_verdicts(tmp_path, rate: float, want: str) -> None:
     assert steady["window_s"][0] == 0.0  # no warm-up: from the first arrival (t = 0)
     if want == OVERLOADED:
         assert steady["ttft_slope"] == pytest.approx(rate - 1, abs=0.05)
+
+
+def test_utilisation_is_measured_after_the_warm_up(tmp_path) -> None:
+    # Idle for 50 s, then one 0.5-second request a second: half busy at steady state.
+    arrivals = [0.0] + [50.0 + k for k in range(51)]
+    path = single_turns(tmp_path / "w.parquet", arrivals)
+    pricer = ConstantPricer(0.5)
+    cold, _ = run(path, pricer, max_running=1, policy="vanilla")
+    warm, _ = run(path, pricer, max_running=1, policy="vanilla", warmup_s=50.0)
+    assert warm["utilisation"]["mean"] == pytest.approx(0.5, abs=1e-9)
+    # From the first arrival: 51 half-second steps end within the 100-second window.
+    assert cold["utilisation"]["mean"] == pytest.approx(51 * 0.5 / 100, abs=1e-9)

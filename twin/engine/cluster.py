@@ -183,6 +183,7 @@ class Cluster:
         self._first_arrival_s: float | None = None
         self._last_arrival_s = 0.0
         self._busy_at_horizon: list[float] | None = None
+        self._busy_at_warmup: list[float] | None = None
 
     # ------------------------------------------------------------------ running
     def run(self, progress: Callable[[float], None] | None = None) -> RunStats:
@@ -318,14 +319,21 @@ class Cluster:
             yield env.timeout(occ.interval_s)
 
     def _close_window(self) -> Generator[simpy.Event, Any, None]:
-        yield self.env.timeout(self.horizon_s)
+        warmup = self.config.warmup_s
+        if 0 < warmup < self.horizon_s:
+            # The window opens after the warm-up, as the latencies' does: utilisation is
+            # the headroom at steady state, not diluted by a cold, filling start.
+            yield self.env.timeout(warmup)
+            self._busy_at_warmup = [r.busy_until_now_s() for r in self.replicas]
+        yield self.env.timeout(self.horizon_s - self.env.now)
         self._busy_at_horizon = [r.busy_until_now_s() for r in self.replicas]
 
     def utilisation(self) -> list[float]:
         """Per replica: busy share of the arrival window, capped at 1 (1 = no headroom).
 
-        The window runs from the first request arrival to the horizon (the last
-        expected session start, or ``until_s``): while load is still arriving.
+        The window runs from the first request arrival (or the end of the warm-up,
+        if later) to the horizon (the last expected session start, or ``until_s``):
+        while load is still arriving.
         Busy time over the whole run is not used, because an overloaded run
         drains (and idles between closed-loop turns) long after arrivals stop,
         so it read lower under overload than at light load (issue 18). Runs whose
@@ -333,10 +341,16 @@ class Cluster:
         """
         end = self.env.now
         start = self._first_arrival_s or 0.0
+        before = [0.0] * len(self.replicas)
+        if self._busy_at_warmup is not None:
+            start, before = max(start, self.config.warmup_s), self._busy_at_warmup
         window = self.horizon_s - start
         if self._busy_at_horizon is None or window <= 0:
             return [r.busy_s / end if end > 0 else 0.0 for r in self.replicas]
-        return [min(1.0, busy / window) for busy in self._busy_at_horizon]
+        return [
+            min(1.0, (busy - b) / window)
+            for busy, b in zip(self._busy_at_horizon, before, strict=True)
+        ]
 
     def _check_finished(self) -> None:
         if self._arrivals_done and not self._active and not self._finished.triggered:
