@@ -49,8 +49,8 @@ def write_and_read(tmp_path, kind: str, n: int, rate: float, seed: int, ctx: int
 
 
 def test_registry_names_the_kinds_and_rejects_unknown():
-    assert set(GENERATORS) == {"chat", "doc-qa", "sharegpt", "swebench", "system-prompt"}
-    valid = "valid generators: chat, doc-qa, sharegpt, swebench, system-prompt"
+    assert set(GENERATORS) == {"chat", "doc-qa", "fixed", "sharegpt", "swebench", "system-prompt"}
+    valid = "valid generators: chat, doc-qa, fixed, sharegpt, swebench, system-prompt"
     with pytest.raises(TwinError, match=valid):
         get_generator("lmsys")
 
