@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from twin.cli.main import run
 from twin.errors import TwinError
 from workloads import Workload, WorkloadWriter
 from workloads.generators import get_generator
@@ -121,3 +122,18 @@ def test_a_context_too_small_for_the_prefix_is_refused():
     gen = get_generator("fixed")(FixedParams(prefix_len=1000))
     with pytest.raises(TwinError, match="--max-context 1000 is too small: prefix_len 1000"):
         gen.rows(10, 1.0, 1, 1000)
+
+
+def test_cli_flags_make_the_file_set_makes(tmp_path, capsys):
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    flags = ["--isl", "96", "--osl", "7", "--isl-dist", "uniform", "--isl-spread", "0.25"]
+    flags += ["--prefix-len", "32", "--prefix-share", "0.5"]
+    assert run(["workload", "generate", "fixed", "-n", "40", *flags, "-o", str(a)]) == 0
+    knobs = ["isl=96", "osl=7", "isl_dist=uniform", "isl_spread=0.25", "prefix_len=32"]
+    knobs.append("prefix_share=0.5")
+    sets = [w for k in knobs for w in ("--set", k)]
+    assert run(["workload", "generate", "fixed", "-n", "40", *sets, "-o", str(b)]) == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert "wrote 40 requests in 40 sessions" in capsys.readouterr().out
+    meta = Workload.open(a).metadata
+    assert meta["generator"] == "fixed" and meta["params"]["isl_spread"] == 0.25
