@@ -193,6 +193,27 @@ def test_unwritable_output_folder(tmp_path, capsys) -> None:
         locked.chmod(0o700)
 
 
+def test_generate_flags_that_do_not_fit_the_run(tmp_path, capsys) -> None:
+    out = ["-o", str(tmp_path / "w.parquet")]
+    for argv, needle in (
+        (["-n", "5", "--duration", "60"], "--sessions and --duration are mutually exclusive"),
+        (["--duration", "-1"], "--duration -1: must be > 0"),
+        (["--isl", "512"], "--isl: only the 'fixed' kind takes it, not 'chat'"),
+        (["--prefix-len", "8"], "--prefix-len: only the 'fixed' kind"),
+    ):
+        assert_clean_error(capsys, ["workload", "generate", "chat", *argv, *out], tmp_path, needle)
+    for argv, needle in (
+        (["--isl", "8", "--set", "isl=9"], "--isl and --set isl=... both given"),
+        (["--osl", "0"], "--osl 0: must be >= 1"),
+        (["--isl", "many"], "Invalid value for '--isl'"),
+        (["--osl-dist", "zipf"], "--osl-dist zipf: expected one of fixed, uniform, lognormal"),
+        (["--isl-dist", "uniform"], "--isl-dist uniform: needs isl_spread > 0"),
+        (["--prefix-len", "2000"], "--prefix-len 2000: the prefix is part of the prompt"),
+        (["--prefix-len", "64", "--max-context", "64"], "--max-context 64 is too small"),
+    ):
+        assert_clean_error(capsys, ["workload", "generate", "fixed", *argv, *out], tmp_path, needle)
+
+
 def test_usage_errors_are_one_line(tmp_path, capsys) -> None:
     assert_clean_error(capsys, ["simulate", "--no-such-flag"], tmp_path, "No such option")
     assert_clean_error(capsys, ["workload", "generate", "chat"], tmp_path, "--out")

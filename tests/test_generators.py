@@ -49,8 +49,8 @@ def write_and_read(tmp_path, kind: str, n: int, rate: float, seed: int, ctx: int
 
 
 def test_registry_names_the_kinds_and_rejects_unknown():
-    assert set(GENERATORS) == {"chat", "doc-qa", "sharegpt", "swebench", "system-prompt"}
-    valid = "valid generators: chat, doc-qa, sharegpt, swebench, system-prompt"
+    assert set(GENERATORS) == {"chat", "doc-qa", "fixed", "sharegpt", "swebench", "system-prompt"}
+    valid = "valid generators: chat, doc-qa, fixed, sharegpt, swebench, system-prompt"
     with pytest.raises(TwinError, match=valid):
         get_generator("lmsys")
 
@@ -115,6 +115,46 @@ def test_metadata_records_generator_knobs_and_run():
     run = (meta["sessions"], meta["session_rate"], meta["seed"], meta["max_context"])
     assert run == (100, 0.5, 9, 8192)
     json.dumps(meta)  # goes into the parquet metadata as JSON
+
+
+# ----- a duration instead of a session count -----------------------------------
+
+
+@pytest.mark.parametrize("kind", ["chat", "system-prompt"])
+def test_a_duration_holds_the_sessions_starting_before_it_as_a_count_would(kind):
+    cls = get_generator(kind)
+    timed = list(cls().rows(None, 0.5, 3, 32768, duration_s=60.0))
+    n = len({r.session_id for r in timed})
+    assert max(r.arrival_s for r in timed if r.turn == 0) < 60.0
+    # The next session (a count-based run of n + 1) starts at or after the end.
+    later = [r.arrival_s for r in cls().rows(n + 1, 0.5, 3) if r.session_id == n]
+    assert later[0] >= 60.0
+    assert as_tuples(timed) == as_tuples(cls().rows(n, 0.5, 3))
+
+
+def test_metadata_records_the_duration_and_the_sessions_it_holds():
+    gen = get_generator("system-prompt")()
+    meta = gen.metadata(None, 4.0, 1, 32768, duration_s=30.0)
+    n = sum(1 for _ in gen.rows(None, 4.0, 1, 32768, duration_s=30.0))
+    assert meta["duration_s"] == 30.0 and meta["sessions"] == n
+    assert "duration_s" not in gen.metadata(n, 4.0, 1, 32768)
+
+
+@pytest.mark.parametrize(
+    ("n", "duration", "message"),
+    [
+        (5, 10.0, "--sessions and --duration are mutually exclusive"),
+        (None, 0.0, "--duration must be a positive number of seconds"),
+        (None, float("inf"), "--duration must be a positive"),
+        (None, None, "--sessions must be a positive integer, got None"),
+    ],
+)
+def test_a_run_is_sessions_or_a_duration(n, duration, message):
+    gen = get_generator("chat")()
+    with pytest.raises(TwinError, match=message):
+        gen.rows(n, 1.0, 1, duration_s=duration)
+    with pytest.raises(TwinError, match=message):
+        gen.metadata(n, 1.0, 1, 32768, duration_s=duration)
 
 
 # ----- determinism, arrivals, order -------------------------------------------

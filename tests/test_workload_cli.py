@@ -118,3 +118,20 @@ def test_usage_errors_name_the_flag_without_a_traceback(tmp_path, monkeypatch, a
     assert flag in proc.stderr
     assert "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_duration_file_holds_the_sessions_a_count_file_starts_with(tmp_path, capsys):
+    from twin.cli.main import run
+    from workloads.reader import Workload
+
+    timed, counted = tmp_path / "timed.parquet", tmp_path / "counted.parquet"
+    argv = ["workload", "generate", "chat", "--session-rate", "0.5", "--seed", "4"]
+    assert run([*argv, "--duration", "40", "-o", str(timed)]) == 0
+    meta = Workload.open(timed).metadata
+    n = meta["sessions"]
+    assert meta["duration_s"] == 40.0 and n == Workload.open(timed).num_sessions > 1
+    assert f"in {n} sessions" in capsys.readouterr().out
+    assert run([*argv, "-n", str(n), "-o", str(counted)]) == 0
+    assert pq.read_table(timed).equals(pq.read_table(counted))
+    assert run(["workload", "generate", "chat", "-o", str(tmp_path / "default.parquet")]) == 0
+    assert Workload.open(tmp_path / "default.parquet").num_sessions == 100

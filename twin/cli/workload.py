@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from twin.cli.common import console, parse_pairs, print_json, progress_bar
 from twin.errors import TwinError
 from workloads.exporters import export_marconi
 from workloads.generators import GENERATORS, get_generator
+from workloads.generators.base import KnobError
 from workloads.importers import IMPORTERS, get_importer
 from workloads.reader import Workload
 from workloads.stats import summarize
@@ -22,11 +24,31 @@ from workloads.writer import WorkloadWriter
 app = typer.Typer(help="Generate, import, export and describe workloads.", no_args_is_help=True)
 
 
+# ``twin workload generate`` flags that set the ``fixed`` kind's knobs (``--set`` works too).
+_FIXED_FLAGS = {
+    "isl": "--isl",
+    "osl": "--osl",
+    "isl_dist": "--isl-dist",
+    "osl_dist": "--osl-dist",
+    "isl_spread": "--isl-spread",
+    "osl_spread": "--osl-spread",
+    "prefix_len": "--prefix-len",
+    "prefix_share": "--prefix-share",
+}
+
+
 @app.command()
 def generate(
     kind: str = typer.Argument(..., help=f"Workload kind: {', '.join(GENERATORS)}."),
     out: Path = typer.Option(..., "--out", "-o", help="Output parquet file."),
-    sessions: int = typer.Option(100, "--sessions", "-n", min=1, help="Number of sessions."),
+    sessions: int | None = typer.Option(
+        None, "--sessions", "-n", min=1, help="Number of sessions (default 100; or --duration)."
+    ),
+    duration: float | None = typer.Option(
+        None,
+        "--duration",
+        help="Instead of --sessions: every session whose start is before this many seconds.",
+    ),
     session_rate: float = typer.Option(
         1.0, "--session-rate", min=1e-9, help="Poisson session arrival rate, sessions/s."
     ),
@@ -37,35 +59,114 @@ def generate(
     knobs: list[str] = typer.Option(
         [], "--set", help="Override a per-kind knob, KEY=VALUE (see `twin workload kinds`)."
     ),
+    isl: int | None = typer.Option(
+        None, "--isl", help="fixed: input tokens per request, shared prefix included (1024)."
+    ),
+    osl: int | None = typer.Option(
+        None, "--osl", help="fixed: output tokens per request, exactly (128)."
+    ),
+    isl_dist: str | None = typer.Option(
+        None, "--isl-dist", help="fixed: input lengths fixed, uniform or lognormal (fixed)."
+    ),
+    osl_dist: str | None = typer.Option(
+        None, "--osl-dist", help="fixed: output lengths fixed, uniform or lognormal (fixed)."
+    ),
+    isl_spread: float | None = typer.Option(
+        None,
+        "--isl-spread",
+        help="fixed: uniform: lengths in isl x [1-s, 1+s] (s < 1); lognormal: sigma.",
+    ),
+    osl_spread: float | None = typer.Option(
+        None, "--osl-spread", help="fixed: as --isl-spread, for output lengths."
+    ),
+    prefix_len: int | None = typer.Option(
+        None, "--prefix-len", help="fixed: tokens of one prefix shared across requests (0)."
+    ),
+    prefix_share: float | None = typer.Option(
+        None, "--prefix-share", help="fixed: fraction of requests with the prefix (1.0)."
+    ),
 ) -> None:
     """Generate a synthetic workload with Poisson session arrivals.
 
-    Example:
+    --sessions N writes N sessions (100 when neither is given); --duration D
+    writes every session that starts in the first D seconds (the same first
+    sessions as -n with the same seed). The fixed kind is benchmark load, as
+    vllm bench serve --dataset-name random sends: one request per session, of
+    --isl input and exactly --osl output tokens.
+
+    Examples:
 
       twin workload generate chat --sessions 200 --session-rate 0.5 --seed 1 -o chat.parquet
 
       twin workload generate swebench -n 50 --set keep_observations=3 -o swe.parquet
 
       twin workload generate doc-qa -n 100 --set docs_max=2 -o docqa.parquet
+
+      twin workload generate fixed --isl 1024 --osl 128 --session-rate 4 --duration 60 \\
+          -o fixed.parquet
+
+      twin workload generate fixed --isl 2048 --osl 256 --isl-dist uniform --isl-spread 0.2 \\
+          --prefix-len 512 --prefix-share 0.5 -n 200 -o fixed-prefix.parquet
     """
+    if sessions is not None and duration is not None:
+        raise TwinError("--sessions and --duration are mutually exclusive: give one")
+    checks.number("--duration", duration, low=0, low_open=True)
     checks.number("--session-rate", session_rate, low=0, low_open=True)
     checks.out_file("--out", out)
     gen_cls = get_generator(kind)
-    params = gen_cls.parse_params(parse_pairs(knobs, "--set", "mean_turns=6"))
+    overrides = parse_pairs(knobs, "--set", "mean_turns=6")
+    flagged = {
+        name: value
+        for name, value in (
+            ("isl", isl),
+            ("osl", osl),
+            ("isl_dist", isl_dist),
+            ("osl_dist", osl_dist),
+            ("isl_spread", isl_spread),
+            ("osl_spread", osl_spread),
+            ("prefix_len", prefix_len),
+            ("prefix_share", prefix_share),
+        )
+        if value is not None
+    }
+    try:
+        params = gen_cls.parse_params(_with_flags(kind, overrides, flagged))
+    except KnobError as err:
+        if err.name not in flagged:
+            raise
+        # Named as the user gave it: --isl 0, not --set isl=0.
+        raise TwinError(f"{_FIXED_FLAGS[err.name]} {err.value}: {err.why}") from None
     gen = gen_cls(params)
-    metadata = gen.metadata(sessions, session_rate, seed, max_context)
+    n_sessions = sessions if sessions is not None or duration is not None else 100
+    metadata = gen.metadata(n_sessions, session_rate, seed, max_context, duration)
+    written = 0
     with (
-        progress_bar(f"generating {kind}", sessions) as advance,
+        progress_bar(f"generating {kind}", metadata["sessions"]) as advance,
         WorkloadWriter(out, metadata) as writer,
     ):
-        for row in gen.rows(sessions, session_rate, seed, max_context):
+        for row in gen.rows(n_sessions, session_rate, seed, max_context, duration):
             writer.write(row)
             if row.turn == 0:
+                written += 1
                 advance(1)
     console.print(
-        f"wrote {writer.rows_written:,} requests in {sessions:,} sessions "
+        f"wrote {writer.rows_written:,} requests in {written:,} sessions "
         f"({writer.input_tokens_written:,} stored input tokens) to {out}"
     )
+
+
+def _with_flags(
+    kind: str, overrides: dict[str, str], flagged: Mapping[str, object]
+) -> dict[str, str]:
+    """``--set`` knobs plus the fixed kind's own flags; a flag for another kind, or a
+    knob given both ways, is refused naming the flag."""
+    for name in flagged:
+        flag = _FIXED_FLAGS[name]
+        if kind != "fixed":
+            raise TwinError(f"{flag}: only the 'fixed' kind takes it, not {kind!r}")
+        if name in overrides:
+            raise TwinError(f"{flag} and --set {name}=... both given: give one")
+    return {**overrides, **{name: str(value) for name, value in flagged.items()}}
 
 
 @app.command()

@@ -7,6 +7,8 @@ The CLI calls::
     with WorkloadWriter(out, gen.metadata(sessions, rate, seed, max_context)) as w:
         w.write_all(gen.rows(sessions, rate, seed, max_context))
 
+(or ``sessions=None, duration_s=D`` for every session starting in [0, D) s).
+
 Add a kind by subclassing ``WorkloadGenerator`` (``workloads.generators.base``) and
 listing it here.
 """
@@ -17,6 +19,7 @@ from twin.errors import TwinError
 from workloads.generators.base import GeneratorParams, Turn, WorkloadGenerator
 from workloads.generators.chat import ChatGenerator, ChatParams
 from workloads.generators.doc_qa import DocQAGenerator, DocQAParams
+from workloads.generators.fixed import FixedGenerator, FixedParams
 from workloads.generators.sharegpt import ShareGPTGenerator, ShareGPTParams
 from workloads.generators.swebench import SWEBenchGenerator, SWEBenchParams
 from workloads.generators.system_prompt import SystemPromptGenerator, SystemPromptParams
@@ -26,6 +29,7 @@ GENERATORS: dict[str, type[WorkloadGenerator]] = {
     for cls in (
         ChatGenerator,
         DocQAGenerator,
+        FixedGenerator,
         ShareGPTGenerator,
         SWEBenchGenerator,
         SystemPromptGenerator,
@@ -49,6 +53,8 @@ __all__ = [
     "ChatParams",
     "DocQAGenerator",
     "DocQAParams",
+    "FixedGenerator",
+    "FixedParams",
     "GeneratorParams",
     "SWEBenchGenerator",
     "SWEBenchParams",

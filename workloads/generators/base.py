@@ -6,7 +6,9 @@ the output ids) from a random generator private to that session. This module
 does the rest:
 
 - **Arrivals.** Sessions arrive as a Poisson process at ``session_rate``
-  sessions/s (exponential gaps; the first session at t = 0).
+  sessions/s (exponential gaps; the first session at t = 0). A run holds
+  either ``n_sessions`` sessions or, with ``duration_s``, every session that
+  starts in [0, duration_s): the same first sessions either way.
 - **Determinism.** The arrival stream, each session's content and the content
   shared by all sessions (system prompts) come from independent streams of
   ``numpy.random.SeedSequence(seed)``. A session's tokens depend only on
@@ -61,9 +63,21 @@ def knob(
     return field(default=default, metadata=meta)
 
 
-def knob_error(name: str, value: object, why: str) -> TwinError:
+class KnobError(TwinError):
+    """A bad knob value, spelled ``--set name=value: why``.
+
+    ``name``, ``value`` and ``why`` are kept so that a command offering the
+    knob as a flag of its own can name that flag instead.
+    """
+
+    def __init__(self, name: str, value: object, why: str) -> None:
+        super().__init__(f"--set {name}={value}: {why}")
+        self.name, self.value, self.why = name, value, why
+
+
+def knob_error(name: str, value: object, why: str) -> KnobError:
     """The error for a bad knob, named as the CLI spells it: what the user has to fix."""
-    return TwinError(f"--set {name}={value}: {why}")
+    return KnobError(name, value, why)
 
 
 @dataclass(frozen=True)
@@ -223,15 +237,28 @@ class WorkloadGenerator:
         ]
 
     def metadata(
-        self, n_sessions: int, session_rate: float, seed: int, max_context: int
+        self,
+        n_sessions: int | None,
+        session_rate: float,
+        seed: int,
+        max_context: int,
+        duration_s: float | None = None,
     ) -> dict[str, Any]:
-        """The workload file's metadata: generator, knobs and run arguments."""
-        extra = {"modules": True} if self.has_modules else {}
+        """The workload file's metadata: generator, knobs and run arguments.
+
+        ``sessions`` is the number of sessions the run holds (with
+        ``duration_s``, those starting before it); ``duration_s`` is recorded
+        only when given, so count-based files keep their metadata.
+        """
+        _check_run(n_sessions, session_rate, seed, max_context, duration_s)
+        extra: dict[str, Any] = {"modules": True} if self.has_modules else {}
+        run: dict[str, Any] = {} if duration_s is None else {"duration_s": float(duration_s)}
         return {
             **extra,
             "generator": self.name,
             "params": dataclasses.asdict(self.params),
-            "sessions": n_sessions,
+            "sessions": _session_count(n_sessions, session_rate, seed, duration_s),
+            **run,
             "session_rate": session_rate,
             "seed": seed,
             "max_context": max_context,
@@ -250,17 +277,24 @@ class WorkloadGenerator:
     # ----- the merge ----------------------------------------------------------
 
     def rows(
-        self, n_sessions: int, session_rate: float, seed: int, max_context: int = 32768
+        self,
+        n_sessions: int | None,
+        session_rate: float,
+        seed: int,
+        max_context: int = 32768,
+        duration_s: float | None = None,
     ) -> Iterator[WorkloadRow]:
         """Yield the workload rows in nominal arrival order (see module docstring).
 
-        Arguments are checked now, not at the first row, so a bad flag fails
-        before any output file is opened.
+        ``n_sessions`` sessions, or (``n_sessions`` None) every session whose
+        start is before ``duration_s`` seconds. Arguments are checked now, not
+        at the first row, so a bad flag fails before any output file is opened.
         """
-        _check_run(n_sessions, session_rate, seed, max_context)
+        _check_run(n_sessions, session_rate, seed, max_context, duration_s)
+        n = _session_count(n_sessions, session_rate, seed, duration_s)
         root = np.random.SeedSequence(int(seed))
         shared = self.shared(_stream(root, (_SHARED,)), int(max_context))
-        return self._merge(root, shared, n_sessions, float(session_rate), int(max_context))
+        return self._merge(root, shared, n, float(session_rate), int(max_context))
 
     def _merge(
         self,
@@ -306,8 +340,24 @@ class WorkloadGenerator:
                 heapq.heappush(heap, (t + following.think_s, sid, k + 1, following, turns))
 
 
-def _check_run(n_sessions: int, session_rate: float, seed: int, max_context: int) -> None:
-    if (
+def _check_run(
+    n_sessions: int | None,
+    session_rate: float,
+    seed: int,
+    max_context: int,
+    duration_s: float | None = None,
+) -> None:
+    if duration_s is not None:
+        if n_sessions is not None:
+            raise TwinError("--sessions and --duration are mutually exclusive: give one")
+        if (
+            isinstance(duration_s, bool)
+            or not isinstance(duration_s, int | float)
+            or not math.isfinite(duration_s)
+            or duration_s <= 0
+        ):
+            raise TwinError(f"--duration must be a positive number of seconds, got {duration_s!r}")
+    elif (
         isinstance(n_sessions, bool)
         or not isinstance(n_sessions, int | np.integer)
         or n_sessions < 1
@@ -334,6 +384,18 @@ def _check_run(n_sessions: int, session_rate: float, seed: int, max_context: int
         )
 
 
+def _session_count(
+    n_sessions: int | None, session_rate: float, seed: int, duration_s: float | None
+) -> int:
+    """The sessions a run holds: ``n_sessions``, or those whose start is before ``duration_s``."""
+    if duration_s is None:
+        assert n_sessions is not None  # _check_run
+        return int(n_sessions)
+    root = np.random.SeedSequence(int(seed))
+    starts = poisson_times(_stream(root, (_ARRIVALS,)), float(session_rate))
+    return count_before(starts, float(duration_s))
+
+
 def _stream(root: np.random.SeedSequence, key: tuple[int, ...]) -> np.random.Generator:
     """An independent generator for ``key`` below ``root`` (what ``spawn`` does, lazily)."""
     child = np.random.SeedSequence(root.entropy, spawn_key=key)
@@ -347,6 +409,16 @@ def poisson_times(rng: np.random.Generator, rate: float) -> Iterator[float]:
         for gap in rng.exponential(1.0 / rate, _GAP_BLOCK).tolist():
             yield t
             t += gap
+
+
+def count_before(times: Iterator[float], end: float) -> int:
+    """How many of the non-decreasing ``times`` come before ``end`` (the rest are not drawn)."""
+    n = 0
+    for t in times:
+        if t >= end:
+            return n
+        n += 1
+    return n  # a finite stream that ended before ``end``
 
 
 # ----- sampling helpers the kinds share --------------------------------------
