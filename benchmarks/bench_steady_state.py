@@ -89,12 +89,9 @@ def main() -> None:
         root = Path(tmp)
         cache = root / "cache"
         files = {n: _generate(root / f"chat-{n}.parquet", n) for n in SIZES}
-        out["as_before"] = [
-            _run(files[n], cache, session_rate=OVERLOAD_RATE) for n in SIZES
-        ]
+        out["as_before"] = [_run(files[n], cache, session_rate=OVERLOAD_RATE) for n in SIZES]
         out["with_duration"] = [
-            _run(files[n], cache, session_rate=OVERLOAD_RATE, duration_s=overload_s)
-            for n in SIZES
+            _run(files[n], cache, session_rate=OVERLOAD_RATE, duration_s=overload_s) for n in SIZES
         ]
         stable = []
         for n in SIZES:
