@@ -139,3 +139,21 @@ def test_simulate_cli_refuses_bad_load_flags(tmp_path, capsys, args, says):
     assert rc == 2, err
     assert says in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("shape", [0.25, 4.0])
+def test_burstiness_draws_gamma_session_starts(tmp_path, shape):
+    path = single_turns(tmp_path / "w.parquet", [None] * 4000)
+    _, records = run(
+        path, ConstantPricer(1e-4), policy="vanilla", session_rate=2.0, burstiness=shape, seed=1
+    )
+    gaps = np.diff(sorted(r.arrival_s for r in records))
+    assert gaps.mean() == pytest.approx(0.5, rel=0.1)
+    # Gamma gaps of shape k have a squared coefficient of variation of 1/k.
+    assert gaps.var() / gaps.mean() ** 2 == pytest.approx(1 / shape, rel=0.15)
+
+
+def test_burstiness_needs_a_session_rate(tmp_path):
+    path = single_turns(tmp_path / "w.parquet", [0.0, 1.0])
+    with pytest.raises(TwinError, match="--burstiness"):
+        run(path, ConstantPricer(1.0), burstiness=0.5)

@@ -20,7 +20,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -29,7 +28,7 @@ from twin.atomic import atomic_path, locked, sha256_of
 from twin.errors import TwinError
 from workloads.arrow_numpy import numpy_of
 from workloads.generators import get_generator
-from workloads.generators.base import count_before, poisson_times
+from workloads.generators.base import count_before, session_start_times
 from workloads.reader import Workload
 from workloads.writer import WorkloadWriter
 
@@ -37,11 +36,13 @@ from workloads.writer import WorkloadWriter
 _RUN_KEYS = ("generator", "params", "seed", "max_context", "session_rate")
 
 
-def sessions_started(session_rate: float, duration_s: float, seed: int) -> int:
+def sessions_started(
+    session_rate: float, duration_s: float, seed: int, burstiness: float = 1.0
+) -> int:
     """Sessions the engine's ``--session-rate`` stream starts in [0, ``duration_s``).
 
-    The stream is ``twin.engine.source``'s: ``poisson_times(default_rng(seed),
-    session_rate)``, the first session at t = 0 (so at least one).
+    The stream is ``twin.engine.source``'s: :func:`session_start_times`, the first
+    session at t = 0 (so at least one).
     """
     if not (isinstance(session_rate, int | float) and math.isfinite(session_rate)) or (
         session_rate <= 0
@@ -49,7 +50,7 @@ def sessions_started(session_rate: float, duration_s: float, seed: int) -> int:
         raise TwinError(f"--session-rate must be a positive number, got {session_rate!r}")
     if not (isinstance(duration_s, int | float) and math.isfinite(duration_s)) or duration_s <= 0:
         raise TwinError(f"--duration must be a positive number of seconds, got {duration_s!r}")
-    starts = poisson_times(np.random.default_rng(seed), float(session_rate))
+    starts = session_start_times(float(session_rate), seed, burstiness)
     return count_before(starts, float(duration_s))
 
 

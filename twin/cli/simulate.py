@@ -72,6 +72,13 @@ def simulate(
         help="Poisson session arrivals per second, replacing the "
         "file's session start times (required if they are missing).",
     ),
+    burstiness: float | None = typer.Option(
+        None,
+        "--burstiness",
+        help="Shape of the gaps between --session-rate starts: 1 is Poisson, below 1 "
+        "burstier, above 1 more regular (gamma gaps, as vllm bench serve --burstiness). "
+        "[default: 1]",
+    ),
     request_rate: float | None = typer.Option(
         None,
         "--request-rate",
@@ -184,6 +191,7 @@ def simulate(
     checks.number("--until-s", until_s, low=0, low_open=True)
     checks.number("--duration", duration, low=0, low_open=True)
     checks.number("--concurrency", concurrency, low=0, low_open=True)
+    checks.number("--burstiness", burstiness, low=0, low_open=True)
     slos = parse_slos(slo)
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
@@ -201,6 +209,7 @@ def simulate(
             ("max_running", max_running),
             ("memory_utilization", gpu_mem_util),
             ("kv_allocator", kv_allocator),
+            ("burstiness", burstiness),
         )
         if value is not None
     }

@@ -100,6 +100,7 @@ def session_source(workload: Workload, config: EngineConfig) -> SessionSource:
         config.request_rate,
         config.seed,
         closed_loop=config.concurrency is not None,
+        burstiness=config.burstiness,
     )
 
 

@@ -50,6 +50,11 @@ class EngineConfig:
     seed: int = _opt(0, "seed of the session-arrival stream")
     warmup_s: float = _opt(0.0, "requests arriving before this are left out of the summary")
     until_s: float | None = _opt(None, "no request arrives after this simulated time")
+    burstiness: float = _opt(
+        1.0,
+        "session starts at --session-rate: 1 Poisson; else gamma gaps of this shape "
+        "(vllm bench serve --burstiness: below 1 burstier, above 1 more regular)",
+    )
     concurrency: int | None = _opt(
         None,
         "closed-loop clients (vllm bench serve --max-concurrency): each runs the file's "
@@ -135,6 +140,16 @@ class EngineConfig:
         )
         need(self.samples >= 2, "samples", "must be at least 2")
         need(self.concurrency is None or self.concurrency >= 1, "concurrency", "must be >= 1")
+        need(
+            math.isfinite(self.burstiness) and self.burstiness > 0,
+            "burstiness",
+            "must be a positive number",
+        )
+        need(
+            self.burstiness == 1.0 or self.session_rate is not None,
+            "burstiness",
+            "shapes the --session-rate stream: give --session-rate",
+        )
         for name in ("session_rate", "request_rate"):
             if self.concurrency is not None and getattr(self, name) is not None:
                 raise TwinError(
@@ -180,6 +195,7 @@ class EngineConfig:
 
 
 _OMITTED_AT_DEFAULT = (
+    "burstiness",
     "concurrency",
     "shared_pool",
     "engine",

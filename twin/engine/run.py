@@ -325,7 +325,7 @@ def build_run(
         from workloads.extend import extended_workload, sessions_started
 
         path = workload.path if isinstance(workload, Workload) else Path(workload)
-        needed = sessions_started(config.session_rate, duration_s, config.seed)
+        needed = sessions_started(config.session_rate, duration_s, config.seed, config.burstiness)
         longer = extended_workload(
             Path(path),
             needed,

@@ -19,8 +19,8 @@ Arrival times (DESIGN.md, workload schema):
   turn completes;
 - with ``--session-rate`` the k-th session in file order starts at the k-th
   arrival of a seeded Poisson process (the first at t = 0, as the generators
-  do), replacing the file's turn-0 time; the session's later open-loop turns
-  keep their offsets from its turn 0. Without it every turn 0 needs a time;
+  do; gamma gaps with ``--burstiness``), replacing the file's turn-0 time; the
+  session's later open-loop turns keep their offsets from its turn 0. Without it every turn 0 needs a time;
 - with ``--concurrency`` (``closed_loop``) no time in the file is used: a free
   client takes the next session in file order, and every later turn is sent
   ``think_s`` (0 if null) after the previous one completes.
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from twin.errors import TwinError, where
-from workloads.generators.base import poisson_times
+from workloads.generators.base import session_start_times
 from workloads.reader import Request, Workload
 
 # Bits of ``SessionSource.flags[row]``: the row is its session's last turn; the
@@ -53,6 +53,7 @@ class SessionSource:
         request_rate: float | None = None,
         seed: int = 0,
         closed_loop: bool = False,
+        burstiness: float = 1.0,
     ) -> None:
         self.workload = workload
         self.session_rate = session_rate
@@ -96,7 +97,7 @@ class SessionSource:
                     "no start time (closed loop); give --session-rate"
                 )
         self.last_known_arrival = self.scaled(float(known[-1])) if known.size else 0.0
-        self._rng = np.random.default_rng(seed)
+        self._seed, self._burstiness = seed, burstiness
         self._rows: Iterator[Request] = workload.requests()
         self._starts: deque[Request] = deque()
         self._pending: dict[int, deque[Request]] = {}
@@ -133,7 +134,8 @@ class SessionSource:
     def sessions(self) -> Iterator[tuple[Request, float]]:
         """Each session's turn 0 with its start time, in file order, read lazily."""
         # The same Poisson stream as the workload generators' (one definition).
-        times = None if self.session_rate is None else poisson_times(self._rng, self.session_rate)
+        rate = self.session_rate
+        times = None if rate is None else session_start_times(rate, self._seed, self._burstiness)
         while True:
             first = self._next_start()
             if first is None:

@@ -411,6 +411,32 @@ def poisson_times(rng: np.random.Generator, rate: float) -> Iterator[float]:
             t += gap
 
 
+def gamma_times(rng: np.random.Generator, rate: float, shape: float) -> Iterator[float]:
+    """Arrival times of a gamma renewal process at ``rate``: 0, then cumulative gaps of
+    shape ``shape`` and mean ``1 / rate`` (squared coefficient of variation 1 / shape).
+
+    ``vllm bench serve --burstiness B`` draws its request gaps this way (vLLM 0.11,
+    ``vllm/benchmarks/serve.py``, ``get_request``: gamma with shape B and scale
+    1 / (rate B)): B < 1 is burstier than Poisson, B > 1 more regular.
+    """
+    t = 0.0
+    scale = 1.0 / (rate * shape)
+    while True:
+        for gap in rng.gamma(shape, scale, _GAP_BLOCK).tolist():
+            yield t
+            t += gap
+
+
+def session_start_times(rate: float, seed: int, burstiness: float = 1.0) -> Iterator[float]:
+    """The engine's ``--session-rate`` stream (one definition, for the engine and for
+    :mod:`workloads.extend`): Poisson from ``default_rng(seed)``, the first start at t = 0;
+    gamma gaps of shape ``burstiness`` when it is not 1 (:func:`gamma_times`)."""
+    rng = np.random.default_rng(seed)
+    if burstiness == 1.0:
+        return poisson_times(rng, rate)
+    return gamma_times(rng, rate, burstiness)
+
+
 def count_before(times: Iterator[float], end: float) -> int:
     """How many of the non-decreasing ``times`` come before ``end`` (the rest are not drawn)."""
     n = 0
