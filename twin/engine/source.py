@@ -20,7 +20,8 @@ Arrival times (DESIGN.md, workload schema):
 - with ``--session-rate`` the k-th session in file order starts at the k-th
   arrival of a seeded Poisson process (the first at t = 0, as the generators
   do; gamma gaps with ``--burstiness``), replacing the file's turn-0 time; the
-  session's later open-loop turns keep their offsets from its turn 0. Without it every turn 0 needs a time;
+  session's later open-loop turns keep their offsets from its turn 0. Without
+  it every turn 0 needs a time;
 - with ``--concurrency`` (``closed_loop``) no time in the file is used: a free
   client takes the next session in file order, and every later turn is sent
   ``think_s`` (0 if null) after the previous one completes.
