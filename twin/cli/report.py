@@ -272,7 +272,7 @@ def capacity(
     wrote = f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}"
     if as_json:
         print(to_json(report_document(found)), end="")
-        err_console.print(wrote, highlight=False, markup=False)
+        err_console.print(wrote, highlight=False, markup=False, soft_wrap=True)
         return
     if found.slos:
         _print_recommendations(found)
