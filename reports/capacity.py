@@ -42,7 +42,6 @@ from reports.sweep import (
 )
 from reports.verdicts import advice
 from twin import __version__
-from twin.engine.config import EngineConfig
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.presets import resolve_model
@@ -244,15 +243,20 @@ def capacity_report(
 
 
 def engine_takes_duration() -> bool:
-    """Whether the engine runs a workload for a fixed simulated time (``duration_s``)."""
-    return "duration_s" in {f.name for f in dataclasses.fields(EngineConfig)}
+    """Whether :func:`twin.engine.build_run` runs a load for a fixed simulated time
+    (its ``duration_s`` and ``workload_cache`` arguments)."""
+    import inspect
+
+    from twin.engine import build_run
+
+    return {"duration_s", "workload_cache"} <= set(inspect.signature(build_run).parameters)
 
 
 def _duration_settings(
     duration_s: float, session_rates: Sequence[float | None], out: Path
 ) -> dict[str, Any]:
-    """The settings of ``--duration D``: the engine's ``duration_s`` and where the
-    stretched workloads are kept (``OUT/workloads``, a build_run argument)."""
+    """The settings of ``--duration D``: build_run's ``duration_s`` and where it keeps
+    the stretched workloads (``OUT/workloads``)."""
     if not (duration_s > 0 and duration_s != float("inf")):
         raise TwinError(f"--duration {duration_s:g}: must be a positive number of seconds")
     if any(r is None for r in session_rates):

@@ -46,9 +46,10 @@ from twin.slo import parse_slos
 
 AUTO_GB = -1.0  # a point's cache size when it runs the shared KV pool (--cache-gb auto)
 EXECUTORS = ("local", "ray")
-# Settings of a sweep that go to twin.engine.build_run, not to the engine's configuration:
-# where stretched workloads are kept (--duration) is not part of any point's result.
-RUN_ONLY = ("workload_cache",)
+# Settings of a sweep that go to twin.engine.build_run, not to build_config: --duration
+# (build_run cuts the arrivals there and stretches the workload) and where stretched
+# workloads are kept. The duration is in a point's key; the cache folder is not.
+RUN_ONLY = ("duration_s", "workload_cache")
 
 
 @dataclass(frozen=True)
@@ -77,11 +78,13 @@ class SweepSpec:
     own defaults fill in the rest, through the one builder
     (:func:`twin.engine.build_config`), so nothing here repeats a default.
     ``policy_options`` in it are shared by the swept policies: each takes its own.
-    ``settings`` may also hold :data:`RUN_ONLY` entries (``workload_cache``),
-    handed to :func:`twin.engine.build_run` and left out of the configuration
-    and the key. ``slos`` (canonical SLO texts) say which requests count as good
-    for the goodput column and which targets the ``binding`` column judges; they
-    are not part of a point's key (a changed target recomputes nothing).
+    ``settings`` may also hold :data:`RUN_ONLY` entries (``duration_s``,
+    ``workload_cache``), handed to :func:`twin.engine.build_run` and left out of
+    :meth:`base_config` and :meth:`config` (the arrival cut and warm-up a duration
+    implies are build_run's); the key holds the duration, not the cache folder.
+    ``slos`` (canonical SLO texts) say which requests count as good for the
+    goodput column and which targets the ``binding`` column judges; they are not
+    part of a point's key (a changed target recomputes nothing).
     """
 
     workload: str
@@ -165,7 +168,7 @@ class SweepSpec:
         shared = dict(dict(self.settings).get("policy_options") or {})
         variant = engine_variant(point.policy)
         engine["policy_options"] = {} if variant else options_for(point.policy, shared)
-        fixed = {
+        fixed: dict[str, Any] = {
             "model": self.model,
             "model_set": list(self.model_set),
             "workload_sha256": self.workload_sha256,
@@ -173,8 +176,12 @@ class SweepSpec:
             "profile_gpu": self.profile_gpu,
             "engine": engine,
         }
-        if self.engine is not None:  # keys of sweeps without --engine stay as they were
+        # Keys of sweeps without --engine or --duration stay as they were.
+        if self.engine is not None:
             fixed["engine_mode"] = self.engine.lower()
+        duration = dict(self.settings).get("duration_s")
+        if duration is not None:
+            fixed["duration_s"] = float(duration)
         # The replica count always comes from the point (resolved), never the engine part.
         engine.pop("replicas", None)
         where = {**asdict(point), "replicas": self.replicas(point)}

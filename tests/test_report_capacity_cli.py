@@ -138,9 +138,7 @@ def test_engine_runs_the_mode_twin_simulate_runs(tmp_path: Path, capsys) -> None
 # --- --duration: plumbing to the engine's build_run ----------------------------------------
 
 
-def test_duration_settings_reach_build_run_and_stay_out_of_the_key(
-    tmp_path: Path, monkeypatch
-) -> None:
+def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypatch) -> None:
     from reports import capacity
 
     monkeypatch.setattr(capacity, "engine_takes_duration", lambda: True)
@@ -148,11 +146,17 @@ def test_duration_settings_reach_build_run_and_stay_out_of_the_key(
     assert got == {"duration_s": 600.0, "workload_cache": str(tmp_path / "workloads")}
     with pytest.raises(TwinError, match="needs --session-rates"):
         capacity._duration_settings(600.0, [None], tmp_path)
-    # The workload cache is build_run's argument, never the configuration's or the key's.
+    # Both go to build_run; the duration is in the key, the cache folder is not.
     point = Point(0.002, "marconi", 1.0, 0)
-    cached = SweepSpec(str(WORKLOAD), "tiny-hybrid", settings=(("workload_cache", "W"),))
-    assert cached.key(point) == SweepSpec(str(WORKLOAD), "tiny-hybrid").key(point)
-    assert "workload_cache" not in cached.fields(point)
+
+    def spec(*settings: tuple[str, object]) -> SweepSpec:
+        return SweepSpec(str(WORKLOAD), "tiny-hybrid", settings=settings)
+
+    timed = spec(("duration_s", 600.0), ("workload_cache", "W"))
+    assert timed.key(point) == spec(("duration_s", 600.0), ("workload_cache", "V")).key(point)
+    assert timed.key(point) != spec(("duration_s", 300.0)).key(point) != spec().key(point)
+    assert not {"duration_s", "workload_cache"} & set(timed.fields(point))
+    assert timed.base_config() == spec().base_config()
     seen: dict = {}
 
     def fake_build_run(*args, **kwargs):
@@ -163,8 +167,8 @@ def test_duration_settings_reach_build_run_and_stay_out_of_the_key(
     from reports.sweep import run_point
 
     with pytest.raises(RuntimeError, match="stop"):
-        run_point(cached, point)
-    assert seen["workload_cache"] == "W" and seen["session_rate"] == 1.0
+        run_point(timed, point)
+    assert (seen["duration_s"], seen["workload_cache"], seen["session_rate"]) == (600.0, "W", 1.0)
 
 
 @pytest.mark.skipif(not engine_takes_duration(), reason="the engine's duration_s is not here yet")
