@@ -218,6 +218,7 @@ class Recommendation:
     # Each target's value (ms) at cache_gb, or at largest_gb where none meets.
     values: tuple[tuple[Slo, float | None], ...] = ()
     largest_gb: float | None = None
+    reason: str | None = None  # the engine's sentence on that cell's steady state
 
     @property
     def cache_gb_per_gpu(self) -> float | None:
@@ -283,6 +284,7 @@ def recommend(
                 binding_resource(top, targets),
                 values(top),
                 top["cache_gb"],
+                top.get("verdict_reason"),
             )
         )
     return recs
@@ -320,6 +322,14 @@ def _why_not(rec: Recommendation) -> str:
             text += f", {rec.verdict}"
         return text
     return f"{rec.verdict} {where}"
+
+
+def _steady_reason(recs: list[Recommendation]) -> str:
+    """The engine's reason for the first cell that is not stable (the others' read alike)."""
+    r = next((r for r in recs if r.verdict != STABLE and r.reason), None)
+    if r is None or r.reason is None:
+        return ""
+    return f" Steady state of {r.policy} at {r.largest_gb:g} GB: {r.reason.rstrip('.')}."
 
 
 def _limits(recs: list[Recommendation]) -> str:
@@ -362,6 +372,7 @@ def verdict(recs: list[Recommendation], slos: Slo | Sequence[Slo]) -> list[str]:
                 + "; ".join(f"{r.policy} {_why_not(r)}" for r in at)
                 + ". "
                 + _limits(at)
+                + _steady_reason(at)
             )
             continue
         assert best.cache_gb is not None

@@ -93,6 +93,7 @@ def test_without_slo_a_per_point_table_the_routing_hint_and_whole_progress(
         (["--slo", "p95_latency<=1s"], "METRIC one of ttft, tpot, itl, e2e"),
         (["--engine", "nope"], "--engine 'nope'"),
         (["--duration", "0"], "--duration"),
+        (["--warmup-s", "-1"], "--warmup-s"),
         (["--duration", "60"], "--duration: needs --session-rates"),
     ],
 )
@@ -173,9 +174,10 @@ def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypat
 
 @pytest.mark.skipif(not engine_takes_duration(), reason="the engine's duration_s is not here yet")
 def test_duration_runs_every_rate_for_the_same_time(tmp_path: Path, monkeypatch, capsys) -> None:
+    # 300 one-request sessions: 4 sessions/s for 100 s needs the workload stretched.
     out = tmp_path / "d"
-    argv = [*SMALL, "--policies", "vllm+", "--session-rates", "1,4", "--duration", "30"]
+    argv = [*SMALL, "--policies", "vllm+", "--session-rates", "1,4", "--duration", "100"]
     assert run([*argv, "--json", "--out", str(out)]) == 0
     rows = sorted(json.loads(capsys.readouterr().out)["rows"], key=lambda r: r["session_rate"])
     assert rows[1]["requests_measured"] > 2 * rows[0]["requests_measured"]
-    assert any((out / "workloads").iterdir())
+    assert any((out / "workloads").iterdir())  # the longer workload, kept for reruns

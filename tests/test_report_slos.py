@@ -124,6 +124,21 @@ def test_no_fit_names_the_failing_target_and_the_binding_resource() -> None:
     slow = [_cell("marconi", 20, 2.0, ttft_p95_ms=900.0, prefill_p95_ms=700.0)]
     text = " ".join(verdict(recommend(aggregate(slow, (TTFT,)), TTFT, 1, 1), TTFT))
     assert "The binding resource is prefill compute: more GPUs per replica (--tp)" in text
+    # Numbers that pass on a run too short to judge: the engine's reason is passed on.
+    short = [
+        _cell(
+            "marconi",
+            20,
+            2.0,
+            ttft_p95_ms=90.0,
+            verdict=TOO_SHORT,
+            verdict_reason="the request rate is still rising: run longer (--duration).",
+        )
+    ]
+    text = " ".join(verdict(recommend(aggregate(short, (TTFT,)), TTFT, 1, 1), TTFT))
+    assert "marconi too short to tell at 20 GB" in text
+    assert "The binding resource is run length: a longer run (--duration" in text
+    assert "Steady state of marconi at 20 GB: the request rate is still rising" in text
 
 
 def test_a_cells_verdict_is_its_worst_seed() -> None:

@@ -157,6 +157,12 @@ def capacity(
         "'p95_tpot<=50ms'. A point meets the SLOs when every target is met and its steady "
         "state is stable.",
     ),
+    warmup_s: float | None = typer.Option(
+        None,
+        "--warmup-s",
+        help="Leave requests arriving before this out of every point's numbers (the cache "
+        "starts cold; sessions accumulate). [default: 0; with --duration, a fifth of it]",
+    ),
     duration: float | None = typer.Option(
         None,
         "--duration",
@@ -228,6 +234,7 @@ def capacity(
     if engine is not None:
         get_mode(engine)  # a bad --engine fails before any work
     checks.number("--duration", duration, low=0, low_open=True)
+    checks.number("--warmup-s", warmup_s, low=0)
     # The points the sweep has (an engine-mode entry runs one cache point: its pool).
     total = len(grid(caches, names, rates, seeds, counts))
     with progress_bar("points", total) as advance:
@@ -245,7 +252,11 @@ def capacity(
             slo=slos,
             seeds=seeds,
             replicas=counts,
-            settings={"tp": tp, "router": router},
+            settings={
+                "tp": tp,
+                "router": router,
+                **({"warmup_s": warmup_s} if warmup_s is not None else {}),
+            },
             jobs=jobs,
             cdf_cache_gb=cdf_cache_gb,
             executor=executor,
