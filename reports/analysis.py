@@ -63,7 +63,10 @@ def _recorded(metric: str) -> list[str]:
 def parse_slo(text: str) -> Slo:
     """:func:`twin.slo.parse_slo`, refused unless the sweep records that percentile
     (the error lists the percentiles it records for that metric)."""
-    slo = parse_any_slo(text)
+    return _recorded_by_sweep(parse_any_slo(text), text)
+
+
+def _recorded_by_sweep(slo: Slo, text: str) -> Slo:
     if slo.column not in METRICS:
         have = _recorded(slo.metric)
         raise TwinError(
@@ -77,9 +80,11 @@ def parse_slo(text: str) -> Slo:
 
 def parse_slos(texts: Sequence[str | Slo]) -> tuple[Slo, ...]:
     """Every ``--slo`` (:func:`twin.slo.parse_slos`: a percentile given twice is refused),
-    each one a percentile the sweep records (:func:`parse_slo`)."""
-    given = [t if isinstance(t, Slo) else parse_slo(t) for t in texts]
-    return parse_any_slos([t.text for t in given])
+    each one a percentile the sweep records (:func:`parse_slo`); errors quote the flag's
+    value as given."""
+    given = [t.text if isinstance(t, Slo) else t for t in texts]
+    slos = parse_any_slos(given)
+    return tuple(_recorded_by_sweep(s, t) for s, t in zip(slos, given, strict=True))
 
 
 def slo_text(slos: Sequence[Slo]) -> str:
