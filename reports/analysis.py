@@ -1,4 +1,4 @@
-"""Seed aggregation, the SLO parser and the capacity recommendation.
+"""Seed aggregation, the SLO parser and the capacity recommendation under a list of SLOs.
 
 Works on plain lists of row dicts (no pandas: it is not a dependency), so the
 same functions serve results read from parquet and tables written by hand in
@@ -10,21 +10,33 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reports.perrequest import GOODPUT_COLUMN, GOODPUT_SLO_COLUMN, slo_key
+from reports.results_table import LATENCY_COLUMNS, LATENCY_PERCENTILES
+from reports.verdicts import (
+    STABLE,
+    advice,
+    binding_resource,
+    binding_target,
+    failing,
+    meets,
+    verdict_of,
+    worst_verdict,
+)
 from twin.errors import TwinError
-from twin.slo import Slo
+from twin.slo import LABELS, Slo
 from twin.slo import parse_slo as parse_any_slo
+from twin.slo import parse_slos as parse_any_slos
 
 # Metrics averaged across seeds; each gets a 95% interval when seeds >= 2.
 METRICS = (
-    "ttft_p5_ms",
-    "ttft_p50_ms",
-    "ttft_p95_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p95_ms",
+    *LATENCY_COLUMNS,
+    "queue_mean_ms",
+    "queue_p95_ms",
+    "prefill_mean_ms",
     "token_hit_rate",
     "request_hit_rate",
     "flops_saved_frac",
@@ -33,20 +45,75 @@ METRICS = (
     "throughput_rps",
     "output_tokens_per_s",
     "utilisation",
+    GOODPUT_COLUMN,
+    "preempted_requests",
+    "peak_running",
+    "running_pool_peak",
+    "max_running",
+    "arrival_rate_rps",
+    "completion_rate_rps",
 )
 
 
+def _recorded(metric: str) -> list[str]:
+    """The percentiles of ``metric`` the sweep records (``p5``, ``p50``, ...)."""
+    return [p for p in LATENCY_PERCENTILES.get(metric, ()) if f"{metric}_{p}_ms" in METRICS]
+
+
 def parse_slo(text: str) -> Slo:
-    """:func:`twin.slo.parse_slo`, refused unless the sweep records that percentile."""
-    slo = parse_any_slo(text)
+    """:func:`twin.slo.parse_slo`, refused unless the sweep records that percentile
+    (the error lists the percentiles it records for that metric)."""
+    return _recorded_by_sweep(parse_any_slo(text), text)
+
+
+def _recorded_by_sweep(slo: Slo, text: str) -> Slo:
     if slo.column not in METRICS:
-        have = sorted(c.removesuffix("_ms") for c in METRICS if c.startswith(slo.metric))
+        have = _recorded(slo.metric)
         raise TwinError(
-            f"--slo {text!r}: the sweep records "
-            + (", ".join(have) if have else f"no {slo.metric} percentile")
-            + " only"
+            f"--slo {text!r}: the sweep records {slo.metric} at "
+            + (", ".join(have) if have else "no percentile")
+            + f" only, e.g. '{have[-1] if have else 'p95'}_{slo.metric}<="
+            + f"{slo.threshold_ms:g}ms'"
         )
     return slo
+
+
+def parse_slos(texts: Sequence[str | Slo]) -> tuple[Slo, ...]:
+    """Every ``--slo`` (:func:`twin.slo.parse_slos`: a percentile given twice is refused),
+    each one a percentile the sweep records (:func:`parse_slo`); errors quote the flag's
+    value as given."""
+    given = [t.text if isinstance(t, Slo) else t for t in texts]
+    slos = parse_any_slos(given)
+    return tuple(_recorded_by_sweep(s, t) for s, t in zip(slos, given, strict=True))
+
+
+def slo_text(slos: Sequence[Slo]) -> str:
+    """``P95 TTFT <= 500 ms and P95 TPOT <= 50 ms``."""
+    return " and ".join(str(s) for s in slos)
+
+
+def with_goodput_of(
+    rows: list[dict[str, Any]], slos: Sequence[Slo]
+) -> tuple[list[dict[str, Any]], int]:
+    """``rows`` with the goodput of rows counted under another SLO list (an earlier run
+    into the same folder) set to None, and how many such rows there were. Goodput is
+    never recomputed: it needs the per-request records, which rows do not keep."""
+    if not slos:  # no targets, no good requests to count
+        return [{**r, GOODPUT_COLUMN: None} for r in rows], 0
+    want = slo_key(slos)
+    out, stale = [], 0
+    for r in rows:
+        if r.get(GOODPUT_SLO_COLUMN) != want:
+            r = {**r, GOODPUT_COLUMN: None}
+            stale += 1
+        out.append(r)
+    return out, stale
+
+
+def with_binding(rows: list[dict[str, Any]], slos: Sequence[Slo]) -> list[dict[str, Any]]:
+    """``rows`` with ``binding`` judged against ``slos`` (rows from an earlier run may
+    have been judged against other targets; the rule needs only the row's columns)."""
+    return [{**r, "binding": binding_resource(r, slos)} for r in rows]
 
 
 def _interval(values: list[float]) -> float | None:
@@ -61,10 +128,14 @@ def _interval(values: list[float]) -> float | None:
     return float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
 
 
-def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def aggregate(rows: list[dict[str, Any]], slos: Sequence[Slo] = ()) -> list[dict[str, Any]]:
     """One row per (policy, session_rate, cache_gb, replicas, tp): ``M`` (mean) and
     ``M_ci`` per metric, with ``gpus`` (replicas x tp). Rows without ``replicas`` or
-    ``tp`` (tables written by hand) keep them None and count as one each in ``gpus``."""
+    ``tp`` (tables written by hand) keep them None and count as one each in ``gpus``.
+
+    A cell's ``verdict`` is its seeds' worst (:func:`reports.verdicts.worst_verdict`),
+    with that seed's ``verdict_reason``; its ``binding`` is judged on the means
+    against ``slos``."""
     Key = tuple[str, float | None, float, int | None, int | None]
     groups: dict[Key, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -88,6 +159,11 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             vals = [float(r[m]) for r in members if r.get(m) is not None]
             agg[m] = sum(vals) / len(vals) if vals else None
             agg[f"{m}_ci"] = _interval(vals)
+        agg["verdict"] = worst_verdict([r.get("verdict") for r in members])
+        agg["verdict_reason"] = next(
+            (r.get("verdict_reason") for r in members if verdict_of(r) == agg["verdict"]), None
+        )
+        agg["binding"] = binding_resource(agg, slos)
         out.append(agg)
     out.sort(
         key=lambda a: (
@@ -126,14 +202,28 @@ def by_gpu_count(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The smallest cache meeting the SLO for one policy at one session rate."""
+    """The smallest cache meeting the SLOs for one policy at one session rate.
+
+    Where one meets them, ``target`` is the binding target there (the one
+    nearest its threshold) and ``value_ms`` its value. Where none does, the
+    largest swept cache (``largest_gb``) says why: ``target`` is the target
+    furthest past its threshold (None when every target is met but the run is not
+    stable), ``verdict`` and ``resource`` (the binding resource) are that cell's.
+    """
 
     policy: str
     session_rate: float | None
-    cache_gb: float | None  # None: no cache size in the sweep meets the SLO
-    value_ms: float | None  # the SLO metric's mean at that cache size
+    cache_gb: float | None  # None: no cache size in the sweep meets the SLOs
+    value_ms: float | None  # the binding target's mean at that cache size
     gpus: int  # replicas x tp
     tp: int = 1  # GPUs per replica: the cache per GPU is cache_gb / tp
+    target: Slo | None = None
+    verdict: str = STABLE
+    resource: str | None = None  # reports.verdicts.binding_resource; None where it meets
+    # Each target's value (ms) at cache_gb, or at largest_gb where none meets.
+    values: tuple[tuple[Slo, float | None], ...] = ()
+    largest_gb: float | None = None
+    reason: str | None = None  # the engine's sentence on that cell's steady state
 
     @property
     def cache_gb_per_gpu(self) -> float | None:
@@ -143,44 +233,133 @@ class Recommendation:
     def meets(self) -> bool:
         return self.cache_gb is not None
 
+    @property
+    def headroom(self) -> float | None:
+        """How far under its threshold the binding target is (0.35: 35% under)."""
+        if self.target is None or self.value_ms is None:
+            return None
+        return 1 - self.value_ms / self.target.threshold_ms
 
-def recommend(agg: list[dict[str, Any]], slo: Slo, replicas: int, tp: int) -> list[Recommendation]:
-    """For each (policy, rate, GPU count): the smallest cache whose mean SLO metric meets
-    the target. ``replicas`` and ``tp`` stand in for rows that do not carry their own."""
+
+def recommend(
+    agg: list[dict[str, Any]], slos: Slo | Sequence[Slo], replicas: int, tp: int
+) -> list[Recommendation]:
+    """For each (policy, rate, GPU count): the smallest cache whose means meet every
+    target of ``slos`` with a stable steady state (:func:`reports.verdicts.meets`).
+    ``replicas`` and ``tp`` stand in for rows that do not carry their own."""
+    targets = (slos,) if isinstance(slos, Slo) else tuple(slos)
     by: dict[tuple[str, float | None, int, int], list[dict[str, Any]]] = defaultdict(list)
     for a in agg:
         n, per = int(a.get("replicas") or replicas), int(a.get("tp") or tp)
         by[(a["policy"], a["session_rate"], n, per)].append(a)
     recs = []
     for (policy, rate, n, per), cells in by.items():
-        ok = [c for c in cells if c[slo.column] is not None and c[slo.column] <= slo.threshold_ms]
-        best = min(ok, key=lambda c: c["cache_gb"]) if ok else None
+        ok = [c for c in cells if meets(c, targets)]
+        values = lambda c: tuple((s, c.get(s.column)) for s in targets)  # noqa: E731
+        if ok:
+            best = min(ok, key=lambda c: c["cache_gb"])
+            target = binding_target(best, targets)
+            recs.append(
+                Recommendation(
+                    policy,
+                    rate,
+                    best["cache_gb"],
+                    None if target is None else best.get(target.column),
+                    n * per,
+                    per,
+                    target,
+                    verdict_of(best),
+                    None,
+                    values(best),
+                )
+            )
+            continue
+        top = max(cells, key=lambda c: c["cache_gb"])
+        missed = failing(top, targets)
         recs.append(
             Recommendation(
                 policy,
                 rate,
-                best["cache_gb"] if best else None,
-                best[slo.column] if best else None,
+                None,
+                None,
                 n * per,
                 per,
+                binding_target(top, targets) if missed else None,
+                verdict_of(top),
+                binding_resource(top, targets),
+                values(top),
+                top["cache_gb"],
+                top.get("verdict_reason"),
             )
         )
     return recs
 
 
 def winner(recs: list[Recommendation]) -> Recommendation | None:
-    """The smallest cache meeting the SLO; ties go to the lower SLO metric."""
+    """The smallest cache meeting the SLOs; ties go to the larger headroom of the
+    binding target."""
     ok = [r for r in recs if r.meets]
-    return min(ok, key=lambda r: (r.cache_gb, r.value_ms)) if ok else None
+    return min(ok, key=lambda r: (r.cache_gb, -(r.headroom or 0.0))) if ok else None
 
 
 def rate_label(rate: float | None) -> str:
     return "workload arrivals" if rate is None else f"{rate:g} sessions/s"
 
 
-def verdict(recs: list[Recommendation], slo: Slo) -> list[str]:
-    """Plain sentences: per session rate, the winner and its margin over the next policy;
-    then, when different policies win at different rates, where each one wins."""
+def _values(rec: Recommendation) -> str:
+    """``P95 TTFT 13.0 ms, P95 TPOT 2.1 ms`` (``-`` for a missing value)."""
+    return ", ".join(f"{_label(s)} {'-' if v is None else f'{v:,.1f}'} ms" for s, v in rec.values)
+
+
+def _label(slo: Slo) -> str:
+    """``P95 TTFT``: the target's percentile and metric, without its threshold."""
+    return f"P{slo.percentile} {LABELS[slo.metric]}"
+
+
+def _why_not(rec: Recommendation) -> str:
+    """Why no cache meets the SLOs, from the largest one swept."""
+    where = f"at {rec.largest_gb:g} GB" if rec.largest_gb is not None else "at the largest cache"
+    if rec.target is not None:
+        value = dict(rec.values).get(rec.target)
+        shown = "no value" if value is None else f"{value:,.1f} ms"
+        text = f"{_label(rec.target)} {shown} {where}"
+        if rec.verdict != STABLE:
+            text += f", {rec.verdict}"
+        return text
+    return f"{rec.verdict} {where}"
+
+
+def _steady_reason(recs: list[Recommendation]) -> str:
+    """The engine's reason for the first cell that is not stable (the others' read alike)."""
+    r = next((r for r in recs if r.verdict != STABLE and r.reason), None)
+    if r is None or r.reason is None:
+        return ""
+    return f" Steady state of {r.policy} at {r.largest_gb:g} GB: {r.reason.rstrip('.')}."
+
+
+def _limits(recs: list[Recommendation]) -> str:
+    """The binding resource of each failing policy, grouped, with its advice."""
+    by: dict[str | None, list[str]] = {}
+    for r in recs:
+        by.setdefault(r.resource, []).append(r.policy)
+    known = [(res, ps) for res, ps in by.items() if res is not None]
+    parts = [f"{res} for {', '.join(ps)} ({advice(res)})" for res, ps in known]
+    if None in by:
+        parts.append(f"not clear from the summary for {', '.join(by[None])}")
+    if len(known) == 1 and None not in by:
+        res = known[0][0]
+        return f"The binding resource is {res}: {advice(res)}."
+    return "The binding resource is " + "; ".join(parts) + "."
+
+
+def verdict(recs: list[Recommendation], slos: Slo | Sequence[Slo]) -> list[str]:
+    """Plain sentences: per session rate, the winner, the target that binds it and its
+    margin over the next policy; where nothing meets the SLOs, what fails and which
+    resource binds (with the advice); then, when different policies win at different
+    rates, where each one wins."""
+    targets = (slos,) if isinstance(slos, Slo) else tuple(slos)
+    goal = slo_text(targets)
+    them = "them" if len(targets) > 1 else "it"
     lines = []
     wins: dict[str, list[str]] = {}
     rates = sorted({r.session_rate for r in recs}, key=lambda x: (x is not None, x or 0.0))
@@ -193,37 +372,54 @@ def verdict(recs: list[Recommendation], slo: Slo) -> list[str]:
         where = rate_label(rate) + (f" on {gpus} GPU(s)" if len(counts) > 1 else "")
         if best is None:
             lines.append(
-                f"At {where}, no policy meets {slo} at any cache size in the sweep: "
-                "try larger caches, more replicas or a lower rate."
+                f"At {where}, no policy meets {goal} with a stable steady state at any "
+                "cache size in the sweep: "
+                + "; ".join(f"{r.policy} {_why_not(r)}" for r in at)
+                + ". "
+                + _limits(at)
+                + _steady_reason(at)
             )
             continue
-        assert best.cache_gb is not None and best.value_ms is not None
+        assert best.cache_gb is not None
         wins.setdefault(best.policy, []).append(where)
-        headroom = 1 - best.value_ms / slo.threshold_ms
         text = (
-            f"At {where}, {best.policy} meets {slo} with {best.cache_gb:g} GB of cache per "
+            f"At {where}, {best.policy} meets {goal} with {best.cache_gb:g} GB of cache per "
             f"replica ({best.cache_gb_per_gpu:g} GB per GPU) on {best.gpus} GPU(s): "
-            f"{best.value_ms:,.1f} ms, "
-            f"{headroom:.0%} under the target."
+            f"{_values(best)}"
         )
+        if best.target is not None and best.headroom is not None:
+            if len(targets) > 1:
+                text += f"; {_label(best.target)} binds, {best.headroom:.0%} under its target."
+            else:
+                text += f", {best.headroom:.0%} under the target."
+        else:
+            text += "."
         rest = [r for r in at if r is not best]
         met = [r for r in rest if r.meets]
         if met:
-            nxt = min(met, key=lambda r: (r.cache_gb, r.value_ms))
+            nxt = min(met, key=lambda r: (r.cache_gb, -(r.headroom or 0.0)))
             assert nxt.cache_gb is not None
             if nxt.cache_gb == best.cache_gb:
                 text += (
-                    f" {nxt.policy} also meets it at {nxt.cache_gb:g} GB but at "
-                    f"{nxt.value_ms:,.1f} ms."
+                    f" {nxt.policy} also meets {them} at {nxt.cache_gb:g} GB but with "
+                    f"{_values(nxt)}."
                 )
             else:
                 text += (
                     f" At this rate {nxt.policy} comes next: it needs {nxt.cache_gb:g} GB "
                     f"({nxt.cache_gb - best.cache_gb:g} GB more per replica)."
                 )
-        missing = [r.policy for r in rest if not r.meets]
+        missing = [r for r in rest if not r.meets]
         if missing:
-            text += f" {', '.join(missing)}: none in the sweep meets it."
+            text += (
+                " "
+                + "; ".join(
+                    f"{r.policy}: none in the sweep meets {them} ({_why_not(r)}; "
+                    f"limit: {r.resource or 'unclear'})"
+                    for r in missing
+                )
+                + "."
+            )
         lines.append(text)
     if len(wins) > 1:
         lines.append(

@@ -5,18 +5,23 @@ per point, so each point stores a fixed-size digest instead of its records:
 101 TTFT quantiles (0..100 %) and, per log2 input-length bin, the input and
 hit token totals. Token totals (not per-bin rates) are stored so seeds can be
 pooled exactly: the pooled rate is sum(hit) / sum(input), not a mean of rates.
+
+Given the sweep's SLOs, the digest also counts the *good* requests, those
+meeting every per-request threshold (:func:`twin.slo.good_requests`), for the
+``goodput_rps`` column: it sees every record, which the summary does not keep.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from twin.metrics import RequestRecord
+from twin.slo import Slo, good_requests
 
 QUANTILES = tuple(range(101))  # percent; 101 floats per point
 # Upper edges (exclusive) of the input-length bins; the last bin is open-ended.
@@ -26,6 +31,13 @@ BIN_LABELS = ("<1K", "1-2K", "2-4K", "4-8K", "8-16K", "16-32K", ">=32K")
 CDF_COLUMN = "ttft_quantiles_ms"
 BIN_INPUT_COLUMN = "bin_input_tokens"
 BIN_HIT_COLUMN = "bin_hit_tokens"
+GOODPUT_COLUMN = "goodput_rps"
+GOODPUT_SLO_COLUMN = "goodput_slo"
+
+
+def slo_key(slos: Sequence[Slo]) -> str:
+    """The SLO list a goodput was counted for: canonical texts joined by ``;``."""
+    return ";".join(s.text for s in slos)
 
 
 def length_bin(input_tokens: int) -> int:
@@ -40,12 +52,17 @@ class RequestDigest:
     """Accumulates the digest from ``simulate(on_record=...)``; same filter as the summary.
 
     Warm-up requests (arrival before ``warmup_s``) and rejected ones are left
-    out, as in the engine's summary, so the CDF's P95 matches ``ttft_p95_ms``.
+    out, as in the engine's summary, so the CDF's P95 matches ``ttft_p95_ms``
+    and the good requests are counted among the measured ones.
     """
 
-    def __init__(self, warmup_s: float = 0.0) -> None:
+    def __init__(self, warmup_s: float = 0.0, slos: Sequence[Slo] = ()) -> None:
         self.warmup_s = warmup_s
+        self.slos = tuple(slos)
         self.ttft_s = array("d")  # 8 bytes a request; the digest itself is fixed-size
+        # TPOT and end to end per request, kept only when there are SLOs to count goodput.
+        self.tpot_s = array("d")
+        self.e2e_s = array("d")
         self.bin_input = [0] * len(BIN_LABELS)
         self.bin_hit = [0] * len(BIN_LABELS)
 
@@ -53,6 +70,10 @@ class RequestDigest:
         if rec.arrival_s < self.warmup_s or rec.rejected:
             return
         self.ttft_s.append(rec.first_token_s - rec.arrival_s)
+        if self.slos:
+            _, tpot, e2e, _, _ = rec.latencies()
+            self.tpot_s.append(tpot)
+            self.e2e_s.append(e2e)
         b = length_bin(rec.input_tokens)
         self.bin_input[b] += rec.input_tokens
         self.bin_hit[b] += rec.hit_tokens
@@ -67,6 +88,20 @@ class RequestDigest:
             BIN_INPUT_COLUMN: [float(v) for v in self.bin_input],
             BIN_HIT_COLUMN: [float(v) for v in self.bin_hit],
         }
+
+    def good(self) -> int:
+        """Measured requests meeting every per-request threshold of the SLOs."""
+        arrays = (np.frombuffer(a, np.float64) for a in (self.ttft_s, self.tpot_s, self.e2e_s))
+        return int(np.count_nonzero(good_requests(self.slos, *arrays)))
+
+    def goodput(self, window_s: float) -> dict[str, float | str | None]:
+        """The goodput columns: good requests per second of the measured window (the
+        summary's throughput window) and the SLO list they were counted for; both
+        None without SLOs or without a window."""
+        if not self.slos:
+            return {GOODPUT_COLUMN: None, GOODPUT_SLO_COLUMN: None}
+        rate = self.good() / window_s if window_s > 0 else None
+        return {GOODPUT_COLUMN: rate, GOODPUT_SLO_COLUMN: slo_key(self.slos)}
 
 
 def digest(

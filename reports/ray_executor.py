@@ -140,9 +140,16 @@ def run_staged_point(spec: Any, point: Any, workload: Any, profile: Any) -> dict
     """``run_point`` on this node's copies of the shipped workload and profile."""
     from reports.sweep import run_point
 
-    local = {"workload": str(stage_file(workload[2], workload[0], workload[1]))}
+    local: dict[str, Any] = {"workload": str(stage_file(workload[2], workload[0], workload[1]))}
     if profile is not None:
         local["profile"] = str(stage_file(profile[2], profile[0], profile[1]))
+    if any(k == "workload_cache" for k, _ in spec.settings):
+        # The driver's OUT/workloads is not on this node: the node's points keep their
+        # stretched workloads in one folder beside the staged files.
+        where = str(Path(tempfile.gettempdir()) / "twin-workloads")
+        local["settings"] = tuple(
+            (k, where if k == "workload_cache" else v) for k, v in spec.settings
+        )
     return run_point(replace(spec, **local), point)
 
 

@@ -8,11 +8,12 @@ references the same figures saved beside it as fig-*.svg.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reports.analysis import Recommendation, Slo, by_gpu_count, rate_label, verdict
+from reports.analysis import Recommendation, Slo, by_gpu_count, rate_label, slo_text, verdict
 from reports.load import LOAD_HEAD, Sustainable, load_rows, load_verdict, sustainable
 from twin.atomic import write_text_atomic
 
@@ -37,6 +38,8 @@ class Header:
     replica_counts: tuple[int, ...] = ()
     # "<cache> GB cache: <why>" for each swept cache size that cannot run.
     infeasible: tuple[str, ...] = ()
+    # One-line notes on reading the results (goodput of another SLO list, routing).
+    notes: tuple[str, ...] = ()
 
 
 def _fmt(v: Any, ci: Any = None, digits: int = 1, pct: bool = False) -> str:
@@ -48,18 +51,26 @@ def _fmt(v: Any, ci: Any = None, digits: int = 1, pct: bool = False) -> str:
     return text
 
 
-def _rec_rows(recs: list[Recommendation]) -> list[list[str]]:
+def rec_cells(r: Recommendation) -> list[str]:
+    """One recommendation as table cells (REC_HEAD), the CLI's table included. Where
+    no cache meets the SLOs, the target, value, verdict and limit are the largest
+    cache's."""
+    value = r.value_ms if r.meets else dict(r.values).get(r.target) if r.target else None
     return [
-        [
-            r.policy,
-            rate_label(r.session_rate),
-            "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
-            "-" if r.cache_gb_per_gpu is None else f"{r.cache_gb_per_gpu:g} GB",
-            _fmt(r.value_ms),
-            str(r.gpus),
-        ]
-        for r in recs
+        r.policy,
+        rate_label(r.session_rate),
+        "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
+        "-" if r.cache_gb_per_gpu is None else f"{r.cache_gb_per_gpu:g} GB",
+        "-" if r.target is None else str(r.target),
+        _fmt(value),
+        r.verdict,
+        r.resource or "-",
+        str(r.gpus),
     ]
+
+
+def _rec_rows(recs: list[Recommendation]) -> list[list[str]]:
+    return [rec_cells(r) for r in recs]
 
 
 INFEASIBLE_HEAD = "## Points that cannot run (left out of the results)"
@@ -73,11 +84,20 @@ LOAD_NOTE = (
 REC_HEAD = [
     "policy",
     "session rate",
-    "smallest cache meeting SLO (per replica)",
+    "smallest cache meeting SLOs (per replica)",
     "per GPU",
-    "SLO metric (ms)",
+    "binding target",
+    "its value (ms)",
+    "verdict",
+    "limit",
     "GPUs",
 ]
+REC_NOTE = (
+    "A cache meets the SLOs when every target is met and the run's steady state is "
+    "stable. Binding target: the one nearest its threshold (furthest past it where "
+    "none meets, shown at the largest cache). Limit: the resource that binds a "
+    "point that fails."
+)
 RES_HEAD = [
     "policy",
     "session rate",
@@ -94,7 +114,9 @@ RES_HEAD = [
     "request hit",
     "FLOPs saved",
     "req/s",
+    "goodput (req/s)",
     "utilisation",
+    "verdict",
 ]
 
 
@@ -107,16 +129,18 @@ def _res_rows(agg: list[dict[str, Any]]) -> list[list[str]]:
             f"{a['cache_gb']:g}",
             f"{a.get('cache_gb_per_gpu', a['cache_gb']):g}",
             str(a["seeds"]),
-            _fmt(a["ttft_p5_ms"]),
-            _fmt(a["ttft_p50_ms"]),
-            _fmt(a["ttft_p95_ms"], a["ttft_p95_ms_ci"]),
-            _fmt(a["ttft_p99_ms"]),
-            _fmt(a["tpot_p95_ms"], digits=2),
-            _fmt(a["token_hit_rate"], a["token_hit_rate_ci"], pct=True),
-            _fmt(a["request_hit_rate"], pct=True),
-            _fmt(a["flops_saved_frac"], pct=True),
+            _fmt(a.get("ttft_p5_ms")),
+            _fmt(a.get("ttft_p50_ms")),
+            _fmt(a.get("ttft_p95_ms"), a.get("ttft_p95_ms_ci")),
+            _fmt(a.get("ttft_p99_ms")),
+            _fmt(a.get("tpot_p95_ms"), digits=2),
+            _fmt(a.get("token_hit_rate"), a.get("token_hit_rate_ci"), pct=True),
+            _fmt(a.get("request_hit_rate"), pct=True),
+            _fmt(a.get("flops_saved_frac"), pct=True),
             _fmt(a["throughput_rps"], digits=2),
+            _fmt(a.get("goodput_rps"), digits=2),
             _fmt(a["utilisation"], pct=True),
+            a.get("verdict") or "-",
         ]
         for a in agg
     ]
@@ -163,7 +187,7 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _facts(h: Header, slo: Slo | None) -> list[tuple[str, str]]:
+def _facts(h: Header, slos: Sequence[Slo]) -> list[tuple[str, str]]:
     return [
         ("command", h.command),
         ("workload", f"{h.workload} (sha256 {h.workload_sha256})"),
@@ -171,7 +195,7 @@ def _facts(h: Header, slo: Slo | None) -> list[tuple[str, str]]:
         ("model", h.model),
         ("cluster", _cluster(h)),
         ("GPU profile", f"{h.gpu}: {h.provenance}"),
-        ("SLO", str(slo) if slo else "none given"),
+        ("SLOs", slo_text(slos) if slos else "none given"),
     ]
 
 
@@ -197,7 +221,7 @@ CSS = (
 
 def render_html(
     h: Header,
-    slo: Slo | None,
+    slos: Sequence[Slo],
     agg: list[dict[str, Any]],
     recs: list[Recommendation],
     figs: list[tuple[str, str, str]],
@@ -206,7 +230,7 @@ def render_html(
     e = html.escape
     facts = "".join(
         f"<tr><th>{e(k)}</th><td style='text-align:left'><code>{e(v)}</code></td></tr>"
-        for k, v in _facts(h, slo)
+        for k, v in _facts(h, slos)
     )
     parts = [
         f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
@@ -214,14 +238,18 @@ def render_html(
         f"<body><h1>Capacity report: {e(h.model)} on {e(h.gpu)}</h1>",
         f"<table>{facts}</table>",
     ]
-    if slo is not None:
+    if slos:
         parts.append("<h2>Recommendation</h2>")
-        parts += [f"<p class='verdict'>{e(line)}</p>" for line in verdict(recs, slo)]
-        parts.append(_html_table(REC_HEAD, _rec_rows(recs)))
-    if slo is not None and load:
+        parts += [f"<p class='verdict'>{e(line)}</p>" for line in verdict(recs, slos)]
+        parts += [_html_table(REC_HEAD, _rec_rows(recs)), f"<p>{e(REC_NOTE)}</p>"]
+    if slos and load:
         parts.append("<h2>Load</h2>")
-        parts += [f"<p class='verdict'>{e(line)}</p>" for line in load_verdict(load, slo)]
+        parts += [f"<p class='verdict'>{e(line)}</p>" for line in load_verdict(load, slos)]
         parts += [_html_table(LOAD_HEAD, load_rows(load)), f"<p>{e(LOAD_NOTE)}</p>"]
+    if h.notes:
+        parts.append("<h2>Notes</h2><ul>")
+        parts += [f"<li>{e(line)}</li>" for line in h.notes]
+        parts.append("</ul>")
     if h.infeasible:
         parts.append(f"<h2>{e(INFEASIBLE_HEAD[3:])}</h2><ul>")
         parts += [f"<li>{e(line)}</li>" for line in h.infeasible]
@@ -240,7 +268,7 @@ def render_html(
 
 def render_md(
     h: Header,
-    slo: Slo | None,
+    slos: Sequence[Slo],
     agg: list[dict[str, Any]],
     recs: list[Recommendation],
     figs: list[tuple[str, str, str]],
@@ -249,27 +277,31 @@ def render_md(
     parts = [
         f"# Capacity report: {h.model} on {h.gpu}",
         "",
-        "\n".join(f"- **{k}**: `{v}`" for k, v in _facts(h, slo)),
+        "\n".join(f"- **{k}**: `{v}`" for k, v in _facts(h, slos)),
         "",
     ]
-    if slo is not None:
+    if slos:
         parts += [
             "## Recommendation",
             "",
-            *(f"> {line}\n" for line in verdict(recs, slo)),
+            *(f"> {line}\n" for line in verdict(recs, slos)),
             _md_table(REC_HEAD, _rec_rows(recs)),
             "",
+            REC_NOTE,
+            "",
         ]
-    if slo is not None and load:
+    if slos and load:
         parts += [
             "## Load",
             "",
-            *(f"> {line}\n" for line in load_verdict(load, slo)),
+            *(f"> {line}\n" for line in load_verdict(load, slos)),
             _md_table(LOAD_HEAD, load_rows(load)),
             "",
             LOAD_NOTE,
             "",
         ]
+    if h.notes:
+        parts += ["## Notes", "", *(f"- {line}" for line in h.notes), ""]
     if h.infeasible:
         parts += [INFEASIBLE_HEAD, "", *(f"- {line}" for line in h.infeasible), ""]
     parts += ["## Figures", ""]
@@ -290,7 +322,7 @@ def render_md(
 def render_report(
     out_dir: str | Path,
     header: Header,
-    slo: Slo | None,
+    slos: Sequence[Slo],
     agg: list[dict[str, Any]],
     recs: list[Recommendation],
     rows: list[dict[str, Any]] | None = None,
@@ -304,16 +336,18 @@ def render_report(
     out = Path(out_dir)
     # Figures and load group by policy; where the GPU count varies, by policy and count.
     grouped = by_gpu_count(agg)
-    load = sustainable(grouped, slo) if slo is not None else []
+    load = sustainable(grouped, slos) if slos else []
     from reports.render_figures import figures  # late: matplotlib is slow to import
 
-    figs = figures(grouped, slo, None if rows is None else by_gpu_count(rows), cdf_cache_gb, load)
+    # The figures plot TTFT: the SLO line drawn is the first TTFT target's.
+    line = next((s for s in slos if s.metric == "ttft"), None)
+    figs = figures(grouped, line, None if rows is None else by_gpu_count(rows), cdf_cache_gb, load)
     written = []
     for stem, _, svg in figs:
         write_text_atomic(out / f"{stem}.svg", svg)
         written.append(out / f"{stem}.svg")
     # The Markdown last-but-one and the HTML last: a reader who finds the HTML
     # finds every file it summarises already in place.
-    write_text_atomic(out / MD_FILE, render_md(header, slo, agg, recs, figs, load))
-    write_text_atomic(out / HTML_FILE, render_html(header, slo, agg, recs, figs, load))
+    write_text_atomic(out / MD_FILE, render_md(header, slos, agg, recs, figs, load))
+    write_text_atomic(out / HTML_FILE, render_html(header, slos, agg, recs, figs, load))
     return [*written, out / MD_FILE, out / HTML_FILE]

@@ -17,13 +17,30 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
+from reports.perrequest import (
+    BIN_HIT_COLUMN,
+    BIN_INPUT_COLUMN,
+    CDF_COLUMN,
+    GOODPUT_COLUMN,
+    GOODPUT_SLO_COLUMN,
+)
 from twin.atomic import atomic_path, locked
 from twin.errors import TwinError
 
 RESULTS_FILE = "results.parquet"
 INFEASIBLE_COLUMN = "infeasible"
 LOCK_FILE = ".results.lock"
+
+# Latency percentiles of every row, ms (reports.sweep.summary_row): any of them can be
+# an SLO's target (``ttft_p95_ms`` is ``p95_ttft``'s column).
+LATENCY_PERCENTILES: dict[str, tuple[str, ...]] = {
+    "ttft": ("p5", "p50", "p90", "p95", "p99"),
+    "tpot": ("p50", "p90", "p95", "p99"),
+    "itl": ("p50", "p90", "p95", "p99"),
+    "e2e": ("p50", "p90", "p95", "p99"),
+    "prefill": ("p50", "p90", "p95", "p99"),
+}
+LATENCY_COLUMNS = tuple(f"{name}_{p}_ms" for name, ps in LATENCY_PERCENTILES.items() for p in ps)
 
 # Column order of the results table (and the schema every row is cast to, so
 # an all-null column such as session_rate keeps its type across rewrites).
@@ -42,12 +59,10 @@ SCHEMA = pa.schema(
         ("tp", pa.int64()),
         ("requests_measured", pa.int64()),
         ("requests_rejected", pa.int64()),
-        ("ttft_p5_ms", pa.float64()),
-        ("ttft_p50_ms", pa.float64()),
-        ("ttft_p95_ms", pa.float64()),
-        ("ttft_p99_ms", pa.float64()),
-        ("tpot_p50_ms", pa.float64()),
-        ("tpot_p95_ms", pa.float64()),
+        *[(c, pa.float64()) for c in LATENCY_COLUMNS],
+        ("queue_mean_ms", pa.float64()),
+        ("queue_p95_ms", pa.float64()),
+        ("prefill_mean_ms", pa.float64()),
         ("token_hit_rate", pa.float64()),
         ("request_hit_rate", pa.float64()),
         ("flops_saved_frac", pa.float64()),
@@ -56,6 +71,21 @@ SCHEMA = pa.schema(
         ("throughput_rps", pa.float64()),
         ("output_tokens_per_s", pa.float64()),
         ("utilisation", pa.float64()),
+        # The shared pool's pressure (null without a pool) and the running cap.
+        ("preempted_requests", pa.int64()),
+        ("peak_running", pa.int64()),
+        ("running_pool_peak", pa.float64()),
+        ("max_running", pa.int64()),
+        # The engine's steady-state judgement (summary["steady_state"]).
+        ("verdict", pa.string()),
+        ("verdict_reason", pa.string()),
+        ("arrival_rate_rps", pa.float64()),
+        ("completion_rate_rps", pa.float64()),
+        # What limits the point under the SLOs of goodput_slo (reports.verdicts).
+        ("binding", pa.string()),
+        # Good requests per second under the SLO list of goodput_slo (null without SLOs).
+        (GOODPUT_COLUMN, pa.float64()),
+        (GOODPUT_SLO_COLUMN, pa.string()),
         # Per-request digests (reports.perrequest); null in rows written before they existed.
         (CDF_COLUMN, pa.list_(pa.float64())),
         (BIN_INPUT_COLUMN, pa.list_(pa.float64())),

@@ -30,19 +30,26 @@ from reports.perrequest import RequestDigest
 from reports.ray_executor import import_ray, run_points_on_ray
 from reports.results_table import (  # noqa: F401 (RESULTS_FILE, SCHEMA: the sweep's names)
     INFEASIBLE_COLUMN,
+    LATENCY_PERCENTILES,
     RESULTS_FILE,
     SCHEMA,
     ResultsWriter,
     merge_results,
     stored_row,
 )
+from reports.verdicts import NOT_JUDGED, TOO_SHORT, binding_resource
 from reports.workers import Batched, run_in_pool
 from twin.engine.config import EngineConfig, build_config
 from twin.errors import TwinError
 from twin.hardware import GB
+from twin.slo import parse_slos
 
 AUTO_GB = -1.0  # a point's cache size when it runs the shared KV pool (--cache-gb auto)
 EXECUTORS = ("local", "ray")
+# Settings of a sweep that go to twin.engine.build_run, not to build_config: --duration
+# (build_run cuts the arrivals there and stretches the workload) and where stretched
+# workloads are kept. The duration is in a point's key; the cache folder is not.
+RUN_ONLY = ("duration_s", "workload_cache")
 
 
 @dataclass(frozen=True)
@@ -62,37 +69,57 @@ class Point:
 class SweepSpec:
     """What stays fixed across the sweep. Plain values only: it is pickled to workers.
 
-    ``engine`` names whose kernels price the steps (``--engine``); ``settings``
+    ``engine`` is the engine mode every point runs (``--engine``, as
+    ``twin simulate --engine NAME`` runs it: its kernels, preemption and flags'
+    defaults; a point's policy, given explicitly, replaces the mode's, and an
+    engine-mode entry on the policy axis runs its own mode). ``settings``
     holds the :class:`~twin.engine.EngineConfig` fields fixed across
     the sweep, as the user gave them (replicas, tp, router, ...); the engine's
     own defaults fill in the rest, through the one builder
     (:func:`twin.engine.build_config`), so nothing here repeats a default.
     ``policy_options`` in it are shared by the swept policies: each takes its own.
+    ``settings`` may also hold :data:`RUN_ONLY` entries (``duration_s``,
+    ``workload_cache``), handed to :func:`twin.engine.build_run` and left out of
+    :meth:`base_config` and :meth:`config` (the arrival cut and warm-up a duration
+    implies are build_run's); the key holds the duration, not the cache folder.
+    ``slos`` (canonical SLO texts) say which requests count as good for the
+    goodput column and which targets the ``binding`` column judges; they are not
+    part of a point's key (a changed target recomputes nothing).
     """
 
     workload: str
     model: str
     model_set: tuple[str, ...] = ()  # --model-set FIELD=VALUE overrides of ``model``
     gpu: str | None = None
-    engine: str | None = None  # whose kernels (twin.costmodel.kernel_sources); None: default
+    engine: str | None = None  # the engine mode (twin.engine.modes); None: the default
     profile: str | None = None
     settings: tuple[tuple[str, Any], ...] = ()
     workload_sha256: str = ""
     profile_label: str = ""
     # The label alone is not enough: every datasheet profile has the same one.
     profile_gpu: str = ""
+    slos: tuple[str, ...] = ()
+
+    def engine_settings(self) -> dict[str, Any]:
+        """``settings`` without the :data:`RUN_ONLY` entries: the EngineConfig fields."""
+        return {k: v for k, v in self.settings if k not in RUN_ONLY}
+
+    def run_settings(self) -> dict[str, Any]:
+        """The :data:`RUN_ONLY` entries of ``settings`` (build_run's own arguments)."""
+        return {k: v for k, v in self.settings if k in RUN_ONLY}
 
     def base_config(self) -> EngineConfig:
         """The fixed part of every point's configuration (validates ``settings`` early)."""
-        return build_config(**dict(self.settings))
+        return build_config(**self.engine_settings())
 
     def fields(self, point: Point) -> dict[str, Any]:
         """The engine settings of ``point`` for :func:`twin.engine.build_run`.
 
         An engine-mode point gives ``engine`` and ``sets`` (its flags) instead
-        of a policy; the mode chooses the policy.
+        of a policy; the mode chooses the policy. A policy point runs the
+        sweep's engine mode (``engine``) with its policy given explicitly.
         """
-        fixed = dict(self.settings)
+        fixed = self.engine_settings()
         shared = dict(fixed.pop("policy_options", None) or {})
         if point.replicas is not None:
             fixed["replicas"] = point.replicas
@@ -103,6 +130,7 @@ class SweepSpec:
             return {**fixed, "cache_gb": "auto", "engine": mode, "sets": sets, **common}
         return {
             **fixed,
+            **({"engine": self.engine, "sets": {}} if self.engine is not None else {}),
             "cache_gb": "auto" if point.cache_gb == AUTO_GB else point.cache_gb,
             "policy": point.policy,
             "policy_options": options_for(point.policy, shared),
@@ -140,7 +168,7 @@ class SweepSpec:
         shared = dict(dict(self.settings).get("policy_options") or {})
         variant = engine_variant(point.policy)
         engine["policy_options"] = {} if variant else options_for(point.policy, shared)
-        fixed = {
+        fixed: dict[str, Any] = {
             "model": self.model,
             "model_set": list(self.model_set),
             "workload_sha256": self.workload_sha256,
@@ -148,6 +176,12 @@ class SweepSpec:
             "profile_gpu": self.profile_gpu,
             "engine": engine,
         }
+        # Keys of sweeps without --engine or --duration stay as they were.
+        if self.engine is not None:
+            fixed["engine_mode"] = self.engine.lower()
+        duration = dict(self.settings).get("duration_s")
+        if duration is not None:
+            fixed["duration_s"] = float(duration)
         # The replica count always comes from the point (resolved), never the engine part.
         engine.pop("replicas", None)
         where = {**asdict(point), "replicas": self.replicas(point)}
@@ -210,7 +244,10 @@ def resolve(spec: SweepSpec) -> SweepSpec:
     path = Path(spec.workload)
     if not path.is_file():
         raise TwinError(f"{path}: no such workload file")
-    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None, spec.engine)
+    from twin.engine.modes import get_mode
+
+    kernels = get_mode(spec.engine).kernels if spec.engine is not None else None
+    prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None, kernels)
     return replace(
         spec,
         workload_sha256=sha256_file(path),
@@ -244,18 +281,63 @@ def point_fields(spec: SweepSpec, point: Point) -> dict[str, Any]:
     }
 
 
+def _pct(s: dict[str, Any], key: str, p: str) -> float | None:
+    """One percentile of a summary latency dict, ms; None where the summary lacks it."""
+    stats = s.get(key)
+    return _ms(stats.get(p)) if isinstance(stats, dict) else None
+
+
+def _pool_columns(s: dict[str, Any]) -> dict[str, Any]:
+    """The shared pool's pressure: preempted requests, the running batch's peak (requests,
+    and running bytes as a share of the pool) across replicas; None without a pool."""
+    pools = [r["pool"] for r in s.get("replicas", []) if isinstance(r.get("pool"), dict)]
+    peak = max((p.get("peak_running_requests") for p in pools), default=None, key=lambda x: x or 0)
+    full = [
+        p["peak_running_bytes"] / p["bytes"]
+        for p in pools
+        if p.get("bytes") and p.get("peak_running_bytes") is not None
+    ]
+    return {
+        "preempted_requests": (s.get("preemption") or {}).get("preempted_requests"),
+        "peak_running": peak,
+        "running_pool_peak": max(full) if full else None,
+        "max_running": (s.get("config") or {}).get("max_running"),
+    }
+
+
+def steady_state(s: dict[str, Any]) -> dict[str, Any]:
+    """The summary's steady-state judgement; a summary without one is too short to tell."""
+    found = s.get("steady_state")
+    if isinstance(found, dict) and found.get("verdict"):
+        return found
+    return {"verdict": TOO_SHORT, "reason": NOT_JUDGED}
+
+
 def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, Any]:
-    """Flatten an engine summary into one results row (a shared pool's cache: the pool's GB)."""
+    """Flatten an engine summary into one results row (a shared pool's cache: the pool's GB).
+
+    Latencies are read with ``.get``: a percentile or a latency the summary does
+    not have (``itl_s``, ``p90`` from engines before them) is a null column, and a
+    null metric never meets a target. The ``binding`` column judges the row
+    against ``spec.slos`` (:func:`reports.verdicts.binding_resource`).
+    """
     thr = s["throughput"]
     where = point_fields(spec, point)
     if point.cache_gb == AUTO_GB:
         where["cache_gb"] = round(s["memory_budget_bytes"] / GB, 1)
-    return {
+    state = steady_state(s)
+    row = {
         **where,
         "requests_measured": s["requests"]["measured"],
         "requests_rejected": s["requests"]["rejected"],
-        **{f"ttft_{p}_ms": _ms(s["ttft_s"][p]) for p in ("p5", "p50", "p95", "p99")},
-        **{f"tpot_{p}_ms": _ms(s["tpot_s"][p]) for p in ("p50", "p95")},
+        **{
+            f"{name}_{p}_ms": _pct(s, f"{name}_s", p)
+            for name, ps in LATENCY_PERCENTILES.items()
+            for p in ps
+        },
+        "queue_mean_ms": _pct(s, "queue_s", "mean"),
+        "queue_p95_ms": _pct(s, "queue_s", "p95"),
+        "prefill_mean_ms": _pct(s, "prefill_s", "mean"),
         "token_hit_rate": s["hit"]["token_hit_rate"],
         "request_hit_rate": s["hit"]["request_hit_rate"],
         "flops_saved_frac": s["flops"]["saved_fraction"],
@@ -264,7 +346,14 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
         "throughput_rps": thr["requests_per_s"],
         "output_tokens_per_s": thr["output_tokens_per_s"],
         "utilisation": s["utilisation"]["mean"],
+        **_pool_columns(s),
+        "verdict": state["verdict"],
+        "verdict_reason": state.get("reason"),
+        "arrival_rate_rps": state.get("arrival_rate_rps"),
+        "completion_rate_rps": state.get("completion_rate_rps"),
     }
+    row["binding"] = binding_resource(row, parse_slos(spec.slos))
+    return row
 
 
 def infeasible_row(spec: SweepSpec, point: Point, reason: str) -> dict[str, Any]:
@@ -288,22 +377,58 @@ def run_point(
         spec.workload,
         model=resolve_model(spec.model, spec.model_set),
         gpu=spec.gpu,
-        engine=settings.pop("engine", spec.engine),
+        engine=settings.pop("engine", None),
         profile=spec.profile,
         **settings,
+        **spec.run_settings(),
     )
     try:
         memory_budget(run.model, run.config)
     except TwinError as err:
         # A point that cannot run is a finding of the sweep, not a reason to stop it.
         return infeasible_row(spec, point, str(err))
-    digest = RequestDigest(run.config.warmup_s)
+    slos = parse_slos(spec.slos)
+    digest = RequestDigest(run.config.warmup_s, slos)
     horizon = run.horizon_s()
     summary = run.simulate(
         progress=None if progress is None or horizon <= 0 else lambda dt: progress(dt / horizon),
         on_record=digest.add,
     )
-    return {**summary_row(spec, point, summary), **digest.columns()}
+    window = summary["throughput"].get("window_s") or 0.0
+    return {**summary_row(spec, point, summary), **digest.columns(), **digest.goodput(window)}
+
+
+class PointProgress:
+    """A sweep's progress in points, moved within each point as it runs.
+
+    A running point shows up to ``RUNNING_SHARE`` of itself; its stored row adds
+    the rest, so each point adds exactly 1 in all. Progress that arrives after the
+    point's row (a worker's last message, relayed through a queue, can land after
+    its result) is dropped: counted, it pushed the bar past the points stored
+    (``5/6`` shown at 100%).
+    """
+
+    RUNNING_SHARE = 0.95
+
+    def __init__(self, progress: Callable[[float], None] | None) -> None:
+        self.progress = progress
+        self.shown: dict[Point, float] = {}
+        self.stored: set[Point] = set()
+
+    def partial(self, point: Point, x: float) -> None:
+        """``x`` more of ``point`` simulated (ignored once its row is stored)."""
+        if self.progress is None or point in self.stored:
+            return
+        step = min(x, self.RUNNING_SHARE - self.shown.get(point, 0.0))
+        if step > 0:
+            self.shown[point] = self.shown.get(point, 0.0) + step
+            self.progress(step)
+
+    def done(self, point: Point) -> None:
+        """``point``'s row is stored: the rest of its share."""
+        self.stored.add(point)
+        if self.progress is not None:
+            self.progress(1 - self.shown.pop(point, 0.0))
 
 
 @dataclass
@@ -357,15 +482,7 @@ def run_sweep(
     if progress is not None and skipped:
         progress(skipped)
 
-    # Progress within points: up to 0.95 of a point while it runs, the rest when it is stored.
-    shown: dict[Point, float] = {}
-
-    def partial(point: Point, x: float) -> None:
-        step = min(x, 0.95 - shown.get(point, 0.0))
-        if progress is not None and step > 0:
-            shown[point] = shown.get(point, 0.0) + step
-            progress(step)
-
+    shares = PointProgress(progress)
     writer = ResultsWriter(out)
 
     def done(point: Point, row: dict[str, Any]) -> None:
@@ -373,9 +490,9 @@ def run_sweep(
         writer.add(row)
         if on_point is not None:
             on_point(point, row)
-        if progress is not None:
-            progress(1 - shown.pop(point, 0.0))
+        shares.done(point)
 
+    partial = shares.partial
     nodes: dict[str, int] = {}
     try:
         if ray is not None:

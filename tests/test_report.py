@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import typer
+from report_helpers import judge_steady_state
 from typer.testing import CliRunner
 
 from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
@@ -179,11 +180,12 @@ def test_capacity_report_is_a_library_call(tmp_path: Path) -> None:
         capacity_report(WORKLOAD, out, model="tiny-hybrid", cache_gb=[1.0], cdf_cache_gb=2.0)
 
 
-def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path) -> None:
+def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, monkeypatch) -> None:
     """Issue 18: --replicas 1,2 sweeps the GPU count (replicas x tp) in one report; the
     recommendation and the tables show the cache per replica and per GPU (cache / tp)."""
     from reports.capacity import capacity_report
 
+    judge_steady_state(monkeypatch)
     out = tmp_path / "gpus"
     found = capacity_report(
         WORKLOAD,

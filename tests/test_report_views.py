@@ -28,6 +28,7 @@ from twin.metrics import RequestRecord
 from workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
+STABLE = {"verdict": "stable"}  # hand-made rows: the engine judged every point stable
 
 
 def _rec(arrival: float, ttft: float, inp: int, hit: int, rejected: bool = False) -> RequestRecord:
@@ -141,7 +142,7 @@ def test_knee_is_unit_free_log_log_slope() -> None:
 
 def test_sustainable_table_and_verdict() -> None:
     rows = [
-        {"policy": p, "session_rate": r, "cache_gb": c, "seed": 0, "ttft_p95_ms": v}
+        {**STABLE, "policy": p, "session_rate": r, "cache_gb": c, "seed": 0, "ttft_p95_ms": v}
         for p, c, r, v in [
             ("marconi", 20.0, 1.0, 100.0),
             ("marconi", 20.0, 2.0, 200.0),
@@ -223,7 +224,7 @@ def test_close_sustainable_rates_are_a_tie_not_a_winner() -> None:
     # The case: 2.04 vs 2.02 sessions/s on one seed is not a win.
     slo = parse_slo("p95_ttft<=500ms")
     rows = [
-        {"policy": p, "session_rate": r, "cache_gb": 20.0, "seed": 0, "ttft_p95_ms": v}
+        {**STABLE, "policy": p, "session_rate": r, "cache_gb": 20.0, "seed": 0, "ttft_p95_ms": v}
         for p, r, v in [
             ("marconi", 1.0, 100.0),
             ("marconi", 3.0, 900.0),  # crosses 500 ms at 2.0
@@ -243,7 +244,14 @@ def test_seed_intervals_decide_ties_when_there_are_seeds() -> None:
 
     def cells(policy: str, p95_at_3: list[float]) -> list[dict]:
         return [
-            {"policy": policy, "session_rate": r, "cache_gb": 20.0, "seed": s, "ttft_p95_ms": v}
+            {
+                **STABLE,
+                "policy": policy,
+                "session_rate": r,
+                "cache_gb": 20.0,
+                "seed": s,
+                "ttft_p95_ms": v,
+            }
             for s, v3 in enumerate(p95_at_3)
             for r, v in ((1.0, 100.0), (3.0, v3))
         ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -15,13 +16,15 @@ import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from twin.errors import TwinError
 
@@ -86,6 +89,28 @@ def print_json(data: Any) -> None:
 
 # Seconds between plain progress lines when stderr is not a terminal (CI logs, pipes).
 PLAIN_PROGRESS_EVERY_S = 15.0
+# Fractional progress (a sweep's points advance in parts) adds up in floating point:
+# six points may sum to 5.999999999. Counts and percentages are read this close up.
+_PROGRESS_SLACK = 1e-6
+
+
+def progress_counts(done: float, total: float) -> tuple[int, int]:
+    """The whole units done and the whole percent done, both rounded down (with a
+    float sum's slack), so they agree: never ``5/6 (100%)``, and ``6/6`` only at 100%."""
+    count = min(int(total), math.floor(done + _PROGRESS_SLACK))
+    pct = min(100, math.floor(100 * done / total + _PROGRESS_SLACK)) if total > 0 else 0
+    return max(0, count), max(0, pct)
+
+
+class _CountColumn(ProgressColumn):
+    """``5/6  83%`` from :func:`progress_counts` (rich rounds the percentage half up
+    while it cuts the count down, which showed ``5/6 100%`` at 5.97 of 6)."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None:
+            return Text(f"{math.floor(task.completed + _PROGRESS_SLACK):,}")
+        count, pct = progress_counts(task.completed, task.total)
+        return Text(f"{count:,}/{task.total:,.0f} {pct:>3d}%")
 
 
 class _PlainProgress:
@@ -112,9 +137,11 @@ class _PlainProgress:
             count = f"{self.done / 1e6:,.1f} MB"
             if self.total:
                 count += f" of {self.total / 1e6:,.1f} MB"
+        elif self.total:
+            count = f"{progress_counts(self.done, self.total)[0]:,}/{self.total:,.0f}"
         else:
-            count = f"{int(self.done):,}" + (f"/{self.total:,.0f}" if self.total else "")
-        pct = f" ({min(1.0, self.done / self.total):.0%})" if self.total else ""
+            count = f"{math.floor(self.done + _PROGRESS_SLACK):,}"
+        pct = f" ({progress_counts(self.done, self.total)[1]}%)" if self.total else ""
         err_console.print(
             f"{self.description}: {count}{pct}, {now - self.start:,.0f} s elapsed",
             highlight=False,
@@ -134,12 +161,11 @@ def progress_bar(description: str, total: float | None, unit: str = "") -> Itera
         plain = _PlainProgress(description, total, unit)
         yield plain.advance
         return
-    count = MofNCompleteColumn() if unit != "bytes" else TextColumn("")
+    count = _CountColumn() if unit != "bytes" else TextColumn("{task.percentage:>3.0f}%")
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         count,
-        TextColumn("{task.percentage:>3.0f}%"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=err_console,

@@ -12,14 +12,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from policies import POLICIES
-from reports.analysis import parse_slo, rate_label, verdict
-from reports.capacity import capacity_report
+from reports.analysis import parse_slos, rate_label, slo_text, verdict
+from reports.capacity import DEFAULT_POLICIES, CapacityReport, capacity_report, report_document
 from reports.load import load_verdict
-from reports.render import HTML_FILE, MD_FILE
-from reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant
+from reports.render import HTML_FILE, MD_FILE, REC_HEAD, rec_cells
+from reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant, grid
 from twin.cli import checks
 from twin.cli.common import (
-    EngineOption,
     ExecutorOption,
     GpuOption,
     JobsOption,
@@ -34,6 +33,7 @@ from twin.cli.common import (
 )
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.errors import TwinError
+from twin.metrics import to_json
 
 app = typer.Typer(
     help="Capacity-planning reports: sweeps of the simulator rendered as HTML and Markdown.",
@@ -112,7 +112,14 @@ def capacity(
     model: ModelOption = "marconi-hybrid-7b",
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     gpu: GpuOption = None,
-    engine: EngineOption = None,
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="Engine mode every point runs, as `twin simulate --engine NAME` runs it: "
+        f"{', '.join(ENGINE_MODES)} (kernels, preemption, flags' defaults); --policies "
+        "entries run in it as its --policy; without --policies the sweep runs the mode "
+        "itself (its cache policy in its shared KV pool).",
+    ),
     profile: ProfileOption = None,
     replicas: str = typer.Option(
         "1",
@@ -127,13 +134,14 @@ def capacity(
         help="Cache sizes per replica to sweep, GB, comma-separated; auto: the shared KV "
         "pool (the engines' memory), e.g. auto,10,20.",
     ),
-    policies: str = typer.Option(
-        "vllm+,sglang+,marconi",
+    policies: str | None = typer.Option(
+        None,
         "--policies",
         help=f"Policies to sweep, comma-separated: {', '.join(POLICIES)}; or engine modes "
         f"with their flags ({', '.join(ENGINE_MODES)}), e.g. "
         "vllm,sglang,sglang[mamba_scheduler_strategy=extra_buffer]: each runs in its shared "
-        "KV pool (its cache column is the pool's size).",
+        f"KV pool (its cache column is the pool's size). [default: {','.join(DEFAULT_POLICIES)}; "
+        "with --engine, that mode]",
     ),
     session_rates: str | None = typer.Option(
         None,
@@ -141,8 +149,25 @@ def capacity(
         help="Poisson session rates (per second) to sweep, "
         "comma-separated; default: the workload's own arrival times.",
     ),
-    slo: str | None = typer.Option(
-        None, "--slo", help="Latency target for the recommendation, e.g. p95_ttft<=500ms."
+    slo: list[str] = typer.Option(
+        [],
+        "--slo",
+        help="Latency target, repeatable: pNN_METRIC<=VALUE(ms|s), METRIC ttft, tpot, itl or "
+        "e2e at p50, p90, p95 or p99 (ttft also p5), e.g. --slo 'p95_ttft<=500ms' --slo "
+        "'p95_tpot<=50ms'. A point meets the SLOs when every target is met and its steady "
+        "state is stable.",
+    ),
+    warmup_s: float | None = typer.Option(
+        None,
+        "--warmup-s",
+        help="Leave requests arriving before this out of every point's numbers (the cache "
+        "starts cold; sessions accumulate). [default: 0; with --duration, a fifth of it]",
+    ),
+    duration: float | None = typer.Option(
+        None,
+        "--duration",
+        help="Simulated seconds every point runs (sessions start in [0, D) at each "
+        "--session-rates rate; the workload is stretched to enough sessions).",
     ),
     seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per point (2+ gives intervals)."),
     router: str = typer.Option("round-robin", "--router", help="Router across replicas."),
@@ -156,9 +181,15 @@ def capacity(
     ),
     executor: ExecutorOption = "local",
     ray_address: RayAddressOption = None,
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print one JSON document (recommendations, per-point rows with verdicts, "
+        "sustainable rates, infeasible points) instead of the tables.",
+    ),
 ) -> None:
     """Sweep replicas x cache size x policy x session rate x seed; recommend the smallest
-    cache meeting the SLO; write OUT/results.parquet, OUT/report.html (self-contained)
+    cache meeting the SLOs; write OUT/results.parquet, OUT/report.html (self-contained)
     and OUT/report.md.
 
     Every finished point is saved at once, so rerunning the same command in the
@@ -168,7 +199,10 @@ def capacity(
 
       twin report capacity chat.parquet -m marconi-hybrid-7b --gpu h100 -r 2 \\
         --cache-gb 10,20,40 --policies vllm+,sglang+,marconi --session-rates 0.5,1,2 \\
-        --slo "p95_ttft<=500ms" --seeds 2 --out capacity --jobs 4
+        --slo "p95_ttft<=500ms" --slo "p95_tpot<=50ms" --seeds 2 --out capacity --jobs 4
+
+      twin report capacity chat.parquet --engine vllm --session-rates 1,2,4 \\
+        --slo "p95_ttft<=500ms" --json --out capacity-vllm
 
       twin report capacity chat.parquet --replicas 1,2 --tp 2 --cache-gb 10,20 \\
         --policies marconi --session-rates 1,4 --slo "p95_ttft<=500ms" --out capacity-gpus
@@ -188,14 +222,21 @@ def capacity(
         _numbers("--cache-gb", rest, positive=False) if rest.strip() or not auto else []
     )
     counts = _replica_counts(replicas)
+    if policies is None:
+        policies = get_mode(engine).name if engine is not None else ",".join(DEFAULT_POLICIES)
     names = _policy_list(policies)
     rates: list[float | None] = (
         [None]
         if session_rates is None
         else list(_numbers("--session-rates", session_rates, positive=True))
     )
-    target = parse_slo(slo) if slo is not None else None
-    total = len(counts) * len(caches) * len(names) * len(rates) * seeds
+    slos = parse_slos(slo)
+    if engine is not None:
+        get_mode(engine)  # a bad --engine fails before any work
+    checks.number("--duration", duration, low=0, low_open=True)
+    checks.number("--warmup-s", warmup_s, low=0)
+    # The points the sweep has (an engine-mode entry runs one cache point: its pool).
+    total = len(grid(caches, names, rates, seeds, counts))
     with progress_bar("points", total) as advance:
         found = capacity_report(
             workload,
@@ -208,16 +249,21 @@ def capacity(
             cache_gb=caches,
             policies=names,
             session_rates=rates,
-            slo=target,
+            slo=slos,
             seeds=seeds,
             replicas=counts,
-            settings={"tp": tp, "router": router},
+            settings={
+                "tp": tp,
+                "router": router,
+                **({"warmup_s": warmup_s} if warmup_s is not None else {}),
+            },
             jobs=jobs,
             cdf_cache_gb=cdf_cache_gb,
             executor=executor,
             ray_address=ray_address,
             command=_command_line(),
             progress=advance,
+            duration_s=duration,
         )
     err_console.print(
         f"{found.computed} point(s) simulated, {found.skipped} found in {out / RESULTS_FILE}"
@@ -225,25 +271,80 @@ def capacity(
     if found.nodes:  # which ray nodes did the work (node ids cut to 8 hex digits)
         shares = ", ".join(f"{node[:8]} {n}" for node, n in sorted(found.nodes.items()))
         err_console.print(f"ray: points per node: {shares}", highlight=False, markup=False)
-    recs = found.recommendations
     for line in found.infeasible:
         err_console.print(f"warning: cannot run {line}", highlight=False, markup=False)
-    if target is not None:
-        table = Table(title=f"smallest cache meeting {target}", title_justify="left")
-        for col in ("policy", "session rate", "cache/replica", "cache/GPU", "metric (ms)", "GPUs"):
-            table.add_column(col)
-        for r in recs:
-            table.add_row(
-                escape(r.policy),  # an engine mode's [flag=value] is not markup
-                rate_label(r.session_rate),
-                "none in the sweep" if r.cache_gb is None else f"{r.cache_gb:g} GB",
-                "-" if r.cache_gb_per_gpu is None else f"{r.cache_gb_per_gpu:g} GB",
-                "-" if r.value_ms is None else f"{r.value_ms:,.1f}",
-                str(r.gpus),
-            )
-        console.print(table)
-        for line in [*verdict(recs, target), *load_verdict(found.sustainable, target)]:
-            console.print(line, highlight=False, markup=False)
-    console.print(
-        f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}", highlight=False
+    for line in found.notes:
+        err_console.print(
+            line if line.startswith("hint:") else f"note: {line}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,  # one line each
+        )
+    wrote = f"wrote {out / HTML_FILE}, {out / MD_FILE} and {out / RESULTS_FILE}"
+    if as_json:
+        print(to_json(report_document(found)), end="")
+        err_console.print(wrote, highlight=False, markup=False, soft_wrap=True)
+        return
+    if found.slos:
+        _print_recommendations(found)
+    else:
+        _print_points(found)
+    console.print(wrote, highlight=False)
+
+
+def _print_recommendations(found: CapacityReport) -> None:
+    """The smallest cache meeting the SLOs per policy and rate, and the verdict sentences."""
+    table = Table(
+        title=f"smallest cache meeting {slo_text(found.slos)} (stable)", title_justify="left"
     )
+    for col in REC_HEAD:
+        table.add_column(col)
+    for r in found.recommendations:
+        # escape: an engine mode's [flag=value] is not markup
+        table.add_row(*(escape(c) for c in rec_cells(r)))
+    console.print(table)
+    lines = [
+        *verdict(found.recommendations, found.slos),
+        *load_verdict(found.sustainable or [], found.slos),
+    ]
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
+
+
+POINT_HEAD = (
+    "policy",
+    "session rate",
+    "cache/replica",
+    "GPUs",
+    "verdict",
+    "P95 TTFT (ms)",
+    "P95 TPOT (ms)",
+    "token hit",
+    "req/s",
+)
+
+
+def _print_points(found: CapacityReport) -> None:
+    """Without --slo: one line per point (mean across seeds) and its steady state."""
+    seeds = max((a["seeds"] for a in found.aggregate), default=1)
+    title = "points" + (f" (mean across {seeds} seeds)" if seeds > 1 else "")
+    table = Table(title=title, title_justify="left")
+    for col in POINT_HEAD:
+        table.add_column(col)
+
+    def num(v: float | None, digits: int = 1) -> str:
+        return "-" if v is None else f"{v:,.{digits}f}"
+
+    for a in found.aggregate:
+        table.add_row(
+            escape(a["policy"]),
+            rate_label(a["session_rate"]),
+            f"{a['cache_gb']:g} GB",
+            str(a["gpus"]),
+            a["verdict"],
+            num(a.get("ttft_p95_ms")),
+            num(a.get("tpot_p95_ms"), 2),
+            "-" if a.get("token_hit_rate") is None else f"{a['token_hit_rate']:.1%}",
+            num(a.get("throughput_rps"), 2),
+        )
+    console.print(table)
