@@ -35,8 +35,9 @@ def _commands() -> list[tuple[str, object]]:
 
 
 def _examples(help_text: str) -> list[str]:
-    """The example commands of one help text, continuation lines joined."""
-    lines = help_text.splitlines()
+    """The example commands of one help text, continuation lines joined, as ``--help``
+    prints them (rich markup's escaped bracket ``\\[`` shows as ``[``)."""
+    lines = help_text.replace("\\[", "[").splitlines()
     starts = [i for i, line in enumerate(lines) if line.strip() in ("Example:", "Examples:")]
     found: list[str] = []
     for i in starts:
