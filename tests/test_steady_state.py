@@ -88,3 +88,18 @@ def test_utilisation_is_measured_after_the_warm_up(tmp_path) -> None:
     assert warm["utilisation"]["mean"] == pytest.approx(0.5, abs=1e-9)
     # From the first arrival: 51 half-second steps end within the 100-second window.
     assert cold["utilisation"]["mean"] == pytest.approx(51 * 0.5 / 100, abs=1e-9)
+
+
+def test_waiting_share_is_the_union_of_the_waits() -> None:
+    from twin.steady_state import _covered
+
+    start = np.array([0.0, 1.0, 5.0, 9.5])
+    end = np.array([2.0, 3.0, 5.0, 12.0])  # the third never waited
+    assert _covered(start, end, 0.0, 10.0) == pytest.approx(3.0 + 0.5)
+    arrivals, ttft = _queue(1.5, 2000, 0, deterministic=True)
+    waits = ttft - 1.0
+    v = judge(arrivals, ttft, arrivals + ttft, (0.0, float(arrivals[-1])), waits)
+    assert v.waiting_share == pytest.approx(1.0, abs=0.02)  # overloaded: always a queue
+    arrivals, ttft = _queue(0.2, 2000, 0, deterministic=True)
+    v = judge(arrivals, ttft, arrivals + ttft, (0.0, float(arrivals[-1])), ttft - 1.0)
+    assert v.waiting_share < 0.05

@@ -396,6 +396,7 @@ class SummaryBuilder:
                 columns["ttft_s"],
                 columns["arrival_s"] + columns["e2e_s"],
                 (first, max(first, arrivals_end_s)),
+                columns["queue_s"],
             ).to_dict()
         if slos:
             good = good_requests(slos, columns["ttft_s"], columns["tpot_s"], columns["e2e_s"])

@@ -78,6 +78,10 @@ class SteadyState:
     ttft_last_s: float | None  # mean TTFT of the last batch
     arrival_rate_rps: float | None  # measured arrivals in the window per second
     completion_rate_rps: float | None  # their completions within the window per second
+    # Share of the window in which some measured request waited to be admitted: the
+    # headroom signal of continuous batching, where the GPU is busy whenever anything
+    # decodes (busy time reads near 100% long before the queue builds).
+    waiting_share: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -90,11 +94,13 @@ def judge(
     ttft_s: np.ndarray,
     completed_s: np.ndarray,
     window_s: tuple[float, float],
+    queue_s: np.ndarray | None = None,
 ) -> SteadyState:
     """The steady-state verdict on requests arriving in ``window_s`` (module docstring).
 
     The arrays hold one value per measured request (any order); requests
-    arriving outside the window are ignored.
+    arriving outside the window are ignored. ``queue_s`` (each request's wait
+    for admission) gives :attr:`SteadyState.waiting_share`.
     """
     t0, t1 = window_s
     arrival = np.asarray(arrival_s, np.float64)
@@ -104,7 +110,13 @@ def judge(
     completed = np.asarray(completed_s, np.float64)[inside]
     n = int(arrival.size)
     span = t1 - t0
-    rates = (n / span, int((completed <= t1).sum()) / span) if span > 0 and n else (None, None)
+    rates: tuple[float | None, float | None, float | None] = (None, None, None)
+    if span > 0 and n:
+        waiting = None
+        if queue_s is not None:
+            waits = np.asarray(queue_s, np.float64)[inside]
+            waiting = _covered(arrival, arrival + waits, t0, t1) / span
+        rates = (n / span, int((completed <= t1).sum()) / span, waiting)
 
     def verdict(
         name: str,
@@ -185,6 +197,19 @@ def _ramp(batch: np.ndarray, counts: np.ndarray, stats: Any) -> float | None:
     if start <= 0 or float(fit.slope) - ci <= 0 or rise <= MAX_RAMP * start:
         return None
     return rise / start
+
+
+def _covered(start: np.ndarray, end: np.ndarray, t0: float, t1: float) -> float:
+    """Seconds of [t0, t1] covered by the union of the intervals [start, end]."""
+    keep = end > start
+    order = np.argsort(start[keep], kind="stable")
+    lo, hi = np.clip(start[keep][order], t0, t1), np.clip(end[keep][order], t0, t1)
+    if not lo.size:
+        return 0.0
+    # Running maximum of the ends: an interval adds only what sticks out past it.
+    reach = np.maximum.accumulate(hi)
+    prior = np.concatenate(([lo[0]], reach[:-1]))
+    return float(np.maximum(hi - np.maximum(lo, prior), 0.0).sum())
 
 
 def _ms(seconds: float) -> str:

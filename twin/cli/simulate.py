@@ -349,6 +349,8 @@ def _print_verdict(s: dict[str, Any]) -> None:
             f"steady state: {steady['verdict']} (arrivals {t0:,.1f}-{t1:,.1f} s): "
             f"{steady['reason']}"
         )
+        if steady.get("waiting_share") is not None:
+            line += f"; a request waited for admission {steady['waiting_share']:.0%} of the time"
         if steady["verdict"] == OVERLOADED:
             err_console.print(
                 f"[yellow]warning:[/] overloaded: {escape(steady['reason'])}; its latencies "
