@@ -1,11 +1,12 @@
 """Build a ``ModelSpec`` from a local Hugging Face ``config.json``.
 
-Supported: Llama/Mistral (``llama``, ``mistral``), dense Qwen3 (``qwen3``), Jamba (``jamba``, Mamba-1), Zamba2
-(``zamba2``), Nemotron-H (``nemotron_h``), Mamba2 (``mamba2``), and (``twin.hf_hybrids``)
-Qwen3-Next and Qwen3.5 (``qwen3_next``, ``qwen3_5``, ``qwen3_5_moe``), Granite-4.0-H
-(``granitemoehybrid``), Falcon-H1 (``falcon_h1``), gpt-oss (``gpt_oss``), Gemma 3
-(``gemma3``, ``gemma3_text``), and the native ``mamba_ssm`` format (no ``model_type``;
-``d_model``/``n_layer``/``ssm_cfg``, as in ``state-spaces/mamba2-*``). Keys that
+Supported: Llama/Mistral (``llama``, ``mistral``), dense Qwen3 (``qwen3``), Jamba
+(``jamba``, Mamba-1), Zamba2 (``zamba2``), Nemotron-H (``nemotron_h``), Mamba2
+(``mamba2``), and (``twin.hf_hybrids``) Qwen3-Next and Qwen3.5 (``qwen3_next``,
+``qwen3_5``, ``qwen3_5_moe``), Granite-4.0-H (``granitemoehybrid``), Falcon-H1
+(``falcon_h1``), gpt-oss (``gpt_oss``), Gemma 3 (``gemma3``, ``gemma3_text``), and the
+native ``mamba_ssm`` format (no ``model_type``; ``d_model``/``n_layer``/``ssm_cfg``, as
+in ``state-spaces/mamba2-*``). Keys that
 define the layer mix and widths are required; keys that transformers itself
 defaults take the same default here.
 The serving dtype is a deployment choice, not read from ``torch_dtype``.
