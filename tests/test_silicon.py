@@ -367,3 +367,47 @@ def test_the_package_csv_and_its_configs() -> None:
         assert plan.startswith("precision")
     _, reasons = sil.plan_rows(rows.values())
     assert reasons[sil.REASON_DISAGG] == sum(r.mode == "disagg" for r in rows.values())
+
+
+# ------------------------------------------------------------------ the benchmark
+def _bench():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "bench_silicon.py"
+    spec = importlib.util.spec_from_file_location("bench_silicon", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_spread() -> None:
+    spread = _bench().spread
+    assert spread(list(range(10)), None) == list(range(10))
+    assert spread(list(range(10)), 3) == [0, 3, 6]
+    assert spread(list(range(4)), 9) == [0, 1, 2, 3]
+    assert spread(list(range(4)), 0) == []
+
+
+def test_bench_runs_without_aiconfigurator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the ``aiconfigurator`` package the benchmark says so and still scores."""
+    bench = _bench()
+    monkeypatch.setattr(sil, "aiconfigurator_available", lambda: False)
+    results = tmp_path / "silicon.json"
+    argv = ["--csv", str(SMALL), "--configs", str(CONFIGS), "--jobs", "1", "--limit", "1"]
+    argv += ["--out", str(tmp_path / "out"), "--results", str(results)]
+    assert bench.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "aiconfigurator not installed" in printed
+    data = json.loads(results.read_text())
+    assert data["aiconfigurator"] == sil.AIC_NOT_INSTALLED
+    rows = data["summary"]["rows"]
+    assert (rows["read"], rows["expressed"], rows["left_out_by_limit"]) == (16, 1, 2)
+    assert rows["not_expressed"] == len(REASONS)
+    assert (tmp_path / "out" / "predictions.csv").is_file()
+    nothing = ["--models", "nothing", "--out", str(tmp_path / "o2"), "--results", str(results)]
+    assert bench.main([*argv[:2], *nothing]) == 0
+    assert bench.main(["--csv", str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().out
