@@ -206,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    console = Console(width=max(Console().width, 150))
+    console = Console(width=max(Console().width, 180))
     try:
         return _main(args, console)
     except TwinError as err:
