@@ -344,9 +344,11 @@ def _load_model(path: str, hf_id: str) -> ModelSpec:
 @cache
 def _read_config(path: str) -> dict[str, Any]:
     data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
     if isinstance(data.get("text_config"), dict):  # a multimodal wrapper's language model
         return {**data, **data["text_config"]}
-    return data if isinstance(data, dict) else {}
+    return data
 
 
 @cache
