@@ -88,15 +88,21 @@ class FamilyRows:
     tables: list[str] = field(default_factory=list)
 
 
-def data_root() -> Path:
-    """``systems/data`` of the installed package; a ``TwinError`` naming the extra if absent."""
+def package_dir(needed_by: str = "--from aiconfigurator") -> Path:
+    """The installed ``aiconfigurator_core`` folder; a ``TwinError`` naming the extra (and
+    ``needed_by``, what asked for it) if the package is absent."""
     spec = importlib.util.find_spec("aiconfigurator_core")
     if spec is None or spec.origin is None:
         raise TwinError(
-            f"--from aiconfigurator needs the optional extra: pip install 'twin[aic]' "
+            f"{needed_by} needs the optional extra: pip install 'twin[aic]' "
             f"({PACKAGE}=={PACKAGE_VERSION})"
         )
-    root = Path(spec.origin).parent / "systems" / "data"
+    return Path(spec.origin).parent
+
+
+def data_root() -> Path:
+    """``systems/data`` of the installed package; a ``TwinError`` naming the extra if absent."""
+    root = package_dir() / "systems" / "data"
     if not root.is_dir():
         raise TwinError(f"{PACKAGE} is installed but has no systems/data at {root}")
     return root

@@ -261,6 +261,30 @@ def test_hf_configs_parse(file: str, layers: tuple[int, ...], preset: str | None
         )
 
 
+def test_qwen3_dense_known_answer() -> None:
+    """Qwen/Qwen3-32B's published config.json (huggingface.co/Qwen/Qwen3-32B): the model
+    card gives 32.8B parameters, 31.2B of them outside the (untied) embeddings, 64
+    layers, 64 query and 8 KV heads; head_dim is 128 from the file, not 5120 / 64 = 80."""
+    m = from_hf_config(HF / "qwen3-32b.json", name="Qwen/Qwen3-32B")
+    assert (m.n_attention_layers, m.n_mlp_layers, m.n_ssm_layers, m.n_moe_layers) == (64, 64, 0, 0)
+    assert (m.n_heads, m.n_kv_heads, m.head_dim, m.mlp_d_ff) == (64, 8, 128, 25600)
+    assert m.sliding_window is None and not m.tie_embeddings
+    assert m.n_params == 32_762_106_880  # 32.8B
+    embeddings = 2 * 151_936 * 5120
+    assert (m.n_params - embeddings) / 1e9 == pytest.approx(31.2, abs=0.05)
+    # K and V: 64 layers x 8 heads x 128 dims x 2 bytes.
+    assert m.kv_bytes_per_token == 2 * 64 * 8 * 128 * 2
+    assert "model_type qwen3" in m.source
+
+
+def test_qwen3_sliding_window_refused(tmp_path: Path) -> None:
+    cfg = json.loads((HF / "qwen3-32b.json").read_text())
+    cfg.update(use_sliding_window=True, sliding_window=4096)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(TwinError, match="use_sliding_window"):
+        from_hf_config(tmp_path)
+
+
 def test_nemotron_fixture_matches_preset_bytes() -> None:
     m = ModelSpec.from_hf_config(HF / "nemotron-h-8b-base.json")
     p = get_model("nemotron-h-8b")

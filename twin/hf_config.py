@@ -1,11 +1,12 @@
 """Build a ``ModelSpec`` from a local Hugging Face ``config.json``.
 
-Supported: Llama/Mistral (``llama``, ``mistral``), Jamba (``jamba``, Mamba-1), Zamba2
-(``zamba2``), Nemotron-H (``nemotron_h``), Mamba2 (``mamba2``), and (``twin.hf_hybrids``)
-Qwen3-Next and Qwen3.5 (``qwen3_next``, ``qwen3_5``, ``qwen3_5_moe``), Granite-4.0-H
-(``granitemoehybrid``), Falcon-H1 (``falcon_h1``), gpt-oss (``gpt_oss``), Gemma 3
-(``gemma3``, ``gemma3_text``), and the native ``mamba_ssm`` format (no ``model_type``;
-``d_model``/``n_layer``/``ssm_cfg``, as in ``state-spaces/mamba2-*``). Keys that
+Supported: Llama/Mistral (``llama``, ``mistral``), dense Qwen3 (``qwen3``), Jamba
+(``jamba``, Mamba-1), Zamba2 (``zamba2``), Nemotron-H (``nemotron_h``), Mamba2
+(``mamba2``), and (``twin.hf_hybrids``) Qwen3-Next and Qwen3.5 (``qwen3_next``,
+``qwen3_5``, ``qwen3_5_moe``), Granite-4.0-H (``granitemoehybrid``), Falcon-H1
+(``falcon_h1``), gpt-oss (``gpt_oss``), Gemma 3 (``gemma3``, ``gemma3_text``), and the
+native ``mamba_ssm`` format (no ``model_type``; ``d_model``/``n_layer``/``ssm_cfg``, as
+in ``state-spaces/mamba2-*``). Keys that
 define the layer mix and widths are required; keys that transformers itself
 defaults take the same default here.
 The serving dtype is a deployment choice, not read from ``torch_dtype``.
@@ -128,6 +129,23 @@ def _llama(cfg: _Config) -> dict[str, Any]:
         sliding_window=window,
         tie_embeddings=bool(cfg.opt("tie_word_embeddings", False)),
     )
+
+
+def _qwen3(cfg: _Config) -> dict[str, Any]:
+    """Dense Qwen3 (transformers ``Qwen3Config``, ``models/qwen3/modeling_qwen3.py``): a
+    Llama layer (GQA attention, SwiGLU MLP, RMSNorm) with an explicit ``head_dim`` (128
+    on every published size, not hidden / heads) and an RMSNorm over each query and key
+    head before RoPE (``q_norm``/``k_norm``: head_dim weights a layer, an element-wise
+    pass over q and k; not priced, as the other norms are not). ``use_sliding_window``
+    is false in every published config; when true, transformers windows only layers
+    ``>= max_window_layers``, which the twin cannot express per layer, so it is refused.
+    """
+    if cfg.opt("use_sliding_window", False) is True and cfg.opt("sliding_window", None):
+        raise cfg.fail(
+            "use_sliding_window",
+            "is true: Qwen3 then windows only layers >= max_window_layers (not modelled)",
+        )
+    return _llama(cfg)
 
 
 def _jamba(cfg: _Config) -> dict[str, Any]:
@@ -314,6 +332,7 @@ def _mamba_ssm(cfg: _Config) -> dict[str, Any]:
 _PARSERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "llama": _llama,
     "mistral": _llama,
+    "qwen3": _qwen3,
     "jamba": _jamba,
     "zamba2": _zamba2,
     "nemotron_h": _nemotron_h,

@@ -1,0 +1,305 @@
+"""The twin against measured serving runs: NVIDIA's ``silicon_sample.csv`` (issue 31).
+
+Run: ``python benchmarks/bench_silicon.py [--models M,..] [--systems S,..] [--backends B,..]
+[--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
+``twin[aic]`` extra: the CSV and the model configs are read from the installed
+``aiconfigurator-core``).
+
+Every row of the CSV the twin can express (:mod:`twin.validate.silicon`: aggregated,
+one instance, bf16, a supported model family, a shipped profile and engine mode) is
+simulated as its benchmark ran: ``c`` closed-loop clients, random ``isl``-token
+prompts, exactly ``osl`` output tokens; the mean TTFT and TPOT over the measured
+requests are scored against the measurement (MAPE and MdAPE per (model, system,
+backend, precision), per backend and overall, on the issue's fit / held-out split).
+With the ``aiconfigurator`` package installed its own estimate for each row
+(``cli_estimate``, as its accuracy job calls it) is scored beside the twin's.
+
+Writes ``--out`` (``benchmarks/results/silicon/``: ``predictions.csv``, one row per
+expressed CSV row with the measurement, the twin's and aiconfigurator's predictions and
+their errors, and ``summary.json``) and ``benchmarks/results/silicon.json`` (the
+summary with the command, filters, method and wall time), and prints the side-by-side
+table.
+``--limit N`` keeps N expressed rows spread evenly over the selection (a quick run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from twin.atomic import write_text_atomic
+from twin.errors import TwinError
+from twin.validate import silicon as sil
+
+RESULTS = Path(__file__).resolve().parent / "results" / "silicon.json"
+OUT = Path(__file__).resolve().parent / "results" / "silicon"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def spread(items: Sequence[Any], limit: int | None) -> list[Any]:
+    """``limit`` items spread evenly over ``items`` (all of them without a limit)."""
+    if limit is None or limit >= len(items):
+        return list(items)
+    if limit <= 0:
+        return []
+    step = len(items) / limit
+    return [items[math.floor(i * step)] for i in range(limit)]
+
+
+def run_rows(
+    plans: Sequence[sil.RowPlan],
+    aiconfigurator: bool,
+    jobs: int,
+    executor: str,
+    ray_address: str | None,
+    on_result: Callable[[sil.RowPlan, dict[str, Any]], None],
+) -> dict[str, int] | None:
+    """Score every plan in the project's local process pool (``reports.workers``) or as
+    Ray tasks (``reports.ray_executor``); ``on_result`` as each lands. Ray's per-node
+    counts are returned."""
+
+    def args(p: sil.RowPlan) -> tuple[Any, ...]:
+        return (p, aiconfigurator)
+
+    if executor == "ray":
+        from reports.ray_executor import import_ray, run_on_ray
+
+        ray = import_ray(ray_address)
+        return run_on_ray(ray, ray_address, sil.score_row, plans, args, on_result)
+    if jobs <= 1:
+        for p in plans:
+            on_result(p, sil.score_row(*args(p)))
+        return None
+    from reports.workers import run_in_pool
+
+    run_in_pool(sil.score_row, plans, args, jobs, on_result)
+    return None
+
+
+def _fmt(m: dict[str, Any] | None, metric: str) -> str:
+    if not m:
+        return "-"
+    return f"{m[f'{metric}_mape']:.1f} / {m[f'{metric}_mdape']:.1f}"
+
+
+def table(title: str, blocks: dict[str, dict[str, Any]], aic: bool) -> Table:
+    """One line per (block, split): the rows scored, and the twin's (and aiconfigurator's,
+    on the rows it estimated) MAPE / MdAPE of mean TTFT and mean TPOT, %."""
+    t = Table(title=title, title_justify="left")
+    t.add_column("", no_wrap=True)
+    for name in ("split", "rows", "twin TTFT", "twin TPOT"):
+        t.add_column(name, justify="left" if name == "split" else "right")
+    if aic:
+        for name in ("aic rows", "aic TTFT", "aic TPOT", "twin TTFT*", "twin TPOT*"):
+            t.add_column(name, justify="right")
+    for key, per_split in blocks.items():
+        for i, split in enumerate(sil.SPLITS):
+            b = per_split.get(split) or {}
+            twin = b.get("twin")
+            cells = [
+                key if i == 0 else "",
+                split,
+                str((twin or {}).get("n", 0)),
+                _fmt(twin, "ttft"),
+                _fmt(twin, "tpot"),
+            ]
+            if aic:
+                a, same = b.get("aiconfigurator"), b.get("twin_on_aiconfigurator_rows")
+                cells += [
+                    str((a or {}).get("n", 0)),
+                    _fmt(a, "ttft"),
+                    _fmt(a, "tpot"),
+                    _fmt(same, "ttft"),
+                    _fmt(same, "tpot"),
+                ]
+            t.add_row(*cells, end_section=i == len(sil.SPLITS) - 1)
+    if aic:
+        t.caption = "* the twin on the rows aiconfigurator estimated (like for like)"
+    return t
+
+
+def report(summary: dict[str, Any], aic_note: str, console: Console) -> None:
+    splits = summary["splits"]
+    aic = any(
+        (splits[s]["overall"].get("aiconfigurator") is not None) for s in (*sil.SPLITS, "all")
+    )
+    rows = summary["rows"]
+    left = rows.get("left_out_by_limit", 0)
+    console.print(
+        f"{rows['read']:,} rows selected: {rows['expressed']:,} expressed and run"
+        + (f" ({left:,} more left out by --limit)" if left else "")
+        + f", {rows['predicted']:,} predicted, {rows['twin_refused']:,} refused by the twin, "
+        f"{rows['not_expressed']:,} not expressed; aiconfigurator: {aic_note}"
+    )
+    overall = {
+        "all rows": {s: splits[s]["overall"] for s in sil.SPLITS},
+        **{
+            f"backend {b}": {s: splits[s]["by_backend"].get(b) for s in sil.SPLITS}
+            for b in splits["all"]["by_backend"]
+        },
+    }
+    console.print(table("MAPE / MdAPE (%), mean TTFT and TPOT", overall, aic))
+    groups = {
+        g: {s: splits[s]["by_group"].get(g) for s in sil.SPLITS} for g in splits["all"]["by_group"]
+    }
+    console.print(table("per model | system | backend | precision", groups, aic))
+    if summary["not_expressed"]:
+        console.print("not expressed, by reason:")
+        for reason, n in summary["not_expressed"].items():
+            console.print(f"  {n:>6,}  {reason}")
+    for what in ("twin_refused", "aiconfigurator_failed"):
+        if summary[what]:
+            console.print(f"{what.replace('_', ' ')}:")
+            for reason, n in summary[what].items():
+                console.print(f"  {n:>6,}  {reason}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        help="a silicon_sample.csv (default: the installed package's)",
+    )
+    parser.add_argument(
+        "--configs",
+        type=Path,
+        default=None,
+        help="folder of <org>--<name>_config.json (default: the package's model_configs)",
+    )
+    parser.add_argument(
+        "--models", default="", help="comma list: model paths containing any of these"
+    )
+    parser.add_argument("--systems", default="", help="comma list of systems (h100_sxm, ...)")
+    parser.add_argument(
+        "--backends", default="", help="comma list of backends (vllm, sglang, trtllm)"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="at most N expressed rows, spread evenly"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="local worker processes"
+    )
+    parser.add_argument("--executor", choices=("local", "ray"), default="local")
+    parser.add_argument("--ray-address", default=None)
+    parser.add_argument(
+        "--no-aiconfigurator", action="store_true", help="skip aiconfigurator's estimates"
+    )
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    console = Console(width=max(Console().width, 180))
+    try:
+        return _main(args, console)
+    except TwinError as err:
+        console.print(f"error: {err}", markup=False, highlight=False)
+        return 2
+
+
+def _relative(path: Path) -> Path:
+    """``path`` relative to the checkout when it is inside it."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return path.resolve().relative_to(root)
+    except ValueError:
+        return path
+
+
+def _split(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _main(args: argparse.Namespace, console: Console) -> int:
+    started = time.perf_counter()
+    csv_path = args.csv or sil.default_csv()
+    every = sil.read_rows(csv_path)
+    rows = sil.select(every, _split(args.models), _split(args.systems), _split(args.backends))
+    expressible, reasons = sil.plan_rows(rows, args.configs)
+    plans = spread(expressible, args.limit)
+    if args.no_aiconfigurator:
+        aic, aic_note = False, "not run (--no-aiconfigurator)"
+    elif sil.aiconfigurator_available():
+        aic, aic_note = True, f"aiconfigurator {_version('aiconfigurator')}"
+    else:
+        aic, aic_note = False, sil.AIC_NOT_INSTALLED
+    console.print(
+        f"{csv_path}: {len(every):,} rows, {len(rows):,} selected, {len(plans):,} to run "
+        f"({args.jobs if args.executor == 'local' else 'ray'} workers); aiconfigurator: {aic_note}"
+    )
+    results: dict[str, dict[str, Any]] = {}
+
+    def done(plan: sil.RowPlan, result: dict[str, Any]) -> None:
+        results[plan.row.id] = result
+        if len(results) % 10 == 0 or len(results) == len(plans):
+            console.print(
+                f"  {len(results):,}/{len(plans):,} rows, {time.perf_counter() - started:,.0f} s"
+            )
+
+    nodes = run_rows(plans, aic, args.jobs, args.executor, args.ray_address, done)
+    ordered = [results[p.row.id] for p in plans]
+    summary = sil.summarize(ordered, reasons, len(rows))
+    summary["rows"]["left_out_by_limit"] = len(expressible) - len(plans)
+    sil.write_outputs(args.out, ordered, summary)
+    wall = time.perf_counter() - started
+    out = {
+        "benchmark": "silicon",
+        "command": "python benchmarks/bench_silicon.py " + " ".join(sys.argv[1:]),
+        # The installed package's file is named as such (no machine's path in the results).
+        "csv": "aiconfigurator_core/systems/silicon_sample.csv"
+        if args.csv is None
+        else str(csv_path),
+        "aiconfigurator_core": _version("aiconfigurator-core"),
+        "aiconfigurator": aic_note,
+        "filters": {
+            "models": _split(args.models),
+            "systems": _split(args.systems),
+            "backends": _split(args.backends),
+            "limit": args.limit,
+            "rows_in_csv": len(every),
+            "rows_selected": len(rows),
+            "expressible": len(expressible),
+        },
+        "method": {
+            "measured_requests": f"{sil.MEASURED_ROUNDS} x concurrency",
+            "warmup_requests": f"{sil.WARMUP_ROUNDS} x concurrency, left out",
+            "clients": "all start at t=0 (twin simulate --concurrency)",
+            "prediction": "mean TTFT and mean TPOT over the measured requests",
+            "cache": "--cache-gb auto (the engine's shared KV pool), default prefix caching",
+        },
+        "jobs": args.jobs,
+        "executor": args.executor,
+        "ray_nodes": nodes,
+        "wall_s": round(wall, 1),
+        "python": platform.python_version(),
+        "outputs": [str(_relative(args.out / n)) for n in ("predictions.csv", "summary.json")],
+        "summary": summary,
+    }
+    from twin.metrics import to_json
+
+    write_text_atomic(args.results, to_json(out))
+    report(summary, aic_note, console)
+    written = f"{args.out / 'predictions.csv'}, {args.out / 'summary.json'} and {args.results}"
+    console.print(f"wrote {written} ({wall:,.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""Scoring against measured serving runs (issue 31): ``twin.validate.silicon``.
+
+The hand-made ``tests/data/silicon_sample_small.csv`` has the package CSV's exact
+columns: three expressible rows (vLLM, SGLang, TensorRT-LLM) and one row for each
+reason a row is not expressed; ``tests/data/silicon_configs`` holds tiny configs named
+as the package's ``model_configs``. Tests that need ``aiconfigurator_core`` skip
+without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from twin.errors import TwinError
+from twin.validate import silicon as sil
+
+DATA = Path(__file__).parent / "data"
+SMALL = DATA / "silicon_sample_small.csv"
+CONFIGS = DATA / "silicon_configs"
+
+REASONS = {
+    "tiny_h100_vllm_disagg_64x8_c2": sil.REASON_DISAGG,
+    "tiny_h100_vllm_agg_64x8_c2_pp2": sil.REASON_PP,
+    "tiny_h100_sglang_agg_64x8_c2_dp2": sil.REASON_ATTN_DP,
+    "tiny_h100_sglang_agg_64x8_c2_ep4": sil.REASON_EP,
+    "tiny_h100_vllm_agg_64x8_c2_fp8": "precision fp8 not priced",
+    "tiny_h100_vllm_agg_64x8_noc": sil.REASON_NO_CONCURRENCY,
+    "tiny_a100pcie_vllm_agg_64x8_c2": "no twin profile for system a100_pcie",
+    "tiny_h100_vllm_agg_64x8_c2_nocfg": "no cached model config (<org>--<name>_config.json)",
+    "tiny_h100_sglang_agg_64x8_c2_mla": "model_type deepseek_v3 not supported by twin.hf_config",
+    "tiny_h100_vllm_agg_64x8_c2_quantckpt": "precision of the fp8 checkpoint not priced",
+    "tiny_h100_trtllm_agg_64x8_c2_tp16": (
+        "tp_size 16: no measured all-reduce at 16 GPUs in the h100 profile"
+    ),
+    "tiny_h100_vllm_agg_64x8_c2_tp4_odd": "tp_size 4 does not divide the 6 attention heads",
+    "tiny_h100_vllm_agg_64x8_c2_nottft": sil.REASON_NO_MEASUREMENT,
+}
+EXPRESSED = {
+    # id: (gpu, engine, tp, concurrency, model config used)
+    "tiny_h100_vllm_agg_64x8_c2_tp1": ("h100", "vllm", 1, 2, "tiny/Tiny-Llama"),
+    "tiny_h200_sglang_agg_64x8_c3_tp2": ("h200", "sglang", 2, 3, "tiny/Tiny-Llama"),
+    "tiny_b200_trtllm_agg_128x16_c4_tp1": ("b200", "trtllm", 1, 4, "tiny/Tiny-Llama"),
+}
+
+
+def _rows() -> dict[str, sil.SiliconRow]:
+    return {r.id: r for r in sil.read_rows(SMALL)}
+
+
+# ------------------------------------------------------------------ parsing
+def test_reads_the_package_format() -> None:
+    rows = _rows()
+    assert len(rows) == len(REASONS) + len(EXPRESSED) == 16
+    r = rows["tiny_h200_sglang_agg_64x8_c3_tp2"]
+    assert (r.backend, r.model_path, r.system, r.precision, r.mode) == (
+        "sglang",
+        "tiny/Tiny-Llama-Instruct",
+        "h200_sxm",
+        "bf16",
+        "agg",
+    )
+    assert (r.isl, r.osl, r.batch_size, r.tp, r.pp, r.moe_ep) == (64, 8, 3, 2, 1, 1)
+    assert r.concurrency == 3  # from silicon_data_source
+    assert (r.ttft_ms, r.tpot_ms) == (95.0, 5.5)
+    assert r.attention_dp is None  # empty in the file
+    assert r.group == "Tiny-Llama-Instruct|h200_sxm|sglang|bf16"
+    assert rows["tiny_h100_vllm_agg_64x8_noc"].concurrency is None
+    assert rows["tiny_h100_vllm_agg_64x8_c2_nottft"].ttft_ms is None
+    assert rows["tiny_h100_vllm_agg_64x8_c2_tp1"].precision_label == "unspecified"
+
+
+def _write(path: Path, rows: list[dict[str, str]], fields: list[str]) -> Path:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def _small_dicts() -> tuple[list[dict[str, str]], list[str]]:
+    with SMALL.open(newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader), list(reader.fieldnames or [])
+
+
+def test_bad_files_are_one_line_errors(tmp_path: Path) -> None:
+    rows, fields = _small_dicts()
+    with pytest.raises(TwinError, match=r"missing column 'silicon_tpot_ms'"):
+        sil.read_rows(
+            _write(tmp_path / "a.csv", rows, [f for f in fields if f != "silicon_tpot_ms"])
+        )
+    bad = [dict(r) for r in rows]
+    bad[2]["isl"] = "long"
+    with pytest.raises(TwinError, match=r"b.csv, row 3, column 'isl': expected an integer"):
+        sil.read_rows(_write(tmp_path / "b.csv", bad, fields))
+    bad = [dict(r) for r in rows]
+    bad[1]["silicon_ttft_ms"] = "fast"
+    with pytest.raises(TwinError, match=r"row 2, column 'silicon_ttft_ms': expected a number"):
+        sil.read_rows(_write(tmp_path / "c.csv", bad, fields))
+    with pytest.raises(TwinError, match=r"row 2, column 'id': duplicate id"):
+        sil.read_rows(_write(tmp_path / "d.csv", [rows[0], rows[0]], fields))
+    with pytest.raises(TwinError, match="no such file"):
+        sil.read_rows(tmp_path / "missing.csv")
+    with pytest.raises(TwinError) as err:
+        sil.read_rows(_write(tmp_path / "e.csv", bad, fields))
+    assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ the split rule
+def test_split_is_the_first_hex_digit_of_the_ids_sha256() -> None:
+    # sha256("hello") = 2cf24dba...: fit; sha256("abc") = ba7816bf...: held out.
+    assert sil.split_of("hello") == sil.FIT
+    assert sil.split_of("abc") == sil.HELD_OUT
+    for digit in "0123456789abcdef":
+        row_id = next(
+            f"row-{i}"
+            for i in range(10_000)
+            if hashlib.sha256(f"row-{i}".encode()).hexdigest()[0] == digit
+        )
+        assert sil.split_of(row_id) == (sil.FIT if digit in "01234567" else sil.HELD_OUT)
+    # A real row of the package's CSV (sha256 starts with d).
+    real = "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_sglang_agg_1024x128_c16_tp2_epnone_1"
+    assert hashlib.sha256(real.encode()).hexdigest()[0] == "d"
+    assert sil.split_of(real) == sil.HELD_OUT
+    rows = _rows()
+    assert rows["tiny_h100_vllm_agg_64x8_c2_tp1"].split == sil.FIT
+    assert rows["tiny_h100_vllm_disagg_64x8_c2"].split == sil.HELD_OUT
+
+
+# ------------------------------------------------------------------ row -> run
+def test_every_reason_and_every_expressed_row() -> None:
+    rows = _rows()
+    for row_id, reason in REASONS.items():
+        assert sil.plan_row(rows[row_id], CONFIGS) == reason, row_id
+    for row_id, (gpu, engine, tp, c, model_id) in EXPRESSED.items():
+        plan = sil.plan_row(rows[row_id], CONFIGS)
+        assert isinstance(plan, sil.RowPlan), (row_id, plan)
+        assert (plan.gpu, plan.engine, plan.tp, plan.concurrency, plan.model_id) == (
+            gpu,
+            engine,
+            tp,
+            c,
+            model_id,
+        )
+        assert plan.warmup == sil.WARMUP_ROUNDS * c
+        assert plan.requests == (sil.WARMUP_ROUNDS + sil.MEASURED_ROUNDS) * c
+        assert plan.model.name == model_id and plan.model.n_attention_layers == 4
+        assert plan.precision.startswith("bf16")
+    unspecified = sil.plan_row(rows["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
+    assert isinstance(unspecified, sil.RowPlan)
+    assert "checkpoint torch_dtype bfloat16" in unspecified.precision
+    plans, reasons = sil.plan_rows(rows.values(), CONFIGS)
+    assert {p.row.id for p in plans} == set(EXPRESSED)
+    assert reasons == Counter(REASONS.values())
+
+
+def test_model_config_candidates() -> None:
+    assert sil.config_candidates("meta-llama/Llama-3.1-8B-Instruct") == [
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Meta-Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-3.1-8B",
+        "meta-llama/Meta-Llama-3.1-8B",
+    ]
+    assert sil.config_candidates("Qwen/Qwen3-32B") == ["Qwen/Qwen3-32B"]
+    assert sil.config_file(Path("c"), "Qwen/Qwen3-32B") == Path("c/Qwen--Qwen3-32B_config.json")
+
+
+def test_system_and_engine_maps() -> None:
+    gpus = sil.system_gpus()
+    for system, gpu in {
+        "h100_sxm": "h100",
+        "h200_sxm": "h200",
+        "b200_sxm": "b200",
+        "b300_sxm": "b300",
+        "gb200": "gb200",
+        "gb300": "gb300",
+    }.items():
+        assert gpus[system] == gpu
+    from twin.engine.modes import ENGINE_MODES
+
+    assert set(sil.ENGINE_OF_BACKEND.values()) <= set(ENGINE_MODES)
+
+
+def test_select_filters() -> None:
+    rows = list(_rows().values())
+    assert {r.system for r in sil.select(rows, systems=["H200_SXM"])} == {"h200_sxm"}
+    assert {r.backend for r in sil.select(rows, backends=["trtllm"])} == {"trtllm"}
+    got = sil.select(rows, models=["tiny-odd", "MLA"])
+    assert {r.model_path for r in got} == {"tiny/Tiny-Odd", "tiny/Tiny-MLA"}
+    assert sil.select(rows) == rows
+
+
+# ------------------------------------------------------------------ the metrics
+def test_ape_mape_mdape() -> None:
+    assert sil.ape(110.0, 100.0) == pytest.approx(10.0)
+    assert sil.ape(50.0, 100.0) == pytest.approx(50.0)
+    assert sil.mape([10.0, 50.0, 30.0, 2.0]) == pytest.approx(23.0)
+    assert sil.mdape([10.0, 50.0, 30.0, 2.0]) == pytest.approx(20.0)
+    assert sil.mdape([10.0, 50.0, 30.0]) == pytest.approx(30.0)
+    assert math.isnan(sil.mape([])) and math.isnan(sil.mdape([]))
+
+
+def _result(row_id: str, split: str, backend: str, ttft: tuple, tpot: tuple, aic=None) -> dict:
+    out = {
+        "id": row_id,
+        "split": split,
+        "backend": backend,
+        "group": f"M|h100_sxm|{backend}|unspecified",
+        "silicon_ttft_ms": ttft[0],
+        "twin_ttft_ms": ttft[1],
+        "silicon_tpot_ms": tpot[0],
+        "twin_tpot_ms": tpot[1],
+        "twin_ttft_ape": sil.ape(ttft[1], ttft[0]),
+        "twin_tpot_ape": sil.ape(tpot[1], tpot[0]),
+    }
+    if aic is not None:
+        out.update(
+            aic_ttft_ms=aic[0],
+            aic_tpot_ms=aic[1],
+            aic_ttft_ape=sil.ape(aic[0], ttft[0]),
+            aic_tpot_ape=sil.ape(aic[1], tpot[0]),
+        )
+    return out
+
+
+def test_summary_per_split_backend_and_group() -> None:
+    results = [
+        _result("a", sil.FIT, "vllm", (100.0, 110.0), (10.0, 9.0), aic=(100.0, 10.0)),
+        _result("b", sil.FIT, "vllm", (100.0, 150.0), (10.0, 12.0)),
+        _result("c", sil.FIT, "sglang", (200.0, 100.0), (20.0, 20.0), aic=(300.0, 30.0)),
+        _result("d", sil.HELD_OUT, "vllm", (100.0, 80.0), (10.0, 10.5)),
+        {"id": "e", "split": sil.HELD_OUT, "backend": "vllm", "twin_error": "does not fit"},
+    ]
+    s = sil.summarize(results, Counter({"x": 2, "y": 5}), rows_read=12)
+    assert s["rows"] == {
+        "read": 12,
+        "not_expressed": 7,
+        "expressed": 5,
+        "predicted": 4,
+        "twin_refused": 1,
+    }
+    assert list(s["not_expressed"]) == ["y", "x"]  # most rows first
+    assert s["twin_refused"] == {"does not fit": 1}
+    fit = s["splits"][sil.FIT]
+    twin = fit["overall"]["twin"]
+    assert twin["n"] == 3
+    assert twin["ttft_mape"] == pytest.approx((10 + 50 + 50) / 3)
+    assert twin["ttft_mdape"] == pytest.approx(50.0)
+    assert twin["tpot_mape"] == pytest.approx((10 + 20 + 0) / 3)
+    assert twin["ttft_median_ratio"] == pytest.approx(1.1)
+    aic = fit["overall"]["aiconfigurator"]
+    assert aic["n"] == 2 and aic["ttft_mape"] == pytest.approx(25.0)
+    assert fit["overall"]["twin_on_aiconfigurator_rows"]["ttft_mape"] == pytest.approx(30.0)
+    assert fit["by_backend"]["vllm"]["twin"]["n"] == 2
+    assert fit["by_group"]["M|h100_sxm|sglang|unspecified"]["twin"]["tpot_mape"] == 0.0
+    held = s["splits"][sil.HELD_OUT]["overall"]
+    assert held["twin"]["n"] == 1 and "aiconfigurator" not in held
+    assert s["splits"]["all"]["overall"]["twin"]["n"] == 4
+
+
+# ------------------------------------------------------------------ end to end
+def test_one_tiny_row_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = _rows()
+    plan = sil.plan_row(rows["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    monkeypatch.setattr(sil, "aiconfigurator_available", lambda: False)
+    result = sil.score_row(plan, aiconfigurator=True)
+    assert result["aic_error"] == sil.AIC_NOT_INSTALLED
+    assert "twin_error" not in result
+    for key in ("twin_ttft_ms", "twin_tpot_ms", "twin_ttft_p50_ms", "twin_tpot_p50_ms"):
+        assert math.isfinite(result[key]) and result[key] > 0, key
+    # Two clients, 64-token prompts: TTFT is at least one prefill, TPOT one decode step,
+    # and a request waits no longer than the other client's request.
+    assert result["twin_ttft_ms"] >= result["twin_tpot_ms"] * 0.1
+    assert result["twin_peak_running"] <= 2
+    assert result["twin_preemptions"] == 0
+    assert result["twin_ttft_ape"] == pytest.approx(sil.ape(result["twin_ttft_ms"], 120.5))
+    assert result["split"] == sil.FIT and result["engine"] == "vllm"
+    again = sil.score_row(plan)  # seeded by the row id: the same prediction
+    assert again["twin_ttft_ms"] == result["twin_ttft_ms"]
+    assert again["twin_tpot_ms"] == result["twin_tpot_ms"]
+
+    summary = sil.summarize([result], Counter({"precision fp8 not priced": 1}), rows_read=2)
+    table, js = sil.write_outputs(tmp_path / "out", [result], summary)
+    with table.open(newline="") as f:
+        written = list(csv.DictReader(f))
+    assert [r["id"] for r in written] == [plan.row.id]
+    assert float(written[0]["twin_ttft_ms"]) == pytest.approx(result["twin_ttft_ms"], rel=1e-5)
+    assert written[0]["aic_ttft_ms"] == ""
+    data = json.loads(js.read_text())
+    assert data["splits"]["fit"]["overall"]["twin"]["n"] == 1
+    assert data["not_expressed"] == {"precision fp8 not priced": 1}
+
+
+def test_the_warm_up_requests_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The means cover the requests after the first ``2c``: with one round measured the
+    prediction is the mean of exactly ``c`` requests' latencies."""
+    rows = _rows()
+    monkeypatch.setattr(sil, "MEASURED_ROUNDS", 1)
+    plan = sil.plan_row(rows["tiny_b200_trtllm_agg_128x16_c4_tp1"], CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    assert (plan.requests, plan.warmup) == (12, 8)
+    seen = []
+    from twin.engine import run as engine_run
+
+    original = engine_run.Run.simulate
+
+    def spy(self, *args, on_record=None, **kwargs):  # type: ignore[no-untyped-def]
+        def both(rec):  # type: ignore[no-untyped-def]
+            seen.append(rec)
+            on_record(rec)
+
+        return original(self, *args, on_record=both, **kwargs)
+
+    monkeypatch.setattr(engine_run.Run, "simulate", spy)
+    result = sil.predict(plan)
+    assert len(seen) == 12
+    measured = [r for r in seen if r.session_id >= 8]
+    assert len(measured) == 4
+    expected = sum(r.ttft_s for r in measured) / 4 * 1e3
+    assert result["twin_ttft_ms"] == pytest.approx(expected)
+
+
+def test_a_run_the_twin_refuses_is_reported_not_raised() -> None:
+    rows = _rows()
+    plan = sil.plan_row(rows["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    # 10 TB of weights: build_run refuses (they do not fit the GPU); a reported failure.
+    huge = dict(plan.model_fields, vocab_size=2_000_000_000_000)
+    from dataclasses import replace
+
+    result = sil.score_row(replace(plan, model_fields=huge))
+    assert result.get("twin_error") and "\n" not in result["twin_error"]
+    assert result.get("twin_ttft_ms") is None and result["twin_ttft_ape"] is None
+
+
+# ------------------------------------------------------------------ the installed package
+def test_the_package_csv_and_its_configs() -> None:
+    pytest.importorskip("aiconfigurator_core")
+    rows = {r.id: r for r in sil.read_rows()}
+    assert len(rows) > 1000
+    qwen = next(
+        r
+        for r in rows.values()
+        if r.model_path == "Qwen/Qwen3-32B"
+        and r.system == "h100_sxm"
+        and r.backend == "vllm"
+        and r.mode == "agg"
+        and not r.precision
+    )
+    plan = sil.plan_row(qwen)
+    assert isinstance(plan, sil.RowPlan)
+    assert plan.model_id == "Qwen/Qwen3-32B"
+    assert plan.model.n_params == pytest.approx(32.8e9, rel=0.01)
+    llama = next(r for r in rows.values() if r.model_path == "meta-llama/Llama-3.1-8B-Instruct")
+    plan = sil.plan_row(llama)
+    if isinstance(plan, sil.RowPlan):  # the bf16 TensorRT-LLM rows
+        assert plan.model_id == "meta-llama/Meta-Llama-3.1-8B"
+    else:
+        assert plan.startswith("precision")
+    _, reasons = sil.plan_rows(rows.values())
+    assert reasons[sil.REASON_DISAGG] == sum(r.mode == "disagg" for r in rows.values())
+
+
+# ------------------------------------------------------------------ the benchmark
+def _bench():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "bench_silicon.py"
+    spec = importlib.util.spec_from_file_location("bench_silicon", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_spread() -> None:
+    spread = _bench().spread
+    assert spread(list(range(10)), None) == list(range(10))
+    assert spread(list(range(10)), 3) == [0, 3, 6]
+    assert spread(list(range(4)), 9) == [0, 1, 2, 3]
+    assert spread(list(range(4)), 0) == []
+
+
+def test_bench_runs_without_aiconfigurator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the ``aiconfigurator`` package the benchmark says so and still scores."""
+    bench = _bench()
+    monkeypatch.setattr(sil, "aiconfigurator_available", lambda: False)
+    results = tmp_path / "silicon.json"
+    argv = ["--csv", str(SMALL), "--configs", str(CONFIGS), "--jobs", "1", "--limit", "1"]
+    argv += ["--out", str(tmp_path / "out"), "--results", str(results)]
+    assert bench.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "aiconfigurator not installed" in printed
+    data = json.loads(results.read_text())
+    assert data["aiconfigurator"] == sil.AIC_NOT_INSTALLED
+    rows = data["summary"]["rows"]
+    assert (rows["read"], rows["expressed"], rows["left_out_by_limit"]) == (16, 1, 2)
+    assert rows["not_expressed"] == len(REASONS)
+    assert (tmp_path / "out" / "predictions.csv").is_file()
+    nothing = ["--models", "nothing", "--out", str(tmp_path / "o2"), "--results", str(results)]
+    assert bench.main([*argv[:2], *nothing]) == 0
+    assert bench.main(["--csv", str(tmp_path / "none.csv")]) == 2
+    assert "no such file" in capsys.readouterr().out

@@ -1,0 +1,853 @@
+"""Scoring the twin against measured serving runs (issue 31): "predict real silicon".
+
+NVIDIA's ``aiconfigurator-core`` ships ``systems/silicon_sample.csv``: end-to-end
+benchmarks of vLLM, SGLang and TensorRT-LLM serving instances on real GPUs, one row
+per (model, system, engine, parallelism, ISL, OSL, concurrency) with the measured
+TTFT and TPOT. An aggregated row is a closed-loop benchmark: ``c`` clients (the
+``silicon_concurrency=N`` entry of ``silicon_data_source``) each sending a
+random-token request of ``isl`` input and exactly ``osl`` output tokens as soon as
+its previous one completes, to one instance of ``tp_size`` GPUs.
+
+This module turns each row into the twin's run or a counted reason it cannot
+(:func:`plan_row`), runs it through the one builder of a simulation
+(:func:`twin.engine.run.build_run`, closed-loop clients ``concurrency=c``, the
+engines' shared KV pool ``cache_gb="auto"``), and scores the mean TTFT and TPOT
+against the measurement (:func:`summarize`: MAPE and MdAPE, per group and overall,
+on the issue's fixed split). The CSV is read from the installed package at run time
+(never copied here); ``benchmarks/bench_silicon.py`` runs it in parallel.
+Decisions (request count, mean vs median, how clients start) are in
+``docs/decisions.md``, "Scoring against silicon (issue 31)".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import logging
+import math
+import re
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twin.errors import TwinError, where
+from twin.model import ModelSpec
+
+CSV_IN_PACKAGE = ("systems", "silicon_sample.csv")
+CONFIGS_IN_PACKAGE = "model_configs"
+# The columns this module reads (the file has more: disaggregated workers' settings).
+COLUMNS = (
+    "id",
+    "silicon_data_source",
+    "backend",
+    "backend_version",
+    "model_path",
+    "system",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "moe_quant_mode",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+)
+_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+
+# The issue's fixed split: a row is fitted on when the first hex digit of the SHA-256 of
+# its id is 0-7 (half the rows, whatever their order), held out otherwise.
+FIT, HELD_OUT = "fit", "held_out"
+SPLITS = (FIT, HELD_OUT)
+_FIT_DIGITS = frozenset("01234567")
+
+# Requests per row, in rounds of ``c``: aiconfigurator's own benchmark script (the
+# package ``aiconfigurator`` 0.12.0, generator/config/backend_templates/benchmark/
+# bench_run.sh.j2) runs ``aiperf profile --concurrency c --num-requests c x
+# AICONFIGURATOR_BENCH_MULTI_ROUND`` (default 20) after ``--warmup-request-count 2c``.
+# The warm-up requests run first and are left out of the means.
+MEASURED_ROUNDS = 20
+WARMUP_ROUNDS = 2
+# Random prompt token ids are drawn from [0, TOKEN_RANGE): random prompts share no
+# prefix (the chance that two share even their first two tokens is 1e-10), so the
+# engine's default prefix caching is kept and never hits, as on the real servers.
+TOKEN_RANGE = 100_000
+
+# The CSV's backend -> the twin's engine mode (twin.engine.modes). ``trtllm`` is the
+# twin's TensorRT-LLM mode: TensorRT-LLM's kernels in the paper's world (the twin's
+# default scheduler and preemption, not TensorRT-LLM's own).
+ENGINE_OF_BACKEND = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+# Precisions the twin prices today (its profiles are fitted to the bf16 rows of the
+# kernel tables, calibration.aic_tables); the CSV leaves ``precision`` empty on runs of
+# unquantised checkpoints, which are then read from the checkpoint's own config.
+PRICED = ("bf16",)
+_CHECKPOINT_DTYPES = {"bfloat16": "bf16"}
+
+# Reasons a row is not expressed, in the order they are checked (a row is counted once,
+# under the first that applies).
+REASON_NO_MEASUREMENT = "no measured TTFT/TPOT"
+REASON_DISAGG = "disaggregated serving (mode disagg)"
+REASON_PP = "pipeline parallel (pp_size > 1)"
+REASON_ATTN_DP = "attention data parallel (attention_dp_size > 1)"
+REASON_EP = "expert parallel (moe_ep_size > 1)"
+REASON_NO_CONCURRENCY = "no silicon_concurrency in silicon_data_source"
+REASON_NO_LENGTHS = "no isl/osl"
+
+
+@dataclass(frozen=True)
+class SiliconRow:
+    """One row of the CSV, parsed (``None`` where the file leaves a value empty)."""
+
+    id: str
+    source: str
+    backend: str
+    backend_version: str
+    model_path: str
+    system: str
+    precision: str
+    mode: str
+    isl: int | None
+    osl: int | None
+    gemm_quant_mode: str
+    moe_quant_mode: str
+    batch_size: int | None
+    tp: int | None
+    pp: int | None
+    attention_dp: int | None
+    moe_tp: int | None
+    moe_ep: int | None
+    concurrency: int | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+
+    @property
+    def split(self) -> str:
+        return split_of(self.id)
+
+    @property
+    def model_name(self) -> str:
+        """The model's name without its organisation (``Qwen3-32B``)."""
+        return self.model_path.rsplit("/", 1)[-1]
+
+    @property
+    def precision_label(self) -> str:
+        return self.precision or "unspecified"
+
+    @property
+    def group(self) -> str:
+        """The summary's group: model | system | backend | precision."""
+        return f"{self.model_name}|{self.system}|{self.backend}|{self.precision_label}"
+
+
+def split_of(row_id: str) -> str:
+    """``fit`` when the first hex digit of SHA-256(``row_id``) is 0-7, else ``held_out``."""
+    digit = hashlib.sha256(row_id.encode("utf-8")).hexdigest()[0]
+    return FIT if digit in _FIT_DIGITS else HELD_OUT
+
+
+# ------------------------------------------------------------------ reading the CSV
+def package_dir() -> Path:
+    """The installed ``aiconfigurator_core`` (a TwinError naming the extra if absent)."""
+    from calibration.aic_tables import package_dir as aic_package_dir
+
+    return aic_package_dir("scoring against silicon_sample.csv")
+
+
+def default_csv() -> Path:
+    return package_dir().joinpath(*CSV_IN_PACKAGE)
+
+
+def default_configs() -> Path:
+    return package_dir() / CONFIGS_IN_PACKAGE
+
+
+def _int(text: str, path: Path, row: int, column: str) -> int | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise TwinError(f"{where(path, row, column)}: expected an integer (got {text!r})") from None
+    if not value.is_integer():
+        raise TwinError(f"{where(path, row, column)}: expected an integer (got {text!r})")
+    return int(value)
+
+
+def _float(text: str, path: Path, row: int, column: str) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise TwinError(f"{where(path, row, column)}: expected a number (got {text!r})") from None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def read_rows(path: str | Path | None = None) -> list[SiliconRow]:
+    """The CSV's rows (the installed package's ``systems/silicon_sample.csv`` by default).
+
+    A missing column or a malformed number is a TwinError naming the file, row and
+    column; an empty value is ``None`` (the row is then not expressed, with a reason).
+    """
+    p = Path(path) if path is not None else default_csv()
+    try:
+        with p.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise TwinError(f"{p}: missing column {missing[0]!r} (a silicon_sample.csv?)")
+            rows = []
+            for i, raw in enumerate(reader, start=1):
+                rows.append(_parse(raw, p, i))
+    except FileNotFoundError:
+        raise TwinError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise TwinError(f"{p}: not a readable CSV file ({err})") from None
+    seen: set[str] = set()
+    for i, r in enumerate(rows, start=1):
+        if not r.id:
+            raise TwinError(f"{where(p, i, 'id')}: empty id")
+        if r.id in seen:
+            raise TwinError(f"{where(p, i, 'id')}: duplicate id {r.id!r}")
+        seen.add(r.id)
+    return rows
+
+
+def _parse(raw: dict[str, str | None], path: Path, i: int) -> SiliconRow:
+    text = {c: (raw.get(c) or "").strip() for c in COLUMNS}
+
+    def n(column: str) -> int | None:
+        return _int(text[column], path, i, column)
+
+    found = _CONCURRENCY.search(text["silicon_data_source"])
+    return SiliconRow(
+        id=text["id"],
+        source=text["silicon_data_source"],
+        backend=text["backend"].lower(),
+        backend_version=text["backend_version"],
+        model_path=text["model_path"],
+        system=text["system"].lower(),
+        precision=text["precision"].lower(),
+        mode=text["mode"].lower(),
+        isl=n("isl"),
+        osl=n("osl"),
+        gemm_quant_mode=text["gemm_quant_mode"].lower(),
+        moe_quant_mode=text["moe_quant_mode"].lower(),
+        batch_size=n("batch_size"),
+        tp=n("tp_size"),
+        pp=n("pp_size"),
+        attention_dp=n("attention_dp_size"),
+        moe_tp=n("moe_tp_size"),
+        moe_ep=n("moe_ep_size"),
+        concurrency=int(found.group(1)) if found else None,
+        ttft_ms=_float(text["silicon_ttft_ms"], path, i, "silicon_ttft_ms"),
+        tpot_ms=_float(text["silicon_tpot_ms"], path, i, "silicon_tpot_ms"),
+    )
+
+
+def select(
+    rows: Iterable[SiliconRow],
+    models: Sequence[str] = (),
+    systems: Sequence[str] = (),
+    backends: Sequence[str] = (),
+) -> list[SiliconRow]:
+    """Rows whose model path contains one of ``models`` (case-insensitive), whose system
+    is one of ``systems`` and backend one of ``backends`` (empty: any)."""
+    ms = [m.lower() for m in models]
+    ss = {s.lower() for s in systems}
+    bs = {b.lower() for b in backends}
+    return [
+        r
+        for r in rows
+        if (not ms or any(m in r.model_path.lower() for m in ms))
+        and (not ss or r.system in ss)
+        and (not bs or r.backend in bs)
+    ]
+
+
+# ------------------------------------------------------------------ row -> run
+@dataclass(frozen=True)
+class RowPlan:
+    """What the twin runs for one expressible row."""
+
+    row: SiliconRow
+    model_fields: dict[str, Any]  # ModelSpec.to_dict(derived=False): plain data, pickles
+    model_id: str  # the Hugging Face id whose config was used (may differ from model_path)
+    config_path: str
+    gpu: str  # the twin's GPU name (its shipped <gpu>-<engine> profile prices the steps)
+    engine: str  # the twin's engine mode
+    tp: int
+    concurrency: int
+    precision: str  # what is priced, and why
+    warmup: int  # requests sent first and left out of the means
+    requests: int  # all requests, warm-up included
+
+    @property
+    def model(self) -> ModelSpec:
+        return ModelSpec.from_dict(self.model_fields)
+
+    @property
+    def seed(self) -> int:
+        """The workload's seed (from the row id: reruns are identical)."""
+        return int(hashlib.sha256(self.row.id.encode("utf-8")).hexdigest()[:8], 16)
+
+
+def config_candidates(model_path: str) -> list[str]:
+    """Hugging Face ids whose ``config.json`` describes ``model_path``'s architecture, in
+    order: the id itself; Meta's pre-2024 name of a renamed Llama 3.1 repository
+    (``meta-llama/Llama-3.1-8B`` was ``meta-llama/Meta-Llama-3.1-8B``, which the package
+    caches); each without an ``-Instruct`` suffix (instruction tuning changes the
+    weights, not the shapes: the same config.json keys for layers, widths and vocab)."""
+    org, _, name = model_path.rpartition("/")
+    names = [name]
+    if name.startswith("Llama-3.1-"):
+        names.append(f"Meta-{name}")
+    names += [n.removesuffix("-Instruct") for n in names if n.endswith("-Instruct")]
+    out: list[str] = []
+    for n in names:
+        hf_id = f"{org}/{n}" if org else n
+        if hf_id not in out:
+            out.append(hf_id)
+    return out
+
+
+def config_file(configs: Path, hf_id: str) -> Path:
+    """The package's cached config of ``hf_id``: ``<org>--<name>_config.json``."""
+    return configs / f"{hf_id.replace('/', '--')}_config.json"
+
+
+@cache
+def _load_model(path: str, hf_id: str) -> ModelSpec:
+    from twin.hf_config import from_hf_config
+
+    return from_hf_config(path, name=hf_id)
+
+
+@cache
+def _read_config(path: str) -> dict[str, Any]:
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if isinstance(data.get("text_config"), dict):  # a multimodal wrapper's language model
+        return {**data, **data["text_config"]}
+    return data
+
+
+@cache
+def _profile_kernels(gpu: str, engine: str) -> frozenset[str] | None:
+    """The kernel families of ``gpu``'s shipped profile for ``engine``; None if none."""
+    from twin.costmodel.profile_store import load_profile
+    from twin.engine.modes import get_mode
+
+    try:
+        return frozenset(load_profile(gpu, get_mode(engine).kernels).kernels)
+    except (TwinError, KeyError):
+        return None
+
+
+def system_gpus() -> dict[str, str]:
+    """The CSV's ``system`` -> the twin's GPU name: the inverse of the kernel tables' map
+    (``calibration.aic_tables.SYSTEMS``: ``h100_sxm`` -> ``h100``, ``gb200`` -> ``gb200``)."""
+    from calibration.aic_tables import SYSTEMS
+
+    return {system: gpu for gpu, system in SYSTEMS.items()}
+
+
+def _unpriced_columns(row: SiliconRow) -> str | None:
+    """The reason, if the row's own precision columns name one the twin does not price."""
+    if any(v and v not in PRICED for v in (row.precision, row.gemm_quant_mode)):
+        label = row.precision or row.gemm_quant_mode
+        extra = f" ({row.gemm_quant_mode})" if row.gemm_quant_mode not in ("", label) else ""
+        return f"precision {label}{extra} not priced"
+    if row.moe_quant_mode and row.moe_quant_mode not in PRICED:
+        return f"precision {row.moe_quant_mode} (MoE) not priced"
+    return None
+
+
+def _precision(row: SiliconRow, config: dict[str, Any]) -> str:
+    """What the twin prices for ``row`` ("bf16 ..."), or a reason starting "precision".
+
+    An empty precision column is read from the checkpoint's config: a quantised
+    checkpoint (``quantization_config``) or a dtype other than bfloat16 is a reason,
+    never a silent bf16."""
+    reason = _unpriced_columns(row)
+    if reason is not None:
+        return reason
+    if row.precision:
+        return f"{row.precision} (precision column)"
+    quant = config.get("quantization_config")
+    if isinstance(quant, dict):
+        return f"precision of the {quant.get('quant_method', 'quantised')} checkpoint not priced"
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "")
+    if dtype not in _CHECKPOINT_DTYPES:
+        return f"precision unspecified (checkpoint dtype {dtype or 'not given'}) not priced"
+    return f"{_CHECKPOINT_DTYPES[dtype]} (precision column empty; checkpoint torch_dtype {dtype})"
+
+
+def plan_row(row: SiliconRow, configs: Path | None = None) -> RowPlan | str:
+    """The twin's run for ``row``, or the reason it cannot express it.
+
+    ``configs`` is the folder of cached Hugging Face configs (the package's
+    ``model_configs`` by default). Reasons are checked in a fixed order and the first
+    that applies is returned, so each row is counted once.
+    """
+    if row.ttft_ms is None or row.tpot_ms is None:
+        return REASON_NO_MEASUREMENT
+    if row.mode != "agg":
+        return REASON_DISAGG if row.mode == "disagg" else f"mode {row.mode or 'empty'}"
+    if (row.pp or 1) > 1:
+        return REASON_PP
+    if (row.attention_dp or 1) > 1:
+        return REASON_ATTN_DP
+    if (row.moe_ep or 1) > 1:
+        return REASON_EP
+    unpriced = _unpriced_columns(row)
+    if unpriced is not None:
+        return unpriced
+    if row.concurrency is None:
+        return REASON_NO_CONCURRENCY
+    if not row.isl or not row.osl:
+        return REASON_NO_LENGTHS
+    gpu = system_gpus().get(row.system)
+    if gpu is None:
+        return f"no twin profile for system {row.system or 'empty'}"
+    engine = ENGINE_OF_BACKEND.get(row.backend)
+    if engine is None:
+        return f"no engine mode for backend {row.backend or 'empty'}"
+    kernels = _profile_kernels(gpu, engine)
+    if kernels is None:
+        return f"no {engine} profile for {gpu}"
+    tp = row.tp or 1
+    if tp > 1:
+        from twin.costmodel.formulas import allreduce_kernel
+
+        if allreduce_kernel(tp) not in kernels:
+            return f"tp_size {tp}: no measured all-reduce at {tp} GPUs in the {gpu} profile"
+    folder = configs if configs is not None else default_configs()
+    found = next(
+        (
+            (hf_id, config_file(folder, hf_id))
+            for hf_id in config_candidates(row.model_path)
+            if config_file(folder, hf_id).is_file()
+        ),
+        None,
+    )
+    if found is None:
+        return "no cached model config (<org>--<name>_config.json)"
+    hf_id, path = found
+    try:
+        config = _read_config(str(path))
+    except (OSError, ValueError):
+        return "model config not readable"
+    model_type = str(config.get("model_type", ""))
+    precision = _precision(row, config)
+    if precision.startswith("precision"):
+        return precision
+    try:
+        model = _load_model(str(path), hf_id)
+    except TwinError as err:
+        if "unsupported model_type" in str(err):
+            return f"model_type {model_type} not supported by twin.hf_config"
+        return f"model config not importable (model_type {model_type})"
+    if model.n_heads and model.n_heads % tp:
+        # vLLM, SGLang and TensorRT-LLM shard attention heads evenly across TP ranks.
+        return f"tp_size {tp} does not divide the {model.n_heads} attention heads"
+    c = row.concurrency
+    return RowPlan(
+        row=row,
+        model_fields=model.to_dict(derived=False),
+        model_id=hf_id,
+        config_path=str(path),
+        gpu=gpu,
+        engine=engine,
+        tp=tp,
+        concurrency=c,
+        precision=precision,
+        warmup=WARMUP_ROUNDS * c,
+        requests=(WARMUP_ROUNDS + MEASURED_ROUNDS) * c,
+    )
+
+
+def plan_rows(
+    rows: Iterable[SiliconRow], configs: Path | None = None
+) -> tuple[list[RowPlan], Counter[str]]:
+    """The expressible rows' plans, and how many rows each reason left out."""
+    plans: list[RowPlan] = []
+    reasons: Counter[str] = Counter()
+    for row in rows:
+        plan = plan_row(row, configs)
+        if isinstance(plan, str):
+            reasons[plan] += 1
+        else:
+            plans.append(plan)
+    return plans, reasons
+
+
+# ------------------------------------------------------------------ running a row
+def write_workload(path: Path, isl: int, osl: int, requests: int, seed: int) -> Path:
+    """``requests`` single-turn sessions of ``isl`` random prompt tokens and exactly ``osl``
+    output tokens (a closed-loop client starts each when its previous one completes)."""
+    from workloads.schema import WorkloadRow
+    from workloads.writer import WorkloadWriter
+
+    rng = np.random.default_rng(seed)
+    meta = {"generator": "silicon", "isl": isl, "osl": osl, "requests": requests, "seed": seed}
+    with WorkloadWriter(path, meta) as w:
+        for i in range(requests):
+            prompt = rng.integers(0, TOKEN_RANGE, isl, dtype=np.int32)
+            w.write(WorkloadRow(i, 0, None, None, prompt, False, None, osl))
+    return path
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(np.median(values)) if len(values) else math.nan
+
+
+def predict(plan: RowPlan) -> dict[str, Any]:
+    """Run ``plan`` in the twin; the means (and medians) over the measured requests, in ms.
+
+    A run the twin refuses (a TwinError: the weights do not fit, say) returns its
+    message under ``twin_error``.
+    """
+    from twin.engine.run import build_run
+    from twin.metrics import RequestRecord
+
+    row = plan.row
+    assert row.isl is not None and row.osl is not None
+    records: list[RequestRecord] = []
+    started = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="twin-silicon-") as tmp:
+            path = write_workload(
+                Path(tmp) / "workload.parquet", row.isl, row.osl, plan.requests, plan.seed
+            )
+            run = build_run(
+                path,
+                model=plan.model,
+                gpu=plan.gpu,
+                engine=plan.engine,
+                cache_gb="auto",
+                tp=plan.tp,
+                concurrency=plan.concurrency,
+            )
+            summary = run.simulate(on_record=records.append)
+    except TwinError as err:
+        return {"twin_error": str(err).splitlines()[0]}
+    wall = time.perf_counter() - started
+    measured = [r for r in records if r.session_id >= plan.warmup]
+    rejected = sum(r.rejected for r in measured)
+    if rejected or not measured:
+        return {"twin_error": f"{rejected} request(s) larger than the replica's KV pool"}
+    ttft = [r.ttft_s * 1e3 for r in measured]
+    tpot = [r.tpot_s * 1e3 for r in measured if r.output_tokens >= 2]
+    queue = [r.queue_s * 1e3 for r in measured]
+    pool = (summary.get("replicas") or [{}])[0].get("pool", {})
+    return {
+        "twin_ttft_ms": _mean(ttft),
+        "twin_tpot_ms": _mean(tpot),
+        "twin_ttft_p50_ms": _median(ttft),
+        "twin_tpot_p50_ms": _median(tpot),
+        "twin_queue_ms": _mean(queue),
+        "twin_preemptions": int(sum(r.preemptions for r in measured)),
+        "twin_peak_running": pool.get("peak_running_requests"),
+        "twin_pool_gb": (pool.get("bytes") or 0) / 1e9,
+        "twin_steady_state": summary.get("steady_state", {}).get("verdict"),
+        "twin_sim_s": float(summary.get("sim_end_s") or math.nan),
+        "twin_wall_s": wall,
+    }
+
+
+AIC_NOT_INSTALLED = "aiconfigurator not installed"
+
+
+def aiconfigurator_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("aiconfigurator") is not None
+
+
+def aiconfigurator_estimate(plan: RowPlan) -> dict[str, Any]:
+    """aiconfigurator's own estimate for the row, called as its accuracy job calls it
+    (``ai-dynamo/aiconfigurator``, tools/accuracy_regression_testing/
+    predict_silicon_sample.py: ``cli_estimate`` with the row's model, system, mode,
+    backend, ISL/OSL, quantisation modes, batch size and parallel sizes). Two
+    differences, both forced offline: the database is the package's current one for
+    the backend (the rows' older versions are not in the package; the job's own
+    fallback when a version is missing), and the model is the cached config the twin
+    uses (``model_id``), since a path the package does not cache is downloaded.
+    ``{"aic_error": ...}`` when it fails or is not installed."""
+    if not aiconfigurator_available():
+        return {"aic_error": AIC_NOT_INSTALLED}
+    row = plan.row
+    args: dict[str, Any] = {
+        "model_path": plan.model_id,
+        "system_name": row.system,
+        "mode": "agg",
+        "backend_name": row.backend,
+        "backend_version": None,
+        "isl": row.isl,
+        "osl": row.osl,
+        "gemm_quant_mode": row.gemm_quant_mode or None,
+        "moe_quant_mode": row.moe_quant_mode or None,
+        "batch_size": row.batch_size or plan.concurrency,
+    }
+    for name, value in (
+        ("tp_size", row.tp),
+        ("pp_size", row.pp),
+        ("attention_dp_size", row.attention_dp),
+        ("moe_tp_size", row.moe_tp),
+        ("moe_ep_size", row.moe_ep),
+    ):
+        if value:
+            args[name] = value
+    logging.getLogger("aiconfigurator").setLevel(logging.ERROR)
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    try:
+        from aiconfigurator.cli.api import cli_estimate
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = cli_estimate(**args)
+        ttft, tpot = float(result.ttft), float(result.tpot)
+    except Exception as err:  # its failures are data here, not our errors
+        text = (str(err).splitlines() or [""])[0][:200]
+        return {"aic_error": f"{type(err).__name__}: {text}"}
+    return {"aic_ttft_ms": ttft, "aic_tpot_ms": tpot}
+
+
+def score_row(plan: RowPlan, aiconfigurator: bool = False) -> dict[str, Any]:
+    """One result row: the measurement, the twin's prediction and (optionally)
+    aiconfigurator's, with the absolute percentage errors. A process pool's task."""
+    row = plan.row
+    out: dict[str, Any] = {
+        "id": row.id,
+        "split": row.split,
+        "group": row.group,
+        "model_path": row.model_path,
+        "model_config": plan.model_id,
+        "system": row.system,
+        "backend": row.backend,
+        "backend_version": row.backend_version,
+        "precision": row.precision_label,
+        "priced_as": plan.precision,
+        "isl": row.isl,
+        "osl": row.osl,
+        "concurrency": plan.concurrency,
+        "tp": plan.tp,
+        "gpu": plan.gpu,
+        "engine": plan.engine,
+        "requests": plan.requests,
+        "warmup": plan.warmup,
+        "silicon_ttft_ms": row.ttft_ms,
+        "silicon_tpot_ms": row.tpot_ms,
+    }
+    out.update(predict(plan))
+    if aiconfigurator:
+        out.update(aiconfigurator_estimate(plan))
+    for who in ("twin", "aic"):
+        for metric in ("ttft", "tpot"):
+            pred = out.get(f"{who}_{metric}_ms")
+            actual = out[f"silicon_{metric}_ms"]
+            out[f"{who}_{metric}_ape"] = ape(pred, actual) if pred is not None else None
+    return out
+
+
+# ------------------------------------------------------------------ scoring
+def ape(predicted: float, actual: float) -> float:
+    """Absolute percentage error, % (aiconfigurator's ``_ape``: |pred - actual| / actual)."""
+    return abs(predicted - actual) / actual * 100.0
+
+
+def mape(errors: Sequence[float]) -> float:
+    """Mean of absolute percentage errors (%)."""
+    return statistics.fmean(errors) if errors else math.nan
+
+
+def mdape(errors: Sequence[float]) -> float:
+    """Median of absolute percentage errors (%)."""
+    return statistics.median(errors) if errors else math.nan
+
+
+def metrics(results: Sequence[dict[str, Any]], who: str = "twin") -> dict[str, Any] | None:
+    """MAPE and MdAPE of TTFT and TPOT of ``who``'s predictions (rows that have both)."""
+    scored = [
+        r
+        for r in results
+        if r.get(f"{who}_ttft_ape") is not None and r.get(f"{who}_tpot_ape") is not None
+    ]
+    if not scored:
+        return None
+    out: dict[str, Any] = {"n": len(scored)}
+    for metric in ("ttft", "tpot"):
+        errors = [float(r[f"{who}_{metric}_ape"]) for r in scored]
+        out[f"{metric}_mape"] = mape(errors)
+        out[f"{metric}_mdape"] = mdape(errors)
+        # Which way the predictions are off: the median of predicted / measured.
+        ratios = [r[f"{who}_{metric}_ms"] / r[f"silicon_{metric}_ms"] for r in scored]
+        out[f"{metric}_median_ratio"] = float(np.median(ratios))
+    return out
+
+
+def _block(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The twin's metrics; with aiconfigurator's predictions, its metrics and the twin's
+    on the same rows (like for like)."""
+    out: dict[str, Any] = {"rows": len(results), "twin": metrics(results, "twin")}
+    with_aic = [r for r in results if r.get("aic_ttft_ape") is not None]
+    if with_aic:
+        out["aiconfigurator"] = metrics(with_aic, "aic")
+        out["twin_on_aiconfigurator_rows"] = metrics(with_aic, "twin")
+    return out
+
+
+def _grouped(results: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    keys = sorted({str(r[key]) for r in results})
+    return {k: _block([r for r in results if str(r[key]) == k]) for k in keys}
+
+
+def summarize(
+    results: Sequence[dict[str, Any]],
+    reasons: Counter[str] | dict[str, int],
+    rows_read: int,
+) -> dict[str, Any]:
+    """The summary: row counts, rows not expressed by reason, runs the twin refused, and
+    per split (fit, held out, all) the overall, per-backend and per-group metrics."""
+    predicted = [r for r in results if r.get("twin_ttft_ms") is not None]
+    failed = Counter(str(r["twin_error"]) for r in results if r.get("twin_error"))
+    aic_failed = Counter(str(r["aic_error"]) for r in results if r.get("aic_error"))
+    splits: dict[str, Any] = {}
+    for split in (*SPLITS, "all"):
+        part = [r for r in predicted if split == "all" or r["split"] == split]
+        splits[split] = {
+            "overall": _block(part),
+            "by_backend": _grouped(part, "backend"),
+            "by_group": _grouped(part, "group"),
+        }
+    return {
+        "rows": {
+            "read": rows_read,
+            "not_expressed": sum(reasons.values()),
+            "expressed": len(results),
+            "predicted": len(predicted),
+            "twin_refused": sum(failed.values()),
+        },
+        "not_expressed": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "twin_refused": dict(failed.most_common()),
+        "aiconfigurator_failed": dict(aic_failed.most_common()),
+        "splits": splits,
+    }
+
+
+RESULT_COLUMNS = (
+    "id",
+    "split",
+    "group",
+    "model_path",
+    "model_config",
+    "system",
+    "backend",
+    "backend_version",
+    "precision",
+    "priced_as",
+    "isl",
+    "osl",
+    "concurrency",
+    "tp",
+    "gpu",
+    "engine",
+    "requests",
+    "warmup",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+    "twin_ttft_ms",
+    "twin_tpot_ms",
+    "twin_ttft_ape",
+    "twin_tpot_ape",
+    "twin_ttft_p50_ms",
+    "twin_tpot_p50_ms",
+    "twin_queue_ms",
+    "twin_preemptions",
+    "twin_peak_running",
+    "twin_pool_gb",
+    "twin_steady_state",
+    "twin_sim_s",
+    "twin_wall_s",
+    "twin_error",
+    "aic_ttft_ms",
+    "aic_tpot_ms",
+    "aic_ttft_ape",
+    "aic_tpot_ape",
+    "aic_error",
+)
+
+
+def write_outputs(
+    out_dir: str | Path, results: Sequence[dict[str, Any]], summary: dict[str, Any]
+) -> tuple[Path, Path]:
+    """``predictions.csv`` (one row per expressed CSV row) and ``summary.json`` under
+    ``out_dir``, each written atomically."""
+    from twin.atomic import atomic_path
+    from twin.metrics import to_json
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table, summary_path = out / "predictions.csv", out / "summary.json"
+    with atomic_path(table) as tmp, tmp.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for r in results:
+            writer.writerow({k: _cell(r.get(k)) for k in RESULT_COLUMNS})
+    with atomic_path(summary_path) as tmp:
+        tmp.write_text(to_json(summary))
+    return table, summary_path
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6g}"
+    return "" if value is None else value
+
+
+__all__ = [
+    "FIT",
+    "HELD_OUT",
+    "MEASURED_ROUNDS",
+    "WARMUP_ROUNDS",
+    "RowPlan",
+    "SiliconRow",
+    "aiconfigurator_estimate",
+    "ape",
+    "mape",
+    "mdape",
+    "metrics",
+    "plan_row",
+    "plan_rows",
+    "predict",
+    "read_rows",
+    "score_row",
+    "select",
+    "split_of",
+    "summarize",
+    "write_outputs",
+    "write_workload",
+]
