@@ -14,6 +14,7 @@ from reports.analysis import Slo, rate_label
 from reports.figure_canvas import figure_text, plt
 from reports.figures_perrequest import fig_hit_by_length, fig_ttft_cdf
 from reports.load import Sustainable
+from twin.steady_state import STABLE
 
 
 def _series(agg: list[dict[str, Any]], policy: str, rate: float | None) -> list[dict[str, Any]]:
@@ -121,13 +122,15 @@ def fig_ttft_vs_rate(
     agg: list[dict[str, Any]], load: list[Sustainable] | None = None, slo: Slo | None = None
 ) -> str:
     """P95 TTFT vs session rate at the largest cache (only rates set by the sweep);
-    each policy's knee is ringed and its max sustainable rate drawn as a dotted line.
+    each policy's knee is ringed, its max sustainable rate drawn as a dotted line,
+    and its points that are not at steady state crossed out.
 
     The latency axis is logarithmic: past the knee P95 grows by orders of
     magnitude, which a linear axis turns into a flat line and a wall. The SLO
     is drawn when it is on TTFT."""
     top = max(a["cache_gb"] for a in agg)
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    crossed = False
     for i, policy in enumerate(_policies(agg)):
         cells = sorted(
             (
@@ -146,6 +149,20 @@ def fig_ttft_vs_rate(
             capsize=3,
             label=policy,
         )
+        # Points not at steady state (overloaded, too short to tell) are crossed out:
+        # their P95 measures the run's length, not the load's latency.
+        unsteady = [c for c in cells if c.get("verdict", STABLE) != STABLE]
+        if unsteady:
+            ax.plot(
+                [c["session_rate"] for c in unsteady],
+                [c["ttft_p95_ms"] for c in unsteady],
+                ls="none",
+                marker="X",
+                ms=11,
+                color=f"C{i}",
+                label="_nolegend_",
+            )
+            crossed = True
         for s in load or []:  # knee and max rate of this policy at this cache
             if s.policy != policy or s.cache_gb != top:
                 continue
@@ -169,6 +186,8 @@ def fig_ttft_vs_rate(
     )
     if slo is not None and slo.metric == "ttft":
         ax.axhline(slo.threshold_ms, color="k", lw=0.8, ls="-.", label=f"SLO ({slo})")
+    if crossed:  # one legend entry for every crossed-out point
+        ax.plot([], [], ls="none", marker="X", ms=9, color="0.3", label="not at steady state")
     values = [a["ttft_p95_ms"] for a in agg if a["cache_gb"] == top and a["session_rate"]]
     if values and all(v is not None and v > 0 for v in values):
         ax.set_yscale("log")
