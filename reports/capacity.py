@@ -10,6 +10,7 @@ the first simulation, finished points are kept in ``OUT/results.parquet``
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from reports.analysis import (
     with_binding,
     with_goodput_of,
 )
+from reports.bisect import RateBracket, bisect_rates
 from reports.load import Sustainable, load_verdict, sustainable
 from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
 from reports.ray_executor import import_ray
@@ -72,6 +74,8 @@ class CapacityReport:
     # One-line notes on reading the results (the CLI prints them; the report lists them).
     notes: list[str] = field(default_factory=list)
     header: Header | None = None
+    # --bisect: where each (replicas, cache, policy)'s sustainable rate lies.
+    brackets: list[RateBracket] = field(default_factory=list)
 
     @property
     def target(self) -> Slo | None:
@@ -116,6 +120,7 @@ def capacity_report(
     command: str = "twin report capacity (invoked programmatically)",
     progress: Callable[[float], None] | None = None,
     duration_s: float | None = None,
+    bisect_tol: float | None = None,
 ) -> CapacityReport:
     """Run the sweep of ``cache_gb`` x ``policies`` x ``session_rates`` x ``seeds``; write
     the report under ``out``; return what it found.
@@ -138,8 +143,18 @@ def capacity_report(
     time (sessions starting in [0, D) at its rate; needs ``session_rates``).
     ``progress(points)`` is called as points finish (of
     ``len(replicas) x len(cache_gb) x len(policies) x len(session_rates) x seeds``).
+    ``bisect_tol`` (``--bisect``) then narrows each combination's sustainable rate
+    between the swept rates to within that ratio (:mod:`reports.bisect`); the
+    points it adds are in the rows and the report.
     """
     slos = parse_slos([] if slo is None else [slo] if isinstance(slo, str | Slo) else slo)
+    if bisect_tol is not None:
+        if not slos:
+            raise TwinError("--bisect: needs --slo (the rate is bisected against the SLOs)")
+        if all(r is None for r in session_rates):
+            raise TwinError("--bisect: needs --session-rates (the rates to bisect between)")
+        if not (math.isfinite(bisect_tol) and 0 < bisect_tol < 1):
+            raise TwinError(f"--bisect {bisect_tol:g}: give a fraction in (0, 1), e.g. 0.05")
     if policies is None:
         policies = [get_mode(engine).name] if engine is not None else list(DEFAULT_POLICIES)
     if engine is not None:
@@ -197,6 +212,21 @@ def capacity_report(
         executor=executor,
         ray_address=ray_address,
     )
+    brackets: list[RateBracket] = []
+    if bisect_tol is not None:
+        brackets, added = bisect_rates(
+            spec,
+            points,
+            result.rows,
+            slos,
+            out,
+            bisect_tol,
+            jobs=jobs,
+            executor=executor,
+            ray_address=ray_address,
+        )
+        result.rows += added
+        result.computed += len(added)
     config = spec.base_config()
     ran, infeasible = split_infeasible(result.rows)
     if not ran:
@@ -239,6 +269,7 @@ def capacity_report(
         nodes=result.nodes,
         notes=notes,
         header=header,
+        brackets=brackets,
     )
 
 
@@ -334,6 +365,7 @@ def report_document(found: CapacityReport) -> dict[str, Any]:
         "verdicts": verdict(found.recommendations, found.slos) if found.slos else [],
         "sustainable": [{**dataclasses.asdict(s), "label": s.label()} for s in load],
         "load_verdicts": load_verdict(load, found.slos) if found.slos else [],
+        "bisected": [{**dataclasses.asdict(b), "label": b.label()} for b in found.brackets],
         "aggregate": found.aggregate,
         "rows": [
             {k: v for k, v in r.items() if k not in _DIGESTS}

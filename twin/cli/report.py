@@ -169,6 +169,13 @@ def capacity(
         help="Simulated seconds every point runs (sessions start in [0, D) at each "
         "--session-rates rate; the workload is stretched to enough sessions).",
     ),
+    bisect: float | None = typer.Option(
+        None,
+        "--bisect",
+        help="Narrow each policy's maximum sustainable rate (every --slo met at a stable "
+        "steady state) between the swept rates by bisection, to within this fraction, "
+        "e.g. 0.05; the points it adds are stored and reported like the others.",
+    ),
     seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per point (2+ gives intervals)."),
     router: str = typer.Option("round-robin", "--router", help="Router across replicas."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (reruns resume in it)."),
@@ -203,6 +210,9 @@ def capacity(
 
       twin report capacity chat.parquet --engine vllm --session-rates 1,2,4 \\
         --slo "p95_ttft<=500ms" --json --out capacity-vllm
+
+      twin report capacity chat.parquet -m qwen3.5-9b --engine vllm --session-rates 0.25,1 \\
+        --duration 600 --slo "p95_ttft<=500ms" --bisect 0.1 --jobs 2 --out capacity-max
 
       twin report capacity chat.parquet --replicas 1,2 --tp 2 --cache-gb 10,20 \\
         --policies marconi --session-rates 1,4 --slo "p95_ttft<=500ms" --out capacity-gpus
@@ -264,6 +274,7 @@ def capacity(
             command=_command_line(),
             progress=advance,
             duration_s=duration,
+            bisect_tol=bisect,
         )
     err_console.print(
         f"{found.computed} point(s) simulated, {found.skipped} found in {out / RESULTS_FILE}"
@@ -306,6 +317,13 @@ def _print_recommendations(found: CapacityReport) -> None:
     lines = [
         *verdict(found.recommendations, found.slos),
         *load_verdict(found.sustainable or [], found.slos),
+        *(
+            f"Bisected: {b.policy} at "
+            + ("its shared pool" if b.cache_gb == AUTO_GB else f"{b.cache_gb:g} GB")
+            + (f" on {b.replicas} replica(s)" if b.replicas is not None else "")
+            + f": sustains {b.label()} ({b.steps} step(s))"
+            for b in found.brackets
+        ),
     ]
     for line in lines:
         console.print(line, highlight=False, markup=False)
