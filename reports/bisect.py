@@ -96,35 +96,49 @@ def bisect_rates(
         mine = [by_key[k] for k in (spec.key(p) for p in combo_points) if k in by_key]
         return aggregate(mine, slos)
 
-    state = {combo: [*_bracket(cells_at(ps), slos), 0] for combo, ps in combos.items()}
+    state = {combo: _Search(*_bracket(cells_at(ps), slos)) for combo, ps in combos.items()}
     added: list[dict[str, Any]] = []
     for _ in range(MAX_STEPS):
-        batch: list[Point] = []
         mids: dict[tuple[int | None, float, str], list[Point]] = {}
-        for combo, (lo, hi, _steps) in state.items():
-            if lo is None or hi is None or hi / lo <= 1 + tol:
-                continue
-            mid = _round(math.sqrt(lo * hi))
-            if not lo < mid < hi:
-                continue  # the bracket is as narrow as the rates' digits allow
-            n, cache, policy = combo
-            mids[combo] = [Point(cache, policy, mid, s, n) for s in seeds]
-            batch += mids[combo]
-        if not batch:
+        for combo, search in state.items():
+            mid = search.midpoint(tol)
+            if mid is not None:
+                n, cache, policy = combo
+                mids[combo] = [Point(cache, policy, mid, s, n) for s in seeds]
+        if not mids:
             break
-        new_rows = run_sweep(spec, batch, out, **sweep).rows
+        new_rows = run_sweep(spec, [p for at in mids.values() for p in at], out, **sweep).rows
         added += new_rows
         by_key.update((r["key"], r) for r in new_rows if not r.get(INFEASIBLE_COLUMN))
         for combo, at in mids.items():
             cells = cells_at(at)
-            lo, hi, steps = state[combo]
-            mid = at[0].session_rate
-            if cells and meets(cells[0], slos):
-                state[combo] = [mid, hi, steps + 1]
-            else:
-                state[combo] = [lo, mid, steps + 1]
+            state[combo].update(at[0].session_rate, bool(cells) and meets(cells[0], slos))
     brackets = [
-        RateBracket(policy, cache, n, lo, hi, steps)
-        for (n, cache, policy), (lo, hi, steps) in state.items()
+        RateBracket(policy, cache, n, s.passes, s.fails, s.steps)
+        for (n, cache, policy), s in state.items()
     ]
     return brackets, added
+
+
+@dataclass
+class _Search:
+    """One combination's bracket while it is narrowed."""
+
+    passes: float | None
+    fails: float | None
+    steps: int = 0
+
+    def midpoint(self, tol: float) -> float | None:
+        """The next rate to run; None once the bracket is narrow enough (or absent)."""
+        lo, hi = self.passes, self.fails
+        if lo is None or hi is None or hi / lo <= 1 + tol:
+            return None
+        mid = _round(math.sqrt(lo * hi))
+        return mid if lo < mid < hi else None  # as narrow as the rates' digits allow
+
+    def update(self, rate: float | None, passed: bool) -> None:
+        if passed:
+            self.passes = rate
+        else:
+            self.fails = rate
+        self.steps += 1
