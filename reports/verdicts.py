@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from twin.slo import Slo
+from twin.steady_state import OVERLOADED, STABLE, TOO_SHORT, VERDICTS
 
-# The engine's steady-state verdicts (summary["steady_state"]["verdict"]).
-STABLE, OVERLOADED, TOO_SHORT = "stable", "overloaded", "too short to tell"
-VERDICTS = (STABLE, OVERLOADED, TOO_SHORT)
+# The engine's steady-state verdicts (summary["steady_state"]["verdict"]) are
+# twin.steady_state's, imported: one spelling of each.
 # A summary without a steady-state judgement (an engine before it, or a row written
 # before the column existed) is not taken as stable.
 NOT_JUDGED = "the run's summary has no steady-state verdict"
