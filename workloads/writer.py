@@ -137,7 +137,7 @@ class WorkloadWriter:
         tb: TracebackType | None,
     ) -> None:
         assert self._writer is not None
-        empty: TwinError | None = None
+        failure: BaseException | None = exc
         try:
             if exc_type is None:
                 self._flush()
@@ -145,15 +145,20 @@ class WorkloadWriter:
                     # A workload without requests would only fail later (or,
                     # worse, "succeed" with empty results): refuse it here.
                     source = self._metadata.get("source", "the input")
-                    empty = TwinError(f"{source}: no requests in it; nothing written")
+                    failure = TwinError(f"{source}: no requests in it; nothing written")
             self._writer.close()
+        except BaseException as err:
+            # The last row group or the footer could not be written (a full disk): the
+            # file is truncated, so it must not be renamed over the target (issue 32).
+            failure = failure or err
+            raise
         finally:
-            if empty is not None:
-                self._atomic.__exit__(TwinError, empty, None)
-            else:
-                self._atomic.__exit__(exc_type, exc, tb)
-        if empty is not None:
-            raise empty
+            # Renamed into place only when everything, close included, succeeded.
+            self._atomic.__exit__(
+                None if failure is None else type(failure), failure, None if failure else tb
+            )
+        if failure is not None and exc_type is None:
+            raise failure
 
     def _flush(self) -> None:
         if not self._rows:

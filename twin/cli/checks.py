@@ -66,6 +66,18 @@ def out_file(flag: str, path: Path) -> None:
     _writable_parent(flag, path)
 
 
+def not_an_input(flag: str, out: Path, *inputs: Path) -> None:
+    """Refuse an output that is one of the command's inputs: writing it would destroy
+    what the command reads (``workload import T -o T``, ``replay W --requests W``)."""
+    target = out.resolve()
+    for src in inputs:
+        same = target == src.resolve()
+        if not same and out.exists() and src.exists():
+            same = os.path.samefile(out, src)  # a hard or symbolic link to it
+        if same:
+            raise TwinError(f"{flag} {out}: is also the input {src}; choose another output")
+
+
 def in_file(flag: str, path: Path, what: str = "file") -> None:
     """An input file that exists and can be read."""
     if not path.exists():

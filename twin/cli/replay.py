@@ -99,6 +99,7 @@ def replay(
     checks.number("--bootstrap-multiplier", bootstrap_multiplier, low=0, low_open=True)
     if requests_out is not None:
         checks.out_file("--requests", requests_out)
+        checks.not_an_input("--requests", requests_out, workload)
     spec = resolve_model(model, model_set)
     names = _policies(policy)
     extra = policy_options(policy_option, names)

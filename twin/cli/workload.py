@@ -211,6 +211,7 @@ def import_(
     importer = get_importer(fmt)()
     checks.in_file("IN", src, "trace file")
     checks.out_file("--out", out)
+    checks.not_an_input("--out", out, src)
     with (
         progress_bar(f"importing {fmt}", src.stat().st_size, unit="bytes") as advance,
         WorkloadWriter(out, importer.metadata(src)) as writer,
@@ -238,6 +239,7 @@ def export(
     if fmt != "marconi":
         raise TwinError(f"export format {fmt!r} is unknown; the only one is 'marconi'")
     checks.out_file("--out", out)
+    checks.not_an_input("--out", out, src)
     workload = Workload.open(src)
     with progress_bar("exporting", workload.num_rows) as advance:
         rows = export_marconi(workload, out, on_progress=advance)
