@@ -71,7 +71,7 @@ def run_rows(
     ray_address: str | None,
     on_result: Callable[[sil.RowPlan, dict[str, Any]], None],
 ) -> dict[str, int] | None:
-    """Score every plan in the project's local process pool (``reports.workers``) or as
+    """Score every plan in the project's local process pool (``twin.workers``) or as
     Ray tasks (``reports.ray_executor``); ``on_result`` as each lands. Ray's per-node
     counts are returned."""
 
@@ -87,7 +87,7 @@ def run_rows(
         for p in plans:
             on_result(p, sil.score_row(*args(p)))
         return None
-    from reports.workers import run_in_pool
+    from twin.workers import run_in_pool
 
     run_in_pool(sil.score_row, plans, args, jobs, on_result)
     return None

@@ -10,8 +10,9 @@ depend on ``jobs``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
+
+from twin.workers import guarded_executor
 
 T = TypeVar("T")
 
@@ -30,9 +31,8 @@ def map_alphas(
         for alpha in grid:
             yield score(*shared, alpha)
         return
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(grid)), initializer=_init_worker, initargs=(score, shared)
-    ) as pool:
+    # Guarded: a killed replay takes its workers with it (issue 32).
+    with guarded_executor(min(jobs, len(grid)), _init_worker, (score, shared)) as pool:
         yield from pool.map(_worker_score, grid)
 
 

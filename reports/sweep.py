@@ -38,11 +38,11 @@ from reports.results_table import (  # noqa: F401 (RESULTS_FILE, SCHEMA: the swe
     stored_row,
 )
 from reports.verdicts import NOT_JUDGED, TOO_SHORT, binding_resource
-from reports.workers import Batched, run_in_pool
 from twin.engine.config import EngineConfig, build_config
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.slo import parse_slos
+from twin.workers import Batched, run_in_pool
 
 AUTO_GB = -1.0  # a point's cache size when it runs the shared KV pool (--cache-gb auto)
 EXECUTORS = ("local", "ray")

@@ -173,7 +173,7 @@ def test_two_sweeps_into_one_out_keep_each_others_points(tmp_path: Path) -> None
 _POOL_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
-    from reports.workers import run_in_pool
+    from twin.workers import run_in_pool
 
     def slow(i, folder):
         open(os.path.join(folder, f"worker-{os.getpid()}"), "w").close()
@@ -186,9 +186,26 @@ _POOL_SCRIPT = textwrap.dedent(
 )
 
 
-def _start_pool(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
+# The alpha grid's pool (Marconi's bootstrap, the oracle): the same guard (issue 32).
+_GRID_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    from policies.grid import map_alphas
+
+    def slow(folder, alpha):
+        open(os.path.join(folder, f"worker-{os.getpid()}"), "w").close()
+        time.sleep(300)
+        return alpha
+
+    if __name__ == "__main__":
+        list(map_alphas(slow, (sys.argv[1],), (0.0, 0.5, 1.0, 1.5), jobs=2))
+    """
+)
+
+
+def _start_pool(tmp_path: Path, code: str = _POOL_SCRIPT) -> tuple[subprocess.Popen, list[int]]:
     script = tmp_path / "pool.py"
-    script.write_text(_POOL_SCRIPT)
+    script.write_text(code)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path)], env=env, start_new_session=True
@@ -202,8 +219,9 @@ def _start_pool(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     return proc, pids
 
 
-def test_sigkill_of_the_sweep_takes_its_workers_down(tmp_path: Path) -> None:
-    proc, workers = _start_pool(tmp_path)
+@pytest.mark.parametrize("code", [_POOL_SCRIPT, _GRID_SCRIPT], ids=["sweep", "alpha-grid"])
+def test_sigkill_of_the_sweep_takes_its_workers_down(tmp_path: Path, code: str) -> None:
+    proc, workers = _start_pool(tmp_path, code)
     proc.kill()
     proc.wait()
     assert _wait_gone(workers) == [], "pool workers outlived their SIGKILLed parent"

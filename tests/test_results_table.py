@@ -57,7 +57,7 @@ def test_a_sweep_stopped_by_an_error_keeps_its_finished_points(tmp_path: Path) -
 
 
 def test_progress_is_batched_but_moves_at_once() -> None:
-    from reports.workers import Batched
+    from twin.workers import Batched
 
     sent: list[float] = []
     batched = Batched(sent.append, interval_s=3600.0)

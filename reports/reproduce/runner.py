@@ -6,7 +6,7 @@ entry per replay point, by a key over the point and the workload's SHA-256,
 rewritten atomically after each point, so a rerun computes only what is
 missing) and ``sim/<set>/results.parquet`` (the capacity sweep's resumable
 table, :mod:`reports.sweep`). Replays run in-process with ``jobs == 1``, in a
-local process pool (:func:`reports.workers.run_in_pool`) or as ray tasks
+local process pool (:func:`twin.workers.run_in_pool`) or as ray tasks
 (:func:`reports.ray_executor.run_on_ray`); simulations go through
 :func:`reports.sweep.run_sweep` with the same executor.
 """
@@ -21,10 +21,10 @@ from typing import Any
 from reports.ray_executor import import_ray, run_on_ray
 from reports.reproduce.base import MODEL, Claim, Computation, Paper, Recipe, ReplayPoint, SimSet
 from reports.sweep import Point, SweepSpec, resolve, run_sweep
-from reports.workers import run_in_pool
 from twin.atomic import write_text_atomic
 from twin.errors import TwinError
 from twin.hardware import GB
+from twin.workers import run_in_pool
 
 REPLAYS_FILE = "replays.json"
 ARTIFACT_FILE = "artifact.json"

@@ -1,4 +1,9 @@
-"""A local process pool whose workers never outlive the sweep that started them.
+"""Local process pools whose workers never outlive the command that started them.
+
+Every pool of the project goes through here: :func:`run_in_pool` (sweeps,
+reproductions, the silicon benchmark) and :func:`guarded_executor` (a
+``ProcessPoolExecutor`` for ``map``-style use: Marconi's alpha grid and the
+oracle).
 
 ``concurrent.futures.ProcessPoolExecutor`` on its own has two faults here:
 
@@ -24,7 +29,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
 
@@ -45,8 +50,14 @@ def _watch_parent(parent: int) -> None:
         time.sleep(0.5)
 
 
-def _init_worker(parent: int, progress_queue: Any = None) -> None:
-    """Runs first in each worker: ignore Ctrl-C (the parent handles it), die with the parent."""
+def _init_worker(
+    parent: int,
+    progress_queue: Any = None,
+    then: Callable[..., Any] | None = None,
+    then_args: tuple[Any, ...] = (),
+) -> None:
+    """Runs first in each worker: ignore Ctrl-C (the parent handles it), die with the
+    parent; then the pool's own initializer ``then(*then_args)``, if any."""
     global _progress_queue
     _progress_queue = progress_queue
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -56,6 +67,29 @@ def _init_worker(parent: int, progress_queue: Any = None) -> None:
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     # Also covers the parent dying before prctl took effect, and non-Linux systems.
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if then is not None:
+        then(*then_args)
+
+
+@contextlib.contextmanager
+def guarded_executor(
+    max_workers: int,
+    initializer: Callable[..., Any] | None = None,
+    initargs: tuple[Any, ...] = (),
+) -> Iterator[ProcessPoolExecutor]:
+    """A ``ProcessPoolExecutor`` whose workers die with this process and ignore Ctrl-C;
+    on any exception (or a generator closed early) its workers are killed at once."""
+    pool = ProcessPoolExecutor(
+        max_workers=max_workers,
+        initializer=_init_worker,
+        initargs=(os.getpid(), None, initializer, initargs),
+    )
+    try:
+        yield pool
+    except BaseException:
+        kill_workers(pool)
+        raise
+    pool.shutdown(wait=True)
 
 
 def kill_workers(pool: ProcessPoolExecutor) -> None:
