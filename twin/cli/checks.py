@@ -159,5 +159,11 @@ def cache_gb(flag: str, value: str) -> float | str:
         gb = float(value)
     except ValueError:
         raise TwinError(f"{flag} {value!r}: expected auto or a number of GB") from None
-    number(flag, gb, low=0)
+    number(flag, gb, low=0, high=MAX_CACHE_GB)
     return gb
+
+
+# The largest cache a replica can be given, GB: 100 TB, far above any machine's memory and
+# host tier (a GB200 NVL72 rack has 13.5 TB of HBM, NVIDIA's datasheet), so a typo such as
+# 1e308 is refused before a byte count overflows.
+MAX_CACHE_GB = 1e5

@@ -35,6 +35,10 @@ from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.errors import TwinError
 from twin.metrics import to_json
 
+# Points in one report at most (issue 32: a typo like --seeds 1e9 must not allocate a grid
+# of a billion points); a 100,000-point sweep is already hours on a Ray cluster.
+MAX_POINTS = 100_000
+
 app = typer.Typer(
     help="Capacity-planning reports: sweeps of the simulator rendered as HTML and Markdown.",
     no_args_is_help=True,
@@ -246,6 +250,14 @@ def capacity(
     checks.number("--duration", duration, low=0, low_open=True)
     checks.number("--warmup-s", warmup_s, low=0)
     # The points the sweep has (an engine-mode entry runs one cache point: its pool).
+    if len(caches) * len(names) * len(rates) * seeds * len(counts) > MAX_POINTS:
+        raise TwinError(
+            f"the sweep has {len(caches) * len(names) * len(rates) * seeds * len(counts):,} "
+            f"points (cache sizes x policies x rates x --seeds x replica counts); at most "
+            f"{MAX_POINTS:,} in one report: split it into several --out folders"
+        )
+    if any(c > checks.MAX_CACHE_GB for c in caches):
+        raise TwinError(f"--cache-gb: each must be <= {checks.MAX_CACHE_GB:g} GB")
     total = len(grid(caches, names, rates, seeds, counts))
     with progress_bar("points", total) as advance:
         found = capacity_report(

@@ -15,6 +15,12 @@ from twin.hardware import GB
 from twin.memory.footprint import allocator_for
 
 AUTO = "auto"  # --cache-gb auto: the shared KV pool
+# Bounds that keep a run's memory and time finite before it starts (issue 32): each
+# replica holds its own scheduler, cache and memory accounting (the ten-million-request
+# benchmark runs 256); tensor parallelism beyond a 576-GPU NVLink domain (NVIDIA GB200
+# NVL576) does not exist.
+MAX_REPLICAS = 100_000
+MAX_TP = 576
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -116,8 +122,8 @@ class EngineConfig:
             if not ok:
                 raise TwinError(f"--{name.replace('_', '-')}: {what} (got {getattr(self, name)!r})")
 
-        need(self.replicas >= 1, "replicas", "must be at least 1")
-        need(self.tp >= 1, "tp", "must be at least 1")
+        need(1 <= self.replicas <= MAX_REPLICAS, "replicas", f"must be 1 to {MAX_REPLICAS:,}")
+        need(1 <= self.tp <= MAX_TP, "tp", f"must be 1 to {MAX_TP:,}")
         need(self.cache_bytes >= 0, "cache_bytes", "must be >= 0")
         need(self.max_batched_tokens >= 1, "max_batched_tokens", "must be at least 1")
         need(self.max_running >= 1, "max_running", "must be at least 1")
@@ -137,6 +143,11 @@ class EngineConfig:
             self.until_s is None or (math.isfinite(self.until_s) and self.until_s > 0),
             "until_s",
             "must be a positive number",
+        )
+        need(
+            self.until_s is None or self.warmup_s < self.until_s,
+            "warmup_s",
+            f"must end before the arrivals do (--until-s {self.until_s})",
         )
         need(self.samples >= 2, "samples", "must be at least 2")
         need(self.concurrency is None or self.concurrency >= 1, "concurrency", "must be >= 1")
