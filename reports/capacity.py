@@ -42,8 +42,10 @@ from reports.sweep import (
 )
 from reports.verdicts import advice
 from twin import __version__
+from twin.costmodel.precision_kernels import sweep_label
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
+from twin.precision import describe, is_default
 from twin.presets import resolve_model
 
 # The policies swept when none are named: the paper's three; with --engine NAME, the
@@ -216,9 +218,9 @@ def capacity_report(
         workload=str(workload),
         workload_sha256=spec.workload_sha256,
         twin_version=__version__,
-        model=label,
+        model=label if is_default(spec_model) else f"{label} ({describe(spec_model)})",
         gpu=spec.profile_gpu,
-        provenance=spec.profile_label,
+        provenance=sweep_label(spec_model, spec.profile_label, gpu, spec.profile, engine),
         replicas=config.replicas,
         tp=config.tp,
         replica_counts=tuple(sorted({spec.replicas(p) for p in points})),
