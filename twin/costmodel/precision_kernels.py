@@ -61,19 +61,25 @@ def profile_name(profile: Profile) -> str:
     return f"{profile.gpu}-{engine}" if engine else profile.gpu
 
 
+def no_fp4(profile: Profile, fmt: px.WeightFormat) -> str:
+    """``H100 SXM5 has no FP4 tensor cores`` when ``fmt`` is FP4 and the profile's GPU has
+    none (so no table can ever give it a fit), else ``""``."""
+    from twin.hardware import GPUS
+
+    spec = GPUS.get(profile.gpu)
+    if fmt.fp4 and spec is not None and not spec.fp4_flops:
+        return f"{spec.display_name} has no FP4 tensor cores"
+    return ""
+
+
 def refusal(profile: Profile, fmt: px.WeightFormat, what: str = "--precision") -> TwinError:
     """One line: the profile cannot price ``fmt``, what it can, and why where it is FP4 on
     a GPU without FP4 tensor cores."""
-    from twin.hardware import GPUS
-
-    why = ""
-    spec = GPUS.get(profile.gpu)
-    if fmt.fp4 and spec is not None and not spec.fp4_flops:
-        why = f" ({spec.display_name} has no FP4 tensor cores)"
+    why = no_fp4(profile, fmt)
     has = ", ".join(profile.precisions()) or "none"
     return TwinError(
         f"{what} {fmt.name}: profile {profile_name(profile)} has no {fmt.name} GEMM fit; "
-        f"it prices {has}{why}"
+        f"it prices {has}{f' ({why})' if why else ''}"
     )
 
 
@@ -134,6 +140,7 @@ def sweep_label(
 
 __all__ = [
     "BF16_ATTENTION_NOTE",
+    "no_fp4",
     "PricedPrecision",
     "priced_precision",
     "profile_name",

@@ -547,13 +547,24 @@ def _profile(gpu: str, engine: str) -> Profile | None:
 
 
 def _unpriceable(profile: Profile, precision: RowPrecision, model: ModelSpec) -> str | None:
-    """Why ``profile`` cannot price ``model`` at ``precision`` (None if it can)."""
-    from twin.costmodel.precision_kernels import priced_precision
+    """Why ``profile`` cannot price ``model`` at ``precision`` (None if it can): "precision
+    nvfp4 not priced by profile h100-trtllm (it prices bf16, fp8, fp8-block; H100 SXM5 has
+    no FP4 tensor cores)"."""
+    from twin.costmodel import precision_kernels as pk
 
+    spec = precision_model(model, precision)
     try:
-        priced_precision(precision_model(model, precision), profile)
-    except TwinError as err:
-        return "precision " + str(err).split(": ", 1)[-1].replace(" GEMM fit;", " GEMM fit:")
+        pk.priced_precision(spec, profile)
+    except TwinError:
+        fmt = px.weight_format(spec.precision)
+        if fmt.kernel in profile.kernels:  # the experts' format is the missing one
+            fmt = px.moe_format(spec)
+        why = pk.no_fp4(profile, fmt)
+        has = ", ".join(profile.precisions())
+        return (
+            f"precision {fmt.name} not priced by profile {pk.profile_name(profile)} "
+            f"(it prices {has}{'; ' + why if why else ''})"
+        )
     return None
 
 
