@@ -113,10 +113,10 @@ def test_a_precision_the_profile_cannot_price_is_refused_in_one_line() -> None:
     )
     assert CostModel(nvfp4, load_profile("b200", "trtllm")).priced.keys["linear"] == "gemm_nvfp4"
     with pytest.raises(
-        TwinError, match="no mxfp4 GEMM fit; it prices bf16, fp8, fp8-block, nvfp4$"
+        TwinError, match=r"no mxfp4 GEMM fit; it prices bf16, fp8, fp8-block, nvfp4$"
     ):
         CostModel(px.with_precision(LLAMA, "mxfp4", None), load_profile("b200"))
-    with pytest.raises(TwinError, match="profile h100 has no fp8 GEMM fit; it prices bf16$"):
+    with pytest.raises(TwinError, match=r"profile h100 has no fp8 GEMM fit; it prices bf16$"):
         CostModel(px.with_precision(LLAMA, "fp8", None), load_profile("h100-datasheet"))
 
 
@@ -146,8 +146,16 @@ def test_bad_values_are_one_line_naming_the_flag() -> None:
         ),
         (["models", "show", "llama-3-8b", "--kv-dtype", "int4"], "--kv-dtype 'int4'"),
         (
-            ["replay", str(example_path("chat")), "-m", "llama-3-8b", "--cache-gb", "1"]
-            + ["--precision", "fp6"],
+            [
+                "replay",
+                str(example_path("chat")),
+                "-m",
+                "llama-3-8b",
+                "--cache-gb",
+                "1",
+                "--precision",
+                "fp6",
+            ],
             "--precision 'fp6'",
         ),
     ],

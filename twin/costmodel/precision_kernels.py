@@ -140,8 +140,8 @@ def sweep_label(
 
 __all__ = [
     "BF16_ATTENTION_NOTE",
-    "no_fp4",
     "PricedPrecision",
+    "no_fp4",
     "priced_precision",
     "profile_name",
     "provenance_label",
