@@ -45,7 +45,6 @@ from twin import __version__
 from twin.costmodel.precision_kernels import sweep_label
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
-from twin.precision import describe, is_default
 from twin.presets import resolve_model
 
 # The policies swept when none are named: the paper's three; with --engine NAME, the
@@ -218,7 +217,7 @@ def capacity_report(
         workload=str(workload),
         workload_sha256=spec.workload_sha256,
         twin_version=__version__,
-        model=label if is_default(spec_model) else f"{label} ({describe(spec_model)})",
+        model=label,  # a precision is in the name: model[precision=fp8,kv_dtype=fp8]
         gpu=spec.profile_gpu,
         provenance=sweep_label(spec_model, spec.profile_label, gpu, spec.profile, engine),
         replicas=config.replicas,
