@@ -217,7 +217,7 @@ def capacity_report(
         workload=str(workload),
         workload_sha256=spec.workload_sha256,
         twin_version=__version__,
-        model=label,  # a precision is in the name: model[precision=fp8,kv_dtype=fp8]
+        model=label,
         gpu=spec.profile_gpu,
         provenance=sweep_label(spec_model, spec.profile_label, gpu, spec.profile, engine),
         replicas=config.replicas,
