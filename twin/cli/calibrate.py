@@ -170,8 +170,8 @@ def calibrate(
 
       twin calibrate --from aiconfigurator --gpu h100 --out /tmp/h100.json
 
-      twin calibrate --from aiconfigurator --gpu b200 --engine trtllm \\
-        --keep-fits calibration/profiles/b200-trtllm.json --out /tmp/b200-trtllm.json
+      twin calibrate --from aiconfigurator --gpu h100 --engine sglang \\
+        --keep-fits /tmp/h100-sglang.json --out /tmp/h100-sglang-kept.json
 
       twin calibrate --merge /tmp/h100.json --merge /tmp/h100-sglang.json --out /tmp/m.json
 
