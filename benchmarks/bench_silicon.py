@@ -6,11 +6,12 @@ Run: ``python benchmarks/bench_silicon.py [--models M,..] [--systems S,..] [--ba
 ``aiconfigurator-core``).
 
 Every row of the CSV the twin can express (:mod:`twin.validate.silicon`: aggregated,
-one instance, bf16, a supported model family, a shipped profile and engine mode) is
-simulated as its benchmark ran: ``c`` closed-loop clients, random ``isl``-token
-prompts, exactly ``osl`` output tokens; the mean TTFT and TPOT over the measured
-requests are scored against the measurement (MAPE and MdAPE per (model, system,
-backend, precision), per backend and overall, on the issue's fit / held-out split).
+one instance, a precision its GPU's profile prices, a supported model family, a shipped
+profile and engine mode) is simulated as its benchmark ran, at its precision: ``c``
+closed-loop clients, random ``isl``-token prompts, exactly ``osl`` output tokens; the
+mean TTFT and TPOT over the measured requests are scored against the measurement (MAPE
+and MdAPE per (model, system, backend, precision), per backend and precision priced,
+per backend and overall, on the issue's fit / held-out split).
 With the ``aiconfigurator`` package installed its own estimate for each row
 (``cli_estimate``, as its accuracy job calls it) is scored beside the twin's.
 
@@ -156,6 +157,11 @@ def report(summary: dict[str, Any], aic_note: str, console: Console) -> None:
         },
     }
     console.print(table("MAPE / MdAPE (%), mean TTFT and TPOT", overall, aic))
+    precisions = {
+        k: {s: splits[s].get("by_precision", {}).get(k) for s in sil.SPLITS}
+        for k in splits["all"].get("by_precision", {})
+    }
+    console.print(table("per backend | precision priced", precisions, aic))
     groups = {
         g: {s: splits[s]["by_group"].get(g) for s in sil.SPLITS} for g in splits["all"]["by_group"]
     }
@@ -283,6 +289,9 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             "clients": "all start at t=0 (twin simulate --concurrency)",
             "prediction": "mean TTFT and mean TPOT over the measured requests",
             "cache": "--cache-gb auto (the engine's shared KV pool), default prefix caching",
+            "precision": "the row's (gemm/moe quant mode, precision column, else the "
+            "checkpoint); KV cache: the checkpoint's, else fp8 with fp8/nvfp4 weights "
+            "(aiconfigurator's pairing)",
         },
         "jobs": args.jobs,
         "executor": args.executor,

@@ -22,6 +22,8 @@ from typing import Any
 from calibration.aic_tables import (
     ENGINE_NAMES,
     PACKAGE,
+    PACKAGE_VERSION,
+    SYSTEMS,
     FamilyRows,
     installed_version,
     read_families,
@@ -32,6 +34,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel.profile import KernelFit, Profile
 from twin.errors import TwinError
 from twin.hardware import get_gpu
+from twin.precision import ATTN_FP8_KV, WEIGHT_FORMATS
 
 # Slack on the peaks before a row counts as impossible: datasheet peaks are
 # rounded and boost clocks run a few percent above base.
@@ -58,7 +61,7 @@ def impossible(kernel: str, row: dict[str, Any], peaks: dict[str, float]) -> str
     """Why ``row`` is faster than the device can be (None if it is possible)."""
     f = fm.get_formula(kernel)
     t = float(row["median_s"])
-    if f.uses_flops and row["flops"] / t > PEAK_SLACK * peaks["flops"]:
+    if f.uses_flops and row["flops"] / t > PEAK_SLACK * peaks[f.flops_peak]:
         return "above peak FLOP/s"
     if row["bytes"] / t > PEAK_SLACK * peaks[f.bytes_peak]:
         return f"above peak {f.bytes_peak}"
@@ -76,19 +79,30 @@ def split_impossible(
     return ok, flagged
 
 
+# What a precision family's label says it measured (twin.precision).
+PRECISION_LABELS = {
+    **{f.kernel: f.name for f in WEIGHT_FORMATS.values() if f.bytes_per_param is not None},
+    **{key: "fp8 KV" for key in ATTN_FP8_KV.values()},
+}
+
+
 def family_label(fam: FamilyRows, device: str) -> str:
-    """E.g. "measured (vLLM 0.24.0 vllm_flash_attn_fa3, H100 SXM5)"."""
+    """E.g. "measured (vLLM 0.24.0 vllm_flash_attn_fa3, H100 SXM5)"; a precision family
+    says its precision: "measured fp8 (vLLM 0.24.0 CutlassFP8ScaledMMLinearKernel, ...)"."""
     # causal_conv1d_fn / causal_conv1d_update: one CUDA extension, named once.
     kernel = fam.kernel_source.removesuffix("_fn").removesuffix("_update")
     who = " ".join(x for x in (fam.framework, fam.version, kernel) if x)
-    return f"measured ({who}, {device})"
+    what = PRECISION_LABELS.get(fam.kernel)
+    return f"measured{' ' + what if what else ''} ({who}, {device})"
 
 
 def fit_family(
     fam: FamilyRows, peaks: dict[str, float], device: str, seed: int = 0
 ) -> KernelFit | None:
     """The family's fit with its provenance; None if every row was impossible."""
-    inside = DOMAINS.get(fam.kernel, lambda shape: True)
+    # Every GEMM mode (gemm, gemm_fp8, ...) has the same serving domain.
+    domain = "gemm" if fam.kernel.startswith("gemm") else fam.kernel
+    inside = DOMAINS.get(domain, lambda shape: True)
     rows = [r for r in fam.rows if inside(r["shape"])]
     ok, flagged = split_impossible(fam.kernel, rows, peaks)
     if not ok:
@@ -115,45 +129,89 @@ def import_profile(
     seed: int = 0,
     root: Path | None = None,
     progress: Callable[[int], Callable[[int], None]] | None = None,
+    keep: Profile | None = None,
 ) -> ImportResult:
-    """Fit ``gpu``'s profile for ``engine``'s kernels from the installed tables."""
+    """Fit ``gpu``'s profile for ``engine``'s kernels from the installed tables.
+
+    ``keep`` (``--keep-fits``): a profile of the same GPU and engine whose families are
+    kept as they are, byte for byte, with its peaks and provenance; only the families
+    it lacks are fitted (how the shipped profiles gained their precision fits without
+    a bf16 number changing: a refit reproduces them to ~1e-9 only, the least-squares
+    solver's tolerance).
+    """
     spec = get_gpu(gpu)
+    if keep is not None and (keep.gpu != spec.name or keep.provenance.get("engine") != engine):
+        raise TwinError(
+            f"--keep-fits: a profile of {keep.gpu} ({keep.provenance.get('engine')}), "
+            f"not of {spec.name} ({engine})"
+        )
     families = read_families(gpu, engine, root)
     if not families:
         raise TwinError(f"--gpu {gpu} --engine {engine}: the tables have no kernel rows")
     base = datasheet_profile(spec.name)
-    peaks = base.peaks
+    # The datasheet peaks, and the FP8/FP4 tensor-core peaks the precision fits run against.
+    peaks = {**(keep.peaks if keep is not None else base.peaks), **spec.low_precision_peaks()}
     advance = progress(len(families)) if progress else None
     kernels: dict[str, KernelFit] = {}
+    added: list[str] = []
     for fam in families:
-        fit = fit_family(fam, peaks, spec.display_name, seed)
-        if fit is not None:
-            kernels[fam.kernel] = fit
+        needs = fm.get_formula(fam.kernel).flops_peak
+        if keep is not None and fam.kernel in keep.kernels:
+            kernels[fam.kernel] = keep.kernels[fam.kernel]
+        elif needs in peaks or not fm.get_formula(fam.kernel).uses_flops:
+            fit = fit_family(fam, peaks, spec.display_name, seed)
+            if fit is not None:
+                kernels[fam.kernel] = fit
+                added.append(fam.kernel)
         if advance:
             advance(1)
     measured = list(kernels)
     datasheet = [k for k in fm.KERNELS if k not in kernels]
     for name in datasheet:
-        fit = base.kernels[name]
-        fit.provenance = {"source": "datasheet", "label": "datasheet"}
+        fit = keep.kernels[name] if keep is not None and name in keep.kernels else None
+        if fit is None:
+            fit = base.kernels[name]
+            fit.provenance = {"source": "datasheet", "label": "datasheet"}
         kernels[name] = fit
-    order = [*fm.KERNELS, *(k for k in kernels if k not in fm.KERNELS)]
+    variants = [k for k in kernels if k in fm.PRECISION_VARIANTS]
+    order = [*fm.KERNELS, *(k for k in kernels if k not in fm.KERNELS and k not in variants)]
+    order += variants
+    used = {k for k in kernels if fm.get_formula(k).flops_peak in ("fp8_flops", "fp4_flops")}
+    wanted = {fm.get_formula(k).flops_peak for k in used}
+    peaks = {k: v for k, v in peaks.items() if k not in ("fp8_flops", "fp4_flops") or k in wanted}
+    provenance: dict[str, Any] = (
+        dict(keep.provenance)
+        if keep is not None
+        else {
+            "date": _dt.date.today().isoformat(),
+            "database": f"{PACKAGE} {installed_version()}",
+            "engine": engine,
+            "engine_name": ENGINE_NAMES.get(engine, engine),
+            "database_device": next((f.device for f in families if f.device), ""),
+            "method": "",
+            "peaks_source": spec.source,
+        }
+    )
+    provenance["method"] = (
+        "twin calibrate --from aiconfigurator: bf16 rows (weights, activations, KV), and "
+        "as families of their own each quantised GEMM mode's rows and the fp8-KV "
+        f"attention rows; impossible rows flagged and excluded, {HOLDOUT_SHARE:.0%} of "
+        f"shapes held out (seed {seed})"
+    )
+    if keep is not None and added:
+        provenance["added"] = {"date": _dt.date.today().isoformat(), "families": added}
+    if used:
+        provenance["low_precision_peaks_source"] = (
+            f"{PACKAGE} {PACKAGE_VERSION} systems/{SYSTEMS[spec.name]}.yaml fp8_tc_flops / "
+            "fp4_tc_flops (twin.hardware.GpuSpec)"
+        )
     profile = Profile(
         gpu=spec.name,
         device=spec.display_name,
         source="mixed",
         peaks=peaks,
         kernels={k: kernels[k] for k in order if k in kernels},
-        provenance={
-            "date": _dt.date.today().isoformat(),
-            "database": f"{PACKAGE} {installed_version()}",
-            "engine": engine,
-            "engine_name": ENGINE_NAMES.get(engine, engine),
-            "database_device": next((f.device for f in families if f.device), ""),
-            "method": "twin calibrate --from aiconfigurator: bf16 rows, impossible rows "
-            f"flagged and excluded, {HOLDOUT_SHARE:.0%} of shapes held out (seed {seed})",
-            "peaks_source": spec.source,
-        },
+        provenance=provenance,
     )
     return ImportResult(profile, measured, datasheet)
 

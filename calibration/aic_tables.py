@@ -5,14 +5,24 @@ The package keeps parquet tables under
 every row labelled with framework, version, device and kernel source, latency in
 milliseconds. This module finds them in the installed package (never a copy in
 this repository), keeps the rows that match how the twin prices a kernel (bf16
-weights and activations, bf16 KV cache, full attention, no beams) and turns each
+weights and activations, bf16 KV cache, full attention, no beams; and, as families
+of their own, each quantised GEMM mode and an fp8 KV cache) and turns each
 into a fitting row: ``{"kernel", "flops", "bytes", <extra>, "median_s"}`` plus the
 shape it came from. Which table feeds which kernel family:
 
-- ``gemm``: ``gemm_perf`` (m x n x k, ``gemm_dtype`` bfloat16);
+- ``gemm``: ``gemm_perf`` (m x n x k, ``gemm_dtype`` bfloat16); ``gemm_<mode>`` the same
+  table's rows of each quantised mode (``fp8``, ``fp8_block``, ``nvfp4``: the precision
+  fits of ``twin.precision``), their features at the format's operand bytes; every
+  kernel source of a mode is kept (their shapes are disjoint: the engine's dispatcher
+  picks one per shape, e.g. vLLM's DeepGEMM, FlashInfer and CUTLASS block-fp8 kernels);
 - ``attn_prefill``: ``context_attention_perf`` (batch x isl, no cached prefix: ``step`` 0);
 - ``attn_decode``: ``generation_attention_perf`` (batch, ``step`` = cached length, so
   each query reads ``step + 1`` keys);
+- ``attn_prefill_fp8kv``, ``attn_decode_fp8kv``: the same tables' rows with
+  ``kv_cache_dtype`` fp8 (K/V read at 1 byte), of the engine's default kernel source;
+  the context FMHA in fp8 where the table has it (``attn_dtype`` fp8, what
+  aiconfigurator pairs with an fp8 KV cache: ``fmha_quant_mode`` fp8 in its
+  ``sdk/models/helpers.py`` ``_infer_quant_modes_from_raw_config``), else bf16;
 - ``conv1d``: ``mamba2_perf``'s ``causal_conv1d_fn`` (prefill) and
   ``causal_conv1d_update`` (decode) rows; only TensorRT-LLM collected them, and it is
   the same CUDA kernel (Dao-AILab causal-conv1d) that vLLM and SGLang call;
@@ -32,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twin import precision as px
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.errors import TwinError
@@ -215,42 +226,73 @@ def _family(
     )
 
 
-def gemm_rows(system: Path, engine: str) -> FamilyRows | None:
-    """bf16 GEMMs of ``engine`` on this system."""
+def gemm_rows(system: Path, engine: str, mode: str = "bfloat16") -> FamilyRows | None:
+    """GEMMs of ``engine`` on this system in ``mode`` (``bfloat16``, or a quantised mode of
+    ``twin.precision``: family ``gemm_<mode>``)."""
     version = latest_version(system / "gemm" / engine, "gemm_perf.parquet")
     if version is None:
         return None
     table = version / "gemm_perf.parquet"
-    raw = [r for r in _read(table) if _keep(r, gemm_dtype={"bfloat16", "float16"})]
+    if mode == "bfloat16":
+        kernel, accepted = "gemm", {"bfloat16", "float16"}
+        operands = None
+    else:
+        fmt = px.WEIGHT_FORMATS[px.TABLE_MODES[mode]]
+        kernel, accepted = fmt.kernel, {mode}
+        operands = px.gemm_operand_bytes(fmt, ELEM_BYTES)
+    raw = [r for r in _read(table) if _keep(r, gemm_dtype=accepted)]
+    if mode != "bfloat16":
+        raw = [r for r in raw if r.get("gemm_dtype") == mode]  # a table without the column
     out = []
     for i, r in enumerate(raw):
         _require(r, ("m", "n", "k"), table, i)
         m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
-        out.append(
-            _row(
-                "gemm",
-                ft.gemm_features(m, k, n, ELEM_BYTES),
-                r["latency"],
-                {"m": m, "n": n, "k": k},
-            )
+        feats = (
+            ft.gemm_features(m, k, n, ELEM_BYTES)
+            if operands is None
+            else ft.gemm_features_at(m, k, n, ELEM_BYTES, *operands)
         )
+        out.append(_row(kernel, feats, r["latency"], {"m": m, "n": n, "k": k}))
     sources = sorted({str(r.get("kernel_source", "")) for r in raw})
-    return _family("gemm", table, raw, ",".join(sources), out)
+    return _family(kernel, table, raw, ",".join(sources), out)
 
 
 _ATTN = {"attn_dtype": {"bfloat16", "float16"}, "kv_cache_dtype": {"bfloat16", "float16"}}
+# The context FMHA's dtype with an fp8 KV cache, in order of preference (see the docstring).
+FP8_KV_FMHA = ("fp8", "bfloat16")
 
 
-def attention_rows(system: Path, engine: str, phase: str) -> FamilyRows | None:
-    """Context (``phase='prefill'``) or generation attention of ``engine``, full attention."""
+def attention_rows(
+    system: Path, engine: str, phase: str, kv_cache: str = "bfloat16"
+) -> FamilyRows | None:
+    """Context (``phase='prefill'``) or generation attention of ``engine``, full attention,
+    over a bf16 KV cache or (``kv_cache='fp8'``, family ``attn_<phase>_fp8kv``) an fp8 one."""
     name = "context" if phase == "prefill" else "generation"
     version = latest_version(system / "attention" / engine, f"{name}_attention_perf.parquet")
     if version is None:
         return None
     table = version / f"{name}_attention_perf.parquet"
-    raw = [r for r in _read(table) if _keep(r, window_size={0}, beam_width={1}, **_ATTN)]
-    raw, source = _narrow(raw, ATTENTION_SOURCES.get(engine, ()), table)
     kernel = f"attn_{phase}"
+    kv_e = ELEM_BYTES
+    if kv_cache == "bfloat16":
+        raw = [r for r in _read(table) if _keep(r, window_size={0}, beam_width={1}, **_ATTN)]
+        raw, source = _narrow(raw, ATTENTION_SOURCES.get(engine, ()), table)
+    else:
+        kernel, kv_e = px.ATTN_FP8_KV[kernel], px.KV_FP8_BYTES
+        raw = [
+            r
+            for r in _read(table)
+            if r.get("kv_cache_dtype") == kv_cache and _keep(r, window_size={0}, beam_width={1})
+        ]
+        preferred = ATTENTION_SOURCES.get(engine, ())
+        if not any(r.get("kernel_source") in preferred for r in raw):
+            return None  # not the engine's default kernel (L40S: FlashInfer only): bf16 KV's
+        raw, source = _narrow(raw, preferred, table)
+        dtypes = {r.get("attn_dtype") for r in raw}
+        fmha = next((d for d in FP8_KV_FMHA if d in dtypes), None)
+        raw = [r for r in raw if r.get("attn_dtype") == fmha]
+        if phase == "prefill" and fmha == "fp8":
+            source = f"{source}, fp8 FMHA"
     out = []
     for i, r in enumerate(raw):
         _require(r, ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"), table, i)
@@ -262,12 +304,14 @@ def attention_rows(system: Path, engine: str, phase: str) -> FamilyRows | None:
                 continue  # a cached prefix: not the table's main grid
             s = int(r["isl"])
             flops, nbytes, scores, tiles = ft.attn_prefill_sums(
-                b * s, b * s * (s + 1) // 2, b * s, b, h, kvh, hd, ELEM_BYTES
+                b * s, b * s * (s + 1) // 2, b * s, b, h, kvh, hd, ELEM_BYTES, kv_e
             )
             shape = {"b": b, "s": s, "h": h, "kvh": kvh, "d": hd}
         else:
             keys = int(r["step"]) + 1  # the cached tokens and the new one
-            flops, nbytes, scores, tiles = ft.attn_decode_sums(b, b * keys, h, kvh, hd, ELEM_BYTES)
+            flops, nbytes, scores, tiles = ft.attn_decode_sums(
+                b, b * keys, h, kvh, hd, ELEM_BYTES, kv_e
+            )
             shape = {"b": b, "c": keys - 1, "h": h, "kvh": kvh, "d": hd}
         extras = {"score_elems": scores, "tiles": tiles}
         out.append(_row(kernel, (flops, nbytes, extras), r["latency"], shape))
@@ -375,5 +419,9 @@ def read_families(gpu: str, engine: str, root: Path | None = None) -> list[Famil
         attention_rows(system, engine, "decode"),
         *conv1d_rows(system),
         *allreduce_rows(system, engine),
+        # The precision families (twin.precision): each quantised GEMM mode, fp8 KV.
+        *(gemm_rows(system, engine, mode) for mode in fm.PRECISION_GEMMS),
+        attention_rows(system, engine, "prefill", "fp8"),
+        attention_rows(system, engine, "decode", "fp8"),
     ]
     return [f for f in found if f is not None and f.rows]

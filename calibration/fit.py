@@ -46,7 +46,7 @@ def _model(
     if not f.uses_flops:
         return t0 + nbytes / (theta[1] * peaks[f.bytes_peak])
     ef, eb, p = theta[1], theta[2], theta[3]
-    a = flops / (ef * peaks["flops"])
+    a = flops / (ef * peaks[f.flops_peak])
     if len(theta) > 4:
         a = a + extras @ theta[4:]
     b = nbytes / (eb * peaks[f.bytes_peak])
@@ -78,7 +78,7 @@ def _starts(
     hi = [10.0]
     starts: list[list[float]] = []
     if f.uses_flops:
-        ef = float(np.quantile(flops / (peaks["flops"] * y), 0.9))
+        ef = float(np.quantile(flops / (peaks[f.flops_peak] * y), 0.9))
         ef = min(max(ef, 1e-4), 2.0)
         lo += [1e-5, 1e-5, 1.0]
         hi += [4.0, 4.0, 20.0]

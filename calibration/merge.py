@@ -50,7 +50,8 @@ def merge_profiles(profiles: Sequence[Profile], names: Sequence[str] | None = No
         gpu=first.gpu,
         device=first.device,
         source=sources.pop() if len(sources) == 1 else "mixed",
-        peaks=dict(first.peaks),
+        # The first's peaks, plus the FP8/FP4 peaks a later profile's precision fits need.
+        peaks={**{k: v for p in profiles for k, v in p.peaks.items()}, **first.peaks},
         kernels=kernels,
         provenance={
             "date": _dt.date.today().isoformat(),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+from twin.costmodel.formulas import get_formula
 from twin.costmodel.profile import KernelFit, Profile
 from twin.errors import TwinError
 from twin.hardware import get_gpu
@@ -34,6 +35,11 @@ def transfer_profile(
     flop_ratio = source.peaks["flops"] / peaks["flops"]
     kernels: dict[str, KernelFit] = {}
     for name, fit in source.kernels.items():
+        needs = get_formula(name).flops_peak
+        if needs in ("fp8_flops", "fp4_flops"):  # a precision variant (twin.precision)
+            if not spec.low_precision_peaks().get(needs):
+                continue  # the target has no such tensor cores: it cannot price it
+            peaks[needs] = spec.low_precision_peaks()[needs]
         params = dict(fit.params)
         for key in params:
             if key.startswith("c_"):

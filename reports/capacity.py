@@ -44,6 +44,7 @@ from reports.sweep import (
 )
 from reports.verdicts import advice
 from twin import __version__
+from twin.costmodel.precision_kernels import sweep_label
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.presets import resolve_model
@@ -248,7 +249,7 @@ def capacity_report(
         twin_version=__version__,
         model=label,
         gpu=spec.profile_gpu,
-        provenance=spec.profile_label,
+        provenance=sweep_label(spec_model, spec.profile_label, gpu, spec.profile, engine),
         replicas=config.replicas,
         tp=config.tp,
         replica_counts=tuple(sorted({spec.replicas(p) for p in points})),

@@ -45,9 +45,19 @@ def test_reader_keeps_bf16_rows_of_the_engines_default_kernel() -> None:
         "conv1d_update",
         "allreduce_2gpu",
         "allreduce_8gpu",
+        # the precision families: the fp8 GEMM rows and the fp8-KV attention rows
+        "gemm_fp8",
+        "attn_prefill_fp8kv",
+        "attn_decode_fp8kv",
     }
-    assert len(fams["gemm"].rows) == 37  # 36 bf16 shapes + the impossible one; fp8 dropped
+    assert len(fams["gemm"].rows) == 37  # 36 bf16 shapes + the impossible one; fp8 apart
+    assert len(fams["gemm_fp8"].rows) == 36
     assert len(fams["attn_prefill"].rows) == 24  # fa4 and fp8-KV rows dropped
+    assert len(fams["attn_prefill_fp8kv"].rows) == 24
+    # fp8 KV: the K/V rows are read at 1 byte, the queries at 2
+    row = fams["attn_decode_fp8kv"].rows[0]
+    b, c, h, kvh = (row["shape"][x] for x in ("b", "c", "h", "kvh"))
+    assert row["bytes"] == 2 * 2 * b * h * 128 + 1 * 2 * b * (c + 1) * kvh * 128
     assert fams["attn_prefill"].kernel_source == "vllm_flash_attn_fa3"
     assert (fams["gemm"].framework, fams["gemm"].version) == ("vLLM", "0.24.0")
     assert fams["conv1d"].framework == "TensorRT-LLM"
@@ -70,6 +80,7 @@ def test_fits_recover_the_generating_parameters(imported: Profile) -> None:
     spec.loader.exec_module(tables)
     TRUE = tables.TRUE
     peaks = imported.peaks
+    assert peaks["fp8_flops"] == get_gpu("h100").fp8_flops  # the precision fits' peak
     for kernel in TRUE:
         fit = imported.kernels[kernel]
         assert fit.provenance["source"] == "measured"
@@ -81,6 +92,45 @@ def test_fits_recover_the_generating_parameters(imported: Profile) -> None:
                 want = lat.predict(kernel, TRUE[kernel], peaks, f, b, ex)
                 got = lat.predict(kernel, fit.params, peaks, f, b, ex)
                 assert got == pytest.approx(want, rel=0.06)
+
+
+def test_the_fp8_fits_price_an_fp8_model_faster_than_bf16(imported: Profile) -> None:
+    from twin.precision import with_precision
+
+    llama = get_model("llama-3-8b")
+    fp8 = with_precision(llama, "fp8", "fp8")
+    assert imported.precisions() == ["bf16", "fp8"]
+    bf16_cm, fp8_cm = CostModel(llama, imported), CostModel(fp8, imported)
+    # A large GEMM: the fp8 fit (FP8 peak, 1-byte weights) beats the bf16 one.
+    assert fp8_cm._proj(4096, 4096, 14336) < 0.75 * bf16_cm._proj(4096, 4096, 14336)
+    assert fp8_cm._gemm(4096, 4096, 14336) == bf16_cm._gemm(4096, 4096, 14336)  # LM head
+    assert fp8_cm.prefill(8192) < bf16_cm.prefill(8192)
+    assert fp8_cm.decode([4096] * 64) < bf16_cm.decode([4096] * 64)  # half the KV read
+    label = fp8_cm.provenance
+    assert label.startswith("GEMM: measured fp8 (vLLM 0.24.0 CutlassFP8ScaledMMLinearKernel")
+    assert "LM head: measured (vLLM 0.24.0 torch.nn.functional.linear" in label
+    assert "attention: measured fp8 KV (vLLM 0.24.0 vllm_flash_attn_fa3, H100 SXM5)" in label
+    # bf16 runs keep the profile's own label, which never names a precision fit
+    assert bf16_cm.provenance == imported.provenance_label and "fp8" not in bf16_cm.provenance
+    with pytest.raises(TwinError, match=r"no fp8-block GEMM fit; it prices bf16, fp8$"):
+        CostModel(with_precision(llama, "fp8-block", None), imported)
+
+
+def test_keep_fits_keeps_every_family_it_has_and_adds_the_rest(imported: Profile) -> None:
+    bf16_only = Profile.from_dict(imported.to_dict())
+    for key in ("gemm_fp8", "attn_prefill_fp8kv", "attn_decode_fp8kv"):
+        del bf16_only.kernels[key]
+    bf16_only.kernels["gemm"].params["t0_s"] *= 1.5  # a fit the import would not reproduce
+    again = import_profile("h100", "vllm", root=DATA, keep=bf16_only).profile
+    assert again.kernels["gemm"].to_dict() == bf16_only.kernels["gemm"].to_dict()
+    assert again.kernels["gemm_fp8"].to_dict() == imported.kernels["gemm_fp8"].to_dict()
+    assert again.provenance["added"]["families"] == [
+        "gemm_fp8",
+        "attn_prefill_fp8kv",
+        "attn_decode_fp8kv",
+    ]
+    with pytest.raises(TwinError, match="--keep-fits: a profile of h100"):
+        import_profile("h100", "sglang", root=DATA, keep=bf16_only)
 
 
 def test_impossible_rows_are_flagged_excluded_and_counted(imported: Profile) -> None:

@@ -30,12 +30,15 @@ REASONS = {
     "tiny_h100_vllm_agg_64x8_c2_pp2": sil.REASON_PP,
     "tiny_h100_sglang_agg_64x8_c2_dp2": sil.REASON_ATTN_DP,
     "tiny_h100_sglang_agg_64x8_c2_ep4": sil.REASON_EP,
-    "tiny_h100_vllm_agg_64x8_c2_fp8": "precision fp8 not priced",
+    "tiny_h100_vllm_agg_64x8_c2_int4": "precision int4_wo not priced",
+    "tiny_h100_trtllm_agg_64x8_c2_nvfp4": (
+        "precision nvfp4 not priced by profile h100-trtllm (it prices bf16, fp8, fp8-block; "
+        "H100 SXM5 has no FP4 tensor cores)"
+    ),
     "tiny_h100_vllm_agg_64x8_noc": sil.REASON_NO_CONCURRENCY,
     "tiny_a100pcie_vllm_agg_64x8_c2": "no twin profile for system a100_pcie",
     "tiny_h100_vllm_agg_64x8_c2_nocfg": "no cached model config (<org>--<name>_config.json)",
     "tiny_h100_sglang_agg_64x8_c2_mla": "model_type deepseek_v3 not supported by twin.hf_config",
-    "tiny_h100_vllm_agg_64x8_c2_quantckpt": "precision of the fp8 checkpoint not priced",
     "tiny_h100_trtllm_agg_64x8_c2_tp16": (
         "tp_size 16: no measured all-reduce at 16 GPUs in the h100 profile"
     ),
@@ -47,6 +50,20 @@ EXPRESSED = {
     "tiny_h100_vllm_agg_64x8_c2_tp1": ("h100", "vllm", 1, 2, "tiny/Tiny-Llama"),
     "tiny_h200_sglang_agg_64x8_c3_tp2": ("h200", "sglang", 2, 3, "tiny/Tiny-Llama"),
     "tiny_b200_trtllm_agg_128x16_c4_tp1": ("b200", "trtllm", 1, 4, "tiny/Tiny-Llama"),
+    "tiny_h100_vllm_agg_64x8_c2_fp8": ("h100", "vllm", 1, 2, "tiny/Tiny-Llama"),
+    "tiny_h100_vllm_agg_64x8_c2_quantckpt": ("h100", "vllm", 1, 2, "tiny/Tiny-Llama-FP8"),
+    "tiny_b200_trtllm_agg_64x8_c2_nvfp4": ("b200", "trtllm", 1, 2, "tiny/Tiny-Llama"),
+    "tiny_b200_vllm_agg_64x8_c2_suffix": ("b200", "vllm", 1, 2, "tiny/Tiny-Llama"),
+}
+# What each expressed row is priced at (twin.precision), and where that was read.
+PRICED = {
+    "tiny_h100_vllm_agg_64x8_c2_tp1": ("bf16, bf16 KV", "checkpoint torch_dtype bfloat16"),
+    "tiny_h200_sglang_agg_64x8_c3_tp2": ("bf16, bf16 KV", "precision column bf16"),
+    "tiny_b200_trtllm_agg_128x16_c4_tp1": ("bf16, bf16 KV", "checkpoint torch_dtype"),
+    "tiny_h100_vllm_agg_64x8_c2_fp8": ("fp8, fp8 KV", "gemm_quant_mode fp8"),
+    "tiny_h100_vllm_agg_64x8_c2_quantckpt": ("fp8, fp8 KV", "the checkpoint's quantisation"),
+    "tiny_b200_trtllm_agg_64x8_c2_nvfp4": ("nvfp4, fp8 KV", "gemm_quant_mode nvfp4"),
+    "tiny_b200_vllm_agg_64x8_c2_suffix": ("nvfp4, fp8 KV", "the name's -NVFP4 suffix"),
 }
 
 
@@ -57,7 +74,7 @@ def _rows() -> dict[str, sil.SiliconRow]:
 # ------------------------------------------------------------------ parsing
 def test_reads_the_package_format() -> None:
     rows = _rows()
-    assert len(rows) == len(REASONS) + len(EXPRESSED) == 16
+    assert len(rows) == len(REASONS) + len(EXPRESSED) == 20
     r = rows["tiny_h200_sglang_agg_64x8_c3_tp2"]
     assert (r.backend, r.model_path, r.system, r.precision, r.mode) == (
         "sglang",
@@ -152,13 +169,43 @@ def test_every_reason_and_every_expressed_row() -> None:
         assert plan.warmup == sil.WARMUP_ROUNDS * c
         assert plan.requests == (sil.WARMUP_ROUNDS + sil.MEASURED_ROUNDS) * c
         assert plan.model.name == model_id and plan.model.n_attention_layers == 4
-        assert plan.precision.startswith("bf16")
+        label, why = PRICED[row_id]
+        assert plan.priced == label and why in plan.precision, (row_id, plan.precision)
+        weights, kv = label.split(", ")
+        assert (plan.model.precision, f"{plan.model.kv_dtype} KV") == (weights, kv)
     unspecified = sil.plan_row(rows["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
     assert isinstance(unspecified, sil.RowPlan)
     assert "checkpoint torch_dtype bfloat16" in unspecified.precision
     plans, reasons = sil.plan_rows(rows.values(), CONFIGS)
     assert {p.row.id for p in plans} == set(EXPRESSED)
     assert reasons == Counter(REASONS.values())
+
+
+def test_a_rows_precision_becomes_the_models() -> None:
+    """The fp8 row's model holds half the weight bytes (1 byte per linear weight; the
+    embeddings, LM head and norms stay bf16) and half the KV bytes per token of the
+    bf16 row's; the aiconfigurator pairing puts fp8 weights with an fp8 KV cache."""
+    rows = _rows()
+    bf16 = sil.plan_row(rows["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
+    fp8 = sil.plan_row(rows["tiny_h100_vllm_agg_64x8_c2_fp8"], CONFIGS)
+    assert isinstance(bf16, sil.RowPlan) and isinstance(fp8, sil.RowPlan)
+    linear, _, other = bf16.model.param_parts
+    assert bf16.model.weight_bytes == 2 * (linear + other)
+    assert fp8.model.weight_bytes == linear + 2 * other
+    assert fp8.model.kv_bytes_per_token * 2 == bf16.model.kv_bytes_per_token
+    assert "KV: aiconfigurator's pairing" in fp8.precision
+
+
+def test_checkpoint_quantisation_and_kv_are_read() -> None:
+    hf = {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}
+    assert sil._checkpoint_quant({}, hf) == "nvfp4"
+    assert sil._checkpoint_kv({}, hf) == "fp8"
+    block = {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    assert sil._checkpoint_quant(block, None) == "fp8-block"
+    assert sil._checkpoint_kv(block, None) is None  # not said: the pairing decides
+    gptq = {"quantization_config": {"quant_method": "gptq"}}
+    assert sil._checkpoint_quant(gptq, None) == "precision of the gptq checkpoint not priced"
+    assert sil._checkpoint_quant({"torch_dtype": "bfloat16"}, None) == ""
 
 
 def test_model_config_candidates() -> None:
@@ -169,6 +216,18 @@ def test_model_config_candidates() -> None:
         "meta-llama/Meta-Llama-3.1-8B",
     ]
     assert sil.config_candidates("Qwen/Qwen3-32B") == ["Qwen/Qwen3-32B"]
+    # A quantised repository: its own name, then the base model's.
+    assert sil.config_candidates("nvidia/Llama-3.1-8B-Instruct-FP8")[:2] == [
+        "nvidia/Llama-3.1-8B-Instruct-FP8",
+        "nvidia/Llama-3.1-8B-Instruct",
+    ]
+    assert sil.config_candidates("Qwen/Qwen3-32B-FP8-Static-PerTensor")[1] == "Qwen/Qwen3-32B"
+    # ... found under another organisation when its own has none cached
+    assert sil.find_config(CONFIGS, "other/Tiny-Llama-NVFP4") == (
+        "tiny/Tiny-Llama",
+        CONFIGS / "tiny--Tiny-Llama_config.json",
+    )
+    assert sil.find_config(CONFIGS, "other/Nothing") is None
     assert sil.config_file(Path("c"), "Qwen/Qwen3-32B") == Path("c/Qwen--Qwen3-32B_config.json")
 
 
@@ -259,6 +318,7 @@ def test_summary_per_split_backend_and_group() -> None:
     assert aic["n"] == 2 and aic["ttft_mape"] == pytest.approx(25.0)
     assert fit["overall"]["twin_on_aiconfigurator_rows"]["ttft_mape"] == pytest.approx(30.0)
     assert fit["by_backend"]["vllm"]["twin"]["n"] == 2
+    assert fit["by_precision"]["vllm | bf16, bf16 KV"]["twin"]["n"] == 2
     assert fit["by_group"]["M|h100_sxm|sglang|unspecified"]["twin"]["tpot_mape"] == 0.0
     held = s["splits"][sil.HELD_OUT]["overall"]
     assert held["twin"]["n"] == 1 and "aiconfigurator" not in held
@@ -287,7 +347,7 @@ def test_one_tiny_row_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert again["twin_ttft_ms"] == result["twin_ttft_ms"]
     assert again["twin_tpot_ms"] == result["twin_tpot_ms"]
 
-    summary = sil.summarize([result], Counter({"precision fp8 not priced": 1}), rows_read=2)
+    summary = sil.summarize([result], Counter({"precision int4_wo not priced": 1}), rows_read=2)
     table, js = sil.write_outputs(tmp_path / "out", [result], summary)
     with table.open(newline="") as f:
         written = list(csv.DictReader(f))
@@ -296,7 +356,7 @@ def test_one_tiny_row_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert written[0]["aic_ttft_ms"] == ""
     data = json.loads(js.read_text())
     assert data["splits"]["fit"]["overall"]["twin"]["n"] == 1
-    assert data["not_expressed"] == {"precision fp8 not priced": 1}
+    assert data["not_expressed"] == {"precision int4_wo not priced": 1}
 
 
 def test_the_warm_up_requests_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -404,7 +464,11 @@ def test_bench_runs_without_aiconfigurator(
     data = json.loads(results.read_text())
     assert data["aiconfigurator"] == sil.AIC_NOT_INSTALLED
     rows = data["summary"]["rows"]
-    assert (rows["read"], rows["expressed"], rows["left_out_by_limit"]) == (16, 1, 2)
+    assert (rows["read"], rows["expressed"], rows["left_out_by_limit"]) == (
+        20,
+        1,
+        len(EXPRESSED) - 1,
+    )
     assert rows["not_expressed"] == len(REASONS)
     assert (tmp_path / "out" / "predictions.csv").is_file()
     nothing = ["--models", "nothing", "--out", str(tmp_path / "o2"), "--results", str(results)]

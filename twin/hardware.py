@@ -40,6 +40,12 @@ class GpuSpec:
     host_bw: float  # host link bandwidth per direction, bytes/s
     nvlink_bw: float | None  # NVLink total of both directions, bytes/s; None: no NVLink
     fp32_flops: float | None = None  # FP32 non-tensor FLOP/s where the sheet gives it
+    # Dense FP8 and FP4 tensor-core FLOP/s (None: no such tensor cores). Every value is
+    # aiconfigurator-core 0.12.0's ``systems/<gpu>.yaml`` ``fp8_tc_flops`` /
+    # ``fp4_tc_flops`` (NVIDIA's datasheets, dense = half the sparse rate): the FP8 and
+    # FP4 GEMM fits of the kernel tables run against them (twin.precision).
+    fp8_flops: float | None = None
+    fp4_flops: float | None = None
     host_link: str = ""  # the host link as named in the datasheet
     source: str = "NVIDIA datasheet via shared/reference/gpu_datasheets.md"
 
@@ -47,6 +53,12 @@ class GpuSpec:
     def interconnect_bw(self) -> float:
         """Bytes/s per direction between two GPUs: NVLink if present, else the host link."""
         return self.nvlink_bw / 2 if self.nvlink_bw else self.host_bw
+
+    def low_precision_peaks(self) -> dict[str, float]:
+        """``fp8_flops`` / ``fp4_flops`` where the GPU has such tensor cores (the peaks a
+        profile with quantised GEMM fits adds)."""
+        out = {"fp8_flops": self.fp8_flops, "fp4_flops": self.fp4_flops}
+        return {k: v for k, v in out.items() if v}
 
     def peaks(self) -> dict[str, float]:
         """The peaks a profile stores and the cost model reads (see twin.costmodel.formulas)."""
@@ -112,6 +124,7 @@ GPUS: dict[str, GpuSpec] = {
             _PCIE5,
             900 * GB,
             fp32_flops=67 * TB,
+            fp8_flops=1978 * TB,
             host_link="PCIe Gen5 x16",
         ),
         GpuSpec(
@@ -122,9 +135,20 @@ GPUS: dict[str, GpuSpec] = {
             4800 * GB,
             _PCIE5,
             900 * GB,
+            fp8_flops=1978 * TB,
             host_link="PCIe Gen5 x16",
         ),
-        GpuSpec("l4", "L4", 121 * TB, 24 * GB, 300 * GB, _PCIE4, None, host_link="PCIe Gen4 x16"),
+        GpuSpec(
+            "l4",
+            "L4",
+            121 * TB,
+            24 * GB,
+            300 * GB,
+            _PCIE4,
+            None,
+            fp8_flops=242 * TB,
+            host_link="PCIe Gen4 x16",
+        ),
         # HGX B200: 180 GB HBM3e at 8 TB/s per GPU (the yaml's 7.7 TB/s is a derating).
         GpuSpec(
             "b200",
@@ -134,6 +158,8 @@ GPUS: dict[str, GpuSpec] = {
             8000 * GB,
             _PCIE5,
             _NVLINK5,
+            fp8_flops=4500 * TB,
+            fp4_flops=9000 * TB,
             host_link="PCIe Gen5 x16",
             source=_AIC.format("b200_sxm"),
         ),
@@ -145,6 +171,8 @@ GPUS: dict[str, GpuSpec] = {
             8000 * GB,
             _PCIE6,
             _NVLINK5,
+            fp8_flops=4500 * TB,
+            fp4_flops=14000 * TB,
             host_link="PCIe Gen6 x16",
             source=_AIC.format("b300_sxm"),
         ),
@@ -157,6 +185,8 @@ GPUS: dict[str, GpuSpec] = {
             8000 * GB,
             _C2C,
             _NVLINK5,
+            fp8_flops=5000 * TB,
+            fp4_flops=10000 * TB,
             host_link="NVLink-C2C",
             source=_AIC.format("gb200"),
         ),
@@ -168,6 +198,8 @@ GPUS: dict[str, GpuSpec] = {
             8000 * GB,
             _C2C,
             _NVLINK5,
+            fp8_flops=5000 * TB,
+            fp4_flops=15000 * TB,
             host_link="NVLink-C2C",
             source=_AIC.format("gb300"),
         ),
@@ -180,6 +212,7 @@ GPUS: dict[str, GpuSpec] = {
             _PCIE4,
             None,
             fp32_flops=91.6 * TB,
+            fp8_flops=733 * TB,
             host_link="PCIe Gen4 x16",
             source=_AIC.format("l40s"),
         ),
@@ -193,6 +226,8 @@ GPUS: dict[str, GpuSpec] = {
             1597 * GB,
             _PCIE5,
             None,
+            fp8_flops=935.6 * TB,
+            fp4_flops=1871.2 * TB,
             host_link="PCIe Gen5 x16",
             source=_AIC.format("rtx_pro_6000_server"),
         ),

@@ -79,8 +79,15 @@ def gdn_conv_channels(m: ModelSpec) -> int:
 def kv_bytes_per_token(m: ModelSpec, kind: str) -> int:
     """K and V of one token in one layer of ``kind`` (0 for recurrent kinds)."""
     if kind in KV_KINDS:
-        return 2 * m.n_kv_heads * m.head_dim * m.dtype_bytes
+        return 2 * m.n_kv_heads * m.head_dim * kv_elem_bytes(m)
     return 0
+
+
+def kv_elem_bytes(m: ModelSpec) -> int:
+    """Bytes of one K or V element: ``dtype_bytes``, or 1 in an fp8 cache (``twin.precision``)."""
+    from twin.precision import kv_elem_bytes as of
+
+    return of(m)
 
 
 def state_bytes(m: ModelSpec, kind: str) -> int:
@@ -141,6 +148,27 @@ def params(m: ModelSpec, kind: str) -> int:
             + vw * d  # out_proj
             + d  # pre-norm
         )
+    raise ValueError(kind)
+
+
+def linear_params(m: ModelSpec, kind: str) -> int:
+    """The part of :func:`params` in projections the cost model prices as GEMMs (those a
+    ``--precision`` quantises: vLLM builds them as ``LinearBase`` layers with the model's
+    quant config; the conv, norms and the recurrent mixers' A, D, dt biases stay as
+    they are, e.g. ``conv1d`` with ``quant_config=None`` in ``mamba_mixer2.py``)."""
+    d = m.d_model
+    if kind in KV_KINDS:
+        q, kv = m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
+        return d * (q_proj_width(m) + 2 * kv) + q * d  # QKV (and gate), O
+    if kind == "mamba2":
+        h, n_g = m.n_ssm_heads, m.ssm_groups * m.ssm_d_state
+        return d * (2 * m.d_inner + 2 * n_g + h) + m.d_inner * d  # in_proj, out_proj
+    if kind == "mamba1":
+        di, r, n = m.d_inner, mamba1_dt_rank(m), m.ssm_d_state
+        return d * 2 * di + di * (r + 2 * n) + r * di + di * d  # in, x, dt (weight), out
+    if kind == "gdn":
+        kw, vw, hv = gdn_key_width(m), gdn_value_width(m), m.gdn_v_heads
+        return d * (2 * kw + 2 * vw + 2 * hv) + vw * d  # in_proj, out_proj
     raise ValueError(kind)
 
 

@@ -71,7 +71,7 @@ class ModelSpec:
     ssm_conv_kernel: int = 4  # causal conv width
     ssm_chunk_size: int = 256  # SSD chunk length Q
     vocab_size: int  # embedding rows
-    dtype_bytes: int = 2  # weights, activations and KV (fp16/bf16)
+    dtype_bytes: int = 2  # unquantised weights, activations and KV (fp16/bf16)
     state_dtype_bytes: int = 2  # SSM recurrent state
     sliding_window: int | None = None  # attention window in tokens; None = full causal
     tie_embeddings: bool = False  # LM head shares the embedding matrix
@@ -90,6 +90,11 @@ class ModelSpec:
     gdn_conv_kernel: int = 4  # causal conv width over q, k, v
     gdn_chunk_size: int = 64  # chunk length of the chunked delta rule (FLA default)
     moe_shared_d_ff: int = 0  # shared-expert intermediate size (0: none), every MoE layer
+    # Precision (twin.precision): the linear layers' weights and activations, the experts'
+    # (None: as the linear layers) and the KV cache. bf16 is ``dtype_bytes`` unquantised.
+    precision: str = "bf16"
+    moe_precision: str | None = None
+    kv_dtype: str = "bf16"
     source: str = ""  # citation of the config / model card / paper
 
     # ------------------------------------------------------------------ checks
@@ -221,28 +226,49 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of all parameters at ``dtype_bytes`` each."""
-        return self.n_params * self.dtype_bytes
+        """Bytes of all parameters: the linear layers' at ``precision``, the experts' at
+        theirs, the rest at ``dtype_bytes`` (``twin.precision.weight_bytes``)."""
+        from twin import precision as px
+
+        return px.weight_bytes(self, *self.param_parts)
 
     @property
     def n_params(self) -> int:
         """Parameter count (all experts included)."""
+        return sum(self.param_parts)
+
+    @property
+    def param_parts(self) -> tuple[int, int, int]:
+        """Parameters as (dense linear layers, MoE experts, everything else).
+
+        The linear layers are the projections the cost model prices as GEMMs (attention
+        QKV/O, the recurrent mixers' projections, MLP matrices); the experts are every
+        routed and shared expert matrix; the rest (embeddings, LM head, norms, convs,
+        the recurrent mixers' small parameters, the MoE router) stay unquantised
+        (``twin.precision``).
+        """
         d = self.d_model
         mats = 3 if self.mlp_gated else 2
-        mlp = mats * d * self.mlp_d_ff + d
-        moe = self.moe_n_experts * mats * d * self.moe_d_ff + d * self.moe_n_experts + d
-        moe += mats * d * self.moe_shared_d_ff
+        mlp_linear = mats * d * self.mlp_d_ff
+        moe_linear = self.moe_n_experts * mats * d * self.moe_d_ff
+        moe_linear += mats * d * self.moe_shared_d_ff
         n_mlp = self.n_mlp_layers
-        mixers = 0
+        linear = other = 0
         for kind, n in self.mixer_counts.items():
             if kind in mx.KV_KINDS and self.shared_block_copies is not None:
                 # Zamba2: the attention+MLP blocks are shared; only this many copies exist.
                 n = min(n, self.shared_block_copies)
-            mixers += n * mx.params(self, kind)
+            lin = mx.linear_params(self, kind)
+            linear += n * lin
+            other += n * (mx.params(self, kind) - lin)
         if self.shared_block_copies is not None:
             n_mlp = min(n_mlp, self.shared_block_copies)
+        linear += n_mlp * mlp_linear
+        other += n_mlp * d  # the MLP's pre-norm
+        other += self.n_moe_layers * (d * self.moe_n_experts + d)  # router + pre-norm
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
-        return mixers + n_mlp * mlp + self.n_moe_layers * moe + embed + d  # + final norm
+        other += embed + d  # + final norm
+        return linear, self.n_moe_layers * moe_linear, other
 
     # ------------------------------------------------------------------ FLOPs
     def attended_keys(self, n_new: int, n_cached: int = 0) -> int:

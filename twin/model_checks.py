@@ -35,6 +35,8 @@ def check_fields(spec: ModelSpec) -> None:
             need(isinstance(value, bool), fld.name, "must be true or false")
         elif fld.name in ("name", "source", "ssm_expand", "layers"):
             continue
+        elif fld.name in ("precision", "moe_precision", "kv_dtype"):
+            continue  # checked below, against twin.precision
         elif value is not None:
             need(
                 isinstance(value, int) and not isinstance(value, bool),
@@ -43,6 +45,7 @@ def check_fields(spec: ModelSpec) -> None:
             )
             need(value >= 0, fld.name, "must not be negative")
     need(isinstance(spec.source, str), "source", "must be a string")
+    _check_precision(spec)
     for f in ("d_model", "vocab_size", "dtype_bytes", "state_dtype_bytes"):
         need(getattr(spec, f) > 0, f, "must be positive")
     need(
@@ -118,3 +121,22 @@ def check_fields(spec: ModelSpec) -> None:
             "ssm_head_dim",
             f"must divide the state channels ({spec.state_channels})",
         )
+
+
+def _check_precision(spec: ModelSpec) -> None:
+    """``precision``, ``moe_precision`` and ``kv_dtype`` name formats ``twin.precision`` knows."""
+    from twin.precision import KV_DTYPES, WEIGHT_PRECISIONS
+
+    for field, valid, optional in (
+        ("precision", WEIGHT_PRECISIONS, False),
+        ("moe_precision", WEIGHT_PRECISIONS, True),
+        ("kv_dtype", KV_DTYPES, False),
+    ):
+        value = getattr(spec, field)
+        if value is None and optional:
+            continue
+        if value not in valid:
+            raise TwinError(
+                f"model {spec.name!r}: field {field!r} must be one of {', '.join(valid)} "
+                f"(got {value!r})"
+            )

@@ -100,6 +100,13 @@ def calibrate(
         "--engine",
         help=f"With --from: whose kernels, one of {', '.join(KERNEL_SOURCES)}.",
     ),
+    keep_fits: Path | None = typer.Option(
+        None,
+        "--keep-fits",
+        help="With --from: keep every family this profile of the same GPU and engine "
+        "already fits, byte for byte, and fit only the ones it lacks (e.g. the precision "
+        "families; --out may be the same file).",
+    ),
     merge: list[Path] | None = typer.Option(
         None,
         "--merge",
@@ -163,6 +170,9 @@ def calibrate(
 
       twin calibrate --from aiconfigurator --gpu h100 --out /tmp/h100.json
 
+      twin calibrate --from aiconfigurator --gpu h100 --engine sglang \\
+        --keep-fits /tmp/h100-sglang.json --out /tmp/h100-sglang-kept.json
+
       twin calibrate --merge /tmp/h100.json --merge /tmp/h100-sglang.json --out /tmp/m.json
 
       twin calibrate --gpu h100
@@ -179,8 +189,10 @@ def calibrate(
         raise TwinError("--gpu is required (or --merge A.json --merge B.json --out P.json)")
     gpu = gpu.lower()
     if source is not None:
-        _from_tables(source, gpu, engine, out, seed, as_json)
+        _from_tables(source, gpu, engine, out, seed, as_json, keep_fits)
         return
+    if keep_fits is not None:
+        raise TwinError("--keep-fits: only with --from aiconfigurator")
     if gpu not in CHOICES:
         raise TwinError(f"--gpu {gpu!r}: expected one of {', '.join(CHOICES)}")
     if transfer_from is not None:
@@ -209,7 +221,13 @@ def calibrate(
 
 
 def _from_tables(
-    source: str, gpu: str, engine: str, out: Path | None, seed: int, as_json: bool
+    source: str,
+    gpu: str,
+    engine: str,
+    out: Path | None,
+    seed: int,
+    as_json: bool,
+    keep_fits: Path | None = None,
 ) -> None:
     """``--from aiconfigurator``: fit the GPU's profile to NVIDIA's tables for ``engine``."""
     if source.lower() != "aiconfigurator":
@@ -223,7 +241,8 @@ def _from_tables(
             label = f"fitting {gpu} ({kernels.display} kernels)"
             return stack.enter_context(progress_bar(label, total))
 
-        result = import_profile(gpu, kernels.name, seed=seed, progress=progress)
+        keep = Profile.load(keep_fits) if keep_fits is not None else None
+        result = import_profile(gpu, kernels.name, seed=seed, progress=progress, keep=keep)
     target = out if out is not None else profile_path(f"{gpu}-{kernels.name}")
     result.profile.save(target)
     _report(CalibrationResult(result.profile, target, None), as_json)

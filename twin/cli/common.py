@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from twin.errors import TwinError
+from twin.model import ModelSpec
 
 # Tables and bars go to stderr-free stdout; progress goes to stderr so that
 # ``--json`` output stays pipeable.
@@ -234,6 +235,32 @@ CacheGbOption = Annotated[
 def engine_sets(pairs: list[str]) -> dict[str, str]:
     """``--set NAME=VALUE`` values as a dict (the engine mode checks the names)."""
     return parse_pairs(pairs, "--set", "max_num_seqs=128")
+
+
+PrecisionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--precision",
+        help="Weights and activations of the linear layers: bf16 (default), fp8, fp8-block, "
+        "nvfp4 or mxfp4 (MoE experts follow it; twin.precision). Changes the weight bytes "
+        "and the GEMM fits; a profile without that precision's fit refuses it.",
+    ),
+]
+KvDtypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-dtype",
+        help="The KV cache: bf16 (default) or fp8 (half the bytes per token, the profile's "
+        "fp8-KV attention fits where it has them). Recurrent states keep their width.",
+    ),
+]
+
+
+def with_precision(spec: ModelSpec, precision: str | None, kv_dtype: str | None) -> ModelSpec:
+    """``spec`` at ``--precision`` / ``--kv-dtype`` (each checked: one line naming the flag)."""
+    from twin.precision import with_precision as apply
+
+    return apply(spec, precision, kv_dtype)
 
 
 ProfileOption = Annotated[

@@ -8,7 +8,16 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from twin.cli.common import EngineOption, ModelSetOption, console, print_json
+from twin import precision as px
+from twin.cli.common import (
+    EngineOption,
+    KvDtypeOption,
+    ModelSetOption,
+    PrecisionOption,
+    console,
+    print_json,
+    with_precision,
+)
 from twin.costmodel import KINDS, CostModel, StepCost
 from twin.costmodel.breakdown import LABEL, MIXER_LABELS
 from twin.costmodel.profile_store import available_profiles, resolve_profile, shipped_name
@@ -80,6 +89,8 @@ def cost(
         help="Preset model (see `twin models list`) or a Hugging Face config.json.",
     ),
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
+    precision: PrecisionOption = None,
+    kv_dtype: KvDtypeOption = None,
     gpu: str | None = typer.Option(
         None,
         "--gpu",
@@ -128,14 +139,18 @@ def cost(
       twin cost -m marconi-hybrid-7b -g h100 --model-set n_ssm_layers=32
 
       twin cost -m qwen3.5-9b -g h100 --lengths 4096,32768
+
+      twin cost -m llama-3-8b -g h200 --precision fp8 --kv-dtype fp8
+
+      twin cost -m llama-3-8b -g b200 --engine trtllm --precision nvfp4 --kv-dtype fp8
     """
     if (gpu is None) == (profile is None):
         raise TwinError(
             "give either --gpu NAME or --profile PATH (exactly one); shipped: "
             f"{', '.join(available_profiles())}"
         )
+    spec = with_precision(resolve_model(model, model_set), precision, kv_dtype)
     prof = resolve_profile(gpu, profile, engine)
-    spec = resolve_model(model, model_set)
     cm = CostModel(spec, prof, tp=tp)
     data = predictions(
         cm, _ints(lengths, "--lengths"), cached_frac, _ints(batches, "--batches"), context
@@ -146,16 +161,20 @@ def cost(
         "device": prof.device,
         "tp": tp,
         "source": prof.source,
+        **px.info(spec),
         "provenance_label": cm.provenance,
         "provenance_by_kernel": {k: family_label(prof, f) for k, f in prof.kernels.items()},
+        **({"kernels_priced": dict(cm.priced.keys)} if cm.priced.keys else {}),
         **({"datasheet_fallback_kernels": cm.fallback_kernels} if cm.fallback_kernels else {}),
         "profile": str(profile or available_profiles()[shipped_name(gpu or "h100", engine)]),
     }
     if as_json:
         print_json({**header, **data})
         return
+    at = "" if px.is_default(spec) else f", {px.describe(spec)}"
     console.print(
-        f"[bold]{spec.name}[/] on [bold]{prof.gpu}[/] ({prof.device}), tp={tp}: {cm.provenance}",
+        f"[bold]{spec.name}[/] on [bold]{prof.gpu}[/] ({prof.device}), tp={tp}{at}: "
+        f"{cm.provenance}",
         highlight=False,
     )
     if cm.fallback_kernels:

@@ -8,7 +8,16 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from twin.cli.common import ModelSetOption, console, format_bytes, print_json
+from twin import precision as px
+from twin.cli.common import (
+    KvDtypeOption,
+    ModelSetOption,
+    PrecisionOption,
+    console,
+    format_bytes,
+    print_json,
+    with_precision,
+)
 from twin.errors import TwinError
 from twin.model import FLOP_KINDS, ModelSpec
 from twin.presets import PRESETS, override_model, resolve_model
@@ -84,6 +93,8 @@ def show_cmd(
         None, "--config", help="A Hugging Face config.json to read instead of a preset."
     ),
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
+    precision: PrecisionOption = None,
+    kv_dtype: KvDtypeOption = None,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Show one model: layer mix, cache and weight bytes, prefill FLOPs per token.
@@ -101,6 +112,8 @@ def show_cmd(
       twin models show path/to/config.json
 
       twin models show marconi-hybrid-7b --model-set ssm_d_state=16 --model-set n_ssm_layers=32
+
+      twin models show llama-3-8b --precision fp8 --kv-dtype fp8
     """
     if (name is None) == (config is None):
         raise TwinError("give either a preset NAME or --config PATH (exactly one)")
@@ -109,12 +122,15 @@ def show_cmd(
         if config is not None
         else resolve_model(str(name), model_set)
     )
+    m = with_precision(m, precision, kv_dtype)
     flops = _flops_per_token(m)
     if as_json:
         print_json({"model": m.to_dict(), "prefill_flops_per_token": flops})
         return
     console.print(f"[bold]{m.name}[/] ({m.kind})  source: {m.source or '-'}", highlight=False)
     console.print(f"layers: {m.pattern}", highlight=False, markup=False)
+    if not px.is_default(m):
+        console.print(f"precision: {px.describe(m)}", highlight=False, markup=False)
 
     mix = Table(title="Layer mix", show_header=True)
     for col in ("attention", "ssm", "mlp", "moe", "d_model", "vocab"):
@@ -170,7 +186,8 @@ def show_cmd(
         ckpt = m.ssm_checkpoint_bytes
         sizes.add_row("state bytes / checkpoint", f"{ckpt:,} ({format_bytes(ckpt)})")
     sizes.add_row("parameters", f"{m.n_params:,}")
-    sizes.add_row("weight bytes", f"{m.weight_bytes:,} ({format_bytes(m.weight_bytes)})")
+    label = "weight bytes" if px.is_default(m) else f"weight bytes ({m.precision})"
+    sizes.add_row(label, f"{m.weight_bytes:,} ({format_bytes(m.weight_bytes)})")
     console.print(sizes)
 
     ft = Table(title="Prefill GFLOP per token (from scratch)")

@@ -12,16 +12,20 @@ import typer
 from rich.table import Table
 
 from policies import POLICIES, get_policy
+from twin import precision as px
 from twin.atomic import atomic_path
 from twin.cli import checks
 from twin.cli.common import (
+    KvDtypeOption,
     ModelSetOption,
     PolicyOptionOption,
+    PrecisionOption,
     alpha_label,
     console,
     policy_options,
     print_json,
     progress_bar,
+    with_precision,
 )
 from twin.errors import TwinError
 from twin.hardware import GB
@@ -44,6 +48,8 @@ def replay(
         ..., "--model", "-m", help="Preset model name (see `twin models list`) or a config.json."
     ),
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
+    precision: PrecisionOption = None,
+    kv_dtype: KvDtypeOption = None,
     cache_gb: float = typer.Option(
         ..., "--cache-gb", min=0.0, help="Cache capacity in GB (1e9 bytes): KV + SSM states."
     ),
@@ -94,13 +100,15 @@ def replay(
 
       twin replay chat.parquet -m marconi-hybrid-7b --cache-gb 20 -p marconi,marconi-twin \\
         --policy-option alpha=0 --model-set n_ssm_layers=32 --requests hits.parquet
+
+      twin replay chat.parquet -m llama-3-8b --cache-gb 20 -p sglang+ --kv-dtype fp8
     """
     checks.number("--cache-gb", cache_gb, low=0)
     checks.number("--bootstrap-multiplier", bootstrap_multiplier, low=0, low_open=True)
     if requests_out is not None:
         checks.out_file("--requests", requests_out)
         checks.not_an_input("--requests", requests_out, workload)
-    spec = resolve_model(model, model_set)
+    spec = with_precision(resolve_model(model, model_set), precision, kv_dtype)
     names = _policies(policy)
     extra = policy_options(policy_option, names)
     options: dict[str, Any] = {
@@ -138,6 +146,7 @@ def replay(
             {
                 "workload": str(workload),
                 "model": spec.name,
+                **px.info(spec),
                 "capacity_bytes": capacity,
                 "cache_gb": cache_gb,
                 "requests": trace.num_requests,
@@ -147,7 +156,8 @@ def replay(
             }
         )
         return
-    _print_table(results, str(workload), spec.name, cache_gb)
+    at = "" if px.is_default(spec) else f" ({px.describe(spec)})"
+    _print_table(results, str(workload), spec.name + at, cache_gb)
 
 
 def _options_for(

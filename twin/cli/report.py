@@ -22,8 +22,10 @@ from twin.cli.common import (
     ExecutorOption,
     GpuOption,
     JobsOption,
+    KvDtypeOption,
     ModelOption,
     ModelSetOption,
+    PrecisionOption,
     ProfileOption,
     RayAddressOption,
     TpOption,
@@ -34,6 +36,7 @@ from twin.cli.common import (
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.errors import TwinError
 from twin.metrics import to_json
+from twin.precision import model_sets
 
 # Points in one report at most (issue 32: a typo like --seeds 1e9 must not allocate a grid
 # of a billion points); a 100,000-point sweep is already hours on a Ray cluster.
@@ -91,6 +94,18 @@ def _policy_list(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _check_precision(
+    model: str, sets: tuple[str, ...], gpu: str | None, profile: Path | None, engine: str | None
+) -> None:
+    """Refuse a --precision the sweep's profile has no fit for before any point runs."""
+    from twin.costmodel.precision_kernels import priced_precision
+    from twin.costmodel.profile_store import resolve_profile
+    from twin.presets import resolve_model
+
+    kernels = get_mode(engine).kernels if engine is not None else None
+    priced_precision(resolve_model(model, sets), resolve_profile(gpu, profile, kernels))
+
+
 def _replica_counts(text: str) -> list[int]:
     """``--replicas 1,2,4``: whole numbers >= 1, each once, in order."""
     counts = []
@@ -115,6 +130,8 @@ def capacity(
     workload: Path = typer.Argument(..., help="Workload parquet file."),
     model: ModelOption = "marconi-hybrid-7b",
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
+    precision: PrecisionOption = None,
+    kv_dtype: KvDtypeOption = None,
     gpu: GpuOption = None,
     engine: str | None = typer.Option(
         None,
@@ -224,6 +241,9 @@ def capacity(
       twin report capacity chat.parquet --model-set n_ssm_layers=32 --model-set ssm_d_state=16 \\
         --cache-gb 20,40 --out capacity-32ssm
 
+      twin report capacity chat.parquet -m llama-3-8b --gpu h200 --engine vllm \\
+        --precision fp8 --kv-dtype fp8 --session-rates 1,2 --out capacity-fp8
+
       twin report capacity chat.parquet --gpu a100-80gb --cache-gb auto \\
         --policies "vllm,sglang,sglang\\[mamba_scheduler_strategy=extra_buffer]" \\
         --session-rates 2,8 --out capacity-engines
@@ -259,12 +279,17 @@ def capacity(
     if any(c > checks.MAX_CACHE_GB for c in caches):
         raise TwinError(f"--cache-gb: each must be <= {checks.MAX_CACHE_GB:g} GB")
     total = len(grid(caches, names, rates, seeds, counts))
+    # The precision travels with the model (a sweep's points rebuild it from its name and
+    # --model-set entries): the points' model column and key say it.
+    sets = (*model_set, *model_sets(precision, kv_dtype))
+    if precision is not None or kv_dtype is not None:
+        _check_precision(model, sets, gpu, profile, engine)
     with progress_bar("points", total) as advance:
         found = capacity_report(
             workload,
             out,
             model=model,
-            model_set=tuple(model_set),
+            model_set=sets,
             gpu=gpu,
             engine=engine,
             profile=profile,

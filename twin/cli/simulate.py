@@ -15,9 +15,11 @@ from twin.cli.common import (
     CacheGbOption,
     EngineModeOption,
     GpuOption,
+    KvDtypeOption,
     ModelOption,
     ModelSetOption,
     PolicyOptionOption,
+    PrecisionOption,
     ProfileOption,
     ReplicasOption,
     SetOption,
@@ -29,6 +31,7 @@ from twin.cli.common import (
     format_ms,
     policy_options,
     progress_bar,
+    with_precision,
 )
 from twin.engine import ROUTERS, build_run
 from twin.engine.modes import get_mode
@@ -51,6 +54,8 @@ def simulate(
     ),
     model: ModelOption = "marconi-hybrid-7b",
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
+    precision: PrecisionOption = None,
+    kv_dtype: KvDtypeOption = None,
     gpu: GpuOption = None,
     engine: EngineModeOption = None,
     engine_set: SetOption = [],  # noqa: B006 (typer reads the default)
@@ -180,6 +185,9 @@ def simulate(
 
       twin simulate -m qwen3.5-9b --engine vllm --concurrency 8 --duration 120 --out sim-c8
 
+      twin simulate -m llama-3-8b --gpu h200 --engine vllm --precision fp8 --kv-dtype fp8 \
+        --concurrency 16 --out sim-fp8
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache.
     """
@@ -217,7 +225,7 @@ def simulate(
         explicit["policy_options"] = policy_options(policy_option, [policy or mode.policy])
     run = build_run(
         workload,
-        model=resolve_model(model, model_set),
+        model=with_precision(resolve_model(model, model_set), precision, kv_dtype),
         gpu=gpu,
         engine=engine,
         profile=profile,
@@ -251,6 +259,15 @@ def simulate(
     _print_table(summary, out)
 
 
+def _precision(s: dict[str, Any]) -> str:
+    """`` (fp8 weights, fp8 KV)`` when the run was priced at another precision than bf16."""
+    prof = s.get("profile") or {}
+    if "precision" not in prof:
+        return ""
+    experts = f", {prof['moe_precision']} experts" if prof.get("moe_precision") else ""
+    return f" ({prof['precision']} weights{experts}, {prof['kv_dtype']} KV)"
+
+
 def _alphas(s: dict[str, Any]) -> str:
     """Each replica's Marconi alpha and where it came from (tuned, fixed, 0 untuned)."""
     stats = [r.get("policy", {}) for r in s.get("replicas", [])]
@@ -269,7 +286,8 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
     title = (
         f"{s['workload']['path']}: {req['measured']:,} requests measured "
         f"({req['warmup_excluded']:,} in warm-up, {req['rejected']:,} rejected); "
-        f"{s['model']} x{cfg['replicas']} (tp {cfg['tp']}), engine {cfg.get('engine', 'paper')}, "
+        f"{s['model']}{_precision(s)} x{cfg['replicas']} (tp {cfg['tp']}), "
+        f"engine {cfg.get('engine', 'paper')}, "
         f"{cfg['policy']}, {memory}, {cfg['router']}"
     )
     table = Table(title=title, title_justify="left")

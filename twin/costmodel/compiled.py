@@ -165,7 +165,8 @@ HOST_ROW = 12  # (host seconds, 1.0 if a floor else 0.0 for added)
     GDN_TAPS,
     SWA_LAYERS,  # 0: no sliding-window attention
     WINDOW,  # ``_shape_args``' window (0: none)
-) = range(30)
+    KV_ELEM,  # bytes per K/V element attention reads (``CostModel.kv_elem_bytes``)
+) = range(31)
 _KINDS = {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
 
@@ -212,6 +213,7 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         m.gdn_conv_kernel,
         kinds.get("swa", 0),
         m.sliding_window or 0,
+        cm.kv_elem_bytes,
     ]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
         return None
@@ -224,9 +226,10 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         (CONV1D, "conv1d"),
         (SSM_STEP, "ssm_step"),
         (ELEMENTWISE, "elementwise"),
-        (GEMM, "gemm"),
+        (GEMM, "gemm"),  # the LM head's: bf16 at every precision
     ):
-        kc[row] = lat.kernel_constants(name, prof.kernels[name].params, prof.peaks)
+        key = cm.kernel_keys[name]  # the fit the model's precision takes
+        kc[row] = lat.kernel_constants(key, prof.kernels[key].params, prof.peaks)
     kc[CONV_UPDATE] = cm._conv_update_constants  # ``CostModel._conv_update``'s
     # Mamba-1's and GDN's kernels: the profile's fit, else the datasheet fallback.
     for row, name in (
@@ -247,8 +250,12 @@ def _attention_s(
 ) -> float:
     """``features.attn_prefill_sums`` priced by kernel ``row``."""
     e, heads, kv_heads, head_dim = mi[ELEM], mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
+    kv_e = mi[KV_ELEM]
     flops = 4.0 * heads * head_dim * keys
-    nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
+    if kv_e == e:
+        nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
+    else:
+        nbytes = e * 2.0 * queries * heads * head_dim + kv_e * 2.0 * kv_rows * kv_heads * head_dim
     return _kernel_s(kc[row], flops, nbytes, float(heads) * keys, float(kv_heads * seqs))
 
 

@@ -46,7 +46,7 @@ def decode_steps(
 
 
 def affine_in_keys(
-    batch: int, heads: tuple[int, int, int, int]
+    batch: int, heads: tuple[int, int, int, int, int]
 ) -> tuple[float, float, float, float, float]:
     """``(fn, b0, bn, xn, y)``: the attention decode features of ``batch`` sequences
     reading ``n`` keys in all are ``fn n`` FLOPs, ``b0 + bn n`` bytes, ``xn n`` score

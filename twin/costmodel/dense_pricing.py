@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from twin import precision as px
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
@@ -20,6 +21,8 @@ class DensePricing(ShardShapes):
     """The token-count-only kernels of a step (a part of ``CostModel``)."""
 
     _allreduce_fit: Callable[..., float] | None
+    _linear_q: tuple[Callable[..., float], float, float] | None
+    _expert_q: tuple[Callable[..., float], float, float] | None
     allreduce_latency_s: float
     allreduce_s_per_byte: float
 
@@ -45,8 +48,34 @@ class DensePricing(ShardShapes):
             return self._allreduce_fit(flops, ring_bytes)
         return self.allreduce_latency_s + ring_bytes * self.allreduce_s_per_byte
 
+    def _setup_linear_kernels(self) -> None:
+        """The GEMMs of the linear layers and of the experts at their precision
+        (``twin.costmodel.precision_kernels``): ``None`` for bf16, which keeps the bf16
+        fit and features (its prices unchanged to the bit); else the format's fit and its
+        operand bytes (``twin.precision.gemm_operand_bytes``)."""
+        prof, e = self.profile, self.model.dtype_bytes
+
+        def quantised(fmt: px.WeightFormat) -> tuple[Callable[..., float], float, float] | None:
+            if fmt.bytes_per_param is None:
+                return None
+            fit = prof.kernels[fmt.kernel]
+            act, weight = px.gemm_operand_bytes(fmt, e)
+            return lat.compile_fast(fmt.kernel, fit.params, prof.peaks), act, weight
+
+        self._linear_q = quantised(self.priced.linear)
+        self._expert_q = quantised(self.priced.expert) if self.model.n_moe_layers else None
+
     def _gemm(self, rows: float, k: float, n: float) -> float:
+        """A bf16 GEMM (the LM head, the MoE router; every projection of a bf16 model)."""
         return self._k["gemm"](*ft.gemm_sums(rows, k, n, self.elem_bytes))
+
+    def _proj(self, rows: float, k: float, n: float) -> float:
+        """A linear layer's GEMM at the model's precision."""
+        q = self._linear_q
+        if q is None:
+            return self._gemm(rows, k, n)
+        kernel, act, weight = q
+        return kernel(*ft.gemm_sums_at(rows, k, n, self.elem_bytes, act, weight))
 
     def _dense(self, t: int, cost: StepCost | None) -> float:
         """Everything that depends only on the step's token count: GEMMs, norms, all-reduces."""
@@ -63,8 +92,8 @@ class DensePricing(ShardShapes):
 
         kinds = self.kinds
         if m.n_attention_layers:
-            qkv = self._gemm(t, d, self.qkv_width)
-            o = self._gemm(t, self.heads * self.head_dim, d)
+            qkv = self._proj(t, d, self.qkv_width)
+            o = self._proj(t, self.heads * self.head_dim, d)
             rope = elem(0.0, e * (2.0 * t * (self.heads + self.kv_heads) * self.head_dim))
             for kind in ("attention", "swa"):
                 if kinds.get(kind):
@@ -74,8 +103,8 @@ class DensePricing(ShardShapes):
                         (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)),
                     )
         if kinds.get("mamba2"):
-            g_in = self._gemm(t, d, self.in_proj_width)
-            g_out = self._gemm(t, self.d_inner, d)
+            g_in = self._proj(t, d, self.in_proj_width)
+            g_out = self._proj(t, self.d_inner, d)
             gated = elem(0.0, e * (3.0 * t * self.d_inner + self.d_inner))
             total += put(
                 "ssm",
@@ -85,8 +114,8 @@ class DensePricing(ShardShapes):
         if kinds.get("mamba1"):
             di, r, big_n = self.m1_inner, self.m1_rank, self.m1_state
             # in_proj, x_proj (dt, B, C), dt_proj, out_proj (mamba_simple.py's four GEMMs).
-            gemms = self._gemm(t, d, 2 * di) + self._gemm(t, di, r + 2 * big_n)
-            gemms += self._gemm(t, r, di) + self._gemm(t, di, d)
+            gemms = self._proj(t, d, 2 * di) + self._proj(t, di, r + 2 * big_n)
+            gemms += self._proj(t, r, di) + self._proj(t, di, d)
             gated = elem(0.0, e * 3.0 * t * di)  # y * silu(z)
             total += put(
                 "mamba1",
@@ -95,7 +124,7 @@ class DensePricing(ShardShapes):
             )
         if kinds.get("gdn"):
             width = 2 * self.gdn_key_w + 2 * self.gdn_val_w + 2 * self.gdn_v
-            gemms = self._gemm(t, d, width) + self._gemm(t, self.gdn_val_w, d)
+            gemms = self._proj(t, d, width) + self._proj(t, self.gdn_val_w, d)
             gated = elem(0.0, e * (3.0 * t * self.gdn_val_w + m.gdn_head_v_dim))
             total += put(
                 "gdn",
@@ -103,8 +132,8 @@ class DensePricing(ShardShapes):
                 (("elementwise", norm + gated), ("gemm", gemms), ("allreduce", ar)),
             )
         if m.n_mlp_layers:
-            up = self._gemm(t, d, self.up_mats * self.mlp_width)
-            down = self._gemm(t, self.mlp_width, d)
+            up = self._proj(t, d, self.up_mats * self.mlp_width)
+            down = self._proj(t, self.mlp_width, d)
             act = elem(0.0, e * ((self.up_mats + 1.0) * t * self.mlp_width))
             total += put(
                 "mlp",
@@ -122,21 +151,35 @@ class DensePricing(ShardShapes):
         # Expected distinct experts hit by `rows` uniform draws; each streams its weights.
         active = n_exp * (1.0 - (1.0 - 1.0 / n_exp) ** rows) if n_exp > 1 else 1.0
         wide = self.up_mats * self.expert_width
-        up = k["gemm"](
-            2.0 * rows * d * wide,
-            e * (rows * d + active * d * wide + rows * wide),
-            active * d * wide,
-        )
-        down = k["gemm"](
-            2.0 * rows * self.expert_width * d,
-            e * (rows * self.expert_width + active * self.expert_width * d + rows * d),
-            active * self.expert_width * d,
-        )
+        q = self._expert_q
+        if q is None:
+            up = k["gemm"](
+                2.0 * rows * d * wide,
+                e * (rows * d + active * d * wide + rows * wide),
+                active * d * wide,
+            )
+            down = k["gemm"](
+                2.0 * rows * self.expert_width * d,
+                e * (rows * self.expert_width + active * self.expert_width * d + rows * d),
+                active * self.expert_width * d,
+            )
+        else:  # the experts' format: activations and weights at its bytes, bf16 out
+            kernel, a, w = q
+            up = kernel(
+                2.0 * rows * d * wide,
+                a * rows * d + w * active * d * wide + e * rows * wide,
+                active * d * wide,
+            )
+            down = kernel(
+                2.0 * rows * self.expert_width * d,
+                a * rows * self.expert_width + w * active * self.expert_width * d + e * rows * d,
+                active * self.expert_width * d,
+            )
         router = self._gemm(t, d, n_exp)
         act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.expert_width))
         if self.shared_width:  # the shared expert: a dense MLP over every token
             sw = self.shared_width
-            up += self._gemm(t, d, self.up_mats * sw) + self._gemm(t, sw, d)
+            up += self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
             act += k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
         combine = k["elementwise"](0.0, e * ((top + 1.0) * t * d))
         return (
@@ -144,6 +187,14 @@ class DensePricing(ShardShapes):
             ("gemm", router + up + down),
             ("allreduce", ar),
         )
+
+    def _expert_gemm(self, rows: float, k: float, n: float) -> float:
+        """A dense GEMM of the experts' format (the shared expert)."""
+        q = self._expert_q
+        if q is None:
+            return self._gemm(rows, k, n)
+        kernel, act, weight = q
+        return kernel(*ft.gemm_sums_at(rows, k, n, self.elem_bytes, act, weight))
 
     def _head(self, t: int, seqs: int, cost: StepCost | None) -> float:
         """Embedding gather, final norm and the LM head (one row per sequence)."""

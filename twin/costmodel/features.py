@@ -31,14 +31,35 @@ def gemm_sums(m: float, k: float, n: float, e: int) -> tuple[float, float, float
     return 2.0 * m * k * n, float(e * (m * k + k * n + m * n)), float(k * n)
 
 
+def gemm_sums_at(
+    m: float, k: float, n: float, e: int, act_e: float, w_e: float
+) -> tuple[float, float, float]:
+    """``gemm_sums`` of a quantised product (``twin.precision``): activations in at
+    ``act_e`` bytes, weights at ``w_e``, the output out at ``e``."""
+    return 2.0 * m * k * n, act_e * m * k + w_e * k * n + float(e * m * n), float(k * n)
+
+
+def gemm_features_at(m: int, k: int, n: int, e: int, act_e: float, w_e: float) -> Features:
+    """``gemm_features`` of a quantised product (``gemm_sums_at``)."""
+    flops, nbytes, weights = gemm_sums_at(m, k, n, e, act_e, w_e)
+    return flops, nbytes, {"weight_elems": weights}
+
+
 def attn_prefill_features(
-    n: int, c: int, heads: int, kv_heads: int, head_dim: int, e: int, window: int | None = None
+    n: int,
+    c: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    e: int,
+    window: int | None = None,
+    kv_e: int | None = None,
 ) -> Features:
     """Causal attention of ``n`` new queries after ``c`` cached keys (bottom-right aligned)."""
     keys = keys_upto(c + n, window) - keys_upto(c, window)
     kv_rows = c + n if window is None else min(c + n, window + n)
     flops, nbytes, scores, tiles = attn_prefill_sums(
-        n, keys, kv_rows, 1, heads, kv_heads, head_dim, e
+        n, keys, kv_rows, 1, heads, kv_heads, head_dim, e, kv_e
     )
     return flops, nbytes, {"score_elems": scores, "tiles": tiles}
 
@@ -52,6 +73,7 @@ def attn_prefill_sums(
     kv_heads: int,
     head_dim: int,
     e: int,
+    kv_e: int | None = None,
 ) -> tuple[Sums, Sums, Sums, Sums]:
     """(FLOPs, bytes, score elements, tiles) of prefill chunks batched in one launch.
 
@@ -61,31 +83,41 @@ def attn_prefill_sums(
     once. A tile is one (sequence, KV head): varlen kernels set up each sequence's
     K/V for each KV head, the query heads sharing it packed together (FA3's
     PackGQA, FlashInfer's grouped heads); NVIDIA's tables show this fixed cost
-    (~20 ns a tile on H100) dominating many short sequences.
+    (~20 ns a tile on H100) dominating many short sequences. ``kv_e``: bytes per K/V
+    element when the cache holds another width than the queries (fp8: 1).
     """
     flops = 4.0 * heads * head_dim * keys
-    nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
+    if kv_e is None or kv_e == e:
+        nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
+    else:
+        nbytes = e * 2.0 * queries * heads * head_dim + kv_e * 2.0 * kv_rows * kv_heads * head_dim
     # float(heads) * keys, not float(heads * keys): equal for counts below 2^53, and
     # ``keys`` may be an array (a run of decode steps, ``attn_decode_sums``).
     return flops, nbytes, float(heads) * keys, float(kv_heads * sequences)
 
 
 def attn_decode_features(
-    batch: int, keys: int, heads: int, kv_heads: int, head_dim: int, e: int
+    batch: int, keys: int, heads: int, kv_heads: int, head_dim: int, e: int, kv_e: int | None = None
 ) -> Features:
     """``batch`` single-token queries, each over ``keys`` keys (KV read dominates)."""
     flops, nbytes, scores, tiles = attn_decode_sums(
-        batch, batch * keys, heads, kv_heads, head_dim, e
+        batch, batch * keys, heads, kv_heads, head_dim, e, kv_e
     )
     return flops, nbytes, {"score_elems": scores, "tiles": tiles}
 
 
 def attn_decode_sums(
-    batch: float, keys: Sums, heads: int, kv_heads: int, head_dim: int, e: int
+    batch: float,
+    keys: Sums,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    e: int,
+    kv_e: int | None = None,
 ) -> tuple[Sums, Sums, Sums, Sums]:
     """(FLOPs, bytes, score elements, tiles) of ``batch`` decode queries over ``keys`` keys
     in all: a prefill of one query per sequence, every key's K/V row read once."""
-    return attn_prefill_sums(batch, keys, keys, batch, heads, kv_heads, head_dim, e)
+    return attn_prefill_sums(batch, keys, keys, batch, heads, kv_heads, head_dim, e, kv_e)
 
 
 def ssm_scan_features(
@@ -189,7 +221,9 @@ __all__ = [
     "copy_features",
     "elementwise_features",
     "gemm_features",
+    "gemm_features_at",
     "gemm_sums",
+    "gemm_sums_at",
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",

@@ -66,6 +66,16 @@ class KernelFormula:
         return (*names, *(f"c_{x}" for x in self.extras))
 
 
+# Quantised GEMM modes (the tables' names, ``twin.precision.WeightFormat.table_mode``)
+# and the peak each runs against: FP8 and FP4 tensor-core rates (GpuSpec.fp8_flops,
+# fp4_flops).
+PRECISION_GEMMS = {
+    "fp8": "fp8_flops",
+    "fp8_block": "fp8_flops",
+    "nvfp4": "fp4_flops",
+    "mxfp4": "fp4_flops",
+}
+
 FORMULAS: dict[str, KernelFormula] = {
     f.kernel: f
     for f in (
@@ -137,6 +147,35 @@ FORMULAS: dict[str, KernelFormula] = {
             (),
             "Gated DeltaNet one-token recurrent update (FLA fused_recurrent_gated_delta_rule)",
         ),
+        # Precision variants (``twin.precision``): the GEMM of each quantised weight
+        # format against its tensor-core peak, and attention over an fp8 KV cache.
+        *(
+            KernelFormula(
+                f"gemm_{mode}",
+                "mem_bw",
+                True,
+                ("weight_elems",),
+                f"{mode} GEMM: quantised activations and weights in, bf16 out",
+                flops_peak=peak,
+            )
+            for mode, peak in PRECISION_GEMMS.items()
+        ),
+        KernelFormula(
+            "attn_prefill_fp8kv",
+            "mem_bw",
+            True,
+            ("score_elems", "tiles"),
+            "causal attention over an fp8 KV cache (the engine's FMHA for it)",
+            flops_peak="fp8_flops",
+        ),
+        KernelFormula(
+            "attn_decode_fp8kv",
+            "mem_bw",
+            True,
+            ("score_elems", "tiles"),
+            "one query token per sequence over an fp8 KV cache",
+            flops_peak="fp8_flops",
+        ),
         # One fit per GPU count, stored as ``allreduce_<n>gpu``; without one the cost
         # model prices a ring from the profile's peaks.
         KernelFormula(
@@ -150,7 +189,22 @@ FORMULAS: dict[str, KernelFormula] = {
 }
 
 # Families every profile must carry (the cost model refuses a profile without one).
-OPTIONAL = ("conv1d_update", "allreduce", "mamba1_scan", "mamba1_step", "gdn_chunk", "gdn_step")
+# The families that price a precision other than bf16 (optional: a profile without one
+# refuses that precision); a bf16 run's label leaves them out (``costmodel.provenance``).
+PRECISION_VARIANTS = (
+    *(f"gemm_{mode}" for mode in PRECISION_GEMMS),
+    "attn_prefill_fp8kv",
+    "attn_decode_fp8kv",
+)
+OPTIONAL = (
+    "conv1d_update",
+    "allreduce",
+    "mamba1_scan",
+    "mamba1_step",
+    "gdn_chunk",
+    "gdn_step",
+    *PRECISION_VARIANTS,
+)
 KERNELS: tuple[str, ...] = tuple(k for k in FORMULAS if k not in OPTIONAL)
 
 _PER_GPU_COUNT = re.compile(r"^(allreduce)_(\d+)gpu$")
@@ -194,6 +248,8 @@ __all__ = [
     "FORMULAS",
     "KERNELS",
     "OPTIONAL",
+    "PRECISION_GEMMS",
+    "PRECISION_VARIANTS",
     "KernelFormula",
     "allreduce_kernel",
     "check_params",

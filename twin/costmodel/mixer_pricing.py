@@ -70,7 +70,7 @@ class MixerPricing(ShardShapes):
         kinds = self.kinds
         parts: list[tuple[str, str, float]] = []  # (mixer kind, kernel, seconds per layer)
         if m.n_attention_layers:
-            heads = (self.heads, self.kv_heads, self.head_dim, e)
+            heads = (self.heads, self.kv_heads, self.head_dim, e, self.kv_elem_bytes)
             groups = (
                 ("attention", f.prefill_keys, f.prefill_kv_rows, f.decode_keys),
                 ("swa", f.swa_prefill_keys, f.swa_prefill_kv_rows, f.swa_decode_keys),

@@ -54,6 +54,7 @@ from twin.costmodel.copy_pricing import TIERS, CopyPricing
 from twin.costmodel.decode_pricing import affine_in_keys, decode_steps
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.mixer_pricing import MixerPricing
+from twin.costmodel.precision_kernels import priced_precision, provenance_label
 from twin.costmodel.profile import Profile
 from twin.costmodel.step_features import StepFeatures, aggregate_spread, aggregate_step
 from twin.errors import TwinError
@@ -87,19 +88,25 @@ class CostModel(DensePricing, MixerPricing, CopyPricing):
                 "cannot price tensor parallelism: use --tp 1"
             )
         self.model, self.profile, self.tp = model, profile, tp
+        # The fits the model's precision takes (twin.costmodel.precision_kernels): each
+        # family's profile key, bf16 ones unless an fp8 KV cache has its own attention.
+        self.priced = priced_precision(model, profile)
+        self.kernel_keys = {name: self.priced.keys.get(name, name) for name in fm.KERNELS}
         self._k = {
-            name: lat.compile_fast(name, profile.kernels[name].params, profile.peaks)
-            for name in fm.KERNELS
+            name: lat.compile_fast(key, profile.kernels[key].params, profile.peaks)
+            for name, key in self.kernel_keys.items()
         }
+        self._setup_linear_kernels()
         # The attention decode kernel over a run of steps (``decode_steps_s``).
+        decode = self.kernel_keys["attn_decode"]
         self._attn_decode_many = lat.compile_many(
-            "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
+            decode, profile.kernels[decode].params, profile.peaks
         )
         self._attn_decode_affine = lat.compile_affine(
-            "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
+            decode, profile.kernels[decode].params, profile.peaks
         )
         self._attn_decode_constants = lat.kernel_constants(
-            "attn_decode", profile.kernels["attn_decode"].params, profile.peaks
+            decode, profile.kernels[decode].params, profile.peaks
         )
         # Per decode batch size: the attention decode features' coefficients in the keys.
         self._decode_keys_affine: dict[int, tuple[float, float, float, float, float]] = {}
@@ -125,8 +132,9 @@ class CostModel(DensePricing, MixerPricing, CopyPricing):
     # ------------------------------------------------------------ public API
     @property
     def provenance(self) -> str:
-        """The profile's provenance label, for every output that shows a prediction."""
-        return self.profile.provenance_label
+        """Where the prices come from, for every output that shows a prediction: the
+        profile's label, or for a quantised model the fits its precision takes."""
+        return provenance_label(self.model, self.profile)
 
     def prefill(self, n_new: int, n_cached: int = 0, breakdown: bool = False) -> float | StepCost:
         """Seconds of one prefill of ``n_new`` tokens after ``n_cached`` cached ones."""
@@ -310,8 +318,8 @@ class CostModel(DensePricing, MixerPricing, CopyPricing):
             coeffs = self._decode_keys_affine[batch] = affine_in_keys(batch, self._attn_heads())
         return coeffs
 
-    def _attn_heads(self) -> tuple[int, int, int, int]:
-        return (self.heads, self.kv_heads, self.head_dim, self.elem_bytes)
+    def _attn_heads(self) -> tuple[int, int, int, int, int]:
+        return (self.heads, self.kv_heads, self.head_dim, self.elem_bytes, self.kv_elem_bytes)
 
     def _decode_shape(self, batch: int) -> tuple[float, float, int | None, list[float], float]:
         """What a pure-decode step of ``batch`` sequences costs besides the context sum.

@@ -133,6 +133,14 @@ class Profile:
                     f"is not this version's {formula.model_name!r}"
                 )
             check_params(name, fit.params)
+            peak = formula.flops_peak
+            if formula.uses_flops and peak not in ("flops", "fp32_flops"):
+                v = self.peaks.get(peak)
+                if v is None or not math.isfinite(v) or v <= 0:
+                    raise TwinError(
+                        f"profile {self.gpu!r}, kernel {name!r}: needs a positive peak "
+                        f"{peak!r} (got {v!r})"
+                    )
 
     # ------------------------------------------------------------ display
     @property
@@ -160,6 +168,12 @@ class Profile:
         from twin.costmodel.provenance import mixture  # late: provenance imports this module
 
         return mixture(self)
+
+    def precisions(self) -> list[str]:
+        """The ``--precision`` values this profile has a GEMM fit for, bf16 first."""
+        from twin.precision import WEIGHT_FORMATS  # late: twin.precision is model-side
+
+        return [f.name for f in WEIGHT_FORMATS.values() if f.kernel in self.kernels]
 
     def heldout_summary(self) -> dict[str, dict[str, float | int | None]]:
         """Held-out errors by kernel, as printed by ``twin calibrate``."""

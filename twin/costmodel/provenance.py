@@ -10,9 +10,10 @@ attention: measured (...); SSM scan, element-wise, copies: datasheet".
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
-from twin.costmodel.formulas import family
+from twin.costmodel.formulas import PRECISION_VARIANTS, family
 
 if TYPE_CHECKING:
     from twin.costmodel.profile import KernelFit, Profile
@@ -20,8 +21,11 @@ if TYPE_CHECKING:
 # Display group of each formula family, in display order.
 GROUPS: dict[str, str] = {
     "gemm": "GEMM",
+    **{k: "GEMM" for k in PRECISION_VARIANTS if k.startswith("gemm_")},
     "attn_prefill": "attention",
     "attn_decode": "attention",
+    "attn_prefill_fp8kv": "attention",
+    "attn_decode_fp8kv": "attention",
     "conv1d": "causal conv1d",
     "conv1d_update": "causal conv1d",
     "allreduce": "all-reduce",
@@ -44,17 +48,38 @@ def family_source(profile: Profile, fit: KernelFit) -> str:
     return str(fit.provenance.get("source") or profile.source)
 
 
-def mixture(profile: Profile) -> str:
-    """Groups with their labels; groups sharing one label are listed together."""
+def mixture(
+    profile: Profile,
+    used: Collection[str] | None = None,
+    groups: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> str:
+    """Groups with their labels; groups sharing one label are listed together.
+
+    ``used``: the profile keys that price the run (default: every family but the
+    precision variants, i.e. a bf16 run), precision variants first; ``groups`` renames
+    a key's group (the bf16 GEMM is the ``LM head`` of a quantised run); ``notes`` adds
+    a remark to a group's labels (an fp8 KV cache priced by the bf16 attention fit).
+    """
+    if used is None:
+        names = [k for k in profile.kernels if k not in PRECISION_VARIANTS]
+    else:
+        names = [k for k in profile.kernels if k in used and k in PRECISION_VARIANTS]
+        names += [k for k in profile.kernels if k in used and k not in PRECISION_VARIANTS]
     labels_by_group: dict[str, list[str]] = {}
-    for name, fit in profile.kernels.items():
-        group = GROUPS.get(family(name), name)
+    for name in names:
+        fit = profile.kernels[name]
+        group = (groups or {}).get(name) or GROUPS.get(family(name), name)
         labels = labels_by_group.setdefault(group, [])
         label = family_label(profile, fit)
         if label not in labels:
             labels.append(label)
+    for group, note in (notes or {}).items():
+        if group in labels_by_group:
+            labels_by_group[group] = [f"{label}, {note}" for label in labels_by_group[group]]
     groups_by_label: dict[str, list[str]] = {}
     order = list(dict.fromkeys(GROUPS.values()))
+    order.insert(order.index("attention"), "LM head")
     for group in sorted(labels_by_group, key=lambda g: order.index(g) if g in order else 99):
         text = " + ".join(labels_by_group[group])
         groups_by_label.setdefault(text, []).append(group)

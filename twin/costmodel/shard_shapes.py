@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from twin import mixers as mx
+from twin.costmodel.precision_kernels import PricedPrecision
 from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -32,6 +33,8 @@ class ShardShapes:
     _k: dict[str, Callable[..., float]]  # the profile's kernels, compiled
     kinds: Mapping[str, int]
     elem_bytes: int
+    kv_elem_bytes: int  # bytes per K/V element the attention kernels read (fp8 KV: 1)
+    priced: PricedPrecision  # the fits the model's precision takes
     d_model: int
     heads: int
     kv_heads: int
@@ -64,6 +67,7 @@ class ShardShapes:
         m, tp = self.model, self.tp
         self.kinds = kinds = m.mixer_counts
         self.elem_bytes = m.dtype_bytes
+        self.kv_elem_bytes = self.priced.kv_elem_bytes
         self.d_model = m.d_model
         if m.n_attention_layers:
             self.heads = _split(m.n_heads, tp, "the attention heads", m.name)

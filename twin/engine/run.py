@@ -174,12 +174,17 @@ class Run:
     @property
     def profile_info(self) -> dict[str, Any]:
         """Where the step prices come from (the summary's ``profile``)."""
+        from twin import precision as px
+        from twin.costmodel.precision_kernels import provenance_label
+
         p = self.profile
         return {
             "gpu": p.gpu,
             "device": p.device,
             "source": p.source,
-            "provenance": p.provenance_label,
+            "provenance": provenance_label(self.model, p),
+            # Which precision was priced; absent for bf16, so bf16 summaries keep their bytes.
+            **px.info(self.model),
         }
 
     def horizon_s(self) -> float:

@@ -11,18 +11,22 @@ its previous one completes, to one instance of ``tp_size`` GPUs.
 This module turns each row into the twin's run or a counted reason it cannot
 (:func:`plan_row`), runs it through the one builder of a simulation
 (:func:`twin.engine.run.build_run`, closed-loop clients ``concurrency=c``, the
-engines' shared KV pool ``cache_gb="auto"``), and scores the mean TTFT and TPOT
-against the measurement (:func:`summarize`: MAPE and MdAPE, per group and overall,
-on the issue's fixed split). The CSV is read from the installed package at run time
-(never copied here); ``benchmarks/bench_silicon.py`` runs it in parallel.
-Decisions (request count, mean vs median, how clients start) are in
-``docs/decisions.md``, "Scoring against silicon (issue 31)".
+engines' shared KV pool ``cache_gb="auto"``) at the row's precision (weights from its
+``gemm_quant_mode``/``precision``/``moe_quant_mode`` or its checkpoint, the KV cache from
+the checkpoint or aiconfigurator's pairing: :func:`_precision`, ``twin.precision``), and
+scores the mean TTFT and TPOT against the measurement (:func:`summarize`: MAPE and
+MdAPE, per group, per backend and precision and overall, on the issue's fixed split).
+The CSV is read from the installed package at run time (never copied here);
+``benchmarks/bench_silicon.py`` runs it in parallel. Decisions (request count, mean vs
+median, how clients start) are in ``docs/decisions.md``, "Scoring against silicon
+(issue 31)" and "Precision (issue 31)".
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -41,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from twin import precision as px
+from twin.costmodel.profile import Profile
 from twin.errors import TwinError, where
 from twin.model import ModelSpec
 
@@ -93,11 +99,28 @@ TOKEN_RANGE = 100_000
 # twin's TensorRT-LLM mode: TensorRT-LLM's kernels in the paper's world (the twin's
 # default scheduler and preemption, not TensorRT-LLM's own).
 ENGINE_OF_BACKEND = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
-# Precisions the twin prices today (its profiles are fitted to the bf16 rows of the
-# kernel tables, calibration.aic_tables); the CSV leaves ``precision`` empty on runs of
-# unquantised checkpoints, which are then read from the checkpoint's own config.
-PRICED = ("bf16",)
+# The CSV's precision names and quant modes (aiconfigurator's) -> the twin's --precision
+# (twin.precision.TABLE_MODES; ``fp8_static`` is per-tensor static fp8: the same bytes,
+# priced by the fp8 GEMM fit). An empty ``precision`` (the older collection's unquantised
+# runs) is read from the checkpoint: its quantisation config, else its name's suffix,
+# else its dtype.
+_WEIGHT_MODES = {**px.TABLE_MODES, "fp8_static": "fp8"}
 _CHECKPOINT_DTYPES = {"bfloat16": "bf16"}
+# Checkpoint quantisation configs -> --precision: ModelOpt's ``quant_algo`` (the
+# ``hf_quant_config.json`` NVIDIA ships, or ``quantization_config`` with quant_method
+# modelopt) and Hugging Face's ``quant_method`` (fp8, with ``weight_block_size`` for
+# block scales).
+_CHECKPOINT_ALGOS = {"FP8": "fp8", "FP8_BLOCK": "fp8-block", "NVFP4": "nvfp4"}
+# A quantised repository's name: ``nvidia/Llama-3.1-8B-Instruct-FP8``, ``-NVFP4``,
+# ``Qwen3-32B-FP8-Static-PerTensor`` (the weights' format; the architecture is the base
+# model's).
+_NAME_SUFFIX = re.compile(r"-(fp8|nvfp4|mxfp4)(?=-|$)", re.IGNORECASE)
+# aiconfigurator's quant profiles pair fp8 and nvfp4 weights with an fp8 KV cache and
+# bf16 with a bf16 one (package aiconfigurator 0.12.0, sdk/task_v1_compat.py
+# ``_PROFILE_TO_QUANT``; its checkpoint inference does the same, aiconfigurator-core
+# sdk/models/helpers.py ``_infer_quant_modes_from_raw_config``): a row whose checkpoint
+# does not say (``kv_cache_quant_algo``) is run with that KV cache.
+_KV_OF_WEIGHTS = {"bf16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "nvfp4": "fp8"}
 
 # Reasons a row is not expressed, in the order they are checked (a row is counted once,
 # under the first that applies).
@@ -297,6 +320,7 @@ class RowPlan:
     tp: int
     concurrency: int
     precision: str  # what is priced, and why
+    priced: str  # what is priced, as the summary groups it: "fp8, fp8 KV"
     warmup: int  # requests sent first and left out of the means
     requests: int  # all requests, warm-up included
 
@@ -312,14 +336,20 @@ class RowPlan:
 
 def config_candidates(model_path: str) -> list[str]:
     """Hugging Face ids whose ``config.json`` describes ``model_path``'s architecture, in
-    order: the id itself; Meta's pre-2024 name of a renamed Llama 3.1 repository
-    (``meta-llama/Llama-3.1-8B`` was ``meta-llama/Meta-Llama-3.1-8B``, which the package
-    caches); each without an ``-Instruct`` suffix (instruction tuning changes the
-    weights, not the shapes: the same config.json keys for layers, widths and vocab)."""
+    order: the id itself; the same name without a quantised repository's suffix
+    (``nvidia/Llama-3.1-8B-Instruct-FP8`` is Meta's Llama-3.1-8B-Instruct quantised by
+    NVIDIA ModelOpt, per its model card: the same shapes); Meta's pre-2024 name of a
+    renamed Llama 3.1 repository (``meta-llama/Llama-3.1-8B`` was
+    ``meta-llama/Meta-Llama-3.1-8B``, which the package caches); each without an
+    ``-Instruct`` suffix (instruction tuning changes the weights, not the shapes: the
+    same config.json keys for layers, widths and vocab). :func:`find_config` also looks
+    for these names under another organisation."""
     org, _, name = model_path.rpartition("/")
     names = [name]
-    if name.startswith("Llama-3.1-"):
-        names.append(f"Meta-{name}")
+    quantised = _NAME_SUFFIX.search(name)
+    if quantised is not None:
+        names.append(name[: quantised.start()])
+    names += [f"Meta-{n}" for n in names if n.startswith("Llama-3.1-")]
     names += [n.removesuffix("-Instruct") for n in names if n.endswith("-Instruct")]
     out: list[str] = []
     for n in names:
@@ -327,6 +357,21 @@ def config_candidates(model_path: str) -> list[str]:
         if hf_id not in out:
             out.append(hf_id)
     return out
+
+
+def find_config(configs: Path, model_path: str) -> tuple[str, Path] | None:
+    """The first cached config of :func:`config_candidates`, else the first of their
+    names under any organisation (sorted; NVIDIA's quantised checkpoints carry the base
+    model's name, e.g. ``nvidia/Qwen3-32B-NVFP4`` -> ``Qwen/Qwen3-32B``)."""
+    candidates = config_candidates(model_path)
+    for hf_id in candidates:
+        if config_file(configs, hf_id).is_file():
+            return hf_id, config_file(configs, hf_id)
+    for hf_id in candidates:
+        name = hf_id.rsplit("/", 1)[-1]
+        for path in sorted(configs.glob(f"*--{name}_config.json")):
+            return path.name.removesuffix("_config.json").replace("--", "/", 1), path
+    return None
 
 
 def config_file(configs: Path, hf_id: str) -> Path:
@@ -351,18 +396,6 @@ def _read_config(path: str) -> dict[str, Any]:
     return data
 
 
-@cache
-def _profile_kernels(gpu: str, engine: str) -> frozenset[str] | None:
-    """The kernel families of ``gpu``'s shipped profile for ``engine``; None if none."""
-    from twin.costmodel.profile_store import load_profile
-    from twin.engine.modes import get_mode
-
-    try:
-        return frozenset(load_profile(gpu, get_mode(engine).kernels).kernels)
-    except (TwinError, KeyError):
-        return None
-
-
 def system_gpus() -> dict[str, str]:
     """The CSV's ``system`` -> the twin's GPU name: the inverse of the kernel tables' map
     (``calibration.aic_tables.SYSTEMS``: ``h100_sxm`` -> ``h100``, ``gb200`` -> ``gb200``)."""
@@ -371,35 +404,176 @@ def system_gpus() -> dict[str, str]:
     return {system: gpu for gpu, system in SYSTEMS.items()}
 
 
+@dataclass(frozen=True)
+class RowPrecision:
+    """What the twin prices a row at (``twin.precision``) and why."""
+
+    weights: str  # --precision
+    kv: str  # --kv-dtype
+    moe: str | None = None  # the experts' (None: as the weights)
+    why: str = ""
+
+    @property
+    def label(self) -> str:
+        """``fp8-block, fp8 KV``: the summary's per-precision key."""
+        experts = f", {self.moe} experts" if self.moe not in (None, self.weights) else ""
+        return f"{self.weights}{experts}, {self.kv} KV"
+
+    @property
+    def text(self) -> str:
+        """The per-row ``priced_as``: the label and where it was read."""
+        return f"{self.weights} weights{', ' + self.moe + ' experts' if self.moe else ''}, " + (
+            f"{self.kv} KV ({self.why})"
+        )
+
+
 def _unpriced_columns(row: SiliconRow) -> str | None:
     """The reason, if the row's own precision columns name one the twin does not price."""
-    if any(v and v not in PRICED for v in (row.precision, row.gemm_quant_mode)):
+    gemm = row.gemm_quant_mode or row.precision
+    if gemm and gemm not in _WEIGHT_MODES:
         label = row.precision or row.gemm_quant_mode
         extra = f" ({row.gemm_quant_mode})" if row.gemm_quant_mode not in ("", label) else ""
         return f"precision {label}{extra} not priced"
-    if row.moe_quant_mode and row.moe_quant_mode not in PRICED:
+    if row.moe_quant_mode and row.moe_quant_mode not in _WEIGHT_MODES:
         return f"precision {row.moe_quant_mode} (MoE) not priced"
     return None
 
 
-def _precision(row: SiliconRow, config: dict[str, Any]) -> str:
-    """What the twin prices for ``row`` ("bf16 ..."), or a reason starting "precision".
+def hf_quant_config(configs: Path, hf_id: str) -> dict[str, Any] | None:
+    """The ``quantization`` section of ``<org>--<name>_hf_quant_config.json`` (NVIDIA
+    ModelOpt's file beside a quantised checkpoint's config), if the package caches it."""
+    path = configs / f"{hf_id.replace('/', '--')}_hf_quant_config.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    quant = data.get("quantization") if isinstance(data, dict) else None
+    return quant if isinstance(quant, dict) else None
 
-    An empty precision column is read from the checkpoint's config: a quantised
-    checkpoint (``quantization_config``) or a dtype other than bfloat16 is a reason,
-    never a silent bf16."""
+
+def _checkpoint_quant(config: dict[str, Any], hf: dict[str, Any] | None) -> str | None:
+    """The weights' --precision a checkpoint's own quantisation says, ``""`` for an
+    unquantised one, or a reason (starting "precision") for one the twin cannot price."""
+    quant = config.get("quantization_config")
+    algo = (hf or {}).get("quant_algo")
+    if isinstance(quant, dict) and not algo:
+        method = str(quant.get("quant_method", "quantised")).lower()
+        if method == "fp8":
+            return "fp8-block" if quant.get("weight_block_size") else "fp8"
+        if method == "modelopt":
+            algo = quant.get("quant_algo")
+        else:
+            return f"precision of the {method} checkpoint not priced"
+    if algo:
+        found = _CHECKPOINT_ALGOS.get(str(algo).upper())
+        return found or f"precision of the {algo} checkpoint not priced"
+    return ""
+
+
+def _checkpoint_kv(config: dict[str, Any], hf: dict[str, Any] | None) -> str | None:
+    """The KV dtype a checkpoint says (``kv_cache_quant_algo``, ``kv_cache_scheme``)."""
+    quant = config.get("quantization_config")
+    algo = (hf or {}).get("kv_cache_quant_algo")
+    if algo is None and isinstance(quant, dict):
+        algo = quant.get("kv_cache_quant_algo")
+        scheme = quant.get("kv_cache_scheme")
+        if algo is None and isinstance(scheme, dict):
+            algo = f"{scheme.get('type', 'float')}{scheme.get('num_bits', '')}"
+    if algo is None:
+        return None
+    return "fp8" if str(algo).upper() in ("FP8", "FLOAT8") else f"kv {algo}"
+
+
+def _precision(
+    row: SiliconRow, config: dict[str, Any], own: bool, hf: dict[str, Any] | None
+) -> RowPrecision | str:
+    """What the twin prices ``row`` at, or a reason starting "precision".
+
+    The row's columns first (``gemm_quant_mode``, else ``precision``; ``moe_quant_mode``
+    for the experts); with both empty, the checkpoint: its quantisation config when the
+    cached config is the row's own (``own``) or its ``hf_quant_config.json``, else the
+    repository name's suffix (``-FP8``, ``-NVFP4``), else its dtype (bfloat16 only). The
+    KV cache: the checkpoint's ``kv_cache_quant_algo`` where it says, else
+    ``_KV_OF_WEIGHTS`` (aiconfigurator's pairing)."""
     reason = _unpriced_columns(row)
     if reason is not None:
         return reason
-    if row.precision:
-        return f"{row.precision} (precision column)"
-    quant = config.get("quantization_config")
-    if isinstance(quant, dict):
-        return f"precision of the {quant.get('quant_method', 'quantised')} checkpoint not priced"
-    dtype = str(config.get("torch_dtype") or config.get("dtype") or "")
-    if dtype not in _CHECKPOINT_DTYPES:
-        return f"precision unspecified (checkpoint dtype {dtype or 'not given'}) not priced"
-    return f"{_CHECKPOINT_DTYPES[dtype]} (precision column empty; checkpoint torch_dtype {dtype})"
+    gemm = row.gemm_quant_mode or row.precision
+    moe = _WEIGHT_MODES[row.moe_quant_mode] if row.moe_quant_mode else None
+    checkpoint = _checkpoint_quant(config, hf) if own or hf else ""
+    if checkpoint and checkpoint.startswith("precision"):
+        if not gemm:
+            return checkpoint
+        checkpoint = ""
+    suffix = _NAME_SUFFIX.search(row.model_path.rsplit("/", 1)[-1])
+    if gemm:
+        weights = _WEIGHT_MODES[gemm]
+        why = (
+            f"precision column {row.precision or '-'}, gemm_quant_mode {row.gemm_quant_mode or '-'}"
+        )
+    elif checkpoint:
+        weights, why = checkpoint, "the checkpoint's quantisation config"
+    elif suffix is not None:
+        weights = suffix.group(1).lower()
+        why = f"precision columns empty; the name's -{suffix.group(1)} suffix"
+    else:
+        dtype = str(config.get("torch_dtype") or config.get("dtype") or "")
+        if dtype not in _CHECKPOINT_DTYPES:
+            return f"precision unspecified (checkpoint dtype {dtype or 'not given'}) not priced"
+        weights = _CHECKPOINT_DTYPES[dtype]
+        why = f"precision column empty; checkpoint torch_dtype {dtype}"
+    if weights not in _KV_OF_WEIGHTS:
+        return f"precision {weights} not priced"
+    kv = _checkpoint_kv(config, hf) if own or hf else None
+    if kv is not None and kv not in px.KV_DTYPES:
+        return f"precision {kv} cache not priced"
+    if kv is None:
+        kv, kv_why = _KV_OF_WEIGHTS[weights], "KV: aiconfigurator's pairing"
+    else:
+        kv_why = "KV: the checkpoint's kv_cache_quant_algo"
+    return RowPrecision(weights, kv, moe if moe != weights else None, f"{why}; {kv_why}")
+
+
+@cache
+def _profile(gpu: str, engine: str) -> Profile | None:
+    """``gpu``'s shipped profile for engine mode ``engine``; None if none."""
+    from twin.costmodel.profile_store import load_profile
+    from twin.engine.modes import get_mode
+
+    try:
+        return load_profile(gpu, get_mode(engine).kernels)
+    except (TwinError, KeyError):
+        return None
+
+
+def _unpriceable(profile: Profile, precision: RowPrecision, model: ModelSpec) -> str | None:
+    """Why ``profile`` cannot price ``model`` at ``precision`` (None if it can): "precision
+    nvfp4 not priced by profile h100-trtllm (it prices bf16, fp8, fp8-block; H100 SXM5 has
+    no FP4 tensor cores)"."""
+    from twin.costmodel import precision_kernels as pk
+
+    spec = precision_model(model, precision)
+    try:
+        pk.priced_precision(spec, profile)
+    except TwinError:
+        fmt = px.weight_format(spec.precision)
+        if fmt.kernel in profile.kernels:  # the experts' format is the missing one
+            fmt = px.moe_format(spec)
+        why = pk.no_fp4(profile, fmt)
+        has = ", ".join(profile.precisions())
+        return (
+            f"precision {fmt.name} not priced by profile {pk.profile_name(profile)} "
+            f"(it prices {has}{'; ' + why if why else ''})"
+        )
+    return None
+
+
+def precision_model(model: ModelSpec, precision: RowPrecision) -> ModelSpec:
+    """``model`` at the row's precision (``twin.precision``)."""
+    out = px.with_precision(model, precision.weights, precision.kv)
+    if precision.moe is not None and model.n_moe_layers:
+        out = dataclasses.replace(out, moe_precision=precision.moe)
+    return out
 
 
 def plan_row(row: SiliconRow, configs: Path | None = None) -> RowPlan | str:
@@ -432,24 +606,17 @@ def plan_row(row: SiliconRow, configs: Path | None = None) -> RowPlan | str:
     engine = ENGINE_OF_BACKEND.get(row.backend)
     if engine is None:
         return f"no engine mode for backend {row.backend or 'empty'}"
-    kernels = _profile_kernels(gpu, engine)
-    if kernels is None:
+    profile = _profile(gpu, engine)
+    if profile is None:
         return f"no {engine} profile for {gpu}"
     tp = row.tp or 1
     if tp > 1:
         from twin.costmodel.formulas import allreduce_kernel
 
-        if allreduce_kernel(tp) not in kernels:
+        if allreduce_kernel(tp) not in profile.kernels:
             return f"tp_size {tp}: no measured all-reduce at {tp} GPUs in the {gpu} profile"
     folder = configs if configs is not None else default_configs()
-    found = next(
-        (
-            (hf_id, config_file(folder, hf_id))
-            for hf_id in config_candidates(row.model_path)
-            if config_file(folder, hf_id).is_file()
-        ),
-        None,
-    )
+    found = find_config(folder, row.model_path)
     if found is None:
         return "no cached model config (<org>--<name>_config.json)"
     hf_id, path = found
@@ -458,18 +625,23 @@ def plan_row(row: SiliconRow, configs: Path | None = None) -> RowPlan | str:
     except (OSError, ValueError):
         return "model config not readable"
     model_type = str(config.get("model_type", ""))
-    precision = _precision(row, config)
-    if precision.startswith("precision"):
+    own = hf_id == row.model_path
+    precision = _precision(row, config, own, hf_quant_config(folder, row.model_path))
+    if isinstance(precision, str):
         return precision
     try:
-        model = _load_model(str(path), hf_id)
+        base = _load_model(str(path), hf_id)
     except TwinError as err:
         if "unsupported model_type" in str(err):
             return f"model_type {model_type} not supported by twin.hf_config"
         return f"model config not importable (model_type {model_type})"
-    if model.n_heads and model.n_heads % tp:
+    if base.n_heads and base.n_heads % tp:
         # vLLM, SGLang and TensorRT-LLM shard attention heads evenly across TP ranks.
-        return f"tp_size {tp} does not divide the {model.n_heads} attention heads"
+        return f"tp_size {tp} does not divide the {base.n_heads} attention heads"
+    unpriceable = _unpriceable(profile, precision, base)
+    if unpriceable is not None:
+        return unpriceable
+    model = precision_model(base, precision)
     c = row.concurrency
     return RowPlan(
         row=row,
@@ -480,7 +652,8 @@ def plan_row(row: SiliconRow, configs: Path | None = None) -> RowPlan | str:
         engine=engine,
         tp=tp,
         concurrency=c,
-        precision=precision,
+        precision=precision.text,
+        priced=precision.label,
         warmup=WARMUP_ROUNDS * c,
         requests=(WARMUP_ROUNDS + MEASURED_ROUNDS) * c,
     )
@@ -650,6 +823,7 @@ def score_row(plan: RowPlan, aiconfigurator: bool = False) -> dict[str, Any]:
         "backend": row.backend,
         "backend_version": row.backend_version,
         "precision": row.precision_label,
+        "priced": plan.priced,
         "priced_as": plan.precision,
         "isl": row.isl,
         "osl": row.osl,
@@ -725,6 +899,11 @@ def _grouped(results: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
     return {k: _block([r for r in results if str(r[key]) == k]) for k in keys}
 
 
+def precision_key(result: dict[str, Any]) -> str:
+    """The per-precision group of a result: ``vllm | fp8, fp8 KV``."""
+    return f"{result['backend']} | {result.get('priced') or 'bf16, bf16 KV'}"
+
+
 def summarize(
     results: Sequence[dict[str, Any]],
     reasons: Counter[str] | dict[str, int],
@@ -738,9 +917,11 @@ def summarize(
     splits: dict[str, Any] = {}
     for split in (*SPLITS, "all"):
         part = [r for r in predicted if split == "all" or r["split"] == split]
+        by_precision = [{**r, "precision_key": precision_key(r)} for r in part]
         splits[split] = {
             "overall": _block(part),
             "by_backend": _grouped(part, "backend"),
+            "by_precision": _grouped(by_precision, "precision_key"),
             "by_group": _grouped(part, "group"),
         }
     return {
@@ -768,6 +949,7 @@ RESULT_COLUMNS = (
     "backend",
     "backend_version",
     "precision",
+    "priced",
     "priced_as",
     "isl",
     "osl",

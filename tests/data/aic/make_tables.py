@@ -4,8 +4,11 @@
 Every latency is generated here from the twin's own kernel models at known
 parameters (``TRUE``), times a seeded +-3% jitter, so the tests can check that
 the import recovers them. No row comes from the real database. One GEMM row is
-made faster than the H100's peak FLOP/s, to be flagged. Run from the repository
-root: ``python tests/data/aic/make_tables.py``.
+made faster than the H100's peak FLOP/s, to be flagged. The precision families
+(``twin.precision``) get their own rows: an fp8 GEMM grid at the format's operand bytes
+against the FP8 peak, and attention over an fp8 KV cache (1-byte K/V), drawn from
+their own seeded generator after the rest. Run from the repository root:
+``python tests/data/aic/make_tables.py``.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from twin.costmodel import features as ft  # noqa: E402
 from twin.costmodel import formulas as fm  # noqa: E402
 from twin.costmodel import latency as lat  # noqa: E402
 from twin.hardware import get_gpu  # noqa: E402
+from twin.precision import WEIGHT_FORMATS, gemm_operand_bytes  # noqa: E402
 
-PEAKS = get_gpu("h100").peaks()
+PEAKS = {**get_gpu("h100").peaks(), **get_gpu("h100").low_precision_peaks()}
 DEVICE = "NVIDIA H100 80GB HBM3"
 TRUE = {
     "gemm": {"t0_s": 4e-6, "eff_flops": 0.75, "eff_bytes": 0.8, "p": 3.0, "c_weight_elems": 0.0},
@@ -49,6 +53,23 @@ TRUE = {
     "conv1d_update": {"t0_s": 4e-6, "eff_flops": 0.05, "eff_bytes": 0.8, "p": 4.0},
     "allreduce_2gpu": {"t0_s": 4e-6, "eff_bytes": 0.6},
     "allreduce_8gpu": {"t0_s": 6e-6, "eff_bytes": 0.7},
+    "gemm_fp8": {"t0_s": 6e-6, "eff_flops": 0.6, "eff_bytes": 0.8, "p": 2.0, "c_weight_elems": 0.0},
+    "attn_prefill_fp8kv": {
+        "t0_s": 1e-5,
+        "eff_flops": 0.35,
+        "eff_bytes": 0.5,
+        "p": 2.0,
+        "c_score_elems": 1e-13,
+        "c_tiles": 2e-8,
+    },
+    "attn_decode_fp8kv": {
+        "t0_s": 1e-5,
+        "eff_flops": 0.15,
+        "eff_bytes": 0.8,
+        "p": 2.0,
+        "c_score_elems": 0.0,
+        "c_tiles": 2e-8,
+    },
 }
 rng = np.random.default_rng(12)
 
@@ -92,10 +113,8 @@ def main() -> None:
                         "latency": t,
                     }
                 )
-    # an fp8 row (ignored: not bf16) and an impossible one (flagged)
-    gemm.append({**gemm[0], "gemm_dtype": "fp8"})
-    gemm.append({**gemm[-2], "m": 4096, "n": 14336, "k": 4096, "latency": 1e-3})
-    write("gemm/vllm/0.24.0/gemm_perf.parquet", gemm)
+    # an impossible one (flagged)
+    gemm.append({**gemm[-1], "m": 4096, "n": 14336, "k": 4096, "latency": 1e-3})
 
     ctx, gen = [], []
     attn = {
@@ -140,9 +159,6 @@ def main() -> None:
                     }
                 )
     ctx.append({**ctx[0], "kernel_source": "vllm_flash_attn_fa4"})  # another backend: ignored
-    ctx.append({**ctx[1], "kv_cache_dtype": "fp8"})  # fp8 KV: ignored
-    write("attention/vllm/0.24.0/context_attention_perf.parquet", ctx)
-    write("attention/vllm/0.24.0/generation_attention_perf.parquet", gen)
 
     mamba = []
     for b in (1, 8, 64):
@@ -226,6 +242,49 @@ def main() -> None:
             )  # NCCL: used above the custom sizes
     write("comm/nccl/2.29.2/nccl_perf.parquet", nccl)
     write("comm/vllm/0.24.0/custom_allreduce_perf.parquet", custom)
+    precision_rows(gemm, ctx, gen)
+    write("gemm/vllm/0.24.0/gemm_perf.parquet", gemm)
+    write("attention/vllm/0.24.0/context_attention_perf.parquet", ctx)
+    write("attention/vllm/0.24.0/generation_attention_perf.parquet", gen)
+
+
+def precision_rows(gemm: list[dict], ctx: list[dict], gen: list[dict]) -> None:
+    """The fp8 GEMM grid and the fp8-KV attention rows (their own generator, so the rows
+    above keep their jitter)."""
+    global rng
+    rng = np.random.default_rng(13)
+    act, weight = gemm_operand_bytes(WEIGHT_FORMATS["fp8"], 2)
+    for m in (1, 8, 64, 256, 1024, 4096):
+        for n in (1024, 4096, 14336):
+            for k in (1024, 4096):
+                t = ms("gemm_fp8", ft.gemm_features_at(m, k, n, 2, act, weight))
+                source = "CutlassFP8ScaledMMLinearKernel"
+                gemm.append(
+                    {**label("VLLM", "0.24.0", "gemm", source), "gemm_dtype": "fp8"}
+                    | {"m": m, "n": n, "k": k, "latency": t}
+                )
+    fp8kv = {"beam_width": 1, "attn_dtype": "bfloat16", "kv_cache_dtype": "fp8", "window_size": 0}
+    for b in (1, 4, 32):
+        for s in (16, 256, 2048, 8192):
+            for h, kvh in ((32, 8), (8, 8)):
+                f, by, sc, tl = ft.attn_prefill_sums(
+                    b * s, b * s * (s + 1) // 2, b * s, b, h, kvh, 128, 2, 1
+                )
+                t = ms("attn_prefill_fp8kv", (f, by, {"score_elems": sc, "tiles": tl}))
+                ctx.append(
+                    {**label("VLLM", "0.24.0", "context_attention", "vllm_flash_attn_fa3")}
+                    | {"batch_size": b, "isl": s, "num_heads": h, "num_key_value_heads": kvh}
+                    | {"head_dim": 128, "step": 0, **fp8kv, "latency": t}
+                )
+        for c in (15, 1023, 16383):
+            for h, kvh in ((32, 8), (8, 8)):
+                feats = ft.attn_decode_features(b, c + 1, h, kvh, 128, 2, 1)
+                t = ms("attn_decode_fp8kv", feats)
+                gen.append(
+                    {**label("VLLM", "0.24.0", "generation_attention", "vllm_flash_attn_fa3")}
+                    | {"batch_size": b, "isl": 1, "num_heads": h, "num_key_value_heads": kvh}
+                    | {"head_dim": 128, "step": c, **fp8kv, "latency": t}
+                )
 
 
 if __name__ == "__main__":
