@@ -430,7 +430,12 @@ def _load(session_rate: float | None, concurrency: int | None, duration_s: float
         raise TwinError(f"--concurrency {concurrency}: must be at least 1")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
         raise TwinError(f"--duration {duration_s:g}: must be a positive number of seconds")
-    return Load(session_rate, concurrency, duration_s)
+    # Floats, as reports.sweep.grid keeps rates: a point of 4 and one of 4.0 share a key.
+    return Load(
+        None if session_rate is None else float(session_rate),
+        concurrency,
+        None if duration_s is None else float(duration_s),
+    )
 
 
 def workload_stats(path: str | Path) -> dict[str, Any]:
@@ -514,12 +519,16 @@ def analyse(
         return Analysis(None, "", f"no step prices: {err}", 1, "")
     model = resolve_model(spec.model, spec.model_set)
     point = Point(cand.cache_gb, cand.policy, load.session_rate, 0, 1)
-    config = spec.config(point, profile)
+    try:
+        # A tp that does not divide the model's heads, or a mode refusing this model.
+        config = spec.config(point, profile)
+        pricer = make_pricer(model, profile, cand.tp)
+    except TwinError as err:
+        return Analysis(spec, spec.profile_label, f"cannot run: {err}", 1, "")
     try:
         memory_budget(model, config)
     except TwinError as err:
         return Analysis(spec, spec.profile_label, f"does not fit: {err}", 1, "")
-    pricer = make_pricer(model, profile, cand.tp)
     lone = pricer.step_time([], 1, 1) * 1e3
     for slo in slos:
         if slo.metric in ("tpot", "itl") and lone > slo.threshold_ms:
