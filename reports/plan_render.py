@@ -59,7 +59,13 @@ def winner_sentence(p: PlanResult) -> str:
             "(more --gpus, --tp or --engines, a larger --budget-gpus, or a lower load)."
         )
     t = w.trial(w.replicas)
-    values = ", ".join(f"{s} → {_ms(t.values_ms.get(s.text))} ms" for s in p.slos) if t else ""
+    values = (
+        ", ".join(
+            f"P{s.percentile} {LABELS[s.metric]} {_ms(t.values_ms.get(s.text))} ms" for s in p.slos
+        )
+        if t
+        else ""
+    )
     return (
         f"The cheapest deployment meeting {targets} at {p.load.label()}: "
         f"{w.replicas} replica(s) of {w.candidate.label} = {w.gpus} GPU(s) at "
