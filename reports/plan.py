@@ -50,7 +50,7 @@ from reports.sweep import (
     resolve,
     run_pairs,
 )
-from reports.verdicts import meets
+from reports.verdicts import RUN_LENGTH, binding_resource, meets
 from twin import __version__
 from twin.engine.config import MAX_TP
 from twin.engine.modes import ENGINE_MODES, get_mode
@@ -87,7 +87,10 @@ MEETS = "meets"  # meets them, on its fewest replicas; costs more than the winne
 COSTLIER = "costlier"  # searched until every count left cost more than the best found
 PRUNED = "pruned"  # not simulated: its lower bound costs more than the best found
 INFEASIBLE = "infeasible"  # cannot meet them: does not fit, no kernels, or fails at the cap
-OUTCOMES = (WINNER, MEETS, COSTLIER, PRUNED, INFEASIBLE)
+# Two replica counts in a row met every target, but neither run was long enough to judge its
+# steady state (reports.verdicts.binding_resource: run length): run longer.
+UNJUDGED = "unjudged"
+OUTCOMES = (WINNER, MEETS, COSTLIER, UNJUDGED, PRUNED, INFEASIBLE)
 
 
 @dataclass(frozen=True)
@@ -129,12 +132,15 @@ class Trial:
     values_ms: dict[str, float | None]  # by SLO text
     ttft_p95_ms: float | None
     key: str  # the row's key in results.parquet
+    verdict_reason: str | None = None  # the engine's reason for its steady-state verdict
+    run_length: bool = False  # every target met, too short to tell (run longer)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "replicas": self.replicas,
             "meets": self.meets,
             "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
             "values_ms": self.values_ms,
             "ttft_p95_ms": self.ttft_p95_ms,
             "key": self.key,
@@ -209,6 +215,7 @@ class Load:
     session_rate: float | None
     concurrency: int | None
     duration_s: float | None
+    warmup_s: float | None = None  # None: the engine's (a fifth of the duration, else 0)
 
     def label(self) -> str:
         if self.concurrency is not None:
@@ -217,13 +224,15 @@ class Load:
             text = f"{self.session_rate:g} sessions/s"
         else:
             text = "the workload's own arrival times"
-        return text + (f" for {self.duration_s:g} s" if self.duration_s is not None else "")
+        text += f" for {self.duration_s:g} s" if self.duration_s is not None else ""
+        return text + (f" (first {self.warmup_s:g} s warm-up)" if self.warmup_s is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "session_rate": self.session_rate,
             "concurrency": self.concurrency,
             "duration_s": self.duration_s,
+            "warmup_s": self.warmup_s,
         }
 
 
@@ -329,6 +338,8 @@ class PlanResult:
             args += ["--concurrency", str(self.load.concurrency)]
         if self.load.duration_s is not None:
             args += ["--duration", f"{self.load.duration_s:g}"]
+        if self.load.warmup_s is not None:
+            args += ["--warmup-s", f"{self.load.warmup_s:g}"]
         args += ["--seed", "0"]
         for slo in self.slos:
             args += ["--slo", slo.text]
@@ -421,7 +432,12 @@ def _caches(values: Sequence[str | float]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _load(session_rate: float | None, concurrency: int | None, duration_s: float | None) -> Load:
+def _load(
+    session_rate: float | None,
+    concurrency: int | None,
+    duration_s: float | None,
+    warmup_s: float | None = None,
+) -> Load:
     if session_rate is not None and concurrency is not None:
         raise TwinError("--session-rate and --concurrency both set the load: give one of them")
     if session_rate is not None and not (math.isfinite(session_rate) and session_rate > 0):
@@ -430,11 +446,16 @@ def _load(session_rate: float | None, concurrency: int | None, duration_s: float
         raise TwinError(f"--concurrency {concurrency}: must be at least 1")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
         raise TwinError(f"--duration {duration_s:g}: must be a positive number of seconds")
+    if warmup_s is not None and not (math.isfinite(warmup_s) and warmup_s >= 0):
+        raise TwinError(f"--warmup-s {warmup_s:g}: must be a number of seconds >= 0")
+    if warmup_s is not None and duration_s is not None and warmup_s >= duration_s:
+        raise TwinError(f"--warmup-s {warmup_s:g}: must be shorter than --duration {duration_s:g}")
     # Floats, as reports.sweep.grid keeps rates: a point of 4 and one of 4.0 share a key.
     return Load(
         None if session_rate is None else float(session_rate),
         concurrency,
         None if duration_s is None else float(duration_s),
+        None if warmup_s is None else float(warmup_s),
     )
 
 
@@ -602,6 +623,7 @@ def plan(
     session_rate: float | None = None,
     concurrency: int | None = None,
     duration_s: float | None = None,
+    warmup_s: float | None = None,
     gpus: Sequence[str] = DEFAULT_GPUS,
     engines: Sequence[str] = DEFAULT_ENGINES,
     tp: Sequence[int] = DEFAULT_TP,
@@ -616,7 +638,8 @@ def plan(
 ) -> PlanResult:
     """Find the cheapest deployment of ``model`` meeting every SLO in ``slos`` for
     ``workload`` at the load given (``session_rate`` or ``concurrency`` closed-loop
-    clients, for ``duration_s`` simulated seconds); write ``OUT/plan.json``,
+    clients, for ``duration_s`` simulated seconds, the first ``warmup_s`` left out of the
+    numbers); write ``OUT/plan.json``,
     ``OUT/report.md`` and ``OUT/report.html``; return what it found.
 
     Every input is checked before the first simulation (one-line ``TwinError``s).
@@ -632,7 +655,7 @@ def plan(
     slo_list = parse_slos(list(slos))
     if not slo_list:
         raise TwinError("--slo: give at least one target, e.g. --slo 'p95_ttft<=500ms'")
-    load = _load(session_rate, concurrency, duration_s)
+    load = _load(session_rate, concurrency, duration_s, warmup_s)
     gpu_names, engine_names = _gpus(gpus), _engines(engines)
     tps, caches = _tps(tp), _caches(cache)
     strategy = get_search(search)
@@ -654,6 +677,8 @@ def plan(
     settings: list[tuple[str, Any]] = [("router", router)]
     if load.concurrency is not None:
         settings.append(("concurrency", load.concurrency))
+    if load.warmup_s is not None:
+        settings.append(("warmup_s", load.warmup_s))
     if load.duration_s is not None:
         settings += [
             ("duration_s", float(load.duration_s)),
@@ -851,11 +876,31 @@ class _Searcher:
                 continue
             ok = meets(row, self.slos)
             values = {slo.text: row.get(slo.column) for slo in self.slos}
-            verdict = str(row.get("verdict"))
-            r.trials.append(Trial(n, ok, verdict, values, row.get("ttft_p95_ms"), row["key"]))
+            r.trials.append(
+                Trial(
+                    n,
+                    ok,
+                    str(row.get("verdict")),
+                    values,
+                    row.get("ttft_p95_ms"),
+                    row["key"],
+                    row.get("verdict_reason"),
+                    binding_resource(row, self.slos) == RUN_LENGTH,
+                )
+            )
             s.record(n, ok)
             if ok:
                 self.best = min(self.best, r.cost(n))
+            if len(r.trials) >= 2 and all(t.run_length for t in r.trials[-2:]):
+                a, b = sorted(t.replicas for t in r.trials[-2:])
+                r.outcome = UNJUDGED
+                r.reason = (
+                    f"meets every target on {a} and on {b} replica(s), but neither run is long "
+                    f"enough to judge its steady state ({r.trials[-1].verdict_reason}); more "
+                    "replicas do not change that"
+                )
+                s.cap(0)  # its search is over
+                continue
             if r.fallback is None and s.name != FALLBACK:
                 why = non_monotone(
                     [(t.replicas, t.meets, t.values_ms) for t in r.trials], self.slos
@@ -875,12 +920,20 @@ def _decide(results: list[CandidateResult], slos: Sequence[Slo]) -> list[str]:
         ranked[0].outcome = WINNER
         for r in ranked[1:]:
             r.reason = _lost(r, ranked[0])
-    return [
+    notes = [
         f"{r.candidate.label}: the P95s were not monotone in the replica count "
         f"({r.fallback}); its search fell back to a linear scan"
         for r in results
         if r.fallback
     ]
+    unjudged = [r for r in results if r.outcome == UNJUDGED]
+    if unjudged:
+        notes.append(
+            f"{len(unjudged)} candidate(s) met every target but their runs were too short to "
+            "judge a steady state (a run that is not stable meets no SLO): run longer "
+            "(--duration)"
+        )
+    return notes
 
 
 def _settle(r: CandidateResult, s: ReplicaSearch, best: float) -> None:

@@ -54,6 +54,12 @@ def winner_sentence(p: PlanResult) -> str:
     targets = slo_text(p.slos)
     w = p.winner
     if w is None:
+        if any(c.outcome == "unjudged" for c in p.candidates):
+            return (
+                f"No candidate is known to meet {targets} at {p.load.label()}: some meet every "
+                "target, but their runs are too short to judge a steady state; run longer "
+                "(--duration)."
+            )
         return (
             f"No candidate meets {targets} at {p.load.label()}: see why each does not below "
             "(more --gpus, --tp or --engines, a larger --budget-gpus, or a lower load)."
@@ -98,7 +104,7 @@ def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
     return head, [row]
 
 
-_ORDER = {"meets": 0, "costlier": 1, "pruned": 2, "infeasible": 3}
+_ORDER = {"meets": 0, "costlier": 1, "unjudged": 2, "pruned": 3, "infeasible": 4}
 
 
 def _others(p: PlanResult) -> list[CandidateResult]:

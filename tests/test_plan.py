@@ -22,7 +22,16 @@ from typing import Any
 import pytest
 
 from reports import plan as plan_module
-from reports.plan import COSTLIER, INFEASIBLE, MEETS, PRUNED, WINNER, PlanResult, plan
+from reports.plan import (
+    COSTLIER,
+    INFEASIBLE,
+    MEETS,
+    PRUNED,
+    UNJUDGED,
+    WINNER,
+    PlanResult,
+    plan,
+)
 from reports.plan_search import SEARCHES, LinearScan, ProbeBisect, non_monotone
 from reports.prices import load_prices
 from reports.sweep import AUTO_GB, Point, SweepOutcome, SweepSpec, resolve, run_pairs
@@ -271,7 +280,12 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
         "notes",
     } <= set(doc)
     assert doc["schema_version"] == 1 and doc["slos"] == [SLO]
-    assert doc["load"] == {"session_rate": RATE, "concurrency": None, "duration_s": DURATION}
+    assert doc["load"] == {
+        "session_rate": RATE,
+        "concurrency": None,
+        "duration_s": DURATION,
+        "warmup_s": None,
+    }
     assert doc["prices"]["default"] is True and "h100" in doc["prices"]["usd_per_gpu_hour"]
     assert doc["counts"]["points_run"] == 0  # everything was found in results.parquet
     win = doc["winner"]
@@ -439,9 +453,9 @@ def test_non_monotone_pairs() -> None:
 # --- the search loop on a stand-in sweep ----------------------------------------------
 
 
-def _fake_sweep(monkeypatch, surface) -> list[tuple[str, int, int]]:
-    """Replace the plan's sweep by ``surface(gpu, tp, replicas) -> P95 TTFT ms`` (stable);
-    return the points asked for."""
+def _fake_sweep(monkeypatch, surface, verdict=lambda n: "stable") -> list[tuple[str, int, int]]:
+    """Replace the plan's sweep by ``surface(gpu, tp, replicas) -> P95 TTFT ms`` (with the
+    steady state ``verdict(replicas)``); return the points asked for."""
     asked: list[tuple[str, int, int]] = []
 
     def fake(pairs, out, jobs=1, **_: Any) -> SweepOutcome:
@@ -451,7 +465,8 @@ def _fake_sweep(monkeypatch, surface) -> list[tuple[str, int, int]]:
             rows.append(
                 {
                     "key": f"{spec.gpu}-{spec.tp}-{p.replicas}",
-                    "verdict": "stable",
+                    "verdict": verdict(p.replicas),
+                    "verdict_reason": "too few requests",
                     "ttft_p95_ms": surface(spec.gpu, spec.tp, p.replicas),
                 }
             )
@@ -508,3 +523,25 @@ def test_prunes_candidates_whose_bound_costs_more(monkeypatch, tmp_path) -> None
     assert n["pruned_cannot_meet"] == 6
     assert n["pruned_by_cost"] == 24 - 6 - 2  # the two h100 tp1 engines tie
     assert len(asked) == n["simulated"] == 2
+
+
+def test_runs_too_short_to_judge_stop_the_search(monkeypatch, tmp_path) -> None:
+    # Every count meets the target but no run is long enough to judge its steady state:
+    # more replicas cannot fix that, so the search stops after two such counts.
+    asked = _fake_sweep(monkeypatch, lambda gpu, tp, n: 10.0, lambda n: "too short to tell")
+    wl = _tiny_workload(tmp_path)
+    found = plan(
+        wl,
+        tmp_path / "out",
+        model=MODEL,
+        slos=["p95_ttft<=100ms"],
+        session_rate=1.0,
+        gpus=["h100"],
+        engines=["vllm"],
+        tp=[1],
+    )
+    (c,) = found.candidates
+    assert c.outcome == UNJUDGED and "too few requests" in c.reason
+    assert len(asked) == 2 and found.winner is None
+    assert any("too short to judge" in n for n in found.notes)
+    assert "run longer" in (tmp_path / "out" / "report.md").read_text()

@@ -18,6 +18,7 @@ from reports.plan import (
     DEFAULT_ENGINES,
     DEFAULT_GPUS,
     DEFAULT_TP,
+    OUTCOMES,
     PLAN_FILE,
     PlanProgress,
     PlanResult,
@@ -144,6 +145,12 @@ def plan_cmd(
         help="Simulated seconds of load per point (sessions start in [0, D); the first 20% "
         "is warm-up; at --session-rate the workload is stretched to enough sessions).",
     ),
+    warmup_s: float | None = typer.Option(
+        None,
+        "--warmup-s",
+        help="Leave requests arriving before this out of every point's numbers (cold "
+        "caches, sessions still accumulating). [default: a fifth of --duration, else 0]",
+    ),
     gpus: str = typer.Option(
         ",".join(DEFAULT_GPUS),
         "--gpus",
@@ -199,11 +206,12 @@ def plan_cmd(
     Examples:
 
       twin plan chat.parquet -m qwen3.5-9b --slo "p95_ttft<=500ms" --slo "p95_tpot<=50ms" \\
-        --session-rate 0.5 --duration 300 --gpus h100,h200 --engines vllm --tp 1 --out plan
+        --session-rate 0.5 --duration 2400 --warmup-s 800 --gpus h100,h200 --engines vllm \\
+        --tp 1 --out plan
 
-      twin plan chat.parquet -m llama-3-8b --slo "p95_ttft<=1s" --concurrency 8 \\
-        --duration 120 --gpus h100 --engines vllm,sglang --tp 1,2 --budget-gpus 4 --json \\
-        --out plan-c8
+      twin plan chat.parquet -m qwen3.5-9b --slo "p95_ttft<=300ms" --session-rate 0.5 \\
+        --duration 2400 --warmup-s 800 --gpus h100,b200 --engines vllm,sglang --tp 1,2 \\
+        --budget-gpus 2 --json --out plan-2gpu
     """
     checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
@@ -212,6 +220,7 @@ def plan_cmd(
     checks.number("--session-rate", session_rate, low=0, low_open=True)
     checks.number("--duration", duration, low=0, low_open=True)
     checks.number("--concurrency", concurrency, low=0, low_open=True)
+    checks.number("--warmup-s", warmup_s, low=0)
     gpu_list, engine_list = _items("--gpus", gpus), _items("--engines", engines)
     tp_list, cache_list = _ints("--tp", tp), _items("--cache-gb", cache_gb)
     total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list)
@@ -225,6 +234,7 @@ def plan_cmd(
             session_rate=session_rate,
             concurrency=concurrency,
             duration_s=duration,
+            warmup_s=warmup_s,
             gpus=gpu_list,
             engines=engine_list,
             tp=tp_list,
@@ -262,7 +272,7 @@ def _print(p: PlanResult) -> None:
     table = Table(title=f"candidates ({p.prices.label})", title_justify="left")
     for col in ("candidate", "outcome", "replicas", "GPUs", "$/hour", "why"):
         table.add_column(col)
-    order = {"winner": 0, "meets": 1, "costlier": 2, "pruned": 3, "infeasible": 4}
+    order = {o: i for i, o in enumerate(OUTCOMES)}
     for c in sorted(
         p.candidates,
         key=lambda c: (order.get(c.outcome, 9), c.usd_per_hour or float("inf"), c.candidate.label),
