@@ -20,7 +20,7 @@ import functools
 import hashlib
 import itertools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -412,10 +412,11 @@ class PointProgress:
 
     def __init__(self, progress: Callable[[float], None] | None) -> None:
         self.progress = progress
-        self.shown: dict[Point, float] = {}
-        self.stored: set[Point] = set()
+        # By point, or by a point's key (run_pairs: points of several specs).
+        self.shown: dict[Hashable, float] = {}
+        self.stored: set[Hashable] = set()
 
-    def partial(self, point: Point, x: float) -> None:
+    def partial(self, point: Hashable, x: float) -> None:
         """``x`` more of ``point`` simulated (ignored once its row is stored)."""
         if self.progress is None or point in self.stored:
             return
@@ -424,7 +425,7 @@ class PointProgress:
             self.shown[point] = self.shown.get(point, 0.0) + step
             self.progress(step)
 
-    def done(self, point: Point) -> None:
+    def done(self, point: Hashable) -> None:
         """``point``'s row is stored: the rest of its share."""
         self.stored.add(point)
         if self.progress is not None:
@@ -464,12 +465,31 @@ def run_sweep(
     (:class:`~reports.results_table.ResultsWriter`), and once more at the end,
     also when the sweep stops on an error or Ctrl-C.
     """
-    if not spec.workload_sha256:
+    return run_pairs(
+        [(spec, p) for p in points], out_dir, jobs, progress, on_point, executor, ray_address
+    )
+
+
+def run_pairs(
+    pairs: list[tuple[SweepSpec, Point]],
+    out_dir: str | Path,
+    jobs: int = 1,
+    progress: Callable[[float], None] | None = None,
+    on_point: Callable[[Point, dict[str, Any]], None] | None = None,
+    executor: str = "local",
+    ray_address: str | None = None,
+) -> SweepOutcome:
+    """:func:`run_sweep` for points of several specs in one batch (``twin plan``: one spec
+    per candidate deployment), all in one pool; ``executor="ray"`` needs a single spec."""
+    specs = {id(spec): spec for spec, _ in pairs}
+    if any(not spec.workload_sha256 for spec in specs.values()):
         raise ValueError("run_sweep needs a resolved SweepSpec (call reports.sweep.resolve)")
     if jobs < 1:
         raise TwinError(f"--jobs: must be at least 1 (got {jobs})")
     if executor not in EXECUTORS:
         raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
+    if executor == "ray" and len(specs) > 1:
+        raise ValueError("the ray executor runs the points of one SweepSpec at a time")
     # Fail on a missing ray, or a cluster that does not answer, before touching the folder.
     ray = import_ray(ray_address) if executor == "ray" else None
     out = Path(out_dir)
@@ -477,40 +497,50 @@ def run_sweep(
     # Rows of other sweeps sharing the DIR are kept in the file, but only this
     # sweep's keys are returned for the report.
     rows = merge_results(out, [])
-    todo = [p for p in points if spec.key(p) not in rows]
-    skipped = len(points) - len(todo)
+    keyed = [(spec.key(p), spec, p) for spec, p in pairs]
+    todo = [(k, spec, p) for k, spec, p in keyed if k not in rows]
+    skipped = len(pairs) - len(todo)
     if progress is not None and skipped:
         progress(skipped)
 
     shares = PointProgress(progress)
     writer = ResultsWriter(out)
 
-    def done(point: Point, row: dict[str, Any]) -> None:
+    def done(item: tuple[str, SweepSpec, Point], row: dict[str, Any]) -> None:
         rows[row["key"]] = stored_row(row)
         writer.add(row)
         if on_point is not None:
-            on_point(point, row)
-        shares.done(point)
+            on_point(item[2], row)
+        shares.done(item[0])
 
-    partial = shares.partial
+    def partial(item: tuple[str, SweepSpec, Point], x: float) -> None:
+        shares.partial(item[0], x)
+
     nodes: dict[str, int] = {}
     try:
         if ray is not None:
             if todo:
-                nodes = run_points_on_ray(ray, ray_address, spec, todo, done)
+                by_point = {item[2]: item for item in todo}
+                nodes = run_points_on_ray(
+                    ray,
+                    ray_address,
+                    todo[0][1],
+                    [p for _, _, p in todo],
+                    lambda p, row: done(by_point[p], row),
+                )
         elif jobs == 1 or len(todo) <= 1:
-            for point in todo:
-                done(point, run_point(spec, point, Batched(functools.partial(partial, point))))
+            for item in todo:
+                _, spec, point = item
+                done(item, run_point(spec, point, Batched(functools.partial(partial, item))))
         else:
             run_in_pool(
                 run_point,
                 todo,
-                lambda p: (spec, p),
+                lambda item: item[1:],
                 min(jobs, len(todo)),
                 done,
                 on_progress=partial if progress is not None else None,
             )
     finally:
         writer.flush()  # what finished is kept, also on an error or Ctrl-C
-    wanted = [spec.key(p) for p in points]
-    return SweepOutcome([rows[k] for k in wanted], len(todo), skipped, nodes)
+    return SweepOutcome([rows[k] for k, _, _ in keyed], len(todo), skipped, nodes)

@@ -9,6 +9,7 @@ from twin.cli import (
     calibrate,
     cost,
     models,
+    plan,
     replay,
     report,
     reproduce,
@@ -40,6 +41,7 @@ app.command("calibrate")(calibrate.calibrate)
 app.command("cost")(cost.cost)
 app.command("validate")(validate.validate)
 app.command("reproduce")(reproduce.reproduce_cmd)
+app.command("plan")(plan.plan_cmd)
 
 
 def _version_callback(value: bool) -> None:

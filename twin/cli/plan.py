@@ -1,0 +1,291 @@
+"""``twin plan``: the cheapest deployment meeting every SLO for a workload at a load."""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from reports.plan import (
+    DEFAULT_CACHE,
+    DEFAULT_ENGINES,
+    DEFAULT_GPUS,
+    DEFAULT_TP,
+    OUTCOMES,
+    PLAN_FILE,
+    PlanProgress,
+    PlanResult,
+    plan,
+)
+from reports.plan_render import winner_sentence
+from reports.plan_search import DEFAULT_SEARCH, SEARCHES
+from reports.render import HTML_FILE, MD_FILE
+from reports.sweep import RESULTS_FILE
+from twin.cli import checks
+from twin.cli.common import (
+    PLAIN_PROGRESS_EVERY_S,
+    JobsOption,
+    ModelOption,
+    ModelSetOption,
+    console,
+    err_console,
+)
+from twin.engine import ROUTERS
+from twin.engine.modes import ENGINE_MODES
+from twin.errors import TwinError
+from twin.hardware import GPUS
+from twin.metrics import to_json
+
+SEARCH_HELP = (
+    "How each candidate's fewest replicas is found: "
+    + "; ".join(f"{name}: {cls.description}" for name, cls in SEARCHES.items())
+    + "."
+)
+
+
+def _items(flag: str, text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise TwinError(f"{flag} {text!r}: expected a comma-separated list")
+    return items
+
+
+def _ints(flag: str, text: str) -> list[int]:
+    out = []
+    for t in _items(flag, text):
+        try:
+            out.append(int(t))
+        except ValueError:
+            raise TwinError(f"{flag}: {t!r} is not a whole number") from None
+    return out
+
+
+def _command_line() -> str:
+    """The command as typed (click keeps no raw argv; under a test runner it is not ours)."""
+    args = sys.argv[1:]
+    if args[:1] == ["plan"]:
+        return shlex.join(["twin", *args])
+    return "twin plan (invoked programmatically)"
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[PlanProgress], None]]:
+    """Candidates settled (evaluated or pruned) as a rich bar on a terminal; elsewhere a
+    plain line at most every ``PLAIN_PROGRESS_EVERY_S`` seconds."""
+
+    def detail(s: PlanProgress) -> str:
+        return f"{s.evaluated} evaluated, {s.pruned} pruned, {s.points} point(s)"
+
+    if not err_console.is_terminal:
+        start = last = time.monotonic()
+
+        def plain(s: PlanProgress) -> None:
+            nonlocal last
+            now = time.monotonic()
+            if now - last >= PLAIN_PROGRESS_EVERY_S:
+                last = now
+                err_console.print(
+                    f"candidates: {s.settled}/{s.total} ({detail(s)}), "
+                    f"{now - start:,.0f} s elapsed",
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
+
+        yield plain
+        return
+    with Progress(
+        TextColumn("[bold]candidates"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("candidates", total=total, detail="")
+
+        def update(s: PlanProgress) -> None:
+            bar.update(task, completed=s.settled, detail=detail(s))
+
+        yield update
+
+
+def plan_cmd(
+    workload: Path = typer.Argument(..., help="Workload parquet file."),
+    model: ModelOption = "marconi-hybrid-7b",
+    model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
+    slo: list[str] = typer.Option(
+        [],
+        "--slo",
+        help="Latency target, repeatable (at least one): pNN_METRIC<=VALUE(ms|s), METRIC "
+        "ttft, tpot, itl or e2e at p50, p90, p95 or p99 (ttft also p5). A deployment meets "
+        "the SLOs when every target is met and its steady state is stable.",
+    ),
+    session_rate: float | None = typer.Option(
+        None,
+        "--session-rate",
+        help="Poisson session arrivals per second (default: the workload's own times).",
+    ),
+    concurrency: int | None = typer.Option(
+        None,
+        "--concurrency",
+        help="Closed-loop clients instead of a rate (vllm bench serve --max-concurrency).",
+    ),
+    duration: float | None = typer.Option(
+        None,
+        "--duration",
+        help="Simulated seconds of load per point (sessions start in [0, D); the first 20% "
+        "is warm-up; at --session-rate the workload is stretched to enough sessions).",
+    ),
+    warmup_s: float | None = typer.Option(
+        None,
+        "--warmup-s",
+        help="Leave requests arriving before this out of every point's numbers (cold "
+        "caches, sessions still accumulating). [default: a fifth of --duration, else 0]",
+    ),
+    gpus: str = typer.Option(
+        ",".join(DEFAULT_GPUS),
+        "--gpus",
+        help=f"GPU types to consider, comma-separated ({', '.join(GPUS)}).",
+    ),
+    engines: str = typer.Option(
+        ",".join(DEFAULT_ENGINES),
+        "--engines",
+        help=f"Engine modes to consider, comma-separated ({', '.join(ENGINE_MODES)}).",
+    ),
+    tp: str = typer.Option(
+        ",".join(map(str, DEFAULT_TP)),
+        "--tp",
+        help="Tensor-parallel degrees (GPUs per replica) to consider, comma-separated.",
+    ),
+    cache_gb: str = typer.Option(
+        ",".join(DEFAULT_CACHE),
+        "--cache-gb",
+        help="Cache settings to consider, comma-separated: auto (the engine's shared KV "
+        "pool) or GB of a dedicated cache per replica.",
+    ),
+    prices: Path | None = typer.Option(
+        None,
+        "--prices",
+        help="A TOML price table replacing the shipped one (reports/prices.toml): "
+        "\\[gpus.h100] usd_per_gpu_hour = 3.2, source = '...', date = '...'.",
+    ),
+    budget_gpus: int | None = typer.Option(
+        None, "--budget-gpus", min=1, help="Most GPUs (replicas x tp) of any deployment."
+    ),
+    router: str = typer.Option(
+        "round-robin", "--router", help=f"Router across replicas: {', '.join(ROUTERS)}."
+    ),
+    search: str = typer.Option(
+        DEFAULT_SEARCH,
+        "--search",
+        help=SEARCH_HELP,
+    ),
+    jobs: JobsOption = 1,
+    out: Path = typer.Option(..., "--out", "-o", help="Output folder (reruns resume in it)."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print plan.json on stdout instead of the tables."
+    ),
+) -> None:
+    """Find the cheapest deployment (GPU type x engine x tp x cache x replicas) meeting every
+    SLO at a stable steady state; write OUT/plan.json, OUT/report.md, OUT/report.html
+    (self-contained) and OUT/results.parquet.
+
+    Each candidate's fewest replicas is searched from an analytic lower bound;
+    candidates whose bound already costs more than the best found are pruned.
+    Cost is GPUs x the GPU's on-demand price (--prices to use your own).
+
+    Examples:
+
+      twin plan chat.parquet -m qwen3.5-9b --slo "p95_ttft<=500ms" --slo "p95_tpot<=50ms" \\
+        --session-rate 0.5 --duration 2400 --warmup-s 800 --gpus h100,h200 --engines vllm \\
+        --tp 1 --out plan
+
+      twin plan chat.parquet -m qwen3.5-9b --slo "p95_ttft<=300ms" --session-rate 0.5 \\
+        --duration 2400 --warmup-s 800 --gpus h100,b200 --engines vllm,sglang --tp 1,2 \\
+        --budget-gpus 2 --json --out plan-2gpu
+    """
+    checks.in_file("WORKLOAD", workload, "workload file")
+    checks.out_dir("--out", out)
+    if prices is not None:
+        checks.in_file("--prices", prices, "price file")
+    checks.number("--session-rate", session_rate, low=0, low_open=True)
+    checks.number("--duration", duration, low=0, low_open=True)
+    checks.number("--concurrency", concurrency, low=0, low_open=True)
+    checks.number("--warmup-s", warmup_s, low=0)
+    gpu_list, engine_list = _items("--gpus", gpus), _items("--engines", engines)
+    tp_list, cache_list = _ints("--tp", tp), _items("--cache-gb", cache_gb)
+    total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list)
+    with _progress(total) as advance:
+        found = plan(
+            workload,
+            out,
+            model=model,
+            model_set=tuple(model_set),
+            slos=slo,
+            session_rate=session_rate,
+            concurrency=concurrency,
+            duration_s=duration,
+            warmup_s=warmup_s,
+            gpus=gpu_list,
+            engines=engine_list,
+            tp=tp_list,
+            cache=cache_list,
+            prices=prices,
+            budget_gpus=budget_gpus,
+            router=router,
+            search=search,
+            jobs=jobs,
+            command=_command_line(),
+            progress=advance,
+        )
+    n = found.counts
+    err_console.print(
+        f"{n['candidates']} candidate(s): {n['simulated']} simulated, {n['pruned']} pruned "
+        f"before simulation; {n['points_run']} point(s) simulated, {n['points_found']} found "
+        f"in {out / RESULTS_FILE}",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+    for line in found.notes:
+        err_console.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
+    wrote = f"wrote {out / PLAN_FILE}, {out / MD_FILE}, {out / HTML_FILE}"
+    if as_json:
+        print(to_json(found.to_dict()), end="")
+        err_console.print(wrote, highlight=False, markup=False, soft_wrap=True)
+        return
+    _print(found)
+    console.print(wrote, highlight=False, markup=False)
+
+
+def _print(p: PlanResult) -> None:
+    """The candidates, cheapest outcome first, and the winner's sentence and command."""
+    table = Table(title=f"candidates ({p.prices.label})", title_justify="left")
+    for col in ("candidate", "outcome", "replicas", "GPUs", "$/hour", "why"):
+        table.add_column(col)
+    order = {o: i for i, o in enumerate(OUTCOMES)}
+    for c in sorted(
+        p.candidates,
+        key=lambda c: (order.get(c.outcome, 9), c.usd_per_hour or float("inf"), c.candidate.label),
+    ):
+        table.add_row(
+            c.candidate.label,
+            c.outcome,
+            "-" if c.replicas is None else str(c.replicas),
+            "-" if c.gpus is None else str(c.gpus),
+            "-" if c.usd_per_hour is None else f"${c.usd_per_hour:,.2f}",
+            c.reason or "-",
+        )
+    console.print(table)
+    console.print(winner_sentence(p), highlight=False, markup=False)
+    if p.winner is not None:
+        console.print(f"reproduce: {p.simulate_command(p.winner)}", highlight=False, markup=False)
