@@ -51,6 +51,7 @@ from twin.engine.lpm import order_by_prefix
 from twin.engine.preemption import Preemption
 from twin.engine.ratio_admission import RatioAdmission
 from twin.engine.seq import Seq
+from twin.token_gaps import StepGaps, TokenGaps
 
 if TYPE_CHECKING:
     from twin.engine.scheduler import ReplicaSide
@@ -85,8 +86,11 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self._timer: simpy.Timeout | None = None  # a decode chunk's wait, an arrival may cut
         self._run: DecodeRun | None = None  # the decode run in flight
         self._cut = 0  # the step at which an arrival cut it
-        # The step ends of priced runs (at most MAX_RUN_STEPS), one buffer for all.
-        self._ends = np.empty(MAX_RUN_STEPS, np.float64)
+        # Inter-token gaps (``twin.token_gaps``): of steps starting at or after
+        # ``warmup_s`` (the cluster sets the run's before the loop starts). Priced runs
+        # write their step ends (at most MAX_RUN_STEPS) into its buffer.
+        self.gaps = StepGaps(MAX_RUN_STEPS)
+        self.warmup_s = 0.0
         self._run_cap = MIN_RUN_STEPS
         self.shared = getattr(replica, "pool", None) is not None
         self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
@@ -127,6 +131,7 @@ class ContinuousBatching(Preemption, RatioAdmission):
         generator resume rather than a nest of sub-generators.
         """
         env = self.env
+        gaps, warmup = self.gaps, self.warmup_s
         while True:
             if not self.waiting and not self.prefilling and not self.decoding:
                 self._wake = env.event()
@@ -136,7 +141,9 @@ class ContinuousBatching(Preemption, RatioAdmission):
                 order_by_prefix(self.waiting, self.replica.cached_prefix)
             if self.prefilling or self._can_admit():
                 chunked, seconds = self._plan_step()
-                self.busy_since = env.now
+                batch = len(self.decoding)  # each gets a token at the step's end
+                run = None
+                self.busy_since = t0 = env.now
                 yield env.timeout(seconds)
                 self.busy_s += seconds
                 self.step_no += 1
@@ -147,6 +154,7 @@ class ContinuousBatching(Preemption, RatioAdmission):
                 if run is None:
                     continue  # the pool ran out: a request was preempted, plan again
                 t0, m = env.now, run.k
+                batch = len(self.decoding)
                 self.busy_since = t0
                 self._run = run
                 if self.waiting:
@@ -197,6 +205,18 @@ class ContinuousBatching(Preemption, RatioAdmission):
                 yield env.timeout(extra)
                 self.busy_s += extra
             self.busy_since = None
+            if batch:
+                # The decoding sequences' gaps: each step's seconds, the extra after
+                # the last; only of steps starting in the measured window.
+                if t0 >= warmup:
+                    if run is None:
+                        gaps.step(seconds + extra, batch)
+                    elif run.ends is not None:
+                        gaps.run(m, batch, extra)
+                    else:
+                        gaps.affine(run.alpha, run.beta, m, batch, extra)
+                elif run is not None and t0 + run.end(m - 1) >= warmup:
+                    self._gaps_after_warmup(run, m, batch, t0, extra)  # once a replica
             now = env.now
             for seq in prefilled:
                 if not seq.generated:  # a recompute after preemption emits no first token
@@ -204,6 +224,21 @@ class ContinuousBatching(Preemption, RatioAdmission):
             for seq in completed:
                 seq.done_s = now
                 seq.done.succeed()
+
+    def _gaps_after_warmup(
+        self, run: DecodeRun, m: int, batch: int, t0: float, extra: float
+    ) -> None:
+        """The gaps of the first ``m`` steps of ``run``, begun at ``t0`` in the warm-up,
+        that start at or after ``warmup_s``."""
+        ends = run.step_ends(m)
+        durations = np.diff(ends, prepend=0.0)
+        durations[-1] += extra
+        starts = t0 + np.concatenate(([0.0], ends[:-1]))
+        self.gaps.hist.add_many(durations[starts >= self.warmup_s], batch)
+
+    def token_gaps(self) -> TokenGaps:
+        """Every inter-token gap of the steps that started at or after ``warmup_s``."""
+        return self.gaps.flush()
 
     def _can_admit(self) -> bool:
         self._ratio_blocked = False
@@ -305,17 +340,20 @@ class ContinuousBatching(Preemption, RatioAdmission):
         if fit is not None:
             a, b = fit
             return DecodeRun(k, a + b * context, b * batch)
+        # The step ends go where the gaps will read them (``StepGaps.buffer``, inlined).
+        gaps = self.gaps
+        ends = gaps.ends[gaps.off :]
         # The pricer's compiled step ends where it has them (``PricerBase.decode_ends``).
         decode_ends = getattr(self.pricer, "decode_ends", None)
         fill = decode_ends(batch, context) if decode_ends is not None else None
         if fill is not None:
-            return DecodeRun(k, fill=fill, capped=capped, ends=self._ends)
+            return DecodeRun(k, fill=fill, capped=capped, ends=ends)
         decode_run = self.pricer.decode_run
 
         def price(first: int, n: int) -> Durations:
             return decode_run(batch, context + first * batch, n)
 
-        return DecodeRun(k, price=price, capped=capped, ends=self._ends)
+        return DecodeRun(k, price=price, capped=capped, ends=ends)
 
     def _complete_due(self) -> list[Seq]:
         """Sequences whose last token came out in the step just ended."""

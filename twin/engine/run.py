@@ -19,6 +19,7 @@ from twin.engine.cost import StepPricer, make_pricer
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
+from twin.token_gaps import TokenGaps
 from workloads.reader import Workload
 
 REQUESTS_FILE = "requests.parquet"
@@ -97,6 +98,9 @@ def simulate(
     if writer is not None:
         writer.close()
     result = summary.result()
+    # Inter-token latency: every gap between consecutive output tokens, of every request
+    # (as ``vllm bench serve``'s ITL), exact from the step schedule, binned (twin.token_gaps).
+    result["itl_s"] = TokenGaps.merged(stats.token_gaps).stats()
     util = [r["utilisation"] for r in stats.replicas]
     result.update(
         twin_version=__version__,
