@@ -16,9 +16,10 @@ from twin.engine import EngineConfig, PricerBase, batching
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster
 from twin.engine.cost import Chunk
+from twin.engine.step_gaps import StepGaps
 from twin.metrics import PERCENTILES, RequestRecord
 from twin.presets import get_model
-from twin.token_gaps import NBINS, REL_ERROR, StepGaps, TokenGaps, bin_of
+from twin.token_gaps import NBINS, REL_ERROR, TokenGaps, bin_of
 from workloads.reader import Workload
 from workloads.schema import WorkloadRow
 
@@ -93,15 +94,15 @@ def test_empty_merge_and_weights():
 
 
 def test_step_gaps_bin_runs_steps_and_closed_forms_alike():
-    """Segments recorded as a scheduler does, against their durations one by one."""
+    """Runs and steps recorded as a scheduler does, against their durations one by one."""
     rng = np.random.default_rng(5)
-    log = StepGaps(run_steps=16, slots=2)  # binned every few records
+    log = StepGaps(run_steps=48, slots=3)  # binned every few records
     gaps: list[np.ndarray] = []
     for _ in range(300):
         kind, batch, extra = int(rng.integers(3)), int(rng.integers(1, 9)), 0.0
         if rng.random() < 0.3:
             extra = float(rng.uniform(0, 1e-3))
-        m = int(rng.integers(1, 17))
+        m = int(rng.integers(1, 49))
         if kind == 0:
             d = rng.uniform(1e-3, 2e-2, 1)
             log.step(float(d[0]) + extra, batch)
@@ -117,9 +118,12 @@ def test_step_gaps_bin_runs_steps_and_closed_forms_alike():
         d[-1] += extra
         gaps.append(np.repeat(d, batch))
     all_gaps = np.concatenate(gaps)
-    h = log.flush()
+    h = log.histogram()  # pending steps included, nothing flushed
     assert h.n == len(all_gaps)
     _close(h.stats(), all_gaps)
+    log.flush()
+    assert np.array_equal(log.hist.counts, h.counts) and log.hist.n == h.n
+    assert log.histogram().stats() == h.stats()
 
 
 # ---------------------------------------------------------------------- the engine
