@@ -275,3 +275,24 @@ def test_the_gaps_add_up_to_every_requests_decode_time(busy_chat, affine):
     decode_s = sum(r.completed_s - r.first_token_s for r in records)
     count = sum(r.output_tokens - 1 for r in records)
     assert summary["itl_s"]["mean"] == pytest.approx(decode_s / count, rel=1e-9)
+
+
+def test_a_preempted_sequences_wait_is_no_gap(busy_chat):
+    """With preemptions (a small shared pool) each one costs its victim the gap from its
+    last token to the one its recompute emits (not modelled); the other gaps all count."""
+    spec = get_model("tiny-hybrid")
+    config = EngineConfig(
+        shared_pool=True,
+        policy="vanilla",
+        replicas=2,
+        gpu_memory_bytes=(spec.weight_bytes + 400_000) / 0.9,
+    )
+    records: list[RequestRecord] = []
+    cluster = Cluster(spec, _slow_steps(), config, Workload.open(busy_chat), records.append)
+    counted = TokenGaps.merged(cluster.run().token_gaps)
+    served = [r for r in records if not r.rejected]
+    preemptions = sum(r.preemptions for r in served)
+    assert preemptions > 10
+    lost = sum(r.output_tokens - 1 for r in served) - counted.n
+    assert 0 < lost <= preemptions
+    assert counted.total_s < sum(r.completed_s - r.first_token_s for r in served)
