@@ -297,6 +297,7 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
     for key, label in (
         ("ttft_s", "TTFT"),
         ("tpot_s", "TPOT"),
+        ("itl_s", "ITL"),
         ("e2e_s", "end-to-end"),
         ("queue_s", "queue wait"),
         ("prefill_s", "prefill"),

@@ -51,6 +51,8 @@ from twin.engine.lpm import order_by_prefix
 from twin.engine.preemption import Preemption
 from twin.engine.ratio_admission import RatioAdmission
 from twin.engine.seq import Seq
+from twin.engine.step_gaps import KEPT, StepGaps
+from twin.token_gaps import TokenGaps
 
 if TYPE_CHECKING:
     from twin.engine.scheduler import ReplicaSide
@@ -85,8 +87,11 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self._timer: simpy.Timeout | None = None  # a decode chunk's wait, an arrival may cut
         self._run: DecodeRun | None = None  # the decode run in flight
         self._cut = 0  # the step at which an arrival cut it
-        # The step ends of priced runs (at most MAX_RUN_STEPS), one buffer for all.
-        self._ends = np.empty(MAX_RUN_STEPS, np.float64)
+        # Inter-token gaps (``twin.engine.step_gaps``): of steps starting at or after
+        # ``warmup_s`` (the cluster sets the run's before the loop starts). Priced runs
+        # write their step ends (at most MAX_RUN_STEPS) into its buffer.
+        self.gaps = StepGaps(MAX_RUN_STEPS)
+        self.warmup_s = 0.0
         self._run_cap = MIN_RUN_STEPS
         self.shared = getattr(replica, "pool", None) is not None
         self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
@@ -127,6 +132,10 @@ class ContinuousBatching(Preemption, RatioAdmission):
         generator resume rather than a nest of sub-generators.
         """
         env = self.env
+        # The gaps' log (``StepGaps``; its ``step`` and ``run`` inlined below).
+        gaps, warmup = self.gaps, self.warmup_s
+        records, views, pages, limit = gaps.records, gaps.views, gaps.pages, gaps.limit
+        record, page = records.extend, 0  # where the next decode run writes its ends
         while True:
             if not self.waiting and not self.prefilling and not self.decoding:
                 self._wake = env.event()
@@ -135,18 +144,20 @@ class ContinuousBatching(Preemption, RatioAdmission):
             if self.lpm and len(self.waiting) > 1:
                 order_by_prefix(self.waiting, self.replica.cached_prefix)
             if self.prefilling or self._can_admit():
-                chunked, seconds = self._plan_step()
-                self.busy_since = env.now
+                chunked, seconds, batch = self._plan_step()  # each of batch gets a token
+                run = None
+                self.busy_since = t0 = env.now
                 yield env.timeout(seconds)
                 self.busy_s += seconds
                 self.step_no += 1
                 prefilled = self._apply_chunks(chunked)
             else:
                 # A decode run (module docstring): the next k steps in one wait.
-                run = self._plan_run()
+                run = self._plan_run(views[page])
                 if run is None:
                     continue  # the pool ran out: a request was preempted, plan again
                 t0, m = env.now, run.k
+                batch = len(self.decoding)
                 self.busy_since = t0
                 self._run = run
                 if self.waiting:
@@ -197,6 +208,25 @@ class ContinuousBatching(Preemption, RatioAdmission):
                 yield env.timeout(extra)
                 self.busy_s += extra
             self.busy_since = None
+            if batch:
+                # The decoding sequences' gaps: each step's seconds, the extra after
+                # the last; only of steps starting in the measured window.
+                if t0 >= warmup:
+                    if run is None:  # StepGaps.step
+                        record((0, batch, seconds + extra))
+                        if len(records) > KEPT:
+                            gaps.flush()
+                            page = 0
+                    elif run.ends is not None:  # StepGaps.run: its ends are in place
+                        record((m, batch, extra))
+                        page += pages[m]
+                        if page > limit:
+                            gaps.flush()
+                            page = 0
+                    else:
+                        gaps.affine(run.alpha, run.beta, m, batch, extra)
+                elif run is not None and t0 + run.end(m - 1) >= warmup:
+                    self._gaps_after_warmup(run, m, batch, t0, extra)  # once a replica
             now = env.now
             for seq in prefilled:
                 if not seq.generated:  # a recompute after preemption emits no first token
@@ -204,6 +234,21 @@ class ContinuousBatching(Preemption, RatioAdmission):
             for seq in completed:
                 seq.done_s = now
                 seq.done.succeed()
+
+    def _gaps_after_warmup(
+        self, run: DecodeRun, m: int, batch: int, t0: float, extra: float
+    ) -> None:
+        """The gaps of the first ``m`` steps of ``run``, begun at ``t0`` in the warm-up,
+        that start at or after ``warmup_s``."""
+        ends = run.step_ends(m)
+        durations = np.diff(ends, prepend=0.0)
+        durations[-1] += extra
+        starts = t0 + np.concatenate(([0.0], ends[:-1]))
+        self.gaps.hist.add_many(durations[starts >= self.warmup_s], batch)
+
+    def token_gaps(self) -> TokenGaps:
+        """Every inter-token gap of the steps that started at or after ``warmup_s``."""
+        return self.gaps.histogram()
 
     def _can_admit(self) -> bool:
         self._ratio_blocked = False
@@ -215,8 +260,9 @@ class ContinuousBatching(Preemption, RatioAdmission):
             return False
         return self.replica.fits(head)
 
-    def _plan_step(self) -> tuple[list[tuple[Seq, int]], float]:
-        """A mixed step: decodes, prefill chunks of running sequences, then admissions."""
+    def _plan_step(self) -> tuple[list[tuple[Seq, int]], float, int]:
+        """A mixed step: decodes, prefill chunks of running sequences, then admissions;
+        the chunks, the step's seconds and how many sequences decode in it."""
         if self.shared:
             # Each decode takes one token's pages; preempt until they fit.
             while self.decoding and not self.replica.grow(len(self.decoding)):
@@ -254,7 +300,7 @@ class ContinuousBatching(Preemption, RatioAdmission):
         seconds = self.pricer.step_time(
             [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
         )
-        return chunked, seconds + extra
+        return chunked, seconds + extra, batch
 
     def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
         """Advance the chunks' sequences; return those whose prefill ended (first token out)."""
@@ -275,8 +321,9 @@ class ContinuousBatching(Preemption, RatioAdmission):
                 self.ctx_base += seq.prompt_len + seq.generated - n
         return prefilled
 
-    def _plan_run(self) -> DecodeRun | None:
-        """The next pure-decode steps, up to the next completion (or the cap, when priced).
+    def _plan_run(self, ends: np.ndarray) -> DecodeRun | None:
+        """The next pure-decode steps, up to the next completion (or the cap, when priced);
+        a priced run writes its step ends into ``ends`` (the gaps' buffer, ``StepGaps``).
 
         With a shared pool the run also stops where the pool runs out (its pages
         are taken now; those of steps not run are given back); ``None`` when not
@@ -309,13 +356,13 @@ class ContinuousBatching(Preemption, RatioAdmission):
         decode_ends = getattr(self.pricer, "decode_ends", None)
         fill = decode_ends(batch, context) if decode_ends is not None else None
         if fill is not None:
-            return DecodeRun(k, fill=fill, capped=capped, ends=self._ends)
+            return DecodeRun(k, fill=fill, capped=capped, ends=ends)
         decode_run = self.pricer.decode_run
 
         def price(first: int, n: int) -> Durations:
             return decode_run(batch, context + first * batch, n)
 
-        return DecodeRun(k, price=price, capped=capped, ends=self._ends)
+        return DecodeRun(k, price=price, capped=capped, ends=ends)
 
     def _complete_due(self) -> list[Seq]:
         """Sequences whose last token came out in the step just ended."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
@@ -39,6 +39,7 @@ from twin.hardware import GB
 from twin.memory.footprint import allocator_for
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
+from twin.token_gaps import TokenGaps
 from workloads.reader import Request, Workload
 from workloads.session_lengths import longest_sequence
 
@@ -53,6 +54,9 @@ class RunStats:
     memory_budget_bytes: float
     horizon_s: float
     peak_buffered_rows: int  # workload rows read ahead of need at the worst moment
+    # Per replica: every gap between consecutive output tokens, of steps started at or
+    # after the warm-up (inter-token latency; ``TokenGaps.merged`` for the run's).
+    token_gaps: list[TokenGaps] = field(default_factory=list)
 
 
 def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
@@ -170,6 +174,8 @@ class Cluster:
                     host_write_policy=config.host_write_policy,
                 )
             )
+            # Inter-token gaps count from the summary's measured window.
+            self.replicas[-1].scheduler.warmup_s = config.warmup_s
         self.horizon_s = horizon(self.source, config)
         self.occupancy = Occupancy(
             config.replicas,
@@ -406,6 +412,7 @@ class Cluster:
             self.budget,
             arrivals_end,
             self.source.peak_buffered,
+            [r.token_gaps() for r in self.replicas],
         )
 
 

@@ -112,6 +112,14 @@ class DecodeRun:
             return float(self.ends[m - 1]) if m else 0.0
         return m * self.alpha + self.beta * (m * (m - 1) // 2)
 
+    def step_ends(self, m: int) -> np.ndarray:
+        """The ends of the first ``m`` steps (priced already), :meth:`end`'s values."""
+        if self.ends is not None:
+            return np.array(self.ends[:m])
+        i = np.arange(1, m + 1, dtype=np.int64)
+        ends: np.ndarray = i * self.alpha + self.beta * (i * (i - 1) // 2)
+        return ends
+
     def steps_to_reach(self, elapsed: float) -> int:
         """Steps that end by the first step boundary at or after ``elapsed`` (at least 1),
         among those priced."""

@@ -50,6 +50,7 @@ from twin.engine.scheduler import get_scheduler
 from twin.engine.seq import Seq
 from twin.memory.footprint import get_kv_allocator
 from twin.model import ModelSpec
+from twin.token_gaps import TokenGaps
 from workloads.reader import Request
 
 __all__ = ["Replica", "Seq"]
@@ -138,6 +139,10 @@ class Replica:
     def busy_s(self) -> float:
         """Simulated seconds the replica spent computing."""
         return self.scheduler.busy_s
+
+    def token_gaps(self) -> TokenGaps:
+        """Its inter-token gaps (``twin.token_gaps``), of steps started after the warm-up."""
+        return self.scheduler.token_gaps()
 
     def busy_until_now_s(self) -> float:
         """:attr:`busy_s` plus the part of the step in flight already computed."""

@@ -23,6 +23,7 @@ from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
 from twin.slo import Slo
 from twin.steady_state import STABLE
+from twin.token_gaps import TokenGaps
 from workloads.reader import Workload
 
 REQUESTS_FILE = "requests.parquet"
@@ -104,6 +105,10 @@ def simulate(
     if writer is not None:
         writer.close()
     result = summary.result(stats.horizon_s, slos)
+    # Inter-token latency: every gap between consecutive output tokens, of every request
+    # (as ``vllm bench serve``'s ITL), exact from the step schedule, binned (twin.token_gaps).
+    gaps = TokenGaps.merged(stats.token_gaps)
+    result["itl_s"] = gaps.stats()
     util = [r["utilisation"] for r in stats.replicas]
     result.update(
         twin_version=__version__,
@@ -125,7 +130,7 @@ def simulate(
         cache_occupancy=stats.occupancy,
     )
     if slos:
-        result["slo"] = slo_section(slos, summary, result)
+        result["slo"] = slo_section(slos, summary, gaps, result)
     if outputs is not None:
         try:
             outputs.path(SUMMARY_FILE).write_text(to_json(result))
@@ -137,14 +142,16 @@ def simulate(
 
 
 def slo_section(
-    slos: Sequence[Slo], summary: SummaryBuilder, result: dict[str, Any]
+    slos: Sequence[Slo], summary: SummaryBuilder, gaps: TokenGaps, result: dict[str, Any]
 ) -> dict[str, Any]:
-    """The summary's ``slo`` section: each target's value and verdict, all of them met
-    only at steady state, and the goodput the builder counted."""
+    """The summary's ``slo`` section: each target's value (any percentile: exact from the
+    requests, or from the gaps' histogram for ITL) and verdict, all of them met only at
+    steady state, and the goodput the builder counted."""
     targets = []
     for slo in slos:
+        value: float | None
         if slo.metric == "itl":
-            value = (result.get("itl_s") or {}).get(f"p{slo.percentile}")
+            value = gaps.percentile(slo.percentile) if gaps.n else None
         else:
             value = summary.percentile(slo.summary_key, slo.percentile)
         value_ms = None if value is None else value * 1e3

@@ -20,6 +20,7 @@ from twin.engine.batching import ContinuousBatching
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
 from twin.errors import TwinError
+from twin.token_gaps import TokenGaps
 
 
 class ReplicaSide(Protocol):
@@ -69,9 +70,11 @@ class Scheduler(Protocol):
     step_no: int
     busy_s: float  # seconds of finished steps
     busy_since: float | None  # when the step (or decode run) in flight began; None: idle
+    warmup_s: float  # inter-token gaps count from steps starting then (set before run)
 
     def submit(self, seq: Seq) -> None: ...
     def run(self) -> Generator[simpy.Event, Any, None]: ...
+    def token_gaps(self) -> TokenGaps: ...
 
 
 # A scheduler is built as ``factory(env, replica, pricer, max_batched_tokens, max_running)``;
