@@ -168,6 +168,8 @@ class Cluster:
                     kv_allocator=allocator_for(config.kv_allocator, config.policy),
                     new_token_ratio=config.new_token_ratio or None,
                     host_write_policy=config.host_write_policy,
+                    scheduler=config.scheduler,
+                    scheduler_options=config.scheduler_options,
                 )
             )
         self.horizon_s = horizon(self.source, config)

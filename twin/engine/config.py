@@ -104,6 +104,16 @@ class EngineConfig:
             "empty: admission by memory alone"
         },
     )
+    scheduler: str = _opt(
+        "continuous",
+        "batch formation (twin.engine.scheduler.SCHEDULERS): continuous (mixed steps, "
+        "chunked prefill), sglang (SGLang's prefill batches ahead of decodes), trtllm "
+        "(TensorRT-LLM's whole-context in-flight batching); the engine mode sets it",
+    )
+    scheduler_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "the scheduler's own settings (an engine mode's flags set them)"},
+    )
     kv_allocator: str = _opt(
         "auto",
         "shared pool: how running requests' KV is paged: bytes (exact), paged "
@@ -175,6 +185,9 @@ class EngineConfig:
             f"must be one of {', '.join(WRITE_POLICIES)}",
         )
         allocator_for(self.kv_allocator, self.policy)  # a clear error for an unknown name
+        from twin.engine.scheduler import get_scheduler  # late: the registry imports the engine
+
+        get_scheduler(self.scheduler)  # a clear error for an unknown name
         need(
             self.shared_pool or self.kv_allocator == AUTO,
             "kv_allocator",
@@ -208,6 +221,8 @@ _OMITTED_AT_DEFAULT = (
     "host_write_policy",
     "kv_allocator",
     "new_token_ratio",
+    "scheduler",
+    "scheduler_options",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 
@@ -235,6 +250,17 @@ def build_config(
         )
 
         fields["gpu_memory_bytes"] = device_memory_bytes(profile)
+    engine = fields.get("engine")
+    if engine is not None and fields.get("gpu_memory_bytes"):
+        # An engine's own defaults that depend on the GPU's memory and the TP degree
+        # (SGLang's mem_fraction_static and chunked_prefill_size), where not given.
+        from twin.engine.modes import get_mode  # late: the modes import this module
+
+        gpu_defaults = get_mode(engine).gpu_defaults
+        if gpu_defaults is not None:
+            tp = fields.get("tp", 1)
+            for name, value in gpu_defaults(fields["gpu_memory_bytes"], tp, fields).items():
+                fields.setdefault(name, value)
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(EngineConfig)})
     if unknown:
         raise TypeError(f"EngineConfig has no field {', '.join(unknown)}")

@@ -77,6 +77,7 @@ class Replica:
         kv_allocator: str = "bytes",
         new_token_ratio: dict[str, float] | None = None,
         host_write_policy: str = "write_through",
+        scheduler_options: dict[str, Any] | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -125,6 +126,8 @@ class Replica:
         self.memory_used = 0  # dedicated cache only (the shared pool counts its own bytes)
         self.outstanding_tokens = 0  # the routers' load signal
         self.submitted = self.rejected = 0
+        # The scheduler's own settings (an engine mode's flags), read by the scheduler.
+        self.scheduler_options: dict[str, Any] = dict(scheduler_options or {})
         self.scheduler = get_scheduler(scheduler)(
             env, self, pricer, max_batched_tokens, max_running
         )

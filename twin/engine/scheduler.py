@@ -4,8 +4,10 @@ A scheduler decides *when* each running request computes what; the replica
 (:mod:`twin.engine.replica`) owns *what it holds*: its cache admissions and
 its memory. The two meet through :class:`ReplicaSide`, so a new scheduler
 (the engine modes' own, issue "The engines people run") plugs in by name in
-:data:`SCHEDULERS` without touching the replica's cache or memory code. The
-one registered today is :class:`twin.engine.batching.ContinuousBatching`.
+:data:`SCHEDULERS` without touching the replica's cache or memory code:
+:class:`twin.engine.batching.ContinuousBatching` (``continuous``: mixed steps with
+chunked prefill, vLLM V1's) and :class:`twin.engine.sglang_batching.SGLangBatching`
+(``sglang``: SGLang's prefill batches ahead of decodes).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from twin.engine.admission import NewTokenRatio
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
+from twin.engine.sglang_batching import SGLangBatching
 from twin.errors import TwinError
 
 
@@ -77,7 +80,9 @@ class Scheduler(Protocol):
 # A scheduler is built as ``factory(env, replica, pricer, max_batched_tokens, max_running)``;
 # a new one (an engine mode's) only needs to satisfy :class:`Scheduler`.
 SchedulerFactory = Callable[[simpy.Environment, ReplicaSide, StepPricer, int, int], Scheduler]
-SCHEDULERS: dict[str, SchedulerFactory] = {ContinuousBatching.name: ContinuousBatching}
+SCHEDULERS: dict[str, SchedulerFactory] = {
+    cls.name: cls for cls in (ContinuousBatching, SGLangBatching)
+}
 
 
 def get_scheduler(name: str) -> SchedulerFactory:

@@ -1,0 +1,126 @@
+"""Engine fidelity against silicon (issue 31): each engine rule with a known answer.
+
+SGLang's prefill batches ahead of decodes (``twin.engine.sglang_batching``), its
+``batch_is_full`` latch, its step budget by GPU memory; the mode flags that pick them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+from test_engine_helpers import ConstantPricer, run, single_turns
+
+from twin.engine import SCHEDULERS, EngineConfig
+from twin.engine.admission import DEFAULTS
+from twin.engine.cost import Chunk
+from twin.engine.modes import get_mode
+from twin.engine.modes_sglang import sglang_gpu_defaults
+from twin.engine.sglang_batching import SGLangBatching
+from twin.presets import get_model
+
+
+class RecordingPricer(ConstantPricer):
+    """Every step takes ``step_s``; the steps priced through ``step_time`` are kept."""
+
+    def __init__(self, step_s: float = 1.0) -> None:
+        super().__init__(step_s)
+        self.steps: list[tuple[list[Chunk], int]] = []
+
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
+        self.steps.append((list(prefills), decode_batch))
+        return self.step_s
+
+
+def _by_row(records):
+    return {r.row: r for r in records}
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "sglang"])
+def test_sglang_runs_a_waiting_prompt_alone_and_the_decodes_pause(tmp_path, scheduler):
+    """A decodes from t=1 (one step a second); B arrives at t=1.5. SGLang runs B's prefill
+    as a batch of its own at t=2 (A waits: done at 5, one step late); continuous batching
+    mixes it into A's decode step (A done at 4)."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=4)
+    pricer = RecordingPricer()
+    _, recs = run(path, pricer, policy="vanilla", scheduler=scheduler)
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.first_token_s == 1.0 and b.admitted_s == 2.0 and b.first_token_s == 3.0
+    if scheduler == "sglang":
+        assert pricer.steps == [([(8, 0)], 0), ([(8, 0)], 0)]  # prefill batches, no decodes
+        assert a.completed_s == 5.0 and b.completed_s == 6.0
+    else:
+        assert pricer.steps == [([(8, 0)], 0), ([(8, 0)], 1)]  # B's prefill beside A's decode
+        assert a.completed_s == 4.0 and b.completed_s == 6.0
+
+
+def test_sglang_chunks_a_long_prompt_across_prefill_batches_before_any_decode(tmp_path):
+    """Two 6-token prompts and an 8-token chunk budget: A and the first 2 tokens of B, then
+    B's last 4 tokens alone (the chunked request goes first); A decodes only after."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0], prompt_len=6, output_len=3)
+    pricer = RecordingPricer()
+    _, recs = run(
+        path, pricer, policy="vanilla", scheduler="sglang", max_batched_tokens=8, max_running=8
+    )
+    assert pricer.steps[:2] == [([(6, 0), (2, 0)], 0), ([(4, 2)], 0)]
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.first_token_s == 1.0 and b.first_token_s == 2.0
+    # A's two decode steps come after B's second chunk: at 3 and 4 (B's at 3 and 4 too).
+    assert a.completed_s == 4.0 and b.completed_s == 4.0
+
+
+def _ratio_blocked(tmp_path, scheduler: str):
+    """A (10 + 200 tokens) runs alone; B (10 + 200) arrives at 1.5. On a pool of 300
+    tokens the new_token_ratio reservation refuses B at first (room 300 - 11 - 0.64 x 198
+    < 211) and would let it in once the ratio has decayed (10 decay steps)."""
+    model = get_model("tiny-transformer")
+    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=10, output_len=200)
+    ratio = {**DEFAULTS, "sglang_new_token_ratio_decay_steps": 10}
+    _, recs = run(
+        path,
+        ConstantPricer(),
+        model,
+        policy="vanilla",
+        shared_pool=True,
+        preemption="retract",
+        new_token_ratio=ratio,
+        scheduler=scheduler,
+        gpu_memory_bytes=(model.weight_bytes + 300 * model.kv_bytes_per_token) / 0.9,
+    )
+    return _by_row(recs)
+
+
+def test_sglang_batch_is_full_holds_the_queue_until_a_request_completes(tmp_path):
+    recs = _ratio_blocked(tmp_path, "sglang")
+    a, b = recs[0], recs[1]
+    # batch_is_full: no new check until the running batch shrinks, at A's completion.
+    assert a.completed_s == 200.0
+    assert b.admitted_s == a.completed_s
+    # Without the latch (the mixed scheduler re-checks every step) B joins mid-way.
+    mixed = _ratio_blocked(tmp_path, "continuous")
+    assert 2.0 < mixed[1].admitted_s < mixed[0].completed_s
+
+
+def test_the_sglang_mode_picks_its_scheduler_and_enable_mixed_chunk_the_mixed_one():
+    model = get_model("tiny-transformer")
+    sglang = get_mode("sglang")
+    assert sglang.settings(model, {})["scheduler"] == "sglang"
+    assert sglang.settings(model, {"enable_mixed_chunk": "true"})["scheduler"] == "continuous"
+    assert sglang.settings(model, {"max_prefill_tokens": "4096"})["scheduler_options"] == {
+        "max_prefill_tokens": 4096
+    }
+    assert get_mode("vllm").settings(model, {})["scheduler"] == "continuous"
+    assert SCHEDULERS["sglang"] is SGLangBatching
+    # The paper's world keeps its summary: the default scheduler is left out of it.
+    assert "scheduler" not in EngineConfig().to_dict()
+    assert EngineConfig(scheduler="sglang").to_dict()["scheduler"] == "sglang"
+
+
+@pytest.mark.parametrize(
+    ("gpu_bytes", "chunk"),
+    [(24e9, 2048), (48e9, 4096), (80e9, 8192), (141e9, 8192), (180e9, 16384)],
+)
+def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
+    # server_args.py: chunked_prefill_size by GPU memory (MiB) thresholds 35/60/160 GiB.
+    assert sglang_gpu_defaults(gpu_bytes, 1, {}) == {"max_batched_tokens": chunk}
+    assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {}
