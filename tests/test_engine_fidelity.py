@@ -1,7 +1,10 @@
 """Engine fidelity against silicon (issue 31): each engine rule with a known answer.
 
 SGLang's prefill batches ahead of decodes (``twin.engine.sglang_batching``), its
-``batch_is_full`` latch, its step budget by GPU memory; the mode flags that pick them.
+``batch_is_full`` latch and step budget by GPU memory; vLLM V1's preemption
+(``twin.engine.vllm_batching``, the victim's blocks kept cached); the host time per step
+(``twin.engine.host_time``); TensorRT-LLM's whole-context batching
+(``twin.engine.trtllm_batching``); the serving front end and the fitted engine times.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import pytest
 from test_engine_helpers import ConstantPricer, run, single_turns
 
 from twin.engine import SCHEDULERS, EngineConfig
-from twin.engine.admission import DEFAULTS
+from twin.engine.admission import DEFAULTS, NewTokenRatio
 from twin.engine.cost import Chunk
 from twin.engine.modes import get_mode
 from twin.engine.modes_sglang import sglang_gpu_defaults
@@ -110,6 +113,7 @@ def test_the_sglang_mode_picks_its_scheduler_and_enable_mixed_chunk_the_mixed_on
         "max_prefill_tokens": 4096
     }
     assert get_mode("vllm").settings(model, {})["scheduler"] == "continuous"
+    assert get_mode("paper").settings(model, {})["scheduler"] == "continuous"
     assert SCHEDULERS["sglang"] is SGLangBatching
     # The paper's world keeps its summary: the default scheduler is left out of it.
     assert "scheduler" not in EngineConfig().to_dict()
@@ -124,3 +128,25 @@ def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
     # server_args.py: chunked_prefill_size by GPU memory (MiB) thresholds 35/60/160 GiB.
     assert sglang_gpu_defaults(gpu_bytes, 1, {}) == {"max_batched_tokens": chunk}
     assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {}
+
+
+# ---------------------------------------------------------------- TensorRT-LLM
+def test_trtllm_batches_whole_contexts_and_leaves_a_context_that_does_not_fit(tmp_path):
+    """An 8-token budget: A (6 tokens) runs; B (6) does not fit the 2 left and waits for the
+    next step (continuous batching would chunk 2 of its tokens into the first step)."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0], prompt_len=6, output_len=3)
+    pricer = RecordingPricer()
+    _, recs = run(
+        path, pricer, policy="vanilla", scheduler="trtllm", max_batched_tokens=8, max_running=8
+    )
+    assert pricer.steps[:2] == [([(6, 0)], 0), ([(6, 0)], 1)]  # B whole, beside A's decode
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.first_token_s == 1.0 and b.first_token_s == 2.0
+
+
+def test_the_trtllm_mode_guarantees_no_eviction():
+    settings = get_mode("trtllm").settings(get_model("tiny-transformer"), {})
+    assert settings["scheduler"] == "trtllm"
+    held = NewTokenRatio.from_options(settings["new_token_ratio"])
+    assert held.ratio == held.min == 1.0 and held.decay == 0.0  # every remaining output kept
+    assert held.clip >= 1 << 30

@@ -5,9 +5,13 @@ A scheduler decides *when* each running request computes what; the replica
 its memory. The two meet through :class:`ReplicaSide`, so a new scheduler
 (the engine modes' own, issue "The engines people run") plugs in by name in
 :data:`SCHEDULERS` without touching the replica's cache or memory code:
-:class:`twin.engine.batching.ContinuousBatching` (``continuous``: mixed steps with
-chunked prefill, vLLM V1's) and :class:`twin.engine.sglang_batching.SGLangBatching`
-(``sglang``: SGLang's prefill batches ahead of decodes).
+
+- :class:`twin.engine.batching.ContinuousBatching` (``continuous``): mixed steps with
+  chunked prefill;
+- :class:`twin.engine.sglang_batching.SGLangBatching` (``sglang``): SGLang's prefill
+  batches ahead of decodes;
+- :class:`twin.engine.trtllm_batching.TRTLLMBatching` (``trtllm``): TensorRT-LLM's
+  in-flight batching of whole contexts.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from twin.engine.batching import ContinuousBatching
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
 from twin.engine.sglang_batching import SGLangBatching
+from twin.engine.trtllm_batching import TRTLLMBatching
 from twin.errors import TwinError
 
 
@@ -81,7 +86,7 @@ class Scheduler(Protocol):
 # a new one (an engine mode's) only needs to satisfy :class:`Scheduler`.
 SchedulerFactory = Callable[[simpy.Environment, ReplicaSide, StepPricer, int, int], Scheduler]
 SCHEDULERS: dict[str, SchedulerFactory] = {
-    cls.name: cls for cls in (ContinuousBatching, SGLangBatching)
+    cls.name: cls for cls in (ContinuousBatching, SGLangBatching, TRTLLMBatching)
 }
 
 
