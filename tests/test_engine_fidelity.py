@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
-from test_engine_helpers import ConstantPricer, run, single_turns
+from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns
 
-from twin.engine import SCHEDULERS, EngineConfig
+from twin.costmodel.profile_store import resolve_profile
+from twin.engine import SCHEDULERS, EngineConfig, build_config
 from twin.engine.admission import DEFAULTS, NewTokenRatio
 from twin.engine.cost import Chunk
+from twin.engine.engine_times import engine_time_defaults
+from twin.engine.host_time import HostTimePricer
 from twin.engine.modes import get_mode
 from twin.engine.modes_sglang import sglang_gpu_defaults
 from twin.engine.sglang_batching import SGLangBatching
@@ -130,6 +134,37 @@ def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
     assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {}
 
 
+# ---------------------------------------------------------------- host time per step
+def test_the_host_time_is_added_once_per_step_with_its_part_per_sequence(tmp_path):
+    """1 s of kernels per step, 0.5 s + 0.1 s per sequence of host time: a lone request's
+    prefill step takes 1.6 s, and each of its 2 decode steps 1.6 s (done at 4.8 s)."""
+    path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=8, output_len=3)
+    for inner in (ConstantPricer(), LinearPricer(1.0, 0.0, 0.0, 0.0, affine=False)):
+        _, recs = run(path, HostTimePricer(inner, 0.5, 0.1), policy="vanilla")
+        assert recs[0].first_token_s == pytest.approx(1.6)
+        assert recs[0].completed_s == pytest.approx(4.8)
+    two = HostTimePricer(ConstantPricer(), 0.5, 0.1)
+    assert two.step_time([(8, 0)], 3, 100) == pytest.approx(1.0 + 0.5 + 0.1 * 4)
+    assert two.decode_affine(3) == (pytest.approx(1.0 + 0.5 + 0.3), 0.0)
+
+
+def test_compiled_decode_ends_move_by_the_host_time_of_the_steps_before():
+    class Filling(ConstantPricer):
+        def decode_ends(self, batch, context):
+            def fill(ends, first, n):
+                start = ends[first - 1] if first else 0.0
+                ends[first : first + n] = start + np.arange(1, n + 1)
+
+            return fill
+
+    fill = HostTimePricer(Filling(), 0.25, 0.0).decode_ends(2, 0)
+    assert fill is not None
+    ends = np.zeros(5)
+    fill(ends, 0, 3)
+    fill(ends, 3, 2)
+    assert list(ends) == [1.25, 2.5, 3.75, 5.0, 6.25]
+
+
 # ---------------------------------------------------------------- TensorRT-LLM
 def test_trtllm_batches_whole_contexts_and_leaves_a_context_that_does_not_fit(tmp_path):
     """An 8-token budget: A (6 tokens) runs; B (6) does not fit the 2 left and waits for the
@@ -150,3 +185,16 @@ def test_the_trtllm_mode_guarantees_no_eviction():
     held = NewTokenRatio.from_options(settings["new_token_ratio"])
     assert held.ratio == held.min == 1.0 and held.decay == 0.0  # every remaining output kept
     assert held.clip >= 1 << 30
+
+
+# ---------------------------------------------------------------- fitted engine times
+def test_engine_modes_get_their_fitted_engine_times_on_the_gpu_they_were_fitted_on():
+    assert engine_time_defaults("vllm", "h100")["seq_host_s"] > 0
+    assert engine_time_defaults("vllm", "b200") == {}  # fitted on H100 rows only
+    assert engine_time_defaults("paper", "h100") == {}
+    prof = resolve_profile("h100", None, "vllm")
+    fitted = build_config(prof, cache_gb="auto", engine="vllm")
+    assert fitted.step_host_s == engine_time_defaults("vllm", "h100")["step_host_s"]
+    given = build_config(prof, cache_gb="auto", engine="vllm", step_host_s=0.0)
+    assert given.step_host_s == 0.0  # what is given wins
+    assert build_config(prof, cache_gb="auto").step_host_s == 0.0  # the paper's world

@@ -104,6 +104,15 @@ class EngineConfig:
             "empty: admission by memory alone"
         },
     )
+    step_host_s: float = _opt(
+        0.0,
+        "the engine's host time per step (scheduling, input preparation, launch, "
+        "sampling, output processing) added to the kernels' price, seconds "
+        "(twin.engine.host_time)",
+    )
+    seq_host_s: float = _opt(
+        0.0, "the engine's host time per step for each request the step carries, seconds"
+    )
     scheduler: str = _opt(
         "continuous",
         "batch formation (twin.engine.scheduler.SCHEDULERS): continuous (mixed steps, "
@@ -149,6 +158,9 @@ class EngineConfig:
             "must be a positive number",
         )
         need(self.samples >= 2, "samples", "must be at least 2")
+        for name in ("step_host_s", "seq_host_s"):
+            v = getattr(self, name)
+            need(math.isfinite(v) and v >= 0, name, "must be >= 0")
         need(self.concurrency is None or self.concurrency >= 1, "concurrency", "must be >= 1")
         need(
             math.isfinite(self.burstiness) and self.burstiness > 0,
@@ -223,6 +235,8 @@ _OMITTED_AT_DEFAULT = (
     "new_token_ratio",
     "scheduler",
     "scheduler_options",
+    "step_host_s",
+    "seq_host_s",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 
@@ -261,6 +275,13 @@ def build_config(
             tp = fields.get("tp", 1)
             for name, value in gpu_defaults(fields["gpu_memory_bytes"], tp, fields).items():
                 fields.setdefault(name, value)
+    if engine is not None and profile is not None:
+        # The engine's times fitted to measured serving runs on this GPU (host time per
+        # step: calibration/engine_times.json), where not given.
+        from twin.engine.engine_times import engine_time_defaults
+
+        for name, value in engine_time_defaults(engine, profile.gpu).items():
+            fields.setdefault(name, value)
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(EngineConfig)})
     if unknown:
         raise TypeError(f"EngineConfig has no field {', '.join(unknown)}")
