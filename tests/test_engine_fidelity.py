@@ -10,11 +10,15 @@ SGLang's prefill batches ahead of decodes (``twin.engine.sglang_batching``), its
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import simpy
 from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns
 
+from policies import get_policy
+from twin.cache.requests import request_cache_for
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import SCHEDULERS, EngineConfig, build_config
 from twin.engine.admission import DEFAULTS, NewTokenRatio
@@ -23,7 +27,9 @@ from twin.engine.engine_times import engine_time_defaults
 from twin.engine.host_time import HostTimePricer
 from twin.engine.modes import get_mode
 from twin.engine.modes_sglang import sglang_gpu_defaults
+from twin.engine.seq import Seq
 from twin.engine.sglang_batching import SGLangBatching
+from twin.engine.vllm_batching import VLLMBatching
 from twin.presets import get_model
 
 
@@ -116,7 +122,7 @@ def test_the_sglang_mode_picks_its_scheduler_and_enable_mixed_chunk_the_mixed_on
     assert sglang.settings(model, {"max_prefill_tokens": "4096"})["scheduler_options"] == {
         "max_prefill_tokens": 4096
     }
-    assert get_mode("vllm").settings(model, {})["scheduler"] == "continuous"
+    assert get_mode("vllm").settings(model, {})["scheduler"] == "vllm"
     assert get_mode("paper").settings(model, {})["scheduler"] == "continuous"
     assert SCHEDULERS["sglang"] is SGLangBatching
     # The paper's world keeps its summary: the default scheduler is left out of it.
@@ -132,6 +138,77 @@ def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
     # server_args.py: chunked_prefill_size by GPU memory (MiB) thresholds 35/60/160 GiB.
     assert sglang_gpu_defaults(gpu_bytes, 1, {}) == {"max_batched_tokens": chunk}
     assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {}
+
+
+# ---------------------------------------------------------------- vLLM V1 preemption
+def _seq(prompt: int, out: int, order: int):
+    req = SimpleNamespace(prompt=np.zeros(prompt, np.int32), output=np.zeros(out, np.int32))
+    seq = Seq(req, 0, 0.0, 0, simpy.Environment())  # type: ignore[arg-type]
+    seq.order = order
+    return seq
+
+
+def test_vllm_admits_no_one_in_the_step_that_preempted():
+    """vLLM V1 Scheduler.schedule: `if not preempted_reqs:` guards the waiting loop, so the
+    victim (now the queue's head) is not taken back until the next step."""
+    preempted = []
+    replica = SimpleNamespace(
+        preemption="recompute",
+        fits=lambda seq: True,
+        preempt=lambda seq, decoded, kept: preempted.append((seq, decoded, kept)),
+    )
+    sched = VLLMBatching(simpy.Environment(), replica, ConstantPricer(), 64, 8)  # type: ignore[arg-type]
+    running = _seq(8, 4, order=0)
+    running.start_step, running.finish_step = 0, 3
+    sched.decoding = [(3, 0, running)]
+    sched.ctx_base = running.prompt_len
+    sched._preempt_one()
+    assert preempted and sched.waiting[0] is running
+    assert not sched._can_admit()  # the step that preempted admits no one
+    sched._complete_due()  # that step is over
+    assert sched._can_admit()
+
+
+def test_a_preempted_requests_full_blocks_stay_cached_for_its_next_admission(tmp_path):
+    """vLLM frees a preempted request's blocks still hashed: 51 tokens (prompt and output so
+    far) leave its 3 full 16-token blocks in the block pool."""
+    model = get_model("tiny-transformer")
+    cache = get_policy("vllm+", block_size=16).make_cache(model, 10**9)
+    requests = request_cache_for(cache, None, "write_through")
+    full = np.arange(100, dtype=np.int32)
+    adm = requests.admit(full[:32], full)
+    assert requests.insert_preempted(adm, 51) == 48
+    requests.release(adm)
+    assert cache.peek(full[:51]) == 48
+
+
+def _preempting(tmp_path, cached: bool):
+    model = get_model("tiny-transformer")
+    path = single_turns(tmp_path / "w.parquet", [0.0] * 6, prompt_len=64, output_len=200)
+    summary, recs = run(
+        path,
+        ConstantPricer(),
+        model,
+        policy="vllm+",
+        policy_options={"block_size": 16},
+        shared_pool=True,
+        preemption="recompute",
+        scheduler="vllm",
+        scheduler_options={"cache_preempted": cached},
+        gpu_memory_bytes=(model.weight_bytes + 900 * model.kv_bytes_per_token) / 0.9,
+    )
+    return summary, recs
+
+
+def test_cached_preemption_recomputes_less_than_dropping_the_victims_blocks(tmp_path):
+    """Six 64 + 200-token requests on a 900-token pool outgrow it; with the victims' blocks
+    cached, what they compute again is less than their whole prompt and output so far."""
+    dropped, recs_d = _preempting(tmp_path, cached=False)
+    _, recs_k = _preempting(tmp_path, cached=True)
+    for recs in (recs_d, recs_k):
+        assert sorted(r.row for r in recs) == list(range(6))
+    assert dropped["preemption"]["preemptions"] > 0
+    assert sum(r.recomputed_tokens for r in recs_k) < sum(r.recomputed_tokens for r in recs_d)
 
 
 # ---------------------------------------------------------------- host time per step

@@ -119,8 +119,10 @@ class EngineMode:
     options: Callable[[ModelSpec, dict[str, Any]], dict[str, Any]] = lambda m, s: {}
     # SGLang's new_token_ratio admission settings (twin.engine.admission); None: none.
     admission: dict[str, float] | None = None
-    # Batch formation (twin.engine.scheduler.SCHEDULERS) unless a flag picks another.
+    # Batch formation (twin.engine.scheduler.SCHEDULERS) unless a flag picks another,
+    # and its settings (EngineConfig.scheduler_options) before the flags'.
     scheduler: str = "continuous"
+    scheduler_options: dict[str, Any] = field(default_factory=dict)
     # EngineConfig defaults that depend on the GPU: (HBM bytes per GPU, tp, the fields
     # given) -> fields, applied by build_config where a field is not given; None: none.
     gpu_defaults: Callable[[float, int, dict[str, Any]], dict[str, Any]] | None = None
@@ -148,6 +150,11 @@ class EngineMode:
             if name in sets:
                 flag.apply(sets[name], model, out)
         out["policy_options"] = {**self.options(model, out), **out.get("policy_options", {})}
+        if self.scheduler_options or "scheduler_options" in out:
+            out["scheduler_options"] = {
+                **self.scheduler_options,
+                **out.get("scheduler_options", {}),
+            }
         if self.admission is not None:
             out["new_token_ratio"] = {**self.admission, **out.pop("new_token_ratio", {})}
         if self.name != "paper":

@@ -128,6 +128,13 @@ class Replica:
         self.submitted = self.rejected = 0
         # The scheduler's own settings (an engine mode's flags), read by the scheduler.
         self.scheduler_options: dict[str, Any] = dict(scheduler_options or {})
+        # vLLM: a preempted request's blocks stay cached (preempt); Transformers only
+        # (a hybrid's recurrent states are not kept per block here).
+        self.cache_preempted = (
+            shared_pool
+            and bool(self.scheduler_options.get("cache_preempted"))
+            and not self.state_bytes
+        )
         self.scheduler = get_scheduler(scheduler)(
             env, self, pricer, max_batched_tokens, max_running
         )
@@ -218,7 +225,14 @@ class Replica:
     def admit(self, seq: Seq) -> None:
         """Admit to the cache (lookup, pin, checkpoints: ``RequestCache.admit``), reserve memory."""
         req = seq.req
-        adm = self.requests.admit(req.prompt, req.full, req.modules)
+        if seq.preemptions and self.cache_preempted:
+            # Looked up again with its output so far (vLLM matches all the request's
+            # tokens, Request.all_token_ids): the blocks its preemption left cached.
+            adm = self.requests.admit(req.full[: seq.prompt_len + seq.generated], req.full)
+            redo = seq.prompt_len + seq.generated - adm.hit.length
+            seq.recomputed += max(redo, 1)
+        else:
+            adm = self.requests.admit(req.prompt, req.full, req.modules)
         seq.cached = adm
         seq.order = adm.order
         hit = adm.hit
@@ -343,11 +357,21 @@ class Replica:
         pool.release(seq.alloc + decoded * self.growth)
         seq.alloc = 0
         self._free_states()
-        self.requests.release(seq.cached)
+        adm = seq.cached
+        if self.cache_preempted:
+            # vLLM V1 with prefix caching (KVCacheManager.free -> BlockPool.free_blocks):
+            # the victim's full blocks go back to the free queue still hashed, its tail
+            # first, so they are the cache's now (the most recent, tail blocks evicted
+            # first) and its next admission hits what was not reused meanwhile. What it
+            # recomputes is counted then (Replica.admit).
+            assert adm.full is not None
+            self.requests.insert_preempted(adm, kept)
+        else:
+            seq.recomputed += kept
+        self.requests.release(adm)
         pool.unpinned()
         seq.cached = None
         seq.preemptions += 1
-        seq.recomputed += kept
         self.running_requests -= 1
         self.preemptions += 1
 

@@ -8,6 +8,8 @@ its memory. The two meet through :class:`ReplicaSide`, so a new scheduler
 
 - :class:`twin.engine.batching.ContinuousBatching` (``continuous``): mixed steps with
   chunked prefill;
+- :class:`twin.engine.vllm_batching.VLLMBatching` (``vllm``): the same, with vLLM V1's
+  rule that a step which preempts admits no one;
 - :class:`twin.engine.sglang_batching.SGLangBatching` (``sglang``): SGLang's prefill
   batches ahead of decodes;
 - :class:`twin.engine.trtllm_batching.TRTLLMBatching` (``trtllm``): TensorRT-LLM's
@@ -27,6 +29,7 @@ from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
 from twin.engine.sglang_batching import SGLangBatching
 from twin.engine.trtllm_batching import TRTLLMBatching
+from twin.engine.vllm_batching import VLLMBatching
 from twin.errors import TwinError
 
 
@@ -86,7 +89,7 @@ class Scheduler(Protocol):
 # a new one (an engine mode's) only needs to satisfy :class:`Scheduler`.
 SchedulerFactory = Callable[[simpy.Environment, ReplicaSide, StepPricer, int, int], Scheduler]
 SCHEDULERS: dict[str, SchedulerFactory] = {
-    cls.name: cls for cls in (ContinuousBatching, SGLangBatching, TRTLLMBatching)
+    cls.name: cls for cls in (ContinuousBatching, VLLMBatching, SGLangBatching, TRTLLMBatching)
 }
 
 
