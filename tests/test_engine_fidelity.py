@@ -264,7 +264,19 @@ def test_the_trtllm_mode_guarantees_no_eviction():
     assert held.clip >= 1 << 30
 
 
-# ---------------------------------------------------------------- fitted engine times
+# ---------------------------------------------------------------- the serving front end
+def test_the_front_end_takes_requests_one_at_a_time_and_ttft_counts_it(tmp_path):
+    """Two requests sent at 0 through a 0.25 s front end reach the engine at 0.25 and 0.5:
+    A's prefill step runs 0.25-1.25, B's the next one (1.25-2.25); both were sent at 0."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0], prompt_len=8, output_len=2)
+    _, recs = run(path, ConstantPricer(), policy="vanilla", frontend_s=0.25)
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.arrival_s == b.arrival_s == 0.0
+    assert a.admitted_s == 0.25 and a.first_token_s == 1.25
+    assert b.admitted_s == 1.25 and b.first_token_s == 2.25
+    assert "frontend_s" not in EngineConfig().to_dict()  # the paper's summary is unchanged
+
+
 def test_engine_modes_get_their_fitted_engine_times_on_the_gpu_they_were_fitted_on():
     assert engine_time_defaults("vllm", "h100")["seq_host_s"] > 0
     assert engine_time_defaults("vllm", "b200") == {}  # fitted on H100 rows only

@@ -104,6 +104,12 @@ class EngineConfig:
             "empty: admission by memory alone"
         },
     )
+    frontend_s: float = _opt(
+        0.0,
+        "seconds the serving front end (API server: HTTP, tokenisation, hand-off to the "
+        "engine) spends on each request before the engine queues it, one request at a "
+        "time per replica; counted in TTFT. 0: none (the engine sees requests as sent)",
+    )
     step_host_s: float = _opt(
         0.0,
         "the engine's host time per step (scheduling, input preparation, launch, "
@@ -158,7 +164,7 @@ class EngineConfig:
             "must be a positive number",
         )
         need(self.samples >= 2, "samples", "must be at least 2")
-        for name in ("step_host_s", "seq_host_s"):
+        for name in ("frontend_s", "step_host_s", "seq_host_s"):
             v = getattr(self, name)
             need(math.isfinite(v) and v >= 0, name, "must be >= 0")
         need(self.concurrency is None or self.concurrency >= 1, "concurrency", "must be >= 1")
@@ -235,6 +241,7 @@ _OMITTED_AT_DEFAULT = (
     "new_token_ratio",
     "scheduler",
     "scheduler_options",
+    "frontend_s",
     "step_host_s",
     "seq_host_s",
 )
@@ -277,7 +284,7 @@ def build_config(
                 fields.setdefault(name, value)
     if engine is not None and profile is not None:
         # The engine's times fitted to measured serving runs on this GPU (host time per
-        # step: calibration/engine_times.json), where not given.
+        # step, front end per request: calibration/engine_times.json), where not given.
         from twin.engine.engine_times import engine_time_defaults
 
         for name, value in engine_time_defaults(engine, profile.gpu).items():

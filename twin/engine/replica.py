@@ -155,8 +155,11 @@ class Replica:
         return self.busy_s + (self.env.now - since if since is not None else 0.0)
 
     # ------------------------------------------------------------------ requests in
-    def submit(self, req: Request) -> Seq:
-        """Queue ``req`` (FCFS); a request too big for the replica's memory is rejected at once."""
+    def submit(self, req: Request, arrival_s: float | None = None) -> Seq:
+        """Queue ``req`` (FCFS); a request too big for the replica's memory is rejected at once.
+
+        ``arrival_s``: when the client sent it, if before now (a front end delayed it).
+        """
         env = self.env
         total = len(req.full)
         kv = self.kv
@@ -164,7 +167,7 @@ class Replica:
             footprint = total * self.kv_per_token + self.state_slots * self.state_bytes
         else:
             footprint = kv.most(total)
-        seq = Seq(req, self.index, env.now, footprint, env)
+        seq = Seq(req, self.index, env.now if arrival_s is None else arrival_s, footprint, env)
         self.submitted += 1
         too_big = footprint > self.memory_budget
         if self.split:
