@@ -146,6 +146,17 @@ class RequestCache:
         cache.insert(adm.full, adm.at_completion, adm.modules)
         return cache.checkpoints_admitted - before
 
+    def insert_preempted(self, adm: Admission, tokens: int) -> int:
+        """A preempted request's first ``tokens`` (prompt and output so far) stay cached,
+        as vLLM frees a preempted request's blocks still hashed; return tokens newly
+        cached (a block pool keeps the full blocks among them)."""
+        assert adm.full is not None, "insert after release"
+        if tokens <= 0:
+            return 0
+        seq = adm.full[:tokens]
+        self._write_through(seq, [tokens], adm.modules)
+        return self.cache.insert(seq, [tokens], adm.modules)
+
     def release(self, adm: Admission) -> None:
         """Step 4: unpin the hit (idempotent) and drop the request's tokens."""
         if adm.node is not None:

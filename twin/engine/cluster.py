@@ -172,6 +172,8 @@ class Cluster:
                     kv_allocator=allocator_for(config.kv_allocator, config.policy),
                     new_token_ratio=config.new_token_ratio or None,
                     host_write_policy=config.host_write_policy,
+                    scheduler=config.scheduler,
+                    scheduler_options=config.scheduler_options,
                 )
             )
             # Inter-token gaps count from the summary's measured window.
@@ -182,6 +184,8 @@ class Cluster:
             max(self.horizon_s, 1e-3) / config.samples,
             max_samples=2 * config.samples,
         )
+        # Per replica: when its front end is next free (None: no front end, frontend_s 0).
+        self._front: list[float] | None = [0.0] * config.replicas if config.frontend_s else None
         self._finished = env.event()
         self._arrivals_done = False
         self._active = 0  # sessions still submitting or waiting on a turn
@@ -271,7 +275,10 @@ class Cluster:
                 # Nothing else of this session can happen before this turn
                 # completes: serve it here (one process fewer per request), as
                 # :meth:`_request` does.
-                seq = self._submit(req, sticky)
+                if self._front is None:
+                    seq = self._submit(req, sticky)
+                else:
+                    seq = yield from self._through_front(req, sticky)
                 yield seq.done
                 self.on_record(_record(seq))
                 previous = None
@@ -289,16 +296,20 @@ class Cluster:
 
     def _request(self, req: Request, replica: Replica | None) -> Generator[simpy.Event, Any, None]:
         """One request's life, top to bottom (``replica``: the router's pick, if known)."""
-        seq = self._submit(req, replica)
+        if self._front is None:
+            seq = self._submit(req, replica)
+        else:
+            seq = yield from self._through_front(req, replica)
         # The scheduler stamps its admission (cache looked up, hit pinned, checkpoints
         # chosen) and first token (prefill of the uncached tokens done) as they happen.
         yield seq.done  # decoded to output_len; final state cached, hit unpinned, memory freed
         self.on_record(_record(seq))
 
-    def _submit(self, req: Request, replica: Replica | None) -> Seq:
+    def _submit(self, req: Request, replica: Replica | None, arrival_s: float | None = None) -> Seq:
         """``req`` arrives now: routed (unless ``replica`` is given) and queued FCFS.
 
-        Or rejected at once: too big to ever fit.
+        Or rejected at once: too big to ever fit. ``arrival_s``: when the client sent it
+        (before now when a front end delayed it).
         """
         if replica is None:
             replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
@@ -306,7 +317,27 @@ class Cluster:
         if self._first_arrival_s is None:
             self._first_arrival_s = now
         self._last_arrival_s = now
-        return replica.submit(req)
+        return replica.submit(req, arrival_s)
+
+    def _through_front(
+        self, req: Request, replica: Replica | None
+    ) -> Generator[simpy.Event, Any, Seq]:
+        """``req`` is sent now; the replica's front end (``frontend_s``: HTTP, tokenisation,
+        hand-off) takes it in arrival order, one at a time, and then the engine queues it.
+
+        A single server with a fixed service time: requests sent together reach the engine
+        ``frontend_s`` apart (an API server's event loop processes them one by one); the
+        record's arrival is the send time, so TTFT counts the front end.
+        """
+        assert self._front is not None
+        if replica is None:
+            replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+        env, free = self.env, self._front
+        sent = env.now
+        done = max(sent, free[replica.index]) + self.config.frontend_s
+        free[replica.index] = done
+        yield env.timeout(done - sent)
+        return self._submit(req, replica, sent)
 
     def _sampler(
         self, progress: Callable[[float], None] | None

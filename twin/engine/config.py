@@ -110,6 +110,31 @@ class EngineConfig:
             "empty: admission by memory alone"
         },
     )
+    frontend_s: float = _opt(
+        0.0,
+        "seconds the serving front end (API server: HTTP, tokenisation, hand-off to the "
+        "engine) spends on each request before the engine queues it, one request at a "
+        "time per replica; counted in TTFT. 0: none (the engine sees requests as sent)",
+    )
+    step_host_s: float = _opt(
+        0.0,
+        "the engine's host time per step (scheduling, input preparation, launch, "
+        "sampling, output processing) added to the kernels' price, seconds "
+        "(twin.engine.host_time)",
+    )
+    seq_host_s: float = _opt(
+        0.0, "the engine's host time per step for each request the step carries, seconds"
+    )
+    scheduler: str = _opt(
+        "continuous",
+        "batch formation (twin.engine.scheduler.SCHEDULERS): continuous (mixed steps, "
+        "chunked prefill), sglang (SGLang's prefill batches ahead of decodes), trtllm "
+        "(TensorRT-LLM's whole-context in-flight batching); the engine mode sets it",
+    )
+    scheduler_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "the scheduler's own settings (an engine mode's flags set them)"},
+    )
     kv_allocator: str = _opt(
         "auto",
         "shared pool: how running requests' KV is paged: bytes (exact), paged "
@@ -150,6 +175,9 @@ class EngineConfig:
             f"must end before the arrivals do (--until-s {self.until_s})",
         )
         need(self.samples >= 2, "samples", "must be at least 2")
+        for name in ("frontend_s", "step_host_s", "seq_host_s"):
+            v = getattr(self, name)
+            need(math.isfinite(v) and v >= 0, name, "must be >= 0")
         need(self.concurrency is None or self.concurrency >= 1, "concurrency", "must be >= 1")
         need(
             math.isfinite(self.burstiness) and self.burstiness > 0,
@@ -186,6 +214,9 @@ class EngineConfig:
             f"must be one of {', '.join(WRITE_POLICIES)}",
         )
         allocator_for(self.kv_allocator, self.policy)  # a clear error for an unknown name
+        from twin.engine.scheduler import get_scheduler  # late: the registry imports the engine
+
+        get_scheduler(self.scheduler)  # a clear error for an unknown name
         need(
             self.shared_pool or self.kv_allocator == AUTO,
             "kv_allocator",
@@ -219,6 +250,11 @@ _OMITTED_AT_DEFAULT = (
     "host_write_policy",
     "kv_allocator",
     "new_token_ratio",
+    "scheduler",
+    "scheduler_options",
+    "frontend_s",
+    "step_host_s",
+    "seq_host_s",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 
@@ -246,6 +282,24 @@ def build_config(
         )
 
         fields["gpu_memory_bytes"] = device_memory_bytes(profile)
+    engine = fields.get("engine")
+    if engine is not None and fields.get("gpu_memory_bytes"):
+        # An engine's own defaults that depend on the GPU's memory and the TP degree
+        # (SGLang's mem_fraction_static and chunked_prefill_size), where not given.
+        from twin.engine.modes import get_mode  # late: the modes import this module
+
+        gpu_defaults = get_mode(engine).gpu_defaults
+        if gpu_defaults is not None:
+            tp = fields.get("tp", 1)
+            for name, value in gpu_defaults(fields["gpu_memory_bytes"], tp, fields).items():
+                fields.setdefault(name, value)
+    if engine is not None and profile is not None:
+        # The engine's times fitted to measured serving runs on this GPU (host time per
+        # step, front end per request: calibration/engine_times.json), where not given.
+        from twin.engine.engine_times import engine_time_defaults
+
+        for name, value in engine_time_defaults(engine, profile.gpu).items():
+            fields.setdefault(name, value)
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(EngineConfig)})
     if unknown:
         raise TypeError(f"EngineConfig has no field {', '.join(unknown)}")

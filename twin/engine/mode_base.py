@@ -78,14 +78,30 @@ def _field(name: str, target: str, kind: str, help: str, default: str) -> tuple[
     return name, Flag(help, apply, default)
 
 
-def _batching_flags(running: str, budget: str, memory: str) -> list[tuple[str, Flag]]:
+def _batching_flags(
+    running: str,
+    budget: str,
+    memory: str,
+    budget_default: str = "8192",
+    memory_default: str = "0.9",
+) -> list[tuple[str, Flag]]:
     """An engine's names for the running cap, the step's token budget and its memory share."""
     return [
         _field(running, "max_running", "int", "most running requests", "256"),
         _field(
-            budget, "max_batched_tokens", "int", "token budget per step (chunked prefill)", "8192"
+            budget,
+            "max_batched_tokens",
+            "int",
+            "token budget per step (chunked prefill)",
+            budget_default,
         ),
-        _field(memory, "memory_utilization", "float", "share of HBM for weights + KV pool", "0.9"),
+        _field(
+            memory,
+            "memory_utilization",
+            "float",
+            "share of HBM for weights + KV pool",
+            memory_default,
+        ),
     ]
 
 
@@ -103,6 +119,13 @@ class EngineMode:
     options: Callable[[ModelSpec, dict[str, Any]], dict[str, Any]] = lambda m, s: {}
     # SGLang's new_token_ratio admission settings (twin.engine.admission); None: none.
     admission: dict[str, float] | None = None
+    # Batch formation (twin.engine.scheduler.SCHEDULERS) unless a flag picks another,
+    # and its settings (EngineConfig.scheduler_options) before the flags'.
+    scheduler: str = "continuous"
+    scheduler_options: dict[str, Any] = field(default_factory=dict)
+    # EngineConfig defaults that depend on the GPU: (HBM bytes per GPU, tp, the fields
+    # given) -> fields, applied by build_config where a field is not given; None: none.
+    gpu_defaults: Callable[[float, int, dict[str, Any]], dict[str, Any]] | None = None
 
     def settings(self, model: ModelSpec, sets: dict[str, str]) -> dict[str, Any]:
         """EngineConfig fields for this mode with ``sets`` (``--set name=value``) applied."""
@@ -118,11 +141,20 @@ class EngineMode:
             raise TwinError(
                 f"--set {unknown[0]}: engine {self.name!r} has no such flag (its flags: {valid})"
             )
-        out: dict[str, Any] = {"policy": self.policy, "preemption": self.preemption}
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "preemption": self.preemption,
+            "scheduler": self.scheduler,
+        }
         for name, flag in self.flags.items():
             if name in sets:
                 flag.apply(sets[name], model, out)
         out["policy_options"] = {**self.options(model, out), **out.get("policy_options", {})}
+        if self.scheduler_options or "scheduler_options" in out:
+            out["scheduler_options"] = {
+                **self.scheduler_options,
+                **out.get("scheduler_options", {}),
+            }
         if self.admission is not None:
             out["new_token_ratio"] = {**self.admission, **out.pop("new_token_ratio", {})}
         if self.name != "paper":

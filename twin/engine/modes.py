@@ -35,13 +35,29 @@ PAPER = EngineMode(
     models="the Marconi paper's world: any --policy; --cache-gb G is its dedicated cache",
 )
 
+# TensorRT-LLM's capacity scheduler GUARANTEED_NO_EVICT (its default): a request starts
+# only when the KV cache holds its whole prompt and max_tokens next to what the running
+# requests may still need: the new_token_ratio reservation (twin.engine.admission) with
+# the ratio held at 1 (start min(0.7 x 2, 1), floor factor 1: no decay) and no clip.
+GUARANTEED_NO_EVICT = {
+    "schedule_conservativeness": 2.0,
+    "sglang_init_new_token_ratio": 0.7,
+    "sglang_min_new_token_ratio_factor": 1.0,
+    "sglang_new_token_ratio_decay_steps": 600,
+    "sglang_retract_decode_steps": 20,
+    "sglang_clip_max_new_tokens_estimation": 1 << 30,
+}
+
 TRTLLM = EngineMode(
     name="trtllm",
-    display="TensorRT-LLM kernels",
+    display="TensorRT-LLM",
     kernels="trtllm",
     policy="marconi",
     preemption="recompute",
-    models="the paper's world priced with TensorRT-LLM's kernels (its own cache not modelled)",
+    models="TensorRT-LLM's in-flight batching (whole contexts, GUARANTEED_NO_EVICT) with its "
+    "kernels; its own cache (block reuse) not modelled: the paper's --policy",
+    admission=GUARANTEED_NO_EVICT,
+    scheduler="trtllm",
 )
 
 ENGINE_MODES: dict[str, EngineMode] = {m.name: m for m in (PAPER, VLLM, SGLANG, TRTLLM)}

@@ -123,6 +123,54 @@ def _sglang_schedule(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out["schedule_policy"] = _choice("schedule_policy", value, SCHEDULE_POLICIES)
 
 
+def _sglang_mixed_chunk(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # server_args.py --enable-mixed-chunk (default off): prefill chunks mixed into the
+    # decode batch, the twin's continuous batching; off: SGLang's prefill batches ahead
+    # of decodes (twin.engine.sglang_batching).
+    out["scheduler"] = "continuous" if _bool("enable_mixed_chunk", value) else "sglang"
+
+
+def _sglang_max_prefill(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # server_args.py --max-prefill-tokens (16384): a prefill batch's input budget.
+    out.setdefault("scheduler_options", {})["max_prefill_tokens"] = _int(
+        "max_prefill_tokens", value
+    )
+
+
+MIB = 1 << 20
+
+
+def sglang_gpu_defaults(gpu_bytes: float, tp: int, given: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's step budget by the GPU's memory, where ``chunked_prefill_size`` is not given.
+
+    ``python/sglang/srt/server_args.py`` (``ServerArgs.__post_init__`` in 0.5.1.post1,
+    ``_handle_gpu_memory_settings`` in 0.5.8.post1 and 0.5.14): ``chunked_prefill_size``
+    is 2,048 below 35 GiB of GPU memory, 4,096 below 60 GiB (0.5.8.post1 on), 8,192
+    below 160 GiB and 16,384 above (B200).
+
+    ``mem_fraction_static`` is left at the twin's 0.9 of the profile's memory. SGLang's
+    default (``mem_fraction_static``: its memory less 512 MiB of attention metadata,
+    1.5 x the chunk in MiB of activations, 2 MiB per CUDA-graph batch size and tp / 8
+    GiB, at least 10 GiB above 60 GiB, over its memory: 0.835 on an H100 at tp 1,
+    0.834 at tp 2, 0.824 at tp 4, 0.818 at tp 8; 0.5.1.post1 reserved 9.5 + tp / 2 GiB)
+    is a share of the memory CUDA reports (81,559 MiB, 85.5e9 bytes, on an H100 SXM),
+    while the shipped profiles give 80e9 bytes: the same share of the profile's memory
+    would leave a tenth of the KV pool at tp 1 (0.4 GB against 5.9 GB for Qwen3-32B).
+    0.9 x 80e9 is within 1% of SGLang's 0.835 x 85.5e9 per GPU at tp 1 and 2 (4% at tp
+    8); the rule belongs here once the profiles carry the CUDA-visible memory.
+    """
+    mem = gpu_bytes / MIB  # get_device_memory_capacity: MiB
+    if mem < 35 * 1024:
+        chunk = 2048
+    elif mem < 60 * 1024:
+        chunk = 4096
+    elif mem < 160 * 1024:
+        chunk = 8192
+    else:
+        chunk = 16384
+    return {} if "max_batched_tokens" in given else {"max_batched_tokens": chunk}
+
+
 def _sglang_admission(name: str, kind: str) -> Apply:
     """A flag that sets one of SGLang's new_token_ratio settings (twin.engine.admission)."""
 
@@ -200,10 +248,29 @@ SGLANG = EngineMode(
                 Flag("state pool / KV pool (hybrids)", _sglang_ratio, "0.9"),
             ),
             ("page_size", Flag("tokens a page (hybrids: extra_buffer)", _sglang_page, "1")),
+            (
+                "enable_mixed_chunk",
+                Flag(
+                    "prefill chunks mixed into decode steps (false: prefill batches first)",
+                    _sglang_mixed_chunk,
+                    "false",
+                ),
+            ),
+            (
+                "max_prefill_tokens",
+                Flag("a prefill batch's input budget", _sglang_max_prefill, "16384"),
+            ),
             *_admission_flags(),
-            *_batching_flags("max_running_requests", "chunked_prefill_size", "mem_fraction_static"),
+            *_batching_flags(
+                "max_running_requests",
+                "chunked_prefill_size",
+                "mem_fraction_static",
+                budget_default="8192 (by GPU memory)",
+            ),
         ]
     ),
     options=_sglang_options,
     admission=dict(ADMISSION),
+    scheduler="sglang",
+    gpu_defaults=sglang_gpu_defaults,
 )

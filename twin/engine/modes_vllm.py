@@ -171,4 +171,7 @@ VLLM = EngineMode(
         ]
     ),
     options=_vllm_options,
+    scheduler="vllm",
+    # vLLM V1 frees a preempted request's blocks still hashed (twin.engine.vllm_batching).
+    scheduler_options={"cache_preempted": True},
 )

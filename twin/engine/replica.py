@@ -78,6 +78,7 @@ class Replica:
         kv_allocator: str = "bytes",
         new_token_ratio: dict[str, float] | None = None,
         host_write_policy: str = "write_through",
+        scheduler_options: dict[str, Any] | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -126,6 +127,15 @@ class Replica:
         self.memory_used = 0  # dedicated cache only (the shared pool counts its own bytes)
         self.outstanding_tokens = 0  # the routers' load signal
         self.submitted = self.rejected = 0
+        # The scheduler's own settings (an engine mode's flags), read by the scheduler.
+        self.scheduler_options: dict[str, Any] = dict(scheduler_options or {})
+        # vLLM: a preempted request's blocks stay cached (preempt); Transformers only
+        # (a hybrid's recurrent states are not kept per block here).
+        self.cache_preempted = (
+            shared_pool
+            and bool(self.scheduler_options.get("cache_preempted"))
+            and not self.state_bytes
+        )
         self.scheduler = get_scheduler(scheduler)(
             env, self, pricer, max_batched_tokens, max_running
         )
@@ -150,8 +160,11 @@ class Replica:
         return self.busy_s + (self.env.now - since if since is not None else 0.0)
 
     # ------------------------------------------------------------------ requests in
-    def submit(self, req: Request) -> Seq:
-        """Queue ``req`` (FCFS); a request too big for the replica's memory is rejected at once."""
+    def submit(self, req: Request, arrival_s: float | None = None) -> Seq:
+        """Queue ``req`` (FCFS); a request too big for the replica's memory is rejected at once.
+
+        ``arrival_s``: when the client sent it, if before now (a front end delayed it).
+        """
         env = self.env
         total = len(req.full)
         kv = self.kv
@@ -159,7 +172,7 @@ class Replica:
             footprint = total * self.kv_per_token + self.state_slots * self.state_bytes
         else:
             footprint = kv.most(total)
-        seq = Seq(req, self.index, env.now, footprint, env)
+        seq = Seq(req, self.index, env.now if arrival_s is None else arrival_s, footprint, env)
         self.submitted += 1
         too_big = footprint > self.memory_budget
         if self.split:
@@ -220,7 +233,14 @@ class Replica:
     def admit(self, seq: Seq) -> None:
         """Admit to the cache (lookup, pin, checkpoints: ``RequestCache.admit``), reserve memory."""
         req = seq.req
-        adm = self.requests.admit(req.prompt, req.full, req.modules)
+        if seq.preemptions and self.cache_preempted:
+            # Looked up again with its output so far (vLLM matches all the request's
+            # tokens, Request.all_token_ids): the blocks its preemption left cached.
+            adm = self.requests.admit(req.full[: seq.prompt_len + seq.generated], req.full)
+            redo = seq.prompt_len + seq.generated - adm.hit.length
+            seq.recomputed += max(redo, 1)
+        else:
+            adm = self.requests.admit(req.prompt, req.full, req.modules)
         seq.cached = adm
         seq.order = adm.order
         hit = adm.hit
@@ -345,11 +365,21 @@ class Replica:
         pool.release(seq.alloc + decoded * self.growth)
         seq.alloc = 0
         self._free_states()
-        self.requests.release(seq.cached)
+        adm = seq.cached
+        if self.cache_preempted:
+            # vLLM V1 with prefix caching (KVCacheManager.free -> BlockPool.free_blocks):
+            # the victim's full blocks go back to the free queue still hashed, its tail
+            # first, so they are the cache's now (the most recent, tail blocks evicted
+            # first) and its next admission hits what was not reused meanwhile. What it
+            # recomputes is counted then (Replica.admit).
+            assert adm.full is not None
+            self.requests.insert_preempted(adm, kept)
+        else:
+            seq.recomputed += kept
+        self.requests.release(adm)
         pool.unpinned()
         seq.cached = None
         seq.preemptions += 1
-        seq.recomputed += kept
         self.running_requests -= 1
         self.preemptions += 1
 

@@ -347,4 +347,9 @@ def build_run(
         if longer != Path(path):
             workload = longer
     wl = workload if isinstance(workload, Workload) else Workload.open(Path(workload))
-    return Run(wl, spec, prof, make_pricer(spec, prof, config.tp), config)
+    pricer: StepPricer = make_pricer(spec, prof, config.tp)
+    if config.step_host_s or config.seq_host_s:
+        from twin.engine.host_time import HostTimePricer
+
+        pricer = HostTimePricer(pricer, config.step_host_s, config.seq_host_s)
+    return Run(wl, spec, prof, pricer, config)

@@ -4,8 +4,16 @@ A scheduler decides *when* each running request computes what; the replica
 (:mod:`twin.engine.replica`) owns *what it holds*: its cache admissions and
 its memory. The two meet through :class:`ReplicaSide`, so a new scheduler
 (the engine modes' own, issue "The engines people run") plugs in by name in
-:data:`SCHEDULERS` without touching the replica's cache or memory code. The
-one registered today is :class:`twin.engine.batching.ContinuousBatching`.
+:data:`SCHEDULERS` without touching the replica's cache or memory code:
+
+- :class:`twin.engine.batching.ContinuousBatching` (``continuous``): mixed steps with
+  chunked prefill;
+- :class:`twin.engine.vllm_batching.VLLMBatching` (``vllm``): the same, with vLLM V1's
+  rule that a step which preempts admits no one;
+- :class:`twin.engine.sglang_batching.SGLangBatching` (``sglang``): SGLang's prefill
+  batches ahead of decodes;
+- :class:`twin.engine.trtllm_batching.TRTLLMBatching` (``trtllm``): TensorRT-LLM's
+  in-flight batching of whole contexts.
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ from twin.engine.admission import NewTokenRatio
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
+from twin.engine.sglang_batching import SGLangBatching
+from twin.engine.trtllm_batching import TRTLLMBatching
+from twin.engine.vllm_batching import VLLMBatching
 from twin.errors import TwinError
 from twin.token_gaps import TokenGaps
 
@@ -80,7 +91,9 @@ class Scheduler(Protocol):
 # A scheduler is built as ``factory(env, replica, pricer, max_batched_tokens, max_running)``;
 # a new one (an engine mode's) only needs to satisfy :class:`Scheduler`.
 SchedulerFactory = Callable[[simpy.Environment, ReplicaSide, StepPricer, int, int], Scheduler]
-SCHEDULERS: dict[str, SchedulerFactory] = {ContinuousBatching.name: ContinuousBatching}
+SCHEDULERS: dict[str, SchedulerFactory] = {
+    cls.name: cls for cls in (ContinuousBatching, VLLMBatching, SGLangBatching, TRTLLMBatching)
+}
 
 
 def get_scheduler(name: str) -> SchedulerFactory:

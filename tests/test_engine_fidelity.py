@@ -1,0 +1,289 @@
+"""Engine fidelity against silicon (issue 31): each engine rule with a known answer.
+
+SGLang's prefill batches ahead of decodes (``twin.engine.sglang_batching``), its
+``batch_is_full`` latch and step budget by GPU memory; vLLM V1's preemption
+(``twin.engine.vllm_batching``, the victim's blocks kept cached); the host time per step
+(``twin.engine.host_time``); TensorRT-LLM's whole-context batching
+(``twin.engine.trtllm_batching``); the serving front end and the fitted engine times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import simpy
+from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns
+
+from policies import get_policy
+from twin.cache.requests import request_cache_for
+from twin.costmodel.profile_store import resolve_profile
+from twin.engine import SCHEDULERS, EngineConfig, build_config
+from twin.engine.admission import DEFAULTS, NewTokenRatio
+from twin.engine.cost import Chunk
+from twin.engine.engine_times import engine_time_defaults
+from twin.engine.host_time import HostTimePricer
+from twin.engine.modes import get_mode
+from twin.engine.modes_sglang import sglang_gpu_defaults
+from twin.engine.seq import Seq
+from twin.engine.sglang_batching import SGLangBatching
+from twin.engine.vllm_batching import VLLMBatching
+from twin.presets import get_model
+
+
+class RecordingPricer(ConstantPricer):
+    """Every step takes ``step_s``; the steps priced through ``step_time`` are kept."""
+
+    def __init__(self, step_s: float = 1.0) -> None:
+        super().__init__(step_s)
+        self.steps: list[tuple[list[Chunk], int]] = []
+
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
+        self.steps.append((list(prefills), decode_batch))
+        return self.step_s
+
+
+def _by_row(records):
+    return {r.row: r for r in records}
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "sglang"])
+def test_sglang_runs_a_waiting_prompt_alone_and_the_decodes_pause(tmp_path, scheduler):
+    """A decodes from t=1 (one step a second); B arrives at t=1.5. SGLang runs B's prefill
+    as a batch of its own at t=2 (A waits: done at 5, one step late); continuous batching
+    mixes it into A's decode step (A done at 4)."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=4)
+    pricer = RecordingPricer()
+    _, recs = run(path, pricer, policy="vanilla", scheduler=scheduler)
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.first_token_s == 1.0 and b.admitted_s == 2.0 and b.first_token_s == 3.0
+    if scheduler == "sglang":
+        assert pricer.steps == [([(8, 0)], 0), ([(8, 0)], 0)]  # prefill batches, no decodes
+        assert a.completed_s == 5.0 and b.completed_s == 6.0
+    else:
+        assert pricer.steps == [([(8, 0)], 0), ([(8, 0)], 1)]  # B's prefill beside A's decode
+        assert a.completed_s == 4.0 and b.completed_s == 6.0
+
+
+def test_sglang_chunks_a_long_prompt_across_prefill_batches_before_any_decode(tmp_path):
+    """Two 6-token prompts and an 8-token chunk budget: A and the first 2 tokens of B, then
+    B's last 4 tokens alone (the chunked request goes first); A decodes only after."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0], prompt_len=6, output_len=3)
+    pricer = RecordingPricer()
+    _, recs = run(
+        path, pricer, policy="vanilla", scheduler="sglang", max_batched_tokens=8, max_running=8
+    )
+    assert pricer.steps[:2] == [([(6, 0), (2, 0)], 0), ([(4, 2)], 0)]
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.first_token_s == 1.0 and b.first_token_s == 2.0
+    # A's two decode steps come after B's second chunk: at 3 and 4 (B's at 3 and 4 too).
+    assert a.completed_s == 4.0 and b.completed_s == 4.0
+
+
+def _ratio_blocked(tmp_path, scheduler: str):
+    """A (10 + 200 tokens) runs alone; B (10 + 200) arrives at 1.5. On a pool of 300
+    tokens the new_token_ratio reservation refuses B at first (room 300 - 11 - 0.64 x 198
+    < 211) and would let it in once the ratio has decayed (10 decay steps)."""
+    model = get_model("tiny-transformer")
+    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=10, output_len=200)
+    ratio = {**DEFAULTS, "sglang_new_token_ratio_decay_steps": 10}
+    _, recs = run(
+        path,
+        ConstantPricer(),
+        model,
+        policy="vanilla",
+        shared_pool=True,
+        preemption="retract",
+        new_token_ratio=ratio,
+        scheduler=scheduler,
+        gpu_memory_bytes=(model.weight_bytes + 300 * model.kv_bytes_per_token) / 0.9,
+    )
+    return _by_row(recs)
+
+
+def test_sglang_batch_is_full_holds_the_queue_until_a_request_completes(tmp_path):
+    recs = _ratio_blocked(tmp_path, "sglang")
+    a, b = recs[0], recs[1]
+    # batch_is_full: no new check until the running batch shrinks, at A's completion.
+    assert a.completed_s == 200.0
+    assert b.admitted_s == a.completed_s
+    # Without the latch (the mixed scheduler re-checks every step) B joins mid-way.
+    mixed = _ratio_blocked(tmp_path, "continuous")
+    assert 2.0 < mixed[1].admitted_s < mixed[0].completed_s
+
+
+def test_the_sglang_mode_picks_its_scheduler_and_enable_mixed_chunk_the_mixed_one():
+    model = get_model("tiny-transformer")
+    sglang = get_mode("sglang")
+    assert sglang.settings(model, {})["scheduler"] == "sglang"
+    assert sglang.settings(model, {"enable_mixed_chunk": "true"})["scheduler"] == "continuous"
+    assert sglang.settings(model, {"max_prefill_tokens": "4096"})["scheduler_options"] == {
+        "max_prefill_tokens": 4096
+    }
+    assert get_mode("vllm").settings(model, {})["scheduler"] == "vllm"
+    assert get_mode("paper").settings(model, {})["scheduler"] == "continuous"
+    assert SCHEDULERS["sglang"] is SGLangBatching
+    # The paper's world keeps its summary: the default scheduler is left out of it.
+    assert "scheduler" not in EngineConfig().to_dict()
+    assert EngineConfig(scheduler="sglang").to_dict()["scheduler"] == "sglang"
+
+
+@pytest.mark.parametrize(
+    ("gpu_bytes", "chunk"),
+    [(24e9, 2048), (48e9, 4096), (80e9, 8192), (141e9, 8192), (180e9, 16384)],
+)
+def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
+    # server_args.py: chunked_prefill_size by GPU memory (MiB) thresholds 35/60/160 GiB.
+    assert sglang_gpu_defaults(gpu_bytes, 1, {}) == {"max_batched_tokens": chunk}
+    assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {}
+
+
+# ---------------------------------------------------------------- vLLM V1 preemption
+def _seq(prompt: int, out: int, order: int):
+    req = SimpleNamespace(prompt=np.zeros(prompt, np.int32), output=np.zeros(out, np.int32))
+    seq = Seq(req, 0, 0.0, 0, simpy.Environment())  # type: ignore[arg-type]
+    seq.order = order
+    return seq
+
+
+def test_vllm_admits_no_one_in_the_step_that_preempted():
+    """vLLM V1 Scheduler.schedule: `if not preempted_reqs:` guards the waiting loop, so the
+    victim (now the queue's head) is not taken back until the next step."""
+    preempted = []
+    replica = SimpleNamespace(
+        preemption="recompute",
+        fits=lambda seq: True,
+        preempt=lambda seq, decoded, kept: preempted.append((seq, decoded, kept)),
+    )
+    sched = VLLMBatching(simpy.Environment(), replica, ConstantPricer(), 64, 8)  # type: ignore[arg-type]
+    running = _seq(8, 4, order=0)
+    running.start_step, running.finish_step = 0, 3
+    sched.decoding = [(3, 0, running)]
+    sched.ctx_base = running.prompt_len
+    sched._preempt_one()
+    assert preempted and sched.waiting[0] is running
+    assert not sched._can_admit()  # the step that preempted admits no one
+    sched._complete_due()  # that step is over
+    assert sched._can_admit()
+
+
+def test_a_preempted_requests_full_blocks_stay_cached_for_its_next_admission(tmp_path):
+    """vLLM frees a preempted request's blocks still hashed: 51 tokens (prompt and output so
+    far) leave its 3 full 16-token blocks in the block pool."""
+    model = get_model("tiny-transformer")
+    cache = get_policy("vllm+", block_size=16).make_cache(model, 10**9)
+    requests = request_cache_for(cache, None, "write_through")
+    full = np.arange(100, dtype=np.int32)
+    adm = requests.admit(full[:32], full)
+    assert requests.insert_preempted(adm, 51) == 48
+    requests.release(adm)
+    assert cache.peek(full[:51]) == 48
+
+
+def _preempting(tmp_path, cached: bool):
+    model = get_model("tiny-transformer")
+    path = single_turns(tmp_path / "w.parquet", [0.0] * 6, prompt_len=64, output_len=200)
+    summary, recs = run(
+        path,
+        ConstantPricer(),
+        model,
+        policy="vllm+",
+        policy_options={"block_size": 16},
+        shared_pool=True,
+        preemption="recompute",
+        scheduler="vllm",
+        scheduler_options={"cache_preempted": cached},
+        gpu_memory_bytes=(model.weight_bytes + 900 * model.kv_bytes_per_token) / 0.9,
+    )
+    return summary, recs
+
+
+def test_cached_preemption_recomputes_less_than_dropping_the_victims_blocks(tmp_path):
+    """Six 64 + 200-token requests on a 900-token pool outgrow it; with the victims' blocks
+    cached, what they compute again is less than their whole prompt and output so far."""
+    dropped, recs_d = _preempting(tmp_path, cached=False)
+    _, recs_k = _preempting(tmp_path, cached=True)
+    for recs in (recs_d, recs_k):
+        assert sorted(r.row for r in recs) == list(range(6))
+    assert dropped["preemption"]["preemptions"] > 0
+    assert sum(r.recomputed_tokens for r in recs_k) < sum(r.recomputed_tokens for r in recs_d)
+
+
+# ---------------------------------------------------------------- host time per step
+def test_the_host_time_is_added_once_per_step_with_its_part_per_sequence(tmp_path):
+    """1 s of kernels per step, 0.5 s + 0.1 s per sequence of host time: a lone request's
+    prefill step takes 1.6 s, and each of its 2 decode steps 1.6 s (done at 4.8 s)."""
+    path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=8, output_len=3)
+    for inner in (ConstantPricer(), LinearPricer(1.0, 0.0, 0.0, 0.0, affine=False)):
+        _, recs = run(path, HostTimePricer(inner, 0.5, 0.1), policy="vanilla")
+        assert recs[0].first_token_s == pytest.approx(1.6)
+        assert recs[0].completed_s == pytest.approx(4.8)
+    two = HostTimePricer(ConstantPricer(), 0.5, 0.1)
+    assert two.step_time([(8, 0)], 3, 100) == pytest.approx(1.0 + 0.5 + 0.1 * 4)
+    assert two.decode_affine(3) == (pytest.approx(1.0 + 0.5 + 0.3), 0.0)
+
+
+def test_compiled_decode_ends_move_by_the_host_time_of_the_steps_before():
+    class Filling(ConstantPricer):
+        def decode_ends(self, batch, context):
+            def fill(ends, first, n):
+                start = ends[first - 1] if first else 0.0
+                ends[first : first + n] = start + np.arange(1, n + 1)
+
+            return fill
+
+    fill = HostTimePricer(Filling(), 0.25, 0.0).decode_ends(2, 0)
+    assert fill is not None
+    ends = np.zeros(5)
+    fill(ends, 0, 3)
+    fill(ends, 3, 2)
+    assert list(ends) == [1.25, 2.5, 3.75, 5.0, 6.25]
+
+
+# ---------------------------------------------------------------- TensorRT-LLM
+def test_trtllm_batches_whole_contexts_and_leaves_a_context_that_does_not_fit(tmp_path):
+    """An 8-token budget: A (6 tokens) runs; B (6) does not fit the 2 left and waits for the
+    next step (continuous batching would chunk 2 of its tokens into the first step)."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0], prompt_len=6, output_len=3)
+    pricer = RecordingPricer()
+    _, recs = run(
+        path, pricer, policy="vanilla", scheduler="trtllm", max_batched_tokens=8, max_running=8
+    )
+    assert pricer.steps[:2] == [([(6, 0)], 0), ([(6, 0)], 1)]  # B whole, beside A's decode
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.first_token_s == 1.0 and b.first_token_s == 2.0
+
+
+def test_the_trtllm_mode_guarantees_no_eviction():
+    settings = get_mode("trtllm").settings(get_model("tiny-transformer"), {})
+    assert settings["scheduler"] == "trtllm"
+    held = NewTokenRatio.from_options(settings["new_token_ratio"])
+    assert held.ratio == held.min == 1.0 and held.decay == 0.0  # every remaining output kept
+    assert held.clip >= 1 << 30
+
+
+# ---------------------------------------------------------------- the serving front end
+def test_the_front_end_takes_requests_one_at_a_time_and_ttft_counts_it(tmp_path):
+    """Two requests sent at 0 through a 0.25 s front end reach the engine at 0.25 and 0.5:
+    A's prefill step runs 0.25-1.25, B's the next one (1.25-2.25); both were sent at 0."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0], prompt_len=8, output_len=2)
+    _, recs = run(path, ConstantPricer(), policy="vanilla", frontend_s=0.25)
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.arrival_s == b.arrival_s == 0.0
+    assert a.admitted_s == 0.25 and a.first_token_s == 1.25
+    assert b.admitted_s == 1.25 and b.first_token_s == 2.25
+    assert "frontend_s" not in EngineConfig().to_dict()  # the paper's summary is unchanged
+
+
+def test_engine_modes_get_their_fitted_engine_times_on_the_gpu_they_were_fitted_on():
+    assert engine_time_defaults("vllm", "h100")["seq_host_s"] > 0
+    assert engine_time_defaults("vllm", "b200") == {}  # fitted on H100 rows only
+    assert engine_time_defaults("paper", "h100") == {}
+    prof = resolve_profile("h100", None, "vllm")
+    fitted = build_config(prof, cache_gb="auto", engine="vllm")
+    assert fitted.step_host_s == engine_time_defaults("vllm", "h100")["step_host_s"]
+    given = build_config(prof, cache_gb="auto", engine="vllm", step_host_s=0.0)
+    assert given.step_host_s == 0.0  # what is given wins
+    assert build_config(prof, cache_gb="auto").step_host_s == 0.0  # the paper's world

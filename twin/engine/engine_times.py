@@ -1,0 +1,46 @@
+"""Engine times fitted to measured serving runs, per (engine mode, GPU): the data file's reader.
+
+``calibration/engine_times.json`` holds, per engine mode and GPU, times the kernel tables
+cannot give: the host time of an engine step (``step_host_s``, ``seq_host_s``:
+:mod:`twin.engine.host_time`) and the serving front end's time per request
+(``frontend_s``: :class:`twin.engine.cluster.Cluster`). Each entry says how it was fitted
+(which rows of NVIDIA's ``silicon_sample.csv``, the fit split only, when, and with which
+version of the twin's engine rules). :func:`engine_time_defaults` gives an engine mode's
+numbers on a GPU as :class:`~twin.engine.config.EngineConfig` fields, which
+``build_config`` applies where a field is not given; a GPU without an entry gets none
+(the kernels' price alone, no front end).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+FILE = "engine_times.json"
+FIELDS = ("step_host_s", "seq_host_s", "frontend_s")
+
+
+def data_path() -> Path:
+    """``calibration/engine_times.json`` wherever the ``calibration`` package is."""
+    spec = importlib.util.find_spec("calibration")
+    if spec is not None and spec.origin is not None:
+        return Path(spec.origin).resolve().parent / FILE
+    return Path(__file__).resolve().parents[2] / "calibration" / FILE
+
+
+@cache
+def _table() -> dict[str, Any]:
+    path = data_path()
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return dict(data.get("engines") or {})
+
+
+def engine_time_defaults(engine: str, gpu: str) -> dict[str, float]:
+    """The fitted engine times of ``engine`` on ``gpu`` (EngineConfig fields); {} if none."""
+    entry = (_table().get(engine) or {}).get(gpu) or {}
+    return {name: float(entry[name]) for name in FIELDS if name in entry}

@@ -1,0 +1,81 @@
+"""The serving engine's host time per step, added to the kernels' price: :class:`HostTimePricer`.
+
+A real engine step costs more than its kernels: the scheduler's pass over the batch,
+preparing the step's inputs (block tables, positions), launching the forward (a CUDA
+graph replay for a decode), sampling, and turning the step's tokens into outputs for
+each running request (detokenisation, stream chunks). The kernel tables the profiles are
+fitted to time kernels alone, and the profiles' own ``layer_overhead`` (per layer kind)
+is empty on every shipped GPU profile. This module adds, per engine step,
+
+    ``step_host_s + seq_host_s x sequences in the step``
+
+(a fixed part, and a part per request the step carries: one per decoding sequence and
+per prefill chunk), added to the step's price, as vLLM V1's synchronous loop runs its
+scheduler and output processing between forward passes. The two numbers are engine
+times per (engine, GPU), fitted on the fit split of NVIDIA's measured serving runs
+(:mod:`twin.engine.engine_times`); they belong in a profile's host-time field once the
+profiles are regenerated per engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from twin.engine.cost import Chunk, Durations, EndsFiller
+
+
+class HostTimePricer:
+    """``inner`` (a :class:`~twin.engine.cost.StepPricer`) with the host time per step added."""
+
+    def __init__(self, inner: Any, step_host_s: float, seq_host_s: float) -> None:
+        self.inner = inner
+        self.step_host_s = float(step_host_s)
+        self.seq_host_s = float(seq_host_s)
+
+    def host_s(self, sequences: int) -> float:
+        """Host seconds of a step carrying ``sequences`` requests."""
+        return self.step_host_s + self.seq_host_s * sequences
+
+    @property
+    def provenance(self) -> str:
+        return str(getattr(self.inner, "provenance", ""))
+
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
+        kernels = self.inner.step_time(prefills, decode_batch, decode_context)
+        return float(kernels) + self.host_s(len(prefills) + decode_batch)
+
+    def decode_run(self, batch: int, context: int, steps: int) -> Durations:
+        return np.asarray(self.inner.decode_run(batch, context, steps), np.float64) + self.host_s(
+            batch
+        )
+
+    def decode_affine(self, batch: int) -> tuple[float, float] | None:
+        fit = self.inner.decode_affine(batch)
+        return None if fit is None else (fit[0] + self.host_s(batch), fit[1])
+
+    def decode_ends(self, batch: int, context: int) -> EndsFiller | None:
+        """The inner pricer's compiled step ends, each moved by the host time of the
+        steps up to it (the filler sums on from ``ends[first - 1]``, already moved)."""
+        ask = getattr(self.inner, "decode_ends", None)
+        fill = ask(batch, context) if ask is not None else None
+        if fill is None:
+            return None
+        host = self.host_s(batch)
+
+        def moved(ends: np.ndarray, first: int, n: int) -> None:
+            fill(ends, first, n)
+            ends[first : first + n] += host * np.arange(1, n + 1, dtype=np.float64)
+
+        return moved
+
+    def checkpoint_copy_time(self) -> float:
+        return float(self.inner.checkpoint_copy_time())
+
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+        return float(self.inner.hit_work_time(recompute, host_tokens, host_states))
+
+    def write_back_time(self, tokens: int, states: int) -> float:
+        return float(self.inner.write_back_time(tokens, states))

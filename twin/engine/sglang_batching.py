@@ -1,0 +1,166 @@
+"""SGLang's batch formation: prefill ("extend") batches ahead of decoding, never mixed.
+
+SGLang's scheduler (``python/sglang/srt/managers/scheduler.py``, release
+0.5.1.post1, the same in 0.5.8.post1: ``Scheduler.get_next_batch_to_run``,
+``get_new_batch_prefill``, ``update_running_batch``) runs each iteration either a
+prefill batch or a decode batch of the running requests, not both: a step mixing
+prefill chunks into decodes is ``--enable-mixed-chunk``, off by default
+(``server_args.py``; with it the ``sglang`` mode runs the twin's mixed
+:class:`~twin.engine.batching.ContinuousBatching` instead):
+
+- **prefill first**: whenever a prefill batch can be formed it runs, and the
+  decoding requests wait ("Run prefill first if possible"). The request being
+  chunked continues first (``PrefillAdder.add_chunked_req``); then waiting requests
+  are taken in order (``PrefillAdder.add_one_req``, ``schedule_policy.py``) while the
+  chunk budget (``chunked_prefill_size``, the step's token budget) and the input
+  budget (``max_prefill_tokens``, 16,384) last and the memory check passes (SGLang's
+  ``new_token_ratio`` reservation, :mod:`twin.engine.ratio_admission`, and the pool).
+  A request longer than what is left of the chunk budget is cut to it and continues
+  in the next prefill batch; one whose input is at least the input budget left waits
+  for the next batch unless the batch is empty (``AddReqResult.OTHER``);
+- otherwise the running requests decode one token each;
+- **batch_is_full**: once a candidate fails the memory check (``NO_TOKEN``) or the
+  running cap is reached, no prefill batch is formed until the running batch loses a
+  request (a completion or a retraction: ``update_running_batch``), or a prefill batch
+  ended with a request still being chunked (the batch filter then leaves it out, which
+  shrinks the batch); a chunked request continues whatever the flag;
+- ``new_token_ratio`` decays per decode step only, and is reset to its start when the
+  server idles (``self_check_during_idle``).
+
+A prefill batch is priced as the step of its chunks alone (no decodes); the decoding
+requests sit it out, so each finishes one step later. Not modelled: the overlap
+scheduler's one-step lag in noticing finished requests.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import simpy
+
+from twin.engine.batching import ContinuousBatching
+from twin.engine.cost import StepPricer
+from twin.engine.seq import Seq
+
+if TYPE_CHECKING:
+    from twin.engine.scheduler import ReplicaSide
+
+# server_args.py ServerArgs.max_prefill_tokens (0.5.1.post1 to 0.5.8.post1).
+MAX_PREFILL_TOKENS = 16384
+
+
+class SGLangBatching(ContinuousBatching):
+    """SGLang's scheduler loop (module docstring): prefill batches first, then decodes."""
+
+    name: ClassVar[str] = "sglang"
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        replica: ReplicaSide,
+        pricer: StepPricer,
+        max_batched_tokens: int,
+        max_running: int,
+    ) -> None:
+        super().__init__(env, replica, pricer, max_batched_tokens, max_running)
+        options = getattr(replica, "scheduler_options", {}) or {}
+        self.max_prefill = int(options.get("max_prefill_tokens", MAX_PREFILL_TOKENS))
+        self.full = False  # SGLang's running_batch.batch_is_full
+        self.prefill_steps = 0  # steps that were prefill batches (no decodes)
+
+    def submit(self, seq: Seq) -> None:
+        """Queue ``seq``; an idle server starts the ratio afresh (``self_check_during_idle``)."""
+        ratio = self.ratio
+        if ratio is not None and not (self.waiting or self.prefilling or self.decoding):
+            ratio.ratio = ratio.init
+        super().submit(seq)
+
+    def _can_admit(self) -> bool:
+        """The queue's head can join a prefill batch now (never while ``batch_is_full``)."""
+        if self.full:
+            self._ratio_blocked = False  # no check until the running batch shrinks
+            return False
+        ok = super()._can_admit()
+        if not ok and self.waiting:
+            # NO_TOKEN (the ratio or the pool) or the running cap: batch_is_full.
+            self.full = True
+            self._ratio_blocked = False
+        return ok
+
+    def _plan_step(self) -> tuple[list[tuple[Seq, int]], float, int]:
+        """A prefill batch (``get_new_batch_prefill``): the chunked request, then admissions;
+        no sequence decodes in it (the third value: none gets a token)."""
+        ratio = self.ratio
+        if ratio is not None:
+            self._step_reserved = self._step_admitted = 0
+        chunk, rem_input = self.max_batched, self.max_prefill
+        chunked: list[tuple[Seq, int]] = []
+        for seq in self.prefilling:  # the request being chunked (add_chunked_req)
+            c = min(seq.prefill_left, chunk)
+            chunked.append((seq, c))
+            chunk -= c
+            rem_input -= c
+        if self.prefilling:
+            self.full = False  # a chunked request forms a batch whatever the flag
+        extra = 0.0
+        while chunk > 0 and rem_input > 0 and self.waiting:
+            head = self.waiting[0]
+            if chunked and self._extend_tokens(head, rem_input) >= rem_input:
+                break  # AddReqResult.OTHER: left for the next batch
+            if not self._can_admit():
+                break
+            seq = self.waiting.popleft()
+            self._admit(seq)
+            if ratio is not None:
+                # _update_prefill_budget: its extend and its whole clipped output.
+                self._step_reserved += min(seq.out_len - seq.generated, ratio.clip) + 1
+                self._step_admitted += 1
+            extra += seq.hit_work_s
+            seq.hit_work_s = 0.0
+            self.prefilling.append(seq)
+            c = min(seq.prefill_left, chunk)  # cut to the chunk budget: the chunked request
+            chunked.append((seq, c))
+            chunk -= c
+            rem_input -= c
+        self._step_reserved = self._step_admitted = 0
+        seconds = self.pricer.step_time([(c, seq.ctx) for seq, c in chunked], 0, 0)
+        # TODO(issue 30/31): the decoders' gap spans this prefill batch; ITL records only
+        # gaps of steps that emit a token, so SGLang's longest gaps are not yet counted.
+        return chunked, seconds + extra, 0
+
+    def _extend_tokens(self, seq: Seq, bound: int) -> int:
+        """Tokens ``seq`` would prefill (its uncached part); ``bound`` or less is enough to
+        know when its whole length is below it (no cache lookup then)."""
+        n = seq.prompt_len + seq.generated
+        if n < bound:
+            return n
+        return n - self.replica.cached_prefix(seq)
+
+    def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
+        """A prefill batch ended: decodes sat it out (each finishes a step later)."""
+        self.prefill_steps += 1
+        heap = self.decoding
+        if heap:
+            # Every finish step moves by one, so the heap's order is kept; the context
+            # sum at step n is ctx_base + batch x n, and no key was added this step.
+            self.decoding = [(f + 1, o, s) for f, o, s in heap]
+            for _, _, s in self.decoding:
+                s.start_step += 1
+                s.finish_step += 1
+            self.ctx_base -= len(heap)
+        prefilled = super()._apply_chunks(chunked)
+        if len(prefilled) < len(chunked) or any(s.out_len - s.generated == 1 for s in prefilled):
+            # The batch filter drops the chunked request (or one finished at its
+            # prefill): the running batch shrank, batch_is_full is cleared.
+            self.full = False
+        return prefilled
+
+    def _complete_due(self) -> list[Seq]:
+        done = super()._complete_due()
+        if done:
+            self.full = False  # update_running_batch: the batch shrank
+        return done
+
+    def _preempt_one(self) -> None:
+        super()._preempt_one()
+        self.full = False  # retract_decode shrinks the batch

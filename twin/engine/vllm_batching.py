@@ -1,0 +1,48 @@
+"""vLLM V1's batch formation: continuous batching, with its rule for a step that preempts.
+
+vLLM V1's scheduler (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule``,
+release 0.12.0) schedules the running requests first, one token each for those
+decoding and the next chunk for those prefilling, then the waiting ones while the token
+budget lasts: the twin's :class:`~twin.engine.batching.ContinuousBatching`. When
+``allocate_slots`` fails for a running request, the request scheduled last is
+preempted (``self.running.pop()``) and prepended to the waiting queue, and **no
+waiting request is scheduled in that step** (``if not preempted_reqs:`` guards the
+loop over ``self.waiting``): the victim is not taken back in the step that preempted
+it. :class:`VLLMBatching` adds that rule.
+
+What the victim's blocks become is the replica's (``scheduler_options``
+``cache_preempted``, :meth:`twin.engine.replica.Replica.preempt`): with prefix caching
+vLLM frees them to the free queue's tail still hashed (``KVCacheManager.free`` ->
+``BlockPool.free_blocks``, the tail blocks first so they are evicted first), so when
+the request is scheduled again ``get_computed_blocks`` finds what no allocation has
+reused in between, and only the rest is computed again.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from twin.engine.batching import ContinuousBatching
+from twin.engine.seq import Seq
+
+
+class VLLMBatching(ContinuousBatching):
+    """Continuous batching; a step that preempts admits no one (module docstring)."""
+
+    name: ClassVar[str] = "vllm"
+
+    _preempted = False  # a preemption in the step being planned
+
+    def _preempt_one(self) -> None:
+        super()._preempt_one()
+        self._preempted = True
+
+    def _can_admit(self) -> bool:
+        if self._preempted:
+            self._ratio_blocked = False
+            return False
+        return super()._can_admit()
+
+    def _complete_due(self) -> list[Seq]:
+        self._preempted = False  # the step (or decode run) that preempted is over
+        return super()._complete_due()
