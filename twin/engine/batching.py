@@ -32,6 +32,11 @@ admitted at the next step boundary). The result is the same step-by-step
 schedule, computed in bulk. Decoding sequences are kept in a heap by the step
 at which they finish, and the batch's context sum is kept incrementally, so an
 event costs O(log batch) rather than O(batch).
+
+Each step's end gives every decoding sequence a token, so the inter-token gaps are
+the steps' durations, ``batch`` times each: the loop records each mixed step or
+decode run as it ends (:mod:`twin.engine.step_gaps`), a decode run's step ends
+being already in the gaps' buffer, where it wrote them.
 """
 
 from __future__ import annotations
