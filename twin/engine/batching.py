@@ -287,16 +287,8 @@ class ContinuousBatching(Preemption, RatioAdmission):
             budget -= c
         extra = 0.0  # a hit's own work (non-prefix or host-loaded) lengthens its first step
         while budget > 0 and self._can_admit():
-            seq = self.waiting.popleft()
-            self._admit(seq)
-            if ratio is not None:
-                # The admitted request reserves its whole clipped output this step
-                # (its extend pages are taken already: _update_prefill_budget).
-                self._step_reserved += min(seq.out_len - seq.generated, ratio.clip) + 1
-                self._step_admitted += 1
-            extra += seq.hit_work_s
-            seq.hit_work_s = 0.0
-            self.prefilling.append(seq)
+            seq, work = self._admit_head()
+            extra += work
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
             budget -= c
@@ -306,6 +298,22 @@ class ContinuousBatching(Preemption, RatioAdmission):
             [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
         )
         return chunked, seconds + extra, batch
+
+    def _admit_head(self) -> tuple[Seq, float]:
+        """Admit the queue's head into this step's prefills; return it and the seconds its
+        hit's own work (non-prefix or host-loaded) adds to the step. Every scheduler's
+        admission goes through here."""
+        seq = self.waiting.popleft()
+        self._admit(seq)
+        ratio = self.ratio
+        if ratio is not None:
+            # The admitted request reserves its whole clipped output this step
+            # (its extend pages are taken already: SGLang's _update_prefill_budget).
+            self._step_reserved += min(seq.out_len - seq.generated, ratio.clip) + 1
+            self._step_admitted += 1
+        work, seq.hit_work_s = seq.hit_work_s, 0.0
+        self.prefilling.append(seq)
+        return seq, work
 
     def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
         """Advance the chunks' sequences; return those whose prefill ended (first token out)."""

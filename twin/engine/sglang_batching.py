@@ -109,15 +109,8 @@ class SGLangBatching(ContinuousBatching):
                 break  # AddReqResult.OTHER: left for the next batch
             if not self._can_admit():
                 break
-            seq = self.waiting.popleft()
-            self._admit(seq)
-            if ratio is not None:
-                # _update_prefill_budget: its extend and its whole clipped output.
-                self._step_reserved += min(seq.out_len - seq.generated, ratio.clip) + 1
-                self._step_admitted += 1
-            extra += seq.hit_work_s
-            seq.hit_work_s = 0.0
-            self.prefilling.append(seq)
+            seq, work = self._admit_head()
+            extra += work
             c = min(seq.prefill_left, chunk)  # cut to the chunk budget: the chunked request
             chunked.append((seq, c))
             chunk -= c

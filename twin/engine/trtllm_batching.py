@@ -68,14 +68,8 @@ class TRTLLMBatching(ContinuousBatching):
                 break  # the whole context does not fit what is left: it waits
             if not self._can_admit():
                 break
-            seq = self.waiting.popleft()
-            self._admit(seq)
-            if ratio is not None:
-                self._step_reserved += min(seq.out_len - seq.generated, ratio.clip) + 1
-                self._step_admitted += 1
-            extra += seq.hit_work_s
-            seq.hit_work_s = 0.0
-            self.prefilling.append(seq)
+            seq, work = self._admit_head()
+            extra += work
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
             budget -= c
