@@ -200,27 +200,30 @@ def default_configs() -> Path:
     return package_dir() / CONFIGS_IN_PACKAGE
 
 
-def _int(text: str, path: Path, row: int, column: str) -> int | None:
+def _number(text: str, path: Path, row: int, column: str, what: str) -> float | None:
+    """A cell as a float (None when empty); one error naming file, row and column."""
     text = text.strip()
     if not text:
         return None
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        raise TwinError(f"{where(path, row, column)}: expected an integer (got {text!r})") from None
+        raise TwinError(f"{where(path, row, column)}: expected {what} (got {text!r})") from None
+
+
+def _int(text: str, path: Path, row: int, column: str) -> int | None:
+    value = _number(text, path, row, column, "an integer")
+    if value is None:
+        return None
     if not value.is_integer():
-        raise TwinError(f"{where(path, row, column)}: expected an integer (got {text!r})")
+        raise TwinError(f"{where(path, row, column)}: expected an integer (got {text.strip()!r})")
     return int(value)
 
 
 def _float(text: str, path: Path, row: int, column: str) -> float | None:
-    text = text.strip()
-    if not text:
+    value = _number(text, path, row, column, "a number")
+    if value is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise TwinError(f"{where(path, row, column)}: expected a number (got {text!r})") from None
     return value if math.isfinite(value) and value > 0 else None
 
 
