@@ -479,23 +479,25 @@ def _fake_sweep(monkeypatch, surface, verdict=lambda n: "stable") -> list[tuple[
     return asked
 
 
+def _plan_tiny(tmp_path: Path, **kw: Any) -> PlanResult:
+    """The plan of the tiny workload at 1 session/s against P95 TTFT <= 100 ms."""
+    return plan(
+        _tiny_workload(tmp_path),
+        tmp_path / "out",
+        model=MODEL,
+        slos=["p95_ttft<=100ms"],
+        session_rate=1.0,
+        **kw,
+    )
+
+
 def test_a_non_monotone_candidate_falls_back_to_a_linear_scan(monkeypatch, tmp_path) -> None:
     # P95 TTFT against 100 ms: the probe runs 1, 2, 4 (fail) and 8 (pass), bisection 6
     # (pass) and 5, which is slower than 4: not monotone. The linear scan from 1 then
     # finds 3, which the bisection never ran.
     values = {1: 500.0, 2: 300.0, 3: 95.0, 4: 130.0, 5: 140.0, 6: 90.0, 7: 85.0, 8: 60.0}
     _fake_sweep(monkeypatch, lambda gpu, tp, n: values.get(n, 50.0))
-    wl = _tiny_workload(tmp_path)
-    found = plan(
-        wl,
-        tmp_path / "out",
-        model=MODEL,
-        slos=["p95_ttft<=100ms"],
-        session_rate=1.0,
-        gpus=["h100"],
-        engines=["vllm"],
-        tp=[1],
-    )
+    found = _plan_tiny(tmp_path, gpus=["h100"], engines=["vllm"], tp=[1])
     (c,) = found.candidates
     assert c.fallback is not None and "linear" in c.search
     assert c.outcome == WINNER and c.replicas == 3  # the first count meeting it from 1 up
@@ -506,16 +508,8 @@ def test_prunes_candidates_whose_bound_costs_more(monkeypatch, tmp_path) -> None
     # Every candidate meets the target on one replica: the h100 tp1 one costs least, and
     # no other's single replica is cheaper, so each is pruned or searched once.
     asked = _fake_sweep(monkeypatch, lambda gpu, tp, n: 10.0)
-    wl = _tiny_workload(tmp_path)
-    found = plan(
-        wl,
-        tmp_path / "out",
-        model=MODEL,
-        slos=["p95_ttft<=100ms"],
-        session_rate=1.0,
-        gpus=["h100", "h200", "b200"],
-        engines=["vllm", "sglang"],
-        tp=[1, 2, 4, 8],
+    found = _plan_tiny(
+        tmp_path, gpus=["h100", "h200", "b200"], engines=["vllm", "sglang"], tp=[1, 2, 4, 8]
     )
     win = found.winner
     assert win is not None and win.candidate.gpu == "h100" and win.candidate.tp == 1
@@ -532,17 +526,7 @@ def test_runs_too_short_to_judge_stop_the_search(monkeypatch, tmp_path) -> None:
     # Every count meets the target but no run is long enough to judge its steady state:
     # more replicas cannot fix that, so the search stops after two such counts.
     asked = _fake_sweep(monkeypatch, lambda gpu, tp, n: 10.0, lambda n: "too short to tell")
-    wl = _tiny_workload(tmp_path)
-    found = plan(
-        wl,
-        tmp_path / "out",
-        model=MODEL,
-        slos=["p95_ttft<=100ms"],
-        session_rate=1.0,
-        gpus=["h100"],
-        engines=["vllm"],
-        tp=[1],
-    )
+    found = _plan_tiny(tmp_path, gpus=["h100"], engines=["vllm"], tp=[1])
     (c,) = found.candidates
     assert c.outcome == UNJUDGED and "too few requests" in c.reason
     assert len(asked) == 2 and found.winner is None
