@@ -6,7 +6,7 @@ Writes ``benchmarks/results/aic_calibration.json`` and prints every miss.
 Two checks, with issue #12's targets:
 
 1. Held-out error per kernel family per GPU and engine, read from each shipped
-   ``calibration/profiles/<gpu>-<engine>.json`` (the fit never saw those shapes):
+   ``twin/calibration/profiles/<gpu>-<engine>.json`` (the fit never saw those shapes):
    median |relative error| <= 5%, P90 <= 15%.
 2. Whole-model prefill (tp=1, no cached prefix) of Llama-3-8B and Llama-2-7B at 256
    to 16K tokens on A100, H100 and H200 with vLLM's kernels: the twin's GEMM +
@@ -25,7 +25,7 @@ import json
 import time
 from pathlib import Path
 
-from calibration.aic_tables import attention_rows, gemm_rows, system_dir
+from twin.calibration.aic_tables import attention_rows, gemm_rows, system_dir
 from twin.costmodel import CostModel
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile, shipped_profiles

@@ -68,8 +68,8 @@ TARGETS_PER_CPU_S = {"marconi_tuned_alpha": 5000.0, "vanilla": 10000.0}
 
 _GENERATE = """
 import json, sys, time
-from workloads.generators import get_generator
-from workloads.writer import WorkloadWriter
+from twin.workloads.generators import get_generator
+from twin.workloads.writer import WorkloadWriter
 kind, n, rate, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 knobs = json.loads(sys.argv[5])
 cls = get_generator(kind)
@@ -84,10 +84,10 @@ _SIMULATE = """
 import json, os, sys, threading, time
 os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})  # one core
 import pyarrow as pa
-from calibration import load_profile
+from twin.calibration import load_profile
 from twin.engine import EngineConfig, make_pricer, simulate
 from twin.presets import get_model
-from workloads.reader import Workload
+from twin.workloads.reader import Workload
 path, out, cfg, sample = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] == "1"
 model = get_model(cfg.pop("model"))
 profile = load_profile(cfg.pop("gpu"))

@@ -45,11 +45,11 @@ from typing import Any
 
 import numpy as np
 
-from reports.reproduce.jenga_runs import MODELS, PAPER, TRANSFORMER, compare, summarise
 from twin.atomic import write_text_atomic
 from twin.engine.run import build_run
-from workloads.schema import WorkloadRow
-from workloads.writer import WorkloadWriter
+from twin.reports.reproduce.jenga_runs import MODELS, PAPER, TRANSFORMER, compare, summarise
+from twin.workloads.schema import WorkloadRow
+from twin.workloads.writer import WorkloadWriter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "jenga.json"
 SIM_RESULTS = RESULTS.with_name("jenga_simulate.json")

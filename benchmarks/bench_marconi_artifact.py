@@ -94,8 +94,8 @@ def main() -> None:
     from twin.atomic import write_text_atomic
     from twin.presets import get_model
     from twin.replay import Trace, replay
-    from workloads.reader import Workload
-    from workloads.stats import summarize
+    from twin.workload_stats import summarize
+    from twin.workloads.reader import Workload
 
     model = get_model(MODEL)
     with tempfile.TemporaryDirectory() as tmp:

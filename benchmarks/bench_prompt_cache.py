@@ -30,9 +30,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from reports.reproduce.prompt_cache_runs import PAPER_GPU, PAPER_HOST, recipe, speedups
-from reports.reproduce.runner import generate
 from twin.atomic import write_text_atomic
+from twin.reports.reproduce.prompt_cache_runs import PAPER_GPU, PAPER_HOST, recipe, speedups
+from twin.reports.reproduce.runner import generate
 
 RESULTS = Path(__file__).resolve().parent / "results" / "prompt-cache.json"
 

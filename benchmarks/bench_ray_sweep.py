@@ -17,7 +17,7 @@ sweep run locally, point for point.
 4. **Ray.** A head and a second node started on this machine
    (``ray.cluster_utils.Cluster``, one CPU each, the second with its own
    ``second_node`` resource), both without ``PYTHONPATH``: they can import
-   the project only from what the driver ships (``reports/ray_executor.py``).
+   the project only from what the driver ships (``twin/reports/ray_executor.py``).
    The same command with ``--executor ray --ray-address HEAD`` (``--client``:
    ``ray://HOST:PORT``, through Ray Client as from a laptop), run from a
    driver process that has the project. The cluster is shut down at the end,

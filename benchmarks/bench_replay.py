@@ -88,8 +88,8 @@ print(json.dumps({"rc": p.returncode, "rss_kib": rss, "stdout": p.stdout, "stder
 _FOOTPRINT = """
 import json, sys
 from twin.presets import get_model
-from workloads.reader import Workload
-from workloads.stats import summarize
+from twin.workloads.reader import Workload
+from twin.workload_stats import summarize
 m = get_model(sys.argv[2])
 s = summarize(Workload.open(sys.argv[1]))
 c = s["infinite_cache"]
@@ -122,16 +122,16 @@ def run_child(code: str, *args: str, root: Path = ROOT) -> tuple[dict[str, Any],
 def make_chat(path: Path, sessions: int, seed: int) -> str:
     """Write the chat workload; return what produced it."""
     try:
-        from workloads.generators import get_generator
+        from twin.workloads.generators import get_generator
     except ImportError:
         get_generator = None
-    from workloads.writer import WorkloadWriter
+    from twin.workloads.writer import WorkloadWriter
 
     if get_generator is not None:
         gen = get_generator("chat")()
         with WorkloadWriter(path, gen.metadata(sessions, 1.0, seed, 32768)) as w:
             w.write_all(gen.rows(sessions, 1.0, seed, 32768))
-        return "workloads.generators chat"
+        return "twin.workloads.generators chat"
     _fallback_chat(path, sessions, seed, WorkloadWriter)
     return "built-in multi-turn stand-in"
 
@@ -140,7 +140,7 @@ def _fallback_chat(path: Path, sessions: int, seed: int, writer: Any) -> None:
     """Sessions of 10+ turns, ~70-token messages and ~200-token replies, interleaved."""
     import numpy as np
 
-    from workloads.schema import WorkloadRow
+    from twin.workloads.schema import WorkloadRow
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -161,8 +161,8 @@ def _fallback_chat(path: Path, sessions: int, seed: int, writer: Any) -> None:
 
 
 def import_mooncake(trace: Path, path: Path) -> None:
-    from workloads.importers import get_importer
-    from workloads.writer import WorkloadWriter
+    from twin.workloads.importers import get_importer
+    from twin.workloads.writer import WorkloadWriter
 
     imp = get_importer("mooncake")()
     with WorkloadWriter(path, imp.metadata(trace)) as w:
@@ -198,8 +198,8 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from policies import POLICIES as REGISTRY
     from twin.atomic import write_text_atomic
+    from twin.policies import POLICIES as REGISTRY
 
     fractions = [float(f) for f in args.fractions.split(",")]
     policies = [p for p in args.policies.split(",") if p]

@@ -80,7 +80,7 @@ def run_rows(
         return (p, aiconfigurator)
 
     if executor == "ray":
-        from reports.ray_executor import import_ray, run_on_ray
+        from twin.reports.ray_executor import import_ray, run_on_ray
 
         ray = import_ray(ray_address)
         return run_on_ray(ray, ray_address, sil.score_row, plans, args, on_result)

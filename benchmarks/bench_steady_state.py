@@ -32,8 +32,8 @@ from typing import Any
 
 from twin.atomic import write_text_atomic
 from twin.engine.run import build_run
-from workloads.generators import get_generator
-from workloads.writer import WorkloadWriter
+from twin.workloads.generators import get_generator
+from twin.workloads.writer import WorkloadWriter
 
 RESULTS = Path(__file__).resolve().parent / "results" / "steady-state.json"
 SIZES = (100, 1000, 4000)

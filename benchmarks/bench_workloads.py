@@ -40,8 +40,8 @@ TARGET_IMPORT_RSS_MB = 2048.0
 _IMPORT = """
 import json, sys
 from pathlib import Path
-from workloads.importers import get_importer
-from workloads.writer import WorkloadWriter
+from twin.workloads.importers import get_importer
+from twin.workloads.writer import WorkloadWriter
 src, out = Path(sys.argv[1]), Path(sys.argv[2])
 imp = get_importer("mooncake")()
 with WorkloadWriter(out, imp.metadata(src)) as w:
@@ -52,7 +52,7 @@ print(json.dumps({"requests": w.rows_written, "stored_tokens": w.input_tokens_wr
 
 _READ = """
 import json, sys
-from workloads.reader import Workload
+from twin.workloads.reader import Workload
 w = Workload.open(sys.argv[1])
 n = prompt = output = 0
 for r in w.requests():

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from calibration.aic_import import import_profile, impossible
-from calibration.aic_tables import read_families
-from calibration.merge import merge_profiles
+from twin.calibration.aic_import import import_profile, impossible
+from twin.calibration.aic_tables import read_families
+from twin.calibration.merge import merge_profiles
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
@@ -212,8 +212,8 @@ def test_uncovered_gpu_and_unknown_engine_are_refused() -> None:
 
 
 def test_gemm_rows_outside_the_fit_domain_are_counted_not_fitted(tmp_path: Path) -> None:
-    from calibration.aic_import import fit_family
-    from calibration.aic_tables import gemm_rows
+    from twin.calibration.aic_import import fit_family
+    from twin.calibration.aic_tables import gemm_rows
 
     fam = gemm_rows(DATA / "h100_sxm", "vllm")
     assert fam is not None

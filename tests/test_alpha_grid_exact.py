@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies_props import traces
 
-import policies.alpha_tuning as tuning
-from policies import get_policy, policy_class
-from policies.alpha_tuning import ALPHA_GRID, grid_scores, window_score
-from policies.shared_prefix import replay_grid
+import twin.policies.alpha_tuning as tuning
 from twin.cache import PrefixCache, serve
+from twin.policies import get_policy, policy_class
+from twin.policies.alpha_tuning import ALPHA_GRID, grid_scores, window_score
+from twin.policies.shared_prefix import replay_grid
 from twin.presets import get_model
 from twin.replay import Trace, _run_at, replay
 
@@ -99,8 +99,8 @@ def test_tuned_policies_choose_the_exhaustive_alpha(
 
     # The policies import grid_scores by name: patch it where they look it up.
     with (
-        mock.patch("policies.marconi.grid_scores", exhaustive),
-        mock.patch("policies.marconi_twin.grid_scores", exhaustive),
+        mock.patch("twin.policies.marconi.grid_scores", exhaustive),
+        mock.patch("twin.policies.marconi_twin.grid_scores", exhaustive),
     ):
         slow = replay(t, HYBRID, capacity, name, options, per_request=True)
     assert fast.details.get("alpha_source") == slow.details.get("alpha_source")

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from workloads.arrow_numpy import arrow_of, numpy_of
+from twin.workloads.arrow_numpy import arrow_of, numpy_of
 
 RNG = np.random.default_rng(16)
 TYPES = [pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.float32(), pa.float64(), pa.bool_()]

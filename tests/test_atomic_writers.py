@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from twin.cli.main import run
-from workloads.examples import example_path
-from workloads.generators import get_generator
-from workloads.reader import Workload
-from workloads.writer import WorkloadWriter
+from twin.workloads.examples import example_path
+from twin.workloads.generators import get_generator
+from twin.workloads.reader import Workload
+from twin.workloads.writer import WorkloadWriter
 
 
 def _full_disk(*_a, **_k):

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from twin.cli.main import run
-from workloads.examples import example_path
-from workloads.schema import METADATA_KEY
+from twin.workloads.examples import example_path
+from twin.workloads.schema import METADATA_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT = example_path("chat")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from twin.cli.main import run
-from workloads.examples import example_path
+from twin.workloads.examples import example_path
 
 
 @pytest.mark.parametrize(

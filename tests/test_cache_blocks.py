@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies import get_policy
 from twin.cache import BlockCache, serve
+from twin.policies import get_policy
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies import get_policy
 from twin.cache import PrefixCache
 from twin.cache.kinds import KindBytes
 from twin.model import ModelSpec
+from twin.policies import get_policy
 from twin.presets import get_model
 
 SWA = get_model("tiny-swa")  # 3 swa layers (window 8) + 1 full, no recurrent layer

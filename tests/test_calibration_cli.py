@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from calibration.datasheet import datasheet_profile
+from twin.calibration.datasheet import datasheet_profile
 from twin.cli.calibrate import calibrate
 from twin.costmodel.profile import KernelFit, Profile
 

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from calibration.fit import fit_kernel, fit_params, predict_rows, split_holdout
+from twin.calibration.fit import fit_kernel, fit_params, predict_rows, split_holdout
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from calibration.sweep import time_gpu_kernel
-from calibration.timing import TimingBudget, time_cuda_graph
+from twin.calibration.sweep import time_gpu_kernel
+from twin.calibration.timing import TimingBudget, time_cuda_graph
 
 BUDGET = TimingBudget(warmup_s=0.0, budget_s=0.0, min_repeats=4, max_repeats=4)
 

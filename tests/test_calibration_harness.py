@@ -9,8 +9,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from calibration.device import DeviceInfo, refusal
-from calibration.sweep import SHAPE_COLUMNS
+from twin.calibration.device import DeviceInfo, refusal
+from twin.calibration.sweep import SHAPE_COLUMNS
 from twin.costmodel import CostModel
 from twin.costmodel.formulas import KERNELS
 from twin.costmodel.profile import Profile
@@ -18,9 +18,9 @@ from twin.presets import get_model
 
 torch = pytest.importorskip("torch")
 
-from calibration.harness import calibrate  # noqa: E402
-from calibration.kernels import SweepContext, registry  # noqa: E402
-from calibration.kernels_ssm import import_mamba_triton  # noqa: E402
+from twin.calibration.harness import calibrate  # noqa: E402
+from twin.calibration.kernels import SweepContext, registry  # noqa: E402
+from twin.torch_ops.mamba_triton import import_mamba_triton  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -89,7 +89,7 @@ def test_inputs_are_random_and_rotate() -> None:
 
 @pytest.mark.parametrize("length", [1, 2, 3, 4, 37])
 def test_tap_conv_equals_torch_causal_conv1d(length: int) -> None:
-    from calibration.kernels_mem import causal_conv1d_taps
+    from twin.torch_ops.conv import causal_conv1d_taps
 
     x = torch.randn(2, 8, length, dtype=torch.float64)
     w, bias = torch.randn(8, 4, dtype=torch.float64), torch.randn(8, dtype=torch.float64)

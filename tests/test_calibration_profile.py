@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from calibration.datasheet import DEFAULTS, datasheet_profile
-from calibration.transfer import transfer_profile
+from twin.calibration.datasheet import DEFAULTS, datasheet_profile
+from twin.calibration.transfer import transfer_profile
 from twin.costmodel.formulas import KERNELS
 from twin.costmodel.profile import KernelFit, Profile
 from twin.costmodel.profile_store import load_profile, shipped_profiles
@@ -55,7 +55,7 @@ def test_datasheet_profiles_ship_and_are_labelled(gpu: str) -> None:
 
 
 def test_shipped_files_match_the_generator() -> None:
-    """calibration/profiles/*.json are what ``python -m calibration.datasheet`` writes."""
+    """twin/calibration/profiles/*.json are what ``python -m twin.calibration.datasheet`` writes."""
     for path in shipped_profiles().values():
         data = json.loads(path.read_text())
         if data["source"] == "datasheet":

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibration.ssd import ssd_chunked, ssd_sequential, ssd_step  # noqa: E402
+from twin.torch_ops.ssd import ssd_chunked, ssd_sequential, ssd_step  # noqa: E402
 
 
 def _inputs(

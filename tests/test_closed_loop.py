@@ -15,8 +15,8 @@ from twin.engine.run import duration_settings, simulate
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.slo import parse_slos
-from workloads.reader import Workload
-from workloads.schema import WorkloadRow
+from twin.workloads.reader import Workload
+from twin.workloads.schema import WorkloadRow
 
 
 def _in_flight(records) -> int:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calibration import load_profile
+from twin.calibration import load_profile
 from twin.costmodel import CostModel
 from twin.costmodel import compiled as dk
 from twin.costmodel import latency as lat

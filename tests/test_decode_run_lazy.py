@@ -15,11 +15,11 @@ import pytest
 import simpy
 from test_engine_helpers import generated
 
-from calibration import load_profile
+from twin.calibration import load_profile
 from twin.engine import EngineConfig, decode_run, make_pricer, simulate
 from twin.engine.decode_run import FIRST_CHUNK_STEPS, DecodeRun, timeout_at
 from twin.presets import get_model
-from workloads.reader import Workload
+from twin.workloads.reader import Workload
 
 RNG = np.random.default_rng(16)
 

@@ -19,9 +19,9 @@ from test_engine_helpers import (
 from twin.engine import ROUTERS, EngineConfig, memory_budget
 from twin.errors import TwinError
 from twin.presets import get_model
-from workloads.examples import example_path
-from workloads.reader import Workload
-from workloads.schema import WorkloadRow
+from twin.workloads.examples import example_path
+from twin.workloads.reader import Workload
+from twin.workloads.schema import WorkloadRow
 
 CHAT = example_path("chat")
 

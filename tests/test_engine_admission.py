@@ -11,7 +11,7 @@ from twin.engine.admission import DEFAULTS, NewTokenRatio
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.presets import get_model
-from workloads.schema import WorkloadRow
+from twin.workloads.schema import WorkloadRow
 
 
 def test_the_ratio_follows_sglangs_defaults_decay_and_retraction_estimate():

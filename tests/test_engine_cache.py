@@ -14,14 +14,14 @@ from __future__ import annotations
 import pytest
 from test_engine_helpers import LinearPricer, doc_qa, generated, run
 
-from policies import POLICIES, get_policy
 from twin.cache import RequestCache
 from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
 from twin.errors import TwinError
+from twin.policies import POLICIES, get_policy
 from twin.presets import get_model
 from twin.replay import Trace, replay
-from workloads.examples import example_path
-from workloads.reader import Workload
+from twin.workloads.examples import example_path
+from twin.workloads.reader import Workload
 
 ONLINE = [name for name, cls in POLICIES.items() if not cls.hindsight]
 
@@ -204,7 +204,7 @@ def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
         )
         return summary, (out / REQUESTS_FILE).read_bytes(), (out / SUMMARY_FILE).read_bytes()
 
-    from policies.compiled.live import LiveCache
+    from twin.policies.compiled.live import LiveCache
 
     made = []
     init = LiveCache.__init__
@@ -223,8 +223,8 @@ def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
 def test_vanilla_empty_cache_is_the_same(tmp_path, monkeypatch):
     """``vanilla`` runs on an :class:`~twin.cache.empty.EmptyCache` in the engine: the
     outputs are those of the radix-tree cache it stands for, byte for byte."""
-    from policies.vanilla import VanillaPolicy
     from twin.cache.empty import EmptyCache
+    from twin.policies.vanilla import VanillaPolicy
 
     def once(out, router):
         run(

@@ -17,7 +17,6 @@ import pytest
 import simpy
 from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns
 
-from policies import get_policy
 from twin.cache.requests import request_cache_for
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import SCHEDULERS, EngineConfig, build_config
@@ -30,6 +29,7 @@ from twin.engine.modes_sglang import sglang_gpu_defaults
 from twin.engine.seq import Seq
 from twin.engine.sglang_batching import SGLangBatching
 from twin.engine.vllm_batching import VLLMBatching
+from twin.policies import get_policy
 from twin.presets import get_model
 
 

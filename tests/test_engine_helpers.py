@@ -12,10 +12,10 @@ from twin.engine.cost import Chunk
 from twin.metrics import RequestRecord
 from twin.model import ModelSpec
 from twin.presets import get_model
-from workloads.generators import get_generator
-from workloads.reader import Workload
-from workloads.schema import WorkloadRow
-from workloads.writer import WorkloadWriter
+from twin.workloads.generators import get_generator
+from twin.workloads.reader import Workload
+from twin.workloads.schema import WorkloadRow
+from twin.workloads.writer import WorkloadWriter
 
 
 class ConstantPricer(PricerBase):

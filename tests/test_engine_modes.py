@@ -12,8 +12,8 @@ from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.engine.modes_vllm import vllm_block_size
 from twin.errors import TwinError
 from twin.presets import get_model
-from workloads.examples import example_path
-from workloads.schema import WorkloadRow
+from twin.workloads.examples import example_path
+from twin.workloads.schema import WorkloadRow
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from twin.engine.router import PrefixAware
 from twin.errors import TwinError
 from twin.metrics import Occupancy
 from twin.presets import get_model
-from workloads.examples import example_path
+from twin.workloads.examples import example_path
 
 
 # ----------------------------------------------------------------- the step pricer

@@ -16,7 +16,7 @@ from twin.engine import EngineConfig
 from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.engine.replica import Replica
 from twin.presets import get_model
-from workloads.schema import WorkloadRow
+from twin.workloads.schema import WorkloadRow
 
 
 def _nodes(cache: PrefixCache) -> Iterator:

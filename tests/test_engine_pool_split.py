@@ -15,7 +15,7 @@ from twin.cache.pool import SplitPool
 from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.engine.replica import Replica
 from twin.presets import get_model
-from workloads.schema import WorkloadRow
+from twin.workloads.schema import WorkloadRow
 
 HYBRID = get_model("tiny-hybrid")
 CK = HYBRID.ssm_checkpoint_bytes
@@ -90,7 +90,7 @@ def test_each_pool_keeps_running_plus_cached_plus_free_over_random_traces(
 def test_the_pools_are_sized_as_sglang_sizes_them():
     # model_runner _handle_max_mamba_cache: whole states in rest x r / (1 + r) (200,000
     # bytes: 12 states of 16,128); the KV pool gets what they leave.
-    from policies import get_policy
+    from twin.policies import get_policy
 
     cache = get_policy("sglang", mamba_full_memory_ratio=0.25).make_cache(HYBRID, 0)
     pool = SplitPool(1_000_000, cache)

@@ -28,7 +28,7 @@ from test_engine_helpers import (
     write_rows,
 )
 
-from workloads.schema import WorkloadRow
+from twin.workloads.schema import WorkloadRow
 
 N = 20_000
 RHO = 0.5

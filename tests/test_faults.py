@@ -16,11 +16,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from reports.sweep import RESULTS_FILE, SweepSpec, grid, resolve, run_sweep
 from twin import atomic
 from twin.atomic import MANIFEST_FILE, read_manifest, remove_stale_tmp, write_text_atomic
 from twin.cli.simulate import simulate
 from twin.errors import TwinError
+from twin.reports.sweep import RESULTS_FILE, SweepSpec, grid, resolve, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--model", "tiny-hybrid", "--cache-gb", "0.001"]
@@ -143,7 +143,7 @@ def test_second_simulate_into_one_out_refuses_without_force(tmp_path: Path) -> N
 
 
 def test_two_sweeps_into_one_out_keep_each_others_points(tmp_path: Path) -> None:
-    from workloads.examples import example_path
+    from twin.workloads.examples import example_path
 
     spec = resolve(
         SweepSpec(workload=str(example_path("system-prompt")), model="tiny-hybrid", gpu="h100")
@@ -190,7 +190,7 @@ _POOL_SCRIPT = textwrap.dedent(
 _GRID_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
-    from policies.grid import map_alphas
+    from twin.policies.grid import map_alphas
 
     def slow(folder, alpha):
         open(os.path.join(folder, f"worker-{os.getpid()}"), "w").close()
@@ -257,7 +257,7 @@ def _report_cli() -> typer.Typer:
 
 
 def test_points_that_cannot_run_are_reported_not_fatal(tmp_path: Path) -> None:
-    from workloads.examples import example_path
+    from twin.workloads.examples import example_path
 
     out = tmp_path / "cap"
     args = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
@@ -275,7 +275,7 @@ def test_points_that_cannot_run_are_reported_not_fatal(tmp_path: Path) -> None:
 
 
 def test_a_sweep_where_nothing_fits_is_one_clear_error(tmp_path: Path) -> None:
-    from workloads.examples import example_path
+    from twin.workloads.examples import example_path
 
     out = tmp_path / "cap"
     args = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
@@ -306,7 +306,7 @@ def test_report_capacity_defaults_fit_the_default_model_on_the_default_gpu() -> 
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_sweep_progress_moves_within_points(tmp_path: Path, jobs: int) -> None:
-    from workloads.examples import example_path
+    from twin.workloads.examples import example_path
 
     spec = resolve(
         SweepSpec(workload=str(example_path("system-prompt")), model="tiny-hybrid", gpu="h100")

@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from twin.cli.main import run
-from workloads.generators import get_generator
-from workloads.schema import METADATA_KEY
-from workloads.writer import WorkloadWriter
+from twin.workloads.generators import get_generator
+from twin.workloads.schema import METADATA_KEY
+from twin.workloads.writer import WorkloadWriter
 
 QUICK = settings(
     max_examples=25,

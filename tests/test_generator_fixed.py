@@ -10,11 +10,11 @@ import pytest
 
 from twin.cli.main import run
 from twin.errors import TwinError
-from workloads import Workload, WorkloadWriter
-from workloads.generators import get_generator
-from workloads.generators.fixed import FixedParams
-from workloads.schema import TOKEN_ID_MAX
-from workloads.stats import summarize
+from twin.workload_stats import summarize
+from twin.workloads import Workload, WorkloadWriter
+from twin.workloads.generators import get_generator
+from twin.workloads.generators.fixed import FixedParams
+from twin.workloads.schema import TOKEN_ID_MAX
 
 
 def fixed_rows(n: int = 200, ctx: int = 32768, seed: int = 3, **knobs):

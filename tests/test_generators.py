@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from twin.errors import TwinError
-from workloads import Workload, WorkloadWriter
-from workloads.generators import GENERATORS, get_generator
-from workloads.generators.chat import ChatParams
-from workloads.generators.swebench import PLACEHOLDER_TOKENS, collapsed_count
+from twin.workloads import Workload, WorkloadWriter
+from twin.workloads.generators import GENERATORS, get_generator
+from twin.workloads.generators.chat import ChatParams
+from twin.workloads.generators.swebench import PLACEHOLDER_TOKENS, collapsed_count
 
 KINDS = sorted(GENERATORS)
 

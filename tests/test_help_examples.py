@@ -103,7 +103,7 @@ def test_every_example_runs_as_printed(tmp_path, monkeypatch, capsys) -> None:
     assert run(["workload", "generate", "chat", "-n", "20", "-o", "chat.parquet"]) == 0
     shutil.copy("chat.parquet", "trace.parquet")
     # A profile file standing in for one calibrated on an A100.
-    profiles = Path(__file__).parents[1] / "calibration/profiles"
+    profiles = Path(__file__).parents[1] / "twin/calibration/profiles"
     shutil.copy(profiles / "a100-80gb-vllm.json", "my-a100.json")
     failed = []
     for example in all_examples():

@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 from test_engine_helpers import ConstantPricer, run, write_rows
 from test_engine_pool import _pins, _Watch, host_return_trace
 
-from policies import get_policy
 from twin.cache import RequestCache
 from twin.engine import EngineConfig
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
+from twin.policies import get_policy
 from twin.presets import get_model
-from workloads.schema import WorkloadRow
+from twin.workloads.schema import WorkloadRow
 
 MODELS = ["tiny-transformer", "tiny-hybrid"]
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from twin.errors import TwinError
-from workloads.exporters import export_marconi
-from workloads.importers import IMPORTERS, get_importer
-from workloads.importers.marconi import MarconiImporter
-from workloads.importers.mooncake import MooncakeImporter
-from workloads.reader import Workload
-from workloads.schema import WorkloadRow
-from workloads.writer import WorkloadWriter
+from twin.workloads.exporters import export_marconi
+from twin.workloads.importers import IMPORTERS, get_importer
+from twin.workloads.importers.marconi import MarconiImporter
+from twin.workloads.importers.mooncake import MooncakeImporter
+from twin.workloads.reader import Workload
+from twin.workloads.schema import WorkloadRow
+from twin.workloads.writer import WorkloadWriter
 
 DATA = Path(__file__).parent / "data"
 MOONCAKE = DATA / "mooncake_small.jsonl"

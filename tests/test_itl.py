@@ -20,8 +20,8 @@ from twin.engine.step_gaps import StepGaps
 from twin.metrics import PERCENTILES, RequestRecord
 from twin.presets import get_model
 from twin.token_gaps import NBINS, REL_ERROR, TokenGaps, bin_of
-from workloads.reader import Workload
-from workloads.schema import WorkloadRow
+from twin.workloads.reader import Workload
+from twin.workloads.schema import WorkloadRow
 
 KEYS = [f"p{p}" for p in PERCENTILES]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies import get_policy
 from twin.cache import RequestCache
 from twin.errors import TwinError
+from twin.policies import get_policy
 from twin.presets import get_model
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policies import get_policy
 from twin.cache import serve
+from twin.policies import get_policy
 from twin.presets import get_model
 
 DATA = Path(__file__).parent / "data" / "marconi_artifact"

@@ -17,13 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies_props import traces
 
-from policies.alpha_tuning import ALPHA_GRID, grid_scores
-from policies.compiled import compiled_grid_runs, supported
-from policies.marconi import MarconiPolicy
-from policies.marconi_twin import MarconiTwinPolicy
-from policies.oracle import OraclePolicy
-from policies.sglang_plus import SGLangPlusPolicy
 from twin.cache import CacheSnapshot, PrefixCache, RequestCache
+from twin.policies.alpha_tuning import ALPHA_GRID, grid_scores
+from twin.policies.compiled import compiled_grid_runs, supported
+from twin.policies.marconi import MarconiPolicy
+from twin.policies.marconi_twin import MarconiTwinPolicy
+from twin.policies.oracle import OraclePolicy
+from twin.policies.sglang_plus import SGLangPlusPolicy
 from twin.presets import get_model
 from twin.replay import Trace, replay
 

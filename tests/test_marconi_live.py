@@ -20,10 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies_props import traces
 
-from policies.compiled.live import LiveCache, live_cache
-from policies.marconi import MarconiPolicy
 from twin.cache import RequestCache, cache_stats
 from twin.cache.requests import request_cache_for
+from twin.policies.compiled.live import LiveCache, live_cache
+from twin.policies.marconi import MarconiPolicy
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import policies.alpha_tuning as tuning
-from policies import get_policy
-from policies.alpha_tuning import ALPHA_GRID, best_alpha
+import twin.policies.alpha_tuning as tuning
 from twin.cache import serve
+from twin.policies import get_policy
+from twin.policies.alpha_tuning import ALPHA_GRID, best_alpha
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")

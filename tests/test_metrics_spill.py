@@ -5,7 +5,7 @@ from __future__ import annotations
 import twin.metrics
 from twin.engine import build_run
 from twin.metrics import to_json
-from workloads.examples import example_path
+from twin.workloads.examples import example_path
 
 
 def _summary() -> str:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from twin.cli import app
 from twin.replay import replay
-from workloads import WorkloadRow, WorkloadWriter
+from twin.workloads import WorkloadRow, WorkloadWriter
 
 # (preset, tensor-parallel GPUs on H100s so that the weights fit)
 PRESETS = [

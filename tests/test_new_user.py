@@ -8,7 +8,7 @@ import pytest
 
 from twin.cli import common
 from twin.cli.main import run
-from workloads.examples import example_path
+from twin.workloads.examples import example_path
 
 
 def test_piped_tables_show_every_number_whole(capsys) -> None:
@@ -52,7 +52,7 @@ def test_error_text_keeps_square_brackets_and_stays_one_line(tmp_path, capsys) -
 
 
 def test_simulate_progress_counts_requests_to_the_end(tmp_path, monkeypatch, capsys) -> None:
-    from workloads.reader import Workload
+    from twin.workloads.reader import Workload
 
     monkeypatch.setattr(common, "PLAIN_PROGRESS_EVERY_S", 0.0)
     wl = example_path("system-prompt")

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from reports import plan as plan_module
-from reports.plan import (
+from twin.cli.main import run
+from twin.reports import plan as plan_module
+from twin.reports.plan import (
     COSTLIER,
     INFEASIBLE,
     MEETS,
@@ -32,11 +33,10 @@ from reports.plan import (
     PlanResult,
     plan,
 )
-from reports.plan_search import SEARCHES, LinearScan, ProbeBisect, non_monotone
-from reports.prices import load_prices
-from reports.sweep import AUTO_GB, Point, SweepOutcome, SweepSpec, resolve, run_pairs
-from reports.verdicts import meets
-from twin.cli.main import run
+from twin.reports.plan_search import SEARCHES, LinearScan, ProbeBisect, non_monotone
+from twin.reports.prices import load_prices
+from twin.reports.sweep import AUTO_GB, Point, SweepOutcome, SweepSpec, resolve, run_pairs
+from twin.reports.verdicts import meets
 from twin.slo import parse_slos
 
 MODEL = "tiny-transformer"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies import ALPHA_GRID, POLICIES, get_policy, options_for
 from twin.cache import serve
 from twin.errors import TwinError
+from twin.policies import ALPHA_GRID, POLICIES, get_policy, options_for
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")

@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import get_policy
 from twin.cache import PrefixCache, serve
 from twin.cache.sparse_blocks import SparseBlockCache
+from twin.policies import get_policy
 from twin.presets import get_model
 from twin.replay import Trace, replay
 

@@ -17,7 +17,7 @@ from twin.costmodel.precision_kernels import BF16_ATTENTION_NOTE
 from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
 from twin.presets import get_model
-from workloads.examples import example_path
+from twin.workloads.examples import example_path
 
 # Llama-3.1-8B has Llama-3-8B's shapes (32 layers, d 4096, FFN 14336, 8 KV heads of 128,
 # vocab 128,256, untied embeddings): the preset ``llama-3-8b``.
@@ -227,7 +227,7 @@ def test_the_shipped_bf16_fits_are_the_tables_fits() -> None:
     is the one fitted before. Refitting from the installed tables reproduces it (to the
     least-squares solver's tolerance), and the fp8 fit too."""
     pytest.importorskip("aiconfigurator_core")
-    from calibration.aic_import import import_profile
+    from twin.calibration.aic_import import import_profile
     from twin.costmodel import features as ft
     from twin.costmodel import latency as lat
 

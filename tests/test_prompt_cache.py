@@ -16,19 +16,19 @@ import pyarrow.parquet as pq
 import pytest
 from test_engine_helpers import doc_qa
 
-from policies import get_policy
 from twin.cache import RequestCache
 from twin.costmodel import CostModel
 from twin.costmodel.profile_store import load_profile
 from twin.engine.cost import CostModelPricer
 from twin.errors import TwinError
 from twin.hardware import get_gpu
+from twin.policies import get_policy
 from twin.presets import get_model
 from twin.replay import Trace, replay
-from workloads.generators import get_generator
-from workloads.reader import Workload
-from workloads.schema import WorkloadRow
-from workloads.writer import WorkloadWriter
+from twin.workloads.generators import get_generator
+from twin.workloads.reader import Workload
+from twin.workloads.schema import WorkloadRow
+from twin.workloads.writer import WorkloadWriter
 
 A = np.arange(100, 140, dtype=np.int32)  # module 1: 40 tokens
 B = np.arange(200, 260, dtype=np.int32)  # module 2: 60 tokens

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from twin.cache import RadixTree
-from workloads import Workload, WorkloadRow, WorkloadWriter
-from workloads.stats import summarize
+from twin.workload_stats import summarize
+from twin.workloads import Workload, WorkloadRow, WorkloadWriter
 
 
 def a(*xs: int) -> np.ndarray:

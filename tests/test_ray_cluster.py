@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from test_bad_input import assert_clean_error
 
-from reports.ray_executor import (
+from twin.errors import TwinError
+from twin.reports.ray_executor import (
     PACKAGES,
     address_host_port,
     check_address,
@@ -24,9 +25,8 @@ from reports.ray_executor import (
     run_staged_point,
     stage_file,
 )
-from reports.sweep import SweepSpec, grid, resolve, run_point, run_sweep
-from twin.errors import TwinError
-from workloads.examples import example_path
+from twin.reports.sweep import SweepSpec, grid, resolve, run_point, run_sweep
+from twin.workloads.examples import example_path
 
 
 def _closed_port() -> int:
@@ -150,7 +150,7 @@ def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch, vi
 def test_an_address_that_answers_but_is_no_ray_cluster_is_one_line(tmp_path) -> None:
     """TCP accepts, Ray Client gets no answer: Ray's own 30 s timeout, then one line."""
     ray = pytest.importorskip("ray")
-    from reports.ray_executor import _connect
+    from twin.reports.ray_executor import _connect
 
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import workloads.reader as reader_mod
-from workloads import Workload
+import twin.workloads.reader as reader_mod
+from twin.workloads import Workload
 
 
 def _random_workload(path, rng: np.random.Generator, sessions: int = 40) -> list[dict]:

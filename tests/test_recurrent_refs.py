@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from calibration.recurrent_refs import (  # noqa: E402
+from twin.torch_ops.recurrent_refs import (  # noqa: E402
     gdn_chunked,
     gdn_recurrent,
     selective_scan,

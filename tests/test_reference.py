@@ -161,7 +161,7 @@ def test_hits_equal_the_twin_replay_in_the_same_order() -> None:
     spec = get_model("tiny-hybrid")
     cap = 300 * spec.kv_bytes_per_token + 4 * spec.ssm_checkpoint_bytes
     ex = _executor("tiny-hybrid", "marconi", cap)
-    from policies import get_policy
+    from twin.policies import get_policy
 
     twin_cache = get_policy("marconi").make_cache(spec, cap)
     rng = np.random.default_rng(5)
@@ -198,7 +198,7 @@ def test_policies_on_their_own_structure_are_refused() -> None:
 def test_layer_overhead_composes_into_the_cost_model() -> None:
     import dataclasses
 
-    from calibration.overhead import measure_layer_overhead
+    from twin.calibration.overhead import measure_layer_overhead
 
     spec, prof = get_model("tiny-hybrid"), load_profile("cpu")
     entry = measure_layer_overhead(spec, prof, "cpu", repeats=3)
@@ -221,7 +221,7 @@ def test_layer_overhead_composes_into_the_cost_model() -> None:
 
 
 def test_calibration_grid_covers_the_model_shapes() -> None:
-    from calibration.kernels import SweepContext, registry
+    from twin.calibration.kernels import SweepContext, registry
 
     spec = get_model("tiny-hybrid")
     ctx = SweepContext(

@@ -95,7 +95,7 @@ def test_the_cost_model_prices_the_shared_expert_as_a_dense_mlp() -> None:
 
 def test_layer_overhead_is_measured_on_a_patterned_moe_hybrid() -> None:
     """One layer of each kind is timed (before, a pattern spec could not be cut down)."""
-    from calibration.overhead import measure_layer_overhead, one_of_each
+    from twin.calibration.overhead import measure_layer_overhead, one_of_each
     from twin.costmodel.profile_store import load_profile
 
     spec = get_model("tiny-moe-hybrid")

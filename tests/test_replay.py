@@ -13,8 +13,8 @@ from twin.cli import app
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.replay import Trace, replay
-from workloads import Workload, WorkloadRow, WorkloadWriter
-from workloads.stats import summarize
+from twin.workload_stats import summarize
+from twin.workloads import Workload, WorkloadRow, WorkloadWriter
 
 runner = CliRunner()
 HYBRID = get_model("tiny-hybrid")

@@ -23,17 +23,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies_props import traces
 
-import policies.flop_aware as flop_aware
-import policies.reference_score as reference_score
-from policies.candidate_table import tied_after
-from policies.flop_aware import FlopAwareEviction
-from policies.reference_score import (
+import twin.policies.flop_aware as flop_aware
+import twin.policies.reference_score as reference_score
+from twin.cache import PrefixCache
+from twin.policies.candidate_table import tied_after
+from twin.policies.flop_aware import FlopAwareEviction
+from twin.policies.reference_score import (
     ReferenceFlopAwareEviction,
     ReferenceFlops,
     normalise,
     preorder_key,
 )
-from twin.cache import PrefixCache
 from twin.presets import get_model
 from twin.replay import Trace, replay
 

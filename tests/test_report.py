@@ -12,12 +12,12 @@ import typer
 from report_helpers import judge_steady_state
 from typer.testing import CliRunner
 
-from reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
-from reports.render import HTML_FILE, MD_FILE
-from reports.sweep import RESULTS_FILE, grid
 from twin.cli import report
 from twin.errors import TwinError
-from workloads.examples import example_path
+from twin.reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
+from twin.reports.render import HTML_FILE, MD_FILE
+from twin.reports.sweep import RESULTS_FILE, grid
+from twin.workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
 
@@ -149,7 +149,7 @@ def test_cli_bad_flags(tmp_path: Path, flag: str, value: str, message: str) -> N
 
 
 def test_capacity_report_is_a_library_call(tmp_path: Path) -> None:
-    from reports.capacity import capacity_report
+    from twin.reports.capacity import capacity_report
 
     out = tmp_path / "cap"
     found = capacity_report(
@@ -183,7 +183,7 @@ def test_capacity_report_is_a_library_call(tmp_path: Path) -> None:
 def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, monkeypatch) -> None:
     """Issue 18: --replicas 1,2 sweeps the GPU count (replicas x tp) in one report; the
     recommendation and the tables show the cache per replica and per GPU (cache / tp)."""
-    from reports.capacity import capacity_report
+    from twin.reports.capacity import capacity_report
 
     judge_steady_state(monkeypatch)
     out = tmp_path / "gpus"
@@ -226,8 +226,8 @@ def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, mon
 def test_engine_modes_and_their_flags_are_swept_in_their_shared_pool(tmp_path: Path) -> None:
     """Issue 14: the policy axis takes engine modes with flags; each runs once per rate in
     its shared KV pool (the row's cache is the pool's size); auto runs a policy there too."""
-    from reports.capacity import capacity_report
-    from reports.sweep import AUTO_GB, engine_variant
+    from twin.reports.capacity import capacity_report
+    from twin.reports.sweep import AUTO_GB, engine_variant
 
     assert engine_variant("vllm+") is None
     assert engine_variant("sglang[mamba_scheduler_strategy=extra_buffer;page_size=1]") == (
@@ -256,7 +256,7 @@ def test_engine_modes_and_their_flags_are_swept_in_their_shared_pool(tmp_path: P
     assert rows["vllm"]["token_hit_rate"] != rows["sglang"]["token_hit_rate"]
     assert len({r["key"] for r in rows.values()}) == 4
     # One of its figures as a PNG, drawn by the report's code (the README's picture).
-    from reports.png import report_png
+    from twin.reports.png import report_png
 
     stem = re.search(r"\((fig-[^)]+)\.svg\)", (tmp_path / "engines" / MD_FILE).read_text())
     assert stem is not None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from reports.analysis import (
+from twin.errors import TwinError
+from twin.reports.analysis import (
     Recommendation,
     Slo,
     aggregate,
@@ -14,7 +15,6 @@ from reports.analysis import (
     verdict,
     winner,
 )
-from twin.errors import TwinError
 
 # --- the SLO parser ----------------------------------------------------------------------
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-import reports.bisect as bisect
-from reports.sweep import Point, SweepOutcome, SweepSpec, grid
+import twin.reports.bisect as bisect
 from twin.errors import TwinError
+from twin.reports.sweep import Point, SweepOutcome, SweepSpec, grid
 from twin.slo import parse_slos
 
 SLOS = parse_slos(["p95_ttft<=500ms"])
@@ -85,7 +85,7 @@ def test_bad_tolerance_is_refused(tmp_path):
 )
 def test_the_flag_is_checked_before_any_work(tmp_path, capsys, args, says):
     from twin.cli.main import run
-    from workloads.examples import example_path
+    from twin.workloads.examples import example_path
 
     rc = run(["report", "capacity", str(example_path("chat")), *args, "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err

@@ -10,13 +10,13 @@ import pytest
 from report_helpers import judge_steady_state
 from test_bad_input import assert_clean_error
 
-from reports.capacity import engine_takes_duration
-from reports.render import MD_FILE
-from reports.sweep import Point, SweepSpec, resolve
 from twin.cli import common
 from twin.cli.main import run
 from twin.errors import TwinError
-from workloads.examples import example_path
+from twin.reports.capacity import engine_takes_duration
+from twin.reports.render import MD_FILE
+from twin.reports.sweep import Point, SweepSpec, resolve
+from twin.workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
 SMALL = ["report", "capacity", str(WORKLOAD), "-m", "tiny-hybrid", "--cache-gb", "0.002"]
@@ -140,7 +140,7 @@ def test_engine_runs_the_mode_twin_simulate_runs(tmp_path: Path, capsys) -> None
 
 
 def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypatch) -> None:
-    from reports import capacity
+    from twin.reports import capacity
 
     monkeypatch.setattr(capacity, "engine_takes_duration", lambda: True)
     got = capacity._duration_settings(600.0, [1.0, 2.0], tmp_path)
@@ -165,7 +165,7 @@ def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypat
         raise RuntimeError("stop")
 
     monkeypatch.setattr("twin.engine.build_run", fake_build_run)
-    from reports.sweep import run_point
+    from twin.reports.sweep import run_point
 
     with pytest.raises(RuntimeError, match="stop"):
         run_point(timed, point)

@@ -7,7 +7,10 @@ import math
 
 import pytest
 
-from reports.analysis import (
+from twin.cli.common import progress_counts
+from twin.errors import TwinError
+from twin.metrics import RequestRecord
+from twin.reports.analysis import (
     METRICS,
     Recommendation,
     aggregate,
@@ -17,10 +20,10 @@ from reports.analysis import (
     verdict,
     with_goodput_of,
 )
-from reports.load import load_verdict, sustainable
-from reports.perrequest import RequestDigest
-from reports.sweep import Point, PointProgress, SweepSpec, summary_row
-from reports.verdicts import (
+from twin.reports.load import load_verdict, sustainable
+from twin.reports.perrequest import RequestDigest
+from twin.reports.sweep import Point, PointProgress, SweepSpec, summary_row
+from twin.reports.verdicts import (
     DECODE,
     MEMORY,
     OVERLOADED,
@@ -34,9 +37,6 @@ from reports.verdicts import (
     meets,
     worst_verdict,
 )
-from twin.cli.common import progress_counts
-from twin.errors import TwinError
-from twin.metrics import RequestRecord
 
 TTFT = parse_slo("p95_ttft<=500ms")
 TPOT = parse_slo("p95_tpot<=50ms")

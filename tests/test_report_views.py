@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from reports.analysis import aggregate, parse_slo
-from reports.load import knee, load_verdict, max_sustainable_rate, sustainable
-from reports.perrequest import (
+from twin.errors import TwinError
+from twin.metrics import RequestRecord
+from twin.reports.analysis import aggregate, parse_slo
+from twin.reports.load import knee, load_verdict, max_sustainable_rate, sustainable
+from twin.reports.perrequest import (
     BIN_HIT_COLUMN,
     BIN_INPUT_COLUMN,
     BIN_LABELS,
@@ -22,10 +24,8 @@ from reports.perrequest import (
     pooled_bin_hit_rates,
     pooled_cdf,
 )
-from reports.sweep import SweepSpec, grid, resolve, run_sweep
-from twin.errors import TwinError
-from twin.metrics import RequestRecord
-from workloads.examples import example_path
+from twin.reports.sweep import SweepSpec, grid, resolve, run_sweep
+from twin.workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
 STABLE = {"verdict": "stable"}  # hand-made rows: the engine judged every point stable
@@ -207,8 +207,8 @@ def test_ray_missing_gives_install_hint(tmp_path: Path, monkeypatch: pytest.Monk
 def test_ray_sweep_matches_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ray = pytest.importorskip("ray")
     # One task in flight at a time: each result refills the window.
-    monkeypatch.setattr("reports.ray_executor.MIN_IN_FLIGHT", 1)
-    monkeypatch.setattr("reports.ray_executor.TASKS_PER_CPU", 0)
+    monkeypatch.setattr("twin.reports.ray_executor.MIN_IN_FLIGHT", 1)
+    monkeypatch.setattr("twin.reports.ray_executor.TASKS_PER_CPU", 0)
     points = grid([0.001], ["vllm+", "marconi", "sglang+"], [2.0], 1)
     local = run_sweep(_spec(), points, tmp_path / "a")
     try:
@@ -269,7 +269,7 @@ def test_seed_intervals_decide_ties_when_there_are_seeds() -> None:
 def test_p95_vs_load_has_a_log_axis_and_the_slo_line(monkeypatch) -> None:
     import matplotlib.pyplot as plt
 
-    from reports import render_figures
+    from twin.reports import render_figures
 
     axes = []
     real = plt.subplots

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from reports.reproduce import PAPERS, get_paper
-from reports.reproduce.base import VERDICTS, Check, magnitude, trend, verdict
-from reports.reproduce.block_reuse import block_reuse
-from reports.reproduce.marconi import Marconi
-from reports.reproduce.render import Facts, render_report
-from reports.reproduce.runner import REPLAYS_FILE, Run
 from twin.cli import app
 from twin.cli.main import run as run_cli
 from twin.errors import TwinError
 from twin.replay import Trace
+from twin.reports.reproduce import PAPERS, get_paper
+from twin.reports.reproduce.base import VERDICTS, Check, magnitude, trend, verdict
+from twin.reports.reproduce.block_reuse import block_reuse
+from twin.reports.reproduce.marconi import Marconi
+from twin.reports.reproduce.render import Facts, render_report
+from twin.reports.reproduce.runner import REPLAYS_FILE, Run
 
 TINY = {True: {"chat": 3, "sharegpt": 3, "swebench": 2}, False: {}}
 
@@ -99,8 +99,8 @@ def test_rerun_computes_nothing(tiny_run, monkeypatch) -> None:
     def fail(*_a, **_k):
         raise AssertionError("a finished point was computed again")
 
-    monkeypatch.setattr("reports.reproduce.runner.run_replay", fail)
-    monkeypatch.setattr("reports.sweep.run_point", fail)
+    monkeypatch.setattr("twin.reports.reproduce.runner.run_replay", fail)
+    monkeypatch.setattr("twin.reports.sweep.run_point", fail)
     again = Run(Marconi(TINY), run.out, quick=True).execute()
     assert [(c.twin, c.verdict) for c in again] == [(c.twin, c.verdict) for c in claims]
 
@@ -157,9 +157,9 @@ class RadixCache:
 
 
 def test_artifact_driver_replays_every_request(tmp_path: Path, monkeypatch) -> None:
-    from reports.reproduce.artifact import ENV, checkout, run_artifact
-    from reports.reproduce.base import Recipe
-    from reports.reproduce.runner import generate
+    from twin.reports.reproduce.artifact import ENV, checkout, run_artifact
+    from twin.reports.reproduce.base import Recipe
+    from twin.reports.reproduce.runner import generate
 
     monkeypatch.setenv(ENV, str(tmp_path))
     with pytest.raises(TwinError, match="not a checkout of the Marconi artifact"):

@@ -11,16 +11,16 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from reports.reproduce import PAPERS, jenga_runs
-from reports.reproduce import prompt_cache_runs as pc
-from reports.reproduce.base import VERDICTS, Check, magnitude_range, verdict
-from reports.reproduce.jenga import Jenga
-from reports.reproduce.jenga_runs import summarise
-from reports.reproduce.prompt_cache import PromptCache
-from reports.reproduce.render import Facts, render_report
-from reports.reproduce.runner import COMPUTED_FILE, Run
 from twin.cli import app
 from twin.cli.main import run as run_cli
+from twin.reports.reproduce import PAPERS, jenga_runs
+from twin.reports.reproduce import prompt_cache_runs as pc
+from twin.reports.reproduce.base import VERDICTS, Check, magnitude_range, verdict
+from twin.reports.reproduce.jenga import Jenga
+from twin.reports.reproduce.jenga_runs import summarise
+from twin.reports.reproduce.prompt_cache import PromptCache
+from twin.reports.reproduce.render import Facts, render_report
+from twin.reports.reproduce.runner import COMPUTED_FILE, Run
 
 TINY = {True: 4, False: 4}
 
@@ -97,14 +97,14 @@ def test_prompt_cache_rerun_computes_nothing(pc_run, monkeypatch) -> None:
     def fail(*_a, **_k):
         raise AssertionError("a finished computation was run again")
 
-    monkeypatch.setattr("reports.reproduce.runner.run_computation", fail)
+    monkeypatch.setattr("twin.reports.reproduce.runner.run_computation", fail)
     again = Run(PromptCache(TINY), run.out, quick=True).execute()
     assert [(c.twin, c.verdict) for c in again] == [(c.twin, c.verdict) for c in claims]
 
 
 def test_prompt_cache_host_copy_costs_more_than_gpu(tmp_path: Path) -> None:
     """The library's own numbers on one tiny workload: both storages beat vanilla, GPU most."""
-    from reports.reproduce.runner import generate
+    from twin.reports.reproduce.runner import generate
 
     path = tmp_path / "w.parquet"
     generate(pc.recipe("w", 2000, sessions=4), path)

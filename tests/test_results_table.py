@@ -7,9 +7,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from reports.results_table import RESULTS_FILE, ResultsWriter, read_results
-from reports.sweep import SweepSpec, grid, resolve, run_sweep
-from workloads.examples import example_path
+from twin.reports.results_table import RESULTS_FILE, ResultsWriter, read_results
+from twin.reports.sweep import SweepSpec, grid, resolve, run_sweep
+from twin.workloads.examples import example_path
 
 
 def _row(i: int) -> dict:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies import get_policy
 from twin.cache import serve
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
+from twin.policies import get_policy
 from twin.presets import get_model
 
 TRANSFORMER = get_model("tiny-transformer")

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from test_policies import hits, random_trace
 from typer.testing import CliRunner
 
-from policies import get_policy
-from policies.sglang_plus import EVICTION_KEYS
 from twin.cache import serve
 from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cli import app
+from twin.policies import get_policy
+from twin.policies.sglang_plus import EVICTION_KEYS
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from calibration.aic_tables import SYSTEMS
+from twin.calibration.aic_tables import SYSTEMS
 from twin.costmodel import CostModel
 from twin.costmodel.kernel_sources import KERNEL_SOURCES
 from twin.costmodel.profile_store import load_profile, resolve_profile, shipped_profiles

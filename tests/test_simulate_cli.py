@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from twin.cli.simulate import simulate
 from twin.errors import TwinError
-from workloads.examples import example_path
-from workloads.reader import Workload
+from twin.workloads.examples import example_path
+from twin.workloads.reader import Workload
 
 runner = CliRunner()
 

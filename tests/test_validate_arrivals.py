@@ -8,8 +8,8 @@ from test_engine_helpers import generated, write_rows
 
 from twin.errors import TwinError
 from twin.validate import fix_arrivals
-from workloads.reader import Workload
-from workloads.schema import WorkloadRow
+from twin.workloads.reader import Workload
+from twin.workloads.schema import WorkloadRow
 
 
 # ----------------------------------------------------------------- fixtures and fakes
@@ -86,7 +86,7 @@ def test_metadata_rate_serves_when_session_starts_are_missing(tmp_path):
         for s in range(3)
     ]
     path = tmp_path / "w.parquet"
-    from workloads.writer import WorkloadWriter
+    from twin.workloads.writer import WorkloadWriter
 
     with WorkloadWriter(path, {"generator": "test", "session_rate": 4.0}) as w:
         w.write_all(rows)

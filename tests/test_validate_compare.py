@@ -29,7 +29,7 @@ from twin.validate import (
     validate,
 )
 from twin.validate.compare import PLOT_FILE, REQUESTS_FILE, VALIDATION_FILE
-from workloads.reader import Workload
+from twin.workloads.reader import Workload
 
 MODEL = get_model("tiny-hybrid")
 

@@ -17,16 +17,16 @@ from test_bad_input import assert_clean_error
 from test_engine_helpers import LinearPricer, generated, run
 from test_policies_props import traces
 
-from policies import get_policy
-from policies.vllm_plus import VLLMPlusPolicy
 from twin.cache import BlockCache, RequestCache, serve
 from twin.cache.sparse_blocks import KVOnly, SparseBlockCache
 from twin.engine import build_run
 from twin.engine.modes import get_mode
 from twin.engine.modes_vllm import largest_state_page, vllm_block_size
 from twin.errors import TwinError
+from twin.policies import get_policy
+from twin.policies.vllm_plus import VLLMPlusPolicy
 from twin.presets import get_model
-from workloads.examples import example_path
+from twin.workloads.examples import example_path
 
 HYBRID = get_model("tiny-hybrid")
 KV_BLOCK = 4 * HYBRID.kv_bytes_per_token

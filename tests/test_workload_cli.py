@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from workloads.examples import EXAMPLES, build_all, example_path
+from twin.workloads.examples import EXAMPLES, build_all, example_path
 
 DATA = Path(__file__).parent / "data"
 
@@ -122,7 +122,7 @@ def test_usage_errors_name_the_flag_without_a_traceback(tmp_path, monkeypatch, a
 
 def test_a_duration_file_holds_the_sessions_a_count_file_starts_with(tmp_path, capsys):
     from twin.cli.main import run
-    from workloads.reader import Workload
+    from twin.workloads.reader import Workload
 
     timed, counted = tmp_path / "timed.parquet", tmp_path / "counted.parquet"
     argv = ["workload", "generate", "chat", "--session-rate", "0.5", "--seed", "4"]

@@ -15,12 +15,12 @@ import pytest
 
 from twin.atomic import sha256_of
 from twin.errors import TwinError
-from workloads import Workload, WorkloadWriter
-from workloads.extend import extended_workload, sessions_started
-from workloads.generators import GENERATORS, get_generator
-from workloads.generators.base import poisson_times
-from workloads.importers import get_importer
-from workloads.schema import METADATA_KEY
+from twin.workloads import Workload, WorkloadWriter
+from twin.workloads.extend import extended_workload, sessions_started
+from twin.workloads.generators import GENERATORS, get_generator
+from twin.workloads.generators.base import poisson_times
+from twin.workloads.importers import get_importer
+from twin.workloads.schema import METADATA_KEY
 
 DATA = Path(__file__).parent / "data"
 # Small per-kind runs: sessions, session rate, context cap, knobs.

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from twin.errors import TwinError
-from workloads import Workload, WorkloadRow, WorkloadWriter
+from twin.workloads import Workload, WorkloadRow, WorkloadWriter
 
 
 def good_columns() -> dict[str, pa.Array]:
@@ -141,7 +141,7 @@ def test_writer_is_atomic_on_failure(tmp_path):
 
 
 def test_writer_round_trip_many_row_groups(tmp_path, monkeypatch):
-    import workloads.writer as writer_mod
+    import twin.workloads.writer as writer_mod
 
     monkeypatch.setattr(writer_mod, "_FLUSH_ROWS", 7)
     out = tmp_path / "out.parquet"

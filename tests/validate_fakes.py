@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from policies import get_policy
 from twin.cache import RequestCache
 from twin.costmodel.profile_store import load_profile
 from twin.engine.cost import make_pricer
-from workloads.reader import Workload
+from twin.policies import get_policy
+from twin.workloads.reader import Workload
 
 
 @dataclass(frozen=True)

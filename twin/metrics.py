@@ -37,7 +37,7 @@ from twin.atomic import atomic_path
 from twin.cache import PrefillFlops
 from twin.slo import Slo, good_requests
 from twin.steady_state import judge
-from workloads.arrow_numpy import arrow_of
+from twin.workloads.arrow_numpy import arrow_of
 
 NAN = float("nan")
 PERCENTILES = (5, 50, 90, 95, 99)

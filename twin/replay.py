@@ -19,14 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from policies import get_policy, policy_class
-from policies.grid import map_alphas
-from policies.shared_prefix import replay_grid
 from twin.cache import PrefillFlops, RequestCache, cache_stats
 from twin.cache.base import COUNTERS
 from twin.model import ModelSpec
+from twin.policies import get_policy, policy_class
+from twin.policies.grid import map_alphas
+from twin.policies.shared_prefix import replay_grid
 from twin.presets import get_model
-from workloads.reader import Workload
+from twin.workloads.reader import Workload
 
 OnRequest = Callable[[], None]
 
@@ -297,7 +297,7 @@ def _hindsight(
     jobs = int(options.get("jobs") or 1)
     by_flops = options.get("alpha_metric") == "flops"
     if jobs <= 1:
-        from policies.compiled import compiled_grid_runs
+        from twin.policies.compiled import compiled_grid_runs
 
         compiled = compiled_grid_runs(model, capacity, _requests(trace), grid, type(policy))
         if compiled is not None:

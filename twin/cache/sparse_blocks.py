@@ -7,7 +7,7 @@ marks (``vllm/v1/core/single_type_kv_cache_manager.py``:
 ``BlockPool.cache_full_blocks``; ``MambaManager.reachable_block_mask``).
 :class:`SparseBlockCache` is :class:`~twin.cache.block_cache.BlockCache` with
 that split: a cached block holds KV and, where the policy asked for one, a
-state. Which blocks get one is the policy's rule (``policies/vllm_plus.py``
+state. Which blocks get one is the policy's rule (``twin/policies/vllm_plus.py``
 computes vLLM's mask); this module keeps the bytes, the hits and eviction right:
 
 - **bytes**: ``block_size`` tokens of KV per block plus one checkpoint per

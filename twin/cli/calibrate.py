@@ -9,11 +9,11 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from calibration.device import CHOICES
-from calibration.harness import DEFAULT_SHAPE_MODEL, CalibrationResult
-from calibration.harness import calibrate as run_calibration
-from calibration.harness import transfer as run_transfer
-from calibration.kernels import LEVELS
+from twin.calibration.device import CHOICES
+from twin.calibration.harness import DEFAULT_SHAPE_MODEL, CalibrationResult
+from twin.calibration.harness import calibrate as run_calibration
+from twin.calibration.harness import transfer as run_transfer
+from twin.calibration.kernels import LEVELS
 from twin.cli.common import console, print_json, progress_bar
 from twin.costmodel.formulas import KERNELS
 from twin.costmodel.kernel_sources import DEFAULT_ENGINE, KERNEL_SOURCES, get_kernel_source
@@ -180,7 +180,7 @@ def calibrate(
       twin calibrate --gpu cpu --quick --model tiny-hybrid --overhead --out /tmp/tiny.json
 
       twin calibrate --gpu a100 --out /tmp/a100.json \\
-        --transfer-from calibration/validation/gpu_stage2/h100.json
+        --transfer-from twin/calibration/validation/gpu_stage2/h100.json
     """
     if merge:
         _merge(merge, out, gpu, source, as_json)
@@ -232,7 +232,7 @@ def _from_tables(
     """``--from aiconfigurator``: fit the GPU's profile to NVIDIA's tables for ``engine``."""
     if source.lower() != "aiconfigurator":
         raise TwinError(f"--from {source!r}: the one table source is 'aiconfigurator'")
-    from calibration.aic_import import import_profile  # late: reads parquet with pyarrow
+    from twin.calibration.aic_import import import_profile  # late: reads parquet with pyarrow
 
     kernels = get_kernel_source(engine)
     with contextlib.ExitStack() as stack:
@@ -252,7 +252,7 @@ def _merge(
     paths: list[Path], out: Path | None, gpu: str | None, source: str | None, as_json: bool
 ) -> None:
     """``--merge A.json --merge B.json --out P.json``."""
-    from calibration.merge import merge_profiles
+    from twin.calibration.merge import merge_profiles
 
     if gpu is not None or source is not None:
         raise TwinError("--merge takes profile files only: drop --gpu / --from")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.errors import TwinError
+from twin.limits import MAX_CACHE_GB
 
 
 def number(
@@ -115,7 +116,7 @@ def policy_options(policies: list[str], options: dict[str, str]) -> dict[str, An
     ``bootstrap_multiplier=nan`` crash at the first eviction); the policy is
     then built once so its own range checks run before the simulation does.
     """
-    from policies import POLICIES, get_policy
+    from twin.policies import POLICIES, get_policy
 
     known = [p for p in policies if p in POLICIES]  # the --policy check names the others
     classes = [POLICIES[p] for p in known]
@@ -161,9 +162,3 @@ def cache_gb(flag: str, value: str) -> float | str:
         raise TwinError(f"{flag} {value!r}: expected auto or a number of GB") from None
     number(flag, gb, low=0, high=MAX_CACHE_GB)
     return gb
-
-
-# The largest cache a replica can be given, GB: 100 TB, far above any machine's memory and
-# host tier (a GB200 NVL72 rack has 13.5 TB of HBM, NVIDIA's datasheet), so a typo such as
-# 1e308 is refused before a byte count overflows.
-MAX_CACHE_GB = 1e5

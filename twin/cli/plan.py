@@ -13,21 +13,6 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from reports.plan import (
-    DEFAULT_CACHE,
-    DEFAULT_ENGINES,
-    DEFAULT_GPUS,
-    DEFAULT_TP,
-    OUTCOMES,
-    PLAN_FILE,
-    PlanProgress,
-    PlanResult,
-    plan,
-)
-from reports.plan_render import winner_sentence
-from reports.plan_search import DEFAULT_SEARCH, SEARCHES
-from reports.render import HTML_FILE, MD_FILE
-from reports.sweep import RESULTS_FILE
 from twin.cli import checks
 from twin.cli.common import (
     PLAIN_PROGRESS_EVERY_S,
@@ -42,6 +27,21 @@ from twin.engine.modes import ENGINE_MODES
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.metrics import to_json
+from twin.reports.plan import (
+    DEFAULT_CACHE,
+    DEFAULT_ENGINES,
+    DEFAULT_GPUS,
+    DEFAULT_TP,
+    OUTCOMES,
+    PLAN_FILE,
+    PlanProgress,
+    PlanResult,
+    plan,
+)
+from twin.reports.plan_render import winner_sentence
+from twin.reports.plan_search import DEFAULT_SEARCH, SEARCHES
+from twin.reports.render import HTML_FILE, MD_FILE
+from twin.reports.sweep import RESULTS_FILE
 
 SEARCH_HELP = (
     "How each candidate's fewest replicas is found: "
@@ -175,7 +175,7 @@ def plan_cmd(
     prices: Path | None = typer.Option(
         None,
         "--prices",
-        help="A TOML price table replacing the shipped one (reports/prices.toml): "
+        help="A TOML price table replacing the shipped one (twin/reports/prices.toml): "
         "\\[gpus.h100] usd_per_gpu_hour = 3.2, source = '...', date = '...'.",
     ),
     budget_gpus: int | None = typer.Option(

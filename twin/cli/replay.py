@@ -11,7 +11,6 @@ import pyarrow.parquet as pq
 import typer
 from rich.table import Table
 
-from policies import POLICIES, get_policy
 from twin import precision as px
 from twin.atomic import atomic_path
 from twin.cli import checks
@@ -29,10 +28,11 @@ from twin.cli.common import (
 )
 from twin.errors import TwinError
 from twin.hardware import GB
+from twin.policies import POLICIES, get_policy
 from twin.presets import resolve_model
 from twin.replay import ReplayResult, Trace, replay_work
 from twin.replay import replay as run_replay
-from workloads.reader import Workload
+from twin.workloads.reader import Workload
 
 
 def _policies(text: str) -> list[str]:

@@ -11,12 +11,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from policies import POLICIES
-from reports.analysis import parse_slos, rate_label, slo_text, verdict
-from reports.capacity import DEFAULT_POLICIES, CapacityReport, capacity_report, report_document
-from reports.load import load_verdict
-from reports.render import HTML_FILE, MD_FILE, REC_HEAD, rec_cells
-from reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant, grid
 from twin.cli import checks
 from twin.cli.common import (
     ExecutorOption,
@@ -35,8 +29,15 @@ from twin.cli.common import (
 )
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.errors import TwinError
+from twin.limits import MAX_CACHE_GB
 from twin.metrics import to_json
+from twin.policies import POLICIES
 from twin.precision import model_sets
+from twin.reports.analysis import parse_slos, rate_label, slo_text, verdict
+from twin.reports.capacity import DEFAULT_POLICIES, CapacityReport, capacity_report, report_document
+from twin.reports.load import load_verdict
+from twin.reports.render import HTML_FILE, MD_FILE, REC_HEAD, rec_cells
+from twin.reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant, grid
 
 # Points in one report at most (issue 32: a typo like --seeds 1e9 must not allocate a grid
 # of a billion points); a 100,000-point sweep is already hours on a Ray cluster.
@@ -276,8 +277,8 @@ def capacity(
             f"points (cache sizes x policies x rates x --seeds x replica counts); at most "
             f"{MAX_POINTS:,} in one report: split it into several --out folders"
         )
-    if any(c > checks.MAX_CACHE_GB for c in caches):
-        raise TwinError(f"--cache-gb: each must be <= {checks.MAX_CACHE_GB:g} GB")
+    if any(c > MAX_CACHE_GB for c in caches):
+        raise TwinError(f"--cache-gb: each must be <= {MAX_CACHE_GB:g} GB")
     total = len(grid(caches, names, rates, seeds, counts))
     # The precision travels with the model (a sweep's points rebuild it from its name and
     # --model-set entries): the points' model column and key say it.

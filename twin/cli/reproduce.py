@@ -9,8 +9,6 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from reports.reproduce import PAPERS, get_paper
-from reports.reproduce.runner import plan_size, reproduce
 from twin.cli import checks
 from twin.cli.common import (
     ExecutorOption,
@@ -21,6 +19,8 @@ from twin.cli.common import (
     progress_bar,
 )
 from twin.errors import TwinError
+from twin.reports.reproduce import PAPERS, get_paper
+from twin.reports.reproduce.runner import plan_size, reproduce
 
 
 def _command_line(paper: str) -> str:

@@ -9,7 +9,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from policies import POLICIES
 from twin.cli import checks
 from twin.cli.common import (
     CacheGbOption,
@@ -38,10 +37,11 @@ from twin.engine.modes import get_mode
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
 from twin.metrics import STAT_COLUMNS, to_json
+from twin.policies import POLICIES
 from twin.presets import resolve_model
 from twin.slo import parse_slos
 from twin.steady_state import OVERLOADED
-from workloads.examples import example_path
+from twin.workloads.examples import example_path
 
 EXAMPLE = "chat"
 

@@ -21,7 +21,7 @@ from twin.cli.common import (
 from twin.metrics import to_json
 from twin.presets import resolve_model
 from twin.validate.entry import load_executor, validate_model
-from workloads.generators import GENERATORS
+from twin.workloads.generators import GENERATORS
 
 
 def _executor() -> tuple[Any, Callable[..., Any], type]:

@@ -13,13 +13,13 @@ from rich.table import Table
 from twin.cli import checks
 from twin.cli.common import console, parse_pairs, print_json, progress_bar
 from twin.errors import TwinError
-from workloads.exporters import export_marconi
-from workloads.generators import GENERATORS, get_generator
-from workloads.generators.base import KnobError
-from workloads.importers import IMPORTERS, get_importer
-from workloads.reader import Workload
-from workloads.stats import summarize
-from workloads.writer import WorkloadWriter
+from twin.workload_stats import summarize
+from twin.workloads.exporters import export_marconi
+from twin.workloads.generators import GENERATORS, get_generator
+from twin.workloads.generators.base import KnobError
+from twin.workloads.importers import IMPORTERS, get_importer
+from twin.workloads.reader import Workload
+from twin.workloads.writer import WorkloadWriter
 
 app = typer.Typer(help="Generate, import, export and describe workloads.", no_args_is_help=True)
 

@@ -1,7 +1,7 @@
 """Whose kernels a profile prices: the serving engines NVIDIA's tables cover.
 
 ``--engine NAME`` is looked up here and nowhere else. A shipped measured profile
-is ``calibration/profiles/<gpu>-<engine>.json``; issue #14's engine modes can map
+is ``twin/calibration/profiles/<gpu>-<engine>.json``; issue #14's engine modes can map
 a mode onto one of these names without touching the profiles.
 """
 

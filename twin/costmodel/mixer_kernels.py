@@ -19,8 +19,8 @@ from twin.costmodel.profile import Profile
 from twin.hardware import GPUS
 from twin.mixers import gdn_chunk_flops_per_head, mamba1_scan_flops_per_channel
 
-_T0 = 5e-6  # one launch, as calibration/datasheet.py assumes
-_P = 4.0  # smooth-max exponent, as calibration/datasheet.py assumes
+_T0 = 5e-6  # one launch, as twin/calibration/datasheet.py assumes
+_P = 4.0  # smooth-max exponent, as twin/calibration/datasheet.py assumes
 # Tensor to fp32 CUDA-core peak ratio when a device has no fp32 figure: A100 312 / 19.5
 # = 16 (datasheet); assumed for devices we have no sheet for.
 FP32_RATIO = 16.0

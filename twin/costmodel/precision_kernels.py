@@ -122,18 +122,17 @@ def provenance_label(model: ModelSpec, profile: Profile) -> str:
 
 
 def sweep_label(
-    model: ModelSpec, fallback: str, gpu: str | None, path: str | None, engine: str | None
+    model: ModelSpec, fallback: str, gpu: str | None, path: str | None, kernels: str | None
 ) -> str:
     """A sweep's provenance line: ``fallback`` (the profile's own label) for a bf16 model,
-    else :func:`provenance_label` on the profile ``gpu`` / ``path`` / engine mode names."""
+    else :func:`provenance_label` on the profile ``gpu`` / ``path`` / the kernel family
+    ``kernels`` (an engine mode's ``kernels``: the caller resolves the mode)."""
     if px.is_default(model):
         return fallback
     from pathlib import Path
 
     from twin.costmodel.profile_store import resolve_profile
-    from twin.engine.modes import get_mode
 
-    kernels = get_mode(engine).kernels if engine is not None else None
     prof = resolve_profile(gpu, Path(path) if path else None, kernels)
     return provenance_label(model, prof)
 

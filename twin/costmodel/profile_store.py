@@ -1,6 +1,6 @@
 """Where device profiles live and which one a flag names.
 
-The shipped profiles (``calibration/profiles``), the user's own calibrations
+The shipped profiles (``twin/calibration/profiles``), the user's own calibrations
 (``user_profiles_dir``), and the one resolver every command uses for ``--gpu`` /
 ``--profile`` / ``--engine`` (``resolve_profile``). The format itself is
 ``twin.costmodel.profile``.
@@ -8,7 +8,7 @@ The shipped profiles (``calibration/profiles``), the user's own calibrations
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.resources
 import os
 from pathlib import Path
 
@@ -17,19 +17,16 @@ from twin.errors import TwinError
 
 
 def _shipped_dir() -> Path:
-    """``calibration/profiles`` wherever the ``calibration`` package is (a checkout, an
-    install, or a Ray worker's ``py_modules``, where it is no sibling of ``twin``)."""
-    spec = importlib.util.find_spec("calibration")
-    if spec is not None and spec.origin:
-        return Path(spec.origin).resolve().parent / "profiles"
-    return Path(__file__).resolve().parents[2] / "calibration" / "profiles"
+    """The ``profiles`` package data of ``twin.calibration`` (a checkout, an install, or a
+    Ray worker's ``py_modules``), found through ``importlib.resources``."""
+    return Path(str(importlib.resources.files("twin") / "calibration" / "profiles"))
 
 
 PROFILES_DIR = _shipped_dir()
 
 
 def shipped_profiles() -> dict[str, Path]:
-    """Profiles shipped in ``calibration/profiles``, by GPU name."""
+    """Profiles shipped in ``twin/calibration/profiles``, by GPU name."""
     return {p.stem: p for p in sorted(PROFILES_DIR.glob("*.json"))}
 
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import simpy
 
-from policies import get_policy
 from twin.cache import cache_stats
 from twin.cache.pool import SplitPool
 from twin.cache.prefix_cache import PrefixCache
@@ -39,9 +38,10 @@ from twin.hardware import GB
 from twin.memory.footprint import allocator_for
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
+from twin.policies import get_policy
 from twin.token_gaps import TokenGaps
-from workloads.reader import Request, Workload
-from workloads.session_lengths import longest_sequence
+from twin.workloads.reader import Request, Workload
+from twin.workloads.session_lengths import longest_sequence
 
 
 @dataclass

@@ -12,15 +12,10 @@ from twin.cache.requests import WRITE_POLICIES
 from twin.engine.mode_base import PREEMPTIONS, SCHEDULE_POLICIES
 from twin.errors import TwinError
 from twin.hardware import GB
+from twin.limits import MAX_REPLICAS, MAX_TP
 from twin.memory.footprint import allocator_for
 
 AUTO = "auto"  # --cache-gb auto: the shared KV pool
-# Bounds that keep a run's memory and time finite before it starts (issue 32): each
-# replica holds its own scheduler, cache and memory accounting (the ten-million-request
-# benchmark runs 256); tensor parallelism beyond a 576-GPU NVLink domain (NVIDIA GB200
-# NVL576) does not exist.
-MAX_REPLICAS = 100_000
-MAX_TP = 576
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -295,7 +290,7 @@ def build_config(
                 fields.setdefault(name, value)
     if engine is not None and profile is not None:
         # The engine's times fitted to measured serving runs on this GPU (host time per
-        # step, front end per request: calibration/engine_times.json), where not given.
+        # step, front end per request: twin/calibration/engine_times.json), where not given.
         from twin.engine.engine_times import engine_time_defaults
 
         for name, value in engine_time_defaults(engine, profile.gpu).items():

@@ -1,6 +1,6 @@
 """Engine times fitted to measured serving runs, per (engine mode, GPU): the data file's reader.
 
-``calibration/engine_times.json`` holds, per engine mode and GPU, times the kernel tables
+``twin/calibration/engine_times.json`` holds, per engine mode and GPU, times the kernel tables
 cannot give: the host time of an engine step (``step_host_s``, ``seq_host_s``:
 :mod:`twin.engine.host_time`) and the serving front end's time per request
 (``frontend_s``: :class:`twin.engine.cluster.Cluster`). Each entry says how it was fitted
@@ -13,7 +13,7 @@ numbers on a GPU as :class:`~twin.engine.config.EngineConfig` fields, which
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.resources
 import json
 from functools import cache
 from pathlib import Path
@@ -24,11 +24,8 @@ FIELDS = ("step_host_s", "seq_host_s", "frontend_s")
 
 
 def data_path() -> Path:
-    """``calibration/engine_times.json`` wherever the ``calibration`` package is."""
-    spec = importlib.util.find_spec("calibration")
-    if spec is not None and spec.origin is not None:
-        return Path(spec.origin).resolve().parent / FILE
-    return Path(__file__).resolve().parents[2] / "calibration" / FILE
+    """``engine_times.json``, package data of ``twin.calibration`` (``importlib.resources``)."""
+    return Path(str(importlib.resources.files("twin") / "calibration" / FILE))
 
 
 @cache

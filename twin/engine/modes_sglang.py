@@ -77,10 +77,10 @@ def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> N
 def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # SGLang --radix-eviction-policy (server_args.py; the orders of
     # mem_cache/evict_policy.py): the radix cache's leaf order, ``sglang``'s
-    # ``eviction`` option (policies/sglang_plus.py). Only RadixCache reads it:
+    # ``eviction`` option (twin/policies/sglang_plus.py). Only RadixCache reads it:
     # MambaRadixCache (hybrid models) keeps plain LRU lists, so for a model with
     # recurrent layers the flag is accepted and, as in SGLang, changes nothing.
-    from policies.sglang_plus import EVICTION_KEYS
+    from twin.policies.sglang_plus import EVICTION_KEYS
 
     choice = _choice("radix_eviction_policy", value, tuple(EVICTION_KEYS))
     if not model.n_ssm_layers and choice != "lru":

@@ -51,7 +51,7 @@ from twin.engine.seq import Seq
 from twin.memory.footprint import get_kv_allocator
 from twin.model import ModelSpec
 from twin.token_gaps import TokenGaps
-from workloads.reader import Request
+from twin.workloads.reader import Request
 
 __all__ = ["Replica", "Seq"]
 

@@ -24,7 +24,7 @@ from twin.model import ModelSpec
 from twin.slo import Slo
 from twin.steady_state import STABLE
 from twin.token_gaps import TokenGaps
-from workloads.reader import Workload
+from twin.workloads.reader import Workload
 
 REQUESTS_FILE = "requests.parquet"
 SUMMARY_FILE = "summary.json"
@@ -334,7 +334,7 @@ def build_run(
     settings = {k: v for k, v in settings.items() if not (k == "warmup_s" and v is None)}
     config = build_config(prof, cache_gb=cache_gb, **mode_fields(spec, engine, sets, settings))
     if duration_s is not None and config.session_rate is not None:
-        from workloads.extend import extended_workload, sessions_started
+        from twin.workloads.extend import extended_workload, sessions_started
 
         path = workload.path if isinstance(workload, Workload) else Path(workload)
         needed = sessions_started(config.session_rate, duration_s, config.seed, config.burstiness)

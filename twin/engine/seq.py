@@ -6,7 +6,7 @@ import simpy
 from simpy.events import Event
 
 from twin.cache import Admission
-from workloads.reader import Request
+from twin.workloads.reader import Request
 
 NAN = float("nan")
 

@@ -35,8 +35,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from twin.errors import TwinError, where
-from workloads.generators.base import session_start_times
-from workloads.reader import Request, Workload
+from twin.workloads.generators.base import session_start_times
+from twin.workloads.reader import Request, Workload
 
 # Bits of ``SessionSource.flags[row]``: the row is its session's last turn; the
 # session's next turn arrives at its own time (open loop).

@@ -36,16 +36,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from policies import get_policy
-from policies.base import Policy
 from twin.cache import PrefixCache, RequestCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
+from twin.policies import get_policy
+from twin.policies.base import Policy
 from twin.reference.fits import EXECUTOR_DTYPE, check_fits, free_memory
 from twin.reference.model import KV_PLAN, HybridLM, Prefill, SeqState
 from twin.reference.ops import synchronize
 from twin.reference.store import Pending, StateMirror, TensorStore
-from workloads.reader import Request, Workload
+from twin.workloads.reader import Request, Workload
 
 
 @dataclass(frozen=True)
@@ -258,7 +258,7 @@ def device_name(device: str) -> str:
     """The device's name, for the report."""
     if device == "cuda":
         return torch.cuda.get_device_name(0)
-    from calibration.device import cpu_name
+    from twin.torch_ops.host import cpu_name
 
     return cpu_name()
 

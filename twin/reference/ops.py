@@ -2,11 +2,11 @@
 
 A prediction is only as good as the match between what was calibrated and
 what runs, so each op here is the one the harness measured on that device
-(``calibration/kernels*.py``): ``F.linear`` GEMMs, ``F.rms_norm``, SDPA with a
+(``twin/calibration/kernels*.py``): ``F.linear`` GEMMs, ``F.rms_norm``, SDPA with a
 bottom-right causal mask (flash/efficient backends on a GPU), the causal
 conv1d as K shifted multiply-adds on the CPU and ``F.conv1d`` on a GPU, and
 the Mamba2 chunked scan from ``mamba_ssm``'s Triton kernels on a GPU or the
-exact PyTorch SSD reference (``calibration.ssd``) elsewhere.
+exact PyTorch SSD reference (``twin.torch_ops.ssd``) elsewhere.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from calibration.kernels_mem import causal_conv1d_taps
-from calibration.kernels_ssm import import_mamba_triton
-from calibration.recurrent_refs import sliding_window_attention
-from calibration.ssd import ssd_chunked
+from twin.torch_ops.conv import causal_conv1d_taps
+from twin.torch_ops.mamba_triton import import_mamba_triton
+from twin.torch_ops.recurrent_refs import sliding_window_attention
+from twin.torch_ops.ssd import ssd_chunked
 
 Scan = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -64,7 +64,7 @@ class Ops:
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int
     ) -> torch.Tensor:
         """Sliding-window causal attention: each query sees the ``window`` keys ending at
-        it (calibration.recurrent_refs, an explicit band mask on every device)."""
+        it (twin.torch_ops.recurrent_refs, an explicit band mask on every device)."""
         if k.shape[1] != q.shape[1]:
             rep = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -129,7 +129,7 @@ class Ops:
                 return triton_scan
         else:
             note = "no GPU"
-        self.notes["ssm_scan"] = f"PyTorch SSD reference (calibration.ssd): {note}"
+        self.notes["ssm_scan"] = f"PyTorch SSD reference (twin.torch_ops.ssd): {note}"
 
         def reference_scan(
             x: Any, dt: Any, A: Any, B: Any, C: Any, q: int, D: Any, dt_bias: Any, initial: Any

@@ -3,7 +3,7 @@
 Each layer returns ``(output, state at the end, states at each cut)`` like the Mamba2
 layer of :mod:`twin.reference.model`; a state is ``(recurrent state, conv state)``, the
 conv state being the last ``kernel - 1`` inputs of the causal conv (what a checkpoint
-holds). The recurrences are the exact references of :mod:`calibration.recurrent_refs`:
+holds). The recurrences are the exact references of :mod:`twin.torch_ops.recurrent_refs`:
 
 - Mamba-1 (mamba_ssm ``modules/mamba_simple.py``): in_proj -> (x, z), causal conv +
   SiLU, x_proj -> (dt, B, C), dt_proj + softplus, selective scan with the D skip,
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from calibration.recurrent_refs import gdn_chunked, selective_scan
 from twin.mixers import mamba1_dt_rank
+from twin.torch_ops.recurrent_refs import gdn_chunked, selective_scan
 
 if TYPE_CHECKING:
     from twin.reference.model import HybridLM, SsmState

@@ -38,9 +38,9 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from twin.errors import TwinError, where
-from workloads.reader import Workload
-from workloads.schema import WorkloadRow
-from workloads.writer import WorkloadWriter
+from twin.workloads.reader import Workload
+from twin.workloads.schema import WorkloadRow
+from twin.workloads.writer import WorkloadWriter
 
 _BATCH_ROWS = 256  # rows per read batch while copying token lists
 

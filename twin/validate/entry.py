@@ -23,15 +23,15 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from policies import get_policy
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.model import ModelSpec
+from twin.policies import get_policy
 from twin.presets import resolve_model
 from twin.reference.fits import check_fits, free_memory
 from twin.validate.arrivals import fix_arrivals
 from twin.validate.run import CacheChoice, default_cache, validate
-from workloads.reader import Workload
+from twin.workloads.reader import Workload
 
 DEVICES = ("cpu", "cuda")
 WORKLOAD_FILE = "workload.parquet"  # the fixed-arrival copy both sides run
@@ -92,7 +92,7 @@ def validate_model(
     Without ``profile``, the device is calibrated at the model's shapes first
     (into OUT/profile.json). See ``twin validate --help`` for every argument.
     """
-    from workloads.generators import get_generator
+    from twin.workloads.generators import get_generator
 
     # ----- every input, before any work
     spec = resolve_model(model) if isinstance(model, str) else model
@@ -181,7 +181,7 @@ def validate_model(
 def _calibrate(device: str, spec: ModelSpec, path: Path, bar: Bar) -> Any:
     """Step 1 of a validation: time this device's kernels at the model's own shapes, and the
     host overhead of its layers, into ``path`` (a quick, per-model profile)."""
-    from calibration.harness import calibrate
+    from twin.calibration.harness import calibrate
 
     with contextlib.ExitStack() as stack:
 
@@ -204,7 +204,7 @@ def _generate(
     kind: str, sessions: int, session_rate: float | None, seed: int, path: Path
 ) -> Workload:
     """A fresh ``kind`` workload at ``path`` (the generator's defaults; rate 1/s if none given)."""
-    from workloads.examples import Example
+    from twin.workloads.examples import Example
 
     Example(kind, sessions, 1.0 if session_rate is None else session_rate, seed).build(path)
     return Workload.open(path)

@@ -23,7 +23,7 @@ from twin.engine.cost import Chunk, StepPricer
 from twin.engine.run import simulate
 from twin.metrics import RequestRecord
 from twin.model import ModelSpec
-from workloads.reader import Workload
+from twin.workloads.reader import Workload
 
 
 class PrefillOnlyPricer:

@@ -19,8 +19,8 @@ from twin.model import ModelSpec
 from twin.replay import replay
 from twin.validate.compare import join, judge, metrics, output_paths, write_outputs
 from twin.validate.predict import predict
-from workloads.importers.base import sha256_file
-from workloads.reader import Workload
+from twin.workloads.importers.base import sha256_file
+from twin.workloads.reader import Workload
 
 # Default cache: this share of what the workload would fill with no bound, so
 # that the policy has to evict (a larger cache would validate no eviction).

@@ -187,7 +187,7 @@ def split_of(row_id: str) -> str:
 # ------------------------------------------------------------------ reading the CSV
 def package_dir() -> Path:
     """The installed ``aiconfigurator_core`` (a TwinError naming the extra if absent)."""
-    from calibration.aic_tables import package_dir as aic_package_dir
+    from twin.calibration.aic_tables import package_dir as aic_package_dir
 
     return aic_package_dir("scoring against silicon_sample.csv")
 
@@ -402,7 +402,7 @@ def _read_config(path: str) -> dict[str, Any]:
 def system_gpus() -> dict[str, str]:
     """The CSV's ``system`` -> the twin's GPU name: the inverse of the kernel tables' map
     (``calibration.aic_tables.SYSTEMS``: ``h100_sxm`` -> ``h100``, ``gb200`` -> ``gb200``)."""
-    from calibration.aic_tables import SYSTEMS
+    from twin.calibration.aic_tables import SYSTEMS
 
     return {system: gpu for gpu, system in SYSTEMS.items()}
 
@@ -681,8 +681,8 @@ def plan_rows(
 def write_workload(path: Path, isl: int, osl: int, requests: int, seed: int) -> Path:
     """``requests`` single-turn sessions of ``isl`` random prompt tokens and exactly ``osl``
     output tokens (a closed-loop client starts each when its previous one completes)."""
-    from workloads.schema import WorkloadRow
-    from workloads.writer import WorkloadWriter
+    from twin.workloads.schema import WorkloadRow
+    from twin.workloads.writer import WorkloadWriter
 
     rng = np.random.default_rng(seed)
     meta = {"generator": "silicon", "isl": isl, "osl": osl, "requests": requests, "seed": seed}

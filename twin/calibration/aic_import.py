@@ -1,0 +1,219 @@
+"""``twin calibrate --from aiconfigurator``: fit the twin's kernel models to NVIDIA's tables.
+
+For one GPU and one engine: read every kernel family the tables cover
+(``calibration.aic_tables``), refuse the rows that are physically impossible for
+the device (faster than its peak FLOP/s or its memory/link bandwidth: an
+L2-resident small GEMM timed back to back, say), fit each family's model on a
+seeded three quarters of the remaining shapes, and write the held-out median,
+P90 and max relative error, the flagged count and the rows' provenance into each
+family. Families the tables lack (the Mamba2 scan and state update, element-wise
+passes, copies) keep the GPU's datasheet model, labelled ``datasheet``; a
+measured family can replace them later with ``twin calibrate --merge``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from twin.calibration.aic_tables import (
+    ENGINE_NAMES,
+    PACKAGE,
+    PACKAGE_VERSION,
+    SYSTEMS,
+    FamilyRows,
+    installed_version,
+    read_families,
+)
+from twin.calibration.datasheet import datasheet_profile
+from twin.calibration.fit import HOLDOUT_SHARE, fit_kernel
+from twin.costmodel import formulas as fm
+from twin.costmodel.profile import KernelFit, Profile
+from twin.errors import TwinError
+from twin.hardware import get_gpu
+from twin.precision import ATTN_FP8_KV, WEIGHT_FORMATS
+
+# Slack on the peaks before a row counts as impossible: datasheet peaks are
+# rounded and boost clocks run a few percent above base.
+PEAK_SLACK = 1.05
+# Shapes a family is fitted on, where the table sweeps wider than serving needs:
+# GEMMs whose output and reduction widths are both >= 1024 (every projection of the
+# preset models; the tables' 32-512-wide products follow cuBLAS's small-kernel
+# choices, which one roofline cannot follow). Rows outside are counted, not fitted.
+DOMAINS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "gemm": lambda shape: shape["n"] >= 1024 and shape["k"] >= 1024,
+}
+
+
+@dataclass
+class ImportResult:
+    """A fitted profile and what the import did per family."""
+
+    profile: Profile
+    families: list[str] = field(default_factory=list)
+    datasheet_families: list[str] = field(default_factory=list)
+
+
+def impossible(kernel: str, row: dict[str, Any], peaks: dict[str, float]) -> str | None:
+    """Why ``row`` is faster than the device can be (None if it is possible)."""
+    f = fm.get_formula(kernel)
+    t = float(row["median_s"])
+    if f.uses_flops and row["flops"] / t > PEAK_SLACK * peaks[f.flops_peak]:
+        return "above peak FLOP/s"
+    if row["bytes"] / t > PEAK_SLACK * peaks[f.bytes_peak]:
+        return f"above peak {f.bytes_peak}"
+    return None
+
+
+def split_impossible(
+    kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, float]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(possible rows, flagged rows)."""
+    ok: list[dict[str, Any]] = []
+    flagged: list[dict[str, Any]] = []
+    for r in rows:
+        (flagged if impossible(kernel, r, peaks) else ok).append(r)
+    return ok, flagged
+
+
+# What a precision family's label says it measured (twin.precision).
+PRECISION_LABELS = {
+    **{f.kernel: f.name for f in WEIGHT_FORMATS.values() if f.bytes_per_param is not None},
+    **{key: "fp8 KV" for key in ATTN_FP8_KV.values()},
+}
+
+
+def family_label(fam: FamilyRows, device: str) -> str:
+    """E.g. "measured (vLLM 0.24.0 vllm_flash_attn_fa3, H100 SXM5)"; a precision family
+    says its precision: "measured fp8 (vLLM 0.24.0 CutlassFP8ScaledMMLinearKernel, ...)"."""
+    # causal_conv1d_fn / causal_conv1d_update: one CUDA extension, named once.
+    kernel = fam.kernel_source.removesuffix("_fn").removesuffix("_update")
+    who = " ".join(x for x in (fam.framework, fam.version, kernel) if x)
+    what = PRECISION_LABELS.get(fam.kernel)
+    return f"measured{' ' + what if what else ''} ({who}, {device})"
+
+
+def fit_family(
+    fam: FamilyRows, peaks: dict[str, float], device: str, seed: int = 0
+) -> KernelFit | None:
+    """The family's fit with its provenance; None if every row was impossible."""
+    # Every GEMM mode (gemm, gemm_fp8, ...) has the same serving domain.
+    domain = "gemm" if fam.kernel.startswith("gemm") else fam.kernel
+    inside = DOMAINS.get(domain, lambda shape: True)
+    rows = [r for r in fam.rows if inside(r["shape"])]
+    ok, flagged = split_impossible(fam.kernel, rows, peaks)
+    if not ok:
+        return None
+    fit = fit_kernel(fam.kernel, ok, peaks, HOLDOUT_SHARE, seed)
+    fit.n_flagged = len(flagged)
+    fit.provenance = {
+        "source": "measured",
+        "label": family_label(fam, device),
+        "database": f"{PACKAGE} {installed_version()}",
+        "framework": fam.framework,
+        "version": fam.version,
+        "kernel_source": fam.kernel_source,
+        "device": fam.device,
+        "tables": fam.tables,
+        "rows_outside_domain": len(fam.rows) - len(rows),
+    }
+    return fit
+
+
+def import_profile(
+    gpu: str,
+    engine: str,
+    seed: int = 0,
+    root: Path | None = None,
+    progress: Callable[[int], Callable[[int], None]] | None = None,
+    keep: Profile | None = None,
+) -> ImportResult:
+    """Fit ``gpu``'s profile for ``engine``'s kernels from the installed tables.
+
+    ``keep`` (``--keep-fits``): a profile of the same GPU and engine whose families are
+    kept as they are, byte for byte, with its peaks and provenance; only the families
+    it lacks are fitted (how the shipped profiles gained their precision fits without
+    a bf16 number changing: a refit reproduces them to ~1e-9 only, the least-squares
+    solver's tolerance).
+    """
+    spec = get_gpu(gpu)
+    if keep is not None and (keep.gpu != spec.name or keep.provenance.get("engine") != engine):
+        raise TwinError(
+            f"--keep-fits: a profile of {keep.gpu} ({keep.provenance.get('engine')}), "
+            f"not of {spec.name} ({engine})"
+        )
+    families = read_families(gpu, engine, root)
+    if not families:
+        raise TwinError(f"--gpu {gpu} --engine {engine}: the tables have no kernel rows")
+    base = datasheet_profile(spec.name)
+    # The datasheet peaks, and the FP8/FP4 tensor-core peaks the precision fits run against.
+    peaks = {**(keep.peaks if keep is not None else base.peaks), **spec.low_precision_peaks()}
+    advance = progress(len(families)) if progress else None
+    kernels: dict[str, KernelFit] = {}
+    added: list[str] = []
+    for fam in families:
+        needs = fm.get_formula(fam.kernel).flops_peak
+        if keep is not None and fam.kernel in keep.kernels:
+            kernels[fam.kernel] = keep.kernels[fam.kernel]
+        elif needs in peaks or not fm.get_formula(fam.kernel).uses_flops:
+            fit = fit_family(fam, peaks, spec.display_name, seed)
+            if fit is not None:
+                kernels[fam.kernel] = fit
+                added.append(fam.kernel)
+        if advance:
+            advance(1)
+    measured = list(kernels)
+    datasheet = [k for k in fm.KERNELS if k not in kernels]
+    for name in datasheet:
+        fit = keep.kernels[name] if keep is not None and name in keep.kernels else None
+        if fit is None:
+            fit = base.kernels[name]
+            fit.provenance = {"source": "datasheet", "label": "datasheet"}
+        kernels[name] = fit
+    variants = [k for k in kernels if k in fm.PRECISION_VARIANTS]
+    order = [*fm.KERNELS, *(k for k in kernels if k not in fm.KERNELS and k not in variants)]
+    order += variants
+    used = {k for k in kernels if fm.get_formula(k).flops_peak in ("fp8_flops", "fp4_flops")}
+    wanted = {fm.get_formula(k).flops_peak for k in used}
+    peaks = {k: v for k, v in peaks.items() if k not in ("fp8_flops", "fp4_flops") or k in wanted}
+    provenance: dict[str, Any] = (
+        dict(keep.provenance)
+        if keep is not None
+        else {
+            "date": _dt.date.today().isoformat(),
+            "database": f"{PACKAGE} {installed_version()}",
+            "engine": engine,
+            "engine_name": ENGINE_NAMES.get(engine, engine),
+            "database_device": next((f.device for f in families if f.device), ""),
+            "method": "",
+            "peaks_source": spec.source,
+        }
+    )
+    provenance["method"] = (
+        "twin calibrate --from aiconfigurator: bf16 rows (weights, activations, KV), and "
+        "as families of their own each quantised GEMM mode's rows and the fp8-KV "
+        f"attention rows; impossible rows flagged and excluded, {HOLDOUT_SHARE:.0%} of "
+        f"shapes held out (seed {seed})"
+    )
+    if keep is not None and added:
+        provenance["added"] = {"date": _dt.date.today().isoformat(), "families": added}
+    if used:
+        provenance["low_precision_peaks_source"] = (
+            f"{PACKAGE} {PACKAGE_VERSION} systems/{SYSTEMS[spec.name]}.yaml fp8_tc_flops / "
+            "fp4_tc_flops (twin.hardware.GpuSpec)"
+        )
+    profile = Profile(
+        gpu=spec.name,
+        device=spec.display_name,
+        source="mixed",
+        peaks=peaks,
+        kernels={k: kernels[k] for k in order if k in kernels},
+        provenance=provenance,
+    )
+    return ImportResult(profile, measured, datasheet)
+
+
+__all__ = ["ImportResult", "fit_family", "import_profile", "impossible", "split_impossible"]

@@ -1,0 +1,90 @@
+"""Prefix-cache policies (admission, eviction, refresh), one module each, found by name.
+
+Add a policy by subclassing :class:`policies.base.Policy` in its own module and
+listing it in ``POLICIES``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twin.errors import TwinError
+from twin.policies.alpha_tuning import ALPHA_GRID
+from twin.policies.base import Policy, judicious_admission
+from twin.policies.jenga import JengaPolicy
+from twin.policies.marconi import MarconiPolicy
+from twin.policies.marconi_twin import MarconiTwinPolicy
+from twin.policies.oracle import OraclePolicy
+from twin.policies.prompt_cache import PromptCachePolicy
+from twin.policies.sglang_hybrid import SGLangPolicy
+from twin.policies.sglang_plus import SGLangPlusPolicy
+from twin.policies.vanilla import VanillaPolicy
+from twin.policies.vllm_plus import VLLMPlusPolicy
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (
+        VanillaPolicy,
+        VLLMPlusPolicy,
+        SGLangPlusPolicy,
+        MarconiPolicy,
+        MarconiTwinPolicy,
+        OraclePolicy,
+        PromptCachePolicy,
+        JengaPolicy,
+        SGLangPolicy,
+    )
+}
+
+
+def get_policy(name: str, **options: Any) -> Policy:
+    """A fresh policy called ``name`` with ``options`` (``None`` values mean "default").
+
+    Unknown names, and options this policy does not take, raise a ``TwinError``
+    naming the policy and its valid options. Callers holding options meant for
+    several policies (``twin replay``'s shared flags) pick each policy's own
+    with :func:`options_for` first.
+    """
+    cls = policy_class(name)
+    unknown = sorted(set(options) - set(cls.OPTIONS))
+    if unknown:
+        valid = ", ".join(cls.OPTIONS) if cls.OPTIONS else "none"
+        raise TwinError(
+            f"unknown policy option(s) {', '.join(unknown)} for policy {name!r}; "
+            f"{name} takes: {valid}"
+        )
+    return cls(**{k: v for k, v in options.items() if v is not None})
+
+
+def policy_class(name: str) -> type[Policy]:
+    """The registered class called ``name``, or a ``TwinError`` listing the valid names."""
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise TwinError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}")
+    return cls
+
+
+def options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``options`` (shared by several policies) that policy ``name`` takes."""
+    cls = policy_class(name)
+    return {k: v for k, v in options.items() if k in cls.OPTIONS}
+
+
+__all__ = [
+    "ALPHA_GRID",
+    "POLICIES",
+    "JengaPolicy",
+    "MarconiPolicy",
+    "MarconiTwinPolicy",
+    "OraclePolicy",
+    "Policy",
+    "PromptCachePolicy",
+    "SGLangPlusPolicy",
+    "SGLangPolicy",
+    "VLLMPlusPolicy",
+    "VanillaPolicy",
+    "get_policy",
+    "judicious_admission",
+    "options_for",
+    "policy_class",
+]

@@ -1,0 +1,77 @@
+"""``jenga``: Jenga's prefix caching per layer kind, and its memory layout (SOSP 2025).
+
+Zhang et al., "Jenga: Effective Memory Management for Serving LLM with
+Heterogeneity" (arXiv 2503.18292), sec. 5 (customisable prefix caching):
+
+- full attention needs the KV of every prefix token (the radix tree's rule);
+- Mamba layers keep a state every ``state_interval`` tokens (512), so hits
+  land on multiples of it (:meth:`JengaPolicy.admit`), and an access
+  refreshes only the last cached token, i.e. the node the hit ends at (no
+  path refresh: an evicted leaf does not hand its stamp to its parent, unlike
+  ``sglang+``);
+- eviction is balanced and aligned across kinds: one last-access time per
+  token for every kind (a node's ``t``), a token's KV and state leave
+  together from the tail (leaves only), the least recently used first, ties
+  broken by prefix length so the longest suffix goes first.
+
+The sliding-window rule (a hit needs only the last W tokens before it) is the
+radix cache's own per-kind rule (``twin/cache/kinds.py``, issue #13), which
+this policy runs on; there, KV out of every node's window is dropped at once
+rather than evicted first. The memory side (LCM large pages, small
+pages per kind) is :class:`twin.memory.JengaAllocator`; ``stats`` reports its
+page sizes for the model served.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from twin.cache import CacheNode, CacheStructure
+from twin.errors import TwinError
+from twin.memory import JengaAllocator, kinds_of
+from twin.policies.lru import LeafLRU
+
+# Jenga sec. 5: Mamba states are cached every 512 tokens.
+STATE_INTERVAL = 512
+
+
+class JengaPolicy(LeafLRU):
+    """States every 512 tokens; aligned leaf eviction, LRU with longest-suffix ties."""
+
+    name = "jenga"
+    description = (
+        "Jenga: Mamba states every 512 tokens (hits on multiples of 512), only the hit's "
+        "last token refreshed, aligned leaf eviction LRU with ties to the longest prefix"
+    )
+    OPTIONS = ("state_interval",)
+
+    def __init__(self, state_interval: int = STATE_INTERVAL) -> None:
+        super().__init__()
+        if type(state_interval) is not int or state_interval < 1:
+            raise TwinError(
+                f"jenga: state_interval must be a positive integer (got {state_interval!r})"
+            )
+        self.state_interval = state_interval
+
+    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        if not cache.has_ssm:
+            return [len(full)]  # full attention: every prefix token
+        k = self.state_interval
+        return list(range(k, len(full) + 1, k))
+
+    def eviction_key(self, node: CacheNode) -> tuple[Any, ...]:
+        # Oldest access first; among equals the deepest (longest prefix) first.
+        return (node.t, -node.depth, node.nid)
+
+    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
+        node.ver += 1  # only the last cached token was refreshed: no stamp goes up the path
+
+    def stats(self) -> dict[str, Any]:
+        pages = JengaAllocator(kinds_of(self.cache.model), 0)  # its page sizes, no memory
+        return {
+            "state_interval": self.state_interval,
+            "large_page_bytes": pages.large_bytes,
+            "small_page_bytes": pages.small_bytes,
+        }

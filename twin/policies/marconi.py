@@ -1,0 +1,130 @@
+"""``marconi``: Marconi (arXiv 2411.19379, sec. 4) as its authors' code runs it.
+
+Admission (sec. 4.1) is the judicious rule of ``policies.base``; eviction is
+the reference code's score (:mod:`policies.reference_score`). Alpha follows
+the reference code's retrospective tuning (github.com/ruipeterpan/marconi):
+
+- alpha is 0 until tuned (``policy_exploration.py`` starts every run at
+  ``eff_weight=0``);
+- the cache is snapshotted at the first request, while still empty
+  (``RadixCache.match_prefix``: ``tree_snapshot`` when ``request_history`` is
+  empty), and every request from then on is recorded;
+- the first eviction fixes the bootstrap window at ``bootstrap_multiplier``
+  times the requests seen so far, the evicting one included (``RadixCache.evict``:
+  ``num_reqs_before_eviction = len(request_history)``);
+- when the request that completes the window is inserted, its input + output
+  included, every alpha of the grid replays the whole window from the empty
+  snapshot and the alpha saving the most FLOPs over the window's last 500
+  requests wins (``RadixCache.insert`` calling ``ConfigTuner.tune_config``;
+  metric and tie-break in :mod:`policies.alpha_tuning`); it applies from that
+  insert on, and is never tuned again. A window that ends at the evicting
+  request itself (multiplier 1) is never tuned, as in the reference.
+
+``marconi-twin`` (:mod:`policies.marconi_twin`) keeps the twin's earlier rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from twin.model import ModelSpec
+from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
+from twin.policies.base import judicious_admission
+from twin.policies.reference_score import ReferenceFlopAwareEviction
+
+BOOTSTRAP_MULTIPLIER = 5  # policy_exploration.py's --bootstrap_multiplier default (15 for LMSys)
+
+
+class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
+    """The reference score with the reference bootstrap (or a fixed ``alpha``)."""
+
+    name = "marconi"
+    description = "judicious admission, the authors' eviction score and alpha tuning"
+    OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "jobs")
+    rules: ClassVar[str] = "reference"
+
+    def __init__(
+        self,
+        alpha: float | None = None,
+        bootstrap_multiplier: float = BOOTSTRAP_MULTIPLIER,
+        jobs: int = 1,
+    ) -> None:
+        super().__init__(0.0 if alpha is None else alpha)
+        self.start_tuning(alpha, bootstrap_multiplier, jobs)
+        self._window_len: int | None = None
+
+    # ----- admission, refresh and the bootstrap -------------------------------------
+    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
+        super().on_request(cache, prompt, full)
+        self.requests += 1
+        if self.phase not in ("warmup", "window"):
+            return
+        if self._snapshot is None:
+            self._snapshot = cache.snapshot()
+        if self._window_len is None or len(self._window) < self._window_len:
+            self._window.append((full, len(prompt)))
+
+    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        self.refresh_insert_path(cache, full)
+        self.tune_if_due(cache)
+        return judicious_admission(cache, prompt, full)
+
+    def tune_if_due(self, cache: Any) -> bool:
+        """Tune now if the request just admitted completes the window; ``True`` if it did."""
+        if (
+            self.phase == "window"
+            and self._window_len is not None
+            and self.requests >= self._window_len
+        ):
+            self._tune(cache)
+            return True
+        return False
+
+    def make_engine_cache(
+        self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
+    ) -> Any:
+        """The compiled live cache where it runs this policy exactly
+        (:mod:`policies.compiled.live`), else the radix-tree cache."""
+        from twin.policies.compiled.live import live_cache
+
+        live = live_cache(self, model, capacity_bytes, longest)
+        return live if live is not None else self.make_cache(model, capacity_bytes)
+
+    def choose_victim(self, cache: Any) -> Any | None:
+        if self.phase == "warmup":
+            self.end_warmup()
+        return super().choose_victim(cache)
+
+    def end_warmup(self) -> None:
+        """The first victim is being chosen: the bootstrap window's length is fixed."""
+        if self.phase == "warmup":
+            before = self.requests
+            self._window_len = max(1, round(self.multiplier * before))
+            self.bootstrap = {
+                "requests_before_first_eviction": before,
+                "window_requests": self._window_len,
+                "completed": False,
+            }
+            # The reference checks for the window's end before evicting: a window
+            # ending at this very request is never reached.
+            self.phase = "window" if self._window_len > before else "untuned"
+            del self._window[self._window_len :]
+
+    def _tune(self, cache: Any) -> None:
+        scores = grid_scores(
+            self._snapshot,
+            cache.model,
+            self._window,
+            type(self),
+            "reference",
+            ALPHA_GRID,
+            self.jobs,
+        )
+        self.finish_tuning(
+            scores,
+            tuned_at_request=self.requests,
+            metric="reference FLOPs saved, last 500 requests",
+        )

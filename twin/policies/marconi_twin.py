@@ -1,0 +1,83 @@
+"""``marconi-twin``: Marconi with the twin's own score and tuning (before issue 21).
+
+Kept as a named variant because it differs from the authors' code
+(``marconi``) in four rules; docs/decisions.md compares the two:
+
+- recency is the last access on the cache's clock (requests served), min-max
+  normalised (the reference normalises ``1 / age`` on its logical clock);
+- FLOP efficiency is the model's exact prefill FLOPs of the node's own tokens
+  after its parent over the bytes the node itself holds (``policies.flop_aware``);
+- the bootstrap window starts at the first eviction, from a snapshot taken
+  then, and lasts ``bootstrap_multiplier`` times the requests served before it;
+- alpha is chosen by hit tokens (or the twin's FLOPs) over the whole window;
+  ties go to the smallest alpha.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from twin.errors import TwinError
+from twin.model import ModelSpec
+from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
+from twin.policies.base import judicious_admission
+from twin.policies.flop_aware import FlopAwareEviction
+
+ALPHA_METRICS = ("hit-rate", "flops")
+
+
+class MarconiTwinPolicy(TunedAlpha, FlopAwareEviction):
+    """FLOP-aware eviction with a bootstrapped alpha (or a fixed one when ``alpha`` is given)."""
+
+    name = "marconi-twin"
+    description = "marconi with the twin's earlier score and tuning (linear recency, own bytes)"
+    rules: ClassVar[str] = "twin"
+    OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "alpha_metric", "jobs")
+
+    def __init__(
+        self,
+        alpha: float | None = None,
+        bootstrap_multiplier: float = 5,
+        alpha_metric: str = "hit-rate",
+        jobs: int = 1,
+    ) -> None:
+        super().__init__(0.0 if alpha is None else alpha)
+        if alpha_metric not in ALPHA_METRICS:
+            raise TwinError(
+                f"alpha metric {alpha_metric!r} unknown; valid: {', '.join(ALPHA_METRICS)}"
+            )
+        self.metric = alpha_metric
+        self.start_tuning(alpha, bootstrap_multiplier, jobs)
+        self._window_len = 0
+
+    # ----- admission and bootstrap -------------------------------------------
+    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        return judicious_admission(cache, prompt, full)
+
+    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
+        self.requests += 1
+        if self.phase == "warmup" and cache.evictions:
+            before = self.requests - 1  # requests served before this one, eviction included
+            self._window_len = max(1, round(self.multiplier * before))
+            self._snapshot = cache.snapshot()
+            self.bootstrap = {
+                "requests_before_first_eviction": before,
+                "window_start": before,
+                "window_requests": self._window_len,
+                "completed": False,
+            }
+            self.phase = "window"
+        if self.phase == "window":
+            if len(self._window) < self._window_len:
+                self._window.append((full, len(prompt)))
+                return
+            self._tune(cache.model)
+
+    def _tune(self, model: ModelSpec) -> None:
+        assert self._snapshot is not None
+        scores = grid_scores(
+            self._snapshot, model, self._window, type(self), self.metric, ALPHA_GRID, self.jobs
+        )
+        self.finish_tuning(scores, metric=self.metric)

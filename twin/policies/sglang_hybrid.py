@@ -1,0 +1,162 @@
+"""``sglang``: SGLang's prefix cache as it is today (issue #14), the ``sglang`` mode's policy.
+
+- **Pure Transformers**: SGLang's ``RadixCache``, i.e. ``sglang+`` with its
+  ``eviction`` order (``--radix-eviction-policy``); with ``lru`` the same hits.
+- **Models with recurrent layers**: SGLang's ``MambaRadixCache``
+  (:class:`twin.cache.hybrid_radix.HybridRadixCache`: two pools split by
+  ``mamba_full_memory_ratio``, state tombstones) with its two LRU lists,
+  ``full_lru_list`` (leaves, for KV) and ``mamba_lru_list`` (nodes holding a
+  state, for states). ``--radix-eviction-policy`` does not reach it (SGLang's
+  ``MambaRadixCache`` has only the LRU lists).
+
+Recency follows ``mamba_radix_cache.py``: a lookup refreshes the path from the
+node the hit ends at up to the root (``_match_post_processor``:
+``reset_node_and_parents_mru``), an insert every node it walks and the node it
+adds (``_insert_helper``), always with a node more recent than its parent, so
+that ancestors lose their state first. Every refresh takes a fresh stamp from
+one counter (SGLang's ``get_last_access_time``), so there are no ties.
+
+Admission is ``sglang+``'s (a state at the branch point found by speculative
+insertion and after the last token); ``page_size`` > 1 (SGLang ``--page-size``,
+only allowed with ``--mamba-scheduler-strategy extra_buffer``) keeps states
+only at whole pages, as ``cache_finished_req`` caches ``page_aligned_len``
+tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from twin.cache import CacheNode, CacheStructure
+from twin.cache.hybrid_radix import MAMBA_FULL_MEMORY_RATIO, HybridRadixCache
+from twin.cache.leaf_heap import LeafHeap
+from twin.cache.radix import Match
+from twin.errors import TwinError
+from twin.model import ModelSpec
+from twin.policies.sglang_plus import SGLangPlusPolicy
+
+
+class SGLangPolicy(SGLangPlusPolicy):
+    """SGLang today: RadixCache for Transformers, MambaRadixCache for hybrids."""
+
+    name = "sglang"
+    description = (
+        "SGLang today: radix cache (Transformers; --radix-eviction-policy) or MambaRadixCache "
+        "(hybrids: KV and state pools split by mamba_full_memory_ratio, two LRUs, tombstones)"
+    )
+    OPTIONS = ("eviction", "mamba_full_memory_ratio", "page_size")
+
+    def __init__(
+        self,
+        eviction: str = "lru",
+        mamba_full_memory_ratio: float = MAMBA_FULL_MEMORY_RATIO,
+        page_size: int = 1,
+    ) -> None:
+        super().__init__(eviction)
+        if type(page_size) is not int or page_size < 1:
+            raise TwinError(f"sglang: page_size must be a positive integer (got {page_size!r})")
+        self.ratio = float(mamba_full_memory_ratio)
+        self.page_size = page_size
+        self.hybrid = False
+        self._stamp = 0
+        self._full = LeafHeap()  # leaves by (stamp, nid)
+        self._states = LeafHeap()  # nodes holding a state, by (stamp, nid)
+
+    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> CacheStructure:
+        if not model.n_ssm_layers:
+            return super().make_cache(model, capacity_bytes)
+        self.hybrid = True
+        return HybridRadixCache(model, capacity_bytes, self, self.ratio)
+
+    # ----- admission -----------------------------------------------------------
+    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        if not self.hybrid:
+            return super().admit(cache, prompt, full)
+        positions = super().admit(cache, prompt, full)
+        k = self.page_size
+        return sorted({p // k * k for p in positions if p >= k})
+
+    # ----- recency (hybrid) ----------------------------------------------------
+    def _stamp_path(self, node: Any) -> None:
+        """Refresh ``node`` and its ancestors, each more recent than its parent."""
+        path = []
+        while node is not None and node.parent is not None:
+            path.append(node)
+            node = node.parent
+        for n in reversed(path):
+            self._stamp += 1
+            n.eff = self._stamp
+            self.on_node_changed(n)
+
+    def on_hit(self, cache: CacheStructure, node: CacheNode) -> None:
+        if not self.hybrid:
+            super().on_hit(cache, node)
+            return
+        # cache.touch would also queue the node at its old stamp, an entry that the
+        # fresh stamp below makes stale at once: set the access time only.
+        node.t = cache.clock
+        self._stamp_path(node)
+
+    def on_insert_path(self, cache: CacheStructure, match: Match) -> None:
+        """An insert walks ``match``'s path (``_insert_helper`` stamps each node)."""
+        self._stamp_path(match.partial if match.partial is not None else match.node)
+
+    def on_node_added(self, node: CacheNode) -> None:
+        if not self.hybrid:
+            super().on_node_added(node)
+            return
+        self._stamp += 1
+        node.eff = self._stamp  # insert_mru: the newest
+        self.on_node_changed(node)
+        for child in node.children.values():
+            # A split's upper part: _split_node inserts it, then its child, as MRU
+            # (the child stays more recent than its parent).
+            self._stamp += 1
+            child.eff = self._stamp
+            self.on_node_changed(child)
+
+    def on_node_changed(self, node: CacheNode) -> None:
+        if not self.hybrid:
+            super().on_node_changed(node)
+            return
+        node.ver += 1
+        if node.lock or node.parent is None:
+            return
+        key = (node.eff, node.nid)
+        if not node.children:
+            self._full.push(key, node)
+        if node.ckpt:
+            self._states.push(key, node)
+
+    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
+        if not self.hybrid:
+            super().on_node_removed(node, into)
+            return
+        node.ver += 1
+        if into is not None:
+            # A tombstone folded into its child: the child's tokens keep its own recency.
+            self.on_node_changed(into)
+
+    # ----- victims (hybrid) ----------------------------------------------------
+    def full_victim(self, cache: CacheStructure) -> CacheNode | None:
+        """``full_lru_list.get_leaf_lru_no_lock``: the least recently used unpinned leaf."""
+        return self._full.pop(lambda n: _unpinned(n) and not n.children)
+
+    def state_victim(self, cache: CacheStructure) -> CacheNode | None:
+        """``mamba_lru_list.get_lru_no_lock``: the least recently used unpinned state."""
+        return self._states.pop(lambda n: _unpinned(n) and bool(n.ckpt))
+
+    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
+        return self.full_victim(cache) if self.hybrid else super().choose_victim(cache)
+
+    def stats(self) -> dict[str, Any]:
+        if not self.hybrid:
+            return super().stats()
+        return {"mamba_full_memory_ratio": self.ratio, "page_size": self.page_size}
+
+
+def _unpinned(node: CacheNode) -> bool:
+    """Still in the tree and not locked: a candidate (its kind's condition aside)."""
+    return node.parent is not None and not node.lock

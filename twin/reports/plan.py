@@ -1,0 +1,1009 @@
+"""``twin plan``: the cheapest deployment meeting every SLO at a given load.
+
+A *candidate* is a GPU type x engine mode x tensor-parallel degree x cache
+setting; a *deployment* is a candidate on some number of replicas, costing
+replicas x tp x the GPU's on-demand price per hour (:mod:`reports.prices`).
+:func:`plan` finds, per candidate, the fewest replicas meeting every SLO with a
+stable steady state (:func:`reports.verdicts.meets`), by a search over the
+replica count (:mod:`reports.plan_search`), and the cheapest candidate wins.
+
+Before any simulation each candidate gets a cheap analytic check
+(:func:`analyse`): the weights must fit its GPUs next to its cache
+(:func:`twin.engine.memory_budget`), a lone decode step must fit a TPOT or ITL
+target, and its *lower bound* on replicas comes from the engine's own step
+prices: a replica cannot process tokens faster than the cheapest price per token
+of any step it can run, so the workload's tokens per second (prompt tokens an
+unbounded prefix cache would not hit, plus decode tokens) need at least that
+many replicas. Candidates are searched cheapest lower bound first, at most
+``jobs`` at once (their points run in parallel, one batch per step, through
+:func:`reports.sweep.run_pairs`, kept in ``OUT/results.parquet``: a rerun
+resumes); one whose lower bound already costs more than the best deployment
+found is pruned unsimulated, and no search asks for a replica count costing
+more than that. Every rule and constant is in docs/decisions.md, "twin plan
+(issue 37)".
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from twin import __version__
+from twin.engine.modes import ENGINE_MODES, get_mode
+from twin.errors import TwinError
+from twin.hardware import GPUS
+from twin.limits import MAX_CACHE_GB, MAX_TP
+from twin.reports.analysis import parse_slos
+from twin.reports.plan_search import (
+    DEFAULT_SEARCH,
+    FALLBACK,
+    ReplicaSearch,
+    get_search,
+    non_monotone,
+)
+from twin.reports.prices import PriceTable, load_prices
+from twin.reports.sweep import (
+    AUTO_GB,
+    INFEASIBLE_COLUMN,
+    RESULTS_FILE,
+    Point,
+    SweepSpec,
+    resolve,
+    run_pairs,
+)
+from twin.reports.verdicts import RUN_LENGTH, binding_resource, meets
+from twin.slo import Slo
+
+PLAN_SCHEMA = "twin.plan"
+PLAN_SCHEMA_VERSION = 1
+PLAN_FILE = "plan.json"
+WORKLOAD_CACHE = "workloads"  # OUT/workloads: workloads stretched for --duration
+
+DEFAULT_GPUS = ("h100", "h200", "b200")
+DEFAULT_ENGINES = ("vllm", "sglang")
+DEFAULT_TP = (1, 2, 4, 8)
+DEFAULT_CACHE = ("auto",)
+# The most replicas a search asks for without --budget-gpus (a judgement call: 64
+# replicas of even one GPU is a fleet; the exponential probe reaches it in 7 steps).
+MAX_SEARCH_REPLICAS = 64
+# The share of the analytic work a replica must be able to do (see analyse): below 1
+# because a stable verdict tolerates a window whose arrivals still rise by up to 25%
+# (twin.steady_state.MAX_RAMP; 1/1.25 = 0.8) and a load a little past capacity can
+# still read as stable over a short window; 0.75 leaves room for both (judgement call).
+BOUND_SHARE = 0.75
+# Prefill chunks and decode batches whose prices the bound compares: every halving of
+# the step budget down to this many tokens (GEMM efficiency is not monotone in size).
+SMALLEST_PRICED_STEP = 64
+# Dollars closer than this are one price (sums of float prices).
+_CENTS = 1e-9
+
+# What became of a candidate.
+WINNER = "winner"  # the cheapest deployment meeting every SLO
+MEETS = "meets"  # meets them, on its fewest replicas; costs more than the winner
+COSTLIER = "costlier"  # searched until every count left cost more than the best found
+PRUNED = "pruned"  # not simulated: its lower bound costs more than the best found
+INFEASIBLE = "infeasible"  # cannot meet them: does not fit, no kernels, or fails at the cap
+# Two replica counts in a row met every target, but neither run was long enough to judge its
+# steady state (reports.verdicts.binding_resource: run length): run longer.
+UNJUDGED = "unjudged"
+OUTCOMES = (WINNER, MEETS, COSTLIER, UNJUDGED, PRUNED, INFEASIBLE)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to size: GPU type, engine mode, GPUs per replica, cache setting."""
+
+    gpu: str
+    engine: str
+    tp: int
+    cache: str  # "auto" (the engine's shared KV pool) or GB of a dedicated cache, as text
+
+    @property
+    def label(self) -> str:
+        cache = "shared pool" if self.cache == "auto" else f"{self.cache} GB cache"
+        return f"{self.gpu} {self.engine} tp{self.tp} {cache}"
+
+    @property
+    def cache_gb(self) -> float:
+        """The sweep point's cache (``AUTO_GB`` for the shared pool)."""
+        return AUTO_GB if self.cache == "auto" else float(self.cache)
+
+    @property
+    def policy(self) -> str:
+        """The sweep point's policy axis: the engine mode itself in its shared pool (as
+        ``twin simulate --engine E``), else the mode's policy in a dedicated cache."""
+        return self.engine if self.cache == "auto" else get_mode(self.engine).policy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "engine": self.engine, "tp": self.tp, "cache": self.cache}
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One simulated replica count of a candidate."""
+
+    replicas: int
+    meets: bool
+    verdict: str
+    values_ms: dict[str, float | None]  # by SLO text
+    ttft_p95_ms: float | None
+    key: str  # the row's key in results.parquet
+    verdict_reason: str | None = None  # the engine's reason for its steady-state verdict
+    run_length: bool = False  # every target met, too short to tell (run longer)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "replicas": self.replicas,
+            "meets": self.meets,
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
+            "values_ms": self.values_ms,
+            "ttft_p95_ms": self.ttft_p95_ms,
+            "key": self.key,
+        }
+
+
+@dataclass
+class CandidateResult:
+    """What the plan found for one candidate."""
+
+    candidate: Candidate
+    usd_per_gpu_hour: float
+    profile: str = ""  # the step prices' provenance
+    lower_bound: int | None = None  # fewest replicas the analytic bound allows
+    bound: str = ""  # how the bound was reached
+    limit: int = MAX_SEARCH_REPLICAS  # most replicas searched (budget or MAX_SEARCH_REPLICAS)
+    outcome: str = ""
+    reason: str = ""  # why it lost, was pruned or cannot meet the SLOs
+    replicas: int | None = None  # fewest replicas found to meet every SLO
+    trials: list[Trial] = field(default_factory=list)
+    search: str = DEFAULT_SEARCH
+    fallback: str | None = None  # why the search fell back to a linear scan
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.trials)
+
+    def cost(self, replicas: int) -> float:
+        """US dollars per hour of ``replicas`` replicas."""
+        return replicas * self.candidate.tp * self.usd_per_gpu_hour
+
+    @property
+    def gpus(self) -> int | None:
+        return None if self.replicas is None else self.replicas * self.candidate.tp
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        return None if self.replicas is None else self.cost(self.replicas)
+
+    def trial(self, replicas: int | None) -> Trial | None:
+        return next((t for t in self.trials if t.replicas == replicas), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.trial(self.replicas)
+        return {
+            **self.candidate.to_dict(),
+            "label": self.candidate.label,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "replicas": self.replicas,
+            "gpus": self.gpus,
+            "usd_per_gpu_hour": self.usd_per_gpu_hour,
+            "usd_per_hour": self.usd_per_hour,
+            "values_ms": best.values_ms if best else None,
+            "verdict": best.verdict if best else None,
+            "ttft_p95_ms": best.ttft_p95_ms if best else None,
+            "profile": self.profile,
+            "lower_bound_replicas": self.lower_bound,
+            "lower_bound_how": self.bound,
+            "replica_limit": self.limit,
+            "simulated": self.simulated,
+            "search": self.search,
+            "fallback": self.fallback,
+            "trials": [t.to_dict() for t in sorted(self.trials, key=lambda t: t.replicas)],
+        }
+
+
+@dataclass(frozen=True)
+class Load:
+    """The traffic every candidate is sized for."""
+
+    session_rate: float | None
+    concurrency: int | None
+    duration_s: float | None
+    warmup_s: float | None = None  # None: the engine's (a fifth of the duration, else 0)
+
+    def label(self) -> str:
+        if self.concurrency is not None:
+            text = f"{self.concurrency} closed-loop clients"
+        elif self.session_rate is not None:
+            text = f"{self.session_rate:g} sessions/s"
+        else:
+            text = "the workload's own arrival times"
+        text += f" for {self.duration_s:g} s" if self.duration_s is not None else ""
+        return text + (f" (first {self.warmup_s:g} s warm-up)" if self.warmup_s is not None else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_rate": self.session_rate,
+            "concurrency": self.concurrency,
+            "duration_s": self.duration_s,
+            "warmup_s": self.warmup_s,
+        }
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """A deployment no other meeting the SLOs beats on both cost and P95 TTFT."""
+
+    candidate: Candidate
+    replicas: int
+    usd_per_hour: float
+    ttft_p95_ms: float
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.candidate.tp
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.candidate.to_dict(),
+            "label": self.candidate.label,
+            "replicas": self.replicas,
+            "gpus": self.gpus,
+            "usd_per_hour": self.usd_per_hour,
+            "ttft_p95_ms": self.ttft_p95_ms,
+        }
+
+
+@dataclass
+class PlanResult:
+    """Everything ``twin plan`` found (``to_dict`` is plan.json and ``--json``)."""
+
+    command: str
+    workload: str
+    workload_sha256: str
+    model: str
+    model_set: tuple[str, ...]
+    slos: tuple[Slo, ...]
+    load: Load
+    router: str
+    prices: PriceTable
+    budget_gpus: int | None
+    search: str
+    candidates: list[CandidateResult]
+    points_run: int  # points simulated by this call
+    points_found: int  # points found in OUT/results.parquet
+    workload_stats: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def winner(self) -> CandidateResult | None:
+        return next((c for c in self.candidates if c.outcome == WINNER), None)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        simulated = sum(c.simulated for c in self.candidates)
+        by = {o: sum(c.outcome == o for c in self.candidates) for o in OUTCOMES}
+        return {
+            "candidates": len(self.candidates),
+            "simulated": simulated,
+            "pruned": len(self.candidates) - simulated,
+            "pruned_by_cost": by[PRUNED],
+            "pruned_cannot_meet": sum(
+                c.outcome == INFEASIBLE and not c.simulated for c in self.candidates
+            ),
+            **{f"outcome_{o}": n for o, n in by.items()},
+            "points_run": self.points_run,
+            "points_found": self.points_found,
+        }
+
+    def frontier(self) -> list[FrontierPoint]:
+        """The Pareto frontier of cost against P95 TTFT over every simulated deployment
+        meeting the SLOs (cheapest first; each has a lower P95 TTFT than every cheaper one)."""
+        met = [
+            FrontierPoint(c.candidate, t.replicas, c.cost(t.replicas), t.ttft_p95_ms)
+            for c in self.candidates
+            for t in c.trials
+            if t.meets and t.ttft_p95_ms is not None
+        ]
+        met.sort(key=lambda f: (f.usd_per_hour, f.ttft_p95_ms, f.gpus, f.candidate.label))
+        out: list[FrontierPoint] = []
+        for f in met:
+            if not out or f.ttft_p95_ms < out[-1].ttft_p95_ms:
+                if out and abs(f.usd_per_hour - out[-1].usd_per_hour) < _CENTS:
+                    continue  # the same cost with a higher TTFT came first: dominated
+                out.append(f)
+        return out
+
+    def simulate_command(self, c: CandidateResult, out: str = "winner") -> str:
+        """The ``twin simulate`` command reproducing ``c`` on its fewest replicas."""
+        cand = c.candidate
+        args = ["twin", "simulate", self.workload, "-m", self.model]
+        for item in self.model_set:
+            args += ["--model-set", item]
+        args += ["--gpu", cand.gpu, "--engine", cand.engine, "--tp", str(cand.tp)]
+        args += ["--replicas", str(c.replicas), "--cache-gb", cand.cache]
+        if cand.cache != "auto":
+            args += ["--policy", cand.policy]
+        if self.router != "round-robin":
+            args += ["--router", self.router]
+        if self.load.session_rate is not None:
+            args += ["--session-rate", f"{self.load.session_rate:g}"]
+        if self.load.concurrency is not None:
+            args += ["--concurrency", str(self.load.concurrency)]
+        if self.load.duration_s is not None:
+            args += ["--duration", f"{self.load.duration_s:g}"]
+        if self.load.warmup_s is not None:
+            args += ["--warmup-s", f"{self.load.warmup_s:g}"]
+        args += ["--seed", "0"]
+        for slo in self.slos:
+            args += ["--slo", slo.text]
+        args += ["--out", out]
+        return shlex.join(args)
+
+    def to_dict(self) -> dict[str, Any]:
+        win = self.winner
+        return {
+            "schema": PLAN_SCHEMA,
+            "schema_version": PLAN_SCHEMA_VERSION,
+            "twin_version": __version__,
+            "command": self.command,
+            "workload": {
+                "path": self.workload,
+                "sha256": self.workload_sha256,
+                **self.workload_stats,
+            },
+            "model": self.model,
+            "model_set": list(self.model_set),
+            "slos": [s.text for s in self.slos],
+            "load": self.load.to_dict(),
+            "router": self.router,
+            "prices": self.prices.to_dict(),
+            "budget_gpus": self.budget_gpus,
+            "search": self.search,
+            "counts": self.counts,
+            "winner": None
+            if win is None
+            else {**win.to_dict(), "simulate_command": self.simulate_command(win)},
+            "candidates": [c.to_dict() for c in self.candidates],
+            "frontier": [f.to_dict() for f in self.frontier()],
+            "notes": self.notes,
+        }
+
+
+# --- inputs ------------------------------------------------------------------------
+
+
+def _gpus(names: Sequence[str]) -> list[str]:
+    out = []
+    for name in names:
+        gpu = name.strip().lower()
+        if gpu not in GPUS:
+            raise TwinError(f"--gpus: unknown GPU {name!r}; choose from {', '.join(GPUS)}")
+        out.append(gpu)
+    if not out:
+        raise TwinError("--gpus: give at least one GPU, e.g. h100,h200")
+    return list(dict.fromkeys(out))
+
+
+def _engines(names: Sequence[str]) -> list[str]:
+    out = []
+    for name in names:
+        if name.strip().lower() not in ENGINE_MODES:
+            raise TwinError(
+                f"--engines: unknown engine mode {name!r}; choose from {', '.join(ENGINE_MODES)}"
+            )
+        out.append(get_mode(name.strip()).name)
+    if not out:
+        raise TwinError("--engines: give at least one engine mode, e.g. vllm,sglang")
+    return list(dict.fromkeys(out))
+
+
+def _tps(values: Sequence[int]) -> list[int]:
+    out = [int(v) for v in values]
+    if not out or any(not 1 <= v <= MAX_TP for v in out):
+        raise TwinError(f"--tp: each must be a whole number from 1 to {MAX_TP} (got {values})")
+    return list(dict.fromkeys(out))
+
+
+def _caches(values: Sequence[str | float]) -> list[str]:
+    out = []
+    for value in values:
+        text = str(value).strip().lower()
+        if text == "auto":
+            out.append("auto")
+            continue
+        try:
+            gb = float(text)
+        except ValueError:
+            raise TwinError(f"--cache-gb {value!r}: expected auto or a number of GB") from None
+        if not (math.isfinite(gb) and 0 <= gb <= MAX_CACHE_GB):
+            raise TwinError(f"--cache-gb {value!r}: must be auto or 0 to {MAX_CACHE_GB:g} GB")
+        out.append(f"{gb:g}")
+    if not out:
+        raise TwinError("--cache-gb: give at least one setting, e.g. auto")
+    return list(dict.fromkeys(out))
+
+
+def _load(
+    session_rate: float | None,
+    concurrency: int | None,
+    duration_s: float | None,
+    warmup_s: float | None = None,
+) -> Load:
+    if session_rate is not None and concurrency is not None:
+        raise TwinError("--session-rate and --concurrency both set the load: give one of them")
+    if session_rate is not None and not (math.isfinite(session_rate) and session_rate > 0):
+        raise TwinError(f"--session-rate {session_rate:g}: must be a positive number")
+    if concurrency is not None and concurrency < 1:
+        raise TwinError(f"--concurrency {concurrency}: must be at least 1")
+    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
+        raise TwinError(f"--duration {duration_s:g}: must be a positive number of seconds")
+    if warmup_s is not None and not (math.isfinite(warmup_s) and warmup_s >= 0):
+        raise TwinError(f"--warmup-s {warmup_s:g}: must be a number of seconds >= 0")
+    if warmup_s is not None and duration_s is not None and warmup_s >= duration_s:
+        raise TwinError(f"--warmup-s {warmup_s:g}: must be shorter than --duration {duration_s:g}")
+    # Floats, as reports.sweep.grid keeps rates: a point of 4 and one of 4.0 share a key.
+    return Load(
+        None if session_rate is None else float(session_rate),
+        concurrency,
+        None if duration_s is None else float(duration_s),
+        None if warmup_s is None else float(warmup_s),
+    )
+
+
+def workload_stats(path: str | Path) -> dict[str, Any]:
+    """What the analytic bound needs from the workload, per request and per session: prompt
+    tokens an unbounded prefix cache would not hit, decode tokens, turns, the file's rate."""
+    from twin.workload_stats import summarize
+    from twin.workloads.reader import Workload
+
+    s = summarize(Workload.open(Path(path)))
+    requests, sessions = s["requests"], s["sessions"]
+    tokens = s["tokens"]
+    return {
+        "requests": requests,
+        "sessions": sessions,
+        "mean_prompt_tokens": tokens["prompt_total"] / requests,
+        "mean_output_tokens": tokens["output_total"] / requests,
+        "infinite_cache_token_hit_rate": s["infinite_cache"]["token_hit_rate"],
+        "uncached_prompt_tokens_per_request": (
+            tokens["prompt_total"] - s["infinite_cache"]["hit_tokens"]
+        )
+        / requests,
+        # The first output token comes with the prefill; the others are decode steps.
+        "decode_tokens_per_request": (tokens["output_total"] - requests) / requests,
+        "requests_per_session": requests / sessions,
+        "file_session_rate": s["arrivals"]["session_rate_per_s"],
+    }
+
+
+# --- the analytic bound -------------------------------------------------------------
+
+
+def cheapest_token_s(pricer: Any, max_batched_tokens: int, max_running: int) -> float:
+    """The lowest price per token of any step shape a replica runs: prefill chunks, decode
+    batches (context 1 each) and mixed steps, at every halving of the step budget."""
+    prices = []
+    t = max_batched_tokens
+    while t >= min(SMALLEST_PRICED_STEP, max_batched_tokens):
+        prices.append(pricer.step_time([(t, 0)], 0, 0) / t)
+        b = min(max_running, t)
+        prices.append(pricer.step_time([], b, b) / b)
+        if t > b:
+            prices.append(pricer.step_time([(t - b, 0)], b, b) / t)
+        t //= 2
+    return min(prices)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A candidate's checks before simulation: why it cannot run, or its lower bound."""
+
+    spec: SweepSpec | None
+    profile: str
+    infeasible: str | None
+    lower_bound: int
+    bound: str
+
+
+def analyse(
+    cand: Candidate,
+    base: SweepSpec,
+    load: Load,
+    slos: Sequence[Slo],
+    stats: dict[str, Any],
+) -> Analysis:
+    """Resolve ``cand``'s sweep spec and check it before any simulation (see the module)."""
+    from twin.costmodel.profile_store import resolve_profile
+    from twin.engine import make_pricer, memory_budget
+    from twin.presets import resolve_model
+
+    spec = replace(
+        base,
+        gpu=cand.gpu,
+        engine=cand.engine,
+        settings=(("tp", cand.tp), *base.settings),
+    )
+    mode = get_mode(cand.engine)
+    try:
+        profile = resolve_profile(cand.gpu, None, mode.kernels)
+        spec = resolve(spec)
+    except TwinError as err:
+        return Analysis(None, "", f"no step prices: {err}", 1, "")
+    model = resolve_model(spec.model, spec.model_set)
+    point = Point(cand.cache_gb, cand.policy, load.session_rate, 0, 1)
+    try:
+        # A tp that does not divide the model's heads, or a mode refusing this model.
+        config = spec.config(point, profile)
+        pricer = make_pricer(model, profile, cand.tp)
+    except TwinError as err:
+        return Analysis(spec, spec.profile_label, f"cannot run: {err}", 1, "")
+    try:
+        memory_budget(model, config)
+    except TwinError as err:
+        return Analysis(spec, spec.profile_label, f"does not fit: {err}", 1, "")
+    lone = pricer.step_time([], 1, 1) * 1e3
+    for slo in slos:
+        if slo.metric in ("tpot", "itl") and lone > slo.threshold_ms:
+            return Analysis(
+                spec,
+                spec.profile_label,
+                f"one decode step alone takes {lone:.3g} ms, over {slo} at any replica count",
+                1,
+                "",
+            )
+    rate = load.session_rate if load.concurrency is None else None
+    if rate is None and load.concurrency is None:
+        rate = stats.get("file_session_rate")
+    if rate is None:
+        how = (
+            "1: closed-loop clients set their own rate"
+            if load.concurrency is not None
+            else "1: the workload's arrival rate is unknown"
+        )
+        return Analysis(spec, spec.profile_label, None, 1, how)
+    per_token = cheapest_token_s(pricer, config.max_batched_tokens, config.max_running)
+    tokens = stats["uncached_prompt_tokens_per_request"] + stats["decode_tokens_per_request"]
+    requests_per_s = rate * stats["requests_per_session"]
+    work = requests_per_s * tokens * per_token  # replica-seconds per second
+    bound = max(1, math.ceil(BOUND_SHARE * work - 1e-9))
+    how = (
+        f"{bound}: {requests_per_s:,.4g} requests/s x {tokens:,.0f} tokens (uncached prompt + "
+        f"decode) x {per_token * 1e9:,.4g} ns/token (cheapest step price) = {work:,.3g} "
+        f"replicas busy, x {BOUND_SHARE:g}"
+    )
+    return Analysis(spec, spec.profile_label, None, bound, how)
+
+
+# --- the plan ------------------------------------------------------------------------
+
+
+@dataclass
+class PlanProgress:
+    """Where a plan stands, for a progress bar."""
+
+    total: int
+    evaluated: int = 0  # candidates whose search finished (simulated)
+    pruned: int = 0  # candidates settled without simulation
+    points: int = 0  # points simulated or found so far
+
+    @property
+    def settled(self) -> int:
+        return self.evaluated + self.pruned
+
+
+def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, str]:
+    """Winner order: cost, then GPUs, then the worst target's share of its threshold
+    (more headroom first), then the label (a fixed order)."""
+    t = c.trial(c.replicas)
+    shares = [
+        math.inf if v is None else v / s.threshold_ms
+        for s in slos
+        for v in [t.values_ms.get(s.text) if t else None]
+    ]
+    cost = c.usd_per_hour if c.usd_per_hour is not None else math.inf
+    return (round(cost, 9), c.gpus or 0, max(shares, default=0.0), c.candidate.label)
+
+
+def plan(
+    workload: str | Path,
+    out: str | Path,
+    *,
+    model: str,
+    slos: Sequence[str | Slo],
+    model_set: Sequence[str] = (),
+    session_rate: float | None = None,
+    concurrency: int | None = None,
+    duration_s: float | None = None,
+    warmup_s: float | None = None,
+    gpus: Sequence[str] = DEFAULT_GPUS,
+    engines: Sequence[str] = DEFAULT_ENGINES,
+    tp: Sequence[int] = DEFAULT_TP,
+    cache: Sequence[str | float] = DEFAULT_CACHE,
+    prices: str | Path | None = None,
+    budget_gpus: int | None = None,
+    router: str = "round-robin",
+    search: str = DEFAULT_SEARCH,
+    jobs: int = 1,
+    command: str = "twin plan (invoked programmatically)",
+    progress: Callable[[PlanProgress], None] | None = None,
+) -> PlanResult:
+    """Find the cheapest deployment of ``model`` meeting every SLO in ``slos`` for
+    ``workload`` at the load given (``session_rate`` or ``concurrency`` closed-loop
+    clients, for ``duration_s`` simulated seconds, the first ``warmup_s`` left out of the
+    numbers); write ``OUT/plan.json``,
+    ``OUT/report.md`` and ``OUT/report.html``; return what it found.
+
+    Every input is checked before the first simulation (one-line ``TwinError``s).
+    ``prices`` is a TOML price table replacing the shipped one; ``budget_gpus`` caps
+    the GPUs (replicas x tp) of every deployment; ``search`` names the replica
+    search (:data:`reports.plan_search.SEARCHES`); ``progress`` sees the counts as
+    they move.
+    """
+    from twin.engine import ROUTERS
+    from twin.presets import resolve_model
+    from twin.workloads.importers.base import sha256_file
+
+    slo_list = parse_slos(list(slos))
+    if not slo_list:
+        raise TwinError("--slo: give at least one target, e.g. --slo 'p95_ttft<=500ms'")
+    load = _load(session_rate, concurrency, duration_s, warmup_s)
+    gpu_names, engine_names = _gpus(gpus), _engines(engines)
+    tps, caches = _tps(tp), _caches(cache)
+    strategy = get_search(search)
+    if budget_gpus is not None and budget_gpus < 1:
+        raise TwinError(f"--budget-gpus {budget_gpus}: must be at least 1")
+    if jobs < 1:
+        raise TwinError(f"--jobs {jobs}: must be at least 1")
+    if router not in ROUTERS:
+        raise TwinError(f"--router {router!r}: choose from {', '.join(ROUTERS)}")
+    table = load_prices(prices)
+    for gpu in gpu_names:
+        table.price(gpu)  # a GPU without a price fails before any work
+    resolve_model(model, model_set)  # a bad --model fails before any work
+    path = Path(workload)
+    if not path.is_file():
+        raise TwinError(f"{path}: no such workload file")
+    out_dir = Path(out)
+
+    settings: list[tuple[str, Any]] = [("router", router)]
+    if load.concurrency is not None:
+        settings.append(("concurrency", load.concurrency))
+    if load.warmup_s is not None:
+        settings.append(("warmup_s", load.warmup_s))
+    if load.duration_s is not None:
+        settings += [
+            ("duration_s", float(load.duration_s)),
+            ("workload_cache", str(out_dir / WORKLOAD_CACHE)),
+        ]
+    base = SweepSpec(
+        workload=str(workload),
+        model=model,
+        model_set=tuple(model_set),
+        settings=tuple(settings),
+        slos=tuple(s.text for s in slo_list),
+    )
+    stats = workload_stats(path)
+    searcher = _Searcher(slo_list, load, out_dir, jobs, progress)
+    searcher.state.total = len(gpu_names) * len(engine_names) * len(tps) * len(caches)
+    searcher.tell()
+    for gpu in gpu_names:
+        for engine in engine_names:
+            for t in tps:
+                for c in caches:
+                    cand = Candidate(gpu, engine, t, c)
+                    res = CandidateResult(cand, table.price(gpu).usd_per_gpu_hour)
+                    res.search = strategy.name
+                    res.limit = MAX_SEARCH_REPLICAS
+                    if budget_gpus is not None:
+                        res.limit = min(res.limit, budget_gpus // t)
+                    spec = _check(res, base, load, slo_list, stats, budget_gpus)
+                    searcher.add(res, spec, strategy)
+    searcher.run()
+    result = PlanResult(
+        command=command,
+        workload=str(workload),
+        workload_sha256=sha256_file(path),
+        model=model,
+        model_set=tuple(model_set),
+        slos=slo_list,
+        load=load,
+        router=router,
+        prices=table,
+        budget_gpus=budget_gpus,
+        search=strategy.name,
+        candidates=searcher.results,
+        points_run=searcher.points_run,
+        points_found=searcher.points_found,
+        workload_stats=stats,
+        notes=_decide(searcher.results, slo_list),
+    )
+    from twin.reports.plan_render import write_plan
+
+    write_plan(out_dir, result)
+    return result
+
+
+def _check(
+    res: CandidateResult,
+    base: SweepSpec,
+    load: Load,
+    slos: Sequence[Slo],
+    stats: dict[str, Any],
+    budget_gpus: int | None,
+) -> SweepSpec | None:
+    """The checks before simulation; the candidate's spec, or None (``res`` says why)."""
+    t = res.candidate.tp
+    if res.limit < 1:
+        res.outcome = INFEASIBLE
+        res.reason = f"tp {t} needs more GPUs than --budget-gpus {budget_gpus} allows"
+        return None
+    found = analyse(res.candidate, base, load, slos, stats)
+    res.profile, res.lower_bound, res.bound = found.profile, found.lower_bound, found.bound
+    if found.infeasible is not None:
+        res.outcome, res.reason = INFEASIBLE, found.infeasible
+        return None
+    if found.lower_bound > res.limit:
+        res.outcome = INFEASIBLE
+        res.reason = (
+            f"needs at least {found.lower_bound} replicas (the analytic bound), more than "
+            f"the {res.limit} allowed"
+            + (f" by --budget-gpus {budget_gpus}" if budget_gpus is not None else "")
+        )
+        return None
+    return found.spec
+
+
+class _Searcher:
+    """Runs the candidates' searches: cheapest lower bound first, at most ``jobs`` at once,
+    one batch of points per step, pruning against the best deployment found."""
+
+    def __init__(
+        self,
+        slos: Sequence[Slo],
+        load: Load,
+        out: Path,
+        jobs: int,
+        progress: Callable[[PlanProgress], None] | None,
+    ) -> None:
+        self.slos, self.load, self.out, self.jobs = slos, load, out, jobs
+        self.progress = progress
+        self.state = PlanProgress(total=0)
+        self.results: list[CandidateResult] = []
+        self.specs: dict[int, SweepSpec] = {}
+        self.searches: dict[int, ReplicaSearch] = {}
+        self.best = math.inf  # $/hour of the cheapest deployment found to meet the SLOs
+        self.points_run = self.points_found = 0
+
+    def tell(self) -> None:
+        if self.progress is not None:
+            self.progress(self.state)
+
+    def add(
+        self, res: CandidateResult, spec: SweepSpec | None, strategy: type[ReplicaSearch]
+    ) -> None:
+        self.results.append(res)
+        if spec is None:
+            self.state.pruned += 1
+            self.tell()
+            return
+        self.specs[id(res)] = spec
+        self.searches[id(res)] = strategy(res.lower_bound or 1, res.limit)
+
+    def run(self) -> None:
+        queue = sorted(
+            (r for r in self.results if id(r) in self.searches),
+            key=lambda r: (r.cost(r.lower_bound or 1), r.candidate.label),
+        )
+        active: list[CandidateResult] = []
+        while queue or active:
+            while len(active) < self.jobs and queue:
+                nxt = queue.pop(0)
+                if nxt.cost(nxt.lower_bound or 1) > self.best + _CENTS:
+                    # The queue is in lower-bound cost order: every one left is pruned too.
+                    for r in [nxt, *queue]:
+                        self._prune(r)
+                    queue = []
+                    break
+                active.append(nxt)
+            asked = []
+            for r in list(active):
+                n = self._next(r)
+                if n is None:
+                    active.remove(r)
+                else:
+                    asked.append((r, n))
+            if asked:
+                self._step(asked)
+
+    def _prune(self, r: CandidateResult) -> None:
+        r.outcome = PRUNED
+        r.reason = (
+            f"not simulated: its lower bound of {r.lower_bound} replica(s) costs "
+            f"${r.cost(r.lower_bound or 1):,.2f}/h, more than the best found (${self.best:,.2f}/h)"
+        )
+        self.state.pruned += 1
+        self.tell()
+
+    def _next(self, r: CandidateResult) -> int | None:
+        """The candidate's next replica count, under the cost of the best found; None (and
+        the candidate settled) when its search is done."""
+        s = self.searches[id(r)]
+        if r.outcome:  # settled by a point that cannot run
+            self.state.evaluated += 1
+            self.tell()
+            return None
+        if math.isfinite(self.best):
+            s.cap(math.floor(self.best / (r.candidate.tp * r.usd_per_gpu_hour) + 1e-9))
+        n = s.next()
+        if n is not None:
+            return n
+        if not s.tried:  # the best found fell below its lower bound's cost before it ran
+            self._prune(r)
+            return None
+        _settle(r, s, self.best)
+        self.state.evaluated += 1
+        self.tell()
+        return None
+
+    def _step(self, asked: list[tuple[CandidateResult, int]]) -> None:
+        """Simulate one replica count per candidate in ``asked`` (in parallel); record them."""
+        batch = [
+            (
+                self.specs[id(r)],
+                Point(r.candidate.cache_gb, r.candidate.policy, self.load.session_rate, 0, n),
+            )
+            for r, n in asked
+        ]
+        outcome = run_pairs(batch, self.out, jobs=self.jobs)
+        self.points_run += outcome.computed
+        self.points_found += outcome.skipped
+        self.state.points += len(batch)
+        for (r, n), row in zip(asked, outcome.rows, strict=True):
+            s = self.searches[id(r)]
+            if row.get(INFEASIBLE_COLUMN):
+                r.outcome = INFEASIBLE
+                r.reason = f"cannot run on {n} replica(s): {row[INFEASIBLE_COLUMN]}"
+                s.cap(0)  # its search is over
+                continue
+            ok = meets(row, self.slos)
+            values = {slo.text: row.get(slo.column) for slo in self.slos}
+            r.trials.append(
+                Trial(
+                    n,
+                    ok,
+                    str(row.get("verdict")),
+                    values,
+                    row.get("ttft_p95_ms"),
+                    row["key"],
+                    row.get("verdict_reason"),
+                    binding_resource(row, self.slos) == RUN_LENGTH,
+                )
+            )
+            s.record(n, ok)
+            if ok:
+                self.best = min(self.best, r.cost(n))
+            if len(r.trials) >= 2 and all(t.run_length for t in r.trials[-2:]):
+                a, b = sorted(t.replicas for t in r.trials[-2:])
+                r.outcome = UNJUDGED
+                r.reason = (
+                    f"meets every target on {a} and on {b} replica(s), but neither run is long "
+                    f"enough to judge its steady state ({r.trials[-1].verdict_reason}); more "
+                    "replicas do not change that"
+                )
+                s.cap(0)  # its search is over
+                continue
+            if r.fallback is None and s.name != FALLBACK:
+                why = non_monotone(
+                    [(t.replicas, t.meets, t.values_ms) for t in r.trials], self.slos
+                )
+                if why is not None:
+                    r.fallback = why
+                    r.search = f"{s.name}, then {FALLBACK}"
+                    self.searches[id(r)] = get_search(FALLBACK)(s.lo, s.hi, s.tried)
+        self.tell()
+
+
+def _decide(results: list[CandidateResult], slos: Sequence[Slo]) -> list[str]:
+    """Pick the winner among the candidates meeting the SLOs, say why each other one lost;
+    return the plan's notes (searches that fell back to a linear scan)."""
+    ranked = sorted((r for r in results if r.outcome == MEETS), key=lambda r: _rank(r, slos))
+    if ranked:
+        ranked[0].outcome = WINNER
+        for r in ranked[1:]:
+            r.reason = _lost(r, ranked[0])
+    notes = [
+        f"{r.candidate.label}: the P95s were not monotone in the replica count "
+        f"({r.fallback}); its search fell back to a linear scan"
+        for r in results
+        if r.fallback
+    ]
+    unjudged = [r for r in results if r.outcome == UNJUDGED]
+    if unjudged:
+        notes.append(
+            f"{len(unjudged)} candidate(s) met every target but their runs were too short to "
+            "judge a steady state (a run that is not stable meets no SLO): run longer "
+            "(--duration)"
+        )
+    return notes
+
+
+def _settle(r: CandidateResult, s: ReplicaSearch, best: float) -> None:
+    """A candidate whose search is done: what it found."""
+    if r.outcome:  # settled already (a point that cannot run)
+        return
+    fewest = s.fewest
+    if fewest is not None and s.pinned:
+        r.outcome, r.replicas = MEETS, fewest
+        return
+    if fewest is not None:
+        below = [n for n, ok in s.tried.items() if not ok and n < fewest]
+        low = (max(below) if below else s.lo - 1) + 1
+        r.outcome = COSTLIER
+        r.reason = (
+            f"meets every SLO on {fewest} replica(s) (${r.cost(fewest):,.2f}/h); its fewest "
+            f"lies in {low}-{fewest}, and {s.hi + 1} or more cost more than the best found "
+            f"(${best:,.2f}/h)"
+        )
+        return
+    tried = max(s.tried)
+    if s.hi < r.limit and tried >= s.hi:
+        r.outcome = COSTLIER
+        r.reason = (
+            f"fails on {tried} replica(s); {tried + 1} would cost ${r.cost(tried + 1):,.2f}/h, "
+            f"more than the best found (${best:,.2f}/h)"
+        )
+        return
+    t = r.trial(tried)
+    r.outcome = INFEASIBLE
+    cap = (
+        "the most --budget-gpus allows"
+        if r.limit < MAX_SEARCH_REPLICAS
+        else f"the search's cap of {MAX_SEARCH_REPLICAS}"
+    )
+    r.reason = f"fails the SLOs even on {tried} replica(s), {cap}" + (
+        f" ({_values(t)})" if t else ""
+    )
+
+
+def _values(t: Trial) -> str:
+    shown = ", ".join(
+        f"{k}: {'-' if v is None else f'{v:,.3g} ms'}" for k, v in t.values_ms.items()
+    )
+    return f"{shown}; steady state {t.verdict}"
+
+
+def _lost(r: CandidateResult, win: CandidateResult) -> str:
+    """Why a candidate meeting the SLOs is not the winner."""
+    mine, theirs = r.usd_per_hour or math.inf, win.usd_per_hour or math.inf
+    if mine > theirs + _CENTS:
+        return (
+            f"needs {r.replicas} replica(s) x tp {r.candidate.tp} = {r.gpus} GPU(s) at "
+            f"${mine:,.2f}/h, ${mine - theirs:,.2f}/h more than the winner"
+        )
+    if (r.gpus or 0) > (win.gpus or 0):
+        return f"the same ${mine:,.2f}/h on more GPUs ({r.gpus} against {win.gpus})"
+    return f"the same ${mine:,.2f}/h on {r.gpus} GPU(s), with less headroom under the SLOs"
+
+
+__all__ = [
+    "DEFAULT_CACHE",
+    "DEFAULT_ENGINES",
+    "DEFAULT_GPUS",
+    "DEFAULT_TP",
+    "PLAN_FILE",
+    "PLAN_SCHEMA",
+    "PLAN_SCHEMA_VERSION",
+    "RESULTS_FILE",
+    "Candidate",
+    "CandidateResult",
+    "PlanProgress",
+    "PlanResult",
+    "plan",
+]

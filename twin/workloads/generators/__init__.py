@@ -1,0 +1,68 @@
+"""Synthetic workload generators, found by name through one registry.
+
+The CLI calls::
+
+    cls = get_generator(kind)
+    gen = cls(cls.parse_params({"key": "value", ...}))     # from --set key=value
+    with WorkloadWriter(out, gen.metadata(sessions, rate, seed, max_context)) as w:
+        w.write_all(gen.rows(sessions, rate, seed, max_context))
+
+(or ``sessions=None, duration_s=D`` for every session starting in [0, D) s).
+
+Add a kind by subclassing ``WorkloadGenerator`` (``workloads.generators.base``) and
+listing it here.
+"""
+
+from __future__ import annotations
+
+from twin.errors import TwinError
+from twin.workloads.generators.base import GeneratorParams, Turn, WorkloadGenerator
+from twin.workloads.generators.chat import ChatGenerator, ChatParams
+from twin.workloads.generators.doc_qa import DocQAGenerator, DocQAParams
+from twin.workloads.generators.fixed import FixedGenerator, FixedParams
+from twin.workloads.generators.sharegpt import ShareGPTGenerator, ShareGPTParams
+from twin.workloads.generators.swebench import SWEBenchGenerator, SWEBenchParams
+from twin.workloads.generators.system_prompt import SystemPromptGenerator, SystemPromptParams
+
+GENERATORS: dict[str, type[WorkloadGenerator]] = {
+    cls.name: cls
+    for cls in (
+        ChatGenerator,
+        DocQAGenerator,
+        FixedGenerator,
+        ShareGPTGenerator,
+        SWEBenchGenerator,
+        SystemPromptGenerator,
+    )
+}
+
+
+def get_generator(kind: str) -> type[WorkloadGenerator]:
+    """The generator class registered as ``kind``; a ``TwinError`` listing valid kinds if none."""
+    try:
+        return GENERATORS[kind]
+    except KeyError:
+        raise TwinError(
+            f"unknown generator {kind!r}; valid generators: {', '.join(sorted(GENERATORS))}"
+        ) from None
+
+
+__all__ = [
+    "GENERATORS",
+    "ChatGenerator",
+    "ChatParams",
+    "DocQAGenerator",
+    "DocQAParams",
+    "FixedGenerator",
+    "FixedParams",
+    "GeneratorParams",
+    "SWEBenchGenerator",
+    "SWEBenchParams",
+    "ShareGPTGenerator",
+    "ShareGPTParams",
+    "SystemPromptGenerator",
+    "SystemPromptParams",
+    "Turn",
+    "WorkloadGenerator",
+    "get_generator",
+]

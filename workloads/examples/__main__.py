@@ -1,6 +1,0 @@
-"""Rebuild the shipped example workloads: ``python -m workloads.examples``."""
-
-from workloads.examples import build_all
-
-for path in build_all():
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
