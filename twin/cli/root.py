@@ -1,22 +1,12 @@
-"""The ``twin`` typer app: one sub-app per noun (run it through ``twin.cli.main``)."""
+"""The ``twin`` typer app (run it through ``twin.cli.main``): its commands and sub-apps are
+registered by name in ``twin.cli.lazy.COMMANDS`` and imported when run, so ``twin --help``
+imports none of them."""
 
 from __future__ import annotations
 
 import typer
 
-from twin import __version__
-from twin.cli import (
-    calibrate,
-    cost,
-    models,
-    plan,
-    replay,
-    report,
-    reproduce,
-    simulate,
-    validate,
-    workload,
-)
+from twin.cli.lazy import LazyGroup
 
 app = typer.Typer(
     name="twin",
@@ -28,24 +18,17 @@ app = typer.Typer(
         "  twin workload info chat.parquet\n\n"
         "  twin cost --model marconi-hybrid-7b --gpu h100"
     ),
+    cls=LazyGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(models.app, name="models")
-app.add_typer(workload.app, name="workload")
-app.add_typer(report.app, name="report")
-app.command("simulate")(simulate.simulate)
-app.command("replay")(replay.replay)
-app.command("calibrate")(calibrate.calibrate)
-app.command("cost")(cost.cost)
-app.command("validate")(validate.validate)
-app.command("reproduce")(reproduce.reproduce_cmd)
-app.command("plan")(plan.plan_cmd)
 
 
 def _version_callback(value: bool) -> None:
     if value:
+        from twin import __version__
+
         print(f"twin {__version__}")
         raise typer.Exit()
 
