@@ -217,7 +217,7 @@ def test_the_simulate_command_reproduces_the_winner(space: Space, tmp_path, monk
 
 def test_reports_are_written(space: Space) -> None:
     doc = json.loads((space.out / "plan.json").read_text())
-    assert doc["schema"] == "twin.plan" and doc["schema_version"] == 1
+    assert doc["schema"] == "twin.plan" and doc["schema_version"] == 2
     md = (space.out / "report.md").read_text()
     for head in ("## Winner", "## Why each other candidate lost", "## Pareto frontier"):
         assert head in md
@@ -532,3 +532,100 @@ def test_runs_too_short_to_judge_stop_the_search(monkeypatch, tmp_path) -> None:
     assert len(asked) == 2 and found.winner is None
     assert any("too short to judge" in n for n in found.notes)
     assert "run longer" in (tmp_path / "out" / "report.md").read_text()
+
+
+# --- screening runs (successive halving's first rung) ----------------------------------
+
+
+def _fake_screened_sweep(
+    monkeypatch, full, short, verdict=lambda n, s: "stable", full_s: float = 400.0
+):
+    """A stand-in sweep whose full runs (``full_s`` simulated seconds) read
+    ``full(replicas)`` ms of P95 TTFT and whose shorter screening runs read
+    ``short(replicas)``; returns the (replicas, screening?) asked for."""
+    asked: list[tuple[int, bool]] = []
+
+    def fake(pairs, out, jobs=1, **_: Any) -> SweepOutcome:
+        rows = []
+        for spec, p in pairs:
+            short_run = dict(spec.settings)["duration_s"] < full_s
+            asked.append((p.replicas, short_run))
+            value = (short if short_run else full)(p.replicas)
+            rows.append(
+                {
+                    "key": f"{p.replicas}-{short_run}",
+                    "verdict": verdict(p.replicas, short_run),
+                    "verdict_reason": "",
+                    "ttft_p95_ms": value,
+                }
+            )
+        return SweepOutcome(rows, len(rows), 0)
+
+    monkeypatch.setattr(plan_module, "run_pairs", fake)
+    return asked
+
+
+def _one_candidate(tmp_path: Path, **kw: Any) -> PlanResult:
+    return _plan_tiny(tmp_path, gpus=["h100"], engines=["vllm"], tp=[1], duration_s=400.0, **kw)
+
+
+def test_screening_spares_full_runs_of_counts_it_rules_out(monkeypatch, tmp_path) -> None:
+    # Against P95 TTFT <= 100 ms: 1 and 2 replicas miss by far (ruled out short), 3 passes,
+    # 4 misses by less than the margin (140 ms short: run in full, where it reads 96).
+    full = {1: 500.0, 2: 300.0, 3: 90.0, 4: 96.0}
+    asked = _fake_screened_sweep(monkeypatch, full.__getitem__, lambda n: 1.4 * full[n])
+    screened = _one_candidate(tmp_path / "a")
+    unscreened_asked = _fake_screened_sweep(monkeypatch, full.__getitem__, lambda n: 0.0)
+    plain = _one_candidate(tmp_path / "b", screen=False)
+    assert screened.winner is not None and plain.winner is not None
+    assert screened.winner.replicas == plain.winner.replicas == 3
+    # Every count was screened; only those not ruled out ran in full.
+    full_runs = sorted(n for n, short in asked if not short)
+    assert sorted(n for n, short in asked if short) == sorted({n for n, _ in asked})
+    assert 1 not in full_runs and 2 not in full_runs and 3 in full_runs
+    assert all(not short for _, short in unscreened_asked)
+    n = screened.counts
+    assert n["screened_out"] == 2 and n["screen_points_run"] == len(asked) - len(full_runs)
+    (c,) = screened.candidates
+    assert [t.replicas for t in c.trials if t.screened] == [1, 2]
+    assert all(not t.meets for t in c.trials if t.screened)
+
+
+def test_screening_trusts_an_overloaded_verdict(monkeypatch, tmp_path) -> None:
+    # Values under the target, but the short run's queue grows: ruled out without a full run.
+    asked = _fake_screened_sweep(
+        monkeypatch,
+        lambda n: 50.0,
+        lambda n: 50.0,
+        verdict=lambda n, short: "overloaded" if n < 2 else "stable",
+    )
+    found = _one_candidate(tmp_path)
+    assert found.winner is not None and found.winner.replicas == 2
+    assert (1, False) not in asked and (1, True) in asked
+
+
+def test_short_durations_are_not_screened(monkeypatch, tmp_path) -> None:
+    # A quarter of 200 s is under SCREEN_MIN_S: every count runs in full only.
+    asked = _fake_screened_sweep(monkeypatch, lambda n: 50.0, lambda n: 1e6, full_s=200.0)
+    found = _plan_tiny(tmp_path, gpus=["h100"], engines=["vllm"], tp=[1], duration_s=200.0)
+    assert 200.0 * plan_module.SCREEN_FRACTION < plan_module.SCREEN_MIN_S
+    assert found.winner is not None and found.counts["screen_points_run"] == 0
+    assert asked == [(1, False)]  # one full run, no screening
+
+
+def test_screen_spec_scales_duration_and_warm_up() -> None:
+    spec = SweepSpec(
+        workload="w.parquet",
+        model=MODEL,
+        settings=(("router", "round-robin"), ("duration_s", 400.0), ("warmup_s", 80.0)),
+    )
+    short = dict(plan_module.screen_spec(spec).settings)
+    assert short == {"router": "round-robin", "duration_s": 100.0, "warmup_s": 20.0}
+
+
+def test_screened_out_rule() -> None:
+    slos = parse_slos(["p95_ttft<=100ms"])
+    assert plan_module.screened_out({"verdict": "overloaded", "ttft_p95_ms": 1.0}, slos)
+    assert plan_module.screened_out({"verdict": "stable", "ttft_p95_ms": 151.0}, slos)
+    assert not plan_module.screened_out({"verdict": "stable", "ttft_p95_ms": 149.0}, slos)
+    assert not plan_module.screened_out({"verdict": "stable", "ttft_p95_ms": None}, slos)

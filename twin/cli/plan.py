@@ -42,6 +42,8 @@ from twin.reports.plan_render import winner_sentence
 from twin.reports.plan_search import DEFAULT_SEARCH, SEARCHES
 from twin.reports.render import HTML_FILE, MD_FILE
 from twin.reports.sweep import RESULTS_FILE
+from twin.workloads.examples import DEFAULT_EXAMPLE as EXAMPLE
+from twin.workloads.examples import example_path
 
 SEARCH_HELP = (
     "How each candidate's fewest replicas is found: "
@@ -118,8 +120,15 @@ def _progress(total: int) -> Iterator[Callable[[PlanProgress], None]]:
         yield update
 
 
+# The load planned for when neither a workload nor a load is given (the bundled example).
+EXAMPLE_SESSION_RATE = 1.0
+EXAMPLE_DURATION_S = 600.0
+
+
 def plan_cmd(
-    workload: Path = typer.Argument(..., help="Workload parquet file."),
+    workload: Path | None = typer.Argument(
+        None, help=f"Workload parquet file (default: the bundled {EXAMPLE!r} example)."
+    ),
     model: ModelOption = "marconi-hybrid-7b",
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     slo: list[str] = typer.Option(
@@ -190,7 +199,16 @@ def plan_cmd(
         help=SEARCH_HELP,
     ),
     jobs: JobsOption = 1,
-    out: Path = typer.Option(..., "--out", "-o", help="Output folder (reruns resume in it)."),
+    screen: bool = typer.Option(
+        True,
+        "--screen/--no-screen",
+        help="Run each replica count for a quarter of --duration first and in full only "
+        "when that short run does not rule it out (overloaded, or a target missed by half "
+        "again); needs --duration of at least 240 s.",
+    ),
+    out: Path = typer.Option(
+        Path("plan"), "--out", "-o", help="Output folder (reruns resume in it)."
+    ),
     as_json: bool = typer.Option(
         False, "--json", help="Print plan.json on stdout instead of the tables."
     ),
@@ -213,7 +231,8 @@ def plan_cmd(
         --duration 2400 --warmup-s 800 --gpus h100,b200 --engines vllm,sglang --tp 1,2 \\
         --budget-gpus 2 --json --out plan-2gpu
     """
-    checks.in_file("WORKLOAD", workload, "workload file")
+    if workload is not None:
+        checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
     if prices is not None:
         checks.in_file("--prices", prices, "price file")
@@ -224,6 +243,18 @@ def plan_cmd(
     gpu_list, engine_list = _items("--gpus", gpus), _items("--engines", engines)
     tp_list, cache_list = _ints("--tp", tp), _items("--cache-gb", cache_gb)
     total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list)
+    if workload is None:
+        workload = example_path(EXAMPLE)
+        said = f"no workload given: planning for the bundled {EXAMPLE!r} example ({workload})"
+        if session_rate is None and concurrency is None and duration is None:
+            # Its own arrivals are a few minutes of sessions, too short to judge a steady
+            # state: a load long enough to judge one, said and overridable.
+            session_rate, duration = EXAMPLE_SESSION_RATE, EXAMPLE_DURATION_S
+            said += (
+                f" at {session_rate:g} session/s for {duration:g} s "
+                "(--session-rate, --concurrency, --duration to change)"
+            )
+        err_console.print(said, highlight=False, markup=False, soft_wrap=True)
     with _progress(total) as advance:
         found = plan(
             workload,
@@ -244,6 +275,7 @@ def plan_cmd(
             router=router,
             search=search,
             jobs=jobs,
+            screen=screen,
             command=_command_line(),
             progress=advance,
         )
@@ -251,7 +283,13 @@ def plan_cmd(
     err_console.print(
         f"{n['candidates']} candidate(s): {n['simulated']} simulated, {n['pruned']} pruned "
         f"before simulation; {n['points_run']} point(s) simulated, {n['points_found']} found "
-        f"in {out / RESULTS_FILE}",
+        f"in {out / RESULTS_FILE}"
+        + (
+            f"; {n['screen_points_run'] + n['screen_points_found']} short screening run(s) "
+            f"ruled out {n['screened_out']} replica count(s) without a full run"
+            if n["screen_points_run"] + n["screen_points_found"]
+            else ""
+        ),
         highlight=False,
         markup=False,
         soft_wrap=True,

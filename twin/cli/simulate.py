@@ -41,9 +41,8 @@ from twin.policies import POLICIES
 from twin.presets import resolve_model
 from twin.slo import parse_slos
 from twin.steady_state import OVERLOADED
+from twin.workloads.examples import DEFAULT_EXAMPLE as EXAMPLE
 from twin.workloads.examples import example_path
-
-EXAMPLE = "chat"
 
 
 def simulate(

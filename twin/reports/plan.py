@@ -55,11 +55,12 @@ from twin.reports.sweep import (
     resolve,
     run_pairs,
 )
-from twin.reports.verdicts import RUN_LENGTH, binding_resource, meets
+from twin.reports.verdicts import RUN_LENGTH, binding_resource, meets, verdict_of
 from twin.slo import Slo
+from twin.steady_state import OVERLOADED
 
 PLAN_SCHEMA = "twin.plan"
-PLAN_SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = 2  # 2: screening runs (counts, trials' "screened")
 PLAN_FILE = "plan.json"
 WORKLOAD_CACHE = "workloads"  # OUT/workloads: workloads stretched for --duration
 
@@ -78,6 +79,19 @@ BOUND_SHARE = 0.75
 # Prefill chunks and decode batches whose prices the bound compares: every halving of
 # the step budget down to this many tokens (GEMM efficiency is not monotone in size).
 SMALLEST_PRICED_STEP = 64
+# Screening runs (successive halving's first rung): each replica count a search asks for
+# is first simulated for SCREEN_FRACTION of --duration; only a count the short run does not
+# rule out gets the full run. A short run rules a count out when its steady state is
+# judged overloaded (a queue growing over a quarter of the run grows over all of it) or
+# a target is missed by more than SCREEN_MARGIN times its threshold (a judgement call: the
+# short window's P95 carries a colder cache and fewer samples, which move it by tens of
+# percent, not by half). Runs shorter than SCREEN_MIN_S simulated seconds are not screened
+# (too few requests to judge). benchmarks/bench_plan.py counts the full runs saved and
+# checks, against every full run of the same space, that no count screened out would
+# have met the SLOs.
+SCREEN_FRACTION = 0.25
+SCREEN_MARGIN = 1.5
+SCREEN_MIN_S = 60.0
 # Dollars closer than this are one price (sums of float prices).
 _CENTS = 1e-9
 
@@ -134,11 +148,13 @@ class Trial:
     key: str  # the row's key in results.parquet
     verdict_reason: str | None = None  # the engine's reason for its steady-state verdict
     run_length: bool = False  # every target met, too short to tell (run longer)
+    screened: bool = False  # ruled out by its short screening run (no full run)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "replicas": self.replicas,
             "meets": self.meets,
+            "screened": self.screened,
             "verdict": self.verdict,
             "verdict_reason": self.verdict_reason,
             "values_ms": self.values_ms,
@@ -157,6 +173,8 @@ class CandidateResult:
     lower_bound: int | None = None  # fewest replicas the analytic bound allows
     bound: str = ""  # how the bound was reached
     limit: int = MAX_SEARCH_REPLICAS  # most replicas searched (budget or MAX_SEARCH_REPLICAS)
+    # The sweep spec its full runs used (None: not simulated); rerun a point with it.
+    spec: SweepSpec | None = field(default=None, repr=False, compare=False)
     outcome: str = ""
     reason: str = ""  # why it lost, was pruned or cannot meet the SLOs
     replicas: int | None = None  # fewest replicas found to meet every SLO
@@ -279,6 +297,9 @@ class PlanResult:
     points_run: int  # points simulated by this call
     points_found: int  # points found in OUT/results.parquet
     workload_stats: dict[str, Any]
+    screen_points_run: int = 0  # short screening runs simulated by this call
+    screen_points_found: int = 0  # short screening runs found in OUT/results.parquet
+    screened_out: int = 0  # replica counts a screening run ruled out (no full run)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -300,6 +321,9 @@ class PlanResult:
             **{f"outcome_{o}": n for o, n in by.items()},
             "points_run": self.points_run,
             "points_found": self.points_found,
+            "screen_points_run": self.screen_points_run,
+            "screen_points_found": self.screen_points_found,
+            "screened_out": self.screened_out,
         }
 
     def frontier(self) -> list[FrontierPoint]:
@@ -631,6 +655,7 @@ def plan(
     router: str = "round-robin",
     search: str = DEFAULT_SEARCH,
     jobs: int = 1,
+    screen: bool = True,
     command: str = "twin plan (invoked programmatically)",
     progress: Callable[[PlanProgress], None] | None = None,
 ) -> PlanResult:
@@ -690,7 +715,9 @@ def plan(
         slos=tuple(s.text for s in slo_list),
     )
     stats = workload_stats(path)
-    searcher = _Searcher(slo_list, load, out_dir, jobs, progress)
+    screen_s = (load.duration_s or 0.0) * SCREEN_FRACTION
+    screening = screen and load.duration_s is not None and screen_s >= SCREEN_MIN_S
+    searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening)
     searcher.state.total = len(gpu_names) * len(engine_names) * len(tps) * len(caches)
     searcher.tell()
     for gpu in gpu_names:
@@ -722,6 +749,9 @@ def plan(
         points_run=searcher.points_run,
         points_found=searcher.points_found,
         workload_stats=stats,
+        screen_points_run=searcher.screen_points_run,
+        screen_points_found=searcher.screen_points_found,
+        screened_out=searcher.screened_out,
         notes=_decide(searcher.results, slo_list),
     )
     from twin.reports.plan_render import write_plan
@@ -771,9 +801,12 @@ class _Searcher:
         out: Path,
         jobs: int,
         progress: Callable[[PlanProgress], None] | None,
+        screen: bool = False,
     ) -> None:
         self.slos, self.load, self.out, self.jobs = slos, load, out, jobs
         self.progress = progress
+        self.screen = screen
+        self.screen_points_run = self.screen_points_found = self.screened_out = 0
         self.state = PlanProgress(total=0)
         self.results: list[CandidateResult] = []
         self.specs: dict[int, SweepSpec] = {}
@@ -793,8 +826,11 @@ class _Searcher:
             self.state.pruned += 1
             self.tell()
             return
-        self.specs[id(res)] = spec
+        self.specs[id(res)] = res.spec = spec
         self.searches[id(res)] = strategy(res.lower_bound or 1, res.limit)
+
+    def _point(self, r: CandidateResult, n: int) -> Point:
+        return Point(r.candidate.cache_gb, r.candidate.policy, self.load.session_rate, 0, n)
 
     def run(self) -> None:
         queue = sorted(
@@ -853,61 +889,102 @@ class _Searcher:
         return None
 
     def _step(self, asked: list[tuple[CandidateResult, int]]) -> None:
-        """Simulate one replica count per candidate in ``asked`` (in parallel); record them."""
-        batch = [
-            (
-                self.specs[id(r)],
-                Point(r.candidate.cache_gb, r.candidate.policy, self.load.session_rate, 0, n),
-            )
-            for r, n in asked
-        ]
-        outcome = run_pairs(batch, self.out, jobs=self.jobs)
-        self.points_run += outcome.computed
-        self.points_found += outcome.skipped
-        self.state.points += len(batch)
-        for (r, n), row in zip(asked, outcome.rows, strict=True):
-            s = self.searches[id(r)]
-            if row.get(INFEASIBLE_COLUMN):
-                r.outcome = INFEASIBLE
-                r.reason = f"cannot run on {n} replica(s): {row[INFEASIBLE_COLUMN]}"
-                s.cap(0)  # its search is over
-                continue
-            ok = meets(row, self.slos)
-            values = {slo.text: row.get(slo.column) for slo in self.slos}
-            r.trials.append(
-                Trial(
-                    n,
-                    ok,
-                    str(row.get("verdict")),
-                    values,
-                    row.get("ttft_p95_ms"),
-                    row["key"],
-                    row.get("verdict_reason"),
-                    binding_resource(row, self.slos) == RUN_LENGTH,
-                )
-            )
-            s.record(n, ok)
-            if ok:
-                self.best = min(self.best, r.cost(n))
-            if len(r.trials) >= 2 and all(t.run_length for t in r.trials[-2:]):
-                a, b = sorted(t.replicas for t in r.trials[-2:])
-                r.outcome = UNJUDGED
-                r.reason = (
-                    f"meets every target on {a} and on {b} replica(s), but neither run is long "
-                    f"enough to judge its steady state ({r.trials[-1].verdict_reason}); more "
-                    "replicas do not change that"
-                )
-                s.cap(0)  # its search is over
-                continue
-            if r.fallback is None and s.name != FALLBACK:
-                why = non_monotone(
-                    [(t.replicas, t.meets, t.values_ms) for t in r.trials], self.slos
-                )
-                if why is not None:
-                    r.fallback = why
-                    r.search = f"{s.name}, then {FALLBACK}"
-                    self.searches[id(r)] = get_search(FALLBACK)(s.lo, s.hi, s.tried)
+        """Simulate one replica count per candidate in ``asked`` (in parallel; short
+        screening runs first when screening); record them."""
+        if self.screen:
+            batch = [(screen_spec(self.specs[id(r)]), self._point(r, n)) for r, n in asked]
+            outcome = run_pairs(batch, self.out, jobs=self.jobs)
+            self.screen_points_run += outcome.computed
+            self.screen_points_found += outcome.skipped
+            full = []
+            for (r, n), row in zip(asked, outcome.rows, strict=True):
+                if not row.get(INFEASIBLE_COLUMN) and screened_out(row, self.slos):
+                    self.screened_out += 1
+                    self._record(r, n, row, screened=True)
+                else:
+                    full.append((r, n))
+            asked = full
+        if asked:
+            batch = [(self.specs[id(r)], self._point(r, n)) for r, n in asked]
+            outcome = run_pairs(batch, self.out, jobs=self.jobs)
+            self.points_run += outcome.computed
+            self.points_found += outcome.skipped
+            self.state.points += len(batch)
+            for (r, n), row in zip(asked, outcome.rows, strict=True):
+                self._record(r, n, row, screened=False)
         self.tell()
+
+    def _record(self, r: CandidateResult, n: int, row: dict[str, Any], screened: bool) -> None:
+        """One run of ``n`` replicas of ``r`` (a full one, or a screening run that ruled
+        the count out): its trial, the search's answer, the best found, the fallback."""
+        s = self.searches[id(r)]
+        if row.get(INFEASIBLE_COLUMN):
+            r.outcome = INFEASIBLE
+            r.reason = f"cannot run on {n} replica(s): {row[INFEASIBLE_COLUMN]}"
+            s.cap(0)  # its search is over
+            return
+        ok = not screened and meets(row, self.slos)
+        values = {slo.text: row.get(slo.column) for slo in self.slos}
+        r.trials.append(
+            Trial(
+                n,
+                ok,
+                str(row.get("verdict")),
+                values,
+                row.get("ttft_p95_ms"),
+                row["key"],
+                row.get("verdict_reason"),
+                not screened and binding_resource(row, self.slos) == RUN_LENGTH,
+                screened,
+            )
+        )
+        s.record(n, ok)
+        if ok:
+            self.best = min(self.best, r.cost(n))
+        if len(r.trials) >= 2 and all(t.run_length for t in r.trials[-2:]):
+            a, b = sorted(t.replicas for t in r.trials[-2:])
+            r.outcome = UNJUDGED
+            r.reason = (
+                f"meets every target on {a} and on {b} replica(s), but neither run is long "
+                f"enough to judge its steady state ({r.trials[-1].verdict_reason}); more "
+                "replicas do not change that"
+            )
+            s.cap(0)  # its search is over
+            return
+        if r.fallback is None and s.name != FALLBACK:
+            # A screening run's values are the short window's: only its verdict compares.
+            why = non_monotone(
+                [(t.replicas, t.meets, {} if t.screened else t.values_ms) for t in r.trials],
+                self.slos,
+            )
+            if why is not None:
+                r.fallback = why
+                r.search = f"{s.name}, then {FALLBACK}"
+                self.searches[id(r)] = get_search(FALLBACK)(s.lo, s.hi, s.tried)
+
+
+def screen_spec(spec: SweepSpec) -> SweepSpec:
+    """``spec`` run for :data:`SCREEN_FRACTION` of its duration (and of an explicit
+    warm-up): the screening run of successive halving's first rung."""
+    scaled = {"duration_s", "warmup_s"}
+    settings = tuple(
+        (name, float(value) * SCREEN_FRACTION if name in scaled else value)
+        for name, value in spec.settings
+    )
+    return replace(spec, settings=settings)
+
+
+def screened_out(row: dict[str, Any], slos: Sequence[Slo]) -> bool:
+    """Whether a screening run rules its replica count out: the steady state judged
+    overloaded, or a target missed by more than :data:`SCREEN_MARGIN` times its threshold
+    (a null value, nothing measured, rules nothing out)."""
+    if verdict_of(row) == OVERLOADED:
+        return True
+    for slo in slos:
+        value = row.get(slo.column)
+        if value is not None and value > SCREEN_MARGIN * slo.threshold_ms:
+            return True
+    return False
 
 
 def _decide(results: list[CandidateResult], slos: Sequence[Slo]) -> list[str]:
@@ -1001,9 +1078,14 @@ __all__ = [
     "PLAN_SCHEMA",
     "PLAN_SCHEMA_VERSION",
     "RESULTS_FILE",
+    "SCREEN_FRACTION",
+    "SCREEN_MARGIN",
+    "SCREEN_MIN_S",
     "Candidate",
     "CandidateResult",
     "PlanProgress",
     "PlanResult",
     "plan",
+    "screen_spec",
+    "screened_out",
 ]

@@ -165,7 +165,7 @@ def _point_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
                     str(t.replicas),
                     str(t.replicas * c.candidate.tp),
                     _money(c.cost(t.replicas)),
-                    "yes" if t.meets else "no",
+                    "no (screened)" if t.screened else ("yes" if t.meets else "no"),
                     t.verdict,
                     *(_ms(t.values_ms.get(s.text)) for s in p.slos),
                 ]
@@ -200,6 +200,11 @@ def _facts(p: PlanResult) -> list[tuple[str, str]]:
             f"cannot fit or meet the SLOs); {n['points_run']} point(s) simulated, "
             f"{n['points_found']} found in results.parquet",
         ),
+        (
+            "screening",
+            f"{n['screen_points_run'] + n['screen_points_found']} short run(s) ruled out "
+            f"{n['screened_out']} replica count(s) without a full run",
+        ),
         ("search", p.search),
     ]
 
@@ -215,7 +220,7 @@ def figure(p: PlanResult) -> str:
     miss_y: list[float] = []
     for c in p.candidates:
         for t in c.trials:
-            if t.ttft_p95_ms is None:
+            if t.ttft_p95_ms is None or t.screened:  # a short run's P95: not comparable
                 continue
             (met_x if t.meets else miss_x).append(c.cost(t.replicas))
             (met_y if t.meets else miss_y).append(t.ttft_p95_ms)

@@ -14,6 +14,8 @@ from twin.workloads.generators import get_generator
 from twin.workloads.writer import WorkloadWriter
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
+# The example a command runs when given no workload (twin simulate, twin plan).
+DEFAULT_EXAMPLE = "chat"
 
 
 @dataclass(frozen=True)
