@@ -28,13 +28,13 @@ from twin.costmodel.profile_store import shipped_profiles
 from twin.engine import make_pricer
 from twin.engine.cost import CostModelPricer, Durations
 from twin.engine.decode_run import DecodeRun
-from twin.presets import PRESETS, get_model
+from twin.presets import PRICED_PRESETS, get_model
 
 RNG = np.random.default_rng(16)
 # Full attention, no window: the presets whose decode runs are priced by parts.
 _BY_PARTS = [
     n
-    for n in sorted(PRESETS)
+    for n in sorted(PRICED_PRESETS)
     if get_model(n).n_attention_layers and not get_model(n).sliding_window
 ]
 
@@ -99,7 +99,7 @@ def test_no_compiled_path_where_a_step_is_priced_in_full() -> None:
     prof = load_profile("h100")
     windowed = dataclasses.replace(get_model("tiny-transformer"), sliding_window=16)
     assert CostModel(windowed, prof).decode_run_constants(4) is None
-    for name in sorted(set(PRESETS) - set(_BY_PARTS)):  # windows, or no attention at all
+    for name in sorted(set(PRICED_PRESETS) - set(_BY_PARTS)):  # windows, or no attention at all
         assert CostModel(get_model(name), prof).decode_run_constants(4) is None, name
     # A windowed model's decode steps are priced in full (by the compiled mixed step).
     pricer = make_pricer(get_model("gemma-3-4b"), prof, 1)

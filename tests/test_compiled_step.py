@@ -24,7 +24,7 @@ from twin.costmodel.model import MAX_TOKENS
 from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.engine import make_pricer
 from twin.errors import TwinError
-from twin.presets import PRESETS, get_model
+from twin.presets import PRICED_PRESETS, get_model
 
 RNG = np.random.default_rng(16)
 
@@ -61,15 +61,15 @@ def _served(name: str) -> bool:
 
 
 def test_the_kernel_serves_every_preset() -> None:
-    assert {n for n in PRESETS if _served(n)} == set(PRESETS)
-    kinds = {k for n in PRESETS for k in get_model(n).mixer_counts}
+    assert {n for n in PRICED_PRESETS if _served(n)} == set(PRICED_PRESETS)
+    kinds = {k for n in PRICED_PRESETS for k in get_model(n).mixer_counts}
     assert kinds == {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
 
 @pytest.mark.parametrize("profile", sorted(shipped_profiles()))
 def test_compiled_steps_equal_the_python_steps_on_every_profile_and_preset(profile: str) -> None:
     steps = _random_steps(25)
-    for name in sorted(n for n in PRESETS if _served(n)):
+    for name in sorted(n for n in PRICED_PRESETS if _served(n)):
         compiled, plain = _pair(name, profile)
         assert compiled._step_kernel is not None
         for chunks, batch, context in steps:

@@ -16,7 +16,7 @@ import pytest
 from twin.costmodel import CostModel
 from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.engine.cost import CostModelPricer
-from twin.presets import PRESETS, get_model
+from twin.presets import PRICED_PRESETS, get_model
 
 RNG = np.random.default_rng(16)
 
@@ -29,7 +29,7 @@ def _even(batch: int, context: int) -> list[int]:
 @pytest.mark.parametrize("profile", sorted(shipped_profiles()))
 def test_decode_steps_equal_the_step_price(profile: str) -> None:
     prof = load_profile(profile)
-    for name in sorted(PRESETS):
+    for name in sorted(PRICED_PRESETS):
         cm = CostModel(get_model(name), prof)
         for batch in (1, 3, 64, 257):
             contexts = [int(c) * batch for c in RNG.integers(0, 40_000, 6)] + [0, 7]
@@ -60,7 +60,7 @@ def test_the_pricer_times_a_non_affine_run_like_each_step() -> None:
 def test_a_step_priced_from_its_decode_summary_equals_the_step_of_its_spread() -> None:
     prof = load_profile(sorted(shipped_profiles())[0])
     windowed = dataclasses.replace(get_model("tiny-transformer"), sliding_window=16)
-    for model in [*(get_model(name) for name in sorted(PRESETS)), windowed]:
+    for model in [*(get_model(name) for name in sorted(PRICED_PRESETS)), windowed]:
         cm = CostModel(model, prof)
         for batch in (0, 1, 3, 64):
             for _ in range(4):

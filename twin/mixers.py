@@ -5,6 +5,20 @@ A layer's mixer is one of (or, for parallel hybrids such as Falcon-H1, several o
 - ``attention``: full causal self-attention, GQA, optional output gate (Qwen3-Next's
   gated attention doubles the query projection: query + gate).
 - ``swa``: the same attention limited to the last ``sliding_window`` keys.
+- ``mla``: multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, sec. 2.1;
+  DeepSeek-V3/R1, Kimi-K2.5, GLM-5): the cache holds one latent per token and layer,
+  ``kv_lora_rank`` wide, plus the decoupled RoPE key, ``qk_rope_head_dim`` wide, shared
+  by all heads. Projections: q_a (d -> ``q_lora_rank``), its norm and q_b (-> heads x
+  (nope + rope)), or one q_proj when ``q_lora_rank`` is 0; kv_a_proj_with_mqa (d ->
+  ``kv_lora_rank`` + rope), its norm; kv_b_proj (latent -> heads x (nope + v)); o_proj
+  (heads x v -> d). The engines run it in two forms per phase (vLLM
+  ``vllm/v1/attention/backends/mla/common.py``, module docstring, main at commit
+  00a817a, Nov 2025; the same split in v0.10-v0.12 and SGLang's ``forward_normal`` /
+  ``forward_absorb`` in ``python/sglang/srt/models/deepseek_v2.py``): prefill
+  decompresses K and V with kv_b_proj and attends per head at nope + rope (the
+  "compute friendly approach", MHA); decode absorbs kv_b_proj into the query and the
+  output and attends in the latent space at ``kv_lora_rank`` + rope (the "data-movement
+  friendly approach", MQA over the latent).
 - ``mamba1``: the selective scan of Gu & Dao (arXiv 2312.00752, Alg. 2; mamba_ssm
   ``modules/mamba_simple.py``): in_proj d -> 2 d_inner, depthwise conv, x_proj
   d_inner -> dt_rank + 2N, dt_proj dt_rank -> d_inner, a diagonal state of
@@ -30,11 +44,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from twin.model import ModelSpec
 
-MIXER_KINDS = ("attention", "swa", "mamba1", "mamba2", "gdn")
-KV_KINDS = frozenset({"attention", "swa"})  # hold per-token KV
+MIXER_KINDS = ("attention", "swa", "mla", "mamba1", "mamba2", "gdn")
+KV_KINDS = frozenset({"attention", "swa", "mla"})  # hold per-token KV
+# Hold the KV of every token before the hit point (the cache's full-attention hit rule).
+FULL_KV_KINDS = frozenset({"attention", "mla"})
+GQA_KINDS = frozenset({"attention", "swa"})  # K and V per KV head (n_kv_heads x head_dim)
 RECURRENT_KINDS = frozenset({"mamba1", "mamba2", "gdn"})  # hold one state per sequence
+# Kinds with bytes and FLOPs but no kernel prices yet: the cost model refuses them.
+UNPRICED_KINDS = frozenset({"mla"})
 FFN_KINDS = ("mlp", "moe", "none")
-SHORT = {"attention": "attn", "swa": "swa", "mamba1": "mamba1", "mamba2": "mamba2", "gdn": "gdn"}
+SHORT = {
+    "attention": "attn",
+    "swa": "swa",
+    "mla": "mla",
+    "mamba1": "mamba1",
+    "mamba2": "mamba2",
+    "gdn": "gdn",
+}
 
 
 def keys_upto(m: int, window: int | None) -> int:
@@ -53,6 +79,41 @@ def window_of(m: ModelSpec, kind: str) -> int | None:
 def q_proj_width(m: ModelSpec) -> int:
     """Query projection outputs; a gated attention also projects its output gate."""
     return m.n_heads * m.head_dim * (2 if m.attn_output_gate else 1)
+
+
+def mla_q_head_dim(m: ModelSpec) -> int:
+    """Query/key width per MLA head in the decompressed form: nope + rope."""
+    return m.qk_nope_head_dim + m.qk_rope_head_dim
+
+
+def mla_latent_width(m: ModelSpec) -> int:
+    """What one MLA layer caches per token: the KV latent plus the shared RoPE key."""
+    return m.kv_lora_rank + m.qk_rope_head_dim
+
+
+def mla_linear_params(m: ModelSpec) -> int:
+    """MLA's projections: q_a + q_b (or q_proj), kv_a_proj_with_mqa, kv_b_proj, o_proj."""
+    d, h = m.d_model, m.n_heads
+    q_out = h * mla_q_head_dim(m)
+    q = d * m.q_lora_rank + m.q_lora_rank * q_out if m.q_lora_rank else d * q_out
+    kv_a = d * mla_latent_width(m)
+    kv_b = m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim)
+    return q + kv_a + kv_b + h * m.v_head_dim * d
+
+
+def mla_token_flops(m: ModelSpec) -> int:
+    """Per-token FLOPs of MLA's projections that do not depend on the form: q (a and b,
+    or q_proj), kv_a_proj_with_mqa and o_proj."""
+    d, h = m.d_model, m.n_heads
+    q_out = h * mla_q_head_dim(m)
+    q = d * m.q_lora_rank + m.q_lora_rank * q_out if m.q_lora_rank else d * q_out
+    return 2 * (q + d * mla_latent_width(m) + h * m.v_head_dim * d)
+
+
+def mla_decompress_flops(m: ModelSpec, tokens: int) -> int:
+    """kv_b_proj over ``tokens`` latents: K nope and V for every head (the prefill form;
+    vLLM's chunked prefill also runs it over the cached context, chunk by chunk)."""
+    return 2 * tokens * m.kv_lora_rank * m.n_heads * (m.qk_nope_head_dim + m.v_head_dim)
 
 
 def mamba1_dt_rank(m: ModelSpec) -> int:
@@ -77,8 +138,13 @@ def gdn_conv_channels(m: ModelSpec) -> int:
 
 # ------------------------------------------------------------------ bytes
 def kv_bytes_per_token(m: ModelSpec, kind: str) -> int:
-    """K and V of one token in one layer of ``kind`` (0 for recurrent kinds)."""
-    if kind in KV_KINDS:
+    """K and V of one token in one layer of ``kind`` (0 for recurrent kinds); for ``mla``
+    the latent and the RoPE key, once for all heads (vLLM's MLA cache is
+    ``(num_blocks, block_size, kv_lora_rank + qk_rope_head_dim)``, ``get_kv_cache_shape``
+    in ``vllm/v1/attention/backends/mla/common.py``)."""
+    if kind == "mla":
+        return mla_latent_width(m) * kv_elem_bytes(m)
+    if kind in GQA_KINDS:
         return 2 * m.n_kv_heads * m.head_dim * kv_elem_bytes(m)
     return 0
 
@@ -112,9 +178,11 @@ def state_bytes(m: ModelSpec, kind: str) -> int:
 def params(m: ModelSpec, kind: str) -> int:
     """Parameters of one mixer of ``kind``, its pre-norm included."""
     d = m.d_model
-    if kind in KV_KINDS:
+    if kind in GQA_KINDS:
         q, kv = m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
         return d * (q_proj_width(m) + 2 * kv) + q * d + d  # QKV (GQA), O, pre-norm
+    if kind == "mla":  # projections, q_a and kv_a norms, pre-norm
+        return mla_linear_params(m) + m.q_lora_rank + m.kv_lora_rank + d
     if kind == "mamba2":
         h, n_g = m.n_ssm_heads, m.ssm_groups * m.ssm_d_state
         return (
@@ -157,9 +225,11 @@ def linear_params(m: ModelSpec, kind: str) -> int:
     quant config; the conv, norms and the recurrent mixers' A, D, dt biases stay as
     they are, e.g. ``conv1d`` with ``quant_config=None`` in ``mamba_mixer2.py``)."""
     d = m.d_model
-    if kind in KV_KINDS:
+    if kind in GQA_KINDS:
         q, kv = m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
         return d * (q_proj_width(m) + 2 * kv) + q * d  # QKV (and gate), O
+    if kind == "mla":
+        return mla_linear_params(m)
     if kind == "mamba2":
         h, n_g = m.n_ssm_heads, m.ssm_groups * m.ssm_d_state
         return d * (2 * m.d_inner + 2 * n_g + h) + m.d_inner * d  # in_proj, out_proj
@@ -176,7 +246,15 @@ def linear_params(m: ModelSpec, kind: str) -> int:
 def prefill_flops(m: ModelSpec, kind: str, n: int, n_cached: int) -> int:
     """FLOPs of one layer of ``kind`` prefilling ``n`` tokens after ``n_cached``."""
     d = m.d_model
-    if kind in KV_KINDS:
+    if kind == "mla":
+        # The prefill (non-absorbed) form: projections, kv_b_proj over the new tokens'
+        # latents, then QK^T at nope + rope and AV at v per head over the attended keys.
+        # Re-decompressing the cached context (vLLM's chunked-context loop) is left to
+        # ``mla_decompress_flops`` so that prefills stay additive over splits.
+        keys = keys_upto(n_cached + n, None) - keys_upto(n_cached, None)
+        per_key = 2 * m.n_heads * (mla_q_head_dim(m) + m.v_head_dim)
+        return n * mla_token_flops(m) + mla_decompress_flops(m, n) + per_key * keys
+    if kind in GQA_KINDS:
         q, kv = m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
         w = window_of(m, kind)
         keys = keys_upto(n_cached + n, w) - keys_upto(n_cached, w)
@@ -206,6 +284,22 @@ def prefill_flops(m: ModelSpec, kind: str, n: int, n_cached: int) -> int:
         f += n * hv * gdn_chunk_flops_per_head(m.gdn_head_k_dim, m.gdn_head_v_dim, m.gdn_chunk_size)
         return f + 2 * n * vw * d  # out_proj
     raise ValueError(kind)
+
+
+def decode_flops(m: ModelSpec, kind: str, context: int) -> int:
+    """FLOPs of one layer of ``kind`` decoding one token after ``context`` tokens.
+
+    ``mla`` runs the absorbed form: q_nope is mapped into the latent by W_UK (per head
+    nope x kv_lora_rank), QK^T at kv_lora_rank + rope and AV at kv_lora_rank over the
+    latent of every key (the new token's included), then W_UV (kv_lora_rank x v per head)
+    and o_proj. Every other kind decodes as a prefill of one token.
+    """
+    if kind != "mla":
+        return prefill_flops(m, kind, 1, context)
+    h, lkv, keys = m.n_heads, m.kv_lora_rank, context + 1
+    absorb = 2 * h * lkv * (m.qk_nope_head_dim + m.v_head_dim)  # W_UK into q, W_UV out
+    attend = 2 * h * (2 * lkv + m.qk_rope_head_dim) * keys  # QK^T (lkv + rope), AV (lkv)
+    return mla_token_flops(m) + absorb + attend
 
 
 def mamba1_scan_flops_per_channel(d_state: int) -> int:

@@ -90,6 +90,17 @@ class ModelSpec:
     gdn_conv_kernel: int = 4  # causal conv width over q, k, v
     gdn_chunk_size: int = 64  # chunk length of the chunked delta rule (FLA default)
     moe_shared_d_ff: int = 0  # shared-expert intermediate size (0: none), every MoE layer
+    # Multi-head latent attention (``mla`` layers, twin.mixers; the Hugging Face names).
+    q_lora_rank: int = 0  # query latent; 0: one q_proj (a null q_lora_rank in the config)
+    kv_lora_rank: int = 0  # KV latent cached per token and layer
+    qk_nope_head_dim: int = 0  # per-head query/key width without RoPE
+    qk_rope_head_dim: int = 0  # per-head query width with RoPE; the key's, shared by heads
+    v_head_dim: int = 0  # per-head value width
+    # Multi-token-prediction modules the checkpoint carries (DeepSeek-V3's
+    # num_nextn_predict_layers): each one decoder layer like the stack's last, an
+    # eh_proj (2d -> d), three norms and its own embedding and LM head. Counted apart
+    # (``mtp_params``), never in ``n_params``/``weight_bytes``: the twin runs no MTP yet.
+    mtp_layers: int = 0
     # Precision (twin.precision): the linear layers' weights and activations, the experts'
     # (None: as the linear layers) and the KV cache. bf16 is ``dtype_bytes`` unquantised.
     precision: str = "bf16"
@@ -204,8 +215,14 @@ class ModelSpec:
         return sum(n * mx.kv_bytes_per_token(self, k) for k, n in self.mixer_counts.items())
 
     def kv_bytes_per_token_of(self, kind: str) -> int:
-        """K and V of one token over the layers of one kind (``attention`` or ``swa``)."""
+        """K and V of one token over the layers of one kind (``attention``, ``swa``, ``mla``)."""
         return self.mixer_counts.get(kind, 0) * mx.kv_bytes_per_token(self, kind)
+
+    @property
+    def full_kv_bytes_per_token(self) -> int:
+        """KV of one token over the layers that need every prefix token (full attention
+        and MLA: the cache's full-attention hit rule, ``twin.cache.kinds``)."""
+        return sum(self.kv_bytes_per_token_of(k) for k in sorted(mx.FULL_KV_KINDS))
 
     @property
     def ssm_state_bytes_per_layer(self) -> int:
@@ -242,33 +259,74 @@ class ModelSpec:
         """Parameters as (dense linear layers, MoE experts, everything else).
 
         The linear layers are the projections the cost model prices as GEMMs (attention
-        QKV/O, the recurrent mixers' projections, MLP matrices); the experts are every
-        routed and shared expert matrix; the rest (embeddings, LM head, norms, convs,
-        the recurrent mixers' small parameters, the MoE router) stay unquantised
-        (``twin.precision``).
+        QKV/O, MLA's projections, the recurrent mixers' projections, MLP matrices); the
+        experts are every routed and shared expert matrix; the rest (embeddings, LM head,
+        norms, convs, the recurrent mixers' small parameters, the MoE router) stay
+        unquantised (``twin.precision``). Sums of :attr:`param_groups`.
         """
+        g = self.param_groups
+        return (
+            g["mixer_linear"] + g["mlp_linear"],
+            g["routed_experts"] + g["shared_experts"],
+            g["mixer_other"] + g["other"],
+        )
+
+    @functools.cached_property
+    def param_groups(self) -> Mapping[str, int]:
+        """Parameters by where a parallel layout puts them (``twin.parallel``):
+        ``mixer_linear`` and ``mixer_other`` (the sequence mixers' projections and their
+        norms, convs, small parameters), ``mlp_linear`` (dense FFN matrices),
+        ``routed_experts``, ``shared_experts``, ``other`` (embeddings, LM head, FFN
+        pre-norms, the MoE routers, the final norm). Computed once; read-only."""
         d = self.d_model
         mats = 3 if self.mlp_gated else 2
-        mlp_linear = mats * d * self.mlp_d_ff
-        moe_linear = self.moe_n_experts * mats * d * self.moe_d_ff
-        moe_linear += mats * d * self.moe_shared_d_ff
         n_mlp = self.n_mlp_layers
-        linear = other = 0
+        mixer_linear = mixer_other = 0
         for kind, n in self.mixer_counts.items():
             if kind in mx.KV_KINDS and self.shared_block_copies is not None:
                 # Zamba2: the attention+MLP blocks are shared; only this many copies exist.
                 n = min(n, self.shared_block_copies)
             lin = mx.linear_params(self, kind)
-            linear += n * lin
-            other += n * (mx.params(self, kind) - lin)
+            mixer_linear += n * lin
+            mixer_other += n * (mx.params(self, kind) - lin)
         if self.shared_block_copies is not None:
             n_mlp = min(n_mlp, self.shared_block_copies)
-        linear += n_mlp * mlp_linear
-        other += n_mlp * d  # the MLP's pre-norm
+        other = n_mlp * d  # the MLP's pre-norm
         other += self.n_moe_layers * (d * self.moe_n_experts + d)  # router + pre-norm
         embed = self.vocab_size * d * (1 if self.tie_embeddings else 2)
         other += embed + d  # + final norm
-        return linear, self.n_moe_layers * moe_linear, other
+        return MappingProxyType(
+            {
+                "mixer_linear": mixer_linear,
+                "mixer_other": mixer_other,
+                "mlp_linear": n_mlp * mats * d * self.mlp_d_ff,
+                "routed_experts": self.n_moe_layers * self.moe_n_experts * mats * d * self.moe_d_ff,
+                "shared_experts": self.n_moe_layers * mats * d * self.moe_shared_d_ff,
+                "other": other,
+            }
+        )
+
+    @property
+    def mtp_params(self) -> int:
+        """Parameters of the ``mtp_layers`` multi-token-prediction modules (DeepSeek-V3's
+        ``model.layers.61``: enorm, hnorm, eh_proj 2d -> d, one decoder layer like the
+        stack's last, the shared head's norm, and the embedding and LM head the checkpoint
+        stores again in it; vLLM's ``DeepSeekMultiTokenPredictorLayer`` loads them all)."""
+        if not self.mtp_layers:
+            return 0
+        from twin.layer_pattern import layer_parts
+
+        d, mats = self.d_model, 3 if self.mlp_gated else 2
+        last = self.layers[-1] if self.layers else None
+        kinds, ffn = layer_parts(last) if last else (tuple(self.mixer_counts)[:1], "mlp")
+        layer = sum(mx.params(self, k) for k in kinds) + d
+        if ffn == "moe":
+            experts = self.moe_n_experts * self.moe_d_ff + self.moe_shared_d_ff
+            layer += mats * d * experts + d * self.moe_n_experts
+        elif ffn == "mlp":
+            layer += mats * d * self.mlp_d_ff
+        one = layer + 2 * d * d + 3 * d + 2 * self.vocab_size * d
+        return self.mtp_layers * one
 
     # ------------------------------------------------------------------ FLOPs
     def attended_keys(self, n_new: int, n_cached: int = 0) -> int:
@@ -310,6 +368,20 @@ class ModelSpec:
             moe=float(self.n_moe_layers * moe),
         )
 
+    def decode_flops(self, context: int) -> FlopBreakdown:
+        """FLOPs of decoding one token after ``context`` tokens, by layer kind: a prefill
+        of one token except for MLA layers, which decode in the absorbed form
+        (``twin.mixers.decode_flops``)."""
+        context = _check_counts(1, context)[1]
+        out = self.prefill_flops(1, context)
+        mla = self.mixer_counts.get("mla", 0)
+        if mla:
+            delta = mx.decode_flops(self, "mla", context) - mx.prefill_flops(
+                self, "mla", 1, context
+            )
+            out["attention"] += float(mla * delta)
+        return out
+
     def prefill_flops_total(self, n_new: int, n_cached: int = 0) -> float:
         """Total FLOPs of a prefill (all layer kinds)."""
         return self.prefill_flops(n_new, n_cached).total
@@ -332,6 +404,7 @@ class ModelSpec:
                 pattern=self.pattern,
                 n_params=self.n_params,
                 weight_bytes=self.weight_bytes,
+                mtp_params=self.mtp_params,
             )
         return out
 
@@ -348,6 +421,7 @@ class ModelSpec:
             "pattern",
             "n_params",
             "weight_bytes",
+            "mtp_params",
         }
         unknown = sorted(set(data) - names - derived)
         if unknown:

@@ -63,17 +63,20 @@ def check_fields(spec: ModelSpec) -> None:
         "shared_block_copies",
         "must be positive or null",
     )
-    if spec.n_attention_layers:
+    kinds = spec.mixer_counts
+    if kinds.get("attention") or kinds.get("swa"):
         for f in ("n_heads", "n_kv_heads", "head_dim"):
             need(getattr(spec, f) > 0, f, "must be positive for a model with attention")
         need(spec.n_heads % spec.n_kv_heads == 0, "n_kv_heads", "must divide n_heads")
+    if kinds.get("mla"):
+        for f in ("n_heads", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            need(getattr(spec, f) > 0, f, "must be positive for a model with mla layers")
     if spec.n_mlp_layers:
         need(spec.mlp_d_ff > 0, "mlp_d_ff", "must be positive for a model with MLP layers")
     if spec.n_moe_layers:
         for f in ("moe_n_experts", "moe_top_k", "moe_d_ff"):
             need(getattr(spec, f) > 0, f, "must be positive for a model with MoE layers")
         need(spec.moe_top_k <= spec.moe_n_experts, "moe_top_k", "must be <= moe_n_experts")
-    kinds = spec.mixer_counts
     if "swa" in kinds:
         need(spec.sliding_window is not None, "sliding_window", "must be set for swa layers")
     if kinds.get("gdn"):

@@ -1,7 +1,8 @@
 """Named model shapes: the registry, Hugging Face configs and ``--model-set`` overrides.
 
 The shapes themselves, each citing its source, are in ``twin.preset_specs`` (public
-models) and ``twin.preset_test_shapes`` (tiny test shapes).
+models), ``twin.preset_test_shapes`` (tiny test shapes) and ``twin.preset_measured``
+(the models of NVIDIA's measured end-to-end set, issue 34).
 """
 
 from __future__ import annotations
@@ -13,11 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from twin.errors import TwinError
+from twin.mixers import UNPRICED_KINDS
 from twin.model import ModelSpec
+from twin.precision import is_default
+from twin.preset_measured import MEASURED_SPECS
 from twin.preset_specs import PUBLIC_SPECS
 from twin.preset_test_shapes import TINY_SPECS
 
-PRESETS: dict[str, ModelSpec] = {m.name: m for m in (*PUBLIC_SPECS, *TINY_SPECS)}
+PRESETS: dict[str, ModelSpec] = {m.name: m for m in (*PUBLIC_SPECS, *TINY_SPECS, *MEASURED_SPECS)}
+# The presets every shipped profile prices: no mixer kind waiting for kernels, and the
+# default precision (a quantised preset, e.g. gpt-oss-120b's mxfp4 experts, needs a
+# profile with its GEMM fit; twin.costmodel.precision_kernels says which).
+PRICED_PRESETS: list[str] = [
+    name
+    for name, m in PRESETS.items()
+    if not UNPRICED_KINDS.intersection(m.mixer_counts) and is_default(m)
+]
 
 
 def list_models() -> list[str]:

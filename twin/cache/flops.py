@@ -3,7 +3,8 @@
 ``ModelSpec.prefill_flops`` builds a dict per call; replays need it several
 times per request (FLOPs saved by a hit, FLOP efficiency of every changed
 node). Every layer kind's prefill FLOPs are ``linear x n_new`` except the
-attention score/value products, which are ``quad x attended keys``. A model
+attention score/value products, which are ``quad x attended keys`` (MLA's prefill form
+included: its full-attention keys join ``quad_full``). A model
 may mix full-attention layers with sliding-window ones (gpt-oss, Gemma-3): their
 keys differ once the context passes the window, so each group has its own
 coefficient (``quad_full`` over causal keys, ``quad_window`` over keys capped at
@@ -15,6 +16,7 @@ ever grows a term of another shape, this falls back to calling it.
 
 from __future__ import annotations
 
+from twin.mixers import FULL_KV_KINDS
 from twin.model import ModelSpec, keys_upto
 
 # (n_new, n_cached) pairs at which the decomposition is verified.
@@ -32,7 +34,7 @@ class PrefillFlops:
         # full-attention layer and in a window of 2 or more (a window of 1 has no
         # such term: its one key per token is then part of ``linear``).
         base, more = model.prefill_flops_by_mixer(1, 0), model.prefill_flops_by_mixer(1, 1)
-        self.quad_full = float(more.get("attention", 0) - base.get("attention", 0))
+        self.quad_full = float(sum(more.get(k, 0) - base.get(k, 0) for k in FULL_KV_KINDS))
         self.quad_window = float(more.get("swa", 0) - base.get("swa", 0))
         self.linear = one - self.quad_full - self.quad_window
         self.exact = all(

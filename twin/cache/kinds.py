@@ -5,7 +5,8 @@ The hit rule per kind (Jenga, Zhang et al., SOSP 2025, arXiv 2503.18292, sec. 4:
 manager, ``vllm/v1/core/single_type_kv_cache_manager.py``, applies the same rules per
 layer group):
 
-- ``attention``: the KV of every token before the hit point p.
+- ``attention`` and ``mla``: the KV of every token before the hit point p (MLA's latent
+  is per token like full attention's K and V).
 - ``swa``: the KV of the last W tokens before p only (tokens ``[p - W, p)``); older
   sliding-window KV is never read again by a request resuming at p, so it may be
   dropped and its bytes freed.
@@ -35,7 +36,7 @@ class KindBytes:
     __slots__ = ("full_kv_per_token", "state_bytes", "swa_kv_per_token", "window")
 
     def __init__(self, model: ModelSpec) -> None:
-        self.full_kv_per_token = model.kv_bytes_per_token_of("attention")
+        self.full_kv_per_token = model.full_kv_bytes_per_token
         self.swa_kv_per_token = model.kv_bytes_per_token_of("swa")
         self.window = model.sliding_window if self.swa_kv_per_token else None
         self.state_bytes = model.ssm_checkpoint_bytes

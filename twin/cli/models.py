@@ -154,12 +154,20 @@ def show_cmd(
     sizes.add_column("what")
     sizes.add_column("value", justify="right")
     kinds = m.mixer_counts
-    if m.n_attention_layers:
+    if kinds.get("attention") or kinds.get("swa"):
         gate = ", output gate" if m.attn_output_gate else ""
         sizes.add_row(
             "attention",
             f"{m.n_heads} heads, {m.n_kv_heads} kv heads, head dim {m.head_dim}{gate}",
         )
+    if kinds.get("mla"):
+        q = f"q latent {m.q_lora_rank}" if m.q_lora_rank else "q_proj"
+        sizes.add_row(
+            "MLA",
+            f"{m.n_heads} heads, {q}, kv latent {m.kv_lora_rank} + rope "
+            f"{m.qk_rope_head_dim}, qk nope {m.qk_nope_head_dim}, v {m.v_head_dim}",
+        )
+    if m.n_attention_layers:
         sizes.add_row("KV bytes / token", f"{m.kv_bytes_per_token:,}")
         if "swa" in kinds:
             sizes.add_row(
@@ -185,7 +193,15 @@ def show_cmd(
                 sizes.add_row(f"{kind} state bytes / layer", f"{per:,}")
         ckpt = m.ssm_checkpoint_bytes
         sizes.add_row("state bytes / checkpoint", f"{ckpt:,} ({format_bytes(ckpt)})")
+    if m.n_moe_layers:
+        shared = f", shared expert {m.moe_shared_d_ff}" if m.moe_shared_d_ff else ""
+        sizes.add_row(
+            "MoE",
+            f"{m.moe_n_experts} experts, top {m.moe_top_k}, expert d_ff {m.moe_d_ff}{shared}",
+        )
     sizes.add_row("parameters", f"{m.n_params:,}")
+    if m.mtp_layers:
+        sizes.add_row(f"  MTP modules ({m.mtp_layers}), apart", f"{m.mtp_params:,}")
     label = "weight bytes" if px.is_default(m) else f"weight bytes ({m.precision})"
     sizes.add_row(label, f"{m.weight_bytes:,} ({format_bytes(m.weight_bytes)})")
     console.print(sizes)

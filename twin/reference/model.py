@@ -125,6 +125,8 @@ def _spread(k: int, n: int) -> set[int]:
 
 def check_supported(model: ModelSpec) -> None:
     """A ``TwinError`` for shapes the reference model does not implement."""
+    if model.mixer_counts.get("mla"):
+        raise TwinError(f"model {model.name!r}: the reference model has no mla layers")
     if model.mixer_counts.get("mamba2") and model.state_channels > model.d_inner:
         raise TwinError(
             f"model {model.name!r}: ssm_state_channels ({model.state_channels}) "
