@@ -279,7 +279,7 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
         "frontier",
         "notes",
     } <= set(doc)
-    assert doc["schema_version"] == 1 and doc["slos"] == [SLO]
+    assert doc["schema_version"] == 2 and doc["slos"] == [SLO]
     assert doc["load"] == {
         "session_rate": RATE,
         "concurrency": None,
@@ -629,3 +629,30 @@ def test_screened_out_rule() -> None:
     assert plan_module.screened_out({"verdict": "stable", "ttft_p95_ms": 151.0}, slos)
     assert not plan_module.screened_out({"verdict": "stable", "ttft_p95_ms": 149.0}, slos)
     assert not plan_module.screened_out({"verdict": "stable", "ttft_p95_ms": None}, slos)
+
+
+def test_no_workload_plans_the_bundled_example_at_a_judgeable_load(monkeypatch, tmp_path) -> None:
+    import twin.cli.plan as cli_plan
+    from twin.workloads.examples import DEFAULT_EXAMPLE, example_path
+
+    seen: dict[str, Any] = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake(workload, out, **kw):
+        seen.update(kw, workload=workload, out=out)
+        raise Stop
+
+    monkeypatch.setattr(cli_plan, "plan", fake)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Stop):
+        run(["plan", "--slo", "p95_ttft<=500ms"])
+    assert seen["workload"] == example_path(DEFAULT_EXAMPLE)
+    assert str(seen["out"]) == "plan"
+    assert (seen["session_rate"], seen["duration_s"], seen["warmup_s"]) == (0.5, 2400.0, 800.0)
+    # A load given by the user is kept as given.
+    seen.clear()
+    with pytest.raises(Stop):
+        run(["plan", "--slo", "p95_ttft<=500ms", "--session-rate", "2", "--duration", "900"])
+    assert (seen["session_rate"], seen["duration_s"], seen["warmup_s"]) == (2.0, 900.0, None)

@@ -120,9 +120,13 @@ def _progress(total: int) -> Iterator[Callable[[PlanProgress], None]]:
         yield update
 
 
-# The load planned for when neither a workload nor a load is given (the bundled example).
-EXAMPLE_SESSION_RATE = 1.0
-EXAMPLE_DURATION_S = 600.0
+# The load planned for when neither a workload nor a load is given (the bundled example):
+# its own arrivals are a few minutes of sessions, too short to judge a steady state, and a
+# chat session runs for minutes, so the request rate climbs for about 800 s before it
+# settles (the steady-state ramp check); the help's first example uses the same load.
+EXAMPLE_SESSION_RATE = 0.5
+EXAMPLE_DURATION_S = 2400.0
+EXAMPLE_WARMUP_S = 800.0
 
 
 def plan_cmd(
@@ -218,10 +222,15 @@ def plan_cmd(
     (self-contained) and OUT/results.parquet.
 
     Each candidate's fewest replicas is searched from an analytic lower bound;
-    candidates whose bound already costs more than the best found are pruned.
-    Cost is GPUs x the GPU's on-demand price (--prices to use your own).
+    candidates whose bound already costs more than the best found are pruned, and
+    each replica count runs a quarter of --duration first (a full run only if that
+    does not rule it out). Cost is GPUs x the GPU's on-demand price (--prices to use
+    your own). With no workload it plans the bundled chat example at 0.5 sessions/s
+    for 2400 s.
 
     Examples:
+
+      twin plan --slo "p95_ttft<=500ms" --out plan-chat
 
       twin plan chat.parquet -m qwen3.5-9b --slo "p95_ttft<=500ms" --slo "p95_tpot<=50ms" \\
         --session-rate 0.5 --duration 2400 --warmup-s 800 --gpus h100,h200 --engines vllm \\
@@ -250,9 +259,11 @@ def plan_cmd(
             # Its own arrivals are a few minutes of sessions, too short to judge a steady
             # state: a load long enough to judge one, said and overridable.
             session_rate, duration = EXAMPLE_SESSION_RATE, EXAMPLE_DURATION_S
+            warmup_s = EXAMPLE_WARMUP_S if warmup_s is None else warmup_s
             said += (
-                f" at {session_rate:g} session/s for {duration:g} s "
-                "(--session-rate, --concurrency, --duration to change)"
+                f" at {session_rate:g} sessions/s for {duration:g} s, the first "
+                f"{warmup_s:g} s warm-up (--session-rate, --concurrency, --duration, "
+                "--warmup-s to change)"
             )
         err_console.print(said, highlight=False, markup=False, soft_wrap=True)
     with _progress(total) as advance:
