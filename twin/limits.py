@@ -14,3 +14,30 @@ MAX_TP = 576
 # host tier (a GB200 NVL72 rack has 13.5 TB of HBM, NVIDIA's datasheet), so a typo such as
 # 1e308 is refused before a byte count overflows.
 MAX_CACHE_GB = 1e5
+
+# The deepest JSON nesting read from a user (profiles, model configs, --set values, workload
+# metadata): real files nest a handful of levels (a profile's kernels.gemm.provenance is 4),
+# while Python's json decoder recurses once per level and dies with RecursionError near 1,000.
+MAX_JSON_DEPTH = 64
+
+
+def check_json_depth(text: str | bytes, where: str) -> None:
+    """Refuse JSON nested deeper than ``MAX_JSON_DEPTH`` before it is decoded (brackets inside
+    strings do not count); a ``TwinError`` naming ``where``."""
+    import re
+
+    from twin.errors import TwinError
+
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return
+    depth = 0
+    for m in re.finditer(r'"(?:\\.|[^"\\])*"|[\[{]|[\]}]', text):
+        tok = m.group()
+        if tok in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise TwinError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        elif tok in "]}":
+            depth -= 1
