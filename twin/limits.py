@@ -15,6 +15,22 @@ MAX_TP = 576
 # 1e308 is refused before a byte count overflows.
 MAX_CACHE_GB = 1e5
 
+# Counts a command runs, checked before any work (issue 32: --seeds 1e9, --batches 1e9 and a
+# billion sessions hung or died of MemoryError):
+# - points in one capacity report: a 100,000-point sweep is already hours on a Ray cluster;
+MAX_POINTS = 100_000
+# - sessions one workload generates: ten million (the largest benchmark, ten million
+#   requests, takes minutes and a few GB; a billion would fill a disk over hours);
+MAX_SESSIONS = 10_000_000
+# - sequences in one priced decode batch (twin cost --batches): a million is ~1 s and 60 MB
+#   (1e8 took 5 s and 830 MB, 1e9 died); engines run a few thousand per step;
+MAX_BATCH = 1_000_000
+# - entries of a comma-separated list flag (--lengths, --batches): a table, not a sweep;
+MAX_LIST_ITEMS = 1_000
+# - worker processes: more than the hardware threads of any one machine (a two-socket
+#   192-core server with SMT has 768).
+MAX_JOBS = 1_024
+
 # The deepest JSON nesting read from a user (profiles, model configs, --set values, workload
 # metadata): real files nest a handful of levels (a profile's kernels.gemm.provenance is 4),
 # while Python's json decoder recurses once per level and dies with RecursionError near 1,000.
