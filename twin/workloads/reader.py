@@ -293,6 +293,9 @@ def _file_metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
 
 
 def _check_schema(path: Path, schema: pa.Schema) -> None:
+    twice = sorted({n for n in schema.names if schema.names.count(n) > 1})
+    if twice:  # pyarrow cannot pick one by name (a KeyError escaped before, issue 32)
+        raise TwinError(f"{where(path, column=twice[0])}: the column appears more than once")
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing:
         raise TwinError(
