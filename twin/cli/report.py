@@ -29,7 +29,7 @@ from twin.cli.common import (
 )
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.errors import TwinError
-from twin.limits import MAX_CACHE_GB
+from twin.limits import MAX_CACHE_GB, MAX_POINTS
 from twin.metrics import to_json
 from twin.policies import POLICIES
 from twin.precision import model_sets
@@ -38,10 +38,6 @@ from twin.reports.capacity import DEFAULT_POLICIES, CapacityReport, capacity_rep
 from twin.reports.load import load_verdict
 from twin.reports.render import HTML_FILE, MD_FILE, REC_HEAD, rec_cells
 from twin.reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant, grid
-
-# Points in one report at most (issue 32: a typo like --seeds 1e9 must not allocate a grid
-# of a billion points); a 100,000-point sweep is already hours on a Ray cluster.
-MAX_POINTS = 100_000
 
 app = typer.Typer(
     help="Capacity-planning reports: sweeps of the simulator rendered as HTML and Markdown.",
