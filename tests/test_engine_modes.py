@@ -90,14 +90,14 @@ def test_a_mode_is_a_bundle_with_its_kernels_and_its_flags():
         chat,
         engine="sglang",
         cache_gb="auto",
-        sets={"mamba_scheduler_strategy": "extra_buffer", "max_running_requests": "64"},
+        sets={"mamba_radix_cache_strategy": "extra_buffer", "max_running_requests": "64"},
     )
     cfg = run_.config
     assert cfg.engine == "sglang" and cfg.policy == "sglang" and cfg.preemption == "retract"
     assert cfg.state_slots == 3 and cfg.max_running == 64 and cfg.shared_pool
     assert cfg.engine_flags == {
         "max_running_requests": "64",
-        "mamba_scheduler_strategy": "extra_buffer",
+        "mamba_radix_cache_strategy": "extra_buffer",
     }
     assert "SGLang" in run_.profile_info["provenance"]  # its kernels price the steps
     vllm = build_run(chat, engine="vllm", cache_gb="auto", sets={"max-num-seqs": "32"}).config

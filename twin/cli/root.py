@@ -35,7 +35,7 @@ app = typer.Typer(
 app.add_typer(models.app, name="models")
 app.add_typer(workload.app, name="workload")
 app.add_typer(report.app, name="report")
-app.command("simulate")(simulate.simulate)
+app.command("simulate", epilog=simulate.engine_flags_help())(simulate.simulate)
 app.command("replay")(replay.replay)
 app.command("calibrate")(calibrate.calibrate)
 app.command("cost")(cost.cost)

@@ -178,6 +178,19 @@ class EngineMode:
         finally:
             out.pop(RELEASE, None)
 
+    def flag_lines(self) -> list[str]:
+        """The current release's flags with its defaults and sources (``--help``, README)."""
+        rel = self.current
+        if rel is None:
+            return []
+        lines = [f"--engine {self.name} = {self.display} {rel.version} (rules read from {rel.source})"]
+        for name, flag in self.release_flags().items():
+            lines.append(f"  --set {name}={rel.default(name, flag.default)}: {flag.help}")
+        for other in self.releases:
+            if other is not rel:
+                lines.append(f"  --engine {self.name}=={other.version}: {other.notes}")
+        return lines
+
     def settings(self, model: ModelSpec, sets: dict[str, str]) -> dict[str, Any]:
         """EngineConfig fields for this mode with ``sets`` (``--set name=value``) applied."""
         sets = {k.lstrip("-").replace("-", "_"): v for k, v in sets.items()}
