@@ -1,4 +1,4 @@
-"""Engine releases (issue 35): --engine NAME==VERSION, each release's flags, renames and defaults."""
+"""Engine releases (issue 35): --engine NAME==VERSION, flags, renames and defaults."""
 
 from __future__ import annotations
 
@@ -218,34 +218,32 @@ def test_int8_checkpoints_change_a_run_under_memory_pressure():
     a, b = plain["replicas"][0]["cache"], int8["replicas"][0]["cache"]
     assert b["peak_ssm_bytes"] < a["peak_ssm_bytes"]  # the same states, half the bytes
     # The running requests' slots keep their bytes.
-    assert (
-        int8["replicas"][0]["pool"]["state_bytes"] == plain["replicas"][0]["pool"]["state_bytes"]
-    )
+    assert int8["replicas"][0]["pool"]["state_bytes"] == plain["replicas"][0]["pool"]["state_bytes"]
 
 
 def test_flags_the_twin_cannot_model_are_refused_unless_they_change_nothing():
     assert settings("vllm", {"prefix_match_unit": "80"})["policy_options"]["block_size"] == 80
-    with pytest.raises(TwinError, match="finer than the block .80 tokens.* not modelled yet"):
+    with pytest.raises(TwinError, match=r"finer than the block .80 tokens.* not modelled yet"):
         settings("vllm", {"prefix_match_unit": "16"})
     with pytest.raises(TwinError, match="ReplaySSM decode kernel's cost is not modelled yet"):
         settings("vllm", {"use_replayssm": "true"})
     assert settings("vllm", {"use_replayssm": "false", "replayssm_buffer_len": "32"})
     assert settings("vllm", {"use_replayssm": "true"}, model=LLAMA)  # no Mamba2 layers
     assert settings("sglang", {"mamba_track_interval": "256"})
-    with pytest.raises(TwinError, match="not modelled yet .only its default, 256"):
+    with pytest.raises(TwinError, match=r"not modelled yet .only its default, 256"):
         settings("sglang", {"mamba_track_interval": "128"})
-    with pytest.raises(TwinError, match="T-LRU .* not modelled yet"):
+    with pytest.raises(TwinError, match=r"T-LRU .* not modelled yet"):
         settings("sglang", {"radix_eviction_policy": "tlru"}, model=LLAMA)
     # 0.5.23's UnifiedRadixCache orders hybrids by the policy; 0.5.10.post1's
     # MambaRadixCache does not (accepted, no effect).
     with pytest.raises(TwinError, match="UnifiedRadixCache"):
         settings("sglang", {"radix_eviction_policy": "lfu"})
-    assert settings("sglang==0.5.10.post1", {"radix_eviction_policy": "lfu"})[
-        "policy_options"
-    ] == {}
-    assert settings("sglang", {"radix_eviction_policy": "slru"}, model=LLAMA)[
-        "policy_options"
-    ] == {"eviction": "slru"}
+    assert (
+        settings("sglang==0.5.10.post1", {"radix_eviction_policy": "lfu"})["policy_options"] == {}
+    )
+    assert settings("sglang", {"radix_eviction_policy": "slru"}, model=LLAMA)["policy_options"] == {
+        "eviction": "slru"
+    }
 
 
 # ----- --help ---------------------------------------------------------------------------------

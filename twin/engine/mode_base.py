@@ -183,7 +183,9 @@ class EngineMode:
         rel = self.current
         if rel is None:
             return []
-        lines = [f"--engine {self.name} = {self.display} {rel.version} (rules read from {rel.source})"]
+        lines = [
+            f"--engine {self.name} = {self.display} {rel.version} (rules read from {rel.source})"
+        ]
         for name, flag in self.release_flags().items():
             lines.append(f"  --set {name}={rel.default(name, flag.default)}: {flag.help}")
         for other in self.releases:

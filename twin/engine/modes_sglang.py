@@ -27,7 +27,6 @@ from twin.engine.releases import Release, release_of
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
-
 # State slots a running request holds per strategy: its live state plus the tracking
 # slots SGLang allocates at admission (mem_cache/allocation_sizing.py
 # get_mamba_tracking_slots, 0.5.23: extra_buffer 2 with the overlap scheduler, SGLang's
@@ -397,7 +396,9 @@ SGLANG = EngineMode(
             ),
             (
                 "mamba_track_interval",
-                Flag("decode tokens between tracked states (256 only)", _sglang_track_interval, "256"),
+                Flag(
+                    "decode tokens between tracked states (256 only)", _sglang_track_interval, "256"
+                ),
             ),
             (
                 "enable_int8_mamba_checkpoint",

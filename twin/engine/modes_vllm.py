@@ -105,8 +105,7 @@ def _vllm_replayssm(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # kernel (skips the per-step state store): a kernel the twin has no cost for.
     if _bool("use_replayssm", value) and model.n_ssm_layers:
         raise TwinError(
-            f"--set use_replayssm={value}: the ReplaySSM decode kernel's cost is not "
-            "modelled yet"
+            f"--set use_replayssm={value}: the ReplaySSM decode kernel's cost is not modelled yet"
         )
 
 
@@ -149,9 +148,7 @@ def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
     release = release_of(out)
     default = release.default("prefix_cache_retention_interval", "none")
     block = out.pop("vllm_block_size", 16)
-    retention = out.pop(
-        "vllm_retention", None if default == "none" else int(default)
-    )
+    retention = out.pop("vllm_retention", None if default == "none" else int(default))
     unit = out.pop("vllm_match_unit", None)
     out.setdefault("memory_utilization", float(release.default("gpu_memory_utilization", "0.9")))
     if out["policy"] != "vllm+":
