@@ -116,7 +116,7 @@ def test_a_mode_is_a_bundle_with_its_kernels_and_its_flags():
         ({"nope": "1"}, "engine 'vllm' has no such flag"),
         ({"max_num_seqs": "zero"}, "expected an integer"),
         ({"gpu_memory_utilization": "1.5"}, r"must be in \(0, 1\]"),
-        ({"mamba_cache_mode": "all"}, "expected one of align, none"),
+        ({"mamba_cache_mode": "all"}, "removed it; use --set prefix_cache_retention_interval=none"),
     ],
 )
 def test_bad_engine_flags_are_one_line_errors(sets, message):
