@@ -234,7 +234,7 @@ SetOption = Annotated[
     typer.Option(
         "--set",
         help="An engine flag by the engine's own name, NAME=VALUE, repeatable "
-        "(e.g. --engine sglang --set mamba_scheduler_strategy=extra_buffer).",
+        "(e.g. --engine sglang --set mamba_radix_cache_strategy=extra_buffer).",
     ),
 ]
 CacheGbOption = Annotated[

@@ -157,7 +157,7 @@ def capacity(
         "--policies",
         help=f"Policies to sweep, comma-separated: {', '.join(POLICIES)}; or engine modes "
         f"with their flags ({', '.join(ENGINE_MODES)}), e.g. "
-        "vllm,sglang,sglang[mamba_scheduler_strategy=extra_buffer]: each runs in its shared "
+        "vllm,sglang,sglang[mamba_radix_cache_strategy=extra_buffer]: each runs in its shared "
         f"KV pool (its cache column is the pool's size). [default: {','.join(DEFAULT_POLICIES)}; "
         "with --engine, that mode]",
     ),
@@ -242,7 +242,7 @@ def capacity(
         --precision fp8 --kv-dtype fp8 --session-rates 1,2 --out capacity-fp8
 
       twin report capacity chat.parquet --gpu a100-80gb --cache-gb auto \\
-        --policies "vllm,sglang,sglang\\[mamba_scheduler_strategy=extra_buffer]" \\
+        --policies "vllm,sglang,sglang\\[mamba_radix_cache_strategy=extra_buffer]" \\
         --session-rates 2,8 --out capacity-engines
     """
     checks.in_file("WORKLOAD", workload, "workload file")
