@@ -27,3 +27,42 @@ def test_sizes_are_bounded_before_work(tmp_path, capsys, args, says):
     assert rc == 2, err
     assert says in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["cost", "-m", "llama-3-8b", "-g", "h100", "--lengths", "1,2,,3"], "an empty value"),
+        (["cost", "-m", "llama-3-8b", "-g", "h100", "--batches", "1000000000"], "1 to 1,000,000"),
+        (["cost", "-m", "llama-3-8b", "-g", "h100", "--batches", "1e9"], "expected comma-sep"),
+        (
+            ["cost", "-m", "llama-3-8b", "-g", "h100", "--lengths", ",".join(["8"] * 1001)],
+            "at most 1,000",
+        ),
+        (["simulate", "--out", ""], "--out '': an empty value"),
+        (["simulate", "--out="], "--out: an empty value"),
+        (
+            ["simulate", "-p", "marconi", "--policy-option", "jobs=0", "--out", "{o}"],
+            "jobs must be 1 to 1,024",
+        ),
+        (["report", "capacity", "{w}", "--seeds", "1e9", "--out", "{o}"], "--seeds"),
+        (["report", "capacity", "{w}", "-j", "100000", "--out", "{o}"], "--jobs"),
+        (["workload", "generate", "chat", "-n", "1000000000", "-o", "{o}"], "--sessions"),
+        (["workload", "generate", "chat", "--duration", "1e12", "-o", "{o}"], "at most 10,000,000"),
+        (["models", "show", "--config", "{deep}"], "JSON nested deeper than 64 levels"),
+        (["simulate", "-m", "{deep}", "--out", "{o}"], "JSON nested deeper than 64 levels"),
+        (["cost", "-g", "h100", "-m", "{deep}"], "JSON nested deeper than 64 levels"),
+    ],
+)
+def test_flag_doors_refuse_nonsense_in_one_line(tmp_path, capsys, argv, says):
+    """The accepted-nonsense flags of issue 32: each one line, exit 2, nothing written."""
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"a":' * 5000 + "1" + "}" * 5000)
+    out = tmp_path / "o"
+    argv = [a.format(w=example_path("chat"), o=out, deep=deep) for a in argv]
+    rc = run(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ")
+    assert not out.exists()

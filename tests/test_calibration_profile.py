@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,7 @@ def test_transfer_refuses_a_datasheet_source() -> None:
     ("edit", "message"),
     [
         (lambda d: d.update(source="guessed"), "source must be one of"),
-        (lambda d: d["peaks"].update(flops=0), "peak 'flops' must be positive"),
+        (lambda d: d["peaks"].update(flops=0), r"peaks.flops: must be > 0"),
         (lambda d: d["kernels"]["gemm"]["params"].update(eff_flops=-1), "eff_flops"),
         (lambda d: d["kernels"]["gemm"].update(model="cubic"), "is not this version's"),
         (lambda d: d.pop("kernels"), "not a valid profile"),
@@ -120,3 +121,80 @@ def test_load_profile_by_name_or_path_and_unknown(tmp_path: Path) -> None:
         load_profile("v100")
     with pytest.raises(TwinError, match="no such profile file"):
         load_profile(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (
+            lambda d: d["peaks"].update(mem_bytes=math.nan),
+            "peaks.mem_bytes: must be finite (got nan)",
+        ),
+        (lambda d: d["peaks"].update(flops=1e300), "peaks.flops: must be > 0 and <= 1e+17 FLOP/s"),
+        (lambda d: d["peaks"].update(mem_bw=-3.0), "peaks.mem_bw: must be > 0 and <= 1e+14 B/s"),
+        (
+            lambda d: d["peaks"].update(mem_bytes=1e14),
+            "peaks.mem_bytes: must be > 0 and <= 1e+13 bytes",
+        ),
+        (lambda d: d["peaks"].update(flops="1e15"), "peaks.flops: must be a number (got str"),
+        (lambda d: d["peaks"].update(flops=True), "peaks.flops: must be a number (got bool"),
+        (
+            lambda d: d["kernels"]["gemm"]["params"].update(t0_s=math.nan),
+            "kernels.gemm.params.t0_s: must be finite",
+        ),
+        (
+            lambda d: d["kernels"]["gemm"]["params"].update(t0_s=-1e-6),
+            "kernels.gemm.params.t0_s: must be >= 0",
+        ),
+        (
+            lambda d: d["kernels"]["gemm"]["params"].update(c_weight_elems=1e300),
+            "kernels.gemm.params.c_weight_elems: must be >= 0 and <= 1 s",
+        ),
+        (
+            lambda d: d["kernels"]["gemm"]["params"].update(eff_flops=1e-300),
+            "kernels.gemm.params.eff_flops: must be >= 1e-06",
+        ),
+        (
+            lambda d: d["kernels"]["gemm"]["params"].update(p=0.5),
+            "kernels.gemm.params.p: must be >= 1",
+        ),
+        (
+            lambda d: d["kernels"]["gemm"]["params"].update(c_typo=0.0),
+            "kernels.gemm.params.c_typo: not a parameter",
+        ),
+        (
+            lambda d: d["kernels"]["gemm"].update(n_shapes=-1),
+            "kernels.gemm.n_shapes: must be a whole number",
+        ),
+        (
+            lambda d: d["kernels"]["gemm"].update(heldout_max_rel_err=math.inf),
+            "kernels.gemm.heldout_max_rel_err: must be finite",
+        ),
+        (lambda d: d.update(peaks=[1, 2]), "peaks: must be a JSON object"),
+        (lambda d: d.update(gpu=7), "gpu: must be a string"),
+        (lambda d: d.pop("gpu"), "not a valid profile (field 'gpu' missing)"),
+    ],
+)
+def test_profile_numbers_are_checked_on_load(tmp_path: Path, edit, field: str) -> None:
+    """NaN, negative, astronomical or mistyped numbers: one line naming the file and the
+    field path (issue 32); a NaN device memory names the profile field, not a flag."""
+    data = datasheet_profile("h100").to_dict()
+    edit(data)
+    path = tmp_path / "my.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TwinError) as err:
+        Profile.load(path)
+    assert str(err.value).startswith(f"{path}: {field}"), str(err.value)
+    assert "\n" not in str(err.value) and "--" not in str(err.value)
+
+
+def test_a_profile_nested_too_deeply_is_refused_before_decoding(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    with pytest.raises(TwinError, match="JSON nested deeper than 64 levels"):
+        Profile.load(path)
+
+
+def test_every_shipped_profile_is_within_the_ranges() -> None:
+    for path in shipped_profiles().values():
+        Profile.load(path)

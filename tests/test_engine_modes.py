@@ -90,14 +90,14 @@ def test_a_mode_is_a_bundle_with_its_kernels_and_its_flags():
         chat,
         engine="sglang",
         cache_gb="auto",
-        sets={"mamba_scheduler_strategy": "extra_buffer", "max_running_requests": "64"},
+        sets={"mamba_radix_cache_strategy": "extra_buffer", "max_running_requests": "64"},
     )
     cfg = run_.config
     assert cfg.engine == "sglang" and cfg.policy == "sglang" and cfg.preemption == "retract"
     assert cfg.state_slots == 3 and cfg.max_running == 64 and cfg.shared_pool
     assert cfg.engine_flags == {
         "max_running_requests": "64",
-        "mamba_scheduler_strategy": "extra_buffer",
+        "mamba_radix_cache_strategy": "extra_buffer",
     }
     assert "SGLang" in run_.profile_info["provenance"]  # its kernels price the steps
     vllm = build_run(chat, engine="vllm", cache_gb="auto", sets={"max-num-seqs": "32"}).config
@@ -116,7 +116,7 @@ def test_a_mode_is_a_bundle_with_its_kernels_and_its_flags():
         ({"nope": "1"}, "engine 'vllm' has no such flag"),
         ({"max_num_seqs": "zero"}, "expected an integer"),
         ({"gpu_memory_utilization": "1.5"}, r"must be in \(0, 1\]"),
-        ({"mamba_cache_mode": "all"}, "expected one of align, none"),
+        ({"mamba_cache_mode": "all"}, "removed it; use --set prefix_cache_retention_interval=none"),
     ],
 )
 def test_bad_engine_flags_are_one_line_errors(sets, message):

@@ -235,7 +235,11 @@ def test_the_block_follows_the_largest_state_page():
         ({"prefix_cache_retention_interval": "100"}, "multiple of the block size .80 tokens"),
         ({"prefix_cache_retention_interval": "-80"}, "must be at least 0"),
         ({"prefix_cache_retention_interval": "some"}, "expected an integer"),
-        ({"enable_mamba_fine_grained_prefix_cache": "true"}, "EAGLE/MTP speculative decoding"),
+        ({"enable_mamba_shared_prefix_checkpoint": "true"}, "EAGLE/MTP speculative decoding"),
+        (
+            {"enable_mamba_fine_grained_prefix_cache": "true"},
+            "renamed it enable_mamba_shared_prefix_checkpoint",
+        ),
     ],
 )
 def test_bad_retention_and_block_flags_are_one_line_errors(sets, message):
@@ -244,9 +248,9 @@ def test_bad_retention_and_block_flags_are_one_line_errors(sets, message):
 
 
 def test_the_fine_grained_option_is_refused_with_exit_2(capsys, tmp_path):
-    argv = ["simulate", "--engine", "vllm", "--set", "enable_mamba_fine_grained_prefix_cache=1"]
+    argv = ["simulate", "--engine", "vllm", "--set", "enable_mamba_shared_prefix_checkpoint=1"]
     argv += ["--out", str(tmp_path / "o")]
     assert_clean_error(capsys, argv, tmp_path, "does not model")
     build_run(
-        example_path("chat"), engine="vllm", sets={"enable_mamba_fine_grained_prefix_cache": "0"}
+        example_path("chat"), engine="vllm", sets={"enable_mamba_shared_prefix_checkpoint": "0"}
     )

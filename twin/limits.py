@@ -14,3 +14,46 @@ MAX_TP = 576
 # host tier (a GB200 NVL72 rack has 13.5 TB of HBM, NVIDIA's datasheet), so a typo such as
 # 1e308 is refused before a byte count overflows.
 MAX_CACHE_GB = 1e5
+
+# Counts a command runs, checked before any work (issue 32: --seeds 1e9, --batches 1e9 and a
+# billion sessions hung or died of MemoryError):
+# - points in one capacity report: a 100,000-point sweep is already hours on a Ray cluster;
+MAX_POINTS = 100_000
+# - sessions one workload generates: ten million (the largest benchmark, ten million
+#   requests, takes minutes and a few GB; a billion would fill a disk over hours);
+MAX_SESSIONS = 10_000_000
+# - sequences in one priced decode batch (twin cost --batches): a million is ~1 s and 60 MB
+#   (1e8 took 5 s and 830 MB, 1e9 died); engines run a few thousand per step;
+MAX_BATCH = 1_000_000
+# - entries of a comma-separated list flag (--lengths, --batches): a table, not a sweep;
+MAX_LIST_ITEMS = 1_000
+# - worker processes: more than the hardware threads of any one machine (a two-socket
+#   192-core server with SMT has 768).
+MAX_JOBS = 1_024
+
+# The deepest JSON nesting read from a user (profiles, model configs, --set values, workload
+# metadata): real files nest a handful of levels (a profile's kernels.gemm.provenance is 4),
+# while Python's json decoder recurses once per level and dies with RecursionError near 1,000.
+MAX_JSON_DEPTH = 64
+
+
+def check_json_depth(text: str | bytes, where: str) -> None:
+    """Refuse JSON nested deeper than ``MAX_JSON_DEPTH`` before it is decoded (brackets inside
+    strings do not count); a ``TwinError`` naming ``where``."""
+    import re
+
+    from twin.errors import TwinError
+
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return
+    depth = 0
+    for m in re.finditer(r'"(?:\\.|[^"\\])*"|[\[{]|[\]}]', text):
+        tok = m.group()
+        if tok in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise TwinError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        elif tok in "]}":
+            depth -= 1

@@ -60,6 +60,7 @@ class HybridRadixCache(PrefixCache):
         capacity_bytes: int,
         policy: PoolPolicy,
         ratio: float = MAMBA_FULL_MEMORY_RATIO,
+        int8_checkpoint: bool = False,
     ) -> None:
         if not (ratio > 0 and np.isfinite(ratio)):
             raise TwinError(f"mamba_full_memory_ratio must be a positive number (got {ratio!r})")
@@ -79,6 +80,12 @@ class HybridRadixCache(PrefixCache):
         self.split: tuple[int, int] | None = None
         self._pools = policy  # the policy, with the two LRU lists' victims
         super().__init__(model, capacity_bytes, policy)
+        # A running request's state slot (SplitPool's unit); a cached state costs half of
+        # it with SGLang 0.5.23's --enable-int8-mamba-checkpoint ("~2x cached-prefix
+        # capacity at fixed memory": int8 checkpoints of the radix-cached states).
+        self.slot_bytes = self.ckpt_bytes
+        if int8_checkpoint:
+            self.ckpt_bytes = self.ckpt_bytes // 2
 
     # ------------------------------------------------------------------ pools
     @property

@@ -122,7 +122,7 @@ class SplitPool(SharedPool):
 
     def __init__(self, size: int, cache: HybridRadixCache) -> None:
         r = cache.ratio
-        slot = max(cache.ckpt_bytes, 1)  # mamba_cache_per_req: one request's state
+        slot = max(cache.slot_bytes, 1)  # mamba_cache_per_req: one request's state
         self.state_size = int(int(size) * r / (1.0 + r)) // slot * slot
         self.running_states = self.peak_running_states = 0
         self.state_floor = 0

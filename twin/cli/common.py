@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from twin.errors import TwinError
+from twin.limits import MAX_JOBS, check_json_depth
 from twin.model import ModelSpec
 
 # Tables and bars go to stderr-free stdout; progress goes to stderr so that
@@ -180,11 +181,26 @@ def progress_bar(description: str, total: float | None, unit: str = "") -> Itera
         yield advance
 
 
+def model_file(value: Any) -> Any:
+    """``--model`` / ``--config`` callback: a config file nested past ``MAX_JSON_DEPTH`` is
+    refused before it is decoded (json's decoder recursed to a RecursionError, issue 32)."""
+    if value is not None and str(value).endswith(".json") and Path(value).is_file():
+        try:
+            text = Path(value).read_bytes()
+        except OSError:
+            return value  # the reader reports it, naming the file
+        check_json_depth(text, str(value))
+    return value
+
+
 # Options shared by the commands that build a cluster (simulate, report capacity).
 ModelOption = Annotated[
     str,
     typer.Option(
-        "--model", "-m", help="Preset model name (see `twin models list`) or a config.json."
+        "--model",
+        "-m",
+        help="Preset model name (see `twin models list`) or a config.json.",
+        callback=model_file,
     ),
 ]
 GpuOption = Annotated[
@@ -218,7 +234,7 @@ SetOption = Annotated[
     typer.Option(
         "--set",
         help="An engine flag by the engine's own name, NAME=VALUE, repeatable "
-        "(e.g. --engine sglang --set mamba_scheduler_strategy=extra_buffer).",
+        "(e.g. --engine sglang --set mamba_radix_cache_strategy=extra_buffer).",
     ),
 ]
 CacheGbOption = Annotated[
@@ -288,7 +304,11 @@ TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs
 JobsOption = Annotated[
     int,
     typer.Option(
-        "--jobs", "-j", min=1, help="Worker processes (1: in-process, deterministic order)."
+        "--jobs",
+        "-j",
+        min=1,
+        max=MAX_JOBS,
+        help="Worker processes (1: in-process, deterministic order).",
     ),
 ]
 ExecutorOption = Annotated[

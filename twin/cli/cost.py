@@ -15,6 +15,7 @@ from twin.cli.common import (
     ModelSetOption,
     PrecisionOption,
     console,
+    model_file,
     print_json,
     with_precision,
 )
@@ -23,19 +24,28 @@ from twin.costmodel.breakdown import LABEL, MIXER_LABELS
 from twin.costmodel.profile_store import available_profiles, resolve_profile, shipped_name
 from twin.costmodel.provenance import family_label
 from twin.errors import TwinError
+from twin.limits import MAX_BATCH, MAX_LIST_ITEMS
 from twin.model import ModelSpec
 from twin.presets import resolve_model
+from twin.workloads.schema import MAX_SEQUENCE_TOKENS
 
 
-def _ints(text: str, flag: str) -> list[int]:
+def _ints(text: str, flag: str, high: int) -> list[int]:
+    """Comma-separated whole numbers from 1 to ``high``: no empty entry (``1,2,,3`` is a
+    typo, not three values), at most ``MAX_LIST_ITEMS`` of them."""
+    items = text.split(",")
+    if len(items) > MAX_LIST_ITEMS:
+        raise TwinError(f"{flag}: {len(items):,} values; at most {MAX_LIST_ITEMS:,}")
+    if any(not v.strip() for v in items):
+        raise TwinError(f"{flag} {text!r}: an empty value between commas")
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in items]
     except ValueError:
         raise TwinError(
             f"{flag} {text!r}: expected comma-separated integers, e.g. 1024,4096"
         ) from None
-    if not values or min(values) < 1:
-        raise TwinError(f"{flag} {text!r}: expected positive integers")
+    if min(values) < 1 or max(values) > high:
+        raise TwinError(f"{flag} {text!r}: each must be from 1 to {high:,}")
     return values
 
 
@@ -87,6 +97,7 @@ def cost(
         "--model",
         "-m",
         help="Preset model (see `twin models list`) or a Hugging Face config.json.",
+        callback=model_file,
     ),
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     precision: PrecisionOption = None,
@@ -117,7 +128,11 @@ def cost(
         "1,8,32,128", "--batches", help="Batch sizes of the decode table, comma-separated."
     ),
     context: int = typer.Option(
-        4096, "--context", min=0, help="Context of every sequence in the decode table."
+        4096,
+        "--context",
+        min=0,
+        max=MAX_SEQUENCE_TOKENS,
+        help="Context of every sequence in the decode table.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
@@ -153,7 +168,11 @@ def cost(
     prof = resolve_profile(gpu, profile, engine)
     cm = CostModel(spec, prof, tp=tp)
     data = predictions(
-        cm, _ints(lengths, "--lengths"), cached_frac, _ints(batches, "--batches"), context
+        cm,
+        _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS),
+        cached_frac,
+        _ints(batches, "--batches", MAX_BATCH),
+        context,
     )
     header = {
         "model": spec.name,

@@ -22,7 +22,8 @@ from typer import _click as click  # typer's bundled click
 from typer.core import TyperGroup
 
 # What ``twin`` runs, in the order ``twin --help`` lists them: (module, attribute), where
-# the attribute is a command function or a sub-app (``typer.Typer``).
+# the attribute is a command function or a sub-app (``typer.Typer``). A command module may
+# define ``<attribute>_epilog()``: the text its ``--help`` ends with, built when it loads.
 COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("twin.cli.simulate", "simulate"),
     "replay": ("twin.cli.replay", "replay"),
@@ -39,13 +40,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def load_command(name: str, module: str, attribute: str) -> Any:
     """The click command ``name`` built from ``module.attribute`` (imported now)."""
-    target = getattr(importlib.import_module(module), attribute)
+    loaded = importlib.import_module(module)
+    target = getattr(loaded, attribute)
     command: click.Command
     if isinstance(target, typer.Typer):
         command = typer.main.get_group(target)
     else:
+        epilog = getattr(loaded, f"{attribute}_epilog", None)
         single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-        single.command(name)(target)
+        single.command(name, epilog=None if epilog is None else epilog())(target)
         command = typer.main.get_command(single)
     command.name = name
     return command

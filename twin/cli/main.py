@@ -24,6 +24,12 @@ def _say(text: str) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the ``twin`` command line on ``argv`` (default: ``sys.argv[1:]``); return the status."""
+    if argv is None:
+        argv = sys.argv[1:]
+    empty = _empty_argument(argv)
+    if empty is not None:
+        _say(f"error: {empty}: an empty value (give one, or leave the flag out)")
+        return USAGE_EXIT
     try:
         from typer.exceptions import TyperException
 
@@ -54,6 +60,24 @@ def run(argv: list[str] | None = None) -> int:
     if rv == INTERRUPTED_EXIT:  # typer turns a Ctrl-C inside a command into Exit(130)
         _say("interrupted")
     return rv if isinstance(rv, int) else 0
+
+
+def _empty_argument(argv: list[str]) -> str | None:
+    """The flag given an empty value (``--out ''``, ``--out=``), or None.
+
+    No flag or argument of twin means anything when empty, and a path flag would
+    otherwise read it as the current folder (``Path('') == Path('.')``): ``--out ''``
+    wrote a run's outputs into the working directory (issue 32).
+    """
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return None
+        if arg.startswith("--") and arg.endswith("=") and len(arg) > 3:
+            return arg[:-1]
+        if not arg.strip():
+            before = argv[i - 1] if i and argv[i - 1].startswith("-") else None
+            return f"{before} {arg!r}" if before else f"argument {i + 1} ({arg!r})"
+    return None
 
 
 def _usage(err: BaseException) -> int:

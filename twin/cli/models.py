@@ -15,6 +15,7 @@ from twin.cli.common import (
     PrecisionOption,
     console,
     format_bytes,
+    model_file,
     print_json,
     with_precision,
 )
@@ -87,10 +88,15 @@ def list_models_cmd(
 @app.command("show")
 def show_cmd(
     name: str | None = typer.Argument(
-        None, help="A preset name (see `twin models list`) or a Hugging Face config.json."
+        None,
+        help="A preset name (see `twin models list`) or a Hugging Face config.json.",
+        callback=model_file,
     ),
     config: Path | None = typer.Option(
-        None, "--config", help="A Hugging Face config.json to read instead of a preset."
+        None,
+        "--config",
+        help="A Hugging Face config.json to read instead of a preset.",
+        callback=model_file,
     ),
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     precision: PrecisionOption = None,

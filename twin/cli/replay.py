@@ -21,6 +21,7 @@ from twin.cli.common import (
     PrecisionOption,
     alpha_label,
     console,
+    model_file,
     policy_options,
     print_json,
     progress_bar,
@@ -45,7 +46,11 @@ def _policies(text: str) -> list[str]:
 def replay(
     workload: Path = typer.Argument(..., metavar="WORKLOAD", help="Workload parquet file."),
     model: str = typer.Option(
-        ..., "--model", "-m", help="Preset model name (see `twin models list`) or a config.json."
+        ...,
+        "--model",
+        "-m",
+        help="Preset model name (see `twin models list`) or a config.json.",
+        callback=model_file,
     ),
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     precision: PrecisionOption = None,

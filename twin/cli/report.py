@@ -29,7 +29,7 @@ from twin.cli.common import (
 )
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.errors import TwinError
-from twin.limits import MAX_CACHE_GB
+from twin.limits import MAX_CACHE_GB, MAX_POINTS
 from twin.metrics import to_json
 from twin.policies import POLICIES
 from twin.precision import model_sets
@@ -38,10 +38,6 @@ from twin.reports.capacity import DEFAULT_POLICIES, CapacityReport, capacity_rep
 from twin.reports.load import load_verdict
 from twin.reports.render import HTML_FILE, MD_FILE, REC_HEAD, rec_cells
 from twin.reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant, grid
-
-# Points in one report at most (issue 32: a typo like --seeds 1e9 must not allocate a grid
-# of a billion points); a 100,000-point sweep is already hours on a Ray cluster.
-MAX_POINTS = 100_000
 
 app = typer.Typer(
     help="Capacity-planning reports: sweeps of the simulator rendered as HTML and Markdown.",
@@ -161,7 +157,7 @@ def capacity(
         "--policies",
         help=f"Policies to sweep, comma-separated: {', '.join(POLICIES)}; or engine modes "
         f"with their flags ({', '.join(ENGINE_MODES)}), e.g. "
-        "vllm,sglang,sglang[mamba_scheduler_strategy=extra_buffer]: each runs in its shared "
+        "vllm,sglang,sglang[mamba_radix_cache_strategy=extra_buffer]: each runs in its shared "
         f"KV pool (its cache column is the pool's size). [default: {','.join(DEFAULT_POLICIES)}; "
         "with --engine, that mode]",
     ),
@@ -246,7 +242,7 @@ def capacity(
         --precision fp8 --kv-dtype fp8 --session-rates 1,2 --out capacity-fp8
 
       twin report capacity chat.parquet --gpu a100-80gb --cache-gb auto \\
-        --policies "vllm,sglang,sglang\\[mamba_scheduler_strategy=extra_buffer]" \\
+        --policies "vllm,sglang,sglang\\[mamba_radix_cache_strategy=extra_buffer]" \\
         --session-rates 2,8 --out capacity-engines
     """
     checks.in_file("WORKLOAD", workload, "workload file")

@@ -45,6 +45,17 @@ from twin.workloads.examples import DEFAULT_EXAMPLE as EXAMPLE
 from twin.workloads.examples import example_path
 
 
+def simulate_epilog() -> str:
+    """The engine modes' flags (``--set``) of their newest releases, with defaults and
+    sources, for ``twin simulate --help`` (``--engine NAME==VERSION`` picks another)."""
+    from twin.engine.modes import ENGINE_MODES
+
+    lines = ["Engine flags (--set NAME=VALUE) of each engine's newest modelled release:"]
+    for mode in ENGINE_MODES.values():
+        lines.extend(mode.flag_lines())
+    return "\n\n".join(lines)
+
+
 def simulate(
     workload: Path | None = typer.Argument(
         None,
@@ -175,7 +186,11 @@ def simulate(
 
       twin simulate --engine vllm --set max_num_seqs=128 --out sim-vllm
 
-      twin simulate --engine sglang --set mamba_scheduler_strategy=extra_buffer --out sim-sglang
+      twin simulate --engine sglang==0.5.23 --set mamba_radix_cache_strategy=extra_buffer_lazy \
+        --out sim-sglang
+
+      twin simulate --engine sglang==0.5.10.post1 --set mamba_scheduler_strategy=extra_buffer \
+        --out sim-sglang-0510
 
       twin simulate -m gemma-3-4b --gpu h100 -p jenga --kv-allocator paged --out sim-paged
 

@@ -18,6 +18,7 @@ from twin.cli.common import (
     format_pct,
     progress_bar,
 )
+from twin.limits import MAX_SESSIONS
 from twin.metrics import to_json
 from twin.presets import resolve_model
 from twin.validate.entry import load_executor, validate_model
@@ -40,10 +41,19 @@ def validate(
         None, "--generate", "-g", help=f"Generate a workload instead: {', '.join(GENERATORS)}."
     ),
     sessions: int | None = typer.Option(
-        None, "--sessions", "-n", min=1, help="--generate: sessions (default: --requests)."
+        None,
+        "--sessions",
+        "-n",
+        min=1,
+        max=MAX_SESSIONS,
+        help="--generate: sessions (default: --requests).",
     ),
     requests: int = typer.Option(
-        100, "--requests", min=1, help="Keep the first N requests in arrival order."
+        100,
+        "--requests",
+        min=1,
+        max=MAX_SESSIONS,
+        help="Keep the first N requests in arrival order.",
     ),
     session_rate: float | None = typer.Option(
         None,

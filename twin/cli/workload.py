@@ -13,6 +13,7 @@ from rich.table import Table
 from twin.cli import checks
 from twin.cli.common import console, parse_pairs, print_json, progress_bar
 from twin.errors import TwinError
+from twin.limits import MAX_SESSIONS
 from twin.workload_stats import summarize
 from twin.workloads.exporters import export_marconi
 from twin.workloads.generators import GENERATORS, get_generator
@@ -42,7 +43,12 @@ def generate(
     kind: str = typer.Argument(..., help=f"Workload kind: {', '.join(GENERATORS)}."),
     out: Path = typer.Option(..., "--out", "-o", help="Output parquet file."),
     sessions: int | None = typer.Option(
-        None, "--sessions", "-n", min=1, help="Number of sessions (default 100; or --duration)."
+        None,
+        "--sessions",
+        "-n",
+        min=1,
+        max=MAX_SESSIONS,
+        help="Number of sessions (default 100; or --duration).",
     ),
     duration: float | None = typer.Option(
         None,
@@ -112,6 +118,11 @@ def generate(
         raise TwinError("--sessions and --duration are mutually exclusive: give one")
     checks.number("--duration", duration, low=0, low_open=True)
     checks.number("--session-rate", session_rate, low=0, low_open=True)
+    if duration is not None and duration * session_rate > MAX_SESSIONS:
+        raise TwinError(
+            f"--duration {duration:g} at --session-rate {session_rate:g}: about "
+            f"{duration * session_rate:,.0f} sessions; at most {MAX_SESSIONS:,} in one workload"
+        )
     checks.out_file("--out", out)
     gen_cls = get_generator(kind)
     overrides = parse_pairs(knobs, "--set", "mean_turns=6")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 from twin.atomic import write_text_atomic
 from twin.costmodel.formulas import check_params, get_formula
 from twin.errors import TwinError
+from twin.limits import check_json_depth
 
 SCHEMA_VERSION = 1
 # ``mixed``: the families come from different places; each fit says where.
@@ -37,6 +39,93 @@ SOURCES = ("measured", "datasheet", "transferred", "mixed")
 
 
 REQUIRED_PEAKS = ("flops", "mem_bw", "host_bw")
+
+# Physical ranges of the numbers a profile holds, checked on load (issue 32): a NaN, a
+# negative or a 1e300 reaches the cost model as NaN or negative latencies otherwise.
+# Peaks by the unit their name ends in, each bound far above any device: FLOP/s under
+# 1e17 (GB300's dense FP4 is 1.5e16), bytes/s under 1e14 (HBM at 8e12 B/s on B200, NVLink
+# 5 at 1.8e12), a device memory under 1e13 bytes (288 GB on B300; a GB200 NVL72 rack holds
+# 1.35e13 in all), a latency under one second.
+PEAK_RANGES: tuple[tuple[str, float, str], ...] = (
+    ("flops", 1e17, "FLOP/s"),
+    ("_bw", 1e14, "B/s"),
+    ("_bytes", 1e13, "bytes"),
+    ("_s", 1.0, "s"),
+)
+# The fit parameters of ``twin.costmodel.formulas`` (t = t0 + smax_p(F / (eff_flops *
+# peak) + sum c_j x_j, B / (eff_bytes * peak))). None may be negative: t0 is a launch's
+# fixed time (negative: a small kernel takes negative time); eff_* divide the peaks (zero:
+# infinite time; negative: negative time); each c_j multiplies a feature that grows with
+# tokens and context (negative: a latency that falls with work, and goes negative on a
+# large shape); p is the smooth-max exponent, between max(a, b) and a + b only for p >= 1.
+# The upper bounds are the fitter's own box (twin.calibration.fit: t0 <= 10 s, eff <= 4,
+# p <= 20), widened: a second per unit of any feature is no GPU kernel, and an efficiency
+# of 1e-6 (a millionth of the peak) is no kernel either.
+PARAM_RANGES: dict[str, tuple[float, float, str]] = {
+    "t0_s": (0.0, 10.0, "s"),
+    "eff_flops": (1e-6, 10.0, "(a fraction of the FLOP/s peak)"),
+    "eff_bytes": (1e-6, 10.0, "(a fraction of the bandwidth peak)"),
+    "p": (1.0, 100.0, "(the smooth-max exponent)"),
+}
+COEF_RANGE = (0.0, 1.0, "s per unit of its feature")
+MAX_OVERHEAD_S = 10.0  # a layer's host overhead, seconds
+
+
+class _Bad(Exception):
+    """A profile field out of range: ``str`` is ``path: what`` (the caller adds the file)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(f"{path}: {what}")
+
+
+def _number(value: Any, path: str) -> float:
+    """A JSON number (not a bool, not a string) as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Bad(path, f"must be a number (got {type(value).__name__} {value!r:.40})")
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a double's range
+        raise _Bad(path, "must be finite (got an integer past 1e308)") from None
+
+
+def _whole(value: Any, path: str) -> int:
+    """A non-negative whole number (a count)."""
+    v = _number(value, path)
+    if not (math.isfinite(v) and v >= 0 and v == int(v)):
+        raise _Bad(path, f"must be a whole number >= 0 (got {value!r})")
+    return int(v)
+
+
+def _in_range(v: float, path: str, low: float, high: float, unit: str, low_open: bool) -> None:
+    if not math.isfinite(v):
+        raise _Bad(path, f"must be finite (got {v!r})")
+    if (v <= low if low_open else v < low) or v > high:
+        lo = f"> {low:g}" if low_open else f">= {low:g}"
+        raise _Bad(path, f"must be {lo} and <= {high:g} {unit} (got {v!r})")
+
+
+def check_peak(name: str, v: float) -> None:
+    """One peak: finite, positive (a latency may be 0), within its unit's bound."""
+    for suffix, high, unit in PEAK_RANGES:
+        if name.endswith(suffix):
+            _in_range(v, f"peaks.{name}", 0.0, high, unit, low_open=suffix != "_s")
+            return
+    _in_range(v, f"peaks.{name}", 0.0, math.inf, "", low_open=True)
+
+
+def check_fit(name: str, fit: KernelFit, formula_params: tuple[str, ...]) -> None:
+    """A kernel fit's parameters and held-out errors (field paths under ``kernels.NAME``)."""
+    where = f"kernels.{name}"
+    for key, v in fit.params.items():
+        path = f"{where}.params.{key}"
+        if key not in formula_params:
+            raise _Bad(path, f"not a parameter of {fit.model} (has {', '.join(formula_params)})")
+        low, high, unit = PARAM_RANGES.get(key, COEF_RANGE)
+        _in_range(v, path, low, high, unit, low_open=False)
+    for key in ("heldout_median_rel_err", "heldout_p90_rel_err", "heldout_max_rel_err"):
+        v = getattr(fit, key)
+        if v is not None and not (math.isfinite(v) and v >= 0):
+            raise _Bad(f"{where}.{key}", f"must be finite and >= 0, or null (got {v!r})")
 
 
 @dataclass
@@ -78,19 +167,22 @@ class KernelFit:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> KernelFit:
-        """Inverse of ``to_dict``."""
+    def from_dict(cls, data: dict[str, Any], where: str = "kernel") -> KernelFit:
+        """Inverse of ``to_dict``; every number checked for its JSON type (``where``: the
+        field path of this fit, e.g. ``kernels.gemm``, for the error)."""
+        _object(data, where)
+        _object(data["params"], f"{where}.params")
         return cls(
-            model=str(data["model"]),
-            params={k: float(v) for k, v in data["params"].items()},
-            heldout_median_rel_err=_opt_float(data.get("heldout_median_rel_err")),
-            heldout_max_rel_err=_opt_float(data.get("heldout_max_rel_err")),
-            n_shapes=int(data.get("n_shapes", 0)),
-            n_heldout=int(data.get("n_heldout", 0)),
+            model=_text(data["model"], f"{where}.model"),
+            params={k: _number(v, f"{where}.params.{k}") for k, v in data["params"].items()},
+            heldout_median_rel_err=_opt_float(data, "heldout_median_rel_err", where),
+            heldout_max_rel_err=_opt_float(data, "heldout_max_rel_err", where),
+            n_shapes=_whole(data.get("n_shapes", 0), f"{where}.n_shapes"),
+            n_heldout=_whole(data.get("n_heldout", 0), f"{where}.n_heldout"),
             note=str(data.get("note", "")),
-            heldout_p90_rel_err=_opt_float(data.get("heldout_p90_rel_err")),
-            n_flagged=int(data.get("n_flagged", 0)),
-            provenance=dict(data.get("provenance") or {}),
+            heldout_p90_rel_err=_opt_float(data, "heldout_p90_rel_err", where),
+            n_flagged=_whole(data.get("n_flagged", 0), f"{where}.n_flagged"),
+            provenance=dict(_object(data.get("provenance") or {}, f"{where}.provenance")),
         )
 
 
@@ -111,6 +203,10 @@ class Profile:
     layer_overhead: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        try:
+            self._check_numbers()
+        except _Bad as bad:
+            raise TwinError(f"profile {self.gpu!r}: {bad}") from None
         if self.source not in SOURCES:
             raise TwinError(
                 f"profile {self.gpu!r}: source must be one of {', '.join(SOURCES)} "
@@ -121,9 +217,8 @@ class Profile:
                 f"profile {self.gpu!r}: a transferred profile must say transferred_from"
             )
         for key in REQUIRED_PEAKS:
-            v = self.peaks.get(key)
-            if v is None or not math.isfinite(v) or v <= 0:
-                raise TwinError(f"profile {self.gpu!r}: peak {key!r} must be positive (got {v!r})")
+            if self.peaks.get(key) is None:
+                raise TwinError(f"profile {self.gpu!r}: peaks.{key}: missing (a positive peak)")
         for name, fit in self.kernels.items():
             formula = get_formula(name)
             _upgrade(fit, formula.model_name)
@@ -132,6 +227,10 @@ class Profile:
                     f"profile {self.gpu!r}, kernel {name!r}: model {fit.model!r} "
                     f"is not this version's {formula.model_name!r}"
                 )
+            try:
+                check_fit(name, fit, formula.param_names)
+            except _Bad as bad:
+                raise TwinError(f"profile {self.gpu!r}: {bad}") from None
             check_params(name, fit.params)
             peak = formula.flops_peak
             if formula.uses_flops and peak not in ("flops", "fp32_flops"):
@@ -141,6 +240,17 @@ class Profile:
                         f"profile {self.gpu!r}, kernel {name!r}: needs a positive peak "
                         f"{peak!r} (got {v!r})"
                     )
+
+    def _check_numbers(self) -> None:
+        """Every peak and host overhead finite and within its physical range (the fits are
+        checked per kernel, after their formula is known)."""
+        for key, v in self.peaks.items():
+            check_peak(key, v)
+        if self.layer_overhead is not None:
+            for kind, v in self.layer_overhead["seconds"].items():
+                _in_range(
+                    v, f"layer_overhead.seconds.{kind}", 0.0, MAX_OVERHEAD_S, "s", low_open=False
+                )
 
     # ------------------------------------------------------------ display
     @property
@@ -217,20 +327,31 @@ class Profile:
                     f"{where}: schema {data.get('schema')!r} is not "
                     f"{SCHEMA_VERSION}; re-run twin calibrate"
                 )
+            peaks = _object(data["peaks"], "peaks")
+            kernels = _object(data["kernels"], "kernels")
+            transferred = data.get("transferred_from")
             return cls(
-                gpu=str(data["gpu"]),
-                device=str(data["device"]),
-                source=str(data["source"]),
-                peaks={k: float(v) for k, v in data["peaks"].items() if v is not None},
-                kernels={k: KernelFit.from_dict(v) for k, v in data["kernels"].items()},
-                provenance=dict(data.get("provenance") or {}),
-                transferred_from=data.get("transferred_from"),
-                dtype=str(data.get("dtype", "bfloat16")),
+                gpu=_text(data["gpu"], "gpu"),
+                device=_text(data["device"], "device"),
+                source=_text(data["source"], "source"),
+                peaks={k: _number(v, f"peaks.{k}") for k, v in peaks.items() if v is not None},
+                kernels={k: KernelFit.from_dict(v, f"kernels.{k}") for k, v in kernels.items()},
+                provenance=dict(_object(data.get("provenance") or {}, "provenance")),
+                transferred_from=None
+                if transferred is None
+                else _text(transferred, "transferred_from"),
+                dtype=_text(data.get("dtype", "bfloat16"), "dtype"),
                 layer_overhead=_overhead(data.get("layer_overhead")),
             )
+        except _Bad as bad:
+            raise TwinError(f"{where}: {bad}") from None
         except TwinError as err:
-            raise TwinError(f"{where}: {err}") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            # The checks name the profile by its gpu field; the file says it better.
+            text = re.sub(r"^profile '[^']*'(: |, )", "", str(err))
+            raise TwinError(f"{where}: {text}") from None
+        except KeyError as err:
+            raise TwinError(f"{where}: not a valid profile (field {err} missing)") from None
+        except (TypeError, ValueError, AttributeError) as err:
             raise TwinError(f"{where}: not a valid profile ({type(err).__name__}: {err})") from None
 
     def save(self, path: str | Path) -> Path:
@@ -244,7 +365,9 @@ class Profile:
         """Read a profile file."""
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            text = path.read_text()
+            check_json_depth(text, str(path))
+            data = json.loads(text)
         except FileNotFoundError:
             raise TwinError(f"{path}: no such profile file") from None
         except (OSError, ValueError) as err:  # ValueError: bad JSON, or not UTF-8 (a binary file)
@@ -269,14 +392,26 @@ def _overhead(data: Any) -> dict[str, Any] | None:
     """A ``layer_overhead`` entry, checked: a mode and non-negative seconds per layer kind."""
     if data is None:
         return None
-    mode, seconds = data["mode"], data["seconds"]
+    _object(data, "layer_overhead")
+    mode, seconds = data["mode"], _object(data["seconds"], "layer_overhead.seconds")
     if mode not in ("add", "max"):
-        raise ValueError(f"layer_overhead mode must be add or max (got {mode!r})")
-    out = {k: float(v) for k, v in seconds.items()}
-    if any(not math.isfinite(v) or v < 0 for v in out.values()):
-        raise ValueError("layer_overhead seconds must be finite and >= 0")
+        raise _Bad("layer_overhead.mode", f"must be add or max (got {mode!r:.40})")
+    out = {k: _number(v, f"layer_overhead.seconds.{k}") for k, v in seconds.items()}
     return {**data, "seconds": out}
 
 
-def _opt_float(v: Any) -> float | None:
-    return None if v is None else float(v)
+def _object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Bad(path, f"must be a JSON object (got {type(value).__name__})")
+    return value
+
+
+def _text(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise _Bad(path, f"must be a string (got {type(value).__name__})")
+    return value
+
+
+def _opt_float(data: dict[str, Any], key: str, where: str) -> float | None:
+    v = data.get(key)
+    return None if v is None else _number(v, f"{where}.{key}")

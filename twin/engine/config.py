@@ -71,6 +71,9 @@ class EngineConfig:
         "(--cache-gb auto); False: a dedicated cache of cache_bytes (the Marconi paper)",
     )
     engine: str = _opt("paper", "engine mode (twin.engine.modes.ENGINE_MODES)")
+    engine_release: str = _opt(
+        "", "the engine's release whose rules, defaults and flag names ran (twin.engine.releases)"
+    )
     engine_flags: dict[str, str] = field(
         default_factory=dict, metadata={"help": "the engine flags given with --set"}
     )
@@ -236,6 +239,7 @@ _OMITTED_AT_DEFAULT = (
     "concurrency",
     "shared_pool",
     "engine",
+    "engine_release",
     "engine_flags",
     "preemption",
     "state_slots",
@@ -283,7 +287,8 @@ def build_config(
         # (SGLang's mem_fraction_static and chunked_prefill_size), where not given.
         from twin.engine.modes import get_mode  # late: the modes import this module
 
-        gpu_defaults = get_mode(engine).gpu_defaults
+        release = fields.get("engine_release")
+        gpu_defaults = get_mode(f"{engine}=={release}" if release else engine).gpu_defaults
         if gpu_defaults is not None:
             tp = fields.get("tp", 1)
             for name, value in gpu_defaults(fields["gpu_memory_bytes"], tp, fields).items():

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from twin.engine.releases import RELEASE, Release
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -126,30 +127,89 @@ class EngineMode:
     # EngineConfig defaults that depend on the GPU: (HBM bytes per GPU, tp, the fields
     # given) -> fields, applied by build_config where a field is not given; None: none.
     gpu_defaults: Callable[[float, int, dict[str, Any]], dict[str, Any]] | None = None
+    # The releases modelled, newest first (twin.engine.releases), and the one picked
+    # (--engine NAME==VERSION; None: the newest). A mode without releases (paper) has none.
+    releases: tuple[Release, ...] = ()
+    release: Release | None = None
+
+    @property
+    def current(self) -> Release | None:
+        """The release this mode runs under: the one picked, else the newest."""
+        return self.release or (self.releases[0] if self.releases else None)
+
+    def release_flags(self) -> dict[str, Flag]:
+        """The flags of the current release (all the mode's flags without releases)."""
+        rel = self.current
+        if rel is None:
+            return dict(self.flags)
+        return {name: self.flags[name] for name in rel.flags}
+
+    def check_flag(self, name: str) -> Flag:
+        """The flag ``name`` of the current release; one line naming what to give otherwise."""
+        rel = self.current
+        if rel is not None and name not in rel.flags:
+            label = f"{self.display} {rel.version}"
+            if name in rel.renamed:
+                raise TwinError(f"--set {name}: {label} {rel.renamed[name]}")
+            others = [r.version for r in self.releases if name in r.flags]
+            if others:
+                raise TwinError(
+                    f"--set {name}: not a flag of {label}; it is one of "
+                    + ", ".join(f"--engine {self.name}=={v}" for v in others)
+                )
+        flags = self.release_flags()
+        if name in flags:
+            return flags[name]
+        if not flags:
+            raise TwinError(
+                f"--set {name}: engine {self.name!r} takes no flags; "
+                "name the engine the flags are for (--engine vllm or --engine sglang)"
+            )
+        raise TwinError(
+            f"--set {name}: engine {self.name!r} has no such flag (its flags: {', '.join(flags)})"
+        )
+
+    def apply_flag(self, name: str, value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+        """Apply flag ``name`` under the current release, writing ``out``."""
+        flag = self.check_flag(name)
+        out[RELEASE] = self.current
+        try:
+            flag.apply(value, model, out)
+        finally:
+            out.pop(RELEASE, None)
+
+    def flag_lines(self) -> list[str]:
+        """The current release's flags with its defaults and sources (``--help``, README)."""
+        rel = self.current
+        if rel is None:
+            return []
+        lines = [
+            f"--engine {self.name} = {self.display} {rel.version} (rules read from {rel.source})"
+        ]
+        for name, flag in self.release_flags().items():
+            lines.append(f"  --set {name}={rel.default(name, flag.default)}: {flag.help}")
+        for other in self.releases:
+            if other is not rel:
+                lines.append(f"  --engine {self.name}=={other.version}: {other.notes}")
+        return lines
 
     def settings(self, model: ModelSpec, sets: dict[str, str]) -> dict[str, Any]:
         """EngineConfig fields for this mode with ``sets`` (``--set name=value``) applied."""
         sets = {k.lstrip("-").replace("-", "_"): v for k, v in sets.items()}
-        unknown = sorted(set(sets) - set(self.flags))
-        if unknown and not self.flags:
-            raise TwinError(
-                f"--set {unknown[0]}: engine {self.name!r} takes no flags; "
-                "name the engine the flags are for (--engine vllm or --engine sglang)"
-            )
-        if unknown:
-            valid = ", ".join(self.flags)
-            raise TwinError(
-                f"--set {unknown[0]}: engine {self.name!r} has no such flag (its flags: {valid})"
-            )
+        for name in sorted(sets):
+            self.check_flag(name)
+        rel = self.current
         out: dict[str, Any] = {
             "policy": self.policy,
             "preemption": self.preemption,
             "scheduler": self.scheduler,
         }
+        out[RELEASE] = rel
         for name, flag in self.flags.items():
             if name in sets:
                 flag.apply(sets[name], model, out)
         out["policy_options"] = {**self.options(model, out), **out.get("policy_options", {})}
+        out.pop(RELEASE)
         if self.scheduler_options or "scheduler_options" in out:
             out["scheduler_options"] = {
                 **self.scheduler_options,
@@ -159,6 +219,8 @@ class EngineMode:
             out["new_token_ratio"] = {**self.admission, **out.pop("new_token_ratio", {})}
         if self.name != "paper":
             out["engine"] = self.name
+            if rel is not None:
+                out["engine_release"] = rel.version
             if sets:
                 out["engine_flags"] = dict(sorted(sets.items()))
         return out

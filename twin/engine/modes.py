@@ -21,9 +21,12 @@ configuration it produces.
 
 from __future__ import annotations
 
+import dataclasses
+
 from twin.engine.mode_base import EngineMode
 from twin.engine.modes_sglang import SGLANG
 from twin.engine.modes_vllm import VLLM
+from twin.engine.releases import Release, pick_release, release_for_measured, split_engine
 from twin.errors import TwinError
 
 PAPER = EngineMode(
@@ -48,6 +51,18 @@ GUARANTEED_NO_EVICT = {
     "sglang_clip_max_new_tokens_estimation": 1 << 30,
 }
 
+# TensorRT-LLM: the one release its rules follow (twin.engine.trtllm_batching: the PyTorch
+# executor's capacity scheduler and BuildConfig/TorchLlmArgs defaults of release 1.0; NVIDIA's
+# measured runs span 0.5.1 to 1.3.0rc5). The mode has no flags yet, so no second release
+# differs in anything the twin models.
+TRTLLM_RELEASES = (
+    Release(
+        version="1.0.0",
+        source="tensorrt_llm/_torch/pyexecutor/scheduler.py, llmapi/llm_args.py (1.0)",
+        flags=(),
+    ),
+)
+
 TRTLLM = EngineMode(
     name="trtllm",
     display="TensorRT-LLM",
@@ -58,6 +73,7 @@ TRTLLM = EngineMode(
     "kernels; its own cache (block reuse) not modelled: the paper's --policy",
     admission=GUARANTEED_NO_EVICT,
     scheduler="trtllm",
+    releases=TRTLLM_RELEASES,
 )
 
 ENGINE_MODES: dict[str, EngineMode] = {m.name: m for m in (PAPER, VLLM, SGLANG, TRTLLM)}
@@ -65,11 +81,30 @@ DEFAULT_MODE = "paper"
 
 
 def get_mode(name: str | None) -> EngineMode:
-    """The engine mode called ``name`` (``None``: the default); a one-line error otherwise."""
+    """The engine mode called ``name`` (``None``: the default); a one-line error otherwise.
+
+    ``name`` may pick a release, ``vllm==0.19`` (twin.engine.releases): the mode then
+    runs that release's rules, defaults and flag names; without one, the newest modelled.
+    """
+    base, version = split_engine(name or DEFAULT_MODE)
     try:
-        return ENGINE_MODES[(name or DEFAULT_MODE).lower()]
+        mode = ENGINE_MODES[base]
     except KeyError:
         raise TwinError(f"--engine {name!r}: expected one of {', '.join(ENGINE_MODES)}") from None
+    if version is None:
+        return mode
+    if not mode.releases:
+        raise TwinError(f"--engine {name!r}: {base} has no releases (the Marconi paper's world)")
+    return dataclasses.replace(mode, release=pick_release(base, mode.releases, version))
 
 
-__all__ = ["DEFAULT_MODE", "ENGINE_MODES", "get_mode"]
+def measured_mode(engine: str, version: str | None) -> str:
+    """``--engine`` for a measured run of ``engine`` at ``version`` (its ``backend_version``):
+    the modelled release that stands for it (:func:`release_for_measured`)."""
+    mode = get_mode(engine)
+    if not mode.releases:
+        return mode.name
+    return f"{mode.name}=={release_for_measured(mode.releases, version).version}"
+
+
+__all__ = ["DEFAULT_MODE", "ENGINE_MODES", "get_mode", "measured_mode"]

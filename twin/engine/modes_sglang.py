@@ -23,16 +23,65 @@ from twin.engine.mode_base import (
     _float,
     _int,
 )
+from twin.engine.releases import Release, release_of
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
+# State slots a running request holds per strategy: its live state plus the tracking
+# slots SGLang allocates at admission (mem_cache/allocation_sizing.py
+# get_mamba_tracking_slots, 0.5.23: extra_buffer 2 with the overlap scheduler, SGLang's
+# default; extra_buffer_lazy 1, the second deferred; no_buffer 0; 0.5.10.post1
+# memory_pool.py: mamba_ping_pong_track_buffer_size 2 without speculative decoding).
+STATE_SLOTS = {"no_buffer": 1, "extra_buffer": 3, "extra_buffer_lazy": 2}
 
-def _sglang_strategy(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # extra_buffer keeps 3 recurrent states per running request (the live one and
-    # two ping-pong buffers for the next checkpoint) and skips the copies;
-    # no_buffer keeps one (SGLang server_args.py --mamba-scheduler-strategy).
-    strategy = _choice("mamba_scheduler_strategy", value, ("no_buffer", "extra_buffer"))
-    out["state_slots"] = 3 if strategy == "extra_buffer" else 1
+
+def _sglang_strategy(name: str) -> Apply:
+    """``mamba_radix_cache_strategy`` (0.5.23) or ``mamba_scheduler_strategy`` (0.5.10.post1)."""
+
+    def apply(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+        release = release_of(out)
+        strategy = _choice(name, value, release.choice(name, ("auto", "no_buffer", "extra_buffer")))
+        out["mamba_strategy"] = strategy
+
+    return apply
+
+
+def _resolve_strategy(model: ModelSpec, out: dict[str, Any]) -> None:
+    """The strategy's state slots (``_sglang_options``, after every flag).
+
+    ``auto``: 0.5.10.post1 ``server_args.py`` resolves it to ``no_buffer``; 0.5.23
+    ``arg_groups/overrides.py`` ``_mamba_radix_cache_resolution`` to ``extra_buffer`` when
+    the overlap scheduler is on (its default; the twin has no flag to turn it off) and the
+    architecture supports it (``_MAMBA_EXTRA_BUFFER_ARCHS``: Qwen3-Next/3.5, Nemotron-H,
+    Falcon-H1, Granite-4.0-H, Kimi-Linear, ... every hybrid family the twin models).
+    """
+    release = release_of(out)
+    strategy = out.pop("mamba_strategy", release.default("mamba_strategy", "no_buffer"))
+    if strategy == "auto":
+        strategy = release.default("auto_strategy", "no_buffer")
+    if model.n_ssm_layers and STATE_SLOTS[strategy] != 1:
+        out["state_slots"] = STATE_SLOTS[strategy]
+
+
+def _sglang_track_interval(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # server_args.py / arg_groups/fields/exec_.py --mamba-track-interval (256): where
+    # extra_buffer tracks a state during decode (seq_len % interval == 0). The twin keeps
+    # a state after the last token (sglang+'s admission), so only SGLang's default is
+    # accepted: another value would move the cached states, which is not modelled yet.
+    interval = _int("mamba_track_interval", value)
+    if interval != 256 and model.n_ssm_layers:
+        raise TwinError(
+            f"--set mamba_track_interval={value}: where SGLang tracks decode states is not "
+            "modelled yet (only its default, 256)"
+        )
+
+
+def _sglang_int8(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # arg_groups/fields/exec_.py --enable-int8-mamba-checkpoint (0.5.23): radix-cached
+    # mamba states stored in int8, "~2x cached-prefix capacity at fixed memory": the
+    # twin halves a cached state's bytes (running requests' slots keep their dtype).
+    if _bool("enable_int8_mamba_checkpoint", value):
+        out["int8_checkpoint"] = True
 
 
 def _sglang_radix(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -75,19 +124,48 @@ def _sglang_write_policy(value: str, model: ModelSpec, out: dict[str, Any]) -> N
 
 
 def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # SGLang --radix-eviction-policy (server_args.py; the orders of
-    # mem_cache/evict_policy.py): the radix cache's leaf order, ``sglang``'s
-    # ``eviction`` option (twin/policies/sglang_plus.py). Only RadixCache reads it:
-    # MambaRadixCache (hybrid models) keeps plain LRU lists, so for a model with
-    # recurrent layers the flag is accepted and, as in SGLang, changes nothing.
+    # SGLang --radix-eviction-policy: the radix cache's leaf order, ``sglang``'s
+    # ``eviction`` option (twin/policies/sglang_plus.py). 0.5.10.post1: RadixCache builds
+    # lru, lfu, fifo, mru, filo, priority, slru (mem_cache/radix_cache.py; its CLI lists
+    # lru, lfu, slru, the Engine API takes all), and MambaRadixCache (hybrids) keeps
+    # plain LRU lists, so on a hybrid the flag is accepted and changes nothing. 0.5.23:
+    # lru, lfu, slru, priority, tlru (arg_groups/choices.py), and the hybrid tree is
+    # UnifiedRadixCache, which orders its full component by the policy: not modelled.
     from twin.policies.sglang_plus import EVICTION_KEYS
 
-    choice = _choice("radix_eviction_policy", value, tuple(EVICTION_KEYS))
+    release = release_of(out)
+    choices = release.choice("radix_eviction_policy", tuple(EVICTION_KEYS))
+    if value in EVICTION_KEYS and value not in choices:
+        raise TwinError(
+            f"--set radix_eviction_policy={value}: not a choice of SGLang {release.version} "
+            f"({', '.join(choices)}); --engine sglang==0.5.10.post1 has it"
+        )
+    if value == "tlru":
+        # evict_policy.py TLRUStrategy needs --radix-eviction-policy-config threshold >
+        # next_prompt_estimate (arg_groups/kv_cache_hook.py) and per-branch tail counts.
+        raise TwinError(
+            "--set radix_eviction_policy=tlru: T-LRU (tail-optimized LRU) is not modelled yet"
+        )
+    choice = _choice("radix_eviction_policy", value, choices)
+    if model.n_ssm_layers and choice != "lru" and release.default("hybrid_eviction", "") == "on":
+        raise TwinError(
+            f"--set radix_eviction_policy={value}: SGLang {release.version}'s UnifiedRadixCache "
+            "orders a hybrid tree by it; the twin's hybrid cache has LRU lists only (not "
+            "modelled yet)"
+        )
     if not model.n_ssm_layers and choice != "lru":
         out["radix_eviction"] = choice
 
 
 def _sglang_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
+    _resolve_strategy(model, out)
+    int8 = out.pop("int8_checkpoint", False)
+    if int8 and out.get("hicache"):
+        # arg_groups/mamba_hook.py handle_int8_mamba_checkpoint refuses the pair.
+        raise TwinError(
+            "--set enable_int8_mamba_checkpoint: SGLang refuses it with "
+            "enable_hierarchical_cache (the host path is not int8-aware)"
+        )
     _sglang_host_tier(out)
     eviction = out.pop("radix_eviction", None)
     options: dict[str, Any] = {
@@ -100,9 +178,12 @@ def _sglang_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
         raise TwinError("--set page_size: only 1 is modelled for a model without recurrent layers")
     if options.get("page_size", 1) > 1 and out.get("state_slots", 1) == 1:
         # MambaRadixCache v1 (no_buffer) asserts page_size == 1 (mamba_radix_cache.py __init__).
-        raise TwinError(
-            "--set page_size: SGLang needs mamba_scheduler_strategy=extra_buffer for page_size > 1"
-        )
+        strategy = "mamba_radix_cache_strategy"
+        if strategy not in release_of(out).flags:
+            strategy = "mamba_scheduler_strategy"
+        raise TwinError(f"--set page_size: SGLang needs {strategy}=extra_buffer for page_size > 1")
+    if int8 and model.n_ssm_layers:
+        options["int8_checkpoint"] = True
     return {**options, "eviction": eviction} if eviction else options
 
 
@@ -146,7 +227,8 @@ def sglang_gpu_defaults(gpu_bytes: float, tp: int, given: dict[str, Any]) -> dic
     ``python/sglang/srt/server_args.py`` (``ServerArgs.__post_init__`` in 0.5.1.post1,
     ``_handle_gpu_memory_settings`` in 0.5.8.post1 and 0.5.14): ``chunked_prefill_size``
     is 2,048 below 35 GiB of GPU memory, 4,096 below 60 GiB (0.5.8.post1 on), 8,192
-    below 160 GiB and 16,384 above (B200).
+    below 160 GiB and 16,384 above (B200); 0.5.23 (``arg_groups/memory_hook.py``
+    ``_handle_gpu_memory_settings``) gives 4,096 from 20 GiB on.
 
     ``mem_fraction_static`` is left at the twin's 0.9 of the profile's memory. SGLang's
     default (``mem_fraction_static``: its memory less 512 MiB of attention metadata,
@@ -160,8 +242,10 @@ def sglang_gpu_defaults(gpu_bytes: float, tp: int, given: dict[str, Any]) -> dic
     8); the rule belongs here once the profiles carry the CUDA-visible memory.
     """
     mem = gpu_bytes / MIB  # get_device_memory_capacity: MiB
-    if mem < 35 * 1024:
+    if mem < 20 * 1024 or (mem < 35 * 1024 and given.get("engine_release") != "0.5.23"):
         chunk = 2048
+    elif mem < 35 * 1024:
+        chunk = 4096  # 0.5.23 arg_groups/memory_hook.py: 4,096 from 20 GiB (A10, 4090, 5090)
     elif mem < 60 * 1024:
         chunk = 4096
     elif mem < 160 * 1024:
@@ -209,6 +293,81 @@ def _admission_flags() -> list[tuple[str, Flag]]:
     ]
 
 
+_SGLANG_COMMON = (
+    "mamba_track_interval",
+    "disable_radix_cache",
+    "enable_hierarchical_cache",
+    "hicache_ratio",
+    "hicache_write_policy",
+    "radix_eviction_policy",
+    "schedule_policy",
+    "mamba_full_memory_ratio",
+    "page_size",
+    "enable_mixed_chunk",
+    "max_prefill_tokens",
+    "schedule_conservativeness",
+    "sglang_init_new_token_ratio",
+    "sglang_min_new_token_ratio_factor",
+    "sglang_new_token_ratio_decay_steps",
+    "sglang_retract_decode_steps",
+    "sglang_clip_max_new_tokens_estimation",
+    "max_running_requests",
+    "chunked_prefill_size",
+    "mem_fraction_static",
+)
+
+# The releases modelled, newest first, read from the releases on PyPI (0.5.23's wheel,
+# 0.5.10.post1's sdist): python/sglang/srt/server_args.py (0.5.10.post1),
+# sglang/srt/arg_groups/ (0.5.23: fields/exec_.py, choices.py, overrides.py, mamba_hook.py,
+# memory_hook.py) and mem_cache/ (radix_cache.py, evict_policy.py, allocation_sizing.py).
+SGLANG_RELEASES = (
+    Release(
+        version="0.5.23",
+        source="sglang 0.5.23: srt/arg_groups/fields/exec_.py, choices.py, overrides.py, "
+        "memory_hook.py; srt/mem_cache/allocation_sizing.py, evict_policy.py",
+        flags=(
+            "mamba_radix_cache_strategy",
+            "enable_int8_mamba_checkpoint",
+            *_SGLANG_COMMON,
+        ),
+        # --mamba-scheduler-strategy appears nowhere in 0.5.23's package (no alias).
+        renamed={
+            "mamba_scheduler_strategy": "renamed it mamba_radix_cache_strategy (give --set "
+            "mamba_radix_cache_strategy=...)",
+        },
+        choices={
+            "mamba_radix_cache_strategy": (
+                "auto",
+                "no_buffer",
+                "extra_buffer",
+                "extra_buffer_lazy",
+            ),
+            "radix_eviction_policy": ("lru", "lfu", "slru", "priority", "tlru"),
+        },
+        defaults={
+            "mamba_strategy": "auto",
+            "auto_strategy": "extra_buffer",
+            "hybrid_eviction": "on",
+        },
+        notes="mamba_radix_cache_strategy (auto: extra_buffer on hybrids), "
+        "enable_int8_mamba_checkpoint, eviction lru|lfu|slru|priority|tlru, "
+        "chunked_prefill_size 4096 from 20 GiB",
+    ),
+    Release(
+        version="0.5.10.post1",
+        source="sglang 0.5.10.post1: python/sglang/srt/server_args.py, "
+        "srt/mem_cache/radix_cache.py, memory_pool.py",
+        flags=("mamba_scheduler_strategy", *_SGLANG_COMMON),
+        choices={
+            "mamba_scheduler_strategy": ("auto", "no_buffer", "extra_buffer"),
+            "radix_eviction_policy": ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru"),
+        },
+        defaults={"mamba_strategy": "auto", "auto_strategy": "no_buffer"},
+        notes="NVIDIA's measured SGLang runs (0.5.1 to 0.5.10.post1); "
+        "mamba_scheduler_strategy (auto: no_buffer), MambaRadixCache (LRU only on hybrids)",
+    ),
+)
+
 SGLANG = EngineMode(
     name="sglang",
     display="SGLang",
@@ -219,10 +378,31 @@ SGLANG = EngineMode(
     flags=dict(
         [
             (
+                "mamba_radix_cache_strategy",
+                Flag(
+                    "auto (extra_buffer on hybrids), no_buffer, extra_buffer (3 states a "
+                    "request), extra_buffer_lazy (2)",
+                    _sglang_strategy("mamba_radix_cache_strategy"),
+                    "auto",
+                ),
+            ),
+            (
                 "mamba_scheduler_strategy",
                 Flag(
-                    "no_buffer or extra_buffer (3 states a request)", _sglang_strategy, "no_buffer"
+                    "auto (no_buffer), no_buffer or extra_buffer (3 states a request)",
+                    _sglang_strategy("mamba_scheduler_strategy"),
+                    "auto",
                 ),
+            ),
+            (
+                "mamba_track_interval",
+                Flag(
+                    "decode tokens between tracked states (256 only)", _sglang_track_interval, "256"
+                ),
+            ),
+            (
+                "enable_int8_mamba_checkpoint",
+                Flag("cached states in int8: half their bytes", _sglang_int8, "false"),
             ),
             ("disable_radix_cache", Flag("no prefix cache", _sglang_radix, "false")),
             (
@@ -240,7 +420,11 @@ SGLANG = EngineMode(
             ),
             (
                 "radix_eviction_policy",
-                Flag("lru, lfu, fifo, mru, filo, priority, slru", _sglang_eviction, "lru"),
+                Flag(
+                    "lru, lfu, slru, priority (tlru refused; 0.5.10.post1: fifo, mru, filo)",
+                    _sglang_eviction,
+                    "lru",
+                ),
             ),
             ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
             (
@@ -273,4 +457,5 @@ SGLANG = EngineMode(
     admission=dict(ADMISSION),
     scheduler="sglang",
     gpu_defaults=sglang_gpu_defaults,
+    releases=SGLANG_RELEASES,
 )

@@ -18,6 +18,7 @@ from twin.engine.mode_base import (
     _float,
     _int,
 )
+from twin.engine.releases import Release, release_of
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -71,24 +72,47 @@ def _vllm_block(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 
 def _vllm_retention(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # vllm/config/cache.py CacheConfig.prefix_cache_retention_interval: None (dense),
-    # 0 (semantic checkpoints only, vLLM's default) or N >= 0 tokens; the multiple-of-
-    # the-block check needs the hybrid block, so it runs in _vllm_options.
+    # vllm/config/cache.py CacheConfig.prefix_cache_retention_interval (0.33.0): None
+    # (dense), 0 (semantic checkpoints only, the default) or N >= 0 tokens; the multiple-
+    # of-the-block check needs the hybrid block, so it runs in _vllm_options.
     if value.strip().lower() == "none":
         out["vllm_retention"] = None
     else:
         out["vllm_retention"] = _int("prefix_cache_retention_interval", value, low=0)
 
 
-def _vllm_fine_grained(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # vllm/config/cache.py CacheConfig.enable_mamba_fine_grained_prefix_cache: a junction
-    # checkpoint "where an EAGLE/MTP sibling was observed to resume"; it takes effect
-    # only with EAGLE on the Mamba group and prefix_match_unit < the Mamba block.
-    if _bool("enable_mamba_fine_grained_prefix_cache", value):
+def _vllm_shared_prefix(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # vllm/config/cache.py CacheConfig.enable_mamba_shared_prefix_checkpoint (0.33.0; was
+    # enable_mamba_fine_grained_prefix_cache): a junction checkpoint "where an EAGLE/MTP
+    # sibling was observed to resume"; it takes effect only with EAGLE on the Mamba group
+    # and prefix_match_unit < the Mamba block.
+    if _bool("enable_mamba_shared_prefix_checkpoint", value):
         raise TwinError(
-            f"--set enable_mamba_fine_grained_prefix_cache={value}: vLLM applies it only with "
-            "EAGLE/MTP speculative decoding, which the twin does not model"
+            f"--set enable_mamba_shared_prefix_checkpoint={value}: vLLM applies it only with "
+            "EAGLE/MTP speculative decoding, which the twin does not model yet"
         )
+
+
+def _vllm_match_unit(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # vllm/config/cache.py CacheConfig.prefix_match_unit (0.33.0): hits may land every
+    # prefix_match_unit tokens, finer than the block (None: the block). Checked against
+    # the hybrid block in _vllm_options.
+    out["vllm_match_unit"] = _int("prefix_match_unit", value)
+
+
+def _vllm_replayssm(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # vllm/config/cache.py CacheConfig.use_replayssm (0.33.0): the ReplaySSM Mamba2 decode
+    # kernel (skips the per-step state store): a kernel the twin has no cost for.
+    if _bool("use_replayssm", value) and model.n_ssm_layers:
+        raise TwinError(
+            f"--set use_replayssm={value}: the ReplaySSM decode kernel's cost is not modelled yet"
+        )
+
+
+def _vllm_replayssm_len(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # vllm/config/cache.py CacheConfig.replayssm_buffer_len (0.33.0, default 16): read only
+    # with use_replayssm, which the twin refuses, so it changes nothing here.
+    _int("replayssm_buffer_len", value)
 
 
 def _vllm_prefix_caching(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -97,10 +121,22 @@ def _vllm_prefix_caching(value: str, model: ModelSpec, out: dict[str, Any]) -> N
 
 
 def _vllm_mamba_mode(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # "none" keeps no recurrent state for reuse: a hybrid model gets no prefix hits
-    # (vLLM disables prefix caching for it); "align" is the hybrid prefix cache.
-    if _choice("mamba_cache_mode", value, ("align", "none")) == "none" and model.n_ssm_layers:
+    # vllm/config/cache.py MambaCacheMode: "all" | "align" | "none" in 0.19.0, "align" |
+    # "none" in 0.33.0. "none" keeps no recurrent state for reuse: a hybrid model gets no
+    # prefix hits; "align" is the hybrid prefix cache; "all" (0.19.0: a state at every
+    # block boundary) is the dense retention (prefix_cache_retention_interval=none).
+    release = release_of(out)
+    choices = release.choice("mamba_cache_mode", ("align", "none"))
+    if value == "all" and "all" not in choices:
+        raise TwinError(
+            f"--set mamba_cache_mode=all: vLLM {release.version} removed it; use "
+            "--set prefix_cache_retention_interval=none (a state on every block)"
+        )
+    mode = _choice("mamba_cache_mode", value, choices)
+    if mode == "none" and model.n_ssm_layers:
         out["policy"] = "vanilla"
+    elif mode == "all":
+        out["vllm_retention"] = None
 
 
 def _vllm_offload(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -109,11 +145,22 @@ def _vllm_offload(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 
 def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
+    release = release_of(out)
+    default = release.default("prefix_cache_retention_interval", "none")
     block = out.pop("vllm_block_size", 16)
-    retention = out.pop("vllm_retention", VLLM_RETENTION_DEFAULT)
+    retention = out.pop("vllm_retention", None if default == "none" else int(default))
+    unit = out.pop("vllm_match_unit", None)
+    out.setdefault("memory_utilization", float(release.default("gpu_memory_utilization", "0.9")))
     if out["policy"] != "vllm+":
         return {}
     size = vllm_block_size(model, block)
+    if unit is not None and unit != size:
+        # Hits finer than the block (vLLM 0.33.0 hashes every prefix_match_unit tokens;
+        # every group's block must be a multiple of it) are not modelled: refused.
+        raise TwinError(
+            f"--set prefix_match_unit={unit}: hits finer than the block ({size} tokens for "
+            f"{model.name}) are not modelled yet; give {size} or leave it unset"
+        )
     if retention is None or not model.n_ssm_layers:
         # Dense (a state on every block), or nothing to retain: retention thins
         # recurrent states only (sliding-window KV is not modelled by the pool).
@@ -127,8 +174,59 @@ def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
     return {"block_size": size, "retention_interval": retention}
 
 
-# vllm/config/cache.py CacheConfig.prefix_cache_retention_interval: Field(default=0).
+# vllm/config/cache.py CacheConfig.prefix_cache_retention_interval: Field(default=0) (0.33.0).
 VLLM_RETENTION_DEFAULT = 0
+
+_VLLM_COMMON = (
+    "block_size",
+    "enable_prefix_caching",
+    "mamba_cache_mode",
+    "kv_offloading_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+)
+
+# The releases modelled, newest first. Read from the releases' sdists on PyPI:
+# vllm/config/cache.py (CacheConfig) and vllm/engine/arg_utils.py (EngineArgs).
+VLLM_RELEASES = (
+    Release(
+        version="0.33.0",
+        source="vllm 0.33.0: vllm/config/cache.py CacheConfig, vllm/engine/arg_utils.py",
+        flags=(
+            *_VLLM_COMMON[:3],
+            "prefix_cache_retention_interval",
+            "prefix_match_unit",
+            "enable_mamba_shared_prefix_checkpoint",
+            "use_replayssm",
+            "replayssm_buffer_len",
+            *_VLLM_COMMON[3:],
+        ),
+        renamed={
+            "enable_mamba_fine_grained_prefix_cache": "renamed it "
+            "enable_mamba_shared_prefix_checkpoint (give --set "
+            "enable_mamba_shared_prefix_checkpoint=...)",
+        },
+        choices={"mamba_cache_mode": ("align", "none")},
+        defaults={
+            "prefix_cache_retention_interval": str(VLLM_RETENTION_DEFAULT),
+            # CacheConfig.gpu_memory_utilization: Field(default=0.92) (0.9 in 0.19.0).
+            "gpu_memory_utilization": "0.92",
+        },
+        notes="retention interval (default 0), prefix_match_unit, mamba_cache_mode align|none, "
+        "gpu_memory_utilization 0.92",
+    ),
+    Release(
+        version="0.19.0",
+        source="vllm 0.19.0: vllm/config/cache.py CacheConfig, vllm/engine/arg_utils.py",
+        flags=_VLLM_COMMON,
+        choices={"mamba_cache_mode": ("all", "align", "none")},
+        # No prefix_cache_retention_interval yet: a state on every block (dense).
+        defaults={"prefix_cache_retention_interval": "none", "gpu_memory_utilization": "0.9"},
+        notes="NVIDIA's measured vLLM runs (0.11.2 to 0.19.0); a state on every block, "
+        "mamba_cache_mode all|align|none, gpu_memory_utilization 0.9",
+    ),
+)
 
 
 VLLM = EngineMode(
@@ -150,6 +248,14 @@ VLLM = EngineMode(
             ),
             ("enable_prefix_caching", Flag("cache prefixes", _vllm_prefix_caching, "true")),
             (
+                "mamba_cache_mode",
+                Flag(
+                    "align (hybrid prefix caching) or none (0.19.0: also all, every block)",
+                    _vllm_mamba_mode,
+                    "align",
+                ),
+            ),
+            (
                 "prefix_cache_retention_interval",
                 Flag(
                     "recurrent states kept: 0 junctions + replay boundary, N also every N "
@@ -159,14 +265,26 @@ VLLM = EngineMode(
                 ),
             ),
             (
-                "enable_mamba_fine_grained_prefix_cache",
-                Flag("needs EAGLE/MTP: refused", _vllm_fine_grained, "false"),
+                "prefix_match_unit",
+                Flag(
+                    "tokens a hit may land on (the block only: finer is refused)",
+                    _vllm_match_unit,
+                    "the block",
+                ),
+            ),
+            (
+                "enable_mamba_shared_prefix_checkpoint",
+                Flag("needs EAGLE/MTP: true refused", _vllm_shared_prefix, "false"),
+            ),
+            (
+                "use_replayssm",
+                Flag("ReplaySSM decode kernel: true refused (hybrids)", _vllm_replayssm, "false"),
+            ),
+            (
+                "replayssm_buffer_len",
+                Flag("ReplaySSM history (read only with use_replayssm)", _vllm_replayssm_len, "16"),
             ),
             ("kv_offloading_size", Flag("CPU offload tier, GB", _vllm_offload, "0")),
-            (
-                "mamba_cache_mode",
-                Flag("align (hybrid prefix caching) or none", _vllm_mamba_mode, "align"),
-            ),
             *_batching_flags("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization"),
         ]
     ),
@@ -174,4 +292,5 @@ VLLM = EngineMode(
     scheduler="vllm",
     # vLLM V1 frees a preempted request's blocks still hashed (twin.engine.vllm_batching).
     scheduler_options={"cache_preempted": True},
+    releases=VLLM_RELEASES,
 )

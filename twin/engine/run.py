@@ -239,7 +239,7 @@ def mode_fields(
         # silently resolved); alone, either one applies.
         name = flag.lstrip("-").replace("-", "_")
         wrote: dict[str, Any] = {}
-        mode.flags[name].apply(value, model, wrote)
+        mode.apply_flag(name, value, model, wrote)
         for field, mine in wrote.items():
             if field in _OPTION_NAMES and field in settings and settings[field] != mine:
                 raise TwinError(

@@ -22,6 +22,7 @@ import numpy as np
 
 from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, serve
 from twin.errors import TwinError
+from twin.limits import MAX_JOBS
 from twin.model import ModelSpec
 from twin.policies.grid import map_alphas
 from twin.policies.reference_score import ReferenceFlops
@@ -117,7 +118,9 @@ class TunedAlpha:
             raise TwinError(f"alpha must be >= 0 (got {alpha})")
         self.phase = "warmup" if alpha is None else "fixed"
         self.multiplier = bootstrap_multiplier
-        self.jobs = max(1, int(jobs))
+        if not 1 <= jobs <= MAX_JOBS:  # 0 was silently 1 (issue 32)
+            raise TwinError(f"jobs must be 1 to {MAX_JOBS:,} worker processes (got {jobs})")
+        self.jobs = int(jobs)
         self.requests = 0
         self.bootstrap = {}
         self._snapshot = None

@@ -46,15 +46,19 @@ class SGLangPolicy(SGLangPlusPolicy):
         "SGLang today: radix cache (Transformers; --radix-eviction-policy) or MambaRadixCache "
         "(hybrids: KV and state pools split by mamba_full_memory_ratio, two LRUs, tombstones)"
     )
-    OPTIONS = ("eviction", "mamba_full_memory_ratio", "page_size")
+    OPTIONS = ("eviction", "mamba_full_memory_ratio", "page_size", "int8_checkpoint")
 
     def __init__(
         self,
         eviction: str = "lru",
         mamba_full_memory_ratio: float = MAMBA_FULL_MEMORY_RATIO,
         page_size: int = 1,
+        int8_checkpoint: bool = False,
     ) -> None:
         super().__init__(eviction)
+        # SGLang 0.5.23 --enable-int8-mamba-checkpoint: cached states in int8, half a
+        # state's bytes in the cache (twin.cache.hybrid_radix.HybridRadixCache).
+        self.int8_checkpoint = bool(int8_checkpoint)
         if type(page_size) is not int or page_size < 1:
             raise TwinError(f"sglang: page_size must be a positive integer (got {page_size!r})")
         self.ratio = float(mamba_full_memory_ratio)
@@ -68,7 +72,9 @@ class SGLangPolicy(SGLangPlusPolicy):
         if not model.n_ssm_layers:
             return super().make_cache(model, capacity_bytes)
         self.hybrid = True
-        return HybridRadixCache(model, capacity_bytes, self, self.ratio)
+        return HybridRadixCache(
+            model, capacity_bytes, self, self.ratio, int8_checkpoint=self.int8_checkpoint
+        )
 
     # ----- admission -----------------------------------------------------------
     def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:

@@ -127,7 +127,7 @@ def capacity_report(
     the report under ``out``; return what it found.
 
     ``cache_gb`` may hold ``"auto"`` (the shared KV pool); ``policies`` may name
-    engine modes with flags (``"sglang[mamba_scheduler_strategy=extra_buffer]"``,
+    engine modes with flags (``"sglang[mamba_radix_cache_strategy=extra_buffer]"``,
     :func:`reports.sweep.engine_variant`), each run in its shared pool.
     ``model_set`` holds ``FIELD=VALUE`` overrides of ``model`` (``--model-set``);
     ``engine`` is the engine mode every point runs (``--engine``: what

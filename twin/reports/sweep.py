@@ -3,7 +3,7 @@
 A point is (cache size, policy, session rate, seed, replicas); everything else
 (model, profile, tp, workload) is fixed by the :class:`SweepSpec`. The policy
 axis may also name an engine mode with its flags (``sglang``,
-``sglang[mamba_scheduler_strategy=extra_buffer;max_running_requests=64]``,
+``sglang[mamba_radix_cache_strategy=extra_buffer;max_running_requests=64]``,
 :func:`engine_variant`): such a point runs that engine in its shared KV pool,
 and its cache size is the pool's (``AUTO_GB`` in the point, the pool's GB in
 the row); ``--cache-gb auto`` runs a policy in the shared pool the same way. Finished

@@ -707,6 +707,7 @@ def predict(plan: RowPlan) -> dict[str, Any]:
     A run the twin refuses (a TwinError: the weights do not fit, say) returns its
     message under ``twin_error``.
     """
+    from twin.engine.modes import measured_mode
     from twin.engine.run import build_run
     from twin.metrics import RequestRecord
 
@@ -723,7 +724,9 @@ def predict(plan: RowPlan) -> dict[str, Any]:
                 path,
                 model=plan.model,
                 gpu=plan.gpu,
-                engine=plan.engine,
+                # The modelled release standing for the measured one (vLLM 0.11-0.19 ->
+                # 0.19.0, SGLang 0.5.1-0.5.10.post1 -> 0.5.10.post1): its defaults.
+                engine=measured_mode(plan.engine, row.backend_version),
                 cache_gb="auto",
                 tp=plan.tp,
                 concurrency=plan.concurrency,

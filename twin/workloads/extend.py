@@ -129,7 +129,7 @@ def _fingerprint(path: Path, sessions: int) -> bytes:
     their lengths and flattened values), so how the rows are split into batches
     does not change the digest.
     """
-    parquet = pq.ParquetFile(path)
+    parquet = pq.ParquetFile(path, page_checksum_verification=True)
     names = parquet.schema_arrow.names
     hashes = {name: hashlib.sha256() for name in names}
     for batch in parquet.iter_batches():

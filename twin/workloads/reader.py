@@ -113,7 +113,10 @@ class Workload:
             # pre_buffer=False: with it, iter_batches keeps every chunk it has
             # read (~215 B per request), so a 1M-request simulation grew by
             # 160 MB; without it, reading memory stays flat.
-            parquet = pq.ParquetFile(path, pre_buffer=False)
+            # page_checksum_verification: a page written with a CRC (WorkloadWriter writes
+            # them) that no longer matches is an error, not changed token ids; pages
+            # without one (older files) are read as before.
+            parquet = pq.ParquetFile(path, pre_buffer=False, page_checksum_verification=True)
         except (pa.ArrowInvalid, OSError) as err:
             raise TwinError(f"{path}: not a readable parquet file ({err})") from None
         _check_schema(path, parquet.schema_arrow)
@@ -290,6 +293,9 @@ def _file_metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
 
 
 def _check_schema(path: Path, schema: pa.Schema) -> None:
+    twice = sorted({n for n in schema.names if schema.names.count(n) > 1})
+    if twice:  # pyarrow cannot pick one by name (a KeyError escaped before, issue 32)
+        raise TwinError(f"{where(path, column=twice[0])}: the column appears more than once")
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing:
         raise TwinError(

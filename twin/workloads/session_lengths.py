@@ -25,7 +25,9 @@ def longest_sequence(path: str | os.PathLike[str], index: dict[str, np.ndarray])
     try:
         # ParquetFile (read_table would import pyarrow.dataset and pandas, a third of a
         # second), a batch at a time: only the counts are kept, not the tokens.
-        for batch in pq.ParquetFile(path).iter_batches(_BATCH_ROWS, columns=["input_tokens"]):
+        for batch in pq.ParquetFile(path, page_checksum_verification=True).iter_batches(
+            _BATCH_ROWS, columns=["input_tokens"]
+        ):
             # A null row counts 0 here: the reader reports it.
             lengths = pc.fill_null(pc.list_value_length(batch.column(0)), 0)
             parts.append(lengths.to_numpy(zero_copy_only=False).astype(np.int64))

@@ -96,6 +96,9 @@ class WorkloadWriter:
             tmp,
             schema,
             compression="zstd",
+            # A CRC per page, verified by the reader: a flipped bit is refused, not read
+            # as other token ids (issue 32).
+            write_page_checksum=True,
             use_dictionary=["session_id", "turn"],
             # Delta encoding stores runs of ids (imported block hashes, repeated
             # prompts) in a few bits: the Mooncake trace drops from 165 MB to
