@@ -1,7 +1,7 @@
 """The twin against measured serving runs: NVIDIA's ``silicon_sample.csv`` (issue 31).
 
 Run: ``python benchmarks/bench_silicon.py [--models M,..] [--systems S,..] [--backends B,..]
-[--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
+[--precisions F,..] [--deployment aiconfigurator|defaults] [--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
 ``twin[aic]`` extra: the CSV and the model configs are read from the installed
 ``aiconfigurator-core``).
 
@@ -199,10 +199,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--backends", default="", help="comma list of backends (vllm, sglang, trtllm)"
     )
     parser.add_argument(
+        "--precisions",
+        default="",
+        help="comma list of weight formats priced (bf16, fp8, fp8-block, nvfp4, ...)",
+    )
+    parser.add_argument(
         "--limit", type=int, default=None, help="at most N expressed rows, spread evenly"
     )
     parser.add_argument(
         "--jobs", type=int, default=os.cpu_count() or 1, help="local worker processes"
+    )
+    parser.add_argument(
+        "--split",
+        choices=("fit", "held_out"),
+        default=None,
+        help="score one split only (tune on fit, never on held_out)",
+    )
+    parser.add_argument(
+        "--deployment",
+        choices=sil.DEPLOYMENTS,
+        default="aiconfigurator",
+        help="server limits: aiconfigurator's generated benchmark deployment of each row "
+        "(default) or the engines' defaults",
     )
     parser.add_argument("--executor", choices=("local", "ray"), default="local")
     parser.add_argument("--ray-address", default=None)
@@ -238,7 +256,16 @@ def _main(args: argparse.Namespace, console: Console) -> int:
     csv_path = args.csv or sil.default_csv()
     every = sil.read_rows(csv_path)
     rows = sil.select(every, _split(args.models), _split(args.systems), _split(args.backends))
-    expressible, reasons = sil.plan_rows(rows, args.configs)
+    expressible, reasons = sil.plan_rows(rows, args.configs, args.deployment)
+    if args.split:
+        kept = [p for p in expressible if p.row.split == args.split]
+        reasons[f"not in split {args.split}"] += len(expressible) - len(kept)
+        expressible = kept
+    formats = _split(args.precisions)
+    if formats:
+        kept = [p for p in expressible if p.priced.split(",")[0].strip() in formats]
+        reasons["precision not in --precisions"] += len(expressible) - len(kept)
+        expressible = kept
     plans = spread(expressible, args.limit)
     if args.no_aiconfigurator:
         aic, aic_note = False, "not run (--no-aiconfigurator)"
@@ -278,6 +305,8 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             "models": _split(args.models),
             "systems": _split(args.systems),
             "backends": _split(args.backends),
+            "precisions": formats,
+            "split": args.split,
             "limit": args.limit,
             "rows_in_csv": len(every),
             "rows_selected": len(rows),
@@ -288,6 +317,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             "warmup_requests": f"{sil.WARMUP_ROUNDS} x concurrency, left out",
             "clients": "all start at t=0 (twin simulate --concurrency)",
             "prediction": "mean TTFT and mean TPOT over the measured requests",
+            "deployment": args.deployment,
             "cache": "--cache-gb auto (the engine's shared KV pool), default prefix caching",
             "precision": "the row's (gemm/moe quant mode, precision column, else the "
             "checkpoint); KV cache: the checkpoint's, else fp8 with fp8/nvfp4 weights "

@@ -475,3 +475,64 @@ def test_bench_runs_without_aiconfigurator(
     assert bench.main([*argv[:2], *nothing]) == 0
     assert bench.main(["--csv", str(tmp_path / "none.csv")]) == 2
     assert "no such file" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the rows' deployment
+def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
+    """aiconfigurator 0.12.0 ``generator/rule_plugin/benchmark/{vllm,trtllm}.rule``, agg:
+    ``max_num_tokens = max_batch_size + isl + 1500`` (TensorRT-LLM rounded up to 32-token
+    blocks), ``max_batch_size`` the row's batch size. Worked by hand for c = 8, 1,024
+    tokens: 8 + 1,024 + 1,500 = 2,532; 2,560 in whole 32-token blocks."""
+    from dataclasses import replace
+
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    row = replace(base, isl=1024, concurrency=8, batch_size=8)
+    assert sil.deployment(row, "vllm") == {
+        "sets": {"max_num_batched_tokens": "2532", "max_num_seqs": "8"}
+    }
+    assert sil.deployment(row, "trtllm") == {"max_batched_tokens": 2560, "max_running": 8}
+    assert sil.deployment(row, "sglang") == {}
+    assert sil.deployment(row, "vllm", "defaults") == {}
+    # The batch size column wins over the concurrency (they are equal on every bf16 row).
+    assert sil.deployment(replace(row, batch_size=16), "trtllm")["max_running"] == 16
+    with pytest.raises(TwinError, match="deployment 'x'"):
+        sil.deployment(row, "vllm", "x")
+    plan = sil.plan_row(_rows()["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    assert plan.deployment == {"sets": {"max_num_batched_tokens": "1566", "max_num_seqs": "2"}}
+    plan = sil.plan_row(_rows()["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS, "defaults")
+    assert isinstance(plan, sil.RowPlan) and plan.deployment == {}
+
+
+def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> None:
+    """Four clients send 1,024-token prompts at once to TensorRT-LLM: under the engine's
+    default 8,192 tokens the four contexts run in one iteration (one first-token time);
+    under the row's deployment (4 + 1,024 + 1,500 = 2,528 tokens, 79 whole blocks; whole
+    contexts) two fit an iteration, so the first tokens come in two waves and the mean
+    TTFT grows. A harness that dropped the deployment would see one wave."""
+    from twin.engine.run import build_run
+    from twin.metrics import RequestRecord
+
+    path = sil.write_workload(tmp_path / "w.parquet", 1024, 4, 4, seed=1)
+
+    def first_tokens(**kw: object) -> list[float]:
+        records: list[RequestRecord] = []
+        run = build_run(
+            path,
+            model="llama-3-8b",
+            gpu="h100",
+            engine="trtllm",
+            concurrency=4,
+            frontend_s=0.0,  # all four reach the engine at t = 0
+            **kw,
+        )
+        run.simulate(on_record=records.append)
+        return sorted({round(r.first_token_s, 9) for r in records})
+
+    assert len(first_tokens()) == 1
+    from dataclasses import replace
+
+    row = replace(_rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"], isl=1024)
+    settings = sil.deployment(row, "trtllm")
+    assert settings == {"max_batched_tokens": 2528, "max_running": 4}
+    assert len(first_tokens(**settings)) == 2

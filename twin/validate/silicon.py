@@ -99,6 +99,50 @@ TOKEN_RANGE = 100_000
 # twin's TensorRT-LLM mode: TensorRT-LLM's kernels in the paper's world (the twin's
 # default scheduler and preemption, not TensorRT-LLM's own).
 ENGINE_OF_BACKEND = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+
+# How each row's server was configured (docs/decisions.md, "TTFT against silicon (issue
+# 31)"). "aiconfigurator": the limits aiconfigurator's own generator writes into a
+# benchmark deployment of that row (package ``aiconfigurator`` 0.12.0,
+# ``generator/rule_plugin/benchmark/<backend>.rule``); "defaults": the engine's defaults.
+DEPLOYMENTS = ("aiconfigurator", "defaults")
+DEPLOYMENT_EXTRA_TOKENS = 1500  # the rules' "isl + 1500" margin
+TRTLLM_TOKENS_PER_BLOCK = 32  # benchmark/trtllm.rule: tokens_per_block default
+
+
+def deployment(row: SiliconRow, engine: str, kind: str = "aiconfigurator") -> dict[str, Any]:
+    """``build_run`` keywords for the server limits of ``row``'s deployment.
+
+    aiconfigurator's generator sizes a benchmark deployment from the row's batch size
+    (``max_batch_size``: the CSV's ``batch_size`` column, the concurrency on every bf16
+    row) and its ISL (``generator/rule_plugin/benchmark/vllm.rule`` and ``trtllm.rule``,
+    ``aiconfigurator`` 0.12.0, the ``agg`` lines):
+
+    - vLLM: ``max_num_tokens = max_batch_size + isl + 1500`` (written as
+      ``--max-num-batched-tokens``, ``config/backend_templates/vllm/cli_args.0.12.0.j2``)
+      and ``--max-num-seqs max_batch_size``;
+    - TensorRT-LLM: ``max_num_tokens`` the same rounded up to ``tokens_per_block`` (32),
+      ``max_batch_size`` the batch size (``extra_engine_args.1.0.0rc3.yaml.j2``
+      ``build_config``).
+
+    The measured rows name their batch size and nothing else of the deployment; the
+    engine defaults (8,192 tokens) otherwise. SGLang's rule (``max_prefill_tokens = isl
+    + 1500``, ``enable_mixed_chunk = true``) is not applied: on the fit rows it raises
+    SGLang's TTFT MAPE (decisions.md), so its rows were not run with it.
+    """
+    if kind == "defaults" or row.isl is None:
+        return {}
+    if kind != "aiconfigurator":
+        raise TwinError(f"deployment {kind!r}: expected one of {', '.join(DEPLOYMENTS)}")
+    batch = row.batch_size or row.concurrency
+    if not batch:
+        return {}
+    tokens = batch + row.isl + DEPLOYMENT_EXTRA_TOKENS
+    if engine == "vllm":
+        return {"sets": {"max_num_batched_tokens": str(tokens), "max_num_seqs": str(batch)}}
+    if engine == "trtllm":
+        block = TRTLLM_TOKENS_PER_BLOCK
+        return {"max_batched_tokens": -(-tokens // block) * block, "max_running": batch}
+    return {}
 # The CSV's precision names and quant modes (aiconfigurator's) -> the twin's --precision
 # (twin.precision.TABLE_MODES; ``fp8_static`` is per-tensor static fp8: the same bytes,
 # priced by the fp8 GEMM fit). An empty ``precision`` (the older collection's unquantised
@@ -326,6 +370,8 @@ class RowPlan:
     priced: str  # what is priced, as the summary groups it: "fp8, fp8 KV"
     warmup: int  # requests sent first and left out of the means
     requests: int  # all requests, warm-up included
+    # build_run keywords for the server's limits (:func:`deployment`)
+    deployment: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def model(self) -> ModelSpec:
@@ -579,7 +625,9 @@ def precision_model(model: ModelSpec, precision: RowPrecision) -> ModelSpec:
     return out
 
 
-def plan_row(row: SiliconRow, configs: Path | None = None) -> RowPlan | str:
+def plan_row(
+    row: SiliconRow, configs: Path | None = None, deploy: str = "aiconfigurator"
+) -> RowPlan | str:
     """The twin's run for ``row``, or the reason it cannot express it.
 
     ``configs`` is the folder of cached Hugging Face configs (the package's
@@ -659,17 +707,18 @@ def plan_row(row: SiliconRow, configs: Path | None = None) -> RowPlan | str:
         priced=precision.label,
         warmup=WARMUP_ROUNDS * c,
         requests=(WARMUP_ROUNDS + MEASURED_ROUNDS) * c,
+        deployment=deployment(row, engine, deploy),
     )
 
 
 def plan_rows(
-    rows: Iterable[SiliconRow], configs: Path | None = None
+    rows: Iterable[SiliconRow], configs: Path | None = None, deploy: str = "aiconfigurator"
 ) -> tuple[list[RowPlan], Counter[str]]:
     """The expressible rows' plans, and how many rows each reason left out."""
     plans: list[RowPlan] = []
     reasons: Counter[str] = Counter()
     for row in rows:
-        plan = plan_row(row, configs)
+        plan = plan_row(row, configs, deploy)
         if isinstance(plan, str):
             reasons[plan] += 1
         else:
@@ -730,6 +779,7 @@ def predict(plan: RowPlan) -> dict[str, Any]:
                 cache_gb="auto",
                 tp=plan.tp,
                 concurrency=plan.concurrency,
+                **plan.deployment,
             )
             summary = run.simulate(on_record=records.append)
     except TwinError as err:
@@ -815,6 +865,12 @@ def aiconfigurator_estimate(plan: RowPlan) -> dict[str, Any]:
     return {"aic_ttft_ms": ttft, "aic_tpot_ms": tpot}
 
 
+def _deployment_text(settings: dict[str, Any]) -> str:
+    """``max_num_batched_tokens=2548 max_num_seqs=8``: the limits a row ran with."""
+    flat = {**settings.get("sets", {}), **{k: v for k, v in settings.items() if k != "sets"}}
+    return " ".join(f"{k}={v}" for k, v in flat.items())
+
+
 def score_row(plan: RowPlan, aiconfigurator: bool = False) -> dict[str, Any]:
     """One result row: the measurement, the twin's prediction and (optionally)
     aiconfigurator's, with the absolute percentage errors. A process pool's task."""
@@ -839,6 +895,7 @@ def score_row(plan: RowPlan, aiconfigurator: bool = False) -> dict[str, Any]:
         "engine": plan.engine,
         "requests": plan.requests,
         "warmup": plan.warmup,
+        "deployment": _deployment_text(plan.deployment),
         "silicon_ttft_ms": row.ttft_ms,
         "silicon_tpot_ms": row.tpot_ms,
     }
