@@ -1,7 +1,7 @@
 """The twin against measured serving runs: NVIDIA's ``silicon_sample.csv`` (issue 31).
 
 Run: ``python benchmarks/bench_silicon.py [--models M,..] [--systems S,..] [--backends B,..]
-[--precisions F,..] [--deployment aiconfigurator|defaults] [--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
+[--precisions F,..] [--deployment aiconfigurator|aiconfigurator-all|defaults] [--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
 ``twin[aic]`` extra: the CSV and the model configs are read from the installed
 ``aiconfigurator-core``).
 
@@ -219,8 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--deployment",
         choices=sil.DEPLOYMENTS,
         default="aiconfigurator",
-        help="server limits: aiconfigurator's generated benchmark deployment of each row "
-        "(default) or the engines' defaults",
+        help="server limits: aiconfigurator's generated benchmark deployment where the fit "
+        "rows ran with it (default: vLLM), for every engine it sizes (aiconfigurator-all), "
+        "or the engines' defaults",
     )
     parser.add_argument("--executor", choices=("local", "ray"), default="local")
     parser.add_argument("--ray-address", default=None)

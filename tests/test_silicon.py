@@ -490,11 +490,15 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     assert sil.deployment(row, "vllm") == {
         "sets": {"max_num_batched_tokens": "2532", "max_num_seqs": "8"}
     }
-    assert sil.deployment(row, "trtllm") == {"max_batched_tokens": 2560, "max_running": 8}
-    assert sil.deployment(row, "sglang") == {}
+    trt = {"max_batched_tokens": 2560, "max_running": 8}
+    assert sil.aiconfigurator_deployment(row, "trtllm") == trt
+    assert sil.deployment(row, "trtllm", "aiconfigurator-all") == trt
+    # Applied where the fit rows say the rows ran with it: vLLM's (decisions.md).
+    assert sil.deployment(row, "trtllm") == {}
+    assert sil.deployment(row, "sglang") == sil.aiconfigurator_deployment(row, "sglang") == {}
     assert sil.deployment(row, "vllm", "defaults") == {}
     # The batch size column wins over the concurrency (they are equal on every bf16 row).
-    assert sil.deployment(replace(row, batch_size=16), "trtllm")["max_running"] == 16
+    assert sil.aiconfigurator_deployment(replace(row, batch_size=16), "trtllm")["max_running"] == 16
     with pytest.raises(TwinError, match="deployment 'x'"):
         sil.deployment(row, "vllm", "x")
     plan = sil.plan_row(_rows()["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
@@ -533,6 +537,6 @@ def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> Non
     from dataclasses import replace
 
     row = replace(_rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"], isl=1024)
-    settings = sil.deployment(row, "trtllm")
+    settings = sil.aiconfigurator_deployment(row, "trtllm")
     assert settings == {"max_batched_tokens": 2528, "max_running": 4}
     assert len(first_tokens(**settings)) == 2

@@ -102,35 +102,58 @@ ENGINE_OF_BACKEND = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 
 # How each row's server was configured (docs/decisions.md, "TTFT against silicon (issue
 # 31)"). "aiconfigurator": the limits aiconfigurator's own generator writes into a
-# benchmark deployment of that row (package ``aiconfigurator`` 0.12.0,
-# ``generator/rule_plugin/benchmark/<backend>.rule``); "defaults": the engine's defaults.
-DEPLOYMENTS = ("aiconfigurator", "defaults")
+# benchmark deployment (package ``aiconfigurator`` 0.12.0,
+# ``generator/rule_plugin/benchmark/<backend>.rule``), for the engines whose fit rows
+# say they ran with them (``DEPLOYED_ENGINES``); "aiconfigurator-all": for every engine
+# the rule sizes (an exploration: TensorRT-LLM's fit rows score worse with it);
+# "defaults": the engines' own defaults everywhere.
+DEPLOYMENTS = ("aiconfigurator", "aiconfigurator-all", "defaults")
+DEPLOYED_ENGINES = frozenset({"vllm"})
 DEPLOYMENT_EXTRA_TOKENS = 1500  # the rules' "isl + 1500" margin
 TRTLLM_TOKENS_PER_BLOCK = 32  # benchmark/trtllm.rule: tokens_per_block default
 
 
-def deployment(row: SiliconRow, engine: str, kind: str = "aiconfigurator") -> dict[str, Any]:
-    """``build_run`` keywords for the server limits of ``row``'s deployment.
+def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
+    """``build_run`` keywords for the server limits aiconfigurator's generator writes
+    into a benchmark deployment of ``row`` (empty where its rule sizes nothing the twin
+    models).
 
-    aiconfigurator's generator sizes a benchmark deployment from the row's batch size
-    (``max_batch_size``: the CSV's ``batch_size`` column, the concurrency on every bf16
-    row) and its ISL (``generator/rule_plugin/benchmark/vllm.rule`` and ``trtllm.rule``,
-    ``aiconfigurator`` 0.12.0, the ``agg`` lines):
+    The generator sizes it from the batch size (``max_batch_size``: the CSV's
+    ``batch_size`` column, the concurrency on every bf16 row) and the ISL
+    (``generator/rule_plugin/benchmark/vllm.rule`` and ``trtllm.rule``, ``aiconfigurator``
+    0.12.0, the ``agg`` lines):
 
-    - vLLM: ``max_num_tokens = max_batch_size + isl + 1500`` (written as
-      ``--max-num-batched-tokens``, ``config/backend_templates/vllm/cli_args.0.12.0.j2``)
+    - vLLM: ``max_num_tokens = max_batch_size + isl + 1500``, written as
+      ``--max-num-batched-tokens`` (``config/backend_templates/vllm/cli_args.0.12.0.j2``),
       and ``--max-num-seqs max_batch_size``;
     - TensorRT-LLM: ``max_num_tokens`` the same rounded up to ``tokens_per_block`` (32),
       ``max_batch_size`` the batch size (``extra_engine_args.1.0.0rc3.yaml.j2``
       ``build_config``).
 
-    The measured rows name their batch size and nothing else of the deployment; the
-    engine defaults (8,192 tokens) otherwise. SGLang's rule (``max_prefill_tokens = isl
-    + 1500``, ``enable_mixed_chunk = true``) is not applied: on the fit rows it raises
-    SGLang's TTFT MAPE (decisions.md), so its rows were not run with it.
+    SGLang's rule (``max_prefill_tokens = isl + 1500`` with ``enable_mixed_chunk =
+    true``) is not expressed: mixed chunks scored SGLang's fit rows at 70.5% TTFT MAPE
+    against 13.8% without ("Engine fidelity against silicon (issue 31)"), so its rows
+    were not run with it.
     """
-    if kind == "defaults" or row.isl is None:
+    batch = row.batch_size or row.concurrency
+    if row.isl is None or not batch:
         return {}
+    tokens = batch + row.isl + DEPLOYMENT_EXTRA_TOKENS
+    if engine == "vllm":
+        return {"sets": {"max_num_batched_tokens": str(tokens), "max_num_seqs": str(batch)}}
+    if engine == "trtllm":
+        block = TRTLLM_TOKENS_PER_BLOCK
+        return {"max_batched_tokens": -(-tokens // block) * block, "max_running": batch}
+    return {}
+
+
+def deployment(row: SiliconRow, engine: str, kind: str = "aiconfigurator") -> dict[str, Any]:
+    """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
+    if kind not in DEPLOYMENTS:
+        raise TwinError(f"deployment {kind!r}: expected one of {', '.join(DEPLOYMENTS)}")
+    if kind == "defaults" or (kind == "aiconfigurator" and engine not in DEPLOYED_ENGINES):
+        return {}
+    return aiconfigurator_deployment(row, engine)
     if kind != "aiconfigurator":
         raise TwinError(f"deployment {kind!r}: expected one of {', '.join(DEPLOYMENTS)}")
     batch = row.batch_size or row.concurrency
@@ -1022,6 +1045,7 @@ RESULT_COLUMNS = (
     "engine",
     "requests",
     "warmup",
+    "deployment",
     "silicon_ttft_ms",
     "silicon_tpot_ms",
     "twin_ttft_ms",
