@@ -1,7 +1,8 @@
 """The twin against measured serving runs: NVIDIA's ``silicon_sample.csv`` (issue 31).
 
 Run: ``python benchmarks/bench_silicon.py [--models M,..] [--systems S,..] [--backends B,..]
-[--precisions F,..] [--deployment aiconfigurator|aiconfigurator-all|defaults] [--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
+[--precisions F,..] [--split fit|held_out] [--deployment aiconfigurator|aiconfigurator-all|
+defaults] [--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
 ``twin[aic]`` extra: the CSV and the model configs are read from the installed
 ``aiconfigurator-core``).
 

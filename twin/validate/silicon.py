@@ -166,6 +166,8 @@ def deployment(row: SiliconRow, engine: str, kind: str = "aiconfigurator") -> di
         block = TRTLLM_TOKENS_PER_BLOCK
         return {"max_batched_tokens": -(-tokens // block) * block, "max_running": batch}
     return {}
+
+
 # The CSV's precision names and quant modes (aiconfigurator's) -> the twin's --precision
 # (twin.precision.TABLE_MODES; ``fp8_static`` is per-tensor static fp8: the same bytes,
 # priced by the fp8 GEMM fit). An empty ``precision`` (the older collection's unquantised
