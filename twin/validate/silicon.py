@@ -11,15 +11,16 @@ its previous one completes, to one instance of ``tp_size`` GPUs.
 This module turns each row into the twin's run or a counted reason it cannot
 (:func:`plan_row`), runs it through the one builder of a simulation
 (:func:`twin.engine.run.build_run`, closed-loop clients ``concurrency=c``, the
-engines' shared KV pool ``cache_gb="auto"``) at the row's precision (weights from its
+engines' shared KV pool ``cache_gb="auto"``, the server limits of the row's deployment:
+:func:`deployment`) at the row's precision (weights from its
 ``gemm_quant_mode``/``precision``/``moe_quant_mode`` or its checkpoint, the KV cache from
 the checkpoint or aiconfigurator's pairing: :func:`_precision`, ``twin.precision``), and
 scores the mean TTFT and TPOT against the measurement (:func:`summarize`: MAPE and
 MdAPE, per group, per backend and precision and overall, on the issue's fixed split).
 The CSV is read from the installed package at run time (never copied here);
 ``benchmarks/bench_silicon.py`` runs it in parallel. Decisions (request count, mean vs
-median, how clients start) are in ``docs/decisions.md``, "Scoring against silicon
-(issue 31)" and "Precision (issue 31)".
+median, how clients start, the deployment) are in ``docs/decisions.md``, "Scoring against
+silicon (issue 31)", "Precision (issue 31)" and "TTFT against silicon (issue 31)".
 """
 
 from __future__ import annotations
