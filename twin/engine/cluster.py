@@ -23,8 +23,6 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import simpy
-
 from twin.cache import cache_stats
 from twin.cache.pool import SplitPool
 from twin.cache.prefix_cache import PrefixCache
@@ -32,6 +30,7 @@ from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
+from twin.engine.sim import Environment, Event, Process
 from twin.engine.source import LAST_TURN, NEXT_OPEN, SessionSource
 from twin.errors import TwinError
 from twin.hardware import GB
@@ -129,7 +128,7 @@ class Cluster:
                 f"policy {config.policy!r} is a hindsight bound (one replay per alpha), not an "
                 "online policy; simulate 'marconi' with --policy-option alpha=A instead"
             )
-        self.env = env = simpy.Environment()
+        self.env = env = Environment()
         self.model = model
         self.config = config
         self.on_record = on_record
@@ -208,7 +207,7 @@ class Cluster:
         env.run(until=self._finished)
         return self._stats()
 
-    def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+    def _arrivals(self) -> Generator[Event, Any, None]:
         env, until = self.env, self.config.until_s
         if self.config.concurrency is not None:
             starts = self.source.sessions()  # one stream: each free client takes the next
@@ -228,7 +227,7 @@ class Cluster:
         self._arrivals_done = True
         self._check_finished()
 
-    def _client(self, starts: Iterator[tuple[Request, float]]) -> Generator[simpy.Event, Any, None]:
+    def _client(self, starts: Iterator[tuple[Request, float]]) -> Generator[Event, Any, None]:
         """A closed-loop client (``--concurrency``): sessions one after another, each
         started as soon as the previous one ends, until ``until_s`` or the file ends."""
         env, until = self.env, self.config.until_s
@@ -239,7 +238,7 @@ class Cluster:
             self._active += 1
             yield from self._session(first, env.now)
 
-    def _session(self, first: Request, start: float) -> Generator[simpy.Event, Any, None]:
+    def _session(self, first: Request, start: float) -> Generator[Event, Any, None]:
         env, source, until = self.env, self.source, self.config.until_s
         flags = source.flags
         # A router that picks by session alone picks once (the same replica every turn).
@@ -249,8 +248,8 @@ class Cluster:
             else None
         )
         req = first
-        previous: simpy.Process | None = None  # the last turn, if it runs on its own
-        spawned: list[simpy.Process] = []
+        previous: Process | None = None  # the last turn, if it runs on its own
+        spawned: list[Process] = []
         while True:
             now = env.now
             at = source.turn_arrival(req, first, start)
@@ -294,7 +293,7 @@ class Cluster:
         self._active -= 1
         self._check_finished()
 
-    def _request(self, req: Request, replica: Replica | None) -> Generator[simpy.Event, Any, None]:
+    def _request(self, req: Request, replica: Replica | None) -> Generator[Event, Any, None]:
         """One request's life, top to bottom (``replica``: the router's pick, if known)."""
         if self._front is None:
             seq = self._submit(req, replica)
@@ -319,9 +318,7 @@ class Cluster:
         self._last_arrival_s = now
         return replica.submit(req, arrival_s)
 
-    def _through_front(
-        self, req: Request, replica: Replica | None
-    ) -> Generator[simpy.Event, Any, Seq]:
+    def _through_front(self, req: Request, replica: Replica | None) -> Generator[Event, Any, Seq]:
         """``req`` is sent now; the replica's front end (``frontend_s``: HTTP, tokenisation,
         hand-off) takes it in arrival order, one at a time, and then the engine queues it.
 
@@ -339,9 +336,7 @@ class Cluster:
         yield env.timeout(done - sent)
         return self._submit(req, replica, sent)
 
-    def _sampler(
-        self, progress: Callable[[float], None] | None
-    ) -> Generator[simpy.Event, Any, None]:
+    def _sampler(self, progress: Callable[[float], None] | None) -> Generator[Event, Any, None]:
         env, occ = self.env, self.occupancy
         reported = 0.0
         while True:
@@ -356,7 +351,7 @@ class Cluster:
                 reported = now
             yield env.timeout(occ.interval_s)
 
-    def _close_window(self) -> Generator[simpy.Event, Any, None]:
+    def _close_window(self) -> Generator[Event, Any, None]:
         warmup = self.config.warmup_s
         if 0 < warmup < self.horizon_s:
             # The window opens after the warm-up, as the latencies' does: utilisation is
