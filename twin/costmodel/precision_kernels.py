@@ -121,7 +121,10 @@ def provenance_label(model: ModelSpec, profile: Profile) -> str:
     """The label of a run of ``model`` on ``profile``: the profile's own for a bf16 model
     (every existing output's bytes), else the mixture of the fits that price it, the bf16
     GEMM named as the LM head's."""
-    if px.is_default(model) and not model.n_moe_layers:
+    # A profile without per-family provenance (a datasheet or own-GPU one) has one label;
+    # a MoE model on a fitted one names how its experts are priced.
+    per_family = any(fit.provenance for fit in profile.kernels.values())
+    if px.is_default(model) and not (model.n_moe_layers and per_family):
         return profile.provenance_label
     priced = priced_precision(model, profile)
     from twin.costmodel.provenance import mixture  # late: provenance imports profile
