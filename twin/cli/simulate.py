@@ -13,6 +13,7 @@ from twin.cli import checks
 from twin.cli.common import (
     CacheGbOption,
     EngineModeOption,
+    EpOption,
     GpuOption,
     KvDtypeOption,
     ModelOption,
@@ -72,6 +73,7 @@ def simulate(
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
+    ep: EpOption = 1,
     cache_gb: CacheGbOption = "auto",
     policy: str | None = typer.Option(
         None,
@@ -247,6 +249,7 @@ def simulate(
         sets=engine_sets(engine_set),
         replicas=replicas,
         tp=tp,
+        ep=ep,
         router=router,
         **explicit,
         session_rate=session_rate,

@@ -37,6 +37,7 @@ from twin.hardware import GB
 from twin.memory.footprint import allocator_for
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
+from twin.parallel import Layout, weight_bytes_per_gpu
 from twin.policies import get_policy
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
@@ -72,12 +73,15 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
         return float("inf")
     usable = config.tp * config.gpu_memory_bytes * config.memory_utilization
     cache = 0 if config.shared_pool else config.cache_bytes
-    budget = usable - model.weight_bytes - cache
+    weights = model.weight_bytes
+    if config.ep > 1:  # each GPU's share under the layout (twin.parallel), rounded up
+        weights = config.tp * weight_bytes_per_gpu(model, Layout(config.tp, config.ep))
+    budget = usable - weights - cache
     if budget <= 0:
         raise TwinError(
             f"no memory left for running requests: {config.tp} GPU(s) x "
             f"{config.gpu_memory_bytes / GB:.1f} GB x {config.memory_utilization:g} = "
-            f"{usable / GB:.1f} GB, minus {model.weight_bytes / GB:.1f} GB of weights and "
+            f"{usable / GB:.1f} GB, minus {weights / GB:.1f} GB of weights and "
             f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp"
         )
     return budget

@@ -28,6 +28,11 @@ class EngineConfig:
 
     replicas: int = _opt(1, "model instances, each on `tp` GPUs with its own prefix cache")
     tp: int = _opt(1, "tensor-parallel degree: GPUs per replica")
+    ep: int = _opt(
+        1,
+        "expert-parallel ranks among the `tp` GPUs: the routed experts dealt out `ep` ways, "
+        "each split `tp / ep` ways (twin.parallel.Layout)",
+    )
     cache_bytes: int = _opt(0, "prefix-cache capacity per replica, bytes (KV + SSM states)")
     policy: str = _opt("marconi", "prefix-cache policy name (policies.get_policy)")
     policy_options: dict[str, Any] = field(
@@ -147,6 +152,7 @@ class EngineConfig:
 
         need(1 <= self.replicas <= MAX_REPLICAS, "replicas", f"must be 1 to {MAX_REPLICAS:,}")
         need(1 <= self.tp <= MAX_TP, "tp", f"must be 1 to {MAX_TP:,}")
+        need(self.ep >= 1 and self.tp % self.ep == 0, "ep", f"must divide --tp {self.tp}")
         need(self.cache_bytes >= 0, "cache_bytes", "must be >= 0")
         need(self.max_batched_tokens >= 1, "max_batched_tokens", "must be at least 1")
         need(self.max_running >= 1, "max_running", "must be at least 1")

@@ -347,7 +347,7 @@ def build_run(
         if longer != Path(path):
             workload = longer
     wl = workload if isinstance(workload, Workload) else Workload.open(Path(workload))
-    pricer: StepPricer = make_pricer(spec, prof, config.tp)
+    pricer: StepPricer = make_pricer(spec, prof, config.tp, config.ep)
     if config.step_host_s or config.seq_host_s:
         from twin.engine.host_time import HostTimePricer
 
