@@ -150,6 +150,24 @@ def simulate(
         help="Closed-loop clients, as vllm bench serve --max-concurrency: each sends the "
         "file's sessions one after another, every request when its previous one completes.",
     ),
+    prefill_workers: int | None = typer.Option(
+        None,
+        "--prefill-workers",
+        help="Disaggregated serving: this many prefill workers (each --tp GPUs of --gpu, "
+        "holding the prefix cache); requires --decode-workers.",
+    ),
+    decode_workers: int | None = typer.Option(
+        None,
+        "--decode-workers",
+        help="Disaggregated serving: this many decode workers (each --tp GPUs of the same "
+        "--gpu); the KV of each prompt is sent to one of them over --kv-link.",
+    ),
+    kv_link: str | None = typer.Option(
+        None,
+        "--kv-link",
+        help="Disaggregated serving: the link from prefill to decode, ib (a 400 Gb/s NIC "
+        "per GPU) or nvlink (both pools in one node). [default: ib]",
+    ),
     slo: list[str] = typer.Option(
         [],
         "--slo",
@@ -204,6 +222,9 @@ def simulate(
       twin simulate -m llama-3-8b --gpu h200 --engine vllm --precision fp8 --kv-dtype fp8 \
         --concurrency 16 --out sim-fp8
 
+      twin simulate -m qwen3.5-9b --gpu h200 --engine sglang --prefill-workers 2 \
+        --decode-workers 4 --session-rate 2 --duration 120 --out sim-2p4d
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache.
     """
@@ -234,6 +255,9 @@ def simulate(
             ("memory_utilization", gpu_mem_util),
             ("kv_allocator", kv_allocator),
             ("burstiness", burstiness),
+            ("prefill_workers", prefill_workers),
+            ("decode_workers", decode_workers),
+            ("kv_link", kv_link),
         )
         if value is not None
     }

@@ -57,6 +57,8 @@ class RunStats:
     # Per replica: every gap between consecutive output tokens, of steps started at or
     # after the warm-up (inter-token latency; ``TokenGaps.merged`` for the run's).
     token_gaps: list[TokenGaps] = field(default_factory=list)
+    # Disaggregated runs only (twin.engine.disagg): the summary's ``pools``.
+    pools: dict[str, Any] | None = None
 
 
 def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
@@ -134,6 +136,7 @@ class Cluster:
             )
         self.env = env = Environment()
         self.model = model
+        self.pricer = pricer
         self.config = config
         self.on_record = on_record
         self.source = session_source(workload, config)
@@ -142,43 +145,7 @@ class Cluster:
         self.replicas: list[Replica] = []
         longest = functools.cache(lambda: longest_sequence(workload.path, workload.index))
         for i in range(config.replicas):
-            capacity = int(self.budget) if config.shared_pool else config.cache_bytes
-            host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
-            policy = get_policy(config.policy, **config.policy_options)
-            if config.shared_pool or host_bytes or workload.has_modules:
-                cache = policy.make_cache(model, capacity)
-            else:  # the dedicated cache alone: the policy's fastest exact one
-                cache = policy.make_engine_cache(model, capacity, longest)
-            if host_bytes and config.host_write_policy == "write_back":
-                _check_write_back(config.policy, cache)
-            # The host tier runs its own instance of the policy (a policy decides per tier).
-            host = (
-                get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes)
-                if host_bytes
-                else None
-            )
-            self.replicas.append(
-                Replica(
-                    env,
-                    i,
-                    model,
-                    pricer,
-                    cache,
-                    config.max_batched_tokens,
-                    config.max_running,
-                    self.budget,
-                    shared_pool=config.shared_pool,
-                    preemption=config.preemption,
-                    state_slots=config.state_slots,
-                    host=host,
-                    schedule_policy=config.schedule_policy,
-                    kv_allocator=allocator_for(config.kv_allocator, config.policy),
-                    new_token_ratio=config.new_token_ratio or None,
-                    host_write_policy=config.host_write_policy,
-                    scheduler=config.scheduler,
-                    scheduler_options=config.scheduler_options,
-                )
-            )
+            self.replicas.append(self._new_replica(i, workload, longest))
             # Inter-token gaps count from the summary's measured window.
             self.replicas[-1].scheduler.warmup_s = config.warmup_s
         self.horizon_s = horizon(self.source, config)
@@ -198,6 +165,56 @@ class Cluster:
         self._last_arrival_s = 0.0
         self._busy_at_horizon: list[float] | None = None
         self._busy_at_warmup: list[float] | None = None
+
+    def _new_replica(
+        self,
+        i: int,
+        workload: Workload,
+        longest: Callable[[], int],
+        cls: type[Replica] = Replica,
+        scheduler: str | None = None,
+        host_tier: bool = True,
+    ) -> Replica:
+        """Replica ``i`` (a ``cls``) with its cache, host tier and scheduler (the config's,
+        unless ``scheduler`` is named; no host tier unless ``host_tier``)."""
+        config, model = self.config, self.model
+        capacity = int(self.budget) if config.shared_pool else config.cache_bytes
+        host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
+        if not host_tier:
+            host_bytes = 0
+        policy = get_policy(config.policy, **config.policy_options)
+        if config.shared_pool or host_bytes or workload.has_modules:
+            cache = policy.make_cache(model, capacity)
+        else:  # the dedicated cache alone: the policy's fastest exact one
+            cache = policy.make_engine_cache(model, capacity, longest)
+        if host_bytes and config.host_write_policy == "write_back":
+            _check_write_back(config.policy, cache)
+        # The host tier runs its own instance of the policy (a policy decides per tier).
+        host = (
+            get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes)
+            if host_bytes
+            else None
+        )
+        return cls(
+            self.env,
+            i,
+            model,
+            self.pricer,
+            cache,
+            config.max_batched_tokens,
+            config.max_running,
+            self.budget,
+            shared_pool=config.shared_pool,
+            preemption=config.preemption,
+            state_slots=config.state_slots,
+            host=host,
+            schedule_policy=config.schedule_policy,
+            kv_allocator=allocator_for(config.kv_allocator, config.policy),
+            new_token_ratio=config.new_token_ratio or None,
+            host_write_policy=config.host_write_policy,
+            scheduler=scheduler or config.scheduler,
+            scheduler_options=config.scheduler_options,
+        )
 
     # ------------------------------------------------------------------ running
     def run(self, progress: Callable[[float], None] | None = None) -> RunStats:
@@ -246,11 +263,7 @@ class Cluster:
         env, source, until = self.env, self.source, self.config.until_s
         flags = source.flags
         # A router that picks by session alone picks once (the same replica every turn).
-        sticky = (
-            self.replicas[self.router.route(first.session_id, first.prompt, self.replicas)]
-            if self.router.by_session
-            else None
-        )
+        sticky = self._route(first) if self.router.by_session else None
         req = first
         previous: Process | None = None  # the last turn, if it runs on its own
         spawned: list[Process] = []
@@ -308,6 +321,10 @@ class Cluster:
         yield seq.done  # decoded to output_len; final state cached, hit unpinned, memory freed
         self.on_record(_record(seq))
 
+    def _route(self, req: Request) -> Replica:
+        """The replica the router picks for ``req``."""
+        return self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+
     def _submit(self, req: Request, replica: Replica | None, arrival_s: float | None = None) -> Seq:
         """``req`` arrives now: routed (unless ``replica`` is given) and queued FCFS.
 
@@ -315,7 +332,7 @@ class Cluster:
         (before now when a front end delayed it).
         """
         if replica is None:
-            replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+            replica = self._route(req)
         now = self.env.now
         if self._first_arrival_s is None:
             self._first_arrival_s = now
@@ -332,7 +349,7 @@ class Cluster:
         """
         assert self._front is not None
         if replica is None:
-            replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+            replica = self._route(req)
         env, free = self.env, self._front
         sent = env.now
         done = max(sent, free[replica.index]) + self.config.frontend_s

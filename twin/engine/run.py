@@ -15,9 +15,10 @@ from typing import Any
 from twin import __version__
 from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
-from twin.engine.cluster import Cluster, expected_horizon
+from twin.engine.cluster import expected_horizon
 from twin.engine.config import EngineConfig, build_config
 from twin.engine.cost import StepPricer, make_pricer
+from twin.engine.disagg import TIMELINE_FILE, DisaggCluster, make_cluster, write_timeline
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
@@ -77,7 +78,10 @@ def simulate(
     writer = outputs = None
     if out_dir is not None:
         before = peek_manifest(out_dir)
-        outputs = OutputSet(out_dir, [REQUESTS_FILE, SUMMARY_FILE], kind="twin simulate")
+        files = [REQUESTS_FILE, SUMMARY_FILE]
+        if config.prefill_workers:  # disaggregated: each request's prefill/transfer/decode
+            files.append(TIMELINE_FILE)
+        outputs = OutputSet(out_dir, files, kind="twin simulate")
         writer = RecordWriter(
             outputs.path(REQUESTS_FILE), config.warmup_s, preemptive=config.shared_pool
         )
@@ -94,7 +98,8 @@ def simulate(
             on_record(rec)
 
     try:
-        cluster = Cluster(model, pricer, config, workload, record)
+        gpu = (profile or {}).get("gpu")
+        cluster = make_cluster(model, pricer, config, workload, record, gpu)
         with _rare_collections():
             stats = cluster.run(progress)
     except BaseException:
@@ -129,10 +134,14 @@ def simulate(
         replicas=stats.replicas,
         cache_occupancy=stats.occupancy,
     )
+    if stats.pools is not None:
+        result["pools"] = stats.pools  # disaggregated runs (twin.engine.disagg)
     if slos:
         result["slo"] = slo_section(slos, summary, gaps, result)
     if outputs is not None:
         try:
+            if isinstance(cluster, DisaggCluster):
+                write_timeline(cluster, outputs.path(TIMELINE_FILE))
             outputs.path(SUMMARY_FILE).write_text(to_json(result))
             outputs.commit(before, force)
         except BaseException:
