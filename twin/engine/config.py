@@ -273,6 +273,8 @@ class EngineConfig:
         for name in _OMITTED_AT_DEFAULT:
             if out[name] == _DEFAULTS[name]:
                 del out[name]
+        if not self.prefill_workers:
+            del out["kv_link"]  # aggregated: no link
         return out
 
 
@@ -298,7 +300,6 @@ _OMITTED_AT_DEFAULT = (
     "seq_host_s",
     "prefill_workers",
     "decode_workers",
-    "kv_link",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

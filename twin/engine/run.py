@@ -18,7 +18,13 @@ from twin.cache import PrefillFlops
 from twin.engine.cluster import expected_horizon
 from twin.engine.config import EngineConfig, build_config
 from twin.engine.cost import StepPricer, make_pricer
-from twin.engine.disagg import TIMELINE_FILE, DisaggCluster, make_cluster, write_timeline
+from twin.engine.disagg import (
+    TIMELINE_FILE,
+    DisaggCluster,
+    kv_link,
+    make_cluster,
+    write_timeline,
+)
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
@@ -342,6 +348,8 @@ def build_run(
         settings = duration_settings(settings, duration_s)
     settings = {k: v for k, v in settings.items() if not (k == "warmup_s" and v is None)}
     config = build_config(prof, cache_gb=cache_gb, **mode_fields(spec, engine, sets, settings))
+    if config.prefill_workers:
+        kv_link(config.kv_link, prof.gpu, config)  # refused here, before any work
     if duration_s is not None and config.session_rate is not None:
         from twin.workloads.extend import extended_workload, sessions_started
 
