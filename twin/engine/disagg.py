@@ -371,6 +371,13 @@ class DisaggCluster(Cluster):
             yield env.timeout(end - reserved)
         self.transferred += 1
         self.transfer_bytes += nbytes
+        # The client streams from the decode worker: the first token (sampled by the
+        # prefill worker, sent with the KV) reaches it once the transfer completes. SGLang
+        # 0.5.10.post1 sglang/srt/disaggregation/decode.py: the transferred request's
+        # output_ids gets the prefill's token when its KV has arrived, and the next
+        # iteration's prebuilt batch (_run_batch_prebuilt -> process_batch_result_prebuilt)
+        # streams it without a forward. So TTFT ends here, not at the prefill's end.
+        whole.first_token_s = end
         worker.queue(seq)
         yield seq.done
         self._held[k] -= 1
