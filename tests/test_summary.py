@@ -22,7 +22,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
     dedicated = build_run(
         example_path("chat"), model="tiny-hybrid", cache_gb=0.001, seed=2, until_s=30.0
     )
-    pooled = build_run(example_path("chat"), model="tiny-hybrid", engine="vllm", cache_gb="auto", until_s=30.0)
+    pooled = build_run(
+        example_path("chat"), model="tiny-hybrid", engine="vllm", cache_gb="auto", until_s=30.0
+    )
     return [
         (dedicated.simulate(out / "dedicated", slos=slos), out / "dedicated"),
         (pooled.simulate(out / "pooled"), out / "pooled"),
@@ -54,9 +56,9 @@ def test_from_dict_inverts_to_dict(runs) -> None:
 
 def test_a_newer_schema_is_refused(runs) -> None:
     d = runs[0][0].to_dict()
-    with pytest.raises(ValueError, match="twin.summary"):
+    with pytest.raises(ValueError, match=r"twin\.summary"):
         RunSummary.from_dict({**d, "schema_version": SCHEMA_VERSION + 1})
-    with pytest.raises(ValueError, match="twin.summary"):
+    with pytest.raises(ValueError, match=r"twin\.summary"):
         RunSummary.from_dict({**d, "schema": "other"})
 
 
