@@ -376,7 +376,7 @@ class SummaryBuilder:
         slo = None
         if slos:
             good = good_requests(slos, columns["ttft_s"], columns["tpot_s"], columns["e2e_s"])
-            targets = tuple(self._target(slo, gaps) for slo in slos)
+            targets = tuple(self._slo_target(slo, gaps) for slo in slos)
             met = all(t.met for t in targets)
             slo = SloResult(
                 attainment=float(good.mean()) if good.size else None,
@@ -427,7 +427,7 @@ class SummaryBuilder:
             slo=slo,
         )
 
-    def _target(self, slo: Slo, gaps: TokenGaps) -> SloTarget:
+    def _slo_target(self, slo: Slo, gaps: TokenGaps) -> SloTarget:
         """``slo``'s value (any percentile: exact from the requests, or from the gaps'
         histogram for ITL) and verdict."""
         value: float | None
