@@ -58,7 +58,7 @@ def one(path: Path, rate: float, layout: dict[str, int]) -> dict[str, Any]:
         **layout,
     )
     cpu = time.process_time()
-    s = run.simulate()
+    s = run.simulate().to_dict()
     cpu = time.process_time() - cpu
     tpot95, ttft95 = s["tpot_s"]["p95"], s["ttft_s"]["p95"]
     out: dict[str, Any] = {

@@ -17,8 +17,9 @@ from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster
 from twin.engine.cost import Chunk
 from twin.engine.step_gaps import StepGaps
-from twin.metrics import PERCENTILES, RequestRecord
+from twin.metrics import RequestRecord
 from twin.presets import get_model
+from twin.summary import PERCENTILES
 from twin.token_gaps import NBINS, REL_ERROR, TokenGaps, bin_of
 from twin.workloads.reader import Workload
 from twin.workloads.schema import WorkloadRow

@@ -37,11 +37,12 @@ from twin.engine import ROUTERS, build_run
 from twin.engine.modes import get_mode
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
-from twin.metrics import STAT_COLUMNS, to_json
+from twin.metrics import to_json
 from twin.policies import POLICIES
 from twin.presets import resolve_model
 from twin.slo import parse_slos
 from twin.steady_state import OVERLOADED
+from twin.summary import STAT_COLUMNS, RunSummary
 from twin.workloads.examples import DEFAULT_EXAMPLE as EXAMPLE
 from twin.workloads.examples import example_path
 
@@ -295,39 +296,39 @@ def simulate(
     with progress_bar("requests completed", total) as advance:
         summary = run.simulate(out, on_record=lambda _: advance(1), force=force, slos=slos)
     if as_json:
-        print(to_json(summary), end="")  # the same text as summary.json
+        print(to_json(summary.to_dict()), end="")  # the same text as summary.json
         return
     _print_table(summary, out)
 
 
-def _precision(s: dict[str, Any]) -> str:
+def _precision(s: RunSummary) -> str:
     """`` (fp8 weights, fp8 KV)`` when the run was priced at another precision than bf16."""
-    prof = s.get("profile") or {}
+    prof = s.provenance.profile
     if "precision" not in prof:
         return ""
     experts = f", {prof['moe_precision']} experts" if prof.get("moe_precision") else ""
     return f" ({prof['precision']} weights{experts}, {prof['kv_dtype']} KV)"
 
 
-def _alphas(s: dict[str, Any]) -> str:
+def _alphas(s: RunSummary) -> str:
     """Each replica's Marconi alpha and where it came from (tuned, fixed, 0 untuned)."""
-    stats = [r.get("policy", {}) for r in s.get("replicas", [])]
+    stats = [r.get("policy", {}) for r in s.cluster.replicas]
     if not any("alpha" in p for p in stats):
         return "-"
     return ", ".join(alpha_label(p.get("alpha"), p.get("alpha_source", "")) for p in stats)
 
 
-def _print_table(s: dict[str, Any], out: Path) -> None:
-    cfg, req = s["config"], s["requests"]
+def _print_table(s: RunSummary, out: Path) -> None:
+    cfg, req, cluster = s.config, s.requests, s.cluster
     memory = (
-        f"shared KV pool {s['memory_budget_bytes'] / GB:.1f} GB"
+        f"shared KV pool {cluster.memory_budget_bytes / GB:.1f} GB"
         if cfg.get("shared_pool")
         else f"{cfg['cache_bytes'] / GB:g} GB cache"
     )
     title = (
-        f"{s['workload']['path']}: {req['measured']:,} requests measured "
-        f"({req['warmup_excluded']:,} in warm-up, {req['rejected']:,} rejected); "
-        f"{s['model']}{_precision(s)} x{cfg['replicas']} (tp {cfg['tp']}), "
+        f"{s.provenance.workload.path}: {req.measured:,} requests measured "
+        f"({req.warmup_excluded:,} in warm-up, {req.rejected:,} rejected); "
+        f"{s.provenance.model}{_precision(s)} x{cfg['replicas']} (tp {cfg['tp']}), "
         f"engine {cfg.get('engine', 'paper')}, "
         f"{cfg['policy']}, {memory}, {cfg['router']}"
     )
@@ -335,105 +336,103 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
     table.add_column("latency (ms)")
     for col in STAT_COLUMNS:
         table.add_column(col, justify="right")
-    for key, label in (
-        ("ttft_s", "TTFT"),
-        ("tpot_s", "TPOT"),
-        ("itl_s", "ITL"),
-        ("e2e_s", "end-to-end"),
-        ("queue_s", "queue wait"),
-        ("prefill_s", "prefill"),
+    lat = s.latency
+    for stats, label in (
+        (lat.ttft_s, "TTFT"),
+        (lat.tpot_s, "TPOT"),
+        (lat.itl_s, "ITL"),
+        (lat.e2e_s, "end-to-end"),
+        (lat.queue_s, "queue wait"),
+        (lat.prefill_s, "prefill"),
     ):
-        row = s[key]
-        table.add_row(label, *(format_ms(row[c]) for c in STAT_COLUMNS))
+        table.add_row(label, *(format_ms(stats.get(c)) for c in STAT_COLUMNS))
     console.print(table)
-    hit, thr, util = s["hit"], s["throughput"], s["utilisation"]
+    hit, thr, util, flops, pre = s.hit, s.throughput, cluster.utilisation, s.flops, s.preemption
     facts = Table(show_header=False)
     facts.add_column()
     facts.add_column(justify="right")
-    rate = thr["requests_per_s"]
-    flops = s["flops"]
-    saved = f"{flops['saved_fraction']:.1%}"
-    if "saving_kept" in flops:
+    rate = thr.requests_per_s
+    saved = f"{flops.saved_fraction:.1%}"
+    if flops.saving_kept is not None:
         # prompt-cache on a model with recurrent layers (twin/cache/module_cache.py).
         saved += (
-            f" ({flops['saving_kept']:.0%} of the modules' attention-reuse saving survives "
+            f" ({flops.saving_kept:.0%} of the modules' attention-reuse saving survives "
             "the recurrent layers' recompute)"
         )
     for label, value in (
-        ("token hit rate", f"{hit['token_hit_rate']:.1%}"),
-        ("request hit rate", f"{hit['request_hit_rate']:.1%}"),
+        ("token hit rate", f"{hit.token_hit_rate:.1%}"),
+        ("request hit rate", f"{hit.request_hit_rate:.1%}"),
         ("prefill FLOPs saved", saved),
         (
             "throughput",
             "-"
             if rate is None
-            else f"{rate:,.2f} req/s, {thr['output_tokens_per_s']:,.0f} output tok/s",
+            else f"{rate:,.2f} req/s, {thr.output_tokens_per_s:,.0f} output tok/s",
         ),
         (
             "replica utilisation",
-            f"{util['mean']:.1%} (min {util['min']:.1%}, max {util['max']:.1%})",
+            f"{util.mean:.1%} (min {util.min:.1%}, max {util.max:.1%})",
         ),
-        ("simulated time", f"{s['sim_end_s']:,.1f} s"),
+        ("simulated time", f"{cluster.sim_end_s:,.1f} s"),
         *(
             [
                 (
                     "preemptions",
-                    f"{s['preemption']['preemptions']:,} "
-                    f"({s['preemption']['preempted_requests']:,} requests, "
-                    f"{s['preemption']['recomputed_tokens']:,} tokens recomputed)",
+                    f"{pre.preemptions:,} ({pre.preempted_requests:,} requests, "
+                    f"{pre.recomputed_tokens:,} tokens recomputed)",
                 )
             ]
-            if "preemption" in s
+            if pre is not None
             else []
         ),
         ("alpha per replica", _alphas(s)),
-        ("cost model", f"{s['profile']['gpu']}: {s['profile']['provenance']}"),
+        (
+            "cost model",
+            f"{s.provenance.profile['gpu']}: {s.provenance.profile['provenance']}",
+        ),
         ("outputs", f"{out / REQUESTS_FILE}, {out / SUMMARY_FILE}"),
     ):
         facts.add_row(label, value)
     console.print(facts)
     _print_verdict(s)
-    if req["rejected"]:
+    if req.rejected:
         err_console.print(
-            f"[yellow]warning:[/] {req['rejected']:,} request(s) could never fit "
+            f"[yellow]warning:[/] {req.rejected:,} request(s) could never fit "
             "a replica's memory for running requests and were rejected"
         )
 
 
-def _print_verdict(s: dict[str, Any]) -> None:
+def _print_verdict(s: RunSummary) -> None:
     """The steady-state verdict, the SLO targets, and a warning when nothing can be read."""
-    steady = s.get("steady_state")
+    steady = s.steady_state
     if steady is not None:
-        t0, t1 = steady["window_s"]
-        line = (
-            f"steady state: {steady['verdict']} (arrivals {t0:,.1f}-{t1:,.1f} s): "
-            f"{steady['reason']}"
-        )
-        if steady.get("waiting_share") is not None:
-            line += f"; a request waited for admission {steady['waiting_share']:.0%} of the time"
-        if steady["verdict"] == OVERLOADED:
+        t0, t1 = steady.window_s
+        line = f"steady state: {steady.verdict} (arrivals {t0:,.1f}-{t1:,.1f} s): {steady.reason}"
+        if steady.waiting_share is not None:
+            line += f"; a request waited for admission {steady.waiting_share:.0%} of the time"
+        if steady.verdict == OVERLOADED:
             err_console.print(
-                f"[yellow]warning:[/] overloaded: {escape(steady['reason'])}; its latencies "
+                f"[yellow]warning:[/] overloaded: {escape(steady.reason)}; its latencies "
                 "grow with the length of the run and meet no SLO (lower the load or add "
                 "replicas)"
             )
         else:
             console.print(line, highlight=False, markup=False)
-    slo = s.get("slo")
+    slo = s.slo
     if slo is not None:
-        for t in slo["targets"]:
-            value = "-" if t["value_ms"] is None else f"{t['value_ms']:,.1f} ms"
+        for t in slo.targets:
+            value = "-" if t.value_ms is None else f"{t.value_ms:,.1f} ms"
             console.print(
-                f"SLO {t['label']}: {value} ({'met' if t['met'] else 'missed'})",
+                f"SLO {t.label}: {value} ({'met' if t.met else 'missed'})",
                 highlight=False,
                 markup=False,
             )
-        goodput = slo.get("goodput_rps")
+        goodput = slo.goodput_rps
         console.print(
-            f"SLOs {'met' if slo['met'] else 'not met'}"
-            + ("" if slo["met"] or not slo["targets_met"] else " (the run is not at steady state)")
+            f"SLOs {'met' if slo.met else 'not met'}"
+            + ("" if slo.met or not slo.targets_met else " (the run is not at steady state)")
             + f"; goodput {'-' if goodput is None else f'{goodput:,.2f}'} req/s, "
-            f"{(slo['attainment'] or 0):.1%} of requests within every per-request target",
+            f"{(slo.attainment or 0):.1%} of requests within every per-request target",
             highlight=False,
             markup=False,
         )
