@@ -109,6 +109,8 @@ t, c = time.perf_counter(), time.process_time()
 if sample:
     threading.Thread(target=sampler, daemon=True).start()
 summary = simulate(Workload.open(path), model, pricer, config, out)
+# A RunSummary since the typed summary; a dict in baseline trees before it.
+summary = summary if isinstance(summary, dict) else summary.to_dict()
 wall, cpu = time.perf_counter() - t, time.process_time() - c
 done.set()
 n = summary["requests"]["total"]
@@ -164,12 +166,14 @@ def _timed_pair(
 
 
 def _same_outputs(a: Path, b: Path) -> bool:
-    """Byte-identical ``requests.parquet`` and equal summaries (besides the twin's version)."""
+    """Byte-identical ``requests.parquet`` and equal summaries (besides the twin's version
+    and the schema keys, which a baseline from before the typed summary lacks)."""
     if (a / "requests.parquet").read_bytes() != (b / "requests.parquet").read_bytes():
         return False
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
-    sa.pop("twin_version", None)
-    sb.pop("twin_version", None)
+    for s in (sa, sb):
+        for key in ("twin_version", "schema", "schema_version"):
+            s.pop(key, None)
     return bool(sa == sb)
 
 

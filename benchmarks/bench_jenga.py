@@ -105,11 +105,11 @@ def simulate_runs(gpu: str) -> dict[str, Any]:
                     kv_allocator=allocator,
                 )
                 s = run.simulate(Path(tmp) / f"{wl_name}-{name}-{allocator}", force=True)
-                pool = s["replicas"][0]["pool"]
+                pool = s.cluster.replicas[0]["pool"]
                 row[f"{allocator}_peak_running"] = pool["peak_running_requests"]
-                row[f"{allocator}_req_s"] = s["throughput"]["requests_per_s"]
-                row[f"{allocator}_out_tok_s"] = s["throughput"]["output_tokens_per_s"]
-                row[f"{allocator}_preemptions"] = s["preemption"]["preemptions"]
+                row[f"{allocator}_req_s"] = s.throughput.requests_per_s
+                row[f"{allocator}_out_tok_s"] = s.throughput.output_tokens_per_s
+                row[f"{allocator}_preemptions"] = s.preemption.preemptions if s.preemption else 0
                 row["pool_gb"] = pool["bytes"] / 1e9
             row["running_ratio"] = row["jenga_peak_running"] / row["paged_peak_running"]
             row["throughput_ratio"] = row["jenga_req_s"] / row["paged_req_s"]

@@ -142,8 +142,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the 12-candidate space, 300 s")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--session-rate", type=float, help="the load (sessions/s) instead of the space's own"
+    )
     args = parser.parse_args()
-    space = QUICK if args.quick else FULL
+    space = dict(QUICK if args.quick else FULL)
+    if args.session_rate is not None:
+        space["session_rate"] = args.session_rate
     with tempfile.TemporaryDirectory() as tmp:
         screened, t_screened = _plan(space, Path(tmp) / "screened", args.jobs, True)
         plain, t_plain = _plan(space, Path(tmp) / "plain", args.jobs, False)

@@ -51,16 +51,17 @@ def _generate(path: Path, sessions: int, seed: int = 0) -> Path:
 def _run(path: Path, cache: Path, **settings: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     summary = build_run(path, workload_cache=cache, **SETUP, **settings).simulate()
-    steady = summary["steady_state"]
+    steady, p95 = summary.steady_state, summary.latency.ttft_s.p95
+    assert steady is not None  # a --duration run knows the end of its arrivals
     return {
         **{k: v for k, v in settings.items() if k != "workload_cache"},
-        "sessions_in_file": summary["workload"]["sessions"],
-        "requests_measured": summary["requests"]["measured"],
-        "verdict": steady["verdict"],
-        "reason": steady["reason"],
-        "ttft_p95_ms": None if summary["ttft_s"]["p95"] is None else summary["ttft_s"]["p95"] * 1e3,
-        "throughput_rps": summary["throughput"]["requests_per_s"],
-        "utilisation": summary["utilisation"]["mean"],
+        "sessions_in_file": summary.provenance.workload.sessions,
+        "requests_measured": summary.requests.measured,
+        "verdict": steady.verdict,
+        "reason": steady.reason,
+        "ttft_p95_ms": None if p95 is None else p95 * 1e3,
+        "throughput_rps": summary.throughput.requests_per_s,
+        "utilisation": summary.cluster.utilisation.mean,
         "wall_s": round(time.perf_counter() - t0, 1),
     }
 

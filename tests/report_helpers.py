@@ -1,7 +1,7 @@
 """Report tests' stand-in for the engine's steady-state judgement.
 
 The capacity report counts a point as meeting its SLOs only when the engine
-judged its steady state ``stable`` (``summary["steady_state"]``). The tiny
+judged its steady state ``stable`` (``RunSummary.steady_state``). The tiny
 sweeps of the report tests are short, so the verdict they would get is not
 what those tests are about: :func:`judge_steady_state` makes every simulation
 of the test report the verdict it names, so the report's logic is tested on a
@@ -10,9 +10,13 @@ known verdict.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
+
+from twin.steady_state import SteadyState
+from twin.summary import RunSummary
 
 
 def judge_steady_state(monkeypatch: pytest.MonkeyPatch, verdict: str = "stable") -> None:
@@ -21,14 +25,10 @@ def judge_steady_state(monkeypatch: pytest.MonkeyPatch, verdict: str = "stable")
 
     real = run.simulate
 
-    def judged(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    def judged(*args: Any, **kwargs: Any) -> RunSummary:
         summary = real(*args, **kwargs)
-        summary["steady_state"] = {
-            "verdict": verdict,
-            "reason": f"the test says {verdict}",
-            "arrival_rate_rps": 1.0,
-            "completion_rate_rps": 1.0,
-        }
-        return summary
+        window = (0.0, summary.throughput.window_s)
+        state = SteadyState(verdict, f"the test says {verdict}", window, 0, *[None] * 4, 1.0, 1.0)
+        return dataclasses.replace(summary, steady_state=state)
 
     monkeypatch.setattr(run, "simulate", judged)

@@ -49,6 +49,8 @@ def test_reader_keeps_bf16_rows_of_the_engines_default_kernel() -> None:
         "gemm_fp8",
         "attn_prefill_fp8kv",
         "attn_decode_fp8kv",
+        # issue 34: the fused-MoE rows (balanced, gated)
+        "moe",
     }
     assert len(fams["gemm"].rows) == 37  # 36 bf16 shapes + the impossible one; fp8 apart
     assert len(fams["gemm_fp8"].rows) == 36

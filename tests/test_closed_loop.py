@@ -101,15 +101,16 @@ def test_the_slo_section_reads_the_same_percentiles_and_counts_goodput(tmp_path)
         on_record=records.append,
         slos=slos,
     )
-    slo = summary["slo"]
+    slo = summary.slo
+    assert slo is not None and summary.steady_state is not None
     ttft = np.array([r.ttft_s for r in records])
-    assert slo["targets"][0]["value_ms"] == pytest.approx(
+    assert slo.targets[0].value_ms == pytest.approx(
         np.percentile(ttft.astype(np.float32), 50) * 1e3, rel=1e-6
     )
     good = sum(r.ttft_s <= 1.5 and r.e2e_s <= 100 and r.tpot_s <= 1.0 for r in records)
-    assert slo["attainment"] == pytest.approx(good / len(records))
-    assert slo["goodput_rps"] == pytest.approx(good / summary["throughput"]["window_s"])
-    assert slo["met"] == (summary["steady_state"]["verdict"] == "stable" and slo["targets_met"])
+    assert slo.attainment == pytest.approx(good / len(records))
+    assert slo.goodput_rps == pytest.approx(good / summary.throughput.window_s)
+    assert slo.met == (summary.steady_state.verdict == "stable" and slo.targets_met)
 
 
 def test_simulate_cli_prints_the_verdict_and_each_slo(tmp_path, capsys):

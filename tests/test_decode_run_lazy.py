@@ -12,12 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import simpy
 from test_engine_helpers import generated
 
 from twin.calibration import load_profile
-from twin.engine import EngineConfig, decode_run, make_pricer, simulate
-from twin.engine.decode_run import FIRST_CHUNK_STEPS, DecodeRun, timeout_at
+from twin.engine import EngineConfig, decode_run, make_pricer, sim, simulate
+from twin.engine.decode_run import FIRST_CHUNK_STEPS, DecodeRun
 from twin.presets import get_model
 from twin.workloads.reader import Workload
 
@@ -60,11 +59,10 @@ def test_a_timeout_set_mid_run_fires_exactly_at_its_target() -> None:
     for _ in range(300):
         t0 = float(RNG.uniform(0, 10.0 ** RNG.integers(-3, 6)))
         ends = np.cumsum(RNG.uniform(1e-5, 1e-1, 8)).tolist()
-        env = simpy.Environment(initial_time=t0)
+        env = sim.Environment(initial_time=t0)
         env.run(until=env.timeout(ends[2]))  # a chunk's end: the time its timer fired
         at = t0 + ends[-1]  # where a timeout set at t0 for the whole run would fire
-        timer = timeout_at(env, at)
-        env.run(until=timer)
+        env.run(until=env.process(sim.wait_until(env, at)))
         assert env.now == at
 
 

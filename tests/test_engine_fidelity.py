@@ -14,12 +14,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import simpy
 from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns
 
 from twin.cache.requests import request_cache_for
 from twin.costmodel.profile_store import resolve_profile
-from twin.engine import SCHEDULERS, EngineConfig, build_config
+from twin.engine import SCHEDULERS, EngineConfig, build_config, sim
 from twin.engine.admission import DEFAULTS, NewTokenRatio
 from twin.engine.cost import Chunk
 from twin.engine.engine_times import engine_time_defaults
@@ -143,7 +142,7 @@ def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
 # ---------------------------------------------------------------- vLLM V1 preemption
 def _seq(prompt: int, out: int, order: int):
     req = SimpleNamespace(prompt=np.zeros(prompt, np.int32), output=np.zeros(out, np.int32))
-    seq = Seq(req, 0, 0.0, 0, simpy.Environment())  # type: ignore[arg-type]
+    seq = Seq(req, 0, 0.0, 0, sim.Environment())  # type: ignore[arg-type]
     seq.order = order
     return seq
 
@@ -157,7 +156,7 @@ def test_vllm_admits_no_one_in_the_step_that_preempted():
         fits=lambda seq: True,
         preempt=lambda seq, decoded, kept: preempted.append((seq, decoded, kept)),
     )
-    sched = VLLMBatching(simpy.Environment(), replica, ConstantPricer(), 64, 8)  # type: ignore[arg-type]
+    sched = VLLMBatching(sim.Environment(), replica, ConstantPricer(), 64, 8)  # type: ignore[arg-type]
     running = _seq(8, 4, order=0)
     running.start_step, running.finish_step = 0, 3
     sched.decoding = [(3, 0, running)]

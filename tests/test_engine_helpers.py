@@ -141,13 +141,14 @@ def run(
     out: Path | None = None,
     **config: object,
 ) -> tuple[dict, list[RequestRecord]]:
-    """Simulate; return the summary and the records in completion order."""
+    """Simulate; return the summary (as ``summary.json`` holds it) and the records in
+    completion order."""
     spec = get_model(model) if isinstance(model, str) else model
     records: list[RequestRecord] = []
     summary = simulate(
         Workload.open(path), spec, pricer, EngineConfig(**config), out, on_record=records.append
     )
-    return summary, records
+    return summary.to_dict(), records
 
 
 def lindley(arrivals: np.ndarray, service: np.ndarray) -> np.ndarray:

@@ -209,7 +209,7 @@ def test_int8_checkpoints_change_a_run_under_memory_pressure():
             cache_gb="auto",
             sets={"mem_fraction_static": "0.25", **sets},
         )
-        return run.simulate()
+        return run.simulate().to_dict()
 
     plain = cached_states({})
     int8 = cached_states({"enable_int8_mamba_checkpoint": "true"})

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from test_engine_helpers import LinearPricer, generated, run, single_turns, write_rows
 
-from twin.engine import EngineConfig, PricerBase, batching
+from twin.engine import EngineConfig, PricerBase, batching, sim
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster
 from twin.engine.cost import Chunk
 from twin.engine.step_gaps import StepGaps
-from twin.metrics import PERCENTILES, RequestRecord
+from twin.metrics import RequestRecord
 from twin.presets import get_model
+from twin.summary import PERCENTILES
 from twin.token_gaps import NBINS, REL_ERROR, TokenGaps, bin_of
 from twin.workloads.reader import Workload
 from twin.workloads.schema import WorkloadRow
@@ -188,9 +189,18 @@ def _replica_stamps(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[float]]:
 
     def watched(self: ContinuousBatching) -> Generator[Any, Any, None]:
         times = stamps.setdefault(self.replica.index, [])  # type: ignore[attr-defined]
-        for event in loop(self):
-            times.append(self.env.now)
-            yield event
+        inner = loop(self)
+        event, stamp = next(inner), True
+        while True:
+            if stamp:
+                times.append(self.env.now)
+            try:
+                value = yield event
+            except sim.Interrupt as cut:
+                # An arrival cut a decode run: the loop moves its wait, no step ended.
+                event, stamp = inner.throw(cut), False
+            else:
+                event, stamp = inner.send(value), True
 
     monkeypatch.setattr(ContinuousBatching, "run", watched)
     return stamps

@@ -10,7 +10,7 @@ from twin.workloads.examples import example_path
 
 def _summary() -> str:
     run = build_run(example_path("chat"), model="tiny-hybrid", cache_gb=0.001, seed=2)
-    return to_json(run.simulate())
+    return to_json(run.simulate().to_dict())
 
 
 def test_spilling_latencies_changes_no_byte_of_the_summary(monkeypatch) -> None:

@@ -37,6 +37,7 @@ from twin.reports.verdicts import (
     meets,
     worst_verdict,
 )
+from twin.summary import RunSummary
 
 TTFT = parse_slo("p95_ttft<=500ms")
 TPOT = parse_slo("p95_tpot<=50ms")
@@ -290,22 +291,30 @@ def test_goodput_of_another_slo_list_is_unknown_not_recomputed() -> None:
 # --- summary rows ---------------------------------------------------------------------------
 
 
-def _summary(**extra: object) -> dict:
+def _summary(**extra: object) -> RunSummary:
+    """A stored summary from before ``itl_s`` and ``p90`` (and the schema keys), read back."""
     lat = {"mean": 0.1, "p5": 0.01, "p50": 0.05, "p95": 0.2, "p99": 0.3}
-    return {
-        "throughput": {"requests_per_s": 2.0, "output_tokens_per_s": 20.0, "window_s": 10.0},
-        "requests": {"measured": 20, "rejected": 0},
-        "ttft_s": lat,
-        "tpot_s": lat,
-        "e2e_s": lat,
-        "queue_s": lat,
-        "prefill_s": lat,
-        "hit": {"token_hit_rate": 0.5, "request_hit_rate": 0.5},
-        "flops": {"saved_fraction": 0.4},
-        "utilisation": {"mean": 0.3},
-        "config": {"max_running": 256},
-        **extra,
-    }
+    rates = {"requests_per_s": 2.0, "output_tokens_per_s": 20.0, "input_tokens_per_s": 200.0}
+    return RunSummary.from_dict(
+        {
+            "throughput": {**rates, "window_s": 10.0},
+            "requests": {"total": 20, "measured": 20, "warmup_excluded": 0, "rejected": 0},
+            "ttft_s": lat,
+            "tpot_s": lat,
+            "e2e_s": lat,
+            "queue_s": lat,
+            "prefill_s": lat,
+            "hit": dict.fromkeys(("token_hit_rate", "request_hit_rate"), 0.5)
+            | dict.fromkeys(("input_tokens", "hit_tokens", "checkpoints_admitted"), 0),
+            "flops": {"prefill_total": 1.0, "saved": 0.4, "saved_fraction": 0.4},
+            "utilisation": {"mean": 0.3, "min": 0.3, "max": 0.3},
+            "config": {"max_running": 256},
+            "sim_end_s": 10.0,
+            "memory_budget_bytes": 0,
+            "workload": {"path": "w.parquet", "rows": 20, "sessions": 20, "producer": ""},
+            **extra,
+        }
+    )
 
 
 def test_summary_row_reads_what_the_engine_has_and_nulls_the_rest() -> None:
@@ -324,7 +333,7 @@ def test_summary_row_reads_what_the_engine_has_and_nulls_the_rest() -> None:
         _summary(
             ttft_s=p90,
             itl_s={**p90, "p95": 0.004},
-            preemption={"preempted_requests": 3},
+            preemption={"preempted_requests": 3, "preemptions": 3, "recomputed_tokens": 0},
             replicas=[
                 {"pool": {"bytes": 100, "peak_running_bytes": 95, "peak_running_requests": 7}},
                 {"pool": {"bytes": 100, "peak_running_bytes": 50, "peak_running_requests": 9}},
@@ -334,6 +343,7 @@ def test_summary_row_reads_what_the_engine_has_and_nulls_the_rest() -> None:
                 "reason": "arrivals and completions agree",
                 "window_s": [1.0, 9.0],
                 "requests": 18,
+                **dict.fromkeys(("ttft_slope", "ttft_slope_ci", "ttft_first_s", "ttft_last_s")),
                 "arrival_rate_rps": 2.0,
                 "completion_rate_rps": 1.98,
             },

@@ -24,7 +24,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +36,25 @@ import pyarrow.parquet as pq
 from twin.atomic import atomic_path
 from twin.cache import PrefillFlops
 from twin.slo import Slo, good_requests
-from twin.steady_state import judge
+from twin.steady_state import STABLE, judge
+from twin.summary import (
+    ClusterState,
+    Flops,
+    Hits,
+    Latencies,
+    LatencyStats,
+    Preemption,
+    Provenance,
+    Requests,
+    RunSummary,
+    SloResult,
+    SloTarget,
+    Throughput,
+)
+from twin.token_gaps import TokenGaps
 from twin.workloads.arrow_numpy import arrow_of
 
 NAN = float("nan")
-PERCENTILES = (5, 50, 90, 95, 99)
-# The columns of every latency summary (and of the tables that show one).
-STAT_COLUMNS = ("mean", *(f"p{p}" for p in PERCENTILES))
 
 
 @dataclass(slots=True)
@@ -258,18 +270,6 @@ class RecordWriter:
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
 
 
-def _stats(values: np.ndarray) -> dict[str, float | None]:
-    x = values.astype(np.float64)
-    x = x[~np.isnan(x)]
-    if not x.size:
-        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
-    q = np.percentile(x, PERCENTILES)
-    return {
-        "mean": float(x.mean()),
-        **{f"p{p}": float(v) for p, v in zip(PERCENTILES, q, strict=True)},
-    }
-
-
 # What SummaryBuilder keeps per measured request: the latencies and the arrival time.
 _KEPT = (*LATENCIES, "arrival_s")
 SPILL_AT = 1 << 20  # latencies per kind kept in memory before spilling (4 MiB each)
@@ -342,69 +342,101 @@ class SummaryBuilder:
         if rec.completed_s > self.last_completion:
             self.last_completion = rec.completed_s
 
-    def result(
-        self, arrivals_end_s: float | None = None, slos: Sequence[Slo] = ()
-    ) -> dict[str, Any]:
-        """The summary; ``arrivals_end_s`` (the last expected arrival) closes the
-        steady-state window (:mod:`twin.steady_state`), ``slos`` add the ``slo`` section."""
+    def summary(
+        self,
+        cluster: ClusterState,
+        config: Mapping[str, Any],
+        provenance: Provenance,
+        gaps: TokenGaps,
+        arrivals_end_s: float | None = None,
+        slos: Sequence[Slo] = (),
+    ) -> RunSummary:
+        """The run's summary, the one builder of :class:`~twin.summary.RunSummary`: the
+        measured requests' part from what :meth:`add` kept, the engine's state from
+        ``cluster``, ``config`` and ``provenance``; ``gaps``: the run's inter-token gaps.
+        ``arrivals_end_s`` (the last expected arrival) closes the steady-state window
+        (:mod:`twin.steady_state`); ``slos`` add the ``slo`` section (:mod:`twin.slo`)."""
         start = self.warmup_s if self.warmup_s > 0 else self.first_arrival
         window = self.last_completion - start if self.measured else 0.0
         rate = (lambda x: x / window) if window > 0 else (lambda x: None)
         columns = self._columns()
-        out: dict[str, Any] = {k: _stats(columns[k]) for k in LATENCIES}
-        out["requests"] = {
-            "total": self.total,
-            "measured": self.measured,
-            "warmup_excluded": self.excluded,
-            "rejected": self.rejected,
-        }
-        if self.preemptive:
-            out["preemption"] = {
-                "preempted_requests": self.preempted,
-                "preemptions": self.preemptions,
-                "recomputed_tokens": self.recomputed,
-            }
-        out["hit"] = {
-            "token_hit_rate": self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,
-            "request_hit_rate": self.hits / self.measured if self.measured else 0.0,
-            "input_tokens": self.input_tokens,
-            "hit_tokens": self.hit_tokens,
-            "checkpoints_admitted": self.checkpoints,
-        }
+        stats = {k: LatencyStats.of(columns[k]) for k in LATENCIES}
         saved = self.flops_saved - self.flops_recomputed
-        out["flops"] = {
-            "prefill_total": self.flops_total,
-            "saved": saved,
-            "saved_fraction": saved / self.flops_total if self.flops_total else 0.0,
-        }
-        if self.flops_recomputed:
-            # Prompt modules reused out of prefix position on a model with recurrent
-            # layers: what reusing them in every layer would save, and what survives.
-            out["flops"]["saved_attention_only"] = self.flops_saved
-            out["flops"]["recomputed_recurrent"] = self.flops_recomputed
-            out["flops"]["saving_kept"] = saved / self.flops_saved if self.flops_saved else 0.0
-        out["throughput"] = {
-            "window_s": window,
-            "requests_per_s": rate(self.measured),
-            "output_tokens_per_s": rate(self.output_tokens),
-            "input_tokens_per_s": rate(self.input_tokens),
-        }
+        recomputed = self.flops_recomputed
+        steady = None
         if arrivals_end_s is not None:
             first = start if math.isfinite(start) else 0.0
-            out["steady_state"] = judge(
+            steady = judge(
                 columns["arrival_s"],
                 columns["ttft_s"],
                 columns["arrival_s"] + columns["e2e_s"],
                 (first, max(first, arrivals_end_s)),
                 columns["queue_s"],
-            ).to_dict()
+            )
+        slo = None
         if slos:
             good = good_requests(slos, columns["ttft_s"], columns["tpot_s"], columns["e2e_s"])
-            out["slo"] = {
-                "attainment": float(good.mean()) if good.size else None,
-                "goodput_rps": rate(int(good.sum())),
-            }
-        return out
+            targets = tuple(self._slo_target(slo, gaps) for slo in slos)
+            met = all(t.met for t in targets)
+            slo = SloResult(
+                attainment=float(good.mean()) if good.size else None,
+                goodput_rps=rate(int(good.sum())),
+                targets=targets,
+                targets_met=met,
+                # A run not at steady state meets no SLO: its latencies measure its length.
+                met=met and steady is not None and steady.verdict == STABLE,
+            )
+        return RunSummary(
+            requests=Requests(self.total, self.measured, self.excluded, self.rejected),
+            latency=Latencies(**stats, itl_s=LatencyStats.from_dict(gaps.stats())),
+            hit=Hits(
+                token_hit_rate=self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,
+                request_hit_rate=self.hits / self.measured if self.measured else 0.0,
+                input_tokens=self.input_tokens,
+                hit_tokens=self.hit_tokens,
+                checkpoints_admitted=self.checkpoints,
+            ),
+            flops=Flops(
+                self.flops_total,
+                saved,
+                saved / self.flops_total if self.flops_total else 0.0,
+                # Prompt modules reused out of prefix position on a model with recurrent
+                # layers: what reusing them in every layer would save, and what survives.
+                *(
+                    (
+                        self.flops_saved,
+                        recomputed,
+                        saved / self.flops_saved if self.flops_saved else 0.0,
+                    )
+                    if recomputed
+                    else ()
+                ),
+            ),
+            throughput=Throughput(
+                window, rate(self.measured), rate(self.output_tokens), rate(self.input_tokens)
+            ),
+            cluster=cluster,
+            config=config,
+            provenance=provenance,
+            preemption=(
+                Preemption(self.preempted, self.preemptions, self.recomputed)
+                if self.preemptive
+                else None
+            ),
+            steady_state=steady,
+            slo=slo,
+        )
+
+    def _slo_target(self, slo: Slo, gaps: TokenGaps) -> SloTarget:
+        """``slo``'s value (any percentile: exact from the requests, or from the gaps'
+        histogram for ITL) and verdict."""
+        value: float | None
+        if slo.metric == "itl":
+            value = gaps.percentile(slo.percentile) if gaps.n else None
+        else:
+            value = self.percentile(slo.summary_key, slo.percentile)
+        value_ms = None if value is None else value * 1e3
+        return SloTarget(slo.text, str(slo), value_ms, slo.met_by(value_ms))
 
     def percentile(self, name: str, q: float) -> float | None:
         """The ``q``-th percentile of latency ``name`` (one of LATENCIES) over the

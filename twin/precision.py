@@ -76,6 +76,11 @@ class WeightFormat:
         """The profile key of this precision's GEMM fit (``gemm`` for bf16)."""
         return "gemm" if self.bytes_per_param is None else f"gemm_{self.table_mode}"
 
+    @property
+    def moe_kernel(self) -> str:
+        """The profile key of this precision's fused-MoE fit (``moe`` for bf16)."""
+        return "moe" if self.bytes_per_param is None else f"moe_{self.table_mode}"
+
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {
     f.name: f
@@ -110,6 +115,17 @@ TABLE_MODES = {f.table_mode: f.name for f in WEIGHT_FORMATS.values()} | {
     "float16": "bf16",
     "fp16": "bf16",
     "fp4": "nvfp4",
+}
+
+
+# The MoE tables' ``moe_dtype`` -> --precision (``w4a16_mxfp4``: mxfp4 weights, bf16
+# activations, which is what ``mxfp4`` is here).
+MOE_TABLE_MODES = {
+    "bfloat16": "bf16",
+    "fp8": "fp8",
+    "fp8_block": "fp8-block",
+    "nvfp4": "nvfp4",
+    "w4a16_mxfp4": "mxfp4",
 }
 
 
@@ -222,6 +238,7 @@ __all__ = [
     "ATTN_FP8_KV",
     "DEFAULT",
     "KV_DTYPES",
+    "MOE_TABLE_MODES",
     "TABLE_MODES",
     "WEIGHT_FORMATS",
     "WEIGHT_PRECISIONS",

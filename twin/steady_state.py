@@ -38,7 +38,8 @@ ramp, so a queue that grows before its end grows after it too.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -87,6 +88,13 @@ class SteadyState:
         out = asdict(self)
         out["window_s"] = list(self.window_s)
         return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SteadyState:
+        """The inverse of :meth:`to_dict` (a stored summary's ``steady_state``)."""
+        names = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in d.items() if k in names}
+        return cls(**{**kept, "window_s": tuple(d["window_s"])})
 
 
 def judge(

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from twin.metrics import PERCENTILES
+from twin.summary import PERCENTILES
 
 # Bins: 2**SUB_BITS per octave, found from the float64's bits (the exponent and the
 # mantissa's top SUB_BITS bits; ``math.frexp`` for one value). A bin [lo, lo (1 + 2**-8))

@@ -173,7 +173,7 @@ def import_profile(
             fit = base.kernels[name]
             fit.provenance = {"source": "datasheet", "label": "datasheet"}
         kernels[name] = fit
-    variants = [k for k in kernels if k in fm.PRECISION_VARIANTS]
+    variants = [k for k in kernels if k in (*fm.PRECISION_VARIANTS, *fm.MODEL_VARIANTS)]
     order = [*fm.KERNELS, *(k for k in kernels if k not in fm.KERNELS and k not in variants)]
     order += variants
     used = {k for k in kernels if fm.get_formula(k).flops_peak in ("fp8_flops", "fp4_flops")}
@@ -192,14 +192,21 @@ def import_profile(
             "peaks_source": spec.source,
         }
     )
-    provenance["method"] = (
+    method = (
         "twin calibrate --from aiconfigurator: bf16 rows (weights, activations, KV), and "
-        "as families of their own each quantised GEMM mode's rows and the fp8-KV "
-        f"attention rows; impossible rows flagged and excluded, {HOLDOUT_SHARE:.0%} of "
+        "as families of their own each quantised GEMM mode's rows, the fp8-KV "
+        "attention rows and the fused-MoE rows (balanced routing) per expert format;"
+        f" impossible rows flagged and excluded, {HOLDOUT_SHARE:.0%} of "
         f"shapes held out (seed {seed})"
     )
+    if keep is None or added:
+        provenance["method"] = method
     if keep is not None and added:
-        provenance["added"] = {"date": _dt.date.today().isoformat(), "families": added}
+        entry = {"date": _dt.date.today().isoformat(), "families": added}
+        before = provenance.get("added")
+        # Each regeneration with --keep-fits appends its families (precision, then MoE).
+        earlier = [before] if isinstance(before, dict) else list(before or [])
+        provenance["added"] = entry if not earlier else [*earlier, entry]
     if used:
         provenance["low_precision_peaks_source"] = (
             f"{PACKAGE} {PACKAGE_VERSION} systems/{SYSTEMS[spec.name]}.yaml fp8_tc_flops / "

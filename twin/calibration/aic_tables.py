@@ -26,6 +26,12 @@ shape it came from. Which table feeds which kernel family:
 - ``conv1d``: ``mamba2_perf``'s ``causal_conv1d_fn`` (prefill) and
   ``causal_conv1d_update`` (decode) rows; only TensorRT-LLM collected them, and it is
   the same CUDA kernel (Dao-AILab causal-conv1d) that vLLM and SGLang call;
+- ``moe`` and ``moe_<mode>``: ``moe_perf``'s fused-MoE rows per ``moe_dtype``
+  (``twin.precision.MOE_TABLE_MODES``), ``distribution`` balanced only, gated (SwiGLU)
+  kernels only (``moe_torch_flow_nongated`` is Nemotron's relu2 MLP); features per GPU
+  (``moe_row``); per dtype the newest version directory with such rows and, where
+  several kernel sources timed it, the one with the most rows (the backend the
+  collector swept: the engine's default for that format);
 - ``allreduce_<n>gpu``: the engine's ``custom_allreduce_perf`` (CUDA-graph backend)
   where it has the message size, NCCL ``nccl_perf`` all_reduce above that;
   ``message_size`` counts elements (2 bytes each), not bytes.
@@ -142,12 +148,10 @@ def system_dir(gpu: str, root: Path | None = None) -> Path:
     return path
 
 
-def latest_version(directory: Path, table: str) -> Path | None:
-    """The newest version directory under ``directory`` (PEP 440 order) holding ``table``.
-
-    Some version directories hold only a ``reuse.yaml`` pointing at an older
-    collection; they are skipped.
-    """
+def _versions(directory: Path, table: str) -> list[Path]:
+    """Version directories under ``directory`` holding ``table``, newest first (PEP 440
+    order). Some version directories hold only a ``reuse.yaml`` pointing at an older
+    collection; they are skipped."""
     from packaging.version import InvalidVersion, Version
 
     def key(p: Path) -> tuple[int, Any]:
@@ -156,10 +160,14 @@ def latest_version(directory: Path, table: str) -> Path | None:
         except InvalidVersion:
             return (0, p.name)
 
-    versions = (
-        [p for p in directory.iterdir() if (p / table).is_file()] if directory.is_dir() else []
-    )
-    return max(versions, key=key) if versions else None
+    found = [p for p in directory.iterdir() if (p / table).is_file()] if directory.is_dir() else []
+    return sorted(found, key=key, reverse=True)
+
+
+def latest_version(directory: Path, table: str) -> Path | None:
+    """The newest version directory under ``directory`` holding ``table`` (``_versions``)."""
+    versions = _versions(directory, table)
+    return versions[0] if versions else None
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -408,6 +416,73 @@ def allreduce_rows(system: Path, engine: str) -> list[FamilyRows]:
     return families
 
 
+MOE_COLUMNS = (
+    "num_tokens",
+    "hidden_size",
+    "inter_size",
+    "topk",
+    "num_experts",
+    "moe_tp_size",
+    "moe_ep_size",
+)
+
+
+def moe_row(
+    r: dict[str, Any], fmt: px.WeightFormat, kernel: str, latency_ms: float
+) -> dict[str, Any]:
+    """One balanced ``moe_perf`` row as a fitting row, per GPU: the rank receives
+    ``tokens x topk / ep`` rows (balanced routing spreads them evenly over the experts,
+    so over the ranks), holds ``experts / ep`` experts of width ``inter / moe_tp``, and
+    touches ``min(experts / ep, rows)`` of them (each expert's share is even)."""
+    t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
+    rows = t * top / ep
+    local = n_exp / ep
+    active = min(local, rows)
+    act_e, w_e = (
+        (float(ELEM_BYTES), float(ELEM_BYTES))
+        if fmt.bytes_per_param is None
+        else px.gemm_operand_bytes(fmt, ELEM_BYTES)
+    )
+    width = inter // mtp
+    routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
+    feats = ft.moe_features(rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e)
+    shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
+    return _row(kernel, feats, latency_ms, shape)
+
+
+def moe_rows(system: Path, engine: str) -> list[FamilyRows]:
+    """The fused-MoE families of ``engine``: one per expert format the tables timed."""
+    versions = _versions(system / "moe" / engine, "moe_perf.parquet")
+    families = []
+    for dtype, name in px.MOE_TABLE_MODES.items():
+        fmt = px.WEIGHT_FORMATS[name]
+        kernel = fmt.moe_kernel
+        for version in versions:
+            table = version / "moe_perf.parquet"
+            raw = [
+                r
+                for r in _read(table)
+                if r.get("moe_dtype") == dtype
+                and r.get("distribution") == "balanced"
+                and "nongated" not in str(r.get("kernel_source", ""))
+            ]
+            if not raw:
+                continue
+            counts: dict[str, int] = {}
+            for r in raw:
+                src = str(r.get("kernel_source", ""))
+                counts[src] = counts.get(src, 0) + 1
+            source = max(sorted(counts), key=lambda k: counts[k])
+            raw = [r for r in raw if str(r.get("kernel_source", "")) == source]
+            out = []
+            for i, r in enumerate(raw):
+                _require(r, MOE_COLUMNS, table, i)
+                out.append(moe_row(r, fmt, kernel, r["latency"]))
+            families.append(_family(kernel, table, raw, source, out))
+            break
+    return families
+
+
 def read_families(gpu: str, engine: str, root: Path | None = None) -> list[FamilyRows]:
     """Every kernel family the database has for ``gpu`` under ``engine``."""
     if engine not in ENGINES:
@@ -423,5 +498,7 @@ def read_families(gpu: str, engine: str, root: Path | None = None) -> list[Famil
         *(gemm_rows(system, engine, mode) for mode in fm.PRECISION_GEMMS),
         attention_rows(system, engine, "prefill", "fp8"),
         attention_rows(system, engine, "decode", "fp8"),
+        # Issue 34: the fused-MoE experts of each format.
+        *moe_rows(system, engine),
     ]
     return [f for f in found if f is not None and f.rows]

@@ -300,6 +300,15 @@ PolicyOptionOption = Annotated[
 ]
 ReplicasOption = Annotated[int, typer.Option("--replicas", "-r", min=1, help="Model replicas.")]
 TpOption = Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel GPUs per replica.")]
+EpOption = Annotated[
+    int,
+    typer.Option(
+        "--ep",
+        min=1,
+        help="Expert-parallel ranks among the --tp GPUs (MoE models): the routed experts "
+        "dealt out N ways, each split tp/N ways.",
+    ),
+]
 # Options of the commands that run many points (report capacity, reproduce).
 JobsOption = Annotated[
     int,

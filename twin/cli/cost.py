@@ -11,6 +11,7 @@ from rich.table import Table
 from twin import precision as px
 from twin.cli.common import (
     EngineOption,
+    EpOption,
     KvDtypeOption,
     ModelSetOption,
     PrecisionOption,
@@ -112,6 +113,7 @@ def cost(
     engine: EngineOption = None,
     profile: Path | None = typer.Option(None, "--profile", help="A profile JSON instead of --gpu."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs per replica)."),
+    ep: EpOption = 1,
     lengths: str = typer.Option(
         "1024,4096,16384,32768",
         "--lengths",
@@ -166,7 +168,7 @@ def cost(
         )
     spec = with_precision(resolve_model(model, model_set), precision, kv_dtype)
     prof = resolve_profile(gpu, profile, engine)
-    cm = CostModel(spec, prof, tp=tp)
+    cm = CostModel(spec, prof, tp=tp, ep=ep)
     data = predictions(
         cm,
         _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS),
@@ -179,6 +181,7 @@ def cost(
         "gpu": prof.gpu,
         "device": prof.device,
         "tp": tp,
+        "ep": ep,
         "source": prof.source,
         **px.info(spec),
         "provenance_label": cm.provenance,
@@ -191,8 +194,9 @@ def cost(
         print_json({**header, **data})
         return
     at = "" if px.is_default(spec) else f", {px.describe(spec)}"
+    eps = f", ep={ep}" if ep > 1 else ""
     console.print(
-        f"[bold]{spec.name}[/] on [bold]{prof.gpu}[/] ({prof.device}), tp={tp}{at}: "
+        f"[bold]{spec.name}[/] on [bold]{prof.gpu}[/] ({prof.device}), tp={tp}{eps}{at}: "
         f"{cm.provenance}",
         highlight=False,
     )

@@ -13,6 +13,7 @@ from twin.cli import checks
 from twin.cli.common import (
     CacheGbOption,
     EngineModeOption,
+    EpOption,
     GpuOption,
     KvDtypeOption,
     ModelOption,
@@ -36,11 +37,12 @@ from twin.engine import ROUTERS, build_run
 from twin.engine.modes import get_mode
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
-from twin.metrics import STAT_COLUMNS, to_json
+from twin.metrics import to_json
 from twin.policies import POLICIES
 from twin.presets import resolve_model
 from twin.slo import parse_slos
 from twin.steady_state import OVERLOADED
+from twin.summary import STAT_COLUMNS, RunSummary
 from twin.workloads.examples import DEFAULT_EXAMPLE as EXAMPLE
 from twin.workloads.examples import example_path
 
@@ -72,6 +74,7 @@ def simulate(
     profile: ProfileOption = None,
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
+    ep: EpOption = 1,
     cache_gb: CacheGbOption = "auto",
     policy: str | None = typer.Option(
         None,
@@ -148,6 +151,24 @@ def simulate(
         help="Closed-loop clients, as vllm bench serve --max-concurrency: each sends the "
         "file's sessions one after another, every request when its previous one completes.",
     ),
+    prefill_workers: int | None = typer.Option(
+        None,
+        "--prefill-workers",
+        help="Disaggregated serving: this many prefill workers (each --tp GPUs of --gpu, "
+        "holding the prefix cache); requires --decode-workers.",
+    ),
+    decode_workers: int | None = typer.Option(
+        None,
+        "--decode-workers",
+        help="Disaggregated serving: this many decode workers (each --tp GPUs of the same "
+        "--gpu); the KV of each prompt is sent to one of them over --kv-link.",
+    ),
+    kv_link: str | None = typer.Option(
+        None,
+        "--kv-link",
+        help="Disaggregated serving: the link from prefill to decode, ib (a 400 Gb/s NIC "
+        "per GPU) or nvlink (both pools in one node). [default: ib]",
+    ),
     slo: list[str] = typer.Option(
         [],
         "--slo",
@@ -202,6 +223,9 @@ def simulate(
       twin simulate -m llama-3-8b --gpu h200 --engine vllm --precision fp8 --kv-dtype fp8 \
         --concurrency 16 --out sim-fp8
 
+      twin simulate -m qwen3.5-9b --gpu h200 --engine sglang --prefill-workers 2 \
+        --decode-workers 4 --session-rate 2 --duration 120 --out sim-2p4d
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache.
     """
@@ -232,6 +256,9 @@ def simulate(
             ("memory_utilization", gpu_mem_util),
             ("kv_allocator", kv_allocator),
             ("burstiness", burstiness),
+            ("prefill_workers", prefill_workers),
+            ("decode_workers", decode_workers),
+            ("kv_link", kv_link),
         )
         if value is not None
     }
@@ -247,6 +274,7 @@ def simulate(
         sets=engine_sets(engine_set),
         replicas=replicas,
         tp=tp,
+        ep=ep,
         router=router,
         **explicit,
         session_rate=session_rate,
@@ -268,39 +296,39 @@ def simulate(
     with progress_bar("requests completed", total) as advance:
         summary = run.simulate(out, on_record=lambda _: advance(1), force=force, slos=slos)
     if as_json:
-        print(to_json(summary), end="")  # the same text as summary.json
+        print(to_json(summary.to_dict()), end="")  # the same text as summary.json
         return
     _print_table(summary, out)
 
 
-def _precision(s: dict[str, Any]) -> str:
+def _precision(s: RunSummary) -> str:
     """`` (fp8 weights, fp8 KV)`` when the run was priced at another precision than bf16."""
-    prof = s.get("profile") or {}
+    prof = s.provenance.profile
     if "precision" not in prof:
         return ""
     experts = f", {prof['moe_precision']} experts" if prof.get("moe_precision") else ""
     return f" ({prof['precision']} weights{experts}, {prof['kv_dtype']} KV)"
 
 
-def _alphas(s: dict[str, Any]) -> str:
+def _alphas(s: RunSummary) -> str:
     """Each replica's Marconi alpha and where it came from (tuned, fixed, 0 untuned)."""
-    stats = [r.get("policy", {}) for r in s.get("replicas", [])]
+    stats = [r.get("policy", {}) for r in s.cluster.replicas]
     if not any("alpha" in p for p in stats):
         return "-"
     return ", ".join(alpha_label(p.get("alpha"), p.get("alpha_source", "")) for p in stats)
 
 
-def _print_table(s: dict[str, Any], out: Path) -> None:
-    cfg, req = s["config"], s["requests"]
+def _print_table(s: RunSummary, out: Path) -> None:
+    cfg, req, cluster = s.config, s.requests, s.cluster
     memory = (
-        f"shared KV pool {s['memory_budget_bytes'] / GB:.1f} GB"
+        f"shared KV pool {cluster.memory_budget_bytes / GB:.1f} GB"
         if cfg.get("shared_pool")
         else f"{cfg['cache_bytes'] / GB:g} GB cache"
     )
     title = (
-        f"{s['workload']['path']}: {req['measured']:,} requests measured "
-        f"({req['warmup_excluded']:,} in warm-up, {req['rejected']:,} rejected); "
-        f"{s['model']}{_precision(s)} x{cfg['replicas']} (tp {cfg['tp']}), "
+        f"{s.provenance.workload.path}: {req.measured:,} requests measured "
+        f"({req.warmup_excluded:,} in warm-up, {req.rejected:,} rejected); "
+        f"{s.provenance.model}{_precision(s)} x{cfg['replicas']} (tp {cfg['tp']}), "
         f"engine {cfg.get('engine', 'paper')}, "
         f"{cfg['policy']}, {memory}, {cfg['router']}"
     )
@@ -308,105 +336,103 @@ def _print_table(s: dict[str, Any], out: Path) -> None:
     table.add_column("latency (ms)")
     for col in STAT_COLUMNS:
         table.add_column(col, justify="right")
-    for key, label in (
-        ("ttft_s", "TTFT"),
-        ("tpot_s", "TPOT"),
-        ("itl_s", "ITL"),
-        ("e2e_s", "end-to-end"),
-        ("queue_s", "queue wait"),
-        ("prefill_s", "prefill"),
+    lat = s.latency
+    for stats, label in (
+        (lat.ttft_s, "TTFT"),
+        (lat.tpot_s, "TPOT"),
+        (lat.itl_s, "ITL"),
+        (lat.e2e_s, "end-to-end"),
+        (lat.queue_s, "queue wait"),
+        (lat.prefill_s, "prefill"),
     ):
-        row = s[key]
-        table.add_row(label, *(format_ms(row[c]) for c in STAT_COLUMNS))
+        table.add_row(label, *(format_ms(stats.get(c)) for c in STAT_COLUMNS))
     console.print(table)
-    hit, thr, util = s["hit"], s["throughput"], s["utilisation"]
+    hit, thr, util, flops, pre = s.hit, s.throughput, cluster.utilisation, s.flops, s.preemption
     facts = Table(show_header=False)
     facts.add_column()
     facts.add_column(justify="right")
-    rate = thr["requests_per_s"]
-    flops = s["flops"]
-    saved = f"{flops['saved_fraction']:.1%}"
-    if "saving_kept" in flops:
+    rate = thr.requests_per_s
+    saved = f"{flops.saved_fraction:.1%}"
+    if flops.saving_kept is not None:
         # prompt-cache on a model with recurrent layers (twin/cache/module_cache.py).
         saved += (
-            f" ({flops['saving_kept']:.0%} of the modules' attention-reuse saving survives "
+            f" ({flops.saving_kept:.0%} of the modules' attention-reuse saving survives "
             "the recurrent layers' recompute)"
         )
     for label, value in (
-        ("token hit rate", f"{hit['token_hit_rate']:.1%}"),
-        ("request hit rate", f"{hit['request_hit_rate']:.1%}"),
+        ("token hit rate", f"{hit.token_hit_rate:.1%}"),
+        ("request hit rate", f"{hit.request_hit_rate:.1%}"),
         ("prefill FLOPs saved", saved),
         (
             "throughput",
             "-"
             if rate is None
-            else f"{rate:,.2f} req/s, {thr['output_tokens_per_s']:,.0f} output tok/s",
+            else f"{rate:,.2f} req/s, {thr.output_tokens_per_s:,.0f} output tok/s",
         ),
         (
             "replica utilisation",
-            f"{util['mean']:.1%} (min {util['min']:.1%}, max {util['max']:.1%})",
+            f"{util.mean:.1%} (min {util.min:.1%}, max {util.max:.1%})",
         ),
-        ("simulated time", f"{s['sim_end_s']:,.1f} s"),
+        ("simulated time", f"{cluster.sim_end_s:,.1f} s"),
         *(
             [
                 (
                     "preemptions",
-                    f"{s['preemption']['preemptions']:,} "
-                    f"({s['preemption']['preempted_requests']:,} requests, "
-                    f"{s['preemption']['recomputed_tokens']:,} tokens recomputed)",
+                    f"{pre.preemptions:,} ({pre.preempted_requests:,} requests, "
+                    f"{pre.recomputed_tokens:,} tokens recomputed)",
                 )
             ]
-            if "preemption" in s
+            if pre is not None
             else []
         ),
         ("alpha per replica", _alphas(s)),
-        ("cost model", f"{s['profile']['gpu']}: {s['profile']['provenance']}"),
+        (
+            "cost model",
+            f"{s.provenance.profile['gpu']}: {s.provenance.profile['provenance']}",
+        ),
         ("outputs", f"{out / REQUESTS_FILE}, {out / SUMMARY_FILE}"),
     ):
         facts.add_row(label, value)
     console.print(facts)
     _print_verdict(s)
-    if req["rejected"]:
+    if req.rejected:
         err_console.print(
-            f"[yellow]warning:[/] {req['rejected']:,} request(s) could never fit "
+            f"[yellow]warning:[/] {req.rejected:,} request(s) could never fit "
             "a replica's memory for running requests and were rejected"
         )
 
 
-def _print_verdict(s: dict[str, Any]) -> None:
+def _print_verdict(s: RunSummary) -> None:
     """The steady-state verdict, the SLO targets, and a warning when nothing can be read."""
-    steady = s.get("steady_state")
+    steady = s.steady_state
     if steady is not None:
-        t0, t1 = steady["window_s"]
-        line = (
-            f"steady state: {steady['verdict']} (arrivals {t0:,.1f}-{t1:,.1f} s): "
-            f"{steady['reason']}"
-        )
-        if steady.get("waiting_share") is not None:
-            line += f"; a request waited for admission {steady['waiting_share']:.0%} of the time"
-        if steady["verdict"] == OVERLOADED:
+        t0, t1 = steady.window_s
+        line = f"steady state: {steady.verdict} (arrivals {t0:,.1f}-{t1:,.1f} s): {steady.reason}"
+        if steady.waiting_share is not None:
+            line += f"; a request waited for admission {steady.waiting_share:.0%} of the time"
+        if steady.verdict == OVERLOADED:
             err_console.print(
-                f"[yellow]warning:[/] overloaded: {escape(steady['reason'])}; its latencies "
+                f"[yellow]warning:[/] overloaded: {escape(steady.reason)}; its latencies "
                 "grow with the length of the run and meet no SLO (lower the load or add "
                 "replicas)"
             )
         else:
             console.print(line, highlight=False, markup=False)
-    slo = s.get("slo")
+    slo = s.slo
     if slo is not None:
-        for t in slo["targets"]:
-            value = "-" if t["value_ms"] is None else f"{t['value_ms']:,.1f} ms"
+        for t in slo.targets:
+            value = "-" if t.value_ms is None else f"{t.value_ms:,.1f} ms"
             console.print(
-                f"SLO {t['label']}: {value} ({'met' if t['met'] else 'missed'})",
+                f"SLO {t.label}: {value} ({'met' if t.met else 'missed'})",
                 highlight=False,
                 markup=False,
             )
-        goodput = slo.get("goodput_rps")
+        goodput = slo.goodput_rps
         console.print(
-            f"SLOs {'met' if slo['met'] else 'not met'}"
-            + ("" if slo["met"] or not slo["targets_met"] else " (the run is not at steady state)")
+            f"SLOs {'met' if slo.met else 'not met'}"
+            + ("" if slo.met or not slo.targets_met else " (the run is not at steady state)")
             + f"; goodput {'-' if goodput is None else f'{goodput:,.2f}'} req/s, "
-            f"{(slo['attainment'] or 0):.1%} of requests within every per-request target",
+            f"{(slo.attainment or 0):.1%} of requests within every per-request target",
             highlight=False,
             markup=False,
         )

@@ -23,6 +23,10 @@ class DensePricing(ShardShapes):
     _allreduce_fit: Callable[..., float] | None
     _linear_q: tuple[Callable[..., float], float, float] | None
     _expert_q: tuple[Callable[..., float], float, float] | None
+    # The fused-MoE fit of the experts' format with its operand bytes (None: no fit in the
+    # profile, the experts are priced as GEMMs) and the profile key it was read from.
+    _moe_fit: tuple[Callable[..., float], float, float] | None
+    moe_key: str | None
     allreduce_latency_s: float
     allreduce_s_per_byte: float
 
@@ -64,6 +68,24 @@ class DensePricing(ShardShapes):
 
         self._linear_q = quantised(self.priced.linear)
         self._expert_q = quantised(self.priced.expert) if self.model.n_moe_layers else None
+
+    def _setup_moe(self) -> None:
+        """The experts' fused-MoE fit (``moe``, ``moe_fp8``, ...) where the profile has one
+        for their format, else ``None``: two grouped GEMMs of the linear fits, as before."""
+        self._moe_fit, self.moe_key = None, None
+        if not self.model.n_moe_layers:
+            return
+        fmt = self.priced.expert
+        key = self.priced.keys.get("moe")  # twin.costmodel.precision_kernels decides
+        if key is None:
+            return
+        fit = self.profile.kernels[key]
+        e = self.model.dtype_bytes
+        act, weight = (
+            (float(e), float(e)) if fmt.bytes_per_param is None else px.gemm_operand_bytes(fmt, e)
+        )
+        self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight)
+        self.moe_key = key
 
     def _gemm(self, rows: float, k: float, n: float) -> float:
         """A bf16 GEMM (the LM head, the MoE router; every projection of a bf16 model)."""
@@ -147,9 +169,14 @@ class DensePricing(ShardShapes):
     def _moe(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
         m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
         n_exp, top = m.moe_n_experts, m.moe_top_k
-        rows = t * top
+        rows: float = t * top
+        if self._moe_fit is not None:
+            return self._moe_fused(t, norm, ar)
         # Expected distinct experts hit by `rows` uniform draws; each streams its weights.
         active = n_exp * (1.0 - (1.0 - 1.0 / n_exp) ** rows) if n_exp > 1 else 1.0
+        if self.ep > 1:  # this rank's share: its rows and its experts (uniform routing)
+            active = ft.moe_active_experts(rows, n_exp, n_exp / self.ep)
+            rows = rows / self.ep
         wide = self.up_mats * self.expert_width
         q = self._expert_q
         if q is None:
@@ -185,6 +212,37 @@ class DensePricing(ShardShapes):
         return (
             ("elementwise", norm + act + combine),
             ("gemm", router + up + down),
+            ("allreduce", ar),
+        )
+
+    def _moe_fused(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
+        """An MoE layer whose routed experts take the profile's fused-MoE fit: the rank's
+        ``t x top_k / ep`` rows through the expected distinct experts of its ``n / ep`` hit
+        (uniform routing), every routed row's hidden state for the whole-batch term, the
+        activation and top-k combine inside the fitted kernel (NVIDIA's tables time the
+        fused call). With ``ep`` > 1 every rank holds every token (TP attention) and the
+        layer's all-reduce combines the ranks' outputs (vLLM's expert parallelism without
+        attention DP): no all-to-all."""
+        assert self._moe_fit is not None
+        kernel, act_e, w_e = self._moe_fit
+        m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
+        n_exp, top, ep = m.moe_n_experts, m.moe_top_k, self.ep
+        routed = t * top
+        active = ft.moe_active_experts(routed, n_exp, n_exp / ep)
+        flops, nbytes, weights = ft.moe_sums(
+            routed / ep, active, d, self.expert_width, self.up_mats, e, act_e, w_e
+        )
+        experts = kernel(flops, nbytes, weights, float(routed * d))
+        router = self._gemm(t, d, n_exp)
+        shared, act = 0.0, 0.0
+        if self.shared_width:  # the shared expert: a dense MLP over every token
+            sw = self.shared_width
+            shared = self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
+            act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
+        return (
+            ("elementwise", norm + act),
+            ("gemm", router + shared),
+            ("moe", experts),
             ("allreduce", ar),
         )
 

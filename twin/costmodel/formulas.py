@@ -76,6 +76,16 @@ PRECISION_GEMMS = {
     "mxfp4": "fp4_flops",
 }
 
+# Expert formats of the fused-MoE families: ``moe`` (bf16) and ``moe_<mode>``, the
+# tables' quant mode of ``twin.precision.WeightFormat.table_mode``.
+MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS}
+
+
+def moe_kernel(mode: str) -> str:
+    """The profile key of the fused-MoE fit of table mode ``mode`` (``moe`` for bf16)."""
+    return "moe" if mode == "bfloat16" else f"moe_{mode}"
+
+
 FORMULAS: dict[str, KernelFormula] = {
     f.kernel: f
     for f in (
@@ -176,6 +186,22 @@ FORMULAS: dict[str, KernelFormula] = {
             "one query token per sequence over an fp8 KV cache",
             flops_peak="fp8_flops",
         ),
+        # Fused MoE experts (issue 34): one fit per expert format, from the tables'
+        # ``moe_perf`` rows; without one the experts are priced as two GEMMs of the
+        # linear layers' fit (``twin.costmodel.dense_pricing``).
+        *(
+            KernelFormula(
+                moe_kernel(mode),
+                "mem_bw",
+                True,
+                ("weight_elems", "routed_elems"),
+                f"fused MoE experts ({mode}): the rank's token x top-k rows through the "
+                "experts they hit, up and down, plus a term over every routed row's hidden "
+                "state of the step, all ranks' (gather, align, combine over the whole batch)",
+                flops_peak=peak,
+            )
+            for mode, peak in MOE_MODES.items()
+        ),
         # One fit per GPU count, stored as ``allreduce_<n>gpu``; without one the cost
         # model prices a ring from the profile's peaks.
         KernelFormula(
@@ -196,6 +222,9 @@ PRECISION_VARIANTS = (
     "attn_prefill_fp8kv",
     "attn_decode_fp8kv",
 )
+# Families a model needs only for its layer kinds (MoE experts): optional, and, like
+# the precision variants, left out of the label of a run that does not use them.
+MODEL_VARIANTS = tuple(moe_kernel(mode) for mode in MOE_MODES)
 OPTIONAL = (
     "conv1d_update",
     "allreduce",
@@ -204,6 +233,7 @@ OPTIONAL = (
     "gdn_chunk",
     "gdn_step",
     *PRECISION_VARIANTS,
+    *MODEL_VARIANTS,
 )
 KERNELS: tuple[str, ...] = tuple(k for k in FORMULAS if k not in OPTIONAL)
 
@@ -247,6 +277,8 @@ def check_params(kernel: str, params: dict[str, float]) -> None:
 __all__ = [
     "FORMULAS",
     "KERNELS",
+    "MODEL_VARIANTS",
+    "MOE_MODES",
     "OPTIONAL",
     "PRECISION_GEMMS",
     "PRECISION_VARIANTS",
@@ -255,4 +287,5 @@ __all__ = [
     "check_params",
     "family",
     "get_formula",
+    "moe_kernel",
 ]

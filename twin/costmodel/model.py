@@ -20,9 +20,13 @@ Per layer kind:
 - Gated DeltaNet (``gdn``): fused add+RMSNorm, in_proj GEMM (q, k, v, z, beta, decay),
   causal conv1d, the chunked delta rule or its recurrent update, gated RMSNorm,
   out_proj GEMM;
-- MoE: fused add+RMSNorm, router GEMM, the routed experts as one grouped GEMM
-  each way over ``T x top_k`` token rows and the expected number of distinct
-  experts hit (uniform routing), activation, weighted combine;
+- MoE: fused add+RMSNorm, router GEMM, the routed experts over ``T x top_k`` token
+  rows and the expected number of distinct experts hit (uniform routing): the
+  profile's fused-MoE fit of the experts' format where it has one (``moe``,
+  ``moe_fp8``, ...: NVIDIA's ``moe_perf`` tables, activation and combine inside),
+  else one grouped GEMM each way, activation, weighted combine; the shared expert as
+  dense GEMMs; with expert parallelism (``ep``) each rank's share of the rows and
+  experts, and the all-to-all dispatch and combine on the link model;
 - head: embedding gather, final RMSNorm, LM head GEMM for one row per sequence
   (a prefill chunk is charged its logits row as if it ended its prompt).
 
@@ -60,6 +64,7 @@ from twin.costmodel.step_features import StepFeatures, aggregate_spread, aggrega
 from twin.errors import TwinError
 from twin.mixers import UNPRICED_KINDS
 from twin.model import ModelSpec
+from twin.parallel import Layout, check_layout
 
 # Tokens (cached + new) and context sums the compiled mixed step's int64 sums hold exactly
 # (``twin.costmodel.compiled``): larger ones are priced in Python.
@@ -74,9 +79,14 @@ _ARRAY_STEPS = 128
 class CostModel(DensePricing, MixerPricing, CopyPricing):
     """Prices prefills, batch steps and state copies of ``model`` on ``profile``'s device."""
 
-    def __init__(self, model: ModelSpec, profile: Profile, tp: int = 1) -> None:
+    def __init__(self, model: ModelSpec, profile: Profile, tp: int = 1, ep: int = 1) -> None:
         if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
             raise TwinError(f"tp must be a positive integer (got {tp!r})")
+        # Expert parallelism (twin.parallel): the routed experts over ``ep`` of the ``tp``
+        # GPUs, each split ``tp / ep`` ways; refused in one line naming --ep.
+        self.ep = ep
+        if ep != 1:
+            check_layout(model, Layout(tp, ep))
         unpriced = sorted(k for k in model.mixer_counts if k in UNPRICED_KINDS)
         if unpriced:
             # Their bytes and FLOPs are known (twin.mixers); their kernels are not fitted yet.
@@ -120,6 +130,7 @@ class CostModel(DensePricing, MixerPricing, CopyPricing):
         self._decode_keys_affine: dict[int, tuple[float, float, float, float, float]] = {}
         self._setup_shapes()
         self._setup_allreduce()
+        self._setup_moe()
         # The decode conv update: its own fit where the profile has one (NVIDIA's tables
         # time causal_conv1d_update apart), else the prompt conv's model with no
         # per-sequence term.

@@ -13,7 +13,10 @@ cache (``attn_prefill_fp8kv``, ``attn_decode_fp8kv``), each with its provenance
 - with an fp8 KV cache, attention takes the fp8-KV fits and reads 1-byte K/V rows;
   without them it takes the bf16 fits at their own (bf16) features, as measured, and
   the label says so (the twin does not extrapolate a kernel nobody timed);
-- the LM head and the MoE router stay bf16 GEMMs (they are not quantised).
+- the LM head and the MoE router stay bf16 GEMMs (they are not quantised);
+- a MoE model's routed experts take the fused-MoE fit of their format (``moe``,
+  ``moe_fp8``, ...) where the profile has one, else the GEMM fit, and the label says
+  which (``MOE_AS_GEMM_NOTE``).
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from twin import precision as px
-from twin.costmodel.formulas import PRECISION_VARIANTS
+from twin.costmodel.formulas import MODEL_VARIANTS, PRECISION_VARIANTS
 from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 BF16_ATTENTION_NOTE = "bf16-KV kernel (no fp8-KV fit in this profile)"
+MOE_AS_GEMM_NOTE = "MoE experts as GEMMs (no fused-MoE fit in this profile)"
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class PricedPrecision:
         return out | set(self.keys.values())
 
 
-_VARIANTS = frozenset(PRECISION_VARIANTS)
+_VARIANTS = frozenset((*PRECISION_VARIANTS, *MODEL_VARIANTS))
 
 
 def profile_name(profile: Profile) -> str:
@@ -99,6 +103,11 @@ def priced_precision(model: ModelSpec, profile: Profile) -> PricedPrecision:
     if model.n_moe_layers and expert.bytes_per_param is not None:
         keys["expert"] = expert.kernel
     kv_elem, notes = model.dtype_bytes, {}
+    if model.n_moe_layers:
+        if expert.moe_kernel in profile.kernels:
+            keys["moe"] = expert.moe_kernel
+        else:
+            notes["GEMM"] = MOE_AS_GEMM_NOTE
     if model.kv_dtype == "fp8" and model.n_attention_layers:
         if all(key in profile.kernels for key in px.ATTN_FP8_KV.values()):
             keys.update(px.ATTN_FP8_KV)
@@ -112,7 +121,10 @@ def provenance_label(model: ModelSpec, profile: Profile) -> str:
     """The label of a run of ``model`` on ``profile``: the profile's own for a bf16 model
     (every existing output's bytes), else the mixture of the fits that price it, the bf16
     GEMM named as the LM head's."""
-    if px.is_default(model):
+    # A profile without per-family provenance (a datasheet or own-GPU one) has one label;
+    # a MoE model on a fitted one names how its experts are priced.
+    per_family = any(fit.provenance for fit in profile.kernels.values())
+    if px.is_default(model) and not (model.n_moe_layers and per_family):
         return profile.provenance_label
     priced = priced_precision(model, profile)
     from twin.costmodel.provenance import mixture  # late: provenance imports profile
@@ -139,6 +151,7 @@ def sweep_label(
 
 __all__ = [
     "BF16_ATTENTION_NOTE",
+    "MOE_AS_GEMM_NOTE",
     "PricedPrecision",
     "no_fp4",
     "priced_precision",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
-from twin.costmodel.formulas import PRECISION_VARIANTS, family
+from twin.costmodel.formulas import MODEL_VARIANTS, PRECISION_VARIANTS, family
 
 if TYPE_CHECKING:
     from twin.costmodel.profile import KernelFit, Profile
@@ -26,6 +26,7 @@ GROUPS: dict[str, str] = {
     "attn_decode": "attention",
     "attn_prefill_fp8kv": "attention",
     "attn_decode_fp8kv": "attention",
+    **{k: "MoE experts" for k in MODEL_VARIANTS if k.startswith("moe")},
     "conv1d": "causal conv1d",
     "conv1d_update": "causal conv1d",
     "allreduce": "all-reduce",
@@ -57,12 +58,14 @@ def mixture(
     """Groups with their labels; groups sharing one label are listed together.
 
     ``used``: the profile keys that price the run (default: every family but the
-    precision variants, i.e. a bf16 run), precision variants first; ``groups`` renames
+    precision and model variants (MoE fits), i.e. a bf16 run of a dense model),
+    precision variants first; ``groups`` renames
     a key's group (the bf16 GEMM is the ``LM head`` of a quantised run); ``notes`` adds
     a remark to a group's labels (an fp8 KV cache priced by the bf16 attention fit).
     """
+    variants = (*PRECISION_VARIANTS, *MODEL_VARIANTS)
     if used is None:
-        names = [k for k in profile.kernels if k not in PRECISION_VARIANTS]
+        names = [k for k in profile.kernels if k not in variants]
     else:
         names = [k for k in profile.kernels if k in used and k in PRECISION_VARIANTS]
         names += [k for k in profile.kernels if k in used and k not in PRECISION_VARIANTS]

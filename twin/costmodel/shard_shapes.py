@@ -30,6 +30,7 @@ class ShardShapes:
     model: ModelSpec
     profile: Profile
     tp: int
+    ep: int  # expert-parallel ranks (twin.parallel.Layout.ep)
     _k: dict[str, Callable[..., float]]  # the profile's kernels, compiled
     kinds: Mapping[str, int]
     elem_bytes: int
@@ -98,7 +99,8 @@ class ShardShapes:
         if m.n_mlp_layers:
             self.mlp_width = _split(m.mlp_d_ff, tp, "the MLP width", m.name)
         if m.n_moe_layers:
-            self.expert_width = _split(m.moe_d_ff, tp, "the expert width", m.name)
+            # Each routed expert is split over the MoE TP, tp / ep (twin.parallel).
+            self.expert_width = _split(m.moe_d_ff, tp // self.ep, "the expert width", m.name)
             self.shared_width = _split(m.moe_shared_d_ff, tp, "the shared-expert width", m.name)
         self.up_mats = 2 if m.mlp_gated else 1
         self.vocab = -(-m.vocab_size // tp)

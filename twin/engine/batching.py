@@ -47,15 +47,15 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import simpy
 
 from twin.engine.admission import NewTokenRatio
 from twin.engine.cost import Durations, StepPricer
-from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun, timeout_at
+from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun
 from twin.engine.lpm import order_by_prefix
 from twin.engine.preemption import Preemption
 from twin.engine.ratio_admission import RatioAdmission
 from twin.engine.seq import Seq
+from twin.engine.sim import Environment, Event, Interrupt, Process, redirect, redirected, wait_until
 from twin.engine.step_gaps import KEPT, StepGaps
 from twin.token_gaps import TokenGaps
 
@@ -70,7 +70,7 @@ class ContinuousBatching(Preemption, RatioAdmission):
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Environment,
         replica: ReplicaSide,
         pricer: StepPricer,
         max_batched_tokens: int,
@@ -88,8 +88,9 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self.step_no = 0
         self.busy_s = 0.0
         self.busy_since: float | None = None
-        self._wake: simpy.Event | None = None  # the idle loop's wait
-        self._timer: simpy.Timeout | None = None  # a decode chunk's wait, an arrival may cut
+        self._wake: Event | None = None  # the idle loop's wait
+        self._cuttable = False  # the loop waits on a decode chunk, which an arrival may cut
+        self._process: Process | None = None  # the loop's (``run``'s) process
         self._run: DecodeRun | None = None  # the decode run in flight
         self._cut = 0  # the step at which an arrival cut it
         # Inter-token gaps (``twin.engine.step_gaps``): of steps starting at or after
@@ -113,30 +114,29 @@ class ContinuousBatching(Preemption, RatioAdmission):
         if wake is not None and not wake.triggered:
             wake.succeed()
             return
-        timer = self._timer
-        if timer is not None:
-            # The loop waits on a decode chunk's timer: the arrival cuts the run at the
-            # step in flight, where the newcomer joins. The loop's resumption moves to
-            # that boundary (the timer, when it fires later, resumes no one). Nothing
-            # interrupts this process: SimPy's ``interrupt`` would look for it on the timer.
-            self._timer = None
+        if self._cuttable:
+            # The loop waits on a decode chunk: the arrival cuts the run at the step in
+            # flight, where the newcomer joins. The loop's wait moves to that boundary
+            # (``twin.engine.sim.redirect``; the chunk's timeout, when it fires later,
+            # resumes no one).
+            self._cuttable = False
             env, run, t0 = self.env, self._run, self.busy_since
-            assert run is not None and t0 is not None
+            assert run is not None and t0 is not None and self._process is not None
             elapsed = env.now - t0
             self._cut = m = run.steps_to_reach(elapsed)
             end = run.end(m)
             if m < run.k or elapsed < end:
                 run.capped = False  # cut short (one at the run's very end leaves its cap)
-            boundary = env.timeout(max(t0 + end - env.now, 0.0))
-            boundary.callbacks, timer.callbacks = timer.callbacks, []
+            redirect(self._process, env.timeout(max(t0 + end - env.now, 0.0)))
 
-    def run(self) -> Generator[simpy.Event, Any, None]:
+    def run(self) -> Generator[Event, Any, None]:
         """The scheduler: plan a step, wait its price in seconds, apply its end; forever.
 
         Plain methods plan and apply; only this loop yields, so a step costs one
         generator resume rather than a nest of sub-generators.
         """
         env = self.env
+        self._process = env.active_process
         # The gaps' log (``StepGaps``; its ``step`` and ``run`` inlined below).
         gaps, warmup = self.gaps, self.warmup_s
         records, views, pages, limit = gaps.records, gaps.views, gaps.pages, gaps.limit
@@ -176,14 +176,17 @@ class ContinuousBatching(Preemption, RatioAdmission):
                     # time: at each chunk's end with no arrival, the next is priced.
                     while True:
                         target = run.price_next()
-                        self._timer = timer = (
-                            timeout_at(env, t0 + target) if env.now > t0 else env.timeout(target)
-                        )
-                        yield timer
-                        if self._timer is None:  # an arrival cut the run (``submit``)
+                        self._cuttable = True
+                        try:
+                            if env.now > t0:  # a later chunk: it ends where one whole would
+                                yield from wait_until(env, t0 + target)
+                            else:
+                                yield env.timeout(target)
+                        except Interrupt as cut:  # an arrival cut the run (``submit``)
+                            yield redirected(cut)
                             m = self._cut
                             break
-                        self._timer = None
+                        self._cuttable = False
                         if run.priced == m:
                             break
                 # Long uninterrupted decodes price longer runs next time (fewer

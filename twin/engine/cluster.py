@@ -23,8 +23,6 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import simpy
-
 from twin.cache import cache_stats
 from twin.cache.pool import SplitPool
 from twin.cache.prefix_cache import PrefixCache
@@ -32,12 +30,14 @@ from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
+from twin.engine.sim import Environment, Event, Process
 from twin.engine.source import LAST_TURN, NEXT_OPEN, SessionSource
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.memory.footprint import allocator_for
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
+from twin.parallel import Layout, weight_bytes_per_gpu
 from twin.policies import get_policy
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
@@ -57,6 +57,8 @@ class RunStats:
     # Per replica: every gap between consecutive output tokens, of steps started at or
     # after the warm-up (inter-token latency; ``TokenGaps.merged`` for the run's).
     token_gaps: list[TokenGaps] = field(default_factory=list)
+    # Disaggregated runs only (twin.engine.disagg): the summary's ``pools``.
+    pools: dict[str, Any] | None = None
 
 
 def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
@@ -73,12 +75,15 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
         return float("inf")
     usable = config.tp * config.gpu_memory_bytes * config.memory_utilization
     cache = 0 if config.shared_pool else config.cache_bytes
-    budget = usable - model.weight_bytes - cache
+    weights = model.weight_bytes
+    if config.ep > 1:  # each GPU's share under the layout (twin.parallel), rounded up
+        weights = config.tp * weight_bytes_per_gpu(model, Layout(config.tp, config.ep))
+    budget = usable - weights - cache
     if budget <= 0:
         raise TwinError(
             f"no memory left for running requests: {config.tp} GPU(s) x "
             f"{config.gpu_memory_bytes / GB:.1f} GB x {config.memory_utilization:g} = "
-            f"{usable / GB:.1f} GB, minus {model.weight_bytes / GB:.1f} GB of weights and "
+            f"{usable / GB:.1f} GB, minus {weights / GB:.1f} GB of weights and "
             f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp"
         )
     return budget
@@ -129,8 +134,9 @@ class Cluster:
                 f"policy {config.policy!r} is a hindsight bound (one replay per alpha), not an "
                 "online policy; simulate 'marconi' with --policy-option alpha=A instead"
             )
-        self.env = env = simpy.Environment()
+        self.env = env = Environment()
         self.model = model
+        self.pricer = pricer
         self.config = config
         self.on_record = on_record
         self.source = session_source(workload, config)
@@ -139,43 +145,7 @@ class Cluster:
         self.replicas: list[Replica] = []
         longest = functools.cache(lambda: longest_sequence(workload.path, workload.index))
         for i in range(config.replicas):
-            capacity = int(self.budget) if config.shared_pool else config.cache_bytes
-            host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
-            policy = get_policy(config.policy, **config.policy_options)
-            if config.shared_pool or host_bytes or workload.has_modules:
-                cache = policy.make_cache(model, capacity)
-            else:  # the dedicated cache alone: the policy's fastest exact one
-                cache = policy.make_engine_cache(model, capacity, longest)
-            if host_bytes and config.host_write_policy == "write_back":
-                _check_write_back(config.policy, cache)
-            # The host tier runs its own instance of the policy (a policy decides per tier).
-            host = (
-                get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes)
-                if host_bytes
-                else None
-            )
-            self.replicas.append(
-                Replica(
-                    env,
-                    i,
-                    model,
-                    pricer,
-                    cache,
-                    config.max_batched_tokens,
-                    config.max_running,
-                    self.budget,
-                    shared_pool=config.shared_pool,
-                    preemption=config.preemption,
-                    state_slots=config.state_slots,
-                    host=host,
-                    schedule_policy=config.schedule_policy,
-                    kv_allocator=allocator_for(config.kv_allocator, config.policy),
-                    new_token_ratio=config.new_token_ratio or None,
-                    host_write_policy=config.host_write_policy,
-                    scheduler=config.scheduler,
-                    scheduler_options=config.scheduler_options,
-                )
-            )
+            self.replicas.append(self._new_replica(i, workload, longest))
             # Inter-token gaps count from the summary's measured window.
             self.replicas[-1].scheduler.warmup_s = config.warmup_s
         self.horizon_s = horizon(self.source, config)
@@ -196,6 +166,56 @@ class Cluster:
         self._busy_at_horizon: list[float] | None = None
         self._busy_at_warmup: list[float] | None = None
 
+    def _new_replica(
+        self,
+        i: int,
+        workload: Workload,
+        longest: Callable[[], int],
+        cls: type[Replica] = Replica,
+        scheduler: str | None = None,
+        host_tier: bool = True,
+    ) -> Replica:
+        """Replica ``i`` (a ``cls``) with its cache, host tier and scheduler (the config's,
+        unless ``scheduler`` is named; no host tier unless ``host_tier``)."""
+        config, model = self.config, self.model
+        capacity = int(self.budget) if config.shared_pool else config.cache_bytes
+        host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
+        if not host_tier:
+            host_bytes = 0
+        policy = get_policy(config.policy, **config.policy_options)
+        if config.shared_pool or host_bytes or workload.has_modules:
+            cache = policy.make_cache(model, capacity)
+        else:  # the dedicated cache alone: the policy's fastest exact one
+            cache = policy.make_engine_cache(model, capacity, longest)
+        if host_bytes and config.host_write_policy == "write_back":
+            _check_write_back(config.policy, cache)
+        # The host tier runs its own instance of the policy (a policy decides per tier).
+        host = (
+            get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes)
+            if host_bytes
+            else None
+        )
+        return cls(
+            self.env,
+            i,
+            model,
+            self.pricer,
+            cache,
+            config.max_batched_tokens,
+            config.max_running,
+            self.budget,
+            shared_pool=config.shared_pool,
+            preemption=config.preemption,
+            state_slots=config.state_slots,
+            host=host,
+            schedule_policy=config.schedule_policy,
+            kv_allocator=allocator_for(config.kv_allocator, config.policy),
+            new_token_ratio=config.new_token_ratio or None,
+            host_write_policy=config.host_write_policy,
+            scheduler=scheduler or config.scheduler,
+            scheduler_options=config.scheduler_options,
+        )
+
     # ------------------------------------------------------------------ running
     def run(self, progress: Callable[[float], None] | None = None) -> RunStats:
         """Simulate until every request completed; ``progress(dt)`` reports simulated seconds."""
@@ -208,7 +228,7 @@ class Cluster:
         env.run(until=self._finished)
         return self._stats()
 
-    def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+    def _arrivals(self) -> Generator[Event, Any, None]:
         env, until = self.env, self.config.until_s
         if self.config.concurrency is not None:
             starts = self.source.sessions()  # one stream: each free client takes the next
@@ -228,7 +248,7 @@ class Cluster:
         self._arrivals_done = True
         self._check_finished()
 
-    def _client(self, starts: Iterator[tuple[Request, float]]) -> Generator[simpy.Event, Any, None]:
+    def _client(self, starts: Iterator[tuple[Request, float]]) -> Generator[Event, Any, None]:
         """A closed-loop client (``--concurrency``): sessions one after another, each
         started as soon as the previous one ends, until ``until_s`` or the file ends."""
         env, until = self.env, self.config.until_s
@@ -239,18 +259,14 @@ class Cluster:
             self._active += 1
             yield from self._session(first, env.now)
 
-    def _session(self, first: Request, start: float) -> Generator[simpy.Event, Any, None]:
+    def _session(self, first: Request, start: float) -> Generator[Event, Any, None]:
         env, source, until = self.env, self.source, self.config.until_s
         flags = source.flags
         # A router that picks by session alone picks once (the same replica every turn).
-        sticky = (
-            self.replicas[self.router.route(first.session_id, first.prompt, self.replicas)]
-            if self.router.by_session
-            else None
-        )
+        sticky = self._route(first) if self.router.by_session else None
         req = first
-        previous: simpy.Process | None = None  # the last turn, if it runs on its own
-        spawned: list[simpy.Process] = []
+        previous: Process | None = None  # the last turn, if it runs on its own
+        spawned: list[Process] = []
         while True:
             now = env.now
             at = source.turn_arrival(req, first, start)
@@ -294,7 +310,7 @@ class Cluster:
         self._active -= 1
         self._check_finished()
 
-    def _request(self, req: Request, replica: Replica | None) -> Generator[simpy.Event, Any, None]:
+    def _request(self, req: Request, replica: Replica | None) -> Generator[Event, Any, None]:
         """One request's life, top to bottom (``replica``: the router's pick, if known)."""
         if self._front is None:
             seq = self._submit(req, replica)
@@ -305,6 +321,10 @@ class Cluster:
         yield seq.done  # decoded to output_len; final state cached, hit unpinned, memory freed
         self.on_record(_record(seq))
 
+    def _route(self, req: Request) -> Replica:
+        """The replica the router picks for ``req``."""
+        return self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+
     def _submit(self, req: Request, replica: Replica | None, arrival_s: float | None = None) -> Seq:
         """``req`` arrives now: routed (unless ``replica`` is given) and queued FCFS.
 
@@ -312,16 +332,14 @@ class Cluster:
         (before now when a front end delayed it).
         """
         if replica is None:
-            replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+            replica = self._route(req)
         now = self.env.now
         if self._first_arrival_s is None:
             self._first_arrival_s = now
         self._last_arrival_s = now
         return replica.submit(req, arrival_s)
 
-    def _through_front(
-        self, req: Request, replica: Replica | None
-    ) -> Generator[simpy.Event, Any, Seq]:
+    def _through_front(self, req: Request, replica: Replica | None) -> Generator[Event, Any, Seq]:
         """``req`` is sent now; the replica's front end (``frontend_s``: HTTP, tokenisation,
         hand-off) takes it in arrival order, one at a time, and then the engine queues it.
 
@@ -331,7 +349,7 @@ class Cluster:
         """
         assert self._front is not None
         if replica is None:
-            replica = self.replicas[self.router.route(req.session_id, req.prompt, self.replicas)]
+            replica = self._route(req)
         env, free = self.env, self._front
         sent = env.now
         done = max(sent, free[replica.index]) + self.config.frontend_s
@@ -339,9 +357,7 @@ class Cluster:
         yield env.timeout(done - sent)
         return self._submit(req, replica, sent)
 
-    def _sampler(
-        self, progress: Callable[[float], None] | None
-    ) -> Generator[simpy.Event, Any, None]:
+    def _sampler(self, progress: Callable[[float], None] | None) -> Generator[Event, Any, None]:
         env, occ = self.env, self.occupancy
         reported = 0.0
         while True:
@@ -356,7 +372,7 @@ class Cluster:
                 reported = now
             yield env.timeout(occ.interval_s)
 
-    def _close_window(self) -> Generator[simpy.Event, Any, None]:
+    def _close_window(self) -> Generator[Event, Any, None]:
         warmup = self.config.warmup_s
         if 0 < warmup < self.horizon_s:
             # The window opens after the warm-up, as the latencies' does: utilisation is

@@ -28,6 +28,11 @@ class EngineConfig:
 
     replicas: int = _opt(1, "model instances, each on `tp` GPUs with its own prefix cache")
     tp: int = _opt(1, "tensor-parallel degree: GPUs per replica")
+    ep: int = _opt(
+        1,
+        "expert-parallel ranks among the `tp` GPUs: the routed experts dealt out `ep` ways, "
+        "each split `tp / ep` ways (twin.parallel.Layout)",
+    )
     cache_bytes: int = _opt(0, "prefix-cache capacity per replica, bytes (KV + SSM states)")
     policy: str = _opt("marconi", "prefix-cache policy name (policies.get_policy)")
     policy_options: dict[str, Any] = field(
@@ -140,6 +145,17 @@ class EngineConfig:
         "policy's (jenga for -p jenga), else bytes (twin.memory.footprint)",
     )
 
+    # Issue 36: disaggregated prefill and decode (twin.engine.disagg); 0: aggregated.
+    prefill_workers: int = _opt(
+        0, "prefill pool: replicas of `tp` GPUs that prefill and sample the first token"
+    )
+    decode_workers: int = _opt(0, "decode pool: replicas of `tp` GPUs that decode")
+    kv_link: str = _opt(
+        "ib",
+        "the link the KV crosses from prefill to decode: ib (a 400 Gb/s NIC per GPU) "
+        "or nvlink (both pools in one node)",
+    )
+
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
             if not ok:
@@ -147,6 +163,7 @@ class EngineConfig:
 
         need(1 <= self.replicas <= MAX_REPLICAS, "replicas", f"must be 1 to {MAX_REPLICAS:,}")
         need(1 <= self.tp <= MAX_TP, "tp", f"must be 1 to {MAX_TP:,}")
+        need(self.ep >= 1 and self.tp % self.ep == 0, "ep", f"must divide --tp {self.tp}")
         need(self.cache_bytes >= 0, "cache_bytes", "must be >= 0")
         need(self.max_batched_tokens >= 1, "max_batched_tokens", "must be at least 1")
         need(self.max_running >= 1, "max_running", "must be at least 1")
@@ -221,6 +238,31 @@ class EngineConfig:
             "pages the shared pool only: use it with --cache-gb auto",
         )
 
+        self._check_disaggregated()
+
+    def _check_disaggregated(self) -> None:
+        """The disaggregated layout's flags (issue 36), each refusal one line."""
+        p, d = self.prefill_workers, self.decode_workers
+        if not p and not d:
+            return
+        if p < 1 or d < 1:
+            raise TwinError(
+                "--prefill-workers and --decode-workers: give both, each at least 1 "
+                f"(got {p} and {d})"
+            )
+        if self.replicas != p + d:
+            raise TwinError(
+                f"--replicas {self.replicas}: a disaggregated run has --prefill-workers + "
+                f"--decode-workers = {p + d} replicas; leave --replicas out"
+            )
+        if self.kv_link not in ("ib", "nvlink"):
+            raise TwinError(f"--kv-link: must be ib or nvlink (got {self.kv_link!r})")
+        if self.engine == "trtllm":
+            raise TwinError(
+                "--engine trtllm: TensorRT-LLM's disaggregated serving (context and "
+                "generation servers) is not modelled; use --engine vllm or sglang"
+            )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready copy (the summary records the exact configuration).
 
@@ -231,6 +273,8 @@ class EngineConfig:
         for name in _OMITTED_AT_DEFAULT:
             if out[name] == _DEFAULTS[name]:
                 del out[name]
+        if not self.prefill_workers:
+            del out["kv_link"]  # aggregated: no link
         return out
 
 
@@ -254,6 +298,8 @@ _OMITTED_AT_DEFAULT = (
     "frontend_s",
     "step_host_s",
     "seq_host_s",
+    "prefill_workers",
+    "decode_workers",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 
@@ -300,6 +346,9 @@ def build_config(
 
         for name, value in engine_time_defaults(engine, profile.gpu).items():
             fields.setdefault(name, value)
+    pools = fields.get("prefill_workers") or 0, fields.get("decode_workers") or 0
+    if (pools[0] or pools[1]) and fields.get("replicas", 1) == 1:
+        fields["replicas"] = max(pools[0], 0) + max(pools[1], 0) or 1  # the two pools
     unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(EngineConfig)})
     if unknown:
         raise TypeError(f"EngineConfig has no field {', '.join(unknown)}")

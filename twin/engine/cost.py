@@ -267,8 +267,9 @@ class CostModelPricer(PricerBase):
         return fit
 
 
-def make_pricer(model: ModelSpec, profile: Any, tp: int) -> CostModelPricer:
-    """The calibrated cost model of ``model`` on ``profile`` with tensor parallelism ``tp``."""
+def make_pricer(model: ModelSpec, profile: Any, tp: int, ep: int = 1) -> CostModelPricer:
+    """The calibrated cost model of ``model`` on ``profile`` with tensor parallelism ``tp``
+    and ``ep`` expert-parallel ranks among them."""
     from twin.costmodel import CostModel
 
-    return CostModelPricer(CostModel(model, profile, tp))
+    return CostModelPricer(CostModel(model, profile, tp, ep=ep))

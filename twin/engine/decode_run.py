@@ -17,12 +17,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from heapq import heappush
 from itertools import accumulate
 
 import numpy as np
-import simpy
-from simpy.events import NORMAL
 
 # Steps priced per decode run: an interrupted run wastes the pricing of its
 # remaining steps, an uninterrupted long decode costs one event per run; the
@@ -140,31 +137,3 @@ class DecodeRun:
         while m < self.k and self.end(m) < elapsed:
             m += 1
         return m
-
-
-def timeout_at(env: simpy.Environment, at: float) -> simpy.Timeout:
-    """A timeout firing at ``at`` exactly (``at >= env.now``): a timeout set later in a run
-    then fires at the very time one set at the run's start would have."""
-    now = env.now
-    d = at - now
-    while d > 0.0 and now + d > at:
-        d = math.nextafter(d, 0.0)
-    while now + d < at:
-        d = math.nextafter(d, math.inf)
-    if now + d == at:
-        return env.timeout(d)
-    return _TimeoutAt(env, at)
-
-
-class _TimeoutAt(simpy.Timeout):
-    """A timeout at an absolute time, for the rare ``at`` no delay reaches from ``now``
-    (``at`` over twice ``now``, the sum's last bit rounding to either side): SimPy's
-    ``Timeout.__init__`` and ``Environment.schedule`` with the sum already taken."""
-
-    def __init__(self, env: simpy.Environment, at: float) -> None:
-        self.env = env
-        self.callbacks = []
-        self._value = None
-        self._delay = at - env.now
-        self._ok = True
-        heappush(env._queue, (at, NORMAL, next(env._eid), self))

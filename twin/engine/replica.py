@@ -38,8 +38,6 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-import simpy
-
 from twin.cache import CacheStructure
 from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cache.pool import SharedPool, SplitPool
@@ -48,6 +46,7 @@ from twin.engine.admission import NewTokenRatio
 from twin.engine.cost import StepPricer
 from twin.engine.scheduler import get_scheduler
 from twin.engine.seq import Seq
+from twin.engine.sim import Environment, Event
 from twin.memory.footprint import get_kv_allocator
 from twin.model import ModelSpec
 from twin.token_gaps import TokenGaps
@@ -61,7 +60,7 @@ class Replica:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Environment,
         index: int,
         model: ModelSpec,
         pricer: StepPricer,
@@ -191,7 +190,7 @@ class Replica:
         self.scheduler.submit(seq)
         return seq
 
-    def run(self) -> Generator[simpy.Event, Any, None]:
+    def run(self) -> Generator[Event, Any, None]:
         """The scheduler's step loop (a SimPy process)."""
         return self.scheduler.run()
 

@@ -15,14 +15,28 @@ from typing import Any
 from twin import __version__
 from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
-from twin.engine.cluster import Cluster, expected_horizon
+from twin.engine.cluster import expected_horizon
 from twin.engine.config import EngineConfig, build_config
 from twin.engine.cost import StepPricer, make_pricer
+from twin.engine.disagg import (
+    TIMELINE_FILE,
+    DisaggCluster,
+    kv_link,
+    make_cluster,
+    write_timeline,
+)
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
 from twin.slo import Slo
-from twin.steady_state import STABLE
+from twin.summary import (
+    CacheOccupancy,
+    ClusterState,
+    Provenance,
+    RunSummary,
+    Utilisation,
+    WorkloadInfo,
+)
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Workload
 
@@ -61,7 +75,7 @@ def simulate(
     on_record: Callable[[RequestRecord], None] | None = None,
     force: bool = True,
     slos: Sequence[Slo] = (),
-) -> dict[str, Any]:
+) -> RunSummary:
     """Simulate ``workload``; return the summary (and write both files under ``out_dir``).
 
     ``profile`` describes where the step prices come from (its provenance
@@ -77,7 +91,10 @@ def simulate(
     writer = outputs = None
     if out_dir is not None:
         before = peek_manifest(out_dir)
-        outputs = OutputSet(out_dir, [REQUESTS_FILE, SUMMARY_FILE], kind="twin simulate")
+        files = [REQUESTS_FILE, SUMMARY_FILE]
+        if config.prefill_workers:  # disaggregated: each request's prefill/transfer/decode
+            files.append(TIMELINE_FILE)
+        outputs = OutputSet(out_dir, files, kind="twin simulate")
         writer = RecordWriter(
             outputs.path(REQUESTS_FILE), config.warmup_s, preemptive=config.shared_pool
         )
@@ -94,7 +111,8 @@ def simulate(
             on_record(rec)
 
     try:
-        cluster = Cluster(model, pricer, config, workload, record)
+        gpu = (profile or {}).get("gpu")
+        cluster = make_cluster(model, pricer, config, workload, record, gpu)
         with _rare_collections():
             stats = cluster.run(progress)
     except BaseException:
@@ -104,68 +122,46 @@ def simulate(
         raise
     if writer is not None:
         writer.close()
-    result = summary.result(stats.horizon_s, slos)
-    # Inter-token latency: every gap between consecutive output tokens, of every request
-    # (as ``vllm bench serve``'s ITL), exact from the step schedule, binned (twin.token_gaps).
-    gaps = TokenGaps.merged(stats.token_gaps)
-    result["itl_s"] = gaps.stats()
     util = [r["utilisation"] for r in stats.replicas]
-    result.update(
-        twin_version=__version__,
-        seed=config.seed,
-        config=config.to_dict(),
-        model=model.name,
-        profile=profile or {},
-        workload={
-            "path": str(workload.path),
-            "rows": workload.num_rows,
-            "sessions": workload.num_sessions,
-            "producer": workload.metadata.get("generator", ""),
-        },
-        sim_end_s=stats.sim_end_s,
-        peak_buffered_rows=stats.peak_buffered_rows,
-        memory_budget_bytes=stats.memory_budget_bytes,
-        utilisation={"mean": sum(util) / len(util), "min": min(util), "max": max(util)},
-        replicas=stats.replicas,
-        cache_occupancy=stats.occupancy,
+    result = summary.summary(
+        ClusterState(
+            stats.sim_end_s,
+            stats.memory_budget_bytes,
+            stats.peak_buffered_rows,
+            Utilisation(sum(util) / len(util), min(util), max(util)),
+            tuple(stats.replicas),
+            CacheOccupancy(**stats.occupancy),
+            stats.pools,
+        ),
+        config.to_dict(),
+        Provenance(
+            __version__,
+            config.seed,
+            model.name,
+            WorkloadInfo(
+                str(workload.path),
+                workload.num_rows,
+                workload.num_sessions,
+                workload.metadata.get("generator", ""),
+            ),
+            profile or {},
+        ),
+        # Inter-token latency: every gap between consecutive output tokens, of every request
+        # (as ``vllm bench serve``'s ITL), exact from the step schedule (twin.token_gaps).
+        TokenGaps.merged(stats.token_gaps),
+        stats.horizon_s,
+        slos,
     )
-    if slos:
-        result["slo"] = slo_section(slos, summary, gaps, result)
     if outputs is not None:
         try:
-            outputs.path(SUMMARY_FILE).write_text(to_json(result))
+            if isinstance(cluster, DisaggCluster):
+                write_timeline(cluster, outputs.path(TIMELINE_FILE))
+            outputs.path(SUMMARY_FILE).write_text(to_json(result.to_dict()))
             outputs.commit(before, force)
         except BaseException:
             outputs.abort()
             raise
     return result
-
-
-def slo_section(
-    slos: Sequence[Slo], summary: SummaryBuilder, gaps: TokenGaps, result: dict[str, Any]
-) -> dict[str, Any]:
-    """The summary's ``slo`` section: each target's value (any percentile: exact from the
-    requests, or from the gaps' histogram for ITL) and verdict, all of them met only at
-    steady state, and the goodput the builder counted."""
-    targets = []
-    for slo in slos:
-        value: float | None
-        if slo.metric == "itl":
-            value = gaps.percentile(slo.percentile) if gaps.n else None
-        else:
-            value = summary.percentile(slo.summary_key, slo.percentile)
-        value_ms = None if value is None else value * 1e3
-        targets.append(
-            {"slo": slo.text, "label": str(slo), "value_ms": value_ms, "met": slo.met_by(value_ms)}
-        )
-    stable = result.get("steady_state", {}).get("verdict") == STABLE
-    return {
-        **result.get("slo", {}),
-        "targets": targets,
-        "targets_met": all(t["met"] for t in targets),
-        # A run that is not at steady state meets no SLO: its latencies measure its length.
-        "met": stable and all(t["met"] for t in targets),
-    }
 
 
 @dataclass(frozen=True)
@@ -205,7 +201,7 @@ class Run:
         on_record: Callable[[RequestRecord], None] | None = None,
         force: bool = True,
         slos: Sequence[Slo] = (),
-    ) -> dict[str, Any]:
+    ) -> RunSummary:
         """:func:`simulate` this run; return the summary (and write it under ``out_dir``)."""
         return simulate(
             self.workload,
@@ -333,6 +329,8 @@ def build_run(
         settings = duration_settings(settings, duration_s)
     settings = {k: v for k, v in settings.items() if not (k == "warmup_s" and v is None)}
     config = build_config(prof, cache_gb=cache_gb, **mode_fields(spec, engine, sets, settings))
+    if config.prefill_workers:
+        kv_link(config.kv_link, prof.gpu, config)  # refused here, before any work
     if duration_s is not None and config.session_rate is not None:
         from twin.workloads.extend import extended_workload, sessions_started
 
@@ -347,7 +345,7 @@ def build_run(
         if longer != Path(path):
             workload = longer
     wl = workload if isinstance(workload, Workload) else Workload.open(Path(workload))
-    pricer: StepPricer = make_pricer(spec, prof, config.tp)
+    pricer: StepPricer = make_pricer(spec, prof, config.tp, config.ep)
     if config.step_host_s or config.seq_host_s:
         from twin.engine.host_time import HostTimePricer
 

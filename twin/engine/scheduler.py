@@ -21,13 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
-import simpy
-
 from twin.engine.admission import NewTokenRatio
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
 from twin.engine.sglang_batching import SGLangBatching
+from twin.engine.sim import Environment, Event
 from twin.engine.trtllm_batching import TRTLLMBatching
 from twin.engine.vllm_batching import VLLMBatching
 from twin.errors import TwinError
@@ -84,13 +83,13 @@ class Scheduler(Protocol):
     warmup_s: float  # inter-token gaps count from steps starting then (set before run)
 
     def submit(self, seq: Seq) -> None: ...
-    def run(self) -> Generator[simpy.Event, Any, None]: ...
+    def run(self) -> Generator[Event, Any, None]: ...
     def token_gaps(self) -> TokenGaps: ...
 
 
 # A scheduler is built as ``factory(env, replica, pricer, max_batched_tokens, max_running)``;
 # a new one (an engine mode's) only needs to satisfy :class:`Scheduler`.
-SchedulerFactory = Callable[[simpy.Environment, ReplicaSide, StepPricer, int, int], Scheduler]
+SchedulerFactory = Callable[[Environment, ReplicaSide, StepPricer, int, int], Scheduler]
 SCHEDULERS: dict[str, SchedulerFactory] = {
     cls.name: cls for cls in (ContinuousBatching, VLLMBatching, SGLangBatching, TRTLLMBatching)
 }

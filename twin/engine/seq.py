@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import simpy
-from simpy.events import Event
-
 from twin.cache import Admission
+from twin.engine.sim import Environment
 from twin.workloads.reader import Request
 
 NAN = float("nan")
@@ -43,7 +41,7 @@ class Seq:
     )
 
     def __init__(
-        self, req: Request, replica: int, arrival_s: float, footprint: int, env: simpy.Environment
+        self, req: Request, replica: int, arrival_s: float, footprint: int, env: Environment
     ) -> None:
         self.req = req
         self.replica = replica
@@ -53,7 +51,7 @@ class Seq:
         self.footprint = footprint
         # The one event its request waits for: admission and the first token are
         # timestamps the scheduler writes (a wait on each would only cost events).
-        self.done = Event(env)
+        self.done = env.event()
         self.admitted_s = self.first_token_s = self.done_s = NAN
         self.rejected = False
         self.hit = self.ckpts = self.order = self.start_step = self.finish_step = 0

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-import simpy
-
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
+from twin.engine.sim import Environment
 
 if TYPE_CHECKING:
     from twin.engine.scheduler import ReplicaSide
@@ -56,7 +55,7 @@ class SGLangBatching(ContinuousBatching):
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Environment,
         replica: ReplicaSide,
         pricer: StepPricer,
         max_batched_tokens: int,

@@ -42,6 +42,7 @@ from twin.reports.results_table import (  # noqa: F401 (RESULTS_FILE, SCHEMA: th
 )
 from twin.reports.verdicts import NOT_JUDGED, TOO_SHORT, binding_resource
 from twin.slo import parse_slos
+from twin.summary import CacheOccupancy, RunSummary
 from twin.workers import Batched, run_in_pool
 
 AUTO_GB = -1.0  # a point's cache size when it runs the shared KV pool (--cache-gb auto)
@@ -256,10 +257,9 @@ def resolve(spec: SweepSpec) -> SweepSpec:
     )
 
 
-def _mean_occupancy(summary: dict[str, Any], name: str) -> float | None:
+def _mean_occupancy(occupancy: CacheOccupancy, name: str) -> float | None:
     """Mean over replicas and samples of the sampled cache occupancy, bytes per replica."""
-    samples = summary.get("cache_occupancy", {}).get(name)
-    values = [v for per_replica in samples or [] for v in per_replica]
+    values = [v for per_replica in getattr(occupancy, name) for v in per_replica]
     return sum(values) / len(values) if values else None
 
 
@@ -281,16 +281,16 @@ def point_fields(spec: SweepSpec, point: Point) -> dict[str, Any]:
     }
 
 
-def _pct(s: dict[str, Any], key: str, p: str) -> float | None:
-    """One percentile of a summary latency dict, ms; None where the summary lacks it."""
-    stats = s.get(key)
-    return _ms(stats.get(p)) if isinstance(stats, dict) else None
+def _pct(s: RunSummary, key: str, p: str) -> float | None:
+    """One percentile of a summary latency, ms; None where the summary lacks it."""
+    stats = s.latency.get(key)
+    return None if stats is None else _ms(stats.get(p))
 
 
-def _pool_columns(s: dict[str, Any]) -> dict[str, Any]:
+def _pool_columns(s: RunSummary) -> dict[str, Any]:
     """The shared pool's pressure: preempted requests, the running batch's peak (requests,
     and running bytes as a share of the pool) across replicas; None without a pool."""
-    pools = [r["pool"] for r in s.get("replicas", []) if isinstance(r.get("pool"), dict)]
+    pools = [r["pool"] for r in s.cluster.replicas if isinstance(r.get("pool"), dict)]
     peak = max((p.get("peak_running_requests") for p in pools), default=None, key=lambda x: x or 0)
     full = [
         p["peak_running_bytes"] / p["bytes"]
@@ -298,38 +298,30 @@ def _pool_columns(s: dict[str, Any]) -> dict[str, Any]:
         if p.get("bytes") and p.get("peak_running_bytes") is not None
     ]
     return {
-        "preempted_requests": (s.get("preemption") or {}).get("preempted_requests"),
+        "preempted_requests": None if s.preemption is None else s.preemption.preempted_requests,
         "peak_running": peak,
         "running_pool_peak": max(full) if full else None,
-        "max_running": (s.get("config") or {}).get("max_running"),
+        "max_running": s.config.get("max_running"),
     }
 
 
-def steady_state(s: dict[str, Any]) -> dict[str, Any]:
-    """The summary's steady-state judgement; a summary without one is too short to tell."""
-    found = s.get("steady_state")
-    if isinstance(found, dict) and found.get("verdict"):
-        return found
-    return {"verdict": TOO_SHORT, "reason": NOT_JUDGED}
-
-
-def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, Any]:
+def summary_row(spec: SweepSpec, point: Point, s: RunSummary) -> dict[str, Any]:
     """Flatten an engine summary into one results row (a shared pool's cache: the pool's GB).
 
-    Latencies are read with ``.get``: a percentile or a latency the summary does
-    not have (``itl_s``, ``p90`` from engines before them) is a null column, and a
-    null metric never meets a target. The ``binding`` column judges the row
-    against ``spec.slos`` (:func:`reports.verdicts.binding_resource`).
+    A percentile the summary has no value for (``itl_s``, ``p90`` of a stored summary
+    from engines before them) is a null column, and a null metric never meets a target;
+    a summary without a steady-state judgement is too short to tell. The ``binding``
+    column judges the row against ``spec.slos`` (:func:`reports.verdicts.binding_resource`).
     """
-    thr = s["throughput"]
+    thr = s.throughput
     where = point_fields(spec, point)
     if point.cache_gb == AUTO_GB:
-        where["cache_gb"] = round(s["memory_budget_bytes"] / GB, 1)
-    state = steady_state(s)
+        where["cache_gb"] = round(s.cluster.memory_budget_bytes / GB, 1)
+    state = s.steady_state if s.steady_state is not None and s.steady_state.verdict else None
     row = {
         **where,
-        "requests_measured": s["requests"]["measured"],
-        "requests_rejected": s["requests"]["rejected"],
+        "requests_measured": s.requests.measured,
+        "requests_rejected": s.requests.rejected,
         **{
             f"{name}_{p}_ms": _pct(s, f"{name}_s", p)
             for name, ps in LATENCY_PERCENTILES.items()
@@ -338,19 +330,19 @@ def summary_row(spec: SweepSpec, point: Point, s: dict[str, Any]) -> dict[str, A
         "queue_mean_ms": _pct(s, "queue_s", "mean"),
         "queue_p95_ms": _pct(s, "queue_s", "p95"),
         "prefill_mean_ms": _pct(s, "prefill_s", "mean"),
-        "token_hit_rate": s["hit"]["token_hit_rate"],
-        "request_hit_rate": s["hit"]["request_hit_rate"],
-        "flops_saved_frac": s["flops"]["saved_fraction"],
-        "kv_bytes_mean": _mean_occupancy(s, "kv_bytes"),
-        "ssm_bytes_mean": _mean_occupancy(s, "ssm_bytes"),
-        "throughput_rps": thr["requests_per_s"],
-        "output_tokens_per_s": thr["output_tokens_per_s"],
-        "utilisation": s["utilisation"]["mean"],
+        "token_hit_rate": s.hit.token_hit_rate,
+        "request_hit_rate": s.hit.request_hit_rate,
+        "flops_saved_frac": s.flops.saved_fraction,
+        "kv_bytes_mean": _mean_occupancy(s.cluster.cache_occupancy, "kv_bytes"),
+        "ssm_bytes_mean": _mean_occupancy(s.cluster.cache_occupancy, "ssm_bytes"),
+        "throughput_rps": thr.requests_per_s,
+        "output_tokens_per_s": thr.output_tokens_per_s,
+        "utilisation": s.cluster.utilisation.mean,
         **_pool_columns(s),
-        "verdict": state["verdict"],
-        "verdict_reason": state.get("reason"),
-        "arrival_rate_rps": state.get("arrival_rate_rps"),
-        "completion_rate_rps": state.get("completion_rate_rps"),
+        "verdict": TOO_SHORT if state is None else state.verdict,
+        "verdict_reason": NOT_JUDGED if state is None else state.reason,
+        "arrival_rate_rps": None if state is None else state.arrival_rate_rps,
+        "completion_rate_rps": None if state is None else state.completion_rate_rps,
     }
     row["binding"] = binding_resource(row, parse_slos(spec.slos))
     return row
@@ -394,7 +386,7 @@ def run_point(
         progress=None if progress is None or horizon <= 0 else lambda dt: progress(dt / horizon),
         on_record=digest.add,
     )
-    window = summary["throughput"].get("window_s") or 0.0
+    window = summary.throughput.window_s or 0.0
     return {**summary_row(spec, point, summary), **digest.columns(), **digest.goodput(window)}
 
 

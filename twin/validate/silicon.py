@@ -818,7 +818,7 @@ def predict(plan: RowPlan) -> dict[str, Any]:
     ttft = [r.ttft_s * 1e3 for r in measured]
     tpot = [r.tpot_s * 1e3 for r in measured if r.output_tokens >= 2]
     queue = [r.queue_s * 1e3 for r in measured]
-    pool = (summary.get("replicas") or [{}])[0].get("pool", {})
+    pool = (summary.cluster.replicas or ({},))[0].get("pool", {})
     return {
         "twin_ttft_ms": _mean(ttft),
         "twin_tpot_ms": _mean(tpot),
@@ -828,8 +828,8 @@ def predict(plan: RowPlan) -> dict[str, Any]:
         "twin_preemptions": int(sum(r.preemptions for r in measured)),
         "twin_peak_running": pool.get("peak_running_requests"),
         "twin_pool_gb": (pool.get("bytes") or 0) / 1e9,
-        "twin_steady_state": summary.get("steady_state", {}).get("verdict"),
-        "twin_sim_s": float(summary.get("sim_end_s") or math.nan),
+        "twin_steady_state": None if summary.steady_state is None else summary.steady_state.verdict,
+        "twin_sim_s": float(summary.cluster.sim_end_s or math.nan),
         "twin_wall_s": wall,
     }
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from twin.reports.reproduce.base import Recipe
+from twin.summary import RunSummary
 
 PAPER_GPU = (5.0, 10.0)  # sec. 5.2: TTFT speedup, modules in GPU memory
 PAPER_HOST = (1.5, 3.0)  # sec. 5.2: modules in host (CPU) memory
@@ -69,7 +70,7 @@ def simulate_command(path: str, model: str, gpu: str, policy: str, storage: str 
 
 def ttft_by_row(
     path: str, model: str, gpu: str, policy: str, storage: str = "gpu"
-) -> tuple[dict[int, tuple[float, int]], dict[str, Any]]:
+) -> tuple[dict[int, tuple[float, int]], RunSummary]:
     """Per workload row (TTFT seconds, hit tokens) under ``policy``, and the run's summary."""
     from twin.engine import build_run
     from twin.metrics import RequestRecord
@@ -101,7 +102,7 @@ def speedups(path: str, model: str = TRANSFORMER, gpu: str = GPU) -> dict[str, A
             "ttft_vanilla_s": t_base,
             "ttft_prompt_cache_s": t_pc,
             "speedup": t_base / t_pc if warm else None,
-            "saving_kept": summary["flops"].get("saving_kept"),
+            "saving_kept": summary.flops.saving_kept,
         }
     return out
 

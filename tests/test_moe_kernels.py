@@ -1,0 +1,199 @@
+"""The fused-MoE kernel family (issue 34): NVIDIA's ``moe_perf`` rows read and fitted, the
+cost model pricing MoE layers with the fit where the profile has one, and expert
+parallelism (``--ep``) in the cost model, the engine's memory budget and the CLI.
+
+The table under ``tests/data/aic`` is generated from the twin's own ``moe`` model at
+known parameters (``tests/data/aic/make_moe_table.py``); nothing needs
+``aiconfigurator-core`` installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from twin.calibration.aic_import import fit_family
+from twin.calibration.aic_tables import moe_row, moe_rows, system_dir
+from twin.costmodel import CostModel
+from twin.costmodel import features as ft
+from twin.costmodel import latency as lat
+from twin.costmodel.precision_kernels import MOE_AS_GEMM_NOTE
+from twin.costmodel.profile import KernelFit
+from twin.costmodel.profile_store import resolve_profile
+from twin.engine import EngineConfig, memory_budget
+from twin.errors import TwinError
+from twin.hardware import get_gpu
+from twin.parallel import Layout, weight_bytes_per_gpu
+from twin.precision import WEIGHT_FORMATS
+from twin.presets import get_model
+
+DATA = Path(__file__).parent / "data" / "aic" / "systems" / "data"
+TRUE = {
+    "t0_s": 3e-5,
+    "eff_flops": 0.7,
+    "eff_bytes": 0.8,
+    "p": 2.0,
+    "c_weight_elems": 1e-14,
+    "c_routed_elems": 2e-13,
+}
+
+
+def test_moe_row_features_per_gpu() -> None:
+    # 64 tokens x top-8 over 4 EP ranks of 128 experts, MoE TP 1: 128 rows on the rank,
+    # min(32 local experts, 128 rows) = 32 experts hit, each 2048 -> 2 x 768 -> 2048.
+    shape = {
+        "num_tokens": 64,
+        "hidden_size": 2048,
+        "inter_size": 768,
+        "topk": 8,
+        "num_experts": 128,
+        "moe_tp_size": 1,
+        "moe_ep_size": 4,
+    }
+    row = moe_row(shape, WEIGHT_FORMATS["bf16"], "moe", 0.5)
+    assert row["flops"] == 2.0 * 128 * 2048 * 3 * 768
+    assert row["weight_elems"] == 32 * 2048 * 3 * 768
+    assert row["routed_elems"] == 64 * 8 * 2048
+    assert row["bytes"] == 2 * 128 * (2048 + 768) + 2 * 32 * 2048 * 3 * 768 + 2 * 128 * (
+        2 * 768 + 2048
+    )
+    assert row["median_s"] == 0.5e-3
+
+
+def test_reader_keeps_balanced_gated_rows_only() -> None:
+    (fam,) = moe_rows(system_dir("h100", DATA), "vllm")
+    assert fam.kernel == "moe"
+    assert fam.kernel_source == "vllm_unquantizedfusedmoe_triton_tritonexperts"
+    assert len(fam.rows) == 2 * 4 * 7  # power-law and nongated rows dropped
+
+
+def test_fit_recovers_the_generating_model() -> None:
+    (fam,) = moe_rows(system_dir("h100", DATA), "vllm")
+    peaks = get_gpu("h100").peaks()
+    fit = fit_family(fam, peaks, "H100 SXM5")
+    assert fit is not None
+    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err < 0.05
+    # predictions of the fit against the true model on a shape the table lacks
+    feats = ft.moe_features(96.0, 96.0 * 8 * 4096, 30.0, 4096, 1024, 2, 2, 2.0, 2.0)
+    got = lat.predict("moe", fit.params, peaks, *feats)
+    want = lat.predict("moe", TRUE, peaks, *feats)
+    assert got == pytest.approx(want, rel=0.08)
+
+
+def _qwen_moe():  # type: ignore[no-untyped-def]
+    return get_model("qwen3-235b-a22b")
+
+
+def test_shipped_profile_prices_moe_with_the_fit() -> None:
+    prof = resolve_profile("h100", None, "vllm")
+    assert "moe" in prof.kernels
+    cm = CostModel(_qwen_moe(), prof, 4)
+    assert cm.moe_key == "moe"
+    step = cm.decode([1000] * 32, breakdown=True)
+    assert "moe" in step.by_kernel  # type: ignore[union-attr]
+    assert "MoE experts: measured" in cm.provenance
+
+
+def test_the_moe_part_is_the_fit_at_known_features() -> None:
+    m, prof, tp, t = _qwen_moe(), resolve_profile("h100", None, "vllm"), 4, 256
+    cm = CostModel(m, prof, tp)
+    step = cm.step((), [500] * t, breakdown=True)
+    moe_s = step.items["moe"]["moe"]  # type: ignore[union-attr]
+    rows = t * m.moe_top_k
+    active = ft.moe_active_experts(rows, m.moe_n_experts, m.moe_n_experts)
+    flops, nbytes, weights = ft.moe_sums(rows, active, m.d_model, m.moe_d_ff // tp, 2, 2, 2, 2)
+    one = lat.predict(
+        "moe",
+        prof.kernels["moe"].params,
+        prof.peaks,
+        flops,
+        nbytes,
+        {"weight_elems": weights, "routed_elems": rows * m.d_model},
+    )
+    assert moe_s == pytest.approx(m.n_moe_layers * one, rel=1e-12)
+
+
+def test_without_the_fit_the_experts_are_gemms_and_the_label_says_so() -> None:
+    prof = resolve_profile("h100", None, "vllm")
+    bare = dataclasses.replace(
+        prof, kernels={k: v for k, v in prof.kernels.items() if not k.startswith("moe")}
+    )
+    with_fit, without = CostModel(_qwen_moe(), prof, 4), CostModel(_qwen_moe(), bare, 4)
+    assert without.moe_key is None
+    assert MOE_AS_GEMM_NOTE in without.provenance
+    a = with_fit.decode([1000] * 64, breakdown=True)
+    b = without.decode([1000] * 64, breakdown=True)
+    assert "moe" not in b.by_kernel  # type: ignore[union-attr]
+    assert a.total_s != b.total_s  # type: ignore[union-attr]
+
+
+def test_a_fit_changes_the_price_it_is_asked_for() -> None:
+    # Doubling the fit's launch overhead adds exactly n_moe_layers x t0 to a step.
+    prof = resolve_profile("h100", None, "vllm")
+    fit = prof.kernels["moe"]
+    slower = dataclasses.replace(
+        prof,
+        kernels={
+            **prof.kernels,
+            "moe": KernelFit(
+                model=fit.model,
+                params={**fit.params, "t0_s": 2 * fit.params["t0_s"]},
+                heldout_median_rel_err=None,
+                heldout_max_rel_err=None,
+                n_shapes=0,
+                n_heldout=0,
+            ),
+        },
+    )
+    m = _qwen_moe()
+    a = CostModel(m, prof, 4).decode([100] * 8)
+    b = CostModel(m, slower, 4).decode([100] * 8)
+    assert b - a == pytest.approx(m.n_moe_layers * fit.params["t0_s"], rel=1e-9)  # type: ignore[operator]
+
+
+def test_expert_parallelism_prices_the_ranks_share() -> None:
+    m, prof = _qwen_moe(), resolve_profile("h100", None, "vllm")
+    ep = CostModel(m, prof, 4, ep=4)
+    # MoE TP 1: the experts keep their full width; a quarter of the rows and experts each
+    assert ep.expert_width == m.moe_d_ff
+    t = 64
+    rows = t * m.moe_top_k
+    active = ft.moe_active_experts(rows, m.moe_n_experts, m.moe_n_experts / 4)
+    flops, nbytes, weights = ft.moe_sums(rows / 4, active, m.d_model, m.moe_d_ff, 2, 2, 2, 2)
+    one = lat.predict(
+        "moe",
+        prof.kernels["moe"].params,
+        prof.peaks,
+        flops,
+        nbytes,
+        {"weight_elems": weights, "routed_elems": rows * m.d_model},
+    )
+    step = ep.step((), [100] * t, breakdown=True)
+    assert step.items["moe"]["moe"] == pytest.approx(m.n_moe_layers * one, rel=1e-12)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("model", "tp", "ep", "needle"),
+    [
+        ("qwen3-235b-a22b", 4, 3, "--ep 3 must divide --tp 4"),
+        ("llama-3-8b", 4, 2, "--ep 2: model 'llama-3-8b' has no MoE layers"),
+        ("qwen3-235b-a22b", 6, 6, "--ep 6 does not divide the 128 routed experts"),
+    ],
+)
+def test_bad_layouts_are_one_line(model: str, tp: int, ep: int, needle: str) -> None:
+    with pytest.raises(TwinError, match=needle):
+        CostModel(get_model(model), resolve_profile("h100", None, "vllm"), tp, ep=ep)
+
+
+def test_memory_budget_takes_the_layouts_weights() -> None:
+    m = _qwen_moe()
+    hbm = 141e9  # H200: the bf16 weights (470 GB) fit on four
+    base = EngineConfig(tp=4, gpu_memory_bytes=hbm)
+    assert memory_budget(m, base) == 4 * hbm * base.memory_utilization - m.weight_bytes
+    ep = EngineConfig(tp=4, ep=4, gpu_memory_bytes=hbm)
+    per_gpu = weight_bytes_per_gpu(m, Layout(4, 4))
+    assert memory_budget(m, ep) == 4 * hbm * ep.memory_utilization - 4 * per_gpu
+    with pytest.raises(TwinError, match="--ep: must divide --tp 4"):
+        EngineConfig(tp=4, ep=3)

@@ -1,0 +1,507 @@
+"""Disaggregated prefill and decode (issue 36, first part): a prefill pool, a decode pool,
+and each request's KV (and recurrent state) moved between them over a priced link.
+
+A request's life (:meth:`DisaggCluster._handoff`), with ``--prefill-workers P
+--decode-workers D``, every worker a replica of ``--tp`` GPUs of the one ``--gpu``:
+
+1. routed to a prefill worker by the run's router (prefix-aware where the cache is: the
+   prefill pool holds the prefix cache), queued and prefilled there under the run's
+   scheduler; the prefill worker samples the first token (SGLang 0.5.10.post1
+   ``disaggregation/prefill.py``: ``req.output_ids.append(next_token_id)`` at the
+   prefill's end, the token travels to the decode worker with the KV's metadata), so
+   the record's first token is the prefill's end (TTFT as measured at the prefill
+   worker; the token's return to the client adds nothing here, as elsewhere in the twin);
+2. sent to the decode worker holding the fewest requests (reserving, in transfer or
+   running): the rule asked for in the issue, not one engine's router read line by line;
+3. the decode worker reserves the request's memory before the transfer starts, FIFO and
+   head-of-line blocking, as SGLang's ``DecodePreallocQueue.pop_preallocated``
+   (``disaggregation/decode.py``, 0.5.10.post1: the queue is scanned in order and stops
+   at the first request whose prompt tokens do not fit), at most ``max_running``
+   requests reserved per worker (its ``req_to_token_pool`` slots);
+4. the transfer: the prompt's KV (all of it, whatever the prefill hit: SGLang sends the
+   KV indices of the whole ``origin_input_ids``) plus one recurrent state per hybrid
+   request, split over the ``tp`` GPUs, each over its own link (:class:`KvLink`). The
+   link is the prefill worker's NICs, FIFO: one transfer at a time per prefill worker,
+   its bandwidth not shared. FIFO rather than processor sharing because the total
+   work is the same, each transfer finishes no later than under sharing's fair split
+   (earlier for all but the last), and a transfer is one timeout instead of a re-timing
+   of every transfer in flight at each start and end. The decode worker's ingress is not
+   a second queue (P workers sending to one D worker at once are not slowed down).
+   Layer-by-layer overlap with the prefill (NIXL, Mooncake) is not modelled: the
+   transfer starts once the prefill has ended and the memory is reserved;
+5. decoded to completion on the decode worker: its KV is there, so the worker computes
+   only the first output token's forward (one token with the prompt as context) in its
+   next step, then one token a step. The decode worker keeps no prefix cache (decode-side
+   reuse is a later part), takes no new-token-ratio admission, and batches continuously
+   (``continuous``, or ``vllm`` where the run's scheduler is vLLM's): SGLang's decode
+   worker merges arrivals into the running batch without a prefill batch of its own.
+
+A request with a single output token completes at the prefill worker (nothing to
+decode, nothing sent). The prefill worker frees the request's memory at the prefill's
+end, not when the transfer completes (SGLang holds it in ``disagg_prefill_inflight_queue``
+until the KV is sent): not modelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twin.engine.cluster import Cluster, RunStats
+from twin.engine.config import EngineConfig
+from twin.engine.cost import StepPricer
+from twin.engine.replica import Replica, Seq
+from twin.engine.sim import Event
+from twin.errors import TwinError
+from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, GB, GPUS
+from twin.metrics import RequestRecord
+from twin.model import ModelSpec
+from twin.workloads.reader import Request, Workload
+
+KV_LINKS = ("ib", "nvlink")
+
+# One ConnectX-7 port per GPU on the compute fabric: 400 Gb/s InfiniBand NDR or
+# Ethernet (RoCE) per GPU (NVIDIA DGX H100/H200 user guide, "Network ports": eight
+# single-port ConnectX-7 for the cluster network). 400e9 bits/s = 50 GB/s per direction.
+IB_BW_PER_GPU = 400e9 / 8
+# Assumed, not measured: one transfer's fixed latency over RDMA (queue-pair work
+# request, one switch hop, the completion seen by the receiver), of the order of
+# 10 us; the port-to-port latency itself is sub-microsecond, the software around it is
+# not. Within a node the same order as the NCCL start-up the cost model assumes.
+IB_LATENCY_S = 10e-6
+NODE_GPUS = 8  # GPUs an HGX H100/H200 node links by NVLink
+
+
+@dataclass(frozen=True)
+class KvLink:
+    """The link one GPU's share of a transfer crosses: bytes/s per GPU, fixed latency."""
+
+    name: str
+    bw_per_gpu: float
+    latency_s: float
+    source: str
+
+    def seconds(self, gpu_bytes: float) -> tuple[float, float]:
+        """(seconds the link is busy, seconds until the bytes are there) for one GPU's share."""
+        busy = gpu_bytes / self.bw_per_gpu if self.bw_per_gpu != math.inf else 0.0
+        return busy, busy + self.latency_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "link": self.name,
+            "bw_per_gpu_bytes_s": self.bw_per_gpu,
+            "latency_s": self.latency_s,
+            "source": self.source,
+        }
+
+
+def kv_link(kind: str, gpu: str | None, config: EngineConfig) -> KvLink:
+    """The link ``--kv-link`` names for the run's GPU and layout (a ``TwinError`` if none)."""
+    if kind == "ib":
+        return KvLink(
+            "ib",
+            IB_BW_PER_GPU,
+            IB_LATENCY_S,
+            "400 Gb/s ConnectX-7 per GPU (NVIDIA DGX H100/H200 user guide); latency assumed",
+        )
+    spec = GPUS.get(gpu or "")
+    if spec is None or not spec.nvlink_bw:
+        raise TwinError(
+            f"--kv-link nvlink: {gpu or 'this profile'!r} has no NVLink figure in "
+            "twin.hardware; use --kv-link ib"
+        )
+    gpus = (config.prefill_workers + config.decode_workers) * config.tp
+    if gpus > NODE_GPUS:
+        raise TwinError(
+            f"--kv-link nvlink: the prefill and decode workers share a node of {NODE_GPUS} "
+            f"GPUs only if (P + D) x tp <= {NODE_GPUS} (got {gpus}); use --kv-link ib"
+        )
+    return KvLink(
+        "nvlink",
+        spec.interconnect_bw,
+        DEFAULT_ALLREDUCE_LATENCY_S,
+        f"{spec.display_name} NVLink per direction ({spec.interconnect_bw / GB:g} GB/s, "
+        f"{spec.source}); latency assumed (twin.hardware)",
+    )
+
+
+class DecodeReplica(Replica):
+    """A decode worker: requests arrive with their prompt's KV, reserved before it came.
+
+    Its requests' prompt is the prompt + the first output token; the prompt's KV counts
+    as this replica's own pages (``seq.hit``: no cache holds them), so the scheduler
+    computes the first token's forward alone (``prefill_left`` 1). No prefix cache is
+    looked up or filled.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["new_token_ratio"] = None  # SGLang's PrefillAdder is the prefill side's
+        if kwargs.get("scheduler") not in ("continuous", "vllm"):
+            kwargs["scheduler"] = "continuous"
+        super().__init__(*args, **kwargs)
+        self.reserved = 0  # requests holding a reservation (until they complete)
+        self.peak_reserved = 0
+        self.on_freed: Callable[[DecodeReplica], None] | None = None
+        self._order = 0
+
+    def new_seq(self, req: Request) -> tuple[Seq, bool]:
+        """A sequence for ``req`` and whether it can never fit here (as :meth:`submit`)."""
+        total = len(req.full)
+        kv = self.kv
+        if kv is None:
+            footprint = total * self.kv_per_token + self.state_slots * self.state_bytes
+        else:
+            footprint = kv.most(total)
+        seq = Seq(req, self.index, self.env.now, footprint, self.env)
+        too_big = footprint > self.memory_budget
+        if self.split:
+            assert self.kv is not None
+            too_big = kv.state > self.pool.state_size or footprint - kv.state > self.pool.size  # type: ignore[union-attr]
+        return seq, too_big
+
+    def reserve(self, seq: Seq, max_running: int) -> bool:
+        """Reserve ``seq``'s memory now (SGLang's pre-allocation); ``False``: not yet."""
+        if self.reserved >= max_running:
+            return False
+        if self.pool is None:
+            if self.memory_used + seq.footprint > self.memory_budget:
+                return False
+            self.memory_used += seq.footprint
+        elif not super().fits(seq):
+            return False
+        self.reserved += 1
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        return True
+
+    def queue(self, seq: Seq) -> None:
+        """``seq``'s KV has arrived: it queues for the running batch."""
+        self.submitted += 1
+        self.outstanding_tokens += seq.prompt_len + seq.out_len
+        self.scheduler.submit(seq)
+
+    def fits(self, seq: Seq) -> bool:
+        # Reserved before the transfer (dedicated memory is never preempted).
+        return True if self.pool is None else super().fits(seq)
+
+    def admit(self, seq: Seq) -> None:
+        self._order += 1
+        seq.order = self._order
+        seq.cached = None
+        # The prompt's KV arrived; after a preemption it is gone and is recomputed.
+        seq.hit = 0 if seq.preemptions else seq.prompt_len - 1
+        seq.hit_work_s = 0.0
+        if self.pool is not None:
+            self.running_requests += 1
+            self.peak_running_requests = max(self.peak_running_requests, self.running_requests)
+
+    def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
+        pool = self.pool
+        assert pool is not None
+        pool.release(seq.alloc + decoded * self.growth)
+        seq.alloc = 0
+        self._free_states()
+        seq.recomputed += kept
+        seq.preemptions += 1
+        self.running_requests -= 1
+        self.preemptions += 1
+
+    def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
+        pool = self.pool
+        for seq in completed:
+            if pool is not None:
+                pool.release(seq.alloc + (seq.finish_step - seq.start_step) * self.growth)
+                self._free_states()
+                seq.alloc = 0
+                self.running_requests -= 1
+            else:
+                self.memory_used -= seq.footprint
+            self.outstanding_tokens -= seq.prompt_len + seq.out_len
+            self.reserved -= 1
+        if completed and self.on_freed is not None:
+            self.on_freed(self)
+        return 0
+
+
+# The per-request timeline (``pd_timeline.parquet``), in column order.
+TIMELINE_COLUMNS = (
+    "row",
+    "prefill_worker",
+    "decode_worker",
+    "arrival_s",
+    "prefill_end_s",  # the first token, sampled by the prefill worker
+    "reserved_s",  # the decode worker's memory reserved
+    "transfer_start_s",  # the link free and the memory reserved
+    "transfer_end_s",
+    "first_decode_s",  # the decode worker's first step done (the second token)
+    "completed_s",
+    "transfer_bytes",  # all the tp GPUs' shares
+)
+_INT_TIMELINE = {"row", "prefill_worker", "decode_worker", "transfer_bytes"}
+
+
+class DisaggCluster(Cluster):
+    """A prefill pool (replicas ``0..P-1``) and a decode pool (``P..P+D-1``), module docstring."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        pricer: StepPricer,
+        config: EngineConfig,
+        workload: Workload,
+        on_record: Callable[[RequestRecord], None] = lambda rec: None,
+        link: KvLink | None = None,
+    ) -> None:
+        p, d = config.prefill_workers, config.decode_workers
+        assert p >= 1 and d >= 1 and config.replicas == p + d
+        self.n_prefill = p
+        super().__init__(model, pricer, config, workload, on_record)
+        self.link = link or kv_link(config.kv_link, None, config)
+        self.prefill = self.replicas[:p]
+        self.decode: list[DecodeReplica] = []
+        for r in self.replicas[p:]:
+            assert isinstance(r, DecodeReplica)
+            r.on_freed = self._reserve_next
+            self.decode.append(r)
+        self._prealloc: list[deque[tuple[Seq, Event]]] = [deque() for _ in range(d)]
+        self._held = [0] * d  # requests sent to each decode worker and not completed
+        self._next_decode = 0
+        self._link_free = [0.0] * p  # when each prefill worker's NICs are next free
+        self.kv_per_token = model.kv_bytes_per_token
+        self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
+        self.timeline: list[tuple[float, ...]] = []
+        self.prefilled = self.transferred = 0
+        self.transfer_bytes = 0
+
+    def _new_replica(
+        self,
+        i: int,
+        workload: Workload,
+        longest: Callable[[], int],
+        cls: type[Replica] = Replica,
+        scheduler: str | None = None,
+        host_tier: bool = True,
+    ) -> Replica:
+        if i < self.n_prefill:
+            return super()._new_replica(i, workload, longest)
+        return super()._new_replica(i, workload, longest, DecodeReplica, host_tier=False)
+
+    def _route(self, req: Request) -> Replica:
+        return self.replicas[self.router.route(req.session_id, req.prompt, self.prefill)]
+
+    def _submit(self, req: Request, replica: Replica | None, arrival_s: float | None = None) -> Seq:
+        """``req`` arrives: its prefill (the prompt and the first output token) queues at a
+        prefill worker; the returned sequence completes when its decode does."""
+        n = len(req.prompt)
+        first = dataclasses.replace(req, output=req.full[n : n + 1], full=req.full[: n + 1])
+        pre = super()._submit(first, replica, arrival_s)
+        whole = Seq(req, pre.replica, pre.arrival_s, 0, self.env)
+        self.env.process(self._handoff(pre, whole))
+        return whole
+
+    def _pick_decode(self) -> int:
+        """The decode worker holding the fewest requests; ties rotate."""
+        held, n = self._held, len(self._held)
+        start = self._next_decode = (self._next_decode + 1) % n
+        best = start
+        for k in range(1, n):
+            i = (start + k) % n
+            if held[i] < held[best]:
+                best = i
+        return best
+
+    def _reserve_next(self, worker: DecodeReplica) -> None:
+        """A decode worker freed memory: reserve for its queue's head, in order."""
+        queue = self._prealloc[worker.index - self.n_prefill]
+        max_running = self.config.max_running
+        while queue and worker.reserve(queue[0][0], max_running):
+            queue.popleft()[1].succeed()
+
+    def _handoff(self, pre: Seq, whole: Seq) -> Generator[Event, Any, None]:
+        """After the prefill: reserve on a decode worker, transfer, decode (module docstring)."""
+        yield pre.done
+        env = self.env
+        whole.admitted_s = pre.admitted_s
+        whole.first_token_s = pre.first_token_s
+        whole.hit, whole.ckpts, whole.hit_recompute = pre.hit, pre.ckpts, pre.hit_recompute
+        whole.preemptions, whole.recomputed = pre.preemptions, pre.recomputed
+        if not pre.rejected:
+            self.prefilled += 1
+        if pre.rejected or whole.out_len <= 1:
+            whole.rejected = pre.rejected
+            whole.done_s = pre.done_s
+            whole.done.succeed()
+            return
+        req = whole.req
+        n = whole.prompt_len
+        k = self._pick_decode()
+        worker = self.decode[k]
+        seq, too_big = worker.new_seq(
+            dataclasses.replace(req, prompt=req.full[: n + 1], output=req.full[n + 1 :])
+        )
+        if too_big:
+            worker.submitted += 1
+            worker.rejected += 1
+            whole.rejected = True
+            whole.done_s = env.now
+            whole.done.succeed()
+            return
+        self._held[k] += 1
+        queue = self._prealloc[k]
+        if queue or not worker.reserve(seq, self.config.max_running):
+            wait = env.event()
+            queue.append((seq, wait))
+            yield wait
+        reserved = env.now
+        # The transfer: every GPU's share at once, each over its own link, FIFO per
+        # prefill worker.
+        nbytes = n * self.kv_per_token + self.state_bytes
+        busy, total = self.link.seconds(nbytes / self.config.tp)
+        p = pre.replica
+        start = max(reserved, self._link_free[p])
+        self._link_free[p] = start + busy
+        end = start + total
+        if end > reserved:
+            yield env.timeout(end - reserved)
+        self.transferred += 1
+        self.transfer_bytes += nbytes
+        # The client streams from the decode worker: the first token (sampled by the
+        # prefill worker, sent with the KV) reaches it once the transfer completes. SGLang
+        # 0.5.10.post1 sglang/srt/disaggregation/decode.py: the transferred request's
+        # output_ids gets the prefill's token when its KV has arrived, and the next
+        # iteration's prebuilt batch (_run_batch_prebuilt -> process_batch_result_prebuilt)
+        # streams it without a forward. So TTFT ends here, not at the prefill's end.
+        whole.first_token_s = end
+        worker.queue(seq)
+        yield seq.done
+        self._held[k] -= 1
+        whole.done_s = seq.done_s
+        whole.preemptions += seq.preemptions
+        whole.recomputed += seq.recomputed
+        self.timeline.append(
+            (
+                req.row,
+                p,
+                worker.index,
+                whole.arrival_s,
+                pre.first_token_s,
+                reserved,
+                start,
+                end,
+                seq.first_token_s,
+                seq.done_s,
+                nbytes,
+            )
+        )
+        whole.done.succeed()
+
+    # ------------------------------------------------------------------ results
+    def _stats(self) -> RunStats:
+        stats = super()._stats()
+        stats.pools = self.pools(stats)
+        return stats
+
+    def timeline_columns(self) -> dict[str, np.ndarray]:
+        """The per-request timeline as columns (:data:`TIMELINE_COLUMNS`)."""
+        rows = np.array(self.timeline, dtype=np.float64).reshape(-1, len(TIMELINE_COLUMNS))
+        return {
+            name: rows[:, j].astype(np.int64) if name in _INT_TIMELINE else rows[:, j]
+            for j, name in enumerate(TIMELINE_COLUMNS)
+        }
+
+    def pools(self, stats: RunStats) -> dict[str, Any]:
+        """The summary's ``pools``: each pool's utilisation, queueing and memory, and the
+        transfers (latencies over requests arriving after the warm-up)."""
+        cols = self.timeline_columns()
+        measured = cols["arrival_s"] >= self.config.warmup_s
+        p, tp = self.n_prefill, self.config.tp
+
+        def spread(values: np.ndarray) -> dict[str, float | None]:
+            x = values[measured]
+            if not x.size:
+                return {"mean": None, "p50": None, "p95": None, "max": None}
+            q50, q95 = np.percentile(x, [50, 95])
+            return {
+                "mean": float(x.mean()),
+                "p50": float(q50),
+                "p95": float(q95),
+                "max": float(x.max()),
+            }
+
+        def pool(reps: list[dict[str, Any]]) -> dict[str, Any]:
+            util = [r["utilisation"] for r in reps]
+            out: dict[str, Any] = {
+                "workers": len(reps),
+                "gpus": len(reps) * tp,
+                "replicas": [r["replica"] for r in reps],
+                "requests": sum(r["requests"] for r in reps),
+                "rejected": sum(r["rejected"] for r in reps),
+                "steps": sum(r["steps"] for r in reps),
+                "utilisation": {"mean": sum(util) / len(util), "min": min(util), "max": max(util)},
+                "memory_budget_bytes": self.budget,
+            }
+            if all("pool" in r for r in reps):
+                out["peak_running_bytes"] = max(r["pool"]["peak_running_bytes"] for r in reps)
+                out["peak_running_requests"] = max(r["pool"]["peak_running_requests"] for r in reps)
+                out["preemptions"] = sum(r["pool"]["preemptions"] for r in reps)
+            return out
+
+        prefill = pool(stats.replicas[:p])
+        decode = pool(stats.replicas[p:])
+        decode["peak_reserved_requests"] = max(w.peak_reserved for w in self.decode)
+        # Queueing: at the prefill worker (arrival to admission, from the records'
+        # queue_s), for the decode worker's memory (prefill end to reservation), for the
+        # link (reservation to transfer start), and the transfer itself.
+        decode["reserve_wait_s"] = spread(cols["reserved_s"] - cols["prefill_end_s"])
+        decode["first_decode_after_transfer_s"] = spread(
+            cols["first_decode_s"] - cols["transfer_end_s"]
+        )
+        return {
+            "layout": f"{p}P{len(self.decode)}D",
+            "tp": tp,
+            "prefill": prefill,
+            "decode": decode,
+            "transfer": {
+                **self.link.to_dict(),
+                "policy": "fifo per prefill worker; no layer-by-layer overlap",
+                "prefilled_requests": self.prefilled,
+                "transferred_requests": self.transferred,
+                "bytes": self.transfer_bytes,
+                "link_wait_s": spread(cols["transfer_start_s"] - cols["reserved_s"]),
+                "seconds": spread(cols["transfer_end_s"] - cols["transfer_start_s"]),
+            },
+        }
+
+
+def make_cluster(
+    model: ModelSpec,
+    pricer: StepPricer,
+    config: EngineConfig,
+    workload: Workload,
+    on_record: Callable[[RequestRecord], None],
+    gpu: str | None = None,
+) -> Cluster:
+    """The run's cluster: aggregated, or disaggregated when the config names the pools."""
+    if not config.prefill_workers:
+        return Cluster(model, pricer, config, workload, on_record)
+    link = kv_link(config.kv_link, gpu, config)
+    return DisaggCluster(model, pricer, config, workload, on_record, link)
+
+
+TIMELINE_FILE = "pd_timeline.parquet"
+
+
+def write_timeline(cluster: DisaggCluster, path: Path) -> None:
+    """Each transferred request's prefill, reservation, transfer and decode times."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = cluster.timeline_columns()
+    order = np.argsort(cols["row"], kind="stable")
+    pq.write_table(pa.table({k: v[order] for k, v in cols.items()}), path)
