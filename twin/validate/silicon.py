@@ -155,18 +155,6 @@ def deployment(row: SiliconRow, engine: str, kind: str = "aiconfigurator") -> di
     if kind == "defaults" or (kind == "aiconfigurator" and engine not in DEPLOYED_ENGINES):
         return {}
     return aiconfigurator_deployment(row, engine)
-    if kind != "aiconfigurator":
-        raise TwinError(f"deployment {kind!r}: expected one of {', '.join(DEPLOYMENTS)}")
-    batch = row.batch_size or row.concurrency
-    if not batch:
-        return {}
-    tokens = batch + row.isl + DEPLOYMENT_EXTRA_TOKENS
-    if engine == "vllm":
-        return {"sets": {"max_num_batched_tokens": str(tokens), "max_num_seqs": str(batch)}}
-    if engine == "trtllm":
-        block = TRTLLM_TOKENS_PER_BLOCK
-        return {"max_batched_tokens": -(-tokens // block) * block, "max_running": batch}
-    return {}
 
 
 # The CSV's precision names and quant modes (aiconfigurator's) -> the twin's --precision
