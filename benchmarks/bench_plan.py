@@ -20,7 +20,9 @@ Measured in one run:
   fewer it misses them with seeds 0 and 1.
 
 ``--quick`` plans a 12-candidate space (h100, b200 x vllm, sglang x tp 1, 2, 4 x auto)
-at 0.5 sessions/s. Writes ``benchmarks/results/plan.json``.
+at 0.5 sessions/s. Writes ``benchmarks/results/plan.json``;
+``--quick --session-rate 4 --results benchmarks/results/plan-quick-rate4.json`` is the
+heavier load where screening rules counts out.
 """
 
 from __future__ import annotations
