@@ -266,3 +266,28 @@ def test_help_lists_the_current_release_flags_with_defaults_and_sources():
 
     out = CliRunner().invoke(app, ["simulate", "--engine", "sglang", "--help"]).output
     assert "mamba_radix_cache_strategy=auto" in out and "sglang 0.5.23" in out
+
+
+def test_sweeps_and_plans_take_a_release_on_their_engine_axes() -> None:
+    from twin.reports.plan import _engines
+    from twin.reports.sweep import Point, SweepSpec, engine_variant
+
+    assert _engines(["vllm==0.19", "vllm", "sglang==0.5.10"]) == [
+        "vllm==0.19.0",
+        "vllm",
+        "sglang==0.5.10.post1",
+    ]
+    with pytest.raises(TwinError, match=r"^--engines: .*release not modelled"):
+        _engines(["vllm==9"])
+    name = "sglang==0.5.10.post1[mem_fraction_static=0.3]"
+    assert engine_variant(name) == ("sglang==0.5.10.post1", {"mem_fraction_static": "0.3"})
+    with pytest.raises(TwinError, match=r"^--policies 'vllm==9\[\]'"):
+        engine_variant("vllm==9[]")
+    # The point runs that release: its config records it, and its key differs from the
+    # newest release's (a point of another release is another point).
+    spec = SweepSpec(workload="w.parquet", model="tiny-hybrid", gpu="h100")
+    newest = "sglang[mem_fraction_static=0.3]"
+    old, new = (Point(-1.0, p, None, 0, None) for p in (name, newest))
+    assert spec.config(old).engine_release == "0.5.10.post1"
+    assert spec.config(new).engine_release == "0.5.23"
+    assert spec.key(old) != spec.key(new)

@@ -172,7 +172,8 @@ def plan_cmd(
     engines: str = typer.Option(
         ",".join(DEFAULT_ENGINES),
         "--engines",
-        help=f"Engine modes to consider, comma-separated ({', '.join(ENGINE_MODES)}).",
+        help=f"Engine modes to consider, comma-separated ({', '.join(ENGINE_MODES)}); "
+        "NAME==VERSION picks a modelled release (vllm==0.19).",
     ),
     tp: str = typer.Option(
         ",".join(map(str, DEFAULT_TP)),

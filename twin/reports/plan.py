@@ -416,13 +416,20 @@ def _gpus(names: Sequence[str]) -> list[str]:
 
 
 def _engines(names: Sequence[str]) -> list[str]:
+    """Engine modes, each optionally at a release (``vllm==0.19``: kept as the release's
+    full version, ``vllm==0.19.0``, as ``twin simulate --engine`` takes it)."""
     out = []
     for name in names:
-        if name.strip().lower() not in ENGINE_MODES:
+        base = name.strip().lower().partition("==")[0].strip()
+        if base not in ENGINE_MODES:
             raise TwinError(
                 f"--engines: unknown engine mode {name!r}; choose from {', '.join(ENGINE_MODES)}"
             )
-        out.append(get_mode(name.strip()).name)
+        try:
+            mode = get_mode(name.strip())
+        except TwinError as err:
+            raise TwinError(f"--engines: {err}") from None
+        out.append(mode.name if mode.release is None else f"{mode.name}=={mode.release.version}")
     if not out:
         raise TwinError("--engines: give at least one engine mode, e.g. vllm,sglang")
     return list(dict.fromkeys(out))
