@@ -159,3 +159,30 @@ def test_nvlink_within_a_node_is_priced_from_the_gpu_spec():
     assert link.bw_per_gpu == 450 * GB
     with pytest.raises(TwinError, match="no NVLink"):
         kv_link("nvlink", None, cfg)
+
+
+def test_each_gpu_sends_the_kv_heads_it_holds(tmp_path):
+    # tiny-hybrid has 2 KV heads: at tp 4 each GPU holds (and sends) a whole head's KV,
+    # twice its 1/tp share, as twin.parallel counts KV per GPU.
+    n, out, tp = 64, 3, 4
+    path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=n, output_len=out)
+    model = get_model("tiny-hybrid")
+    assert model.n_kv_heads < tp
+    config = _disagg(1, 1, tp=tp)
+    link = kv_link("ib", None, EngineConfig(**config))
+    cluster, stats, _ = _records(path, model, LinearPricer(), config, link)
+    per_gpu = n * model.kv_bytes_per_token / model.n_kv_heads + model.ssm_checkpoint_bytes / tp
+    (row,) = cluster.timeline
+    assert row[7] - row[6] == pytest.approx(per_gpu / link.bw_per_gpu + link.latency_s)
+    # The summary's bytes stay the request's KV and state, once.
+    assert stats.pools["transfer"]["bytes"] == n * model.kv_bytes_per_token + (
+        model.ssm_checkpoint_bytes
+    )
+
+
+def test_a_kv_link_without_disaggregation_is_refused():
+    with pytest.raises(TwinError, match="only a disaggregated run"):
+        EngineConfig(kv_link="nvlink")
+    with pytest.raises(TwinError, match="must be ib or nvlink"):
+        EngineConfig(kv_link="bogus")
+    assert EngineConfig(kv_link="ib").kv_link == "ib"

@@ -656,3 +656,31 @@ def test_no_workload_plans_the_bundled_example_at_a_judgeable_load(monkeypatch, 
     with pytest.raises(Stop):
         run(["plan", "--slo", "p95_ttft<=500ms", "--session-rate", "2", "--duration", "900"])
     assert (seen["session_rate"], seen["duration_s"], seen["warmup_s"]) == (2.0, 900.0, None)
+
+
+def test_a_screening_run_that_cannot_run_is_not_rerun_in_full(monkeypatch, tmp_path) -> None:
+    asked: list[tuple[int, bool]] = []
+
+    def fake(pairs, out, jobs=1, **_: Any) -> SweepOutcome:
+        rows = []
+        for spec, p in pairs:
+            short = dict(spec.settings)["duration_s"] < 400.0
+            asked.append((p.replicas, short))
+            rows.append({"key": f"{p.replicas}-{short}", "infeasible": "weights do not fit"})
+        return SweepOutcome(rows, len(rows), 0)
+
+    monkeypatch.setattr(plan_module, "run_pairs", fake)
+    found = _one_candidate(tmp_path)
+    (c,) = found.candidates
+    assert c.outcome == INFEASIBLE and "weights do not fit" in c.reason
+    assert asked == [(1, True)]  # the short run only
+
+
+def test_a_plan_says_when_screening_was_off(monkeypatch, tmp_path) -> None:
+    _fake_screened_sweep(monkeypatch, lambda n: 50.0, lambda n: 50.0, full_s=200.0)
+    found = _plan_tiny(tmp_path, gpus=["h100"], engines=["vllm"], tp=[1], duration_s=200.0)
+    assert any("screening was off" in n and "240" in n for n in found.notes)
+    quiet = _plan_tiny(
+        tmp_path / "b", gpus=["h100"], engines=["vllm"], tp=[1], duration_s=200.0, screen=False
+    )
+    assert not any("screening" in n for n in quiet.notes)

@@ -34,6 +34,8 @@ from twin.reports.plan import (
     DEFAULT_TP,
     OUTCOMES,
     PLAN_FILE,
+    SCREEN_FRACTION,
+    SCREEN_MIN_S,
     PlanProgress,
     PlanResult,
     plan,
@@ -209,7 +211,7 @@ def plan_cmd(
         "--screen/--no-screen",
         help="Run each replica count for a quarter of --duration first and in full only "
         "when that short run does not rule it out (overloaded, or a target missed by half "
-        "again); needs --duration of at least 240 s.",
+        f"again); needs --duration of at least {SCREEN_MIN_S / SCREEN_FRACTION:g} s.",
     ),
     out: Path = typer.Option(
         Path("plan"), "--out", "-o", help="Output folder (reruns resume in it)."

@@ -26,7 +26,8 @@ Per layer kind:
   ``moe_fp8``, ...: NVIDIA's ``moe_perf`` tables, activation and combine inside),
   else one grouped GEMM each way, activation, weighted combine; the shared expert as
   dense GEMMs; with expert parallelism (``ep``) each rank's share of the rows and
-  experts, and the all-to-all dispatch and combine on the link model;
+  experts, no all-to-all (attention is tensor-parallel, so every rank holds every token
+  and the layer's all-reduce combines; an all-to-all comes with attention-DP, not yet);
 - head: embedding gather, final RMSNorm, LM head GEMM for one row per sequence
   (a prefill chunk is charged its logits row as if it ended its prompt).
 

@@ -243,7 +243,14 @@ class EngineConfig:
     def _check_disaggregated(self) -> None:
         """The disaggregated layout's flags (issue 36), each refusal one line."""
         p, d = self.prefill_workers, self.decode_workers
+        if self.kv_link not in ("ib", "nvlink"):
+            raise TwinError(f"--kv-link: must be ib or nvlink (got {self.kv_link!r})")
         if not p and not d:
+            if self.kv_link != "ib":
+                raise TwinError(
+                    f"--kv-link {self.kv_link}: only a disaggregated run moves KV between "
+                    "workers; give --prefill-workers and --decode-workers"
+                )
             return
         if p < 1 or d < 1:
             raise TwinError(
@@ -255,8 +262,6 @@ class EngineConfig:
                 f"--replicas {self.replicas}: a disaggregated run has --prefill-workers + "
                 f"--decode-workers = {p + d} replicas; leave --replicas out"
             )
-        if self.kv_link not in ("ib", "nvlink"):
-            raise TwinError(f"--kv-link: must be ib or nvlink (got {self.kv_link!r})")
         if self.engine == "trtllm":
             raise TwinError(
                 "--engine trtllm: TensorRT-LLM's disaggregated serving (context and "

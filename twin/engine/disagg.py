@@ -8,9 +8,9 @@ A request's life (:meth:`DisaggCluster._handoff`), with ``--prefill-workers P
    prefill pool holds the prefix cache), queued and prefilled there under the run's
    scheduler; the prefill worker samples the first token (SGLang 0.5.10.post1
    ``disaggregation/prefill.py``: ``req.output_ids.append(next_token_id)`` at the
-   prefill's end, the token travels to the decode worker with the KV's metadata), so
-   the record's first token is the prefill's end (TTFT as measured at the prefill
-   worker; the token's return to the client adds nothing here, as elsewhere in the twin);
+   prefill's end, the token travels to the decode worker with the KV's metadata); the
+   client streams from the decode worker, so the record's first token is the transfer's
+   end (see :meth:`DisaggCluster._handoff`; the prefill's end is in the timeline);
 2. sent to the decode worker holding the fewest requests (reserving, in transfer or
    running): the rule asked for in the issue, not one engine's router read line by line;
 3. the decode worker reserves the request's memory before the transfer starts, FIFO and
@@ -63,6 +63,7 @@ from twin.errors import TwinError
 from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, GB, GPUS
 from twin.metrics import RequestRecord
 from twin.model import ModelSpec
+from twin.parallel import Layout, kv_bytes_per_token_per_gpu
 from twin.workloads.reader import Request, Workload
 
 KV_LINKS = ("ib", "nvlink")
@@ -274,6 +275,10 @@ class DisaggCluster(Cluster):
         self._next_decode = 0
         self._link_free = [0.0] * p  # when each prefill worker's NICs are next free
         self.kv_per_token = model.kv_bytes_per_token
+        # What one GPU sends per token: its share of the KV heads, or all of them where
+        # there are fewer KV heads than GPUs (replicated) and for MLA's latent
+        # (twin.parallel, the one rule of KV per GPU).
+        self.kv_per_token_gpu = float(kv_bytes_per_token_per_gpu(model, Layout(config.tp)))
         self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
         self.timeline: list[tuple[float, ...]] = []
         self.prefilled = self.transferred = 0
@@ -361,8 +366,10 @@ class DisaggCluster(Cluster):
         reserved = env.now
         # The transfer: every GPU's share at once, each over its own link, FIFO per
         # prefill worker.
-        nbytes = n * self.kv_per_token + self.state_bytes
-        busy, total = self.link.seconds(nbytes / self.config.tp)
+        nbytes = n * self.kv_per_token + self.state_bytes  # the request's KV and state
+        busy, total = self.link.seconds(
+            n * self.kv_per_token_gpu + self.state_bytes / self.config.tp
+        )
         p = pre.replica
         start = max(reserved, self._link_free[p])
         self._link_free[p] = start + busy

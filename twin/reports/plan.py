@@ -759,7 +759,16 @@ def plan(
         screen_points_run=searcher.screen_points_run,
         screen_points_found=searcher.screen_points_found,
         screened_out=searcher.screened_out,
-        notes=_decide(searcher.results, slo_list),
+        notes=_decide(searcher.results, slo_list)
+        + (
+            [
+                f"screening was off: it needs --duration of at least "
+                f"{SCREEN_MIN_S / SCREEN_FRACTION:g} s (a quarter of it, {SCREEN_MIN_S:g} s, "
+                "to judge a short run); every replica count ran in full"
+            ]
+            if screen and not screening
+            else []
+        ),
     )
     from twin.reports.plan_render import write_plan
 
@@ -905,7 +914,9 @@ class _Searcher:
             self.screen_points_found += outcome.skipped
             full = []
             for (r, n), row in zip(asked, outcome.rows, strict=True):
-                if not row.get(INFEASIBLE_COLUMN) and screened_out(row, self.slos):
+                if row.get(INFEASIBLE_COLUMN):  # cannot run short: cannot run in full either
+                    self._record(r, n, row, screened=False)
+                elif screened_out(row, self.slos):
                     self.screened_out += 1
                     self._record(r, n, row, screened=True)
                 else:

@@ -152,7 +152,7 @@ def _rows(workload: Workload, order: np.ndarray, times: np.ndarray) -> list[Work
     slot = np.full(workload.num_rows, -1, np.int64)
     slot[order] = np.arange(len(order))
     rows: list[WorkloadRow | None] = [None] * len(order)
-    parquet = pq.ParquetFile(workload.path)
+    parquet = pq.ParquetFile(workload.path, page_checksum_verification=True)
     r0 = 0
     for batch in parquet.iter_batches(
         batch_size=_BATCH_ROWS, columns=["input_tokens", "output_tokens"]
