@@ -7,6 +7,7 @@ import json
 import pytest
 
 from twin.engine import SUMMARY_FILE, build_run
+from twin.errors import TwinError
 from twin.metrics import to_json
 from twin.reports.sweep import Point, SweepSpec, summary_row
 from twin.slo import parse_slos
@@ -56,9 +57,9 @@ def test_from_dict_inverts_to_dict(runs) -> None:
 
 def test_a_newer_schema_is_refused(runs) -> None:
     d = runs[0][0].to_dict()
-    with pytest.raises(ValueError, match=r"twin\.summary"):
+    with pytest.raises(TwinError, match=r"twin\.summary"):
         RunSummary.from_dict({**d, "schema_version": SCHEMA_VERSION + 1})
-    with pytest.raises(ValueError, match=r"twin\.summary"):
+    with pytest.raises(TwinError, match=r"twin\.summary"):
         RunSummary.from_dict({**d, "schema": "other"})
 
 

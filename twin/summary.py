@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from twin.errors import TwinError
 from twin.steady_state import SteadyState
 
 SCHEMA = "twin.summary"
@@ -295,7 +296,7 @@ class RunSummary:
         keys; a newer schema version than this code knows is refused."""
         version = d.get("schema_version", SCHEMA_VERSION)
         if d.get("schema", SCHEMA) != SCHEMA or version > SCHEMA_VERSION:
-            raise ValueError(
+            raise TwinError(
                 f"not a {SCHEMA} summary of version <= {SCHEMA_VERSION}: "
                 f"{d.get('schema')!r} {version!r}"
             )

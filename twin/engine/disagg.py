@@ -77,7 +77,9 @@ IB_BW_PER_GPU = 400e9 / 8
 # 10 us; the port-to-port latency itself is sub-microsecond, the software around it is
 # not. Within a node the same order as the NCCL start-up the cost model assumes.
 IB_LATENCY_S = 10e-6
-NODE_GPUS = 8  # GPUs an HGX H100/H200 node links by NVLink
+# GPUs an HGX H100/H200 node links by NVLink. Applied to every GPU: a GB200/GB300 NVL72
+# rack's 72-GPU NVLink domain is not modelled yet (nvlink is refused past 8 GPUs there too).
+NODE_GPUS = 8
 
 
 @dataclass(frozen=True)
