@@ -71,3 +71,14 @@ def test_a_flipped_bit_in_a_checksummed_page_is_one_error_line(
         assert len(err) == 1 and err[0].startswith(f"error: {bad}"), err
         assert "CRC checksum verification failed" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stretched_workloads_fingerprint_names_a_corrupt_file(small: Path, tmp_path) -> None:
+    from twin.errors import TwinError
+    from twin.workloads.extend import _fingerprint
+
+    bad = tmp_path / "flipped.parquet"
+    bad.write_bytes(_silent_flip(small))
+    assert _fingerprint(small, 2)  # intact: a digest
+    with pytest.raises(TwinError, match=r"flipped\.parquet: unreadable parquet"):
+        _fingerprint(bad, 4)

@@ -129,13 +129,16 @@ def _fingerprint(path: Path, sessions: int) -> bytes:
     their lengths and flattened values), so how the rows are split into batches
     does not change the digest.
     """
-    parquet = pq.ParquetFile(path, page_checksum_verification=True)
-    names = parquet.schema_arrow.names
-    hashes = {name: hashlib.sha256() for name in names}
-    for batch in parquet.iter_batches():
-        batch = batch.filter(pc.less(batch.column("session_id"), sessions))
-        for name in names:
-            _feed(hashes[name], batch.column(name))
+    try:
+        parquet = pq.ParquetFile(path, page_checksum_verification=True)
+        names = parquet.schema_arrow.names
+        hashes = {name: hashlib.sha256() for name in names}
+        for batch in parquet.iter_batches():
+            batch = batch.filter(pc.less(batch.column("session_id"), sessions))
+            for name in names:
+                _feed(hashes[name], batch.column(name))
+    except (OSError, pa.ArrowException) as err:  # a failed page checksum, a torn file
+        raise TwinError(f"{path}: unreadable parquet ({err})") from None
     return hashlib.sha256(b"".join(hashes[n].digest() for n in names)).digest()
 
 
