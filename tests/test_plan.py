@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_bad_input import assert_clean_error
 
 from twin.cli.main import run
 from twin.reports import plan as plan_module
@@ -324,18 +325,6 @@ def test_budget_caps_every_deployment(space: Space, tmp_path) -> None:
 # --- bad input: one line, exit 2, nothing written --------------------------------------
 
 
-def _clean_error(capsys, argv: list[str], folder: Path, needle: str) -> None:
-    before = sorted(p.name for p in folder.rglob("*"))
-    rc = run(argv)
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert rc == 2, (rc, out, err)
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in out + err
-    assert needle in lines[0], lines[0]
-    assert sorted(p.name for p in folder.rglob("*")) == before, "something was written"
-
-
 def _tiny_workload(folder: Path) -> Path:
     src = folder / "w.parquet"
     assert (
@@ -374,7 +363,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, extra, price_text, needle) -> N
         prices = tmp_path / "prices.toml"
         prices.write_text(price_text)
         argv += ["--prices", str(prices)]
-    _clean_error(capsys, argv, tmp_path, needle)
+    assert_clean_error(capsys, argv, tmp_path, needle)
 
 
 def test_a_price_error_names_the_file(tmp_path, capsys) -> None:
@@ -383,7 +372,7 @@ def test_a_price_error_names_the_file(tmp_path, capsys) -> None:
     prices.write_text("[gpus.h100]\nusd_per_gpu_hour = 0\n")
     argv = ["plan", str(wl), "--slo", "p95_ttft<=1s", "--gpus", "h100"]
     argv += ["--prices", str(prices), "--out", str(tmp_path / "out")]
-    _clean_error(capsys, argv, tmp_path, f"{prices}: gpus.h100.usd_per_gpu_hour")
+    assert_clean_error(capsys, argv, tmp_path, f"{prices}: gpus.h100.usd_per_gpu_hour")
 
 
 # --- prices ---------------------------------------------------------------------------
