@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from twin.atomic import write_text_atomic
-from twin.reports.plan import MAX_SEARCH_REPLICAS, PlanResult, plan
+from twin.reports.plan import plan
+from twin.reports.plan_result import PlanResult
+from twin.reports.plan_search import MAX_SEARCH_REPLICAS
 from twin.reports.sweep import Point, run_pairs
 from twin.reports.verdicts import meets
 from twin.workloads.examples import DEFAULT_EXAMPLE, example_path

@@ -24,7 +24,8 @@ from test_bad_input import assert_clean_error
 
 from twin.cli.main import run
 from twin.reports import plan as plan_module
-from twin.reports.plan import (
+from twin.reports.plan import plan
+from twin.reports.plan_result import (
     COSTLIER,
     INFEASIBLE,
     MEETS,
@@ -32,7 +33,6 @@ from twin.reports.plan import (
     UNJUDGED,
     WINNER,
     PlanResult,
-    plan,
 )
 from twin.reports.plan_search import SEARCHES, LinearScan, ProbeBisect, non_monotone
 from twin.reports.prices import load_prices

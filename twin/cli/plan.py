@@ -32,15 +32,13 @@ from twin.reports.plan import (
     DEFAULT_ENGINES,
     DEFAULT_GPUS,
     DEFAULT_TP,
-    OUTCOMES,
-    PLAN_FILE,
     SCREEN_FRACTION,
     SCREEN_MIN_S,
     PlanProgress,
-    PlanResult,
     plan,
 )
 from twin.reports.plan_render import winner_sentence
+from twin.reports.plan_result import OUTCOMES, PLAN_FILE, PlanResult
 from twin.reports.plan_search import DEFAULT_SEARCH, SEARCHES
 from twin.reports.render import HTML_FILE, MD_FILE
 from twin.reports.sweep import RESULTS_FILE

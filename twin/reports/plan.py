@@ -26,30 +26,41 @@ more than that. Every rule and constant is in docs/decisions.md, "twin plan
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from twin import __version__
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.limits import MAX_CACHE_GB, MAX_TP
 from twin.reports.analysis import parse_slos
+from twin.reports.plan_result import (
+    _CENTS,
+    COSTLIER,
+    INFEASIBLE,
+    MEETS,
+    PRUNED,
+    UNJUDGED,
+    WINNER,
+    Candidate,
+    CandidateResult,
+    Load,
+    PlanResult,
+    Trial,
+)
 from twin.reports.plan_search import (
     DEFAULT_SEARCH,
     FALLBACK,
+    MAX_SEARCH_REPLICAS,
     ReplicaSearch,
     get_search,
     non_monotone,
 )
-from twin.reports.prices import PriceTable, load_prices
+from twin.reports.prices import load_prices
 from twin.reports.sweep import (
-    AUTO_GB,
     INFEASIBLE_COLUMN,
-    RESULTS_FILE,
     Point,
     SweepSpec,
     resolve,
@@ -59,18 +70,12 @@ from twin.reports.verdicts import RUN_LENGTH, binding_resource, meets, verdict_o
 from twin.slo import Slo
 from twin.steady_state import OVERLOADED
 
-PLAN_SCHEMA = "twin.plan"
-PLAN_SCHEMA_VERSION = 2  # 2: screening runs (counts, trials' "screened")
-PLAN_FILE = "plan.json"
 WORKLOAD_CACHE = "workloads"  # OUT/workloads: workloads stretched for --duration
 
 DEFAULT_GPUS = ("h100", "h200", "b200")
 DEFAULT_ENGINES = ("vllm", "sglang")
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_CACHE = ("auto",)
-# The most replicas a search asks for without --budget-gpus (a judgement call: 64
-# replicas of even one GPU is a fleet; the exponential probe reaches it in 7 steps).
-MAX_SEARCH_REPLICAS = 64
 # The share of the analytic work a replica must be able to do (see analyse): below 1
 # because a stable verdict tolerates a window whose arrivals still rise by up to 25%
 # (twin.steady_state.MAX_RAMP; 1/1.25 = 0.8) and a load a little past capacity can
@@ -92,314 +97,6 @@ SMALLEST_PRICED_STEP = 64
 SCREEN_FRACTION = 0.25
 SCREEN_MARGIN = 1.5
 SCREEN_MIN_S = 60.0
-# Dollars closer than this are one price (sums of float prices).
-_CENTS = 1e-9
-
-# What became of a candidate.
-WINNER = "winner"  # the cheapest deployment meeting every SLO
-MEETS = "meets"  # meets them, on its fewest replicas; costs more than the winner
-COSTLIER = "costlier"  # searched until every count left cost more than the best found
-PRUNED = "pruned"  # not simulated: its lower bound costs more than the best found
-INFEASIBLE = "infeasible"  # cannot meet them: does not fit, no kernels, or fails at the cap
-# Two replica counts in a row met every target, but neither run was long enough to judge its
-# steady state (reports.verdicts.binding_resource: run length): run longer.
-UNJUDGED = "unjudged"
-OUTCOMES = (WINNER, MEETS, COSTLIER, UNJUDGED, PRUNED, INFEASIBLE)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One configuration to size: GPU type, engine mode, GPUs per replica, cache setting."""
-
-    gpu: str
-    engine: str
-    tp: int
-    cache: str  # "auto" (the engine's shared KV pool) or GB of a dedicated cache, as text
-
-    @property
-    def label(self) -> str:
-        cache = "shared pool" if self.cache == "auto" else f"{self.cache} GB cache"
-        return f"{self.gpu} {self.engine} tp{self.tp} {cache}"
-
-    @property
-    def cache_gb(self) -> float:
-        """The sweep point's cache (``AUTO_GB`` for the shared pool)."""
-        return AUTO_GB if self.cache == "auto" else float(self.cache)
-
-    @property
-    def policy(self) -> str:
-        """The sweep point's policy axis: the engine mode itself in its shared pool (as
-        ``twin simulate --engine E``), else the mode's policy in a dedicated cache."""
-        return self.engine if self.cache == "auto" else get_mode(self.engine).policy
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "engine": self.engine, "tp": self.tp, "cache": self.cache}
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One simulated replica count of a candidate."""
-
-    replicas: int
-    meets: bool
-    verdict: str
-    values_ms: dict[str, float | None]  # by SLO text
-    ttft_p95_ms: float | None
-    key: str  # the row's key in results.parquet
-    verdict_reason: str | None = None  # the engine's reason for its steady-state verdict
-    run_length: bool = False  # every target met, too short to tell (run longer)
-    screened: bool = False  # ruled out by its short screening run (no full run)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "replicas": self.replicas,
-            "meets": self.meets,
-            "screened": self.screened,
-            "verdict": self.verdict,
-            "verdict_reason": self.verdict_reason,
-            "values_ms": self.values_ms,
-            "ttft_p95_ms": self.ttft_p95_ms,
-            "key": self.key,
-        }
-
-
-@dataclass
-class CandidateResult:
-    """What the plan found for one candidate."""
-
-    candidate: Candidate
-    usd_per_gpu_hour: float
-    profile: str = ""  # the step prices' provenance
-    lower_bound: int | None = None  # fewest replicas the analytic bound allows
-    bound: str = ""  # how the bound was reached
-    limit: int = MAX_SEARCH_REPLICAS  # most replicas searched (budget or MAX_SEARCH_REPLICAS)
-    # The sweep spec its full runs used (None: not simulated); rerun a point with it.
-    spec: SweepSpec | None = field(default=None, repr=False, compare=False)
-    outcome: str = ""
-    reason: str = ""  # why it lost, was pruned or cannot meet the SLOs
-    replicas: int | None = None  # fewest replicas found to meet every SLO
-    trials: list[Trial] = field(default_factory=list)
-    search: str = DEFAULT_SEARCH
-    fallback: str | None = None  # why the search fell back to a linear scan
-
-    @property
-    def simulated(self) -> bool:
-        return bool(self.trials)
-
-    def cost(self, replicas: int) -> float:
-        """US dollars per hour of ``replicas`` replicas."""
-        return replicas * self.candidate.tp * self.usd_per_gpu_hour
-
-    @property
-    def gpus(self) -> int | None:
-        return None if self.replicas is None else self.replicas * self.candidate.tp
-
-    @property
-    def usd_per_hour(self) -> float | None:
-        return None if self.replicas is None else self.cost(self.replicas)
-
-    def trial(self, replicas: int | None) -> Trial | None:
-        return next((t for t in self.trials if t.replicas == replicas), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        best = self.trial(self.replicas)
-        return {
-            **self.candidate.to_dict(),
-            "label": self.candidate.label,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "replicas": self.replicas,
-            "gpus": self.gpus,
-            "usd_per_gpu_hour": self.usd_per_gpu_hour,
-            "usd_per_hour": self.usd_per_hour,
-            "values_ms": best.values_ms if best else None,
-            "verdict": best.verdict if best else None,
-            "ttft_p95_ms": best.ttft_p95_ms if best else None,
-            "profile": self.profile,
-            "lower_bound_replicas": self.lower_bound,
-            "lower_bound_how": self.bound,
-            "replica_limit": self.limit,
-            "simulated": self.simulated,
-            "search": self.search,
-            "fallback": self.fallback,
-            "trials": [t.to_dict() for t in sorted(self.trials, key=lambda t: t.replicas)],
-        }
-
-
-@dataclass(frozen=True)
-class Load:
-    """The traffic every candidate is sized for."""
-
-    session_rate: float | None
-    concurrency: int | None
-    duration_s: float | None
-    warmup_s: float | None = None  # None: the engine's (a fifth of the duration, else 0)
-
-    def label(self) -> str:
-        if self.concurrency is not None:
-            text = f"{self.concurrency} closed-loop clients"
-        elif self.session_rate is not None:
-            text = f"{self.session_rate:g} sessions/s"
-        else:
-            text = "the workload's own arrival times"
-        text += f" for {self.duration_s:g} s" if self.duration_s is not None else ""
-        return text + (f" (first {self.warmup_s:g} s warm-up)" if self.warmup_s is not None else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "session_rate": self.session_rate,
-            "concurrency": self.concurrency,
-            "duration_s": self.duration_s,
-            "warmup_s": self.warmup_s,
-        }
-
-
-@dataclass(frozen=True)
-class FrontierPoint:
-    """A deployment no other meeting the SLOs beats on both cost and P95 TTFT."""
-
-    candidate: Candidate
-    replicas: int
-    usd_per_hour: float
-    ttft_p95_ms: float
-
-    @property
-    def gpus(self) -> int:
-        return self.replicas * self.candidate.tp
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **self.candidate.to_dict(),
-            "label": self.candidate.label,
-            "replicas": self.replicas,
-            "gpus": self.gpus,
-            "usd_per_hour": self.usd_per_hour,
-            "ttft_p95_ms": self.ttft_p95_ms,
-        }
-
-
-@dataclass
-class PlanResult:
-    """Everything ``twin plan`` found (``to_dict`` is plan.json and ``--json``)."""
-
-    command: str
-    workload: str
-    workload_sha256: str
-    model: str
-    model_set: tuple[str, ...]
-    slos: tuple[Slo, ...]
-    load: Load
-    router: str
-    prices: PriceTable
-    budget_gpus: int | None
-    search: str
-    candidates: list[CandidateResult]
-    points_run: int  # points simulated by this call
-    points_found: int  # points found in OUT/results.parquet
-    workload_stats: dict[str, Any]
-    screen_points_run: int = 0  # short screening runs simulated by this call
-    screen_points_found: int = 0  # short screening runs found in OUT/results.parquet
-    screened_out: int = 0  # replica counts a screening run ruled out (no full run)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def winner(self) -> CandidateResult | None:
-        return next((c for c in self.candidates if c.outcome == WINNER), None)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        simulated = sum(c.simulated for c in self.candidates)
-        by = {o: sum(c.outcome == o for c in self.candidates) for o in OUTCOMES}
-        return {
-            "candidates": len(self.candidates),
-            "simulated": simulated,
-            "pruned": len(self.candidates) - simulated,
-            "pruned_by_cost": by[PRUNED],
-            "pruned_cannot_meet": sum(
-                c.outcome == INFEASIBLE and not c.simulated for c in self.candidates
-            ),
-            **{f"outcome_{o}": n for o, n in by.items()},
-            "points_run": self.points_run,
-            "points_found": self.points_found,
-            "screen_points_run": self.screen_points_run,
-            "screen_points_found": self.screen_points_found,
-            "screened_out": self.screened_out,
-        }
-
-    def frontier(self) -> list[FrontierPoint]:
-        """The Pareto frontier of cost against P95 TTFT over every simulated deployment
-        meeting the SLOs (cheapest first; each has a lower P95 TTFT than every cheaper one)."""
-        met = [
-            FrontierPoint(c.candidate, t.replicas, c.cost(t.replicas), t.ttft_p95_ms)
-            for c in self.candidates
-            for t in c.trials
-            if t.meets and t.ttft_p95_ms is not None
-        ]
-        met.sort(key=lambda f: (f.usd_per_hour, f.ttft_p95_ms, f.gpus, f.candidate.label))
-        out: list[FrontierPoint] = []
-        for f in met:
-            if not out or f.ttft_p95_ms < out[-1].ttft_p95_ms:
-                if out and abs(f.usd_per_hour - out[-1].usd_per_hour) < _CENTS:
-                    continue  # the same cost with a higher TTFT came first: dominated
-                out.append(f)
-        return out
-
-    def simulate_command(self, c: CandidateResult, out: str = "winner") -> str:
-        """The ``twin simulate`` command reproducing ``c`` on its fewest replicas."""
-        cand = c.candidate
-        args = ["twin", "simulate", self.workload, "-m", self.model]
-        for item in self.model_set:
-            args += ["--model-set", item]
-        args += ["--gpu", cand.gpu, "--engine", cand.engine, "--tp", str(cand.tp)]
-        args += ["--replicas", str(c.replicas), "--cache-gb", cand.cache]
-        if cand.cache != "auto":
-            args += ["--policy", cand.policy]
-        if self.router != "round-robin":
-            args += ["--router", self.router]
-        if self.load.session_rate is not None:
-            args += ["--session-rate", f"{self.load.session_rate:g}"]
-        if self.load.concurrency is not None:
-            args += ["--concurrency", str(self.load.concurrency)]
-        if self.load.duration_s is not None:
-            args += ["--duration", f"{self.load.duration_s:g}"]
-        if self.load.warmup_s is not None:
-            args += ["--warmup-s", f"{self.load.warmup_s:g}"]
-        args += ["--seed", "0"]
-        for slo in self.slos:
-            args += ["--slo", slo.text]
-        args += ["--out", out]
-        return shlex.join(args)
-
-    def to_dict(self) -> dict[str, Any]:
-        win = self.winner
-        return {
-            "schema": PLAN_SCHEMA,
-            "schema_version": PLAN_SCHEMA_VERSION,
-            "twin_version": __version__,
-            "command": self.command,
-            "workload": {
-                "path": self.workload,
-                "sha256": self.workload_sha256,
-                **self.workload_stats,
-            },
-            "model": self.model,
-            "model_set": list(self.model_set),
-            "slos": [s.text for s in self.slos],
-            "load": self.load.to_dict(),
-            "router": self.router,
-            "prices": self.prices.to_dict(),
-            "budget_gpus": self.budget_gpus,
-            "search": self.search,
-            "counts": self.counts,
-            "winner": None
-            if win is None
-            else {**win.to_dict(), "simulate_command": self.simulate_command(win)},
-            "candidates": [c.to_dict() for c in self.candidates],
-            "frontier": [f.to_dict() for f in self.frontier()],
-            "notes": self.notes,
-        }
-
-
 # --- inputs ------------------------------------------------------------------------
 
 
@@ -1092,17 +789,11 @@ __all__ = [
     "DEFAULT_ENGINES",
     "DEFAULT_GPUS",
     "DEFAULT_TP",
-    "PLAN_FILE",
-    "PLAN_SCHEMA",
-    "PLAN_SCHEMA_VERSION",
-    "RESULTS_FILE",
     "SCREEN_FRACTION",
     "SCREEN_MARGIN",
     "SCREEN_MIN_S",
-    "Candidate",
-    "CandidateResult",
     "PlanProgress",
-    "PlanResult",
+    "analyse",
     "plan",
     "screen_spec",
     "screened_out",

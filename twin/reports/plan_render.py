@@ -20,7 +20,7 @@ from twin.reports.render import CSS, HTML_FILE, MD_FILE, _html_table, _md_table
 from twin.slo import LABELS, Slo
 
 if TYPE_CHECKING:
-    from twin.reports.plan import CandidateResult, PlanResult
+    from twin.reports.plan_result import CandidateResult, PlanResult
 
 FIGURE = "fig-frontier"
 FIGURE_CAPTION = (
@@ -326,7 +326,7 @@ def render_html(p: PlanResult, svg: str) -> str:
 def write_plan(out: Path, p: PlanResult) -> list[Path]:
     """Write plan.json, the figure, report.md and report.html (each atomically); the HTML
     last, so a reader who finds it finds every file it summarises."""
-    from twin.reports.plan import PLAN_FILE
+    from twin.reports.plan_result import PLAN_FILE
 
     out.mkdir(parents=True, exist_ok=True)
     svg = figure(p)

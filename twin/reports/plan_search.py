@@ -27,6 +27,9 @@ from typing import ClassVar
 from twin.errors import TwinError
 from twin.slo import Slo
 
+# The most replicas a search asks for without --budget-gpus (a judgement call: 64
+# replicas of even one GPU is a fleet; the exponential probe reaches it in 7 steps).
+MAX_SEARCH_REPLICAS = 64
 # A value may rise this much from one replica count to a larger one before the pair
 # counts as non-monotone: P95s of two runs with different routing wobble by a few
 # percent where latency is already flat in the replica count (a judgement call; seen:
