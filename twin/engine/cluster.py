@@ -166,18 +166,16 @@ class Cluster:
         self._busy_at_horizon: list[float] | None = None
         self._busy_at_warmup: list[float] | None = None
 
-    def _new_replica(
-        self,
-        i: int,
-        workload: Workload,
-        longest: Callable[[], int],
-        cls: type[Replica] = Replica,
-        scheduler: str | None = None,
-        host_tier: bool = True,
-    ) -> Replica:
-        """Replica ``i`` (a ``cls``) with its cache, host tier and scheduler (the config's,
-        unless ``scheduler`` is named; no host tier unless ``host_tier``)."""
+    def _replica_kind(self, i: int) -> tuple[type[Replica], bool]:
+        """Replica ``i``'s class and whether it has the host tier (a disaggregated
+        cluster's decode workers are another class, without one)."""
+        return Replica, True
+
+    def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Replica:
+        """Replica ``i`` (of :meth:`_replica_kind`'s class) with its cache, host tier and
+        scheduler."""
         config, model = self.config, self.model
+        cls, host_tier = self._replica_kind(i)
         capacity = int(self.budget) if config.shared_pool else config.cache_bytes
         host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
         if not host_tier:
@@ -212,7 +210,7 @@ class Cluster:
             kv_allocator=allocator_for(config.kv_allocator, config.policy),
             new_token_ratio=config.new_token_ratio or None,
             host_write_policy=config.host_write_policy,
-            scheduler=scheduler or config.scheduler,
+            scheduler=config.scheduler,
             scheduler_options=config.scheduler_options,
         )
 

@@ -286,18 +286,9 @@ class DisaggCluster(Cluster):
         self.prefilled = self.transferred = 0
         self.transfer_bytes = 0
 
-    def _new_replica(
-        self,
-        i: int,
-        workload: Workload,
-        longest: Callable[[], int],
-        cls: type[Replica] = Replica,
-        scheduler: str | None = None,
-        host_tier: bool = True,
-    ) -> Replica:
-        if i < self.n_prefill:
-            return super()._new_replica(i, workload, longest)
-        return super()._new_replica(i, workload, longest, DecodeReplica, host_tier=False)
+    def _replica_kind(self, i: int) -> tuple[type[Replica], bool]:
+        # Prefill workers are the run's replicas; decode workers keep no host tier.
+        return (Replica, True) if i < self.n_prefill else (DecodeReplica, False)
 
     def _route(self, req: Request) -> Replica:
         return self.replicas[self.router.route(req.session_id, req.prompt, self.prefill)]
