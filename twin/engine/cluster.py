@@ -79,6 +79,10 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
     if config.ep > 1:  # each GPU's share under the layout (twin.parallel), rounded up
         weights = config.tp * weight_bytes_per_gpu(model, Layout(config.tp, config.ep))
     budget = usable - weights - cache
+    if config.speculative:  # the draft's weights and KV (twin.engine.speculative)
+        from twin.engine.speculative import Speculation
+
+        budget = Speculation.from_dict(config.speculative).budget(budget, model)
     if budget <= 0:
         raise TwinError(
             f"no memory left for running requests: {config.tp} GPU(s) x "
@@ -212,6 +216,7 @@ class Cluster:
             host_write_policy=config.host_write_policy,
             scheduler=config.scheduler,
             scheduler_options=config.scheduler_options,
+            speculative=config.speculative or None,
         )
 
     # ------------------------------------------------------------------ running

@@ -145,6 +145,15 @@ class EngineConfig:
         "policy's (jenga for -p jenga), else bytes (twin.memory.footprint)",
     )
 
+    speculative: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "speculative decoding (twin.engine.speculative.Speculation: method, "
+            "speculative tokens, verified tokens, acceptance length, draft); empty: none "
+            "(the engine modes' speculative flags set it)"
+        },
+    )
+
     # Issue 36: disaggregated prefill and decode (twin.engine.disagg); 0: aggregated.
     prefill_workers: int = _opt(
         0, "prefill pool: replicas of `tp` GPUs that prefill and sample the first token"
@@ -239,6 +248,19 @@ class EngineConfig:
         )
 
         self._check_disaggregated()
+        if self.speculative:
+            self._check_speculative()
+
+    def _check_speculative(self) -> None:
+        """Speculative decoding's settings (a Speculation) and the draft's parallelism."""
+        from twin.engine.speculative import Speculation
+
+        draft_tp = Speculation.from_dict(self.speculative).draft_tp
+        if draft_tp not in (0, 1, self.tp):
+            raise TwinError(
+                f"speculative draft tensor parallelism {draft_tp}: must be 1 or the "
+                f"target's --tp {self.tp} (vLLM's draft_tensor_parallel_size)"
+            )
 
     def _check_disaggregated(self) -> None:
         """The disaggregated layout's flags (issue 36), each refusal one line."""
@@ -305,6 +327,7 @@ _OMITTED_AT_DEFAULT = (
     "seq_host_s",
     "prefill_workers",
     "decode_workers",
+    "speculative",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

@@ -350,4 +350,8 @@ def build_run(
         from twin.engine.host_time import HostTimePricer
 
         pricer = HostTimePricer(pricer, config.step_host_s, config.seq_host_s)
+    if config.speculative:  # drafting and verification (twin.engine.speculative)
+        from twin.engine.speculative import speculative_pricer
+
+        pricer = speculative_pricer(pricer, spec, prof, config)
     return Run(wl, spec, prof, pricer, config)
