@@ -134,6 +134,14 @@ def _vllm_spec_config(value: str, model: ModelSpec, out: dict[str, Any]) -> None
     release = release_of(out)
     known = (*_SPEC_KEYS, *release.choice("speculative_config", ()))
     unknown = sorted(set(cfg) - set(known))
+    for key in unknown:
+        others = [r.version for r in VLLM_RELEASES if key in r.choice("speculative_config", ())]
+        if others:
+            raise TwinError(
+                f"--set speculative_config: key {key!r} is not vLLM {release.version}'s "
+                f"(--engine vllm=={others[0]} has it; {release.version} reads "
+                f"{', '.join(release.choice('speculative_config', ()))})"
+            )
     if unknown:
         raise TwinError(
             f"--set speculative_config: key {unknown[0]!r} is not modelled for vLLM "

@@ -59,7 +59,9 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, ClassVar
 
-from twin.engine.cost import Chunk, PricerBase, affine_fit
+import numpy as np
+
+from twin.engine.cost import Chunk, Durations, PricerBase, affine_fit
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -467,6 +469,7 @@ class SpeculativePricer(PricerBase):
         # Host time of each draft pass (vLLM 0.19.0's V1 runner launches each one apart).
         self.draft_host_s = float(draft_host_s) if spec.draft_host else 0.0
         self._affine: dict[int, tuple[float, float] | None] = {}
+        self._fixed: dict[int, tuple[float, float] | None] = {}
 
     @property
     def provenance(self) -> str:
@@ -479,9 +482,12 @@ class SpeculativePricer(PricerBase):
         v = self.spec.verify_tokens
         return [(v, base + 1)] * extra + [(v, base)] * (batch - extra)
 
-    def _drafting(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:
+    def _drafting(
+        self, prefills: Sequence[Chunk], batch: int, context: int, later: bool = True
+    ) -> float:
         """Seconds of the draft passes: the first over the prefill chunks and ``k + 1``
-        positions a decoder, the others over ``topk`` tokens a decoder."""
+        positions a decoder, the others (``later``) over ``topk`` tokens a decoder; each
+        pass's host time."""
         draft = self.draft
         spec = self.spec
         k = spec.num_speculative_tokens
@@ -494,7 +500,7 @@ class SpeculativePricer(PricerBase):
             base, extra = divmod(context, batch)
             first += [(k + 1, base + 1)] * extra + [(k + 1, base)] * (batch - extra)
         seconds = float(draft.step_time(first, 0, 0)) + host
-        if batch and k > 1:
+        if later and batch and k > 1:
             rows = batch * spec.topk
             seconds += (k - 1) * float(draft.step_time((), rows, context * spec.topk))
         return seconds
@@ -520,6 +526,33 @@ class SpeculativePricer(PricerBase):
         if batch not in self._affine:
             self._affine[batch] = affine_fit(lambda x: self.step_time((), batch, x), batch)
         return self._affine[batch]
+
+    def _fixed_part(self, batch: int) -> tuple[float, float] | None:
+        """The affine fit of a decode iteration's parts other than the later draft passes
+        (the verification, the first draft pass, the host times), if affine."""
+        if batch not in self._fixed:
+
+            def price(context: int) -> float:
+                verify = float(self.inner.step_time(self._verify(batch, context), 0, 0))
+                return verify + self._drafting((), batch, context, later=False)
+
+            self._fixed[batch] = affine_fit(price, batch)
+        return self._fixed[batch]
+
+    def decode_run(self, batch: int, context: int, steps: int) -> Durations:
+        """A decode run's token steps: the affine parts in closed form, the later draft
+        passes through the draft's own ``decode_run`` (its compiled or remembered
+        prices); step by step where the parts are not affine."""
+        fit = self._fixed_part(batch)
+        if fit is None:
+            return super().decode_run(batch, context, steps)
+        seconds = fit[0] + fit[1] * (context + batch * np.arange(steps, dtype=np.float64))
+        spec, draft = self.spec, self.draft
+        if draft is not None and spec.num_speculative_tokens > 1:
+            rows = batch * spec.topk
+            later = np.asarray(draft.decode_run(rows, context * spec.topk, steps), np.float64)
+            seconds = seconds + (spec.num_speculative_tokens - 1) * later
+        return seconds / self.tau
 
     def checkpoint_copy_time(self) -> float:
         return float(self.inner.checkpoint_copy_time())
