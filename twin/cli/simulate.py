@@ -215,6 +215,13 @@ def simulate(
 
       twin simulate -m gemma-3-4b --gpu h100 -p jenga --kv-allocator paged --out sim-paged
 
+      twin simulate -m llama-3.1-8b --engine vllm \\
+        --set speculative_config='{"method":"eagle3","num_speculative_tokens":3}' --out sim-eagle3
+
+      twin simulate -m qwen3.5-9b --engine sglang --set speculative_algorithm=EAGLE3 \\
+        --set speculative_num_steps=3 --set speculative_eagle_topk=1 \\
+        --set speculative_acceptance=0.8,0.6,0.4 --out sim-sglang-eagle3
+
       twin simulate -m qwen3.5-9b --engine vllm --session-rate 2 --duration 300 \
         --slo p95_ttft<=500ms --slo p95_tpot<=50ms --out sim-steady
 
@@ -227,7 +234,10 @@ def simulate(
         --decode-workers 4 --session-rate 2 --duration 120 --out sim-2p4d
 
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
-    the Marconi paper's dedicated 20 GB cache.
+    the Marconi paper's dedicated 20 GB cache. Speculative decoding (vLLM's
+    speculative_config, SGLang's speculative_* flags) prices each step as a draft
+    plus a verification over the expected acceptance length (--set
+    speculative_acceptance=RATE, or one rate per drafted token).
     """
     cache = checks.cache_gb("--cache-gb", cache_gb)
     checks.number("--gpu-mem-util", gpu_mem_util, low=0, high=1, low_open=True)
