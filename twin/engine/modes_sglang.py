@@ -32,8 +32,11 @@ from twin.model import ModelSpec
 # State slots a running request holds per strategy: its live state plus the tracking
 # slots SGLang allocates at admission (mem_cache/allocation_sizing.py
 # get_mamba_tracking_slots, 0.5.23: extra_buffer 2 with the overlap scheduler, SGLang's
-# default; extra_buffer_lazy 1, the second deferred; no_buffer 0; 0.5.10.post1
-# memory_pool.py: mamba_ping_pong_track_buffer_size 2 without speculative decoding).
+# default; extra_buffer_lazy 1; no_buffer 0; 0.5.10.post1 memory_pool.py:
+# mamba_ping_pong_track_buffer_size 2 without speculative decoding). Lazy's second
+# ping-pong slot is transient (managers/schedule_batch.py 0.5.23,
+# mamba_lazy_prealloc_at_boundary): taken for the one decode step at a
+# mamba_track_interval boundary and freed after its forward, so a lazy request holds 2.
 STATE_SLOTS = {"no_buffer": 1, "extra_buffer": 3, "extra_buffer_lazy": 2}
 
 
