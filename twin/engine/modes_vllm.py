@@ -375,7 +375,7 @@ VLLM_RELEASES = (
             "spec_draft_host": "none",
         },
         notes="retention interval (default 0), prefix_match_unit, mamba_cache_mode align|none, "
-        "gpu_memory_utilization 0.92",
+        "gpu_memory_utilization 0.92, draft passes replayed as CUDA graphs (Model Runner V2)",
     ),
     Release(
         version="0.19.0",
@@ -396,7 +396,8 @@ VLLM_RELEASES = (
             "spec_draft_host": "step",
         },
         notes="NVIDIA's measured vLLM runs (0.11.2 to 0.19.0); a state on every block, "
-        "mamba_cache_mode all|align|none, gpu_memory_utilization 0.9",
+        "mamba_cache_mode all|align|none, gpu_memory_utilization 0.9, a step's host time a "
+        "draft pass (V1 runner), synthetic_acceptance_rate",
     ),
 )
 

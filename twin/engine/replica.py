@@ -112,11 +112,10 @@ class Replica:
             self.pool = SplitPool(int(memory_budget), cache)
         elif shared_pool:
             self.pool = SharedPool(int(memory_budget), cache)
-        # Speculative decoding's recurrent states (twin.engine.speculative): vLLM's more
-        # states a running request holds (memory only: they are not checkpoint buffers),
-        # SGLang's verify buffer taken from the mamba pool.
+        # States a running request holds: with speculative decoding (twin.engine.speculative)
+        # vLLM's more states a request (memory only: not checkpoint buffers, so copy_s
+        # keeps its rule), and SGLang's verify buffer taken from the mamba pool.
         spec = speculative or {}
-        # States a running request holds (with speculative decoding's).
         self.held_states = state_slots + (
             int(spec.get("state_slots", 0)) if self.state_bytes else 0
         )
