@@ -254,8 +254,8 @@ def plan_cmd(
         --budget-gpus 2 --json --out plan-2gpu
 
       twin plan chat.parquet -m llama-3-8b --slo "p95_tpot<=20ms" --session-rate 0.5 \\
-        --duration 600 --gpus h200 --engines vllm --tp 1 --layouts agg,1p1d,1p2d \\
-        --out plan-pd
+        --duration 2400 --warmup-s 800 --gpus h200 --engines vllm --tp 1 \\
+        --layouts agg,1p1d --out plan-pd
     """
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")

@@ -250,8 +250,8 @@ def capacity(
         --precision fp8 --kv-dtype fp8 --session-rates 1,2 --out capacity-fp8
 
       twin report capacity chat.parquet -m llama-3-8b --gpu h200 --engine vllm \\
-        --replicas 1,2 --layouts agg,1p1d --session-rates 0.5,1 --duration 300 \\
-        --slo "p95_tpot<=20ms" --out capacity-pd
+        --replicas 1,2 --layouts agg,1p1d --session-rates 0.5 --duration 2400 \\
+        --warmup-s 800 --slo "p95_tpot<=20ms" --out capacity-pd
 
       twin report capacity chat.parquet --gpu a100-80gb --cache-gb auto \\
         --policies "vllm,sglang,sglang\\[mamba_radix_cache_strategy=extra_buffer]" \\
