@@ -422,6 +422,21 @@ def test_build_run_gives_the_decode_pool_its_own_gpu_tp_and_memory(tmp_path):
             "--decode-ep",
         ),
         (["--prefill-workers", "1", "--decode-workers", "1", "--decode-gpu", "nope"], "nope"),
+        # SGLang's own flag names a server's role; the twin's pools are the deployment.
+        (["--engine", "sglang", "--set", "disaggregation_mode=prefill"], "one SGLang server"),
+        (
+            [
+                "--engine",
+                "sglang",
+                "--set",
+                "disaggregation_mode=null",
+                "--prefill-workers",
+                "1",
+                "--decode-workers",
+                "1",
+            ],
+            "conflicts with --set disaggregation_mode=null",
+        ),
     ],
 )
 def test_bad_pool_flags_are_one_line_errors(capsys, tmp_path, args, message):

@@ -261,6 +261,7 @@ _OPTION_NAMES = {
     "max_running": "--max-running",
     "max_batched_tokens": "--max-batched-tokens",
     "memory_utilization": "--gpu-mem-util",
+    "prefill_workers": "--prefill-workers",
 }
 
 
