@@ -87,5 +87,5 @@ def test_rows_not_expressed_are_counted_by_reason(tmp_path: Path) -> None:
 
 def test_a_malformed_pool_cell_is_one_line(tmp_path: Path) -> None:
     path = _variants(tmp_path, {"bad": {"decode_num_workers": "two"}})
-    with pytest.raises(TwinError, match="decode_num_workers.*expected an integer"):
+    with pytest.raises(TwinError, match=r"decode_num_workers.*expected an integer"):
         sd.read_disagg_rows(path)
