@@ -155,7 +155,7 @@ class EngineConfig:
         "the link the KV crosses from prefill to decode: ib (a 400 Gb/s NIC per GPU) "
         "or nvlink (both pools in one node)",
     )
-    # The decode pool's own hardware (twin.engine.disagg.DecodePool); at their defaults
+    # The decode pool's own hardware (twin.engine.disagg.WorkerPool); at their defaults
     # it is the prefill pool's: the run's GPU, tp and ep.
     decode_gpu: str = _opt("", "decode pool: the GPU (a shipped profile); '': the run's")
     decode_tp: int = _opt(0, "decode pool: GPUs per decode worker; 0: the run's tp")
