@@ -169,6 +169,33 @@ def simulate(
         help="Disaggregated serving: the link from prefill to decode, ib (a 400 Gb/s NIC "
         "per GPU) or nvlink (both pools in one node). [default: ib]",
     ),
+    prefill_gpu: str | None = typer.Option(
+        None,
+        "--prefill-gpu",
+        help="Disaggregated serving: the prefill pool's GPU. [default: --gpu]",
+    ),
+    decode_gpu: str | None = typer.Option(
+        None, "--decode-gpu", help="Disaggregated serving: the decode pool's GPU. [default: --gpu]"
+    ),
+    prefill_tp: int | None = typer.Option(
+        None, "--prefill-tp", min=1, help="GPUs per prefill worker. [default: --tp]"
+    ),
+    decode_tp: int | None = typer.Option(
+        None,
+        "--decode-tp",
+        min=1,
+        help="GPUs per decode worker; the KV moves between ranks as SGLang maps them "
+        "(one TP must divide the other). [default: --tp]",
+    ),
+    prefill_ep: int | None = typer.Option(
+        None,
+        "--prefill-ep",
+        min=1,
+        help="Expert-parallel ranks per prefill worker. [default: --ep]",
+    ),
+    decode_ep: int | None = typer.Option(
+        None, "--decode-ep", min=1, help="Expert-parallel ranks per decode worker. [default: --ep]"
+    ),
     slo: list[str] = typer.Option(
         [],
         "--slo",
@@ -233,6 +260,10 @@ def simulate(
       twin simulate -m qwen3.5-9b --gpu h200 --engine sglang --prefill-workers 2 \
         --decode-workers 4 --session-rate 2 --duration 120 --out sim-2p4d
 
+      twin simulate -m llama-3-8b --engine sglang --prefill-workers 1 --decode-workers 1 \
+        --prefill-gpu h200 --decode-gpu h100 --prefill-tp 2 --decode-tp 4 --session-rate 2 \
+        --duration 120 --out sim-mixed
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache. Speculative decoding (vLLM's
     speculative_config, SGLang's speculative_* flags) prices each step as a draft
@@ -269,6 +300,12 @@ def simulate(
             ("prefill_workers", prefill_workers),
             ("decode_workers", decode_workers),
             ("kv_link", kv_link),
+            ("prefill_gpu", prefill_gpu),
+            ("decode_gpu", decode_gpu),
+            ("prefill_tp", prefill_tp),
+            ("decode_tp", decode_tp),
+            ("prefill_ep", prefill_ep),
+            ("decode_ep", decode_ep),
         )
         if value is not None
     }

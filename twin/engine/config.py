@@ -164,6 +164,13 @@ class EngineConfig:
         "the link the KV crosses from prefill to decode: ib (a 400 Gb/s NIC per GPU) "
         "or nvlink (both pools in one node)",
     )
+    # The decode pool's own hardware (twin.engine.disagg.WorkerPool); at their defaults
+    # it is the prefill pool's: the run's GPU, tp and ep.
+    decode_gpu: str = _opt("", "decode pool: the GPU (a shipped profile); '': the run's")
+    decode_tp: int = _opt(0, "decode pool: GPUs per decode worker; 0: the run's tp")
+    decode_ep: int = _opt(
+        0, "decode pool: expert-parallel ranks per decode worker; 0: the run's ep"
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -265,6 +272,24 @@ class EngineConfig:
     def _check_disaggregated(self) -> None:
         """The disaggregated layout's flags (issue 36), each refusal one line."""
         p, d = self.prefill_workers, self.decode_workers
+        pool = [
+            f"--{name.replace('_', '-')}"
+            for name in ("decode_gpu", "decode_tp", "decode_ep")
+            if getattr(self, name)
+        ]
+        if pool and not (p or d):
+            raise TwinError(
+                f"{pool[0]}: only a disaggregated run has a decode pool; give "
+                "--prefill-workers and --decode-workers"
+            )
+        d_tp = self.decode_tp or self.tp
+        if not 0 <= self.decode_tp <= MAX_TP:
+            raise TwinError(f"--decode-tp: must be 1 to {MAX_TP:,} (got {self.decode_tp})")
+        if self.decode_ep < 0 or d_tp % (self.decode_ep or self.ep):
+            raise TwinError(
+                f"--decode-ep: must divide the decode pool's tp {d_tp} "
+                f"(got {self.decode_ep or self.ep})"
+            )
         if self.kv_link not in ("ib", "nvlink"):
             raise TwinError(f"--kv-link: must be ib or nvlink (got {self.kv_link!r})")
         if not p and not d:
@@ -328,6 +353,9 @@ _OMITTED_AT_DEFAULT = (
     "prefill_workers",
     "decode_workers",
     "speculative",
+    "decode_gpu",
+    "decode_tp",
+    "decode_ep",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

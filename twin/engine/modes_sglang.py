@@ -328,6 +328,22 @@ def _sglang_max_prefill(value: str, model: ModelSpec, out: dict[str, Any]) -> No
     )
 
 
+def _sglang_disaggregation(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # --disaggregation-mode {null, prefill, decode} (0.5.10.post1 server_args.py, 0.5.23
+    # arg_groups/fields/disagg.py): one server's role. A twin run is the whole
+    # deployment, its servers' roles given by --prefill-workers/--decode-workers
+    # (twin.engine.disagg); null says aggregated, and conflicts with them.
+    mode = _choice("disaggregation_mode", value, ("null", "prefill", "decode"))
+    if mode != "null":
+        raise TwinError(
+            f"--set disaggregation_mode={mode}: the role of one SGLang server; a twin run "
+            "simulates the whole deployment: give --prefill-workers P --decode-workers D "
+            "(its prefill servers run --disaggregation-mode prefill, its decode servers "
+            "decode)"
+        )
+    out["prefill_workers"] = 0
+
+
 MIB = 1 << 20
 
 
@@ -431,6 +447,7 @@ _SGLANG_COMMON = (
     "speculative_num_draft_tokens",
     "sglang_simulate_acc_len",
     "speculative_acceptance",
+    "disaggregation_mode",
 )
 
 # The releases modelled, newest first, read from the releases on PyPI (0.5.23's wheel,
@@ -522,6 +539,14 @@ SGLANG = EngineMode(
                 Flag("cached states in int8: half their bytes", _sglang_int8, "false"),
             ),
             ("disable_radix_cache", Flag("no prefix cache", _sglang_radix, "false")),
+            (
+                "disaggregation_mode",
+                Flag(
+                    "null (aggregated); a P/D deployment is --prefill-workers/--decode-workers",
+                    _sglang_disaggregation,
+                    "null",
+                ),
+            ),
             (
                 "enable_hierarchical_cache",
                 Flag("HiCache: a host-memory tier (ratio 2)", _sglang_hicache, "false"),
