@@ -64,6 +64,8 @@ def fsync_file(path: str | os.PathLike[str]) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as err:  # name the file (a bare fsync error names none)
+        raise OSError(err.errno, err.strerror, str(path)) from None
     finally:
         os.close(fd)
 
@@ -78,7 +80,7 @@ def fsync_dir(folder: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     except OSError as err:
         if err.errno not in (errno.EINVAL, errno.ENOTSUP):
-            raise
+            raise OSError(err.errno, err.strerror, str(folder)) from None
     finally:
         os.close(fd)
 
@@ -145,6 +147,11 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
         fsync_file(tmp)
         os.replace(tmp, target)
         fsync_dir(target.parent)
+    except OSError as err:
+        # pyarrow's "No space left on device" names no file: name the output it was for.
+        if err.filename is None or err.filename == str(tmp):
+            raise OSError(err.errno, err.strerror or str(err), str(target)) from err
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -282,8 +289,11 @@ def claim(folder: str | os.PathLike[str], flag: str = "--out") -> Iterator[Path]
 
 
 @contextlib.contextmanager
-def _holding(folder: Path) -> Iterator[None]:
-    """Hold ``folder``, waiting for another command that holds it."""
+def hold(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold ``folder`` (made if missing) for a read-merge-write or a commit, waiting for another
+    process that holds it; re-entrant within a thread, so it nests inside ``claim``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     key = _acquire(folder, wait=True)
     assert key is not None
     try:
@@ -356,6 +366,11 @@ def _recover_held(folder: Path) -> list[str]:
     except OSError:
         return done
     for name in names:
+        m = _TMP.match(name)
+        if m is not None and _JOURNAL.match(m["name"]) is not None:
+            # A journal half-written when its run died: that commit never started.
+            (folder / name).unlink(missing_ok=True)
+            continue
         if _JOURNAL.match(name) is None:
             continue
         journal = folder / name
@@ -452,7 +467,7 @@ class OutputSet:
         written (a full disk) leaves the previous set as it was; a failure after it
         is retried once, and otherwise finished by the next command here.
         """
-        with _holding(self.out_dir):
+        with hold(self.out_dir):
             _recover_held(self.out_dir)
             now = peek_manifest(self.out_dir, self.manifest) if self.manifest else None
             if not force and now is not None and now != before:
@@ -486,7 +501,9 @@ class OutputSet:
                     "remove": remove,
                     "manifest": self.manifest,
                 }
-                self._extra.append(tmp_path_for(journal))
+                # Dropped first on an abort (the journal renamed into place, then its folder's
+                # fsync failed): without it no later look finishes a set that was abandoned.
+                self._extra[:0] = [journal, tmp_path_for(journal)]
                 write_text_atomic(journal, json.dumps(data, sort_keys=True) + "\n")
             except BaseException:
                 self.abort()
@@ -502,7 +519,7 @@ class OutputSet:
     def abort(self) -> None:
         if self._committed:
             return
-        for tmp in [*self._tmp.values(), *self._extra]:
+        for tmp in [*self._extra, *self._tmp.values()]:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
         _remove_if_empty(self._made)
