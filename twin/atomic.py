@@ -190,6 +190,20 @@ _HELD: dict[tuple[int, int, int], list[int]] = {}
 _LOCK_FALLBACK = ".twin.lock"
 
 
+def _forget_held() -> None:
+    """In a forked child (a pool's worker): drop the copies of the parent's holds. The
+    parent's lock stays (an flock belongs to the open file, shared until every copy is
+    closed), and no worker keeps a folder held once its command has let go."""
+    for fd, _ in _HELD.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_held)
+
+
 def _flock_folder(folder: Path, wait: bool) -> int | None:
     """An fd of ``folder`` (or of its fallback lock file) holding an exclusive flock; None
     when another process holds it and ``wait`` is false."""
