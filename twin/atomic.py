@@ -374,7 +374,7 @@ def _read_journal(journal: Path) -> dict[str, Any] | None:
 def _recover_held(folder: Path) -> list[str]:
     """Finish every commit journal in ``folder`` (held by this thread, so no commit is in
     progress there); return the journals' names."""
-    done = []
+    done: list[str] = []
     try:
         names = sorted(os.listdir(folder))
     except OSError:
