@@ -148,7 +148,7 @@ def from_hf_config(
     if not isinstance(data, dict):
         raise TwinError(f"{p}: expected a JSON object at the top level")
     cfg = _Config(data, p)
-    model_type = data.get("model_type")
+    model_type: str | None = data.get("model_type")
     if model_type is not None and not isinstance(model_type, str):
         raise cfg.fail("model_type", f"must be a string (got {model_type!r})")
     if model_type is None and "ssm_cfg" in data:
