@@ -138,9 +138,9 @@ def from_hf_config(
     if p.is_dir():
         p = p / "config.json"
     try:
-        text = p.read_text()
-        check_json_depth(text, str(p))  # before decoding: a deep nest is a RecursionError
-        data = json.loads(text)
+        raw = p.read_text()
+        check_json_depth(raw, str(p))  # before decoding: a deep nest is a RecursionError
+        data = json.loads(raw)
     except FileNotFoundError:
         raise TwinError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
