@@ -156,3 +156,26 @@ def test_a_refused_or_failed_command_leaves_no_folder_it_made(tmp_path: Path) ->
     out = tmp_path / "new" / "sim"
     assert run([*SIM, "--engine", "no-such-engine", "--out", str(out)]) == 2
     assert not (tmp_path / "new").exists()
+
+
+def test_a_claim_is_the_process_s_so_no_thread_of_it_waits_on_it(tmp_path: Path) -> None:
+    """A merge or commit from another thread of the claiming process goes ahead (a hold per
+    thread would wait on the claim's own lock forever)."""
+    import threading
+
+    from twin.atomic import OutputSet, hold
+
+    out = tmp_path / "out"
+    done: list[str] = []
+
+    def commit_from_a_thread() -> None:
+        with hold(out), OutputSet(out, ["a.txt"], kind="test") as outputs:
+            outputs.write_text("a.txt", "a\n")
+        done.append("a")
+
+    with claim(out):
+        worker = threading.Thread(target=commit_from_a_thread, daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+    assert done == ["a"]
+    assert read_manifest(out)["files"].keys() == {"a.txt"}

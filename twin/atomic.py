@@ -182,10 +182,12 @@ def locked(lock_file: str | os.PathLike[str]) -> Iterator[None]:
 
 # --- holding a folder -----------------------------------------------------------------------
 
-# Folders this process holds, per thread: (device, inode, thread) -> [fd, depth]. A
-# commit inside a command's claim takes the same folder again without blocking on itself
-# (an flock is per open file, so a second open of the folder would wait for the first).
-_HELD: dict[tuple[int, int, int], list[int]] = {}
+# Folders this process holds: (device, inode) -> [fd, depth]. A commit inside a command's
+# claim (or a merge, from whichever thread) takes the same folder again without blocking on
+# itself: an flock is per open file, so a second open of the folder would wait for the
+# first forever. The hold is the process's, not a thread's.
+_HELD: dict[tuple[int, int], list[int]] = {}
+_HELD_LOCK = threading.Lock()
 # Where a folder cannot be flock-ed (some network file systems), this file in it is.
 _LOCK_FALLBACK = ".twin.lock"
 
@@ -194,10 +196,13 @@ def _forget_held() -> None:
     """In a forked child (a pool's worker): drop the copies of the parent's holds. The
     parent's lock stays (an flock belongs to the open file, shared until every copy is
     closed), and no worker keeps a folder held once its command has let go."""
+    global _HELD_LOCK
+    _HELD_LOCK = threading.Lock()  # another thread may have held it at the fork
     for fd, _ in _HELD.values():
         with contextlib.suppress(OSError):
             os.close(fd)
     _HELD.clear()
+    _COMMITTING.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -228,14 +233,15 @@ def _flock_folder(folder: Path, wait: bool) -> int | None:
     return fd
 
 
-def _acquire(folder: Path, wait: bool) -> tuple[int, int, int] | None:
-    """Hold ``folder`` (re-entrant within a thread); its key, or None when busy."""
+def _acquire(folder: Path, wait: bool) -> tuple[int, int] | None:
+    """Hold ``folder`` (re-entrant within this process); its key, or None when busy."""
     while True:
         st = os.stat(folder)
-        key = (st.st_dev, st.st_ino, threading.get_ident())
-        if key in _HELD:
-            _HELD[key][1] += 1
-            return key
+        key = (st.st_dev, st.st_ino)
+        with _HELD_LOCK:
+            if key in _HELD:
+                _HELD[key][1] += 1
+                return key
         fd = _flock_folder(folder, wait)
         if fd is None:
             return None
@@ -245,19 +251,21 @@ def _acquire(folder: Path, wait: bool) -> tuple[int, int, int] | None:
             now = os.stat(folder)
         except FileNotFoundError:
             now = None
-        if now is not None and (now.st_dev, now.st_ino) == key[:2]:
-            _HELD[key] = [fd, 1]
+        if now is not None and (now.st_dev, now.st_ino) == key:
+            with _HELD_LOCK:
+                _HELD[key] = [fd, 1]
             return key
         os.close(fd)
         folder.mkdir(parents=True, exist_ok=True)
 
 
-def _release(key: tuple[int, int, int]) -> None:
-    held = _HELD[key]
-    held[1] -= 1
-    if held[1] == 0:
-        del _HELD[key]
-        os.close(held[0])  # closing releases the lock
+def _release(key: tuple[int, int]) -> None:
+    with _HELD_LOCK:
+        held = _HELD[key]
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[key]
+            os.close(held[0])  # closing releases the lock
 
 
 def _missing_folders(folder: Path) -> list[Path]:
@@ -305,7 +313,7 @@ def claim(folder: str | os.PathLike[str], flag: str = "--out") -> Iterator[Path]
 @contextlib.contextmanager
 def hold(folder: str | os.PathLike[str]) -> Iterator[None]:
     """Hold ``folder`` (made if missing) for a read-merge-write or a commit, waiting for another
-    process that holds it; re-entrant within a thread, so it nests inside ``claim``."""
+    process that holds it; re-entrant within this process, so it nests inside ``claim``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     key = _acquire(folder, wait=True)
@@ -330,6 +338,10 @@ def sha256_of(path: Path) -> str:
 def _plain(name: object) -> bool:
     """A file name of a set: one path component, not hidden."""
     return isinstance(name, str) and bool(name) and Path(name).name == name and name[0] != "."
+
+
+# Journals this process is carrying out right now (recovery leaves them to it).
+_COMMITTING: set[Path] = set()
 
 
 def _finish(folder: Path, journal: Path, data: dict[str, Any]) -> None:
@@ -372,8 +384,9 @@ def _read_journal(journal: Path) -> dict[str, Any] | None:
 
 
 def _recover_held(folder: Path) -> list[str]:
-    """Finish every commit journal in ``folder`` (held by this thread, so no commit is in
-    progress there); return the journals' names."""
+    """Finish every commit journal in ``folder`` (held by this process, so no other process
+    commits there; one this process is carrying out now is left to it); return the
+    journals' names."""
     done: list[str] = []
     try:
         names = sorted(os.listdir(folder))
@@ -388,6 +401,8 @@ def _recover_held(folder: Path) -> list[str]:
         if _JOURNAL.match(name) is None:
             continue
         journal = folder / name
+        if journal in _COMMITTING:
+            continue
         data = _read_journal(journal)
         if data is None:  # not one of ours (journals are renamed into place whole)
             continue
@@ -525,10 +540,14 @@ class OutputSet:
             # Committed: from here the journal finishes the set, now or in the next command
             # (``abort`` must no longer drop the temporaries it names).
             self._committed = True
+            _COMMITTING.add(journal)
             try:
-                _finish(self.out_dir, journal, data)
-            except OSError:
-                _finish(self.out_dir, journal, data)  # a transient fault; else left to recover
+                try:
+                    _finish(self.out_dir, journal, data)
+                except OSError:  # a transient fault; else left to the next look
+                    _finish(self.out_dir, journal, data)
+            finally:
+                _COMMITTING.discard(journal)
 
     def abort(self) -> None:
         if self._committed:
