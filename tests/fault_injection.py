@@ -9,6 +9,10 @@ before the fault, as when a disk fills mid-write), pyarrow's ``write_table`` and
 ``ParquetWriter.write_batch``/``write_table``/``close`` (workloads, requests, results,
 raw calibration tables), and the JSONL exporter's file writes. Looping N from 1 until a
 run finishes without reaching N hits every one of them in turn.
+
+``CASES`` and ``sweep`` are that loop over the commands; ``tests/test_fault_injection.py``
+holds them to it, and ``benchmarks/bench_reliability.py`` runs it on this tree and on a
+baseline revision.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ import contextlib
 import errno
 import os
 import pathlib
+import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -169,3 +176,219 @@ def run_in_child(fn: Callable[[], int], nth: int, mode: str) -> tuple[int, int]:
     status = os.waitstatus_to_exitcode(wait_status)
     calls = int(b"".join(chunks) or b"0")
     return status, (calls if status != KILLED else nth)
+
+
+# --- the commands under test, and the sweep over their calls ------------------------------
+
+DATA = Path(__file__).parent / "data"
+SIM = ["simulate", "-m", "tiny-hybrid", "--cache-gb", "0.001"]
+REPORT = ["report", "capacity", "{sp}", "-m", "tiny-hybrid", "--policies", "vllm+"]
+CALIBRATE = ["calibrate", "--gpu", "cpu", "--level", "tiny", "--kernels", "gemm"]
+CALIBRATE += ["-o", "{d}/out/p.json"]
+
+
+@dataclass
+class Case:
+    """A command whose previous outputs exist in ``out`` (made by ``before``), run again
+    with ``argv`` to replace them; ``groups`` split the outputs into parts each of which
+    must be whole old or whole new on its own (a sweep's results table is merged point by
+    point, apart from the report rendered from it)."""
+
+    name: str
+    before: list[list[str]]  # commands making the inputs and the previous outputs
+    argv: list[str]
+    out: str  # the output file or folder, relative to the case's folder
+    groups: tuple[tuple[str, ...], ...] = ()  # names outside every group form one more
+    deterministic: bool = True  # False: a new run's bytes differ (timings)
+    check: Callable[[dict[str, bytes]], list[str]] | None = None
+    inputs: dict[str, Path | str] = field(default_factory=dict)  # str: a bundled example
+
+
+def _calibration_pair(files: dict[str, bytes]) -> list[str]:
+    """A profile and its raw table: both there, the profile naming the table."""
+    import json
+
+    if set(files) != {"p.json", "p.parquet"}:
+        return [f"the profile and its raw table are not both there: {sorted(files)}"]
+    if json.loads(files["p.json"])["provenance"]["raw"] != "p.parquet":
+        return ["the profile names another raw table"]
+    return []
+
+
+CASES = {
+    "simulate": Case(
+        "simulate",
+        [[*SIM, "--out", "{d}/out"]],
+        [*SIM, "--seed", "1", "--force", "--out", "{d}/out"],
+        "out",
+    ),
+    "generate": Case(
+        "generate",
+        [["workload", "generate", "chat", "-n", "3", "-o", "{d}/out/w.parquet"]],
+        ["workload", "generate", "chat", "-n", "5", "--seed", "2", "-o", "{d}/out/w.parquet"],
+        "out",
+    ),
+    "import": Case(
+        "import",
+        [["workload", "generate", "chat", "-n", "3", "-o", "{d}/out/w.parquet"]],
+        ["workload", "import", "mooncake", "{mooncake}", "-o", "{d}/out/w.parquet"],
+        "out",
+        inputs={"mooncake": DATA / "mooncake_small.jsonl"},
+    ),
+    "export": Case(
+        "export",
+        [
+            ["workload", "generate", "chat", "-n", "2", "-o", "{d}/a.parquet"],
+            ["workload", "generate", "chat", "-n", "2", "--seed", "1", "-o", "{d}/b.parquet"],
+            ["workload", "export", "marconi", "{d}/a.parquet", "-o", "{d}/out/t.jsonl"],
+        ],
+        ["workload", "export", "marconi", "{d}/b.parquet", "-o", "{d}/out/t.jsonl"],
+        "out",
+    ),
+    "report": Case(
+        "report",
+        [[*REPORT, "--cache-gb", "0.001", "--out", "{d}/out"]],
+        [*REPORT, "--cache-gb", "0.001,0.002", "--slo", "p95_ttft<=500ms", "--out", "{d}/out"],
+        "out",
+        groups=(("results.parquet",),),
+        inputs={"sp": "system-prompt"},
+    ),
+    "calibrate": Case(
+        "calibrate",
+        [CALIBRATE],
+        CALIBRATE,
+        "out",
+        deterministic=False,
+        check=_calibration_pair,
+    ),
+}
+
+
+def _args(argv: list[str], folder: Path, case: Case) -> list[str]:
+    from twin.workloads.examples import example_path
+
+    def where(v: Path | str) -> str:  # a bundled example by name, else a file
+        return str(example_path(v)) if isinstance(v, str) else str(v)
+
+    names = {"d": str(folder), **{k: where(v) for k, v in case.inputs.items()}}
+    return [a.format(**names) for a in argv]
+
+
+def _files(folder: Path) -> tuple[dict[str, bytes], list[str]]:
+    """The visible files of an output folder (name -> bytes) and its hidden entries (lock
+    files aside: neither outputs nor temporaries; older trees left them)."""
+    visible, hidden = {}, []
+    for p in sorted(folder.iterdir()):
+        if p.name.startswith("."):
+            if not p.name.endswith(".lock"):
+                hidden.append(p.name)
+        else:
+            visible[p.name] = p.read_bytes()
+    return visible, hidden
+
+
+def _split(case: Case, files: dict[str, bytes]) -> list[dict[str, bytes]]:
+    grouped = {n for g in case.groups for n in g}
+    parts = [{n: files[n] for n in g if n in files} for g in case.groups]
+    return [*parts, {n: b for n, b in files.items() if n not in grouped}]
+
+
+@dataclass
+class Setup:
+    folder: Path
+    old: dict[str, bytes]
+    new: dict[str, bytes] | None  # None: not deterministic
+
+
+def _prepare(case: Case, tmp: Path) -> Setup:
+    """The previous outputs in tmp/base, and the new ones a clean run makes (tmp/ref)."""
+    from twin.cli.main import run
+
+    base, ref = tmp / "base", tmp / "ref"
+    base.mkdir()
+    for argv in case.before:
+        assert run(_args(argv, base, case)) == 0
+    shutil.copytree(base, ref)
+    assert run(_args(case.argv, ref, case)) == 0
+    old, _ = _files(base / case.out)
+    new, _ = _files(ref / case.out)
+    assert old != new
+    return Setup(base, old, new if case.deterministic else None)
+
+
+def _violations(case: Case, setup: Setup, folder: Path, killed: bool) -> list[str]:
+    """What is wrong with the outputs after a fault: temporaries left by a failed run, a
+    group mixing old and new files, a truncated or foreign file (neither old nor new)."""
+    out = folder / case.out
+    if killed:
+        _recover(out)  # what the next command here does first
+    files, hidden = _files(out)
+    found = [] if killed or not hidden else [f"temporaries left behind: {hidden}"]
+    for part, old, new in zip(
+        _split(case, files), _split(case, setup.old), _split(case, setup.new or {}), strict=True
+    ):
+        if part == old or (setup.new is not None and part == new):
+            continue
+        if setup.new is None and not set(part.items()) & set(old.items()):
+            continue  # a fresh measurement: every file new
+        found.append(f"neither the old outputs nor the new: {sorted(part)}")
+    if case.check is not None:
+        found += case.check(files)
+    return found
+
+
+def _recover(out: Path) -> None:
+    try:
+        from twin.atomic import recover
+    except ImportError:  # a tree from before recovery (a benchmark's baseline)
+        return
+    recover(out)
+
+
+def sweep(
+    case: Case, tmp: Path, mode: str, pick: Callable[[int], Iterable[int]] | None = None
+) -> tuple[int, list[str]]:
+    """Fail (or kill at) each call N in turn (those ``pick(total)`` names, else every one)
+    and check the folder after each (after a kill, also after the next clean run); return
+    how many faults were injected and what went wrong (``N: what``)."""
+    from twin.cli.main import run
+
+    setup = _prepare(case, tmp)
+    # How many calls a clean run makes (a fault beyond them is never reached).
+    probe = tmp / "probe"
+    shutil.copytree(setup.folder, probe)
+    with injected(10**9, mode) as inj:
+        assert run(_args(case.argv, probe, case)) == 0
+    total = inj.calls
+    assert total > 0
+    chosen = list(pick(total) if pick is not None else range(1, total + 1))
+    found: list[str] = []
+    for n in chosen:
+        folder = tmp / f"n{n}"
+        shutil.copytree(setup.folder, folder)
+        argv = _args(case.argv, folder, case)
+        if mode == "kill":
+            status, _ = run_in_child(lambda argv=argv: run(argv), n, mode)
+            ok = status in (KILLED, 0)
+        else:
+            with injected(n, mode) as inj:
+                status = run(argv)
+            ok = status in (0, 2)
+        if not ok:
+            found.append(f"{n}: exit status {status}")
+        found += [f"{n}: {v}" for v in _violations(case, setup, folder, mode == "kill")]
+        if mode == "kill":  # the next run cleans up after the dead one and completes
+            status = run(argv)
+            files, hidden = _files(folder / case.out)
+            if status != 0 or hidden:
+                found.append(f"{n}: the next run (exit {status}) left {hidden}")
+            elif setup.new is not None and files != setup.new:
+                found.append(f"{n}: the next run did not give the new outputs")
+        shutil.rmtree(folder)
+    shutil.rmtree(tmp / "probe")
+    return len(chosen), found
+
+
+def tail(k: int) -> Callable[[int], list[int]]:
+    """The first call and the last ``k`` (a command's commit is at its end)."""
+    return lambda total: sorted({1, *range(max(1, total - k + 1), total + 1)})
