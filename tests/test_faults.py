@@ -98,10 +98,11 @@ def test_simulate_commits_its_outputs_as_a_set(tmp_path: Path) -> None:
         read_manifest(out)
 
 
-def test_a_kill_between_renames_leaves_no_valid_manifest(tmp_path: Path, monkeypatch) -> None:
+def test_a_kill_between_renames_is_finished_by_the_next_look(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "sim"
     res = CliRunner().invoke(_simulate_app(), ["simulate", "--out", str(out), *SMALL])
     assert res.exit_code == 0, res.output
+    old_summary = (out / "summary.json").read_bytes()
     real_replace = os.replace
 
     def replace_then_die(src, dst):  # "killed" after renaming requests.parquet
@@ -114,11 +115,19 @@ def test_a_kill_between_renames_leaves_no_valid_manifest(tmp_path: Path, monkeyp
     res = CliRunner().invoke(_simulate_app(), args)
     assert res.exit_code != 0
     monkeypatch.undo()
-    assert (out / "requests.parquet").stat().st_mtime_ns > (out / "summary.json").stat().st_mtime_ns
-    # requests.parquet is the new run's, summary.json the old one's: no manifest vouches.
-    assert not (out / MANIFEST_FILE).exists()
-    with pytest.raises(TwinError, match="did not finish"):
-        read_manifest(out)
+    # Mid-way: the new requests.parquet beside the old summary.json; the commit's journal
+    # names the rest, whose temporaries are whole.
+    assert (out / "summary.json").read_bytes() == old_summary
+    assert [p.name for p in out.glob(".manifest.json.commit-*")]
+    # The next look at the folder finishes the commit: the new set, whole, and vouched for.
+    manifest = read_manifest(out)
+    assert set(manifest["files"]) == {"requests.parquet", "summary.json"}
+    assert json.loads((out / "summary.json").read_text())["seed"] == 3
+    assert sorted(p.name for p in out.iterdir()) == [
+        MANIFEST_FILE,
+        "requests.parquet",
+        "summary.json",
+    ]
 
 
 def test_second_simulate_into_one_out_refuses_without_force(tmp_path: Path) -> None:

@@ -328,7 +328,7 @@ def test_hf_folder_and_mamba_ssm_hybrid(tmp_path: Path) -> None:
         ({"hidden_size": None}, "missing key 'hidden_size'"),
         ({"ssm_state_size": "big"}, "'ssm_state_size' must be an integer"),
         ({"hybrid_override_pattern": "M-X*"}, "'hybrid_override_pattern'.*'X'"),
-        ({"n_groups": 0}, "'ssm_groups'"),
+        ({"n_groups": 0}, "'n_groups' must be at least 1"),
     ],
 )
 def test_hf_errors_name_file_and_key(tmp_path: Path, edit: dict[str, object], message: str) -> None:

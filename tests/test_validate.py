@@ -17,6 +17,7 @@ import typer
 from typer.testing import CliRunner
 from validate_fakes import FakeConfig, fake_reference
 
+from twin.atomic import MANIFEST_FILE, read_manifest
 from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.errors import TwinError
 from twin.presets import get_model
@@ -209,9 +210,9 @@ def test_a_failed_validation_leaves_no_output_not_even_the_calibrated_profile(
         executor=lambda: (torch, fake_reference, FakeConfig),
     )
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(
-        ["profile.json", "workload.parquet", VALIDATION_FILE, REQUESTS_FILE, PLOT_FILE]
-    )
+    published = ["profile.json", "workload.parquet", VALIDATION_FILE, REQUESTS_FILE, PLOT_FILE]
+    assert names == sorted([*published, MANIFEST_FILE])
+    assert sorted(read_manifest(out)["files"]) == sorted(published)  # one set, vouched for
     assert report["workload"]["path"] == str(out / "workload.parquet")
     assert json.loads((out / VALIDATION_FILE).read_text())["outputs"]["plot"] == str(
         out / PLOT_FILE

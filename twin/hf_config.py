@@ -22,34 +22,108 @@ from typing import Any
 from twin.errors import TwinError
 from twin.hf_hybrids import PARSERS as HYBRID_PARSERS
 from twin.hf_hybrids import WRAPPERS
+from twin.limits import MAX_CONFIG_INT, MAX_LAYERS, check_json_depth
 from twin.model import ModelSpec
 
 _MISSING = object()
 
 
 class _Config:
-    """A config dict that names the file and key in every error."""
+    """A config dict that names the file and key in every error, and reads each value as
+    the type transformers' configuration class declares for it (its ``@strict`` fields):
+    integers as integers within a physical range, switches as true/false, lists as lists.
+    ``prefix`` names a nested object (``ssm_cfg.``)."""
 
-    def __init__(self, data: dict[str, Any], path: Path) -> None:
-        self.data, self.path = data, path
+    def __init__(self, data: dict[str, Any], path: Path, prefix: str = "") -> None:
+        self.data, self.path, self.prefix = data, path, prefix
 
     def req(self, key: str) -> Any:
         if key not in self.data or self.data[key] is None:
-            raise TwinError(f"{self.path}: missing key {key!r}")
+            raise TwinError(f"{self.path}: missing key {self.prefix + key!r}")
         return self.data[key]
 
     def opt(self, key: str, default: Any) -> Any:
         value = self.data.get(key, _MISSING)
         return default if value is _MISSING or value is None else value
 
-    def int(self, key: str, default: Any = _MISSING) -> int:
+    def integer(
+        self, key: str, default: Any = _MISSING, low: int = 0, high: int = MAX_CONFIG_INT
+    ) -> int:
+        """An integer in [low, high]: no size, count or index in a config is negative, and
+        none is near 2^24 (``MAX_CONFIG_INT``); ``low=1`` for what is divided by or sized."""
         value = self.req(key) if default is _MISSING else self.opt(key, default)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise TwinError(f"{self.path}: key {key!r} must be an integer (got {value!r})")
+            raise self.fail(key, f"must be an integer (got {value!r})")
+        if value < low:
+            raise self.fail(key, f"must be at least {low} (got {value})")
+        if value > high:
+            raise self.fail(key, f"must be at most {high:,} (got {value:,})")
         return value
 
+    def pos(self, key: str, default: Any = _MISSING) -> int:
+        """A positive integer: a width, a head count, a period (each divides or sizes)."""
+        return self.integer(key, default, low=1)
+
+    def layers(self, key: str = "num_hidden_layers") -> int:
+        """The layer count, bounded (``MAX_LAYERS``) before any per-layer list is built."""
+        return self.integer(key, low=1, high=MAX_LAYERS)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.opt(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false (got {value!r})")
+        return value
+
+    def text(self, key: str, default: Any = _MISSING) -> str:
+        value = self.req(key) if default is _MISSING else self.opt(key, default)
+        if not isinstance(value, str):
+            raise self.fail(key, f"must be a string (got {value!r})")
+        return value
+
+    def window(self, key: str = "sliding_window") -> int | None:
+        """A sliding window in tokens, or null (none)."""
+        return None if self.opt(key, None) is None else self.pos(key)
+
+    def auto_or_pos(self, key: str) -> int | None:
+        """``"auto"`` (None: derived) or a positive integer."""
+        return None if self.opt(key, "auto") == "auto" else self.pos(key)
+
+    def indices(self, key: str, n: int) -> list[int]:
+        """A list of distinct layer indices in [0, n)."""
+        value = self.opt(key, [])
+        bad = not isinstance(value, list) or any(
+            not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n for i in value
+        )
+        if bad or len(set(value)) != len(value):
+            raise self.fail(key, f"must be a list of distinct layer indices 0 to {n - 1}")
+        return list(value)
+
+    def kinds(self, key: str, allowed: dict[str, str], n: int | None = None) -> list[str]:
+        """A list of layer-type names, each one of ``allowed`` (mapped to its value), ``n``
+        of them when given (transformers' ``validate_layer_type``: as many as layers)."""
+        value = self.req(key)
+        if not isinstance(value, list) or (n is not None and len(value) != n):
+            count = f"{n} " if n is not None else ""
+            raise self.fail(key, f"must be a list of {count}layer types")
+        bad = sorted({repr(x) if not isinstance(x, str) else x for x in value} - set(allowed))
+        if bad:
+            raise self.fail(key, f"has unknown layer types {bad} (expected {', '.join(allowed)})")
+        return [allowed[x] for x in value]
+
+    def obj(self, key: str) -> _Config:
+        """A nested JSON object (absent: empty), its keys named ``key.name`` in errors."""
+        value = self.opt(key, {})
+        if not isinstance(value, dict):
+            raise self.fail(key, f"must be a JSON object (got {value!r})")
+        return _Config(value, self.path, f"{self.prefix}{key}.")
+
+    def divides(self, key: str, divisor: int, total: int, what: str) -> None:
+        """``total`` (named ``what``) splits evenly over ``divisor`` (``key``'s value)."""
+        if total % divisor:
+            raise self.fail(key, f"({divisor}) must divide {what} ({total})")
+
     def fail(self, key: str, why: str) -> TwinError:
-        return TwinError(f"{self.path}: key {key!r} {why}")
+        return TwinError(f"{self.path}: key {self.prefix + key!r} {why}")
 
 
 def from_hf_config(
@@ -64,7 +138,9 @@ def from_hf_config(
     if p.is_dir():
         p = p / "config.json"
     try:
-        data = json.loads(p.read_text())
+        raw = p.read_text()
+        check_json_depth(raw, str(p))  # before decoding: a deep nest is a RecursionError
+        data = json.loads(raw)
     except FileNotFoundError:
         raise TwinError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -72,14 +148,16 @@ def from_hf_config(
     if not isinstance(data, dict):
         raise TwinError(f"{p}: expected a JSON object at the top level")
     cfg = _Config(data, p)
-    model_type = data.get("model_type")
+    model_type: str | None = data.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise cfg.fail("model_type", f"must be a string (got {model_type!r})")
     if model_type is None and "ssm_cfg" in data:
         model_type = "mamba_ssm"
     if model_type in WRAPPERS:  # a multimodal wrapper: the language model is text_config
         text = data.get("text_config")
         if not isinstance(text, dict):
             raise TwinError(f"{p}: model_type {model_type!r} needs a 'text_config' object")
-        cfg, model_type = _Config(text, p), WRAPPERS[model_type]
+        cfg, model_type = _Config(text, p, "text_config."), WRAPPERS[model_type]
     parser = _PARSERS.get(str(model_type))
     if parser is None:
         raise TwinError(
@@ -102,32 +180,41 @@ def from_hf_config(
         raise TwinError(f"{p}: {err}") from None
 
 
-def _attention(cfg: _Config, head_dim_keys: tuple[str, ...] = ("head_dim",)) -> dict[str, Any]:
-    """Heads, kv heads (default: MHA) and head dim (default: hidden / heads)."""
-    d, heads = cfg.int("hidden_size"), cfg.int("num_attention_heads")
-    head_dim = next((cfg.int(k) for k in head_dim_keys if cfg.opt(k, None) is not None), None)
+def heads(cfg: _Config, head_dim_keys: tuple[str, ...] = ("head_dim",)) -> dict[str, Any]:
+    """Heads, kv heads (default: MHA) and head dim (default: hidden / heads).
+
+    As transformers' ``LlamaConfig.validate_architecture`` (5.24): without an explicit head
+    dim, the heads must divide the hidden size (the twin would otherwise floor it); the kv
+    heads must divide the heads (grouped-query attention shares each kv head evenly).
+    """
+    d, n_heads = cfg.pos("hidden_size"), cfg.pos("num_attention_heads")
+    head_dim = next((cfg.pos(k) for k in head_dim_keys if cfg.opt(k, None) is not None), None)
+    if head_dim is None:
+        cfg.divides("num_attention_heads", n_heads, d, "hidden_size")
+    kv = cfg.pos("num_key_value_heads", n_heads)
+    cfg.divides("num_key_value_heads", kv, n_heads, "num_attention_heads")
     return dict(
-        n_heads=heads,
-        n_kv_heads=cfg.int("num_key_value_heads", heads),
-        head_dim=head_dim if head_dim is not None else d // heads,
+        n_heads=n_heads,
+        n_kv_heads=kv,
+        head_dim=head_dim if head_dim is not None else d // n_heads,
     )
 
 
 def _llama(cfg: _Config) -> dict[str, Any]:
-    n = cfg.int("num_hidden_layers")
-    window = cfg.opt("sliding_window", None)
-    if cfg.opt("use_sliding_window", True) is False:  # Qwen-style switch, honoured if present
+    n = cfg.layers()
+    window = cfg.window()
+    if not cfg.flag("use_sliding_window", True):  # Qwen-style switch, honoured if present
         window = None
     return dict(
         n_attention_layers=n,
         n_mlp_layers=n,
-        d_model=cfg.int("hidden_size"),
-        **_attention(cfg),
-        mlp_d_ff=cfg.int("intermediate_size"),
+        d_model=cfg.pos("hidden_size"),
+        **heads(cfg),
+        mlp_d_ff=cfg.pos("intermediate_size"),
         mlp_gated=True,
-        vocab_size=cfg.int("vocab_size"),
+        vocab_size=cfg.pos("vocab_size"),
         sliding_window=window,
-        tie_embeddings=bool(cfg.opt("tie_word_embeddings", False)),
+        tie_embeddings=cfg.flag("tie_word_embeddings", False),
     )
 
 
@@ -140,7 +227,7 @@ def _qwen3(cfg: _Config) -> dict[str, Any]:
     is false in every published config; when true, transformers windows only layers
     ``>= max_window_layers``, which the twin cannot express per layer, so it is refused.
     """
-    if cfg.opt("use_sliding_window", False) is True and cfg.opt("sliding_window", None):
+    if cfg.flag("use_sliding_window", False) and cfg.window() is not None:
         raise cfg.fail(
             "use_sliding_window",
             "is true: Qwen3 then windows only layers >= max_window_layers (not modelled)",
@@ -152,51 +239,56 @@ def _jamba(cfg: _Config) -> dict[str, Any]:
     """Jamba (transformers ``JambaConfig``): Mamba-1 layers, attention where
     ``i % attn_layer_period == attn_layer_offset``, MoE where ``i % expert_layer_period ==
     expert_layer_offset`` (``num_experts`` 1 is a plain MLP everywhere)."""
-    n = cfg.int("num_hidden_layers")
-    a_per, a_off = cfg.int("attn_layer_period"), cfg.int("attn_layer_offset")
-    e_per, e_off = cfg.int("expert_layer_period"), cfg.int("expert_layer_offset")
-    experts = cfg.int("num_experts")
+    n = cfg.layers()
+    # transformers' JambaConfig.validate_architecture (5.24): each offset below its period.
+    a_per, e_per = cfg.pos("attn_layer_period"), cfg.pos("expert_layer_period")
+    a_off, e_off = cfg.integer("attn_layer_offset"), cfg.integer("expert_layer_offset")
+    for key, off, per in (("attn", a_off, a_per), ("expert", e_off, e_per)):
+        if off >= per:
+            raise cfg.fail(
+                f"{key}_layer_offset", f"({off}) must be below {key}_layer_period ({per})"
+            )
+    experts = cfg.pos("num_experts")
     moe = [experts > 1 and i % e_per == e_off for i in range(n)]
     layers = tuple(
         ("attention" if i % a_per == a_off else "mamba1") + ("/moe" if moe[i] else "/mlp")
         for i in range(n)
     )
-    dt_rank = cfg.opt("mamba_dt_rank", "auto")
-    d_ff = cfg.int("intermediate_size")
+    d_ff = cfg.pos("intermediate_size")
     return dict(
         layers=layers,
-        d_model=cfg.int("hidden_size"),
-        **_attention(cfg),
+        d_model=cfg.pos("hidden_size"),
+        **heads(cfg),
         mlp_d_ff=d_ff,
         mlp_gated=True,
         moe_n_experts=experts if any(moe) else 0,
-        moe_top_k=cfg.int("num_experts_per_tok") if any(moe) else 0,
+        moe_top_k=cfg.pos("num_experts_per_tok") if any(moe) else 0,
         moe_d_ff=d_ff if any(moe) else 0,
-        ssm_d_state=cfg.int("mamba_d_state"),
-        ssm_expand=cfg.int("mamba_expand"),
-        ssm_conv_kernel=cfg.int("mamba_d_conv"),
-        ssm_dt_rank=0 if dt_rank == "auto" else cfg.int("mamba_dt_rank"),
-        vocab_size=cfg.int("vocab_size"),
-        tie_embeddings=bool(cfg.opt("tie_word_embeddings", False)),
+        ssm_d_state=cfg.pos("mamba_d_state"),
+        ssm_expand=cfg.pos("mamba_expand"),
+        ssm_conv_kernel=cfg.pos("mamba_d_conv"),
+        ssm_dt_rank=cfg.auto_or_pos("mamba_dt_rank") or 0,
+        vocab_size=cfg.pos("vocab_size"),
+        tie_embeddings=cfg.flag("tie_word_embeddings", False),
     )
 
 
 def _zamba2(cfg: _Config) -> dict[str, Any]:
-    d, n = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
-    blocks = cfg.req("layers_block_type")
-    if not isinstance(blocks, list) or len(blocks) != n:
-        raise cfg.fail("layers_block_type", f"must be a list of {n} layer types")
-    bad = sorted({b for b in blocks if b not in ("mamba", "hybrid")})
-    if bad:
-        raise cfg.fail("layers_block_type", f"has unknown layer types {bad}")
+    d, n = cfg.pos("hidden_size"), cfg.layers()
+    blocks = cfg.kinds("layers_block_type", {"mamba": "mamba", "hybrid": "hybrid"}, n)
     n_hybrid = blocks.count("hybrid")
-    heads = cfg.int("num_attention_heads")
-    expand = cfg.int("mamba_expand", 2)
+    n_heads = cfg.pos("num_attention_heads")
+    expand = cfg.pos("mamba_expand", 2)
     d_inner = expand * d
     if cfg.opt("n_mamba_heads", None) is not None:
-        ssm_head_dim = d_inner // cfg.int("n_mamba_heads")
+        # transformers' Zamba2Config: mamba_headdim = mamba_expand * hidden // n_mamba_heads.
+        mamba_heads = cfg.pos("n_mamba_heads")
+        cfg.divides("n_mamba_heads", mamba_heads, d_inner, "mamba_expand x hidden_size")
+        ssm_head_dim = d_inner // mamba_heads
     else:
-        ssm_head_dim = cfg.int("mamba_headdim", 64)
+        ssm_head_dim = cfg.pos("mamba_headdim", 64)
+    kv = cfg.pos("num_key_value_heads", n_heads)
+    cfg.divides("num_key_value_heads", kv, n_heads, "num_attention_heads")
     # Every layer has a Mamba2 mixer; a "hybrid" layer also runs one of
     # num_mem_blocks shared attention+MLP blocks (own KV per layer, shared weights),
     # whose attention reads [hidden, embedding]: head_dim = 2 * hidden / heads.
@@ -205,20 +297,20 @@ def _zamba2(cfg: _Config) -> dict[str, Any]:
         n_ssm_layers=n,
         n_mlp_layers=n_hybrid,
         d_model=d,
-        n_heads=heads,
-        n_kv_heads=cfg.int("num_key_value_heads", heads),
-        head_dim=cfg.int("attention_head_dim", 2 * d // heads),
-        mlp_d_ff=cfg.int("intermediate_size", 4 * d),
+        n_heads=n_heads,
+        n_kv_heads=kv,
+        head_dim=cfg.pos("attention_head_dim", max(1, 2 * d // n_heads)),
+        mlp_d_ff=cfg.pos("intermediate_size", 4 * d),
         mlp_gated=True,
-        ssm_d_state=cfg.int("mamba_d_state"),
+        ssm_d_state=cfg.pos("mamba_d_state"),
         ssm_expand=expand,
         ssm_head_dim=ssm_head_dim,
-        ssm_groups=cfg.int("mamba_ngroups", 1),
-        ssm_conv_kernel=cfg.int("mamba_d_conv", 4),
-        ssm_chunk_size=cfg.int("chunk_size", 256),
-        vocab_size=cfg.int("vocab_size"),
-        tie_embeddings=bool(cfg.opt("tie_word_embeddings", True)),
-        shared_block_copies=cfg.int("num_mem_blocks", 1) if n_hybrid else None,
+        ssm_groups=cfg.pos("mamba_ngroups", 1),
+        ssm_conv_kernel=cfg.pos("mamba_d_conv", 4),
+        ssm_chunk_size=cfg.pos("chunk_size", 256),
+        vocab_size=cfg.pos("vocab_size"),
+        tie_embeddings=cfg.flag("tie_word_embeddings", True),
+        shared_block_copies=cfg.pos("num_mem_blocks", 1) if n_hybrid else None,
     )
 
 
@@ -238,19 +330,35 @@ _NEMOTRON_KINDS = {
 
 
 def _nemotron_h(cfg: _Config) -> dict[str, Any]:
+    """Nemotron-H: the layers are its ``hybrid_override_pattern`` (one symbol a layer) or
+    ``layers_block_type``. A ``num_hidden_layers`` that disagrees is refused: transformers
+    5.24's ``NemotronHConfig`` warns and takes the pattern's length, so such a file runs
+    another model than the one its layer count names (issue 32)."""
     if cfg.opt("hybrid_override_pattern", None) is not None:
-        key, layers = "hybrid_override_pattern", list(cfg.req("hybrid_override_pattern"))
+        key = "hybrid_override_pattern"
+        symbols = cfg.text(key)
+        if len(symbols) > MAX_LAYERS:
+            raise cfg.fail(key, f"has {len(symbols):,} layers; at most {MAX_LAYERS:,}")
+        unknown = sorted(set(symbols) - set("M*-E"))
+        if unknown:
+            raise cfg.fail(key, f"has unknown layer symbols {unknown} (expected M, *, -, E)")
+        kinds = [_NEMOTRON_KINDS[x] for x in symbols]
     else:
-        key, layers = "layers_block_type", cfg.req("layers_block_type")
-        if not isinstance(layers, list):
-            raise cfg.fail(key, "must be a list of layer types")
-    unknown = sorted({str(x) for x in layers if x not in _NEMOTRON_KINDS})
-    if unknown:
-        raise cfg.fail(key, f"has unknown layer symbols {unknown} (expected M, *, -, E)")
-    kinds = [_NEMOTRON_KINDS[x] for x in layers]
+        key = "layers_block_type"
+        kinds = cfg.kinds(key, {k: v for k, v in _NEMOTRON_KINDS.items() if len(k) > 1})
+        if len(kinds) > MAX_LAYERS:
+            raise cfg.fail(key, f"has {len(kinds):,} layers; at most {MAX_LAYERS:,}")
+    if not kinds:
+        raise cfg.fail(key, "has no layers")
+    if cfg.opt("num_hidden_layers", None) is not None and cfg.layers() != len(kinds):
+        raise cfg.fail(
+            key,
+            f"has {len(kinds)} layers but num_hidden_layers is {cfg.layers()}: "
+            "one of them is wrong",
+        )
     pattern = tuple("mamba2" if k == "ssm" else k for k in kinds)
-    d = cfg.int("hidden_size")
-    ssm_heads, ssm_head_dim = cfg.int("mamba_num_heads"), cfg.int("mamba_head_dim")
+    d = cfg.pos("hidden_size")
+    ssm_heads, ssm_head_dim = cfg.pos("mamba_num_heads"), cfg.pos("mamba_head_dim")
     # The mixer's width is heads x head_dim; `expand` in the file is not used by it.
     d_inner = ssm_heads * ssm_head_dim
     expand: float = d_inner // d if d_inner % d == 0 else d_inner / d
@@ -258,74 +366,85 @@ def _nemotron_h(cfg: _Config) -> dict[str, Any]:
     return dict(
         layers=pattern,
         d_model=d,
-        **_attention(cfg, ("head_dim", "attention_head_dim")),
-        mlp_d_ff=cfg.int("intermediate_size"),
-        mlp_gated=cfg.opt("mlp_hidden_act", "relu2") != "relu2",
+        **heads(cfg, ("head_dim", "attention_head_dim")),
+        mlp_d_ff=cfg.pos("intermediate_size"),
+        mlp_gated=cfg.text("mlp_hidden_act", "relu2") != "relu2",
         # Shared experts (moe_shared_expert_intermediate_size) are not modelled.
-        moe_n_experts=cfg.int("n_routed_experts") if n_moe else 0,
-        moe_top_k=cfg.int("num_experts_per_tok") if n_moe else 0,
-        moe_d_ff=cfg.int("moe_intermediate_size") if n_moe else 0,
-        ssm_d_state=cfg.int("ssm_state_size"),
+        moe_n_experts=cfg.pos("n_routed_experts") if n_moe else 0,
+        moe_top_k=cfg.pos("num_experts_per_tok") if n_moe else 0,
+        moe_d_ff=cfg.pos("moe_intermediate_size") if n_moe else 0,
+        ssm_d_state=cfg.pos("ssm_state_size"),
         ssm_expand=expand,
         ssm_head_dim=ssm_head_dim,
-        ssm_groups=cfg.int("n_groups"),
-        ssm_conv_kernel=cfg.int("conv_kernel"),
-        ssm_chunk_size=cfg.int("chunk_size", 128),
-        vocab_size=cfg.int("vocab_size"),
-        tie_embeddings=bool(cfg.opt("tie_word_embeddings", False)),
+        ssm_groups=cfg.pos("n_groups"),
+        ssm_conv_kernel=cfg.pos("conv_kernel"),
+        ssm_chunk_size=cfg.pos("chunk_size", 128),
+        vocab_size=cfg.pos("vocab_size"),
+        tie_embeddings=cfg.flag("tie_word_embeddings", False),
     )
 
 
 def _mamba2(cfg: _Config) -> dict[str, Any]:
-    d = cfg.int("hidden_size")
-    expand, head_dim = cfg.int("expand", 2), cfg.int("head_dim", 64)
+    d = cfg.pos("hidden_size")
+    expand, head_dim = cfg.pos("expand", 2), cfg.pos("head_dim", 64)
+    n_heads = cfg.pos("num_heads", max(1, expand * d // head_dim))
+    # transformers 5.24 Mamba2Config.validate_architecture: the heads tile the inner width.
+    if n_heads * head_dim != expand * d:
+        raise cfg.fail(
+            "num_heads",
+            f"x head_dim ({n_heads} x {head_dim}) must equal expand x hidden_size ({expand} x {d})",
+        )
     return dict(
-        n_ssm_layers=cfg.int("num_hidden_layers"),
+        n_ssm_layers=cfg.layers(),
         d_model=d,
-        ssm_d_state=cfg.int("state_size"),
+        ssm_d_state=cfg.pos("state_size"),
         ssm_expand=expand,
-        ssm_state_channels=cfg.int("num_heads", expand * d // head_dim) * head_dim,
+        ssm_state_channels=n_heads * head_dim,
         ssm_head_dim=head_dim,
-        ssm_groups=cfg.int("n_groups", 1),
-        ssm_conv_kernel=cfg.int("conv_kernel", 4),
-        ssm_chunk_size=cfg.int("chunk_size", 256),
-        vocab_size=cfg.int("vocab_size"),
-        tie_embeddings=bool(cfg.opt("tie_word_embeddings", False)),
+        ssm_groups=cfg.pos("n_groups", 1),
+        ssm_conv_kernel=cfg.pos("conv_kernel", 4),
+        ssm_chunk_size=cfg.pos("chunk_size", 256),
+        vocab_size=cfg.pos("vocab_size"),
+        tie_embeddings=cfg.flag("tie_word_embeddings", False),
     )
 
 
 def _mamba_ssm(cfg: _Config) -> dict[str, Any]:
     """mamba_ssm's MambaConfig: Mamba2 layers, optional MHA layers and gated MLPs."""
-    d, n = cfg.int("d_model"), cfg.int("n_layer")
-    ssm_cfg, attn_cfg = cfg.opt("ssm_cfg", {}), cfg.opt("attn_cfg", {})
-    if not isinstance(ssm_cfg, dict) or not isinstance(attn_cfg, dict):
-        raise cfg.fail("ssm_cfg", "and 'attn_cfg' must be JSON objects")
-    if ssm_cfg.get("layer", "Mamba1") != "Mamba2":
+    d, n = cfg.pos("d_model"), cfg.layers("n_layer")
+    ssm_cfg, attn_cfg = cfg.obj("ssm_cfg"), cfg.obj("attn_cfg")
+    if ssm_cfg.opt("layer", "Mamba1") != "Mamba2":
         raise cfg.fail("ssm_cfg", "must have layer 'Mamba2' (Mamba-1 is not supported)")
-    attn_idx = cfg.opt("attn_layer_idx", [])
-    n_attn, d_ff = len(attn_idx), cfg.int("d_intermediate", 0)
-    vocab, pad = cfg.int("vocab_size"), cfg.int("pad_vocab_size_multiple", 8)
-    heads = attn_cfg.get("num_heads", 0) if n_attn else 0
-    if n_attn and not heads:
-        raise cfg.fail("attn_cfg", "must give num_heads when attn_layer_idx is not empty")
+    n_attn, d_ff = len(cfg.indices("attn_layer_idx", n)), cfg.integer("d_intermediate", 0)
+    vocab, pad = cfg.pos("vocab_size"), cfg.pos("pad_vocab_size_multiple", 8)
+    attention: dict[str, Any] = dict(n_heads=0, n_kv_heads=0, head_dim=0)
+    if n_attn:
+        if attn_cfg.opt("num_heads", None) is None:
+            raise cfg.fail("attn_cfg", "must give num_heads when attn_layer_idx is not empty")
+        n_heads = attn_cfg.pos("num_heads")
+        if attn_cfg.opt("head_dim", None) is None:
+            attn_cfg.divides("num_heads", n_heads, d, "d_model")
+        kv = attn_cfg.pos("num_heads_kv", n_heads)
+        attn_cfg.divides("num_heads_kv", kv, n_heads, "num_heads")
+        attention = dict(
+            n_heads=n_heads, n_kv_heads=kv, head_dim=attn_cfg.pos("head_dim", d // n_heads)
+        )
     return dict(
         n_attention_layers=n_attn,
         n_ssm_layers=n - n_attn,
         n_mlp_layers=n if d_ff else 0,
         d_model=d,
-        n_heads=heads,
-        n_kv_heads=attn_cfg.get("num_heads_kv", heads) or 0,
-        head_dim=attn_cfg.get("head_dim", d // heads if heads else 0) or 0,
+        **attention,
         mlp_d_ff=d_ff,
         mlp_gated=True,  # mamba_ssm's MLP is GatedMLP
-        ssm_d_state=ssm_cfg.get("d_state", 128),
-        ssm_expand=ssm_cfg.get("expand", 2),
-        ssm_head_dim=ssm_cfg.get("headdim", 64),
-        ssm_groups=ssm_cfg.get("ngroups", 1),
-        ssm_conv_kernel=ssm_cfg.get("d_conv", 4),
-        ssm_chunk_size=ssm_cfg.get("chunk_size", 256),
+        ssm_d_state=ssm_cfg.pos("d_state", 128),
+        ssm_expand=ssm_cfg.pos("expand", 2),
+        ssm_head_dim=ssm_cfg.pos("headdim", 64),
+        ssm_groups=ssm_cfg.pos("ngroups", 1),
+        ssm_conv_kernel=ssm_cfg.pos("d_conv", 4),
+        ssm_chunk_size=ssm_cfg.pos("chunk_size", 256),
         vocab_size=-(-vocab // pad) * pad,  # the embedding is padded to the multiple
-        tie_embeddings=bool(cfg.opt("tie_embeddings", True)),
+        tie_embeddings=cfg.flag("tie_embeddings", True),
     )
 
 

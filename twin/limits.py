@@ -31,6 +31,16 @@ MAX_LIST_ITEMS = 1_000
 #   192-core server with SMT has 768).
 MAX_JOBS = 1_024
 
+# Model configs (config.json, issue 32: a config with 10^7 layers hung building its layer
+# list; widths near 2^63 overflow byte counts):
+# - layers: the deepest published LLM has 126 (Llama 3.1 405B's config.json); 1,024 is eight
+#   times that, and a per-layer pattern stays a short list;
+MAX_LAYERS = 1_024
+# - any other integer of a config (a width, a head count, a vocabulary, a window): 2^24,
+#   64 times the largest vocabulary (Gemma 3's 262,144) and above any context length
+#   (Llama 4 Scout's 10M tokens), so weights and KV bytes stay far inside int64.
+MAX_CONFIG_INT = 1 << 24
+
 # The deepest JSON nesting read from a user (profiles, model configs, --set values, workload
 # metadata): real files nest a handful of levels (a profile's kernels.gemm.provenance is 4),
 # while Python's json decoder recurses once per level and dies with RecursionError near 1,000.

@@ -249,17 +249,24 @@ class RecordWriter:
             buffer.settle()
 
     def close(self) -> None:
-        """Write the last rows and move the file to its final name."""
-        self._flush()
-        self._writer.close()
+        """Write the last rows and move the file to its final name (on a failure, a full
+        disk, drop the temporary file and raise)."""
+        try:
+            self._flush()
+            self._writer.close()
+        except BaseException as err:
+            self._drop(err)
+            raise
         self._atomic.__exit__(None, None, None)
 
     def abort(self) -> None:
         """Drop the temporary file (the target is left as it was)."""
-        self._writer.close()
-        err = RuntimeError("aborted")
-        with contextlib.suppress(RuntimeError):
-            self._atomic.__exit__(type(err), err, None)
+        self._drop(RuntimeError("aborted"))
+
+    def _drop(self, err: BaseException) -> None:
+        with contextlib.suppress(Exception):  # a writer that failed may fail to close too
+            self._writer.close()
+        self._atomic.__exit__(type(err), err, None)  # raises an OSError named after the file
 
     def _flush(self) -> None:
         columns = dict(zip(self._order, self._buffer.take(), strict=True))

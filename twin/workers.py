@@ -1,9 +1,10 @@
 """Local process pools whose workers never outlive the command that started them.
 
-Every pool of the project goes through here: :func:`run_in_pool` (sweeps,
-reproductions, the silicon benchmark) and :func:`guarded_executor` (a
+Every pool of the project is made here, by :func:`guarded_executor` (a
 ``ProcessPoolExecutor`` for ``map``-style use: Marconi's alpha grid and the
-oracle).
+oracle), directly or through :func:`run_in_pool` (sweeps, ``twin plan``,
+reproductions, the silicon benchmark's scoring). ``tests/test_orphans.py``
+SIGKILLs every command that starts workers and checks none survives.
 
 ``concurrent.futures.ProcessPoolExecutor`` on its own has two faults here:
 
@@ -76,13 +77,18 @@ def guarded_executor(
     max_workers: int,
     initializer: Callable[..., Any] | None = None,
     initargs: tuple[Any, ...] = (),
+    progress_queue: Any = None,
 ) -> Iterator[ProcessPoolExecutor]:
     """A ``ProcessPoolExecutor`` whose workers die with this process and ignore Ctrl-C;
-    on any exception (or a generator closed early) its workers are killed at once."""
+    on any exception (or a generator closed early) its workers are killed at once.
+
+    The one place the project makes a process pool (:func:`run_in_pool` too).
+    ``progress_queue``: where :func:`_with_progress` tasks send their progress.
+    """
     pool = ProcessPoolExecutor(
         max_workers=max_workers,
         initializer=_init_worker,
-        initargs=(os.getpid(), None, initializer, initargs),
+        initargs=(os.getpid(), progress_queue, initializer, initargs),
     )
     try:
         yield pool
@@ -155,9 +161,6 @@ def run_in_pool(
     """
     todo = list(items)
     q: Any = multiprocessing.Queue() if on_progress is not None else None
-    pool = ProcessPoolExecutor(
-        max_workers=jobs, initializer=_init_worker, initargs=(os.getpid(), q)
-    )
 
     def relay() -> None:
         while q is not None and on_progress is not None:
@@ -168,25 +171,22 @@ def run_in_pool(
             on_progress(todo[index], x)
 
     try:
-        futures: dict[Future[R], T] = {
-            (
-                pool.submit(_with_progress, fn, i, *args(item))
-                if q is not None
-                else pool.submit(fn, *args(item))
-            ): item
-            for i, item in enumerate(todo)
-        }
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
-            relay()
-            for fut in done:
-                on_result(futures[fut], fut.result())
-    except BaseException:
-        kill_workers(pool)
-        raise
+        with guarded_executor(jobs, progress_queue=q) as pool:
+            futures: dict[Future[R], T] = {
+                (
+                    pool.submit(_with_progress, fn, i, *args(item))
+                    if q is not None
+                    else pool.submit(fn, *args(item))
+                ): item
+                for i, item in enumerate(todo)
+            }
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+                relay()
+                for fut in done:
+                    on_result(futures[fut], fut.result())
     finally:
         if q is not None:
             q.close()
             q.cancel_join_thread()
-    pool.shutdown(wait=True)

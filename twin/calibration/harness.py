@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twin.atomic import OutputSet
 from twin.calibration.device import DeviceInfo, check_requested, import_torch, provenance
 from twin.calibration.fit import HOLDOUT_SHARE, fit_all, pooled_heldout
 from twin.calibration.kernels import LEVELS, SweepContext
@@ -78,6 +79,8 @@ def calibrate(
         )
     if threads < 1:
         raise TwinError(f"--threads must be at least 1 (got {threads})")
+    if out is not None and raw_path_for(Path(out)) == Path(out):  # the pair is one set
+        raise TwinError(f"--out {out}: name the profile *.json (its raw table goes beside it)")
     torch = import_torch(f"--gpu {gpu}")
     device = check_requested(gpu, torch)
     saved_threads = torch.get_num_threads()
@@ -207,9 +210,13 @@ def _calibrate(
 
         profile.layer_overhead = measure_layer_overhead(spec_model, profile, device.kind)
     target = Path(out) if out is not None else profile_path(device.gpu)
-    raw = write_raw(rows, raw_path_for(target))
+    raw = raw_path_for(target)
     profile.provenance["raw"] = raw.name
-    profile.save(target)
+    # The profile and its raw table as one set (twin.atomic): never a new table beside an
+    # old profile, whatever fails or is killed on the way.
+    with OutputSet(target.parent, [raw.name, target.name], "twin calibrate", None) as outputs:
+        write_raw(rows, outputs.path(raw.name))
+        profile.save(outputs.path(target.name))
     return CalibrationResult(profile, target, raw, len(rows), skipped)
 
 

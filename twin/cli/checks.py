@@ -89,6 +89,21 @@ def in_file(flag: str, path: Path, what: str = "file") -> None:
         raise TwinError(f"{flag} {path}: not readable")
 
 
+def claim_out(flag: str, path: Path) -> None:
+    """Hold the output folder ``path`` until the command ends (``twin.atomic.claim``): a second
+    command into it meanwhile is refused at once, and this command's existing-output check
+    and its commit see no other writer in between. Call it after the flag checks, before the
+    existing-output check."""
+    from typer._click.globals import get_current_context  # typer's bundled click
+
+    from twin.atomic import claim
+
+    ctx = get_current_context(silent=True)
+    if ctx is None:  # not under the CLI (a direct call): nothing would release it
+        raise RuntimeError("claim_out runs inside a twin command")
+    ctx.with_resource(claim(path, flag))
+
+
 def no_other_run(flag: str, path: Path, names: list[str], force: bool) -> None:
     """Refuse to replace another run's outputs in ``path`` unless ``force``."""
     from twin.atomic import has_outputs

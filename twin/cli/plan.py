@@ -260,6 +260,7 @@ def plan_cmd(
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
+    checks.claim_out("--out", out)
     if prices is not None:
         checks.in_file("--prices", prices, "price file")
     checks.number("--session-rate", session_rate, low=0, low_open=True)

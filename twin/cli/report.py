@@ -259,6 +259,7 @@ def capacity(
     """
     checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
+    checks.claim_out("--out", out)
     auto = [t for t in cache_gb.split(",") if t.strip().lower() == "auto"]
     rest = ",".join(t for t in cache_gb.split(",") if t.strip().lower() != "auto")
     caches = ([AUTO_GB] if auto else []) + (

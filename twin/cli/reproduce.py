@@ -61,6 +61,7 @@ def reproduce_cmd(
     """
     get_paper(paper)  # an unknown name fails before any work
     checks.out_dir("--out", out)
+    checks.claim_out("--out", out)
     if executor not in ("local", "ray"):
         raise TwinError(f"--executor {executor!r}: choose from local, ray")
     with progress_bar(f"reproducing {paper}", plan_size(paper, quick)) as advance:

@@ -283,6 +283,7 @@ def simulate(
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
+    checks.claim_out("--out", out)  # held from the check below to the commit
     checks.no_other_run("--out", out, [REQUESTS_FILE, SUMMARY_FILE], force)
     bundled = workload is None
     if workload is None:

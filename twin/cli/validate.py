@@ -9,6 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from twin.cli import checks
 from twin.cli.common import (
     ModelOption,
     ModelSetOption,
@@ -108,6 +109,8 @@ def validate(
       twin validate --device cuda --profile h100-measured.json -m marconi-hybrid-7b \\
         --generate chat --requests 50 --out val-gpu
     """
+    checks.out_dir("--out", out)
+    checks.claim_out("--out", out)
     report = validate_model(
         resolve_model(model, model_set),
         out,

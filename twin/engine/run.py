@@ -125,8 +125,12 @@ def simulate(
             writer.abort()
             outputs.abort()
         raise
-    if writer is not None:
-        writer.close()
+    if writer is not None and outputs is not None:
+        try:
+            writer.close()
+        except BaseException:  # a full disk at the last rows: nothing of this run is left
+            outputs.abort()
+            raise
     util = [r["utilisation"] for r in stats.replicas]
     result = summary.summary(
         ClusterState(

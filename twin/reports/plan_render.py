@@ -13,7 +13,7 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from twin.atomic import write_text_atomic
+from twin.atomic import OutputSet
 from twin.metrics import to_json
 from twin.reports.analysis import slo_text
 from twin.reports.render import CSS, HTML_FILE, MD_FILE, _html_table, _md_table
@@ -324,15 +324,14 @@ def render_html(p: PlanResult, svg: str) -> str:
 
 
 def write_plan(out: Path, p: PlanResult) -> list[Path]:
-    """Write plan.json, the figure, report.md and report.html (each atomically); the HTML
-    last, so a reader who finds it finds every file it summarises."""
+    """Write plan.json, the figure, report.md and report.html as one set (twin.atomic)."""
     from twin.reports.plan_result import PLAN_FILE
 
     out.mkdir(parents=True, exist_ok=True)
     svg = figure(p)
     files = [out / PLAN_FILE, out / f"{FIGURE}.svg", out / MD_FILE, out / HTML_FILE]
-    write_text_atomic(files[0], to_json(p.to_dict()))
-    write_text_atomic(files[1], svg)
-    write_text_atomic(files[2], render_md(p, f"{FIGURE}.svg"))
-    write_text_atomic(files[3], render_html(p, svg))
+    texts = [to_json(p.to_dict()), svg, render_md(p, f"{FIGURE}.svg"), render_html(p, svg)]
+    with OutputSet(out, [f.name for f in files], kind="twin plan") as outputs:  # one set
+        for f, text in zip(files, texts, strict=True):
+            outputs.write_text(f.name, text)
     return files

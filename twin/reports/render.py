@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twin.atomic import write_text_atomic
+from twin.atomic import OutputSet
 from twin.reports.analysis import Recommendation, Slo, by_gpu_count, rate_label, slo_text, verdict
 from twin.reports.load import LOAD_HEAD, Sustainable, load_rows, load_verdict, sustainable
 
@@ -328,7 +328,7 @@ def render_report(
     rows: list[dict[str, Any]] | None = None,
     cdf_cache_gb: float | None = None,
 ) -> list[Path]:
-    """Write the figures, report.md and report.html (each atomically); return their paths.
+    """Write the figures, report.md and report.html as one set; return their paths.
 
     ``rows`` (per-seed results) enable the TTFT CDF and hit-by-length views at
     ``cdf_cache_gb`` (default: the largest swept cache).
@@ -342,12 +342,11 @@ def render_report(
     # The figures plot TTFT: the SLO line drawn is the first TTFT target's.
     line = next((s for s in slos if s.metric == "ttft"), None)
     figs = figures(grouped, line, None if rows is None else by_gpu_count(rows), cdf_cache_gb, load)
-    written = []
-    for stem, _, svg in figs:
-        write_text_atomic(out / f"{stem}.svg", svg)
-        written.append(out / f"{stem}.svg")
-    # The Markdown last-but-one and the HTML last: a reader who finds the HTML
-    # finds every file it summarises already in place.
-    write_text_atomic(out / MD_FILE, render_md(header, slos, agg, recs, figs, load))
-    write_text_atomic(out / HTML_FILE, render_html(header, slos, agg, recs, figs, load))
-    return [*written, out / MD_FILE, out / HTML_FILE]
+    names = [*(f"{stem}.svg" for stem, _, _ in figs), MD_FILE, HTML_FILE]
+    # One set: the previous report stays whole until every new file is (twin.atomic).
+    with OutputSet(out, names, kind="twin report capacity") as outputs:
+        for stem, _, svg in figs:
+            outputs.write_text(f"{stem}.svg", svg)
+        outputs.write_text(MD_FILE, render_md(header, slos, agg, recs, figs, load))
+        outputs.write_text(HTML_FILE, render_html(header, slos, agg, recs, figs, load))
+    return [out / name for name in names]

@@ -1,11 +1,12 @@
 """The sweep's results table, ``DIR/results.parquet``: its columns, reads and merged writes.
 
-Finished points are merged into the file, rewritten atomically, under the
-folder's lock (``DIR/.results.lock``): each merge re-reads the file, so two
-sweeps sharing a DIR keep each other's rows. A rewrite costs time in
-proportion to the rows already there, so a sweep of many quick points merges
-its rows in batches (:class:`ResultsWriter`) rather than one rewrite a point,
-which made a 1,000-point sweep spend as long rewriting as simulating.
+Finished points are merged into the file, rewritten atomically, while the folder
+is held (``twin.atomic.hold``, an flock on DIR itself, so no lock file is left):
+each merge re-reads the file, so two sweeps sharing a DIR keep each other's rows.
+A rewrite costs time in proportion to the rows already there, so a sweep of many
+quick points merges its rows in batches (:class:`ResultsWriter`) rather than one
+rewrite a point, which made a 1,000-point sweep spend as long rewriting as
+simulating.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twin.atomic import atomic_path, locked
+from twin.atomic import atomic_path, hold
 from twin.errors import TwinError
 from twin.reports.perrequest import (
     BIN_HIT_COLUMN,
@@ -29,7 +30,6 @@ from twin.reports.perrequest import (
 
 RESULTS_FILE = "results.parquet"
 INFEASIBLE_COLUMN = "infeasible"
-LOCK_FILE = ".results.lock"
 
 # Latency percentiles of every row, ms (reports.sweep.summary_row): any of them can be
 # an SLO's target (``ttft_p95_ms`` is ``p95_ttft``'s column).
@@ -135,12 +135,12 @@ def write_results(out_dir: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def merge_results(out_dir: Path, new: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Add ``new`` rows to the file's, under the folder's lock; return every row by key.
+    """Add ``new`` rows to the file's, with the folder held; return every row by key.
 
     Re-reading under the lock (not trusting a copy read at start) is what keeps
     the rows another sweep wrote into the same DIR meanwhile.
     """
-    with locked(Path(out_dir) / LOCK_FILE):
+    with hold(out_dir):
         rows = {r["key"]: r for r in read_results(out_dir)}
         rows.update({r["key"]: stored_row(r) for r in new})
         if new:

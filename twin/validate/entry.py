@@ -23,6 +23,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from twin.atomic import OutputSet
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.model import ModelSpec
@@ -129,6 +130,7 @@ def validate_model(
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".validate-staging-", dir=out))
+    outputs: OutputSet | None = None
     try:
         if prof is None:
             prof = _calibrate(device, spec, staging / PROFILE_FILE, bar)
@@ -166,10 +168,15 @@ def validate_model(
                 shown_dir=out,
                 progress=_fraction(advance, fixed.num_rows),
             )
-        for item in sorted(staging.iterdir()):
-            os.replace(item, out / item.name)
+        # Published as one set (twin.atomic): a kill between renames is finished later.
+        outputs = OutputSet(out, sorted(p.name for p in staging.iterdir()), "twin validate")
+        for name in outputs.names:
+            os.replace(staging / name, outputs.path(name))
         staging.rmdir()
+        outputs.commit()
     except BaseException:
+        if outputs is not None:
+            outputs.abort()
         shutil.rmtree(staging, ignore_errors=True)
         if created:
             with contextlib.suppress(OSError):

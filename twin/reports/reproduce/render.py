@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from twin.atomic import write_text_atomic
+from twin.atomic import OutputSet
 from twin.reports.render import CSS, _html_table, _md_table
 from twin.reports.reproduce.base import MAGNITUDE_FACTOR, VERDICTS, Claim
 
@@ -204,14 +204,13 @@ def render_html(
 
 
 def render_report(out: Path, facts: Facts, claims: list[Claim], notes: list[str]) -> list[Path]:
-    """Write the figures, claims.json, report.md and report.html (each atomically, HTML last)."""
+    """Write the figures, claims.json, report.md and report.html as one set."""
     figs = draw(claims)
-    paths = []
-    for stem, _, svg in figs.values():
-        write_text_atomic(out / f"{stem}.svg", svg)
-        paths.append(out / f"{stem}.svg")
-    paths += [out / JSON_FILE, out / MD_FILE, out / HTML_FILE]
-    write_text_atomic(out / JSON_FILE, claims_json(facts, claims, notes))
-    write_text_atomic(out / MD_FILE, render_md(facts, claims, notes, figs))
-    write_text_atomic(out / HTML_FILE, render_html(facts, claims, notes, figs))
-    return paths
+    names = [*(f"{stem}.svg" for stem, _, _ in figs.values()), JSON_FILE, MD_FILE, HTML_FILE]
+    with OutputSet(out, names, kind="twin reproduce") as outputs:  # one set (twin.atomic)
+        for stem, _, svg in figs.values():
+            outputs.write_text(f"{stem}.svg", svg)
+        outputs.write_text(JSON_FILE, claims_json(facts, claims, notes))
+        outputs.write_text(MD_FILE, render_md(facts, claims, notes, figs))
+        outputs.write_text(HTML_FILE, render_html(facts, claims, notes, figs))
+    return [out / name for name in names]
