@@ -83,13 +83,12 @@ def test_mla_needs_its_dims() -> None:
         dataclasses.replace(DSV3, name="bad", kv_lora_rank=0)
 
 
-def test_cost_model_refuses_mla_in_one_line() -> None:
+def test_cost_model_prices_mla() -> None:
     from twin.costmodel.model import CostModel
     from twin.costmodel.profile_store import load_profile
 
-    with pytest.raises(TwinError, match="mla layers have no kernel prices yet") as err:
-        CostModel(DSV3, load_profile("h100"), tp=8)
-    assert "\n" not in str(err.value)
+    # priced since the MLA tables were mapped (tests/test_mla_pricing.py)
+    assert CostModel(DSV3, load_profile("h100"), tp=8).decode([1024] * 4) > 0
 
 
 @pytest.mark.parametrize(
