@@ -77,28 +77,29 @@ def test_tensor_parallelism_halves_the_heads_not_the_latent() -> None:
     [
         ("h200-vllm", "module"),
         ("h200-trtllm", "module"),
-        ("h200-sglang", "kernels"),
-        ("h200-datasheet", "gqa"),
+        ("b200-sglang", "kernels/kernels"),
+        # SGLang's Hopper context table times the latent form: its prefill takes FA3 MHA
+        ("h200-sglang", "gqa/kernels"),
+        ("h200-datasheet", "gqa/gqa"),
     ],
 )
 def test_each_profile_prices_mla_its_way(profile: str, mode: str) -> None:
-    model = DSV3 if mode != "gqa" else DSV3_BF16  # a datasheet profile has no fp8 fit
+    model = DSV3 if "datasheet" not in profile else DSV3_BF16  # no fp8 fit in a datasheet
     cm = CostModel(model, load_profile(profile), tp=8, ep=8)
     assert cm.mla_mode == mode
-    label = cm.provenance
-    if mode == "gqa":
-        assert cm.mla_mode == "gqa"
-    else:
-        assert "MLA attention: measured" in label and MLA_AS_GQA_NOTE not in label
+    if mode == "module" or "kernels" in mode:
+        assert "MLA attention: measured" in cm.provenance
     # decode grows with the context, prefill with the prompt and its cached prefix
     steps = [cm.decode([c] * 32) for c in (128, 1024, 8192, 65536)]
     assert steps == sorted(steps) and steps[0] < steps[-1]
     assert cm.prefill(1024) < cm.prefill(4096) < cm.prefill(4096, 4096)
     # a step's breakdown puts MLA under attention, its kernels by name
-    parts = cm.decode([4096] * 8, breakdown=True)
-    kernels = set(parts.items["attention"])
-    want = {"module": "mla_module", "kernels": "mla_decode", "gqa": "attn_decode"}[mode]
-    assert want in kernels
+    decode = set(cm.decode([4096] * 8, breakdown=True).items["attention"])
+    prefill = set(cm.prefill(2048, breakdown=True).items["attention"])
+    kernel = {"module": "mla_module", "kernels": "mla_decode", "gqa": "attn_decode"}
+    assert kernel[cm.mla_modes[1]] in decode
+    kernel = {"module": "mla_module", "kernels": "mla_prefill", "gqa": "attn_prefill"}
+    assert kernel[cm.mla_modes[0]] in prefill
 
 
 def test_without_an_mla_fit_the_label_says_gqa() -> None:
@@ -106,11 +107,13 @@ def test_without_an_mla_fit_the_label_says_gqa() -> None:
     prof = load_profile("a100-80gb", "vllm")
     assert not any(k.startswith("mla_") for k in prof.kernels)
     cm = CostModel(DSV3_BF16, prof, tp=8, ep=8)
-    assert cm.mla_mode == "gqa"
-    assert (
-        f"attention: measured (vLLM 0.14.0 vllm_flash_attn, A100 80GB SXM4), {MLA_AS_GQA_NOTE}"
-        in (cm.provenance)
+    assert cm.mla_mode == "gqa/gqa"
+    note = MLA_AS_GQA_NOTE.format("prefill and decode")
+    assert f"attention: measured (vLLM 0.14.0 vllm_flash_attn, A100 80GB SXM4), {note}" in (
+        cm.provenance
     )
+    sglang = CostModel(DSV3, load_profile("h200", "sglang"), tp=8, ep=8).provenance
+    assert MLA_AS_GQA_NOTE.format("prefill") in sglang
 
 
 def test_the_module_is_the_fit_at_known_features() -> None:
@@ -129,7 +132,7 @@ def test_an_fp8_cache_takes_the_fp8_kv_fits() -> None:
     fp8 = px.with_precision(DSV3, None, "fp8")
     cm = CostModel(fp8, load_profile("h200", "trtllm"), tp=8, ep=8)
     assert cm.priced.keys["mla_module_decode"] == "mla_module_decode_fp8_block_fp8kv"
-    assert cm.priced.mla_kv_elem_bytes == 1
+    assert cm.priced.mla_kv_elem_bytes == (1, 1)
     cm = CostModel(fp8, load_profile("h200", "sglang"), tp=8, ep=8)
     assert cm.priced.keys["mla_decode"] == "mla_decode_fp8kv"
     assert cm.priced.keys["mla_bmm"] == "mla_bmm_fp8"  # a quantised kv_b: fp8 BMMs
@@ -199,6 +202,16 @@ def test_the_reader_counts_keys_as_each_table_logs_them(tmp_path: Path) -> None:
     # ``step`` is the cached tokens: 100 keys a sequence
     assert row["flops"] == mf.mla_decode_sums(2, 200, aic_mla.dims(16), 2, 2)[0]
     assert row["median_s"] == pytest.approx(5e-5) and row["seq_keys"] == 100
+    # SGLang's context rows of the latent form (FA3 off Blackwell) are not SGLang's prefill
+    context = [
+        {**base, "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "num_heads": 16,
+         "batch_size": 2, "isl": 64, "tp_size": 8, "step": 0, "latency": 0.05,
+         "kernel_source": source}
+        for source in ("flash_attention", "trtllm_mla")
+    ]  # fmt: skip
+    system = _table(tmp_path, context, "context_mla_perf.parquet")
+    fams = {f.kernel: f for f in aic_mla.kernel_rows(system, "sglang")}
+    assert len(fams["mla_prefill"].rows) == 1 and fams["mla_prefill"].kernel_source == "trtllm_mla"
     module = [
         {**base, "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "gemm_type": g,
          "model": "deepseek-ai/DeepSeek-V3", "num_heads": 16, "batch_size": 2, "isl": 1,

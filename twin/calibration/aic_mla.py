@@ -123,6 +123,16 @@ def _bmm_row(kernel: str, r: dict[str, Any], operands: tuple[float, float]) -> d
 
 
 _KERNEL_COLUMNS = ("batch_size", "isl", "num_heads", "step")
+# The context-kernel rows that time the decompressed form the engine serves prefills in.
+# SGLang runs an extend as MHA (``MHA_CHUNKED_KV`` / ``MHA_ONE_SHOT``: without a cached
+# prefix, and with one on the default chunked-prefix cache; ``_handle_attention_backend``
+# for fa3, flashinfer, flashmla in ``python/sglang/srt/models/deepseek_v2.py``), but its
+# collector times the decompressed form only on Blackwell (``trtllm_mla``); elsewhere it
+# times FA3 / Triton on the latent form (``head_dim`` 576, ``v_head_dim`` 512:
+# ``collector/sglang/collect_mla.py``), 3.4x the FLOPs a prompt token takes. Those rows
+# are not read: SGLang's prefill there takes the GQA stand-in over its own FA3 MHA fit.
+# TensorRT-LLM's collector always times the decompressed form (``collect_mla.py``).
+PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({"trtllm_mla"})}
 
 
 def kernel_rows(system: Path, engine: str) -> list[FamilyRows]:
@@ -135,6 +145,9 @@ def kernel_rows(system: Path, engine: str) -> list[FamilyRows]:
             continue
         table = version / table_name
         raw = [r for r in _read(table) if r.get("mla_dtype") in ("bfloat16", "float16")]
+        sources = PREFILL_SOURCES.get(engine) if phase == "prefill" else None
+        if sources is not None:
+            raw = [r for r in raw if r.get("kernel_source") in sources]
         for dtype, kv in fm.MLA_KV.items():
             mine = [r for r in raw if KV_DTYPES.get(str(r.get("kv_cache_dtype"))) == dtype]
             if not mine:
@@ -216,4 +229,4 @@ def mla_rows(system: Path, engine: str) -> list[FamilyRows]:
     return [*kernel_rows(system, engine), *bmm_rows(system, engine), *module_rows(system, engine)]
 
 
-__all__ = ["DSV3", "bmm_rows", "dims", "kernel_rows", "mla_rows", "module_rows"]
+__all__ = ["DSV3", "PREFILL_SOURCES", "bmm_rows", "dims", "kernel_rows", "mla_rows", "module_rows"]

@@ -14,14 +14,16 @@ profiled module first, the kernel-and-GEMM path as its fallback):
   chunks through the prefill module, the decodes through the decode module; the layer's
   pre-norm and all-reduce as for every layer. A step that mixes both runs the shared
   projections' weights twice in this pricing (the tables time each phase whole);
-- ``kernels``: the attention-kernel fits (``mla_prefill``/``mla_decode``, SGLang's and
-  TensorRT-LLM's tables) with every projection as a GEMM of the model's precision:
+- ``kernels``: per phase, the attention-kernel fit (``mla_prefill``/``mla_decode``,
+  SGLang's and TensorRT-LLM's tables) with every projection as a GEMM of the model's
+  precision:
   q_a + kv_a, q_b and o_proj over all tokens; kv_b_proj over every visible row of the
   prefill chunks (the cached context is decompressed again: vLLM's chunked-context loop,
   SGLang's ``MHA_CHUNKED_KV``); the absorbed decode's two BMMs (``mla_bmm``, else the GEMM
   fit on the same features);
-- ``gqa`` (no MLA fit in the profile: datasheet profiles, GPUs whose tables lack MLA):
-  as ``kernels`` with the GQA attention fits standing in, prefill as MHA at the mean of
+- ``gqa`` (no MLA fit for the phase in the profile: datasheet profiles, GPUs whose
+  tables lack MLA, SGLang's prefill off Blackwell, ``calibration.aic_mla``): as
+  ``kernels`` with the GQA attention fits standing in, prefill as MHA at the mean of
   the QK and V widths (its FLOPs exact), decode as one KV head of half the latent width
   (its bytes exact); the provenance says so (``precision_kernels.MLA_AS_GQA_NOTE``).
 """
@@ -43,7 +45,8 @@ class MlaPricing(ShardShapes):
     """The MLA layers of a step (a part of ``CostModel``)."""
 
     _proj: Callable[[float, float, float], float]
-    mla_mode: str | None
+    mla_mode: str | None  # "module", or "<prefill>/<decode>" of "kernels" and "gqa"
+    mla_modes: tuple[str, str]  # (prefill, decode): "module", "kernels" or "gqa"
     mla_dims: mf.MlaDims
 
     def _setup_mla(self) -> None:
@@ -68,11 +71,13 @@ class MlaPricing(ShardShapes):
             if key is not None:
                 self._mla[family] = lat.compile_fast(key, prof.kernels[key].params, prof.peaks)
         if "mla_module_prefill" in self._mla:
-            self.mla_mode = "module"
-        elif "mla_prefill" in self._mla:
-            self.mla_mode = "kernels"
+            self.mla_modes = ("module", "module")
         else:
-            self.mla_mode = "gqa"
+            self.mla_modes = (
+                "kernels" if "mla_prefill" in self._mla else "gqa",
+                "kernels" if "mla_decode" in self._mla else "gqa",
+            )
+        self.mla_mode = "module" if self.mla_modes[0] == "module" else "/".join(self.mla_modes)
         # The absorbed BMMs: their own fit, else the GEMM fit on the same features.
         bmm = keys.get("mla_bmm")
         if bmm is not None:
@@ -113,9 +118,9 @@ class MlaPricing(ShardShapes):
         return parts
 
     def _mla_prefill(self, f: StepFeatures) -> tuple[str, float]:
-        d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes
+        d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[0]
         n, keys, rows, seqs = f.prefill_tokens, f.prefill_keys, f.prefill_kv_rows, f.prefill_chunks
-        mode = self.mla_mode
+        mode = self.mla_modes[0]
         if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
             sums = mf.mla_module_prefill_sums(d, n, keys, rows, seqs, e, act_e, w_e, kv_e)
@@ -132,8 +137,9 @@ class MlaPricing(ShardShapes):
 
     def _mla_decode(self, batch: int, keys: int) -> list[tuple[str, str, float]]:
         """Decode parts of ``batch`` sequences reading ``keys`` keys in all."""
-        d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes
-        if self.mla_mode == "module":
+        d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[1]
+        mode = self.mla_modes[1]
+        if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
             sums = mf.mla_module_decode_sums(d, batch, keys, e, act_e, w_e, kv_e)
             return [("mla", "mla_module", self._mla["mla_module_decode"](*sums))]
@@ -141,7 +147,7 @@ class MlaPricing(ShardShapes):
         bmm = self._mla_bmm
         pre = bmm(*mf.mla_bmm_sums(batch, d.heads, d.nope, d.kv_lora, e, act_b, w_b))
         post = bmm(*mf.mla_bmm_sums(batch, d.heads, d.kv_lora, d.v, e, act_b, w_b))
-        if self.mla_mode == "kernels":
+        if mode == "kernels":
             attn = self._mla["mla_decode"](*mf.mla_decode_sums(batch, keys, d, e, kv_e))
             kernel = "mla_decode"
         else:

@@ -33,7 +33,7 @@ from twin.model import ModelSpec
 
 BF16_ATTENTION_NOTE = "bf16-KV kernel (no fp8-KV fit in this profile)"
 MOE_AS_GEMM_NOTE = "MoE experts as GEMMs (no fused-MoE fit in this profile)"
-MLA_AS_GQA_NOTE = "MLA priced with GQA kernels (no MLA fit in this profile)"
+MLA_AS_GQA_NOTE = "MLA {} priced with GQA kernels (no MLA fit for it in this profile)"
 BF16_MLA_NOTE = "bf16-KV MLA kernel (no fp8-KV MLA fit in this profile)"
 
 
@@ -46,9 +46,10 @@ class PricedPrecision:
     keys: Mapping[str, str] = field(default_factory=dict)  # family -> the profile key used
     kv_elem_bytes: int = 2  # bytes per K/V element the attention features read
     notes: Mapping[str, str] = field(default_factory=dict)  # group -> remark for the label
-    # MLA (``twin.costmodel.mla_pricing``): bytes per latent element its kernels read, and
-    # the (activation, weight) operand bytes of its module's GEMMs and of its absorbed BMMs.
-    mla_kv_elem_bytes: int = 2
+    # MLA (``twin.costmodel.mla_pricing``): bytes per latent element its prefill and
+    # decode kernels read, and the (activation, weight) operand bytes of its module's
+    # GEMMs and of its absorbed BMMs.
+    mla_kv_elem_bytes: tuple[int, ...] = (2, 2)
     mla_gemm_bytes: tuple[float, float] = (2.0, 2.0)
     mla_bmm_bytes: tuple[float, float] = (2.0, 2.0)
 
@@ -122,12 +123,12 @@ def priced_precision(model: ModelSpec, profile: Profile) -> PricedPrecision:
         else:
             notes["GEMM"] = MOE_AS_GEMM_NOTE
     e = float(model.dtype_bytes)
-    mla_kv: int | None = None
+    mla_kv: tuple[int | None, int | None] = (None, None)
     mla_gemm = mla_bmm = (e, e)
     gqa = any(model.mixer_counts.get(k) for k in mx.GQA_KINDS)
     if model.mixer_counts.get("mla"):
         mla_kv, mla_gemm, mla_bmm = _mla_keys(model, profile, linear, keys, notes)
-        gqa = gqa or mla_kv is None  # the GQA stand-in prices MLA's attention
+        gqa = gqa or None in mla_kv  # the GQA stand-in prices a phase of MLA's attention
     if model.kv_dtype == "fp8" and gqa:
         if all(key in profile.kernels for key in px.ATTN_FP8_KV.values()):
             keys.update(px.ATTN_FP8_KV)
@@ -141,7 +142,7 @@ def priced_precision(model: ModelSpec, profile: Profile) -> PricedPrecision:
         kv_elem,
         notes,
         # the GQA stand-in reads what attention reads
-        mla_kv_elem_bytes=kv_elem if mla_kv is None else mla_kv,
+        mla_kv_elem_bytes=tuple(kv_elem if k is None else k for k in mla_kv),
         mla_gemm_bytes=mla_gemm,
         mla_bmm_bytes=mla_bmm,
     )
@@ -153,53 +154,58 @@ def _mla_keys(
     linear: px.WeightFormat,
     keys: dict[str, str],
     notes: dict[str, str],
-) -> tuple[int | None, tuple[float, float], tuple[float, float]]:
+) -> tuple[tuple[int | None, int | None], tuple[float, float], tuple[float, float]]:
     """Add the MLA fits ``model`` takes on ``profile`` to ``keys`` (``mla_pricing``'s
-    three ways: the module fits of its GEMM format and KV dtype, else the attention-kernel
-    fits and the BMM fit, else none: the GQA stand-in, noted). Returns the bytes per
-    latent element the fits read (None for the stand-in) and the (activation, weight)
-    operand bytes of the module's GEMMs and of the BMMs. An fp8 cache without fp8-KV MLA
-    fits takes the bf16-KV ones at their own (bf16) features, as for attention, and the
-    label says so."""
+    three ways: the module fits of its GEMM format and KV dtype for both phases; else per
+    phase the attention-kernel fit, with the BMM fit for decode; else the GQA stand-in,
+    noted). Returns the bytes per latent element each phase's MLA fit reads ((prefill,
+    decode); None where the stand-in prices it) and the (activation, weight) operand
+    bytes of the module's GEMMs and of the BMMs. An fp8 cache without an fp8-KV MLA fit
+    takes the bf16-KV one at its own (bf16) features, as for attention, and the label
+    says so."""
     e = model.dtype_bytes
     quantised = linear.bytes_per_param is not None
     gemm_bytes = px.gemm_operand_bytes(linear, e) if quantised else (float(e), float(e))
     bmm_bytes = (float(e), float(e))
-    kv_elem: int | None = None
     has = profile.kernels.__contains__
     kv_modes = ["fp8", "bfloat16"] if model.kv_dtype == "fp8" else ["bfloat16"]
-    for kv in kv_modes:
-        found: dict[str, str] = {}
-        if linear.table_mode in MLA_MODULE_GEMMS:
+    own_kv = kv_modes[0]
+
+    def kv_bytes(kv: str) -> int:
+        if kv != own_kv:
+            notes["MLA attention"] = BF16_MLA_NOTE
+        return px.KV_FP8_BYTES if kv == "fp8" else e
+
+    if linear.table_mode in MLA_MODULE_GEMMS:
+        for kv in kv_modes:
             pair = {f: mla_kernel(f, linear.table_mode, kv) for f in _MODULE}
             if all(map(has, pair.values())):
-                found = pair
-        if not found:
-            pair = {f: mla_kernel(f, kv=kv) for f in _KERNELS}
-            if all(map(has, pair.values())):
-                found = pair
-        if found:
-            keys.update(found)
-            kv_elem = px.KV_FP8_BYTES if kv == "fp8" else e
-            if kv != model.kv_dtype.replace("bf16", "bfloat16"):
-                notes["MLA attention"] = BF16_MLA_NOTE
-            break
-    if "mla_module_prefill" not in keys:
-        # The absorbed BMMs follow the kv_b projection's format: fp8 for a quantised
-        # checkpoint, else bf16 (aiconfigurator's ``mla_bmm_quant_mode``,
-        # ``sdk/models/deepseek.py``); a bf16 BMM fit stands in for a missing fp8 one.
-        bmm_mode = "fp8" if quantised else "bfloat16"
-        for mode in dict.fromkeys((bmm_mode, "bfloat16")):
-            key = mla_kernel("mla_bmm", mode)
+                keys.update(pair)
+                return (kv_bytes(kv), kv_bytes(kv)), gemm_bytes, bmm_bytes
+    kv_elem: list[int | None] = [None, None]
+    for i, family in enumerate(_KERNELS):
+        for kv in kv_modes:
+            key = mla_kernel(family, kv=kv)
             if has(key):
-                keys["mla_bmm"] = key
-                fmt = px.WEIGHT_FORMATS[px.TABLE_MODES[mode]]
-                if fmt.bytes_per_param is not None:
-                    bmm_bytes = px.gemm_operand_bytes(fmt, e)
+                keys[family] = key
+                kv_elem[i] = kv_bytes(kv)
                 break
-        if "mla_prefill" not in keys:
-            notes["attention"] = MLA_AS_GQA_NOTE
-    return kv_elem, gemm_bytes, bmm_bytes
+    # The absorbed BMMs follow the kv_b projection's format: fp8 for a quantised
+    # checkpoint, else bf16 (aiconfigurator's ``mla_bmm_quant_mode``,
+    # ``sdk/models/deepseek.py``); a bf16 BMM fit stands in for a missing fp8 one.
+    bmm_mode = "fp8" if quantised else "bfloat16"
+    for mode in dict.fromkeys((bmm_mode, "bfloat16")):
+        key = mla_kernel("mla_bmm", mode)
+        if has(key):
+            keys["mla_bmm"] = key
+            fmt = px.WEIGHT_FORMATS[px.TABLE_MODES[mode]]
+            if fmt.bytes_per_param is not None:
+                bmm_bytes = px.gemm_operand_bytes(fmt, e)
+            break
+    stand_in = [p for p, k in zip(("prefill", "decode"), kv_elem, strict=True) if k is None]
+    if stand_in:
+        notes["attention"] = MLA_AS_GQA_NOTE.format(" and ".join(stand_in))
+    return (kv_elem[0], kv_elem[1]), gemm_bytes, bmm_bytes
 
 
 _MODULE = ("mla_module_prefill", "mla_module_decode")
