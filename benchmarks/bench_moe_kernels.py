@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from statistics import median
 
-from twin.costmodel.formulas import MODEL_VARIANTS
+from twin.costmodel.formulas import MOE_VARIANTS
 from twin.costmodel.profile_store import load_profile, shipped_profiles
 
 RESULTS = Path(__file__).parent / "results" / "moe-kernels.json"
@@ -29,7 +29,7 @@ def main() -> None:
         if name.endswith("-datasheet") or "-" not in name:
             continue
         prof = load_profile(path)
-        for kernel in MODEL_VARIANTS:
+        for kernel in MOE_VARIANTS:
             fit = prof.kernels.get(kernel)
             if fit is None:
                 continue

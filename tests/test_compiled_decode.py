@@ -31,11 +31,13 @@ from twin.engine.decode_run import DecodeRun
 from twin.presets import PRICED_PRESETS, get_model
 
 RNG = np.random.default_rng(16)
-# Full attention, no window: the presets whose decode runs are priced by parts.
+# Full GQA attention, no window, no MLA: the presets whose decode runs are priced by parts.
 _BY_PARTS = [
     n
     for n in sorted(PRICED_PRESETS)
-    if get_model(n).n_attention_layers and not get_model(n).sliding_window
+    if get_model(n).n_attention_layers
+    and not get_model(n).sliding_window
+    and not get_model(n).mixer_counts.get("mla")
 ]
 
 
@@ -99,7 +101,8 @@ def test_no_compiled_path_where_a_step_is_priced_in_full() -> None:
     prof = load_profile("h100")
     windowed = dataclasses.replace(get_model("tiny-transformer"), sliding_window=16)
     assert CostModel(windowed, prof).decode_run_constants(4) is None
-    for name in sorted(set(PRICED_PRESETS) - set(_BY_PARTS)):  # windows, or no attention at all
+    # windows, MLA (its decode kernels read the context too), or no attention at all
+    for name in sorted(set(PRICED_PRESETS) - set(_BY_PARTS)):
         assert CostModel(get_model(name), prof).decode_run_constants(4) is None, name
     # A windowed model's decode steps are priced in full (by the compiled mixed step).
     pricer = make_pricer(get_model("gemma-3-4b"), prof, 1)

@@ -83,13 +83,12 @@ def test_mla_needs_its_dims() -> None:
         dataclasses.replace(DSV3, name="bad", kv_lora_rank=0)
 
 
-def test_cost_model_refuses_mla_in_one_line() -> None:
+def test_cost_model_prices_mla() -> None:
     from twin.costmodel.model import CostModel
     from twin.costmodel.profile_store import load_profile
 
-    with pytest.raises(TwinError, match="mla layers have no kernel prices yet") as err:
-        CostModel(DSV3, load_profile("h100"), tp=8)
-    assert "\n" not in str(err.value)
+    # priced since the MLA tables were mapped (tests/test_mla_pricing.py)
+    assert CostModel(DSV3, load_profile("h100"), tp=8).decode([1024] * 4) > 0
 
 
 @pytest.mark.parametrize(
@@ -117,11 +116,16 @@ def test_gpt_oss_120b_checkpoint_bytes() -> None:
 
 # ------------------------------------------------------------------ parallel layouts
 def test_layout_without_dp_splits_all_weights_evenly() -> None:
+    fp8_block = 1 + 4 / 128**2
     for name in ("llama-3.1-70b", "deepseek-v3", "qwen3.5-397b-a17b"):
         m = get_model(name)
         layouts = (Layout(8), Layout(8, ep=8), Layout(8, ep=2)) if m.n_moe_layers else (Layout(8),)
+        # but MLA's q_a/kv_a projection and its two norms, whole on every rank
+        linear, norms = mx.mla_replicated_params(m) if m.mixer_counts.get("mla") else (0, 0)
+        whole = 61 * (linear * fp8_block + norms * 2) if linear else 0
         for layout in layouts:
-            assert abs(weight_bytes_per_gpu(m, layout) - m.weight_bytes / 8) <= 1
+            got = weight_bytes_per_gpu(m, layout)
+            assert abs(got - (m.weight_bytes - whole) / 8 - whole) <= 1, (name, layout)
 
 
 def test_attention_dp_replicates_the_attention_side() -> None:
@@ -130,7 +134,7 @@ def test_attention_dp_replicates_the_attention_side() -> None:
     attention = g["mixer_linear"] * fp8_block + (g["mixer_other"] + g["other"]) * 2
     ffn = (g["mlp_linear"] + g["shared_experts"] + g["routed_experts"]) * fp8_block
     got = weight_bytes_per_gpu(DSV3, Layout(8, ep=8, dp=8))
-    assert math.isclose(got, attention + ffn / 8, rel_tol=1e-12)
+    assert math.isclose(got, attention + ffn / 8, rel_tol=1e-12)  # attention TP 1: all whole
     assert got > weight_bytes_per_gpu(DSV3, Layout(8, ep=8))
 
 

@@ -107,9 +107,10 @@ def test_a_precision_the_profile_cannot_price_is_refused_in_one_line() -> None:
     nvfp4 = px.with_precision(LLAMA, "nvfp4", None)
     with pytest.raises(TwinError) as err:
         CostModel(nvfp4, load_profile("h100"))
+    # the GPU cannot run it at all: refused before any fit is looked up (issue 34)
     assert str(err.value) == (
-        "--precision nvfp4: profile h100-vllm has no nvfp4 GEMM fit; it prices bf16, fp8, "
-        "fp8-block (H100 SXM5 has no FP4 tensor cores)"
+        "--precision nvfp4: H100 SXM5 has no FP4 tensor cores (nvfp4 needs Blackwell; "
+        "model 'llama-3-8b')"
     )
     assert CostModel(nvfp4, load_profile("b200", "trtllm")).priced.keys["linear"] == "gemm_nvfp4"
     with pytest.raises(
@@ -138,7 +139,7 @@ def test_bad_values_are_one_line_naming_the_flag() -> None:
         (["simulate", "--kv-dtype", "e5m2"], "--kv-dtype 'e5m2': expected one of bf16, fp8"),
         (
             ["simulate", "-m", "llama-3-8b", "--precision", "nvfp4"],
-            "--precision nvfp4: profile h100-vllm has no nvfp4 GEMM fit",
+            "--precision nvfp4: H100 SXM5 has no FP4 tensor cores",
         ),
         (
             ["cost", "-m", "llama-3-8b", "--gpu", "h200", "--precision", "mxfp4"],
@@ -170,8 +171,8 @@ def test_report_capacity_refuses_an_unpriced_precision_before_any_work(
     tmp_path: Path, capsys
 ) -> None:
     argv = ["report", "capacity", str(example_path("chat")), "-m", "tiny-transformer"]
-    argv += ["--gpu", "l40s", "--precision", "nvfp4", "--out", str(tmp_path / "rep")]
-    assert_clean_error(capsys, argv, tmp_path, "profile l40s-vllm has no nvfp4 GEMM fit")
+    argv += ["--gpu", "l40s", "--precision", "mxfp4", "--out", str(tmp_path / "rep")]
+    assert_clean_error(capsys, argv, tmp_path, "profile l40s-vllm has no mxfp4 GEMM fit")
 
 
 def test_cost_and_models_show_say_the_precision(capsys) -> None:

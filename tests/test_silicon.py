@@ -429,6 +429,26 @@ def test_the_package_csv_and_its_configs() -> None:
     assert reasons[sil.REASON_DISAGG] == sum(r.mode == "disagg" for r in rows.values())
 
 
+def test_deepseek_rows_with_expert_parallelism_are_planned() -> None:
+    """MLA is priced (issue 34): DeepSeek's aggregated TP x EP rows run on the preset (its
+    deepseek_v3 config has no twin.hf_config importer); attention-DP rows stay out."""
+    pytest.importorskip("aiconfigurator_core")
+    rows = [
+        r
+        for r in sil.read_rows()
+        if r.model_path == "deepseek-ai/DeepSeek-R1" and r.system == "h200_sxm" and r.mode == "agg"
+    ]
+    ep = next(
+        r for r in rows if r.backend == "trtllm" and (r.moe_ep or 1) > 1 and r.attention_dp == 1
+    )
+    plan = sil.plan_row(ep)
+    assert isinstance(plan, sil.RowPlan), plan
+    assert plan.ep == ep.moe_ep and plan.tp == ep.tp and plan.model.mixer_counts["mla"] == 61
+    dp = next((r for r in rows if (r.attention_dp or 1) > 1), None)
+    if dp is not None:
+        assert sil.plan_row(dp) == sil.REASON_ATTN_DP
+
+
 # ------------------------------------------------------------------ the benchmark
 def _bench():  # type: ignore[no-untyped-def]
     import importlib.util

@@ -50,8 +50,9 @@ KV_KINDS = frozenset({"attention", "swa", "mla"})  # hold per-token KV
 FULL_KV_KINDS = frozenset({"attention", "mla"})
 GQA_KINDS = frozenset({"attention", "swa"})  # K and V per KV head (n_kv_heads x head_dim)
 RECURRENT_KINDS = frozenset({"mamba1", "mamba2", "gdn"})  # hold one state per sequence
-# Kinds with bytes and FLOPs but no kernel prices yet: the cost model refuses them.
-UNPRICED_KINDS = frozenset({"mla"})
+# Kinds with bytes and FLOPs but no kernel prices yet: the cost model refuses them (none
+# since issue 34 priced ``mla``: ``twin.costmodel.mla_pricing``).
+UNPRICED_KINDS: frozenset[str] = frozenset()
 FFN_KINDS = ("mlp", "moe", "none")
 SHORT = {
     "attention": "attn",
@@ -99,6 +100,16 @@ def mla_linear_params(m: ModelSpec) -> int:
     kv_a = d * mla_latent_width(m)
     kv_b = m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim)
     return q + kv_a + kv_b + h * m.v_head_dim * d
+
+
+def mla_replicated_params(m: ModelSpec) -> tuple[int, int]:
+    """The part of an MLA layer every tensor-parallel rank holds whole: the q_a and
+    kv_a_proj_with_mqa projections (one fused GEMM, vLLM's ``DeepSeekV2FusedQkvAProjLinear``
+    with ``disable_tp=True``; a ``ReplicatedLinear`` kv_a when there is no q latent, and in
+    SGLang's ``deepseek_v2.py``) and their RMSNorms. Linear parameters first, then norms:
+    ``(linear, norms)``."""
+    d, latent = m.d_model, mla_latent_width(m)
+    return d * (m.q_lora_rank + latent), m.q_lora_rank + m.kv_lora_rank
 
 
 def mla_token_flops(m: ModelSpec) -> int:

@@ -19,7 +19,9 @@ parallelism is not modelled yet):
 
 Dense FFN layers and shared experts are split over all ``tp`` GPUs (SGLang's default
 ``moe_dense_tp_size``, None: the full TP group; TensorRT-LLM shards them like the MoE
-TP), so at ``dp = 1`` the bytes of all GPUs add up to the model's ``weight_bytes``.
+TP), so at ``dp = 1`` the bytes of all GPUs add up to the model's ``weight_bytes``, but
+for MLA's q_a/kv_a projection and its norms, which every attention-TP rank holds whole
+(``mixers.mla_replicated_params``).
 
 A layout the model cannot take is refused with one line naming the flag: experts not
 divisible by ``--ep``, heads not divisible by the attention TP (``tp / dp``; the engines
@@ -93,19 +95,24 @@ def check_layout(m: ModelSpec, layout: Layout) -> None:
 
 def weight_bytes_per_gpu(m: ModelSpec, layout: Layout) -> int:
     """Bytes of weights one GPU holds under ``layout`` (rounded up): the non-FFN weights
-    over ``tp / dp`` GPUs (replicated ``dp`` times), dense FFNs and shared experts over
-    ``tp``, the routed experts ``n / ep`` per rank split ``tp / ep`` ways; each part in
-    its precision (``twin.precision``). At ``dp = 1`` the GPUs hold ``weight_bytes``."""
+    over ``tp / dp`` GPUs (replicated ``dp`` times) but MLA's q_a/kv_a projection and
+    norms, whole on every GPU; dense FFNs and shared experts over ``tp``, the routed
+    experts ``n / ep`` per rank split ``tp / ep`` ways; each part in its precision
+    (``twin.precision``). At ``dp = 1`` and without MLA the GPUs hold ``weight_bytes``."""
     check_layout(m, layout)
     g = m.param_groups
     dense, moe = px.weight_format(m.precision), px.moe_format(m)
     e = m.dtype_bytes
-    attention_side = px.param_bytes(m, g["mixer_linear"], dense) + Fraction(
-        (g["mixer_other"] + g["other"]) * e
+    n_mla = m.mixer_counts.get("mla", 0)
+    rep_linear, rep_norms = mx.mla_replicated_params(m) if n_mla else (0, 0)
+    rep_linear, rep_norms = n_mla * rep_linear, n_mla * rep_norms
+    attention_side = px.param_bytes(m, g["mixer_linear"] - rep_linear, dense) + Fraction(
+        (g["mixer_other"] - rep_norms + g["other"]) * e
     )
+    whole = px.param_bytes(m, rep_linear, dense) + Fraction(rep_norms * e)
     ffn = px.param_bytes(m, g["mlp_linear"], dense) + px.param_bytes(m, g["shared_experts"], moe)
     routed = px.param_bytes(m, g["routed_experts"], moe) / layout.ep / layout.moe_tp
-    return math.ceil(attention_side / layout.attention_tp + ffn / layout.tp + routed)
+    return math.ceil(attention_side / layout.attention_tp + whole + ffn / layout.tp + routed)
 
 
 def kv_bytes_per_token_per_gpu(m: ModelSpec, layout: Layout) -> Fraction:
@@ -114,7 +121,10 @@ def kv_bytes_per_token_per_gpu(m: ModelSpec, layout: Layout) -> Fraction:
     GQA K and V split by KV heads over ``tp / dp`` (KV heads below that are replicated,
     as vLLM does); MLA's latent is not split by heads: every attention-TP rank holds all
     of it (vLLM's MLA layers have one KV head, ``get_kv_cache_shape`` in
-    ``vllm/v1/attention/backends/mla/common.py``)."""
+    ``vllm/v1/attention/backends/mla/common.py``; SGLang's ``MLATokenToKVPool`` keeps
+    ``kv_lora_rank + qk_rope_head_dim`` per token and layer on every rank,
+    ``python/sglang/srt/mem_cache/memory_pool.py``; TensorRT-LLM's MLA cache is one KV
+    head of that width, ``num_kv_heads=1`` in its ``KVCacheManager``)."""
     check_layout(m, layout)
     a_tp, out = layout.attention_tp, Fraction(0)
     for kind, n in m.mixer_counts.items():

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
+    from twin.hardware import GpuSpec
     from twin.model import ModelSpec
 
 DEFAULT = "bf16"  # the unquantised model: weights, activations and KV at dtype_bytes
@@ -151,6 +152,36 @@ def moe_format(m: ModelSpec) -> WeightFormat:
     return weight_format(m.moe_precision or m.precision, "moe_precision")
 
 
+# Which GPUs have the tensor cores a W8A8 / W4A4 GEMM needs (NVIDIA's architecture
+# whitepapers; ``GpuSpec.fp8_flops`` / ``fp4_flops`` are None where there are none).
+_TENSOR_CORES = {
+    "fp8_flops": ("FP8", "Ada, Hopper and later"),
+    "fp4_flops": ("FP4", "Blackwell"),
+}
+
+
+def check_runs_on(m: ModelSpec, gpu: GpuSpec) -> None:
+    """Refuse, in one line naming the flag and the GPU, a precision whose GEMMs need tensor
+    cores ``gpu`` lacks: fp8 and fp8-block quantise the activations too (W8A8: FP8 tensor
+    cores, Ada and Hopper on), nvfp4 likewise (W4A4: FP4 tensor cores, Blackwell). mxfp4
+    is weight-only here (W4A16, ``act_bytes`` None) and runs on bf16 tensor cores, as
+    vLLM runs gpt-oss's mxfp4 experts on Hopper and Ampere
+    (``vllm/model_executor/layers/quantization/mxfp4.py``: ``Mxfp4Config``'s minimum
+    capability 8.0, Marlin / Triton / FlashInfer SM90 BF16 backends)."""
+    checks = [(weight_format(m.precision), "--precision")]
+    if m.n_moe_layers and m.moe_precision not in (None, m.precision):
+        checks.append((moe_format(m), "moe_precision"))
+    for fmt, flag in checks:
+        if fmt.act_bytes is None or fmt.flops_peak not in _TENSOR_CORES:
+            continue
+        if getattr(gpu, fmt.flops_peak) is None:
+            cores, archs = _TENSOR_CORES[fmt.flops_peak]
+            raise TwinError(
+                f"{flag} {fmt.name}: {gpu.display_name} has no {cores} tensor cores "
+                f"({fmt.name} needs {archs}; model {m.name!r})"
+            )
+
+
 def kv_elem_bytes(m: ModelSpec) -> int:
     """Bytes of one KV element of ``m``: ``dtype_bytes``, or 1 in an fp8 cache."""
     return KV_FP8_BYTES if m.kv_dtype == "fp8" else m.dtype_bytes
@@ -244,6 +275,7 @@ __all__ = [
     "WEIGHT_PRECISIONS",
     "WeightFormat",
     "check_kv_dtype",
+    "check_runs_on",
     "describe",
     "gemm_operand_bytes",
     "info",

@@ -79,10 +79,24 @@ def split_impossible(
     return ok, flagged
 
 
+def _mla_label(key: str) -> str:
+    """What an MLA family's label says it measured: its GEMMs' format, an fp8 KV cache."""
+    parts = []
+    for mode, name in (("_fp8_block", "fp8-block"), ("_nvfp4", "nvfp4"), ("_fp8kv", "")):
+        if mode in key and name:
+            parts.append(name)
+    if key.startswith("mla_bmm_fp8"):
+        parts.append("fp8")
+    if key.endswith("_fp8kv"):
+        parts.append("fp8 KV")
+    return ", ".join(parts)
+
+
 # What a precision family's label says it measured (twin.precision).
 PRECISION_LABELS = {
     **{f.kernel: f.name for f in WEIGHT_FORMATS.values() if f.bytes_per_param is not None},
     **{key: "fp8 KV" for key in ATTN_FP8_KV.values()},
+    **{key: _mla_label(key) for key in fm.MLA_VARIANTS if _mla_label(key)},
 }
 
 
@@ -195,7 +209,8 @@ def import_profile(
     method = (
         "twin calibrate --from aiconfigurator: bf16 rows (weights, activations, KV), and "
         "as families of their own each quantised GEMM mode's rows, the fp8-KV "
-        "attention rows and the fused-MoE rows (balanced routing) per expert format;"
+        "attention rows, the fused-MoE rows (balanced routing) per expert format and "
+        "the MLA rows (attention kernels, BMMs, modules) per GEMM mode and KV dtype;"
         f" impossible rows flagged and excluded, {HOLDOUT_SHARE:.0%} of "
         f"shapes held out (seed {seed})"
     )

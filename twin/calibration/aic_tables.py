@@ -32,6 +32,7 @@ shape it came from. Which table feeds which kernel family:
   (``moe_row``); per dtype the newest version directory with such rows and, where
   several kernel sources timed it, the one with the most rows (the backend the
   collector swept: the engine's default for that format);
+- ``mla_*``: the MLA tables (``calibration.aic_mla``);
 - ``allreduce_<n>gpu``: the engine's ``custom_allreduce_perf`` (CUDA-graph backend)
   where it has the message size, NCCL ``nccl_perf`` all_reduce above that;
   ``message_size`` counts elements (2 bytes each), not bytes.
@@ -483,6 +484,12 @@ def moe_rows(system: Path, engine: str) -> list[FamilyRows]:
     return families
 
 
+def _mla_rows(system: Path, engine: str) -> list[FamilyRows]:
+    from twin.calibration.aic_mla import mla_rows  # late: it reads this module's helpers
+
+    return mla_rows(system, engine)
+
+
 def read_families(gpu: str, engine: str, root: Path | None = None) -> list[FamilyRows]:
     """Every kernel family the database has for ``gpu`` under ``engine``."""
     if engine not in ENGINES:
@@ -498,7 +505,8 @@ def read_families(gpu: str, engine: str, root: Path | None = None) -> list[Famil
         *(gemm_rows(system, engine, mode) for mode in fm.PRECISION_GEMMS),
         attention_rows(system, engine, "prefill", "fp8"),
         attention_rows(system, engine, "decode", "fp8"),
-        # Issue 34: the fused-MoE experts of each format.
+        # Issue 34: the fused-MoE experts of each format, the MLA families.
         *moe_rows(system, engine),
+        *_mla_rows(system, engine),
     ]
     return [f for f in found if f is not None and f.rows]

@@ -160,6 +160,8 @@ def cost(
       twin cost -m llama-3-8b -g h200 --precision fp8 --kv-dtype fp8
 
       twin cost -m llama-3-8b -g b200 --engine trtllm --precision nvfp4 --kv-dtype fp8
+
+      twin cost -m deepseek-r1 -g h200 --tp 8 --ep 8 --engine sglang
     """
     if (gpu is None) == (profile is None):
         raise TwinError(

@@ -11,7 +11,14 @@ KINDS = ("attention", "ssm", "mlp", "moe", "head")
 # Labels of the mixer kinds beyond those (``ssm`` is Mamba2's).
 MIXER_LABELS = ("swa", "mamba1", "gdn")
 # Breakdown label of each mixer kind: Mamba2 keeps the ``ssm`` label it always had.
-LABEL = {"attention": "attention", "swa": "swa", "mamba2": "ssm", "mamba1": "mamba1", "gdn": "gdn"}
+LABEL = {
+    "attention": "attention",
+    "mla": "attention",  # MLA is the model's attention (DeepSeek, Kimi, GLM-5)
+    "swa": "swa",
+    "mamba2": "ssm",
+    "mamba1": "mamba1",
+    "gdn": "gdn",
+}
 
 
 @dataclass

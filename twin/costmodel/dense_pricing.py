@@ -29,6 +29,7 @@ class DensePricing(ShardShapes):
     moe_key: str | None
     allreduce_latency_s: float
     allreduce_s_per_byte: float
+    _mla_dense: Callable[[int, float, float], tuple[tuple[str, float], ...]]
 
     def _setup_allreduce(self) -> None:
         """A fitted all-reduce for this GPU count if the profile has one, else a ring on peaks."""
@@ -124,6 +125,8 @@ class DensePricing(ShardShapes):
                         kinds[kind],
                         (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)),
                     )
+        if kinds.get("mla"):  # twin.costmodel.mla_pricing
+            total += put(LABEL["mla"], kinds["mla"], self._mla_dense(t, norm, ar))
         if kinds.get("mamba2"):
             g_in = self._proj(t, d, self.in_proj_width)
             g_out = self._proj(t, self.d_inner, d)

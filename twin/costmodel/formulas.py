@@ -86,6 +86,28 @@ def moe_kernel(mode: str) -> str:
     return "moe" if mode == "bfloat16" else f"moe_{mode}"
 
 
+# MLA families (issue 34), from NVIDIA's ``mla`` and ``mla_bmm`` tables
+# (``calibration.aic_tables``): the attention kernels alone per phase (``mla_prefill``,
+# ``mla_decode``), the absorbed decode's two batched GEMMs (``mla_bmm``), and the whole
+# attention module per phase (``mla_module_prefill``, ``mla_module_decode``: every
+# projection, the attention and the output, as vLLM's and TensorRT-LLM's module tables
+# time it). Keys: ``<family>[_<gemm mode>][_fp8kv]``; the GEMM mode is the module's
+# projections' (``MLA_MODULE_GEMMS``) or the BMM's own (``MLA_BMM_MODES``).
+MLA_KV = {"bfloat16": "", "fp8": "_fp8kv"}
+MLA_MODULE_GEMMS = {"bfloat16": "", "fp8_block": "_fp8_block", "nvfp4": "_nvfp4"}
+MLA_BMM_MODES = {"bfloat16": "flops", "fp8": "fp8_flops"}
+
+
+def mla_kernel(family: str, gemm_mode: str = "bfloat16", kv: str = "bfloat16") -> str:
+    """The profile key of an MLA fit: ``family`` (``mla_prefill``, ``mla_decode``,
+    ``mla_bmm``, ``mla_module_prefill``, ``mla_module_decode``) at a GEMM mode and a KV
+    dtype (the tables' names)."""
+    if family == "mla_bmm":
+        return family if gemm_mode == "bfloat16" else f"{family}_{gemm_mode}"
+    gemm = MLA_MODULE_GEMMS[gemm_mode] if family.startswith("mla_module") else ""
+    return f"{family}{gemm}{MLA_KV[kv]}"
+
+
 FORMULAS: dict[str, KernelFormula] = {
     f.kernel: f
     for f in (
@@ -202,6 +224,57 @@ FORMULAS: dict[str, KernelFormula] = {
             )
             for mode, peak in MOE_MODES.items()
         ),
+        # MLA (issue 34): see ``mla_kernel``. The attention kernels' extras are
+        # attention's (score elements, tiles); the modules' the GEMMs' weight elements and
+        # the attention's score elements.
+        *(
+            KernelFormula(
+                mla_kernel(f"mla_{phase}", kv=kv),
+                "mem_bw",
+                True,
+                extras,
+                f"MLA attention kernel, {doc} ({kv} KV)",
+            )
+            for phase, extras, doc in (
+                (
+                    "prefill",
+                    ("tiles", "seq_keys"),
+                    "prompts in the decompressed form (per-head K/V, nope + rope)",
+                ),
+                (
+                    "decode",
+                    ("tiles", "seq_keys"),
+                    "one query per sequence in the absorbed form (over the latent); "
+                    "seq_keys: the keys of one sequence, its split-KV critical path",
+                ),
+            )
+            for kv in MLA_KV
+        ),
+        *(
+            KernelFormula(
+                mla_kernel("mla_bmm", mode),
+                "mem_bw",
+                True,
+                ("weight_elems",),
+                f"MLA absorbed decode's per-head batched GEMMs (W_UK in, W_UV out; {mode})",
+                flops_peak=peak,
+            )
+            for mode, peak in MLA_BMM_MODES.items()
+        ),
+        *(
+            KernelFormula(
+                mla_kernel(f"mla_module_{phase}", gemm, kv),
+                "mem_bw",
+                True,
+                ("tiles", "seq_keys"),
+                f"MLA attention module, {phase}: projections ({gemm}), attention ({kv} KV), "
+                "output projection",
+                flops_peak=MOE_MODES[gemm],
+            )
+            for phase in ("prefill", "decode")
+            for gemm in MLA_MODULE_GEMMS
+            for kv in MLA_KV
+        ),
         # One fit per GPU count, stored as ``allreduce_<n>gpu``; without one the cost
         # model prices a ring from the profile's peaks.
         KernelFormula(
@@ -224,7 +297,9 @@ PRECISION_VARIANTS = (
 )
 # Families a model needs only for its layer kinds (MoE experts): optional, and, like
 # the precision variants, left out of the label of a run that does not use them.
-MODEL_VARIANTS = tuple(moe_kernel(mode) for mode in MOE_MODES)
+MOE_VARIANTS = tuple(moe_kernel(mode) for mode in MOE_MODES)
+MLA_VARIANTS = tuple(k for k in FORMULAS if k.startswith("mla_"))
+MODEL_VARIANTS = (*MOE_VARIANTS, *MLA_VARIANTS)
 OPTIONAL = (
     "conv1d_update",
     "allreduce",
@@ -277,8 +352,13 @@ def check_params(kernel: str, params: dict[str, float]) -> None:
 __all__ = [
     "FORMULAS",
     "KERNELS",
+    "MLA_BMM_MODES",
+    "MLA_KV",
+    "MLA_MODULE_GEMMS",
+    "MLA_VARIANTS",
     "MODEL_VARIANTS",
     "MOE_MODES",
+    "MOE_VARIANTS",
     "OPTIONAL",
     "PRECISION_GEMMS",
     "PRECISION_VARIANTS",
@@ -287,5 +367,6 @@ __all__ = [
     "check_params",
     "family",
     "get_formula",
+    "mla_kernel",
     "moe_kernel",
 ]

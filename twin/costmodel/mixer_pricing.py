@@ -24,6 +24,7 @@ class MixerPricing(ShardShapes):
     """The context-dependent kernels of a step (a part of ``CostModel``)."""
 
     _conv_update: Callable[..., float]
+    _mla_parts: Callable[[StepFeatures], list[tuple[str, str, float]]]
 
     def _setup_mixer_kernels(self) -> None:
         """Compile the Mamba-1 / GDN kernels this model uses: the profile's fit, else the
@@ -86,6 +87,8 @@ class MixerPricing(ShardShapes):
                 if f.decodes:
                     feats = ft.attn_decode_sums(f.decodes, dec_keys, *heads)
                     parts.append((kind, "attn_decode", k["attn_decode"](*feats)))
+        if kinds.get("mla"):  # twin.costmodel.mla_pricing
+            parts.extend(self._mla_parts(f))
         if kinds.get("mamba2"):
             ssm = (self.ssm_heads, self.ssm_head_dim, self.ssm_d_state, self.ssm_groups)
             conv = ("mamba2", f, self.conv_channels, m.ssm_conv_kernel)

@@ -59,6 +59,7 @@ from twin.costmodel.copy_pricing import TIERS, CopyPricing
 from twin.costmodel.decode_pricing import affine_in_keys, decode_steps
 from twin.costmodel.dense_pricing import DensePricing
 from twin.costmodel.mixer_pricing import MixerPricing
+from twin.costmodel.mla_pricing import MlaPricing
 from twin.costmodel.precision_kernels import priced_precision, provenance_label
 from twin.costmodel.profile import Profile
 from twin.costmodel.step_features import StepFeatures, aggregate_spread, aggregate_step
@@ -77,7 +78,7 @@ _DENSE_CACHE_MAX = 1 << 16  # distinct token counts whose dense-layer cost is re
 _ARRAY_STEPS = 128
 
 
-class CostModel(DensePricing, MixerPricing, CopyPricing):
+class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
     """Prices prefills, batch steps and state copies of ``model`` on ``profile``'s device."""
 
     def __init__(self, model: ModelSpec, profile: Profile, tp: int = 1, ep: int = 1) -> None:
@@ -140,6 +141,7 @@ class CostModel(DensePricing, MixerPricing, CopyPricing):
         self._conv_update = lat.compile_fast(name, params, profile.peaks)
         self._conv_update_constants = lat.kernel_constants(name, params, profile.peaks)
         self._setup_mixer_kernels()
+        self._setup_mla()
         self._dense_cache: dict[int, float] = {}
         # ``compile_steps``: the compiled mixed step and its tables, once asked for.
         self._step_kernel: Callable[..., float] | None = None
@@ -318,9 +320,11 @@ class CostModel(DensePricing, MixerPricing, CopyPricing):
     @property
     def _decode_by_parts(self) -> bool:
         """Whether a pure-decode step is its context-free parts plus the attention decode
-        kernel (``decode_steps_s``): no window, and host time added or a floor."""
+        kernel (``decode_steps_s``): no window, no MLA, and host time added or a floor."""
         windowed = self.kinds.get("swa") or self.model.sliding_window is not None
-        return not windowed and self.host_mode in ("add", "max")
+        # MLA's decode kernels read the context too (``mla_pricing``): such a step is priced
+        # in full, from an even spread of the context sum.
+        return not windowed and not self.kinds.get("mla") and self.host_mode in ("add", "max")
 
     def _decode_parts(self, batch: int) -> tuple[float, float, int | None, list[float], float]:
         """``_decode_shape(batch)``, remembered."""

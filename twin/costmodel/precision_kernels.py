@@ -24,14 +24,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from twin import mixers as mx
 from twin import precision as px
-from twin.costmodel.formulas import MODEL_VARIANTS, PRECISION_VARIANTS
+from twin.costmodel.formulas import MLA_MODULE_GEMMS, MODEL_VARIANTS, PRECISION_VARIANTS, mla_kernel
 from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 BF16_ATTENTION_NOTE = "bf16-KV kernel (no fp8-KV fit in this profile)"
 MOE_AS_GEMM_NOTE = "MoE experts as GEMMs (no fused-MoE fit in this profile)"
+MLA_AS_GQA_NOTE = "MLA {} priced with GQA kernels (no MLA fit for it in this profile)"
+BF16_MLA_NOTE = "bf16-KV MLA kernel (no fp8-KV MLA fit in this profile)"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,12 @@ class PricedPrecision:
     keys: Mapping[str, str] = field(default_factory=dict)  # family -> the profile key used
     kv_elem_bytes: int = 2  # bytes per K/V element the attention features read
     notes: Mapping[str, str] = field(default_factory=dict)  # group -> remark for the label
+    # MLA (``twin.costmodel.mla_pricing``): bytes per latent element its prefill and
+    # decode kernels read, and the (activation, weight) operand bytes of its module's
+    # GEMMs and of its absorbed BMMs.
+    mla_kv_elem_bytes: tuple[int, ...] = (2, 2)
+    mla_gemm_bytes: tuple[float, float] = (2.0, 2.0)
+    mla_bmm_bytes: tuple[float, float] = (2.0, 2.0)
 
     @property
     def quantised(self) -> bool:
@@ -90,6 +99,11 @@ def refusal(profile: Profile, fmt: px.WeightFormat, what: str = "--precision") -
 def priced_precision(model: ModelSpec, profile: Profile) -> PricedPrecision:
     """The fits ``model`` is priced with on ``profile``; a ``TwinError`` when its
     precision has none."""
+    from twin.hardware import GPUS
+
+    spec = GPUS.get(profile.gpu)
+    if spec is not None:  # a precision the GPU has no tensor cores for: one line
+        px.check_runs_on(model, spec)
     linear = px.weight_format(model.precision)
     expert = px.moe_format(model)
     keys: dict[str, str] = {}
@@ -108,13 +122,94 @@ def priced_precision(model: ModelSpec, profile: Profile) -> PricedPrecision:
             keys["moe"] = expert.moe_kernel
         else:
             notes["GEMM"] = MOE_AS_GEMM_NOTE
-    if model.kv_dtype == "fp8" and model.n_attention_layers:
+    e = float(model.dtype_bytes)
+    mla_kv: tuple[int | None, int | None] = (None, None)
+    mla_gemm = mla_bmm = (e, e)
+    gqa = any(model.mixer_counts.get(k) for k in mx.GQA_KINDS)
+    if model.mixer_counts.get("mla"):
+        mla_kv, mla_gemm, mla_bmm = _mla_keys(model, profile, linear, keys, notes)
+        gqa = gqa or None in mla_kv  # the GQA stand-in prices a phase of MLA's attention
+    if model.kv_dtype == "fp8" and gqa:
         if all(key in profile.kernels for key in px.ATTN_FP8_KV.values()):
             keys.update(px.ATTN_FP8_KV)
             kv_elem = px.KV_FP8_BYTES
         else:
             notes["attention"] = BF16_ATTENTION_NOTE
-    return PricedPrecision(linear, expert, keys, kv_elem, notes)
+    return PricedPrecision(
+        linear,
+        expert,
+        keys,
+        kv_elem,
+        notes,
+        # the GQA stand-in reads what attention reads
+        mla_kv_elem_bytes=tuple(kv_elem if k is None else k for k in mla_kv),
+        mla_gemm_bytes=mla_gemm,
+        mla_bmm_bytes=mla_bmm,
+    )
+
+
+def _mla_keys(
+    model: ModelSpec,
+    profile: Profile,
+    linear: px.WeightFormat,
+    keys: dict[str, str],
+    notes: dict[str, str],
+) -> tuple[tuple[int | None, int | None], tuple[float, float], tuple[float, float]]:
+    """Add the MLA fits ``model`` takes on ``profile`` to ``keys`` (``mla_pricing``'s
+    three ways: the module fits of its GEMM format and KV dtype for both phases; else per
+    phase the attention-kernel fit, with the BMM fit for decode; else the GQA stand-in,
+    noted). Returns the bytes per latent element each phase's MLA fit reads ((prefill,
+    decode); None where the stand-in prices it) and the (activation, weight) operand
+    bytes of the module's GEMMs and of the BMMs. An fp8 cache without an fp8-KV MLA fit
+    takes the bf16-KV one at its own (bf16) features, as for attention, and the label
+    says so."""
+    e = model.dtype_bytes
+    quantised = linear.bytes_per_param is not None
+    gemm_bytes = px.gemm_operand_bytes(linear, e) if quantised else (float(e), float(e))
+    bmm_bytes = (float(e), float(e))
+    has = profile.kernels.__contains__
+    kv_modes = ["fp8", "bfloat16"] if model.kv_dtype == "fp8" else ["bfloat16"]
+    own_kv = kv_modes[0]
+
+    def kv_bytes(kv: str) -> int:
+        if kv != own_kv:
+            notes["MLA attention"] = BF16_MLA_NOTE
+        return px.KV_FP8_BYTES if kv == "fp8" else e
+
+    if linear.table_mode in MLA_MODULE_GEMMS:
+        for kv in kv_modes:
+            pair = {f: mla_kernel(f, linear.table_mode, kv) for f in _MODULE}
+            if all(map(has, pair.values())):
+                keys.update(pair)
+                return (kv_bytes(kv), kv_bytes(kv)), gemm_bytes, bmm_bytes
+    kv_elem: list[int | None] = [None, None]
+    for i, family in enumerate(_KERNELS):
+        for kv in kv_modes:
+            key = mla_kernel(family, kv=kv)
+            if has(key):
+                keys[family] = key
+                kv_elem[i] = kv_bytes(kv)
+                break
+    # The absorbed BMMs follow the kv_b projection's format: fp8 for a quantised
+    # checkpoint, else bf16 (aiconfigurator's ``mla_bmm_quant_mode``,
+    # ``sdk/models/deepseek.py``); a bf16 BMM fit stands in for a missing fp8 one.
+    bmm_mode = "fp8" if quantised else "bfloat16"
+    for mode in dict.fromkeys((bmm_mode, "bfloat16")):
+        key = mla_kernel("mla_bmm", mode)
+        if has(key):
+            keys["mla_bmm"] = key
+            fmt = px.WEIGHT_FORMATS[px.TABLE_MODES[mode]]
+            if fmt.bytes_per_param is not None:
+                bmm_bytes = px.gemm_operand_bytes(fmt, e)
+            break
+    stand_in = [p for p, k in zip(("prefill", "decode"), kv_elem, strict=True) if k is None]
+    if stand_in:
+        notes["attention"] = MLA_AS_GQA_NOTE.format(" and ".join(stand_in))
+    return (kv_elem[0], kv_elem[1]), gemm_bytes, bmm_bytes
+
+
+_MODULE = ("mla_module_prefill", "mla_module_decode")
+_KERNELS = ("mla_prefill", "mla_decode")
 
 
 def provenance_label(model: ModelSpec, profile: Profile) -> str:
@@ -124,7 +219,8 @@ def provenance_label(model: ModelSpec, profile: Profile) -> str:
     # A profile without per-family provenance (a datasheet or own-GPU one) has one label;
     # a MoE model on a fitted one names how its experts are priced.
     per_family = any(fit.provenance for fit in profile.kernels.values())
-    if px.is_default(model) and not (model.n_moe_layers and per_family):
+    by_kind = model.n_moe_layers or model.mixer_counts.get("mla")
+    if px.is_default(model) and not (by_kind and per_family):
         return profile.provenance_label
     priced = priced_precision(model, profile)
     from twin.costmodel.provenance import mixture  # late: provenance imports profile
@@ -151,6 +247,8 @@ def sweep_label(
 
 __all__ = [
     "BF16_ATTENTION_NOTE",
+    "BF16_MLA_NOTE",
+    "MLA_AS_GQA_NOTE",
     "MOE_AS_GEMM_NOTE",
     "PricedPrecision",
     "no_fp4",

@@ -27,6 +27,7 @@ GROUPS: dict[str, str] = {
     "attn_prefill_fp8kv": "attention",
     "attn_decode_fp8kv": "attention",
     **{k: "MoE experts" for k in MODEL_VARIANTS if k.startswith("moe")},
+    **{k: "MLA attention" for k in MODEL_VARIANTS if k.startswith("mla")},
     "conv1d": "causal conv1d",
     "conv1d_update": "causal conv1d",
     "allreduce": "all-reduce",

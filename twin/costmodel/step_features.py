@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from twin.errors import TwinError
-from twin.mixers import keys_upto
+from twin.mixers import FULL_KV_KINDS, keys_upto
 
 
 class StepFeatures(NamedTuple):
@@ -50,7 +50,7 @@ def aggregate_step(
     n_dec = len(decodes)
     if n_dec and min(decodes) < 0:
         raise TwinError("a decode context must be >= 0")
-    d_keys = sum(decodes) + n_dec if "attention" in kinds else 0
+    d_keys = sum(decodes) + n_dec if _full(kinds) else 0
     s_dec = sum(min(c + 1, window) for c in decodes) if "swa" in kinds else 0
     return _features(len(prefills), sums, n_dec, d_keys, s_dec)
 
@@ -70,11 +70,16 @@ def aggregate_spread(
     base, extra = divmod(context, batch) if batch else (0, 0)
     if batch and base < 0:
         raise TwinError("a decode context must be >= 0")
-    d_keys = context + batch if "attention" in kinds else 0
+    d_keys = context + batch if _full(kinds) else 0
     s_dec = 0
     if "swa" in kinds and batch:
         s_dec = extra * min(base + 2, window) + (batch - extra) * min(base + 1, window)
     return _features(len(prefills), sums, batch, d_keys, s_dec)
+
+
+def _full(kinds: Mapping[str, int]) -> bool:
+    """Whether the model has full-attention layers (GQA or MLA: every key before)."""
+    return any(k in kinds for k in FULL_KV_KINDS)
 
 
 def _prefill_sums(
@@ -86,7 +91,7 @@ def _prefill_sums(
 ) -> tuple[int, int, int, int, int, int, int]:
     """(tokens, keys, K/V rows, scan chunks, window keys, window rows, GDN chunks) of the
     prefill chunks."""
-    full, swa = "attention" in kinds, "swa" in kinds
+    full, swa = _full(kinds), "swa" in kinds
     p_tok = p_keys = p_kv = chunks = s_keys = s_kv = g_chunks = 0
     for n, c in prefills:
         if n <= 0 or c < 0:

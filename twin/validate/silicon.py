@@ -386,6 +386,7 @@ class RowPlan:
     requests: int  # all requests, warm-up included
     # build_run keywords for the server's limits (:func:`deployment`)
     deployment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ep: int = 1  # expert-parallel ranks within the tp GPUs (the row's moe_ep_size)
 
     @property
     def model(self) -> ModelSpec:
@@ -656,8 +657,6 @@ def plan_row(
         return REASON_PP
     if (row.attention_dp or 1) > 1:
         return REASON_ATTN_DP
-    if (row.moe_ep or 1) > 1:
-        return REASON_EP
     unpriced = _unpriced_columns(row)
     if unpriced is not None:
         return unpriced
@@ -697,12 +696,26 @@ def plan_row(
     try:
         base = _load_model(str(path), hf_id)
     except TwinError as err:
-        if "unsupported model_type" in str(err):
+        preset = _preset(row.model_path)  # the twin's own shapes of the measured set
+        if preset is not None:
+            base = preset
+        elif "unsupported model_type" in str(err):
             return f"model_type {model_type} not supported by twin.hf_config"
-        return f"model config not importable (model_type {model_type})"
+        else:
+            return f"model config not importable (model_type {model_type})"
     if base.n_heads and base.n_heads % tp:
         # vLLM, SGLang and TensorRT-LLM shard attention heads evenly across TP ranks.
         return f"tp_size {tp} does not divide the {base.n_heads} attention heads"
+    ep = row.moe_ep or 1
+    if ep > 1:  # expert parallelism within the TP group (twin.parallel.Layout)
+        if not base.n_moe_layers or (row.moe_tp or 1) * ep != tp:
+            return REASON_EP
+        from twin.parallel import Layout, check_layout
+
+        try:
+            check_layout(base, Layout(tp, ep))
+        except TwinError as err:
+            return str(err)
     unpriceable = _unpriceable(profile, precision, base)
     if unpriceable is not None:
         return unpriceable
@@ -722,7 +735,18 @@ def plan_row(
         warmup=WARMUP_ROUNDS * c,
         requests=(WARMUP_ROUNDS + MEASURED_ROUNDS) * c,
         deployment=deployment(row, engine, deploy),
+        ep=ep,
     )
+
+
+def _preset(model_path: str) -> ModelSpec | None:
+    """The twin's preset of a measured-set model whose config ``twin.hf_config`` cannot
+    import (DeepSeek-V3/R1, Kimi-K2.5: ``twin.validate.coverage.PRESET_OF_MODEL_PATH``)."""
+    from twin.presets import get_model
+    from twin.validate.coverage import PRESET_OF_MODEL_PATH
+
+    name = PRESET_OF_MODEL_PATH.get(model_path)
+    return get_model(name) if name is not None else None
 
 
 def plan_rows(
@@ -792,6 +816,7 @@ def predict(plan: RowPlan) -> dict[str, Any]:
                 engine=measured_mode(plan.engine, row.backend_version),
                 cache_gb="auto",
                 tp=plan.tp,
+                ep=plan.ep,
                 concurrency=plan.concurrency,
                 **plan.deployment,
             )

@@ -1,0 +1,232 @@
+"""NVIDIA's MLA tables (``aiconfigurator-core`` 0.12.0) as the twin's MLA kernel rows.
+
+``systems/data/<gpu>/mla/<engine>/<version>/`` and ``mla_bmm/...`` hold, per engine:
+
+- ``context_mla_perf`` / ``generation_mla_perf`` (SGLang, TensorRT-LLM): the attention
+  kernel alone, prefill (``isl`` new tokens, ``step`` 0) and decode (``step`` cached
+  tokens, one new), at DeepSeek-V3's widths with ``num_heads`` the rank's heads
+  (``num_heads // tp_size``: ``collector/{sglang,trtllm}/collect_mla.py``); families
+  ``mla_prefill`` and ``mla_decode`` (``_fp8kv`` over an fp8 cache);
+- ``mla_bmm_perf`` (all three): the absorbed decode's two per-head batched GEMMs,
+  ``mla_gen_pre`` (W_UK: nope -> kv_lora) and ``mla_gen_post`` (W_UV: kv_lora -> v),
+  per ``bmm_dtype``; family ``mla_bmm`` (``mla_bmm_fp8``);
+- ``mla_context_module_perf`` / ``mla_generation_module_perf`` (vLLM, TensorRT-LLM): the
+  whole attention module of DeepSeek-V3 with ``num_heads`` heads (its projections at
+  ``gemm_type``, the attention over a ``kv_cache_dtype`` cache), ``step`` the sequence
+  length including the new token in generation (``collector/vllm/collect_mla_module.py``
+  logs ``step = seq_len``); families ``mla_module_prefill`` / ``mla_module_decode`` per
+  GEMM mode and KV dtype. aiconfigurator prices DeepSeek's attention with these rows
+  first (``MLAModule`` as the primary of a ``FallbackOp`` whose fallback is the
+  kernel-and-GEMM path: ``sdk/models/deepseek.py``), and so does the twin
+  (``twin.costmodel.mla_pricing``).
+
+Rows kept: the attention computed in bf16 (``mla_dtype`` bfloat16: vLLM's fp8 prefill
+query rows are an opt-in, ``TRTLLM_RAGGED``); every kernel source of a module table (the
+backend is chosen per shape: vLLM 0.24 runs prompts of up to 512 tokens through its
+decode backend, ``FLASH_ATTN_MLA`` on Hopper). The SGLang ``wideep_*`` tables (DeepEP
+with DP attention, fp8 only) are not read: they price attention-DP deployments, which
+the twin does not model yet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from twin import precision as px
+from twin.calibration.aic_tables import (
+    ELEM_BYTES,
+    FamilyRows,
+    _family,
+    _read,
+    _require,
+    _row,
+    latest_version,
+)
+from twin.costmodel import formulas as fm
+from twin.costmodel.mla_features import (
+    MlaDims,
+    mla_bmm_sums,
+    mla_decode_sums,
+    mla_module_decode_sums,
+    mla_module_prefill_sums,
+    mla_prefill_sums,
+)
+
+# DeepSeek-V3's MLA widths (its config.json, as cached in aiconfigurator-core 0.12.0
+# ``model_configs/deepseek-ai--DeepSeek-V3_config.json``): the collectors hard-code them
+# for the kernel tables (``KV_LORA_RANK = 512``, ``QK_NOPE_HEAD_DIM = 128``,
+# ``QK_ROPE_HEAD_DIM = 64`` in ``collect_mla.py``) and build the module from that config.
+DSV3 = {"d_model": 7168, "q_lora": 1536, "kv_lora": 512, "nope": 128, "rope": 64, "v": 128}
+KV_DTYPES = {"bfloat16": "bfloat16", "float16": "bfloat16", "fp8": "fp8"}
+# Module GEMM modes -> the weight format whose operand bytes they move.
+MODULE_FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8-block", "nvfp4": "nvfp4"}
+BMM_FORMATS = {"bfloat16": "bf16", "fp8": "fp8"}
+
+
+def dims(heads: int) -> MlaDims:
+    """DeepSeek-V3's MLA widths with ``heads`` heads on the rank."""
+    return MlaDims(heads=heads, **DSV3)
+
+
+def operand_bytes(fmt_name: str) -> tuple[float, float]:
+    """(activation, weight) bytes per element of a GEMM of weight format ``fmt_name``."""
+    return px.gemm_operand_bytes(px.WEIGHT_FORMATS[fmt_name], ELEM_BYTES)
+
+
+def _kernel_row(kernel: str, r: dict[str, Any], phase: str, kv_e: int) -> dict[str, Any]:
+    b, h = int(r["batch_size"]), int(r["num_heads"])
+    dm = dims(h)
+    if phase == "prefill":
+        s = int(r["isl"])
+        flops, nbytes, tiles, seq = mla_prefill_sums(
+            b * s, b * s * (s + 1) // 2, b * s, b, dm, ELEM_BYTES, kv_e
+        )
+        shape = {"b": b, "s": s, "h": h}
+    else:
+        keys = int(r["step"]) + 1  # the cached tokens and the new one
+        flops, nbytes, tiles, seq = mla_decode_sums(b, b * keys, dm, ELEM_BYTES, kv_e)
+        shape = {"b": b, "c": keys - 1, "h": h}
+    extras = {"tiles": tiles, "seq_keys": seq}
+    return _row(kernel, (flops, nbytes, extras), r["latency"], shape)
+
+
+def _module_row(
+    kernel: str, r: dict[str, Any], phase: str, operands: tuple[float, float], kv_e: int
+) -> dict[str, Any]:
+    b, h = int(r["batch_size"]), int(r["num_heads"])
+    dm = dims(h)
+    act_e, w_e = operands
+    if phase == "prefill":
+        s = int(r["isl"])
+        flops, nbytes, tiles, seq = mla_module_prefill_sums(
+            dm, b * s, b * s * (s + 1) // 2, b * s, b, ELEM_BYTES, act_e, w_e, kv_e
+        )
+        shape = {"b": b, "s": s, "h": h}
+    else:
+        keys = int(r["step"])  # the module tables' step counts the new token
+        flops, nbytes, tiles, seq = mla_module_decode_sums(
+            dm, b, b * keys, ELEM_BYTES, act_e, w_e, kv_e
+        )
+        shape = {"b": b, "c": keys - 1, "h": h}
+    extras = {"tiles": tiles, "seq_keys": seq}
+    return _row(kernel, (flops, nbytes, extras), r["latency"], shape)
+
+
+def _bmm_row(kernel: str, r: dict[str, Any], operands: tuple[float, float]) -> dict[str, Any]:
+    t, h = int(r["num_tokens"]), int(r["num_heads"])
+    pre = r["op_name"] == "mla_gen_pre"
+    k, n = (DSV3["nope"], DSV3["kv_lora"]) if pre else (DSV3["kv_lora"], DSV3["v"])
+    flops, nbytes, weights = mla_bmm_sums(t, h, k, n, ELEM_BYTES, *operands)
+    shape = {"t": t, "h": h, "k": k, "n": n}
+    return _row(kernel, (flops, nbytes, {"weight_elems": weights}), r["latency"], shape)
+
+
+_KERNEL_COLUMNS = ("batch_size", "isl", "num_heads", "step")
+# The context-kernel rows that time the decompressed form the engine serves prefills in.
+# SGLang runs an extend as MHA (``MHA_CHUNKED_KV`` / ``MHA_ONE_SHOT``: without a cached
+# prefix, and with one on the default chunked-prefix cache; ``_handle_attention_backend``
+# for fa3, flashinfer, flashmla in ``python/sglang/srt/models/deepseek_v2.py``), but its
+# collector times the decompressed form only on Blackwell (``trtllm_mla``); elsewhere it
+# times FA3 / Triton on the latent form (``head_dim`` 576, ``v_head_dim`` 512:
+# ``collector/sglang/collect_mla.py``), 3.4x the FLOPs a prompt token takes. Those rows
+# are not read: SGLang's prefill there takes the GQA stand-in over its own FA3 MHA fit.
+# TensorRT-LLM's collector always times the decompressed form (``collect_mla.py``).
+PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({"trtllm_mla"})}
+
+
+def kernel_rows(system: Path, engine: str) -> list[FamilyRows]:
+    """``mla_prefill`` / ``mla_decode`` (and ``_fp8kv``) from the attention-kernel tables."""
+    families = []
+    for phase, name in (("prefill", "context"), ("decode", "generation")):
+        table_name = f"{name}_mla_perf.parquet"
+        version = latest_version(system / "mla" / engine, table_name)
+        if version is None:
+            continue
+        table = version / table_name
+        raw = [r for r in _read(table) if r.get("mla_dtype") in ("bfloat16", "float16")]
+        sources = PREFILL_SOURCES.get(engine) if phase == "prefill" else None
+        if sources is not None:
+            raw = [r for r in raw if r.get("kernel_source") in sources]
+        for dtype, kv in fm.MLA_KV.items():
+            mine = [r for r in raw if KV_DTYPES.get(str(r.get("kv_cache_dtype"))) == dtype]
+            if not mine:
+                continue
+            kernel = f"mla_{phase}{kv}"
+            kv_e = px.KV_FP8_BYTES if dtype == "fp8" else ELEM_BYTES
+            out = []
+            for i, r in enumerate(mine):
+                _require(r, _KERNEL_COLUMNS, table, i)
+                out.append(_kernel_row(kernel, r, phase, kv_e))
+            families.append(_family(kernel, table, mine, _sources(mine), out))
+    return families
+
+
+def module_rows(system: Path, engine: str) -> list[FamilyRows]:
+    """``mla_module_<phase>[_<gemm>][_fp8kv]`` from the module tables."""
+    families = []
+    for phase, name in (("prefill", "context"), ("decode", "generation")):
+        table_name = f"mla_{name}_module_perf.parquet"
+        version = latest_version(system / "mla" / engine, table_name)
+        if version is None:
+            continue
+        table = version / table_name
+        raw = [
+            r
+            for r in _read(table)
+            if r.get("mla_dtype") in ("bfloat16", "float16")
+            and str(r.get("model", "deepseek-ai/DeepSeek-V3")) == "deepseek-ai/DeepSeek-V3"
+        ]
+        for gemm, fmt_name in MODULE_FORMATS.items():
+            for dtype in fm.MLA_KV:
+                mine = [
+                    r
+                    for r in raw
+                    if r.get("gemm_type") == gemm
+                    and KV_DTYPES.get(str(r.get("kv_cache_dtype"))) == dtype
+                ]
+                if not mine:
+                    continue
+                kernel = fm.mla_kernel(f"mla_module_{phase}", gemm, dtype)
+                kv_e = px.KV_FP8_BYTES if dtype == "fp8" else ELEM_BYTES
+                operands = operand_bytes(fmt_name)
+                out = []
+                for i, r in enumerate(mine):
+                    _require(r, _KERNEL_COLUMNS, table, i)
+                    out.append(_module_row(kernel, r, phase, operands, kv_e))
+                families.append(_family(kernel, table, mine, _sources(mine), out))
+    return families
+
+
+def bmm_rows(system: Path, engine: str) -> list[FamilyRows]:
+    """``mla_bmm`` / ``mla_bmm_fp8``: the absorbed decode's BMMs, pre and post together."""
+    version = latest_version(system / "mla_bmm" / engine, "mla_bmm_perf.parquet")
+    if version is None:
+        return []
+    table = version / "mla_bmm_perf.parquet"
+    raw = _read(table)
+    families = []
+    for dtype, fmt_name in BMM_FORMATS.items():
+        mine = [r for r in raw if r.get("bmm_dtype") == dtype]
+        if not mine:
+            continue
+        kernel = fm.mla_kernel("mla_bmm", dtype)
+        operands = operand_bytes(fmt_name)
+        out = []
+        for i, r in enumerate(mine):
+            _require(r, ("num_tokens", "num_heads", "op_name"), table, i)
+            out.append(_bmm_row(kernel, r, operands))
+        families.append(_family(kernel, table, mine, _sources(mine), out))
+    return families
+
+
+def _sources(rows: list[dict[str, Any]]) -> str:
+    return ",".join(sorted({str(r.get("kernel_source", "")) for r in rows}))
+
+
+def mla_rows(system: Path, engine: str) -> list[FamilyRows]:
+    """Every MLA family the tables have for ``engine`` on this system."""
+    return [*kernel_rows(system, engine), *bmm_rows(system, engine), *module_rows(system, engine)]
+
+
+__all__ = ["DSV3", "PREFILL_SOURCES", "bmm_rows", "dims", "kernel_rows", "mla_rows", "module_rows"]

@@ -1,0 +1,164 @@
+"""Pricing MLA layers (``twin.mixers``' ``mla``; issue 34) from the profile's MLA families.
+
+Per GPU, the rank's heads are ``n_heads / tp`` (the engines split MLA by query heads:
+q_b_proj, kv_b_proj and the absorbed W_UK/W_UV column-parallel, o_proj row-parallel;
+the q_a/kv_a projection is whole on every rank, vLLM's ``DeepSeekV2FusedQkvAProjLinear``
+with ``disable_tp=True`` in ``vllm/model_executor/models/deepseek_v2.py``; SGLang's
+``fused_qkv_a_proj_with_mqa`` is a ``ReplicatedLinear``), and every rank holds the whole
+latent cache (``twin.parallel.kv_bytes_per_token_per_gpu``). A layer is priced one of
+three ways, in aiconfigurator's order of preference (``sdk/models/deepseek.py``: the
+profiled module first, the kernel-and-GEMM path as its fallback):
+
+- ``module``: the profile has the module fits of the model's GEMM format and KV dtype
+  (``mla_module_prefill``/``_decode``, vLLM's and TensorRT-LLM's tables): the prefill
+  chunks through the prefill module, the decodes through the decode module; the layer's
+  pre-norm and all-reduce as for every layer. A step that mixes both runs the shared
+  projections' weights twice in this pricing (the tables time each phase whole);
+- ``kernels``: per phase, the attention-kernel fit (``mla_prefill``/``mla_decode``,
+  SGLang's and TensorRT-LLM's tables) with every projection as a GEMM of the model's
+  precision:
+  q_a + kv_a, q_b and o_proj over all tokens; kv_b_proj over every visible row of the
+  prefill chunks (the cached context is decompressed again: vLLM's chunked-context loop,
+  SGLang's ``MHA_CHUNKED_KV``); the absorbed decode's two BMMs (``mla_bmm``, else the GEMM
+  fit on the same features);
+- ``gqa`` (no MLA fit for the phase in the profile: datasheet profiles, GPUs whose
+  tables lack MLA, SGLang's prefill off Blackwell, ``calibration.aic_mla``): as
+  ``kernels`` with the GQA attention fits standing in, prefill as MHA at the mean of
+  the QK and V widths (its FLOPs exact), decode as one KV head of half the latent width
+  (its bytes exact); the provenance says so (``precision_kernels.MLA_AS_GQA_NOTE``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twin.costmodel import features as ft
+from twin.costmodel import latency as lat
+from twin.costmodel import mla_features as mf
+from twin.costmodel.shard_shapes import ShardShapes
+from twin.costmodel.step_features import StepFeatures
+
+MODES = ("module", "kernels", "gqa")
+
+
+class MlaPricing(ShardShapes):
+    """The MLA layers of a step (a part of ``CostModel``)."""
+
+    _proj: Callable[[float, float, float], float]
+    mla_mode: str | None  # "module", or "<prefill>/<decode>" of "kernels" and "gqa"
+    mla_modes: tuple[str, str]  # (prefill, decode): "module", "kernels" or "gqa"
+    mla_dims: mf.MlaDims
+
+    def _setup_mla(self) -> None:
+        """The MLA fits this model takes (``precision_kernels.priced_precision`` chose the
+        keys), compiled; ``mla_mode`` None for a model without MLA layers."""
+        self.mla_mode = None
+        if not self.kinds.get("mla"):
+            return
+        m, keys, prof = self.model, self.priced.keys, self.profile
+        self.mla_dims = mf.MlaDims(
+            m.d_model,
+            m.q_lora_rank,
+            m.kv_lora_rank,
+            m.qk_nope_head_dim,
+            m.qk_rope_head_dim,
+            m.v_head_dim,
+            self.heads,
+        )
+        self._mla: dict[str, Callable[..., float]] = {}
+        for family in ("mla_module_prefill", "mla_module_decode", "mla_prefill", "mla_decode"):
+            key = keys.get(family)
+            if key is not None:
+                self._mla[family] = lat.compile_fast(key, prof.kernels[key].params, prof.peaks)
+        if "mla_module_prefill" in self._mla:
+            self.mla_modes = ("module", "module")
+        else:
+            self.mla_modes = (
+                "kernels" if "mla_prefill" in self._mla else "gqa",
+                "kernels" if "mla_decode" in self._mla else "gqa",
+            )
+        self.mla_mode = "module" if self.mla_modes[0] == "module" else "/".join(self.mla_modes)
+        # The absorbed BMMs: their own fit, else the GEMM fit on the same features.
+        bmm = keys.get("mla_bmm")
+        if bmm is not None:
+            self._mla_bmm = lat.compile_fast(bmm, prof.kernels[bmm].params, prof.peaks)
+        else:
+            self._mla_bmm = self._k["gemm"]
+        self._mla_bmm_bytes = self.priced.mla_bmm_bytes
+        self._mla_gemm_bytes = self.priced.mla_gemm_bytes
+
+    # ------------------------------------------------------------ token-count parts
+    def _mla_dense(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
+        """What an MLA layer costs for ``t`` tokens whatever their phase: the pre-norm and
+        the all-reduce, and outside the module pricing the q_a/kv_a and q_a norms, RoPE
+        and the projections every token runs (q_a + kv_a, q_b, o_proj)."""
+        if self.mla_mode == "module":
+            return (("elementwise", norm), ("allreduce", ar))
+        d, e, elem = self.mla_dims, self.elem_bytes, self._k["elementwise"]
+        latent = d.kv_lora + d.rope
+        # q_a and kv_a RMSNorms, then RoPE on the rank's q_pe and the shared k_pe.
+        norms = elem(0.0, e * (2.0 * t * (d.q_lora + d.kv_lora) + d.q_lora + d.kv_lora))
+        rope = elem(0.0, e * 2.0 * t * (d.heads + 1) * d.rope)
+        qk = d.heads * (d.nope + d.rope)
+        if d.q_lora:
+            gemms = self._proj(t, d.d_model, d.q_lora + latent) + self._proj(t, d.q_lora, qk)
+        else:
+            gemms = self._proj(t, d.d_model, latent) + self._proj(t, d.d_model, qk)
+        gemms += self._proj(t, d.heads * d.v, d.d_model)
+        return (("elementwise", norm + norms + rope), ("gemm", gemms), ("allreduce", ar))
+
+    # ------------------------------------------------------------ context parts
+    def _mla_parts(self, f: StepFeatures) -> list[tuple[str, str, float]]:
+        """The context-dependent MLA kernels of a step: (kind, kernel, seconds per layer)."""
+        parts: list[tuple[str, str, float]] = []
+        if f.prefill_chunks:
+            parts.append(("mla", *self._mla_prefill(f)))
+        if f.decodes:
+            parts.extend(self._mla_decode(f.decodes, f.decode_keys))
+        return parts
+
+    def _mla_prefill(self, f: StepFeatures) -> tuple[str, float]:
+        d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[0]
+        n, keys, rows, seqs = f.prefill_tokens, f.prefill_keys, f.prefill_kv_rows, f.prefill_chunks
+        mode = self.mla_modes[0]
+        if mode == "module":
+            act_e, w_e = self._mla_gemm_bytes
+            sums = mf.mla_module_prefill_sums(d, n, keys, rows, seqs, e, act_e, w_e, kv_e)
+            return "mla_module", self._mla["mla_module_prefill"](*sums)
+        kv_b = self._proj(rows, d.kv_lora, d.heads * (d.nope + d.v))
+        if mode == "kernels":
+            sums = mf.mla_prefill_sums(n, keys, rows, seqs, d, e, kv_e)
+            return "mla_prefill", kv_b + self._mla["mla_prefill"](*sums)
+        # GQA stand-in: MHA at the mean of the QK and V widths (4 x width per score: exact
+        # FLOPs), one tile per sequence and head.
+        width = (d.nope + d.rope + d.v) // 2
+        sums4 = ft.attn_prefill_sums(n, keys, rows, seqs, d.heads, d.heads, width, e, kv_e)
+        return "attn_prefill", kv_b + self._k["attn_prefill"](*sums4)
+
+    def _mla_decode(self, batch: int, keys: int) -> list[tuple[str, str, float]]:
+        """Decode parts of ``batch`` sequences reading ``keys`` keys in all."""
+        d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[1]
+        mode = self.mla_modes[1]
+        if mode == "module":
+            act_e, w_e = self._mla_gemm_bytes
+            sums = mf.mla_module_decode_sums(d, batch, keys, e, act_e, w_e, kv_e)
+            return [("mla", "mla_module", self._mla["mla_module_decode"](*sums))]
+        act_b, w_b = self._mla_bmm_bytes
+        bmm = self._mla_bmm
+        pre = bmm(*mf.mla_bmm_sums(batch, d.heads, d.nope, d.kv_lora, e, act_b, w_b))
+        post = bmm(*mf.mla_bmm_sums(batch, d.heads, d.kv_lora, d.v, e, act_b, w_b))
+        if mode == "kernels":
+            attn = self._mla["mla_decode"](*mf.mla_decode_sums(batch, keys, d, e, kv_e))
+            kernel = "mla_decode"
+        else:
+            # GQA stand-in: one KV head of half the latent width (2 x width bytes per key:
+            # exact bytes), the rank's heads.
+            width = (d.kv_lora + d.rope) // 2
+            attn = self._k["attn_decode"](
+                *ft.attn_decode_sums(batch, keys, d.heads, 1, width, e, kv_e)
+            )
+            kernel = "attn_decode"
+        return [("mla", "mla_bmm", pre + post), ("mla", kernel, attn)]
+
+
+__all__ = ["MODES", "MlaPricing"]
