@@ -181,6 +181,24 @@ def test_every_reason_and_every_expressed_row() -> None:
     assert reasons == Counter(REASONS.values())
 
 
+def test_clients_over_several_aggregated_workers_run_one_workers_share() -> None:
+    """416 clients over batch 13 were 32 workers (aiconfigurator's benchmark rule sizes
+    an aggregated deployment's clients as workers x batch): the twin runs one worker
+    with 13 clients; a count that is the batch, or no multiple of it, is one worker."""
+    import dataclasses
+
+    row = _rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"]
+    spread = dataclasses.replace(row, concurrency=416, batch_size=13)
+    assert sil.agg_workers(spread) == 32
+    plan = sil.plan_row(spread, CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    assert (plan.workers, plan.concurrency) == (32, 13)
+    assert plan.requests == (sil.WARMUP_ROUNDS + sil.MEASURED_ROUNDS) * 13
+    assert sil.agg_workers(dataclasses.replace(row, concurrency=13, batch_size=13)) == 1
+    assert sil.agg_workers(dataclasses.replace(row, concurrency=20, batch_size=13)) == 1
+    assert sil.agg_workers(dataclasses.replace(row, concurrency=8, batch_size=None)) == 1
+
+
 def test_a_rows_precision_becomes_the_models() -> None:
     """The fp8 row's model holds half the weight bytes (1 byte per linear weight; the
     embeddings, LM head and norms stay bf16) and half the KV bytes per token of the

@@ -379,13 +379,14 @@ class RowPlan:
     gpu: str  # the twin's GPU name (its shipped <gpu>-<engine> profile prices the steps)
     engine: str  # the twin's engine mode
     tp: int
-    concurrency: int
+    concurrency: int  # clients on the one worker the twin runs (:func:`agg_workers`)
     precision: str  # what is priced, and why
     priced: str  # what is priced, as the summary groups it: "fp8, fp8 KV"
     warmup: int  # requests sent first and left out of the means
     requests: int  # all requests, warm-up included
     # build_run keywords for the server's limits (:func:`deployment`)
     deployment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    workers: int = 1  # aggregated workers the measured clients were spread over
 
     @property
     def model(self) -> ModelSpec:
@@ -707,7 +708,8 @@ def plan_row(
     if unpriceable is not None:
         return unpriceable
     model = precision_model(base, precision)
-    c = row.concurrency
+    workers = agg_workers(row)
+    c = row.concurrency // workers
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),
@@ -722,7 +724,26 @@ def plan_row(
         warmup=WARMUP_ROUNDS * c,
         requests=(WARMUP_ROUNDS + MEASURED_ROUNDS) * c,
         deployment=deployment(row, engine, deploy),
+        workers=workers,
     )
+
+
+def agg_workers(row: SiliconRow) -> int:
+    """How many aggregated workers served the row's clients.
+
+    aiconfigurator's benchmark rule sizes the client count of an aggregated deployment
+    as ``agg_workers x max_batch_size`` (package ``aiconfigurator`` 0.12.0,
+    ``generator/rule_plugin/benchmark/trtllm.rule``, ``BenchConfig.estimated_concurrency``),
+    and ``batch_size`` is the per-worker batch. Where ``silicon_concurrency`` is a multiple
+    ``k > 1`` of ``batch_size`` (e.g. 416 clients over batch 13 on a Dynamo deployment),
+    the clients were spread over ``k`` workers; the twin runs one of them with
+    ``concurrency / k`` clients, the share the Dynamo frontend's round-robin gives each
+    worker on average. Otherwise one worker.
+    """
+    c, batch = row.concurrency or 0, row.batch_size or 0
+    if batch and c > batch and c % batch == 0:
+        return c // batch
+    return 1
 
 
 def plan_rows(
@@ -904,6 +925,7 @@ def score_row(plan: RowPlan, aiconfigurator: bool = False) -> dict[str, Any]:
         "isl": row.isl,
         "osl": row.osl,
         "concurrency": plan.concurrency,
+        "workers": plan.workers,
         "tp": plan.tp,
         "gpu": plan.gpu,
         "engine": plan.engine,
@@ -1031,6 +1053,7 @@ RESULT_COLUMNS = (
     "isl",
     "osl",
     "concurrency",
+    "workers",
     "tp",
     "gpu",
     "engine",
