@@ -197,6 +197,10 @@ def test_clients_over_several_aggregated_workers_run_one_workers_share() -> None
     assert sil.agg_workers(dataclasses.replace(row, concurrency=13, batch_size=13)) == 1
     assert sil.agg_workers(dataclasses.replace(row, concurrency=20, batch_size=13)) == 1
     assert sil.agg_workers(dataclasses.replace(row, concurrency=8, batch_size=None)) == 1
+    # attention DP: the batch is per rank, so 8 clients over batch 2 at dp 4 are one worker
+    dp = dataclasses.replace(row, concurrency=8, batch_size=2, attention_dp=4)
+    assert sil.agg_workers(dp) == 1
+    assert sil.agg_workers(dataclasses.replace(dp, concurrency=16)) == 2
 
 
 def test_a_rows_precision_becomes_the_models() -> None:

@@ -734,13 +734,14 @@ def agg_workers(row: SiliconRow) -> int:
     aiconfigurator's benchmark rule sizes the client count of an aggregated deployment
     as ``agg_workers x max_batch_size`` (package ``aiconfigurator`` 0.12.0,
     ``generator/rule_plugin/benchmark/trtllm.rule``, ``BenchConfig.estimated_concurrency``),
-    and ``batch_size`` is the per-worker batch. Where ``silicon_concurrency`` is a multiple
-    ``k > 1`` of ``batch_size`` (e.g. 416 clients over batch 13 on a Dynamo deployment),
-    the clients were spread over ``k`` workers; the twin runs one of them with
-    ``concurrency / k`` clients, the share the Dynamo frontend's round-robin gives each
-    worker on average. Otherwise one worker.
+    where ``batch_size`` is per attention-DP rank (the CSV's attention-DP rows have
+    ``silicon_concurrency = attention_dp_size x batch_size``). Where the concurrency is a
+    multiple ``k > 1`` of ``attention_dp_size x batch_size`` (e.g. 416 clients over batch
+    13 on a Dynamo deployment: 29 rows of the CSV), the clients were spread over ``k``
+    workers; the twin runs one of them with ``concurrency / k`` clients, the share the
+    Dynamo frontend's round-robin gives each worker on average. Otherwise one worker.
     """
-    c, batch = row.concurrency or 0, row.batch_size or 0
+    c, batch = row.concurrency or 0, (row.batch_size or 0) * (row.attention_dp or 1)
     if batch and c > batch and c % batch == 0:
         return c // batch
     return 1
