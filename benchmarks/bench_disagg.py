@@ -11,6 +11,12 @@ NIC); and on 4 GPUs as 4 replicas, 1P3D and 2P2D. Reported per run: P95 TPOT, P9
 whether P95 TPOT <= the target, and the run's CPU seconds; the CPU ratio of each
 disaggregated run to the aggregated run with the same GPUs (the issue's target: <= 1.5x).
 
+Then, per rate, ``twin plan`` over the layouts agg, 1p1d and 1p2d (H200, vLLM, tp 1,
+the same target): the cheapest deployment meeting it, and the fewest GPUs aggregated
+serving needs, so the crossover (the rates where a disaggregated layout is the cheapest)
+is read off the table; and one 1P1D run with the decode worker on an H100 (per-pool
+hardware, issue 36's second part).
+
 Writes ``benchmarks/results/disagg.json``.
 """
 
@@ -45,7 +51,7 @@ def workload(path: Path, rate: float) -> Path:
     return path
 
 
-def one(path: Path, rate: float, layout: dict[str, int]) -> dict[str, Any]:
+def one(path: Path, rate: float, layout: dict[str, Any]) -> dict[str, Any]:
     run = build_run(
         path,
         model=MODEL,
@@ -63,7 +69,8 @@ def one(path: Path, rate: float, layout: dict[str, int]) -> dict[str, Any]:
     tpot95, ttft95 = s["tpot_s"]["p95"], s["ttft_s"]["p95"]
     out: dict[str, Any] = {
         "layout": layout,
-        "gpus": sum(layout.values()) if "replicas" not in layout else layout["replicas"],
+        "gpus": layout.get("replicas")
+        or layout.get("prefill_workers", 0) + layout.get("decode_workers", 0),
         "p95_tpot_s": tpot95,
         "p95_ttft_s": ttft95,
         "meets_tpot": tpot95 is not None and tpot95 <= TPOT_TARGET_S,
@@ -80,6 +87,40 @@ def one(path: Path, rate: float, layout: dict[str, int]) -> dict[str, Any]:
     return out
 
 
+def plan_at(path: Path, rate: float, out: Path) -> dict[str, Any]:
+    """The plan over agg/1p1d/1p2d at ``rate``: the winner and aggregated serving's fewest."""
+    from twin.reports.plan import plan
+
+    cpu = time.process_time()
+    found = plan(
+        path,
+        out,
+        model=MODEL,
+        slos=[f"p95_tpot<={TPOT_TARGET_S * 1e3:g}ms"],
+        session_rate=rate,
+        duration_s=DURATION_S,
+        gpus=[GPU],
+        engines=[ENGINE],
+        tp=[1],
+        layouts=["agg", "1p1d", "1p2d"],
+    )
+    cpu = time.process_time() - cpu
+    win = found.winner
+    agg = next(c for c in found.candidates if c.candidate.layout == "agg")
+    return {
+        "rate": rate,
+        "winner": None if win is None else win.candidate.layout,
+        "winner_replicas": None if win is None else win.replicas,
+        "winner_gpus": None if win is None else win.gpus,
+        "winner_usd_per_hour": None if win is None else win.usd_per_hour,
+        "aggregated_outcome": agg.outcome,
+        "aggregated_gpus": agg.gpus,
+        "outcomes": {c.candidate.layout: c.outcome for c in found.candidates},
+        "points_run": found.counts["points_run"],
+        "cpu_s": cpu,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -94,7 +135,8 @@ def main() -> None:
             {"prefill_workers": 2, "decode_workers": 2},
         ],
     }
-    rows = []
+    rows: list[dict[str, Any]] = []
+    plans: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for rate in rates:
             path = workload(Path(tmp) / f"fixed-{rate:g}.parquet", rate)
@@ -110,6 +152,14 @@ def main() -> None:
                         r["cpu_vs_aggregated"] = r["cpu_s"] / base["cpu_s"]
                     rows.append(r)
                     print(json.dumps(r), flush=True)
+            mixed = one(
+                path, rate, {"prefill_workers": 1, "decode_workers": 1, "decode_gpu": "h100"}
+            )
+            mixed["rate"], mixed["gpus"], mixed["decode_gpu"] = rate, 2, "h100"
+            rows.append(mixed)
+            print(json.dumps(mixed), flush=True)
+            plans.append(plan_at(path, rate, Path(tmp) / f"plan-{rate:g}"))
+            print(json.dumps(plans[-1]), flush=True)
     result = {
         "what": "aggregated vs disaggregated on the same GPUs; P95 TPOT against a target",
         "model": MODEL,
@@ -121,6 +171,7 @@ def main() -> None:
         "machine": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "runs": rows,
+        "plans": plans,
     }
     write_text_atomic(args.results, json.dumps(result, indent=1) + "\n")
 

@@ -250,7 +250,7 @@ def test_bad_retention_and_block_flags_are_one_line_errors(sets, message):
 def test_the_fine_grained_option_is_refused_with_exit_2(capsys, tmp_path):
     argv = ["simulate", "--engine", "vllm", "--set", "enable_mamba_shared_prefix_checkpoint=1"]
     argv += ["--out", str(tmp_path / "o")]
-    assert_clean_error(capsys, argv, tmp_path, "does not model")
+    assert_clean_error(capsys, argv, tmp_path, "only with EAGLE/MTP")
     build_run(
         example_path("chat"), engine="vllm", sets={"enable_mamba_shared_prefix_checkpoint": "0"}
     )

@@ -120,9 +120,23 @@ def kv_bytes_per_token_per_gpu(m: ModelSpec, layout: Layout) -> Fraction:
     for kind, n in m.mixer_counts.items():
         per = Fraction(mx.kv_bytes_per_token(m, kind))
         if kind in mx.GQA_KINDS:
-            per *= Fraction(max(m.n_kv_heads // a_tp, 1), m.n_kv_heads)
+            per *= kv_head_share(m, a_tp)
         out += n * per
     return out
 
 
-__all__ = ["Layout", "check_layout", "kv_bytes_per_token_per_gpu", "weight_bytes_per_gpu"]
+def kv_head_share(m: ModelSpec, attention_tp: int) -> Fraction:
+    """The share of a GQA layer's K and V one of ``attention_tp`` GPUs holds: its
+    ``max(n_kv_heads // attention_tp, 1)`` heads of ``n_kv_heads`` (KV heads fewer than
+    the GPUs are replicated, as vLLM does and SGLang's ``compute_head_slice_params``,
+    0.5.23 ``disaggregation/common/staging_buffer.py``, counts them)."""
+    return Fraction(max(m.n_kv_heads // attention_tp, 1), m.n_kv_heads)
+
+
+__all__ = [
+    "Layout",
+    "check_layout",
+    "kv_bytes_per_token_per_gpu",
+    "kv_head_share",
+    "weight_bytes_per_gpu",
+]

@@ -132,6 +132,14 @@ class SplitPool(SharedPool):
         self.floor = 0
         cache.hold_pools(self.size, self.state_size)
 
+    def reserve_states(self, nbytes: int) -> None:
+        """Take ``nbytes`` off the mamba pool for good, before any request runs (SGLang's
+        speculative verify buffer, ``twin.engine.speculative.sglang_verify_reserve``)."""
+        self.state_size -= min(max(int(nbytes), 0), self.state_size)
+        cache = self.cache
+        assert isinstance(cache, HybridRadixCache)
+        cache.hold_pools(self.size, self.state_size)
+
     @property
     def free(self) -> int:
         """KV bytes neither running requests nor the cache hold."""

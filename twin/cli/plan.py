@@ -27,10 +27,12 @@ from twin.engine.modes import ENGINE_MODES
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.metrics import to_json
+from twin.reports.layouts import parse_layouts
 from twin.reports.plan import (
     DEFAULT_CACHE,
     DEFAULT_ENGINES,
     DEFAULT_GPUS,
+    DEFAULT_LAYOUTS,
     DEFAULT_TP,
     SCREEN_FRACTION,
     SCREEN_MIN_S,
@@ -186,6 +188,13 @@ def plan_cmd(
         help="Cache settings to consider, comma-separated: auto (the engine's shared KV "
         "pool) or GB of a dedicated cache per replica.",
     ),
+    layouts: str = typer.Option(
+        ",".join(DEFAULT_LAYOUTS),
+        "--layouts",
+        help="Serving layouts to consider, comma-separated: agg (prefill and decode on "
+        "the same GPUs) or xPyD (x prefill and y decode workers a copy, each tp GPUs; the "
+        "replicas are copies of it), e.g. agg,1p1d,1p2d.",
+    ),
     prices: Path | None = typer.Option(
         None,
         "--prices",
@@ -193,7 +202,10 @@ def plan_cmd(
         "\\[gpus.h100] usd_per_gpu_hour = 3.2, source = '...', date = '...'.",
     ),
     budget_gpus: int | None = typer.Option(
-        None, "--budget-gpus", min=1, help="Most GPUs (replicas x tp) of any deployment."
+        None,
+        "--budget-gpus",
+        min=1,
+        help="Most GPUs (replicas x tp, x the workers of an xPyD layout) of any deployment.",
     ),
     router: str = typer.Option(
         "round-robin", "--router", help=f"Router across replicas: {', '.join(ROUTERS)}."
@@ -218,8 +230,8 @@ def plan_cmd(
         False, "--json", help="Print plan.json on stdout instead of the tables."
     ),
 ) -> None:
-    """Find the cheapest deployment (GPU type x engine x tp x cache x replicas) meeting every
-    SLO at a stable steady state; write OUT/plan.json, OUT/report.md, OUT/report.html
+    """Find the cheapest deployment (GPU type x engine x tp x cache x layout x replicas)
+    meeting every SLO at a stable steady state; write OUT/plan.json, OUT/report.md, OUT/report.html
     (self-contained) and OUT/results.parquet.
 
     Each candidate's fewest replicas is searched from an analytic lower bound;
@@ -240,6 +252,10 @@ def plan_cmd(
       twin plan chat.parquet -m qwen3.5-9b --slo "p95_ttft<=300ms" --session-rate 0.5 \\
         --duration 2400 --warmup-s 800 --gpus h100,b200 --engines vllm,sglang --tp 1,2 \\
         --budget-gpus 2 --json --out plan-2gpu
+
+      twin plan chat.parquet -m llama-3-8b --slo "p95_tpot<=20ms" --session-rate 0.5 \\
+        --duration 2400 --warmup-s 800 --gpus h200 --engines vllm --tp 1 \\
+        --layouts agg,1p1d --out plan-pd
     """
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
@@ -252,7 +268,8 @@ def plan_cmd(
     checks.number("--warmup-s", warmup_s, low=0)
     gpu_list, engine_list = _items("--gpus", gpus), _items("--engines", engines)
     tp_list, cache_list = _ints("--tp", tp), _items("--cache-gb", cache_gb)
-    total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list)
+    layout_list = [layout.name for layout in parse_layouts(_items("--layouts", layouts))]
+    total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list) * len(layout_list)
     if workload is None:
         workload = example_path(EXAMPLE)
         said = f"no workload given: planning for the bundled {EXAMPLE!r} example ({workload})"
@@ -282,6 +299,7 @@ def plan_cmd(
             engines=engine_list,
             tp=tp_list,
             cache=cache_list,
+            layouts=layout_list,
             prices=prices,
             budget_gpus=budget_gpus,
             router=router,

@@ -35,6 +35,7 @@ from twin.policies import POLICIES
 from twin.precision import model_sets
 from twin.reports.analysis import parse_slos, rate_label, slo_text, verdict
 from twin.reports.capacity import DEFAULT_POLICIES, CapacityReport, capacity_report, report_document
+from twin.reports.layouts import parse_layouts
 from twin.reports.load import load_verdict
 from twin.reports.render import HTML_FILE, MD_FILE, REC_HEAD, rec_cells
 from twin.reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant, grid
@@ -146,6 +147,13 @@ def capacity(
         help="Model replicas, comma-separated to sweep the GPU count (replicas x tp), e.g. 1,2,4.",
     ),
     tp: TpOption = 1,
+    layouts: str | None = typer.Option(
+        None,
+        "--layouts",
+        help="Serving layouts to sweep, comma-separated: agg, or xPyD (x prefill and y "
+        "decode workers a copy; --replicas then counts copies), e.g. agg,1p1d. A layout's "
+        "rows are named after their policy (vllm 1P1D). [default: agg]",
+    ),
     cache_gb: str = typer.Option(
         "10,20,40",
         "--cache-gb",
@@ -241,6 +249,10 @@ def capacity(
       twin report capacity chat.parquet -m llama-3-8b --gpu h200 --engine vllm \\
         --precision fp8 --kv-dtype fp8 --session-rates 1,2 --out capacity-fp8
 
+      twin report capacity chat.parquet -m llama-3-8b --gpu h200 --engine vllm \\
+        --replicas 1,2 --layouts agg,1p1d --session-rates 0.5 --duration 2400 \\
+        --warmup-s 800 --slo "p95_tpot<=20ms" --out capacity-pd
+
       twin report capacity chat.parquet --gpu a100-80gb --cache-gb auto \\
         --policies "vllm,sglang,sglang\\[mamba_radix_cache_strategy=extra_buffer]" \\
         --session-rates 2,8 --out capacity-engines
@@ -266,16 +278,19 @@ def capacity(
         get_mode(engine)  # a bad --engine fails before any work
     checks.number("--duration", duration, low=0, low_open=True)
     checks.number("--warmup-s", warmup_s, low=0)
+    serving = parse_layouts(layouts.split(",")) if layouts is not None else None
+    n_layouts = len(serving) if serving else 1
     # The points the sweep has (an engine-mode entry runs one cache point: its pool).
-    if len(caches) * len(names) * len(rates) * seeds * len(counts) > MAX_POINTS:
+    n_points = len(caches) * len(names) * len(rates) * seeds * len(counts) * n_layouts
+    if n_points > MAX_POINTS:
         raise TwinError(
-            f"the sweep has {len(caches) * len(names) * len(rates) * seeds * len(counts):,} "
-            f"points (cache sizes x policies x rates x --seeds x replica counts); at most "
-            f"{MAX_POINTS:,} in one report: split it into several --out folders"
+            f"the sweep has {n_points:,} points (cache sizes x policies x rates x --seeds x "
+            f"replica counts x layouts); at most {MAX_POINTS:,} in one report: split it "
+            "into several --out folders"
         )
     if any(c > MAX_CACHE_GB for c in caches):
         raise TwinError(f"--cache-gb: each must be <= {MAX_CACHE_GB:g} GB")
-    total = len(grid(caches, names, rates, seeds, counts))
+    total = len(grid(caches, names, rates, seeds, counts)) * n_layouts
     # The precision travels with the model (a sweep's points rebuild it from its name and
     # --model-set entries): the points' model column and key say it.
     sets = (*model_set, *model_sets(precision, kv_dtype))
@@ -309,6 +324,7 @@ def capacity(
             progress=advance,
             duration_s=duration,
             bisect_tol=bisect,
+            layouts=None if serving is None else [s.name for s in serving],
         )
     err_console.print(
         f"{found.computed} point(s) simulated, {found.skipped} found in {out / RESULTS_FILE}"

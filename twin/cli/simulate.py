@@ -169,6 +169,33 @@ def simulate(
         help="Disaggregated serving: the link from prefill to decode, ib (a 400 Gb/s NIC "
         "per GPU) or nvlink (both pools in one node). [default: ib]",
     ),
+    prefill_gpu: str | None = typer.Option(
+        None,
+        "--prefill-gpu",
+        help="Disaggregated serving: the prefill pool's GPU. [default: --gpu]",
+    ),
+    decode_gpu: str | None = typer.Option(
+        None, "--decode-gpu", help="Disaggregated serving: the decode pool's GPU. [default: --gpu]"
+    ),
+    prefill_tp: int | None = typer.Option(
+        None, "--prefill-tp", min=1, help="GPUs per prefill worker. [default: --tp]"
+    ),
+    decode_tp: int | None = typer.Option(
+        None,
+        "--decode-tp",
+        min=1,
+        help="GPUs per decode worker; the KV moves between ranks as SGLang maps them "
+        "(one TP must divide the other). [default: --tp]",
+    ),
+    prefill_ep: int | None = typer.Option(
+        None,
+        "--prefill-ep",
+        min=1,
+        help="Expert-parallel ranks per prefill worker. [default: --ep]",
+    ),
+    decode_ep: int | None = typer.Option(
+        None, "--decode-ep", min=1, help="Expert-parallel ranks per decode worker. [default: --ep]"
+    ),
     slo: list[str] = typer.Option(
         [],
         "--slo",
@@ -215,6 +242,13 @@ def simulate(
 
       twin simulate -m gemma-3-4b --gpu h100 -p jenga --kv-allocator paged --out sim-paged
 
+      twin simulate -m llama-3.1-8b --engine vllm \\
+        --set speculative_config='{"method":"eagle3","num_speculative_tokens":3}' --out sim-eagle3
+
+      twin simulate -m qwen3.5-9b --engine sglang --set speculative_algorithm=EAGLE3 \\
+        --set speculative_num_steps=3 --set speculative_eagle_topk=1 \\
+        --set speculative_acceptance=0.8,0.6,0.4 --out sim-sglang-eagle3
+
       twin simulate -m qwen3.5-9b --engine vllm --session-rate 2 --duration 300 \
         --slo p95_ttft<=500ms --slo p95_tpot<=50ms --out sim-steady
 
@@ -226,8 +260,15 @@ def simulate(
       twin simulate -m qwen3.5-9b --gpu h200 --engine sglang --prefill-workers 2 \
         --decode-workers 4 --session-rate 2 --duration 120 --out sim-2p4d
 
+      twin simulate -m llama-3-8b --engine sglang --prefill-workers 1 --decode-workers 1 \
+        --prefill-gpu h200 --decode-gpu h100 --prefill-tp 2 --decode-tp 4 --session-rate 2 \
+        --duration 120 --out sim-mixed
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
-    the Marconi paper's dedicated 20 GB cache.
+    the Marconi paper's dedicated 20 GB cache. Speculative decoding (vLLM's
+    speculative_config, SGLang's speculative_* flags) prices each step as a draft
+    plus a verification over the expected acceptance length (--set
+    speculative_acceptance=RATE, or one rate per drafted token).
     """
     cache = checks.cache_gb("--cache-gb", cache_gb)
     checks.number("--gpu-mem-util", gpu_mem_util, low=0, high=1, low_open=True)
@@ -259,6 +300,12 @@ def simulate(
             ("prefill_workers", prefill_workers),
             ("decode_workers", decode_workers),
             ("kv_link", kv_link),
+            ("prefill_gpu", prefill_gpu),
+            ("decode_gpu", decode_gpu),
+            ("prefill_tp", prefill_tp),
+            ("decode_tp", decode_tp),
+            ("prefill_ep", prefill_ep),
+            ("decode_ep", decode_ep),
         )
         if value is not None
     }

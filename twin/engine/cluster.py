@@ -79,6 +79,10 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
     if config.ep > 1:  # each GPU's share under the layout (twin.parallel), rounded up
         weights = config.tp * weight_bytes_per_gpu(model, Layout(config.tp, config.ep))
     budget = usable - weights - cache
+    if config.speculative:  # the draft's weights and KV (twin.engine.speculative)
+        from twin.engine.speculative import Speculation
+
+        budget = Speculation.from_dict(config.speculative).budget(budget, model)
     if budget <= 0:
         raise TwinError(
             f"no memory left for running requests: {config.tp} GPU(s) x "
@@ -171,12 +175,18 @@ class Cluster:
         cluster's decode workers are another class, without one)."""
         return Replica, True
 
+    def _replica_setup(self, i: int) -> tuple[EngineConfig, StepPricer, float]:
+        """Replica ``i``'s configuration, step prices and memory budget (a disaggregated
+        cluster's decode pool may have its own GPU and layout)."""
+        return self.config, self.pricer, self.budget
+
     def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Replica:
         """Replica ``i`` (of :meth:`_replica_kind`'s class) with its cache, host tier and
         scheduler."""
-        config, model = self.config, self.model
+        model = self.model
+        config, pricer, budget = self._replica_setup(i)
         cls, host_tier = self._replica_kind(i)
-        capacity = int(self.budget) if config.shared_pool else config.cache_bytes
+        capacity = int(budget) if config.shared_pool else config.cache_bytes
         host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
         if not host_tier:
             host_bytes = 0
@@ -197,11 +207,11 @@ class Cluster:
             self.env,
             i,
             model,
-            self.pricer,
+            pricer,
             cache,
             config.max_batched_tokens,
             config.max_running,
-            self.budget,
+            budget,
             shared_pool=config.shared_pool,
             preemption=config.preemption,
             state_slots=config.state_slots,
@@ -212,6 +222,7 @@ class Cluster:
             host_write_policy=config.host_write_policy,
             scheduler=config.scheduler,
             scheduler_options=config.scheduler_options,
+            speculative=config.speculative or None,
         )
 
     # ------------------------------------------------------------------ running

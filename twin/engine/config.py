@@ -145,6 +145,15 @@ class EngineConfig:
         "policy's (jenga for -p jenga), else bytes (twin.memory.footprint)",
     )
 
+    speculative: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "speculative decoding (twin.engine.speculative.Speculation: method, "
+            "speculative tokens, verified tokens, acceptance length, draft); empty: none "
+            "(the engine modes' speculative flags set it)"
+        },
+    )
+
     # Issue 36: disaggregated prefill and decode (twin.engine.disagg); 0: aggregated.
     prefill_workers: int = _opt(
         0, "prefill pool: replicas of `tp` GPUs that prefill and sample the first token"
@@ -154,6 +163,13 @@ class EngineConfig:
         "ib",
         "the link the KV crosses from prefill to decode: ib (a 400 Gb/s NIC per GPU) "
         "or nvlink (both pools in one node)",
+    )
+    # The decode pool's own hardware (twin.engine.disagg.WorkerPool); at their defaults
+    # it is the prefill pool's: the run's GPU, tp and ep.
+    decode_gpu: str = _opt("", "decode pool: the GPU (a shipped profile); '': the run's")
+    decode_tp: int = _opt(0, "decode pool: GPUs per decode worker; 0: the run's tp")
+    decode_ep: int = _opt(
+        0, "decode pool: expert-parallel ranks per decode worker; 0: the run's ep"
     )
 
     def __post_init__(self) -> None:
@@ -239,10 +255,41 @@ class EngineConfig:
         )
 
         self._check_disaggregated()
+        if self.speculative:
+            self._check_speculative()
+
+    def _check_speculative(self) -> None:
+        """Speculative decoding's settings (a Speculation) and the draft's parallelism."""
+        from twin.engine.speculative import Speculation
+
+        draft_tp = Speculation.from_dict(self.speculative).draft_tp
+        if draft_tp not in (0, 1, self.tp):
+            raise TwinError(
+                f"speculative draft tensor parallelism {draft_tp}: must be 1 or the "
+                f"target's --tp {self.tp} (vLLM's draft_tensor_parallel_size)"
+            )
 
     def _check_disaggregated(self) -> None:
         """The disaggregated layout's flags (issue 36), each refusal one line."""
         p, d = self.prefill_workers, self.decode_workers
+        pool = [
+            f"--{name.replace('_', '-')}"
+            for name in ("decode_gpu", "decode_tp", "decode_ep")
+            if getattr(self, name)
+        ]
+        if pool and not (p or d):
+            raise TwinError(
+                f"{pool[0]}: only a disaggregated run has a decode pool; give "
+                "--prefill-workers and --decode-workers"
+            )
+        d_tp = self.decode_tp or self.tp
+        if not 0 <= self.decode_tp <= MAX_TP:
+            raise TwinError(f"--decode-tp: must be 1 to {MAX_TP:,} (got {self.decode_tp})")
+        if self.decode_ep < 0 or d_tp % (self.decode_ep or self.ep):
+            raise TwinError(
+                f"--decode-ep: must divide the decode pool's tp {d_tp} "
+                f"(got {self.decode_ep or self.ep})"
+            )
         if self.kv_link not in ("ib", "nvlink"):
             raise TwinError(f"--kv-link: must be ib or nvlink (got {self.kv_link!r})")
         if not p and not d:
@@ -305,6 +352,10 @@ _OMITTED_AT_DEFAULT = (
     "seq_host_s",
     "prefill_workers",
     "decode_workers",
+    "speculative",
+    "decode_gpu",
+    "decode_tp",
+    "decode_ep",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

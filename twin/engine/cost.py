@@ -257,14 +257,21 @@ class CostModelPricer(PricerBase):
     def _fit(self, batch: int) -> tuple[float, float] | None:
         if batch in self._affine:
             return self._affine[batch]
-        xs = [c * batch for c in _PROBE_CONTEXTS]
-        ts = [self._exact((), batch, x) for x in xs]
-        slope = (ts[-1] - ts[0]) / (xs[-1] - xs[0])
-        fit: tuple[float, float] | None = (ts[0], slope)
-        if any(abs(ts[0] + slope * x - t) > _AFFINE_RTOL * t for x, t in zip(xs, ts, strict=True)):
-            fit = None
+        fit = affine_fit(lambda x: self._exact((), batch, x), batch)
         self._affine[batch] = fit
         return fit
+
+
+def affine_fit(price: Callable[[int], float], batch: int) -> tuple[float, float] | None:
+    """``(a, b)`` when ``price(context sum)`` of a pure-decode step of ``batch`` sequences is
+    ``a + b x context`` at the probe contexts (0 to 128K keys a sequence) within
+    ``_AFFINE_RTOL``; ``None`` otherwise. Every pricer's decode fit (``decode_affine``)."""
+    xs = [c * batch for c in _PROBE_CONTEXTS]
+    ts = [price(x) for x in xs]
+    slope = (ts[-1] - ts[0]) / (xs[-1] - xs[0])
+    if any(abs(ts[0] + slope * x - t) > _AFFINE_RTOL * t for x, t in zip(xs, ts, strict=True)):
+        return None
+    return ts[0], slope
 
 
 def make_pricer(model: ModelSpec, profile: Any, tp: int, ep: int = 1) -> CostModelPricer:

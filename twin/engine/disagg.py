@@ -2,7 +2,11 @@
 and each request's KV (and recurrent state) moved between them over a priced link.
 
 A request's life (:meth:`DisaggCluster._handoff`), with ``--prefill-workers P
---decode-workers D``, every worker a replica of ``--tp`` GPUs of the one ``--gpu``:
+--decode-workers D``, every worker a replica of ``--tp`` GPUs of the one ``--gpu``, or each
+pool on its own hardware (``--prefill-gpu/--decode-gpu``, ``--prefill-tp/--decode-tp``,
+``--prefill-ep/--decode-ep``: :class:`WorkerPool`, each priced with its GPU's profile and
+holding its own memory budget; the KV moves between pools of different TP as SGLang maps
+their ranks, :func:`transfer_shares`):
 
 1. routed to a prefill worker by the run's router (prefix-aware where the cache is: the
    prefill pool holds the prefix cache), queued and prefilled there under the run's
@@ -49,11 +53,13 @@ import math
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from twin import mixers as mx
 from twin.engine.cluster import Cluster, RunStats
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
@@ -63,7 +69,7 @@ from twin.errors import TwinError
 from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, GB, GPUS
 from twin.metrics import RequestRecord
 from twin.model import ModelSpec
-from twin.parallel import Layout, kv_bytes_per_token_per_gpu
+from twin.parallel import Layout, check_layout, kv_head_share
 from twin.workloads.reader import Request, Workload
 
 KV_LINKS = ("ib", "nvlink")
@@ -114,17 +120,25 @@ def kv_link(kind: str, gpu: str | None, config: EngineConfig) -> KvLink:
             IB_LATENCY_S,
             "400 Gb/s ConnectX-7 per GPU (NVIDIA DGX H100/H200 user guide); latency assumed",
         )
+    if config.decode_gpu and config.decode_gpu != gpu:
+        raise TwinError(
+            f"--kv-link nvlink: the pools' GPUs differ ({gpu or 'the profile'}, "
+            f"{config.decode_gpu}) and an HGX node holds one GPU type; use --kv-link ib"
+        )
     spec = GPUS.get(gpu or "")
     if spec is None or not spec.nvlink_bw:
         raise TwinError(
             f"--kv-link nvlink: {gpu or 'this profile'!r} has no NVLink figure in "
             "twin.hardware; use --kv-link ib"
         )
-    gpus = (config.prefill_workers + config.decode_workers) * config.tp
+    gpus = config.prefill_workers * config.tp + config.decode_workers * (
+        config.decode_tp or config.tp
+    )
     if gpus > NODE_GPUS:
         raise TwinError(
             f"--kv-link nvlink: the prefill and decode workers share a node of {NODE_GPUS} "
-            f"GPUs only if (P + D) x tp <= {NODE_GPUS} (got {gpus}); use --kv-link ib"
+            f"GPUs only if their GPUs add up to at most {NODE_GPUS} (got {gpus}); use "
+            "--kv-link ib"
         )
     return KvLink(
         "nvlink",
@@ -133,6 +147,113 @@ def kv_link(kind: str, gpu: str | None, config: EngineConfig) -> KvLink:
         f"{spec.display_name} NVLink per direction ({spec.interconnect_bw / GB:g} GB/s, "
         f"{spec.source}); latency assumed (twin.hardware)",
     )
+
+
+def check_tp_pair(prefill_tp: int, decode_tp: int) -> None:
+    """Refuse a pair of pool TPs whose ranks SGLang cannot map (one line)."""
+    lo, hi = sorted((prefill_tp, decode_tp))
+    if hi % lo:
+        raise TwinError(
+            f"--prefill-tp {prefill_tp} and --decode-tp {decode_tp}: one must divide the "
+            "other (SGLang maps decode ranks to prefill ranks by their ratio, "
+            "disaggregation/common/conn.py _resolve_rank_mapping)"
+        )
+
+
+def transfer_shares(model: ModelSpec, prefill_tp: int, decode_tp: int) -> tuple[Fraction, Fraction]:
+    """Per prompt token: (KV bytes the busiest prefill GPU sends, KV bytes each decode GPU
+    receives), as SGLang 0.5.23 maps the ranks of two pools of different TP.
+
+    ``disaggregation/common/conn.py`` ``_resolve_rank_mapping``: with equal TP each decode
+    rank pulls from the prefill rank of its index; with ``decode_tp = k x prefill_tp``,
+    decode rank ``j`` pulls from prefill rank ``j // k`` (each prefill rank serves ``k``);
+    with ``prefill_tp = k x decode_tp``, decode rank ``j`` pulls from prefill ranks
+    ``j k .. j k + k - 1``. What moves (``common/staging_buffer.py``
+    ``compute_head_slice_params``, ``mooncake/conn.py`` ``send_kvcache_slice``):
+
+    - a GQA layer's K and V, sliced by KV head: each decode rank receives the heads it
+      holds (:func:`twin.parallel.kv_head_share` at ``decode_tp``), from its one prefill
+      rank or as the ``k`` slices of its ``k`` prefill ranks (each sends all it holds);
+      a prefill rank serving ``k`` decode ranks sends each its slice, so replicated heads
+      (fewer KV heads than decode GPUs) are sent more than once;
+    - MLA's latent (not split by heads): every decode rank receives all of it; a prefill
+      rank serving ``k`` decode ranks sends it ``k`` times, and of ``k`` prefill ranks
+      serving one decode rank only the first sends (the others send dummies).
+
+    At equal TP both are :func:`twin.parallel.kv_bytes_per_token_per_gpu`.
+    """
+    check_tp_pair(prefill_tp, decode_tp)
+    check_layout(model, Layout(prefill_tp))
+    check_layout(model, Layout(decode_tp))
+    send = recv = Fraction(0)
+    fan_out = max(decode_tp // prefill_tp, 1)  # decode ranks one prefill rank serves
+    fan_in = max(prefill_tp // decode_tp, 1)  # prefill ranks one decode rank pulls from
+    for kind, n in model.mixer_counts.items():
+        full = Fraction(mx.kv_bytes_per_token(model, kind))
+        if not full:
+            continue
+        if kind in mx.GQA_KINDS:
+            if fan_in > 1:
+                one = full * kv_head_share(model, prefill_tp)  # a prefill rank's heads
+                send, recv = send + n * one, recv + n * fan_in * one
+            else:
+                one = full * kv_head_share(model, decode_tp)  # a decode rank's heads
+                send, recv = send + n * fan_out * one, recv + n * one
+        else:  # replicated on every rank (MLA's latent)
+            send, recv = send + n * fan_out * full, recv + n * full
+    return send, recv
+
+
+@dataclass(frozen=True)
+class WorkerPool:
+    """A pool's hardware: its workers' configuration (tp, ep, HBM, and the engine's
+    defaults on that GPU, as its own servers would resolve them), step prices and memory
+    budget. The prefill pool's is the run's; the decode pool's too unless
+    ``--decode-gpu/--decode-tp/--decode-ep`` (or the prefill pool's flags) set it apart."""
+
+    config: EngineConfig
+    pricer: StepPricer
+    budget: float
+    gpu: str | None
+    profile: str = ""  # the step prices' provenance label (summaries of mixed pools)
+
+
+# Per-pool options of a disaggregated run (twin.engine.build_run): each defaults to the
+# run's --gpu/--tp/--ep; the prefill pool's become the run's, the decode pool's the
+# config's decode_gpu/decode_tp/decode_ep (left out where they equal the prefill pool's).
+POOL_OPTIONS = ("prefill_gpu", "decode_gpu", "prefill_tp", "decode_tp", "prefill_ep", "decode_ep")
+
+
+def split_pools(
+    gpu: str | None, profile: object, settings: dict[str, Any]
+) -> tuple[str | None, str | None, dict[str, Any]]:
+    """(the prefill pool's GPU, the decode pool's GPU, the settings) from the run's
+    ``gpu`` and ``settings`` holding :data:`POOL_OPTIONS`; refused in one line where no
+    pools are given or a profile file is."""
+    out = {k: v for k, v in settings.items() if k not in POOL_OPTIONS}
+    given = {k: settings[k] for k in POOL_OPTIONS if settings.get(k) not in (None, 0, "")}
+    if not given:
+        return gpu, gpu, out
+    flag = f"--{next(iter(given)).replace('_', '-')}"
+    if not (settings.get("prefill_workers") or settings.get("decode_workers")):
+        raise TwinError(
+            f"{flag}: only a disaggregated run has pools; give --prefill-workers and "
+            "--decode-workers"
+        )
+    if profile is not None and ("prefill_gpu" in given or "decode_gpu" in given):
+        raise TwinError(
+            f"{flag}: a pool's GPU names a shipped profile; --profile gives both pools "
+            "theirs (leave one of them out)"
+        )
+    tp, ep = int(settings.get("tp") or 1), int(settings.get("ep") or 1)
+    p_tp, d_tp = int(given.get("prefill_tp", tp)), int(given.get("decode_tp", tp))
+    p_ep, d_ep = int(given.get("prefill_ep", ep)), int(given.get("decode_ep", ep))
+    out["tp"], out["ep"] = p_tp, p_ep
+    if d_tp != p_tp:
+        out["decode_tp"] = d_tp
+    if d_ep != p_ep:
+        out["decode_ep"] = d_ep
+    return given.get("prefill_gpu", gpu), given.get("decode_gpu", gpu), out
 
 
 class DecodeReplica(Replica):
@@ -260,11 +381,16 @@ class DisaggCluster(Cluster):
         workload: Workload,
         on_record: Callable[[RequestRecord], None] = lambda rec: None,
         link: KvLink | None = None,
+        decode: WorkerPool | None = None,
+        gpu: str | None = None,
     ) -> None:
         p, d = config.prefill_workers, config.decode_workers
         assert p >= 1 and d >= 1 and config.replicas == p + d
         self.n_prefill = p
+        self.gpu = gpu  # the prefill pool's (the run's) GPU
+        self._decode_pool = decode  # read by _replica_setup while the replicas are built
         super().__init__(model, pricer, config, workload, on_record)
+        self.decode_pool = decode or WorkerPool(config, pricer, self.budget, gpu)
         self.link = link or kv_link(config.kv_link, None, config)
         self.prefill = self.replicas[:p]
         self.decode: list[DecodeReplica] = []
@@ -277,10 +403,13 @@ class DisaggCluster(Cluster):
         self._next_decode = 0
         self._link_free = [0.0] * p  # when each prefill worker's NICs are next free
         self.kv_per_token = model.kv_bytes_per_token
-        # What one GPU sends per token: its share of the KV heads, or all of them where
-        # there are fewer KV heads than GPUs (replicated) and for MLA's latent
-        # (twin.parallel, the one rule of KV per GPU).
-        self.kv_per_token_gpu = float(kv_bytes_per_token_per_gpu(model, Layout(config.tp)))
+        # What the busiest prefill GPU sends and each decode GPU receives per token: its
+        # share of the KV heads (all of them where there are fewer KV heads than GPUs, and
+        # MLA's latent), as SGLang maps the two pools' ranks (transfer_shares).
+        self.prefill_tp, self.decode_tp = config.tp, self.decode_pool.config.tp
+        send, recv = transfer_shares(model, self.prefill_tp, self.decode_tp)
+        self._shares = send, recv
+        self.kv_send_per_token_gpu, self.kv_recv_per_token_gpu = float(send), float(recv)
         self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
         self.timeline: list[tuple[float, ...]] = []
         self.prefilled = self.transferred = 0
@@ -289,6 +418,12 @@ class DisaggCluster(Cluster):
     def _replica_kind(self, i: int) -> tuple[type[Replica], bool]:
         # Prefill workers are the run's replicas; decode workers keep no host tier.
         return (Replica, True) if i < self.n_prefill else (DecodeReplica, False)
+
+    def _replica_setup(self, i: int) -> tuple[EngineConfig, StepPricer, float]:
+        pool = self._decode_pool
+        if i < self.n_prefill or pool is None:
+            return super()._replica_setup(i)
+        return pool.config, pool.pricer, pool.budget
 
     def _route(self, req: Request) -> Replica:
         return self.replicas[self.router.route(req.session_id, req.prompt, self.prefill)]
@@ -317,7 +452,7 @@ class DisaggCluster(Cluster):
     def _reserve_next(self, worker: DecodeReplica) -> None:
         """A decode worker freed memory: reserve for its queue's head, in order."""
         queue = self._prealloc[worker.index - self.n_prefill]
-        max_running = self.config.max_running
+        max_running = self.decode_pool.config.max_running
         while queue and worker.reserve(queue[0][0], max_running):
             queue.popleft()[1].succeed()
 
@@ -352,17 +487,20 @@ class DisaggCluster(Cluster):
             return
         self._held[k] += 1
         queue = self._prealloc[k]
-        if queue or not worker.reserve(seq, self.config.max_running):
+        if queue or not worker.reserve(seq, self.decode_pool.config.max_running):
             wait = env.event()
             queue.append((seq, wait))
             yield wait
         reserved = env.now
         # The transfer: every GPU's share at once, each over its own link, FIFO per
-        # prefill worker.
+        # prefill worker; as long as the busier end's share (a prefill GPU serving k
+        # decode GPUs sends k slices, a decode GPU fed by k prefill GPUs receives k). A
+        # recurrent state is sliced by heads like the KV (SGLang 0.5.23
+        # mooncake/conn.py _send_mamba_state_slice).
         nbytes = n * self.kv_per_token + self.state_bytes  # the request's KV and state
-        busy, total = self.link.seconds(
-            n * self.kv_per_token_gpu + self.state_bytes / self.config.tp
-        )
+        sent = n * self.kv_send_per_token_gpu + self.state_bytes / self.prefill_tp
+        received = n * self.kv_recv_per_token_gpu + self.state_bytes / self.decode_tp
+        busy, total = self.link.seconds(max(sent, received))
         p = pre.replica
         start = max(reserved, self._link_free[p])
         self._link_free[p] = start + busy
@@ -421,6 +559,7 @@ class DisaggCluster(Cluster):
         cols = self.timeline_columns()
         measured = cols["arrival_s"] >= self.config.warmup_s
         p, tp = self.n_prefill, self.config.tp
+        mixed = self._decode_pool is not None  # the decode pool has its own hardware
 
         def spread(values: np.ndarray) -> dict[str, float | None]:
             x = values[measured]
@@ -434,26 +573,31 @@ class DisaggCluster(Cluster):
                 "max": float(x.max()),
             }
 
-        def pool(reps: list[dict[str, Any]]) -> dict[str, Any]:
+        def pool(reps: list[dict[str, Any]], at: WorkerPool) -> dict[str, Any]:
             util = [r["utilisation"] for r in reps]
             out: dict[str, Any] = {
                 "workers": len(reps),
-                "gpus": len(reps) * tp,
+                "gpus": len(reps) * at.config.tp,
                 "replicas": [r["replica"] for r in reps],
                 "requests": sum(r["requests"] for r in reps),
                 "rejected": sum(r["rejected"] for r in reps),
                 "steps": sum(r["steps"] for r in reps),
                 "utilisation": {"mean": sum(util) / len(util), "min": min(util), "max": max(util)},
-                "memory_budget_bytes": self.budget,
+                "memory_budget_bytes": at.budget,
             }
+            if mixed:  # each pool's hardware (summaries of one-hardware runs unchanged)
+                out.update(gpu=at.gpu, tp=at.config.tp, ep=at.config.ep)
+                if at.profile:  # the decode pool's; the prefill pool's is the summary's
+                    out["profile"] = at.profile
             if all("pool" in r for r in reps):
                 out["peak_running_bytes"] = max(r["pool"]["peak_running_bytes"] for r in reps)
                 out["peak_running_requests"] = max(r["pool"]["peak_running_requests"] for r in reps)
                 out["preemptions"] = sum(r["pool"]["preemptions"] for r in reps)
             return out
 
-        prefill = pool(stats.replicas[:p])
-        decode = pool(stats.replicas[p:])
+        own = WorkerPool(self.config, self.pricer, self.budget, self.gpu)  # the prefill pool's
+        prefill = pool(stats.replicas[:p], own)
+        decode = pool(stats.replicas[p:], self.decode_pool)
         decode["peak_reserved_requests"] = max(w.peak_reserved for w in self.decode)
         # Queueing: at the prefill worker (arrival to admission, from the records'
         # queue_s), for the decode worker's memory (prefill end to reservation), for the
@@ -462,20 +606,41 @@ class DisaggCluster(Cluster):
         decode["first_decode_after_transfer_s"] = spread(
             cols["first_decode_s"] - cols["transfer_end_s"]
         )
+        transfer = {
+            **self.link.to_dict(),
+            "policy": "fifo per prefill worker; no layer-by-layer overlap",
+            "prefilled_requests": self.prefilled,
+            "transferred_requests": self.transferred,
+            "bytes": self.transfer_bytes,
+            "link_wait_s": spread(cols["transfer_start_s"] - cols["reserved_s"]),
+            "seconds": spread(cols["transfer_end_s"] - cols["transfer_start_s"]),
+        }
+        if mixed:
+            transfer.update(self.rank_mapping())
         return {
             "layout": f"{p}P{len(self.decode)}D",
             "tp": tp,
             "prefill": prefill,
             "decode": decode,
-            "transfer": {
-                **self.link.to_dict(),
-                "policy": "fifo per prefill worker; no layer-by-layer overlap",
-                "prefilled_requests": self.prefilled,
-                "transferred_requests": self.transferred,
-                "bytes": self.transfer_bytes,
-                "link_wait_s": spread(cols["transfer_start_s"] - cols["reserved_s"]),
-                "seconds": spread(cols["transfer_end_s"] - cols["transfer_start_s"]),
-            },
+            "transfer": transfer,
+        }
+
+    def rank_mapping(self) -> dict[str, Any]:
+        """Which prefill GPUs send to which decode GPUs, and the bytes per token at each
+        end (:func:`transfer_shares`)."""
+        ptp, dtp = self.prefill_tp, self.decode_tp
+        k = max(ptp, dtp) // min(ptp, dtp)
+        if ptp == dtp:
+            how = "prefill rank i sends to decode rank i"
+        elif dtp > ptp:
+            how = f"prefill rank i sends to decode ranks {k}i .. {k}i + {k - 1}"
+        else:
+            how = f"decode rank j pulls from prefill ranks {k}j .. {k}j + {k - 1}"
+        send, recv = self._shares
+        return {
+            "rank_mapping": how + " (SGLang 0.5.23 disaggregation/common/conn.py)",
+            "kv_send_bytes_per_token_per_gpu": float(send),
+            "kv_recv_bytes_per_token_per_gpu": float(recv),
         }
 
 
@@ -486,12 +651,14 @@ def make_cluster(
     workload: Workload,
     on_record: Callable[[RequestRecord], None],
     gpu: str | None = None,
+    decode: WorkerPool | None = None,
 ) -> Cluster:
-    """The run's cluster: aggregated, or disaggregated when the config names the pools."""
+    """The run's cluster: aggregated, or disaggregated when the config names the pools
+    (``decode``: the decode pool's own hardware, if it has any)."""
     if not config.prefill_workers:
         return Cluster(model, pricer, config, workload, on_record)
     link = kv_link(config.kv_link, gpu, config)
-    return DisaggCluster(model, pricer, config, workload, on_record, link)
+    return DisaggCluster(model, pricer, config, workload, on_record, link, decode, gpu)
 
 
 TIMELINE_FILE = "pd_timeline.parquet"

@@ -70,6 +70,12 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _acceptance(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    """``--set speculative_acceptance=`` (both engines): read with the speculative tokens
+    once every flag is given (``twin.engine.speculative.parse_acceptance``)."""
+    out["spec_acceptance"] = value
+
+
 def _field(name: str, target: str, kind: str, help: str, default: str) -> tuple[str, Flag]:
     """A flag that sets one EngineConfig field."""
 

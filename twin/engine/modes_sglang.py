@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from twin.cache.requests import WRITE_POLICIES
+from twin.engine import speculative
 from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.engine.mode_base import (
     SCHEDULE_POLICIES,
     Apply,
     EngineMode,
     Flag,
+    _acceptance,
     _batching_flags,
     _bool,
     _choice,
@@ -30,8 +32,11 @@ from twin.model import ModelSpec
 # State slots a running request holds per strategy: its live state plus the tracking
 # slots SGLang allocates at admission (mem_cache/allocation_sizing.py
 # get_mamba_tracking_slots, 0.5.23: extra_buffer 2 with the overlap scheduler, SGLang's
-# default; extra_buffer_lazy 1, the second deferred; no_buffer 0; 0.5.10.post1
-# memory_pool.py: mamba_ping_pong_track_buffer_size 2 without speculative decoding).
+# default; extra_buffer_lazy 1; no_buffer 0; 0.5.10.post1 memory_pool.py:
+# mamba_ping_pong_track_buffer_size 2 without speculative decoding). Lazy's second
+# ping-pong slot is transient (managers/schedule_batch.py 0.5.23,
+# mamba_lazy_prealloc_at_boundary): taken for the one decode step at a
+# mamba_track_interval boundary and freed after its forward, so a lazy request holds 2.
 STATE_SLOTS = {"no_buffer": 1, "extra_buffer": 3, "extra_buffer_lazy": 2}
 
 
@@ -157,8 +162,113 @@ def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
         out["radix_eviction"] = choice
 
 
+# --speculative-algorithm builtins the twin models (srt/arg_groups/fields/spec.py, 0.5.23)
+# -> its method; NEXTN (an alias of EAGLE with the model's own MTP layers,
+# speculative_hook.py) is MTP; STANDALONE a draft model.
+_SGLANG_ALGORITHMS = {
+    "EAGLE": "eagle",
+    "EAGLE3": "eagle3",
+    "NEXTN": "mtp",
+    "STANDALONE": "draft_model",
+    "NGRAM": "ngram",
+}
+# srt/arg_groups/fields/spec.py speculative_ngram_max_bfs_breadth; speculative_hook.py
+# _handle_ngram: 12 draft tokens by default.
+NGRAM_DRAFT_TOKENS = 12
+# speculative_hook.py _handle_eagle_family / _handle_ngram: "Max running requests is reset
+# to 48 for speculative decoding" unless --max-running-requests is given.
+SPEC_MAX_RUNNING = 48
+
+
+def _sglang_spec(name: str, kind: str) -> Apply:
+    """One of SGLang's --speculative-* flags (or SGLANG_SIMULATE_ACC_LEN), kept until
+    every flag is read (``_sglang_speculation``)."""
+
+    def apply(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+        spec = out.setdefault("sglang_spec", {})
+        if kind == "int":
+            spec[name] = _int(name, value)
+        elif kind == "float":
+            try:
+                spec[name] = float(value)
+            except ValueError:
+                raise TwinError(f"--set {name}={value}: expected a number") from None
+        elif kind == "algorithm":
+            if value.upper() not in _SGLANG_ALGORITHMS:
+                raise TwinError(
+                    f"--set {name}={value}: not modelled (the twin models "
+                    f"{', '.join(_SGLANG_ALGORITHMS)})"
+                )
+            spec[name] = value.upper()
+        else:
+            spec[name] = value
+
+    return apply
+
+
+def _auto_spec_params(algorithm: str, model: ModelSpec) -> tuple[int, int, int]:
+    """speculative_hook.py ``_auto_choose_speculative_params`` (0.5.23): (steps, topk,
+    draft tokens) when --speculative-num-steps is not given. STANDALONE (3, 1, 4);
+    LlamaForCausalLM (the twin's llama-* presets) (5, 4, 8); others (3, 1, 4)."""
+    if algorithm != "STANDALONE" and model.name.startswith("llama"):
+        return 5, 4, 8
+    return 3, 1, 4
+
+
+def _sglang_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
+    """SGLang's --speculative-* flags (and ``speculative_acceptance``) as a Speculation."""
+    raw = out.pop("sglang_spec", {})
+    acceptance = out.pop("spec_acceptance", None)
+    algorithm = raw.get("speculative_algorithm")
+    if algorithm is None:
+        if raw or acceptance is not None:
+            given = next(iter(raw), "speculative_acceptance")
+            raise TwinError(f"--set {given}: give --set speculative_algorithm too")
+        return
+    method = _SGLANG_ALGORITHMS[algorithm]
+    steps = raw.get("speculative_num_steps")
+    topk = raw.get("speculative_eagle_topk")
+    tokens = raw.get("speculative_num_draft_tokens")
+    if method == "ngram":
+        # _handle_ngram: topk is the BFS breadth, the draft a trie of num_draft_tokens; the
+        # longest chain accepted is num_draft_tokens - 1 deep. No GPU draft.
+        tokens = tokens or NGRAM_DRAFT_TOKENS
+        steps, topk = max(tokens - 1, 1), 1
+    elif steps is None:
+        if topk is not None or tokens is not None:
+            raise TwinError(
+                "--set speculative_eagle_topk / speculative_num_draft_tokens: give "
+                "speculative_num_steps too (SGLang chooses all three otherwise)"
+            )
+        steps, topk, tokens = _auto_spec_params(algorithm, model)
+    else:
+        topk = topk or 1
+        if topk == 1:
+            tokens = steps + 1  # speculative_hook.py: adjusted to num_steps + 1 at topk 1
+        elif tokens is None:
+            raise TwinError(
+                "--set speculative_eagle_topk: a tree (topk > 1) needs "
+                "--set speculative_num_draft_tokens too"
+            )
+    length = raw.get("sglang_simulate_acc_len")
+    spec = speculative.build(
+        model,
+        method,
+        steps,
+        verify=tokens,
+        topk=topk,
+        draft_model=str(raw.get("speculative_draft_model_path") or ""),
+        length=None if length is None else (length, "SGLANG_SIMULATE_ACC_LEN"),
+        acceptance=None if acceptance is None else ("--set speculative_acceptance", acceptance),
+        verify_states=True,
+    )
+    out["speculative"] = spec.to_dict()
+    out.setdefault("max_running", SPEC_MAX_RUNNING)
+
+
 def _sglang_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
     _resolve_strategy(model, out)
+    _sglang_speculation(model, out)
     int8 = out.pop("int8_checkpoint", False)
     if int8 and out.get("hicache"):
         # arg_groups/mamba_hook.py handle_int8_mamba_checkpoint refuses the pair.
@@ -216,6 +326,22 @@ def _sglang_max_prefill(value: str, model: ModelSpec, out: dict[str, Any]) -> No
     out.setdefault("scheduler_options", {})["max_prefill_tokens"] = _int(
         "max_prefill_tokens", value
     )
+
+
+def _sglang_disaggregation(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # --disaggregation-mode {null, prefill, decode} (0.5.10.post1 server_args.py, 0.5.23
+    # arg_groups/fields/disagg.py): one server's role. A twin run is the whole
+    # deployment, its servers' roles given by --prefill-workers/--decode-workers
+    # (twin.engine.disagg); null says aggregated, and conflicts with them.
+    mode = _choice("disaggregation_mode", value, ("null", "prefill", "decode"))
+    if mode != "null":
+        raise TwinError(
+            f"--set disaggregation_mode={mode}: the role of one SGLang server; a twin run "
+            "simulates the whole deployment: give --prefill-workers P --decode-workers D "
+            "(its prefill servers run --disaggregation-mode prefill, its decode servers "
+            "decode)"
+        )
+    out["prefill_workers"] = 0
 
 
 MIB = 1 << 20
@@ -314,6 +440,14 @@ _SGLANG_COMMON = (
     "max_running_requests",
     "chunked_prefill_size",
     "mem_fraction_static",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "sglang_simulate_acc_len",
+    "speculative_acceptance",
+    "disaggregation_mode",
 )
 
 # The releases modelled, newest first, read from the releases on PyPI (0.5.23's wheel,
@@ -406,6 +540,14 @@ SGLANG = EngineMode(
             ),
             ("disable_radix_cache", Flag("no prefix cache", _sglang_radix, "false")),
             (
+                "disaggregation_mode",
+                Flag(
+                    "null (aggregated); a P/D deployment is --prefill-workers/--decode-workers",
+                    _sglang_disaggregation,
+                    "null",
+                ),
+            ),
+            (
                 "enable_hierarchical_cache",
                 Flag("HiCache: a host-memory tier (ratio 2)", _sglang_hicache, "false"),
             ),
@@ -450,6 +592,62 @@ SGLANG = EngineMode(
                 "chunked_prefill_size",
                 "mem_fraction_static",
                 budget_default="8192 (by GPU memory)",
+            ),
+            (
+                "speculative_algorithm",
+                Flag(
+                    "EAGLE, EAGLE3, NEXTN (MTP), STANDALONE (draft model), NGRAM; "
+                    "max_running_requests then 48",
+                    _sglang_spec("speculative_algorithm", "algorithm"),
+                    "none",
+                ),
+            ),
+            (
+                "speculative_draft_model_path",
+                Flag(
+                    "STANDALONE: the draft (a preset or config.json); EAGLE heads: recorded",
+                    _sglang_spec("speculative_draft_model_path", "str"),
+                    "none",
+                ),
+            ),
+            (
+                "speculative_num_steps",
+                Flag(
+                    "draft passes a step (unset: 5/4/8 for Llama, else 3/1/4)",
+                    _sglang_spec("speculative_num_steps", "int"),
+                    "auto",
+                ),
+            ),
+            (
+                "speculative_eagle_topk",
+                Flag(
+                    "branches a draft pass", _sglang_spec("speculative_eagle_topk", "int"), "auto"
+                ),
+            ),
+            (
+                "speculative_num_draft_tokens",
+                Flag(
+                    "tokens verified a step (topk 1: steps + 1)",
+                    _sglang_spec("speculative_num_draft_tokens", "int"),
+                    "auto",
+                ),
+            ),
+            (
+                "sglang_simulate_acc_len",
+                Flag(
+                    "acceptance length a verify (env SGLANG_SIMULATE_ACC_LEN)",
+                    _sglang_spec("sglang_simulate_acc_len", "float"),
+                    "-1 (off)",
+                ),
+            ),
+            (
+                "speculative_acceptance",
+                Flag(
+                    "twin: drafted tokens accepted, one rate or one per position "
+                    "(default: the method's published one; EAGLE, EAGLE3, NEXTN)",
+                    _acceptance,
+                    "published",
+                ),
             ),
         ]
     ),

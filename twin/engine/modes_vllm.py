@@ -7,11 +7,14 @@ options; :data:`VLLM` is the mode, registered in :mod:`twin.engine.modes`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from twin.engine import speculative
 from twin.engine.mode_base import (
     EngineMode,
     Flag,
+    _acceptance,
     _batching_flags,
     _bool,
     _choice,
@@ -84,13 +87,156 @@ def _vllm_retention(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 def _vllm_shared_prefix(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # vllm/config/cache.py CacheConfig.enable_mamba_shared_prefix_checkpoint (0.33.0; was
     # enable_mamba_fine_grained_prefix_cache): a junction checkpoint "where an EAGLE/MTP
-    # sibling was observed to resume"; it takes effect only with EAGLE on the Mamba group
-    # and prefix_match_unit < the Mamba block.
+    # sibling was observed to resume"; v1/core/kv_cache_manager.py turns it on only with
+    # EAGLE on the Mamba group (coordinator.eagle_group_ids), partial hash hits
+    # (prefix_match_unit below the block) and no MTP re-prefill tail. Checked against the
+    # speculative_config in _vllm_options.
     if _bool("enable_mamba_shared_prefix_checkpoint", value):
+        out["vllm_shared_prefix"] = True
+
+
+# vllm/config/speculative.py SpeculativeConfig keys the twin reads (others are refused);
+# the synthetic acceptance keys differ by release (Release.choices["speculative_config"]).
+_SPEC_KEYS = (
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "draft_tensor_parallel_size",
+    "rejection_sample_method",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+)
+# SpeculativeMethod names the twin models -> its method (MTPModelTypes such as
+# deepseek_mtp are deprecated aliases vLLM maps to mtp; "[ngram]" an ngram alias).
+_VLLM_METHODS = {
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "mtp": "mtp",
+    "deepseek_mtp": "mtp",
+    "qwen3_next_mtp": "mtp",
+    "qwen3_5_mtp": "mtp",
+    "glm4_moe_mtp": "mtp",
+    "draft_model": "draft_model",
+    "ngram": "ngram",
+    "[ngram]": "ngram",
+}
+
+
+def _vllm_spec_config(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # --speculative-config JSON (vllm/engine/arg_utils.py -> SpeculativeConfig); built into
+    # a Speculation in _vllm_options, once every flag is read.
+    try:
+        cfg = json.loads(value)
+    except json.JSONDecodeError as err:
+        raise TwinError(f"--set speculative_config={value}: not JSON ({err.msg})") from None
+    if not isinstance(cfg, dict):
+        raise TwinError(f"--set speculative_config={value}: expected a JSON object")
+    release = release_of(out)
+    known = (*_SPEC_KEYS, *release.choice("speculative_config", ()))
+    unknown = sorted(set(cfg) - set(known))
+    for key in unknown:
+        others = [r.version for r in VLLM_RELEASES if key in r.choice("speculative_config", ())]
+        if others:
+            raise TwinError(
+                f"--set speculative_config: key {key!r} is not vLLM {release.version}'s "
+                f"(--engine vllm=={others[0]} has it; {release.version} reads "
+                f"{', '.join(release.choice('speculative_config', ()))})"
+            )
+    if unknown:
         raise TwinError(
-            f"--set enable_mamba_shared_prefix_checkpoint={value}: vLLM applies it only with "
-            "EAGLE/MTP speculative decoding, which the twin does not model yet"
+            f"--set speculative_config: key {unknown[0]!r} is not modelled for vLLM "
+            f"{release.version} (the twin reads {', '.join(known)})"
         )
+    out["vllm_spec"] = cfg
+
+
+def _vllm_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
+    """``speculative_config`` (and ``speculative_acceptance``) as a Speculation."""
+    release = release_of(out)
+    cfg = out.pop("vllm_spec", None)
+    acceptance = out.pop("spec_acceptance", None)
+    shared = out.pop("vllm_shared_prefix", False)
+    if cfg is None:
+        if acceptance is not None:
+            raise TwinError("--set speculative_acceptance: give a speculative_config too")
+        if shared:
+            raise TwinError(
+                "--set enable_mamba_shared_prefix_checkpoint=true: vLLM applies it only with "
+                "EAGLE/MTP speculative decoding; give a speculative_config with method eagle, "
+                "eagle3 or mtp"
+            )
+        return
+    flag = "--set speculative_config"
+    given = cfg.get("method")
+    if given is None:
+        if cfg.get("model") is None:
+            raise TwinError(f'{flag}: give "method" (eagle, eagle3, mtp, draft_model, ngram)')
+        given = "draft_model"  # SpeculativeConfig.__post_init__: a model without a method
+    method = _VLLM_METHODS.get(str(given))
+    if method is None:
+        raise TwinError(
+            f'{flag}: method "{given}" is not modelled (the twin models '
+            f"{', '.join(sorted(set(_VLLM_METHODS.values())))})"
+        )
+    k = cfg.get("num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise TwinError(f"{flag}: num_speculative_tokens must be a positive integer (got {k!r})")
+    draft_tp = cfg.get("draft_tensor_parallel_size") or 0
+    if not isinstance(draft_tp, int) or draft_tp < 0:
+        raise TwinError(f"{flag}: draft_tensor_parallel_size must be a positive integer")
+    length = _vllm_synthetic(cfg, release, k if k is not None else max(model.mtp_layers, 1))
+    if shared and method not in ("eagle", "eagle3", "mtp"):
+        raise TwinError(
+            "--set enable_mamba_shared_prefix_checkpoint=true: vLLM applies it only with "
+            f"EAGLE/MTP, not {method}"
+        )
+    # With EAGLE/MTP the flag is accepted and, as in vLLM, changes nothing unless hits may
+    # land finer than the block (prefix_match_unit), which the twin does not model.
+    spec = speculative.build(
+        model,
+        method,
+        k,
+        draft_model=str(cfg.get("model") or ""),
+        draft_tp=draft_tp,
+        length=length,
+        acceptance=None if acceptance is None else ("--set speculative_acceptance", acceptance),
+        state_slots=True,
+        draft_host=release.default("spec_draft_host", "none") == "step",
+    )
+    out["speculative"] = spec.to_dict()
+
+
+def _vllm_synthetic(cfg: dict[str, Any], release: Release, k: int) -> tuple[float, str] | None:
+    """The acceptance length vLLM's synthetic rejection sampler is set to, if any.
+
+    0.33.0 (``synthetic_acceptance_rates``: unconditional rates a position, or
+    ``synthetic_acceptance_length``); 0.19.0 (``synthetic_acceptance_rate``: the mean of
+    those rates, ``v1/worker/gpu/spec_decode/synthetic_rejection_sampler_utils.py``, so
+    the length is ``1 + k x rate``). Valid only with ``rejection_sample_method:
+    synthetic`` (SpeculativeConfig's check).
+    """
+    keys = [key for key in release.choice("speculative_config", ()) if key in cfg]
+    if not keys:
+        return None
+    flag = "--set speculative_config"
+    if cfg.get("rejection_sample_method") != "synthetic":
+        raise TwinError(f'{flag}: {keys[0]} needs "rejection_sample_method": "synthetic"')
+    if len(keys) > 1:
+        raise TwinError(f"{flag}: give one of {' and '.join(keys)}")
+    key, value = keys[0], cfg[keys[0]]
+    label = f"speculative_config {key}"
+    try:
+        if key == "synthetic_acceptance_rates":
+            rates = [float(v) for v in value]
+            return speculative.length_from_rates(f"{flag}: {key}", rates, k), label
+        number = float(value)
+    except (TypeError, ValueError):
+        raise TwinError(f"{flag}: {key} must be numeric (got {value!r})") from None
+    if key == "synthetic_acceptance_rate":
+        if not 0.0 <= number <= 1.0:
+            raise TwinError(f"{flag}: {key} must be in [0, 1] (got {number:g})")
+        return 1.0 + k * number, label
+    return number, label
 
 
 def _vllm_match_unit(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -146,6 +292,7 @@ def _vllm_offload(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
     release = release_of(out)
+    _vllm_speculation(model, out)
     default = release.default("prefix_cache_retention_interval", "none")
     block = out.pop("vllm_block_size", 16)
     retention = out.pop("vllm_retention", None if default == "none" else int(default))
@@ -177,6 +324,9 @@ def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
 # vllm/config/cache.py CacheConfig.prefix_cache_retention_interval: Field(default=0) (0.33.0).
 VLLM_RETENTION_DEFAULT = 0
 
+# Speculative decoding: vLLM's --speculative-config and the twin's acceptance.
+_VLLM_SPEC = ("speculative_config", "speculative_acceptance")
+
 _VLLM_COMMON = (
     "block_size",
     "enable_prefix_caching",
@@ -201,30 +351,53 @@ VLLM_RELEASES = (
             "use_replayssm",
             "replayssm_buffer_len",
             *_VLLM_COMMON[3:],
+            *_VLLM_SPEC,
         ),
         renamed={
             "enable_mamba_fine_grained_prefix_cache": "renamed it "
             "enable_mamba_shared_prefix_checkpoint (give --set "
             "enable_mamba_shared_prefix_checkpoint=...)",
         },
-        choices={"mamba_cache_mode": ("align", "none")},
+        choices={
+            "mamba_cache_mode": ("align", "none"),
+            # vllm/config/speculative.py: the synthetic sampler's per-position rates or mean
+            # acceptance length (0.19.0 had one mean rate).
+            "speculative_config": ("synthetic_acceptance_rates", "synthetic_acceptance_length"),
+        },
         defaults={
             "prefix_cache_retention_interval": str(VLLM_RETENTION_DEFAULT),
             # CacheConfig.gpu_memory_utilization: Field(default=0.92) (0.9 in 0.19.0).
             "gpu_memory_utilization": "0.92",
+            # Model Runner V2 is the default (vllm/config/vllm.py use_v2_model_runner); its
+            # drafter (v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py) replays
+            # the draft prefill and the fused draft-decode loop as CUDA graphs: no host
+            # time a draft pass beyond the step's.
+            "spec_draft_host": "none",
         },
         notes="retention interval (default 0), prefix_match_unit, mamba_cache_mode align|none, "
-        "gpu_memory_utilization 0.92",
+        "gpu_memory_utilization 0.92, draft passes replayed as CUDA graphs (Model Runner V2)",
     ),
     Release(
         version="0.19.0",
         source="vllm 0.19.0: vllm/config/cache.py CacheConfig, vllm/engine/arg_utils.py",
-        flags=_VLLM_COMMON,
-        choices={"mamba_cache_mode": ("all", "align", "none")},
+        flags=(*_VLLM_COMMON, *_VLLM_SPEC),
+        choices={
+            "mamba_cache_mode": ("all", "align", "none"),
+            "speculative_config": ("synthetic_acceptance_rate",),
+        },
         # No prefix_cache_retention_interval yet: a state on every block (dense).
-        defaults={"prefix_cache_retention_interval": "none", "gpu_memory_utilization": "0.9"},
+        defaults={
+            "prefix_cache_retention_interval": "none",
+            "gpu_memory_utilization": "0.9",
+            # The V1 model runner (VLLM_USE_V2_MODEL_RUNNER defaults to 0): its
+            # EagleProposer.propose (v1/spec_decode/eagle.py) runs each draft pass as a
+            # launch of its own, rebuilding the attention metadata (build_for_drafting)
+            # each time: each pass pays the engine's host time a step.
+            "spec_draft_host": "step",
+        },
         notes="NVIDIA's measured vLLM runs (0.11.2 to 0.19.0); a state on every block, "
-        "mamba_cache_mode all|align|none, gpu_memory_utilization 0.9",
+        "mamba_cache_mode all|align|none, gpu_memory_utilization 0.9, a step's host time a "
+        "draft pass (V1 runner), synthetic_acceptance_rate",
     ),
 )
 
@@ -274,7 +447,12 @@ VLLM = EngineMode(
             ),
             (
                 "enable_mamba_shared_prefix_checkpoint",
-                Flag("needs EAGLE/MTP: true refused", _vllm_shared_prefix, "false"),
+                Flag(
+                    "needs EAGLE/MTP speculative_config (then no effect: hits finer than "
+                    "the block are not modelled)",
+                    _vllm_shared_prefix,
+                    "false",
+                ),
             ),
             (
                 "use_replayssm",
@@ -286,6 +464,25 @@ VLLM = EngineMode(
             ),
             ("kv_offloading_size", Flag("CPU offload tier, GB", _vllm_offload, "0")),
             *_batching_flags("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization"),
+            (
+                "speculative_config",
+                Flag(
+                    "JSON: method eagle|eagle3|mtp|draft_model|ngram, num_speculative_tokens, "
+                    "model (draft_model: a preset or config.json), draft_tensor_parallel_size, "
+                    "rejection_sample_method synthetic + synthetic_acceptance_* (acceptance)",
+                    _vllm_spec_config,
+                    "none",
+                ),
+            ),
+            (
+                "speculative_acceptance",
+                Flag(
+                    "twin: drafted tokens accepted, one rate or one per position "
+                    "(default: the method's published one; eagle, eagle3, mtp)",
+                    _acceptance,
+                    "published",
+                ),
+            ),
         ]
     ),
     options=_vllm_options,

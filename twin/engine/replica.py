@@ -47,6 +47,7 @@ from twin.engine.cost import StepPricer
 from twin.engine.scheduler import get_scheduler
 from twin.engine.seq import Seq
 from twin.engine.sim import Environment, Event
+from twin.engine.speculative import sglang_verify_reserve
 from twin.memory.footprint import get_kv_allocator
 from twin.model import ModelSpec
 from twin.token_gaps import TokenGaps
@@ -78,6 +79,7 @@ class Replica:
         new_token_ratio: dict[str, float] | None = None,
         host_write_policy: str = "write_through",
         scheduler_options: dict[str, Any] | None = None,
+        speculative: dict[str, Any] | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -110,8 +112,26 @@ class Replica:
             self.pool = SplitPool(int(memory_budget), cache)
         elif shared_pool:
             self.pool = SharedPool(int(memory_budget), cache)
+        # States a running request holds: with speculative decoding (twin.engine.speculative)
+        # vLLM's more states a request (memory only: not checkpoint buffers, so copy_s
+        # keeps its rule), and SGLang's verify buffer taken from the mamba pool.
+        spec = speculative or {}
+        self.held_states = state_slots + (
+            int(spec.get("state_slots", 0)) if self.state_bytes else 0
+        )
+        if self.split and spec.get("verify_states"):
+            assert isinstance(self.pool, SplitPool) and isinstance(cache, HybridRadixCache)
+            self.pool.reserve_states(
+                sglang_verify_reserve(
+                    self.pool.state_size,
+                    cache.slot_bytes,
+                    int(spec["verify_states"]),
+                    state_slots,
+                    max_running,
+                )
+            )
         # Shared pool: a running request's bytes under the engine's allocator (issue 15).
-        self.kv = get_kv_allocator(kv_allocator, model, state_slots) if shared_pool else None
+        self.kv = get_kv_allocator(kv_allocator, model, self.held_states) if shared_pool else None
         self.growth = self.kv.growth if self.kv is not None else self.kv_per_token  # per token
         self.preemption = preemption
         self.preemptions = 0
@@ -168,7 +188,7 @@ class Replica:
         total = len(req.full)
         kv = self.kv
         if kv is None:
-            footprint = total * self.kv_per_token + self.state_slots * self.state_bytes
+            footprint = total * self.kv_per_token + self.held_states * self.state_bytes
         else:
             footprint = kv.most(total)
         seq = Seq(req, self.index, env.now if arrival_s is None else arrival_s, footprint, env)

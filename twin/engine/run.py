@@ -21,8 +21,11 @@ from twin.engine.cost import StepPricer, make_pricer
 from twin.engine.disagg import (
     TIMELINE_FILE,
     DisaggCluster,
+    WorkerPool,
+    check_tp_pair,
     kv_link,
     make_cluster,
+    split_pools,
     write_timeline,
 )
 from twin.errors import TwinError
@@ -75,13 +78,15 @@ def simulate(
     on_record: Callable[[RequestRecord], None] | None = None,
     force: bool = True,
     slos: Sequence[Slo] = (),
+    decode: WorkerPool | None = None,
 ) -> RunSummary:
     """Simulate ``workload``; return the summary (and write both files under ``out_dir``).
 
     ``profile`` describes where the step prices come from (its provenance
     label goes into the summary). ``on_record`` also sees every record (tests).
     ``slos`` add the summary's ``slo`` section: each target's measured value, whether
-    it is met, and the goodput (:mod:`twin.slo`).
+    it is met, and the goodput (:mod:`twin.slo`). ``decode``: a disaggregated run's decode
+    pool on its own hardware (:func:`build_run` makes it).
     Nothing is left in ``out_dir`` if the run fails, and the two files are
     committed as one set with a manifest (``twin.atomic.OutputSet``); unless
     ``force``, outputs another run committed there meanwhile are kept and this
@@ -112,7 +117,7 @@ def simulate(
 
     try:
         gpu = (profile or {}).get("gpu")
-        cluster = make_cluster(model, pricer, config, workload, record, gpu)
+        cluster = make_cluster(model, pricer, config, workload, record, gpu, decode)
         with _rare_collections():
             stats = cluster.run(progress)
     except BaseException:
@@ -173,6 +178,7 @@ class Run:
     profile: Any  # twin.costmodel.profile.Profile
     pricer: StepPricer
     config: EngineConfig
+    decode: WorkerPool | None = None  # a disaggregated run's decode pool on its own hardware
 
     @property
     def profile_info(self) -> dict[str, Any]:
@@ -214,6 +220,7 @@ class Run:
             on_record,
             force,
             slos,
+            self.decode,
         )
 
 
@@ -254,6 +261,7 @@ _OPTION_NAMES = {
     "max_running": "--max-running",
     "max_batched_tokens": "--max-batched-tokens",
     "memory_utilization": "--gpu-mem-util",
+    "prefill_workers": "--prefill-workers",
 }
 
 
@@ -324,13 +332,23 @@ def build_run(
     spec = resolve_model(model) if isinstance(model, str) else model
     mode = get_mode(engine)
     kernels = mode.kernels if engine is not None else None
+    gpu, decode_gpu, settings = split_pools(gpu, profile, settings)
     prof = resolve_profile(gpu, None if profile is None else Path(profile), kernels)
+    dprof = prof
+    if decode_gpu != gpu:
+        dprof = resolve_profile(decode_gpu, None, kernels)
+        if dprof.gpu != prof.gpu:
+            settings["decode_gpu"] = dprof.gpu
     if duration_s is not None:
         settings = duration_settings(settings, duration_s)
     settings = {k: v for k, v in settings.items() if not (k == "warmup_s" and v is None)}
     config = build_config(prof, cache_gb=cache_gb, **mode_fields(spec, engine, sets, settings))
+    decode = None
     if config.prefill_workers:
         kv_link(config.kv_link, prof.gpu, config)  # refused here, before any work
+        check_tp_pair(config.tp, config.decode_tp or config.tp)
+        if config.decode_gpu or config.decode_tp or config.decode_ep:
+            decode = _decode_pool(spec, dprof, engine, sets, settings, cache_gb, config)
     if duration_s is not None and config.session_rate is not None:
         from twin.workloads.extend import extended_workload, sessions_started
 
@@ -345,9 +363,60 @@ def build_run(
         if longer != Path(path):
             workload = longer
     wl = workload if isinstance(workload, Workload) else Workload.open(Path(workload))
-    pricer: StepPricer = make_pricer(spec, prof, config.tp, config.ep)
+    return Run(wl, spec, prof, _pricer(spec, prof, config), config, decode)
+
+
+def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
+    """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times."""
+    pricer: StepPricer = make_pricer(model, profile, config.tp, config.ep)
     if config.step_host_s or config.seq_host_s:
         from twin.engine.host_time import HostTimePricer
 
         pricer = HostTimePricer(pricer, config.step_host_s, config.seq_host_s)
-    return Run(wl, spec, prof, pricer, config)
+    if config.speculative:  # drafting and verification (twin.engine.speculative)
+        from twin.engine.speculative import speculative_pricer
+
+        pricer = speculative_pricer(pricer, model, profile, config)
+    return pricer
+
+
+def _decode_pool(
+    model: ModelSpec,
+    profile: Any,
+    engine: str | None,
+    sets: dict[str, str] | None,
+    settings: dict[str, Any],
+    cache_gb: float | str | None,
+    config: EngineConfig,
+) -> WorkerPool:
+    """The decode pool on its own GPU, tp and ep: its configuration built as its servers
+    would be (the same engine, flags and settings; the engine's GPU-dependent defaults
+    and host times of its GPU), its step prices and memory budget; refused in one line
+    where the pool cannot hold the model."""
+    from twin.costmodel.precision_kernels import provenance_label
+    from twin.engine.cluster import memory_budget
+
+    own = {
+        **{k: v for k, v in settings.items() if k not in _POOL_FIELDS},
+        "tp": config.decode_tp or config.tp,
+        "ep": config.decode_ep or config.ep,
+        "replicas": config.decode_workers,
+    }
+    where = (
+        f"the decode pool ({profile.gpu}, tp {own['tp']}"
+        + (f", ep {own['ep']}" if own["ep"] > 1 else "")
+        + ")"
+    )
+    try:
+        pool = build_config(profile, cache_gb=cache_gb, **mode_fields(model, engine, sets, own))
+        budget = memory_budget(model, pool)
+        pricer = _pricer(model, profile, pool)
+    except TwinError as err:
+        raise TwinError(f"{where}: {err}") from None
+    return WorkerPool(pool, pricer, budget, profile.gpu, provenance_label(model, profile))
+
+
+# The config fields that describe the disaggregated layout, not one pool's replicas.
+_POOL_FIELDS = frozenset(
+    {"prefill_workers", "decode_workers", "kv_link", "decode_gpu", "decode_tp", "decode_ep"}
+)

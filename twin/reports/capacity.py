@@ -33,6 +33,7 @@ from twin.reports.analysis import (
     with_goodput_of,
 )
 from twin.reports.bisect import RateBracket, bisect_rates
+from twin.reports.layouts import ServingLayout, parse_layouts
 from twin.reports.load import Sustainable, load_verdict, sustainable
 from twin.reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
 from twin.reports.ray_executor import import_ray
@@ -41,6 +42,7 @@ from twin.reports.sweep import (
     AUTO_GB,
     EXECUTORS,
     INFEASIBLE_COLUMN,
+    SweepOutcome,
     SweepSpec,
     engine_variant,
     grid,
@@ -122,6 +124,7 @@ def capacity_report(
     progress: Callable[[float], None] | None = None,
     duration_s: float | None = None,
     bisect_tol: float | None = None,
+    layouts: Sequence[str] | None = None,
 ) -> CapacityReport:
     """Run the sweep of ``cache_gb`` x ``policies`` x ``session_rates`` x ``seeds``; write
     the report under ``out``; return what it found.
@@ -146,8 +149,14 @@ def capacity_report(
     ``len(replicas) x len(cache_gb) x len(policies) x len(session_rates) x seeds``).
     ``bisect_tol`` (``--bisect``) then narrows each combination's sustainable rate
     between the swept rates to within that ratio (:mod:`reports.bisect`); the
-    points it adds are in the rows and the report.
+    points it adds are in the rows and the report. ``layouts`` (``--layouts agg,1p1d``)
+    sweeps the serving layout (:mod:`reports.layouts`): each point runs in each, its
+    replica count counting copies of the layout (``1p1d`` on 2 replicas is 2 prefill and
+    2 decode workers, 4 x tp GPUs); rows carry their ``layout``, and the tables name a
+    disaggregated layout after the policy (``vllm 1P1D``) so each is compared with the
+    aggregated runs on as many GPUs.
     """
+    serving = parse_layouts(layouts) if layouts else [ServingLayout()]
     slos = parse_slos([] if slo is None else [slo] if isinstance(slo, str | Slo) else slo)
     if bisect_tol is not None:
         if not slos:
@@ -204,30 +213,43 @@ def capacity_report(
         )
     )
     points = grid(caches, policies, session_rates, seeds, counts)
-    result = run_sweep(
-        spec,
-        points,
-        out,
-        jobs=jobs,
-        progress=progress,
-        executor=executor,
-        ray_address=ray_address,
-    )
+    specs = [dataclasses.replace(spec, layout="" if s.aggregated else s.name) for s in serving]
+    result = SweepOutcome([], 0, 0)
     brackets: list[RateBracket] = []
-    if bisect_tol is not None:
-        brackets, added = bisect_rates(
-            spec,
+    for one in specs:  # a layout at a time (the ray executor runs one spec at a time)
+        found = run_sweep(
+            one,
             points,
-            result.rows,
-            slos,
             out,
-            bisect_tol,
             jobs=jobs,
+            progress=progress,
             executor=executor,
             ray_address=ray_address,
         )
-        result.rows += added
-        result.computed += len(added)
+        result.rows += found.rows
+        result.computed += found.computed
+        result.skipped += found.skipped
+        for node, n in found.nodes.items():
+            result.nodes[node] = result.nodes.get(node, 0) + n
+        if bisect_tol is not None:
+            bracketed, added = bisect_rates(
+                one,
+                points,
+                found.rows,
+                slos,
+                out,
+                bisect_tol,
+                jobs=jobs,
+                executor=executor,
+                ray_address=ray_address,
+            )
+            if one.layout:  # named as the tables name the layout's rows
+                bracketed = [
+                    dataclasses.replace(x, policy=f"{x.policy} {one.layout}") for x in bracketed
+                ]
+            brackets += bracketed
+            result.rows += added
+            result.computed += len(added)
     config = spec.base_config()
     ran, infeasible = split_infeasible(result.rows)
     if not ran:
@@ -239,6 +261,7 @@ def capacity_report(
     rows, stale = with_goodput_of(ran, slos)
     rows = with_binding(rows, slos)
     judged = {r["key"]: r for r in rows}
+    rows = [_layout_label(r) for r in rows]  # what the tables and figures group by
     agg = aggregate(rows, slos)
     recs = recommend(agg, slos, config.replicas, config.tp) if slos else []
     notes = _notes(rows, stale, config.router)
@@ -258,7 +281,7 @@ def capacity_report(
         ),
         replicas=config.replicas,
         tp=config.tp,
-        replica_counts=tuple(sorted({spec.replicas(p) for p in points})),
+        replica_counts=tuple(sorted({one.replicas(p) for one in specs for p in points})),
         infeasible=tuple(infeasible),
         notes=tuple(notes),
     )
@@ -278,6 +301,15 @@ def capacity_report(
         header=header,
         brackets=brackets,
     )
+
+
+def _layout_label(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with a disaggregated layout named after its policy (``vllm 1P1D``): the
+    report's tables, figures and verdicts group by policy, and a layout is another way to
+    serve it on the row's GPUs."""
+    if not row.get("layout"):
+        return row
+    return {**row, "policy": f"{row['policy']} {row['layout']}"}
 
 
 def engine_takes_duration() -> bool:

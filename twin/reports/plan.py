@@ -1,8 +1,10 @@
 """``twin plan``: the cheapest deployment meeting every SLO at a given load.
 
 A *candidate* is a GPU type x engine mode x tensor-parallel degree x cache
-setting; a *deployment* is a candidate on some number of replicas, costing
-replicas x tp x the GPU's on-demand price per hour (:mod:`reports.prices`).
+setting x serving layout (aggregated, or ``xPyD`` prefill and decode workers:
+:mod:`reports.layouts`); a *deployment* is a candidate on some number of replicas
+(copies of its layout), costing replicas x tp (x the layout's workers) x the GPU's
+on-demand price per hour (:mod:`reports.prices`).
 :func:`plan` finds, per candidate, the fewest replicas meeting every SLO with a
 stable steady state (:func:`reports.verdicts.meets`), by a search over the
 replica count (:mod:`reports.plan_search`), and the cheapest candidate wins.
@@ -25,6 +27,7 @@ more than that. Every rule and constant is in docs/decisions.md, "twin plan
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -36,6 +39,7 @@ from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.limits import MAX_CACHE_GB, MAX_TP
 from twin.reports.analysis import parse_slos
+from twin.reports.layouts import AGG, parse_layouts
 from twin.reports.plan_result import (
     _CENTS,
     COSTLIER,
@@ -76,6 +80,7 @@ DEFAULT_GPUS = ("h100", "h200", "b200")
 DEFAULT_ENGINES = ("vllm", "sglang")
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_CACHE = ("auto",)
+DEFAULT_LAYOUTS = (AGG,)
 # The share of the analytic work a replica must be able to do (see analyse): below 1
 # because a stable verdict tolerates a window whose arrivals still rise by up to 25%
 # (twin.steady_state.MAX_RAMP; 1/1.25 = 0.8) and a load a little past capacity can
@@ -252,11 +257,13 @@ def analyse(
     from twin.engine import make_pricer, memory_budget
     from twin.presets import resolve_model
 
+    layout = cand.serving
     spec = replace(
         base,
         gpu=cand.gpu,
         engine=cand.engine,
         settings=(("tp", cand.tp), *base.settings),
+        layout="" if layout.aggregated else layout.name,
     )
     mode = get_mode(cand.engine)
     try:
@@ -300,11 +307,15 @@ def analyse(
     tokens = stats["uncached_prompt_tokens_per_request"] + stats["decode_tokens_per_request"]
     requests_per_s = rate * stats["requests_per_session"]
     work = requests_per_s * tokens * per_token  # replica-seconds per second
-    bound = max(1, math.ceil(BOUND_SHARE * work - 1e-9))
+    # A disaggregated copy's workers split the same tokens between them (prefill and
+    # decode): no worker is faster than the cheapest price, so a copy does at most its
+    # workers' share of the work.
+    bound = max(1, math.ceil(BOUND_SHARE * work / layout.workers - 1e-9))
     how = (
         f"{bound}: {requests_per_s:,.4g} requests/s x {tokens:,.0f} tokens (uncached prompt + "
         f"decode) x {per_token * 1e9:,.4g} ns/token (cheapest step price) = {work:,.3g} "
         f"replicas busy, x {BOUND_SHARE:g}"
+        + ("" if layout.aggregated else f", / {layout.workers} workers a copy")
     )
     return Analysis(spec, spec.profile_label, None, bound, how)
 
@@ -354,6 +365,7 @@ def plan(
     engines: Sequence[str] = DEFAULT_ENGINES,
     tp: Sequence[int] = DEFAULT_TP,
     cache: Sequence[str | float] = DEFAULT_CACHE,
+    layouts: Sequence[str] = DEFAULT_LAYOUTS,
     prices: str | Path | None = None,
     budget_gpus: int | None = None,
     router: str = "round-robin",
@@ -371,9 +383,11 @@ def plan(
 
     Every input is checked before the first simulation (one-line ``TwinError``s).
     ``prices`` is a TOML price table replacing the shipped one; ``budget_gpus`` caps
-    the GPUs (replicas x tp) of every deployment; ``search`` names the replica
-    search (:data:`reports.plan_search.SEARCHES`); ``progress`` sees the counts as
-    they move.
+    the GPUs (replicas x tp, x the workers of a disaggregated layout) of every
+    deployment; ``layouts`` are the serving layouts searched (``agg``, ``1p1d``, ...:
+    :mod:`reports.layouts`; each a candidate of its own, its replicas copies of it);
+    ``search`` names the replica search (:data:`reports.plan_search.SEARCHES`);
+    ``progress`` sees the counts as they move.
     """
     from twin.engine import ROUTERS
     from twin.presets import resolve_model
@@ -385,6 +399,7 @@ def plan(
     load = _load(session_rate, concurrency, duration_s, warmup_s)
     gpu_names, engine_names = _gpus(gpus), _engines(engines)
     tps, caches = _tps(tp), _caches(cache)
+    serving = [layout.name for layout in parse_layouts(layouts)]
     strategy = get_search(search)
     if budget_gpus is not None and budget_gpus < 1:
         raise TwinError(f"--budget-gpus {budget_gpus}: must be at least 1")
@@ -422,20 +437,18 @@ def plan(
     screen_s = (load.duration_s or 0.0) * SCREEN_FRACTION
     screening = screen and load.duration_s is not None and screen_s >= SCREEN_MIN_S
     searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening)
-    searcher.state.total = len(gpu_names) * len(engine_names) * len(tps) * len(caches)
+    axes = (gpu_names, engine_names, tps, caches, serving)
+    searcher.state.total = math.prod(len(axis) for axis in axes)
     searcher.tell()
-    for gpu in gpu_names:
-        for engine in engine_names:
-            for t in tps:
-                for c in caches:
-                    cand = Candidate(gpu, engine, t, c)
-                    res = CandidateResult(cand, table.price(gpu).usd_per_gpu_hour)
-                    res.search = strategy.name
-                    res.limit = MAX_SEARCH_REPLICAS
-                    if budget_gpus is not None:
-                        res.limit = min(res.limit, budget_gpus // t)
-                    spec = _check(res, base, load, slo_list, stats, budget_gpus)
-                    searcher.add(res, spec, strategy)
+    for gpu, engine, t, c, layout in itertools.product(*axes):
+        cand = Candidate(gpu, engine, t, c, layout)
+        res = CandidateResult(cand, table.price(gpu).usd_per_gpu_hour)
+        res.search = strategy.name
+        res.limit = MAX_SEARCH_REPLICAS
+        if budget_gpus is not None:
+            res.limit = min(res.limit, budget_gpus // cand.gpus_per_replica)
+        spec = _check(res, base, load, slo_list, stats, budget_gpus)
+        searcher.add(res, spec, strategy)
     searcher.run()
     result = PlanResult(
         command=command,
@@ -482,10 +495,14 @@ def _check(
     budget_gpus: int | None,
 ) -> SweepSpec | None:
     """The checks before simulation; the candidate's spec, or None (``res`` says why)."""
-    t = res.candidate.tp
+    cand = res.candidate
     if res.limit < 1:
         res.outcome = INFEASIBLE
-        res.reason = f"tp {t} needs more GPUs than --budget-gpus {budget_gpus} allows"
+        what = f"tp {cand.tp}" + ("" if cand.layout == AGG else f" {cand.layout}")
+        res.reason = (
+            f"{what} ({cand.gpus_per_replica} GPUs) needs more GPUs than --budget-gpus "
+            f"{budget_gpus} allows"
+        )
         return None
     found = analyse(res.candidate, base, load, slos, stats)
     res.profile, res.lower_bound, res.bound = found.profile, found.lower_bound, found.bound
@@ -589,7 +606,8 @@ class _Searcher:
             self.tell()
             return None
         if math.isfinite(self.best):
-            s.cap(math.floor(self.best / (r.candidate.tp * r.usd_per_gpu_hour) + 1e-9))
+            per_replica = r.candidate.gpus_per_replica * r.usd_per_gpu_hour
+            s.cap(math.floor(self.best / per_replica + 1e-9))
         n = s.next()
         if n is not None:
             return n
@@ -771,12 +789,17 @@ def _values(t: Trial) -> str:
     return f"{shown}; steady state {t.verdict}"
 
 
+def _gpus_each(c: Candidate) -> str:
+    """How a replica's GPUs are counted: ``tp 2``, or ``1P2D x tp 2``."""
+    return f"tp {c.tp}" if c.layout == AGG else f"{c.layout} x tp {c.tp}"
+
+
 def _lost(r: CandidateResult, win: CandidateResult) -> str:
     """Why a candidate meeting the SLOs is not the winner."""
     mine, theirs = r.usd_per_hour or math.inf, win.usd_per_hour or math.inf
     if mine > theirs + _CENTS:
         return (
-            f"needs {r.replicas} replica(s) x tp {r.candidate.tp} = {r.gpus} GPU(s) at "
+            f"needs {r.replicas} replica(s) x {_gpus_each(r.candidate)} = {r.gpus} GPU(s) at "
             f"${mine:,.2f}/h, ${mine - theirs:,.2f}/h more than the winner"
         )
     if (r.gpus or 0) > (win.gpus or 0):
@@ -788,6 +811,7 @@ __all__ = [
     "DEFAULT_CACHE",
     "DEFAULT_ENGINES",
     "DEFAULT_GPUS",
+    "DEFAULT_LAYOUTS",
     "DEFAULT_TP",
     "SCREEN_FRACTION",
     "SCREEN_MARGIN",

@@ -89,7 +89,7 @@ def _ttft_column(p: PlanResult) -> bool:
 
 
 def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["GPU", "engine", "tp", "cache", "replicas", "GPUs", "$/GPU-hour", "$/hour"]
+    head = ["GPU", "engine", "tp", "cache", "layout", "replicas", "GPUs", "$/GPU-hour", "$/hour"]
     head += [_metric_head(s) for s in p.slos]
     head += ["P95 TTFT (ms)"] * _ttft_column(p) + ["steady state"]
     w = p.winner
@@ -97,7 +97,7 @@ def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
         return head, []
     t = w.trial(w.replicas)
     c = w.candidate
-    row = [c.gpu, c.engine, str(c.tp), c.cache, str(w.replicas), str(w.gpus)]
+    row = [c.gpu, c.engine, str(c.tp), c.cache, c.layout, str(w.replicas), str(w.gpus)]
     row += [_money(w.usd_per_gpu_hour), _money(w.usd_per_hour)]
     row += [_ms(t.values_ms.get(s.text)) if t else "-" for s in p.slos]
     row += [_ms(t.ttft_p95_ms) if t else "-"] * _ttft_column(p) + [t.verdict if t else "-"]
@@ -163,7 +163,7 @@ def _point_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
                 [
                     c.candidate.label,
                     str(t.replicas),
-                    str(t.replicas * c.candidate.tp),
+                    str(t.replicas * c.candidate.gpus_per_replica),
                     _money(c.cost(t.replicas)),
                     "no (screened)" if t.screened else ("yes" if t.meets else "no"),
                     t.verdict,

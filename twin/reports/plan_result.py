@@ -12,13 +12,15 @@ from typing import Any
 
 from twin import __version__
 from twin.engine.modes import get_mode
+from twin.reports.layouts import AGG, ServingLayout, parse_layout
 from twin.reports.plan_search import DEFAULT_SEARCH, MAX_SEARCH_REPLICAS
 from twin.reports.prices import PriceTable
 from twin.reports.sweep import AUTO_GB, SweepSpec
 from twin.slo import Slo
 
 PLAN_SCHEMA = "twin.plan"
-PLAN_SCHEMA_VERSION = 2  # 2: screening runs (counts, trials' "screened")
+# 2: screening runs (counts, trials' "screened"); 3: a candidate's serving layout
+PLAN_SCHEMA_VERSION = 3
 PLAN_FILE = "plan.json"
 # Dollars closer than this are one price (sums of float prices).
 _CENTS = 1e-9
@@ -37,17 +39,29 @@ OUTCOMES = (WINNER, MEETS, COSTLIER, UNJUDGED, PRUNED, INFEASIBLE)
 
 @dataclass(frozen=True)
 class Candidate:
-    """One configuration to size: GPU type, engine mode, GPUs per replica, cache setting."""
+    """One configuration to size: GPU type, engine mode, GPUs per replica, cache setting,
+    serving layout (its replica count counts copies of it: :mod:`reports.layouts`)."""
 
     gpu: str
     engine: str
     tp: int
     cache: str  # "auto" (the engine's shared KV pool) or GB of a dedicated cache, as text
+    layout: str = AGG  # "agg" or "xPyD" (ServingLayout.name)
 
     @property
     def label(self) -> str:
         cache = "shared pool" if self.cache == "auto" else f"{self.cache} GB cache"
-        return f"{self.gpu} {self.engine} tp{self.tp} {cache}"
+        where = "" if self.layout == AGG else f" {self.layout}"
+        return f"{self.gpu} {self.engine} tp{self.tp} {cache}{where}"
+
+    @property
+    def serving(self) -> ServingLayout:
+        return parse_layout(self.layout)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs of one copy: tp, times the workers of a disaggregated layout."""
+        return self.tp * self.serving.workers
 
     @property
     def cache_gb(self) -> float:
@@ -61,7 +75,13 @@ class Candidate:
         return self.engine if self.cache == "auto" else get_mode(self.engine).policy
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "engine": self.engine, "tp": self.tp, "cache": self.cache}
+        return {
+            "gpu": self.gpu,
+            "engine": self.engine,
+            "tp": self.tp,
+            "cache": self.cache,
+            "layout": self.layout,
+        }
 
 
 @dataclass(frozen=True)
@@ -116,11 +136,11 @@ class CandidateResult:
 
     def cost(self, replicas: int) -> float:
         """US dollars per hour of ``replicas`` replicas."""
-        return replicas * self.candidate.tp * self.usd_per_gpu_hour
+        return replicas * self.candidate.gpus_per_replica * self.usd_per_gpu_hour
 
     @property
     def gpus(self) -> int | None:
-        return None if self.replicas is None else self.replicas * self.candidate.tp
+        return None if self.replicas is None else self.replicas * self.candidate.gpus_per_replica
 
     @property
     def usd_per_hour(self) -> float | None:
@@ -193,7 +213,7 @@ class FrontierPoint:
 
     @property
     def gpus(self) -> int:
-        return self.replicas * self.candidate.tp
+        return self.replicas * self.candidate.gpus_per_replica
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -279,7 +299,13 @@ class PlanResult:
         for item in self.model_set:
             args += ["--model-set", item]
         args += ["--gpu", cand.gpu, "--engine", cand.engine, "--tp", str(cand.tp)]
-        args += ["--replicas", str(c.replicas), "--cache-gb", cand.cache]
+        pools = cand.serving.pools(c.replicas or 1)
+        if pools:
+            args += ["--prefill-workers", str(pools["prefill_workers"])]
+            args += ["--decode-workers", str(pools["decode_workers"])]
+        else:
+            args += ["--replicas", str(c.replicas)]
+        args += ["--cache-gb", cand.cache]
         if cand.cache != "auto":
             args += ["--policy", cand.policy]
         if self.router != "round-robin":

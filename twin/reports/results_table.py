@@ -57,6 +57,9 @@ SCHEMA = pa.schema(
         ("workload_sha256", pa.string()),
         ("replicas", pa.int64()),
         ("tp", pa.int64()),
+        # The serving layout (reports.layouts): null aggregated, else "1P2D" (replicas
+        # then counts the workers of both pools).
+        ("layout", pa.string()),
         ("requests_measured", pa.int64()),
         ("requests_rejected", pa.int64()),
         *[(c, pa.float64()) for c in LATENCY_COLUMNS],

@@ -29,6 +29,7 @@ from twin.engine.config import EngineConfig, build_config
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.policies import options_for
+from twin.reports.layouts import parse_layout
 from twin.reports.perrequest import RequestDigest
 from twin.reports.ray_executor import import_ray, run_points_on_ray
 from twin.reports.results_table import (  # noqa: F401 (RESULTS_FILE, SCHEMA: the sweep's names)
@@ -100,6 +101,9 @@ class SweepSpec:
     # The label alone is not enough: every datasheet profile has the same one.
     profile_gpu: str = ""
     slos: tuple[str, ...] = ()
+    # The serving layout a point's replica count scales (reports.layouts): "" aggregated
+    # (replicas), "1P2D" disaggregated (that many copies of 1 prefill + 2 decode workers).
+    layout: str = ""
 
     def engine_settings(self) -> dict[str, Any]:
         """``settings`` without the :data:`RUN_ONLY` entries: the EngineConfig fields."""
@@ -122,7 +126,11 @@ class SweepSpec:
         """
         fixed = self.engine_settings()
         shared = dict(fixed.pop("policy_options", None) or {})
-        if point.replicas is not None:
+        if self.layout:  # the pools of that many copies of the layout
+            units = point.replicas if point.replicas is not None else fixed.get("replicas", 1)
+            fixed.pop("replicas", None)
+            fixed.update(parse_layout(self.layout).pools(units))
+        elif point.replicas is not None:
             fixed["replicas"] = point.replicas
         common = {"session_rate": point.session_rate, "seed": point.seed}
         variant = engine_variant(point.policy)
@@ -150,8 +158,10 @@ class SweepSpec:
         return build_config(profile, cache_gb=cache_gb, **mode_fields(model, engine, sets, fields))
 
     def replicas(self, point: Point) -> int:
-        """The replicas ``point`` runs on (its own, else the fixed setting)."""
-        return point.replicas if point.replicas is not None else self.base_config().replicas
+        """The replicas ``point`` runs on (its own, else the fixed setting); with a
+        disaggregated layout, the workers of both pools."""
+        n = point.replicas if point.replicas is not None else self.base_config().replicas
+        return n * parse_layout(self.layout).workers if self.layout else n
 
     @property
     def tp(self) -> int:
@@ -183,6 +193,8 @@ class SweepSpec:
         duration = dict(self.settings).get("duration_s")
         if duration is not None:
             fixed["duration_s"] = float(duration)
+        if self.layout:  # keys of aggregated sweeps stay as they were
+            fixed["layout"] = self.layout
         # The replica count always comes from the point (resolved), never the engine part.
         engine.pop("replicas", None)
         where = {**asdict(point), "replicas": self.replicas(point)}
@@ -284,6 +296,7 @@ def point_fields(spec: SweepSpec, point: Point) -> dict[str, Any]:
         "workload_sha256": spec.workload_sha256,
         "replicas": spec.replicas(point),
         "tp": spec.tp,
+        "layout": spec.layout or None,
     }
 
 

@@ -1,0 +1,244 @@
+"""The disaggregated rows of ``silicon_sample.csv`` as a held-out check (issue 36).
+
+1,602 of the CSV's rows are ``mode == disagg``: a Dynamo deployment of
+``prefill_num_workers`` prefill workers of ``prefill_tp_size`` GPUs and
+``decode_num_workers`` decode workers of ``decode_tp_size`` GPUs (each pool with its own
+pipeline, attention-DP and MoE layout and batch size), ``c`` closed-loop clients sending
+random ``isl``-token prompts for exactly ``osl`` tokens, the mean TTFT and TPOT measured
+end to end. Nothing is fitted on them: they are scored as they come.
+
+A row is expressed through :mod:`twin.validate.silicon` itself, unchanged: each pool is
+checked as an aggregated row of its own layout (:func:`silicon.plan_row`: model config,
+precision, profile, all-reduce at its TP, heads), and the run is the prefill pool's plan
+with the pools added to its ``build_run`` keywords (``prefill_workers``,
+``decode_workers``, ``decode_tp``: :mod:`twin.engine.disagg`), so
+:func:`silicon.predict` and :func:`silicon.score_row` run and score it as they do an
+aggregated row. The engines' own defaults size both pools (``deployment="defaults"``):
+the twin gives both pools the same engine settings, so the rows' per-pool batch sizes
+are not applied. With the ``aiconfigurator`` package installed its own disaggregated
+estimate (``cli_estimate(mode="disagg", ...)`` with the row's pools) is scored beside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import io
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from twin.errors import TwinError, where
+from twin.validate import silicon as sil
+
+POOL_FIELDS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size",
+               "moe_tp_size", "moe_ep_size")  # fmt: skip
+POOL_COLUMNS = tuple(f"{side}_{f}" for side in ("prefill", "decode") for f in POOL_FIELDS)
+
+REASON_NOT_DISAGG = "aggregated (mode agg): scored by twin.validate.silicon"
+REASON_NO_POOLS = "no prefill/decode worker counts"
+REASON_TRTLLM = "TensorRT-LLM's disaggregated serving is not modelled"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of a disaggregated row (``None`` where the file leaves a value empty)."""
+
+    batch_size: int | None
+    num_workers: int | None
+    tp: int | None
+    pp: int | None
+    attention_dp: int | None
+    moe_tp: int | None
+    moe_ep: int | None
+
+
+@dataclass(frozen=True)
+class DisaggRow:
+    """A disaggregated row: the common columns (:class:`silicon.SiliconRow`) and its pools."""
+
+    row: sil.SiliconRow
+    prefill: Pool
+    decode: Pool
+
+
+def _cell(text: str | None, path: Path, i: int, column: str) -> int | None:
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise TwinError(f"{where(path, i, column)}: expected an integer (got {text!r})") from None
+    if not value.is_integer():
+        raise TwinError(f"{where(path, i, column)}: expected an integer (got {text!r})")
+    return int(value)
+
+
+def read_disagg_rows(path: str | Path | None = None) -> list[DisaggRow]:
+    """The CSV's disaggregated rows with their pools (:func:`silicon.read_rows` reads the
+    common columns; the pools' columns are read here, one error naming the cell)."""
+    p = Path(path) if path is not None else sil.default_csv()
+    rows = {r.id: r for r in sil.read_rows(p) if r.mode == "disagg"}
+    out = []
+    with p.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in POOL_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TwinError(f"{p}: missing column {missing[0]!r} (a silicon_sample.csv?)")
+        for i, raw in enumerate(reader, start=1):
+            row = rows.get((raw.get("id") or "").strip())
+            if row is None:
+                continue
+            pools = [
+                Pool(*(_cell(raw.get(f"{side}_{f}"), p, i, f"{side}_{f}") for f in POOL_FIELDS))
+                for side in ("prefill", "decode")
+            ]
+            out.append(DisaggRow(row, *pools))
+    return out
+
+
+def _as_aggregated(row: sil.SiliconRow, pool: Pool) -> sil.SiliconRow:
+    """``row`` as an aggregated row of ``pool``'s layout (what :func:`silicon.plan_row`
+    checks a pool against)."""
+    return dataclasses.replace(
+        row,
+        mode="agg",
+        batch_size=pool.batch_size,
+        tp=pool.tp,
+        pp=pool.pp,
+        attention_dp=pool.attention_dp,
+        moe_tp=pool.moe_tp,
+        moe_ep=pool.moe_ep,
+    )
+
+
+def _of_layout(reason: str) -> bool:
+    """Whether :func:`silicon.plan_row`'s ``reason`` is about a pool's parallel layout."""
+    layout = (sil.REASON_PP, sil.REASON_ATTN_DP, sil.REASON_EP)
+    return reason in layout or reason.startswith("tp_size")
+
+
+def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | str:
+    """The twin's run of a disaggregated row, or the reason it cannot express it (each
+    pool's reason prefixed with the pool's name)."""
+    row = d.row
+    if row.mode != "disagg":
+        return REASON_NOT_DISAGG
+    if not (d.prefill.num_workers and d.decode.num_workers):
+        return REASON_NO_POOLS
+    if row.backend == "trtllm":
+        return REASON_TRTLLM
+    plans = {}
+    for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
+        found = sil.plan_row(_as_aggregated(row, pool), configs, deploy="defaults")
+        if isinstance(found, str):  # a reason of the pool's layout names the pool
+            return f"{side} pool: {found}" if _of_layout(found) else found
+        plans[side] = found
+    prefill, decode = plans["prefill"], plans["decode"]
+    from twin.engine.disagg import check_tp_pair
+
+    try:
+        check_tp_pair(prefill.tp, decode.tp)
+    except TwinError:
+        return f"prefill tp {prefill.tp} and decode tp {decode.tp}: neither divides the other"
+    pools: dict[str, Any] = {
+        "prefill_workers": d.prefill.num_workers,
+        "decode_workers": d.decode.num_workers,
+    }
+    if decode.tp != prefill.tp:
+        pools["decode_tp"] = decode.tp
+    # The row's id keys the split and the workload's seed, as for an aggregated row.
+    return dataclasses.replace(prefill, row=row, deployment=pools)
+
+
+def plan_disagg_rows(
+    rows: Iterable[DisaggRow], configs: Path | None = None
+) -> tuple[list[sil.RowPlan], Counter[str]]:
+    """The expressible rows' plans, and how many rows each reason left out."""
+    plans: list[sil.RowPlan] = []
+    reasons: Counter[str] = Counter()
+    for d in rows:
+        plan = plan_disagg_row(d, configs)
+        if isinstance(plan, str):
+            reasons[plan] += 1
+        else:
+            plans.append(plan)
+    return plans, reasons
+
+
+def aiconfigurator_disagg_estimate(plan: sil.RowPlan, d: DisaggRow) -> dict[str, Any]:
+    """aiconfigurator's own estimate of the disaggregated row (``cli_estimate`` with
+    ``mode="disagg"`` and the row's pools; the package's current database and the cached
+    config the twin uses, as :func:`silicon.aiconfigurator_estimate` does for aggregated
+    rows). ``{"aic_error": ...}`` when it fails or is not installed."""
+    if not sil.aiconfigurator_available():
+        return {"aic_error": sil.AIC_NOT_INSTALLED}
+    row = d.row
+    args: dict[str, Any] = {
+        "model_path": plan.model_id,
+        "system_name": row.system,
+        "mode": "disagg",
+        "backend_name": row.backend,
+        "backend_version": None,
+        "isl": row.isl,
+        "osl": row.osl,
+        "gemm_quant_mode": row.gemm_quant_mode or None,
+        "moe_quant_mode": row.moe_quant_mode or None,
+    }
+    for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
+        for name, value in (
+            ("tp_size", pool.tp),
+            ("pp_size", pool.pp),
+            ("attention_dp_size", pool.attention_dp),
+            ("moe_tp_size", pool.moe_tp),
+            ("moe_ep_size", pool.moe_ep),
+            ("batch_size", pool.batch_size),
+            ("num_workers", pool.num_workers),
+        ):
+            if value:
+                args[f"{side}_{name}"] = value
+    logging.getLogger("aiconfigurator").setLevel(logging.ERROR)
+    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+    try:
+        from aiconfigurator.cli.api import cli_estimate
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            result = cli_estimate(**args)
+        ttft, tpot = float(result.ttft), float(result.tpot)
+    except Exception as err:  # its failures are data here, not our errors
+        text = (str(err).splitlines() or [""])[0][:200]
+        return {"aic_error": f"{type(err).__name__}: {text}"}
+    return {"aic_ttft_ms": ttft, "aic_tpot_ms": tpot}
+
+
+def score_disagg_row(
+    plan: sil.RowPlan, d: DisaggRow, aiconfigurator: bool = False
+) -> dict[str, Any]:
+    """One result row (:func:`silicon.score_row`, the twin's run of both pools), with
+    aiconfigurator's disaggregated estimate in place of its aggregated one."""
+    out = sil.score_row(plan, aiconfigurator=False)
+    out["layout"] = f"{d.prefill.num_workers}P{d.decode.num_workers}D"
+    if aiconfigurator:
+        out.update(aiconfigurator_disagg_estimate(plan, d))
+        for metric in ("ttft", "tpot"):
+            pred = out.get(f"aic_{metric}_ms")
+            out[f"aic_{metric}_ape"] = (
+                sil.ape(pred, out[f"silicon_{metric}_ms"]) if pred is not None else None
+            )
+    return out
+
+
+__all__ = [
+    "DisaggRow",
+    "Pool",
+    "aiconfigurator_disagg_estimate",
+    "plan_disagg_row",
+    "plan_disagg_rows",
+    "read_disagg_rows",
+    "score_disagg_row",
+]
