@@ -1,8 +1,8 @@
 """The twin against measured serving runs: NVIDIA's ``silicon_sample.csv`` (issue 31).
 
 Run: ``python benchmarks/bench_silicon.py [--models M,..] [--systems S,..] [--backends B,..]
-[--precisions F,..] [--split fit|held_out] [--deployment aiconfigurator|aiconfigurator-all|
-defaults] [--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
+[--precisions F,..] [--split fit|held_out] [--deployment benchmark|aiconfigurator|
+aiconfigurator-all|defaults] [--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
 ``twin[aic]`` extra: the CSV and the model configs are read from the installed
 ``aiconfigurator-core``).
 
@@ -219,10 +219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--deployment",
         choices=sil.DEPLOYMENTS,
-        default="aiconfigurator",
-        help="server limits: aiconfigurator's generated benchmark deployment where the fit "
-        "rows ran with it (default: vLLM), for every engine it sizes (aiconfigurator-all), "
-        "or the engines' defaults",
+        default="benchmark",
+        help="server limits: each collection's own (default: aiconfigurator's generated "
+        "deployment where its fit rows ran with it, vLLM; InferenceMAX's scripts' limits "
+        "for that collection), aiconfigurator's for every row (aiconfigurator), for every "
+        "engine it sizes (aiconfigurator-all), or the engines' defaults",
     )
     parser.add_argument("--executor", choices=("local", "ray"), default="local")
     parser.add_argument("--ray-address", default=None)
@@ -315,8 +316,12 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             "expressible": len(expressible),
         },
         "method": {
-            "measured_requests": f"{sil.MEASURED_ROUNDS} x concurrency",
+            "measured_requests": f"{sil.MEASURED_ROUNDS} x concurrency (aiconfigurator's "
+            f"aiperf), {sil.INFERENCEMAX.measured_rounds} x (InferenceMAX's collection)",
             "warmup_requests": f"{sil.WARMUP_ROUNDS} x concurrency, left out",
+            "lengths": "exact ISL/OSL (aiperf); uniform in [0.8 x, 1 x] ISL and OSL for the "
+            "InferenceMAX collection (benchmark_serving.py --random-range-ratio 0.8)",
+            "workers": "concurrency = workers x attention_dp x batch_size: one worker's share",
             "clients": "all start at t=0 (twin simulate --concurrency)",
             "prediction": "mean TTFT and mean TPOT over the measured requests",
             "deployment": args.deployment,

@@ -385,7 +385,7 @@ def test_the_warm_up_requests_are_left_out(monkeypatch: pytest.MonkeyPatch) -> N
     """The means cover the requests after the first ``2c``: with one round measured the
     prediction is the mean of exactly ``c`` requests' latencies."""
     rows = _rows()
-    monkeypatch.setattr(sil, "MEASURED_ROUNDS", 1)
+    monkeypatch.setattr(sil, "AIPERF", sil.Harness("aiperf", 1, sil.WARMUP_ROUNDS, 1.0))
     plan = sil.plan_row(rows["tiny_b200_trtllm_agg_128x16_c4_tp1"], CONFIGS)
     assert isinstance(plan, sil.RowPlan)
     assert (plan.requests, plan.warmup) == (12, 8)
@@ -528,6 +528,42 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     assert plan.deployment == {"sets": {"max_num_batched_tokens": "1566", "max_num_seqs": "2"}}
     plan = sil.plan_row(_rows()["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS, "defaults")
     assert isinstance(plan, sil.RowPlan) and plan.deployment == {}
+
+
+def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -> None:
+    """A row of the "2026-04-06.csv" collection is measured by InferenceMAX's client:
+    10 x c measured requests after 2 x c warm-ups, lengths uniform in [0.8 x, 1 x], and
+    its scripts' server limits (vLLM 8,192 tokens / 512 sequences; TensorRT-LLM 16,384
+    tokens for Llama-3.1-70B); other rows keep aiconfigurator's harness."""
+    from dataclasses import replace
+
+    rows = _rows()
+    base = rows["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    assert sil.harness_of(base) is sil.AIPERF
+    imax = replace(base, source="source_file=2026-04-06.csv; model=x; silicon_concurrency=2")
+    assert sil.harness_of(imax) is sil.INFERENCEMAX
+    plan = sil.plan_row(imax, CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    assert (plan.warmup, plan.requests, plan.range_ratio) == (4, 24, 0.8)
+    assert plan.deployment == {"sets": {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}}
+    llama = replace(imax, model_path="meta-llama/Llama-3.1-70B")
+    assert sil.deployment(llama, "trtllm") == {"max_batched_tokens": 16384}
+    assert sil.deployment(imax, "trtllm") == sil.deployment(imax, "sglang") == {}
+    # the old choice stays one flag away
+    assert sil.deployment(imax, "vllm", "aiconfigurator") == sil.aiconfigurator_deployment(
+        imax, "vllm"
+    )
+    # lengths as benchmark_serving.py draws them: uniform integers in [int(0.8 x), x]
+    import pyarrow.parquet as pq
+
+    path = sil.write_workload(tmp_path / "w.parquet", 1000, 100, 400, seed=7, range_ratio=0.8)
+    table = pq.read_table(path).to_pydict()
+    isls = [len(t) for t in table["input_tokens"]]
+    osls = table["output_len"]
+    assert min(isls) >= 800 and max(isls) <= 1000 and len(set(isls)) > 50
+    assert min(osls) >= 80 and max(osls) <= 100 and len(set(osls)) > 10
+    exact = pq.read_table(sil.write_workload(tmp_path / "e.parquet", 64, 8, 5, seed=7))
+    assert {len(t) for t in exact.column("input_tokens").to_pylist()} == {64}
 
 
 def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> None:
