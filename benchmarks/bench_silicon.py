@@ -318,7 +318,9 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         "method": {
             "measured_requests": f"{sil.MEASURED_ROUNDS} x concurrency (aiconfigurator's "
             f"aiperf), {sil.INFERENCEMAX.measured_rounds} x (InferenceMAX's collection)",
-            "warmup_requests": f"{sil.WARMUP_ROUNDS} x concurrency, left out",
+            "warmup_requests": f"{sil.WARMUP_ROUNDS} x concurrency in a phase of their own "
+            "that drains before the measured one: not simulated; the measured phase starts "
+            "from an idle server with every client at once",
             "lengths": "exact ISL/OSL (aiperf); uniform in [0.8 x, 1 x] ISL and OSL for the "
             "InferenceMAX collection (benchmark_serving.py --random-range-ratio 0.8)",
             "workers": "concurrency = workers x attention_dp x batch_size: one worker's share",

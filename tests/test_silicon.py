@@ -166,8 +166,8 @@ def test_every_reason_and_every_expressed_row() -> None:
             c,
             model_id,
         )
-        assert plan.warmup == sil.WARMUP_ROUNDS * c
-        assert plan.requests == (sil.WARMUP_ROUNDS + sil.MEASURED_ROUNDS) * c
+        assert plan.warmup == 0  # the warm-up phase drains before the measured one
+        assert plan.requests == sil.MEASURED_ROUNDS * c
         assert plan.model.name == model_id and plan.model.n_attention_layers == 4
         label, why = PRICED[row_id]
         assert plan.priced == label and why in plan.precision, (row_id, plan.precision)
@@ -193,7 +193,7 @@ def test_clients_over_several_aggregated_workers_run_one_workers_share() -> None
     plan = sil.plan_row(spread, CONFIGS)
     assert isinstance(plan, sil.RowPlan)
     assert (plan.workers, plan.concurrency) == (32, 13)
-    assert plan.requests == (sil.WARMUP_ROUNDS + sil.MEASURED_ROUNDS) * 13
+    assert plan.requests == sil.MEASURED_ROUNDS * 13
     assert sil.agg_workers(dataclasses.replace(row, concurrency=13, batch_size=13)) == 1
     assert sil.agg_workers(dataclasses.replace(row, concurrency=20, batch_size=13)) == 1
     assert sil.agg_workers(dataclasses.replace(row, concurrency=8, batch_size=None)) == 1
@@ -381,14 +381,15 @@ def test_one_tiny_row_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert data["not_expressed"] == {"precision int4_wo not priced": 1}
 
 
-def test_the_warm_up_requests_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The means cover the requests after the first ``2c``: with one round measured the
-    prediction is the mean of exactly ``c`` requests' latencies."""
+def test_the_measured_phase_starts_from_an_idle_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both harnesses drain their warm-up before the measured phase, so the twin runs
+    that phase alone: with one round measured it runs exactly ``c`` requests, every
+    client's first at t = 0, and the prediction is their mean."""
     rows = _rows()
     monkeypatch.setattr(sil, "AIPERF", sil.Harness("aiperf", 1, sil.WARMUP_ROUNDS, 1.0))
     plan = sil.plan_row(rows["tiny_b200_trtllm_agg_128x16_c4_tp1"], CONFIGS)
     assert isinstance(plan, sil.RowPlan)
-    assert (plan.requests, plan.warmup) == (12, 8)
+    assert (plan.requests, plan.warmup) == (4, 0)
     seen = []
     from twin.engine import run as engine_run
 
@@ -403,9 +404,9 @@ def test_the_warm_up_requests_are_left_out(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(engine_run.Run, "simulate", spy)
     result = sil.predict(plan)
-    assert len(seen) == 12
-    measured = [r for r in seen if r.session_id >= 8]
-    assert len(measured) == 4
+    assert len(seen) == 4
+    assert {r.arrival_s for r in seen} == {0.0}
+    measured = seen
     expected = sum(r.ttft_s for r in measured) / 4 * 1e3
     assert result["twin_ttft_ms"] == pytest.approx(expected)
 
@@ -544,7 +545,7 @@ def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -
     assert sil.harness_of(imax) is sil.INFERENCEMAX
     plan = sil.plan_row(imax, CONFIGS)
     assert isinstance(plan, sil.RowPlan)
-    assert (plan.warmup, plan.requests, plan.range_ratio) == (4, 24, 0.8)
+    assert (plan.warmup, plan.requests, plan.range_ratio) == (0, 20, 0.8)
     assert plan.deployment == {"sets": {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}}
     llama = replace(imax, model_path="meta-llama/Llama-3.1-70B")
     assert sil.deployment(llama, "trtllm") == {"max_batched_tokens": 16384}

@@ -789,8 +789,14 @@ def plan_row(
         concurrency=c,
         precision=precision.text,
         priced=precision.label,
-        warmup=harness.warmup_rounds * c,
-        requests=(harness.warmup_rounds + harness.measured_rounds) * c,
+        # Both harnesses run their warm-up as a phase of its own that drains before the
+        # measured phase (aiperf ``timing/credit_issuing_strategy.py`` ``_execute_phases``;
+        # ``benchmark_serving.py`` gathers its ``--num-warmups`` tasks before the
+        # benchmark's), so the measured phase starts from an idle server with all ``c``
+        # clients at once. The twin runs that phase alone: random prompts leave nothing
+        # in the cache a measured request could hit, so the warm-up changes nothing else.
+        warmup=0,
+        requests=harness.measured_rounds * c,
         deployment=deployment(row, engine, deploy),
         workers=workers,
         range_ratio=harness.range_ratio,
