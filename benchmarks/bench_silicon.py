@@ -8,8 +8,11 @@ aiconfigurator-all|defaults] [--limit N] [--jobs N] [--executor local|ray] [--no
 
 Every row of the CSV the twin can express (:mod:`twin.validate.silicon`: aggregated,
 one instance, a precision its GPU's profile prices, a supported model family, a shipped
-profile and engine mode) is simulated as its benchmark ran, at its precision: ``c``
-closed-loop clients, random ``isl``-token prompts, exactly ``osl`` output tokens; the
+profile and engine mode) is simulated as its benchmark ran, at its precision: the
+measured phase of its harness (:class:`twin.validate.silicon.Harness`) from an idle
+server, ``c`` closed-loop clients starting at once, random prompts of ``isl`` tokens and
+``osl`` output tokens (exact for aiconfigurator's aiperf runs, uniform in [0.8 x, 1 x]
+for the InferenceMAX collection), on one worker's share of the clients; the
 mean TTFT and TPOT over the measured requests are scored against the measurement (MAPE
 and MdAPE per (model, system, backend, precision), per backend and precision priced,
 per backend and overall, on the issue's fit / held-out split).
