@@ -1,15 +1,18 @@
 """The twin against measured serving runs: NVIDIA's ``silicon_sample.csv`` (issue 31).
 
 Run: ``python benchmarks/bench_silicon.py [--models M,..] [--systems S,..] [--backends B,..]
-[--precisions F,..] [--split fit|held_out] [--deployment aiconfigurator|aiconfigurator-all|
-defaults] [--limit N] [--jobs N] [--executor local|ray] [--no-aiconfigurator]`` (needs the
-``twin[aic]`` extra: the CSV and the model configs are read from the installed
-``aiconfigurator-core``).
+[--precisions F,..] [--split fit|held_out] [--deployment benchmark|aiconfigurator|
+aiconfigurator-all|defaults] [--limit N] [--jobs N] [--executor local|ray]
+[--no-aiconfigurator]`` (needs the ``twin[aic]`` extra: the CSV and the model configs
+are read from the installed ``aiconfigurator-core``).
 
 Every row of the CSV the twin can express (:mod:`twin.validate.silicon`: aggregated,
 one instance, a precision its GPU's profile prices, a supported model family, a shipped
-profile and engine mode) is simulated as its benchmark ran, at its precision: ``c``
-closed-loop clients, random ``isl``-token prompts, exactly ``osl`` output tokens; the
+profile and engine mode) is simulated as its benchmark ran, at its precision: the
+measured phase of its harness (:class:`twin.validate.silicon.Harness`) from an idle
+server, ``c`` closed-loop clients starting at once, random prompts of ``isl`` tokens and
+``osl`` output tokens (exact for aiconfigurator's aiperf runs, uniform in [0.8 x, 1 x]
+for the InferenceMAX collection), on one worker's share of the clients; the
 mean TTFT and TPOT over the measured requests are scored against the measurement (MAPE
 and MdAPE per (model, system, backend, precision), per backend and precision priced,
 per backend and overall, on the issue's fit / held-out split).
@@ -219,10 +222,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--deployment",
         choices=sil.DEPLOYMENTS,
-        default="aiconfigurator",
-        help="server limits: aiconfigurator's generated benchmark deployment where the fit "
-        "rows ran with it (default: vLLM), for every engine it sizes (aiconfigurator-all), "
-        "or the engines' defaults",
+        default="benchmark",
+        help="server limits: each collection's own (default: aiconfigurator's generated "
+        "deployment where its fit rows ran with it, vLLM; InferenceMAX's scripts' limits "
+        "for that collection), aiconfigurator's for every row (aiconfigurator), for every "
+        "engine it sizes (aiconfigurator-all), or the engines' defaults",
     )
     parser.add_argument("--executor", choices=("local", "ray"), default="local")
     parser.add_argument("--ray-address", default=None)
@@ -315,8 +319,14 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             "expressible": len(expressible),
         },
         "method": {
-            "measured_requests": f"{sil.MEASURED_ROUNDS} x concurrency",
-            "warmup_requests": f"{sil.WARMUP_ROUNDS} x concurrency, left out",
+            "measured_requests": f"{sil.MEASURED_ROUNDS} x concurrency (aiconfigurator's "
+            f"aiperf), {sil.INFERENCEMAX.measured_rounds} x (InferenceMAX's collection)",
+            "warmup_requests": f"{sil.WARMUP_ROUNDS} x concurrency in a phase of their own "
+            "that drains before the measured one: not simulated; the measured phase starts "
+            "from an idle server with every client at once",
+            "lengths": "exact ISL/OSL (aiperf); uniform in [0.8 x, 1 x] ISL and OSL for the "
+            "InferenceMAX collection (benchmark_serving.py --random-range-ratio 0.8)",
+            "workers": "concurrency = workers x attention_dp x batch_size: one worker's share",
             "clients": "all start at t=0 (twin simulate --concurrency)",
             "prediction": "mean TTFT and mean TPOT over the measured requests",
             "deployment": args.deployment,

@@ -166,8 +166,8 @@ def test_every_reason_and_every_expressed_row() -> None:
             c,
             model_id,
         )
-        assert plan.warmup == sil.WARMUP_ROUNDS * c
-        assert plan.requests == (sil.WARMUP_ROUNDS + sil.MEASURED_ROUNDS) * c
+        assert plan.warmup == 0  # the warm-up phase drains before the measured one
+        assert plan.requests == sil.MEASURED_ROUNDS * c
         assert plan.model.name == model_id and plan.model.n_attention_layers == 4
         label, why = PRICED[row_id]
         assert plan.priced == label and why in plan.precision, (row_id, plan.precision)
@@ -179,6 +179,28 @@ def test_every_reason_and_every_expressed_row() -> None:
     plans, reasons = sil.plan_rows(rows.values(), CONFIGS)
     assert {p.row.id for p in plans} == set(EXPRESSED)
     assert reasons == Counter(REASONS.values())
+
+
+def test_clients_over_several_aggregated_workers_run_one_workers_share() -> None:
+    """416 clients over batch 13 were 32 workers (aiconfigurator's benchmark rule sizes
+    an aggregated deployment's clients as workers x batch): the twin runs one worker
+    with 13 clients; a count that is the batch, or no multiple of it, is one worker."""
+    import dataclasses
+
+    row = _rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"]
+    spread = dataclasses.replace(row, concurrency=416, batch_size=13)
+    assert sil.agg_workers(spread) == 32
+    plan = sil.plan_row(spread, CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    assert (plan.workers, plan.concurrency) == (32, 13)
+    assert plan.requests == sil.MEASURED_ROUNDS * 13
+    assert sil.agg_workers(dataclasses.replace(row, concurrency=13, batch_size=13)) == 1
+    assert sil.agg_workers(dataclasses.replace(row, concurrency=20, batch_size=13)) == 1
+    assert sil.agg_workers(dataclasses.replace(row, concurrency=8, batch_size=None)) == 1
+    # attention DP: the batch is per rank, so 8 clients over batch 2 at dp 4 are one worker
+    dp = dataclasses.replace(row, concurrency=8, batch_size=2, attention_dp=4)
+    assert sil.agg_workers(dp) == 1
+    assert sil.agg_workers(dataclasses.replace(dp, concurrency=16)) == 2
 
 
 def test_a_rows_precision_becomes_the_models() -> None:
@@ -359,14 +381,15 @@ def test_one_tiny_row_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert data["not_expressed"] == {"precision int4_wo not priced": 1}
 
 
-def test_the_warm_up_requests_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The means cover the requests after the first ``2c``: with one round measured the
-    prediction is the mean of exactly ``c`` requests' latencies."""
+def test_the_measured_phase_starts_from_an_idle_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both harnesses drain their warm-up before the measured phase, so the twin runs
+    that phase alone: with one round measured it runs exactly ``c`` requests, every
+    client's first at t = 0, and the prediction is their mean."""
     rows = _rows()
-    monkeypatch.setattr(sil, "MEASURED_ROUNDS", 1)
+    monkeypatch.setattr(sil, "AIPERF", sil.Harness("aiperf", 1, sil.WARMUP_ROUNDS, 1.0))
     plan = sil.plan_row(rows["tiny_b200_trtllm_agg_128x16_c4_tp1"], CONFIGS)
     assert isinstance(plan, sil.RowPlan)
-    assert (plan.requests, plan.warmup) == (12, 8)
+    assert (plan.requests, plan.warmup) == (4, 0)
     seen = []
     from twin.engine import run as engine_run
 
@@ -381,9 +404,9 @@ def test_the_warm_up_requests_are_left_out(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(engine_run.Run, "simulate", spy)
     result = sil.predict(plan)
-    assert len(seen) == 12
-    measured = [r for r in seen if r.session_id >= 8]
-    assert len(measured) == 4
+    assert len(seen) == 4
+    assert {r.arrival_s for r in seen} == {0.0}
+    measured = seen
     expected = sum(r.ttft_s for r in measured) / 4 * 1e3
     assert result["twin_ttft_ms"] == pytest.approx(expected)
 
@@ -526,6 +549,44 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     assert plan.deployment == {"sets": {"max_num_batched_tokens": "1566", "max_num_seqs": "2"}}
     plan = sil.plan_row(_rows()["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS, "defaults")
     assert isinstance(plan, sil.RowPlan) and plan.deployment == {}
+
+
+def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -> None:
+    """A row of the "2026-04-06.csv" collection is measured by InferenceMAX's client:
+    10 x c measured requests after 2 x c warm-ups, lengths uniform in [0.8 x, 1 x], and
+    its scripts' server limits (vLLM 8,192 tokens / 512 sequences; TensorRT-LLM 16,384
+    tokens for Llama-3.1-70B); other rows keep aiconfigurator's harness."""
+    from dataclasses import replace
+
+    rows = _rows()
+    base = rows["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    assert sil.harness_of(base) is sil.AIPERF
+    imax = replace(base, source="source_file=2026-04-06.csv; model=x; silicon_concurrency=2")
+    assert sil.harness_of(imax) is sil.INFERENCEMAX
+    plan = sil.plan_row(imax, CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    assert (plan.warmup, plan.requests, plan.range_ratio) == (0, 20, 0.8)
+    assert plan.deployment == {"sets": {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}}
+    llama = replace(imax, model_path="meta-llama/Llama-3.1-70B")
+    assert sil.deployment(llama, "trtllm") == {"max_batched_tokens": 16384}
+    r1 = replace(imax, model_path="deepseek-ai/DeepSeek-R1", isl=8192, concurrency=32)
+    assert sil.deployment(r1, "trtllm") == {"max_batched_tokens": 8320}  # 8,288 -> 64s
+    assert sil.deployment(imax, "trtllm") == sil.deployment(imax, "sglang") == {}
+    # the old choice stays one flag away
+    assert sil.deployment(imax, "vllm", "aiconfigurator") == sil.aiconfigurator_deployment(
+        imax, "vllm"
+    )
+    # lengths as benchmark_serving.py draws them: uniform integers in [int(0.8 x), x]
+    import pyarrow.parquet as pq
+
+    path = sil.write_workload(tmp_path / "w.parquet", 1000, 100, 400, seed=7, range_ratio=0.8)
+    table = pq.read_table(path).to_pydict()
+    isls = [len(t) for t in table["input_tokens"]]
+    osls = table["output_len"]
+    assert min(isls) >= 800 and max(isls) <= 1000 and len(set(isls)) > 50
+    assert min(osls) >= 80 and max(osls) <= 100 and len(set(osls)) > 10
+    exact = pq.read_table(sil.write_workload(tmp_path / "e.parquet", 64, 8, 5, seed=7))
+    assert {len(t) for t in exact.column("input_tokens").to_pylist()} == {64}
 
 
 def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> None:

@@ -88,9 +88,49 @@ _FIT_DIGITS = frozenset("01234567")
 # package ``aiconfigurator`` 0.12.0, generator/config/backend_templates/benchmark/
 # bench_run.sh.j2) runs ``aiperf profile --concurrency c --num-requests c x
 # AICONFIGURATOR_BENCH_MULTI_ROUND`` (default 20) after ``--warmup-request-count 2c``.
-# The warm-up requests run first and are left out of the means.
+# The warm-up requests run first and are left out of the means. (Rows of the InferenceMAX
+# collection follow their own harness: :data:`INFERENCEMAX`.)
 MEASURED_ROUNDS = 20
 WARMUP_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class Harness:
+    """The benchmark client a collection of rows was measured with."""
+
+    name: str
+    measured_rounds: int  # measured requests per client
+    warmup_rounds: int  # warm-up requests per client, sent first and left out
+    # Prompt and output lengths are drawn uniformly from [int(len x range_ratio), len]
+    # (1.0: exactly the row's ISL and OSL).
+    range_ratio: float
+
+
+# aiconfigurator's benchmark (above): aiperf with ``--isl-stddev 0 --osl-stddev 0``
+# (``generator/config/deployment_config.yaml`` defaults) and ``ignore_eos``: exact lengths.
+AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, WARMUP_ROUNDS, 1.0)
+# The CSV's "2026-04-06.csv" collection (Llama-3.1-70B, gpt-oss-120b, DeepSeek-R1,
+# MiniMax-M2.5, ... at ISL/OSL 1k/1k, 1k/8k, 8k/1k, 4-64 clients, measured 2025-10-29)
+# matches InferenceMAX's sweep; its source names no harness, so this is read off the
+# matrix, not stated by the data. InferenceMAX's client (``benchmarks/benchmark_lib.sh``
+# ``run_benchmark_serving``) runs vLLM's ``benchmark_serving.py`` with ``--dataset-name
+# random --random-range-ratio`` (0.8 by default, ``.github/workflows/benchmark-tmpl.yml``),
+# ``--num-prompts $((CONC * 10))``, ``--num-warmups $((2 * CONC))``, ``--ignore-eos``; its
+# random dataset draws each prompt and output length uniformly from
+# ``[int(len x ratio), len]`` (``sample_random_requests``).
+INFERENCEMAX = Harness("InferenceMAX benchmark_serving", 10, 2, 0.8)
+INFERENCEMAX_SOURCES = frozenset({"2026-04-06.csv"})
+_SOURCE_FILE = re.compile(r"source_file=([^;]*)")
+
+
+def harness_of(row: SiliconRow) -> Harness:
+    """The benchmark client ``row`` was measured with, from its ``silicon_data_source``."""
+    found = _SOURCE_FILE.search(row.source)
+    if found and found.group(1).strip() in INFERENCEMAX_SOURCES:
+        return INFERENCEMAX
+    return AIPERF
+
+
 # Random prompt token ids are drawn from [0, TOKEN_RANGE): random prompts share no
 # prefix (the chance that two share even their first two tokens is 1e-10), so the
 # engine's default prefix caching is kept and never hits, as on the real servers.
@@ -102,13 +142,16 @@ TOKEN_RANGE = 100_000
 ENGINE_OF_BACKEND = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 
 # How each row's server was configured (docs/decisions.md, "TTFT against silicon (issue
-# 31)"). "aiconfigurator": the limits aiconfigurator's own generator writes into a
-# benchmark deployment (package ``aiconfigurator`` 0.12.0,
-# ``generator/rule_plugin/benchmark/<backend>.rule``), for the engines whose fit rows
-# say they ran with them (``DEPLOYED_ENGINES``); "aiconfigurator-all": for every engine
-# the rule sizes (an exploration: TensorRT-LLM's fit rows score worse with it);
-# "defaults": the engines' own defaults everywhere.
-DEPLOYMENTS = ("aiconfigurator", "aiconfigurator-all", "defaults")
+# 31)"). "benchmark" (the default): each collection's own deployment: for the
+# aiconfigurator collection the limits aiconfigurator's generator writes into a benchmark
+# deployment (package ``aiconfigurator`` 0.12.0,
+# ``generator/rule_plugin/benchmark/<backend>.rule``) for the engines whose fit rows
+# say they ran with them (``DEPLOYED_ENGINES``), for the InferenceMAX collection its
+# server scripts' limits (:func:`inferencemax_deployment`); "aiconfigurator": the
+# generator's limits on ``DEPLOYED_ENGINES`` for every row; "aiconfigurator-all": for
+# every engine the rule sizes (an exploration: TensorRT-LLM's fit rows score worse with
+# it); "defaults": the engines' own defaults everywhere.
+DEPLOYMENTS = ("benchmark", "aiconfigurator", "aiconfigurator-all", "defaults")
 DEPLOYED_ENGINES = frozenset({"vllm"})
 DEPLOYMENT_EXTRA_TOKENS = 1500  # the rules' "isl + 1500" margin
 TRTLLM_TOKENS_PER_BLOCK = 32  # benchmark/trtllm.rule: tokens_per_block default
@@ -148,11 +191,42 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     return {}
 
 
-def deployment(row: SiliconRow, engine: str, kind: str = "aiconfigurator") -> dict[str, Any]:
+# InferenceMAX's server limits (its ``benchmarks/*.sh`` scripts): vLLM
+# ``max-num-batched-tokens: 8192`` and ``--max-num-seqs 512`` (``70b_fp4_b200_docker``);
+# TensorRT-LLM ``--max_num_tokens`` 16384 for Llama-3.1-70B (``70b_fp4_b200_trt_docker``),
+# 20000 for gpt-oss-120b (``gptoss_fp4_b200_trt_docker``, with ``--max_batch_size 512``)
+# and ``(CONC + ISL + 64)`` rounded up to 64 for DeepSeek-R1 (``dsr1_fp8_b200_trt_docker``),
+# whole contexts (chunked prefill left off). Other models and SGLang: the engine's
+# defaults.
+INFERENCEMAX_VLLM = {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}
+INFERENCEMAX_TRTLLM_TOKENS = {"Llama-3.1-70B": 16384, "gpt-oss-120b": 20000}
+INFERENCEMAX_TRTLLM_PER_ROW = ("DeepSeek-R1",)  # (c + isl + 64) in 64-token blocks
+INFERENCEMAX_TRTLLM_BLOCK = 64
+
+
+def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
+    """``build_run`` keywords for the InferenceMAX scripts' server limits of ``row``."""
+    if engine == "vllm":
+        return {"sets": dict(INFERENCEMAX_VLLM)}
+    if engine != "trtllm":
+        return {}
+    path = row.model_path.lower()
+    for name, tokens in INFERENCEMAX_TRTLLM_TOKENS.items():
+        if name.lower() in path:
+            return {"max_batched_tokens": tokens}
+    if any(name.lower() in path for name in INFERENCEMAX_TRTLLM_PER_ROW) and row.isl:
+        block = INFERENCEMAX_TRTLLM_BLOCK
+        return {"max_batched_tokens": -(-((row.concurrency or 0) + row.isl + 64) // block) * block}
+    return {}
+
+
+def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:
     """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
     if kind not in DEPLOYMENTS:
         raise TwinError(f"deployment {kind!r}: expected one of {', '.join(DEPLOYMENTS)}")
-    if kind == "defaults" or (kind == "aiconfigurator" and engine not in DEPLOYED_ENGINES):
+    if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
+        return inferencemax_deployment(row, engine)
+    if kind == "defaults" or (kind != "aiconfigurator-all" and engine not in DEPLOYED_ENGINES):
         return {}
     return aiconfigurator_deployment(row, engine)
 
@@ -379,7 +453,7 @@ class RowPlan:
     gpu: str  # the twin's GPU name (its shipped <gpu>-<engine> profile prices the steps)
     engine: str  # the twin's engine mode
     tp: int
-    concurrency: int
+    concurrency: int  # clients on the one worker the twin runs (:func:`agg_workers`)
     precision: str  # what is priced, and why
     priced: str  # what is priced, as the summary groups it: "fp8, fp8 KV"
     warmup: int  # requests sent first and left out of the means
@@ -387,6 +461,8 @@ class RowPlan:
     # build_run keywords for the server's limits (:func:`deployment`)
     deployment: dict[str, Any] = dataclasses.field(default_factory=dict)
     ep: int = 1  # expert-parallel ranks within the tp GPUs (the row's moe_ep_size)
+    workers: int = 1  # aggregated workers the measured clients were spread over
+    range_ratio: float = 1.0  # the harness's length spread (:class:`Harness`)
 
     @property
     def model(self) -> ModelSpec:
@@ -641,7 +717,7 @@ def precision_model(model: ModelSpec, precision: RowPrecision) -> ModelSpec:
 
 
 def plan_row(
-    row: SiliconRow, configs: Path | None = None, deploy: str = "aiconfigurator"
+    row: SiliconRow, configs: Path | None = None, deploy: str = "benchmark"
 ) -> RowPlan | str:
     """The twin's run for ``row``, or the reason it cannot express it.
 
@@ -720,7 +796,9 @@ def plan_row(
     if unpriceable is not None:
         return unpriceable
     model = precision_model(base, precision)
-    c = row.concurrency
+    workers = agg_workers(row)
+    c = row.concurrency // workers
+    harness = harness_of(row)
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),
@@ -732,10 +810,18 @@ def plan_row(
         concurrency=c,
         precision=precision.text,
         priced=precision.label,
-        warmup=WARMUP_ROUNDS * c,
-        requests=(WARMUP_ROUNDS + MEASURED_ROUNDS) * c,
+        # Both harnesses run their warm-up as a phase of its own that drains before the
+        # measured phase (aiperf ``timing/credit_issuing_strategy.py`` ``_execute_phases``;
+        # ``benchmark_serving.py`` gathers its ``--num-warmups`` tasks before the
+        # benchmark's), so the measured phase starts from an idle server with all ``c``
+        # clients at once. The twin runs that phase alone: random prompts leave nothing
+        # in the cache a measured request could hit, so the warm-up changes nothing else.
+        warmup=0,
+        requests=harness.measured_rounds * c,
         deployment=deployment(row, engine, deploy),
         ep=ep,
+        workers=workers,
+        range_ratio=harness.range_ratio,
     )
 
 
@@ -749,8 +835,27 @@ def _preset(model_path: str) -> ModelSpec | None:
     return get_model(name) if name is not None else None
 
 
+def agg_workers(row: SiliconRow) -> int:
+    """How many aggregated workers served the row's clients.
+
+    aiconfigurator's benchmark rule sizes the client count of an aggregated deployment
+    as ``agg_workers x max_batch_size`` (package ``aiconfigurator`` 0.12.0,
+    ``generator/rule_plugin/benchmark/trtllm.rule``, ``BenchConfig.estimated_concurrency``),
+    where ``batch_size`` is per attention-DP rank (the CSV's attention-DP rows have
+    ``silicon_concurrency = attention_dp_size x batch_size``). Where the concurrency is a
+    multiple ``k > 1`` of ``attention_dp_size x batch_size`` (e.g. 416 clients over batch
+    13 on a Dynamo deployment: 29 rows of the CSV), the clients were spread over ``k``
+    workers; the twin runs one of them with ``concurrency / k`` clients, the share the
+    Dynamo frontend's round-robin gives each worker on average. Otherwise one worker.
+    """
+    c, batch = row.concurrency or 0, (row.batch_size or 0) * (row.attention_dp or 1)
+    if batch and c > batch and c % batch == 0:
+        return c // batch
+    return 1
+
+
 def plan_rows(
-    rows: Iterable[SiliconRow], configs: Path | None = None, deploy: str = "aiconfigurator"
+    rows: Iterable[SiliconRow], configs: Path | None = None, deploy: str = "benchmark"
 ) -> tuple[list[RowPlan], Counter[str]]:
     """The expressible rows' plans, and how many rows each reason left out."""
     plans: list[RowPlan] = []
@@ -765,18 +870,29 @@ def plan_rows(
 
 
 # ------------------------------------------------------------------ running a row
-def write_workload(path: Path, isl: int, osl: int, requests: int, seed: int) -> Path:
-    """``requests`` single-turn sessions of ``isl`` random prompt tokens and exactly ``osl``
-    output tokens (a closed-loop client starts each when its previous one completes)."""
+def write_workload(
+    path: Path, isl: int, osl: int, requests: int, seed: int, range_ratio: float = 1.0
+) -> Path:
+    """``requests`` single-turn sessions of random prompt tokens (a closed-loop client
+    starts each when its previous one completes): ``isl`` prompt tokens and exactly
+    ``osl`` output tokens, or, with ``range_ratio < 1``, lengths drawn uniformly from
+    ``[int(isl x range_ratio), isl]`` and ``[int(osl x range_ratio), osl]`` as vLLM's
+    ``benchmark_serving.py`` random dataset draws them."""
     from twin.workloads.schema import WorkloadRow
     from twin.workloads.writer import WorkloadWriter
 
     rng = np.random.default_rng(seed)
     meta = {"generator": "silicon", "isl": isl, "osl": osl, "requests": requests, "seed": seed}
+    if range_ratio < 1.0:
+        meta["range_ratio"] = range_ratio
+        isls = rng.integers(int(isl * range_ratio), isl + 1, requests)
+        osls = rng.integers(max(int(osl * range_ratio), 1), osl + 1, requests)
+    else:
+        isls, osls = np.full(requests, isl), np.full(requests, osl)
     with WorkloadWriter(path, meta) as w:
         for i in range(requests):
-            prompt = rng.integers(0, TOKEN_RANGE, isl, dtype=np.int32)
-            w.write(WorkloadRow(i, 0, None, None, prompt, False, None, osl))
+            prompt = rng.integers(0, TOKEN_RANGE, int(isls[i]), dtype=np.int32)
+            w.write(WorkloadRow(i, 0, None, None, prompt, False, None, int(osls[i])))
     return path
 
 
@@ -805,7 +921,12 @@ def predict(plan: RowPlan) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory(prefix="twin-silicon-") as tmp:
             path = write_workload(
-                Path(tmp) / "workload.parquet", row.isl, row.osl, plan.requests, plan.seed
+                Path(tmp) / "workload.parquet",
+                row.isl,
+                row.osl,
+                plan.requests,
+                plan.seed,
+                plan.range_ratio,
             )
             run = build_run(
                 path,
@@ -929,6 +1050,8 @@ def score_row(plan: RowPlan, aiconfigurator: bool = False) -> dict[str, Any]:
         "isl": row.isl,
         "osl": row.osl,
         "concurrency": plan.concurrency,
+        "workers": plan.workers,
+        "harness": harness_of(row).name,
         "tp": plan.tp,
         "gpu": plan.gpu,
         "engine": plan.engine,
@@ -1056,6 +1179,8 @@ RESULT_COLUMNS = (
     "isl",
     "osl",
     "concurrency",
+    "workers",
+    "harness",
     "tp",
     "gpu",
     "engine",
@@ -1114,14 +1239,19 @@ def _cell(value: Any) -> Any:
 
 
 __all__ = [
+    "AIPERF",
     "FIT",
     "HELD_OUT",
+    "INFERENCEMAX",
     "MEASURED_ROUNDS",
     "WARMUP_ROUNDS",
+    "Harness",
     "RowPlan",
     "SiliconRow",
     "aiconfigurator_estimate",
     "ape",
+    "harness_of",
+    "inferencemax_deployment",
     "mape",
     "mdape",
     "metrics",

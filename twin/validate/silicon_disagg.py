@@ -104,11 +104,12 @@ def read_disagg_rows(path: str | Path | None = None) -> list[DisaggRow]:
 
 def _as_aggregated(row: sil.SiliconRow, pool: Pool) -> sil.SiliconRow:
     """``row`` as an aggregated row of ``pool``'s layout (what :func:`silicon.plan_row`
-    checks a pool against)."""
+    checks a pool against). Its batch size is left out: the row's clients are the whole
+    deployment's, not one aggregated worker's share (:func:`silicon.agg_workers`)."""
     return dataclasses.replace(
         row,
         mode="agg",
-        batch_size=pool.batch_size,
+        batch_size=None,
         tp=pool.tp,
         pp=pool.pp,
         attention_dp=pool.attention_dp,
