@@ -1011,6 +1011,12 @@ def aiconfigurator_estimate(plan: RowPlan) -> dict[str, Any]:
     ):
         if value:
             args[name] = value
+    return run_cli_estimate(args)
+
+
+def run_cli_estimate(args: dict[str, Any]) -> dict[str, Any]:
+    """aiconfigurator's ``cli_estimate(**args)`` (its nightly accuracy job's call), quiet:
+    ``{"aic_ttft_ms", "aic_tpot_ms"}``, or ``{"aic_error": ...}`` when it fails."""
     logging.getLogger("aiconfigurator").setLevel(logging.ERROR)
     logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
     try:

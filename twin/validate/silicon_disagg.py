@@ -21,11 +21,8 @@ estimate (``cli_estimate(mode="disagg", ...)`` with the row's pools) is scored b
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
-import io
-import logging
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -203,18 +200,7 @@ def aiconfigurator_disagg_estimate(plan: sil.RowPlan, d: DisaggRow) -> dict[str,
         ):
             if value:
                 args[f"{side}_{name}"] = value
-    logging.getLogger("aiconfigurator").setLevel(logging.ERROR)
-    logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
-    try:
-        from aiconfigurator.cli.api import cli_estimate
-
-        with contextlib.redirect_stdout(io.StringIO()):
-            result = cli_estimate(**args)
-        ttft, tpot = float(result.ttft), float(result.tpot)
-    except Exception as err:  # its failures are data here, not our errors
-        text = (str(err).splitlines() or [""])[0][:200]
-        return {"aic_error": f"{type(err).__name__}: {text}"}
-    return {"aic_ttft_ms": ttft, "aic_tpot_ms": tpot}
+    return sil.run_cli_estimate(args)
 
 
 def score_disagg_row(
