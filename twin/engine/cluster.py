@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from twin.cache import cache_stats
@@ -37,7 +38,7 @@ from twin.hardware import GB
 from twin.memory.footprint import allocator_for
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
-from twin.parallel import Layout, weight_bytes_per_gpu
+from twin.parallel import Layout, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from twin.policies import get_policy
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
@@ -83,6 +84,8 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
         from twin.engine.speculative import Speculation
 
         budget = Speculation.from_dict(config.speculative).budget(budget, model)
+    if budget > 0:
+        budget *= kv_replication_scale(model, config)
     if budget <= 0:
         raise TwinError(
             f"no memory left for running requests: {config.tp} GPU(s) x "
@@ -91,6 +94,29 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
             f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp"
         )
     return budget
+
+
+def kv_replication_scale(model: ModelSpec, config: EngineConfig) -> float:
+    """The share of the replica's bytes its tokens' KV can really use: 1 where every
+    layer's KV splits over the ``tp`` GPUs, less where it is replicated.
+
+    The engine counts a token at ``model.kv_bytes_per_token`` over the replica's GPUs.
+    MLA's latent sits whole on every attention-TP rank, and GQA KV heads fewer than the
+    GPUs are copied (:func:`twin.parallel.kv_bytes_per_token_per_gpu`, with the engines'
+    sources), so a token takes ``tp x`` that per-GPU figure: DeepSeek at tp 8 holds an
+    eighth of the tokens the plain count gives. Scaling the budget by the ratio makes
+    the engine's count right for the KV of models without recurrent states.
+    """
+    # Hybrids keep their budget: their recurrent states shard over the GPUs, and one
+    # scale for KV and states would shrink the states' share too.
+    replicated = model.mixer_counts.get("mla", 0) or 0 < model.n_kv_heads < config.tp
+    if not model.kv_bytes_per_token or not replicated or model.n_ssm_layers:
+        return 1.0
+    per_gpu = kv_bytes_per_token_per_gpu(model, Layout(config.tp, config.ep))
+    held = config.tp * per_gpu
+    if held <= model.kv_bytes_per_token:
+        return 1.0
+    return float(Fraction(model.kv_bytes_per_token) / held)
 
 
 def horizon(source: SessionSource, config: EngineConfig) -> float:
