@@ -990,18 +990,8 @@ def aiconfigurator_estimate(plan: RowPlan) -> dict[str, Any]:
     if not aiconfigurator_available():
         return {"aic_error": AIC_NOT_INSTALLED}
     row = plan.row
-    args: dict[str, Any] = {
-        "model_path": plan.model_id,
-        "system_name": row.system,
-        "mode": "agg",
-        "backend_name": row.backend,
-        "backend_version": None,
-        "isl": row.isl,
-        "osl": row.osl,
-        "gemm_quant_mode": row.gemm_quant_mode or None,
-        "moe_quant_mode": row.moe_quant_mode or None,
-        "batch_size": row.batch_size or plan.concurrency,
-    }
+    args = cli_estimate_args(plan, "agg")
+    args["batch_size"] = row.batch_size or plan.concurrency
     for name, value in (
         ("tp_size", row.tp),
         ("pp_size", row.pp),
@@ -1012,6 +1002,23 @@ def aiconfigurator_estimate(plan: RowPlan) -> dict[str, Any]:
         if value:
             args[name] = value
     return run_cli_estimate(args)
+
+
+def cli_estimate_args(plan: RowPlan, mode: str) -> dict[str, Any]:
+    """The arguments of ``cli_estimate`` every row shares: model, system, ``mode``,
+    backend (its current database), lengths and quantisation modes."""
+    row = plan.row
+    return {
+        "model_path": plan.model_id,
+        "system_name": row.system,
+        "mode": mode,
+        "backend_name": row.backend,
+        "backend_version": None,
+        "isl": row.isl,
+        "osl": row.osl,
+        "gemm_quant_mode": row.gemm_quant_mode or None,
+        "moe_quant_mode": row.moe_quant_mode or None,
+    }
 
 
 def run_cli_estimate(args: dict[str, Any]) -> dict[str, Any]:

@@ -176,18 +176,7 @@ def aiconfigurator_disagg_estimate(plan: sil.RowPlan, d: DisaggRow) -> dict[str,
     rows). ``{"aic_error": ...}`` when it fails or is not installed."""
     if not sil.aiconfigurator_available():
         return {"aic_error": sil.AIC_NOT_INSTALLED}
-    row = d.row
-    args: dict[str, Any] = {
-        "model_path": plan.model_id,
-        "system_name": row.system,
-        "mode": "disagg",
-        "backend_name": row.backend,
-        "backend_version": None,
-        "isl": row.isl,
-        "osl": row.osl,
-        "gemm_quant_mode": row.gemm_quant_mode or None,
-        "moe_quant_mode": row.moe_quant_mode or None,
-    }
+    args = sil.cli_estimate_args(plan, "disagg")
     for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
         for name, value in (
             ("tp_size", pool.tp),
