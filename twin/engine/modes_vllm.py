@@ -7,7 +7,6 @@ options; :data:`VLLM` is the mode, registered in :mod:`twin.engine.modes`.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from twin.engine import speculative
@@ -123,31 +122,25 @@ _VLLM_METHODS = {
 
 
 def _vllm_spec_config(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # --speculative-config JSON (vllm/engine/arg_utils.py -> SpeculativeConfig); built into
-    # a Speculation in _vllm_options, once every flag is read.
-    try:
-        cfg = json.loads(value)
-    except json.JSONDecodeError as err:
-        raise TwinError(f"--set speculative_config={value}: not JSON ({err.msg})") from None
-    if not isinstance(cfg, dict):
-        raise TwinError(f"--set speculative_config={value}: expected a JSON object")
+    # --speculative-config JSON (vllm/engine/arg_utils.py -> SpeculativeConfig), read by the
+    # engines' one parser (speculative.read_config); built into a Speculation in
+    # _vllm_options, once every flag is read.
     release = release_of(out)
-    known = (*_SPEC_KEYS, *release.choice("speculative_config", ()))
-    unknown = sorted(set(cfg) - set(known))
-    for key in unknown:
-        others = [r.version for r in VLLM_RELEASES if key in r.choice("speculative_config", ())]
-        if others:
-            raise TwinError(
-                f"--set speculative_config: key {key!r} is not vLLM {release.version}'s "
-                f"(--engine vllm=={others[0]} has it; {release.version} reads "
-                f"{', '.join(release.choice('speculative_config', ()))})"
-            )
-    if unknown:
-        raise TwinError(
-            f"--set speculative_config: key {unknown[0]!r} is not modelled for vLLM "
-            f"{release.version} (the twin reads {', '.join(known)})"
-        )
-    out["vllm_spec"] = cfg
+    synthetic = release.choice("speculative_config", ())
+    elsewhere = {
+        key: f"--engine vllm=={r.version} has it; {release.version} reads {', '.join(synthetic)}"
+        for r in reversed(VLLM_RELEASES)
+        if r is not release
+        for key in r.choice("speculative_config", ())
+        if key not in synthetic
+    }
+    out["vllm_spec"] = speculative.read_config(
+        "--set speculative_config",
+        value,
+        f"vLLM {release.version}",
+        (*_SPEC_KEYS, *synthetic),
+        elsewhere,
+    )
 
 
 def _vllm_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
@@ -172,18 +165,9 @@ def _vllm_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
         if cfg.get("model") is None:
             raise TwinError(f'{flag}: give "method" (eagle, eagle3, mtp, draft_model, ngram)')
         given = "draft_model"  # SpeculativeConfig.__post_init__: a model without a method
-    method = _VLLM_METHODS.get(str(given))
-    if method is None:
-        raise TwinError(
-            f'{flag}: method "{given}" is not modelled (the twin models '
-            f"{', '.join(sorted(set(_VLLM_METHODS.values())))})"
-        )
-    k = cfg.get("num_speculative_tokens")
-    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-        raise TwinError(f"{flag}: num_speculative_tokens must be a positive integer (got {k!r})")
-    draft_tp = cfg.get("draft_tensor_parallel_size") or 0
-    if not isinstance(draft_tp, int) or draft_tp < 0:
-        raise TwinError(f"{flag}: draft_tensor_parallel_size must be a positive integer")
+    method = speculative.config_method(flag, given, _VLLM_METHODS, "method")
+    k = speculative.config_int(flag, cfg, "num_speculative_tokens")
+    draft_tp = speculative.config_int(flag, cfg, "draft_tensor_parallel_size") or 0
     length = _vllm_synthetic(cfg, release, k if k is not None else max(model.mtp_layers, 1))
     if shared and method not in ("eagle", "eagle3", "mtp"):
         raise TwinError(

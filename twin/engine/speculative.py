@@ -53,6 +53,7 @@ in :data:`METHODS`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -425,6 +426,63 @@ def build(
     )
 
 
+# ------------------------------------------------------------------ engine spellings
+def read_config(
+    flag: str,
+    value: str,
+    label: str,
+    known: Sequence[str],
+    elsewhere: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """An engine's speculative-decoding object given as ``--set NAME=JSON`` (vLLM's
+    ``--speculative-config``, TensorRT-LLM's ``speculative_config`` section of
+    ``--extra_llm_api_options``), its keys checked: the one parser every engine spelling
+    goes through. ``label`` names the engine release (``vLLM 0.33.0``); ``known`` the keys
+    the twin reads; ``elsewhere`` keys this release lacks -> what to give instead (another
+    release has them, or the release spells them otherwise). Unknown keys are refused in
+    one line naming the key."""
+    try:
+        cfg = json.loads(value)
+    except json.JSONDecodeError as err:
+        raise TwinError(f"{flag}={value}: not JSON ({err.msg})") from None
+    except RecursionError:
+        raise TwinError(f"{flag}: nested too deeply") from None
+    if not isinstance(cfg, dict):
+        raise TwinError(f"{flag}={value}: expected a JSON object")
+    unknown = sorted(set(cfg) - set(known))
+    for key in unknown:
+        if elsewhere and key in elsewhere:
+            raise TwinError(f"{flag}: key {key!r} is not {label}'s ({elsewhere[key]})")
+    if unknown:
+        raise TwinError(
+            f"{flag}: key {unknown[0]!r} is not modelled for {label} (the twin reads "
+            f"{', '.join(known)})"
+        )
+    return cfg
+
+
+def config_int(flag: str, cfg: dict[str, Any], key: str, low: int = 1) -> int | None:
+    """``cfg[key]`` as an integer of at least ``low`` (None when absent), checked."""
+    v = cfg.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or v < low:
+        word = "a positive integer" if low == 1 else f"an integer of at least {low}"
+        raise TwinError(f"{flag}: {key} must be {word} (got {v!r})")
+    return v
+
+
+def config_method(flag: str, given: object, names: dict[str, str], key: str) -> str:
+    """The twin's method (a :data:`METHODS` name) an engine's method name maps to."""
+    method = names.get(str(given))
+    if method is None:
+        raise TwinError(
+            f'{flag}: {key} "{given}" is not modelled (the twin models '
+            f"{', '.join(names)})"
+        )
+    return method
+
+
 # ------------------------------------------------------------------ hybrid states
 def sglang_verify_reserve(
     state_bytes: int, slot: int, draft_tokens: int, state_slots: int, max_running: int
@@ -586,8 +644,11 @@ __all__ = [
     "Speculation",
     "SpeculativePricer",
     "build",
+    "config_int",
+    "config_method",
     "iid_length",
     "parse_acceptance",
+    "read_config",
     "sglang_verify_reserve",
     "speculative_pricer",
 ]

@@ -1,0 +1,175 @@
+"""The ``trtllm`` engine mode's flags: TensorRT-LLM's spelling of speculative decoding.
+
+TensorRT-LLM configures speculation in its LLM API (``LLM(speculative_config=...)``,
+``trtllm-serve --extra_llm_api_options FILE.yaml`` with a ``speculative_config:``
+section): a ``decoding_type`` naming the config class and that class's fields. The
+twin takes the section as ``--set speculative_config=JSON`` (JSON is YAML's flow
+style, so the section's keys and values are written as they are in the file) and
+reads it through the engines' one parser (:func:`twin.engine.speculative.read_config`),
+mapping onto the twin's methods (:data:`twin.engine.speculative.METHODS`).
+
+Release followed: TensorRT-LLM 1.0, the release :mod:`twin.engine.trtllm_batching`
+follows. Its wheels are on NVIDIA's package index, not PyPI (PyPI's ``tensorrt_llm``
+1.0.0 is a 1.6 kB placeholder sdist), so ``tensorrt_llm/llmapi/llm_args.py`` was read
+from a GitHub copy of the 1.0 line (``DecodingBaseConfig.from_dict``'s classes
+``MTP``, ``Medusa``, ``Eagle``, ``Lookahead``, ``NGram``, ``DraftTarget``,
+``UserProvided``, ``AUTO``; ``EagleDecodingConfig.eagle3_one_model`` default True;
+``MTPDecodingConfig.num_nextn_predict_layers`` default 1, ``use_mtp_vanilla``;
+``NGramDecodingConfig.max_matching_ngram_size`` default 0) and checked against
+aiconfigurator 0.12.0's template for 1.0.0
+(``generator/config/backend_templates/trtllm/extra_engine_args.1.0.0.yaml.j2``:
+``decoding_type``, ``num_nextn_predict_layers`` for MTP, ``speculative_model_dir`` for
+Eagle). Later releases renamed things (``Eagle3`` as its own ``decoding_type``,
+``Draft_Target``, ``speculative_model``); those are refused naming 1.0's spelling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twin.engine import speculative
+from twin.engine.mode_base import Flag, _acceptance
+from twin.engine.releases import release_of
+from twin.errors import TwinError
+from twin.model import ModelSpec
+
+FLAG = "--set speculative_config"
+
+# llmapi/llm_args.py (1.0) DecodingBaseConfig.from_dict: decoding_type -> the twin's
+# method. The PyTorch backend (the one the twin's TensorRT-LLM mode models) runs
+# EagleDecodingConfig as EAGLE-3 (spec_dec_mode EAGLE3 / EAGLE3_ONE_MODEL).
+DECODING_TYPES = {
+    "Eagle": "eagle3",
+    "MTP": "mtp",
+    "NGram": "ngram",
+    "DraftTarget": "draft_model",
+}
+# decoding_types 1.0 has that the twin does not model, and names later releases use.
+_NOT_MODELLED = {
+    "Medusa": "Medusa heads run on the TensorRT backend only (supports_backend), not modelled",
+    "Lookahead": "lookahead decoding (TensorRT backend) is not modelled",
+    "UserProvided": "a user-provided drafter has no cost the twin can know",
+    "AUTO": "AUTO picks NGram by concurrency at run time; give NGram with its sizes",
+    "Eagle3": "TensorRT-LLM 1.0 has no Eagle3 decoding_type: its Eagle is EAGLE-3 (give Eagle)",
+    "Draft_Target": "TensorRT-LLM 1.0 spells it DraftTarget",
+}
+# The fields the twin reads (llm_args.py 1.0: DecodingBaseConfig's max_draft_len and
+# speculative_model_dir; EagleDecodingConfig.eagle3_one_model;
+# MTPDecodingConfig.num_nextn_predict_layers; NGramDecodingConfig.max_matching_ngram_size).
+_KEYS = (
+    "decoding_type",
+    "max_draft_len",
+    "speculative_model_dir",
+    "num_nextn_predict_layers",
+    "eagle3_one_model",
+    "max_matching_ngram_size",
+)
+# Keys of later releases, with what 1.0 reads instead.
+_LATER = {
+    "speculative_model": "TensorRT-LLM 1.0 names it speculative_model_dir",
+    "max_total_draft_tokens": "TensorRT-LLM 1.0 drafts a chain of max_draft_len tokens",
+    "mtp_eagle_one_model": "TensorRT-LLM 1.0 runs one-layer MTP as MTP-Eagle unless "
+    "use_mtp_vanilla",
+}
+
+
+def _trtllm_spec_config(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    release = release_of(out)
+    out["trtllm_spec"] = speculative.read_config(
+        FLAG, value, f"TensorRT-LLM {release.version}", _KEYS, _LATER
+    )
+
+
+def trtllm_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
+    """``speculative_config`` (and ``speculative_acceptance``) as a Speculation, following
+    ``TorchLlmArgs.validate_speculative_config`` (llm_args.py, 1.0)."""
+    cfg = out.pop("trtllm_spec", None)
+    acceptance = out.pop("spec_acceptance", None)
+    if cfg is None:
+        if acceptance is not None:
+            raise TwinError("--set speculative_acceptance: give a speculative_config too")
+        return
+    given = cfg.get("decoding_type")
+    if given is None:
+        raise TwinError(f"{FLAG}: give decoding_type ({', '.join(DECODING_TYPES)})")
+    if str(given) in _NOT_MODELLED:
+        raise TwinError(f"{FLAG}: decoding_type {given}: {_NOT_MODELLED[str(given)]}")
+    method = speculative.config_method(FLAG, given, DECODING_TYPES, "decoding_type")
+    k = speculative.config_int(FLAG, cfg, "max_draft_len")
+    path = str(cfg.get("speculative_model_dir") or "")
+    one_model = cfg.get("eagle3_one_model", True)
+    if not isinstance(one_model, bool):
+        raise TwinError(f"{FLAG}: eagle3_one_model must be true or false (got {one_model!r})")
+    for key, owner in (
+        ("num_nextn_predict_layers", "mtp"),
+        ("eagle3_one_model", "eagle3"),
+        ("max_matching_ngram_size", "ngram"),
+    ):
+        if key in cfg and method != owner:
+            raise TwinError(f"{FLAG}: {key} is a field of another decoding_type, not {given}")
+    if method == "mtp":
+        # validate_speculative_config: num_nextn_predict_layers > 0, and max_draft_len is
+        # set to it (one MTP layer run num_nextn_predict_layers times: MTP-Eagle).
+        layers = speculative.config_int(FLAG, cfg, "num_nextn_predict_layers")
+        layers = 1 if layers is None else layers
+        if k is not None and k != layers:
+            raise TwinError(
+                f"{FLAG}: TensorRT-LLM 1.0 sets max_draft_len to num_nextn_predict_layers "
+                f"({layers}) for MTP; leave it out or give the same"
+            )
+        k = layers
+    elif k is None:
+        # validate_speculative_config asserts max_draft_len > 0 for Eagle, NGram, DraftTarget.
+        raise TwinError(f"{FLAG}: decoding_type {given} needs max_draft_len (a positive integer)")
+    if method in ("eagle3", "draft_model") and not path:
+        # "Path to EAGLE3 weights must be specified." / "Path to draft model must be specified."
+        raise TwinError(f"{FLAG}: decoding_type {given} needs speculative_model_dir")
+    if method == "ngram" and not speculative.config_int(FLAG, cfg, "max_matching_ngram_size"):
+        # NGramDecodingConfig.max_matching_ngram_size defaults to 0, which the check refuses.
+        raise TwinError(
+            f"{FLAG}: decoding_type NGram needs max_matching_ngram_size (a positive integer)"
+        )
+    spec = speculative.build(
+        model,
+        method,
+        k,
+        # DraftTarget: the draft model, a preset or config.json; Eagle: the head's path,
+        # recorded (the head is derived from the target).
+        draft_model=path,
+        acceptance=None if acceptance is None else ("--set speculative_acceptance", acceptance),
+        # The one-model implementations (Eagle with eagle3_one_model, the default; MTP)
+        # launch the whole drafting loop as one CUDA graph; the two-model ones produce
+        # the drafts in the PyExecutor, a draft forward each (TensorRT-LLM docs,
+        # features/speculative-decoding: "one model" vs "two model"): each draft pass pays
+        # the engine's host time a step. NGram drafts on the CPU: no GPU pass.
+        draft_host=(method == "eagle3" and not one_model) or method == "draft_model",
+    )
+    out["speculative"] = spec.to_dict()
+
+
+def _trtllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
+    trtllm_speculation(model, out)
+    return {}
+
+
+TRTLLM_SPEC = ("speculative_config", "speculative_acceptance")
+
+TRTLLM_FLAGS = {
+    "speculative_config": Flag(
+        "JSON, the speculative_config section of --extra_llm_api_options: decoding_type "
+        "Eagle (EAGLE-3: max_draft_len, speculative_model_dir, eagle3_one_model) | MTP "
+        "(num_nextn_predict_layers) | NGram (max_draft_len, max_matching_ngram_size) | "
+        "DraftTarget (max_draft_len, speculative_model_dir: a preset or config.json)",
+        _trtllm_spec_config,
+        "none",
+    ),
+    "speculative_acceptance": Flag(
+        "twin: drafted tokens accepted, one rate or one per position "
+        "(default: the method's published one; Eagle, MTP)",
+        _acceptance,
+        "published",
+    ),
+}
+
+
+__all__ = ["DECODING_TYPES", "TRTLLM_FLAGS", "TRTLLM_SPEC", "trtllm_speculation"]
