@@ -33,6 +33,7 @@ from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
 from twin.engine.sim import Environment, Event, Process
 from twin.engine.source import LAST_TURN, NEXT_OPEN, SessionSource
+from twin.engine.speculative import Speculation
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.memory.footprint import allocator_for
@@ -172,6 +173,10 @@ class Cluster:
         self.source = session_source(workload, config)
         self.router = get_router(config.router)
         self.budget = memory_budget(model, config)
+        # Per-request acceptance (the workload's spec_acceptance) needs the run's speculation.
+        self._speculation: Speculation | None = (
+            Speculation.from_dict(config.speculative) if config.speculative else None
+        )
         self.replicas: list[Replica] = []
         longest = functools.cache(lambda: longest_sequence(workload.path, workload.index))
         for i in range(config.replicas):
@@ -366,6 +371,7 @@ class Cluster:
         Or rejected at once: too big to ever fit. ``arrival_s``: when the client sent it
         (before now when a front end delayed it).
         """
+        self._own_acceptance(req)
         if replica is None:
             replica = self._route(req)
         now = self.env.now
@@ -373,6 +379,12 @@ class Cluster:
             self._first_arrival_s = now
         self._last_arrival_s = now
         return replica.submit(req, arrival_s)
+
+    def _own_acceptance(self, req: Request) -> None:
+        """With speculative decoding, a request with its own acceptance rate (the
+        workload's ``spec_acceptance``) decodes in its own number of token steps."""
+        if self._speculation is not None and req.spec_acceptance is not None:
+            req.decode_scale = self._speculation.decode_scale(req.spec_acceptance)
 
     def _through_front(self, req: Request, replica: Replica | None) -> Generator[Event, Any, Seq]:
         """``req`` is sent now; the replica's front end (``frontend_s``: HTTP, tokenisation,
@@ -512,7 +524,7 @@ def _record(seq: Seq) -> RequestRecord:
         seq.done_s,
         seq.prompt_len,  # input_tokens
         seq.hit,  # hit_tokens
-        seq.out_len,  # output_tokens
+        len(req.output),  # output_tokens (seq.out_len: its decode steps)
         seq.ckpts,  # checkpoints
         seq.rejected,
         seq.hit_recompute,  # hit_recompute_tokens

@@ -431,6 +431,7 @@ class DisaggCluster(Cluster):
     def _submit(self, req: Request, replica: Replica | None, arrival_s: float | None = None) -> Seq:
         """``req`` arrives: its prefill (the prompt and the first output token) queues at a
         prefill worker; the returned sequence completes when its decode does."""
+        self._own_acceptance(req)
         n = len(req.prompt)
         first = dataclasses.replace(req, output=req.full[n : n + 1], full=req.full[: n + 1])
         pre = super()._submit(first, replica, arrival_s)

@@ -47,7 +47,12 @@ class Seq:
         self.replica = replica
         self.arrival_s = arrival_s
         self.prompt_len = len(req.prompt)
-        self.out_len = len(req.output)
+        # Decode length in token steps: its output, or with speculative decoding and its own
+        # acceptance (the workload's spec_acceptance) its scaled count
+        # (twin.engine.speculative.Speculation.decode_scale); the record keeps its tokens.
+        n_out = len(req.output)
+        scale = req.decode_scale
+        self.out_len = n_out if scale == 1.0 else 1 + round((n_out - 1) * scale)
         self.footprint = footprint
         # The one event its request waits for: admission and the first token are
         # timestamps the scheduler writes (a wait on each would only cost events).

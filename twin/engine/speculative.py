@@ -80,6 +80,12 @@ def iid_length(rate: float, k: int) -> float:
     return (1.0 - rate ** (k + 1)) / (1.0 - rate)
 
 
+def rate_length(rate: float, k: int) -> float:
+    """The acceptance length of one per-token ``rate`` over ``k`` drafts, as
+    ``--set speculative_acceptance=RATE`` reads it (:func:`parse_acceptance`)."""
+    return 1.0 + rate if k == 1 else iid_length(rate, k)
+
+
 def iid_rate(length: float, k: int) -> float:
     """The per-token rate whose :func:`iid_length` over ``k`` drafts is ``length``."""
     low, high = 0.0, 1.0
@@ -121,7 +127,7 @@ def parse_acceptance(flag: str, value: str, k: int) -> float:
         r = rates[0]
         if not (math.isfinite(r) and 0.0 <= r <= 1.0):
             raise TwinError(f"{flag}={value}: the rate must be in [0, 1]")
-        return iid_length(r, k)
+        return rate_length(r, k)
     return length_from_rates(f"{flag}={value}", rates, k)
 
 
@@ -337,6 +343,20 @@ class Speculation:
         """The draft as a ModelSpec (None: n-gram lookup)."""
         return self.kind.draft_spec(target, self.draft_model)
 
+    def decode_scale(self, rate: float) -> float:
+        """Token steps a request with its own acceptance ``rate`` (the workload's
+        ``spec_acceptance`` column) takes per output token, relative to the run's.
+
+        A token step lasts ``iteration / tau`` at the run's ``tau``; a request accepting
+        at its own rate emits ``tau_r = rate_length(rate, k)`` tokens an iteration, so its
+        decode takes ``(L - 1) x tau / tau_r`` token steps (``Seq.out_len``): its
+        completion time and TPOT are its own in expectation. Its KV and the keys
+        attention reads grow a token a step, so they follow its step count, not its
+        tokens: off by ``tau / tau_r`` for that request (the cache keeps its real
+        tokens). A rate giving the run's ``tau`` is 1.0 exactly.
+        """
+        return self.acceptance_length / rate_length(rate, self.num_speculative_tokens)
+
     def budget(self, budget: float, target: ModelSpec) -> float:
         """A replica's pool (or running-request memory) with the draft in it: its weights
         off, and the share of the rest the target's KV keeps when every token also holds
@@ -477,8 +497,7 @@ def config_method(flag: str, given: object, names: dict[str, str], key: str) -> 
     method = names.get(str(given))
     if method is None:
         raise TwinError(
-            f'{flag}: {key} "{given}" is not modelled (the twin models '
-            f"{', '.join(names)})"
+            f'{flag}: {key} "{given}" is not modelled (the twin models {", ".join(names)})'
         )
     return method
 
@@ -648,6 +667,7 @@ __all__ = [
     "config_method",
     "iid_length",
     "parse_acceptance",
+    "rate_length",
     "read_config",
     "sglang_verify_reserve",
     "speculative_pricer",

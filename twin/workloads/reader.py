@@ -26,6 +26,7 @@ from twin.errors import TwinError, where
 from twin.workloads.arrow_numpy import numpy_of
 from twin.workloads.modules import check_row_modules, is_module_list, module_lists
 from twin.workloads.schema import (
+    ACCEPTANCE_COLUMN,
     COLUMNS,
     INDEX_COLUMNS,
     MAX_SEQUENCE_TOKENS,
@@ -57,6 +58,11 @@ class Request:
     extends_history: bool
     # Prompt modules imported: (k, 3) int64 rows of (id, start, length); None: none.
     modules: np.ndarray | None = None
+    # Its speculative acceptance rate (the optional spec_acceptance column); None: the run's.
+    spec_acceptance: float | None = None
+    # Decode steps a drafted-token step stands for, relative to the run's acceptance
+    # (twin.engine.speculative.decode_scale, set by the engine; 1.0: the run's own).
+    decode_scale: float = 1.0
 
     @property
     def output_len(self) -> int:
@@ -98,6 +104,8 @@ class Workload:
         self.metadata: dict[str, Any] = _file_metadata(path, parquet.schema_arrow)
         self._last_turn = _last_turn_mask(index["session_id"])
         self.has_modules = MODULES_COLUMN in parquet.schema_arrow.names
+        # The optional per-request acceptance (NaN: not given); None without the column.
+        self.acceptance: np.ndarray | None = None
 
     @property
     def num_sessions(self) -> int:
@@ -128,7 +136,10 @@ class Workload:
         if table.num_rows == 0:
             raise TwinError(f"{path}: the workload has no rows (no requests to run)")
         index = _validate_index(path, table)
-        return cls(path, parquet, index)
+        workload = cls(path, parquet, index)
+        if ACCEPTANCE_COLUMN in parquet.schema_arrow.names:
+            workload.acceptance = _read_acceptance(path, parquet)
+        return workload
 
     def requests(self) -> Iterator[Request]:
         """Yield every request in row order with its full prompt and output ids.
@@ -146,6 +157,7 @@ class Workload:
         arr_all, think_all = self.index["arrival_s"], self.index["think_s"]
         ext_all, olen_all = self.index["extends_history"], self.index["output_len"]
         last_all = self._last_turn
+        acc_all = self.acceptance
         seen: dict[int, tuple[int, bytes]] = {}  # module id -> (length, digest of its tokens)
         pop = history.pop
         for batch in self.token_batches():
@@ -165,6 +177,7 @@ class Workload:
             extends = ext_all[row : row + n].tolist()
             olens = olen_all[row : row + n].tolist()
             lasts = last_all[row : row + n].tolist()
+            accs = [None] * n if acc_all is None else acc_all[row : row + n].tolist()
             # The fresh output ids of this batch's rows without output ids, in one go.
             n_fresh = sum(k for k, out in zip(olens, outputs, strict=True) if out is None)
             fresh_ids = np.arange(-1 - fresh, -1 - fresh - n_fresh, -1, dtype=np.int32)
@@ -225,6 +238,7 @@ class Workload:
                     n_new,
                     extends_history,
                     row_modules,
+                    None if accs[i] is None or accs[i] != accs[i] else accs[i],  # NaN: not given
                 )
             row += n
 
@@ -305,6 +319,12 @@ def _check_schema(path: Path, schema: pa.Schema) -> None:
         actual = schema.field(name).type
         if not accepts(actual):
             raise TwinError(f"{where(path, column=name)}: type {actual}, expected {expected}")
+    if ACCEPTANCE_COLUMN in schema.names:
+        actual = schema.field(ACCEPTANCE_COLUMN).type
+        if not (pa.types.is_floating(actual) or _is_int(actual) or pa.types.is_null(actual)):
+            raise TwinError(
+                f"{where(path, column=ACCEPTANCE_COLUMN)}: type {actual}, expected float64"
+            )
     if MODULES_COLUMN in schema.names:
         actual = schema.field(MODULES_COLUMN).type
         if not (is_module_list(actual) or pa.types.is_null(actual)):
@@ -372,6 +392,25 @@ def _validate_index(path: Path, table: pa.Table) -> dict[str, np.ndarray]:
         )
     _check_turn_order(path, index["session_id"], turn, index["extends_history"])
     return index
+
+
+def _read_acceptance(path: Path, parquet: pq.ParquetFile) -> np.ndarray:
+    """The ``spec_acceptance`` column as float64 (NaN where null), each value in [0, 1]."""
+    try:
+        col = pc.cast(parquet.read(columns=[ACCEPTANCE_COLUMN]).column(0), pa.float64())
+    except (OSError, pa.ArrowException) as err:
+        raise TwinError(
+            f"{where(path, column=ACCEPTANCE_COLUMN)}: corrupt data ({_short(err)})"
+        ) from None
+    valid = numpy_of(col.is_valid())
+    values = np.where(valid, numpy_of(col.fill_null(0.0)), np.nan)
+    _first_bad(
+        path,
+        ACCEPTANCE_COLUMN,
+        valid & ~((values >= 0.0) & (values <= 1.0)),
+        "the acceptance rate must be in [0, 1] (leave it null for the run's own)",
+    )
+    return values
 
 
 def _check_turn_order(path: Path, sid: np.ndarray, turn: np.ndarray, extends: np.ndarray) -> None:

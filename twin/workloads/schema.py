@@ -20,6 +20,13 @@ Columns (see DESIGN.md, "Workload schema"):
   (history included), ``length`` its tokens; one id always names the same
   tokens. Modules are sorted by ``start`` and never overlap. Files without
   the column are valid (no modules).
+- ``spec_acceptance`` float64, optional column, nullable: this request's
+  speculative-decoding acceptance, the probability that a drafted token is
+  accepted given the ones before it, in [0, 1] (real traces differ by request:
+  code is accepted more than chat). Read only by a run with speculative decoding
+  (``twin.engine.speculative``), where it replaces the run's acceptance for this
+  request; null, or a file without the column: the run's (its flag or default).
+  Like ``modules``, files without the column are valid and unchanged.
 
 Row order is replay order: non-null arrivals never decrease down the file,
 and closed-loop turns sit where their nominal arrival (previous nominal
@@ -62,6 +69,8 @@ MODULE_TYPE = pa.list_(
 )
 MODULES_COLUMN = "modules"
 SCHEMA_WITH_MODULES = SCHEMA.append(pa.field(MODULES_COLUMN, MODULE_TYPE))
+# The optional per-request speculative acceptance rate (module docstring).
+ACCEPTANCE_COLUMN = "spec_acceptance"
 # Light columns: everything but the token lists; cheap to read whole.
 INDEX_COLUMNS = ("session_id", "turn", "arrival_s", "think_s", "extends_history", "output_len")
 
