@@ -209,6 +209,8 @@ def sglang_4716(path: Path) -> dict[str, Any]:
     }
     base = simulate(path, "llama-3.1-70b", "h100", engine, {}, tp=8)
     spec = simulate(path, "llama-3.1-70b", "h100", engine, sets, tp=8)
+    later = simulate(path, "llama-3.1-70b", "h100", "sglang==0.5.23", sets, tp=8)
+    later_base = simulate(path, "llama-3.1-70b", "h100", "sglang==0.5.23", {}, tp=8)
     return {
         "source": "sgl-project/sglang PR #4716: Llama-3.3-70B-Instruct, H100 TP8, EAGLE-3 "
         "steps 8 topk 8 draft tokens 64, MT-bench",
@@ -225,6 +227,47 @@ def sglang_4716(path: Path) -> dict[str, Any]:
             "twin": round(spec["tpot_s"] * SGLANG_4716["length"] * 1e3, 2),
             "published": round(SGLANG_4716["length"] / SGLANG_4716["eagle3"] * 1e3, 2),
         },
+        "iteration_parts_ms": tree_parts(engine, sets),
+        # The same tree under SGLang 0.5.23's rules (the draft extend over the tree's width,
+        # the overlap scheduler on): a prediction, nothing published to check it against.
+        "sglang_0523_prediction": {
+            "speedup_output_tps": round(
+                later["output_tokens_per_s"] / later_base["output_tokens_per_s"], 4
+            ),
+            "iteration_ms": round(later["tpot_s"] * SGLANG_4716["length"] * 1e3, 2),
+            "iteration_parts_ms": tree_parts("sglang==0.5.23", sets),
+        },
+    }
+
+
+def tree_parts(engine: str, sets: dict[str, str]) -> dict[str, float]:
+    """One batch-1 decode iteration of the tree at 256 tokens of context, by part (ms):
+    the target's verification, the draft extend, the later draft passes, host times."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = build_run(
+            workload(Path(tmp) / "one.parquet", 1),
+            model="llama-3.1-70b",
+            gpu="h100",
+            engine=engine,
+            cache_gb="auto",
+            sets=sets,
+            tp=8,
+            concurrency=1,
+        )
+    pricer: Any = run.pricer
+    ctx = ISL + OSL // 2
+    verify = float(pricer.inner.step_time(pricer._verify(1, ctx), 0, 0))
+    first = pricer._drafting((), 1, ctx, later=False)
+    whole = pricer._drafting((), 1, ctx)
+    host = pricer.draft_host_s * pricer.spec.num_speculative_tokens + pricer.forward_host_s
+    plain = float(pricer.inner.step_time((), 1, ctx))
+    return {
+        "verify": round(verify * 1e3, 3),
+        "draft_extend": round((first - host) * 1e3, 3),
+        "later_draft_passes": round((whole - first) * 1e3, 3),
+        "host_beside_verify": round(host * 1e3, 3),
+        "iteration": round((verify + whole) * 1e3, 3),
+        "plain_decode_step": round(plain * 1e3, 3),
     }
 
 

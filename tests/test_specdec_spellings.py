@@ -249,3 +249,72 @@ def test_a_bad_column_exits_2_from_the_cli(capsys, tmp_path, batch1_path):
     path = with_column(batch1_path, tmp_path / "w.parquet", [2.0] * 8)
     argv = ["simulate", str(path), "-m", "llama-3.1-8b", "--out", str(tmp_path / "o")]
     assert_clean_error(capsys, argv, tmp_path, "spec_acceptance")
+
+
+# ----- SGLang's EAGLE tree ---------------------------------------------------------------
+
+
+def tree_sets(steps: int = 8, topk: int = 8, tokens: int = 64) -> dict[str, str]:
+    return {
+        "speculative_algorithm": "EAGLE3",
+        "speculative_num_steps": str(steps),
+        "speculative_eagle_topk": str(topk),
+        "speculative_num_draft_tokens": str(tokens),
+    }
+
+
+def test_sglang_releases_price_the_tree_as_their_workers_run_it():
+    new = get_mode("sglang==0.5.23").settings(LLAMA, tree_sets())["speculative"]
+    old = get_mode("sglang==0.5.10.post1").settings(LLAMA, tree_sets())["speculative"]
+    # 0.5.23's v2 worker: the draft extend fills the tree's width; overlap on.
+    assert (new["extend_tokens"], new.get("forward_host", 0)) == (64, 0)
+    # 0.5.10.post1's v1 worker: steps + 1 (left at 0), overlap off: two more forwards' host.
+    assert (old.get("extend_tokens", 0), old["forward_host"]) == (0, 2)
+    # A chain's draft extend is steps + 1 in both: the summary keeps its keys.
+    chain = get_mode("sglang").settings(LLAMA, tree_sets(3, 1, 4))["speculative"]
+    assert "extend_tokens" not in chain and "forward_host" not in chain
+    ngram = get_mode("sglang==0.5.10.post1").settings(
+        LLAMA, {"speculative_algorithm": "NGRAM", "speculative_acceptance": "0.5"}
+    )["speculative"]
+    assert "forward_host" not in ngram  # drafted on the CPU, no forward
+
+
+class Linear:
+    """a + b x tokens + c x keys (each chunk's tokens and context, each decode's keys)."""
+
+    def __init__(self, a: float, b: float, c: float) -> None:
+        self.a, self.b, self.c = a, b, c
+
+    def step_time(self, prefills, decode_batch, decode_context):
+        tokens = sum(n for n, _ in prefills) + decode_batch
+        keys = sum(ctx + n for n, ctx in prefills) + decode_context
+        return self.a + self.b * tokens + self.c * keys
+
+    def decode_affine(self, batch):
+        return self.a + self.b * batch, self.c
+
+    def decode_run(self, batch, context, steps):
+        return [self.step_time((), batch, context + i * batch) for i in range(steps)]
+
+
+def test_a_tree_iteration_prices_its_wide_extend_cascade_drafts_and_host():
+    from twin.engine.speculative import SpeculativePricer
+
+    spec = Speculation("eagle3", 8, 64, 5.0, "test", topk=8, extend_tokens=64, forward_host=2)
+    target, draft = Linear(1e-3, 1e-6, 1e-9), Linear(1e-4, 1e-6, 1e-9)
+    p = SpeculativePricer(target, draft, spec, draft_host_s=3e-4)
+    batch, context = 2, 1000
+    verify = target.step_time([(64, 500)] * 2, 0, 0)
+    extend = draft.step_time([(64, 500)] * 2, 0, 0)  # the tree's width, not 9
+    # Seven later passes over 16 rows reading each request's prefix once (cascade).
+    later = 7 * draft.step_time((), 16, 1000)
+    host = 2 * 3e-4
+    assert p.step_time((), batch, context) == pytest.approx((verify + extend + later + host) / 5)
+    run = [float(x) for x in p.decode_run(batch, context, 4)]
+    one = [p.step_time((), batch, context + i * batch) for i in range(4)]
+    assert run == pytest.approx(one, rel=1e-9)
+    # A prefill alone runs one forward beside the target's: one host time.
+    chunk = [(512, 0)]
+    assert p.step_time(chunk, 0, 0) == pytest.approx(
+        target.step_time(chunk, 0, 0) + draft.step_time(chunk, 0, 0) + 3e-4
+    )

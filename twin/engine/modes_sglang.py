@@ -251,6 +251,15 @@ def _sglang_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
                 "--set speculative_num_draft_tokens too"
             )
     length = raw.get("sglang_simulate_acc_len")
+    release = release_of(out)
+    # The draft extend's tokens a request (0: steps + 1) and, with the overlap scheduler off,
+    # the host time of the draft and draft-extend forwards beside the verify's
+    # (eagle_worker.py forward_batch_generation: draft(), verify(),
+    # forward_draft_extend_after_decode(), each prepared on the CPU; the draft loop is one
+    # CUDA graph, eagle_draft_cuda_graph_runner.py). NGRAM drafts on the CPU: none.
+    gpu_draft = method != "ngram"
+    wide = release.default("spec_extend", "steps") == "draft_tokens" and tokens != steps + 1
+    extend = tokens if wide else 0
     spec = speculative.build(
         model,
         method,
@@ -261,6 +270,8 @@ def _sglang_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
         length=None if length is None else (length, "SGLANG_SIMULATE_ACC_LEN"),
         acceptance=None if acceptance is None else ("--set speculative_acceptance", acceptance),
         verify_states=True,
+        extend_tokens=extend if gpu_draft else 0,
+        forward_host=2 if gpu_draft and release.default("spec_overlap", "on") == "off" else 0,
     )
     out["speculative"] = spec.to_dict()
     out.setdefault("max_running", SPEC_MAX_RUNNING)
@@ -482,6 +493,12 @@ SGLANG_RELEASES = (
             "mamba_strategy": "auto",
             "auto_strategy": "extra_buffer",
             "hybrid_eviction": "on",
+            # speculative/eagle_worker_v2.py _draft_extend_for_decode: the draft extend
+            # "fills the whole tree width (num_draft_tokens) per req, not num_steps + 1";
+            # the overlap scheduler stays on with speculation (speculative_hook.py: spec v2,
+            # non-overlap only when asked).
+            "spec_extend": "draft_tokens",
+            "spec_overlap": "on",
         },
         notes="mamba_radix_cache_strategy (auto: extra_buffer on hybrids), "
         "enable_int8_mamba_checkpoint, eviction lru|lfu|slru|priority|tlru, "
@@ -496,7 +513,16 @@ SGLANG_RELEASES = (
             "mamba_scheduler_strategy": ("auto", "no_buffer", "extra_buffer"),
             "radix_eviction_policy": ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru"),
         },
-        defaults={"mamba_strategy": "auto", "auto_strategy": "no_buffer"},
+        defaults={
+            "mamba_strategy": "auto",
+            "auto_strategy": "no_buffer",
+            # speculative/eagle_worker.py forward_draft_extend_after_decode:
+            # num_tokens_per_req = speculative_num_steps + 1. server_args.py: with EAGLE
+            # speculation and SGLANG_ENABLE_SPEC_V2 off (environ.py: EnvBool(False); spec v2
+            # refuses topk > 1) "Overlap scheduler is disabled".
+            "spec_extend": "steps",
+            "spec_overlap": "off",
+        },
         notes="NVIDIA's measured SGLang runs (0.5.1 to 0.5.10.post1); "
         "mamba_scheduler_strategy (auto: no_buffer), MambaRadixCache (LRU only on hybrids)",
     ),

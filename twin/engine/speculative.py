@@ -311,6 +311,12 @@ class Speculation:
     state_slots: int = 0  # vLLM: more recurrent states a running request holds
     verify_states: int = 0  # SGLang: states a request slot of the verify buffer holds
     draft_host: bool = False  # each draft pass pays the engine's host time a step
+    # Tokens a decoding request the draft extend (the first draft pass) runs over; 0: k + 1
+    # (SGLang 0.5.23 runs the tree's width, speculative_num_draft_tokens).
+    extend_tokens: int = 0
+    # Host times an iteration pays beside the verification's own (SGLang 0.5.10.post1:
+    # the overlap scheduler is off with speculation; its draft and draft extend forwards).
+    forward_host: int = 0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -333,7 +339,13 @@ class Speculation:
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Its fields; the later ones left out at their defaults, so a run's summary keeps
+        the keys it had before they existed."""
+        data = dataclasses.asdict(self)
+        for name in ("extend_tokens", "forward_host"):
+            if not data[name]:
+                del data[name]
+        return data
 
     @property
     def kind(self) -> Method:
@@ -383,6 +395,8 @@ def build(
     state_slots: bool = False,
     verify_states: bool = False,
     draft_host: bool = False,
+    extend_tokens: int = 0,
+    forward_host: int = 0,
 ) -> Speculation:
     """A checked :class:`Speculation` of ``model`` from an engine's flags.
 
@@ -443,6 +457,8 @@ def build(
         # [layers, requests + 1, speculative_num_draft_tokens, state] for the verify.
         verify_states=width if verify_states and hybrid else 0,
         draft_host=draft_host,
+        extend_tokens=extend_tokens,
+        forward_host=forward_host,
     )
 
 
@@ -545,6 +561,9 @@ class SpeculativePricer(PricerBase):
         self.tau = spec.acceptance_length
         # Host time of each draft pass (vLLM 0.19.0's V1 runner launches each one apart).
         self.draft_host_s = float(draft_host_s) if spec.draft_host else 0.0
+        # Host time of the forwards an iteration runs beside the verification's, exposed
+        # when the engine does not overlap scheduling with the GPU (SGLang 0.5.10.post1).
+        self.forward_host_s = float(draft_host_s) * spec.forward_host
         self._affine: dict[int, tuple[float, float] | None] = {}
         self._fixed: dict[int, tuple[float, float] | None] = {}
 
@@ -570,17 +589,32 @@ class SpeculativePricer(PricerBase):
         k = spec.num_speculative_tokens
         passes = k if batch else 1
         host = self.draft_host_s * passes
+        if self.forward_host_s:
+            # A prefill-only iteration runs one forward beside the target's (the draft
+            # extend over the prompt); a decode iteration the draft and the draft extend.
+            host += self.forward_host_s if batch else self.forward_host_s / spec.forward_host
         if draft is None:
             return host
         first = list(prefills)
         if batch:
             base, extra = divmod(context, batch)
-            first += [(k + 1, base + 1)] * extra + [(k + 1, base)] * (batch - extra)
+            w = spec.extend_tokens or k + 1
+            first += [(w, base + 1)] * extra + [(w, base)] * (batch - extra)
         seconds = float(draft.step_time(first, 0, 0)) + host
         if later and batch and k > 1:
             rows = batch * spec.topk
-            seconds += (k - 1) * float(draft.step_time((), rows, context * spec.topk))
+            seconds += (k - 1) * float(draft.step_time((), rows, self._later_keys(context)))
         return seconds
+
+    def _later_keys(self, context: int) -> int:
+        """Keys the later draft passes' attention reads. A chain: each request's context.
+        A tree (topk > 1): SGLang's FlashAttention-3 backend (its default on Hopper for
+        Llama, ``is_fa3_default_architecture``) runs a draft decode as cascade attention,
+        the prefix once for the topk queries of a request and each branch's own few tokens
+        apart (``flashattention_backend.py``, 0.5.10.post1 and 0.5.23: "we enable cascade
+        attention when top_k > 1"): the prefix once (the branch parts, at most
+        ``speculative_num_steps`` keys a branch, are left out)."""
+        return context if self.spec.topk > 1 else context * self.spec.topk
 
     def _iteration(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:
         """One iteration: the target over the prefill chunks and the verifications, and the
@@ -627,7 +661,17 @@ class SpeculativePricer(PricerBase):
         spec, draft = self.spec, self.draft
         if draft is not None and spec.num_speculative_tokens > 1:
             rows = batch * spec.topk
-            later = np.asarray(draft.decode_run(rows, context * spec.topk, steps), np.float64)
+            if spec.topk == 1:
+                later = np.asarray(draft.decode_run(rows, context, steps), np.float64)
+            else:
+                # A tree's rows read the prefix once (_later_keys), which grows a token a
+                # request each token step, not a token a row.
+                steps_keys = context + batch * np.arange(steps, dtype=np.int64)
+                fit = draft.decode_affine(rows)
+                if fit is not None:
+                    later = fit[0] + fit[1] * steps_keys.astype(np.float64)
+                else:
+                    later = np.array([float(draft.step_time((), rows, int(c))) for c in steps_keys])
             seconds = seconds + (spec.num_speculative_tokens - 1) * later
         return seconds / self.tau
 
