@@ -249,6 +249,10 @@ def simulate(
         --set speculative_num_steps=3 --set speculative_eagle_topk=1 \\
         --set speculative_acceptance=0.8,0.6,0.4 --out sim-sglang-eagle3
 
+      twin simulate -m deepseek-v3 --gpu h200 --tp 8 --ep 8 --engine trtllm \\
+        --set speculative_config='{"decoding_type":"MTP","num_nextn_predict_layers":1}' \\
+        --out sim-trtllm-mtp
+
       twin simulate -m qwen3.5-9b --engine vllm --session-rate 2 --duration 300 \
         --slo p95_ttft<=500ms --slo p95_tpot<=50ms --out sim-steady
 
@@ -265,10 +269,11 @@ def simulate(
         --duration 120 --out sim-mixed
 
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
-    the Marconi paper's dedicated 20 GB cache. Speculative decoding (vLLM's
-    speculative_config, SGLang's speculative_* flags) prices each step as a draft
-    plus a verification over the expected acceptance length (--set
-    speculative_acceptance=RATE, or one rate per drafted token).
+    the Marconi paper's dedicated 20 GB cache. Speculative decoding (vLLM's and
+    TensorRT-LLM's speculative_config, SGLang's speculative_* flags) prices each step
+    as a draft plus a verification over the expected acceptance length (--set
+    speculative_acceptance=RATE, or one rate per drafted token; a workload's
+    spec_acceptance column gives a request its own).
     """
     cache = checks.cache_gb("--cache-gb", cache_gb)
     checks.number("--gpu-mem-util", gpu_mem_util, low=0, high=1, low_open=True)
