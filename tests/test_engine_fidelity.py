@@ -141,7 +141,9 @@ def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
 
 # ---------------------------------------------------------------- vLLM V1 preemption
 def _seq(prompt: int, out: int, order: int):
-    req = SimpleNamespace(prompt=np.zeros(prompt, np.int32), output=np.zeros(out, np.int32))
+    req = SimpleNamespace(
+        prompt=np.zeros(prompt, np.int32), output=np.zeros(out, np.int32), decode_scale=1.0
+    )
     seq = Seq(req, 0, 0.0, 0, sim.Environment())  # type: ignore[arg-type]
     seq.order = order
     return seq
