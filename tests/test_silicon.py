@@ -148,7 +148,40 @@ def test_split_is_the_first_hex_digit_of_the_ids_sha256() -> None:
     assert sil.split_of(real) == sil.HELD_OUT
     rows = _rows()
     assert rows["tiny_h100_vllm_agg_64x8_c2_tp1"].split == sil.FIT
-    assert rows["tiny_h100_vllm_disagg_64x8_c2"].split == sil.HELD_OUT
+    assert rows["tiny_a100pcie_vllm_agg_64x8_c2"].split == sil.HELD_OUT
+    # held out by its id, but the tp1 row holds the same measurement: fit
+    assert sil.split_of("tiny_h100_vllm_disagg_64x8_c2") == sil.HELD_OUT
+    assert rows["tiny_h100_vllm_disagg_64x8_c2"].split == sil.FIT
+
+
+def test_a_measurement_seen_in_fit_is_fit_under_every_id() -> None:
+    """The InferenceMAX dumps repeat one measurement under several ids: a held-out row
+    whose measurement (TTFT, TPOT, lengths, concurrency, system, backend) a fit row also
+    holds is fit, so held-out scores count only measurements never fitted on."""
+    from dataclasses import replace
+
+    rows = _rows()
+    fit = rows["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    held = rows["tiny_a100pcie_vllm_agg_64x8_c2"]
+    assert sil.split_of(fit.id) == sil.FIT and sil.split_of(held.id) == sil.HELD_OUT
+    copy = replace(
+        held,
+        ttft_ms=fit.ttft_ms,
+        tpot_ms=fit.tpot_ms,
+        isl=fit.isl,
+        osl=fit.osl,
+        concurrency=fit.concurrency,
+        system=fit.system,
+        backend=fit.backend,
+    )
+    other = replace(copy, tpot_ms=(fit.tpot_ms or 0) + 0.001)  # another measurement
+    marked = {r.id: r for r in sil.mark_copies([fit, copy])}
+    assert marked[copy.id].copy_in_fit and marked[copy.id].split == sil.FIT
+    assert not marked[fit.id].copy_in_fit
+    assert sil.mark_copies([fit, other])[1].split == sil.HELD_OUT
+    assert sil.mark_copies([replace(copy, ttft_ms=None)])[0].split == sil.HELD_OUT
+    # read_rows applies it: the file's rows are marked when read
+    assert all(not r.copy_in_fit or sil.split_of(r.id) == sil.HELD_OUT for r in _rows().values())
 
 
 # ------------------------------------------------------------------ row -> run
@@ -563,6 +596,13 @@ def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -
     assert sil.harness_of(base) is sil.AIPERF
     imax = replace(base, source="source_file=2026-04-06.csv; model=x; silicon_concurrency=2")
     assert sil.harness_of(imax) is sil.INFERENCEMAX
+    # the same pipeline's other dumps (they share measurements with it)
+    for source in (
+        "source_file=2026-03-25.csv; model=x; silicon_concurrency=2",
+        "db-dump/2026-04-27; config_id=1; silicon_concurrency=2",
+    ):
+        assert sil.harness_of(replace(base, source=source)) is sil.INFERENCEMAX
+    assert sil.harness_of(replace(base, source="x; db-dump/2026")) is sil.AIPERF
     plan = sil.plan_row(imax, CONFIGS)
     assert isinstance(plan, sil.RowPlan)
     assert (plan.warmup, plan.requests, plan.range_ratio) == (0, 20, 0.8)
