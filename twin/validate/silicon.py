@@ -227,6 +227,33 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     return {}
 
 
+# InferenceMAX's DeepSeek-R1 runs with TensorRT-LLM on B200 come in two configurations that
+# differ by image: ``dsr1-fp{4,8}-b200-trt`` (release 1.2.0rc6.post2, no speculation) and
+# ``dsr1-fp{4,8}-b200-trt-mtp`` (1.2.0rc6.post3, MTP: "MTP=3 (or MTP=1 when DP_ATTN=true)")
+# (InferenceMAX ``.github/configs/nvidia-master.yaml`` at commit 12ba0ae, 2026-03-25). The
+# CSV names the image in ``backend_version``, so those rows ran with MTP: at the same
+# layout their measured TPOT is about half the post2 rows' (5.4 against 10.3 ms, fp8, tp 8,
+# 4 clients). Other MTP configurations share their image with a plain one (H200
+# TensorRT-LLM 1.1.0rc2.post2, SGLang v0.5.9) and cannot be told apart: run plain.
+INFERENCEMAX_MTP = {("trtllm", "b200_sxm", "1.2.0rc6.post3"): (3, 1)}  # drafts: plain, DP
+
+
+def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any] | None:
+    """The speculative decoding an InferenceMAX row ran with (above), as
+    ``EngineConfig.speculative``; ``None``: none, or not known."""
+    found = INFERENCEMAX_MTP.get((row.backend, row.system, row.backend_version))
+    if (
+        found is None
+        or harness_of(row) is not INFERENCEMAX
+        or "deepseek" not in (row.model_path.lower())
+    ):
+        return None
+    from twin.engine import speculative  # late: the engine is not needed to read rows
+
+    drafts = found[1] if (row.attention_dp or 1) > 1 else found[0]
+    return speculative.build(model, "mtp", drafts).to_dict()
+
+
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:
     """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
     if kind not in DEPLOYMENTS:
@@ -843,6 +870,10 @@ def plan_row(
     workers = agg_workers(row)
     c = row.concurrency // workers
     harness = harness_of(row)
+    limits = deployment(row, engine, deploy)
+    spec = inferencemax_speculation(row, model) if deploy == "benchmark" else None
+    if spec is not None:
+        limits = {**limits, "speculative": spec}
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),
@@ -862,7 +893,7 @@ def plan_row(
         # in the cache a measured request could hit, so the warm-up changes nothing else.
         warmup=0,
         requests=harness.measured_rounds * c,
-        deployment=deployment(row, engine, deploy),
+        deployment=limits,
         ep=ep,
         workers=workers,
         range_ratio=harness.range_ratio,
@@ -1085,6 +1116,11 @@ def run_cli_estimate(args: dict[str, Any]) -> dict[str, Any]:
 def _deployment_text(settings: dict[str, Any]) -> str:
     """``max_num_batched_tokens=2548 max_num_seqs=8``: the limits a row ran with."""
     flat = {**settings.get("sets", {}), **{k: v for k, v in settings.items() if k != "sets"}}
+    spec = flat.pop("speculative", None)
+    if spec:  # method, drafts a step and the expected tokens a step
+        flat["speculative"] = (
+            f"{spec['method']}:{spec['num_speculative_tokens']}@{spec['acceptance_length']:.2f}"
+        )
     return " ".join(f"{k}={v}" for k, v in flat.items())
 
 
