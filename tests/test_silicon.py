@@ -661,3 +661,37 @@ def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> Non
     settings = sil.aiconfigurator_deployment(row, "trtllm")
     assert settings == {"max_batched_tokens": 2528, "max_running": 4}
     assert len(first_tokens(**settings)) == 2
+
+
+def test_inferencemax_mtp_rows_run_with_mtp() -> None:
+    """InferenceMAX's DeepSeek-R1 TensorRT-LLM runs on B200 in the 1.2.0rc6.post3 image
+    are its ``-mtp`` configurations: MTP with 3 drafts (1 with attention DP); the
+    post2 image, other systems and aiconfigurator's collection run without."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    model = get_model("deepseek-r1")
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    row = replace(
+        base,
+        source="source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4",
+        model_path="deepseek-ai/DeepSeek-R1",
+        backend="trtllm",
+        system="b200_sxm",
+        backend_version="1.2.0rc6.post3",
+    )
+    spec = sil.inferencemax_speculation(row, model)
+    assert spec is not None and (spec["method"], spec["num_speculative_tokens"]) == ("mtp", 3)
+    dp = sil.inferencemax_speculation(replace(row, attention_dp=8), model)
+    assert dp is not None and dp["num_speculative_tokens"] == 1
+    for other in (
+        replace(row, backend_version="1.2.0rc6.post2"),
+        replace(row, system="h200_sxm"),
+        replace(row, source="/x/aic-auto-gap-analysis/y.csv; silicon_concurrency=4"),
+        replace(row, model_path="meta-llama/Llama-3.1-70B"),
+    ):
+        assert sil.inferencemax_speculation(other, model) is None
+    assert sil._deployment_text({"max_batched_tokens": 1152, "speculative": spec}) == (
+        f"max_batched_tokens=1152 speculative=mtp:3@{spec['acceptance_length']:.2f}"
+    )
