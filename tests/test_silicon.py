@@ -695,3 +695,32 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     assert sil._deployment_text({"max_batched_tokens": 1152, "speculative": spec}) == (
         f"max_batched_tokens=1152 speculative=mtp:3@{spec['acceptance_length']:.2f}"
     )
+
+
+def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:
+    """``--aic-from``: an earlier run's estimates by row id, with their errors recomputed;
+    a file without the columns or with a bad number is one line naming it."""
+    bench = _bench()
+    good = tmp_path / "predictions.csv"
+    good.write_text(
+        "id,aic_ttft_ms,aic_tpot_ms,aic_error\na,100.0,10.0,\nb,,,RuntimeError: OOM\nc,,,\n",
+        encoding="utf-8",
+    )
+    found = bench.read_aic_estimates(good)
+    assert set(found) == {"a", "b"}  # c has no estimate: it is estimated again
+    result = {"silicon_ttft_ms": 200.0, "silicon_tpot_ms": 8.0}
+    bench.reuse_aic(result, found["a"])
+    assert (result["aic_ttft_ms"], result["aic_ttft_ape"]) == (100.0, 50.0)
+    assert result["aic_tpot_ape"] == pytest.approx(25.0)
+    failed = {"silicon_ttft_ms": 200.0, "silicon_tpot_ms": 8.0}
+    bench.reuse_aic(failed, found["b"])
+    assert failed["aic_error"] == "RuntimeError: OOM" and failed["aic_ttft_ape"] is None
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,aic_ttft_ms,aic_tpot_ms,aic_error\na,fast,1,\n", encoding="utf-8")
+    with pytest.raises(TwinError, match=r"bad.csv: row 2, column aic_ttft_ms: not a number"):
+        bench.read_aic_estimates(bad)
+    with pytest.raises(TwinError, match="no column 'aic_error'"):
+        (tmp_path / "x.csv").write_text("id,aic_ttft_ms,aic_tpot_ms\n", encoding="utf-8")
+        bench.read_aic_estimates(tmp_path / "x.csv")
+    with pytest.raises(TwinError, match="no such file"):
+        bench.read_aic_estimates(tmp_path / "missing.csv")

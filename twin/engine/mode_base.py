@@ -91,10 +91,11 @@ def _batching_flags(
     memory: str,
     budget_default: str = "8192",
     memory_default: str = "0.9",
+    running_default: str = "256",
 ) -> list[tuple[str, Flag]]:
     """An engine's names for the running cap, the step's token budget and its memory share."""
     return [
-        _field(running, "max_running", "int", "most running requests", "256"),
+        _field(running, "max_running", "int", "most running requests", running_default),
         _field(
             budget,
             "max_batched_tokens",

@@ -609,6 +609,7 @@ SGLANG = EngineMode(
                 "chunked_prefill_size",
                 "mem_fraction_static",
                 budget_default="8192 (by GPU memory)",
+                running_default="2048",
             ),
             (
                 "speculative_algorithm",

@@ -486,7 +486,13 @@ VLLM = EngineMode(
                 Flag("ReplaySSM history (read only with use_replayssm)", _vllm_replayssm_len, "16"),
             ),
             ("kv_offloading_size", Flag("CPU offload tier, GB", _vllm_offload, "0")),
-            *_batching_flags("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization"),
+            *_batching_flags(
+                "max_num_seqs",
+                "max_num_batched_tokens",
+                "gpu_memory_utilization",
+                budget_default="8192 (2048 below 70 GiB or on an A100)",
+                running_default="1024 (256 below 70 GiB or on an A100)",
+            ),
             (
                 "speculative_config",
                 Flag(
