@@ -35,7 +35,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -75,13 +75,15 @@ def run_rows(
     executor: str,
     ray_address: str | None,
     on_result: Callable[[sil.RowPlan, dict[str, Any]], None],
+    skip_aic: Collection[str] = (),
 ) -> dict[str, int] | None:
     """Score every plan in the project's local process pool (``twin.workers``) or as
     Ray tasks (``reports.ray_executor``); ``on_result`` as each lands. Ray's per-node
-    counts are returned."""
+    counts are returned. Rows whose id is in ``skip_aic`` are not estimated by
+    aiconfigurator (their estimate is reused)."""
 
     def args(p: sil.RowPlan) -> tuple[Any, ...]:
-        return (p, aiconfigurator)
+        return (p, aiconfigurator and p.row.id not in skip_aic)
 
     if executor == "ray":
         from twin.reports.ray_executor import import_ray, run_on_ray
@@ -96,6 +98,50 @@ def run_rows(
 
     run_in_pool(sil.score_row, plans, args, jobs, on_result)
     return None
+
+
+AIC_COLUMNS = ("aic_ttft_ms", "aic_tpot_ms", "aic_error")
+
+
+def read_aic_estimates(path: Path) -> dict[str, dict[str, Any]]:
+    """aiconfigurator's estimates by row id from an earlier run's ``predictions.csv``: its
+    estimates depend on the row and aiconfigurator's release, not on the twin."""
+    import csv
+
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in ("id", *AIC_COLUMNS) if c not in (reader.fieldnames or [])]
+            if missing:
+                raise TwinError(f"--aic-from {path}: no column {missing[0]!r} (a predictions.csv?)")
+            out: dict[str, dict[str, Any]] = {}
+            for i, raw in enumerate(reader, start=2):
+                est: dict[str, Any] = {}
+                for column in ("aic_ttft_ms", "aic_tpot_ms"):
+                    text = (raw.get(column) or "").strip()
+                    try:
+                        est[column] = float(text) if text else None
+                    except ValueError:
+                        raise TwinError(
+                            f"--aic-from {path}: row {i}, column {column}: not a number ({text!r})"
+                        ) from None
+                est["aic_error"] = (raw.get("aic_error") or "").strip() or None
+                if est["aic_ttft_ms"] is not None or est["aic_error"]:
+                    out[raw["id"]] = est
+    except FileNotFoundError:
+        raise TwinError(f"--aic-from {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise TwinError(f"--aic-from {path}: not a readable CSV file ({err})") from None
+    return out
+
+
+def reuse_aic(result: dict[str, Any], estimate: dict[str, Any]) -> None:
+    """``result`` with an earlier run's aiconfigurator estimate and its errors."""
+    result.update({k: v for k, v in estimate.items() if v is not None})
+    for metric in ("ttft", "tpot"):
+        pred = result.get(f"aic_{metric}_ms")
+        actual = result[f"silicon_{metric}_ms"]
+        result[f"aic_{metric}_ape"] = sil.ape(pred, actual) if pred is not None else None
 
 
 def _fmt(m: dict[str, Any] | None, metric: str) -> str:
@@ -233,6 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-aiconfigurator", action="store_true", help="skip aiconfigurator's estimates"
     )
+    parser.add_argument(
+        "--aic-from",
+        type=Path,
+        default=None,
+        help="reuse aiconfigurator's estimates from an earlier run's predictions.csv (the "
+        "same aiconfigurator release: its results JSON records it); rows not in it are "
+        "estimated",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -284,15 +338,23 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         f"({args.jobs if args.executor == 'local' else 'ray'} workers); aiconfigurator: {aic_note}"
     )
     results: dict[str, dict[str, Any]] = {}
+    earlier = read_aic_estimates(args.aic_from) if aic and args.aic_from else {}
+    if earlier:
+        reused = {p.row.id for p in plans if p.row.id in earlier}
+        aic_note += f" ({len(reused):,} estimates reused from {args.aic_from})"
 
     def done(plan: sil.RowPlan, result: dict[str, Any]) -> None:
+        if plan.row.id in earlier:
+            reuse_aic(result, earlier[plan.row.id])
         results[plan.row.id] = result
         if len(results) % 10 == 0 or len(results) == len(plans):
             console.print(
                 f"  {len(results):,}/{len(plans):,} rows, {time.perf_counter() - started:,.0f} s"
             )
 
-    nodes = run_rows(plans, aic, args.jobs, args.executor, args.ray_address, done)
+    nodes = run_rows(
+        plans, aic, args.jobs, args.executor, args.ray_address, done, skip_aic=set(earlier)
+    )
     ordered = [results[p.row.id] for p in plans]
     summary = sil.summarize(ordered, reasons, len(rows))
     summary["rows"]["left_out_by_limit"] = len(expressible) - len(plans)

@@ -135,8 +135,54 @@ def test_the_sglang_mode_picks_its_scheduler_and_enable_mixed_chunk_the_mixed_on
 )
 def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
     # server_args.py: chunked_prefill_size by GPU memory (MiB) thresholds 35/60/160 GiB.
-    assert sglang_gpu_defaults(gpu_bytes, 1, {}) == {"max_batched_tokens": chunk}
-    assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {}
+    # tp_worker.py: max_running_requests at least the request pool's 2,048 slots
+    assert sglang_gpu_defaults(gpu_bytes, 1, {}) == {
+        "max_batched_tokens": chunk,
+        "max_running": 2048,
+    }
+    given = {"max_batched_tokens": 1024, "max_running": 64}
+    assert sglang_gpu_defaults(gpu_bytes, 1, given) == {}
+    # the twin's batch is bounded by its step budget
+    assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {"max_running": 1024}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "gpu_bytes", "tokens", "seqs"),
+    [
+        ("h100", 80e9, 8192, 1024),  # 74.5 GiB >= 70 GiB, not an A100
+        ("b200", 180e9, 8192, 1024),
+        ("a100", 80e9, 2048, 256),  # an A100 keeps the small defaults (vLLM PR #17885)
+        ("l40s", 48e9, 2048, 256),
+        ("l4", 24e9, 2048, 256),
+    ],
+)
+def test_vllm_batch_defaults_follow_its_device_classes(gpu, gpu_bytes, tokens, seqs):
+    # vllm/engine/arg_utils.py get_batch_defaults (API server): 8,192 tokens and 1,024
+    # sequences on 70 GiB or more but an A100, else 2,048 and 256.
+    from twin.engine.modes_vllm import vllm_gpu_defaults
+
+    out = {"max_batched_tokens": tokens, "max_running": seqs}
+    assert vllm_gpu_defaults(gpu_bytes, 1, {}, gpu) == out
+    assert vllm_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 512}, gpu) == {
+        "max_running": min(seqs, 512)
+    }
+    assert vllm_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1, "max_running": 1}, gpu) == {}
+
+
+def test_engine_batch_defaults_reach_the_run_config():
+    """build_config applies each mode's defaults on the profile's GPU where not given:
+    vLLM 1,024 sequences on an H100, SGLang 2,048, TensorRT-LLM its max_batch_size
+    2,048; a given --max-running wins; the paper's world keeps 256."""
+    from twin.costmodel.profile_store import load_profile
+    from twin.engine.config import build_config
+
+    h100 = load_profile("h100", "vllm")
+    assert build_config(h100, engine="vllm").max_running == 1024
+    assert build_config(h100, engine="vllm", max_running=300).max_running == 300
+    assert build_config(load_profile("h100", "sglang"), engine="sglang").max_running == 2048
+    trt = build_config(load_profile("h100", "trtllm"), engine="trtllm")
+    assert (trt.max_running, trt.max_batched_tokens) == (2048, 8192)
+    assert build_config(h100, engine="paper").max_running == 256
 
 
 # ---------------------------------------------------------------- vLLM V1 preemption

@@ -159,15 +159,13 @@ def test_sglang_auto_strategy_by_release():
 
 def test_sglang_chunked_prefill_default_by_release():
     gib24 = 24 * (1 << 30)
-    assert sglang_gpu_defaults(gib24, 1, {"engine_release": "0.5.23"}) == {
-        "max_batched_tokens": 4096
-    }
-    assert sglang_gpu_defaults(gib24, 1, {"engine_release": "0.5.10.post1"}) == {
-        "max_batched_tokens": 2048
-    }
-    assert sglang_gpu_defaults(16 * (1 << 30), 1, {"engine_release": "0.5.23"}) == {
-        "max_batched_tokens": 2048
-    }
+
+    def chunk(gpu_bytes: float, release: str) -> int:
+        return sglang_gpu_defaults(gpu_bytes, 1, {"engine_release": release})["max_batched_tokens"]
+
+    assert chunk(gib24, "0.5.23") == 4096
+    assert chunk(gib24, "0.5.10.post1") == 2048
+    assert chunk(16 * (1 << 30), "0.5.23") == 2048
 
 
 # ----- the new flags' effects ---------------------------------------------------------------

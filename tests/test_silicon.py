@@ -148,7 +148,40 @@ def test_split_is_the_first_hex_digit_of_the_ids_sha256() -> None:
     assert sil.split_of(real) == sil.HELD_OUT
     rows = _rows()
     assert rows["tiny_h100_vllm_agg_64x8_c2_tp1"].split == sil.FIT
-    assert rows["tiny_h100_vllm_disagg_64x8_c2"].split == sil.HELD_OUT
+    assert rows["tiny_a100pcie_vllm_agg_64x8_c2"].split == sil.HELD_OUT
+    # held out by its id, but the tp1 row holds the same measurement: fit
+    assert sil.split_of("tiny_h100_vllm_disagg_64x8_c2") == sil.HELD_OUT
+    assert rows["tiny_h100_vllm_disagg_64x8_c2"].split == sil.FIT
+
+
+def test_a_measurement_seen_in_fit_is_fit_under_every_id() -> None:
+    """The InferenceMAX dumps repeat one measurement under several ids: a held-out row
+    whose measurement (TTFT, TPOT, lengths, concurrency, system, backend) a fit row also
+    holds is fit, so held-out scores count only measurements never fitted on."""
+    from dataclasses import replace
+
+    rows = _rows()
+    fit = rows["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    held = rows["tiny_a100pcie_vllm_agg_64x8_c2"]
+    assert sil.split_of(fit.id) == sil.FIT and sil.split_of(held.id) == sil.HELD_OUT
+    copy = replace(
+        held,
+        ttft_ms=fit.ttft_ms,
+        tpot_ms=fit.tpot_ms,
+        isl=fit.isl,
+        osl=fit.osl,
+        concurrency=fit.concurrency,
+        system=fit.system,
+        backend=fit.backend,
+    )
+    other = replace(copy, tpot_ms=(fit.tpot_ms or 0) + 0.001)  # another measurement
+    marked = {r.id: r for r in sil.mark_copies([fit, copy])}
+    assert marked[copy.id].copy_in_fit and marked[copy.id].split == sil.FIT
+    assert not marked[fit.id].copy_in_fit
+    assert sil.mark_copies([fit, other])[1].split == sil.HELD_OUT
+    assert sil.mark_copies([replace(copy, ttft_ms=None)])[0].split == sil.HELD_OUT
+    # read_rows applies it: the file's rows are marked when read
+    assert all(not r.copy_in_fit or sil.split_of(r.id) == sil.HELD_OUT for r in _rows().values())
 
 
 # ------------------------------------------------------------------ row -> run
@@ -563,6 +596,13 @@ def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -
     assert sil.harness_of(base) is sil.AIPERF
     imax = replace(base, source="source_file=2026-04-06.csv; model=x; silicon_concurrency=2")
     assert sil.harness_of(imax) is sil.INFERENCEMAX
+    # the same pipeline's other dumps (they share measurements with it)
+    for source in (
+        "source_file=2026-03-25.csv; model=x; silicon_concurrency=2",
+        "db-dump/2026-04-27; config_id=1; silicon_concurrency=2",
+    ):
+        assert sil.harness_of(replace(base, source=source)) is sil.INFERENCEMAX
+    assert sil.harness_of(replace(base, source="x; db-dump/2026")) is sil.AIPERF
     plan = sil.plan_row(imax, CONFIGS)
     assert isinstance(plan, sil.RowPlan)
     assert (plan.warmup, plan.requests, plan.range_ratio) == (0, 20, 0.8)
@@ -621,3 +661,66 @@ def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> Non
     settings = sil.aiconfigurator_deployment(row, "trtllm")
     assert settings == {"max_batched_tokens": 2528, "max_running": 4}
     assert len(first_tokens(**settings)) == 2
+
+
+def test_inferencemax_mtp_rows_run_with_mtp() -> None:
+    """InferenceMAX's DeepSeek-R1 TensorRT-LLM runs on B200 in the 1.2.0rc6.post3 image
+    are its ``-mtp`` configurations: MTP with 3 drafts (1 with attention DP); the
+    post2 image, other systems and aiconfigurator's collection run without."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    model = get_model("deepseek-r1")
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    row = replace(
+        base,
+        source="source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4",
+        model_path="deepseek-ai/DeepSeek-R1",
+        backend="trtllm",
+        system="b200_sxm",
+        backend_version="1.2.0rc6.post3",
+    )
+    spec = sil.inferencemax_speculation(row, model)
+    assert spec is not None and (spec["method"], spec["num_speculative_tokens"]) == ("mtp", 3)
+    dp = sil.inferencemax_speculation(replace(row, attention_dp=8), model)
+    assert dp is not None and dp["num_speculative_tokens"] == 1
+    for other in (
+        replace(row, backend_version="1.2.0rc6.post2"),
+        replace(row, system="h200_sxm"),
+        replace(row, source="/x/aic-auto-gap-analysis/y.csv; silicon_concurrency=4"),
+        replace(row, model_path="meta-llama/Llama-3.1-70B"),
+    ):
+        assert sil.inferencemax_speculation(other, model) is None
+    assert sil._deployment_text({"max_batched_tokens": 1152, "speculative": spec}) == (
+        f"max_batched_tokens=1152 speculative=mtp:3@{spec['acceptance_length']:.2f}"
+    )
+
+
+def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:
+    """``--aic-from``: an earlier run's estimates by row id, with their errors recomputed;
+    a file without the columns or with a bad number is one line naming it."""
+    bench = _bench()
+    good = tmp_path / "predictions.csv"
+    good.write_text(
+        "id,aic_ttft_ms,aic_tpot_ms,aic_error\na,100.0,10.0,\nb,,,RuntimeError: OOM\nc,,,\n",
+        encoding="utf-8",
+    )
+    found = bench.read_aic_estimates(good)
+    assert set(found) == {"a", "b"}  # c has no estimate: it is estimated again
+    result = {"silicon_ttft_ms": 200.0, "silicon_tpot_ms": 8.0}
+    bench.reuse_aic(result, found["a"])
+    assert (result["aic_ttft_ms"], result["aic_ttft_ape"]) == (100.0, 50.0)
+    assert result["aic_tpot_ape"] == pytest.approx(25.0)
+    failed = {"silicon_ttft_ms": 200.0, "silicon_tpot_ms": 8.0}
+    bench.reuse_aic(failed, found["b"])
+    assert failed["aic_error"] == "RuntimeError: OOM" and failed["aic_ttft_ape"] is None
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,aic_ttft_ms,aic_tpot_ms,aic_error\na,fast,1,\n", encoding="utf-8")
+    with pytest.raises(TwinError, match=r"bad.csv: row 2, column aic_ttft_ms: not a number"):
+        bench.read_aic_estimates(bad)
+    with pytest.raises(TwinError, match="no column 'aic_error'"):
+        (tmp_path / "x.csv").write_text("id,aic_ttft_ms,aic_tpot_ms\n", encoding="utf-8")
+        bench.read_aic_estimates(tmp_path / "x.csv")
+    with pytest.raises(TwinError, match="no such file"):
+        bench.read_aic_estimates(tmp_path / "missing.csv")

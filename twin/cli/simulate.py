@@ -107,14 +107,16 @@ def simulate(
         None,
         "--max-batched-tokens",
         min=1,
-        help="Token budget per step (chunked prefill). [default: 8192]",
+        help="Token budget per step (chunked prefill). [default: 8192; the engine modes' "
+        "own by GPU: see the engine flags below]",
     ),
     max_running: int | None = typer.Option(
         None,
         "--max-running",
         min=1,
         help="Most sequences in a replica's running batch; an engine flag for it "
-        "(max_num_seqs, max_running_requests) must agree. [default: 256]",
+        "(max_num_seqs, max_running_requests) must agree. [default: 256; vllm 1024 "
+        "(256 below 70 GiB or on an A100), sglang 2048, trtllm 2048]",
     ),
     gpu_mem_util: float | None = typer.Option(
         None,

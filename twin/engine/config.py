@@ -385,15 +385,17 @@ def build_config(
         fields["gpu_memory_bytes"] = device_memory_bytes(profile)
     engine = fields.get("engine")
     if engine is not None and fields.get("gpu_memory_bytes"):
-        # An engine's own defaults that depend on the GPU's memory and the TP degree
-        # (SGLang's mem_fraction_static and chunked_prefill_size), where not given.
+        # An engine's own defaults that depend on the GPU (SGLang's chunked_prefill_size
+        # and max_running_requests, vLLM's max_num_batched_tokens and max_num_seqs,
+        # TensorRT-LLM's max_batch_size), where not given.
         from twin.engine.modes import get_mode  # late: the modes import this module
 
         release = fields.get("engine_release")
         gpu_defaults = get_mode(f"{engine}=={release}" if release else engine).gpu_defaults
         if gpu_defaults is not None:
             tp = fields.get("tp", 1)
-            for name, value in gpu_defaults(fields["gpu_memory_bytes"], tp, fields).items():
+            gpu = str(getattr(profile, "gpu", "") or "")
+            for name, value in gpu_defaults(fields["gpu_memory_bytes"], tp, fields, gpu).items():
                 fields.setdefault(name, value)
     if engine is not None and profile is not None:
         # The engine's times fitted to measured serving runs on this GPU (host time per

@@ -91,10 +91,11 @@ def _batching_flags(
     memory: str,
     budget_default: str = "8192",
     memory_default: str = "0.9",
+    running_default: str = "256",
 ) -> list[tuple[str, Flag]]:
     """An engine's names for the running cap, the step's token budget and its memory share."""
     return [
-        _field(running, "max_running", "int", "most running requests", "256"),
+        _field(running, "max_running", "int", "most running requests", running_default),
         _field(
             budget,
             "max_batched_tokens",
@@ -131,8 +132,9 @@ class EngineMode:
     scheduler: str = "continuous"
     scheduler_options: dict[str, Any] = field(default_factory=dict)
     # EngineConfig defaults that depend on the GPU: (HBM bytes per GPU, tp, the fields
-    # given) -> fields, applied by build_config where a field is not given; None: none.
-    gpu_defaults: Callable[[float, int, dict[str, Any]], dict[str, Any]] | None = None
+    # given, the GPU's name or "") -> fields, applied by build_config where a field is not
+    # given; None: none.
+    gpu_defaults: Callable[[float, int, dict[str, Any], str], dict[str, Any]] | None = None
     # The releases modelled, newest first (twin.engine.releases), and the one picked
     # (--engine NAME==VERSION; None: the newest). A mode without releases (paper) has none.
     releases: tuple[Release, ...] = ()

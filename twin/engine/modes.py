@@ -22,12 +22,14 @@ configuration it produces.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from twin.engine.mode_base import EngineMode
 from twin.engine.modes_sglang import SGLANG
 from twin.engine.modes_trtllm import TRTLLM_FLAGS, TRTLLM_SPEC, _trtllm_options
 from twin.engine.modes_vllm import VLLM
 from twin.engine.releases import Release, pick_release, release_for_measured, split_engine
+from twin.engine.trtllm_batching import MAX_BATCH_SIZE, MAX_NUM_TOKENS
 from twin.errors import TwinError
 
 PAPER = EngineMode(
@@ -65,6 +67,18 @@ TRTLLM_RELEASES = (
     ),
 )
 
+
+# TensorRT-LLM's ``max_batch_size`` default (BuildConfig, which TorchLlmArgs and
+# trtllm-serve use in 1.0: twin.engine.trtllm_batching.MAX_BATCH_SIZE), where not given;
+# the twin's step budget bounds its batch, so it is clipped to that.
+def trtllm_gpu_defaults(
+    gpu_bytes: float, tp: int, given: dict[str, Any], gpu: str = ""
+) -> dict[str, Any]:
+    if "max_running" in given:
+        return {}
+    return {"max_running": min(MAX_BATCH_SIZE, given.get("max_batched_tokens", MAX_NUM_TOKENS))}
+
+
 TRTLLM = EngineMode(
     name="trtllm",
     display="TensorRT-LLM",
@@ -77,6 +91,7 @@ TRTLLM = EngineMode(
     scheduler="trtllm",
     flags=TRTLLM_FLAGS,
     options=_trtllm_options,
+    gpu_defaults=trtllm_gpu_defaults,
     releases=TRTLLM_RELEASES,
 )
 

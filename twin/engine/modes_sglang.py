@@ -358,8 +358,21 @@ def _sglang_disaggregation(value: str, model: ModelSpec, out: dict[str, Any]) ->
 MIB = 1 << 20
 
 
-def sglang_gpu_defaults(gpu_bytes: float, tp: int, given: dict[str, Any]) -> dict[str, Any]:
-    """SGLang's step budget by the GPU's memory, where ``chunked_prefill_size`` is not given.
+# SGLang's running-request cap when --max-running-requests is not given: min(KV tokens //
+# 2, the request pool), the pool min(max(KV tokens / context_len x 512, 2048), 4096) slots
+# (0.5.6.post2 ``managers/tp_worker.py`` and ``model_executor/model_runner.py``
+# ``init_memory_pool``; 0.5.23 ``model_executor/pool_configurator.py``
+# ``_resolve_max_running_requests_per_worker``). The twin sets the pool's floor: exact
+# while the KV pool holds at most 4 x context_len tokens, and below SGLang's cap (up to
+# 4,096) only for replicas that would run more than 2,048 sequences at once.
+SGLANG_MAX_RUNNING = 2048
+
+
+def sglang_gpu_defaults(
+    gpu_bytes: float, tp: int, given: dict[str, Any], gpu: str = ""
+) -> dict[str, Any]:
+    """SGLang's step budget by the GPU's memory, where ``chunked_prefill_size`` is not given,
+    and its running-request cap (:data:`SGLANG_MAX_RUNNING`).
 
     ``python/sglang/srt/server_args.py`` (``ServerArgs.__post_init__`` in 0.5.1.post1,
     ``_handle_gpu_memory_settings`` in 0.5.8.post1 and 0.5.14): ``chunked_prefill_size``
@@ -389,7 +402,11 @@ def sglang_gpu_defaults(gpu_bytes: float, tp: int, given: dict[str, Any]) -> dic
         chunk = 8192
     else:
         chunk = 16384
-    return {} if "max_batched_tokens" in given else {"max_batched_tokens": chunk}
+    out: dict[str, Any] = {} if "max_batched_tokens" in given else {"max_batched_tokens": chunk}
+    if "max_running" not in given:
+        # the twin's step budget bounds its batch (EngineConfig): at most one token each
+        out["max_running"] = min(SGLANG_MAX_RUNNING, given.get("max_batched_tokens", chunk))
+    return out
 
 
 def _sglang_admission(name: str, kind: str) -> Apply:
@@ -618,6 +635,7 @@ SGLANG = EngineMode(
                 "chunked_prefill_size",
                 "mem_fraction_static",
                 budget_default="8192 (by GPU memory)",
+                running_default="2048",
             ),
             (
                 "speculative_algorithm",

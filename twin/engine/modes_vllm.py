@@ -386,6 +386,29 @@ VLLM_RELEASES = (
 )
 
 
+# vLLM's API server defaults by device (``vllm/engine/arg_utils.py``
+# ``EngineArgs.get_batch_defaults``, read in 0.12.0 and 0.19.0): 70 GiB of device memory
+# or more and not an A100 (a larger budget lowered A100 throughput, vLLM PR #17885):
+# ``max_num_batched_tokens`` 8,192 and ``max_num_seqs`` 1,024; otherwise 2,048 and 256.
+# ``max_num_seqs`` is then clipped to ``max_num_batched_tokens``.
+VLLM_LARGE_GPU_BYTES = 70 * (1 << 30)
+VLLM_BATCH_DEFAULTS = {True: (8192, 1024), False: (2048, 256)}
+
+
+def vllm_gpu_defaults(
+    gpu_bytes: float, tp: int, given: dict[str, Any], gpu: str = ""
+) -> dict[str, Any]:
+    """vLLM's step budget and sequence cap on this GPU, where not given (above)."""
+    large = gpu_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu.lower()
+    tokens, seqs = VLLM_BATCH_DEFAULTS[large]
+    out: dict[str, Any] = {}
+    if "max_batched_tokens" not in given:
+        out["max_batched_tokens"] = tokens
+    if "max_running" not in given:
+        out["max_running"] = min(seqs, given.get("max_batched_tokens", tokens))
+    return out
+
+
 VLLM = EngineMode(
     name="vllm",
     display="vLLM",
@@ -447,7 +470,13 @@ VLLM = EngineMode(
                 Flag("ReplaySSM history (read only with use_replayssm)", _vllm_replayssm_len, "16"),
             ),
             ("kv_offloading_size", Flag("CPU offload tier, GB", _vllm_offload, "0")),
-            *_batching_flags("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization"),
+            *_batching_flags(
+                "max_num_seqs",
+                "max_num_batched_tokens",
+                "gpu_memory_utilization",
+                budget_default="8192 (2048 below 70 GiB or on an A100)",
+                running_default="1024 (256 below 70 GiB or on an A100)",
+            ),
             (
                 "speculative_config",
                 Flag(
@@ -473,5 +502,6 @@ VLLM = EngineMode(
     scheduler="vllm",
     # vLLM V1 frees a preempted request's blocks still hashed (twin.engine.vllm_batching).
     scheduler_options={"cache_preempted": True},
+    gpu_defaults=vllm_gpu_defaults,
     releases=VLLM_RELEASES,
 )

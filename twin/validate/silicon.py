@@ -109,17 +109,22 @@ class Harness:
 # aiconfigurator's benchmark (above): aiperf with ``--isl-stddev 0 --osl-stddev 0``
 # (``generator/config/deployment_config.yaml`` defaults) and ``ignore_eos``: exact lengths.
 AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, WARMUP_ROUNDS, 1.0)
-# The CSV's "2026-04-06.csv" collection (Llama-3.1-70B, gpt-oss-120b, DeepSeek-R1,
-# MiniMax-M2.5, ... at ISL/OSL 1k/1k, 1k/8k, 8k/1k, 4-64 clients, measured 2025-10-29)
-# matches InferenceMAX's sweep; its source names no harness, so this is read off the
-# matrix, not stated by the data. InferenceMAX's client (``benchmarks/benchmark_lib.sh``
-# ``run_benchmark_serving``) runs vLLM's ``benchmark_serving.py`` with ``--dataset-name
-# random --random-range-ratio`` (0.8 by default, ``.github/workflows/benchmark-tmpl.yml``),
-# ``--num-prompts $((CONC * 10))``, ``--num-warmups $((2 * CONC))``, ``--ignore-eos``; its
-# random dataset draws each prompt and output length uniformly from
-# ``[int(len x ratio), len]`` (``sample_random_requests``).
+# The CSV's InferenceMAX collections: "2026-04-06.csv", "2026-03-25.csv" and the
+# "db-dump/2026-04-27" rows (Llama-3.1-70B, gpt-oss-120b, DeepSeek-R1, MiniMax-M2.5, ...
+# at ISL/OSL 1k/1k, 1k/8k, 8k/1k, 4-256 clients). They are one measurement pipeline dumped
+# three times: 2,151 rows of the CSV share their exact (TTFT, TPOT, ISL, OSL, concurrency,
+# system, backend) with a row of another of the three (``measurement_key``), and the
+# db-dump's ``workflow_run_id``/``config_id`` name CI runs. The matrix is InferenceMAX's;
+# no source names the harness, so this is read off the matrix, not stated by the data.
+# InferenceMAX's client (``benchmarks/benchmark_lib.sh`` ``run_benchmark_serving``) runs
+# vLLM's ``benchmark_serving.py`` with ``--dataset-name random --random-range-ratio``
+# (0.8 by default, ``.github/workflows/benchmark-tmpl.yml``), ``--num-prompts $((CONC *
+# 10))``, ``--num-warmups $((2 * CONC))``, ``--ignore-eos``; its random dataset draws each
+# prompt and output length uniformly from ``[int(len x ratio), len]``
+# (``sample_random_requests``).
 INFERENCEMAX = Harness("InferenceMAX benchmark_serving", 10, 2, 0.8)
-INFERENCEMAX_SOURCES = frozenset({"2026-04-06.csv"})
+INFERENCEMAX_SOURCES = frozenset({"2026-03-25.csv", "2026-04-06.csv"})
+INFERENCEMAX_DUMP = "db-dump/"  # ``silicon_data_source`` of the CI database's rows
 _SOURCE_FILE = re.compile(r"source_file=([^;]*)")
 
 
@@ -127,6 +132,8 @@ def harness_of(row: SiliconRow) -> Harness:
     """The benchmark client ``row`` was measured with, from its ``silicon_data_source``."""
     found = _SOURCE_FILE.search(row.source)
     if found and found.group(1).strip() in INFERENCEMAX_SOURCES:
+        return INFERENCEMAX
+    if row.source.startswith(INFERENCEMAX_DUMP):
         return INFERENCEMAX
     return AIPERF
 
@@ -220,6 +227,33 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     return {}
 
 
+# InferenceMAX's DeepSeek-R1 runs with TensorRT-LLM on B200 come in two configurations that
+# differ by image: ``dsr1-fp{4,8}-b200-trt`` (release 1.2.0rc6.post2, no speculation) and
+# ``dsr1-fp{4,8}-b200-trt-mtp`` (1.2.0rc6.post3, MTP: "MTP=3 (or MTP=1 when DP_ATTN=true)")
+# (InferenceMAX ``.github/configs/nvidia-master.yaml`` at commit 12ba0ae, 2026-03-25). The
+# CSV names the image in ``backend_version``, so those rows ran with MTP: at the same
+# layout their measured TPOT is about half the post2 rows' (5.4 against 10.3 ms, fp8, tp 8,
+# 4 clients). Other MTP configurations share their image with a plain one (H200
+# TensorRT-LLM 1.1.0rc2.post2, SGLang v0.5.9) and cannot be told apart: run plain.
+INFERENCEMAX_MTP = {("trtllm", "b200_sxm", "1.2.0rc6.post3"): (3, 1)}  # drafts: plain, DP
+
+
+def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any] | None:
+    """The speculative decoding an InferenceMAX row ran with (above), as
+    ``EngineConfig.speculative``; ``None``: none, or not known."""
+    found = INFERENCEMAX_MTP.get((row.backend, row.system, row.backend_version))
+    if (
+        found is None
+        or harness_of(row) is not INFERENCEMAX
+        or "deepseek" not in (row.model_path.lower())
+    ):
+        return None
+    from twin.engine import speculative  # late: the engine is not needed to read rows
+
+    drafts = found[1] if (row.attention_dp or 1) > 1 else found[0]
+    return speculative.build(model, "mtp", drafts).to_dict()
+
+
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:
     """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
     if kind not in DEPLOYMENTS:
@@ -290,10 +324,31 @@ class SiliconRow:
     concurrency: int | None
     ttft_ms: float | None
     tpot_ms: float | None
+    # Another row of the file holds the same measurement (``measurement_key``) under a
+    # fit id: the measurement was seen when fitting, so this row is fit too.
+    copy_in_fit: bool = False
 
     @property
     def split(self) -> str:
-        return split_of(self.id)
+        return FIT if self.copy_in_fit else split_of(self.id)
+
+    @property
+    def measurement_key(self) -> tuple[object, ...] | None:
+        """What makes two rows one measurement: the same measured TTFT and TPOT (exact
+        floats) at the same lengths, concurrency, system and backend. The InferenceMAX
+        collections repeat measurements under other ids, model names (DeepSeek-V3 and
+        -R1) and versions; ``None`` without a measurement."""
+        if self.ttft_ms is None or self.tpot_ms is None:
+            return None
+        return (
+            self.ttft_ms,
+            self.tpot_ms,
+            self.isl,
+            self.osl,
+            self.concurrency,
+            self.system,
+            self.backend,
+        )
 
     @property
     def model_name(self) -> str:
@@ -311,7 +366,8 @@ class SiliconRow:
 
 
 def split_of(row_id: str) -> str:
-    """``fit`` when the first hex digit of SHA-256(``row_id``) is 0-7, else ``held_out``."""
+    """``fit`` when the first hex digit of SHA-256(``row_id``) is 0-7, else ``held_out``
+    (a row's split also counts its copies: ``SiliconRow.split``)."""
     digit = hashlib.sha256(row_id.encode("utf-8")).hexdigest()[0]
     return FIT if digit in _FIT_DIGITS else HELD_OUT
 
@@ -386,7 +442,22 @@ def read_rows(path: str | Path | None = None) -> list[SiliconRow]:
         if r.id in seen:
             raise TwinError(f"{where(p, i, 'id')}: duplicate id {r.id!r}")
         seen.add(r.id)
-    return rows
+    return mark_copies(rows)
+
+
+def mark_copies(rows: Sequence[SiliconRow]) -> list[SiliconRow]:
+    """``rows`` with ``copy_in_fit`` set where another row holds the same measurement
+    under a fit id, so a held-out score never counts a measurement the fit split saw
+    (608 held-out rows of the package's CSV have a fit copy)."""
+    fit_keys = {
+        r.measurement_key for r in rows if r.measurement_key is not None and split_of(r.id) == FIT
+    }
+    return [
+        dataclasses.replace(r, copy_in_fit=True)
+        if split_of(r.id) != FIT and r.measurement_key in fit_keys
+        else r
+        for r in rows
+    ]
 
 
 def _parse(raw: dict[str, str | None], path: Path, i: int) -> SiliconRow:
@@ -799,6 +870,10 @@ def plan_row(
     workers = agg_workers(row)
     c = row.concurrency // workers
     harness = harness_of(row)
+    limits = deployment(row, engine, deploy)
+    spec = inferencemax_speculation(row, model) if deploy == "benchmark" else None
+    if spec is not None:
+        limits = {**limits, "speculative": spec}
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),
@@ -818,7 +893,7 @@ def plan_row(
         # in the cache a measured request could hit, so the warm-up changes nothing else.
         warmup=0,
         requests=harness.measured_rounds * c,
-        deployment=deployment(row, engine, deploy),
+        deployment=limits,
         ep=ep,
         workers=workers,
         range_ratio=harness.range_ratio,
@@ -1041,6 +1116,11 @@ def run_cli_estimate(args: dict[str, Any]) -> dict[str, Any]:
 def _deployment_text(settings: dict[str, Any]) -> str:
     """``max_num_batched_tokens=2548 max_num_seqs=8``: the limits a row ran with."""
     flat = {**settings.get("sets", {}), **{k: v for k, v in settings.items() if k != "sets"}}
+    spec = flat.pop("speculative", None)
+    if spec:  # method, drafts a step and the expected tokens a step
+        flat["speculative"] = (
+            f"{spec['method']}:{spec['num_speculative_tokens']}@{spec['acceptance_length']:.2f}"
+        )
     return " ".join(f"{k}={v}" for k, v in flat.items())
 
 
