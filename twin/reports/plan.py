@@ -52,6 +52,7 @@ from twin.reports.plan_result import (
     CandidateResult,
     Load,
     PlanResult,
+    SeedRun,
     Trial,
 )
 from twin.reports.plan_search import (
@@ -72,7 +73,7 @@ from twin.reports.sweep import (
 )
 from twin.reports.verdicts import RUN_LENGTH, binding_resource, meets, verdict_of
 from twin.slo import Slo
-from twin.steady_state import OVERLOADED
+from twin.steady_state import OVERLOADED, STABLE
 
 WORKLOAD_CACHE = "workloads"  # OUT/workloads: workloads stretched for --duration
 # What a search asks for in one step (_Searcher._next).
@@ -740,14 +741,15 @@ class _Searcher:
         t = r.trial(n)
         assert t is not None  # a confirmation follows the count's seed-0 run
         by_seed = tuple(
-            (
+            SeedRun(
                 seed,
                 {slo.text: row.get(slo.column) for slo in self.slos},
                 not row.get(INFEASIBLE_COLUMN) and meets(row, self.slos),
+                str(row.get(INFEASIBLE_COLUMN) or row.get("verdict")),
             )
             for seed, row in zip(self.extra, rows, strict=True)
         )
-        ok = all(met for _, _, met in by_seed)
+        ok = all(run.meets for run in by_seed)
         r.trials[r.trials.index(t)] = replace(t, meets=ok, by_seed=by_seed)
         if ok:
             r.confirmed.add(n)
@@ -844,17 +846,24 @@ def _decide(results: list[CandidateResult], slos: Sequence[Slo]) -> list[str]:
     ]
     for r in results:
         for t in sorted(r.trials, key=lambda t: t.replicas):
-            if t.failed_seeds:
-                missed = ", ".join(
-                    f"{slo}: {_ms_text(t.worst(slo.text))}"
-                    for slo in slos
-                    if (t.worst(slo.text) or 0.0) > slo.threshold_ms
+            failed = [run for run in t.by_seed if not run.meets]
+            if failed:
+                why = "; ".join(
+                    f"seed {run.seed}: "
+                    + ", ".join(
+                        [
+                            f"{slo} {_ms_text(v)}"
+                            for slo in slos
+                            if (v := run.values_ms.get(slo.text)) is not None
+                            and v > slo.threshold_ms
+                        ]
+                        + [f"steady state {run.verdict}"] * (run.verdict != STABLE)
+                    )
+                    for run in failed
                 )
                 notes.append(
                     f"{r.candidate.label}: {t.replicas} replica(s) met every SLO with seed 0 "
-                    f"but not with seed {', '.join(map(str, t.failed_seeds))}"
-                    + (f" ({missed})" if missed else " (steady state)")
-                    + "; counted as failing, its search went on"
+                    f"but not under every seed ({why}); counted as failing, its search went on"
                 )
     unjudged = [r for r in results if r.outcome == UNJUDGED]
     if unjudged:

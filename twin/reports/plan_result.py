@@ -88,6 +88,16 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class SeedRun:
+    """A confirmation run: one more seed of a replica count that met every SLO with seed 0."""
+
+    seed: int
+    values_ms: dict[str, float | None]  # by SLO text
+    meets: bool  # every target met at a stable steady state
+    verdict: str  # its steady state
+
+
+@dataclass(frozen=True)
 class Trial:
     """One simulated replica count of a candidate."""
 
@@ -100,24 +110,24 @@ class Trial:
     verdict_reason: str | None = None  # the engine's reason for its steady-state verdict
     run_length: bool = False  # every target met, too short to tell (run longer)
     screened: bool = False  # ruled out by its short screening run (no full run)
-    # The confirmation runs of a count that met every SLO with seed 0 (the fields above):
-    # (seed, values by SLO text, met every SLO) for each other seed; empty: seed 0 only.
-    # ``meets`` is then whether it met them under every seed.
-    by_seed: tuple[tuple[int, dict[str, float | None], bool], ...] = ()
+    # The confirmation runs of a count that met every SLO with seed 0 (the fields above),
+    # one per other seed; empty: seed 0 only. ``meets`` is then whether it met them under
+    # every seed.
+    by_seed: tuple[SeedRun, ...] = ()
 
     @property
     def seeds(self) -> tuple[int, ...]:
         """The seeds this count ran with (seed 0 first)."""
-        return (0, *(seed for seed, _, _ in self.by_seed))
+        return (0, *(run.seed for run in self.by_seed))
 
     @property
     def failed_seeds(self) -> tuple[int, ...]:
         """The confirmation seeds under which this count missed an SLO."""
-        return tuple(seed for seed, _, ok in self.by_seed if not ok)
+        return tuple(run.seed for run in self.by_seed if not run.meets)
 
     def seed_values(self, slo: str) -> list[float | None]:
         """``slo``'s value under each of :attr:`seeds`, in that order."""
-        return [self.values_ms.get(slo), *(values.get(slo) for _, values, _ in self.by_seed)]
+        return [self.values_ms.get(slo), *(run.values_ms.get(slo) for run in self.by_seed)]
 
     def interval(self, slo: str) -> tuple[float, float] | None:
         """(min, max) of ``slo``'s value across the seeds run (None: nothing measured)."""
@@ -143,6 +153,7 @@ class Trial:
         if self.by_seed:  # absent: seed 0 alone (a probe, or a plan of one seed)
             out["seeds"] = list(self.seeds)
             out["failed_seeds"] = list(self.failed_seeds)
+            out["verdicts_by_seed"] = [self.verdict, *(run.verdict for run in self.by_seed)]
             out["values_ms_by_seed"] = {s: self.seed_values(s) for s in self.values_ms}
             out["interval_ms"] = {s: seed_interval(self.seed_values(s)) for s in self.values_ms}
         return out
