@@ -246,9 +246,10 @@ def plan_cmd(
     Each candidate's fewest replicas is searched from an analytic lower bound;
     candidates whose bound already costs more than the best found are pruned, and
     each replica count runs a quarter of --duration first (a full run only if that
-    does not rule it out). Cost is GPUs x the GPU's on-demand price (--prices to use
-    your own). With no workload it plans the bundled chat example at 0.5 sessions/s
-    for 2400 s.
+    does not rule it out). The count that decides the answer must also meet the SLOs
+    under seeds 1 .. --seeds - 1 (the answer gives each target's min-max across them).
+    Cost is GPUs x the GPU's on-demand price (--prices to use your own). With no
+    workload it plans the bundled chat example at 0.5 sessions/s for 2400 s.
 
     Examples:
 
