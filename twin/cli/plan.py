@@ -331,6 +331,12 @@ def plan_cmd(
             f"ruled out {n['screened_out']} replica count(s) without a full run"
             if n["screen_points_run"] + n["screen_points_found"]
             else ""
+        )
+        + (
+            f"; {n['confirm_points_run'] + n['confirm_points_found']} confirmation run(s) "
+            f"of the deciding count(s) under {seeds_text(found.seeds[1:])}"
+            if len(found.seeds) > 1
+            else ""
         ),
         highlight=False,
         markup=False,
