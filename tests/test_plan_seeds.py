@@ -50,15 +50,15 @@ def _fake_sweep(monkeypatch, surface: Surface) -> list[tuple[str, int, int]]:
     return asked
 
 
-def _workload(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "w.parquet"
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("seeds") / "w.parquet"
     argv = ["workload", "generate", "fixed", "-n", "5", "--session-rate", "1", "-o", str(path)]
     assert run(argv) == 0
     return path
 
 
-def _plan(folder: Path, **kw: Any) -> PlanResult:
+def _plan(wl: Path, folder: Path, **kw: Any) -> PlanResult:
     args: dict[str, Any] = {
         "model": MODEL,
         "slos": [SLO],
@@ -68,7 +68,7 @@ def _plan(folder: Path, **kw: Any) -> PlanResult:
         "tp": [1],
     }
     args.update(kw)
-    return plan(_workload(folder), folder / "out", **args)
+    return plan(wl, folder / "out", **args)
 
 
 # Against P95 TTFT <= 100 ms: 2 replicas meet it with seeds 0 and 2 but not with seed 1;
@@ -88,9 +88,9 @@ def _one_seed_misses(gpu: str, n: int, seed: int) -> float:
     return ONE_SEED_MISSES.get((n, seed), 500.0 if n < 2 else 50.0)
 
 
-def test_a_count_missing_under_another_seed_is_not_chosen(monkeypatch, tmp_path) -> None:
+def test_a_count_missing_under_another_seed_is_not_chosen(monkeypatch, tmp_path, workload) -> None:
     asked = _fake_sweep(monkeypatch, _one_seed_misses)
-    found = _plan(tmp_path / "three", seeds=3)
+    found = _plan(workload, tmp_path / "three", seeds=3)
     win = found.winner
     assert win is not None and win.replicas == 3
     two, three = win.trial(2), win.trial(3)
@@ -104,12 +104,12 @@ def test_a_count_missing_under_another_seed_is_not_chosen(monkeypatch, tmp_path)
     assert found.counts["confirm_points_run"] == 4
     # One seed: seed 0 alone decides, and 2 replicas win.
     _fake_sweep(monkeypatch, _one_seed_misses)
-    once = _plan(tmp_path / "one", seeds=1)
+    once = _plan(workload, tmp_path / "one", seeds=1)
     assert once.winner is not None and once.winner.replicas == 2
     assert once.seeds == (0,) and "confirm_points_run" not in once.counts
 
 
-def test_an_unconfirmed_count_never_prunes_another_candidate(monkeypatch, tmp_path) -> None:
+def test_an_unconfirmed_count_never_prunes_others(monkeypatch, tmp_path, workload) -> None:
     # The H100 ($3.20/GPU-hour) meets the target on 1 replica with seed 0 but not with
     # seed 1, and needs 2 ($6.40/h) under every seed; the H200 ($3.99/h) meets it on 1
     # under every seed. Seed 0 alone picks one H100; the seed rule picks one H200, which an
@@ -121,7 +121,7 @@ def test_an_unconfirmed_count_never_prunes_another_candidate(monkeypatch, tmp_pa
 
     for jobs in (1, 2):
         _fake_sweep(monkeypatch, surface)
-        found = _plan(tmp_path / f"jobs{jobs}", gpus=["h100", "h200"], seeds=2, jobs=jobs)
+        found = _plan(workload, tmp_path / f"jobs{jobs}", gpus=["h100", "h200"], seeds=2, jobs=jobs)
         win = found.winner
         assert win is not None and (win.candidate.gpu, win.replicas) == ("h200", 1), jobs
         h100 = next(c for c in found.candidates if c.candidate.gpu == "h100")
@@ -131,13 +131,13 @@ def test_an_unconfirmed_count_never_prunes_another_candidate(monkeypatch, tmp_pa
         # cost once that one is confirmed.
         assert (h100.outcome, h100.replicas) == (("meets", 2) if jobs == 1 else ("costlier", None))
     _fake_sweep(monkeypatch, surface)
-    plain = _plan(tmp_path / "plain", gpus=["h100", "h200"], seeds=1)
+    plain = _plan(workload, tmp_path / "plain", gpus=["h100", "h200"], seeds=1)
     assert plain.winner is not None and plain.winner.candidate.gpu == "h100"
 
 
-def test_plan_json_carries_the_interval(monkeypatch, tmp_path) -> None:
+def test_plan_json_carries_the_interval(monkeypatch, tmp_path, workload) -> None:
     _fake_sweep(monkeypatch, _one_seed_misses)
-    _plan(tmp_path, seeds=3)
+    _plan(workload, tmp_path, seeds=3)
     doc = json.loads((tmp_path / "out" / "plan.json").read_text())
     assert doc["schema_version"] == 4 and doc["seeds"] == [0, 1, 2]
     win = doc["winner"]
@@ -155,16 +155,16 @@ def test_plan_json_carries_the_interval(monkeypatch, tmp_path) -> None:
     assert "60.0-70.0" in (tmp_path / "out" / "report.html").read_text()
 
 
-def test_without_a_session_rate_the_seed_changes_nothing(monkeypatch, tmp_path) -> None:
+def test_without_a_session_rate_the_seed_changes_nothing(monkeypatch, tmp_path, workload) -> None:
     asked = _fake_sweep(monkeypatch, lambda gpu, n, seed: 50.0)
-    found = _plan(tmp_path, session_rate=None, seeds=3)
+    found = _plan(workload, tmp_path, session_rate=None, seeds=3)
     assert found.seeds == (0,) and all(seed == 0 for _, _, seed in asked)
     assert any("--seeds 3: the seed only draws Poisson session starts" in n for n in found.notes)
 
 
-def test_the_cli_table_shows_the_interval(monkeypatch, tmp_path, capsys) -> None:
+def test_the_cli_table_shows_the_interval(monkeypatch, tmp_path, capsys, workload) -> None:
     _fake_sweep(monkeypatch, _one_seed_misses)
-    wl = _workload(tmp_path)
+    wl = workload
     argv = ["plan", str(wl), "-m", MODEL, "--slo", SLO, "--session-rate", "1", "--gpus", "h100"]
     argv += ["--engines", "vllm", "--tp", "1", "--seeds", "3", "--out", str(tmp_path / "o")]
     assert run(argv) == 0
@@ -173,13 +173,13 @@ def test_the_cli_table_shows_the_interval(monkeypatch, tmp_path, capsys) -> None
 
 
 @pytest.mark.parametrize("value", ["0", "101", "-1", "abc", "2.5"])
-def test_bad_seeds_are_one_line(tmp_path, capsys, value) -> None:
-    wl = _workload(tmp_path)
+def test_bad_seeds_are_one_line(tmp_path, capsys, value, workload) -> None:
+    wl = workload
     argv = ["plan", str(wl), "-m", MODEL, "--slo", SLO, "--out", str(tmp_path / "out")]
     assert_clean_error(capsys, [*argv, "--seeds", value], tmp_path, "--seeds")
 
 
-def test_the_library_refuses_bad_seeds(tmp_path) -> None:
+def test_the_library_refuses_bad_seeds(tmp_path, workload) -> None:
     for bad in (0, 101, True, 2.0):
         with pytest.raises(TwinError, match="--seeds"):
-            _plan(tmp_path / "x", seeds=bad)
+            _plan(workload, tmp_path / "x", seeds=bad)
