@@ -218,7 +218,7 @@ def test_the_simulate_command_reproduces_the_winner(space: Space, tmp_path, monk
 
 def test_reports_are_written(space: Space) -> None:
     doc = json.loads((space.out / "plan.json").read_text())
-    assert doc["schema"] == "twin.plan" and doc["schema_version"] == 3
+    assert doc["schema"] == "twin.plan" and doc["schema_version"] == 4
     md = (space.out / "report.md").read_text()
     for head in ("## Winner", "## Why each other candidate lost", "## Pareto frontier"):
         assert head in md
@@ -280,7 +280,7 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
         "frontier",
         "notes",
     } <= set(doc)
-    assert doc["schema_version"] == 3 and doc["slos"] == [SLO]
+    assert doc["schema_version"] == 4 and doc["slos"] == [SLO]
     assert doc["load"] == {
         "session_rate": RATE,
         "concurrency": None,
@@ -297,6 +297,12 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
         assert key in win
     assert win["simulate_command"].startswith("twin simulate ")
     assert win["usd_per_hour"] == pytest.approx(win["gpus"] * win["usd_per_gpu_hour"])
+    # The winning count was confirmed under seeds 1 and 2 (the default --seeds 3).
+    assert doc["seeds"] == [0, 1, 2]
+    best = next(t for t in win["trials"] if t["replicas"] == win["replicas"])
+    span = best["interval_ms"][SLO]
+    assert best["seeds"] == [0, 1, 2] and best["failed_seeds"] == []
+    assert span["min"] <= best["values_ms"][SLO] <= span["max"] <= 0.7
     assert len(doc["candidates"]) == 4
     for c in doc["candidates"]:
         assert c["outcome"] in ("winner", "meets", "costlier", "pruned", "infeasible")
@@ -508,7 +514,9 @@ def test_prunes_candidates_whose_bound_costs_more(monkeypatch, tmp_path) -> None
     # tp 8 does not divide the tiny model's 4 attention heads: 6 candidates cannot run.
     assert n["pruned_cannot_meet"] == 6
     assert n["pruned_by_cost"] == 24 - 6 - 2  # the two h100 tp1 engines tie
-    assert len(asked) == n["simulated"] == 2
+    # One probe each, then seeds 1 and 2 of each: a tie may win, so both are confirmed.
+    assert n["simulated"] == 2 and len(asked) == 2 * 3
+    assert n["confirm_points_run"] == 4
 
 
 def test_runs_too_short_to_judge_stop_the_search(monkeypatch, tmp_path) -> None:
@@ -599,7 +607,7 @@ def test_short_durations_are_not_screened(monkeypatch, tmp_path) -> None:
     found = _plan_tiny(tmp_path, gpus=["h100"], engines=["vllm"], tp=[1], duration_s=200.0)
     assert 200.0 * plan_module.SCREEN_FRACTION < plan_module.SCREEN_MIN_S
     assert found.winner is not None and found.counts["screen_points_run"] == 0
-    assert asked == [(1, False)]  # one full run, no screening
+    assert asked == [(1, False)] * 3  # one full run, no screening; seeds 1 and 2 confirm it
 
 
 def test_screen_spec_scales_duration_and_warm_up() -> None:

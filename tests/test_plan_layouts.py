@@ -80,6 +80,9 @@ def test_plan_picks_1p1d_where_aggregated_misses_tpot(tmp_path: Path) -> None:
         tp=[1],
         layouts=["agg", "1p1d"],
         screen=False,
+        # One seed: at 120 s, seed 2's Poisson arrivals still rise 29% over the window, which
+        # the seed rule rightly counts as failing (tests/test_plan_seeds.py covers the rule).
+        seeds=1,
     )
     by = {c.candidate.layout: c for c in found.candidates}
     win, agg = by["1P1D"], by["agg"]

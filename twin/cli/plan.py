@@ -33,13 +33,14 @@ from twin.reports.plan import (
     DEFAULT_ENGINES,
     DEFAULT_GPUS,
     DEFAULT_LAYOUTS,
+    DEFAULT_SEEDS,
     DEFAULT_TP,
     SCREEN_FRACTION,
     SCREEN_MIN_S,
     PlanProgress,
     plan,
 )
-from twin.reports.plan_render import winner_sentence
+from twin.reports.plan_render import seed_span, seeds_text, winner_sentence
 from twin.reports.plan_result import OUTCOMES, PLAN_FILE, PlanResult
 from twin.reports.plan_search import DEFAULT_SEARCH, SEARCHES
 from twin.reports.render import HTML_FILE, MD_FILE
@@ -223,6 +224,14 @@ def plan_cmd(
         "when that short run does not rule it out (overloaded, or a target missed by half "
         f"again); needs --duration of at least {SCREEN_MIN_S / SCREEN_FRACTION:g} s.",
     ),
+    seeds: int = typer.Option(
+        DEFAULT_SEEDS,
+        "--seeds",
+        help="Seeds a deciding replica count must meet the SLOs under (every probe runs "
+        "seed 0; a candidate's fewest count that could win reruns with seeds 1 .. N-1 and "
+        "counts only if it meets under all; the answer shows each target's min-max across "
+        "them). 1: seed 0 alone. The seed draws the --session-rate arrivals.",
+    ),
     out: Path = typer.Option(
         Path("plan"), "--out", "-o", help="Output folder (reruns resume in it)."
     ),
@@ -237,9 +246,10 @@ def plan_cmd(
     Each candidate's fewest replicas is searched from an analytic lower bound;
     candidates whose bound already costs more than the best found are pruned, and
     each replica count runs a quarter of --duration first (a full run only if that
-    does not rule it out). Cost is GPUs x the GPU's on-demand price (--prices to use
-    your own). With no workload it plans the bundled chat example at 0.5 sessions/s
-    for 2400 s.
+    does not rule it out). The count that decides the answer must also meet the SLOs
+    under seeds 1 .. --seeds - 1 (the answer gives each target's min-max across them).
+    Cost is GPUs x the GPU's on-demand price (--prices to use your own). With no
+    workload it plans the bundled chat example at 0.5 sessions/s for 2400 s.
 
     Examples:
 
@@ -307,6 +317,7 @@ def plan_cmd(
             search=search,
             jobs=jobs,
             screen=screen,
+            seeds=seeds,
             command=_command_line(),
             progress=advance,
         )
@@ -319,6 +330,12 @@ def plan_cmd(
             f"; {n['screen_points_run'] + n['screen_points_found']} short screening run(s) "
             f"ruled out {n['screened_out']} replica count(s) without a full run"
             if n["screen_points_run"] + n["screen_points_found"]
+            else ""
+        )
+        + (
+            f"; {n['confirm_points_run'] + n['confirm_points_found']} confirmation run(s) "
+            f"of the deciding count(s) under {seeds_text(found.seeds[1:])}"
+            if len(found.seeds) > 1
             else ""
         ),
         highlight=False,
@@ -339,19 +356,25 @@ def plan_cmd(
 def _print(p: PlanResult) -> None:
     """The candidates, cheapest outcome first, and the winner's sentence and command."""
     table = Table(title=f"candidates ({p.prices.label})", title_justify="left")
-    for col in ("candidate", "outcome", "replicas", "GPUs", "$/hour", "why"):
+    several = len(p.seeds) > 1
+    cols = ["candidate", "outcome", "replicas", "GPUs", "$/hour"]
+    cols += [f"over {seeds_text(p.seeds)} (ms)"] * several + ["why"]
+    for col in cols:
         table.add_column(col)
     order = {o: i for i, o in enumerate(OUTCOMES)}
     for c in sorted(
         p.candidates,
         key=lambda c: (order.get(c.outcome, 9), c.usd_per_hour or float("inf"), c.candidate.label),
     ):
+        t = c.trial(c.replicas)
+        spans = [(s, seed_span(t, s)) for s in p.slos]
         table.add_row(
             c.candidate.label,
             c.outcome,
             "-" if c.replicas is None else str(c.replicas),
             "-" if c.gpus is None else str(c.gpus),
             "-" if c.usd_per_hour is None else f"${c.usd_per_hour:,.2f}",
+            *[", ".join(f"{s.text} {x}" for s, x in spans if x) or "-"] * several,
             c.reason or "-",
         )
     console.print(table)

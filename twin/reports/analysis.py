@@ -116,7 +116,7 @@ def with_binding(rows: list[dict[str, Any]], slos: Sequence[Slo]) -> list[dict[s
     return [{**r, "binding": binding_resource(r, slos)} for r in rows]
 
 
-def _interval(values: list[float]) -> float | None:
+def seed_ci_half_width(values: list[float]) -> float | None:
     """Half-width of the 95% t-interval of the mean (None below two seeds)."""
     n = len(values)
     if n < 2:
@@ -158,7 +158,7 @@ def aggregate(rows: list[dict[str, Any]], slos: Sequence[Slo] = ()) -> list[dict
             # out of the mean rather than pretend it was zero.
             vals = [float(r[m]) for r in members if r.get(m) is not None]
             agg[m] = sum(vals) / len(vals) if vals else None
-            agg[f"{m}_ci"] = _interval(vals)
+            agg[f"{m}_ci"] = seed_ci_half_width(vals)
         agg["verdict"] = worst_verdict([r.get("verdict") for r in members])
         agg["verdict_reason"] = next(
             (r.get("verdict_reason") for r in members if verdict_of(r) == agg["verdict"]), None

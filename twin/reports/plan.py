@@ -52,6 +52,7 @@ from twin.reports.plan_result import (
     CandidateResult,
     Load,
     PlanResult,
+    SeedRun,
     Trial,
 )
 from twin.reports.plan_search import (
@@ -72,9 +73,11 @@ from twin.reports.sweep import (
 )
 from twin.reports.verdicts import RUN_LENGTH, binding_resource, meets, verdict_of
 from twin.slo import Slo
-from twin.steady_state import OVERLOADED
+from twin.steady_state import OVERLOADED, STABLE
 
 WORKLOAD_CACHE = "workloads"  # OUT/workloads: workloads stretched for --duration
+# What a search asks for in one step (_Searcher._next).
+PROBE, CONFIRM, HOLD = "probe", "confirm", "hold"
 
 DEFAULT_GPUS = ("h100", "h200", "b200")
 DEFAULT_ENGINES = ("vllm", "sglang")
@@ -102,6 +105,17 @@ SMALLEST_PRICED_STEP = 64
 SCREEN_FRACTION = 0.25
 SCREEN_MARGIN = 1.5
 SCREEN_MIN_S = 60.0
+# Seeds (--seeds): every probe runs seed 0; a replica count that would decide the answer
+# (a candidate's fewest found to meet the SLOs, costing no more than the best confirmed so
+# far) is rerun with seeds 1 .. N-1 and meets only if it meets under every seed. 3 by
+# default: a count that meets under each seed half of the time (a coin flip at the SLO's
+# edge) passes one seed with probability 1/2 and three with 1/8, for two more full runs
+# of the deciding count (a judgement call; the spread of three is also the least from
+# which a t-interval is reported). The seed draws the Poisson session starts
+# (--session-rate); without a rate every seed runs the same, so seed 0 alone decides.
+DEFAULT_SEEDS = 3
+# More than this many runs of one count says nothing a t-interval of them would not.
+MAX_SEEDS = 100
 # --- inputs ------------------------------------------------------------------------
 
 
@@ -161,6 +175,20 @@ def _caches(values: Sequence[str | float]) -> list[str]:
     if not out:
         raise TwinError("--cache-gb: give at least one setting, e.g. auto")
     return list(dict.fromkeys(out))
+
+
+def _seeds(seeds: int, load: Load) -> tuple[tuple[int, ...], list[str]]:
+    """The seeds a deciding count must meet the SLOs under, and a note when the load makes
+    the seed irrelevant (no session rate: nothing random left to draw)."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS:
+        raise TwinError(f"--seeds {seeds!r}: must be a whole number from 1 to {MAX_SEEDS}")
+    if seeds > 1 and load.session_rate is None:
+        return (0,), [
+            f"--seeds {seeds}: the seed only draws Poisson session starts (--session-rate); "
+            "with the workload's own arrival times or closed-loop clients every seed runs "
+            "the same, so seed 0 alone decided"
+        ]
+    return tuple(range(seeds)), []
 
 
 def _load(
@@ -344,7 +372,7 @@ def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, s
     shares = [
         math.inf if v is None else v / s.threshold_ms
         for s in slos
-        for v in [t.values_ms.get(s.text) if t else None]
+        for v in [t.worst(s.text) if t else None]
     ]
     cost = c.usd_per_hour if c.usd_per_hour is not None else math.inf
     return (round(cost, 9), c.gpus or 0, max(shares, default=0.0), c.candidate.label)
@@ -372,6 +400,7 @@ def plan(
     search: str = DEFAULT_SEARCH,
     jobs: int = 1,
     screen: bool = True,
+    seeds: int = DEFAULT_SEEDS,
     command: str = "twin plan (invoked programmatically)",
     progress: Callable[[PlanProgress], None] | None = None,
 ) -> PlanResult:
@@ -387,7 +416,8 @@ def plan(
     deployment; ``layouts`` are the serving layouts searched (``agg``, ``1p1d``, ...:
     :mod:`reports.layouts`; each a candidate of its own, its replicas copies of it);
     ``search`` names the replica search (:data:`reports.plan_search.SEARCHES`);
-    ``progress`` sees the counts as they move.
+    ``seeds``: a count that decides the answer must meet the SLOs under seeds 0 to
+    ``seeds - 1`` (:data:`DEFAULT_SEEDS`); ``progress`` sees the counts as they move.
     """
     from twin.engine import ROUTERS
     from twin.presets import resolve_model
@@ -397,6 +427,7 @@ def plan(
     if not slo_list:
         raise TwinError("--slo: give at least one target, e.g. --slo 'p95_ttft<=500ms'")
     load = _load(session_rate, concurrency, duration_s, warmup_s)
+    seed_list, seed_notes = _seeds(seeds, load)
     gpu_names, engine_names = _gpus(gpus), _engines(engines)
     tps, caches = _tps(tp), _caches(cache)
     serving = [layout.name for layout in parse_layouts(layouts)]
@@ -436,7 +467,7 @@ def plan(
     stats = workload_stats(path)
     screen_s = (load.duration_s or 0.0) * SCREEN_FRACTION
     screening = screen and load.duration_s is not None and screen_s >= SCREEN_MIN_S
-    searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening)
+    searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening, seed_list)
     axes = (gpu_names, engine_names, tps, caches, serving)
     searcher.state.total = math.prod(len(axis) for axis in axes)
     searcher.tell()
@@ -469,7 +500,11 @@ def plan(
         screen_points_run=searcher.screen_points_run,
         screen_points_found=searcher.screen_points_found,
         screened_out=searcher.screened_out,
+        seeds=seed_list,
+        confirm_points_run=searcher.confirm_points_run,
+        confirm_points_found=searcher.confirm_points_found,
         notes=_decide(searcher.results, slo_list)
+        + seed_notes
         + (
             [
                 f"screening was off: it needs --duration of at least "
@@ -532,11 +567,18 @@ class _Searcher:
         jobs: int,
         progress: Callable[[PlanProgress], None] | None,
         screen: bool = False,
+        seeds: Sequence[int] = (0,),
     ) -> None:
         self.slos, self.load, self.out, self.jobs = slos, load, out, jobs
         self.progress = progress
         self.screen = screen
         self.screen_points_run = self.screen_points_found = self.screened_out = 0
+        # The confirmation seeds (seed 0 runs every probe); none: seed 0 alone decides.
+        self.extra = tuple(seeds[1:])
+        self.confirm_points_run = self.confirm_points_found = 0
+        # The cheapest count of an active candidate that met the SLOs with seed 0 and is
+        # not yet confirmed: dearer probes wait for its confirmation (inf: none).
+        self.provisional = math.inf
         self.state = PlanProgress(total=0)
         self.results: list[CandidateResult] = []
         self.specs: dict[int, SweepSpec] = {}
@@ -559,8 +601,8 @@ class _Searcher:
         self.specs[id(res)] = res.spec = spec
         self.searches[id(res)] = strategy(res.lower_bound or 1, res.limit)
 
-    def _point(self, r: CandidateResult, n: int) -> Point:
-        return Point(r.candidate.cache_gb, r.candidate.policy, self.load.session_rate, 0, n)
+    def _point(self, r: CandidateResult, n: int, seed: int = 0) -> Point:
+        return Point(r.candidate.cache_gb, r.candidate.policy, self.load.session_rate, seed, n)
 
     def run(self) -> None:
         queue = sorted(
@@ -578,15 +620,26 @@ class _Searcher:
                     queue = []
                     break
                 active.append(nxt)
-            asked = []
+            asked: list[tuple[CandidateResult, int]] = []
+            confirm: list[tuple[CandidateResult, int]] = []
+            self.provisional = min(
+                (r.cost(n) for r in active if (n := self._unconfirmed(r)) is not None),
+                default=math.inf,
+            )
+            held: list[tuple[CandidateResult, int]] = []
             for r in list(active):
-                n = self._next(r)
-                if n is None:
+                ask = self._next(r)
+                if ask is None:
                     active.remove(r)
-                else:
-                    asked.append((r, n))
-            if asked:
-                self._step(asked)
+                    continue
+                n, kind = ask
+                {PROBE: asked, CONFIRM: confirm, HOLD: held}[kind].append((r, n))
+            if held and not (asked or confirm):
+                # Cannot happen (the candidate holding the cheapest unconfirmed count asks
+                # below it or confirms it), but never stall: run what waited.
+                asked = held
+            if asked or confirm:
+                self._step(asked, confirm)
 
     def _prune(self, r: CandidateResult) -> None:
         r.outcome = PRUNED
@@ -597,9 +650,17 @@ class _Searcher:
         self.state.pruned += 1
         self.tell()
 
-    def _next(self, r: CandidateResult) -> int | None:
-        """The candidate's next replica count, under the cost of the best found; None (and
-        the candidate settled) when its search is done."""
+    def _unconfirmed(self, r: CandidateResult) -> int | None:
+        """``r``'s fewest count meeting the SLOs with seed 0 that the other seeds have yet
+        to confirm (None: none, or the plan has one seed)."""
+        fewest = self.searches[id(r)].fewest
+        return fewest if self.extra and fewest is not None and fewest not in r.confirmed else None
+
+    def _next(self, r: CandidateResult) -> tuple[int, str] | None:
+        """The candidate's next replica count, under the cost of the best found, and what
+        to do with it: ``PROBE`` (seed 0), ``CONFIRM`` (the other seeds of a count that
+        met the SLOs with seed 0) or ``HOLD`` (not this step); None (and the candidate
+        settled) when its search is done."""
         s = self.searches[id(r)]
         if r.outcome:  # settled by a point that cannot run
             self.state.evaluated += 1
@@ -610,18 +671,31 @@ class _Searcher:
             s.cap(math.floor(self.best / per_replica + 1e-9))
         n = s.next()
         if n is not None:
-            return n
+            if r.cost(n) > self.provisional + _CENTS:
+                # Dearer than a count another candidate has yet to confirm: wait for it
+                # (a best, which caps and prunes, is only ever a confirmed count).
+                return n, HOLD
+            return n, PROBE
         if not s.tried:  # the best found fell below its lower bound's cost before it ran
             self._prune(r)
             return None
+        fewest = self._unconfirmed(r)
+        if fewest is not None and s.pinned and r.cost(fewest) <= self.best + _CENTS:
+            # Its fewest could win (or tie): it must meet the SLOs under every seed.
+            return fewest, CONFIRM
         _settle(r, s, self.best)
         self.state.evaluated += 1
         self.tell()
         return None
 
-    def _step(self, asked: list[tuple[CandidateResult, int]]) -> None:
+    def _step(
+        self,
+        asked: list[tuple[CandidateResult, int]],
+        confirm: Sequence[tuple[CandidateResult, int]] = (),
+    ) -> None:
         """Simulate one replica count per candidate in ``asked`` (in parallel; short
-        screening runs first when screening); record them."""
+        screening runs first when screening) and the other seeds of each count in
+        ``confirm`` (full runs, a batch of their own); record them."""
         if self.screen:
             batch = [(screen_spec(self.specs[id(r)]), self._point(r, n)) for r, n in asked]
             outcome = run_pairs(batch, self.out, jobs=self.jobs)
@@ -645,7 +719,43 @@ class _Searcher:
             self.state.points += len(batch)
             for (r, n), row in zip(asked, outcome.rows, strict=True):
                 self._record(r, n, row, screened=False)
+        if confirm:
+            batch = [
+                (self.specs[id(r)], self._point(r, n, seed))
+                for r, n in confirm
+                for seed in self.extra
+            ]
+            outcome = run_pairs(batch, self.out, jobs=self.jobs)
+            self.confirm_points_run += outcome.computed
+            self.confirm_points_found += outcome.skipped
+            self.state.points += len(batch)
+            k = len(self.extra)
+            for i, (r, n) in enumerate(confirm):
+                self._confirm(r, n, outcome.rows[i * k : (i + 1) * k])
         self.tell()
+
+    def _confirm(self, r: CandidateResult, n: int, rows: list[dict[str, Any]]) -> None:
+        """The other seeds' runs of ``n`` replicas of ``r``, which met every SLO with seed
+        0: confirmed when it meets them under every seed; else it counts as failing and
+        the search goes on."""
+        t = r.trial(n)
+        assert t is not None  # a confirmation follows the count's seed-0 run
+        by_seed = tuple(
+            SeedRun(
+                seed,
+                {slo.text: row.get(slo.column) for slo in self.slos},
+                not row.get(INFEASIBLE_COLUMN) and meets(row, self.slos),
+                str(row.get(INFEASIBLE_COLUMN) or row.get("verdict")),
+            )
+            for seed, row in zip(self.extra, rows, strict=True)
+        )
+        ok = all(run.meets for run in by_seed)
+        r.trials[r.trials.index(t)] = replace(t, meets=ok, by_seed=by_seed)
+        if ok:
+            r.confirmed.add(n)
+            self.best = min(self.best, r.cost(n))
+        else:
+            self.searches[id(r)].record(n, False)
 
     def _record(self, r: CandidateResult, n: int, row: dict[str, Any], screened: bool) -> None:
         """One run of ``n`` replicas of ``r`` (a full one, or a screening run that ruled
@@ -672,7 +782,7 @@ class _Searcher:
             )
         )
         s.record(n, ok)
-        if ok:
+        if ok and not self.extra:  # with more seeds, only a confirmed count sets the best
             self.best = min(self.best, r.cost(n))
         if len(r.trials) >= 2 and all(t.run_length for t in r.trials[-2:]):
             a, b = sorted(t.replicas for t in r.trials[-2:])
@@ -734,6 +844,27 @@ def _decide(results: list[CandidateResult], slos: Sequence[Slo]) -> list[str]:
         for r in results
         if r.fallback
     ]
+    for r in results:
+        for t in sorted(r.trials, key=lambda t: t.replicas):
+            failed = [run for run in t.by_seed if not run.meets]
+            if failed:
+                why = "; ".join(
+                    f"seed {run.seed}: "
+                    + ", ".join(
+                        [
+                            f"{slo} {_ms_text(v)}"
+                            for slo in slos
+                            if (v := run.values_ms.get(slo.text)) is not None
+                            and v > slo.threshold_ms
+                        ]
+                        + [f"steady state {run.verdict}"] * (run.verdict != STABLE)
+                    )
+                    for run in failed
+                )
+                notes.append(
+                    f"{r.candidate.label}: {t.replicas} replica(s) met every SLO with seed 0 "
+                    f"but not under every seed ({why}); counted as failing, its search went on"
+                )
     unjudged = [r for r in results if r.outcome == UNJUDGED]
     if unjudged:
         notes.append(
@@ -782,6 +913,10 @@ def _settle(r: CandidateResult, s: ReplicaSearch, best: float) -> None:
     )
 
 
+def _ms_text(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.3g} ms"
+
+
 def _values(t: Trial) -> str:
     shown = ", ".join(
         f"{k}: {'-' if v is None else f'{v:,.3g} ms'}" for k, v in t.values_ms.items()
@@ -812,7 +947,9 @@ __all__ = [
     "DEFAULT_ENGINES",
     "DEFAULT_GPUS",
     "DEFAULT_LAYOUTS",
+    "DEFAULT_SEEDS",
     "DEFAULT_TP",
+    "MAX_SEEDS",
     "SCREEN_FRACTION",
     "SCREEN_MARGIN",
     "SCREEN_MIN_S",

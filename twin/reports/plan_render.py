@@ -20,7 +20,7 @@ from twin.reports.render import CSS, HTML_FILE, MD_FILE, _html_table, _md_table
 from twin.slo import LABELS, Slo
 
 if TYPE_CHECKING:
-    from twin.reports.plan_result import CandidateResult, PlanResult
+    from twin.reports.plan_result import CandidateResult, PlanResult, Trial
 
 FIGURE = "fig-frontier"
 FIGURE_CAPTION = (
@@ -39,6 +39,13 @@ BOUND_NOTE = (
 )
 
 
+SEEDS_NOTE = (
+    "Values are seed 0's (the reproduce command's); in brackets, a count's min-max across "
+    "the seeds it ran with. Only a count that decides the answer (a candidate's fewest "
+    "meeting the SLOs at no more than the best cost found) runs the other seeds."
+)
+
+
 def _money(x: float | None) -> str:
     return "-" if x is None else f"${x:,.2f}"
 
@@ -47,6 +54,19 @@ def _ms(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x:,.1f}" if abs(x) >= 10 else f"{x:,.3g}"
+
+
+def seed_span(t: Trial | None, slo: Slo) -> str | None:
+    """``slo``'s min-max across the seeds ``t`` ran (None: it ran seed 0 alone)."""
+    if t is None or not t.by_seed:
+        return None
+    span = t.interval(slo.text)
+    return "-" if span is None else f"{_ms(span[0])}-{_ms(span[1])}"
+
+
+def seeds_text(seeds: tuple[int, ...]) -> str:
+    """``seeds 0-2`` (the plan's seeds are always 0 .. N-1)."""
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
 
 
 def winner_sentence(p: PlanResult) -> str:
@@ -67,7 +87,9 @@ def winner_sentence(p: PlanResult) -> str:
     t = w.trial(w.replicas)
     values = (
         ", ".join(
-            f"P{s.percentile} {LABELS[s.metric]} {_ms(t.values_ms.get(s.text))} ms" for s in p.slos
+            f"P{s.percentile} {LABELS[s.metric]} {_ms(t.values_ms.get(s.text))} ms"
+            + (f" ({span} over {seeds_text(t.seeds)})" if (span := seed_span(t, s)) else "")
+            for s in p.slos
         )
         if t
         else ""
@@ -91,6 +113,8 @@ def _ttft_column(p: PlanResult) -> bool:
 def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
     head = ["GPU", "engine", "tp", "cache", "layout", "replicas", "GPUs", "$/GPU-hour", "$/hour"]
     head += [_metric_head(s) for s in p.slos]
+    several = len(p.seeds) > 1
+    head += [f"{_metric_head(s)} over {seeds_text(p.seeds)}" for s in p.slos] * several
     head += ["P95 TTFT (ms)"] * _ttft_column(p) + ["steady state"]
     w = p.winner
     if w is None:
@@ -100,6 +124,7 @@ def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
     row = [c.gpu, c.engine, str(c.tp), c.cache, c.layout, str(w.replicas), str(w.gpus)]
     row += [_money(w.usd_per_gpu_hour), _money(w.usd_per_hour)]
     row += [_ms(t.values_ms.get(s.text)) if t else "-" for s in p.slos]
+    row += [seed_span(t, s) or "-" for s in p.slos] * several
     row += [_ms(t.ttft_p95_ms) if t else "-"] * _ttft_column(p) + [t.verdict if t else "-"]
     return head, [row]
 
@@ -165,12 +190,25 @@ def _point_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
                     str(t.replicas),
                     str(t.replicas * c.candidate.gpus_per_replica),
                     _money(c.cost(t.replicas)),
-                    "no (screened)" if t.screened else ("yes" if t.meets else "no"),
+                    _met(t),
                     t.verdict,
-                    *(_ms(t.values_ms.get(s.text)) for s in p.slos),
+                    *(
+                        _ms(t.values_ms.get(s.text))
+                        + (f" ({span})" if (span := seed_span(t, s)) else "")
+                        for s in p.slos
+                    ),
                 ]
             )
     return head, rows
+
+
+def _met(t: Trial) -> str:
+    """A point's verdict: met, missed, ruled out short, or missed under another seed."""
+    if t.screened:
+        return "no (screened)"
+    if t.failed_seeds:
+        return f"no (seed {', '.join(map(str, t.failed_seeds))})"
+    return "yes" if t.meets else "no"
 
 
 def _price_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
@@ -206,7 +244,19 @@ def _facts(p: PlanResult) -> list[tuple[str, str]]:
             f"{n['screened_out']} replica count(s) without a full run",
         ),
         ("search", p.search),
-    ]
+    ] + (
+        [
+            (
+                "seeds",
+                f"every probe runs seed 0; a count that decides the answer meets only if it "
+                f"meets under each of {seeds_text(p.seeds)} ({n['confirm_points_run']} "
+                f"confirmation run(s) simulated, {n['confirm_points_found']} found); "
+                "intervals are min-max across them",
+            )
+        ]
+        if len(p.seeds) > 1
+        else []
+    )
 
 
 def figure(p: PlanResult) -> str:
@@ -286,6 +336,8 @@ def render_md(p: PlanResult, svg_name: str) -> str:
         parts += ["## Notes", "", *(f"- {n}" for n in p.notes), ""]
     ph, pr = _point_rows(p)
     parts += ["## Every simulated point", "", _md_table(ph, pr), ""]
+    if len(p.seeds) > 1:
+        parts += [SEEDS_NOTE, ""]
     gh, gr = _price_rows(p)
     parts += [f"## Prices ({p.prices.label})", "", _md_table(gh, gr), ""]
     return "\n".join(parts)
@@ -318,6 +370,8 @@ def render_html(p: PlanResult, svg: str) -> str:
     if p.notes:
         parts += ["<h2>Notes</h2><ul>", *(f"<li>{e(n)}</li>" for n in p.notes), "</ul>"]
     parts += ["<h2>Every simulated point</h2>", _html_table(*_point_rows(p))]
+    if len(p.seeds) > 1:
+        parts += [f"<p>{e(SEEDS_NOTE)}</p>"]
     parts += [f"<h2>Prices ({e(p.prices.label)})</h2>", _html_table(*_price_rows(p))]
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -7,6 +7,7 @@ search that fills them is :mod:`twin.reports.plan`; the renderer,
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +20,10 @@ from twin.reports.sweep import AUTO_GB, SweepSpec
 from twin.slo import Slo
 
 PLAN_SCHEMA = "twin.plan"
-# 2: screening runs (counts, trials' "screened"); 3: a candidate's serving layout
-PLAN_SCHEMA_VERSION = 3
+# 2: screening runs (counts, trials' "screened"); 3: a candidate's serving layout;
+# 4: the seeds (the plan's "seeds"; a confirmed trial's "seeds", "values_ms_by_seed",
+# "failed_seeds" and "interval_ms")
+PLAN_SCHEMA_VERSION = 4
 PLAN_FILE = "plan.json"
 # Dollars closer than this are one price (sums of float prices).
 _CENTS = 1e-9
@@ -85,6 +88,16 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class SeedRun:
+    """A confirmation run: one more seed of a replica count that met every SLO with seed 0."""
+
+    seed: int
+    values_ms: dict[str, float | None]  # by SLO text
+    meets: bool  # every target met at a stable steady state
+    verdict: str  # its steady state
+
+
+@dataclass(frozen=True)
 class Trial:
     """One simulated replica count of a candidate."""
 
@@ -97,9 +110,37 @@ class Trial:
     verdict_reason: str | None = None  # the engine's reason for its steady-state verdict
     run_length: bool = False  # every target met, too short to tell (run longer)
     screened: bool = False  # ruled out by its short screening run (no full run)
+    # The confirmation runs of a count that met every SLO with seed 0 (the fields above),
+    # one per other seed; empty: seed 0 only. ``meets`` is then whether it met them under
+    # every seed.
+    by_seed: tuple[SeedRun, ...] = ()
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        """The seeds this count ran with (seed 0 first)."""
+        return (0, *(run.seed for run in self.by_seed))
+
+    @property
+    def failed_seeds(self) -> tuple[int, ...]:
+        """The confirmation seeds under which this count missed an SLO."""
+        return tuple(run.seed for run in self.by_seed if not run.meets)
+
+    def seed_values(self, slo: str) -> list[float | None]:
+        """``slo``'s value under each of :attr:`seeds`, in that order."""
+        return [self.values_ms.get(slo), *(run.values_ms.get(slo) for run in self.by_seed)]
+
+    def interval(self, slo: str) -> tuple[float, float] | None:
+        """(min, max) of ``slo``'s value across the seeds run (None: nothing measured)."""
+        got = [v for v in self.seed_values(slo) if v is not None]
+        return (min(got), max(got)) if got else None
+
+    def worst(self, slo: str) -> float | None:
+        """``slo``'s value under the worst seed run (seed 0's when it ran alone)."""
+        span = self.interval(slo)
+        return None if span is None else span[1]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "replicas": self.replicas,
             "meets": self.meets,
             "screened": self.screened,
@@ -109,6 +150,32 @@ class Trial:
             "ttft_p95_ms": self.ttft_p95_ms,
             "key": self.key,
         }
+        if self.by_seed:  # absent: seed 0 alone (a probe, or a plan of one seed)
+            out["seeds"] = list(self.seeds)
+            out["failed_seeds"] = list(self.failed_seeds)
+            out["verdicts_by_seed"] = [self.verdict, *(run.verdict for run in self.by_seed)]
+            out["values_ms_by_seed"] = {s: self.seed_values(s) for s in self.values_ms}
+            out["interval_ms"] = {s: seed_interval(self.seed_values(s)) for s in self.values_ms}
+        return out
+
+
+def seed_interval(values: Sequence[float | None]) -> dict[str, float | None]:
+    """A value's spread across seeds: ``min`` and ``max`` (the interval the plan shows:
+    a count meets only when it meets under every seed, so the max is what decided),
+    ``mean`` and, from three seeds, ``t95_half_width``, the 95% t-interval of the mean
+    (:func:`reports.analysis.seed_ci_half_width`, as ``report capacity`` gives; with two
+    seeds its t factor is 12.7 and it says nothing)."""
+    from twin.reports.analysis import seed_ci_half_width
+
+    got = [float(v) for v in values if v is not None]
+    if not got:
+        return {"min": None, "max": None, "mean": None, "t95_half_width": None}
+    return {
+        "min": min(got),
+        "max": max(got),
+        "mean": sum(got) / len(got),
+        "t95_half_width": seed_ci_half_width(got) if len(got) >= 3 else None,
+    }
 
 
 @dataclass
@@ -129,6 +196,8 @@ class CandidateResult:
     trials: list[Trial] = field(default_factory=list)
     search: str = DEFAULT_SEARCH
     fallback: str | None = None  # why the search fell back to a linear scan
+    # Replica counts confirmed to meet every SLO under every seed of the plan.
+    confirmed: set[int] = field(default_factory=set)
 
     @property
     def simulated(self) -> bool:
@@ -249,6 +318,11 @@ class PlanResult:
     screen_points_found: int = 0  # short screening runs found in OUT/results.parquet
     screened_out: int = 0  # replica counts a screening run ruled out (no full run)
     notes: list[str] = field(default_factory=list)
+    # The seeds a count must meet the SLOs under (seed 0 runs every probe; the others
+    # confirm the counts that decide the answer); confirmation runs simulated / found.
+    seeds: tuple[int, ...] = (0,)
+    confirm_points_run: int = 0
+    confirm_points_found: int = 0
 
     @property
     def winner(self) -> CandidateResult | None:
@@ -272,6 +346,14 @@ class PlanResult:
             "screen_points_run": self.screen_points_run,
             "screen_points_found": self.screen_points_found,
             "screened_out": self.screened_out,
+            **(
+                {
+                    "confirm_points_run": self.confirm_points_run,
+                    "confirm_points_found": self.confirm_points_found,
+                }
+                if len(self.seeds) > 1
+                else {}
+            ),
         }
 
     def frontier(self) -> list[FrontierPoint]:
@@ -344,6 +426,7 @@ class PlanResult:
             "prices": self.prices.to_dict(),
             "budget_gpus": self.budget_gpus,
             "search": self.search,
+            "seeds": list(self.seeds),
             "counts": self.counts,
             "winner": None
             if win is None
