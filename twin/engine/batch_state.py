@@ -14,13 +14,14 @@ from twin.engine.admission import NewTokenRatio
 from twin.engine.seq import Seq
 
 if TYPE_CHECKING:
-    from twin.engine.scheduler import ReplicaSide
+    from twin.engine.scheduler import MemorySide, ReplicaSide
 
 
 class BatchState:
     """The queues, the decode heap and the counters of one replica's batch."""
 
     replica: ReplicaSide
+    memory: MemorySide  # the replica's
     waiting: deque[Seq]  # not yet admitted, the head first
     prefilling: deque[Seq]  # admitted, prompt not fully computed, in admission order
     decoding: list[tuple[int, int, Seq]]  # heap of (finish step, order, seq)

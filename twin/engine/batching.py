@@ -99,11 +99,11 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self.gaps = StepGaps(MAX_RUN_STEPS)
         self.warmup_s = 0.0
         self._run_cap = MIN_RUN_STEPS
-        self.shared = getattr(replica, "pool", None) is not None
-        self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
+        self.memory = replica.memory  # decode growth (dedicated memory always grows)
+        self.lpm = replica.schedule_policy == "lpm"
         # SGLang's PrefillAdder reservation (twin.engine.admission); the tokens this
         # step's admissions reserved and how many they were.
-        self.ratio: NewTokenRatio | None = getattr(replica, "new_token_ratio", None)
+        self.ratio: NewTokenRatio | None = replica.new_token_ratio
         self._step_reserved = self._step_admitted = 0
         self._ratio_blocked = False
 
@@ -199,8 +199,8 @@ class ContinuousBatching(Preemption, RatioAdmission):
                 self.step_no += m
                 if self.ratio is not None:
                     self.ratio.decayed(m)
-                if self.shared and m < run.k:
-                    self.replica.shrink((run.k - m) * len(self.decoding))
+                if m < run.k:
+                    self.memory.shrink((run.k - m) * len(self.decoding))
                 prefilled = []
             completed = self._complete_due()
             replica = self.replica
@@ -271,10 +271,9 @@ class ContinuousBatching(Preemption, RatioAdmission):
     def _plan_step(self) -> tuple[list[tuple[Seq, int]], float, int]:
         """A mixed step: decodes, prefill chunks of running sequences, then admissions;
         the chunks, the step's seconds and how many sequences decode in it."""
-        if self.shared:
-            # Each decode takes one token's pages; preempt until they fit.
-            while self.decoding and not self.replica.grow(len(self.decoding)):
-                self._make_room()
+        # Each decode takes one token's pages; preempt until they fit.
+        while self.decoding and not self.memory.grow(len(self.decoding)):
+            self._make_room()
         batch = len(self.decoding)
         ratio = self.ratio
         if ratio is not None:
@@ -341,7 +340,7 @@ class ContinuousBatching(Preemption, RatioAdmission):
         """The next pure-decode steps, up to the next completion (or the cap, when priced);
         a priced run writes its step ends into ``ends`` (the gaps' buffer, ``StepGaps``).
 
-        With a shared pool the run also stops where the pool runs out (its pages
+        The run also stops where a shared pool runs out (its pages
         are taken now; those of steps not run are given back); ``None`` when not
         even one step fits: a request was preempted instead.
         """
@@ -356,15 +355,14 @@ class ContinuousBatching(Preemption, RatioAdmission):
             k = self._run_cap
         if self._ratio_blocked and self.waiting:
             k = self._ratio_cut(k)
-        if self.shared:
-            replica = self.replica
-            if not replica.grow(k * batch):
-                k = min(k, replica.room_tokens() // batch)
-                if k == 0:
-                    self._make_room()
-                    return None
-                replica.grow(k * batch)
-                capped = False
+        memory = self.memory
+        if not memory.grow(k * batch):
+            k = min(k, memory.room_tokens() // batch)
+            if k == 0:
+                self._make_room()
+                return None
+            memory.grow(k * batch)
+            capped = False
         if fit is not None:
             a, b = fit
             return DecodeRun(k, a + b * context, b * batch)

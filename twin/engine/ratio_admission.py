@@ -40,7 +40,7 @@ class RatioAdmission(BatchState):
         ratio = self.ratio
         assert ratio is not None
         room = (
-            self.replica.headroom_tokens()
+            self.memory.headroom_tokens()
             - ratio.reserved(self._running_left())
             - self._step_reserved
         )
@@ -64,6 +64,6 @@ class RatioAdmission(BatchState):
         reserved = np.maximum(ratio.ratio - j * ratio.decay, ratio.min) * (
             sum(min(t, ratio.clip) for t in left) - j * shrinking
         )
-        room = self.replica.headroom_tokens() - j * batch - reserved
+        room = self.memory.headroom_tokens() - j * batch - reserved
         ok = np.flatnonzero(room > self.replica.ratio_candidate(self.waiting[0]))
         return int(ok[0]) + 1 if ok.size else k

@@ -18,7 +18,7 @@ its memory. The two meet through :class:`ReplicaSide`, so a new scheduler
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, Protocol
 
 from twin.engine.admission import NewTokenRatio
@@ -33,10 +33,63 @@ from twin.errors import TwinError
 from twin.token_gaps import TokenGaps
 
 
-class ReplicaSide(Protocol):
-    """What a scheduler asks of its replica (cache admissions and memory)."""
+class MemorySide(Protocol):
+    """What a scheduler asks of its replica's memory (a
+    :class:`twin.engine.memory_strategies.MemoryStrategy`): decode growth. Dedicated
+    memory always grows (a request's whole footprint was reserved at admission)."""
 
-    copy_s: float  # seconds one checkpoint copy adds to the step that makes it
+    def grow(self, tokens: int) -> bool:
+        """Take ``tokens`` tokens' memory for running requests; ``False``: no room."""
+        ...
+
+    def shrink(self, tokens: int) -> None:
+        """Give back ``tokens`` tokens' memory taken by :meth:`grow` but not used."""
+        ...
+
+    def room_tokens(self) -> int:
+        """Tokens' memory free now (after a failed :meth:`grow`: all it can free)."""
+        ...
+
+    def headroom_tokens(self) -> int:
+        """Free + evictable tokens (SGLang's ``available_size + evictable_size``)."""
+        ...
+
+
+# An engine flag's value as a scheduler reads it from ``scheduler_options``.
+OptionValue = str | int | float | bool
+
+
+class ReplicaSide(Protocol):
+    """What a scheduler asks of its replica (cache admissions and memory), and the
+    engine mode's scheduler settings the replica carries."""
+
+    @property
+    def memory(self) -> MemorySide: ...
+
+    @property
+    def copy_s(self) -> float:
+        """Seconds one checkpoint copy adds to the step that makes it."""
+        ...
+
+    @property
+    def preemption(self) -> str:
+        """``recompute`` (vLLM) or ``retract`` (SGLang)."""
+        ...
+
+    @property
+    def schedule_policy(self) -> str:
+        """``fcfs`` or ``lpm``."""
+        ...
+
+    @property
+    def new_token_ratio(self) -> NewTokenRatio | None:
+        """SGLang's admission control (``None``: admission by memory alone)."""
+        ...
+
+    @property
+    def scheduler_options(self) -> Mapping[str, OptionValue]:
+        """The scheduler's own settings (an engine mode's flags)."""
+        ...
 
     def write_back_time(self) -> float:
         """Seconds of the host tier's write-back copies since the last call."""
@@ -54,24 +107,21 @@ class ReplicaSide(Protocol):
         """Cache what the step's end makes visible, free what completed; return the copies."""
         ...
 
-    # Shared KV pool only (``pool`` is not None): decode growth and preemption.
-    pool: Any
-    preemption: str
-    schedule_policy: str  # "fcfs" or "lpm"
+    def cached_prefix(self, seq: Seq) -> int:
+        """Tokens of ``seq``'s prompt the cache would hit now."""
+        ...
 
-    def cached_prefix(self, seq: Seq) -> int: ...
+    def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
+        """Free ``seq``'s memory and cache hold; it starts again (a pool ran out)."""
+        ...
 
-    def grow(self, tokens: int) -> bool: ...
-    def room_tokens(self) -> int: ...
-    def shrink(self, tokens: int) -> None: ...
-    def preempt(self, seq: Seq, decoded: int, kept: int) -> None: ...
-    def unreserve(self, seq: Seq) -> None: ...
+    def unreserve(self, seq: Seq) -> None:
+        """A waiting ``seq`` gives back the memory :meth:`fits` took."""
+        ...
 
-    # SGLang's new_token_ratio admission control (None: admission by memory alone).
-    new_token_ratio: NewTokenRatio | None
-
-    def headroom_tokens(self) -> int: ...
-    def ratio_candidate(self, seq: Seq) -> int: ...
+    def ratio_candidate(self, seq: Seq) -> int:
+        """Tokens ``seq`` must find free to pass SGLang's ratio check."""
+        ...
 
 
 class Scheduler(Protocol):

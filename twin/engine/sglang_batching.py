@@ -62,7 +62,7 @@ class SGLangBatching(ContinuousBatching):
         max_running: int,
     ) -> None:
         super().__init__(env, replica, pricer, max_batched_tokens, max_running)
-        options = getattr(replica, "scheduler_options", {}) or {}
+        options = replica.scheduler_options
         self.max_prefill = int(options.get("max_prefill_tokens", MAX_PREFILL_TOKENS))
         self.full = False  # SGLang's running_batch.batch_is_full
         self.prefill_steps = 0  # steps that were prefill batches (no decodes)

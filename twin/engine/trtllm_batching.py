@@ -45,9 +45,8 @@ class TRTLLMBatching(ContinuousBatching):
 
     def _plan_step(self) -> tuple[list[tuple[Seq, int]], float, int]:
         """Generation tokens first, then waiting contexts whole while they fit the budget."""
-        if self.shared:
-            while self.decoding and not self.replica.grow(len(self.decoding)):
-                self._make_room()
+        while self.decoding and not self.memory.grow(len(self.decoding)):
+            self._make_room()
         batch = len(self.decoding)
         ratio = self.ratio
         if ratio is not None:
