@@ -401,7 +401,8 @@ def test_vllm_hybrids_hold_a_state_per_drafted_token():
         run.workload,
     )
     assert (
-        replica.memory.kv.most(1000) - plain.replicas[0].memory.kv.most(1000) >= 3 * HYBRID.ssm_checkpoint_bytes
+        replica.memory.kv.most(1000) - plain.replicas[0].memory.kv.most(1000)
+        >= 3 * HYBRID.ssm_checkpoint_bytes
     )
     assert (
         build_run(CHAT, model="llama-3.1-8b", engine="vllm", sets=eagle3(3)).config.speculative[

@@ -1,32 +1,25 @@
 """What a replica's running requests hold, one class per memory mode, found by name.
 
-A replica is given one :class:`MemoryStrategy` (built by the cluster from the
-engine configuration: :func:`memory_mode` names it, :data:`MEMORY_STRATEGIES`
-holds the classes) and, optionally, a :class:`HostTier`:
+The cluster gives each replica one :class:`MemoryStrategy`, named by
+:func:`memory_mode` from :data:`MEMORY_STRATEGIES`, and optionally a :class:`HostTier`:
 
-- :class:`DedicatedMemory` (``dedicated``; the Marconi paper, ``--cache-gb G``): a
-  sequence's memory (KV of its prompt + output tokens, and its live SSM states) is
-  reserved whole at admission, so a full replica queues instead of overcommitting and
-  nothing is ever preempted. The reservation ignores the hit (the cache's bytes are a
-  separate partition of ``--cache-gb``);
-- :class:`SharedPoolMemory` (``shared_pool``; the engines, ``--cache-gb auto``): one KV
-  pool (:class:`twin.cache.pool.SharedPool`) holds running requests' pages and the
-  cache's. Admission takes the prompt's pages (the hit's come back once the lookup is
-  done) and the request's recurrent-state slots; decode steps take one token's pages
-  per running request (:meth:`MemoryStrategy.grow`); a failed allocation evicts cached
-  pages, then the scheduler preempts. Pages a prefill-end insert caches are handed to
-  the cache (shared, counted once). A running request's bytes follow the engine's
-  allocator (:mod:`twin.memory.footprint`, issue 15);
-- :class:`SplitPoolsMemory` (``split_pools``): SGLang's two pools for a hybrid model
-  (:class:`twin.cache.pool.SplitPool`): state slots from the mamba pool, tokens from the
-  KV pool, each evicting cached entries of its own kind;
-- :class:`HostTier` (write-through) and :class:`WriteBackHostTier`
-  (:data:`HOST_TIERS`, by SGLang's ``--hicache-write-policy``): a host-memory tier under
-  the device cache, whose loads lengthen a request's first step and whose write-back
-  copies lengthen the step that evicts.
+- ``dedicated`` (the Marconi paper, ``--cache-gb G``): a sequence's memory (KV of its
+  prompt + output tokens, and its live SSM states) is reserved whole at admission, so a
+  full replica queues instead of overcommitting and nothing is ever preempted. The
+  reservation ignores the hit (the cache's bytes are a separate partition of ``--cache-gb``);
+- ``shared_pool`` (the engines, ``--cache-gb auto``): one KV pool
+  (:class:`twin.cache.pool.SharedPool`) holds running requests' pages and the cache's.
+  Admission takes the prompt's pages (the hit's come back once the lookup is done) and
+  the request's recurrent-state slots; decode steps take one token's pages per running
+  request (:meth:`MemoryStrategy.grow`); a failed allocation evicts cached pages, then the
+  scheduler preempts. Pages a prefill-end insert caches are handed to the cache (shared,
+  counted once). A request's bytes follow the engine's allocator (twin.memory.footprint);
+- ``split_pools``: SGLang's KV pool and mamba pool for a hybrid model
+  (:class:`twin.cache.pool.SplitPool`), each evicting cached entries of its own kind;
+- a host tier by SGLang's ``--hicache-write-policy`` (:data:`HOST_TIERS`): its loads
+  lengthen a request's first step, write-back copies the step that evicts.
 
-Either way a request that could never fit is rejected and recorded at once
-(:meth:`MemoryStrategy.too_big`).
+A request that could never fit is rejected at once (:meth:`MemoryStrategy.too_big`).
 """
 
 from __future__ import annotations
@@ -68,14 +61,13 @@ class MemoryStrategy:
     """A replica's memory for running requests (module docstring): one subclass a mode."""
 
     name: ClassVar[str] = ""
-    # Running requests and the cache share one pool of pages: admission takes pages,
-    # decode steps grow them, a full pool preempts (SGLang's admission control and vLLM's
-    # cached preemption apply only then).
+    # Running requests and the cache share one pool (admission takes pages, decodes grow
+    # them, a full pool preempts): SGLang's admission control and vLLM's cached
+    # preemption apply only then.
     pooled: ClassVar[bool] = True
-    # Whether a completion takes its tokens off the routers' load signal. Dedicated
-    # memory does not: since aaaed31 (an indentation slip) its completions never lower
-    # ``outstanding_tokens``; kept so that outputs stay byte-identical (issue 33, memory
-    # strategies step: decisions.md).
+    # Whether a completion lowers the routers' load signal. Dedicated memory's never has
+    # since aaaed31 (an indentation slip), kept for byte-identical outputs (decisions.md,
+    # issue 33, memory strategies step).
     frees_load: ClassVar[bool] = True
 
     def __init__(self, setup: MemorySetup) -> None:
@@ -91,7 +83,7 @@ class MemoryStrategy:
         raise NotImplementedError
 
     def too_big(self, footprint: int) -> bool:
-        """Whether a request of ``footprint`` bytes can never fit (rejected at once)."""
+        """Whether a request of ``footprint`` bytes can never fit."""
         return footprint > self.budget
 
     def fits(self, seq: Seq) -> bool:
@@ -116,7 +108,6 @@ class MemoryStrategy:
     def unreserve(self, seq: Seq) -> None:
         """A waiting ``seq`` gives back what :meth:`fits` took for it."""
 
-    # Decode growth, as the scheduler asks it (twin.engine.scheduler.MemorySide).
     def grow(self, tokens: int) -> bool:
         """Take ``tokens`` tokens' memory for running requests; ``False``: no room."""
         return True
@@ -133,10 +124,10 @@ class MemoryStrategy:
         return UNBOUNDED
 
     def state_tokens(self) -> int:
-        """A request's state slots in tokens of the pool that gates them with its tokens."""
+        """A request's state slots in tokens of the pool that holds its tokens too."""
         return 0
 
-    # A disaggregated decode worker: the memory is reserved before the KV transfer.
+    # A disaggregated decode worker reserves a request's memory before the KV transfer.
     def reserve(self, seq: Seq) -> bool:
         """Take ``seq``'s memory before it queues; ``False``: not now."""
         return self.fits(seq)
@@ -150,7 +141,7 @@ class MemoryStrategy:
         self.admitted(seq, 0)
 
     def stats(self) -> dict[str, Any] | None:
-        """The summary's ``pool`` section of the replica (``None``: no pool)."""
+        """The replica's ``pool`` section of the summary (``None``: no pool)."""
         return None
 
 
@@ -158,8 +149,7 @@ class DedicatedMemory(MemoryStrategy):
     """Whole footprints reserved at admission beside a cache of its own (module docstring)."""
 
     name = "dedicated"
-    pooled = False
-    frees_load = False
+    pooled = frees_load = False
 
     def __init__(self, setup: MemorySetup) -> None:
         super().__init__(setup)
@@ -177,14 +167,11 @@ class DedicatedMemory(MemoryStrategy):
     def completed(self, seq: Seq) -> None:
         self.used -= seq.footprint
 
-    def preempted(self, seq: Seq, decoded: int) -> None:
-        raise AssertionError("dedicated memory never preempts (its decode growth never fails)")
-
     def reserve(self, seq: Seq) -> bool:
-        if not self.fits(seq):
-            return False
-        self.admitted(seq, 0)
-        return True
+        ok = self.fits(seq)
+        if ok:
+            self.admitted(seq, 0)
+        return ok
 
     def fits_reserved(self, seq: Seq) -> bool:
         return True  # reserved whole, never preempted
@@ -224,7 +211,7 @@ class SharedPoolMemory(MemoryStrategy):
         return True
 
     def _take(self, need: int) -> int | None:
-        """Take a request's tokens' bytes and its state slots; the bytes it now holds."""
+        """Take a request's tokens and state slots; the bytes it holds (``None``: no room)."""
         need += self.kv.state
         return need if self.pool.allocate(need) else None
 
@@ -242,21 +229,17 @@ class SharedPoolMemory(MemoryStrategy):
         seq.alloc -= back
 
     def prefilled(self, seq: Seq, tokens: int) -> None:
-        if tokens:
-            # Those prompt pages are the cache's now (shared, counted once).
+        if tokens:  # those prompt pages are the cache's now (shared, counted once)
             handed = min(self.kv.handed(tokens), seq.alloc)
             self.pool.hand_to_cache(handed)
             seq.alloc -= handed
 
     def completed(self, seq: Seq) -> None:
-        # Its pages come free first: the cache may keep them (vLLM's freed blocks stay
-        # hashed; SGLang's cache_finished_req inserts them).
-        self._free(seq, seq.finish_step - seq.start_step)
+        # Freed as a preemption frees, before the cache may keep its pages (vLLM's freed
+        # blocks stay hashed; SGLang's cache_finished_req inserts them).
+        self.preempted(seq, seq.finish_step - seq.start_step)
 
     def preempted(self, seq: Seq, decoded: int) -> None:
-        self._free(seq, decoded)
-
-    def _free(self, seq: Seq, decoded: int) -> None:
         pool = self.pool
         pool.release(seq.alloc + decoded * self.growth)
         self._free_states()
@@ -276,8 +259,7 @@ class SharedPoolMemory(MemoryStrategy):
         self.pool.release(tokens * self.growth)
 
     def room_tokens(self) -> int:
-        g = self.growth
-        return max(self.pool.free, 0) // g if g else UNBOUNDED
+        return max(self.pool.free, 0) // self.growth if self.growth else UNBOUNDED
 
     def headroom_tokens(self) -> int:
         # Every cached page counts as evictable but those known pinned (the pool's floor).
@@ -285,9 +267,7 @@ class SharedPoolMemory(MemoryStrategy):
         return (pool.size - pool.running - pool.floor) // g if g else UNBOUNDED
 
     def state_tokens(self) -> int:
-        # One pool: the state slots are bytes of it too (split pools gate them apart).
-        g = self.growth
-        return -(-self.kv.state // g) if g else 0
+        return -(-self.kv.state // self.growth) if self.growth else 0
 
     def stats(self) -> dict[str, Any] | None:
         pool = self.pool
@@ -308,12 +288,9 @@ class SplitPoolsMemory(SharedPoolMemory):
     def _make_pool(self, setup: MemorySetup) -> SplitPool:
         cache = setup.cache
         if not isinstance(cache, HybridRadixCache):
-            raise TwinError(
-                f"split KV/state pools need SGLang's hybrid radix cache, not {type(cache).__name__}"
-            )
+            raise TwinError(f"split pools need SGLang's hybrid radix cache, not {cache!r}")
         pool = SplitPool(int(setup.budget), cache)
-        if setup.verify_states:
-            # SGLang's speculative verify buffer, taken from the mamba pool for good.
+        if setup.verify_states:  # SGLang's speculative verify buffer, off the mamba pool
             pool.reserve_states(
                 sglang_verify_reserve(
                     pool.state_size,
@@ -345,15 +322,15 @@ class SplitPoolsMemory(SharedPoolMemory):
         self.pool.release_states(self.kv.state)
 
     def state_tokens(self) -> int:
-        return 0  # gated by the mamba pool, not counted against the KV pool's tokens
+        return 0  # gated by the mamba pool, not by the KV pool's tokens
 
     def stats(self) -> dict[str, Any] | None:
-        out = super().stats()
-        assert out is not None
         pool = self.pool
-        out["state_bytes"] = pool.state_size
-        out["peak_running_state_bytes"] = pool.peak_running_states
-        return out
+        return {
+            **(super().stats() or {}),
+            "state_bytes": pool.state_size,
+            "peak_running_state_bytes": pool.peak_running_states,
+        }
 
 
 MEMORY_STRATEGIES: dict[str, type[MemoryStrategy]] = {
@@ -362,32 +339,24 @@ MEMORY_STRATEGIES: dict[str, type[MemoryStrategy]] = {
 
 
 def memory_mode(shared_pool: bool, cache: CacheStructure) -> str:
-    """The strategy's name for a replica: ``--cache-gb G`` dedicated memory; ``auto`` one
-    shared pool, or SGLang's split pools where the structure is its hybrid radix cache."""
+    """A replica's strategy: ``--cache-gb G`` dedicated; ``auto`` one shared pool, or
+    SGLang's split pools where the structure is its hybrid radix cache."""
     if not shared_pool:
         return DedicatedMemory.name
-    if isinstance(cache, HybridRadixCache):
-        return SplitPoolsMemory.name
-    return SharedPoolMemory.name
+    split = isinstance(cache, HybridRadixCache)
+    return SplitPoolsMemory.name if split else SharedPoolMemory.name
 
 
 def get_memory(name: str, setup: MemorySetup) -> MemoryStrategy:
     """The strategy registered as ``name``, built from ``setup``."""
-    try:
-        cls = MEMORY_STRATEGIES[name]
-    except KeyError:
-        raise TwinError(
-            f"unknown memory strategy {name!r}; valid: {', '.join(MEMORY_STRATEGIES)}"
-        ) from None
-    return cls(setup)
+    if name not in MEMORY_STRATEGIES:
+        raise TwinError(f"unknown memory strategy {name!r}; valid: {', '.join(MEMORY_STRATEGIES)}")
+    return MEMORY_STRATEGIES[name](setup)
 
 
 class HostTier:
-    """A host-memory tier under the device cache, filled as the copies are made
-    (SGLang's ``write_through``/``write_through_selective``, vLLM's CPU offload):
-    nothing waits for a copy at eviction."""
-
-    name: ClassVar[str] = "write_through"
+    """A host-memory tier under the device cache, filled as copies are made (SGLang's
+    ``write_through``/``write_through_selective``, vLLM's CPU offload): no eviction waits."""
 
     def __init__(self, cache: CacheStructure, pricer: StepPricer, write_policy: str) -> None:
         self.cache = cache
@@ -401,36 +370,27 @@ class HostTier:
         return RequestCache(device, self.cache, self.write_policy)
 
     def load_time(self, tokens: int, states: int) -> float:
-        """Seconds to load ``tokens`` (and ``states``) back before the prefill uses them.
-
-        (HiCache's load_back, vLLM's CPU offload connector), priced by the cost
-        model's host-to-device copies; not overlapped with compute.
-        """
+        """Seconds to load a hit back before the prefill can use it (HiCache's load_back,
+        vLLM's CPU offload connector): host-to-device copies, not overlapped with compute."""
         seconds = self.pricer.hit_work_time(0, tokens, states)
         self.loaded_tokens += tokens
         self.load_s += seconds
         return seconds
 
     def write_back_time(self, requests: RequestCache) -> float:
-        """Seconds of the write-back copies made since the last call (none here)."""
+        """Seconds of the write-back copies made since the last call."""
         return 0.0
 
     def stats(self, requests: RequestCache) -> dict[str, Any]:
-        """The summary's ``host_cache`` section of the replica."""
-        return {
-            **cache_stats(self.cache),
-            "capacity_bytes": self.cache.capacity,
-            "loaded_tokens": self.loaded_tokens,
-            "load_s": self.load_s,
-        }
+        """The replica's ``host_cache`` section of the summary."""
+        capacity = {"capacity_bytes": self.cache.capacity}
+        loads = {"loaded_tokens": self.loaded_tokens, "load_s": self.load_s}
+        return {**cache_stats(self.cache), **capacity, **loads}
 
 
 class WriteBackHostTier(HostTier):
     """SGLang's ``write_back``: an eviction copies to the host and waits for the copy
-    (``HiRadixCache.evict``, ``writing_check(write_back=True)``): the scheduler adds the
-    copies' seconds to the step during which the evictions happened."""
-
-    name = "write_back"
+    (``HiRadixCache.evict``, ``writing_check(write_back=True)``), in the step that evicts."""
 
     def __init__(self, cache: CacheStructure, pricer: StepPricer, write_policy: str) -> None:
         super().__init__(cache, pricer, write_policy)
@@ -448,12 +408,8 @@ class WriteBackHostTier(HostTier):
         return seconds
 
     def stats(self, requests: RequestCache) -> dict[str, Any]:
-        # Copies evictions waited for (summaries of other policies unchanged).
-        return {
-            **super().stats(requests),
-            "written_back_tokens": requests.written_back_tokens,
-            "write_back_s": self.write_s,
-        }
+        copies = {"written_back_tokens": requests.written_back_tokens, "write_back_s": self.write_s}
+        return {**super().stats(requests), **copies}
 
 
 # By SGLang's --hicache-write-policy (twin.cache.requests.WRITE_POLICIES).

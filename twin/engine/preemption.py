@@ -26,7 +26,7 @@ class Preemption(BatchState):
         SGLang's schedulers.)
         """
         if self.waiting and self.waiting[0].alloc:
-            self.replica.unreserve(self.waiting[0])
+            self.memory.unreserve(self.waiting[0])
         else:
             self._preempt_one()
 
@@ -76,5 +76,5 @@ class Preemption(BatchState):
         if self.waiting and self.waiting[0].alloc:
             # The old head's pages were taken while it waited for the token budget;
             # it is no longer first, so it gives them back (no one waits holding pages).
-            self.replica.unreserve(self.waiting[0])
+            self.memory.unreserve(self.waiting[0])
         self.waiting.appendleft(victim)

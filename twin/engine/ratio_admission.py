@@ -27,6 +27,16 @@ class RatioAdmission(BatchState):
         left.extend(q.out_len - q.generated for q in list(self.prefilling)[:earlier])
         return left
 
+    def _ratio_candidate(self, seq: Seq) -> int:
+        """Tokens ``seq`` must find free to pass ``add_one_req``: its extend (what is not
+        cached on the GPU), its clipped remaining output, one page
+        (``per_req_token_overhead``) and its state slots' bytes in tokens."""
+        ratio = self.ratio
+        assert ratio is not None
+        extend = seq.prompt_len + seq.generated - self.replica.cached_prefix(seq)
+        left = seq.out_len - seq.generated
+        return ratio.candidate(max(extend, 1), left) + self.memory.state_tokens()
+
     def _ratio_admits(self, seq: Seq) -> bool:
         """SGLang ``PrefillAdder.add_one_req``: the candidate fits under the room left.
 
@@ -44,7 +54,7 @@ class RatioAdmission(BatchState):
             - ratio.reserved(self._running_left())
             - self._step_reserved
         )
-        return self.replica.ratio_candidate(seq) < room
+        return self._ratio_candidate(seq) < room
 
     def _ratio_cut(self, k: int) -> int:
         """Steps of a decode run after which the queue's head passes the ratio check.
@@ -65,5 +75,5 @@ class RatioAdmission(BatchState):
             sum(min(t, ratio.clip) for t in left) - j * shrinking
         )
         room = self.memory.headroom_tokens() - j * batch - reserved
-        ok = np.flatnonzero(room > self.replica.ratio_candidate(self.waiting[0]))
+        ok = np.flatnonzero(room > self._ratio_candidate(self.waiting[0]))
         return int(ok[0]) + 1 if ok.size else k

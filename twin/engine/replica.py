@@ -189,22 +189,6 @@ class Replica:
         """Tokens of ``seq``'s prompt the cache would hit now (no recency change)."""
         return self.cache.peek(seq.req.prompt)
 
-    def ratio_candidate(self, seq: Seq) -> int:
-        """Tokens ``seq`` must find free to pass SGLang's ``add_one_req`` check.
-
-        Its extend (what is not cached on the GPU), its clipped remaining output,
-        one page (``per_req_token_overhead``), and its state slots' bytes in tokens.
-        """
-        ratio = self.new_token_ratio
-        assert ratio is not None
-        extend = seq.prompt_len + seq.generated - self.cached_prefix(seq)
-        state = self.memory.state_tokens()
-        return ratio.candidate(max(extend, 1), seq.out_len - seq.generated) + state
-
-    def unreserve(self, seq: Seq) -> None:
-        """A waiting request gives back the memory :meth:`fits` took for it."""
-        self.memory.unreserve(seq)
-
     def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
         """Free ``seq``'s memory and its hold on the cache; it will start again.
 

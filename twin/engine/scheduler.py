@@ -34,94 +34,37 @@ from twin.token_gaps import TokenGaps
 
 
 class MemorySide(Protocol):
-    """What a scheduler asks of its replica's memory (a
-    :class:`twin.engine.memory_strategies.MemoryStrategy`): decode growth. Dedicated
-    memory always grows (a request's whole footprint was reserved at admission)."""
+    """What a scheduler asks of its replica's memory (decode growth and giving back);
+    :class:`twin.engine.memory_strategies.MemoryStrategy` documents each."""
 
-    def grow(self, tokens: int) -> bool:
-        """Take ``tokens`` tokens' memory for running requests; ``False``: no room."""
-        ...
-
-    def shrink(self, tokens: int) -> None:
-        """Give back ``tokens`` tokens' memory taken by :meth:`grow` but not used."""
-        ...
-
-    def room_tokens(self) -> int:
-        """Tokens' memory free now (after a failed :meth:`grow`: all it can free)."""
-        ...
-
-    def headroom_tokens(self) -> int:
-        """Free + evictable tokens (SGLang's ``available_size + evictable_size``)."""
-        ...
-
-
-# An engine flag's value as a scheduler reads it from ``scheduler_options``.
-OptionValue = str | int | float | bool
+    def grow(self, tokens: int) -> bool: ...
+    def shrink(self, tokens: int) -> None: ...
+    def room_tokens(self) -> int: ...
+    def headroom_tokens(self) -> int: ...
+    def state_tokens(self) -> int: ...
+    def unreserve(self, seq: Seq) -> None: ...
 
 
 class ReplicaSide(Protocol):
-    """What a scheduler asks of its replica (cache admissions and memory), and the
-    engine mode's scheduler settings the replica carries."""
+    """What a scheduler asks of its replica (cache admissions, memory, the engine mode's
+    scheduler settings); :class:`twin.engine.replica.Replica` documents each."""
+
+    copy_s: float  # seconds one checkpoint copy adds to the step that makes it
+    preemption: str  # "recompute" (vLLM) or "retract" (SGLang)
+    schedule_policy: str  # "fcfs" or "lpm"
+    new_token_ratio: NewTokenRatio | None  # SGLang's admission control (None: memory alone)
 
     @property
     def memory(self) -> MemorySide: ...
-
     @property
-    def copy_s(self) -> float:
-        """Seconds one checkpoint copy adds to the step that makes it."""
-        ...
+    def scheduler_options(self) -> Mapping[str, str | int | float | bool]: ...
 
-    @property
-    def preemption(self) -> str:
-        """``recompute`` (vLLM) or ``retract`` (SGLang)."""
-        ...
-
-    @property
-    def schedule_policy(self) -> str:
-        """``fcfs`` or ``lpm``."""
-        ...
-
-    @property
-    def new_token_ratio(self) -> NewTokenRatio | None:
-        """SGLang's admission control (``None``: admission by memory alone)."""
-        ...
-
-    @property
-    def scheduler_options(self) -> Mapping[str, OptionValue]:
-        """The scheduler's own settings (an engine mode's flags)."""
-        ...
-
-    def write_back_time(self) -> float:
-        """Seconds of the host tier's write-back copies since the last call."""
-        ...
-
-    def fits(self, seq: Seq) -> bool:
-        """Whether ``seq``'s memory can be reserved now."""
-        ...
-
-    def admit(self, seq: Seq) -> None:
-        """Look ``seq`` up in the cache (sets ``seq.hit``, ``seq.hit_work_s``), reserve memory."""
-        ...
-
-    def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
-        """Cache what the step's end makes visible, free what completed; return the copies."""
-        ...
-
-    def cached_prefix(self, seq: Seq) -> int:
-        """Tokens of ``seq``'s prompt the cache would hit now."""
-        ...
-
-    def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
-        """Free ``seq``'s memory and cache hold; it starts again (a pool ran out)."""
-        ...
-
-    def unreserve(self, seq: Seq) -> None:
-        """A waiting ``seq`` gives back the memory :meth:`fits` took."""
-        ...
-
-    def ratio_candidate(self, seq: Seq) -> int:
-        """Tokens ``seq`` must find free to pass SGLang's ratio check."""
-        ...
+    def write_back_time(self) -> float: ...
+    def fits(self, seq: Seq) -> bool: ...
+    def admit(self, seq: Seq) -> None: ...
+    def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int: ...
+    def cached_prefix(self, seq: Seq) -> int: ...
+    def preempt(self, seq: Seq, decoded: int, kept: int) -> None: ...
 
 
 class Scheduler(Protocol):
