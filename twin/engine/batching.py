@@ -287,19 +287,25 @@ class ContinuousBatching(Preemption, RatioAdmission):
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
             budget -= c
-        extra = 0.0  # a hit's own work (non-prefix or host-loaded) lengthens its first step
-        while budget > 0 and self._can_admit():
-            seq, work = self._admit_head()
-            extra += work
-            c = min(seq.prefill_left, budget)
-            chunked.append((seq, c))
-            budget -= c
+        extra = self._admissions(chunked, budget)
         self._step_reserved = self._step_admitted = 0  # the next step starts afresh
         n = self.step_no + 1
         seconds = self.pricer.step_time(
             [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
         )
         return chunked, seconds + extra, batch
+
+    def _admissions(self, chunked: list[tuple[Seq, int]], budget: int) -> float:
+        """Admit from the queue into the step's ``chunked`` while ``budget`` tokens last;
+        the seconds the admitted hits' own work (non-prefix or host-loaded) adds."""
+        extra = 0.0
+        while budget > 0 and self._can_admit():
+            seq, work = self._admit_head()
+            extra += work
+            c = min(seq.prefill_left, budget)
+            chunked.append((seq, c))
+            budget -= c
+        return extra
 
     def _admit_head(self) -> tuple[Seq, float]:
         """Admit the queue's head into this step's prefills; return it and the seconds its

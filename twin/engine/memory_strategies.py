@@ -287,8 +287,7 @@ class SplitPoolsMemory(SharedPoolMemory):
 
     def _make_pool(self, setup: MemorySetup) -> SplitPool:
         cache = setup.cache
-        if not isinstance(cache, HybridRadixCache):
-            raise TwinError(f"split pools need SGLang's hybrid radix cache, not {cache!r}")
+        assert isinstance(cache, HybridRadixCache), "memory_mode names split pools for it"
         pool = SplitPool(int(setup.budget), cache)
         if setup.verify_states:  # SGLang's speculative verify buffer, off the mamba pool
             pool.reserve_states(
