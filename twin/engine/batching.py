@@ -9,8 +9,8 @@ SGLang style):
 - admission is FCFS from the waiting queue (or SGLang's ``lpm`` order,
   :mod:`twin.engine.lpm`), while the budget, the ``max_running`` cap and the
   replica's memory allow; the head of the queue blocks those behind it (no
-  skipping); SGLang's ``new_token_ratio`` check, where the mode sets it, is
-  :mod:`twin.engine.ratio_admission`;
+  skipping); SGLang's ``new_token_ratio`` check (:mod:`twin.engine.admission`),
+  where the mode sets it, is :meth:`ContinuousBatching._ratio_admits`;
 - the last prompt token is always computed, even on a full hit, since its
   logits give the first output token; each checkpoint copy the cache makes
   at a step's end lengthens that step by the pricer's copy time.
@@ -19,8 +19,8 @@ With the shared KV pool (``--cache-gb auto``) each step first takes one
 token's pages per decoding sequence (a decode run: for all its steps, cut to
 what fits); when the pool cannot give them, the queue's head gives back pages
 it took while waiting, else one running request is preempted
-(:mod:`twin.engine.preemption`) and goes back to the head of the queue, to be
-recomputed.
+(:meth:`ContinuousBatching._preempt_one`, by the engine's rule) and goes back to the
+head of the queue, to be recomputed.
 
 Decode runs are fast-forwarded: while no sequence prefills and none can be
 admitted, nothing can change the batch before the next completion, so the
@@ -52,8 +52,6 @@ from twin.engine.admission import NewTokenRatio
 from twin.engine.cost import Durations, StepPricer
 from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun
 from twin.engine.lpm import order_by_prefix
-from twin.engine.preemption import Preemption
-from twin.engine.ratio_admission import RatioAdmission
 from twin.engine.seq import Seq
 from twin.engine.sim import Environment, Event, Interrupt, Process, redirect, redirected, wait_until
 from twin.engine.step_gaps import KEPT, StepGaps
@@ -63,7 +61,7 @@ if TYPE_CHECKING:
     from twin.engine.scheduler import ReplicaSide
 
 
-class ContinuousBatching(Preemption, RatioAdmission):
+class ContinuousBatching:
     """Continuous batching with chunked prefill (module docstring); :meth:`run` is the loop."""
 
     name: ClassVar[str] = "continuous"
@@ -409,3 +407,124 @@ class ContinuousBatching(Preemption, RatioAdmission):
         if seq.preemptions:
             return  # admitted again after a preemption: the record keeps the first time
         seq.admitted_s = self.env.now
+
+    # ------------------------------------------------------------------ preemption
+    def _make_room(self) -> None:
+        """Running requests need pages: the queue's head gives back any it took, else preempt.
+
+        (Running requests are served before waiting ones, as in vLLM's and
+        SGLang's schedulers.)
+        """
+        if self.waiting and self.waiting[0].alloc:
+            self.memory.unreserve(self.waiting[0])
+        else:
+            self._preempt_one()
+
+    def _preempt_one(self) -> None:
+        """The shared pool ran out: preempt one running request as the engine does.
+
+        ``recompute`` (vLLM V1 ``vllm/v1/core/sched/scheduler.py``
+        ``Scheduler.schedule``: when ``allocate_slots`` fails, ``self.running.pop()``,
+        the request scheduled last, is preempted and later recomputed, its
+        output tokens included); ``retract`` (SGLang
+        ``python/sglang/srt/managers/schedule_batch.py`` ``ScheduleBatch.retract_decode``:
+        decode requests sorted by output length, then longest input, the one with
+        the fewest output tokens retracted first). Either way the request goes
+        back to the head of the queue and its lost KV is computed again (priced
+        as prefill when it is admitted again).
+        """
+        n = self.step_no
+        victim: Seq | None = None
+        if self.replica.preemption == "retract" and self.decoding:
+            victim = min(
+                (e[2] for e in self.decoding),
+                key=lambda q: (q.generated + n - q.start_step, -q.prompt_len, -q.order),
+            )
+        else:
+            running = [e[2] for e in self.decoding] + list(self.prefilling)
+            victim = max(running, key=lambda q: q.order)
+        if victim in self.prefilling:
+            self.prefilling.remove(victim)
+            decoded = 0
+            kept = victim.ctx
+        else:
+            i = next(i for i, e in enumerate(self.decoding) if e[2] is victim)
+            self.decoding[i] = self.decoding[-1]
+            self.decoding.pop()
+            heapq.heapify(self.decoding)
+            decoded = n - victim.start_step
+            self.ctx_base -= victim.prompt_len + victim.generated - victim.start_step
+            victim.generated += 1 + decoded  # the prefill's token and the decoded ones
+            kept = victim.prompt_len + victim.generated
+        self.replica.preempt(victim, decoded, kept)
+        if self.ratio is not None and self.replica.preemption == "retract":
+            # retract_decode's estimate over the decode batch it kept: (tokens out,
+            # max_new_tokens) each; the output so far is out_len - what is left.
+            self.ratio.retracted((e[2].out_len - (e[0] - n), e[2].out_len) for e in self.decoding)
+        victim.start_step = victim.finish_step = 0
+        victim.prefill_left = victim.ctx = 0
+        if self.waiting and self.waiting[0].alloc:
+            # The old head's pages were taken while it waited for the token budget;
+            # it is no longer first, so it gives them back (no one waits holding pages).
+            self.memory.unreserve(self.waiting[0])
+        self.waiting.appendleft(victim)
+
+    # ------------------------------------------------- SGLang's new_token_ratio check
+    def _running_left(self) -> list[int]:
+        """Output tokens each running request (admitted before this step) has still to come."""
+        n = self.step_no
+        left = [e[0] - n for e in self.decoding]  # finish step - now
+        earlier = len(self.prefilling) - self._step_admitted
+        left.extend(q.out_len - q.generated for q in list(self.prefilling)[:earlier])
+        return left
+
+    def _ratio_candidate(self, seq: Seq) -> int:
+        """Tokens ``seq`` must find free to pass ``add_one_req``: its extend (what is not
+        cached on the GPU), its clipped remaining output, one page
+        (``per_req_token_overhead``) and its state slots' bytes in tokens."""
+        ratio = self.ratio
+        assert ratio is not None
+        extend = seq.prompt_len + seq.generated - self.replica.cached_prefix(seq)
+        left = seq.out_len - seq.generated
+        return ratio.candidate(max(extend, 1), left) + self.memory.state_tokens()
+
+    def _ratio_admits(self, seq: Seq) -> bool:
+        """SGLang ``PrefillAdder.add_one_req``: the candidate fits under the room left.
+
+        Room = free + evictable tokens - running requests' remaining outputs x
+        ``new_token_ratio`` - what this step's admissions reserved
+        (:mod:`twin.engine.admission`). With nothing running the pool's own
+        allocation decides (no reservation can be owed to anyone).
+        """
+        if not self.decoding and not self.prefilling:
+            return True
+        ratio = self.ratio
+        assert ratio is not None
+        room = (
+            self.memory.headroom_tokens()
+            - ratio.reserved(self._running_left())
+            - self._step_reserved
+        )
+        return self._ratio_candidate(seq) < room
+
+    def _ratio_cut(self, k: int) -> int:
+        """Steps of a decode run after which the queue's head passes the ratio check.
+
+        SGLang checks every step; while the run decodes, the ratio decays, the
+        running requests' remaining outputs shrink and their pages grow, so the
+        run stops at the first step where the check (:meth:`_ratio_admits`) would
+        pass, and the loop admits there. Remaining outputs past the clip stay
+        clipped (``CLIP_MAX_NEW_TOKENS``).
+        """
+        ratio = self.ratio
+        assert ratio is not None
+        left = self._running_left()
+        batch = len(self.decoding)
+        j = np.arange(1, k + 1, dtype=np.float64)
+        shrinking = sum(1 for t in left if t <= ratio.clip)
+        reserved = np.maximum(ratio.ratio - j * ratio.decay, ratio.min) * (
+            sum(min(t, ratio.clip) for t in left) - j * shrinking
+        )
+        room = self.memory.headroom_tokens() - j * batch - reserved
+        ok = np.flatnonzero(room > self._ratio_candidate(self.waiting[0]))
+        return int(ok[0]) + 1 if ok.size else k

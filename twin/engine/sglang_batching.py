@@ -14,7 +14,7 @@ prefill chunks into decodes is ``--enable-mixed-chunk``, off by default
   are taken in order (``PrefillAdder.add_one_req``, ``schedule_policy.py``) while the
   chunk budget (``chunked_prefill_size``, the step's token budget) and the input
   budget (``max_prefill_tokens``, 16,384) last and the memory check passes (SGLang's
-  ``new_token_ratio`` reservation, :mod:`twin.engine.ratio_admission`, and the pool).
+  ``new_token_ratio`` reservation, :mod:`twin.engine.admission`, and the pool).
   A request longer than what is left of the chunk budget is cut to it and continues
   in the next prefill batch; one whose input is at least the input budget left waits
   for the next batch unless the batch is empty (``AddReqResult.OTHER``);
