@@ -200,7 +200,10 @@ def test_vllm_admits_no_one_in_the_step_that_preempted():
     victim (now the queue's head) is not taken back until the next step."""
     preempted = []
     replica = SimpleNamespace(
+        memory=None,  # never asked: nothing grows here
         preemption="recompute",
+        schedule_policy="fcfs",
+        new_token_ratio=None,
         fits=lambda seq: True,
         preempt=lambda seq, decoded, kept: preempted.append((seq, decoded, kept)),
     )

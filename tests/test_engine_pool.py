@@ -46,12 +46,12 @@ class _Watch:
 
         def checked_step_end(self: Replica, prefilled, completed) -> int:
             copies = step_end(self, prefilled, completed)
-            if self.pool is not None:
-                self.pool.verify()
+            if self.memory.pooled:
+                self.memory.pool.verify()
             self.cache.verify()
             if self.host is not None:
-                self.host.verify()  # never past its capacity
-                assert self.host.peak_bytes <= self.host.capacity
+                self.host.cache.verify()  # never past its capacity
+                assert self.host.cache.peak_bytes <= self.host.cache.capacity
             watch.steps += 1
             if self not in watch.replicas:
                 watch.replicas.append(self)
@@ -67,8 +67,8 @@ class _Watch:
                 len(s) >= hit and np.array_equal(s[:hit], prompt[:hit]) for s in earlier
             )
             earlier.append(np.concatenate((prompt, seq.req.output)))
-            if self.pool is not None:
-                self.pool.verify()
+            if self.memory.pooled:
+                self.memory.pool.verify()
 
         monkeypatch.setattr(Replica, "step_end", checked_step_end)
         monkeypatch.setattr(Replica, "admit", checked_admit)
@@ -216,7 +216,7 @@ def _check_pool_invariants(
     assert sorted(r.row for r in recs) == list(range(len(rows)))
     assert summary["preemption"]["preemptions"] == sum(r.preemptions for r in recs)
     for replica in watch.replicas:
-        assert replica.pool.running == 0  # every page handed back
+        assert replica.memory.pool.running == 0  # every page handed back
         assert _pins(replica.cache) == 0
     for r in recs:
         if not r.rejected:

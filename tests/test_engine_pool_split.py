@@ -32,15 +32,15 @@ class _PoolWatch:
 
         def checked(self: Replica, prefilled, completed) -> int:
             copies = step_end(self, prefilled, completed)
-            pool = self.pool
+            pool = self.memory.pool
             assert isinstance(pool, SplitPool)
             cache = self.cache
             assert pool.running + cache.kv_bytes + pool.free == pool.size
             assert pool.running_states + cache.ssm_bytes + pool.state_free == pool.state_size
             assert min(pool.free, pool.state_free, pool.running, pool.running_states) >= 0
             waiting = self.scheduler.waiting
-            holders = self.running_requests + (1 if waiting and waiting[0].alloc else 0)
-            assert pool.running_states == holders * self.kv.state
+            holders = self.memory.running_requests + (1 if waiting and waiting[0].alloc else 0)
+            assert pool.running_states == holders * self.memory.kv.state
             cache.verify()
             if self not in watch.replicas:
                 watch.replicas.append(self)
@@ -80,7 +80,7 @@ def test_each_pool_keeps_running_plus_cached_plus_free_over_random_traces(
     )
     assert sorted(r.row for r in recs) == list(range(len(rows)))  # each exactly once
     for replica in watch.replicas:
-        pool = replica.pool
+        pool = replica.memory.pool
         assert pool.running == 0 and pool.running_states == 0  # everything handed back
     budget = int(summary["memory_budget_bytes"])
     for rep in summary["replicas"]:

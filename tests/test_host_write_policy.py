@@ -217,7 +217,7 @@ def _write_back_run(tmp_path_factory, watch, seed, model, pool_kb, preemption) -
     )
     assert sorted(r.row for r in recs) == list(range(len(rows)))
     for replica in watch.replicas:
-        assert replica.pool is not None and replica.pool.running == 0
+        assert replica.memory.pooled and replica.memory.pool.running == 0
         assert _pins(replica.cache) == 0
 
 

@@ -393,7 +393,7 @@ def test_vllm_hybrids_hold_a_state_per_drafted_token():
     assert run.config.speculative["state_slots"] == 3
     cluster = Cluster(run.model, run.pricer, run.config, run.workload)
     replica = cluster.replicas[0]
-    assert replica.held_states == 4 and replica.state_slots == 1  # copies still priced
+    assert replica.memory.held_states == 4 and replica.state_slots == 1  # copies still priced
     plain = Cluster(
         run.model,
         run.pricer,
@@ -401,7 +401,8 @@ def test_vllm_hybrids_hold_a_state_per_drafted_token():
         run.workload,
     )
     assert (
-        replica.kv.most(1000) - plain.replicas[0].kv.most(1000) >= 3 * HYBRID.ssm_checkpoint_bytes
+        replica.memory.kv.most(1000) - plain.replicas[0].memory.kv.most(1000)
+        >= 3 * HYBRID.ssm_checkpoint_bytes
     )
     assert (
         build_run(CHAT, model="llama-3.1-8b", engine="vllm", sets=eagle3(3)).config.speculative[
@@ -426,9 +427,9 @@ def test_sglang_verify_buffer_shares_the_mamba_budget():
     }
     run = build_run(CHAT, model="qwen3.5-9b", engine="sglang", cache_gb="auto", sets=sets)
     assert run.config.speculative["verify_states"] == 4
-    pool = Cluster(run.model, run.pricer, run.config, run.workload).replicas[0].pool
+    pool = Cluster(run.model, run.pricer, run.config, run.workload).replicas[0].memory.pool
     plain = build_run(CHAT, model="qwen3.5-9b", engine="sglang", cache_gb="auto")
-    base = Cluster(plain.model, plain.pricer, plain.config, plain.workload).replicas[0].pool
+    base = Cluster(plain.model, plain.pricer, plain.config, plain.workload).replicas[0].memory.pool
     assert isinstance(pool, SplitPool) and isinstance(base, SplitPool)
     assert pool.state_size < base.state_size
 

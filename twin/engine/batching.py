@@ -9,8 +9,8 @@ SGLang style):
 - admission is FCFS from the waiting queue (or SGLang's ``lpm`` order,
   :mod:`twin.engine.lpm`), while the budget, the ``max_running`` cap and the
   replica's memory allow; the head of the queue blocks those behind it (no
-  skipping); SGLang's ``new_token_ratio`` check, where the mode sets it, is
-  :mod:`twin.engine.ratio_admission`;
+  skipping); SGLang's ``new_token_ratio`` check (:mod:`twin.engine.admission`),
+  where the mode sets it, is :meth:`ContinuousBatching._ratio_admits`;
 - the last prompt token is always computed, even on a full hit, since its
   logits give the first output token; each checkpoint copy the cache makes
   at a step's end lengthens that step by the pricer's copy time.
@@ -19,8 +19,8 @@ With the shared KV pool (``--cache-gb auto``) each step first takes one
 token's pages per decoding sequence (a decode run: for all its steps, cut to
 what fits); when the pool cannot give them, the queue's head gives back pages
 it took while waiting, else one running request is preempted
-(:mod:`twin.engine.preemption`) and goes back to the head of the queue, to be
-recomputed.
+(:meth:`ContinuousBatching._preempt_one`, by the engine's rule) and goes back to the
+head of the queue, to be recomputed.
 
 Decode runs are fast-forwarded: while no sequence prefills and none can be
 admitted, nothing can change the batch before the next completion, so the
@@ -52,8 +52,6 @@ from twin.engine.admission import NewTokenRatio
 from twin.engine.cost import Durations, StepPricer
 from twin.engine.decode_run import MAX_RUN_STEPS, MIN_RUN_STEPS, DecodeRun
 from twin.engine.lpm import order_by_prefix
-from twin.engine.preemption import Preemption
-from twin.engine.ratio_admission import RatioAdmission
 from twin.engine.seq import Seq
 from twin.engine.sim import Environment, Event, Interrupt, Process, redirect, redirected, wait_until
 from twin.engine.step_gaps import KEPT, StepGaps
@@ -63,7 +61,7 @@ if TYPE_CHECKING:
     from twin.engine.scheduler import ReplicaSide
 
 
-class ContinuousBatching(Preemption, RatioAdmission):
+class ContinuousBatching:
     """Continuous batching with chunked prefill (module docstring); :meth:`run` is the loop."""
 
     name: ClassVar[str] = "continuous"
@@ -99,11 +97,11 @@ class ContinuousBatching(Preemption, RatioAdmission):
         self.gaps = StepGaps(MAX_RUN_STEPS)
         self.warmup_s = 0.0
         self._run_cap = MIN_RUN_STEPS
-        self.shared = getattr(replica, "pool", None) is not None
-        self.lpm = getattr(replica, "schedule_policy", "fcfs") == "lpm"
+        self.memory = replica.memory  # decode growth (dedicated memory always grows)
+        self.lpm = replica.schedule_policy == "lpm"
         # SGLang's PrefillAdder reservation (twin.engine.admission); the tokens this
         # step's admissions reserved and how many they were.
-        self.ratio: NewTokenRatio | None = getattr(replica, "new_token_ratio", None)
+        self.ratio: NewTokenRatio | None = replica.new_token_ratio
         self._step_reserved = self._step_admitted = 0
         self._ratio_blocked = False
 
@@ -199,8 +197,8 @@ class ContinuousBatching(Preemption, RatioAdmission):
                 self.step_no += m
                 if self.ratio is not None:
                     self.ratio.decayed(m)
-                if self.shared and m < run.k:
-                    self.replica.shrink((run.k - m) * len(self.decoding))
+                if m < run.k:
+                    self.memory.shrink((run.k - m) * len(self.decoding))
                 prefilled = []
             completed = self._complete_due()
             replica = self.replica
@@ -271,10 +269,9 @@ class ContinuousBatching(Preemption, RatioAdmission):
     def _plan_step(self) -> tuple[list[tuple[Seq, int]], float, int]:
         """A mixed step: decodes, prefill chunks of running sequences, then admissions;
         the chunks, the step's seconds and how many sequences decode in it."""
-        if self.shared:
-            # Each decode takes one token's pages; preempt until they fit.
-            while self.decoding and not self.replica.grow(len(self.decoding)):
-                self._make_room()
+        # Each decode takes one token's pages; preempt until they fit.
+        while self.decoding and not self.memory.grow(len(self.decoding)):
+            self._make_room()
         batch = len(self.decoding)
         ratio = self.ratio
         if ratio is not None:
@@ -288,19 +285,25 @@ class ContinuousBatching(Preemption, RatioAdmission):
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
             budget -= c
-        extra = 0.0  # a hit's own work (non-prefix or host-loaded) lengthens its first step
-        while budget > 0 and self._can_admit():
-            seq, work = self._admit_head()
-            extra += work
-            c = min(seq.prefill_left, budget)
-            chunked.append((seq, c))
-            budget -= c
+        extra = self._admissions(chunked, budget)
         self._step_reserved = self._step_admitted = 0  # the next step starts afresh
         n = self.step_no + 1
         seconds = self.pricer.step_time(
             [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
         )
         return chunked, seconds + extra, batch
+
+    def _admissions(self, chunked: list[tuple[Seq, int]], budget: int) -> float:
+        """Admit from the queue into the step's ``chunked`` while ``budget`` tokens last;
+        the seconds the admitted hits' own work (non-prefix or host-loaded) adds."""
+        extra = 0.0
+        while budget > 0 and self._can_admit():
+            seq, work = self._admit_head()
+            extra += work
+            c = min(seq.prefill_left, budget)
+            chunked.append((seq, c))
+            budget -= c
+        return extra
 
     def _admit_head(self) -> tuple[Seq, float]:
         """Admit the queue's head into this step's prefills; return it and the seconds its
@@ -341,7 +344,7 @@ class ContinuousBatching(Preemption, RatioAdmission):
         """The next pure-decode steps, up to the next completion (or the cap, when priced);
         a priced run writes its step ends into ``ends`` (the gaps' buffer, ``StepGaps``).
 
-        With a shared pool the run also stops where the pool runs out (its pages
+        The run also stops where a shared pool runs out (its pages
         are taken now; those of steps not run are given back); ``None`` when not
         even one step fits: a request was preempted instead.
         """
@@ -356,15 +359,14 @@ class ContinuousBatching(Preemption, RatioAdmission):
             k = self._run_cap
         if self._ratio_blocked and self.waiting:
             k = self._ratio_cut(k)
-        if self.shared:
-            replica = self.replica
-            if not replica.grow(k * batch):
-                k = min(k, replica.room_tokens() // batch)
-                if k == 0:
-                    self._make_room()
-                    return None
-                replica.grow(k * batch)
-                capped = False
+        memory = self.memory
+        if not memory.grow(k * batch):
+            k = min(k, memory.room_tokens() // batch)
+            if k == 0:
+                self._make_room()
+                return None
+            memory.grow(k * batch)
+            capped = False
         if fit is not None:
             a, b = fit
             return DecodeRun(k, a + b * context, b * batch)
@@ -405,3 +407,124 @@ class ContinuousBatching(Preemption, RatioAdmission):
         if seq.preemptions:
             return  # admitted again after a preemption: the record keeps the first time
         seq.admitted_s = self.env.now
+
+    # ------------------------------------------------------------------ preemption
+    def _make_room(self) -> None:
+        """Running requests need pages: the queue's head gives back any it took, else preempt.
+
+        (Running requests are served before waiting ones, as in vLLM's and
+        SGLang's schedulers.)
+        """
+        if self.waiting and self.waiting[0].alloc:
+            self.memory.unreserve(self.waiting[0])
+        else:
+            self._preempt_one()
+
+    def _preempt_one(self) -> None:
+        """The shared pool ran out: preempt one running request as the engine does.
+
+        ``recompute`` (vLLM V1 ``vllm/v1/core/sched/scheduler.py``
+        ``Scheduler.schedule``: when ``allocate_slots`` fails, ``self.running.pop()``,
+        the request scheduled last, is preempted and later recomputed, its
+        output tokens included); ``retract`` (SGLang
+        ``python/sglang/srt/managers/schedule_batch.py`` ``ScheduleBatch.retract_decode``:
+        decode requests sorted by output length, then longest input, the one with
+        the fewest output tokens retracted first). Either way the request goes
+        back to the head of the queue and its lost KV is computed again (priced
+        as prefill when it is admitted again).
+        """
+        n = self.step_no
+        victim: Seq | None = None
+        if self.replica.preemption == "retract" and self.decoding:
+            victim = min(
+                (e[2] for e in self.decoding),
+                key=lambda q: (q.generated + n - q.start_step, -q.prompt_len, -q.order),
+            )
+        else:
+            running = [e[2] for e in self.decoding] + list(self.prefilling)
+            victim = max(running, key=lambda q: q.order)
+        if victim in self.prefilling:
+            self.prefilling.remove(victim)
+            decoded = 0
+            kept = victim.ctx
+        else:
+            i = next(i for i, e in enumerate(self.decoding) if e[2] is victim)
+            self.decoding[i] = self.decoding[-1]
+            self.decoding.pop()
+            heapq.heapify(self.decoding)
+            decoded = n - victim.start_step
+            self.ctx_base -= victim.prompt_len + victim.generated - victim.start_step
+            victim.generated += 1 + decoded  # the prefill's token and the decoded ones
+            kept = victim.prompt_len + victim.generated
+        self.replica.preempt(victim, decoded, kept)
+        if self.ratio is not None and self.replica.preemption == "retract":
+            # retract_decode's estimate over the decode batch it kept: (tokens out,
+            # max_new_tokens) each; the output so far is out_len - what is left.
+            self.ratio.retracted((e[2].out_len - (e[0] - n), e[2].out_len) for e in self.decoding)
+        victim.start_step = victim.finish_step = 0
+        victim.prefill_left = victim.ctx = 0
+        if self.waiting and self.waiting[0].alloc:
+            # The old head's pages were taken while it waited for the token budget;
+            # it is no longer first, so it gives them back (no one waits holding pages).
+            self.memory.unreserve(self.waiting[0])
+        self.waiting.appendleft(victim)
+
+    # ------------------------------------------------- SGLang's new_token_ratio check
+    def _running_left(self) -> list[int]:
+        """Output tokens each running request (admitted before this step) has still to come."""
+        n = self.step_no
+        left = [e[0] - n for e in self.decoding]  # finish step - now
+        earlier = len(self.prefilling) - self._step_admitted
+        left.extend(q.out_len - q.generated for q in list(self.prefilling)[:earlier])
+        return left
+
+    def _ratio_candidate(self, seq: Seq) -> int:
+        """Tokens ``seq`` must find free to pass ``add_one_req``: its extend (what is not
+        cached on the GPU), its clipped remaining output, one page
+        (``per_req_token_overhead``) and its state slots' bytes in tokens."""
+        ratio = self.ratio
+        assert ratio is not None
+        extend = seq.prompt_len + seq.generated - self.replica.cached_prefix(seq)
+        left = seq.out_len - seq.generated
+        return ratio.candidate(max(extend, 1), left) + self.memory.state_tokens()
+
+    def _ratio_admits(self, seq: Seq) -> bool:
+        """SGLang ``PrefillAdder.add_one_req``: the candidate fits under the room left.
+
+        Room = free + evictable tokens - running requests' remaining outputs x
+        ``new_token_ratio`` - what this step's admissions reserved
+        (:mod:`twin.engine.admission`). With nothing running the pool's own
+        allocation decides (no reservation can be owed to anyone).
+        """
+        if not self.decoding and not self.prefilling:
+            return True
+        ratio = self.ratio
+        assert ratio is not None
+        room = (
+            self.memory.headroom_tokens()
+            - ratio.reserved(self._running_left())
+            - self._step_reserved
+        )
+        return self._ratio_candidate(seq) < room
+
+    def _ratio_cut(self, k: int) -> int:
+        """Steps of a decode run after which the queue's head passes the ratio check.
+
+        SGLang checks every step; while the run decodes, the ratio decays, the
+        running requests' remaining outputs shrink and their pages grow, so the
+        run stops at the first step where the check (:meth:`_ratio_admits`) would
+        pass, and the loop admits there. Remaining outputs past the clip stay
+        clipped (``CLIP_MAX_NEW_TOKENS``).
+        """
+        ratio = self.ratio
+        assert ratio is not None
+        left = self._running_left()
+        batch = len(self.decoding)
+        j = np.arange(1, k + 1, dtype=np.float64)
+        shrinking = sum(1 for t in left if t <= ratio.clip)
+        reserved = np.maximum(ratio.ratio - j * ratio.decay, ratio.min) * (
+            sum(min(t, ratio.clip) for t in left) - j * shrinking
+        )
+        room = self.memory.headroom_tokens() - j * batch - reserved
+        ok = np.flatnonzero(room > self._ratio_candidate(self.waiting[0]))
+        return int(ok[0]) + 1 if ok.size else k

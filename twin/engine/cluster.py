@@ -25,10 +25,10 @@ from fractions import Fraction
 from typing import Any
 
 from twin.cache import cache_stats
-from twin.cache.pool import SplitPool
 from twin.cache.prefix_cache import PrefixCache
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
+from twin.engine.memory_strategies import HOST_TIERS, MemorySetup, get_memory, memory_mode
 from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
 from twin.engine.sim import Environment, Event, Process
@@ -228,32 +228,43 @@ class Cluster:
             cache = policy.make_engine_cache(model, capacity, longest)
         if host_bytes and config.host_write_policy == "write_back":
             _check_write_back(config.policy, cache)
+        spec = config.speculative or {}
+        setup = MemorySetup(
+            model,
+            cache,
+            budget,
+            state_slots=config.state_slots,
+            kv_allocator=allocator_for(config.kv_allocator, config.policy),
+            extra_states=int(spec.get("state_slots", 0)),
+            verify_states=int(spec.get("verify_states", 0)),
+            max_running=config.max_running,
+        )
+        memory = get_memory(memory_mode(config.shared_pool, cache), setup)
         # The host tier runs its own instance of the policy (a policy decides per tier).
         host = (
-            get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes)
+            HOST_TIERS[config.host_write_policy](
+                get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes),
+                pricer,
+                config.host_write_policy,
+            )
             if host_bytes
             else None
         )
         return cls(
             self.env,
             i,
-            model,
             pricer,
             cache,
+            memory,
             config.max_batched_tokens,
             config.max_running,
-            budget,
-            shared_pool=config.shared_pool,
             preemption=config.preemption,
             state_slots=config.state_slots,
             host=host,
             schedule_policy=config.schedule_policy,
-            kv_allocator=allocator_for(config.kv_allocator, config.policy),
             new_token_ratio=config.new_token_ratio or None,
-            host_write_policy=config.host_write_policy,
             scheduler=config.scheduler,
             scheduler_options=config.scheduler_options,
-            speculative=config.speculative or None,
         )
 
     # ------------------------------------------------------------------ running
@@ -473,29 +484,10 @@ class Cluster:
                 "policy": r.policy.stats(),
             }
             if r.host is not None:
-                host: dict[str, Any] = {
-                    **cache_stats(r.host),
-                    "capacity_bytes": r.host.capacity,
-                    "loaded_tokens": r.host_loaded_tokens,
-                    "load_s": r.host_load_s,
-                }
-                if self.config.host_write_policy == "write_back":
-                    # Copies evictions waited for (summaries of other policies unchanged).
-                    host["written_back_tokens"] = r.requests.written_back_tokens
-                    host["write_back_s"] = r.host_write_s
-                rep["host_cache"] = host
-            if r.pool is not None:
-                pool: dict[str, Any] = {
-                    "bytes": r.pool.size,
-                    "peak_running_bytes": r.pool.peak_running,
-                    "peak_running_requests": r.peak_running_requests,
-                    "kv_allocator": r.kv.name if r.kv is not None else None,
-                    "preemptions": r.preemptions,
-                }
-                if isinstance(r.pool, SplitPool):  # SGLang's mamba pool beside the KV pool
-                    pool["state_bytes"] = r.pool.state_size
-                    pool["peak_running_state_bytes"] = r.pool.peak_running_states
-                rep["pool"] = pool
+                rep["host_cache"] = r.host.stats(r.requests)
+            pool = r.memory.stats()
+            if pool is not None:
+                rep["pool"] = {**pool, "preemptions": r.preemptions}
             reps.append(rep)
         # Closed-loop clients with no --until-s: the arrivals ended with the last one seen.
         arrivals_end = self._last_arrival_s if self.source.closed_loop else self.horizon_s

@@ -275,30 +275,9 @@ class DecodeReplica(Replica):
         self.on_freed: Callable[[DecodeReplica], None] | None = None
         self._order = 0
 
-    def new_seq(self, req: Request) -> tuple[Seq, bool]:
-        """A sequence for ``req`` and whether it can never fit here (as :meth:`submit`)."""
-        total = len(req.full)
-        kv = self.kv
-        if kv is None:
-            footprint = total * self.kv_per_token + self.state_slots * self.state_bytes
-        else:
-            footprint = kv.most(total)
-        seq = Seq(req, self.index, self.env.now, footprint, self.env)
-        too_big = footprint > self.memory_budget
-        if self.split:
-            assert self.kv is not None
-            too_big = kv.state > self.pool.state_size or footprint - kv.state > self.pool.size  # type: ignore[union-attr]
-        return seq, too_big
-
     def reserve(self, seq: Seq, max_running: int) -> bool:
         """Reserve ``seq``'s memory now (SGLang's pre-allocation); ``False``: not yet."""
-        if self.reserved >= max_running:
-            return False
-        if self.pool is None:
-            if self.memory_used + seq.footprint > self.memory_budget:
-                return False
-            self.memory_used += seq.footprint
-        elif not super().fits(seq):
+        if self.reserved >= max_running or not self.memory.reserve(seq):
             return False
         self.reserved += 1
         self.peak_reserved = max(self.peak_reserved, self.reserved)
@@ -311,8 +290,8 @@ class DecodeReplica(Replica):
         self.scheduler.submit(seq)
 
     def fits(self, seq: Seq) -> bool:
-        # Reserved before the transfer (dedicated memory is never preempted).
-        return True if self.pool is None else super().fits(seq)
+        # Reserved before the transfer (a pool takes it again after a preemption).
+        return self.memory.fits_reserved(seq)
 
     def admit(self, seq: Seq) -> None:
         self._order += 1
@@ -321,31 +300,18 @@ class DecodeReplica(Replica):
         # The prompt's KV arrived; after a preemption it is gone and is recomputed.
         seq.hit = 0 if seq.preemptions else seq.prompt_len - 1
         seq.hit_work_s = 0.0
-        if self.pool is not None:
-            self.running_requests += 1
-            self.peak_running_requests = max(self.peak_running_requests, self.running_requests)
+        self.memory.admitted_reserved(seq)
 
     def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
-        pool = self.pool
-        assert pool is not None
-        pool.release(seq.alloc + decoded * self.growth)
-        seq.alloc = 0
-        self._free_states()
+        self.memory.preempted(seq, decoded)
         seq.recomputed += kept
         seq.preemptions += 1
-        self.running_requests -= 1
         self.preemptions += 1
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
-        pool = self.pool
+        memory = self.memory
         for seq in completed:
-            if pool is not None:
-                pool.release(seq.alloc + (seq.finish_step - seq.start_step) * self.growth)
-                self._free_states()
-                seq.alloc = 0
-                self.running_requests -= 1
-            else:
-                self.memory_used -= seq.footprint
+            memory.completed(seq)
             self.outstanding_tokens -= seq.prompt_len + seq.out_len
             self.reserved -= 1
         if completed and self.on_freed is not None:

@@ -18,7 +18,7 @@ its memory. The two meet through :class:`ReplicaSide`, so a new scheduler
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, Protocol
 
 from twin.engine.admission import NewTokenRatio
@@ -33,45 +33,38 @@ from twin.errors import TwinError
 from twin.token_gaps import TokenGaps
 
 
-class ReplicaSide(Protocol):
-    """What a scheduler asks of its replica (cache admissions and memory)."""
-
-    copy_s: float  # seconds one checkpoint copy adds to the step that makes it
-
-    def write_back_time(self) -> float:
-        """Seconds of the host tier's write-back copies since the last call."""
-        ...
-
-    def fits(self, seq: Seq) -> bool:
-        """Whether ``seq``'s memory can be reserved now."""
-        ...
-
-    def admit(self, seq: Seq) -> None:
-        """Look ``seq`` up in the cache (sets ``seq.hit``, ``seq.hit_work_s``), reserve memory."""
-        ...
-
-    def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
-        """Cache what the step's end makes visible, free what completed; return the copies."""
-        ...
-
-    # Shared KV pool only (``pool`` is not None): decode growth and preemption.
-    pool: Any
-    preemption: str
-    schedule_policy: str  # "fcfs" or "lpm"
-
-    def cached_prefix(self, seq: Seq) -> int: ...
+class MemorySide(Protocol):
+    """What a scheduler asks of its replica's memory (decode growth and giving back);
+    :class:`twin.engine.memory_strategies.MemoryStrategy` documents each."""
 
     def grow(self, tokens: int) -> bool: ...
-    def room_tokens(self) -> int: ...
     def shrink(self, tokens: int) -> None: ...
-    def preempt(self, seq: Seq, decoded: int, kept: int) -> None: ...
+    def room_tokens(self) -> int: ...
+    def headroom_tokens(self) -> int: ...
+    def state_tokens(self) -> int: ...
     def unreserve(self, seq: Seq) -> None: ...
 
-    # SGLang's new_token_ratio admission control (None: admission by memory alone).
-    new_token_ratio: NewTokenRatio | None
 
-    def headroom_tokens(self) -> int: ...
-    def ratio_candidate(self, seq: Seq) -> int: ...
+class ReplicaSide(Protocol):
+    """What a scheduler asks of its replica (cache admissions, memory, the engine mode's
+    scheduler settings); :class:`twin.engine.replica.Replica` documents each."""
+
+    copy_s: float  # seconds one checkpoint copy adds to the step that makes it
+    preemption: str  # "recompute" (vLLM) or "retract" (SGLang)
+    schedule_policy: str  # "fcfs" or "lpm"
+    new_token_ratio: NewTokenRatio | None  # SGLang's admission control (None: memory alone)
+
+    @property
+    def memory(self) -> MemorySide: ...
+    @property
+    def scheduler_options(self) -> Mapping[str, str | int | float | bool]: ...
+
+    def write_back_time(self) -> float: ...
+    def fits(self, seq: Seq) -> bool: ...
+    def admit(self, seq: Seq) -> None: ...
+    def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int: ...
+    def cached_prefix(self, seq: Seq) -> int: ...
+    def preempt(self, seq: Seq, decoded: int, kept: int) -> None: ...
 
 
 class Scheduler(Protocol):

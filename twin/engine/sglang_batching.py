@@ -14,7 +14,7 @@ prefill chunks into decodes is ``--enable-mixed-chunk``, off by default
   are taken in order (``PrefillAdder.add_one_req``, ``schedule_policy.py``) while the
   chunk budget (``chunked_prefill_size``, the step's token budget) and the input
   budget (``max_prefill_tokens``, 16,384) last and the memory check passes (SGLang's
-  ``new_token_ratio`` reservation, :mod:`twin.engine.ratio_admission`, and the pool).
+  ``new_token_ratio`` reservation, :mod:`twin.engine.admission`, and the pool).
   A request longer than what is left of the chunk budget is cut to it and continues
   in the next prefill batch; one whose input is at least the input budget left waits
   for the next batch unless the batch is empty (``AddReqResult.OTHER``);
@@ -62,7 +62,7 @@ class SGLangBatching(ContinuousBatching):
         max_running: int,
     ) -> None:
         super().__init__(env, replica, pricer, max_batched_tokens, max_running)
-        options = getattr(replica, "scheduler_options", {}) or {}
+        options = replica.scheduler_options
         self.max_prefill = int(options.get("max_prefill_tokens", MAX_PREFILL_TOKENS))
         self.full = False  # SGLang's running_batch.batch_is_full
         self.prefill_steps = 0  # steps that were prefill batches (no decodes)

@@ -43,24 +43,9 @@ class TRTLLMBatching(ContinuousBatching):
 
     name: ClassVar[str] = "trtllm"
 
-    def _plan_step(self) -> tuple[list[tuple[Seq, int]], float, int]:
-        """Generation tokens first, then waiting contexts whole while they fit the budget."""
-        if self.shared:
-            while self.decoding and not self.replica.grow(len(self.decoding)):
-                self._make_room()
-        batch = len(self.decoding)
-        ratio = self.ratio
-        if ratio is not None:
-            ratio.decayed(1 if batch else 0)
-            self._step_reserved = self._step_admitted = 0
-        budget = self.max_batched - batch
-        chunked: list[tuple[Seq, int]] = []
-        for seq in self.prefilling:  # only a context longer than the whole budget
-            if budget <= 0:
-                break
-            c = min(seq.prefill_left, budget)
-            chunked.append((seq, c))
-            budget -= c
+    def _admissions(self, chunked: list[tuple[Seq, int]], budget: int) -> float:
+        """Waiting contexts whole while they fit what is left of the budget (after the
+        generation tokens and a context longer than the whole budget)."""
         extra = 0.0
         while budget > 0 and self.waiting:
             need = self._context_tokens(self.waiting[0], budget)
@@ -73,12 +58,7 @@ class TRTLLMBatching(ContinuousBatching):
             c = min(seq.prefill_left, budget)
             chunked.append((seq, c))
             budget -= c
-        self._step_reserved = self._step_admitted = 0
-        n = self.step_no + 1
-        seconds = self.pricer.step_time(
-            [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
-        )
-        return chunked, seconds + extra, batch
+        return extra
 
     def _context_tokens(self, seq: Seq, budget: int) -> int:
         """Tokens of ``seq``'s context still to compute (its uncached part); its whole
