@@ -13,6 +13,7 @@ from twin.cli import checks
 from twin.cli.common import (
     CacheGbOption,
     EngineModeOption,
+    DpAttentionOption,
     EpOption,
     GpuOption,
     KvDtypeOption,
@@ -75,6 +76,7 @@ def simulate(
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
     ep: EpOption = 1,
+    dp_attention: DpAttentionOption = 1,
     cache_gb: CacheGbOption = "auto",
     policy: str | None = typer.Option(
         None,
@@ -323,6 +325,7 @@ def simulate(
         replicas=replicas,
         tp=tp,
         ep=ep,
+        **({"dp_attention": dp_attention} if dp_attention > 1 else {}),
         router=router,
         **explicit,
         session_rate=session_rate,
