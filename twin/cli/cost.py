@@ -10,8 +10,8 @@ from rich.table import Table
 
 from twin import precision as px
 from twin.cli.common import (
-    EngineOption,
     DpAttentionOption,
+    EngineOption,
     EpOption,
     KvDtypeOption,
     ModelSetOption,

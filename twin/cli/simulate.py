@@ -12,8 +12,8 @@ from rich.table import Table
 from twin.cli import checks
 from twin.cli.common import (
     CacheGbOption,
-    EngineModeOption,
     DpAttentionOption,
+    EngineModeOption,
     EpOption,
     GpuOption,
     KvDtypeOption,
@@ -325,7 +325,7 @@ def simulate(
         replicas=replicas,
         tp=tp,
         ep=ep,
-        **({"dp_attention": dp_attention} if dp_attention > 1 else {}),
+        dp_attention=dp_attention,
         router=router,
         **explicit,
         session_rate=session_rate,
