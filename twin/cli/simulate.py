@@ -259,6 +259,9 @@ def simulate(
       twin simulate -m llama-3-8b --gpu h200 --engine vllm --precision fp8 --kv-dtype fp8 \
         --concurrency 16 --out sim-fp8
 
+      twin simulate -m deepseek-v3 --gpu h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang \
+        --concurrency 64 --duration 20 --out sim-dp8
+
       twin simulate -m qwen3.5-9b --gpu h200 --engine sglang --prefill-workers 2 \
         --decode-workers 4 --session-rate 2 --duration 120 --out sim-2p4d
 

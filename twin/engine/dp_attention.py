@@ -62,7 +62,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, ClassVar
 
 from twin.engine.cluster import Cluster
-from twin.engine.cost import Chunk, PricerBase, StepPricer
+from twin.engine.cost import Chunk, PricerBase, StepPricer, affine_fit
 from twin.engine.lpm import order_by_prefix
 from twin.engine.replica import Replica
 from twin.engine.seq import Seq
@@ -101,6 +101,8 @@ class DPStepPricer(PricerBase):
         self.ffn_layers = ffn_layers
         self.step_host_s, self.seq_host_s = step_host_s, seq_host_s
         self._ffn_cache: dict[int, float] = {}
+        self._attn_ffn_cache: dict[int, float] = {}
+        self._affine: dict[int, tuple[float, float] | None] = {}
 
     @property
     def provenance(self) -> str:
@@ -108,14 +110,32 @@ class DPStepPricer(PricerBase):
 
     def attention_time(self, step: RankStep) -> float:
         """Seconds of a rank's attention side: its step at the attention TP but the FFN
-        and MoE layers."""
+        and MoE layers (which depend on the token count alone). A pure-decode step is
+        ``a + b x context`` per batch size where the cost model's price is affine in the
+        context (``twin.engine.cost.affine_fit``, as the plain pricer's decode runs)."""
         prefills, batch, context = step
-        if not prefills and not batch:
+        tokens = sum(c for c, _ in prefills) + batch
+        if not tokens:
             return 0.0
-        cost = self.attention.step_spread_cost(prefills, batch, context)
-        return float(
-            sum(sum(row.values()) for kind, row in cost.items.items() if kind not in FFN_KINDS)
-        )
+        spread = self.attention.step_spread
+        if prefills:
+            total = float(spread(prefills, batch, context))
+        else:
+            if batch not in self._affine:
+                self._affine[batch] = affine_fit(lambda x: float(spread((), batch, x)), batch)
+            fit = self._affine[batch]
+            total = float(spread((), batch, context)) if fit is None else fit[0] + fit[1] * context
+        return total - self._attention_ffn(tokens)
+
+    def _attention_ffn(self, tokens: int) -> float:
+        """The FFN and MoE layers' share of a step of ``tokens`` tokens at the attention
+        TP (subtracted from its price: :meth:`attention_time`)."""
+        got = self._attn_ffn_cache.get(tokens)
+        if got is None:
+            cost = self.attention.step_spread_cost((), tokens, 0)
+            got = float(sum(sum(cost.items.get(kind, {}).values()) for kind in FFN_KINDS))
+            self._attn_ffn_cache[tokens] = got
+        return got
 
     def ffn_time(self, tokens: int) -> float:
         """Seconds of the FFN and MoE layers on ``tokens`` tokens at ``tp`` (and ``ep``),
@@ -507,6 +527,7 @@ def dp_pricer(
 
     check_layout(model, Layout(tp, ep, dp))
     attention = CostModel(model, profile, tp // dp)
+    attention.compile_steps()  # its compiled mixed step where the model has one
     ffn = CostModel(model, profile, tp, ep=ep)
     layers = model.n_mlp_layers + model.n_moe_layers
     return DPStepPricer(attention, ffn, dp, layers, step_host_s, seq_host_s)
