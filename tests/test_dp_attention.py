@@ -162,3 +162,38 @@ def test_layouts_and_modes_it_cannot_take_are_refused(fields, message):
 def test_without_dp_attention_the_config_is_unchanged():
     assert "dp_attention" not in EngineConfig().to_dict()
     assert EngineConfig(tp=4, dp_attention=2).to_dict()["dp_attention"] == 2
+
+
+def test_cli_refuses_a_layout_in_one_line(tmp_path, capsys):
+    from twin.cli.main import run as twin
+
+    for argv in (
+        ["simulate", "-m", "llama-3-8b", "--tp", "4", "--dp-attention", "3"],
+        ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--tp", "4", "--dp-attention", "3"],
+    ):
+        rc = twin([*argv, *(["--out", str(tmp_path / "sim")] if argv[0] == "simulate" else [])])
+        _, err = capsys.readouterr()
+        assert (
+            rc == 2
+            and err.strip() == "error: --dp-attention 3 must divide --tp 4 (the replica's GPUs)"
+        )
+    assert not (tmp_path / "sim").exists()
+
+
+def test_cost_shows_the_synchronised_step_s_parts(capsys):
+    import json
+
+    from twin.cli.main import run as twin
+
+    argv = ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--tp", "2", "--dp-attention", "2"]
+    assert twin([*argv, "--lengths", "1024", "--batches", "1,16", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["tp"], data["dp_attention"]) == (2, 2)
+    for row in data["prefill"] + data["decode"]:
+        parts = row["attention_s"] + row["ffn_s"] + row["gather_scatter_s"]
+        assert (
+            row["total_s"] == pytest.approx(parts)
+            and min(row["attention_s"], row["ffn_s"], row["gather_scatter_s"]) > 0
+        )
+    small, big = data["decode"]
+    assert big["tokens_per_s"] > small["tokens_per_s"]
