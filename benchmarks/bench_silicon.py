@@ -254,6 +254,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma list of weight formats priced (bf16, fp8, fp8-block, nvfp4, ...)",
     )
     parser.add_argument(
+        "--attention-dp",
+        choices=("any", "only", "none"),
+        default="any",
+        help="rows by attention data parallelism: any, only attention_dp_size > 1, or none",
+    )
+    parser.add_argument(
         "--limit", type=int, default=None, help="at most N expressed rows, spread evenly"
     )
     parser.add_argument(
@@ -316,6 +322,9 @@ def _main(args: argparse.Namespace, console: Console) -> int:
     csv_path = args.csv or sil.default_csv()
     every = sil.read_rows(csv_path)
     rows = sil.select(every, _split(args.models), _split(args.systems), _split(args.backends))
+    if args.attention_dp != "any":
+        dp_rows = args.attention_dp == "only"
+        rows = [r for r in rows if ((r.attention_dp or 1) > 1) == dp_rows]
     expressible, reasons = sil.plan_rows(rows, args.configs, args.deployment)
     if args.split:
         kept = [p for p in expressible if p.row.split == args.split]

@@ -28,7 +28,6 @@ CONFIGS = DATA / "silicon_configs"
 REASONS = {
     "tiny_h100_vllm_disagg_64x8_c2": sil.REASON_DISAGG,
     "tiny_h100_vllm_agg_64x8_c2_pp2": sil.REASON_PP,
-    "tiny_h100_sglang_agg_64x8_c2_dp2": sil.REASON_ATTN_DP,
     "tiny_h100_sglang_agg_64x8_c2_ep4": sil.REASON_EP,
     "tiny_h100_vllm_agg_64x8_c2_int4": "precision int4_wo not priced",
     "tiny_h100_trtllm_agg_64x8_c2_nvfp4": (
@@ -54,6 +53,8 @@ EXPRESSED = {
     "tiny_h100_vllm_agg_64x8_c2_quantckpt": ("h100", "vllm", 1, 2, "tiny/Tiny-Llama-FP8"),
     "tiny_b200_trtllm_agg_64x8_c2_nvfp4": ("b200", "trtllm", 1, 2, "tiny/Tiny-Llama"),
     "tiny_b200_vllm_agg_64x8_c2_suffix": ("b200", "vllm", 1, 2, "tiny/Tiny-Llama"),
+    # attention DP: tp_size 2 x attention_dp_size 2 = 4 GPUs, 2 attention ranks
+    "tiny_h100_sglang_agg_64x8_c2_dp2": ("h100", "sglang", 4, 2, "tiny/Tiny-Llama"),
 }
 # What each expressed row is priced at (twin.precision), and where that was read.
 PRICED = {
@@ -64,6 +65,7 @@ PRICED = {
     "tiny_h100_vllm_agg_64x8_c2_quantckpt": ("fp8, fp8 KV", "the checkpoint's quantisation"),
     "tiny_b200_trtllm_agg_64x8_c2_nvfp4": ("nvfp4, fp8 KV", "gemm_quant_mode nvfp4"),
     "tiny_b200_vllm_agg_64x8_c2_suffix": ("nvfp4, fp8 KV", "the name's -NVFP4 suffix"),
+    "tiny_h100_sglang_agg_64x8_c2_dp2": ("bf16, bf16 KV", "checkpoint torch_dtype"),
 }
 
 
@@ -487,7 +489,7 @@ def test_the_package_csv_and_its_configs() -> None:
 
 def test_deepseek_rows_with_expert_parallelism_are_planned() -> None:
     """MLA is priced (issue 34): DeepSeek's aggregated TP x EP rows run on the preset (its
-    deepseek_v3 config has no twin.hf_config importer); attention-DP rows stay out."""
+    deepseek_v3 config has no twin.hf_config importer), attention-DP rows too."""
     pytest.importorskip("aiconfigurator_core")
     rows = [
         r
@@ -500,9 +502,15 @@ def test_deepseek_rows_with_expert_parallelism_are_planned() -> None:
     plan = sil.plan_row(ep)
     assert isinstance(plan, sil.RowPlan), plan
     assert plan.ep == ep.moe_ep and plan.tp == ep.tp and plan.model.mixer_counts["mla"] == 61
-    dp = next((r for r in rows if (r.attention_dp or 1) > 1), None)
-    if dp is not None:
-        assert sil.plan_row(dp) == sil.REASON_ATTN_DP
+    # Attention-DP rows run at --dp-attention on tp_size x attention_dp_size GPUs.
+    dp = next(r for r in rows if (r.attention_dp or 1) > 1 and (r.tp or 1) * r.attention_dp <= 8)
+    plan = sil.plan_row(dp)
+    assert isinstance(plan, sil.RowPlan), plan
+    assert (plan.tp, plan.dp, plan.ep) == (
+        (dp.tp or 1) * dp.attention_dp,
+        dp.attention_dp,
+        dp.moe_ep,
+    )
 
 
 # ------------------------------------------------------------------ the benchmark

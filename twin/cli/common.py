@@ -309,6 +309,17 @@ EpOption = Annotated[
         "dealt out N ways, each split tp/N ways.",
     ),
 ]
+DpAttentionOption = Annotated[
+    int,
+    typer.Option(
+        "--dp-attention",
+        min=1,
+        help="Attention data-parallel ranks among the --tp GPUs (SGLang --dp D "
+        "--enable-dp-attention, TensorRT-LLM enable_attention_dp): each rank its own "
+        "batch and KV, attention over tp/D GPUs, the FFN/MoE over all tp on every rank's "
+        "tokens, the ranks in lockstep.",
+    ),
+]
 # Options of the commands that run many points (report capacity, reproduce).
 JobsOption = Annotated[
     int,

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from twin import precision as px
 from twin.cli.common import (
+    DpAttentionOption,
     EngineOption,
     EpOption,
     KvDtypeOption,
@@ -92,6 +93,89 @@ def predictions(
     return {"prefill": prefill, "decode": decode}
 
 
+def dp_predictions(
+    pricer: Any, lengths: list[int], cached_frac: float, batches: list[int], context: int
+) -> dict[str, Any]:
+    """``twin cost --dp-attention``'s numbers: synchronised steps with every rank
+    prefilling one prompt, or decoding ``batch`` sequences, split into the slowest
+    attention side, the FFN/MoE on all ranks' tokens and the gather/scatter."""
+    d = pricer.dp
+
+    def parts(step: Any, tokens: int, extend: bool) -> dict[str, float]:
+        return {
+            "total_s": pricer.sync_time([step] * d),
+            "attention_s": pricer.attention_time(step),
+            "ffn_s": pricer.ffn_time(tokens * d),
+            "gather_scatter_s": pricer.comm_time([tokens] * d, extend),
+        }
+
+    prefill = []
+    for n in lengths:
+        cached = int(n * cached_frac)
+        for c in sorted({0, cached}):
+            prefill.append({"prompt": n, "cached": c, **parts(([(n - c, c)], 0, 0), n - c, True)})
+    decode = []
+    for b in batches:
+        row = {"batch_per_rank": b, "context": context, **parts(((), b, b * context), b, False)}
+        row["tokens_per_s"] = b * d / row["total_s"]
+        decode.append(row)
+    return {"prefill": prefill, "decode": decode}
+
+
+def _dp_cost(
+    spec: Any,
+    prof: Any,
+    tp: int,
+    ep: int,
+    dp: int,
+    lengths: str,
+    cached_frac: float,
+    batches: str,
+    context: int,
+    as_json: bool,
+) -> None:
+    """``twin cost --dp-attention``: the synchronised steps' tables (or JSON)."""
+    from twin.engine.dp_attention import dp_pricer
+
+    pricer = dp_pricer(spec, prof, tp, ep, dp, 0.0, 0.0)
+    data = dp_predictions(
+        pricer,
+        _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS),
+        cached_frac,
+        _ints(batches, "--batches", MAX_BATCH),
+        context,
+    )
+    head = {"model": spec.name, "gpu": prof.gpu, "tp": tp, "ep": ep, "dp_attention": dp}
+    if as_json:
+        print_json({**head, "provenance_label": pricer.provenance, **data})
+        return
+    console.print(
+        f"[bold]{spec.name}[/] on [bold]{prof.gpu}[/], tp={tp}, ep={ep}, dp-attention={dp} "
+        f"(attention over {tp // dp} GPU(s) a rank): {pricer.provenance}",
+        highlight=False,
+    )
+    cols = ("total", "attention", "ffn/moe", "gather/scatter")
+    keys = ("total_s", "attention_s", "ffn_s", "gather_scatter_s")
+    pre = Table(title=f"Prefill step latency (ms), one prompt on each of {dp} ranks")
+    for col in ("prompt", "cached", *cols):
+        pre.add_column(col, justify="right")
+    for row in data["prefill"]:
+        pre.add_row(
+            f"{row['prompt']:,}", f"{row['cached']:,}", *(f"{1e3 * row[k]:.2f}" for k in keys)
+        )
+    console.print(pre)
+    dec = Table(title=f"Decode step latency (ms) at context {context:,}, every rank a batch")
+    for col in ("batch/rank", *cols, "tokens/s"):
+        dec.add_column(col, justify="right")
+    for row in data["decode"]:
+        dec.add_row(
+            str(row["batch_per_rank"]),
+            *(f"{1e3 * row[k]:.2f}" for k in keys),
+            f"{row['tokens_per_s']:,.0f}",
+        )
+    console.print(dec)
+
+
 def cost(
     model: str = typer.Option(
         ...,
@@ -114,6 +198,7 @@ def cost(
     profile: Path | None = typer.Option(None, "--profile", help="A profile JSON instead of --gpu."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs per replica)."),
     ep: EpOption = 1,
+    dp_attention: DpAttentionOption = 1,
     lengths: str = typer.Option(
         "1024,4096,16384,32768",
         "--lengths",
@@ -162,6 +247,12 @@ def cost(
       twin cost -m llama-3-8b -g b200 --engine trtllm --precision nvfp4 --kv-dtype fp8
 
       twin cost -m deepseek-r1 -g h200 --tp 8 --ep 8 --engine sglang
+
+      twin cost -m deepseek-r1 -g h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang
+
+    With --dp-attention D the tables are of the synchronised step of D attention
+    ranks, each prefilling one prompt or decoding a batch of its own: the slowest
+    rank's attention side, the FFN/MoE on every rank's tokens, and their gather/scatter.
     """
     if (gpu is None) == (profile is None):
         raise TwinError(
@@ -170,6 +261,9 @@ def cost(
         )
     spec = with_precision(resolve_model(model, model_set), precision, kv_dtype)
     prof = resolve_profile(gpu, profile, engine)
+    if dp_attention > 1:
+        _dp_cost(spec, prof, tp, ep, dp_attention, lengths, cached_frac, batches, context, as_json)
+        return
     cm = CostModel(spec, prof, tp=tp, ep=ep)
     data = predictions(
         cm,

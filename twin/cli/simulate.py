@@ -12,6 +12,7 @@ from rich.table import Table
 from twin.cli import checks
 from twin.cli.common import (
     CacheGbOption,
+    DpAttentionOption,
     EngineModeOption,
     EpOption,
     GpuOption,
@@ -75,6 +76,7 @@ def simulate(
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
     ep: EpOption = 1,
+    dp_attention: DpAttentionOption = 1,
     cache_gb: CacheGbOption = "auto",
     policy: str | None = typer.Option(
         None,
@@ -263,6 +265,9 @@ def simulate(
       twin simulate -m llama-3-8b --gpu h200 --engine vllm --precision fp8 --kv-dtype fp8 \
         --concurrency 16 --out sim-fp8
 
+      twin simulate -m deepseek-v3 --gpu h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang \
+        --concurrency 64 --duration 20 --out sim-dp8
+
       twin simulate -m qwen3.5-9b --gpu h200 --engine sglang --prefill-workers 2 \
         --decode-workers 4 --session-rate 2 --duration 120 --out sim-2p4d
 
@@ -330,6 +335,7 @@ def simulate(
         replicas=replicas,
         tp=tp,
         ep=ep,
+        dp_attention=dp_attention,
         router=router,
         **explicit,
         session_rate=session_rate,

@@ -212,6 +212,20 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
                 return compiled(*self._step_tables, n, cached, batch, context, dense)
         return self._seconds(aggregate_spread(prefills, batch, context, *self._shape_args()))
 
+    def step_spread_cost(
+        self, prefills: Sequence[tuple[int, int]], batch: int, context: int
+    ) -> StepCost:
+        """:meth:`step_spread`'s step split by layer kind and kernel (its ``total_s`` is
+        the same seconds); the attention-DP replica prices its ranks' parts from it."""
+        cost = StepCost()
+        self._price(aggregate_spread(prefills, batch, context, *self._shape_args()), cost)
+        return cost
+
+    def allreduce_time(self, tokens: int) -> float:
+        """Seconds of one all-reduce of ``tokens`` hidden states over the ``tp`` GPUs (the
+        profile's fitted all-reduce at that GPU count, else the ring on its peaks)."""
+        return self._allreduce(tokens)
+
     def compile_steps(self) -> bool:
         """Price :meth:`step_spread` of at most one prefill chunk by compiled code
         (``twin.costmodel.compiled``, the same prices to the bit) where this model has

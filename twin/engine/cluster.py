@@ -78,8 +78,9 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
     usable = config.tp * config.gpu_memory_bytes * config.memory_utilization
     cache = 0 if config.shared_pool else config.cache_bytes
     weights = model.weight_bytes
-    if config.ep > 1:  # each GPU's share under the layout (twin.parallel), rounded up
-        weights = config.tp * weight_bytes_per_gpu(model, Layout(config.tp, config.ep))
+    if config.ep > 1 or config.dp_attention > 1:
+        # Each GPU's share under the layout (twin.parallel), rounded up.
+        weights = config.tp * weight_bytes_per_gpu(model, _layout(config))
     budget = usable - weights - cache
     if config.speculative:  # the draft's weights and KV (twin.engine.speculative)
         from twin.engine.speculative import Speculation
@@ -106,18 +107,28 @@ def kv_replication_scale(model: ModelSpec, config: EngineConfig) -> float:
     GPUs are copied (:func:`twin.parallel.kv_bytes_per_token_per_gpu`, with the engines'
     sources), so a token takes ``tp x`` that per-GPU figure: DeepSeek at tp 8 holds an
     eighth of the tokens the plain count gives. Scaling the budget by the ratio makes
-    the engine's count right for the KV of models without recurrent states.
+    the engine's count right for the KV of models without recurrent states. With
+    attention data parallelism (``dp_attention``) a token takes that figure on its
+    rank's ``tp / dp`` GPUs only, and the budget is the replica's: its ranks share it
+    evenly (``twin.engine.dp_attention``).
     """
     # Hybrids keep their budget: their recurrent states shard over the GPUs, and one
     # scale for KV and states would shrink the states' share too.
-    replicated = model.mixer_counts.get("mla", 0) or 0 < model.n_kv_heads < config.tp
+    layout = _layout(config)
+    a_tp = layout.attention_tp
+    replicated = model.mixer_counts.get("mla", 0) or 0 < model.n_kv_heads < a_tp
     if not model.kv_bytes_per_token or not replicated or model.n_ssm_layers:
         return 1.0
-    per_gpu = kv_bytes_per_token_per_gpu(model, Layout(config.tp, config.ep))
-    held = config.tp * per_gpu
+    # With attention data parallelism a token lives on its rank's ``tp / dp`` GPUs only.
+    held = a_tp * kv_bytes_per_token_per_gpu(model, layout)
     if held <= model.kv_bytes_per_token:
         return 1.0
     return float(Fraction(model.kv_bytes_per_token) / held)
+
+
+def _layout(config: EngineConfig) -> Layout:
+    """The replica's parallel layout (``twin.parallel``)."""
+    return Layout(config.tp, config.ep, config.dp_attention)
 
 
 def horizon(source: SessionSource, config: EngineConfig) -> float:

@@ -33,6 +33,12 @@ class EngineConfig:
         "expert-parallel ranks among the `tp` GPUs: the routed experts dealt out `ep` ways, "
         "each split `tp / ep` ways (twin.parallel.Layout)",
     )
+    dp_attention: int = _opt(
+        1,
+        "attention data-parallel ranks among the `tp` GPUs: each rank its own scheduler, "
+        "batch and KV share, attention over `tp / dp_attention` GPUs, the FFN/MoE over "
+        "all `tp` (twin.engine.dp_attention)",
+    )
     cache_bytes: int = _opt(0, "prefix-cache capacity per replica, bytes (KV + SSM states)")
     policy: str = _opt("marconi", "prefix-cache policy name (policies.get_policy)")
     policy_options: dict[str, Any] = field(
@@ -180,6 +186,8 @@ class EngineConfig:
         need(1 <= self.replicas <= MAX_REPLICAS, "replicas", f"must be 1 to {MAX_REPLICAS:,}")
         need(1 <= self.tp <= MAX_TP, "tp", f"must be 1 to {MAX_TP:,}")
         need(self.ep >= 1 and self.tp % self.ep == 0, "ep", f"must divide --tp {self.tp}")
+        if self.dp_attention != 1:
+            self._check_dp_attention()
         need(self.cache_bytes >= 0, "cache_bytes", "must be >= 0")
         need(self.max_batched_tokens >= 1, "max_batched_tokens", "must be at least 1")
         need(self.max_running >= 1, "max_running", "must be at least 1")
@@ -257,6 +265,21 @@ class EngineConfig:
         self._check_disaggregated()
         if self.speculative:
             self._check_speculative()
+
+    def _check_dp_attention(self) -> None:
+        """``--dp-attention``: a layout ``twin.parallel.Layout`` takes, and only with what
+        the attention-DP replica models (``twin.engine.dp_attention``)."""
+        from twin.parallel import Layout
+
+        Layout(self.tp, self.ep, self.dp_attention)  # one line naming --dp-attention
+        d = self.dp_attention
+        for flag, unset in (
+            ("--prefill-workers/--decode-workers", not self.prefill_workers),
+            ("speculative decoding", not self.speculative),
+            ("a host cache tier", not (self.host_cache_bytes or self.host_cache_ratio)),
+        ):
+            if not unset:
+                raise TwinError(f"--dp-attention {d}: not modelled with {flag}")
 
     def _check_speculative(self) -> None:
         """Speculative decoding's settings (a Speculation) and the draft's parallelism."""
@@ -356,6 +379,7 @@ _OMITTED_AT_DEFAULT = (
     "decode_gpu",
     "decode_tp",
     "decode_ep",
+    "dp_attention",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

@@ -622,6 +622,10 @@ def make_cluster(
 ) -> Cluster:
     """The run's cluster: aggregated, or disaggregated when the config names the pools
     (``decode``: the decode pool's own hardware, if it has any)."""
+    if config.dp_attention > 1:  # attention ranks in lockstep (twin.engine.dp_attention)
+        from twin.engine.dp_attention import DPCluster
+
+        return DPCluster(model, pricer, config, workload, on_record)
     if not config.prefill_workers:
         return Cluster(model, pricer, config, workload, on_record)
     link = kv_link(config.kv_link, gpu, config)

@@ -372,6 +372,18 @@ def build_run(
 
 def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times."""
+    if config.dp_attention > 1:  # ranks' steps priced together (twin.engine.dp_attention)
+        from twin.engine.dp_attention import dp_pricer
+
+        return dp_pricer(
+            model,
+            profile,
+            config.tp,
+            config.ep,
+            config.dp_attention,
+            config.step_host_s,
+            config.seq_host_s,
+        )
     pricer: StepPricer = make_pricer(model, profile, config.tp, config.ep)
     if config.step_host_s or config.seq_host_s:
         from twin.engine.host_time import HostTimePricer

@@ -534,6 +534,7 @@ class RowPlan:
     ep: int = 1  # expert-parallel ranks within the tp GPUs (the row's moe_ep_size)
     workers: int = 1  # aggregated workers the measured clients were spread over
     range_ratio: float = 1.0  # the harness's length spread (:class:`Harness`)
+    dp: int = 1  # attention data-parallel ranks among the tp GPUs (attention_dp_size)
 
     @property
     def model(self) -> ModelSpec:
@@ -802,8 +803,6 @@ def plan_row(
         return REASON_DISAGG if row.mode == "disagg" else f"mode {row.mode or 'empty'}"
     if (row.pp or 1) > 1:
         return REASON_PP
-    if (row.attention_dp or 1) > 1:
-        return REASON_ATTN_DP
     unpriced = _unpriced_columns(row)
     if unpriced is not None:
         return unpriced
@@ -821,11 +820,17 @@ def plan_row(
     if profile is None:
         return f"no {engine} profile for {gpu}"
     tp = row.tp or 1
-    if tp > 1:
+    # Attention data parallelism (twin.engine.dp_attention): the replica's GPUs are
+    # tp_size x attention_dp_size, attention over tp_size of them a rank, and the
+    # FFN/MoE layers (and their gather/scatter) over all of them.
+    dp = row.attention_dp or 1
+    gpus = tp * dp
+    if gpus > 1:
         from twin.costmodel.formulas import allreduce_kernel
 
-        if allreduce_kernel(tp) not in profile.kernels:
-            return f"tp_size {tp}: no measured all-reduce at {tp} GPUs in the {gpu} profile"
+        if allreduce_kernel(gpus) not in profile.kernels:
+            at = f"tp_size {tp}" + (f" x attention_dp_size {dp}" if dp > 1 else "")
+            return f"{at}: no measured all-reduce at {gpus} GPUs in the {gpu} profile"
     folder = configs if configs is not None else default_configs()
     found = find_config(folder, row.model_path)
     if found is None:
@@ -854,13 +859,13 @@ def plan_row(
         # vLLM, SGLang and TensorRT-LLM shard attention heads evenly across TP ranks.
         return f"tp_size {tp} does not divide the {base.n_heads} attention heads"
     ep = row.moe_ep or 1
-    if ep > 1:  # expert parallelism within the TP group (twin.parallel.Layout)
-        if not base.n_moe_layers or (row.moe_tp or 1) * ep != tp:
+    if ep > 1 or dp > 1:  # expert (and attention-data) parallelism (twin.parallel.Layout)
+        if ep > 1 and (not base.n_moe_layers or (row.moe_tp or 1) * ep != gpus):
             return REASON_EP
         from twin.parallel import Layout, check_layout
 
         try:
-            check_layout(base, Layout(tp, ep))
+            check_layout(base, Layout(gpus, ep, dp))
         except TwinError as err:
             return str(err)
     unpriceable = _unpriceable(profile, precision, base)
@@ -881,7 +886,7 @@ def plan_row(
         config_path=str(path),
         gpu=gpu,
         engine=engine,
-        tp=tp,
+        tp=gpus,
         concurrency=c,
         precision=precision.text,
         priced=precision.label,
@@ -897,6 +902,7 @@ def plan_row(
         ep=ep,
         workers=workers,
         range_ratio=harness.range_ratio,
+        dp=dp,
     )
 
 
@@ -1014,6 +1020,7 @@ def predict(plan: RowPlan) -> dict[str, Any]:
                 tp=plan.tp,
                 ep=plan.ep,
                 concurrency=plan.concurrency,
+                dp_attention=plan.dp,
                 **plan.deployment,
             )
             summary = run.simulate(on_record=records.append)

@@ -134,6 +134,8 @@ def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | 
     plans = {}
     for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
         found = sil.plan_row(_as_aggregated(row, pool), configs, deploy="defaults")
+        if not isinstance(found, str) and found.dp > 1:
+            found = sil.REASON_ATTN_DP  # not modelled with disaggregated pools
         if isinstance(found, str):  # a reason of the pool's layout names the pool
             return f"{side} pool: {found}" if _of_layout(found) else found
         plans[side] = found

@@ -1,0 +1,199 @@
+"""Attention data parallelism (``--dp-attention``, ``twin.engine.dp_attention``): the
+synchronised step's price, the ranks' lockstep, dealing, the KV budget per rank, and
+the refusals."""
+
+from __future__ import annotations
+
+import pytest
+from test_engine_helpers import run, single_turns
+
+from twin.costmodel.breakdown import StepCost
+from twin.engine import EngineConfig, memory_budget
+from twin.engine.dp_attention import (
+    IDLE,
+    DPCluster,
+    DPStepPricer,
+    RoundRobin,
+    TRTLLMBalanced,
+    VLLMLeastLoaded,
+)
+from twin.errors import TwinError
+from twin.parallel import Layout, weight_bytes_per_gpu
+from twin.presets import get_model
+from twin.workloads.reader import Workload
+
+A, F, R = 1e-3, 1e-4, 1e-5  # attention s/token, FFN s/token, all-reduce s/token
+
+
+class _Costs:
+    """A cost model whose step is ``A`` a token of attention and ``F`` a token of MoE
+    (plus an all-reduce the DP price must drop), and whose all-reduce is ``R`` a token."""
+
+    def step_spread_cost(self, prefills, batch, context):
+        tokens = sum(c for c, _ in prefills) + batch
+        cost = StepCost()
+        cost.add("attention", "attention", A * tokens)
+        cost.add("head", "gemm", 0.0)
+        cost.add("moe", "gemm", F * tokens)
+        cost.add("moe", "allreduce", 123.0)  # replaced by the gather/scatter
+        return cost
+
+    def step_spread(self, prefills, batch, context):
+        return self.step_spread_cost(prefills, batch, context).total_s
+
+    def allreduce_time(self, tokens):
+        return R * tokens
+
+    def checkpoint_copy_time(self):
+        return 0.0
+
+
+def _pricer(dp=2, layers=1, step_host_s=0.0, seq_host_s=0.0):
+    return DPStepPricer(_Costs(), _Costs(), dp, layers, step_host_s, seq_host_s)
+
+
+def test_a_step_is_the_slowest_attention_plus_the_ffn_on_every_rank_s_tokens():
+    p = _pricer(dp=2, layers=3)
+    # Rank 0 prefills 16 tokens, rank 1 decodes 4 sequences: a prefill in the step, so
+    # SGLang's SUM_LEN gather: two all-reduces of all 20 tokens a layer.
+    steps = [([(16, 0)], 0, 0), ((), 4, 400)]
+    assert p.sync_time(steps) == pytest.approx(16 * A + 20 * F + 3 * 2 * 20 * R)
+    # Decodes only, 8 and 2 sequences: 2 x 10 > 2 x 8, so padding to the longest
+    # (MAX_LEN): one all-reduce's bytes of 2 x 8 rows a layer.
+    assert p.sync_time([((), 8, 0), ((), 2, 0)]) == pytest.approx(8 * A + 10 * F + 3 * 16 * R)
+    # 8 and 0: 2 x 8 = 2 x 8 is not more, so SUM_LEN again.
+    assert p.sync_time([((), 8, 0), IDLE]) == pytest.approx(8 * A + 8 * F + 3 * 2 * 8 * R)
+    assert p.sync_time([IDLE, IDLE]) == 0.0
+    # Alone, a rank's step is the synchronised step with the others idle.
+    assert p.step_time([(16, 0)], 0, 0) == p.sync_time([([(16, 0)], 0, 0), IDLE])
+
+
+def test_host_time_is_the_busiest_rank_s():
+    p = _pricer(step_host_s=0.01, seq_host_s=0.001)
+    kernels = _pricer().sync_time([([(4, 0), (4, 0)], 3, 0), ((), 1, 0)])
+    got = p.sync_time([([(4, 0), (4, 0)], 3, 0), ((), 1, 0)])
+    assert got == pytest.approx(kernels + 0.01 + 5 * 0.001)
+
+
+def test_ranks_step_in_lockstep(tmp_path):
+    """Two requests dealt round-robin to two ranks: the short prompt's rank waits for
+    the long one's, and both decode in the same steps."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0], prompt_len=4, output_len=3)
+    wl = Workload.open(path)
+    _, records = run(path, _pricer(), "llama-3-8b", tp=2, dp_attention=2)
+    assert len(records) == 2 == wl.num_rows
+    prefill = 4 * A + 8 * F + 2 * 8 * R  # both prefill 4 tokens (SUM_LEN)
+    decode = 1 * A + 2 * F + 2 * R  # both decode one: 2 x 2 > 1 x 2, MAX_LEN
+    for r in records:
+        assert r.ttft_s == pytest.approx(prefill)
+        assert r.e2e_s == pytest.approx(prefill + 2 * decode)
+
+
+def test_one_rank_alone_pays_only_its_own_tokens(tmp_path):
+    path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=6, output_len=2)
+    _, records = run(path, _pricer(), "llama-3-8b", tp=2, dp_attention=2)
+    (r,) = records
+    assert r.ttft_s == pytest.approx(6 * A + 6 * F + 2 * 6 * R)
+    assert r.e2e_s == pytest.approx(r.ttft_s + A + F + 2 * R)
+
+
+class _Load:
+    def __init__(self, waiting, running, tokens):
+        self.waiting, self.running, self.tokens = waiting, running, tokens
+
+
+def test_dealing_rules():
+    loads = [_Load(0, 5, 500), _Load(1, 0, 10), _Load(0, 2, 900)]
+    rr = RoundRobin()
+    assert [rr.pick(loads) for _ in range(4)] == [0, 1, 2, 0]
+    # vLLM: 4 x waiting + running = 5, 4, 2; ties to the lowest rank.
+    assert VLLMLeastLoaded().pick(loads) == 2
+    assert VLLMLeastLoaded().pick([_Load(0, 1, 0), _Load(0, 1, 0)]) == 0
+    # TensorRT-LLM: active 5, 1, 2; expected max(ceil(9 / 3), 5) = 5: ranks 1 and 2,
+    # the fewest active tokens first.
+    assert TRTLLMBalanced().pick(loads) == 1
+    assert TRTLLMBalanced().pick([_Load(0, 3, 10), _Load(0, 2, 90), _Load(0, 2, 50)]) == 2
+
+
+def test_the_kv_budget_is_shared_evenly_by_the_ranks(tmp_path):
+    model = get_model("llama-3-8b")
+    gpu = 80e9
+    config = EngineConfig(tp=4, dp_attention=2, gpu_memory_bytes=gpu, shared_pool=True)
+    weights = 4 * weight_bytes_per_gpu(model, Layout(4, 1, 2))
+    # 8 KV heads over an attention TP of 2: split, so each token's KV bytes add up to
+    # kv_bytes_per_token over its rank's GPUs and the replica's bytes serve as they are.
+    assert memory_budget(model, config) == pytest.approx(4 * gpu * 0.9 - weights)
+    assert weights > model.weight_bytes  # attention weights held by both ranks
+    path = single_turns(tmp_path / "w.parquet", [0.0])
+    cluster = DPCluster(model, _pricer(), config, Workload.open(path))
+    ranks = cluster.replicas[0].ranks
+    assert len(ranks) == 2
+    assert all(r.memory_budget == cluster.budget / 2 for r in ranks)
+    # MLA's latent is whole on every GPU of a rank: the replica's budget counts a
+    # token at tp / dp times the latent (twin.parallel.kv_bytes_per_token_per_gpu).
+    ds = get_model("deepseek-v3")
+    cfg = EngineConfig(tp=8, ep=8, dp_attention=4, gpu_memory_bytes=141e9, shared_pool=True)
+    free = 8 * 141e9 * 0.9 - 8 * weight_bytes_per_gpu(ds, Layout(8, 8, 4))
+    # 70,272 B of latent a token on each GPU (61 layers x 576 x 2 B), on 2 GPUs a rank.
+    scale = ds.kv_bytes_per_token / (2 * 70_272)
+    assert memory_budget(ds, cfg) == pytest.approx(free * scale)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tp": 8, "dp_attention": 3}, "--dp-attention 3 must divide --tp 8"),
+        ({"tp": 2, "dp_attention": 0}, "--dp-attention must be a positive integer"),
+        (
+            {"tp": 2, "dp_attention": 2, "prefill_workers": 1, "decode_workers": 1},
+            "--dp-attention 2: not modelled with --prefill-workers",
+        ),
+        (
+            {"tp": 2, "dp_attention": 2, "host_cache_bytes": 10**9},
+            "--dp-attention 2: not modelled with a host cache tier",
+        ),
+    ],
+)
+def test_layouts_and_modes_it_cannot_take_are_refused(fields, message):
+    with pytest.raises(TwinError, match=message):
+        EngineConfig(**fields)
+
+
+def test_without_dp_attention_the_config_is_unchanged():
+    assert "dp_attention" not in EngineConfig().to_dict()
+    assert EngineConfig(tp=4, dp_attention=2).to_dict()["dp_attention"] == 2
+
+
+def test_cli_refuses_a_layout_in_one_line(tmp_path, capsys):
+    from twin.cli.main import run as twin
+
+    for argv in (
+        ["simulate", "-m", "llama-3-8b", "--tp", "4", "--dp-attention", "3"],
+        ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--tp", "4", "--dp-attention", "3"],
+    ):
+        rc = twin([*argv, *(["--out", str(tmp_path / "sim")] if argv[0] == "simulate" else [])])
+        _, err = capsys.readouterr()
+        assert (
+            rc == 2
+            and err.strip() == "error: --dp-attention 3 must divide --tp 4 (the replica's GPUs)"
+        )
+    assert not (tmp_path / "sim").exists()
+
+
+def test_cost_shows_the_synchronised_step_s_parts(capsys):
+    import json
+
+    from twin.cli.main import run as twin
+
+    argv = ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--tp", "2", "--dp-attention", "2"]
+    assert twin([*argv, "--lengths", "1024", "--batches", "1,16", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["tp"], data["dp_attention"]) == (2, 2)
+    for row in data["prefill"] + data["decode"]:
+        parts = row["attention_s"] + row["ffn_s"] + row["gather_scatter_s"]
+        assert (
+            row["total_s"] == pytest.approx(parts)
+            and min(row["attention_s"], row["ffn_s"], row["gather_scatter_s"]) > 0
+        )
+    small, big = data["decode"]
+    assert big["tokens_per_s"] > small["tokens_per_s"]

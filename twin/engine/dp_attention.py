@@ -1,0 +1,543 @@
+"""Attention data parallelism: a replica of ``tp`` GPUs serving ``D`` attention ranks.
+
+``--dp-attention D`` (``EngineConfig.dp_attention``) runs a replica as the engines run
+DeepSeek-style MoE models with attention data parallelism: SGLang's ``--dp D
+--enable-dp-attention``, TensorRT-LLM's ``enable_attention_dp``, vLLM's
+``--data-parallel-size D --enable-expert-parallel``. What the engines do, and what the
+twin takes from it:
+
+- **Each rank its own scheduler, batch and KV pool.** SGLang starts one ``Scheduler``
+  per DP rank, each with its own request queue, radix cache and token pool
+  (``python/sglang/srt/managers/data_parallel_controller.py``, release 0.5.4); vLLM one
+  ``EngineCore`` per DP rank (``vllm/v1/engine/core.py`` ``DPEngineCoreProc``, 0.11.0).
+  The twin builds ``D`` ordinary :class:`~twin.engine.replica.Replica` objects (each
+  with the engine mode's scheduler, its cache and ``1 / D`` of the replica's memory
+  budget: ``twin.engine.cluster.memory_budget`` counts a token on its rank's ``tp / D``
+  GPUs, ``twin.parallel.kv_bytes_per_token_per_gpu``), and each rank decides its own
+  step by its mode's rules (a prefill batch, a mixed step or a decode step).
+- **The ranks step in lockstep.** Every MoE/MLP layer gathers all ranks' tokens, so no
+  rank's forward can end before the others': SGLang's ``prepare_mlp_sync_batch_raw``
+  (``managers/scheduler.py``, 0.5.4) all-gathers each rank's token count before every
+  forward and a rank with nothing to run makes an idle batch (``get_idle_batch``);
+  vLLM's ``DPEngineCoreProc.run_busy_loop`` runs ``execute_dummy_batch`` on an idle
+  engine while any engine has requests (``_has_global_unfinished_reqs``). The twin
+  runs one step loop for the replica (:meth:`DPReplica.run`): each rank with work plans
+  its step, the step takes the synchronised price of all of them
+  (:class:`DPStepPricer`), and every rank applies its step's end at the same moment.
+- **The price of a synchronised step** (:meth:`DPStepPricer.sync_time`): the slowest
+  rank's attention side (everything but the FFN/MoE layers, priced by the cost model
+  at the attention TP ``tp / D`` on that rank's own chunks and decodes), plus the FFN
+  and MoE layers priced once on all ranks' tokens together at ``tp`` (and ``ep``),
+  their own all-reduce replaced by the gather/scatter SGLang runs
+  (``layers/dp_attention.py`` and ``layers/communicator.py``, 0.5.4): with a prefill
+  in any rank the tokens are summed (``DpPaddingMode.SUM_LEN``: an all-reduce of the
+  summed tokens gathers them, the MLP's all-reduce and ``dp_scatter`` return them),
+  else the mode with less traffic, padding every rank to the longest
+  (``MAX_LEN``, when ``2 x sum > D x max``: an all-gather and a reduce-scatter of
+  ``D x max`` rows, the bytes of one all-reduce of them). Each all-reduce is the
+  profile's fitted all-reduce at ``tp`` GPUs, else the ring on its link
+  (``CostModel.allreduce_time``). vLLM's default ``VLLM_ALL2ALL_BACKEND``,
+  ``allgather_reducescatter`` (``vllm/envs.py``, 0.11.0), moves the same bytes.
+  The host time per step (the mode's ``step_host_s`` and ``seq_host_s``) is the
+  busiest rank's: the ranks' schedulers run side by side.
+- **Requests are dealt to ranks** by the engine's rule (:data:`DEALERS`): SGLang's DP
+  controller round-robin (``load_balance_method`` default ``round_robin``,
+  ``server_args.py`` 0.5.4); vLLM's ``DPLBAsyncMPClient.get_core_engine_for_request``
+  (``vllm/v1/engine/core_client.py``, 0.11.0): the lowest ``4 x waiting + running``,
+  scanning from rank 0 (vLLM reads the counts from the coordinator's 100 ms stats; the
+  twin reads them now); TensorRT-LLM's ``balance_requests_across_ranks``
+  (``tensorrt_llm/_torch/pyexecutor/request_utils.py``, main as indexed in 2026): among
+  the ranks below the expected active count, the fewest active tokens.
+
+Not modelled: DeepEP's all-to-all dispatch and combine (the tables have them for a few
+GPUs only), MoE load imbalance between ranks, TensorRT-LLM's ``attention_dp_enable_balance``
+delays (off by default), overlap of communication with compute, fast-forwarded decode
+runs (each synchronised step is priced on its own), speculative decoding, host tiers and
+disaggregated pools under attention DP (refused by ``EngineConfig``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, ClassVar
+
+from twin.engine.cluster import Cluster
+from twin.engine.cost import Chunk, PricerBase, StepPricer, affine_fit
+from twin.engine.lpm import order_by_prefix
+from twin.engine.replica import Replica
+from twin.engine.seq import Seq
+from twin.engine.sim import Event
+from twin.errors import TwinError
+from twin.model import ModelSpec
+from twin.token_gaps import TokenGaps
+from twin.workloads.reader import Request, Workload
+
+# A rank's step as the pricer sees it: (prefill chunks, decoding sequences, their context sum).
+RankStep = tuple[Sequence[Chunk], int, int]
+IDLE: RankStep = ((), 0, 0)
+# Breakdown kinds of the layers that run on all ranks' tokens (the rest is the attention side).
+FFN_KINDS = ("mlp", "moe")
+
+
+class DPStepPricer(PricerBase):
+    """Prices a synchronised step of ``dp`` attention ranks (module docstring).
+
+    ``attention`` is the cost model at the attention TP (``tp / dp`` GPUs), ``ffn`` at
+    the replica's ``tp`` and ``ep``; both are ``twin.costmodel.CostModel`` (or anything
+    with ``step_spread_cost`` and ``allreduce_time``). As a plain :class:`StepPricer` it
+    prices one rank's step alone (the others idle).
+    """
+
+    def __init__(
+        self,
+        attention: Any,
+        ffn: Any,
+        dp: int,
+        ffn_layers: int,
+        step_host_s: float = 0.0,
+        seq_host_s: float = 0.0,
+    ) -> None:
+        self.attention, self.ffn, self.dp = attention, ffn, dp
+        self.ffn_layers = ffn_layers
+        self.step_host_s, self.seq_host_s = step_host_s, seq_host_s
+        self._ffn_cache: dict[int, float] = {}
+        self._attn_ffn_cache: dict[int, float] = {}
+        self._affine: dict[int, tuple[float, float] | None] = {}
+
+    @property
+    def provenance(self) -> str:
+        return str(getattr(self.ffn, "provenance", ""))
+
+    def attention_time(self, step: RankStep) -> float:
+        """Seconds of a rank's attention side: its step at the attention TP but the FFN
+        and MoE layers (which depend on the token count alone). A pure-decode step is
+        ``a + b x context`` per batch size where the cost model's price is affine in the
+        context (``twin.engine.cost.affine_fit``, as the plain pricer's decode runs)."""
+        prefills, batch, context = step
+        tokens = sum(c for c, _ in prefills) + batch
+        if not tokens:
+            return 0.0
+        spread = self.attention.step_spread
+        if prefills:
+            total = float(spread(prefills, batch, context))
+        else:
+            if batch not in self._affine:
+                self._affine[batch] = affine_fit(lambda x: float(spread((), batch, x)), batch)
+            fit = self._affine[batch]
+            total = float(spread((), batch, context)) if fit is None else fit[0] + fit[1] * context
+        return total - self._attention_ffn(tokens)
+
+    def _attention_ffn(self, tokens: int) -> float:
+        """The FFN and MoE layers' share of a step of ``tokens`` tokens at the attention
+        TP (subtracted from its price: :meth:`attention_time`)."""
+        got = self._attn_ffn_cache.get(tokens)
+        if got is None:
+            cost = self.attention.step_spread_cost((), tokens, 0)
+            got = float(sum(sum(cost.items.get(kind, {}).values()) for kind in FFN_KINDS))
+            self._attn_ffn_cache[tokens] = got
+        return got
+
+    def ffn_time(self, tokens: int) -> float:
+        """Seconds of the FFN and MoE layers on ``tokens`` tokens at ``tp`` (and ``ep``),
+        without their all-reduce (the gather/scatter replaces it: :meth:`comm_time`)."""
+        got = self._ffn_cache.get(tokens)
+        if got is None:
+            cost = self.ffn.step_spread_cost((), tokens, 0)  # the FFN sees rows only
+            got = sum(
+                s
+                for kind in FFN_KINDS
+                for kernel, s in cost.items.get(kind, {}).items()
+                if kernel != "allreduce"
+            )
+            self._ffn_cache[tokens] = got
+        return got
+
+    def comm_time(self, tokens: Sequence[int], extend: bool) -> float:
+        """Seconds of the gather/scatter of every FFN layer for ranks with these token
+        counts (SGLang's ``DpPaddingMode``, module docstring)."""
+        total, most = sum(tokens), max(tokens)
+        if not total:
+            return 0.0
+        ar = self.ffn.allreduce_time
+        if not extend and 2 * total > most * self.dp:  # MAX_LEN
+            per_layer = ar(most * self.dp)
+        else:  # SUM_LEN: gather by all-reduce, then the layer's own all-reduce
+            per_layer = 2 * ar(total)
+        return float(self.ffn_layers * per_layer)
+
+    def sync_time(self, steps: Sequence[RankStep]) -> float:
+        """Seconds of one synchronised step whose ranks run ``steps`` (idle ranks:
+        :data:`IDLE`): the slowest attention side + the FFN on the sum + the
+        gather/scatter + the busiest rank's host time."""
+        tokens = [sum(c for c, _ in p) + b for p, b, _ in steps]
+        total = sum(tokens)
+        if not total:
+            return 0.0
+        seqs = max(len(p) + b for p, b, _ in steps)
+        extend = any(p for p, _, _ in steps)
+        return (
+            max(self.attention_time(s) for s in steps)
+            + self.ffn_time(total)
+            + self.comm_time(tokens, extend)
+            + self.step_host_s
+            + self.seq_host_s * seqs
+        )
+
+    # ------------------------------------------------ StepPricer: one rank alone
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
+        step: RankStep = (prefills, decode_batch, decode_context)
+        return self.sync_time([step] + [IDLE] * (self.dp - 1))
+
+    def checkpoint_copy_time(self) -> float:
+        return float(self.attention.checkpoint_copy_time())
+
+
+class RankRecorder(PricerBase):
+    """A rank's pricer: its scheduler plans a step and prices it here; the step is kept
+    for the synchronised price (``last``) and costs 0 alone. The rest is the real
+    pricer's (copies, host loads)."""
+
+    def __init__(self, inner: StepPricer) -> None:
+        self.inner = inner
+        self.last: RankStep = IDLE
+
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
+        self.last = (list(prefills), decode_batch, decode_context)
+        return 0.0
+
+    def checkpoint_copy_time(self) -> float:
+        return float(self.inner.checkpoint_copy_time())
+
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+        return float(self.inner.hit_work_time(recompute, host_tokens, host_states))
+
+    def write_back_time(self, tokens: int, states: int) -> float:
+        return float(self.inner.write_back_time(tokens, states))
+
+
+# ------------------------------------------------------------------ dealing requests
+class RankLoad:
+    """What a dealer sees of a rank: requests waiting, running, and outstanding tokens."""
+
+    __slots__ = ("running", "tokens", "waiting")
+
+    def __init__(self, rank: Replica) -> None:
+        s: Any = rank.scheduler
+        self.waiting = len(s.waiting)
+        self.running = len(s.prefilling) + len(s.decoding)
+        self.tokens = rank.outstanding_tokens
+
+
+class Dealer:
+    """Which rank a new request goes to (one per engine's rule, :data:`DEALERS`)."""
+
+    name: ClassVar[str] = ""
+
+    def pick(self, loads: Sequence[RankLoad]) -> int:
+        raise NotImplementedError
+
+
+class RoundRobin(Dealer):
+    """SGLang's ``DataParallelController.round_robin_scheduler`` (0.5.4): in turn."""
+
+    name = "round-robin"
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def pick(self, loads: Sequence[RankLoad]) -> int:
+        i = self.next
+        self.next = (i + 1) % len(loads)
+        return i
+
+
+class VLLMLeastLoaded(Dealer):
+    """vLLM's ``DPLBAsyncMPClient.get_core_engine_for_request`` (0.11.0): the lowest
+    ``waiting x 4 + running``, the first such from rank 0."""
+
+    name = "vllm-least-loaded"
+
+    def pick(self, loads: Sequence[RankLoad]) -> int:
+        scores = [4 * x.waiting + x.running for x in loads]
+        return scores.index(min(scores))
+
+
+class TRTLLMBalanced(Dealer):
+    """TensorRT-LLM's ``balance_requests_across_ranks``: of the ranks with fewer active
+    requests than ``max(ceil((active + 1) / D), most active)``, the one with the fewest
+    active tokens (then requests, then rank: its heap's order)."""
+
+    name = "trtllm-balanced"
+
+    def pick(self, loads: Sequence[RankLoad]) -> int:
+        active = [x.waiting + x.running for x in loads]
+        expected = max(-(-(sum(active) + 1) // len(loads)), max(active))
+        keys = [
+            (x.tokens, a, i)
+            for i, (x, a) in enumerate(zip(loads, active, strict=True))
+            if a < expected
+        ]
+        return min(keys)[2] if keys else 0
+
+
+DEALERS: dict[str, type[Dealer]] = {
+    cls.name: cls for cls in (RoundRobin, VLLMLeastLoaded, TRTLLMBalanced)
+}
+# The engine mode's rule; other modes deal round-robin (SGLang's default).
+DEALER_OF_ENGINE = {
+    "sglang": "round-robin",
+    "vllm": "vllm-least-loaded",
+    "trtllm": "trtllm-balanced",
+}
+
+
+def dealer_for(engine: str) -> Dealer:
+    """The dealer of engine mode ``engine`` (round-robin for the twin's own modes)."""
+    return DEALERS[DEALER_OF_ENGINE.get(engine, "round-robin")]()
+
+
+# ------------------------------------------------------------------ the replica
+class _Summed:
+    """The ranks' caches or pools as one: numeric attributes summed (reports, sampler)."""
+
+    def __init__(self, parts: Sequence[Any]) -> None:
+        self._parts = parts
+
+    def __getattr__(self, name: str) -> Any:
+        values = [getattr(p, name) for p in self._parts]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            return sum(values)
+        return values[0]
+
+    def peek(self, prompt: Any) -> int:
+        """The longest hit any rank's cache has (a cache-aware router's signal)."""
+        return int(max(p.peek(prompt) for p in self._parts))
+
+
+class _SummedPolicy:
+    def __init__(self, ranks: Sequence[Replica]) -> None:
+        self._ranks = ranks
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for rank in self._ranks:
+            for k, v in rank.policy.stats().items():
+                if isinstance(v, int | float) and not isinstance(v, bool) and k in out:
+                    out[k] += v
+                else:
+                    out.setdefault(k, v)
+        return out
+
+
+class DPReplica:
+    """One replica of ``D`` attention ranks stepping in lockstep (module docstring).
+
+    It stands where the cluster keeps a :class:`~twin.engine.replica.Replica`: requests
+    in (:meth:`submit`, dealt to a rank), the step loop (:meth:`run`), and the counters
+    and caches the cluster reports (the ranks' summed)."""
+
+    def __init__(
+        self, ranks: list[Replica], recorders: list[RankRecorder], pricer: DPStepPricer, engine: str
+    ) -> None:
+        self.ranks, self.recorders, self.pricer = ranks, recorders, pricer
+        first = ranks[0]
+        self.env, self.index = first.env, first.index
+        self.dealer = dealer_for(engine)
+        self.cache: Any = _Summed([r.cache for r in ranks])
+        self.policy: Any = _SummedPolicy(ranks)
+        self.host = None
+        self.pool: Any = _Summed([r.pool for r in ranks]) if first.pool is not None else None
+        self.kv = first.kv
+        self.step_no = 0
+        self.busy_s = 0.0
+        self.busy_since: float | None = None
+        self._wake: Event | None = None
+        self._warmup_s = 0.0
+        self._retry = False
+
+    # The cluster sets ``replica.scheduler.warmup_s``: the replica is its own scheduler.
+    @property
+    def scheduler(self) -> DPReplica:
+        return self
+
+    @property
+    def warmup_s(self) -> float:
+        return self._warmup_s
+
+    @warmup_s.setter
+    def warmup_s(self, value: float) -> None:
+        self._warmup_s = value
+        for rank in self.ranks:
+            rank.scheduler.warmup_s = value
+
+    def __getattr__(self, name: str) -> Any:
+        # Counters the reports read (submitted, rejected, preemptions, peaks): summed.
+        if name.startswith("_") or name in ("ranks",):
+            raise AttributeError(name)
+        return sum(getattr(r, name) for r in self.ranks)
+
+    def token_gaps(self) -> TokenGaps:
+        return TokenGaps.merged([r.token_gaps() for r in self.ranks])
+
+    def busy_until_now_s(self) -> float:
+        since = self.busy_since
+        return self.busy_s + (self.env.now - since if since is not None else 0.0)
+
+    def submit(self, req: Request, arrival_s: float | None = None) -> Seq:
+        """Deal ``req`` to a rank (:data:`DEALERS`) and queue it there; wake the loop."""
+        rank = self.ranks[self.dealer.pick([RankLoad(r) for r in self.ranks])]
+        seq = rank.submit(req, arrival_s)
+        wake = self._wake
+        if wake is not None and not wake.triggered:
+            wake.succeed()
+        return seq
+
+    def run(self) -> Generator[Event, Any, None]:
+        """The synchronised step loop: every rank with work plans its step (its mode's
+        rules), the step lasts :meth:`DPStepPricer.sync_time` of them all, then every
+        rank applies its end (tokens, completions, cache inserts) at the same time."""
+        env = self.env
+        scheds: list[Any] = [r.scheduler for r in self.ranks]
+        while True:
+            if not any(s.waiting or s.prefilling or s.decoding for s in scheds):
+                self._wake = env.event()
+                yield self._wake
+                continue
+            self._retry = False
+            plans = [self._plan(s, rec) for s, rec in zip(scheds, self.recorders, strict=True)]
+            if all(p is None for p in plans):
+                if not self._retry:  # every queue's head waits for memory: a submission
+                    self._wake = env.event()
+                    yield self._wake
+                continue  # else a rank preempted to make room: plan again
+            steps = [
+                rec.last if p is not None else IDLE
+                for p, rec in zip(plans, self.recorders, strict=True)
+            ]
+            seconds = self.pricer.sync_time(steps)
+            seconds += max((p[1] for p in plans if p is not None), default=0.0)
+            self.busy_since = t0 = env.now
+            yield env.timeout(seconds)
+            ends = [
+                self._apply(s, p) if p is not None else None
+                for s, p in zip(scheds, plans, strict=True)
+            ]
+            extra = max((e[2] for e in ends if e is not None), default=0.0)
+            if extra:
+                yield env.timeout(extra)
+            self.busy_s += env.now - t0
+            self.step_no += 1
+            self.busy_since = None
+            now = env.now
+            for s, p, e in zip(scheds, plans, ends, strict=True):
+                if p is None or e is None:
+                    continue
+                s.busy_s += now - t0
+                batch = p[2]
+                if batch and t0 >= s.warmup_s:
+                    s.gaps.step(now - t0, batch)
+                prefilled, completed, _ = e
+                for seq in prefilled:
+                    if not seq.generated:
+                        seq.first_token_s = now
+                for seq in completed:
+                    seq.done_s = now
+                    seq.done.succeed()
+
+    def _plan(self, s: Any, rec: RankRecorder) -> tuple[list[tuple[Seq, int]], float, int] | None:
+        """Rank ``s``'s step: its mode's step (``_plan_step``: prefill chunks, admissions,
+        decodes as the mode mixes them), or one decode step; ``None``: idle."""
+        rec.last = IDLE
+        if not (s.waiting or s.prefilling or s.decoding):
+            return None
+        if s.lpm and len(s.waiting) > 1:
+            order_by_prefix(s.waiting, s.replica.cached_prefix)
+        if s.prefilling or s._can_admit():
+            return s._plan_step()  # type: ignore[no-any-return]
+        if not s.decoding:
+            return None  # the head waits for memory nothing running will free
+        # One decode step (the mode's decode-run rules, one step at a time).
+        if s.shared:
+            while s.decoding and not s.replica.grow(len(s.decoding)):
+                s._make_room()
+        batch = len(s.decoding)
+        if not batch:
+            self._retry = True  # it preempted all it ran: it plans again next step
+            return None
+        if s.ratio is not None:
+            s.ratio.decayed(1)
+        rec.last = ((), batch, s.ctx_base + batch * (s.step_no + 1))
+        return [], 0.0, batch
+
+    def _apply(
+        self, s: Any, plan: tuple[list[tuple[Seq, int]], float, int]
+    ) -> tuple[list[Seq], list[Seq], float]:
+        """The end of rank ``s``'s step: tokens, completions, cache inserts; the seconds
+        its checkpoint copies and write-backs add."""
+        chunked, _, _ = plan
+        s.step_no += 1
+        prefilled = s._apply_chunks(chunked) if chunked else []
+        completed = s._complete_due()
+        if prefilled:
+            completed.extend(seq for seq in prefilled if seq.out_len - seq.generated == 1)
+        replica = s.replica
+        copies = replica.step_end(prefilled, completed) if prefilled or completed else 0
+        return prefilled, completed, copies * replica.copy_s + replica.write_back_time()
+
+
+class DPCluster(Cluster):
+    """A cluster whose replicas run ``dp_attention`` attention ranks each
+    (:class:`DPReplica`); everything else is the cluster's."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        pricer: StepPricer,
+        config: Any,
+        workload: Workload,
+        on_record: Callable[[Any], None] = lambda rec: None,
+    ) -> None:
+        if not isinstance(pricer, DPStepPricer):
+            raise TwinError("--dp-attention needs the attention-DP step pricer")
+        self._dp_pricer = pricer
+        self._recorder: RankRecorder | None = None
+        super().__init__(model, pricer, config, workload, on_record)
+
+    def _replica_setup(self, i: int) -> tuple[Any, StepPricer, float]:
+        assert self._recorder is not None
+        return self.config, self._recorder, self.budget / self.config.dp_attention
+
+    def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Any:
+        ranks, recorders = [], []
+        for _ in range(self.config.dp_attention):
+            self._recorder = RankRecorder(self._dp_pricer)
+            recorders.append(self._recorder)
+            ranks.append(super()._new_replica(i, workload, longest))
+        self._recorder = None
+        return DPReplica(ranks, recorders, self._dp_pricer, self.config.engine)
+
+
+def dp_pricer(
+    model: ModelSpec, profile: Any, tp: int, ep: int, dp: int, step_host_s: float, seq_host_s: float
+) -> DPStepPricer:
+    """The synchronised step pricer of a replica of ``tp`` GPUs, ``ep`` expert ranks and
+    ``dp`` attention ranks on ``profile``."""
+    from twin.costmodel import CostModel
+    from twin.parallel import Layout, check_layout
+
+    check_layout(model, Layout(tp, ep, dp))
+    attention = CostModel(model, profile, tp // dp)
+    attention.compile_steps()  # its compiled mixed step where the model has one
+    ffn = CostModel(model, profile, tp, ep=ep)
+    layers = model.n_mlp_layers + model.n_moe_layers
+    return DPStepPricer(attention, ffn, dp, layers, step_host_s, seq_host_s)
+
+
+__all__ = [
+    "DEALERS",
+    "DPCluster",
+    "DPReplica",
+    "DPStepPricer",
+    "RankRecorder",
+    "dp_pricer",
+]
