@@ -314,6 +314,25 @@ class _Summed:
         return int(max(p.peek(prompt) for p in self._parts))
 
 
+class _SummedMemory:
+    """The ranks' memory as the summary's one ``pool`` section: numbers summed (a peak is
+    the sum of each rank's peak, not a simultaneous one), the rest the first rank's."""
+
+    def __init__(self, ranks: Sequence[Replica]) -> None:
+        self._ranks = ranks
+
+    def stats(self) -> dict[str, Any] | None:
+        parts = [r.memory.stats() for r in self._ranks]
+        first = parts[0]
+        if first is None:
+            return None
+        out = dict(first)
+        for k, v in first.items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                out[k] = sum((p or {}).get(k, 0) for p in parts)
+        return out
+
+
 class _SummedPolicy:
     def __init__(self, ranks: Sequence[Replica]) -> None:
         self._ranks = ranks
@@ -346,8 +365,7 @@ class DPReplica:
         self.cache: Any = _Summed([r.cache for r in ranks])
         self.policy: Any = _SummedPolicy(ranks)
         self.host = None
-        self.pool: Any = _Summed([r.pool for r in ranks]) if first.pool is not None else None
-        self.kv = first.kv
+        self.memory = _SummedMemory(ranks)
         self.step_no = 0
         self.busy_s = 0.0
         self.busy_since: float | None = None

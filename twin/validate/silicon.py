@@ -294,6 +294,7 @@ REASON_NO_MEASUREMENT = "no measured TTFT/TPOT"
 REASON_DISAGG = "disaggregated serving (mode disagg)"
 REASON_PP = "pipeline parallel (pp_size > 1)"
 REASON_ATTN_DP = "attention data parallel (attention_dp_size > 1)"
+REASON_DP_SPECULATIVE = "attention data parallel with speculative decoding (MTP) not modelled"
 REASON_EP = "expert parallel (moe_ep_size > 1)"
 REASON_NO_CONCURRENCY = "no silicon_concurrency in silicon_data_source"
 REASON_NO_LENGTHS = "no isl/osl"
@@ -878,6 +879,8 @@ def plan_row(
     limits = deployment(row, engine, deploy)
     spec = inferencemax_speculation(row, model) if deploy == "benchmark" else None
     if spec is not None:
+        if (row.attention_dp or 1) > 1:  # the engine refuses the pair (twin.engine.dp_attention)
+            return REASON_DP_SPECULATIVE
         limits = {**limits, "speculative": spec}
     return RowPlan(
         row=row,
