@@ -128,7 +128,7 @@ def test_the_kv_budget_is_shared_evenly_by_the_ranks(tmp_path):
     cluster = DPCluster(model, _pricer(), config, Workload.open(path))
     ranks = cluster.replicas[0].ranks
     assert len(ranks) == 2
-    assert all(r.memory_budget == cluster.budget / 2 for r in ranks)
+    assert all(r.memory.budget == cluster.budget / 2 for r in ranks)
     # MLA's latent is whole on every GPU of a rank: the replica's budget counts a
     # token at tp / dp times the latent (twin.parallel.kv_bytes_per_token_per_gpu).
     ds = get_model("deepseek-v3")

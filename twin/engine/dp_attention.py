@@ -475,9 +475,8 @@ class DPReplica:
         if not s.decoding:
             return None  # the head waits for memory nothing running will free
         # One decode step (the mode's decode-run rules, one step at a time).
-        if s.shared:
-            while s.decoding and not s.replica.grow(len(s.decoding)):
-                s._make_room()
+        while s.decoding and not s.memory.grow(len(s.decoding)):  # dedicated: always grows
+            s._make_room()
         batch = len(s.decoding)
         if not batch:
             self._retry = True  # it preempted all it ran: it plans again next step
