@@ -112,6 +112,25 @@ class PricerBase:
         return 0.0
 
 
+class WrappingPricer(PricerBase):
+    """A pricer around ``inner`` that changes what a step costs and nothing else: the
+    cache side's prices (checkpoint copies, a hit's own work, write-backs) are
+    ``inner``'s. The engine's pricer layers (host time, speculation, attention-DP ranks)
+    are these."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def checkpoint_copy_time(self) -> float:
+        return float(self.inner.checkpoint_copy_time())
+
+    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+        return float(self.inner.hit_work_time(recompute, host_tokens, host_states))
+
+    def write_back_time(self, tokens: int, states: int) -> float:
+        return float(self.inner.write_back_time(tokens, states))
+
+
 # Per-sequence contexts at which a batch size's decode price is checked to be
 # affine in the context sum (up to 128K tokens a sequence), and the tolerance.
 _PROBE_CONTEXTS = (0, 128, 1024, 8192, 32768, 131072)

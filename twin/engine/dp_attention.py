@@ -62,7 +62,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, ClassVar
 
 from twin.engine.cluster import Cluster
-from twin.engine.cost import Chunk, PricerBase, StepPricer, affine_fit
+from twin.engine.cost import Chunk, PricerBase, StepPricer, WrappingPricer, affine_fit
 from twin.engine.lpm import order_by_prefix
 from twin.engine.replica import Replica
 from twin.engine.seq import Seq
@@ -192,27 +192,18 @@ class DPStepPricer(PricerBase):
         return float(self.attention.checkpoint_copy_time())
 
 
-class RankRecorder(PricerBase):
+class RankRecorder(WrappingPricer):
     """A rank's pricer: its scheduler plans a step and prices it here; the step is kept
     for the synchronised price (``last``) and costs 0 alone. The rest is the real
     pricer's (copies, host loads)."""
 
     def __init__(self, inner: StepPricer) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.last: RankStep = IDLE
 
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         self.last = (list(prefills), decode_batch, decode_context)
         return 0.0
-
-    def checkpoint_copy_time(self) -> float:
-        return float(self.inner.checkpoint_copy_time())
-
-    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
-        return float(self.inner.hit_work_time(recompute, host_tokens, host_states))
-
-    def write_back_time(self, tokens: int, states: int) -> float:
-        return float(self.inner.write_back_time(tokens, states))
 
 
 # ------------------------------------------------------------------ dealing requests

@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from twin.engine.cost import Chunk, Durations, EndsFiller
+from twin.engine.cost import Chunk, Durations, EndsFiller, WrappingPricer
 
 
-class HostTimePricer:
+class HostTimePricer(WrappingPricer):
     """``inner`` (a :class:`~twin.engine.cost.StepPricer`) with the host time per step added."""
 
     def __init__(self, inner: Any, step_host_s: float, seq_host_s: float) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.step_host_s = float(step_host_s)
         self.seq_host_s = float(seq_host_s)
 
@@ -70,12 +70,3 @@ class HostTimePricer:
             ends[first : first + n] += host * np.arange(1, n + 1, dtype=np.float64)
 
         return moved
-
-    def checkpoint_copy_time(self) -> float:
-        return float(self.inner.checkpoint_copy_time())
-
-    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
-        return float(self.inner.hit_work_time(recompute, host_tokens, host_states))
-
-    def write_back_time(self, tokens: int, states: int) -> float:
-        return float(self.inner.write_back_time(tokens, states))

@@ -64,7 +64,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.engine.cost import Chunk, Durations, PricerBase, affine_fit
+from twin.engine.cost import Chunk, Durations, WrappingPricer, affine_fit
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -550,14 +550,14 @@ def sglang_verify_reserve(
 
 
 # ------------------------------------------------------------------ pricing
-class SpeculativePricer(PricerBase):
+class SpeculativePricer(WrappingPricer):
     """``inner`` (the target's :class:`~twin.engine.cost.StepPricer`) with drafting and
     verification, a token step at ``1 / tau`` of an iteration (module docstring)."""
 
     def __init__(
         self, inner: Any, draft: Any | None, spec: Speculation, draft_host_s: float = 0.0
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.draft = draft
         self.spec = spec
         self.tau = spec.acceptance_length
@@ -676,15 +676,6 @@ class SpeculativePricer(PricerBase):
                     later = np.array([float(draft.step_time((), rows, int(c))) for c in steps_keys])
             seconds = seconds + (spec.num_speculative_tokens - 1) * later
         return seconds / self.tau
-
-    def checkpoint_copy_time(self) -> float:
-        return float(self.inner.checkpoint_copy_time())
-
-    def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
-        return float(self.inner.hit_work_time(recompute, host_tokens, host_states))
-
-    def write_back_time(self, tokens: int, states: int) -> float:
-        return float(self.inner.write_back_time(tokens, states))
 
 
 def speculative_pricer(
