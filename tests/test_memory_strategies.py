@@ -111,3 +111,15 @@ def test_the_scheduler_reads_the_replica_through_its_protocols_alone():
                 assert getattr(node.args[0], "id", None) != "replica", name
             if isinstance(node, ast.Attribute):
                 assert node.attr not in ("pool", "kv", "split", "shared"), (name, node.attr)
+
+
+@pytest.mark.parametrize("cache_gb", ["20", "auto"])
+def test_a_completed_request_no_longer_loads_its_replica(cache_gb):
+    """The routers' load signal (``outstanding_tokens``) falls back to 0 once every request
+    routed to a replica completed, in every memory mode (dedicated memory never lowered it
+    before: least-loaded and prefix-aware routing saw every request ever routed)."""
+    run = build_run(CHAT, cache_gb=cache_gb, policy="vanilla", replicas=2, router="least-loaded")
+    cluster = Cluster(run.model, run.pricer, run.config, run.workload)
+    cluster.run()
+    assert sum(r.submitted for r in cluster.replicas) > 0
+    assert [r.outstanding_tokens for r in cluster.replicas] == [0, 0]

@@ -65,10 +65,6 @@ class MemoryStrategy:
     # them, a full pool preempts): SGLang's admission control and vLLM's cached
     # preemption apply only then.
     pooled: ClassVar[bool] = True
-    # Whether a completion lowers the routers' load signal. Dedicated memory's never has
-    # since aaaed31 (an indentation slip), kept for byte-identical outputs (decisions.md,
-    # issue 33, memory strategies step).
-    frees_load: ClassVar[bool] = True
 
     def __init__(self, setup: MemorySetup) -> None:
         model = setup.model
@@ -149,7 +145,7 @@ class DedicatedMemory(MemoryStrategy):
     """Whole footprints reserved at admission beside a cache of its own (module docstring)."""
 
     name = "dedicated"
-    pooled = frees_load = False
+    pooled = False
 
     def __init__(self, setup: MemorySetup) -> None:
         super().__init__(setup)

@@ -229,7 +229,6 @@ class Replica:
             seq.ckpts += made
             copies += made
             memory.prefilled(seq, adm.prefill_tokens)
-        frees_load = memory.frees_load
         for seq in completed:
             adm = seq.cached
             assert adm is not None
@@ -240,6 +239,6 @@ class Replica:
             copies += made
             requests.release(adm)
             seq.cached = None
-            if frees_load:
-                self.outstanding_tokens -= seq.prompt_len + seq.out_len
+            # the routers' load signal: a completed request no longer loads the replica
+            self.outstanding_tokens -= seq.prompt_len + seq.out_len
         return copies
