@@ -125,6 +125,18 @@ def remove_stale_tmp(target: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+def not_an_input(flag: str, out: Path, *inputs: Path) -> None:
+    """Refuse an output that is one of the command's inputs: writing it would destroy
+    what the command reads (``workload import T -o T``, ``replay W --requests W``)."""
+    target = out.resolve()
+    for src in inputs:
+        same = target == src.resolve()
+        if not same and out.exists() and src.exists():
+            same = os.path.samefile(out, src)  # a hard or symbolic link to it
+        if same:
+            raise TwinError(f"{flag} {out}: is also the input {src}; choose another output")
+
+
 def tmp_path_for(target: Path) -> Path:
     """The temporary name this process writes ``target`` under."""
     return target.with_name(f".{target.name}.tmp-{os.getpid()}")
