@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -567,7 +568,10 @@ def check(
         found.append("a traceback")
     if not must_refuse and rc in (0, "reached its expensive work"):
         after = snapshot(work)
-        changed = sorted(k for k in before if before[k] != after.get(k))
+        outs = _outputs(argv, work)
+        changed = sorted(
+            k for k in before if before[k] != after.get(k) and not any(o(k) for o in outs)
+        )
         return [*found, *([f"accepted but changed {changed[:4]}"] if changed else [])]
     if rc != 2:
         found.append(f"exit {rc}" if isinstance(rc, int) else str(rc))
@@ -582,6 +586,18 @@ def check(
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         found.append(f"wrote or changed {changed[:4]}")
     return found
+
+
+def _outputs(argv: list[str], work: Path) -> list[Any]:
+    """Tests of which entries (paths relative to ``work``) an accepted run may replace: what
+    its ``-o``/``--out`` names (a folder: what is under it) and a profile's raw table."""
+    tests = []
+    for flag, value in itertools.pairwise(argv):
+        if flag in ("-o", "--out"):
+            rel = os.path.relpath(os.path.abspath(value), work)
+            raw = str(Path(rel).with_suffix(".parquet"))
+            tests.append(lambda k, r=rel, w=raw: k in (r, w) or k.startswith(r + os.sep))
+    return tests
 
 
 def check_base(argv: tuple[str, ...] | list[str], pristine: Path, work: Path) -> int | str:
