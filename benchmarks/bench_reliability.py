@@ -1,4 +1,5 @@
-"""The writers under injected faults, this tree against a baseline revision (issue 32).
+"""The writers under injected faults, and the commands' flags fuzzed, this tree against a
+baseline revision (issue 32).
 
     python benchmarks/bench_reliability.py [--baseline REF] [--quick]
 
@@ -13,9 +14,9 @@ or the new complete set, with no temporary left by a failed run, and after a kil
 next run must clean up and complete.
 
 Writes ``benchmarks/results/reliability.json``: per tree, per command and mode, the
-faults injected and how many left something wrong (with up to three examples). Target:
-zero on this tree. ``--quick`` leaves out ``calibrate`` and the EIO mode (about a third
-of the time).
+faults injected and how many left something wrong (with up to three examples), and the
+fuzz cases run and how many failed. Target: zero of either on this tree. ``--quick``
+leaves out ``calibrate`` and the EIO mode.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from trees import ROOT, child_env, export_tree
 
 RESULTS = ROOT / "benchmarks" / "results" / "reliability.json"
 COMMANDS = ("simulate", "generate", "import", "export", "report", "calibrate")
-MODES = ("ENOSPC", "EIO", "kill")
+MODES = ("ENOSPC", "EIO", "kill", "term")
 REPORT_TAIL = 12  # a report's calls: the first and its last 12 (figures, pages, commit)
 
 _CHILD = """
@@ -46,7 +47,18 @@ found = {}
 for name, mode, k in plan:
     with tempfile.TemporaryDirectory() as d:
         n, wrong = sweep(CASES[name], Path(d), mode, None if k is None else tail(k))
-    found[f"{name}/{mode}"] = {"faults": n, "wrong": len(wrong), "examples": wrong[:3]}
+    bad = {w.split(":")[0] for w in wrong}  # faults with anything wrong (one may break two rules)
+    found[f"{name}/{mode}"] = {"faults": n, "wrong": len(bad), "examples": wrong[:3]}
+import fuzz_commands as fc
+pristine = Path(tempfile.mkdtemp()) / "inputs"
+fc.make_inputs(pristine)
+cases = fc.catalog()
+failed = []
+for case in cases:
+    problems = fc.check(case, pristine, pristine.parent / "w", timeout_s=60)
+    if problems:
+        failed.append(f"{case.id}: {problems[0][:200]}")
+found["fuzz"] = {"cases": len(cases), "failed": len(failed), "examples": failed}
 Path(out).write_text(json.dumps(found))
 """
 
@@ -70,13 +82,17 @@ def measure(tree: Path, plan: list[tuple[str, str, int | None]]) -> dict:
         if proc.returncode != 0:
             sys.exit(f"the sweep failed on {tree}:\n{proc.stderr[-3000:]}")
         found = json.loads(out.read_text())
+    fuzz = found.pop("fuzz")
     faults = sum(v["faults"] for v in found.values())
     wrong = sum(v["wrong"] for v in found.values())
     return {
         "faults": faults,
         "wrong": wrong,
+        "fuzz_cases": fuzz["cases"],
+        "fuzz_failed": fuzz["failed"],
         "seconds": round(time.perf_counter() - t0, 1),
         "cases": found,
+        "fuzz_failures": fuzz["examples"],
     }
 
 
@@ -102,8 +118,8 @@ def main() -> None:
         "plan": plan,
         "baseline": {"revision": args.baseline, "commit": sha, **baseline},
         "this": {"commit": head, "dirty": bool(_dirty()), **this},
-        "target": "this tree: 0 faults leaving anything wrong",
-        "met": this["wrong"] == 0,
+        "target": "this tree: 0 faults leaving anything wrong, 0 fuzz cases failed",
+        "met": this["wrong"] == 0 and this["fuzz_failed"] == 0,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=1) + "\n")
@@ -113,6 +129,9 @@ def main() -> None:
         for key, v in r["cases"].items():
             if v["wrong"]:
                 print(f"  {key}: {v['wrong']} of {v['faults']}, e.g. {v['examples'][0]}")
+        print(f"{label}: {r['fuzz_failed']} of {r['fuzz_cases']} fuzz cases failed")
+        for example in r["fuzz_failures"][:5]:
+            print(f"  {example}")
     print(f"wrote {RESULTS.relative_to(ROOT)}")
 
 

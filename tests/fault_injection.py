@@ -1,6 +1,7 @@
 """A counting fault injector for the writers (issue 32): the Nth write, rename or fsync of a
 command fails (ENOSPC or EIO), or the process dies there (``kill``: ``os._exit`` in a
-forked child, so no ``finally`` runs, as under SIGKILL).
+forked child, so no ``finally`` runs, as under SIGKILL), or is sent SIGTERM there
+(``term``: in a forked child, which must clean up and exit with 143).
 
 Every write path of the twin's outputs goes through one of the patched calls:
 ``os.replace`` (every rename into place), ``os.fsync`` (files and folders),
@@ -22,6 +23,7 @@ import errno
 import os
 import pathlib
 import shutil
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +33,9 @@ from typing import Any
 import pyarrow.parquet as pq
 
 KILLED = 137  # the status a forked child reports when it "died" at the Nth call
-MODES = ("ENOSPC", "EIO", "kill")
+TERMINATED = 143  # 128 + SIGTERM: what a command stopped by SIGTERM exits with
+MODES = ("ENOSPC", "EIO", "kill", "term")
+CHILD_MODES = ("kill", "term")  # run in a forked child
 
 
 class Injector:
@@ -51,6 +55,9 @@ class Injector:
             partial()  # part of the data reaches the file first
         if self.mode == "kill":
             os._exit(KILLED)
+        if self.mode == "term":  # the handler raises at the next bytecode, in this call
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         code = errno.ENOSPC if self.mode == "ENOSPC" else errno.EIO
         if what == "fsync" or "parquet" in str(target):  # as the real ones: no file name
             raise OSError(code, os.strerror(code))
@@ -367,9 +374,9 @@ def sweep(
         folder = tmp / f"n{n}"
         shutil.copytree(setup.folder, folder)
         argv = _args(case.argv, folder, case)
-        if mode == "kill":
+        if mode in CHILD_MODES:
             status, _ = run_in_child(lambda argv=argv: run(argv), n, mode)
-            ok = status in (KILLED, 0)
+            ok = status in ((KILLED, 0) if mode == "kill" else (TERMINATED,))
         else:
             with injected(n, mode) as inj:
                 status = run(argv)
@@ -377,7 +384,7 @@ def sweep(
         if not ok:
             found.append(f"{n}: exit status {status}")
         found += [f"{n}: {v}" for v in _violations(case, setup, folder, mode == "kill")]
-        if mode == "kill":  # the next run cleans up after the dead one and completes
+        if mode in CHILD_MODES:  # the next run cleans up after the stopped one and completes
             status = run(argv)
             files, hidden = _files(folder / case.out)
             if status != 0 or hidden:

@@ -1,6 +1,6 @@
 """The writers under injected faults (issue 32): a full disk (ENOSPC) or an I/O error (EIO)
 at each write, rename and fsync of ``simulate``, ``workload generate/import/export``,
-``report capacity`` and ``calibrate``, and a kill at each of them.
+``report capacity`` and ``calibrate``, and a kill or a SIGTERM at each of them.
 
 After every fault the folder holds the previous complete outputs or the new complete
 set, never a mix and never a truncated file under a real name; a failed run leaves no
@@ -36,6 +36,7 @@ def _held(case: Case, tmp_path: Path, mode: str, pick) -> None:
 FAST = [
     ("simulate", "EIO", None),
     ("simulate", "kill", tail(6)),
+    ("simulate", "term", tail(6)),
     ("generate", "ENOSPC", None),
     ("import", "EIO", None),
     ("export", "ENOSPC", None),
@@ -49,7 +50,7 @@ def test_faults_leave_old_or_new_outputs(tmp_path: Path, name: str, mode: str, p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["ENOSPC", "EIO", "kill"])
+@pytest.mark.parametrize("mode", ["ENOSPC", "EIO", "kill", "term"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_faults_at_every_call_leave_old_or_new_outputs(tmp_path: Path, name: str, mode: str):
     _held(CASES[name], tmp_path, mode, None)

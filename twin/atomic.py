@@ -125,6 +125,18 @@ def remove_stale_tmp(target: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+def not_an_input(flag: str, out: Path, *inputs: Path) -> None:
+    """Refuse an output that is one of the command's inputs: writing it would destroy
+    what the command reads (``workload import T -o T``, ``replay W --requests W``)."""
+    target = out.resolve()
+    for src in inputs:
+        same = target == src.resolve()
+        if not same and out.exists() and src.exists():
+            same = os.path.samefile(out, src)  # a hard or symbolic link to it
+        if same:
+            raise TwinError(f"{flag} {out}: is also the input {src}; choose another output")
+
+
 def tmp_path_for(target: Path) -> Path:
     """The temporary name this process writes ``target`` under."""
     return target.with_name(f".{target.name}.tmp-{os.getpid()}")
@@ -178,6 +190,38 @@ def locked(lock_file: str | os.PathLike[str]) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+# --- a signal during a commit ---------------------------------------------------------------
+
+# Commits moving their set into place now (depth), and a signal's exception held meanwhile.
+_critical = 0
+_pending: BaseException | None = None
+
+
+def interrupt(exc: BaseException) -> None:
+    """Raise ``exc`` (from a signal handler: ``twin.errors.Terminated``) now, or, while a
+    commit is renaming its set into place, as soon as those renames are done: a stopped
+    command leaves the previous complete set or the new one, never its journal half-done."""
+    global _pending
+    if _critical:
+        _pending = exc
+        return
+    raise exc
+
+
+@contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Hold back :func:`interrupt` until the block ends."""
+    global _critical, _pending
+    _critical += 1
+    try:
+        yield
+    finally:
+        _critical -= 1
+        if _critical == 0 and _pending is not None:
+            exc, _pending = _pending, None
+            raise exc
 
 
 # --- holding a folder -----------------------------------------------------------------------
@@ -305,9 +349,28 @@ def claim(folder: str | os.PathLike[str], flag: str = "--out") -> Iterator[Path]
         yield folder
     finally:
         try:
+            _drop_own_temporaries(folder)  # whatever ended the command (SIGTERM, a bug)
             _remove_if_empty(made)  # while held: no other command has started in it
         finally:
             _release(key)
+
+
+def _drop_own_temporaries(folder: Path) -> None:
+    """Remove the temporaries this process left in ``folder`` (``.NAME.tmp-PID``), unless a
+    commit journal of this process is still there: then they are its new set, which the
+    next command's recovery finishes."""
+    pid = os.getpid()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    if pid in _journal_pids(folder):
+        return
+    for name in names:
+        m = _TMP.match(name)
+        if m is not None and int(m["pid"]) == pid:
+            with contextlib.suppress(OSError):
+                (folder / name).unlink()
 
 
 @contextlib.contextmanager
@@ -538,16 +601,18 @@ class OutputSet:
                 self.abort()
                 raise
             # Committed: from here the journal finishes the set, now or in the next command
-            # (``abort`` must no longer drop the temporaries it names).
-            self._committed = True
-            _COMMITTING.add(journal)
-            try:
+            # (``abort`` must no longer drop the temporaries it names); a SIGTERM waits for
+            # the renames (``interrupt``).
+            with _uninterrupted():
+                self._committed = True
+                _COMMITTING.add(journal)
                 try:
-                    _finish(self.out_dir, journal, data)
-                except OSError:  # a transient fault; else left to the next look
-                    _finish(self.out_dir, journal, data)
-            finally:
-                _COMMITTING.discard(journal)
+                    try:
+                        _finish(self.out_dir, journal, data)
+                    except OSError:  # a transient fault; else left to the next look
+                        _finish(self.out_dir, journal, data)
+                finally:
+                    _COMMITTING.discard(journal)
 
     def abort(self) -> None:
         if self._committed:

@@ -17,3 +17,12 @@ def where(path: object, row: int | None = None, column: str | None = None) -> st
     if column is not None:
         parts.append(f"column {column!r}")
     return ", ".join(parts)
+
+
+class Terminated(BaseException):
+    """The process was asked to stop (SIGTERM): raised in the main thread so that every
+    ``finally`` and ``except BaseException`` cleans up (workers killed, temporaries removed,
+    a half-made output set dropped) before the command exits with 143 (128 + 15).
+
+    A ``BaseException``, like ``KeyboardInterrupt``: no ``except Exception`` swallows it.
+    """

@@ -27,6 +27,19 @@ MAX_SESSIONS = 10_000_000
 MAX_BATCH = 1_000_000
 # - entries of a comma-separated list flag (--lengths, --batches): a table, not a sweep;
 MAX_LIST_ITEMS = 1_000
+# - timings of each prefill in one validation (twin validate --repeats): the median of a
+#   few is what it reports (default 3); 100 already makes a 100-request CPU validation
+#   take hours, and a billion never ends;
+MAX_REPEATS = 100
+# - session arrivals per second (--session-rate): a million a second reaches MAX_SESSIONS in
+#   ten simulated seconds (no run of the twin could go on past that), while a typo such as
+#   1e30 a second put every session at t = 0 and, over a --duration, asked for ~1e31
+#   sessions (the count hung);
+MAX_SESSION_RATE = 1e6
+# - simulated seconds (--duration, --until-s, --warmup-s): a billion seconds is 32 years,
+#   and float64 event times near it still resolve 0.1 us (2^-23 s), finer than any step;
+#   at 1e30 s they resolve 1e14 s, and every event of a run lands on one instant.
+MAX_SECONDS = 1e9
 # - worker processes: more than the hardware threads of any one machine (a two-socket
 #   192-core server with SMT has 768).
 MAX_JOBS = 1_024

@@ -26,7 +26,7 @@ from typing import Any
 from twin import mixers as mx
 from twin.errors import TwinError
 from twin.mixers import keys_upto
-from twin.model_checks import check_fields, check_name
+from twin.model_checks import check_fields, check_name, check_pattern_size
 
 FLOP_KINDS = ("attention", "ssm", "mlp", "moe")
 
@@ -112,6 +112,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         check_name(self.name)
         if self.layers is not None:
+            check_pattern_size(self)
             self._derive_counts()
         check_fields(self)
 

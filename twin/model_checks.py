@@ -6,10 +6,12 @@ are long: every field's type and sign, then what each layer kind needs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from twin.errors import TwinError
+from twin.limits import MAX_CONFIG_INT, MAX_LAYERS
 
 if TYPE_CHECKING:
     from twin.model import ModelSpec
@@ -19,6 +21,28 @@ def check_name(name: object) -> None:
     """Refuse a model name that is not a non-empty string (checked before anything else)."""
     if not isinstance(name, str) or not name:
         raise TwinError(f"model name must be a non-empty string (got {name!r})")
+
+
+# Fields counting layers (bounded by MAX_LAYERS); every other integer by MAX_CONFIG_INT.
+_LAYER_COUNTS = (
+    "n_attention_layers",
+    "n_ssm_layers",
+    "n_mlp_layers",
+    "n_moe_layers",
+    "mtp_layers",
+    "shared_block_copies",
+)
+
+
+def check_pattern_size(spec: ModelSpec) -> None:
+    """Refuse a layer pattern longer than ``MAX_LAYERS`` before anything is derived from it
+    (a ``--model-set layers=...`` of millions of entries; issue 32)."""
+    layers = spec.layers
+    if isinstance(layers, tuple | list) and len(layers) > MAX_LAYERS:
+        raise TwinError(
+            f"model {spec.name!r}: field 'layers' has {len(layers):,} layers; at most "
+            f"{MAX_LAYERS:,} (twin.limits.MAX_LAYERS)"
+        )
 
 
 def check_fields(spec: ModelSpec) -> None:
@@ -44,6 +68,25 @@ def check_fields(spec: ModelSpec) -> None:
                 "must be an integer",
             )
             need(value >= 0, fld.name, "must not be negative")
+            # Bounded before any layer list, weight or byte count is built (issue 32: 10^7
+            # layers hung, widths near 2^63 overflow): twin.limits says why each bound.
+            high, why = (
+                (MAX_LAYERS, "MAX_LAYERS")
+                if fld.name in _LAYER_COUNTS
+                else (MAX_CONFIG_INT, "MAX_CONFIG_INT")
+            )
+            need(value <= high, fld.name, f"must be at most {high:,} (twin.limits.{why})")
+    need(
+        spec.n_attention_layers + spec.n_ssm_layers <= MAX_LAYERS,
+        "n_ssm_layers" if spec.n_ssm_layers > spec.n_attention_layers else "n_attention_layers",
+        f"with the other sequence-mixer layers must be at most {MAX_LAYERS:,} layers "
+        "(twin.limits.MAX_LAYERS)",
+    )
+    need(
+        spec.n_mlp_layers + spec.n_moe_layers <= MAX_LAYERS,
+        "n_moe_layers" if spec.n_moe_layers > spec.n_mlp_layers else "n_mlp_layers",
+        f"with the other FFN layers must be at most {MAX_LAYERS:,} layers (twin.limits.MAX_LAYERS)",
+    )
     need(isinstance(spec.source, str), "source", "must be a string")
     _check_precision(spec)
     for f in ("d_model", "vocab_size", "dtype_bytes", "state_dtype_bytes"):
@@ -100,6 +143,12 @@ def check_fields(spec: ModelSpec) -> None:
             isinstance(e, int | float) and not isinstance(e, bool) and e > 0,
             "ssm_expand",
             "must be a positive number",
+        )
+        need(
+            math.isfinite(e) and e * spec.d_model <= MAX_CONFIG_INT,
+            "ssm_expand",
+            f"times d_model must be at most {MAX_CONFIG_INT:,} channels "
+            "(twin.limits.MAX_CONFIG_INT)",
         )
         need(
             abs(e * spec.d_model - round(e * spec.d_model)) < 1e-6,

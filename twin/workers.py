@@ -62,6 +62,10 @@ def _init_worker(
     global _progress_queue
     _progress_queue = progress_queue
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A SIGTERM sent to the whole group ends a worker at once (a forked worker would
+    # otherwise inherit the command's handler and hand ``Terminated`` back as a result);
+    # the parent's own handler kills the rest.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)

@@ -14,12 +14,16 @@ from twin.calibration.harness import DEFAULT_SHAPE_MODEL, CalibrationResult
 from twin.calibration.harness import calibrate as run_calibration
 from twin.calibration.harness import transfer as run_transfer
 from twin.calibration.kernels import LEVELS
+from twin.cli import checks
 from twin.cli.common import console, print_json, progress_bar
 from twin.costmodel.formulas import KERNELS
 from twin.costmodel.kernel_sources import DEFAULT_ENGINE, KERNEL_SOURCES, get_kernel_source
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import profile_path
 from twin.errors import TwinError
+from twin.hardware import GPUS
+from twin.limits import MAX_JOBS
+from twin.presets import resolve_model
 
 
 def _pct(v: float | None) -> str:
@@ -140,8 +144,12 @@ def calibrate(
     kernels: str | None = typer.Option(
         None, "--kernels", help=f"Comma-separated subset of: {', '.join(KERNELS)} (default all)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of inputs, shape samples and held-out split."),
-    threads: int = typer.Option(1, "--threads", min=1, help="CPU threads while timing."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, help="Seed of inputs, shape samples and held-out split."
+    ),
+    threads: int = typer.Option(
+        1, "--threads", min=1, max=MAX_JOBS, help="CPU threads while timing."
+    ),
     overhead: bool = typer.Option(
         False,
         "--overhead",
@@ -182,34 +190,74 @@ def calibrate(
       twin calibrate --gpu a100 --out /tmp/a100.json \\
         --transfer-from twin/calibration/validation/gpu_stage2/h100.json
     """
+    # Which of the four ways, then every flag checked against it before any work: a flag
+    # the chosen way does not read is refused rather than silently ignored.
+    given = {
+        "--gpu": gpu is not None,
+        "--from": source is not None,
+        "--engine": engine != DEFAULT_ENGINE,
+        "--keep-fits": keep_fits is not None,
+        "--transfer-from": transfer_from is not None,
+        "--quick": quick,
+        "--level": level is not None,
+        "--model": model != DEFAULT_SHAPE_MODEL,
+        "--kernels": kernels is not None,
+        "--seed": seed != 0,
+        "--threads": threads != 1,
+        "--overhead": overhead,
+        "--model-shapes-only": model_only,
+    }
     if merge:
+        _only(given, "--merge", set())
         _merge(merge, out, gpu, source, as_json)
         return
     if gpu is None:
         raise TwinError("--gpu is required (or --merge A.json --merge B.json --out P.json)")
     gpu = gpu.lower()
+    if out is not None:
+        checks.out_file("--out", out)
     if source is not None:
+        _only(given, "--from", {"--gpu", "--from", "--engine", "--keep-fits", "--seed"})
         _from_tables(source, gpu, engine, out, seed, as_json, keep_fits)
         return
-    if keep_fits is not None:
-        raise TwinError("--keep-fits: only with --from aiconfigurator")
     if gpu not in CHOICES:
         raise TwinError(f"--gpu {gpu!r}: expected one of {', '.join(CHOICES)}")
     if transfer_from is not None:
+        _only(given, "--transfer-from", {"--gpu", "--transfer-from"})
+        if out is not None:
+            checks.not_an_input("--out", out, transfer_from)
         result = run_transfer(gpu, transfer_from, out)
     else:
+        measure = {"--gpu", "--quick", "--level", "--model", "--kernels", "--seed", "--threads"}
+        _only(given, "timing this machine", measure | {"--overhead", "--model-shapes-only"})
         chosen = level or ("quick" if quick else "full")
+        if chosen not in LEVELS:
+            raise TwinError(f"--level {chosen!r}: expected one of {', '.join(LEVELS)}")
+        subset = _kernel_names(kernels)
+        try:  # a bad name or config file, before the device is timed
+            shapes = resolve_model(model)
+        except TwinError as err:
+            raise TwinError(f"--model {model}: {err}") from None
+        if out is not None:
+            if out.suffix == ".parquet":  # the raw table's name: the pair is one set
+                raise TwinError(
+                    f"--out {out}: name the profile *.json (its raw table goes beside it)"
+                )
+            raw = out.with_suffix(".parquet")
+            checks.out_file("--out", raw)
+            inputs = [Path(model)] if Path(model).suffix == ".json" else []
+            checks.not_an_input("--out", out, *inputs)
+            checks.not_an_input("--out", raw, *inputs)
         with contextlib.ExitStack() as stack:
 
             def progress(total: int) -> Any:
                 return stack.enter_context(progress_bar(f"calibrating {gpu}", total))
 
-            subset = [k.strip() for k in kernels.split(",") if k.strip()] if kernels else None
             result = run_calibration(
                 gpu,
                 chosen,
                 out,
-                model=model,
+                model=shapes,
                 seed=seed,
                 kernels=subset,
                 threads=threads,
@@ -218,6 +266,29 @@ def calibrate(
                 model_only=model_only,
             )
     _report(result, as_json)
+
+
+def _only(given: dict[str, bool], way: str, allowed: set[str]) -> None:
+    """Refuse a flag given that ``way`` (a flag, or a phrase) does not read."""
+    extra = [flag for flag, on in given.items() if on and flag not in allowed and flag != way]
+    if extra:
+        with_what = way if way.startswith("--") else f"when {way}"
+        raise TwinError(f"{extra[0]}: not read with {with_what}; drop it")
+
+
+def _kernel_names(kernels: str | None) -> list[str] | None:
+    """``--kernels a,b``: known kernel names, no empty or repeated entry."""
+    if kernels is None:
+        return None
+    names = [k.strip() for k in kernels.split(",")]
+    if not all(names):
+        raise TwinError(f"--kernels {kernels!r}: an empty entry")
+    unknown = [k for k in names if k not in KERNELS]
+    if unknown:
+        raise TwinError(f"--kernels {unknown[0]!r}: expected some of {', '.join(KERNELS)}")
+    if len(set(names)) != len(names):
+        raise TwinError(f"--kernels {kernels!r}: a kernel named twice")
+    return names
 
 
 def _from_tables(
@@ -234,14 +305,19 @@ def _from_tables(
         raise TwinError(f"--from {source!r}: the one table source is 'aiconfigurator'")
     from twin.calibration.aic_import import import_profile  # late: reads parquet with pyarrow
 
+    if gpu not in GPUS:
+        raise TwinError(f"--gpu {gpu!r}: the tables are of GPUs; expected one of {', '.join(GPUS)}")
     kernels = get_kernel_source(engine)
+    keep = None
+    if keep_fits is not None:
+        checks.in_file("--keep-fits", keep_fits, "profile")
+        keep = Profile.load(keep_fits)
     with contextlib.ExitStack() as stack:
 
         def progress(total: int) -> Any:
             label = f"fitting {gpu} ({kernels.display} kernels)"
             return stack.enter_context(progress_bar(label, total))
 
-        keep = Profile.load(keep_fits) if keep_fits is not None else None
         result = import_profile(gpu, kernels.name, seed=seed, progress=progress, keep=keep)
     target = out if out is not None else profile_path(f"{gpu}-{kernels.name}")
     result.profile.save(target)
@@ -258,6 +334,12 @@ def _merge(
         raise TwinError("--merge takes profile files only: drop --gpu / --from")
     if out is None:
         raise TwinError("--merge needs --out P.json (the shipped profiles are not overwritten)")
+    if len(paths) < 2:
+        raise TwinError("--merge: give two or more profiles (--merge A.json --merge B.json)")
+    checks.out_file("--out", out)
+    checks.not_an_input("--out", out, *paths)
+    for path in paths:
+        checks.in_file("--merge", path, "profile")
     merged = merge_profiles([Profile.load(p) for p in paths], [str(p) for p in paths])
     merged.save(out)
     _report(CalibrationResult(merged, out, None), as_json)

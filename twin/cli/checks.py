@@ -14,6 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from twin.atomic import not_an_input as not_an_input  # the one check, re-exported here
 from twin.errors import TwinError
 from twin.limits import MAX_CACHE_GB
 
@@ -65,18 +66,6 @@ def out_file(flag: str, path: Path) -> None:
     if path.is_dir():
         raise TwinError(f"{flag} {path}: is a folder; expected a file name")
     _writable_parent(flag, path)
-
-
-def not_an_input(flag: str, out: Path, *inputs: Path) -> None:
-    """Refuse an output that is one of the command's inputs: writing it would destroy
-    what the command reads (``workload import T -o T``, ``replay W --requests W``)."""
-    target = out.resolve()
-    for src in inputs:
-        same = target == src.resolve()
-        if not same and out.exists() and src.exists():
-            same = os.path.samefile(out, src)  # a hard or symbolic link to it
-        if same:
-            raise TwinError(f"{flag} {out}: is also the input {src}; choose another output")
 
 
 def in_file(flag: str, path: Path, what: str = "file") -> None:

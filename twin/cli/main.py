@@ -9,11 +9,16 @@ of a multi-line box.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 USAGE_EXIT = 2  # bad input: a flag, a file, a value (click uses 2 for usage errors too)
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report a Ctrl-C
+TERMINATED_EXIT = 143  # 128 + SIGTERM, as shells report a process that SIGTERM ended
 
 
 def _say(text: str) -> None:
@@ -30,6 +35,43 @@ def run(argv: list[str] | None = None) -> int:
     if empty is not None:
         _say(f"error: {empty}: an empty value (give one, or leave the flag out)")
         return USAGE_EXIT
+    from twin.errors import Terminated
+
+    with _sigterm_raises():
+        try:
+            return _run(argv)
+        except Terminated:  # during start-up, or escaping a command's own handling
+            _say("terminated")
+            return TERMINATED_EXIT
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While a command runs, SIGTERM raises ``twin.errors.Terminated`` in the main thread
+    (held back while an output set is being renamed into place, ``twin.atomic.interrupt``),
+    so every ``finally`` runs: pool workers are killed, temporaries removed, a half-made
+    output set dropped and the output folder's claim released; the command then exits
+    with 143. Python's default for SIGTERM is to die at once, leaving all of them behind
+    (issue 32). A second SIGTERM during that clean-up ends the process at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread (a test calling run from a thread)
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        from twin.atomic import interrupt
+        from twin.errors import Terminated
+
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        interrupt(Terminated())
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: list[str]) -> int:
     try:
         from typer.exceptions import TyperException
 

@@ -60,10 +60,12 @@ def reproduce_cmd(
       twin reproduce jenga --out repro-jenga
     """
     get_paper(paper)  # an unknown name fails before any work
-    checks.out_dir("--out", out)
-    checks.claim_out("--out", out)
     if executor not in ("local", "ray"):
         raise TwinError(f"--executor {executor!r}: choose from local, ray")
+    if ray_address is not None and executor != "ray":
+        raise TwinError("--ray-address: only with --executor ray")
+    checks.out_dir("--out", out)
+    checks.claim_out("--out", out)
     with progress_bar(f"reproducing {paper}", plan_size(paper, quick)) as advance:
         claims, files = reproduce(
             paper,

@@ -38,6 +38,7 @@ from twin.engine import ROUTERS, build_run
 from twin.engine.modes import get_mode
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
+from twin.limits import MAX_SECONDS, MAX_SESSION_RATE
 from twin.metrics import to_json
 from twin.policies import POLICIES
 from twin.presets import resolve_model
@@ -285,10 +286,10 @@ def simulate(
     cache = checks.cache_gb("--cache-gb", cache_gb)
     checks.number("--gpu-mem-util", gpu_mem_util, low=0, high=1, low_open=True)
     for flag, rate in (("--session-rate", session_rate), ("--request-rate", request_rate)):
-        checks.number(flag, rate, low=0, low_open=True)
-    checks.number("--warmup-s", warmup_s, low=0)
-    checks.number("--until-s", until_s, low=0, low_open=True)
-    checks.number("--duration", duration, low=0, low_open=True)
+        checks.number(flag, rate, low=0, low_open=True, high=MAX_SESSION_RATE)
+    checks.number("--warmup-s", warmup_s, low=0, high=MAX_SECONDS)
+    checks.number("--until-s", until_s, low=0, low_open=True, high=MAX_SECONDS)
+    checks.number("--duration", duration, low=0, low_open=True, high=MAX_SECONDS)
     checks.number("--concurrency", concurrency, low=0, low_open=True)
     checks.number("--burstiness", burstiness, low=0, low_open=True)
     slos = parse_slos(slo)

@@ -19,7 +19,7 @@ from twin.cli.common import (
     format_pct,
     progress_bar,
 )
-from twin.limits import MAX_SESSIONS
+from twin.limits import MAX_REPEATS, MAX_SESSIONS
 from twin.metrics import to_json
 from twin.presets import resolve_model
 from twin.validate.entry import load_executor, validate_model
@@ -81,9 +81,15 @@ def validate(
         "device now at the model's shapes, with its layers' host overhead, into "
         "OUT/profile.json: about 20 s on a CPU for tiny-hybrid).",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of arrivals, generated requests, weights."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, help="Seed of arrivals, generated requests, weights."
+    ),
     repeats: int = typer.Option(
-        3, "--repeats", min=1, help="Time each prefill this many times; keep the median."
+        3,
+        "--repeats",
+        min=1,
+        max=MAX_REPEATS,
+        help="Time each prefill this many times; keep the median.",
     ),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder."),
     as_json: bool = typer.Option(False, "--json", help="Print validation.json."),

@@ -23,14 +23,16 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from twin.atomic import OutputSet
+from twin.atomic import OutputSet, not_an_input
 from twin.errors import TwinError
 from twin.hardware import GB
+from twin.limits import MAX_CACHE_GB, MAX_REPEATS, MAX_SESSION_RATE
 from twin.model import ModelSpec
 from twin.policies import get_policy
 from twin.presets import resolve_model
 from twin.reference.fits import check_fits, free_memory
 from twin.validate.arrivals import fix_arrivals
+from twin.validate.compare import PLOT_FILE, REQUESTS_FILE, VALIDATION_FILE
 from twin.validate.run import CacheChoice, default_cache, validate
 from twin.workloads.reader import Workload
 
@@ -102,25 +104,44 @@ def validate_model(
     if (workload is None) == (generate is None):
         raise TwinError("give one of --workload W.parquet or --generate KIND")
     if generate is not None:
-        get_generator(generate)
-    if get_policy(policy).hindsight:
+        _named("--generate", get_generator, generate)
+    elif sessions is not None:
+        raise TwinError("--sessions: only with --generate (--requests keeps the first N)")
+    if _named("--policy", get_policy, policy).hindsight:
         raise TwinError(
             f"--policy {policy}: a hindsight bound (one replay per alpha) cannot serve "
             "requests online; validate marconi, sglang+ or vanilla"
         )
-    if cache_gb is not None and not (math.isfinite(cache_gb) and cache_gb >= 0):
-        raise TwinError(f"--cache-gb must be a number >= 0 (got {cache_gb})")
-    if session_rate is not None and not (math.isfinite(session_rate) and session_rate > 0):
-        raise TwinError(f"--session-rate must be a positive number (got {session_rate})")
+    if cache_gb is not None and not (math.isfinite(cache_gb) and 0 <= cache_gb <= MAX_CACHE_GB):
+        raise TwinError(
+            f"--cache-gb must be a number of GB in [0, {MAX_CACHE_GB:g}] (got {cache_gb})"
+        )
+    if session_rate is not None and not (
+        math.isfinite(session_rate) and 0 < session_rate <= MAX_SESSION_RATE
+    ):
+        raise TwinError(
+            f"--session-rate must be a number of sessions/s in (0, {MAX_SESSION_RATE:g}] "
+            f"(got {session_rate})"
+        )
     if requests < 1 or repeats < 1 or (sessions is not None and sessions < 1):
         raise TwinError("--requests, --repeats and --sessions must be at least 1")
+    if repeats > MAX_REPEATS:
+        raise TwinError(f"--repeats {repeats}: at most {MAX_REPEATS} timings of each prefill")
+    if seed < 0:
+        raise TwinError(f"--seed {seed}: must be >= 0")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise TwinError(f"--out {out}: exists and is not a folder")
+    # Never an input among the outputs this run replaces (OUT/workload.parquet, ...).
+    names = (WORKLOAD_FILE, PROFILE_FILE, VALIDATION_FILE, REQUESTS_FILE, PLOT_FILE)
+    for given in (workload, profile):
+        if given is not None:
+            for name in names:
+                not_an_input("--out", out / name, Path(given))
     src = Workload.open(workload) if workload is not None else None
     from twin.costmodel.profile import Profile
 
     prof = Profile.load(profile) if profile is not None else None
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise TwinError(f"--out {out}: exists and is not a folder")
     torch, run_reference, config_cls = executor()
     if device == "cuda" and not torch.cuda.is_available():
         raise TwinError("--device cuda: PyTorch sees no CUDA GPU on this machine")
@@ -183,6 +204,14 @@ def validate_model(
                 out.rmdir()  # only if still empty
         raise
     return report
+
+
+def _named(flag: str, get: Callable[[str], Any], name: str) -> Any:
+    """``get(name)`` (a registry look-up), its refusal prefixed with ``flag``."""
+    try:
+        return get(name)
+    except TwinError as err:
+        raise TwinError(f"{flag} {name!r}: {err}") from None
 
 
 def _calibrate(device: str, spec: ModelSpec, path: Path, bar: Bar) -> Any:

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from twin.atomic import atomic_path, locked, sha256_of
 from twin.errors import TwinError
+from twin.limits import MAX_SESSION_RATE, MAX_SESSIONS
 from twin.workloads.arrow_numpy import numpy_of
 from twin.workloads.generators import get_generator
 from twin.workloads.generators.base import count_before, session_start_times
@@ -50,6 +51,12 @@ def sessions_started(
         raise TwinError(f"--session-rate must be a positive number, got {session_rate!r}")
     if not (isinstance(duration_s, int | float) and math.isfinite(duration_s)) or duration_s <= 0:
         raise TwinError(f"--duration must be a positive number of seconds, got {duration_s!r}")
+    if session_rate * duration_s > MAX_SESSIONS:
+        raise TwinError(
+            f"--duration {duration_s:g} at --session-rate {session_rate:g}: about "
+            f"{session_rate * duration_s:.3g} sessions; at most {MAX_SESSIONS:,} in one run "
+            "(twin.limits.MAX_SESSIONS)"
+        )
     starts = session_start_times(float(session_rate), seed, burstiness)
     return count_before(starts, float(duration_s))
 
@@ -86,6 +93,7 @@ def extended_workload(path: Path, sessions: int, cache_dir: Path, need: str = ""
             f"{short}; its metadata lacks {', '.join(missing)}, so it cannot be regenerated "
             "longer: generate it again with twin workload generate --duration"
         )
+    _check_run(path, meta)  # before the cache is touched: a refusal writes nothing
     digest = sha256_of(path)
     key = hashlib.sha256(f"{digest} {sessions}".encode()).hexdigest()[:12]
     target = Path(cache_dir) / f"{path.stem}-{key}.parquet"
@@ -102,6 +110,37 @@ def extended_workload(path: Path, sessions: int, cache_dir: Path, need: str = ""
                     "generator): generate it again with twin workload generate --duration"
                 )
     return target
+
+
+def _check_run(path: Path, meta: dict[str, Any]) -> None:
+    """The recorded generator run is one this version can repeat: a known generator, a
+    mapping of knobs, a positive finite rate, a seed and a context cap that are whole
+    numbers >= 0; a ``TwinError`` naming the file and the metadata field otherwise."""
+
+    def bad(field: str, what: str) -> TwinError:
+        return TwinError(
+            f"{path}: metadata field {field!r} {what} (got {meta[field]!r}); it cannot be "
+            "regenerated longer: generate it again with twin workload generate --duration"
+        )
+
+    try:
+        get_generator(str(meta["generator"]))
+    except TwinError as err:
+        raise bad("generator", f"names no generator of this version ({err})") from None
+    if not isinstance(meta["params"], dict):
+        raise bad("params", "is not a mapping of knobs")
+    rate = meta["session_rate"]
+    if not (
+        isinstance(rate, int | float)
+        and not isinstance(rate, bool)
+        and math.isfinite(rate)
+        and 0 < rate <= MAX_SESSION_RATE
+    ):
+        raise bad("session_rate", f"is not a number of sessions/s in (0, {MAX_SESSION_RATE:g}]")
+    for field in ("seed", "max_context"):
+        value = meta[field]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise bad(field, "is not a whole number >= 0")
 
 
 def _regenerate(meta: dict[str, Any], sessions: int, out: Path, source: dict[str, str]) -> None:
