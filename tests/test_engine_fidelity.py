@@ -142,8 +142,7 @@ def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
     }
     given = {"max_batched_tokens": 1024, "max_running": 64}
     assert sglang_gpu_defaults(gpu_bytes, 1, given) == {}
-    # the twin's batch is bounded by its step budget
-    assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {"max_running": 1024}
+    assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {"max_running": 2048}
 
 
 @pytest.mark.parametrize(
@@ -183,6 +182,16 @@ def test_engine_batch_defaults_reach_the_run_config():
     trt = build_config(load_profile("h100", "trtllm"), engine="trtllm")
     assert (trt.max_running, trt.max_batched_tokens) == (2048, 8192)
     assert build_config(h100, engine="paper").max_running == 256
+    # the twin's batch holds at most a token a sequence: a defaulted cap is clipped to
+    # the step budget (a given one is checked, not clipped)
+    sglang = load_profile("h100", "sglang")
+    assert build_config(sglang, engine="sglang", max_batched_tokens=1024).max_running == 1024
+    assert (
+        build_config(
+            load_profile("h100", "trtllm"), engine="trtllm", max_batched_tokens=512
+        ).max_running
+        == 512
+    )
 
 
 # ---------------------------------------------------------------- vLLM V1 preemption

@@ -384,6 +384,9 @@ _OMITTED_AT_DEFAULT = (
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 
 
+_DEFAULT_BUDGET = EngineConfig().max_batched_tokens
+
+
 def build_config(
     profile: Any = None, *, cache_gb: float | str | None = None, **fields: Any
 ) -> EngineConfig:
@@ -419,8 +422,12 @@ def build_config(
         if gpu_defaults is not None:
             tp = fields.get("tp", 1)
             gpu = str(getattr(profile, "gpu", "") or "")
-            for name, value in gpu_defaults(fields["gpu_memory_bytes"], tp, fields, gpu).items():
-                fields.setdefault(name, value)
+            found = gpu_defaults(fields["gpu_memory_bytes"], tp, fields, gpu)
+            applied = {k: v for k, v in found.items() if k not in fields}
+            if "max_running" in applied:  # the twin's batch holds at most a token a sequence
+                budget = fields.get("max_batched_tokens", applied.get("max_batched_tokens"))
+                applied["max_running"] = min(applied["max_running"], budget or _DEFAULT_BUDGET)
+            fields.update(applied)
     if engine is not None and profile is not None:
         # The engine's times fitted to measured serving runs on this GPU (host time per
         # step, front end per request: twin/calibration/engine_times.json), where not given.

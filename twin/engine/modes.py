@@ -29,7 +29,7 @@ from twin.engine.modes_sglang import SGLANG
 from twin.engine.modes_trtllm import TRTLLM_FLAGS, TRTLLM_SPEC, _trtllm_options
 from twin.engine.modes_vllm import VLLM
 from twin.engine.releases import Release, pick_release, release_for_measured, split_engine
-from twin.engine.trtllm_batching import MAX_BATCH_SIZE, MAX_NUM_TOKENS
+from twin.engine.trtllm_batching import MAX_BATCH_SIZE
 from twin.errors import TwinError
 
 PAPER = EngineMode(
@@ -69,14 +69,11 @@ TRTLLM_RELEASES = (
 
 
 # TensorRT-LLM's ``max_batch_size`` default (BuildConfig, which TorchLlmArgs and
-# trtllm-serve use in 1.0: twin.engine.trtllm_batching.MAX_BATCH_SIZE), where not given;
-# the twin's step budget bounds its batch, so it is clipped to that.
+# trtllm-serve use in 1.0: twin.engine.trtllm_batching.MAX_BATCH_SIZE), where not given.
 def trtllm_gpu_defaults(
     gpu_bytes: float, tp: int, given: dict[str, Any], gpu: str = ""
 ) -> dict[str, Any]:
-    if "max_running" in given:
-        return {}
-    return {"max_running": min(MAX_BATCH_SIZE, given.get("max_batched_tokens", MAX_NUM_TOKENS))}
+    return {} if "max_running" in given else {"max_running": MAX_BATCH_SIZE}
 
 
 TRTLLM = EngineMode(

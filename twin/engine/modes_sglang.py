@@ -404,8 +404,7 @@ def sglang_gpu_defaults(
         chunk = 16384
     out: dict[str, Any] = {} if "max_batched_tokens" in given else {"max_batched_tokens": chunk}
     if "max_running" not in given:
-        # the twin's step budget bounds its batch (EngineConfig): at most one token each
-        out["max_running"] = min(SGLANG_MAX_RUNNING, given.get("max_batched_tokens", chunk))
+        out["max_running"] = SGLANG_MAX_RUNNING
     return out
 
 
