@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from twin.workloads.generators import get_generator
+from twin.workloads.writer import WorkloadWriter
+
 
 @pytest.fixture(autouse=True)
 def _own_profile_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
@@ -14,3 +17,15 @@ def _own_profile_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
     folder: Path = tmp_path_factory.mktemp("twin-profiles")
     monkeypatch.setenv("TWIN_PROFILES_DIR", str(folder))
     return folder
+
+
+@pytest.fixture(scope="module")
+def batch1(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight benchmark requests (128 tokens in, 256 out), for batch-1 runs (speculative
+    decoding's tests)."""
+    path = tmp_path_factory.mktemp("w") / "fixed.parquet"
+    cls = get_generator("fixed")
+    gen = cls(cls.parse_params({"isl": "128", "osl": "256"}))
+    with WorkloadWriter(path, gen.metadata(8, 1.0, 0, 8192)) as w:
+        w.write_all(gen.rows(8, 1.0, 0, 8192))
+    return path

@@ -28,8 +28,6 @@ from twin.engine.speculative import (
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.workloads.examples import example_path
-from twin.workloads.generators import get_generator
-from twin.workloads.writer import WorkloadWriter
 
 LLAMA = get_model("llama-3.1-8b")
 HYBRID = get_model("qwen3.5-9b")
@@ -40,17 +38,6 @@ def eagle3(k: int, **extra: object) -> dict[str, str]:
     return {
         "speculative_config": json.dumps({"method": "eagle3", "num_speculative_tokens": k, **extra})
     }
-
-
-@pytest.fixture(scope="module")
-def batch1(tmp_path_factory) -> Path:
-    """Eight benchmark requests (128 tokens in, 256 out), for batch-1 runs."""
-    path = tmp_path_factory.mktemp("w") / "fixed.parquet"
-    cls = get_generator("fixed")
-    gen = cls(cls.parse_params({"isl": "128", "osl": "256"}))
-    with WorkloadWriter(path, gen.metadata(8, 1.0, 0, 8192)) as w:
-        w.write_all(gen.rows(8, 1.0, 0, 8192))
-    return path
 
 
 def tpot(path: Path, engine: str, sets: dict[str, str], model: str = "llama-3.1-8b") -> float:

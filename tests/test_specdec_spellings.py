@@ -17,9 +17,7 @@ from twin.engine.modes import get_mode
 from twin.engine.speculative import Speculation, iid_length
 from twin.errors import TwinError
 from twin.presets import get_model
-from twin.workloads.generators import get_generator
 from twin.workloads.reader import Workload
-from twin.workloads.writer import WorkloadWriter
 
 LLAMA = get_model("llama-3.1-8b")
 EAGLE3 = json.dumps({"method": "eagle3", "num_speculative_tokens": 3})
@@ -125,10 +123,10 @@ def test_trtllm_acceptance_needs_a_config_and_the_default_run_has_no_flags():
     assert "speculative" not in plain and "engine_flags" not in plain
 
 
-def test_trtllm_speculation_runs_and_speeds_decode(batch1_path):
+def test_trtllm_speculation_runs_and_speeds_decode(batch1):
     def run(sets: dict[str, str]) -> float:
         r = build_run(
-            batch1_path,
+            batch1,
             model="llama-3.1-8b",
             gpu="h100",
             engine="trtllm",
@@ -145,17 +143,6 @@ def test_trtllm_speculation_runs_and_speeds_decode(batch1_path):
 
 
 # ----- the workload's spec_acceptance column ---------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def batch1_path(tmp_path_factory) -> Path:
-    """Eight requests, 128 tokens in and 256 out, run one at a time."""
-    path = tmp_path_factory.mktemp("w") / "fixed.parquet"
-    cls = get_generator("fixed")
-    gen = cls(cls.parse_params({"isl": "128", "osl": "256"}))
-    with WorkloadWriter(path, gen.metadata(8, 1.0, 0, 8192)) as w:
-        w.write_all(gen.rows(8, 1.0, 0, 8192))
-    return path
 
 
 def with_column(src: Path, dst: Path, values: list[float | None], kind=pa.float64()) -> Path:
@@ -176,15 +163,15 @@ def simulate(path: Path, out: Path, sets: dict[str, str], engine: str = "vllm") 
     return out
 
 
-def test_a_column_equal_to_the_flag_is_byte_identical_to_the_flag_run(tmp_path, batch1_path):
+def test_a_column_equal_to_the_flag_is_byte_identical_to_the_flag_run(tmp_path, batch1):
     sets = {"speculative_config": EAGLE3, "speculative_acceptance": "0.7"}
     # The same file name in two folders: the summary names the workload's path.
     plain_dir, col_dir = tmp_path / "plain", tmp_path / "col"
     plain_dir.mkdir()
     col_dir.mkdir()
-    plain = pq.read_table(batch1_path)
+    plain = pq.read_table(batch1)
     pq.write_table(plain, plain_dir / "w.parquet")
-    with_column(batch1_path, col_dir / "w.parquet", [0.7, None] * 4)
+    with_column(batch1, col_dir / "w.parquet", [0.7, None] * 4)
     a = simulate(plain_dir / "w.parquet", tmp_path / "a", sets)
     b = simulate(col_dir / "w.parquet", tmp_path / "b", sets)
     assert (a / "requests.parquet").read_bytes() == (b / "requests.parquet").read_bytes()
@@ -193,9 +180,9 @@ def test_a_column_equal_to_the_flag_is_byte_identical_to_the_flag_run(tmp_path, 
     assert sa == sb
 
 
-def test_per_request_acceptance_sets_each_requests_tpot(tmp_path, batch1_path):
+def test_per_request_acceptance_sets_each_requests_tpot(tmp_path, batch1):
     rates = [0.9, 0.3, 0.7, 0.5, 0.9, 0.3, 0.7, 0.5]
-    path = with_column(batch1_path, tmp_path / "w.parquet", rates)
+    path = with_column(batch1, tmp_path / "w.parquet", rates)
     sets = {"speculative_config": EAGLE3, "speculative_acceptance": "0.7"}
     out = simulate(path, tmp_path / "o", sets)
     rows = pq.read_table(out / "requests.parquet").to_pylist()
@@ -210,7 +197,7 @@ def test_per_request_acceptance_sets_each_requests_tpot(tmp_path, batch1_path):
     assert all(r["output_tokens"] == 256 for r in rows)
     # Without speculation the column is read and changes nothing.
     plain = simulate(path, tmp_path / "p", {})
-    base = simulate(batch1_path, tmp_path / "q", {})
+    base = simulate(batch1, tmp_path / "q", {})
     assert (plain / "requests.parquet").read_bytes() == (base / "requests.parquet").read_bytes()
 
 
@@ -236,17 +223,15 @@ def test_decode_scale_is_one_at_the_runs_rate_and_follows_the_length():
         (["a"] * 8, pa.string(), "column 'spec_acceptance': type string, expected float64"),
     ],
 )
-def test_bad_acceptance_values_name_the_column_and_row(
-    tmp_path, batch1_path, values, kind, message
-):
-    path = with_column(batch1_path, tmp_path / "w.parquet", values, kind)
+def test_bad_acceptance_values_name_the_column_and_row(tmp_path, batch1, values, kind, message):
+    path = with_column(batch1, tmp_path / "w.parquet", values, kind)
     with pytest.raises(TwinError) as err:
         Workload.open(path)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_bad_column_exits_2_from_the_cli(capsys, tmp_path, batch1_path):
-    path = with_column(batch1_path, tmp_path / "w.parquet", [2.0] * 8)
+def test_a_bad_column_exits_2_from_the_cli(capsys, tmp_path, batch1):
+    path = with_column(batch1, tmp_path / "w.parquet", [2.0] * 8)
     argv = ["simulate", str(path), "-m", "llama-3.1-8b", "--out", str(tmp_path / "o")]
     assert_clean_error(capsys, argv, tmp_path, "spec_acceptance")
 
