@@ -76,6 +76,39 @@ def _gone(pid: int) -> bool:
     return state == "Z"  # exited; its new parent reaps it
 
 
+def start_with_workers(
+    name: str, argv: list[str], env: dict[str, str], stderr: int | None = subprocess.DEVNULL
+) -> tuple[subprocess.Popen[str], list[int]]:
+    """``twin ARGV`` in a session of its own, once at least two of its workers run (polled
+    from /proc, no wall-clock assertion); the process and the workers' pids."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "twin", *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        text=True,
+        start_new_session=True,
+    )
+    workers: list[int] = []
+    deadline = time.monotonic() + 600
+    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        workers = _children(proc.pid)
+        time.sleep(0.02)
+    if len(workers) < 2:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"{name}: no workers seen (exit {proc.returncode})")
+    return proc, workers
+
+
+def wait_gone(workers: list[int]) -> list[int]:
+    """The workers still alive after up to 10 s."""
+    deadline = time.monotonic() + 10
+    while not all(_gone(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [w for w in workers if not _gone(w)]
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.parametrize(
     "name",
@@ -84,26 +117,11 @@ def _gone(pid: int) -> bool:
 def test_sigkill_of_a_command_leaves_no_worker(tmp_path: Path, name: str) -> None:
     argv = [a.format(d=tmp_path) for a in COMMANDS[name]]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "twin", *argv],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    workers: list[int] = []
+    proc, workers = start_with_workers(name, argv, env)
     try:
-        deadline = time.monotonic() + 600
-        while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            workers = _children(proc.pid)
-            time.sleep(0.02)
-        assert len(workers) >= 2, f"{name}: no workers seen (exit {proc.poll()})"
         proc.kill()  # the parent alone
         proc.wait()
-        deadline = time.monotonic() + 10
-        while not all(_gone(w) for w in workers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        alive = [w for w in workers if not _gone(w)]
+        alive = wait_gone(workers)
         assert alive == [], f"{name}: workers {alive} outlived their SIGKILLed parent"
     finally:
         if proc.poll() is None:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_orphans import COMMANDS, ROOT, _children, _gone
+from test_orphans import COMMANDS, ROOT, _gone, start_with_workers, wait_gone
 
 from twin import atomic
 from twin.atomic import OutputSet, read_manifest
@@ -73,29 +73,13 @@ def test_sigterm_stops_workers_and_leaves_nothing_half_done(tmp_path: Path, name
         assert done.returncode == 0
         old = _files(tmp_path / "out")
         argv.append("--force")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "twin", *argv],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    workers: list[int] = []
+    proc, workers = start_with_workers(name, argv, env, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 600
-        while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
-            workers = _children(proc.pid)
-            time.sleep(0.02)
-        assert len(workers) >= 2, f"{name}: no workers seen (exit {proc.poll()})"
         proc.send_signal(signal.SIGTERM)  # the command alone, as `kill PID` does
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == TERMINATED_EXIT, (proc.returncode, err[-2000:])
         assert err.strip().splitlines()[-1] == "terminated", err[-2000:]
-        deadline = time.monotonic() + 10
-        while not all(_gone(w) for w in workers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert [w for w in workers if not _gone(w)] == []
+        assert wait_gone(workers) == []
         out = tmp_path / "out"
         assert _leftovers(out) == [], f"{name}: left {_leftovers(out)}"
         assert list(tmpdir.iterdir()) == [] and _leftovers(cache) == []
