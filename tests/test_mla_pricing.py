@@ -282,3 +282,61 @@ def test_the_engine_holds_mla_tokens_at_their_replicated_bytes() -> None:
     assert tokens == pytest.approx(free_per_gpu / per_gpu, rel=1e-9)
     assert kv_replication_scale(get_model("llama-3-8b"), EngineConfig(tp=8)) == 1.0
     assert kv_replication_scale(get_model("qwen3.5-9b"), EngineConfig(tp=8)) == 1.0
+
+
+# ------------------------------------------------------------ absorbed extends
+def test_an_absorbed_extend_reads_the_latent_once_for_its_tokens() -> None:
+    # one query token a sequence is the decode, to the bit
+    assert mf.mla_absorbed_sums(4, 4, 4000, 4000, 1, dims(16), 2, 2) == mf.mla_decode_sums(
+        4, 4000, dims(16), 2, 2
+    )
+    # 4 sequences verifying 4 tokens each after 1,000 cached: 16 query rows
+    keys = 4 * sum(1000 + j for j in range(1, 5))
+    flops, nbytes, tiles, seq = mf.mla_absorbed_sums(4, 16, keys, 4 * 1004, 4, dims(16), 2, 2)
+    assert flops == 2 * 16 * (2 * 512 + 64) * keys
+    # the latent once a sequence (not once a query token), every query's heads in and out
+    assert nbytes == 2 * 16 * 16 * (2 * 512 + 64) + 2 * 576 * 4 * 1004
+    decodes = mf.mla_decode_sums(16, keys, dims(16), 2, 2)[1]
+    assert decodes - nbytes == 2 * 576 * (keys - 4 * 1004)  # priced as 16 decodes: 4x the reads
+    # 16 heads x 4 tokens = 64 query rows: one block a sequence; 32 heads x 4 = two
+    assert (tiles, seq) == (4, 1004)
+    assert mf.mla_absorbed_sums(4, 16, keys, 4 * 1004, 4, dims(32), 2, 2)[2] == 8
+
+
+def test_step_features_set_short_extends_apart() -> None:
+    verify = [(4, 1000)] * 3
+    f = aggregate_step([(100, 50), *verify], [10], DSV3.mixer_counts, 0, 1, 64, 4)
+    assert (f.prefill_chunks, f.prefill_tokens, f.prefill_kv_rows) == (1, 100, 150)
+    assert (f.absorbed_chunks, f.absorbed_tokens, f.absorbed_width) == (3, 12, 4)
+    assert f.absorbed_keys == 3 * (1001 + 1002 + 1003 + 1004)
+    assert f.absorbed_kv_rows == 3 * 1004
+    # every token in the step; a verification's logits at each of its positions
+    assert f.tokens == 100 + 1 + 12 and f.sequences == 1 + 1 + 12
+    plain = aggregate_step([(100, 50), *verify], [10], DSV3.mixer_counts, 0, 1, 64)
+    assert plain.absorbed_chunks == 0 and plain.prefill_chunks == 4
+
+
+@pytest.mark.parametrize("profile", ["b200-trtllm", "h200-vllm", "b200-sglang", "h200-sglang"])
+def test_a_verification_runs_the_absorbed_form(profile: str) -> None:
+    # MTP's verification of 3 drafts, batch 64 at 5,000 cached tokens, DeepSeek-V3 at tp 8
+    plain = CostModel(DSV3, load_profile(profile), tp=8, ep=8)
+    spec = CostModel(DSV3, load_profile(profile), tp=8, ep=8, absorbed_extend=4)
+    verify = [(4, 5000)] * 64
+    decode = spec.step_spread((), 64, 64 * 5000)
+    absorbed = spec.step_spread(verify, 0, 0)
+    decompressed = plain.step_spread(verify, 0, 0)
+    # each sequence's 5,000 latent rows read once, not decompressed through kv_b_proj
+    assert decode < absorbed < decompressed
+    attn = spec.step(verify, (), breakdown=True).items["attention"]
+    kernel = {"module": "mla_module", "kernels": "mla_decode", "gqa": "attn_decode"}
+    assert kernel[spec.mla_modes[1]] in attn
+    assert "mla_prefill" not in attn and "attn_prefill" not in attn
+    # a longer extend is a prefill; a step without short extends is priced as before
+    assert spec.step_spread([(5, 5000)], 0, 0) == plain.step_spread([(5, 5000)], 0, 0)
+    assert spec.step_spread([(512, 0)], 8, 8000) == plain.step_spread([(512, 0)], 8, 8000)
+
+
+def test_only_an_mla_only_model_absorbs_extends() -> None:
+    llama = get_model("llama-3-8b")
+    assert CostModel(llama, load_profile("h200", "vllm"), absorbed_extend=4).absorbed_extend == 0
+    assert CostModel(DSV3, load_profile("h200", "vllm"), 8, 8, absorbed_extend=4).absorbed_extend

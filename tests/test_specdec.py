@@ -446,3 +446,31 @@ def test_extra_buffer_lazy_runs_with_its_two_states(tmp_path):
     summary = run.simulate().to_dict()
     assert summary["config"]["state_slots"] == 2
     assert summary["requests"]["measured"] > 0
+
+
+def test_an_mla_models_verification_is_priced_in_the_absorbed_form():
+    model = get_model("deepseek-v3")
+    spec = build(model, "mtp", 3)
+    assert spec.absorbed_extend == 4  # the verification: 1 + 3 drafts
+    run = build_run(
+        CHAT,
+        model=model,
+        gpu="h200",
+        engine="trtllm",
+        tp=8,
+        ep=8,
+        cache_gb="auto",
+        concurrency=1,
+        speculative=spec.to_dict(),
+    )
+    pricer = run.pricer
+    assert isinstance(pricer, SpeculativePricer)
+    inner = pricer.inner
+    while not hasattr(inner, "cost_model"):
+        inner = inner.inner
+    assert inner.cost_model.absorbed_extend == 4
+    assert pricer.draft.cost_model.absorbed_extend == 4  # the MTP layer's draft extend too
+    # the verification of 3 drafts costs a few decode steps' attention, not a prefill's
+    decode = pricer.inner.step_time((), 32, 32 * 8000)
+    verify = pricer.inner.step_time(pricer._verify(32, 32 * 8000), 0, 0)
+    assert decode < verify < 2 * decode

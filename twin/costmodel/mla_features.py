@@ -83,17 +83,34 @@ def mla_decode_sums(
     batch: Sums, keys: Sums, dims: MlaDims, e: int, kv_e: int
 ) -> tuple[Sums, Sums, Sums, Sums]:
     """(FLOPs, bytes, tiles, keys per sequence) of ``batch`` decode queries over ``keys``
-    keys in all, MLA's absorbed form: per head and key QK^T at ``kv_lora + rope`` and AV
-    at ``kv_lora``, the heads padded to whole blocks of ``MLA_DECODE_HEAD_TILE``; each
-    block reads every key's latent + RoPE key once (at ``kv_e``); the absorbed query in
-    and the latent output out per head. A tile is one (sequence, head block). Affine in
-    ``keys`` with no constant FLOPs or score elements (as ``features.attn_decode_sums``,
-    which ``decode_pricing.affine_in_keys`` relies on)."""
+    keys in all, MLA's absorbed form: :func:`mla_absorbed_sums` of one query token a
+    sequence. Affine in ``keys`` with no constant FLOPs or score elements (as
+    ``features.attn_decode_sums``, which ``decode_pricing.affine_in_keys`` relies on)."""
+    return mla_absorbed_sums(batch, batch, keys, keys, 1, dims, e, kv_e)
+
+
+def mla_absorbed_sums(
+    sequences: Sums,
+    queries: Sums,
+    keys: Sums,
+    kv_rows: Sums,
+    width: int,
+    dims: MlaDims,
+    e: int,
+    kv_e: int,
+) -> tuple[Sums, Sums, Sums, Sums]:
+    """(FLOPs, bytes, tiles, keys per sequence) of MLA's absorbed form over ``queries``
+    query tokens of ``sequences`` sequences (at most ``width`` a sequence), ``keys``
+    query-key pairs in all, each sequence's ``kv_rows`` latent rows read once: per head
+    and pair QK^T at ``kv_lora + rope`` and AV at ``kv_lora``; the absorbed query in and
+    the latent output out per head and query. A sequence's query tokens ride with its
+    heads as query rows (FlashMLA's ``h_q x s_q``), padded to whole blocks of
+    ``MLA_DECODE_HEAD_TILE``; a tile is one (sequence, block)."""
     lat, rope = dims.kv_lora, dims.rope
-    blocks = decode_head_tiles(dims.heads)
+    blocks = decode_head_tiles(dims.heads * width)
     flops = 2.0 * dims.heads * (2 * lat + rope) * keys
-    nbytes = e * batch * float(dims.heads * (2 * lat + rope)) + kv_e * float(lat + rope) * keys
-    return flops, nbytes, float(blocks) * batch + 0.0 * keys, keys / batch
+    nbytes = e * queries * float(dims.heads * (2 * lat + rope)) + kv_e * float(lat + rope) * kv_rows
+    return flops, nbytes, float(blocks) * sequences + 0.0 * keys, kv_rows / sequences
 
 
 def mla_bmm_sums(
@@ -164,13 +181,31 @@ def mla_module_decode_sums(
     dims: MlaDims, batch: Sums, keys: Sums, e: int, act_e: float, w_e: float, kv_e: int
 ) -> tuple[Sums, Sums, Sums, Sums]:
     """(FLOPs, bytes, tiles, keys per sequence) of the MLA module over ``batch``
-    decode tokens reading ``keys`` keys in all: the projections, the two absorbed BMMs
-    (at the projections' operand bytes) and the absorbed attention."""
+    decode tokens reading ``keys`` keys in all: :func:`mla_module_absorbed_sums` of one
+    query token a sequence."""
+    return mla_module_absorbed_sums(dims, batch, batch, keys, keys, 1, e, act_e, w_e, kv_e)
+
+
+def mla_module_absorbed_sums(
+    dims: MlaDims,
+    sequences: Sums,
+    queries: Sums,
+    keys: Sums,
+    kv_rows: Sums,
+    width: int,
+    e: int,
+    act_e: float,
+    w_e: float,
+    kv_e: int,
+) -> tuple[Sums, Sums, Sums, Sums]:
+    """(FLOPs, bytes, tiles, keys per sequence) of the MLA module in its absorbed form
+    (:func:`mla_absorbed_sums`' arguments): the projections and the two absorbed BMMs
+    over every query token (at the projections' operand bytes), and the attention."""
     h = dims.heads
-    gf, gb, _ = _gemms(_shared_projections(dims, batch), e, act_e, w_e)
-    pf, pb, _ = mla_bmm_sums(batch, h, dims.nope, dims.kv_lora, e, act_e, w_e)
-    of, ob, _ = mla_bmm_sums(batch, h, dims.kv_lora, dims.v, e, act_e, w_e)
-    af, ab, tiles, seq = mla_decode_sums(batch, keys, dims, e, kv_e)
+    gf, gb, _ = _gemms(_shared_projections(dims, queries), e, act_e, w_e)
+    pf, pb, _ = mla_bmm_sums(queries, h, dims.nope, dims.kv_lora, e, act_e, w_e)
+    of, ob, _ = mla_bmm_sums(queries, h, dims.kv_lora, dims.v, e, act_e, w_e)
+    af, ab, tiles, seq = mla_absorbed_sums(sequences, queries, keys, kv_rows, width, dims, e, kv_e)
     return gf + pf + of + af, gb + pb + ob + ab, tiles, seq
 
 
@@ -178,8 +213,10 @@ __all__ = [
     "MLA_DECODE_HEAD_TILE",
     "MlaDims",
     "decode_head_tiles",
+    "mla_absorbed_sums",
     "mla_bmm_sums",
     "mla_decode_sums",
+    "mla_module_absorbed_sums",
     "mla_module_decode_sums",
     "mla_module_prefill_sums",
     "mla_prefill_sums",

@@ -115,6 +115,16 @@ class MlaPricing(ShardShapes):
             parts.append(("mla", *self._mla_prefill(f)))
         if f.decodes:
             parts.extend(self._mla_decode(f.decodes, f.decode_keys))
+        if f.absorbed_chunks:
+            parts.extend(
+                self._mla_decode(
+                    f.absorbed_chunks,
+                    f.absorbed_keys,
+                    f.absorbed_tokens,
+                    f.absorbed_kv_rows,
+                    f.absorbed_width,
+                )
+            )
         return parts
 
     def _mla_prefill(self, f: StepFeatures) -> tuple[str, float]:
@@ -135,28 +145,41 @@ class MlaPricing(ShardShapes):
         sums4 = ft.attn_prefill_sums(n, keys, rows, seqs, d.heads, d.heads, width, e, kv_e)
         return "attn_prefill", kv_b + self._k["attn_prefill"](*sums4)
 
-    def _mla_decode(self, batch: int, keys: int) -> list[tuple[str, str, float]]:
-        """Decode parts of ``batch`` sequences reading ``keys`` keys in all."""
+    def _mla_decode(
+        self,
+        batch: int,
+        keys: int,
+        queries: int | None = None,
+        kv_rows: int | None = None,
+        width: int = 1,
+    ) -> list[tuple[str, str, float]]:
+        """Absorbed-form parts of ``batch`` sequences reading ``keys`` keys in all: one
+        query token a sequence (a decode), or ``queries`` tokens, at most ``width`` a
+        sequence, reading the sequences' ``kv_rows`` latent rows once (an absorbed extend,
+        ``step_features.split_absorbed``)."""
         d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[1]
+        rows = batch if queries is None else queries
+        kv = keys if kv_rows is None else kv_rows
         mode = self.mla_modes[1]
         if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
-            sums = mf.mla_module_decode_sums(d, batch, keys, e, act_e, w_e, kv_e)
+            sums = mf.mla_module_absorbed_sums(d, batch, rows, keys, kv, width, e, act_e, w_e, kv_e)
             return [("mla", "mla_module", self._mla["mla_module_decode"](*sums))]
         act_b, w_b = self._mla_bmm_bytes
         bmm = self._mla_bmm
-        pre = bmm(*mf.mla_bmm_sums(batch, d.heads, d.nope, d.kv_lora, e, act_b, w_b))
-        post = bmm(*mf.mla_bmm_sums(batch, d.heads, d.kv_lora, d.v, e, act_b, w_b))
+        pre = bmm(*mf.mla_bmm_sums(rows, d.heads, d.nope, d.kv_lora, e, act_b, w_b))
+        post = bmm(*mf.mla_bmm_sums(rows, d.heads, d.kv_lora, d.v, e, act_b, w_b))
         if mode == "kernels":
-            attn = self._mla["mla_decode"](*mf.mla_decode_sums(batch, keys, d, e, kv_e))
+            sums = mf.mla_absorbed_sums(batch, rows, keys, kv, width, d, e, kv_e)
+            attn = self._mla["mla_decode"](*sums)
             kernel = "mla_decode"
         else:
             # GQA stand-in: one KV head of half the latent width (2 x width bytes per key:
-            # exact bytes), the rank's heads.
-            width = (d.kv_lora + d.rope) // 2
-            attn = self._k["attn_decode"](
-                *ft.attn_decode_sums(batch, keys, d.heads, 1, width, e, kv_e)
-            )
+            # exact bytes), the rank's heads; an extend's query tokens as more heads, as the
+            # absorbed kernel packs them (``mla_features.mla_absorbed_sums``).
+            half = (d.kv_lora + d.rope) // 2
+            heads = d.heads * width
+            attn = self._k["attn_decode"](*ft.attn_decode_sums(batch, kv, heads, 1, half, e, kv_e))
             kernel = "attn_decode"
         return [("mla", "mla_bmm", pre + post), ("mla", kernel, attn)]
 

@@ -81,7 +81,14 @@ _ARRAY_STEPS = 128
 class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
     """Prices prefills, batch steps and state copies of ``model`` on ``profile``'s device."""
 
-    def __init__(self, model: ModelSpec, profile: Profile, tp: int = 1, ep: int = 1) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        profile: Profile,
+        tp: int = 1,
+        ep: int = 1,
+        absorbed_extend: int = 0,
+    ) -> None:
         if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
             raise TwinError(f"tp must be a positive integer (got {tp!r})")
         # Expert parallelism (twin.parallel): the routed experts over ``ep`` of the ``tp``
@@ -108,6 +115,12 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
                 "cannot price tensor parallelism: use --tp 1"
             )
         self.model, self.profile, self.tp = model, profile, tp
+        # Prefill chunks of at most this many new tokens run MLA's absorbed form (the
+        # engines' verification under speculative decoding: ``step_features.
+        # split_absorbed``); only where MLA is the model's one mixer kind, so no other
+        # mixer reads those chunks as prefill (the MLA models of the measured set).
+        mla_only = set(k for k, n in model.mixer_counts.items() if n) == {"mla"}
+        self.absorbed_extend = absorbed_extend if mla_only else 0
         # The fits the model's precision takes (twin.costmodel.precision_kernels): each
         # family's profile key, bf16 ones unless an fp8 KV cache has its own attention.
         self.priced = priced_precision(model, profile)
@@ -236,7 +249,8 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
             return False
         from twin.costmodel import compiled  # numba loads here
 
-        tables = compiled.pack_step(self)
+        # The compiled step has no absorbed extends (it serves no MLA model either).
+        tables = None if self.absorbed_extend else compiled.pack_step(self)
         if tables is not None:
             self._step_tables = tables
             self._step_kernel = compiled.step_seconds
@@ -391,14 +405,16 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         """The step's features (``twin.costmodel.step_features``)."""
         return aggregate_step(prefills, decodes, *self._shape_args())
 
-    def _shape_args(self) -> tuple[Mapping[str, int], int, int, int]:
-        """What ``step_features`` needs of the model: mixer counts, window, chunk lengths."""
+    def _shape_args(self) -> tuple[Mapping[str, int], int, int, int, int]:
+        """What ``step_features`` needs of the model: mixer counts, window, chunk lengths,
+        the absorbed extends' length."""
         kinds = self.kinds
         return (
             kinds,
             self.model.sliding_window or 0,
             self.chunk_size if kinds.get("mamba2") else 1,
             self.model.gdn_chunk_size,
+            self.absorbed_extend,
         )
 
     def _price(self, f: StepFeatures, cost: StepCost) -> None:

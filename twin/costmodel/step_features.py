@@ -30,6 +30,13 @@ class StepFeatures(NamedTuple):
     swa_prefill_kv_rows: int = 0
     swa_decode_keys: int = 0
     gdn_chunks: int = 0  # GDN chunks over the prefill chunks (each padded)
+    # Short extends that MLA runs in its absorbed (decode) form, not among the prefill
+    # chunks above: speculative verification and draft extends (``absorb`` below).
+    absorbed_chunks: int = 0
+    absorbed_tokens: int = 0
+    absorbed_keys: int = 0  # query-key pairs (causal within each extend)
+    absorbed_kv_rows: int = 0  # latent rows read: each extend's keys once
+    absorbed_width: int = 0  # the longest such extend's new tokens
 
 
 def aggregate_step(
@@ -39,20 +46,23 @@ def aggregate_step(
     window: int,
     chunk: int,
     g_chunk: int,
+    absorb: int = 0,
 ) -> StepFeatures:
     """The step's features: every kernel's FLOPs and bytes are functions of these sums.
 
     ``kinds``: the model's mixer counts; ``window``: its sliding window (0: none);
     ``chunk``, ``g_chunk``: the Mamba2 scan's and the GDN delta rule's chunk lengths
-    (1 for a model without that kind).
+    (1 for a model without that kind); ``absorb``: prefill chunks of at most this many
+    new tokens are absorbed extends (:func:`split_absorbed`; 0: none).
     """
+    prefills, absorbed = split_absorbed(prefills, absorb)
     sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk)
     n_dec = len(decodes)
     if n_dec and min(decodes) < 0:
         raise TwinError("a decode context must be >= 0")
     d_keys = sum(decodes) + n_dec if _full(kinds) else 0
     s_dec = sum(min(c + 1, window) for c in decodes) if "swa" in kinds else 0
-    return _features(len(prefills), sums, n_dec, d_keys, s_dec)
+    return _features(len(prefills), sums, n_dec, d_keys, s_dec, absorbed)
 
 
 def aggregate_spread(
@@ -63,9 +73,12 @@ def aggregate_spread(
     window: int,
     chunk: int,
     g_chunk: int,
+    absorb: int = 0,
 ) -> StepFeatures:
     """:func:`aggregate_step` with ``batch`` decodes whose contexts sum to ``context``,
-    spread evenly (``divmod``: the first ``context % batch`` one token longer), in O(1)."""
+    spread evenly (``divmod``: the first ``context % batch`` one token longer), in O(1)
+    of the batch."""
+    prefills, absorbed = split_absorbed(prefills, absorb)
     sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk)
     base, extra = divmod(context, batch) if batch else (0, 0)
     if batch and base < 0:
@@ -74,7 +87,43 @@ def aggregate_spread(
     s_dec = 0
     if "swa" in kinds and batch:
         s_dec = extra * min(base + 2, window) + (batch - extra) * min(base + 1, window)
-    return _features(len(prefills), sums, batch, d_keys, s_dec)
+    return _features(len(prefills), sums, batch, d_keys, s_dec, absorbed)
+
+
+def split_absorbed(
+    prefills: Sequence[tuple[int, int]], absorb: int
+) -> tuple[Sequence[tuple[int, int]], tuple[int, int, int, int, int]]:
+    """``prefills`` without the chunks of at most ``absorb`` new tokens, and those
+    chunks' (count, tokens, query-key pairs, latent rows read, widest).
+
+    Only an MLA-only model is given ``absorb`` > 0 (``CostModel``): the engines run a
+    speculative verification, q_len = 1 + the drafts, through MLA's absorbed decode
+    kernel, one pass over each sequence's latent for all its query tokens, not through
+    the decompressed prefill form: vLLM 0.19.0 classes a request of at most
+    ``reorder_batch_threshold`` query tokens as a decode, raised to 1 +
+    ``num_speculative_tokens`` for MLA backends whose decode takes uniform multi-token
+    queries (``v1/attention/backend.py`` ``_init_reorder_batch_threshold``,
+    ``layers/attention/mla_attention.py`` ``QueryLenSupport``); SGLang 0.5.10.post1
+    sends only ``is_extend_without_speculative`` batches to MHA, target verify and draft
+    extend to MLA (``deepseek_common/attention_backend_handler.py``); TensorRT-LLM's
+    MLA runs generation tokens, drafts included, in ``forward_absorption_generation``
+    (``_torch/modules/attention.py``)."""
+    if absorb <= 0:
+        return prefills, (0, 0, 0, 0, 0)
+    rest: list[tuple[int, int]] = []
+    count = tokens = keys = rows = widest = 0
+    for n, c in prefills:
+        if n > absorb:
+            rest.append((n, c))
+            continue
+        if n <= 0 or c < 0:
+            raise TwinError(f"a prefill chunk needs n_new >= 1 and n_cached >= 0 (got {(n, c)})")
+        count += 1
+        tokens += n
+        keys += keys_upto(c + n, None) - keys_upto(c, None)
+        rows += c + n
+        widest = max(widest, n)
+    return rest, (count, tokens, keys, rows, widest)
 
 
 def _full(kinds: Mapping[str, int]) -> bool:
@@ -114,11 +163,14 @@ def _features(
     n_dec: int,
     d_keys: int,
     s_dec: int,
+    absorbed: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0),
 ) -> StepFeatures:
     p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks = sums
+    a_chunks, a_tok, a_keys, a_rows, a_width = absorbed
     return StepFeatures(
-        tokens=p_tok + n_dec,
-        sequences=n_chunks + n_dec,
+        tokens=p_tok + n_dec + a_tok,
+        # A verification's logits at every position: one LM-head row a token.
+        sequences=n_chunks + n_dec + a_tok,
         prefill_tokens=p_tok,
         prefill_chunks=n_chunks,
         prefill_keys=p_keys,
@@ -130,4 +182,9 @@ def _features(
         swa_prefill_kv_rows=s_kv,
         swa_decode_keys=s_dec,
         gdn_chunks=g_chunks,
+        absorbed_chunks=a_chunks,
+        absorbed_tokens=a_tok,
+        absorbed_keys=a_keys,
+        absorbed_kv_rows=a_rows,
+        absorbed_width=a_width,
     )

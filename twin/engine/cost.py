@@ -293,9 +293,13 @@ def affine_fit(price: Callable[[int], float], batch: int) -> tuple[float, float]
     return ts[0], slope
 
 
-def make_pricer(model: ModelSpec, profile: Any, tp: int, ep: int = 1) -> CostModelPricer:
+def make_pricer(
+    model: ModelSpec, profile: Any, tp: int, ep: int = 1, absorbed_extend: int = 0
+) -> CostModelPricer:
     """The calibrated cost model of ``model`` on ``profile`` with tensor parallelism ``tp``
-    and ``ep`` expert-parallel ranks among them."""
+    and ``ep`` expert-parallel ranks among them; prefill chunks of at most
+    ``absorbed_extend`` tokens priced as MLA's absorbed extends (speculative decoding's
+    verification, ``twin.costmodel.step_features.split_absorbed``)."""
     from twin.costmodel import CostModel
 
-    return CostModelPricer(CostModel(model, profile, tp, ep=ep))
+    return CostModelPricer(CostModel(model, profile, tp, ep=ep, absorbed_extend=absorbed_extend))

@@ -384,7 +384,12 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
             config.step_host_s,
             config.seq_host_s,
         )
-    pricer: StepPricer = make_pricer(model, profile, config.tp, config.ep)
+    absorb = 0
+    if config.speculative:
+        from twin.engine.speculative import Speculation
+
+        absorb = Speculation.from_dict(config.speculative).absorbed_extend
+    pricer: StepPricer = make_pricer(model, profile, config.tp, config.ep, absorb)
     if config.step_host_s or config.seq_host_s:
         from twin.engine.host_time import HostTimePricer
 

@@ -353,6 +353,13 @@ class Speculation:
     def kind(self) -> Method:
         return METHODS[self.method]
 
+    @property
+    def absorbed_extend(self) -> int:
+        """The longest extend an iteration runs per decoding request (the verification,
+        the draft extend): the cost model prices extends this short in MLA's absorbed
+        form, as the engines do (``twin.costmodel.step_features.split_absorbed``)."""
+        return max(self.verify_tokens, self.extend_tokens or self.num_speculative_tokens + 1)
+
     def draft_spec(self, target: ModelSpec) -> ModelSpec | None:
         """The draft as a ModelSpec (None: n-gram lookup)."""
         return self.kind.draft_spec(target, self.draft_model)
@@ -691,7 +698,7 @@ def speculative_pricer(
     if draft_spec is not None:
         tp = spec.draft_tp or config.tp
         ep = config.ep if tp == config.tp and draft_spec.n_moe_layers else 1
-        draft = make_pricer(draft_spec, profile, tp, ep)
+        draft = make_pricer(draft_spec, profile, tp, ep, spec.absorbed_extend)
     return SpeculativePricer(inner, draft, spec, config.step_host_s)
 
 
