@@ -619,6 +619,9 @@ def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -
     assert sil.deployment(llama, "trtllm") == {"max_batched_tokens": 16384}
     r1 = replace(imax, model_path="deepseek-ai/DeepSeek-R1", isl=8192, concurrency=32)
     assert sil.deployment(r1, "trtllm") == {"max_batched_tokens": 8320}  # 8,288 -> 64s
+    # the db-dump names the same runs by their architecture
+    dump = replace(r1, model_path="deepseek-ai/DeepSeek-V3", source="db-dump/2026-04-27; x")
+    assert sil.deployment(dump, "trtllm") == {"max_batched_tokens": 8320}
     assert sil.deployment(imax, "trtllm") == sil.deployment(imax, "sglang") == {}
     # the old choice stays one flag away
     assert sil.deployment(imax, "vllm", "aiconfigurator") == sil.aiconfigurator_deployment(

@@ -207,7 +207,11 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
 # defaults.
 INFERENCEMAX_VLLM = {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}
 INFERENCEMAX_TRTLLM_TOKENS = {"Llama-3.1-70B": 16384, "gpt-oss-120b": 20000}
-INFERENCEMAX_TRTLLM_PER_ROW = ("DeepSeek-R1",)  # (c + isl + 64) in 64-token blocks
+# (c + isl + 64) in 64-token blocks. The db-dump names its DeepSeek runs by their
+# architecture, ``deepseek-ai/DeepSeek-V3``: InferenceMAX runs DeepSeek-R1-0528 only (the
+# ``dsr1-*`` configurations), and those rows share their measurements with the R1 rows of
+# 2026-03-25.csv (config_id 87's eleven rows, for one).
+INFERENCEMAX_TRTLLM_PER_ROW = ("DeepSeek-R1", "DeepSeek-V3")
 INFERENCEMAX_TRTLLM_BLOCK = 64
 
 
