@@ -691,6 +691,8 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
         backend="trtllm",
         system="b200_sxm",
         backend_version="1.2.0rc6.post3",
+        concurrency=4,
+        isl=64,
     )
     spec = sil.inferencemax_speculation(row, model)
     assert spec is not None and (spec["method"], spec["num_speculative_tokens"]) == ("mtp", 3)
@@ -706,6 +708,11 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     assert sil._deployment_text({"max_batched_tokens": 1152, "speculative": spec}) == (
         f"max_batched_tokens=1152 speculative=mtp:3@{spec['acceptance_length']:.2f}"
     )
+    # the -mtp scripts' limits: (3 + 1) x 4 clients + 64 + 64 in 64s, max_batch_size CONC
+    assert sil.deployment(row, "trtllm") == {"max_batched_tokens": 192, "max_running": 4}
+    # the plain scripts': c + ISL + 64 in 64s, at least 8192
+    plain = replace(row, backend_version="1.2.0rc6.post2", isl=1024)
+    assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 8192}
 
 
 def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:

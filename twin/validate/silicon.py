@@ -201,18 +201,20 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
 # InferenceMAX's server limits (its ``benchmarks/*.sh`` scripts): vLLM
 # ``max-num-batched-tokens: 8192`` and ``--max-num-seqs 512`` (``70b_fp4_b200_docker``);
 # TensorRT-LLM ``--max_num_tokens`` 16384 for Llama-3.1-70B (``70b_fp4_b200_trt_docker``),
-# 20000 for gpt-oss-120b (``gptoss_fp4_b200_trt_docker``, with ``--max_batch_size 512``)
-# and ``(CONC + ISL + 64)`` rounded up to 64 for DeepSeek-R1 (``dsr1_fp8_b200_trt_docker``),
-# whole contexts (chunked prefill left off). Other models and SGLang: the engine's
-# defaults.
+# 20000 for gpt-oss-120b (``gptoss_fp4_b200_trt_docker``, with ``--max_batch_size 512``);
+# for DeepSeek-R1 (``benchmarks/single_node/dsr1_fp{4,8}_b200_trt.sh`` at commit 12ba0ae)
+# ``(CONC + ISL + 64)`` rounded up to 64 and at least 8192, and with MTP
+# (``dsr1_fp{4,8}_b200_trt_mtp.sh``) ``((MTP + 1) x MAX_BATCH_SIZE + ISL + 64)`` rounded up
+# to 64 with no floor, ``--max_batch_size`` MAX_BATCH_SIZE = CONC without attention DP;
+# whole contexts (chunked prefill left off). Other models and SGLang: the engine's defaults.
 INFERENCEMAX_VLLM = {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}
 INFERENCEMAX_TRTLLM_TOKENS = {"Llama-3.1-70B": 16384, "gpt-oss-120b": 20000}
-# (c + isl + 64) in 64-token blocks. The db-dump names its DeepSeek runs by their
-# architecture, ``deepseek-ai/DeepSeek-V3``: InferenceMAX runs DeepSeek-R1-0528 only (the
-# ``dsr1-*`` configurations), and those rows share their measurements with the R1 rows of
-# 2026-03-25.csv (config_id 87's eleven rows, for one).
+# The db-dump names its DeepSeek runs by their architecture, ``deepseek-ai/DeepSeek-V3``:
+# InferenceMAX runs DeepSeek-R1-0528 only (the ``dsr1-*`` configurations), and those rows
+# share their measurements with the R1 rows of 2026-03-25.csv (config_id 87's, for one).
 INFERENCEMAX_TRTLLM_PER_ROW = ("DeepSeek-R1", "DeepSeek-V3")
 INFERENCEMAX_TRTLLM_BLOCK = 64
+INFERENCEMAX_TRTLLM_FLOOR = 8192  # the plain scripts' MAX_NUM_TOKENS floor
 
 
 def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
@@ -225,10 +227,15 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     for name, tokens in INFERENCEMAX_TRTLLM_TOKENS.items():
         if name.lower() in path:
             return {"max_batched_tokens": tokens}
-    if any(name.lower() in path for name in INFERENCEMAX_TRTLLM_PER_ROW) and row.isl:
-        block = INFERENCEMAX_TRTLLM_BLOCK
-        return {"max_batched_tokens": -(-((row.concurrency or 0) + row.isl + 64) // block) * block}
-    return {}
+    if not any(name.lower() in path for name in INFERENCEMAX_TRTLLM_PER_ROW) or not row.isl:
+        return {}
+    block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0
+    drafts = inferencemax_mtp_drafts(row)
+    if drafts is not None and (row.attention_dp or 1) == 1:
+        tokens = (drafts + 1) * conc + row.isl + 64
+        return {"max_batched_tokens": -(-tokens // block) * block, "max_running": conc}
+    tokens = -(-(conc + row.isl + 64) // block) * block
+    return {"max_batched_tokens": max(tokens, INFERENCEMAX_TRTLLM_FLOOR)}
 
 
 # InferenceMAX's DeepSeek-R1 runs with TensorRT-LLM on B200 come in two configurations that
@@ -242,19 +249,27 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
 INFERENCEMAX_MTP = {("trtllm", "b200_sxm", "1.2.0rc6.post3"): (3, 1)}  # drafts: plain, DP
 
 
-def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any] | None:
-    """The speculative decoding an InferenceMAX row ran with (above), as
-    ``EngineConfig.speculative``; ``None``: none, or not known."""
+def inferencemax_mtp_drafts(row: SiliconRow) -> int | None:
+    """The MTP drafts an InferenceMAX DeepSeek row ran with (above); ``None``: none, or
+    not known."""
     found = INFERENCEMAX_MTP.get((row.backend, row.system, row.backend_version))
     if (
         found is None
         or harness_of(row) is not INFERENCEMAX
-        or "deepseek" not in (row.model_path.lower())
+        or "deepseek" not in row.model_path.lower()
     ):
+        return None
+    return found[1] if (row.attention_dp or 1) > 1 else found[0]
+
+
+def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any] | None:
+    """The speculative decoding an InferenceMAX row ran with (above), as
+    ``EngineConfig.speculative``; ``None``: none, or not known."""
+    drafts = inferencemax_mtp_drafts(row)
+    if drafts is None:
         return None
     from twin.engine import speculative  # late: the engine is not needed to read rows
 
-    drafts = found[1] if (row.attention_dp or 1) > 1 else found[0]
     return speculative.build(model, "mtp", drafts).to_dict()
 
 
