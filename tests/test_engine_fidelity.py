@@ -346,3 +346,27 @@ def test_engine_modes_get_their_fitted_engine_times_on_the_gpu_they_were_fitted_
     given = build_config(prof, cache_gb="auto", engine="vllm", step_host_s=0.0)
     assert given.step_host_s == 0.0  # what is given wins
     assert build_config(prof, cache_gb="auto").step_host_s == 0.0  # the paper's world
+
+
+@pytest.mark.parametrize("scheduler", ["sglang", "continuous"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_sglang_polls_for_new_requests_every_n_decode_iterations(tmp_path, scheduler, affine):
+    """SGLang's --scheduler-recv-interval 10: A prefills in [0, 1] and decodes one step a
+    second; the loop polls at the first boundary after the prefill (t=1) and every 10
+    decode steps after it (t=11, 21, ...). B arrives at t=3.5 and is first seen at t=11
+    (with an interval of 1: at t=4); C arrives at t=13.5, after B's prefill moved the
+    poll to the boundary after it, t=12: C waits for t=22. D arrives at t=3.5 beside a
+    request that completes at t=5, before the poll: the server, then idle, polls at once."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 3.5, 13.5], prompt_len=8, output_len=40)
+    pricer = LinearPricer(base=1.0, per_token=0.0, per_key=0.0, per_seq=0.0, affine=affine)
+    _, plain = run(path, pricer, policy="vanilla", scheduler=scheduler)
+    assert _by_row(plain)[1].admitted_s == 4.0
+    opts = {"scheduler_recv_interval": 10}
+    _, recs = run(path, pricer, policy="vanilla", scheduler=scheduler, scheduler_options=opts)
+    b, c = _by_row(recs)[1], _by_row(recs)[2]
+    assert b.admitted_s == 11.0 and b.first_token_s == 12.0
+    # B's prefill at [11, 12] polls at 12; C (t=13.5) waits for 12 + 10 = 22
+    assert c.admitted_s == 22.0
+    short = single_turns(tmp_path / "s.parquet", [0.0, 3.5], prompt_len=8, output_len=5)
+    _, recs = run(short, pricer, policy="vanilla", scheduler=scheduler, scheduler_options=opts)
+    assert _by_row(recs)[0].completed_s == 5.0 and _by_row(recs)[1].admitted_s == 5.0

@@ -715,6 +715,35 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 8192}
 
 
+def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
+    """The v0.5.9 DeepSeek SGLang scripts' limits and poll interval, by GPU, precision,
+    tp and clients; other images and models: SGLang's defaults."""
+    from dataclasses import replace
+
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    row = replace(
+        base,
+        source="source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4",
+        model_path="deepseek-ai/DeepSeek-R1",
+        backend="sglang",
+        system="b200_sxm",
+        backend_version="0.5.9",
+        precision="fp4",
+        concurrency=4,
+        tp=8,
+    )
+    sets = sil.deployment(row, "sglang")["sets"]
+    assert sets["scheduler_recv_interval"] == "10" and sets["max_running_requests"] == "256"
+    many = sil.deployment(replace(row, concurrency=64), "sglang")["sets"]
+    assert many["scheduler_recv_interval"] == "30" and many["chunked_prefill_size"] == "16384"
+    fp8 = sil.deployment(replace(row, precision="fp8", tp=4, concurrency=64), "sglang")["sets"]
+    assert (fp8["max_running_requests"], fp8["scheduler_recv_interval"]) == ("32", "10")
+    h200 = replace(row, system="h200_sxm", precision="fp8", isl=1024, osl=1024)
+    assert sil.deployment(h200, "sglang")["sets"]["max_running_requests"] == "512"
+    for other in (replace(row, backend_version="0.5.8.post1"), replace(row, model_path="x/y")):
+        assert sil.deployment(other, "sglang") == {}
+
+
 def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:
     """``--aic-from``: an earlier run's estimates by row id, with their errors recomputed;
     a file without the columns or with a bad number is one line naming it."""

@@ -33,6 +33,14 @@ schedule, computed in bulk. Decoding sequences are kept in a heap by the step
 at which they finish, and the batch's context sum is kept incrementally, so an
 event costs O(log batch) rather than O(batch).
 
+SGLang's ``--scheduler-recv-interval N`` (``scheduler_options``; 1, every iteration, by
+default) polls for new requests only once every N decode iterations, and at the first
+iteration after a prefill (or mixed) batch (``managers/scheduler_recv_skipper.py``,
+0.5.10.post1: a decode or verify iteration adds 1 to a counter, any other forward mode
+1000, the poll when it reaches N, which resets it): an arrival while the batch decodes
+waits in an inbox until that poll, and a decode run is cut at the poll, not at the
+step in flight. An idle server polls at once (its idle loop spins).
+
 Each step's end gives every decoding sequence a token, so the inter-token gaps are
 the steps' durations, ``batch`` times each: the loop records each mixed step or
 decode run as it ends (:mod:`twin.engine.step_gaps`), a decode run's step ends
@@ -104,28 +112,83 @@ class ContinuousBatching:
         self.ratio: NewTokenRatio | None = replica.new_token_ratio
         self._step_reserved = self._step_admitted = 0
         self._ratio_blocked = False
+        # SGLang's scheduler_recv_interval (module docstring): arrivals not yet polled,
+        # and a step at whose end the loop polled with only decode steps since.
+        self.recv_interval = int(replica.scheduler_options.get("scheduler_recv_interval", 1))
+        self._inbox: list[Seq] = []
+        self._recv_anchor = 0
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq`` (FCFS) and wake the loop if it idles or waits on a decode chunk."""
-        self.waiting.append(seq)
         wake = self._wake
         if wake is not None and not wake.triggered:
+            self.waiting.append(seq)
+            self._recv_anchor = self.step_no  # an idle server polls at once
             wake.succeed()
             return
+        if self.recv_interval > 1:
+            self._submit_polled(seq)
+            return
+        self.waiting.append(seq)
         if self._cuttable:
             # The loop waits on a decode chunk: the arrival cuts the run at the step in
-            # flight, where the newcomer joins. The loop's wait moves to that boundary
-            # (``twin.engine.sim.redirect``; the chunk's timeout, when it fires later,
-            # resumes no one).
-            self._cuttable = False
-            env, run, t0 = self.env, self._run, self.busy_since
-            assert run is not None and t0 is not None and self._process is not None
-            elapsed = env.now - t0
-            self._cut = m = run.steps_to_reach(elapsed)
-            end = run.end(m)
-            if m < run.k or elapsed < end:
-                run.capped = False  # cut short (one at the run's very end leaves its cap)
-            redirect(self._process, env.timeout(max(t0 + end - env.now, 0.0)))
+            # flight, where the newcomer joins.
+            run, t0 = self._run, self.busy_since
+            assert run is not None and t0 is not None
+            self._cut_run(run.steps_to_reach(self.env.now - t0))
+
+    def _cut_run(self, m: int) -> None:
+        """End the decode run in flight after its ``m``-th step: the loop's wait moves to
+        that boundary (``twin.engine.sim.redirect``; the chunk's timeout, when it fires
+        later, resumes no one)."""
+        self._cuttable = False
+        env, run, t0 = self.env, self._run, self.busy_since
+        assert run is not None and t0 is not None and self._process is not None
+        if m > run.priced:
+            run.price_next(m - run.priced)
+        self._cut = m
+        end = run.end(m)
+        if m < run.k or env.now - t0 < end:
+            run.capped = False  # cut short (one at the run's very end leaves its cap)
+        redirect(self._process, env.timeout(max(t0 + end - env.now, 0.0)))
+
+    def _next_poll(self, step: int) -> int:
+        """The first step boundary at or after ``step`` where the loop polls, counting
+        decode steps from ``_recv_anchor``."""
+        anchor, n = self._recv_anchor, self.recv_interval
+        return anchor + n * -(-(step - anchor) // n)
+
+    def _submit_polled(self, seq: Seq) -> None:
+        """``submit`` under a poll interval: a prefill or mixed step in flight polls at its
+        end; a decode run at the next poll, cut there when it comes before the run's end,
+        the arrival held in the inbox until then."""
+        run = self._run
+        if run is None:  # a prefill or mixed step: polled at its end
+            self.waiting.append(seq)
+            return
+        if not self._cuttable:  # a run the head's block decided, or its copies' time
+            self._inbox.append(seq)
+            return
+        t0 = self.busy_since
+        assert t0 is not None
+        m = self._next_poll(self.step_no + run.steps_to_reach(self.env.now - t0)) - self.step_no
+        if m > run.k:
+            self._inbox.append(seq)  # the run ends first, at a completion
+            return
+        self.waiting.append(seq)
+        self._cut_run(m)
+
+    def _poll(self) -> None:
+        """At a step boundary: the inbox joins the queue when the loop polls here (or has
+        nothing left to run)."""
+        n = self.step_no
+        if (n - self._recv_anchor) % self.recv_interval and (
+            self.decoding or self.prefilling or self.waiting
+        ):
+            return
+        self._recv_anchor = n
+        self.waiting.extend(self._inbox)
+        self._inbox.clear()
 
     def run(self) -> Generator[Event, Any, None]:
         """The scheduler: plan a step, wait its price in seconds, apply its end; forever.
@@ -140,6 +203,8 @@ class ContinuousBatching:
         records, views, pages, limit = gaps.records, gaps.views, gaps.pages, gaps.limit
         record, page = records.extend, 0  # where the next decode run writes its ends
         while True:
+            if self._inbox:
+                self._poll()
             if not self.waiting and not self.prefilling and not self.decoding:
                 self._wake = env.event()
                 yield self._wake  # idle until a request is submitted
@@ -148,11 +213,12 @@ class ContinuousBatching:
                 order_by_prefix(self.waiting, self.replica.cached_prefix)
             if self.prefilling or self._can_admit():
                 chunked, seconds, batch = self._plan_step()  # each of batch gets a token
-                run = None
+                run = self._run = None
                 self.busy_since = t0 = env.now
                 yield env.timeout(seconds)
                 self.busy_s += seconds
                 self.step_no += 1
+                self._recv_anchor = self.step_no  # a prefill step: the loop polls next
                 prefilled = self._apply_chunks(chunked)
             else:
                 # A decode run (module docstring): the next k steps in one wait.
@@ -359,6 +425,8 @@ class ContinuousBatching:
             k = self._run_cap
         if self._ratio_blocked and self.waiting:
             k = self._ratio_cut(k)
+        if self._inbox:
+            k = min(k, self._next_poll(n0 + 1) - n0)  # the run ends at the next poll
         memory = self.memory
         if not memory.grow(k * batch):
             k = min(k, memory.room_tokens() // batch)

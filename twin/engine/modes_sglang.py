@@ -339,6 +339,15 @@ def _sglang_max_prefill(value: str, model: ModelSpec, out: dict[str, Any]) -> No
     )
 
 
+def _sglang_recv_interval(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # server_args.py --scheduler-recv-interval (1): new requests polled once every N decode
+    # iterations (managers/scheduler_recv_skipper.py, 0.5.10.post1; 0.5.23
+    # scheduler_components/recv_skipper.py): twin.engine.batching.
+    out.setdefault("scheduler_options", {})["scheduler_recv_interval"] = _int(
+        "scheduler_recv_interval", value
+    )
+
+
 def _sglang_disaggregation(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # --disaggregation-mode {null, prefill, decode} (0.5.10.post1 server_args.py, 0.5.23
     # arg_groups/fields/disagg.py): one server's role. A twin run is the whole
@@ -458,6 +467,7 @@ _SGLANG_COMMON = (
     "page_size",
     "enable_mixed_chunk",
     "max_prefill_tokens",
+    "scheduler_recv_interval",
     "schedule_conservativeness",
     "sglang_init_new_token_ratio",
     "sglang_min_new_token_ratio_factor",
@@ -627,6 +637,14 @@ SGLANG = EngineMode(
             (
                 "max_prefill_tokens",
                 Flag("a prefill batch's input budget", _sglang_max_prefill, "16384"),
+            ),
+            (
+                "scheduler_recv_interval",
+                Flag(
+                    "decode iterations between polls for new requests",
+                    _sglang_recv_interval,
+                    "1",
+                ),
             ),
             *_admission_flags(),
             *_batching_flags(

@@ -217,10 +217,54 @@ INFERENCEMAX_TRTLLM_BLOCK = 64
 INFERENCEMAX_TRTLLM_FLOOR = 8192  # the plain scripts' MAX_NUM_TOKENS floor
 
 
+# InferenceMAX's SGLang servers for DeepSeek-R1 (image lmsysorg/sglang:v0.5.9-cu130, the
+# scripts at commit 12ba0ae): ``dsr1_fp4_b200.sh`` (``--max-running-requests 256
+# --mem-fraction-static 0.85 --chunked-prefill-size 16384``), ``dsr1_fp8_b200.sh`` (tp 8:
+# 128 requests, 0.82, 32768 chunk and prefill tokens; tp 4: 32, 0.95, 8192), both with
+# ``--scheduler-recv-interval`` 30 from 16 clients, else 10 (fp8 at tp 4: 10), and
+# ``dsr1_fp8_h200.sh`` (512 requests at 1k/1k, else 256; 32768; 0.82; no poll interval).
+INFERENCEMAX_SGLANG_VERSION = "0.5.9"
+
+
+def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
+    """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty
+    where no script of that image is known."""
+    if row.backend_version != INFERENCEMAX_SGLANG_VERSION or not any(
+        name.lower() in row.model_path.lower() for name in INFERENCEMAX_TRTLLM_PER_ROW
+    ):
+        return {}
+    conc, tp = row.concurrency or 0, row.tp or 1
+    poll = "30" if conc >= 16 else "10"
+    if row.system == "b200_sxm" and row.precision == "fp4":
+        flags = ("256", "0.85", "16384", "16384", poll)
+    elif row.system == "b200_sxm" and row.precision == "fp8":
+        flags = (
+            ("32", "0.95", "8192", "8192", "10")
+            if tp == 4
+            else ("128", "0.82", "32768", "32768", poll)
+        )
+    elif row.system == "h200_sxm" and row.precision == "fp8":
+        running = "512" if (row.isl, row.osl) == (1024, 1024) else "256"
+        flags = (running, "0.82", "32768", "32768", "1")
+    else:
+        return {}
+    names = (
+        "max_running_requests",
+        "mem_fraction_static",
+        "chunked_prefill_size",
+        "max_prefill_tokens",
+        "scheduler_recv_interval",
+    )
+    return dict(zip(names, flags, strict=True))
+
+
 def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     """``build_run`` keywords for the InferenceMAX scripts' server limits of ``row``."""
     if engine == "vllm":
         return {"sets": dict(INFERENCEMAX_VLLM)}
+    if engine == "sglang":
+        sglang = inferencemax_sglang(row)
+        return {"sets": sglang} if sglang else {}
     if engine != "trtllm":
         return {}
     path = row.model_path.lower()
