@@ -716,8 +716,8 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
 
 
 def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
-    """The v0.5.9 DeepSeek SGLang scripts' limits and poll interval, by GPU, precision,
-    tp and clients; other images and models: SGLang's defaults."""
+    """The v0.5.9 DeepSeek SGLang configurations' flags, for the rows only one of them
+    covers (by GPU, precision, tp, lengths and clients); other rows: SGLang's defaults."""
     from dataclasses import replace
 
     base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
@@ -731,14 +731,24 @@ def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
         precision="fp4",
         concurrency=4,
         tp=8,
+        isl=1024,
+        osl=1024,
     )
     sets = sil.deployment(row, "sglang")["sets"]
     assert sets["scheduler_recv_interval"] == "10" and sets["max_running_requests"] == "256"
     many = sil.deployment(replace(row, concurrency=64), "sglang")["sets"]
     assert many["scheduler_recv_interval"] == "30" and many["chunked_prefill_size"] == "16384"
-    fp8 = sil.deployment(replace(row, precision="fp8", tp=4, concurrency=64), "sglang")["sets"]
-    assert (fp8["max_running_requests"], fp8["scheduler_recv_interval"]) == ("32", "10")
-    h200 = replace(row, system="h200_sxm", precision="fp8", isl=1024, osl=1024)
+    assert sil.deployment(replace(row, concurrency=256), "sglang") == {}  # no fp4 config
+    fp8 = replace(row, precision="fp8")
+    tp4 = sil.deployment(replace(fp8, tp=4, isl=8192, concurrency=32), "sglang")["sets"]
+    assert (tp4["max_running_requests"], tp4["scheduler_recv_interval"]) == ("32", "10")
+    plain = sil.deployment(replace(fp8, concurrency=64), "sglang")["sets"]
+    assert plain["max_running_requests"] == "128" and "speculative_algorithm" not in plain
+    # beyond the plain configuration's 64 clients only the -mtp one ran
+    mtp = sil.deployment(replace(fp8, concurrency=256), "sglang")["sets"]
+    assert (mtp["max_running_requests"], mtp["speculative_algorithm"]) == ("512", "NEXTN")
+    assert mtp["speculative_num_draft_tokens"] == "3"
+    h200 = replace(fp8, system="h200_sxm")
     assert sil.deployment(h200, "sglang")["sets"]["max_running_requests"] == "512"
     for other in (replace(row, backend_version="0.5.8.post1"), replace(row, model_path="x/y")):
         assert sil.deployment(other, "sglang") == {}

@@ -217,45 +217,73 @@ INFERENCEMAX_TRTLLM_BLOCK = 64
 INFERENCEMAX_TRTLLM_FLOOR = 8192  # the plain scripts' MAX_NUM_TOKENS floor
 
 
-# InferenceMAX's SGLang servers for DeepSeek-R1 (image lmsysorg/sglang:v0.5.9-cu130, the
-# scripts at commit 12ba0ae): ``dsr1_fp4_b200.sh`` (``--max-running-requests 256
-# --mem-fraction-static 0.85 --chunked-prefill-size 16384``), ``dsr1_fp8_b200.sh`` (tp 8:
-# 128 requests, 0.82, 32768 chunk and prefill tokens; tp 4: 32, 0.95, 8192), both with
-# ``--scheduler-recv-interval`` 30 from 16 clients, else 10 (fp8 at tp 4: 10), and
-# ``dsr1_fp8_h200.sh`` (512 requests at 1k/1k, else 256; 32768; 0.82; no poll interval).
+# InferenceMAX's SGLang servers for DeepSeek-R1 (image lmsysorg/sglang:v0.5.9-cu130;
+# ``nvidia-master.yaml`` and the scripts at commit 12ba0ae). Each configuration's search
+# space says which rows it ran; a row only one covers ran with its script's flags:
+# - ``dsr1-fp4-b200-sglang`` (tp 4 and 8, 4-128 clients; 8k/1k at tp 8: 4-16),
+#   ``dsr1_fp4_b200.sh``: ``--max-running-requests 256 --mem-fraction-static 0.85
+#   --chunked-prefill-size 16384``;
+# - ``dsr1-fp8-b200-sglang`` (tp 8: 4-64 clients at 1k/1k and 1k/8k, 4 at 8k/1k; tp 4:
+#   8k/1k at 4-32), ``dsr1_fp8_b200.sh``: tp 8 128 requests, 0.82, 32768 chunk and
+#   prefill tokens; tp 4 32, 0.95, 8192;
+# - ``dsr1-fp8-b200-sglang-mtp`` (tp 8, 4-512 clients), ``dsr1_fp8_b200_mtp.sh``: 512
+#   requests, 0.82, 16384, and EAGLE over the model's MTP layer with 2 steps, top-k 1 and 3
+#   draft tokens (SGLang's NEXTN). Rows both fp8 configurations cover are a mix the CSV
+#   cannot separate (their lengths, clients and image are the same): run plain;
+# - ``dsr1-fp8-h200-sglang`` (tp 8, 4-64 clients), ``dsr1_fp8_h200.sh``: 512 requests at
+#   1k/1k, else 256; 32768; 0.82.
+# The B200 scripts poll for requests every 30 decode iterations from 16 clients, else 10
+# (``--scheduler-recv-interval``; 10 at fp8 tp 4). A row no configuration covers runs with
+# SGLang's defaults.
 INFERENCEMAX_SGLANG_VERSION = "0.5.9"
+_SGLANG_FLAGS = (
+    "max_running_requests",
+    "mem_fraction_static",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "scheduler_recv_interval",
+)
+_SGLANG_MTP = {
+    "speculative_algorithm": "NEXTN",
+    "speculative_num_steps": "2",
+    "speculative_eagle_topk": "1",
+    "speculative_num_draft_tokens": "3",
+}
 
 
 def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty
-    where no script of that image is known."""
+    where no one configuration of that image covers it."""
     if row.backend_version != INFERENCEMAX_SGLANG_VERSION or not any(
         name.lower() in row.model_path.lower() for name in INFERENCEMAX_TRTLLM_PER_ROW
     ):
         return {}
-    conc, tp = row.concurrency or 0, row.tp or 1
+    conc, tp, lengths = row.concurrency or 0, row.tp or 1, (row.isl, row.osl)
     poll = "30" if conc >= 16 else "10"
+    long_prompt = lengths == (8192, 1024)
+    flags: tuple[str, ...]
+    extra: dict[str, str] = {}
     if row.system == "b200_sxm" and row.precision == "fp4":
+        if tp not in (4, 8) or conc > (16 if tp == 8 and long_prompt else 128):
+            return {}
         flags = ("256", "0.85", "16384", "16384", poll)
-    elif row.system == "b200_sxm" and row.precision == "fp8":
-        flags = (
-            ("32", "0.95", "8192", "8192", "10")
-            if tp == 4
-            else ("128", "0.82", "32768", "32768", poll)
-        )
-    elif row.system == "h200_sxm" and row.precision == "fp8":
-        running = "512" if (row.isl, row.osl) == (1024, 1024) else "256"
+    elif row.system == "b200_sxm" and row.precision == "fp8" and tp == 4:
+        if not long_prompt or conc > 32:
+            return {}
+        flags = ("32", "0.95", "8192", "8192", "10")
+    elif row.system == "b200_sxm" and row.precision == "fp8" and tp == 8:
+        if conc <= (4 if long_prompt else 64):
+            flags = ("128", "0.82", "32768", "32768", poll)
+        elif conc <= 512:
+            flags, extra = ("512", "0.82", "16384", "16384", poll), _SGLANG_MTP
+        else:
+            return {}
+    elif row.system == "h200_sxm" and row.precision == "fp8" and tp == 8 and conc <= 64:
+        running = "512" if lengths == (1024, 1024) else "256"
         flags = (running, "0.82", "32768", "32768", "1")
     else:
         return {}
-    names = (
-        "max_running_requests",
-        "mem_fraction_static",
-        "chunked_prefill_size",
-        "max_prefill_tokens",
-        "scheduler_recv_interval",
-    )
-    return dict(zip(names, flags, strict=True))
+    return {**dict(zip(_SGLANG_FLAGS, flags, strict=True)), **extra}
 
 
 def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
