@@ -132,6 +132,93 @@ def test_the_decode_worker_reserves_memory_before_the_transfer_in_order(tmp_path
         assert b[5] >= a[9]  # reserved only once the one before completed
 
 
+def _tight(tokens: int, scheduler: str, **fields: object) -> dict[str, object]:
+    """A shared pool of ``tokens`` llama-3-8b tokens a decode worker (weights aside)."""
+    model = get_model("llama-3-8b")
+    return _disagg(
+        1,
+        fields.pop("d", 1),
+        shared_pool=True,
+        gpu_memory_bytes=model.weight_bytes + tokens * model.kv_bytes_per_token,
+        memory_utilization=1.0,
+        scheduler=scheduler,
+        preemption="recompute" if scheduler == "vllm" else "retract",
+        **fields,
+    )
+
+
+def _drained(cluster: DisaggCluster) -> None:
+    """Every decode worker ends empty: no request queued, reserved or running, and its
+    pool holds no byte of a request (every page taken was given back)."""
+    assert not any(cluster._prealloc)
+    for worker in cluster.decode:
+        sched = worker.scheduler
+        assert not sched.waiting and not sched.prefilling and not sched.decoding
+        assert worker.reserved == worker.preempted_waiting == 0
+        assert worker.memory.pool.running == 0
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "vllm"])
+def test_a_preempted_decode_request_does_not_block_arrivals_holding_memory(tmp_path, scheduler):
+    """Regression: three 300-token prompts, 400 tokens out, a decode pool of 1,000 tokens
+    and a slow link. The first request decodes while the other two hold reservations for
+    their transfers; it grows until the pool is full and is preempted with nothing else
+    running, and it cannot take its memory back before the others arrive. It used to stay
+    at the queue's head, blocking the arrivals whose memory it needed (``IndexError`` in
+    ``_plan_run``); as in vLLM (``skipped_waiting`` first) and SGLang (``retracted_queue``
+    apart), the arrivals decode first and it is recomputed after."""
+    path = single_turns(tmp_path / "w.parquet", [0.0] * 3, prompt_len=300, output_len=400)
+    slow = KvLink("slow", 1e6, 0.0, "test: 1 MB/s")
+    model = get_model("llama-3-8b")
+    cluster, stats, records = _records(path, model, LinearPricer(), _tight(1000, scheduler), slow)
+    assert len(records) == 3 and not any(r.rejected for r in records)
+    assert stats.pools["decode"]["preemptions"] == 1
+    (victim,) = [r for r in records if r.preemptions]
+    assert victim.recomputed_tokens > 301
+    timeline = {t[0]: t for t in cluster.timeline}
+    others = [r for r in records if r is not victim]
+    for r in others:
+        # Decoded at once on arrival (the worker's next step), however the victim waits.
+        first_decode, transfer_end = timeline[r.row][8], timeline[r.row][7]
+        assert first_decode - transfer_end < 0.01
+    # The victim takes its memory back once the next arrival has completed.
+    assert min(r.completed_s for r in others) < victim.completed_s
+    _drained(cluster)
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "vllm"])
+def test_conservation_under_memory_pressure_with_preemption(tmp_path, scheduler):
+    """Decode pools too small for their reservations and growth: requests are preempted on
+    the decode workers, and still every request is prefilled once, transferred once and
+    decoded to completion; bytes, preemptions and recomputed tokens add up."""
+    path = generated(tmp_path / "w.parquet", "chat", 20, 4.0, max_context=2048)
+    model = get_model("llama-3-8b")
+    slow = KvLink("slow", 1e8, 0.0, "test: 100 MB/s")
+    config = _tight(3000, scheduler)
+    cluster, stats, records = _records(path, model, LinearPricer(), config, slow)
+    wl = Workload.open(path)
+    assert sorted(r.row for r in records) == list(range(wl.num_rows))
+    assert not any(r.rejected for r in records)
+    pools = stats.pools
+    assert pools["decode"]["preemptions"] > 0
+    multi = [r for r in records if r.output_tokens > 1]
+    assert pools["transfer"]["prefilled_requests"] == pools["prefill"]["requests"] == len(records)
+    assert pools["transfer"]["transferred_requests"] == pools["decode"]["requests"] == len(multi)
+    assert sorted(t[0] for t in cluster.timeline) == sorted(r.row for r in multi)
+    assert pools["transfer"]["bytes"] == sum(
+        r.input_tokens * model.kv_bytes_per_token for r in multi
+    )
+    # Each preemption is one record's, and recomputes the prompt, the first token and
+    # what it had decoded (at least 2 tokens more than the prompt).
+    assert sum(r.preemptions for r in records) == (
+        pools["decode"]["preemptions"] + pools["prefill"]["preemptions"]
+    )
+    for r in records:
+        assert (r.recomputed_tokens > r.input_tokens) == (r.preemptions > 0)
+        assert r.completed_s >= r.first_token_s >= r.admitted_s >= r.arrival_s
+    _drained(cluster)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

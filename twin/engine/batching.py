@@ -104,10 +104,18 @@ class ContinuousBatching:
         self.ratio: NewTokenRatio | None = replica.new_token_ratio
         self._step_reserved = self._step_admitted = 0
         self._ratio_blocked = False
+        # A disaggregated decode worker's scheduler (set by ``twin.engine.disagg``): its
+        # requests arrive holding memory reserved for them before their KV transfer, never
+        # give it back while they wait, and go ahead of the preempted requests, which wait
+        # to take memory again (:meth:`_preempted_from`).
+        self.arrivals_reserved = False
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq`` (FCFS) and wake the loop if it idles or waits on a decode chunk."""
-        self.waiting.append(seq)
+        if self.arrivals_reserved:
+            self.waiting.insert(self._preempted_from(), seq)
+        else:
+            self.waiting.append(seq)
         wake = self._wake
         if wake is not None and not wake.triggered:
             wake.succeed()
@@ -154,6 +162,15 @@ class ContinuousBatching:
                 self.busy_s += seconds
                 self.step_no += 1
                 prefilled = self._apply_chunks(chunked)
+            elif not self.decoding:
+                # Nothing runs and the queue's head cannot take the memory it needs: it
+                # is held by requests still to come (a decode worker's reservations for
+                # transfers in flight), so wait for one. A step that preempted the last
+                # running request was empty; the next one may admit (vLLM).
+                if not self._end_empty_step():
+                    self._wake = env.event()
+                    yield self._wake
+                continue
             else:
                 # A decode run (module docstring): the next k steps in one wait.
                 run = self._plan_run(views[page])
@@ -163,7 +180,7 @@ class ContinuousBatching:
                 batch = len(self.decoding)
                 self.busy_since = t0
                 self._run = run
-                if self.waiting:
+                if self.waiting and not self.arrivals_reserved:
                     # The head is blocked (memory or max_running) until a
                     # completion: an arrival cannot change this run.
                     yield env.timeout(run.price_next(m))
@@ -255,6 +272,25 @@ class ContinuousBatching:
     def token_gaps(self) -> TokenGaps:
         """Every inter-token gap of the steps that started at or after ``warmup_s``."""
         return self.gaps.histogram()
+
+    def _end_empty_step(self) -> bool:
+        """A step with nothing to run ended; whether the queue may be tried again now
+        (an engine's rule that held it back for that step only)."""
+        return False
+
+    def _preempted_from(self) -> int:
+        """Where the waiting requests that must take memory begin: at the queue's head,
+        or on a decode worker (:attr:`arrivals_reserved`) after the arrivals, which hold
+        theirs. vLLM 0.19.0 ``v1/core/sched/scheduler.py``: requests whose KV a connector
+        loads wait in ``skipped_waiting`` holding their blocks, and under FCFS
+        ``_select_waiting_queue_for_scheduling`` serves that queue before ``waiting``, where
+        a preempted request is prepended; SGLang 0.5.10.post1 ``disaggregation/decode.py``:
+        a retracted request waits in ``retracted_queue`` while transferred ones join the
+        running batch from ``waiting_queue`` (``get_new_prebuilt_batch``)."""
+        if not self.arrivals_reserved:
+            return 0
+        waiting = self.waiting
+        return next((i for i, q in enumerate(waiting) if q.preemptions), len(waiting))
 
     def _can_admit(self) -> bool:
         self._ratio_blocked = False
@@ -415,8 +451,9 @@ class ContinuousBatching:
         (Running requests are served before waiting ones, as in vLLM's and
         SGLang's schedulers.)
         """
-        if self.waiting and self.waiting[0].alloc:
-            self.memory.unreserve(self.waiting[0])
+        waiting, i = self.waiting, self._preempted_from()
+        if i < len(waiting) and waiting[i].alloc:
+            self.memory.unreserve(waiting[i])
         else:
             self._preempt_one()
 
@@ -463,11 +500,13 @@ class ContinuousBatching:
             self.ratio.retracted((e[2].out_len - (e[0] - n), e[2].out_len) for e in self.decoding)
         victim.start_step = victim.finish_step = 0
         victim.prefill_left = victim.ctx = 0
-        if self.waiting and self.waiting[0].alloc:
+        waiting, i = self.waiting, self._preempted_from()
+        if i < len(waiting) and waiting[i].alloc:
             # The old head's pages were taken while it waited for the token budget;
-            # it is no longer first, so it gives them back (no one waits holding pages).
-            self.memory.unreserve(self.waiting[0])
-        self.waiting.appendleft(victim)
+            # it is no longer first, so it gives them back (no one waits holding pages
+            # but a decode worker's arrivals, whose KV is in theirs).
+            self.memory.unreserve(waiting[i])
+        waiting.insert(i, victim)
 
     # ------------------------------------------------- SGLang's new_token_ratio check
     def _running_left(self) -> list[int]:

@@ -39,6 +39,9 @@ their ranks, :func:`transfer_shares`):
    reuse is a later part), takes no new-token-ratio admission, and batches continuously
    (``continuous``, or ``vllm`` where the run's scheduler is vLLM's): SGLang's decode
    worker merges arrivals into the running batch without a prefill batch of its own.
+   A request preempted there (its pool full) waits behind the arrivals, which hold their
+   reserved memory and are never blocked by it, and no new reservation is made until it
+   is admitted again (:meth:`DecodeReplica.reserve`); it recomputes its prompt and output.
 
 A request with a single output token completes at the prefill worker (nothing to
 decode, nothing sent). The prefill worker frees the request's memory at the prefill's
@@ -60,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from twin import mixers as mx
+from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster, RunStats
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
@@ -267,17 +271,30 @@ class DecodeReplica(Replica):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["new_token_ratio"] = None  # SGLang's PrefillAdder is the prefill side's
+        # Arrivals join the running batch in order (SGLang's get_new_prebuilt_batch); the
+        # prefill scheduler's lpm sort is not the decode worker's.
+        kwargs["schedule_policy"] = "fcfs"
         if kwargs.get("scheduler") not in ("continuous", "vllm"):
             kwargs["scheduler"] = "continuous"
         super().__init__(*args, **kwargs)
+        assert isinstance(self.scheduler, ContinuousBatching)
+        self.scheduler.arrivals_reserved = True  # their KV is in memory reserved for them
         self.reserved = 0  # requests holding a reservation (until they complete)
         self.peak_reserved = 0
+        self.preempted_waiting = 0  # preempted requests waiting to take memory again
         self.on_freed: Callable[[DecodeReplica], None] | None = None
         self._order = 0
 
     def reserve(self, seq: Seq, max_running: int) -> bool:
-        """Reserve ``seq``'s memory now (SGLang's pre-allocation); ``False``: not yet."""
-        if self.reserved >= max_running or not self.memory.reserve(seq):
+        """Reserve ``seq``'s memory now (SGLang's pre-allocation); ``False``: not yet.
+
+        Not while a preempted request waits for memory: SGLang 0.5.10.post1
+        ``disaggregation/decode.py`` ``process_decode_queue`` returns before
+        ``pop_preallocated`` while ``retracted_queue`` is not empty; vLLM 0.19.0 allocates
+        a new request's blocks from ``waiting``, behind the preempted request it prepends
+        there (``Scheduler.schedule`` stops at the first request it cannot allocate).
+        """
+        if self.preempted_waiting or self.reserved >= max_running or not self.memory.reserve(seq):
             return False
         self.reserved += 1
         self.peak_reserved = max(self.peak_reserved, self.reserved)
@@ -301,12 +318,17 @@ class DecodeReplica(Replica):
         seq.hit = 0 if seq.preemptions else seq.prompt_len - 1
         seq.hit_work_s = 0.0
         self.memory.admitted_reserved(seq)
+        if seq.preemptions:
+            self.preempted_waiting -= 1
+            if not self.preempted_waiting and self.on_freed is not None:
+                self.on_freed(self)  # reservations resume (see reserve)
 
     def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
         self.memory.preempted(seq, decoded)
         seq.recomputed += kept
         seq.preemptions += 1
         self.preemptions += 1
+        self.preempted_waiting += 1
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
         memory = self.memory
