@@ -448,6 +448,63 @@ def test_build_run_gives_the_decode_pool_its_own_gpu_tp_and_memory(tmp_path):
     assert same.decode is None and "decode_tp" not in same.config.to_dict()
 
 
+def test_attention_dp_pools_conserve_requests_and_map_attention_ranks(tmp_path, monkeypatch):
+    """A prefill pool of 8 attention-DP ranks (tp 8, ep 1) and a decode pool of plain tp 8
+    / ep 8 workers, then the reverse: every request prefilled, transferred and decoded once,
+    every unit drained, each DP rank serving its share; the KV moves between the pools'
+    attention TP ranks (DeepSeek's MLA latent: a prefill rank of attention TP 1 sends it
+    to each of the 8 decode ranks it serves, as SGLang maps attn_tp_size)."""
+    from twin.engine import build_run
+    from twin.engine.disagg import DisaggCluster as DC
+    from twin.engine.dp_attention import DPReplica
+
+    path = single_turns(tmp_path / "w.parquet", [0.05 * i for i in range(24)], 512, 24)
+    model = get_model("deepseek-v3")
+    latent = model.kv_bytes_per_token
+    seen: list[DC] = []
+    original = DC.__init__
+
+    def keep(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        seen.append(self)
+
+    monkeypatch.setattr(DC, "__init__", keep)
+    for dp_pool, send_times in (("prefill", 8), ("decode", 1)):
+        records: list[RequestRecord] = []
+        run = build_run(
+            path,
+            model="deepseek-v3",
+            gpu="h200",
+            engine="sglang",
+            cache_gb="auto",
+            tp=8,
+            ep=8,
+            prefill_workers=2,
+            decode_workers=1,
+            **{f"{dp_pool}_dp_attention": 8, f"{dp_pool}_ep": 8 if dp_pool == "decode" else 1},
+        )
+        summary = run.simulate(tmp_path / dp_pool, on_record=records.append).to_dict()
+        cluster = seen[-1]
+        assert len(records) == 24 and not any(r.rejected for r in records)
+        pools = summary["pools"]
+        assert pools["layout"] == "2P1D"
+        assert pools[dp_pool]["dp_attention"] == 8 and pools[dp_pool]["gpus"] == 8 * (
+            2 if dp_pool == "prefill" else 1
+        )
+        transfer = pools["transfer"]
+        assert transfer["prefilled_requests"] == transfer["transferred_requests"] == 24
+        assert transfer["bytes"] == 24 * 512 * latent
+        assert transfer["kv_send_bytes_per_token_per_gpu"] == send_times * latent
+        assert transfer["kv_recv_bytes_per_token_per_gpu"] == latent
+        dp_workers = cluster.prefill if dp_pool == "prefill" else cluster.replicas[2:]
+        assert all(isinstance(w, DPReplica) and len(w.ranks) == 8 for w in dp_workers)
+        # Each rank served requests: the engine's dealer spreads them (round-robin).
+        served = [r.submitted for w in dp_workers for r in w.ranks]
+        assert sum(served) == 24 and min(served) >= 1
+        assert len(cluster.decode) == (8 if dp_pool == "decode" else 1)
+        _drained(cluster)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -509,6 +566,22 @@ def test_build_run_gives_the_decode_pool_its_own_gpu_tp_and_memory(tmp_path):
             "--decode-ep",
         ),
         (["--prefill-workers", "1", "--decode-workers", "1", "--decode-gpu", "nope"], "nope"),
+        (
+            [
+                "--prefill-workers",
+                "1",
+                "--decode-workers",
+                "1",
+                "--tp",
+                "8",
+                "--decode-dp-attention",
+                "3",
+                "-m",
+                "deepseek-v3",
+            ],
+            "--decode-dp-attention: must divide the decode pool's tp 8",
+        ),
+        (["--decode-dp-attention", "2", "--tp", "2"], "only a disaggregated run has pools"),
         # SGLang's own flag names a server's role; the twin's pools are the deployment.
         (["--engine", "sglang", "--set", "disaggregation_mode=prefill"], "one SGLang server"),
         (

@@ -201,6 +201,18 @@ def simulate(
     decode_ep: int | None = typer.Option(
         None, "--decode-ep", min=1, help="Expert-parallel ranks per decode worker. [default: --ep]"
     ),
+    prefill_dp_attention: int | None = typer.Option(
+        None,
+        "--prefill-dp-attention",
+        min=1,
+        help="Attention data-parallel ranks per prefill worker. [default: --dp-attention]",
+    ),
+    decode_dp_attention: int | None = typer.Option(
+        None,
+        "--decode-dp-attention",
+        min=1,
+        help="Attention data-parallel ranks per decode worker. [default: --dp-attention]",
+    ),
     slo: list[str] = typer.Option(
         [],
         "--slo",
@@ -320,6 +332,8 @@ def simulate(
             ("decode_tp", decode_tp),
             ("prefill_ep", prefill_ep),
             ("decode_ep", decode_ep),
+            ("prefill_dp_attention", prefill_dp_attention),
+            ("decode_dp_attention", decode_dp_attention),
         )
         if value is not None
     }

@@ -225,7 +225,16 @@ class WorkerPool:
 # Per-pool options of a disaggregated run (twin.engine.build_run): each defaults to the
 # run's --gpu/--tp/--ep; the prefill pool's become the run's, the decode pool's the
 # config's decode_gpu/decode_tp/decode_ep (left out where they equal the prefill pool's).
-POOL_OPTIONS = ("prefill_gpu", "decode_gpu", "prefill_tp", "decode_tp", "prefill_ep", "decode_ep")
+POOL_OPTIONS = (
+    "prefill_gpu",
+    "decode_gpu",
+    "prefill_tp",
+    "decode_tp",
+    "prefill_ep",
+    "decode_ep",
+    "prefill_dp_attention",
+    "decode_dp_attention",
+)
 
 
 def split_pools(
@@ -249,14 +258,13 @@ def split_pools(
             f"{flag}: a pool's GPU names a shipped profile; --profile gives both pools "
             "theirs (leave one of them out)"
         )
-    tp, ep = int(settings.get("tp") or 1), int(settings.get("ep") or 1)
-    p_tp, d_tp = int(given.get("prefill_tp", tp)), int(given.get("decode_tp", tp))
-    p_ep, d_ep = int(given.get("prefill_ep", ep)), int(given.get("decode_ep", ep))
-    out["tp"], out["ep"] = p_tp, p_ep
-    if d_tp != p_tp:
-        out["decode_tp"] = d_tp
-    if d_ep != p_ep:
-        out["decode_ep"] = d_ep
+    for name in ("tp", "ep", "dp_attention"):  # the prefill pool's are the run's
+        run = int(settings.get(name) or 1)
+        prefill = int(given.get(f"prefill_{name}", run))
+        decode = int(given.get(f"decode_{name}", run))
+        out[name] = prefill
+        if decode != prefill:
+            out[f"decode_{name}"] = decode
     return given.get("prefill_gpu", gpu), given.get("decode_gpu", gpu), out
 
 
@@ -281,6 +289,7 @@ class DecodeReplica(Replica):
         self.scheduler.arrivals_reserved = True  # their KV is in memory reserved for them
         self.reserved = 0  # requests holding a reservation (until they complete)
         self.peak_reserved = 0
+        self.unit = 0  # its index among the decode pool's units (DisaggCluster)
         self.preempted_waiting = 0  # preempted requests waiting to take memory again
         self.on_freed: Callable[[DecodeReplica], None] | None = None
         self._order = 0
@@ -377,24 +386,41 @@ class DisaggCluster(Cluster):
         self.n_prefill = p
         self.gpu = gpu  # the prefill pool's (the run's) GPU
         self._decode_pool = decode  # read by _replica_setup while the replicas are built
+        self._rank: tuple[EngineConfig, StepPricer, float] | None = None  # a DP rank's
         super().__init__(model, pricer, config, workload, on_record)
         self.decode_pool = decode or WorkerPool(config, pricer, self.budget, gpu)
         self.link = link or kv_link(config.kv_link, None, config)
         self.prefill = self.replicas[:p]
+        # The decode pool's units, each with its own memory, reservations and queue: a
+        # worker, or each of its attention-DP ranks (SGLang runs a scheduler, with its
+        # DecodePreallocQueue, per DP rank). Worker k's units: self._units[k].
         self.decode: list[DecodeReplica] = []
+        self._units: list[list[int]] = []
+        self._decode_owner: list[Any] = []  # the worker (replica) each unit is part of
         for r in self.replicas[p:]:
-            assert isinstance(r, DecodeReplica)
-            r.on_freed = self._reserve_next
-            self.decode.append(r)
-        self._prealloc: list[deque[tuple[Seq, Event]]] = [deque() for _ in range(d)]
-        self._held = [0] * d  # requests sent to each decode worker and not completed
+            ranks = getattr(r, "ranks", [r])
+            self._units.append(list(range(len(self.decode), len(self.decode) + len(ranks))))
+            for rank in ranks:
+                assert isinstance(rank, DecodeReplica)
+                rank.on_freed = self._reserve_next
+                rank.unit = len(self.decode)
+                self.decode.append(rank)
+                self._decode_owner.append(r)
+        n = len(self.decode)
+        self._prealloc: list[deque[tuple[Seq, Event]]] = [deque() for _ in range(n)]
+        self._held = [0] * n  # requests sent to each decode unit and not completed
         self._next_decode = 0
-        self._link_free = [0.0] * p  # when each prefill worker's NICs are next free
+        # When each prefill worker's NICs (each attention-DP rank's, under DP) are next free.
+        self._link_free = [[0.0] * config.dp_attention for _ in range(p)]
         self.kv_per_token = model.kv_bytes_per_token
         # What the busiest prefill GPU sends and each decode GPU receives per token: its
         # share of the KV heads (all of them where there are fewer KV heads than GPUs, and
-        # MLA's latent), as SGLang maps the two pools' ranks (transfer_shares).
-        self.prefill_tp, self.decode_tp = config.tp, self.decode_pool.config.tp
+        # MLA's latent), as SGLang maps the two pools' ranks (transfer_shares). Under
+        # attention DP a request's KV is on its rank's tp / dp GPUs, and SGLang maps the
+        # attention TP ranks (disaggregation/common/conn.py: attn_tp_size).
+        dpool = self.decode_pool.config
+        self.prefill_tp = config.tp // config.dp_attention
+        self.decode_tp = dpool.tp // dpool.dp_attention
         send, recv = transfer_shares(model, self.prefill_tp, self.decode_tp)
         self._shares = send, recv
         self.kv_send_per_token_gpu, self.kv_recv_per_token_gpu = float(send), float(recv)
@@ -408,10 +434,32 @@ class DisaggCluster(Cluster):
         return (Replica, True) if i < self.n_prefill else (DecodeReplica, False)
 
     def _replica_setup(self, i: int) -> tuple[EngineConfig, StepPricer, float]:
+        if self._rank is not None:  # an attention-DP rank being built (_new_replica)
+            return self._rank
         pool = self._decode_pool
         if i < self.n_prefill or pool is None:
             return super()._replica_setup(i)
         return pool.config, pool.pricer, pool.budget
+
+    def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Any:
+        """Worker ``i``: a replica, or under its pool's attention DP a replica of ranks in
+        lockstep (``twin.engine.dp_attention``), each rank of the worker's kind with its
+        share of the memory."""
+        config, pricer, budget = self._replica_setup(i)
+        if config.dp_attention <= 1:
+            return super()._new_replica(i, workload, longest)
+        from twin.engine.dp_attention import DPStepPricer, RankRecorder, dp_replica
+
+        assert isinstance(pricer, DPStepPricer)
+
+        def rank(recorder: RankRecorder) -> Replica:
+            self._rank = (config, recorder, budget / config.dp_attention)
+            try:
+                return super(DisaggCluster, self)._new_replica(i, workload, longest)
+            finally:
+                self._rank = None
+
+        return dp_replica(pricer, config.dp_attention, config.engine, rank)
 
     def _route(self, req: Request) -> Replica:
         return self.replicas[self.router.route(req.session_id, req.prompt, self.prefill)]
@@ -423,29 +471,37 @@ class DisaggCluster(Cluster):
         n = len(req.prompt)
         first = dataclasses.replace(req, output=req.full[n : n + 1], full=req.full[: n + 1])
         pre = super()._submit(first, replica, arrival_s)
+        # The attention-DP rank the prefill worker dealt it to: its GPUs send the KV.
+        rank = getattr(self.replicas[pre.replica], "last_rank", 0)
         whole = Seq(req, pre.replica, pre.arrival_s, 0, self.env)
-        self.env.process(self._handoff(pre, whole))
+        self.env.process(self._handoff(pre, whole, rank))
         return whole
 
     def _pick_decode(self) -> int:
-        """The decode worker holding the fewest requests; ties rotate."""
-        held, n = self._held, len(self._held)
+        """The decode unit for a request: the worker holding the fewest requests, ties
+        rotating; under attention DP the rank its engine deals it to (SGLang 0.5.10.post1
+        ``server_args.py`` ``_handle_load_balance_method``: a decode server's DP
+        controller deals round-robin; ``twin.engine.dp_attention.DEALERS``)."""
+        units = self._units
+        held = [sum(self._held[u] for u in us) for us in units]
+        n = len(held)
         start = self._next_decode = (self._next_decode + 1) % n
         best = start
         for k in range(1, n):
             i = (start + k) % n
             if held[i] < held[best]:
                 best = i
-        return best
+        owner = self._decode_owner[units[best][0]]
+        return units[best][owner.pick_rank()] if len(units[best]) > 1 else units[best][0]
 
     def _reserve_next(self, worker: DecodeReplica) -> None:
-        """A decode worker freed memory: reserve for its queue's head, in order."""
-        queue = self._prealloc[worker.index - self.n_prefill]
+        """A decode unit freed memory: reserve for its queue's head, in order."""
+        queue = self._prealloc[worker.unit]
         max_running = self.decode_pool.config.max_running
         while queue and worker.reserve(queue[0][0], max_running):
             queue.popleft()[1].succeed()
 
-    def _handoff(self, pre: Seq, whole: Seq) -> Generator[Event, Any, None]:
+    def _handoff(self, pre: Seq, whole: Seq, rank: int) -> Generator[Event, Any, None]:
         """After the prefill: reserve on a decode worker, transfer, decode (module docstring)."""
         yield pre.done
         env = self.env
@@ -491,8 +547,9 @@ class DisaggCluster(Cluster):
         received = n * self.kv_recv_per_token_gpu + self.state_bytes / self.decode_tp
         busy, total = self.link.seconds(max(sent, received))
         p = pre.replica
-        start = max(reserved, self._link_free[p])
-        self._link_free[p] = start + busy
+        link_free = self._link_free[p]
+        start = max(reserved, link_free[rank])
+        link_free[rank] = start + busy
         end = start + total
         if end > reserved:
             yield env.timeout(end - reserved)
@@ -506,6 +563,9 @@ class DisaggCluster(Cluster):
         # streams it without a forward. So TTFT ends here, not at the prefill's end.
         whole.first_token_s = end
         worker.queue(seq)
+        owner = self._decode_owner[k]
+        if owner is not worker:  # an attention-DP rank: its worker's step loop wakes
+            owner.wake()
         yield seq.done
         self._held[k] -= 1
         whole.done_s = seq.done_s
@@ -576,6 +636,8 @@ class DisaggCluster(Cluster):
             }
             if mixed:  # each pool's hardware (summaries of one-hardware runs unchanged)
                 out.update(gpu=at.gpu, tp=at.config.tp, ep=at.config.ep)
+                if at.config.dp_attention > 1:
+                    out["dp_attention"] = at.config.dp_attention
                 if at.profile:  # the decode pool's; the prefill pool's is the summary's
                     out["profile"] = at.profile
             if all("pool" in r for r in reps):
@@ -597,7 +659,11 @@ class DisaggCluster(Cluster):
         )
         transfer = {
             **self.link.to_dict(),
-            "policy": "fifo per prefill worker; no layer-by-layer overlap",
+            "policy": (
+                "fifo per prefill worker"
+                + ("'s attention-DP rank" if self.config.dp_attention > 1 else "")
+                + "; no layer-by-layer overlap"
+            ),
             "prefilled_requests": self.prefilled,
             "transferred_requests": self.transferred,
             "bytes": self.transfer_bytes,
@@ -607,7 +673,7 @@ class DisaggCluster(Cluster):
         if mixed:
             transfer.update(self.rank_mapping())
         return {
-            "layout": f"{p}P{len(self.decode)}D",
+            "layout": f"{p}P{len(self._units)}D",
             "tp": tp,
             "prefill": prefill,
             "decode": decode,
@@ -644,14 +710,14 @@ def make_cluster(
 ) -> Cluster:
     """The run's cluster: aggregated, or disaggregated when the config names the pools
     (``decode``: the decode pool's own hardware, if it has any)."""
+    if config.prefill_workers:  # each pool's workers may be attention-DP replicas
+        link = kv_link(config.kv_link, gpu, config)
+        return DisaggCluster(model, pricer, config, workload, on_record, link, decode, gpu)
     if config.dp_attention > 1:  # attention ranks in lockstep (twin.engine.dp_attention)
         from twin.engine.dp_attention import DPCluster
 
         return DPCluster(model, pricer, config, workload, on_record)
-    if not config.prefill_workers:
-        return Cluster(model, pricer, config, workload, on_record)
-    link = kv_link(config.kv_link, gpu, config)
-    return DisaggCluster(model, pricer, config, workload, on_record, link, decode, gpu)
+    return Cluster(model, pricer, config, workload, on_record)
 
 
 TIMELINE_FILE = "pd_timeline.parquet"
