@@ -155,7 +155,8 @@ def _drained(cluster: DisaggCluster) -> None:
         sched = worker.scheduler
         assert not sched.waiting and not sched.prefilling and not sched.decoding
         assert worker.reserved == worker.preempted_waiting == 0
-        assert worker.memory.pool.running == 0
+        memory = worker.memory
+        assert memory.pool.running == 0 if memory.pooled else memory.used == 0
 
 
 @pytest.mark.parametrize("scheduler", ["continuous", "vllm"])
@@ -448,6 +449,43 @@ def test_build_run_gives_the_decode_pool_its_own_gpu_tp_and_memory(tmp_path):
     assert same.decode is None and "decode_tp" not in same.config.to_dict()
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_decode_side_prefix_reuse_sends_only_what_the_decode_worker_lacks(tmp_path, shared):
+    """``decode_prefix_cache``: a later turn's prompt starts with the earlier turn's prompt
+    and output, which the decode worker that served it keeps in its cache; the transfer
+    sends the rest only. Against the same run without reuse: the same requests complete,
+    and the bytes saved are exactly the hit tokens' KV."""
+    path = generated(tmp_path / "w.parquet", "chat", 12, 2.0, max_context=2048)
+    model = get_model("llama-3-8b")
+    memory = {"shared_pool": True} if shared else {"cache_bytes": int(2 * GB)}
+    config = _disagg(
+        1, 2, gpu_memory_bytes=model.weight_bytes + 6 * GB, memory_utilization=1.0, **memory
+    )
+    runs = {}
+    for reuse in (False, True):
+        runs[reuse] = _records(
+            path, model, LinearPricer(), {**config, "decode_prefix_cache": reuse}, IDEAL
+        )
+    (_, plain_stats, plain_recs), (cluster, stats, records) = runs[False], runs[True]
+    assert sorted(r.row for r in records) == sorted(r.row for r in plain_recs)
+    transfer = stats.pools["transfer"]
+    hits = transfer["decode_hit_tokens"]
+    assert "decode_hit_tokens" not in plain_stats.pools["transfer"]
+    assert 0 < hits < sum(r.input_tokens for r in records)
+    kv = model.kv_bytes_per_token
+    assert transfer["bytes"] == plain_stats.pools["transfer"]["bytes"] - hits * kv
+    assert sum(t[10] for t in cluster.timeline) == transfer["bytes"]
+    # A request's bytes: its prompt less the hit; later turns are the ones that hit.
+    by_row = {r.row: r for r in records}
+    saved = [t for t in cluster.timeline if t[10] < by_row[t[0]].input_tokens * kv]
+    assert saved and all(by_row[t[0]].turn > 0 for t in saved)
+    assert all(w.hit_tokens >= 0 for w in cluster.decode)
+    _drained(cluster)
+    if shared:
+        for w in cluster.decode:
+            w.memory.pool.verify()  # running + cached + free = size
+
+
 def test_attention_dp_pools_conserve_requests_and_map_attention_ranks(tmp_path, monkeypatch):
     """A prefill pool of 8 attention-DP ranks (tp 8, ep 1) and a decode pool of plain tp 8
     / ep 8 workers, then the reverse: every request prefilled, transferred and decoded once,
@@ -582,6 +620,7 @@ def test_attention_dp_pools_conserve_requests_and_map_attention_ranks(tmp_path, 
             "--decode-dp-attention: must divide the decode pool's tp 8",
         ),
         (["--decode-dp-attention", "2", "--tp", "2"], "only a disaggregated run has pools"),
+        (["--decode-prefix-cache"], "only a disaggregated run has a decode pool"),
         # SGLang's own flag names a server's role; the twin's pools are the deployment.
         (["--engine", "sglang", "--set", "disaggregation_mode=prefill"], "one SGLang server"),
         (

@@ -213,6 +213,13 @@ def simulate(
         min=1,
         help="Attention data-parallel ranks per decode worker. [default: --dp-attention]",
     ),
+    decode_prefix_cache: bool = typer.Option(
+        False,
+        "--decode-prefix-cache",
+        help="Each decode worker keeps a prefix cache; a request's transfer sends only the "
+        "prompt tokens it does not hold (SGLang's --disaggregation-decode-enable-radix-cache, "
+        "vLLM's decode instance with prefix caching).",
+    ),
     slo: list[str] = typer.Option(
         [],
         "--slo",
@@ -334,6 +341,7 @@ def simulate(
             ("decode_ep", decode_ep),
             ("prefill_dp_attention", prefill_dp_attention),
             ("decode_dp_attention", decode_dp_attention),
+            ("decode_prefix_cache", decode_prefix_cache or None),
         )
         if value is not None
     }

@@ -180,6 +180,11 @@ class EngineConfig:
     decode_dp_attention: int = _opt(
         0, "decode pool: attention data-parallel ranks per decode worker; 0: the run's"
     )
+    decode_prefix_cache: bool = _opt(
+        False,
+        "decode pool: each decode worker keeps a prefix cache and is sent only the prompt "
+        "tokens it does not hold (twin.engine.disagg.DecodeReplica)",
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -299,7 +304,13 @@ class EngineConfig:
         p, d = self.prefill_workers, self.decode_workers
         pool = [
             f"--{name.replace('_', '-')}"
-            for name in ("decode_gpu", "decode_tp", "decode_ep", "decode_dp_attention")
+            for name in (
+                "decode_gpu",
+                "decode_tp",
+                "decode_ep",
+                "decode_dp_attention",
+                "decode_prefix_cache",
+            )
             if getattr(self, name)
         ]
         if pool and not (p or d):
@@ -388,6 +399,7 @@ _OMITTED_AT_DEFAULT = (
     "decode_ep",
     "dp_attention",
     "decode_dp_attention",
+    "decode_prefix_cache",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

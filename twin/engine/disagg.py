@@ -35,9 +35,11 @@ their ranks, :func:`transfer_shares`):
    transfer starts once the prefill has ended and the memory is reserved;
 5. decoded to completion on the decode worker: its KV is there, so the worker computes
    only the first output token's forward (one token with the prompt as context) in its
-   next step, then one token a step. The decode worker keeps no prefix cache (decode-side
-   reuse is a later part), takes no new-token-ratio admission, and batches continuously
-   (``continuous``, or ``vllm`` where the run's scheduler is vLLM's): SGLang's decode
+   next step, then one token a step. The decode worker keeps no prefix cache unless
+   ``--decode-prefix-cache`` (then the transfer sends only the prompt tokens its cache
+   lacks: :meth:`DecodeReplica._look_up`), takes no new-token-ratio admission, and
+   batches continuously (``continuous``, or ``vllm`` where the run's scheduler is
+   vLLM's): SGLang's decode
    worker merges arrivals into the running batch without a prefill batch of its own.
    A request preempted there (its pool full) waits behind the arrivals, which hold their
    reserved memory and are never blocked by it, and no new reservation is made until it
@@ -274,7 +276,10 @@ class DecodeReplica(Replica):
     Its requests' prompt is the prompt + the first output token; the prompt's KV counts
     as this replica's own pages (``seq.hit``: no cache holds them), so the scheduler
     computes the first token's forward alone (``prefill_left`` 1). No prefix cache is
-    looked up or filled.
+    looked up or filled, unless :attr:`prefix_cache` (``--decode-prefix-cache``): then the
+    prompt is looked up in the worker's own cache when its memory is reserved, the hit is
+    the cache's pages (pinned) and is not sent, and a completed request's KV is inserted
+    (:meth:`reserve`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -293,6 +298,8 @@ class DecodeReplica(Replica):
         self.preempted_waiting = 0  # preempted requests waiting to take memory again
         self.on_freed: Callable[[DecodeReplica], None] | None = None
         self._order = 0
+        self.prefix_cache = False  # decode-side prefix reuse (DisaggCluster sets it)
+        self.hit_tokens = 0  # prompt tokens found in its cache, not sent
 
     def reserve(self, seq: Seq, max_running: int) -> bool:
         """Reserve ``seq``'s memory now (SGLang's pre-allocation); ``False``: not yet.
@@ -307,7 +314,34 @@ class DecodeReplica(Replica):
             return False
         self.reserved += 1
         self.peak_reserved = max(self.peak_reserved, self.reserved)
+        if self.prefix_cache:
+            self._look_up(seq)
         return True
+
+    def _look_up(self, seq: Seq) -> None:
+        """Decode-side prefix reuse: ``seq``'s prompt looked up in this worker's cache
+        once its memory is taken (taking it may evict, as an aggregated admission's
+        :meth:`Replica.fits` before :meth:`Replica.admit`); the hit is pinned, its pages
+        are the cache's (given back from the reservation) and only the rest is sent.
+
+        SGLang 0.5.23 ``disaggregation/decode.py`` ``pop_preallocated`` with
+        ``--disaggregation-decode-enable-radix-cache`` (off by default): the prefix is
+        matched and locked in the decode radix tree at pre-allocation, only the rest is
+        allocated, and its length goes to the prefill server as ``decode_prefix_len``,
+        which sends from there (``disaggregation/prefill.py`` ``finalize_bootstrap``:
+        ``start_send_idx``). vLLM 0.19.0 ``nixl_connector.py``
+        ``get_num_new_matched_tokens``: the decode instance pulls the prompt less its
+        locally cached blocks (``actual - num_computed_tokens``; prefix caching is on by
+        default). The hit is capped at the prompt: the first token's KV is computed here.
+        """
+        req = seq.req
+        adm = self.requests.admit(req.prompt, req.full, req.modules)
+        seq.cached = adm
+        hit = min(adm.hit.length - adm.host_tokens, seq.prompt_len - 1)
+        seq.hit = hit  # read by DisaggCluster._handoff (the bytes sent) until admission
+        self.hit_tokens += hit
+        if self.memory.pooled:  # a dedicated cache's hit is apart from the reservation
+            self.memory.admitted(seq, hit)
 
     def queue(self, seq: Seq) -> None:
         """``seq``'s KV has arrived: it queues for the running batch."""
@@ -322,11 +356,14 @@ class DecodeReplica(Replica):
     def admit(self, seq: Seq) -> None:
         self._order += 1
         seq.order = self._order
-        seq.cached = None
+        looked_up = seq.cached is not None  # by _look_up: its memory is admitted already
+        if not looked_up:
+            seq.cached = None
         # The prompt's KV arrived; after a preemption it is gone and is recomputed.
         seq.hit = 0 if seq.preemptions else seq.prompt_len - 1
         seq.hit_work_s = 0.0
-        self.memory.admitted_reserved(seq)
+        if not looked_up:
+            self.memory.admitted_reserved(seq)
         if seq.preemptions:
             self.preempted_waiting -= 1
             if not self.preempted_waiting and self.on_freed is not None:
@@ -334,15 +371,25 @@ class DecodeReplica(Replica):
 
     def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
         self.memory.preempted(seq, decoded)
+        if seq.cached is not None:  # its hold on the cache goes; it recomputes it all
+            self.requests.release(seq.cached)
+            seq.cached = None
         seq.recomputed += kept
         seq.preemptions += 1
         self.preemptions += 1
         self.preempted_waiting += 1
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
-        memory = self.memory
+        memory, requests = self.memory, self.requests
         for seq in completed:
             memory.completed(seq)
+            adm = seq.cached
+            if adm is not None:
+                # Its KV stays in this worker's cache (SGLang's cache_finished_req into
+                # the decode radix tree; vLLM's freed blocks stay hashed).
+                requests.insert_at_completion(adm)
+                requests.release(adm)
+                seq.cached = None
             self.outstanding_tokens -= seq.prompt_len + seq.out_len
             self.reserved -= 1
         if completed and self.on_freed is not None:
@@ -404,6 +451,7 @@ class DisaggCluster(Cluster):
                 assert isinstance(rank, DecodeReplica)
                 rank.on_freed = self._reserve_next
                 rank.unit = len(self.decode)
+                rank.prefix_cache = config.decode_prefix_cache
                 self.decode.append(rank)
                 self._decode_owner.append(r)
         n = len(self.decode)
@@ -541,10 +589,12 @@ class DisaggCluster(Cluster):
         # prefill worker; as long as the busier end's share (a prefill GPU serving k
         # decode GPUs sends k slices, a decode GPU fed by k prefill GPUs receives k). A
         # recurrent state is sliced by heads like the KV (SGLang 0.5.23
-        # mooncake/conn.py _send_mamba_state_slice).
-        nbytes = n * self.kv_per_token + self.state_bytes  # the request's KV and state
-        sent = n * self.kv_send_per_token_gpu + self.state_bytes / self.prefill_tp
-        received = n * self.kv_recv_per_token_gpu + self.state_bytes / self.decode_tp
+        # mooncake/conn.py _send_mamba_state_slice). With decode-side reuse the prompt's
+        # tokens the decode worker's cache holds are not sent (DecodeReplica._look_up).
+        sent_tokens = n - seq.hit if worker.prefix_cache else n
+        nbytes = sent_tokens * self.kv_per_token + self.state_bytes  # the KV and state sent
+        sent = sent_tokens * self.kv_send_per_token_gpu + self.state_bytes / self.prefill_tp
+        received = sent_tokens * self.kv_recv_per_token_gpu + self.state_bytes / self.decode_tp
         busy, total = self.link.seconds(max(sent, received))
         p = pre.replica
         link_free = self._link_free[p]
@@ -672,6 +722,8 @@ class DisaggCluster(Cluster):
         }
         if mixed:
             transfer.update(self.rank_mapping())
+        if self.config.decode_prefix_cache:
+            transfer["decode_hit_tokens"] = sum(w.hit_tokens for w in self.decode)
         return {
             "layout": f"{p}P{len(self._units)}D",
             "tp": tp,

@@ -445,5 +445,6 @@ _POOL_FIELDS = frozenset(
         "decode_tp",
         "decode_ep",
         "decode_dp_attention",
+        "decode_prefix_cache",
     }
 )
