@@ -175,7 +175,10 @@ def test_a_preempted_decode_request_does_not_block_arrivals_holding_memory(tmp_p
     assert len(records) == 3 and not any(r.rejected for r in records)
     assert stats.pools["decode"]["preemptions"] == 1
     (victim,) = [r for r in records if r.preemptions]
-    assert victim.recomputed_tokens > 301
+    if scheduler == "vllm":  # recomputed: the prompt, the first token and what it decoded
+        assert victim.recomputed_tokens > 301
+    else:  # SGLang's retract: its KV kept in host memory and loaded back
+        assert victim.recomputed_tokens == 0
     timeline = {t[0]: t for t in cluster.timeline}
     others = [r for r in records if r is not victim]
     for r in others:
@@ -185,6 +188,39 @@ def test_a_preempted_decode_request_does_not_block_arrivals_holding_memory(tmp_p
     # The victim takes its memory back once the next arrival has completed.
     assert min(r.completed_s for r in others) < victim.completed_s
     _drained(cluster)
+
+
+def test_sglang_decode_retraction_keeps_the_kv_in_host_memory(tmp_path):
+    """SGLang's decode worker (retract) copies a retracted request's KV to host memory and
+    loads it back when it resumes: no recompute, the load priced as a host-to-device copy
+    of the tokens it kept (the copy out falls in the worker's idle time here)."""
+
+    class Copies(LinearPricer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.out: list[int] = []
+
+        def write_back_time(self, tokens: int, states: int) -> float:
+            self.out.append(tokens)
+            return tokens * 1e-3
+
+        def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+            return host_tokens * 1e-3
+
+    path = single_turns(tmp_path / "w.parquet", [0.0] * 3, prompt_len=300, output_len=400)
+    slow = KvLink("slow", 1e6, 0.0, "test: 1 MB/s")
+    model = get_model("llama-3-8b")
+    config = _tight(1000, "continuous")
+    _, _, free = _records(path, model, LinearPricer(), config, slow)
+    pricer = Copies()
+    _, stats, priced = _records(path, model, pricer, config, slow)
+    assert stats.pools["decode"]["preemptions"] == 1
+    (kept,) = pricer.out  # all but the last token of the prompt, first token and decodes
+    assert kept > 301
+    (victim,) = [r for r in priced if r.preemptions]
+    assert victim.recomputed_tokens == 0
+    before = next(r for r in free if r.row == victim.row)
+    assert victim.completed_s - before.completed_s == pytest.approx(kept * 1e-3, rel=1e-6)
 
 
 @pytest.mark.parametrize("scheduler", ["continuous", "vllm"])
@@ -209,13 +245,17 @@ def test_conservation_under_memory_pressure_with_preemption(tmp_path, scheduler)
     assert pools["transfer"]["bytes"] == sum(
         r.input_tokens * model.kv_bytes_per_token for r in multi
     )
-    # Each preemption is one record's, and recomputes the prompt, the first token and
-    # what it had decoded (at least 2 tokens more than the prompt).
+    # Each preemption is one record's; under vLLM it recomputes the prompt, the first
+    # token and what it had decoded (at least 2 tokens more than the prompt), under
+    # SGLang's retract nothing (the KV is kept in host memory).
     assert sum(r.preemptions for r in records) == (
         pools["decode"]["preemptions"] + pools["prefill"]["preemptions"]
     )
     for r in records:
-        assert (r.recomputed_tokens > r.input_tokens) == (r.preemptions > 0)
+        if scheduler == "vllm":
+            assert (r.recomputed_tokens > r.input_tokens) == (r.preemptions > 0)
+        else:
+            assert r.recomputed_tokens == 0
         assert r.completed_s >= r.first_token_s >= r.admitted_s >= r.arrival_s
     _drained(cluster)
 

@@ -167,9 +167,17 @@ class ContinuousBatching:
                 # is held by requests still to come (a decode worker's reservations for
                 # transfers in flight), so wait for one. A step that preempted the last
                 # running request was empty; the next one may admit (vLLM).
-                if not self._end_empty_step():
-                    self._wake = env.event()
-                    yield self._wake
+                if self._end_empty_step():
+                    continue
+                extra = self.replica.write_back_time()  # copies that preemption made
+                if extra:
+                    self.busy_since = env.now
+                    yield env.timeout(extra)
+                    self.busy_s += extra
+                    self.busy_since = None
+                    continue
+                self._wake = env.event()
+                yield self._wake
                 continue
             else:
                 # A decode run (module docstring): the next k steps in one wait.

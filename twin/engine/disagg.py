@@ -300,6 +300,16 @@ class DecodeReplica(Replica):
         self._order = 0
         self.prefix_cache = False  # decode-side prefix reuse (DisaggCluster sets it)
         self.hit_tokens = 0  # prompt tokens found in its cache, not sent
+        # SGLang's decode worker keeps a retracted request's KV in host memory and loads it
+        # back (0.5.10.post1 managers/schedule_batch.py ScheduleBatch.release_req:
+        # req.offload_kv_cache when disaggregation_mode is decode;
+        # disaggregation/decode.py resume_retracted_reqs: req.load_kv_cache): nothing is
+        # recomputed. Its KV pools' get_cpu_copy/load_cpu_copy (mem_cache/memory_pool.py,
+        # MHA and MLA) copy synchronously; the hybrid pool has none, so a hybrid keeps
+        # the recompute. vLLM recomputes (no offload on preemption).
+        self.offloads = self.preemption == "retract" and not self.memory.state_bytes
+        self.offloaded: dict[int, int] = {}  # id(seq) -> tokens it keeps in host memory
+        self._copy_s = 0.0  # offload copies since the scheduler last asked
 
     def reserve(self, seq: Seq, max_running: int) -> bool:
         """Reserve ``seq``'s memory now (SGLang's pre-allocation); ``False``: not yet.
@@ -359,9 +369,14 @@ class DecodeReplica(Replica):
         looked_up = seq.cached is not None  # by _look_up: its memory is admitted already
         if not looked_up:
             seq.cached = None
-        # The prompt's KV arrived; after a preemption it is gone and is recomputed.
+        # The prompt's KV arrived; after a preemption it is gone and is recomputed, or
+        # loaded back from host memory (offloads) before the step that resumes it.
         seq.hit = 0 if seq.preemptions else seq.prompt_len - 1
         seq.hit_work_s = 0.0
+        kept = self.offloaded.pop(id(seq), 0)
+        if kept:
+            seq.hit = kept
+            seq.hit_work_s = self.pricer.hit_work_time(0, kept)
         if not looked_up:
             self.memory.admitted_reserved(seq)
         if seq.preemptions:
@@ -374,10 +389,21 @@ class DecodeReplica(Replica):
         if seq.cached is not None:  # its hold on the cache goes; it recomputes it all
             self.requests.release(seq.cached)
             seq.cached = None
-        seq.recomputed += kept
+        if self.offloads:
+            # All but the last token's KV to host memory (SGLang's req_to_token[:seqlen - 1]),
+            # a copy the step that retracts it waits for.
+            self.offloaded[id(seq)] = kept - 1
+            self._copy_s += self.pricer.write_back_time(kept - 1, 0)
+        else:
+            seq.recomputed += kept
         seq.preemptions += 1
         self.preemptions += 1
         self.preempted_waiting += 1
+
+    def write_back_time(self) -> float:
+        """Seconds of the offload copies of requests retracted since the last call."""
+        seconds, self._copy_s = self._copy_s, 0.0
+        return seconds
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
         memory, requests = self.memory, self.requests
