@@ -132,6 +132,134 @@ def test_the_decode_worker_reserves_memory_before_the_transfer_in_order(tmp_path
         assert b[5] >= a[9]  # reserved only once the one before completed
 
 
+def _tight(tokens: int, scheduler: str, **fields: object) -> dict[str, object]:
+    """A shared pool of ``tokens`` llama-3-8b tokens a decode worker (weights aside)."""
+    model = get_model("llama-3-8b")
+    return _disagg(
+        1,
+        fields.pop("d", 1),
+        shared_pool=True,
+        gpu_memory_bytes=model.weight_bytes + tokens * model.kv_bytes_per_token,
+        memory_utilization=1.0,
+        scheduler=scheduler,
+        preemption="recompute" if scheduler == "vllm" else "retract",
+        **fields,
+    )
+
+
+def _drained(cluster: DisaggCluster) -> None:
+    """Every decode worker ends empty: no request queued, reserved or running, and its
+    pool holds no byte of a request (every page taken was given back)."""
+    assert not any(cluster._prealloc)
+    for worker in cluster.decode:
+        sched = worker.scheduler
+        assert not sched.waiting and not sched.prefilling and not sched.decoding
+        assert worker.reserved == worker.preempted_waiting == 0
+        memory = worker.memory
+        assert memory.pool.running == 0 if memory.pooled else memory.used == 0
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "vllm"])
+def test_a_preempted_decode_request_does_not_block_arrivals_holding_memory(tmp_path, scheduler):
+    """Regression: three 300-token prompts, 400 tokens out, a decode pool of 1,000 tokens
+    and a slow link. The first request decodes while the other two hold reservations for
+    their transfers; it grows until the pool is full and is preempted with nothing else
+    running, and it cannot take its memory back before the others arrive. It used to stay
+    at the queue's head, blocking the arrivals whose memory it needed (``IndexError`` in
+    ``_plan_run``); as in vLLM (``skipped_waiting`` first) and SGLang (``retracted_queue``
+    apart), the arrivals decode first and it is recomputed after."""
+    path = single_turns(tmp_path / "w.parquet", [0.0] * 3, prompt_len=300, output_len=400)
+    slow = KvLink("slow", 1e6, 0.0, "test: 1 MB/s")
+    model = get_model("llama-3-8b")
+    cluster, stats, records = _records(path, model, LinearPricer(), _tight(1000, scheduler), slow)
+    assert len(records) == 3 and not any(r.rejected for r in records)
+    assert stats.pools["decode"]["preemptions"] == 1
+    (victim,) = [r for r in records if r.preemptions]
+    if scheduler == "vllm":  # recomputed: the prompt, the first token and what it decoded
+        assert victim.recomputed_tokens > 301
+    else:  # SGLang's retract: its KV kept in host memory and loaded back
+        assert victim.recomputed_tokens == 0
+    timeline = {t[0]: t for t in cluster.timeline}
+    others = [r for r in records if r is not victim]
+    for r in others:
+        # Decoded at once on arrival (the worker's next step), however the victim waits.
+        first_decode, transfer_end = timeline[r.row][8], timeline[r.row][7]
+        assert first_decode - transfer_end < 0.01
+    # The victim takes its memory back once the next arrival has completed.
+    assert min(r.completed_s for r in others) < victim.completed_s
+    _drained(cluster)
+
+
+def test_sglang_decode_retraction_keeps_the_kv_in_host_memory(tmp_path):
+    """SGLang's decode worker (retract) copies a retracted request's KV to host memory and
+    loads it back when it resumes: no recompute, the load priced as a host-to-device copy
+    of the tokens it kept (the copy out falls in the worker's idle time here)."""
+
+    class Copies(LinearPricer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.out: list[int] = []
+
+        def write_back_time(self, tokens: int, states: int) -> float:
+            self.out.append(tokens)
+            return tokens * 1e-3
+
+        def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
+            return host_tokens * 1e-3
+
+    path = single_turns(tmp_path / "w.parquet", [0.0] * 3, prompt_len=300, output_len=400)
+    slow = KvLink("slow", 1e6, 0.0, "test: 1 MB/s")
+    model = get_model("llama-3-8b")
+    config = _tight(1000, "continuous")
+    _, _, free = _records(path, model, LinearPricer(), config, slow)
+    pricer = Copies()
+    _, stats, priced = _records(path, model, pricer, config, slow)
+    assert stats.pools["decode"]["preemptions"] == 1
+    (kept,) = pricer.out  # all but the last token of the prompt, first token and decodes
+    assert kept > 301
+    (victim,) = [r for r in priced if r.preemptions]
+    assert victim.recomputed_tokens == 0
+    before = next(r for r in free if r.row == victim.row)
+    assert victim.completed_s - before.completed_s == pytest.approx(kept * 1e-3, rel=1e-6)
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "vllm"])
+def test_conservation_under_memory_pressure_with_preemption(tmp_path, scheduler):
+    """Decode pools too small for their reservations and growth: requests are preempted on
+    the decode workers, and still every request is prefilled once, transferred once and
+    decoded to completion; bytes, preemptions and recomputed tokens add up."""
+    path = generated(tmp_path / "w.parquet", "chat", 20, 4.0, max_context=2048)
+    model = get_model("llama-3-8b")
+    slow = KvLink("slow", 1e8, 0.0, "test: 100 MB/s")
+    config = _tight(3000, scheduler)
+    cluster, stats, records = _records(path, model, LinearPricer(), config, slow)
+    wl = Workload.open(path)
+    assert sorted(r.row for r in records) == list(range(wl.num_rows))
+    assert not any(r.rejected for r in records)
+    pools = stats.pools
+    assert pools["decode"]["preemptions"] > 0
+    multi = [r for r in records if r.output_tokens > 1]
+    assert pools["transfer"]["prefilled_requests"] == pools["prefill"]["requests"] == len(records)
+    assert pools["transfer"]["transferred_requests"] == pools["decode"]["requests"] == len(multi)
+    assert sorted(t[0] for t in cluster.timeline) == sorted(r.row for r in multi)
+    assert pools["transfer"]["bytes"] == sum(
+        r.input_tokens * model.kv_bytes_per_token for r in multi
+    )
+    # Each preemption is one record's; under vLLM it recomputes the prompt, the first
+    # token and what it had decoded (at least 2 tokens more than the prompt), under
+    # SGLang's retract nothing (the KV is kept in host memory).
+    assert sum(r.preemptions for r in records) == (
+        pools["decode"]["preemptions"] + pools["prefill"]["preemptions"]
+    )
+    for r in records:
+        if scheduler == "vllm":
+            assert (r.recomputed_tokens > r.input_tokens) == (r.preemptions > 0)
+        else:
+            assert r.recomputed_tokens == 0
+        assert r.completed_s >= r.first_token_s >= r.admitted_s >= r.arrival_s
+    _drained(cluster)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -361,6 +489,100 @@ def test_build_run_gives_the_decode_pool_its_own_gpu_tp_and_memory(tmp_path):
     assert same.decode is None and "decode_tp" not in same.config.to_dict()
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_decode_side_prefix_reuse_sends_only_what_the_decode_worker_lacks(tmp_path, shared):
+    """``decode_prefix_cache``: a later turn's prompt starts with the earlier turn's prompt
+    and output, which the decode worker that served it keeps in its cache; the transfer
+    sends the rest only. Against the same run without reuse: the same requests complete,
+    and the bytes saved are exactly the hit tokens' KV."""
+    path = generated(tmp_path / "w.parquet", "chat", 12, 2.0, max_context=2048)
+    model = get_model("llama-3-8b")
+    memory = {"shared_pool": True} if shared else {"cache_bytes": int(2 * GB)}
+    config = _disagg(
+        1, 2, gpu_memory_bytes=model.weight_bytes + 6 * GB, memory_utilization=1.0, **memory
+    )
+    runs = {}
+    for reuse in (False, True):
+        runs[reuse] = _records(
+            path, model, LinearPricer(), {**config, "decode_prefix_cache": reuse}, IDEAL
+        )
+    (_, plain_stats, plain_recs), (cluster, stats, records) = runs[False], runs[True]
+    assert sorted(r.row for r in records) == sorted(r.row for r in plain_recs)
+    transfer = stats.pools["transfer"]
+    hits = transfer["decode_hit_tokens"]
+    assert "decode_hit_tokens" not in plain_stats.pools["transfer"]
+    assert 0 < hits < sum(r.input_tokens for r in records)
+    kv = model.kv_bytes_per_token
+    assert transfer["bytes"] == plain_stats.pools["transfer"]["bytes"] - hits * kv
+    assert sum(t[10] for t in cluster.timeline) == transfer["bytes"]
+    # A request's bytes: its prompt less the hit; later turns are the ones that hit.
+    by_row = {r.row: r for r in records}
+    saved = [t for t in cluster.timeline if t[10] < by_row[t[0]].input_tokens * kv]
+    assert saved and all(by_row[t[0]].turn > 0 for t in saved)
+    assert all(w.hit_tokens >= 0 for w in cluster.decode)
+    _drained(cluster)
+    if shared:
+        for w in cluster.decode:
+            w.memory.pool.verify()  # running + cached + free = size
+
+
+def test_attention_dp_pools_conserve_requests_and_map_attention_ranks(tmp_path, monkeypatch):
+    """A prefill pool of 8 attention-DP ranks (tp 8, ep 1) and a decode pool of plain tp 8
+    / ep 8 workers, then the reverse: every request prefilled, transferred and decoded once,
+    every unit drained, each DP rank serving its share; the KV moves between the pools'
+    attention TP ranks (DeepSeek's MLA latent: a prefill rank of attention TP 1 sends it
+    to each of the 8 decode ranks it serves, as SGLang maps attn_tp_size)."""
+    from twin.engine import build_run
+    from twin.engine.disagg import DisaggCluster as DC
+    from twin.engine.dp_attention import DPReplica
+
+    path = single_turns(tmp_path / "w.parquet", [0.05 * i for i in range(24)], 512, 24)
+    model = get_model("deepseek-v3")
+    latent = model.kv_bytes_per_token
+    seen: list[DC] = []
+    original = DC.__init__
+
+    def keep(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        seen.append(self)
+
+    monkeypatch.setattr(DC, "__init__", keep)
+    for dp_pool, send_times in (("prefill", 8), ("decode", 1)):
+        records: list[RequestRecord] = []
+        run = build_run(
+            path,
+            model="deepseek-v3",
+            gpu="h200",
+            engine="sglang",
+            cache_gb="auto",
+            tp=8,
+            ep=8,
+            prefill_workers=2,
+            decode_workers=1,
+            **{f"{dp_pool}_dp_attention": 8, f"{dp_pool}_ep": 8 if dp_pool == "decode" else 1},
+        )
+        summary = run.simulate(tmp_path / dp_pool, on_record=records.append).to_dict()
+        cluster = seen[-1]
+        assert len(records) == 24 and not any(r.rejected for r in records)
+        pools = summary["pools"]
+        assert pools["layout"] == "2P1D"
+        assert pools[dp_pool]["dp_attention"] == 8 and pools[dp_pool]["gpus"] == 8 * (
+            2 if dp_pool == "prefill" else 1
+        )
+        transfer = pools["transfer"]
+        assert transfer["prefilled_requests"] == transfer["transferred_requests"] == 24
+        assert transfer["bytes"] == 24 * 512 * latent
+        assert transfer["kv_send_bytes_per_token_per_gpu"] == send_times * latent
+        assert transfer["kv_recv_bytes_per_token_per_gpu"] == latent
+        dp_workers = cluster.prefill if dp_pool == "prefill" else cluster.replicas[2:]
+        assert all(isinstance(w, DPReplica) and len(w.ranks) == 8 for w in dp_workers)
+        # Each rank served requests: the engine's dealer spreads them (round-robin).
+        served = [r.submitted for w in dp_workers for r in w.ranks]
+        assert sum(served) == 24 and min(served) >= 1
+        assert len(cluster.decode) == (8 if dp_pool == "decode" else 1)
+        _drained(cluster)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -422,6 +644,23 @@ def test_build_run_gives_the_decode_pool_its_own_gpu_tp_and_memory(tmp_path):
             "--decode-ep",
         ),
         (["--prefill-workers", "1", "--decode-workers", "1", "--decode-gpu", "nope"], "nope"),
+        (
+            [
+                "--prefill-workers",
+                "1",
+                "--decode-workers",
+                "1",
+                "--tp",
+                "8",
+                "--decode-dp-attention",
+                "3",
+                "-m",
+                "deepseek-v3",
+            ],
+            "--decode-dp-attention: must divide the decode pool's tp 8",
+        ),
+        (["--decode-dp-attention", "2", "--tp", "2"], "only a disaggregated run has pools"),
+        (["--decode-prefix-cache"], "only a disaggregated run has a decode pool"),
         # SGLang's own flag names a server's role; the twin's pools are the deployment.
         (["--engine", "sglang", "--set", "disaggregation_mode=prefill"], "one SGLang server"),
         (

@@ -144,9 +144,16 @@ def test_the_kv_budget_is_shared_evenly_by_the_ranks(tmp_path):
     [
         ({"tp": 8, "dp_attention": 3}, "--dp-attention 3 must divide --tp 8"),
         ({"tp": 2, "dp_attention": 0}, "--dp-attention must be a positive integer"),
-        (
-            {"tp": 2, "dp_attention": 2, "prefill_workers": 1, "decode_workers": 1},
-            "--dp-attention 2: not modelled with --prefill-workers",
+        (  # each pool's attention DP is its own (twin.engine.disagg); it must divide its tp
+            {
+                "tp": 2,
+                "dp_attention": 2,
+                "prefill_workers": 1,
+                "decode_workers": 1,
+                "replicas": 2,
+                "decode_dp_attention": 4,
+            },
+            "--decode-dp-attention: must divide the decode pool's tp 2 .got 4.",
         ),
         (
             {"tp": 2, "dp_attention": 2, "host_cache_bytes": 10**9},

@@ -64,23 +64,41 @@ def test_a_row_runs_on_its_pools_and_is_scored(tmp_path: Path) -> None:
     )
 
 
+def test_a_pool_with_attention_dp_runs_on_its_own_layout(tmp_path: Path) -> None:
+    """A decode pool of tp_size 2 x attention_dp_size 2 (4 GPUs, two attention ranks of 2
+    GPUs) beside a prefill pool of one GPU: the decode pool's layout goes to the run as
+    its own (decode_tp, decode_dp_attention), and the row runs."""
+    path = _variants(tmp_path, {"dp": {"decode_attention_dp_size": "2", "decode_tp_size": "2"}})
+    (d,) = sd.read_disagg_rows(path)
+    plan = sd.plan_disagg_row(d, CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    assert plan.deployment == {
+        "prefill_workers": 1,
+        "decode_workers": 1,
+        "decode_tp": 4,
+        "decode_dp_attention": 2,
+    }
+    assert (plan.tp, plan.dp) == (1, 1)  # the prefill pool's: the run's
+    result = sd.score_disagg_row(plan, d)
+    assert result.get("twin_error") is None
+    assert result["twin_ttft_ms"] > 0 and result["twin_tpot_ms"] > 0
+
+
 def test_rows_not_expressed_are_counted_by_reason(tmp_path: Path) -> None:
     path = _variants(
         tmp_path,
         {
             "trt": {"backend": "trtllm"},
             "noworkers": {"prefill_num_workers": "", "decode_num_workers": ""},
-            "dp": {"decode_attention_dp_size": "2", "decode_tp_size": "2"},
             "odd": {"prefill_tp_size": "2", "decode_tp_size": "3"},
             "agg": {"mode": "agg"},
         },
     )
     rows = sd.read_disagg_rows(path)
-    assert {d.row.id for d in rows} == {"trt", "noworkers", "dp", "odd"}  # agg: not here
+    assert {d.row.id for d in rows} == {"trt", "noworkers", "odd"}  # agg: not here
     plans, reasons = sd.plan_disagg_rows(rows, CONFIGS)
     assert not plans
     assert reasons[sd.REASON_TRTLLM] == 1 and reasons[sd.REASON_NO_POOLS] == 1
-    assert reasons[f"decode pool: {sil.REASON_ATTN_DP}"] == 1
     # Each pool is checked as an aggregated row of its layout, named after the pool.
     assert reasons["decode pool: tp_size 3: no measured all-reduce at 3 GPUs in the h100 profile"]
 

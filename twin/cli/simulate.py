@@ -201,6 +201,25 @@ def simulate(
     decode_ep: int | None = typer.Option(
         None, "--decode-ep", min=1, help="Expert-parallel ranks per decode worker. [default: --ep]"
     ),
+    prefill_dp_attention: int | None = typer.Option(
+        None,
+        "--prefill-dp-attention",
+        min=1,
+        help="Attention data-parallel ranks per prefill worker. [default: --dp-attention]",
+    ),
+    decode_dp_attention: int | None = typer.Option(
+        None,
+        "--decode-dp-attention",
+        min=1,
+        help="Attention data-parallel ranks per decode worker. [default: --dp-attention]",
+    ),
+    decode_prefix_cache: bool = typer.Option(
+        False,
+        "--decode-prefix-cache",
+        help="Each decode worker keeps a prefix cache; a request's transfer sends only the "
+        "prompt tokens it does not hold (SGLang's --disaggregation-decode-enable-radix-cache, "
+        "vLLM's decode instance with prefix caching).",
+    ),
     slo: list[str] = typer.Option(
         [],
         "--slo",
@@ -320,6 +339,9 @@ def simulate(
             ("decode_tp", decode_tp),
             ("prefill_ep", prefill_ep),
             ("decode_ep", decode_ep),
+            ("prefill_dp_attention", prefill_dp_attention),
+            ("decode_dp_attention", decode_dp_attention),
+            ("decode_prefix_cache", decode_prefix_cache or None),
         )
         if value is not None
     }

@@ -117,19 +117,32 @@ class ContinuousBatching:
         self.recv_interval = int(replica.scheduler_options.get("scheduler_recv_interval", 1))
         self._inbox: list[Seq] = []
         self._recv_anchor = 0
+        # A disaggregated decode worker's scheduler (set by ``twin.engine.disagg``): its
+        # requests arrive holding memory reserved for them before their KV transfer, never
+        # give it back while they wait, and go ahead of the preempted requests, which wait
+        # to take memory again (:meth:`_preempted_from`).
+        self.arrivals_reserved = False
+
+    def _enqueue(self, seq: Seq) -> None:
+        """An arrival joins the queue: at its end, or a decode worker's ahead of the
+        preempted requests."""
+        if self.arrivals_reserved:
+            self.waiting.insert(self._preempted_from(), seq)
+        else:
+            self.waiting.append(seq)
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq`` (FCFS) and wake the loop if it idles or waits on a decode chunk."""
         wake = self._wake
         if wake is not None and not wake.triggered:
-            self.waiting.append(seq)
+            self._enqueue(seq)
             self._recv_anchor = self.step_no  # an idle server polls at once
             wake.succeed()
             return
         if self.recv_interval > 1:
             self._submit_polled(seq)
             return
-        self.waiting.append(seq)
+        self._enqueue(seq)
         if self._cuttable:
             # The loop waits on a decode chunk: the arrival cuts the run at the step in
             # flight, where the newcomer joins.
@@ -164,7 +177,7 @@ class ContinuousBatching:
         the arrival held in the inbox until then."""
         run = self._run
         if run is None:  # a prefill or mixed step: polled at its end
-            self.waiting.append(seq)
+            self._enqueue(seq)
             return
         if not self._cuttable:  # a run the head's block decided, or its copies' time
             self._inbox.append(seq)
@@ -175,7 +188,7 @@ class ContinuousBatching:
         if m > run.k:
             self._inbox.append(seq)  # the run ends first, at a completion
             return
-        self.waiting.append(seq)
+        self._enqueue(seq)
         self._cut_run(m)
 
     def _poll(self) -> None:
@@ -187,7 +200,8 @@ class ContinuousBatching:
         ):
             return
         self._recv_anchor = n
-        self.waiting.extend(self._inbox)
+        for seq in self._inbox:
+            self._enqueue(seq)
         self._inbox.clear()
 
     def run(self) -> Generator[Event, Any, None]:
@@ -220,6 +234,23 @@ class ContinuousBatching:
                 self.step_no += 1
                 self._recv_anchor = self.step_no  # a prefill step: the loop polls next
                 prefilled = self._apply_chunks(chunked)
+            elif not self.decoding:
+                # Nothing runs and the queue's head cannot take the memory it needs: it
+                # is held by requests still to come (a decode worker's reservations for
+                # transfers in flight), so wait for one. A step that preempted the last
+                # running request was empty; the next one may admit (vLLM).
+                if self._end_empty_step():
+                    continue
+                extra = self.replica.write_back_time()  # copies that preemption made
+                if extra:
+                    self.busy_since = env.now
+                    yield env.timeout(extra)
+                    self.busy_s += extra
+                    self.busy_since = None
+                    continue
+                self._wake = env.event()
+                yield self._wake
+                continue
             else:
                 # A decode run (module docstring): the next k steps in one wait.
                 run = self._plan_run(views[page])
@@ -229,7 +260,7 @@ class ContinuousBatching:
                 batch = len(self.decoding)
                 self.busy_since = t0
                 self._run = run
-                if self.waiting:
+                if self.waiting and not self.arrivals_reserved:
                     # The head is blocked (memory or max_running) until a
                     # completion: an arrival cannot change this run.
                     yield env.timeout(run.price_next(m))
@@ -321,6 +352,25 @@ class ContinuousBatching:
     def token_gaps(self) -> TokenGaps:
         """Every inter-token gap of the steps that started at or after ``warmup_s``."""
         return self.gaps.histogram()
+
+    def _end_empty_step(self) -> bool:
+        """A step with nothing to run ended; whether the queue may be tried again now
+        (an engine's rule that held it back for that step only)."""
+        return False
+
+    def _preempted_from(self) -> int:
+        """Where the waiting requests that must take memory begin: at the queue's head,
+        or on a decode worker (:attr:`arrivals_reserved`) after the arrivals, which hold
+        theirs. vLLM 0.19.0 ``v1/core/sched/scheduler.py``: requests whose KV a connector
+        loads wait in ``skipped_waiting`` holding their blocks, and under FCFS
+        ``_select_waiting_queue_for_scheduling`` serves that queue before ``waiting``, where
+        a preempted request is prepended; SGLang 0.5.10.post1 ``disaggregation/decode.py``:
+        a retracted request waits in ``retracted_queue`` while transferred ones join the
+        running batch from ``waiting_queue`` (``get_new_prebuilt_batch``)."""
+        if not self.arrivals_reserved:
+            return 0
+        waiting = self.waiting
+        return next((i for i, q in enumerate(waiting) if q.preemptions), len(waiting))
 
     def _can_admit(self) -> bool:
         self._ratio_blocked = False
@@ -483,8 +533,9 @@ class ContinuousBatching:
         (Running requests are served before waiting ones, as in vLLM's and
         SGLang's schedulers.)
         """
-        if self.waiting and self.waiting[0].alloc:
-            self.memory.unreserve(self.waiting[0])
+        waiting, i = self.waiting, self._preempted_from()
+        if i < len(waiting) and waiting[i].alloc:
+            self.memory.unreserve(waiting[i])
         else:
             self._preempt_one()
 
@@ -531,11 +582,13 @@ class ContinuousBatching:
             self.ratio.retracted((e[2].out_len - (e[0] - n), e[2].out_len) for e in self.decoding)
         victim.start_step = victim.finish_step = 0
         victim.prefill_left = victim.ctx = 0
-        if self.waiting and self.waiting[0].alloc:
+        waiting, i = self.waiting, self._preempted_from()
+        if i < len(waiting) and waiting[i].alloc:
             # The old head's pages were taken while it waited for the token budget;
-            # it is no longer first, so it gives them back (no one waits holding pages).
-            self.memory.unreserve(self.waiting[0])
-        self.waiting.appendleft(victim)
+            # it is no longer first, so it gives them back (no one waits holding pages
+            # but a decode worker's arrivals, whose KV is in theirs).
+            self.memory.unreserve(waiting[i])
+        waiting.insert(i, victim)
 
     # ------------------------------------------------- SGLang's new_token_ratio check
     def _running_left(self) -> list[int]:

@@ -177,6 +177,14 @@ class EngineConfig:
     decode_ep: int = _opt(
         0, "decode pool: expert-parallel ranks per decode worker; 0: the run's ep"
     )
+    decode_dp_attention: int = _opt(
+        0, "decode pool: attention data-parallel ranks per decode worker; 0: the run's"
+    )
+    decode_prefix_cache: bool = _opt(
+        False,
+        "decode pool: each decode worker keeps a prefix cache and is sent only the prompt "
+        "tokens it does not hold (twin.engine.disagg.DecodeReplica)",
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -274,7 +282,6 @@ class EngineConfig:
         Layout(self.tp, self.ep, self.dp_attention)  # one line naming --dp-attention
         d = self.dp_attention
         for flag, unset in (
-            ("--prefill-workers/--decode-workers", not self.prefill_workers),
             ("speculative decoding", not self.speculative),
             ("a host cache tier", not (self.host_cache_bytes or self.host_cache_ratio)),
         ):
@@ -297,7 +304,13 @@ class EngineConfig:
         p, d = self.prefill_workers, self.decode_workers
         pool = [
             f"--{name.replace('_', '-')}"
-            for name in ("decode_gpu", "decode_tp", "decode_ep")
+            for name in (
+                "decode_gpu",
+                "decode_tp",
+                "decode_ep",
+                "decode_dp_attention",
+                "decode_prefix_cache",
+            )
             if getattr(self, name)
         ]
         if pool and not (p or d):
@@ -312,6 +325,11 @@ class EngineConfig:
             raise TwinError(
                 f"--decode-ep: must divide the decode pool's tp {d_tp} "
                 f"(got {self.decode_ep or self.ep})"
+            )
+        d_dp = self.decode_dp_attention or self.dp_attention
+        if self.decode_dp_attention < 0 or d_tp % d_dp:
+            raise TwinError(
+                f"--decode-dp-attention: must divide the decode pool's tp {d_tp} (got {d_dp})"
             )
         if self.kv_link not in ("ib", "nvlink"):
             raise TwinError(f"--kv-link: must be ib or nvlink (got {self.kv_link!r})")
@@ -380,6 +398,8 @@ _OMITTED_AT_DEFAULT = (
     "decode_tp",
     "decode_ep",
     "dp_attention",
+    "decode_dp_attention",
+    "decode_prefix_cache",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

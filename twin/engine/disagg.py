@@ -35,10 +35,15 @@ their ranks, :func:`transfer_shares`):
    transfer starts once the prefill has ended and the memory is reserved;
 5. decoded to completion on the decode worker: its KV is there, so the worker computes
    only the first output token's forward (one token with the prompt as context) in its
-   next step, then one token a step. The decode worker keeps no prefix cache (decode-side
-   reuse is a later part), takes no new-token-ratio admission, and batches continuously
-   (``continuous``, or ``vllm`` where the run's scheduler is vLLM's): SGLang's decode
+   next step, then one token a step. The decode worker keeps no prefix cache unless
+   ``--decode-prefix-cache`` (then the transfer sends only the prompt tokens its cache
+   lacks: :meth:`DecodeReplica._look_up`), takes no new-token-ratio admission, and
+   batches continuously (``continuous``, or ``vllm`` where the run's scheduler is
+   vLLM's): SGLang's decode
    worker merges arrivals into the running batch without a prefill batch of its own.
+   A request preempted there (its pool full) waits behind the arrivals, which hold their
+   reserved memory and are never blocked by it, and no new reservation is made until it
+   is admitted again (:meth:`DecodeReplica.reserve`); it recomputes its prompt and output.
 
 A request with a single output token completes at the prefill worker (nothing to
 decode, nothing sent). The prefill worker frees the request's memory at the prefill's
@@ -60,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from twin import mixers as mx
+from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster, RunStats
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
@@ -221,7 +227,16 @@ class WorkerPool:
 # Per-pool options of a disaggregated run (twin.engine.build_run): each defaults to the
 # run's --gpu/--tp/--ep; the prefill pool's become the run's, the decode pool's the
 # config's decode_gpu/decode_tp/decode_ep (left out where they equal the prefill pool's).
-POOL_OPTIONS = ("prefill_gpu", "decode_gpu", "prefill_tp", "decode_tp", "prefill_ep", "decode_ep")
+POOL_OPTIONS = (
+    "prefill_gpu",
+    "decode_gpu",
+    "prefill_tp",
+    "decode_tp",
+    "prefill_ep",
+    "decode_ep",
+    "prefill_dp_attention",
+    "decode_dp_attention",
+)
 
 
 def split_pools(
@@ -245,14 +260,13 @@ def split_pools(
             f"{flag}: a pool's GPU names a shipped profile; --profile gives both pools "
             "theirs (leave one of them out)"
         )
-    tp, ep = int(settings.get("tp") or 1), int(settings.get("ep") or 1)
-    p_tp, d_tp = int(given.get("prefill_tp", tp)), int(given.get("decode_tp", tp))
-    p_ep, d_ep = int(given.get("prefill_ep", ep)), int(given.get("decode_ep", ep))
-    out["tp"], out["ep"] = p_tp, p_ep
-    if d_tp != p_tp:
-        out["decode_tp"] = d_tp
-    if d_ep != p_ep:
-        out["decode_ep"] = d_ep
+    for name in ("tp", "ep", "dp_attention"):  # the prefill pool's are the run's
+        run = int(settings.get(name) or 1)
+        prefill = int(given.get(f"prefill_{name}", run))
+        decode = int(given.get(f"decode_{name}", run))
+        out[name] = prefill
+        if decode != prefill:
+            out[f"decode_{name}"] = decode
     return given.get("prefill_gpu", gpu), given.get("decode_gpu", gpu), out
 
 
@@ -262,26 +276,82 @@ class DecodeReplica(Replica):
     Its requests' prompt is the prompt + the first output token; the prompt's KV counts
     as this replica's own pages (``seq.hit``: no cache holds them), so the scheduler
     computes the first token's forward alone (``prefill_left`` 1). No prefix cache is
-    looked up or filled.
+    looked up or filled, unless :attr:`prefix_cache` (``--decode-prefix-cache``): then the
+    prompt is looked up in the worker's own cache when its memory is reserved, the hit is
+    the cache's pages (pinned) and is not sent, and a completed request's KV is inserted
+    (:meth:`reserve`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["new_token_ratio"] = None  # SGLang's PrefillAdder is the prefill side's
+        # Arrivals join the running batch in order (SGLang's get_new_prebuilt_batch); the
+        # prefill scheduler's lpm sort is not the decode worker's.
+        kwargs["schedule_policy"] = "fcfs"
         if kwargs.get("scheduler") not in ("continuous", "vllm"):
             kwargs["scheduler"] = "continuous"
         super().__init__(*args, **kwargs)
+        assert isinstance(self.scheduler, ContinuousBatching)
+        self.scheduler.arrivals_reserved = True  # their KV is in memory reserved for them
         self.reserved = 0  # requests holding a reservation (until they complete)
         self.peak_reserved = 0
+        self.unit = 0  # its index among the decode pool's units (DisaggCluster)
+        self.preempted_waiting = 0  # preempted requests waiting to take memory again
         self.on_freed: Callable[[DecodeReplica], None] | None = None
         self._order = 0
+        self.prefix_cache = False  # decode-side prefix reuse (DisaggCluster sets it)
+        self.hit_tokens = 0  # prompt tokens found in its cache, not sent
+        # SGLang's decode worker keeps a retracted request's KV in host memory and loads it
+        # back (0.5.10.post1 managers/schedule_batch.py ScheduleBatch.release_req:
+        # req.offload_kv_cache when disaggregation_mode is decode;
+        # disaggregation/decode.py resume_retracted_reqs: req.load_kv_cache): nothing is
+        # recomputed. Its KV pools' get_cpu_copy/load_cpu_copy (mem_cache/memory_pool.py,
+        # MHA and MLA) copy synchronously; the hybrid pool has none, so a hybrid keeps
+        # the recompute. vLLM recomputes (no offload on preemption).
+        self.offloads = self.preemption == "retract" and not self.memory.state_bytes
+        self.offloaded: dict[int, int] = {}  # id(seq) -> tokens it keeps in host memory
+        self._copy_s = 0.0  # offload copies since the scheduler last asked
 
     def reserve(self, seq: Seq, max_running: int) -> bool:
-        """Reserve ``seq``'s memory now (SGLang's pre-allocation); ``False``: not yet."""
-        if self.reserved >= max_running or not self.memory.reserve(seq):
+        """Reserve ``seq``'s memory now (SGLang's pre-allocation); ``False``: not yet.
+
+        Not while a preempted request waits for memory: SGLang 0.5.10.post1
+        ``disaggregation/decode.py`` ``process_decode_queue`` returns before
+        ``pop_preallocated`` while ``retracted_queue`` is not empty; vLLM 0.19.0 allocates
+        a new request's blocks from ``waiting``, behind the preempted request it prepends
+        there (``Scheduler.schedule`` stops at the first request it cannot allocate).
+        """
+        if self.preempted_waiting or self.reserved >= max_running or not self.memory.reserve(seq):
             return False
         self.reserved += 1
         self.peak_reserved = max(self.peak_reserved, self.reserved)
+        if self.prefix_cache:
+            self._look_up(seq)
         return True
+
+    def _look_up(self, seq: Seq) -> None:
+        """Decode-side prefix reuse: ``seq``'s prompt looked up in this worker's cache
+        once its memory is taken (taking it may evict, as an aggregated admission's
+        :meth:`Replica.fits` before :meth:`Replica.admit`); the hit is pinned, its pages
+        are the cache's (given back from the reservation) and only the rest is sent.
+
+        SGLang 0.5.23 ``disaggregation/decode.py`` ``pop_preallocated`` with
+        ``--disaggregation-decode-enable-radix-cache`` (off by default): the prefix is
+        matched and locked in the decode radix tree at pre-allocation, only the rest is
+        allocated, and its length goes to the prefill server as ``decode_prefix_len``,
+        which sends from there (``disaggregation/prefill.py`` ``finalize_bootstrap``:
+        ``start_send_idx``). vLLM 0.19.0 ``nixl_connector.py``
+        ``get_num_new_matched_tokens``: the decode instance pulls the prompt less its
+        locally cached blocks (``actual - num_computed_tokens``; prefix caching is on by
+        default). The hit is capped at the prompt: the first token's KV is computed here.
+        """
+        req = seq.req
+        adm = self.requests.admit(req.prompt, req.full, req.modules)
+        seq.cached = adm
+        hit = min(adm.hit.length - adm.host_tokens, seq.prompt_len - 1)
+        seq.hit = hit  # read by DisaggCluster._handoff (the bytes sent) until admission
+        self.hit_tokens += hit
+        if self.memory.pooled:  # a dedicated cache's hit is apart from the reservation
+            self.memory.admitted(seq, hit)
 
     def queue(self, seq: Seq) -> None:
         """``seq``'s KV has arrived: it queues for the running batch."""
@@ -296,22 +366,56 @@ class DecodeReplica(Replica):
     def admit(self, seq: Seq) -> None:
         self._order += 1
         seq.order = self._order
-        seq.cached = None
-        # The prompt's KV arrived; after a preemption it is gone and is recomputed.
+        looked_up = seq.cached is not None  # by _look_up: its memory is admitted already
+        if not looked_up:
+            seq.cached = None
+        # The prompt's KV arrived; after a preemption it is gone and is recomputed, or
+        # loaded back from host memory (offloads) before the step that resumes it.
         seq.hit = 0 if seq.preemptions else seq.prompt_len - 1
         seq.hit_work_s = 0.0
-        self.memory.admitted_reserved(seq)
+        kept = self.offloaded.pop(id(seq), 0)
+        if kept:
+            seq.hit = kept
+            seq.hit_work_s = self.pricer.hit_work_time(0, kept)
+        if not looked_up:
+            self.memory.admitted_reserved(seq)
+        if seq.preemptions:
+            self.preempted_waiting -= 1
+            if not self.preempted_waiting and self.on_freed is not None:
+                self.on_freed(self)  # reservations resume (see reserve)
 
     def preempt(self, seq: Seq, decoded: int, kept: int) -> None:
         self.memory.preempted(seq, decoded)
-        seq.recomputed += kept
+        if seq.cached is not None:  # its hold on the cache goes; it recomputes it all
+            self.requests.release(seq.cached)
+            seq.cached = None
+        if self.offloads:
+            # All but the last token's KV to host memory (SGLang's req_to_token[:seqlen - 1]),
+            # a copy the step that retracts it waits for.
+            self.offloaded[id(seq)] = kept - 1
+            self._copy_s += self.pricer.write_back_time(kept - 1, 0)
+        else:
+            seq.recomputed += kept
         seq.preemptions += 1
         self.preemptions += 1
+        self.preempted_waiting += 1
+
+    def write_back_time(self) -> float:
+        """Seconds of the offload copies of requests retracted since the last call."""
+        seconds, self._copy_s = self._copy_s, 0.0
+        return seconds
 
     def step_end(self, prefilled: list[Seq], completed: list[Seq]) -> int:
-        memory = self.memory
+        memory, requests = self.memory, self.requests
         for seq in completed:
             memory.completed(seq)
+            adm = seq.cached
+            if adm is not None:
+                # Its KV stays in this worker's cache (SGLang's cache_finished_req into
+                # the decode radix tree; vLLM's freed blocks stay hashed).
+                requests.insert_at_completion(adm)
+                requests.release(adm)
+                seq.cached = None
             self.outstanding_tokens -= seq.prompt_len + seq.out_len
             self.reserved -= 1
         if completed and self.on_freed is not None:
@@ -355,24 +459,42 @@ class DisaggCluster(Cluster):
         self.n_prefill = p
         self.gpu = gpu  # the prefill pool's (the run's) GPU
         self._decode_pool = decode  # read by _replica_setup while the replicas are built
+        self._rank: tuple[EngineConfig, StepPricer, float] | None = None  # a DP rank's
         super().__init__(model, pricer, config, workload, on_record)
         self.decode_pool = decode or WorkerPool(config, pricer, self.budget, gpu)
         self.link = link or kv_link(config.kv_link, None, config)
         self.prefill = self.replicas[:p]
+        # The decode pool's units, each with its own memory, reservations and queue: a
+        # worker, or each of its attention-DP ranks (SGLang runs a scheduler, with its
+        # DecodePreallocQueue, per DP rank). Worker k's units: self._units[k].
         self.decode: list[DecodeReplica] = []
+        self._units: list[list[int]] = []
+        self._decode_owner: list[Any] = []  # the worker (replica) each unit is part of
         for r in self.replicas[p:]:
-            assert isinstance(r, DecodeReplica)
-            r.on_freed = self._reserve_next
-            self.decode.append(r)
-        self._prealloc: list[deque[tuple[Seq, Event]]] = [deque() for _ in range(d)]
-        self._held = [0] * d  # requests sent to each decode worker and not completed
+            ranks = getattr(r, "ranks", [r])
+            self._units.append(list(range(len(self.decode), len(self.decode) + len(ranks))))
+            for rank in ranks:
+                assert isinstance(rank, DecodeReplica)
+                rank.on_freed = self._reserve_next
+                rank.unit = len(self.decode)
+                rank.prefix_cache = config.decode_prefix_cache
+                self.decode.append(rank)
+                self._decode_owner.append(r)
+        n = len(self.decode)
+        self._prealloc: list[deque[tuple[Seq, Event]]] = [deque() for _ in range(n)]
+        self._held = [0] * n  # requests sent to each decode unit and not completed
         self._next_decode = 0
-        self._link_free = [0.0] * p  # when each prefill worker's NICs are next free
+        # When each prefill worker's NICs (each attention-DP rank's, under DP) are next free.
+        self._link_free = [[0.0] * config.dp_attention for _ in range(p)]
         self.kv_per_token = model.kv_bytes_per_token
         # What the busiest prefill GPU sends and each decode GPU receives per token: its
         # share of the KV heads (all of them where there are fewer KV heads than GPUs, and
-        # MLA's latent), as SGLang maps the two pools' ranks (transfer_shares).
-        self.prefill_tp, self.decode_tp = config.tp, self.decode_pool.config.tp
+        # MLA's latent), as SGLang maps the two pools' ranks (transfer_shares). Under
+        # attention DP a request's KV is on its rank's tp / dp GPUs, and SGLang maps the
+        # attention TP ranks (disaggregation/common/conn.py: attn_tp_size).
+        dpool = self.decode_pool.config
+        self.prefill_tp = config.tp // config.dp_attention
+        self.decode_tp = dpool.tp // dpool.dp_attention
         send, recv = transfer_shares(model, self.prefill_tp, self.decode_tp)
         self._shares = send, recv
         self.kv_send_per_token_gpu, self.kv_recv_per_token_gpu = float(send), float(recv)
@@ -386,10 +508,32 @@ class DisaggCluster(Cluster):
         return (Replica, True) if i < self.n_prefill else (DecodeReplica, False)
 
     def _replica_setup(self, i: int) -> tuple[EngineConfig, StepPricer, float]:
+        if self._rank is not None:  # an attention-DP rank being built (_new_replica)
+            return self._rank
         pool = self._decode_pool
         if i < self.n_prefill or pool is None:
             return super()._replica_setup(i)
         return pool.config, pool.pricer, pool.budget
+
+    def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Any:
+        """Worker ``i``: a replica, or under its pool's attention DP a replica of ranks in
+        lockstep (``twin.engine.dp_attention``), each rank of the worker's kind with its
+        share of the memory."""
+        config, pricer, budget = self._replica_setup(i)
+        if config.dp_attention <= 1:
+            return super()._new_replica(i, workload, longest)
+        from twin.engine.dp_attention import DPStepPricer, RankRecorder, dp_replica
+
+        assert isinstance(pricer, DPStepPricer)
+
+        def rank(recorder: RankRecorder) -> Replica:
+            self._rank = (config, recorder, budget / config.dp_attention)
+            try:
+                return super(DisaggCluster, self)._new_replica(i, workload, longest)
+            finally:
+                self._rank = None
+
+        return dp_replica(pricer, config.dp_attention, config.engine, rank)
 
     def _route(self, req: Request) -> Replica:
         return self.replicas[self.router.route(req.session_id, req.prompt, self.prefill)]
@@ -401,29 +545,37 @@ class DisaggCluster(Cluster):
         n = len(req.prompt)
         first = dataclasses.replace(req, output=req.full[n : n + 1], full=req.full[: n + 1])
         pre = super()._submit(first, replica, arrival_s)
+        # The attention-DP rank the prefill worker dealt it to: its GPUs send the KV.
+        rank = getattr(self.replicas[pre.replica], "last_rank", 0)
         whole = Seq(req, pre.replica, pre.arrival_s, 0, self.env)
-        self.env.process(self._handoff(pre, whole))
+        self.env.process(self._handoff(pre, whole, rank))
         return whole
 
     def _pick_decode(self) -> int:
-        """The decode worker holding the fewest requests; ties rotate."""
-        held, n = self._held, len(self._held)
+        """The decode unit for a request: the worker holding the fewest requests, ties
+        rotating; under attention DP the rank its engine deals it to (SGLang 0.5.10.post1
+        ``server_args.py`` ``_handle_load_balance_method``: a decode server's DP
+        controller deals round-robin; ``twin.engine.dp_attention.DEALERS``)."""
+        units = self._units
+        held = [sum(self._held[u] for u in us) for us in units]
+        n = len(held)
         start = self._next_decode = (self._next_decode + 1) % n
         best = start
         for k in range(1, n):
             i = (start + k) % n
             if held[i] < held[best]:
                 best = i
-        return best
+        owner = self._decode_owner[units[best][0]]
+        return units[best][owner.pick_rank()] if len(units[best]) > 1 else units[best][0]
 
     def _reserve_next(self, worker: DecodeReplica) -> None:
-        """A decode worker freed memory: reserve for its queue's head, in order."""
-        queue = self._prealloc[worker.index - self.n_prefill]
+        """A decode unit freed memory: reserve for its queue's head, in order."""
+        queue = self._prealloc[worker.unit]
         max_running = self.decode_pool.config.max_running
         while queue and worker.reserve(queue[0][0], max_running):
             queue.popleft()[1].succeed()
 
-    def _handoff(self, pre: Seq, whole: Seq) -> Generator[Event, Any, None]:
+    def _handoff(self, pre: Seq, whole: Seq, rank: int) -> Generator[Event, Any, None]:
         """After the prefill: reserve on a decode worker, transfer, decode (module docstring)."""
         yield pre.done
         env = self.env
@@ -463,14 +615,17 @@ class DisaggCluster(Cluster):
         # prefill worker; as long as the busier end's share (a prefill GPU serving k
         # decode GPUs sends k slices, a decode GPU fed by k prefill GPUs receives k). A
         # recurrent state is sliced by heads like the KV (SGLang 0.5.23
-        # mooncake/conn.py _send_mamba_state_slice).
-        nbytes = n * self.kv_per_token + self.state_bytes  # the request's KV and state
-        sent = n * self.kv_send_per_token_gpu + self.state_bytes / self.prefill_tp
-        received = n * self.kv_recv_per_token_gpu + self.state_bytes / self.decode_tp
+        # mooncake/conn.py _send_mamba_state_slice). With decode-side reuse the prompt's
+        # tokens the decode worker's cache holds are not sent (DecodeReplica._look_up).
+        sent_tokens = n - seq.hit if worker.prefix_cache else n
+        nbytes = sent_tokens * self.kv_per_token + self.state_bytes  # the KV and state sent
+        sent = sent_tokens * self.kv_send_per_token_gpu + self.state_bytes / self.prefill_tp
+        received = sent_tokens * self.kv_recv_per_token_gpu + self.state_bytes / self.decode_tp
         busy, total = self.link.seconds(max(sent, received))
         p = pre.replica
-        start = max(reserved, self._link_free[p])
-        self._link_free[p] = start + busy
+        link_free = self._link_free[p]
+        start = max(reserved, link_free[rank])
+        link_free[rank] = start + busy
         end = start + total
         if end > reserved:
             yield env.timeout(end - reserved)
@@ -484,6 +639,9 @@ class DisaggCluster(Cluster):
         # streams it without a forward. So TTFT ends here, not at the prefill's end.
         whole.first_token_s = end
         worker.queue(seq)
+        owner = self._decode_owner[k]
+        if owner is not worker:  # an attention-DP rank: its worker's step loop wakes
+            owner.wake()
         yield seq.done
         self._held[k] -= 1
         whole.done_s = seq.done_s
@@ -554,6 +712,8 @@ class DisaggCluster(Cluster):
             }
             if mixed:  # each pool's hardware (summaries of one-hardware runs unchanged)
                 out.update(gpu=at.gpu, tp=at.config.tp, ep=at.config.ep)
+                if at.config.dp_attention > 1:
+                    out["dp_attention"] = at.config.dp_attention
                 if at.profile:  # the decode pool's; the prefill pool's is the summary's
                     out["profile"] = at.profile
             if all("pool" in r for r in reps):
@@ -575,7 +735,11 @@ class DisaggCluster(Cluster):
         )
         transfer = {
             **self.link.to_dict(),
-            "policy": "fifo per prefill worker; no layer-by-layer overlap",
+            "policy": (
+                "fifo per prefill worker"
+                + ("'s attention-DP rank" if self.config.dp_attention > 1 else "")
+                + "; no layer-by-layer overlap"
+            ),
             "prefilled_requests": self.prefilled,
             "transferred_requests": self.transferred,
             "bytes": self.transfer_bytes,
@@ -584,8 +748,10 @@ class DisaggCluster(Cluster):
         }
         if mixed:
             transfer.update(self.rank_mapping())
+        if self.config.decode_prefix_cache:
+            transfer["decode_hit_tokens"] = sum(w.hit_tokens for w in self.decode)
         return {
-            "layout": f"{p}P{len(self.decode)}D",
+            "layout": f"{p}P{len(self._units)}D",
             "tp": tp,
             "prefill": prefill,
             "decode": decode,
@@ -622,14 +788,14 @@ def make_cluster(
 ) -> Cluster:
     """The run's cluster: aggregated, or disaggregated when the config names the pools
     (``decode``: the decode pool's own hardware, if it has any)."""
+    if config.prefill_workers:  # each pool's workers may be attention-DP replicas
+        link = kv_link(config.kv_link, gpu, config)
+        return DisaggCluster(model, pricer, config, workload, on_record, link, decode, gpu)
     if config.dp_attention > 1:  # attention ranks in lockstep (twin.engine.dp_attention)
         from twin.engine.dp_attention import DPCluster
 
         return DPCluster(model, pricer, config, workload, on_record)
-    if not config.prefill_workers:
-        return Cluster(model, pricer, config, workload, on_record)
-    link = kv_link(config.kv_link, gpu, config)
-    return DisaggCluster(model, pricer, config, workload, on_record, link, decode, gpu)
+    return Cluster(model, pricer, config, workload, on_record)
 
 
 TIMELINE_FILE = "pd_timeline.parquet"

@@ -52,8 +52,9 @@ twin takes from it:
 Not modelled: DeepEP's all-to-all dispatch and combine (the tables have them for a few
 GPUs only), MoE load imbalance between ranks, TensorRT-LLM's ``attention_dp_enable_balance``
 delays (off by default), overlap of communication with compute, fast-forwarded decode
-runs (each synchronised step is priced on its own), speculative decoding, host tiers and
-disaggregated pools under attention DP (refused by ``EngineConfig``).
+runs (each synchronised step is priced on its own), speculative decoding and host tiers
+(refused by ``EngineConfig``). A disaggregated pool's workers are built of ranks here too
+(:func:`dp_replica`; ``--prefill-dp-attention/--decode-dp-attention``, ``twin.engine.disagg``).
 """
 
 from __future__ import annotations
@@ -363,6 +364,7 @@ class DPReplica:
         self._wake: Event | None = None
         self._warmup_s = 0.0
         self._retry = False
+        self.last_rank = 0  # the rank the last submission went to
 
     # The cluster sets ``replica.scheduler.warmup_s``: the replica is its own scheduler.
     @property
@@ -394,12 +396,20 @@ class DPReplica:
 
     def submit(self, req: Request, arrival_s: float | None = None) -> Seq:
         """Deal ``req`` to a rank (:data:`DEALERS`) and queue it there; wake the loop."""
-        rank = self.ranks[self.dealer.pick([RankLoad(r) for r in self.ranks])]
-        seq = rank.submit(req, arrival_s)
+        self.last_rank = self.pick_rank()
+        seq = self.ranks[self.last_rank].submit(req, arrival_s)
+        self.wake()
+        return seq
+
+    def pick_rank(self) -> int:
+        """The rank the engine's dealer gives the next request."""
+        return self.dealer.pick([RankLoad(r) for r in self.ranks])
+
+    def wake(self) -> None:
+        """Work was queued at a rank: the loop, if idle, steps again."""
         wake = self._wake
         if wake is not None and not wake.triggered:
             wake.succeed()
-        return seq
 
     def run(self) -> Generator[Event, Any, None]:
         """The synchronised step loop: every rank with work plans its step (its mode's
@@ -516,13 +526,22 @@ class DPCluster(Cluster):
         return self.config, self._recorder, self.budget / self.config.dp_attention
 
     def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Any:
-        ranks, recorders = [], []
-        for _ in range(self.config.dp_attention):
-            self._recorder = RankRecorder(self._dp_pricer)
-            recorders.append(self._recorder)
-            ranks.append(super()._new_replica(i, workload, longest))
+        def rank(recorder: RankRecorder) -> Replica:
+            self._recorder = recorder
+            return super(DPCluster, self)._new_replica(i, workload, longest)
+
+        replica = dp_replica(self._dp_pricer, self.config.dp_attention, self.config.engine, rank)
         self._recorder = None
-        return DPReplica(ranks, recorders, self._dp_pricer, self.config.engine)
+        return replica
+
+
+def dp_replica(
+    pricer: DPStepPricer, dp: int, engine: str, rank: Callable[[RankRecorder], Replica]
+) -> DPReplica:
+    """A replica of ``dp`` ranks, each built by ``rank`` around its own recorder of
+    ``pricer`` (a cluster's replica of its kind, with its cache and memory)."""
+    recorders = [RankRecorder(pricer) for _ in range(dp)]
+    return DPReplica([rank(rec) for rec in recorders], recorders, pricer, engine)
 
 
 def dp_pricer(
@@ -548,4 +567,5 @@ __all__ = [
     "DPStepPricer",
     "RankRecorder",
     "dp_pricer",
+    "dp_replica",
 ]

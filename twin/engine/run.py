@@ -350,8 +350,9 @@ def build_run(
     decode = None
     if config.prefill_workers:
         kv_link(config.kv_link, prof.gpu, config)  # refused here, before any work
-        check_tp_pair(config.tp, config.decode_tp or config.tp)
-        if config.decode_gpu or config.decode_tp or config.decode_ep:
+        d_dp = config.decode_dp_attention or config.dp_attention
+        check_tp_pair(config.tp // config.dp_attention, (config.decode_tp or config.tp) // d_dp)
+        if config.decode_gpu or config.decode_tp or config.decode_ep or config.decode_dp_attention:
             decode = _decode_pool(spec, dprof, engine, sets, settings, cache_gb, config)
     if duration_s is not None and config.session_rate is not None:
         from twin.workloads.extend import extended_workload, sessions_started
@@ -421,11 +422,13 @@ def _decode_pool(
         **{k: v for k, v in settings.items() if k not in _POOL_FIELDS},
         "tp": config.decode_tp or config.tp,
         "ep": config.decode_ep or config.ep,
+        "dp_attention": config.decode_dp_attention or config.dp_attention,
         "replicas": config.decode_workers,
     }
     where = (
         f"the decode pool ({profile.gpu}, tp {own['tp']}"
         + (f", ep {own['ep']}" if own["ep"] > 1 else "")
+        + (f", dp attention {own['dp_attention']}" if own["dp_attention"] > 1 else "")
         + ")"
     )
     try:
@@ -439,5 +442,14 @@ def _decode_pool(
 
 # The config fields that describe the disaggregated layout, not one pool's replicas.
 _POOL_FIELDS = frozenset(
-    {"prefill_workers", "decode_workers", "kv_link", "decode_gpu", "decode_tp", "decode_ep"}
+    {
+        "prefill_workers",
+        "decode_workers",
+        "kv_link",
+        "decode_gpu",
+        "decode_tp",
+        "decode_ep",
+        "decode_dp_attention",
+        "decode_prefix_cache",
+    }
 )

@@ -43,6 +43,12 @@ class VLLMBatching(ContinuousBatching):
             return False
         return super()._can_admit()
 
+    def _end_empty_step(self) -> bool:
+        # The step that preempted the last running request scheduled nothing; the next
+        # one tries the waiting queue again.
+        was, self._preempted = self._preempted, False
+        return was
+
     def _complete_due(self) -> list[Seq]:
         self._preempted = False  # the step (or decode run) that preempted is over
         return super()._complete_due()

@@ -9,9 +9,10 @@ end to end. Nothing is fitted on them: they are scored as they come.
 
 A row is expressed through :mod:`twin.validate.silicon` itself, unchanged: each pool is
 checked as an aggregated row of its own layout (:func:`silicon.plan_row`: model config,
-precision, profile, all-reduce at its TP, heads), and the run is the prefill pool's plan
-with the pools added to its ``build_run`` keywords (``prefill_workers``,
-``decode_workers``, ``decode_tp``: :mod:`twin.engine.disagg`), so
+precision, profile, all-reduce at its GPUs, heads, expert and attention-DP ranks), and the
+run is the prefill pool's plan with the pools added to its ``build_run`` keywords
+(``prefill_workers``, ``decode_workers``, and the decode pool's ``decode_tp``,
+``decode_ep``, ``decode_dp_attention`` where they differ: :mod:`twin.engine.disagg`), so
 :func:`silicon.predict` and :func:`silicon.score_row` run and score it as they do an
 aggregated row. The engines' own defaults size both pools (``deployment="defaults"``):
 the twin gives both pools the same engine settings, so the rows' per-pool batch sizes
@@ -134,24 +135,31 @@ def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | 
     plans = {}
     for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
         found = sil.plan_row(_as_aggregated(row, pool), configs, deploy="defaults")
-        if not isinstance(found, str) and found.dp > 1:
-            found = sil.REASON_ATTN_DP  # not modelled with disaggregated pools
         if isinstance(found, str):  # a reason of the pool's layout names the pool
             return f"{side} pool: {found}" if _of_layout(found) else found
         plans[side] = found
     prefill, decode = plans["prefill"], plans["decode"]
     from twin.engine.disagg import check_tp_pair
 
+    # The KV moves between the pools' attention TP ranks (tp / attention DP a rank).
+    p_attn, d_attn = prefill.tp // prefill.dp, decode.tp // decode.dp
     try:
-        check_tp_pair(prefill.tp, decode.tp)
+        check_tp_pair(p_attn, d_attn)
     except TwinError:
-        return f"prefill tp {prefill.tp} and decode tp {decode.tp}: neither divides the other"
+        return f"prefill attention tp {p_attn} and decode {d_attn}: neither divides the other"
     pools: dict[str, Any] = {
         "prefill_workers": d.prefill.num_workers,
         "decode_workers": d.decode.num_workers,
     }
-    if decode.tp != prefill.tp:
-        pools["decode_tp"] = decode.tp
+    # Each pool its own layout (GPUs, expert and attention-DP ranks); the prefill pool's
+    # are the run's (tp, ep, dp_attention: silicon.predict), the decode pool's its own.
+    for name, value, run in (
+        ("decode_tp", decode.tp, prefill.tp),
+        ("decode_ep", decode.ep, prefill.ep),
+        ("decode_dp_attention", decode.dp, prefill.dp),
+    ):
+        if value != run:
+            pools[name] = value
     # The row's id keys the split and the workload's seed, as for an aggregated row.
     return dataclasses.replace(prefill, row=row, deployment=pools)
 
