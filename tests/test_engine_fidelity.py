@@ -213,6 +213,7 @@ def test_vllm_admits_no_one_in_the_step_that_preempted():
         preemption="recompute",
         schedule_policy="fcfs",
         new_token_ratio=None,
+        scheduler_options={},
         fits=lambda seq: True,
         preempt=lambda seq, decoded, kept: preempted.append((seq, decoded, kept)),
     )
