@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 from test_engine_helpers import LinearPricer, doc_qa, generated, run
+from test_marconi_compiled import python_path
 
 from twin.cache import RequestCache
 from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
@@ -189,7 +190,7 @@ def test_summary_carries_configuration_and_occupancy(tmp_path):
 @pytest.mark.parametrize("policy", ["marconi", "marconi-twin"])
 def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
     """The replicas' alpha grids replay as compiled code (``policies.compiled``) or in
-    Python (``TWIN_COMPILED_REPLAY=0``): the outputs are byte-identical."""
+    Python (``python_path``): the outputs are byte-identical."""
 
     def once(out):
         summary, _ = run(
@@ -215,7 +216,7 @@ def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
     boots = [r["policy"]["bootstrap"] for r in summary["replicas"]]
     assert all(b.get("completed") for b in boots), boots
     assert len({str(sorted(b["grid"].items())) for b in boots}) == len(boots)
-    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
+    python_path(monkeypatch)
     _, *slow = once(tmp_path / "python")
     assert fast == slow
 

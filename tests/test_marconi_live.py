@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies_props import traces
@@ -157,8 +156,3 @@ def test_engine_picks_it_only_where_exact() -> None:
     assert live_cache(policy, get_model("tiny-transformer"), 10**9, lambda: 1000) is None
     cache = policy.make_engine_cache(HYBRID, 10**9, lambda: 1000)
     assert request_cache_for(cache).__class__.__name__ == "LiveRequests"
-
-
-def test_off_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
-    assert live_cache(MarconiPolicy(), HYBRID, 10**9, lambda: 1000) is None

@@ -17,7 +17,6 @@ sliding-window ones, declared prompt modules, counts past exact float range),
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -275,11 +274,7 @@ def compiled_grid_runs(
     its first eviction (``policies.shared_prefix``'s rule): the first alpha runs
     in full, the requests before its first eviction are served once more, and
     every other alpha goes on from a copy of that state.
-    ``TWIN_COMPILED_REPLAY=0`` in the environment turns the compiled path off
-    (to time or debug the Python one; the results are the same).
     """
-    if os.environ.get("TWIN_COMPILED_REPLAY", "1") == "0":
-        return None
     if not _supported_model(model, policy_cls) or _declares_modules(requests):
         return None
     trace = CompiledTrace(requests, start)

@@ -20,12 +20,11 @@ first victim choice (``kernel.S_CHOSE``), and takes the tuned alpha.
 Where it applies (:func:`live_cache`): ``marconi`` itself, a model the compiled
 replay supports, the engine's dedicated cache (no host tier, no shared pool),
 a workload without declared prompt modules whose longest sequence keeps every
-efficiency exact. ``TWIN_COMPILED_REPLAY=0`` turns it off with the replays.
+efficiency exact.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +48,7 @@ def live_cache(
     from twin.policies.compiled import _supported_model, exact_up_to
     from twin.policies.marconi import MarconiPolicy
 
-    if os.environ.get("TWIN_COMPILED_REPLAY", "1") == "0" or type(policy) is not MarconiPolicy:
+    if type(policy) is not MarconiPolicy:
         return None
     if not _supported_model(model, MarconiPolicy) or not exact_up_to(model, longest()):
         return None
