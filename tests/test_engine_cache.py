@@ -187,10 +187,21 @@ def test_summary_carries_configuration_and_occupancy(tmp_path):
         assert rep["cache"]["peak_bytes"] <= int(2e9)
 
 
+_HYBRID = get_model("tiny-hybrid")
+# A dedicated cache of 400 kB, or a shared pool of as much beside the weights (its
+# cache's capacity is what running requests leave: it shrinks and grows with them).
+MEMORY = {
+    "dedicated": {"cache_bytes": int(4e5)},
+    "shared_pool": {"shared_pool": True, "gpu_memory_bytes": (_HYBRID.weight_bytes + 4e5) / 0.9},
+}
+
+
+@pytest.mark.parametrize("memory", list(MEMORY))
 @pytest.mark.parametrize("policy", ["marconi", "marconi-twin"])
-def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
-    """The replicas' alpha grids replay as compiled code (``policies.compiled``) or in
-    Python (``python_path``): the outputs are byte-identical."""
+def test_online_tuning_is_the_same_compiled(policy, memory, tmp_path, monkeypatch):
+    """The replicas' caches and alpha grids run as compiled code (``policies.compiled``)
+    or in Python (``python_path``), in a dedicated cache or a shared pool: the outputs
+    are byte-identical."""
 
     def once(out):
         summary, _ = run(
@@ -199,9 +210,9 @@ def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
             out=out,
             replicas=2,
             policy=policy,
-            cache_bytes=int(4e5),
             session_rate=2.0,
             seed=3,
+            **MEMORY[memory],
         )
         return summary, (out / REQUESTS_FILE).read_bytes(), (out / SUMMARY_FILE).read_bytes()
 
@@ -216,6 +227,7 @@ def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
     boots = [r["policy"]["bootstrap"] for r in summary["replicas"]]
     assert all(b.get("completed") for b in boots), boots
     assert len({str(sorted(b["grid"].items())) for b in boots}) == len(boots)
+    assert all(r["cache"]["evictions"] for r in summary["replicas"])
     python_path(monkeypatch)
     _, *slow = once(tmp_path / "python")
     assert fast == slow

@@ -4,9 +4,11 @@ The engine calls the request protocol a step at a time, interleaving requests:
 admissions, inserts at a prefill's end and at completion, releases. Here
 hypothesis draws traces (a vocabulary of four: many ties and shared prefixes),
 capacities of a few tokens and states, alphas fixed or tuned online, and an
-interleaving of those calls; both caches must answer every call alike (hits,
-checkpoint positions, states admitted, tokens cached) and end with the same
-counters, nodes and policy record. A long run checks that the live cache's
+interleaving of those calls, with a shared pool's reclaims between them
+(``shrink_to`` a part of what is cached, then the capacity given back); both
+caches must answer every call alike (hits, checkpoint positions, states
+admitted, tokens cached, bytes left) and end with the same counters, nodes
+and policy record. A long run checks that the live cache's
 memory follows what it holds, not what it served.
 """
 
@@ -48,8 +50,16 @@ def _state(cache) -> tuple:
     )
 
 
-def _run(pairs, capacity: int, alpha: float | None, multiplier: float, choices: list[int]):
-    """Serve ``pairs`` on both caches, interleaved by ``choices``; compare every answer."""
+def _run(
+    pairs,
+    capacity: int,
+    alpha: float | None,
+    multiplier: float,
+    choices: list[int],
+    pool: bool = False,
+):
+    """Serve ``pairs`` on both caches, interleaved by ``choices``; compare every answer.
+    ``pool``: a shared pool also reclaims cached bytes now and then (``shrink_to``)."""
     python, py_req, live, live_req = _pair(capacity, alpha, multiplier)
     waiting = list(range(len(pairs)))
     running: list[list] = []  # [request, stage, python admission, live admission]
@@ -57,6 +67,11 @@ def _run(pairs, capacity: int, alpha: float | None, multiplier: float, choices: 
     while waiting or running:
         pick = choices[step % len(choices)] if choices else 0
         step += 1
+        if pool and pick % 4 == 3 and step % 2:
+            limit = python.used_bytes * (pick % 3) // 3  # a running request's allocation
+            assert python.shrink_to(limit) == live.shrink_to(limit), f"reclaim at {step}"
+            assert python.capacity == live.capacity and python.evictions == live.evictions
+            python.capacity = live.capacity = capacity  # the request's pages come back
         if waiting and (not running or pick % 3 == 0):
             i = waiting.pop(0)
             prompt, output = pairs[i]
@@ -101,9 +116,10 @@ SETTINGS = settings(max_examples=150, deadline=None)
     st.integers(0, 4),
     st.sampled_from([0.0, 0.1, 0.7, 1.0, 2.0]),
     st.lists(st.integers(0, 30), max_size=40),
+    st.booleans(),
 )
-def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices) -> None:
-    _run(pairs, _capacity(tokens, states), alpha, 5.0, choices)
+def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices, pool) -> None:
+    _run(pairs, _capacity(tokens, states), alpha, 5.0, choices, pool)
 
 
 @SETTINGS
@@ -113,10 +129,11 @@ def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices) -> None:
     st.integers(1, 4),
     st.sampled_from([1.0, 1.5, 2.0, 3.0]),
     st.lists(st.integers(0, 30), max_size=40),
+    st.booleans(),
 )
-def test_tuned_online_interleaved(pairs, tokens, states, multiplier, choices) -> None:
+def test_tuned_online_interleaved(pairs, tokens, states, multiplier, choices, pool) -> None:
     """Alpha tuned online: the window, its snapshot and the chosen alpha are the same."""
-    python, live = _run(pairs, _capacity(tokens, states), None, multiplier, choices)
+    python, live = _run(pairs, _capacity(tokens, states), None, multiplier, choices, pool)
     assert python.policy.stats() == live.policy.stats()
 
 

@@ -39,6 +39,11 @@ class EmptyCache:
     def peek(self, seq: np.ndarray) -> int:
         return 0
 
+    def shrink_to(self, limit: int) -> int:
+        """``PrefixCache.shrink_to`` of an empty tree: the capacity follows a shared pool."""
+        self.capacity = max(int(limit), 0)
+        return 0
+
     def request_cache(self) -> NothingCached:
         """The request protocol (``twin.cache.requests.request_cache_for``)."""
         return NothingCached()

@@ -1223,6 +1223,13 @@ def live_grow(st, nodes: int, tokens: int):
 
 
 @jit
+def live_shrink(st) -> None:
+    """``PrefixCache.shrink_to``'s evictions: victims go until the cache holds at most its
+    capacity (``mc[M_CAP]``, which the caller set: a shared pool's room) or none is left."""
+    _evict_until(borrow(st), 0)
+
+
+@jit
 def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndarray):
     """``RequestCache.admit`` of prompt ``q[:plen]``, input + output ``q[:flen]`` at cache
     clock ``clock``: the hit node (0: none; pinned) and how many checkpoint positions

@@ -18,9 +18,10 @@ at the first request), the alpha grid's replays (themselves compiled:
 first victim choice (``kernel.S_CHOSE``), and takes the tuned alpha.
 
 Where it applies (:func:`live_cache`): ``marconi`` itself, a model the compiled
-replay supports, the engine's dedicated cache (no host tier, no shared pool),
-a workload without declared prompt modules whose longest sequence keeps every
-efficiency exact.
+replay supports, the engine's cache without a host tier, dedicated (``--cache-gb
+G``) or in a shared pool (``--cache-gb auto``: the pool sets its capacity and
+reclaims pages through :meth:`LiveCache.shrink_to`), a workload without declared
+prompt modules whose longest sequence keeps every efficiency exact.
 """
 
 from __future__ import annotations
@@ -71,16 +72,35 @@ class LiveCache:
 
         self.k = k
         self.model = model
-        self.capacity = int(capacity)
         self.policy = policy
         policy.bind(self)
-        mc, mf = constants(model, self.capacity, k.REFERENCE)
+        mc, mf = constants(model, int(capacity), k.REFERENCE)
         mc[k.M_LIVE] = 1
         mf[k.F_ALPHA] = policy.alpha
         self.mf = mf
         self.st = k.live_start(mc, mf, 64, 1024)
         self.sc = self.st[1]
         self._kvpt, self._ckb = int(mc[k.M_KVPT]), int(mc[k.M_CKB])
+
+    # ----- capacity: a shared pool moves it and reclaims pages ------------------------
+    @property
+    def capacity(self) -> int:
+        return int(self.st[2][self.k.M_CAP])
+
+    @capacity.setter
+    def capacity(self, nbytes: int) -> None:
+        self.st[2][self.k.M_CAP] = nbytes
+
+    def shrink_to(self, limit: int) -> int:
+        """``PrefixCache.shrink_to``: evict victims until at most ``limit`` bytes are cached,
+        set the capacity (never below what pinned nodes keep); the bytes still cached."""
+        self.capacity = max(int(limit), 0)
+        self.k.live_shrink(self.st)
+        self.capacity = max(self.capacity, self.used_bytes)
+        policy = self.policy
+        if policy.phase == "warmup" and self.sc[self.k.S_CHOSE]:
+            policy.end_warmup()  # ``MarconiPolicy.choose_victim``'s first call
+        return self.used_bytes
 
     # ----- reads ----------------------------------------------------------------------
     @property
