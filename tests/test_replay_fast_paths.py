@@ -121,8 +121,8 @@ def plain_reference_changed(self: Any, node: Any) -> None:
     if not self.cache.candidate(node):
         self.table.drop(node)
         return
-    node.eff = self.flops._efficiency(node.depth, len(node.tokens))
-    self.table.set(node, self._stamp[id(node)], node.eff, held=node.lock > 0)
+    eff = self.flops._efficiency(node.depth, len(node.tokens))
+    self.table.set(node, self._stamp[id(node)], eff, held=node.lock > 0)
 
 
 def plain_twin_changed(self: Any, node: Any) -> None:
@@ -132,8 +132,8 @@ def plain_twin_changed(self: Any, node: Any) -> None:
         return
     n_tok = len(node.tokens)
     held = cache.node_bytes(node)
-    node.eff = self.flops.total(n_tok, node.depth - n_tok) / held if held else 0.0
-    self.table.set(node, node.t, node.eff)
+    eff = self.flops.total(n_tok, node.depth - n_tok) / held if held else 0.0
+    self.table.set(node, node.t, eff)
 
 
 def plain_match(self: Any, seq: np.ndarray) -> Any:

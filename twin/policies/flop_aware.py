@@ -73,7 +73,6 @@ class FlopAwareEviction(Policy):
             held = cache.node_bytes(node)
             saved = self.flops.total(n_tok, node.depth - n_tok)  # beyond its parent
             eff = self._eff[key] = saved / held if held else 0.0
-        node.eff = eff
         self.table.set(node, node.t, eff)
 
     def on_node_removed(self, node: Any, into: Any | None = None) -> None:

@@ -185,9 +185,9 @@ class ReferenceFlopAwareEviction(Policy):
         if not cache.candidate(node):
             self.table.drop(node)
             return
-        node.eff = self.flops.efficiency(node.depth, len(node.tokens))
+        eff = self.flops.efficiency(node.depth, len(node.tokens))
         # A pinned candidate is scored but held back (module docstring, "Candidates").
-        self.table.set(node, self._stamp[id(node)], node.eff, held=node.lock > 0)
+        self.table.set(node, self._stamp[id(node)], eff, held=node.lock > 0)
 
     def on_node_removed(self, node: Any, into: Any | None = None) -> None:
         stamp = self._stamp.pop(id(node), 0)
