@@ -67,6 +67,11 @@ class NothingCached:
     def insert_at_prefill_end(self, adm: Admission) -> int:
         return 0
 
+    def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+        """``RequestCache.serve`` (a replay's request): a miss."""
+        self.admissions += 1
+        return _MISS
+
     def insert_at_completion(self, adm: Admission) -> int:
         return 0
 

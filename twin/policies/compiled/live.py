@@ -27,6 +27,7 @@ prompt modules whose longest sequence keeps every efficiency exact.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +41,14 @@ if TYPE_CHECKING:
     from twin.policies.marconi import MarconiPolicy
 
 _MISS = Hit(0, None)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedNode:
+    """The node a served request hit, by creation id (``RequestCache.serve``'s
+    ``hit.node.nid``, what a replay records): its own node is not pinned any more."""
+
+    nid: int
 
 
 def live_cache(
@@ -199,6 +208,20 @@ class LiveRequests:
         at_completion = [p for p in positions if p > n]
         hit = Hit(int(cache.st[0][k.DEP, node]), int(node)) if node else _MISS
         return Admission(order, prompt, full, hit, at_prefill, at_completion)
+
+    def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+        """``RequestCache.serve`` (a replay's request): admission, one insert of every
+        checkpoint, release; the clock then points to the next request."""
+        adm = self.admit(prompt, full, modules)
+        node = adm.node
+        if node is not None:
+            adm.hit = Hit(adm.hit.length, ServedNode(int(self.cache.st[0][self.cache.k.NID, node])))
+        positions = adm.at_prefill + adm.at_completion
+        if positions:
+            self._insert(full, positions)
+        self.release(adm)
+        self.cache.sc[self.cache.k.S_CLOCK] = self.admissions
+        return adm.hit
 
     def insert_at_prefill_end(self, adm: Admission) -> int:
         """``RequestCache.insert_at_prefill_end``: the checkpoints inside the prompt."""
