@@ -222,8 +222,8 @@ def test_online_tuning_is_the_same_compiled(policy, memory, tmp_path, monkeypatc
     init = LiveCache.__init__
     monkeypatch.setattr(LiveCache, "__init__", lambda self, *a: made.append(1) or init(self, *a))
     summary, *fast = once(tmp_path / "compiled")
-    # marconi's replicas hold the compiled live cache; marconi-twin's the Python one.
-    assert len(made) == (2 if policy == "marconi" else 0)
+    # Both Marconis' replicas hold the compiled live cache.
+    assert len(made) == 2
     boots = [r["policy"]["bootstrap"] for r in summary["replicas"]]
     assert all(b.get("completed") for b in boots), boots
     assert len({str(sorted(b["grid"].items())) for b in boots}) == len(boots)
