@@ -19,7 +19,7 @@ from test_policies_props import traces
 
 from twin.cache import CacheSnapshot, PrefixCache, RequestCache
 from twin.policies.alpha_tuning import ALPHA_GRID, grid_scores
-from twin.policies.compiled import compiled_grid_runs, supported
+from twin.policies.compiled import compiled_grid_runs
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
 from twin.policies.oracle import OraclePolicy
@@ -219,18 +219,21 @@ def test_marconi_tuning_is_the_same_compiled(name, monkeypatch):
 
 def test_where_the_compiled_replay_does_not_apply():
     requests = _requests([(np.array([1, 2, 3]), np.array([4]))])
+
+    def runs(model, cls, reqs) -> bool:
+        return compiled_grid_runs(model, 10**6, reqs, (0.0,), cls) is not None
+
     for cls in (MarconiPolicy, OraclePolicy, MarconiTwinPolicy):
-        assert supported(HYBRID, cls, requests, None)
+        assert runs(HYBRID, cls, requests)
     # Another policy, models it does not transliterate.
-    assert not supported(HYBRID, SGLangPlusPolicy, requests, None)
+    assert not runs(HYBRID, SGLangPlusPolicy, requests)
     for name in ("tiny-transformer", "tiny-swa-hybrid"):
-        assert not supported(get_model(name), MarconiPolicy, requests, None)
+        assert not runs(get_model(name), MarconiPolicy, requests)
     # Declared prompt modules, token ids past int32, FLOP counts past 2**53.
     with_modules = [(requests[0][0], 3, np.array([0, 1, 3], np.int32))]
-    assert not supported(HYBRID, MarconiPolicy, with_modules, None)
+    assert not runs(HYBRID, MarconiPolicy, with_modules)
     wide = [(np.array([2**31, 2], np.int64), 1)]  # would wrap if cast to int32
-    assert not supported(HYBRID, MarconiPolicy, wide, None)
-    assert supported(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, -(2**31)], np.int64), 1)], None)
+    assert not runs(HYBRID, MarconiPolicy, wide)
+    assert runs(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, -(2**31)], np.int64), 1)])
     huge = [(np.zeros(30_000_000, np.int32), 1)]
-    assert not supported(get_model("marconi-hybrid-7b"), MarconiPolicy, huge, None)
-    assert compiled_grid_runs(HYBRID, 10**6, requests, (0.0,), SGLangPlusPolicy) is None
+    assert not runs(get_model("marconi-hybrid-7b"), MarconiPolicy, huge)
