@@ -39,6 +39,10 @@ class EmptyCache:
     def peek(self, seq: np.ndarray) -> int:
         return 0
 
+    def verify(self) -> None:
+        """``PrefixCache.verify`` of an empty tree: nothing held (tests and debugging)."""
+        assert self.used_bytes == 0 <= self.capacity
+
     def shrink_to(self, limit: int) -> int:
         """``PrefixCache.shrink_to`` of an empty tree: the capacity follows a shared pool."""
         self.capacity = max(int(limit), 0)

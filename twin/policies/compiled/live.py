@@ -123,6 +123,25 @@ class LiveCache:
         if self.reference and policy.phase == "warmup" and self.sc[self.k.S_CHOSE]:
             policy.end_warmup()  # type: ignore[union-attr]
 
+    def live_nodes(self) -> list[int]:
+        """The ids of the nodes in the tree (the root and reused ids aside)."""
+        k = self.k
+        parents = self.st[0][k.PAR, 1 : int(self.sc[k.S_NEXT])]
+        ids: list[int] = (np.flatnonzero(parents >= 0) + 1).tolist()
+        return ids
+
+    def verify(self) -> None:
+        """``PrefixCache.verify``'s invariants (tests and debugging; O(nodes)): the counters
+        match the nodes, an unpinned node holds a state or branches, the capacity holds."""
+        k, nd = self.k, self.st[0]
+        live = self.live_nodes()
+        assert int(nd[k.LEN, live].sum()) == int(self.sc[k.S_KV]), "KV tokens drifted"
+        assert int(nd[k.CKPT, live].sum()) == int(self.sc[k.S_CKPTS]), "states drifted"
+        for v in live:
+            assert nd[k.LEN, v] > 0 and nd[k.DEP, v] == nd[k.DEP, nd[k.PAR, v]] + nd[k.LEN, v]
+            assert nd[k.LOCK, v] or nd[k.CKPT, v] or nd[k.NCH, v] >= 2, f"untidy node {v}"
+        assert self.used_bytes <= self.capacity, "capacity exceeded"
+
     # ----- reads ----------------------------------------------------------------------
     @property
     def clock(self) -> int:
