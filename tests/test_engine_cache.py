@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 from test_engine_helpers import LinearPricer, doc_qa, generated, run
+from test_marconi_compiled import python_path
 
 from twin.cache import RequestCache
 from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
@@ -186,10 +187,21 @@ def test_summary_carries_configuration_and_occupancy(tmp_path):
         assert rep["cache"]["peak_bytes"] <= int(2e9)
 
 
+_HYBRID = get_model("tiny-hybrid")
+# A dedicated cache of 400 kB, or a shared pool of as much beside the weights (its
+# cache's capacity is what running requests leave: it shrinks and grows with them).
+MEMORY = {
+    "dedicated": {"cache_bytes": int(4e5)},
+    "shared_pool": {"shared_pool": True, "gpu_memory_bytes": (_HYBRID.weight_bytes + 4e5) / 0.9},
+}
+
+
+@pytest.mark.parametrize("memory", list(MEMORY))
 @pytest.mark.parametrize("policy", ["marconi", "marconi-twin"])
-def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
-    """The replicas' alpha grids replay as compiled code (``policies.compiled``) or in
-    Python (``TWIN_COMPILED_REPLAY=0``): the outputs are byte-identical."""
+def test_online_tuning_is_the_same_compiled(policy, memory, tmp_path, monkeypatch):
+    """The replicas' caches and alpha grids run as compiled code (``policies.compiled``)
+    or in Python (``python_path``), in a dedicated cache or a shared pool: the outputs
+    are byte-identical."""
 
     def once(out):
         summary, _ = run(
@@ -198,9 +210,9 @@ def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
             out=out,
             replicas=2,
             policy=policy,
-            cache_bytes=int(4e5),
             session_rate=2.0,
             seed=3,
+            **MEMORY[memory],
         )
         return summary, (out / REQUESTS_FILE).read_bytes(), (out / SUMMARY_FILE).read_bytes()
 
@@ -210,12 +222,13 @@ def test_online_tuning_is_the_same_compiled(policy, tmp_path, monkeypatch):
     init = LiveCache.__init__
     monkeypatch.setattr(LiveCache, "__init__", lambda self, *a: made.append(1) or init(self, *a))
     summary, *fast = once(tmp_path / "compiled")
-    # marconi's replicas hold the compiled live cache; marconi-twin's the Python one.
-    assert len(made) == (2 if policy == "marconi" else 0)
+    # Both Marconis' replicas hold the compiled live cache.
+    assert len(made) == 2
     boots = [r["policy"]["bootstrap"] for r in summary["replicas"]]
     assert all(b.get("completed") for b in boots), boots
     assert len({str(sorted(b["grid"].items())) for b in boots}) == len(boots)
-    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
+    assert all(r["cache"]["evictions"] for r in summary["replicas"])
+    python_path(monkeypatch)
     _, *slow = once(tmp_path / "python")
     assert fast == slow
 

@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns, write_rows
 
 from twin.cache import BlockCache, PrefixCache
+from twin.cache.empty import EmptyCache
 from twin.engine import EngineConfig
 from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.engine.replica import Replica
+from twin.policies.compiled import kernel
+from twin.policies.compiled.live import LiveCache
 from twin.presets import get_model
 from twin.workloads.schema import WorkloadRow
 
@@ -30,6 +33,10 @@ def _nodes(cache: PrefixCache) -> Iterator:
 def _pins(cache) -> int:
     if isinstance(cache, PrefixCache):
         return sum(node.lock for node in _nodes(cache))
+    if isinstance(cache, LiveCache):  # ``marconi`` in the pool: the compiled tree
+        return int(cache.st[0][kernel.LOCK, cache.live_nodes()].sum())
+    if isinstance(cache, EmptyCache):  # ``vanilla``
+        return 0
     assert isinstance(cache, BlockCache)
     return sum(sum(s.locks.values()) for s in set(cache.blocks.values()) if s.locks)
 

@@ -6,7 +6,7 @@ every request the same hit and leave the same counters, on random traces with
 ties (a vocabulary of four tokens), truncated admissions (capacities of a few
 tokens and states), from an empty cache or a snapshot, at every alpha; and the
 two callers (``grid_scores``, the ``oracle`` replay) must give the same results
-with it as without it (``TWIN_COMPILED_REPLAY=0``).
+with it as without it (:func:`python_path`: the package itself has no switch).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from test_policies_props import traces
 
 from twin.cache import CacheSnapshot, PrefixCache, RequestCache
 from twin.policies.alpha_tuning import ALPHA_GRID, grid_scores
-from twin.policies.compiled import compiled_grid_runs, supported
+from twin.policies.compiled import compiled_grid_runs
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
 from twin.policies.oracle import OraclePolicy
@@ -28,6 +28,16 @@ from twin.presets import get_model
 from twin.replay import Trace, replay
 
 HYBRID = get_model("tiny-hybrid")
+
+
+def python_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Marconi in Python alone from here on: the compiled grid and the compiled live
+    cache decline, as they do where they do not apply (the oracle they are held to)."""
+    import twin.policies.compiled as compiled
+    import twin.policies.compiled.live as live
+
+    monkeypatch.setattr(compiled, "compiled_grid_runs", lambda *args, **kwargs: None)
+    monkeypatch.setattr(live, "live_cache", lambda *args, **kwargs: None)
 
 
 def _capacity(tokens: int, states: int, model=HYBRID) -> int:
@@ -175,7 +185,7 @@ def test_grid_scores_with_and_without_the_compiled_replay(trace, tokens, states)
             fast = grid_scores(snap, HYBRID, window, cls, metric, grid)
             assert fast == grid_scores(snap, HYBRID, window, cls, metric, grid, exhaustive=True)
             with pytest.MonkeyPatch.context() as m:
-                m.setenv("TWIN_COMPILED_REPLAY", "0")
+                python_path(m)
                 assert fast == grid_scores(snap, HYBRID, window, cls, metric, grid)
 
 
@@ -186,7 +196,7 @@ def test_oracle_replay_is_the_same_compiled(metric, monkeypatch):
     capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
     options = {"alpha_metric": metric}
     fast = replay(trace, HYBRID, capacity, "oracle", options, per_request=True)
-    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
+    python_path(monkeypatch)
     slow = replay(trace, HYBRID, capacity, "oracle", options, per_request=True)
     assert fast.details == slow.details and len(set(fast.details["grid"].values())) > 1
     assert {**fast.to_dict(), "wall_s": 0} == {**slow.to_dict(), "wall_s": 0}
@@ -202,25 +212,28 @@ def test_marconi_tuning_is_the_same_compiled(name, monkeypatch):
     capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
     fast = replay(trace, HYBRID, capacity, name, per_request=True)
     assert fast.details["bootstrap"]["completed"]
-    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
+    python_path(monkeypatch)
     slow = replay(trace, HYBRID, capacity, name, per_request=True)
     assert {**fast.to_dict(), "wall_s": 0} == {**slow.to_dict(), "wall_s": 0}
 
 
 def test_where_the_compiled_replay_does_not_apply():
     requests = _requests([(np.array([1, 2, 3]), np.array([4]))])
+
+    def runs(model, cls, reqs) -> bool:
+        return compiled_grid_runs(model, 10**6, reqs, (0.0,), cls) is not None
+
     for cls in (MarconiPolicy, OraclePolicy, MarconiTwinPolicy):
-        assert supported(HYBRID, cls, requests, None)
+        assert runs(HYBRID, cls, requests)
     # Another policy, models it does not transliterate.
-    assert not supported(HYBRID, SGLangPlusPolicy, requests, None)
+    assert not runs(HYBRID, SGLangPlusPolicy, requests)
     for name in ("tiny-transformer", "tiny-swa-hybrid"):
-        assert not supported(get_model(name), MarconiPolicy, requests, None)
+        assert not runs(get_model(name), MarconiPolicy, requests)
     # Declared prompt modules, token ids past int32, FLOP counts past 2**53.
     with_modules = [(requests[0][0], 3, np.array([0, 1, 3], np.int32))]
-    assert not supported(HYBRID, MarconiPolicy, with_modules, None)
+    assert not runs(HYBRID, MarconiPolicy, with_modules)
     wide = [(np.array([2**31, 2], np.int64), 1)]  # would wrap if cast to int32
-    assert not supported(HYBRID, MarconiPolicy, wide, None)
-    assert supported(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, -(2**31)], np.int64), 1)], None)
+    assert not runs(HYBRID, MarconiPolicy, wide)
+    assert runs(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, -(2**31)], np.int64), 1)])
     huge = [(np.zeros(30_000_000, np.int32), 1)]
-    assert not supported(get_model("marconi-hybrid-7b"), MarconiPolicy, huge, None)
-    assert compiled_grid_runs(HYBRID, 10**6, requests, (0.0,), SGLangPlusPolicy) is None
+    assert not runs(get_model("marconi-hybrid-7b"), MarconiPolicy, huge)

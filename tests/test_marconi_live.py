@@ -1,12 +1,15 @@
-"""The compiled live cache (``policies.compiled.live``) equals ``PrefixCache`` under ``marconi``.
+"""The compiled live cache (``policies.compiled.live``) equals ``PrefixCache`` under ``marconi``
+and ``marconi-twin``.
 
 The engine calls the request protocol a step at a time, interleaving requests:
 admissions, inserts at a prefill's end and at completion, releases. Here
 hypothesis draws traces (a vocabulary of four: many ties and shared prefixes),
 capacities of a few tokens and states, alphas fixed or tuned online, and an
-interleaving of those calls; both caches must answer every call alike (hits,
-checkpoint positions, states admitted, tokens cached) and end with the same
-counters, nodes and policy record. A long run checks that the live cache's
+interleaving of those calls, with a shared pool's reclaims between them
+(``shrink_to`` a part of what is cached, then the capacity given back); both
+caches must answer every call alike (hits, checkpoint positions, states
+admitted, tokens cached, bytes left) and end with the same counters, nodes
+and policy record. A long run checks that the live cache's
 memory follows what it holds, not what it served.
 """
 
@@ -15,7 +18,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies_props import traces
@@ -24,6 +26,8 @@ from twin.cache import RequestCache, cache_stats
 from twin.cache.requests import request_cache_for
 from twin.policies.compiled.live import LiveCache, live_cache
 from twin.policies.marconi import MarconiPolicy
+from twin.policies.marconi_twin import MarconiTwinPolicy
+from twin.policies.oracle import OraclePolicy
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -33,11 +37,9 @@ def _capacity(tokens: int, states: int) -> int:
     return tokens * HYBRID.kv_bytes_per_token + states * HYBRID.ssm_checkpoint_bytes
 
 
-def _pair(capacity: int, alpha: float | None, multiplier: float):
-    python = MarconiPolicy(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(
-        HYBRID, capacity
-    )
-    live = LiveCache(HYBRID, capacity, MarconiPolicy(alpha=alpha, bootstrap_multiplier=multiplier))
+def _pair(capacity: int, alpha: float | None, multiplier: float, cls=MarconiPolicy):
+    python = cls(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(HYBRID, capacity)
+    live = LiveCache(HYBRID, capacity, cls(alpha=alpha, bootstrap_multiplier=multiplier))
     return python, RequestCache(python), live, live.request_cache()
 
 
@@ -49,15 +51,30 @@ def _state(cache) -> tuple:
     )
 
 
-def _run(pairs, capacity: int, alpha: float | None, multiplier: float, choices: list[int]):
-    """Serve ``pairs`` on both caches, interleaved by ``choices``; compare every answer."""
-    python, py_req, live, live_req = _pair(capacity, alpha, multiplier)
+def _run(
+    pairs,
+    capacity: int,
+    alpha: float | None,
+    multiplier: float,
+    choices: list[int],
+    pool: bool = False,
+    cls: type = MarconiPolicy,
+):
+    """Serve ``pairs`` on both caches under ``cls``, interleaved by ``choices``; compare
+    every answer. ``pool``: a shared pool also reclaims cached bytes now and then
+    (``shrink_to``)."""
+    python, py_req, live, live_req = _pair(capacity, alpha, multiplier, cls)
     waiting = list(range(len(pairs)))
     running: list[list] = []  # [request, stage, python admission, live admission]
     step = 0
     while waiting or running:
         pick = choices[step % len(choices)] if choices else 0
         step += 1
+        if pool and pick % 4 == 3 and step % 2:
+            limit = python.used_bytes * (pick % 3) // 3  # a running request's allocation
+            assert python.shrink_to(limit) == live.shrink_to(limit), f"reclaim at {step}"
+            assert python.capacity == live.capacity and python.evictions == live.evictions
+            python.capacity = live.capacity = capacity  # the request's pages come back
         if waiting and (not running or pick % 3 == 0):
             i = waiting.pop(0)
             prompt, output = pairs[i]
@@ -86,6 +103,10 @@ def _run(pairs, capacity: int, alpha: float | None, multiplier: float, choices: 
         entry[1] += 1
         assert python.used_bytes == live.used_bytes, f"after a step of request {i}"
     assert _state(python) == _state(live)
+    a, b = python.snapshot(), live.snapshot()  # the live tree exported as the radix tree's
+    assert np.array_equal(a.offsets, b.offsets) and np.array_equal(a.tokens, b.tokens)
+    a.offsets = b.offsets = a.tokens = b.tokens = np.zeros(0)
+    assert a == b
     for prompt, _ in pairs[:5]:
         assert python.peek(prompt) == live.peek(prompt)
     python.verify()
@@ -102,9 +123,11 @@ SETTINGS = settings(max_examples=150, deadline=None)
     st.integers(0, 4),
     st.sampled_from([0.0, 0.1, 0.7, 1.0, 2.0]),
     st.lists(st.integers(0, 30), max_size=40),
+    st.booleans(),
+    st.sampled_from([MarconiPolicy, MarconiTwinPolicy]),
 )
-def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices) -> None:
-    _run(pairs, _capacity(tokens, states), alpha, 5.0, choices)
+def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices, pool, cls) -> None:
+    _run(pairs, _capacity(tokens, states), alpha, 5.0, choices, pool, cls)
 
 
 @SETTINGS
@@ -114,10 +137,13 @@ def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices) -> None:
     st.integers(1, 4),
     st.sampled_from([1.0, 1.5, 2.0, 3.0]),
     st.lists(st.integers(0, 30), max_size=40),
+    st.booleans(),
+    st.sampled_from([MarconiPolicy, MarconiTwinPolicy]),
 )
-def test_tuned_online_interleaved(pairs, tokens, states, multiplier, choices) -> None:
-    """Alpha tuned online: the window, its snapshot and the chosen alpha are the same."""
-    python, live = _run(pairs, _capacity(tokens, states), None, multiplier, choices)
+def test_tuned_online_interleaved(pairs, tokens, states, multiplier, choices, pool, cls) -> None:
+    """Alpha tuned online: the window, its snapshot (``marconi-twin``'s is of a cache
+    that has evicted: the live tree's own, exported) and the chosen alpha are the same."""
+    python, live = _run(pairs, _capacity(tokens, states), None, multiplier, choices, pool, cls)
     assert python.policy.stats() == live.policy.stats()
 
 
@@ -149,16 +175,15 @@ def test_tuning_completes_and_memory_follows_the_cache() -> None:
 
 
 def test_engine_picks_it_only_where_exact() -> None:
-    """``marconi`` on an SSM hybrid gets the live cache; a subclass, a model without SSM
-    layers, or a workload too long for exact efficiencies, the Python one."""
+    """``marconi`` and ``marconi-twin`` on an SSM hybrid get the live cache; a subclass
+    (``oracle``), a model without SSM layers, or a workload too long for exact
+    efficiencies, the Python one."""
     policy = MarconiPolicy()
     assert isinstance(policy.make_engine_cache(HYBRID, 10**9, lambda: 1000), LiveCache)
+    twin = MarconiTwinPolicy().make_engine_cache(HYBRID, 10**9, lambda: 1000)
+    assert isinstance(twin, LiveCache) and not twin.reference
+    assert live_cache(OraclePolicy(), HYBRID, 10**9, lambda: 1000) is None
     assert live_cache(policy, HYBRID, 10**9, lambda: 10**9) is None
     assert live_cache(policy, get_model("tiny-transformer"), 10**9, lambda: 1000) is None
     cache = policy.make_engine_cache(HYBRID, 10**9, lambda: 1000)
     assert request_cache_for(cache).__class__.__name__ == "LiveRequests"
-
-
-def test_off_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TWIN_COMPILED_REPLAY", "0")
-    assert live_cache(MarconiPolicy(), HYBRID, 10**9, lambda: 1000) is None

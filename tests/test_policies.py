@@ -113,7 +113,8 @@ def _two_leaves(alpha: float):
     # tree.match, not lookup: a lookup is an access and would refresh them.
     long_leaf = cache.tree.match(seq(0, 200)).node
     short_leaf = cache.tree.match(seq(1000, 2)).node
-    assert long_leaf.eff > 10 * short_leaf.eff
+    table = cache.policy.table
+    assert table.f[long_leaf.slot] > 10 * table.f[short_leaf.slot]
     return cache, long_leaf, short_leaf
 
 
@@ -252,10 +253,13 @@ class _ScanMarconi(get_policy("marconi-twin").__class__):
         if not nodes:
             return None
         r = [float(n.t) for n in nodes]
-        f = [n.eff for n in nodes]
+        f = [self.table.f[n.slot] for n in nodes]
         a = 1.0 / (max(r) - min(r)) if max(r) > min(r) else 0.0
         b = self.alpha / (max(f) - min(f)) if self.alpha > 0 and max(f) > min(f) else 0.0
-        return min(nodes, key=lambda n: ((n.t - min(r)) * a + (n.eff - min(f)) * b, n.t, n.nid))
+        eff = {n.nid: e for n, e in zip(nodes, f, strict=True)}
+        return min(
+            nodes, key=lambda n: ((n.t - min(r)) * a + (eff[n.nid] - min(f)) * b, n.t, n.nid)
+        )
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.4, 2.0])

@@ -1,10 +1,14 @@
 """The replay's fast paths give exactly what their plain versions give (issue 16).
 
-Each fast path keeps a plain version here as the oracle: the Marconi victim as
-the reference code writes it (out-of-place ``alpha x normalise(eff) +
-normalise(recency)``, ties found by comparing the rest of the rows), FLOP
+Each fast path keeps a plain version here as the oracle: the Marconi victims as
+numpy passes (the reference's out-of-place ``alpha x normalise(eff) +
+normalise(recency)``, ties found by comparing the rest of the rows; the twin's
+``r_norm + alpha x f_norm``), where the package runs each rule once, compiled
+(``policies.compiled.kernel.reference_victim_row`` and ``twin_victim_row``, shared
+by the Python tree and the compiled one), FLOP
 efficiencies computed afresh for every change (no memo), and every match
-walked from the root (no remembered matches). Whole replays under both must
+walked from the root (no remembered matches), and ``marconi`` on the radix tree
+(not the compiled live cache). Whole replays under both must
 agree on every number: hits and hit nodes per request, the chosen alpha, the
 recorded grid scores and the cache counters, for ``marconi``, ``marconi-twin``
 and ``oracle`` under every alpha metric, on random traces with ties (a
@@ -23,17 +27,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies_props import traces
 
-import twin.policies.flop_aware as flop_aware
+import twin.policies.compiled.live as live
 import twin.policies.reference_score as reference_score
 from twin.cache import PrefixCache
-from twin.policies.candidate_table import tied_after
+from twin.policies.compiled import kernel
 from twin.policies.flop_aware import FlopAwareEviction
-from twin.policies.reference_score import (
-    ReferenceFlopAwareEviction,
-    ReferenceFlops,
-    normalise,
-    preorder_key,
-)
+from twin.policies.reference_score import ReferenceFlopAwareEviction, ReferenceFlops, preorder_key
 from twin.presets import get_model
 from twin.replay import Trace, replay
 
@@ -67,16 +66,24 @@ def plain_tied_after(score: np.ndarray, i: int) -> bool:
     return bool((score[i + 1 :] == score[i]).any())
 
 
+def plain_reference_scores(
+    r: np.ndarray, f: np.ndarray, held: np.ndarray, now: int, alpha: float
+) -> np.ndarray:
+    """``evict_v2``'s scores as the reference writes them (held rows: infinity)."""
+    score = plain_normalise(1.0 / (now - r))
+    if alpha:
+        score = alpha * plain_normalise(f) + score
+    score[held] = np.inf  # pinned candidates count in the scaling, never win
+    return score
+
+
 def plain_victim_at(self: Any, now: int) -> Any:
     """``evict_v2``'s victim as the reference writes it."""
     t = self.table
     n = t.n
     if n == t.n_held:
         return None
-    score = plain_normalise(1.0 / (now - t.r[:n]))
-    if self.alpha:
-        score = self.alpha * plain_normalise(t.f[:n]) + score
-    score[t.held[:n]] = np.inf  # pinned candidates count in the scaling, never win
+    score = plain_reference_scores(t.r[:n], t.f[:n], t.held[:n], now, self.alpha)
     i = int(score.argmin())
     if plain_tied_after(score, i):
         tied = np.flatnonzero(score == score[i]).tolist()
@@ -84,12 +91,40 @@ def plain_victim_at(self: Any, now: int) -> Any:
     return t.nodes[i]
 
 
+def plain_reference_victim(self: Any, cache: Any) -> Any:
+    """``ReferenceFlopAwareEviction.choose_victim``: ``evict``'s tick, then the victim."""
+    t = self.table
+    if t.n == t.n_held:
+        return None
+    if not self._evict_ticked or t.r[: t.n].max() >= self.now:
+        self.now += 1
+        self._evict_ticked = True
+    return plain_victim_at(self, self.now)
+
+
+def plain_twin_row(r: np.ndarray, f: np.ndarray, nid: np.ndarray, alpha: float) -> int:
+    """``marconi-twin``'s victim row: the least ``r_norm + alpha x f_norm`` (recency
+    alone unscaled), an exact tie to the older, then the first created."""
+    a = 1.0 / (r.max() - r.min()) if r.max() > r.min() else 0.0
+    b = alpha / (f.max() - f.min()) if alpha > 0 and f.max() > f.min() else 0.0
+    score = r.copy() if b == 0.0 else (r - r.min()) * a + (f - f.min()) * b
+    tied = np.flatnonzero(score == score.min()).tolist()
+    return min(tied, key=lambda j: (r[j], nid[j]))
+
+
+def plain_twin_victim(self: Any, cache: Any) -> Any:
+    t = self.table
+    if t.n == 0:
+        return None
+    return t.nodes[plain_twin_row(t.r[: t.n], t.f[: t.n], t.nid[: t.n], self.alpha)]
+
+
 def plain_reference_changed(self: Any, node: Any) -> None:
     if not self.cache.candidate(node):
         self.table.drop(node)
         return
-    node.eff = self.flops._efficiency(node.depth, len(node.tokens))
-    self.table.set(node, self._stamp[id(node)], node.eff, held=node.lock > 0)
+    eff = self.flops._efficiency(node.depth, len(node.tokens))
+    self.table.set(node, self._stamp[id(node)], eff, held=node.lock > 0)
 
 
 def plain_twin_changed(self: Any, node: Any) -> None:
@@ -99,8 +134,8 @@ def plain_twin_changed(self: Any, node: Any) -> None:
         return
     n_tok = len(node.tokens)
     held = cache.node_bytes(node)
-    node.eff = self.flops.total(n_tok, node.depth - n_tok) / held if held else 0.0
-    self.table.set(node, node.t, node.eff)
+    eff = self.flops.total(n_tok, node.depth - n_tok) / held if held else 0.0
+    self.table.set(node, node.t, eff)
 
 
 def plain_match(self: Any, seq: np.ndarray) -> Any:
@@ -111,11 +146,16 @@ def plain_paths() -> ExitStack:
     stack = ExitStack()
     stack.enter_context(mock.patch.object(ReferenceFlopAwareEviction, "victim_at", plain_victim_at))
     stack.enter_context(
+        mock.patch.object(ReferenceFlopAwareEviction, "choose_victim", plain_reference_victim)
+    )
+    stack.enter_context(mock.patch.object(FlopAwareEviction, "choose_victim", plain_twin_victim))
+    stack.enter_context(
         mock.patch.object(ReferenceFlopAwareEviction, "on_node_changed", plain_reference_changed)
     )
     stack.enter_context(mock.patch.object(FlopAwareEviction, "on_node_changed", plain_twin_changed))
-    stack.enter_context(mock.patch.object(flop_aware, "tied_after", plain_tied_after))
     stack.enter_context(mock.patch.object(PrefixCache, "_match", plain_match))
+    # ``marconi``'s replay runs on the compiled live cache: the plain run on the radix tree.
+    stack.enter_context(mock.patch.object(live, "live_cache", lambda *args, **kwargs: None))
     return stack
 
 
@@ -152,26 +192,63 @@ def test_fast_replay_equals_the_plain_one(
 
 
 # ----- the pieces --------------------------------------------------------------------
-floats = st.lists(st.sampled_from([0.0, 0.25, 1.0, 1e-9, 3.0, 7.5, 1e6]), min_size=1, max_size=40)
 
 
-@settings(max_examples=200, deadline=None)
-@given(values=floats)
-def test_normalise_in_place_equals_out_of_place(values):
-    x = np.array(values)
-    before = x.copy()
-    assert np.array_equal(normalise(x), plain_normalise(x))
-    assert np.array_equal(x, before)  # its input is never written
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(0, 6), st.sampled_from([0.0, 0.25, 1.0, 1e-9, 3.0, 7.5, 1e6]), st.booleans()
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    alpha=st.sampled_from([0.0, 0.1, 0.7, 1.0, 2.0]),
+    ahead=st.integers(0, 2),
+)
+def test_reference_victim_row_is_the_plain_pass(rows, alpha, ahead):
+    """The compiled rule picks the plain pass's first minimum, with the same scores, and
+    says when another row ties it (stamps from a small range: ties are common)."""
+    r = np.array([float(stamp) for stamp, _, _ in rows])
+    f = np.array([eff for _, eff, _ in rows])
+    held = np.array([h for _, _, h in rows])
+    now = int(r.max()) + ahead  # ``ahead`` 0: a stamp reached the clock (``evict`` ticks)
+    n, n_held = len(rows), int(held.sum())
+    score = np.zeros(n)
+    # -1: scored at ``now`` as given (``victim_at``, always after every stamp).
+    for ticked in (-1, 0, 1) if ahead else (0, 1):
+        row, tied, after = kernel.reference_victim_row(
+            r, f, held, n, n_held, now, ticked, alpha, score
+        )
+        if n_held == n:  # no victim: the clock does not tick
+            assert (row, after) == (-1, now)
+            continue
+        ticks = ticked == 0 or (ticked == 1 and r.max() >= now)
+        assert after == now + ticks
+        expected = plain_reference_scores(r, f, held, after, alpha)
+        assert np.array_equal(score, expected)
+        assert row == int(expected.argmin())
+        assert tied == plain_tied_after(expected, row)
 
 
-@settings(max_examples=200, deadline=None)
-@given(values=floats)
-def test_tied_after_finds_exactly_the_ties(values):
-    score = np.array(values)
-    before = score.copy()
-    i = int(score.argmin())
-    assert tied_after(score, i) == plain_tied_after(score, i)
-    assert np.array_equal(score, before)  # the masked row is restored
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 6), st.sampled_from([0.0, 0.25, 1.0, 1e-9, 3.0, 7.5, 1e6])),
+        min_size=1,
+        max_size=40,
+    ),
+    alpha=st.sampled_from([0.0, 0.1, 0.7, 1.0, 2.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_twin_victim_row_is_the_plain_pass(rows, alpha, seed):
+    r = np.array([float(stamp) for stamp, _ in rows])
+    f = np.array([eff for _, eff in rows])
+    nid = np.random.default_rng(seed).permutation(len(rows)).astype(np.int64)
+    expected = plain_twin_row(r, f, nid, alpha)
+    assert kernel.twin_victim_row(r, f, np.arange(len(rows)), nid, len(rows), alpha) == expected
+    empty = np.zeros(0)
+    assert kernel.twin_victim_row(empty, empty, np.zeros(0, np.int64), nid, 0, alpha) == -1
 
 
 @pytest.mark.parametrize("model", [HYBRID, get_model("marconi-hybrid-7b")])

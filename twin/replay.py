@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache import PrefillFlops, RequestCache, cache_stats
+from twin.cache import PrefillFlops, cache_stats
 from twin.cache.base import COUNTERS
+from twin.cache.requests import request_cache_for
 from twin.model import ModelSpec
 from twin.policies import get_policy, policy_class
 from twin.policies.grid import map_alphas
@@ -154,8 +155,12 @@ def _run(
 ) -> ReplayResult:
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
-    cache = policy.make_cache(model, capacity)
-    protocol = RequestCache(cache)
+    if trace.modules:
+        cache = policy.make_cache(model, capacity)
+    else:  # the engine's cache, the policy's fastest exact one (``marconi``: compiled)
+        longest = max((len(full) for full in trace.fulls), default=0)
+        cache = policy.make_engine_cache(model, capacity, lambda: longest)
+    protocol = request_cache_for(cache)
     served = []
     for full, n, mods in _requests(trace):
         hit = protocol.serve(full[:n], full, mods)

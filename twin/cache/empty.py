@@ -39,6 +39,15 @@ class EmptyCache:
     def peek(self, seq: np.ndarray) -> int:
         return 0
 
+    def verify(self) -> None:
+        """``PrefixCache.verify`` of an empty tree: nothing held (tests and debugging)."""
+        assert self.used_bytes == 0 <= self.capacity
+
+    def shrink_to(self, limit: int) -> int:
+        """``PrefixCache.shrink_to`` of an empty tree: the capacity follows a shared pool."""
+        self.capacity = max(int(limit), 0)
+        return 0
+
     def request_cache(self) -> NothingCached:
         """The request protocol (``twin.cache.requests.request_cache_for``)."""
         return NothingCached()
@@ -61,6 +70,11 @@ class NothingCached:
 
     def insert_at_prefill_end(self, adm: Admission) -> int:
         return 0
+
+    def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+        """``RequestCache.serve`` (a replay's request): a miss."""
+        self.admissions += 1
+        return _MISS
 
     def insert_at_completion(self, adm: Admission) -> int:
         return 0

@@ -26,7 +26,6 @@ class Node:
         "ckpt",
         "ckpt_hit",
         "depth",
-        "eff",
         "key",
         "lock",
         "nid",
@@ -48,7 +47,6 @@ class Node:
         self.t = 0  # last access on the cache's clock
         self.nid = nid  # creation order: the deterministic tie-break everywhere
         self.ver = 0  # bumped by the policy on every change (lazy heap invalidation)
-        self.eff = 0.0  # policy-owned cached score (Marconi: FLOP efficiency)
         self.slot = -1  # policy-owned index into a candidate table (-1: not a candidate)
         self.ckpt_hit = False  # its checkpoint served at least one hit (counted once)
 

@@ -233,9 +233,9 @@ class Cluster:
         if not host_tier:
             host_bytes = 0
         policy = get_policy(config.policy, **config.policy_options)
-        if config.shared_pool or host_bytes or workload.has_modules:
+        if host_bytes or workload.has_modules:
             cache = policy.make_cache(model, capacity)
-        else:  # the dedicated cache alone: the policy's fastest exact one
+        else:  # dedicated or in the shared pool: the policy's fastest exact one
             cache = policy.make_engine_cache(model, capacity, longest)
         if host_bytes and config.host_write_policy == "write_back":
             _check_write_back(config.policy, cache)

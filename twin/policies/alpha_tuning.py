@@ -16,7 +16,8 @@ Metrics, each the total over the scored requests of the replayed window:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, serve
 from twin.errors import TwinError
 from twin.limits import MAX_JOBS
 from twin.model import ModelSpec
+from twin.policies.base import Policy
 from twin.policies.grid import map_alphas
 from twin.policies.reference_score import ReferenceFlops
 from twin.policies.shared_prefix import replay_grid
@@ -137,6 +139,16 @@ class TunedAlpha:
         )
         self.phase = "tuned"
         self._snapshot, self._window = None, []
+
+    def make_engine_cache(
+        self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
+    ) -> Any:
+        """The compiled live cache where it runs this policy exactly
+        (:mod:`policies.compiled.live`), else the radix-tree cache."""
+        from twin.policies.compiled.live import live_cache
+
+        live = live_cache(self, model, capacity_bytes, longest)  # type: ignore[arg-type]
+        return live if live is not None else cast(Policy, self).make_cache(model, capacity_bytes)
 
     def stats(self) -> dict[str, Any]:
         return {

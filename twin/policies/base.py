@@ -43,7 +43,8 @@ class Policy:
     def make_engine_cache(
         self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
     ) -> CacheStructure:
-        """The cache the engine runs this policy on, without a host tier or a shared pool:
+        """The cache the engine runs this policy on, without a host tier (dedicated or in
+        a shared pool, which sets its capacity and calls ``shrink_to``):
         :meth:`make_cache`, unless a policy has a faster one with the same results
         (``marconi``: compiled). ``longest()``: the workload's longest input + output."""
         return self.make_cache(model, capacity_bytes)

@@ -3,15 +3,26 @@
 Shared by the two Marconi scores (``policies.flop_aware`` for ``marconi-twin``,
 ``policies.reference_score`` for ``marconi``). A node's ``slot`` indexes its
 row (-1: not a candidate); removing a row moves the last one into its place,
-so a victim is always one vectorised pass over ``r[:n]`` and ``f[:n]``. A
-``held`` row (a pinned node) is scored with the others but is no victim.
+so a victim is always one pass over ``r[:n]`` and ``f[:n]``: the rule's one
+implementation, compiled (:func:`rules`), which the compiled tree of
+``policies.compiled.kernel`` runs on its own table too. A ``held`` row (a
+pinned node) is scored with the others but is no victim.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+
+
+def rules() -> ModuleType:
+    """The victim rules' module (``policies.compiled.kernel``: ``reference_victim_row``,
+    ``twin_victim_row``), loaded on the first victim (numba loads with it)."""
+    from twin.policies.compiled import kernel
+
+    return kernel
 
 
 class CandidateTable:
@@ -23,6 +34,8 @@ class CandidateTable:
         self.f = np.zeros(size)
         self.nid = np.zeros(size, np.int64)
         self.held = np.zeros(size, bool)
+        self.score = np.zeros(size)  # the victim pass's scratch
+        self.rows = np.arange(size)  # row -> row (``twin_victim_row`` reads ``nid[rows[i]]``)
         self.n_held = 0
         self.nodes: list[Any] = []
 
@@ -64,16 +77,5 @@ class CandidateTable:
             new = np.zeros(2 * len(old), old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
-
-
-def tied_after(score: np.ndarray, i: int) -> bool:
-    """Does a row after ``i``, the first minimum of ``score``, score the same?
-
-    A second ``argmin`` with row ``i`` masked (and restored): a few times
-    cheaper than comparing the rest of the rows on a table of a few hundred.
-    """
-    low = score[i]
-    score[i] = np.inf
-    second = score[score.argmin()]
-    score[i] = low
-    return bool(second == low)
+        self.score = np.zeros(len(self.r))
+        self.rows = np.arange(len(self.r))

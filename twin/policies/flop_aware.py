@@ -28,12 +28,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
-
 from twin.cache import PrefillFlops
 from twin.model import ModelSpec
 from twin.policies.base import Policy
-from twin.policies.candidate_table import CandidateTable, tied_after
+from twin.policies.candidate_table import CandidateTable, rules
 
 _MEMO_SIZE = 1 << 16  # efficiencies remembered per model
 
@@ -75,7 +73,6 @@ class FlopAwareEviction(Policy):
             held = cache.node_bytes(node)
             saved = self.flops.total(n_tok, node.depth - n_tok)  # beyond its parent
             eff = self._eff[key] = saved / held if held else 0.0
-        node.eff = eff
         self.table.set(node, node.t, eff)
 
     def on_node_removed(self, node: Any, into: Any | None = None) -> None:
@@ -83,28 +80,5 @@ class FlopAwareEviction(Policy):
 
     def choose_victim(self, cache: Any) -> Any | None:
         t = self.table
-        n = t.n
-        if n == 0:
-            return None
-        r, f = t.r[:n], t.f[:n]
-        # x[x.argmin()] rather than x.min(): same value, a fraction of the overhead.
-        rmin, rmax = r[r.argmin()], r[r.argmax()]
-        a = 1.0 / (rmax - rmin) if rmax > rmin else 0.0
-        b = 0.0
-        if self.alpha > 0:
-            fmin, fmax = f[f.argmin()], f[f.argmax()]
-            b = self.alpha / (fmax - fmin) if fmax > fmin else 0.0
-        if b == 0.0:  # recency alone (or all equal): the oldest, then the first created
-            i = int(r.argmin())
-            low = rmin
-            score = r
-        else:
-            score = r - rmin
-            score *= a
-            score += (f - fmin) * b
-            i = int(score.argmin())
-            low = score[i]
-        if i + 1 < n and tied_after(score, i):  # an exact tie: older, then first created
-            tied = np.flatnonzero(score == low).tolist()
-            i = min(tied, key=lambda j: (r[j], t.nid[j]))
-        return t.nodes[i]
+        row = rules().twin_victim_row(t.r, t.f, t.rows, t.nid, t.n, self.alpha)
+        return None if row < 0 else t.nodes[row]

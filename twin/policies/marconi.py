@@ -25,12 +25,10 @@ the reference code's retrospective tuning (github.com/ruipeterpan/marconi):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.model import ModelSpec
 from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
 from twin.policies.base import judicious_admission
 from twin.policies.reference_score import ReferenceFlopAwareEviction
@@ -82,16 +80,6 @@ class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
             self._tune(cache)
             return True
         return False
-
-    def make_engine_cache(
-        self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
-    ) -> Any:
-        """The compiled live cache where it runs this policy exactly
-        (:mod:`policies.compiled.live`), else the radix-tree cache."""
-        from twin.policies.compiled.live import live_cache
-
-        live = live_cache(self, model, capacity_bytes, longest)
-        return live if live is not None else self.make_cache(model, capacity_bytes)
 
     def choose_victim(self, cache: Any) -> Any | None:
         if self.phase == "warmup":

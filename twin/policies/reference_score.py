@@ -50,7 +50,7 @@ import numpy as np
 
 from twin.model import ModelSpec
 from twin.policies.base import Policy
-from twin.policies.candidate_table import CandidateTable, tied_after
+from twin.policies.candidate_table import CandidateTable, rules
 
 _MEMO_SIZE = 1 << 16  # efficiencies remembered per model (about 10 MB at most)
 
@@ -116,17 +116,6 @@ class ReferenceFlops:
 def reference_flops(model: ModelSpec) -> ReferenceFlops:
     """The one :class:`ReferenceFlops` of ``model`` (its memos shared by every replay)."""
     return ReferenceFlops(model)
-
-
-def normalise(x: np.ndarray) -> np.ndarray:
-    """Min-max scaling; one value or all equal gives ones (``utils._normalize``)."""
-    if len(x) > 1:
-        lo, hi = x[x.argmin()], x[x.argmax()]
-        if lo != hi:
-            scaled: np.ndarray = x - lo
-            scaled /= hi - lo  # in place: the same values as ``(x - lo) / (hi - lo)``
-            return scaled
-    return np.ones(len(x))
 
 
 def preorder_key(node: Any) -> list[int]:
@@ -196,9 +185,9 @@ class ReferenceFlopAwareEviction(Policy):
         if not cache.candidate(node):
             self.table.drop(node)
             return
-        node.eff = self.flops.efficiency(node.depth, len(node.tokens))
+        eff = self.flops.efficiency(node.depth, len(node.tokens))
         # A pinned candidate is scored but held back (module docstring, "Candidates").
-        self.table.set(node, self._stamp[id(node)], node.eff, held=node.lock > 0)
+        self.table.set(node, self._stamp[id(node)], eff, held=node.lock > 0)
 
     def on_node_removed(self, node: Any, into: Any | None = None) -> None:
         stamp = self._stamp.pop(id(node), 0)
@@ -208,13 +197,14 @@ class ReferenceFlopAwareEviction(Policy):
 
     def choose_victim(self, cache: Any) -> Any | None:
         t = self.table
-        if t.n == t.n_held:
+        row, tied, now = rules().reference_victim_row(
+            t.r, t.f, t.held, t.n, t.n_held, self.now, int(self._evict_ticked), self.alpha, t.score
+        )
+        if row < 0:
             return None
-        r = t.r[: t.n]
-        if not self._evict_ticked or r[r.argmax()] >= self.now:
-            self.now += 1  # ``evict``'s tick (once per insert that makes room)
-            self._evict_ticked = True
-        return self.victim_at(self.now)
+        self.now = now  # ``evict``'s tick (once per insert that makes room)
+        self._evict_ticked = True
+        return self._first_in_preorder(row, tied)
 
     def victim_at(self, now: int) -> Any | None:
         """The node ``evict_v2`` would pick at logical time ``now`` (changes nothing).
@@ -223,19 +213,17 @@ class ReferenceFlopAwareEviction(Policy):
         the pinned ones are then left out of the minimum.
         """
         t = self.table
-        n = t.n
-        if n == t.n_held:
-            return None
-        recency = now - t.r[:n]
-        score = normalise(np.divide(1.0, recency, out=recency))
-        if self.alpha:
-            eff = normalise(t.f[:n])
-            eff *= self.alpha
-            score += eff  # IEEE addition commutes: ``alpha x eff + recency`` to the bit
-        if t.n_held:
-            score[t.held[:n]] = np.inf
-        i = int(score.argmin())
-        if tied_after(score, i):  # first in pre-order
-            tied = np.flatnonzero(score == score[i]).tolist()
-            i = min(tied, key=lambda j: preorder_key(t.nodes[j]))
-        return t.nodes[i]
+        row, tied, _ = rules().reference_victim_row(
+            t.r, t.f, t.held, t.n, t.n_held, now, -1, self.alpha, t.score
+        )
+        return None if row < 0 else self._first_in_preorder(row, tied)
+
+    def _first_in_preorder(self, row: int, tied: bool) -> Any:
+        """The node of ``row``, or if other rows score the same, the first of them in
+        the tree's pre-order (the reference's ``list.index(min(...))``)."""
+        t = self.table
+        if tied:
+            score = t.score[: t.n]
+            rows = np.flatnonzero(score == score[row]).tolist()
+            row = min(rows, key=lambda j: preorder_key(t.nodes[j]))
+        return t.nodes[row]

@@ -65,6 +65,9 @@ class SGLangPolicy(SGLangPlusPolicy):
         self.page_size = page_size
         self.hybrid = False
         self._stamp = 0
+        self._mru: dict[
+            int, int
+        ] = {}  # node id -> its refresh stamp (the policy's, not the node's)
         self._full = LeafHeap()  # leaves by (stamp, nid)
         self._states = LeafHeap()  # nodes holding a state, by (stamp, nid)
 
@@ -93,7 +96,7 @@ class SGLangPolicy(SGLangPlusPolicy):
             node = node.parent
         for n in reversed(path):
             self._stamp += 1
-            n.eff = self._stamp
+            self._mru[n.nid] = self._stamp
             self.on_node_changed(n)
 
     def on_hit(self, cache: CacheStructure, node: CacheNode) -> None:
@@ -114,13 +117,13 @@ class SGLangPolicy(SGLangPlusPolicy):
             super().on_node_added(node)
             return
         self._stamp += 1
-        node.eff = self._stamp  # insert_mru: the newest
+        self._mru[node.nid] = self._stamp  # insert_mru: the newest
         self.on_node_changed(node)
         for child in node.children.values():
             # A split's upper part: _split_node inserts it, then its child, as MRU
             # (the child stays more recent than its parent).
             self._stamp += 1
-            child.eff = self._stamp
+            self._mru[child.nid] = self._stamp
             self.on_node_changed(child)
 
     def on_node_changed(self, node: CacheNode) -> None:
@@ -130,7 +133,7 @@ class SGLangPolicy(SGLangPlusPolicy):
         node.ver += 1
         if node.lock or node.parent is None:
             return
-        key = (node.eff, node.nid)
+        key = (self._mru.get(node.nid, 0), node.nid)
         if not node.children:
             self._full.push(key, node)
         if node.ckpt:
@@ -141,6 +144,7 @@ class SGLangPolicy(SGLangPlusPolicy):
             super().on_node_removed(node, into)
             return
         node.ver += 1
+        self._mru.pop(node.nid, None)
         if into is not None:
             # A tombstone folded into its child: the child's tokens keep its own recency.
             self.on_node_changed(into)

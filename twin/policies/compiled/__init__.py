@@ -10,14 +10,14 @@ transliteration, function by function, and ``tests/test_marconi_compiled.py``
 compares the two on random traces (hits, victims in order, counters).
 
 Where it does not apply (another policy, a model without SSM layers or with
-sliding-window ones, declared prompt modules, counts past exact float range),
-:func:`supported` says no and the caller replays in Python.
+sliding-window ones, declared prompt modules, token ids past int32, counts past
+exact float range), :func:`compiled_grid_runs` says so (``None``) and the
+caller replays in Python.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,23 +43,6 @@ def rules_of(policy_cls: type) -> int | None:
     if policy_cls is MarconiTwinPolicy:
         return TWIN
     return None
-
-
-def supported(
-    model: ModelSpec, policy_cls: type, requests: Sequence[Any], start: CacheSnapshot | None
-) -> bool:
-    """Does the compiled replay give exactly the Python path's hits here?
-
-    ``policy_cls`` must run one of the two Marconi scores unchanged
-    (:func:`rules_of`), on a model with SSM layers whose states cost bytes and
-    without sliding-window layers, on requests without declared modules, with
-    token ids that fit the children's keys, and with every FLOP and byte count
-    below 2**53 (so that each efficiency is the same correctly rounded
-    division as Python's).
-    """
-    if not _supported_model(model, policy_cls) or _declares_modules(requests):
-        return False
-    return CompiledTrace(requests, start).fits(model)
 
 
 def _supported_model(model: ModelSpec, policy_cls: type) -> bool:
@@ -269,17 +252,18 @@ def compiled_grid_runs(
     start: CacheSnapshot | None = None,
 ) -> list[GridRun] | None:
     """Each alpha's replay of ``requests`` from ``start`` (or an empty cache), in grid
-    order, where :func:`supported`; else ``None`` (replay in Python).
+    order; ``None`` where the compiled replay would not give exactly the Python path's
+    hits (replay in Python): ``policy_cls`` must run one of the two Marconi scores
+    unchanged (:func:`rules_of`), on a model with SSM layers whose states cost bytes
+    and without sliding-window layers, on requests without declared modules, with
+    token ids that fit the children's keys, and with every FLOP and byte count below
+    2**53 (each efficiency then the same correctly rounded division as Python's).
 
     Alpha only enters the victim's choice, so every replay is the same until
     its first eviction (``policies.shared_prefix``'s rule): the first alpha runs
     in full, the requests before its first eviction are served once more, and
     every other alpha goes on from a copy of that state.
-    ``TWIN_COMPILED_REPLAY=0`` in the environment turns the compiled path off
-    (to time or debug the Python one; the results are the same).
     """
-    if os.environ.get("TWIN_COMPILED_REPLAY", "1") == "0":
-        return None
     if not _supported_model(model, policy_cls) or _declares_modules(requests):
         return None
     trace = CompiledTrace(requests, start)

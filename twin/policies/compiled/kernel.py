@@ -442,28 +442,41 @@ def _ranges(cr: np.ndarray, cf: np.ndarray, n: int) -> tuple[float, float, float
     return rmin, rmax, fmin, fmax
 
 
+# The two rules are written once, over a candidate table's columns, for both trees: the
+# compiled one below and the Python radix tree (``policies.reference_score`` and
+# ``policies.flop_aware`` call them on their ``CandidateTable``). What stays with each
+# tree is its own order (the reference's ties go to the first node in pre-order).
 @jit
-def _reference_victim(st) -> int:
-    """``ReferenceFlopAwareEviction.choose_victim`` then ``victim_at`` (-1 if none).
+def reference_victim_row(
+    cr: np.ndarray,
+    cf: np.ndarray,
+    ch: np.ndarray,
+    n: int,
+    n_held: int,
+    now: int,
+    ticked: int,
+    alpha: float,
+    score: np.ndarray,
+) -> tuple[int, bool, int]:
+    """``evict_v2``'s victim among rows ``[:n]`` (stamp ``cr``, efficiency ``cf``, held
+    ``ch``, ``n_held`` of them): ``(row, tied, now)``; row -1 if every row is held.
 
-    ``victim_at`` normalises over every candidate, the held ones too. Recency
-    ``1 / (now - stamp)`` is monotone in the stamp (a correctly rounded
-    division is), so its extremes are those of the stamps: one pass finds the
-    ranges; the scores go into a scratch row by loops without branches (the
-    same operations per element, so vectorising them changes no bit); a last
-    pass takes the first minimum among the candidates not held.
+    ``now`` is the logical clock; ``ticked`` 0 or 1: has ``evict`` ticked it during this
+    insert (it ticks once per insert that makes room, and again when a stamp reached
+    it); -1: score at ``now`` as given. Every row is scored, the held ones too (they
+    count in both normalisations); they get an infinite score in ``score[:n]`` and are
+    never the row. Recency ``1 / (now - stamp)`` is monotone in the stamp (a correctly
+    rounded division is), so its extremes are those of the stamps: one pass finds the
+    ranges; the scores go into ``score`` by loops without branches (the same operations
+    per element, so vectorising them changes no bit); a last pass takes the first
+    minimum. ``tied``: another row after it scores the same (the caller's tree breaks
+    the tie: the first in pre-order).
     """
-    nd, sc, mf, cr, cf, ch, cn = st[0], st[1], st[3], st[4], st[5], st[6], st[7]
-    score = st[11]
-    n = sc[S_NCAND]
-    if n == sc[S_NHELD]:
-        return -1
+    if n == n_held:
+        return -1, False, now
     rmin, rmax, fmin, fmax = _ranges(cr, cf, n)
-    now = sc[S_NOW]
-    if sc[S_TICKED] == 0 or rmax >= now:
+    if ticked == 0 or (ticked > 0 and rmax >= now):
         now += 1  # ``evict``'s tick (once per insert that makes room)
-        sc[S_NOW] = now
-        sc[S_TICKED] = 1
     lo, hi = 1.0 / (now - rmin), 1.0 / (now - rmax)
     if n > 1 and lo != hi:  # ``utils._normalize``: (x - lo) / (hi - lo), or ones
         span = hi - lo
@@ -471,7 +484,6 @@ def _reference_victim(st) -> int:
             score[i] = (1.0 / (now - cr[i]) - lo) / span
     else:
         score[:n] = 1.0
-    alpha = mf[F_ALPHA]
     if alpha != 0.0:  # IEEE addition commutes: ``alpha x eff + recency`` to the bit
         if n > 1 and fmin != fmax:
             fspan = fmax - fmin
@@ -482,25 +494,24 @@ def _reference_victim(st) -> int:
     best, low, tied = -1, 0.0, False
     for i in range(n):
         if ch[i]:
+            score[i] = np.inf
             continue
         x = score[i]
         if best < 0 or x < low:
             best, low, tied = i, x, False
         elif x == low:
             tied = True
-    victim = cn[best]
-    if tied:  # the first in pre-order among the minima
-        for i in range(best + 1, n):
-            if not ch[i] and score[i] == low and preorder_before(nd, cn[i], victim):
-                victim = cn[i]
-    return victim
+    return best, tied, now
 
 
 @jit
-def _twin_victim(st) -> int:
-    """``FlopAwareEviction.choose_victim`` (-1 if none): ``r_norm + alpha x f_norm``."""
-    nd, sc, mf, cr, cf, cn = st[0], st[1], st[3], st[4], st[5], st[7]
-    n = sc[S_NCAND]
+def twin_victim_row(
+    cr: np.ndarray, cf: np.ndarray, cn: np.ndarray, nid: np.ndarray, n: int, alpha: float
+) -> int:
+    """``marconi-twin``'s victim among rows ``[:n]`` (last access ``cr``, efficiency
+    ``cf``; row ``i``'s creation id ``nid[cn[i]]``), -1 if none: the least
+    ``r_norm + alpha x f_norm``, an exact tie to the older, then the first created.
+    Recency alone (``alpha`` 0, or all efficiencies equal) is not scaled: the oldest."""
     if n == 0:
         return -1
     rmin = rmax = cr[0]
@@ -511,12 +522,10 @@ def _twin_victim(st) -> int:
         fmin, fmax = min(fmin, f), max(fmax, f)
     a = 1.0 / (rmax - rmin) if rmax > rmin else 0.0
     b = 0.0
-    alpha = mf[F_ALPHA]
     if alpha > 0:
         b = alpha / (fmax - fmin) if fmax > fmin else 0.0
     best, low, tied = -1, 0.0, False
     for i in range(n):
-        # Recency alone (b == 0) is not scaled: the oldest, as the Python path.
         x = cr[i] if b == 0.0 else (cr[i] - rmin) * a + (cf[i] - fmin) * b
         if best < 0 or x < low:
             best, low, tied = i, x, False
@@ -527,9 +536,38 @@ def _twin_victim(st) -> int:
             x = cr[i] if b == 0.0 else (cr[i] - rmin) * a + (cf[i] - fmin) * b
             if x != low:
                 continue
-            if cr[i] < cr[best] or (cr[i] == cr[best] and nd[NID, cn[i]] < nd[NID, cn[best]]):
+            if cr[i] < cr[best] or (cr[i] == cr[best] and nid[cn[i]] < nid[cn[best]]):
                 best = i
-    return cn[best]
+    return best
+
+
+@jit
+def _reference_victim(st) -> int:
+    """``ReferenceFlopAwareEviction.choose_victim`` on this tree (-1 if none)."""
+    nd, sc, mf, cn, score = st[0], st[1], st[3], st[7], st[11]
+    n = sc[S_NCAND]
+    best, tied, now = reference_victim_row(
+        st[4], st[5], st[6], n, sc[S_NHELD], sc[S_NOW], sc[S_TICKED], mf[F_ALPHA], score
+    )
+    if best < 0:
+        return -1
+    sc[S_NOW] = now
+    sc[S_TICKED] = 1
+    victim = cn[best]
+    if tied:  # the first in pre-order among the minima (held rows score infinity)
+        low = score[best]
+        for i in range(best + 1, n):
+            if score[i] == low and preorder_before(nd, cn[i], victim):
+                victim = cn[i]
+    return victim
+
+
+@jit
+def _twin_victim(st) -> int:
+    """``FlopAwareEviction.choose_victim`` on this tree (-1 if none)."""
+    nd, sc, mf, cn = st[0], st[1], st[3], st[7]
+    best = twin_victim_row(st[4], st[5], cn, nd[NID], sc[S_NCAND], mf[F_ALPHA])
+    return -1 if best < 0 else cn[best]
 
 
 @jit(inline="always")
@@ -1182,6 +1220,13 @@ def live_grow(st, nodes: int, tokens: int):
         np.zeros(nodes, np.int64),
         free,
     )
+
+
+@jit
+def live_shrink(st) -> None:
+    """``PrefixCache.shrink_to``'s evictions: victims go until the cache holds at most its
+    capacity (``mc[M_CAP]``, which the caller set: a shared pool's room) or none is left."""
+    _evict_until(borrow(st), 0)
 
 
 @jit

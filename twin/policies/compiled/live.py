@@ -18,40 +18,53 @@ at the first request), the alpha grid's replays (themselves compiled:
 first victim choice (``kernel.S_CHOSE``), and takes the tuned alpha.
 
 Where it applies (:func:`live_cache`): ``marconi`` itself, a model the compiled
-replay supports, the engine's dedicated cache (no host tier, no shared pool),
-a workload without declared prompt modules whose longest sequence keeps every
-efficiency exact. ``TWIN_COMPILED_REPLAY=0`` turns it off with the replays.
+replay supports, the engine's cache without a host tier, dedicated (``--cache-gb
+G``) or in a shared pool (``--cache-gb auto``: the pool sets its capacity and
+reclaims pages through :meth:`LiveCache.shrink_to`), a workload without declared
+prompt modules whose longest sequence keeps every efficiency exact.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
-from twin.cache import PrefixCache
-from twin.cache.base import Hit
+from twin.cache import CacheSnapshot
+from twin.cache.base import COUNTERS, Hit
 from twin.cache.requests import Admission
 from twin.model import ModelSpec
 
 if TYPE_CHECKING:
     from twin.policies.marconi import MarconiPolicy
+    from twin.policies.marconi_twin import MarconiTwinPolicy
+
+    TunedPolicy: TypeAlias = MarconiPolicy | MarconiTwinPolicy
 
 _MISS = Hit(0, None)
 
 
+@dataclass(frozen=True, slots=True)
+class ServedNode:
+    """The node a served request hit, by creation id (``RequestCache.serve``'s
+    ``hit.node.nid``, what a replay records): its own node is not pinned any more."""
+
+    nid: int
+
+
 def live_cache(
-    policy: MarconiPolicy, model: ModelSpec, capacity: int, longest: Callable[[], int]
+    policy: TunedPolicy, model: ModelSpec, capacity: int, longest: Callable[[], int]
 ) -> LiveCache | None:
     """A :class:`LiveCache` running ``policy`` exactly, or ``None`` where it cannot."""
     from twin.policies.compiled import _supported_model, exact_up_to
     from twin.policies.marconi import MarconiPolicy
+    from twin.policies.marconi_twin import MarconiTwinPolicy
 
-    if os.environ.get("TWIN_COMPILED_REPLAY", "1") == "0" or type(policy) is not MarconiPolicy:
+    if type(policy) not in (MarconiPolicy, MarconiTwinPolicy):
         return None
-    if not _supported_model(model, MarconiPolicy) or not exact_up_to(model, longest()):
+    if not _supported_model(model, type(policy)) or not exact_up_to(model, longest()):
         return None
     return LiveCache(model, capacity, policy)
 
@@ -66,22 +79,68 @@ class LiveCache:
 
     has_ssm = True
 
-    def __init__(self, model: ModelSpec, capacity: int, policy: MarconiPolicy) -> None:
-        from twin.policies.compiled import constants
+    def __init__(self, model: ModelSpec, capacity: int, policy: TunedPolicy) -> None:
+        from twin.policies.compiled import constants, rules_of
         from twin.policies.compiled import kernel as k
 
         self.k = k
         self.model = model
-        self.capacity = int(capacity)
         self.policy = policy
+        rules = rules_of(type(policy))
+        assert rules is not None, "a live cache runs the two Marconi rules"
+        self.reference = rules == k.REFERENCE  # ``marconi``'s (else ``marconi-twin``'s)
         policy.bind(self)
-        mc, mf = constants(model, self.capacity, k.REFERENCE)
+        mc, mf = constants(model, int(capacity), rules)
         mc[k.M_LIVE] = 1
         mf[k.F_ALPHA] = policy.alpha
         self.mf = mf
         self.st = k.live_start(mc, mf, 64, 1024)
         self.sc = self.st[1]
         self._kvpt, self._ckb = int(mc[k.M_KVPT]), int(mc[k.M_CKB])
+
+    # ----- capacity: a shared pool moves it and reclaims pages ------------------------
+    @property
+    def capacity(self) -> int:
+        return int(self.st[2][self.k.M_CAP])
+
+    @capacity.setter
+    def capacity(self, nbytes: int) -> None:
+        self.st[2][self.k.M_CAP] = nbytes
+
+    def shrink_to(self, limit: int) -> int:
+        """``PrefixCache.shrink_to``: evict victims until at most ``limit`` bytes are cached,
+        set the capacity (never below what pinned nodes keep); the bytes still cached."""
+        self.capacity = max(int(limit), 0)
+        self.k.live_shrink(self.st)
+        self.capacity = max(self.capacity, self.used_bytes)
+        self.chosen()
+        return self.used_bytes
+
+    def chosen(self) -> None:
+        """After evictions: ``marconi``'s first victim choice fixes its window's length
+        (``MarconiPolicy.choose_victim``'s first call: ``end_warmup``)."""
+        policy = self.policy
+        if self.reference and policy.phase == "warmup" and self.sc[self.k.S_CHOSE]:
+            policy.end_warmup()  # type: ignore[union-attr]
+
+    def live_nodes(self) -> list[int]:
+        """The ids of the nodes in the tree (the root and reused ids aside)."""
+        k = self.k
+        parents = self.st[0][k.PAR, 1 : int(self.sc[k.S_NEXT])]
+        ids: list[int] = (np.flatnonzero(parents >= 0) + 1).tolist()
+        return ids
+
+    def verify(self) -> None:
+        """``PrefixCache.verify``'s invariants (tests and debugging; O(nodes)): the counters
+        match the nodes, an unpinned node holds a state or branches, the capacity holds."""
+        k, nd = self.k, self.st[0]
+        live = self.live_nodes()
+        assert int(nd[k.LEN, live].sum()) == int(self.sc[k.S_KV]), "KV tokens drifted"
+        assert int(nd[k.CKPT, live].sum()) == int(self.sc[k.S_CKPTS]), "states drifted"
+        for v in live:
+            assert nd[k.LEN, v] > 0 and nd[k.DEP, v] == nd[k.DEP, nd[k.PAR, v]] + nd[k.LEN, v]
+            assert nd[k.LOCK, v] or nd[k.CKPT, v] or nd[k.NCH, v] >= 2, f"untidy node {v}"
+        assert self.used_bytes <= self.capacity, "capacity exceeded"
 
     # ----- reads ----------------------------------------------------------------------
     @property
@@ -118,15 +177,41 @@ class LiveCache:
         st = self.st
         return int(self.k.live_peek(st[0], st[8], st[9], st[12], q, len(q)))
 
-    def snapshot(self) -> Any:
-        """``PrefixCache.snapshot``, taken by the policy at the first request: the cache is
-        empty then (an engine's cache starts empty), so it is an empty cache's."""
-        sc, k = self.sc, self.k
-        if sc[k.S_NEXT] - 1 - sc[k.S_FREE] != 0:
-            raise NotImplementedError("a live cache is snapshotted only while empty")
-        empty = PrefixCache(self.model, self.capacity, type(self.policy)(alpha=self.policy.alpha))
-        empty.set_clock(self.clock)
-        return empty.snapshot()
+    def snapshot(self) -> CacheSnapshot:
+        """``PrefixCache.snapshot``: every node in pre-order, children in insertion order
+        (the order a restore rebuilds and ``marconi``'s tie-break reads), pins dropped.
+        ``marconi`` takes it at the first request, ``marconi-twin`` at the first after an
+        eviction."""
+        k, nd, buf = self.k, self.st[0], self.st[9]
+        first, nxt = nd[k.FIRST].tolist(), nd[k.NXT].tolist()
+        order: list[int] = []
+        stack = _children(first, nxt, 0)
+        while stack:
+            v = stack.pop()
+            order.append(v)
+            stack.extend(_children(first, nxt, v))
+        index = {v: i for i, v in enumerate(order)}
+        ends = (nd[k.BASE] + nd[k.DEP])[order] if order else np.zeros(0, np.int64)
+        lengths = nd[k.LEN][order] if order else np.zeros(0, np.int64)
+        offsets = np.zeros(len(order) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.zeros(int(offsets[-1]), np.int32)
+        for i, (end, n) in enumerate(zip(ends.tolist(), lengths.tolist(), strict=True)):
+            tokens[offsets[i] : offsets[i + 1]] = buf[end - n : end]
+        parent = nd[k.PAR].tolist()
+        return CacheSnapshot(
+            capacity=self.capacity,
+            clock=self.clock,
+            next_nid=int(self.sc[k.S_NID]),
+            parents=[index.get(parent[v], -1) for v in order],
+            offsets=offsets,
+            tokens=tokens,
+            ckpt=[bool(nd[k.CKPT, v]) for v in order],
+            t=[int(nd[k.T, v]) for v in order],
+            nid=[int(nd[k.NID, v]) for v in order],
+            ckpt_hit=[bool(nd[k.CKHIT, v]) for v in order],
+            counters={name: getattr(self, name) for name in COUNTERS},
+        )
 
     def request_cache(self) -> LiveRequests:
         """The request protocol on this cache (``twin.cache.requests.request_cache_for``)."""
@@ -170,9 +255,10 @@ class LiveRequests:
         self.admissions += 1
         cache.sc[k.S_CLOCK] = order
         policy.on_request(cache, prompt, full)  # the window's record (and its snapshot)
+        cache.mf[k.F_ALPHA] = policy.alpha  # ``marconi-twin`` tunes here
         pos = self._pos
         node, npos = k.live_admit(cache.st, full, len(prompt), len(full), order, pos)
-        if policy.tune_if_due(cache):
+        if cache.reference and policy.tune_if_due(cache):  # type: ignore[union-attr]
             cache.mf[k.F_ALPHA] = policy.alpha
         n = len(prompt)
         positions = pos[:npos].tolist()
@@ -180,6 +266,20 @@ class LiveRequests:
         at_completion = [p for p in positions if p > n]
         hit = Hit(int(cache.st[0][k.DEP, node]), int(node)) if node else _MISS
         return Admission(order, prompt, full, hit, at_prefill, at_completion)
+
+    def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+        """``RequestCache.serve`` (a replay's request): admission, one insert of every
+        checkpoint, release; the clock then points to the next request."""
+        adm = self.admit(prompt, full, modules)
+        node = adm.node
+        if node is not None:
+            adm.hit = Hit(adm.hit.length, ServedNode(int(self.cache.st[0][self.cache.k.NID, node])))
+        positions = adm.at_prefill + adm.at_completion
+        if positions:
+            self._insert(full, positions)
+        self.release(adm)
+        self.cache.sc[self.cache.k.S_CLOCK] = self.admissions
+        return adm.hit
 
     def insert_at_prefill_end(self, adm: Admission) -> int:
         """``RequestCache.insert_at_prefill_end``: the checkpoints inside the prompt."""
@@ -212,7 +312,16 @@ class LiveRequests:
         if added < 0:  # no room: grow, then the same insert
             cache.grow_for(positions[-1])
             added, made = k.live_insert(cache.st, full, pos, len(positions))
-        policy = self.policy
-        if policy.phase == "warmup" and cache.sc[k.S_CHOSE]:
-            policy.end_warmup()  # ``MarconiPolicy.choose_victim``'s first call
+        cache.chosen()
         return int(added), int(made)
+
+
+def _children(first: list[int], nxt: list[int], v: int) -> list[int]:
+    """``v``'s children, last first (a pre-order walk's stack pops them in order)."""
+    out = []
+    c = first[v]
+    while c >= 0:
+        out.append(c)
+        c = nxt[c]
+    out.reverse()
+    return out
