@@ -288,8 +288,8 @@ def plan_cmd(
         --layouts agg,1p1d --out plan-pd
 
       twin plan chat.parquet -m gpt-oss-20b --slo "p95_tpot<=15ms" --session-rate 0.5 \\
-        --duration 600 --gpus h200 --engines sglang --tp 2 --ep 1,2 --dp-attention auto \\
-        --seeds 1 --out plan-moe
+        --duration 2400 --warmup-s 800 --gpus h200 --engines sglang --tp 2 --ep 2 \\
+        --dp-attention 1,2 --seeds 1 --out plan-moe
     """
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
