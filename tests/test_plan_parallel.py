@@ -162,3 +162,24 @@ def test_bad_degrees_are_one_line_errors(capsys, tmp_path: Path, extra, message)
     wl = str(_fixed(tmp_path / "w.parquet", 128, 8, 2))
     argv = ["plan", wl, "--slo", "p95_ttft<=1s", *extra, "--out", str(tmp_path / "o")]
     assert_clean_error(capsys, argv, tmp_path, message)
+
+
+def test_an_exact_tie_goes_to_fewer_parallel_splits() -> None:
+    """Expert parallelism at the same tp is priced like its plain layout, so the two often
+    tie exactly (cost, GPUs, every value): the plain layout wins and the other says why."""
+    from twin.reports import plan as plan_module
+    from twin.reports.plan_result import MEETS, Trial
+    from twin.slo import parse_slos
+
+    slos = parse_slos(["p95_tpot<=10ms"])
+    results = []
+    for ep in (2, 1):  # the split one first, and its label sorts first too
+        r = CandidateResult(Candidate("h200", "vllm", 2, "auto", "agg", ep), 3.99)
+        r.outcome, r.replicas = MEETS, 1
+        r.trials.append(Trial(1, True, "stable", {slos[0].text: 6.07}, 27.3, f"k{ep}"))
+        results.append(r)
+    plan_module._decide(results, slos)
+    split, plain = results
+    assert split.candidate.label < plain.candidate.label
+    assert plain.outcome == WINNER and split.outcome == MEETS
+    assert "more parallel splits" in split.reason

@@ -390,9 +390,11 @@ class PlanProgress:
         return self.evaluated + self.pruned
 
 
-def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, str]:
+def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, int, str]:
     """Winner order: cost, then GPUs, then the worst target's share of its threshold
-    (more headroom first), then the label (a fixed order)."""
+    (more headroom first), then fewer parallel splits (expert parallelism priced at the
+    same tp often ties its plain layout exactly: the simpler deployment wins), then the
+    label (a fixed order)."""
     t = c.trial(c.replicas)
     shares = [
         math.inf if v is None else v / s.threshold_ms
@@ -400,7 +402,8 @@ def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, s
         for v in [t.worst(s.text) if t else None]
     ]
     cost = c.usd_per_hour if c.usd_per_hour is not None else math.inf
-    return (round(cost, 9), c.gpus or 0, max(shares, default=0.0), c.candidate.label)
+    worst = max(shares, default=0.0)
+    return (round(cost, 9), c.gpus or 0, worst, c.candidate.splits, c.candidate.label)
 
 
 def plan(
@@ -880,7 +883,7 @@ def _decide(results: list[CandidateResult], slos: Sequence[Slo]) -> list[str]:
     if ranked:
         ranked[0].outcome = WINNER
         for r in ranked[1:]:
-            r.reason = _lost(r, ranked[0])
+            r.reason = _lost(r, ranked[0], slos)
     notes = [
         f"{r.candidate.label}: the P95s were not monotone in the replica count "
         f"({r.fallback}); its search fell back to a linear scan"
@@ -972,7 +975,7 @@ def _gpus_each(c: Candidate) -> str:
     return f"tp {c.tp}" if c.layout == AGG else f"{c.layout} x tp {c.tp}"
 
 
-def _lost(r: CandidateResult, win: CandidateResult) -> str:
+def _lost(r: CandidateResult, win: CandidateResult, slos: Sequence[Slo]) -> str:
     """Why a candidate meeting the SLOs is not the winner."""
     mine, theirs = r.usd_per_hour or math.inf, win.usd_per_hour or math.inf
     if mine > theirs + _CENTS:
@@ -982,6 +985,11 @@ def _lost(r: CandidateResult, win: CandidateResult) -> str:
         )
     if (r.gpus or 0) > (win.gpus or 0):
         return f"the same ${mine:,.2f}/h on more GPUs ({r.gpus} against {win.gpus})"
+    if _rank(r, slos)[2] == _rank(win, slos)[2] and r.candidate.splits > win.candidate.splits:
+        return (
+            f"the same ${mine:,.2f}/h on {r.gpus} GPU(s) with the same headroom, with more "
+            "parallel splits (expert or attention data parallelism) to configure"
+        )
     return f"the same ${mine:,.2f}/h on {r.gpus} GPU(s), with less headroom under the SLOs"
 
 

@@ -69,6 +69,12 @@ class Candidate:
         return f"{self.gpu} {self.engine} tp{self.tp}{split} {cache}{where}"
 
     @property
+    def splits(self) -> int:
+        """How many parallel splits beyond tensor parallelism it configures (expert and
+        attention data parallelism): a tie on cost, GPUs and headroom goes to fewer."""
+        return (self.ep > 1) + (self.dp_attention > 1)
+
+    @property
     def parallel(self) -> Layout:
         """The replica's parallel layout (``twin.parallel.Layout``)."""
         return Layout(self.tp, self.ep, self.dp_attention)
