@@ -183,3 +183,46 @@ def test_an_exact_tie_goes_to_fewer_parallel_splits() -> None:
     assert split.candidate.label < plain.candidate.label
     assert plain.outcome == WINNER and split.outcome == MEETS
     assert "more parallel splits" in split.reason
+
+
+def test_a_candidate_whose_every_request_is_rejected_stops_at_once(monkeypatch, tmp_path) -> None:
+    """A replica (or an attention rank: DP gives each a share of the memory) too small for
+    any request rejects every one; no replica count helps, so its search stops at the first
+    count instead of probing up to the cap."""
+    from twin.reports import plan as plan_module
+    from twin.reports.plan_result import INFEASIBLE
+    from twin.reports.sweep import SweepOutcome
+
+    asked = []
+
+    def fake(pairs, out, jobs=1, **_):
+        rows = []
+        for _spec, p in pairs:
+            asked.append(p.replicas)
+            rows.append(
+                {
+                    "key": f"k{p.replicas}",
+                    "verdict": "too short to tell",
+                    "verdict_reason": "0 measured request(s)",
+                    "ttft_p95_ms": None,
+                    "requests_measured": 0,
+                    "requests_rejected": 950,
+                }
+            )
+        return SweepOutcome(rows, len(rows), 0)
+
+    monkeypatch.setattr(plan_module, "run_pairs", fake)
+    found = plan(
+        _fixed(tmp_path / "w.parquet", 128, 8, 5),
+        tmp_path / "out",
+        model="tiny-transformer",
+        slos=["p95_ttft<=100ms"],
+        session_rate=1.0,
+        gpus=["h100"],
+        engines=["vllm"],
+        tp=[1],
+        seeds=1,
+    )
+    (c,) = found.candidates
+    assert asked == [1] and c.outcome == INFEASIBLE and c.simulated
+    assert "all 950 requests were rejected" in c.reason

@@ -828,6 +828,17 @@ class _Searcher:
             )
         )
         s.record(n, ok)
+        if row.get("requests_rejected") and not row.get("requests_measured"):
+            # Every request was too big for a replica's memory (the engine rejects one that
+            # can never fit): each replica has the same memory, so no count serves any.
+            r.outcome = INFEASIBLE
+            r.reason = (
+                f"does not fit: on {n} replica(s) all {row['requests_rejected']:,} requests "
+                "were rejected, each too big for a replica's memory (a rank's, under "
+                "attention DP); more replicas add none to one"
+            )
+            s.cap(0)  # its search is over
+            return
         if ok and not self.extra:  # with more seeds, only a confirmed count sets the best
             self.best = min(self.best, r.cost(n))
         if len(r.trials) >= 2 and all(t.run_length for t in r.trials[-2:]):
