@@ -19,7 +19,14 @@ targets for both tools, H200s under vLLM:
 Both answers are priced on the twin's shipped table (aiconfigurator has no cost).
 Models: Llama-3.1-8B (``meta-llama/Meta-Llama-3.1-8B``) and the Qwen3.5 hybrid MoE
 ``Qwen/Qwen3.5-35B-A3B`` (aiconfigurator 0.12 ships its config; the twin's preset
-``qwen3.5-35b-a3b``).
+``qwen3.5-35b-a3b``). ``qwen-moe`` is the same MoE model with expert parallelism and
+attention data parallelism searched on both sides, and ``qwen3-moe`` the dense-attention
+MoE ``Qwen/Qwen3-235B-A22B`` (``qwen3-235b-a22b``, 470 GB of bf16 weights: tp 4 and 8):
+aiconfigurator's default agg search for a MoE model under vLLM already enumerates ``tp``,
+``dp``, ``moe_tp`` and ``moe_ep`` (``aiconfigurator/sdk/task_v2.py``, 0.12.0: 1-16 GPUs a
+worker) and reports its pick's ``moe_tp``/``moe_ep``/``dp`` columns, read here; the twin
+plans tp 1, 2, 4 with ``--ep auto --dp-attention auto`` (1 and tp each; tp 4 and 8 for
+``qwen3-moe``). ``--rate`` sets the load (default 10/s).
 
 **Prefix reuse** (Mooncake FAST'25 conversation trace, ``../shared/data``, its first
 900 s: 2,728 requests; an unbounded prefix cache would hit 30.9% of their prompt
@@ -30,6 +37,12 @@ llama-3.1-8b on H200 under vLLM and SGLang (each in its own prefix-cached pool,
 ``--cache-gb auto``), tp 1, the prefix-aware router, the trace's
 own arrival times for 900 s (180 s warm-up). The saving is the cost ratio of the two
 answers; the winner says which engine's cache policy won.
+
+**Routers** (``--routers round-robin,prefix-aware``, default prefix-aware alone, as the
+results above were measured): each traffic is planned once per router, the same space and
+targets, so the answer says what routing by prefix is worth on top of the caches
+(``routers`` in the results: each router's winner on each traffic, and the saving of the
+prefix-aware router's answer against round-robin's).
 """
 
 from __future__ import annotations
@@ -66,6 +79,16 @@ TTFT_MS, TPOT_MS = 500.0, 25.0
 MODELS = {
     "llama": ("llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B"),
     "qwen": ("qwen3.5-35b-a3b", "Qwen/Qwen3.5-35B-A3B"),
+    "qwen-moe": ("qwen3.5-35b-a3b", "Qwen/Qwen3.5-35B-A3B"),
+    "qwen3-moe": ("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B"),
+}
+# The twin's space per model: tp 1-2 x agg/1P1D; with the MoE axes for ``qwen-moe``.
+SPACES: dict[str, dict[str, Any]] = {
+    "llama": {"tp": [1, 2]},
+    "qwen": {"tp": [1, 2]},
+    "qwen-moe": {"tp": [1, 2, 4], "ep": ["auto"], "dp_attention": ["auto"]},
+    # 470 GB of bf16 weights: 4 H200s at least.
+    "qwen3-moe": {"tp": [4, 8], "ep": ["auto"], "dp_attention": ["auto"]},
 }
 GPU, AIC_SYSTEM = "h200", "h200_sxm"
 SIDE_DURATION_S = 120.0
@@ -75,8 +98,10 @@ TRACE_S = 900.0
 TRACE_WARMUP_S = 180.0
 TRACE_SLOS = ("p95_ttft<=5s", "p95_tpot<=60ms")
 # Columns of aiconfigurator's best_config_topn.csv read here (0.12.0).
-AIC_AGG = ("tp", "pp", "dp", "bs", "concurrency", "request_rate", "ttft", "tpot")
-AIC_DISAGG = ("(p)workers", "(p)tp", "(p)bs", "(d)workers", "(d)tp", "(d)bs")
+AIC_AGG = ("tp", "pp", "dp", "moe_tp", "moe_ep", "bs", "concurrency", "request_rate", "ttft")
+AIC_AGG += ("tpot",)
+AIC_DISAGG = ("(p)workers", "(p)tp", "(p)dp", "(p)moe_tp", "(p)moe_ep", "(p)bs")
+AIC_DISAGG += ("(d)workers", "(d)tp", "(d)dp", "(d)moe_tp", "(d)moe_ep", "(d)bs")
 AIC_BOTH = ("ttft", "tpot", "request_rate", "replicas_needed", "total_gpus_needed")
 
 
@@ -127,6 +152,8 @@ def _winner(found: PlanResult, out: Path, wall_s: float) -> dict[str, Any]:
         "candidate": w.candidate.label,
         "engine": w.candidate.engine,
         "tp": w.candidate.tp,
+        "ep": w.candidate.ep,
+        "dp_attention": w.candidate.dp_attention,
         "layout": w.candidate.layout,
         "replicas": w.replicas,
         "gpus": w.gpus,
@@ -139,7 +166,7 @@ def _winner(found: PlanResult, out: Path, wall_s: float) -> dict[str, Any]:
     return doc
 
 
-def _aic(hf_id: str, save: Path) -> dict[str, Any]:
+def _aic(hf_id: str, save: Path, rate: float = RATE) -> dict[str, Any]:
     """aiconfigurator's own minimum-GPU search; its answer read from the CSVs it saves."""
     # The command of the installed package (the interpreter's bin, then PATH).
     where = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -149,7 +176,7 @@ def _aic(hf_id: str, save: Path) -> dict[str, Any]:
     cmd = [exe, "cli", "default", "--model", hf_id, "--system", AIC_SYSTEM]
     cmd += ["--backend", "vllm", "--isl", str(ISL), "--osl", str(OSL)]
     cmd += ["--ttft", f"{TTFT_MS:g}", "--tpot", f"{TPOT_MS:g}"]
-    cmd += ["--target-request-rate", f"{RATE:g}", "--top-n", "1", "--no-color"]
+    cmd += ["--target-request-rate", f"{rate:g}", "--top-n", "1", "--no-color"]
     cmd += ["--save-dir", str(save)]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -189,10 +216,12 @@ def _num(text: str | None) -> float | int | str | None:
     return int(value) if value.is_integer() else value
 
 
-def side_by_side(key: str, tmp: Path, jobs: int, skip_aic: bool) -> dict[str, Any]:
+def side_by_side(
+    key: str, tmp: Path, jobs: int, skip_aic: bool, rate: float = RATE
+) -> dict[str, Any]:
     preset, hf_id = MODELS[key]
     wl = tmp / f"fixed-{key}.parquet"
-    sessions = int(RATE * SIDE_DURATION_S * 1.2)
+    sessions = int(rate * SIDE_DURATION_S * 1.2)
     argv = ["workload", "generate", "fixed", "--isl", str(ISL), "--osl", str(OSL)]
     assert twin([*argv, "-n", str(sessions), "--session-rate", "1", "-o", str(wl)]) == 0
     out = tmp / f"plan-{key}"
@@ -202,21 +231,23 @@ def side_by_side(key: str, tmp: Path, jobs: int, skip_aic: bool) -> dict[str, An
         out,
         model=preset,
         slos=[f"p95_ttft<={TTFT_MS:g}ms", f"p95_tpot<={TPOT_MS:g}ms"],
-        session_rate=RATE,
+        session_rate=rate,
         duration_s=SIDE_DURATION_S,
         gpus=[GPU],
         engines=["vllm"],
-        tp=[1, 2],
         layouts=["agg", "1p1d"],
+        **SPACES[key],
         jobs=jobs,
         command="benchmarks/bench_plan_aic.py",
     )
     doc = {
         "model": preset,
         "hf_id": hf_id,
+        "request_rate": rate,
+        "twin_space": SPACES[key],
         "twin": _winner(found, out, time.perf_counter() - t0),
         "aiconfigurator": (
-            {"skipped": "--skip-aic"} if skip_aic else _aic(hf_id, tmp / f"aic-{key}")
+            {"skipped": "--skip-aic"} if skip_aic else _aic(hf_id, tmp / f"aic-{key}", rate)
         ),
     }
     return doc
@@ -243,45 +274,89 @@ def _trace_copies(tmp: Path) -> tuple[Path, Path]:
     return out[0], out[1]
 
 
-def mooncake(tmp: Path, jobs: int) -> dict[str, Any]:
-    if not TRACE.is_file():
-        return {"skipped": f"{TRACE} not found"}
+PREFIX_ROUTER = "prefix-aware"
+
+
+def _trace_plan(path: Path, out: Path, jobs: int, router: str) -> dict[str, Any]:
+    """One plan of the trace (the space and targets of the module docstring)."""
     from twin.reports.plan import workload_stats
 
+    t0 = time.perf_counter()
+    found = plan(
+        path,
+        out,
+        model="llama-3.1-8b",
+        slos=TRACE_SLOS,
+        duration_s=TRACE_S,
+        warmup_s=TRACE_WARMUP_S,
+        gpus=[GPU],
+        engines=["vllm", "sglang"],
+        tp=[1],
+        router=router,
+        jobs=jobs,
+        command="benchmarks/bench_plan_aic.py",
+    )
+    stats = workload_stats(path)
+    return {
+        "router": router,
+        "infinite_cache_token_hit_rate": stats["infinite_cache_token_hit_rate"],
+        **_winner(found, out, time.perf_counter() - t0),
+    }
+
+
+def _saving(cheap: dict[str, Any] | None, dear: dict[str, Any] | None) -> float | None:
+    """1 - cheap's cost / dear's (None without both answers)."""
+    if not (cheap and dear):
+        return None
+    return round(1 - cheap["usd_per_hour"] / dear["usd_per_hour"], 3)
+
+
+def mooncake(tmp: Path, jobs: int, routers: tuple[str, ...] = (PREFIX_ROUTER,)) -> dict[str, Any]:
+    if not TRACE.is_file():
+        return {"skipped": f"{TRACE} not found"}
     reuse, unique = _trace_copies(tmp)
     doc: dict[str, Any] = {
         "trace": str(TRACE),
         "window_s": TRACE_S,
         "slos": list(TRACE_SLOS),
         "model": "llama-3.1-8b",
-        "router": "prefix-aware",
+        "router": PREFIX_ROUTER if PREFIX_ROUTER in routers else routers[0],
     }
-    for name, path in (("with_reuse", reuse), ("prefixes_unique", unique)):
-        out = tmp / f"plan-{name}"
-        t0 = time.perf_counter()
-        found = plan(
-            path,
-            out,
-            model="llama-3.1-8b",
-            slos=TRACE_SLOS,
-            duration_s=TRACE_S,
-            warmup_s=TRACE_WARMUP_S,
-            gpus=[GPU],
-            engines=["vllm", "sglang"],
-            tp=[1],
-            router="prefix-aware",
-            jobs=jobs,
-            command="benchmarks/bench_plan_aic.py",
-        )
-        stats = workload_stats(path)
-        doc[name] = {
-            "infinite_cache_token_hit_rate": stats["infinite_cache_token_hit_rate"],
-            **_winner(found, out, time.perf_counter() - t0),
-        }
+    by: dict[str, dict[str, Any]] = {}
+    for router in routers:
+        for name, path in (("with_reuse", reuse), ("prefixes_unique", unique)):
+            got = _trace_plan(path, tmp / f"plan-{name}-{router}", jobs, router)
+            by.setdefault(router, {})[name] = got
+    # The prefix-aware answers keep their old places in the results (as first measured).
+    main = by[doc["router"]]
+    doc["with_reuse"], doc["prefixes_unique"] = main["with_reuse"], main["prefixes_unique"]
     a, b = doc["with_reuse"].get("winner"), doc["prefixes_unique"].get("winner")
     if a and b:
         doc["cost_ratio_unique_to_reuse"] = round(b["usd_per_hour"] / a["usd_per_hour"], 3)
-        doc["saving_with_reuse"] = round(1 - a["usd_per_hour"] / b["usd_per_hour"], 3)
+        doc["saving_with_reuse"] = _saving(a, b)
+    if len(routers) > 1:
+        doc["routers"] = {
+            router: {
+                name: {
+                    "winner": (got.get("winner") or {}).get("candidate"),
+                    "replicas": (got.get("winner") or {}).get("replicas"),
+                    "usd_per_hour": (got.get("winner") or {}).get("usd_per_hour"),
+                    "values_ms": (got.get("winner") or {}).get("values_ms"),
+                    "wall_s": got["wall_s"],
+                    "full_simulations": got["full_simulations"],
+                }
+                for name, got in runs.items()
+            }
+            for router, runs in by.items()
+        }
+        doc["routers_detail"] = by
+        if PREFIX_ROUTER in by and "round-robin" in by:
+            doc["saving_prefix_aware_over_round_robin"] = {
+                name: _saving(
+                    by[PREFIX_ROUTER][name].get("winner"), by["round-robin"][name].get("winner")
+                )
+                for name in ("with_reuse", "prefixes_unique")
+            }
     return doc
 
 
@@ -289,26 +364,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--models", default="llama,qwen", help="llama and/or qwen")
+    parser.add_argument(
+        "--models",
+        default="llama,qwen",
+        help="any of llama, qwen, qwen-moe, qwen3-moe (comma list)",
+    )
+    parser.add_argument("--rate", type=float, default=RATE, help="requests/s of the side by side")
     parser.add_argument("--skip-aic", action="store_true", help="the twin's side only")
     parser.add_argument("--skip-mooncake", action="store_true")
+    parser.add_argument(
+        "--routers",
+        default=PREFIX_ROUTER,
+        help="routers to plan the trace under, comma-separated (e.g. round-robin,prefix-aware)",
+    )
     args = parser.parse_args()
     doc: dict[str, Any] = {
         "benchmark": "bench_plan_aic",
         "machine": {"python": platform.python_version(), "processor": platform.processor()},
-        "load": {"isl": ISL, "osl": OSL, "request_rate": RATE, "gpu": GPU},
+        "load": {"isl": ISL, "osl": OSL, "request_rate": args.rate, "gpu": GPU},
         "slos": {"ttft_ms": TTFT_MS, "tpot_ms": TPOT_MS},
         "prices": load_prices().label,
     }
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
         doc["side_by_side"] = [
-            side_by_side(k.strip(), tmp, args.jobs, args.skip_aic)
+            side_by_side(k.strip(), tmp, args.jobs, args.skip_aic, args.rate)
             for k in args.models.split(",")
             if k.strip()
         ]
+        routers = tuple(r.strip() for r in args.routers.split(",") if r.strip())
         doc["mooncake"] = (
-            {"skipped": "--skip-mooncake"} if args.skip_mooncake else mooncake(tmp, args.jobs)
+            {"skipped": "--skip-mooncake"}
+            if args.skip_mooncake
+            else mooncake(tmp, args.jobs, routers)
         )
     write_text_atomic(args.results, json.dumps(doc, indent=2, default=str) + "\n")
     print(json.dumps({k: v for k, v in doc.items() if k != "machine"}, indent=2, default=str))

@@ -44,7 +44,7 @@ class _Costs:
     def allreduce_time(self, tokens):
         return R * tokens
 
-    def checkpoint_copy_time(self):
+    def checkpoint_copy_s(self, n=1):  # CostModel's name (the rank pricer asks for it)
         return 0.0
 
 
@@ -204,3 +204,17 @@ def test_cost_shows_the_synchronised_step_s_parts(capsys):
         )
     small, big = data["decode"]
     assert big["tokens_per_s"] > small["tokens_per_s"]
+
+
+def test_a_hybrid_rank_prices_its_state_checkpoint_copy() -> None:
+    """A hybrid model's ranks copy recurrent-state checkpoints (vLLM's one state slot): the
+    synchronised pricer prices one as the plain pricer does, on the rank's attention-TP
+    GPUs (it asked the cost model for a method it does not have, and such a run failed)."""
+    from twin.costmodel import CostModel
+    from twin.costmodel.profile_store import resolve_profile
+    from twin.engine.dp_attention import dp_pricer
+
+    model = get_model("qwen3.5-35b-a3b")
+    profile = resolve_profile("h200", None, "vllm")
+    copy = dp_pricer(model, profile, 2, 1, 2, 0.0, 0.0).checkpoint_copy_time()
+    assert copy == CostModel(model, profile, 1).checkpoint_copy_s(1) > 0

@@ -28,9 +28,12 @@ from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.metrics import to_json
 from twin.reports.layouts import parse_layouts
+from twin.reports.parallel_axes import parse_degrees
 from twin.reports.plan import (
     DEFAULT_CACHE,
+    DEFAULT_DP_ATTENTION,
     DEFAULT_ENGINES,
+    DEFAULT_EP,
     DEFAULT_GPUS,
     DEFAULT_LAYOUTS,
     DEFAULT_SEEDS,
@@ -118,7 +121,8 @@ def _progress(total: int) -> Iterator[Callable[[PlanProgress], None]]:
         task = bar.add_task("candidates", total=total, detail="")
 
         def update(s: PlanProgress) -> None:
-            bar.update(task, completed=s.settled, detail=detail(s))
+            # The plan counts its candidates (the layouts the model can take) first.
+            bar.update(task, total=s.total or total, completed=s.settled, detail=detail(s))
 
         yield update
 
@@ -183,6 +187,21 @@ def plan_cmd(
         "--tp",
         help="Tensor-parallel degrees (GPUs per replica) to consider, comma-separated.",
     ),
+    ep: str = typer.Option(
+        ",".join(map(str, DEFAULT_EP)),
+        "--ep",
+        help="Expert-parallel degrees to consider with each --tp, comma-separated (each "
+        "dividing it and the model's routed experts; above 1 for MoE models only), or auto: "
+        "1 and tp for a MoE model, 1 otherwise. Adds no GPU: the experts are dealt out "
+        "among the replica's tp GPUs.",
+    ),
+    dp_attention: str = typer.Option(
+        ",".join(map(str, DEFAULT_DP_ATTENTION)),
+        "--dp-attention",
+        help="Attention data-parallel degrees to consider with each --tp, comma-separated "
+        "(each dividing it, the heads dividing by tp / it; aggregated layouts only), or "
+        "auto: 1 and tp for a MoE model, 1 otherwise. Adds no GPU.",
+    ),
     cache_gb: str = typer.Option(
         ",".join(DEFAULT_CACHE),
         "--cache-gb",
@@ -239,7 +258,8 @@ def plan_cmd(
         False, "--json", help="Print plan.json on stdout instead of the tables."
     ),
 ) -> None:
-    """Find the cheapest deployment (GPU type x engine x tp x cache x layout x replicas)
+    """Find the cheapest deployment (GPU type x engine x tp/ep/attention DP x cache x layout x
+    replicas)
     meeting every SLO at a stable steady state; write OUT/plan.json, OUT/report.md, OUT/report.html
     (self-contained) and OUT/results.parquet.
 
@@ -266,6 +286,10 @@ def plan_cmd(
       twin plan chat.parquet -m llama-3-8b --slo "p95_tpot<=20ms" --session-rate 0.5 \\
         --duration 2400 --warmup-s 800 --gpus h200 --engines vllm --tp 1 \\
         --layouts agg,1p1d --out plan-pd
+
+      twin plan chat.parquet -m gpt-oss-20b --slo "p95_tpot<=15ms" --session-rate 0.5 \\
+        --duration 2400 --warmup-s 800 --gpus h200 --engines sglang --tp 2 --ep 2 \\
+        --dp-attention 1,2 --seeds 1 --out plan-moe
     """
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
@@ -280,6 +304,9 @@ def plan_cmd(
     gpu_list, engine_list = _items("--gpus", gpus), _items("--engines", engines)
     tp_list, cache_list = _ints("--tp", tp), _items("--cache-gb", cache_gb)
     layout_list = [layout.name for layout in parse_layouts(_items("--layouts", layouts))]
+    ep_list, dp_list = _items("--ep", ep), _items("--dp-attention", dp_attention)
+    parse_degrees(ep_list, "--ep")  # a bad degree fails here, before the workload
+    parse_degrees(dp_list, "--dp-attention")
     total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list) * len(layout_list)
     if workload is None:
         workload = example_path(EXAMPLE)
@@ -311,6 +338,8 @@ def plan_cmd(
             tp=tp_list,
             cache=cache_list,
             layouts=layout_list,
+            ep=ep_list,
+            dp_attention=dp_list,
             prices=prices,
             budget_gpus=budget_gpus,
             router=router,

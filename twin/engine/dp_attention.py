@@ -190,7 +190,9 @@ class DPStepPricer(PricerBase):
         return self.sync_time([step] + [IDLE] * (self.dp - 1))
 
     def checkpoint_copy_time(self) -> float:
-        return float(self.attention.checkpoint_copy_time())
+        # A rank's recurrent-state checkpoint copy on its attention-TP GPUs, as the plain
+        # pricer prices it (``CostModelPricer``: ``CostModel.checkpoint_copy_s(1)``).
+        return float(self.attention.checkpoint_copy_s(1))
 
 
 class RankRecorder(WrappingPricer):

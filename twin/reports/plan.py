@@ -1,10 +1,12 @@
 """``twin plan``: the cheapest deployment meeting every SLO at a given load.
 
-A *candidate* is a GPU type x engine mode x tensor-parallel degree x cache
-setting x serving layout (aggregated, or ``xPyD`` prefill and decode workers:
-:mod:`reports.layouts`); a *deployment* is a candidate on some number of replicas
-(copies of its layout), costing replicas x tp (x the layout's workers) x the GPU's
-on-demand price per hour (:mod:`reports.prices`).
+A *candidate* is a GPU type x engine mode x parallel layout of a replica (tensor
+parallelism, with expert and attention data parallelism among its GPUs:
+:mod:`reports.parallel_axes`) x cache setting x serving layout (aggregated, or
+``xPyD`` prefill and decode workers: :mod:`reports.layouts`); a *deployment* is a
+candidate on some number of replicas (copies of its layout), costing replicas x tp (x
+the layout's workers) x the GPU's on-demand price per hour (:mod:`reports.prices`):
+expert and attention data parallelism split a replica's GPUs, they add none.
 :func:`plan` finds, per candidate, the fewest replicas meeting every SLO with a
 stable steady state (:func:`reports.verdicts.meets`), by a search over the
 replica count (:mod:`reports.plan_search`), and the cheapest candidate wins.
@@ -40,6 +42,12 @@ from twin.hardware import GPUS
 from twin.limits import MAX_CACHE_GB, MAX_TP
 from twin.reports.analysis import parse_slos
 from twin.reports.layouts import AGG, parse_layouts
+from twin.reports.parallel_axes import (
+    bound_pricer,
+    layout_settings,
+    parallel_layouts,
+    parse_degrees,
+)
 from twin.reports.plan_result import (
     _CENTS,
     COSTLIER,
@@ -84,6 +92,8 @@ DEFAULT_ENGINES = ("vllm", "sglang")
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_CACHE = ("auto",)
 DEFAULT_LAYOUTS = (AGG,)
+DEFAULT_EP: tuple[int | str, ...] = (1,)  # --ep: no expert parallelism unless asked
+DEFAULT_DP_ATTENTION: tuple[int | str, ...] = (1,)  # --dp-attention, likewise
 # The share of the analytic work a replica must be able to do (see analyse): below 1
 # because a stable verdict tolerates a window whose arrivals still rise by up to 25%
 # (twin.steady_state.MAX_RAMP; 1/1.25 = 0.8) and a load a little past capacity can
@@ -247,17 +257,29 @@ def workload_stats(path: str | Path) -> dict[str, Any]:
 # --- the analytic bound -------------------------------------------------------------
 
 
-def cheapest_token_s(pricer: Any, max_batched_tokens: int, max_running: int) -> float:
+def cheapest_token_s(
+    pricer: Any, max_batched_tokens: int, max_running: int, ranks: int = 1
+) -> float:
     """The lowest price per token of any step shape a replica runs: prefill chunks, decode
-    batches (context 1 each) and mixed steps, at every halving of the step budget."""
+    batches (context 1 each) and mixed steps, at every halving of the step budget. With
+    ``ranks`` attention data-parallel ranks (``pricer`` is their synchronised pricer,
+    ``twin.engine.dp_attention.DPStepPricer``) every rank runs the shape at once, each
+    with its own step budget, and the step's tokens are all of theirs."""
+
+    def per_token(prefills: list[tuple[int, int]], batch: int, tokens: int) -> float:
+        if ranks == 1:
+            return float(pricer.step_time(prefills, batch, batch)) / tokens
+        step = (prefills, batch, batch)
+        return float(pricer.sync_time([step] * ranks)) / (ranks * tokens)
+
     prices = []
     t = max_batched_tokens
     while t >= min(SMALLEST_PRICED_STEP, max_batched_tokens):
-        prices.append(pricer.step_time([(t, 0)], 0, 0) / t)
+        prices.append(per_token([(t, 0)], 0, t))
         b = min(max_running, t)
-        prices.append(pricer.step_time([], b, b) / b)
+        prices.append(per_token([], b, b))
         if t > b:
-            prices.append(pricer.step_time([(t - b, 0)], b, b) / t)
+            prices.append(per_token([(t - b, 0)], b, t))
         t //= 2
     return min(prices)
 
@@ -282,7 +304,7 @@ def analyse(
 ) -> Analysis:
     """Resolve ``cand``'s sweep spec and check it before any simulation (see the module)."""
     from twin.costmodel.profile_store import resolve_profile
-    from twin.engine import make_pricer, memory_budget
+    from twin.engine import memory_budget
     from twin.presets import resolve_model
 
     layout = cand.serving
@@ -290,7 +312,7 @@ def analyse(
         base,
         gpu=cand.gpu,
         engine=cand.engine,
-        settings=(("tp", cand.tp), *base.settings),
+        settings=(*layout_settings(cand.parallel), *base.settings),
         layout="" if layout.aggregated else layout.name,
     )
     mode = get_mode(cand.engine)
@@ -302,9 +324,10 @@ def analyse(
     model = resolve_model(spec.model, spec.model_set)
     point = Point(cand.cache_gb, cand.policy, load.session_rate, 0, 1)
     try:
-        # A tp that does not divide the model's heads, or a mode refusing this model.
+        # A tp that does not divide the model's heads, a mode refusing this model, or a
+        # parallel layout the engine configuration refuses (twin simulate's own checks).
         config = spec.config(point, profile)
-        pricer = make_pricer(model, profile, cand.tp)
+        pricer = bound_pricer(model, profile, cand.parallel)
     except TwinError as err:
         return Analysis(spec, spec.profile_label, f"cannot run: {err}", 1, "")
     try:
@@ -331,7 +354,8 @@ def analyse(
             else "1: the workload's arrival rate is unknown"
         )
         return Analysis(spec, spec.profile_label, None, 1, how)
-    per_token = cheapest_token_s(pricer, config.max_batched_tokens, config.max_running)
+    ranks = cand.dp_attention
+    per_token = cheapest_token_s(pricer, config.max_batched_tokens, config.max_running, ranks)
     tokens = stats["uncached_prompt_tokens_per_request"] + stats["decode_tokens_per_request"]
     requests_per_s = rate * stats["requests_per_session"]
     work = requests_per_s * tokens * per_token  # replica-seconds per second
@@ -344,6 +368,7 @@ def analyse(
         f"decode) x {per_token * 1e9:,.4g} ns/token (cheapest step price) = {work:,.3g} "
         f"replicas busy, x {BOUND_SHARE:g}"
         + ("" if layout.aggregated else f", / {layout.workers} workers a copy")
+        + ("" if ranks == 1 else f"; a step of {ranks} attention ranks in lockstep")
     )
     return Analysis(spec, spec.profile_label, None, bound, how)
 
@@ -365,9 +390,11 @@ class PlanProgress:
         return self.evaluated + self.pruned
 
 
-def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, str]:
+def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, int, str]:
     """Winner order: cost, then GPUs, then the worst target's share of its threshold
-    (more headroom first), then the label (a fixed order)."""
+    (more headroom first), then fewer parallel splits (expert parallelism priced at the
+    same tp often ties its plain layout exactly: the simpler deployment wins), then the
+    label (a fixed order)."""
     t = c.trial(c.replicas)
     shares = [
         math.inf if v is None else v / s.threshold_ms
@@ -375,7 +402,8 @@ def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, s
         for v in [t.worst(s.text) if t else None]
     ]
     cost = c.usd_per_hour if c.usd_per_hour is not None else math.inf
-    return (round(cost, 9), c.gpus or 0, max(shares, default=0.0), c.candidate.label)
+    worst = max(shares, default=0.0)
+    return (round(cost, 9), c.gpus or 0, worst, c.candidate.splits, c.candidate.label)
 
 
 def plan(
@@ -394,6 +422,8 @@ def plan(
     tp: Sequence[int] = DEFAULT_TP,
     cache: Sequence[str | float] = DEFAULT_CACHE,
     layouts: Sequence[str] = DEFAULT_LAYOUTS,
+    ep: Sequence[int | str] = DEFAULT_EP,
+    dp_attention: Sequence[int | str] = DEFAULT_DP_ATTENTION,
     prices: str | Path | None = None,
     budget_gpus: int | None = None,
     router: str = "round-robin",
@@ -415,6 +445,9 @@ def plan(
     the GPUs (replicas x tp, x the workers of a disaggregated layout) of every
     deployment; ``layouts`` are the serving layouts searched (``agg``, ``1p1d``, ...:
     :mod:`reports.layouts`; each a candidate of its own, its replicas copies of it);
+    ``ep`` and ``dp_attention`` the expert-parallel and attention data-parallel degrees
+    searched with each ``tp`` (whole numbers, or ``("auto",)``: 1 and ``tp`` for a MoE
+    model; only the layouts the model can take: :mod:`reports.parallel_axes`);
     ``search`` names the replica search (:data:`reports.plan_search.SEARCHES`);
     ``seeds``: a count that decides the answer must meet the SLOs under seeds 0 to
     ``seeds - 1`` (:data:`DEFAULT_SEEDS`); ``progress`` sees the counts as they move.
@@ -431,6 +464,7 @@ def plan(
     gpu_names, engine_names = _gpus(gpus), _engines(engines)
     tps, caches = _tps(tp), _caches(cache)
     serving = [layout.name for layout in parse_layouts(layouts)]
+    eps, dps = parse_degrees(ep, "--ep"), parse_degrees(dp_attention, "--dp-attention")
     strategy = get_search(search)
     if budget_gpus is not None and budget_gpus < 1:
         raise TwinError(f"--budget-gpus {budget_gpus}: must be at least 1")
@@ -441,7 +475,9 @@ def plan(
     table = load_prices(prices)
     for gpu in gpu_names:
         table.price(gpu)  # a GPU without a price fails before any work
-    resolve_model(model, model_set)  # a bad --model fails before any work
+    spec_model = resolve_model(model, model_set)  # a bad --model fails before any work
+    # The replica layouts the model can take (a degree no --tp can take fails here).
+    parallel, dropped = parallel_layouts(spec_model, tps, eps, dps)
     path = Path(workload)
     if not path.is_file():
         raise TwinError(f"{path}: no such workload file")
@@ -468,11 +504,11 @@ def plan(
     screen_s = (load.duration_s or 0.0) * SCREEN_FRACTION
     screening = screen and load.duration_s is not None and screen_s >= SCREEN_MIN_S
     searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening, seed_list)
-    axes = (gpu_names, engine_names, tps, caches, serving)
+    axes = (gpu_names, engine_names, parallel, caches, serving)
     searcher.state.total = math.prod(len(axis) for axis in axes)
     searcher.tell()
-    for gpu, engine, t, c, layout in itertools.product(*axes):
-        cand = Candidate(gpu, engine, t, c, layout)
+    for gpu, engine, par, c, layout in itertools.product(*axes):
+        cand = Candidate(gpu, engine, par.tp, c, layout, par.ep, par.dp)
         res = CandidateResult(cand, table.price(gpu).usd_per_gpu_hour)
         res.search = strategy.name
         res.limit = MAX_SEARCH_REPLICAS
@@ -507,6 +543,14 @@ def plan(
         + seed_notes
         + (
             [
+                f"{len(dropped)} combination(s) of --tp, --ep and --dp-attention the model "
+                f"cannot take were not planned: {'; '.join(dropped)}"
+            ]
+            if dropped
+            else []
+        )
+        + (
+            [
                 f"screening was off: it needs --duration of at least "
                 f"{SCREEN_MIN_S / SCREEN_FRACTION:g} s (a quarter of it, {SCREEN_MIN_S:g} s, "
                 "to judge a short run); every replica count ran in full"
@@ -534,6 +578,8 @@ def _check(
     if res.limit < 1:
         res.outcome = INFEASIBLE
         what = f"tp {cand.tp}" + ("" if cand.layout == AGG else f" {cand.layout}")
+        what += f" ep {cand.ep}" * (cand.ep > 1)
+        what += f" attention DP {cand.dp_attention}" * (cand.dp_attention > 1)
         res.reason = (
             f"{what} ({cand.gpus_per_replica} GPUs) needs more GPUs than --budget-gpus "
             f"{budget_gpus} allows"
@@ -782,6 +828,17 @@ class _Searcher:
             )
         )
         s.record(n, ok)
+        if row.get("requests_rejected") and not row.get("requests_measured"):
+            # Every request was too big for a replica's memory (the engine rejects one that
+            # can never fit): each replica has the same memory, so no count serves any.
+            r.outcome = INFEASIBLE
+            r.reason = (
+                f"does not fit: on {n} replica(s) all {row['requests_rejected']:,} requests "
+                "were rejected, each too big for a replica's memory (a rank's, under "
+                "attention DP); more replicas add none to one"
+            )
+            s.cap(0)  # its search is over
+            return
         if ok and not self.extra:  # with more seeds, only a confirmed count sets the best
             self.best = min(self.best, r.cost(n))
         if len(r.trials) >= 2 and all(t.run_length for t in r.trials[-2:]):
@@ -837,7 +894,7 @@ def _decide(results: list[CandidateResult], slos: Sequence[Slo]) -> list[str]:
     if ranked:
         ranked[0].outcome = WINNER
         for r in ranked[1:]:
-            r.reason = _lost(r, ranked[0])
+            r.reason = _lost(r, ranked[0], slos)
     notes = [
         f"{r.candidate.label}: the P95s were not monotone in the replica count "
         f"({r.fallback}); its search fell back to a linear scan"
@@ -929,7 +986,7 @@ def _gpus_each(c: Candidate) -> str:
     return f"tp {c.tp}" if c.layout == AGG else f"{c.layout} x tp {c.tp}"
 
 
-def _lost(r: CandidateResult, win: CandidateResult) -> str:
+def _lost(r: CandidateResult, win: CandidateResult, slos: Sequence[Slo]) -> str:
     """Why a candidate meeting the SLOs is not the winner."""
     mine, theirs = r.usd_per_hour or math.inf, win.usd_per_hour or math.inf
     if mine > theirs + _CENTS:
@@ -939,12 +996,19 @@ def _lost(r: CandidateResult, win: CandidateResult) -> str:
         )
     if (r.gpus or 0) > (win.gpus or 0):
         return f"the same ${mine:,.2f}/h on more GPUs ({r.gpus} against {win.gpus})"
+    if _rank(r, slos)[2] == _rank(win, slos)[2] and r.candidate.splits > win.candidate.splits:
+        return (
+            f"the same ${mine:,.2f}/h on {r.gpus} GPU(s) with the same headroom, with more "
+            "parallel splits (expert or attention data parallelism) to configure"
+        )
     return f"the same ${mine:,.2f}/h on {r.gpus} GPU(s), with less headroom under the SLOs"
 
 
 __all__ = [
     "DEFAULT_CACHE",
+    "DEFAULT_DP_ATTENTION",
     "DEFAULT_ENGINES",
+    "DEFAULT_EP",
     "DEFAULT_GPUS",
     "DEFAULT_LAYOUTS",
     "DEFAULT_SEEDS",

@@ -111,7 +111,8 @@ def _ttft_column(p: PlanResult) -> bool:
 
 
 def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["GPU", "engine", "tp", "cache", "layout", "replicas", "GPUs", "$/GPU-hour", "$/hour"]
+    head = ["GPU", "engine", "tp", "ep", "attention DP", "cache", "layout", "replicas", "GPUs"]
+    head += ["$/GPU-hour", "$/hour"]
     head += [_metric_head(s) for s in p.slos]
     several = len(p.seeds) > 1
     head += [f"{_metric_head(s)} over {seeds_text(p.seeds)}" for s in p.slos] * several
@@ -121,7 +122,8 @@ def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
         return head, []
     t = w.trial(w.replicas)
     c = w.candidate
-    row = [c.gpu, c.engine, str(c.tp), c.cache, c.layout, str(w.replicas), str(w.gpus)]
+    row = [c.gpu, c.engine, str(c.tp), str(c.ep), str(c.dp_attention), c.cache, c.layout]
+    row += [str(w.replicas), str(w.gpus)]
     row += [_money(w.usd_per_gpu_hour), _money(w.usd_per_hour)]
     row += [_ms(t.values_ms.get(s.text)) if t else "-" for s in p.slos]
     row += [seed_span(t, s) or "-" for s in p.slos] * several

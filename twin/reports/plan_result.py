@@ -13,7 +13,9 @@ from typing import Any
 
 from twin import __version__
 from twin.engine.modes import get_mode
+from twin.parallel import Layout
 from twin.reports.layouts import AGG, ServingLayout, parse_layout
+from twin.reports.parallel_axes import layout_flags
 from twin.reports.plan_search import DEFAULT_SEARCH, MAX_SEARCH_REPLICAS
 from twin.reports.prices import PriceTable
 from twin.reports.sweep import AUTO_GB, SweepSpec
@@ -22,8 +24,9 @@ from twin.slo import Slo
 PLAN_SCHEMA = "twin.plan"
 # 2: screening runs (counts, trials' "screened"); 3: a candidate's serving layout;
 # 4: the seeds (the plan's "seeds"; a confirmed trial's "seeds", "values_ms_by_seed",
-# "failed_seeds" and "interval_ms")
-PLAN_SCHEMA_VERSION = 4
+# "failed_seeds" and "interval_ms"); 5: a candidate's expert parallelism ("ep") and
+# attention data parallelism ("dp_attention")
+PLAN_SCHEMA_VERSION = 5
 PLAN_FILE = "plan.json"
 # Dollars closer than this are one price (sums of float prices).
 _CENTS = 1e-9
@@ -43,19 +46,38 @@ OUTCOMES = (WINNER, MEETS, COSTLIER, UNJUDGED, PRUNED, INFEASIBLE)
 @dataclass(frozen=True)
 class Candidate:
     """One configuration to size: GPU type, engine mode, GPUs per replica, cache setting,
-    serving layout (its replica count counts copies of it: :mod:`reports.layouts`)."""
+    serving layout (its replica count counts copies of it: :mod:`reports.layouts`), and
+    how a replica's ``tp`` GPUs are split: ``ep`` expert-parallel ranks and
+    ``dp_attention`` attention data-parallel ranks among them
+    (:mod:`reports.parallel_axes`; both divide ``tp`` and add no GPU)."""
 
     gpu: str
     engine: str
     tp: int
     cache: str  # "auto" (the engine's shared KV pool) or GB of a dedicated cache, as text
     layout: str = AGG  # "agg" or "xPyD" (ServingLayout.name)
+    ep: int = 1
+    dp_attention: int = 1
 
     @property
     def label(self) -> str:
         cache = "shared pool" if self.cache == "auto" else f"{self.cache} GB cache"
         where = "" if self.layout == AGG else f" {self.layout}"
-        return f"{self.gpu} {self.engine} tp{self.tp} {cache}{where}"
+        split = f" ep{self.ep}" * (self.ep > 1) + f" attn-dp{self.dp_attention}" * (
+            self.dp_attention > 1
+        )
+        return f"{self.gpu} {self.engine} tp{self.tp}{split} {cache}{where}"
+
+    @property
+    def splits(self) -> int:
+        """How many parallel splits beyond tensor parallelism it configures (expert and
+        attention data parallelism): a tie on cost, GPUs and headroom goes to fewer."""
+        return (self.ep > 1) + (self.dp_attention > 1)
+
+    @property
+    def parallel(self) -> Layout:
+        """The replica's parallel layout (``twin.parallel.Layout``)."""
+        return Layout(self.tp, self.ep, self.dp_attention)
 
     @property
     def serving(self) -> ServingLayout:
@@ -84,6 +106,8 @@ class Candidate:
             "tp": self.tp,
             "cache": self.cache,
             "layout": self.layout,
+            "ep": self.ep,
+            "dp_attention": self.dp_attention,
         }
 
 
@@ -381,6 +405,7 @@ class PlanResult:
         for item in self.model_set:
             args += ["--model-set", item]
         args += ["--gpu", cand.gpu, "--engine", cand.engine, "--tp", str(cand.tp)]
+        args += layout_flags(cand.parallel)
         pools = cand.serving.pools(c.replicas or 1)
         if pools:
             args += ["--prefill-workers", str(pools["prefill_workers"])]

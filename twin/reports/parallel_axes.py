@@ -1,0 +1,153 @@
+"""Expert parallelism and attention data parallelism as axes of ``twin plan``.
+
+A replica's parallel layout is ``twin.parallel.Layout(tp, ep, dp)``: ``tp`` GPUs, the
+routed experts dealt out to ``ep`` ranks among them (``--ep``), the attention run by
+``dp`` data-parallel ranks among them (``--dp-attention``). Both divide ``tp``: they
+split the same GPUs differently and add none, so a candidate's GPUs per replica stay
+``tp`` (times a disaggregated layout's workers) whatever its ``ep`` and ``dp``.
+
+The plan searches the product of ``--tp``, ``--ep`` and ``--dp-attention`` values,
+keeping the layouts the model can take: a layout ``twin.parallel.Layout`` and
+``twin.parallel.check_layout`` accept (the checks ``twin simulate`` and ``twin cost``
+apply: ``--ep`` and ``--dp-attention`` dividing ``--tp``, experts dividing by ``--ep``, a
+model with MoE layers for ``--ep`` above 1, heads dividing by the attention TP). The plain
+layouts (``ep = dp = 1``) are always kept, as before these axes: a ``tp`` the model's
+heads do not divide stays a candidate that *cannot run*, listed with its reason.
+What else a layout needs (attention DP is refused with disaggregated pools) is the engine
+configuration's own check, in the plan's checks before simulation.
+
+``auto`` enumerates, per ``tp``, the degrees the engines offer as one switch: 1 and
+``tp``. vLLM's ``--enable-expert-parallel`` makes the experts' group the whole TP x DP
+group (``FusedMoEParallelConfig.make``, ``vllm/model_executor/layers/fused_moe/config.py``,
+0.11.0: ``ep_size = tp_size * dp_size`` when ``use_ep``); TensorRT-LLM's
+``enable_attention_dp`` runs one attention rank per GPU (``dp = tp``, ``llmapi/llm_args.py``);
+SGLang's ``--enable-dp-attention`` is documented with ``--dp`` equal to ``--tp``. Both
+only for a model with MoE layers (the engines offer attention DP for MoE models, where the
+gathered FFN is the experts; a dense model keeps 1). Other degrees are given explicitly
+(``--ep 1,2,4,8``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from twin.errors import TwinError
+from twin.limits import MAX_TP
+from twin.model import ModelSpec
+from twin.parallel import Layout, check_layout
+
+AUTO = "auto"
+# The flags as the plan and twin simulate spell them.
+EP_FLAG, DP_FLAG = "--ep", "--dp-attention"
+
+
+def parse_degrees(values: Sequence[int | str], flag: str) -> tuple[int, ...] | None:
+    """``values`` as whole numbers from 1 to ``MAX_TP``, once each, in order; None for
+    ``auto`` (given alone). One line naming ``flag`` otherwise."""
+    texts = [str(v).strip().lower() for v in values]
+    if texts == [AUTO]:
+        return None
+    if not texts:
+        raise TwinError(f"{flag}: give at least one degree, e.g. 1,8, or auto")
+    out = []
+    for value, text in zip(values, texts, strict=True):
+        if text == AUTO:
+            raise TwinError(f"{flag}: auto stands alone (got {', '.join(map(str, values))})")
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if isinstance(value, bool) or not 1 <= n <= MAX_TP or str(n) != text:
+            raise TwinError(
+                f"{flag} {value!r}: each must be a whole number from 1 to {MAX_TP}, or auto"
+            )
+        out.append(n)
+    return tuple(dict.fromkeys(out))
+
+
+def _auto(model: ModelSpec, tp: int) -> tuple[int, ...]:
+    """The degrees ``auto`` tries at ``tp``: 1 and ``tp`` for a MoE model (see the module)."""
+    return (1, tp) if model.n_moe_layers and tp > 1 else (1,)
+
+
+def parallel_layouts(
+    model: ModelSpec,
+    tps: Sequence[int],
+    eps: Sequence[int] | None,
+    dps: Sequence[int] | None,
+) -> tuple[list[Layout], list[str]]:
+    """The replica layouts to plan, tp-major in the order given (``None``: ``auto``), and a
+    note per combination left out because the model cannot take it.
+
+    A degree given explicitly that no ``tp`` can take is one ``TwinError`` line naming
+    its flag (the first reason), before any work."""
+    kept: list[Layout] = []
+    dropped: list[str] = []
+    used: dict[tuple[str, int], str | None] = {}  # (flag, degree) -> None once taken
+    for tp in tps:
+        for ep in _auto(model, tp) if eps is None else eps:
+            for dp in _auto(model, tp) if dps is None else dps:
+                if ep == dp == 1:
+                    kept.append(Layout(tp))
+                    continue
+                try:
+                    layout = Layout(tp, ep, dp)
+                    check_layout(model, layout)
+                except TwinError as err:
+                    dropped.append(f"tp {tp} ep {ep} attention DP {dp}: {err}")
+                    for flag, n, given in ((EP_FLAG, ep, eps), (DP_FLAG, dp, dps)):
+                        if n > 1 and given is not None:
+                            used.setdefault((flag, n), str(err))
+                    continue
+                kept.append(layout)
+                for flag, n in ((EP_FLAG, ep), (DP_FLAG, dp)):
+                    used[(flag, n)] = None
+    for (flag, n), why in used.items():
+        if why is not None:
+            shown = ",".join(map(str, tps))
+            raise TwinError(f"{flag} {n}: no layout of --tp {shown} can take it ({why})")
+    return list(dict.fromkeys(kept)), dropped
+
+
+def layout_settings(layout: Layout) -> tuple[tuple[str, int], ...]:
+    """The engine settings of ``layout`` (``tp``; ``ep`` and ``dp_attention`` only above 1,
+    so a plain layout's settings, and its sweep keys, are what they were)."""
+    return (
+        ("tp", layout.tp),
+        *((("ep", layout.ep),) if layout.ep > 1 else ()),
+        *((("dp_attention", layout.dp),) if layout.dp > 1 else ()),
+    )
+
+
+def layout_flags(layout: Layout) -> list[str]:
+    """``twin simulate``'s flags for ``layout`` beyond ``--tp``."""
+    return [
+        *([EP_FLAG, str(layout.ep)] if layout.ep > 1 else []),
+        *([DP_FLAG, str(layout.dp)] if layout.dp > 1 else []),
+    ]
+
+
+def bound_pricer(model: ModelSpec, profile: Any, layout: Layout) -> Any:
+    """The step prices the plan's analytic bound reads for ``layout``: the cost model at
+    ``tp`` and ``ep`` (without host times, as the bound always read it), or with attention
+    DP the synchronised pricer of its ranks (``twin.engine.dp_attention.dp_pricer``)."""
+    if layout.dp > 1:
+        from twin.engine.dp_attention import dp_pricer
+
+        return dp_pricer(model, profile, layout.tp, layout.ep, layout.dp, 0.0, 0.0)
+    from twin.engine import make_pricer
+
+    return make_pricer(model, profile, layout.tp, layout.ep)
+
+
+__all__ = [
+    "AUTO",
+    "DP_FLAG",
+    "EP_FLAG",
+    "bound_pricer",
+    "layout_flags",
+    "layout_settings",
+    "parallel_layouts",
+    "parse_degrees",
+]
