@@ -15,6 +15,7 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -674,6 +675,21 @@ def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> Non
     assert len(first_tokens(**settings)) == 2
 
 
+def _inferencemax_r1(**fields: Any) -> sil.SiliconRow:
+    """A B200 DeepSeek-R1 row of InferenceMAX's 2026-03-25 collection at 4 clients."""
+    from dataclasses import replace
+
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    return replace(
+        base,
+        source="source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4",
+        model_path="deepseek-ai/DeepSeek-R1",
+        system="b200_sxm",
+        concurrency=4,
+        **fields,
+    )
+
+
 def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     """InferenceMAX's DeepSeek-R1 TensorRT-LLM runs on B200 in the 1.2.0rc6.post3 image
     are its ``-mtp`` configurations: MTP with 3 drafts (1 with attention DP); the
@@ -683,17 +699,7 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     from twin.presets import get_model
 
     model = get_model("deepseek-r1")
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
-    row = replace(
-        base,
-        source="source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4",
-        model_path="deepseek-ai/DeepSeek-R1",
-        backend="trtllm",
-        system="b200_sxm",
-        backend_version="1.2.0rc6.post3",
-        concurrency=4,
-        isl=64,
-    )
+    row = _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc6.post3", isl=64)
     spec = sil.inferencemax_speculation(row, model)
     assert spec is not None and (spec["method"], spec["num_speculative_tokens"]) == ("mtp", 3)
     dp = sil.inferencemax_speculation(replace(row, attention_dp=8), model)
@@ -720,19 +726,8 @@ def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
     covers (by GPU, precision, tp, lengths and clients); other rows: SGLang's defaults."""
     from dataclasses import replace
 
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
-    row = replace(
-        base,
-        source="source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4",
-        model_path="deepseek-ai/DeepSeek-R1",
-        backend="sglang",
-        system="b200_sxm",
-        backend_version="0.5.9",
-        precision="fp4",
-        concurrency=4,
-        tp=8,
-        isl=1024,
-        osl=1024,
+    row = _inferencemax_r1(
+        backend="sglang", backend_version="0.5.9", precision="fp4", tp=8, isl=1024, osl=1024
     )
     sets = sil.deployment(row, "sglang")["sets"]
     assert sets["scheduler_recv_interval"] == "10" and sets["max_running_requests"] == "256"
