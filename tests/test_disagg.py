@@ -468,7 +468,7 @@ def test_build_run_gives_the_decode_pool_its_own_gpu_tp_and_memory(tmp_path):
     assert (run.config.decode_gpu, run.config.decode_tp) == ("h100", 4)
     pool = run.decode
     assert pool is not None and pool.gpu == "h100" and pool.config.tp == 4
-    assert pool.config.gpu_memory_bytes == 80e9  # the H100's, not the H200's
+    assert pool.config.gpu_memory_bytes == 80 * 2**30  # the H100's 80 GiB, not the H200's
     assert pool.budget == memory_budget(run.model, pool.config)
     summary = run.simulate(tmp_path / "out").to_dict()
     pools = summary["pools"]

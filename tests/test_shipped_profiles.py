@@ -40,6 +40,16 @@ def test_a_gpu_name_means_its_measured_profile_for_vllm() -> None:
         load_profile("h100", "tgi")
 
 
+def test_shipped_profiles_carry_their_gpus_memory() -> None:
+    # The engines size their pools from the driver's total (twin.hardware): every shipped
+    # GPU profile, measured or datasheet, carries its GpuSpec's bytes, not a stale copy.
+    names = [n for n in shipped_profiles() if n != "cpu"]
+    assert len(names) > len(SYSTEMS)
+    for name in names:
+        p = load_profile(name)
+        assert p.peaks["mem_bytes"] == get_gpu(p.gpu).hbm_bytes, name
+
+
 @pytest.mark.parametrize("name", MEASURED)
 def test_measured_profiles_price_monotonically(name: str) -> None:
     p = load_profile(name)

@@ -9,6 +9,17 @@ says where it departs from that table. The
 datasheet's NVLink column is the total of both directions (A100: 12 links x
 50 GB/s); a ring all-reduce sends and receives at once, so the cost model uses
 half of it per direction. PCIe figures in the table are already per direction.
+
+Device memory (``hbm_bytes``) is not the datasheet's decimal "80 GB": the engines size
+their pools from the total the driver reports (vLLM ``gpu_memory_utilization`` x the
+total of ``torch.cuda.mem_get_info()``, ``vllm/v1/worker/gpu_worker.py``; SGLang's
+``mem_fraction_static`` of ``get_device_memory_capacity()``; TensorRT-LLM's
+``free_gpu_memory_fraction`` of the free memory), which is the marketed figure read in
+GiB for the HBM parts and nvidia-smi's MiB total for the rest. Each GPU takes
+``aiconfigurator-core`` 0.12.0's ``systems/<gpu>.yaml`` ``mem_capacity`` where that
+table has the GPU (``mem_source`` names the file; a test checks the two agree), else
+nvidia-smi's total. Messages still print decimal GB (``GB``) of these byte counts: an
+H100 shows as 85.9 GB.
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ from twin.errors import TwinError
 
 GB = 1e9  # decimal units, as datasheets and the Marconi paper quote sizes (every --cache-gb)
 TB = 1e12
+GIB = 1 << 30  # binary units: device memory as the driver reports it
+MIB = 1 << 20
 
 # Assumed, not measured: the fixed latency of one small all-reduce inside one
 # NVLink/PCIe node (NCCL's ring/tree start-up), of the order of 10 us. It only
@@ -35,7 +48,7 @@ class GpuSpec:
     name: str  # registry key used on the command line (``a100``, ``h100``...)
     display_name: str  # as a person names it
     flops: float  # dense FP16/BF16 tensor-core FLOP/s
-    hbm_bytes: float  # device memory, bytes
+    hbm_bytes: float  # device memory as the driver reports it, bytes (module docstring)
     hbm_bw: float  # device memory bandwidth, bytes/s
     host_bw: float  # host link bandwidth per direction, bytes/s
     nvlink_bw: float | None  # NVLink total of both directions, bytes/s; None: no NVLink
@@ -48,6 +61,7 @@ class GpuSpec:
     fp4_flops: float | None = None
     host_link: str = ""  # the host link as named in the datasheet
     source: str = "NVIDIA datasheet via shared/reference/gpu_datasheets.md"
+    mem_source: str = ""  # where ``hbm_bytes`` comes from (:func:`_aic_mem` or nvidia-smi)
 
     @property
     def interconnect_bw(self) -> float:
@@ -78,6 +92,14 @@ _PCIE6 = 128 * GB  # PCIe Gen6 x16, per direction (HGX B300; aiconfigurator b300
 _NVLINK5 = 1800 * GB  # fifth-generation NVLink, both directions (HGX/GB200 datasheets)
 _C2C = 450 * GB  # NVLink-C2C to the Grace CPU: 900 GB/s both directions (GB200 datasheet)
 _AIC = "NVIDIA datasheet via aiconfigurator-core 0.12.0 systems/{}.yaml"
+AIC_MEM = "aiconfigurator-core 0.12.0 systems/{}.yaml mem_capacity"
+
+
+def _aic_mem(system: str, note: str) -> str:
+    """``mem_source`` of a GPU whose memory is aiconfigurator's ``mem_capacity`` for
+    ``system`` (the yaml's own comment in ``note``)."""
+    return f"{AIC_MEM.format(system)} ({note})"
+
 
 GPUS: dict[str, GpuSpec] = {
     g.name: g
@@ -86,75 +108,86 @@ GPUS: dict[str, GpuSpec] = {
             "a100",
             "A100 40GB SXM4",
             312 * TB,
-            40 * GB,
+            40 * GIB,
             1555 * GB,
             _PCIE4,
             600 * GB,
             fp32_flops=19.5 * TB,
             host_link="PCIe Gen4 x16",
+            # Not in aiconfigurator's tables: nvidia-smi's total on four A100-SXM4-40GB
+            # (400 W) in github.com/pc2/cc-slurm-sync README.md is 40,960 MiB, the
+            # datasheet's 40 GB read in GiB as aiconfigurator reads the 80GB part's.
+            # CUDA itself leaves a little less (deviceQuery on an A100 40GB at Paderborn's
+            # PC2 wiki: 42,405,855,232 bytes); the table keeps nvidia-smi's, like the rest.
+            mem_source="nvidia-smi: 40,960 MiB on an A100-SXM4-40GB",
         ),
         GpuSpec(
             "a100-80gb",
             "A100 80GB SXM4",
             312 * TB,
-            80 * GB,
+            80 * GIB,
             2039 * GB,
             _PCIE4,
             600 * GB,
             fp32_flops=19.5 * TB,
             host_link="PCIe Gen4 x16",
+            mem_source=_aic_mem("a100_sxm", "80 GiB"),
         ),
         GpuSpec(
             "a100-80gb-pcie",
             "A100 80GB PCIe",
             312 * TB,
-            80 * GB,
+            80 * GIB,
             1935 * GB,
             _PCIE4,
             600 * GB,
             fp32_flops=19.5 * TB,
             host_link="PCIe Gen4 x16 (NVLink bridge)",
+            mem_source=_aic_mem("a100_pcie", "80 GiB"),
         ),
         GpuSpec(
             "h100",
             "H100 SXM5",
             989 * TB,
-            80 * GB,
+            80 * GIB,
             3350 * GB,
             _PCIE5,
             900 * GB,
             fp32_flops=67 * TB,
             fp8_flops=1978 * TB,
             host_link="PCIe Gen5 x16",
+            mem_source=_aic_mem("h100_sxm", "80 GiB"),
         ),
         GpuSpec(
             "h200",
             "H200 SXM",
             989 * TB,
-            141 * GB,
+            141 * GIB,
             4800 * GB,
             _PCIE5,
             900 * GB,
             fp8_flops=1978 * TB,
             host_link="PCIe Gen5 x16",
+            mem_source=_aic_mem("h200_sxm", "141 GiB"),
         ),
         GpuSpec(
             "l4",
             "L4",
             121 * TB,
-            24 * GB,
+            24 * GIB,
             300 * GB,
             _PCIE4,
             None,
             fp8_flops=242 * TB,
             host_link="PCIe Gen4 x16",
+            mem_source=_aic_mem("l4", "24 GiB"),
         ),
         # HGX B200: 180 GB HBM3e at 8 TB/s per GPU (the yaml's 7.7 TB/s is a derating).
         GpuSpec(
             "b200",
             "B200 SXM (HGX)",
             2250 * TB,
-            180 * GB,
+            180 * GIB,
             8000 * GB,
             _PCIE5,
             _NVLINK5,
@@ -162,12 +195,13 @@ GPUS: dict[str, GpuSpec] = {
             fp4_flops=9000 * TB,
             host_link="PCIe Gen5 x16",
             source=_AIC.format("b200_sxm"),
+            mem_source=_aic_mem("b200_sxm", "180 GiB"),
         ),
         GpuSpec(
             "b300",
             "B300 SXM (HGX)",
             2250 * TB,
-            288 * GB,
+            275_040 * MIB,
             8000 * GB,
             _PCIE6,
             _NVLINK5,
@@ -175,13 +209,15 @@ GPUS: dict[str, GpuSpec] = {
             fp4_flops=14000 * TB,
             host_link="PCIe Gen6 x16",
             source=_AIC.format("b300_sxm"),
+            mem_source=_aic_mem("b300_sxm", "275,040 MiB reported by nvidia-smi"),
         ),
-        # GB200 NVL72: 13.4 TB HBM3e over 72 GPUs (186 GB), host link NVLink-C2C.
+        # GB200 NVL72: 13.4 TB HBM3e over 72 GPUs (186 GB marketed; nvidia-smi shows
+        # 189,471 MiB), host link NVLink-C2C.
         GpuSpec(
             "gb200",
             "GB200 (NVL72)",
             2500 * TB,
-            186 * GB,
+            189_471 * MIB,
             8000 * GB,
             _C2C,
             _NVLINK5,
@@ -189,12 +225,13 @@ GPUS: dict[str, GpuSpec] = {
             fp4_flops=10000 * TB,
             host_link="NVLink-C2C",
             source=_AIC.format("gb200"),
+            mem_source=_aic_mem("gb200", "189,471 MiB reported by nvidia-smi"),
         ),
         GpuSpec(
             "gb300",
             "GB300 (NVL72)",
             2500 * TB,
-            288 * GB,
+            284_208 * MIB,
             8000 * GB,
             _C2C,
             _NVLINK5,
@@ -202,12 +239,13 @@ GPUS: dict[str, GpuSpec] = {
             fp4_flops=15000 * TB,
             host_link="NVLink-C2C",
             source=_AIC.format("gb300"),
+            mem_source=_aic_mem("gb300", "284,208 MiB reported by nvidia-smi"),
         ),
         GpuSpec(
             "l40s",
             "L40S",
             362.05 * TB,
-            48 * GB,
+            46_068 * MIB,
             864 * GB,
             _PCIE4,
             None,
@@ -215,14 +253,15 @@ GPUS: dict[str, GpuSpec] = {
             fp8_flops=733 * TB,
             host_link="PCIe Gen4 x16",
             source=_AIC.format("l40s"),
+            mem_source=_aic_mem("l40s", "46,068 MiB"),
         ),
-        # The table gives 467.8 TFLOP/s dense BF16 at 2430 MHz; memory 96 GB GDDR7 at
-        # 1.6 TB/s (NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet).
+        # The table gives 467.8 TFLOP/s dense BF16 at 2430 MHz; memory 96 GB GDDR7 (nvidia-smi:
+        # 97,887 MiB) at 1.6 TB/s (NVIDIA RTX PRO 6000 Blackwell Server Edition datasheet).
         GpuSpec(
             "rtx-pro-6000",
             "RTX PRO 6000 Blackwell Server",
             467.8 * TB,
-            96 * GB,
+            97_887 * MIB,
             1597 * GB,
             _PCIE5,
             None,
@@ -230,6 +269,7 @@ GPUS: dict[str, GpuSpec] = {
             fp4_flops=1871.2 * TB,
             host_link="PCIe Gen5 x16",
             source=_AIC.format("rtx_pro_6000_server"),
+            mem_source=_aic_mem("rtx_pro_6000_server", "97,887 MiB reported by nvidia-smi"),
         ),
     )
 }

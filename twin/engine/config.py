@@ -48,7 +48,9 @@ class EngineConfig:
     max_batched_tokens: int = _opt(8192, "token budget per step: decodes + prefill chunks")
     max_running: int = _opt(256, "most sequences in a replica's running batch")
     gpu_memory_bytes: float | None = _opt(
-        None, "HBM per GPU, bytes; None: running requests are bounded by max_running only"
+        None,
+        "device memory per GPU as the driver reports it (twin.hardware), bytes; None: "
+        "running requests are bounded by max_running only",
     )
     memory_utilization: float = _opt(
         0.9, "fraction of HBM the server may use (weights + cache + running requests)"

@@ -394,11 +394,14 @@ def sglang_gpu_defaults(
     1.5 x the chunk in MiB of activations, 2 MiB per CUDA-graph batch size and tp / 8
     GiB, at least 10 GiB above 60 GiB, over its memory: 0.835 on an H100 at tp 1,
     0.834 at tp 2, 0.824 at tp 4, 0.818 at tp 8; 0.5.1.post1 reserved 9.5 + tp / 2 GiB)
-    is a share of the memory CUDA reports (81,559 MiB, 85.5e9 bytes, on an H100 SXM),
-    while the shipped profiles give 80e9 bytes: the same share of the profile's memory
-    would leave a tenth of the KV pool at tp 1 (0.4 GB against 5.9 GB for Qwen3-32B).
-    0.9 x 80e9 is within 1% of SGLang's 0.835 x 85.5e9 per GPU at tp 1 and 2 (4% at tp
-    8); the rule belongs here once the profiles carry the CUDA-visible memory.
+    is a share of nvidia-smi's total (``get_nvgpu_memory_capacity``: 81,559 MiB, 85.5e9
+    bytes, on an H100 SXM). The profiles now carry the driver's total (80 GiB, 85.9e9
+    bytes: twin.hardware), so the twin's 0.9 gives 77.3e9 bytes a GPU against SGLang's
+    0.835 x 85.5e9 = 71.4e9 at tp 1 (8% more; it was within 1% while the profiles gave
+    80e9). SGLang's own rule (0.5.9: ``reserved_mem`` = 512 + 1.5 x max(chunk, 2048) + 2 x
+    ``cuda_graph_max_bs`` + 1024 x tp x pp / 8 MiB, at least 10 GiB above 60 GiB, more
+    with speculative decoding or attention DP) belongs here next (docs/decisions.md,
+    "Issue 31, step: GPU memory as the driver reports it").
     """
     mem = gpu_bytes / MIB  # get_device_memory_capacity: MiB
     if mem < 20 * 1024 or (mem < 35 * 1024 and given.get("engine_release") != "0.5.23"):

@@ -43,18 +43,17 @@ def compare(
     """One row per (model, length): requests that fit, utilisation and decode throughput under
     both allocators. Models whose weights leave no pool on ``gpu`` are skipped."""
     from twin.costmodel import CostModel
-    from twin.costmodel.profile_store import load_profile
-    from twin.hardware import get_gpu
+    from twin.costmodel.profile_store import device_memory_bytes, load_profile
     from twin.memory import JengaAllocator, PagedAllocator, fit_requests, kinds_of
     from twin.presets import get_model
 
-    spec_gpu = get_gpu(gpu)
     profile = load_profile(gpu)
+    memory = device_memory_bytes(profile)  # the driver's total, as simulate sizes pools
     rows = []
     for name, family in models:
         model = get_model(name)
         kinds = kinds_of(model)
-        pool = int(spec_gpu.hbm_bytes * MEMORY_UTILIZATION - model.weight_bytes)
+        pool = int(memory * MEMORY_UTILIZATION - model.weight_bytes)
         if pool <= 0:
             continue
         cm = CostModel(model, profile, 1)
