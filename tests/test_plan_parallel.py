@@ -104,9 +104,9 @@ def test_the_bound_prices_attention_ranks_stepping_together() -> None:
 # requests/s: with attention over all 8 GPUs (tp 8, dp 1) every GPU holds each token's
 # whole MLA latent, so the replica's KV pool holds an eighth of the tokens its bytes
 # would (twin.engine.cluster.kv_replication_scale); with 8 attention ranks each token
-# lives on one GPU. The plain replica's pool fills at about 70 running sequences and its
-# queue grows; the attention-DP replica runs more than twice as many with its pool under
-# half full and meets P95 TTFT <= 5 s on the same 8 GPUs.
+# lives on one GPU. The plain replica's pool fills at about 85 running sequences (H200's
+# driver total, 141 GiB) and its queue grows; the attention-DP replica runs nearly twice as
+# many with its pool under half full and meets P95 TTFT <= 5 s on the same 8 GPUs.
 DS_SLO = "p95_ttft<=5s"
 
 
@@ -142,7 +142,7 @@ def test_attention_dp_decides_the_answer_for_deepseek(tmp_path: Path) -> None:
     full, roomy = rows[miss.key], rows[hit.key]
     assert full["verdict"] == "overloaded" and full["running_pool_peak"] > 0.99
     assert roomy["verdict"] == "stable" and roomy["running_pool_peak"] < 0.6
-    assert roomy["peak_running"] > 2 * full["peak_running"]
+    assert roomy["peak_running"] > 1.8 * full["peak_running"]
     args = shlex.split(found.simulate_command(win))
     assert args[args.index("--ep") + 1] == "8" and args[args.index("--dp-attention") + 1] == "8"
     doc = found.to_dict()
