@@ -414,12 +414,19 @@ class ContinuousBatching:
         the seconds the admitted hits' own work (non-prefix or host-loaded) adds."""
         extra = 0.0
         while budget > 0 and self._can_admit():
-            seq, work = self._admit_head()
+            work, c = self._admit_chunk(chunked, budget)
             extra += work
-            c = min(seq.prefill_left, budget)
-            chunked.append((seq, c))
             budget -= c
         return extra
+
+    def _admit_chunk(self, chunked: list[tuple[Seq, int]], budget: int) -> tuple[float, int]:
+        """Admit the queue's head into ``chunked`` with at most ``budget`` of its prefill
+        tokens (the rest continue next step); return its hit's own work's seconds
+        (``_admit_head``) and the tokens it took."""
+        seq, work = self._admit_head()
+        c = min(seq.prefill_left, budget)
+        chunked.append((seq, c))
+        return work, c
 
     def _admit_head(self) -> tuple[Seq, float]:
         """Admit the queue's head into this step's prefills; return it and the seconds its

@@ -108,10 +108,9 @@ class SGLangBatching(ContinuousBatching):
                 break  # AddReqResult.OTHER: left for the next batch
             if not self._can_admit():
                 break
-            seq, work = self._admit_head()
+            # cut to the chunk budget: the rest is the chunked request
+            work, c = self._admit_chunk(chunked, chunk)
             extra += work
-            c = min(seq.prefill_left, chunk)  # cut to the chunk budget: the chunked request
-            chunked.append((seq, c))
             chunk -= c
             rem_input -= c
         self._step_reserved = self._step_admitted = 0

@@ -53,10 +53,8 @@ class TRTLLMBatching(ContinuousBatching):
                 break  # the whole context does not fit what is left: it waits
             if not self._can_admit():
                 break
-            seq, work = self._admit_head()
+            work, c = self._admit_chunk(chunked, budget)
             extra += work
-            c = min(seq.prefill_left, budget)
-            chunked.append((seq, c))
             budget -= c
         return extra
 
