@@ -212,7 +212,15 @@ INFERENCEMAX_TRTLLM_TOKENS = {"Llama-3.1-70B": 16384, "gpt-oss-120b": 20000}
 # The db-dump names its DeepSeek runs by their architecture, ``deepseek-ai/DeepSeek-V3``:
 # InferenceMAX runs DeepSeek-R1-0528 only (the ``dsr1-*`` configurations), and those rows
 # share their measurements with the R1 rows of 2026-03-25.csv (config_id 87's, for one).
-INFERENCEMAX_TRTLLM_PER_ROW = ("DeepSeek-R1", "DeepSeek-V3")
+INFERENCEMAX_DEEPSEEK = ("deepseek-r1", "deepseek-v3")
+
+
+def inferencemax_deepseek(row: SiliconRow) -> bool:
+    """Whether ``row`` is one of InferenceMAX's DeepSeek-R1 runs (under either name)."""
+    path = row.model_path.lower()
+    return any(name in path for name in INFERENCEMAX_DEEPSEEK)
+
+
 INFERENCEMAX_TRTLLM_BLOCK = 64
 INFERENCEMAX_TRTLLM_FLOOR = 8192  # the plain scripts' MAX_NUM_TOKENS floor
 
@@ -254,9 +262,7 @@ _SGLANG_MTP = {
 def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty
     where no one configuration of that image covers it."""
-    if row.backend_version != INFERENCEMAX_SGLANG_VERSION or not any(
-        name.lower() in row.model_path.lower() for name in INFERENCEMAX_TRTLLM_PER_ROW
-    ):
+    if row.backend_version != INFERENCEMAX_SGLANG_VERSION or not inferencemax_deepseek(row):
         return {}
     conc, tp, lengths = row.concurrency or 0, row.tp or 1, (row.isl, row.osl)
     poll = "30" if conc >= 16 else "10"
@@ -299,7 +305,7 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     for name, tokens in INFERENCEMAX_TRTLLM_TOKENS.items():
         if name.lower() in path:
             return {"max_batched_tokens": tokens}
-    if not any(name.lower() in path for name in INFERENCEMAX_TRTLLM_PER_ROW) or not row.isl:
+    if not inferencemax_deepseek(row) or not row.isl:
         return {}
     block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0
     drafts = inferencemax_mtp_drafts(row)
@@ -325,11 +331,7 @@ def inferencemax_mtp_drafts(row: SiliconRow) -> int | None:
     """The MTP drafts an InferenceMAX DeepSeek row ran with (above); ``None``: none, or
     not known."""
     found = INFERENCEMAX_MTP.get((row.backend, row.system, row.backend_version))
-    if (
-        found is None
-        or harness_of(row) is not INFERENCEMAX
-        or "deepseek" not in row.model_path.lower()
-    ):
+    if found is None or harness_of(row) is not INFERENCEMAX or not inferencemax_deepseek(row):
         return None
     return found[1] if (row.attention_dp or 1) > 1 else found[0]
 
