@@ -101,6 +101,16 @@ def start_with_workers(
     return proc, workers
 
 
+def reap(proc: subprocess.Popen[str], workers: list[int]) -> None:
+    """Kill the command and its workers where a test left them running."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for w in workers:
+        if not _gone(w):
+            os.kill(w, signal.SIGKILL)
+
+
 def wait_gone(workers: list[int]) -> list[int]:
     """The workers still alive after up to 10 s."""
     deadline = time.monotonic() + 10
@@ -124,9 +134,4 @@ def test_sigkill_of_a_command_leaves_no_worker(tmp_path: Path, name: str) -> Non
         alive = wait_gone(workers)
         assert alive == [], f"{name}: workers {alive} outlived their SIGKILLed parent"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for w in workers:
-            if not _gone(w):
-                os.kill(w, signal.SIGKILL)
+        reap(proc, workers)

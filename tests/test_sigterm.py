@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_orphans import COMMANDS, ROOT, _gone, start_with_workers, wait_gone
+from test_orphans import COMMANDS, ROOT, reap, start_with_workers, wait_gone
 
 from twin import atomic
 from twin.atomic import OutputSet, read_manifest
@@ -89,12 +89,7 @@ def test_sigterm_stops_workers_and_leaves_nothing_half_done(tmp_path: Path, name
         elif (out / "manifest.json").exists():
             read_manifest(out)  # a complete set, never a half-made one
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for w in workers:
-            if not _gone(w):
-                os.kill(w, signal.SIGKILL)
+        reap(proc, workers)
 
 
 def test_a_sigterm_during_a_commit_waits_for_its_renames(tmp_path: Path, monkeypatch) -> None:
