@@ -97,6 +97,9 @@ class Linear(PricerBase):
         keys = sum(ctx + n for n, ctx in prefills) + decode_context
         return self.a + self.b * tokens + self.c * keys
 
+    def decode_affine(self, batch):
+        return self.a + self.b * batch, self.c
+
 
 def test_a_token_step_is_an_iteration_over_the_acceptance_and_mixed_steps_keep_busy_time():
     spec = Speculation("eagle3", 3, 4, 2.5, "test")

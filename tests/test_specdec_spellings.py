@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_bad_input import assert_clean_error
+from test_specdec import Linear
 
 from twin.cli.main import run
 from twin.engine import build_run
@@ -262,21 +263,6 @@ def test_sglang_releases_price_the_tree_as_their_workers_run_it():
         LLAMA, {"speculative_algorithm": "NGRAM", "speculative_acceptance": "0.5"}
     )["speculative"]
     assert "forward_host" not in ngram  # drafted on the CPU, no forward
-
-
-class Linear:
-    """a + b x tokens + c x keys (each chunk's tokens and context, each decode's keys)."""
-
-    def __init__(self, a: float, b: float, c: float) -> None:
-        self.a, self.b, self.c = a, b, c
-
-    def step_time(self, prefills, decode_batch, decode_context):
-        tokens = sum(n for n, _ in prefills) + decode_batch
-        keys = sum(ctx + n for n, ctx in prefills) + decode_context
-        return self.a + self.b * tokens + self.c * keys
-
-    def decode_affine(self, batch):
-        return self.a + self.b * batch, self.c
 
     def decode_run(self, batch, context, steps):
         return [self.step_time((), batch, context + i * batch) for i in range(steps)]
