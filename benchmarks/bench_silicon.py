@@ -126,6 +126,10 @@ def read_aic_estimates(path: Path) -> dict[str, dict[str, Any]]:
                             f"--aic-from {path}: row {i}, column {column}: not a number ({text!r})"
                         ) from None
                 est["aic_error"] = (raw.get("aic_error") or "").strip() or None
+                # The GPUs the estimate was made at: an estimate for another layout of the
+                # row (the CSV's own columns, before ``inferencemax_layout``) is not reused.
+                gpus = (raw.get("tp") or "").strip()
+                est["gpus"] = int(gpus) if gpus.isdigit() else None
                 if est["aic_ttft_ms"] is not None or est["aic_error"]:
                     out[raw["id"]] = est
     except FileNotFoundError:
@@ -135,9 +139,21 @@ def read_aic_estimates(path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def reusable(
+    earlier: dict[str, dict[str, Any]], gpus_of: dict[str, int]
+) -> dict[str, dict[str, Any]]:
+    """The earlier estimates made at the GPUs each row now runs at (``gpus_of``: row id
+    -> GPUs); a file without the ``tp`` column is taken as is."""
+    return {
+        row_id: est
+        for row_id, est in earlier.items()
+        if row_id in gpus_of and est.get("gpus") in (None, gpus_of[row_id])
+    }
+
+
 def reuse_aic(result: dict[str, Any], estimate: dict[str, Any]) -> None:
     """``result`` with an earlier run's aiconfigurator estimate and its errors."""
-    result.update({k: v for k, v in estimate.items() if v is not None})
+    result.update({k: estimate[k] for k in AIC_COLUMNS if estimate.get(k) is not None})
     for metric in ("ttft", "tpot"):
         pred = result.get(f"aic_{metric}_ms")
         actual = result[f"silicon_{metric}_ms"]
@@ -348,6 +364,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
     )
     results: dict[str, dict[str, Any]] = {}
     earlier = read_aic_estimates(args.aic_from) if aic and args.aic_from else {}
+    earlier = reusable(earlier, {p.row.id: p.tp for p in plans})
     if earlier:
         reused = {p.row.id for p in plans if p.row.id in earlier}
         aic_note += f" ({len(reused):,} estimates reused from {args.aic_from})"

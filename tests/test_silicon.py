@@ -514,6 +514,81 @@ def test_deepseek_rows_with_expert_parallelism_are_planned() -> None:
     )
 
 
+def _layout(row: sil.SiliconRow) -> tuple[int | None, ...]:
+    return (row.tp, row.attention_dp, row.moe_tp, row.moe_ep)
+
+
+@pytest.mark.parametrize(
+    ("backend", "source", "csv_columns", "ran"),
+    [
+        # tp 8, ep 8 on one node, written with the GPUs multiplied by ep (SGLang, TRT)
+        ("sglang", "db-dump/2026-04-27; silicon_concurrency=4", (64, 1, 8, 8), (8, 1, 1, 8)),
+        ("trtllm", "source_file=2026-04-06.csv; x=1", (16, 1, 4, 4), (4, 1, 1, 4)),
+        # ... with attention DP (TensorRT-LLM's enable_attention_dp)
+        ("trtllm", "db-dump/2026-04-27; y=2", (1, 64, 8, 8), (1, 8, 1, 8)),
+        # vLLM's --enable-expert-parallel at tp 4, written as attention DP 4 and ep 16
+        ("vllm", "db-dump/2026-04-27; z=3", (4, 4, 1, 16), (4, 1, 1, 4)),
+        ("vllm", "source_file=2026-04-06.csv", (2, 2, 1, 4), (2, 1, 1, 2)),
+        # tp 2, ep 2 (the smallest square the CSV could misread as tp 4, moe tp 2 x ep 2)
+        ("sglang", "db-dump/2026-04-27", (4, 1, 2, 2), (2, 1, 1, 2)),
+        # already the run's layout: unchanged
+        ("sglang", "source_file=2026-04-06.csv", (8, 1, 1, 8), (8, 1, 1, 8)),
+        ("trtllm", "source_file=2026-03-25.csv", (1, 8, 1, 8), (1, 8, 1, 8)),
+        ("trtllm", "db-dump/2026-04-27", (4, 1, 4, 1), (4, 1, 4, 1)),
+        # not an InferenceMAX row (aiconfigurator's own collection): the columns stand
+        ("trtllm", "source_file=/data/gb200/trtllm/deepseek_r1.csv", (4, 1, 2, 2), (4, 1, 2, 2)),
+    ],
+)
+def test_an_inferencemax_rows_layout_is_the_one_it_ran(
+    backend: str, source: str, csv_columns: tuple[int, ...], ran: tuple[int, ...]
+) -> None:
+    from dataclasses import replace
+
+    tp, dp, moe_tp, moe_ep = csv_columns
+    row = replace(
+        _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"],
+        backend=backend,
+        source=source,
+        tp=tp,
+        attention_dp=dp,
+        moe_tp=moe_tp,
+        moe_ep=moe_ep,
+    )
+    read = sil.inferencemax_layout(row)
+    assert _layout(read) == ran
+    assert (read.tp or 1) * (read.attention_dp or 1) == (read.moe_tp or 1) * (read.moe_ep or 1)
+    changed = ran != csv_columns
+    assert bool(read.csv_layout) == changed
+    if changed:
+        assert read.csv_layout == (
+            f"tp_size {tp}, attention_dp_size {dp}, moe_tp_size {moe_tp}, moe_ep_size {moe_ep}"
+        )
+
+
+def test_the_package_rows_run_on_the_gpus_their_ids_name() -> None:
+    """Every InferenceMAX row whose id names its layout (``..._tp8_ep8_1010``,
+    ``..._tp8_0_ep8_0_974``) is read at that many GPUs and that expert parallelism, and
+    its GB200 rows the CSV calls aggregated are refused as the disaggregated runs they
+    were."""
+    pytest.importorskip("aiconfigurator_core")
+    import re
+
+    named = re.compile(r"_tp(\d+)(?:_0)?_ep(\d+)")
+    rows = [r for r in sil.read_rows() if sil.harness_of(r) is sil.INFERENCEMAX]
+    checked = 0
+    for r in rows:
+        found = named.search(r.id)
+        if found is None or r.mode != "agg":
+            continue
+        gpus, ep = int(found.group(1)), int(found.group(2))
+        assert ((r.tp or 1) * (r.attention_dp or 1), r.moe_ep or 1) == (gpus, ep), r.id
+        checked += 1
+    assert checked > 1000
+    assert sum(bool(r.csv_layout) for r in rows) > 400
+    gb200 = next(r for r in rows if r.system == "gb200" and r.mode == "agg")
+    assert sil.plan_row(gb200) == sil.REASON_INFERENCEMAX_DISAGG
+
+
 # ------------------------------------------------------------------ the benchmark
 def _bench():  # type: ignore[no-untyped-def]
     import importlib.util
@@ -767,6 +842,16 @@ def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:
     failed = {"silicon_ttft_ms": 200.0, "silicon_tpot_ms": 8.0}
     bench.reuse_aic(failed, found["b"])
     assert failed["aic_error"] == "RuntimeError: OOM" and failed["aic_ttft_ape"] is None
+    assert "gpus" not in result  # only aiconfigurator's columns are copied
+    # An estimate made at another layout of the row (its GPUs, the ``tp`` column) is
+    # estimated again; one without the column is reused.
+    laid = tmp_path / "laid.csv"
+    laid.write_text(
+        "id,tp,aic_ttft_ms,aic_tpot_ms,aic_error\na,4,100.0,10.0,\nb,2,90.0,9.0,\n",
+        encoding="utf-8",
+    )
+    assert set(bench.reusable(bench.read_aic_estimates(laid), {"a": 2, "b": 2})) == {"b"}
+    assert set(bench.reusable(found, {"a": 2, "b": 8, "z": 1})) == {"a", "b"}
     bad = tmp_path / "bad.csv"
     bad.write_text("id,aic_ttft_ms,aic_tpot_ms,aic_error\na,fast,1,\n", encoding="utf-8")
     with pytest.raises(TwinError, match=r"bad.csv: row 2, column aic_ttft_ms: not a number"):

@@ -138,6 +138,58 @@ def harness_of(row: SiliconRow) -> Harness:
     return AIPERF
 
 
+# The parallel layout an InferenceMAX row ran with. Its single-node configurations
+# (``.github/configs/nvidia-master.yaml``, ``multinode: false``, read at commits 12ba0ae
+# and d1349b2 of SemiAnalysisAI/InferenceX) give each run ``tp`` GPUs, an ``ep`` of 1 or
+# of ``tp`` (no single-node search space has another) and ``dp-attn``; the scripts pass
+# ``tp`` as the engine's tensor-parallel size over all of them (SGLang ``--tp $TP
+# --ep-size $EP``, ``dsr1_fp4_b200.sh``; vLLM ``--tensor-parallel-size=$TP
+# --enable-expert-parallel``, ``minimaxm2.5_fp8_b200.sh``; TensorRT-LLM
+# ``moe_expert_parallel_size: $EP`` with ``enable_attention_dp``). In aiconfigurator's
+# columns that is ``tp_size x attention_dp_size = moe_tp_size x moe_ep_size = tp``. The
+# db-dump and 2026-04-06.csv write many ``ep = tp`` runs with the GPUs multiplied by
+# ``ep``: SGLang and TensorRT-LLM as ``moe_tp_size = moe_ep_size = tp`` (``tp_size`` or,
+# with attention DP, ``attention_dp_size`` tp squared), vLLM as ``attention_dp_size = tp``
+# and ``moe_ep_size`` tp squared. The ids that name their layout (``..._tp8_ep8_1010``)
+# and the configurations agree on the smaller count: ``dsr1-fp4-b200-sglang``'s
+# ``{ tp: 8, ep: 8 }`` runs on one 8-GPU node, not 64 GPUs.
+# Every InferenceMAX configuration on a Grace-Blackwell rack is a multinode Dynamo
+# disaggregated one (``dsr1-fp4-gb200-dynamo-trt`` ...: ``multinode: true``, ``disagg:
+# true``, at both commits): its 55 rows the 2026-04-06.csv calls ``agg`` (``tp_size``
+# 12-72 at up to 5,632 clients) are the GPUs of a prefill and decode deployment, not one
+# aggregated instance.
+INFERENCEMAX_DISAGG_SYSTEMS = frozenset({"gb200", "gb300"})
+REASON_INFERENCEMAX_DISAGG = "InferenceMAX GB200/GB300 runs are disaggregated (CSV mode agg)"
+
+
+def inferencemax_layout(row: SiliconRow) -> SiliconRow:
+    """``row`` with the parallel layout its run had (above); unchanged where its columns
+    already say it, or where it is not an aggregated InferenceMAX row (the disaggregated
+    rows' workers have columns of their own: ``twin.validate.silicon_disagg``)."""
+    if row.mode != "agg" or harness_of(row) is not INFERENCEMAX:
+        return row
+    tp, dp = row.tp or 1, row.attention_dp or 1
+    moe_tp, ep = row.moe_tp or 1, row.moe_ep or 1
+    if moe_tp == ep > 1 and tp * dp == ep * ep:  # SGLang and TensorRT-LLM
+        gpus, attention_dp = ep, dp > 1
+    elif moe_tp == 1 and dp == tp > 1 and ep == tp * tp and row.backend == "vllm":
+        gpus, attention_dp = tp, False
+    else:
+        return row
+    csv_layout = (
+        f"tp_size {row.tp}, attention_dp_size {row.attention_dp}, "
+        f"moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
+    )
+    return dataclasses.replace(
+        row,
+        tp=1 if attention_dp else gpus,
+        attention_dp=gpus if attention_dp else 1,
+        moe_tp=1,
+        moe_ep=gpus,
+        csv_layout=csv_layout,
+    )
+
+
 # Random prompt token ids are drawn from [0, TOKEN_RANGE): random prompts share no
 # prefix (the chance that two share even their first two tokens is 1e-10), so the
 # engine's default prefix caching is kept and never hits, as on the real servers.
@@ -421,6 +473,9 @@ class SiliconRow:
     # Another row of the file holds the same measurement (``measurement_key``) under a
     # fit id: the measurement was seen when fitting, so this row is fit too.
     copy_in_fit: bool = False
+    # The CSV's own parallel columns where they were read as another layout
+    # (:func:`inferencemax_layout`); empty where the columns are the run's.
+    csv_layout: str = ""
 
     @property
     def split(self) -> str:
@@ -524,7 +579,7 @@ def read_rows(path: str | Path | None = None) -> list[SiliconRow]:
                 raise TwinError(f"{p}: missing column {missing[0]!r} (a silicon_sample.csv?)")
             rows = []
             for i, raw in enumerate(reader, start=1):
-                rows.append(_parse(raw, p, i))
+                rows.append(inferencemax_layout(_parse(raw, p, i)))
     except FileNotFoundError:
         raise TwinError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as err:
@@ -895,6 +950,8 @@ def plan_row(
         return REASON_NO_MEASUREMENT
     if row.mode != "agg":
         return REASON_DISAGG if row.mode == "disagg" else f"mode {row.mode or 'empty'}"
+    if row.system in INFERENCEMAX_DISAGG_SYSTEMS and harness_of(row) is INFERENCEMAX:
+        return REASON_INFERENCEMAX_DISAGG
     if (row.pp or 1) > 1:
         return REASON_PP
     unpriced = _unpriced_columns(row)
