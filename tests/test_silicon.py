@@ -553,12 +553,18 @@ def test_an_inferencemax_rows_layout_is_the_one_it_ran(
         attention_dp=dp,
         moe_tp=moe_tp,
         moe_ep=moe_ep,
+        concurrency=64,
+        batch_size=64 // dp,  # the CSV's rule: clients = attention_dp_size x batch_size
     )
     read = sil.inferencemax_layout(row)
     assert _layout(read) == ran
     assert (read.tp or 1) * (read.attention_dp or 1) == (read.moe_tp or 1) * (read.moe_ep or 1)
     changed = ran != csv_columns
     assert bool(read.csv_layout) == changed
+    # one server ran the row's clients (InferenceMAX runs one per configuration)
+    assert sil.agg_workers(read) == 1
+    if changed:
+        assert read.batch_size * read.attention_dp == read.concurrency
     if changed:
         assert read.csv_layout == (
             f"tp_size {tp}, attention_dp_size {dp}, moe_tp_size {moe_tp}, moe_ep_size {moe_ep}"
@@ -584,6 +590,7 @@ def test_the_package_rows_run_on_the_gpus_their_ids_name() -> None:
         assert ((r.tp or 1) * (r.attention_dp or 1), r.moe_ep or 1) == (gpus, ep), r.id
         checked += 1
     assert checked > 1000
+    assert all(sil.agg_workers(r) == 1 for r in rows if r.mode == "agg")
     assert sum(bool(r.csv_layout) for r in rows) > 400
     gb200 = next(r for r in rows if r.system == "gb200" and r.mode == "agg")
     assert sil.plan_row(gb200) == sil.REASON_INFERENCEMAX_DISAGG

@@ -180,12 +180,18 @@ def inferencemax_layout(row: SiliconRow) -> SiliconRow:
         f"tp_size {row.tp}, attention_dp_size {row.attention_dp}, "
         f"moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
     )
+    dp = gpus if attention_dp else 1
+    # The CSV's ``batch_size`` is per attention-DP rank (``silicon_concurrency =
+    # attention_dp_size x batch_size``, ``agg_workers``) of its multiplied ranks: one
+    # server ran the clients, so each of its ranks takes ``c / dp`` of them.
+    batch = row.concurrency // dp if row.concurrency else row.batch_size
     return dataclasses.replace(
         row,
         tp=1 if attention_dp else gpus,
-        attention_dp=gpus if attention_dp else 1,
+        attention_dp=dp,
         moe_tp=1,
         moe_ep=gpus,
+        batch_size=batch,
         csv_layout=csv_layout,
     )
 
