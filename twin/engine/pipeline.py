@@ -213,9 +213,17 @@ class _Lane:
     pipeline: PipelineScheduler
     max_running: int
     _run_cap: int
+    prefilling: Any
+    decoding: Any
+    full: bool
 
     def _can_admit(self) -> bool:
         self.max_running = self.pipeline.lane_cap(self)
+        if not (self.prefilling or self.decoding) and getattr(self, "full", False):
+            # SGLang's lane set batch_is_full while another micro-batch held the pool; an
+            # empty running batch is never full (0.5.10.post1 ``managers/scheduler.py``
+            # ``update_running_batch``: ``if batch.is_empty(): batch.batch_is_full = False``).
+            self.full = False
         return super()._can_admit()  # type: ignore[misc,no-any-return]
 
     def _plan_run(self, ends: Any) -> Any:
