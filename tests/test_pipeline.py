@@ -189,35 +189,37 @@ def test_every_request_completes_once(tmp_path, scheduler):
 
 
 def test_the_running_cap_is_the_replica_s(tmp_path):
-    """vLLM's max_num_seqs counts every running request (all micro-batches); SGLang caps
-    each micro-batch at max_running // pp."""
+    """Eight requests at once, a cap of 4: vLLM's max_num_seqs counts every running request
+    (all micro-batches), so the first micro-batch takes four; SGLang caps each micro-batch
+    at max_running // pp = 2 (pp_max_micro_batch_size), so both lanes run two."""
     path = single_turns(tmp_path / "w.parquet", [0.0] * 8, prompt_len=4, output_len=20)
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple[int, int]] = {}
     for scheduler in ("vllm", "sglang"):
         cfg = EngineConfig(pp=2, max_running=4, scheduler=scheduler)
         cluster = PipelineCluster(
             get_model("llama-3-8b"), _pipeline(), cfg, Workload.open(path), lambda rec: None
         )
-        sched = cluster.replicas[0].scheduler
-        most = 0
+        lanes = cluster.replicas[0].scheduler.lanes
+        most = [0, 0]  # most running in one lane, in all lanes
 
-        def watch(sched=sched):
-            nonlocal most
+        def watch(env=cluster.env, lanes=lanes, most=most):
             while True:
-                running = [len(x.prefilling) + len(x.decoding) for x in sched.lanes]
-                most = max(most, sum(running))
-                assert all(n <= 4 for n in running)
-                yield cluster.env.timeout(0.25)
+                running = [len(x.prefilling) + len(x.decoding) for x in lanes]
+                most[0] = max(most[0], *running)
+                most[1] = max(most[1], sum(running))
+                yield env.timeout(0.25)
 
         cluster.env.process(watch())
         cluster.run()
-        seen[scheduler] = most
-    assert seen == {"vllm": 4, "sglang": 4}
+        seen[scheduler] = (most[0], most[1])
+    assert seen == {"vllm": (4, 4), "sglang": (2, 4)}
 
 
 def _llama70(tmp_path, pp, prompt, out, arrivals, **fields):
     path = single_turns(tmp_path / f"w{pp}.parquet", arrivals, prompt_len=prompt, output_len=out)
-    return build_run(path, model="llama-3.1-70b", gpu="h100", tp=4, pp=pp, cache_gb="auto", **fields)
+    return build_run(
+        path, model="llama-3.1-70b", gpu="h100", tp=4, pp=pp, cache_gb="auto", **fields
+    )
 
 
 def test_low_load_tpot_is_pp1_s_plus_the_sends(tmp_path):
