@@ -415,10 +415,11 @@ def _print_table(s: RunSummary, out: Path) -> None:
         if cfg.get("shared_pool")
         else f"{cfg['cache_bytes'] / GB:g} GB cache"
     )
+    stages = f", pp {cfg['pp']}" if cfg.get("pp", 1) > 1 else ""
     title = (
         f"{s.provenance.workload.path}: {req.measured:,} requests measured "
         f"({req.warmup_excluded:,} in warm-up, {req.rejected:,} rejected); "
-        f"{s.provenance.model}{_precision(s)} x{cfg['replicas']} (tp {cfg['tp']}), "
+        f"{s.provenance.model}{_precision(s)} x{cfg['replicas']} (tp {cfg['tp']}{stages}), "
         f"engine {cfg.get('engine', 'paper')}, "
         f"{cfg['policy']}, {memory}, {cfg['router']}"
     )
