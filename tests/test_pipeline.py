@@ -243,3 +243,57 @@ def test_high_load_throughput_beats_pp1_on_half_the_gpus(tmp_path):
         r = build_run(path, model="llama-3-8b", gpu="h100", tp=1, pp=pp, cache_gb="auto")
         got[pp] = r.simulate().throughput.output_tokens_per_s
     assert got[2] > 1.2 * got[1]
+
+
+def test_cli_refuses_a_layout_in_one_line(tmp_path, capsys):
+    from twin.cli.main import run as twin
+
+    for argv, line in (
+        (
+            ["simulate", "-m", "tiny-transformer", "--pp", "5"],
+            "error: --pp 5: model 'tiny-transformer' has 4 layer(s), fewer than the pipeline "
+            "stages (each stage holds at least one layer)",
+        ),
+        (
+            [
+                "cost",
+                "-m",
+                "llama-3-8b",
+                "-g",
+                "h100",
+                "--tp",
+                "2",
+                "--pp",
+                "2",
+                "--dp-attention",
+                "2",
+            ],
+            "error: --pp 2: not modelled with --dp-attention yet",
+        ),
+    ):
+        rc = twin([*argv, *(["--out", str(tmp_path / "sim")] if argv[0] == "simulate" else [])])
+        _, err = capsys.readouterr()
+        assert rc == 2 and err.strip() == line
+    assert not (tmp_path / "sim").exists()
+
+
+def test_cost_shows_each_stage_s_share(capsys):
+    """llama-3-8b at pp 2 on H100: two stages of 16 layers, the LM head on the last; a
+    decode micro-batch through the empty pipeline is both stages and one send, and with
+    two in flight the slower stage paces them."""
+    import json
+
+    from twin.cli.main import run as twin
+
+    argv = ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--pp", "2"]
+    assert twin([*argv, "--lengths", "1024", "--batches", "1,64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["pp"], data["stage_layers"]) == (2, [16, 16])
+    for row in data["prefill"] + data["decode"]:
+        first, last = row["stages_s"]
+        assert 0 < first < last  # the last stage runs the LM head
+        assert row["total_s"] == pytest.approx(first + last + row["send_s"])
+    for row in data["decode"]:
+        assert row["tokens_per_s"] == pytest.approx(
+            2 * row["batch"] / max(row["total_s"], 2 * row["stages_s"][1])
+        )
