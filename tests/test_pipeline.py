@@ -115,15 +115,15 @@ def test_flow_shop_two_micro_batches_two_stages():
     for stage 1 until 6: out at 9. The replica was busy 9 s."""
     env = Environment()
     shop = FlowShop(env, 2)
-    assert shop.enter([2.0, 3.0], 1.0) == 6.0
-    assert shop.enter([2.0, 3.0], 1.0) == 9.0
+    assert shop.enter([2.0, 3.0], [1.0]) == 6.0
+    assert shop.enter([2.0, 3.0], [1.0]) == 9.0
     assert shop.free == [4.0, 9.0]
     env.run(until=4.0)
     assert shop.busy_until_now_s() == 4.0
     env.run(until=20.0)
     assert shop.busy_until_now_s() == 9.0
     # Planned at 20 with the stages free: no wait; idle time is not busy.
-    assert shop.enter([2.0, 3.0], 1.0) == 6.0
+    assert shop.enter([2.0, 3.0], [1.0]) == 6.0
     env.run(until=30.0)
     assert shop.busy_until_now_s() == 15.0
 
@@ -143,6 +143,20 @@ def test_two_lanes_overlap_in_the_pipeline(tmp_path):
     a, b = by_row[0], by_row[1]
     assert (a.first_token_s, a.completed_s) == pytest.approx((2.5, 7.5))
     assert (b.first_token_s, b.completed_s) == pytest.approx((3.5, 8.5))
+
+
+def test_the_host_is_a_stage_ahead_of_the_gpus(tmp_path):
+    """Host time 0.5 s a micro-batch, stages of 1 s, sends of 0.5 s. A alone at 0: host
+    0-0.5, stage 0 0.5-1.5, stage 1 2-3: first token at 3. B at 0.25 takes the host at
+    0.5-1 and stage 0 when A leaves it (1.5-2.5), stage 1 at 3-4: its host time overlaps
+    A's stages instead of adding to them."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.25], prompt_len=4, output_len=1)
+    pricer = PipelinePricer([ConstantPricer(1.0)] * 2, math.inf, 0.5, 0.0, step_host_s=0.5)
+    _, records = run(path, pricer, "llama-3-8b", pp=2)
+    by_row = {r.row: r for r in records}
+    assert by_row[0].first_token_s == pytest.approx(3.0)
+    assert by_row[1].first_token_s == pytest.approx(4.0)
+    assert pricer.step_time([(4, 0)], 0, 0) == pytest.approx(3.0)
 
 
 def test_one_request_alone_pays_every_stage_and_send(tmp_path):
@@ -222,13 +236,15 @@ def _llama70(tmp_path, pp, prompt, out, arrivals, **fields):
     )
 
 
-def test_low_load_tpot_is_pp1_s_plus_the_sends(tmp_path):
-    """One request at a time: a pp 2 decode step runs both stages in turn, so its TPOT is
-    the pp 1 step at the same tp (the same layers and head) plus one send of a token's
-    activations (10 us NVLink latency + 2 x 8192 x 2 / 4 bytes): within 0.5%, and above."""
+@pytest.mark.parametrize("engine", [None, "vllm"])
+def test_low_load_tpot_is_pp1_s_plus_the_sends(tmp_path, engine):
+    """One request at a time: a pp 2 decode step runs the host and both stages in turn, so
+    its TPOT is the pp 1 step at the same tp (the same layers, head and host time) plus one
+    send of a token's activations (10 us NVLink latency + 2 x 8192 x 2 / 4 bytes): within
+    0.5%, and above."""
     arrivals = [0.0, 10.0, 20.0]
-    one = _llama70(tmp_path, 1, 512, 64, arrivals).simulate()
-    two = _llama70(tmp_path, 2, 512, 64, arrivals).simulate()
+    one = _llama70(tmp_path, 1, 512, 64, arrivals, engine=engine).simulate()
+    two = _llama70(tmp_path, 2, 512, 64, arrivals, engine=engine).simulate()
     t1, t2 = one.latency.tpot_s.mean, two.latency.tpot_s.mean
     assert t1 < t2 < t1 * 1.005
 

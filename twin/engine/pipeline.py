@@ -37,17 +37,22 @@ What the engines do, and what the twin takes from it:
   known when it is planned, and the lane waits exactly that long.
 - **A stage's time** (:class:`PipelinePricer`): the cost model on the stage's own layers
   (``twin.parallel.stage_models``) at ``tp`` (and ``ep``); the embedding, final norm and LM
-  head (``CostModel.head_s``) on the last stage only; the engine's host time per step
-  (scheduling, input preparation) on the first. Between stages, the point-to-point send
-  of the activations: vLLM 0.19.0's ``IntermediateTensors`` of a decoder (``hidden_states``
-  and ``residual``, ``model_executor/models/llama.py``), each TP rank sending its
-  ``1 / tp`` of them (``v1/worker/gpu_worker.py``: ``isend_tensor_dict`` with
-  ``all_gather_group`` the TP group), ``2 x tokens x d_model x dtype_bytes / tp`` bytes per
-  GPU, over NVLink within a node (the profile's ``interconnect_bw``, the per-direction
-  figure of ``twin.hardware`` the all-reduce ring uses) or a 400 Gb/s NIC per GPU past
-  eight GPUs (``twin.engine.disagg.IB_BW_PER_GPU``), plus the link's fixed latency. The
-  send does not hold the sending stage (vLLM's ``isend``); the receiver's all-gather of
-  the slices is not priced.
+  head (``CostModel.head_s``) on the last stage only. The engine's host time per step
+  (scheduling, input preparation, output processing: ``step_host_s`` and ``seq_host_s``)
+  is a stage of its own ahead of the GPUs, one micro-batch at a time: vLLM's engine core
+  schedules the next batch while earlier ones run on the GPUs (``step_with_batch_queue``
+  returns without blocking while the queue is not full), so the host's time overlaps the
+  stages' instead of adding to every step as it does at ``pp = 1``.
+- **Between stages** the point-to-point send of the activations: vLLM 0.19.0's
+  ``IntermediateTensors`` of a decoder (``hidden_states`` and ``residual``,
+  ``model_executor/models/llama.py``), each TP rank sending its ``1 / tp`` of them
+  (``v1/worker/gpu_worker.py``: ``isend_tensor_dict`` with ``all_gather_group`` the TP
+  group), ``2 x tokens x d_model x dtype_bytes / tp`` bytes per GPU, over NVLink within
+  a node (the profile's ``interconnect_bw``, the per-direction figure of
+  ``twin.hardware`` the all-reduce ring uses) or a 400 Gb/s NIC per GPU past eight GPUs
+  (``twin.engine.disagg.IB_BW_PER_GPU``), plus the link's fixed latency. The send does
+  not hold the sending stage (vLLM's ``isend``); the receiver's all-gather of the slices
+  is not priced.
 
 Not modelled (refused by ``EngineConfig`` in one line): attention data parallelism,
 speculative decoding, disaggregated pools, a host cache tier. Differences from the
@@ -83,9 +88,10 @@ SENT_TENSORS = 2
 
 
 class PipelinePricer(PricerBase):
-    """Each stage's seconds of a micro-batch (:meth:`stage_times`) and the send between
-    stages (:meth:`send_time`); as a plain pricer, one micro-batch through the empty
-    pipeline (every stage and send in turn)."""
+    """Each stage's seconds of a micro-batch (:meth:`stage_times`), the host's
+    (:meth:`host_time`) and the send between stages (:meth:`send_time`); as a plain
+    pricer, one micro-batch through the empty pipeline (the host, every stage and send in
+    turn)."""
 
     def __init__(
         self,
@@ -119,7 +125,7 @@ class PipelinePricer(PricerBase):
         self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int
     ) -> list[float]:
         """Seconds each stage computes the micro-batch: its layers (the head on the last
-        stage only), the host time on the first."""
+        stage only)."""
         tokens = sum(c for c, _ in prefills) + decode_batch
         seqs = len(prefills) + decode_batch
         last = len(self.stages) - 1
@@ -129,8 +135,11 @@ class PipelinePricer(PricerBase):
             if j < last and head is not None:
                 s -= head(tokens, seqs)
             out.append(s)
-        out[0] += self.step_host_s + self.seq_host_s * seqs
         return out
+
+    def host_time(self, sequences: int) -> float:
+        """The engine's host seconds for a micro-batch of ``sequences`` requests."""
+        return self.step_host_s + self.seq_host_s * sequences
 
     def send_time(self, tokens: int) -> float:
         """Seconds from a stage's end until the next stage has the activations of
@@ -140,7 +149,8 @@ class PipelinePricer(PricerBase):
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         tokens = sum(c for c, _ in prefills) + decode_batch
         times = self.stage_times(prefills, decode_batch, decode_context)
-        return sum(times) + (len(times) - 1) * self.send_time(tokens)
+        host = self.host_time(len(prefills) + decode_batch)
+        return host + sum(times) + (len(times) - 1) * self.send_time(tokens)
 
     def checkpoint_copy_time(self) -> float:
         # Each stage copies its own layers' states, at the same time.
@@ -158,8 +168,9 @@ class PipelinePricer(PricerBase):
 
 
 class FlowShop:
-    """The stages as a FIFO flow shop: when each is next free, and the seconds some
-    micro-batch was in the pipeline (the replica's busy time)."""
+    """The stages as a FIFO flow shop (the host first, then the GPU stages): when each is
+    next free, and the seconds some micro-batch was in the pipeline (the replica's busy
+    time)."""
 
     def __init__(self, env: Environment, stages: int) -> None:
         self.env = env
@@ -168,15 +179,16 @@ class FlowShop:
         self._last_out = 0.0
         self.batches = 0
 
-    def enter(self, times: Sequence[float], send_s: float) -> float:
-        """A micro-batch planned now whose stages take ``times`` and each send ``send_s``:
-        it takes each stage when the stage is free and its input has arrived; the seconds
-        until it leaves the last stage."""
+    def enter(self, times: Sequence[float], sends: Sequence[float]) -> float:
+        """A micro-batch planned now whose stages take ``times`` and whose input reaches
+        stage ``j`` ``sends[j - 1]`` after it left stage ``j - 1``: it takes each stage
+        when the stage is free and its input has arrived; the seconds until it leaves the
+        last stage."""
         now = self.env.now
         t, free = now, self.free
         for j, p in enumerate(times):
             if j:
-                t += send_s
+                t += sends[j - 1]
             t = max(t, free[j]) + p
             free[j] = t
         # FIFO: micro-batches leave in order, each planned at or after the last's plan.
@@ -195,15 +207,19 @@ class LanePricer(WrappingPricer):
     seconds are until it leaves the last stage (so the lane's step is that long). No
     decode fit: each decode step is its own micro-batch."""
 
+    inner: PipelinePricer
+
     def __init__(self, inner: PipelinePricer, shop: FlowShop) -> None:
         super().__init__(inner)
         self.shop = shop
 
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
-        inner: PipelinePricer = self.inner
+        inner = self.inner
         tokens = sum(c for c, _ in prefills) + decode_batch
         times = inner.stage_times(prefills, decode_batch, decode_context)
-        return self.shop.enter(times, inner.send_time(tokens))
+        host = inner.host_time(len(prefills) + decode_batch)
+        send = inner.send_time(tokens)
+        return self.shop.enter([host, *times], [0.0] + [send] * (len(times) - 1))
 
 
 class _Lane:
@@ -260,7 +276,7 @@ class PipelineScheduler:
     ) -> None:
         self.env = env
         self.pp = pricer.pp
-        self.shop = FlowShop(env, self.pp)
+        self.shop = FlowShop(env, self.pp + 1)  # the host, then the stages
         self.max_running = max_running
         # SGLang caps each micro-batch's running batch (pp_max_micro_batch_size); vLLM's
         # and TensorRT-LLM's caps are the engine's.
