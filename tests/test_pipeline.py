@@ -34,6 +34,12 @@ def test_stage_sizes_follow_vllm_get_pp_indices():
     assert stage_sizes(61, 4) == [15, 15, 16, 15]
     assert stage_sizes(32, 3) == [11, 11, 10]
     assert stage_sizes(5, 5) == [1] * 5
+    # SGLang 0.5.10.post1 get_pp_indices: the remainder to the last stages.
+    assert stage_sizes(10, 4, "sglang") == [2, 2, 3, 3]
+    assert stage_sizes(61, 4, "sglang") == [15, 15, 15, 16]
+    assert stage_sizes(80, 2, "sglang") == [40, 40]
+    with pytest.raises(TwinError, match="unknown pipeline split"):
+        Layout(pp=2, pp_split="nosuch")
 
 
 def test_stage_models_cut_the_pattern_in_order():

@@ -17,7 +17,7 @@ parallelism, and what each GPU holds under it.
   SGLang's ``--dp D --enable-dp-attention``, TensorRT-LLM's ``enable_attention_dp``
   (dp = tp), the CSV's ``attention_dp_size``.
 - **pp** (``--pp``): pipeline parallelism. The layers are split into ``pp`` contiguous
-  stages (:func:`stage_sizes`: vLLM's ``get_pp_indices``), each held by its own ``tp``
+  stages (:func:`stage_sizes`: the engine's ``get_pp_indices``), each held by its own ``tp``
   GPUs; the embedding sits on the first stage, the final norm and the LM head on the
   last (vLLM's ``PPMissingLayer`` elsewhere), so a GPU holds its stage's layers, their
   KV and states (:func:`stage_models`, :func:`stage_weight_bytes_per_gpu`,
@@ -59,6 +59,7 @@ class Layout:
     ep: int = 1
     dp: int = 1
     pp: int = 1
+    pp_split: str = "vllm"  # how the layers are dealt to the stages (PP_SPLITS)
 
     def __post_init__(self) -> None:
         flags = (
@@ -70,6 +71,8 @@ class Layout:
         for flag, v in flags:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise TwinError(f"{flag} must be a positive integer (got {v!r})")
+        if self.pp_split not in PP_SPLITS:
+            raise TwinError(f"unknown pipeline split {self.pp_split!r}; one of {PP_SPLITS}")
         for flag, v in (("--ep", self.ep), ("--dp-attention", self.dp)):
             if self.tp % v:
                 raise TwinError(f"{flag} {v} must divide --tp {self.tp} (the replica's GPUs)")
@@ -197,29 +200,41 @@ def layer_tokens(m: ModelSpec, pp: int = 2) -> tuple[str, ...]:
     )
 
 
-def stage_sizes(n_layers: int, pp: int) -> list[int]:
-    """Layers of each of ``pp`` stages: ``n_layers // pp`` each, the remainder one more
-    each to the stages before the last, from the second-to-last backwards (vLLM 0.19.0
-    ``vllm/distributed/utils.py`` ``get_pp_indices`` without ``VLLM_PP_LAYER_PARTITION``:
-    the last stage carries the final norm and LM head, so it is not given an extra
-    layer). SGLang 0.5.10.post1 ``python/sglang/srt/distributed/utils.py`` and
-    TensorRT-LLM split the same way by default."""
+# How an engine deals the layers to its stages by default (:func:`stage_sizes`); engines
+# not named split as vLLM does (TensorRT-LLM's default was not read here).
+PP_SPLITS = ("vllm", "sglang")
+PP_SPLIT_OF_ENGINE = {"sglang": "sglang"}
+
+
+def stage_sizes(n_layers: int, pp: int, split: str = "vllm") -> list[int]:
+    """Layers of each of ``pp`` stages, ``n_layers // pp`` each and the remainder one more
+    each to some: ``vllm``, to the stages before the last, from the second-to-last
+    backwards (vLLM 0.19.0 ``vllm/distributed/utils.py`` ``get_pp_indices`` without
+    ``VLLM_PP_LAYER_PARTITION``: the last stage carries the final norm and LM head, so it
+    is not given an extra layer); ``sglang``, to the last ones (SGLang 0.5.10.post1
+    ``python/sglang/srt/distributed/utils.py`` ``get_pp_indices`` without
+    ``SGLANG_PP_LAYER_PARTITION``)."""
     sizes = [n_layers // pp] * pp
-    for i in range(2, n_layers % pp + 2):
+    extra = n_layers % pp
+    if split == "sglang":
+        for i in range(pp - extra, pp):
+            sizes[i] += 1
+        return sizes
+    for i in range(2, extra + 2):
         sizes[-i] += 1
     return sizes
 
 
-def stage_models(m: ModelSpec, pp: int) -> tuple[ModelSpec, ...]:
-    """``m`` cut into ``pp`` stages (:func:`stage_sizes`), each a ``ModelSpec`` of its own
-    layers (the same name and shapes). Each still counts the whole embedding, final norm
-    and LM head in its ``weight_bytes``; :func:`stage_weight_bytes_per_gpu` puts them on
-    the first and last stages."""
-    check_layout(m, Layout(pp=pp))
+def stage_models(m: ModelSpec, pp: int, split: str = "vllm") -> tuple[ModelSpec, ...]:
+    """``m`` cut into ``pp`` stages (:func:`stage_sizes` by ``split``), each a
+    ``ModelSpec`` of its own layers (the same name and shapes). Each still counts the
+    whole embedding, final norm and LM head in its ``weight_bytes``;
+    :func:`stage_weight_bytes_per_gpu` puts them on the first and last stages."""
+    check_layout(m, Layout(pp=pp, pp_split=split))
     tokens = layer_tokens(m, pp)
     out: list[ModelSpec] = []
     start = 0
-    for n in stage_sizes(len(tokens), pp):
+    for n in stage_sizes(len(tokens), pp, split):
         out.append(
             dataclasses.replace(
                 m,
@@ -251,7 +266,7 @@ def stage_weight_bytes_per_gpu(m: ModelSpec, layout: Layout) -> list[int]:
     the stage's ``tp``/``ep``/``dp`` (:func:`weight_bytes_per_gpu`), and the embedding,
     final norm and LM head where they sit (:func:`_io_params`), split as the non-FFN
     weights are (over ``tp / dp``)."""
-    stages = stage_models(m, layout.pp)
+    stages = stage_models(m, layout.pp, layout.pp_split)
     one = Layout(layout.tp, layout.ep, layout.dp)
     whole = _io_params(m, True, True)
     out = []
@@ -262,11 +277,11 @@ def stage_weight_bytes_per_gpu(m: ModelSpec, layout: Layout) -> list[int]:
     return out
 
 
-def stage_shares(m: ModelSpec, pp: int) -> list[Fraction]:
+def stage_shares(m: ModelSpec, pp: int, split: str = "vllm") -> list[Fraction]:
     """Each stage's share of what a request holds: the larger of its share of the
     model's KV bytes per token and of its recurrent states' bytes (a stage holds its own
     layers' KV and states only)."""
-    stages = stage_models(m, pp)
+    stages = stage_models(m, pp, split)
     out = []
     for sm in stages:
         parts: Sequence[Fraction] = [
@@ -288,7 +303,7 @@ def pipeline_pool_bytes(m: ModelSpec, layout: Layout, stage_usable: float) -> fl
     (:func:`stage_shares`), so the pool is what the tightest stage leaves, over its
     share. Below zero when a stage cannot hold its weights."""
     weights = stage_weight_bytes_per_gpu(m, layout)
-    shares = stage_shares(m, layout.pp)
+    shares = stage_shares(m, layout.pp, layout.pp_split)
     return min(
         (stage_usable - layout.tp * w) / float(share)
         for w, share in zip(weights, shares, strict=True)
@@ -296,6 +311,8 @@ def pipeline_pool_bytes(m: ModelSpec, layout: Layout, stage_usable: float) -> fl
 
 
 __all__ = [
+    "PP_SPLITS",
+    "PP_SPLIT_OF_ENGINE",
     "Layout",
     "check_layout",
     "kv_bytes_per_token_per_gpu",

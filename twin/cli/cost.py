@@ -208,6 +208,7 @@ def pp_predictions(
 def _pp_cost(
     spec: Any,
     prof: Any,
+    engine: str | None,
     tp: int,
     ep: int,
     pp: int,
@@ -219,9 +220,9 @@ def _pp_cost(
 ) -> None:
     """``twin cost --pp``: each stage's share of the steps (or JSON)."""
     from twin.engine.pipeline import pipeline_pricer
-    from twin.parallel import stage_models
+    from twin.parallel import PP_SPLIT_OF_ENGINE, stage_models
 
-    pricer = pipeline_pricer(spec, prof, tp, ep, pp)
+    pricer = pipeline_pricer(spec, prof, tp, ep, pp, engine=engine or "")
     data = pp_predictions(
         pricer,
         _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS),
@@ -229,7 +230,8 @@ def _pp_cost(
         _ints(batches, "--batches", MAX_BATCH),
         context,
     )
-    layers = [len(m.layers or ()) for m in stage_models(spec, pp)]
+    split = PP_SPLIT_OF_ENGINE.get(engine or "", "vllm")
+    layers = [len(m.layers or ()) for m in stage_models(spec, pp, split)]
     head = {"model": spec.name, "gpu": prof.gpu, "tp": tp, "ep": ep, "pp": pp}
     if as_json:
         print_json({**head, "stage_layers": layers, "provenance_label": pricer.provenance, **data})
@@ -364,7 +366,7 @@ def cost(
     if pp > 1:
         if dp_attention > 1:
             raise TwinError(f"--pp {pp}: not modelled with --dp-attention yet")
-        _pp_cost(spec, prof, tp, ep, pp, lengths, cached_frac, batches, context, as_json)
+        _pp_cost(spec, prof, engine, tp, ep, pp, lengths, cached_frac, batches, context, as_json)
         return
     if dp_attention > 1:
         _dp_cost(spec, prof, tp, ep, dp_attention, lengths, cached_frac, batches, context, as_json)

@@ -40,6 +40,7 @@ from twin.memory.footprint import allocator_for
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
 from twin.parallel import (
+    PP_SPLIT_OF_ENGINE,
     Layout,
     kv_bytes_per_token_per_gpu,
     pipeline_pool_bytes,
@@ -140,7 +141,8 @@ def kv_replication_scale(model: ModelSpec, config: EngineConfig) -> float:
 
 def _layout(config: EngineConfig) -> Layout:
     """The replica's parallel layout (``twin.parallel``)."""
-    return Layout(config.tp, config.ep, config.dp_attention, config.pp)
+    split = PP_SPLIT_OF_ENGINE.get(config.engine, "vllm")
+    return Layout(config.tp, config.ep, config.dp_attention, config.pp, split)
 
 
 def horizon(source: SessionSource, config: EngineConfig) -> float:

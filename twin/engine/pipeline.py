@@ -1,7 +1,8 @@
 """Pipeline parallelism: a replica of ``pp`` stages of ``tp`` GPUs, micro-batches in flight.
 
 ``--pp N`` (``EngineConfig.pp``) splits the model's layers into ``N`` contiguous stages
-(``twin.parallel.stage_sizes``: vLLM's ``get_pp_indices``), each on its own ``tp`` GPUs.
+(``twin.parallel.stage_sizes``: the engine's ``get_pp_indices``), each on its own ``tp``
+GPUs.
 What the engines do, and what the twin takes from it:
 
 - **Micro-batches, one scheduler.** vLLM 0.19.0 (``vllm/v1/engine/core.py``
@@ -377,16 +378,19 @@ def pipeline_pricer(
     pp: int,
     step_host_s: float = 0.0,
     seq_host_s: float = 0.0,
+    engine: str = "",
 ) -> PipelinePricer:
     """The stage pricer of a replica of ``pp`` stages of ``tp`` GPUs (``ep`` expert ranks
-    among them) on ``profile``."""
+    among them) on ``profile``, its layers split as engine mode ``engine`` splits them
+    (``twin.parallel.PP_SPLIT_OF_ENGINE``)."""
     from twin.costmodel import CostModel
     from twin.engine.disagg import IB_BW_PER_GPU, IB_LATENCY_S, NODE_GPUS
     from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S
-    from twin.parallel import Layout, check_layout, stage_models
+    from twin.parallel import PP_SPLIT_OF_ENGINE, Layout, check_layout, stage_models
 
-    check_layout(model, Layout(tp, ep, 1, pp))
-    models = [CostModel(sm, profile, tp, ep=ep) for sm in stage_models(model, pp)]
+    split = PP_SPLIT_OF_ENGINE.get(engine, "vllm")
+    check_layout(model, Layout(tp, ep, 1, pp, split))
+    models = [CostModel(sm, profile, tp, ep=ep) for sm in stage_models(model, pp, split)]
     if tp * pp <= NODE_GPUS:  # the stages in one NVLink node
         bw = profile.peaks.get("interconnect_bw")
         if not bw:  # pragma: no cover - every shipped profile has it

@@ -396,6 +396,7 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
             config.pp,
             config.step_host_s,
             config.seq_host_s,
+            config.engine,
         )
     absorb = 0
     if config.speculative:
