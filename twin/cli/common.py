@@ -320,6 +320,16 @@ DpAttentionOption = Annotated[
         "tokens, the ranks in lockstep.",
     ),
 ]
+PpOption = Annotated[
+    int,
+    typer.Option(
+        "--pp",
+        min=1,
+        help="Pipeline-parallel stages per replica, each on its own --tp GPUs (vLLM "
+        "--pipeline-parallel-size, SGLang --pp-size): the layers split over them, "
+        "micro-batches in flight through them.",
+    ),
+]
 # Options of the commands that run many points (report capacity, reproduce).
 JobsOption = Annotated[
     int,

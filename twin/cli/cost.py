@@ -15,6 +15,7 @@ from twin.cli.common import (
     EpOption,
     KvDtypeOption,
     ModelSetOption,
+    PpOption,
     PrecisionOption,
     console,
     model_file,
@@ -176,6 +177,101 @@ def _dp_cost(
     console.print(dec)
 
 
+def pp_predictions(
+    pricer: Any, lengths: list[int], cached_frac: float, batches: list[int], context: int
+) -> dict[str, Any]:
+    """``twin cost --pp``'s numbers: each stage's seconds of one prompt's prefill or one
+    micro-batch's decode step, the sends between stages, the latency through the empty
+    pipeline, and (decode) the tokens a second with ``pp`` such micro-batches in flight:
+    each cycles in ``max(latency, pp x the slowest stage)``."""
+    pp = pricer.pp
+
+    def parts(prefills: Any, batch: int, ctx: int, tokens: int) -> dict[str, Any]:
+        stages = pricer.stage_times(prefills, batch, ctx)
+        send = pricer.send_time(tokens)
+        return {"stages_s": stages, "send_s": send, "total_s": sum(stages) + (pp - 1) * send}
+
+    prefill = []
+    for n in lengths:
+        cached = int(n * cached_frac)
+        for c in sorted({0, cached}):
+            prefill.append({"prompt": n, "cached": c, **parts([(n - c, c)], 0, 0, n - c)})
+    decode = []
+    for b in batches:
+        row = {"batch": b, "context": context, **parts((), b, b * context, b)}
+        cycle = max(row["total_s"], pp * max(row["stages_s"]))
+        row["tokens_per_s"] = pp * b / cycle
+        decode.append(row)
+    return {"prefill": prefill, "decode": decode}
+
+
+def _pp_cost(
+    spec: Any,
+    prof: Any,
+    engine: str | None,
+    tp: int,
+    ep: int,
+    pp: int,
+    lengths: str,
+    cached_frac: float,
+    batches: str,
+    context: int,
+    as_json: bool,
+) -> None:
+    """``twin cost --pp``: each stage's share of the steps (or JSON)."""
+    from twin.engine.pipeline import pipeline_pricer
+    from twin.parallel import PP_SPLIT_OF_ENGINE, stage_models
+
+    pricer = pipeline_pricer(spec, prof, tp, ep, pp, engine=engine or "")
+    data = pp_predictions(
+        pricer,
+        _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS),
+        cached_frac,
+        _ints(batches, "--batches", MAX_BATCH),
+        context,
+    )
+    split = PP_SPLIT_OF_ENGINE.get(engine or "", "vllm")
+    layers = [len(m.layers or ()) for m in stage_models(spec, pp, split)]
+    head = {"model": spec.name, "gpu": prof.gpu, "tp": tp, "ep": ep, "pp": pp}
+    if as_json:
+        print_json({**head, "stage_layers": layers, "provenance_label": pricer.provenance, **data})
+        return
+    console.print(
+        f"[bold]{spec.name}[/] on [bold]{prof.gpu}[/], tp={tp}, ep={ep}, pp={pp} (layers "
+        f"{'/'.join(map(str, layers))}; {pricer.link_bw / 1e9:g} GB/s a GPU between stages): "
+        f"{pricer.provenance}",
+        highlight=False,
+    )
+    stages = [f"stage {j}" for j in range(pp)]
+    pre = Table(title="Prefill latency (ms) through the empty pipeline, by stage")
+    for col in ("prompt", "cached", "total", *stages, "send"):
+        pre.add_column(col, justify="right")
+    for row in data["prefill"]:
+        pre.add_row(
+            f"{row['prompt']:,}",
+            f"{row['cached']:,}",
+            f"{1e3 * row['total_s']:.2f}",
+            *(f"{1e3 * t:.2f}" for t in row["stages_s"]),
+            f"{1e3 * row['send_s']:.3f}",
+        )
+    console.print(pre)
+    dec = Table(
+        title=f"Decode step latency (ms) at context {context:,}, one micro-batch; tokens/s "
+        f"with {pp} in flight"
+    )
+    for col in ("batch", "total", "tokens/s", *stages, "send"):
+        dec.add_column(col, justify="right")
+    for row in data["decode"]:
+        dec.add_row(
+            str(row["batch"]),
+            f"{1e3 * row['total_s']:.2f}",
+            f"{row['tokens_per_s']:,.0f}",
+            *(f"{1e3 * t:.2f}" for t in row["stages_s"]),
+            f"{1e3 * row['send_s']:.3f}",
+        )
+    console.print(dec)
+
+
 def cost(
     model: str = typer.Option(
         ...,
@@ -199,6 +295,7 @@ def cost(
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs per replica)."),
     ep: EpOption = 1,
     dp_attention: DpAttentionOption = 1,
+    pp: PpOption = 1,
     lengths: str = typer.Option(
         "1024,4096,16384,32768",
         "--lengths",
@@ -250,9 +347,14 @@ def cost(
 
       twin cost -m deepseek-r1 -g h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang
 
+      twin cost -m llama-3.1-70b -g h100 --tp 4 --pp 2
+
     With --dp-attention D the tables are of the synchronised step of D attention
     ranks, each prefilling one prompt or decoding a batch of its own: the slowest
     rank's attention side, the FFN/MoE on every rank's tokens, and their gather/scatter.
+    With --pp N they are each stage's share of a micro-batch (its layers; the LM head on
+    the last), the send of the activations between stages, and the decode tokens a
+    second with N micro-batches of that batch in flight.
     """
     if (gpu is None) == (profile is None):
         raise TwinError(
@@ -261,6 +363,11 @@ def cost(
         )
     spec = with_precision(resolve_model(model, model_set), precision, kv_dtype)
     prof = resolve_profile(gpu, profile, engine)
+    if pp > 1:
+        if dp_attention > 1:
+            raise TwinError(f"--pp {pp}: not modelled with --dp-attention yet")
+        _pp_cost(spec, prof, engine, tp, ep, pp, lengths, cached_frac, batches, context, as_json)
+        return
     if dp_attention > 1:
         _dp_cost(spec, prof, tp, ep, dp_attention, lengths, cached_frac, batches, context, as_json)
         return

@@ -20,6 +20,7 @@ from twin.cli.common import (
     ModelOption,
     ModelSetOption,
     PolicyOptionOption,
+    PpOption,
     PrecisionOption,
     ProfileOption,
     ReplicasOption,
@@ -77,6 +78,7 @@ def simulate(
     replicas: ReplicasOption = 1,
     tp: TpOption = 1,
     ep: EpOption = 1,
+    pp: PpOption = 1,
     dp_attention: DpAttentionOption = 1,
     cache_gb: CacheGbOption = "auto",
     policy: str | None = typer.Option(
@@ -288,6 +290,9 @@ def simulate(
       twin simulate -m deepseek-v3 --gpu h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang \
         --concurrency 64 --duration 20 --out sim-dp8
 
+      twin simulate -m llama-3.1-70b --gpu h100 --tp 4 --pp 2 --engine vllm \
+        --concurrency 16 --duration 30 --out sim-pp2
+
       twin simulate -m qwen3.5-9b --gpu h200 --engine sglang --prefill-workers 2 \
         --decode-workers 4 --session-rate 2 --duration 120 --out sim-2p4d
 
@@ -358,6 +363,7 @@ def simulate(
         replicas=replicas,
         tp=tp,
         ep=ep,
+        pp=pp,
         dp_attention=dp_attention,
         router=router,
         **explicit,
@@ -409,10 +415,11 @@ def _print_table(s: RunSummary, out: Path) -> None:
         if cfg.get("shared_pool")
         else f"{cfg['cache_bytes'] / GB:g} GB cache"
     )
+    stages = f", pp {cfg['pp']}" if cfg.get("pp", 1) > 1 else ""
     title = (
         f"{s.provenance.workload.path}: {req.measured:,} requests measured "
         f"({req.warmup_excluded:,} in warm-up, {req.rejected:,} rejected); "
-        f"{s.provenance.model}{_precision(s)} x{cfg['replicas']} (tp {cfg['tp']}), "
+        f"{s.provenance.model}{_precision(s)} x{cfg['replicas']} (tp {cfg['tp']}{stages}), "
         f"engine {cfg.get('engine', 'paper')}, "
         f"{cfg['policy']}, {memory}, {cfg['router']}"
     )

@@ -239,6 +239,16 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         profile's fitted all-reduce at that GPU count, else the ring on its peaks)."""
         return self._allreduce(tokens)
 
+    def head_s(self, tokens: int, sequences: int) -> float:
+        """Seconds the head (embedding gather, final norm, LM head) takes of a step of
+        ``tokens`` tokens and ``sequences`` sequences, with its host time where host time
+        adds by layer kind (a pipeline's stages but the last run no head:
+        ``twin.engine.pipeline``)."""
+        if not tokens:
+            return 0.0
+        host = self.host_by_kind.get("head", 0.0) if self.host_mode == "add" else 0.0
+        return self._head(tokens, sequences, None) + host
+
     def compile_steps(self) -> bool:
         """Price :meth:`step_spread` of at most one prefill chunk by compiled code
         (``twin.costmodel.compiled``, the same prices to the bit) where this model has

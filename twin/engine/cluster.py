@@ -39,7 +39,14 @@ from twin.hardware import GB
 from twin.memory.footprint import allocator_for
 from twin.metrics import Occupancy, RequestRecord
 from twin.model import ModelSpec
-from twin.parallel import Layout, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from twin.parallel import (
+    PP_SPLIT_OF_ENGINE,
+    Layout,
+    kv_bytes_per_token_per_gpu,
+    pipeline_pool_bytes,
+    stage_weight_bytes_per_gpu,
+    weight_bytes_per_gpu,
+)
 from twin.policies import get_policy
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
@@ -82,6 +89,12 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
         # Each GPU's share under the layout (twin.parallel), rounded up.
         weights = config.tp * weight_bytes_per_gpu(model, _layout(config))
     budget = usable - weights - cache
+    if config.pp > 1:
+        # Each stage's tp GPUs hold its layers' weights, KV and states (twin.parallel).
+        stages = pipeline_pool_bytes(model, _layout(config), usable)
+        weights = config.tp * sum(stage_weight_bytes_per_gpu(model, _layout(config)))
+        usable *= config.pp
+        budget = stages - cache
     if config.speculative:  # the draft's weights and KV (twin.engine.speculative)
         from twin.engine.speculative import Speculation
 
@@ -90,7 +103,7 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
         budget *= kv_replication_scale(model, config)
     if budget <= 0:
         raise TwinError(
-            f"no memory left for running requests: {config.tp} GPU(s) x "
+            f"no memory left for running requests: {config.tp * config.pp} GPU(s) x "
             f"{config.gpu_memory_bytes / GB:.1f} GB x {config.memory_utilization:g} = "
             f"{usable / GB:.1f} GB, minus {weights / GB:.1f} GB of weights and "
             f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp"
@@ -128,7 +141,8 @@ def kv_replication_scale(model: ModelSpec, config: EngineConfig) -> float:
 
 def _layout(config: EngineConfig) -> Layout:
     """The replica's parallel layout (``twin.parallel``)."""
-    return Layout(config.tp, config.ep, config.dp_attention)
+    split = PP_SPLIT_OF_ENGINE.get(config.engine, "vllm")
+    return Layout(config.tp, config.ep, config.dp_attention, config.pp, split)
 
 
 def horizon(source: SessionSource, config: EngineConfig) -> float:

@@ -39,6 +39,11 @@ class EngineConfig:
         "batch and KV share, attention over `tp / dp_attention` GPUs, the FFN/MoE over "
         "all `tp` (twin.engine.dp_attention)",
     )
+    pp: int = _opt(
+        1,
+        "pipeline-parallel stages: the replica's layers split over `pp` groups of `tp` GPUs, "
+        "micro-batches in flight through them (twin.engine.pipeline)",
+    )
     cache_bytes: int = _opt(0, "prefix-cache capacity per replica, bytes (KV + SSM states)")
     policy: str = _opt("marconi", "prefix-cache policy name (policies.get_policy)")
     policy_options: dict[str, Any] = field(
@@ -198,6 +203,8 @@ class EngineConfig:
         need(self.ep >= 1 and self.tp % self.ep == 0, "ep", f"must divide --tp {self.tp}")
         if self.dp_attention != 1:
             self._check_dp_attention()
+        if self.pp != 1:
+            self._check_pipeline()
         need(self.cache_bytes >= 0, "cache_bytes", "must be >= 0")
         need(self.max_batched_tokens >= 1, "max_batched_tokens", "must be at least 1")
         need(self.max_running >= 1, "max_running", "must be at least 1")
@@ -289,6 +296,23 @@ class EngineConfig:
         ):
             if not unset:
                 raise TwinError(f"--dp-attention {d}: not modelled with {flag}")
+
+    def _check_pipeline(self) -> None:
+        """``--pp``: stages of ``tp`` GPUs within the bounds, and only with what the
+        pipelined replica models (``twin.engine.pipeline``); each refusal one line."""
+        p = self.pp
+        if not (isinstance(p, int) and p >= 1 and self.tp * p <= MAX_TP):
+            raise TwinError(
+                f"--pp: must be 1 to {MAX_TP // self.tp:,} at --tp {self.tp} (got {p!r})"
+            )
+        for flag, unset in (
+            ("--dp-attention", self.dp_attention == 1),
+            ("speculative decoding", not self.speculative),
+            ("disaggregated pools", not (self.prefill_workers or self.decode_workers)),
+            ("a host cache tier", not (self.host_cache_bytes or self.host_cache_ratio)),
+        ):
+            if not unset:
+                raise TwinError(f"--pp {p}: not modelled with {flag} yet")
 
     def _check_speculative(self) -> None:
         """Speculative decoding's settings (a Speculation) and the draft's parallelism."""
@@ -400,6 +424,7 @@ _OMITTED_AT_DEFAULT = (
     "decode_tp",
     "decode_ep",
     "dp_attention",
+    "pp",
     "decode_dp_attention",
     "decode_prefix_cache",
 )

@@ -795,6 +795,10 @@ def make_cluster(
         from twin.engine.dp_attention import DPCluster
 
         return DPCluster(model, pricer, config, workload, on_record)
+    if config.pp > 1:  # pipeline stages and micro-batches (twin.engine.pipeline)
+        from twin.engine.pipeline import PipelineCluster
+
+        return PipelineCluster(model, pricer, config, workload, on_record)
     return Cluster(model, pricer, config, workload, on_record)
 
 

@@ -385,6 +385,19 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
             config.step_host_s,
             config.seq_host_s,
         )
+    if config.pp > 1:  # stages and micro-batches (twin.engine.pipeline)
+        from twin.engine.pipeline import pipeline_pricer
+
+        return pipeline_pricer(
+            model,
+            profile,
+            config.tp,
+            config.ep,
+            config.pp,
+            config.step_host_s,
+            config.seq_host_s,
+            config.engine,
+        )
     absorb = 0
     if config.speculative:
         from twin.engine.speculative import Speculation
