@@ -223,6 +223,10 @@ def test_the_router_changes_the_winner(space: Space) -> None:
     assert "more than the best found" in rr.reason
     # Every router shares the analytic bound (it is router-independent).
     assert len({c.lower_bound for c in space.both.candidates}) == 1
+    # On one replica the router has no choice: the routers share round-robin's run.
+    ones = [t for c in space.both.candidates if (t := c.trial(1)) is not None]
+    assert len(ones) == 3 and len({t.key for t in ones}) == 1
+    assert ones[0].key == space.one.candidates[0].trial(1).key  # type: ignore[union-attr]
 
 
 def test_the_winner_carries_its_router_everywhere(space: Space) -> None:

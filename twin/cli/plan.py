@@ -268,7 +268,7 @@ def plan_cmd(
     ),
 ) -> None:
     """Find the cheapest deployment (GPU type x engine x tp/ep/attention DP x cache x layout x
-    replicas)
+    router x replicas)
     meeting every SLO at a stable steady state; write OUT/plan.json, OUT/report.md, OUT/report.html
     (self-contained) and OUT/results.parquet.
 
@@ -299,6 +299,10 @@ def plan_cmd(
       twin plan chat.parquet -m gpt-oss-20b --slo "p95_tpot<=15ms" --session-rate 0.5 \\
         --duration 2400 --warmup-s 800 --gpus h200 --engines sglang --tp 2 --ep 2 \\
         --dp-attention 1,2 --seeds 1 --out plan-moe
+
+      twin plan chat.parquet -m llama-3-8b --slo "p95_ttft<=500ms" --session-rate 0.5 \\
+        --duration 2400 --warmup-s 800 --gpus h200 --engines vllm --tp 1 --routers auto \\
+        --seeds 1 --out plan-routers
     """
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")

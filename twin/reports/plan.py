@@ -534,6 +534,7 @@ def plan(
     screen_s = (load.duration_s or 0.0) * SCREEN_FRACTION
     screening = screen and load.duration_s is not None and screen_s >= SCREEN_MIN_S
     searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening, seed_list)
+    searcher.shared_router = min(router_names, key=router_order)
     axes = (gpu_names, engine_names, parallel, caches, serving, router_names)
     searcher.state.total = math.prod(len(axis) for axis in axes)
     searcher.tell()
@@ -662,6 +663,8 @@ class _Searcher:
         self.searches: dict[int, ReplicaSearch] = {}
         self.best = math.inf  # $/hour of the cheapest deployment found to meet the SLOs
         self.points_run = self.points_found = 0
+        # The router whose run a count where the router has no choice shares (_spec).
+        self.shared_router = DEFAULT_ROUTERS[0]
 
     def tell(self) -> None:
         if self.progress is not None:
@@ -765,6 +768,33 @@ class _Searcher:
         self.tell()
         return None
 
+    def _spec(self, r: CandidateResult, n: int) -> SweepSpec:
+        """The sweep spec of ``n`` replicas of ``r``: its own, but where the router has no
+        choice (one replica, or a disaggregated copy with one prefill worker: every
+        request goes to the same place), the plan's first router's, so the candidates
+        differing only in their router share that run (identical under every router:
+        tests/test_plan_routers.py). With one router it is always the candidate's own."""
+        spec = self.specs[id(r)]
+        cand = r.candidate
+        pools = cand.serving.pools(n)
+        alone = pools["prefill_workers"] == 1 if pools else n == 1
+        if not alone or cand.router == self.shared_router:
+            return spec
+        return replace(spec, settings=with_router(spec.settings, self.shared_router))
+
+    def _run(self, batch: list[tuple[SweepSpec, Point]]) -> tuple[list[dict[str, Any]], int]:
+        """Each pair's row (one run per distinct key: pairs sharing a run ask once) and how
+        many were simulated (the others were found in results.parquet or shared)."""
+        keys = [spec.key(point) for spec, point in batch]
+        first: dict[str, int] = {}
+        unique: list[tuple[SweepSpec, Point]] = []
+        for key, pair in zip(keys, batch, strict=True):
+            if key not in first:
+                first[key] = len(unique)
+                unique.append(pair)
+        outcome = run_pairs(unique, self.out, jobs=self.jobs)
+        return [outcome.rows[first[key]] for key in keys], outcome.computed
+
     def _step(
         self,
         asked: list[tuple[CandidateResult, int]],
@@ -774,12 +804,12 @@ class _Searcher:
         screening runs first when screening) and the other seeds of each count in
         ``confirm`` (full runs, a batch of their own); record them."""
         if self.screen:
-            batch = [(screen_spec(self.specs[id(r)]), self._point(r, n)) for r, n in asked]
-            outcome = run_pairs(batch, self.out, jobs=self.jobs)
-            self.screen_points_run += outcome.computed
-            self.screen_points_found += outcome.skipped
+            batch = [(screen_spec(self._spec(r, n)), self._point(r, n)) for r, n in asked]
+            rows, computed = self._run(batch)
+            self.screen_points_run += computed
+            self.screen_points_found += len(batch) - computed
             full = []
-            for (r, n), row in zip(asked, outcome.rows, strict=True):
+            for (r, n), row in zip(asked, rows, strict=True):
                 if row.get(INFEASIBLE_COLUMN):  # cannot run short: cannot run in full either
                     self._record(r, n, row, screened=False)
                 elif screened_out(row, self.slos):
@@ -789,26 +819,26 @@ class _Searcher:
                     full.append((r, n))
             asked = full
         if asked:
-            batch = [(self.specs[id(r)], self._point(r, n)) for r, n in asked]
-            outcome = run_pairs(batch, self.out, jobs=self.jobs)
-            self.points_run += outcome.computed
-            self.points_found += outcome.skipped
+            batch = [(self._spec(r, n), self._point(r, n)) for r, n in asked]
+            rows, computed = self._run(batch)
+            self.points_run += computed
+            self.points_found += len(batch) - computed
             self.state.points += len(batch)
-            for (r, n), row in zip(asked, outcome.rows, strict=True):
+            for (r, n), row in zip(asked, rows, strict=True):
                 self._record(r, n, row, screened=False)
         if confirm:
             batch = [
-                (self.specs[id(r)], self._point(r, n, seed))
+                (self._spec(r, n), self._point(r, n, seed))
                 for r, n in confirm
                 for seed in self.extra
             ]
-            outcome = run_pairs(batch, self.out, jobs=self.jobs)
-            self.confirm_points_run += outcome.computed
-            self.confirm_points_found += outcome.skipped
+            rows, computed = self._run(batch)
+            self.confirm_points_run += computed
+            self.confirm_points_found += len(batch) - computed
             self.state.points += len(batch)
             k = len(self.extra)
             for i, (r, n) in enumerate(confirm):
-                self._confirm(r, n, outcome.rows[i * k : (i + 1) * k])
+                self._confirm(r, n, rows[i * k : (i + 1) * k])
         self.tell()
 
     def _confirm(self, r: CandidateResult, n: int, rows: list[dict[str, Any]]) -> None:
