@@ -114,6 +114,29 @@ def test_an_exact_tie_goes_to_the_router_first_in_the_registry() -> None:
     assert "the tie goes to round-robin" in routed.reason
 
 
+def test_a_count_where_the_router_has_no_choice_shares_one_run() -> None:
+    """One aggregated replica, or copies of a layout with one prefill worker in all, send
+    every request to the same place: such a count runs under the plan's first router."""
+    from twin.reports.plan import _Searcher
+    from twin.reports.plan_result import Load
+
+    searcher = _Searcher(parse_slos([SLO]), Load(None, None, None), Path("unused"), 1, None)
+    searcher.shared_router = "round-robin"
+    base = SweepSpec(workload="w", model=MODEL, settings=(("tp", 1), ("router", "prefix-aware")))
+    cases = [("agg", 1, True), ("agg", 2, False), ("1P2D", 1, True), ("1P2D", 2, False)]
+    cases += [("2P1D", 1, False)]
+    for layout, n, shared in cases:
+        r = CandidateResult(Candidate(GPU, "vllm", 1, "auto", layout, router="prefix-aware"), 1.0)
+        searcher.specs[id(r)] = base
+        got = dict(searcher._spec(r, n).settings)["router"]
+        assert got == ("round-robin" if shared else "prefix-aware"), (layout, n)
+    # A candidate of the first router itself, or a plan of one router: its own spec.
+    searcher.shared_router = "prefix-aware"
+    r = CandidateResult(Candidate(GPU, "vllm", 1, "auto", router="prefix-aware"), 1.0)
+    searcher.specs[id(r)] = base
+    assert searcher._spec(r, 1) is base
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
