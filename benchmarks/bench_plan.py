@@ -24,6 +24,10 @@ reruns with seeds 1 and 2 and must meet the SLOs under each); ``--seeds 1`` is h
 results before issue 37's seed step were measured. Full simulations count seed 0's
 probes; the confirmation runs are counted apart (``confirmation_simulations``).
 
+``--routers a,b,...`` adds the router as an axis (``twin plan --routers``; the space's
+candidates times the routers: all four give 576 candidates), and ``--no-baseline`` skips
+the plan without screening (the winner and the counts are then the screened plan's only).
+
 ``--quick`` plans a 12-candidate space (h100, b200 x vllm, sglang x tp 1, 2, 4 x auto)
 at 0.5 sessions/s. Writes ``benchmarks/results/plan.json``;
 ``--quick --session-rate 4 --results benchmarks/results/plan-quick-rate4.json`` is the
@@ -73,6 +77,7 @@ QUICK = {
 def _plan(
     space: dict[str, Any], out: Path, jobs: int, screen: bool, seeds: int = DEFAULT_SEEDS
 ) -> tuple[PlanResult, float]:
+    routers = space.get("routers")
     t0 = time.perf_counter()
     found = plan(
         example_path(DEFAULT_EXAMPLE),
@@ -86,6 +91,7 @@ def _plan(
         engines=space["engines"],
         tp=space["tp"],
         cache=space["cache"],
+        **({"routers": routers} if routers else {}),
         jobs=jobs,
         screen=screen,
         seeds=seeds,
@@ -101,6 +107,9 @@ def _summary(found: PlanResult, wall_s: float) -> dict[str, Any]:
         "wall_s": round(wall_s, 1),
         "counts": n,
         "full_simulations": n["points_run"] + n["points_found"],
+        # In a fresh folder: the distinct runs (a point several candidates share, a count
+        # where the router has no choice, runs once and is "found" by the others).
+        "full_simulations_run": n["points_run"],
         "screening_simulations": n["screen_points_run"] + n["screen_points_found"],
         "confirmation_simulations": n.get("confirm_points_run", 0)
         + n.get("confirm_points_found", 0),
@@ -173,13 +182,22 @@ def main() -> None:
         "the seed step were measured; the winner's minimality under seed 1 is checked "
         "below either way)",
     )
+    parser.add_argument("--routers", help="twin plan --routers (comma list): the router axis")
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the plan without screening"
+    )
     args = parser.parse_args()
     space = dict(QUICK if args.quick else FULL)
     if args.session_rate is not None:
         space["session_rate"] = args.session_rate
+    if args.routers:
+        space["routers"] = tuple(r.strip() for r in args.routers.split(",") if r.strip())
     with tempfile.TemporaryDirectory() as tmp:
         screened, t_screened = _plan(space, Path(tmp) / "screened", args.jobs, True, args.seeds)
-        plain, t_plain = _plan(space, Path(tmp) / "plain", args.jobs, False, args.seeds)
+        if args.no_baseline:
+            plain, t_plain = screened, t_screened
+        else:
+            plain, t_plain = _plan(space, Path(tmp) / "plain", args.jobs, False, args.seeds)
         checks = _checks(screened, Path(tmp) / "screened", args.jobs)
     candidates = len(screened.candidates)
     runnable = sum(not (c.outcome == "infeasible" and not c.simulated) for c in screened.candidates)
@@ -194,8 +212,10 @@ def main() -> None:
         "brute_force_full_simulations": candidates * MAX_SEARCH_REPLICAS,
         "brute_force_full_simulations_runnable": runnable * MAX_SEARCH_REPLICAS,
         "with_screening": s,
-        "without_screening": p,
-        "same_winner": (s["winner"] or {}).get("candidate") == (p["winner"] or {}).get("candidate")
+        "without_screening": "skipped (--no-baseline)" if args.no_baseline else p,
+        "same_winner": None
+        if args.no_baseline
+        else (s["winner"] or {}).get("candidate") == (p["winner"] or {}).get("candidate")
         and (s["winner"] or {}).get("replicas") == (p["winner"] or {}).get("replicas"),
         "fewer_full_simulations_than_brute_force": round(
             candidates * MAX_SEARCH_REPLICAS / max(1, s["full_simulations"]), 1
@@ -203,10 +223,12 @@ def main() -> None:
         "fewer_full_simulations_than_brute_force_runnable": round(
             runnable * MAX_SEARCH_REPLICAS / max(1, s["full_simulations"]), 1
         ),
-        "full_simulations_ratio_screened_to_unscreened": round(
-            s["full_simulations"] / max(1, p["full_simulations"]), 3
-        ),
-        "wall_ratio_screened_to_unscreened": round(t_screened / max(1e-9, t_plain), 3),
+        "full_simulations_ratio_screened_to_unscreened": None
+        if args.no_baseline
+        else round(s["full_simulations"] / max(1, p["full_simulations"]), 3),
+        "wall_ratio_screened_to_unscreened": None
+        if args.no_baseline
+        else round(t_screened / max(1e-9, t_plain), 3),
         "checks": checks,
     }
     write_text_atomic(args.results, json.dumps(doc, indent=2) + "\n")

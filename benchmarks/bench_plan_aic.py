@@ -43,6 +43,11 @@ results above were measured): each traffic is planned once per router, the same 
 targets, so the answer says what routing by prefix is worth on top of the caches
 (``routers`` in the results: each router's winner on each traffic, and the saving of the
 prefix-aware router's answer against round-robin's).
+
+**The router as an axis** (``--routers a,b,... --router-axis``): each traffic is planned
+once with the routers as one more axis of the search (``twin plan --routers``), so the
+routers' candidates share the pruning and the answer names its router; the results say,
+per traffic, the winner and what became of each router's candidates (``router_axis``).
 """
 
 from __future__ import annotations
@@ -130,6 +135,7 @@ def _winner(found: PlanResult, out: Path, wall_s: float) -> dict[str, Any]:
         "candidates_detail": [
             {
                 "candidate": c.candidate.label,
+                "router": c.candidate.router,
                 "outcome": c.outcome,
                 "replicas": c.replicas,
                 "reason": c.reason,
@@ -155,6 +161,7 @@ def _winner(found: PlanResult, out: Path, wall_s: float) -> dict[str, Any]:
         "ep": w.candidate.ep,
         "dp_attention": w.candidate.dp_attention,
         "layout": w.candidate.layout,
+        "router": w.candidate.router,
         "replicas": w.replicas,
         "gpus": w.gpus,
         "usd_per_hour": w.usd_per_hour,
@@ -277,8 +284,11 @@ def _trace_copies(tmp: Path) -> tuple[Path, Path]:
 PREFIX_ROUTER = "prefix-aware"
 
 
-def _trace_plan(path: Path, out: Path, jobs: int, router: str) -> dict[str, Any]:
-    """One plan of the trace (the space and targets of the module docstring)."""
+def _trace_plan(
+    path: Path, out: Path, jobs: int, router: str, axis: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One plan of the trace (the space and targets of the module docstring), under
+    ``router``, or with the routers ``axis`` as an axis of the search when given."""
     from twin.reports.plan import workload_stats
 
     t0 = time.perf_counter()
@@ -292,13 +302,13 @@ def _trace_plan(path: Path, out: Path, jobs: int, router: str) -> dict[str, Any]
         gpus=[GPU],
         engines=["vllm", "sglang"],
         tp=[1],
-        router=router,
+        **({"routers": list(axis)} if axis else {"router": router}),
         jobs=jobs,
         command="benchmarks/bench_plan_aic.py",
     )
     stats = workload_stats(path)
     return {
-        "router": router,
+        "router": list(axis) if axis else router,
         "infinite_cache_token_hit_rate": stats["infinite_cache_token_hit_rate"],
         **_winner(found, out, time.perf_counter() - t0),
     }
@@ -309,6 +319,37 @@ def _saving(cheap: dict[str, Any] | None, dear: dict[str, Any] | None) -> float 
     if not (cheap and dear):
         return None
     return round(1 - cheap["usd_per_hour"] / dear["usd_per_hour"], 3)
+
+
+def _by_router(got: dict[str, Any]) -> dict[str, Any]:
+    """Each router's candidates in one plan of the router axis: outcome, replicas, values."""
+    out: dict[str, Any] = {}
+    for c in got["candidates_detail"]:
+        out.setdefault(c["router"], {})[c["candidate"]] = {
+            k: c[k] for k in ("outcome", "replicas", "reason", "trials")
+        }
+    return out
+
+
+def mooncake_router_axis(tmp: Path, jobs: int, routers: tuple[str, ...]) -> dict[str, Any]:
+    """Each traffic planned once, the routers an axis of the search."""
+    if not TRACE.is_file():
+        return {"skipped": f"{TRACE} not found"}
+    reuse, unique = _trace_copies(tmp)
+    doc: dict[str, Any] = {
+        "trace": str(TRACE),
+        "window_s": TRACE_S,
+        "slos": list(TRACE_SLOS),
+        "model": "llama-3.1-8b",
+        "routers": list(routers),
+    }
+    for name, path in (("with_reuse", reuse), ("prefixes_unique", unique)):
+        got = _trace_plan(path, tmp / f"plan-axis-{name}", jobs, "", routers)
+        doc[name] = {**got, "by_router": _by_router(got)}
+    a, b = doc["with_reuse"].get("winner"), doc["prefixes_unique"].get("winner")
+    if a and b:
+        doc["saving_with_reuse"] = _saving(a, b)
+    return doc
 
 
 def mooncake(tmp: Path, jobs: int, routers: tuple[str, ...] = (PREFIX_ROUTER,)) -> dict[str, Any]:
@@ -377,6 +418,11 @@ def main() -> None:
         default=PREFIX_ROUTER,
         help="routers to plan the trace under, comma-separated (e.g. round-robin,prefix-aware)",
     )
+    parser.add_argument(
+        "--router-axis",
+        action="store_true",
+        help="plan each traffic once with --routers as an axis of the search",
+    )
     args = parser.parse_args()
     doc: dict[str, Any] = {
         "benchmark": "bench_plan_aic",
@@ -393,11 +439,12 @@ def main() -> None:
             if k.strip()
         ]
         routers = tuple(r.strip() for r in args.routers.split(",") if r.strip())
-        doc["mooncake"] = (
-            {"skipped": "--skip-mooncake"}
-            if args.skip_mooncake
-            else mooncake(tmp, args.jobs, routers)
-        )
+        if args.skip_mooncake:
+            doc["mooncake"] = {"skipped": "--skip-mooncake"}
+        elif args.router_axis:
+            doc["mooncake_router_axis"] = mooncake_router_axis(tmp, args.jobs, routers)
+        else:
+            doc["mooncake"] = mooncake(tmp, args.jobs, routers)
     write_text_atomic(args.results, json.dumps(doc, indent=2, default=str) + "\n")
     print(json.dumps({k: v for k, v in doc.items() if k != "machine"}, indent=2, default=str))
 

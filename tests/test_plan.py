@@ -218,7 +218,7 @@ def test_the_simulate_command_reproduces_the_winner(space: Space, tmp_path, monk
 
 def test_reports_are_written(space: Space) -> None:
     doc = json.loads((space.out / "plan.json").read_text())
-    assert doc["schema"] == "twin.plan" and doc["schema_version"] == 5
+    assert doc["schema"] == "twin.plan" and doc["schema_version"] == 6
     md = (space.out / "report.md").read_text()
     for head in ("## Winner", "## Why each other candidate lost", "## Pareto frontier"):
         assert head in md
@@ -271,6 +271,7 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
         "model",
         "slos",
         "load",
+        "routers",
         "prices",
         "budget_gpus",
         "search",
@@ -280,7 +281,7 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
         "frontier",
         "notes",
     } <= set(doc)
-    assert doc["schema_version"] == 5 and doc["slos"] == [SLO]
+    assert doc["schema_version"] == 6 and doc["slos"] == [SLO]
     assert doc["load"] == {
         "session_rate": RATE,
         "concurrency": None,
@@ -293,8 +294,9 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
     # finish in, and the engines' fitted host times make the H100 candidates close calls).
     assert doc["counts"]["points_found"] > 0
     win = doc["winner"]
-    for key in ("gpu", "engine", "tp", "cache", "replicas", "gpus", "usd_per_hour", "values_ms"):
+    for key in ("gpu", "engine", "tp", "cache", "router", "replicas", "gpus", "usd_per_hour"):
         assert key in win
+    assert doc["routers"] == ["round-robin"] and win["router"] == "round-robin"
     assert win["simulate_command"].startswith("twin simulate ")
     assert win["usd_per_hour"] == pytest.approx(win["gpus"] * win["usd_per_gpu_hour"])
     # The winning count was confirmed under seeds 1 and 2 (the default --seeds 3).

@@ -45,6 +45,7 @@ from twin.reports.plan import (
 )
 from twin.reports.plan_render import seed_span, seeds_text, winner_sentence
 from twin.reports.plan_result import OUTCOMES, PLAN_FILE, PlanResult
+from twin.reports.plan_routers import MIN_REUSE_SHARE, resolve_routers
 from twin.reports.plan_search import DEFAULT_SEARCH, SEARCHES
 from twin.reports.render import HTML_FILE, MD_FILE
 from twin.reports.sweep import RESULTS_FILE
@@ -227,8 +228,16 @@ def plan_cmd(
         min=1,
         help="Most GPUs (replicas x tp, x the workers of an xPyD layout) of any deployment.",
     ),
-    router: str = typer.Option(
-        "round-robin", "--router", help=f"Router across replicas: {', '.join(ROUTERS)}."
+    routers: str | None = typer.Option(
+        None,
+        "--routers",
+        help=f"Routers across replicas to consider, comma-separated ({', '.join(ROUTERS)}), "
+        "or auto: round-robin, plus the routers placing requests by prefix or session when "
+        "an unbounded prefix cache would hit at least "
+        f"{MIN_REUSE_SHARE:.0%} of the workload's prompt tokens. [default: round-robin]",
+    ),
+    router: str | None = typer.Option(
+        None, "--router", help="One router (the same as --routers with one name)."
     ),
     search: str = typer.Option(
         DEFAULT_SEARCH,
@@ -259,7 +268,7 @@ def plan_cmd(
     ),
 ) -> None:
     """Find the cheapest deployment (GPU type x engine x tp/ep/attention DP x cache x layout x
-    replicas)
+    router x replicas)
     meeting every SLO at a stable steady state; write OUT/plan.json, OUT/report.md, OUT/report.html
     (self-contained) and OUT/results.parquet.
 
@@ -290,6 +299,10 @@ def plan_cmd(
       twin plan chat.parquet -m gpt-oss-20b --slo "p95_tpot<=15ms" --session-rate 0.5 \\
         --duration 2400 --warmup-s 800 --gpus h200 --engines sglang --tp 2 --ep 2 \\
         --dp-attention 1,2 --seeds 1 --out plan-moe
+
+      twin plan chat.parquet -m llama-3-8b --slo "p95_ttft<=500ms" --session-rate 0.5 \\
+        --duration 2400 --warmup-s 800 --gpus h200 --engines vllm --tp 1 --routers auto \\
+        --seeds 1 --out plan-routers
     """
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
@@ -307,7 +320,10 @@ def plan_cmd(
     ep_list, dp_list = _items("--ep", ep), _items("--dp-attention", dp_attention)
     parse_degrees(ep_list, "--ep")  # a bad degree fails here, before the workload
     parse_degrees(dp_list, "--dp-attention")
+    router_list = None if routers is None else _items("--routers", routers)
+    named = resolve_routers(router_list, router)  # a bad name fails here; None: auto
     total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list) * len(layout_list)
+    total *= len(named) if named else 1
     if workload is None:
         workload = example_path(EXAMPLE)
         said = f"no workload given: planning for the bundled {EXAMPLE!r} example ({workload})"
@@ -343,6 +359,7 @@ def plan_cmd(
             prices=prices,
             budget_gpus=budget_gpus,
             router=router,
+            routers=router_list,
             search=search,
             jobs=jobs,
             screen=screen,

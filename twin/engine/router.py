@@ -33,6 +33,10 @@ class Router:
     # True when :meth:`route` depends on the session id alone (then a session's
     # turns all go where its first went, and the cluster asks once a session).
     by_session: ClassVar[bool] = False
+    # True when it places requests where their prefixes may be cached (a session's turns
+    # together, or the replica holding the longest prefix): ``twin plan --routers auto``
+    # searches such a router only for a workload that reuses prefixes.
+    reuse: ClassVar[bool] = False
 
     def route(self, session_id: int, prompt: np.ndarray, replicas: Sequence[Routable]) -> int:
         """Index of the replica that gets this request."""
@@ -89,6 +93,7 @@ class SessionAffinity(Router):
     name = "session-affinity"
     description = "sticky by session: a hash of the session id picks the replica"
     by_session = True
+    reuse = True
 
     def route(self, session_id: int, prompt: np.ndarray, replicas: Sequence[Routable]) -> int:
         # A stateless hash is sticky by construction and keeps no per-session
@@ -107,6 +112,7 @@ class PrefixAware(Router):
 
     name = "prefix-aware"
     description = "longest cached prefix, ties by load, with a load cap"
+    reuse = True
 
     def __init__(self, load_cap: float = 2.0, slack_tokens: int = 16384) -> None:
         self.load_cap = load_cap

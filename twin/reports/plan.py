@@ -3,7 +3,8 @@
 A *candidate* is a GPU type x engine mode x parallel layout of a replica (tensor
 parallelism, with expert and attention data parallelism among its GPUs:
 :mod:`reports.parallel_axes`) x cache setting x serving layout (aggregated, or
-``xPyD`` prefill and decode workers: :mod:`reports.layouts`); a *deployment* is a
+``xPyD`` prefill and decode workers: :mod:`reports.layouts`) x router
+(:mod:`reports.plan_routers`); a *deployment* is a
 candidate on some number of replicas (copies of its layout), costing replicas x tp (x
 the layout's workers) x the GPU's on-demand price per hour (:mod:`reports.prices`):
 expert and attention data parallelism split a replica's GPUs, they add none.
@@ -18,7 +19,8 @@ target, and its *lower bound* on replicas comes from the engine's own step
 prices: a replica cannot process tokens faster than the cheapest price per token
 of any step it can run, so the workload's tokens per second (prompt tokens an
 unbounded prefix cache would not hit, plus decode tokens) need at least that
-many replicas. Candidates are searched cheapest lower bound first, at most
+many replicas (whatever the router: the bound assumes an unbounded cache, the most any
+routing realises). Candidates are searched cheapest lower bound first, at most
 ``jobs`` at once (their points run in parallel, one batch per step, through
 :func:`reports.sweep.run_pairs`, kept in ``OUT/results.parquet``: a rerun
 resumes); one whose lower bound already costs more than the best deployment
@@ -62,6 +64,14 @@ from twin.reports.plan_result import (
     PlanResult,
     SeedRun,
     Trial,
+)
+from twin.reports.plan_routers import (
+    DEFAULT_ROUTERS,
+    MIN_REUSE_SHARE,
+    auto_routers,
+    resolve_routers,
+    router_order,
+    with_router,
 )
 from twin.reports.plan_search import (
     DEFAULT_SEARCH,
@@ -302,7 +312,11 @@ def analyse(
     slos: Sequence[Slo],
     stats: dict[str, Any],
 ) -> Analysis:
-    """Resolve ``cand``'s sweep spec and check it before any simulation (see the module)."""
+    """Resolve ``cand``'s sweep spec and check it before any simulation (see the module).
+
+    Nothing here depends on the candidate's router but the spec's ``router`` setting: the
+    checks and the lower bound (unbounded-cache misses, the cheapest step price) are the
+    same for every router (:mod:`reports.plan_routers`)."""
     from twin.costmodel.profile_store import resolve_profile
     from twin.engine import memory_budget
     from twin.presets import resolve_model
@@ -312,7 +326,7 @@ def analyse(
         base,
         gpu=cand.gpu,
         engine=cand.engine,
-        settings=(*layout_settings(cand.parallel), *base.settings),
+        settings=(*layout_settings(cand.parallel), *with_router(base.settings, cand.router)),
         layout="" if layout.aggregated else layout.name,
     )
     mode = get_mode(cand.engine)
@@ -390,11 +404,13 @@ class PlanProgress:
         return self.evaluated + self.pruned
 
 
-def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, int, str]:
+def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, int, int, str]:
     """Winner order: cost, then GPUs, then the worst target's share of its threshold
     (more headroom first), then fewer parallel splits (expert parallelism priced at the
     same tp often ties its plain layout exactly: the simpler deployment wins), then the
-    label (a fixed order)."""
+    router's place in the registry (on one replica every router ties exactly:
+    round-robin, which reads nothing of the replicas, wins), then the label (a fixed
+    order)."""
     t = c.trial(c.replicas)
     shares = [
         math.inf if v is None else v / s.threshold_ms
@@ -403,7 +419,8 @@ def _rank(c: CandidateResult, slos: Sequence[Slo]) -> tuple[float, int, float, i
     ]
     cost = c.usd_per_hour if c.usd_per_hour is not None else math.inf
     worst = max(shares, default=0.0)
-    return (round(cost, 9), c.gpus or 0, worst, c.candidate.splits, c.candidate.label)
+    cand = c.candidate
+    return (round(cost, 9), c.gpus or 0, worst, cand.splits, router_order(cand.router), cand.label)
 
 
 def plan(
@@ -426,7 +443,8 @@ def plan(
     dp_attention: Sequence[int | str] = DEFAULT_DP_ATTENTION,
     prices: str | Path | None = None,
     budget_gpus: int | None = None,
-    router: str = "round-robin",
+    router: str | None = None,
+    routers: Sequence[str] | None = None,
     search: str = DEFAULT_SEARCH,
     jobs: int = 1,
     screen: bool = True,
@@ -448,11 +466,14 @@ def plan(
     ``ep`` and ``dp_attention`` the expert-parallel and attention data-parallel degrees
     searched with each ``tp`` (whole numbers, or ``("auto",)``: 1 and ``tp`` for a MoE
     model; only the layouts the model can take: :mod:`reports.parallel_axes`);
-    ``search`` names the replica search (:data:`reports.plan_search.SEARCHES`);
+    ``routers`` the routers searched (names of ``twin.engine.ROUTERS``, or ``("auto",)``:
+    round-robin, and the prefix-placing routers when the workload reuses prefixes;
+    ``router`` one router, the same as ``routers=(router,)``; neither: round-robin:
+    :mod:`reports.plan_routers`); ``search`` names the replica search
+    (:data:`reports.plan_search.SEARCHES`);
     ``seeds``: a count that decides the answer must meet the SLOs under seeds 0 to
     ``seeds - 1`` (:data:`DEFAULT_SEEDS`); ``progress`` sees the counts as they move.
     """
-    from twin.engine import ROUTERS
     from twin.presets import resolve_model
     from twin.workloads.importers.base import sha256_file
 
@@ -470,8 +491,7 @@ def plan(
         raise TwinError(f"--budget-gpus {budget_gpus}: must be at least 1")
     if jobs < 1:
         raise TwinError(f"--jobs {jobs}: must be at least 1")
-    if router not in ROUTERS:
-        raise TwinError(f"--router {router!r}: choose from {', '.join(ROUTERS)}")
+    router_names = resolve_routers(routers, router)  # None: auto, once the workload is read
     table = load_prices(prices)
     for gpu in gpu_names:
         table.price(gpu)  # a GPU without a price fails before any work
@@ -483,7 +503,8 @@ def plan(
         raise TwinError(f"{path}: no such workload file")
     out_dir = Path(out)
 
-    settings: list[tuple[str, Any]] = [("router", router)]
+    # Each candidate sets its own router (plan_routers.with_router), in this place.
+    settings: list[tuple[str, Any]] = [("router", DEFAULT_ROUTERS[0])]
     if load.concurrency is not None:
         settings.append(("concurrency", load.concurrency))
     if load.warmup_s is not None:
@@ -501,14 +522,24 @@ def plan(
         slos=tuple(s.text for s in slo_list),
     )
     stats = workload_stats(path)
+    auto_notes: list[str] = []
+    if router_names is None:
+        hit = stats["infinite_cache_token_hit_rate"]
+        router_names = auto_routers(hit)
+        auto_notes.append(
+            f"--routers auto: {', '.join(router_names)} (an unbounded prefix cache would hit "
+            f"{hit:.1%} of the workload's prompt tokens; the prefix-placing routers are "
+            f"searched from {MIN_REUSE_SHARE:.0%})"
+        )
     screen_s = (load.duration_s or 0.0) * SCREEN_FRACTION
     screening = screen and load.duration_s is not None and screen_s >= SCREEN_MIN_S
     searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening, seed_list)
-    axes = (gpu_names, engine_names, parallel, caches, serving)
+    searcher.shared_router = min(router_names, key=router_order)
+    axes = (gpu_names, engine_names, parallel, caches, serving, router_names)
     searcher.state.total = math.prod(len(axis) for axis in axes)
     searcher.tell()
-    for gpu, engine, par, c, layout in itertools.product(*axes):
-        cand = Candidate(gpu, engine, par.tp, c, layout, par.ep, par.dp)
+    for gpu, engine, par, c, layout, via in itertools.product(*axes):
+        cand = Candidate(gpu, engine, par.tp, c, layout, par.ep, par.dp, via)
         res = CandidateResult(cand, table.price(gpu).usd_per_gpu_hour)
         res.search = strategy.name
         res.limit = MAX_SEARCH_REPLICAS
@@ -525,7 +556,7 @@ def plan(
         model_set=tuple(model_set),
         slos=slo_list,
         load=load,
-        router=router,
+        routers=router_names,
         prices=table,
         budget_gpus=budget_gpus,
         search=strategy.name,
@@ -541,6 +572,7 @@ def plan(
         confirm_points_found=searcher.confirm_points_found,
         notes=_decide(searcher.results, slo_list)
         + seed_notes
+        + auto_notes
         + (
             [
                 f"{len(dropped)} combination(s) of --tp, --ep and --dp-attention the model "
@@ -631,6 +663,8 @@ class _Searcher:
         self.searches: dict[int, ReplicaSearch] = {}
         self.best = math.inf  # $/hour of the cheapest deployment found to meet the SLOs
         self.points_run = self.points_found = 0
+        # The router whose run a count where the router has no choice shares (_spec).
+        self.shared_router = DEFAULT_ROUTERS[0]
 
     def tell(self) -> None:
         if self.progress is not None:
@@ -734,6 +768,33 @@ class _Searcher:
         self.tell()
         return None
 
+    def _spec(self, r: CandidateResult, n: int) -> SweepSpec:
+        """The sweep spec of ``n`` replicas of ``r``: its own, but where the router has no
+        choice (one replica, or a disaggregated copy with one prefill worker: every
+        request goes to the same place), the plan's first router's, so the candidates
+        differing only in their router share that run (identical under every router:
+        tests/test_plan_routers.py). With one router it is always the candidate's own."""
+        spec = self.specs[id(r)]
+        cand = r.candidate
+        pools = cand.serving.pools(n)
+        alone = pools["prefill_workers"] == 1 if pools else n == 1
+        if not alone or cand.router == self.shared_router:
+            return spec
+        return replace(spec, settings=with_router(spec.settings, self.shared_router))
+
+    def _run(self, batch: list[tuple[SweepSpec, Point]]) -> tuple[list[dict[str, Any]], int]:
+        """Each pair's row (one run per distinct key: pairs sharing a run ask once) and how
+        many were simulated (the others were found in results.parquet or shared)."""
+        keys = [spec.key(point) for spec, point in batch]
+        first: dict[str, int] = {}
+        unique: list[tuple[SweepSpec, Point]] = []
+        for key, pair in zip(keys, batch, strict=True):
+            if key not in first:
+                first[key] = len(unique)
+                unique.append(pair)
+        outcome = run_pairs(unique, self.out, jobs=self.jobs)
+        return [outcome.rows[first[key]] for key in keys], outcome.computed
+
     def _step(
         self,
         asked: list[tuple[CandidateResult, int]],
@@ -743,12 +804,12 @@ class _Searcher:
         screening runs first when screening) and the other seeds of each count in
         ``confirm`` (full runs, a batch of their own); record them."""
         if self.screen:
-            batch = [(screen_spec(self.specs[id(r)]), self._point(r, n)) for r, n in asked]
-            outcome = run_pairs(batch, self.out, jobs=self.jobs)
-            self.screen_points_run += outcome.computed
-            self.screen_points_found += outcome.skipped
+            batch = [(screen_spec(self._spec(r, n)), self._point(r, n)) for r, n in asked]
+            rows, computed = self._run(batch)
+            self.screen_points_run += computed
+            self.screen_points_found += len(batch) - computed
             full = []
-            for (r, n), row in zip(asked, outcome.rows, strict=True):
+            for (r, n), row in zip(asked, rows, strict=True):
                 if row.get(INFEASIBLE_COLUMN):  # cannot run short: cannot run in full either
                     self._record(r, n, row, screened=False)
                 elif screened_out(row, self.slos):
@@ -758,26 +819,26 @@ class _Searcher:
                     full.append((r, n))
             asked = full
         if asked:
-            batch = [(self.specs[id(r)], self._point(r, n)) for r, n in asked]
-            outcome = run_pairs(batch, self.out, jobs=self.jobs)
-            self.points_run += outcome.computed
-            self.points_found += outcome.skipped
+            batch = [(self._spec(r, n), self._point(r, n)) for r, n in asked]
+            rows, computed = self._run(batch)
+            self.points_run += computed
+            self.points_found += len(batch) - computed
             self.state.points += len(batch)
-            for (r, n), row in zip(asked, outcome.rows, strict=True):
+            for (r, n), row in zip(asked, rows, strict=True):
                 self._record(r, n, row, screened=False)
         if confirm:
             batch = [
-                (self.specs[id(r)], self._point(r, n, seed))
+                (self._spec(r, n), self._point(r, n, seed))
                 for r, n in confirm
                 for seed in self.extra
             ]
-            outcome = run_pairs(batch, self.out, jobs=self.jobs)
-            self.confirm_points_run += outcome.computed
-            self.confirm_points_found += outcome.skipped
+            rows, computed = self._run(batch)
+            self.confirm_points_run += computed
+            self.confirm_points_found += len(batch) - computed
             self.state.points += len(batch)
             k = len(self.extra)
             for i, (r, n) in enumerate(confirm):
-                self._confirm(r, n, outcome.rows[i * k : (i + 1) * k])
+                self._confirm(r, n, rows[i * k : (i + 1) * k])
         self.tell()
 
     def _confirm(self, r: CandidateResult, n: int, rows: list[dict[str, Any]]) -> None:
@@ -996,10 +1057,17 @@ def _lost(r: CandidateResult, win: CandidateResult, slos: Sequence[Slo]) -> str:
         )
     if (r.gpus or 0) > (win.gpus or 0):
         return f"the same ${mine:,.2f}/h on more GPUs ({r.gpus} against {win.gpus})"
-    if _rank(r, slos)[2] == _rank(win, slos)[2] and r.candidate.splits > win.candidate.splits:
+    same_headroom = _rank(r, slos)[2] == _rank(win, slos)[2]
+    if same_headroom and r.candidate.splits > win.candidate.splits:
         return (
             f"the same ${mine:,.2f}/h on {r.gpus} GPU(s) with the same headroom, with more "
             "parallel splits (expert or attention data parallelism) to configure"
+        )
+    if same_headroom and router_order(r.candidate.router) > router_order(win.candidate.router):
+        return (
+            f"the same ${mine:,.2f}/h on {r.gpus} GPU(s) with the same headroom under the "
+            f"{r.candidate.router} router; the tie goes to {win.candidate.router}, earlier "
+            "in the router registry (round-robin first: it reads nothing of the replicas)"
         )
     return f"the same ${mine:,.2f}/h on {r.gpus} GPU(s), with less headroom under the SLOs"
 

@@ -111,7 +111,8 @@ def _ttft_column(p: PlanResult) -> bool:
 
 
 def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["GPU", "engine", "tp", "ep", "attention DP", "cache", "layout", "replicas", "GPUs"]
+    head = ["GPU", "engine", "tp", "ep", "attention DP", "cache", "layout", "router"]
+    head += ["replicas", "GPUs"]
     head += ["$/GPU-hour", "$/hour"]
     head += [_metric_head(s) for s in p.slos]
     several = len(p.seeds) > 1
@@ -123,6 +124,7 @@ def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
     t = w.trial(w.replicas)
     c = w.candidate
     row = [c.gpu, c.engine, str(c.tp), str(c.ep), str(c.dp_attention), c.cache, c.layout]
+    row += [c.router]
     row += [str(w.replicas), str(w.gpus)]
     row += [_money(w.usd_per_gpu_hour), _money(w.usd_per_hour)]
     row += [_ms(t.values_ms.get(s.text)) if t else "-" for s in p.slos]
@@ -146,14 +148,22 @@ def _others(p: PlanResult) -> list[CandidateResult]:
     )
 
 
+def _routed(p: PlanResult) -> bool:
+    """Whether the tables add a router column (the plan searched several routers; a
+    label names a router other than round-robin either way)."""
+    return len(p.routers) > 1
+
+
 def _runner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["candidate", "outcome", "replicas", "GPUs", "$/hour", "P95 TTFT (ms)", "why"]
+    head = ["candidate", *["router"] * _routed(p), "outcome", "replicas", "GPUs", "$/hour"]
+    head += ["P95 TTFT (ms)", "why"]
     rows = []
     for c in _others(p):
         t = c.trial(c.replicas)
         rows.append(
             [
                 c.candidate.label,
+                *[c.candidate.router] * _routed(p),
                 c.outcome,
                 "-" if c.replicas is None else str(c.replicas),
                 "-" if c.gpus is None else str(c.gpus),
@@ -166,10 +176,11 @@ def _runner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
 
 
 def _frontier_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["candidate", "replicas", "GPUs", "$/hour", "P95 TTFT (ms)"]
+    head = ["candidate", *["router"] * _routed(p), "replicas", "GPUs", "$/hour", "P95 TTFT (ms)"]
     rows = [
         [
             f.candidate.label,
+            *[f.candidate.router] * _routed(p),
             str(f.replicas),
             str(f.gpus),
             _money(f.usd_per_hour),
@@ -181,14 +192,15 @@ def _frontier_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
 
 
 def _point_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["candidate", "replicas", "GPUs", "$/hour", "meets", "steady state"]
-    head += [_metric_head(s) for s in p.slos]
+    head = ["candidate", *["router"] * _routed(p), "replicas", "GPUs", "$/hour", "meets"]
+    head += ["steady state", *(_metric_head(s) for s in p.slos)]
     rows = []
     for c in p.candidates:
         for t in sorted(c.trials, key=lambda t: t.replicas):
             rows.append(
                 [
                     c.candidate.label,
+                    *[c.candidate.router] * _routed(p),
                     str(t.replicas),
                     str(t.replicas * c.candidate.gpus_per_replica),
                     _money(c.cost(t.replicas)),
@@ -229,7 +241,8 @@ def _facts(p: PlanResult) -> list[tuple[str, str]]:
         ("workload", f"{p.workload} (sha256 {p.workload_sha256})"),
         ("twin version", p.to_dict()["twin_version"]),
         ("model", p.model + (f" ({', '.join(p.model_set)})" if p.model_set else "")),
-        ("load", p.load.label() + f", router {p.router}"),
+        ("load", p.load.label()),
+        ("routers", ", ".join(p.routers)),
         ("SLOs", slo_text(p.slos) + ", at a stable steady state"),
         ("prices", p.prices.label),
         ("budget", "none" if p.budget_gpus is None else f"{p.budget_gpus} GPUs per deployment"),

@@ -16,6 +16,7 @@ from twin.engine.modes import get_mode
 from twin.parallel import Layout
 from twin.reports.layouts import AGG, ServingLayout, parse_layout
 from twin.reports.parallel_axes import layout_flags
+from twin.reports.plan_routers import ROUND_ROBIN, router_flags
 from twin.reports.plan_search import DEFAULT_SEARCH, MAX_SEARCH_REPLICAS
 from twin.reports.prices import PriceTable
 from twin.reports.sweep import AUTO_GB, SweepSpec
@@ -25,8 +26,10 @@ PLAN_SCHEMA = "twin.plan"
 # 2: screening runs (counts, trials' "screened"); 3: a candidate's serving layout;
 # 4: the seeds (the plan's "seeds"; a confirmed trial's "seeds", "values_ms_by_seed",
 # "failed_seeds" and "interval_ms"); 5: a candidate's expert parallelism ("ep") and
-# attention data parallelism ("dp_attention")
-PLAN_SCHEMA_VERSION = 5
+# attention data parallelism ("dp_attention"); 6: the router as an axis (every candidate,
+# the winner and frontier points carry their "router"; the plan's "routers" replaces its
+# one "router")
+PLAN_SCHEMA_VERSION = 6
 PLAN_FILE = "plan.json"
 # Dollars closer than this are one price (sums of float prices).
 _CENTS = 1e-9
@@ -49,7 +52,8 @@ class Candidate:
     serving layout (its replica count counts copies of it: :mod:`reports.layouts`), and
     how a replica's ``tp`` GPUs are split: ``ep`` expert-parallel ranks and
     ``dp_attention`` attention data-parallel ranks among them
-    (:mod:`reports.parallel_axes`; both divide ``tp`` and add no GPU)."""
+    (:mod:`reports.parallel_axes`; both divide ``tp`` and add no GPU), and the ``router``
+    spreading requests over its replicas (:mod:`reports.plan_routers`; adds no GPU)."""
 
     gpu: str
     engine: str
@@ -58,6 +62,7 @@ class Candidate:
     layout: str = AGG  # "agg" or "xPyD" (ServingLayout.name)
     ep: int = 1
     dp_attention: int = 1
+    router: str = ROUND_ROBIN
 
     @property
     def label(self) -> str:
@@ -66,7 +71,8 @@ class Candidate:
         split = f" ep{self.ep}" * (self.ep > 1) + f" attn-dp{self.dp_attention}" * (
             self.dp_attention > 1
         )
-        return f"{self.gpu} {self.engine} tp{self.tp}{split} {cache}{where}"
+        via = "" if self.router == ROUND_ROBIN else f" {self.router} router"
+        return f"{self.gpu} {self.engine} tp{self.tp}{split} {cache}{where}{via}"
 
     @property
     def splits(self) -> int:
@@ -108,6 +114,7 @@ class Candidate:
             "layout": self.layout,
             "ep": self.ep,
             "dp_attention": self.dp_attention,
+            "router": self.router,
         }
 
 
@@ -330,7 +337,7 @@ class PlanResult:
     model_set: tuple[str, ...]
     slos: tuple[Slo, ...]
     load: Load
-    router: str
+    routers: tuple[str, ...]  # the routers searched (each candidate carries one)
     prices: PriceTable
     budget_gpus: int | None
     search: str
@@ -415,8 +422,7 @@ class PlanResult:
         args += ["--cache-gb", cand.cache]
         if cand.cache != "auto":
             args += ["--policy", cand.policy]
-        if self.router != "round-robin":
-            args += ["--router", self.router]
+        args += router_flags(cand.router)
         if self.load.session_rate is not None:
             args += ["--session-rate", f"{self.load.session_rate:g}"]
         if self.load.concurrency is not None:
@@ -447,7 +453,7 @@ class PlanResult:
             "model_set": list(self.model_set),
             "slos": [s.text for s in self.slos],
             "load": self.load.to_dict(),
-            "router": self.router,
+            "routers": list(self.routers),
             "prices": self.prices.to_dict(),
             "budget_gpus": self.budget_gpus,
             "search": self.search,
