@@ -28,6 +28,7 @@ from twin.cache import cache_stats
 from twin.cache.prefix_cache import PrefixCache
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
+from twin.engine.memory_rules import held_bytes, pool_bytes
 from twin.engine.memory_strategies import HOST_TIERS, MemorySetup, get_memory, memory_mode
 from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
@@ -81,7 +82,9 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
     if config.ep > 1 or config.dp_attention > 1:
         # Each GPU's share under the layout (twin.parallel), rounded up.
         weights = config.tp * weight_bytes_per_gpu(model, _layout(config))
-    budget = usable - weights - cache
+    # The engine's own rule for what the weights leave (twin.engine.memory_rules: vLLM and
+    # TensorRT-LLM also hold their activation peak back).
+    budget = pool_bytes(model, config, weights) - cache
     if config.speculative:  # the draft's weights and KV (twin.engine.speculative)
         from twin.engine.speculative import Speculation
 
@@ -89,10 +92,12 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
     if budget > 0:
         budget *= kv_replication_scale(model, config)
     if budget <= 0:
+        held = held_bytes(model, config, weights)
+        also = f", {held / GB:.1f} GB of activations" if held else ""
         raise TwinError(
             f"no memory left for running requests: {config.tp} GPU(s) x "
             f"{config.gpu_memory_bytes / GB:.1f} GB x {config.memory_utilization:g} = "
-            f"{usable / GB:.1f} GB, minus {weights / GB:.1f} GB of weights and "
+            f"{usable / GB:.1f} GB, minus {weights / GB:.1f} GB of weights{also} and "
             f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp"
         )
     return budget
