@@ -679,6 +679,7 @@ SGLANG = EngineMode(
                 "chunked_prefill_size",
                 "mem_fraction_static",
                 budget_default="8192 (by GPU memory)",
+                memory_default="SGLang's rule (0.830 on an H100 at tp 1)",
                 running_default="2048",
             ),
             (
