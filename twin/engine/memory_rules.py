@@ -202,7 +202,7 @@ def sglang_mem_fraction_static(
     the decode graph's ``max_bs`` capped at a given ``max_running_requests``, the prefill
     graphs (``breakable``, on by default on CUDA, ``cuda_graph_config.py``) captured up to
     the chunk (MLA: at most 8,192 tokens, 1,536 MiB) whatever else runs, no speculative
-    term, the floor before nothing else.
+    term, the floor last (DeepEP's 2 GiB after it is not modelled).
     """
     mem = gpu_bytes / MIB
     new = release == "0.5.23"
