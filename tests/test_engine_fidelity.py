@@ -136,13 +136,14 @@ def test_the_sglang_mode_picks_its_scheduler_and_enable_mixed_chunk_the_mixed_on
 def test_sglang_step_budget_follows_its_gpu_memory_classes(gpu_bytes, chunk):
     # server_args.py: chunked_prefill_size by GPU memory (MiB) thresholds 35/60/160 GiB.
     # tp_worker.py: max_running_requests at least the request pool's 2,048 slots
-    assert sglang_gpu_defaults(gpu_bytes, 1, {}) == {
-        "max_batched_tokens": chunk,
-        "max_running": 2048,
-    }
-    given = {"max_batched_tokens": 1024, "max_running": 64}
+    # (mem_fraction_static where not given: tests/test_memory_rules.py)
+    found = sglang_gpu_defaults(gpu_bytes, 1, {})
+    assert found.pop("memory_utilization") < 0.9
+    assert found == {"max_batched_tokens": chunk, "max_running": 2048}
+    given = {"max_batched_tokens": 1024, "max_running": 64, "memory_utilization": 0.9}
     assert sglang_gpu_defaults(gpu_bytes, 1, given) == {}
-    assert sglang_gpu_defaults(gpu_bytes, 1, {"max_batched_tokens": 1024}) == {"max_running": 2048}
+    given = {"max_batched_tokens": 1024, "memory_utilization": 0.9}
+    assert sglang_gpu_defaults(gpu_bytes, 1, given) == {"max_running": 2048}
 
 
 @pytest.mark.parametrize(

@@ -252,8 +252,11 @@ def test_engine_modes_and_their_flags_are_swept_in_their_shared_pool(tmp_path: P
     rows = {r["policy"]: r for r in found.rows}
     assert set(rows) == {"vllm", "sglang", extra, "marconi"}
     pool = rows["sglang"]["cache_gb"]
-    assert pool > 10 and all(r["cache_gb"] == pool for k, r in rows.items() if k != "vllm")
-    assert rows["vllm"]["cache_gb"] > pool  # vLLM 0.33.0's gpu_memory_utilization is 0.92
+    # SGLang sizes both its variants by its own mem_fraction_static (0.830 on an H100 at
+    # tp 1, twin.engine.memory_rules); the paper's world takes 0.9, vLLM 0.33.0 0.92 less
+    # its activation peak.
+    assert pool > 10 and rows[extra]["cache_gb"] == pool
+    assert pool < rows["marconi"]["cache_gb"] < rows["vllm"]["cache_gb"]
     assert rows["vllm"]["token_hit_rate"] != rows["sglang"]["token_hit_rate"]
     assert len({r["key"] for r in rows.values()}) == 4
     # One of its figures as a PNG, drawn by the report's code (the README's picture).

@@ -657,7 +657,8 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     assert sil.deployment(row, "vllm") == {
         "sets": {"max_num_batched_tokens": "2532", "max_num_seqs": "8"}
     }
-    trt = {"max_batched_tokens": 2560, "max_running": 8}
+    # ... and the templates' free_gpu_memory_fraction default(0.80).
+    trt = {"max_batched_tokens": 2560, "max_running": 8, "memory_utilization": 0.8}
     assert sil.aiconfigurator_deployment(row, "trtllm") == trt
     assert sil.deployment(row, "trtllm", "aiconfigurator-all") == trt
     # Applied where the fit rows say the rows ran with it: vLLM's (decisions.md).
@@ -753,7 +754,7 @@ def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> Non
 
     row = replace(_rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"], isl=1024)
     settings = sil.aiconfigurator_deployment(row, "trtllm")
-    assert settings == {"max_batched_tokens": 2528, "max_running": 4}
+    assert settings == {"max_batched_tokens": 2528, "max_running": 4, "memory_utilization": 0.8}
     assert len(first_tokens(**settings)) == 2
 
 

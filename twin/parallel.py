@@ -21,7 +21,8 @@ parallelism, and what each GPU holds under it.
   GPUs; the embedding sits on the first stage, the final norm and the LM head on the
   last (vLLM's ``PPMissingLayer`` elsewhere), so a GPU holds its stage's layers, their
   KV and states (:func:`stage_models`, :func:`stage_weight_bytes_per_gpu`,
-  :func:`pipeline_pool_bytes`). The engine's stages and micro-batches are
+  :func:`stage_shares`; the tightest stage sets the pool:
+  ``twin.engine.cluster.memory_budget``). The engine's stages and micro-batches are
   ``twin.engine.pipeline``.
 
 Dense FFN layers and shared experts are split over all ``tp`` GPUs (SGLang's default
@@ -296,20 +297,6 @@ def stage_shares(m: ModelSpec, pp: int, split: str = "vllm") -> list[Fraction]:
     return out
 
 
-def pipeline_pool_bytes(m: ModelSpec, layout: Layout, stage_usable: float) -> float:
-    """The replica's KV/state pool, in the engine's whole-model count (a token at
-    ``m.kv_bytes_per_token``), when each stage has ``stage_usable`` bytes over its ``tp``
-    GPUs: every stage holds its weights and its share of every request
-    (:func:`stage_shares`), so the pool is what the tightest stage leaves, over its
-    share. Below zero when a stage cannot hold its weights."""
-    weights = stage_weight_bytes_per_gpu(m, layout)
-    shares = stage_shares(m, layout.pp, layout.pp_split)
-    return min(
-        (stage_usable - layout.tp * w) / float(share)
-        for w, share in zip(weights, shares, strict=True)
-    )
-
-
 __all__ = [
     "PP_SPLITS",
     "PP_SPLIT_OF_ENGINE",
@@ -318,7 +305,6 @@ __all__ = [
     "kv_bytes_per_token_per_gpu",
     "kv_head_share",
     "layer_tokens",
-    "pipeline_pool_bytes",
     "stage_models",
     "stage_shares",
     "stage_sizes",

@@ -28,6 +28,7 @@ from twin.cache import cache_stats
 from twin.cache.prefix_cache import PrefixCache
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
+from twin.engine.memory_rules import held_bytes, pool_bytes
 from twin.engine.memory_strategies import HOST_TIERS, MemorySetup, get_memory, memory_mode
 from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
@@ -43,7 +44,7 @@ from twin.parallel import (
     PP_SPLIT_OF_ENGINE,
     Layout,
     kv_bytes_per_token_per_gpu,
-    pipeline_pool_bytes,
+    stage_shares,
     stage_weight_bytes_per_gpu,
     weight_bytes_per_gpu,
 )
@@ -88,13 +89,27 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
     if config.ep > 1 or config.dp_attention > 1:
         # Each GPU's share under the layout (twin.parallel), rounded up.
         weights = config.tp * weight_bytes_per_gpu(model, _layout(config))
-    budget = usable - weights - cache
     if config.pp > 1:
-        # Each stage's tp GPUs hold its layers' weights, KV and states (twin.parallel).
-        stages = pipeline_pool_bytes(model, _layout(config), usable)
-        weights = config.tp * sum(stage_weight_bytes_per_gpu(model, _layout(config)))
+        # Each stage's tp GPUs hold its layers' weights and its share of every request's
+        # KV and states (twin.parallel); the engine's rule (twin.engine.memory_rules)
+        # sizes each stage's pool from its own weights, and the tightest stage, over its
+        # share, sets the replica's pool in the engine's whole-model count.
+        layout = _layout(config)
+        stage_weights = [config.tp * w for w in stage_weight_bytes_per_gpu(model, layout)]
+        shares = stage_shares(model, layout.pp, layout.pp_split)
+        weights = sum(stage_weights)
         usable *= config.pp
-        budget = stages - cache
+        budget = (
+            min(
+                pool_bytes(model, config, w) / float(share)
+                for w, share in zip(stage_weights, shares, strict=True)
+            )
+            - cache
+        )
+    else:
+        # The engine's own rule for what the weights leave (twin.engine.memory_rules: vLLM
+        # and TensorRT-LLM also hold their activation peak back).
+        budget = pool_bytes(model, config, weights) - cache
     if config.speculative:  # the draft's weights and KV (twin.engine.speculative)
         from twin.engine.speculative import Speculation
 
@@ -102,10 +117,12 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
     if budget > 0:
         budget *= kv_replication_scale(model, config)
     if budget <= 0:
+        held = held_bytes(model, config, weights)
+        also = f", {held / GB:.1f} GB of activations" if held else ""
         raise TwinError(
             f"no memory left for running requests: {config.tp * config.pp} GPU(s) x "
             f"{config.gpu_memory_bytes / GB:.1f} GB x {config.memory_utilization:g} = "
-            f"{usable / GB:.1f} GB, minus {weights / GB:.1f} GB of weights and "
+            f"{usable / GB:.1f} GB, minus {weights / GB:.1f} GB of weights{also} and "
             f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp"
         )
     return budget

@@ -14,6 +14,7 @@ from twin.errors import TwinError
 from twin.hardware import GB
 from twin.limits import MAX_REPLICAS, MAX_TP
 from twin.memory.footprint import allocator_for
+from twin.model import ModelSpec
 
 AUTO = "auto"  # --cache-gb auto: the shared KV pool
 
@@ -435,7 +436,11 @@ _DEFAULT_BUDGET = EngineConfig().max_batched_tokens
 
 
 def build_config(
-    profile: Any = None, *, cache_gb: float | str | None = None, **fields: Any
+    profile: Any = None,
+    *,
+    cache_gb: float | str | None = None,
+    model: ModelSpec | None = None,
+    **fields: Any,
 ) -> EngineConfig:
     """The one builder of an :class:`EngineConfig` from what a user names.
 
@@ -443,9 +448,11 @@ def build_config(
     ``"auto"`` means the shared KV pool (``shared_pool``); ``profile`` (a
     calibration profile) gives ``gpu_memory_bytes`` unless it is named;
     every other field is :class:`EngineConfig`'s own, with its own default
-    when absent. ``twin simulate``, the capacity sweeps and the library's
-    entry points all build their configuration here, so no caller repeats
-    a default or drops a field.
+    when absent; ``model``, where given, is read by the engine's defaults that
+    depend on it (SGLang's ``mem_fraction_static``: MLA, the architecture).
+    ``twin simulate``, the capacity sweeps and the library's entry points all
+    build their configuration here, so no caller repeats a default or drops a
+    field.
     """
     if cache_gb == AUTO:
         fields["shared_pool"] = True  # the engines' one KV pool: the cache takes what is free
@@ -459,9 +466,9 @@ def build_config(
         fields["gpu_memory_bytes"] = device_memory_bytes(profile)
     engine = fields.get("engine")
     if engine is not None and fields.get("gpu_memory_bytes"):
-        # An engine's own defaults that depend on the GPU (SGLang's chunked_prefill_size
-        # and max_running_requests, vLLM's max_num_batched_tokens and max_num_seqs,
-        # TensorRT-LLM's max_batch_size), where not given.
+        # An engine's own defaults that depend on the GPU (SGLang's chunked_prefill_size,
+        # max_running_requests and mem_fraction_static, vLLM's max_num_batched_tokens and
+        # max_num_seqs, TensorRT-LLM's max_batch_size), where not given.
         from twin.engine.modes import get_mode  # late: the modes import this module
 
         release = fields.get("engine_release")
@@ -469,7 +476,7 @@ def build_config(
         if gpu_defaults is not None:
             tp = fields.get("tp", 1)
             gpu = str(getattr(profile, "gpu", "") or "")
-            found = gpu_defaults(fields["gpu_memory_bytes"], tp, fields, gpu)
+            found = gpu_defaults(fields["gpu_memory_bytes"], tp, fields, gpu, model)
             applied = {k: v for k, v in found.items() if k not in fields}
             if "max_running" in applied:  # the twin's batch holds at most a token a sequence
                 budget = fields.get("max_batched_tokens", applied.get("max_batched_tokens"))

@@ -132,9 +132,11 @@ class EngineMode:
     scheduler: str = "continuous"
     scheduler_options: dict[str, Any] = field(default_factory=dict)
     # EngineConfig defaults that depend on the GPU: (HBM bytes per GPU, tp, the fields
-    # given, the GPU's name or "") -> fields, applied by build_config where a field is not
-    # given; None: none.
-    gpu_defaults: Callable[[float, int, dict[str, Any], str], dict[str, Any]] | None = None
+    # given, the GPU's name or "", the model or None) -> fields, applied by build_config
+    # where a field is not given; None: none.
+    gpu_defaults: (
+        Callable[[float, int, dict[str, Any], str, ModelSpec | None], dict[str, Any]] | None
+    ) = None
     # The releases modelled, newest first (twin.engine.releases), and the one picked
     # (--engine NAME==VERSION; None: the newest). A mode without releases (paper) has none.
     releases: tuple[Release, ...] = ()

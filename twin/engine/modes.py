@@ -31,6 +31,7 @@ from twin.engine.modes_vllm import VLLM
 from twin.engine.releases import Release, pick_release, release_for_measured, split_engine
 from twin.engine.trtllm_batching import MAX_BATCH_SIZE
 from twin.errors import TwinError
+from twin.model import ModelSpec
 
 PAPER = EngineMode(
     name="paper",
@@ -71,7 +72,11 @@ TRTLLM_RELEASES = (
 # TensorRT-LLM's ``max_batch_size`` default (BuildConfig, which TorchLlmArgs and
 # trtllm-serve use in 1.0: twin.engine.trtllm_batching.MAX_BATCH_SIZE), where not given.
 def trtllm_gpu_defaults(
-    gpu_bytes: float, tp: int, given: dict[str, Any], gpu: str = ""
+    gpu_bytes: float,
+    tp: int,
+    given: dict[str, Any],
+    gpu: str = "",
+    model: ModelSpec | None = None,
 ) -> dict[str, Any]:
     return {} if "max_running" in given else {"max_running": MAX_BATCH_SIZE}
 

@@ -13,6 +13,10 @@ from typing import Any
 from twin.cache.requests import WRITE_POLICIES
 from twin.engine import speculative
 from twin.engine.admission import DEFAULTS as ADMISSION
+from twin.engine.memory_rules import (
+    SGLANG_NO_PIECEWISE,
+    sglang_mem_fraction_static,
+)
 from twin.engine.mode_base import (
     SCHEDULE_POLICIES,
     Apply,
@@ -378,10 +382,15 @@ SGLANG_MAX_RUNNING = 2048
 
 
 def sglang_gpu_defaults(
-    gpu_bytes: float, tp: int, given: dict[str, Any], gpu: str = ""
+    gpu_bytes: float,
+    tp: int,
+    given: dict[str, Any],
+    gpu: str = "",
+    model: ModelSpec | None = None,
 ) -> dict[str, Any]:
     """SGLang's step budget by the GPU's memory, where ``chunked_prefill_size`` is not given,
-    and its running-request cap (:data:`SGLANG_MAX_RUNNING`).
+    its running-request cap (:data:`SGLANG_MAX_RUNNING`), and its ``mem_fraction_static``
+    where not given.
 
     ``python/sglang/srt/server_args.py`` (``ServerArgs.__post_init__`` in 0.5.1.post1,
     ``_handle_gpu_memory_settings`` in 0.5.8.post1 and 0.5.14): ``chunked_prefill_size``
@@ -389,22 +398,18 @@ def sglang_gpu_defaults(
     below 160 GiB and 16,384 above (B200); 0.5.23 (``arg_groups/memory_hook.py``
     ``_handle_gpu_memory_settings``) gives 4,096 from 20 GiB on.
 
-    ``mem_fraction_static`` is left at the twin's 0.9 of the profile's memory. SGLang's
-    default (``mem_fraction_static``: its memory less 512 MiB of attention metadata,
-    1.5 x the chunk in MiB of activations, 2 MiB per CUDA-graph batch size and tp / 8
-    GiB, at least 10 GiB above 60 GiB, over its memory: 0.835 on an H100 at tp 1,
-    0.834 at tp 2, 0.824 at tp 4, 0.818 at tp 8; 0.5.1.post1 reserved 9.5 + tp / 2 GiB)
-    is a share of nvidia-smi's total (``get_nvgpu_memory_capacity``: 81,559 MiB, 85.5e9
-    bytes, on an H100 SXM). The profiles now carry the driver's total (80 GiB, 85.9e9
-    bytes: twin.hardware), so the twin's 0.9 gives 77.3e9 bytes a GPU against SGLang's
-    0.835 x 85.5e9 = 71.4e9 at tp 1 (8% more; it was within 1% while the profiles gave
-    80e9). SGLang's own rule (0.5.9: ``reserved_mem`` = 512 + 1.5 x max(chunk, 2048) + 2 x
-    ``cuda_graph_max_bs`` + 1024 x tp x pp / 8 MiB, at least 10 GiB above 60 GiB, more
-    with speculative decoding or attention DP) belongs here next (docs/decisions.md,
-    "Issue 31, step: GPU memory as the driver reports it").
+    ``mem_fraction_static``: SGLang's own rule of the release run
+    (:func:`twin.engine.memory_rules.sglang_mem_fraction_static`), from the GPU's memory
+    as the driver reports it (``get_device_memory_capacity``, MiB), tp, the chunk, the
+    CUDA-graph batch sizes, attention DP, the draft and the model's attention (MLA).
+    An H100 at tp 1 gets 0.830 under 0.5.10.post1 (13,904 MiB reserved: 512 + 12,288
+    for an 8,192-token chunk + 512 for 256 graph sizes + 128 for tp + 464 for 58
+    piecewise graphs). The twin's flat 0.9 before it was 8% more memory a GPU
+    (docs/decisions.md, "Issue 31, step: the engines' memory rules").
     """
     mem = gpu_bytes / MIB  # get_device_memory_capacity: MiB
-    if mem < 20 * 1024 or (mem < 35 * 1024 and given.get("engine_release") != "0.5.23"):
+    release = given.get("engine_release") or ""  # none: the older release's rules
+    if mem < 20 * 1024 or (mem < 35 * 1024 and release != "0.5.23"):
         chunk = 2048
     elif mem < 35 * 1024:
         chunk = 4096  # 0.5.23 arg_groups/memory_hook.py: 4,096 from 20 GiB (A10, 4090, 5090)
@@ -417,7 +422,26 @@ def sglang_gpu_defaults(
     out: dict[str, Any] = {} if "max_batched_tokens" in given else {"max_batched_tokens": chunk}
     if "max_running" not in given:
         out["max_running"] = SGLANG_MAX_RUNNING
+    if "memory_utilization" not in given:
+        spec = (given.get("speculative") or {}).get("method", "")
+        name = model.name.lower() if model is not None else ""
+        out["memory_utilization"] = sglang_mem_fraction_static(
+            gpu_bytes,
+            tp,
+            release,
+            chunk=given.get("max_batched_tokens", chunk),
+            max_running=given.get("max_running"),
+            dp_attention=given.get("dp_attention", 1),
+            speculative=SGLANG_ALGORITHMS.get(spec, spec.upper()),
+            mla=bool(model is not None and model.mixer_counts.get("mla")),
+            piecewise_off=release != "0.5.23" and any(a in name for a in SGLANG_NO_PIECEWISE),
+            hicache="host_cache_ratio" in given,
+        )
     return out
+
+
+# The twin's speculative methods by SGLang's --speculative-algorithm (the memory rule's).
+SGLANG_ALGORITHMS = {"draft_model": "STANDALONE", "ngram": "NGRAM", "mtp": "NEXTN"}
 
 
 def _sglang_admission(name: str, kind: str) -> Apply:
@@ -655,6 +679,7 @@ SGLANG = EngineMode(
                 "chunked_prefill_size",
                 "mem_fraction_static",
                 budget_default="8192 (by GPU memory)",
+                memory_default="SGLang's rule (0.830 on an H100 at tp 1)",
                 running_default="2048",
             ),
             (

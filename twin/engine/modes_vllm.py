@@ -396,7 +396,11 @@ VLLM_BATCH_DEFAULTS = {True: (8192, 1024), False: (2048, 256)}
 
 
 def vllm_gpu_defaults(
-    gpu_bytes: float, tp: int, given: dict[str, Any], gpu: str = ""
+    gpu_bytes: float,
+    tp: int,
+    given: dict[str, Any],
+    gpu: str = "",
+    model: ModelSpec | None = None,
 ) -> dict[str, Any]:
     """vLLM's step budget and sequence cap on this GPU, where not given (above)."""
     large = gpu_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu.lower()

@@ -346,7 +346,9 @@ def build_run(
     if duration_s is not None:
         settings = duration_settings(settings, duration_s)
     settings = {k: v for k, v in settings.items() if not (k == "warmup_s" and v is None)}
-    config = build_config(prof, cache_gb=cache_gb, **mode_fields(spec, engine, sets, settings))
+    config = build_config(
+        prof, cache_gb=cache_gb, model=spec, **mode_fields(spec, engine, sets, settings)
+    )
     decode = None
     if config.prefill_workers:
         kv_link(config.kv_link, prof.gpu, config)  # refused here, before any work
@@ -445,7 +447,9 @@ def _decode_pool(
         + ")"
     )
     try:
-        pool = build_config(profile, cache_gb=cache_gb, **mode_fields(model, engine, sets, own))
+        pool = build_config(
+            profile, cache_gb=cache_gb, model=model, **mode_fields(model, engine, sets, own)
+        )
         budget = memory_budget(model, pool)
         pricer = _pricer(model, profile, pool)
     except TwinError as err:

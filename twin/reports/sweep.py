@@ -155,7 +155,9 @@ class SweepSpec:
         engine, sets = fields.pop("engine", None), fields.pop("sets", None)
         cache_gb = fields.pop("cache_gb")
         model = resolve_model(self.model, self.model_set)
-        return build_config(profile, cache_gb=cache_gb, **mode_fields(model, engine, sets, fields))
+        return build_config(
+            profile, cache_gb=cache_gb, model=model, **mode_fields(model, engine, sets, fields)
+        )
 
     def replicas(self, point: Point) -> int:
         """The replicas ``point`` runs on (its own, else the fixed setting); with a

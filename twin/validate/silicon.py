@@ -220,6 +220,7 @@ DEPLOYMENTS = ("benchmark", "aiconfigurator", "aiconfigurator-all", "defaults")
 DEPLOYED_ENGINES = frozenset({"vllm"})
 DEPLOYMENT_EXTRA_TOKENS = 1500  # the rules' "isl + 1500" margin
 TRTLLM_TOKENS_PER_BLOCK = 32  # benchmark/trtllm.rule: tokens_per_block default
+TRTLLM_TEMPLATE_FREE_FRACTION = 0.8  # extra_engine_args templates: free_gpu_memory_fraction
 
 
 def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
@@ -237,7 +238,10 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
       and ``--max-num-seqs max_batch_size``;
     - TensorRT-LLM: ``max_num_tokens`` the same rounded up to ``tokens_per_block`` (32),
       ``max_batch_size`` the batch size (``extra_engine_args.1.0.0rc3.yaml.j2``
-      ``build_config``).
+      ``build_config``), and ``kv_cache_config.free_gpu_memory_fraction`` the template's
+      ``default(0.80)`` (every ``extra_engine_args.*.yaml.j2``; the rule sets none). vLLM's
+      and SGLang's templates write ``--gpu-memory-utilization`` and
+      ``--mem-fraction-static`` only when given, and the rules give none.
 
     SGLang's rule (``max_prefill_tokens = isl + 1500`` with ``enable_mixed_chunk =
     true``) is not expressed: mixed chunks scored SGLang's fit rows at 70.5% TTFT MAPE
@@ -252,7 +256,11 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
         return {"sets": {"max_num_batched_tokens": str(tokens), "max_num_seqs": str(batch)}}
     if engine == "trtllm":
         block = TRTLLM_TOKENS_PER_BLOCK
-        return {"max_batched_tokens": -(-tokens // block) * block, "max_running": batch}
+        return {
+            "max_batched_tokens": -(-tokens // block) * block,
+            "max_running": batch,
+            "memory_utilization": TRTLLM_TEMPLATE_FREE_FRACTION,
+        }
     return {}
 
 
