@@ -9,9 +9,9 @@ Python path in the same order, so every hit is the same. The Python path
 transliteration, function by function, and ``tests/test_marconi_compiled.py``
 compares the two on random traces (hits, victims in order, counters).
 
-Where it does not apply (another policy, a model without SSM layers or with
-sliding-window ones, declared prompt modules, token ids past int32, counts past
-exact float range), :func:`compiled_grid_runs` says so (``None``) and the
+Where it does not apply (another policy, a model with sliding-window layers or
+without KV, declared prompt modules, token ids past int32, counts past exact
+float range), :func:`compiled_grid_runs` says so (``None``) and the
 caller replays in Python.
 """
 
@@ -46,9 +46,12 @@ def rules_of(policy_cls: type) -> int | None:
 
 
 def _supported_model(model: ModelSpec, policy_cls: type) -> bool:
-    if rules_of(policy_cls) is None or model.n_ssm_layers == 0:
+    """One of the two Marconi rules, on a model whose every token holds KV and whose
+    states (if it has SSM layers) cost bytes: a hybrid, or a Transformer (no states:
+    any matched prefix hits), without sliding-window layers."""
+    if rules_of(policy_cls) is None or model.kv_bytes_per_token <= 0:
         return False
-    if model.ssm_checkpoint_bytes <= 0 or model.kv_bytes_per_token <= 0:
+    if model.n_ssm_layers and model.ssm_checkpoint_bytes <= 0:
         return False
     flops = PrefillFlops(model)
     return model.sliding_window is None and flops.exact and not flops.quad_window
@@ -254,10 +257,11 @@ def compiled_grid_runs(
     """Each alpha's replay of ``requests`` from ``start`` (or an empty cache), in grid
     order; ``None`` where the compiled replay would not give exactly the Python path's
     hits (replay in Python): ``policy_cls`` must run one of the two Marconi scores
-    unchanged (:func:`rules_of`), on a model with SSM layers whose states cost bytes
-    and without sliding-window layers, on requests without declared modules, with
-    token ids that fit the children's keys, and with every FLOP and byte count below
-    2**53 (each efficiency then the same correctly rounded division as Python's).
+    unchanged (:func:`rules_of`), on a model the compiled tree runs exactly
+    (:func:`_supported_model`: a hybrid or a Transformer, no sliding-window layers),
+    on requests without declared modules, with token ids that fit the children's
+    keys, and with every FLOP and byte count below 2**53 (each efficiency then the
+    same correctly rounded division as Python's).
 
     Alpha only enters the victim's choice, so every replay is the same until
     its first eviction (``policies.shared_prefix``'s rule): the first alpha runs

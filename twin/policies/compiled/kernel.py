@@ -667,8 +667,11 @@ def _merge(st, v: int) -> None:
 
 @jit
 def _tidy(st, v: int) -> None:
-    """``TreeEdits._tidy``: drop state-less leaves, fold a state-less one-child node."""
+    """``TreeEdits._tidy``: drop state-less leaves, fold a state-less one-child node (models
+    with SSM layers: a Transformer's nodes never hold a state, and nothing is tidied)."""
     nd = st[0]
+    if st[2][M_SSM] == 0:
+        return
     while v > 0 and nd[LOCK, v] == 0 and nd[CKPT, v] == 0:
         if nd[NCH, v] == 0:
             p = nd[PAR, v]
@@ -748,10 +751,14 @@ def _ending_at(st, below: int, p: int) -> int:
 
 
 @jit
-def _missing(nd: np.ndarray, base: int, pos: np.ndarray, npos: int, covered: int) -> np.ndarray:
-    """``AdmissionCost._missing_ckpts``: positions on the cached path whose node has no state."""
+def _missing(st, base: int, pos: np.ndarray, npos: int, covered: int) -> np.ndarray:
+    """``AdmissionCost._missing_ckpts``: positions on the cached path whose node has no state
+    (none on a Transformer: no states to place)."""
+    nd = st[0]
     out = np.empty(npos, np.int64)
     m = 0
+    if st[2][M_SSM] == 0:
+        return out[:0]
     for j in range(npos):
         p = pos[j]
         if p > covered:
@@ -779,7 +786,16 @@ def _cost(mc: np.ndarray, pos: np.ndarray, npos: int, covered: int, n_missing: i
 
 @jit
 def _truncate(mc, pos, npos, covered, missing, free) -> int:
-    """``AdmissionCost._truncate`` (SSM models): how many positions of ``pos`` fit in ``free``."""
+    """``AdmissionCost._truncate``: how many positions of ``pos`` fit in ``free``. On a
+    Transformer (one position, ``pos[0]``) the tokens that fit: ``pos[0]`` is cut to them."""
+    if mc[M_SSM] == 0:
+        per = mc[M_KVPT]
+        end = covered + (max(free, 0) // per if per else 0)
+        end = min(end, pos[npos - 1])
+        if end <= 0:
+            return 0
+        pos[0] = end
+        return 1
     kept = 0
     for j in range(npos):
         n_missing = 0
@@ -794,7 +810,8 @@ def _truncate(mc, pos, npos, covered, missing, free) -> int:
 
 @jit
 def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int) -> None:
-    """``TreeEdits._add_chain``: nodes cut at the positions past ``start``, all with states."""
+    """``TreeEdits._add_chain``: nodes cut at the positions past ``start``, all with states
+    (a Transformer's one node, without)."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
     chain = np.empty(npos, np.int64)
     m = 0
@@ -807,9 +824,10 @@ def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int)
         append_child(nd, parent, v)
         put(kids, key(parent, buf[s0 + prev]), v)
         nd[T, v] = sc[S_CLOCK]
-        nd[CKPT, v] = 1
-        sc[S_CKPTS] += 1
-        sc[S_ADMITTED] += 1
+        if st[2][M_SSM]:
+            nd[CKPT, v] = 1
+            sc[S_CKPTS] += 1
+            sc[S_ADMITTED] += 1
         chain[m] = v
         m += 1
         parent, prev = v, end
@@ -830,16 +848,19 @@ def _insert(
     if npos == 0:
         return 0
     upto = pos[npos - 1]
+    if mc[M_SSM] == 0:  # Transformers: no states to place, only the end matters
+        pos[0] = upto
+        npos = 1
     base = part if part >= 0 else mnode
     bound = mc[M_CAP] - covered * mc[M_KVPT]
-    missing = _missing(nd, base, pos, npos, covered)
+    missing = _missing(st, base, pos, npos, covered)
     need = _cost(mc, pos, npos, covered, len(missing))
     if need > bound:
         npos = _truncate(mc, pos, npos, covered, missing, max(bound, 0))
         if npos == 0:
             return 0
         upto = pos[npos - 1]
-        missing = _missing(nd, base, pos, npos, covered)
+        missing = _missing(st, base, pos, npos, covered)
         need = _cost(mc, pos, npos, covered, len(missing))
     pinned = False
     while need > mc[M_CAP] - _used(st):
@@ -847,12 +868,12 @@ def _insert(
             _pin(st, base)  # keep the attach point while making room
             pinned = True
         if not _evict_until(st, need):
-            missing = _missing(nd, base, pos, npos, covered)
+            missing = _missing(st, base, pos, npos, covered)
             npos = _truncate(mc, pos, npos, covered, missing, mc[M_CAP] - _used(st))
             upto = pos[npos - 1] if npos else 0
             missing = missing[missing <= upto]
             break
-        missing = _missing(nd, base, pos, npos, covered)
+        missing = _missing(st, base, pos, npos, covered)
         need = _cost(mc, pos, npos, covered, len(missing))
     added = 0
     if npos:
@@ -870,8 +891,10 @@ def _insert(
                 start = _write(st, q, s0 + covered, upto - covered) - covered
             _add_chain(st, attach, start, covered, pos, npos)
             added = upto - covered
-        else:
+        elif mc[M_SSM]:
             _touch(st, _ending_at(st, base, upto))
+        else:
+            _touch(st, base)
     if pinned:
         _unpin(st, base)
     _note_peaks(st)
@@ -889,28 +912,35 @@ def _note_peaks(st) -> None:
 
 
 @jit
-def _state_at(nd: np.ndarray, node: int) -> int:
-    """``PrefixCache._usable`` on a model with SSM layers: the deepest node with a state at
-    or above ``node`` (0: none)."""
-    while node != 0 and nd[CKPT, node] == 0:
-        node = nd[PAR, node]
-    return node
+def _usable(nd: np.ndarray, ssm: bool, node: int, length: int, partial: int) -> tuple[int, int]:
+    """``PrefixCache._usable`` of a match ``(node, length, partial)``: (the node a hit resumes
+    from, 0 if none; the hit's tokens). With SSM layers the deepest node with a state at or
+    above ``node``; on a Transformer every matched token (a hit may end inside ``partial``)."""
+    if ssm:
+        while node != 0 and nd[CKPT, node] == 0:
+            node = nd[PAR, node]
+        return node, nd[DEP, node] if node != 0 else 0
+    if length == 0:
+        return 0, 0
+    return (partial if partial >= 0 else node), length
 
 
 @jit(inline="always")
 def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray):
     """``RequestCache``'s admission of prompt ``q[s0:s0 + plen]`` with input + output
     ``q[s0:s0 + flen]``: lookup and pin, the policy's refresh, judicious admission's
-    positions in ``pos``. Returns (hit node or 0, positions, and the walk of the input +
-    output: nodes on ``path``, length, partial) for the insert that follows."""
+    positions in ``pos``. Returns (hit node or 0, its tokens, positions, and the walk of the
+    input + output: nodes on ``path``, length, partial) for the insert that follows."""
     nd, sc, mc = st[0], st[1], st[2]
     reference = mc[M_RULES] == REFERENCE
+    ssm = mc[M_SSM] > 0
     count, length, partial = walk(nd, st[8], st[9], q, s0, flen, path)
     if reference:
         sc[S_NOW] += 1  # on_request: the lookup's tick
-    node = _state_at(nd, prefix(nd, path, count, length, partial, plen)[0])  # lookup
+    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    node, hit = _usable(nd, ssm, mnode, p, part)  # lookup
     if node != 0:
-        if nd[CKHIT, node] == 0:  # lookup: a state's first hit is counted
+        if ssm and nd[CKHIT, node] == 0:  # lookup: a state's first hit is counted
             nd[CKHIT, node] = 1
             sc[S_CKHIT] += 1
         if reference:
@@ -925,8 +955,8 @@ def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, pa
         if whole != 0:
             nd[STAMP, whole] = sc[S_NOW]
             changed(st, whole)
-    # judicious admission: speculative insertion of the prompt (PrefixCache.speculative_insert)
-    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    # judicious admission: speculative insertion of the prompt (PrefixCache.speculative_insert),
+    # on the lookup's match (pins and stamps change no edge)
     npos = 0
     if p > 0 and (part >= 0 or (nd[CKPT, mnode] == 0 and (p == plen or nd[NCH, mnode] > 0))):
         pos[0] = p
@@ -935,19 +965,19 @@ def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, pa
     if flen > 0 and (npos == 0 or pos[0] != flen):
         pos[npos] = flen
         npos += 1
-    return node, npos, count, length, partial
+    return node, hit, npos, count, length, partial
 
 
 @jit
-def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray) -> int:
+def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray):
     """``RequestCache.serve``: lookup and pin, admission, one insert, unpin; the hit node
-    (0: none)."""
-    node, npos, count, length, partial = _admit(st, st[9], s0, plen, flen, pos, path)
+    (0: none) and its tokens."""
+    node, hit, npos, count, length, partial = _admit(st, st[9], s0, plen, flen, pos, path)
     # The insert of the whole input + output: the walk's own match.
     _insert(st, st[9], s0, pos, npos, path[count - 1], length, partial)
     if node != 0:
         _unpin(st, node)
-    return node
+    return node, hit
 
 
 @jit
@@ -1033,8 +1063,8 @@ def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> N
     first = sc[S_CLOCK] - i0  # the cache clock of request 0
     for i in range(i0, i1):
         sc[S_CLOCK] = first + i  # RequestCache: the admission's clock
-        node = _serve(st, starts[i], plens[i], flens[i], pos, path)
-        hits[i] = nd[DEP, node] if node != 0 else 0
+        node, hit = _serve(st, starts[i], plens[i], flens[i], pos, path)
+        hits[i] = hit
         hit_nids[i] = nd[NID, node] if node != 0 else -1
     sc[S_CLOCK] = first + i1
 
@@ -1232,12 +1262,12 @@ def live_shrink(st) -> None:
 @jit
 def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndarray):
     """``RequestCache.admit`` of prompt ``q[:plen]``, input + output ``q[:flen]`` at cache
-    clock ``clock``: the hit node (0: none; pinned) and how many checkpoint positions
-    ``pos`` got (``_serve`` up to its insert)."""
+    clock ``clock``: the hit node (0: none; pinned), its tokens and how many checkpoint
+    positions ``pos`` got (``_serve`` up to its insert)."""
     st = borrow(st)
     st[1][S_CLOCK] = clock
-    node, npos, _, _, _ = _admit(st, q, 0, plen, flen, pos, st[12])
-    return node, npos
+    node, hit, npos, _, _, _ = _admit(st, q, 0, plen, flen, pos, st[12])
+    return node, hit, npos
 
 
 @jit
@@ -1282,7 +1312,13 @@ def live_release(st, node: int) -> None:
 
 @jit
 def live_peek(
-    nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, path: np.ndarray, q: np.ndarray, plen: int
+    nd: np.ndarray,
+    kids: np.ndarray,
+    buf: np.ndarray,
+    path: np.ndarray,
+    q: np.ndarray,
+    plen: int,
+    ssm: bool,
 ) -> int:
     """``PrefixCache.peek``: the tokens a lookup of ``q[:plen]`` would hit (changes nothing).
 
@@ -1290,5 +1326,5 @@ def live_peek(
     the state tuple: a router probes every replica for every request, and numba's dispatch
     of the 14-array tuple cost about 1 us of a probe's 3."""
     count, length, partial = walk(nd, kids, buf, q, 0, plen, path)
-    node = _state_at(nd, prefix(nd, path, count, length, partial, plen)[0])
-    return nd[DEP, node] if node != 0 else 0
+    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    return _usable(nd, ssm, mnode, p, part)[1]
