@@ -301,24 +301,25 @@ def _hindsight(
     grid = policy.alpha_grid
     jobs = int(options.get("jobs") or 1)
     by_flops = options.get("alpha_metric") == "flops"
-    if jobs <= 1:
-        from twin.policies.compiled import compiled_grid_runs
+    from twin.policies.compiled import compiled_grid_runs
 
-        compiled = compiled_grid_runs(model, capacity, _requests(trace), grid, type(policy))
-        if compiled is not None:
-            for _ in range(trace.num_requests * len(grid)):
-                on_request()
-            # Scores first (hit tokens, or FLOPs saved); the full result only for the best alpha.
-            flops = PrefillFlops(model)
-            scores: list[float] = [
-                _hit_sums(flops, [(h, -1, 0) for h in run.hits])[2] if by_flops else sum(run.hits)
-                for run in compiled
-            ]
-            best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
-            best = _compiled_result(
-                trace, model, policy_name, capacity, compiled[best_i], per_request, start
-            )
-            return _best_of_grid(best, grid, best_i, scores, start)
+    # Compiled, in one process whatever ``jobs`` (its results are the Python grid's).
+    compiled = compiled_grid_runs(model, capacity, _requests(trace), grid, type(policy))
+    if compiled is not None:
+        for _ in range(trace.num_requests * len(grid)):
+            on_request()
+        # Scores first (hit tokens, or FLOPs saved); the full result only for the best alpha.
+        flops = PrefillFlops(model)
+        scores: list[float] = [
+            _hit_sums(flops, [(h, -1, 0) for h in run.hits])[2] if by_flops else sum(run.hits)
+            for run in compiled
+        ]
+        best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
+        best = _compiled_result(
+            trace, model, policy_name, capacity, compiled[best_i], per_request, start
+        )
+        return _best_of_grid(best, grid, best_i, scores, start)
+    if jobs <= 1:
         # In Python, the grid shares the requests before its first eviction.
         runs = [
             _result(trace, model, policy_name, cache, served, per_request, start)

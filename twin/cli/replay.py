@@ -80,7 +80,12 @@ def replay(
     ),
     policy_option: PolicyOptionOption = [],  # noqa: B006 (typer reads the default)
     jobs: int = typer.Option(
-        1, "--jobs", "-j", min=1, help="Processes for the alpha grid search (marconi, oracle)."
+        1,
+        "--jobs",
+        "-j",
+        min=1,
+        help="Processes for the alpha grid search (marconi, oracle) where it runs in "
+        "Python (sliding-window models); the compiled grid runs in one.",
     ),
     requests_out: Path | None = typer.Option(
         None,

@@ -84,18 +84,21 @@ def grid_scores(
 ) -> dict[float, float]:
     """:func:`window_score` for every alpha of ``grid``.
 
-    One process replays the grid of either Marconi as compiled code
-    (:mod:`policies.compiled`), and any other grid sharing the
-    requests before the first eviction (:func:`policies.shared_prefix.replay_grid`);
-    ``jobs > 1`` processes, or ``exhaustive``, replay each alpha on its own
-    (the tests' reference). The scores are the same every way.
+    The grid of either Marconi runs as compiled code in one process
+    (:mod:`policies.compiled`), whatever ``jobs``; where that does not apply (a
+    model with sliding-window layers, counts past 2**53) one process replays it in
+    Python sharing the requests before the first eviction
+    (:func:`policies.shared_prefix.replay_grid`), and ``jobs > 1`` processes replay
+    each alpha on its own, as ``exhaustive`` does (the tests' reference). The
+    scores are the same every way.
     """
-    if jobs <= 1 and not exhaustive:
+    if not exhaustive:
         from twin.policies.compiled import compiled_grid_runs
 
         compiled = compiled_grid_runs(model, snapshot.capacity, window, grid, policy_cls, snapshot)
         if compiled is not None:
             return {run.alpha: score_hits(run.hits, model, metric) for run in compiled}
+    if jobs <= 1 and not exhaustive:
         runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)
         return {a: score_hits([h for h, *_ in served], model, metric) for a, _, served in runs}
     scores = map_alphas(_score_at, (snapshot, model, window, policy_cls, metric), grid, jobs)
