@@ -29,7 +29,12 @@ from twin.replay import Trace, replay
 
 HYBRID = get_model("tiny-hybrid")
 TRANSFORMER = get_model("tiny-transformer")  # no states: any matched prefix hits
-MODELS = st.sampled_from([HYBRID, TRANSFORMER])
+# Sliding-window layers (window 8): each node keeps its tail of their KV; a Transformer's
+# hit inside a node longer than the window resumes at the node's start.
+SWA, SWA_HYBRID = get_model("tiny-swa"), get_model("tiny-swa-hybrid")
+# No KV at all; and every kind but Mamba-1 (GDN, Mamba-2, sliding-window, MoE).
+SSM, MIXED = get_model("tiny-ssm"), get_model("tiny-moe-hybrid")
+MODELS = st.sampled_from([HYBRID, TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED])
 
 
 def python_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,11 +77,14 @@ def _same(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None, 
     assert run.hits == expected
     assert run.victims == victims  # the same nodes go, in the same order
     c = run.counters
-    assert (c["evictions"], c["kv_tokens"], c["n_ckpts"]) == (
+    assert (c["evictions"], c["kv_tokens"], c["n_ckpts"], c["swa_tokens"]) == (
         len(victims),
         cache.kv_tokens,
         cache.n_ckpts,
+        cache.swa_tokens,
     )
+    if start is None:  # a restored cache starts from the snapshot's peaks, a replay from 0
+        assert (c["peak_bytes"], c["peak_kv_bytes"]) == (cache.peak_bytes, cache.peak_kv_bytes)
     assert c["num_nodes"] == cache.num_nodes - 1  # the root is not counted
 
 
@@ -139,7 +147,11 @@ def _chat_like(seed: int, sessions: int = 40, turns: int = 6) -> list[tuple[np.n
     return requests
 
 
-@pytest.mark.parametrize("model", [HYBRID, TRANSFORMER], ids=["hybrid", "transformer"])
+@pytest.mark.parametrize(
+    "model",
+    [HYBRID, TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED],
+    ids=["hybrid", "transformer", "swa", "swa-hybrid", "ssm", "mixed"],
+)
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3])
 def test_compiled_replay_on_chat_like_traces(seed, fraction, model):
@@ -240,13 +252,31 @@ def test_where_the_compiled_replay_does_not_apply():
         assert runs(HYBRID, cls, requests)
     # Another policy, models it does not transliterate.
     assert not runs(HYBRID, SGLangPlusPolicy, requests)
-    assert runs(TRANSFORMER, MarconiPolicy, requests)
-    assert not runs(get_model("tiny-swa-hybrid"), MarconiPolicy, requests)
-    # Declared prompt modules, token ids past int32, FLOP counts past 2**53.
+    for model in (TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED):
+        assert runs(model, MarconiPolicy, requests)
+    # Token ids past int32, FLOP counts past 2**53 (declared prompt modules are ignored).
     with_modules = [(requests[0][0], 3, np.array([0, 1, 3], np.int32))]
-    assert not runs(HYBRID, MarconiPolicy, with_modules)
+    assert runs(HYBRID, MarconiPolicy, with_modules)
     wide = [(np.array([2**31, 2], np.int64), 1)]  # would wrap if cast to int32
     assert not runs(HYBRID, MarconiPolicy, wide)
     assert runs(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, -(2**31)], np.int64), 1)])
     huge = [(np.zeros(30_000_000, np.int32), 1)]
     assert not runs(get_model("marconi-hybrid-7b"), MarconiPolicy, huge)
+
+
+@pytest.mark.parametrize("name", ["marconi", "marconi-twin", "oracle"])
+def test_declared_prompt_modules_are_ignored_as_the_python_cache_ignores_them(name, monkeypatch):
+    """A trace declaring prompt modules replays on the compiled tree, as the radix tree
+    serves it (``PrefixCache`` takes the modules and uses none of them)."""
+    requests = _chat_like(6, sessions=20, turns=4)
+    modules = [np.array([0, n // 2, n], np.int32) for _, n in requests]
+    trace = Trace([f for f, _ in requests], [n for _, n in requests], modules=modules)
+    capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
+    fast = replay(trace, HYBRID, capacity, name, per_request=True)
+    python_path(monkeypatch)
+    slow = replay(trace, HYBRID, capacity, name, per_request=True)
+    assert fast.evictions > 0
+    assert {**fast.to_dict(), "wall_s": 0} == {**slow.to_dict(), "wall_s": 0}
+    assert fast.per_request is not None and slow.per_request is not None
+    for key, values in fast.per_request.items():
+        assert np.array_equal(values, slow.per_request[key])

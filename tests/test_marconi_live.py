@@ -32,7 +32,10 @@ from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
 TRANSFORMER = get_model("tiny-transformer")  # no states: any matched prefix hits
-MODELS = st.sampled_from([HYBRID, TRANSFORMER])
+# Sliding-window layers (window 8): a node keeps its tail of their KV.
+MODELS = st.sampled_from(
+    [HYBRID, TRANSFORMER, *map(get_model, ("tiny-swa", "tiny-swa-hybrid", "tiny-ssm"))]
+)
 
 
 def _capacity(tokens: int, states: int, model=HYBRID) -> int:
@@ -189,8 +192,8 @@ def test_tuning_completes_and_memory_follows_the_cache() -> None:
 
 def test_engine_picks_it_only_where_exact() -> None:
     """``marconi`` and ``marconi-twin`` on an SSM hybrid or a Transformer get the live
-    cache; a subclass (``oracle``), a model with sliding-window layers, or a workload too
-    long for exact efficiencies, the Python one."""
+    cache (with sliding-window layers or without, or a pure SSM model); a subclass
+    (``oracle``) or a workload too long for exact efficiencies, the Python one."""
     policy = MarconiPolicy()
     assert isinstance(policy.make_engine_cache(HYBRID, 10**9, lambda: 1000), LiveCache)
     twin = MarconiTwinPolicy().make_engine_cache(HYBRID, 10**9, lambda: 1000)
@@ -199,6 +202,7 @@ def test_engine_picks_it_only_where_exact() -> None:
     assert live_cache(policy, HYBRID, 10**9, lambda: 10**9) is None
     transformer = policy.make_engine_cache(TRANSFORMER, 10**9, lambda: 1000)
     assert isinstance(transformer, LiveCache) and not transformer.has_ssm
-    assert live_cache(policy, get_model("tiny-swa-hybrid"), 10**9, lambda: 1000) is None
+    assert isinstance(policy.make_engine_cache(get_model("tiny-swa"), 10**9, lambda: 9), LiveCache)
+    assert isinstance(policy.make_engine_cache(get_model("tiny-ssm"), 10**9, lambda: 9), LiveCache)
     cache = policy.make_engine_cache(HYBRID, 10**9, lambda: 1000)
     assert request_cache_for(cache).__class__.__name__ == "LiveRequests"

@@ -21,6 +21,7 @@ import numpy as np
 
 from twin.cache import PrefillFlops, cache_stats
 from twin.cache.base import COUNTERS
+from twin.cache.kinds import KindBytes
 from twin.cache.requests import request_cache_for
 from twin.model import ModelSpec
 from twin.policies import get_policy, policy_class
@@ -155,11 +156,9 @@ def _run(
 ) -> ReplayResult:
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
-    if trace.modules:
-        cache = policy.make_cache(model, capacity)
-    else:  # the engine's cache, the policy's fastest exact one (``marconi``: compiled)
-        longest = max((len(full) for full in trace.fulls), default=0)
-        cache = policy.make_engine_cache(model, capacity, lambda: longest)
+    # The engine's cache, the policy's fastest exact one (``marconi``: compiled).
+    longest = max((len(full) for full in trace.fulls), default=0)
+    cache = policy.make_engine_cache(model, capacity, lambda: longest)
     protocol = request_cache_for(cache)
     served = []
     for full, n, mods in _requests(trace):
@@ -370,8 +369,9 @@ def _compiled_result(
     """The result of a compiled replay (:class:`policies.compiled.GridRun`) from an empty
     cache: its counters are the whole cache's."""
     c = run.counters
+    swa = KindBytes(model).swa_kv_per_token  # a node holds its window's tail of it
     held = {
-        "kv_bytes": c["kv_tokens"] * model.kv_bytes_per_token,
+        "kv_bytes": c["kv_tokens"] * (model.kv_bytes_per_token - swa) + c["swa_tokens"] * swa,
         "ssm_bytes": c["n_ckpts"] * model.ssm_checkpoint_bytes,
         **{k: c[k] for k in COUNTERS},
         "nodes": c["num_nodes"] + 1,  # the root

@@ -76,16 +76,20 @@ S_PEAK, S_PEAK_KV, S_PEAK_SSM, S_ADMITTED, S_CKHIT, S_FIRST_EVICTION = range(10,
 # A live cache's (section 4): the end of the tokens written to ``buf``, the free node
 # ids stacked, the key table's deleted slots, and the victim choices made.
 S_BUFEND, S_FREE, S_GONE, S_CHOSE = range(16, 20)
-N_SCALARS = 20
+S_SWA = 20  # sliding-window KV tokens held: every node's tail (``PrefixCache.swa_tokens``)
+N_SCALARS = 21
 # Integer constants, entries of ``mc``: capacity, bytes (KV per token of every layer,
 # of the full-attention layers, one state), the reference's FLOP terms, the rules.
 M_CAP, M_KVPT, M_FULLKV, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP, M_RULES = range(10)
 M_LIVE = 10  # 1: a live cache (section 4), 0: a replay over one trace buffer
+# Sliding-window layers (``twin.cache.kinds.KindBytes``): their KV per token (within
+# ``M_KVPT``) and the window (0: none); a node keeps the last ``window`` tokens' of it.
+M_SWAKV, M_WINDOW = 11, 12
 LIVE_NODE_SLACK = 16  # free node ids a live cache keeps before an insert
-N_CONSTANTS = 11
-# Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear and
-# full-attention quadratic coefficients (``marconi-twin``'s efficiency).
-F_ALPHA, F_LINEAR, F_QUAD = range(3)
+N_CONSTANTS = 13
+# Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear,
+# full-attention and sliding-window quadratic coefficients (``marconi-twin``'s efficiency).
+F_ALPHA, F_LINEAR, F_QUAD, F_QUADW = range(4)
 # The rules, ``mc[M_RULES]``: the authors' (marconi, oracle) or the twin's (marconi-twin).
 REFERENCE, TWIN = 0, 1
 
@@ -363,14 +367,33 @@ def reference_efficiency(depth: int, own: int, mc: np.ndarray) -> float:
 @jit
 def twin_efficiency(depth: int, own: int, ckpt: int, mc: np.ndarray, mf: np.ndarray) -> float:
     """``FlopAwareEviction``'s: ``PrefillFlops.total(own, depth - own)`` over the node's bytes."""
-    c, n = depth - own, own
+    c, n, w = depth - own, own, mc[M_WINDOW]
     saved = mf[F_LINEAR] * n
-    if mf[F_QUAD]:  # ``PrefillFlops._formula``: keys attended, ``keys_upto`` without a window
-        saved += mf[F_QUAD] * ((c + n) * (c + n + 1) // 2 - c * (c + 1) // 2)
-    held = own * mc[M_FULLKV] + (mc[M_CKB] if ckpt else 0)  # ``KindBytes.node_bytes``
+    if mf[F_QUAD]:  # ``PrefillFlops._formula``: keys attended (``keys_upto``)
+        saved += mf[F_QUAD] * (keys_upto(c + n, 0) - keys_upto(c, 0))
+    if mf[F_QUADW]:
+        saved += mf[F_QUADW] * (keys_upto(c + n, w) - keys_upto(c, w))
+    held = own * mc[M_FULLKV] + tail(mc, own) * mc[M_SWAKV]  # ``KindBytes.node_bytes``
+    held += mc[M_CKB] if ckpt else 0
     if held == 0:
         return 0.0
     return saved / held
+
+
+@jit(inline="always")
+def keys_upto(m: int, window: int) -> int:
+    """``twin.mixers.keys_upto``: keys attended by the first ``m`` causal tokens (window 0:
+    none)."""
+    if window == 0 or m <= window:
+        return m * (m + 1) // 2
+    return window * (window + 1) // 2 + (m - window) * window
+
+
+@jit(inline="always")
+def tail(mc: np.ndarray, n: int) -> int:
+    """``KindBytes.tail``: the sliding-window tokens a node of ``n`` tokens keeps."""
+    w = mc[M_WINDOW]
+    return n if w == 0 or n < w else w
 
 
 # ----- the candidate table (policies.candidate_table.CandidateTable) -------------------------
@@ -581,7 +604,13 @@ def choose_victim(st) -> int:
 @jit(inline="always")
 def _used(st) -> int:
     sc, mc = st[1], st[2]
-    return sc[S_KV] * mc[M_KVPT] + sc[S_CKPTS] * mc[M_CKB]
+    return _kv_bytes(sc, mc) + sc[S_CKPTS] * mc[M_CKB]
+
+
+@jit(inline="always")
+def _kv_bytes(sc: np.ndarray, mc: np.ndarray) -> int:
+    """``PrefixCache.kv_bytes``: every token's full-attention KV, every node's window tail."""
+    return sc[S_KV] * (mc[M_KVPT] - mc[M_SWAKV]) + sc[S_SWA] * mc[M_SWAKV]
 
 
 @jit(inline="always")
@@ -635,6 +664,7 @@ def _remove_leaf(st, v: int) -> None:
     unlink_child(nd, v)
     sc[S_GONE] += delete(kids, key(p, first_token(nd, buf, v)))
     sc[S_KV] -= nd[LEN, v]
+    sc[S_SWA] -= tail(st[2], nd[LEN, v])
     sc[S_CKPTS] -= nd[CKPT, v]
     table_drop(st, v)  # on_node_removed
     _gone(st, v)
@@ -650,6 +680,8 @@ def _merge(st, v: int) -> None:
     sc[S_GONE] += delete(kids, key(v, first_token(nd, buf, child)))
     if st[2][M_LIVE]:
         _join_edges(st, v, child)
+    upper, lower = nd[LEN, v], nd[LEN, child]
+    sc[S_SWA] += tail(st[2], upper + lower) - tail(st[2], upper) - tail(st[2], lower)
     nd[LEN, child] += nd[LEN, v]  # the child's creator holds the longer edge too
     replace_sibling(nd, v, child)
     nd[PAR, child] = nd[PAR, v]
@@ -739,7 +771,10 @@ def _ending_at(st, below: int, p: int) -> int:
     replace_sibling(nd, v, upper)
     nd[PAR, upper] = parent
     put(kids, key(parent, first_token(nd, buf, upper)), upper)
+    before = nd[LEN, v]
     nd[LEN, v] -= k
+    mc = st[2]
+    st[1][S_SWA] += tail(mc, k) + tail(mc, before - k) - tail(mc, before)
     nd[PAR, v] = upper
     nd[FIRST, upper] = nd[LAST, upper] = v
     nd[PRV, v] = nd[NXT, v] = -1
@@ -774,13 +809,25 @@ def _missing(st, base: int, pos: np.ndarray, npos: int, covered: int) -> np.ndar
 
 @jit
 def _cost(mc: np.ndarray, pos: np.ndarray, npos: int, covered: int, n_missing: int) -> int:
-    """``AdmissionCost._cost`` without sliding-window layers."""
+    """``AdmissionCost._cost``: the new tokens' KV, their window tails (and at most one
+    more tail per edge split), the states placed."""
     n_new = 0
     for j in range(npos):
         if pos[j] > covered:
             n_new += 1
     last = pos[npos - 1]
-    kv = (last - covered) * mc[M_KVPT] if last > covered else 0
+    kv = (last - covered) * (mc[M_KVPT] - mc[M_SWAKV]) if last > covered else 0
+    if mc[M_SWAKV]:
+        swa, prev = 0, covered
+        if mc[M_SSM]:  # a chain node per position past the cached path
+            for j in range(npos):
+                if pos[j] > covered:
+                    swa += tail(mc, pos[j] - prev)
+                    prev = pos[j]
+        else:  # one node to the end
+            swa += tail(mc, last - covered)
+        swa += (n_missing + 1) * tail(mc, last)
+        kv += swa * mc[M_SWAKV]
     return kv + (n_missing + n_new) * mc[M_CKB]
 
 
@@ -789,8 +836,9 @@ def _truncate(mc, pos, npos, covered, missing, free) -> int:
     """``AdmissionCost._truncate``: how many positions of ``pos`` fit in ``free``. On a
     Transformer (one position, ``pos[0]``) the tokens that fit: ``pos[0]`` is cut to them."""
     if mc[M_SSM] == 0:
-        per = mc[M_KVPT]
-        end = covered + (max(free, 0) // per if per else 0)
+        per = mc[M_KVPT]  # a bound: tails cost at most this
+        split = tail(mc, pos[npos - 1]) * mc[M_SWAKV] if covered else 0  # an edge split's tail
+        end = covered + (max(free - split, 0) // per if per else 0)
         end = min(end, pos[npos - 1])
         if end <= 0:
             return 0
@@ -824,6 +872,7 @@ def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int)
         append_child(nd, parent, v)
         put(kids, key(parent, buf[s0 + prev]), v)
         nd[T, v] = sc[S_CLOCK]
+        sc[S_SWA] += tail(st[2], end - prev)
         if st[2][M_SSM]:
             nd[CKPT, v] = 1
             sc[S_CKPTS] += 1
@@ -852,7 +901,7 @@ def _insert(
         pos[0] = upto
         npos = 1
     base = part if part >= 0 else mnode
-    bound = mc[M_CAP] - covered * mc[M_KVPT]
+    bound = mc[M_CAP] - covered * (mc[M_KVPT] - mc[M_SWAKV])
     missing = _missing(st, base, pos, npos, covered)
     need = _cost(mc, pos, npos, covered, len(missing))
     if need > bound:
@@ -905,24 +954,34 @@ def _insert(
 def _note_peaks(st) -> None:
     """``TokenStateBytes.note_peaks``."""
     sc, mc = st[1], st[2]
-    kv, ssm = sc[S_KV] * mc[M_KVPT], sc[S_CKPTS] * mc[M_CKB]
+    kv, ssm = _kv_bytes(sc, mc), sc[S_CKPTS] * mc[M_CKB]
     sc[S_PEAK] = max(sc[S_PEAK], kv + ssm)
     sc[S_PEAK_KV] = max(sc[S_PEAK_KV], kv)
     sc[S_PEAK_SSM] = max(sc[S_PEAK_SSM], ssm)
 
 
 @jit
-def _usable(nd: np.ndarray, ssm: bool, node: int, length: int, partial: int) -> tuple[int, int]:
+def _usable(
+    nd: np.ndarray, ssm: bool, window: int, node: int, length: int, partial: int
+) -> tuple[int, int]:
     """``PrefixCache._usable`` of a match ``(node, length, partial)``: (the node a hit resumes
     from, 0 if none; the hit's tokens). With SSM layers the deepest node with a state at or
-    above ``node``; on a Transformer every matched token (a hit may end inside ``partial``)."""
+    above ``node``; on a Transformer every matched token (a hit may end inside ``partial``,
+    unless that node is longer than the sliding ``window``, whose KV there was dropped: the
+    hit then resumes at its start, ``KindBytes.hit_inside_ok``)."""
     if ssm:
         while node != 0 and nd[CKPT, node] == 0:
             node = nd[PAR, node]
         return node, nd[DEP, node] if node != 0 else 0
     if length == 0:
         return 0, 0
-    return (partial if partial >= 0 else node), length
+    if partial >= 0:
+        n = nd[LEN, partial]
+        start = nd[DEP, partial] - n
+        if not (length - start == n or window == 0 or n <= window):
+            return (0, 0) if node == 0 else (node, start)
+        return partial, length
+    return node, length
 
 
 @jit(inline="always")
@@ -938,7 +997,7 @@ def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, pa
     if reference:
         sc[S_NOW] += 1  # on_request: the lookup's tick
     mnode, p, part = prefix(nd, path, count, length, partial, plen)
-    node, hit = _usable(nd, ssm, mnode, p, part)  # lookup
+    node, hit = _usable(nd, ssm, mc[M_WINDOW], mnode, p, part)  # lookup
     if node != 0:
         if ssm and nd[CKHIT, node] == 0:  # lookup: a state's first hit is counted
             nd[CKHIT, node] = 1
@@ -1023,6 +1082,7 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
         nd[CKPT, v], nd[T, v], nd[NID, v] = snap[4, i], snap[5, i], snap[6, i]
         nd[CKHIT, v] = snap[7, i]
         sc[S_KV] += nd[LEN, v]
+        sc[S_SWA] += tail(mc, nd[LEN, v])
         sc[S_CKPTS] += nd[CKPT, v]
     sc[S_NEXT] = restored + 1
     for i in range(restored):
@@ -1072,16 +1132,18 @@ def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> N
 @jit
 def counters(st) -> np.ndarray:
     """Evictions, KV tokens, states, nodes (the root not counted), the peaks (bytes, KV,
-    states), states admitted, states hit, and the first evicting request's clock (-1)."""
+    states), states admitted, states hit, the first evicting request's clock (-1), and the
+    sliding-window tokens held."""
     nd, sc = st[0], st[1]
     live = 0
     for v in range(1, sc[S_NEXT]):
         if nd[PAR, v] >= 0:
             live += 1
-    out = np.empty(10, np.int64)
+    out = np.empty(11, np.int64)
     out[0], out[1], out[2], out[3] = sc[S_EVICTIONS], sc[S_KV], sc[S_CKPTS], live
     out[4], out[5], out[6] = sc[S_PEAK], sc[S_PEAK_KV], sc[S_PEAK_SSM]
     out[7], out[8], out[9] = sc[S_ADMITTED], sc[S_CKHIT], sc[S_FIRST_EVICTION]
+    out[10] = sc[S_SWA]
     return out
 
 
@@ -1319,6 +1381,7 @@ def live_peek(
     q: np.ndarray,
     plen: int,
     ssm: bool,
+    window: int,
 ) -> int:
     """``PrefixCache.peek``: the tokens a lookup of ``q[:plen]`` would hit (changes nothing).
 
@@ -1327,4 +1390,4 @@ def live_peek(
     of the 14-array tuple cost about 1 us of a probe's 3."""
     count, length, partial = walk(nd, kids, buf, q, 0, plen, path)
     mnode, p, part = prefix(nd, path, count, length, partial, plen)
-    return _usable(nd, ssm, mnode, p, part)[1]
+    return _usable(nd, ssm, window, mnode, p, part)[1]

@@ -20,8 +20,9 @@ first victim choice (``kernel.S_CHOSE``), and takes the tuned alpha.
 Where it applies (:func:`live_cache`): ``marconi`` itself, a model the compiled
 replay supports, the engine's cache without a host tier, dedicated (``--cache-gb
 G``) or in a shared pool (``--cache-gb auto``: the pool sets its capacity and
-reclaims pages through :meth:`LiveCache.shrink_to`), a workload without declared
-prompt modules whose longest sequence keeps every efficiency exact.
+reclaims pages through :meth:`LiveCache.shrink_to`), a workload whose longest
+sequence keeps every efficiency exact (declared prompt modules are ignored, as
+``PrefixCache`` ignores them).
 """
 
 from __future__ import annotations
@@ -96,7 +97,9 @@ class LiveCache:
         self.mf = mf
         self.st = k.live_start(mc, mf, 64, 1024)
         self.sc = self.st[1]
-        self._kvpt, self._ckb = int(mc[k.M_KVPT]), int(mc[k.M_CKB])
+        self._swa = int(mc[k.M_SWAKV])  # sliding-window KV per token, a node's tail's
+        self._kvpt, self._ckb = int(mc[k.M_KVPT]) - self._swa, int(mc[k.M_CKB])
+        self._window = int(mc[k.M_WINDOW])
 
     # ----- capacity: a shared pool moves it and reclaims pages ------------------------
     @property
@@ -138,6 +141,9 @@ class LiveCache:
         live = self.live_nodes()
         assert int(nd[k.LEN, live].sum()) == int(self.sc[k.S_KV]), "KV tokens drifted"
         assert int(nd[k.CKPT, live].sum()) == int(self.sc[k.S_CKPTS]), "states drifted"
+        lengths = nd[k.LEN, live]
+        tails = np.minimum(lengths, self._window) if self._window else lengths
+        assert int(tails.sum()) == int(self.sc[k.S_SWA]), "window tails drifted"
         for v in live:
             assert nd[k.LEN, v] > 0 and nd[k.DEP, v] == nd[k.DEP, nd[k.PAR, v]] + nd[k.LEN, v]
             if self.has_ssm:
@@ -153,7 +159,7 @@ class LiveCache:
 
     @property
     def kv_bytes(self) -> int:
-        return int(self.sc[self.k.S_KV]) * self._kvpt
+        return int(self.sc[self.k.S_KV]) * self._kvpt + int(self.sc[self.k.S_SWA]) * self._swa
 
     @property
     def ssm_bytes(self) -> int:
@@ -179,7 +185,8 @@ class LiveCache:
         """Tokens a lookup of ``seq`` would hit now (``PrefixCache.peek``)."""
         q = np.asarray(seq, dtype=np.int32)
         st = self.st
-        return int(self.k.live_peek(st[0], st[8], st[9], st[12], q, len(q), self.has_ssm))
+        k = self.k
+        return int(k.live_peek(st[0], st[8], st[9], st[12], q, len(q), self.has_ssm, self._window))
 
     def snapshot(self) -> CacheSnapshot:
         """``PrefixCache.snapshot``: every node in pre-order, children in insertion order
@@ -253,7 +260,6 @@ class LiveRequests:
         self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
     ) -> Admission:
         """``RequestCache.admit``: clock, the policy hears it, lookup and pin, positions."""
-        assert modules is None, "a live cache serves workloads without prompt modules"
         cache, policy, k = self.cache, self.policy, self.cache.k
         order = self.admissions
         self.admissions += 1
@@ -272,7 +278,7 @@ class LiveRequests:
         else:
             at_prefill, at_completion = [], positions
         found = Hit(int(hit), int(node)) if node else _MISS
-        return Admission(order, prompt, full, found, at_prefill, at_completion)
+        return Admission(order, prompt, full, found, at_prefill, at_completion, modules)
 
     def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """``RequestCache.serve`` (a replay's request): admission, one insert of every
