@@ -24,8 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SP = str(example_path("system-prompt"))
 CHAT = str(example_path("chat"))
 
-# Each command runs long enough (seconds) that its workers are seen before it ends. The
-# alpha grids run in worker processes where they replay in Python: a sliding-window model.
+# Each command runs long enough (seconds) that its workers are seen before it ends.
 COMMANDS = {
     "report-capacity": [
         *("report", "capacity", CHAT, "-m", "tiny-hybrid", "--policies", "vllm+,marconi"),
@@ -37,15 +36,15 @@ COMMANDS = {
         *("--out", "{d}/out"),
     ],
     "replay-oracle": [
-        *("replay", CHAT, "-m", "tiny-swa-hybrid", "--cache-gb", "0.001", "-p", "oracle"),
+        *("replay", CHAT, "-m", "tiny-hybrid", "--cache-gb", "0.001", "-p", "oracle"),
         *("--jobs", "2"),
     ],
     "replay-marconi": [
-        *("replay", CHAT, "-m", "tiny-swa-hybrid", "--cache-gb", "0.001", "-p", "marconi"),
+        *("replay", CHAT, "-m", "tiny-hybrid", "--cache-gb", "0.001", "-p", "marconi"),
         *("--jobs", "2"),
     ],
     "simulate-marconi": [
-        *("simulate", CHAT, "-m", "tiny-swa-hybrid", "--cache-gb", "0.001", "-p", "marconi"),
+        *("simulate", CHAT, "-m", "tiny-hybrid", "--cache-gb", "0.001", "--policy", "marconi"),
         *("--policy-option", "jobs=2", "--out", "{d}/out"),
     ],
     "reproduce": ["reproduce", "marconi", "--quick", "--jobs", "2", "--out", "{d}/out"],

@@ -171,14 +171,12 @@ def test_marconi_twin_bootstrap_sets_alpha_after_the_window():
 
 
 def test_marconi_twin_bootstrap_grid_is_the_same_with_a_process_pool():
-    # The pool runs the grid where it is replayed in Python: a sliding-window model.
-    model = get_model("tiny-swa-hybrid")
     pairs = random_trace(7, n=120)
-    kv, ck = model.kv_bytes_per_token, model.ssm_checkpoint_bytes
+    kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     stats = []
     for jobs in (1, 2):
         policy = get_policy("marconi-twin", bootstrap_multiplier=1, jobs=jobs)
-        cache = policy.make_cache(model, 150 * kv + 6 * ck)
+        cache = policy.make_cache(HYBRID, 150 * kv + 6 * ck)
         for prompt, output in pairs:
             serve(cache, prompt, np.r_[prompt, output].astype(np.int32))
         stats.append(policy.stats())

@@ -282,7 +282,14 @@ def _run_at(
     per_request: bool,
     alpha: float,
 ) -> ReplayResult:
-    """One replay at a fixed ``alpha`` (a worker's task in the grid's process pool)."""
+    """One replay at a fixed ``alpha`` (a worker's task in the grid's process pool):
+    compiled where that applies (:mod:`policies.compiled`), else on the policy's cache."""
+    from twin.policies.compiled import compiled_grid_runs
+
+    start = time.perf_counter()
+    runs = compiled_grid_runs(model, capacity, _requests(trace), (alpha,), policy_class(name))
+    if runs is not None:
+        return _compiled_result(trace, model, name, capacity, runs[0], per_request, start)
     return _run(trace, model, capacity, name, {**options, "alpha": alpha}, _nothing, per_request)
 
 
@@ -302,8 +309,9 @@ def _hindsight(
     by_flops = options.get("alpha_metric") == "flops"
     from twin.policies.compiled import compiled_grid_runs
 
-    # Compiled, in one process whatever ``jobs`` (its results are the Python grid's).
-    compiled = compiled_grid_runs(model, capacity, _requests(trace), grid, type(policy))
+    compiled = None
+    if jobs <= 1:  # the compiled grid in one process (``jobs > 1``: each alpha, ``_run_at``)
+        compiled = compiled_grid_runs(model, capacity, _requests(trace), grid, type(policy))
     if compiled is not None:
         for _ in range(trace.num_requests * len(grid)):
             on_request()

@@ -80,12 +80,7 @@ def replay(
     ),
     policy_option: PolicyOptionOption = [],  # noqa: B006 (typer reads the default)
     jobs: int = typer.Option(
-        1,
-        "--jobs",
-        "-j",
-        min=1,
-        help="Processes for the alpha grid search (marconi, oracle) where it runs in "
-        "Python (sliding-window models); the compiled grid runs in one.",
+        1, "--jobs", "-j", min=1, help="Processes for the alpha grid search (marconi, oracle)."
     ),
     requests_out: Path | None = typer.Option(
         None,
