@@ -28,6 +28,13 @@ from twin.presets import get_model
 from twin.replay import Trace, replay
 
 HYBRID = get_model("tiny-hybrid")
+TRANSFORMER = get_model("tiny-transformer")  # no states: any matched prefix hits
+# Sliding-window layers (window 8): each node keeps its tail of their KV; a Transformer's
+# hit inside a node longer than the window resumes at the node's start.
+SWA, SWA_HYBRID = get_model("tiny-swa"), get_model("tiny-swa-hybrid")
+# No KV at all; and every kind but Mamba-1 (GDN, Mamba-2, sliding-window, MoE).
+SSM, MIXED = get_model("tiny-ssm"), get_model("tiny-moe-hybrid")
+MODELS = st.sampled_from([HYBRID, TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED])
 
 
 def python_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,11 +55,11 @@ def _requests(pairs) -> list[tuple[np.ndarray, int]]:
     return [(np.r_[p, o].astype(np.int32), len(p)) for p, o in pairs]
 
 
-def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None):
+def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None, model=HYBRID):
     if start is None:
-        cache = cls(alpha=alpha).make_cache(HYBRID, capacity)
+        cache = cls(alpha=alpha).make_cache(model, capacity)
     else:
-        cache = PrefixCache.restore(start, HYBRID, cls(alpha=alpha))
+        cache = PrefixCache.restore(start, model, cls(alpha=alpha))
     assert isinstance(cache, PrefixCache)
     victims: list[int] = []
     evict = cache.evict
@@ -62,25 +69,28 @@ def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None
     return hits, cache, victims
 
 
-def _same(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None) -> None:
-    expected, cache, victims = _python(requests, capacity, alpha, cls, start)
-    runs = compiled_grid_runs(HYBRID, capacity, requests, [alpha], cls, start)
+def _same(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None, model=HYBRID):
+    expected, cache, victims = _python(requests, capacity, alpha, cls, start, model)
+    runs = compiled_grid_runs(model, capacity, requests, [alpha], cls, start)
     assert runs is not None
     (run,) = runs
     assert run.hits == expected
     assert run.victims == victims  # the same nodes go, in the same order
     c = run.counters
-    assert (c["evictions"], c["kv_tokens"], c["n_ckpts"]) == (
+    assert (c["evictions"], c["kv_tokens"], c["n_ckpts"], c["swa_tokens"]) == (
         len(victims),
         cache.kv_tokens,
         cache.n_ckpts,
+        cache.swa_tokens,
     )
+    if start is None:  # a restored cache starts from the snapshot's peaks, a replay from 0
+        assert (c["peak_bytes"], c["peak_kv_bytes"]) == (cache.peak_bytes, cache.peak_kv_bytes)
     assert c["num_nodes"] == cache.num_nodes - 1  # the root is not counted
 
 
-def _snapshot(cls, capacity: int, warm) -> CacheSnapshot:
+def _snapshot(cls, capacity: int, warm, model=HYBRID) -> CacheSnapshot:
     """A cache after serving ``warm`` at alpha 0 (marconi-twin's window starts from one)."""
-    cache = cls(alpha=0.0).make_cache(HYBRID, capacity)
+    cache = cls(alpha=0.0).make_cache(model, capacity)
     protocol = RequestCache(cache)
     for full, n in warm:
         protocol.serve(full[:n], full)
@@ -91,9 +101,17 @@ ALPHAS = st.sampled_from([0.0, 0.1, 0.7, 1.0, 2.0])  # 1.0: ties as 1 + 0 = 0 + 
 
 
 @settings(max_examples=150, deadline=None)
-@given(trace=traces(), tokens=st.integers(0, 60), states=st.integers(0, 8), alpha=ALPHAS)
-def test_compiled_replay_serves_like_the_python_cache(trace, tokens, states, alpha):
-    _same(_requests(trace), _capacity(tokens, states), alpha)
+@given(
+    trace=traces(),
+    tokens=st.integers(0, 60),
+    states=st.integers(0, 8),
+    alpha=ALPHAS,
+    twin=st.booleans(),
+    model=MODELS,
+)
+def test_compiled_replay_serves_like_the_python_cache(trace, tokens, states, alpha, twin, model):
+    cls = MarconiTwinPolicy if twin else MarconiPolicy
+    _same(_requests(trace), _capacity(tokens, states, model), alpha, cls, model=model)
 
 
 @settings(max_examples=150, deadline=None)
@@ -104,13 +122,14 @@ def test_compiled_replay_serves_like_the_python_cache(trace, tokens, states, alp
     states=st.integers(0, 8),
     alpha=ALPHAS,
     twin=st.booleans(),
+    model=MODELS,
 )
-def test_compiled_replay_from_a_snapshot(trace, warm, tokens, states, alpha, twin):
+def test_compiled_replay_from_a_snapshot(trace, warm, tokens, states, alpha, twin, model):
     cls = MarconiTwinPolicy if twin else MarconiPolicy
     requests = _requests(trace)
-    capacity = _capacity(tokens, states)
-    start = _snapshot(cls, capacity, requests[:warm])
-    _same(requests[warm:] or requests, capacity, alpha, cls, start)
+    capacity = _capacity(tokens, states, model)
+    start = _snapshot(cls, capacity, requests[:warm], model)
+    _same(requests[warm:] or requests, capacity, alpha, cls, start, model)
 
 
 def _chat_like(seed: int, sessions: int = 40, turns: int = 6) -> list[tuple[np.ndarray, int]]:
@@ -128,17 +147,23 @@ def _chat_like(seed: int, sessions: int = 40, turns: int = 6) -> list[tuple[np.n
     return requests
 
 
+@pytest.mark.parametrize(
+    "model",
+    [HYBRID, TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED],
+    ids=["hybrid", "transformer", "swa", "swa-hybrid", "ssm", "mixed"],
+)
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3])
-def test_compiled_replay_on_chat_like_traces(seed, fraction):
+def test_compiled_replay_on_chat_like_traces(seed, fraction, model):
     requests = _chat_like(seed)
     total = sum(len(full) for full, _ in requests)
-    capacity = int(fraction * _capacity(total, len(requests)))
+    capacity = int(fraction * _capacity(total, len(requests), model))
     half = len(requests) // 2
     for alpha in (0.0, 0.3, 1.0, 1.5):  # 1.0: ties (1 + 0 = 0 + 1), broken in pre-order
         for cls in (MarconiPolicy, MarconiTwinPolicy):
-            _same(requests, capacity, alpha, cls)
-            _same(requests[half:], capacity, alpha, cls, _snapshot(cls, capacity, requests[:half]))
+            _same(requests, capacity, alpha, cls, model=model)
+            start = _snapshot(cls, capacity, requests[:half], model)
+            _same(requests[half:], capacity, alpha, cls, start, model)
 
 
 @pytest.mark.parametrize("cls", [MarconiPolicy, MarconiTwinPolicy])
@@ -227,13 +252,31 @@ def test_where_the_compiled_replay_does_not_apply():
         assert runs(HYBRID, cls, requests)
     # Another policy, models it does not transliterate.
     assert not runs(HYBRID, SGLangPlusPolicy, requests)
-    for name in ("tiny-transformer", "tiny-swa-hybrid"):
-        assert not runs(get_model(name), MarconiPolicy, requests)
-    # Declared prompt modules, token ids past int32, FLOP counts past 2**53.
+    for model in (TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED):
+        assert runs(model, MarconiPolicy, requests)
+    # Token ids past int32, FLOP counts past 2**53 (declared prompt modules are ignored).
     with_modules = [(requests[0][0], 3, np.array([0, 1, 3], np.int32))]
-    assert not runs(HYBRID, MarconiPolicy, with_modules)
+    assert runs(HYBRID, MarconiPolicy, with_modules)
     wide = [(np.array([2**31, 2], np.int64), 1)]  # would wrap if cast to int32
     assert not runs(HYBRID, MarconiPolicy, wide)
     assert runs(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, -(2**31)], np.int64), 1)])
     huge = [(np.zeros(30_000_000, np.int32), 1)]
     assert not runs(get_model("marconi-hybrid-7b"), MarconiPolicy, huge)
+
+
+@pytest.mark.parametrize("name", ["marconi", "marconi-twin", "oracle"])
+def test_declared_prompt_modules_are_ignored_as_the_python_cache_ignores_them(name, monkeypatch):
+    """A trace declaring prompt modules replays on the compiled tree, as the radix tree
+    serves it (``PrefixCache`` takes the modules and uses none of them)."""
+    requests = _chat_like(6, sessions=20, turns=4)
+    modules = [np.array([0, n // 2, n], np.int32) for _, n in requests]
+    trace = Trace([f for f, _ in requests], [n for _, n in requests], modules=modules)
+    capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
+    fast = replay(trace, HYBRID, capacity, name, per_request=True)
+    python_path(monkeypatch)
+    slow = replay(trace, HYBRID, capacity, name, per_request=True)
+    assert fast.evictions > 0
+    assert {**fast.to_dict(), "wall_s": 0} == {**slow.to_dict(), "wall_s": 0}
+    assert fast.per_request is not None and slow.per_request is not None
+    for key, values in fast.per_request.items():
+        assert np.array_equal(values, slow.per_request[key])

@@ -31,15 +31,20 @@ from twin.policies.oracle import OraclePolicy
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
+TRANSFORMER = get_model("tiny-transformer")  # no states: any matched prefix hits
+# Sliding-window layers (window 8): a node keeps its tail of their KV.
+MODELS = st.sampled_from(
+    [HYBRID, TRANSFORMER, *map(get_model, ("tiny-swa", "tiny-swa-hybrid", "tiny-ssm"))]
+)
 
 
-def _capacity(tokens: int, states: int) -> int:
-    return tokens * HYBRID.kv_bytes_per_token + states * HYBRID.ssm_checkpoint_bytes
+def _capacity(tokens: int, states: int, model=HYBRID) -> int:
+    return tokens * model.kv_bytes_per_token + states * model.ssm_checkpoint_bytes
 
 
-def _pair(capacity: int, alpha: float | None, multiplier: float, cls=MarconiPolicy):
-    python = cls(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(HYBRID, capacity)
-    live = LiveCache(HYBRID, capacity, cls(alpha=alpha, bootstrap_multiplier=multiplier))
+def _pair(capacity: int, alpha: float | None, multiplier: float, cls=MarconiPolicy, model=HYBRID):
+    python = cls(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, capacity)
+    live = LiveCache(model, capacity, cls(alpha=alpha, bootstrap_multiplier=multiplier))
     return python, RequestCache(python), live, live.request_cache()
 
 
@@ -59,11 +64,13 @@ def _run(
     choices: list[int],
     pool: bool = False,
     cls: type = MarconiPolicy,
+    model=HYBRID,
 ):
     """Serve ``pairs`` on both caches under ``cls``, interleaved by ``choices``; compare
     every answer. ``pool``: a shared pool also reclaims cached bytes now and then
-    (``shrink_to``)."""
-    python, py_req, live, live_req = _pair(capacity, alpha, multiplier, cls)
+    (``shrink_to``). A request is preempted now and then (its first tokens cached, as
+    vLLM mode does on a Transformer)."""
+    python, py_req, live, live_req = _pair(capacity, alpha, multiplier, cls, model)
     waiting = list(range(len(pairs)))
     running: list[list] = []  # [request, stage, python admission, live admission]
     step = 0
@@ -90,6 +97,10 @@ def _run(
             continue
         entry = running[pick % len(running)]
         i, stage, a, b = entry
+        if stage == 0 and not python.has_ssm and pick % 5 == 4:
+            kept = (pick * 7) % (len(a.full) + 1)  # a preemption keeps its first tokens
+            made = py_req.insert_preempted(a, kept), live_req.insert_preempted(b, kept)
+            assert made[0] == made[1], f"preemption of request {i}"
         if stage == 0:
             made = py_req.insert_at_prefill_end(a), live_req.insert_at_prefill_end(b)
             assert made[0] == made[1] and a.prefill_tokens == b.prefill_tokens, f"prefill {i}"
@@ -125,9 +136,10 @@ SETTINGS = settings(max_examples=150, deadline=None)
     st.lists(st.integers(0, 30), max_size=40),
     st.booleans(),
     st.sampled_from([MarconiPolicy, MarconiTwinPolicy]),
+    MODELS,
 )
-def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices, pool, cls) -> None:
-    _run(pairs, _capacity(tokens, states), alpha, 5.0, choices, pool, cls)
+def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices, pool, cls, model) -> None:
+    _run(pairs, _capacity(tokens, states, model), alpha, 5.0, choices, pool, cls, model)
 
 
 @SETTINGS
@@ -139,11 +151,15 @@ def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices, pool, cl
     st.lists(st.integers(0, 30), max_size=40),
     st.booleans(),
     st.sampled_from([MarconiPolicy, MarconiTwinPolicy]),
+    MODELS,
 )
-def test_tuned_online_interleaved(pairs, tokens, states, multiplier, choices, pool, cls) -> None:
+def test_tuned_online_interleaved(
+    pairs, tokens, states, multiplier, choices, pool, cls, model
+) -> None:
     """Alpha tuned online: the window, its snapshot (``marconi-twin``'s is of a cache
     that has evicted: the live tree's own, exported) and the chosen alpha are the same."""
-    python, live = _run(pairs, _capacity(tokens, states), None, multiplier, choices, pool, cls)
+    capacity = _capacity(tokens, states, model)
+    python, live = _run(pairs, capacity, None, multiplier, choices, pool, cls, model)
     assert python.policy.stats() == live.policy.stats()
 
 
@@ -175,15 +191,18 @@ def test_tuning_completes_and_memory_follows_the_cache() -> None:
 
 
 def test_engine_picks_it_only_where_exact() -> None:
-    """``marconi`` and ``marconi-twin`` on an SSM hybrid get the live cache; a subclass
-    (``oracle``), a model without SSM layers, or a workload too long for exact
-    efficiencies, the Python one."""
+    """``marconi`` and ``marconi-twin`` on an SSM hybrid or a Transformer get the live
+    cache (with sliding-window layers or without, or a pure SSM model); a subclass
+    (``oracle``) or a workload too long for exact efficiencies, the Python one."""
     policy = MarconiPolicy()
     assert isinstance(policy.make_engine_cache(HYBRID, 10**9, lambda: 1000), LiveCache)
     twin = MarconiTwinPolicy().make_engine_cache(HYBRID, 10**9, lambda: 1000)
     assert isinstance(twin, LiveCache) and not twin.reference
     assert live_cache(OraclePolicy(), HYBRID, 10**9, lambda: 1000) is None
     assert live_cache(policy, HYBRID, 10**9, lambda: 10**9) is None
-    assert live_cache(policy, get_model("tiny-transformer"), 10**9, lambda: 1000) is None
+    transformer = policy.make_engine_cache(TRANSFORMER, 10**9, lambda: 1000)
+    assert isinstance(transformer, LiveCache) and not transformer.has_ssm
+    assert isinstance(policy.make_engine_cache(get_model("tiny-swa"), 10**9, lambda: 9), LiveCache)
+    assert isinstance(policy.make_engine_cache(get_model("tiny-ssm"), 10**9, lambda: 9), LiveCache)
     cache = policy.make_engine_cache(HYBRID, 10**9, lambda: 1000)
     assert request_cache_for(cache).__class__.__name__ == "LiveRequests"

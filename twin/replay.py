@@ -21,6 +21,7 @@ import numpy as np
 
 from twin.cache import PrefillFlops, cache_stats
 from twin.cache.base import COUNTERS
+from twin.cache.kinds import KindBytes
 from twin.cache.requests import request_cache_for
 from twin.model import ModelSpec
 from twin.policies import get_policy, policy_class
@@ -155,11 +156,9 @@ def _run(
 ) -> ReplayResult:
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
-    if trace.modules:
-        cache = policy.make_cache(model, capacity)
-    else:  # the engine's cache, the policy's fastest exact one (``marconi``: compiled)
-        longest = max((len(full) for full in trace.fulls), default=0)
-        cache = policy.make_engine_cache(model, capacity, lambda: longest)
+    # The engine's cache, the policy's fastest exact one (``marconi``: compiled).
+    longest = max((len(full) for full in trace.fulls), default=0)
+    cache = policy.make_engine_cache(model, capacity, lambda: longest)
     protocol = request_cache_for(cache)
     served = []
     for full, n, mods in _requests(trace):
@@ -283,7 +282,14 @@ def _run_at(
     per_request: bool,
     alpha: float,
 ) -> ReplayResult:
-    """One replay at a fixed ``alpha`` (a worker's task in the grid's process pool)."""
+    """One replay at a fixed ``alpha`` (a worker's task in the grid's process pool):
+    compiled where that applies (:mod:`policies.compiled`), else on the policy's cache."""
+    from twin.policies.compiled import compiled_grid_runs
+
+    start = time.perf_counter()
+    runs = compiled_grid_runs(model, capacity, _requests(trace), (alpha,), policy_class(name))
+    if runs is not None:
+        return _compiled_result(trace, model, name, capacity, runs[0], per_request, start)
     return _run(trace, model, capacity, name, {**options, "alpha": alpha}, _nothing, per_request)
 
 
@@ -301,24 +307,26 @@ def _hindsight(
     grid = policy.alpha_grid
     jobs = int(options.get("jobs") or 1)
     by_flops = options.get("alpha_metric") == "flops"
-    if jobs <= 1:
-        from twin.policies.compiled import compiled_grid_runs
+    from twin.policies.compiled import compiled_grid_runs
 
+    compiled = None
+    if jobs <= 1:  # the compiled grid in one process (``jobs > 1``: each alpha, ``_run_at``)
         compiled = compiled_grid_runs(model, capacity, _requests(trace), grid, type(policy))
-        if compiled is not None:
-            for _ in range(trace.num_requests * len(grid)):
-                on_request()
-            # Scores first (hit tokens, or FLOPs saved); the full result only for the best alpha.
-            flops = PrefillFlops(model)
-            scores: list[float] = [
-                _hit_sums(flops, [(h, -1, 0) for h in run.hits])[2] if by_flops else sum(run.hits)
-                for run in compiled
-            ]
-            best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
-            best = _compiled_result(
-                trace, model, policy_name, capacity, compiled[best_i], per_request, start
-            )
-            return _best_of_grid(best, grid, best_i, scores, start)
+    if compiled is not None:
+        for _ in range(trace.num_requests * len(grid)):
+            on_request()
+        # Scores first (hit tokens, or FLOPs saved); the full result only for the best alpha.
+        flops = PrefillFlops(model)
+        scores: list[float] = [
+            _hit_sums(flops, [(h, -1, 0) for h in run.hits])[2] if by_flops else sum(run.hits)
+            for run in compiled
+        ]
+        best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
+        best = _compiled_result(
+            trace, model, policy_name, capacity, compiled[best_i], per_request, start
+        )
+        return _best_of_grid(best, grid, best_i, scores, start)
+    if jobs <= 1:
         # In Python, the grid shares the requests before its first eviction.
         runs = [
             _result(trace, model, policy_name, cache, served, per_request, start)
@@ -369,8 +377,9 @@ def _compiled_result(
     """The result of a compiled replay (:class:`policies.compiled.GridRun`) from an empty
     cache: its counters are the whole cache's."""
     c = run.counters
+    swa = KindBytes(model).swa_kv_per_token  # a node holds its window's tail of it
     held = {
-        "kv_bytes": c["kv_tokens"] * model.kv_bytes_per_token,
+        "kv_bytes": c["kv_tokens"] * (model.kv_bytes_per_token - swa) + c["swa_tokens"] * swa,
         "ssm_bytes": c["n_ckpts"] * model.ssm_checkpoint_bytes,
         **{k: c[k] for k in COUNTERS},
         "nodes": c["num_nodes"] + 1,  # the root

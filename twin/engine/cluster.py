@@ -264,7 +264,7 @@ class Cluster:
         if not host_tier:
             host_bytes = 0
         policy = get_policy(config.policy, **config.policy_options)
-        if host_bytes or workload.has_modules:
+        if host_bytes:
             cache = policy.make_cache(model, capacity)
         else:  # dedicated or in the shared pool: the policy's fastest exact one
             cache = policy.make_engine_cache(model, capacity, longest)

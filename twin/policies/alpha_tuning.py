@@ -72,6 +72,24 @@ def _score_at(
     return window_score(snapshot, model, window, alpha, policy_cls, metric)
 
 
+def _alpha_score(
+    snapshot: CacheSnapshot,
+    model: ModelSpec,
+    window: Window,
+    policy_cls: type,
+    metric: str,
+    alpha: float,
+) -> float:
+    """One alpha's score (a worker's task under ``jobs > 1``): its compiled replay where
+    that applies (:mod:`policies.compiled`), else :func:`window_score`."""
+    from twin.policies.compiled import compiled_grid_runs
+
+    runs = compiled_grid_runs(model, snapshot.capacity, window, (alpha,), policy_cls, snapshot)
+    if runs is None:
+        return window_score(snapshot, model, window, alpha, policy_cls, metric)
+    return score_hits(runs[0].hits, model, metric)
+
+
 def grid_scores(
     snapshot: CacheSnapshot,
     model: ModelSpec,
@@ -85,21 +103,24 @@ def grid_scores(
     """:func:`window_score` for every alpha of ``grid``.
 
     One process replays the grid of either Marconi as compiled code
-    (:mod:`policies.compiled`), and any other grid sharing the
-    requests before the first eviction (:func:`policies.shared_prefix.replay_grid`);
-    ``jobs > 1`` processes, or ``exhaustive``, replay each alpha on its own
+    (:mod:`policies.compiled`), and any other grid sharing the requests before
+    the first eviction (:func:`policies.shared_prefix.replay_grid`); ``jobs > 1``
+    processes replay each alpha on its own, compiled where it applies
+    (:func:`_alpha_score`); ``exhaustive`` replays each alpha on the radix tree
     (the tests' reference). The scores are the same every way.
     """
-    if jobs <= 1 and not exhaustive:
-        from twin.policies.compiled import compiled_grid_runs
+    from twin.policies.compiled import compiled_grid_runs
 
-        compiled = compiled_grid_runs(model, snapshot.capacity, window, grid, policy_cls, snapshot)
-        if compiled is not None:
-            return {run.alpha: score_hits(run.hits, model, metric) for run in compiled}
-        runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)
-        return {a: score_hits([h for h, *_ in served], model, metric) for a, _, served in runs}
-    scores = map_alphas(_score_at, (snapshot, model, window, policy_cls, metric), grid, jobs)
-    return dict(zip(grid, scores, strict=True))
+    shared = (snapshot, model, window, policy_cls, metric)
+    if exhaustive:
+        return dict(zip(grid, map_alphas(_score_at, shared, grid, jobs), strict=True))
+    if jobs > 1:
+        return dict(zip(grid, map_alphas(_alpha_score, shared, grid, jobs), strict=True))
+    compiled = compiled_grid_runs(model, snapshot.capacity, window, grid, policy_cls, snapshot)
+    if compiled is not None:
+        return {run.alpha: score_hits(run.hits, model, metric) for run in compiled}
+    runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)
+    return {a: score_hits([h for h, *_ in served], model, metric) for a, _, served in runs}
 
 
 class TunedAlpha:

@@ -9,10 +9,9 @@ Python path in the same order, so every hit is the same. The Python path
 transliteration, function by function, and ``tests/test_marconi_compiled.py``
 compares the two on random traces (hits, victims in order, counters).
 
-Where it does not apply (another policy, a model without SSM layers or with
-sliding-window ones, declared prompt modules, token ids past int32, counts past
-exact float range), :func:`compiled_grid_runs` says so (``None``) and the
-caller replays in Python.
+Where it does not apply (another policy, token ids past int32, counts past exact
+float range),
+:func:`compiled_grid_runs` says so (``None``) and the caller replays in Python.
 """
 
 from __future__ import annotations
@@ -46,16 +45,18 @@ def rules_of(policy_cls: type) -> int | None:
 
 
 def _supported_model(model: ModelSpec, policy_cls: type) -> bool:
-    if rules_of(policy_cls) is None or model.n_ssm_layers == 0:
+    """One of the two Marconi rules, on a model whose states (if it has SSM layers) cost
+    bytes: a hybrid, a pure SSM model, or a Transformer (no states: any matched prefix
+    hits), with sliding-window layers or without, whose prefill FLOPs the kernel's
+    formula gives exactly."""
+    if rules_of(policy_cls) is None:
         return False
-    if model.ssm_checkpoint_bytes <= 0 or model.kv_bytes_per_token <= 0:
+    if model.n_ssm_layers and model.ssm_checkpoint_bytes <= 0:
         return False
     flops = PrefillFlops(model)
-    return model.sliding_window is None and flops.exact and not flops.quad_window
-
-
-def _declares_modules(requests: Sequence[Any]) -> bool:
-    return any(len(req) > 2 and req[2] is not None for req in requests)
+    # One window for the bytes and the FLOPs (the kernel's ``M_WINDOW``).
+    same_window = not flops.quad_window or KindBytes(model).window == model.sliding_window
+    return flops.exact and same_window
 
 
 class CompiledTrace:
@@ -159,6 +160,7 @@ def _snapshot_columns(snap: CacheSnapshot, offset: int) -> tuple[list[np.ndarray
 def constants(model: ModelSpec, capacity: int, rules: int) -> tuple[np.ndarray, np.ndarray]:
     """``mc`` and ``mf`` of :mod:`policies.compiled.kernel` (alpha set per replay)."""
     flops = PrefillFlops(model)
+    kinds = KindBytes(model)
     mc = np.array(
         [
             capacity,
@@ -172,10 +174,12 @@ def constants(model: ModelSpec, capacity: int, rules: int) -> tuple[np.ndarray, 
             model.n_mlp_layers + model.n_moe_layers,
             rules,
             0,  # M_LIVE: a replay (``policies.compiled.live`` sets 1)
+            kinds.swa_kv_per_token,
+            kinds.window or 0,
         ],
         np.int64,
     )
-    return mc, np.array([0.0, flops.linear, flops.quad_full])
+    return mc, np.array([0.0, flops.linear, flops.quad_full, flops.quad_window])
 
 
 @dataclass
@@ -203,6 +207,7 @@ _COUNTERS = (
     "checkpoints_admitted",
     "checkpoints_hit",
     "first_eviction_clock",  # the cache clock of the request that first evicted (-1: none)
+    "swa_tokens",
 )
 
 
@@ -254,17 +259,19 @@ def compiled_grid_runs(
     """Each alpha's replay of ``requests`` from ``start`` (or an empty cache), in grid
     order; ``None`` where the compiled replay would not give exactly the Python path's
     hits (replay in Python): ``policy_cls`` must run one of the two Marconi scores
-    unchanged (:func:`rules_of`), on a model with SSM layers whose states cost bytes
-    and without sliding-window layers, on requests without declared modules, with
-    token ids that fit the children's keys, and with every FLOP and byte count below
-    2**53 (each efficiency then the same correctly rounded division as Python's).
+    unchanged (:func:`rules_of`), on a model the compiled tree runs exactly
+    (:func:`_supported_model`: a hybrid, a pure SSM model or a Transformer,
+    sliding-window layers or not), with token ids that fit the children's keys
+    (declared prompt modules are ignored, as ``PrefixCache`` ignores them), and with
+    every FLOP and byte count below 2**53 (each efficiency then the same correctly
+    rounded division as Python's).
 
     Alpha only enters the victim's choice, so every replay is the same until
     its first eviction (``policies.shared_prefix``'s rule): the first alpha runs
     in full, the requests before its first eviction are served once more, and
     every other alpha goes on from a copy of that state.
     """
-    if not _supported_model(model, policy_cls) or _declares_modules(requests):
+    if not _supported_model(model, policy_cls):
         return None
     trace = CompiledTrace(requests, start)
     if not trace.fits(model):

@@ -76,16 +76,20 @@ S_PEAK, S_PEAK_KV, S_PEAK_SSM, S_ADMITTED, S_CKHIT, S_FIRST_EVICTION = range(10,
 # A live cache's (section 4): the end of the tokens written to ``buf``, the free node
 # ids stacked, the key table's deleted slots, and the victim choices made.
 S_BUFEND, S_FREE, S_GONE, S_CHOSE = range(16, 20)
-N_SCALARS = 20
+S_SWA = 20  # sliding-window KV tokens held: every node's tail (``PrefixCache.swa_tokens``)
+N_SCALARS = 21
 # Integer constants, entries of ``mc``: capacity, bytes (KV per token of every layer,
 # of the full-attention layers, one state), the reference's FLOP terms, the rules.
 M_CAP, M_KVPT, M_FULLKV, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP, M_RULES = range(10)
 M_LIVE = 10  # 1: a live cache (section 4), 0: a replay over one trace buffer
+# Sliding-window layers (``twin.cache.kinds.KindBytes``): their KV per token (within
+# ``M_KVPT``) and the window (0: none); a node keeps the last ``window`` tokens' of it.
+M_SWAKV, M_WINDOW = 11, 12
 LIVE_NODE_SLACK = 16  # free node ids a live cache keeps before an insert
-N_CONSTANTS = 11
-# Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear and
-# full-attention quadratic coefficients (``marconi-twin``'s efficiency).
-F_ALPHA, F_LINEAR, F_QUAD = range(3)
+N_CONSTANTS = 13
+# Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear,
+# full-attention and sliding-window quadratic coefficients (``marconi-twin``'s efficiency).
+F_ALPHA, F_LINEAR, F_QUAD, F_QUADW = range(4)
 # The rules, ``mc[M_RULES]``: the authors' (marconi, oracle) or the twin's (marconi-twin).
 REFERENCE, TWIN = 0, 1
 
@@ -363,14 +367,33 @@ def reference_efficiency(depth: int, own: int, mc: np.ndarray) -> float:
 @jit
 def twin_efficiency(depth: int, own: int, ckpt: int, mc: np.ndarray, mf: np.ndarray) -> float:
     """``FlopAwareEviction``'s: ``PrefillFlops.total(own, depth - own)`` over the node's bytes."""
-    c, n = depth - own, own
+    c, n, w = depth - own, own, mc[M_WINDOW]
     saved = mf[F_LINEAR] * n
-    if mf[F_QUAD]:  # ``PrefillFlops._formula``: keys attended, ``keys_upto`` without a window
-        saved += mf[F_QUAD] * ((c + n) * (c + n + 1) // 2 - c * (c + 1) // 2)
-    held = own * mc[M_FULLKV] + (mc[M_CKB] if ckpt else 0)  # ``KindBytes.node_bytes``
+    if mf[F_QUAD]:  # ``PrefillFlops._formula``: keys attended (``keys_upto``)
+        saved += mf[F_QUAD] * (keys_upto(c + n, 0) - keys_upto(c, 0))
+    if mf[F_QUADW]:
+        saved += mf[F_QUADW] * (keys_upto(c + n, w) - keys_upto(c, w))
+    held = own * mc[M_FULLKV] + tail(mc, own) * mc[M_SWAKV]  # ``KindBytes.node_bytes``
+    held += mc[M_CKB] if ckpt else 0
     if held == 0:
         return 0.0
     return saved / held
+
+
+@jit(inline="always")
+def keys_upto(m: int, window: int) -> int:
+    """``twin.mixers.keys_upto``: keys attended by the first ``m`` causal tokens (window 0:
+    none)."""
+    if window == 0 or m <= window:
+        return m * (m + 1) // 2
+    return window * (window + 1) // 2 + (m - window) * window
+
+
+@jit(inline="always")
+def tail(mc: np.ndarray, n: int) -> int:
+    """``KindBytes.tail``: the sliding-window tokens a node of ``n`` tokens keeps."""
+    w = mc[M_WINDOW]
+    return n if w == 0 or n < w else w
 
 
 # ----- the candidate table (policies.candidate_table.CandidateTable) -------------------------
@@ -581,7 +604,13 @@ def choose_victim(st) -> int:
 @jit(inline="always")
 def _used(st) -> int:
     sc, mc = st[1], st[2]
-    return sc[S_KV] * mc[M_KVPT] + sc[S_CKPTS] * mc[M_CKB]
+    return _kv_bytes(sc, mc) + sc[S_CKPTS] * mc[M_CKB]
+
+
+@jit(inline="always")
+def _kv_bytes(sc: np.ndarray, mc: np.ndarray) -> int:
+    """``PrefixCache.kv_bytes``: every token's full-attention KV, every node's window tail."""
+    return sc[S_KV] * (mc[M_KVPT] - mc[M_SWAKV]) + sc[S_SWA] * mc[M_SWAKV]
 
 
 @jit(inline="always")
@@ -635,6 +664,7 @@ def _remove_leaf(st, v: int) -> None:
     unlink_child(nd, v)
     sc[S_GONE] += delete(kids, key(p, first_token(nd, buf, v)))
     sc[S_KV] -= nd[LEN, v]
+    sc[S_SWA] -= tail(st[2], nd[LEN, v])
     sc[S_CKPTS] -= nd[CKPT, v]
     table_drop(st, v)  # on_node_removed
     _gone(st, v)
@@ -650,6 +680,8 @@ def _merge(st, v: int) -> None:
     sc[S_GONE] += delete(kids, key(v, first_token(nd, buf, child)))
     if st[2][M_LIVE]:
         _join_edges(st, v, child)
+    upper, lower = nd[LEN, v], nd[LEN, child]
+    sc[S_SWA] += tail(st[2], upper + lower) - tail(st[2], upper) - tail(st[2], lower)
     nd[LEN, child] += nd[LEN, v]  # the child's creator holds the longer edge too
     replace_sibling(nd, v, child)
     nd[PAR, child] = nd[PAR, v]
@@ -667,8 +699,11 @@ def _merge(st, v: int) -> None:
 
 @jit
 def _tidy(st, v: int) -> None:
-    """``TreeEdits._tidy``: drop state-less leaves, fold a state-less one-child node."""
+    """``TreeEdits._tidy``: drop state-less leaves, fold a state-less one-child node (models
+    with SSM layers: a Transformer's nodes never hold a state, and nothing is tidied)."""
     nd = st[0]
+    if st[2][M_SSM] == 0:
+        return
     while v > 0 and nd[LOCK, v] == 0 and nd[CKPT, v] == 0:
         if nd[NCH, v] == 0:
             p = nd[PAR, v]
@@ -736,7 +771,10 @@ def _ending_at(st, below: int, p: int) -> int:
     replace_sibling(nd, v, upper)
     nd[PAR, upper] = parent
     put(kids, key(parent, first_token(nd, buf, upper)), upper)
+    before = nd[LEN, v]
     nd[LEN, v] -= k
+    mc = st[2]
+    st[1][S_SWA] += tail(mc, k) + tail(mc, before - k) - tail(mc, before)
     nd[PAR, v] = upper
     nd[FIRST, upper] = nd[LAST, upper] = v
     nd[PRV, v] = nd[NXT, v] = -1
@@ -748,10 +786,14 @@ def _ending_at(st, below: int, p: int) -> int:
 
 
 @jit
-def _missing(nd: np.ndarray, base: int, pos: np.ndarray, npos: int, covered: int) -> np.ndarray:
-    """``AdmissionCost._missing_ckpts``: positions on the cached path whose node has no state."""
+def _missing(st, base: int, pos: np.ndarray, npos: int, covered: int) -> np.ndarray:
+    """``AdmissionCost._missing_ckpts``: positions on the cached path whose node has no state
+    (none on a Transformer: no states to place)."""
+    nd = st[0]
     out = np.empty(npos, np.int64)
     m = 0
+    if st[2][M_SSM] == 0:
+        return out[:0]
     for j in range(npos):
         p = pos[j]
         if p > covered:
@@ -767,19 +809,41 @@ def _missing(nd: np.ndarray, base: int, pos: np.ndarray, npos: int, covered: int
 
 @jit
 def _cost(mc: np.ndarray, pos: np.ndarray, npos: int, covered: int, n_missing: int) -> int:
-    """``AdmissionCost._cost`` without sliding-window layers."""
+    """``AdmissionCost._cost``: the new tokens' KV, their window tails (and at most one
+    more tail per edge split), the states placed."""
     n_new = 0
     for j in range(npos):
         if pos[j] > covered:
             n_new += 1
     last = pos[npos - 1]
-    kv = (last - covered) * mc[M_KVPT] if last > covered else 0
+    kv = (last - covered) * (mc[M_KVPT] - mc[M_SWAKV]) if last > covered else 0
+    if mc[M_SWAKV]:
+        swa, prev = 0, covered
+        if mc[M_SSM]:  # a chain node per position past the cached path
+            for j in range(npos):
+                if pos[j] > covered:
+                    swa += tail(mc, pos[j] - prev)
+                    prev = pos[j]
+        else:  # one node to the end
+            swa += tail(mc, last - covered)
+        swa += (n_missing + 1) * tail(mc, last)
+        kv += swa * mc[M_SWAKV]
     return kv + (n_missing + n_new) * mc[M_CKB]
 
 
 @jit
 def _truncate(mc, pos, npos, covered, missing, free) -> int:
-    """``AdmissionCost._truncate`` (SSM models): how many positions of ``pos`` fit in ``free``."""
+    """``AdmissionCost._truncate``: how many positions of ``pos`` fit in ``free``. On a
+    Transformer (one position, ``pos[0]``) the tokens that fit: ``pos[0]`` is cut to them."""
+    if mc[M_SSM] == 0:
+        per = mc[M_KVPT]  # a bound: tails cost at most this
+        split = tail(mc, pos[npos - 1]) * mc[M_SWAKV] if covered else 0  # an edge split's tail
+        end = covered + (max(free - split, 0) // per if per else 0)
+        end = min(end, pos[npos - 1])
+        if end <= 0:
+            return 0
+        pos[0] = end
+        return 1
     kept = 0
     for j in range(npos):
         n_missing = 0
@@ -794,7 +858,8 @@ def _truncate(mc, pos, npos, covered, missing, free) -> int:
 
 @jit
 def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int) -> None:
-    """``TreeEdits._add_chain``: nodes cut at the positions past ``start``, all with states."""
+    """``TreeEdits._add_chain``: nodes cut at the positions past ``start``, all with states
+    (a Transformer's one node, without)."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
     chain = np.empty(npos, np.int64)
     m = 0
@@ -807,9 +872,11 @@ def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int)
         append_child(nd, parent, v)
         put(kids, key(parent, buf[s0 + prev]), v)
         nd[T, v] = sc[S_CLOCK]
-        nd[CKPT, v] = 1
-        sc[S_CKPTS] += 1
-        sc[S_ADMITTED] += 1
+        sc[S_SWA] += tail(st[2], end - prev)
+        if st[2][M_SSM]:
+            nd[CKPT, v] = 1
+            sc[S_CKPTS] += 1
+            sc[S_ADMITTED] += 1
         chain[m] = v
         m += 1
         parent, prev = v, end
@@ -830,16 +897,19 @@ def _insert(
     if npos == 0:
         return 0
     upto = pos[npos - 1]
+    if mc[M_SSM] == 0:  # Transformers: no states to place, only the end matters
+        pos[0] = upto
+        npos = 1
     base = part if part >= 0 else mnode
-    bound = mc[M_CAP] - covered * mc[M_KVPT]
-    missing = _missing(nd, base, pos, npos, covered)
+    bound = mc[M_CAP] - covered * (mc[M_KVPT] - mc[M_SWAKV])
+    missing = _missing(st, base, pos, npos, covered)
     need = _cost(mc, pos, npos, covered, len(missing))
     if need > bound:
         npos = _truncate(mc, pos, npos, covered, missing, max(bound, 0))
         if npos == 0:
             return 0
         upto = pos[npos - 1]
-        missing = _missing(nd, base, pos, npos, covered)
+        missing = _missing(st, base, pos, npos, covered)
         need = _cost(mc, pos, npos, covered, len(missing))
     pinned = False
     while need > mc[M_CAP] - _used(st):
@@ -847,12 +917,12 @@ def _insert(
             _pin(st, base)  # keep the attach point while making room
             pinned = True
         if not _evict_until(st, need):
-            missing = _missing(nd, base, pos, npos, covered)
+            missing = _missing(st, base, pos, npos, covered)
             npos = _truncate(mc, pos, npos, covered, missing, mc[M_CAP] - _used(st))
             upto = pos[npos - 1] if npos else 0
             missing = missing[missing <= upto]
             break
-        missing = _missing(nd, base, pos, npos, covered)
+        missing = _missing(st, base, pos, npos, covered)
         need = _cost(mc, pos, npos, covered, len(missing))
     added = 0
     if npos:
@@ -870,8 +940,10 @@ def _insert(
                 start = _write(st, q, s0 + covered, upto - covered) - covered
             _add_chain(st, attach, start, covered, pos, npos)
             added = upto - covered
-        else:
+        elif mc[M_SSM]:
             _touch(st, _ending_at(st, base, upto))
+        else:
+            _touch(st, base)
     if pinned:
         _unpin(st, base)
     _note_peaks(st)
@@ -882,35 +954,52 @@ def _insert(
 def _note_peaks(st) -> None:
     """``TokenStateBytes.note_peaks``."""
     sc, mc = st[1], st[2]
-    kv, ssm = sc[S_KV] * mc[M_KVPT], sc[S_CKPTS] * mc[M_CKB]
+    kv, ssm = _kv_bytes(sc, mc), sc[S_CKPTS] * mc[M_CKB]
     sc[S_PEAK] = max(sc[S_PEAK], kv + ssm)
     sc[S_PEAK_KV] = max(sc[S_PEAK_KV], kv)
     sc[S_PEAK_SSM] = max(sc[S_PEAK_SSM], ssm)
 
 
 @jit
-def _state_at(nd: np.ndarray, node: int) -> int:
-    """``PrefixCache._usable`` on a model with SSM layers: the deepest node with a state at
-    or above ``node`` (0: none)."""
-    while node != 0 and nd[CKPT, node] == 0:
-        node = nd[PAR, node]
-    return node
+def _usable(
+    nd: np.ndarray, ssm: bool, window: int, node: int, length: int, partial: int
+) -> tuple[int, int]:
+    """``PrefixCache._usable`` of a match ``(node, length, partial)``: (the node a hit resumes
+    from, 0 if none; the hit's tokens). With SSM layers the deepest node with a state at or
+    above ``node``; on a Transformer every matched token (a hit may end inside ``partial``,
+    unless that node is longer than the sliding ``window``, whose KV there was dropped: the
+    hit then resumes at its start, ``KindBytes.hit_inside_ok``)."""
+    if ssm:
+        while node != 0 and nd[CKPT, node] == 0:
+            node = nd[PAR, node]
+        return node, nd[DEP, node] if node != 0 else 0
+    if length == 0:
+        return 0, 0
+    if partial >= 0:
+        n = nd[LEN, partial]
+        start = nd[DEP, partial] - n
+        if not (length - start == n or window == 0 or n <= window):
+            return (0, 0) if node == 0 else (node, start)
+        return partial, length
+    return node, length
 
 
 @jit(inline="always")
 def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray):
     """``RequestCache``'s admission of prompt ``q[s0:s0 + plen]`` with input + output
     ``q[s0:s0 + flen]``: lookup and pin, the policy's refresh, judicious admission's
-    positions in ``pos``. Returns (hit node or 0, positions, and the walk of the input +
-    output: nodes on ``path``, length, partial) for the insert that follows."""
+    positions in ``pos``. Returns (hit node or 0, its tokens, positions, and the walk of the
+    input + output: nodes on ``path``, length, partial) for the insert that follows."""
     nd, sc, mc = st[0], st[1], st[2]
     reference = mc[M_RULES] == REFERENCE
+    ssm = mc[M_SSM] > 0
     count, length, partial = walk(nd, st[8], st[9], q, s0, flen, path)
     if reference:
         sc[S_NOW] += 1  # on_request: the lookup's tick
-    node = _state_at(nd, prefix(nd, path, count, length, partial, plen)[0])  # lookup
+    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    node, hit = _usable(nd, ssm, mc[M_WINDOW], mnode, p, part)  # lookup
     if node != 0:
-        if nd[CKHIT, node] == 0:  # lookup: a state's first hit is counted
+        if ssm and nd[CKHIT, node] == 0:  # lookup: a state's first hit is counted
             nd[CKHIT, node] = 1
             sc[S_CKHIT] += 1
         if reference:
@@ -925,8 +1014,8 @@ def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, pa
         if whole != 0:
             nd[STAMP, whole] = sc[S_NOW]
             changed(st, whole)
-    # judicious admission: speculative insertion of the prompt (PrefixCache.speculative_insert)
-    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    # judicious admission: speculative insertion of the prompt (PrefixCache.speculative_insert),
+    # on the lookup's match (pins and stamps change no edge)
     npos = 0
     if p > 0 and (part >= 0 or (nd[CKPT, mnode] == 0 and (p == plen or nd[NCH, mnode] > 0))):
         pos[0] = p
@@ -935,19 +1024,19 @@ def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, pa
     if flen > 0 and (npos == 0 or pos[0] != flen):
         pos[npos] = flen
         npos += 1
-    return node, npos, count, length, partial
+    return node, hit, npos, count, length, partial
 
 
 @jit
-def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray) -> int:
+def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray):
     """``RequestCache.serve``: lookup and pin, admission, one insert, unpin; the hit node
-    (0: none)."""
-    node, npos, count, length, partial = _admit(st, st[9], s0, plen, flen, pos, path)
+    (0: none) and its tokens."""
+    node, hit, npos, count, length, partial = _admit(st, st[9], s0, plen, flen, pos, path)
     # The insert of the whole input + output: the walk's own match.
     _insert(st, st[9], s0, pos, npos, path[count - 1], length, partial)
     if node != 0:
         _unpin(st, node)
-    return node
+    return node, hit
 
 
 @jit
@@ -993,6 +1082,7 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
         nd[CKPT, v], nd[T, v], nd[NID, v] = snap[4, i], snap[5, i], snap[6, i]
         nd[CKHIT, v] = snap[7, i]
         sc[S_KV] += nd[LEN, v]
+        sc[S_SWA] += tail(mc, nd[LEN, v])
         sc[S_CKPTS] += nd[CKPT, v]
     sc[S_NEXT] = restored + 1
     for i in range(restored):
@@ -1033,8 +1123,8 @@ def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> N
     first = sc[S_CLOCK] - i0  # the cache clock of request 0
     for i in range(i0, i1):
         sc[S_CLOCK] = first + i  # RequestCache: the admission's clock
-        node = _serve(st, starts[i], plens[i], flens[i], pos, path)
-        hits[i] = nd[DEP, node] if node != 0 else 0
+        node, hit = _serve(st, starts[i], plens[i], flens[i], pos, path)
+        hits[i] = hit
         hit_nids[i] = nd[NID, node] if node != 0 else -1
     sc[S_CLOCK] = first + i1
 
@@ -1042,16 +1132,18 @@ def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> N
 @jit
 def counters(st) -> np.ndarray:
     """Evictions, KV tokens, states, nodes (the root not counted), the peaks (bytes, KV,
-    states), states admitted, states hit, and the first evicting request's clock (-1)."""
+    states), states admitted, states hit, the first evicting request's clock (-1), and the
+    sliding-window tokens held."""
     nd, sc = st[0], st[1]
     live = 0
     for v in range(1, sc[S_NEXT]):
         if nd[PAR, v] >= 0:
             live += 1
-    out = np.empty(10, np.int64)
+    out = np.empty(11, np.int64)
     out[0], out[1], out[2], out[3] = sc[S_EVICTIONS], sc[S_KV], sc[S_CKPTS], live
     out[4], out[5], out[6] = sc[S_PEAK], sc[S_PEAK_KV], sc[S_PEAK_SSM]
     out[7], out[8], out[9] = sc[S_ADMITTED], sc[S_CKHIT], sc[S_FIRST_EVICTION]
+    out[10] = sc[S_SWA]
     return out
 
 
@@ -1232,12 +1324,12 @@ def live_shrink(st) -> None:
 @jit
 def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndarray):
     """``RequestCache.admit`` of prompt ``q[:plen]``, input + output ``q[:flen]`` at cache
-    clock ``clock``: the hit node (0: none; pinned) and how many checkpoint positions
-    ``pos`` got (``_serve`` up to its insert)."""
+    clock ``clock``: the hit node (0: none; pinned), its tokens and how many checkpoint
+    positions ``pos`` got (``_serve`` up to its insert)."""
     st = borrow(st)
     st[1][S_CLOCK] = clock
-    node, npos, _, _, _ = _admit(st, q, 0, plen, flen, pos, st[12])
-    return node, npos
+    node, hit, npos, _, _, _ = _admit(st, q, 0, plen, flen, pos, st[12])
+    return node, hit, npos
 
 
 @jit
@@ -1282,7 +1374,14 @@ def live_release(st, node: int) -> None:
 
 @jit
 def live_peek(
-    nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, path: np.ndarray, q: np.ndarray, plen: int
+    nd: np.ndarray,
+    kids: np.ndarray,
+    buf: np.ndarray,
+    path: np.ndarray,
+    q: np.ndarray,
+    plen: int,
+    ssm: bool,
+    window: int,
 ) -> int:
     """``PrefixCache.peek``: the tokens a lookup of ``q[:plen]`` would hit (changes nothing).
 
@@ -1290,5 +1389,5 @@ def live_peek(
     the state tuple: a router probes every replica for every request, and numba's dispatch
     of the 14-array tuple cost about 1 us of a probe's 3."""
     count, length, partial = walk(nd, kids, buf, q, 0, plen, path)
-    node = _state_at(nd, prefix(nd, path, count, length, partial, plen)[0])
-    return nd[DEP, node] if node != 0 else 0
+    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    return _usable(nd, ssm, window, mnode, p, part)[1]

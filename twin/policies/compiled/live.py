@@ -20,8 +20,9 @@ first victim choice (``kernel.S_CHOSE``), and takes the tuned alpha.
 Where it applies (:func:`live_cache`): ``marconi`` itself, a model the compiled
 replay supports, the engine's cache without a host tier, dedicated (``--cache-gb
 G``) or in a shared pool (``--cache-gb auto``: the pool sets its capacity and
-reclaims pages through :meth:`LiveCache.shrink_to`), a workload without declared
-prompt modules whose longest sequence keeps every efficiency exact.
+reclaims pages through :meth:`LiveCache.shrink_to`), a workload whose longest
+sequence keeps every efficiency exact (declared prompt modules are ignored, as
+``PrefixCache`` ignores them).
 """
 
 from __future__ import annotations
@@ -77,14 +78,14 @@ def _scalar(slot: str) -> Any:
 class LiveCache:
     """The compiled cache's state and what reports read of it (``cache_stats``, occupancy)."""
 
-    has_ssm = True
-
     def __init__(self, model: ModelSpec, capacity: int, policy: TunedPolicy) -> None:
         from twin.policies.compiled import constants, rules_of
         from twin.policies.compiled import kernel as k
 
         self.k = k
         self.model = model
+        # States to place (``PrefixCache.has_ssm``): a Transformer's hit is any matched prefix.
+        self.has_ssm = model.n_ssm_layers > 0
         self.policy = policy
         rules = rules_of(type(policy))
         assert rules is not None, "a live cache runs the two Marconi rules"
@@ -96,7 +97,9 @@ class LiveCache:
         self.mf = mf
         self.st = k.live_start(mc, mf, 64, 1024)
         self.sc = self.st[1]
-        self._kvpt, self._ckb = int(mc[k.M_KVPT]), int(mc[k.M_CKB])
+        self._swa = int(mc[k.M_SWAKV])  # sliding-window KV per token, a node's tail's
+        self._kvpt, self._ckb = int(mc[k.M_KVPT]) - self._swa, int(mc[k.M_CKB])
+        self._window = int(mc[k.M_WINDOW])
 
     # ----- capacity: a shared pool moves it and reclaims pages ------------------------
     @property
@@ -132,14 +135,21 @@ class LiveCache:
 
     def verify(self) -> None:
         """``PrefixCache.verify``'s invariants (tests and debugging; O(nodes)): the counters
-        match the nodes, an unpinned node holds a state or branches, the capacity holds."""
+        match the nodes, an unpinned node holds a state or branches (with SSM layers; a
+        Transformer's nodes hold none), the capacity holds."""
         k, nd = self.k, self.st[0]
         live = self.live_nodes()
         assert int(nd[k.LEN, live].sum()) == int(self.sc[k.S_KV]), "KV tokens drifted"
         assert int(nd[k.CKPT, live].sum()) == int(self.sc[k.S_CKPTS]), "states drifted"
+        lengths = nd[k.LEN, live]
+        tails = np.minimum(lengths, self._window) if self._window else lengths
+        assert int(tails.sum()) == int(self.sc[k.S_SWA]), "window tails drifted"
         for v in live:
             assert nd[k.LEN, v] > 0 and nd[k.DEP, v] == nd[k.DEP, nd[k.PAR, v]] + nd[k.LEN, v]
-            assert nd[k.LOCK, v] or nd[k.CKPT, v] or nd[k.NCH, v] >= 2, f"untidy node {v}"
+            if self.has_ssm:
+                assert nd[k.LOCK, v] or nd[k.CKPT, v] or nd[k.NCH, v] >= 2, f"untidy node {v}"
+            else:
+                assert not nd[k.CKPT, v], f"a state on a Transformer's node {v}"
         assert self.used_bytes <= self.capacity, "capacity exceeded"
 
     # ----- reads ----------------------------------------------------------------------
@@ -149,7 +159,7 @@ class LiveCache:
 
     @property
     def kv_bytes(self) -> int:
-        return int(self.sc[self.k.S_KV]) * self._kvpt
+        return int(self.sc[self.k.S_KV]) * self._kvpt + int(self.sc[self.k.S_SWA]) * self._swa
 
     @property
     def ssm_bytes(self) -> int:
@@ -175,7 +185,8 @@ class LiveCache:
         """Tokens a lookup of ``seq`` would hit now (``PrefixCache.peek``)."""
         q = np.asarray(seq, dtype=np.int32)
         st = self.st
-        return int(self.k.live_peek(st[0], st[8], st[9], st[12], q, len(q)))
+        k = self.k
+        return int(k.live_peek(st[0], st[8], st[9], st[12], q, len(q), self.has_ssm, self._window))
 
     def snapshot(self) -> CacheSnapshot:
         """``PrefixCache.snapshot``: every node in pre-order, children in insertion order
@@ -249,7 +260,6 @@ class LiveRequests:
         self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
     ) -> Admission:
         """``RequestCache.admit``: clock, the policy hears it, lookup and pin, positions."""
-        assert modules is None, "a live cache serves workloads without prompt modules"
         cache, policy, k = self.cache, self.policy, self.cache.k
         order = self.admissions
         self.admissions += 1
@@ -257,15 +267,18 @@ class LiveRequests:
         policy.on_request(cache, prompt, full)  # the window's record (and its snapshot)
         cache.mf[k.F_ALPHA] = policy.alpha  # ``marconi-twin`` tunes here
         pos = self._pos
-        node, npos = k.live_admit(cache.st, full, len(prompt), len(full), order, pos)
+        node, hit, npos = k.live_admit(cache.st, full, len(prompt), len(full), order, pos)
         if cache.reference and policy.tune_if_due(cache):  # type: ignore[union-attr]
             cache.mf[k.F_ALPHA] = policy.alpha
         n = len(prompt)
         positions = pos[:npos].tolist()
-        at_prefill = [p for p in positions if p <= n]
-        at_completion = [p for p in positions if p > n]
-        hit = Hit(int(cache.st[0][k.DEP, node]), int(node)) if node else _MISS
-        return Admission(order, prompt, full, hit, at_prefill, at_completion)
+        if cache.has_ssm:  # ``RequestCache``'s split: a Transformer's prompt goes in at the end
+            at_prefill = [p for p in positions if p <= n]
+            at_completion = [p for p in positions if p > n]
+        else:
+            at_prefill, at_completion = [], positions
+        found = Hit(int(hit), int(node)) if node else _MISS
+        return Admission(order, prompt, full, found, at_prefill, at_completion, modules)
 
     def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """``RequestCache.serve`` (a replay's request): admission, one insert of every
@@ -296,6 +309,14 @@ class LiveRequests:
             return 0
         assert adm.full is not None, "insert after release"
         return self._insert(adm.full, adm.at_completion)[1]
+
+    def insert_preempted(self, adm: Admission, tokens: int) -> int:
+        """``RequestCache.insert_preempted``: a preempted request's first ``tokens`` stay
+        cached (vLLM mode, Transformers); the tokens newly cached."""
+        assert adm.full is not None, "insert after release"
+        if tokens <= 0:
+            return 0
+        return self._insert(adm.full[:tokens], [tokens])[0]
 
     def release(self, adm: Admission) -> None:
         """``RequestCache.release``: unpin the hit (idempotent), drop the tokens."""
