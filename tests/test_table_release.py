@@ -10,6 +10,7 @@ where it is installed, and the shipped profile's fits (the twin's own numbers) e
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -19,12 +20,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from twin.calibration.aic_import import import_profile
+from twin.calibration.aic_import import fit_family, release_fits
 from twin.calibration.aic_tables import moe_rows, read_families, system_dir
 from twin.costmodel import latency as lat
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
 from twin.costmodel.table_release import newest_first, pick_version, version_key
+from twin.errors import TwinError
 from twin.precision import WEIGHT_FORMATS
 
 DATA = Path(__file__).parent / "data" / "aic" / "systems" / "data"
@@ -96,27 +98,38 @@ def test_a_release_without_a_table_falls_back(two_releases: Path) -> None:
 
 
 def test_profile_keeps_each_releases_fit_and_prices_the_release(two_releases: Path) -> None:
-    prof = import_profile("h100", "vllm", root=two_releases).profile
-    assert set(prof.table_releases) == {"moe"}
-    rel = prof.table_releases["moe"]
+    shipped = load_profile("h100", "vllm")
+    device = shipped.device
+    releases = release_fits("h100", "vllm", two_releases, {"moe"}, shipped.peaks, device)
+    assert set(releases) == {"moe"}  # every other family reads one table at any release
+    rel = releases["moe"]
     assert rel.default == "0.24.0" and set(rel.fits) == {"0.19.0"}
     assert "0.19.0" in rel.fits["0.19.0"].provenance["label"]
+    (fam,) = moe_rows(system_dir("h100", two_releases), "vllm")
+    newest = fit_family(fam, shipped.peaks, device)
+    assert newest is not None
+    prof = dataclasses.replace(
+        shipped, kernels={**shipped.kernels, "moe": newest}, table_releases=releases
+    )
     # JSON round trip keeps them; a profile without variants writes no key (old bytes)
     again = Profile.from_dict(json.loads(json.dumps(prof.to_dict())))
     assert again.table_releases["moe"].fits["0.19.0"].params == rel.fits["0.19.0"].params
-    assert "table_releases" not in import_profile("h100", "vllm", root=DATA).profile.to_dict()
+    assert "table_releases" not in dataclasses.replace(prof, table_releases={}).to_dict()
     # priced at 0.19.0: about half the newest table's time, as the tables say
-    (fam,) = moe_rows(system_dir("h100", two_releases), "vllm")
-    peaks = prof.peaks
     row = fam.rows[len(fam.rows) // 2]
     feats = (row["flops"], row["bytes"], {k: row[k] for k in ("weight_elems", "routed_elems")})
-    now = lat.predict("moe", prof.kernels["moe"].params, peaks, *feats)
+    now = lat.predict("moe", prof.kernels["moe"].params, prof.peaks, *feats)
     old = prof.at_release("0.19.0")
-    then = lat.predict("moe", old.kernels["moe"].params, peaks, *feats)
+    then = lat.predict("moe", old.kernels["moe"].params, prof.peaks, *feats)
     assert then == pytest.approx(0.5 * now, rel=0.15)
     assert old.table_picks("0.19.0") == {"moe": "0.19.0"}
     assert prof.at_release("0.24.0").kernels["moe"] is prof.kernels["moe"]
     assert prof.at_release(None) is prof
+    # a fit for a family the profile does not have is refused on load
+    bad = prof.to_dict()
+    bad["table_releases"]["gemm_nvfp4"] = bad["table_releases"].pop("moe")
+    with pytest.raises(TwinError, match=r"table_releases\.gemm_nvfp4"):
+        Profile.from_dict(bad)
 
 
 def test_minimax_h200_vllm_019_moe_prices_near_its_table() -> None:
@@ -158,3 +171,28 @@ def test_minimax_h200_vllm_019_moe_prices_near_its_table() -> None:
         and all(r[k] == v for k, v in shape.items())
     ]
     assert then == pytest.approx(measured, rel=0.3)
+
+
+def test_a_run_carries_the_release_in_its_config_and_summary() -> None:
+    from twin.engine import build_run
+    from twin.precision import with_precision
+    from twin.presets import resolve_model
+    from twin.workloads.examples import example_path
+
+    chat = example_path("chat")
+    model = with_precision(resolve_model("minimax-m2.5"), "fp8", None)
+    kw = dict(model=model, gpu="h200", cache_gb="auto", tp=8)
+    plain = build_run(chat, engine="vllm", **kw)  # type: ignore[arg-type]
+    assert plain.config.kernel_tables == ""
+    assert "kernel_tables" not in plain.profile_info  # plain runs: the newest, bytes kept
+    assert "kernel_tables" not in plain.config.to_dict()
+    picked = build_run(chat, engine="vllm==0.19.0", **kw)  # type: ignore[arg-type]
+    assert picked.config.kernel_tables == "0.19.0"
+    info = picked.profile_info["kernel_tables"]
+    assert info["release"] == "0.19.0" and info["families"]["moe_fp8"] == "0.19.0"
+    assert "vLLM 0.19.0" in picked.profile_info["provenance"]
+    assert picked.profile.kernels["moe_fp8"].params != plain.profile.kernels["moe_fp8"].params
+    # a measured row's own release wins over the modelled one standing for it
+    row = build_run(chat, engine="vllm==0.19.0", kernel_tables="0.24.0", **kw)  # type: ignore[arg-type]
+    assert row.profile_info["kernel_tables"]["families"]["moe_fp8"] == "0.24.0"
+    assert row.profile.kernels["moe_fp8"].params == plain.profile.kernels["moe_fp8"].params

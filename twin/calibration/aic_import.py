@@ -9,6 +9,11 @@ P90 and max relative error, the flagged count and the rows' provenance into each
 family. Families the tables lack (the Mamba2 scan and state update, element-wise
 passes, copies) keep the GPU's datasheet model, labelled ``datasheet``; a
 measured family can replace them later with ``twin calibrate --merge``.
+
+Where a family's table differs by engine release (vLLM 0.19.0's fused-MoE rows next to
+0.24.0's, say), the family is fitted from every release's table: ``kernels`` holds the
+newest's fit, ``table_releases`` the others' (:func:`release_fits`), and a run of a
+release prices each family from its own (``Profile.at_release``).
 """
 
 from __future__ import annotations

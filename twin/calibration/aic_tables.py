@@ -29,9 +29,9 @@ shape it came from. Which table feeds which kernel family:
 - ``moe`` and ``moe_<mode>``: ``moe_perf``'s fused-MoE rows per ``moe_dtype``
   (``twin.precision.MOE_TABLE_MODES``), ``distribution`` balanced only, gated (SwiGLU)
   kernels only (``moe_torch_flow_nongated`` is Nemotron's relu2 MLP); features per GPU
-  (``moe_row``); per dtype the newest version directory with such rows and, where
-  several kernel sources timed it, the one with the most rows (the backend the
-  collector swept: the engine's default for that format);
+  (``moe_row``); per dtype the version directory with such rows that the release
+  picks (below) and, where several kernel sources timed it, the one with the most rows
+  (the backend the collector swept: the engine's default for that format);
 - ``mla_*``: the MLA tables (``calibration.aic_mla``);
 - ``allreduce_<n>gpu``: the engine's ``custom_allreduce_perf`` (CUDA-graph backend)
   where it has the message size, NCCL ``nccl_perf`` all_reduce above that;
@@ -39,6 +39,16 @@ shape it came from. Which table feeds which kernel family:
 
 A table that mixes kernel sources is narrowed to the engine's default one for that
 GPU (``ATTENTION_SOURCES``); the chosen source travels into the profile.
+
+Which version directory: every reader takes an engine ``release`` and reads the table
+:func:`twin.costmodel.table_release.pick_version` picks for it (the newest collected at
+or before the release, as aiconfigurator's ``get_database(system, backend, version)``
+reads a version's own rows and fills from older ones; the newest without a release).
+Two tables are not the engine's: NCCL's (named by NCCL's version) and the Mamba2 conv1d
+rows (TensorRT-LLM's only): their newest stands for every release.
+:func:`release_families` lists, per family, the tables other releases read instead
+(``twin calibrate --from aiconfigurator`` fits them into the profile's
+``table_releases``).
 """
 
 from __future__ import annotations
