@@ -9,6 +9,11 @@ P90 and max relative error, the flagged count and the rows' provenance into each
 family. Families the tables lack (the Mamba2 scan and state update, element-wise
 passes, copies) keep the GPU's datasheet model, labelled ``datasheet``; a
 measured family can replace them later with ``twin calibrate --merge``.
+
+Where a family's table differs by engine release (vLLM 0.19.0's fused-MoE rows next to
+0.24.0's, say), the family is fitted from every release's table: ``kernels`` holds the
+newest's fit, ``table_releases`` the others' (:func:`release_fits`), and a run of a
+release prices each family from its own (``Profile.at_release``).
 """
 
 from __future__ import annotations
@@ -27,11 +32,12 @@ from twin.calibration.aic_tables import (
     FamilyRows,
     installed_version,
     read_families,
+    release_families,
 )
 from twin.calibration.datasheet import datasheet_profile
 from twin.calibration.fit import HOLDOUT_SHARE, fit_kernel
 from twin.costmodel import formulas as fm
-from twin.costmodel.profile import KernelFit, Profile
+from twin.costmodel.profile import KernelFit, Profile, TableReleases
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 from twin.precision import ATTN_FP8_KV, WEIGHT_FORMATS
@@ -227,6 +233,13 @@ def import_profile(
             f"{PACKAGE} {PACKAGE_VERSION} systems/{SYSTEMS[spec.name]}.yaml fp8_tc_flops / "
             "fp4_tc_flops (twin.hardware.GpuSpec)"
         )
+    releases = release_fits(gpu, engine, root, set(measured), peaks, spec.display_name, seed, keep)
+    if releases:
+        provenance["table_releases"] = (
+            "per kernel family whose table differs by engine release, the fits of the "
+            "other releases' tables (twin.costmodel.table_release: a run of release R "
+            "prices each family from the newest table at or before R)"
+        )
     profile = Profile(
         gpu=spec.name,
         device=spec.display_name,
@@ -234,8 +247,44 @@ def import_profile(
         peaks=peaks,
         kernels={k: kernels[k] for k in order if k in kernels},
         provenance=provenance,
+        table_releases=releases,
     )
     return ImportResult(profile, measured, datasheet)
 
 
-__all__ = ["ImportResult", "fit_family", "import_profile", "impossible", "split_impossible"]
+def release_fits(
+    gpu: str,
+    engine: str,
+    root: Path | None,
+    measured: set[str],
+    peaks: dict[str, float],
+    device: str,
+    seed: int = 0,
+    keep: Profile | None = None,
+) -> dict[str, TableReleases]:
+    """Per measured family whose table differs by engine release
+    (``aic_tables.release_families``), its fit from each other release's table; a fit
+    ``keep`` already holds for that family and release is kept as it is."""
+    default, others = release_families(gpu, engine, root)
+    out: dict[str, TableReleases] = {}
+    for kernel in [k for k in others if k in measured]:
+        kept = keep.table_releases.get(kernel) if keep is not None else None
+        fits: dict[str, KernelFit] = {}
+        for version, fam in sorted(others[kernel].items()):
+            fit = kept.fits.get(version) if kept is not None else None
+            fit = fit or fit_family(fam, peaks, device, seed)
+            if fit is not None:
+                fits[version] = fit
+        if fits:
+            out[kernel] = TableReleases(default=default[kernel], fits=fits)
+    return out
+
+
+__all__ = [
+    "ImportResult",
+    "fit_family",
+    "import_profile",
+    "impossible",
+    "release_fits",
+    "split_impossible",
+]

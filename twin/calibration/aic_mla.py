@@ -41,7 +41,7 @@ from twin.calibration.aic_tables import (
     _read,
     _require,
     _row,
-    latest_version,
+    release_version,
 )
 from twin.costmodel import formulas as fm
 from twin.costmodel.mla_features import (
@@ -135,12 +135,12 @@ _KERNEL_COLUMNS = ("batch_size", "isl", "num_heads", "step")
 PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({"trtllm_mla"})}
 
 
-def kernel_rows(system: Path, engine: str) -> list[FamilyRows]:
+def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """``mla_prefill`` / ``mla_decode`` (and ``_fp8kv``) from the attention-kernel tables."""
     families = []
     for phase, name in (("prefill", "context"), ("decode", "generation")):
         table_name = f"{name}_mla_perf.parquet"
-        version = latest_version(system / "mla" / engine, table_name)
+        version = release_version(system / "mla" / engine, table_name, release)
         if version is None:
             continue
         table = version / table_name
@@ -162,12 +162,12 @@ def kernel_rows(system: Path, engine: str) -> list[FamilyRows]:
     return families
 
 
-def module_rows(system: Path, engine: str) -> list[FamilyRows]:
+def module_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """``mla_module_<phase>[_<gemm>][_fp8kv]`` from the module tables."""
     families = []
     for phase, name in (("prefill", "context"), ("decode", "generation")):
         table_name = f"mla_{name}_module_perf.parquet"
-        version = latest_version(system / "mla" / engine, table_name)
+        version = release_version(system / "mla" / engine, table_name, release)
         if version is None:
             continue
         table = version / table_name
@@ -198,9 +198,9 @@ def module_rows(system: Path, engine: str) -> list[FamilyRows]:
     return families
 
 
-def bmm_rows(system: Path, engine: str) -> list[FamilyRows]:
+def bmm_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """``mla_bmm`` / ``mla_bmm_fp8``: the absorbed decode's BMMs, pre and post together."""
-    version = latest_version(system / "mla_bmm" / engine, "mla_bmm_perf.parquet")
+    version = release_version(system / "mla_bmm" / engine, "mla_bmm_perf.parquet", release)
     if version is None:
         return []
     table = version / "mla_bmm_perf.parquet"
@@ -224,9 +224,14 @@ def _sources(rows: list[dict[str, Any]]) -> str:
     return ",".join(sorted({str(r.get("kernel_source", "")) for r in rows}))
 
 
-def mla_rows(system: Path, engine: str) -> list[FamilyRows]:
-    """Every MLA family the tables have for ``engine`` on this system."""
-    return [*kernel_rows(system, engine), *bmm_rows(system, engine), *module_rows(system, engine)]
+def mla_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
+    """Every MLA family the tables have for ``engine`` on this system, each table the one
+    of engine release ``release`` (``aic_tables.release_version``; None: the newest)."""
+    return [
+        *kernel_rows(system, engine, release),
+        *bmm_rows(system, engine, release),
+        *module_rows(system, engine, release),
+    ]
 
 
 __all__ = ["DSV3", "PREFILL_SOURCES", "bmm_rows", "dims", "kernel_rows", "mla_rows", "module_rows"]

@@ -29,9 +29,9 @@ shape it came from. Which table feeds which kernel family:
 - ``moe`` and ``moe_<mode>``: ``moe_perf``'s fused-MoE rows per ``moe_dtype``
   (``twin.precision.MOE_TABLE_MODES``), ``distribution`` balanced only, gated (SwiGLU)
   kernels only (``moe_torch_flow_nongated`` is Nemotron's relu2 MLP); features per GPU
-  (``moe_row``); per dtype the newest version directory with such rows and, where
-  several kernel sources timed it, the one with the most rows (the backend the
-  collector swept: the engine's default for that format);
+  (``moe_row``); per dtype the version directory with such rows that the release
+  picks (below) and, where several kernel sources timed it, the one with the most rows
+  (the backend the collector swept: the engine's default for that format);
 - ``mla_*``: the MLA tables (``calibration.aic_mla``);
 - ``allreduce_<n>gpu``: the engine's ``custom_allreduce_perf`` (CUDA-graph backend)
   where it has the message size, NCCL ``nccl_perf`` all_reduce above that;
@@ -39,10 +39,21 @@ shape it came from. Which table feeds which kernel family:
 
 A table that mixes kernel sources is narrowed to the engine's default one for that
 GPU (``ATTENTION_SOURCES``); the chosen source travels into the profile.
+
+Which version directory: every reader takes an engine ``release`` and reads the table
+:func:`twin.costmodel.table_release.pick_version` picks for it (the newest collected at
+or before the release, as aiconfigurator's ``get_database(system, backend, version)``
+reads a version's own rows and fills from older ones; the newest without a release).
+Two tables are not the engine's: NCCL's (named by NCCL's version) and the Mamba2 conv1d
+rows (TensorRT-LLM's only): their newest stands for every release.
+:func:`release_families` lists, per family, the tables other releases read instead
+(``twin calibrate --from aiconfigurator`` fits them into the profile's
+``table_releases``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -52,6 +63,7 @@ from typing import Any
 from twin import precision as px
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
+from twin.costmodel.table_release import newest_first, pick_version
 from twin.errors import TwinError
 
 PACKAGE = "aiconfigurator-core"
@@ -104,6 +116,12 @@ class FamilyRows:
     device: str
     kernel_source: str
     tables: list[str] = field(default_factory=list)
+    # The engine release of the table read (``version``, or for an all-reduce family,
+    # whose version is empty, the custom all-reduce's); "" when no engine table was read.
+    release: str = ""
+
+    def __post_init__(self) -> None:
+        self.release = self.release or self.version
 
 
 def package_dir(needed_by: str = "--from aiconfigurator") -> Path:
@@ -151,18 +169,11 @@ def system_dir(gpu: str, root: Path | None = None) -> Path:
 
 def _versions(directory: Path, table: str) -> list[Path]:
     """Version directories under ``directory`` holding ``table``, newest first (PEP 440
-    order). Some version directories hold only a ``reuse.yaml`` pointing at an older
-    collection; they are skipped."""
-    from packaging.version import InvalidVersion, Version
-
-    def key(p: Path) -> tuple[int, Any]:
-        try:
-            return (1, Version(p.name))
-        except InvalidVersion:
-            return (0, p.name)
-
+    order: ``twin.costmodel.table_release``). Some version directories hold only a
+    ``reuse.yaml`` pointing at an older collection; they are skipped."""
     found = [p for p in directory.iterdir() if (p / table).is_file()] if directory.is_dir() else []
-    return sorted(found, key=key, reverse=True)
+    by_name = {p.name: p for p in found}
+    return [by_name[v] for v in newest_first(by_name)]
 
 
 def latest_version(directory: Path, table: str) -> Path | None:
@@ -171,11 +182,34 @@ def latest_version(directory: Path, table: str) -> Path | None:
     return versions[0] if versions else None
 
 
+def release_version(directory: Path, table: str, release: str | None) -> Path | None:
+    """The version directory under ``directory`` whose ``table`` prices engine release
+    ``release`` (``twin.costmodel.table_release.pick_version``: the newest at or before
+    it; ``None``, the newest)."""
+    by_name = {p.name: p for p in _versions(directory, table)}
+    chosen = pick_version(by_name, release)
+    return None if chosen is None else by_name[chosen]
+
+
+def table_versions(system: Path, engine: str) -> list[str]:
+    """Every version directory of ``engine``'s tables on this system, newest first: the
+    releases whose picks :func:`release_families` compares."""
+    found = {v.name for v in system.glob(f"*/{engine}/*") if v.is_dir()}
+    return newest_first(found)
+
+
 def _read(path: Path) -> list[dict[str, Any]]:
+    """The table's rows (read once per process: :func:`release_families` reads each
+    table once per release it compares; the rows are never modified)."""
+    return list(_read_once(path, path.stat().st_mtime_ns if path.exists() else 0))
+
+
+@functools.lru_cache(maxsize=64)
+def _read_once(path: Path, mtime_ns: int) -> tuple[dict[str, Any], ...]:
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(path).to_pylist()
+        return tuple(pq.read_table(path).to_pylist())
     except Exception as err:  # pyarrow raises several types for a broken file
         raise TwinError(f"{path}: cannot read the table ({err})") from None
 
@@ -235,10 +269,13 @@ def _family(
     )
 
 
-def gemm_rows(system: Path, engine: str, mode: str = "bfloat16") -> FamilyRows | None:
+def gemm_rows(
+    system: Path, engine: str, mode: str = "bfloat16", release: str | None = None
+) -> FamilyRows | None:
     """GEMMs of ``engine`` on this system in ``mode`` (``bfloat16``, or a quantised mode of
-    ``twin.precision``: family ``gemm_<mode>``)."""
-    version = latest_version(system / "gemm" / engine, "gemm_perf.parquet")
+    ``twin.precision``: family ``gemm_<mode>``), from engine release ``release``'s table
+    (:func:`release_version`; None: the newest)."""
+    version = release_version(system / "gemm" / engine, "gemm_perf.parquet", release)
     if version is None:
         return None
     table = version / "gemm_perf.parquet"
@@ -272,15 +309,21 @@ FP8_KV_FMHA = ("fp8", "bfloat16")
 
 
 def attention_rows(
-    system: Path, engine: str, phase: str, kv_cache: str = "bfloat16"
+    system: Path,
+    engine: str,
+    phase: str,
+    kv_cache: str = "bfloat16",
+    release: str | None = None,
 ) -> FamilyRows | None:
     """Context (``phase='prefill'``) or generation attention of ``engine``, full attention,
-    over a bf16 KV cache or (``kv_cache='fp8'``, family ``attn_<phase>_fp8kv``) an fp8 one."""
+    over a bf16 KV cache or (``kv_cache='fp8'``, family ``attn_<phase>_fp8kv``) an fp8 one,
+    from engine release ``release``'s table (:func:`release_version`; None: the newest)."""
     name = "context" if phase == "prefill" else "generation"
-    version = latest_version(system / "attention" / engine, f"{name}_attention_perf.parquet")
+    table_name = f"{name}_attention_perf.parquet"
+    version = release_version(system / "attention" / engine, table_name, release)
     if version is None:
         return None
-    table = version / f"{name}_attention_perf.parquet"
+    table = version / table_name
     kernel = f"attn_{phase}"
     kv_e = ELEM_BYTES
     if kv_cache == "bfloat16":
@@ -367,9 +410,13 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
     return families
 
 
-def allreduce_rows(system: Path, engine: str) -> list[FamilyRows]:
-    """One family per GPU count: the engine's graph-mode custom all-reduce, NCCL above it."""
-    custom_dir = latest_version(system / "comm" / engine, "custom_allreduce_perf.parquet")
+def allreduce_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
+    """One family per GPU count: the engine's graph-mode custom all-reduce (engine release
+    ``release``'s table: :func:`release_version`), NCCL above it. NCCL's directory is
+    named by NCCL's own version, not the engine's: its newest table stands for every
+    release."""
+    custom = "custom_allreduce_perf.parquet"
+    custom_dir = release_version(system / "comm" / engine, custom, release)
     nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
     by_size: dict[tuple[int, int], tuple[float, str, Path]] = {}
     device = ""
@@ -412,6 +459,7 @@ def allreduce_rows(system: Path, engine: str) -> list[FamilyRows]:
                 device=device,
                 kernel_source="all_reduce",
                 tables=sorted(tables),
+                release=custom_dir.name if custom_dir is not None else "",
             )
         )
     return families
@@ -451,62 +499,98 @@ def moe_row(
     return _row(kernel, feats, latency_ms, shape)
 
 
-def moe_rows(system: Path, engine: str) -> list[FamilyRows]:
-    """The fused-MoE families of ``engine``: one per expert format the tables timed."""
+def _moe_raw(table: Path, dtype: str) -> list[dict[str, Any]]:
+    """``table``'s balanced, gated rows of expert format ``dtype``."""
+    return [
+        r
+        for r in _read(table)
+        if r.get("moe_dtype") == dtype
+        and r.get("distribution") == "balanced"
+        and "nongated" not in str(r.get("kernel_source", ""))
+    ]
+
+
+def moe_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
+    """The fused-MoE families of ``engine``: one per expert format the tables timed, each
+    from the table of engine release ``release`` among the versions with rows of that
+    format (``twin.costmodel.table_release.pick_version``; None: the newest such)."""
     versions = _versions(system / "moe" / engine, "moe_perf.parquet")
     families = []
     for dtype, name in px.MOE_TABLE_MODES.items():
         fmt = px.WEIGHT_FORMATS[name]
         kernel = fmt.moe_kernel
-        for version in versions:
-            table = version / "moe_perf.parquet"
-            raw = [
-                r
-                for r in _read(table)
-                if r.get("moe_dtype") == dtype
-                and r.get("distribution") == "balanced"
-                and "nongated" not in str(r.get("kernel_source", ""))
-            ]
-            if not raw:
-                continue
-            counts: dict[str, int] = {}
-            for r in raw:
-                src = str(r.get("kernel_source", ""))
-                counts[src] = counts.get(src, 0) + 1
-            source = max(sorted(counts), key=lambda k: counts[k])
-            raw = [r for r in raw if str(r.get("kernel_source", "")) == source]
-            out = []
-            for i, r in enumerate(raw):
-                _require(r, MOE_COLUMNS, table, i)
-                out.append(moe_row(r, fmt, kernel, r["latency"]))
-            families.append(_family(kernel, table, raw, source, out))
-            break
+        timed = {v.name: v for v in versions if _moe_raw(v / "moe_perf.parquet", dtype)}
+        chosen = pick_version(timed, release)
+        if chosen is None:
+            continue
+        table = timed[chosen] / "moe_perf.parquet"
+        raw = _moe_raw(table, dtype)
+        counts: dict[str, int] = {}
+        for r in raw:
+            src = str(r.get("kernel_source", ""))
+            counts[src] = counts.get(src, 0) + 1
+        source = max(sorted(counts), key=lambda k: counts[k])
+        raw = [r for r in raw if str(r.get("kernel_source", "")) == source]
+        out = []
+        for i, r in enumerate(raw):
+            _require(r, MOE_COLUMNS, table, i)
+            out.append(moe_row(r, fmt, kernel, r["latency"]))
+        families.append(_family(kernel, table, raw, source, out))
     return families
 
 
-def _mla_rows(system: Path, engine: str) -> list[FamilyRows]:
+def _mla_rows(system: Path, engine: str, release: str | None) -> list[FamilyRows]:
     from twin.calibration.aic_mla import mla_rows  # late: it reads this module's helpers
 
-    return mla_rows(system, engine)
+    return mla_rows(system, engine, release)
 
 
-def read_families(gpu: str, engine: str, root: Path | None = None) -> list[FamilyRows]:
-    """Every kernel family the database has for ``gpu`` under ``engine``."""
+def read_families(
+    gpu: str, engine: str, root: Path | None = None, release: str | None = None
+) -> list[FamilyRows]:
+    """Every kernel family the database has for ``gpu`` under ``engine``, each from the
+    table of engine release ``release`` (``twin.costmodel.table_release``; None: the
+    newest). The Mamba2 conv1d rows are TensorRT-LLM's only, a kernel every engine shares:
+    their newest table stands for every engine and release."""
     if engine not in ENGINES:
         raise TwinError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     system = system_dir(gpu, root)
     found = [
-        gemm_rows(system, engine),
-        attention_rows(system, engine, "prefill"),
-        attention_rows(system, engine, "decode"),
+        gemm_rows(system, engine, release=release),
+        attention_rows(system, engine, "prefill", release=release),
+        attention_rows(system, engine, "decode", release=release),
         *conv1d_rows(system),
-        *allreduce_rows(system, engine),
+        *allreduce_rows(system, engine, release),
         # The precision families (twin.precision): each quantised GEMM mode, fp8 KV.
-        *(gemm_rows(system, engine, mode) for mode in fm.PRECISION_GEMMS),
-        attention_rows(system, engine, "prefill", "fp8"),
-        attention_rows(system, engine, "decode", "fp8"),
+        *(gemm_rows(system, engine, mode, release) for mode in fm.PRECISION_GEMMS),
+        attention_rows(system, engine, "prefill", "fp8", release),
+        attention_rows(system, engine, "decode", "fp8", release),
         # Issue 34: the fused-MoE experts of each format, the MLA families.
-        *moe_rows(system, engine),
-        *_mla_rows(system, engine),
+        *moe_rows(system, engine, release),
+        *_mla_rows(system, engine, release),
     ]
     return [f for f in found if f is not None and f.rows]
+
+
+def release_families(
+    gpu: str, engine: str, root: Path | None = None
+) -> tuple[dict[str, str], dict[str, dict[str, FamilyRows]]]:
+    """Per kernel family, the tables older engine releases read instead of the newest.
+
+    Returns ``(default, others)``: ``default[kernel]`` the release of the table the
+    newest pick reads (:func:`read_families` without a release), ``others[kernel]`` the
+    family as read from each other release's table, by that table's release. Every
+    version directory of the engine's tables on this GPU is asked for
+    (:func:`table_versions`); a family that reads the same table at every release has no
+    others.
+    """
+    newest = {f.kernel: f for f in read_families(gpu, engine, root)}
+    default = {k: f.release for k, f in newest.items()}
+    others: dict[str, dict[str, FamilyRows]] = {}
+    for version in table_versions(system_dir(gpu, root), engine):
+        for fam in read_families(gpu, engine, root, version):
+            base = newest.get(fam.kernel)
+            if base is None or fam.tables == base.tables or not fam.release:
+                continue
+            others.setdefault(fam.kernel, {}).setdefault(fam.release, fam)
+    return default, others

@@ -16,7 +16,15 @@ Schema::
                "allreduce_latency_s": ...},
      "kernels": {"gemm": {"model": "roofline", "params": {...},
                           "heldout_median_rel_err": 0.04, "heldout_max_rel_err": 0.12,
-                          "n_shapes": 36, "n_heldout": 9}, ...}}
+                          "n_shapes": 36, "n_heldout": 9}, ...},
+     "table_releases": {"moe_fp8": {"default": "0.24.0",
+                                    "fits": {"0.19.0": {<a kernel fit>}}}, ...}}
+
+``table_releases`` (only where a family's kernel table differs by engine release: a
+profile from NVIDIA's tables, ``twin calibrate --from aiconfigurator``) holds each
+family's fit from the other releases' tables; ``kernels`` holds the ``default``
+release's (the newest). :meth:`Profile.at_release` prices a release
+(``twin.costmodel.table_release``).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from typing import Any
 
 from twin.atomic import write_text_atomic
 from twin.costmodel.formulas import check_params, get_formula
+from twin.costmodel.table_release import pick_version
 from twin.errors import TwinError
 from twin.limits import check_json_depth
 
@@ -187,6 +196,27 @@ class KernelFit:
 
 
 @dataclass
+class TableReleases:
+    """One kernel family's fits from the tables of engine releases other than the
+    ``default`` one (whose fit is the profile's ``kernels`` entry), by release."""
+
+    default: str
+    fits: dict[str, KernelFit]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"default": self.default, "fits": {k: f.to_dict() for k, f in self.fits.items()}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> TableReleases:
+        _object(data, where)
+        fits = _object(data.get("fits"), f"{where}.fits")
+        return cls(
+            default=_text(data.get("default"), f"{where}.default"),
+            fits={k: KernelFit.from_dict(v, f"{where}.fits.{k}") for k, v in fits.items()},
+        )
+
+
+@dataclass
 class Profile:
     """Fitted kernel models of one device; see the module docstring for the schema."""
 
@@ -201,6 +231,8 @@ class Profile:
     # Host overhead per layer kind beyond the kernels (calibration.overhead):
     # {"mode": "add" | "max", "model": ..., "seconds": {"attention": s, ...}}; None: not measured.
     layer_overhead: dict[str, Any] | None = None
+    # Per kernel family, its fits from other engine releases' tables (module docstring).
+    table_releases: dict[str, TableReleases] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         try:
@@ -219,7 +251,14 @@ class Profile:
         for key in REQUIRED_PEAKS:
             if self.peaks.get(key) is None:
                 raise TwinError(f"profile {self.gpu!r}: peaks.{key}: missing (a positive peak)")
-        for name, fit in self.kernels.items():
+        fits = list(self.kernels.items())
+        for name, rel in self.table_releases.items():
+            if name not in self.kernels:
+                raise TwinError(
+                    f"profile {self.gpu!r}: table_releases.{name}: no kernel {name!r} to vary"
+                )
+            fits += [(name, f) for f in rel.fits.values()]
+        for name, fit in fits:
             formula = get_formula(name)
             _upgrade(fit, formula.model_name)
             if fit.model != formula.model_name:
@@ -251,6 +290,39 @@ class Profile:
                 _in_range(
                     v, f"layer_overhead.seconds.{kind}", 0.0, MAX_OVERHEAD_S, "s", low_open=False
                 )
+
+    def table_picks(self, release: str | None) -> dict[str, str]:
+        """Per kernel family whose table differs by engine release, the release of the
+        table that prices ``release`` (:func:`~twin.costmodel.table_release.pick_version`:
+        the newest at or before it; ``release`` empty: each family's default, the newest)."""
+        picks = {}
+        for name, rel in self.table_releases.items():
+            chosen = pick_version([rel.default, *rel.fits], release) if release else None
+            picks[name] = chosen or rel.default
+        return picks
+
+    def at_release(self, release: str | None) -> Profile:
+        """This profile pricing engine release ``release``: each family with fits from
+        several releases' tables takes the fit of :meth:`table_picks`; itself when
+        ``release`` is empty or no family varies."""
+        if not release or not self.table_releases:
+            return self
+        kernels = dict(self.kernels)
+        for name, chosen in self.table_picks(release).items():
+            if chosen != self.table_releases[name].default:
+                kernels[name] = self.table_releases[name].fits[chosen]
+        return Profile(
+            gpu=self.gpu,
+            device=self.device,
+            source=self.source,
+            peaks=self.peaks,
+            kernels=kernels,
+            provenance=self.provenance,
+            transferred_from=self.transferred_from,
+            dtype=self.dtype,
+            layer_overhead=self.layer_overhead,
+            table_releases=self.table_releases,
+        )
 
     # ------------------------------------------------------------ display
     @property
@@ -316,6 +388,8 @@ class Profile:
         }
         if self.layer_overhead is not None:
             out["layer_overhead"] = self.layer_overhead
+        if self.table_releases:
+            out["table_releases"] = {k: v.to_dict() for k, v in self.table_releases.items()}
         return out
 
     @classmethod
@@ -342,6 +416,10 @@ class Profile:
                 else _text(transferred, "transferred_from"),
                 dtype=_text(data.get("dtype", "bfloat16"), "dtype"),
                 layer_overhead=_overhead(data.get("layer_overhead")),
+                table_releases={
+                    k: TableReleases.from_dict(v, f"table_releases.{k}")
+                    for k, v in _object(data.get("table_releases") or {}, "table_releases").items()
+                },
             )
         except _Bad as bad:
             raise TwinError(f"{where}: {bad}") from None

@@ -93,6 +93,12 @@ class EngineConfig:
     engine_release: str = _opt(
         "", "the engine's release whose rules, defaults and flag names ran (twin.engine.releases)"
     )
+    kernel_tables: str = _opt(
+        "",
+        "the engine release whose kernel tables price the steps (a measured run's own "
+        "release, or the one --engine NAME==VERSION picks: twin.costmodel.table_release); "
+        "empty: each kernel family's newest table",
+    )
     engine_flags: dict[str, str] = field(
         default_factory=dict, metadata={"help": "the engine flags given with --set"}
     )
@@ -404,6 +410,7 @@ _OMITTED_AT_DEFAULT = (
     "shared_pool",
     "engine",
     "engine_release",
+    "kernel_tables",
     "engine_flags",
     "preemption",
     "state_slots",

@@ -198,6 +198,9 @@ class Run:
             "provenance": provenance_label(self.model, p),
             # Which precision was priced; absent for bf16, so bf16 summaries keep their bytes.
             **px.info(self.model),
+            # Which engine release's kernel tables priced the steps, and per family whose
+            # table differs by release the table read; absent without a release (newest).
+            **_tables_info(p, self.config.kernel_tables),
         }
 
     def horizon_s(self) -> float:
@@ -337,10 +340,15 @@ def build_run(
     mode = get_mode(engine)
     kernels = mode.kernels if engine is not None else None
     gpu, decode_gpu, settings = split_pools(gpu, profile, settings)
+    if mode.release is not None and kernels is not None and not settings.get("kernel_tables"):
+        # --engine NAME==VERSION: that release's kernel tables (a measured row may name its own).
+        settings["kernel_tables"] = mode.release.version
+    tables = settings.get("kernel_tables") or None
     prof = resolve_profile(gpu, None if profile is None else Path(profile), kernels)
+    prof = prof.at_release(tables)
     dprof = prof
     if decode_gpu != gpu:
-        dprof = resolve_profile(decode_gpu, None, kernels)
+        dprof = resolve_profile(decode_gpu, None, kernels).at_release(tables)
         if dprof.gpu != prof.gpu:
             settings["decode_gpu"] = dprof.gpu
     if duration_s is not None:
@@ -371,6 +379,14 @@ def build_run(
             workload = longer
     wl = workload if isinstance(workload, Workload) else Workload.open(Path(workload))
     return Run(wl, spec, prof, _pricer(spec, prof, config), config, decode)
+
+
+def _tables_info(profile: Any, release: str) -> dict[str, Any]:
+    """The summary's ``kernel_tables``: the engine release asked for and, per kernel family
+    whose table differs by release, the release of the table that priced it."""
+    if not release:
+        return {}
+    return {"kernel_tables": {"release": release, "families": profile.table_picks(release)}}
 
 
 def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:

@@ -1183,6 +1183,9 @@ def predict(plan: RowPlan) -> dict[str, Any]:
                 # The modelled release standing for the measured one (vLLM 0.11-0.19 ->
                 # 0.19.0, SGLang 0.5.1-0.5.10.post1 -> 0.5.10.post1): its defaults.
                 engine=measured_mode(plan.engine, row.backend_version),
+                # The kernel tables of the row's own release (twin.costmodel.table_release);
+                # a release that is no version number: the modelled one's above.
+                kernel_tables=kernel_tables(row.backend_version),
                 cache_gb="auto",
                 tp=plan.tp,
                 ep=plan.ep,
@@ -1215,6 +1218,14 @@ def predict(plan: RowPlan) -> dict[str, Any]:
         "twin_sim_s": float(summary.cluster.sim_end_s or math.nan),
         "twin_wall_s": wall,
     }
+
+
+def kernel_tables(version: str) -> str:
+    """``build_run``'s ``kernel_tables`` for a row run at engine ``version``: that release
+    when it is a version number, else "" (``--engine NAME==VERSION``'s release then)."""
+    from twin.costmodel.table_release import version_key
+
+    return version if version_key(version) is not None else ""
 
 
 AIC_NOT_INSTALLED = "aiconfigurator not installed"
