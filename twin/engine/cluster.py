@@ -396,11 +396,15 @@ class Cluster:
         self._own_acceptance(req)
         if replica is None:
             replica = self._route(req)
+        self._note_arrival()
+        return replica.submit(req, arrival_s)
+
+    def _note_arrival(self) -> None:
+        """A request reached the engine now (the run's first and last arrival times)."""
         now = self.env.now
         if self._first_arrival_s is None:
             self._first_arrival_s = now
         self._last_arrival_s = now
-        return replica.submit(req, arrival_s)
 
     def _own_acceptance(self, req: Request) -> None:
         """With speculative decoding, a request with its own acceptance rate (the
