@@ -5,10 +5,11 @@ the prefill starts (which waits for it); vLLM pulls the whole prompt after the p
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from test_disagg import _disagg, _drained, _records, _tight
-from test_engine_helpers import LinearPricer, generated, run, single_turns
+from test_engine_helpers import LinearPricer, generated, run, single_turns, write_rows
 
 from twin.engine.disagg import (
     AFTER_PREFILL,
@@ -19,6 +20,7 @@ from twin.engine.disagg import (
 )
 from twin.presets import get_model
 from twin.workloads.reader import Workload
+from twin.workloads.schema import WorkloadRow
 
 # The timeline's columns by position (twin.engine.disagg.TIMELINE_COLUMNS).
 PREFILL_END, RESERVED, START, END, TAIL, EARLY = 4, 5, 6, 7, 11, 12
@@ -32,9 +34,7 @@ def test_engines_have_their_hand_off():
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
-def test_with_chunked_prefill_sglang_leaves_only_the_last_chunk_after_the_prefill(
-    tmp_path, engine
-):
+def test_with_chunked_prefill_sglang_leaves_only_the_last_chunk_after_the_prefill(tmp_path, engine):
     """One 1,024-token prompt prefilled in four 256-token chunks over a link that moves a
     chunk's KV in 1 ms (a chunk's step takes about 3.6 ms, so it keeps up). SGLang sends
     chunks 1-3 as they end: after the prefill only the last chunk's KV and the state go
@@ -176,3 +176,76 @@ def test_sglang_conservation_and_the_timeline_with_chunks(tmp_path):
             assert t["transfer_start_s"][i] < t["prefill_end_s"][i]
         early += t["early_bytes"][i]
     assert early > 0 and pools["transfer"]["early_bytes"] == early
+
+
+def _two_requests(path, n: int, follow_up: bool):
+    """Two single-turn sessions 1 s apart: a prompt of ``n`` tokens, then the same prompt
+    (or, ``follow_up``, it with the first's output and 256 tokens more)."""
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(0, 30000, n, dtype=np.int32)
+    out = rng.integers(0, 30000, 4, dtype=np.int32)
+    second = np.concatenate([prompt, out, rng.integers(0, 30000, 256, dtype=np.int32)])
+    rows = [
+        WorkloadRow(0, 0, 0.0, None, prompt, False, out, 4),
+        WorkloadRow(1, 0, 1.0, None, second if follow_up else prompt, False, None, 4),
+    ]
+    return write_rows(path, rows)
+
+
+@pytest.mark.parametrize(("name", "policy"), [("llama-3-8b", "marconi"), ("tiny-hybrid", "sglang")])
+def test_a_shared_kv_tier_serves_a_prefix_another_prefill_worker_computed(tmp_path, name, policy):
+    """2P1D, round-robin: the second request goes to the other prefill worker, whose GPU
+    has nothing; with a shared store it loads the first's prefix from there (a hybrid's
+    only at a checkpoint with its state), priced over the NIC, and computes the rest."""
+    n = 1024
+    path = _two_requests(tmp_path / "w.parquet", n, follow_up=True)
+    model = get_model(name)
+    config = _disagg(2, 1, cache_bytes=int(20e9), policy=policy)
+    _, _, plain = _records(path, model, LinearPricer(), config)
+    cluster, stats, shared = _records(
+        path, model, LinearPricer(), {**config, "shared_kv_tier_bytes": int(50e9)}
+    )
+    plain_second = max(plain, key=lambda r: r.arrival_s)
+    second = max(shared, key=lambda r: r.arrival_s)
+    assert {r.replica for r in shared} == {0, 1}  # one on each prefill worker
+    # The first's prefill request (its prompt and first token) was cached whole there.
+    assert plain_second.hit_tokens == 0 and second.hit_tokens == n + 1
+    tier = stats.pools["shared_tier"]
+    looked = 2 * n + 4 + 256
+    assert tier["lookups"] == 2 and tier["looked_up_tokens"] == looked
+    assert tier["requests_hit"] == 1 and tier["loaded_tokens"] == n + 1
+    assert tier["hit_rate_tokens"] == (n + 1) / looked
+    store = cluster.shared_tier
+    state = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
+    load = (second.hit_tokens * store.kv_per_token_gpu + state) / store.link.bw_per_gpu
+    assert tier["load_s"] == pytest.approx(load + store.link.latency_s)
+    if model.n_ssm_layers:
+        assert tier["checkpoints_hit"] == 1
+    # The load is cheaper than the prefill it saves (LinearPricer: 10 us a token).
+    assert second.ttft_s < plain_second.ttft_s
+
+
+def test_a_hybrid_shared_tier_hit_is_an_exact_checkpoint(tmp_path):
+    """Marconi's policy keeps a single-turn request's state only after its last token
+    (prompt + output): a second request with the same prompt finds no checkpoint within
+    its prompt in the store, so nothing is loaded (the exact-checkpoint rule)."""
+    path = _two_requests(tmp_path / "w.parquet", 1024, follow_up=False)
+    model = get_model("tiny-hybrid")
+    config = _disagg(2, 1, cache_bytes=int(20e9), policy="marconi")
+    _, stats, records = _records(
+        path, model, LinearPricer(), {**config, "shared_kv_tier_bytes": int(50e9)}
+    )
+    tier = stats.pools["shared_tier"]
+    assert tier["checkpoints_admitted"] >= 1 and tier["kv_bytes"] > 0
+    assert tier["requests_hit"] == 0 and tier["loaded_tokens"] == 0
+    assert all(r.hit_tokens == 0 for r in records)
+
+
+def test_the_shared_kv_tier_flag_is_refused_where_it_cannot_be(tmp_path):
+    from twin.engine.config import EngineConfig
+    from twin.errors import TwinError
+
+    with pytest.raises(TwinError, match="--shared-kv-tier: a store the pools"):
+        EngineConfig(shared_kv_tier_bytes=10**9)
+    with pytest.raises(TwinError, match="--shared-kv-tier: not modelled with a host"):
+        EngineConfig(**_disagg(1, 1, shared_kv_tier_bytes=10**9, host_cache_bytes=10**9))

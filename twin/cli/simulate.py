@@ -220,6 +220,14 @@ def simulate(
         "prompt tokens it does not hold (SGLang's --disaggregation-decode-enable-radix-cache, "
         "vLLM's decode instance with prefix caching).",
     ),
+    shared_kv_tier: float | None = typer.Option(
+        None,
+        "--shared-kv-tier",
+        min=0.0,
+        help="GB of a KV store every prefill worker shares (Mooncake's store under SGLang's "
+        "HiCache): a prefix missing on a worker's GPU is loaded from it over the GPUs' NICs; "
+        "the summary's pools.shared_tier gives its hit rate.",
+    ),
     slo: list[str] = typer.Option(
         [],
         "--slo",
@@ -342,6 +350,10 @@ def simulate(
             ("prefill_dp_attention", prefill_dp_attention),
             ("decode_dp_attention", decode_dp_attention),
             ("decode_prefix_cache", decode_prefix_cache or None),
+            (
+                "shared_kv_tier_bytes",
+                int(shared_kv_tier * 1e9) if shared_kv_tier is not None else None,
+            ),
         )
         if value is not None
     }

@@ -75,17 +75,20 @@ from typing import Any
 import numpy as np
 
 from twin import mixers as mx
+from twin.cache import cache_stats
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster, RunStats
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
+from twin.engine.memory_strategies import HostTier
 from twin.engine.replica import Replica, Seq
 from twin.engine.sim import Event
 from twin.errors import TwinError
 from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, GB, GPUS
 from twin.metrics import RequestRecord
 from twin.model import ModelSpec
-from twin.parallel import Layout, check_layout, kv_head_share
+from twin.parallel import Layout, check_layout, kv_bytes_per_token_per_gpu, kv_head_share
+from twin.policies import get_policy
 from twin.workloads.reader import Request, Workload
 
 KV_LINKS = ("ib", "nvlink")
@@ -498,6 +501,78 @@ class DecodeReplica(Replica):
         return 0
 
 
+class _StoreView:
+    """The shared store's cache structure as each prefill worker's request cache sees it:
+    every worker sets the clock to its own admission count (``RequestCache._admit``), so
+    the store keeps its own (one tick a lookup) for its recency; it counts the lookups and
+    the prompt tokens looked up (the hit rate's denominator)."""
+
+    def __init__(self, cache: Any) -> None:
+        self._cache = cache
+        self._tick = 0
+        self.lookups = self.looked_up_tokens = 0
+
+    def set_clock(self, order: int) -> None:
+        self._tick += 1
+        self._cache.set_clock(self._tick)
+
+    def peek(self, prompt: Any) -> int:
+        self.lookups += 1
+        self.looked_up_tokens += len(prompt)
+        return int(self._cache.peek(prompt))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cache, name)
+
+
+class SharedKvTier(HostTier):
+    """``--shared-kv-tier``: one KV store under every prefill worker's cache, as
+    Mooncake's store serves SGLang's HiCache (``--hicache-storage-backend mooncake``,
+    SGLang 0.5.10.post1 ``mem_cache/storage/mooncake_store``): a prefix a worker's GPU
+    lacks is looked up there and, if longer, loaded before the prefill can use it; what a
+    worker caches is written there too (write-through, off the critical path: HiCache's
+    storage backup runs in its own thread). The store is the run's policy's own structure
+    (a hybrid's states only at its exact checkpoints, as in any tier: ``RequestCache``).
+
+    A load moves each GPU's share of the hit's KV (and of a hybrid's state) over that
+    GPU's NIC (:data:`IB_BW_PER_GPU`, :data:`IB_LATENCY_S`; Mooncake's transfer engine
+    reads the store's memory by RDMA), its seconds added to the request's first step,
+    not overlapped. The loads do not queue behind the KV transfers on the same NIC.
+    The decode workers do not read it (SGLang's decode worker has no HiCache)."""
+
+    def __init__(self, cache: Any, model: ModelSpec, tp: int) -> None:
+        self.store = _StoreView(cache)
+        super().__init__(self.store, None, "write_through")  # type: ignore[arg-type]
+        self.kv_per_token_gpu = float(kv_bytes_per_token_per_gpu(model, Layout(tp)))
+        self.state_bytes_gpu = (model.ssm_checkpoint_bytes if model.n_ssm_layers else 0) / tp
+        self.link = kv_link("ib", None, EngineConfig())
+        self.hits = 0  # admissions that loaded a prefix from the store
+
+    def load_time(self, tokens: int, states: int) -> float:
+        gpu_bytes = tokens * self.kv_per_token_gpu + states * self.state_bytes_gpu
+        _, seconds = self.link.seconds(gpu_bytes)
+        self.loaded_tokens += tokens
+        self.load_s += seconds
+        self.hits += 1
+        return seconds
+
+    def summary(self) -> dict[str, Any]:
+        """The summary's ``pools.shared_tier``: capacity, contents, the hit rate."""
+        store = self.store
+        looked = store.looked_up_tokens
+        return {
+            **cache_stats(store),
+            "capacity_bytes": store.capacity,
+            "lookups": store.lookups,
+            "requests_hit": self.hits,
+            "looked_up_tokens": looked,
+            "loaded_tokens": self.loaded_tokens,
+            "hit_rate_tokens": self.loaded_tokens / looked if looked else None,
+            "load_s": self.load_s,
+            **{f"load_{k}": v for k, v in self.link.to_dict().items() if k != "link"},
+        }
+
+
 # The per-request timeline (``pd_timeline.parquet``), in column order.
 TIMELINE_COLUMNS = (
     "row",
@@ -550,6 +625,7 @@ class DisaggCluster(Cluster):
         self.gpu = gpu  # the prefill pool's (the run's) GPU
         self._decode_pool = decode  # read by _replica_setup while the replicas are built
         self._rank: tuple[EngineConfig, StepPricer, float] | None = None  # a DP rank's
+        self.shared_tier: SharedKvTier | None = None  # built with the first prefill worker
         super().__init__(model, pricer, config, workload, on_record)
         self.decode_pool = decode or WorkerPool(config, pricer, self.budget, gpu)
         self.link = link or kv_link(config.kv_link, None, config)
@@ -600,6 +676,18 @@ class DisaggCluster(Cluster):
         self.timeline: list[tuple[float, ...]] = []
         self.prefilled = self.transferred = 0
         self.transfer_bytes = self.early_bytes = 0
+
+    def _shared_tier(self, i: int) -> HostTier | None:
+        """The prefill workers' shared KV store (``--shared-kv-tier``), built once."""
+        config = self.config
+        if i >= self.n_prefill or not config.shared_kv_tier_bytes:
+            return None
+        if self.shared_tier is None:
+            cache = get_policy(config.policy, **config.policy_options).make_cache(
+                self.model, config.shared_kv_tier_bytes
+            )
+            self.shared_tier = SharedKvTier(cache, self.model, config.tp)
+        return self.shared_tier
 
     def _replica_kind(self, i: int) -> tuple[type[Replica], bool]:
         # Prefill workers are the run's replicas; decode workers keep no host tier.
@@ -969,13 +1057,16 @@ class DisaggCluster(Cluster):
             transfer.update(self.rank_mapping())
         if self.config.decode_prefix_cache:
             transfer["decode_hit_tokens"] = sum(w.hit_tokens for w in self.decode)
-        return {
+        out = {
             "layout": f"{p}P{len(self._units)}D",
             "tp": tp,
             "prefill": prefill,
             "decode": decode,
             "transfer": transfer,
         }
+        if self.shared_tier is not None:
+            out["shared_tier"] = self.shared_tier.summary()
+        return out
 
     def rank_mapping(self) -> dict[str, Any]:
         """Which prefill GPUs send to which decode GPUs, and the bytes per token at each
