@@ -303,6 +303,9 @@ def simulate(
         --prefill-gpu h200 --decode-gpu h100 --prefill-tp 2 --decode-tp 4 --session-rate 2 \
         --duration 120 --out sim-mixed
 
+      twin simulate -m llama-3-8b --engine sglang --prefill-workers 2 --decode-workers 2 \
+        --shared-kv-tier 100 --session-rate 2 --duration 60 --out sim-store
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache. Speculative decoding (vLLM's and
     TensorRT-LLM's speculative_config, SGLang's speculative_* flags) prices each step
