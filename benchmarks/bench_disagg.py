@@ -1,6 +1,7 @@
 """Aggregated vs disaggregated serving on the same GPUs (issue 36, first part).
 
-Run: ``python benchmarks/bench_disagg.py [--quick] [--results PATH]``.
+Run: ``python benchmarks/bench_disagg.py [--quick] [--results PATH] [--engine NAME]``
+(``--engine sglang``: the same runs under SGLang's rules; the results file is vLLM's).
 
 The load: the ``fixed`` generator's benchmark requests (4,096 input tokens, 256 output
 tokens, no shared prefix), Poisson at several request rates for 300 simulated seconds
@@ -51,12 +52,12 @@ def workload(path: Path, rate: float) -> Path:
     return path
 
 
-def one(path: Path, rate: float, layout: dict[str, Any]) -> dict[str, Any]:
+def one(path: Path, rate: float, layout: dict[str, Any], engine: str = ENGINE) -> dict[str, Any]:
     run = build_run(
         path,
         model=MODEL,
         gpu=GPU,
-        engine=ENGINE,
+        engine=engine,
         cache_gb="auto",
         session_rate=rate,
         duration_s=DURATION_S,
@@ -87,7 +88,7 @@ def one(path: Path, rate: float, layout: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def plan_at(path: Path, rate: float, out: Path) -> dict[str, Any]:
+def plan_at(path: Path, rate: float, out: Path, engine: str = ENGINE) -> dict[str, Any]:
     """The plan over agg/1p1d/1p2d at ``rate``: the winner and aggregated serving's fewest."""
     from twin.reports.plan import plan
 
@@ -100,7 +101,7 @@ def plan_at(path: Path, rate: float, out: Path) -> dict[str, Any]:
         session_rate=rate,
         duration_s=DURATION_S,
         gpus=[GPU],
-        engines=[ENGINE],
+        engines=[engine],
         tp=[1],
         layouts=["agg", "1p1d", "1p2d"],
     )
@@ -125,7 +126,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--results", type=Path, default=Path("benchmarks/results/disagg.json"))
+    ap.add_argument("--engine", default=ENGINE, help="engine mode (the results: vllm)")
     args = ap.parse_args()
+    engine = args.engine
     rates = [1.0, 2.0] if args.quick else [1.0, 2.0, 3.0, 4.0]
     groups = {
         2: [{"replicas": 2}, {"prefill_workers": 1, "decode_workers": 1}],
@@ -143,7 +146,7 @@ def main() -> None:
             for gpus, layouts in groups.items():
                 base = None
                 for layout in layouts:
-                    r = one(path, rate, layout)
+                    r = one(path, rate, layout, engine)
                     r["rate"] = rate
                     r["gpus"] = gpus
                     if base is None:
@@ -153,18 +156,21 @@ def main() -> None:
                     rows.append(r)
                     print(json.dumps(r), flush=True)
             mixed = one(
-                path, rate, {"prefill_workers": 1, "decode_workers": 1, "decode_gpu": "h100"}
+                path,
+                rate,
+                {"prefill_workers": 1, "decode_workers": 1, "decode_gpu": "h100"},
+                engine,
             )
             mixed["rate"], mixed["gpus"], mixed["decode_gpu"] = rate, 2, "h100"
             rows.append(mixed)
             print(json.dumps(mixed), flush=True)
-            plans.append(plan_at(path, rate, Path(tmp) / f"plan-{rate:g}"))
+            plans.append(plan_at(path, rate, Path(tmp) / f"plan-{rate:g}", engine))
             print(json.dumps(plans[-1]), flush=True)
     result = {
         "what": "aggregated vs disaggregated on the same GPUs; P95 TPOT against a target",
         "model": MODEL,
         "gpu": GPU,
-        "engine": ENGINE,
+        "engine": engine,
         "workload": "fixed: isl 4096, osl 256, Poisson requests",
         "duration_s": DURATION_S,
         "tpot_target_s": TPOT_TARGET_S,

@@ -222,6 +222,14 @@ def simulate(
         "prompt tokens it does not hold (SGLang's --disaggregation-decode-enable-radix-cache, "
         "vLLM's decode instance with prefix caching).",
     ),
+    shared_kv_tier: float | None = typer.Option(
+        None,
+        "--shared-kv-tier",
+        min=0.0,
+        help="GB of a KV store every prefill worker shares (Mooncake's store under SGLang's "
+        "HiCache): a prefix missing on a worker's GPU is loaded from it over the GPUs' NICs; "
+        "the summary's pools.shared_tier gives its hit rate.",
+    ),
     slo: list[str] = typer.Option(
         [],
         "--slo",
@@ -300,6 +308,9 @@ def simulate(
         --prefill-gpu h200 --decode-gpu h100 --prefill-tp 2 --decode-tp 4 --session-rate 2 \
         --duration 120 --out sim-mixed
 
+      twin simulate -m llama-3-8b --engine sglang --prefill-workers 2 --decode-workers 2 \
+        --shared-kv-tier 100 --session-rate 2 --duration 60 --out sim-store
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache. Speculative decoding (vLLM's and
     TensorRT-LLM's speculative_config, SGLang's speculative_* flags) prices each step
@@ -347,6 +358,10 @@ def simulate(
             ("prefill_dp_attention", prefill_dp_attention),
             ("decode_dp_attention", decode_dp_attention),
             ("decode_prefix_cache", decode_prefix_cache or None),
+            (
+                "shared_kv_tier_bytes",
+                int(shared_kv_tier * 1e9) if shared_kv_tier is not None else None,
+            ),
         )
         if value is not None
     }

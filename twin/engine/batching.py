@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -122,6 +122,10 @@ class ContinuousBatching:
         # give it back while they wait, and go ahead of the preempted requests, which wait
         # to take memory again (:meth:`_preempted_from`).
         self.arrivals_reserved = False
+        # A disaggregated prefill worker's scheduler under SGLang's per-chunk sends (set by
+        # ``twin.engine.disagg``): called at a step's end for each sequence whose prefill
+        # chunk ended and whose prefill goes on (its ``ctx`` tokens computed so far).
+        self.on_chunk: Callable[[Seq], None] | None = None
 
     def _enqueue(self, seq: Seq) -> None:
         """An arrival joins the queue: at its end, or a decode worker's ahead of the
@@ -452,6 +456,8 @@ class ContinuousBatching:
             seq.ctx += c
             seq.prefill_left -= c
             if seq.prefill_left:
+                if self.on_chunk is not None:
+                    self.on_chunk(seq)
                 continue
             prefilled.append(seq)
             self.prefilling.popleft()  # chunks go to the front first: finished ones lead

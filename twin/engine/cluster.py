@@ -29,7 +29,7 @@ from twin.cache.prefix_cache import PrefixCache
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.memory_rules import held_bytes, pool_bytes
-from twin.engine.memory_strategies import HOST_TIERS, MemorySetup, get_memory, memory_mode
+from twin.engine.memory_strategies import HOST_TIERS, HostTier, MemorySetup, get_memory, memory_mode
 from twin.engine.replica import Replica, Seq
 from twin.engine.router import get_router
 from twin.engine.sim import Environment, Event, Process
@@ -248,6 +248,11 @@ class Cluster:
         cluster's decode workers are another class, without one)."""
         return Replica, True
 
+    def _shared_tier(self, i: int) -> HostTier | None:
+        """A tier under replica ``i``'s cache that other replicas share (a disaggregated
+        cluster's shared KV store); ``None``: its own host tier, if any."""
+        return None
+
     def _replica_setup(self, i: int) -> tuple[EngineConfig, StepPricer, float]:
         """Replica ``i``'s configuration, step prices and memory budget (a disaggregated
         cluster's decode pool may have its own GPU and layout)."""
@@ -263,8 +268,9 @@ class Cluster:
         host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
         if not host_tier:
             host_bytes = 0
+        shared = self._shared_tier(i)
         policy = get_policy(config.policy, **config.policy_options)
-        if host_bytes:
+        if host_bytes or shared is not None:  # the Python tree: host and shared tiers
             cache = policy.make_cache(model, capacity)
         else:  # dedicated or in the shared pool: the policy's fastest exact one
             cache = policy.make_engine_cache(model, capacity, longest)
@@ -290,7 +296,7 @@ class Cluster:
                 config.host_write_policy,
             )
             if host_bytes
-            else None
+            else shared
         )
         return cls(
             self.env,
@@ -427,11 +433,15 @@ class Cluster:
         self._own_acceptance(req)
         if replica is None:
             replica = self._route(req)
+        self._note_arrival()
+        return replica.submit(req, arrival_s)
+
+    def _note_arrival(self) -> None:
+        """A request reached the engine now (the run's first and last arrival times)."""
         now = self.env.now
         if self._first_arrival_s is None:
             self._first_arrival_s = now
         self._last_arrival_s = now
-        return replica.submit(req, arrival_s)
 
     def _own_acceptance(self, req: Request) -> None:
         """With speculative decoding, a request with its own acceptance rate (the

@@ -199,6 +199,11 @@ class EngineConfig:
         "decode pool: each decode worker keeps a prefix cache and is sent only the prompt "
         "tokens it does not hold (twin.engine.disagg.DecodeReplica)",
     )
+    shared_kv_tier_bytes: int = _opt(
+        0,
+        "a KV store all the prefill workers share (Mooncake-store-like), bytes; 0: none "
+        "(twin.engine.disagg.SharedKvTier)",
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -351,6 +356,20 @@ class EngineConfig:
                 f"{pool[0]}: only a disaggregated run has a decode pool; give "
                 "--prefill-workers and --decode-workers"
             )
+        if self.shared_kv_tier_bytes < 0:
+            raise TwinError(f"--shared-kv-tier: must be >= 0 (got {self.shared_kv_tier_bytes})")
+        if self.shared_kv_tier_bytes and not (p or d):
+            raise TwinError(
+                "--shared-kv-tier: a store the pools of a disaggregated run share; give "
+                "--prefill-workers and --decode-workers"
+            )
+        if self.shared_kv_tier_bytes and self.dp_attention > 1:
+            raise TwinError("--shared-kv-tier: not modelled with attention DP in the prefill pool")
+        if self.shared_kv_tier_bytes and (self.host_cache_bytes or self.host_cache_ratio):
+            raise TwinError(
+                "--shared-kv-tier: not modelled with a host cache tier per replica "
+                "(--set hicache_ratio/kv_offloading_size); give one of them"
+            )
         d_tp = self.decode_tp or self.tp
         if not 0 <= self.decode_tp <= MAX_TP:
             raise TwinError(f"--decode-tp: must be 1 to {MAX_TP:,} (got {self.decode_tp})")
@@ -435,6 +454,7 @@ _OMITTED_AT_DEFAULT = (
     "pp",
     "decode_dp_attention",
     "decode_prefix_cache",
+    "shared_kv_tier_bytes",
 )
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 

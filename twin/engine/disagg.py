@@ -21,7 +21,12 @@ their ranks, :func:`transfer_shares`):
    head-of-line blocking, as SGLang's ``DecodePreallocQueue.pop_preallocated``
    (``disaggregation/decode.py``, 0.5.10.post1: the queue is scanned in order and stops
    at the first request whose prompt tokens do not fit), at most ``max_running``
-   requests reserved per worker (its ``req_to_token_pool`` slots);
+   requests reserved per worker (its ``req_to_token_pool`` slots). When is the engine's
+   hand-off rule (:class:`Handoff`, :data:`HANDOFFS`): vLLM's NIXL connector (and the
+   other engines here) picks and reserves on the decode side once the prefill has
+   ended; SGLang does it when the request arrives, and the prefill waits in the prefill
+   server's bootstrap queue until the reservation is made, so a full decode pool holds
+   prefills back;
 4. the transfer: the prompt's KV (all of it, whatever the prefill hit: SGLang sends the
    KV indices of the whole ``origin_input_ids``) plus one recurrent state per hybrid
    request, split over the ``tp`` GPUs, each over its own link (:class:`KvLink`). The
@@ -31,8 +36,13 @@ their ranks, :func:`transfer_shares`):
    (earlier for all but the last), and a transfer is one timeout instead of a re-timing
    of every transfer in flight at each start and end. The decode worker's ingress is not
    a second queue (P workers sending to one D worker at once are not slowed down).
-   Layer-by-layer overlap with the prefill (NIXL, Mooncake) is not modelled: the
-   transfer starts once the prefill has ended and the memory is reserved;
+   vLLM pulls the whole prompt's KV after the prefill. SGLang sends each chunk of a
+   chunked prefill as the chunk ends (each piece its own FIFO turn on the link and its
+   own latency) and the last chunk's KV with the state at the prefill's end, so what is
+   left after the prefill is the last chunk's bytes when the link keeps up
+   (``pd_timeline.parquet``: ``transfer_start_s`` the first piece's start,
+   ``tail_start_s`` the last's, ``early_bytes`` what went before the prefill's end).
+   No engine read here overlaps the transfer layer by layer within a forward;
 5. decoded to completion on the decode worker: its KV is there, so the worker computes
    only the first output token's forward (one token with the prompt as context) in its
    next step, then one token a step. The decode worker keeps no prefix cache unless
@@ -65,17 +75,20 @@ from typing import Any
 import numpy as np
 
 from twin import mixers as mx
+from twin.cache import cache_stats
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster, RunStats
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
+from twin.engine.memory_strategies import HostTier
 from twin.engine.replica import Replica, Seq
 from twin.engine.sim import Event
 from twin.errors import TwinError
 from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, GB, GPUS
 from twin.metrics import RequestRecord
 from twin.model import ModelSpec
-from twin.parallel import Layout, check_layout, kv_head_share
+from twin.parallel import Layout, check_layout, kv_bytes_per_token_per_gpu, kv_head_share
+from twin.policies import get_policy
 from twin.workloads.reader import Request, Workload
 
 KV_LINKS = ("ib", "nvlink")
@@ -164,6 +177,71 @@ def check_tp_pair(prefill_tp: int, decode_tp: int) -> None:
             "other (SGLang maps decode ranks to prefill ranks by their ratio, "
             "disaggregation/common/conn.py _resolve_rank_mapping)"
         )
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """How an engine's P/D connector hands a request from its prefill worker to its decode
+    worker (:data:`HANDOFFS`, by engine name; :data:`AFTER_PREFILL` for the others).
+
+    ``reserve_first``: the decode worker reserves the request's memory when the request
+    arrives, and the prefill waits for that reservation (a full decode pool holds prefills
+    back); else the decode worker is picked and reserves once the prefill has ended.
+    ``per_chunk``: each prefill chunk's KV is sent as the chunk ends (the link FIFO per
+    prefill worker as ever); the state and the KV computed in the last chunk go when the
+    prefill ends; else the whole prompt's KV goes once the prefill has ended.
+    """
+
+    name: str
+    reserve_first: bool
+    per_chunk: bool
+    policy: str  # the summary's words for it
+    source: str
+
+
+# vLLM 0.19.0 distributed/kv_transfer/kv_connector/v1/nixl_connector.py: the prefill
+# instance's request_finished holds the prompt's blocks and returns them as
+# kv_transfer_params (remote_block_ids) once the prefill has ended; the proxy then sends
+# the request to a decode instance, whose get_num_new_matched_tokens counts the prompt's
+# tokens to pull, its scheduler allocates the blocks (update_state_after_alloc) and the
+# worker reads them (start_load_kv -> _read_blocks): reserved after the prefill, pulled
+# after it. The paper mode uses the same rule; TensorRT-LLM's disaggregated serving is
+# refused (EngineConfig), so no rule of its is needed.
+AFTER_PREFILL = Handoff(
+    "after_prefill",
+    reserve_first=False,
+    per_chunk=False,
+    policy="no layer-by-layer overlap",
+    source="vLLM 0.19.0 nixl_connector.py (the decode worker pulls after the prefill)",
+)
+# SGLang 0.5.10.post1 disaggregation/: the router sends a request to a prefill and a decode
+# server at once; the decode server's DecodePreallocQueue.pop_preallocated allocates its
+# KV and sends the indices (KVReceiver.send_metadata); until they reach the prefill server
+# its KVSender polls Bootstrapping and PrefillBootstrapQueue.pop_bootstrapped keeps the
+# request out of the waiting queue (mooncake/conn.py bootstrap_thread: WaitingForInput once
+# every decode rank's TransferInfo is in). Then each chunk of a chunked prefill is sent as
+# it ends (prefill.py process_prefill_chunk / process_batch_result_disagg_prefill ->
+# send_kv_chunk(last_chunk=False), from start_send_idx to the tokens computed), and the
+# last chunk with the recurrent state at the prefill's end (send_kv_chunk(last_chunk=True)).
+# The transfer queue sends one chunk after another per prefill worker (the twin's FIFO
+# link). Not modelled: the partial last page a non-last chunk holds back (page_size 1, the
+# twin's default, holds none); 0.5.23's optimistic prefill (a request prefills while its
+# decode side is still bootstrapping, disaggregation_decode_allocation_policy early) and its
+# prefill_complete policy: both SGLang releases follow 0.5.10.post1's rule here.
+SGLANG_PER_CHUNK = Handoff(
+    "per_chunk",
+    reserve_first=True,
+    per_chunk=True,
+    policy="decode memory reserved before the prefill; each prefill chunk sent as it ends",
+    source="SGLang 0.5.10.post1 disaggregation/prefill.py send_kv_chunk, decode.py "
+    "DecodePreallocQueue",
+)
+HANDOFFS: dict[str, Handoff] = {"sglang": SGLANG_PER_CHUNK, "vllm": AFTER_PREFILL}
+
+
+def handoff_for(engine: str) -> Handoff:
+    """The hand-off rule of ``engine`` (a mode name, with or without ``==release``)."""
+    return HANDOFFS.get(engine.split("==")[0], AFTER_PREFILL)
 
 
 def transfer_shares(model: ModelSpec, prefill_tp: int, decode_tp: int) -> tuple[Fraction, Fraction]:
@@ -423,6 +501,78 @@ class DecodeReplica(Replica):
         return 0
 
 
+class _StoreView:
+    """The shared store's cache structure as each prefill worker's request cache sees it:
+    every worker sets the clock to its own admission count (``RequestCache._admit``), so
+    the store keeps its own (one tick a lookup) for its recency; it counts the lookups and
+    the prompt tokens looked up (the hit rate's denominator)."""
+
+    def __init__(self, cache: Any) -> None:
+        self._cache = cache
+        self._tick = 0
+        self.lookups = self.looked_up_tokens = 0
+
+    def set_clock(self, order: int) -> None:
+        self._tick += 1
+        self._cache.set_clock(self._tick)
+
+    def peek(self, prompt: Any) -> int:
+        self.lookups += 1
+        self.looked_up_tokens += len(prompt)
+        return int(self._cache.peek(prompt))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cache, name)
+
+
+class SharedKvTier(HostTier):
+    """``--shared-kv-tier``: one KV store under every prefill worker's cache, as
+    Mooncake's store serves SGLang's HiCache (``--hicache-storage-backend mooncake``,
+    SGLang 0.5.10.post1 ``mem_cache/storage/mooncake_store``): a prefix a worker's GPU
+    lacks is looked up there and, if longer, loaded before the prefill can use it; what a
+    worker caches is written there too (write-through, off the critical path: HiCache's
+    storage backup runs in its own thread). The store is the run's policy's own structure
+    (a hybrid's states only at its exact checkpoints, as in any tier: ``RequestCache``).
+
+    A load moves each GPU's share of the hit's KV (and of a hybrid's state) over that
+    GPU's NIC (:data:`IB_BW_PER_GPU`, :data:`IB_LATENCY_S`; Mooncake's transfer engine
+    reads the store's memory by RDMA), its seconds added to the request's first step,
+    not overlapped. The loads do not queue behind the KV transfers on the same NIC.
+    The decode workers do not read it (SGLang's decode worker has no HiCache)."""
+
+    def __init__(self, cache: Any, model: ModelSpec, tp: int) -> None:
+        self.store = _StoreView(cache)
+        super().__init__(self.store, None, "write_through")  # type: ignore[arg-type]
+        self.kv_per_token_gpu = float(kv_bytes_per_token_per_gpu(model, Layout(tp)))
+        self.state_bytes_gpu = (model.ssm_checkpoint_bytes if model.n_ssm_layers else 0) / tp
+        self.link = kv_link("ib", None, EngineConfig())
+        self.hits = 0  # admissions that loaded a prefix from the store
+
+    def load_time(self, tokens: int, states: int) -> float:
+        gpu_bytes = tokens * self.kv_per_token_gpu + states * self.state_bytes_gpu
+        _, seconds = self.link.seconds(gpu_bytes)
+        self.loaded_tokens += tokens
+        self.load_s += seconds
+        self.hits += 1
+        return seconds
+
+    def summary(self) -> dict[str, Any]:
+        """The summary's ``pools.shared_tier``: capacity, contents, the hit rate."""
+        store = self.store
+        looked = store.looked_up_tokens
+        return {
+            **cache_stats(store),
+            "capacity_bytes": store.capacity,
+            "lookups": store.lookups,
+            "requests_hit": self.hits,
+            "looked_up_tokens": looked,
+            "loaded_tokens": self.loaded_tokens,
+            "hit_rate_tokens": self.loaded_tokens / looked if looked else None,
+            "load_s": self.load_s,
+            **{f"load_{k}": v for k, v in self.link.to_dict().items() if k != "link"},
+        }
+
+
 # The per-request timeline (``pd_timeline.parquet``), in column order.
 TIMELINE_COLUMNS = (
     "row",
@@ -436,8 +586,23 @@ TIMELINE_COLUMNS = (
     "first_decode_s",  # the decode worker's first step done (the second token)
     "completed_s",
     "transfer_bytes",  # all the tp GPUs' shares
+    "tail_start_s",  # the last piece's start (transfer_start_s unless chunks went before)
+    "early_bytes",  # of transfer_bytes, sent chunk by chunk before the prefill ended
 )
-_INT_TIMELINE = {"row", "prefill_worker", "decode_worker", "transfer_bytes"}
+_INT_TIMELINE = {"row", "prefill_worker", "decode_worker", "transfer_bytes", "early_bytes"}
+
+
+class _Sending:
+    """A request's transfer in progress: its prefill worker (``p``, the attention-DP
+    ``rank``), the prompt tokens sent so far, the first piece's start, the bytes sent as
+    chunks before the prefill ended, the last piece's start."""
+
+    __slots__ = ("early_bytes", "first_start", "p", "rank", "sent", "tail_start")
+
+    def __init__(self, p: int, rank: int) -> None:
+        self.p, self.rank = p, rank
+        self.sent = self.early_bytes = 0
+        self.first_start = self.tail_start = math.nan
 
 
 class DisaggCluster(Cluster):
@@ -460,10 +625,19 @@ class DisaggCluster(Cluster):
         self.gpu = gpu  # the prefill pool's (the run's) GPU
         self._decode_pool = decode  # read by _replica_setup while the replicas are built
         self._rank: tuple[EngineConfig, StepPricer, float] | None = None  # a DP rank's
+        self.shared_tier: SharedKvTier | None = None  # built with the first prefill worker
         super().__init__(model, pricer, config, workload, on_record)
         self.decode_pool = decode or WorkerPool(config, pricer, self.budget, gpu)
         self.link = link or kv_link(config.kv_link, None, config)
         self.prefill = self.replicas[:p]
+        # The engine's hand-off (HANDOFFS): with per-chunk sends each prefill worker's
+        # scheduler reports its chunks' ends (_chunk_done) for the requests in _sending.
+        self.handoff = handoff_for(config.engine)
+        self._sending: dict[int, _Sending] = {}
+        if self.handoff.per_chunk:
+            for r in self.prefill:
+                for unit in getattr(r, "ranks", [r]):
+                    unit.scheduler.on_chunk = self._chunk_done
         # The decode pool's units, each with its own memory, reservations and queue: a
         # worker, or each of its attention-DP ranks (SGLang runs a scheduler, with its
         # DecodePreallocQueue, per DP rank). Worker k's units: self._units[k].
@@ -501,7 +675,19 @@ class DisaggCluster(Cluster):
         self.state_bytes = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
         self.timeline: list[tuple[float, ...]] = []
         self.prefilled = self.transferred = 0
-        self.transfer_bytes = 0
+        self.transfer_bytes = self.early_bytes = 0
+
+    def _shared_tier(self, i: int) -> HostTier | None:
+        """The prefill workers' shared KV store (``--shared-kv-tier``), built once."""
+        config = self.config
+        if i >= self.n_prefill or not config.shared_kv_tier_bytes:
+            return None
+        if self.shared_tier is None:
+            cache = get_policy(config.policy, **config.policy_options).make_cache(
+                self.model, config.shared_kv_tier_bytes
+            )
+            self.shared_tier = SharedKvTier(cache, self.model, config.tp)
+        return self.shared_tier
 
     def _replica_kind(self, i: int) -> tuple[type[Replica], bool]:
         # Prefill workers are the run's replicas; decode workers keep no host tier.
@@ -540,15 +726,24 @@ class DisaggCluster(Cluster):
 
     def _submit(self, req: Request, replica: Replica | None, arrival_s: float | None = None) -> Seq:
         """``req`` arrives: its prefill (the prompt and the first output token) queues at a
-        prefill worker; the returned sequence completes when its decode does."""
+        prefill worker, at once or (:attr:`Handoff.reserve_first`) once a decode worker has
+        reserved its memory; the returned sequence completes when its decode does."""
         self._own_acceptance(req)
         n = len(req.prompt)
         first = dataclasses.replace(req, output=req.full[n : n + 1], full=req.full[: n + 1])
-        pre = super()._submit(first, replica, arrival_s)
-        # The attention-DP rank the prefill worker dealt it to: its GPUs send the KV.
-        rank = getattr(self.replicas[pre.replica], "last_rank", 0)
-        whole = Seq(req, pre.replica, pre.arrival_s, 0, self.env)
-        self.env.process(self._handoff(pre, whole, rank))
+        if not self.handoff.reserve_first:
+            pre = super()._submit(first, replica, arrival_s)
+            # The attention-DP rank the prefill worker dealt it to: its GPUs send the KV.
+            rank = getattr(self.replicas[pre.replica], "last_rank", 0)
+            whole = Seq(req, pre.replica, pre.arrival_s, 0, self.env)
+            self.env.process(self._handoff(pre, whole, rank))
+            return whole
+        if replica is None:
+            replica = self._route(req)
+        self._note_arrival()
+        env = self.env
+        whole = Seq(req, replica.index, env.now if arrival_s is None else arrival_s, 0, env)
+        env.process(self._reserve_then_prefill(first, replica, whole))
         return whole
 
     def _pick_decode(self) -> int:
@@ -578,7 +773,78 @@ class DisaggCluster(Cluster):
     def _handoff(self, pre: Seq, whole: Seq, rank: int) -> Generator[Event, Any, None]:
         """After the prefill: reserve on a decode worker, transfer, decode (module docstring)."""
         yield pre.done
-        env = self.env
+        if not self._prefilled(pre, whole):
+            return
+        picked = self._decode_side(whole)
+        if picked is None:
+            return
+        k, worker, seq = picked
+        yield from self._reserve(k, worker, seq)
+        reserved = self.env.now
+        # With decode-side reuse the prompt's tokens the decode worker's cache holds are
+        # not sent (DecodeReplica._look_up).
+        sent_tokens = whole.prompt_len - seq.hit if worker.prefix_cache else whole.prompt_len
+        start, end = self._send(pre.replica, rank, sent_tokens, True)
+        sending = _Sending(pre.replica, rank)
+        sending.first_start = start
+        yield from self._decode(whole, k, worker, seq, reserved, start, end, sending)
+
+    def _reserve_then_prefill(
+        self, first: Request, replica: Replica, whole: Seq
+    ) -> Generator[Event, Any, None]:
+        """:attr:`Handoff.reserve_first` (SGLang): the decode unit reserves the request's
+        memory, then the prefill queues (the prefill server's bootstrap queue holds it until
+        then); with :attr:`Handoff.per_chunk` each chunk is sent as it ends
+        (:meth:`_chunk_done`), the rest and the state at the prefill's end."""
+        memory = getattr(replica, "ranks", [replica])[0].memory
+        if whole.out_len <= 1 or memory.too_big(memory.footprint(len(first.full))):
+            # Nothing to decode, or a prompt the prefill worker refuses at once.
+            pre = replica.submit(first, whole.arrival_s)
+            rank = getattr(replica, "last_rank", 0)
+            yield from self._handoff(pre, whole, rank)
+            return
+        picked = self._decode_side(whole)
+        if picked is None:
+            return
+        k, worker, seq = picked
+        yield from self._reserve(k, worker, seq)
+        reserved = self.env.now
+        pre = replica.submit(first, whole.arrival_s)
+        rank = getattr(replica, "last_rank", 0)
+        sending = _Sending(pre.replica, rank)
+        # SGLang 0.5.23 with a decode radix cache: sent from decode_prefix_len
+        # (prefill.py finalize_bootstrap: start_send_idx).
+        sending.sent = seq.hit if worker.prefix_cache else 0
+        if self.handoff.per_chunk:
+            self._sending[id(pre)] = sending
+        yield pre.done
+        self._sending.pop(id(pre), None)
+        going_on = self._prefilled(pre, whole)
+        assert going_on, "checked above: a prefill to decode, not refused"
+        start, end = self._send(pre.replica, rank, whole.prompt_len - sending.sent, True)
+        sending.tail_start = start
+        if sending.first_start != sending.first_start:  # NaN: nothing sent before
+            sending.first_start = start
+        yield from self._decode(whole, k, worker, seq, reserved, sending.first_start, end, sending)
+
+    def _chunk_done(self, pre: Seq) -> None:
+        """A prefill chunk of ``pre`` ended and its prefill goes on: SGLang sends the KV
+        computed since its last send now (``send_kv_chunk(last_chunk=False)``)."""
+        sending = self._sending.get(id(pre))
+        if sending is None:
+            return
+        done = min(pre.ctx, pre.prompt_len)
+        if done <= sending.sent:  # a recompute after a preemption: sent already
+            return
+        start, _ = self._send(sending.p, sending.rank, done - sending.sent, False)
+        if sending.first_start != sending.first_start:
+            sending.first_start = start
+        sending.early_bytes += (done - sending.sent) * self.kv_per_token
+        sending.sent = done
+
+    def _prefilled(self, pre: Seq, whole: Seq) -> bool:
+        """The prefill ended: its stamps are the request's; ``False`` where the request
+        ends there (refused, or nothing to decode)."""
         whole.admitted_s = pre.admitted_s
         whole.first_token_s = pre.first_token_s
         whole.hit, whole.ckpts, whole.hit_recompute = pre.hit, pre.ckpts, pre.hit_recompute
@@ -589,9 +855,13 @@ class DisaggCluster(Cluster):
             whole.rejected = pre.rejected
             whole.done_s = pre.done_s
             whole.done.succeed()
-            return
-        req = whole.req
-        n = whole.prompt_len
+            return False
+        return True
+
+    def _decode_side(self, whole: Seq) -> tuple[int, DecodeReplica, Seq] | None:
+        """The decode unit and its sequence for ``whole`` (``None``: refused there, too big
+        for its memory; ``whole`` then ends now)."""
+        req, n = whole.req, whole.prompt_len
         k = self._pick_decode()
         worker = self.decode[k]
         seq, too_big = worker.new_seq(
@@ -601,42 +871,66 @@ class DisaggCluster(Cluster):
             worker.submitted += 1
             worker.rejected += 1
             whole.rejected = True
-            whole.done_s = env.now
+            whole.done_s = self.env.now
             whole.done.succeed()
-            return
+            return None
         self._held[k] += 1
+        return k, worker, seq
+
+    def _reserve(self, k: int, worker: DecodeReplica, seq: Seq) -> Generator[Event, Any, None]:
+        """Until decode unit ``k`` has reserved ``seq``'s memory (FIFO, head-of-line)."""
         queue = self._prealloc[k]
         if queue or not worker.reserve(seq, self.decode_pool.config.max_running):
-            wait = env.event()
+            wait = self.env.event()
             queue.append((seq, wait))
             yield wait
-        reserved = env.now
-        # The transfer: every GPU's share at once, each over its own link, FIFO per
-        # prefill worker; as long as the busier end's share (a prefill GPU serving k
-        # decode GPUs sends k slices, a decode GPU fed by k prefill GPUs receives k). A
-        # recurrent state is sliced by heads like the KV (SGLang 0.5.23
-        # mooncake/conn.py _send_mamba_state_slice). With decode-side reuse the prompt's
-        # tokens the decode worker's cache holds are not sent (DecodeReplica._look_up).
+
+    def _send(self, p: int, rank: int, tokens: int, state: bool) -> tuple[float, float]:
+        """``tokens`` prompt tokens' KV (and the recurrent state with ``state``) sent from
+        now over prefill worker ``p``'s (rank's) link: (when it starts, when it is there).
+
+        Every GPU's share at once, each over its own link, FIFO per prefill worker; as long
+        as the busier end's share (a prefill GPU serving k decode GPUs sends k slices, a
+        decode GPU fed by k prefill GPUs receives k). A recurrent state is sliced by heads
+        like the KV (SGLang 0.5.23 mooncake/conn.py _send_mamba_state_slice)."""
+        state_bytes = self.state_bytes if state else 0
+        sent = tokens * self.kv_send_per_token_gpu + state_bytes / self.prefill_tp
+        received = tokens * self.kv_recv_per_token_gpu + state_bytes / self.decode_tp
+        busy, total = self.link.seconds(max(sent, received))
+        link_free = self._link_free[p]
+        now = self.env.now
+        start = max(now, link_free[rank])
+        link_free[rank] = start + busy
+        return start, start + total
+
+    def _decode(
+        self,
+        whole: Seq,
+        k: int,
+        worker: DecodeReplica,
+        seq: Seq,
+        reserved: float,
+        start: float,
+        end: float,
+        sending: _Sending,
+    ) -> Generator[Event, Any, None]:
+        """The KV is there at ``end``: the request decodes to completion on unit ``k``."""
+        env = self.env
+        if end > env.now:
+            yield env.timeout(end - env.now)
+        self.transferred += 1
+        n = whole.prompt_len
         sent_tokens = n - seq.hit if worker.prefix_cache else n
         nbytes = sent_tokens * self.kv_per_token + self.state_bytes  # the KV and state sent
-        sent = sent_tokens * self.kv_send_per_token_gpu + self.state_bytes / self.prefill_tp
-        received = sent_tokens * self.kv_recv_per_token_gpu + self.state_bytes / self.decode_tp
-        busy, total = self.link.seconds(max(sent, received))
-        p = pre.replica
-        link_free = self._link_free[p]
-        start = max(reserved, link_free[rank])
-        link_free[rank] = start + busy
-        end = start + total
-        if end > reserved:
-            yield env.timeout(end - reserved)
-        self.transferred += 1
         self.transfer_bytes += nbytes
+        self.early_bytes += sending.early_bytes
         # The client streams from the decode worker: the first token (sampled by the
         # prefill worker, sent with the KV) reaches it once the transfer completes. SGLang
         # 0.5.10.post1 sglang/srt/disaggregation/decode.py: the transferred request's
         # output_ids gets the prefill's token when its KV has arrived, and the next
         # iteration's prebuilt batch (_run_batch_prebuilt -> process_batch_result_prebuilt)
         # streams it without a forward. So TTFT ends here, not at the prefill's end.
+        prefill_end = whole.first_token_s
         whole.first_token_s = end
         worker.queue(seq)
         owner = self._decode_owner[k]
@@ -647,19 +941,22 @@ class DisaggCluster(Cluster):
         whole.done_s = seq.done_s
         whole.preemptions += seq.preemptions
         whole.recomputed += seq.recomputed
+        tail = sending.tail_start if sending.tail_start == sending.tail_start else start
         self.timeline.append(
             (
-                req.row,
-                p,
+                whole.req.row,
+                sending.p,
                 worker.index,
                 whole.arrival_s,
-                pre.first_token_s,
+                prefill_end,
                 reserved,
                 start,
                 end,
                 seq.first_token_s,
                 seq.done_s,
                 nbytes,
+                tail,
+                sending.early_bytes,
             )
         )
         whole.done.succeed()
@@ -729,7 +1026,9 @@ class DisaggCluster(Cluster):
         # Queueing: at the prefill worker (arrival to admission, from the records'
         # queue_s), for the decode worker's memory (prefill end to reservation), for the
         # link (reservation to transfer start), and the transfer itself.
-        decode["reserve_wait_s"] = spread(cols["reserved_s"] - cols["prefill_end_s"])
+        # (from the request's arrival where the decode side reserves first: SGLang's)
+        asked = cols["arrival_s"] if self.handoff.reserve_first else cols["prefill_end_s"]
+        decode["reserve_wait_s"] = spread(cols["reserved_s"] - asked)
         decode["first_decode_after_transfer_s"] = spread(
             cols["first_decode_s"] - cols["transfer_end_s"]
         )
@@ -738,25 +1037,36 @@ class DisaggCluster(Cluster):
             "policy": (
                 "fifo per prefill worker"
                 + ("'s attention-DP rank" if self.config.dp_attention > 1 else "")
-                + "; no layer-by-layer overlap"
+                + "; "
+                + self.handoff.policy
             ),
             "prefilled_requests": self.prefilled,
             "transferred_requests": self.transferred,
             "bytes": self.transfer_bytes,
-            "link_wait_s": spread(cols["transfer_start_s"] - cols["reserved_s"]),
+            # The last piece's wait for the link once both ends were ready (behind the
+            # request's own earlier chunks and other requests' transfers).
+            "link_wait_s": spread(
+                cols["tail_start_s"] - np.maximum(cols["reserved_s"], cols["prefill_end_s"])
+            ),
             "seconds": spread(cols["transfer_end_s"] - cols["transfer_start_s"]),
         }
+        if self.handoff.per_chunk:
+            transfer["early_bytes"] = self.early_bytes
+            transfer["after_prefill_s"] = spread(cols["transfer_end_s"] - cols["prefill_end_s"])
         if mixed:
             transfer.update(self.rank_mapping())
         if self.config.decode_prefix_cache:
             transfer["decode_hit_tokens"] = sum(w.hit_tokens for w in self.decode)
-        return {
+        out = {
             "layout": f"{p}P{len(self._units)}D",
             "tp": tp,
             "prefill": prefill,
             "decode": decode,
             "transfer": transfer,
         }
+        if self.shared_tier is not None:
+            out["shared_tier"] = self.shared_tier.summary()
+        return out
 
     def rank_mapping(self) -> dict[str, Any]:
         """Which prefill GPUs send to which decode GPUs, and the bytes per token at each

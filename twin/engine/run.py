@@ -484,5 +484,6 @@ _POOL_FIELDS = frozenset(
         "decode_ep",
         "decode_dp_attention",
         "decode_prefix_cache",
+        "shared_kv_tier_bytes",
     }
 )
