@@ -13,6 +13,7 @@ from test_engine_helpers import LinearPricer, generated, run, single_turns
 
 from twin.engine.config import EngineConfig
 from twin.engine.disagg import TIMELINE_FILE, DisaggCluster, KvLink, kv_link
+from twin.engine.memory_rules import held_bytes
 from twin.errors import TwinError
 from twin.metrics import RequestRecord
 from twin.presets import get_model
@@ -133,9 +134,10 @@ def test_the_decode_worker_reserves_memory_before_the_transfer_in_order(tmp_path
 
 
 def _tight(tokens: int, scheduler: str, **fields: object) -> dict[str, object]:
-    """A shared pool of ``tokens`` llama-3-8b tokens a decode worker (weights aside)."""
+    """A shared pool of ``tokens`` llama-3-8b tokens a decode worker (weights, and what the
+    engine's rule holds back besides them, aside: ``twin.engine.memory_rules``)."""
     model = get_model("llama-3-8b")
-    return _disagg(
+    config = _disagg(
         1,
         fields.pop("d", 1),
         shared_pool=True,
@@ -145,6 +147,9 @@ def _tight(tokens: int, scheduler: str, **fields: object) -> dict[str, object]:
         preemption="recompute" if scheduler == "vllm" else "retract",
         **fields,
     )
+    held = held_bytes(model, EngineConfig(**config), model.weight_bytes)  # type: ignore[arg-type]
+    config["gpu_memory_bytes"] = model.weight_bytes + tokens * model.kv_bytes_per_token + held
+    return config
 
 
 def _drained(cluster: DisaggCluster) -> None:
