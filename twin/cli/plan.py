@@ -36,6 +36,7 @@ from twin.reports.plan import (
     DEFAULT_EP,
     DEFAULT_GPUS,
     DEFAULT_LAYOUTS,
+    DEFAULT_PP,
     DEFAULT_SEEDS,
     DEFAULT_TP,
     SCREEN_FRACTION,
@@ -203,6 +204,14 @@ def plan_cmd(
         "(each dividing it, the heads dividing by tp / it; aggregated layouts only), or "
         "auto: 1 and tp for a MoE model, 1 otherwise. Adds no GPU.",
     ),
+    pp: str = typer.Option(
+        ",".join(map(str, DEFAULT_PP)),
+        "--pp",
+        help="Pipeline-parallel stages to consider with each layout, comma-separated, or "
+        "auto: 1 and 2. A replica is pp stages of tp GPUs (tp x pp GPUs, and their cost); "
+        "aggregated layouts without attention DP or speculative decoding only (others are "
+        "skipped, counted in a note).",
+    ),
     cache_gb: str = typer.Option(
         ",".join(DEFAULT_CACHE),
         "--cache-gb",
@@ -267,7 +276,7 @@ def plan_cmd(
         False, "--json", help="Print plan.json on stdout instead of the tables."
     ),
 ) -> None:
-    """Find the cheapest deployment (GPU type x engine x tp/ep/attention DP x cache x layout x
+    """Find the cheapest deployment (GPU type x engine x tp/ep/attention DP/pp x cache x layout x
     router x replicas)
     meeting every SLO at a stable steady state; write OUT/plan.json, OUT/report.md, OUT/report.html
     (self-contained) and OUT/results.parquet.
@@ -320,6 +329,8 @@ def plan_cmd(
     ep_list, dp_list = _items("--ep", ep), _items("--dp-attention", dp_attention)
     parse_degrees(ep_list, "--ep")  # a bad degree fails here, before the workload
     parse_degrees(dp_list, "--dp-attention")
+    pp_list = _items("--pp", pp)
+    parse_degrees(pp_list, "--pp")
     router_list = None if routers is None else _items("--routers", routers)
     named = resolve_routers(router_list, router)  # a bad name fails here; None: auto
     total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list) * len(layout_list)
@@ -356,6 +367,7 @@ def plan_cmd(
             layouts=layout_list,
             ep=ep_list,
             dp_attention=dp_list,
+            pp=pp_list,
             prices=prices,
             budget_gpus=budget_gpus,
             router=router,

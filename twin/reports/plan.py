@@ -45,10 +45,13 @@ from twin.limits import MAX_CACHE_GB, MAX_TP
 from twin.reports.analysis import parse_slos
 from twin.reports.layouts import AGG, parse_layouts
 from twin.reports.parallel_axes import (
+    PP_FLAG,
     bound_pricer,
     layout_settings,
+    lone_decode_s,
     parallel_layouts,
     parse_degrees,
+    pipeline_refusal,
 )
 from twin.reports.plan_result import (
     _CENTS,
@@ -104,6 +107,7 @@ DEFAULT_CACHE = ("auto",)
 DEFAULT_LAYOUTS = (AGG,)
 DEFAULT_EP: tuple[int | str, ...] = (1,)  # --ep: no expert parallelism unless asked
 DEFAULT_DP_ATTENTION: tuple[int | str, ...] = (1,)  # --dp-attention, likewise
+DEFAULT_PP: tuple[int | str, ...] = (1,)  # --pp: one stage unless asked
 # The share of the analytic work a replica must be able to do (see analyse): below 1
 # because a stable verdict tolerates a window whose arrivals still rise by up to 25%
 # (twin.steady_state.MAX_RAMP; 1/1.25 = 0.8) and a load a little past capacity can
@@ -341,14 +345,14 @@ def analyse(
         # A tp that does not divide the model's heads, a mode refusing this model, or a
         # parallel layout the engine configuration refuses (twin simulate's own checks).
         config = spec.config(point, profile)
-        pricer = bound_pricer(model, profile, cand.parallel)
+        pricer = bound_pricer(model, profile, cand.parallel, cand.engine)
     except TwinError as err:
         return Analysis(spec, spec.profile_label, f"cannot run: {err}", 1, "")
     try:
         memory_budget(model, config)
     except TwinError as err:
         return Analysis(spec, spec.profile_label, f"does not fit: {err}", 1, "")
-    lone = pricer.step_time([], 1, 1) * 1e3
+    lone = lone_decode_s(pricer) * 1e3
     for slo in slos:
         if slo.metric in ("tpot", "itl") and lone > slo.threshold_ms:
             return Analysis(
@@ -441,6 +445,7 @@ def plan(
     layouts: Sequence[str] = DEFAULT_LAYOUTS,
     ep: Sequence[int | str] = DEFAULT_EP,
     dp_attention: Sequence[int | str] = DEFAULT_DP_ATTENTION,
+    pp: Sequence[int | str] = DEFAULT_PP,
     prices: str | Path | None = None,
     budget_gpus: int | None = None,
     router: str | None = None,
@@ -486,6 +491,7 @@ def plan(
     tps, caches = _tps(tp), _caches(cache)
     serving = [layout.name for layout in parse_layouts(layouts)]
     eps, dps = parse_degrees(ep, "--ep"), parse_degrees(dp_attention, "--dp-attention")
+    pps = parse_degrees(pp, PP_FLAG)
     strategy = get_search(search)
     if budget_gpus is not None and budget_gpus < 1:
         raise TwinError(f"--budget-gpus {budget_gpus}: must be at least 1")
@@ -497,7 +503,7 @@ def plan(
         table.price(gpu)  # a GPU without a price fails before any work
     spec_model = resolve_model(model, model_set)  # a bad --model fails before any work
     # The replica layouts the model can take (a degree no --tp can take fails here).
-    parallel, dropped = parallel_layouts(spec_model, tps, eps, dps)
+    parallel, dropped = parallel_layouts(spec_model, tps, eps, dps, pps)
     path = Path(workload)
     if not path.is_file():
         raise TwinError(f"{path}: no such workload file")
@@ -538,14 +544,20 @@ def plan(
     axes = (gpu_names, engine_names, parallel, caches, serving, router_names)
     searcher.state.total = math.prod(len(axis) for axis in axes)
     searcher.tell()
+    refused: dict[str, int] = {}  # pipelined candidates the engine does not model, by why
     for gpu, engine, par, c, layout, via in itertools.product(*axes):
-        cand = Candidate(gpu, engine, par.tp, c, layout, par.ep, par.dp, via)
+        cand = Candidate(gpu, engine, par.tp, c, layout, par.ep, par.dp, via, par.pp)
         res = CandidateResult(cand, table.price(gpu).usd_per_gpu_hour)
         res.search = strategy.name
         res.limit = MAX_SEARCH_REPLICAS
         if budget_gpus is not None:
             res.limit = min(res.limit, budget_gpus // cand.gpus_per_replica)
         spec = _check(res, base, load, slo_list, stats, budget_gpus)
+        why = pipeline_refusal(cand.parallel, res.reason or "") if spec is None else None
+        if why is not None:  # not a deployment the engines offer: skipped, counted
+            refused[why] = refused.get(why, 0) + 1
+            searcher.state.total -= 1
+            continue
         searcher.add(res, spec, strategy)
     searcher.run()
     result = PlanResult(
@@ -575,12 +587,16 @@ def plan(
         + auto_notes
         + (
             [
-                f"{len(dropped)} combination(s) of --tp, --ep and --dp-attention the model "
+                f"{len(dropped)} combination(s) of --tp, --ep, --dp-attention and --pp the model "
                 f"cannot take were not planned: {'; '.join(dropped)}"
             ]
             if dropped
             else []
         )
+        + [
+            f"{n} pipelined candidate(s) skipped: {why} is not modelled (twin simulate refuses it)"
+            for why, n in refused.items()
+        ]
         + (
             [
                 f"screening was off: it needs --duration of at least "
@@ -612,6 +628,7 @@ def _check(
         what = f"tp {cand.tp}" + ("" if cand.layout == AGG else f" {cand.layout}")
         what += f" ep {cand.ep}" * (cand.ep > 1)
         what += f" attention DP {cand.dp_attention}" * (cand.dp_attention > 1)
+        what += f" pp {cand.pp}" * (cand.pp > 1)
         res.reason = (
             f"{what} ({cand.gpus_per_replica} GPUs) needs more GPUs than --budget-gpus "
             f"{budget_gpus} allows"
@@ -1043,8 +1060,9 @@ def _values(t: Trial) -> str:
 
 
 def _gpus_each(c: Candidate) -> str:
-    """How a replica's GPUs are counted: ``tp 2``, or ``1P2D x tp 2``."""
-    return f"tp {c.tp}" if c.layout == AGG else f"{c.layout} x tp {c.tp}"
+    """How a replica's GPUs are counted: ``tp 2``, ``tp 2 x pp 2``, or ``1P2D x tp 2``."""
+    each = f"tp {c.tp}" + (f" x pp {c.pp}" if c.pp > 1 else "")
+    return each if c.layout == AGG else f"{c.layout} x {each}"
 
 
 def _lost(r: CandidateResult, win: CandidateResult, slos: Sequence[Slo]) -> str:
@@ -1079,6 +1097,7 @@ __all__ = [
     "DEFAULT_EP",
     "DEFAULT_GPUS",
     "DEFAULT_LAYOUTS",
+    "DEFAULT_PP",
     "DEFAULT_SEEDS",
     "DEFAULT_TP",
     "MAX_SEEDS",

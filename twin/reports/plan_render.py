@@ -111,7 +111,7 @@ def _ttft_column(p: PlanResult) -> bool:
 
 
 def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["GPU", "engine", "tp", "ep", "attention DP", "cache", "layout", "router"]
+    head = ["GPU", "engine", "tp", "ep", "attention DP", "pp", "cache", "layout", "router"]
     head += ["replicas", "GPUs"]
     head += ["$/GPU-hour", "$/hour"]
     head += [_metric_head(s) for s in p.slos]
@@ -123,7 +123,8 @@ def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
         return head, []
     t = w.trial(w.replicas)
     c = w.candidate
-    row = [c.gpu, c.engine, str(c.tp), str(c.ep), str(c.dp_attention), c.cache, c.layout]
+    row = [c.gpu, c.engine, str(c.tp), str(c.ep), str(c.dp_attention), str(c.pp)]
+    row += [c.cache, c.layout]
     row += [c.router]
     row += [str(w.replicas), str(w.gpus)]
     row += [_money(w.usd_per_gpu_hour), _money(w.usd_per_hour)]

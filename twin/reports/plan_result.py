@@ -28,8 +28,10 @@ PLAN_SCHEMA = "twin.plan"
 # "failed_seeds" and "interval_ms"); 5: a candidate's expert parallelism ("ep") and
 # attention data parallelism ("dp_attention"); 6: the router as an axis (every candidate,
 # the winner and frontier points carry their "router"; the plan's "routers" replaces its
-# one "router")
-PLAN_SCHEMA_VERSION = 6
+# one "router"); 7: pipeline parallelism (every candidate, the winner and frontier points
+# carry "pp"; their GPUs count tp x pp), the load's "rate" (requests/s), and the frontier
+# of cost against throughput per GPU ("frontier_throughput")
+PLAN_SCHEMA_VERSION = 7
 PLAN_FILE = "plan.json"
 # Dollars closer than this are one price (sums of float prices).
 _CENTS = 1e-9
@@ -52,7 +54,8 @@ class Candidate:
     serving layout (its replica count counts copies of it: :mod:`reports.layouts`), and
     how a replica's ``tp`` GPUs are split: ``ep`` expert-parallel ranks and
     ``dp_attention`` attention data-parallel ranks among them
-    (:mod:`reports.parallel_axes`; both divide ``tp`` and add no GPU), and the ``router``
+    (:mod:`reports.parallel_axes`; both divide ``tp`` and add no GPU), ``pp`` pipeline
+    stages of ``tp`` GPUs each (a replica holds ``tp x pp`` GPUs), and the ``router``
     spreading requests over its replicas (:mod:`reports.plan_routers`; adds no GPU)."""
 
     gpu: str
@@ -63,27 +66,31 @@ class Candidate:
     ep: int = 1
     dp_attention: int = 1
     router: str = ROUND_ROBIN
+    pp: int = 1
 
     @property
     def label(self) -> str:
         cache = "shared pool" if self.cache == "auto" else f"{self.cache} GB cache"
         where = "" if self.layout == AGG else f" {self.layout}"
-        split = f" ep{self.ep}" * (self.ep > 1) + f" attn-dp{self.dp_attention}" * (
-            self.dp_attention > 1
+        split = (
+            f" ep{self.ep}" * (self.ep > 1)
+            + f" attn-dp{self.dp_attention}" * (self.dp_attention > 1)
+            + f" pp{self.pp}" * (self.pp > 1)
         )
         via = "" if self.router == ROUND_ROBIN else f" {self.router} router"
         return f"{self.gpu} {self.engine} tp{self.tp}{split} {cache}{where}{via}"
 
     @property
     def splits(self) -> int:
-        """How many parallel splits beyond tensor parallelism it configures (expert and
-        attention data parallelism): a tie on cost, GPUs and headroom goes to fewer."""
-        return (self.ep > 1) + (self.dp_attention > 1)
+        """How many parallel splits beyond tensor parallelism it configures (expert,
+        attention data and pipeline parallelism): a tie on cost, GPUs and headroom goes to
+        fewer."""
+        return (self.ep > 1) + (self.dp_attention > 1) + (self.pp > 1)
 
     @property
     def parallel(self) -> Layout:
         """The replica's parallel layout (``twin.parallel.Layout``)."""
-        return Layout(self.tp, self.ep, self.dp_attention)
+        return Layout(self.tp, self.ep, self.dp_attention, self.pp)
 
     @property
     def serving(self) -> ServingLayout:
@@ -91,8 +98,8 @@ class Candidate:
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs of one copy: tp, times the workers of a disaggregated layout."""
-        return self.tp * self.serving.workers
+        """GPUs of one copy: tp x pp, times the workers of a disaggregated layout."""
+        return self.tp * self.pp * self.serving.workers
 
     @property
     def cache_gb(self) -> float:
@@ -115,6 +122,7 @@ class Candidate:
             "ep": self.ep,
             "dp_attention": self.dp_attention,
             "router": self.router,
+            "pp": self.pp,
         }
 
 
