@@ -142,3 +142,37 @@ def test_a_plan_over_stages(tmp_path: Path, monkeypatch) -> None:
 def test_a_bad_pp_is_one_line(capsys, tmp_path: Path, bad: str) -> None:
     argv = ["plan", "--slo", "p95_ttft<=1s", "--pp", bad, "--out", str(tmp_path / "o")]
     assert_clean_error(capsys, argv, tmp_path, "--pp")
+
+
+def test_capacity_counts_tp_x_pp_gpus(tmp_path: Path, capsys) -> None:
+    """``twin report capacity --pp 2``: a replica is tp x pp GPUs in the aggregate, the
+    recommendations, the per-GPU cache and the report's cluster line."""
+    import json
+
+    w = tmp_path / "w.parquet"
+    args = ["workload", "generate", "fixed", "--isl", "512", "--osl", "8", "-n", "40"]
+    assert run([*args, "--session-rate", "20", "-o", str(w)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "cap"
+    argv = ["report", "capacity", str(w), "-m", "tiny-transformer", "--gpu", "h200"]
+    argv += ["--engine", "vllm", "--tp", "2", "--pp", "2", "--replicas", "1,2"]
+    argv += ["--cache-gb", "auto", "--slo", "p95_ttft<=1s", "--json", "--out", str(out)]
+    assert run(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sorted((a["replicas"], a["pp"], a["gpus"]) for a in doc["aggregate"]) == [
+        (1, 2, 4),
+        (2, 2, 8),
+    ]
+    assert all(a["cache_gb_per_gpu"] == a["cache_gb"] / 4 for a in doc["aggregate"])
+    assert sorted((r["gpus"], r["tp"], r["pp"]) for r in doc["recommendations"]) == [
+        (4, 2, 2),
+        (8, 2, 2),
+    ]
+    assert "1, 2 replicas (swept) x tp 2 x pp 2 = 4, 8 GPUs" in (out / "report.md").read_text()
+    # The rows ran with two stages (the point's key differs from a one-stage sweep's).
+    keys = {r["key"] for r in pq.read_table(out / RESULTS_FILE).to_pylist()}
+    one = tmp_path / "one"
+    argv1 = [a if a != str(out) else str(one) for a in argv]
+    argv1[argv1.index("--pp") + 1] = "1"
+    assert run(argv1) == 0
+    assert not keys & {r["key"] for r in pq.read_table(one / RESULTS_FILE).to_pylist()}
