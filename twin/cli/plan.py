@@ -42,6 +42,7 @@ from twin.reports.plan import (
     SCREEN_FRACTION,
     SCREEN_MIN_S,
     PlanProgress,
+    parse_load,
     plan,
 )
 from twin.reports.plan_render import seed_span, seeds_text, winner_sentence
@@ -160,6 +161,13 @@ def plan_cmd(
         None,
         "--concurrency",
         help="Closed-loop clients instead of a rate (vllm bench serve --max-concurrency).",
+    ),
+    rate: float | None = typer.Option(
+        None,
+        "--rate",
+        help="Open-loop requests per second: the workload's own arrival times scaled to "
+        "this rate (twin simulate --request-rate; Poisson when the file's are, as "
+        "twin workload generate writes them).",
     ),
     duration: float | None = typer.Option(
         None,
@@ -322,6 +330,8 @@ def plan_cmd(
     checks.number("--session-rate", session_rate, low=0, low_open=True)
     checks.number("--duration", duration, low=0, low_open=True)
     checks.number("--concurrency", concurrency, low=0, low_open=True)
+    checks.number("--rate", rate, low=0, low_open=True)
+    parse_load(session_rate, concurrency, duration, warmup_s, rate)  # one load kind
     checks.number("--warmup-s", warmup_s, low=0)
     gpu_list, engine_list = _items("--gpus", gpus), _items("--engines", engines)
     tp_list, cache_list = _ints("--tp", tp), _items("--cache-gb", cache_gb)
@@ -338,7 +348,7 @@ def plan_cmd(
     if workload is None:
         workload = example_path(EXAMPLE)
         said = f"no workload given: planning for the bundled {EXAMPLE!r} example ({workload})"
-        if session_rate is None and concurrency is None and duration is None:
+        if session_rate is None and concurrency is None and rate is None and duration is None:
             # Its own arrivals are a few minutes of sessions, too short to judge a steady
             # state: a load long enough to judge one, said and overridable.
             session_rate, duration = EXAMPLE_SESSION_RATE, EXAMPLE_DURATION_S
@@ -358,6 +368,7 @@ def plan_cmd(
             slos=slo,
             session_rate=session_rate,
             concurrency=concurrency,
+            rate=rate,
             duration_s=duration,
             warmup_s=warmup_s,
             gpus=gpu_list,

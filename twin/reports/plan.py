@@ -215,16 +215,28 @@ def _seeds(seeds: int, load: Load) -> tuple[tuple[int, ...], list[str]]:
     return tuple(range(seeds)), []
 
 
-def _load(
+def parse_load(
     session_rate: float | None,
     concurrency: int | None,
     duration_s: float | None,
     warmup_s: float | None = None,
+    request_rate: float | None = None,
 ) -> Load:
-    if session_rate is not None and concurrency is not None:
-        raise TwinError("--session-rate and --concurrency both set the load: give one of them")
-    if session_rate is not None and not (math.isfinite(session_rate) and session_rate > 0):
-        raise TwinError(f"--session-rate {session_rate:g}: must be a positive number")
+    """The load every candidate is sized for, checked (one line naming the flag)."""
+    given = [
+        flag
+        for flag, v in (
+            ("--rate", request_rate),
+            ("--session-rate", session_rate),
+            ("--concurrency", concurrency),
+        )
+        if v is not None
+    ]
+    if len(given) > 1:
+        raise TwinError(f"{' and '.join(given)} each set the load: give one of them")
+    for flag, rate in (("--session-rate", session_rate), ("--rate", request_rate)):
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            raise TwinError(f"{flag} {rate:g}: must be a positive number")
     if concurrency is not None and concurrency < 1:
         raise TwinError(f"--concurrency {concurrency}: must be at least 1")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
@@ -239,6 +251,7 @@ def _load(
         concurrency,
         None if duration_s is None else float(duration_s),
         None if warmup_s is None else float(warmup_s),
+        None if request_rate is None else float(request_rate),
     )
 
 
@@ -265,6 +278,7 @@ def workload_stats(path: str | Path) -> dict[str, Any]:
         "decode_tokens_per_request": (tokens["output_total"] - requests) / requests,
         "requests_per_session": requests / sessions,
         "file_session_rate": s["arrivals"]["session_rate_per_s"],
+        "file_request_rate": s["arrivals"]["request_rate_per_s"],
     }
 
 
@@ -365,6 +379,10 @@ def analyse(
     rate = load.session_rate if load.concurrency is None else None
     if rate is None and load.concurrency is None:
         rate = stats.get("file_session_rate")
+    if load.request_rate is not None:
+        # The scaled file sends at least this many requests a second (its closed-loop
+        # turns, if any, come on top): a lower bound on the work.
+        rate = load.request_rate / stats["requests_per_session"]
     if rate is None:
         how = (
             "1: closed-loop clients set their own rate"
@@ -436,6 +454,7 @@ def plan(
     model_set: Sequence[str] = (),
     session_rate: float | None = None,
     concurrency: int | None = None,
+    rate: float | None = None,
     duration_s: float | None = None,
     warmup_s: float | None = None,
     gpus: Sequence[str] = DEFAULT_GPUS,
@@ -458,10 +477,11 @@ def plan(
     progress: Callable[[PlanProgress], None] | None = None,
 ) -> PlanResult:
     """Find the cheapest deployment of ``model`` meeting every SLO in ``slos`` for
-    ``workload`` at the load given (``session_rate`` or ``concurrency`` closed-loop
-    clients, for ``duration_s`` simulated seconds, the first ``warmup_s`` left out of the
-    numbers); write ``OUT/plan.json``,
-    ``OUT/report.md`` and ``OUT/report.html``; return what it found.
+    ``workload`` at the load given (``session_rate``, ``concurrency`` closed-loop
+    clients, or ``rate`` open-loop requests per second: the workload's arrival times
+    scaled to it, as ``twin simulate --request-rate`` runs them; for ``duration_s``
+    simulated seconds, the first ``warmup_s`` left out of the numbers); write
+    ``OUT/plan.json``, ``OUT/report.md`` and ``OUT/report.html``; return what it found.
 
     Every input is checked before the first simulation (one-line ``TwinError``s).
     ``prices`` is a TOML price table replacing the shipped one; ``budget_gpus`` caps
@@ -470,7 +490,8 @@ def plan(
     :mod:`reports.layouts`; each a candidate of its own, its replicas copies of it);
     ``ep`` and ``dp_attention`` the expert-parallel and attention data-parallel degrees
     searched with each ``tp`` (whole numbers, or ``("auto",)``: 1 and ``tp`` for a MoE
-    model; only the layouts the model can take: :mod:`reports.parallel_axes`);
+    model; only the layouts the model can take: :mod:`reports.parallel_axes`); ``pp``
+    the pipeline stages (``("auto",)``: 1 and 2; a replica is then ``tp x pp`` GPUs);
     ``routers`` the routers searched (names of ``twin.engine.ROUTERS``, or ``("auto",)``:
     round-robin, and the prefix-placing routers when the workload reuses prefixes;
     ``router`` one router, the same as ``routers=(router,)``; neither: round-robin:
@@ -485,7 +506,7 @@ def plan(
     slo_list = parse_slos(list(slos))
     if not slo_list:
         raise TwinError("--slo: give at least one target, e.g. --slo 'p95_ttft<=500ms'")
-    load = _load(session_rate, concurrency, duration_s, warmup_s)
+    load = parse_load(session_rate, concurrency, duration_s, warmup_s, rate)
     seed_list, seed_notes = _seeds(seeds, load)
     gpu_names, engine_names = _gpus(gpus), _engines(engines)
     tps, caches = _tps(tp), _caches(cache)
@@ -513,6 +534,8 @@ def plan(
     settings: list[tuple[str, Any]] = [("router", DEFAULT_ROUTERS[0])]
     if load.concurrency is not None:
         settings.append(("concurrency", load.concurrency))
+    if load.request_rate is not None:
+        settings.append(("request_rate", load.request_rate))
     if load.warmup_s is not None:
         settings.append(("warmup_s", load.warmup_s))
     if load.duration_s is not None:
@@ -528,6 +551,11 @@ def plan(
         slos=tuple(s.text for s in slo_list),
     )
     stats = workload_stats(path)
+    if load.request_rate is not None and not stats["file_request_rate"]:
+        raise TwinError(
+            f"--rate: {path} has no open-loop arrival span to scale (fewer than two "
+            "distinct arrival times); give --session-rate or --concurrency"
+        )
     auto_notes: list[str] = []
     if router_names is None:
         hit = stats["infinite_cache_token_hit_rate"]
@@ -1106,6 +1134,7 @@ __all__ = [
     "SCREEN_MIN_S",
     "PlanProgress",
     "analyse",
+    "parse_load",
     "plan",
     "screen_spec",
     "screened_out",

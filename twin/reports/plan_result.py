@@ -290,12 +290,17 @@ class Load:
     concurrency: int | None
     duration_s: float | None
     warmup_s: float | None = None  # None: the engine's (a fifth of the duration, else 0)
+    # Open-loop requests per second: the workload's arrival times scaled to this rate
+    # (``twin simulate --request-rate``, ``EngineConfig.request_rate``: one implementation).
+    request_rate: float | None = None
 
     def label(self) -> str:
         if self.concurrency is not None:
             text = f"{self.concurrency} closed-loop clients"
         elif self.session_rate is not None:
             text = f"{self.session_rate:g} sessions/s"
+        elif self.request_rate is not None:
+            text = f"{self.request_rate:g} requests/s (the workload's arrival times scaled)"
         else:
             text = "the workload's own arrival times"
         text += f" for {self.duration_s:g} s" if self.duration_s is not None else ""
@@ -307,6 +312,7 @@ class Load:
             "concurrency": self.concurrency,
             "duration_s": self.duration_s,
             "warmup_s": self.warmup_s,
+            "request_rate": self.request_rate,
         }
 
 
@@ -435,6 +441,8 @@ class PlanResult:
             args += ["--session-rate", f"{self.load.session_rate:g}"]
         if self.load.concurrency is not None:
             args += ["--concurrency", str(self.load.concurrency)]
+        if self.load.request_rate is not None:
+            args += ["--request-rate", f"{self.load.request_rate:g}"]
         if self.load.duration_s is not None:
             args += ["--duration", f"{self.load.duration_s:g}"]
         if self.load.warmup_s is not None:
