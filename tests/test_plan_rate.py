@@ -58,6 +58,30 @@ def test_a_plan_at_a_request_rate_reproduces(tmp_path: Path, monkeypatch) -> Non
     assert 1e3 * summary["ttft_s"]["p95"] == pytest.approx(trial.ttft_p95_ms, rel=1e-9)
     doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert doc["load"]["request_rate"] == 15000.0
+    # The frontier against throughput per GPU: the meeting deployments (3 and 4
+    # replicas) serve the same load, so the cheaper one serves more tokens a GPU and
+    # alone is on it; its command reproduces the tokens per second it reports.
+    met = [t for t in win.trials if t.meets]
+    assert len(met) >= 2
+    front = found.frontier_throughput()
+    assert [(f.candidate, f.replicas) for f in front] == [(win.candidate, win.replicas)]
+    assert front[0].output_tokens_per_s == pytest.approx(
+        summary["throughput"]["output_tokens_per_s"]
+    )
+    assert front[0].tokens_per_s_per_gpu == pytest.approx(
+        summary["throughput"]["output_tokens_per_s"] / win.replicas
+    )
+    for t in met:  # no meeting deployment is both cheaper and serves more a GPU
+        per = (t.output_tokens_per_s or 0) / t.replicas
+        assert win.cost(t.replicas) >= front[0].usd_per_hour
+        assert per <= (front[0].tokens_per_s_per_gpu or 0) + 1e-9
+    point = doc["frontier_throughput"][0]
+    assert point["replicas"] == win.replicas and point["output_tokens_per_s_per_gpu"] > 0
+    assert point["simulate_command"] == found.simulate_command(win, "frontier")
+    assert all("simulate_command" in f for f in doc["frontier"])
+    md = (tmp_path / "plan" / "report.md").read_text()
+    assert "## Pareto frontier: cost vs throughput per GPU" in md
+    assert found.simulate_command(win, "frontier") in md
 
 
 @pytest.mark.parametrize(

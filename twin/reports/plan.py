@@ -931,6 +931,7 @@ class _Searcher:
                 row.get("verdict_reason"),
                 not screened and binding_resource(row, self.slos) == RUN_LENGTH,
                 screened,
+                output_tokens_per_s=row.get("output_tokens_per_s"),
             )
         )
         s.record(n, ok)

@@ -153,6 +153,9 @@ class Trial:
     # one per other seed; empty: seed 0 only. ``meets`` is then whether it met them under
     # every seed.
     by_seed: tuple[SeedRun, ...] = ()
+    # Output tokens per second the deployment served (seed 0's run; results.parquet's
+    # ``output_tokens_per_s``): the throughput of the frontier against throughput per GPU.
+    output_tokens_per_s: float | None = None
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -187,6 +190,7 @@ class Trial:
             "verdict_reason": self.verdict_reason,
             "values_ms": self.values_ms,
             "ttft_p95_ms": self.ttft_p95_ms,
+            "output_tokens_per_s": self.output_tokens_per_s,
             "key": self.key,
         }
         if self.by_seed:  # absent: seed 0 alone (a probe, or a plan of one seed)
@@ -318,16 +322,25 @@ class Load:
 
 @dataclass(frozen=True)
 class FrontierPoint:
-    """A deployment no other meeting the SLOs beats on both cost and P95 TTFT."""
+    """A deployment meeting the SLOs that no other beats on both cost and P95 TTFT
+    (:meth:`PlanResult.frontier`), or on both cost and throughput per GPU
+    (:meth:`PlanResult.frontier_throughput`)."""
 
     candidate: Candidate
     replicas: int
     usd_per_hour: float
     ttft_p95_ms: float
+    output_tokens_per_s: float | None = None
 
     @property
     def gpus(self) -> int:
         return self.replicas * self.candidate.gpus_per_replica
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        """Output tokens per second per GPU (None where the run did not say)."""
+        tps = self.output_tokens_per_s
+        return None if tps is None else tps / self.gpus
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -337,6 +350,8 @@ class FrontierPoint:
             "gpus": self.gpus,
             "usd_per_hour": self.usd_per_hour,
             "ttft_p95_ms": self.ttft_p95_ms,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "output_tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
         }
 
 
@@ -401,15 +416,21 @@ class PlanResult:
             ),
         }
 
-    def frontier(self) -> list[FrontierPoint]:
-        """The Pareto frontier of cost against P95 TTFT over every simulated deployment
-        meeting the SLOs (cheapest first; each has a lower P95 TTFT than every cheaper one)."""
-        met = [
-            FrontierPoint(c.candidate, t.replicas, c.cost(t.replicas), t.ttft_p95_ms)
+    def _met(self) -> list[FrontierPoint]:
+        """Every simulated deployment meeting the SLOs, as frontier points."""
+        return [
+            FrontierPoint(
+                c.candidate, t.replicas, c.cost(t.replicas), t.ttft_p95_ms, t.output_tokens_per_s
+            )
             for c in self.candidates
             for t in c.trials
             if t.meets and t.ttft_p95_ms is not None
         ]
+
+    def frontier(self) -> list[FrontierPoint]:
+        """The Pareto frontier of cost against P95 TTFT over every simulated deployment
+        meeting the SLOs (cheapest first; each has a lower P95 TTFT than every cheaper one)."""
+        met = self._met()
         met.sort(key=lambda f: (f.usd_per_hour, f.ttft_p95_ms, f.gpus, f.candidate.label))
         out: list[FrontierPoint] = []
         for f in met:
@@ -419,20 +440,42 @@ class PlanResult:
                 out.append(f)
         return out
 
+    def frontier_throughput(self) -> list[FrontierPoint]:
+        """The Pareto frontier of cost against output tokens per second per GPU over every
+        simulated deployment meeting the SLOs (cheapest first; each serves more tokens a
+        GPU than every cheaper one). At one load every stable deployment serves about the
+        same tokens, so this frontier mostly orders by GPUs; it separates deployments
+        whose GPUs differ in price or whose runs served different amounts."""
+        met = [f for f in self._met() if f.tokens_per_s_per_gpu is not None]
+        met.sort(
+            key=lambda f: (f.usd_per_hour, -(f.tokens_per_s_per_gpu or 0.0), f.candidate.label)
+        )
+        out: list[FrontierPoint] = []
+        for f in met:
+            per = f.tokens_per_s_per_gpu or 0.0
+            if not out or per > (out[-1].tokens_per_s_per_gpu or 0.0):
+                if out and abs(f.usd_per_hour - out[-1].usd_per_hour) < _CENTS:
+                    continue  # the same cost serving fewer tokens a GPU came first
+                out.append(f)
+        return out
+
     def simulate_command(self, c: CandidateResult, out: str = "winner") -> str:
         """The ``twin simulate`` command reproducing ``c`` on its fewest replicas."""
-        cand = c.candidate
+        return self.command_for(c.candidate, c.replicas or 1, out)
+
+    def command_for(self, cand: Candidate, replicas: int, out: str = "winner") -> str:
+        """The ``twin simulate`` command running ``cand`` on ``replicas`` copies (seed 0)."""
         args = ["twin", "simulate", self.workload, "-m", self.model]
         for item in self.model_set:
             args += ["--model-set", item]
         args += ["--gpu", cand.gpu, "--engine", cand.engine, "--tp", str(cand.tp)]
         args += layout_flags(cand.parallel)
-        pools = cand.serving.pools(c.replicas or 1)
+        pools = cand.serving.pools(replicas)
         if pools:
             args += ["--prefill-workers", str(pools["prefill_workers"])]
             args += ["--decode-workers", str(pools["decode_workers"])]
         else:
-            args += ["--replicas", str(c.replicas)]
+            args += ["--replicas", str(replicas)]
         args += ["--cache-gb", cand.cache]
         if cand.cache != "auto":
             args += ["--policy", cand.policy]
@@ -452,6 +495,9 @@ class PlanResult:
             args += ["--slo", slo.text]
         args += ["--out", out]
         return shlex.join(args)
+
+    def _point(self, f: FrontierPoint, out: str) -> dict[str, Any]:
+        return {**f.to_dict(), "simulate_command": self.command_for(f.candidate, f.replicas, out)}
 
     def to_dict(self) -> dict[str, Any]:
         win = self.winner
@@ -479,6 +525,7 @@ class PlanResult:
             if win is None
             else {**win.to_dict(), "simulate_command": self.simulate_command(win)},
             "candidates": [c.to_dict() for c in self.candidates],
-            "frontier": [f.to_dict() for f in self.frontier()],
+            "frontier": [self._point(f, "frontier") for f in self.frontier()],
+            "frontier_throughput": [self._point(f, "frontier") for f in self.frontier_throughput()],
             "notes": self.notes,
         }
