@@ -16,9 +16,11 @@ from rich.table import Table
 from twin.cli import checks
 from twin.cli.common import (
     PLAIN_PROGRESS_EVERY_S,
+    ExecutorOption,
     JobsOption,
     ModelOption,
     ModelSetOption,
+    RayAddressOption,
     console,
     err_console,
 )
@@ -42,6 +44,7 @@ from twin.reports.plan import (
     SCREEN_FRACTION,
     SCREEN_MIN_S,
     PlanProgress,
+    check_executor,
     parse_load,
     plan,
 )
@@ -262,6 +265,8 @@ def plan_cmd(
         help=SEARCH_HELP,
     ),
     jobs: JobsOption = 1,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
     screen: bool = typer.Option(
         True,
         "--screen/--no-screen",
@@ -332,6 +337,7 @@ def plan_cmd(
     checks.number("--concurrency", concurrency, low=0, low_open=True)
     checks.number("--rate", rate, low=0, low_open=True)
     parse_load(session_rate, concurrency, duration, warmup_s, rate)  # one load kind
+    check_executor(executor, ray_address)
     checks.number("--warmup-s", warmup_s, low=0)
     gpu_list, engine_list = _items("--gpus", gpus), _items("--engines", engines)
     tp_list, cache_list = _ints("--tp", tp), _items("--cache-gb", cache_gb)
@@ -387,6 +393,8 @@ def plan_cmd(
             jobs=jobs,
             screen=screen,
             seeds=seeds,
+            executor=executor,
+            ray_address=ray_address,
             command=_command_line(),
             progress=advance,
         )
@@ -411,6 +419,9 @@ def plan_cmd(
         markup=False,
         soft_wrap=True,
     )
+    if found.nodes:  # which ray nodes did the work (node ids cut to 8 hex digits)
+        shares = ", ".join(f"{node[:8]} {n}" for node, n in sorted(found.nodes.items()))
+        err_console.print(f"ray: points per node: {shares}", highlight=False, markup=False)
     for line in found.notes:
         err_console.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
     wrote = f"wrote {out / PLAN_FILE}, {out / MD_FILE}, {out / HTML_FILE}"

@@ -85,7 +85,9 @@ from twin.reports.plan_search import (
     non_monotone,
 )
 from twin.reports.prices import load_prices
+from twin.reports.ray_executor import import_ray
 from twin.reports.sweep import (
+    EXECUTORS,
     INFEASIBLE_COLUMN,
     Point,
     SweepSpec,
@@ -253,6 +255,15 @@ def parse_load(
         None if warmup_s is None else float(warmup_s),
         None if request_rate is None else float(request_rate),
     )
+
+
+def check_executor(executor: str, ray_address: str | None = None) -> None:
+    """Refuse an unknown ``--executor``, or ``ray`` not installed or not answering at
+    ``ray_address``, in one line before any work (:mod:`reports.ray_executor`)."""
+    if executor not in EXECUTORS:
+        raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
+    if executor == "ray":
+        import_ray(ray_address)
 
 
 def workload_stats(path: str | Path) -> dict[str, Any]:
@@ -473,6 +484,8 @@ def plan(
     jobs: int = 1,
     screen: bool = True,
     seeds: int = DEFAULT_SEEDS,
+    executor: str = "local",
+    ray_address: str | None = None,
     command: str = "twin plan (invoked programmatically)",
     progress: Callable[[PlanProgress], None] | None = None,
 ) -> PlanResult:
@@ -498,7 +511,9 @@ def plan(
     :mod:`reports.plan_routers`); ``search`` names the replica search
     (:data:`reports.plan_search.SEARCHES`);
     ``seeds``: a count that decides the answer must meet the SLOs under seeds 0 to
-    ``seeds - 1`` (:data:`DEFAULT_SEEDS`); ``progress`` sees the counts as they move.
+    ``seeds - 1`` (:data:`DEFAULT_SEEDS`); ``executor`` ``"ray"`` runs each step's points
+    as ray tasks (``ray_address``: the cluster; ``twin report capacity``'s executor,
+    :mod:`reports.ray_executor`); ``progress`` sees the counts as they move.
     """
     from twin.presets import resolve_model
     from twin.workloads.importers.base import sha256_file
@@ -518,6 +533,7 @@ def plan(
         raise TwinError(f"--budget-gpus {budget_gpus}: must be at least 1")
     if jobs < 1:
         raise TwinError(f"--jobs {jobs}: must be at least 1")
+    check_executor(executor, ray_address)
     router_names = resolve_routers(routers, router)  # None: auto, once the workload is read
     table = load_prices(prices)
     for gpu in gpu_names:
@@ -569,6 +585,7 @@ def plan(
     screening = screen and load.duration_s is not None and screen_s >= SCREEN_MIN_S
     searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening, seed_list)
     searcher.shared_router = min(router_names, key=router_order)
+    searcher.executor, searcher.ray_address = executor, ray_address
     axes = (gpu_names, engine_names, parallel, caches, serving, router_names)
     searcher.state.total = math.prod(len(axis) for axis in axes)
     searcher.tell()
@@ -610,6 +627,7 @@ def plan(
         seeds=seed_list,
         confirm_points_run=searcher.confirm_points_run,
         confirm_points_found=searcher.confirm_points_found,
+        nodes=searcher.nodes,
         notes=_decide(searcher.results, slo_list)
         + seed_notes
         + auto_notes
@@ -693,6 +711,10 @@ class _Searcher:
         seeds: Sequence[int] = (0,),
     ) -> None:
         self.slos, self.load, self.out, self.jobs = slos, load, out, jobs
+        # Where the points run (reports.sweep.EXECUTORS): local processes, or ray tasks;
+        # the points each ray node ran.
+        self.executor, self.ray_address = "local", None
+        self.nodes: dict[str, int] = {}
         self.progress = progress
         self.screen = screen
         self.screen_points_run = self.screen_points_found = self.screened_out = 0
@@ -837,7 +859,15 @@ class _Searcher:
             if key not in first:
                 first[key] = len(unique)
                 unique.append(pair)
-        outcome = run_pairs(unique, self.out, jobs=self.jobs)
+        outcome = run_pairs(
+            unique,
+            self.out,
+            jobs=self.jobs,
+            executor=self.executor,
+            ray_address=self.ray_address,
+        )
+        for node, n in outcome.nodes.items():
+            self.nodes[node] = self.nodes.get(node, 0) + n
         return [outcome.rows[first[key]] for key in keys], outcome.computed
 
     def _step(
@@ -1135,6 +1165,7 @@ __all__ = [
     "SCREEN_MIN_S",
     "PlanProgress",
     "analyse",
+    "check_executor",
     "parse_load",
     "plan",
     "screen_spec",

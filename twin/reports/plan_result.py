@@ -383,6 +383,7 @@ class PlanResult:
     seeds: tuple[int, ...] = (0,)
     confirm_points_run: int = 0
     confirm_points_found: int = 0
+    nodes: dict[str, int] = field(default_factory=dict)  # points each ray node ran
 
     @property
     def winner(self) -> CandidateResult | None:
@@ -528,4 +529,5 @@ class PlanResult:
             "frontier": [self._point(f, "frontier") for f in self.frontier()],
             "frontier_throughput": [self._point(f, "frontier") for f in self.frontier_throughput()],
             "notes": self.notes,
+            **({"ray_nodes": dict(sorted(self.nodes.items()))} if self.nodes else {}),
         }
