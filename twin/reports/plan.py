@@ -713,7 +713,8 @@ class _Searcher:
         self.slos, self.load, self.out, self.jobs = slos, load, out, jobs
         # Where the points run (reports.sweep.EXECUTORS): local processes, or ray tasks;
         # the points each ray node ran.
-        self.executor, self.ray_address = "local", None
+        self.executor: str = "local"
+        self.ray_address: str | None = None
         self.nodes: dict[str, int] = {}
         self.progress = progress
         self.screen = screen
