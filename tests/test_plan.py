@@ -279,6 +279,7 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
         "winner",
         "candidates",
         "frontier",
+        "frontier_throughput",
         "notes",
     } <= set(doc)
     assert doc["schema_version"] == 7 and doc["slos"] == [SLO]
@@ -287,6 +288,7 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
         "concurrency": None,
         "duration_s": DURATION,
         "warmup_s": None,
+        "request_rate": None,
     }
     assert doc["prices"]["default"] is True and "h100" in doc["prices"]["usd_per_gpu_hour"]
     # The earlier plan's points are reused from results.parquet (the CLI's search may

@@ -299,8 +299,8 @@ def plan_cmd(
     each replica count runs a quarter of --duration first (a full run only if that
     does not rule it out). The count that decides the answer must also meet the SLOs
     under seeds 1 .. --seeds - 1 (the answer gives each target's min-max across them).
-    Cost is GPUs x the GPU's on-demand price (--prices to use your own). With no
-    workload it plans the bundled chat example at 0.5 sessions/s for 2400 s.
+    Cost is GPUs (replicas x tp x pp) x the GPU's on-demand price (--prices to use your
+    own). With no workload it plans the bundled chat example at 0.5 sessions/s for 2400 s.
 
     Examples:
 
@@ -325,6 +325,10 @@ def plan_cmd(
       twin plan chat.parquet -m llama-3-8b --slo "p95_ttft<=500ms" --session-rate 0.5 \\
         --duration 2400 --warmup-s 800 --gpus h200 --engines vllm --tp 1 --routers auto \\
         --seeds 1 --out plan-routers
+
+      twin plan chat.parquet -m llama-3-8b --slo "p95_ttft<=500ms" --session-rate 0.5 \\
+        --duration 2400 --warmup-s 800 --gpus h100 --engines vllm --tp 1 --pp 1,2 \\
+        --seeds 1 --out plan-pp
     """
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")

@@ -290,6 +290,7 @@ def workload_stats(path: str | Path) -> dict[str, Any]:
         "requests_per_session": requests / sessions,
         "file_session_rate": s["arrivals"]["session_rate_per_s"],
         "file_request_rate": s["arrivals"]["request_rate_per_s"],
+        "file_arrival_span_s": s["arrivals"]["span_s"],
     }
 
 
@@ -391,8 +392,9 @@ def analyse(
     if rate is None and load.concurrency is None:
         rate = stats.get("file_session_rate")
     if load.request_rate is not None:
-        # The scaled file sends at least this many requests a second (its closed-loop
-        # turns, if any, come on top): a lower bound on the work.
+        # The file's timed arrivals come at this many a second (twin simulate
+        # --request-rate scales them; closed-loop turns, if any, follow their answers on
+        # top): at least this many requests a second, a lower bound on the work.
         rate = load.request_rate / stats["requests_per_session"]
     if rate is None:
         how = (
@@ -567,7 +569,7 @@ def plan(
         slos=tuple(s.text for s in slo_list),
     )
     stats = workload_stats(path)
-    if load.request_rate is not None and not stats["file_request_rate"]:
+    if load.request_rate is not None and not stats["file_arrival_span_s"]:
         raise TwinError(
             f"--rate: {path} has no open-loop arrival span to scale (fewer than two "
             "distinct arrival times); give --session-rate or --concurrency"
