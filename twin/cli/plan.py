@@ -16,9 +16,11 @@ from rich.table import Table
 from twin.cli import checks
 from twin.cli.common import (
     PLAIN_PROGRESS_EVERY_S,
+    ExecutorOption,
     JobsOption,
     ModelOption,
     ModelSetOption,
+    RayAddressOption,
     console,
     err_console,
 )
@@ -36,11 +38,14 @@ from twin.reports.plan import (
     DEFAULT_EP,
     DEFAULT_GPUS,
     DEFAULT_LAYOUTS,
+    DEFAULT_PP,
     DEFAULT_SEEDS,
     DEFAULT_TP,
     SCREEN_FRACTION,
     SCREEN_MIN_S,
     PlanProgress,
+    check_executor,
+    parse_load,
     plan,
 )
 from twin.reports.plan_render import seed_span, seeds_text, winner_sentence
@@ -160,6 +165,13 @@ def plan_cmd(
         "--concurrency",
         help="Closed-loop clients instead of a rate (vllm bench serve --max-concurrency).",
     ),
+    rate: float | None = typer.Option(
+        None,
+        "--rate",
+        help="Open-loop requests per second: the workload's own arrival times scaled to "
+        "this rate (twin simulate --request-rate; Poisson when the file's are, as "
+        "twin workload generate writes them).",
+    ),
     duration: float | None = typer.Option(
         None,
         "--duration",
@@ -203,6 +215,14 @@ def plan_cmd(
         "(each dividing it, the heads dividing by tp / it; aggregated layouts only), or "
         "auto: 1 and tp for a MoE model, 1 otherwise. Adds no GPU.",
     ),
+    pp: str = typer.Option(
+        ",".join(map(str, DEFAULT_PP)),
+        "--pp",
+        help="Pipeline-parallel stages to consider with each layout, comma-separated, or "
+        "auto: 1 and 2. A replica is pp stages of tp GPUs (tp x pp GPUs, and their cost); "
+        "aggregated layouts without attention DP or speculative decoding only (others are "
+        "skipped, counted in a note).",
+    ),
     cache_gb: str = typer.Option(
         ",".join(DEFAULT_CACHE),
         "--cache-gb",
@@ -245,6 +265,8 @@ def plan_cmd(
         help=SEARCH_HELP,
     ),
     jobs: JobsOption = 1,
+    executor: ExecutorOption = "local",
+    ray_address: RayAddressOption = None,
     screen: bool = typer.Option(
         True,
         "--screen/--no-screen",
@@ -267,7 +289,7 @@ def plan_cmd(
         False, "--json", help="Print plan.json on stdout instead of the tables."
     ),
 ) -> None:
-    """Find the cheapest deployment (GPU type x engine x tp/ep/attention DP x cache x layout x
+    """Find the cheapest deployment (GPU type x engine x tp/ep/attention DP/pp x cache x layout x
     router x replicas)
     meeting every SLO at a stable steady state; write OUT/plan.json, OUT/report.md, OUT/report.html
     (self-contained) and OUT/results.parquet.
@@ -277,8 +299,8 @@ def plan_cmd(
     each replica count runs a quarter of --duration first (a full run only if that
     does not rule it out). The count that decides the answer must also meet the SLOs
     under seeds 1 .. --seeds - 1 (the answer gives each target's min-max across them).
-    Cost is GPUs x the GPU's on-demand price (--prices to use your own). With no
-    workload it plans the bundled chat example at 0.5 sessions/s for 2400 s.
+    Cost is GPUs (replicas x tp x pp) x the GPU's on-demand price (--prices to use your
+    own). With no workload it plans the bundled chat example at 0.5 sessions/s for 2400 s.
 
     Examples:
 
@@ -303,6 +325,10 @@ def plan_cmd(
       twin plan chat.parquet -m llama-3-8b --slo "p95_ttft<=500ms" --session-rate 0.5 \\
         --duration 2400 --warmup-s 800 --gpus h200 --engines vllm --tp 1 --routers auto \\
         --seeds 1 --out plan-routers
+
+      twin plan chat.parquet -m llama-3-8b --slo "p95_ttft<=500ms" --session-rate 0.5 \\
+        --duration 2400 --warmup-s 800 --gpus h100 --engines vllm --tp 1 --pp 1,2 \\
+        --seeds 1 --out plan-pp
     """
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
@@ -313,6 +339,9 @@ def plan_cmd(
     checks.number("--session-rate", session_rate, low=0, low_open=True)
     checks.number("--duration", duration, low=0, low_open=True)
     checks.number("--concurrency", concurrency, low=0, low_open=True)
+    checks.number("--rate", rate, low=0, low_open=True)
+    parse_load(session_rate, concurrency, duration, warmup_s, rate)  # one load kind
+    check_executor(executor, ray_address)
     checks.number("--warmup-s", warmup_s, low=0)
     gpu_list, engine_list = _items("--gpus", gpus), _items("--engines", engines)
     tp_list, cache_list = _ints("--tp", tp), _items("--cache-gb", cache_gb)
@@ -320,6 +349,8 @@ def plan_cmd(
     ep_list, dp_list = _items("--ep", ep), _items("--dp-attention", dp_attention)
     parse_degrees(ep_list, "--ep")  # a bad degree fails here, before the workload
     parse_degrees(dp_list, "--dp-attention")
+    pp_list = _items("--pp", pp)
+    parse_degrees(pp_list, "--pp")
     router_list = None if routers is None else _items("--routers", routers)
     named = resolve_routers(router_list, router)  # a bad name fails here; None: auto
     total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list) * len(layout_list)
@@ -327,7 +358,7 @@ def plan_cmd(
     if workload is None:
         workload = example_path(EXAMPLE)
         said = f"no workload given: planning for the bundled {EXAMPLE!r} example ({workload})"
-        if session_rate is None and concurrency is None and duration is None:
+        if session_rate is None and concurrency is None and rate is None and duration is None:
             # Its own arrivals are a few minutes of sessions, too short to judge a steady
             # state: a load long enough to judge one, said and overridable.
             session_rate, duration = EXAMPLE_SESSION_RATE, EXAMPLE_DURATION_S
@@ -347,6 +378,7 @@ def plan_cmd(
             slos=slo,
             session_rate=session_rate,
             concurrency=concurrency,
+            rate=rate,
             duration_s=duration,
             warmup_s=warmup_s,
             gpus=gpu_list,
@@ -356,6 +388,7 @@ def plan_cmd(
             layouts=layout_list,
             ep=ep_list,
             dp_attention=dp_list,
+            pp=pp_list,
             prices=prices,
             budget_gpus=budget_gpus,
             router=router,
@@ -364,6 +397,8 @@ def plan_cmd(
             jobs=jobs,
             screen=screen,
             seeds=seeds,
+            executor=executor,
+            ray_address=ray_address,
             command=_command_line(),
             progress=advance,
         )
@@ -388,6 +423,9 @@ def plan_cmd(
         markup=False,
         soft_wrap=True,
     )
+    if found.nodes:  # which ray nodes did the work (node ids cut to 8 hex digits)
+        shares = ", ".join(f"{node[:8]} {n}" for node, n in sorted(found.nodes.items()))
+        err_console.print(f"ray: points per node: {shares}", highlight=False, markup=False)
     for line in found.notes:
         err_console.print(f"note: {line}", highlight=False, markup=False, soft_wrap=True)
     wrote = f"wrote {out / PLAN_FILE}, {out / MD_FILE}, {out / HTML_FILE}"

@@ -19,6 +19,7 @@ from twin.cli.common import (
     KvDtypeOption,
     ModelOption,
     ModelSetOption,
+    PpOption,
     PrecisionOption,
     ProfileOption,
     RayAddressOption,
@@ -144,9 +145,11 @@ def capacity(
         "1",
         "--replicas",
         "-r",
-        help="Model replicas, comma-separated to sweep the GPU count (replicas x tp), e.g. 1,2,4.",
+        help="Model replicas, comma-separated to sweep the GPU count (replicas x tp x pp), "
+        "e.g. 1,2,4.",
     ),
     tp: TpOption = 1,
+    pp: PpOption = 1,
     layouts: str | None = typer.Option(
         None,
         "--layouts",
@@ -243,6 +246,9 @@ def capacity(
       twin report capacity chat.parquet --replicas 1,2 --tp 2 --cache-gb 10,20 \\
         --policies marconi --session-rates 1,4 --slo "p95_ttft<=500ms" --out capacity-gpus
 
+      twin report capacity chat.parquet -m llama-3-8b --gpu h100 --engine vllm --tp 1 \\
+        --pp 2 --replicas 1,2 --session-rates 0.5 --slo "p95_ttft<=500ms" --out capacity-pp
+
       twin report capacity chat.parquet --model-set n_ssm_layers=32 --model-set ssm_d_state=16 \\
         --cache-gb 20,40 --out capacity-32ssm
 
@@ -314,6 +320,7 @@ def capacity(
             replicas=counts,
             settings={
                 "tp": tp,
+                **({"pp": pp} if pp > 1 else {}),
                 "router": router,
                 **({"warmup_s": warmup_s} if warmup_s is not None else {}),
             },

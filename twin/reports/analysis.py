@@ -130,27 +130,30 @@ def seed_ci_half_width(values: list[float]) -> float | None:
 
 def aggregate(rows: list[dict[str, Any]], slos: Sequence[Slo] = ()) -> list[dict[str, Any]]:
     """One row per (policy, session_rate, cache_gb, replicas, tp): ``M`` (mean) and
-    ``M_ci`` per metric, with ``gpus`` (replicas x tp). Rows without ``replicas`` or
-    ``tp`` (tables written by hand) keep them None and count as one each in ``gpus``.
+    ``M_ci`` per metric, with ``gpus`` (replicas x tp, x ``pp`` where the rows carry
+    pipeline stages). Rows without ``replicas`` or ``tp`` (tables written by hand) keep
+    them None and count as one each in ``gpus``.
 
     A cell's ``verdict`` is its seeds' worst (:func:`reports.verdicts.worst_verdict`),
     with that seed's ``verdict_reason``; its ``binding`` is judged on the means
     against ``slos``."""
-    Key = tuple[str, float | None, float, int | None, int | None]
+    Key = tuple[str, float | None, float, int | None, int | None, int | None]
     groups: dict[Key, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        n, per = r.get("replicas"), r.get("tp")
-        groups[(r["policy"], r["session_rate"], r["cache_gb"], n, per)].append(r)
+        n, per, pp = r.get("replicas"), r.get("tp"), r.get("pp")
+        groups[(r["policy"], r["session_rate"], r["cache_gb"], n, per, pp)].append(r)
     out = []
-    for (policy, rate, cache, replicas, tp), members in groups.items():
+    for (policy, rate, cache, replicas, tp, pp), members in groups.items():
         agg: dict[str, Any] = {
             "policy": policy,
             "session_rate": rate,
             "cache_gb": cache,
             "replicas": replicas,
             "tp": tp,
-            "gpus": gpus({"replicas": replicas, "tp": tp}),
-            "cache_gb_per_gpu": cache / (tp or 1),
+            # Pipeline stages: only on rows of a --pp run (twin report capacity --pp).
+            **({} if pp is None else {"pp": pp}),
+            "gpus": gpus({"replicas": replicas, "tp": tp, "pp": pp}),
+            "cache_gb_per_gpu": cache / ((tp or 1) * (pp or 1)),
             "seeds": len(members),
         }
         for m in METRICS:
@@ -178,8 +181,10 @@ def aggregate(rows: list[dict[str, Any]], slos: Sequence[Slo] = ()) -> list[dict
 
 
 def gpus(row: dict[str, Any]) -> int:
-    """A result row's GPU count: replicas x tp (one each where the row does not say)."""
-    return int(row.get("replicas") or 1) * int(row.get("tp") or 1)
+    """A result row's GPU count: replicas x tp x pp (one each where the row does not say;
+    results.parquet has no ``pp`` column: ``twin report capacity --pp`` adds it to its
+    rows, ``reports.capacity``)."""
+    return int(row.get("replicas") or 1) * int(row.get("tp") or 1) * int(row.get("pp") or 1)
 
 
 def gpu_counts(rows: list[dict[str, Any]]) -> list[int]:
@@ -215,8 +220,8 @@ class Recommendation:
     session_rate: float | None
     cache_gb: float | None  # None: no cache size in the sweep meets the SLOs
     value_ms: float | None  # the binding target's mean at that cache size
-    gpus: int  # replicas x tp
-    tp: int = 1  # GPUs per replica: the cache per GPU is cache_gb / tp
+    gpus: int  # replicas x tp x pp
+    tp: int = 1  # GPUs a pipeline stage
     target: Slo | None = None
     verdict: str = STABLE
     resource: str | None = None  # reports.verdicts.binding_resource; None where it meets
@@ -224,10 +229,11 @@ class Recommendation:
     values: tuple[tuple[Slo, float | None], ...] = ()
     largest_gb: float | None = None
     reason: str | None = None  # the engine's sentence on that cell's steady state
+    pp: int = 1  # pipeline stages: a replica's tp x pp GPUs share its cache
 
     @property
     def cache_gb_per_gpu(self) -> float | None:
-        return None if self.cache_gb is None else self.cache_gb / self.tp
+        return None if self.cache_gb is None else self.cache_gb / (self.tp * self.pp)
 
     @property
     def meets(self) -> bool:
@@ -242,18 +248,23 @@ class Recommendation:
 
 
 def recommend(
-    agg: list[dict[str, Any]], slos: Slo | Sequence[Slo], replicas: int, tp: int
+    agg: list[dict[str, Any]],
+    slos: Slo | Sequence[Slo],
+    replicas: int,
+    tp: int,
+    pp: int = 1,
 ) -> list[Recommendation]:
     """For each (policy, rate, GPU count): the smallest cache whose means meet every
     target of ``slos`` with a stable steady state (:func:`reports.verdicts.meets`).
-    ``replicas`` and ``tp`` stand in for rows that do not carry their own."""
+    ``replicas``, ``tp`` and ``pp`` stand in for rows that do not carry their own."""
     targets = (slos,) if isinstance(slos, Slo) else tuple(slos)
-    by: dict[tuple[str, float | None, int, int], list[dict[str, Any]]] = defaultdict(list)
+    by: dict[tuple[str, float | None, int, int, int], list[dict[str, Any]]] = defaultdict(list)
     for a in agg:
         n, per = int(a.get("replicas") or replicas), int(a.get("tp") or tp)
-        by[(a["policy"], a["session_rate"], n, per)].append(a)
+        stages = int(a.get("pp") or pp)
+        by[(a["policy"], a["session_rate"], n, per, stages)].append(a)
     recs = []
-    for (policy, rate, n, per), cells in by.items():
+    for (policy, rate, n, per, stages), cells in by.items():
         ok = [c for c in cells if meets(c, targets)]
         values = lambda c: tuple((s, c.get(s.column)) for s in targets)  # noqa: E731
         if ok:
@@ -265,12 +276,13 @@ def recommend(
                     rate,
                     best["cache_gb"],
                     None if target is None else best.get(target.column),
-                    n * per,
+                    n * per * stages,
                     per,
                     target,
                     verdict_of(best),
                     None,
                     values(best),
+                    pp=stages,
                 )
             )
             continue
@@ -282,7 +294,7 @@ def recommend(
                 rate,
                 None,
                 None,
-                n * per,
+                n * per * stages,
                 per,
                 binding_target(top, targets) if missed else None,
                 verdict_of(top),
@@ -290,6 +302,7 @@ def recommend(
                 values(top),
                 top["cache_gb"],
                 top.get("verdict_reason"),
+                stages,
             )
         )
     return recs

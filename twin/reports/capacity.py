@@ -137,10 +137,10 @@ def capacity_report(
     ``twin simulate --engine NAME`` runs, its kernels, preemption and pool; the
     points' policies are given explicitly, and without ``policies`` the sweep runs
     the mode itself);
-    ``settings`` holds the fixed engine settings (``replicas``, ``tp``,
+    ``settings`` holds the fixed engine settings (``replicas``, ``tp``, ``pp``,
     ``router``, ... any :class:`~twin.engine.EngineConfig` field); ``replicas``
     (``--replicas 1,2,4``) sweeps the replica count, and so the GPU count
-    (replicas x tp), instead of fixing it in ``settings``; ``slo``
+    (replicas x tp x pp), instead of fixing it in ``settings``; ``slo``
     (e.g. ``"p95_ttft<=500ms"``, or a list of them) adds the smallest cache meeting
     every target with a stable steady state, per policy and rate, and the goodput
     column. ``duration_s`` (``--duration``) runs every point for that simulated
@@ -251,6 +251,8 @@ def capacity_report(
             result.rows += added
             result.computed += len(added)
     config = spec.base_config()
+    if config.pp > 1:  # results.parquet has no pp column: the run's stages, on its rows
+        result.rows = [{**r, "pp": config.pp} for r in result.rows]
     ran, infeasible = split_infeasible(result.rows)
     if not ran:
         raise TwinError(
@@ -263,7 +265,7 @@ def capacity_report(
     judged = {r["key"]: r for r in rows}
     rows = [_layout_label(r) for r in rows]  # what the tables and figures group by
     agg = aggregate(rows, slos)
-    recs = recommend(agg, slos, config.replicas, config.tp) if slos else []
+    recs = recommend(agg, slos, config.replicas, config.tp, config.pp) if slos else []
     notes = _notes(rows, stale, config.router)
     header = Header(
         command=command,
@@ -281,6 +283,7 @@ def capacity_report(
         ),
         replicas=config.replicas,
         tp=config.tp,
+        pp=config.pp,
         replica_counts=tuple(sorted({one.replicas(p) for one in specs for p in points})),
         infeasible=tuple(infeasible),
         notes=tuple(notes),
@@ -372,6 +375,7 @@ def _recommendation(r: Recommendation) -> dict[str, Any]:
         "session_rate": r.session_rate,
         "gpus": r.gpus,
         "tp": r.tp,
+        **({"pp": r.pp} if r.pp > 1 else {}),
         "meets": r.meets,
         "cache_gb": r.cache_gb,
         "cache_gb_per_gpu": r.cache_gb_per_gpu,

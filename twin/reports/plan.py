@@ -45,10 +45,13 @@ from twin.limits import MAX_CACHE_GB, MAX_TP
 from twin.reports.analysis import parse_slos
 from twin.reports.layouts import AGG, parse_layouts
 from twin.reports.parallel_axes import (
+    PP_FLAG,
     bound_pricer,
     layout_settings,
+    lone_decode_s,
     parallel_layouts,
     parse_degrees,
+    pipeline_refusal,
 )
 from twin.reports.plan_result import (
     _CENTS,
@@ -82,7 +85,9 @@ from twin.reports.plan_search import (
     non_monotone,
 )
 from twin.reports.prices import load_prices
+from twin.reports.ray_executor import import_ray
 from twin.reports.sweep import (
+    EXECUTORS,
     INFEASIBLE_COLUMN,
     Point,
     SweepSpec,
@@ -104,6 +109,7 @@ DEFAULT_CACHE = ("auto",)
 DEFAULT_LAYOUTS = (AGG,)
 DEFAULT_EP: tuple[int | str, ...] = (1,)  # --ep: no expert parallelism unless asked
 DEFAULT_DP_ATTENTION: tuple[int | str, ...] = (1,)  # --dp-attention, likewise
+DEFAULT_PP: tuple[int | str, ...] = (1,)  # --pp: one stage unless asked
 # The share of the analytic work a replica must be able to do (see analyse): below 1
 # because a stable verdict tolerates a window whose arrivals still rise by up to 25%
 # (twin.steady_state.MAX_RAMP; 1/1.25 = 0.8) and a load a little past capacity can
@@ -211,16 +217,28 @@ def _seeds(seeds: int, load: Load) -> tuple[tuple[int, ...], list[str]]:
     return tuple(range(seeds)), []
 
 
-def _load(
+def parse_load(
     session_rate: float | None,
     concurrency: int | None,
     duration_s: float | None,
     warmup_s: float | None = None,
+    request_rate: float | None = None,
 ) -> Load:
-    if session_rate is not None and concurrency is not None:
-        raise TwinError("--session-rate and --concurrency both set the load: give one of them")
-    if session_rate is not None and not (math.isfinite(session_rate) and session_rate > 0):
-        raise TwinError(f"--session-rate {session_rate:g}: must be a positive number")
+    """The load every candidate is sized for, checked (one line naming the flag)."""
+    given = [
+        flag
+        for flag, v in (
+            ("--rate", request_rate),
+            ("--session-rate", session_rate),
+            ("--concurrency", concurrency),
+        )
+        if v is not None
+    ]
+    if len(given) > 1:
+        raise TwinError(f"{' and '.join(given)} each set the load: give one of them")
+    for flag, rate in (("--session-rate", session_rate), ("--rate", request_rate)):
+        if rate is not None and not (math.isfinite(rate) and rate > 0):
+            raise TwinError(f"{flag} {rate:g}: must be a positive number")
     if concurrency is not None and concurrency < 1:
         raise TwinError(f"--concurrency {concurrency}: must be at least 1")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
@@ -235,7 +253,17 @@ def _load(
         concurrency,
         None if duration_s is None else float(duration_s),
         None if warmup_s is None else float(warmup_s),
+        None if request_rate is None else float(request_rate),
     )
+
+
+def check_executor(executor: str, ray_address: str | None = None) -> None:
+    """Refuse an unknown ``--executor``, or ``ray`` not installed or not answering at
+    ``ray_address``, in one line before any work (:mod:`reports.ray_executor`)."""
+    if executor not in EXECUTORS:
+        raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
+    if executor == "ray":
+        import_ray(ray_address)
 
 
 def workload_stats(path: str | Path) -> dict[str, Any]:
@@ -261,6 +289,8 @@ def workload_stats(path: str | Path) -> dict[str, Any]:
         "decode_tokens_per_request": (tokens["output_total"] - requests) / requests,
         "requests_per_session": requests / sessions,
         "file_session_rate": s["arrivals"]["session_rate_per_s"],
+        "file_request_rate": s["arrivals"]["request_rate_per_s"],
+        "file_arrival_span_s": s["arrivals"]["span_s"],
     }
 
 
@@ -341,14 +371,14 @@ def analyse(
         # A tp that does not divide the model's heads, a mode refusing this model, or a
         # parallel layout the engine configuration refuses (twin simulate's own checks).
         config = spec.config(point, profile)
-        pricer = bound_pricer(model, profile, cand.parallel)
+        pricer = bound_pricer(model, profile, cand.parallel, cand.engine)
     except TwinError as err:
         return Analysis(spec, spec.profile_label, f"cannot run: {err}", 1, "")
     try:
         memory_budget(model, config)
     except TwinError as err:
         return Analysis(spec, spec.profile_label, f"does not fit: {err}", 1, "")
-    lone = pricer.step_time([], 1, 1) * 1e3
+    lone = lone_decode_s(pricer) * 1e3
     for slo in slos:
         if slo.metric in ("tpot", "itl") and lone > slo.threshold_ms:
             return Analysis(
@@ -361,6 +391,11 @@ def analyse(
     rate = load.session_rate if load.concurrency is None else None
     if rate is None and load.concurrency is None:
         rate = stats.get("file_session_rate")
+    if load.request_rate is not None:
+        # The file's timed arrivals come at this many a second (twin simulate
+        # --request-rate scales them; closed-loop turns, if any, follow their answers on
+        # top): at least this many requests a second, a lower bound on the work.
+        rate = load.request_rate / stats["requests_per_session"]
     if rate is None:
         how = (
             "1: closed-loop clients set their own rate"
@@ -432,6 +467,7 @@ def plan(
     model_set: Sequence[str] = (),
     session_rate: float | None = None,
     concurrency: int | None = None,
+    rate: float | None = None,
     duration_s: float | None = None,
     warmup_s: float | None = None,
     gpus: Sequence[str] = DEFAULT_GPUS,
@@ -441,6 +477,7 @@ def plan(
     layouts: Sequence[str] = DEFAULT_LAYOUTS,
     ep: Sequence[int | str] = DEFAULT_EP,
     dp_attention: Sequence[int | str] = DEFAULT_DP_ATTENTION,
+    pp: Sequence[int | str] = DEFAULT_PP,
     prices: str | Path | None = None,
     budget_gpus: int | None = None,
     router: str | None = None,
@@ -449,14 +486,17 @@ def plan(
     jobs: int = 1,
     screen: bool = True,
     seeds: int = DEFAULT_SEEDS,
+    executor: str = "local",
+    ray_address: str | None = None,
     command: str = "twin plan (invoked programmatically)",
     progress: Callable[[PlanProgress], None] | None = None,
 ) -> PlanResult:
     """Find the cheapest deployment of ``model`` meeting every SLO in ``slos`` for
-    ``workload`` at the load given (``session_rate`` or ``concurrency`` closed-loop
-    clients, for ``duration_s`` simulated seconds, the first ``warmup_s`` left out of the
-    numbers); write ``OUT/plan.json``,
-    ``OUT/report.md`` and ``OUT/report.html``; return what it found.
+    ``workload`` at the load given (``session_rate``, ``concurrency`` closed-loop
+    clients, or ``rate`` open-loop requests per second: the workload's arrival times
+    scaled to it, as ``twin simulate --request-rate`` runs them; for ``duration_s``
+    simulated seconds, the first ``warmup_s`` left out of the numbers); write
+    ``OUT/plan.json``, ``OUT/report.md`` and ``OUT/report.html``; return what it found.
 
     Every input is checked before the first simulation (one-line ``TwinError``s).
     ``prices`` is a TOML price table replacing the shipped one; ``budget_gpus`` caps
@@ -465,14 +505,17 @@ def plan(
     :mod:`reports.layouts`; each a candidate of its own, its replicas copies of it);
     ``ep`` and ``dp_attention`` the expert-parallel and attention data-parallel degrees
     searched with each ``tp`` (whole numbers, or ``("auto",)``: 1 and ``tp`` for a MoE
-    model; only the layouts the model can take: :mod:`reports.parallel_axes`);
+    model; only the layouts the model can take: :mod:`reports.parallel_axes`); ``pp``
+    the pipeline stages (``("auto",)``: 1 and 2; a replica is then ``tp x pp`` GPUs);
     ``routers`` the routers searched (names of ``twin.engine.ROUTERS``, or ``("auto",)``:
     round-robin, and the prefix-placing routers when the workload reuses prefixes;
     ``router`` one router, the same as ``routers=(router,)``; neither: round-robin:
     :mod:`reports.plan_routers`); ``search`` names the replica search
     (:data:`reports.plan_search.SEARCHES`);
     ``seeds``: a count that decides the answer must meet the SLOs under seeds 0 to
-    ``seeds - 1`` (:data:`DEFAULT_SEEDS`); ``progress`` sees the counts as they move.
+    ``seeds - 1`` (:data:`DEFAULT_SEEDS`); ``executor`` ``"ray"`` runs each step's points
+    as ray tasks (``ray_address``: the cluster; ``twin report capacity``'s executor,
+    :mod:`reports.ray_executor`); ``progress`` sees the counts as they move.
     """
     from twin.presets import resolve_model
     from twin.workloads.importers.base import sha256_file
@@ -480,24 +523,26 @@ def plan(
     slo_list = parse_slos(list(slos))
     if not slo_list:
         raise TwinError("--slo: give at least one target, e.g. --slo 'p95_ttft<=500ms'")
-    load = _load(session_rate, concurrency, duration_s, warmup_s)
+    load = parse_load(session_rate, concurrency, duration_s, warmup_s, rate)
     seed_list, seed_notes = _seeds(seeds, load)
     gpu_names, engine_names = _gpus(gpus), _engines(engines)
     tps, caches = _tps(tp), _caches(cache)
     serving = [layout.name for layout in parse_layouts(layouts)]
     eps, dps = parse_degrees(ep, "--ep"), parse_degrees(dp_attention, "--dp-attention")
+    pps = parse_degrees(pp, PP_FLAG)
     strategy = get_search(search)
     if budget_gpus is not None and budget_gpus < 1:
         raise TwinError(f"--budget-gpus {budget_gpus}: must be at least 1")
     if jobs < 1:
         raise TwinError(f"--jobs {jobs}: must be at least 1")
+    check_executor(executor, ray_address)
     router_names = resolve_routers(routers, router)  # None: auto, once the workload is read
     table = load_prices(prices)
     for gpu in gpu_names:
         table.price(gpu)  # a GPU without a price fails before any work
     spec_model = resolve_model(model, model_set)  # a bad --model fails before any work
     # The replica layouts the model can take (a degree no --tp can take fails here).
-    parallel, dropped = parallel_layouts(spec_model, tps, eps, dps)
+    parallel, dropped = parallel_layouts(spec_model, tps, eps, dps, pps)
     path = Path(workload)
     if not path.is_file():
         raise TwinError(f"{path}: no such workload file")
@@ -507,6 +552,8 @@ def plan(
     settings: list[tuple[str, Any]] = [("router", DEFAULT_ROUTERS[0])]
     if load.concurrency is not None:
         settings.append(("concurrency", load.concurrency))
+    if load.request_rate is not None:
+        settings.append(("request_rate", load.request_rate))
     if load.warmup_s is not None:
         settings.append(("warmup_s", load.warmup_s))
     if load.duration_s is not None:
@@ -522,6 +569,11 @@ def plan(
         slos=tuple(s.text for s in slo_list),
     )
     stats = workload_stats(path)
+    if load.request_rate is not None and not stats["file_arrival_span_s"]:
+        raise TwinError(
+            f"--rate: {path} has no open-loop arrival span to scale (fewer than two "
+            "distinct arrival times); give --session-rate or --concurrency"
+        )
     auto_notes: list[str] = []
     if router_names is None:
         hit = stats["infinite_cache_token_hit_rate"]
@@ -535,17 +587,24 @@ def plan(
     screening = screen and load.duration_s is not None and screen_s >= SCREEN_MIN_S
     searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening, seed_list)
     searcher.shared_router = min(router_names, key=router_order)
+    searcher.executor, searcher.ray_address = executor, ray_address
     axes = (gpu_names, engine_names, parallel, caches, serving, router_names)
     searcher.state.total = math.prod(len(axis) for axis in axes)
     searcher.tell()
+    refused: dict[str, int] = {}  # pipelined candidates the engine does not model, by why
     for gpu, engine, par, c, layout, via in itertools.product(*axes):
-        cand = Candidate(gpu, engine, par.tp, c, layout, par.ep, par.dp, via)
+        cand = Candidate(gpu, engine, par.tp, c, layout, par.ep, par.dp, via, par.pp)
         res = CandidateResult(cand, table.price(gpu).usd_per_gpu_hour)
         res.search = strategy.name
         res.limit = MAX_SEARCH_REPLICAS
         if budget_gpus is not None:
             res.limit = min(res.limit, budget_gpus // cand.gpus_per_replica)
         spec = _check(res, base, load, slo_list, stats, budget_gpus)
+        why = pipeline_refusal(cand.parallel, res.reason or "") if spec is None else None
+        if why is not None:  # not a deployment the engines offer: skipped, counted
+            refused[why] = refused.get(why, 0) + 1
+            searcher.state.total -= 1
+            continue
         searcher.add(res, spec, strategy)
     searcher.run()
     result = PlanResult(
@@ -570,17 +629,22 @@ def plan(
         seeds=seed_list,
         confirm_points_run=searcher.confirm_points_run,
         confirm_points_found=searcher.confirm_points_found,
+        nodes=searcher.nodes,
         notes=_decide(searcher.results, slo_list)
         + seed_notes
         + auto_notes
         + (
             [
-                f"{len(dropped)} combination(s) of --tp, --ep and --dp-attention the model "
+                f"{len(dropped)} combination(s) of --tp, --ep, --dp-attention and --pp the model "
                 f"cannot take were not planned: {'; '.join(dropped)}"
             ]
             if dropped
             else []
         )
+        + [
+            f"{n} pipelined candidate(s) skipped: {why} is not modelled (twin simulate refuses it)"
+            for why, n in refused.items()
+        ]
         + (
             [
                 f"screening was off: it needs --duration of at least "
@@ -612,6 +676,7 @@ def _check(
         what = f"tp {cand.tp}" + ("" if cand.layout == AGG else f" {cand.layout}")
         what += f" ep {cand.ep}" * (cand.ep > 1)
         what += f" attention DP {cand.dp_attention}" * (cand.dp_attention > 1)
+        what += f" pp {cand.pp}" * (cand.pp > 1)
         res.reason = (
             f"{what} ({cand.gpus_per_replica} GPUs) needs more GPUs than --budget-gpus "
             f"{budget_gpus} allows"
@@ -648,6 +713,11 @@ class _Searcher:
         seeds: Sequence[int] = (0,),
     ) -> None:
         self.slos, self.load, self.out, self.jobs = slos, load, out, jobs
+        # Where the points run (reports.sweep.EXECUTORS): local processes, or ray tasks;
+        # the points each ray node ran.
+        self.executor: str = "local"
+        self.ray_address: str | None = None
+        self.nodes: dict[str, int] = {}
         self.progress = progress
         self.screen = screen
         self.screen_points_run = self.screen_points_found = self.screened_out = 0
@@ -792,7 +862,15 @@ class _Searcher:
             if key not in first:
                 first[key] = len(unique)
                 unique.append(pair)
-        outcome = run_pairs(unique, self.out, jobs=self.jobs)
+        outcome = run_pairs(
+            unique,
+            self.out,
+            jobs=self.jobs,
+            executor=self.executor,
+            ray_address=self.ray_address,
+        )
+        for node, n in outcome.nodes.items():
+            self.nodes[node] = self.nodes.get(node, 0) + n
         return [outcome.rows[first[key]] for key in keys], outcome.computed
 
     def _step(
@@ -886,6 +964,7 @@ class _Searcher:
                 row.get("verdict_reason"),
                 not screened and binding_resource(row, self.slos) == RUN_LENGTH,
                 screened,
+                output_tokens_per_s=row.get("output_tokens_per_s"),
             )
         )
         s.record(n, ok)
@@ -1043,8 +1122,9 @@ def _values(t: Trial) -> str:
 
 
 def _gpus_each(c: Candidate) -> str:
-    """How a replica's GPUs are counted: ``tp 2``, or ``1P2D x tp 2``."""
-    return f"tp {c.tp}" if c.layout == AGG else f"{c.layout} x tp {c.tp}"
+    """How a replica's GPUs are counted: ``tp 2``, ``tp 2 x pp 2``, or ``1P2D x tp 2``."""
+    each = f"tp {c.tp}" + (f" x pp {c.pp}" if c.pp > 1 else "")
+    return each if c.layout == AGG else f"{c.layout} x {each}"
 
 
 def _lost(r: CandidateResult, win: CandidateResult, slos: Sequence[Slo]) -> str:
@@ -1079,6 +1159,7 @@ __all__ = [
     "DEFAULT_EP",
     "DEFAULT_GPUS",
     "DEFAULT_LAYOUTS",
+    "DEFAULT_PP",
     "DEFAULT_SEEDS",
     "DEFAULT_TP",
     "MAX_SEEDS",
@@ -1087,6 +1168,8 @@ __all__ = [
     "SCREEN_MIN_S",
     "PlanProgress",
     "analyse",
+    "check_executor",
+    "parse_load",
     "plan",
     "screen_spec",
     "screened_out",

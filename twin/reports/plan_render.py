@@ -4,7 +4,9 @@ The Markdown and the HTML say the same: the winner as a table with the
 ``twin simulate`` command that reproduces it, why each other candidate lost
 (or was pruned, or cannot meet the SLOs), the Pareto frontier of cost against
 P95 TTFT as a table and a figure (inline SVG in the HTML, ``fig-frontier.svg``
-beside the Markdown), every simulated point, and the price table used.
+beside the Markdown), the frontier of cost against output tokens per second per GPU,
+each frontier point's ``twin simulate`` command, every simulated point, and the price
+table used.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def _ttft_column(p: PlanResult) -> bool:
 
 
 def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["GPU", "engine", "tp", "ep", "attention DP", "cache", "layout", "router"]
+    head = ["GPU", "engine", "tp", "ep", "attention DP", "pp", "cache", "layout", "router"]
     head += ["replicas", "GPUs"]
     head += ["$/GPU-hour", "$/hour"]
     head += [_metric_head(s) for s in p.slos]
@@ -123,7 +125,8 @@ def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
         return head, []
     t = w.trial(w.replicas)
     c = w.candidate
-    row = [c.gpu, c.engine, str(c.tp), str(c.ep), str(c.dp_attention), c.cache, c.layout]
+    row = [c.gpu, c.engine, str(c.tp), str(c.ep), str(c.dp_attention), str(c.pp)]
+    row += [c.cache, c.layout]
     row += [c.router]
     row += [str(w.replicas), str(w.gpus)]
     row += [_money(w.usd_per_gpu_hour), _money(w.usd_per_hour)]
@@ -189,6 +192,32 @@ def _frontier_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
         for f in p.frontier()
     ]
     return head, rows
+
+
+def _throughput_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
+    head = ["candidate", *["router"] * _routed(p), "replicas", "GPUs", "$/hour"]
+    head += ["output tokens/s", "per GPU"]
+    rows = [
+        [
+            f.candidate.label,
+            *[f.candidate.router] * _routed(p),
+            str(f.replicas),
+            str(f.gpus),
+            _money(f.usd_per_hour),
+            f"{f.output_tokens_per_s:,.1f}",
+            f"{f.tokens_per_s_per_gpu:,.1f}",
+        ]
+        for f in p.frontier_throughput()
+        if f.output_tokens_per_s is not None and f.tokens_per_s_per_gpu is not None
+    ]
+    return head, rows
+
+
+def _commands(p: PlanResult) -> list[str]:
+    """The ``twin simulate`` command of every frontier point (either frontier), once each."""
+    points = [*p.frontier(), *p.frontier_throughput()]
+    seen = dict.fromkeys((f.candidate, f.replicas) for f in points)
+    return [p.command_for(c, n, "frontier") for c, n in seen]
 
 
 def _point_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
@@ -347,6 +376,11 @@ def render_md(p: PlanResult, svg_name: str) -> str:
     fh, fr = _frontier_rows(p)
     parts += ["## Pareto frontier: cost vs P95 TTFT", "", _md_table(fh, fr), ""]
     parts += [f"![{FIGURE_CAPTION}]({svg_name})", ""]
+    th, tr = _throughput_rows(p)
+    parts += ["## Pareto frontier: cost vs throughput per GPU", "", _md_table(th, tr), ""]
+    commands = _commands(p)
+    if commands:
+        parts += ["Reproduce a frontier point:", "", "```bash", *commands, "```", ""]
     if p.notes:
         parts += ["## Notes", "", *(f"- {n}" for n in p.notes), ""]
     ph, pr = _point_rows(p)
@@ -382,6 +416,12 @@ def render_html(p: PlanResult, svg: str) -> str:
     parts += [f"<p>{e(BOUND_NOTE)}</p>", "<h2>Pareto frontier: cost vs P95 TTFT</h2>"]
     parts += [_html_table(*_frontier_rows(p))]
     parts += [f"<figure>{svg}<figcaption>{e(FIGURE_CAPTION)}</figcaption></figure>"]
+    parts += ["<h2>Pareto frontier: cost vs throughput per GPU</h2>"]
+    parts += [_html_table(*_throughput_rows(p))]
+    commands = _commands(p)
+    if commands:
+        parts += ["<p>Reproduce a frontier point:</p><ul>"]
+        parts += [f"<li><code>{e(c)}</code></li>" for c in commands] + ["</ul>"]
     if p.notes:
         parts += ["<h2>Notes</h2><ul>", *(f"<li>{e(n)}</li>" for n in p.notes), "</ul>"]
     parts += ["<h2>Every simulated point</h2>", _html_table(*_point_rows(p))]

@@ -28,8 +28,10 @@ PLAN_SCHEMA = "twin.plan"
 # "failed_seeds" and "interval_ms"); 5: a candidate's expert parallelism ("ep") and
 # attention data parallelism ("dp_attention"); 6: the router as an axis (every candidate,
 # the winner and frontier points carry their "router"; the plan's "routers" replaces its
-# one "router")
-PLAN_SCHEMA_VERSION = 6
+# one "router"); 7: pipeline parallelism (every candidate, the winner and frontier points
+# carry "pp"; their GPUs count tp x pp), the load's "rate" (requests/s), and the frontier
+# of cost against throughput per GPU ("frontier_throughput")
+PLAN_SCHEMA_VERSION = 7
 PLAN_FILE = "plan.json"
 # Dollars closer than this are one price (sums of float prices).
 _CENTS = 1e-9
@@ -52,7 +54,8 @@ class Candidate:
     serving layout (its replica count counts copies of it: :mod:`reports.layouts`), and
     how a replica's ``tp`` GPUs are split: ``ep`` expert-parallel ranks and
     ``dp_attention`` attention data-parallel ranks among them
-    (:mod:`reports.parallel_axes`; both divide ``tp`` and add no GPU), and the ``router``
+    (:mod:`reports.parallel_axes`; both divide ``tp`` and add no GPU), ``pp`` pipeline
+    stages of ``tp`` GPUs each (a replica holds ``tp x pp`` GPUs), and the ``router``
     spreading requests over its replicas (:mod:`reports.plan_routers`; adds no GPU)."""
 
     gpu: str
@@ -63,27 +66,31 @@ class Candidate:
     ep: int = 1
     dp_attention: int = 1
     router: str = ROUND_ROBIN
+    pp: int = 1
 
     @property
     def label(self) -> str:
         cache = "shared pool" if self.cache == "auto" else f"{self.cache} GB cache"
         where = "" if self.layout == AGG else f" {self.layout}"
-        split = f" ep{self.ep}" * (self.ep > 1) + f" attn-dp{self.dp_attention}" * (
-            self.dp_attention > 1
+        split = (
+            f" ep{self.ep}" * (self.ep > 1)
+            + f" attn-dp{self.dp_attention}" * (self.dp_attention > 1)
+            + f" pp{self.pp}" * (self.pp > 1)
         )
         via = "" if self.router == ROUND_ROBIN else f" {self.router} router"
         return f"{self.gpu} {self.engine} tp{self.tp}{split} {cache}{where}{via}"
 
     @property
     def splits(self) -> int:
-        """How many parallel splits beyond tensor parallelism it configures (expert and
-        attention data parallelism): a tie on cost, GPUs and headroom goes to fewer."""
-        return (self.ep > 1) + (self.dp_attention > 1)
+        """How many parallel splits beyond tensor parallelism it configures (expert,
+        attention data and pipeline parallelism): a tie on cost, GPUs and headroom goes to
+        fewer."""
+        return (self.ep > 1) + (self.dp_attention > 1) + (self.pp > 1)
 
     @property
     def parallel(self) -> Layout:
         """The replica's parallel layout (``twin.parallel.Layout``)."""
-        return Layout(self.tp, self.ep, self.dp_attention)
+        return Layout(self.tp, self.ep, self.dp_attention, self.pp)
 
     @property
     def serving(self) -> ServingLayout:
@@ -91,8 +98,8 @@ class Candidate:
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs of one copy: tp, times the workers of a disaggregated layout."""
-        return self.tp * self.serving.workers
+        """GPUs of one copy: tp x pp, times the workers of a disaggregated layout."""
+        return self.tp * self.pp * self.serving.workers
 
     @property
     def cache_gb(self) -> float:
@@ -115,6 +122,7 @@ class Candidate:
             "ep": self.ep,
             "dp_attention": self.dp_attention,
             "router": self.router,
+            "pp": self.pp,
         }
 
 
@@ -145,6 +153,9 @@ class Trial:
     # one per other seed; empty: seed 0 only. ``meets`` is then whether it met them under
     # every seed.
     by_seed: tuple[SeedRun, ...] = ()
+    # Output tokens per second the deployment served (seed 0's run; results.parquet's
+    # ``output_tokens_per_s``): the throughput of the frontier against throughput per GPU.
+    output_tokens_per_s: float | None = None
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -179,6 +190,7 @@ class Trial:
             "verdict_reason": self.verdict_reason,
             "values_ms": self.values_ms,
             "ttft_p95_ms": self.ttft_p95_ms,
+            "output_tokens_per_s": self.output_tokens_per_s,
             "key": self.key,
         }
         if self.by_seed:  # absent: seed 0 alone (a probe, or a plan of one seed)
@@ -282,12 +294,17 @@ class Load:
     concurrency: int | None
     duration_s: float | None
     warmup_s: float | None = None  # None: the engine's (a fifth of the duration, else 0)
+    # Open-loop requests per second: the workload's arrival times scaled to this rate
+    # (``twin simulate --request-rate``, ``EngineConfig.request_rate``: one implementation).
+    request_rate: float | None = None
 
     def label(self) -> str:
         if self.concurrency is not None:
             text = f"{self.concurrency} closed-loop clients"
         elif self.session_rate is not None:
             text = f"{self.session_rate:g} sessions/s"
+        elif self.request_rate is not None:
+            text = f"{self.request_rate:g} requests/s (the workload's arrival times scaled)"
         else:
             text = "the workload's own arrival times"
         text += f" for {self.duration_s:g} s" if self.duration_s is not None else ""
@@ -299,21 +316,31 @@ class Load:
             "concurrency": self.concurrency,
             "duration_s": self.duration_s,
             "warmup_s": self.warmup_s,
+            "request_rate": self.request_rate,
         }
 
 
 @dataclass(frozen=True)
 class FrontierPoint:
-    """A deployment no other meeting the SLOs beats on both cost and P95 TTFT."""
+    """A deployment meeting the SLOs that no other beats on both cost and P95 TTFT
+    (:meth:`PlanResult.frontier`), or on both cost and throughput per GPU
+    (:meth:`PlanResult.frontier_throughput`)."""
 
     candidate: Candidate
     replicas: int
     usd_per_hour: float
     ttft_p95_ms: float
+    output_tokens_per_s: float | None = None
 
     @property
     def gpus(self) -> int:
         return self.replicas * self.candidate.gpus_per_replica
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        """Output tokens per second per GPU (None where the run did not say)."""
+        tps = self.output_tokens_per_s
+        return None if tps is None else tps / self.gpus
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -323,6 +350,8 @@ class FrontierPoint:
             "gpus": self.gpus,
             "usd_per_hour": self.usd_per_hour,
             "ttft_p95_ms": self.ttft_p95_ms,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "output_tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
         }
 
 
@@ -354,6 +383,7 @@ class PlanResult:
     seeds: tuple[int, ...] = (0,)
     confirm_points_run: int = 0
     confirm_points_found: int = 0
+    nodes: dict[str, int] = field(default_factory=dict)  # points each ray node ran
 
     @property
     def winner(self) -> CandidateResult | None:
@@ -387,15 +417,21 @@ class PlanResult:
             ),
         }
 
-    def frontier(self) -> list[FrontierPoint]:
-        """The Pareto frontier of cost against P95 TTFT over every simulated deployment
-        meeting the SLOs (cheapest first; each has a lower P95 TTFT than every cheaper one)."""
-        met = [
-            FrontierPoint(c.candidate, t.replicas, c.cost(t.replicas), t.ttft_p95_ms)
+    def _met(self) -> list[FrontierPoint]:
+        """Every simulated deployment meeting the SLOs, as frontier points."""
+        return [
+            FrontierPoint(
+                c.candidate, t.replicas, c.cost(t.replicas), t.ttft_p95_ms, t.output_tokens_per_s
+            )
             for c in self.candidates
             for t in c.trials
             if t.meets and t.ttft_p95_ms is not None
         ]
+
+    def frontier(self) -> list[FrontierPoint]:
+        """The Pareto frontier of cost against P95 TTFT over every simulated deployment
+        meeting the SLOs (cheapest first; each has a lower P95 TTFT than every cheaper one)."""
+        met = self._met()
         met.sort(key=lambda f: (f.usd_per_hour, f.ttft_p95_ms, f.gpus, f.candidate.label))
         out: list[FrontierPoint] = []
         for f in met:
@@ -405,20 +441,42 @@ class PlanResult:
                 out.append(f)
         return out
 
+    def frontier_throughput(self) -> list[FrontierPoint]:
+        """The Pareto frontier of cost against output tokens per second per GPU over every
+        simulated deployment meeting the SLOs (cheapest first; each serves more tokens a
+        GPU than every cheaper one). At one load every stable deployment serves about the
+        same tokens, so this frontier mostly orders by GPUs; it separates deployments
+        whose GPUs differ in price or whose runs served different amounts."""
+        met = [f for f in self._met() if f.tokens_per_s_per_gpu is not None]
+        met.sort(
+            key=lambda f: (f.usd_per_hour, -(f.tokens_per_s_per_gpu or 0.0), f.candidate.label)
+        )
+        out: list[FrontierPoint] = []
+        for f in met:
+            per = f.tokens_per_s_per_gpu or 0.0
+            if not out or per > (out[-1].tokens_per_s_per_gpu or 0.0):
+                if out and abs(f.usd_per_hour - out[-1].usd_per_hour) < _CENTS:
+                    continue  # the same cost serving fewer tokens a GPU came first
+                out.append(f)
+        return out
+
     def simulate_command(self, c: CandidateResult, out: str = "winner") -> str:
         """The ``twin simulate`` command reproducing ``c`` on its fewest replicas."""
-        cand = c.candidate
+        return self.command_for(c.candidate, c.replicas or 1, out)
+
+    def command_for(self, cand: Candidate, replicas: int, out: str = "winner") -> str:
+        """The ``twin simulate`` command running ``cand`` on ``replicas`` copies (seed 0)."""
         args = ["twin", "simulate", self.workload, "-m", self.model]
         for item in self.model_set:
             args += ["--model-set", item]
         args += ["--gpu", cand.gpu, "--engine", cand.engine, "--tp", str(cand.tp)]
         args += layout_flags(cand.parallel)
-        pools = cand.serving.pools(c.replicas or 1)
+        pools = cand.serving.pools(replicas)
         if pools:
             args += ["--prefill-workers", str(pools["prefill_workers"])]
             args += ["--decode-workers", str(pools["decode_workers"])]
         else:
-            args += ["--replicas", str(c.replicas)]
+            args += ["--replicas", str(replicas)]
         args += ["--cache-gb", cand.cache]
         if cand.cache != "auto":
             args += ["--policy", cand.policy]
@@ -427,6 +485,8 @@ class PlanResult:
             args += ["--session-rate", f"{self.load.session_rate:g}"]
         if self.load.concurrency is not None:
             args += ["--concurrency", str(self.load.concurrency)]
+        if self.load.request_rate is not None:
+            args += ["--request-rate", f"{self.load.request_rate:g}"]
         if self.load.duration_s is not None:
             args += ["--duration", f"{self.load.duration_s:g}"]
         if self.load.warmup_s is not None:
@@ -436,6 +496,9 @@ class PlanResult:
             args += ["--slo", slo.text]
         args += ["--out", out]
         return shlex.join(args)
+
+    def _point(self, f: FrontierPoint, out: str) -> dict[str, Any]:
+        return {**f.to_dict(), "simulate_command": self.command_for(f.candidate, f.replicas, out)}
 
     def to_dict(self) -> dict[str, Any]:
         win = self.winner
@@ -463,6 +526,8 @@ class PlanResult:
             if win is None
             else {**win.to_dict(), "simulate_command": self.simulate_command(win)},
             "candidates": [c.to_dict() for c in self.candidates],
-            "frontier": [f.to_dict() for f in self.frontier()],
+            "frontier": [self._point(f, "frontier") for f in self.frontier()],
+            "frontier_throughput": [self._point(f, "frontier") for f in self.frontier_throughput()],
             "notes": self.notes,
+            **({"ray_nodes": dict(sorted(self.nodes.items()))} if self.nodes else {}),
         }

@@ -241,25 +241,30 @@ def run_on_ray(
 def run_points_on_ray(
     ray: Any,
     address: str | None,
-    spec: Any,
-    todo: list[Any],
-    done: Callable[[Any, dict[str, Any]], None],
+    todo: list[tuple[Any, Any]],
+    done: Callable[[tuple[Any, Any], dict[str, Any]], None],
 ) -> dict[str, int]:
-    """Run sweep points ``todo`` as ray tasks, handing each row to ``done`` as it lands;
-    return how many points each node ran.
+    """Run sweep points ``todo`` ((spec, point) pairs: one spec's points, or a plan's
+    points of one spec per candidate) as ray tasks, handing each pair's row to ``done``
+    as it lands; return how many points each node ran.
 
-    The workload (and a ``--profile`` file) travel through the object store,
-    so the cluster's nodes need none of the driver's files.
+    Each distinct workload (and ``--profile`` file) travels through the object store
+    once, so the cluster's nodes need none of the driver's files.
     """
     started = _connect(ray, address)
-    try:
+    shipped: dict[str | None, Any] = {}
+
+    def put(path: str | None) -> Any:
+        if path not in shipped:
+            shipped[path] = ray.put(_shipped(path))
+        return shipped[path]
+
+    def args(pair: tuple[Any, Any]) -> tuple[Any, ...]:
+        spec, point = pair
         profile = spec.profile if spec.profile and Path(spec.profile).is_file() else None
-        workload = ray.put(_shipped(spec.workload))
-        shipped_profile = ray.put(_shipped(profile))
+        return spec, point, put(spec.workload), put(profile)
 
-        def args(point: Any) -> tuple[Any, ...]:
-            return spec, point, workload, shipped_profile
-
+    try:
         return run_on_ray(ray, address, run_staged_point, todo, args, done)
     finally:
         if started:

@@ -34,6 +34,7 @@ class Header:
     provenance: str
     replicas: int
     tp: int
+    pp: int = 1  # pipeline stages of tp GPUs a replica
     # Every swept replica count (--replicas 1,2,4); empty: ``replicas`` alone.
     replica_counts: tuple[int, ...] = ()
     # "<cache> GB cache: <why>" for each swept cache size that cannot run.
@@ -201,12 +202,14 @@ def _facts(h: Header, slos: Sequence[Slo]) -> list[tuple[str, str]]:
 
 def _cluster(h: Header) -> str:
     counts = h.replica_counts or (h.replicas,)
+    each = h.tp * h.pp  # a replica's GPUs: pp stages of tp
+    per = f"tp {h.tp}" + (f" x pp {h.pp}" if h.pp > 1 else "")
     if len(counts) == 1:
-        return f"{counts[0]} replica(s) x tp {h.tp} = {counts[0] * h.tp} GPU(s)"
+        return f"{counts[0]} replica(s) x {per} = {counts[0] * each} GPU(s)"
     return (
-        f"{', '.join(map(str, counts))} replicas (swept) x tp {h.tp} = "
-        f"{', '.join(str(n * h.tp) for n in counts)} GPUs; cache sizes are per replica, "
-        f"{h.tp} GPU(s) each"
+        f"{', '.join(map(str, counts))} replicas (swept) x {per} = "
+        f"{', '.join(str(n * each) for n in counts)} GPUs; cache sizes are per replica, "
+        f"{each} GPU(s) each"
     )
 
 

@@ -493,7 +493,7 @@ def run_pairs(
     ray_address: str | None = None,
 ) -> SweepOutcome:
     """:func:`run_sweep` for points of several specs in one batch (``twin plan``: one spec
-    per candidate deployment), all in one pool; ``executor="ray"`` needs a single spec."""
+    per candidate deployment), all in one pool, or all as ray tasks (``executor="ray"``)."""
     specs = {id(spec): spec for spec, _ in pairs}
     if any(not spec.workload_sha256 for spec in specs.values()):
         raise ValueError("run_sweep needs a resolved SweepSpec (call reports.sweep.resolve)")
@@ -501,8 +501,6 @@ def run_pairs(
         raise TwinError(f"--jobs: must be at least 1 (got {jobs})")
     if executor not in EXECUTORS:
         raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
-    if executor == "ray" and len(specs) > 1:
-        raise ValueError("the ray executor runs the points of one SweepSpec at a time")
     # Fail on a missing ray, or a cluster that does not answer, before touching the folder.
     ray = import_ray(ray_address) if executor == "ray" else None
     out = Path(out_dir)
@@ -533,13 +531,13 @@ def run_pairs(
     try:
         if ray is not None:
             if todo:
-                by_point = {item[2]: item for item in todo}
+                pairs_todo = [(spec, p) for _, spec, p in todo]
+                by_pair = {id(pair): item for pair, item in zip(pairs_todo, todo, strict=True)}
                 nodes = run_points_on_ray(
                     ray,
                     ray_address,
-                    todo[0][1],
-                    [p for _, _, p in todo],
-                    lambda p, row: done(by_point[p], row),
+                    pairs_todo,
+                    lambda pair, row: done(by_pair[id(pair)], row),
                 )
         elif jobs == 1 or len(todo) <= 1:
             for item in todo:
