@@ -218,7 +218,7 @@ def test_the_simulate_command_reproduces_the_winner(space: Space, tmp_path, monk
 
 def test_reports_are_written(space: Space) -> None:
     doc = json.loads((space.out / "plan.json").read_text())
-    assert doc["schema"] == "twin.plan" and doc["schema_version"] == 7
+    assert doc["schema"] == "twin.plan" and doc["schema_version"] == 8
     md = (space.out / "report.md").read_text()
     for head in ("## Winner", "## Why each other candidate lost", "## Pareto frontier"):
         assert head in md
@@ -282,7 +282,7 @@ def test_json_shape(space: Space, tmp_path, capsys) -> None:
         "frontier_throughput",
         "notes",
     } <= set(doc)
-    assert doc["schema_version"] == 7 and doc["slos"] == [SLO]
+    assert doc["schema_version"] == 8 and doc["slos"] == [SLO]
     assert doc["load"] == {
         "session_rate": RATE,
         "concurrency": None,

@@ -148,7 +148,7 @@ def test_attention_dp_decides_the_answer_for_deepseek(tmp_path: Path) -> None:
     args = shlex.split(found.simulate_command(win))
     assert args[args.index("--ep") + 1] == "8" and args[args.index("--dp-attention") + 1] == "8"
     doc = found.to_dict()
-    assert doc["schema_version"] == 7
+    assert doc["schema_version"] == 8
     assert (doc["winner"]["ep"], doc["winner"]["dp_attention"], doc["winner"]["gpus"]) == (8, 8, 8)
 
 

@@ -134,7 +134,7 @@ def test_a_plan_over_stages(tmp_path: Path, monkeypatch) -> None:
     rows = pq.read_table(tmp_path / "plan" / RESULTS_FILE).to_pylist()
     assert len(rows) >= len(ran)
     doc = found.to_dict()
-    assert doc["schema_version"] == 7
+    assert doc["schema_version"] == 8
     assert {c["pp"] for c in doc["candidates"]} == {1, 2}
 
 

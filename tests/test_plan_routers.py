@@ -254,7 +254,7 @@ def test_the_router_changes_the_winner(space: Space) -> None:
 
 def test_the_winner_carries_its_router_everywhere(space: Space) -> None:
     doc = json.loads((space.out / "plan.json").read_text())
-    assert doc["schema_version"] == 7
+    assert doc["schema_version"] == 8
     assert doc["routers"] == ["round-robin", "session-affinity", "prefix-aware"]
     assert doc["winner"]["router"] == "prefix-aware"
     assert {c["router"] for c in doc["candidates"]} == set(doc["routers"])

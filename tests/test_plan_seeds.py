@@ -139,7 +139,7 @@ def test_plan_json_carries_the_interval(monkeypatch, tmp_path, workload) -> None
     _fake_sweep(monkeypatch, _one_seed_misses)
     _plan(workload, tmp_path, seeds=3)
     doc = json.loads((tmp_path / "out" / "plan.json").read_text())
-    assert doc["schema_version"] == 7 and doc["seeds"] == [0, 1, 2]
+    assert doc["schema_version"] == 8 and doc["seeds"] == [0, 1, 2]
     win = doc["winner"]
     trials = {t["replicas"]: t for t in win["trials"]}
     assert trials[3]["seeds"] == [0, 1, 2] and trials[3]["failed_seeds"] == []

@@ -29,6 +29,7 @@ from twin.engine.modes import ENGINE_MODES
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.metrics import to_json
+from twin.policies import POLICIES
 from twin.reports.layouts import parse_layouts
 from twin.reports.parallel_axes import parse_degrees
 from twin.reports.plan import (
@@ -44,6 +45,7 @@ from twin.reports.plan import (
     SCREEN_FRACTION,
     SCREEN_MIN_S,
     PlanProgress,
+    cache_choices,
     check_executor,
     parse_load,
     plan,
@@ -229,6 +231,13 @@ def plan_cmd(
         help="Cache settings to consider, comma-separated: auto (the engine's shared KV "
         "pool) or GB of a dedicated cache per replica.",
     ),
+    policies: str | None = typer.Option(
+        None,
+        "--policies",
+        help=f"Prefix-cache policies to consider for each dedicated --cache-gb size, "
+        f"comma-separated ({', '.join(POLICIES)}). The shared pool (auto) always runs the "
+        "engine mode's own. [default: each engine mode's own]",
+    ),
     layouts: str = typer.Option(
         ",".join(DEFAULT_LAYOUTS),
         "--layouts",
@@ -353,7 +362,9 @@ def plan_cmd(
     parse_degrees(pp_list, "--pp")
     router_list = None if routers is None else _items("--routers", routers)
     named = resolve_routers(router_list, router)  # a bad name fails here; None: auto
-    total = len(gpu_list) * len(engine_list) * len(tp_list) * len(cache_list) * len(layout_list)
+    policy_list = [] if policies is None else _items("--policies", policies)
+    choices = len(cache_choices(cache_list, policy_list))  # a bad policy fails here
+    total = len(gpu_list) * len(engine_list) * len(tp_list) * choices * len(layout_list)
     total *= len(named) if named else 1
     if workload is None:
         workload = example_path(EXAMPLE)
@@ -393,6 +404,7 @@ def plan_cmd(
             budget_gpus=budget_gpus,
             router=router,
             routers=router_list,
+            policies=policy_list,
             search=search,
             jobs=jobs,
             screen=screen,

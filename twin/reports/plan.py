@@ -157,6 +157,33 @@ def _gpus(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def cache_choices(
+    cache: Sequence[str | float], policies: Sequence[str] = ()
+) -> list[tuple[str, str]]:
+    """(cache setting, policy) pairs searched: the shared pool with the engine mode's own
+    policy (its pool is the mode's); each dedicated size with each of ``policies``, or with
+    the mode's own (``""``) when none is given. A bad setting or policy fails in one line."""
+    from twin.policies import POLICIES
+
+    caches = _caches(cache)
+
+    for name in policies:
+        if name not in POLICIES:
+            raise TwinError(
+                f"--policies: unknown policy {name!r}; choose from {', '.join(POLICIES)}"
+            )
+        if POLICIES[name].hindsight:  # twin simulate refuses it too (one replay per alpha)
+            raise TwinError(
+                f"--policies: {name!r} is a hindsight bound, not an online policy a "
+                "deployment can run"
+            )
+    if len(set(policies)) != len(policies):
+        raise TwinError(f"--policies {','.join(policies)}: a policy is given twice")
+    return [
+        (c, p) for c in caches for p in ([""] if c == "auto" or not policies else list(policies))
+    ]
+
+
 def _engines(names: Sequence[str]) -> list[str]:
     """Engine modes, each optionally at a release (``vllm==0.19``: kept as the release's
     full version, ``vllm==0.19.0``, as ``twin simulate --engine`` takes it)."""
@@ -482,6 +509,7 @@ def plan(
     budget_gpus: int | None = None,
     router: str | None = None,
     routers: Sequence[str] | None = None,
+    policies: Sequence[str] = (),
     search: str = DEFAULT_SEARCH,
     jobs: int = 1,
     screen: bool = True,
@@ -510,7 +538,10 @@ def plan(
     ``routers`` the routers searched (names of ``twin.engine.ROUTERS``, or ``("auto",)``:
     round-robin, and the prefix-placing routers when the workload reuses prefixes;
     ``router`` one router, the same as ``routers=(router,)``; neither: round-robin:
-    :mod:`reports.plan_routers`); ``search`` names the replica search
+    :mod:`reports.plan_routers`); ``policies`` the prefix-cache policies searched for each
+    dedicated cache size in ``cache`` (names of ``twin.policies.POLICIES``; none: the
+    engine mode's own; the shared pool ``auto`` always runs the mode's); ``search`` names
+    the replica search
     (:data:`reports.plan_search.SEARCHES`);
     ``seeds``: a count that decides the answer must meet the SLOs under seeds 0 to
     ``seeds - 1`` (:data:`DEFAULT_SEEDS`); ``executor`` ``"ray"`` runs each step's points
@@ -526,7 +557,7 @@ def plan(
     load = parse_load(session_rate, concurrency, duration_s, warmup_s, rate)
     seed_list, seed_notes = _seeds(seeds, load)
     gpu_names, engine_names = _gpus(gpus), _engines(engines)
-    tps, caches = _tps(tp), _caches(cache)
+    tps, choices = _tps(tp), cache_choices(cache, policies)
     serving = [layout.name for layout in parse_layouts(layouts)]
     eps, dps = parse_degrees(ep, "--ep"), parse_degrees(dp_attention, "--dp-attention")
     pps = parse_degrees(pp, PP_FLAG)
@@ -588,12 +619,13 @@ def plan(
     searcher = _Searcher(slo_list, load, out_dir, jobs, progress, screening, seed_list)
     searcher.shared_router = min(router_names, key=router_order)
     searcher.executor, searcher.ray_address = executor, ray_address
-    axes = (gpu_names, engine_names, parallel, caches, serving, router_names)
+    axes = (gpu_names, engine_names, parallel, choices, serving, router_names)
     searcher.state.total = math.prod(len(axis) for axis in axes)
     searcher.tell()
     refused: dict[str, int] = {}  # pipelined candidates the engine does not model, by why
-    for gpu, engine, par, c, layout, via in itertools.product(*axes):
-        cand = Candidate(gpu, engine, par.tp, c, layout, par.ep, par.dp, via, par.pp)
+    for gpu, engine, par, (c, pol), layout, via in itertools.product(*axes):
+        own = pol if pol != get_mode(engine).policy else ""  # the mode's own: no name
+        cand = Candidate(gpu, engine, par.tp, c, layout, par.ep, par.dp, via, par.pp, own)
         res = CandidateResult(cand, table.price(gpu).usd_per_gpu_hour)
         res.search = strategy.name
         res.limit = MAX_SEARCH_REPLICAS
@@ -616,6 +648,7 @@ def plan(
         slos=slo_list,
         load=load,
         routers=router_names,
+        cache_policies=tuple(policies),
         prices=table,
         budget_gpus=budget_gpus,
         search=strategy.name,

@@ -126,7 +126,7 @@ def _winner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
     t = w.trial(w.replicas)
     c = w.candidate
     row = [c.gpu, c.engine, str(c.tp), str(c.ep), str(c.dp_attention), str(c.pp)]
-    row += [c.cache, c.layout]
+    row += [f"{c.cache} {c.cache_policy}" if c.cache_policy else c.cache, c.layout]
     row += [c.router]
     row += [str(w.replicas), str(w.gpus)]
     row += [_money(w.usd_per_gpu_hour), _money(w.usd_per_hour)]

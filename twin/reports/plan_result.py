@@ -30,8 +30,10 @@ PLAN_SCHEMA = "twin.plan"
 # the winner and frontier points carry their "router"; the plan's "routers" replaces its
 # one "router"); 7: pipeline parallelism (every candidate, the winner and frontier points
 # carry "pp"; their GPUs count tp x pp), the load's "rate" (requests/s), and the frontier
-# of cost against throughput per GPU ("frontier_throughput")
-PLAN_SCHEMA_VERSION = 7
+# of cost against throughput per GPU ("frontier_throughput"); 8: the prefix-cache policy of
+# a dedicated cache as an axis (every candidate, the winner and frontier points carry
+# "cache_policy": null where the engine mode's own; the plan's "cache_policies")
+PLAN_SCHEMA_VERSION = 8
 PLAN_FILE = "plan.json"
 # Dollars closer than this are one price (sums of float prices).
 _CENTS = 1e-9
@@ -67,10 +69,14 @@ class Candidate:
     dp_attention: int = 1
     router: str = ROUND_ROBIN
     pp: int = 1
+    # The prefix-cache policy of a dedicated cache (``twin.policies.POLICIES``); empty: the
+    # engine mode's own (the shared pool always runs the mode's).
+    cache_policy: str = ""
 
     @property
     def label(self) -> str:
-        cache = "shared pool" if self.cache == "auto" else f"{self.cache} GB cache"
+        own = f" {self.cache_policy}" if self.cache_policy else ""
+        cache = "shared pool" if self.cache == "auto" else f"{self.cache} GB{own} cache"
         where = "" if self.layout == AGG else f" {self.layout}"
         split = (
             f" ep{self.ep}" * (self.ep > 1)
@@ -109,8 +115,11 @@ class Candidate:
     @property
     def policy(self) -> str:
         """The sweep point's policy axis: the engine mode itself in its shared pool (as
-        ``twin simulate --engine E``), else the mode's policy in a dedicated cache."""
-        return self.engine if self.cache == "auto" else get_mode(self.engine).policy
+        ``twin simulate --engine E``), else the candidate's policy in a dedicated cache
+        (the mode's own unless ``cache_policy`` names another)."""
+        if self.cache == "auto":
+            return self.engine
+        return self.cache_policy or get_mode(self.engine).policy
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +132,7 @@ class Candidate:
             "dp_attention": self.dp_attention,
             "router": self.router,
             "pp": self.pp,
+            "cache_policy": self.cache_policy or None,
         }
 
 
@@ -384,6 +394,8 @@ class PlanResult:
     confirm_points_run: int = 0
     confirm_points_found: int = 0
     nodes: dict[str, int] = field(default_factory=dict)  # points each ray node ran
+    # The prefix-cache policies searched for the dedicated caches (empty: each mode's own).
+    cache_policies: tuple[str, ...] = ()
 
     @property
     def winner(self) -> CandidateResult | None:
@@ -517,6 +529,7 @@ class PlanResult:
             "slos": [s.text for s in self.slos],
             "load": self.load.to_dict(),
             "routers": list(self.routers),
+            "cache_policies": list(self.cache_policies),
             "prices": self.prices.to_dict(),
             "budget_gpus": self.budget_gpus,
             "search": self.search,
