@@ -234,10 +234,12 @@ WIDEEP_TABLES = {
     "prefill": "wideep_context_mla_perf.parquet",
     "decode": "wideep_generation_mla_perf.parquet",
 }
-# The attention backend whose rows are read: aiconfigurator's default for these tables
-# (``sdk/models/deepseek.py``: ``attn_backend`` "flashinfer" when none is set), and what
-# InferenceMAX's SGLang DeepSeek scripts run (``--attention-backend flashinfer``).
-WIDEEP_SOURCE = "flashinfer"
+# The attention backends whose rows are read, the first present: aiconfigurator's default
+# for these tables (``sdk/models/deepseek.py``: ``attn_backend`` "flashinfer" when none
+# is set) and what InferenceMAX's SGLang DeepSeek scripts on H200 run
+# (``--attention-backend flashinfer``); the Blackwell collections time only
+# ``trtllm_mla``.
+WIDEEP_SOURCES = ("flashinfer", "trtllm_mla")
 # The collector ran DeepSeek-R1's block-scaled fp8 checkpoint (``gemm_type`` fp8_block;
 # 0.5.6.post2's table has no such column). aiconfigurator's query of these rows has no
 # GEMM axis (``sdk/models/deepseek.py``: "whose query carries no gemm axis"), so they
@@ -269,7 +271,7 @@ def wideep_version(system: Path, engine: str, release: str | None) -> Path | Non
 def wideep_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """``mla_module_<phase>_<fp8|fp8_block>_fp8kv`` from SGLang's module tables of the
     release :func:`wideep_version` picks (none for other engines and releases); the rows
-    of :data:`WIDEEP_SOURCE` at one rank (``tp_size`` 1: ``num_heads`` the rank's heads)."""
+    of the first of :data:`WIDEEP_SOURCES` present, at one rank (``tp_size`` 1: ``num_heads`` the rank's heads)."""
     version = wideep_version(system, engine, release)
     if version is None:
         return []
@@ -278,15 +280,17 @@ def wideep_rows(system: Path, engine: str, release: str | None = None) -> list[F
         table = version / table_name
         if not table.exists():
             continue
-        mine = [
+        raw = [
             r
             for r in _read(table)
-            if r.get("kernel_source") == WIDEEP_SOURCE
-            and KV_DTYPES.get(str(r.get("kv_cache_dtype"))) == "fp8"
+            if KV_DTYPES.get(str(r.get("kv_cache_dtype"))) == "fp8"
             and int(r.get("tp_size", 1) or 1) == 1
         ]
-        if not mine:
+        present = {r.get("kernel_source") for r in raw}
+        source = next((s for s in WIDEEP_SOURCES if s in present), None)
+        if source is None:
             continue
+        mine = [r for r in raw if r.get("kernel_source") == source]
         for gemm in WIDEEP_GEMMS:
             kernel = fm.mla_kernel(f"mla_module_{phase}", gemm, "fp8")
             operands = operand_bytes(px.TABLE_MODES[gemm])
@@ -297,7 +301,7 @@ def wideep_rows(system: Path, engine: str, release: str | None = None) -> list[F
                 # module row's ``step`` counts the new token as well.
                 row = r if phase == "prefill" else {**r, "step": int(r["isl"]) + 1}
                 out.append(_module_row(kernel, row, phase, operands, px.KV_FP8_BYTES))
-            families.append(_family(kernel, table, mine, WIDEEP_SOURCE, out))
+            families.append(_family(kernel, table, mine, source, out))
     return families
 
 
@@ -319,7 +323,7 @@ def mla_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
 __all__ = [
     "DSV3",
     "PREFILL_SOURCES",
-    "WIDEEP_SOURCE",
+    "WIDEEP_SOURCES",
     "bmm_rows",
     "dims",
     "kernel_rows",
