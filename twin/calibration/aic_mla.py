@@ -53,7 +53,6 @@ from twin.calibration.aic_tables import (
     release_version,
 )
 from twin.costmodel import formulas as fm
-from twin.costmodel.table_release import pick_version
 from twin.costmodel.mla_features import (
     MlaDims,
     mla_bmm_sums,
@@ -62,6 +61,7 @@ from twin.costmodel.mla_features import (
     mla_module_prefill_sums,
     mla_prefill_sums,
 )
+from twin.costmodel.table_release import pick_version
 
 # DeepSeek-V3's MLA widths (its config.json, as cached in aiconfigurator-core 0.12.0
 # ``model_configs/deepseek-ai--DeepSeek-V3_config.json``): the collectors hard-code them
@@ -271,7 +271,8 @@ def wideep_version(system: Path, engine: str, release: str | None) -> Path | Non
 def wideep_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """``mla_module_<phase>_<fp8|fp8_block>_fp8kv`` from SGLang's module tables of the
     release :func:`wideep_version` picks (none for other engines and releases); the rows
-    of the first of :data:`WIDEEP_SOURCES` present, at one rank (``tp_size`` 1: ``num_heads`` the rank's heads)."""
+    of the first of :data:`WIDEEP_SOURCES` present, at one rank (``tp_size`` 1:
+    ``num_heads`` the rank's heads)."""
     version = wideep_version(system, engine, release)
     if version is None:
         return []
