@@ -306,11 +306,15 @@ class Profile:
     def table_picks(self, release: str | None) -> dict[str, str]:
         """Per kernel family whose table differs by engine release, the release of the
         table that prices ``release`` (:func:`~twin.costmodel.table_release.pick_version`:
-        the newest at or before it; ``release`` empty: each family's default, the newest)."""
+        the newest at or before it; ``release`` empty: each family's default, the newest).
+        A family whose default release has no table of it (``TableReleases.default_fit``)
+        is left out where that default is picked."""
         picks = {}
         for name, rel in self.table_releases.items():
             chosen = pick_version([rel.default, *rel.fits], release) if release else None
-            picks[name] = chosen or rel.default
+            chosen = chosen or rel.default
+            if chosen != rel.default or rel.default_fit:  # a family it has no table of: none
+                picks[name] = chosen
         return picks
 
     def at_release(self, release: str | None) -> Profile:
