@@ -266,8 +266,10 @@ def release_fits(
     (``aic_tables.release_families``), its fit from each other release's table; a fit
     ``keep`` already holds for that family and release is kept as it is."""
     default, others = release_families(gpu, engine, root)
+    newest = {f.kernel for f in read_families(gpu, engine, root)}
     out: dict[str, TableReleases] = {}
-    for kernel in [k for k in others if k in measured]:
+    # A family only older releases' tables have (no fit in ``kernels``) is kept too.
+    for kernel in [k for k in others if k in measured or k not in newest]:
         kept = keep.table_releases.get(kernel) if keep is not None else None
         fits: dict[str, KernelFit] = {}
         for version, fam in sorted(others[kernel].items()):
@@ -276,7 +278,9 @@ def release_fits(
             if fit is not None:
                 fits[version] = fit
         if fits:
-            out[kernel] = TableReleases(default=default[kernel], fits=fits)
+            out[kernel] = TableReleases(
+                default=default[kernel], fits=fits, default_fit=kernel in newest
+            )
     return out
 
 

@@ -23,9 +23,18 @@
 Rows kept: the attention computed in bf16 (``mla_dtype`` bfloat16: vLLM's fp8 prefill
 query rows are an opt-in, ``TRTLLM_RAGGED``); every kernel source of a module table (the
 backend is chosen per shape: vLLM 0.24 runs prompts of up to 512 tokens through its
-decode backend, ``FLASH_ATTN_MLA`` on Hopper). The SGLang ``wideep_*`` tables (DeepEP
-with DP attention, fp8 only) are not read: they price attention-DP deployments, which
-the twin does not model yet.
+decode backend, ``FLASH_ATTN_MLA`` on Hopper).
+
+SGLang's ``wideep_context_mla_perf`` / ``wideep_generation_mla_perf`` (collected at 0.5.6.post2
+and 0.5.10, before SGLang's kernel tables at 0.5.14) time the attention module, not the
+kernel: aiconfigurator prices with them the whole attention of a DeepSeek layer but the
+replicated q_a/kv_a projection (``sdk/models/deepseek.py``: "q_b/kv_b/o projections live
+inside the WideEP MLA module rows", the GEMM ``qkv_a_proj`` priced outside), and the
+timings say so (H200, 16 heads, one sequence of 4,096 tokens: 0.046 ms against 0.030 ms
+for 0.5.14's fp8-KV kernel alone, and 0.10 ms at 128 heads, where the kernel alone stays
+at 0.033 ms: the per-head projection weights). :func:`wideep_rows` reads them as the
+module families (fp8 projections, fp8 KV: the only collection), for the releases they
+price (:func:`wideep_version`).
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from twin.costmodel.mla_features import (
     mla_module_prefill_sums,
     mla_prefill_sums,
 )
+from twin.costmodel.table_release import pick_version
 
 # DeepSeek-V3's MLA widths (its config.json, as cached in aiconfigurator-core 0.12.0
 # ``model_configs/deepseek-ai--DeepSeek-V3_config.json``): the collectors hard-code them
@@ -220,6 +230,82 @@ def bmm_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
     return families
 
 
+WIDEEP_TABLES = {
+    "prefill": "wideep_context_mla_perf.parquet",
+    "decode": "wideep_generation_mla_perf.parquet",
+}
+# The attention backends whose rows are read, the first present: aiconfigurator's default
+# for these tables (``sdk/models/deepseek.py``: ``attn_backend`` "flashinfer" when none
+# is set) and what InferenceMAX's SGLang DeepSeek scripts on H200 run
+# (``--attention-backend flashinfer``); the Blackwell collections time only
+# ``trtllm_mla``.
+WIDEEP_SOURCES = ("flashinfer", "trtllm_mla")
+# The collector ran DeepSeek-R1's block-scaled fp8 checkpoint (``gemm_type`` fp8_block;
+# 0.5.6.post2's table has no such column). aiconfigurator's query of these rows has no
+# GEMM axis (``sdk/models/deepseek.py``: "whose query carries no gemm axis"), so they
+# price a per-tensor fp8 checkpoint as well: one family per mode, each with its operand
+# bytes (they differ by one scale per 128 x 128 block).
+WIDEEP_GEMMS = ("fp8", "fp8_block")
+
+
+def wideep_version(system: Path, engine: str, release: str | None) -> Path | None:
+    """The version directory whose SGLang module tables price ``release``, or None.
+
+    The rule of ``twin.costmodel.table_release`` over every MLA decode collection of the
+    engine, kernel tables (``generation_mla_perf``) and module tables alike: the module
+    tables price a release when they are the newest MLA collection at or before it (or,
+    for a release older than every collection, the oldest); a release with a kernel
+    table of its own, or none (the newest), reads the kernel table as before.
+    """
+    if engine != "sglang":
+        return None
+    root = system / "mla" / engine
+    kernel = {p.parent.name for p in root.glob("*/generation_mla_perf.parquet")}
+    module = {p.parent.name for p in root.glob(f"*/{WIDEEP_TABLES['decode']}")}
+    chosen = pick_version(kernel | module, release) if release else None
+    if chosen is None or chosen in kernel or chosen not in module:
+        return None
+    return root / chosen
+
+
+def wideep_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
+    """``mla_module_<phase>_<fp8|fp8_block>_fp8kv`` from SGLang's module tables of the
+    release :func:`wideep_version` picks (none for other engines and releases); the rows
+    of the first of :data:`WIDEEP_SOURCES` present, at one rank (``tp_size`` 1:
+    ``num_heads`` the rank's heads)."""
+    version = wideep_version(system, engine, release)
+    if version is None:
+        return []
+    families = []
+    for phase, table_name in WIDEEP_TABLES.items():
+        table = version / table_name
+        if not table.exists():
+            continue
+        raw = [
+            r
+            for r in _read(table)
+            if KV_DTYPES.get(str(r.get("kv_cache_dtype"))) == "fp8"
+            and int(r.get("tp_size", 1) or 1) == 1
+        ]
+        present = {r.get("kernel_source") for r in raw}
+        source = next((s for s in WIDEEP_SOURCES if s in present), None)
+        if source is None:
+            continue
+        mine = [r for r in raw if r.get("kernel_source") == source]
+        for gemm in WIDEEP_GEMMS:
+            kernel = fm.mla_kernel(f"mla_module_{phase}", gemm, "fp8")
+            operands = operand_bytes(px.TABLE_MODES[gemm])
+            out = []
+            for i, r in enumerate(mine):
+                _require(r, _KERNEL_COLUMNS, table, i)
+                # The generation rows' ``isl`` is the cached tokens (``step`` 0); the
+                # module row's ``step`` counts the new token as well.
+                row = r if phase == "prefill" else {**r, "step": int(r["isl"]) + 1}
+                out.append(_module_row(kernel, row, phase, operands, px.KV_FP8_BYTES))
+            families.append(_family(kernel, table, mine, source, out))
+    return families
+
+
 def _sources(rows: list[dict[str, Any]]) -> str:
     return ",".join(sorted({str(r.get("kernel_source", "")) for r in rows}))
 
@@ -231,7 +317,19 @@ def mla_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         *kernel_rows(system, engine, release),
         *bmm_rows(system, engine, release),
         *module_rows(system, engine, release),
+        *wideep_rows(system, engine, release),
     ]
 
 
-__all__ = ["DSV3", "PREFILL_SOURCES", "bmm_rows", "dims", "kernel_rows", "mla_rows", "module_rows"]
+__all__ = [
+    "DSV3",
+    "PREFILL_SOURCES",
+    "WIDEEP_SOURCES",
+    "bmm_rows",
+    "dims",
+    "kernel_rows",
+    "mla_rows",
+    "module_rows",
+    "wideep_rows",
+    "wideep_version",
+]

@@ -590,7 +590,22 @@ def release_families(
     for version in table_versions(system_dir(gpu, root), engine):
         for fam in read_families(gpu, engine, root, version):
             base = newest.get(fam.kernel)
-            if base is None or fam.tables == base.tables or not fam.release:
+            if not fam.release or (base is not None and fam.tables == base.tables):
                 continue
             others.setdefault(fam.kernel, {}).setdefault(fam.release, fam)
+    # A family the newest pick lacks (SGLang's MLA module tables: ``aic_mla.wideep_rows``):
+    # its default names the release from which on no table of it is read.
+    for kernel in [k for k in others if k not in newest]:
+        default[kernel] = _last_without(gpu, engine, root, kernel)
     return default, others
+
+
+def _last_without(gpu: str, engine: str, root: Path | None, kernel: str) -> str:
+    """The oldest table version newer than the newest one reading ``kernel`` whose read
+    lacks it (newest first: the version just before the first that has it)."""
+    last = ""
+    for version in table_versions(system_dir(gpu, root), engine):
+        if any(f.kernel == kernel for f in read_families(gpu, engine, root, version)):
+            return last
+        last = version
+    return last

@@ -94,7 +94,9 @@ def moe_kernel(mode: str) -> str:
 # time it). Keys: ``<family>[_<gemm mode>][_fp8kv]``; the GEMM mode is the module's
 # projections' (``MLA_MODULE_GEMMS``) or the BMM's own (``MLA_BMM_MODES``).
 MLA_KV = {"bfloat16": "", "fp8": "_fp8kv"}
-MLA_MODULE_GEMMS = {"bfloat16": "", "fp8_block": "_fp8_block", "nvfp4": "_nvfp4"}
+# ``fp8``: per-tensor fp8 projections; only SGLang's module tables give it (their query
+# has no GEMM axis: ``calibration.aic_mla.wideep_rows``).
+MLA_MODULE_GEMMS = {"bfloat16": "", "fp8": "_fp8", "fp8_block": "_fp8_block", "nvfp4": "_nvfp4"}
 MLA_BMM_MODES = {"bfloat16": "flops", "fp8": "fp8_flops"}
 
 

@@ -202,17 +202,29 @@ class TableReleases:
 
     default: str
     fits: dict[str, KernelFit]
+    # False: the ``default`` release (and every release it prices) has no table of this
+    # family, so ``kernels`` has no entry for it and only ``fits``' releases price it
+    # (SGLang's MLA module tables, collected up to 0.5.10: ``calibration.aic_mla``).
+    default_fit: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        return {"default": self.default, "fits": {k: f.to_dict() for k, f in self.fits.items()}}
+        out: dict[str, Any] = {"default": self.default}
+        if not self.default_fit:
+            out["default_fit"] = False
+        out["fits"] = {k: f.to_dict() for k, f in self.fits.items()}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> TableReleases:
         _object(data, where)
         fits = _object(data.get("fits"), f"{where}.fits")
+        default_fit = data.get("default_fit", True)
+        if not isinstance(default_fit, bool):
+            raise TwinError(f"{where}.default_fit: must be true or false (got {default_fit!r})")
         return cls(
             default=_text(data.get("default"), f"{where}.default"),
             fits={k: KernelFit.from_dict(v, f"{where}.fits.{k}") for k, v in fits.items()},
+            default_fit=default_fit,
         )
 
 
@@ -253,7 +265,7 @@ class Profile:
                 raise TwinError(f"profile {self.gpu!r}: peaks.{key}: missing (a positive peak)")
         fits = list(self.kernels.items())
         for name, rel in self.table_releases.items():
-            if name not in self.kernels:
+            if rel.default_fit and name not in self.kernels:
                 raise TwinError(
                     f"profile {self.gpu!r}: table_releases.{name}: no kernel {name!r} to vary"
                 )
@@ -294,11 +306,15 @@ class Profile:
     def table_picks(self, release: str | None) -> dict[str, str]:
         """Per kernel family whose table differs by engine release, the release of the
         table that prices ``release`` (:func:`~twin.costmodel.table_release.pick_version`:
-        the newest at or before it; ``release`` empty: each family's default, the newest)."""
+        the newest at or before it; ``release`` empty: each family's default, the newest).
+        A family whose default release has no table of it (``TableReleases.default_fit``)
+        is left out where that default is picked."""
         picks = {}
         for name, rel in self.table_releases.items():
             chosen = pick_version([rel.default, *rel.fits], release) if release else None
-            picks[name] = chosen or rel.default
+            chosen = chosen or rel.default
+            if chosen != rel.default or rel.default_fit:  # a family it has no table of: none
+                picks[name] = chosen
         return picks
 
     def at_release(self, release: str | None) -> Profile:

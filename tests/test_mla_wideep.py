@@ -1,0 +1,118 @@
+"""SGLang's MLA module tables (``wideep_*_mla_perf``, collected at 0.5.6.post2 and 0.5.10)
+as per-release module fits (issue 31): the releases they price, the profile's fits
+without a default, and the known answer on H200."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from twin.calibration.aic_mla import dims, operand_bytes, wideep_version
+from twin.costmodel import latency as lat
+from twin.costmodel.mla_features import mla_module_decode_sums
+from twin.costmodel.precision_kernels import priced_precision
+from twin.costmodel.profile import Profile
+from twin.costmodel.profile_store import load_profile
+from twin.errors import TwinError
+from twin.precision import with_precision
+from twin.presets import resolve_model
+
+DECODE = "mla_module_decode_fp8_fp8kv"
+
+
+def _collections(root: Path) -> Path:
+    """An SGLang MLA folder like H200's: module tables at 0.5.6.post2 and 0.5.10, the
+    kernel table at 0.5.14 (only the names matter to the pick)."""
+    mla = root / "mla" / "sglang"
+    for version, table in (
+        ("0.5.6.post2", "wideep_generation_mla_perf.parquet"),
+        ("0.5.10", "wideep_generation_mla_perf.parquet"),
+        ("0.5.14", "generation_mla_perf.parquet"),
+    ):
+        (mla / version).mkdir(parents=True)
+        (mla / version / table).write_bytes(b"")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [
+        (None, None),  # a plain run: the newest, the kernel table
+        ("0.5.14", None),  # its own kernel table
+        ("0.5.16", None),
+        ("0.5.13", "0.5.10"),
+        ("0.5.10", "0.5.10"),
+        ("0.5.9", "0.5.6.post2"),
+        ("0.5.1", "0.5.6.post2"),  # older than every collection: the oldest
+        ("nightly-dev", None),  # not a version: the newest
+    ],
+)
+def test_the_module_tables_price_the_releases_up_to_the_kernel_table(
+    tmp_path: Path, release: str | None, expected: str | None
+) -> None:
+    system = _collections(tmp_path)
+    got = wideep_version(system, "sglang", release)
+    assert (got.name if got is not None else None) == expected
+    assert wideep_version(system, "vllm", release) is None
+
+
+def test_a_fit_without_a_default_round_trips_and_prices_only_its_releases() -> None:
+    prof = load_profile("h200", "sglang")
+    rel = prof.table_releases[DECODE]
+    assert DECODE not in prof.kernels and not rel.default_fit
+    assert rel.default == "0.5.14" and set(rel.fits) == {"0.5.6.post2", "0.5.10"}
+    again = Profile.from_dict(json.loads(json.dumps(prof.to_dict())))
+    assert not again.table_releases[DECODE].default_fit
+    assert DECODE not in prof.at_release("0.5.14").kernels
+    assert DECODE not in prof.at_release(None).kernels
+    assert prof.at_release("0.5.9").kernels[DECODE] is rel.fits["0.5.6.post2"]
+    assert prof.at_release("0.5.12").kernels[DECODE] is rel.fits["0.5.10"]
+    bad = prof.to_dict()
+    bad["table_releases"][DECODE]["default_fit"] = "no"
+    with pytest.raises(TwinError, match=r"table_releases\.mla_module_decode_fp8_fp8kv"):
+        Profile.from_dict(bad)
+    # without the flag, a family the profile's kernels lack is refused as before
+    del bad["table_releases"][DECODE]["default_fit"]
+    with pytest.raises(TwinError, match="no kernel"):
+        Profile.from_dict(bad)
+
+
+def test_deepseek_fp8_on_sglang_059_takes_the_module_and_014_the_kernels() -> None:
+    model = with_precision(resolve_model("deepseek-r1"), "fp8", "fp8")
+    prof = load_profile("h200", "sglang")
+    old = priced_precision(model, prof.at_release("0.5.9")).keys
+    assert old["mla_module_decode"] == DECODE
+    assert old["mla_module_prefill"] == "mla_module_prefill_fp8_fp8kv"
+    new = priced_precision(model, prof.at_release("0.5.14")).keys
+    assert "mla_module_decode" not in new and new["mla_decode"] == "mla_decode_fp8kv"
+
+
+def test_h200_sglang_059_decode_module_known_answer() -> None:
+    """DeepSeek-R1's attention on a TP-8 rank (16 heads), 64 sequences of 4,096 cached
+    tokens, fp8 KV, on H200: SGLang 0.5.6.post2's module table (flashinfer) timed 0.129 ms
+    per layer (``h200_sxm/mla/sglang/0.5.6.post2/wideep_generation_mla_perf.parquet``;
+    0.5.10's 0.126 ms); 0.5.14's kernel table alone 0.537 ms (issue 31: 2x the measured
+    TPOT)."""
+    prof = load_profile("h200", "sglang").at_release("0.5.9")
+    act_e, w_e = operand_bytes("fp8")
+    batch, cached = 64, 4096
+    sums = mla_module_decode_sums(dims(16), batch, batch * (cached + 1), 2, act_e, w_e, 1)
+    fit = prof.kernels[DECODE]
+    extras = {"tiles": float(sums[2]), "seq_keys": float(sums[3])}
+    seconds = lat.predict(DECODE, fit.params, prof.peaks, float(sums[0]), float(sums[1]), extras)
+    assert seconds == pytest.approx(0.129e-3, rel=0.15)
+    if importlib.util.find_spec("aiconfigurator_core") is None:
+        return
+    from twin.calibration.aic_tables import _read, data_root
+
+    table = data_root() / "h200_sxm/mla/sglang/0.5.6.post2/wideep_generation_mla_perf.parquet"
+    (measured,) = [
+        r["latency"] * 1e-3
+        for r in _read(table)
+        if r["kernel_source"] == "flashinfer"
+        and (r["num_heads"], r["batch_size"], r["isl"]) == (16, batch, cached)
+    ]
+    assert seconds == pytest.approx(measured, rel=0.15)
