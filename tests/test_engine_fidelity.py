@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns
+from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns, write_rows
 
 from twin.cache.requests import request_cache_for
 from twin.costmodel.profile_store import resolve_profile
@@ -30,6 +30,7 @@ from twin.engine.sglang_batching import SGLangBatching
 from twin.engine.vllm_batching import VLLMBatching
 from twin.policies import get_policy
 from twin.presets import get_model
+from twin.workloads.schema import WorkloadRow
 
 
 class RecordingPricer(ConstantPricer):
@@ -245,7 +246,12 @@ def test_a_preempted_requests_full_blocks_stay_cached_for_its_next_admission(tmp
 
 def _preempting(tmp_path, cached: bool):
     model = get_model("tiny-transformer")
-    path = single_turns(tmp_path / "w.parquet", [0.0] * 6, prompt_len=64, output_len=200)
+    rng = np.random.default_rng(0)
+    rows = [
+        WorkloadRow(i, 0, 0.0, None, rng.integers(0, 30000, 64, dtype=np.int32), False, None, o)
+        for i, o in enumerate([95] * 5 + [200])
+    ]
+    path = write_rows(tmp_path / "w.parquet", rows)
     summary, recs = run(
         path,
         ConstantPricer(),
@@ -262,8 +268,11 @@ def _preempting(tmp_path, cached: bool):
 
 
 def test_cached_preemption_recomputes_less_than_dropping_the_victims_blocks(tmp_path):
-    """Six 64 + 200-token requests on a 900-token pool outgrow it; with the victims' blocks
-    cached, what they compute again is less than their whole prompt and output so far."""
+    """Six 64-token prompts on a 900-token pool outgrow it; the victim comes back when the
+    five 95-token outputs complete, and with its blocks cached (those its own allocation
+    did not reclaim) it computes again less than its whole prompt and output so far.
+    (Equal outputs no longer show it: the others' decodes now take the victim's cached
+    blocks before anyone else is preempted, as vLLM's free queue gives them out.)"""
     dropped, recs_d = _preempting(tmp_path, cached=False)
     _, recs_k = _preempting(tmp_path, cached=True)
     for recs in (recs_d, recs_k):

@@ -17,10 +17,10 @@ SGLang style):
 
 With the shared KV pool (``--cache-gb auto``) each step first takes one
 token's pages per decoding sequence (a decode run: for all its steps, cut to
-what fits); when the pool cannot give them, the queue's head gives back pages
-it took while waiting, else one running request is preempted
+what fits, cached pages evicted first); when the pool cannot give them, the queue's
+head gives back pages it took while waiting, else one running request is preempted
 (:meth:`ContinuousBatching._preempt_one`, by the engine's rule) and goes back to the
-head of the queue, to be recomputed.
+queue (its head under vLLM, its end under SGLang), to be recomputed.
 
 Decode runs are fast-forwarded: while no sequence prefills and none can be
 admitted, nothing can change the batch before the next completion, so the
@@ -492,11 +492,22 @@ class ContinuousBatching:
             k = min(k, self._next_poll(n0 + 1) - n0)  # the run ends at the next poll
         memory = self.memory
         if not memory.grow(k * batch):
-            k = min(k, memory.room_tokens() // batch)
-            if k == 0:
-                self._make_room()
-                return None
-            memory.grow(k * batch)
+            # Not every step to the next completion fits: as many as the free pages
+            # and the evictable cached ones hold. The engines evict cached pages before
+            # they preempt (SGLang 0.5.10.post1 ``schedule_batch.py``
+            # ``ScheduleBatch.check_decode_mem``: ``evict_from_tree_cache`` then the
+            # free size; vLLM's cached blocks sit in its free queue). A grow larger
+            # than the pool leaves evicts nothing (``SharedPool.allocate``), so the
+            # free pages alone would preempt while the cache still holds pages.
+            k = min(k, memory.headroom_tokens() // batch)
+            if k == 0 or not memory.grow(k * batch):
+                # Pinned pages beyond the known floor: the failed try evicted what it
+                # could, the free pages are all there is now.
+                k = min(k, memory.room_tokens() // batch)
+                if k == 0:
+                    self._make_room()
+                    return None
+                memory.grow(k * batch)
             capped = False
         if fit is not None:
             a, b = fit
@@ -561,9 +572,14 @@ class ContinuousBatching:
         output tokens included); ``retract`` (SGLang
         ``python/sglang/srt/managers/schedule_batch.py`` ``ScheduleBatch.retract_decode``:
         decode requests sorted by output length, then longest input, the one with
-        the fewest output tokens retracted first). Either way the request goes
-        back to the head of the queue and its lost KV is computed again (priced
-        as prefill when it is admitted again).
+        the fewest output tokens retracted first). Either way its lost KV is
+        computed again (priced as prefill when it is admitted again). vLLM
+        prepends the victim to the waiting queue (``prepend_request``); SGLang
+        0.5.10.post1 appends it (``scheduler.py`` ``Scheduler.update_running_batch``
+        -> ``_add_request_to_queue``: ``waiting_queue.append``, which the default
+        ``fcfs`` policy does not re-sort, ``SchedulePolicy.calc_priority``), so a
+        retracted request waits behind those already queued. A decode worker's
+        victims wait after its arrivals (:meth:`_preempted_from`).
         """
         n = self.step_no
         victim: Seq | None = None
@@ -595,7 +611,11 @@ class ContinuousBatching:
             self.ratio.retracted((e[2].out_len - (e[0] - n), e[2].out_len) for e in self.decoding)
         victim.start_step = victim.finish_step = 0
         victim.prefill_left = victim.ctx = 0
-        waiting, i = self.waiting, self._preempted_from()
+        waiting = self.waiting
+        if self.replica.preemption == "retract" and not self.arrivals_reserved:
+            waiting.append(victim)  # behind the queue (docstring): the head keeps its place
+            return
+        i = self._preempted_from()
         if i < len(waiting) and waiting[i].alloc:
             # The old head's pages were taken while it waited for the token budget;
             # it is no longer first, so it gives them back (no one waits holding pages
