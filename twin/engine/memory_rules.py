@@ -36,13 +36,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from twin.hardware import MIB
 from twin.model import ModelSpec
 
 if TYPE_CHECKING:
     from twin.engine.config import EngineConfig
-
-MIB = 1 << 20
-GIB = 1 << 30
 
 # aiconfigurator-core 0.12.0 TRTLLMBackend.ACTIVATION_COEFFICIENTS (vLLM's backend shares
 # them): bytes of activation per token and hidden unit, over 2, by tp (clamped to 8).
@@ -124,11 +122,6 @@ def held_bytes(model: ModelSpec, config: EngineConfig, weights: float) -> float:
     assert config.gpu_memory_bytes is not None
     usable = config.tp * config.gpu_memory_bytes * config.memory_utilization
     return usable - weights - pool_bytes(model, config, weights)
-
-
-# SGLang's default mem_fraction_static (ServerArgs._handle_gpu_memory_settings).
-SGLANG_CHUNK_TIERS = ((20, 2048), (35, 2048), (60, 4096), (160, 8192))  # GiB below: chunk
-SGLANG_CHUNK_TIERS_0523 = ((20, 2048), (35, 4096), (60, 4096), (160, 8192))
 
 
 def sglang_graph_max_bs(gpu_mib: float, tp: int, release: str) -> int:

@@ -31,6 +31,7 @@ from twin.engine.mode_base import (
 )
 from twin.engine.releases import Release, release_of
 from twin.errors import TwinError
+from twin.hardware import MIB
 from twin.model import ModelSpec
 
 # State slots a running request holds per strategy: its live state plus the tracking
@@ -366,9 +367,6 @@ def _sglang_disaggregation(value: str, model: ModelSpec, out: dict[str, Any]) ->
             "decode)"
         )
     out["prefill_workers"] = 0
-
-
-MIB = 1 << 20
 
 
 # SGLang's running-request cap when --max-running-requests is not given: min(KV tokens //
