@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -327,18 +327,7 @@ class Profile:
         for name, chosen in self.table_picks(release).items():
             if chosen != self.table_releases[name].default:
                 kernels[name] = self.table_releases[name].fits[chosen]
-        return Profile(
-            gpu=self.gpu,
-            device=self.device,
-            source=self.source,
-            peaks=self.peaks,
-            kernels=kernels,
-            provenance=self.provenance,
-            transferred_from=self.transferred_from,
-            dtype=self.dtype,
-            layer_overhead=self.layer_overhead,
-            table_releases=self.table_releases,
-        )
+        return replace(self, kernels=kernels)
 
     # ------------------------------------------------------------ display
     @property
