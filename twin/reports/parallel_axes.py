@@ -35,8 +35,8 @@ stages is left out with a note, ``check_layout``'s line). ``auto`` is 1 and 2: o
 or the replica over two groups of ``tp`` GPUs (vLLM's documented multi-node recipe is
 ``tp`` within a node and ``pp`` the number of nodes; more stages are given explicitly).
 What the pipelined replica does not model (attention DP, speculative decoding,
-disaggregated pools: ``EngineConfig._check_pipeline``) is the engine configuration's own
-refusal; the plan skips such a candidate and counts it by reason
+disaggregated pools, a host cache tier: ``EngineConfig._check_pipeline``) is the engine
+configuration's own refusal; the plan skips such a candidate and counts it by reason
 (:func:`pipeline_refusal`). The bound's step price of a pipelined replica is its slowest
 stage's (:class:`PipelineBoundPricer`: a pipeline finishes at most one micro-batch per
 slowest-stage time), and a lone decode step crosses every stage.
