@@ -81,6 +81,7 @@ from twin.engine.cluster import Cluster, RunStats
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.memory_strategies import HostTier
+from twin.engine.releases import split_engine
 from twin.engine.replica import Replica, Seq
 from twin.engine.sim import Event
 from twin.errors import TwinError
@@ -241,7 +242,7 @@ HANDOFFS: dict[str, Handoff] = {"sglang": SGLANG_PER_CHUNK, "vllm": AFTER_PREFIL
 
 def handoff_for(engine: str) -> Handoff:
     """The hand-off rule of ``engine`` (a mode name, with or without ``==release``)."""
-    return HANDOFFS.get(engine.split("==")[0], AFTER_PREFILL)
+    return HANDOFFS.get(split_engine(engine)[0], AFTER_PREFILL)
 
 
 def transfer_shares(model: ModelSpec, prefill_tp: int, decode_tp: int) -> tuple[Fraction, Fraction]:
