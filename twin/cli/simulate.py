@@ -360,7 +360,7 @@ def simulate(
             ("decode_prefix_cache", decode_prefix_cache or None),
             (
                 "shared_kv_tier_bytes",
-                int(shared_kv_tier * 1e9) if shared_kv_tier is not None else None,
+                int(shared_kv_tier * GB) if shared_kv_tier is not None else None,
             ),
         )
         if value is not None
