@@ -331,18 +331,25 @@ def _by_router(got: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def mooncake_router_axis(tmp: Path, jobs: int, routers: tuple[str, ...]) -> dict[str, Any]:
-    """Each traffic planned once, the routers an axis of the search."""
-    if not TRACE.is_file():
-        return {"skipped": f"{TRACE} not found"}
+def _trace_doc(tmp: Path) -> tuple[dict[str, Any], Path, Path]:
+    """The trace's two copies (as recorded, prefixes made unique) and what every Mooncake
+    result says of them."""
     reuse, unique = _trace_copies(tmp)
     doc: dict[str, Any] = {
         "trace": str(TRACE),
         "window_s": TRACE_S,
         "slos": list(TRACE_SLOS),
         "model": "llama-3.1-8b",
-        "routers": list(routers),
     }
+    return doc, reuse, unique
+
+
+def mooncake_router_axis(tmp: Path, jobs: int, routers: tuple[str, ...]) -> dict[str, Any]:
+    """Each traffic planned once, the routers an axis of the search."""
+    if not TRACE.is_file():
+        return {"skipped": f"{TRACE} not found"}
+    doc, reuse, unique = _trace_doc(tmp)
+    doc["routers"] = list(routers)
     for name, path in (("with_reuse", reuse), ("prefixes_unique", unique)):
         got = _trace_plan(path, tmp / f"plan-axis-{name}", jobs, "", routers)
         doc[name] = {**got, "by_router": _by_router(got)}
@@ -355,14 +362,8 @@ def mooncake_router_axis(tmp: Path, jobs: int, routers: tuple[str, ...]) -> dict
 def mooncake(tmp: Path, jobs: int, routers: tuple[str, ...] = (PREFIX_ROUTER,)) -> dict[str, Any]:
     if not TRACE.is_file():
         return {"skipped": f"{TRACE} not found"}
-    reuse, unique = _trace_copies(tmp)
-    doc: dict[str, Any] = {
-        "trace": str(TRACE),
-        "window_s": TRACE_S,
-        "slos": list(TRACE_SLOS),
-        "model": "llama-3.1-8b",
-        "router": PREFIX_ROUTER if PREFIX_ROUTER in routers else routers[0],
-    }
+    doc, reuse, unique = _trace_doc(tmp)
+    doc["router"] = PREFIX_ROUTER if PREFIX_ROUTER in routers else routers[0]
     by: dict[str, dict[str, Any]] = {}
     for router in routers:
         for name, path in (("with_reuse", reuse), ("prefixes_unique", unique)):

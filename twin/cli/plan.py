@@ -222,8 +222,8 @@ def plan_cmd(
         "--pp",
         help="Pipeline-parallel stages to consider with each layout, comma-separated, or "
         "auto: 1 and 2. A replica is pp stages of tp GPUs (tp x pp GPUs, and their cost); "
-        "aggregated layouts without attention DP or speculative decoding only (others are "
-        "skipped, counted in a note).",
+        "aggregated layouts without attention DP, speculative decoding or a host cache tier "
+        "only (others are skipped, counted in a note).",
     ),
     cache_gb: str = typer.Option(
         ",".join(DEFAULT_CACHE),
