@@ -771,17 +771,27 @@ class DisaggCluster(Cluster):
         while queue and worker.reserve(queue[0][0], max_running):
             queue.popleft()[1].succeed()
 
+    def _reserved_unit(
+        self, whole: Seq
+    ) -> Generator[Event, Any, tuple[int, DecodeReplica, Seq, float] | None]:
+        """The decode unit ``whole`` goes to, its sequence there, and when its memory was
+        reserved (after waiting for it); ``None`` where no decode side takes it."""
+        picked = self._decode_side(whole)
+        if picked is None:
+            return None
+        k, worker, seq = picked
+        yield from self._reserve(k, worker, seq)
+        return k, worker, seq, self.env.now
+
     def _handoff(self, pre: Seq, whole: Seq, rank: int) -> Generator[Event, Any, None]:
         """After the prefill: reserve on a decode worker, transfer, decode (module docstring)."""
         yield pre.done
         if not self._prefilled(pre, whole):
             return
-        picked = self._decode_side(whole)
-        if picked is None:
+        got = yield from self._reserved_unit(whole)
+        if got is None:
             return
-        k, worker, seq = picked
-        yield from self._reserve(k, worker, seq)
-        reserved = self.env.now
+        k, worker, seq, reserved = got
         # With decode-side reuse the prompt's tokens the decode worker's cache holds are
         # not sent (DecodeReplica._look_up).
         sent_tokens = whole.prompt_len - seq.hit if worker.prefix_cache else whole.prompt_len
@@ -804,12 +814,10 @@ class DisaggCluster(Cluster):
             rank = getattr(replica, "last_rank", 0)
             yield from self._handoff(pre, whole, rank)
             return
-        picked = self._decode_side(whole)
-        if picked is None:
+        got = yield from self._reserved_unit(whole)
+        if got is None:
             return
-        k, worker, seq = picked
-        yield from self._reserve(k, worker, seq)
-        reserved = self.env.now
+        k, worker, seq, reserved = got
         pre = replica.submit(first, whole.arrival_s)
         rank = getattr(replica, "last_rank", 0)
         sending = _Sending(pre.replica, rank)
