@@ -63,6 +63,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, ClassVar
 
 from twin.engine.cluster import Cluster
+from twin.engine.composite import PartsClock
 from twin.engine.cost import Chunk, PricerBase, StepPricer, WrappingPricer, affine_fit
 from twin.engine.lpm import order_by_prefix
 from twin.engine.replica import Replica
@@ -70,7 +71,6 @@ from twin.engine.seq import Seq
 from twin.engine.sim import Event
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
 
 # A rank's step as the pricer sees it: (prefill chunks, decoding sequences, their context sum).
@@ -342,7 +342,7 @@ class _SummedPolicy:
         return out
 
 
-class DPReplica:
+class DPReplica(PartsClock):
     """One replica of ``D`` attention ranks stepping in lockstep (module docstring).
 
     It stands where the cluster keeps a :class:`~twin.engine.replica.Replica`: requests
@@ -373,24 +373,14 @@ class DPReplica:
     def scheduler(self) -> DPReplica:
         return self
 
-    @property
-    def warmup_s(self) -> float:
-        return self._warmup_s
-
-    @warmup_s.setter
-    def warmup_s(self, value: float) -> None:
-        self._warmup_s = value
-        for rank in self.ranks:
-            rank.scheduler.warmup_s = value
+    def _part_schedulers(self) -> Sequence[Any]:
+        return [rank.scheduler for rank in self.ranks]
 
     def __getattr__(self, name: str) -> Any:
         # Counters the reports read (submitted, rejected, preemptions, peaks): summed.
         if name.startswith("_") or name in ("ranks",):
             raise AttributeError(name)
         return sum(getattr(r, name) for r in self.ranks)
-
-    def token_gaps(self) -> TokenGaps:
-        return TokenGaps.merged([r.token_gaps() for r in self.ranks])
 
     def busy_until_now_s(self) -> float:
         since = self.busy_since

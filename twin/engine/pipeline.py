@@ -73,13 +73,13 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from twin.engine.cluster import Cluster
+from twin.engine.composite import PartsClock
 from twin.engine.cost import Chunk, CostModelPricer, PricerBase, StepPricer, WrappingPricer
 from twin.engine.replica import Replica, Seq
 from twin.engine.scheduler import get_scheduler
 from twin.engine.sim import Environment, Event
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Workload
 
 # Tensors a decoder stage sends the next per token: vLLM 0.19.0's IntermediateTensors
@@ -261,7 +261,7 @@ def lane_class(cls: type) -> type:
     return lane
 
 
-class PipelineScheduler:
+class PipelineScheduler(PartsClock):
     """A replica's ``pp`` lanes over one flow shop (module docstring). It stands where the
     replica keeps its scheduler: requests in (:meth:`submit`), the step loops
     (:meth:`run`), and the counters the cluster reports."""
@@ -310,18 +310,8 @@ class PipelineScheduler:
     def busy_s(self) -> float:
         return self.shop.busy_until_now_s()
 
-    @property
-    def warmup_s(self) -> float:
-        return self._warmup_s
-
-    @warmup_s.setter
-    def warmup_s(self, value: float) -> None:
-        self._warmup_s = value
-        for lane in self.lanes:
-            lane.warmup_s = value
-
-    def token_gaps(self) -> TokenGaps:
-        return TokenGaps.merged([lane.token_gaps() for lane in self.lanes])
+    def _part_schedulers(self) -> Sequence[Any]:
+        return self.lanes
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq``; a lane with nothing in flight plans a micro-batch for it now
