@@ -14,6 +14,7 @@ from test_bad_input import assert_clean_error
 from twin.cli.main import run
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import make_pricer
+from twin.engine.config import EngineConfig, PipelineConflict
 from twin.errors import TwinError
 from twin.parallel import Layout
 from twin.presets import resolve_model
@@ -24,7 +25,6 @@ from twin.reports.parallel_axes import (
     layout_settings,
     lone_decode_s,
     parallel_layouts,
-    pipeline_refusal,
 )
 from twin.reports.plan import cheapest_token_s, plan
 from twin.reports.plan_result import Candidate, CandidateResult
@@ -80,13 +80,18 @@ def test_the_bound_prices_the_slowest_stage() -> None:
 
 
 def test_the_engines_refusals_are_counted_reasons() -> None:
-    layout = Layout(2, pp=2)
-    assert (
-        pipeline_refusal(layout, "cannot run: --pp 2: not modelled with disaggregated pools yet")
-        == "--pp with disaggregated pools"
-    )
-    assert pipeline_refusal(layout, "cannot run: --tp 2 = 2 does not divide ...") is None
-    assert pipeline_refusal(Layout(2), "cannot run: --pp 2: not modelled with x yet") is None
+    """The engine configuration says what a pipeline conflicts with (a structured error,
+    not a sentence to parse); its other refusals are plain one-line errors."""
+    with pytest.raises(PipelineConflict) as caught:
+        EngineConfig(pp=2, prefill_workers=1, decode_workers=1, replicas=2)
+    assert caught.value.conflict == "disaggregated pools"
+    assert str(caught.value) == "--pp 2: not modelled with disaggregated pools yet"
+    with pytest.raises(PipelineConflict) as caught:
+        EngineConfig(pp=2, tp=2, dp_attention=2)
+    assert caught.value.conflict == "--dp-attention"
+    with pytest.raises(TwinError) as other:
+        EngineConfig(pp=0)
+    assert not isinstance(other.value, PipelineConflict)
 
 
 def test_a_plan_over_stages(tmp_path: Path, monkeypatch) -> None:

@@ -23,6 +23,15 @@ def _opt(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
+class PipelineConflict(TwinError):
+    """``--pp`` with something the pipelined replica does not model (``conflict``: what,
+    e.g. ``--dp-attention``); ``twin plan`` skips such a candidate and counts why."""
+
+    def __init__(self, message: str, conflict: str) -> None:
+        super().__init__(message)
+        self.conflict = conflict
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """How the simulated cluster is built and driven (everything but the model and cost)."""
@@ -324,7 +333,7 @@ class EngineConfig:
             ("a host cache tier", not (self.host_cache_bytes or self.host_cache_ratio)),
         ):
             if not unset:
-                raise TwinError(f"--pp {p}: not modelled with {flag} yet")
+                raise PipelineConflict(f"--pp {p}: not modelled with {flag} yet", flag)
 
     def _check_speculative(self) -> None:
         """Speculative decoding's settings (a Speculation) and the draft's parallelism."""

@@ -36,10 +36,10 @@ or the replica over two groups of ``tp`` GPUs (vLLM's documented multi-node reci
 ``tp`` within a node and ``pp`` the number of nodes; more stages are given explicitly).
 What the pipelined replica does not model (attention DP, speculative decoding,
 disaggregated pools, a host cache tier: ``EngineConfig._check_pipeline``) is the engine
-configuration's own refusal; the plan skips such a candidate and counts it by reason
-(:func:`pipeline_refusal`). The bound's step price of a pipelined replica is its slowest
-stage's (:class:`PipelineBoundPricer`: a pipeline finishes at most one micro-batch per
-slowest-stage time), and a lone decode step crosses every stage.
+configuration's own refusal (``twin.engine.config.PipelineConflict``); the plan skips
+such a candidate and counts it by what conflicts. The bound's step price of a pipelined
+replica is its slowest stage's (:class:`PipelineBoundPricer`: a pipeline finishes at most
+one micro-batch per slowest-stage time), and a lone decode step crosses every stage.
 """
 
 from __future__ import annotations
@@ -152,17 +152,6 @@ def describe(layout: Layout) -> str:
     )
 
 
-def pipeline_refusal(layout: Layout, reason: str) -> str | None:
-    """The engine configuration's refusal of ``layout``'s pipeline stages in ``reason``
-    (``--pp N: not modelled with X yet``, ``EngineConfig._check_pipeline``) as the
-    counted reason a plan skips such a candidate; None for any other reason (the
-    candidate stays, as one that cannot run)."""
-    prefix = f"cannot run: {PP_FLAG} {layout.pp}: not modelled with "
-    if layout.pp == 1 or not reason.startswith(prefix):
-        return None
-    return f"{PP_FLAG} with {reason[len(prefix) :].removesuffix(' yet')}"
-
-
 def layout_settings(layout: Layout) -> tuple[tuple[str, int], ...]:
     """The engine settings of ``layout`` (``tp``; ``ep``, ``dp_attention`` and ``pp`` only
     above 1, so a plain layout's settings, and its sweep keys, are what they were)."""
@@ -243,5 +232,4 @@ __all__ = [
     "lone_decode_s",
     "parallel_layouts",
     "parse_degrees",
-    "pipeline_refusal",
 ]

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from twin.engine.config import PipelineConflict
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.errors import TwinError
 from twin.hardware import GPUS
@@ -51,7 +52,6 @@ from twin.reports.parallel_axes import (
     lone_decode_s,
     parallel_layouts,
     parse_degrees,
-    pipeline_refusal,
 )
 from twin.reports.plan_result import (
     _CENTS,
@@ -360,6 +360,9 @@ class Analysis:
     infeasible: str | None
     lower_bound: int
     bound: str
+    # Pipeline stages with what the engine does not model (``PipelineConflict``): the
+    # counted reason the plan skips the candidate.
+    skipped: str | None = None
 
 
 def analyse(
@@ -400,7 +403,8 @@ def analyse(
         config = spec.config(point, profile)
         pricer = bound_pricer(model, profile, cand.parallel, cand.engine)
     except TwinError as err:
-        return Analysis(spec, spec.profile_label, f"cannot run: {err}", 1, "")
+        skipped = f"{PP_FLAG} with {err.conflict}" if isinstance(err, PipelineConflict) else None
+        return Analysis(spec, spec.profile_label, f"cannot run: {err}", 1, "", skipped)
     try:
         memory_budget(model, config)
     except TwinError as err:
@@ -632,7 +636,7 @@ def plan(
         if budget_gpus is not None:
             res.limit = min(res.limit, budget_gpus // cand.gpus_per_replica)
         spec = _check(res, base, load, slo_list, stats, budget_gpus)
-        why = pipeline_refusal(cand.parallel, res.reason or "") if spec is None else None
+        why = res.skipped if spec is None else None
         if why is not None:  # not a deployment the engines offer: skipped, counted
             refused[why] = refused.get(why, 0) + 1
             searcher.state.total -= 1
@@ -719,6 +723,7 @@ def _check(
     res.profile, res.lower_bound, res.bound = found.profile, found.lower_bound, found.bound
     if found.infeasible is not None:
         res.outcome, res.reason = INFEASIBLE, found.infeasible
+        res.skipped = found.skipped
         return None
     if found.lower_bound > res.limit:
         res.outcome = INFEASIBLE
