@@ -289,3 +289,17 @@ def test_sweeps_and_plans_take_a_release_on_their_engine_axes() -> None:
     assert spec.config(old).engine_release == "0.5.10.post1"
     assert spec.config(new).engine_release == "0.5.23"
     assert spec.key(old) != spec.key(new)
+
+
+def test_a_measured_version_orders_as_the_kernel_tables_do() -> None:
+    """One version order for the engine's rules and the kernel tables (PEP 440): a
+    release candidate comes before its release, a post release after it, and trailing
+    zeros do not count."""
+    from twin.engine.releases import Release, release_for_measured
+
+    releases = tuple(Release(v, "", ()) for v in ("1.2.0", "1.1.0", "1.0.0"))
+    assert release_for_measured(releases, "1.2.0rc6.post1").version == "1.1.0"
+    assert release_for_measured(releases, "1.2").version == "1.2.0"
+    assert release_for_measured(releases, "1.1.0.post2").version == "1.1.0"
+    assert release_for_measured(releases, "0.9.0").version == "1.0.0"  # older: the oldest
+    assert release_for_measured(releases, "nightly-dev").version == "1.0.0"

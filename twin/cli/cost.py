@@ -129,9 +129,9 @@ def _dp_cost(
     tp: int,
     ep: int,
     dp: int,
-    lengths: str,
+    lengths: list[int],
     cached_frac: float,
-    batches: str,
+    batches: list[int],
     context: int,
     as_json: bool,
 ) -> None:
@@ -139,13 +139,7 @@ def _dp_cost(
     from twin.engine.dp_attention import dp_pricer
 
     pricer = dp_pricer(spec, prof, tp, ep, dp, 0.0, 0.0)
-    data = dp_predictions(
-        pricer,
-        _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS),
-        cached_frac,
-        _ints(batches, "--batches", MAX_BATCH),
-        context,
-    )
+    data = dp_predictions(pricer, lengths, cached_frac, batches, context)
     head = {"model": spec.name, "gpu": prof.gpu, "tp": tp, "ep": ep, "dp_attention": dp}
     if as_json:
         print_json({**head, "provenance_label": pricer.provenance, **data})
@@ -212,9 +206,9 @@ def _pp_cost(
     tp: int,
     ep: int,
     pp: int,
-    lengths: str,
+    lengths: list[int],
     cached_frac: float,
-    batches: str,
+    batches: list[int],
     context: int,
     as_json: bool,
 ) -> None:
@@ -223,13 +217,7 @@ def _pp_cost(
     from twin.parallel import PP_SPLIT_OF_ENGINE, stage_models
 
     pricer = pipeline_pricer(spec, prof, tp, ep, pp, engine=engine or "")
-    data = pp_predictions(
-        pricer,
-        _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS),
-        cached_frac,
-        _ints(batches, "--batches", MAX_BATCH),
-        context,
-    )
+    data = pp_predictions(pricer, lengths, cached_frac, batches, context)
     split = PP_SPLIT_OF_ENGINE.get(engine or "", "vllm")
     layers = [len(m.layers or ()) for m in stage_models(spec, pp, split)]
     head = {"model": spec.name, "gpu": prof.gpu, "tp": tp, "ep": ep, "pp": pp}
@@ -361,24 +349,22 @@ def cost(
             "give either --gpu NAME or --profile PATH (exactly one); shipped: "
             f"{', '.join(available_profiles())}"
         )
+    prompts = _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS)
+    sizes = _ints(batches, "--batches", MAX_BATCH)
+    if pp > 1:  # the pipelined replica's own refusals (e.g. with --dp-attention)
+        from twin.engine.config import EngineConfig
+
+        EngineConfig(tp=tp, ep=ep, dp_attention=dp_attention, pp=pp)
     spec = with_precision(resolve_model(model, model_set), precision, kv_dtype)
     prof = resolve_profile(gpu, profile, engine)
     if pp > 1:
-        if dp_attention > 1:
-            raise TwinError(f"--pp {pp}: not modelled with --dp-attention yet")
-        _pp_cost(spec, prof, engine, tp, ep, pp, lengths, cached_frac, batches, context, as_json)
+        _pp_cost(spec, prof, engine, tp, ep, pp, prompts, cached_frac, sizes, context, as_json)
         return
     if dp_attention > 1:
-        _dp_cost(spec, prof, tp, ep, dp_attention, lengths, cached_frac, batches, context, as_json)
+        _dp_cost(spec, prof, tp, ep, dp_attention, prompts, cached_frac, sizes, context, as_json)
         return
     cm = CostModel(spec, prof, tp=tp, ep=ep)
-    data = predictions(
-        cm,
-        _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS),
-        cached_frac,
-        _ints(batches, "--batches", MAX_BATCH),
-        context,
-    )
+    data = predictions(cm, prompts, cached_frac, sizes, context)
     header = {
         "model": spec.name,
         "gpu": prof.gpu,

@@ -29,6 +29,7 @@ from twin.cli.common import (
     progress_bar,
 )
 from twin.engine.modes import ENGINE_MODES, get_mode
+from twin.engine.router import DEFAULT_ROUTER
 from twin.errors import TwinError
 from twin.limits import MAX_CACHE_GB, MAX_POINTS
 from twin.metrics import to_json
@@ -206,7 +207,7 @@ def capacity(
         "e.g. 0.05; the points it adds are stored and reported like the others.",
     ),
     seeds: int = typer.Option(1, "--seeds", min=1, help="Seeds per point (2+ gives intervals)."),
-    router: str = typer.Option("round-robin", "--router", help="Router across replicas."),
+    router: str = typer.Option(DEFAULT_ROUTER, "--router", help="Router across replicas."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (reruns resume in it)."),
     jobs: JobsOption = 1,
     cdf_cache_gb: float | None = typer.Option(

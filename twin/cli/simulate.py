@@ -37,6 +37,7 @@ from twin.cli.common import (
 )
 from twin.engine import ROUTERS, build_run
 from twin.engine.modes import get_mode
+from twin.engine.router import DEFAULT_ROUTER
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
 from twin.limits import MAX_SECONDS, MAX_SESSION_RATE
@@ -88,7 +89,7 @@ def simulate(
         help=f"Cache policy: {', '.join(POLICIES)} (default: the engine mode's; marconi).",
     ),
     policy_option: PolicyOptionOption = [],  # noqa: B006 (typer reads the default)
-    router: str = typer.Option("round-robin", "--router", help=f"Router: {', '.join(ROUTERS)}."),
+    router: str = typer.Option(DEFAULT_ROUTER, "--router", help=f"Router: {', '.join(ROUTERS)}."),
     session_rate: float | None = typer.Option(
         None,
         "--session-rate",

@@ -10,6 +10,7 @@ from typing import Any
 
 from twin.cache.requests import WRITE_POLICIES
 from twin.engine.mode_base import PREEMPTIONS, SCHEDULE_POLICIES
+from twin.engine.router import DEFAULT_ROUTER
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.limits import MAX_REPLICAS, MAX_TP
@@ -59,7 +60,7 @@ class EngineConfig:
     policy_options: dict[str, Any] = field(
         default_factory=dict, metadata={"help": "options passed to policies.get_policy"}
     )
-    router: str = _opt("round-robin", "router name (twin.engine.router.ROUTERS)")
+    router: str = _opt(DEFAULT_ROUTER, "router name (twin.engine.router.ROUTERS)")
     max_batched_tokens: int = _opt(8192, "token budget per step: decodes + prefill chunks")
     max_running: int = _opt(256, "most sequences in a replica's running batch")
     gpu_memory_bytes: float | None = _opt(

@@ -14,10 +14,10 @@ release. The registries, one tuple per engine, newest first, are in
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from twin.costmodel.table_release import version_key
 from twin.errors import TwinError
 
 # The key under which a mode's flags find the release they run under (EngineMode.settings).
@@ -83,26 +83,13 @@ def pick_release(engine: str, releases: tuple[Release, ...], version: str | None
 def release_for_measured(releases: tuple[Release, ...], measured: str | None) -> Release:
     """The modelled release that stands for a measured run's engine version: the newest
     not newer than it, else the oldest (an unparsable or missing version: the oldest,
-    the one the measured data was read with)."""
-    key = _version_key(measured or "")
+    the one the measured data was read with). Versions order as the kernel tables' do
+    (:func:`twin.costmodel.table_release.version_key`, PEP 440)."""
+    key = version_key(measured or "")
     if key is None:
         return releases[-1]
-    older = [r for r in releases if (_version_key(r.version) or ()) <= key]
+    older = [r for r in releases if (version_key(r.version) or ((), 0, 0)) <= key]
     return older[0] if older else releases[-1]
-
-
-def _version_key(version: str) -> tuple[int, ...] | None:
-    """The leading numbers of a version: ``0.5.10.post1`` -> (0, 5, 10), ``1.0.0rc3`` ->
-    (1, 0, 0); None when it starts with none (``nightly-dev``)."""
-    parts = []
-    for piece in version.replace("-", ".").split("."):
-        match = re.match(r"\d+", piece)
-        if match is None:
-            break
-        parts.append(int(match.group()))
-        if match.end() < len(piece):
-            break
-    return tuple(parts) if parts else None
 
 
 def release_of(out: dict[str, Any]) -> Release:

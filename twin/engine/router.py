@@ -139,6 +139,8 @@ class PrefixAware(Router):
 ROUTERS: dict[str, type[Router]] = {
     cls.name: cls for cls in (RoundRobin, LeastLoaded, SessionAffinity, PrefixAware)
 }
+# The router of a run that names none (twin simulate, report capacity, plan).
+DEFAULT_ROUTER = RoundRobin.name
 
 
 def get_router(name: str, **options: Any) -> Router:

@@ -19,6 +19,7 @@ from typing import Any
 from twin import __version__
 from twin.costmodel.precision_kernels import sweep_label
 from twin.engine.modes import get_mode
+from twin.engine.router import RoundRobin
 from twin.errors import TwinError
 from twin.presets import resolve_model
 from twin.reports.analysis import (
@@ -354,7 +355,7 @@ def _notes(rows: list[dict[str, Any]], stale: int, router: str) -> list[str]:
             "re-simulated); a new --out counts them under these SLOs"
         )
     many = [r for r in rows if (r.get("replicas") or 1) > 1]
-    if many and router == "round-robin":
+    if many and router == RoundRobin.name:
         hit = max((r.get("token_hit_rate") or 0.0) for r in many)
         notes.append(
             "hint: round-robin routing sends each turn to the next replica, so a replica's "

@@ -40,6 +40,7 @@ from typing import Any
 
 from twin.engine.config import PipelineConflict
 from twin.engine.modes import ENGINE_MODES, get_mode
+from twin.engine.releases import split_engine
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.limits import MAX_CACHE_GB, MAX_TP
@@ -189,12 +190,11 @@ def _engines(names: Sequence[str]) -> list[str]:
     full version, ``vllm==0.19.0``, as ``twin simulate --engine`` takes it)."""
     out = []
     for name in names:
-        base = name.strip().lower().partition("==")[0].strip()
-        if base not in ENGINE_MODES:
-            raise TwinError(
-                f"--engines: unknown engine mode {name!r}; choose from {', '.join(ENGINE_MODES)}"
-            )
         try:
+            if split_engine(name)[0] not in ENGINE_MODES:
+                raise TwinError(
+                    f"unknown engine mode {name!r}; choose from {', '.join(ENGINE_MODES)}"
+                )
             mode = get_mode(name.strip())
         except TwinError as err:
             raise TwinError(f"--engines: {err}") from None

@@ -16,7 +16,7 @@ from twin.engine.modes import get_mode
 from twin.parallel import Layout
 from twin.reports.layouts import AGG, ServingLayout, parse_layout
 from twin.reports.parallel_axes import layout_flags
-from twin.reports.plan_routers import ROUND_ROBIN, router_flags
+from twin.reports.plan_routers import DEFAULT_ROUTER, router_flags
 from twin.reports.plan_search import DEFAULT_SEARCH, MAX_SEARCH_REPLICAS
 from twin.reports.prices import PriceTable
 from twin.reports.sweep import AUTO_GB, SweepSpec
@@ -67,7 +67,7 @@ class Candidate:
     layout: str = AGG  # "agg" or "xPyD" (ServingLayout.name)
     ep: int = 1
     dp_attention: int = 1
-    router: str = ROUND_ROBIN
+    router: str = DEFAULT_ROUTER
     pp: int = 1
     # The prefix-cache policy of a dedicated cache (``twin.policies.POLICIES``); empty: the
     # engine mode's own (the shared pool always runs the mode's).
@@ -83,7 +83,7 @@ class Candidate:
             + f" attn-dp{self.dp_attention}" * (self.dp_attention > 1)
             + f" pp{self.pp}" * (self.pp > 1)
         )
-        via = "" if self.router == ROUND_ROBIN else f" {self.router} router"
+        via = "" if self.router == DEFAULT_ROUTER else f" {self.router} router"
         return f"{self.gpu} {self.engine} tp{self.tp}{split} {cache}{where}{via}"
 
     @property

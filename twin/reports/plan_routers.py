@@ -30,12 +30,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from twin.engine.router import ROUTERS
+from twin.engine.router import DEFAULT_ROUTER, ROUTERS
 from twin.errors import TwinError
 
 AUTO = "auto"
-ROUND_ROBIN = "round-robin"  # twin simulate's default router
-DEFAULT_ROUTERS: tuple[str, ...] = (ROUND_ROBIN,)
+DEFAULT_ROUTERS: tuple[str, ...] = (DEFAULT_ROUTER,)
 # ``auto`` adds the prefix-placing routers when an unbounded prefix cache would hit at
 # least this share of the workload's prompt tokens (a judgement call: below 1% a router
 # that places by prefix can save at most 1% of the prefill work, inside the spread of a
@@ -65,7 +64,7 @@ def auto_routers(token_hit_rate: float) -> tuple[str, ...]:
     """The routers ``auto`` searches for a workload an unbounded prefix cache hits
     ``token_hit_rate`` of (see the module)."""
     reuse = token_hit_rate >= MIN_REUSE_SHARE
-    return (ROUND_ROBIN, *(n for n, cls in ROUTERS.items() if reuse and cls.reuse))
+    return (DEFAULT_ROUTER, *(n for n, cls in ROUTERS.items() if reuse and cls.reuse))
 
 
 def resolve_routers(
@@ -98,14 +97,14 @@ def router_order(name: str) -> int:
 
 def router_flags(router: str) -> list[str]:
     """``twin simulate``'s flag for ``router`` (none for its default)."""
-    return [] if router == ROUND_ROBIN else ["--router", router]
+    return [] if router == DEFAULT_ROUTER else ["--router", router]
 
 
 __all__ = [
     "AUTO",
+    "DEFAULT_ROUTER",
     "DEFAULT_ROUTERS",
     "MIN_REUSE_SHARE",
-    "ROUND_ROBIN",
     "auto_routers",
     "parse_routers",
     "resolve_routers",

@@ -208,15 +208,17 @@ def engine_variant(name: str) -> tuple[str, dict[str, str]] | None:
     """``NAME[flag=value;...]`` on the policy axis as (engine mode, flags); None for a policy.
     ``NAME`` may pick a release (``sglang==0.5.10.post1[...]``), checked here."""
     from twin.engine.modes import ENGINE_MODES, get_mode
+    from twin.engine.releases import split_engine
 
     mode, bracket, rest = name.partition("[")
-    if mode.partition("==")[0] not in ENGINE_MODES:
-        return None
-    if "==" in mode:  # an unknown release is one line here, before any point runs
-        try:
+    try:  # an unknown release is one line here, before any point runs
+        base, release = split_engine(mode)
+        if base not in ENGINE_MODES:
+            return None
+        if release is not None:
             get_mode(mode)
-        except TwinError as err:
-            raise TwinError(f"--policies {name!r}: {err}") from None
+    except TwinError as err:
+        raise TwinError(f"--policies {name!r}: {err}") from None
     body = rest[:-1]
     if bracket and (not rest.endswith("]") or "[" in body or "]" in body):
         raise TwinError(f"--policies {name!r}: expected ENGINE[flag=value;flag=value]")
