@@ -33,6 +33,7 @@ shape it came from. Which table feeds which kernel family:
   picks (below) and, where several kernel sources timed it, the one with the most rows
   (the backend the collector swept: the engine's default for that format);
 - ``mla_*``: the MLA tables (``calibration.aic_mla``);
+- ``a2a_*``: DeepEP's all-to-all dispatch and combine (``calibration.aic_a2a``);
 - ``allreduce_<n>gpu``: the engine's ``custom_allreduce_perf`` (CUDA-graph backend)
   where it has the message size, NCCL ``nccl_perf`` all_reduce above that;
   ``message_size`` counts elements (2 bytes each), not bytes.
@@ -545,6 +546,12 @@ def _mla_rows(system: Path, engine: str, release: str | None) -> list[FamilyRows
     return mla_rows(system, engine, release)
 
 
+def _a2a_rows(system: Path, engine: str, release: str | None) -> list[FamilyRows]:
+    from twin.calibration.aic_a2a import a2a_rows  # late: it reads this module's helpers
+
+    return a2a_rows(system, engine, release)
+
+
 def read_families(
     gpu: str, engine: str, root: Path | None = None, release: str | None = None
 ) -> list[FamilyRows]:
@@ -568,6 +575,8 @@ def read_families(
         # Issue 34: the fused-MoE experts of each format, the MLA families.
         *moe_rows(system, engine, release),
         *_mla_rows(system, engine, release),
+        # Issue 34: DeepEP's all-to-all dispatch and combine (calibration.aic_a2a).
+        *_a2a_rows(system, engine, release),
     ]
     return [f for f in found if f is not None and f.rows]
 

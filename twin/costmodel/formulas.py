@@ -110,6 +110,20 @@ def mla_kernel(family: str, gemm_mode: str = "bfloat16", kv: str = "bfloat16") -
     return f"{family}{gemm}{MLA_KV[kv]}"
 
 
+# MoE all-to-all (issue 34): the dispatch and the combine of expert parallelism's
+# tokens, per DeepEP mode: ``ht`` (high-throughput, "normal": prefill batches) and ``ll``
+# (low-latency: decode batches), as NVIDIA's ``moe_a2a_perf`` / ``wideep_deepep_*``
+# tables time them (``calibration.aic_a2a``; features ``twin.costmodel.a2a``).
+A2A_MODES = ("ht", "ll")
+A2A_PHASES = ("dispatch", "combine")
+
+
+def a2a_kernel(mode: str, phase: str) -> str:
+    """The profile key of the all-to-all fit of DeepEP mode ``mode`` (``ht``, ``ll``) and
+    ``phase`` (``dispatch``, ``combine``)."""
+    return f"a2a_{mode}_{phase}"
+
+
 FORMULAS: dict[str, KernelFormula] = {
     f.kernel: f
     for f in (
@@ -277,6 +291,18 @@ FORMULAS: dict[str, KernelFormula] = {
             for gemm in MLA_MODULE_GEMMS
             for kv in MLA_KV
         ),
+        *(
+            KernelFormula(
+                a2a_kernel(mode, phase),
+                "interconnect_bw",
+                False,
+                (),
+                f"MoE all-to-all {phase} (DeepEP {mode}): the bytes one rank sends to the "
+                "other expert ranks",
+            )
+            for mode in A2A_MODES
+            for phase in A2A_PHASES
+        ),
         # One fit per GPU count, stored as ``allreduce_<n>gpu``; without one the cost
         # model prices a ring from the profile's peaks.
         KernelFormula(
@@ -301,7 +327,8 @@ PRECISION_VARIANTS = (
 # the precision variants, left out of the label of a run that does not use them.
 MOE_VARIANTS = tuple(moe_kernel(mode) for mode in MOE_MODES)
 MLA_VARIANTS = tuple(k for k in FORMULAS if k.startswith("mla_"))
-MODEL_VARIANTS = (*MOE_VARIANTS, *MLA_VARIANTS)
+A2A_VARIANTS = tuple(a2a_kernel(m, p) for m in A2A_MODES for p in A2A_PHASES)
+MODEL_VARIANTS = (*MOE_VARIANTS, *MLA_VARIANTS, *A2A_VARIANTS)
 OPTIONAL = (
     "conv1d_update",
     "allreduce",
@@ -352,6 +379,9 @@ def check_params(kernel: str, params: dict[str, float]) -> None:
 
 
 __all__ = [
+    "A2A_MODES",
+    "A2A_PHASES",
+    "A2A_VARIANTS",
     "FORMULAS",
     "KERNELS",
     "MLA_BMM_MODES",
@@ -365,6 +395,7 @@ __all__ = [
     "PRECISION_GEMMS",
     "PRECISION_VARIANTS",
     "KernelFormula",
+    "a2a_kernel",
     "allreduce_kernel",
     "check_params",
     "family",

@@ -1,0 +1,146 @@
+"""NVIDIA's MoE all-to-all tables (``aiconfigurator-core`` 0.12.0) as the twin's rows.
+
+Families ``a2a_<mode>_<phase>`` (``twin.costmodel.formulas.a2a_kernel``; features
+``twin.costmodel.a2a``): DeepEP's dispatch and combine in its high-throughput (``ht``,
+"normal") and low-latency (``ll``) modes, per engine, from
+``systems/data/<gpu>/comm/<engine>/<version>/``:
+
+- TensorRT-LLM and vLLM: ``moe_a2a_perf`` (columns ``comm_backend``, ``phase``,
+  ``comm_dtype``, ``ep_size``, ``node_num``, ``hidden_size``, ``topk``, ``num_experts``,
+  ``num_tokens``, ``latency`` in microseconds). Backends ``trtllm_deepep_ht`` /
+  ``trtllm_deepep_ll`` and vLLM's ``deepep_ht`` / ``deepep_ll``: aiconfigurator's
+  ``MOE_A2A_BACKENDS`` (``sdk/operations/moe_comm.py``) runs the ``ht`` ones for the
+  context phase and the ``ll`` ones for generation. vLLM's H100 ``deepep_v2_*`` rows
+  (DeepEP v2, not the engine's default) are not read. TensorRT-LLM's wire format: the
+  ``bfloat16`` rows, what ``communication_dtype_for`` (same file) picks for a bf16 or an
+  fp8 model's high-throughput path and a bf16 model's low-latency one (its fp8 and nvfp4
+  wire formats are left for a later step); vLLM's rows are all ``default``.
+- SGLang: ``wideep_deepep_normal_perf`` (``ht``: ``<phase>_transmit_us +
+  <phase>_notify_us`` at ``dispatch_sms`` / ``combine_sms`` 20, DeepEP's
+  ``Buffer.num_sms`` default, the SM budget vLLM's table was collected at) and
+  ``wideep_deepep_ll_perf`` (``ll``: ``<phase>_avg_t_us``). These tables have no EP
+  column: aiconfigurator reads them at its legacy coordinate EP 8 on one node
+  (``aiconfigurator/sdk/moe_comm_resolver.py`` ``a2a_covers_parallel``: "SGLang keeps its
+  legacy normalized (ep=8, node_num=1) coordinate"), and so does the twin.
+
+Rows kept: one node (``node_num`` 1; SGLang 0.5.6.post2's multi-node rows are left for a
+later step), the system's own device (SGLang 0.5.6.post2's H200 normal table holds its
+one-node rows from an H100). Per family the version directory with such rows that the
+release picks (``twin.costmodel.table_release.pick_version``), as ``moe_rows`` does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twin.calibration.aic_tables import FamilyRows, _family, _read, _row, _versions
+from twin.costmodel.a2a import a2a_features
+from twin.costmodel.formulas import A2A_MODES, A2A_PHASES, a2a_kernel
+from twin.costmodel.table_release import pick_version
+from twin.errors import TwinError
+
+# DeepEP's default SM budget of the high-throughput kernels (deep_ep/buffer.py,
+# ``Buffer.num_sms = 20``); vLLM's ``deepep_ht`` rows were all collected at it.
+DEEPEP_SMS = 20
+# The EP of SGLang's tables (the module docstring).
+SGLANG_EP = 8
+BACKENDS = {
+    "trtllm": {"ht": "trtllm_deepep_ht", "ll": "trtllm_deepep_ll"},
+    "vllm": {"ht": "deepep_ht", "ll": "deepep_ll"},
+}
+WIRE_DTYPES = {"trtllm": {"bfloat16"}, "vllm": {"default"}}
+SGLANG_TABLES = {"ht": "wideep_deepep_normal_perf.parquet", "ll": "wideep_deepep_ll_perf.parquet"}
+
+
+def _num(row: dict[str, Any], column: str, where: Path) -> float:
+    value = row.get(column)
+    if value is None:
+        raise TwinError(f"{where}: missing column {column!r}")
+    return float(value)
+
+
+def _own_device(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the table's most common device (module docstring)."""
+    if not rows:
+        return rows
+    device = Counter(str(r.get("device", "")) for r in rows).most_common(1)[0][0]
+    return [r for r in rows if str(r.get("device", "")) == device]
+
+
+def _unified(table: Path, engine: str, mode: str, phase: str) -> list[dict[str, Any]]:
+    """``moe_a2a_perf`` rows of ``engine``'s ``mode`` backend and ``phase``."""
+    backend = BACKENDS[engine][mode]
+    wire = WIRE_DTYPES[engine]
+    rows = [
+        r
+        for r in _read(table)
+        if r.get("comm_backend") == backend
+        and r.get("phase") == phase
+        and str(r.get("comm_dtype")) in wire
+        and int(r.get("node_num") or 1) == 1
+    ]
+    return _own_device(rows)
+
+
+def _sglang(table: Path, mode: str, phase: str) -> list[dict[str, Any]]:
+    """SGLang's DeepEP rows of ``mode`` (one node, DeepEP's SM budget for ``ht``)."""
+    rows = [r for r in _read(table) if int(r.get("node_num") or 1) == 1]
+    if mode == "ht":
+        rows = [r for r in rows if int(r.get(f"{phase}_sms") or 0) == DEEPEP_SMS]
+    return _own_device(rows)
+
+
+def _fit_row(r: dict[str, Any], mode: str, phase: str, engine: str, where: Path) -> dict:
+    kernel = a2a_kernel(mode, phase)
+    if engine == "sglang":
+        t = int(_num(r, "num_token", where))
+        top = int(_num(r, "num_topk", where))
+        ep = SGLANG_EP
+        if mode == "ht":
+            us = _num(r, f"{phase}_transmit_us", where) + float(r.get(f"{phase}_notify_us") or 0)
+        else:
+            us = _num(r, f"{phase}_avg_t_us", where)
+    else:
+        t = int(_num(r, "num_tokens", where))
+        top = int(_num(r, "topk", where))
+        ep = int(_num(r, "ep_size", where))
+        us = _num(r, "latency", where)
+    d = int(_num(r, "hidden_size", where))
+    e = int(_num(r, "num_experts", where))
+    if not us > 0:
+        raise TwinError(f"{where}: a latency must be positive (got {us!r})")
+    shape = {"t": t, "d": d, "k": top, "e": e, "ep": ep}
+    return _row(kernel, a2a_features(mode, t, d, top, e, ep), us * 1e-3, shape)
+
+
+def a2a_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
+    """The all-to-all families of ``engine`` on this system, each from the table of engine
+    release ``release`` among the versions with rows of it (None: the newest such)."""
+    base = system / "comm" / engine
+    families = []
+    for mode in A2A_MODES:
+        name = SGLANG_TABLES[mode] if engine == "sglang" else "moe_a2a_perf.parquet"
+        for phase in A2A_PHASES:
+            pick: Callable[[Path], list[dict[str, Any]]]
+            if engine == "sglang":
+                pick = lambda t, m=mode, p=phase: _sglang(t, m, p)  # noqa: E731
+            elif engine in BACKENDS:
+                pick = lambda t, m=mode, p=phase: _unified(t, engine, m, p)  # noqa: E731
+            else:
+                continue
+            timed = {v.name: v for v in _versions(base, name) if pick(v / name)}
+            chosen = pick_version(timed, release)
+            if chosen is None:
+                continue
+            table = timed[chosen] / name
+            raw = pick(table)
+            out = [_fit_row(r, mode, phase, engine, table) for r in raw]
+            source = BACKENDS.get(engine, {}).get(mode, f"deepep_{mode}")
+            families.append(_family(a2a_kernel(mode, phase), table, raw, source, out))
+    return families
+
+
+__all__ = ["a2a_rows"]

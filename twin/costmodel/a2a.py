@@ -1,0 +1,73 @@
+"""The bytes of expert parallelism's all-to-all: what one rank sends in a dispatch or a
+combine (the features of the ``a2a_<mode>_<phase>`` fits, ``twin.costmodel.formulas``).
+
+An expert-parallel MoE layer sends each token's hidden state to the ranks that hold its
+``topk`` experts (the dispatch) and brings the experts' outputs back (the combine). The
+engines run DeepEP's kernels for it in two modes (``deep_ep/buffer.py`` of DeepEP, as
+SGLang's ``--moe-a2a-backend deepep``, vLLM's ``--all2all-backend deepep_high_throughput /
+deepep_low_latency`` and TensorRT-LLM's DeepEP path call them):
+
+- ``ht`` (high-throughput, DeepEP's "normal" ``Buffer.dispatch`` / ``combine``): a token
+  travels once to each *rank* that holds at least one of its experts (the receiving rank
+  fans it out to its local experts, and reduces their outputs before the combine sends
+  one row back);
+- ``ll`` (low-latency, ``Buffer.low_latency_dispatch`` / ``low_latency_combine``): a token
+  is written into the receive buffer of each of its ``topk`` *experts* (one message per
+  expert, no rank-level dedup), and each expert's output comes back on its own.
+
+With routing spread evenly over ``experts`` experts, ``experts / ep`` on each of ``ep``
+ranks, and a token's ``topk`` experts distinct, the ranks a token reaches are
+``ep x (1 - C(experts - experts/ep, topk) / C(experts, topk))``; the share of the copies
+that stays on the sending rank (``1 / ep``) does not cross a link. The bytes are those of
+the hidden state at ``elem_bytes`` a value: the wire format the engine runs (fp8 with
+scales for DeepEP's low-latency dispatch, bf16 elsewhere) is the fit's own; its
+efficiency absorbs the ratio, so a family is fitted and priced at one convention (2 bytes).
+"""
+
+from __future__ import annotations
+
+import math
+
+from twin.costmodel.features import Features
+from twin.costmodel.formulas import A2A_MODES
+
+ELEM_BYTES = 2  # the convention of the fitted rows and the pricing (module docstring)
+
+
+def ranks_reached(topk: int, experts: int, ep: int) -> float:
+    """Expected number of ranks holding at least one of a token's ``topk`` distinct experts,
+    picked evenly among ``experts`` spread ``experts / ep`` a rank over ``ep`` ranks."""
+    if ep <= 1:
+        return 1.0
+    per_rank = experts // ep
+    k = min(topk, experts)
+    miss = math.comb(experts - per_rank, k) / math.comb(experts, k)
+    return ep * (1.0 - miss)
+
+
+def copies(mode: str, topk: int, experts: int, ep: int) -> float:
+    """Copies of a token's hidden state one rank sends over the links in ``mode``."""
+    if mode not in A2A_MODES:
+        raise ValueError(f"all-to-all mode {mode!r}: expected one of {', '.join(A2A_MODES)}")
+    if ep <= 1:
+        return 0.0
+    reached = float(min(topk, experts)) if mode == "ll" else ranks_reached(topk, experts, ep)
+    return reached * (ep - 1) / ep
+
+
+def a2a_bytes(
+    mode: str, tokens: float, hidden: int, topk: int, experts: int, ep: int, elem_bytes: float = 2
+) -> float:
+    """Bytes one rank with ``tokens`` tokens sends in a dispatch (or receives back in a
+    combine) of DeepEP mode ``mode`` (module docstring)."""
+    return float(tokens) * hidden * elem_bytes * copies(mode, topk, experts, ep)
+
+
+def a2a_features(
+    mode: str, tokens: float, hidden: int, topk: int, experts: int, ep: int
+) -> Features:
+    """The fitting features (no FLOPs, the bytes on the links) of one all-to-all phase."""
+    return 0.0, a2a_bytes(mode, tokens, hidden, topk, experts, ep, ELEM_BYTES), {}
+
+
+__all__ = ["ELEM_BYTES", "a2a_bytes", "a2a_features", "copies", "ranks_reached"]
