@@ -43,8 +43,8 @@ def _model(
     """Vectorised formula at parameters ``theta`` (in ``param_names`` order)."""
     f = get_formula(kernel)
     t0 = theta[0]
-    if not f.uses_flops:
-        return t0 + nbytes / (theta[1] * peaks[f.bytes_peak])
+    if not f.uses_flops:  # extras add to the byte time (the all-to-all's)
+        return t0 + nbytes / (theta[1] * peaks[f.bytes_peak]) + extras @ theta[2:]
     ef, eb, p = theta[1], theta[2], theta[3]
     a = flops / (ef * peaks[f.flops_peak])
     if len(theta) > 4:

@@ -134,13 +134,16 @@ def _dp_cost(
     batches: list[int],
     context: int,
     as_json: bool,
+    moe_a2a: str = "",
 ) -> None:
     """``twin cost --dp-attention``: the synchronised steps' tables (or JSON)."""
     from twin.engine.dp_attention import dp_pricer
 
-    pricer = dp_pricer(spec, prof, tp, ep, dp, 0.0, 0.0)
+    pricer = dp_pricer(spec, prof, tp, ep, dp, 0.0, 0.0, moe_a2a)
     data = dp_predictions(pricer, lengths, cached_frac, batches, context)
     head = {"model": spec.name, "gpu": prof.gpu, "tp": tp, "ep": ep, "dp_attention": dp}
+    if moe_a2a:
+        head["moe_a2a"] = moe_a2a
     if as_json:
         print_json({**head, "provenance_label": pricer.provenance, **data})
         return
@@ -149,7 +152,7 @@ def _dp_cost(
         f"(attention over {tp // dp} GPU(s) a rank): {pricer.provenance}",
         highlight=False,
     )
-    cols = ("total", "attention", "ffn/moe", "gather/scatter")
+    cols = ("total", "attention", "ffn/moe", "a2a + gather" if moe_a2a else "gather/scatter")
     keys = ("total_s", "attention_s", "ffn_s", "gather_scatter_s")
     pre = Table(title=f"Prefill step latency (ms), one prompt on each of {dp} ranks")
     for col in ("prompt", "cached", *cols):
@@ -283,6 +286,13 @@ def cost(
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree (GPUs per replica)."),
     ep: EpOption = 1,
     dp_attention: DpAttentionOption = 1,
+    moe_a2a: str = typer.Option(
+        "none",
+        "--moe-a2a",
+        help="With --dp-attention: none (the MoE layers gather and scatter over the links) "
+        "or deepep (DeepEP's dispatch and combine from the profile's a2a fits; SGLang's "
+        "--moe-a2a-backend deepep, simulate's --set moe_a2a_backend=deepep).",
+    ),
     pp: PpOption = 1,
     lengths: str = typer.Option(
         "1024,4096,16384,32768",
@@ -335,6 +345,8 @@ def cost(
 
       twin cost -m deepseek-r1 -g h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang
 
+      twin cost -m deepseek-r1 -g h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang --moe-a2a deepep
+
       twin cost -m llama-3.1-70b -g h100 --tp 4 --pp 2
 
     With --dp-attention D the tables are of the synchronised step of D attention
@@ -351,6 +363,10 @@ def cost(
         )
     prompts = _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS)
     sizes = _ints(batches, "--batches", MAX_BATCH)
+    if moe_a2a not in ("none", "deepep"):
+        raise TwinError(f"--moe-a2a {moe_a2a}: expected none or deepep")
+    if moe_a2a != "none" and dp_attention <= 1:
+        raise TwinError("--moe-a2a deepep: priced under --dp-attention only (give --dp-attention D)")
     if pp > 1:  # the pipelined replica's own refusals (e.g. with --dp-attention)
         from twin.engine.config import EngineConfig
 
@@ -361,7 +377,10 @@ def cost(
         _pp_cost(spec, prof, engine, tp, ep, pp, prompts, cached_frac, sizes, context, as_json)
         return
     if dp_attention > 1:
-        _dp_cost(spec, prof, tp, ep, dp_attention, prompts, cached_frac, sizes, context, as_json)
+        a2a = "" if moe_a2a == "none" else moe_a2a
+        _dp_cost(
+            spec, prof, tp, ep, dp_attention, prompts, cached_frac, sizes, context, as_json, a2a
+        )
         return
     cm = CostModel(spec, prof, tp=tp, ep=ep)
     data = predictions(cm, prompts, cached_frac, sizes, context)

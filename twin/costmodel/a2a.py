@@ -28,8 +28,13 @@ from __future__ import annotations
 
 import math
 
+from collections.abc import Callable
+from typing import Any
+
+from twin.costmodel import latency as lat
 from twin.costmodel.features import Features
-from twin.costmodel.formulas import A2A_MODES
+from twin.costmodel.formulas import A2A_EXTRAS, A2A_MODES, A2A_PHASES, a2a_kernel
+from twin.errors import TwinError
 
 ELEM_BYTES = 2  # the convention of the fitted rows and the pricing (module docstring)
 
@@ -66,8 +71,57 @@ def a2a_bytes(
 def a2a_features(
     mode: str, tokens: float, hidden: int, topk: int, experts: int, ep: int
 ) -> Features:
-    """The fitting features (no FLOPs, the bytes on the links) of one all-to-all phase."""
-    return 0.0, a2a_bytes(mode, tokens, hidden, topk, experts, ep, ELEM_BYTES), {}
+    """The fitting features of one all-to-all phase: no FLOPs, the bytes on the links, and
+    the mode's extra term (``formulas.A2A_EXTRAS``): the rank's tokens (``ht``) or its
+    local experts (``ll``)."""
+    nbytes = a2a_bytes(mode, tokens, hidden, topk, experts, ep, ELEM_BYTES)
+    extra = float(tokens) if mode == "ht" else experts / max(ep, 1)
+    return 0.0, nbytes, {A2A_EXTRAS[mode][0]: extra}
 
 
-__all__ = ["ELEM_BYTES", "a2a_bytes", "a2a_features", "copies", "ranks_reached"]
+class A2APrice:
+    """Seconds of one MoE layer's dispatch + combine on a rank with ``tokens`` tokens, from
+    the profile's fitted ``a2a_<mode>_<phase>`` families (``model`` a
+    ``twin.model.ModelSpec`` with MoE fields, ``profile`` a ``twin.costmodel.Profile``).
+
+    The mode is DeepEP's ``auto`` as SGLang resolves it (``DeepEPMode.resolve``,
+    ``python/sglang/srt/layers/moe/utils.py``, 0.5.10.post1): ``ht`` ("normal") when any
+    rank has an extend in the batch, else ``ll`` (low-latency); the extend flag is
+    global across the DP ranks (the MLP sync of ``prepare_mlp_sync_batch_raw``).
+    """
+
+    def __init__(self, model: Any, profile: Any, ep: int) -> None:
+        kernels = [a2a_kernel(m, p) for m in A2A_MODES for p in A2A_PHASES]
+        missing = [k for k in kernels if k not in profile.kernels]
+        if missing:
+            raise TwinError(
+                f"DeepEP all-to-all: profile {profile.gpu!r} has no fit of "
+                f"{', '.join(missing)} (twin calibrate --from aiconfigurator)"
+            )
+        if not model.n_moe_layers or ep <= 1:
+            raise TwinError(
+                f"DeepEP all-to-all: model {model.name!r} at --ep {ep} sends no tokens "
+                "between expert ranks (needs MoE layers and --ep > 1)"
+            )
+        self._fits: dict[str, Callable[[float, float, dict[str, float]], float]] = {
+            k: lat.compile_kernel(k, profile.kernels[k].params, profile.peaks) for k in kernels
+        }
+        self.hidden, self.topk = model.d_model, model.moe_top_k
+        self.experts, self.ep = model.moe_n_experts, ep
+
+    def mode(self, extend: bool) -> str:
+        """DeepEP's mode of a step (class docstring)."""
+        return "ht" if extend else "ll"
+
+    def seconds(self, tokens: int, extend: bool) -> float:
+        """Dispatch + combine of one MoE layer for a rank of ``tokens`` tokens."""
+        if tokens <= 0:
+            return 0.0
+        mode = self.mode(extend)
+        _, nbytes, extras = a2a_features(
+            mode, tokens, self.hidden, self.topk, self.experts, self.ep
+        )
+        return sum(self._fits[a2a_kernel(mode, p)](0.0, nbytes, extras) for p in A2A_PHASES)
+
+
+__all__ = ["ELEM_BYTES", "A2APrice", "a2a_bytes", "a2a_features", "copies", "ranks_reached"]

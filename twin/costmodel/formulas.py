@@ -40,14 +40,14 @@ class KernelFormula:
     kernel: str
     bytes_peak: str  # the profile peak the byte time divides by: mem_bw or host_bw
     uses_flops: bool  # False: a pure byte-moving kernel (no FLOP term, no smooth max)
-    extras: tuple[str, ...]  # extra linear features, each with a ``c_<name>`` coefficient
+    # Extra linear features, each with a ``c_<name>`` coefficient: on the compute side of a
+    # roofline kernel; added to the byte time of a byte-only one (the all-to-all's).
+    extras: tuple[str, ...]
     doc: str
     # The peak the FLOP time divides by: tensor-core ``flops``, or ``fp32_flops`` for a
     # kernel that runs on CUDA cores in fp32 (Mamba-1's selective scan).
     flops_peak: str = "flops"
 
-    def __post_init__(self) -> None:
-        assert self.uses_flops or not self.extras, "extras sit on the compute side"
 
     @property
     def model_name(self) -> str:
@@ -116,6 +116,9 @@ def mla_kernel(family: str, gemm_mode: str = "bfloat16", kv: str = "bfloat16") -
 # tables time them (``calibration.aic_a2a``; features ``twin.costmodel.a2a``).
 A2A_MODES = ("ht", "ll")
 A2A_PHASES = ("dispatch", "combine")
+# The term each mode adds to its byte time (``twin.costmodel.a2a``): the high-throughput
+# kernels' work per token of the rank, the low-latency kernels' per local expert.
+A2A_EXTRAS = {"ht": ("tokens",), "ll": ("local_experts",)}
 
 
 def a2a_kernel(mode: str, phase: str) -> str:
@@ -296,9 +299,10 @@ FORMULAS: dict[str, KernelFormula] = {
                 a2a_kernel(mode, phase),
                 "interconnect_bw",
                 False,
-                (),
+                A2A_EXTRAS[mode],
                 f"MoE all-to-all {phase} (DeepEP {mode}): the bytes one rank sends to the "
-                "other expert ranks",
+                f"other expert ranks, plus a term per {A2A_EXTRAS[mode][0]} "
+                "(twin.costmodel.a2a)",
             )
             for mode in A2A_MODES
             for phase in A2A_PHASES

@@ -53,6 +53,12 @@ def compile_kernel(
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     coeffs = [(x, float(params[f"c_{x}"])) for x in f.extras]
     if not f.uses_flops:
+        if coeffs:  # the all-to-all's extras add to its byte time
+
+            def bandwidth_plus(flops: float, nbytes: float, extras: dict[str, float]) -> float:
+                return t0 + nbytes * inv_b + sum(c * extras.get(x, 0.0) for x, c in coeffs)
+
+            return bandwidth_plus
 
         def bandwidth(flops: float, nbytes: float, extras: dict[str, float]) -> float:
             return t0 + nbytes * inv_b
@@ -126,6 +132,7 @@ def kernel_constants(
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     if not f.uses_flops:
+        assert not f.extras, "the compiled forms price byte-only kernels without extras"
         return KernelConstants(False, t0, inv_b)
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])

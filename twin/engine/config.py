@@ -50,6 +50,11 @@ class EngineConfig:
         "batch and KV share, attention over `tp / dp_attention` GPUs, the FFN/MoE over "
         "all `tp` (twin.engine.dp_attention)",
     )
+    moe_a2a: str = _opt(
+        "",
+        "the MoE layers' token exchange under --dp-attention: '' the gather/scatter, "
+        "'deepep' DeepEP's dispatch and combine from the profile's fits (twin.costmodel.a2a)",
+    )
     pp: int = _opt(
         1,
         "pipeline-parallel stages: the replica's layers split over `pp` groups of `tp` GPUs, "
@@ -225,6 +230,16 @@ class EngineConfig:
         need(self.ep >= 1 and self.tp % self.ep == 0, "ep", f"must divide --tp {self.tp}")
         if self.dp_attention != 1:
             self._check_dp_attention()
+        need(
+            self.moe_a2a in ("", "deepep"),
+            "moe_a2a",
+            "'' (the gather/scatter) or 'deepep'",
+        )
+        if self.moe_a2a and self.dp_attention == 1:
+            raise TwinError(
+                "--set moe_a2a_backend=deepep: priced under --dp-attention only "
+                "(give --dp-attention D)"
+            )
         if self.pp != 1:
             self._check_pipeline()
         need(self.cache_bytes >= 0, "cache_bytes", "must be >= 0")
@@ -461,6 +476,7 @@ _OMITTED_AT_DEFAULT = (
     "decode_tp",
     "decode_ep",
     "dp_attention",
+    "moe_a2a",
     "pp",
     "decode_dp_attention",
     "decode_prefix_cache",

@@ -97,9 +97,14 @@ class DPStepPricer(PricerBase):
         ffn_layers: int,
         step_host_s: float = 0.0,
         seq_host_s: float = 0.0,
+        a2a: Any = None,
+        moe_layers: int = 0,
     ) -> None:
         self.attention, self.ffn, self.dp = attention, ffn, dp
         self.ffn_layers = ffn_layers
+        # DeepEP's dispatch + combine of the MoE layers (``twin.costmodel.a2a.A2APrice``),
+        # in place of their gather/scatter; None: every FFN layer gathers (comm_time).
+        self.a2a, self.moe_layers = a2a, moe_layers if a2a is not None else 0
         self.step_host_s, self.seq_host_s = step_host_s, seq_host_s
         self._ffn_cache: dict[int, float] = {}
         self._attn_ffn_cache: dict[int, float] = {}
@@ -164,7 +169,11 @@ class DPStepPricer(PricerBase):
             per_layer = ar(most * self.dp)
         else:  # SUM_LEN: gather by all-reduce, then the layer's own all-reduce
             per_layer = 2 * ar(total)
-        return float(self.ffn_layers * per_layer)
+        gathered = self.ffn_layers - self.moe_layers
+        if not self.moe_layers:
+            return float(gathered * per_layer)
+        # DeepEP: every rank sends its own tokens; the layer waits for the busiest rank.
+        return float(gathered * per_layer + self.moe_layers * self.a2a.seconds(most, extend))
 
     def sync_time(self, steps: Sequence[RankStep]) -> float:
         """Seconds of one synchronised step whose ranks run ``steps`` (idle ranks:
@@ -537,10 +546,18 @@ def dp_replica(
 
 
 def dp_pricer(
-    model: ModelSpec, profile: Any, tp: int, ep: int, dp: int, step_host_s: float, seq_host_s: float
+    model: ModelSpec,
+    profile: Any,
+    tp: int,
+    ep: int,
+    dp: int,
+    step_host_s: float,
+    seq_host_s: float,
+    moe_a2a: str = "",
 ) -> DPStepPricer:
     """The synchronised step pricer of a replica of ``tp`` GPUs, ``ep`` expert ranks and
-    ``dp`` attention ranks on ``profile``."""
+    ``dp`` attention ranks on ``profile``; ``moe_a2a`` ``"deepep"``: the MoE layers'
+    dispatch and combine from the profile's DeepEP fits (``twin.costmodel.a2a``)."""
     from twin.costmodel import CostModel
     from twin.parallel import Layout, check_layout
 
@@ -549,7 +566,16 @@ def dp_pricer(
     attention.compile_steps()  # its compiled mixed step where the model has one
     ffn = CostModel(model, profile, tp, ep=ep)
     layers = model.n_mlp_layers + model.n_moe_layers
-    return DPStepPricer(attention, ffn, dp, layers, step_host_s, seq_host_s)
+    a2a = None
+    if moe_a2a == "deepep":
+        from twin.costmodel.a2a import A2APrice
+
+        a2a = A2APrice(model, profile, ep)
+    elif moe_a2a:
+        raise TwinError(f"moe_a2a {moe_a2a!r}: expected deepep or nothing")
+    return DPStepPricer(
+        attention, ffn, dp, layers, step_host_s, seq_host_s, a2a, model.n_moe_layers
+    )
 
 
 __all__ = [

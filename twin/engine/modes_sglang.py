@@ -330,6 +330,15 @@ def _sglang_schedule(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out["schedule_policy"] = _choice("schedule_policy", value, SCHEDULE_POLICIES)
 
 
+def _sglang_a2a(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    # server_args.py --moe-a2a-backend (default none: the MoE layers gather under DP
+    # attention); deepep: DeepEP's dispatch and combine, deepep_mode auto (normal with an
+    # extend in the batch, else low_latency: layers/moe/utils.py DeepEPMode.resolve),
+    # priced under --dp-attention from the profile's a2a fits (twin.costmodel.a2a).
+    choice = _choice("moe_a2a_backend", value, ("none", "deepep"))
+    out["moe_a2a"] = "" if choice == "none" else choice
+
+
 def _sglang_mixed_chunk(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # server_args.py --enable-mixed-chunk (default off): prefill chunks mixed into the
     # decode batch, the twin's continuous batching; off: SGLang's prefill batches ahead
@@ -488,6 +497,7 @@ _SGLANG_COMMON = (
     "hicache_write_policy",
     "radix_eviction_policy",
     "schedule_policy",
+    "moe_a2a_backend",
     "mamba_full_memory_ratio",
     "page_size",
     "enable_mixed_chunk",
@@ -646,6 +656,15 @@ SGLANG = EngineMode(
                 ),
             ),
             ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
+            (
+                "moe_a2a_backend",
+                Flag(
+                    "none (MoE layers gather under --dp-attention) or deepep (DeepEP's "
+                    "dispatch/combine, priced from the profile's a2a fits)",
+                    _sglang_a2a,
+                    "none",
+                ),
+            ),
             (
                 "mamba_full_memory_ratio",
                 Flag("state pool / KV pool (hybrids)", _sglang_ratio, "0.9"),

@@ -402,6 +402,7 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
             config.dp_attention,
             config.step_host_s,
             config.seq_host_s,
+            config.moe_a2a,
         )
     if config.pp > 1:  # stages and micro-batches (twin.engine.pipeline)
         from twin.engine.pipeline import pipeline_pricer
