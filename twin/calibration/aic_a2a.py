@@ -32,7 +32,6 @@ release picks (``twin.costmodel.table_release.pick_version``), as ``moe_rows`` d
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,13 +123,12 @@ def a2a_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
     for mode in A2A_MODES:
         name = SGLANG_TABLES[mode] if engine == "sglang" else "moe_a2a_perf.parquet"
         for phase in A2A_PHASES:
-            pick: Callable[[Path], list[dict[str, Any]]]
-            if engine == "sglang":
-                pick = lambda t, m=mode, p=phase: _sglang(t, m, p)  # noqa: E731
-            elif engine in BACKENDS:
-                pick = lambda t, m=mode, p=phase: _unified(t, engine, m, p)  # noqa: E731
-            else:
+            if engine != "sglang" and engine not in BACKENDS:
                 continue
+
+            def pick(table: Path, m: str = mode, p: str = phase) -> list[dict[str, Any]]:
+                return _sglang(table, m, p) if engine == "sglang" else _unified(table, engine, m, p)
+
             timed = {v.name: v for v in _versions(base, name) if pick(v / name)}
             chosen = pick_version(timed, release)
             if chosen is None:

@@ -345,7 +345,8 @@ def cost(
 
       twin cost -m deepseek-r1 -g h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang
 
-      twin cost -m deepseek-r1 -g h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang --moe-a2a deepep
+      twin cost -m deepseek-r1 -g h200 --tp 8 --ep 8 --dp-attention 8 --engine sglang \
+        --moe-a2a deepep
 
       twin cost -m llama-3.1-70b -g h100 --tp 4 --pp 2
 
@@ -366,7 +367,9 @@ def cost(
     if moe_a2a not in ("none", "deepep"):
         raise TwinError(f"--moe-a2a {moe_a2a}: expected none or deepep")
     if moe_a2a != "none" and dp_attention <= 1:
-        raise TwinError("--moe-a2a deepep: priced under --dp-attention only (give --dp-attention D)")
+        raise TwinError(
+            "--moe-a2a deepep: priced under --dp-attention only (give --dp-attention D)"
+        )
     if pp > 1:  # the pipelined replica's own refusals (e.g. with --dp-attention)
         from twin.engine.config import EngineConfig
 

@@ -27,7 +27,6 @@ efficiency absorbs the ratio, so a family is fitted and priced at one convention
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from typing import Any
 

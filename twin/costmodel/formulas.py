@@ -48,7 +48,6 @@ class KernelFormula:
     # kernel that runs on CUDA cores in fp32 (Mamba-1's selective scan).
     flops_peak: str = "flops"
 
-
     @property
     def model_name(self) -> str:
         """Formula name stored in a profile."""

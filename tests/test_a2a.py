@@ -1,0 +1,200 @@
+"""The MoE all-to-all families (issue 34): DeepEP's dispatch/combine bytes, the tables read
+and fitted (``twin.calibration.aic_a2a``), and attention DP pricing the MoE layers'
+exchange from the fits (``--set moe_a2a_backend=deepep``, ``twin cost --moe-a2a``).
+
+The tables here are written into a temporary folder from the twin's own model at known
+parameters; nothing needs ``aiconfigurator-core`` installed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from twin.calibration.aic_a2a import a2a_rows
+from twin.calibration.aic_import import fit_family
+from twin.calibration.aic_tables import system_dir
+from twin.costmodel import a2a
+from twin.costmodel import latency as lat
+from twin.costmodel.formulas import A2A_VARIANTS, a2a_kernel, get_formula
+from twin.engine import EngineConfig
+from twin.engine.dp_attention import DPStepPricer
+from twin.engine.modes import get_mode
+from twin.errors import TwinError
+from twin.hardware import get_gpu
+from twin.presets import get_model
+
+TRUE = {"t0_s": 2e-5, "eff_bytes": 0.6, "c_tokens": 3e-9, "c_local_experts": 2e-7}
+
+
+def test_bytes_count_ranks_for_ht_and_experts_for_ll() -> None:
+    # One expert a rank: a token's k experts are k ranks.
+    assert a2a.ranks_reached(2, 8, 8) == pytest.approx(2.0)
+    assert a2a.ranks_reached(1, 256, 8) == pytest.approx(1.0)
+    # 8 of 256 experts over 8 ranks of 32: 8 x (1 - C(224, 8) / C(256, 8)).
+    miss = math.prod((224 - i) / (256 - i) for i in range(8))
+    assert a2a.ranks_reached(8, 256, 8) == pytest.approx(8 * (1 - miss))
+    # ll sends one copy an expert; the rank's own share stays off the links.
+    assert a2a.copies("ll", 8, 256, 8) == pytest.approx(8 * 7 / 8)
+    assert a2a.copies("ht", 8, 256, 8) == pytest.approx(8 * (1 - miss) * 7 / 8)
+    assert a2a.copies("ht", 8, 256, 1) == 0.0
+    assert a2a.a2a_bytes("ll", 10, 7168, 8, 256, 8) == pytest.approx(10 * 7168 * 2 * 7)
+    with pytest.raises(ValueError, match="mode 'xx'"):
+        a2a.copies("xx", 8, 256, 8)
+
+
+def test_extras_add_to_the_byte_time() -> None:
+    peaks = get_gpu("h200").peaks()
+    kernel = a2a_kernel("ht", "dispatch")
+    assert get_formula(kernel).param_names == ("t0_s", "eff_bytes", "c_tokens")
+    _, nbytes, extras = a2a.a2a_features("ht", 512, 7168, 8, 256, 8)
+    want = 2e-5 + nbytes / (0.6 * peaks["interconnect_bw"]) + 3e-9 * 512
+    assert lat.predict(kernel, TRUE, peaks, 0.0, nbytes, extras) == pytest.approx(want)
+    assert extras == {"tokens": 512.0}
+    assert a2a.a2a_features("ll", 512, 7168, 8, 256, 8)[2] == {"local_experts": 32.0}
+
+
+def _write_tables(root: Path) -> Path:
+    """An H200 ``moe_a2a_perf`` table of vLLM and an SGLang DeepEP pair, from ``TRUE``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    peaks = get_gpu("h200").peaks()
+
+    def us(mode: str, phase: str, t: int, d: int, k: int, e: int, ep: int) -> float:
+        _, b, x = a2a.a2a_features(mode, t, d, k, e, ep)
+        scale = 1.0 if phase == "dispatch" else 1.5
+        return 1e6 * scale * lat.predict(a2a_kernel(mode, phase), TRUE, peaks, 0.0, b, x)
+
+    shapes = [(d, k, e) for d in (4096, 7168) for k, e in ((8, 256), (6, 384))]
+    tokens = (1, 4, 16, 64, 256, 1024, 4096)
+    unified = []
+    for mode, backend in (("ht", "deepep_ht"), ("ll", "deepep_ll")):
+        for phase in ("dispatch", "combine"):
+            for d, k, e in shapes:
+                for t in tokens:
+                    unified.append(
+                        {
+                            "device": "NVIDIA H200",
+                            "comm_backend": backend,
+                            "phase": phase,
+                            "comm_dtype": "default",
+                            "ep_size": 8,
+                            "node_num": 1,
+                            "hidden_size": d,
+                            "topk": k,
+                            "num_experts": e,
+                            "num_tokens": t,
+                            "latency": us(mode, phase, t, d, k, e, 8),
+                        }
+                    )
+    # A second node's row and a DeepEP v2 row, both left out.
+    unified.append({**unified[0], "node_num": 2})
+    unified.append({**unified[0], "comm_backend": "deepep_v2_context"})
+    vllm = root / "h200_sxm" / "comm" / "vllm" / "0.24.0"
+    vllm.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(unified), vllm / "moe_a2a_perf.parquet")
+    sglang = root / "h200_sxm" / "comm" / "sglang" / "0.5.12"
+    sglang.mkdir(parents=True)
+    normal, ll = [], []
+    for d, k, e in shapes:
+        for t in tokens:
+            base = {"device": "NVIDIA H200", "node_num": 1, "hidden_size": d, "num_token": t}
+            base.update({"num_topk": k, "num_experts": e})
+            for sms in (8, 20):
+                row = {**base, "dispatch_sms": sms, "combine_sms": sms}
+                for phase in ("dispatch", "combine"):
+                    slow = 1.0 if sms == 20 else 2.0  # fewer SMs: slower, and not read
+                    row[f"{phase}_transmit_us"] = slow * us("ht", phase, t, d, k, e, 8)
+                    row[f"{phase}_notify_us"] = 0.0
+                normal.append(row)
+            ll.append(
+                {
+                    **base,
+                    "dispatch_avg_t_us": us("ll", "dispatch", t, d, k, e, 8),
+                    "combine_avg_t_us": us("ll", "combine", t, d, k, e, 8),
+                }
+            )
+    pq.write_table(pa.Table.from_pylist(normal), sglang / "wideep_deepep_normal_perf.parquet")
+    pq.write_table(pa.Table.from_pylist(ll), sglang / "wideep_deepep_ll_perf.parquet")
+    return root
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_tables_read_and_fit_the_generating_model(tmp_path: Path, engine: str) -> None:
+    root = _write_tables(tmp_path)
+    families = {f.kernel: f for f in a2a_rows(system_dir("h200", root), engine)}
+    assert sorted(families) == sorted(A2A_VARIANTS)
+    peaks = get_gpu("h200").peaks()
+    for kernel, fam in families.items():
+        assert len(fam.rows) == 4 * 7  # one node, DeepEP's 20 SMs, the default backends
+        fit = fit_family(fam, peaks, "H200 SXM")
+        assert fit is not None and fit.provenance["tables"] == fam.tables
+        assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err < 0.01
+        mode, phase = kernel.split("_")[1:]
+        want = dict(TRUE)
+        want["eff_bytes"] = TRUE["eff_bytes"] / (1.0 if phase == "dispatch" else 1.5)
+        _, b, x = a2a.a2a_features(mode, 2048, 6144, 8, 256, 8)  # a shape the table lacks
+        scale = 1.0 if phase == "dispatch" else 1.5
+        got = lat.predict(kernel, fit.params, peaks, 0.0, b, x)
+        assert got == pytest.approx(scale * lat.predict(kernel, TRUE, peaks, 0.0, b, x), rel=0.02)
+
+
+class _Gather:
+    """The FFN side of a DP pricer: an all-reduce of ``R`` seconds a token."""
+
+    R = 1e-6
+
+    def allreduce_time(self, tokens: int) -> float:
+        return self.R * tokens
+
+
+class _A2A:
+    def seconds(self, tokens: int, extend: bool) -> float:
+        return (1e-3 if extend else 1e-4) * tokens
+
+
+def test_moe_layers_take_the_a2a_dense_layers_keep_the_gather() -> None:
+    tokens = [1, 2, 3, 4]
+    plain = DPStepPricer(None, _Gather(), 4, ffn_layers=5)
+    deepep = DPStepPricer(None, _Gather(), 4, ffn_layers=5, a2a=_A2A(), moe_layers=3)
+    # decode, MAX_LEN (2 x 10 > 4 x 4): one all-reduce of 16 padded rows a layer
+    assert plain.comm_time(tokens, False) == pytest.approx(5 * 16 * _Gather.R)
+    assert deepep.comm_time(tokens, False) == pytest.approx(2 * 16 * _Gather.R + 3 * 4e-4)
+    # an extend: the busiest rank's tokens in the high-throughput mode
+    assert deepep.comm_time(tokens, True) == pytest.approx(2 * 2 * 10 * _Gather.R + 3 * 4e-3)
+
+
+def test_deepep_needs_the_fits_and_the_layout() -> None:
+    from twin.costmodel.profile_store import resolve_profile
+
+    prof = resolve_profile("h200-datasheet", None, None)
+    with pytest.raises(TwinError, match="has no fit of a2a_ht_dispatch"):
+        a2a.A2APrice(get_model("deepseek-r1"), prof, 8)
+
+
+def test_the_sglang_flag_and_its_refusals() -> None:
+    model = get_model("deepseek-r1")
+    settings = get_mode("sglang").settings(model, {"moe_a2a_backend": "deepep"})
+    assert settings["moe_a2a"] == "deepep"
+    assert get_mode("sglang").settings(model, {"moe_a2a_backend": "none"})["moe_a2a"] == ""
+    with pytest.raises(TwinError, match="--set moe_a2a_backend=mooncake: expected one of"):
+        get_mode("sglang").settings(model, {"moe_a2a_backend": "mooncake"})
+    with pytest.raises(TwinError, match="priced under --dp-attention only"):
+        EngineConfig(tp=8, ep=8, moe_a2a="deepep")
+    assert "moe_a2a" not in EngineConfig().to_dict()
+    cfg = EngineConfig(tp=8, ep=8, dp_attention=8, moe_a2a="deepep")
+    assert cfg.to_dict()["moe_a2a"] == "deepep"
+
+
+def test_cost_refuses_deepep_without_attention_dp(capsys: pytest.CaptureFixture) -> None:
+    from twin.cli.main import run as twin
+
+    rc = twin(["cost", "-m", "deepseek-r1", "--gpu", "h200", "--tp", "8", "--moe-a2a", "deepep"])
+    _, err = capsys.readouterr()
+    assert rc == 2
+    assert err.strip() == (
+        "error: --moe-a2a deepep: priced under --dp-attention only (give --dp-attention D)"
+    )
