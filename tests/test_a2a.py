@@ -175,6 +175,34 @@ def test_deepep_needs_the_fits_and_the_layout() -> None:
         a2a.A2APrice(get_model("deepseek-r1"), prof, 8)
 
 
+def test_the_mode_follows_the_step_or_the_backend() -> None:
+    import dataclasses
+
+    from twin.costmodel.profile import KernelFit
+    from twin.costmodel.profile_store import resolve_profile
+
+    base = resolve_profile("h200-datasheet", None, None)
+    fits = {
+        k: KernelFit(get_formula(k).model_name, {n: TRUE[n] for n in get_formula(k).param_names})
+        for k in A2A_VARIANTS
+    }
+    prof = dataclasses.replace(base, kernels={**base.kernels, **fits})
+    model = get_model("deepseek-r1")
+    auto = a2a.A2APrice(model, prof, 8)
+    assert (auto.mode(True), auto.mode(False)) == ("ht", "ll")
+    assert a2a.A2APrice(model, prof, 8, "deepep_ll").mode(True) == "ll"
+    assert a2a.A2APrice(model, prof, 8, "deepep_ht").mode(False) == "ht"
+    peaks = prof.peaks
+    for extend, mode in ((True, "ht"), (False, "ll")):
+        _, b, x = a2a.a2a_features(mode, 64, model.d_model, model.moe_top_k, model.moe_n_experts, 8)
+        want = 2 * lat.predict(a2a_kernel(mode, "dispatch"), TRUE, peaks, 0.0, b, x)
+        assert auto.seconds(64, extend) == pytest.approx(want)
+    assert auto.seconds(0, True) == 0.0
+    assert auto.seconds(128, False) > auto.seconds(64, False)
+    with pytest.raises(TwinError, match="model 'llama-3-8b' at --ep 8 sends no tokens"):
+        a2a.A2APrice(get_model("llama-3-8b"), prof, 8)
+
+
 def test_the_sglang_flag_and_its_refusals() -> None:
     model = get_model("deepseek-r1")
     settings = get_mode("sglang").settings(model, {"moe_a2a_backend": "deepep"})
@@ -184,6 +212,11 @@ def test_the_sglang_flag_and_its_refusals() -> None:
         get_mode("sglang").settings(model, {"moe_a2a_backend": "mooncake"})
     with pytest.raises(TwinError, match="priced under --dp-attention only"):
         EngineConfig(tp=8, ep=8, moe_a2a="deepep")
+    vllm = get_mode("vllm")
+    assert vllm.settings(model, {"all2all_backend": "deepep_low_latency"})["moe_a2a"] == "deepep_ll"
+    assert vllm.settings(model, {"all2all_backend": "allgather_reducescatter"})["moe_a2a"] == ""
+    with pytest.raises(TwinError, match="--set all2all_backend=mori: expected one of"):
+        vllm.settings(model, {"all2all_backend": "mori"})
     assert "moe_a2a" not in EngineConfig().to_dict()
     cfg = EngineConfig(tp=8, ep=8, dp_attention=8, moe_a2a="deepep")
     assert cfg.to_dict()["moe_a2a"] == "deepep"

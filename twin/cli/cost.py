@@ -289,9 +289,11 @@ def cost(
     moe_a2a: str = typer.Option(
         "none",
         "--moe-a2a",
-        help="With --dp-attention: none (the MoE layers gather and scatter over the links) "
-        "or deepep (DeepEP's dispatch and combine from the profile's a2a fits; SGLang's "
-        "--moe-a2a-backend deepep, simulate's --set moe_a2a_backend=deepep).",
+        help="With --dp-attention: none (the MoE layers gather and scatter over the links), "
+        "deepep (DeepEP's dispatch and combine from the profile's a2a fits, high-throughput "
+        "with a prefill, else low-latency: SGLang's --moe-a2a-backend deepep), deepep_ht or "
+        "deepep_ll (one mode: vLLM's --all2all-backend deepep_high_throughput / "
+        "deepep_low_latency).",
     ),
     pp: PpOption = 1,
     lengths: str = typer.Option(
@@ -364,11 +366,11 @@ def cost(
         )
     prompts = _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS)
     sizes = _ints(batches, "--batches", MAX_BATCH)
-    if moe_a2a not in ("none", "deepep"):
-        raise TwinError(f"--moe-a2a {moe_a2a}: expected none or deepep")
+    if moe_a2a not in ("none", "deepep", "deepep_ht", "deepep_ll"):
+        raise TwinError(f"--moe-a2a {moe_a2a}: expected none, deepep, deepep_ht or deepep_ll")
     if moe_a2a != "none" and dp_attention <= 1:
         raise TwinError(
-            "--moe-a2a deepep: priced under --dp-attention only (give --dp-attention D)"
+            f"--moe-a2a {moe_a2a}: priced under --dp-attention only (give --dp-attention D)"
         )
     if pp > 1:  # the pipelined replica's own refusals (e.g. with --dp-attention)
         from twin.engine.config import EngineConfig

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from twin.costmodel import latency as lat
 from twin.costmodel.features import Features
@@ -89,7 +89,19 @@ class A2APrice:
     global across the DP ranks (the MLP sync of ``prepare_mlp_sync_batch_raw``).
     """
 
-    def __init__(self, model: Any, profile: Any, ep: int) -> None:
+    # ``EngineConfig.moe_a2a`` -> the mode it forces (None: DeepEP's auto, per step).
+    BACKENDS: ClassVar[dict[str, str | None]] = {
+        "deepep": None,
+        "deepep_ht": "ht",
+        "deepep_ll": "ll",
+    }
+
+    def __init__(self, model: Any, profile: Any, ep: int, backend: str = "deepep") -> None:
+        if backend not in self.BACKENDS:
+            raise TwinError(
+                f"MoE all-to-all {backend!r}: expected one of {', '.join(self.BACKENDS)}"
+            )
+        self.forced = self.BACKENDS[backend]
         kernels = [a2a_kernel(m, p) for m in A2A_MODES for p in A2A_PHASES]
         missing = [k for k in kernels if k not in profile.kernels]
         if missing:
@@ -105,11 +117,17 @@ class A2APrice:
         self._fits: dict[str, Callable[[float, float, dict[str, float]], float]] = {
             k: lat.compile_kernel(k, profile.kernels[k].params, profile.peaks) for k in kernels
         }
+        from twin.costmodel.provenance import mixture
+
+        self.provenance = mixture(profile, used=kernels)  # "MoE all-to-all: measured (...)"
         self.hidden, self.topk = model.d_model, model.moe_top_k
         self.experts, self.ep = model.moe_n_experts, ep
 
     def mode(self, extend: bool) -> str:
-        """DeepEP's mode of a step (class docstring)."""
+        """DeepEP's mode of a step (class docstring), or the one the backend forces
+        (vLLM's ``deepep_high_throughput`` / ``deepep_low_latency``)."""
+        if self.forced is not None:
+            return self.forced
         return "ht" if extend else "ll"
 
     def seconds(self, tokens: int, extend: bool) -> float:

@@ -52,8 +52,10 @@ class EngineConfig:
     )
     moe_a2a: str = _opt(
         "",
-        "the MoE layers' token exchange under --dp-attention: '' the gather/scatter, "
-        "'deepep' DeepEP's dispatch and combine from the profile's fits (twin.costmodel.a2a)",
+        "the MoE layers' token exchange under --dp-attention: '' the gather/scatter; "
+        "'deepep' DeepEP's dispatch and combine from the profile's fits, high-throughput "
+        "with an extend in the step, else low-latency (twin.costmodel.a2a); 'deepep_ht', "
+        "'deepep_ll' one mode for every step",
     )
     pp: int = _opt(
         1,
@@ -231,14 +233,14 @@ class EngineConfig:
         if self.dp_attention != 1:
             self._check_dp_attention()
         need(
-            self.moe_a2a in ("", "deepep"),
+            self.moe_a2a in ("", "deepep", "deepep_ht", "deepep_ll"),
             "moe_a2a",
-            "'' (the gather/scatter) or 'deepep'",
+            "'' (the gather/scatter), deepep, deepep_ht or deepep_ll",
         )
         if self.moe_a2a and self.dp_attention == 1:
             raise TwinError(
-                "--set moe_a2a_backend=deepep: priced under --dp-attention only "
-                "(give --dp-attention D)"
+                f"DeepEP's all-to-all ({self.moe_a2a}: SGLang's --set moe_a2a_backend, vLLM's "
+                "--set all2all_backend): priced under --dp-attention only (give --dp-attention D)"
             )
         if self.pp != 1:
             self._check_pipeline()

@@ -112,7 +112,8 @@ class DPStepPricer(PricerBase):
 
     @property
     def provenance(self) -> str:
-        return str(getattr(self.ffn, "provenance", ""))
+        base = str(getattr(self.ffn, "provenance", ""))
+        return f"{base}; {self.a2a.provenance}" if self.moe_layers else base
 
     def attention_time(self, step: RankStep) -> float:
         """Seconds of a rank's attention side: its step at the attention TP but the FFN
@@ -557,7 +558,8 @@ def dp_pricer(
 ) -> DPStepPricer:
     """The synchronised step pricer of a replica of ``tp`` GPUs, ``ep`` expert ranks and
     ``dp`` attention ranks on ``profile``; ``moe_a2a`` ``"deepep"``: the MoE layers'
-    dispatch and combine from the profile's DeepEP fits (``twin.costmodel.a2a``)."""
+    dispatch and combine from the profile's DeepEP fits (``twin.costmodel.a2a``;
+    ``deepep_ht`` / ``deepep_ll`` one mode for every step)."""
     from twin.costmodel import CostModel
     from twin.parallel import Layout, check_layout
 
@@ -567,12 +569,10 @@ def dp_pricer(
     ffn = CostModel(model, profile, tp, ep=ep)
     layers = model.n_mlp_layers + model.n_moe_layers
     a2a = None
-    if moe_a2a == "deepep":
+    if moe_a2a:
         from twin.costmodel.a2a import A2APrice
 
-        a2a = A2APrice(model, profile, ep)
-    elif moe_a2a:
-        raise TwinError(f"moe_a2a {moe_a2a!r}: expected deepep or nothing")
+        a2a = A2APrice(model, profile, ep, moe_a2a)
     return DPStepPricer(
         attention, ffn, dp, layers, step_host_s, seq_host_s, a2a, model.n_moe_layers
     )

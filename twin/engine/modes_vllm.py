@@ -73,6 +73,21 @@ def _vllm_block(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out["vllm_block_size"] = block
 
 
+# vllm/config/parallel.py (0.19.0) ParallelConfig.all2all_backend (--all2all-backend),
+# default allgather_reducescatter (the MoE layers gather under DP attention); the DeepEP
+# backends run one mode for every step, priced from the profile's a2a fits
+# (twin.costmodel.a2a). The other backends (mori, nixl_ep, flashinfer) are not modelled.
+VLLM_A2A = {
+    "allgather_reducescatter": "",
+    "deepep_high_throughput": "deepep_ht",
+    "deepep_low_latency": "deepep_ll",
+}
+
+
+def _vllm_a2a(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    out["moe_a2a"] = VLLM_A2A[_choice("all2all_backend", value, tuple(VLLM_A2A))]
+
+
 def _vllm_retention(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # vllm/config/cache.py CacheConfig.prefix_cache_retention_interval (0.33.0): None
     # (dense), 0 (semantic checkpoints only, the default) or N >= 0 tokens; the multiple-
@@ -313,6 +328,7 @@ _VLLM_SPEC = ("speculative_config", "speculative_acceptance")
 
 _VLLM_COMMON = (
     "block_size",
+    "all2all_backend",
     "enable_prefix_caching",
     "mamba_cache_mode",
     "kv_offloading_size",
@@ -431,6 +447,15 @@ VLLM = EngineMode(
                 ),
             ),
             ("enable_prefix_caching", Flag("cache prefixes", _vllm_prefix_caching, "true")),
+            (
+                "all2all_backend",
+                Flag(
+                    "allgather_reducescatter, deepep_high_throughput or deepep_low_latency "
+                    "(the MoE layers' exchange under --dp-attention; DeepEP's from the a2a fits)",
+                    _vllm_a2a,
+                    "allgather_reducescatter",
+                ),
+            ),
             (
                 "mamba_cache_mode",
                 Flag(
