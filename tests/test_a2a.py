@@ -231,3 +231,22 @@ def test_cost_refuses_deepep_without_attention_dp(capsys: pytest.CaptureFixture)
     assert err.strip() == (
         "error: --moe-a2a deepep: priced under --dp-attention only (give --dp-attention D)"
     )
+
+
+def test_shipped_profile_prices_deepseek_s_moe_exchange_from_the_fits() -> None:
+    from twin.costmodel.profile_store import resolve_profile
+    from twin.engine.dp_attention import dp_pricer
+
+    model = get_model("deepseek-r1")
+    prof = resolve_profile("h200", None, "sglang")
+    gather = dp_pricer(model, prof, 8, 8, 8, 0.0, 0.0)
+    deepep = dp_pricer(model, prof, 8, 8, 8, 0.0, 0.0, "deepep")
+    layers, moe = model.n_mlp_layers + model.n_moe_layers, model.n_moe_layers
+    assert deepep.a2a is not None and 0 < moe < layers
+    for extend in (False, True):
+        tokens = [32, 8, 0, 64, 32, 32, 32, 1]
+        dense = gather.comm_time(tokens, extend) * (layers - moe) / layers
+        want = dense + moe * deepep.a2a.seconds(64, extend)
+        assert deepep.comm_time(tokens, extend) == pytest.approx(want)
+    assert "MoE all-to-all: measured (SGLang" in deepep.provenance
+    assert "all-to-all" not in gather.provenance

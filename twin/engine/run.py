@@ -191,11 +191,15 @@ class Run:
         from twin.costmodel.precision_kernels import provenance_label
 
         p = self.profile
+        label = provenance_label(self.model, p)
+        a2a = getattr(self.pricer, "a2a", None)  # attention DP's DeepEP fits, when used
+        if a2a is not None:
+            label = f"{label}; {a2a.provenance}"
         return {
             "gpu": p.gpu,
             "device": p.device,
             "source": p.source,
-            "provenance": provenance_label(self.model, p),
+            "provenance": label,
             # Which precision was priced; absent for bf16, so bf16 summaries keep their bytes.
             **px.info(self.model),
             # Which engine release's kernel tables priced the steps, and per family whose
