@@ -117,6 +117,8 @@ def _write_tables(root: Path) -> Path:
                     "combine_avg_t_us": us("ll", "combine", t, d, k, e, 8),
                 }
             )
+    # One row timed on another GPU (as SGLang 0.5.6.post2's H200 table holds): left out.
+    normal.append({**normal[-1], "device": "NVIDIA H100"})
     pq.write_table(pa.Table.from_pylist(normal), sglang / "wideep_deepep_normal_perf.parquet")
     pq.write_table(pa.Table.from_pylist(ll), sglang / "wideep_deepep_ll_perf.parquet")
     return root
@@ -129,7 +131,8 @@ def test_tables_read_and_fit_the_generating_model(tmp_path: Path, engine: str) -
     assert sorted(families) == sorted(A2A_VARIANTS)
     peaks = get_gpu("h200").peaks()
     for kernel, fam in families.items():
-        assert len(fam.rows) == 4 * 7  # one node, DeepEP's 20 SMs, the default backends
+        # one node, the table's own GPU, DeepEP's 20 SMs, the engine's default backends
+        assert len(fam.rows) == 4 * 7
         fit = fit_family(fam, peaks, "H200 SXM")
         assert fit is not None and fit.provenance["tables"] == fam.tables
         assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err < 0.01

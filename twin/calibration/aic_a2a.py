@@ -61,11 +61,12 @@ def _num(row: dict[str, Any], column: str, where: Path) -> float:
     return float(value)
 
 
-def _own_device(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of the table's most common device (module docstring)."""
-    if not rows:
+def _own_device(rows: list[dict[str, Any]], table: Path) -> list[dict[str, Any]]:
+    """``rows`` of ``table``'s most common device over all its rows (module docstring)."""
+    counts = Counter(str(r.get("device", "")) for r in _read(table))
+    if not counts:
         return rows
-    device = Counter(str(r.get("device", "")) for r in rows).most_common(1)[0][0]
+    device = counts.most_common(1)[0][0]
     return [r for r in rows if str(r.get("device", "")) == device]
 
 
@@ -81,7 +82,7 @@ def _unified(table: Path, engine: str, mode: str, phase: str) -> list[dict[str, 
         and str(r.get("comm_dtype")) in wire
         and int(r.get("node_num") or 1) == 1
     ]
-    return _own_device(rows)
+    return _own_device(rows, table)
 
 
 def _sglang(table: Path, mode: str, phase: str) -> list[dict[str, Any]]:
@@ -89,7 +90,7 @@ def _sglang(table: Path, mode: str, phase: str) -> list[dict[str, Any]]:
     rows = [r for r in _read(table) if int(r.get("node_num") or 1) == 1]
     if mode == "ht":
         rows = [r for r in rows if int(r.get(f"{phase}_sms") or 0) == DEEPEP_SMS]
-    return _own_device(rows)
+    return _own_device(rows, table)
 
 
 def _fit_row(r: dict[str, Any], mode: str, phase: str, engine: str, where: Path) -> dict:
