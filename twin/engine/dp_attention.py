@@ -49,8 +49,12 @@ twin takes from it:
   (``tensorrt_llm/_torch/pyexecutor/request_utils.py``, main as indexed in 2026): among
   the ranks below the expected active count, the fewest active tokens.
 
-Not modelled: DeepEP's all-to-all dispatch and combine (the tables have them for a few
-GPUs only), MoE load imbalance between ranks, TensorRT-LLM's ``attention_dp_enable_balance``
+With DeepEP (SGLang's ``--moe-a2a-backend deepep``, vLLM's ``--all2all-backend
+deepep_high_throughput`` / ``deepep_low_latency``: ``EngineConfig.moe_a2a``) the MoE layers
+exchange tokens by DeepEP's dispatch and combine instead, priced from the profile's
+all-to-all fits on the busiest rank's tokens (``twin.costmodel.a2a.A2APrice``); the dense
+layers keep the gather/scatter. Not modelled: DeepEP across nodes (the fits are one
+node's), MoE load imbalance between ranks, TensorRT-LLM's ``attention_dp_enable_balance``
 delays (off by default), overlap of communication with compute, fast-forwarded decode
 runs (each synchronised step is priced on its own), speculative decoding and host tiers
 (refused by ``EngineConfig``). A disaggregated pool's workers are built of ranks here too
