@@ -108,8 +108,9 @@ def compile_affine(
 
 class KernelConstants(NamedTuple):
     """One kernel's model with its parameters and peaks folded: ``t0 + bytes x inv_b``
-    (``roofline`` false), or ``t0`` plus the p-norm of the compute side ``flops x inv_f +
-    cx x + cy y`` and the memory side ``bytes x inv_b`` (``inv_p = 1 / p``)."""
+    (``roofline`` false; ``+ cx x + cy y`` for a byte-only kernel with extras), or ``t0``
+    plus the p-norm of the compute side ``flops x inv_f + cx x + cy y`` and the memory
+    side ``bytes x inv_b`` (``inv_p = 1 / p``)."""
 
     roofline: bool
     t0: float
@@ -131,13 +132,35 @@ def kernel_constants(
     compile_kernel(kernel, params, peaks)  # validates the parameters
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
-    if not f.uses_flops:
-        assert not f.extras, "the compiled forms price byte-only kernels without extras"
-        return KernelConstants(False, t0, inv_b)
+    if not f.uses_flops:  # extras (the all-to-all's) add to the byte time
+        cx, cy = _coefficients(f, params)
+        return KernelConstants(False, t0, inv_b, cx=cx, cy=cy)
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
     cx, cy = _coefficients(f, params)
     return KernelConstants(True, t0, inv_b, inv_f, cx, cy, p, 1.0 / p)
+
+
+def _bandwidth_plus(
+    t0: float, inv_b: float, cx: float, cy: float
+) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
+    """The three forms of ``t0 + bytes x inv_b + cx x + cy y`` (a byte-only kernel whose
+    extras add to its byte time)."""
+
+    def scalar(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0) -> float:
+        return t0 + nbytes * inv_b + cx * x + cy * y
+
+    def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:
+        b = np.asarray(nbytes, np.float64) * inv_b
+        out = t0 + np.broadcast_arrays(b, np.asarray(flops))[0] + cx * np.asarray(x, np.float64)
+        return out + cy * np.asarray(y, np.float64)
+
+    def affine(
+        fn: float, b0: float, bn: float, xn: float, y: float, counts: Iterable[int]
+    ) -> list[float]:
+        return [t0 + (b0 + bn * n) * inv_b + cx * (xn * n) + cy * y for n in counts]
+
+    return scalar, many, affine
 
 
 def _compile_pair(
@@ -158,6 +181,8 @@ def _compile_pair(
             return [t0 + (b0 + bn * n) * inv_b for n in counts]
 
         scalar = lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b  # noqa: E731
+        if cx or cy:  # a byte-only kernel with extras (the all-to-all's): they add
+            return _bandwidth_plus(t0, inv_b, cx, cy)
         return scalar, bandwidth_many, bandwidth_affine
 
     def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0) -> float:
