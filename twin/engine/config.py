@@ -213,6 +213,18 @@ class EngineConfig:
         "a KV store all the prefill workers share (Mooncake-store-like), bytes; 0: none "
         "(twin.engine.disagg.SharedKvTier)",
     )
+    # Each pool's own engine flags (`--prefill-set`, `--decode-set`: the engine's flag
+    # names, as `--set`), over the flags both pools share (`--set`). The run's own
+    # `engine_flags` and settings are the prefill pool's; the decode pool's configuration
+    # is built from `--set` and these (twin.engine.run._decode_pool).
+    prefill_engine_flags: dict[str, str] = field(
+        default_factory=dict,
+        metadata={"help": "prefill pool: its own engine flags (--prefill-set), over --set"},
+    )
+    decode_engine_flags: dict[str, str] = field(
+        default_factory=dict,
+        metadata={"help": "decode pool: its own engine flags (--decode-set), over --set"},
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -350,13 +362,15 @@ class EngineConfig:
         """The disaggregated layout's flags (issue 36), each refusal one line."""
         p, d = self.prefill_workers, self.decode_workers
         pool = [
-            f"--{name.replace('_', '-')}"
+            _POOL_OPTION_NAMES.get(name, f"--{name.replace('_', '-')}")
             for name in (
                 "decode_gpu",
                 "decode_tp",
                 "decode_ep",
                 "decode_dp_attention",
                 "decode_prefix_cache",
+                "prefill_engine_flags",
+                "decode_engine_flags",
             )
             if getattr(self, name)
         ]
@@ -464,7 +478,14 @@ _OMITTED_AT_DEFAULT = (
     "decode_dp_attention",
     "decode_prefix_cache",
     "shared_kv_tier_bytes",
+    "prefill_engine_flags",
+    "decode_engine_flags",
 )
+# The command-line options of the config fields whose names are not the option's.
+_POOL_OPTION_NAMES = {
+    "prefill_engine_flags": "--prefill-set",
+    "decode_engine_flags": "--decode-set",
+}
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 
 

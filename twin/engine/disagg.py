@@ -294,7 +294,8 @@ class WorkerPool:
     """A pool's hardware: its workers' configuration (tp, ep, HBM, and the engine's
     defaults on that GPU, as its own servers would resolve them), step prices and memory
     budget. The prefill pool's is the run's; the decode pool's too unless
-    ``--decode-gpu/--decode-tp/--decode-ep`` (or the prefill pool's flags) set it apart."""
+    ``--decode-gpu/--decode-tp/--decode-ep`` (or the prefill pool's), or either pool's
+    own engine flags (``--prefill-set/--decode-set``), set it apart."""
 
     config: EngineConfig
     pricer: StepPricer
@@ -991,6 +992,7 @@ class DisaggCluster(Cluster):
         measured = cols["arrival_s"] >= self.config.warmup_s
         p, tp = self.n_prefill, self.config.tp
         mixed = self._decode_pool is not None  # the decode pool has its own hardware
+        own_flags = bool(self.config.prefill_engine_flags or self.config.decode_engine_flags)
 
         def spread(values: np.ndarray) -> dict[str, float | None]:
             x = values[measured]
@@ -1022,6 +1024,13 @@ class DisaggCluster(Cluster):
                     out["dp_attention"] = at.config.dp_attention
                 if at.profile:  # the decode pool's; the prefill pool's is the summary's
                     out["profile"] = at.profile
+            if own_flags:  # each pool's engine flags (--set and its own) and limits
+                out.update(
+                    engine_flags=at.config.engine_flags,
+                    max_running=at.config.max_running,
+                    max_batched_tokens=at.config.max_batched_tokens,
+                    memory_utilization=at.config.memory_utilization,
+                )
             if all("pool" in r for r in reps):
                 out["peak_running_bytes"] = max(r["pool"]["peak_running_bytes"] for r in reps)
                 out["peak_running_requests"] = max(r["pool"]["peak_running_requests"] for r in reps)
