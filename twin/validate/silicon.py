@@ -1306,7 +1306,16 @@ def _deployment_text(settings: dict[str, Any]) -> str:
         flat["speculative"] = (
             f"{spec['method']}:{spec['num_speculative_tokens']}@{spec['acceptance_length']:.2f}"
         )
-    return " ".join(f"{k}={v}" for k, v in flat.items())
+    pairs = [  # a disaggregated pool's own flags as decode_engine_flags.max_num_seqs=64
+        (f"{k}.{name}", value)
+        for k, v in flat.items()
+        if isinstance(v, dict)
+        for name, value in v.items()
+    ]
+    return " ".join(
+        [f"{k}={v}" for k, v in flat.items() if not isinstance(v, dict)]
+        + [f"{k}={v}" for k, v in pairs]
+    )
 
 
 def score_row(plan: RowPlan, aiconfigurator: bool = False) -> dict[str, Any]:
