@@ -150,3 +150,30 @@ def test_a_pool_flag_may_not_set_the_deployment(capsys, tmp_path):
         tmp_path,
         "--prefill-set disaggregation_mode=null: sets the deployment's prefill_workers",
     )
+
+
+def test_tensorrt_llm_serves_disaggregated_with_its_own_batch_sizes(workload, tmp_path):
+    """TensorRT-LLM's context and generation servers: every request prefilled, sent after
+    its context phase ended (the generation server allocates and pulls then) and decoded
+    once; the generation servers' --max_batch_size caps the decode pool alone."""
+    run = build_run(
+        workload,
+        model="llama-3-8b",
+        gpu="h100",
+        engine="trtllm",
+        cache_gb="auto",
+        prefill_workers=1,
+        decode_workers=1,
+        decode_engine_flags={"max_batch_size": "2"},
+    )
+    assert run.decode is not None and run.decode.config.max_running == 2
+    assert run.config.max_running > 2
+    summary = run.simulate(tmp_path / "trt").to_dict()
+    t = pq.read_table(tmp_path / "trt" / TIMELINE_FILE).to_pydict()
+    transfer = summary["pools"]["transfer"]
+    assert transfer["prefilled_requests"] == transfer["transferred_requests"] == 16
+    assert "after the context phase" in transfer["policy"]
+    assert all(s >= e for s, e in zip(t["transfer_start_s"], t["prefill_end_s"], strict=True))
+    assert all(r >= e for r, e in zip(t["reserved_s"], t["prefill_end_s"], strict=True))
+    assert summary["pools"]["decode"]["peak_running_requests"] <= 2
+    assert summary["requests"]["measured"] == 16

@@ -98,17 +98,16 @@ def test_rows_not_expressed_are_counted_by_reason(tmp_path: Path) -> None:
     path = _variants(
         tmp_path,
         {
-            "trt": {"backend": "trtllm"},
             "noworkers": {"prefill_num_workers": "", "decode_num_workers": ""},
             "odd": {"prefill_tp_size": "2", "decode_tp_size": "3"},
             "agg": {"mode": "agg"},
         },
     )
     rows = sd.read_disagg_rows(path)
-    assert {d.row.id for d in rows} == {"trt", "noworkers", "odd"}  # agg: not here
+    assert {d.row.id for d in rows} == {"noworkers", "odd"}  # agg: not here
     plans, reasons = sd.plan_disagg_rows(rows, CONFIGS)
     assert not plans
-    assert reasons[sd.REASON_TRTLLM] == 1 and reasons[sd.REASON_NO_POOLS] == 1
+    assert reasons[sd.REASON_NO_POOLS] == 1
     # Each pool is checked as an aggregated row of its layout, named after the pool.
     assert reasons["decode pool: tp_size 3: no measured all-reduce at 3 GPUs in the h100 profile"]
 

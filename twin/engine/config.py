@@ -425,11 +425,6 @@ class EngineConfig:
                 f"--replicas {self.replicas}: a disaggregated run has --prefill-workers + "
                 f"--decode-workers = {p + d} replicas; leave --replicas out"
             )
-        if self.engine == "trtllm":
-            raise TwinError(
-                "--engine trtllm: TensorRT-LLM's disaggregated serving (context and "
-                "generation servers) is not modelled; use --engine vllm or sglang"
-            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready copy (the summary records the exact configuration).

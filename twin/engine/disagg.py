@@ -206,8 +206,7 @@ class Handoff:
 # the request to a decode instance, whose get_num_new_matched_tokens counts the prompt's
 # tokens to pull, its scheduler allocates the blocks (update_state_after_alloc) and the
 # worker reads them (start_load_kv -> _read_blocks): reserved after the prefill, pulled
-# after it. The paper mode uses the same rule; TensorRT-LLM's disaggregated serving is
-# refused (EngineConfig), so no rule of its is needed.
+# after it. The paper mode uses the same rule.
 AFTER_PREFILL = Handoff(
     "after_prefill",
     reserve_first=False,
@@ -237,7 +236,28 @@ SGLANG_PER_CHUNK = Handoff(
     source="SGLang 0.5.10.post1 disaggregation/prefill.py send_kv_chunk, decode.py "
     "DecodePreallocQueue",
 )
-HANDOFFS: dict[str, Handoff] = {"sglang": SGLANG_PER_CHUNK, "vllm": AFTER_PREFILL}
+# TensorRT-LLM (docs/source/1.0/features/disagg-serving.md, "trtllm-serve" and "Dynamo"; the
+# PyTorch executor, tensorrt_llm/_torch/pyexecutor/py_executor.py): the context server runs
+# a context-only request and, once the prompt's KV is computed, answers with the first token
+# and its ctx_params; the request then goes to a generation server as generation-only, whose
+# capacity scheduler admits it (fitting_disagg_gen_init_requests), _prepare_disagg_gen_init
+# allocates its KV (kv_cache_manager.prepare_resources) and _recv_disagg_gen_cache asks the
+# context server for all of it. Reserved after the prefill, the whole prompt sent after it:
+# vLLM's rule. The context executor sends one request's KV at a time unless
+# TRTLLM_PARALLEL_CACHE_SEND=1 (default 0, the same page): the FIFO link per prefill worker.
+TRTLLM_AFTER_CONTEXT = Handoff(
+    "after_context",
+    reserve_first=False,
+    per_chunk=False,
+    policy="generation server allocates and pulls after the context phase",
+    source="TensorRT-LLM 1.0 docs/source/1.0/features/disagg-serving.md, "
+    "_torch/pyexecutor/py_executor.py _prepare_disagg_gen_init",
+)
+HANDOFFS: dict[str, Handoff] = {
+    "sglang": SGLANG_PER_CHUNK,
+    "vllm": AFTER_PREFILL,
+    "trtllm": TRTLLM_AFTER_CONTEXT,
+}
 
 
 def handoff_for(engine: str) -> Handoff:

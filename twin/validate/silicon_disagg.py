@@ -40,7 +40,6 @@ POOL_COLUMNS = tuple(f"{side}_{f}" for side in ("prefill", "decode") for f in PO
 
 REASON_NOT_DISAGG = "aggregated (mode agg): scored by twin.validate.silicon"
 REASON_NO_POOLS = "no prefill/decode worker counts"
-REASON_TRTLLM = "TensorRT-LLM's disaggregated serving is not modelled"
 
 
 @dataclass(frozen=True)
@@ -131,8 +130,6 @@ def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | 
         return REASON_NOT_DISAGG
     if not (d.prefill.num_workers and d.decode.num_workers):
         return REASON_NO_POOLS
-    if row.backend == "trtllm":
-        return REASON_TRTLLM
     plans = {}
     for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
         found = sil.plan_row(_as_aggregated(row, pool), configs, deploy="defaults")
@@ -168,9 +165,14 @@ def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | 
 
 # The engine flag a pool's batch size is (aiconfigurator 0.12.0
 # ``generator/config/backend_config_mapping.yaml``: ``max_batch_size`` is vLLM's
-# ``max-num-seqs`` and SGLang's ``max-running-requests``; its ``generator/rule_plugin/
+# ``max-num-seqs``, SGLang's ``max-running-requests`` and TensorRT-LLM's ``max_batch_size``;
+# its ``generator/rule_plugin/
 # benchmark/<backend>.rule`` writes the prefill and decode workers' own max_batch_size).
-BATCH_FLAG = {"vllm": "max_num_seqs", "sglang": "max_running_requests"}
+BATCH_FLAG = {
+    "vllm": "max_num_seqs",
+    "sglang": "max_running_requests",
+    "trtllm": "max_batch_size",
+}
 
 
 def pool_flags(d: DisaggRow, engine: str) -> dict[str, dict[str, str]]:
