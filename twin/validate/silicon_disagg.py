@@ -132,7 +132,7 @@ def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | 
         return REASON_NO_POOLS
     plans = {}
     for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
-        found = sil.plan_row(_as_aggregated(row, pool), configs, deploy="defaults")
+        found = sil.plan_row(_as_aggregated(row, pool), configs, deploy="defaults", pool=True)
         if isinstance(found, str):  # a reason of the pool's layout names the pool
             return f"{side} pool: {found}" if _of_layout(found) else found
         plans[side] = found
