@@ -325,6 +325,10 @@ def simulate(
       twin simulate -m llama-3-8b --engine sglang --prefill-workers 2 --decode-workers 2 \
         --shared-kv-tier 100 --session-rate 2 --duration 60 --out sim-store
 
+      twin simulate -m llama-3-8b --engine vllm --prefill-workers 1 --decode-workers 2 \
+        --prefill-set max_num_batched_tokens=16384 --decode-set max_num_seqs=64 \
+        --session-rate 2 --duration 60 --out sim-pool-flags
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache. Speculative decoding (vLLM's and
     TensorRT-LLM's speculative_config, SGLang's speculative_* flags) prices each step
