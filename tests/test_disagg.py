@@ -277,7 +277,6 @@ def test_conservation_under_memory_pressure_with_preemption(tmp_path, scheduler)
             ["--prefill-workers", "4", "--decode-workers", "4", "--tp", "2", "--kv-link", "nvlink"],
             "share a node",
         ),
-        (["--prefill-workers", "1", "--decode-workers", "1", "--engine", "trtllm"], "trtllm"),
     ],
 )
 def test_bad_disaggregated_flags_are_one_line_errors(capsys, tmp_path, args, message):

@@ -15,6 +15,7 @@ from twin.engine.disagg import (
     AFTER_PREFILL,
     SGLANG_PER_CHUNK,
     TIMELINE_FILE,
+    TRTLLM_AFTER_CONTEXT,
     KvLink,
     handoff_for,
 )
@@ -30,7 +31,10 @@ def test_engines_have_their_hand_off():
     assert handoff_for("sglang") is SGLANG_PER_CHUNK
     assert handoff_for("sglang==0.5.10.post1") is SGLANG_PER_CHUNK
     assert handoff_for("vllm") is AFTER_PREFILL
-    assert handoff_for("trtllm") is AFTER_PREFILL and handoff_for("paper") is AFTER_PREFILL
+    assert handoff_for("paper") is AFTER_PREFILL
+    # TensorRT-LLM's generation server allocates and pulls once the context phase ended.
+    trt = handoff_for("trtllm")
+    assert trt is TRTLLM_AFTER_CONTEXT and not (trt.reserve_first or trt.per_chunk)
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])

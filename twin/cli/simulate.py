@@ -31,6 +31,7 @@ from twin.cli.common import (
     engine_sets,
     err_console,
     format_ms,
+    parse_pairs,
     policy_options,
     progress_bar,
     with_precision,
@@ -216,6 +217,19 @@ def simulate(
         min=1,
         help="Attention data-parallel ranks per decode worker. [default: --dp-attention]",
     ),
+    prefill_set: list[str] = typer.Option(
+        [],
+        "--prefill-set",
+        help="Disaggregated serving: an engine flag of the prefill servers only, NAME=VALUE "
+        "as --set, repeatable (e.g. --engine sglang --prefill-set chunked_prefill_size=16384).",
+    ),
+    decode_set: list[str] = typer.Option(
+        [],
+        "--decode-set",
+        help="Disaggregated serving: an engine flag of the decode servers only, NAME=VALUE "
+        "as --set, repeatable (e.g. --engine vllm --decode-set max_num_seqs=64); a flag "
+        "in --set is both pools'.",
+    ),
     decode_prefix_cache: bool = typer.Option(
         False,
         "--decode-prefix-cache",
@@ -312,6 +326,10 @@ def simulate(
       twin simulate -m llama-3-8b --engine sglang --prefill-workers 2 --decode-workers 2 \
         --shared-kv-tier 100 --session-rate 2 --duration 60 --out sim-store
 
+      twin simulate -m llama-3-8b --engine vllm --prefill-workers 1 --decode-workers 2 \
+        --prefill-set max_num_batched_tokens=16384 --decode-set max_num_seqs=64 \
+        --session-rate 2 --duration 60 --out sim-pool-flags
+
     --cache-gb auto (the default) is the engines' one KV pool; --cache-gb 20 is
     the Marconi paper's dedicated 20 GB cache. Speculative decoding (vLLM's and
     TensorRT-LLM's speculative_config, SGLang's speculative_* flags) prices each step
@@ -359,6 +377,14 @@ def simulate(
             ("prefill_dp_attention", prefill_dp_attention),
             ("decode_dp_attention", decode_dp_attention),
             ("decode_prefix_cache", decode_prefix_cache or None),
+            (
+                "prefill_engine_flags",
+                parse_pairs(prefill_set, "--prefill-set", "max_num_seqs=8") or None,
+            ),
+            (
+                "decode_engine_flags",
+                parse_pairs(decode_set, "--decode-set", "max_num_seqs=64") or None,
+            ),
             (
                 "shared_kv_tier_bytes",
                 int(shared_kv_tier * GB) if shared_kv_tier is not None else None,

@@ -221,6 +221,18 @@ class EngineConfig:
         "a KV store all the prefill workers share (Mooncake-store-like), bytes; 0: none "
         "(twin.engine.disagg.SharedKvTier)",
     )
+    # Each pool's own engine flags (`--prefill-set`, `--decode-set`: the engine's flag
+    # names, as `--set`), over the flags both pools share (`--set`). The run's own
+    # `engine_flags` and settings are the prefill pool's; the decode pool's configuration
+    # is built from `--set` and these (twin.engine.run._decode_pool).
+    prefill_engine_flags: dict[str, str] = field(
+        default_factory=dict,
+        metadata={"help": "prefill pool: its own engine flags (--prefill-set), over --set"},
+    )
+    decode_engine_flags: dict[str, str] = field(
+        default_factory=dict,
+        metadata={"help": "decode pool: its own engine flags (--decode-set), over --set"},
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -368,13 +380,15 @@ class EngineConfig:
         """The disaggregated layout's flags (issue 36), each refusal one line."""
         p, d = self.prefill_workers, self.decode_workers
         pool = [
-            f"--{name.replace('_', '-')}"
+            _POOL_OPTION_NAMES.get(name, f"--{name.replace('_', '-')}")
             for name in (
                 "decode_gpu",
                 "decode_tp",
                 "decode_ep",
                 "decode_dp_attention",
                 "decode_prefix_cache",
+                "prefill_engine_flags",
+                "decode_engine_flags",
             )
             if getattr(self, name)
         ]
@@ -429,11 +443,6 @@ class EngineConfig:
                 f"--replicas {self.replicas}: a disaggregated run has --prefill-workers + "
                 f"--decode-workers = {p + d} replicas; leave --replicas out"
             )
-        if self.engine == "trtllm":
-            raise TwinError(
-                "--engine trtllm: TensorRT-LLM's disaggregated serving (context and "
-                "generation servers) is not modelled; use --engine vllm or sglang"
-            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready copy (the summary records the exact configuration).
@@ -483,7 +492,14 @@ _OMITTED_AT_DEFAULT = (
     "decode_dp_attention",
     "decode_prefix_cache",
     "shared_kv_tier_bytes",
+    "prefill_engine_flags",
+    "decode_engine_flags",
 )
+# The command-line options of the config fields whose names are not the option's.
+_POOL_OPTION_NAMES = {
+    "prefill_engine_flags": "--prefill-set",
+    "decode_engine_flags": "--decode-set",
+}
 _DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
 
 

@@ -206,8 +206,7 @@ class Handoff:
 # the request to a decode instance, whose get_num_new_matched_tokens counts the prompt's
 # tokens to pull, its scheduler allocates the blocks (update_state_after_alloc) and the
 # worker reads them (start_load_kv -> _read_blocks): reserved after the prefill, pulled
-# after it. The paper mode uses the same rule; TensorRT-LLM's disaggregated serving is
-# refused (EngineConfig), so no rule of its is needed.
+# after it. The paper mode uses the same rule.
 AFTER_PREFILL = Handoff(
     "after_prefill",
     reserve_first=False,
@@ -237,7 +236,28 @@ SGLANG_PER_CHUNK = Handoff(
     source="SGLang 0.5.10.post1 disaggregation/prefill.py send_kv_chunk, decode.py "
     "DecodePreallocQueue",
 )
-HANDOFFS: dict[str, Handoff] = {"sglang": SGLANG_PER_CHUNK, "vllm": AFTER_PREFILL}
+# TensorRT-LLM (docs/source/1.0/features/disagg-serving.md, "trtllm-serve" and "Dynamo"; the
+# PyTorch executor, tensorrt_llm/_torch/pyexecutor/py_executor.py): the context server runs
+# a context-only request and, once the prompt's KV is computed, answers with the first token
+# and its ctx_params; the request then goes to a generation server as generation-only, whose
+# capacity scheduler admits it (fitting_disagg_gen_init_requests), _prepare_disagg_gen_init
+# allocates its KV (kv_cache_manager.prepare_resources) and _recv_disagg_gen_cache asks the
+# context server for all of it. Reserved after the prefill, the whole prompt sent after it:
+# vLLM's rule. The context executor sends one request's KV at a time unless
+# TRTLLM_PARALLEL_CACHE_SEND=1 (default 0, the same page): the FIFO link per prefill worker.
+TRTLLM_AFTER_CONTEXT = Handoff(
+    "after_context",
+    reserve_first=False,
+    per_chunk=False,
+    policy="generation server allocates and pulls after the context phase",
+    source="TensorRT-LLM 1.0 docs/source/1.0/features/disagg-serving.md, "
+    "_torch/pyexecutor/py_executor.py _prepare_disagg_gen_init",
+)
+HANDOFFS: dict[str, Handoff] = {
+    "sglang": SGLANG_PER_CHUNK,
+    "vllm": AFTER_PREFILL,
+    "trtllm": TRTLLM_AFTER_CONTEXT,
+}
 
 
 def handoff_for(engine: str) -> Handoff:
@@ -294,7 +314,8 @@ class WorkerPool:
     """A pool's hardware: its workers' configuration (tp, ep, HBM, and the engine's
     defaults on that GPU, as its own servers would resolve them), step prices and memory
     budget. The prefill pool's is the run's; the decode pool's too unless
-    ``--decode-gpu/--decode-tp/--decode-ep`` (or the prefill pool's flags) set it apart."""
+    ``--decode-gpu/--decode-tp/--decode-ep`` (or the prefill pool's), or either pool's
+    own engine flags (``--prefill-set/--decode-set``), set it apart."""
 
     config: EngineConfig
     pricer: StepPricer
@@ -991,6 +1012,7 @@ class DisaggCluster(Cluster):
         measured = cols["arrival_s"] >= self.config.warmup_s
         p, tp = self.n_prefill, self.config.tp
         mixed = self._decode_pool is not None  # the decode pool has its own hardware
+        own_flags = bool(self.config.prefill_engine_flags or self.config.decode_engine_flags)
 
         def spread(values: np.ndarray) -> dict[str, float | None]:
             x = values[measured]
@@ -1022,6 +1044,13 @@ class DisaggCluster(Cluster):
                     out["dp_attention"] = at.config.dp_attention
                 if at.profile:  # the decode pool's; the prefill pool's is the summary's
                     out["profile"] = at.profile
+            if own_flags:  # each pool's engine flags (--set and its own) and limits
+                out.update(
+                    engine_flags=at.config.engine_flags,
+                    max_running=at.config.max_running,
+                    max_batched_tokens=at.config.max_batched_tokens,
+                    memory_utilization=at.config.memory_utilization,
+                )
             if all("pool" in r for r in reps):
                 out["peak_running_bytes"] = max(r["pool"]["peak_running_bytes"] for r in reps)
                 out["peak_running_requests"] = max(r["pool"]["peak_running_requests"] for r in reps)

@@ -28,8 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 from twin.engine import speculative
-from twin.engine.mode_base import Flag, _acceptance
+from twin.engine.mode_base import Flag, _acceptance, _field
 from twin.engine.releases import release_of
+from twin.engine.trtllm_batching import MAX_BATCH_SIZE, MAX_NUM_TOKENS
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -153,8 +154,24 @@ def _trtllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
 
 
 TRTLLM_SPEC = ("speculative_config", "speculative_acceptance")
+# trtllm-serve's --max_batch_size and --max_num_tokens (also keys of
+# --extra_llm_api_options; TorchLlmArgs in tensorrt_llm/llmapi/llm_args.py, 1.0): the
+# capacity scheduler's request cap and the step's token budget. A disaggregated
+# deployment gives its context and generation servers their own (aiconfigurator 0.12.0
+# generator/rule_plugin/benchmark/trtllm.rule: prefill and decode max_batch_size).
+TRTLLM_BATCHING = ("max_batch_size", "max_num_tokens")
 
 TRTLLM_FLAGS = {
+    "max_batch_size": _field(
+        "max_batch_size",
+        "max_running",
+        "int",
+        "most requests scheduled at once",
+        str(MAX_BATCH_SIZE),
+    )[1],
+    "max_num_tokens": _field(
+        "max_num_tokens", "max_batched_tokens", "int", "token budget per step", str(MAX_NUM_TOKENS)
+    )[1],
     "speculative_config": Flag(
         "JSON, the speculative_config section of --extra_llm_api_options: decoding_type "
         "Eagle (EAGLE-3: max_draft_len, speculative_model_dir, eagle3_one_model) | MTP "
@@ -172,4 +189,10 @@ TRTLLM_FLAGS = {
 }
 
 
-__all__ = ["DECODING_TYPES", "TRTLLM_FLAGS", "TRTLLM_SPEC", "trtllm_speculation"]
+__all__ = [
+    "DECODING_TYPES",
+    "TRTLLM_BATCHING",
+    "TRTLLM_FLAGS",
+    "TRTLLM_SPEC",
+    "trtllm_speculation",
+]

@@ -266,6 +266,76 @@ def mode_fields(
     return fields
 
 
+# A pool's engine flags may not set what describes the deployment rather than one pool's
+# servers: its layout has the pool options (--prefill-tp/--decode-tp, ...), the engine
+# and its release are the run's.
+_DEPLOYMENT_FIELDS = frozenset(
+    {"tp", "ep", "pp", "dp_attention", "replicas", "prefill_workers", "decode_workers",
+     "kv_link", "engine", "engine_release", "kernel_tables"}
+)  # fmt: skip
+_POOL_SETS = {"prefill_engine_flags": "--prefill-set", "decode_engine_flags": "--decode-set"}
+
+
+def pool_engine_flags(
+    model: ModelSpec, engine: str | None, sets: dict[str, str], settings: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Each pool's own engine flags (``settings``' ``prefill_engine_flags`` and
+    ``decode_engine_flags``: ``--prefill-set``/``--decode-set``), checked before any work,
+    each refusal one line naming the option and the flag: a pool's flags without pools, a
+    flag ``--set`` already gives both pools, a flag the engine does not take (or an
+    invalid value), a flag that sets the deployment's layout or engine, a flag that
+    disagrees with an explicit option (``--max-running``, ...). The names are normalised
+    as ``--set``'s (dashes read as underscores) and written back into ``settings``."""
+    from twin.engine.modes import get_mode
+
+    mode = get_mode(engine)
+    shared = {k.lstrip("-").replace("-", "_") for k in sets}
+    found: list[dict[str, str]] = []
+    for field, option in _POOL_SETS.items():
+        flags = {
+            k.lstrip("-").replace("-", "_"): str(v) for k, v in (settings.get(field) or {}).items()
+        }
+        if flags and not (settings.get("prefill_workers") or settings.get("decode_workers")):
+            raise TwinError(
+                f"{option}: only a disaggregated run has pools; give --prefill-workers and "
+                "--decode-workers"
+            )
+        for name, value in sorted(flags.items()):
+            given = f"{option} {name}={value}"
+            if name in shared:
+                raise TwinError(
+                    f"{given}: --set {name} already sets it for both pools; give it in "
+                    "--set, or per pool in --prefill-set and --decode-set"
+                )
+            wrote: dict[str, Any] = {}
+            try:
+                mode.apply_flag(name, value, model, wrote)
+            except TwinError as err:
+                text = str(err)
+                raise TwinError(
+                    f"{given}: {text.split(': ', 1)[1] if text.startswith('--set ') else text}"
+                ) from None
+            layout = sorted(set(wrote) & _DEPLOYMENT_FIELDS)
+            if layout:
+                raise TwinError(
+                    f"{given}: sets the deployment's {layout[0]}, not one pool's; give the "
+                    "pool options (--prefill-workers/--decode-workers, --prefill-tp/"
+                    "--decode-tp, --prefill-ep/--decode-ep, ...)"
+                )
+            for name_, mine in wrote.items():
+                if name_ in _OPTION_NAMES and name_ in settings and settings[name_] != mine:
+                    raise TwinError(
+                        f"{given} conflicts with {_OPTION_NAMES[name_]} {settings[name_]} "
+                        f"(both set {name_}); give one of them"
+                    )
+        if flags:
+            settings[field] = dict(sorted(flags.items()))
+        else:
+            settings.pop(field, None)
+        found.append(flags)
+    return found[0], found[1]
+
+
 # The options of `twin simulate` that an engine flag can also set (mode_fields).
 _OPTION_NAMES = {
     "policy": "--policy",
@@ -358,16 +428,28 @@ def build_run(
     if duration_s is not None:
         settings = duration_settings(settings, duration_s)
     settings = {k: v for k, v in settings.items() if not (k == "warmup_s" and v is None)}
+    prefill_sets, decode_sets = pool_engine_flags(spec, engine, sets or {}, settings)
     config = build_config(
-        prof, cache_gb=cache_gb, model=spec, **mode_fields(spec, engine, sets, settings)
+        prof,
+        cache_gb=cache_gb,
+        model=spec,
+        **mode_fields(spec, engine, {**(sets or {}), **prefill_sets}, settings),
     )
     decode = None
     if config.prefill_workers:
         kv_link(config.kv_link, prof.gpu, config)  # refused here, before any work
         d_dp = config.decode_dp_attention or config.dp_attention
         check_tp_pair(config.tp // config.dp_attention, (config.decode_tp or config.tp) // d_dp)
-        if config.decode_gpu or config.decode_tp or config.decode_ep or config.decode_dp_attention:
-            decode = _decode_pool(spec, dprof, engine, sets, settings, cache_gb, config)
+        if (
+            config.decode_gpu
+            or config.decode_tp
+            or config.decode_ep
+            or config.decode_dp_attention
+            or prefill_sets
+            or decode_sets
+        ):
+            decode_flags = {**(sets or {}), **decode_sets}
+            decode = _decode_pool(spec, dprof, engine, decode_flags, settings, cache_gb, config)
     if duration_s is not None and config.session_rate is not None:
         from twin.workloads.extend import extended_workload, sessions_started
 
@@ -448,9 +530,10 @@ def _decode_pool(
     config: EngineConfig,
 ) -> WorkerPool:
     """The decode pool on its own GPU, tp and ep: its configuration built as its servers
-    would be (the same engine, flags and settings; the engine's GPU-dependent defaults
-    and host times of its GPU), its step prices and memory budget; refused in one line
-    where the pool cannot hold the model."""
+    would be (the same engine and settings, its flags ``sets``: ``--set`` and
+    ``--decode-set``; the engine's GPU-dependent defaults and host times of its GPU), its
+    step prices and memory budget; refused in one line where the pool cannot hold the
+    model."""
     from twin.costmodel.precision_kernels import provenance_label
     from twin.engine.cluster import memory_budget
 
@@ -490,5 +573,7 @@ _POOL_FIELDS = frozenset(
         "decode_dp_attention",
         "decode_prefix_cache",
         "shared_kv_tier_bytes",
+        "prefill_engine_flags",
+        "decode_engine_flags",
     }
 )

@@ -952,19 +952,21 @@ def precision_model(model: ModelSpec, precision: RowPrecision) -> ModelSpec:
 
 
 def plan_row(
-    row: SiliconRow, configs: Path | None = None, deploy: str = "benchmark"
+    row: SiliconRow, configs: Path | None = None, deploy: str = "benchmark", pool: bool = False
 ) -> RowPlan | str:
     """The twin's run for ``row``, or the reason it cannot express it.
 
     ``configs`` is the folder of cached Hugging Face configs (the package's
     ``model_configs`` by default). Reasons are checked in a fixed order and the first
-    that applies is returned, so each row is counted once.
+    that applies is returned, so each row is counted once. ``pool``: ``row`` is one pool
+    of a disaggregated row (``twin.validate.silicon_disagg``), so an InferenceMAX
+    GB200/GB300 run is what it says it is.
     """
     if row.ttft_ms is None or row.tpot_ms is None:
         return REASON_NO_MEASUREMENT
     if row.mode != "agg":
         return REASON_DISAGG if row.mode == "disagg" else f"mode {row.mode or 'empty'}"
-    if row.system in INFERENCEMAX_DISAGG_SYSTEMS and harness_of(row) is INFERENCEMAX:
+    if not pool and row.system in INFERENCEMAX_DISAGG_SYSTEMS and harness_of(row) is INFERENCEMAX:
         return REASON_INFERENCEMAX_DISAGG
     if (row.pp or 1) > 1:
         return REASON_PP
@@ -1306,7 +1308,16 @@ def _deployment_text(settings: dict[str, Any]) -> str:
         flat["speculative"] = (
             f"{spec['method']}:{spec['num_speculative_tokens']}@{spec['acceptance_length']:.2f}"
         )
-    return " ".join(f"{k}={v}" for k, v in flat.items())
+    pairs = [  # a disaggregated pool's own flags as decode_engine_flags.max_num_seqs=64
+        (f"{k}.{name}", value)
+        for k, v in flat.items()
+        if isinstance(v, dict)
+        for name, value in v.items()
+    ]
+    return " ".join(
+        [f"{k}={v}" for k, v in flat.items() if not isinstance(v, dict)]
+        + [f"{k}={v}" for k, v in pairs]
+    )
 
 
 def score_row(plan: RowPlan, aiconfigurator: bool = False) -> dict[str, Any]:

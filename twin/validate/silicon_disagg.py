@@ -14,10 +14,11 @@ run is the prefill pool's plan with the pools added to its ``build_run`` keyword
 (``prefill_workers``, ``decode_workers``, and the decode pool's ``decode_tp``,
 ``decode_ep``, ``decode_dp_attention`` where they differ: :mod:`twin.engine.disagg`), so
 :func:`silicon.predict` and :func:`silicon.score_row` run and score it as they do an
-aggregated row. The engines' own defaults size both pools (``deployment="defaults"``):
-the twin gives both pools the same engine settings, so the rows' per-pool batch sizes
-are not applied. With the ``aiconfigurator`` package installed its own disaggregated
-estimate (``cli_estimate(mode="disagg", ...)`` with the row's pools) is scored beside.
+aggregated row. The engines' own defaults size both pools (``deployment="defaults"``),
+except each pool's running-request cap, the row's per-pool batch size given as that
+pool's own engine flag (:func:`pool_flags`). With the ``aiconfigurator`` package
+installed its own disaggregated estimate (``cli_estimate(mode="disagg", ...)`` with the
+row's pools) is scored beside.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ POOL_COLUMNS = tuple(f"{side}_{f}" for side in ("prefill", "decode") for f in PO
 
 REASON_NOT_DISAGG = "aggregated (mode agg): scored by twin.validate.silicon"
 REASON_NO_POOLS = "no prefill/decode worker counts"
-REASON_TRTLLM = "TensorRT-LLM's disaggregated serving is not modelled"
 
 
 @dataclass(frozen=True)
@@ -130,11 +130,9 @@ def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | 
         return REASON_NOT_DISAGG
     if not (d.prefill.num_workers and d.decode.num_workers):
         return REASON_NO_POOLS
-    if row.backend == "trtllm":
-        return REASON_TRTLLM
     plans = {}
     for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
-        found = sil.plan_row(_as_aggregated(row, pool), configs, deploy="defaults")
+        found = sil.plan_row(_as_aggregated(row, pool), configs, deploy="defaults", pool=True)
         if isinstance(found, str):  # a reason of the pool's layout names the pool
             return f"{side} pool: {found}" if _of_layout(found) else found
         plans[side] = found
@@ -160,8 +158,39 @@ def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | 
     ):
         if value != run:
             pools[name] = value
+    pools.update(pool_flags(d, prefill.engine))
     # The row's id keys the split and the workload's seed, as for an aggregated row.
     return dataclasses.replace(prefill, row=row, deployment=pools)
+
+
+# The engine flag a pool's batch size is (aiconfigurator 0.12.0
+# ``generator/config/backend_config_mapping.yaml``: ``max_batch_size`` is vLLM's
+# ``max-num-seqs``, SGLang's ``max-running-requests`` and TensorRT-LLM's ``max_batch_size``;
+# its ``generator/rule_plugin/
+# benchmark/<backend>.rule`` writes the prefill and decode workers' own max_batch_size).
+BATCH_FLAG = {
+    "vllm": "max_num_seqs",
+    "sglang": "max_running_requests",
+    "trtllm": "max_batch_size",
+}
+
+
+def pool_flags(d: DisaggRow, engine: str) -> dict[str, dict[str, str]]:
+    """``build_run``'s per-pool engine flags for the row's per-pool batch sizes
+    (``prefill_batch_size``, ``decode_batch_size``): each pool's running-request cap.
+
+    The CSV's batch size is a rank's: ``silicon_concurrency = decode_num_workers x
+    decode_attention_dp_size x decode_batch_size`` on every expressed row, and the twin's
+    ``max_running`` is a unit's (a worker, or each attention-DP rank of one), so the flag
+    carries the column as it is. (SGLang itself divides ``--max-running-requests`` over
+    the attention-DP ranks: 0.5.x ``managers/tp_worker.py``; the twin's SGLang mode reads
+    the flag as a rank's.) Empty where the engine has no such flag or the column is."""
+    flag = BATCH_FLAG.get(engine)
+    out: dict[str, dict[str, str]] = {}
+    for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
+        if flag and pool.batch_size:
+            out[f"{side}_engine_flags"] = {flag: str(pool.batch_size)}
+    return out
 
 
 def plan_disagg_rows(
@@ -225,6 +254,7 @@ __all__ = [
     "aiconfigurator_disagg_estimate",
     "plan_disagg_row",
     "plan_disagg_rows",
+    "pool_flags",
     "read_disagg_rows",
     "score_disagg_row",
 ]
