@@ -118,7 +118,7 @@ def test_the_sglang_mode_picks_its_scheduler_and_enable_mixed_chunk_the_mixed_on
     model = get_model("tiny-transformer")
     sglang = get_mode("sglang")
     assert sglang.settings(model, {})["scheduler"] == "sglang"
-    assert sglang.settings(model, {"enable_mixed_chunk": "true"})["scheduler"] == "continuous"
+    assert sglang.settings(model, {"enable_mixed_chunk": "true"})["scheduler"] == "sglang-mixed"
     assert sglang.settings(model, {"max_prefill_tokens": "4096"})["scheduler_options"] == {
         "max_prefill_tokens": 4096
     }
@@ -381,3 +381,32 @@ def test_sglang_polls_for_new_requests_every_n_decode_iterations(tmp_path, sched
     short = single_turns(tmp_path / "s.parquet", [0.0, 3.5], prompt_len=8, output_len=5)
     _, recs = run(short, pricer, policy="vanilla", scheduler=scheduler, scheduler_options=opts)
     assert _by_row(recs)[0].completed_s == 5.0 and _by_row(recs)[1].admitted_s == 5.0
+
+
+@pytest.mark.parametrize("scheduler", ["sglang-mixed", "sglang", "continuous"])
+def test_sglang_mixed_chunk_rides_the_decodes_in_the_prefill_batch_off_its_budgets(
+    tmp_path, scheduler
+):
+    """A and B (8 + 4 tokens) start at 0; C, D and E (8 + 4) arrive at 1.5. SGLang
+    0.5.6.post2 with --enable-mixed-chunk (PrefillAdder(mixed_with_decode_tokens=2)):
+    max_prefill_tokens 20 - 2 running = 18 takes C and D, E waits (AddReqResult.OTHER),
+    and A and B decode in that batch. Without mixing the batch is C and D alone (20 - 0
+    leaves 4 < 8 for E), then E alone, and A and B sit both out; the generic mixed step
+    takes all three."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0, 1.5, 1.5, 1.5], 8, 4)
+    pricer = RecordingPricer()
+    options = {"max_prefill_tokens": 20}
+    _, recs = run(path, pricer, policy="vanilla", scheduler=scheduler, scheduler_options=options)
+    by = _by_row(recs)
+    assert pricer.steps[0] == ([(8, 0), (8, 0)], 0)
+    if scheduler == "sglang-mixed":
+        assert pricer.steps[1] == ([(8, 0), (8, 0)], 2)  # C, D and the two decodes
+        assert pricer.steps[2] == ([(8, 0)], 4)  # E with C and D's decodes too (A, B done)
+        assert by[0].completed_s == 4.0  # A's three decodes at 2, 3, 4: none sat out
+        assert by[4].first_token_s == 4.0
+    elif scheduler == "sglang":
+        assert pricer.steps[1:3] == [([(8, 0), (8, 0)], 0), ([(8, 0)], 0)]  # C, D; then E
+        assert by[0].completed_s == 6.0  # A sat both prefill batches out
+    else:
+        assert pricer.steps[1] == ([(8, 0), (8, 0), (8, 0)], 2)  # no input budget
+        assert by[4].first_token_s == 3.0

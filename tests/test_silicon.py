@@ -10,6 +10,7 @@ without it.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -252,6 +253,31 @@ def test_a_rows_precision_becomes_the_models() -> None:
     assert fp8.model.weight_bytes == linear + 2 * other
     assert fp8.model.kv_bytes_per_token * 2 == bf16.model.kv_bytes_per_token
     assert "KV: aiconfigurator's pairing" in fp8.precision
+
+
+def test_sglang_at_its_defaults_keeps_the_checkpoints_kv_dtype() -> None:
+    """SGLang's --kv-cache-dtype auto (0.5.6.post2 ModelRunner.init_memory_pool): fp8 weights
+    quantised from a bf16 checkpoint that names no KV quantisation keep a bf16 cache; vLLM's
+    row runs aiconfigurator's deployment, whose pairing is fp8; a checkpoint's own
+    kv_cache_quant_algo wins either way."""
+    rows = _rows()
+    vllm_row = rows["tiny_h100_vllm_agg_64x8_c2_fp8"]
+    bf16 = sil.plan_row(rows["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
+    vllm = sil.plan_row(vllm_row, CONFIGS)
+    sglang = sil.plan_row(dataclasses.replace(vllm_row, backend="sglang"), CONFIGS)
+    assert isinstance(bf16, sil.RowPlan) and isinstance(vllm, sil.RowPlan)
+    assert isinstance(sglang, sil.RowPlan)
+    assert vllm.priced == "fp8, fp8 KV" and sglang.priced == "fp8, bf16 KV"
+    assert "sglang's --kv-cache-dtype auto" in sglang.precision
+    assert sglang.model.kv_bytes_per_token == bf16.model.kv_bytes_per_token
+    assert sglang.model.weight_bytes == vllm.model.weight_bytes
+    said = sil.RowPrecision("fp8", "fp8", kv_from_checkpoint=True)
+    config = {"torch_dtype": "bfloat16"}
+    assert sil.engine_default_kv(said, "sglang", {}, config) is said
+    paired = sil.RowPrecision("fp8", "fp8")
+    assert sil.engine_default_kv(paired, "sglang", {}, config).kv == "bf16"
+    assert sil.engine_default_kv(paired, "sglang", {"sets": {}}, config) is paired
+    assert sil.engine_default_kv(paired, "trtllm", {}, config) is paired
 
 
 def test_checkpoint_quantisation_and_kv_are_read() -> None:

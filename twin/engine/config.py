@@ -168,7 +168,8 @@ class EngineConfig:
     scheduler: str = _opt(
         "continuous",
         "batch formation (twin.engine.scheduler.SCHEDULERS): continuous (mixed steps, "
-        "chunked prefill), sglang (SGLang's prefill batches ahead of decodes), trtllm "
+        "chunked prefill), sglang (SGLang's prefill batches ahead of decodes), sglang-mixed "
+        "(its prefill batches with the decodes in them, --enable-mixed-chunk), trtllm "
         "(TensorRT-LLM's whole-context in-flight batching); the engine mode sets it",
     )
     scheduler_options: dict[str, Any] = field(

@@ -340,10 +340,11 @@ def _sglang_a2a(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 
 def _sglang_mixed_chunk(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
-    # server_args.py --enable-mixed-chunk (default off): prefill chunks mixed into the
-    # decode batch, the twin's continuous batching; off: SGLang's prefill batches ahead
-    # of decodes (twin.engine.sglang_batching).
-    out["scheduler"] = "continuous" if _bool("enable_mixed_chunk", value) else "sglang"
+    # server_args.py --enable-mixed-chunk (default off): the running decodes ride in each
+    # prefill batch, their tokens off its budgets (twin.engine.sglang_batching
+    # SGLangMixedBatching, 0.5.6.post2 schedule_policy.py PrefillAdder); off: SGLang's
+    # prefill batches ahead of decodes.
+    out["scheduler"] = "sglang-mixed" if _bool("enable_mixed_chunk", value) else "sglang"
 
 
 def _sglang_max_prefill(value: str, model: ModelSpec, out: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ from twin.engine.admission import NewTokenRatio
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
-from twin.engine.sglang_batching import SGLangBatching
+from twin.engine.sglang_batching import SGLangBatching, SGLangMixedBatching
 from twin.engine.sim import Environment, Event
 from twin.engine.trtllm_batching import TRTLLMBatching
 from twin.engine.vllm_batching import VLLMBatching
@@ -84,7 +84,14 @@ class Scheduler(Protocol):
 # a new one (an engine mode's) only needs to satisfy :class:`Scheduler`.
 SchedulerFactory = Callable[[Environment, ReplicaSide, StepPricer, int, int], Scheduler]
 SCHEDULERS: dict[str, SchedulerFactory] = {
-    cls.name: cls for cls in (ContinuousBatching, VLLMBatching, SGLangBatching, TRTLLMBatching)
+    cls.name: cls
+    for cls in (
+        ContinuousBatching,
+        VLLMBatching,
+        SGLangBatching,
+        SGLangMixedBatching,
+        TRTLLMBatching,
+    )
 }
 
 

@@ -30,6 +30,17 @@ prefill chunks into decodes is ``--enable-mixed-chunk``, off by default
 A prefill batch is priced as the step of its chunks alone (no decodes); the decoding
 requests sit it out, so each finishes one step later. Not modelled: the overlap
 scheduler's one-step lag in noticing finished requests.
+
+With ``--enable-mixed-chunk`` (:class:`SGLangMixedBatching`, release 0.5.6.post2, the
+same rules in 0.5.10.post1) the batch is formed by the same ``get_new_batch_prefill``
+and ``PrefillAdder``, and the running requests then ride in it
+(``Scheduler.get_new_batch_prefill``: ``new_batch.mix_with_running(running_batch)``):
+the adder is built with ``mixed_with_decode_tokens`` = the running batch's size, which
+comes off both budgets (``schedule_policy.py`` ``PrefillAdder.__init__``:
+``rem_input_tokens = max_prefill_tokens - mixed_with_decode_tokens``, ``rem_chunk_tokens
+= chunked_prefill_size - mixed_with_decode_tokens``), so each running request decodes a
+token in the prefill batch instead of sitting it out. ``new_token_ratio`` decays only in
+``update_running_batch``, a decode-only step's, as without mixing.
 """
 
 from __future__ import annotations
@@ -155,3 +166,58 @@ class SGLangBatching(ContinuousBatching):
     def _preempt_one(self) -> None:
         super()._preempt_one()
         self.full = False  # retract_decode shrinks the batch
+
+
+class SGLangMixedBatching(SGLangBatching):
+    """SGLang's scheduler under ``--enable-mixed-chunk`` (module docstring): its prefill
+    batches with the running requests' decodes in them, the decodes' tokens off both
+    budgets."""
+
+    name: ClassVar[str] = "sglang-mixed"
+
+    def _plan_step(self) -> tuple[list[tuple[Seq, int]], float, int]:
+        """A prefill batch (``get_new_batch_prefill``) mixed with every running decode."""
+        # Each decode takes one token's pages; retract until they fit (update_running_batch
+        # is not called for a mixed batch, but the pool is the limit all the same).
+        while self.decoding and not self.memory.grow(len(self.decoding)):
+            self._make_room()
+        batch = len(self.decoding)
+        ratio = self.ratio
+        if ratio is not None:
+            self._step_reserved = self._step_admitted = 0
+        # PrefillAdder(mixed_with_decode_tokens=running_bs): off both budgets.
+        chunk, rem_input = self.max_batched - batch, self.max_prefill - batch
+        chunked: list[tuple[Seq, int]] = []
+        for seq in self.prefilling:  # the request being chunked (add_chunked_req)
+            c = max(0, min(seq.prefill_left, chunk))
+            if c:
+                chunked.append((seq, c))
+            chunk -= c
+            rem_input -= c
+        if self.prefilling:
+            self.full = False  # a chunked request forms a batch whatever the flag
+        extra = 0.0
+        while chunk > 0 and self.waiting:
+            head = self.waiting[0]
+            if chunked and self._extend_tokens(head, rem_input) >= rem_input:
+                break  # AddReqResult.OTHER: left for the next batch
+            if not self._can_admit():
+                break
+            work, c = self._admit_chunk(chunked, chunk)
+            extra += work
+            chunk -= c
+            rem_input -= c
+        self._step_reserved = self._step_admitted = 0
+        n = self.step_no + 1
+        seconds = self.pricer.step_time(
+            [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
+        )
+        return chunked, seconds + extra, batch
+
+    def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
+        """A mixed batch ended: the decodes took their token in it (no shift)."""
+        self.prefill_steps += 1
+        prefilled = ContinuousBatching._apply_chunks(self, chunked)
+        if len(prefilled) < len(chunked) or any(s.out_len - s.generated == 1 for s in prefilled):
+            self.full = False  # the batch filter drops the chunked request: see the base
+        return prefilled

@@ -787,6 +787,7 @@ class RowPrecision:
     kv: str  # --kv-dtype
     moe: str | None = None  # the experts' (None: as the weights)
     why: str = ""
+    kv_from_checkpoint: bool = False  # the checkpoint says the KV dtype (else a default)
 
     @property
     def label(self) -> str:
@@ -906,7 +907,41 @@ def _precision(
         kv, kv_why = _KV_OF_WEIGHTS[weights], "KV: aiconfigurator's pairing"
     else:
         kv_why = "KV: the checkpoint's kv_cache_quant_algo"
-    return RowPrecision(weights, kv, moe if moe != weights else None, f"{why}; {kv_why}")
+    return RowPrecision(
+        weights,
+        kv,
+        moe if moe != weights else None,
+        f"{why}; {kv_why}",
+        kv is not None and kv_why.endswith("kv_cache_quant_algo"),
+    )
+
+
+# Engines whose rows run at their own defaults (no deployment written for them) and
+# whose default KV cache dtype the checkpoint decides: SGLang 0.5.6.post2
+# ``model_executor/model_runner.py`` ``ModelRunner.init_memory_pool`` (the same rule in
+# 0.5.1.post1 to 0.5.10.post1): ``--kv-cache-dtype auto`` (``server_args.py``'s default)
+# is fp8 only when the model's quantisation config says ``kv_cache_quant_algo`` FP8, else
+# the model's dtype, so ``--quantization fp8`` on a bf16 checkpoint keeps a bf16 cache.
+# aiconfigurator's fp8 pairing is what its generated deployment writes
+# (``generator/rule_plugin/benchmark/sglang.rule``: ``kv_cache_dtype = fp8_e4m3``), which
+# these rows did not run with (``DEPLOYED_ENGINES``).
+ENGINE_DEFAULT_KV = frozenset({"sglang"})
+
+
+def engine_default_kv(
+    precision: RowPrecision, engine: str, limits: dict[str, Any], config: dict[str, Any]
+) -> RowPrecision:
+    """``precision`` with the KV cache the engine picks at its defaults (``ENGINE_DEFAULT_KV``)
+    where the row runs at them (``limits`` empty) and the checkpoint does not say."""
+    if engine not in ENGINE_DEFAULT_KV or limits or precision.kv_from_checkpoint:
+        return precision
+    dtype = _CHECKPOINT_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
+    if dtype is None or dtype == precision.kv:
+        return precision
+    why = precision.why.replace(
+        "KV: aiconfigurator's pairing", f"KV: {engine}'s --kv-cache-dtype auto (the model's dtype)"
+    )
+    return dataclasses.replace(precision, kv=dtype, why=why)
 
 
 @cache
@@ -1035,6 +1070,9 @@ def plan_row(
             check_layout(base, Layout(gpus, ep, dp))
         except TwinError as err:
             return str(err)
+    limits = deployment(row, engine, deploy)
+    if harness_of(row) is not INFERENCEMAX:  # its scripts' KV flags are not read
+        precision = engine_default_kv(precision, engine, limits, config)
     unpriceable = _unpriceable(profile, precision, base)
     if unpriceable is not None:
         return unpriceable
@@ -1042,7 +1080,6 @@ def plan_row(
     workers = agg_workers(row)
     c = row.concurrency // workers
     harness = harness_of(row)
-    limits = deployment(row, engine, deploy)
     spec = inferencemax_speculation(row, model) if deploy == "benchmark" else None
     if spec is not None:
         if (row.attention_dp or 1) > 1:  # the engine refuses the pair (twin.engine.dp_attention)
