@@ -31,7 +31,7 @@ REASONS = {
     "tiny_h100_vllm_disagg_64x8_c2": sil.REASON_DISAGG,
     "tiny_h100_vllm_agg_64x8_c2_pp2": sil.REASON_PP,
     "tiny_h100_sglang_agg_64x8_c2_ep4": sil.REASON_EP,
-    "tiny_h100_vllm_agg_64x8_c2_int4": "precision int4_wo not priced",
+    "tiny_h100_vllm_agg_64x8_c2_int4": "precision int4 not priced",
     "tiny_h100_trtllm_agg_64x8_c2_nvfp4": (
         "precision nvfp4 not priced by profile h100-trtllm (it prices bf16, fp8, fp8-block; "
         "H100 SXM5 has no FP4 tensor cores)"

@@ -32,12 +32,22 @@ Bytes per weight (the formats' own definitions; scales included, exact fractions
   technical blog, June 2025; the per-tensor fp32 scale is negligible): 1/2 + 1/16;
 - ``mxfp4``: 4-bit E2M1 values plus one E8M0 scale per 32 values (OCP Microscaling
   Formats (MX) Specification v1.0, sec. 5): 1/2 + 1/32.
+- ``int4``: 4-bit integers plus one bf16 scale per group of 32 (symmetric, no zero
+  point): Kimi-K2.5's routed experts, a compressed-tensors ``pack-quantized`` checkpoint
+  whose ``config_groups`` weights are ``num_bits`` 4, ``type`` int, ``strategy`` group,
+  ``group_size`` 32, ``symmetric`` true (its ``config.json`` as cached in
+  ``aiconfigurator-core`` 0.12.0); compressed-tensors stores a group's ``weight_scale``
+  in the checkpoint's dtype (bf16): 1/2 + 2/32. The tables' ``int4_wo``.
 
 Activations entering a quantised GEMM: fp8 and fp8-block quantise them to fp8 (W8A8:
 vLLM's ``Fp8LinearOp``, DeepGEMM's block kernels), nvfp4 to nvfp4 (W4A4, the tables'
-``nvfp4`` GEMM mode; ``nvfp4_wo`` would be weight-only), mxfp4 keeps them in bf16
-(W4A16, aiconfigurator's ``w4a16_mxfp4``); outputs are bf16 in every mode; the
-quantisation of the input is part of the layer (``gemm_operand_bytes``).
+``nvfp4`` GEMM mode; ``nvfp4_wo`` would be weight-only), mxfp4 and int4 keep them in
+bf16 (W4A16, aiconfigurator's ``w4a16_mxfp4`` and ``int4_wo``); outputs are bf16 in
+every mode; the quantisation of the input is part of the layer (``gemm_operand_bytes``).
+A weight-only format's GEMMs run on bf16 tensor cores (the weights are dequantised
+before the MMA: ``compute_dtype`` bfloat16 of ``MoEQuantMode.w4a16_mxfp4`` and
+``int4_wo`` in aiconfigurator-core 0.12.0 ``sdk/common.py``), so its fits run against
+the bf16 peak and it runs on any GPU the engines serve it on (Hopper included).
 
 A KV cache of ``fp8`` holds 1 byte per element (vLLM ``--kv-cache-dtype fp8``,
 SGLang ``--kv-cache-dtype fp8_e4m3``, TensorRT-LLM's FP8 KV cache; per-tensor k/v
@@ -99,9 +109,8 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
             "fp4_flops",
             fp4=True,
         ),
-        WeightFormat(
-            "mxfp4", "mxfp4", Fraction(1, 2) + Fraction(1, 32), None, "fp4_flops", fp4=True
-        ),
+        WeightFormat("mxfp4", "mxfp4", Fraction(1, 2) + Fraction(1, 32), None, "flops"),
+        WeightFormat("int4", "int4_wo", Fraction(1, 2) + Fraction(2, 32), None, "flops"),
     )
 }
 WEIGHT_PRECISIONS = tuple(WEIGHT_FORMATS)
@@ -120,13 +129,15 @@ TABLE_MODES = {f.table_mode: f.name for f in WEIGHT_FORMATS.values()} | {
 
 
 # The MoE tables' ``moe_dtype`` -> --precision (``w4a16_mxfp4``: mxfp4 weights, bf16
-# activations, which is what ``mxfp4`` is here).
+# activations, which is what ``mxfp4`` is here; ``int4_wo``: int4 weights, bf16
+# activations).
 MOE_TABLE_MODES = {
     "bfloat16": "bf16",
     "fp8": "fp8",
     "fp8_block": "fp8-block",
     "nvfp4": "nvfp4",
     "w4a16_mxfp4": "mxfp4",
+    "int4_wo": "int4",
 }
 
 
@@ -164,10 +175,11 @@ def check_runs_on(m: ModelSpec, gpu: GpuSpec) -> None:
     """Refuse, in one line naming the flag and the GPU, a precision whose GEMMs need tensor
     cores ``gpu`` lacks: fp8 and fp8-block quantise the activations too (W8A8: FP8 tensor
     cores, Ada and Hopper on), nvfp4 likewise (W4A4: FP4 tensor cores, Blackwell). mxfp4
-    is weight-only here (W4A16, ``act_bytes`` None) and runs on bf16 tensor cores, as
+    and int4 are weight-only (W4A16, ``act_bytes`` None) and run on bf16 tensor cores, as
     vLLM runs gpt-oss's mxfp4 experts on Hopper and Ampere
     (``vllm/model_executor/layers/quantization/mxfp4.py``: ``Mxfp4Config``'s minimum
-    capability 8.0, Marlin / Triton / FlashInfer SM90 BF16 backends)."""
+    capability 8.0, Marlin / Triton / FlashInfer SM90 BF16 backends) and int4 experts
+    with Marlin (the tables' ``vllm_compressedtensorswna16marlinmoe`` rows on H100/H200)."""
     checks = [(weight_format(m.precision), "--precision")]
     if m.n_moe_layers and m.moe_precision not in (None, m.precision):
         checks.append((moe_format(m), "moe_precision"))

@@ -32,6 +32,9 @@ shape it came from. Which table feeds which kernel family:
   (``moe_row``); per dtype the version directory with such rows that the release
   picks (below) and, where several kernel sources timed it, the one with the most rows
   (the backend the collector swept: the engine's default for that format);
+  ``moe_nvfp4_min_latency`` TensorRT-LLM's min-latency nvfp4 rows (kernel source
+  ``moe_torch_flow_min_latency``) of at most 128 tokens, the steps it prices
+  (``twin.costmodel.formulas.MOE_MIN_LATENCY_MAX_TOKENS``);
 - ``mla_*``: the MLA tables (``calibration.aic_mla``);
 - ``a2a_*``: DeepEP's all-to-all dispatch and combine (``calibration.aic_a2a``);
 - ``allreduce_<n>gpu``: the engine's ``custom_allreduce_perf`` (CUDA-graph backend)
@@ -525,7 +528,23 @@ def moe_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         if chosen is None:
             continue
         table = timed[chosen] / "moe_perf.parquet"
-        raw = _moe_raw(table, dtype)
+        every = _moe_raw(table, dtype)
+        # TensorRT-LLM's min-latency kernel is a family of its own (formulas:
+        # ``moe_min_latency_kernel``), fitted on the steps it prices (at most
+        # MOE_MIN_LATENCY_MAX_TOKENS tokens); never the default kernel.
+        small = [
+            r
+            for r in every
+            if r.get("kernel_source") == fm.MOE_MIN_LATENCY_SOURCE
+            and int(r.get("num_tokens") or 0) <= fm.MOE_MIN_LATENCY_MAX_TOKENS
+        ]
+        raw = [r for r in every if r.get("kernel_source") != fm.MOE_MIN_LATENCY_SOURCE]
+        if small and fmt.table_mode in fm.MOE_MIN_LATENCY_MODES:
+            fast = fm.moe_min_latency_kernel(fmt.table_mode)
+            rows = [moe_row(r, fmt, fast, r["latency"]) for r in small]
+            families.append(_family(fast, table, small, fm.MOE_MIN_LATENCY_SOURCE, rows))
+        if not raw:
+            continue
         counts: dict[str, int] = {}
         for r in raw:
             src = str(r.get("kernel_source", ""))

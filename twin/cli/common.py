@@ -258,7 +258,7 @@ PrecisionOption = Annotated[
     typer.Option(
         "--precision",
         help="Weights and activations of the linear layers: bf16 (default), fp8, fp8-block, "
-        "nvfp4 or mxfp4 (MoE experts follow it; twin.precision). Changes the weight bytes "
+        "nvfp4, mxfp4 or int4 (MoE experts follow it; twin.precision). Changes the weight bytes "
         "and the GEMM fits; a profile without that precision's fit refuses it.",
     ),
 ]

@@ -68,12 +68,21 @@ class DensePricing(ShardShapes):
             return lat.compile_fast(fmt.kernel, fit.params, prof.peaks), act, weight
 
         self._linear_q = quantised(self.priced.linear)
-        self._expert_q = quantised(self.priced.expert) if self.model.n_moe_layers else None
+        expert = self.priced.expert
+        if not self.model.n_moe_layers:
+            self._expert_q = None
+        elif expert.bytes_per_param is not None and "expert" not in self.priced.keys:
+            # A format priced by its fused-MoE fit alone (precision_kernels): the shared
+            # expert's GEMMs take the linear layers' fit.
+            self._expert_q = self._linear_q
+        else:
+            self._expert_q = quantised(expert)
 
     def _setup_moe(self) -> None:
         """The experts' fused-MoE fit (``moe``, ``moe_fp8``, ...) where the profile has one
         for their format, else ``None``: two grouped GEMMs of the linear fits, as before."""
         self._moe_fit, self.moe_key = None, None
+        self._moe_small: Callable[..., float] | None = None
         if not self.model.n_moe_layers:
             return
         fmt = self.priced.expert
@@ -87,6 +96,11 @@ class DensePricing(ShardShapes):
         )
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight)
         self.moe_key = key
+        small = self.priced.keys.get("moe_small")  # TensorRT-LLM's min-latency kernel
+        self._moe_small = None
+        if small is not None:
+            params = self.profile.kernels[small].params
+            self._moe_small = lat.compile_fast(small, params, self.profile.peaks)
 
     def _gemm(self, rows: float, k: float, n: float) -> float:
         """A bf16 GEMM (the LM head, the MoE router; every projection of a bf16 model)."""
@@ -235,6 +249,8 @@ class DensePricing(ShardShapes):
         flops, nbytes, weights = ft.moe_sums(
             routed / ep, active, d, self.expert_width, self.up_mats, e, act_e, w_e
         )
+        if self._moe_small is not None and t <= fm.MOE_MIN_LATENCY_MAX_TOKENS:
+            kernel = self._moe_small  # the step routes few enough tokens (formulas)
         experts = kernel(flops, nbytes, weights, float(routed * d))
         router = self._gemm(t, d, n_exp)
         shared, act = 0.0, 0.0

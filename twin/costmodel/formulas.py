@@ -67,22 +67,50 @@ class KernelFormula:
 
 # Quantised GEMM modes (the tables' names, ``twin.precision.WeightFormat.table_mode``)
 # and the peak each runs against: FP8 and FP4 tensor-core rates (GpuSpec.fp8_flops,
-# fp4_flops).
+# fp4_flops) where the activations are quantised too; the bf16 rate for a weight-only
+# format (mxfp4 is W4A16: aiconfigurator-core 0.12.0 ``sdk/common.py``,
+# ``w4a16_mxfp4`` has ``compute_dtype`` bfloat16).
 PRECISION_GEMMS = {
     "fp8": "fp8_flops",
     "fp8_block": "fp8_flops",
     "nvfp4": "fp4_flops",
-    "mxfp4": "fp4_flops",
+    "mxfp4": "flops",
 }
+# Weight-only formats the tables time as fused MoE only (no GEMM rows on the GPUs the
+# twin prices): int4 (W4A16, ``int4_wo``: ``compute_dtype`` bfloat16, ibid.).
+MOE_ONLY_MODES = {"int4_wo": "flops"}
 
 # Expert formats of the fused-MoE families: ``moe`` (bf16) and ``moe_<mode>``, the
 # tables' quant mode of ``twin.precision.WeightFormat.table_mode``.
-MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS}
+MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS, **MOE_ONLY_MODES}
 
 
 def moe_kernel(mode: str) -> str:
     """The profile key of the fused-MoE fit of table mode ``mode`` (``moe`` for bf16)."""
     return "moe" if mode == "bfloat16" else f"moe_{mode}"
+
+
+# TensorRT-LLM's min-latency fused MoE: a second kernel of the nvfp4 experts, timed by
+# NVIDIA's collector as kernel source ``moe_torch_flow_min_latency`` (CUTLASS's
+# ``cutlass_min_latency_mode``; B200 and GB200 tables of TensorRT-LLM 1.3.0rc20), which
+# aiconfigurator 0.12.0 prices a step with when it routes at most 128 tokens, nvfp4,
+# gated (its Rust core's ``MoeOp`` silicon query, ``operators/moe.rs``: ``num_tokens <=
+# 128 && quant == Nvfp4 && is_gated``, the token count after attention-DP gathering),
+# falling back to the default kernel where the table lacks the shape. TensorRT-LLM
+# takes its min-latency MoE path on the same kind of step: ``hidden_states.size(0) <=
+# 128`` with the post-MoE all-reduce fusion, on Blackwell, quantised (Llama-4,
+# ``tensorrt_llm/_torch/models/modeling_llama.py``), and for DeepSeek-V3 the TRTLLM
+# backend's nvfp4 MoE with its finalize fused into the all-reduce while the step's tokens
+# fit ``MoEAllReduce``'s workspace (``modeling_deepseekv3.py`` ``forward_MoE``, "the two
+# min-latency MoE backends"; NVIDIA/TensorRT-LLM at commit 000561df).
+MOE_MIN_LATENCY_SOURCE = "moe_torch_flow_min_latency"
+MOE_MIN_LATENCY_MODES = {"nvfp4": "fp4_flops"}
+MOE_MIN_LATENCY_MAX_TOKENS = 128
+
+
+def moe_min_latency_kernel(mode: str) -> str:
+    """The profile key of the min-latency fused-MoE fit of table mode ``mode``."""
+    return f"{moe_kernel(mode)}_min_latency"
 
 
 # MLA families (issue 34), from NVIDIA's ``mla`` and ``mla_bmm`` tables
@@ -242,6 +270,18 @@ FORMULAS: dict[str, KernelFormula] = {
             )
             for mode, peak in MOE_MODES.items()
         ),
+        *(
+            KernelFormula(
+                moe_min_latency_kernel(mode),
+                "mem_bw",
+                True,
+                ("weight_elems", "routed_elems"),
+                f"fused MoE experts ({mode}), TensorRT-LLM's min-latency kernel: steps of at "
+                f"most {MOE_MIN_LATENCY_MAX_TOKENS} tokens",
+                flops_peak=peak,
+            )
+            for mode, peak in MOE_MIN_LATENCY_MODES.items()
+        ),
         # MLA (issue 34): see ``mla_kernel``. The attention kernels' extras are
         # attention's (score elements, tiles); the modules' the GEMMs' weight elements and
         # the attention's score elements.
@@ -328,7 +368,10 @@ PRECISION_VARIANTS = (
 )
 # Families a model needs only for its layer kinds (MoE experts): optional, and, like
 # the precision variants, left out of the label of a run that does not use them.
-MOE_VARIANTS = tuple(moe_kernel(mode) for mode in MOE_MODES)
+MOE_VARIANTS = (
+    *(moe_kernel(mode) for mode in MOE_MODES),
+    *(moe_min_latency_kernel(mode) for mode in MOE_MIN_LATENCY_MODES),
+)
 MLA_VARIANTS = tuple(k for k in FORMULAS if k.startswith("mla_"))
 A2A_VARIANTS = tuple(a2a_kernel(m, p) for m in A2A_MODES for p in A2A_PHASES)
 MODEL_VARIANTS = (*MOE_VARIANTS, *MLA_VARIANTS, *A2A_VARIANTS)
@@ -392,7 +435,11 @@ __all__ = [
     "MLA_MODULE_GEMMS",
     "MLA_VARIANTS",
     "MODEL_VARIANTS",
+    "MOE_MIN_LATENCY_MAX_TOKENS",
+    "MOE_MIN_LATENCY_MODES",
+    "MOE_MIN_LATENCY_SOURCE",
     "MOE_MODES",
+    "MOE_ONLY_MODES",
     "MOE_VARIANTS",
     "OPTIONAL",
     "PRECISION_GEMMS",
@@ -405,4 +452,5 @@ __all__ = [
     "get_formula",
     "mla_kernel",
     "moe_kernel",
+    "moe_min_latency_kernel",
 ]

@@ -26,13 +26,20 @@ from dataclasses import dataclass, field
 
 from twin import mixers as mx
 from twin import precision as px
-from twin.costmodel.formulas import MLA_MODULE_GEMMS, MODEL_VARIANTS, PRECISION_VARIANTS, mla_kernel
+from twin.costmodel.formulas import (
+    MLA_MODULE_GEMMS,
+    MODEL_VARIANTS,
+    PRECISION_VARIANTS,
+    mla_kernel,
+    moe_min_latency_kernel,
+)
 from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 BF16_ATTENTION_NOTE = "bf16-KV kernel (no fp8-KV fit in this profile)"
 MOE_AS_GEMM_NOTE = "MoE experts as GEMMs (no fused-MoE fit in this profile)"
+SHARED_AS_LINEAR_NOTE = "shared expert as the linear layers' GEMMs (no GEMM fit of its format)"
 MLA_AS_GQA_NOTE = "MLA {} priced with GQA kernels (no MLA fit for it in this profile)"
 BF16_MLA_NOTE = "bf16-KV MLA kernel (no fp8-KV MLA fit in this profile)"
 
@@ -90,8 +97,9 @@ def refusal(profile: Profile, fmt: px.WeightFormat, what: str = "--precision") -
     a GPU without FP4 tensor cores."""
     why = no_fp4(profile, fmt)
     has = ", ".join(profile.precisions()) or "none"
+    fits = "GEMM or fused-MoE fit" if what == "moe_precision" else "GEMM fit"
     return TwinError(
-        f"{what} {fmt.name}: profile {profile_name(profile)} has no {fmt.name} GEMM fit; "
+        f"{what} {fmt.name}: profile {profile_name(profile)} has no {fmt.name} {fits}; "
         f"it prices {has}{f' ({why})' if why else ''}"
     )
 
@@ -107,19 +115,28 @@ def priced_precision(model: ModelSpec, profile: Profile) -> PricedPrecision:
     linear = px.weight_format(model.precision)
     expert = px.moe_format(model)
     keys: dict[str, str] = {}
-    for fmt, what in ((linear, "--precision"), (expert, "moe_precision")):
-        if what == "moe_precision" and not model.n_moe_layers:
-            continue
-        if fmt.kernel not in profile.kernels:
-            raise refusal(profile, fmt, what)
+    if linear.kernel not in profile.kernels:
+        raise refusal(profile, linear, "--precision")
+    # The experts' format is priced by its fused-MoE fit or, without one, its GEMM fit:
+    # a weight-only format the tables time as fused MoE only (int4) needs the first.
+    if model.n_moe_layers and not {expert.kernel, expert.moe_kernel} & set(profile.kernels):
+        raise refusal(profile, expert, "moe_precision")
     if linear.bytes_per_param is not None:
         keys["linear"] = linear.kernel
-    if model.n_moe_layers and expert.bytes_per_param is not None:
-        keys["expert"] = expert.kernel
     kv_elem, notes = model.dtype_bytes, {}
+    if model.n_moe_layers and expert.bytes_per_param is not None:
+        if expert.kernel in profile.kernels:
+            keys["expert"] = expert.kernel
+        elif model.moe_shared_d_ff:  # no GEMM fit of the experts' format
+            notes["shared expert"] = SHARED_AS_LINEAR_NOTE
     if model.n_moe_layers:
         if expert.moe_kernel in profile.kernels:
             keys["moe"] = expert.moe_kernel
+            # TensorRT-LLM's min-latency kernel for small steps, where the profile has it
+            # (``formulas.MOE_MIN_LATENCY_MAX_TOKENS``; ``dense_pricing`` picks per step).
+            small = moe_min_latency_kernel(expert.table_mode)
+            if small in profile.kernels:
+                keys["moe_small"] = small
         else:
             notes["GEMM"] = MOE_AS_GEMM_NOTE
     e = float(model.dtype_bytes)

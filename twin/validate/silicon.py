@@ -698,6 +698,8 @@ class RowPlan:
     workers: int = 1  # aggregated workers the measured clients were spread over
     range_ratio: float = 1.0  # the harness's length spread (:class:`Harness`)
     dp: int = 1  # attention data-parallel ranks among the tp GPUs (attention_dp_size)
+    # The precision was read from the checkpoint (``RowPrecision.native``), not the columns.
+    native_quant: bool = False
 
     @property
     def model(self) -> ModelSpec:
@@ -788,6 +790,9 @@ class RowPrecision:
     moe: str | None = None  # the experts' (None: as the weights)
     why: str = ""
     kv_from_checkpoint: bool = False  # the checkpoint says the KV dtype (else a default)
+    # Read from the checkpoint where the columns name a mode the GPU runs weight-only
+    # (``weight_only_checkpoint``), not from the columns.
+    native: bool = False
 
     @property
     def label(self) -> str:
@@ -860,8 +865,63 @@ def _checkpoint_kv(config: dict[str, Any], hf: dict[str, Any] | None) -> str | N
     return "fp8" if str(algo).upper() in ("FP8", "FLOAT8") else f"kv {algo}"
 
 
+def weight_only_checkpoint(config: dict[str, Any]) -> tuple[str, str] | None:
+    """``(linear layers, experts)`` as --precision values for a checkpoint whose own
+    quantisation stores its routed experts in a 4-bit weight-only format the twin prices
+    (``twin.precision``), None for any other. aiconfigurator reads the same two
+    (aiconfigurator-core 0.12.0 ``sdk/models/helpers.py``
+    ``_infer_quant_modes_from_raw_config``):
+
+    - ``quant_method`` mxfp4 (gpt-oss): gemm bfloat16, moe ``w4a16_mxfp4``; Hugging
+      Face's ``Mxfp4Config`` quantises the experts only (``modules_to_not_convert``:
+      attention, router, embeddings, LM head);
+    - compressed-tensors with 4-bit integer weights (Kimi-K2.5): ``int4_wo``
+      (``sdk/utils.py`` ``parse_compressed_tensors_quant``), the linear layers bf16
+      where ``ignore`` names the attention (``re:.*self_attn.*``). Only the twin's
+      ``int4`` (group 32, symmetric, no activation quantisation) is read."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict):
+        return None
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        return "bf16", "mxfp4"
+    if method != "compressed-tensors":
+        return None
+    groups = [g for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)]
+    weights = [g.get("weights") or {} for g in groups]
+    int4 = bool(groups) and all(
+        w.get("num_bits") == 4
+        and str(w.get("type", "")).lower() == "int"
+        and w.get("group_size") == 32
+        and w.get("symmetric")
+        and not g.get("input_activations")
+        for g, w in zip(groups, weights, strict=True)
+    )
+    attention_kept = any("self_attn" in str(p) for p in quant.get("ignore") or [])
+    return ("bf16", "int4") if int4 and attention_kept else None
+
+
+def _runs_weight_only(row: SiliconRow, gpu: str | None) -> bool:
+    """Whether the row's experts' column names a 4-bit mode the GPU runs weight-only:
+    ``int4_wo``, or nvfp4 on a GPU without FP4 tensor cores (aiconfigurator 0.12.0 runs
+    nvfp4 as ``nvfp4_wo`` there: aiconfigurator-core ``sdk/models/helpers.py``
+    ``resolve_nvfp4_for_system``, "non-Blackwell hardware has no native FP4 tensor
+    cores")."""
+    mode = row.moe_quant_mode or row.gemm_quant_mode or row.precision
+    if mode == "int4_wo":
+        return True
+    from twin.hardware import GPUS
+
+    spec = GPUS.get(gpu or "")
+    return _WEIGHT_MODES.get(mode) == "nvfp4" and spec is not None and not spec.fp4_flops
+
+
 def _precision(
-    row: SiliconRow, config: dict[str, Any], own: bool, hf: dict[str, Any] | None
+    row: SiliconRow,
+    config: dict[str, Any],
+    own: bool,
+    hf: dict[str, Any] | None,
+    gpu: str | None = None,
 ) -> RowPrecision | str:
     """What the twin prices ``row`` at, or a reason starting "precision".
 
@@ -870,7 +930,34 @@ def _precision(
     cached config is the row's own (``own``) or its ``hf_quant_config.json``, else the
     repository name's suffix (``-FP8``, ``-NVFP4``), else its dtype (bfloat16 only). The
     KV cache: the checkpoint's ``kv_cache_quant_algo`` where it says, else
-    ``_KV_OF_WEIGHTS`` (aiconfigurator's pairing)."""
+    ``_KV_OF_WEIGHTS`` (aiconfigurator's pairing).
+
+    One exception to the columns: where they name a 4-bit mode ``gpu`` runs weight-only
+    (``_runs_weight_only``) and the row's own checkpoint stores its experts in a 4-bit
+    weight-only format (:func:`weight_only_checkpoint`), the checkpoint's formats are
+    priced: that is what the engine loads and runs (gpt-oss-120b's rows say fp4 /
+    nvfp4, the InferenceMAX collection's precision label, but its checkpoint is mxfp4,
+    and aiconfigurator's InferenceMAX reader takes gpt-oss's quantisation from the
+    checkpoint: aiconfigurator 0.12.0 ``sdk/config_adapter/inferencex.py``
+    ``NATIVE_QUANT_MODELS``; Kimi-K2.5's int4 rows say ``int4_wo`` for the GEMMs too,
+    but its checkpoint leaves attention and the shared and dense MLPs in bf16)."""
+    native = weight_only_checkpoint(config) if own else None
+    if native is not None and _runs_weight_only(row, gpu):
+        kv = _checkpoint_kv(config, hf)
+        if kv is not None and kv not in px.KV_DTYPES:
+            return f"precision {kv} cache not priced"
+        weights, experts = native
+        why = (
+            f"precision column {row.precision or '-'}, moe_quant_mode "
+            f"{row.moe_quant_mode or '-'} run weight-only on {gpu}: the checkpoint's "
+            f"{experts} experts, {weights} linear layers"
+        )
+        kv_why = "KV: the checkpoint's kv_cache_quant_algo" if kv else "KV: as the weights"
+        said = kv is not None
+        kv = kv or _KV_OF_WEIGHTS[weights]
+        return RowPrecision(
+            weights, kv, experts, f"{why}; {kv_why}", kv_from_checkpoint=said, native=True
+        )
     reason = _unpriced_columns(row)
     if reason is not None:
         return reason
@@ -1006,7 +1093,7 @@ def plan_row(
     if (row.pp or 1) > 1:
         return REASON_PP
     unpriced = _unpriced_columns(row)
-    if unpriced is not None:
+    if unpriced is not None and not _runs_weight_only(row, system_gpus().get(row.system)):
         return unpriced
     if row.concurrency is None:
         return REASON_NO_CONCURRENCY
@@ -1044,7 +1131,7 @@ def plan_row(
         return "model config not readable"
     model_type = str(config.get("model_type", ""))
     own = hf_id == row.model_path
-    precision = _precision(row, config, own, hf_quant_config(folder, row.model_path))
+    precision = _precision(row, config, own, hf_quant_config(folder, row.model_path), gpu)
     if isinstance(precision, str):
         return precision
     try:
@@ -1109,6 +1196,7 @@ def plan_row(
         workers=workers,
         range_ratio=harness.range_ratio,
         dp=dp,
+        native_quant=precision.native,
     )
 
 
@@ -1305,8 +1393,13 @@ def aiconfigurator_estimate(plan: RowPlan) -> dict[str, Any]:
 
 def cli_estimate_args(plan: RowPlan, mode: str) -> dict[str, Any]:
     """The arguments of ``cli_estimate`` every row shares: model, system, ``mode``,
-    backend (its current database), lengths and quantisation modes."""
+    backend (its current database), lengths and quantisation modes: the row's columns,
+    or none where the twin read the checkpoint's (``RowPlan.native_quant``), so that
+    aiconfigurator infers them from the checkpoint as well (called with the columns, its
+    0.12.0 release runs those rows' nvfp4 / int4_wo as weight-only GEMMs it has no table
+    for on Hopper and fails with PerfDataNotAvailableError)."""
     row = plan.row
+    columns = not getattr(plan, "native_quant", False)
     return {
         "model_path": plan.model_id,
         "system_name": row.system,
@@ -1315,8 +1408,8 @@ def cli_estimate_args(plan: RowPlan, mode: str) -> dict[str, Any]:
         "backend_version": None,
         "isl": row.isl,
         "osl": row.osl,
-        "gemm_quant_mode": row.gemm_quant_mode or None,
-        "moe_quant_mode": row.moe_quant_mode or None,
+        "gemm_quant_mode": (row.gemm_quant_mode or None) if columns else None,
+        "moe_quant_mode": (row.moe_quant_mode or None) if columns else None,
     }
 
 
