@@ -84,9 +84,11 @@ def side_by_side(
         same = [r for r in aggregated if model_system_backend(r) == key]
         any_system = [r for r in aggregated if model_system_backend(r).split("|", 1)[0] == model]
         out[key] = {
-            "disaggregated": sil._block([r for r in results if model_system_backend(r) == key]),
-            "aggregated_same_system": sil._block(same) if same else None,
-            "aggregated_same_model": sil._block(any_system) if any_system else None,
+            "disaggregated": sil.side_by_side(
+                [r for r in results if model_system_backend(r) == key]
+            ),
+            "aggregated_same_system": sil.side_by_side(same) if same else None,
+            "aggregated_same_model": sil.side_by_side(any_system) if any_system else None,
             "aggregated_sources": sorted({r["source"] for r in any_system}),
         }
     return out

@@ -96,7 +96,7 @@ def test_the_checkpoint_says_which_layers_are_four_bit() -> None:
 )
 def test_nvfp4_columns_on_hopper_read_the_checkpoint(system: str, gpu: str, native: bool) -> None:
     row = _row(system=system)
-    got = sil._precision(row, {"quantization_config": GPT_OSS_QUANT}, True, None, gpu)
+    got = sil.row_precision(row, {"quantization_config": GPT_OSS_QUANT}, True, None, gpu)
     assert isinstance(got, sil.RowPrecision)
     if native:  # no FP4 tensor cores: the engine runs the checkpoint's mxfp4 weight-only
         assert (got.weights, got.moe, got.kv, got.native) == ("bf16", "mxfp4", "bf16", True)
@@ -108,11 +108,11 @@ def test_nvfp4_columns_on_hopper_read_the_checkpoint(system: str, gpu: str, nati
 def test_int4_columns_read_the_checkpoint_and_ask_aiconfigurator_without_modes() -> None:
     row = _row(model_path="moonshotai/Kimi-K2.5", precision="int4")
     row = dataclasses.replace(row, gemm_quant_mode="int4_wo", moe_quant_mode="int4_wo")
-    got = sil._precision(row, {"quantization_config": KIMI_QUANT}, True, None, "h200")
+    got = sil.row_precision(row, {"quantization_config": KIMI_QUANT}, True, None, "h200")
     assert isinstance(got, sil.RowPrecision)
     assert (got.weights, got.moe, got.kv, got.native) == ("bf16", "int4", "bf16", True)
     # without the row's own checkpoint the columns stand: int4 linear layers, not priced
-    assert sil._precision(row, {}, True, None, "h200") == "precision int4 not priced"
+    assert sil.row_precision(row, {}, True, None, "h200") == "precision int4 not priced"
 
     class Plan:
         model_id = "moonshotai/Kimi-K2.5"

@@ -22,6 +22,10 @@ import pytest
 
 from twin.errors import TwinError
 from twin.validate import silicon as sil
+from twin.validate.silicon import aiconfigurator as sil_aic
+from twin.validate.silicon import harness as sil_harness
+from twin.validate.silicon import precision as sil_precision
+from twin.validate.silicon import score as sil_score
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "silicon_sample_small.csv"
@@ -282,14 +286,16 @@ def test_sglang_at_its_defaults_keeps_the_checkpoints_kv_dtype() -> None:
 
 def test_checkpoint_quantisation_and_kv_are_read() -> None:
     hf = {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}
-    assert sil._checkpoint_quant({}, hf) == "nvfp4"
-    assert sil._checkpoint_kv({}, hf) == "fp8"
+    assert sil_precision._checkpoint_quant({}, hf) == "nvfp4"
+    assert sil_precision._checkpoint_kv({}, hf) == "fp8"
     block = {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
-    assert sil._checkpoint_quant(block, None) == "fp8-block"
-    assert sil._checkpoint_kv(block, None) is None  # not said: the pairing decides
+    assert sil_precision._checkpoint_quant(block, None) == "fp8-block"
+    assert sil_precision._checkpoint_kv(block, None) is None  # not said: the pairing decides
     gptq = {"quantization_config": {"quant_method": "gptq"}}
-    assert sil._checkpoint_quant(gptq, None) == "precision of the gptq checkpoint not priced"
-    assert sil._checkpoint_quant({"torch_dtype": "bfloat16"}, None) == ""
+    assert (
+        sil_precision._checkpoint_quant(gptq, None) == "precision of the gptq checkpoint not priced"
+    )
+    assert sil_precision._checkpoint_quant({"torch_dtype": "bfloat16"}, None) == ""
 
 
 def test_model_config_candidates() -> None:
@@ -414,7 +420,7 @@ def test_one_tiny_row_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     rows = _rows()
     plan = sil.plan_row(rows["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
     assert isinstance(plan, sil.RowPlan)
-    monkeypatch.setattr(sil, "aiconfigurator_available", lambda: False)
+    monkeypatch.setattr(sil_aic, "aiconfigurator_available", lambda: False)
     result = sil.score_row(plan, aiconfigurator=True)
     assert result["aic_error"] == sil.AIC_NOT_INSTALLED
     assert "twin_error" not in result
@@ -448,7 +454,7 @@ def test_the_measured_phase_starts_from_an_idle_server(monkeypatch: pytest.Monke
     that phase alone: with one round measured it runs exactly ``c`` requests, every
     client's first at t = 0, and the prediction is their mean."""
     rows = _rows()
-    monkeypatch.setattr(sil, "AIPERF", sil.Harness("aiperf", 1, sil.WARMUP_ROUNDS, 1.0))
+    monkeypatch.setattr(sil_harness, "AIPERF", sil.Harness("aiperf", 1, sil.WARMUP_ROUNDS, 1.0))
     plan = sil.plan_row(rows["tiny_b200_trtllm_agg_128x16_c4_tp1"], CONFIGS)
     assert isinstance(plan, sil.RowPlan)
     assert (plan.requests, plan.warmup) == (4, 0)
@@ -647,7 +653,8 @@ def test_bench_runs_without_aiconfigurator(
 ) -> None:
     """Without the ``aiconfigurator`` package the benchmark says so and still scores."""
     bench = _bench()
-    monkeypatch.setattr(sil, "aiconfigurator_available", lambda: False)
+    for where in (sil, sil_aic):  # the benchmark's check and the scorer's
+        monkeypatch.setattr(where, "aiconfigurator_available", lambda: False)
     results = tmp_path / "silicon.json"
     argv = ["--csv", str(SMALL), "--configs", str(CONFIGS), "--jobs", "1", "--limit", "1"]
     argv += ["--out", str(tmp_path / "out"), "--results", str(results)]
@@ -820,7 +827,7 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
         replace(row, model_path="meta-llama/Llama-3.1-70B"),
     ):
         assert sil.inferencemax_speculation(other, model) is None
-    assert sil._deployment_text({"max_batched_tokens": 1152, "speculative": spec}) == (
+    assert sil_score._deployment_text({"max_batched_tokens": 1152, "speculative": spec}) == (
         f"max_batched_tokens=1152 speculative=mtp:3@{spec['acceptance_length']:.2f}"
     )
     # the -mtp scripts' limits: (3 + 1) x 4 clients + 64 + 64 in 64s, max_batch_size CONC

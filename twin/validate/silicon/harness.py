@@ -1,0 +1,356 @@
+"""How each collection measured its rows (the benchmark client, requests and warm-up) and
+the server limits each row ran with (aiconfigurator's generated deployments,
+InferenceMAX's scripts)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from twin.errors import TwinError
+from twin.model import ModelSpec
+
+if TYPE_CHECKING:
+    from twin.validate.silicon.rows import SiliconRow
+
+
+# Requests per row, in rounds of ``c``: aiconfigurator's own benchmark script (the
+# package ``aiconfigurator`` 0.12.0, generator/config/backend_templates/benchmark/
+# bench_run.sh.j2) runs ``aiperf profile --concurrency c --num-requests c x
+# AICONFIGURATOR_BENCH_MULTI_ROUND`` (default 20) after ``--warmup-request-count 2c``.
+# The warm-up requests run first and are left out of the means. (Rows of the InferenceMAX
+# collection follow their own harness: :data:`INFERENCEMAX`.)
+MEASURED_ROUNDS = 20
+WARMUP_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class Harness:
+    """The benchmark client a collection of rows was measured with."""
+
+    name: str
+    measured_rounds: int  # measured requests per client
+    warmup_rounds: int  # warm-up requests per client, sent first and left out
+    # Prompt and output lengths are drawn uniformly from [int(len x range_ratio), len]
+    # (1.0: exactly the row's ISL and OSL).
+    range_ratio: float
+
+
+# aiconfigurator's benchmark (above): aiperf with ``--isl-stddev 0 --osl-stddev 0``
+# (``generator/config/deployment_config.yaml`` defaults) and ``ignore_eos``: exact lengths.
+AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, WARMUP_ROUNDS, 1.0)
+# The CSV's InferenceMAX collections: "2026-04-06.csv", "2026-03-25.csv" and the
+# "db-dump/2026-04-27" rows (Llama-3.1-70B, gpt-oss-120b, DeepSeek-R1, MiniMax-M2.5, ...
+# at ISL/OSL 1k/1k, 1k/8k, 8k/1k, 4-256 clients). They are one measurement pipeline dumped
+# three times: 2,151 rows of the CSV share their exact (TTFT, TPOT, ISL, OSL, concurrency,
+# system, backend) with a row of another of the three (``measurement_key``), and the
+# db-dump's ``workflow_run_id``/``config_id`` name CI runs. The matrix is InferenceMAX's;
+# no source names the harness, so this is read off the matrix, not stated by the data.
+# InferenceMAX's client (``benchmarks/benchmark_lib.sh`` ``run_benchmark_serving``) runs
+# vLLM's ``benchmark_serving.py`` with ``--dataset-name random --random-range-ratio``
+# (0.8 by default, ``.github/workflows/benchmark-tmpl.yml``), ``--num-prompts $((CONC *
+# 10))``, ``--num-warmups $((2 * CONC))``, ``--ignore-eos``; its random dataset draws each
+# prompt and output length uniformly from ``[int(len x ratio), len]``
+# (``sample_random_requests``).
+INFERENCEMAX = Harness("InferenceMAX benchmark_serving", 10, 2, 0.8)
+INFERENCEMAX_SOURCES = frozenset({"2026-03-25.csv", "2026-04-06.csv"})
+INFERENCEMAX_DUMP = "db-dump/"  # ``silicon_data_source`` of the CI database's rows
+_SOURCE_FILE = re.compile(r"source_file=([^;]*)")
+
+
+def harness_of(row: SiliconRow) -> Harness:
+    """The benchmark client ``row`` was measured with, from its ``silicon_data_source``."""
+    found = _SOURCE_FILE.search(row.source)
+    if found and found.group(1).strip() in INFERENCEMAX_SOURCES:
+        return INFERENCEMAX
+    if row.source.startswith(INFERENCEMAX_DUMP):
+        return INFERENCEMAX
+    return AIPERF
+
+
+# The parallel layout an InferenceMAX row ran with. Its single-node configurations
+# (``.github/configs/nvidia-master.yaml``, ``multinode: false``, read at commits 12ba0ae
+# and d1349b2 of SemiAnalysisAI/InferenceX) give each run ``tp`` GPUs, an ``ep`` of 1 or
+# of ``tp`` (no single-node search space has another) and ``dp-attn``; the scripts pass
+# ``tp`` as the engine's tensor-parallel size over all of them (SGLang ``--tp $TP
+# --ep-size $EP``, ``dsr1_fp4_b200.sh``; vLLM ``--tensor-parallel-size=$TP
+# --enable-expert-parallel``, ``minimaxm2.5_fp8_b200.sh``; TensorRT-LLM
+# ``moe_expert_parallel_size: $EP`` with ``enable_attention_dp``). In aiconfigurator's
+# columns that is ``tp_size x attention_dp_size = moe_tp_size x moe_ep_size = tp``. The
+# db-dump and 2026-04-06.csv write many ``ep = tp`` runs with the GPUs multiplied by
+# ``ep``: SGLang and TensorRT-LLM as ``moe_tp_size = moe_ep_size = tp`` (``tp_size`` or,
+# with attention DP, ``attention_dp_size`` tp squared), vLLM as ``attention_dp_size = tp``
+# and ``moe_ep_size`` tp squared. The ids that name their layout (``..._tp8_ep8_1010``)
+# and the configurations agree on the smaller count: ``dsr1-fp4-b200-sglang``'s
+# ``{ tp: 8, ep: 8 }`` runs on one 8-GPU node, not 64 GPUs.
+# Every InferenceMAX configuration on a Grace-Blackwell rack is a multinode Dynamo
+# disaggregated one (``dsr1-fp4-gb200-dynamo-trt`` ...: ``multinode: true``, ``disagg:
+# true``, at both commits): its 55 rows the 2026-04-06.csv calls ``agg`` (``tp_size``
+# 12-72 at up to 5,632 clients) are the GPUs of a prefill and decode deployment, not one
+# aggregated instance.
+INFERENCEMAX_DISAGG_SYSTEMS = frozenset({"gb200", "gb300"})
+REASON_INFERENCEMAX_DISAGG = "InferenceMAX GB200/GB300 runs are disaggregated (CSV mode agg)"
+
+
+def inferencemax_layout(row: SiliconRow) -> SiliconRow:
+    """``row`` with the parallel layout its run had (above); unchanged where its columns
+    already say it, or where it is not an aggregated InferenceMAX row (the disaggregated
+    rows' workers have columns of their own: ``twin.validate.silicon_disagg``)."""
+    if row.mode != "agg" or harness_of(row) is not INFERENCEMAX:
+        return row
+    tp, dp = row.tp or 1, row.attention_dp or 1
+    moe_tp, ep = row.moe_tp or 1, row.moe_ep or 1
+    if moe_tp == ep > 1 and tp * dp == ep * ep:  # SGLang and TensorRT-LLM
+        gpus, attention_dp = ep, dp > 1
+    elif moe_tp == 1 and dp == tp > 1 and ep == tp * tp and row.backend == "vllm":
+        gpus, attention_dp = tp, False
+    else:
+        return row
+    csv_layout = (
+        f"tp_size {row.tp}, attention_dp_size {row.attention_dp}, "
+        f"moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
+    )
+    dp = gpus if attention_dp else 1
+    # The CSV's ``batch_size`` is per attention-DP rank (``silicon_concurrency =
+    # attention_dp_size x batch_size``, ``agg_workers``) of its multiplied ranks: one
+    # server ran the clients, so each of its ranks takes ``c / dp`` of them.
+    batch = row.concurrency // dp if row.concurrency else row.batch_size
+    return dataclasses.replace(
+        row,
+        tp=1 if attention_dp else gpus,
+        attention_dp=dp,
+        moe_tp=1,
+        moe_ep=gpus,
+        batch_size=batch,
+        csv_layout=csv_layout,
+    )
+
+
+# Random prompt token ids are drawn from [0, TOKEN_RANGE): random prompts share no
+# prefix (the chance that two share even their first two tokens is 1e-10), so the
+# engine's default prefix caching is kept and never hits, as on the real servers.
+TOKEN_RANGE = 100_000
+
+# The CSV's backend -> the twin's engine mode (twin.engine.modes). ``trtllm`` is the
+# twin's TensorRT-LLM mode: TensorRT-LLM's kernels in the paper's world (the twin's
+# default scheduler and preemption, not TensorRT-LLM's own).
+ENGINE_OF_BACKEND = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+
+# How each row's server was configured (docs/decisions.md, "TTFT against silicon (issue
+# 31)"). "benchmark" (the default): each collection's own deployment: for the
+# aiconfigurator collection the limits aiconfigurator's generator writes into a benchmark
+# deployment (package ``aiconfigurator`` 0.12.0,
+# ``generator/rule_plugin/benchmark/<backend>.rule``) for the engines whose fit rows
+# say they ran with them (``DEPLOYED_ENGINES``), for the InferenceMAX collection its
+# server scripts' limits (:func:`inferencemax_deployment`); "aiconfigurator": the
+# generator's limits on ``DEPLOYED_ENGINES`` for every row; "aiconfigurator-all": for
+# every engine the rule sizes (an exploration: TensorRT-LLM's fit rows score worse with
+# it); "defaults": the engines' own defaults everywhere.
+DEPLOYMENTS = ("benchmark", "aiconfigurator", "aiconfigurator-all", "defaults")
+DEPLOYED_ENGINES = frozenset({"vllm"})
+DEPLOYMENT_EXTRA_TOKENS = 1500  # the rules' "isl + 1500" margin
+TRTLLM_TOKENS_PER_BLOCK = 32  # benchmark/trtllm.rule: tokens_per_block default
+TRTLLM_TEMPLATE_FREE_FRACTION = 0.8  # extra_engine_args templates: free_gpu_memory_fraction
+
+
+def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
+    """``build_run`` keywords for the server limits aiconfigurator's generator writes
+    into a benchmark deployment of ``row`` (empty where its rule sizes nothing the twin
+    models).
+
+    The generator sizes it from the batch size (``max_batch_size``: the CSV's
+    ``batch_size`` column, the concurrency on every bf16 row) and the ISL
+    (``generator/rule_plugin/benchmark/vllm.rule`` and ``trtllm.rule``, ``aiconfigurator``
+    0.12.0, the ``agg`` lines):
+
+    - vLLM: ``max_num_tokens = max_batch_size + isl + 1500``, written as
+      ``--max-num-batched-tokens`` (``config/backend_templates/vllm/cli_args.0.12.0.j2``),
+      and ``--max-num-seqs max_batch_size``;
+    - TensorRT-LLM: ``max_num_tokens`` the same rounded up to ``tokens_per_block`` (32),
+      ``max_batch_size`` the batch size (``extra_engine_args.1.0.0rc3.yaml.j2``
+      ``build_config``), and ``kv_cache_config.free_gpu_memory_fraction`` the template's
+      ``default(0.80)`` (every ``extra_engine_args.*.yaml.j2``; the rule sets none). vLLM's
+      and SGLang's templates write ``--gpu-memory-utilization`` and
+      ``--mem-fraction-static`` only when given, and the rules give none.
+
+    SGLang's rule (``max_prefill_tokens = isl + 1500`` with ``enable_mixed_chunk =
+    true``) is not expressed: mixed chunks scored SGLang's fit rows at 70.5% TTFT MAPE
+    against 13.8% without ("Engine fidelity against silicon (issue 31)"), so its rows
+    were not run with it.
+    """
+    batch = row.batch_size or row.concurrency
+    if row.isl is None or not batch:
+        return {}
+    tokens = batch + row.isl + DEPLOYMENT_EXTRA_TOKENS
+    if engine == "vllm":
+        return {"sets": {"max_num_batched_tokens": str(tokens), "max_num_seqs": str(batch)}}
+    if engine == "trtllm":
+        block = TRTLLM_TOKENS_PER_BLOCK
+        return {
+            "max_batched_tokens": -(-tokens // block) * block,
+            "max_running": batch,
+            "memory_utilization": TRTLLM_TEMPLATE_FREE_FRACTION,
+        }
+    return {}
+
+
+# InferenceMAX's server limits (its ``benchmarks/*.sh`` scripts): vLLM
+# ``max-num-batched-tokens: 8192`` and ``--max-num-seqs 512`` (``70b_fp4_b200_docker``);
+# TensorRT-LLM ``--max_num_tokens`` 16384 for Llama-3.1-70B (``70b_fp4_b200_trt_docker``),
+# 20000 for gpt-oss-120b (``gptoss_fp4_b200_trt_docker``, with ``--max_batch_size 512``);
+# for DeepSeek-R1 (``benchmarks/single_node/dsr1_fp{4,8}_b200_trt.sh`` at commit 12ba0ae)
+# ``(CONC + ISL + 64)`` rounded up to 64 and at least 8192, and with MTP
+# (``dsr1_fp{4,8}_b200_trt_mtp.sh``) ``((MTP + 1) x MAX_BATCH_SIZE + ISL + 64)`` rounded up
+# to 64 with no floor, ``--max_batch_size`` MAX_BATCH_SIZE = CONC without attention DP;
+# whole contexts (chunked prefill left off). Other models and SGLang: the engine's defaults.
+INFERENCEMAX_VLLM = {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}
+INFERENCEMAX_TRTLLM_TOKENS = {"Llama-3.1-70B": 16384, "gpt-oss-120b": 20000}
+# The db-dump names its DeepSeek runs by their architecture, ``deepseek-ai/DeepSeek-V3``:
+# InferenceMAX runs DeepSeek-R1-0528 only (the ``dsr1-*`` configurations), and those rows
+# share their measurements with the R1 rows of 2026-03-25.csv (config_id 87's, for one).
+INFERENCEMAX_DEEPSEEK = ("deepseek-r1", "deepseek-v3")
+
+
+def inferencemax_deepseek(row: SiliconRow) -> bool:
+    """Whether ``row`` is one of InferenceMAX's DeepSeek-R1 runs (under either name)."""
+    path = row.model_path.lower()
+    return any(name in path for name in INFERENCEMAX_DEEPSEEK)
+
+
+INFERENCEMAX_TRTLLM_BLOCK = 64
+INFERENCEMAX_TRTLLM_FLOOR = 8192  # the plain scripts' MAX_NUM_TOKENS floor
+
+
+# InferenceMAX's SGLang servers for DeepSeek-R1 (image lmsysorg/sglang:v0.5.9-cu130;
+# ``nvidia-master.yaml`` and the scripts at commit 12ba0ae). Each configuration's search
+# space says which rows it ran; a row only one covers ran with its script's flags:
+# - ``dsr1-fp4-b200-sglang`` (tp 4 and 8, 4-128 clients; 8k/1k at tp 8: 4-16),
+#   ``dsr1_fp4_b200.sh``: ``--max-running-requests 256 --mem-fraction-static 0.85
+#   --chunked-prefill-size 16384``;
+# - ``dsr1-fp8-b200-sglang`` (tp 8: 4-64 clients at 1k/1k and 1k/8k, 4 at 8k/1k; tp 4:
+#   8k/1k at 4-32), ``dsr1_fp8_b200.sh``: tp 8 128 requests, 0.82, 32768 chunk and
+#   prefill tokens; tp 4 32, 0.95, 8192;
+# - ``dsr1-fp8-b200-sglang-mtp`` (tp 8, 4-512 clients), ``dsr1_fp8_b200_mtp.sh``: 512
+#   requests, 0.82, 16384, and EAGLE over the model's MTP layer with 2 steps, top-k 1 and 3
+#   draft tokens (SGLang's NEXTN). Rows both fp8 configurations cover are a mix the CSV
+#   cannot separate (their lengths, clients and image are the same): run plain;
+# - ``dsr1-fp8-h200-sglang`` (tp 8, 4-64 clients), ``dsr1_fp8_h200.sh``: 512 requests at
+#   1k/1k, else 256; 32768; 0.82.
+# The B200 scripts poll for requests every 30 decode iterations from 16 clients, else 10
+# (``--scheduler-recv-interval``; 10 at fp8 tp 4). A row no configuration covers runs with
+# SGLang's defaults.
+INFERENCEMAX_SGLANG_VERSION = "0.5.9"
+_SGLANG_FLAGS = (
+    "max_running_requests",
+    "mem_fraction_static",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "scheduler_recv_interval",
+)
+_SGLANG_MTP = {
+    "speculative_algorithm": "NEXTN",
+    "speculative_num_steps": "2",
+    "speculative_eagle_topk": "1",
+    "speculative_num_draft_tokens": "3",
+}
+
+
+def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
+    """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty
+    where no one configuration of that image covers it."""
+    if row.backend_version != INFERENCEMAX_SGLANG_VERSION or not inferencemax_deepseek(row):
+        return {}
+    conc, tp, lengths = row.concurrency or 0, row.tp or 1, (row.isl, row.osl)
+    poll = "30" if conc >= 16 else "10"
+    long_prompt = lengths == (8192, 1024)
+    flags: tuple[str, ...]
+    extra: dict[str, str] = {}
+    if row.system == "b200_sxm" and row.precision == "fp4":
+        if tp not in (4, 8) or conc > (16 if tp == 8 and long_prompt else 128):
+            return {}
+        flags = ("256", "0.85", "16384", "16384", poll)
+    elif row.system == "b200_sxm" and row.precision == "fp8" and tp == 4:
+        if not long_prompt or conc > 32:
+            return {}
+        flags = ("32", "0.95", "8192", "8192", "10")
+    elif row.system == "b200_sxm" and row.precision == "fp8" and tp == 8:
+        if conc <= (4 if long_prompt else 64):
+            flags = ("128", "0.82", "32768", "32768", poll)
+        elif conc <= 512:
+            flags, extra = ("512", "0.82", "16384", "16384", poll), _SGLANG_MTP
+        else:
+            return {}
+    elif row.system == "h200_sxm" and row.precision == "fp8" and tp == 8 and conc <= 64:
+        running = "512" if lengths == (1024, 1024) else "256"
+        flags = (running, "0.82", "32768", "32768", "1")
+    else:
+        return {}
+    return {**dict(zip(_SGLANG_FLAGS, flags, strict=True)), **extra}
+
+
+def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
+    """``build_run`` keywords for the InferenceMAX scripts' server limits of ``row``."""
+    if engine == "vllm":
+        return {"sets": dict(INFERENCEMAX_VLLM)}
+    if engine == "sglang":
+        sglang = inferencemax_sglang(row)
+        return {"sets": sglang} if sglang else {}
+    if engine != "trtllm":
+        return {}
+    path = row.model_path.lower()
+    for name, tokens in INFERENCEMAX_TRTLLM_TOKENS.items():
+        if name.lower() in path:
+            return {"max_batched_tokens": tokens}
+    if not inferencemax_deepseek(row) or not row.isl:
+        return {}
+    block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0
+    drafts = inferencemax_mtp_drafts(row)
+    if drafts is not None and (row.attention_dp or 1) == 1:
+        tokens = (drafts + 1) * conc + row.isl + 64
+        return {"max_batched_tokens": -(-tokens // block) * block, "max_running": conc}
+    tokens = -(-(conc + row.isl + 64) // block) * block
+    return {"max_batched_tokens": max(tokens, INFERENCEMAX_TRTLLM_FLOOR)}
+
+
+# InferenceMAX's DeepSeek-R1 runs with TensorRT-LLM on B200 come in two configurations that
+# differ by image: ``dsr1-fp{4,8}-b200-trt`` (release 1.2.0rc6.post2, no speculation) and
+# ``dsr1-fp{4,8}-b200-trt-mtp`` (1.2.0rc6.post3, MTP: "MTP=3 (or MTP=1 when DP_ATTN=true)")
+# (InferenceMAX ``.github/configs/nvidia-master.yaml`` at commit 12ba0ae, 2026-03-25). The
+# CSV names the image in ``backend_version``, so those rows ran with MTP: at the same
+# layout their measured TPOT is about half the post2 rows' (5.4 against 10.3 ms, fp8, tp 8,
+# 4 clients). Other MTP configurations share their image with a plain one (H200
+# TensorRT-LLM 1.1.0rc2.post2, SGLang v0.5.9) and cannot be told apart: run plain.
+INFERENCEMAX_MTP = {("trtllm", "b200_sxm", "1.2.0rc6.post3"): (3, 1)}  # drafts: plain, DP
+
+
+def inferencemax_mtp_drafts(row: SiliconRow) -> int | None:
+    """The MTP drafts an InferenceMAX DeepSeek row ran with (above); ``None``: none, or
+    not known."""
+    found = INFERENCEMAX_MTP.get((row.backend, row.system, row.backend_version))
+    if found is None or harness_of(row) is not INFERENCEMAX or not inferencemax_deepseek(row):
+        return None
+    return found[1] if (row.attention_dp or 1) > 1 else found[0]
+
+
+def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any] | None:
+    """The speculative decoding an InferenceMAX row ran with (above), as
+    ``EngineConfig.speculative``; ``None``: none, or not known."""
+    drafts = inferencemax_mtp_drafts(row)
+    if drafts is None:
+        return None
+    from twin.engine import speculative  # late: the engine is not needed to read rows
+
+    return speculative.build(model, "mtp", drafts).to_dict()
+
+
+def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:
+    """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
+    if kind not in DEPLOYMENTS:
+        raise TwinError(f"deployment {kind!r}: expected one of {', '.join(DEPLOYMENTS)}")
+    if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
+        return inferencemax_deployment(row, engine)
+    if kind == "defaults" or (kind != "aiconfigurator-all" and engine not in DEPLOYED_ENGINES):
+        return {}
+    return aiconfigurator_deployment(row, engine)

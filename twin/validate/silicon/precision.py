@@ -1,0 +1,283 @@
+"""What precision a row is priced at (weights, experts, KV cache), read from its columns
+or its checkpoint, and why."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from twin import precision as px
+from twin.validate.silicon.configs import QUANTISED_NAME_SUFFIX
+from twin.validate.silicon.rows import SiliconRow
+
+# The CSV's precision names and quant modes (aiconfigurator's) -> the twin's --precision
+# (twin.precision.TABLE_MODES; ``fp8_static`` is per-tensor static fp8: the same bytes,
+# priced by the fp8 GEMM fit). An empty ``precision`` (the older collection's unquantised
+# runs) is read from the checkpoint: its quantisation config, else its name's suffix,
+# else its dtype.
+_WEIGHT_MODES = {**px.TABLE_MODES, "fp8_static": "fp8"}
+_CHECKPOINT_DTYPES = {"bfloat16": "bf16"}
+# Checkpoint quantisation configs -> --precision: ModelOpt's ``quant_algo`` (the
+# ``hf_quant_config.json`` NVIDIA ships, or ``quantization_config`` with quant_method
+# modelopt) and Hugging Face's ``quant_method`` (fp8, with ``weight_block_size`` for
+# block scales).
+_CHECKPOINT_ALGOS = {"FP8": "fp8", "FP8_BLOCK": "fp8-block", "NVFP4": "nvfp4"}
+# aiconfigurator's quant profiles pair fp8 and nvfp4 weights with an fp8 KV cache and
+# bf16 with a bf16 one (package aiconfigurator 0.12.0, sdk/task_v1_compat.py
+# ``_PROFILE_TO_QUANT``; its checkpoint inference does the same, aiconfigurator-core
+# sdk/models/helpers.py ``_infer_quant_modes_from_raw_config``): a row whose checkpoint
+# does not say (``kv_cache_quant_algo``) is run with that KV cache.
+_KV_OF_WEIGHTS = {"bf16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "nvfp4": "fp8"}
+
+
+@dataclass(frozen=True)
+class RowPrecision:
+    """What the twin prices a row at (``twin.precision``) and why."""
+
+    weights: str  # --precision
+    kv: str  # --kv-dtype
+    moe: str | None = None  # the experts' (None: as the weights)
+    why: str = ""
+    kv_from_checkpoint: bool = False  # the checkpoint says the KV dtype (else a default)
+    # Read from the checkpoint where the columns name a mode the GPU runs weight-only
+    # (``weight_only_checkpoint``), not from the columns.
+    native: bool = False
+
+    @property
+    def label(self) -> str:
+        """``fp8-block, fp8 KV``: the summary's per-precision key."""
+        experts = f", {self.moe} experts" if self.moe not in (None, self.weights) else ""
+        return f"{self.weights}{experts}, {self.kv} KV"
+
+    @property
+    def text(self) -> str:
+        """The per-row ``priced_as``: the label and where it was read."""
+        return f"{self.weights} weights{', ' + self.moe + ' experts' if self.moe else ''}, " + (
+            f"{self.kv} KV ({self.why})"
+        )
+
+
+def _unpriced_columns(row: SiliconRow) -> str | None:
+    """The reason, if the row's own precision columns name one the twin does not price."""
+    gemm = row.gemm_quant_mode or row.precision
+    if gemm and gemm not in _WEIGHT_MODES:
+        label = row.precision or row.gemm_quant_mode
+        extra = f" ({row.gemm_quant_mode})" if row.gemm_quant_mode not in ("", label) else ""
+        return f"precision {label}{extra} not priced"
+    if row.moe_quant_mode and row.moe_quant_mode not in _WEIGHT_MODES:
+        return f"precision {row.moe_quant_mode} (MoE) not priced"
+    return None
+
+
+def hf_quant_config(configs: Path, hf_id: str) -> dict[str, Any] | None:
+    """The ``quantization`` section of ``<org>--<name>_hf_quant_config.json`` (NVIDIA
+    ModelOpt's file beside a quantised checkpoint's config), if the package caches it."""
+    path = configs / f"{hf_id.replace('/', '--')}_hf_quant_config.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    quant = data.get("quantization") if isinstance(data, dict) else None
+    return quant if isinstance(quant, dict) else None
+
+
+def _checkpoint_quant(config: dict[str, Any], hf: dict[str, Any] | None) -> str | None:
+    """The weights' --precision a checkpoint's own quantisation says, ``""`` for an
+    unquantised one, or a reason (starting "precision") for one the twin cannot price."""
+    quant = config.get("quantization_config")
+    algo = (hf or {}).get("quant_algo")
+    if isinstance(quant, dict) and not algo:
+        method = str(quant.get("quant_method", "quantised")).lower()
+        if method == "fp8":
+            return "fp8-block" if quant.get("weight_block_size") else "fp8"
+        if method == "modelopt":
+            algo = quant.get("quant_algo")
+        else:
+            return f"precision of the {method} checkpoint not priced"
+    if algo:
+        found = _CHECKPOINT_ALGOS.get(str(algo).upper())
+        return found or f"precision of the {algo} checkpoint not priced"
+    return ""
+
+
+def _checkpoint_kv(config: dict[str, Any], hf: dict[str, Any] | None) -> str | None:
+    """The KV dtype a checkpoint says (``kv_cache_quant_algo``, ``kv_cache_scheme``)."""
+    quant = config.get("quantization_config")
+    algo = (hf or {}).get("kv_cache_quant_algo")
+    if algo is None and isinstance(quant, dict):
+        algo = quant.get("kv_cache_quant_algo")
+        scheme = quant.get("kv_cache_scheme")
+        if algo is None and isinstance(scheme, dict):
+            algo = f"{scheme.get('type', 'float')}{scheme.get('num_bits', '')}"
+    if algo is None:
+        return None
+    return "fp8" if str(algo).upper() in ("FP8", "FLOAT8") else f"kv {algo}"
+
+
+def weight_only_checkpoint(config: dict[str, Any]) -> tuple[str, str] | None:
+    """``(linear layers, experts)`` as --precision values for a checkpoint whose own
+    quantisation stores its routed experts in a 4-bit weight-only format the twin prices
+    (``twin.precision``), None for any other. aiconfigurator reads the same two
+    (aiconfigurator-core 0.12.0 ``sdk/models/helpers.py``
+    ``_infer_quant_modes_from_raw_config``):
+
+    - ``quant_method`` mxfp4 (gpt-oss): gemm bfloat16, moe ``w4a16_mxfp4``; Hugging
+      Face's ``Mxfp4Config`` quantises the experts only (``modules_to_not_convert``:
+      attention, router, embeddings, LM head);
+    - compressed-tensors with 4-bit integer weights (Kimi-K2.5): ``int4_wo``
+      (``sdk/utils.py`` ``parse_compressed_tensors_quant``), the linear layers bf16
+      where ``ignore`` names the attention (``re:.*self_attn.*``). Only the twin's
+      ``int4`` (group 32, symmetric, no activation quantisation) is read."""
+    quant = config.get("quantization_config")
+    if not isinstance(quant, dict):
+        return None
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        return "bf16", "mxfp4"
+    if method != "compressed-tensors":
+        return None
+    groups = [g for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)]
+    weights = [g.get("weights") or {} for g in groups]
+    int4 = bool(groups) and all(
+        w.get("num_bits") == 4
+        and str(w.get("type", "")).lower() == "int"
+        and w.get("group_size") == 32
+        and w.get("symmetric")
+        and not g.get("input_activations")
+        for g, w in zip(groups, weights, strict=True)
+    )
+    attention_kept = any("self_attn" in str(p) for p in quant.get("ignore") or [])
+    return ("bf16", "int4") if int4 and attention_kept else None
+
+
+def runs_weight_only(row: SiliconRow, gpu: str | None) -> bool:
+    """Whether the row's experts' column names a 4-bit mode the GPU runs weight-only:
+    ``int4_wo``, or nvfp4 on a GPU without FP4 tensor cores (aiconfigurator 0.12.0 runs
+    nvfp4 as ``nvfp4_wo`` there: aiconfigurator-core ``sdk/models/helpers.py``
+    ``resolve_nvfp4_for_system``, "non-Blackwell hardware has no native FP4 tensor
+    cores")."""
+    mode = row.moe_quant_mode or row.gemm_quant_mode or row.precision
+    if mode == "int4_wo":
+        return True
+    from twin.hardware import GPUS
+
+    spec = GPUS.get(gpu or "")
+    return _WEIGHT_MODES.get(mode) == "nvfp4" and spec is not None and not spec.fp4_flops
+
+
+def row_precision(
+    row: SiliconRow,
+    config: dict[str, Any],
+    own: bool,
+    hf: dict[str, Any] | None,
+    gpu: str | None = None,
+) -> RowPrecision | str:
+    """What the twin prices ``row`` at, or a reason starting "precision".
+
+    The row's columns first (``gemm_quant_mode``, else ``precision``; ``moe_quant_mode``
+    for the experts); with both empty, the checkpoint: its quantisation config when the
+    cached config is the row's own (``own``) or its ``hf_quant_config.json``, else the
+    repository name's suffix (``-FP8``, ``-NVFP4``), else its dtype (bfloat16 only). The
+    KV cache: the checkpoint's ``kv_cache_quant_algo`` where it says, else
+    ``_KV_OF_WEIGHTS`` (aiconfigurator's pairing).
+
+    One exception to the columns: where they name a 4-bit mode ``gpu`` runs weight-only
+    (``runs_weight_only``) and the row's own checkpoint stores its experts in a 4-bit
+    weight-only format (:func:`weight_only_checkpoint`), the checkpoint's formats are
+    priced: that is what the engine loads and runs (gpt-oss-120b's rows say fp4 /
+    nvfp4, the InferenceMAX collection's precision label, but its checkpoint is mxfp4,
+    and aiconfigurator's InferenceMAX reader takes gpt-oss's quantisation from the
+    checkpoint: aiconfigurator 0.12.0 ``sdk/config_adapter/inferencex.py``
+    ``NATIVE_QUANT_MODELS``; Kimi-K2.5's int4 rows say ``int4_wo`` for the GEMMs too,
+    but its checkpoint leaves attention and the shared and dense MLPs in bf16)."""
+    native = weight_only_checkpoint(config) if own else None
+    if native is not None and runs_weight_only(row, gpu):
+        kv = _checkpoint_kv(config, hf)
+        if kv is not None and kv not in px.KV_DTYPES:
+            return f"precision {kv} cache not priced"
+        weights, experts = native
+        why = (
+            f"precision column {row.precision or '-'}, moe_quant_mode "
+            f"{row.moe_quant_mode or '-'} run weight-only on {gpu}: the checkpoint's "
+            f"{experts} experts, {weights} linear layers"
+        )
+        kv_why = "KV: the checkpoint's kv_cache_quant_algo" if kv else "KV: as the weights"
+        said = kv is not None
+        kv = kv or _KV_OF_WEIGHTS[weights]
+        return RowPrecision(
+            weights, kv, experts, f"{why}; {kv_why}", kv_from_checkpoint=said, native=True
+        )
+    reason = _unpriced_columns(row)
+    if reason is not None:
+        return reason
+    gemm = row.gemm_quant_mode or row.precision
+    moe = _WEIGHT_MODES[row.moe_quant_mode] if row.moe_quant_mode else None
+    checkpoint = _checkpoint_quant(config, hf) if own or hf else ""
+    if checkpoint and checkpoint.startswith("precision"):
+        if not gemm:
+            return checkpoint
+        checkpoint = ""
+    suffix = QUANTISED_NAME_SUFFIX.search(row.model_path.rsplit("/", 1)[-1])
+    if gemm:
+        weights = _WEIGHT_MODES[gemm]
+        why = (
+            f"precision column {row.precision or '-'}, gemm_quant_mode {row.gemm_quant_mode or '-'}"
+        )
+    elif checkpoint:
+        weights, why = checkpoint, "the checkpoint's quantisation config"
+    elif suffix is not None:
+        weights = suffix.group(1).lower()
+        why = f"precision columns empty; the name's -{suffix.group(1)} suffix"
+    else:
+        dtype = str(config.get("torch_dtype") or config.get("dtype") or "")
+        if dtype not in _CHECKPOINT_DTYPES:
+            return f"precision unspecified (checkpoint dtype {dtype or 'not given'}) not priced"
+        weights = _CHECKPOINT_DTYPES[dtype]
+        why = f"precision column empty; checkpoint torch_dtype {dtype}"
+    if weights not in _KV_OF_WEIGHTS:
+        return f"precision {weights} not priced"
+    kv = _checkpoint_kv(config, hf) if own or hf else None
+    if kv is not None and kv not in px.KV_DTYPES:
+        return f"precision {kv} cache not priced"
+    if kv is None:
+        kv, kv_why = _KV_OF_WEIGHTS[weights], "KV: aiconfigurator's pairing"
+    else:
+        kv_why = "KV: the checkpoint's kv_cache_quant_algo"
+    return RowPrecision(
+        weights,
+        kv,
+        moe if moe != weights else None,
+        f"{why}; {kv_why}",
+        kv is not None and kv_why.endswith("kv_cache_quant_algo"),
+    )
+
+
+# Engines whose rows run at their own defaults (no deployment written for them) and
+# whose default KV cache dtype the checkpoint decides: SGLang 0.5.6.post2
+# ``model_executor/model_runner.py`` ``ModelRunner.init_memory_pool`` (the same rule in
+# 0.5.1.post1 to 0.5.10.post1): ``--kv-cache-dtype auto`` (``server_args.py``'s default)
+# is fp8 only when the model's quantisation config says ``kv_cache_quant_algo`` FP8, else
+# the model's dtype, so ``--quantization fp8`` on a bf16 checkpoint keeps a bf16 cache.
+# aiconfigurator's fp8 pairing is what its generated deployment writes
+# (``generator/rule_plugin/benchmark/sglang.rule``: ``kv_cache_dtype = fp8_e4m3``), which
+# these rows did not run with (``DEPLOYED_ENGINES``).
+ENGINE_DEFAULT_KV = frozenset({"sglang"})
+
+
+def engine_default_kv(
+    precision: RowPrecision, engine: str, limits: dict[str, Any], config: dict[str, Any]
+) -> RowPrecision:
+    """``precision`` with the KV cache the engine picks at its defaults (``ENGINE_DEFAULT_KV``)
+    where the row runs at them (``limits`` empty) and the checkpoint does not say."""
+    if engine not in ENGINE_DEFAULT_KV or limits or precision.kv_from_checkpoint:
+        return precision
+    dtype = _CHECKPOINT_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
+    if dtype is None or dtype == precision.kv:
+        return precision
+    why = precision.why.replace(
+        "KV: aiconfigurator's pairing", f"KV: {engine}'s --kv-cache-dtype auto (the model's dtype)"
+    )
+    return dataclasses.replace(precision, kv=dtype, why=why)

@@ -1,0 +1,276 @@
+"""The measured rows: NVIDIA's ``silicon_sample.csv`` read from the installed package, the
+issue's fixed fit / held-out split, and the reasons a row is not expressed."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from twin.errors import TwinError, where
+from twin.validate.silicon.harness import inferencemax_layout
+
+CSV_IN_PACKAGE = ("systems", "silicon_sample.csv")
+CONFIGS_IN_PACKAGE = "model_configs"
+# The columns this module reads (the file has more: disaggregated workers' settings).
+COLUMNS = (
+    "id",
+    "silicon_data_source",
+    "backend",
+    "backend_version",
+    "model_path",
+    "system",
+    "precision",
+    "mode",
+    "isl",
+    "osl",
+    "gemm_quant_mode",
+    "moe_quant_mode",
+    "batch_size",
+    "tp_size",
+    "pp_size",
+    "attention_dp_size",
+    "moe_tp_size",
+    "moe_ep_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+)
+_CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+
+# The issue's fixed split: a row is fitted on when the first hex digit of the SHA-256 of
+# its id is 0-7 (half the rows, whatever their order), held out otherwise.
+FIT, HELD_OUT = "fit", "held_out"
+SPLITS = (FIT, HELD_OUT)
+_FIT_DIGITS = frozenset("01234567")
+
+
+# Reasons a row is not expressed, in the order they are checked (a row is counted once,
+# under the first that applies).
+REASON_NO_MEASUREMENT = "no measured TTFT/TPOT"
+REASON_DISAGG = "disaggregated serving (mode disagg)"
+REASON_PP = "pipeline parallel (pp_size > 1)"
+REASON_ATTN_DP = "attention data parallel (attention_dp_size > 1)"
+REASON_DP_SPECULATIVE = "attention data parallel with speculative decoding (MTP) not modelled"
+REASON_EP = "expert parallel (moe_ep_size > 1)"
+REASON_NO_CONCURRENCY = "no silicon_concurrency in silicon_data_source"
+REASON_NO_LENGTHS = "no isl/osl"
+
+
+@dataclass(frozen=True)
+class SiliconRow:
+    """One row of the CSV, parsed (``None`` where the file leaves a value empty)."""
+
+    id: str
+    source: str
+    backend: str
+    backend_version: str
+    model_path: str
+    system: str
+    precision: str
+    mode: str
+    isl: int | None
+    osl: int | None
+    gemm_quant_mode: str
+    moe_quant_mode: str
+    batch_size: int | None
+    tp: int | None
+    pp: int | None
+    attention_dp: int | None
+    moe_tp: int | None
+    moe_ep: int | None
+    concurrency: int | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    # Another row of the file holds the same measurement (``measurement_key``) under a
+    # fit id: the measurement was seen when fitting, so this row is fit too.
+    copy_in_fit: bool = False
+    # The CSV's own parallel columns where they were read as another layout
+    # (:func:`inferencemax_layout`); empty where the columns are the run's.
+    csv_layout: str = ""
+
+    @property
+    def split(self) -> str:
+        return FIT if self.copy_in_fit else split_of(self.id)
+
+    @property
+    def measurement_key(self) -> tuple[object, ...] | None:
+        """What makes two rows one measurement: the same measured TTFT and TPOT (exact
+        floats) at the same lengths, concurrency, system and backend. The InferenceMAX
+        collections repeat measurements under other ids, model names (DeepSeek-V3 and
+        -R1) and versions; ``None`` without a measurement."""
+        if self.ttft_ms is None or self.tpot_ms is None:
+            return None
+        return (
+            self.ttft_ms,
+            self.tpot_ms,
+            self.isl,
+            self.osl,
+            self.concurrency,
+            self.system,
+            self.backend,
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The model's name without its organisation (``Qwen3-32B``)."""
+        return self.model_path.rsplit("/", 1)[-1]
+
+    @property
+    def precision_label(self) -> str:
+        return self.precision or "unspecified"
+
+    @property
+    def group(self) -> str:
+        """The summary's group: model | system | backend | precision."""
+        return f"{self.model_name}|{self.system}|{self.backend}|{self.precision_label}"
+
+
+def split_of(row_id: str) -> str:
+    """``fit`` when the first hex digit of SHA-256(``row_id``) is 0-7, else ``held_out``
+    (a row's split also counts its copies: ``SiliconRow.split``)."""
+    digit = hashlib.sha256(row_id.encode("utf-8")).hexdigest()[0]
+    return FIT if digit in _FIT_DIGITS else HELD_OUT
+
+
+def package_dir() -> Path:
+    """The installed ``aiconfigurator_core`` (a TwinError naming the extra if absent)."""
+    from twin.calibration.aic_tables import package_dir as aic_package_dir
+
+    return aic_package_dir("scoring against silicon_sample.csv")
+
+
+def default_csv() -> Path:
+    return package_dir().joinpath(*CSV_IN_PACKAGE)
+
+
+def default_configs() -> Path:
+    return package_dir() / CONFIGS_IN_PACKAGE
+
+
+def _number(text: str, path: Path, row: int, column: str, what: str) -> float | None:
+    """A cell as a float (None when empty); one error naming file, row and column."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise TwinError(f"{where(path, row, column)}: expected {what} (got {text!r})") from None
+
+
+def _int(text: str, path: Path, row: int, column: str) -> int | None:
+    value = _number(text, path, row, column, "an integer")
+    if value is None:
+        return None
+    if not value.is_integer():
+        raise TwinError(f"{where(path, row, column)}: expected an integer (got {text.strip()!r})")
+    return int(value)
+
+
+def _float(text: str, path: Path, row: int, column: str) -> float | None:
+    value = _number(text, path, row, column, "a number")
+    if value is None:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def read_rows(path: str | Path | None = None) -> list[SiliconRow]:
+    """The CSV's rows (the installed package's ``systems/silicon_sample.csv`` by default).
+
+    A missing column or a malformed number is a TwinError naming the file, row and
+    column; an empty value is ``None`` (the row is then not expressed, with a reason).
+    """
+    p = Path(path) if path is not None else default_csv()
+    try:
+        with p.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise TwinError(f"{p}: missing column {missing[0]!r} (a silicon_sample.csv?)")
+            rows = []
+            for i, raw in enumerate(reader, start=1):
+                rows.append(inferencemax_layout(_parse(raw, p, i)))
+    except FileNotFoundError:
+        raise TwinError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise TwinError(f"{p}: not a readable CSV file ({err})") from None
+    seen: set[str] = set()
+    for i, r in enumerate(rows, start=1):
+        if not r.id:
+            raise TwinError(f"{where(p, i, 'id')}: empty id")
+        if r.id in seen:
+            raise TwinError(f"{where(p, i, 'id')}: duplicate id {r.id!r}")
+        seen.add(r.id)
+    return mark_copies(rows)
+
+
+def mark_copies(rows: Sequence[SiliconRow]) -> list[SiliconRow]:
+    """``rows`` with ``copy_in_fit`` set where another row holds the same measurement
+    under a fit id, so a held-out score never counts a measurement the fit split saw
+    (608 held-out rows of the package's CSV have a fit copy)."""
+    fit_keys = {
+        r.measurement_key for r in rows if r.measurement_key is not None and split_of(r.id) == FIT
+    }
+    return [
+        dataclasses.replace(r, copy_in_fit=True)
+        if split_of(r.id) != FIT and r.measurement_key in fit_keys
+        else r
+        for r in rows
+    ]
+
+
+def _parse(raw: dict[str, str | None], path: Path, i: int) -> SiliconRow:
+    text = {c: (raw.get(c) or "").strip() for c in COLUMNS}
+
+    def n(column: str) -> int | None:
+        return _int(text[column], path, i, column)
+
+    found = _CONCURRENCY.search(text["silicon_data_source"])
+    return SiliconRow(
+        id=text["id"],
+        source=text["silicon_data_source"],
+        backend=text["backend"].lower(),
+        backend_version=text["backend_version"],
+        model_path=text["model_path"],
+        system=text["system"].lower(),
+        precision=text["precision"].lower(),
+        mode=text["mode"].lower(),
+        isl=n("isl"),
+        osl=n("osl"),
+        gemm_quant_mode=text["gemm_quant_mode"].lower(),
+        moe_quant_mode=text["moe_quant_mode"].lower(),
+        batch_size=n("batch_size"),
+        tp=n("tp_size"),
+        pp=n("pp_size"),
+        attention_dp=n("attention_dp_size"),
+        moe_tp=n("moe_tp_size"),
+        moe_ep=n("moe_ep_size"),
+        concurrency=int(found.group(1)) if found else None,
+        ttft_ms=_float(text["silicon_ttft_ms"], path, i, "silicon_ttft_ms"),
+        tpot_ms=_float(text["silicon_tpot_ms"], path, i, "silicon_tpot_ms"),
+    )
+
+
+def select(
+    rows: Iterable[SiliconRow],
+    models: Sequence[str] = (),
+    systems: Sequence[str] = (),
+    backends: Sequence[str] = (),
+) -> list[SiliconRow]:
+    """Rows whose model path contains one of ``models`` (case-insensitive), whose system
+    is one of ``systems`` and backend one of ``backends`` (empty: any)."""
+    ms = [m.lower() for m in models]
+    ss = {s.lower() for s in systems}
+    bs = {b.lower() for b in backends}
+    return [
+        r
+        for r in rows
+        if (not ms or any(m in r.model_path.lower() for m in ms))
+        and (not ss or r.system in ss)
+        and (not bs or r.backend in bs)
+    ]
