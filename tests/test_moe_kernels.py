@@ -37,6 +37,7 @@ TRUE = {
     "p": 2.0,
     "c_weight_elems": 1e-14,
     "c_routed_elems": 2e-13,
+    "c_active_experts": 0.0,  # tests/data/aic/make_moe_table.py's: its rows predate the term
 }
 
 
@@ -56,6 +57,7 @@ def test_moe_row_features_per_gpu() -> None:
     assert row["flops"] == 2.0 * 128 * 2048 * 3 * 768
     assert row["weight_elems"] == 32 * 2048 * 3 * 768
     assert row["routed_elems"] == 64 * 8 * 2048
+    assert row["active_experts"] == 32
     assert row["bytes"] == 2 * 128 * (2048 + 768) + 2 * 32 * 2048 * 3 * 768 + 2 * 128 * (
         2 * 768 + 2048
     )
@@ -110,7 +112,7 @@ def test_the_moe_part_is_the_fit_at_known_features() -> None:
         prof.peaks,
         flops,
         nbytes,
-        {"weight_elems": weights, "routed_elems": rows * m.d_model},
+        {"weight_elems": weights, "routed_elems": rows * m.d_model, "active_experts": active},
     )
     assert moe_s == pytest.approx(m.n_moe_layers * one, rel=1e-12)
 
@@ -168,7 +170,7 @@ def test_expert_parallelism_prices_the_ranks_share() -> None:
         prof.peaks,
         flops,
         nbytes,
-        {"weight_elems": weights, "routed_elems": rows * m.d_model},
+        {"weight_elems": weights, "routed_elems": rows * m.d_model, "active_experts": active},
     )
     step = ep.step((), [100] * t, breakdown=True)
     assert step.items["moe"]["moe"] == pytest.approx(m.n_moe_layers * one, rel=1e-12)  # type: ignore[union-attr]
@@ -197,3 +199,51 @@ def test_memory_budget_takes_the_layouts_weights() -> None:
     assert memory_budget(m, ep) == 4 * hbm * ep.memory_utilization - 4 * per_gpu
     with pytest.raises(TwinError, match="--ep: must divide --tp 4"):
         EngineConfig(tp=4, ep=3)
+
+
+def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
+    peaks = get_gpu("h100").peaks()
+    params = {**TRUE, "c_active_experts": 2e-6}
+    flops, nbytes, extras = ft.moe_features(96.0, 96.0 * 8 * 4096, 30.0, 4096, 1024, 2, 2, 2.0, 2.0)
+    assert extras["active_experts"] == 30.0
+    without = lat.predict("moe", TRUE, peaks, flops, nbytes, extras)
+    with_term = lat.predict("moe", params, peaks, flops, nbytes, extras)
+    assert with_term == pytest.approx(without + 30 * 2e-6, rel=1e-12)
+    fast = lat.compile_fast("moe", params, peaks)
+    x, y = extras["weight_elems"], extras["routed_elems"]
+    assert fast(flops, nbytes, x, y, 30.0) == pytest.approx(with_term, rel=1e-12)
+    # the decode paths' compiled constants carry no serial term: refused, not dropped
+    with pytest.raises(AssertionError, match="serial"):
+        lat.kernel_constants("moe", params, peaks)
+
+
+def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
+    old = {k: v for k, v in TRUE.items() if k != "c_active_experts"}
+    fit = KernelFit(model="roofline+weight_elems+routed_elems", params=old)
+    prof = dataclasses.replace(
+        resolve_profile("h100", None, "vllm"),
+        kernels={**resolve_profile("h100", None, "vllm").kernels, "moe": fit},
+    )
+    again = type(prof).from_dict(prof.to_dict())
+    assert again.kernels["moe"].model == "roofline+weight_elems+routed_elems+active_experts"
+    assert again.kernels["moe"].params["c_active_experts"] == 0.0
+
+
+def test_fit_recovers_a_serial_per_expert_cost() -> None:
+    from twin.calibration.fit import fit_params
+
+    peaks = get_gpu("h100").peaks()
+    params = {**TRUE, "c_active_experts": 3e-7}
+    rows = []
+    for t in (1, 2, 4, 8, 16, 64, 256, 1024, 4096):
+        for ep in (1, 4, 16):
+            for n_exp in (64, 256):
+                routed = t * 8
+                active = min(n_exp / ep, routed / ep)
+                flops, nbytes, ex = ft.moe_features(
+                    routed / ep, routed * 2048, active, 2048, 768, 2, 2, 2.0, 2.0
+                )
+                y = lat.predict("moe", params, peaks, flops, nbytes, ex)
+                rows.append({"flops": flops, "bytes": nbytes, **ex, "median_s": y})
+    got = fit_params("moe", rows, peaks)
+    assert got["c_active_experts"] == pytest.approx(3e-7, rel=0.05)

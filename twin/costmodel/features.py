@@ -243,7 +243,12 @@ def moe_features(
     w_e: float,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
-    the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra:
+    the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra
+    and ``active`` (the rank's experts the launch touches) as the serial
+    ``active_experts`` (``formulas.KernelFormula.serial``: each expert hit is a grouped-GEMM
+    problem of its own, whose set-up, scales and pipeline fill and drain do not overlap
+    the math: vLLM's ``fused_moe`` Triton kernel walks ``expert_ids`` block by block,
+    CUTLASS's grouped GEMM takes one problem per expert):
     each rank aligns and sorts the whole routing table, launches blocks for rows other
     ranks compute and sums the top-k outputs of every token (vLLM's
     ``moe_align_block_size``, its expert map and ``moe_sum``). The tables show it: at
@@ -251,7 +256,8 @@ def moe_features(
     rows are a 256th. Tried and dropped: the routed rows without the width (held-out
     median 12.8% against 9.7% on H200 vLLM bf16)."""
     flops, nbytes, weights = moe_sums(rows, active, d, width, up_mats, e, act_e, w_e)
-    return flops, nbytes, {"weight_elems": weights, "routed_elems": float(routed)}
+    extras = {"weight_elems": weights, "routed_elems": float(routed), "active_experts": active}
+    return flops, nbytes, extras
 
 
 def allreduce_features(nbytes: float, n_gpus: int) -> Features:

@@ -45,15 +45,27 @@ class KernelFormula:
     # The peak the FLOP time divides by: tensor-core ``flops``, or ``fp32_flops`` for a
     # kernel that runs on CUDA cores in fp32 (Mamba-1's selective scan).
     flops_peak: str = "flops"
+    # Serial extras: linear features priced after the smooth maximum (``t0 + smax_p(...) +
+    # sum_k s_k z_k``), work that overlaps neither the math nor the memory stream (the
+    # fused MoE's set-up of each expert it touches). Each has a ``c_<name>`` coefficient
+    # after the extras'. Only the scalar and array forms price them
+    # (``latency.compile_fast``, ``compile_many``); the decode paths' compiled constants
+    # (``latency.kernel_constants``) refuse such a formula.
+    serial: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        assert self.uses_flops or not self.extras, "extras sit on the compute side"
+        assert self.uses_flops or not (self.extras or self.serial), "extras need a roofline"
 
     @property
     def model_name(self) -> str:
         """Formula name stored in a profile."""
         base = "roofline" if self.uses_flops else "bandwidth"
-        return "+".join((base, *self.extras))
+        return "+".join((base, *self.extras, *self.serial))
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """Every extra feature in parameter order: the compute side's, then the serial."""
+        return (*self.extras, *self.serial)
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -63,7 +75,7 @@ class KernelFormula:
             names += ["eff_flops", "eff_bytes", "p"]
         else:
             names += ["eff_bytes"]
-        return (*names, *(f"c_{x}" for x in self.extras))
+        return (*names, *(f"c_{x}" for x in self.features))
 
 
 # Quantised GEMM modes (the tables' names, ``twin.precision.WeightFormat.table_mode``)
@@ -221,8 +233,10 @@ FORMULAS: dict[str, KernelFormula] = {
                 ("weight_elems", "routed_elems"),
                 f"fused MoE experts ({mode}): the rank's token x top-k rows through the "
                 "experts they hit, up and down, plus a term over every routed row's hidden "
-                "state of the step, all ranks' (gather, align, combine over the whole batch)",
+                "state of the step, all ranks' (gather, align, combine over the whole batch), "
+                "and a serial cost per expert hit (its grouped-GEMM problem's set-up)",
                 flops_peak=peak,
+                serial=("active_experts",),
             )
             for mode, peak in MOE_MODES.items()
         ),

@@ -60,12 +60,16 @@ def compile_kernel(
         return bandwidth
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
+    serial = [(x, float(params[f"c_{x}"])) for x in f.serial]
 
     def roofline(flops: float, nbytes: float, extras: dict[str, float]) -> float:
         compute = flops * inv_f
         for name, c in coeffs:
             compute += c * extras.get(name, 0.0)
-        return t0 + smooth_max(compute, nbytes * inv_b, p)
+        t = t0 + smooth_max(compute, nbytes * inv_b, p)
+        for name, c in serial:
+            t += c * extras.get(name, 0.0)
+        return t
 
     return roofline
 
@@ -74,8 +78,29 @@ def compile_fast(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
 ) -> Callable[..., float]:
     """Like ``compile_kernel`` but ``(flops, bytes, x=0, y=0)`` with ``x``, ``y`` the
-    kernel's extra features in formula order: no dict per call, for the cost model."""
+    kernel's extra features in formula order: no dict per call, for the cost model. A
+    formula with a serial feature (``KernelFormula.serial``) takes it as ``z``:
+    ``(flops, bytes, x=0, y=0, z=0)``."""
+    if get_formula(kernel).serial:
+        return _compile_serial(kernel, params, peaks)
     return _compile_pair(kernel, params, peaks)[0]
+
+
+def _compile_serial(
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[..., float]:
+    """``compile_fast`` of a formula with one serial feature ``z``: ``_compile_pair``'s
+    scalar form on ``(flops, bytes, x, y)`` plus ``c_z x z`` after the smooth maximum."""
+    f = get_formula(kernel)
+    assert len(f.serial) == 1 and len(f.extras) <= 2, "one serial feature, two extras"
+    compile_kernel(kernel, params, peaks)  # validates the parameters
+    inner = _compile_pair(kernel, params, peaks, serial_ok=True)[0]
+    cz = float(params[f"c_{f.serial[0]}"])
+
+    def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0, z: float = 0.0) -> float:
+        return inner(flops, nbytes, x, y) + cz * z
+
+    return fast
 
 
 def compile_many(
@@ -116,12 +141,15 @@ class KernelConstants(NamedTuple):
 
 
 def kernel_constants(
-    kernel: str, params: dict[str, float], peaks: dict[str, float]
+    kernel: str, params: dict[str, float], peaks: dict[str, float], serial_ok: bool = False
 ) -> KernelConstants:
     """The constants every compiled form of ``kernel``'s model uses (``_compile_pair``'s, and
-    ``twin.costmodel.compiled``'s)."""
+    ``twin.costmodel.compiled``'s). They leave out a serial feature's term
+    (``KernelFormula.serial``): only ``_compile_serial``, which adds it, passes
+    ``serial_ok``."""
     f = get_formula(kernel)
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
+    assert serial_ok or not f.serial, "the compiled constants carry no serial feature"
     compile_kernel(kernel, params, peaks)  # validates the parameters
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
@@ -134,11 +162,13 @@ def kernel_constants(
 
 
 def _compile_pair(
-    kernel: str, params: dict[str, float], peaks: dict[str, float]
+    kernel: str, params: dict[str, float], peaks: dict[str, float], serial_ok: bool = False
 ) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
     """The scalar, the array and the affine form of one kernel's model (one set of
     constants)."""
-    roofline, t0, inv_b, inv_f, cx, cy, p, inv_p = kernel_constants(kernel, params, peaks)
+    roofline, t0, inv_b, inv_f, cx, cy, p, inv_p = kernel_constants(
+        kernel, params, peaks, serial_ok
+    )
     if not roofline:
 
         def bandwidth_many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:

@@ -37,6 +37,8 @@ TRUE = {
         "p": 2.0,
         "c_weight_elems": 1e-14,
         "c_routed_elems": 2e-13,
+        # The serial per-expert term came after this table was written: zero keeps its rows.
+        "c_active_experts": 0.0,
     }
 }
 # (hidden, inter, topk, experts): Qwen3-30B-A3B's and a DeepSeek-like shape.
