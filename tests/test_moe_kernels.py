@@ -247,3 +247,16 @@ def test_fit_recovers_a_serial_per_expert_cost() -> None:
                 rows.append({"flops": flops, "bytes": nbytes, **ex, "median_s": y})
     got = fit_params("moe", rows, peaks)
     assert got["c_active_experts"] == pytest.approx(3e-7, rel=0.05)
+
+
+def test_the_array_form_prices_the_serial_term_like_the_scalar_form() -> None:
+    import numpy as np
+
+    peaks = get_gpu("h100").peaks()
+    params = {**TRUE, "c_active_experts": 2e-6}
+    fast = lat.compile_fast("moe", params, peaks)
+    many = lat.compile_many("moe", params, peaks)
+    flops, nbytes = np.array([1e9, 1e12, 0.0]), np.array([1e8, 1e9, 1e6])
+    x, y, z = np.array([1e6, 1e8, 0.0]), np.array([1e5, 1e7, 1e3]), np.array([1.0, 64.0, 8.0])
+    want = [fast(*v) for v in zip(flops, nbytes, x, y, z, strict=True)]
+    assert many(flops, nbytes, x, y, z).tolist() == want

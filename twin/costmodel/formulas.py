@@ -48,9 +48,9 @@ class KernelFormula:
     # Serial extras: linear features priced after the smooth maximum (``t0 + smax_p(...) +
     # sum_k s_k z_k``), work that overlaps neither the math nor the memory stream (the
     # fused MoE's set-up of each expert it touches). Each has a ``c_<name>`` coefficient
-    # after the extras'. Only the scalar and array forms price them
-    # (``latency.compile_fast``, ``compile_many``); the decode paths' compiled constants
-    # (``latency.kernel_constants``) refuse such a formula.
+    # after the extras'. The scalar and array forms price them (``latency.compile_kernel``,
+    # ``compile_fast``, ``compile_many``); the affine form and the decode paths' compiled
+    # constants (``latency.kernel_constants``) refuse such a formula.
     serial: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

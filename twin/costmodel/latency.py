@@ -87,17 +87,18 @@ def compile_fast(
 
 
 def _compile_serial(
-    kernel: str, params: dict[str, float], peaks: dict[str, float]
-) -> Callable[..., float]:
-    """``compile_fast`` of a formula with one serial feature ``z``: ``_compile_pair``'s
-    scalar form on ``(flops, bytes, x, y)`` plus ``c_z x z`` after the smooth maximum."""
+    kernel: str, params: dict[str, float], peaks: dict[str, float], many: bool = False
+) -> Callable[..., Any]:
+    """``compile_fast`` (``compile_many`` with ``many``) of a formula with one serial
+    feature ``z``: ``_compile_pair``'s form on ``(flops, bytes, x, y)`` plus ``c_z x z``
+    after the smooth maximum."""
     f = get_formula(kernel)
     assert len(f.serial) == 1 and len(f.extras) <= 2, "one serial feature, two extras"
     compile_kernel(kernel, params, peaks)  # validates the parameters
-    inner = _compile_pair(kernel, params, peaks, serial_ok=True)[0]
+    inner = _compile_pair(kernel, params, peaks, serial_ok=True)[1 if many else 0]
     cz = float(params[f"c_{f.serial[0]}"])
 
-    def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0, z: float = 0.0) -> float:
+    def fast(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0, z: Any = 0.0) -> Any:
         return inner(flops, nbytes, x, y) + cz * z
 
     return fast
@@ -109,7 +110,10 @@ def compile_many(
     """``compile_fast`` over arrays of features: one price per element, each equal to the
     scalar one to the bit (the same operations in the same order, and the same ``pow``:
     Python's, not numpy's, whose SIMD versions may round differently). For runs of
-    decode steps (``CostModel.decode_steps_s``)."""
+    decode steps (``CostModel.decode_steps_s``). A serial feature (``KernelFormula.serial``)
+    is ``z``, as in ``compile_fast``."""
+    if get_formula(kernel).serial:
+        return _compile_serial(kernel, params, peaks, many=True)
     return _compile_pair(kernel, params, peaks)[1]
 
 
