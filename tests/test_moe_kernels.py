@@ -37,7 +37,8 @@ TRUE = {
     "p": 2.0,
     "c_weight_elems": 1e-14,
     "c_routed_elems": 2e-13,
-    "c_active_experts": 0.0,  # tests/data/aic/make_moe_table.py's: its rows predate the term
+    "c_tile_bytes": 0.0,  # tests/data/aic/make_moe_table.py's: its rows predate these terms
+    "c_active_experts": 0.0,
 }
 
 
@@ -58,6 +59,7 @@ def test_moe_row_features_per_gpu() -> None:
     assert row["weight_elems"] == 32 * 2048 * 3 * 768
     assert row["routed_elems"] == 64 * 8 * 2048
     assert row["active_experts"] == 32
+    assert row["tile_bytes"] == 2 * 2048 * 128  # the up GEMM's tile: d x 128 columns
     assert row["bytes"] == 2 * 128 * (2048 + 768) + 2 * 32 * 2048 * 3 * 768 + 2 * 128 * (
         2 * 768 + 2048
     )
@@ -112,7 +114,12 @@ def test_the_moe_part_is_the_fit_at_known_features() -> None:
         prof.peaks,
         flops,
         nbytes,
-        {"weight_elems": weights, "routed_elems": rows * m.d_model, "active_experts": active},
+        {
+            "weight_elems": weights,
+            "routed_elems": rows * m.d_model,
+            "tile_bytes": ft.moe_tile_bytes(m.d_model, m.moe_d_ff // tp, 2, 2),
+            "active_experts": active,
+        },
     )
     assert moe_s == pytest.approx(m.n_moe_layers * one, rel=1e-12)
 
@@ -170,7 +177,12 @@ def test_expert_parallelism_prices_the_ranks_share() -> None:
         prof.peaks,
         flops,
         nbytes,
-        {"weight_elems": weights, "routed_elems": rows * m.d_model, "active_experts": active},
+        {
+            "weight_elems": weights,
+            "routed_elems": rows * m.d_model,
+            "tile_bytes": ft.moe_tile_bytes(m.d_model, m.moe_d_ff, 2, 2),
+            "active_experts": active,
+        },
     )
     step = ep.step((), [100] * t, breakdown=True)
     assert step.items["moe"]["moe"] == pytest.approx(m.n_moe_layers * one, rel=1e-12)  # type: ignore[union-attr]
@@ -210,23 +222,25 @@ def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
     with_term = lat.predict("moe", params, peaks, flops, nbytes, extras)
     assert with_term == pytest.approx(without + 30 * 2e-6, rel=1e-12)
     fast = lat.compile_fast("moe", params, peaks)
-    x, y = extras["weight_elems"], extras["routed_elems"]
-    assert fast(flops, nbytes, x, y, 30.0) == pytest.approx(with_term, rel=1e-12)
+    x, y, u = extras["weight_elems"], extras["routed_elems"], extras["tile_bytes"]
+    assert fast(flops, nbytes, x, y, u, 30.0) == pytest.approx(with_term, rel=1e-12)
     # the decode paths' compiled constants carry no serial term: refused, not dropped
-    with pytest.raises(AssertionError, match="serial"):
+    with pytest.raises(AssertionError, match="extra features|serial"):
         lat.kernel_constants("moe", params, peaks)
 
 
 def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
-    old = {k: v for k, v in TRUE.items() if k != "c_active_experts"}
+    old = {k: v for k, v in TRUE.items() if k not in ("c_active_experts", "c_tile_bytes")}
     fit = KernelFit(model="roofline+weight_elems+routed_elems", params=old)
     prof = dataclasses.replace(
         resolve_profile("h100", None, "vllm"),
         kernels={**resolve_profile("h100", None, "vllm").kernels, "moe": fit},
     )
     again = type(prof).from_dict(prof.to_dict())
-    assert again.kernels["moe"].model == "roofline+weight_elems+routed_elems+active_experts"
+    want = "roofline+weight_elems+routed_elems+tile_bytes+active_experts"
+    assert again.kernels["moe"].model == want
     assert again.kernels["moe"].params["c_active_experts"] == 0.0
+    assert again.kernels["moe"].params["c_tile_bytes"] == 0.0
 
 
 def test_fit_recovers_a_serial_per_expert_cost() -> None:
@@ -257,6 +271,10 @@ def test_the_array_form_prices_the_serial_term_like_the_scalar_form() -> None:
     fast = lat.compile_fast("moe", params, peaks)
     many = lat.compile_many("moe", params, peaks)
     flops, nbytes = np.array([1e9, 1e12, 0.0]), np.array([1e8, 1e9, 1e6])
-    x, y, z = np.array([1e6, 1e8, 0.0]), np.array([1e5, 1e7, 1e3]), np.array([1.0, 64.0, 8.0])
-    want = [fast(*v) for v in zip(flops, nbytes, x, y, z, strict=True)]
-    assert many(flops, nbytes, x, y, z).tolist() == want
+    x, y = np.array([1e6, 1e8, 0.0]), np.array([1e5, 1e7, 1e3])
+    u, z = np.array([5e5, 1e6, 0.0]), np.array([1.0, 64.0, 8.0])
+    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, z, strict=True)]
+    assert many(flops, nbytes, x, y, u, z).tolist() == want
+    assert many(flops, nbytes, x, y).tolist() == [
+        fast(*v) for v in zip(flops, nbytes, x, y, strict=True)
+    ]

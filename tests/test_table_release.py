@@ -120,7 +120,7 @@ def test_profile_keeps_each_releases_fit_and_prices_the_release(two_releases: Pa
     feats = (
         row["flops"],
         row["bytes"],
-        {k: row[k] for k in ("weight_elems", "routed_elems", "active_experts")},
+        {k: row[k] for k in ("weight_elems", "routed_elems", "tile_bytes", "active_experts")},
     )
     now = lat.predict("moe", prof.kernels["moe"].params, prof.peaks, *feats)
     old = prof.at_release("0.19.0")
@@ -156,7 +156,7 @@ def test_minimax_h200_vllm_019_moe_prices_near_its_table() -> None:
     feats = (
         row["flops"],
         row["bytes"],
-        {k: row[k] for k in ("weight_elems", "routed_elems", "active_experts")},
+        {k: row[k] for k in ("weight_elems", "routed_elems", "tile_bytes", "active_experts")},
     )
     prof = load_profile("h200", "vllm")
     at = prof.at_release("0.19.0")

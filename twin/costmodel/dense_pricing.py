@@ -235,7 +235,8 @@ class DensePricing(ShardShapes):
         flops, nbytes, weights = ft.moe_sums(
             routed / ep, active, d, self.expert_width, self.up_mats, e, act_e, w_e
         )
-        experts = kernel(flops, nbytes, weights, float(routed * d), active)
+        tile = ft.moe_tile_bytes(d, self.expert_width, self.up_mats, w_e)
+        experts = kernel(flops, nbytes, weights, float(routed * d), tile, active)
         router = self._gemm(t, d, n_exp)
         shared, act = 0.0, 0.0
         if self.shared_width:  # the shared expert: a dense MLP over every token

@@ -231,6 +231,24 @@ def moe_sums(
     return flops, nbytes, weights
 
 
+# The width of one CTA's output tile in the fused-MoE GEMMs: vLLM 0.24.0's default Triton
+# config (``vllm/model_executor/layers/fused_moe/fused_moe.py`` ``get_default_config``:
+# BLOCK_SIZE_N 128 above 64 tokens; CUTLASS's grouped GEMM tiles are 128 wide too).
+MOE_TILE_N = 128
+
+
+def moe_tile_bytes(d: int, width: int, up_mats: int, w_e: float) -> float:
+    """Weight bytes one CTA streams in the fused MoE's longer GEMM: a tile of
+    ``MOE_TILE_N`` output columns over the whole reduction (up: ``d`` x ``up_mats x width``,
+    down: ``width`` x ``d``). With fewer tiles than SMs the weights cannot stream at the
+    device's bandwidth and a CTA's own stream is the floor (NVIDIA's tables: TP 32's narrow
+    experts and EP 128/256's one or two local experts run up to 2x slower than the
+    roofline)."""
+    up = d * min(up_mats * width, MOE_TILE_N)
+    down = width * min(d, MOE_TILE_N)
+    return w_e * float(max(up, down))
+
+
 def moe_features(
     rows: float,
     routed: float,
@@ -244,7 +262,8 @@ def moe_features(
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
     the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra
-    and ``active`` (the rank's experts the launch touches) as the serial
+    the bytes one CTA streams (``moe_tile_bytes``) as ``tile_bytes``, and ``active`` (the
+    rank's experts the launch touches) as the serial
     ``active_experts`` (``formulas.KernelFormula.serial``: each expert hit is a grouped-GEMM
     problem of its own, whose set-up, scales and pipeline fill and drain do not overlap
     the math: vLLM's ``fused_moe`` Triton kernel walks ``expert_ids`` block by block,
@@ -256,7 +275,12 @@ def moe_features(
     rows are a 256th. Tried and dropped: the routed rows without the width (held-out
     median 12.8% against 9.7% on H200 vLLM bf16)."""
     flops, nbytes, weights = moe_sums(rows, active, d, width, up_mats, e, act_e, w_e)
-    extras = {"weight_elems": weights, "routed_elems": float(routed), "active_experts": active}
+    extras = {
+        "weight_elems": weights,
+        "routed_elems": float(routed),
+        "tile_bytes": moe_tile_bytes(d, width, up_mats, w_e),
+        "active_experts": active,
+    }
     return flops, nbytes, extras
 
 
@@ -288,6 +312,7 @@ __all__ = [
     "moe_active_experts",
     "moe_features",
     "moe_sums",
+    "moe_tile_bytes",
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",

@@ -230,11 +230,12 @@ FORMULAS: dict[str, KernelFormula] = {
                 moe_kernel(mode),
                 "mem_bw",
                 True,
-                ("weight_elems", "routed_elems"),
+                ("weight_elems", "routed_elems", "tile_bytes"),
                 f"fused MoE experts ({mode}): the rank's token x top-k rows through the "
                 "experts they hit, up and down, plus a term over every routed row's hidden "
                 "state of the step, all ranks' (gather, align, combine over the whole batch), "
-                "and a serial cost per expert hit (its grouped-GEMM problem's set-up)",
+                "one CTA's weight stream (the floor with fewer tiles than SMs), and a serial "
+                "cost per expert hit (its grouped-GEMM problem's set-up)",
                 flops_peak=peak,
                 serial=("active_experts",),
             )

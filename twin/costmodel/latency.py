@@ -79,8 +79,8 @@ def compile_fast(
 ) -> Callable[..., float]:
     """Like ``compile_kernel`` but ``(flops, bytes, x=0, y=0)`` with ``x``, ``y`` the
     kernel's extra features in formula order: no dict per call, for the cost model. A
-    formula with a serial feature (``KernelFormula.serial``) takes it as ``z``:
-    ``(flops, bytes, x=0, y=0, z=0)``."""
+    formula with serial features (``KernelFormula.serial``) takes every feature in
+    ``KernelFormula.features`` order (``_compile_serial``)."""
     if get_formula(kernel).serial:
         return _compile_serial(kernel, params, peaks)
     return _compile_pair(kernel, params, peaks)[0]
@@ -89,19 +89,52 @@ def compile_fast(
 def _compile_serial(
     kernel: str, params: dict[str, float], peaks: dict[str, float], many: bool = False
 ) -> Callable[..., Any]:
-    """``compile_fast`` (``compile_many`` with ``many``) of a formula with one serial
-    feature ``z``: ``_compile_pair``'s form on ``(flops, bytes, x, y)`` plus ``c_z x z``
-    after the smooth maximum."""
+    """``compile_fast`` (``compile_many`` with ``many``) of a formula with serial features
+    (``KernelFormula.serial``): ``(flops, bytes, *features)`` with the features in
+    ``KernelFormula.features`` order (the compute side's extras, then the serial ones;
+    missing trailing ones are 0), ``fast``'s smooth maximum of ``_compile_pair`` plus each
+    serial term after it. The array form prices element by element with the scalar one
+    (the same value to the bit); no decode path runs these kernels in bulk."""
     f = get_formula(kernel)
-    assert len(f.serial) == 1 and len(f.extras) <= 2, "one serial feature, two extras"
+    assert f.uses_flops and f.serial, "a roofline with serial features"
     compile_kernel(kernel, params, peaks)  # validates the parameters
-    inner = _compile_pair(kernel, params, peaks, serial_ok=True)[1 if many else 0]
-    cz = float(params[f"c_{f.serial[0]}"])
+    t0 = float(params["t0_s"])
+    inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
+    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
+    p = float(params["p"])
+    inv_p = 1.0 / p
+    n_in = len(f.extras)
+    inside = [float(params[f"c_{x}"]) for x in f.extras]
+    serial = [float(params[f"c_{x}"]) for x in f.serial]
 
-    def fast(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0, z: Any = 0.0) -> Any:
-        return inner(flops, nbytes, x, y) + cz * z
+    def fast(flops: float, nbytes: float, *feats: float) -> float:
+        a = flops * inv_f
+        for c, v in zip(inside, feats[:n_in], strict=False):
+            a += c * v
+        b = nbytes * inv_b
+        if a <= 0.0:
+            t = t0 + b
+        elif b <= 0.0:
+            t = t0 + a
+        else:
+            m = a if a > b else b
+            t = t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
+        for c, v in zip(serial, feats[n_in:], strict=False):
+            t += c * v
+        return t
 
-    return fast
+    if not many:
+        return fast
+
+    def array(flops: Any, nbytes: Any, *feats: Any) -> np.ndarray:
+        cols = np.broadcast_arrays(
+            np.asarray(flops, np.float64), np.asarray(nbytes, np.float64), *map(np.asarray, feats)
+        )
+        shape = cols[0].shape
+        rows = zip(*(c.ravel().tolist() for c in cols), strict=True)
+        return np.array([fast(*r) for r in rows], np.float64).reshape(shape)
+
+    return array
 
 
 def compile_many(
@@ -110,8 +143,8 @@ def compile_many(
     """``compile_fast`` over arrays of features: one price per element, each equal to the
     scalar one to the bit (the same operations in the same order, and the same ``pow``:
     Python's, not numpy's, whose SIMD versions may round differently). For runs of
-    decode steps (``CostModel.decode_steps_s``). A serial feature (``KernelFormula.serial``)
-    is ``z``, as in ``compile_fast``."""
+    decode steps (``CostModel.decode_steps_s``). A formula with serial features takes
+    them as ``compile_fast`` does."""
     if get_formula(kernel).serial:
         return _compile_serial(kernel, params, peaks, many=True)
     return _compile_pair(kernel, params, peaks)[1]
@@ -145,15 +178,14 @@ class KernelConstants(NamedTuple):
 
 
 def kernel_constants(
-    kernel: str, params: dict[str, float], peaks: dict[str, float], serial_ok: bool = False
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
 ) -> KernelConstants:
     """The constants every compiled form of ``kernel``'s model uses (``_compile_pair``'s, and
     ``twin.costmodel.compiled``'s). They leave out a serial feature's term
-    (``KernelFormula.serial``): only ``_compile_serial``, which adds it, passes
-    ``serial_ok``."""
+    (``KernelFormula.serial``): such a formula is compiled by ``_compile_serial``."""
     f = get_formula(kernel)
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
-    assert serial_ok or not f.serial, "the compiled constants carry no serial feature"
+    assert not f.serial, "the compiled constants carry no serial feature"
     compile_kernel(kernel, params, peaks)  # validates the parameters
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
@@ -166,13 +198,11 @@ def kernel_constants(
 
 
 def _compile_pair(
-    kernel: str, params: dict[str, float], peaks: dict[str, float], serial_ok: bool = False
+    kernel: str, params: dict[str, float], peaks: dict[str, float]
 ) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
     """The scalar, the array and the affine form of one kernel's model (one set of
     constants)."""
-    roofline, t0, inv_b, inv_f, cx, cy, p, inv_p = kernel_constants(
-        kernel, params, peaks, serial_ok
-    )
+    roofline, t0, inv_b, inv_f, cx, cy, p, inv_p = kernel_constants(kernel, params, peaks)
     if not roofline:
 
         def bandwidth_many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:

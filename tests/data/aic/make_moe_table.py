@@ -37,7 +37,9 @@ TRUE = {
         "p": 2.0,
         "c_weight_elems": 1e-14,
         "c_routed_elems": 2e-13,
-        # The serial per-expert term came after this table was written: zero keeps its rows.
+        # The tile and serial per-expert terms came after this table was written: zero
+        # keeps its rows.
+        "c_tile_bytes": 0.0,
         "c_active_experts": 0.0,
     }
 }
