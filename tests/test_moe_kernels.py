@@ -225,7 +225,7 @@ def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
     x, y, u = extras["weight_elems"], extras["routed_elems"], extras["tile_bytes"]
     assert fast(flops, nbytes, x, y, u, 30.0) == pytest.approx(with_term, rel=1e-12)
     # the decode paths' compiled constants carry no serial term: refused, not dropped
-    with pytest.raises(AssertionError, match="extra features|serial"):
+    with pytest.raises(AssertionError, match=r"extra features|serial"):
         lat.kernel_constants("moe", params, peaks)
 
 

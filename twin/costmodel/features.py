@@ -233,7 +233,8 @@ def moe_sums(
 
 # The width of one CTA's output tile in the fused-MoE GEMMs: vLLM 0.24.0's default Triton
 # config (``vllm/model_executor/layers/fused_moe/fused_moe.py`` ``get_default_config``:
-# BLOCK_SIZE_N 128 above 64 tokens; CUTLASS's grouped GEMM tiles are 128 wide too).
+# BLOCK_SIZE_N 128 above 64 tokens); the same width stands for the other engines' kernels,
+# whose tile is picked per shape (an assumption the fit's coefficient absorbs).
 MOE_TILE_N = 128
 
 
