@@ -15,7 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from twin.calibration.aic_import import import_profile, impossible
+from twin.calibration.aic_import import (
+    import_profile,
+    impossible,
+    refit_matches,
+    without_families,
+)
 from twin.calibration.aic_tables import read_families
 from twin.calibration.merge import merge_profiles
 from twin.costmodel import CostModel
@@ -133,6 +138,41 @@ def test_keep_fits_keeps_every_family_it_has_and_adds_the_rest(imported: Profile
     ]
     with pytest.raises(TwinError, match="--keep-fits: a profile of h100"):
         import_profile("h100", "sglang", root=DATA, keep=bf16_only)
+
+
+def test_refit_fits_the_named_families_again_and_keeps_the_rest(imported: Profile) -> None:
+    kept = Profile.from_dict(imported.to_dict())
+    kept.kernels["gemm"].params["t0_s"] *= 1.5  # fits the import would not reproduce
+    kept.kernels["moe"].params["t0_s"] *= 1.5
+    assert without_families(kept, ["moe"]).kernels.keys() == kept.kernels.keys() - {"moe"}
+    assert refit_matches("moe_fp8", ["moe"]) and not refit_matches("gemm_fp8", ["moe"])
+    again = import_profile("h100", "vllm", root=DATA, keep=kept, refit=("moe",)).profile
+    assert again.kernels["gemm"].to_dict() == kept.kernels["gemm"].to_dict()
+    assert again.kernels["moe"].to_dict() == imported.kernels["moe"].to_dict()
+    assert list(again.kernels) == list(imported.kernels)
+    assert again.provenance["added"] == {
+        "date": again.provenance["added"]["date"],
+        "families": ["moe"],
+        "refit": ["moe"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--refit", "moe"], "--refit: names families of the --keep-fits profile"),
+        (["--refit", "moe,,gemm"], "--refit 'moe,,gemm': an empty entry"),
+        (["--refit", "experts"], "--refit 'experts': not a kernel family"),
+        (["--refit", "moe,moe"], "--refit 'moe,moe': a family named twice"),
+    ],
+)
+def test_calibrate_refit_is_refused_in_one_line(args: list[str], needle: str) -> None:
+    from typer.testing import CliRunner
+
+    from twin.cli import app
+
+    res = CliRunner().invoke(app, ["calibrate", "--from", "aiconfigurator", "--gpu", "h100", *args])
+    assert isinstance(res.exception, TwinError) and needle in str(res.exception)
 
 
 def test_impossible_rows_are_flagged_excluded_and_counted(imported: Profile) -> None:

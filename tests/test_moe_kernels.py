@@ -37,6 +37,8 @@ TRUE = {
     "p": 2.0,
     "c_weight_elems": 1e-14,
     "c_routed_elems": 2e-13,
+    "c_tile_bytes": 0.0,  # tests/data/aic/make_moe_table.py's: its rows predate these terms
+    "c_active_experts": 0.0,
 }
 
 
@@ -56,6 +58,8 @@ def test_moe_row_features_per_gpu() -> None:
     assert row["flops"] == 2.0 * 128 * 2048 * 3 * 768
     assert row["weight_elems"] == 32 * 2048 * 3 * 768
     assert row["routed_elems"] == 64 * 8 * 2048
+    assert row["active_experts"] == 32
+    assert row["tile_bytes"] == 2 * 2048 * 128  # the up GEMM's tile: d x 128 columns
     assert row["bytes"] == 2 * 128 * (2048 + 768) + 2 * 32 * 2048 * 3 * 768 + 2 * 128 * (
         2 * 768 + 2048
     )
@@ -110,7 +114,12 @@ def test_the_moe_part_is_the_fit_at_known_features() -> None:
         prof.peaks,
         flops,
         nbytes,
-        {"weight_elems": weights, "routed_elems": rows * m.d_model},
+        {
+            "weight_elems": weights,
+            "routed_elems": rows * m.d_model,
+            "tile_bytes": ft.moe_tile_bytes(m.d_model, m.moe_d_ff // tp, 2, 2),
+            "active_experts": active,
+        },
     )
     assert moe_s == pytest.approx(m.n_moe_layers * one, rel=1e-12)
 
@@ -168,7 +177,12 @@ def test_expert_parallelism_prices_the_ranks_share() -> None:
         prof.peaks,
         flops,
         nbytes,
-        {"weight_elems": weights, "routed_elems": rows * m.d_model},
+        {
+            "weight_elems": weights,
+            "routed_elems": rows * m.d_model,
+            "tile_bytes": ft.moe_tile_bytes(m.d_model, m.moe_d_ff, 2, 2),
+            "active_experts": active,
+        },
     )
     step = ep.step((), [100] * t, breakdown=True)
     assert step.items["moe"]["moe"] == pytest.approx(m.n_moe_layers * one, rel=1e-12)  # type: ignore[union-attr]
@@ -197,3 +211,70 @@ def test_memory_budget_takes_the_layouts_weights() -> None:
     assert memory_budget(m, ep) == 4 * hbm * ep.memory_utilization - 4 * per_gpu
     with pytest.raises(TwinError, match="--ep: must divide --tp 4"):
         EngineConfig(tp=4, ep=3)
+
+
+def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
+    peaks = get_gpu("h100").peaks()
+    params = {**TRUE, "c_active_experts": 2e-6}
+    flops, nbytes, extras = ft.moe_features(96.0, 96.0 * 8 * 4096, 30.0, 4096, 1024, 2, 2, 2.0, 2.0)
+    assert extras["active_experts"] == 30.0
+    without = lat.predict("moe", TRUE, peaks, flops, nbytes, extras)
+    with_term = lat.predict("moe", params, peaks, flops, nbytes, extras)
+    assert with_term == pytest.approx(without + 30 * 2e-6, rel=1e-12)
+    fast = lat.compile_fast("moe", params, peaks)
+    x, y, u = extras["weight_elems"], extras["routed_elems"], extras["tile_bytes"]
+    assert fast(flops, nbytes, x, y, u, 30.0) == pytest.approx(with_term, rel=1e-12)
+    # the decode paths' compiled constants carry no serial term: refused, not dropped
+    with pytest.raises(AssertionError, match=r"extra features|serial"):
+        lat.kernel_constants("moe", params, peaks)
+
+
+def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
+    old = {k: v for k, v in TRUE.items() if k not in ("c_active_experts", "c_tile_bytes")}
+    fit = KernelFit(model="roofline+weight_elems+routed_elems", params=old)
+    prof = dataclasses.replace(
+        resolve_profile("h100", None, "vllm"),
+        kernels={**resolve_profile("h100", None, "vllm").kernels, "moe": fit},
+    )
+    again = type(prof).from_dict(prof.to_dict())
+    want = "roofline+weight_elems+routed_elems+tile_bytes+active_experts"
+    assert again.kernels["moe"].model == want
+    assert again.kernels["moe"].params["c_active_experts"] == 0.0
+    assert again.kernels["moe"].params["c_tile_bytes"] == 0.0
+
+
+def test_fit_recovers_a_serial_per_expert_cost() -> None:
+    from twin.calibration.fit import fit_params
+
+    peaks = get_gpu("h100").peaks()
+    params = {**TRUE, "c_active_experts": 3e-7}
+    rows = []
+    for t in (1, 2, 4, 8, 16, 64, 256, 1024, 4096):
+        for ep in (1, 4, 16):
+            for n_exp in (64, 256):
+                routed = t * 8
+                active = min(n_exp / ep, routed / ep)
+                flops, nbytes, ex = ft.moe_features(
+                    routed / ep, routed * 2048, active, 2048, 768, 2, 2, 2.0, 2.0
+                )
+                y = lat.predict("moe", params, peaks, flops, nbytes, ex)
+                rows.append({"flops": flops, "bytes": nbytes, **ex, "median_s": y})
+    got = fit_params("moe", rows, peaks)
+    assert got["c_active_experts"] == pytest.approx(3e-7, rel=0.05)
+
+
+def test_the_array_form_prices_the_serial_term_like_the_scalar_form() -> None:
+    import numpy as np
+
+    peaks = get_gpu("h100").peaks()
+    params = {**TRUE, "c_active_experts": 2e-6}
+    fast = lat.compile_fast("moe", params, peaks)
+    many = lat.compile_many("moe", params, peaks)
+    flops, nbytes = np.array([1e9, 1e12, 0.0]), np.array([1e8, 1e9, 1e6])
+    x, y = np.array([1e6, 1e8, 0.0]), np.array([1e5, 1e7, 1e3])
+    u, z = np.array([5e5, 1e6, 0.0]), np.array([1.0, 64.0, 8.0])
+    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, z, strict=True)]
+    assert many(flops, nbytes, x, y, u, z).tolist() == want
+    assert many(flops, nbytes, x, y).tolist() == [
+        fast(*v) for v in zip(flops, nbytes, x, y, strict=True)
+    ]

@@ -148,7 +148,12 @@ def _moe_seconds(cm: CostModel, m: Any, t: int, key: str) -> float:
     rows = t * m.moe_top_k
     active = ft.moe_active_experts(rows, m.moe_n_experts, m.moe_n_experts / ep)
     f, b, w = ft.moe_sums(rows / ep, active, m.d_model, cm.expert_width, 2, 2, act, weight)
-    extras = {"weight_elems": w, "routed_elems": float(rows * m.d_model)}
+    extras = {
+        "weight_elems": w,
+        "routed_elems": float(rows * m.d_model),
+        "tile_bytes": ft.moe_tile_bytes(m.d_model, cm.expert_width, 2, weight),
+        "active_experts": active,
+    }
     return m.n_moe_layers * lat.predict(key, prof.kernels[key].params, prof.peaks, f, b, extras)
 
 

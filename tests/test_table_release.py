@@ -117,7 +117,11 @@ def test_profile_keeps_each_releases_fit_and_prices_the_release(two_releases: Pa
     assert "table_releases" not in dataclasses.replace(prof, table_releases={}).to_dict()
     # priced at 0.19.0: about half the newest table's time, as the tables say
     row = fam.rows[len(fam.rows) // 2]
-    feats = (row["flops"], row["bytes"], {k: row[k] for k in ("weight_elems", "routed_elems")})
+    feats = (
+        row["flops"],
+        row["bytes"],
+        {k: row[k] for k in ("weight_elems", "routed_elems", "tile_bytes", "active_experts")},
+    )
     now = lat.predict("moe", prof.kernels["moe"].params, prof.peaks, *feats)
     old = prof.at_release("0.19.0")
     then = lat.predict("moe", old.kernels["moe"].params, prof.peaks, *feats)
@@ -149,7 +153,11 @@ def test_minimax_h200_vllm_019_moe_prices_near_its_table() -> None:
     from twin.calibration.aic_tables import moe_row
 
     row = moe_row(shape, WEIGHT_FORMATS["fp8"], "moe_fp8", 1.0)
-    feats = (row["flops"], row["bytes"], {k: row[k] for k in ("weight_elems", "routed_elems")})
+    feats = (
+        row["flops"],
+        row["bytes"],
+        {k: row[k] for k in ("weight_elems", "routed_elems", "tile_bytes", "active_experts")},
+    )
     prof = load_profile("h200", "vllm")
     at = prof.at_release("0.19.0")
     newest = lat.predict("moe_fp8", prof.kernels["moe_fp8"].params, prof.peaks, *feats)

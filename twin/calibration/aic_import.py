@@ -18,6 +18,7 @@ release prices each family from its own (``Profile.at_release``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -143,6 +144,24 @@ def fit_family(
     return fit
 
 
+def refit_matches(kernel: str, names: Sequence[str]) -> bool:
+    """Whether ``--refit`` ``names`` cover ``kernel``: a name is a family (``moe``) and
+    covers its key and every variant key under it (``moe``, ``moe_fp8``, ``moe_nvfp4``)."""
+    return any(kernel == n or kernel.startswith(f"{n}_") for n in names)
+
+
+def without_families(profile: Profile, names: Sequence[str]) -> Profile:
+    """``profile`` less the fits ``names`` cover (``refit_matches``), in ``kernels`` and in
+    ``table_releases``: what ``--keep-fits`` keeps when ``--refit`` names families."""
+    return dataclasses.replace(
+        profile,
+        kernels={k: f for k, f in profile.kernels.items() if not refit_matches(k, names)},
+        table_releases={
+            k: r for k, r in profile.table_releases.items() if not refit_matches(k, names)
+        },
+    )
+
+
 def import_profile(
     gpu: str,
     engine: str,
@@ -150,6 +169,7 @@ def import_profile(
     root: Path | None = None,
     progress: Callable[[int], Callable[[int], None]] | None = None,
     keep: Profile | None = None,
+    refit: Sequence[str] = (),
 ) -> ImportResult:
     """Fit ``gpu``'s profile for ``engine``'s kernels from the installed tables.
 
@@ -157,7 +177,9 @@ def import_profile(
     kept as they are, byte for byte, with its peaks and provenance; only the families
     it lacks are fitted (how the shipped profiles gained their precision fits without
     a bf16 number changing: a refit reproduces them to ~1e-9 only, the least-squares
-    solver's tolerance).
+    solver's tolerance). ``refit`` (``--refit``): families of ``keep`` fitted again all
+    the same (``without_families``; how the fused-MoE fits took a new formula with every
+    other family byte for byte).
     """
     spec = get_gpu(gpu)
     if keep is not None and (keep.gpu != spec.name or keep.provenance.get("engine") != engine):
@@ -165,6 +187,8 @@ def import_profile(
             f"--keep-fits: a profile of {keep.gpu} ({keep.provenance.get('engine')}), "
             f"not of {spec.name} ({engine})"
         )
+    if refit and keep is not None:
+        keep = without_families(keep, refit)
     families = read_families(gpu, engine, root)
     if not families:
         raise TwinError(f"--gpu {gpu} --engine {engine}: the tables have no kernel rows")
@@ -223,7 +247,9 @@ def import_profile(
     if keep is None or added:
         provenance["method"] = method
     if keep is not None and added:
-        entry = {"date": _dt.date.today().isoformat(), "families": added}
+        entry: dict[str, Any] = {"date": _dt.date.today().isoformat(), "families": added}
+        if refit:
+            entry["refit"] = list(refit)
         before = provenance.get("added")
         # Each regeneration with --keep-fits appends its families (precision, then MoE).
         earlier = [before] if isinstance(before, dict) else list(before or [])
@@ -289,6 +315,8 @@ __all__ = [
     "fit_family",
     "import_profile",
     "impossible",
+    "refit_matches",
     "release_fits",
     "split_impossible",
+    "without_families",
 ]

@@ -27,7 +27,7 @@ def _columns(kernel: str, rows: Sequence[dict[str, Any]]) -> tuple[np.ndarray, .
     f = get_formula(kernel)
     flops = np.array([float(r["flops"]) for r in rows])
     nbytes = np.array([float(r["bytes"]) for r in rows])
-    extras = np.array([[float(r[x]) for x in f.extras] for r in rows]).reshape(len(rows), -1)
+    extras = np.array([[float(r[x]) for x in f.features] for r in rows]).reshape(len(rows), -1)
     y = np.array([float(r["median_s"]) for r in rows])
     return flops, nbytes, extras, y
 
@@ -46,12 +46,16 @@ def _model(
     if not f.uses_flops:  # extras add to the byte time (the all-to-all's)
         return t0 + nbytes / (theta[1] * peaks[f.bytes_peak]) + extras @ theta[2:]
     ef, eb, p = theta[1], theta[2], theta[3]
+    n_in = len(f.extras)  # the compute side's extras; the serial ones after them
     a = flops / (ef * peaks[f.flops_peak])
-    if len(theta) > 4:
-        a = a + extras @ theta[4:]
+    if n_in:
+        a = a + extras[:, :n_in] @ theta[4 : 4 + n_in]
     b = nbytes / (eb * peaks[f.bytes_peak])
     m = np.maximum(np.maximum(a, b), 1e-300)
-    return t0 + m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
+    t = t0 + m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
+    if f.serial:
+        t = t + extras[:, n_in:] @ theta[4 + n_in :]
+    return t
 
 
 def _starts(

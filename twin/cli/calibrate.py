@@ -16,7 +16,7 @@ from twin.calibration.harness import transfer as run_transfer
 from twin.calibration.kernels import LEVELS
 from twin.cli import checks
 from twin.cli.common import console, print_json, progress_bar
-from twin.costmodel.formulas import KERNELS
+from twin.costmodel.formulas import FORMULAS, KERNELS
 from twin.costmodel.kernel_sources import DEFAULT_ENGINE, KERNEL_SOURCES, get_kernel_source
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import profile_path
@@ -111,6 +111,12 @@ def calibrate(
         "already fits, byte for byte, and fit only the ones it lacks (e.g. the precision "
         "families; --out may be the same file).",
     ),
+    refit: str | None = typer.Option(
+        None,
+        "--refit",
+        help="With --keep-fits: comma-separated families to fit again all the same, each "
+        "with its variants (moe: moe, moe_fp8, ...), every other family kept byte for byte.",
+    ),
     merge: list[Path] | None = typer.Option(
         None,
         "--merge",
@@ -181,6 +187,9 @@ def calibrate(
       twin calibrate --from aiconfigurator --gpu h100 --engine sglang \\
         --keep-fits /tmp/h100-sglang.json --out /tmp/h100-sglang-kept.json
 
+      twin calibrate --from aiconfigurator --gpu h100 --engine sglang \\
+        --keep-fits /tmp/h100-sglang.json --refit moe --out /tmp/h100-sglang-moe.json
+
       twin calibrate --merge /tmp/h100.json --merge /tmp/h100-sglang.json --out /tmp/m.json
 
       twin calibrate --gpu h100
@@ -197,6 +206,7 @@ def calibrate(
         "--from": source is not None,
         "--engine": engine != DEFAULT_ENGINE,
         "--keep-fits": keep_fits is not None,
+        "--refit": refit is not None,
         "--transfer-from": transfer_from is not None,
         "--quick": quick,
         "--level": level is not None,
@@ -217,8 +227,8 @@ def calibrate(
     if out is not None:
         checks.out_file("--out", out)
     if source is not None:
-        _only(given, "--from", {"--gpu", "--from", "--engine", "--keep-fits", "--seed"})
-        _from_tables(source, gpu, engine, out, seed, as_json, keep_fits)
+        _only(given, "--from", {"--gpu", "--from", "--engine", "--keep-fits", "--refit", "--seed"})
+        _from_tables(source, gpu, engine, out, seed, as_json, keep_fits, _refit_names(refit))
         return
     if gpu not in CHOICES:
         raise TwinError(f"--gpu {gpu!r}: expected one of {', '.join(CHOICES)}")
@@ -291,6 +301,22 @@ def _kernel_names(kernels: str | None) -> list[str] | None:
     return names
 
 
+def _refit_names(refit: str | None) -> tuple[str, ...]:
+    """``--refit moe,mla_bmm``: known family names (``formulas.FORMULAS``' keys), none empty
+    or repeated."""
+    if refit is None:
+        return ()
+    names = [n.strip() for n in refit.split(",")]
+    if not all(names):
+        raise TwinError(f"--refit {refit!r}: an empty entry")
+    unknown = [n for n in names if n not in FORMULAS]
+    if unknown:
+        raise TwinError(f"--refit {unknown[0]!r}: not a kernel family (e.g. moe, mla_bmm)")
+    if len(set(names)) != len(names):
+        raise TwinError(f"--refit {refit!r}: a family named twice")
+    return tuple(names)
+
+
 def _from_tables(
     source: str,
     gpu: str,
@@ -299,10 +325,13 @@ def _from_tables(
     seed: int,
     as_json: bool,
     keep_fits: Path | None = None,
+    refit: tuple[str, ...] = (),
 ) -> None:
     """``--from aiconfigurator``: fit the GPU's profile to NVIDIA's tables for ``engine``."""
     if source.lower() != "aiconfigurator":
         raise TwinError(f"--from {source!r}: the one table source is 'aiconfigurator'")
+    if refit and keep_fits is None:
+        raise TwinError("--refit: names families of the --keep-fits profile; give --keep-fits")
     from twin.calibration.aic_import import import_profile  # late: reads parquet with pyarrow
 
     if gpu not in GPUS:
@@ -318,7 +347,9 @@ def _from_tables(
             label = f"fitting {gpu} ({kernels.display} kernels)"
             return stack.enter_context(progress_bar(label, total))
 
-        result = import_profile(gpu, kernels.name, seed=seed, progress=progress, keep=keep)
+        result = import_profile(
+            gpu, kernels.name, seed=seed, progress=progress, keep=keep, refit=refit
+        )
     target = out if out is not None else profile_path(f"{gpu}-{kernels.name}")
     result.profile.save(target)
     _report(CalibrationResult(result.profile, target, None), as_json)

@@ -251,7 +251,8 @@ class DensePricing(ShardShapes):
         )
         if self._moe_small is not None and t <= fm.MOE_MIN_LATENCY_MAX_TOKENS:
             kernel = self._moe_small  # the step routes few enough tokens (formulas)
-        experts = kernel(flops, nbytes, weights, float(routed * d))
+        tile = ft.moe_tile_bytes(d, self.expert_width, self.up_mats, w_e)
+        experts = kernel(flops, nbytes, weights, float(routed * d), tile, active)
         router = self._gemm(t, d, n_exp)
         shared, act = 0.0, 0.0
         if self.shared_width:  # the shared expert: a dense MLP over every token

@@ -231,6 +231,25 @@ def moe_sums(
     return flops, nbytes, weights
 
 
+# The width of one CTA's output tile in the fused-MoE GEMMs: vLLM 0.24.0's default Triton
+# config (``vllm/model_executor/layers/fused_moe/fused_moe.py`` ``get_default_config``:
+# BLOCK_SIZE_N 128 above 64 tokens); the same width stands for the other engines' kernels,
+# whose tile is picked per shape (an assumption the fit's coefficient absorbs).
+MOE_TILE_N = 128
+
+
+def moe_tile_bytes(d: int, width: int, up_mats: int, w_e: float) -> float:
+    """Weight bytes one CTA streams in the fused MoE's longer GEMM: a tile of
+    ``MOE_TILE_N`` output columns over the whole reduction (up: ``d`` x ``up_mats x width``,
+    down: ``width`` x ``d``). With fewer tiles than SMs the weights cannot stream at the
+    device's bandwidth and a CTA's own stream is the floor (NVIDIA's tables: TP 32's narrow
+    experts and EP 128/256's one or two local experts run up to 2x slower than the
+    roofline)."""
+    up = d * min(up_mats * width, MOE_TILE_N)
+    down = width * min(d, MOE_TILE_N)
+    return w_e * float(max(up, down))
+
+
 def moe_features(
     rows: float,
     routed: float,
@@ -243,7 +262,13 @@ def moe_features(
     w_e: float,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
-    the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra:
+    the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra
+    the bytes one CTA streams (``moe_tile_bytes``) as ``tile_bytes``, and ``active`` (the
+    rank's experts the launch touches) as the serial
+    ``active_experts`` (``formulas.KernelFormula.serial``: each expert hit is a grouped-GEMM
+    problem of its own, whose set-up, scales and pipeline fill and drain do not overlap
+    the math: vLLM's ``fused_moe`` Triton kernel walks ``expert_ids`` block by block,
+    CUTLASS's grouped GEMM takes one problem per expert):
     each rank aligns and sorts the whole routing table, launches blocks for rows other
     ranks compute and sums the top-k outputs of every token (vLLM's
     ``moe_align_block_size``, its expert map and ``moe_sum``). The tables show it: at
@@ -251,7 +276,13 @@ def moe_features(
     rows are a 256th. Tried and dropped: the routed rows without the width (held-out
     median 12.8% against 9.7% on H200 vLLM bf16)."""
     flops, nbytes, weights = moe_sums(rows, active, d, width, up_mats, e, act_e, w_e)
-    return flops, nbytes, {"weight_elems": weights, "routed_elems": float(routed)}
+    extras = {
+        "weight_elems": weights,
+        "routed_elems": float(routed),
+        "tile_bytes": moe_tile_bytes(d, width, up_mats, w_e),
+        "active_experts": active,
+    }
+    return flops, nbytes, extras
 
 
 def allreduce_features(nbytes: float, n_gpus: int) -> Features:
@@ -282,6 +313,7 @@ __all__ = [
     "moe_active_experts",
     "moe_features",
     "moe_sums",
+    "moe_tile_bytes",
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",

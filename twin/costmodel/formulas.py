@@ -47,12 +47,24 @@ class KernelFormula:
     # The peak the FLOP time divides by: tensor-core ``flops``, or ``fp32_flops`` for a
     # kernel that runs on CUDA cores in fp32 (Mamba-1's selective scan).
     flops_peak: str = "flops"
+    # Serial extras: linear features priced after the smooth maximum (``t0 + smax_p(...) +
+    # sum_k s_k z_k``), work that overlaps neither the math nor the memory stream (the
+    # fused MoE's set-up of each expert it touches). Each has a ``c_<name>`` coefficient
+    # after the extras'. The scalar and array forms price them (``latency.compile_kernel``,
+    # ``compile_fast``, ``compile_many``); the affine form and the decode paths' compiled
+    # constants (``latency.kernel_constants``) refuse such a formula.
+    serial: tuple[str, ...] = ()
 
     @property
     def model_name(self) -> str:
         """Formula name stored in a profile."""
         base = "roofline" if self.uses_flops else "bandwidth"
-        return "+".join((base, *self.extras))
+        return "+".join((base, *self.extras, *self.serial))
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """Every extra feature in parameter order: the compute side's, then the serial."""
+        return (*self.extras, *self.serial)
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -62,7 +74,7 @@ class KernelFormula:
             names += ["eff_flops", "eff_bytes", "p"]
         else:
             names += ["eff_bytes"]
-        return (*names, *(f"c_{x}" for x in self.extras))
+        return (*names, *(f"c_{x}" for x in self.features))
 
 
 # Quantised GEMM modes (the tables' names, ``twin.precision.WeightFormat.table_mode``)
@@ -262,11 +274,14 @@ FORMULAS: dict[str, KernelFormula] = {
                 moe_kernel(mode),
                 "mem_bw",
                 True,
-                ("weight_elems", "routed_elems"),
+                ("weight_elems", "routed_elems", "tile_bytes"),
                 f"fused MoE experts ({mode}): the rank's token x top-k rows through the "
                 "experts they hit, up and down, plus a term over every routed row's hidden "
-                "state of the step, all ranks' (gather, align, combine over the whole batch)",
+                "state of the step, all ranks' (gather, align, combine over the whole batch), "
+                "one CTA's weight stream (the floor with fewer tiles than SMs), and a serial "
+                "cost per expert hit (its grouped-GEMM problem's set-up)",
                 flops_peak=peak,
+                serial=("active_experts",),
             )
             for mode, peak in MOE_MODES.items()
         ),
@@ -275,10 +290,11 @@ FORMULAS: dict[str, KernelFormula] = {
                 moe_min_latency_kernel(mode),
                 "mem_bw",
                 True,
-                ("weight_elems", "routed_elems"),
+                ("weight_elems", "routed_elems", "tile_bytes"),
                 f"fused MoE experts ({mode}), TensorRT-LLM's min-latency kernel: steps of at "
-                f"most {MOE_MIN_LATENCY_MAX_TOKENS} tokens",
+                f"most {MOE_MIN_LATENCY_MAX_TOKENS} tokens (the fused MoE's terms)",
                 flops_peak=peak,
+                serial=("active_experts",),
             )
             for mode, peak in MOE_MIN_LATENCY_MODES.items()
         ),

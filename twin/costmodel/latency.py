@@ -66,12 +66,16 @@ def compile_kernel(
         return bandwidth
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
+    serial = [(x, float(params[f"c_{x}"])) for x in f.serial]
 
     def roofline(flops: float, nbytes: float, extras: dict[str, float]) -> float:
         compute = flops * inv_f
         for name, c in coeffs:
             compute += c * extras.get(name, 0.0)
-        return t0 + smooth_max(compute, nbytes * inv_b, p)
+        t = t0 + smooth_max(compute, nbytes * inv_b, p)
+        for name, c in serial:
+            t += c * extras.get(name, 0.0)
+        return t
 
     return roofline
 
@@ -80,8 +84,63 @@ def compile_fast(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
 ) -> Callable[..., float]:
     """Like ``compile_kernel`` but ``(flops, bytes, x=0, y=0)`` with ``x``, ``y`` the
-    kernel's extra features in formula order: no dict per call, for the cost model."""
+    kernel's extra features in formula order: no dict per call, for the cost model. A
+    formula with serial features (``KernelFormula.serial``) takes every feature in
+    ``KernelFormula.features`` order (``_compile_serial``)."""
+    if get_formula(kernel).serial:
+        return _compile_serial(kernel, params, peaks)
     return _compile_pair(kernel, params, peaks)[0]
+
+
+def _compile_serial(
+    kernel: str, params: dict[str, float], peaks: dict[str, float], many: bool = False
+) -> Callable[..., Any]:
+    """``compile_fast`` (``compile_many`` with ``many``) of a formula with serial features
+    (``KernelFormula.serial``): ``(flops, bytes, *features)`` with the features in
+    ``KernelFormula.features`` order (the compute side's extras, then the serial ones;
+    missing trailing ones are 0), ``fast``'s smooth maximum of ``_compile_pair`` plus each
+    serial term after it. The array form prices element by element with the scalar one
+    (the same value to the bit); no decode path runs these kernels in bulk."""
+    f = get_formula(kernel)
+    assert f.uses_flops and f.serial, "a roofline with serial features"
+    compile_kernel(kernel, params, peaks)  # validates the parameters
+    t0 = float(params["t0_s"])
+    inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
+    inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
+    p = float(params["p"])
+    inv_p = 1.0 / p
+    n_in = len(f.extras)
+    inside = [float(params[f"c_{x}"]) for x in f.extras]
+    serial = [float(params[f"c_{x}"]) for x in f.serial]
+
+    def fast(flops: float, nbytes: float, *feats: float) -> float:
+        a = flops * inv_f
+        for c, v in zip(inside, feats[:n_in], strict=False):
+            a += c * v
+        b = nbytes * inv_b
+        if a <= 0.0:
+            t = t0 + b
+        elif b <= 0.0:
+            t = t0 + a
+        else:
+            m = a if a > b else b
+            t = t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
+        for c, v in zip(serial, feats[n_in:], strict=False):
+            t += c * v
+        return t
+
+    if not many:
+        return fast
+
+    def array(flops: Any, nbytes: Any, *feats: Any) -> np.ndarray:
+        cols = np.broadcast_arrays(
+            np.asarray(flops, np.float64), np.asarray(nbytes, np.float64), *map(np.asarray, feats)
+        )
+        shape = cols[0].shape
+        rows = zip(*(c.ravel().tolist() for c in cols), strict=True)
+        return np.array([fast(*r) for r in rows], np.float64).reshape(shape)
+
+    return array
 
 
 def compile_many(
@@ -90,7 +149,10 @@ def compile_many(
     """``compile_fast`` over arrays of features: one price per element, each equal to the
     scalar one to the bit (the same operations in the same order, and the same ``pow``:
     Python's, not numpy's, whose SIMD versions may round differently). For runs of
-    decode steps (``CostModel.decode_steps_s``)."""
+    decode steps (``CostModel.decode_steps_s``). A formula with serial features takes
+    them as ``compile_fast`` does."""
+    if get_formula(kernel).serial:
+        return _compile_serial(kernel, params, peaks, many=True)
     return _compile_pair(kernel, params, peaks)[1]
 
 
@@ -126,9 +188,11 @@ def kernel_constants(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
 ) -> KernelConstants:
     """The constants every compiled form of ``kernel``'s model uses (``_compile_pair``'s, and
-    ``twin.costmodel.compiled``'s)."""
+    ``twin.costmodel.compiled``'s). They leave out a serial feature's term
+    (``KernelFormula.serial``): such a formula is compiled by ``_compile_serial``."""
     f = get_formula(kernel)
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
+    assert not f.serial, "the compiled constants carry no serial feature"
     compile_kernel(kernel, params, peaks)  # validates the parameters
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))

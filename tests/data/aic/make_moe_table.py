@@ -37,6 +37,10 @@ TRUE = {
         "p": 2.0,
         "c_weight_elems": 1e-14,
         "c_routed_elems": 2e-13,
+        # The tile and serial per-expert terms came after this table was written: zero
+        # keeps its rows.
+        "c_tile_bytes": 0.0,
+        "c_active_experts": 0.0,
     }
 }
 # (hidden, inter, topk, experts): Qwen3-30B-A3B's and a DeepSeek-like shape.
