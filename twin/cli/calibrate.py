@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -290,15 +291,8 @@ def _kernel_names(kernels: str | None) -> list[str] | None:
     """``--kernels a,b``: known kernel names, no empty or repeated entry."""
     if kernels is None:
         return None
-    names = [k.strip() for k in kernels.split(",")]
-    if not all(names):
-        raise TwinError(f"--kernels {kernels!r}: an empty entry")
-    unknown = [k for k in names if k not in KERNELS]
-    if unknown:
-        raise TwinError(f"--kernels {unknown[0]!r}: expected some of {', '.join(KERNELS)}")
-    if len(set(names)) != len(names):
-        raise TwinError(f"--kernels {kernels!r}: a kernel named twice")
-    return names
+    unknown = f"expected some of {', '.join(KERNELS)}"
+    return list(_name_list("--kernels", kernels, KERNELS, unknown, "a kernel"))
 
 
 def _refit_names(refit: str | None) -> tuple[str, ...]:
@@ -306,14 +300,23 @@ def _refit_names(refit: str | None) -> tuple[str, ...]:
     or repeated."""
     if refit is None:
         return ()
-    names = [n.strip() for n in refit.split(",")]
+    unknown = "not a kernel family (e.g. moe, mla_bmm)"
+    return _name_list("--refit", refit, FORMULAS, unknown, "a family")
+
+
+def _name_list(
+    option: str, value: str, known: Collection[str], unknown: str, what: str
+) -> tuple[str, ...]:
+    """A comma-separated list of names from ``known``, each refusal one line: an empty
+    entry, an unknown name (``unknown`` says what was expected), a name given twice."""
+    names = [n.strip() for n in value.split(",")]
     if not all(names):
-        raise TwinError(f"--refit {refit!r}: an empty entry")
-    unknown = [n for n in names if n not in FORMULAS]
-    if unknown:
-        raise TwinError(f"--refit {unknown[0]!r}: not a kernel family (e.g. moe, mla_bmm)")
+        raise TwinError(f"{option} {value!r}: an empty entry")
+    strange = [n for n in names if n not in known]
+    if strange:
+        raise TwinError(f"{option} {strange[0]!r}: {unknown}")
     if len(set(names)) != len(names):
-        raise TwinError(f"--refit {refit!r}: a family named twice")
+        raise TwinError(f"{option} {value!r}: {what} named twice")
     return tuple(names)
 
 
