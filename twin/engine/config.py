@@ -381,7 +381,7 @@ class EngineConfig:
         """The disaggregated layout's flags (issue 36), each refusal one line."""
         p, d = self.prefill_workers, self.decode_workers
         pool = [
-            _POOL_OPTION_NAMES.get(name, f"--{name.replace('_', '-')}")
+            POOL_FLAG_OPTIONS.get(name, f"--{name.replace('_', '-')}")
             for name in (
                 "decode_gpu",
                 "decode_tp",
@@ -496,8 +496,9 @@ _OMITTED_AT_DEFAULT = (
     "prefill_engine_flags",
     "decode_engine_flags",
 )
-# The command-line options of the config fields whose names are not the option's.
-_POOL_OPTION_NAMES = {
+# Each pool's own engine flags: the config field and its command-line option (the one
+# table for the refusals here and twin.engine.run.pool_engine_flags).
+POOL_FLAG_OPTIONS = {
     "prefill_engine_flags": "--prefill-set",
     "decode_engine_flags": "--decode-set",
 }

@@ -16,7 +16,7 @@ from twin import __version__
 from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
 from twin.engine.cluster import expected_horizon
-from twin.engine.config import EngineConfig, build_config
+from twin.engine.config import POOL_FLAG_OPTIONS, EngineConfig, build_config
 from twin.engine.cost import StepPricer, make_pricer
 from twin.engine.disagg import (
     TIMELINE_FILE,
@@ -273,7 +273,6 @@ _DEPLOYMENT_FIELDS = frozenset(
     {"tp", "ep", "pp", "dp_attention", "replicas", "prefill_workers", "decode_workers",
      "kv_link", "engine", "engine_release", "kernel_tables"}
 )  # fmt: skip
-_POOL_SETS = {"prefill_engine_flags": "--prefill-set", "decode_engine_flags": "--decode-set"}
 
 
 def pool_engine_flags(
@@ -291,7 +290,7 @@ def pool_engine_flags(
     mode = get_mode(engine)
     shared = {k.lstrip("-").replace("-", "_") for k in sets}
     found: list[dict[str, str]] = []
-    for field, option in _POOL_SETS.items():
+    for field, option in POOL_FLAG_OPTIONS.items():
         flags = {
             k.lstrip("-").replace("-", "_"): str(v) for k, v in (settings.get(field) or {}).items()
         }
