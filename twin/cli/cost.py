@@ -23,6 +23,7 @@ from twin.cli.common import (
     with_precision,
 )
 from twin.costmodel import KINDS, CostModel, StepCost
+from twin.costmodel.a2a import A2APrice
 from twin.costmodel.breakdown import LABEL, MIXER_LABELS
 from twin.costmodel.profile_store import available_profiles, resolve_profile, shipped_name
 from twin.costmodel.provenance import family_label
@@ -366,7 +367,7 @@ def cost(
         )
     prompts = _ints(lengths, "--lengths", MAX_SEQUENCE_TOKENS)
     sizes = _ints(batches, "--batches", MAX_BATCH)
-    if moe_a2a not in ("none", "deepep", "deepep_ht", "deepep_ll"):
+    if moe_a2a not in ("none", *A2APrice.BACKENDS):
         raise TwinError(f"--moe-a2a {moe_a2a}: expected none, deepep, deepep_ht or deepep_ll")
     if moe_a2a != "none" and dp_attention <= 1:
         raise TwinError(

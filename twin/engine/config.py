@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twin.cache.requests import WRITE_POLICIES
+from twin.costmodel.a2a import A2APrice
 from twin.engine.mode_base import PREEMPTIONS, SCHEDULE_POLICIES
 from twin.engine.router import DEFAULT_ROUTER
 from twin.errors import TwinError
@@ -246,7 +247,7 @@ class EngineConfig:
         if self.dp_attention != 1:
             self._check_dp_attention()
         need(
-            self.moe_a2a in ("", "deepep", "deepep_ht", "deepep_ll"),
+            self.moe_a2a in ("", *A2APrice.BACKENDS),
             "moe_a2a",
             "'' (the gather/scatter), deepep, deepep_ht or deepep_ll",
         )
