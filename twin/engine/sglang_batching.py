@@ -99,21 +99,28 @@ class SGLangBatching(ContinuousBatching):
 
     def _plan_step(self) -> tuple[list[tuple[Seq, int]], float, int]:
         """A prefill batch (``get_new_batch_prefill``): the chunked request, then admissions;
-        no sequence decodes in it (the third value: none gets a token)."""
+        the third value: how many running requests decode a token in it (:meth:`_riding`)."""
+        batch, decode_ctx = self._riding()
         ratio = self.ratio
         if ratio is not None:
             self._step_reserved = self._step_admitted = 0
-        chunk, rem_input = self.max_batched, self.max_prefill
+        # PrefillAdder(mixed_with_decode_tokens=batch): the riding decodes' tokens come off
+        # both budgets (none ride without --enable-mixed-chunk).
+        chunk, rem_input = self.max_batched - batch, self.max_prefill - batch
         chunked: list[tuple[Seq, int]] = []
         for seq in self.prefilling:  # the request being chunked (add_chunked_req)
-            c = min(seq.prefill_left, chunk)
-            chunked.append((seq, c))
+            c = max(0, min(seq.prefill_left, chunk))
+            if c:
+                chunked.append((seq, c))
             chunk -= c
             rem_input -= c
         if self.prefilling:
             self.full = False  # a chunked request forms a batch whatever the flag
         extra = 0.0
-        while chunk > 0 and rem_input > 0 and self.waiting:
+        # The first request joins whatever the input budget left (add_one_req's quick check
+        # needs a non-empty can_run_list; budget_state is read after an add), so a spent
+        # input budget stops the batch through the check below.
+        while chunk > 0 and self.waiting:
             head = self.waiting[0]
             if chunked and self._extend_tokens(head, rem_input) >= rem_input:
                 break  # AddReqResult.OTHER: left for the next batch
@@ -125,10 +132,15 @@ class SGLangBatching(ContinuousBatching):
             chunk -= c
             rem_input -= c
         self._step_reserved = self._step_admitted = 0
-        seconds = self.pricer.step_time([(c, seq.ctx) for seq, c in chunked], 0, 0)
+        seconds = self.pricer.step_time([(c, seq.ctx) for seq, c in chunked], batch, decode_ctx)
         # TODO(issue 30/31): the decoders' gap spans this prefill batch; ITL records only
         # gaps of steps that emit a token, so SGLang's longest gaps are not yet counted.
-        return chunked, seconds + extra, 0
+        return chunked, seconds + extra, batch
+
+    def _riding(self) -> tuple[int, int]:
+        """The running requests that decode in a prefill batch, and their keys: none (they
+        sit it out; :class:`SGLangMixedBatching` mixes them in)."""
+        return 0, 0
 
     def _extend_tokens(self, seq: Seq, bound: int) -> int:
         """Tokens ``seq`` would prefill (its uncached part); ``bound`` or less is enough to
@@ -175,44 +187,14 @@ class SGLangMixedBatching(SGLangBatching):
 
     name: ClassVar[str] = "sglang-mixed"
 
-    def _plan_step(self) -> tuple[list[tuple[Seq, int]], float, int]:
-        """A prefill batch (``get_new_batch_prefill``) mixed with every running decode."""
+    def _riding(self) -> tuple[int, int]:
+        """Every running decode rides in the prefill batch (``mix_with_running``)."""
         # Each decode takes one token's pages; retract until they fit (update_running_batch
         # is not called for a mixed batch, but the pool is the limit all the same).
         while self.decoding and not self.memory.grow(len(self.decoding)):
             self._make_room()
         batch = len(self.decoding)
-        ratio = self.ratio
-        if ratio is not None:
-            self._step_reserved = self._step_admitted = 0
-        # PrefillAdder(mixed_with_decode_tokens=running_bs): off both budgets.
-        chunk, rem_input = self.max_batched - batch, self.max_prefill - batch
-        chunked: list[tuple[Seq, int]] = []
-        for seq in self.prefilling:  # the request being chunked (add_chunked_req)
-            c = max(0, min(seq.prefill_left, chunk))
-            if c:
-                chunked.append((seq, c))
-            chunk -= c
-            rem_input -= c
-        if self.prefilling:
-            self.full = False  # a chunked request forms a batch whatever the flag
-        extra = 0.0
-        while chunk > 0 and self.waiting:
-            head = self.waiting[0]
-            if chunked and self._extend_tokens(head, rem_input) >= rem_input:
-                break  # AddReqResult.OTHER: left for the next batch
-            if not self._can_admit():
-                break
-            work, c = self._admit_chunk(chunked, chunk)
-            extra += work
-            chunk -= c
-            rem_input -= c
-        self._step_reserved = self._step_admitted = 0
-        n = self.step_no + 1
-        seconds = self.pricer.step_time(
-            [(c, seq.ctx) for seq, c in chunked], batch, self.ctx_base + batch * n
-        )
-        return chunked, seconds + extra, batch
+        return batch, self.ctx_base + batch * (self.step_no + 1)
 
     def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
         """A mixed batch ended: the decodes took their token in it (no shift)."""
