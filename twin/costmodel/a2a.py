@@ -60,7 +60,13 @@ def copies(mode: str, topk: int, experts: int, ep: int) -> float:
 
 
 def a2a_bytes(
-    mode: str, tokens: float, hidden: int, topk: int, experts: int, ep: int, elem_bytes: float = 2
+    mode: str,
+    tokens: float,
+    hidden: int,
+    topk: int,
+    experts: int,
+    ep: int,
+    elem_bytes: float = ELEM_BYTES,
 ) -> float:
     """Bytes one rank with ``tokens`` tokens sends in a dispatch (or receives back in a
     combine) of DeepEP mode ``mode`` (module docstring)."""
