@@ -97,7 +97,6 @@ class DensePricing(ShardShapes):
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight)
         self.moe_key = key
         small = self.priced.keys.get("moe_small")  # TensorRT-LLM's min-latency kernel
-        self._moe_small = None
         if small is not None:
             params = self.profile.kernels[small].params
             self._moe_small = lat.compile_fast(small, params, self.profile.peaks)
