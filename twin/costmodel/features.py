@@ -262,10 +262,10 @@ def moe_features(
     w_e: float,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
-    the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra
+    the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra,
     the bytes one CTA streams (``moe_tile_bytes``) as ``tile_bytes``, and ``active`` (the
-    rank's experts the launch touches) as the serial
-    ``active_experts`` (``formulas.KernelFormula.serial``: each expert hit is a grouped-GEMM
+    rank's experts the launch touches) as the serial ``active_experts``
+    (``formulas.KernelFormula.serial``: each expert hit is a grouped-GEMM
     problem of its own, whose set-up, scales and pipeline fill and drain do not overlap
     the math: vLLM's ``fused_moe`` Triton kernel walks ``expert_ids`` block by block,
     CUTLASS's grouped GEMM takes one problem per expert):
