@@ -410,3 +410,16 @@ def test_sglang_mixed_chunk_rides_the_decodes_in_the_prefill_batch_off_its_budge
     else:
         assert pricer.steps[1] == ([(8, 0), (8, 0), (8, 0)], 2)  # no input budget
         assert by[4].first_token_s == 3.0
+
+
+def test_sglang_mixed_chunk_admits_one_request_when_the_decodes_spend_the_input_budget(tmp_path):
+    """max_prefill_tokens 2: SGLang 0.5.6.post2's PrefillAdder admits the first request of
+    a batch whatever ``rem_input_tokens`` is left (``add_one_req``'s quick check needs a
+    non-empty ``can_run_list``), then stops (``budget_state``). A (8 + 4) prefills alone
+    at 0; B joins at 1 beside A's decode (2 - 1 left); at 2 the two decodes leave 0, and C
+    still prefills, alone (D and E wait)."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0, 1.5, 1.5, 1.5], 8, 4)
+    pricer = RecordingPricer()
+    options = {"max_prefill_tokens": 2}
+    run(path, pricer, policy="vanilla", scheduler="sglang-mixed", scheduler_options=options)
+    assert pricer.steps[:3] == [([(8, 0)], 0), ([(8, 0)], 1), ([(8, 0)], 2)]
