@@ -177,3 +177,19 @@ def test_calibrate_without_out_writes_to_the_user_folder_never_the_package(
     assert load_profile("a100").source == "transferred"
     monkeypatch.setenv("TWIN_PROFILES_DIR", str(tmp_path / "empty"))
     assert load_profile("a100").source == "datasheet"
+
+
+def test_a_flag_the_calibration_does_not_read_is_named_in_one_line() -> None:
+    """``_only``'s refusal reads "not read with --FLAG" or "not read when <phrase>"."""
+    from typer.testing import CliRunner
+
+    from twin.cli import app
+    from twin.errors import TwinError
+
+    res = CliRunner().invoke(app, ["calibrate", "--gpu", "h100", "--refit", "moe"])
+    assert isinstance(res.exception, TwinError)
+    assert str(res.exception) == "--refit: not read when timing this machine; drop it"
+    res = CliRunner().invoke(
+        app, ["calibrate", "--gpu", "a100", "--transfer-from", "x.json", "--seed", "3"]
+    )
+    assert str(res.exception) == "--seed: not read with --transfer-from; drop it"

@@ -283,8 +283,8 @@ def _only(given: dict[str, bool], way: str, allowed: set[str]) -> None:
     """Refuse a flag given that ``way`` (a flag, or a phrase) does not read."""
     extra = [flag for flag, on in given.items() if on and flag not in allowed and flag != way]
     if extra:
-        with_what = way if way.startswith("--") else f"when {way}"
-        raise TwinError(f"{extra[0]}: not read with {with_what}; drop it")
+        with_what = f"with {way}" if way.startswith("--") else f"when {way}"
+        raise TwinError(f"{extra[0]}: not read {with_what}; drop it")
 
 
 def _kernel_names(kernels: str | None) -> list[str] | None:
