@@ -25,7 +25,8 @@ class DensePricing(ShardShapes):
     _expert_q: tuple[Callable[..., float], float, float] | None
     # The fused-MoE fit of the experts' format with its operand bytes (None: no fit in the
     # profile, the experts are priced as GEMMs) and the profile key it was read from.
-    _moe_fit: tuple[Callable[..., float], float, float] | None
+    # (the fused-MoE fit, activation and weight bytes an element, one CTA's weight bytes)
+    _moe_fit: tuple[Callable[..., float], float, float, float] | None
     moe_key: str | None
     allreduce_latency_s: float
     allreduce_s_per_byte: float
@@ -94,7 +95,8 @@ class DensePricing(ShardShapes):
         act, weight = (
             (float(e), float(e)) if fmt.bytes_per_param is None else px.gemm_operand_bytes(fmt, e)
         )
-        self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight)
+        tile = ft.moe_tile_bytes(self.d_model, self.expert_width, self.up_mats, weight)
+        self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight, tile)
         self.moe_key = key
         small = self.priced.keys.get("moe_small")  # TensorRT-LLM's min-latency kernel
         if small is not None:
@@ -240,7 +242,7 @@ class DensePricing(ShardShapes):
         layer's all-reduce combines the ranks' outputs (vLLM's expert parallelism without
         attention DP): no all-to-all."""
         assert self._moe_fit is not None
-        kernel, act_e, w_e = self._moe_fit
+        kernel, act_e, w_e, tile = self._moe_fit
         m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
         n_exp, top, ep = m.moe_n_experts, m.moe_top_k, self.ep
         routed = t * top
@@ -250,7 +252,6 @@ class DensePricing(ShardShapes):
         )
         if self._moe_small is not None and t <= fm.MOE_MIN_LATENCY_MAX_TOKENS:
             kernel = self._moe_small  # the step routes few enough tokens (formulas)
-        tile = ft.moe_tile_bytes(d, self.expert_width, self.up_mats, w_e)
         experts = kernel(flops, nbytes, weights, float(routed * d), tile, active)
         router = self._gemm(t, d, n_exp)
         shared, act = 0.0, 0.0
