@@ -24,19 +24,17 @@ and how noisy the table is where one model must follow it:
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from pathlib import Path
 from statistics import median
 from typing import Any
 
 import numpy as np
+from kernel_targets import fitted, heldout_row, summarise, write_results
 
 from twin.costmodel.formulas import A2A_VARIANTS
-from twin.costmodel.profile_store import load_profile, shipped_profiles
 
 RESULTS = Path(__file__).parent / "results" / "a2a-kernels.json"
-TARGET_MEDIAN, TARGET_P90 = 0.05, 0.15
 DROP = 0.10  # a step that runs this much faster with more tokens counts as a drop
 FLAT_TOKENS = 16
 WORST = 3
@@ -126,36 +124,14 @@ def main() -> None:
     except ImportError:
         have_tables = False
     rows = []
-    for name, path in sorted(shipped_profiles().items()):
-        if name.endswith("-datasheet") or "-" not in name:
-            continue
-        prof = load_profile(path)
+    for name, prof, kernel, fit in fitted(A2A_VARIANTS):
         gpu, engine = name.rsplit("-", 1)
-        for kernel in A2A_VARIANTS:
-            fit = prof.kernels.get(kernel)
-            if fit is None:
-                continue
-            med, p90 = fit.heldout_median_rel_err, fit.heldout_p90_rel_err
-            row: dict[str, Any] = {
-                "gpu": gpu,
-                "engine": engine,
-                "family": kernel,
-                "kernel_source": fit.provenance.get("kernel_source"),
-                "version": fit.provenance.get("version"),
-                "tables": fit.provenance.get("tables"),
-                "n_shapes": fit.n_shapes,
-                "n_heldout": fit.n_heldout,
-                "n_flagged": fit.n_flagged,
-                "heldout_median": med,
-                "heldout_p90": p90,
-                "heldout_max": fit.heldout_max_rel_err,
-                "meets_target": (med or 0) <= TARGET_MEDIAN and (p90 or 0) <= TARGET_P90,
-            }
-            if not row["meets_target"]:
-                if have_tables:
-                    row.update(_diagnose(gpu, engine, kernel, fit, prof.peaks))
-                row["reason"] = _reason(row)
-            rows.append(row)
+        row: dict[str, Any] = {"gpu": gpu, "engine": engine, "family": kernel, **heldout_row(fit)}
+        if not row["meets_target"]:
+            if have_tables:
+                row.update(_diagnose(gpu, engine, kernel, fit, prof.peaks))
+            row["reason"] = _reason(row)
+        rows.append(row)
     for r in rows:
         mark = "ok  " if r["meets_target"] else "MISS"
         print(
@@ -163,26 +139,7 @@ def main() -> None:
             f"{r['heldout_median']:6.1%} P90 {r['heldout_p90']:6.1%} ({r['n_shapes']} shapes)"
             + (f"\n       {r['reason']}" if "reason" in r else "")
         )
-    meds = [r["heldout_median"] for r in rows]
-    p90s = [r["heldout_p90"] for r in rows]
-    summary = {
-        "families": len(rows),
-        "meeting_target": sum(r["meets_target"] for r in rows),
-        "meeting_median": sum((r["heldout_median"] or 0) <= TARGET_MEDIAN for r in rows),
-        "meeting_p90": sum((r["heldout_p90"] or 0) <= TARGET_P90 for r in rows),
-        "median_of_medians": median(meds) if meds else None,
-        "median_of_p90s": median(p90s) if p90s else None,
-        "targets": {"median": TARGET_MEDIAN, "p90": TARGET_P90},
-    }
-    print(json.dumps(summary, indent=1))
-    out = {
-        "benchmark": "bench_a2a_kernels",
-        "command": "python benchmarks/bench_a2a_kernels.py",
-        "seconds": round(time.perf_counter() - t0, 2),
-        "summary": summary,
-        "rows": rows,
-    }
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    write_results(RESULTS, "bench_a2a_kernels", summarise(rows), rows, t0)
 
 
 if __name__ == "__main__":

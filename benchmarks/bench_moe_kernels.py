@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import importlib.util
 import itertools
-import json
 import math
 import time
 from pathlib import Path
@@ -27,13 +26,12 @@ from statistics import median
 from typing import Any
 
 import numpy as np
+from kernel_targets import TARGET_P90, fitted, heldout_row, summarise, write_results
 
 from twin.costmodel.formulas import MOE_VARIANTS
 from twin.costmodel.profile import KernelFit, Profile
-from twin.costmodel.profile_store import load_profile, shipped_profiles
 
 RESULTS = Path(__file__).parent / "results" / "moe-kernels.json"
-TARGET_MEDIAN, TARGET_P90 = 0.05, 0.15
 MISS = TARGET_P90  # a held-out row more than this far off is a miss
 # Why a held-out row misses, the first that holds:
 REASONS = {
@@ -112,33 +110,14 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
 def main() -> None:
     t0 = time.perf_counter()
     with_tables = importlib.util.find_spec("aiconfigurator_core") is not None
+    why: dict[str, dict[str, Any]] = {}  # per profile: its families' miss reasons
     rows = []
-    for name, path in sorted(shipped_profiles().items()):
-        if name.endswith("-datasheet") or "-" not in name:
-            continue
-        prof = load_profile(path)
-        fits = {k: prof.kernels[k] for k in MOE_VARIANTS if k in prof.kernels}
-        if not fits:
-            continue
-        why = miss_reasons(name, prof) if with_tables else {}
-        for kernel, fit in fits.items():
-            row = {
-                "profile": name,
-                "family": kernel,
-                "model": fit.model,
-                "kernel_source": fit.provenance.get("kernel_source"),
-                "version": fit.provenance.get("version"),
-                "n_shapes": fit.n_shapes,
-                "n_heldout": fit.n_heldout,
-                "n_flagged": fit.n_flagged,
-                "heldout_median": fit.heldout_median_rel_err,
-                "heldout_p90": fit.heldout_p90_rel_err,
-                "meets_target": (fit.heldout_median_rel_err or 0) <= TARGET_MEDIAN
-                and (fit.heldout_p90_rel_err or 0) <= TARGET_P90,
-            }
-            if kernel in why:
-                row.update(why[kernel])
-            rows.append(row)
+    for name, prof, kernel, fit in fitted(MOE_VARIANTS):
+        if with_tables and name not in why:
+            why[name] = miss_reasons(name, prof)
+        row = {"profile": name, "family": kernel, "model": fit.model, **heldout_row(fit)}
+        row.update(why.get(name, {}).get(kernel, {}))
+        rows.append(row)
     for r in rows:
         mark = "ok  " if r["meets_target"] else "MISS"
         print(
@@ -151,15 +130,7 @@ def main() -> None:
                 f"     held-out rows >{MISS:.0%} off: {misses or 'none'} (of {r['n_heldout']});"
                 f" table floor {r['floor_median']:.1%} / {r['floor_p90']:.1%}"
             )
-    meds = [r["heldout_median"] for r in rows]
-    p90s = [r["heldout_p90"] for r in rows]
-    summary: dict[str, Any] = {
-        "families": len(rows),
-        "meeting_target": sum(r["meets_target"] for r in rows),
-        "median_of_medians": median(meds) if meds else None,
-        "median_of_p90s": median(p90s) if p90s else None,
-        "targets": {"median": TARGET_MEDIAN, "p90": TARGET_P90},
-    }
+    summary = summarise(rows)
     if with_tables and rows:
         totals = dict.fromkeys(REASONS, 0)
         for r in rows:
@@ -171,15 +142,7 @@ def main() -> None:
         summary["reasons"] = REASONS
         summary["median_of_floor_medians"] = median(floors) if floors else None
         summary["median_of_floor_p90s"] = median(floor_p90s) if floor_p90s else None
-    print(json.dumps(summary, indent=1))
-    out = {
-        "benchmark": "bench_moe_kernels",
-        "command": "python benchmarks/bench_moe_kernels.py",
-        "seconds": round(time.perf_counter() - t0, 2),
-        "summary": summary,
-        "rows": rows,
-    }
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    write_results(RESULTS, "bench_moe_kernels", summary, rows, t0)
 
 
 if __name__ == "__main__":
