@@ -217,15 +217,8 @@ def aiconfigurator_disagg_estimate(plan: sil.RowPlan, d: DisaggRow) -> dict[str,
         return {"aic_error": sil.AIC_NOT_INSTALLED}
     args = sil.cli_estimate_args(plan, "disagg")
     for side, pool in (("prefill", d.prefill), ("decode", d.decode)):
-        for name, value in (
-            ("tp_size", pool.tp),
-            ("pp_size", pool.pp),
-            ("attention_dp_size", pool.attention_dp),
-            ("moe_tp_size", pool.moe_tp),
-            ("moe_ep_size", pool.moe_ep),
-            ("batch_size", pool.batch_size),
-            ("num_workers", pool.num_workers),
-        ):
+        args.update(sil.layout_args(pool, f"{side}_"))
+        for name, value in (("batch_size", pool.batch_size), ("num_workers", pool.num_workers)):
             if value:
                 args[f"{side}_{name}"] = value
     return sil.run_cli_estimate(args)

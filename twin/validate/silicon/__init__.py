@@ -30,6 +30,7 @@ from twin.validate.silicon.aiconfigurator import (
     aiconfigurator_available,
     aiconfigurator_estimate,
     cli_estimate_args,
+    layout_args,
     run_cli_estimate,
 )
 from twin.validate.silicon.configs import (
@@ -200,6 +201,7 @@ __all__ = [
     "inferencemax_sglang",
     "inferencemax_speculation",
     "kernel_tables",
+    "layout_args",
     "load_model",
     "mape",
     "mark_copies",

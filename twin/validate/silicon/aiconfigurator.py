@@ -34,16 +34,25 @@ def aiconfigurator_estimate(plan: RowPlan) -> dict[str, Any]:
     row = plan.row
     args = cli_estimate_args(plan, "agg")
     args["batch_size"] = row.batch_size or plan.concurrency
-    for name, value in (
-        ("tp_size", row.tp),
-        ("pp_size", row.pp),
-        ("attention_dp_size", row.attention_dp),
-        ("moe_tp_size", row.moe_tp),
-        ("moe_ep_size", row.moe_ep),
-    ):
-        if value:
-            args[name] = value
+    args.update(layout_args(row))
     return run_cli_estimate(args)
+
+
+# ``cli_estimate``'s parallelism arguments and the row's (or a pool's) field for each.
+_LAYOUT_ARGS = (
+    ("tp_size", "tp"),
+    ("pp_size", "pp"),
+    ("attention_dp_size", "attention_dp"),
+    ("moe_tp_size", "moe_tp"),
+    ("moe_ep_size", "moe_ep"),
+)
+
+
+def layout_args(layout: Any, prefix: str = "") -> dict[str, int]:
+    """The parallelism arguments of ``cli_estimate`` that ``layout`` (a row, or a
+    disaggregated row's pool with ``prefix`` ``prefill_`` / ``decode_``) gives."""
+    given = ((arg, getattr(layout, field)) for arg, field in _LAYOUT_ARGS)
+    return {f"{prefix}{arg}": value for arg, value in given if value}
 
 
 def cli_estimate_args(plan: RowPlan, mode: str) -> dict[str, Any]:
