@@ -12,7 +12,8 @@ from test_bad_input import assert_clean_error
 from test_engine_helpers import LinearPricer, generated, run, single_turns
 
 from twin.engine.config import EngineConfig
-from twin.engine.disagg import TIMELINE_FILE, DisaggCluster, KvLink, kv_link
+from twin.engine.disagg import TIMELINE_FILE, DisaggCluster
+from twin.engine.fabric import KvLink, kv_link
 from twin.engine.memory_rules import held_bytes
 from twin.errors import TwinError
 from twin.metrics import RequestRecord

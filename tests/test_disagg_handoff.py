@@ -16,9 +16,9 @@ from twin.engine.disagg import (
     SGLANG_PER_CHUNK,
     TIMELINE_FILE,
     TRTLLM_AFTER_CONTEXT,
-    KvLink,
     handoff_for,
 )
+from twin.engine.fabric import KvLink
 from twin.presets import get_model
 from twin.workloads.reader import Workload
 from twin.workloads.schema import WorkloadRow

@@ -51,7 +51,7 @@ What the engines do, and what the twin takes from it:
   group), ``2 x tokens x d_model x dtype_bytes / tp`` bytes per GPU, over NVLink within
   a node (the profile's ``interconnect_bw``, the per-direction figure of
   ``twin.hardware`` the all-reduce ring uses) or a 400 Gb/s NIC per GPU past eight GPUs
-  (``twin.engine.disagg.IB_BW_PER_GPU``), plus the link's fixed latency. The send does
+  (``twin.engine.fabric.IB_BW_PER_GPU``), plus the link's fixed latency. The send does
   not hold the sending stage (vLLM's ``isend``); the receiver's all-gather of the slices
   is not priced.
 
@@ -75,6 +75,7 @@ from typing import Any
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
 from twin.engine.cost import Chunk, CostModelPricer, PricerBase, StepPricer, WrappingPricer
+from twin.engine.fabric import IB_BW_PER_GPU, IB_LATENCY_S, NODE_GPUS
 from twin.engine.replica import Replica, Seq
 from twin.engine.scheduler import get_scheduler
 from twin.engine.sim import Environment, Event
@@ -374,7 +375,6 @@ def pipeline_pricer(
     among them) on ``profile``, its layers split as engine mode ``engine`` splits them
     (``twin.parallel.PP_SPLIT_OF_ENGINE``)."""
     from twin.costmodel import CostModel
-    from twin.engine.disagg import IB_BW_PER_GPU, IB_LATENCY_S, NODE_GPUS
     from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S
     from twin.parallel import PP_SPLIT_OF_ENGINE, Layout, check_layout, stage_models
 

@@ -16,6 +16,7 @@ from twin import __version__
 from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
 from twin.engine.cluster import expected_horizon
+from twin.engine.cluster_kinds import make_cluster
 from twin.engine.config import POOL_FLAG_OPTIONS, EngineConfig, build_config
 from twin.engine.cost import StepPricer, make_pricer
 from twin.engine.disagg import (
@@ -23,11 +24,10 @@ from twin.engine.disagg import (
     DisaggCluster,
     WorkerPool,
     check_tp_pair,
-    kv_link,
-    make_cluster,
     split_pools,
     write_timeline,
 )
+from twin.engine.fabric import kv_link
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
