@@ -275,12 +275,19 @@ def test_sweeps_and_plans_take_a_release_on_their_engine_axes() -> None:
         "vllm",
         "sglang==0.5.10.post1",
     ]
-    with pytest.raises(TwinError, match=r"^--engines: .*release not modelled"):
+    # One flag named, the one given (not "--engines: --engine ...").
+    with pytest.raises(TwinError, match=r"^--engines vllm==9: release not modelled") as err:
         _engines(["vllm==9"])
+    assert "--engine " not in str(err.value)
+    with pytest.raises(TwinError, match=r"^--engines 'tgi': expected one of"):
+        _engines(["tgi"])
     name = "sglang==0.5.10.post1[mem_fraction_static=0.3]"
     assert engine_variant(name) == ("sglang==0.5.10.post1", {"mem_fraction_static": "0.3"})
-    with pytest.raises(TwinError, match=r"^--policies 'vllm==9\[\]'"):
+    with pytest.raises(TwinError, match=r"^--policies vllm==9: release not modelled") as err:
         engine_variant("vllm==9[]")
+    assert "--engine " not in str(err.value)
+    with pytest.raises(TwinError, match=r"^--policies 'vllm==': give a release"):
+        engine_variant("vllm==[]")
     # The point runs that release: its config records it, and its key differs from the
     # newest release's (a point of another release is another point).
     spec = SweepSpec(workload="w.parquet", model="tiny-hybrid", gpu="h100")

@@ -350,7 +350,7 @@ def _tiny_workload(folder: Path) -> Path:
         (["--slo", "p95_ttft<500"], None, "--slo"),
         (["--slo", "p95_ttft<=1s", "--slo", "p95_ttft<=2s"], None, "already has a target"),
         (["--slo", "p95_ttft<=1s", "--gpus", "h1000"], None, "unknown GPU 'h1000'"),
-        (["--slo", "p95_ttft<=1s", "--engines", "tgi"], None, "unknown engine mode 'tgi'"),
+        (["--slo", "p95_ttft<=1s", "--engines", "tgi"], None, "--engines 'tgi': expected one of"),
         (["--slo", "p95_ttft<=1s", "--gpus", "l4"], None, "no price for 'l4'"),
         (["--slo", "p95_ttft<=1s", "--tp", "0"], None, "--tp"),
         (["--slo", "p95_ttft<=1s", "--cache-gb", "lots"], None, "--cache-gb"),

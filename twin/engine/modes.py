@@ -101,22 +101,23 @@ ENGINE_MODES: dict[str, EngineMode] = {m.name: m for m in (PAPER, VLLM, SGLANG, 
 DEFAULT_MODE = "paper"
 
 
-def get_mode(name: str | None) -> EngineMode:
+def get_mode(name: str | None, flag: str = "--engine") -> EngineMode:
     """The engine mode called ``name`` (``None``: the default); a one-line error otherwise.
 
     ``name`` may pick a release, ``vllm==0.19`` (twin.engine.releases): the mode then
     runs that release's rules, defaults and flag names; without one, the newest modelled.
+    ``flag`` names the option the name came from, in the error.
     """
-    base, version = split_engine(name or DEFAULT_MODE)
+    base, version = split_engine(name or DEFAULT_MODE, flag)
     try:
         mode = ENGINE_MODES[base]
     except KeyError:
-        raise TwinError(f"--engine {name!r}: expected one of {', '.join(ENGINE_MODES)}") from None
+        raise TwinError(f"{flag} {name!r}: expected one of {', '.join(ENGINE_MODES)}") from None
     if version is None:
         return mode
     if not mode.releases:
-        raise TwinError(f"--engine {name!r}: {base} has no releases (the Marconi paper's world)")
-    return dataclasses.replace(mode, release=pick_release(base, mode.releases, version))
+        raise TwinError(f"{flag} {name!r}: {base} has no releases (the Marconi paper's world)")
+    return dataclasses.replace(mode, release=pick_release(base, mode.releases, version, flag))
 
 
 def measured_mode(engine: str, version: str | None) -> str:

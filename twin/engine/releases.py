@@ -46,19 +46,22 @@ class Release:
         return self.choices.get(name, fallback)
 
 
-def split_engine(name: str) -> tuple[str, str | None]:
-    """``"vllm==0.19"`` -> ``("vllm", "0.19")``; ``"vllm"`` -> ``("vllm", None)``."""
+def split_engine(name: str, flag: str = "--engine") -> tuple[str, str | None]:
+    """``"vllm==0.19"`` -> ``("vllm", "0.19")``; ``"vllm"`` -> ``("vllm", None)``. ``flag``
+    names the option the name came from, in the error."""
     base, sep, version = name.partition("==")
     base = base.strip().lower()
     if not sep:
         return base, None
     version = version.strip()
     if not version:
-        raise TwinError(f"--engine {name!r}: give a release after '==' (or none for the newest)")
+        raise TwinError(f"{flag} {name!r}: give a release after '==' (or none for the newest)")
     return base, version
 
 
-def pick_release(engine: str, releases: tuple[Release, ...], version: str | None) -> Release:
+def pick_release(
+    engine: str, releases: tuple[Release, ...], version: str | None, flag: str = "--engine"
+) -> Release:
     """The release ``version`` names (exactly, or a prefix on a dot: ``0.33`` is
     ``0.33.0``); the newest when ``None``; one line naming the known releases otherwise."""
     if version is None:
@@ -72,11 +75,11 @@ def pick_release(engine: str, releases: tuple[Release, ...], version: str | None
         return matches[0]
     if matches:
         raise TwinError(
-            f"--engine {engine}=={version}: names more than one modelled release "
+            f"{flag} {engine}=={version}: names more than one modelled release "
             f"({', '.join(r.version for r in matches)}); give one"
         )
     raise TwinError(
-        f"--engine {engine}=={version}: release not modelled; the twin models {engine} {known}"
+        f"{flag} {engine}=={version}: release not modelled; the twin models {engine} {known}"
     )
 
 

@@ -39,8 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.engine.config import PipelineConflict
-from twin.engine.modes import ENGINE_MODES, get_mode
-from twin.engine.releases import split_engine
+from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.limits import MAX_CACHE_GB, MAX_TP
@@ -190,14 +189,7 @@ def _engines(names: Sequence[str]) -> list[str]:
     full version, ``vllm==0.19.0``, as ``twin simulate --engine`` takes it)."""
     out = []
     for name in names:
-        try:
-            if split_engine(name)[0] not in ENGINE_MODES:
-                raise TwinError(
-                    f"unknown engine mode {name!r}; choose from {', '.join(ENGINE_MODES)}"
-                )
-            mode = get_mode(name.strip())
-        except TwinError as err:
-            raise TwinError(f"--engines: {err}") from None
+        mode = get_mode(name.strip(), "--engines")
         out.append(mode.name if mode.release is None else f"{mode.name}=={mode.release.version}")
     if not out:
         raise TwinError("--engines: give at least one engine mode, e.g. vllm,sglang")

@@ -211,14 +211,12 @@ def engine_variant(name: str) -> tuple[str, dict[str, str]] | None:
     from twin.engine.releases import split_engine
 
     mode, bracket, rest = name.partition("[")
-    try:  # an unknown release is one line here, before any point runs
-        base, release = split_engine(mode)
-        if base not in ENGINE_MODES:
-            return None
-        if release is not None:
-            get_mode(mode)
-    except TwinError as err:
-        raise TwinError(f"--policies {name!r}: {err}") from None
+    # an unknown release is one line here, before any point runs
+    base, release = split_engine(mode, "--policies")
+    if base not in ENGINE_MODES:
+        return None
+    if release is not None:
+        get_mode(mode, "--policies")
     body = rest[:-1]
     if bracket and (not rest.endswith("]") or "[" in body or "]" in body):
         raise TwinError(f"--policies {name!r}: expected ENGINE[flag=value;flag=value]")
