@@ -226,11 +226,3 @@ def write_raw(rows: Sequence[dict], path: str | Path) -> Path:
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
     return path
-
-
-def read_raw(path: str | Path) -> list[dict]:
-    """Rows of a raw parquet written by ``write_raw``."""
-    try:
-        return pq.read_table(path).to_pylist()
-    except (OSError, pa.ArrowInvalid) as err:
-        raise TwinError(f"{path}: cannot read raw measurements ({err})") from None

@@ -50,12 +50,6 @@ class ServingLayout:
             return {}
         return {"prefill_workers": self.prefill * units, "decode_workers": self.decode * units}
 
-    def deployed(self, units: int) -> str:
-        """What ``units`` copies run: ``agg`` or ``xPyD`` with the workers multiplied."""
-        if self.aggregated:
-            return AGG
-        return f"{self.prefill * units}P{self.decode * units}D"
-
 
 def parse_layout(text: str, flag: str = "--layouts") -> ServingLayout:
     """``agg`` or ``xPyD`` (any case, e.g. ``1p2d``); one line naming ``flag`` otherwise."""
