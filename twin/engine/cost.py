@@ -35,6 +35,9 @@ _RECURRENT_LABELS = ("ssm", *sorted(RECURRENT_KINDS))
 
 Chunk = tuple[int, int]  # (new tokens, cached context before them)
 Durations = Sequence[float] | np.ndarray  # seconds of each step of a decode run
+# A rank's step as a pricer sees it: (prefill chunks, decoding sequences, their context
+# sum); one replica's, or each attention-DP rank's (twin.engine.dp_attention).
+RankStep = tuple[Sequence[Chunk], int, int]
 # ``fill(ends, first, n)``: writes the ends of a decode run's steps ``first`` to
 # ``first + n - 1`` (seconds from the run's start) into ``ends``, summing on from
 # ``ends[first - 1]`` (``StepPricer.decode_run``'s durations summed left to right).

@@ -68,7 +68,7 @@ from typing import Any, ClassVar
 
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
-from twin.engine.cost import Chunk, PricerBase, StepPricer, WrappingPricer, affine_fit
+from twin.engine.cost import Chunk, PricerBase, RankStep, StepPricer, WrappingPricer, affine_fit
 from twin.engine.lpm import order_by_prefix
 from twin.engine.replica import Replica
 from twin.engine.seq import Seq
@@ -77,8 +77,6 @@ from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.workloads.reader import Request, Workload
 
-# A rank's step as the pricer sees it: (prefill chunks, decoding sequences, their context sum).
-RankStep = tuple[Sequence[Chunk], int, int]
 IDLE: RankStep = ((), 0, 0)
 # Breakdown kinds of the layers that run on all ranks' tokens (the rest is the attention side).
 FFN_KINDS = ("mlp", "moe")

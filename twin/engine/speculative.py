@@ -64,7 +64,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.engine.cost import Chunk, Durations, WrappingPricer, affine_fit
+from twin.engine.cost import Chunk, Durations, RankStep, WrappingPricer, affine_fit
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -587,32 +587,50 @@ class SpeculativePricer(WrappingPricer):
         v = self.spec.verify_tokens
         return [(v, base + 1)] * extra + [(v, base)] * (batch - extra)
 
-    def _drafting(
-        self, prefills: Sequence[Chunk], batch: int, context: int, later: bool = True
-    ) -> float:
-        """Seconds of the draft passes: the first over the prefill chunks and ``k + 1``
-        positions a decoder, the others (``later``) over ``topk`` tokens a decoder; each
-        pass's host time."""
+    @staticmethod
+    def _forward(pricer: Any, steps: Sequence[RankStep]) -> float:
+        """Seconds of one forward whose ranks run ``steps``: a plain pricer's step (one
+        rank), or the synchronised step of attention-DP ranks
+        (``twin.engine.dp_attention.DPStepPricer.sync_time``): every forward of an
+        iteration, the verification and each draft pass, gathers all ranks' tokens in its
+        MoE/MLP layers, so the ranks run each one in lockstep (an idle rank an idle batch:
+        SGLang 0.5.10.post1 ``EAGLEWorker`` runs its draft and verify forwards under the
+        scheduler's ``prepare_mlp_sync_batch``; TensorRT-LLM's MTP worker runs inside the
+        attention-DP model forward)."""
+        if len(steps) == 1:
+            return float(pricer.step_time(*steps[0]))
+        return float(pricer.sync_time(steps))
+
+    def _drafting(self, steps: Sequence[RankStep], later: bool = True) -> float:
+        """Seconds of the draft passes: the first over each rank's prefill chunks and
+        ``k + 1`` positions a decoder, the others (``later``) over ``topk`` tokens a
+        decoder; each pass's host time (the ranks' schedulers run side by side)."""
         draft = self.draft
         spec = self.spec
         k = spec.num_speculative_tokens
-        passes = k if batch else 1
+        decoding = any(batch for _, batch, _ in steps)
+        passes = k if decoding else 1
         host = self.draft_host_s * passes
         if self.forward_host_s:
             # A prefill-only iteration runs one forward beside the target's (the draft
             # extend over the prompt); a decode iteration the draft and the draft extend.
-            host += self.forward_host_s if batch else self.forward_host_s / spec.forward_host
+            host += self.forward_host_s if decoding else self.forward_host_s / spec.forward_host
         if draft is None:
             return host
-        first = list(prefills)
-        if batch:
-            base, extra = divmod(context, batch)
-            w = spec.extend_tokens or k + 1
-            first += [(w, base + 1)] * extra + [(w, base)] * (batch - extra)
-        seconds = float(draft.step_time(first, 0, 0)) + host
-        if later and batch and k > 1:
-            rows = batch * spec.topk
-            seconds += (k - 1) * float(draft.step_time((), rows, self._later_keys(context)))
+        w = spec.extend_tokens or k + 1
+        first: list[RankStep] = []
+        for prefills, batch, context in steps:
+            chunks = list(prefills)
+            if batch:
+                base, extra = divmod(context, batch)
+                chunks += [(w, base + 1)] * extra + [(w, base)] * (batch - extra)
+            first.append((chunks, 0, 0))
+        seconds = self._forward(draft, first) + host
+        if later and decoding and k > 1:
+            rows = [
+                ((), batch * spec.topk, self._later_keys(context)) for _, batch, context in steps
+            ]
+            seconds += (k - 1) * self._forward(draft, rows)
         return seconds
 
     def _later_keys(self, context: int) -> int:
@@ -625,21 +643,30 @@ class SpeculativePricer(WrappingPricer):
         ``speculative_num_steps`` keys a branch, are left out)."""
         return context if self.spec.topk > 1 else context * self.spec.topk
 
-    def _iteration(self, prefills: Sequence[Chunk], batch: int, context: int) -> float:
-        """One iteration: the target over the prefill chunks and the verifications, and the
-        draft passes."""
-        chunks = list(prefills)
-        if batch:
-            chunks += self._verify(batch, context)
-        return float(self.inner.step_time(chunks, 0, 0)) + self._drafting(prefills, batch, context)
+    def _iteration(self, steps: Sequence[RankStep]) -> float:
+        """One iteration: the target over each rank's prefill chunks and verifications,
+        and the draft passes."""
+        verify: list[RankStep] = []
+        for prefills, batch, context in steps:
+            chunks = list(prefills)
+            if batch:
+                chunks += self._verify(batch, context)
+            verify.append((chunks, 0, 0))
+        return self._forward(self.inner, verify) + self._drafting(steps)
 
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
-        if not decode_batch:
-            return self._iteration(prefills, 0, 0)
-        decode = self._iteration((), decode_batch, decode_context)
-        if not prefills:
+        return self.sync_time([(prefills, decode_batch, decode_context)])
+
+    def sync_time(self, steps: Sequence[RankStep]) -> float:
+        """A token step of ranks running ``steps`` (one rank: :meth:`step_time`): an
+        iteration over ``tau`` where they only decode, a mixed iteration less the part of
+        a pure decode iteration that the decoders' further tokens would have cost."""
+        if not any(batch for _, batch, _ in steps):
+            return self._iteration([(prefills, 0, 0) for prefills, _, _ in steps])
+        decode = self._iteration([((), batch, context) for _, batch, context in steps])
+        if not any(prefills for prefills, _, _ in steps):
             return decode / self.tau
-        mixed = self._iteration(prefills, decode_batch, decode_context)
+        mixed = self._iteration(steps)
         return mixed - (1.0 - 1.0 / self.tau) * decode
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
@@ -654,7 +681,7 @@ class SpeculativePricer(WrappingPricer):
 
             def price(context: int) -> float:
                 verify = float(self.inner.step_time(self._verify(batch, context), 0, 0))
-                return verify + self._drafting((), batch, context, later=False)
+                return verify + self._drafting([((), batch, context)], later=False)
 
             self._fixed[batch] = affine_fit(price, batch)
         return self._fixed[batch]
