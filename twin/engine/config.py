@@ -343,12 +343,8 @@ class EngineConfig:
 
         Layout(self.tp, self.ep, self.dp_attention)  # one line naming --dp-attention
         d = self.dp_attention
-        for flag, unset in (
-            ("speculative decoding", not self.speculative),
-            ("a host cache tier", not (self.host_cache_bytes or self.host_cache_ratio)),
-        ):
-            if not unset:
-                raise TwinError(f"--dp-attention {d}: not modelled with {flag}")
+        if self.host_cache_bytes or self.host_cache_ratio:
+            raise TwinError(f"--dp-attention {d}: not modelled with a host cache tier")
 
     def _check_pipeline(self) -> None:
         """``--pp``: stages of ``tp`` GPUs within the bounds, and only with what the
@@ -376,6 +372,13 @@ class EngineConfig:
             raise TwinError(
                 f"speculative draft tensor parallelism {draft_tp}: must be 1 or the "
                 f"target's --tp {self.tp} (vLLM's draft_tensor_parallel_size)"
+            )
+        if draft_tp == 1 != self.tp and self.dp_attention > 1:
+            # The draft's forwards join the ranks' synchronised steps at the target's
+            # layout (SGLang's EAGLE worker runs under the target's DP attention).
+            raise TwinError(
+                f"speculative draft tensor parallelism 1 with --dp-attention "
+                f"{self.dp_attention}: not modelled (the draft runs at the target's --tp)"
             )
 
     def _check_disaggregated(self) -> None:

@@ -56,15 +56,18 @@ all-to-all fits on the busiest rank's tokens (``twin.costmodel.a2a.A2APrice``); 
 layers keep the gather/scatter. Not modelled: DeepEP across nodes (the fits are one
 node's), MoE load imbalance between ranks, TensorRT-LLM's ``attention_dp_enable_balance``
 delays (off by default), overlap of communication with compute, fast-forwarded decode
-runs (each synchronised step is priced on its own), speculative decoding and host tiers
-(refused by ``EngineConfig``). A disaggregated pool's workers are built of ranks here too
+runs (each synchronised step is priced on its own) and host tiers (refused by
+``EngineConfig``). With speculative decoding every forward of an iteration (the
+verification, each draft pass) is a synchronised step of its own
+(``twin.engine.speculative.SpeculativePricer.sync_time``), the draft priced by this
+module's pricer too. A disaggregated pool's workers are built of ranks here too
 (:func:`dp_replica`; ``--prefill-dp-attention/--decode-dp-attention``, ``twin.engine.disagg``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
@@ -78,6 +81,16 @@ from twin.model import ModelSpec
 from twin.workloads.reader import Request, Workload
 
 IDLE: RankStep = ((), 0, 0)
+
+
+@runtime_checkable
+class SyncPricer(StepPricer, Protocol):
+    """What prices a replica's synchronised steps: :class:`DPStepPricer`, or speculative
+    decoding's iterations over it (``twin.engine.speculative.SpeculativePricer``)."""
+
+    def sync_time(self, steps: Sequence[RankStep]) -> float: ...
+
+
 # Breakdown kinds of the layers that run on all ranks' tokens (the rest is the attention side).
 FFN_KINDS = ("mlp", "moe")
 
@@ -362,7 +375,7 @@ class DPReplica(PartsClock):
     and caches the cluster reports (the ranks' summed)."""
 
     def __init__(
-        self, ranks: list[Replica], recorders: list[RankRecorder], pricer: DPStepPricer, engine: str
+        self, ranks: list[Replica], recorders: list[RankRecorder], pricer: SyncPricer, engine: str
     ) -> None:
         self.ranks, self.recorders, self.pricer = ranks, recorders, pricer
         first = ranks[0]
@@ -519,7 +532,7 @@ class DPCluster(Cluster):
         workload: Workload,
         on_record: Callable[[Any], None] = lambda rec: None,
     ) -> None:
-        if not isinstance(pricer, DPStepPricer):
+        if not isinstance(pricer, SyncPricer):
             raise TwinError("--dp-attention needs the attention-DP step pricer")
         self._dp_pricer = pricer
         self._recorder: RankRecorder | None = None
@@ -540,7 +553,7 @@ class DPCluster(Cluster):
 
 
 def dp_replica(
-    pricer: DPStepPricer, dp: int, engine: str, rank: Callable[[RankRecorder], Replica]
+    pricer: SyncPricer, dp: int, engine: str, rank: Callable[[RankRecorder], Replica]
 ) -> DPReplica:
     """A replica of ``dp`` ranks, each built by ``rank`` around its own recorder of
     ``pricer`` (a cluster's replica of its kind, with its cache and memory)."""
@@ -557,16 +570,19 @@ def dp_pricer(
     step_host_s: float,
     seq_host_s: float,
     moe_a2a: str = "",
+    absorbed_extend: int = 0,
 ) -> DPStepPricer:
     """The synchronised step pricer of a replica of ``tp`` GPUs, ``ep`` expert ranks and
     ``dp`` attention ranks on ``profile``; ``moe_a2a`` ``"deepep"``: the MoE layers'
     dispatch and combine from the profile's DeepEP fits (``twin.costmodel.a2a``;
-    ``deepep_ht`` / ``deepep_ll`` one mode for every step)."""
+    ``deepep_ht`` / ``deepep_ll`` one mode for every step); ``absorbed_extend``: the
+    ranks' prefill chunks of at most that many tokens priced as MLA's absorbed extends
+    (speculative decoding's verification, ``twin.engine.cost.make_pricer``)."""
     from twin.costmodel import CostModel
     from twin.parallel import Layout, check_layout
 
     check_layout(model, Layout(tp, ep, dp))
-    attention = CostModel(model, profile, tp // dp)
+    attention = CostModel(model, profile, tp // dp, absorbed_extend=absorbed_extend)
     attention.compile_steps()  # its compiled mixed step where the model has one
     ffn = CostModel(model, profile, tp, ep=ep)
     layers = model.n_mlp_layers + model.n_moe_layers
@@ -586,6 +602,7 @@ __all__ = [
     "DPReplica",
     "DPStepPricer",
     "RankRecorder",
+    "SyncPricer",
     "dp_pricer",
     "dp_replica",
 ]

@@ -476,10 +476,16 @@ def _tables_info(profile: Any, release: str) -> dict[str, Any]:
 
 def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times."""
+    absorb = 0
+    if config.speculative:
+        from twin.engine.speculative import Speculation
+
+        absorb = Speculation.from_dict(config.speculative).absorbed_extend
+    pricer: StepPricer
     if config.dp_attention > 1:  # ranks' steps priced together (twin.engine.dp_attention)
         from twin.engine.dp_attention import dp_pricer
 
-        return dp_pricer(
+        pricer = dp_pricer(
             model,
             profile,
             config.tp,
@@ -488,8 +494,9 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
             config.step_host_s,
             config.seq_host_s,
             config.moe_a2a,
+            absorb,
         )
-    if config.pp > 1:  # stages and micro-batches (twin.engine.pipeline)
+    elif config.pp > 1:  # stages and micro-batches (twin.engine.pipeline)
         from twin.engine.pipeline import pipeline_pricer
 
         return pipeline_pricer(
@@ -502,16 +509,12 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
             config.seq_host_s,
             config.engine,
         )
-    absorb = 0
-    if config.speculative:
-        from twin.engine.speculative import Speculation
+    else:
+        pricer = make_pricer(model, profile, config.tp, config.ep, absorb)
+        if config.step_host_s or config.seq_host_s:
+            from twin.engine.host_time import HostTimePricer
 
-        absorb = Speculation.from_dict(config.speculative).absorbed_extend
-    pricer: StepPricer = make_pricer(model, profile, config.tp, config.ep, absorb)
-    if config.step_host_s or config.seq_host_s:
-        from twin.engine.host_time import HostTimePricer
-
-        pricer = HostTimePricer(pricer, config.step_host_s, config.seq_host_s)
+            pricer = HostTimePricer(pricer, config.step_host_s, config.seq_host_s)
     if config.speculative:  # drafting and verification (twin.engine.speculative)
         from twin.engine.speculative import speculative_pricer
 

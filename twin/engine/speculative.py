@@ -716,16 +716,27 @@ def speculative_pricer(
     inner: Any, model: ModelSpec, profile: Any, config: Any
 ) -> SpeculativePricer:
     """``inner`` with the run's speculative decoding (``config.speculative``): the draft
-    priced by the cost model on the same GPU at its tensor parallelism."""
+    priced by the cost model on the same GPU at its tensor parallelism; under attention
+    DP (``config.dp_attention``) by the ranks' synchronised pricer, as the target
+    (``twin.engine.dp_attention.dp_pricer``)."""
     from twin.engine.cost import make_pricer
 
     spec = Speculation.from_dict(config.speculative)
     draft_spec = spec.draft_spec(model)
-    draft = None
+    draft: Any = None
     if draft_spec is not None:
         tp = spec.draft_tp or config.tp
         ep = config.ep if tp == config.tp and draft_spec.n_moe_layers else 1
-        draft = make_pricer(draft_spec, profile, tp, ep, spec.absorbed_extend)
+        if config.dp_attention > 1:
+            from twin.engine.dp_attention import dp_pricer
+
+            dp = config.dp_attention
+            moe_a2a = config.moe_a2a if draft_spec.n_moe_layers else ""
+            draft = dp_pricer(
+                draft_spec, profile, tp, ep, dp, 0.0, 0.0, moe_a2a, spec.absorbed_extend
+            )
+        else:
+            draft = make_pricer(draft_spec, profile, tp, ep, spec.absorbed_extend)
     return SpeculativePricer(inner, draft, spec, config.step_host_s)
 
 

@@ -146,9 +146,9 @@ class DisaggCluster(Cluster):
         config, pricer, budget = self._replica_setup(i)
         if config.dp_attention <= 1:
             return super()._new_replica(i, workload, longest)
-        from twin.engine.dp_attention import DPStepPricer, RankRecorder, dp_replica
+        from twin.engine.dp_attention import RankRecorder, SyncPricer, dp_replica
 
-        assert isinstance(pricer, DPStepPricer)
+        assert isinstance(pricer, SyncPricer)
 
         def rank(recorder: RankRecorder) -> Replica:
             self._rank = (config, recorder, budget / config.dp_attention)

@@ -35,7 +35,6 @@ from twin.validate.silicon.precision import (
 )
 from twin.validate.silicon.rows import (
     REASON_DISAGG,
-    REASON_DP_SPECULATIVE,
     REASON_EP,
     REASON_NO_CONCURRENCY,
     REASON_NO_LENGTHS,
@@ -219,8 +218,6 @@ def plan_row(
     harness = harness_of(row)
     spec = inferencemax_speculation(row, model) if deploy == "benchmark" else None
     if spec is not None:
-        if (row.attention_dp or 1) > 1:  # the engine refuses the pair (twin.engine.dp_attention)
-            return REASON_DP_SPECULATIVE
         limits = {**limits, "speculative": spec}
     return RowPlan(
         row=row,
