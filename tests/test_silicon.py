@@ -43,7 +43,8 @@ REASONS = {
     "tiny_h100_vllm_agg_64x8_noc": sil.REASON_NO_CONCURRENCY,
     "tiny_a100pcie_vllm_agg_64x8_c2": "no twin profile for system a100_pcie",
     "tiny_h100_vllm_agg_64x8_c2_nocfg": "no cached model config (<org>--<name>_config.json)",
-    "tiny_h100_sglang_agg_64x8_c2_mla": "model_type deepseek_v3 not supported by twin.hf_config",
+    # An MLA config without its latent's keys (twin.hf_moe reads DeepSeek-V3's).
+    "tiny_h100_sglang_agg_64x8_c2_mla": "model config not importable (model_type deepseek_v3)",
     "tiny_h100_trtllm_agg_64x8_c2_tp16": (
         "tp_size 16: no measured all-reduce at 16 GPUs in the h100 profile"
     ),

@@ -21,7 +21,9 @@ from typing import Any
 
 from twin.errors import TwinError
 from twin.hf_hybrids import PARSERS as HYBRID_PARSERS
-from twin.hf_hybrids import WRAPPERS
+from twin.hf_hybrids import WRAPPERS as HYBRID_WRAPPERS
+from twin.hf_moe import PARSERS as MOE_PARSERS
+from twin.hf_moe import WRAPPERS as MOE_WRAPPERS
 from twin.limits import MAX_CONFIG_INT, MAX_LAYERS, check_json_depth
 from twin.model import ModelSpec
 
@@ -458,4 +460,7 @@ _PARSERS: dict[str, Callable[[_Config], dict[str, Any]]] = {
     "mamba2": _mamba2,
     "mamba_ssm": _mamba_ssm,
     **HYBRID_PARSERS,
+    **MOE_PARSERS,
 }
+# Multimodal wrappers whose language model is ``text_config``: wrapper -> its model_type.
+WRAPPERS = {**HYBRID_WRAPPERS, **MOE_WRAPPERS}

@@ -186,13 +186,9 @@ def plan_row(
     try:
         base = load_model(str(path), hf_id)
     except TwinError as err:
-        preset = _preset(row.model_path)  # the twin's own shapes of the measured set
-        if preset is not None:
-            base = preset
-        elif "unsupported model_type" in str(err):
+        if "unsupported model_type" in str(err):
             return f"model_type {model_type} not supported by twin.hf_config"
-        else:
-            return f"model config not importable (model_type {model_type})"
+        return f"model config not importable (model_type {model_type})"
     if base.n_heads and base.n_heads % tp:
         # vLLM, SGLang and TensorRT-LLM shard attention heads evenly across TP ranks.
         return f"tp_size {tp} does not divide the {base.n_heads} attention heads"
@@ -245,16 +241,6 @@ def plan_row(
         dp=dp,
         native_quant=precision.native,
     )
-
-
-def _preset(model_path: str) -> ModelSpec | None:
-    """The twin's preset of a measured-set model whose config ``twin.hf_config`` cannot
-    import (DeepSeek-V3/R1, Kimi-K2.5: ``twin.validate.coverage.PRESET_OF_MODEL_PATH``)."""
-    from twin.presets import get_model
-    from twin.validate.coverage import PRESET_OF_MODEL_PATH
-
-    name = PRESET_OF_MODEL_PATH.get(model_path)
-    return get_model(name) if name is not None else None
 
 
 def agg_workers(row: SiliconRow) -> int:
