@@ -87,3 +87,22 @@ def test_dp_attention_with_mtp_runs_end_to_end_and_decodes_faster(tmp_path):
         assert pq.read_table(tmp_path / name / "requests.parquet").num_rows > 0
         tpot[name] = summary["tpot_s"]["mean"]
     assert tpot["mtp"] < tpot["plain"] / 1.5
+
+
+def test_the_mtp_module_s_weights_are_counted_per_gpu_under_the_layout():
+    from twin.parallel import Layout, weight_bytes_per_gpu
+
+    ds = get_model("deepseek-v3")
+    draft = MTP.draft_spec(ds)
+    assert draft is not None
+    layout = Layout(8, 8, 8)
+    # Its layer per GPU as the target's (attention whole on each DP rank's GPU), plus
+    # eh_proj (2d x d) as before; then the target's share of the KV.
+    weights = 8 * weight_bytes_per_gpu(draft, layout) + 2 * 7168 * 7168 * 2
+    kv, extra = ds.kv_bytes_per_token, draft.kv_bytes_per_token
+    budget = 500e9
+    assert MTP.budget(budget, ds, layout) == pytest.approx(
+        (budget - weights) * kv / (kv + extra), rel=1e-12
+    )
+    # Eight DP ranks each hold the module's attention: more than the whole-model count.
+    assert MTP.budget(budget, ds, layout) < MTP.budget(budget, ds)

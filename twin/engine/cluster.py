@@ -113,7 +113,10 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
     if config.speculative:  # the draft's weights and KV (twin.engine.speculative)
         from twin.engine.speculative import Speculation
 
-        budget = Speculation.from_dict(config.speculative).budget(budget, model)
+        # The draft's layers under the target's layout where its weights are per GPU.
+        per_gpu = config.ep > 1 or config.dp_attention > 1
+        draft_layout = _layout(config) if per_gpu and config.pp == 1 else None
+        budget = Speculation.from_dict(config.speculative).budget(budget, model, draft_layout)
     if budget > 0:
         budget *= kv_replication_scale(model, config)
     if budget <= 0:

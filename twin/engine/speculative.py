@@ -378,14 +378,24 @@ class Speculation:
         """
         return self.acceptance_length / rate_length(rate, self.num_speculative_tokens)
 
-    def budget(self, budget: float, target: ModelSpec) -> float:
+    def budget(self, budget: float, target: ModelSpec, layout: Any = None) -> float:
         """A replica's pool (or running-request memory) with the draft in it: its weights
         off, and the share of the rest the target's KV keeps when every token also holds
-        the draft's."""
+        the draft's. ``layout`` (a ``twin.parallel.Layout``, given where the target's
+        weights are counted per GPU: expert or attention-data parallelism): an MoE draft
+        at the target's TP (an MTP module, priced at the target's layout too) has its
+        layer weights counted as the target's, per GPU under it (a DP rank holds its own
+        copy of the attention), the method's extra weights (``eh_proj``) as they are."""
         draft = self.draft_spec(target)
         if draft is None:
             return budget
-        budget -= self.kind.weight_bytes(draft)
+        weights = self.kind.weight_bytes(draft)
+        if layout is not None and draft.n_moe_layers and self.draft_tp in (0, layout.tp):
+            from twin.parallel import weight_bytes_per_gpu  # at the target's layout
+
+            whole = layout.tp * weight_bytes_per_gpu(draft, layout)
+            weights += whole - draft.weight_bytes
+        budget -= weights
         kv, extra = target.kv_bytes_per_token, draft.kv_bytes_per_token
         return budget * kv / (kv + extra) if kv else budget
 
