@@ -73,25 +73,34 @@ def glm_moe_dsa(cfg: _Config) -> dict[str, Any]:
     return deepseek_v3(cfg)
 
 
+def _gqa_moe(
+    cfg: _Config, layers: tuple[str, ...], experts_key: str, width_key: str
+) -> dict[str, Any]:
+    """The fields a grouped-query-attention MoE stack shares: the width, the heads
+    (``twin.hf_config.heads``), ``experts_key`` routed experts of ``width_key``, the top-k,
+    the vocabulary and the tie (untied by default)."""
+    from twin.hf_config import heads
+
+    return dict(
+        layers=layers,
+        d_model=cfg.pos("hidden_size"),
+        **heads(cfg),
+        moe_n_experts=cfg.pos(experts_key),
+        moe_top_k=cfg.pos("num_experts_per_tok"),
+        moe_d_ff=cfg.pos(width_key),
+        vocab_size=cfg.pos("vocab_size"),
+        tie_embeddings=cfg.flag("tie_word_embeddings", False),
+    )
+
+
 def minimax_m2(cfg: _Config) -> dict[str, Any]:
     """MiniMax-M2 (remote-code ``MiniMaxM2Config``, model_type ``minimax_m2``): grouped-query
     attention (``head_dim`` given) and ``num_local_experts`` routed experts of
     ``intermediate_size`` in every layer, ``shared_intermediate_size`` (0: none); its MTP
     modules (``num_mtp_modules``) are not carried."""
-    from twin.hf_config import heads
-
-    n = cfg.layers()
+    layers = ("attention/moe",) * cfg.layers()
+    fields = _gqa_moe(cfg, layers, "num_local_experts", "intermediate_size")
     shared = cfg.integer("shared_intermediate_size", 0)
-    fields: dict[str, Any] = dict(
-        layers=("attention/moe",) * n,
-        d_model=cfg.pos("hidden_size"),
-        **heads(cfg),
-        moe_n_experts=cfg.pos("num_local_experts"),
-        moe_top_k=cfg.pos("num_experts_per_tok"),
-        moe_d_ff=cfg.pos("intermediate_size"),
-        vocab_size=cfg.pos("vocab_size"),
-        tie_embeddings=cfg.flag("tie_word_embeddings", False),
-    )
     if shared:
         fields["moe_shared_d_ff"] = shared
     return fields
@@ -104,8 +113,6 @@ def qwen3_moe(cfg: _Config) -> dict[str, Any]:
     ``num_experts`` of ``moe_intermediate_size``, dense layers of ``intermediate_size``;
     ``head_dim`` given; ``use_sliding_window`` true (Qwen2's windowed upper layers) is
     refused."""
-    from twin.hf_config import heads
-
     n = cfg.layers()
     step = cfg.pos("decoder_sparse_step", 1)
     dense_only = cfg.opt("mlp_only_layers", [])
@@ -114,16 +121,8 @@ def qwen3_moe(cfg: _Config) -> dict[str, Any]:
     ):
         raise cfg.fail("mlp_only_layers", f"must be a list of layer indices below {n}")
     moe = [i not in dense_only and (i + 1) % step == 0 for i in range(n)]
-    fields: dict[str, Any] = dict(
-        layers=tuple("attention/moe" if m else "attention/mlp" for m in moe),
-        d_model=cfg.pos("hidden_size"),
-        **heads(cfg),
-        moe_n_experts=cfg.pos("num_experts"),
-        moe_top_k=cfg.pos("num_experts_per_tok"),
-        moe_d_ff=cfg.pos("moe_intermediate_size"),
-        vocab_size=cfg.pos("vocab_size"),
-        tie_embeddings=cfg.flag("tie_word_embeddings", False),
-    )
+    layers = tuple("attention/moe" if m else "attention/mlp" for m in moe)
+    fields = _gqa_moe(cfg, layers, "num_experts", "moe_intermediate_size")
     if not all(moe):
         fields["mlp_d_ff"] = cfg.pos("intermediate_size")
     if cfg.flag("use_sliding_window", False):
