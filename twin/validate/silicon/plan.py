@@ -22,6 +22,7 @@ from twin.validate.silicon.harness import (
     INFERENCEMAX_DISAGG_SYSTEMS,
     REASON_INFERENCEMAX_DISAGG,
     deployment,
+    eager_prefill_s,
     harness_of,
     inferencemax_speculation,
 )
@@ -222,6 +223,9 @@ def plan_row(
         if (row.attention_dp or 1) > 1:  # the engine refuses the pair (twin.engine.dp_attention)
             return REASON_DP_SPECULATIVE
         limits = {**limits, "speculative": spec}
+    eager = eager_prefill_s(row, model, gpu)  # the engine's own time, whatever the deployment
+    if eager:
+        limits = {**limits, "eager_prefill_s": eager}
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),
