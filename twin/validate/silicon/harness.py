@@ -356,7 +356,7 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
     return aiconfigurator_deployment(row, engine)
 
 
-# SGLang's prefill runs without CUDA graphs before 0.5.10: 0.5.9's
+# SGLang's prefill runs without CUDA graphs before 0.5.10: 0.5.9's (and 0.5.6.post2's)
 # ``server_args.py`` has ``enable_piecewise_cuda_graph: bool = False``, and
 # ``model_executor/model_runner.py`` ``ModelRunner._forward_raw`` replays a graph only
 # for a forward mode that is a CUDA-graph mode (decode, target verify) and sends extend
