@@ -22,12 +22,13 @@ from twin.engine import SCHEDULERS, EngineConfig, build_config, sim
 from twin.engine.admission import DEFAULTS, NewTokenRatio
 from twin.engine.cost import Chunk
 from twin.engine.engine_times import engine_time_defaults
-from twin.engine.host_time import HostTimePricer
+from twin.engine.host_time import EagerPrefillPricer, HostTimePricer
 from twin.engine.modes import get_mode
 from twin.engine.modes_sglang import sglang_gpu_defaults
 from twin.engine.seq import Seq
 from twin.engine.sglang_batching import SGLangBatching
 from twin.engine.vllm_batching import VLLMBatching
+from twin.errors import TwinError
 from twin.policies import get_policy
 from twin.presets import get_model
 from twin.workloads.schema import WorkloadRow
@@ -310,6 +311,33 @@ def test_compiled_decode_ends_move_by_the_host_time_of_the_steps_before():
     fill(ends, 0, 3)
     fill(ends, 3, 2)
     assert list(ends) == [1.25, 2.5, 3.75, 5.0, 6.25]
+
+
+def test_an_eager_prefill_step_lasts_at_least_the_host_floor(tmp_path):
+    """1 s of kernels a step and a 2.5 s host floor on a step that prefills: a lone
+    request's first token comes at 2.5 s and its 2 decode steps (graph replays) take 1 s
+    each (done at 4.5 s); a floor below the kernels' price changes nothing."""
+    path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=8, output_len=3)
+    for inner in (ConstantPricer(), LinearPricer(1.0, 0.0, 0.0, 0.0, affine=False)):
+        _, recs = run(path, EagerPrefillPricer(inner, 2.5), policy="vanilla")
+        assert recs[0].first_token_s == pytest.approx(2.5)
+        assert recs[0].completed_s == pytest.approx(4.5)
+    _, low = run(path, EagerPrefillPricer(ConstantPricer(), 0.5), policy="vanilla")
+    assert (low[0].first_token_s, low[0].completed_s) == (pytest.approx(1.0), pytest.approx(3.0))
+    floored = EagerPrefillPricer(ConstantPricer(), 2.5)
+    assert floored.step_time([(8, 0)], 3, 100) == 2.5  # a mixed step prefills too
+    assert floored.step_time([], 3, 100) == 1.0
+    assert floored.decode_affine(3) == (1.0, 0.0)
+    assert list(floored.decode_run(2, 0, 3)) == [1.0, 1.0, 1.0]
+
+
+def test_the_eager_prefill_floor_is_checked_and_left_out_of_the_summary_when_off():
+    assert "eager_prefill_s" not in EngineConfig().to_dict()  # the paper's summary is unchanged
+    assert EngineConfig(eager_prefill_s=0.2).to_dict()["eager_prefill_s"] == 0.2
+    with pytest.raises(TwinError, match="--eager-prefill-s: must be >= 0"):
+        EngineConfig(eager_prefill_s=-0.1)
+    with pytest.raises(TwinError, match="--eager-prefill-s: is not modelled with attention"):
+        EngineConfig(eager_prefill_s=0.2, tp=2, dp_attention=2)
 
 
 # ---------------------------------------------------------------- TensorRT-LLM

@@ -866,6 +866,41 @@ def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
         assert sil.deployment(other, "sglang") == {}
 
 
+def test_sglang_before_piecewise_graphs_prices_a_host_floor_on_prefill_steps(
+    tmp_path: Path,
+) -> None:
+    """SGLang before 0.5.10 runs prefills without CUDA graphs: a MoE model's prefill step
+    lasts at least its MoE layers' host time (per GPU, fitted); none from 0.5.10 (piecewise
+    graphs), for dense models, other engines, attention DP or a GPU without a fit."""
+    from dataclasses import replace
+
+    from twin.engine.host_time import EagerPrefillPricer
+    from twin.engine.run import build_run
+    from twin.presets import get_model
+
+    r1 = get_model("deepseek-r1")
+    row = _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8)
+    per_layer = sil.SGLANG_EAGER_MOE_LAYER_S
+    floor = sil.eager_prefill_s(row, r1, "b200")
+    assert floor == pytest.approx(per_layer["b200"] * r1.n_moe_layers) and floor > 0.1
+    assert sil.eager_prefill_s(replace(row, system="h200_sxm"), r1, "h200") == pytest.approx(
+        per_layer["h200"] * r1.n_moe_layers
+    )
+    assert sil.eager_prefill_s(replace(row, backend_version="0.5.6.post2"), r1, "b200") == floor
+    for version in ("0.5.10.post1", "0.5.23", "nightly-dev", ""):
+        assert sil.eager_prefill_s(replace(row, backend_version=version), r1, "b200") == 0.0
+    assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0  # no MoE layer
+    assert sil.eager_prefill_s(replace(row, backend="vllm"), r1, "b200") == 0.0
+    assert sil.eager_prefill_s(replace(row, attention_dp=8, tp=1), r1, "b200") == 0.0
+    assert sil.eager_prefill_s(row, r1, "b300") == 0.0  # no fitted host time
+    # The floor reaches the engine: the run's outermost pricer holds the prefill steps to it.
+    path = sil.write_workload(tmp_path / "w.parquet", 64, 4, 2, 1)
+    run = build_run(path, model=r1, gpu="b200", engine="sglang", tp=8, eager_prefill_s=floor)
+    assert isinstance(run.pricer, EagerPrefillPricer) and run.pricer.floor_s == floor
+    assert run.pricer.step_time([(64, 0)], 0, 0) == floor  # 64 tokens: host-bound
+    assert run.pricer.step_time([], 4, 256) == run.pricer.inner.step_time([], 4, 256)
+
+
 def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:
     """``--aic-from``: an earlier run's estimates by row id, with their errors recomputed;
     a file without the columns or with a bad number is one line naming it."""

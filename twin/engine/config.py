@@ -166,6 +166,12 @@ class EngineConfig:
     seq_host_s: float = _opt(
         0.0, "the engine's host time per step for each request the step carries, seconds"
     )
+    eager_prefill_s: float = _opt(
+        0.0,
+        "the host time of one forward pass run without a CUDA graph, seconds: a step "
+        "that prefills lasts at least this long (twin.engine.host_time.EagerPrefillPricer; "
+        "decode steps replay graphs). 0: the kernels' price alone",
+    )
     scheduler: str = _opt(
         "continuous",
         "batch formation (twin.engine.scheduler.SCHEDULERS): continuous (mixed steps, "
@@ -284,9 +290,14 @@ class EngineConfig:
             f"must end before the arrivals do (--until-s {self.until_s})",
         )
         need(self.samples >= 2, "samples", "must be at least 2")
-        for name in ("frontend_s", "step_host_s", "seq_host_s"):
+        for name in ("frontend_s", "step_host_s", "seq_host_s", "eager_prefill_s"):
             v = getattr(self, name)
             need(math.isfinite(v) and v >= 0, name, "must be >= 0")
+        need(
+            not self.eager_prefill_s or (self.dp_attention == 1 and self.pp == 1),
+            "eager_prefill_s",
+            "is not modelled with attention data parallelism or pipeline stages",
+        )
         need(self.concurrency is None or self.concurrency >= 1, "concurrency", "must be >= 1")
         need(
             math.isfinite(self.burstiness) and self.burstiness > 0,
@@ -485,6 +496,7 @@ _OMITTED_AT_DEFAULT = (
     "frontend_s",
     "step_host_s",
     "seq_host_s",
+    "eager_prefill_s",
     "prefill_workers",
     "decode_workers",
     "speculative",

@@ -70,3 +70,41 @@ class HostTimePricer(WrappingPricer):
             ends[first : first + n] += host * np.arange(1, n + 1, dtype=np.float64)
 
         return moved
+
+
+class EagerPrefillPricer(WrappingPricer):
+    """``inner`` with a step that prefills lasting at least ``floor_s``: the host time of
+    one forward pass run without a CUDA graph.
+
+    An engine replays CUDA graphs for its decode batches, so their host work is one
+    launch; a batch with prompt tokens runs eagerly where the engine captures no graph
+    for it, and its host (Python) issues every layer's kernels one by one. The GPU
+    cannot finish the forward before the host has issued its last kernel, so a short
+    prompt's step is host-bound: ``max(kernels, floor_s)``. Long prompts are GPU-bound
+    and unchanged. Decode steps (graph replays) keep ``inner``'s price. Which engines
+    and releases run prefills eagerly: ``twin.validate.silicon.harness.eager_prefill_s``
+    (SGLang before piecewise prefill graphs became its default).
+    """
+
+    def __init__(self, inner: Any, floor_s: float) -> None:
+        super().__init__(inner)
+        self.floor_s = float(floor_s)
+
+    @property
+    def provenance(self) -> str:
+        return str(getattr(self.inner, "provenance", ""))
+
+    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
+        kernels = float(self.inner.step_time(prefills, decode_batch, decode_context))
+        return max(kernels, self.floor_s) if prefills else kernels
+
+    def decode_run(self, batch: int, context: int, steps: int) -> Durations:
+        return np.asarray(self.inner.decode_run(batch, context, steps), np.float64)
+
+    def decode_affine(self, batch: int) -> tuple[float, float] | None:
+        fit = self.inner.decode_affine(batch)
+        return None if fit is None else (float(fit[0]), float(fit[1]))
+
+    def decode_ends(self, batch: int, context: int) -> EndsFiller | None:
+        ask = getattr(self.inner, "decode_ends", None)
+        return ask(batch, context) if ask is not None else None

@@ -475,6 +475,18 @@ def _tables_info(profile: Any, release: str) -> dict[str, Any]:
 
 
 def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
+    """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times,
+    a prefill step at least ``config.eager_prefill_s`` long (the outermost layer: a
+    speculative step's verification replays a graph and is not floored)."""
+    pricer = _layout_pricer(model, profile, config)
+    if config.eager_prefill_s:
+        from twin.engine.host_time import EagerPrefillPricer
+
+        pricer = EagerPrefillPricer(pricer, config.eager_prefill_s)
+    return pricer
+
+
+def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times."""
     absorb = 0
     if config.speculative:

@@ -354,3 +354,43 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
     if kind == "defaults" or (kind != "aiconfigurator-all" and engine not in DEPLOYED_ENGINES):
         return {}
     return aiconfigurator_deployment(row, engine)
+
+
+# SGLang's prefill runs without CUDA graphs before 0.5.10: 0.5.9's (and 0.5.6.post2's)
+# ``server_args.py`` has ``enable_piecewise_cuda_graph: bool = False``, and
+# ``model_executor/model_runner.py`` ``ModelRunner._forward_raw`` replays a graph only
+# for a forward mode that is a CUDA-graph mode (decode, target verify) and sends extend
+# batches to ``forward_extend``, which uses the piecewise runner only when enabled. From
+# 0.5.10 the piecewise graphs are on by default (0.5.10.post1 ``server_args.py``
+# ``disable_piecewise_cuda_graph: bool = False``, turned off by
+# ``_handle_piecewise_cuda_graph`` for speculative decoding, attention DP, symmetric
+# memory, some architectures ...; not modelled: those rows keep the kernels' price).
+# An eager forward is issued kernel by kernel from Python, so a short prompt's step
+# lasts at least the host's time to issue the model's layers
+# (``twin.engine.host_time.EagerPrefillPricer``). Public single-request runs of
+# DeepSeek-R1 under SGLang show that floor: TTFT 180-200 ms from 128 to 4,096 prompt
+# tokens on 16 H100s (tenstorrent/tt-inference-server issue 356), while the twin's
+# kernels price a 1,024-token prefill at 45-100 ms.
+SGLANG_PIECEWISE_DEFAULT = "0.5.10"
+# Host seconds per MoE decoder layer of an eager SGLang forward, per GPU (its node's
+# host): fitted on the fit split only, 12 DeepSeek-R1 SGLang 0.5.9 InferenceMAX rows
+# (2026-04-06.csv ids; H200 tp 8 fp8 and B200 tp 4-8 fp8/fp4, 1k/8k prompts, 4-64
+# clients), least summed TTFT APE over a grid of floors 0.145-0.232 s (docs/decisions.md,
+# "Issue 31, step: DeepSeek's TTFT, the eager prefill"). The dense layers are not counted
+# (the dense SGLang rows are GPU-bound, nothing to fit them on). A GPU without an entry
+# gets no floor.
+SGLANG_EAGER_MOE_LAYER_S = {"h200": 0.0041, "b200": 0.0030}
+
+
+def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str) -> float:
+    """The host floor of a prefill step (``EngineConfig.eager_prefill_s``) for ``row``
+    run on the twin's ``gpu`` (above); 0.0 where its engine release runs prefill graphs,
+    the model has no MoE layers, or the GPU has no fitted host time."""
+    from twin.costmodel.table_release import version_key  # late: rows read without it
+
+    if row.backend != "sglang" or not model.n_moe_layers or (row.attention_dp or 1) > 1:
+        return 0.0
+    release, first = version_key(row.backend_version), version_key(SGLANG_PIECEWISE_DEFAULT)
+    if release is None or first is None or release >= first:
+        return 0.0
+    return SGLANG_EAGER_MOE_LAYER_S.get(gpu, 0.0) * model.n_moe_layers

@@ -22,6 +22,7 @@ from twin.validate.silicon.harness import (
     INFERENCEMAX_DISAGG_SYSTEMS,
     REASON_INFERENCEMAX_DISAGG,
     deployment,
+    eager_prefill_s,
     harness_of,
     inferencemax_speculation,
 )
@@ -215,6 +216,9 @@ def plan_row(
     spec = inferencemax_speculation(row, model) if deploy == "benchmark" else None
     if spec is not None:
         limits = {**limits, "speculative": spec}
+    eager = eager_prefill_s(row, model, gpu)  # the engine's own time, whatever the deployment
+    if eager:
+        limits = {**limits, "eager_prefill_s": eager}
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),

@@ -1,0 +1,140 @@
+"""SGLang's eager prefill against measured serving runs (issue 31): the MoE rows' TTFT and
+TPOT with and without the host floor of a prefill step, in one run.
+
+SGLang before 0.5.10 runs its prefill batches without CUDA graphs, so a short prompt's
+step lasts at least the host's time to issue the model's layers
+(``twin.validate.silicon.harness.eager_prefill_s``, ``twin.engine.host_time.
+EagerPrefillPricer``). This benchmark takes the rows the rule applies to (SGLang releases
+before 0.5.10, MoE models, GPUs with a fitted host time, at most ``--max-clients``
+clients), spreads ``--per-split`` of each split over them (sorted by id), and predicts
+each row twice: as planned (the floor) and with the floor removed (the baseline, the
+twin before the rule). It writes per-row predictions and MAPE / MdAPE per split, model
+and GPU. (Rows the rule does not apply to get the same plan as before it: dense models,
+other engines, SGLang from 0.5.10.)
+
+    python benchmarks/bench_eager_prefill.py --per-split 40 --out benchmarks/results/silicon-eager
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import twin.validate.silicon as sil
+from twin.validate.silicon.predict import predict
+
+
+def _spread(plans: list[sil.RowPlan], n: int) -> list[sil.RowPlan]:
+    plans = sorted(plans, key=lambda p: p.row.id)
+    if len(plans) <= n:
+        return plans
+    return [plans[i * len(plans) // n] for i in range(n)]
+
+
+def _sample(per_split: int, max_clients: int) -> list[sil.RowPlan]:
+    by_split: dict[str, list[sil.RowPlan]] = {sil.FIT: [], sil.HELD_OUT: []}
+    for row in sil.read_rows():
+        if row.backend != "sglang" or (row.concurrency or 0) > max_clients:
+            continue
+        plan = sil.plan_row(row)
+        if isinstance(plan, str):
+            continue
+        if plan.deployment.get("eager_prefill_s"):
+            by_split[row.split].append(plan)
+    return [p for split in by_split.values() for p in _spread(split, per_split)]
+
+
+def _ape(twin: float | None, measured: float | None) -> float | None:
+    if twin is None or measured is None or measured <= 0:
+        return None
+    return abs(twin - measured) / measured * 100
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"rows": len(rows)}
+    for side in ("baseline", "floor"):
+        for metric in ("ttft", "tpot"):
+            apes = [
+                r[f"{side}_{metric}_ape"] for r in rows if r[f"{side}_{metric}_ape"] is not None
+            ]
+            out[f"{side}_{metric}_mape"] = round(statistics.fmean(apes), 1) if apes else None
+            out[f"{side}_{metric}_mdape"] = round(statistics.median(apes), 1) if apes else None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--per-split", type=int, default=40, help="rows per split (fit, held out)")
+    parser.add_argument("--max-clients", type=int, default=64, help="rows with at most N clients")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/silicon-eager"))
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    plans = _sample(args.per_split, args.max_clients)
+    print(f"{len(plans)} rows", flush=True)
+    rows: list[dict[str, Any]] = []
+    for plan in plans:
+        r = plan.row
+        floor = float(plan.deployment.get("eager_prefill_s", 0.0))
+        bare = {k: v for k, v in plan.deployment.items() if k != "eager_prefill_s"}
+        with_floor = predict(plan)
+        baseline = predict(dataclasses.replace(plan, deployment=bare))
+        rec: dict[str, Any] = {
+            "id": r.id,
+            "split": r.split,
+            "group": f"{r.model_name}|{r.system}",
+            "backend_version": r.backend_version,
+            "isl": r.isl,
+            "osl": r.osl,
+            "concurrency": r.concurrency,
+            "tp": plan.tp,
+            "dp": plan.dp,
+            "eager_prefill_s": floor,
+            "silicon_ttft_ms": r.ttft_ms,
+            "silicon_tpot_ms": r.tpot_ms,
+        }
+        for side, result in (("baseline", baseline), ("floor", with_floor)):
+            for metric in ("ttft", "tpot"):
+                value = result.get(f"twin_{metric}_ms")
+                rec[f"{side}_{metric}_ms"] = value
+                measured = r.ttft_ms if metric == "ttft" else r.tpot_ms
+                rec[f"{side}_{metric}_ape"] = _ape(value, measured)
+            rec[f"{side}_error"] = result.get("twin_error", "")
+        rows.append(rec)
+        print(f"  {len(rows)}/{len(plans)} {time.perf_counter() - started:,.0f} s", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with (args.out / "predictions.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    moe = rows
+    summary: dict[str, Any] = {
+        "benchmark": "eager_prefill",
+        "command": "python benchmarks/bench_eager_prefill.py " + " ".join(sys.argv[1:]),
+        "host_time_per_moe_layer_s": sil.SGLANG_EAGER_MOE_LAYER_S,
+        "by_split": {
+            s: _summary([r for r in moe if r["split"] == s]) for s in (sil.FIT, sil.HELD_OUT)
+        },
+        "by_split_and_group": {
+            f"{s}|{g}": _summary([r for r in moe if r["split"] == s and r["group"] == g])
+            for s in (sil.FIT, sil.HELD_OUT)
+            for g in sorted({r["group"] for r in moe})
+            if any(r["split"] == s and r["group"] == g for r in moe)
+        },
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+    (args.out.parent / f"{args.out.name}.json").write_text(
+        json.dumps(summary, indent=2) + "\n", encoding="utf-8"
+    )
+    print(json.dumps(summary["by_split"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
