@@ -286,3 +286,55 @@ def test_calibrate_cli_merges_and_refuses_bad_sources(imported: Profile, tmp_pat
     res = CliRunner().invoke(app, ["calibrate", "--from", "mlperf", "--gpu", "h100"])
     assert isinstance(res.exception, TwinError) and "'aiconfigurator'" in str(res.exception)
     assert not (tmp_path / "h100-vllm.json").exists()
+
+
+def _gemm_and_scale_tables(root: Path, engine: str, scale: bool = True) -> Path:
+    """A one-release GEMM table (two fp8 shapes, one bf16) and, with ``scale``, its
+    compute-scale table (one of the two fp8 (m, k) pairs timed)."""
+    system = root / "h100_sxm"
+    table = system / "gemm" / engine / "1.3.0rc20" / "gemm_perf.parquet"
+    table.parent.mkdir(parents=True)
+    rows = [
+        {"gemm_dtype": "fp8", "m": 8, "n": 4096, "k": 4096, "latency": 0.015},
+        {"gemm_dtype": "fp8", "m": 4096, "n": 4096, "k": 4096, "latency": 0.2},
+        {"gemm_dtype": "bfloat16", "m": 8, "n": 4096, "k": 4096, "latency": 0.01},
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), table)
+    if scale:
+        cs = system / "quantize" / engine / "1.3.0rc20" / "computescale_perf.parquet"
+        cs.parent.mkdir(parents=True)
+        pq.write_table(
+            pa.Table.from_pylist([{"m": 8, "k": 4096, "quant_dtype": "fp8", "latency": 0.008}]),
+            cs,
+        )
+    return system
+
+
+def test_tensorrt_llm_fp8_gemms_are_read_at_a_static_input_scale(tmp_path: Path) -> None:
+    from twin.calibration.aic_tables import gemm_rows
+
+    # TensorRT-LLM's collector timed a dynamic scale (an amax pass) in every fp8 row; its
+    # compute-scale table times that pass per (m, k), and it is taken off where timed.
+    system = _gemm_and_scale_tables(tmp_path, "trtllm")
+    fam = gemm_rows(system, "trtllm", "fp8")
+    assert fam is not None
+    assert [r["median_s"] for r in fam.rows] == pytest.approx([0.007e-3, 0.2e-3])
+    assert fam.kernel_source.endswith(", static input scale")
+    assert fam.tables[-1] == "h100_sxm/quantize/trtllm/1.3.0rc20/computescale_perf.parquet"
+    # bf16 rows are never touched.
+    bf16 = gemm_rows(system, "trtllm")
+    assert bf16 is not None and bf16.rows[0]["median_s"] == pytest.approx(0.01e-3)
+
+
+def test_static_fp8_rows_only_where_the_collector_timed_a_dynamic_scale(tmp_path: Path) -> None:
+    from twin.calibration.aic_tables import gemm_rows
+
+    # vLLM's collector builds its fp8 rows static: the same tables leave them as measured.
+    vllm = gemm_rows(_gemm_and_scale_tables(tmp_path / "v", "vllm"), "vllm", "fp8")
+    assert vllm is not None
+    assert [r["median_s"] for r in vllm.rows] == pytest.approx([0.015e-3, 0.2e-3])
+    assert "static" not in vllm.kernel_source
+    # No compute-scale table: TensorRT-LLM's rows stay as measured, and say nothing.
+    bare = gemm_rows(_gemm_and_scale_tables(tmp_path / "t", "trtllm", False), "trtllm", "fp8")
+    assert bare is not None and bare.rows[0]["median_s"] == pytest.approx(0.015e-3)
+    assert len(bare.tables) == 1 and "static" not in bare.kernel_source

@@ -163,3 +163,29 @@ def test_sliding_window_caps_attention_cost() -> None:
     b = cm.prefill(512, 500000, breakdown=True)
     assert isinstance(a, StepCost) and isinstance(b, StepCost)
     assert a.by_kind["attention"] == pytest.approx(b.by_kind["attention"])
+
+
+def test_tensorrt_llms_measured_attention_carries_rope_so_no_pass_is_priced_apart() -> None:
+    # TensorRT-LLM's attention op (and its rows in NVIDIA's tables) applies RoPE itself;
+    # vLLM's profile and a datasheet one price RoPE as an element-wise pass of its own.
+    model = get_model("llama-3-8b")
+    trt = load_profile("h100-trtllm")
+    as_vllm = dataclasses.replace(trt, provenance={**trt.provenance, "engine": "vllm"})
+    fused, apart = CostModel(model, trt), CostModel(model, as_vllm)
+    assert fused.rope_in_attention and not apart.rope_in_attention
+    assert not CostModel(model, H100).rope_in_attention
+    assert not CostModel(model, load_profile("h100-vllm")).rope_in_attention
+    t, d = 512, model.d_model
+    elem = fused._k["elementwise"]
+    heads = model.n_heads * model.head_dim
+    kv = model.n_kv_heads * model.head_dim
+    rope = elem(0.0, model.dtype_bytes * 2.0 * t * (heads + kv))
+    assert rope > 0 and d > 0
+    gap = apart.prefill(t, breakdown=True).by_kernel["elementwise"]
+    gap -= fused.prefill(t, breakdown=True).by_kernel["elementwise"]
+    assert gap == pytest.approx(model.n_attention_layers * rope)
+    # Only the element-wise part moves: GEMMs and attention are the same fits.
+    for kernel in ("gemm", "attn_prefill"):
+        assert fused.prefill(t, breakdown=True).by_kernel[kernel] == pytest.approx(
+            apart.prefill(t, breakdown=True).by_kernel[kernel]
+        )

@@ -304,7 +304,57 @@ def gemm_rows(
         )
         out.append(_row(kernel, feats, r["latency"], {"m": m, "n": n, "k": k}))
     sources = sorted({str(r.get("kernel_source", "")) for r in raw})
-    return _family(kernel, table, raw, ",".join(sources), out)
+    family = _family(kernel, table, raw, ",".join(sources), out)
+    if mode == "fp8" and engine in DYNAMIC_FP8_GEMMS:
+        _static_fp8(family, system, engine, version.name)
+    return family
+
+
+# Engines whose collected per-tensor ``fp8`` GEMM rows time a *dynamic* activation scale.
+# aiconfigurator's TensorRT-LLM collector (``collector/trtllm/collect_gemm.py``
+# ``_build_weights``) loads an fp8 Linear with a weight scale and no ``input_scale``, so
+# TensorRT-LLM (1.x ``_torch/modules/linear.py`` ``FP8QDQLinearMethod``:
+# ``process_weights_after_loading_vanilla`` sets ``input_scale = None``; ``apply`` then
+# runs ``quantize_e4m3_per_tensor``, an amax reduction before the quantisation) pays a
+# scale computation per GEMM. The per-tensor FP8 checkpoints TensorRT-LLM serves
+# (ModelOpt's, ``nvidia/*-FP8``) carry a calibrated ``input_scale``: ``apply`` runs
+# ``static_quantize_e4m3_per_tensor`` alone. The same collection times that difference
+# per (m, k) (``collector/trtllm/collect_computescale.py``: ``compute_scale`` = dynamic
+# less static quantisation), and aiconfigurator prices such checkpoints as its
+# ``fp8_static`` mode, "static FP8 derived from dynamic FP8" and those tables
+# (aiconfigurator-core 0.12.0 ``sdk/perf_database.py`` ``_gemm_key_names``,
+# ``sdk/models/helpers.py``: per-tensor fp8 is static unless the checkpoint says
+# dynamic). vLLM's collector builds its fp8 rows with ``activation_scheme="static"``
+# (``collector/vllm/collect_gemm.py``): nothing to take off.
+DYNAMIC_FP8_GEMMS = ("trtllm",)
+COMPUTE_SCALE_TABLE = "computescale_perf.parquet"
+
+
+def _static_fp8(family: FamilyRows, system: Path, engine: str, version: str) -> None:
+    """``family``'s rows less the dynamic scale's time at their (m, k): the static-scale
+    GEMM (:data:`DYNAMIC_FP8_GEMMS`), from the same release's ``quantize`` table. A row
+    without a timed (m, k), or one the subtraction would leave non-positive, is kept as
+    measured; without the table the family stays as measured."""
+    found = release_version(system / "quantize" / engine, COMPUTE_SCALE_TABLE, version)
+    if found is None:
+        return
+    table = found / COMPUTE_SCALE_TABLE
+    scale: dict[tuple[int, int], float] = {}
+    for i, r in enumerate(_read(table)):
+        if r.get("quant_dtype", "fp8") != "fp8":
+            continue
+        if r.get("m") is None or r.get("k") is None or r.get("latency") is None:
+            raise TwinError(f"{table}, row {i}: needs columns 'm', 'k' and 'latency'")
+        scale[(int(r["m"]), int(r["k"]))] = float(r["latency"]) * 1e-3
+    taken = 0
+    for row in family.rows:
+        dynamic = scale.get((row["shape"]["m"], row["shape"]["k"]), 0.0)
+        if 0.0 < dynamic < row["median_s"]:
+            row["median_s"] -= dynamic
+            taken += 1
+    if taken:
+        family.kernel_source += ", static input scale"
+        family.tables.append(str(Path(*table.parts[-5:])))
 
 
 _ATTN = {"attn_dtype": {"bfloat16", "float16"}, "kv_cache_dtype": {"bfloat16", "float16"}}

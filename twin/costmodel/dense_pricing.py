@@ -29,8 +29,21 @@ class DensePricing(ShardShapes):
     _moe_fit: tuple[Callable[..., float], float, float, float] | None
     moe_key: str | None
     allreduce_latency_s: float
+    rope_in_attention: bool
+    kernel_keys: dict[str, str]
     allreduce_s_per_byte: float
     _mla_dense: Callable[[int, float, float], tuple[tuple[str, float], ...]]
+
+    def _setup_rope(self) -> None:
+        """Whether a RoPE pass is priced apart (``rope_s``): not where the profile's
+        attention fits were measured from an engine whose attention rows include it
+        (``twin.costmodel.kernel_sources.KernelSource.rope_in_attention``)."""
+        from twin.costmodel.kernel_sources import KERNEL_SOURCES
+
+        source = KERNEL_SOURCES.get(str(self.profile.provenance.get("engine", "")))
+        fit = self.profile.kernels.get(self.kernel_keys["attn_decode"])
+        measured = fit is not None and fit.provenance.get("source") == "measured"
+        self.rope_in_attention = bool(source and source.rope_in_attention and measured)
 
     def _setup_allreduce(self) -> None:
         """A fitted all-reduce for this GPU count if the profile has one, else a ring on peaks."""
@@ -132,7 +145,11 @@ class DensePricing(ShardShapes):
         if m.n_attention_layers:
             qkv = self._proj(t, d, self.qkv_width)
             o = self._proj(t, self.heads * self.head_dim, d)
-            rope = elem(0.0, e * (2.0 * t * (self.heads + self.kv_heads) * self.head_dim))
+            rope = (
+                0.0
+                if self.rope_in_attention
+                else elem(0.0, e * (2.0 * t * (self.heads + self.kv_heads) * self.head_dim))
+            )
             for kind in ("attention", "swa"):
                 if kinds.get(kind):
                     total += put(

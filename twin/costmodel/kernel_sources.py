@@ -19,6 +19,17 @@ class KernelSource:
     name: str  # the --engine value and the profile file suffix
     display: str  # as people write it
     attention: str  # its default attention backend, as the profiles record it
+    # Its measured attention rows include the rotary embedding of Q and K, so a step
+    # priced from them runs no RoPE pass of its own (``DensePricing._setup_rope``).
+    # TensorRT-LLM's attention op applies RoPE in its QKV preprocessing kernel
+    # (TensorRT-LLM 1.x ``_torch/modules/attention.py`` ``Attention.__init__``:
+    # ``rope_fusion`` defaults to the backend's ``support_fused_rope()``, true for its
+    # TRTLLM backend, and no ``RotaryEmbedding`` module is built), and aiconfigurator's
+    # collector times that op with RoPE on (``collector/trtllm/collect_attn.py``:
+    # ``create_attention(..., pos_embd_params=PositionalEmbeddingParams(rope_gpt_neox))``
+    # over the unrotated QKV). vLLM and SGLang run RoPE as a kernel of its own before
+    # their attention backend.
+    rope_in_attention: bool = False
 
 
 KERNEL_SOURCES: dict[str, KernelSource] = {
@@ -26,7 +37,12 @@ KERNEL_SOURCES: dict[str, KernelSource] = {
     for s in (
         KernelSource("vllm", "vLLM", "FlashAttention 3 on Hopper, FlashInfer on Blackwell"),
         KernelSource("sglang", "SGLang", "fa3 on Hopper, FlashInfer elsewhere"),
-        KernelSource("trtllm", "TensorRT-LLM", "its attention op (RoPE and KV write fused)"),
+        KernelSource(
+            "trtllm",
+            "TensorRT-LLM",
+            "its attention op (RoPE and KV write fused)",
+            rope_in_attention=True,
+        ),
     )
 }
 DEFAULT_ENGINE = "vllm"  # the most deployed open engine; --engine picks another

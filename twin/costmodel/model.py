@@ -144,6 +144,7 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         # Per decode batch size: the attention decode features' coefficients in the keys.
         self._decode_keys_affine: dict[int, tuple[float, float, float, float, float]] = {}
         self._setup_shapes()
+        self._setup_rope()
         self._setup_allreduce()
         self._setup_moe()
         # The decode conv update: its own fit where the profile has one (NVIDIA's tables
