@@ -174,14 +174,17 @@ def module_attention_split(
     (``kv_bytes``, part of its bytes) and its FLOPs as computed by the tensor cores
     (``tile_flops``) come out of the smooth maximum as serial features.
 
-    The module is a chain of kernels (vLLM's ``MLACommonImpl`` forward, TensorRT-LLM's
-    ``DeepseekV3Attention``: the projections' GEMMs, then the attention kernel, then the
-    output GEMMs), so the attention's time adds to the GEMMs' rather than hiding under
-    them; one smooth maximum over the summed FLOPs and bytes priced a 64-head decode at
-    a long context as compute-bound when it is bound by its KV stream (NVIDIA's module
-    tables, ``aiconfigurator-core`` 0.12.0: B200 vLLM bf16, 64 heads, batch 64, 65,535
-    cached tokens: the old form 1.5x the measured time). The query/output traffic and
-    the per-tile and per-sequence terms stay in the smooth maximum."""
+    The module is a chain of kernels, each a launch of its own (vLLM's MLA common
+    implementation, ``vllm/v1/attention/backends/mla/common.py`` in vllm-project/vllm:
+    the q/kv projections, W_UK as a batched GEMM, the attention backend over the latent,
+    W_UV as a batched GEMM, o_proj; the module collectors time that forward,
+    ``collector/{vllm,trtllm}/collect_mla_module.py``), so the attention's time adds to
+    the GEMMs' rather than hiding under them; one smooth maximum over the summed FLOPs
+    and bytes priced a 64-head decode at a long context as compute-bound when it is
+    bound by its KV stream (NVIDIA's module tables, ``aiconfigurator-core`` 0.12.0: B200
+    vLLM bf16, 64 heads, batch 64, 65,535 cached tokens: the old form 1.5x the measured
+    time). The query/output traffic and the per-tile and per-sequence terms stay in the
+    smooth maximum."""
     _, ab, tiles, seq = attention
     return gemm_flops, gemm_bytes + (ab - kv_bytes), tiles, seq, kv_bytes, tile_flops
 
