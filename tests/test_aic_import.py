@@ -157,6 +157,18 @@ def test_refit_fits_the_named_families_again_and_keeps_the_rest(imported: Profil
     }
 
 
+def test_refit_takes_a_group_of_families() -> None:
+    """``--refit mla`` covers every MLA family, ``mla_module`` the modules only; a group is
+    a key's leading words, not any prefix."""
+    from twin.cli.calibrate import _refit_names
+
+    assert _refit_names("mla,mla_module,moe,gemm_fp8") == ("mla", "mla_module", "moe", "gemm_fp8")
+    assert refit_matches("mla_module_decode_fp8_block_fp8kv", ["mla_module"])
+    assert refit_matches("mla_bmm_fp8", ["mla"]) and not refit_matches("mla_bmm", ["mla_module"])
+    with pytest.raises(TwinError, match="--refit 'ml': not a kernel family"):
+        _refit_names("ml")
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

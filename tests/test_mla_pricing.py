@@ -242,9 +242,10 @@ def test_a_shipped_fit_reproduces_its_table() -> None:
     kernel = lat.compile_fast(key, prof.kernels[key].params, prof.peaks)
     rows = [r for r in fam.rows if r["shape"]["h"] == 16 and r["shape"]["c"] >= 1023]
     assert len(rows) > 20
+    feats = fm.get_formula(key).features
     err = np.array(
         [
-            abs(kernel(r["flops"], r["bytes"], r["tiles"], r["seq_keys"]) / r["median_s"] - 1)
+            abs(kernel(r["flops"], r["bytes"], *(r[x] for x in feats)) / r["median_s"] - 1)
             for r in rows
         ]
     )
@@ -255,6 +256,10 @@ def test_every_mla_family_has_a_formula() -> None:
     for key in fm.MLA_VARIANTS:
         f = fm.get_formula(key)
         assert f.extras in (("tiles", "seq_keys"), ("weight_elems",))
+        # the modules price their attention kernel after the GEMMs' smooth maximum
+        module = key.startswith("mla_module")
+        assert f.serial == (fm.MLA_MODULE_SERIAL if module else ())
+        assert f.model_name.startswith("gemms_roofline+" if module else "roofline+")
     assert fm.mla_kernel("mla_module_decode", "fp8_block", "fp8") == (
         "mla_module_decode_fp8_block_fp8kv"
     )
@@ -340,3 +345,73 @@ def test_only_an_mla_only_model_absorbs_extends() -> None:
     llama = get_model("llama-3-8b")
     assert CostModel(llama, load_profile("h200", "vllm"), absorbed_extend=4).absorbed_extend == 0
     assert CostModel(DSV3, load_profile("h200", "vllm"), 8, 8, absorbed_extend=4).absorbed_extend
+
+
+# ------------------------------------------------------------ the module's attention
+def test_the_module_prices_its_attention_after_the_gemms() -> None:
+    """The module's features: the GEMMs (projections, absorbed BMMs) and the attention's
+    query/output traffic in the smooth maximum; the attention's KV stream and its FLOPs
+    (at whole 64-row tiles in the absorbed form) as serial features."""
+    act_e, w_e = 1.0, 1.0  # fp8 projections
+    d = dims(16)
+    flops, nbytes, tiles, seq, kv_bytes, attn_flops = mf.mla_module_decode_sums(
+        d, 32, 32 * 4097, 2, act_e, w_e, 1
+    )
+    af, ab, a_tiles, a_seq = mf.mla_decode_sums(32, 32 * 4097, d, 2, 1)
+    pf, pb, _ = mf.mla_projection_sums(d, 32, 2, act_e, w_e)
+    bmms = [mf.mla_bmm_sums(32, 16, k, n, 2, act_e, w_e) for k, n in ((128, 512), (512, 128))]
+    assert flops == pf + sum(b[0] for b in bmms)  # no attention FLOPs under the smooth maximum
+    assert kv_bytes == 576 * 32 * 4097  # the fp8 latent once per key
+    assert attn_flops == af * 64 / 16  # 16 heads run a 64-row tile
+    assert (tiles, seq) == (a_tiles, a_seq)
+    # the query/output traffic stays with the GEMMs' bytes
+    assert nbytes == pytest.approx(pb + sum(b[1] for b in bmms) + ab - kv_bytes, rel=1e-15)
+    # 128 heads fill two tiles: nothing padded
+    assert (
+        mf.mla_module_decode_sums(dims(128), 32, 32 * 4097, 2, act_e, w_e, 1)[5]
+        == (mf.mla_decode_sums(32, 32 * 4097, dims(128), 2, 1)[0])
+    )
+    # prefill: the decompressed K and V of every visible row per head, no padding
+    n, keys = 100, 100 * 101 // 2
+    pre = mf.mla_module_prefill_sums(d, n, keys, n, 1, 2, act_e, w_e, 2)
+    assert pre[4] == 2 * n * 16 * (128 + 64 + 128)
+    assert pre[5] == mf.mla_prefill_sums(n, keys, n, 1, d, 2, 2)[0]
+
+
+def test_each_serial_term_prices_the_module() -> None:
+    """A module fit's two serial coefficients each add their feature's seconds to a step
+    (break either term and the price moves by exactly its share)."""
+    prof = load_profile("h200", "vllm")
+    cm = CostModel(DSV3, prof, tp=8, ep=8)
+    key = cm.priced.keys["mla_module_decode"]
+    fit = prof.kernels[key]
+    assert fit.model == fm.get_formula(key).model_name
+    feats = mf.mla_module_decode_sums(dims(16), 32, 32 * 4097, 2, *cm.priced.mla_gemm_bytes, 2)
+    price = lat.compile_fast(key, fit.params, prof.peaks)
+    for name, value in zip(fm.MLA_MODULE_SERIAL, feats[4:], strict=True):
+        c = fit.params[f"c_{name}"]
+        assert c > 0 and value > 0
+        broken = lat.compile_fast(key, {**fit.params, f"c_{name}": 0.0}, prof.peaks)
+        assert price(*feats) - broken(*feats) == pytest.approx(c * value, rel=1e-9)
+
+
+def test_a_module_fit_of_the_old_form_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A module fit written when the smooth maximum held the attention (model
+    ``roofline+tiles+seq_keys``) would misprice with its coefficients: refused by name,
+    not upgraded; ``twin calibrate --refit mla`` reads such a profile and fits it again."""
+    import json
+
+    src = load_profile("h200", "vllm")
+    out = src.to_dict()
+    key = "mla_module_decode"
+    fit = out["kernels"][key]
+    fit["model"] = "roofline+tiles+seq_keys"
+    serial = {f"c_{x}" for x in fm.MLA_MODULE_SERIAL}
+    fit["params"] = {k: v for k, v in fit["params"].items() if k not in serial}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(out))
+    with pytest.raises(TwinError, match=r"model 'roofline\+tiles\+seq_keys' is not this"):
+        type(src).load(path)
+    # --refit's families are dropped unread
+    kept = type(src).load(path, drop=lambda k: k.startswith("mla_module"))
+    assert not any(k.startswith("mla_module") for k in kept.kernels)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from twin.calibration.aic_mla import dims, operand_bytes, wideep_version
+from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.mla_features import mla_module_decode_sums
 from twin.costmodel.precision_kernels import priced_precision
@@ -101,7 +102,7 @@ def test_h200_sglang_059_decode_module_known_answer() -> None:
     batch, cached = 64, 4096
     sums = mla_module_decode_sums(dims(16), batch, batch * (cached + 1), 2, act_e, w_e, 1)
     fit = prof.kernels[DECODE]
-    extras = {"tiles": float(sums[2]), "seq_keys": float(sums[3])}
+    extras = dict(zip(fm.get_formula(DECODE).features, map(float, sums[2:]), strict=True))
     seconds = lat.predict(DECODE, fit.params, prof.peaks, float(sums[0]), float(sums[1]), extras)
     assert seconds == pytest.approx(0.129e-3, rel=0.15)
     if importlib.util.find_spec("aiconfigurator_core") is None:

@@ -244,10 +244,15 @@ def import_profile(
         f" impossible rows flagged and excluded, {HOLDOUT_SHARE:.0%} of "
         f"shapes held out (seed {seed})"
     )
-    if keep is None or added:
+    releases = release_fits(gpu, engine, root, set(measured), peaks, spec.display_name, seed, keep)
+    # The refitted families whose fits are other releases' only (SGLang's MLA modules).
+    refit_releases = [k for k in releases if k not in added and refit_matches(k, refit)]
+    if keep is None or added or refit_releases:
         provenance["method"] = method
-    if keep is not None and added:
+    if keep is not None and (added or refit_releases):
         entry: dict[str, Any] = {"date": _dt.date.today().isoformat(), "families": added}
+        if refit_releases:
+            entry["table_releases"] = refit_releases
         if refit:
             entry["refit"] = list(refit)
         before = provenance.get("added")
@@ -259,7 +264,6 @@ def import_profile(
             f"{PACKAGE} {PACKAGE_VERSION} systems/{SYSTEMS[spec.name]}.yaml fp8_tc_flops / "
             "fp4_tc_flops (twin.hardware.GpuSpec)"
         )
-    releases = release_fits(gpu, engine, root, set(measured), peaks, spec.display_name, seed, keep)
     if releases:
         provenance["table_releases"] = (
             "per kernel family whose table differs by engine release, the fits of the "

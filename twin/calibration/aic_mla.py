@@ -109,17 +109,16 @@ def _module_row(
     act_e, w_e = operands
     if phase == "prefill":
         s = int(r["isl"])
-        flops, nbytes, tiles, seq = mla_module_prefill_sums(
+        sums = mla_module_prefill_sums(
             dm, b * s, b * s * (s + 1) // 2, b * s, b, ELEM_BYTES, act_e, w_e, kv_e
         )
         shape = {"b": b, "s": s, "h": h}
     else:
         keys = int(r["step"])  # the module tables' step counts the new token
-        flops, nbytes, tiles, seq = mla_module_decode_sums(
-            dm, b, b * keys, ELEM_BYTES, act_e, w_e, kv_e
-        )
+        sums = mla_module_decode_sums(dm, b, b * keys, ELEM_BYTES, act_e, w_e, kv_e)
         shape = {"b": b, "c": keys - 1, "h": h}
-    extras = {"tiles": tiles, "seq_keys": seq}
+    flops, nbytes, *features = sums
+    extras = dict(zip(fm.get_formula(kernel).features, features, strict=True))
     return _row(kernel, (flops, nbytes, extras), r["latency"], shape)
 
 

@@ -116,7 +116,8 @@ def calibrate(
         None,
         "--refit",
         help="With --keep-fits: comma-separated families to fit again all the same, each "
-        "with its variants (moe: moe, moe_fp8, ...), every other family kept byte for byte.",
+        "with its variants (moe: moe, moe_fp8, ...; mla: every MLA family), every other "
+        "family kept byte for byte.",
     ),
     merge: list[Path] | None = typer.Option(
         None,
@@ -295,13 +296,21 @@ def _kernel_names(kernels: str | None) -> list[str] | None:
     return list(_name_list("--kernels", kernels, KERNELS, unknown, "a kernel"))
 
 
+def refit_families() -> frozenset[str]:
+    """What ``--refit`` takes: every family (``formulas.FORMULAS``' keys) and every group
+    of them named by a key's leading ``_``-separated words (``mla`` covers every MLA
+    family, ``mla_module`` the modules: ``aic_import.refit_matches``)."""
+    words = (k.split("_") for k in FORMULAS)
+    return frozenset("_".join(w[:i]) for w in words for i in range(1, len(w) + 1))
+
+
 def _refit_names(refit: str | None) -> tuple[str, ...]:
-    """``--refit moe,mla_bmm``: known family names (``formulas.FORMULAS``' keys), none empty
-    or repeated."""
+    """``--refit moe,mla_bmm``: known family or group names (:func:`refit_families`),
+    none empty or repeated."""
     if refit is None:
         return ()
-    unknown = "not a kernel family (e.g. moe, mla_bmm)"
-    return _name_list("--refit", refit, FORMULAS, unknown, "a family")
+    unknown = "not a kernel family (e.g. moe, mla, mla_bmm)"
+    return _name_list("--refit", refit, refit_families(), unknown, "a family")
 
 
 def _name_list(
@@ -335,7 +344,10 @@ def _from_tables(
         raise TwinError(f"--from {source!r}: the one table source is 'aiconfigurator'")
     if refit and keep_fits is None:
         raise TwinError("--refit: names families of the --keep-fits profile; give --keep-fits")
-    from twin.calibration.aic_import import import_profile  # late: reads parquet with pyarrow
+    from twin.calibration.aic_import import (  # late: reads parquet with pyarrow
+        import_profile,
+        refit_matches,
+    )
 
     if gpu not in GPUS:
         raise TwinError(f"--gpu {gpu!r}: the tables are of GPUs; expected one of {', '.join(GPUS)}")
@@ -343,7 +355,8 @@ def _from_tables(
     keep = None
     if keep_fits is not None:
         checks.in_file("--keep-fits", keep_fits, "profile")
-        keep = Profile.load(keep_fits)
+        # The refitted families are dropped unread: their fits may be of an older formula.
+        keep = Profile.load(keep_fits, drop=lambda k: refit_matches(k, refit) if refit else False)
     with contextlib.ExitStack() as stack:
 
         def progress(total: int) -> Any:

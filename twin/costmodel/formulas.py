@@ -54,11 +54,16 @@ class KernelFormula:
     # ``compile_fast``, ``compile_many``); the affine form and the decode paths' compiled
     # constants (``latency.kernel_constants``) refuse such a formula.
     serial: tuple[str, ...] = ()
+    # The model name's first part where the smooth maximum's FLOPs and bytes are not the
+    # whole kernel's (``""``: ``roofline`` / ``bandwidth``): a fit written when they were
+    # is then refused by name (``profile._upgrade`` upgrades only a fit of the same base),
+    # not read with coefficients meant for other features.
+    base: str = ""
 
     @property
     def model_name(self) -> str:
         """Formula name stored in a profile."""
-        base = "roofline" if self.uses_flops else "bandwidth"
+        base = self.base or ("roofline" if self.uses_flops else "bandwidth")
         return "+".join((base, *self.extras, *self.serial))
 
     @property
@@ -137,6 +142,11 @@ MLA_KV = {"bfloat16": "", "fp8": "_fp8kv"}
 # has no GEMM axis: ``calibration.aic_mla.wideep_rows``).
 MLA_MODULE_GEMMS = {"bfloat16": "", "fp8": "_fp8", "fp8_block": "_fp8_block", "nvfp4": "_nvfp4"}
 MLA_BMM_MODES = {"bfloat16": "flops", "fp8": "fp8_flops"}
+# The module families' serial features (``mla_features.module_attention_split``): the
+# attention kernel's KV stream and its FLOPs, priced after the smooth maximum of the
+# module's GEMMs; and the name of that smooth maximum (``KernelFormula.base``).
+MLA_MODULE_SERIAL = ("attn_kv_bytes", "attn_flops")
+MLA_MODULE_BASE = "gemms_roofline"
 
 
 def mla_kernel(family: str, gemm_mode: str = "bfloat16", kv: str = "bfloat16") -> str:
@@ -342,8 +352,13 @@ FORMULAS: dict[str, KernelFormula] = {
                 True,
                 ("tiles", "seq_keys"),
                 f"MLA attention module, {phase}: projections ({gemm}), attention ({kv} KV), "
-                "output projection",
+                "output projection; the smooth maximum over the module's GEMMs and the "
+                "attention's query/output traffic, the attention's KV stream and FLOPs "
+                "after it (a kernel of its own between the GEMMs: "
+                "``mla_features.module_attention_split``)",
                 flops_peak=MOE_MODES[gemm],
+                serial=MLA_MODULE_SERIAL,
+                base=MLA_MODULE_BASE,
             )
             for phase in ("prefill", "decode")
             for gemm in MLA_MODULE_GEMMS
@@ -448,7 +463,9 @@ __all__ = [
     "KERNELS",
     "MLA_BMM_MODES",
     "MLA_KV",
+    "MLA_MODULE_BASE",
     "MLA_MODULE_GEMMS",
+    "MLA_MODULE_SERIAL",
     "MLA_VARIANTS",
     "MODEL_VARIANTS",
     "MOE_MIN_LATENCY_MAX_TOKENS",

@@ -155,6 +155,40 @@ def mla_projection_sums(
     return _gemms(_shared_projections(dims, tokens), e, act_e, w_e)
 
 
+# What the module families' features are: (FLOPs, bytes, tiles, keys per sequence, the
+# attention's KV bytes, the attention's FLOPs). The first two are the module's GEMMs and
+# the attention's query/output traffic; the last two are priced after the smooth maximum
+# (``formulas.MLA_MODULE_SERIAL``).
+ModuleSums = tuple[Sums, Sums, Sums, Sums, Sums, Sums]
+
+
+def module_attention_split(
+    gemm_flops: Sums,
+    gemm_bytes: Sums,
+    attention: tuple[Sums, Sums, Sums, Sums],
+    kv_bytes: Sums,
+    tile_flops: Sums,
+) -> ModuleSums:
+    """The module's features from its GEMMs' sums and its attention kernel's
+    (``attention``: FLOPs, bytes, tiles, keys per sequence): the attention's KV stream
+    (``kv_bytes``, part of its bytes) and its FLOPs as computed by the tensor cores
+    (``tile_flops``) come out of the smooth maximum as serial features.
+
+    The module is a chain of kernels, each a launch of its own (vLLM's MLA common
+    implementation, ``vllm/v1/attention/backends/mla/common.py`` in vllm-project/vllm:
+    the q/kv projections, W_UK as a batched GEMM, the attention backend over the latent,
+    W_UV as a batched GEMM, o_proj; the module collectors time that forward,
+    ``collector/{vllm,trtllm}/collect_mla_module.py``), so the attention's time adds to
+    the GEMMs' rather than hiding under them; one smooth maximum over the summed FLOPs
+    and bytes priced a 64-head decode at a long context as compute-bound when it is
+    bound by its KV stream (NVIDIA's module tables, ``aiconfigurator-core`` 0.12.0: B200
+    vLLM bf16, 64 heads, batch 64, 65,535 cached tokens: the old form 1.5x the measured
+    time). The query/output traffic and the per-tile and per-sequence terms stay in the
+    smooth maximum."""
+    _, ab, tiles, seq = attention
+    return gemm_flops, gemm_bytes + (ab - kv_bytes), tiles, seq, kv_bytes, tile_flops
+
+
 def mla_module_prefill_sums(
     dims: MlaDims,
     tokens: Sums,
@@ -165,24 +199,26 @@ def mla_module_prefill_sums(
     act_e: float,
     w_e: float,
     kv_e: int,
-) -> tuple[Sums, Sums, Sums, Sums]:
-    """(FLOPs, bytes, tiles, keys per sequence) of the MLA module over prefill
-    chunks: the projections, kv_b_proj over every visible row (the decompression of the
-    cached context too: vLLM's chunked-context loop, SGLang's ``MHA_CHUNKED_KV``), the
-    decompressed attention."""
+) -> ModuleSums:
+    """The module's features (``ModuleSums``) over prefill chunks: the projections,
+    kv_b_proj over every visible row (the decompression of the cached context too:
+    vLLM's chunked-context loop, SGLang's ``MHA_CHUNKED_KV``), the decompressed attention
+    (its K and V of every visible row per head the KV stream; a tile is one sequence and
+    head, nothing padded)."""
     h = dims.heads
     kv_b = (kv_rows, dims.kv_lora, h * (dims.nope + dims.v))
     gf, gb, _ = _gemms([*_shared_projections(dims, tokens), kv_b], e, act_e, w_e)
-    af, ab, tiles, seq = mla_prefill_sums(tokens, keys, kv_rows, sequences, dims, e, kv_e)
-    return gf + af, gb + ab, tiles, seq
+    attention = mla_prefill_sums(tokens, keys, kv_rows, sequences, dims, e, kv_e)
+    kv_bytes = kv_e * kv_rows * float(h * (dims.nope + dims.rope + dims.v))
+    return module_attention_split(gf, gb, attention, kv_bytes, attention[0])
 
 
 def mla_module_decode_sums(
     dims: MlaDims, batch: Sums, keys: Sums, e: int, act_e: float, w_e: float, kv_e: int
-) -> tuple[Sums, Sums, Sums, Sums]:
-    """(FLOPs, bytes, tiles, keys per sequence) of the MLA module over ``batch``
-    decode tokens reading ``keys`` keys in all: :func:`mla_module_absorbed_sums` of one
-    query token a sequence."""
+) -> ModuleSums:
+    """The module's features (``ModuleSums``) over ``batch`` decode tokens reading
+    ``keys`` keys in all: :func:`mla_module_absorbed_sums` of one query token a
+    sequence."""
     return mla_module_absorbed_sums(dims, batch, batch, keys, keys, 1, e, act_e, w_e, kv_e)
 
 
@@ -197,21 +233,28 @@ def mla_module_absorbed_sums(
     act_e: float,
     w_e: float,
     kv_e: int,
-) -> tuple[Sums, Sums, Sums, Sums]:
-    """(FLOPs, bytes, tiles, keys per sequence) of the MLA module in its absorbed form
+) -> ModuleSums:
+    """The module's features (``ModuleSums``) in its absorbed form
     (:func:`mla_absorbed_sums`' arguments): the projections and the two absorbed BMMs
-    over every query token (at the projections' operand bytes), and the attention."""
+    over every query token (at the projections' operand bytes), and the attention: its
+    KV stream each latent row read once, its FLOPs at whole blocks of
+    ``MLA_DECODE_HEAD_TILE`` query rows (a CTA's MMA runs its 64 rows whatever the rank's
+    heads: :func:`decode_head_tiles`)."""
     h = dims.heads
     gf, gb, _ = _gemms(_shared_projections(dims, queries), e, act_e, w_e)
     pf, pb, _ = mla_bmm_sums(queries, h, dims.nope, dims.kv_lora, e, act_e, w_e)
     of, ob, _ = mla_bmm_sums(queries, h, dims.kv_lora, dims.v, e, act_e, w_e)
-    af, ab, tiles, seq = mla_absorbed_sums(sequences, queries, keys, kv_rows, width, dims, e, kv_e)
-    return gf + pf + of + af, gb + pb + ob + ab, tiles, seq
+    attention = mla_absorbed_sums(sequences, queries, keys, kv_rows, width, dims, e, kv_e)
+    kv_bytes = kv_e * float(dims.kv_lora + dims.rope) * kv_rows
+    rows = h * width
+    padded = attention[0] * (decode_head_tiles(rows) * MLA_DECODE_HEAD_TILE / rows)
+    return module_attention_split(gf + pf + of, gb + pb + ob, attention, kv_bytes, padded)
 
 
 __all__ = [
     "MLA_DECODE_HEAD_TILE",
     "MlaDims",
+    "ModuleSums",
     "decode_head_tiles",
     "mla_absorbed_sums",
     "mla_bmm_sums",
@@ -221,4 +264,5 @@ __all__ = [
     "mla_module_prefill_sums",
     "mla_prefill_sums",
     "mla_projection_sums",
+    "module_attention_split",
 ]

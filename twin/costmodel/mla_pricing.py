@@ -11,7 +11,9 @@ profiled module first, the kernel-and-GEMM path as its fallback):
 
 - ``module``: the profile has the module fits of the model's GEMM format and KV dtype
   (``mla_module_prefill``/``_decode``, vLLM's and TensorRT-LLM's tables): the prefill
-  chunks through the prefill module, the decodes through the decode module; the layer's
+  chunks through the prefill module, the decodes through the decode module (each the
+  smooth maximum of its GEMMs, then its attention kernel's KV stream and FLOPs:
+  ``mla_features.module_attention_split``); the layer's
   pre-norm and all-reduce as for every layer. A step that mixes both runs the shared
   projections' weights twice in this pricing (the tables time each phase whole);
 - ``kernels``: per phase, the attention-kernel fit (``mla_prefill``/``mla_decode``,
@@ -133,8 +135,8 @@ class MlaPricing(ShardShapes):
         mode = self.mla_modes[0]
         if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
-            sums = mf.mla_module_prefill_sums(d, n, keys, rows, seqs, e, act_e, w_e, kv_e)
-            return "mla_module", self._mla["mla_module_prefill"](*sums)
+            module = mf.mla_module_prefill_sums(d, n, keys, rows, seqs, e, act_e, w_e, kv_e)
+            return "mla_module", self._mla["mla_module_prefill"](*module)
         kv_b = self._proj(rows, d.kv_lora, d.heads * (d.nope + d.v))
         if mode == "kernels":
             sums = mf.mla_prefill_sums(n, keys, rows, seqs, d, e, kv_e)
@@ -163,8 +165,10 @@ class MlaPricing(ShardShapes):
         mode = self.mla_modes[1]
         if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
-            sums = mf.mla_module_absorbed_sums(d, batch, rows, keys, kv, width, e, act_e, w_e, kv_e)
-            return [("mla", "mla_module", self._mla["mla_module_decode"](*sums))]
+            module = mf.mla_module_absorbed_sums(
+                d, batch, rows, keys, kv, width, e, act_e, w_e, kv_e
+            )
+            return [("mla", "mla_module", self._mla["mla_module_decode"](*module))]
         act_b, w_b = self._mla_bmm_bytes
         bmm = self._mla_bmm
         pre = bmm(*mf.mla_bmm_sums(rows, d.heads, d.nope, d.kv_lora, e, act_b, w_b))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -444,8 +445,10 @@ class Profile:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> Profile:
-        """Read a profile file."""
+    def load(cls, path: str | Path, drop: Callable[[str], bool] | None = None) -> Profile:
+        """Read a profile file; ``drop``: families left out, in ``kernels`` and
+        ``table_releases``, before anything is checked (``twin calibrate --refit``'s,
+        whose fits may be of a formula this version no longer reads)."""
         path = Path(path)
         try:
             text = path.read_text()
@@ -457,6 +460,10 @@ class Profile:
             raise TwinError(f"{path}: cannot read profile ({err})") from None
         if not isinstance(data, dict):
             raise TwinError(f"{path}: not a valid profile (expected a JSON object)")
+        if drop is not None:
+            for part in ("kernels", "table_releases"):
+                if isinstance(data.get(part), dict):
+                    data[part] = {k: v for k, v in data[part].items() if not drop(k)}
         return cls.from_dict(data, where=str(path))
 
 
