@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from twin.atomic import write_text_atomic
+from twin.costmodel.engine_kernels import release_kernel, table_kernel
 from twin.costmodel.formulas import check_params, get_formula
-from twin.costmodel.table_release import pick_version
+from twin.costmodel.table_release import pick_for_kernel
 from twin.errors import TwinError
 from twin.limits import check_json_depth
 
@@ -307,16 +308,36 @@ class Profile:
     def table_picks(self, release: str | None) -> dict[str, str]:
         """Per kernel family whose table differs by engine release, the release of the
         table that prices ``release`` (:func:`~twin.costmodel.table_release.pick_version`:
-        the newest at or before it; ``release`` empty: each family's default, the newest).
+        the newest at or before it, among the tables timing the kernel the release runs
+        where that is known, :meth:`_pick`; ``release`` empty: each family's default, the
+        newest).
         A family whose default release has no table of it (``TableReleases.default_fit``)
         is left out where that default is picked."""
         picks = {}
         for name, rel in self.table_releases.items():
-            chosen = pick_version([rel.default, *rel.fits], release) if release else None
+            chosen = self._pick(name, rel, release) if release else None
             chosen = chosen or rel.default
             if chosen != rel.default or rel.default_fit:  # a family it has no table of: none
                 picks[name] = chosen
         return picks
+
+    def _pick(self, name: str, rel: TableReleases, release: str) -> str | None:
+        """The table of family ``name`` that prices ``release``: the rule of
+        :func:`~twin.costmodel.table_release.pick_for_kernel` over each table's kernel
+        (its fit's ``kernel_source``, :func:`~twin.costmodel.engine_kernels.table_kernel`)
+        and the kernel the release runs on this GPU
+        (:func:`~twin.costmodel.engine_kernels.release_kernel`; the engine is the fits'
+        ``framework``)."""
+        fits = dict(rel.fits)
+        if rel.default_fit and name in self.kernels:
+            fits[rel.default] = self.kernels[name]
+        engine = next((str(f.provenance.get("framework", "")) for f in fits.values()), "")
+        timed = {
+            v: table_kernel(engine, str(f.provenance.get("kernel_source", "")))
+            for v, f in fits.items()
+        }
+        timed.setdefault(rel.default, None)
+        return pick_for_kernel(timed, release, release_kernel(engine, name, self.gpu, release))
 
     def at_release(self, release: str | None) -> Profile:
         """This profile pricing engine release ``release``: each family with fits from

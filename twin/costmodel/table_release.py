@@ -18,12 +18,17 @@ The twin's rule, per kernel family (:func:`pick_version`):
   aiconfigurator would have no data at all);
 - a release that is not a version number (``nightly-dev``, an image tag): the newest,
   as with none (aiconfigurator cannot order it either and leaves it out).
+
+Where the release is known to run a kernel some tables time and others do not
+(``twin.costmodel.engine_kernels``), the same rule runs over the tables that time it
+(:func:`pick_for_kernel`): a release older than every collection then reads the oldest
+table of its own kernel, not the oldest table.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 _SUFFIX = re.compile(r"^[.-]?(a|alpha|b|beta|rc|c|pre|preview|post|dev)[.-]?(\d*)")
 # PEP 440 order of the suffixes that appear in the tables and the measured rows:
@@ -72,4 +77,14 @@ def pick_version(versions: Iterable[str], release: str | None) -> str | None:
     return dated[-1] if dated else ordered[0]
 
 
-__all__ = ["newest_first", "pick_version", "version_key"]
+def pick_for_kernel(
+    timed: Mapping[str, str | None], release: str | None, runs: str | None
+) -> str | None:
+    """:func:`pick_version` among the tables of ``timed`` (table version -> the kernel it
+    times, None where unknown) that time ``runs``, the kernel ``release`` runs; among all
+    of them where ``runs`` is None or no table times it."""
+    same = [v for v, kernel in timed.items() if runs is not None and kernel == runs]
+    return pick_version(same or timed, release)
+
+
+__all__ = ["newest_first", "pick_for_kernel", "pick_version", "version_key"]

@@ -1,0 +1,152 @@
+"""Which kernel an engine release runs, and which kernel each collected table times.
+
+A release older than every collected table is priced from the oldest table
+(:func:`twin.costmodel.table_release.pick_version`). Where the oldest table times another
+kernel than the one that release runs, and a newer table times that release's kernel, the
+newer table prices it (:func:`twin.costmodel.table_release.pick_for_kernel`). Both sides
+are read from source, never from which table scores better:
+
+- :data:`RELEASE_KERNELS`: "release R of engine E runs kernel K for kernel family F on
+  GPUs G", each rule over the releases whose source was read (a release outside them has
+  no rule and keeps :func:`~twin.costmodel.table_release.pick_version`'s table);
+- :data:`TABLE_KERNELS`: the kernel each table's ``kernel_source`` label times (every fit
+  of a profile made from NVIDIA's tables records its label in
+  ``provenance["kernel_source"]``), read from the collector that wrote the label.
+
+A table without an entry times no known kernel and is never preferred; a family or a
+release without a rule is priced as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from twin.costmodel.table_release import version_key
+
+# Kernels, by the short name the two tables below share.
+MARLIN_WNA16 = "marlin-wna16"  # vLLM's Marlin MoE: fused_marlin_moe, MarlinExperts
+TRITON_WNA16 = "triton-wna16"  # vLLM's fused_experts W4A16: fused_moe_kernel_gptq_awq / moe_wna16
+OAI_TRITON_MXFP4 = "oai-triton-mxfp4"  # triton_kernels matmul_ogs (OAITritonExperts)
+# vLLM's FusedMoE module with every expert on the GPU whatever the row's moe_ep_size says
+# (TABLE_KERNELS' "vllm_mxfp4_moe"): not the kernel a run with expert parallelism runs.
+MXFP4_MODULE_ALL_EXPERTS = "mxfp4-module-all-experts"
+
+# GPUs by CUDA compute capability, as the engines' backend choices test it
+# (vLLM ``current_platform.is_device_capability(90)`` / ``is_device_capability_family(100)``;
+# H100/H200 are 9.0, B200/GB200 10.0, B300/GB300 10.3: NVIDIA's CUDA GPU list).
+HOPPER = frozenset({"h100", "h200"})
+BLACKWELL_SM100 = frozenset({"b200", "b300", "gb200", "gb300"})
+
+
+@dataclass(frozen=True)
+class ReleaseKernel:
+    """Releases ``first``..``last`` (inclusive, the ones whose source was read) of
+    ``engine`` (a fit's ``provenance["framework"]``) run ``kernel`` for ``family`` on
+    ``gpus``; ``source`` says where that is read."""
+
+    engine: str
+    family: str
+    gpus: frozenset[str]
+    first: str
+    last: str
+    kernel: str
+    source: str
+
+    def covers(self, engine: str, family: str, gpu: str, release: str) -> bool:
+        """Whether this rule says what ``release`` of ``engine`` runs for ``family`` on
+        ``gpu`` (``release`` a version number within ``first``..``last``)."""
+        want = version_key(release)
+        low, high = version_key(self.first), version_key(self.last)
+        if want is None or low is None or high is None:
+            return False
+        in_range = low <= want <= high
+        return in_range and (engine, family) == (self.engine, self.family) and gpu in self.gpus
+
+
+RELEASE_KERNELS: tuple[ReleaseKernel, ...] = (
+    # Kimi-K2.5's experts (compressed-tensors pack-quantized, 4-bit int, group 32, the
+    # twin's int4: twin.precision). vLLM 0.15.1, 0.16.0, 0.17.0, 0.18.0, 0.19.0 (wheels
+    # read), model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe.py
+    # ``CompressedTensorsMoEMethod.get_moe_method``: a WNA16 group/channel scheme takes
+    # ``CompressedTensorsWNA16MarlinMoEMethod`` whenever ``check_moe_marlin_supports_layer``
+    # holds (utils/marlin_utils.py: hidden % 128 == 0, the rank's intermediate width a
+    # multiple of max(64, group), group in -1/32/64/128: Kimi-K2.5's 7168 and 2048/TP up to
+    # TP 32) and the platform is not ROCm; FlashInfer's MxInt4 kernel instead only with
+    # ``VLLM_USE_FLASHINFER_MOE_INT4=1`` (envs.py default "0"; from 0.16.0 on,
+    # utils/flashinfer_mxint4_moe.py ``is_flashinfer_mxint4_moe_available``).
+    ReleaseKernel(
+        "vLLM",
+        "moe_int4_wo",
+        HOPPER | BLACKWELL_SM100,
+        "0.15.1",
+        "0.19.0",
+        MARLIN_WNA16,
+        "vllm 0.15.1-0.19.0 compressed_tensors_moe.py get_moe_method",
+    ),
+    # gpt-oss's mxfp4 experts on Hopper. vLLM 0.15.1, 0.16.0, 0.17.0, 0.18.0 (wheels read),
+    # model_executor/layers/quantization/mxfp4.py ``get_mxfp4_backend``: on SM90 FlashInfer's
+    # MXFP4 BF16 backend only with ``VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1`` (envs.py default
+    # "0"), else Triton where ``has_triton_kernels()`` (the wheel bundles
+    # vllm/third_party/triton_kernels) and 9.0 <= capability < 11.0, Marlin only with
+    # ``VLLM_MXFP4_USE_MARLIN``; vLLM 0.19.0, model_executor/layers/fused_moe/oracle/mxfp4.py
+    # ``select_mxfp4_moe_backend``: the first supported of FLASHINFER_TRTLLM_MXFP4_BF16
+    # (SM100 only), CK (ROCm), TRITON -> ``OAITritonMxfp4ExpertsMonolithic``. Expert
+    # parallelism as the run is configured (layer.py ``FusedMoEParallelConfig.make``).
+    ReleaseKernel(
+        "vLLM",
+        "moe_mxfp4",
+        HOPPER,
+        "0.15.1",
+        "0.19.0",
+        OAI_TRITON_MXFP4,
+        "vllm 0.15.1-0.18.0 quantization/mxfp4.py get_mxfp4_backend; "
+        "0.19.0 fused_moe/oracle/mxfp4.py select_mxfp4_moe_backend",
+    ),
+)
+
+# (engine, table ``kernel_source``) -> the kernel the table times.
+TABLE_KERNELS: dict[tuple[str, str], str] = {
+    # aiconfigurator's collector/vllm/collect_moe_v2.py (ai-dynamo/aiconfigurator, the
+    # collector of the 0.19.0 tables) ``run_moe_torch``: int4_wo calls vLLM's
+    # ``fused_experts`` with ``int4_w4a16_moe_quant_config`` (group 128), which is
+    # fused_moe.py ``fused_experts_impl`` -> ``invoke_fused_moe_wna16_cuda_kernel`` /
+    # ``invoke_fused_moe_wna16_triton_kernel`` (vLLM 0.19.0), not Marlin, whatever the
+    # label says.
+    ("vLLM", "vllm_marlin_int4_moe"): TRITON_WNA16,
+    # 0.24.0's labels name the quantisation method, backend and experts class.
+    ("vLLM", "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"): MARLIN_WNA16,
+    ("vLLM", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"): OAI_TRITON_MXFP4,
+    # collect_moe_v2.py builds ``FusedMoE(..., tp_size=moe_tp_size, ep_size=moe_ep_size)``
+    # under a default ``VllmConfig()`` (``enable_expert_parallel`` False), and vLLM 0.19.0's
+    # ``FusedMoEParallelConfig.make`` (fused_moe/config.py) then sets ep_size 1: every row
+    # times all the experts on one GPU, so its moe_ep_size 2..128 rows equal its EP 1 rows
+    # (h200_sxm and b200_sxm ``moe/vllm/0.19.0`` ``w4a16_mxfp4``: the same latency at every
+    # EP). The table times no kernel a run with experts split runs.
+    ("vLLM", "vllm_mxfp4_moe"): MXFP4_MODULE_ALL_EXPERTS,
+}
+
+
+def release_kernel(engine: str, family: str, gpu: str, release: str | None) -> str | None:
+    """The kernel ``release`` of ``engine`` runs for ``family`` on ``gpu`` where a rule
+    of :data:`RELEASE_KERNELS` says; None otherwise (and for no release)."""
+    if not release:
+        return None
+    for rule in RELEASE_KERNELS:
+        if rule.covers(engine, family, gpu, release):
+            return rule.kernel
+    return None
+
+
+def table_kernel(engine: str, kernel_source: str) -> str | None:
+    """The kernel a table labelled ``kernel_source`` by ``engine``'s collector times;
+    None where :data:`TABLE_KERNELS` has no entry."""
+    return TABLE_KERNELS.get((engine, kernel_source))
+
+
+__all__ = [
+    "RELEASE_KERNELS",
+    "TABLE_KERNELS",
+    "ReleaseKernel",
+    "release_kernel",
+    "table_kernel",
+]
