@@ -49,6 +49,7 @@ from twin.parallel import (
     weight_bytes_per_gpu,
 )
 from twin.policies import get_policy
+from twin.policies.compiled.live import LiveCache
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
 from twin.workloads.session_lengths import longest_sequence
@@ -270,10 +271,10 @@ class Cluster:
             host_bytes = 0
         shared = self._shared_tier(i)
         policy = get_policy(config.policy, **config.policy_options)
-        if host_bytes or shared is not None:  # the Python tree: host and shared tiers
+        if shared is not None:  # the Python tree: a store shared by the replicas
             cache = policy.make_cache(model, capacity)
-        else:  # dedicated or in the shared pool: the policy's fastest exact one
-            cache = policy.make_engine_cache(model, capacity, longest)
+        else:  # dedicated or in the shared pool, over a host tier or not: the fastest exact one
+            cache = policy.make_engine_cache(model, capacity, longest, host_tier=bool(host_bytes))
         if host_bytes and config.host_write_policy == "write_back":
             _check_write_back(config.policy, cache)
         spec = config.speculative or {}
@@ -291,7 +292,9 @@ class Cluster:
         # The host tier runs its own instance of the policy (a policy decides per tier).
         host = (
             HOST_TIERS[config.host_write_policy](
-                get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes),
+                get_policy(config.policy, **config.policy_options).make_engine_cache(
+                    model, host_bytes, longest, host_tier=True
+                ),
                 pricer,
                 config.host_write_policy,
             )
@@ -578,9 +581,10 @@ def _record(seq: Seq) -> RequestRecord:
 
 
 def _check_write_back(policy: str, cache: Any) -> None:
-    """Write-back hands evicted radix nodes to the host (``PrefixCache.on_evict``); the
-    block pool and the module store never evict that way, so their host would stay empty."""
-    if not isinstance(cache, PrefixCache):
+    """Write-back hands evicted radix nodes to the host (``PrefixCache.on_evict``, the
+    compiled tree's ``LiveCache.on_evict``); the block pool and the module store never
+    evict that way, so their host would stay empty."""
+    if not isinstance(cache, PrefixCache | LiveCache):
         raise TwinError(
             f"hicache_write_policy=write_back: policy {policy!r} keeps a "
             f"{type(cache).__name__}, whose evictions the host tier does not receive; "
