@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from twin.cache import CacheStructure, cache_stats
-from twin.cache.requests import HostWrites, request_cache_for
 from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cache.pool import SharedPool, SplitPool
+from twin.cache.requests import HostWrites, request_cache_for
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
 from twin.engine.speculative import sglang_verify_reserve

@@ -6,7 +6,7 @@ a change to a callee in another file would leave callers stale. Everything
 compiled lives here, so any change recompiles all of it.
 
 The state of one replay is one tuple ``st = (nd, sc, mc, mf, cr, cf, ch, cn,
-kids, buf, victims, score, path, free, handed, stated)`` of flat arrays and two lists:
+kids, buf, victims, score, path, free, handed, ends)`` of flat arrays:
 
 - ``nd``: node fields, rows named below (node 0 is the root; nodes are never
   reused, so a node's index is its creation order);
@@ -20,9 +20,10 @@ kids, buf, victims, score, path, free, handed, stated)`` of flat arrays and two 
 - ``victims``: the creation id of each node evicted, in order;
 - ``score``: scratch for the victim pass;
 - ``path``: scratch for a walk's nodes; ``free``: a live cache's free node ids;
-- ``handed``, ``stated``: a live cache's victims for a write-back hook since the
-  caller last took them (``mc[M_HOOK]``): each one's token path and whether its
-  state went with it (``PrefixCache._tell_evict``).
+- ``handed``, ``ends``: a live cache's victims for a write-back hook since the
+  caller last took them (``mc[M_HOOK]``): their token paths one after another, and
+  per victim where its path ends and whether its state went with it
+  (``PrefixCache._tell_evict``).
 
 Sections, each the transliteration of one Python piece (the same operations in
 the same order; each function names what it follows):
@@ -65,7 +66,6 @@ import numba
 import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
-from numba.typed import List
 
 # Node fields, rows of ``nd``.
 (PAR, FIRST, LAST, NXT, PRV, NCH, BASE, DEP, LEN, CKPT, LOCK, STAMP, SLOT, T, NID, CKHIT) = range(
@@ -82,7 +82,10 @@ S_PEAK, S_PEAK_KV, S_PEAK_SSM, S_ADMITTED, S_CKHIT, S_FIRST_EVICTION = range(10,
 # ids stacked, the key table's deleted slots, and the victim choices made.
 S_BUFEND, S_FREE, S_GONE, S_CHOSE = range(16, 20)
 S_SWA = 20  # sliding-window KV tokens held: every node's tail (``PrefixCache.swa_tokens``)
-N_SCALARS = 21
+# A live cache's write-back log (``_hand``): victims and tokens in it, and the sum of every
+# node's depth (a bound on one call's victims' paths: the caller sizes ``handed`` by it).
+S_HANDED, S_HANDED_TOKENS, S_DEPTHS = 21, 22, 23
+N_SCALARS = 24
 # Integer constants, entries of ``mc``: capacity, bytes (KV per token of every layer,
 # of the full-attention layers, one state), the reference's FLOP terms, the rules.
 M_CAP, M_KVPT, M_FULLKV, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP, M_RULES = range(10)
@@ -143,15 +146,6 @@ def _uncounted_typing(typingctx, arr):
 _uncounted: Any = intrinsic(_uncounted_typing)
 
 
-_PATH = types.int32[::1]  # a victim's token path, handed to a write-back hook
-
-
-@jit
-def handed_lists():
-    """``st[14]`` and ``st[15]``: empty lists of victims' paths and their states."""
-    return List.empty_list(_PATH), List.empty_list(types.boolean)
-
-
 @jit
 def borrow(st):
     """``st`` as uncounted views (:func:`_uncounted`), for the calls inside one entry."""
@@ -170,8 +164,8 @@ def borrow(st):
         _uncounted(st[11]),
         _uncounted(st[12]),
         _uncounted(st[13]),
-        st[14],
-        st[15],
+        _uncounted(st[14]),
+        _uncounted(st[15]),
     )
 
 
@@ -644,6 +638,8 @@ def _make_node(st, base: int, depth: int, length: int) -> int:
         sc[S_NEXT] += 1
     nd[NID, v] = sc[S_NID]
     sc[S_NID] += 1
+    if st[2][M_LIVE]:
+        sc[S_DEPTHS] += depth
     return v
 
 
@@ -667,6 +663,7 @@ def _gone(st, v: int) -> None:
     st[0][PAR, v] = -1
     sc = st[1]
     if st[2][M_LIVE]:
+        sc[S_DEPTHS] -= st[0][DEP, v]
         st[13][sc[S_FREE]] = v
         sc[S_FREE] += 1
         kids = st[8]
@@ -737,17 +734,24 @@ def _tidy(st, v: int) -> None:
 @jit
 def _hand(st, v: int) -> None:
     """``PrefixCache._tell_evict``: ``v``'s path from the root (its ancestors' edges and
-    its own) and whether its state goes with it (always, on a Transformer), to ``st[14]``
-    and ``st[15]`` for the caller's write-back hook (called before ``v`` goes)."""
-    nd, buf = st[0], st[9]
-    path = np.empty(nd[DEP, v], np.int32)
+    its own) and whether its state goes with it (always, on a Transformer), logged for
+    the caller's write-back hook (called before ``v`` goes). The victims of one call are
+    distinct nodes there at its start (nothing is made before an insert's evictions), so
+    their paths fit in the sum of every node's depth then (``S_DEPTHS``), which the caller
+    gave ``handed``; and their count in ``ends``, a column per node id."""
+    nd, sc, buf, handed, ends = st[0], st[1], st[9], st[14], st[15]
+    at = sc[S_HANDED_TOKENS]
     u = v
     while u != 0:
-        n, end = nd[LEN, u], nd[BASE, u] + nd[DEP, u]
-        path[nd[DEP, u] - n : nd[DEP, u]] = buf[end - n : end]
+        n, d = nd[LEN, u], nd[DEP, u]
+        end = nd[BASE, u] + d
+        handed[at + d - n : at + d] = buf[end - n : end]
         u = nd[PAR, u]
-    st[14].append(path)
-    st[15].append(nd[CKPT, v] != 0 or st[2][M_SSM] == 0)
+    i = sc[S_HANDED]
+    ends[0, i] = at + nd[DEP, v]
+    ends[1, i] = nd[CKPT, v] != 0 or st[2][M_SSM] == 0
+    sc[S_HANDED] = i + 1
+    sc[S_HANDED_TOKENS] = at + nd[DEP, v]
 
 
 @jit
@@ -1118,7 +1122,8 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
         np.zeros(size),
         np.zeros(0, np.int64),
         np.zeros(0, np.int64),
-        *handed_lists(),
+        np.zeros(0, np.int32),
+        np.zeros((2, 0), np.int64),
     )
     for i in range(restored):  # fill: the tree first, then the policy hears every node
         v = new_node(nd, i + 1, snap[1, i], snap[2, i], snap[3, i])
@@ -1156,7 +1161,8 @@ def copy(st, alpha: float):
         np.zeros(len(st[11])),
         st[12],
         st[13],
-        *handed_lists(),
+        st[14],
+        st[15],
     )
 
 
@@ -1313,7 +1319,8 @@ def live_start(mc, mf, nodes: int, tokens: int):
         np.zeros(nodes),
         np.zeros(nodes, np.int64),
         np.zeros(nodes, np.int64),
-        *handed_lists(),
+        np.zeros(0, np.int32),
+        np.zeros((2, nodes), np.int64),
     )
 
 
@@ -1360,7 +1367,7 @@ def live_grow(st, nodes: int, tokens: int):
         np.zeros(nodes, np.int64),
         free,
         st[14],
-        st[15],
+        np.zeros((2, nodes), np.int64),
     )
 
 

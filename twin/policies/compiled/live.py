@@ -123,18 +123,32 @@ class LiveCache:
         self._on_evict = hook
         self.st[2][self.k.M_HOOK] = hook is not None
 
+    def _log_room(self) -> None:
+        """Before a call that may evict, with a hook: room in the log for the paths of every
+        node there (``kernel._hand``), doubled when it grows."""
+        st, k = self.st, self.k
+        need = int(self.sc[k.S_DEPTHS])
+        if self._on_evict is not None and len(st[14]) < need:
+            grown = np.zeros(max(need, 2 * len(st[14])), np.int32)
+            self.st = (*st[:14], grown, st[15])
+
     def _hand_victims(self) -> None:
         """Tell the hook of the victims of the last call, in order (``kernel._hand``)."""
-        paths, stated = self.st[14], self.st[15]
-        if not len(paths):
+        sc, k = self.sc, self.k
+        n = int(sc[k.S_HANDED])
+        if not n:
             return
+        handed, ends = self.st[14], self.st[15]
+        starts = [0, *ends[0, : n - 1].tolist()]
+        victims = [
+            (handed[a:b].copy(), bool(state))
+            for a, b, state in zip(starts, ends[0, :n].tolist(), ends[1, :n].tolist(), strict=True)
+        ]
+        sc[k.S_HANDED] = sc[k.S_HANDED_TOKENS] = 0
         hook = self._on_evict
         assert hook is not None
-        victims = list(zip(paths, stated, strict=True))
-        paths.clear()
-        stated.clear()
         for path, has_state in victims:
-            hook(path, bool(has_state))
+            hook(path, has_state)
 
     # ----- capacity: a shared pool moves it and reclaims pages ------------------------
     @property
@@ -149,6 +163,7 @@ class LiveCache:
         """``PrefixCache.shrink_to``: evict victims until at most ``limit`` bytes are cached,
         set the capacity (never below what pinned nodes keep); the bytes still cached."""
         self.capacity = max(int(limit), 0)
+        self._log_room()
         self.k.live_shrink(self.st)
         self._hand_victims()
         self.capacity = max(self.capacity, self.used_bytes)
@@ -295,6 +310,7 @@ class LiveCache:
             self._ins = np.zeros(len(positions), np.int64)
         pos = self._ins
         pos[: len(positions)] = positions
+        self._log_room()
         added, made = k.live_insert(self.st, full, pos, len(positions))
         if added < 0:  # no room: grow, then the same insert
             self.grow_for(positions[-1])
