@@ -249,7 +249,7 @@ class Cluster:
         cluster's decode workers are another class, without one)."""
         return Replica, True
 
-    def _shared_tier(self, i: int) -> HostTier | None:
+    def _shared_tier(self, i: int, longest: Callable[[], int]) -> HostTier | None:
         """A tier under replica ``i``'s cache that other replicas share (a disaggregated
         cluster's shared KV store); ``None``: its own host tier, if any."""
         return None
@@ -269,12 +269,12 @@ class Cluster:
         host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
         if not host_tier:
             host_bytes = 0
-        shared = self._shared_tier(i)
+        shared = self._shared_tier(i, longest)
         policy = get_policy(config.policy, **config.policy_options)
-        if shared is not None:  # the Python tree: a store shared by the replicas
-            cache = policy.make_cache(model, capacity)
-        else:  # dedicated or in the shared pool, over a host tier or not: the fastest exact one
-            cache = policy.make_engine_cache(model, capacity, longest, host_tier=bool(host_bytes))
+        # Dedicated or in the shared pool, over a host tier (its own or a store the replicas
+        # share) or not: the policy's fastest exact cache.
+        tiered = bool(host_bytes) or shared is not None
+        cache = policy.make_engine_cache(model, capacity, longest, host_tier=tiered)
         if host_bytes and config.host_write_policy == "write_back":
             _check_write_back(config.policy, cache)
         spec = config.speculative or {}

@@ -22,9 +22,10 @@ replay supports, the engine's cache dedicated (``--cache-gb G``) or in a shared
 pool (``--cache-gb auto``: the pool sets its capacity and reclaims pages through
 :meth:`LiveCache.shrink_to`), a workload whose longest sequence keeps every
 efficiency exact (declared prompt modules are ignored, as ``PrefixCache`` ignores
-them). With a host tier (SGLang's HiCache, vLLM's CPU offload) the host's cache is
-a live cache too, of its own policy instance (as on the radix tree: a policy
-decides per tier): :class:`LiveRequests` runs ``RequestCache``'s host calls on it
+them). With a host tier (SGLang's HiCache, vLLM's CPU offload; or the KV store
+disaggregated prefill workers share, ``--shared-kv-tier``) the host's cache is a
+live cache too, of its own policy instance (as on the radix tree: a policy decides
+per tier): :class:`LiveRequests` runs ``RequestCache``'s host calls on it
 (:class:`twin.cache.requests.HostWrites`: write-through before an insert, a longer
 host hit loaded back), and under write-back the GPU cache hands each victim's path
 and whether its state goes to the hook (``on_evict``) after the kernel call that
