@@ -74,6 +74,23 @@ class Admission:
         self.host_tokens = 0  # hit tokens loaded back from the host tier (not on the GPU)
 
 
+class Requests(Protocol):
+    """The request protocol's calls, as the engine makes them: :class:`RequestCache`'s, or a
+    cache's own (a compiled cache's, ``policies.compiled.live.LiveRequests``)."""
+
+    admissions: int
+    written_back_tokens: int
+    written_back_states: int
+
+    def admit(
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
+    ) -> Admission: ...
+    def insert_at_prefill_end(self, adm: Admission) -> int: ...
+    def insert_at_completion(self, adm: Admission) -> int: ...
+    def insert_preempted(self, adm: Admission, tokens: int) -> int: ...
+    def release(self, adm: Admission) -> None: ...
+
+
 class GpuTier(Protocol):
     """The GPU's cache as :class:`HostWrites` uses it (any cache structure, or a compiled
     cache with its own protocol): a probe for selective write-through, the write-back hook."""
