@@ -110,7 +110,7 @@ class LiveCache:
         self._kvpt, self._ckb = int(mc[k.M_KVPT]) - self._swa, int(mc[k.M_CKB])
         self._window = int(mc[k.M_WINDOW])
         self._on_evict: EvictHook | None = None
-        self._ins = np.zeros(2, np.int64)  # an insert's positions (two at most)
+        self._ins = np.zeros(2, np.int64)  # an insert's positions (grown for more)
 
     # ----- a host tier's write-back: the victims handed to a hook ---------------------
     @property
