@@ -255,11 +255,11 @@ def test_vanilla_empty_cache_is_the_same(tmp_path, monkeypatch):
     real = VanillaPolicy.make_engine_cache
     made: list = []
 
-    def spied(self, *args):
-        made.append(real(self, *args))
+    def spied(self, *args, **kwargs):
+        made.append(real(self, *args, **kwargs))
         return made[-1]
 
-    def tree(self, model, capacity, _longest):
+    def tree(self, model, capacity, _longest, host_tier=False):
         return self.make_cache(model, capacity)
 
     for router in ("session-affinity", "prefix-aware"):

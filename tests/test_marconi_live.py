@@ -42,10 +42,25 @@ def _capacity(tokens: int, states: int, model=HYBRID) -> int:
     return tokens * model.kv_bytes_per_token + states * model.ssm_checkpoint_bytes
 
 
-def _pair(capacity: int, alpha: float | None, multiplier: float, cls=MarconiPolicy, model=HYBRID):
+def _pair(
+    capacity: int,
+    alpha: float | None,
+    multiplier: float,
+    cls=MarconiPolicy,
+    model=HYBRID,
+    host: int | None = None,
+    write_policy: str = "write_through",
+):
+    """Both caches and their protocols; with ``host`` bytes, each over a host tier of its
+    own kind (the policy's own instance, as the engine builds it)."""
     python = cls(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, capacity)
     live = LiveCache(model, capacity, cls(alpha=alpha, bootstrap_multiplier=multiplier))
-    return python, RequestCache(python), live, live.request_cache()
+    if host is None:
+        return python, RequestCache(python), live, live.request_cache()
+    py_host = cls(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, host)
+    live_host = LiveCache(model, host, cls(alpha=alpha, bootstrap_multiplier=multiplier))
+    py_req = RequestCache(python, py_host, write_policy)
+    return python, py_req, live, request_cache_for(live, live_host, write_policy)
 
 
 def _state(cache) -> tuple:
@@ -65,12 +80,18 @@ def _run(
     pool: bool = False,
     cls: type = MarconiPolicy,
     model=HYBRID,
+    host: int | None = None,
+    write_policy: str = "write_through",
 ):
     """Serve ``pairs`` on both caches under ``cls``, interleaved by ``choices``; compare
     every answer. ``pool``: a shared pool also reclaims cached bytes now and then
     (``shrink_to``). A request is preempted now and then (its first tokens cached, as
-    vLLM mode does on a Transformer)."""
-    python, py_req, live, live_req = _pair(capacity, alpha, multiplier, cls, model)
+    vLLM mode does on a Transformer). ``host``: both over a host tier of that many bytes,
+    filled by ``write_policy``; its answers (hits loaded back, copies written back, its
+    own cache) are compared too."""
+    python, py_req, live, live_req = _pair(
+        capacity, alpha, multiplier, cls, model, host, write_policy
+    )
     waiting = list(range(len(pairs)))
     running: list[list] = []  # [request, stage, python admission, live admission]
     step = 0
@@ -87,11 +108,12 @@ def _run(
             prompt, output = pairs[i]
             full = np.concatenate((prompt, output))
             a, b = py_req.admit(prompt, full), live_req.admit(prompt, full)
-            assert (a.order, a.hit.length, a.at_prefill, a.at_completion) == (
+            assert (a.order, a.hit.length, a.at_prefill, a.at_completion, a.host_tokens) == (
                 b.order,
                 b.hit.length,
                 b.at_prefill,
                 b.at_completion,
+                b.host_tokens,
             ), f"admission of request {i}"
             running.append([i, 0, a, b])
             continue
@@ -113,7 +135,15 @@ def _run(
             running.remove(entry)
         entry[1] += 1
         assert python.used_bytes == live.used_bytes, f"after a step of request {i}"
+        if host is not None:
+            assert py_req.host.used_bytes == live_req.host.used_bytes, f"host, request {i}"
     assert _state(python) == _state(live)
+    if host is not None:
+        written = (py_req.written_back_tokens, py_req.written_back_states)
+        assert written == (live_req.written_back_tokens, live_req.written_back_states)
+        assert cache_stats(py_req.host) == cache_stats(live_req.host)
+        a, b = py_req.host.snapshot(), live_req.host.snapshot()
+        assert np.array_equal(a.tokens, b.tokens) and a.parents == b.parents and a.t == b.t
     a, b = python.snapshot(), live.snapshot()  # the live tree exported as the radix tree's
     assert np.array_equal(a.offsets, b.offsets) and np.array_equal(a.tokens, b.tokens)
     a.offsets = b.offsets = a.tokens = b.tokens = np.zeros(0)
@@ -121,7 +151,7 @@ def _run(
     for prompt, _ in pairs[:5]:
         assert python.peek(prompt) == live.peek(prompt)
     python.verify()
-    return python, live
+    return python, live, py_req
 
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -159,8 +189,65 @@ def test_tuned_online_interleaved(
     """Alpha tuned online: the window, its snapshot (``marconi-twin``'s is of a cache
     that has evicted: the live tree's own, exported) and the chosen alpha are the same."""
     capacity = _capacity(tokens, states, model)
-    python, live = _run(pairs, capacity, None, multiplier, choices, pool, cls, model)
+    python, live, _ = _run(pairs, capacity, None, multiplier, choices, pool, cls, model)
     assert python.policy.stats() == live.policy.stats()
+
+
+@SETTINGS
+@given(
+    traces(),
+    st.integers(0, 40),
+    st.integers(0, 4),
+    st.integers(0, 60),
+    st.sampled_from([None, 0.0, 0.7, 2.0]),
+    st.lists(st.integers(0, 30), max_size=40),
+    st.booleans(),
+    st.sampled_from([MarconiPolicy, MarconiTwinPolicy]),
+    MODELS,
+    st.sampled_from(["write_through", "write_through_selective", "write_back"]),
+)
+def test_host_tier_interleaved(
+    pairs, tokens, states, host_tokens, alpha, choices, pool, cls, model, write_policy
+) -> None:
+    """Over a host tier (SGLang's HiCache by write policy, vLLM's CPU offload): the GPU
+    caches, the host caches, the hits loaded back and the copies written back are the
+    same; alpha fixed or tuned online (the host's policy is never tuned)."""
+    capacity, host = _capacity(tokens, states, model), _capacity(host_tokens, states + 1, model)
+    multiplier = 2.0
+    python, live, _ = _run(
+        pairs, capacity, alpha, multiplier, choices, pool, cls, model, host, write_policy
+    )
+    assert python.policy.stats() == live.policy.stats()
+
+
+def test_host_tier_evicts_on_both_tiers() -> None:
+    """Long runs where both tiers evict, hits are loaded back and (write-back) victims
+    are copied: the comparison of ``_run`` sees every path of the host tier."""
+    rng = np.random.default_rng(11)
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    history: list[np.ndarray] = []
+    for _ in range(400):
+        base = history[int(rng.integers(len(history)))] if history and rng.random() < 0.7 else []
+        prompt = np.r_[base, rng.integers(0, 40, int(rng.integers(1, 20)))].astype(np.int32)
+        output = rng.integers(0, 40, int(rng.integers(1, 6))).astype(np.int32)
+        history = [*history[-30:], np.r_[prompt, output][:200]]
+        pairs.append((prompt[:250], output))
+    choices = rng.integers(0, 30, 64).tolist()
+    for write_policy in ("write_back", "write_through"):
+        python, live, req = _run(
+            pairs,
+            _capacity(150, 4),
+            None,
+            2.0,
+            choices,
+            True,
+            host=_capacity(300, 8),
+            write_policy=write_policy,
+        )
+        assert python.evictions > 50 and req.host.evictions > 20, write_policy
+        assert python.policy.phase == live.policy.phase == "tuned"
+        if write_policy == "write_back":
+            assert req.written_back_tokens > 0 and req.written_back_states > 0
 
 
 def test_tuning_completes_and_memory_follows_the_cache() -> None:
@@ -181,7 +268,7 @@ def test_tuning_completes_and_memory_follows_the_cache() -> None:
         pairs.append((prompt[:400], output))
     capacity = _capacity(600, 12)
     choices = rng.integers(0, 30, 64).tolist()
-    python, live = _run(pairs, capacity, None, 2.0, choices)
+    python, live, _ = _run(pairs, capacity, None, 2.0, choices)
     assert python.policy.phase == live.policy.phase == "tuned"
     served = sum(len(p) + len(o) for p, o in pairs)
     held = capacity // HYBRID.kv_bytes_per_token

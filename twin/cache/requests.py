@@ -25,7 +25,7 @@ them writes the cache clock or orders these calls itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from twin.cache.base import Hit
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
-    from twin.cache.base import CacheStructure
+    from twin.cache.base import CacheStructure, EvictHook
 
 
 class Admission:
@@ -74,31 +74,60 @@ class Admission:
         self.host_tokens = 0  # hit tokens loaded back from the host tier (not on the GPU)
 
 
-class RequestCache:
-    """The request-facing side of one cache structure (module docstring)."""
+class Requests(Protocol):
+    """The request protocol's calls, as the engine makes them: :class:`RequestCache`'s, or a
+    cache's own (a compiled cache's, ``policies.compiled.live.LiveRequests``)."""
+
+    admissions: int
+    written_back_tokens: int
+    written_back_states: int
+
+    def admit(
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
+    ) -> Admission: ...
+    def insert_at_prefill_end(self, adm: Admission) -> int: ...
+    def insert_at_completion(self, adm: Admission) -> int: ...
+    def insert_preempted(self, adm: Admission, tokens: int) -> int: ...
+    def release(self, adm: Admission) -> None: ...
+
+
+class GpuTier(Protocol):
+    """The GPU's cache as :class:`HostWrites` uses it (any cache structure, or a compiled
+    cache with its own protocol): a probe for selective write-through, the write-back hook."""
+
+    on_evict: EvictHook | None
+
+    def peek(self, seq: np.ndarray) -> int: ...
+
+
+class HostWrites:
+    """A host tier's part of the protocol, for :class:`RequestCache` and a cache's own
+    protocol alike (a compiled cache's, ``policies.compiled.live.LiveRequests``): what is
+    written to the host, what a hit loads back from it.
+
+    The subclass sets ``cache`` (the GPU's) and ``split`` (its model has SSM layers) and
+    calls :meth:`_tier` once."""
 
     __slots__ = (
-        "admissions",
         "cache",
         "host",
-        "policy",
         "split",
         "write_policy",
         "written_back_states",
         "written_back_tokens",
     )
+    cache: GpuTier
+    host: CacheStructure | None
+    write_policy: str
+    split: bool
+    written_back_tokens: int
+    written_back_states: int
 
-    def __init__(
-        self,
-        cache: CacheStructure,
-        host: CacheStructure | None = None,
-        write_policy: str = "write_through",
-    ) -> None:
+    def _tier(self, host: CacheStructure | None, write_policy: str) -> None:
         if write_policy not in WRITE_POLICIES:
             raise TwinError(
                 f"host write policy {write_policy!r}: expected one of {', '.join(WRITE_POLICIES)}"
             )
-        self.cache = cache
         # A host-memory tier: filled by ``write_policy`` (module constant
         # WRITE_POLICIES), looked up after the GPU cache; a longer hit there is
         # loaded back.
@@ -109,11 +138,99 @@ class RequestCache:
         self.written_back_tokens = 0
         self.written_back_states = 0
         if host is not None and write_policy == "write_back":
-            cache.on_evict = self._write_back
+            self.cache.on_evict = self._write_back
+
+    def _write_through(
+        self, seq: np.ndarray, checkpoints: list[int], modules: np.ndarray | None
+    ) -> None:
+        """Back up to the host what this insert's policy says (before the GPU insert).
+
+        SGLang ``HiRadixCache._insert_helper`` bumps the hit count of every node
+        the insert walks (``inc_hit_count``; a new node starts at one) and backs
+        a node up once the count reaches ``write_through_threshold``
+        (``HiRadixCache.__init__``: 1 for ``write_through``, 2 otherwise). So
+        ``write_through`` copies everything inserted, ``write_through_selective``
+        only the part the GPU already held (this insert is its second), and
+        ``write_back`` nothing here (``inc_hit_count`` returns at once). The
+        copies overlap compute (non-blocking ``write_backup``) and are not priced.
+        """
+        host = self.host
+        if host is None or self.write_policy == "write_back":
+            return
+        if self.write_policy == "write_through":
+            host.insert(seq, checkpoints, modules)
+            return
+        held = self.cache.peek(seq[: max(checkpoints)])
+        if held:
+            host.insert(seq, [held], modules)
+
+    def _write_back(self, path: np.ndarray, has_state: bool) -> None:
+        """``on_evict`` under write-back: copy the victim to the host before it goes.
+
+        SGLang ``HiRadixCache.evict``: a victim not yet backed up is written to
+        the host (``write_backup(write_back=True)``) and the eviction waits for
+        the copy (``writing_check(write_back=True)`` blocks), so the engine
+        prices it into the evicting step. The twin's host tier is a prefix cache
+        of its own, whose hits need the whole prefix: the victim goes with its
+        path (ancestors still on the GPU included; only tokens new to the host
+        are copied and counted). A position without a state cannot end a hit
+        on a model with SSM layers, so nothing is copied for it. What the host
+        cannot fit (after its own evictions) is lost.
+        """
+        host = self.host
+        assert host is not None
+        if self.split and not has_state:
+            return
+        states = host.checkpoints_admitted
+        self.written_back_tokens += host.insert(path, [len(path)])
+        if self.split:
+            self.written_back_states += host.checkpoints_admitted - states
+
+    def _load_back(self, prompt: np.ndarray, hit: Hit) -> tuple[Hit, int]:
+        """The hit across both tiers and the tokens loaded back from the host (0: none).
+
+        The longest prefix across both tiers (SGLang ``match_prefix`` walks one tree
+        whose nodes are on the GPU, backed up, or both): a host hit past the GPU's is
+        loaded back, only what the GPU lacks (``HiRadixCache.load_back``). Under
+        write-through the host's hit is at least the GPU's; under write-back or
+        selective it may be shorter or none, and the GPU hit stands.
+        """
+        host = self.host
+        if host is None:
+            return hit, 0
+        far = host.peek(prompt)
+        if far <= hit.length:
+            return hit, 0
+        host.lookup(prompt)  # an access: the host tier's policy refreshes it
+        return Hit(far, hit.node, hit.recompute, hit.host_tokens), far - hit.length
+
+    @staticmethod
+    def _with_loaded(positions: list[int], hit: Hit, loaded: int) -> list[int]:
+        """The admission's positions: the loaded prefix (and its state) is cached on the
+        GPU again."""
+        if loaded and hit.length not in positions:
+            return sorted([*positions, hit.length])
+        return positions
+
+
+class RequestCache(HostWrites):
+    """The request-facing side of one cache structure (module docstring)."""
+
+    __slots__ = ("admissions", "policy")
+    cache: CacheStructure
+
+    def __init__(
+        self,
+        cache: CacheStructure,
+        host: CacheStructure | None = None,
+        write_policy: str = "write_through",
+    ) -> None:
+        self.cache = cache
+        self.split = cache.has_ssm
+        self._tier(host, write_policy)
         self.policy = cache.policy
         # Resume counting where the cache's clock is (a restored snapshot).
         self.admissions: int = cache.clock
-        self.split = cache.has_ssm
 
     def admit(
         self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
@@ -176,52 +293,6 @@ class RequestCache:
         self.cache.set_clock(self.admissions)
         return adm.hit
 
-    def _write_through(
-        self, seq: np.ndarray, checkpoints: list[int], modules: np.ndarray | None
-    ) -> None:
-        """Back up to the host what this insert's policy says (before the GPU insert).
-
-        SGLang ``HiRadixCache._insert_helper`` bumps the hit count of every node
-        the insert walks (``inc_hit_count``; a new node starts at one) and backs
-        a node up once the count reaches ``write_through_threshold``
-        (``HiRadixCache.__init__``: 1 for ``write_through``, 2 otherwise). So
-        ``write_through`` copies everything inserted, ``write_through_selective``
-        only the part the GPU already held (this insert is its second), and
-        ``write_back`` nothing here (``inc_hit_count`` returns at once). The
-        copies overlap compute (non-blocking ``write_backup``) and are not priced.
-        """
-        host = self.host
-        if host is None or self.write_policy == "write_back":
-            return
-        if self.write_policy == "write_through":
-            host.insert(seq, checkpoints, modules)
-            return
-        held = self.cache.peek(seq[: max(checkpoints)])
-        if held:
-            host.insert(seq, [held], modules)
-
-    def _write_back(self, path: np.ndarray, has_state: bool) -> None:
-        """``on_evict`` under write-back: copy the victim to the host before it goes.
-
-        SGLang ``HiRadixCache.evict``: a victim not yet backed up is written to
-        the host (``write_backup(write_back=True)``) and the eviction waits for
-        the copy (``writing_check(write_back=True)`` blocks), so the engine
-        prices it into the evicting step. The twin's host tier is a prefix cache
-        of its own, whose hits need the whole prefix: the victim goes with its
-        path (ancestors still on the GPU included; only tokens new to the host
-        are copied and counted). A position without a state cannot end a hit
-        on a model with SSM layers, so nothing is copied for it. What the host
-        cannot fit (after its own evictions) is lost.
-        """
-        host = self.host
-        assert host is not None
-        if self.split and not has_state:
-            return
-        states = host.checkpoints_admitted
-        self.written_back_tokens += host.insert(path, [len(path)])
-        if self.split:
-            self.written_back_states += host.checkpoints_admitted - states
-
     def _admit(
         self,
         prompt: np.ndarray,
@@ -239,24 +310,8 @@ class RequestCache:
         hit = cache.lookup(prompt, modules)
         if hit.node is not None:
             cache.pin(hit.node)
-        host = self.host
-        loaded = 0
-        if host is not None:
-            # The longest prefix across both tiers (SGLang ``match_prefix`` walks
-            # one tree whose nodes are on the GPU, backed up, or both): a host hit
-            # past the GPU's is loaded back, only what the GPU lacks
-            # (``HiRadixCache.load_back``). Under write-through the host's hit is
-            # at least the GPU's; under write-back or selective it may be shorter
-            # or none, and the GPU hit stands.
-            far = host.peek(prompt)
-            if far > hit.length:
-                host.lookup(prompt)  # an access: the host tier's policy refreshes it
-                loaded = far - hit.length
-                hit = Hit(far, hit.node, hit.recompute, hit.host_tokens)
-        positions = policy.admit(cache, prompt, full)
-        if loaded and hit.length not in positions:
-            # The loaded prefix (and its state) is cached on the GPU again.
-            positions = sorted([*positions, hit.length])
+        hit, loaded = self._load_back(prompt, hit)
+        positions = self._with_loaded(policy.admit(cache, prompt, full), hit, loaded)
         if split and self.split:
             n = len(prompt)
             at_prefill = [p for p in positions if p <= n]
@@ -272,11 +327,12 @@ def request_cache_for(
     cache: CacheStructure, host: CacheStructure | None = None, write_policy: str = "write_through"
 ) -> Any:
     """The request protocol on ``cache``: a cache's own where it has one (a compiled
-    cache, ``policies.compiled.live``; never with a host tier), else :class:`RequestCache`."""
+    cache, ``policies.compiled.live``, with a host tier or not; an empty one, without),
+    else :class:`RequestCache`."""
     own = getattr(cache, "request_cache", None)
-    if own is not None and host is None:
-        return own()
-    return RequestCache(cache, host, write_policy)
+    if own is None:
+        return RequestCache(cache, host, write_policy)
+    return own() if host is None else own(host, write_policy)
 
 
 # How the host tier is filled: SGLang's --hicache-write-policy (server_args.py).

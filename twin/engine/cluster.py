@@ -49,6 +49,7 @@ from twin.parallel import (
     weight_bytes_per_gpu,
 )
 from twin.policies import get_policy
+from twin.policies.compiled.live import LiveCache
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
 from twin.workloads.session_lengths import longest_sequence
@@ -251,7 +252,7 @@ class Cluster:
         cluster's decode workers are another class, without one)."""
         return Replica, True
 
-    def _shared_tier(self, i: int) -> HostTier | None:
+    def _shared_tier(self, i: int, longest: Callable[[], int]) -> HostTier | None:
         """A tier under replica ``i``'s cache that other replicas share (a disaggregated
         cluster's shared KV store); ``None``: its own host tier, if any."""
         return None
@@ -271,12 +272,12 @@ class Cluster:
         host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
         if not host_tier:
             host_bytes = 0
-        shared = self._shared_tier(i)
+        shared = self._shared_tier(i, longest)
         policy = get_policy(config.policy, **config.policy_options)
-        if host_bytes or shared is not None:  # the Python tree: host and shared tiers
-            cache = policy.make_cache(model, capacity)
-        else:  # dedicated or in the shared pool: the policy's fastest exact one
-            cache = policy.make_engine_cache(model, capacity, longest)
+        # Dedicated or in the shared pool, over a host tier (its own or a store the replicas
+        # share) or not: the policy's fastest exact cache.
+        tiered = bool(host_bytes) or shared is not None
+        cache = policy.make_engine_cache(model, capacity, longest, host_tier=tiered)
         if host_bytes and config.host_write_policy == "write_back":
             _check_write_back(config.policy, cache)
         spec = config.speculative or {}
@@ -294,7 +295,9 @@ class Cluster:
         # The host tier runs its own instance of the policy (a policy decides per tier).
         host = (
             HOST_TIERS[config.host_write_policy](
-                get_policy(config.policy, **config.policy_options).make_cache(model, host_bytes),
+                get_policy(config.policy, **config.policy_options).make_engine_cache(
+                    model, host_bytes, longest, host_tier=True
+                ),
                 pricer,
                 config.host_write_policy,
             )
@@ -581,9 +584,10 @@ def _record(seq: Seq) -> RequestRecord:
 
 
 def _check_write_back(policy: str, cache: Any) -> None:
-    """Write-back hands evicted radix nodes to the host (``PrefixCache.on_evict``); the
-    block pool and the module store never evict that way, so their host would stay empty."""
-    if not isinstance(cache, PrefixCache):
+    """Write-back hands evicted radix nodes to the host (``PrefixCache.on_evict``, the
+    compiled tree's ``LiveCache.on_evict``); the block pool and the module store never
+    evict that way, so their host would stay empty."""
+    if not isinstance(cache, PrefixCache | LiveCache):
         raise TwinError(
             f"hicache_write_policy=write_back: policy {policy!r} keeps a "
             f"{type(cache).__name__}, whose evictions the host tier does not receive; "

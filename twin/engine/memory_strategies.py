@@ -27,9 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from twin.cache import CacheStructure, RequestCache, cache_stats
+from twin.cache import CacheStructure, cache_stats
 from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cache.pool import SharedPool, SplitPool
+from twin.cache.requests import Requests, request_cache_for
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
 from twin.engine.speculative import sglang_verify_reserve
@@ -360,9 +361,11 @@ class HostTier:
         self.loaded_tokens = 0
         self.load_s = 0.0
 
-    def requests(self, device: CacheStructure) -> RequestCache:
-        """The request protocol over ``device`` with this tier beneath it."""
-        return RequestCache(device, self.cache, self.write_policy)
+    def requests(self, device: CacheStructure) -> Requests:
+        """The request protocol over ``device`` with this tier beneath it (``device``'s own
+        where it has one: ``twin.cache.requests.request_cache_for``)."""
+        protocol: Requests = request_cache_for(device, self.cache, self.write_policy)
+        return protocol
 
     def load_time(self, tokens: int, states: int) -> float:
         """Seconds to load a hit back before the prefill can use it (HiCache's load_back,
@@ -372,11 +375,11 @@ class HostTier:
         self.load_s += seconds
         return seconds
 
-    def write_back_time(self, requests: RequestCache) -> float:
+    def write_back_time(self, requests: Requests) -> float:
         """Seconds of the write-back copies made since the last call."""
         return 0.0
 
-    def stats(self, requests: RequestCache) -> dict[str, Any]:
+    def stats(self, requests: Requests) -> dict[str, Any]:
         """The replica's ``host_cache`` section of the summary."""
         capacity = {"capacity_bytes": self.cache.capacity}
         loads = {"loaded_tokens": self.loaded_tokens, "load_s": self.load_s}
@@ -392,7 +395,7 @@ class WriteBackHostTier(HostTier):
         self.write_s = 0.0  # the copies' seconds, priced
         self._priced = (0, 0)  # (tokens, states) already priced
 
-    def write_back_time(self, requests: RequestCache) -> float:
+    def write_back_time(self, requests: Requests) -> float:
         done = (requests.written_back_tokens, requests.written_back_states)
         tokens, states = done[0] - self._priced[0], done[1] - self._priced[1]
         if not tokens and not states:
@@ -402,7 +405,7 @@ class WriteBackHostTier(HostTier):
         self.write_s += seconds
         return seconds
 
-    def stats(self, requests: RequestCache) -> dict[str, Any]:
+    def stats(self, requests: Requests) -> dict[str, Any]:
         copies = {"written_back_tokens": requests.written_back_tokens, "write_back_s": self.write_s}
         return {**super().stats(requests), **copies}
 

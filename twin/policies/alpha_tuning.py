@@ -162,10 +162,15 @@ class TunedAlpha:
         self._snapshot, self._window = None, []
 
     def make_engine_cache(
-        self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
+        self,
+        model: ModelSpec,
+        capacity_bytes: int,
+        longest: Callable[[], int],
+        host_tier: bool = False,
     ) -> Any:
         """The compiled live cache where it runs this policy exactly
-        (:mod:`policies.compiled.live`), else the radix-tree cache."""
+        (:mod:`policies.compiled.live`; a host tier's cache and one over it too), else
+        the radix-tree cache."""
         from twin.policies.compiled.live import live_cache
 
         live = live_cache(self, model, capacity_bytes, longest)  # type: ignore[arg-type]

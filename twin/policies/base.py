@@ -41,12 +41,18 @@ class Policy:
         return PrefixCache(model, capacity_bytes, self)
 
     def make_engine_cache(
-        self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
+        self,
+        model: ModelSpec,
+        capacity_bytes: int,
+        longest: Callable[[], int],
+        host_tier: bool = False,
     ) -> CacheStructure:
-        """The cache the engine runs this policy on, without a host tier (dedicated or in
-        a shared pool, which sets its capacity and calls ``shrink_to``):
-        :meth:`make_cache`, unless a policy has a faster one with the same results
-        (``marconi``: compiled). ``longest()``: the workload's longest input + output."""
+        """The cache the engine runs this policy on (dedicated or in a shared pool, which
+        sets its capacity and calls ``shrink_to``): :meth:`make_cache`, unless a policy
+        has a faster one with the same results (``marconi``: compiled).
+        ``longest()``: the workload's longest input + output. ``host_tier``: a host tier's
+        cache, or one over a host tier (``twin.cache.requests``: its write-back hook,
+        the host's lookups and inserts)."""
         return self.make_cache(model, capacity_bytes)
 
     def bind(self, cache: CacheStructure) -> None:

@@ -23,7 +23,14 @@ class VanillaPolicy(Policy):
         return []
 
     def make_engine_cache(
-        self, model: ModelSpec, capacity_bytes: int, longest: Callable[[], int]
+        self,
+        model: ModelSpec,
+        capacity_bytes: int,
+        longest: Callable[[], int],
+        host_tier: bool = False,
     ) -> Any:
-        """An empty cache without a tree (:mod:`twin.cache.empty`): the same answers."""
+        """An empty cache without a tree (:mod:`twin.cache.empty`): the same answers;
+        the radix tree with a host tier (its calls are the tree's)."""
+        if host_tier:
+            return self.make_cache(model, capacity_bytes)
         return EmptyCache(model, capacity_bytes, self)

@@ -115,14 +115,14 @@ class DisaggCluster(Cluster):
         self.prefilled = self.transferred = 0
         self.transfer_bytes = self.early_bytes = 0
 
-    def _shared_tier(self, i: int) -> HostTier | None:
+    def _shared_tier(self, i: int, longest: Callable[[], int]) -> HostTier | None:
         """The prefill workers' shared KV store (``--shared-kv-tier``), built once."""
         config = self.config
         if i >= self.n_prefill or not config.shared_kv_tier_bytes:
             return None
         if self.shared_tier is None:
-            cache = get_policy(config.policy, **config.policy_options).make_cache(
-                self.model, config.shared_kv_tier_bytes
+            cache = get_policy(config.policy, **config.policy_options).make_engine_cache(
+                self.model, config.shared_kv_tier_bytes, longest, host_tier=True
             )
             self.shared_tier = SharedKvTier(cache, self.model, config.tp)
         return self.shared_tier

@@ -176,6 +176,7 @@ def constants(model: ModelSpec, capacity: int, rules: int) -> tuple[np.ndarray, 
             0,  # M_LIVE: a replay (``policies.compiled.live`` sets 1)
             kinds.swa_kv_per_token,
             kinds.window or 0,
+            0,  # M_HOOK: no write-back hook (``LiveCache.on_evict`` sets 1)
         ],
         np.int64,
     )

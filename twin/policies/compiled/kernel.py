@@ -6,7 +6,7 @@ a change to a callee in another file would leave callers stale. Everything
 compiled lives here, so any change recompiles all of it.
 
 The state of one replay is one tuple ``st = (nd, sc, mc, mf, cr, cf, ch, cn,
-kids, buf, victims)`` of flat arrays:
+kids, buf, victims, score, path, free, handed, ends)`` of flat arrays:
 
 - ``nd``: node fields, rows named below (node 0 is the root; nodes are never
   reused, so a node's index is its creation order);
@@ -18,7 +18,12 @@ kids, buf, victims)`` of flat arrays:
 - ``kids``: the children's keys (below);
 - ``buf``: every token the replay reads (the trace's, then a restored snapshot's);
 - ``victims``: the creation id of each node evicted, in order;
-- ``score``: scratch for the victim pass.
+- ``score``: scratch for the victim pass;
+- ``path``: scratch for a walk's nodes; ``free``: a live cache's free node ids;
+- ``handed``, ``ends``: a live cache's victims for a write-back hook since the
+  caller last took them (``mc[M_HOOK]``): their token paths one after another, and
+  per victim where its path ends and whether its state went with it
+  (``PrefixCache._tell_evict``).
 
 Sections, each the transliteration of one Python piece (the same operations in
 the same order; each function names what it follows):
@@ -77,7 +82,10 @@ S_PEAK, S_PEAK_KV, S_PEAK_SSM, S_ADMITTED, S_CKHIT, S_FIRST_EVICTION = range(10,
 # ids stacked, the key table's deleted slots, and the victim choices made.
 S_BUFEND, S_FREE, S_GONE, S_CHOSE = range(16, 20)
 S_SWA = 20  # sliding-window KV tokens held: every node's tail (``PrefixCache.swa_tokens``)
-N_SCALARS = 21
+# A live cache's write-back log (``_hand``): victims and tokens in it, and the sum of every
+# node's depth (a bound on one call's victims' paths: the caller sizes ``handed`` by it).
+S_HANDED, S_HANDED_TOKENS, S_DEPTHS = 21, 22, 23
+N_SCALARS = 24
 # Integer constants, entries of ``mc``: capacity, bytes (KV per token of every layer,
 # of the full-attention layers, one state), the reference's FLOP terms, the rules.
 M_CAP, M_KVPT, M_FULLKV, M_CKB, M_D, M_NSTATE, M_SSM, M_ATTN, M_MLP, M_RULES = range(10)
@@ -85,8 +93,11 @@ M_LIVE = 10  # 1: a live cache (section 4), 0: a replay over one trace buffer
 # Sliding-window layers (``twin.cache.kinds.KindBytes``): their KV per token (within
 # ``M_KVPT``) and the window (0: none); a node keeps the last ``window`` tokens' of it.
 M_SWAKV, M_WINDOW = 11, 12
+# 1: each victim's path and whether its state goes are handed to a write-back hook
+# (``st[14]``, ``st[15]``: a host tier's ``on_evict``, ``twin.cache.requests``).
+M_HOOK = 13
 LIVE_NODE_SLACK = 16  # free node ids a live cache keeps before an insert
-N_CONSTANTS = 13
+N_CONSTANTS = 14
 # Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear,
 # full-attention and sliding-window quadratic coefficients (``marconi-twin``'s efficiency).
 F_ALPHA, F_LINEAR, F_QUAD, F_QUADW = range(4)
@@ -153,6 +164,8 @@ def borrow(st):
         _uncounted(st[11]),
         _uncounted(st[12]),
         _uncounted(st[13]),
+        _uncounted(st[14]),
+        _uncounted(st[15]),
     )
 
 
@@ -625,6 +638,8 @@ def _make_node(st, base: int, depth: int, length: int) -> int:
         sc[S_NEXT] += 1
     nd[NID, v] = sc[S_NID]
     sc[S_NID] += 1
+    if st[2][M_LIVE]:
+        sc[S_DEPTHS] += depth
     return v
 
 
@@ -648,6 +663,7 @@ def _gone(st, v: int) -> None:
     st[0][PAR, v] = -1
     sc = st[1]
     if st[2][M_LIVE]:
+        sc[S_DEPTHS] -= st[0][DEP, v]
         st[13][sc[S_FREE]] = v
         sc[S_FREE] += 1
         kids = st[8]
@@ -716,6 +732,29 @@ def _tidy(st, v: int) -> None:
 
 
 @jit
+def _hand(st, v: int) -> None:
+    """``PrefixCache._tell_evict``: ``v``'s path from the root (its ancestors' edges and
+    its own) and whether its state goes with it (always, on a Transformer), logged for
+    the caller's write-back hook (called before ``v`` goes). The victims of one call are
+    distinct nodes there at its start (nothing is made before an insert's evictions), so
+    their paths fit in the sum of every node's depth then (``S_DEPTHS``), which the caller
+    gave ``handed``; and their count in ``ends``, a column per node id."""
+    nd, sc, buf, handed, ends = st[0], st[1], st[9], st[14], st[15]
+    at = sc[S_HANDED_TOKENS]
+    u = v
+    while u != 0:
+        n, d = nd[LEN, u], nd[DEP, u]
+        end = nd[BASE, u] + d
+        handed[at + d - n : at + d] = buf[end - n : end]
+        u = nd[PAR, u]
+    i = sc[S_HANDED]
+    ends[0, i] = at + nd[DEP, v]
+    ends[1, i] = nd[CKPT, v] != 0 or st[2][M_SSM] == 0
+    sc[S_HANDED] = i + 1
+    sc[S_HANDED_TOKENS] = at + nd[DEP, v]
+
+
+@jit
 def _evict_until(st, need: int) -> bool:
     """``base.evict_for`` with ``PrefixCache.evict``: a leaf goes, a one-child node folds."""
     nd, sc, mc = st[0], st[1], st[2]
@@ -726,6 +765,8 @@ def _evict_until(st, need: int) -> bool:
             return False
         if not mc[M_LIVE]:
             st[10][sc[S_EVICTIONS]] = nd[NID, v]  # the victims, in order (tests compare them)
+        if mc[M_HOOK]:
+            _hand(st, v)
         if sc[S_FIRST_EVICTION] < 0:
             sc[S_FIRST_EVICTION] = sc[S_CLOCK]
         if nd[NCH, v] > 0:
@@ -985,6 +1026,19 @@ def _usable(
 
 
 @jit(inline="always")
+def _hit(st, node: int) -> None:
+    """``PrefixCache.lookup``'s hit on ``node``: a state's first hit counted, the policy's
+    ``on_hit`` (the reference stamps it on its logical clock; both touch it)."""
+    nd, sc, mc = st[0], st[1], st[2]
+    if mc[M_SSM] > 0 and nd[CKHIT, node] == 0:
+        nd[CKHIT, node] = 1
+        sc[S_CKHIT] += 1
+    if mc[M_RULES] == REFERENCE:
+        nd[STAMP, node] = sc[S_NOW]
+    _touch(st, node)
+
+
+@jit(inline="always")
 def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray):
     """``RequestCache``'s admission of prompt ``q[s0:s0 + plen]`` with input + output
     ``q[s0:s0 + flen]``: lookup and pin, the policy's refresh, judicious admission's
@@ -999,12 +1053,7 @@ def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, pa
     mnode, p, part = prefix(nd, path, count, length, partial, plen)
     node, hit = _usable(nd, ssm, mc[M_WINDOW], mnode, p, part)  # lookup
     if node != 0:
-        if ssm and nd[CKHIT, node] == 0:  # lookup: a state's first hit is counted
-            nd[CKHIT, node] = 1
-            sc[S_CKHIT] += 1
-        if reference:
-            nd[STAMP, node] = sc[S_NOW]  # on_hit
-        _touch(st, node)
+        _hit(st, node)
         _pin(st, node)
     if reference:
         # marconi's admit: the insert's refresh (two ticks; the deepest whole node of the full)
@@ -1073,6 +1122,8 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
         np.zeros(size),
         np.zeros(0, np.int64),
         np.zeros(0, np.int64),
+        np.zeros(0, np.int32),
+        np.zeros((2, 0), np.int64),
     )
     for i in range(restored):  # fill: the tree first, then the policy hears every node
         v = new_node(nd, i + 1, snap[1, i], snap[2, i], snap[3, i])
@@ -1110,6 +1161,8 @@ def copy(st, alpha: float):
         np.zeros(len(st[11])),
         st[12],
         st[13],
+        st[14],
+        st[15],
     )
 
 
@@ -1266,6 +1319,8 @@ def live_start(mc, mf, nodes: int, tokens: int):
         np.zeros(nodes),
         np.zeros(nodes, np.int64),
         np.zeros(nodes, np.int64),
+        np.zeros(0, np.int32),
+        np.zeros((2, nodes), np.int64),
     )
 
 
@@ -1311,6 +1366,8 @@ def live_grow(st, nodes: int, tokens: int):
         np.zeros(nodes),
         np.zeros(nodes, np.int64),
         free,
+        st[14],
+        np.zeros((2, nodes), np.int64),
     )
 
 
@@ -1335,8 +1392,9 @@ def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndar
 @jit
 def live_room(st, tokens: int) -> bool:
     """Room for an insert of up to ``tokens`` tokens: ``LIVE_NODE_SLACK`` free node ids
-    (an insert makes at most five: splits at two checkpoints and at the attach point, a
-    chain of two) and a token buffer of twice what the cache and the insert may hold
+    (an insert makes at most seven: splits at three checkpoints, the third a prefix
+    loaded back from a host tier, and at the attach point, a chain of three) and a token
+    buffer of twice what the cache and the insert may hold
     (packing it then always frees enough for a fold's copy or the insert's tokens)."""
     nd, sc = st[0], st[1]
     free_ids = nd.shape[1] - sc[S_NEXT] + sc[S_FREE]
@@ -1364,6 +1422,20 @@ def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int) -> tuple[int, int
     count, length, partial = walk(nd, st[8], st[9], q, 0, pos[npos - 1], path)
     added = _insert(st, q, 0, pos, npos, path[count - 1], length, partial)
     return added, sc[S_ADMITTED] - before
+
+
+@jit
+def live_lookup(st, q: np.ndarray, plen: int) -> tuple[int, int]:
+    """``PrefixCache.lookup`` of ``q[:plen]`` without a pin (a host tier's, whose policy
+    hears no request: no clock ticks): the hit node (0: none) and its tokens."""
+    st = borrow(st)
+    nd, mc, path = st[0], st[2], st[12]
+    count, length, partial = walk(nd, st[8], st[9], q, 0, plen, path)
+    mnode, p, part = prefix(nd, path, count, length, partial, plen)
+    node, hit = _usable(nd, mc[M_SSM] > 0, mc[M_WINDOW], mnode, p, part)
+    if node != 0:
+        _hit(st, node)
+    return node, hit
 
 
 @jit

@@ -18,11 +18,19 @@ at the first request), the alpha grid's replays (themselves compiled:
 first victim choice (``kernel.S_CHOSE``), and takes the tuned alpha.
 
 Where it applies (:func:`live_cache`): ``marconi`` itself, a model the compiled
-replay supports, the engine's cache without a host tier, dedicated (``--cache-gb
-G``) or in a shared pool (``--cache-gb auto``: the pool sets its capacity and
-reclaims pages through :meth:`LiveCache.shrink_to`), a workload whose longest
-sequence keeps every efficiency exact (declared prompt modules are ignored, as
-``PrefixCache`` ignores them).
+replay supports, the engine's cache dedicated (``--cache-gb G``) or in a shared
+pool (``--cache-gb auto``: the pool sets its capacity and reclaims pages through
+:meth:`LiveCache.shrink_to`), a workload whose longest sequence keeps every
+efficiency exact (declared prompt modules are ignored, as ``PrefixCache`` ignores
+them). With a host tier (SGLang's HiCache, vLLM's CPU offload; or the KV store
+disaggregated prefill workers share, ``--shared-kv-tier``) the host's cache is a
+live cache too, of its own policy instance (as on the radix tree: a policy decides
+per tier): :class:`LiveRequests` runs ``RequestCache``'s host calls on it
+(:class:`twin.cache.requests.HostWrites`: write-through before an insert, a longer
+host hit loaded back), and under write-back the GPU cache hands each victim's path
+and whether its state goes to the hook (``on_evict``) after the kernel call that
+evicted it, in order, as ``PrefixCache._tell_evict`` does during the call (the two
+tiers share no state, so the host sees the same inserts in the same order).
 """
 
 from __future__ import annotations
@@ -34,11 +42,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from twin.cache import CacheSnapshot
-from twin.cache.base import COUNTERS, Hit
-from twin.cache.requests import Admission
+from twin.cache.base import COUNTERS, EvictHook, Hit
+from twin.cache.requests import Admission, HostWrites
 from twin.model import ModelSpec
 
 if TYPE_CHECKING:
+    from twin.cache.base import CacheStructure
     from twin.policies.marconi import MarconiPolicy
     from twin.policies.marconi_twin import MarconiTwinPolicy
 
@@ -100,6 +109,47 @@ class LiveCache:
         self._swa = int(mc[k.M_SWAKV])  # sliding-window KV per token, a node's tail's
         self._kvpt, self._ckb = int(mc[k.M_KVPT]) - self._swa, int(mc[k.M_CKB])
         self._window = int(mc[k.M_WINDOW])
+        self._on_evict: EvictHook | None = None
+        self._ins = np.zeros(2, np.int64)  # an insert's positions (grown for more)
+
+    # ----- a host tier's write-back: the victims handed to a hook ---------------------
+    @property
+    def on_evict(self) -> EvictHook | None:
+        """``PrefixCache.on_evict``: told each victim's path and whether its state goes
+        (:meth:`_hand_victims`, after the call that evicted them)."""
+        return self._on_evict
+
+    @on_evict.setter
+    def on_evict(self, hook: EvictHook | None) -> None:
+        self._on_evict = hook
+        self.st[2][self.k.M_HOOK] = hook is not None
+
+    def _log_room(self) -> None:
+        """Before a call that may evict, with a hook: room in the log for the paths of every
+        node there (``kernel._hand``), doubled when it grows."""
+        st, k = self.st, self.k
+        need = int(self.sc[k.S_DEPTHS])
+        if self._on_evict is not None and len(st[14]) < need:
+            grown = np.zeros(max(need, 2 * len(st[14])), np.int32)
+            self.st = (*st[:14], grown, st[15])
+
+    def _hand_victims(self) -> None:
+        """Tell the hook of the victims of the last call, in order (``kernel._hand``)."""
+        sc, k = self.sc, self.k
+        n = int(sc[k.S_HANDED])
+        if not n:
+            return
+        handed, ends = self.st[14], self.st[15]
+        starts = [0, *ends[0, : n - 1].tolist()]
+        victims = [
+            (handed[a:b].copy(), bool(state))
+            for a, b, state in zip(starts, ends[0, :n].tolist(), ends[1, :n].tolist(), strict=True)
+        ]
+        sc[k.S_HANDED] = sc[k.S_HANDED_TOKENS] = 0
+        hook = self._on_evict
+        assert hook is not None
+        for path, has_state in victims:
+            hook(path, has_state)
 
     # ----- capacity: a shared pool moves it and reclaims pages ------------------------
     @property
@@ -114,7 +164,9 @@ class LiveCache:
         """``PrefixCache.shrink_to``: evict victims until at most ``limit`` bytes are cached,
         set the capacity (never below what pinned nodes keep); the bytes still cached."""
         self.capacity = max(int(limit), 0)
+        self._log_room()
         self.k.live_shrink(self.st)
+        self._hand_victims()
         self.capacity = max(self.capacity, self.used_bytes)
         self.chosen()
         return self.used_bytes
@@ -224,9 +276,49 @@ class LiveCache:
             counters={name: getattr(self, name) for name in COUNTERS},
         )
 
-    def request_cache(self) -> LiveRequests:
-        """The request protocol on this cache (``twin.cache.requests.request_cache_for``)."""
-        return LiveRequests(self)
+    def request_cache(
+        self, host: CacheStructure | None = None, write_policy: str = "write_through"
+    ) -> LiveRequests:
+        """The request protocol on this cache, with a host tier's cache under it or not
+        (``twin.cache.requests.request_cache_for``)."""
+        return LiveRequests(self, host, write_policy)
+
+    # ----- a host tier's calls (``RequestCache``'s on its host: ``HostWrites``) --------
+    def set_clock(self, t: int) -> None:
+        """``PrefixCache.set_clock``: the host's recency runs on the GPU's clock."""
+        self.sc[self.k.S_CLOCK] = t
+
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+        """``PrefixCache.lookup`` (no pin; a host tier's policy hears no request)."""
+        q = np.asarray(seq, dtype=np.int32)
+        node, hit = self.k.live_lookup(self.st, q, len(q))
+        return Hit(int(hit), int(node)) if node else _MISS
+
+    def insert(
+        self, seq: np.ndarray, checkpoints: list[int], modules: np.ndarray | None = None
+    ) -> int:
+        """``PrefixCache.insert``: ``seq`` up to its last checkpoint; the tokens newly cached."""
+        q = np.asarray(seq, dtype=np.int32)
+        positions = sorted({int(p) for p in checkpoints if 0 < p <= len(q)})
+        return self.insert_at(q, positions)[0] if positions else 0
+
+    def insert_at(self, full: np.ndarray, positions: list[int]) -> tuple[int, int]:
+        """The insert of ``full`` up to ``positions[-1]`` with states at ``positions``
+        (sorted, unique, positive; three at most, with a prefix loaded back from a host
+        tier): (tokens newly cached, states admitted)."""
+        k = self.k
+        if len(positions) > len(self._ins):
+            self._ins = np.zeros(len(positions), np.int64)
+        pos = self._ins
+        pos[: len(positions)] = positions
+        self._log_room()
+        added, made = k.live_insert(self.st, full, pos, len(positions))
+        if added < 0:  # no room: grow, then the same insert
+            self.grow_for(positions[-1])
+            added, made = k.live_insert(self.st, full, pos, len(positions))
+        self._hand_victims()
+        self.chosen()
+        return int(added), int(made)
 
     # ----- room, made between calls ---------------------------------------------------
     def grow_for(self, tokens: int) -> None:
@@ -242,28 +334,38 @@ class LiveCache:
         self.sc = self.st[1]
 
 
-class LiveRequests:
-    """:class:`twin.cache.requests.RequestCache`'s four steps on a :class:`LiveCache`."""
+class LiveRequests(HostWrites):
+    """:class:`twin.cache.requests.RequestCache`'s four steps on a :class:`LiveCache`,
+    with a host tier's cache under it or not (its calls: :class:`HostWrites`)."""
 
-    # Host-tier write-backs (none: a live cache has no host tier).
-    written_back_tokens = 0
-    written_back_states = 0
+    cache: LiveCache
 
-    def __init__(self, cache: LiveCache) -> None:
+    def __init__(
+        self,
+        cache: LiveCache,
+        host: CacheStructure | None = None,
+        write_policy: str = "write_through",
+    ) -> None:
         self.cache = cache
+        self.split = cache.has_ssm
+        self._tier(host, write_policy)
         self.policy = cache.policy
         self.admissions = cache.clock
         self._pos = np.zeros(2, np.int64)
-        self._ins = np.zeros(2, np.int64)  # an insert's positions (two at most)
 
     def admit(
         self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
     ) -> Admission:
-        """``RequestCache.admit``: clock, the policy hears it, lookup and pin, positions."""
+        """``RequestCache.admit``: clock, the policy hears it, lookup and pin, positions,
+        the host tier's longer hit loaded back (the host's calls come after the GPU's
+        admission here and before its admission's positions in ``RequestCache``: the
+        tiers share no state)."""
         cache, policy, k = self.cache, self.policy, self.cache.k
         order = self.admissions
         self.admissions += 1
         cache.sc[k.S_CLOCK] = order
+        if self.host is not None:
+            self.host.set_clock(order)  # the host tier's recency runs on the same clock
         policy.on_request(cache, prompt, full)  # the window's record (and its snapshot)
         cache.mf[k.F_ALPHA] = policy.alpha  # ``marconi-twin`` tunes here
         pos = self._pos
@@ -271,14 +373,20 @@ class LiveRequests:
         if cache.reference and policy.tune_if_due(cache):  # type: ignore[union-attr]
             cache.mf[k.F_ALPHA] = policy.alpha
         n = len(prompt)
+        found = Hit(int(hit), int(node)) if node else _MISS
         positions = pos[:npos].tolist()
+        loaded = 0
+        if self.host is not None:
+            found, loaded = self._load_back(prompt, found)
+            positions = self._with_loaded(positions, found, loaded)
         if cache.has_ssm:  # ``RequestCache``'s split: a Transformer's prompt goes in at the end
             at_prefill = [p for p in positions if p <= n]
             at_completion = [p for p in positions if p > n]
         else:
             at_prefill, at_completion = [], positions
-        found = Hit(int(hit), int(node)) if node else _MISS
-        return Admission(order, prompt, full, found, at_prefill, at_completion, modules)
+        adm = Admission(order, prompt, full, found, at_prefill, at_completion, modules)
+        adm.host_tokens = loaded
+        return adm
 
     def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
         """``RequestCache.serve`` (a replay's request): admission, one insert of every
@@ -289,7 +397,7 @@ class LiveRequests:
             adm.hit = Hit(adm.hit.length, ServedNode(int(self.cache.st[0][self.cache.k.NID, node])))
         positions = adm.at_prefill + adm.at_completion
         if positions:
-            self._insert(full, positions)
+            self.cache.insert_at(full, positions)
         self.release(adm)
         self.cache.sc[self.cache.k.S_CLOCK] = self.admissions
         return adm.hit
@@ -299,7 +407,8 @@ class LiveRequests:
         if not adm.at_prefill:
             return 0
         assert adm.full is not None, "insert after release"
-        added, made = self._insert(adm.full, adm.at_prefill)
+        self._write_through(adm.prompt, adm.at_prefill, adm.modules)
+        added, made = self.cache.insert_at(adm.full, adm.at_prefill)
         adm.prefill_tokens = added
         return made
 
@@ -308,7 +417,8 @@ class LiveRequests:
         if not adm.at_completion:
             return 0
         assert adm.full is not None, "insert after release"
-        return self._insert(adm.full, adm.at_completion)[1]
+        self._write_through(adm.full, adm.at_completion, adm.modules)
+        return self.cache.insert_at(adm.full, adm.at_completion)[1]
 
     def insert_preempted(self, adm: Admission, tokens: int) -> int:
         """``RequestCache.insert_preempted``: a preempted request's first ``tokens`` stay
@@ -316,7 +426,9 @@ class LiveRequests:
         assert adm.full is not None, "insert after release"
         if tokens <= 0:
             return 0
-        return self._insert(adm.full[:tokens], [tokens])[0]
+        seq = adm.full[:tokens]
+        self._write_through(seq, [tokens], adm.modules)
+        return self.cache.insert_at(seq, [tokens])[0]
 
     def release(self, adm: Admission) -> None:
         """``RequestCache.release``: unpin the hit (idempotent), drop the tokens."""
@@ -324,17 +436,6 @@ class LiveRequests:
             self.cache.k.live_release(self.cache.st, adm.node)
             adm.node = None
         adm.full = None
-
-    def _insert(self, full: np.ndarray, positions: list[int]) -> tuple[int, int]:
-        cache, k = self.cache, self.cache.k
-        pos = self._ins
-        pos[: len(positions)] = positions
-        added, made = k.live_insert(cache.st, full, pos, len(positions))
-        if added < 0:  # no room: grow, then the same insert
-            cache.grow_for(positions[-1])
-            added, made = k.live_insert(cache.st, full, pos, len(positions))
-        cache.chosen()
-        return int(added), int(made)
 
 
 def _children(first: list[int], nxt: list[int], v: int) -> list[int]:
