@@ -10,6 +10,7 @@ known parameters (``tests/data/aic/make_moe_table.py``); nothing needs
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from twin.costmodel import latency as lat
 from twin.costmodel.precision_kernels import MOE_AS_GEMM_NOTE
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import resolve_profile
+from twin.costmodel.series_term import series_key
 from twin.engine import EngineConfig, memory_budget
 from twin.errors import TwinError
 from twin.hardware import get_gpu
@@ -90,6 +92,15 @@ def _qwen_moe():  # type: ignore[no-untyped-def]
     return get_model("qwen3-235b-a22b")
 
 
+def _term(fit: KernelFit, tp: int, ep: int, t: int) -> float:
+    """The fit's per-shape factor for qwen3-235b-a22b at MoE TP ``tp / ep``, EP ``ep`` and
+    ``t`` tokens (1 where the fit has none or the tables lack the shape)."""
+    m = _qwen_moe()
+    key = series_key(m.d_model, m.moe_d_ff, m.moe_top_k, m.moe_n_experts, tp // ep, ep)
+    coefs = fit.series.coefficients(key) if fit.series is not None else None
+    return 1.0 if coefs is None else math.exp(fit.series.log_factor(coefs, t))  # type: ignore[union-attr]
+
+
 def test_shipped_profile_prices_moe_with_the_fit() -> None:
     prof = resolve_profile("h100", None, "vllm")
     assert "moe" in prof.kernels
@@ -121,6 +132,7 @@ def test_the_moe_part_is_the_fit_at_known_features() -> None:
             "active_experts": active,
         },
     )
+    one *= _term(prof.kernels["moe"], tp, 1, t)
     assert moe_s == pytest.approx(m.n_moe_layers * one, rel=1e-12)
 
 
@@ -139,7 +151,8 @@ def test_without_the_fit_the_experts_are_gemms_and_the_label_says_so() -> None:
 
 
 def test_a_fit_changes_the_price_it_is_asked_for() -> None:
-    # Doubling the fit's launch overhead adds exactly n_moe_layers x t0 to a step.
+    # Doubling the fit's launch overhead adds exactly n_moe_layers x t0 to a step (times
+    # the shape's per-shape factor, which scales the whole kernel).
     prof = resolve_profile("h100", None, "vllm")
     fit = prof.kernels["moe"]
     slower = dataclasses.replace(
@@ -153,13 +166,15 @@ def test_a_fit_changes_the_price_it_is_asked_for() -> None:
                 heldout_max_rel_err=None,
                 n_shapes=0,
                 n_heldout=0,
+                series=fit.series,
             ),
         },
     )
     m = _qwen_moe()
     a = CostModel(m, prof, 4).decode([100] * 8)
     b = CostModel(m, slower, 4).decode([100] * 8)
-    assert b - a == pytest.approx(m.n_moe_layers * fit.params["t0_s"], rel=1e-9)  # type: ignore[operator]
+    added = m.n_moe_layers * fit.params["t0_s"] * _term(fit, 4, 1, 8)
+    assert b - a == pytest.approx(added, rel=1e-9)  # type: ignore[operator]
 
 
 def test_expert_parallelism_prices_the_ranks_share() -> None:
@@ -184,6 +199,7 @@ def test_expert_parallelism_prices_the_ranks_share() -> None:
             "active_experts": active,
         },
     )
+    one *= _term(prof.kernels["moe"], 4, 4, t)
     step = ep.step((), [100] * t, breakdown=True)
     assert step.items["moe"]["moe"] == pytest.approx(m.n_moe_layers * one, rel=1e-12)  # type: ignore[union-attr]
 

@@ -4,6 +4,7 @@ MoE kernel (issue 31): formats, the silicon rows' reading, pricing and selection
 from __future__ import annotations
 
 import dataclasses
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -16,6 +17,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.precision_kernels import SHARED_AS_LINEAR_NOTE, priced_precision
 from twin.costmodel.profile_store import resolve_profile
+from twin.costmodel.series_term import series_key
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 from twin.presets import get_model
@@ -154,7 +156,14 @@ def _moe_seconds(cm: CostModel, m: Any, t: int, key: str) -> float:
         "tile_bytes": ft.moe_tile_bytes(m.d_model, cm.expert_width, 2, weight),
         "active_experts": active,
     }
-    return m.n_moe_layers * lat.predict(key, prof.kernels[key].params, prof.peaks, f, b, extras)
+    fit = prof.kernels[key]
+    # the measured shape's per-shape term (twin.costmodel.series_term), if the table has it
+    coefs = None
+    if fit.series is not None:
+        sk = series_key(m.d_model, m.moe_d_ff, m.moe_top_k, m.moe_n_experts, 8 // ep, ep)
+        coefs = fit.series.coefficients(sk)
+    scale = 1.0 if coefs is None else math.exp(fit.series.log_factor(coefs, t))  # type: ignore[union-attr]
+    return scale * m.n_moe_layers * lat.predict(key, fit.params, prof.peaks, f, b, extras)
 
 
 def test_trtllm_small_steps_take_the_min_latency_kernel() -> None:

@@ -37,6 +37,7 @@ from twin.calibration.aic_tables import (
 )
 from twin.calibration.datasheet import datasheet_profile
 from twin.calibration.fit import HOLDOUT_SHARE, fit_kernel
+from twin.calibration.series_fit import attach_series
 from twin.costmodel import formulas as fm
 from twin.costmodel.profile import KernelFit, Profile, TableReleases
 from twin.errors import TwinError
@@ -129,6 +130,8 @@ def fit_family(
     if not ok:
         return None
     fit = fit_kernel(fam.kernel, ok, peaks, HOLDOUT_SHARE, seed)
+    if fam.kernel in fm.MOE_VARIANTS:  # the measured shapes' kernel configs
+        attach_series(fit, fam.kernel, ok, peaks, HOLDOUT_SHARE, seed)
     fit.n_flagged = len(flagged)
     fit.provenance = {
         "source": "measured",

@@ -7,6 +7,7 @@ the dense seconds per token count, since decode steps repeat them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from twin import precision as px
@@ -14,6 +15,8 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import LABEL, StepCost
+from twin.costmodel.profile import KernelFit
+from twin.costmodel.series_term import SeriesTerm, series_key
 from twin.costmodel.shard_shapes import ShardShapes
 
 
@@ -28,6 +31,11 @@ class DensePricing(ShardShapes):
     # (the fused-MoE fit, activation and weight bytes an element, one CTA's weight bytes)
     _moe_fit: tuple[Callable[..., float], float, float, float] | None
     moe_key: str | None
+    # Per fused-MoE kernel (the default one, TensorRT-LLM's min-latency one), the model's
+    # series in the fit's per-shape term: the term and its knot values; None where the
+    # fit has no term or the tables never measured this shape and layout.
+    _moe_series: tuple[SeriesTerm, tuple[float, ...]] | None
+    _moe_small_series: tuple[SeriesTerm, tuple[float, ...]] | None
     allreduce_latency_s: float
     rope_in_attention: bool
     kernel_keys: dict[str, str]
@@ -97,6 +105,7 @@ class DensePricing(ShardShapes):
         for their format, else ``None``: two grouped GEMMs of the linear fits, as before."""
         self._moe_fit, self.moe_key = None, None
         self._moe_small: Callable[..., float] | None = None
+        self._moe_series = self._moe_small_series = None
         if not self.model.n_moe_layers:
             return
         fmt = self.priced.expert
@@ -111,10 +120,24 @@ class DensePricing(ShardShapes):
         tile = ft.moe_tile_bytes(self.d_model, self.expert_width, self.up_mats, weight)
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight, tile)
         self.moe_key = key
+        self._moe_series = self._series_of(fit)
         small = self.priced.keys.get("moe_small")  # TensorRT-LLM's min-latency kernel
         if small is not None:
             params = self.profile.kernels[small].params
             self._moe_small = lat.compile_fast(small, params, self.profile.peaks)
+            self._moe_small_series = self._series_of(self.profile.kernels[small])
+
+    def _series_of(self, fit: KernelFit) -> tuple[SeriesTerm, tuple[float, ...]] | None:
+        """This model's series (its MoE shape, MoE TP and EP, as the ``moe_perf`` rows
+        name them) in ``fit``'s per-shape term, or None."""
+        if fit.series is None:
+            return None
+        m = self.model
+        key = series_key(
+            self.d_model, m.moe_d_ff, m.moe_top_k, m.moe_n_experts, self.tp // self.ep, self.ep
+        )
+        coefs = fit.series.coefficients(key)
+        return None if coefs is None else (fit.series, coefs)
 
     def _gemm(self, rows: float, k: float, n: float) -> float:
         """A bf16 GEMM (the LM head, the MoE router; every projection of a bf16 model)."""
@@ -267,9 +290,13 @@ class DensePricing(ShardShapes):
         flops, nbytes, weights = ft.moe_sums(
             routed / ep, active, d, self.expert_width, self.up_mats, e, act_e, w_e
         )
+        series = self._moe_series
         if self._moe_small is not None and t <= fm.MOE_MIN_LATENCY_MAX_TOKENS:
             kernel = self._moe_small  # the step routes few enough tokens (formulas)
+            series = self._moe_small_series
         experts = kernel(flops, nbytes, weights, float(routed * d), tile, active)
+        if series is not None:  # a measured shape: its kernel config (series_term)
+            experts *= math.exp(series[0].log_factor(series[1], t))
         router = self._gemm(t, d, n_exp)
         shared, act = 0.0, 0.0
         if self.shared_width:  # the shared expert: a dense MLP over every token

@@ -169,8 +169,16 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
     @property
     def provenance(self) -> str:
         """Where the prices come from, for every output that shows a prediction: the
-        profile's label, or for a quantised model the fits its precision takes."""
-        return provenance_label(self.model, self.profile)
+        profile's label, or for a quantised model the fits its precision takes; for a
+        fused-MoE fit with a per-shape term, whether this shape and layout is one the
+        tables measured (``twin.costmodel.series_term``)."""
+        label = provenance_label(self.model, self.profile)
+        fit = self.profile.kernels[self.moe_key] if self.moe_key else None
+        if fit is None or fit.series is None:
+            return label
+        if self._moe_series is not None:
+            return f"{label}; MoE shape: measured (its per-shape term)"
+        return f"{label}; MoE shape: not measured (the formula alone)"
 
     def prefill(self, n_new: int, n_cached: int = 0, breakdown: bool = False) -> float | StepCost:
         """Seconds of one prefill of ``n_new`` tokens after ``n_cached`` cached ones."""

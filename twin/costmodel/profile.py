@@ -39,7 +39,8 @@ from typing import Any
 
 from twin.atomic import write_text_atomic
 from twin.costmodel.engine_kernels import release_kernel, table_kernel
-from twin.costmodel.formulas import check_params, get_formula
+from twin.costmodel.formulas import MOE_VARIANTS, check_params, get_formula
+from twin.costmodel.series_term import SeriesError, SeriesTerm
 from twin.costmodel.table_release import pick_for_kernel
 from twin.errors import TwinError
 from twin.limits import check_json_depth
@@ -156,9 +157,12 @@ class KernelFit:
     # Where this family's numbers come from when it differs per family (see
     # twin.costmodel.provenance): {"source": "measured" | "datasheet" | ..., "label": ...}.
     provenance: dict[str, Any] = field(default_factory=dict)
+    # A fused-MoE family's per-shape term (twin.costmodel.series_term); None: none.
+    series: SeriesTerm | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``note``, p90, flagged rows and provenance only when set)."""
+        """JSON-ready dict (``note``, p90, flagged rows, provenance and the per-shape
+        term only when set)."""
         out: dict[str, Any] = {
             "model": self.model,
             "params": dict(self.params),
@@ -175,6 +179,8 @@ class KernelFit:
             out["provenance"] = dict(self.provenance)
         if self.note:
             out["note"] = self.note
+        if self.series is not None:
+            out["series"] = self.series.to_dict()
         return out
 
     @classmethod
@@ -183,6 +189,12 @@ class KernelFit:
         field path of this fit, e.g. ``kernels.gemm``, for the error)."""
         _object(data, where)
         _object(data["params"], f"{where}.params")
+        series = None
+        if data.get("series") is not None:
+            try:
+                series = SeriesTerm.from_dict(data["series"])
+            except SeriesError as bad:
+                raise TwinError(f"{where}.series{bad}") from None
         return cls(
             model=_text(data["model"], f"{where}.model"),
             params={k: _number(v, f"{where}.params.{k}") for k, v in data["params"].items()},
@@ -194,6 +206,7 @@ class KernelFit:
             heldout_p90_rel_err=_opt_float(data, "heldout_p90_rel_err", where),
             n_flagged=_whole(data.get("n_flagged", 0), f"{where}.n_flagged"),
             provenance=dict(_object(data.get("provenance") or {}, f"{where}.provenance")),
+            series=series,
         )
 
 
@@ -285,6 +298,11 @@ class Profile:
             except _Bad as bad:
                 raise TwinError(f"profile {self.gpu!r}: {bad}") from None
             check_params(name, fit.params)
+            if fit.series is not None and name not in MOE_VARIANTS:
+                raise TwinError(
+                    f"profile {self.gpu!r}, kernel {name!r}: series: only a fused-MoE "
+                    "family takes a per-shape term"
+                )
             peak = formula.flops_peak
             if formula.uses_flops and peak not in ("flops", "fp32_flops"):
                 v = self.peaks.get(peak)
