@@ -27,11 +27,18 @@ import itertools
 import math
 import time
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 import numpy as np
-from kernel_targets import TARGET_P90, fitted, heldout_row, summarise, write_results
+from kernel_targets import (
+    TARGET_P90,
+    fitted,
+    heldout_row,
+    log_interpolated,
+    miss_summary,
+    summarise,
+    write_results,
+)
 
 from twin.costmodel.formulas import MLA_VARIANTS
 from twin.costmodel.profile import KernelFit, Profile
@@ -69,11 +76,6 @@ def _series(kernel: str, shape: dict[str, int]) -> tuple[tuple[int, ...], int]:
     return (shape["h"], shape["b"]), shape["s"]
 
 
-def _interpolate(times: dict[int, float], a: int, b: int, c: int) -> float:
-    w = math.log(b / a) / math.log(c / a)
-    return math.exp((1 - w) * math.log(times[a]) + w * math.log(times[c]))
-
-
 def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     """Per MLA family of profile ``name``: the held-out misses by reason and the table's
     self-interpolation floor (needs ``aiconfigurator-core``)."""
@@ -105,7 +107,7 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
             if any(times[b] < 0.9 * times[a] for a, b in itertools.pairwise(xs)):
                 non_monotone.add(key)
             for a, b, c in zip(xs, xs[1:], xs[2:], strict=False):
-                err = abs(_interpolate(times, a, b, c) - times[b]) / times[b]
+                err = abs(log_interpolated(times, a, b, c) - times[b]) / times[b]
                 floor.append(err)
                 if err > MISS:
                     outliers.add((key, b))
@@ -136,15 +138,7 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
 def _summary(rows: list[dict[str, Any]], with_tables: bool) -> dict[str, Any]:
     summary = summarise(rows)
     if with_tables and rows:
-        totals = dict.fromkeys(REASONS, 0)
-        for r in rows:
-            for k, n in r.get("heldout_misses", {}).items():
-                totals[k] += n
-        floors = [r["floor_median"] for r in rows if r.get("floor_median") is not None]
-        floor_p90s = [r["floor_p90"] for r in rows if r.get("floor_p90") is not None]
-        summary["heldout_misses_by_reason"] = totals
-        summary["median_of_floor_medians"] = median(floors) if floors else None
-        summary["median_of_floor_p90s"] = median(floor_p90s) if floor_p90s else None
+        summary.update(miss_summary(rows, REASONS))
     return summary
 
 

@@ -34,6 +34,8 @@ from kernel_targets import (
     TARGET_P90,
     fitted,
     heldout_row,
+    log_interpolated,
+    miss_summary,
     summarise,
     write_results,
 )
@@ -92,8 +94,7 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
             if any(times[b] < 0.9 * times[a] for a, b in itertools.pairwise(ts)):
                 non_monotone.add(key)
             for a, b, c in zip(ts, ts[1:], ts[2:], strict=False):
-                w = math.log(b / a) / math.log(c / a)
-                guess = math.exp((1 - w) * math.log(times[a]) + w * math.log(times[c]))
+                guess = log_interpolated(times, a, b, c)
                 floor.append(abs(guess - times[b]) / times[b])
         offset = {k: float(np.median(v)) for k, v in offsets.items()}
         _, held = split_holdout(len(ok))
@@ -178,16 +179,8 @@ def main() -> None:
             "median_of_p90s": median(r["formula_heldout_p90"] for r in alone),
         }
     if with_tables and rows:
-        totals = dict.fromkeys(REASONS, 0)
-        for r in rows:
-            for k, n in r.get("heldout_misses", {}).items():
-                totals[k] += n
-        floors = [r["floor_median"] for r in rows if r.get("floor_median") is not None]
-        floor_p90s = [r["floor_p90"] for r in rows if r.get("floor_p90") is not None]
-        summary["heldout_misses_by_reason"] = totals
+        summary.update(miss_summary(rows, REASONS))
         summary["reasons"] = REASONS
-        summary["median_of_floor_medians"] = median(floors) if floors else None
-        summary["median_of_floor_p90s"] = median(floor_p90s) if floor_p90s else None
     write_results(RESULTS, "bench_moe_kernels", summary, rows, t0)
 
 

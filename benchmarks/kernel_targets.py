@@ -10,6 +10,7 @@ Imported by those scripts as a sibling module (``python benchmarks/bench_*.py`` 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -74,6 +75,29 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def log_interpolated(times: dict[int, float], a: int, b: int, c: int) -> float:
+    """The time at ``b`` from its neighbours ``a`` and ``c`` on a series' axis, linear in
+    log time over log axis (a table's self-interpolation: its floor, its outlier rows)."""
+    w = math.log(b / a) / math.log(c / a)
+    return math.exp((1 - w) * math.log(times[a]) + w * math.log(times[c]))
+
+
+def miss_summary(rows: list[dict[str, Any]], reasons: Iterable[str]) -> dict[str, Any]:
+    """The rows' held-out misses summed by reason (each row's ``heldout_misses``) and the
+    medians of their tables' self-interpolation floors."""
+    totals = dict.fromkeys(reasons, 0)
+    for r in rows:
+        for k, n in r.get("heldout_misses", {}).items():
+            totals[k] += n
+    floors = [r["floor_median"] for r in rows if r.get("floor_median") is not None]
+    floor_p90s = [r["floor_p90"] for r in rows if r.get("floor_p90") is not None]
+    return {
+        "heldout_misses_by_reason": totals,
+        "median_of_floor_medians": median(floors) if floors else None,
+        "median_of_floor_p90s": median(floor_p90s) if floor_p90s else None,
+    }
+
+
 def write_results(
     path: Path, bench: str, summary: dict[str, Any], rows: list[dict[str, Any]], t0: float
 ) -> None:
@@ -89,4 +113,13 @@ def write_results(
     path.write_text(json.dumps(out, indent=1) + "\n")
 
 
-__all__ = ["TARGET_MEDIAN", "TARGET_P90", "fitted", "heldout_row", "summarise", "write_results"]
+__all__ = [
+    "TARGET_MEDIAN",
+    "TARGET_P90",
+    "fitted",
+    "heldout_row",
+    "log_interpolated",
+    "miss_summary",
+    "summarise",
+    "write_results",
+]
