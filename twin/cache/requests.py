@@ -33,7 +33,7 @@ from twin.cache.base import Hit
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
-    from twin.cache.base import CacheStructure, EvictHook
+    from twin.cache.base import CachePolicy, CacheStructure, EvictHook
 
 
 class Admission:
@@ -93,9 +93,15 @@ class Requests(Protocol):
 
 class GpuTier(Protocol):
     """The GPU's cache as :class:`HostWrites` uses it (any cache structure, or a compiled
-    cache with its own protocol): a probe for selective write-through, the write-back hook."""
+    cache with its own protocol): its model's SSM layers, policy and clock, a probe for
+    selective write-through, the write-back hook."""
 
     on_evict: EvictHook | None
+    has_ssm: bool
+    policy: Any
+
+    @property
+    def clock(self) -> int: ...
 
     def peek(self, seq: np.ndarray) -> int: ...
 
@@ -105,12 +111,14 @@ class HostWrites:
     protocol alike (a compiled cache's, ``policies.compiled.live.LiveRequests``): what is
     written to the host, what a hit loads back from it.
 
-    The subclass sets ``cache`` (the GPU's) and ``split`` (its model has SSM layers) and
-    calls :meth:`_tier` once."""
+    The constructor both protocols share: ``cache`` the GPU's, ``host`` the host tier's
+    (``None``: none), filled by ``write_policy``."""
 
     __slots__ = (
+        "admissions",
         "cache",
         "host",
+        "policy",
         "split",
         "write_policy",
         "written_back_states",
@@ -123,11 +131,18 @@ class HostWrites:
     written_back_tokens: int
     written_back_states: int
 
-    def _tier(self, host: CacheStructure | None, write_policy: str) -> None:
+    def __init__(
+        self,
+        cache: GpuTier,
+        host: CacheStructure | None = None,
+        write_policy: str = "write_through",
+    ) -> None:
         if write_policy not in WRITE_POLICIES:
             raise TwinError(
                 f"host write policy {write_policy!r}: expected one of {', '.join(WRITE_POLICIES)}"
             )
+        self.cache = cache
+        self.split = cache.has_ssm  # its model has SSM layers
         # A host-memory tier: filled by ``write_policy`` (module constant
         # WRITE_POLICIES), looked up after the GPU cache; a longer hit there is
         # loaded back.
@@ -138,7 +153,10 @@ class HostWrites:
         self.written_back_tokens = 0
         self.written_back_states = 0
         if host is not None and write_policy == "write_back":
-            self.cache.on_evict = self._write_back
+            cache.on_evict = self._write_back
+        self.policy = cache.policy
+        # Resume counting where the cache's clock is (a restored snapshot).
+        self.admissions: int = cache.clock
 
     def _write_through(
         self, seq: np.ndarray, checkpoints: list[int], modules: np.ndarray | None
@@ -216,21 +234,9 @@ class HostWrites:
 class RequestCache(HostWrites):
     """The request-facing side of one cache structure (module docstring)."""
 
-    __slots__ = ("admissions", "policy")
+    __slots__ = ()
     cache: CacheStructure
-
-    def __init__(
-        self,
-        cache: CacheStructure,
-        host: CacheStructure | None = None,
-        write_policy: str = "write_through",
-    ) -> None:
-        self.cache = cache
-        self.split = cache.has_ssm
-        self._tier(host, write_policy)
-        self.policy = cache.policy
-        # Resume counting where the cache's clock is (a restored snapshot).
-        self.admissions: int = cache.clock
+    policy: CachePolicy
 
     def admit(
         self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None

@@ -339,6 +339,7 @@ class LiveRequests(HostWrites):
     with a host tier's cache under it or not (its calls: :class:`HostWrites`)."""
 
     cache: LiveCache
+    policy: TunedPolicy
 
     def __init__(
         self,
@@ -346,11 +347,7 @@ class LiveRequests(HostWrites):
         host: CacheStructure | None = None,
         write_policy: str = "write_through",
     ) -> None:
-        self.cache = cache
-        self.split = cache.has_ssm
-        self._tier(host, write_policy)
-        self.policy = cache.policy
-        self.admissions = cache.clock
+        super().__init__(cache, host, write_policy)
         self._pos = np.zeros(2, np.int64)
 
     def admit(
