@@ -10,6 +10,7 @@ from typing import Any
 
 from twin.cache.requests import WRITE_POLICIES
 from twin.costmodel.a2a import A2APrice
+from twin.engine.fabric import KV_LINKS
 from twin.engine.mode_base import PREEMPTIONS, SCHEDULE_POLICIES
 from twin.engine.router import DEFAULT_ROUTER
 from twin.errors import TwinError
@@ -440,8 +441,8 @@ class EngineConfig:
             raise TwinError(
                 f"--decode-dp-attention: must divide the decode pool's tp {d_tp} (got {d_dp})"
             )
-        if self.kv_link not in ("ib", "nvlink"):
-            raise TwinError(f"--kv-link: must be ib or nvlink (got {self.kv_link!r})")
+        if self.kv_link not in KV_LINKS:
+            raise TwinError(f"--kv-link: must be {' or '.join(KV_LINKS)} (got {self.kv_link!r})")
         if not p and not d:
             if self.kv_link != "ib":
                 raise TwinError(

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from twin.engine.config import EngineConfig
 from twin.errors import TwinError
 from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, GB, GPUS
 
-KV_LINKS = ("ib", "nvlink")
+if TYPE_CHECKING:  # the configuration checks ``--kv-link`` against KV_LINKS
+    from twin.engine.config import EngineConfig
+
+KV_LINKS = ("ib", "nvlink")  # ``--kv-link``'s values (:func:`kv_link`)
 
 # One ConnectX-7 port per GPU on the compute fabric: 400 Gb/s InfiniBand NDR or
 # Ethernet (RoCE) per GPU (NVIDIA DGX H100/H200 user guide, "Network ports": eight
