@@ -190,7 +190,8 @@ def test_the_term_prices_the_held_out_rows_the_formula_misses() -> None:
     assert lf[0] == fit.series.log_factor(fit.series.log_scale[series_key(*shapes[0])], 1)
 
 
-def test_a_fit_without_the_term_prices_as_before() -> None:
+def test_a_fit_without_the_term_writes_none_and_reads_none() -> None:
+    # (its pricing: the formula alone, test_a_measured_shape_is_priced_with_its_series_...)
     fit = resolve_profile("h100", None, "vllm").kernels["moe"]
     bare = KernelFit(model=fit.model, params=dict(fit.params))
     assert "series" not in bare.to_dict()
