@@ -7,21 +7,18 @@ parser); keys transformers defaults take the same default here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from twin.hf_config import _Config
+from twin.hf_keys import ConfigKeys, heads
 
 
-def _layer_list(cfg: _Config, key: str, n: int, allowed: dict[str, str]) -> list[str] | None:
+def _layer_list(cfg: ConfigKeys, key: str, n: int, allowed: dict[str, str]) -> list[str] | None:
     """``cfg[key]`` as mixer kinds (``n`` of them), or None if absent; refuses unknown
-    entries (``_Config.kinds``)."""
+    entries (``ConfigKeys.kinds``)."""
     return None if cfg.opt(key, None) is None else cfg.kinds(key, allowed, n)
 
 
-def _gqa(cfg: _Config) -> dict[str, Any]:
-    from twin.hf_config import heads
-
+def _gqa(cfg: ConfigKeys) -> dict[str, Any]:
     return dict(
         d_model=cfg.pos("hidden_size"),
         **heads(cfg),
@@ -30,7 +27,7 @@ def _gqa(cfg: _Config) -> dict[str, Any]:
     )
 
 
-def qwen3_next(cfg: _Config) -> dict[str, Any]:
+def qwen3_next(cfg: ConfigKeys) -> dict[str, Any]:
     """Qwen3-Next and Qwen3.5 text (transformers ``Qwen3NextConfig``, ``Qwen3_5TextConfig``,
     ``Qwen3_5MoeTextConfig``): ``layer_types`` linear_attention (Gated DeltaNet) /
     full_attention (gated), else every ``full_attention_interval``-th layer full; MoE on
@@ -69,7 +66,7 @@ def qwen3_next(cfg: _Config) -> dict[str, Any]:
     return fields
 
 
-def _mamba2_fields(cfg: _Config, d: int, d_inner: int, heads: int, head_key: str) -> dict:
+def _mamba2_fields(cfg: ConfigKeys, d: int, d_inner: int, heads: int, head_key: str) -> dict:
     """The Mamba2 mixer of Granite-4.0-H and Falcon-H1, with the checks of transformers 5.24's
     ``GraniteMoeHybridConfig``/``FalconH1Config.validate_architecture``: ``mamba_n_heads``
     divides the inner width, and heads x head dim is that width."""
@@ -88,7 +85,7 @@ def _mamba2_fields(cfg: _Config, d: int, d_inner: int, heads: int, head_key: str
     )
 
 
-def granite_hybrid(cfg: _Config) -> dict[str, Any]:
+def granite_hybrid(cfg: ConfigKeys) -> dict[str, Any]:
     """Granite-4.0-H (transformers ``GraniteMoeHybridConfig``): ``layer_types`` mamba
     (Mamba2) / attention; every layer's FFN is MoE with a shared expert when
     ``num_local_experts`` > 0, else the shared MLP alone (``shared_intermediate_size``)."""
@@ -119,7 +116,7 @@ def granite_hybrid(cfg: _Config) -> dict[str, Any]:
     return fields
 
 
-def falcon_h1(cfg: _Config) -> dict[str, Any]:
+def falcon_h1(cfg: ConfigKeys) -> dict[str, Any]:
     """Falcon-H1 (transformers ``FalconH1Config``; vLLM ``FalconH1ParallelHybrid``): every
     layer runs attention and Mamba2 in parallel, then a gated MLP."""
     n, d = cfg.layers(), cfg.pos("hidden_size")
@@ -133,14 +130,14 @@ def falcon_h1(cfg: _Config) -> dict[str, Any]:
     )
 
 
-def _sliding(cfg: _Config, n: int, default: list[str]) -> tuple[list[str], int]:
+def _sliding(cfg: ConfigKeys, n: int, default: list[str]) -> tuple[list[str], int]:
     kinds = _layer_list(
         cfg, "layer_types", n, {"sliding_attention": "swa", "full_attention": "attention"}
     )
     return kinds if kinds is not None else default, cfg.pos("sliding_window")
 
 
-def gpt_oss(cfg: _Config) -> dict[str, Any]:
+def gpt_oss(cfg: ConfigKeys) -> dict[str, Any]:
     """gpt-oss (transformers ``GptOssConfig``): ``layer_types`` sliding / full (default
     alternating, even layers sliding), every layer MoE (SwiGLU experts)."""
     n = cfg.layers()
@@ -157,7 +154,7 @@ def gpt_oss(cfg: _Config) -> dict[str, Any]:
     )
 
 
-def gemma3(cfg: _Config) -> dict[str, Any]:
+def gemma3(cfg: ConfigKeys) -> dict[str, Any]:
     """Gemma 3 text (transformers ``Gemma3TextConfig``): ``layer_types``, else layer i is
     full attention when ``(i + 1) % sliding_window_pattern == 0``; gated GELU MLP, tied."""
     n = cfg.layers()

@@ -13,10 +13,9 @@ GLM-5's sparse-attention indexer, MiniMax's MTP modules.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from twin.hf_config import _Config
+from twin.hf_keys import ConfigKeys, heads
 
 
 def _moe_every(n: int, first_dense: int, every: int) -> list[bool]:
@@ -27,7 +26,7 @@ def _moe_every(n: int, first_dense: int, every: int) -> list[bool]:
     return [i >= first_dense and i % every == 0 for i in range(n)]
 
 
-def deepseek_v3(cfg: _Config) -> dict[str, Any]:
+def deepseek_v3(cfg: ConfigKeys) -> dict[str, Any]:
     """DeepSeek-V3 / R1 (transformers ``DeepseekV3Config``, model_type ``deepseek_v3``;
     Kimi-K2's ``kimi_k2`` text config has the same keys and ``DeepseekV3ForCausalLM``):
     multi-head latent attention (``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
@@ -65,7 +64,7 @@ def deepseek_v3(cfg: _Config) -> dict[str, Any]:
     return fields
 
 
-def glm_moe_dsa(cfg: _Config) -> dict[str, Any]:
+def glm_moe_dsa(cfg: ConfigKeys) -> dict[str, Any]:
     """GLM-5 (transformers ``GlmMoeDsaConfig``, model_type ``glm_moe_dsa``): DeepSeek-V3's
     MLA + MoE layout under the same keys, with DeepSeek Sparse Attention's indexer
     (``index_n_heads``, ``index_head_dim``, ``index_topk``) priced as dense MLA, as the
@@ -74,13 +73,11 @@ def glm_moe_dsa(cfg: _Config) -> dict[str, Any]:
 
 
 def _gqa_moe(
-    cfg: _Config, layers: tuple[str, ...], experts_key: str, width_key: str
+    cfg: ConfigKeys, layers: tuple[str, ...], experts_key: str, width_key: str
 ) -> dict[str, Any]:
     """The fields a grouped-query-attention MoE stack shares: the width, the heads
     (``twin.hf_config.heads``), ``experts_key`` routed experts of ``width_key``, the top-k,
     the vocabulary and the tie (untied by default)."""
-    from twin.hf_config import heads
-
     return dict(
         layers=layers,
         d_model=cfg.pos("hidden_size"),
@@ -93,7 +90,7 @@ def _gqa_moe(
     )
 
 
-def minimax_m2(cfg: _Config) -> dict[str, Any]:
+def minimax_m2(cfg: ConfigKeys) -> dict[str, Any]:
     """MiniMax-M2 (remote-code ``MiniMaxM2Config``, model_type ``minimax_m2``): grouped-query
     attention (``head_dim`` given) and ``num_local_experts`` routed experts of
     ``intermediate_size`` in every layer, ``shared_intermediate_size`` (0: none); its MTP
@@ -106,7 +103,7 @@ def minimax_m2(cfg: _Config) -> dict[str, Any]:
     return fields
 
 
-def qwen3_moe(cfg: _Config) -> dict[str, Any]:
+def qwen3_moe(cfg: ConfigKeys) -> dict[str, Any]:
     """Qwen3-MoE (transformers ``Qwen3MoeConfig``, model_type ``qwen3_moe``): layer ``i`` is
     MoE unless listed in ``mlp_only_layers``, and then only if ``(i + 1) %
     decoder_sparse_step == 0`` (``modeling_qwen3_moe.py`` ``Qwen3MoeDecoderLayer``);
