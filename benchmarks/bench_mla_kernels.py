@@ -31,11 +31,12 @@ from typing import Any
 
 import numpy as np
 from kernel_targets import (
-    TARGET_P90,
+    MISS,
     fitted,
     heldout_row,
     log_interpolated,
     miss_summary,
+    print_family,
     summarise,
     write_results,
 )
@@ -44,7 +45,6 @@ from twin.costmodel.formulas import MLA_VARIANTS
 from twin.costmodel.profile import KernelFit, Profile
 
 RESULTS = Path(__file__).parent / "results" / "mla-kernels.json"
-MISS = TARGET_P90  # a held-out row more than this far off is a miss
 GROUPS = ("attention kernel", "bmm", "module")
 # Why a held-out row misses, the first that holds:
 REASONS = {
@@ -160,17 +160,7 @@ def main() -> None:
         row.update(why.get(name, {}).get(kernel, {}))
         rows.append(row)
     for r in rows:
-        mark = "ok  " if r["meets_target"] else "MISS"
-        print(
-            f"{mark} {r['profile']:22s} {r['family']:36s} median {r['heldout_median']:6.1%} "
-            f"P90 {r['heldout_p90']:6.1%}  ({r['n_shapes']} shapes, {r['kernel_source']})"
-        )
-        if not r["meets_target"] and "heldout_misses" in r:
-            misses = ", ".join(f"{k} {n}" for k, n in r["heldout_misses"].items() if n)
-            print(
-                f"     held-out rows >{MISS:.0%} off: {misses or 'none'} (of {r['n_heldout']});"
-                f" table floor {r['floor_median']:.1%} / {r['floor_p90']:.1%}"
-            )
+        print_family(r, f"{r['profile']:22s} {r['family']:36s}")
     summary = {
         **_summary(rows, with_tables),
         "by_group": {

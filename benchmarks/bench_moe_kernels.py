@@ -30,12 +30,14 @@ from typing import Any
 
 import numpy as np
 from kernel_targets import (
+    MISS,
     TARGET_MEDIAN,
     TARGET_P90,
     fitted,
     heldout_row,
     log_interpolated,
     miss_summary,
+    print_family,
     summarise,
     write_results,
 )
@@ -44,7 +46,6 @@ from twin.costmodel.formulas import MOE_VARIANTS
 from twin.costmodel.profile import KernelFit, Profile
 
 RESULTS = Path(__file__).parent / "results" / "moe-kernels.json"
-MISS = TARGET_P90  # a held-out row more than this far off is a miss
 # Why a held-out row misses, the first that holds:
 REASONS = {
     "non_monotone_table": "its series' time falls by >10% from one token count to the next "
@@ -152,23 +153,14 @@ def main() -> None:
         row.update(why.get(name, {}).get(kernel, {}))
         rows.append(row)
     for r in rows:
-        mark = "ok  " if r["meets_target"] else "MISS"
-        print(
-            f"{mark} {r['profile']:22s} {r['family']:14s} median {r['heldout_median']:6.1%} "
-            f"P90 {r['heldout_p90']:6.1%}  ({r['n_shapes']} shapes, {r['kernel_source']})"
-        )
+        notes = []
         if r.get("formula_heldout_median") is not None:
-            print(
-                f"     the formula alone (an unmeasured shape): median "
+            notes.append(
+                f"the formula alone (an unmeasured shape): median "
                 f"{r['formula_heldout_median']:.1%} P90 {r['formula_heldout_p90']:.1%};"
                 f" {r['n_series']} measured series"
             )
-        if not r["meets_target"] and "heldout_misses" in r:
-            misses = ", ".join(f"{k} {n}" for k, n in r["heldout_misses"].items() if n)
-            print(
-                f"     held-out rows >{MISS:.0%} off: {misses or 'none'} (of {r['n_heldout']});"
-                f" table floor {r['floor_median']:.1%} / {r['floor_p90']:.1%}"
-            )
+        print_family(r, f"{r['profile']:22s} {r['family']:14s}", notes)
     summary = summarise(rows)
     alone = [r for r in rows if r.get("formula_heldout_median") is not None]
     if alone:

@@ -82,6 +82,27 @@ def log_interpolated(times: dict[int, float], a: int, b: int, c: int) -> float:
     return math.exp((1 - w) * math.log(times[a]) + w * math.log(times[c]))
 
 
+MISS = TARGET_P90  # a held-out row more than this far off is a miss
+
+
+def print_family(r: dict[str, Any], label: str, notes: Iterable[str] = ()) -> None:
+    """One family's line (``label``: its profile and name, padded by the caller), its
+    ``notes``, and, if it misses, its held-out misses by reason and its table's floor."""
+    mark = "ok  " if r["meets_target"] else "MISS"
+    print(
+        f"{mark} {label} median {r['heldout_median']:6.1%} "
+        f"P90 {r['heldout_p90']:6.1%}  ({r['n_shapes']} shapes, {r['kernel_source']})"
+    )
+    for note in notes:
+        print(f"     {note}")
+    if not r["meets_target"] and "heldout_misses" in r:
+        misses = ", ".join(f"{k} {n}" for k, n in r["heldout_misses"].items() if n)
+        print(
+            f"     held-out rows >{MISS:.0%} off: {misses or 'none'} (of {r['n_heldout']});"
+            f" table floor {r['floor_median']:.1%} / {r['floor_p90']:.1%}"
+        )
+
+
 def miss_summary(rows: list[dict[str, Any]], reasons: Iterable[str]) -> dict[str, Any]:
     """The rows' held-out misses summed by reason (each row's ``heldout_misses``) and the
     medians of their tables' self-interpolation floors."""
