@@ -25,11 +25,17 @@ their errors, and ``summary.json``) and ``benchmarks/results/silicon.json`` (the
 summary with the command, filters, method and wall time), and prints the side-by-side
 table.
 ``--limit N`` keeps N expressed rows spread evenly over the selection (a quick run).
+Each row's result is also appended to ``--out``'s ``journal.jsonl`` as it lands, so a
+long run that stops can go on with ``--resume`` (the same selection on the same code:
+the journal records a digest of the ``twin`` package's files and refuses otherwise); the
+journal is removed once the outputs are written.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 import os
 import platform
@@ -66,6 +72,73 @@ def spread(items: Sequence[Any], limit: int | None) -> list[Any]:
         return []
     step = len(items) / limit
     return [items[math.floor(i * step)] for i in range(limit)]
+
+
+JOURNAL = "journal.jsonl"
+
+
+def code_digest() -> str:
+    """SHA-256 over the ``twin`` package's files (source, profiles, data), path and bytes:
+    two runs with the same digest price every row with the same code and tables."""
+    root = Path(sil.__file__).resolve().parents[2]  # the ``twin`` package
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+class Journal:
+    """Rows' results appended as they land (one JSON line each, after a header naming the
+    selection and the code), so ``--resume`` scores only the rows a stopped run left."""
+
+    def __init__(self, path: Path, header: dict[str, Any], resume: bool) -> None:
+        self.path = path
+        self.done: dict[str, dict[str, Any]] = {}
+        if resume:
+            self.done = self._read(header)
+        elif path.exists():
+            raise TwinError(
+                f"--out {path.parent}: a stopped run's {JOURNAL} is there; --resume to go on "
+                "with it, or remove it"
+            )
+        if not self.done:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(header, sort_keys=True) + "\n", encoding="utf-8")
+
+    def _read(self, header: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            raise TwinError(f"--resume: no {JOURNAL} in {self.path.parent}") from None
+        try:
+            first = json.loads(lines[0]) if lines else None
+        except json.JSONDecodeError:
+            first = None
+        if first != header:
+            differs = sorted(
+                k for k in header if not isinstance(first, dict) or first.get(k) != header[k]
+            )
+            raise TwinError(
+                f"--resume: {self.path} is another run's (its {', '.join(differs) or 'header'} "
+                "differs: the same flags on the same code resume)"
+            )
+        done: dict[str, dict[str, Any]] = {}
+        for line in lines[1:]:
+            try:
+                result = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short when the run stopped: that row runs again
+            done[result["id"]] = result
+        return done
+
+    def add(self, result: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(result, sort_keys=True) + "\n")
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def run_rows(
@@ -309,6 +382,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "same aiconfigurator release: its results JSON records it); rows not in it are "
         "estimated",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help=f"go on with a stopped run: rows in --out's {JOURNAL} are not run again",
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -362,7 +440,20 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         f"{csv_path}: {len(every):,} rows, {len(rows):,} selected, {len(plans):,} to run "
         f"({args.jobs if args.executor == 'local' else 'ray'} workers); aiconfigurator: {aic_note}"
     )
-    results: dict[str, dict[str, Any]] = {}
+    journal = Journal(
+        args.out / JOURNAL,
+        {
+            "code": code_digest(),
+            "csv": str(csv_path),
+            "rows": [p.row.id for p in plans],
+            "deployment": args.deployment,
+            "aiconfigurator": aic,
+        },
+        args.resume,
+    )
+    results: dict[str, dict[str, Any]] = dict(journal.done)
+    if results:
+        console.print(f"  {len(results):,} rows from {journal.path} (--resume)")
     earlier = read_aic_estimates(args.aic_from) if aic and args.aic_from else {}
     earlier = reusable(earlier, {p.row.id: p.tp for p in plans})
     if earlier:
@@ -373,18 +464,21 @@ def _main(args: argparse.Namespace, console: Console) -> int:
         if plan.row.id in earlier:
             reuse_aic(result, earlier[plan.row.id])
         results[plan.row.id] = result
+        journal.add(result)
         if len(results) % 10 == 0 or len(results) == len(plans):
             console.print(
                 f"  {len(results):,}/{len(plans):,} rows, {time.perf_counter() - started:,.0f} s"
             )
 
+    todo = [p for p in plans if p.row.id not in results]
     nodes = run_rows(
-        plans, aic, args.jobs, args.executor, args.ray_address, done, skip_aic=set(earlier)
+        todo, aic, args.jobs, args.executor, args.ray_address, done, skip_aic=set(earlier)
     )
     ordered = [results[p.row.id] for p in plans]
     summary = sil.summarize(ordered, reasons, len(rows))
     summary["rows"]["left_out_by_limit"] = len(expressible) - len(plans)
     sil.write_outputs(args.out, ordered, summary)
+    journal.close()
     wall = time.perf_counter() - started
     out = {
         "benchmark": "silicon",

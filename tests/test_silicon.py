@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import io
 import json
 import math
 from collections import Counter
@@ -938,3 +939,47 @@ def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:
         bench.read_aic_estimates(tmp_path / "x.csv")
     with pytest.raises(TwinError, match="no such file"):
         bench.read_aic_estimates(tmp_path / "missing.csv")
+
+
+def test_bench_resumes_a_stopped_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--resume`` scores only the rows a stopped run's journal lacks (a line cut short
+    runs again) and writes what an unbroken run writes; another selection's journal, or
+    a journal left without ``--resume``, is one line."""
+    bench = _bench()
+    for where in (sil, sil_aic):
+        monkeypatch.setattr(where, "aiconfigurator_available", lambda: False)
+    out = tmp_path / "out"
+    argv = ["--csv", str(SMALL), "--configs", str(CONFIGS), "--jobs", "1", "--limit", "2"]
+    argv += ["--out", str(out), "--results", str(tmp_path / "silicon.json")]
+    monkeypatch.setattr(bench.Journal, "close", lambda self: None)  # a run that stopped
+    assert bench.main(argv) == 0
+    unbroken = (out / "predictions.csv").read_bytes()
+    journal = out / bench.JOURNAL
+    header, first, second = journal.read_text(encoding="utf-8").splitlines()
+    journal.write_text(f"{header}\n{first}\n{second[:20]}", encoding="utf-8")
+    (out / "predictions.csv").unlink()
+    assert bench.main(argv) == 2  # the journal is there and --resume was not given
+    assert "--resume to go on" in capsys.readouterr().out
+    assert bench.main([*argv[:-4], "--limit", "1", *argv[-4:], "--resume"]) == 2
+    assert "its rows differs" in capsys.readouterr().out
+    scored: list[str] = []
+    score_row = sil.score_row
+
+    def counting(plan: Any, aic: bool) -> dict[str, Any]:
+        scored.append(plan.row.id)
+        return score_row(plan, aic)
+
+    monkeypatch.setattr(sil, "score_row", counting)
+    assert bench.main([*argv, "--resume"]) == 0
+    ids = [line.split(",")[0] for line in unbroken.decode().splitlines()[1:]]
+    assert json.loads(first)["id"] == ids[0] and scored == [ids[1]]
+
+    def rows(text: str) -> list[dict[str, str]]:  # all but the wall time, which varies
+        return [
+            {k: v for k, v in r.items() if k != "twin_wall_s"}
+            for r in csv.DictReader(io.StringIO(text))
+        ]
+
+    assert rows((out / "predictions.csv").read_text()) == rows(unbroken.decode())
