@@ -540,14 +540,16 @@ class DPCluster(Cluster):
 
     def _replica_setup(self, i: int) -> tuple[Any, StepPricer, float]:
         assert self._recorder is not None
-        return self.config, self._recorder, self.budget / self.config.dp_attention
+        return self.config, self._recorder, self.budget / self.config.cluster.dp_attention
 
     def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Any:
         def rank(recorder: RankRecorder) -> Replica:
             self._recorder = recorder
             return super(DPCluster, self)._new_replica(i, workload, longest)
 
-        replica = dp_replica(self._dp_pricer, self.config.dp_attention, self.config.engine, rank)
+        replica = dp_replica(
+            self._dp_pricer, self.config.cluster.dp_attention, self.config.mode.engine, rank
+        )
         self._recorder = None
         return replica
 

@@ -354,9 +354,9 @@ class PipelineCluster(Cluster):
             self.env,
             replica,
             self.pricer,  # type: ignore[arg-type]
-            config.scheduler,
-            config.max_batched_tokens,
-            config.max_running,
+            config.scheduling.scheduler,
+            config.scheduling.max_batched_tokens,
+            config.scheduling.max_running,
         )
         return replica
 
