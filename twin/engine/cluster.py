@@ -26,7 +26,7 @@ from typing import Any
 
 from twin.cache import cache_stats
 from twin.cache.prefix_cache import PrefixCache
-from twin.engine.config import EngineConfig
+from twin.engine.config import ArrivalConfig, EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.memory_rules import held_bytes, pool_bytes
 from twin.engine.memory_strategies import HOST_TIERS, HostTier, MemorySetup, get_memory, memory_mode
@@ -164,39 +164,38 @@ def kv_replication_scale(model: ModelSpec, config: EngineConfig) -> float:
 
 def _layout(config: EngineConfig) -> Layout:
     """The replica's parallel layout (``twin.parallel``)."""
+    c = config.cluster
     split = PP_SPLIT_OF_ENGINE.get(config.mode.engine, "vllm")
-    return Layout(
-        config.cluster.tp, config.cluster.ep, config.cluster.dp_attention, config.cluster.pp, split
-    )
+    return Layout(c.tp, c.ep, c.dp_attention, c.pp, split)
 
 
-def horizon(source: SessionSource, config: EngineConfig) -> float:
+def horizon(source: SessionSource, arrivals: ArrivalConfig) -> float:
     """Simulated seconds until the last arrival expected (progress bars, sampling).
 
     Closed-loop clients (``--concurrency``) send until ``until_s``, or until the
     file's sessions run out: 0 (unknown) then.
     """
     if source.closed_loop:
-        return config.arrivals.until_s or 0.0
+        return arrivals.until_s or 0.0
     h = source.horizon()
-    return min(h, config.arrivals.until_s) if config.arrivals.until_s is not None else h
+    return min(h, arrivals.until_s) if arrivals.until_s is not None else h
 
 
-def session_source(workload: Workload, config: EngineConfig) -> SessionSource:
-    """The session source ``config`` asks for (arrival times, rates, closed loop)."""
+def session_source(workload: Workload, arrivals: ArrivalConfig) -> SessionSource:
+    """The session source ``arrivals`` asks for (arrival times, rates, closed loop)."""
     return SessionSource(
         workload,
-        config.arrivals.session_rate,
-        config.arrivals.request_rate,
-        config.arrivals.seed,
-        closed_loop=config.arrivals.concurrency is not None,
-        burstiness=config.arrivals.burstiness,
+        arrivals.session_rate,
+        arrivals.request_rate,
+        arrivals.seed,
+        closed_loop=arrivals.concurrency is not None,
+        burstiness=arrivals.burstiness,
     )
 
 
-def expected_horizon(workload: Workload, config: EngineConfig) -> float:
-    """:func:`horizon` of ``workload`` under ``config``, before any simulation."""
-    return horizon(session_source(workload, config), config)
+def expected_horizon(workload: Workload, arrivals: ArrivalConfig) -> float:
+    """:func:`horizon` of ``workload`` under ``arrivals``, before any simulation."""
+    return horizon(session_source(workload, arrivals), arrivals)
 
 
 class Cluster:
@@ -216,11 +215,12 @@ class Cluster:
                 "not an online policy; simulate 'marconi' with --policy-option alpha=A instead"
             )
         self.env = env = Environment()
+        arrivals, replicas = config.arrivals, config.cluster.replicas
         self.model = model
         self.pricer = pricer
         self.config = config
         self.on_record = on_record
-        self.source = session_source(workload, config)
+        self.source = session_source(workload, arrivals)
         self.router = get_router(config.cluster.router)
         self.budget = memory_budget(model, config)
         # Per-request acceptance (the workload's spec_acceptance) needs the run's speculation.
@@ -229,20 +229,18 @@ class Cluster:
         )
         self.replicas: list[Replica] = []
         longest = functools.cache(lambda: longest_sequence(workload.path, workload.index))
-        for i in range(config.cluster.replicas):
+        for i in range(replicas):
             self.replicas.append(self._new_replica(i, workload, longest))
             # Inter-token gaps count from the summary's measured window.
-            self.replicas[-1].scheduler.warmup_s = config.arrivals.warmup_s
-        self.horizon_s = horizon(self.source, config)
+            self.replicas[-1].scheduler.warmup_s = arrivals.warmup_s
+        self.horizon_s = horizon(self.source, arrivals)
         self.occupancy = Occupancy(
-            config.cluster.replicas,
-            max(self.horizon_s, 1e-3) / config.arrivals.samples,
-            max_samples=2 * config.arrivals.samples,
+            replicas,
+            max(self.horizon_s, 1e-3) / arrivals.samples,
+            max_samples=2 * arrivals.samples,
         )
         # Per replica: when its front end is next free (None: no front end, frontend_s 0).
-        self._front: list[float] | None = (
-            [0.0] * config.cluster.replicas if config.host_time.frontend_s else None
-        )
+        self._front: list[float] | None = [0.0] * replicas if config.host_time.frontend_s else None
         self._finished = env.event()
         self._arrivals_done = False
         self._active = 0  # sessions still submitting or waiting on a turn
@@ -274,38 +272,39 @@ class Cluster:
         model = self.model
         config, pricer, budget = self._replica_setup(i)
         cls, host_tier = self._replica_kind(i)
-        capacity = int(budget) if config.memory.shared_pool else config.memory.cache_bytes
-        host_bytes = config.memory.host_cache_bytes + int(config.memory.host_cache_ratio * capacity)
+        m, policy_name, options = config.memory, config.cache.policy, config.cache.policy_options
+        capacity = int(budget) if m.shared_pool else m.cache_bytes
+        host_bytes = m.host_cache_bytes + int(m.host_cache_ratio * capacity)
         if not host_tier:
             host_bytes = 0
         shared = self._shared_tier(i, longest)
-        policy = get_policy(config.cache.policy, **config.cache.policy_options)
+        policy = get_policy(policy_name, **options)
         # Dedicated or in the shared pool, over a host tier (its own or a store the replicas
         # share) or not: the policy's fastest exact cache.
         tiered = bool(host_bytes) or shared is not None
         cache = policy.make_engine_cache(model, capacity, longest, host_tier=tiered)
-        if host_bytes and config.memory.host_write_policy == "write_back":
-            _check_write_back(config.cache.policy, cache)
+        if host_bytes and m.host_write_policy == "write_back":
+            _check_write_back(policy_name, cache)
         spec = config.mode.speculative or {}
         setup = MemorySetup(
             model,
             cache,
             budget,
-            state_slots=config.memory.state_slots,
-            kv_allocator=allocator_for(config.memory.kv_allocator, config.cache.policy),
+            state_slots=m.state_slots,
+            kv_allocator=allocator_for(m.kv_allocator, policy_name),
             extra_states=int(spec.get("state_slots", 0)),
             verify_states=int(spec.get("verify_states", 0)),
             max_running=config.scheduling.max_running,
         )
-        memory = get_memory(memory_mode(config.memory.shared_pool, cache), setup)
+        memory = get_memory(memory_mode(m.shared_pool, cache), setup)
         # The host tier runs its own instance of the policy (a policy decides per tier).
         host = (
-            HOST_TIERS[config.memory.host_write_policy](
-                get_policy(config.cache.policy, **config.cache.policy_options).make_engine_cache(
+            HOST_TIERS[m.host_write_policy](
+                get_policy(policy_name, **options).make_engine_cache(
                     model, host_bytes, longest, host_tier=True
                 ),
                 pricer,
-                config.memory.host_write_policy,
+                m.host_write_policy,
             )
             if host_bytes
             else shared
@@ -316,15 +315,9 @@ class Cluster:
             pricer,
             cache,
             memory,
-            config.scheduling.max_batched_tokens,
-            config.scheduling.max_running,
-            preemption=config.scheduling.preemption,
-            state_slots=config.memory.state_slots,
+            config.scheduling,
+            state_slots=m.state_slots,
             host=host,
-            schedule_policy=config.scheduling.schedule_policy,
-            new_token_ratio=config.scheduling.new_token_ratio or None,
-            scheduler=config.scheduling.scheduler,
-            scheduler_options=config.scheduling.scheduler_options,
         )
 
     # ------------------------------------------------------------------ running

@@ -213,7 +213,7 @@ class Run:
 
     def horizon_s(self) -> float:
         """Simulated seconds the run is expected to span (a progress bar's total)."""
-        return expected_horizon(self.workload, self.config)
+        return expected_horizon(self.workload, self.config.arrivals)
 
     def simulate(
         self,
@@ -439,38 +439,33 @@ def build_run(
         **mode_fields(spec, engine, {**(sets or {}), **prefill_sets}, settings),
     )
     decode = None
-    if config.disagg.prefill_workers:
-        kv_link(config.disagg.kv_link, prof.gpu, config)  # refused here, before any work
-        d_dp = config.disagg.decode_dp_attention or config.cluster.dp_attention
-        check_tp_pair(
-            config.cluster.tp // config.cluster.dp_attention,
-            (config.disagg.decode_tp or config.cluster.tp) // d_dp,
-        )
+    c, x, arrivals = config.cluster, config.disagg, config.arrivals
+    if x.prefill_workers:
+        kv_link(x.kv_link, prof.gpu, config)  # refused here, before any work
+        d_dp = x.decode_dp_attention or c.dp_attention
+        check_tp_pair(c.tp // c.dp_attention, (x.decode_tp or c.tp) // d_dp)
         if (
-            config.disagg.decode_gpu
-            or config.disagg.decode_tp
-            or config.disagg.decode_ep
-            or config.disagg.decode_dp_attention
+            x.decode_gpu
+            or x.decode_tp
+            or x.decode_ep
+            or x.decode_dp_attention
             or prefill_sets
             or decode_sets
         ):
             decode_flags = {**(sets or {}), **decode_sets}
             decode = _decode_pool(spec, dprof, engine, decode_flags, settings, cache_gb, config)
-    if duration_s is not None and config.arrivals.session_rate is not None:
+    if duration_s is not None and arrivals.session_rate is not None:
         from twin.workloads.extend import extended_workload, sessions_started
 
         path = workload.path if isinstance(workload, Workload) else Path(workload)
         needed = sessions_started(
-            config.arrivals.session_rate,
-            duration_s,
-            config.arrivals.seed,
-            config.arrivals.burstiness,
+            arrivals.session_rate, duration_s, arrivals.seed, arrivals.burstiness
         )
         longer = extended_workload(
             Path(path),
             needed,
             Path(workload_cache) if workload_cache is not None else default_workload_cache(),
-            f"{config.arrivals.session_rate:g} sessions/s for {duration_s:g} s",
+            f"{arrivals.session_rate:g} sessions/s for {duration_s:g} s",
         )
         if longer != Path(path):
             workload = longer
@@ -500,47 +495,39 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
 
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times."""
+    c, h = config.cluster, config.host_time
     absorb = 0
     if config.mode.speculative:
         from twin.engine.speculative import Speculation
 
         absorb = Speculation.from_dict(config.mode.speculative).absorbed_extend
     pricer: StepPricer
-    if config.cluster.dp_attention > 1:  # ranks' steps priced together (twin.engine.dp_attention)
+    if c.dp_attention > 1:  # ranks' steps priced together (twin.engine.dp_attention)
         from twin.engine.dp_attention import dp_pricer
 
         pricer = dp_pricer(
             model,
             profile,
-            config.cluster.tp,
-            config.cluster.ep,
-            config.cluster.dp_attention,
-            config.host_time.step_host_s,
-            config.host_time.seq_host_s,
-            config.cluster.moe_a2a,
+            c.tp,
+            c.ep,
+            c.dp_attention,
+            h.step_host_s,
+            h.seq_host_s,
+            c.moe_a2a,
             absorb,
         )
-    elif config.cluster.pp > 1:  # stages and micro-batches (twin.engine.pipeline)
+    elif c.pp > 1:  # stages and micro-batches (twin.engine.pipeline)
         from twin.engine.pipeline import pipeline_pricer
 
         return pipeline_pricer(
-            model,
-            profile,
-            config.cluster.tp,
-            config.cluster.ep,
-            config.cluster.pp,
-            config.host_time.step_host_s,
-            config.host_time.seq_host_s,
-            config.mode.engine,
+            model, profile, c.tp, c.ep, c.pp, h.step_host_s, h.seq_host_s, config.mode.engine
         )
     else:
-        pricer = make_pricer(model, profile, config.cluster.tp, config.cluster.ep, absorb)
-        if config.host_time.step_host_s or config.host_time.seq_host_s:
+        pricer = make_pricer(model, profile, c.tp, c.ep, absorb)
+        if h.step_host_s or h.seq_host_s:
             from twin.engine.host_time import HostTimePricer
 
-            pricer = HostTimePricer(
-                pricer, config.host_time.step_host_s, config.host_time.seq_host_s
-            )
+            pricer = HostTimePricer(pricer, h.step_host_s, h.seq_host_s)
     if config.mode.speculative:  # drafting and verification (twin.engine.speculative)
         from twin.engine.speculative import speculative_pricer
 

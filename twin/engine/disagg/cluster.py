@@ -121,11 +121,9 @@ class DisaggCluster(Cluster):
         if i >= self.n_prefill or not config.disagg.shared_kv_tier_bytes:
             return None
         if self.shared_tier is None:
-            cache = get_policy(
-                config.cache.policy, **config.cache.policy_options
-            ).make_engine_cache(
-                self.model, config.disagg.shared_kv_tier_bytes, longest, host_tier=True
-            )
+            policy = get_policy(config.cache.policy, **config.cache.policy_options)
+            store = config.disagg.shared_kv_tier_bytes
+            cache = policy.make_engine_cache(self.model, store, longest, host_tier=True)
             self.shared_tier = SharedKvTier(cache, self.model, config.cluster.tp)
         return self.shared_tier
 
