@@ -391,18 +391,6 @@ class EngineConfig:
         """A field by its flat name (``"tp"``, ``"policy"``)."""
         return getattr(getattr(self, GROUP_OF[name]), name)
 
-    def replace(self, **fields: Any) -> EngineConfig:
-        """A copy with these flat fields changed (each routed to its group), validated."""
-        unknown = sorted(set(fields) - set(GROUP_OF))
-        if unknown:
-            raise TypeError(f"EngineConfig has no field {', '.join(unknown)}")
-        groups: dict[str, Any] = {}
-        for attr in GROUPS:
-            mine = {k: v for k, v in fields.items() if GROUP_OF[k] == attr}
-            if mine:
-                groups[attr] = dataclasses.replace(getattr(self, attr), **mine)
-        return dataclasses.replace(self, **groups)
-
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
             if not ok:
