@@ -91,8 +91,8 @@ from twin.workloads.reader import Workload
 path, out, cfg, sample = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] == "1"
 model = get_model(cfg.pop("model"))
 profile = load_profile(cfg.pop("gpu"))
-config = EngineConfig(gpu_memory_bytes=profile.peaks["mem_bytes"], **cfg)
-pricer = make_pricer(model, profile, config.tp)
+config = EngineConfig.of(gpu_memory_bytes=profile.peaks["mem_bytes"], **cfg)
+pricer = make_pricer(model, profile, config.cluster.tp)
 series, done = [], threading.Event()
 
 def rss_mb():

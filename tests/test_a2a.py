@@ -20,6 +20,7 @@ from twin.costmodel import a2a
 from twin.costmodel import latency as lat
 from twin.costmodel.formulas import A2A_VARIANTS, a2a_kernel, get_formula
 from twin.engine import EngineConfig
+from twin.engine.config import ClusterConfig
 from twin.engine.dp_attention import DPStepPricer
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
@@ -214,14 +215,14 @@ def test_the_sglang_flag_and_its_refusals() -> None:
     with pytest.raises(TwinError, match="--set moe_a2a_backend=mooncake: expected one of"):
         get_mode("sglang").settings(model, {"moe_a2a_backend": "mooncake"})
     with pytest.raises(TwinError, match="priced under --dp-attention only"):
-        EngineConfig(tp=8, ep=8, moe_a2a="deepep")
+        EngineConfig(cluster=ClusterConfig(tp=8, ep=8, moe_a2a="deepep"))
     vllm = get_mode("vllm")
     assert vllm.settings(model, {"all2all_backend": "deepep_low_latency"})["moe_a2a"] == "deepep_ll"
     assert vllm.settings(model, {"all2all_backend": "allgather_reducescatter"})["moe_a2a"] == ""
     with pytest.raises(TwinError, match="--set all2all_backend=mori: expected one of"):
         vllm.settings(model, {"all2all_backend": "mori"})
     assert "moe_a2a" not in EngineConfig().to_dict()
-    cfg = EngineConfig(tp=8, ep=8, dp_attention=8, moe_a2a="deepep")
+    cfg = EngineConfig(cluster=ClusterConfig(tp=8, ep=8, dp_attention=8, moe_a2a="deepep"))
     assert cfg.to_dict()["moe_a2a"] == "deepep"
 
 

@@ -11,6 +11,7 @@ from test_engine_helpers import ConstantPricer, run, single_turns, write_rows
 
 from twin.cli.main import run as cli
 from twin.engine import EngineConfig
+from twin.engine.config import ArrivalConfig, CacheConfig, SchedulerConfig
 from twin.engine.run import duration_settings, simulate
 from twin.errors import TwinError
 from twin.presets import get_model
@@ -97,7 +98,11 @@ def test_the_slo_section_reads_the_same_percentiles_and_counts_goodput(tmp_path)
         Workload.open(path),
         get_model("tiny-hybrid"),
         ConstantPricer(1.0),
-        EngineConfig(policy="vanilla", max_running=1, session_rate=0.5, seed=2),
+        EngineConfig(
+            cache=CacheConfig(policy="vanilla"),
+            scheduling=SchedulerConfig(max_running=1),
+            arrivals=ArrivalConfig(session_rate=0.5, seed=2),
+        ),
         on_record=records.append,
         slos=slos,
     )

@@ -16,6 +16,7 @@ from test_engine_helpers import generated
 
 from twin.calibration import load_profile
 from twin.engine import EngineConfig, decode_run, make_pricer, sim, simulate
+from twin.engine.config import ClusterConfig, MemoryConfig
 from twin.engine.decode_run import FIRST_CHUNK_STEPS, DecodeRun
 from twin.presets import get_model
 from twin.workloads.reader import Workload
@@ -74,15 +75,13 @@ def test_a_simulation_with_lazy_pricing_equals_one_priced_whole(
     path = generated(tmp_path / "chat.parquet", "chat", 40, 4.0)
     model, profile = get_model("marconi-hybrid-7b"), load_profile("h100")
     config = EngineConfig(
-        gpu_memory_bytes=profile.peaks["mem_bytes"],
-        replicas=2,
-        cache_bytes=int(30e9),
-        router="session-affinity",
+        cluster=ClusterConfig(replicas=2, router="session-affinity"),
+        memory=MemoryConfig(gpu_memory_bytes=profile.peaks["mem_bytes"], cache_bytes=int(30e9)),
     )
     out = {}
     for label, first in (("lazy", FIRST_CHUNK_STEPS), ("whole", 1 << 30), ("python", 64)):
         monkeypatch.setattr(decode_run, "FIRST_CHUNK_STEPS", first)
-        pricer = make_pricer(model, profile, config.tp)  # fresh: nothing remembered
+        pricer = make_pricer(model, profile, config.cluster.tp)  # fresh: nothing remembered
         if label == "python":
             monkeypatch.setattr(pricer, "decode_ends", lambda batch, context: None)
             monkeypatch.setattr(pricer.cost_model, "_step_kernel", None)

@@ -11,7 +11,7 @@ import pytest
 from test_bad_input import assert_clean_error
 from test_engine_helpers import LinearPricer, generated, run, single_turns
 
-from twin.engine.config import EngineConfig
+from twin.engine.config import DisaggConfig, EngineConfig
 from twin.engine.disagg import TIMELINE_FILE, DisaggCluster
 from twin.engine.fabric import KvLink, kv_link
 from twin.engine.memory_rules import held_bytes
@@ -31,7 +31,7 @@ def _disagg(p: int, d: int, **fields: object) -> dict[str, object]:
 def _records(path, model, pricer, config, link=None):
     records: list[RequestRecord] = []
     cluster = DisaggCluster(
-        model, pricer, EngineConfig(**config), Workload.open(path), records.append, link
+        model, pricer, EngineConfig.of(**config), Workload.open(path), records.append, link
     )
     stats = cluster.run()
     return cluster, stats, records
@@ -63,7 +63,7 @@ def test_the_link_adds_the_transfer_of_the_prompt_kv_and_state(tmp_path):
     pricer = LinearPricer()
     config = _disagg(1, 1, tp=tp)
     _, _, (ideal,) = _records(path, model, pricer, config, IDEAL)
-    link = kv_link("ib", None, EngineConfig(**config))
+    link = kv_link("ib", None, EngineConfig.of(**config))
     cluster, stats, (rec,) = _records(path, model, pricer, config, link)
     nbytes = n * model.kv_bytes_per_token + model.ssm_checkpoint_bytes
     assert model.n_ssm_layers and model.ssm_checkpoint_bytes > 0
@@ -148,7 +148,7 @@ def _tight(tokens: int, scheduler: str, **fields: object) -> dict[str, object]:
         preemption="recompute" if scheduler == "vllm" else "retract",
         **fields,
     )
-    held = held_bytes(model, EngineConfig(**config), model.weight_bytes)  # type: ignore[arg-type]
+    held = held_bytes(model, EngineConfig.of(**config), model.weight_bytes)  # type: ignore[arg-type]
     config["gpu_memory_bytes"] = model.weight_bytes + tokens * model.kv_bytes_per_token + held
     return config
 
@@ -287,7 +287,7 @@ def test_bad_disaggregated_flags_are_one_line_errors(capsys, tmp_path, args, mes
 
 
 def test_nvlink_within_a_node_is_priced_from_the_gpu_spec():
-    cfg = EngineConfig(**_disagg(1, 1, tp=2))
+    cfg = EngineConfig.of(**_disagg(1, 1, tp=2))
     link = kv_link("nvlink", "h200", cfg)
     assert link.bw_per_gpu == 450 * GB
     with pytest.raises(TwinError, match="no NVLink"):
@@ -302,7 +302,7 @@ def test_each_gpu_sends_the_kv_heads_it_holds(tmp_path):
     model = get_model("tiny-hybrid")
     assert model.n_kv_heads < tp
     config = _disagg(1, 1, tp=tp)
-    link = kv_link("ib", None, EngineConfig(**config))
+    link = kv_link("ib", None, EngineConfig.of(**config))
     cluster, stats, _ = _records(path, model, LinearPricer(), config, link)
     per_gpu = n * model.kv_bytes_per_token / model.n_kv_heads + model.ssm_checkpoint_bytes / tp
     (row,) = cluster.timeline
@@ -315,10 +315,10 @@ def test_each_gpu_sends_the_kv_heads_it_holds(tmp_path):
 
 def test_a_kv_link_without_disaggregation_is_refused():
     with pytest.raises(TwinError, match="only a disaggregated run"):
-        EngineConfig(kv_link="nvlink")
+        EngineConfig(disagg=DisaggConfig(kv_link="nvlink"))
     with pytest.raises(TwinError, match="must be ib or nvlink"):
-        EngineConfig(kv_link="bogus")
-    assert EngineConfig(kv_link="ib").kv_link == "ib"
+        EngineConfig(disagg=DisaggConfig(kv_link="bogus"))
+    assert EngineConfig(disagg=DisaggConfig(kv_link="ib")).disagg.kv_link == "ib"
 
 
 # --- pools on their own hardware (per-pool GPU, TP, EP) -------------------------------
@@ -328,7 +328,7 @@ def _pool(config: dict[str, object], pricer, model, gpu: str | None = "h100"):
     from twin.engine.cluster import memory_budget
     from twin.engine.disagg import WorkerPool
 
-    cfg = EngineConfig(**config)
+    cfg = EngineConfig.of(**config)
     return WorkerPool(cfg, pricer, memory_budget(model, cfg), gpu, "test pricer")
 
 
@@ -388,9 +388,9 @@ def test_a_decode_pool_of_its_own_prices_the_transfer_and_the_decode(tmp_path):
     config = _disagg(1, 1, gpu_memory_bytes=4 * GB, cache_bytes=int(0.1 * GB))
     _, _, (ideal,) = _records(path, model, pre, config, IDEAL)
     pool = _pool({"tp": 2, "gpu_memory_bytes": 4 * GB, "cache_bytes": int(0.1 * GB)}, dec, model)
-    link = kv_link("ib", None, EngineConfig(**config))
+    link = kv_link("ib", None, EngineConfig.of(**config))
     cluster = DisaggCluster(
-        model, pre, EngineConfig(**config), Workload.open(path), lambda r: None, link, pool
+        model, pre, EngineConfig.of(**config), Workload.open(path), lambda r: None, link, pool
     )
     records: list[RequestRecord] = []
     cluster.on_record = records.append
@@ -418,12 +418,12 @@ def test_conservation_with_pools_of_different_tp(tmp_path, ptp, dtp):
     mem = {"shared_pool": True, "gpu_memory_bytes": 2 * GB}
     config = _disagg(2, 3, router="prefix-aware", max_running=8, tp=ptp, **mem)
     pool = _pool({"tp": dtp, "max_running": 4, **mem}, LinearPricer(base=2e-3), model)
-    link = kv_link("ib", None, EngineConfig(**config))
+    link = kv_link("ib", None, EngineConfig.of(**config))
     records: list[RequestRecord] = []
     cluster = DisaggCluster(
         model,
         LinearPricer(),
-        EngineConfig(**config),
+        EngineConfig.of(**config),
         Workload.open(path),
         records.append,
         link,
@@ -469,11 +469,11 @@ def test_build_run_gives_the_decode_pool_its_own_gpu_tp_and_memory(tmp_path):
         prefill_tp=2,
         decode_tp=4,
     )
-    assert run.profile.gpu == "h200" and run.config.tp == 2
-    assert (run.config.decode_gpu, run.config.decode_tp) == ("h100", 4)
+    assert run.profile.gpu == "h200" and run.config.cluster.tp == 2
+    assert (run.config.disagg.decode_gpu, run.config.disagg.decode_tp) == ("h100", 4)
     pool = run.decode
-    assert pool is not None and pool.gpu == "h100" and pool.config.tp == 4
-    assert pool.config.gpu_memory_bytes == 80 * 2**30  # the H100's 80 GiB, not the H200's
+    assert pool is not None and pool.gpu == "h100" and pool.config.cluster.tp == 4
+    assert pool.config.memory.gpu_memory_bytes == 80 * 2**30  # the H100's 80 GiB, not the H200's
     assert pool.budget == memory_budget(run.model, pool.config)
     summary = run.simulate(tmp_path / "out").to_dict()
     pools = summary["pools"]

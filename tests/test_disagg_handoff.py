@@ -246,10 +246,10 @@ def test_a_hybrid_shared_tier_hit_is_an_exact_checkpoint(tmp_path):
 
 
 def test_the_shared_kv_tier_flag_is_refused_where_it_cannot_be(tmp_path):
-    from twin.engine.config import EngineConfig
+    from twin.engine.config import DisaggConfig, EngineConfig
     from twin.errors import TwinError
 
     with pytest.raises(TwinError, match="--shared-kv-tier: a store the pools"):
-        EngineConfig(shared_kv_tier_bytes=10**9)
+        EngineConfig(disagg=DisaggConfig(shared_kv_tier_bytes=10**9))
     with pytest.raises(TwinError, match="--shared-kv-tier: not modelled with a host"):
-        EngineConfig(**_disagg(1, 1, shared_kv_tier_bytes=10**9, host_cache_bytes=10**9))
+        EngineConfig.of(**_disagg(1, 1, shared_kv_tier_bytes=10**9, host_cache_bytes=10**9))

@@ -41,9 +41,11 @@ def test_a_decode_flag_changes_the_decode_pool_and_only_it(workload, tmp_path):
         workload, tmp_path / "capped", decode_engine_flags={"max_num_seqs": "2"}
     )
     # The decode pool's servers run --max-num-seqs 2; the prefill pool's keep vLLM's cap.
-    assert run.decode is not None and run.decode.config.max_running == 2
-    assert run.config.max_running == base_run.config.max_running > 2
-    assert run.config.engine_flags == {} and run.decode.config.engine_flags == {"max_num_seqs": "2"}
+    assert run.decode is not None and run.decode.config.scheduling.max_running == 2
+    assert run.config.scheduling.max_running == base_run.config.scheduling.max_running > 2
+    assert run.config.mode.engine_flags == {} and run.decode.config.mode.engine_flags == {
+        "max_num_seqs": "2"
+    }
     assert summary["config"]["decode_engine_flags"] == {"max_num_seqs": "2"}
     # The cap binds: the default decode worker ran more at once, the capped one at most 2.
     assert base["pools"]["decode"]["peak_running_requests"] > 2
@@ -66,11 +68,15 @@ def test_a_prefill_flag_changes_the_prefill_pool_and_only_it(workload, tmp_path)
     run, summary, timeline = _run(
         workload, tmp_path / "chunked", prefill_engine_flags={"max_num_batched_tokens": "256"}
     )
-    assert run.config.max_batched_tokens == 256
-    assert run.config.engine_flags == {"max_num_batched_tokens": "256"}  # the prefill pool's
+    assert run.config.scheduling.max_batched_tokens == 256
+    assert run.config.mode.engine_flags == {"max_num_batched_tokens": "256"}  # the prefill pool's
     assert run.decode is not None
-    assert run.decode.config.max_batched_tokens == base_run.config.max_batched_tokens != 256
-    assert run.decode.config.max_running == base_run.config.max_running
+    assert (
+        run.decode.config.scheduling.max_batched_tokens
+        == base_run.config.scheduling.max_batched_tokens
+        != 256
+    )
+    assert run.decode.config.scheduling.max_running == base_run.config.scheduling.max_running
     assert summary["pools"]["prefill"]["engine_flags"] == {"max_num_batched_tokens": "256"}
     assert summary["pools"]["decode"]["engine_flags"] == {}
     # 256-token chunks: each 1,000-token prompt takes four steps to prefill, not one.
@@ -91,7 +97,7 @@ def test_flags_in_set_are_both_pools_and_pool_flags_default_to_them(workload, tm
         prefill_workers=1,
         decode_workers=1,
     )
-    assert shared.decode is None and shared.config.max_running == 3
+    assert shared.decode is None and shared.config.scheduling.max_running == 3
     both = build_run(
         workload,
         model="llama-3-8b",
@@ -103,9 +109,17 @@ def test_flags_in_set_are_both_pools_and_pool_flags_default_to_them(workload, tm
         decode_engine_flags={"max-num-batched-tokens": "512"},
     )
     assert both.decode is not None
-    assert both.decode.config.engine_flags == {"max_num_seqs": "3", "max_num_batched_tokens": "512"}
-    assert (both.decode.config.max_running, both.decode.config.max_batched_tokens) == (3, 512)
-    assert both.config.max_running == 3 and both.config.max_batched_tokens != 512
+    assert both.decode.config.mode.engine_flags == {
+        "max_num_seqs": "3",
+        "max_num_batched_tokens": "512",
+    }
+    assert (
+        both.decode.config.scheduling.max_running,
+        both.decode.config.scheduling.max_batched_tokens,
+    ) == (3, 512)
+    assert (
+        both.config.scheduling.max_running == 3 and both.config.scheduling.max_batched_tokens != 512
+    )
 
 
 @pytest.mark.parametrize(
@@ -166,8 +180,8 @@ def test_tensorrt_llm_serves_disaggregated_with_its_own_batch_sizes(workload, tm
         decode_workers=1,
         decode_engine_flags={"max_batch_size": "2"},
     )
-    assert run.decode is not None and run.decode.config.max_running == 2
-    assert run.config.max_running > 2
+    assert run.decode is not None and run.decode.config.scheduling.max_running == 2
+    assert run.config.scheduling.max_running > 2
     summary = run.simulate(tmp_path / "trt").to_dict()
     t = pq.read_table(tmp_path / "trt" / TIMELINE_FILE).to_pydict()
     transfer = summary["pools"]["transfer"]

@@ -9,6 +9,7 @@ from test_engine_helpers import run, single_turns
 
 from twin.costmodel.breakdown import StepCost
 from twin.engine import EngineConfig, memory_budget
+from twin.engine.config import ClusterConfig, MemoryConfig
 from twin.engine.dp_attention import (
     IDLE,
     DPCluster,
@@ -118,7 +119,10 @@ def test_dealing_rules():
 def test_the_kv_budget_is_shared_evenly_by_the_ranks(tmp_path):
     model = get_model("llama-3-8b")
     gpu = 80e9
-    config = EngineConfig(tp=4, dp_attention=2, gpu_memory_bytes=gpu, shared_pool=True)
+    config = EngineConfig(
+        cluster=ClusterConfig(tp=4, dp_attention=2),
+        memory=MemoryConfig(gpu_memory_bytes=gpu, shared_pool=True),
+    )
     weights = 4 * weight_bytes_per_gpu(model, Layout(4, 1, 2))
     # 8 KV heads over an attention TP of 2: split, so each token's KV bytes add up to
     # kv_bytes_per_token over its rank's GPUs and the replica's bytes serve as they are.
@@ -132,7 +136,10 @@ def test_the_kv_budget_is_shared_evenly_by_the_ranks(tmp_path):
     # MLA's latent is whole on every GPU of a rank: the replica's budget counts a
     # token at tp / dp times the latent (twin.parallel.kv_bytes_per_token_per_gpu).
     ds = get_model("deepseek-v3")
-    cfg = EngineConfig(tp=8, ep=8, dp_attention=4, gpu_memory_bytes=141e9, shared_pool=True)
+    cfg = EngineConfig(
+        cluster=ClusterConfig(tp=8, ep=8, dp_attention=4),
+        memory=MemoryConfig(gpu_memory_bytes=141e9, shared_pool=True),
+    )
     free = 8 * 141e9 * 0.9 - 8 * weight_bytes_per_gpu(ds, Layout(8, 8, 4))
     # 70,272 B of latent a token on each GPU (61 layers x 576 x 2 B), on 2 GPUs a rank.
     scale = ds.kv_bytes_per_token / (2 * 70_272)
@@ -163,12 +170,12 @@ def test_the_kv_budget_is_shared_evenly_by_the_ranks(tmp_path):
 )
 def test_layouts_and_modes_it_cannot_take_are_refused(fields, message):
     with pytest.raises(TwinError, match=message):
-        EngineConfig(**fields)
+        EngineConfig.of(**fields)
 
 
 def test_without_dp_attention_the_config_is_unchanged():
     assert "dp_attention" not in EngineConfig().to_dict()
-    assert EngineConfig(tp=4, dp_attention=2).to_dict()["dp_attention"] == 2
+    assert EngineConfig(cluster=ClusterConfig(tp=4, dp_attention=2)).to_dict()["dp_attention"] == 2
 
 
 def test_cli_refuses_a_layout_in_one_line(tmp_path, capsys):

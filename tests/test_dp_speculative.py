@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from twin.costmodel.profile_store import load_profile
-from twin.engine.config import EngineConfig
+from twin.engine.config import ClusterConfig, EngineConfig, EngineModeConfig
 from twin.engine.dp_attention import IDLE, DPStepPricer, SyncPricer, dp_pricer
 from twin.engine.speculative import Speculation, SpeculativePricer, speculative_pricer
 from twin.errors import TwinError
@@ -60,7 +60,10 @@ def test_a_mixed_step_is_the_mixed_iteration_less_the_decoders_further_tokens():
 def test_the_draft_is_priced_by_the_ranks_pricer_under_dp():
     model = get_model("deepseek-v3")
     profile = load_profile("h200", "sglang")
-    cfg = EngineConfig(tp=8, ep=8, dp_attention=8, speculative=MTP.to_dict())
+    cfg = EngineConfig(
+        cluster=ClusterConfig(tp=8, ep=8, dp_attention=8),
+        mode=EngineModeConfig(speculative=MTP.to_dict()),
+    )
     target = dp_pricer(model, profile, 8, 8, 8, 0.0, 0.0)
     pricer = speculative_pricer(target, model, profile, cfg)
     assert isinstance(pricer.draft, DPStepPricer) and pricer.draft.dp == 8
@@ -69,7 +72,10 @@ def test_the_draft_is_priced_by_the_ranks_pricer_under_dp():
 def test_a_draft_at_tp_1_under_dp_is_refused_in_one_line():
     spec = {**MTP.to_dict(), "method": "eagle", "draft_tp": 1}
     with pytest.raises(TwinError, match=r"draft tensor parallelism 1 with --dp-attention 8"):
-        EngineConfig(tp=8, ep=8, dp_attention=8, speculative=spec)
+        EngineConfig(
+            cluster=ClusterConfig(tp=8, ep=8, dp_attention=8),
+            mode=EngineModeConfig(speculative=spec),
+        )
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from test_engine_helpers import (
 )
 
 from twin.engine import ROUTERS, EngineConfig, memory_budget
+from twin.engine.config import ClusterConfig, MemoryConfig, SchedulerConfig
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.workloads.examples import example_path
@@ -221,9 +222,18 @@ def test_a_request_larger_than_memory_is_rejected_and_recorded(tmp_path):
 def test_cache_larger_than_free_memory_is_refused():
     model = get_model("marconi-hybrid-7b")
     with pytest.raises(TwinError, match="no memory left"):
-        memory_budget(model, EngineConfig(cache_bytes=int(80e9), gpu_memory_bytes=80e9))
+        memory_budget(
+            model, EngineConfig(memory=MemoryConfig(cache_bytes=int(80e9), gpu_memory_bytes=80e9))
+        )
     assert (
-        memory_budget(model, EngineConfig(tp=2, cache_bytes=int(80e9), gpu_memory_bytes=80e9)) > 0
+        memory_budget(
+            model,
+            EngineConfig(
+                cluster=ClusterConfig(tp=2),
+                memory=MemoryConfig(cache_bytes=int(80e9), gpu_memory_bytes=80e9),
+            ),
+        )
+        > 0
     )
 
 
@@ -273,4 +283,4 @@ def test_unknown_names_are_refused():
     with pytest.raises(TwinError, match="valid policies"):
         run(CHAT, LinearPricer(), policy="lru")
     with pytest.raises(TwinError, match="max-running"):
-        EngineConfig(max_running=300, max_batched_tokens=256)
+        EngineConfig(scheduling=SchedulerConfig(max_running=300, max_batched_tokens=256))

@@ -17,6 +17,7 @@ from test_marconi_compiled import python_path
 
 from twin.cache import RequestCache
 from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
+from twin.engine.config import ArrivalConfig, CacheConfig, ClusterConfig, MemoryConfig
 from twin.errors import TwinError
 from twin.policies import POLICIES, get_policy
 from twin.presets import get_model
@@ -176,7 +177,10 @@ def test_summary_carries_configuration_and_occupancy(tmp_path):
     assert (
         summary["config"]
         == EngineConfig(
-            replicas=2, policy="marconi", cache_bytes=int(2e9), session_rate=1.0, seed=4
+            cluster=ClusterConfig(replicas=2),
+            memory=MemoryConfig(cache_bytes=int(2e9)),
+            cache=CacheConfig(policy="marconi"),
+            arrivals=ArrivalConfig(session_rate=1.0, seed=4),
         ).to_dict()
     )
     assert summary["seed"] == 4 and summary["twin_version"]
@@ -282,7 +286,11 @@ def test_collector_threshold_raised_during_the_run_only():
     seen = []
     spec = get_model("tiny-hybrid")
     workload = Workload.open(example_path("chat"))
-    config = EngineConfig(replicas=1, policy="vanilla", session_rate=2.0, seed=1)
+    config = EngineConfig(
+        cluster=ClusterConfig(replicas=1),
+        cache=CacheConfig(policy="vanilla"),
+        arrivals=ArrivalConfig(session_rate=2.0, seed=1),
+    )
 
     def spy(rec):
         seen.append(gc.get_threshold()[0])

@@ -20,6 +20,7 @@ from twin.cache.requests import request_cache_for
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import SCHEDULERS, EngineConfig, build_config, sim
 from twin.engine.admission import DEFAULTS, NewTokenRatio
+from twin.engine.config import ClusterConfig, HostTimeConfig, SchedulerConfig
 from twin.engine.cost import Chunk
 from twin.engine.engine_times import engine_time_defaults
 from twin.engine.host_time import EagerPrefillPricer, HostTimePricer
@@ -128,7 +129,10 @@ def test_the_sglang_mode_picks_its_scheduler_and_enable_mixed_chunk_the_mixed_on
     assert SCHEDULERS["sglang"] is SGLangBatching
     # The paper's world keeps its summary: the default scheduler is left out of it.
     assert "scheduler" not in EngineConfig().to_dict()
-    assert EngineConfig(scheduler="sglang").to_dict()["scheduler"] == "sglang"
+    assert (
+        EngineConfig(scheduling=SchedulerConfig(scheduler="sglang")).to_dict()["scheduler"]
+        == "sglang"
+    )
 
 
 @pytest.mark.parametrize(
@@ -179,20 +183,25 @@ def test_engine_batch_defaults_reach_the_run_config():
     from twin.engine.config import build_config
 
     h100 = load_profile("h100", "vllm")
-    assert build_config(h100, engine="vllm").max_running == 1024
-    assert build_config(h100, engine="vllm", max_running=300).max_running == 300
-    assert build_config(load_profile("h100", "sglang"), engine="sglang").max_running == 2048
+    assert build_config(h100, engine="vllm").scheduling.max_running == 1024
+    assert build_config(h100, engine="vllm", max_running=300).scheduling.max_running == 300
+    assert (
+        build_config(load_profile("h100", "sglang"), engine="sglang").scheduling.max_running == 2048
+    )
     trt = build_config(load_profile("h100", "trtllm"), engine="trtllm")
-    assert (trt.max_running, trt.max_batched_tokens) == (2048, 8192)
-    assert build_config(h100, engine="paper").max_running == 256
+    assert (trt.scheduling.max_running, trt.scheduling.max_batched_tokens) == (2048, 8192)
+    assert build_config(h100, engine="paper").scheduling.max_running == 256
     # the twin's batch holds at most a token a sequence: a defaulted cap is clipped to
     # the step budget (a given one is checked, not clipped)
     sglang = load_profile("h100", "sglang")
-    assert build_config(sglang, engine="sglang", max_batched_tokens=1024).max_running == 1024
+    assert (
+        build_config(sglang, engine="sglang", max_batched_tokens=1024).scheduling.max_running
+        == 1024
+    )
     assert (
         build_config(
             load_profile("h100", "trtllm"), engine="trtllm", max_batched_tokens=512
-        ).max_running
+        ).scheduling.max_running
         == 512
     )
 
@@ -333,11 +342,17 @@ def test_an_eager_prefill_step_lasts_at_least_the_host_floor(tmp_path):
 
 def test_the_eager_prefill_floor_is_checked_and_left_out_of_the_summary_when_off():
     assert "eager_prefill_s" not in EngineConfig().to_dict()  # the paper's summary is unchanged
-    assert EngineConfig(eager_prefill_s=0.2).to_dict()["eager_prefill_s"] == 0.2
+    assert (
+        EngineConfig(host_time=HostTimeConfig(eager_prefill_s=0.2)).to_dict()["eager_prefill_s"]
+        == 0.2
+    )
     with pytest.raises(TwinError, match="--eager-prefill-s: must be >= 0"):
-        EngineConfig(eager_prefill_s=-0.1)
+        EngineConfig(host_time=HostTimeConfig(eager_prefill_s=-0.1))
     with pytest.raises(TwinError, match="--eager-prefill-s: is not modelled with attention"):
-        EngineConfig(eager_prefill_s=0.2, tp=2, dp_attention=2)
+        EngineConfig(
+            cluster=ClusterConfig(tp=2, dp_attention=2),
+            host_time=HostTimeConfig(eager_prefill_s=0.2),
+        )
 
 
 # ---------------------------------------------------------------- TensorRT-LLM
@@ -381,10 +396,10 @@ def test_engine_modes_get_their_fitted_engine_times_on_the_gpu_they_were_fitted_
     assert engine_time_defaults("paper", "h100") == {}
     prof = resolve_profile("h100", None, "vllm")
     fitted = build_config(prof, cache_gb="auto", engine="vllm")
-    assert fitted.step_host_s == engine_time_defaults("vllm", "h100")["step_host_s"]
+    assert fitted.host_time.step_host_s == engine_time_defaults("vllm", "h100")["step_host_s"]
     given = build_config(prof, cache_gb="auto", engine="vllm", step_host_s=0.0)
-    assert given.step_host_s == 0.0  # what is given wins
-    assert build_config(prof, cache_gb="auto").step_host_s == 0.0  # the paper's world
+    assert given.host_time.step_host_s == 0.0  # what is given wins
+    assert build_config(prof, cache_gb="auto").host_time.step_host_s == 0.0  # the paper's world
 
 
 @pytest.mark.parametrize("scheduler", ["sglang", "continuous"])

@@ -146,7 +146,7 @@ def run(
     spec = get_model(model) if isinstance(model, str) else model
     records: list[RequestRecord] = []
     summary = simulate(
-        Workload.open(path), spec, pricer, EngineConfig(**config), out, on_record=records.append
+        Workload.open(path), spec, pricer, EngineConfig.of(**config), out, on_record=records.append
     )
     return summary.to_dict(), records
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from test_engine_helpers import LinearPricer, run, single_turns
 
 from twin.engine import EngineConfig
+from twin.engine.config import MemoryConfig
 from twin.errors import TwinError
 from twin.memory import JengaAllocator, PagedAllocator, kinds_of
 from twin.memory.allocators import DEFAULT_PAGE_TOKENS
@@ -116,9 +117,9 @@ def test_the_allocator_is_the_policys_unless_named_and_needs_the_shared_pool():
     assert allocator_for("auto", "marconi") == "bytes"
     assert allocator_for("paged", "jenga") == "paged"
     with pytest.raises(TwinError, match="--kv-allocator: unknown allocator 'pages'"):
-        EngineConfig(shared_pool=True, kv_allocator="pages")
+        EngineConfig(memory=MemoryConfig(shared_pool=True, kv_allocator="pages"))
     with pytest.raises(TwinError, match=r"--kv-allocator: .*--cache-gb auto"):
-        EngineConfig(kv_allocator="jenga")
+        EngineConfig(memory=MemoryConfig(kv_allocator="jenga"))
     assert "kv_allocator" not in EngineConfig().to_dict()  # dedicated summaries unchanged
 
 

@@ -93,20 +93,26 @@ def test_a_mode_is_a_bundle_with_its_kernels_and_its_flags():
         sets={"mamba_radix_cache_strategy": "extra_buffer", "max_running_requests": "64"},
     )
     cfg = run_.config
-    assert cfg.engine == "sglang" and cfg.policy == "sglang" and cfg.preemption == "retract"
-    assert cfg.state_slots == 3 and cfg.max_running == 64 and cfg.shared_pool
-    assert cfg.engine_flags == {
+    assert (
+        cfg.mode.engine == "sglang"
+        and cfg.cache.policy == "sglang"
+        and cfg.scheduling.preemption == "retract"
+    )
+    assert (
+        cfg.memory.state_slots == 3 and cfg.scheduling.max_running == 64 and cfg.memory.shared_pool
+    )
+    assert cfg.mode.engine_flags == {
         "max_running_requests": "64",
         "mamba_radix_cache_strategy": "extra_buffer",
     }
     assert "SGLang" in run_.profile_info["provenance"]  # its kernels price the steps
     vllm = build_run(chat, engine="vllm", cache_gb="auto", sets={"max-num-seqs": "32"}).config
-    assert vllm.policy == "vllm+"
-    assert vllm.policy_options == {"block_size": 80, "retention_interval": 0}  # vLLM defaults
-    assert vllm.max_running == 32 and vllm.preemption == "recompute"
+    assert vllm.cache.policy == "vllm+"
+    assert vllm.cache.policy_options == {"block_size": 80, "retention_interval": 0}  # vLLM defaults
+    assert vllm.scheduling.max_running == 32 and vllm.scheduling.preemption == "recompute"
     # An explicit setting wins over the mode's; the paper's world is the default.
-    assert build_run(chat, engine="vllm", policy="marconi").config.policy == "marconi"
-    assert build_run(chat).config.policy == "marconi"
+    assert build_run(chat, engine="vllm", policy="marconi").config.cache.policy == "marconi"
+    assert build_run(chat).config.cache.policy == "marconi"
     assert set(ENGINE_MODES) >= {"paper", "vllm", "sglang", "trtllm"}
 
 
@@ -213,8 +219,8 @@ def test_an_explicit_option_and_an_engine_flag_for_the_same_setting_must_agree()
         build_run(chat, engine="sglang", sets={"disable_radix_cache": "true"}, policy="marconi")
     # Agreeing, or either alone, is fine.
     cfg = build_run(chat, engine="sglang", cache_gb="auto", sets=sets, max_running=32).config
-    assert cfg.max_running == 32
-    assert build_run(chat, engine="sglang", max_running=64).config.max_running == 64
+    assert cfg.scheduling.max_running == 32
+    assert build_run(chat, engine="sglang", max_running=64).config.scheduling.max_running == 64
 
 
 def test_lpm_sorts_in_place_deprioritizes_in_queue_sharers_and_keeps_ties_by_history():

@@ -15,6 +15,7 @@ from twin.cache import BlockCache, PrefixCache
 from twin.cache.empty import EmptyCache
 from twin.engine import EngineConfig
 from twin.engine.admission import DEFAULTS as ADMISSION
+from twin.engine.config import EngineModeConfig, MemoryConfig
 from twin.engine.replica import Replica
 from twin.policies.compiled import kernel
 from twin.policies.compiled.live import LiveCache
@@ -330,9 +331,11 @@ def test_extra_buffer_fits_fewer_running_requests_by_the_states_it_holds(tmp_pat
 
 
 def test_the_paper_world_keeps_its_summary_keys():
-    cfg = EngineConfig(cache_bytes=1)
+    cfg = EngineConfig(memory=MemoryConfig(cache_bytes=1))
     assert not {"shared_pool", "engine", "preemption", "state_slots"} & set(cfg.to_dict())
-    shared = EngineConfig(shared_pool=True, engine="sglang", state_slots=3).to_dict()
+    shared = EngineConfig(
+        memory=MemoryConfig(shared_pool=True, state_slots=3), mode=EngineModeConfig(engine="sglang")
+    ).to_dict()
     assert shared["shared_pool"] and shared["engine"] == "sglang" and shared["state_slots"] == 3
 
 

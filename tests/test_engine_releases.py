@@ -54,7 +54,7 @@ def test_an_unknown_release_is_one_line_naming_the_known_ones(engine, message):
 
 def test_the_run_records_its_release():
     run = build_run(example_path("chat"), engine="vllm==0.19", cache_gb="auto")
-    assert run.config.engine == "vllm" and run.config.engine_release == "0.19.0"
+    assert run.config.mode.engine == "vllm" and run.config.mode.engine_release == "0.19.0"
     assert run.config.to_dict()["engine_release"] == "0.19.0"
     assert "engine_release" not in build_run(example_path("chat")).config.to_dict()
 
@@ -145,7 +145,7 @@ def test_vllm_defaults_by_release():
     assert old["policy_options"] == {"block_size": 80}
     assert settings("vllm", {"gpu_memory_utilization": "0.5"})["memory_utilization"] == 0.5
     run = build_run(example_path("chat"), engine="vllm", cache_gb="auto", memory_utilization=0.8)
-    assert run.config.memory_utilization == 0.8  # an explicit --gpu-mem-util wins
+    assert run.config.memory.memory_utilization == 0.8  # an explicit --gpu-mem-util wins
 
 
 def test_sglang_auto_strategy_by_release():
@@ -182,7 +182,7 @@ def test_extra_buffer_lazy_holds_two_states_a_request():
         cache_gb="auto",
         sets={"mamba_radix_cache_strategy": "extra_buffer_lazy", "page_size": "16"},
     )
-    assert run.config.state_slots == 2  # and page_size > 1 is allowed, as with extra_buffer
+    assert run.config.memory.state_slots == 2  # and page_size > 1 is allowed, as with extra_buffer
 
 
 def test_int8_checkpoints_halve_a_cached_state_but_not_a_running_slot():
@@ -293,8 +293,8 @@ def test_sweeps_and_plans_take_a_release_on_their_engine_axes() -> None:
     spec = SweepSpec(workload="w.parquet", model="tiny-hybrid", gpu="h100")
     newest = "sglang[mem_fraction_static=0.3]"
     old, new = (Point(-1.0, p, None, 0, None) for p in (name, newest))
-    assert spec.config(old).engine_release == "0.5.10.post1"
-    assert spec.config(new).engine_release == "0.5.23"
+    assert spec.config(old).mode.engine_release == "0.5.10.post1"
+    assert spec.config(new).mode.engine_release == "0.5.23"
     assert spec.key(old) != spec.key(new)
 
 

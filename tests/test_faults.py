@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from twin import atomic
 from twin.atomic import MANIFEST_FILE, read_manifest, remove_stale_tmp, write_text_atomic
 from twin.cli.simulate import simulate
+from twin.engine.config import MemoryConfig
 from twin.errors import TwinError
 from twin.reports.sweep import RESULTS_FILE, SweepSpec, grid, resolve, run_sweep
 
@@ -308,7 +309,9 @@ def test_report_capacity_defaults_fit_the_default_model_on_the_default_gpu() -> 
     prof = resolve_profile(None, None)
     for text in params["cache_gb"].default.default.split(","):
         config = EngineConfig(
-            cache_bytes=int(float(text) * 1e9), gpu_memory_bytes=device_memory_bytes(prof)
+            memory=MemoryConfig(
+                cache_bytes=int(float(text) * 1e9), gpu_memory_bytes=device_memory_bytes(prof)
+            )
         )
         assert memory_budget(model, config) > 0
 

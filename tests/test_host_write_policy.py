@@ -12,6 +12,7 @@ from test_engine_pool import _pins, _Watch, host_return_trace
 
 from twin.cache import RequestCache
 from twin.engine import EngineConfig
+from twin.engine.config import MemoryConfig
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.policies import get_policy
@@ -233,7 +234,7 @@ def test_sglang_write_policy_flags():
     with pytest.raises(TwinError, match="hicache_write_policy=lazy: expected one of"):
         sglang.settings(model, {**on, "hicache_write_policy": "lazy"})
     with pytest.raises(TwinError, match="--host-write-policy: must be one of"):
-        EngineConfig(cache_bytes=1, host_write_policy="lazy")
+        EngineConfig(memory=MemoryConfig(cache_bytes=1, host_write_policy="lazy"))
 
 
 @pytest.mark.parametrize("policy", ["vllm+", "prompt-cache"])

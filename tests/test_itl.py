@@ -15,6 +15,7 @@ from test_engine_helpers import LinearPricer, generated, run, single_turns, writ
 from twin.engine import EngineConfig, PricerBase, batching, sim
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster
+from twin.engine.config import CacheConfig, ClusterConfig, MemoryConfig
 from twin.engine.cost import Chunk
 from twin.engine.step_gaps import StepGaps
 from twin.metrics import RequestRecord
@@ -229,7 +230,9 @@ def busy_chat(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _merged_gaps(path: Path, pricer: PricerBase, **config: Any) -> TokenGaps:
-    cluster = Cluster(get_model("tiny-hybrid"), pricer, EngineConfig(**config), Workload.open(path))
+    cluster = Cluster(
+        get_model("tiny-hybrid"), pricer, EngineConfig.of(**config), Workload.open(path)
+    )
     return TokenGaps.merged(cluster.run().token_gaps)
 
 
@@ -292,10 +295,9 @@ def test_a_preempted_sequences_wait_is_no_gap(busy_chat):
     last token to the one its recompute emits (not modelled); the other gaps all count."""
     spec = get_model("tiny-hybrid")
     config = EngineConfig(
-        shared_pool=True,
-        policy="vanilla",
-        replicas=2,
-        gpu_memory_bytes=(spec.weight_bytes + 400_000) / 0.9,
+        cluster=ClusterConfig(replicas=2),
+        memory=MemoryConfig(shared_pool=True, gpu_memory_bytes=(spec.weight_bytes + 400_000) / 0.9),
+        cache=CacheConfig(policy="vanilla"),
     )
     records: list[RequestRecord] = []
     cluster = Cluster(spec, _slow_steps(), config, Workload.open(busy_chat), records.append)

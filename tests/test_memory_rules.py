@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from twin.engine.cluster import memory_budget
-from twin.engine.config import EngineConfig
+from twin.engine.config import EngineConfig, EngineModeConfig, MemoryConfig, SchedulerConfig
 from twin.engine.memory_rules import (
     activation_bytes,
     non_torch_bytes,
@@ -92,7 +92,7 @@ def test_activation_estimate_is_aiconfigurators():
 
 
 def _config(engine: str, **kw) -> EngineConfig:
-    return EngineConfig(
+    return EngineConfig.of(
         engine=engine, gpu_memory_bytes=H100, shared_pool=True, max_batched_tokens=8192, **kw
     )
 
@@ -121,7 +121,9 @@ def test_trtllm_pool_is_a_fraction_of_the_free_memory():
 
 def test_memory_error_names_the_activations():
     config = EngineConfig(
-        engine="vllm", gpu_memory_bytes=17 * GIB, shared_pool=True, max_batched_tokens=8192
+        memory=MemoryConfig(gpu_memory_bytes=17 * GIB, shared_pool=True),
+        scheduling=SchedulerConfig(max_batched_tokens=8192),
+        mode=EngineModeConfig(engine="vllm"),
     )
     with pytest.raises(TwinError, match="GB of activations"):
         memory_budget(LLAMA, config)

@@ -271,22 +271,31 @@ def test_the_engine_holds_mla_tokens_at_their_replicated_bytes() -> None:
     tokens ``kv_bytes_per_token`` alone would give: the replica's budget is scaled by
     that ratio. Sharded GQA (Llama-3-8B's 8 KV heads at tp 8) and hybrids keep theirs."""
     from twin.engine.cluster import kv_replication_scale, memory_budget
-    from twin.engine.config import EngineConfig
+    from twin.engine.config import ClusterConfig, EngineConfig, MemoryConfig
     from twin.hardware import GB
     from twin.parallel import Layout, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
     from twin.presets import get_model
 
     ds = get_model("deepseek-v3")
-    cfg = EngineConfig(tp=8, ep=8, gpu_memory_bytes=141 * GB, shared_pool=True)
+    cfg = EngineConfig(
+        cluster=ClusterConfig(tp=8, ep=8),
+        memory=MemoryConfig(gpu_memory_bytes=141 * GB, shared_pool=True),
+    )
     per_gpu = kv_bytes_per_token_per_gpu(ds, Layout(8, 8))
     assert per_gpu == ds.kv_bytes_per_token  # the whole latent on each of the 8 GPUs
     assert kv_replication_scale(ds, cfg) == 1 / 8
     # the tokens the engine counts = what one GPU's free bytes hold at the latent's size
     tokens = memory_budget(ds, cfg) / ds.kv_bytes_per_token
-    free_per_gpu = 141 * GB * cfg.memory_utilization - weight_bytes_per_gpu(ds, Layout(8, 8))
+    free_per_gpu = 141 * GB * cfg.memory.memory_utilization - weight_bytes_per_gpu(ds, Layout(8, 8))
     assert tokens == pytest.approx(free_per_gpu / per_gpu, rel=1e-9)
-    assert kv_replication_scale(get_model("llama-3-8b"), EngineConfig(tp=8)) == 1.0
-    assert kv_replication_scale(get_model("qwen3.5-9b"), EngineConfig(tp=8)) == 1.0
+    assert (
+        kv_replication_scale(get_model("llama-3-8b"), EngineConfig(cluster=ClusterConfig(tp=8)))
+        == 1.0
+    )
+    assert (
+        kv_replication_scale(get_model("qwen3.5-9b"), EngineConfig(cluster=ClusterConfig(tp=8)))
+        == 1.0
+    )
 
 
 # ------------------------------------------------------------ absorbed extends

@@ -25,6 +25,7 @@ from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import resolve_profile
 from twin.costmodel.series_term import series_key
 from twin.engine import EngineConfig, memory_budget
+from twin.engine.config import ClusterConfig, MemoryConfig
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 from twin.parallel import Layout, weight_bytes_per_gpu
@@ -220,13 +221,13 @@ def test_bad_layouts_are_one_line(model: str, tp: int, ep: int, needle: str) -> 
 def test_memory_budget_takes_the_layouts_weights() -> None:
     m = _qwen_moe()
     hbm = 141e9  # H200: the bf16 weights (470 GB) fit on four
-    base = EngineConfig(tp=4, gpu_memory_bytes=hbm)
-    assert memory_budget(m, base) == 4 * hbm * base.memory_utilization - m.weight_bytes
-    ep = EngineConfig(tp=4, ep=4, gpu_memory_bytes=hbm)
+    base = EngineConfig(cluster=ClusterConfig(tp=4), memory=MemoryConfig(gpu_memory_bytes=hbm))
+    assert memory_budget(m, base) == 4 * hbm * base.memory.memory_utilization - m.weight_bytes
+    ep = EngineConfig(cluster=ClusterConfig(tp=4, ep=4), memory=MemoryConfig(gpu_memory_bytes=hbm))
     per_gpu = weight_bytes_per_gpu(m, Layout(4, 4))
-    assert memory_budget(m, ep) == 4 * hbm * ep.memory_utilization - 4 * per_gpu
+    assert memory_budget(m, ep) == 4 * hbm * ep.memory.memory_utilization - 4 * per_gpu
     with pytest.raises(TwinError, match="--ep: must divide --tp 4"):
-        EngineConfig(tp=4, ep=3)
+        EngineConfig(cluster=ClusterConfig(tp=4, ep=3))
 
 
 def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:

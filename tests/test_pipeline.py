@@ -10,6 +10,7 @@ import pytest
 from test_engine_helpers import ConstantPricer, LinearPricer, generated, run, single_turns
 
 from twin.engine import EngineConfig, memory_budget
+from twin.engine.config import ClusterConfig, MemoryConfig, SchedulerConfig
 from twin.engine.pipeline import FlowShop, PipelineCluster, PipelinePricer
 from twin.engine.run import build_run
 from twin.engine.sim import Environment
@@ -69,11 +70,16 @@ def test_stage_memory_known_answer_llama_3_1_70b():
     # The pool: each stage holds half of every token's KV, so the tighter stage's free
     # bytes count twice in the engine's whole-model bytes.
     gpu = GPUS["h100"].hbm_bytes
-    config = EngineConfig(tp=4, pp=2, gpu_memory_bytes=gpu, shared_pool=True)
+    config = EngineConfig(
+        cluster=ClusterConfig(tp=4, pp=2),
+        memory=MemoryConfig(gpu_memory_bytes=gpu, shared_pool=True),
+    )
     assert memory_budget(m, config) == pytest.approx(2 * (4 * gpu * 0.9 - 4 * last))
     # Against all eight GPUs in one tp 8 replica: the same but for the tied-free copy
     # rounding (the stages' weights add up to the model's).
-    tp8 = EngineConfig(tp=8, gpu_memory_bytes=gpu, shared_pool=True)
+    tp8 = EngineConfig(
+        cluster=ClusterConfig(tp=8), memory=MemoryConfig(gpu_memory_bytes=gpu, shared_pool=True)
+    )
     assert memory_budget(m, config) == pytest.approx(memory_budget(m, tp8), abs=1e5)
     assert 4 * (first + last) == pytest.approx(m.weight_bytes, abs=64)
 
@@ -82,9 +88,24 @@ def test_a_stage_that_cannot_hold_its_weights_is_refused():
     m = get_model("llama-3.1-70b")
     gpu = 70e9  # 63 GB usable: a stage of 40 layers (70.6 GB) does not fit one GPU
     with pytest.raises(TwinError, match="no memory left"):
-        memory_budget(m, EngineConfig(tp=1, pp=2, gpu_memory_bytes=gpu, shared_pool=True))
+        memory_budget(
+            m,
+            EngineConfig(
+                cluster=ClusterConfig(tp=1, pp=2),
+                memory=MemoryConfig(gpu_memory_bytes=gpu, shared_pool=True),
+            ),
+        )
     # Four stages of one GPU each hold it.
-    assert memory_budget(m, EngineConfig(tp=1, pp=4, gpu_memory_bytes=gpu, shared_pool=True)) > 0
+    assert (
+        memory_budget(
+            m,
+            EngineConfig(
+                cluster=ClusterConfig(tp=1, pp=4),
+                memory=MemoryConfig(gpu_memory_bytes=gpu, shared_pool=True),
+            ),
+        )
+        > 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -98,7 +119,7 @@ def test_a_stage_that_cannot_hold_its_weights_is_refused():
 )
 def test_layouts_it_cannot_take_are_refused(fields, message):
     with pytest.raises(TwinError, match=message):
-        EngineConfig(**fields)
+        EngineConfig.of(**fields)
 
 
 def test_more_stages_than_layers_is_refused_in_one_line():
@@ -112,7 +133,7 @@ def test_more_stages_than_layers_is_refused_in_one_line():
 
 def test_without_pp_the_config_is_unchanged():
     assert "pp" not in EngineConfig().to_dict()
-    assert EngineConfig(pp=2).to_dict()["pp"] == 2
+    assert EngineConfig(cluster=ClusterConfig(pp=2)).to_dict()["pp"] == 2
 
 
 def test_flow_shop_two_micro_batches_two_stages():
@@ -215,7 +236,10 @@ def test_the_running_cap_is_the_replica_s(tmp_path):
     path = single_turns(tmp_path / "w.parquet", [0.0] * 8, prompt_len=4, output_len=20)
     seen: dict[str, tuple[int, int]] = {}
     for scheduler in ("vllm", "sglang"):
-        cfg = EngineConfig(pp=2, max_running=4, scheduler=scheduler)
+        cfg = EngineConfig(
+            cluster=ClusterConfig(pp=2),
+            scheduling=SchedulerConfig(max_running=4, scheduler=scheduler),
+        )
         cluster = PipelineCluster(
             get_model("llama-3-8b"), _pipeline(), cfg, Workload.open(path), lambda rec: None
         )

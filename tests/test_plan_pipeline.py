@@ -14,7 +14,7 @@ from test_bad_input import assert_clean_error
 from twin.cli.main import run
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import make_pricer
-from twin.engine.config import EngineConfig, PipelineConflict
+from twin.engine.config import ClusterConfig, DisaggConfig, EngineConfig, PipelineConflict
 from twin.errors import TwinError
 from twin.parallel import Layout
 from twin.presets import resolve_model
@@ -83,14 +83,17 @@ def test_the_engines_refusals_are_counted_reasons() -> None:
     """The engine configuration says what a pipeline conflicts with (a structured error,
     not a sentence to parse); its other refusals are plain one-line errors."""
     with pytest.raises(PipelineConflict) as caught:
-        EngineConfig(pp=2, prefill_workers=1, decode_workers=1, replicas=2)
+        EngineConfig(
+            cluster=ClusterConfig(pp=2, replicas=2),
+            disagg=DisaggConfig(prefill_workers=1, decode_workers=1),
+        )
     assert caught.value.conflict == "disaggregated pools"
     assert str(caught.value) == "--pp 2: not modelled with disaggregated pools yet"
     with pytest.raises(PipelineConflict) as caught:
-        EngineConfig(pp=2, tp=2, dp_attention=2)
+        EngineConfig(cluster=ClusterConfig(pp=2, tp=2, dp_attention=2))
     assert caught.value.conflict == "--dp-attention"
     with pytest.raises(TwinError) as other:
-        EngineConfig(pp=0)
+        EngineConfig(cluster=ClusterConfig(pp=0))
     assert not isinstance(other.value, PipelineConflict)
 
 

@@ -204,8 +204,8 @@ def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, mon
     assert len({r["key"] for r in found.rows}) == 2  # each GPU count its own resume key
     # Each point's engine configuration has its own replica count, the fixed tp.
     points = grid([0.002], ["marconi"], [2.0], 1, [1, 2])
-    assert [found.spec.config(p).replicas for p in points] == [1, 2]
-    assert {found.spec.config(p).tp for p in points} == {2}
+    assert [found.spec.config(p).cluster.replicas for p in points] == [1, 2]
+    assert {found.spec.config(p).cluster.tp for p in points} == {2}
     assert [a["gpus"] for a in found.aggregate] == [2, 4]
     recs = sorted(found.recommendations, key=lambda r: r.gpus)
     assert [(r.gpus, r.cache_gb, r.cache_gb_per_gpu) for r in recs] == [

@@ -125,7 +125,7 @@ def test_engine_runs_the_mode_twin_simulate_runs(tmp_path: Path, capsys) -> None
         seed=0,
     )
     assert spec.config(point, want.profile) == want.config
-    assert want.config.preemption == "retract"  # SGLang's, not the paper's recompute
+    assert want.config.scheduling.preemption == "retract"  # SGLang's, not the paper's recompute
     assert spec.key(point) != plain.key(point)
     assert spec.profile_label == want.profile.provenance_label  # priced by SGLang's kernels
     # Without --policies, --engine sweeps the mode itself (its policy in its pool).

@@ -92,9 +92,13 @@ def test_sweep_points_build_the_config_simulate_builds_keeping_every_field():
         session_rate=2.0,
         seed=3,
     )
-    assert marconi.memory_utilization == 0.5 and marconi.gpu_memory_bytes == 80 * 2**30
+    assert (
+        marconi.memory.memory_utilization == 0.5 and marconi.memory.gpu_memory_bytes == 80 * 2**30
+    )
     # Shared options: each swept policy takes its own.
-    assert spec.config(Point(1.5, "vllm+", None, 0), prof).policy_options == {"block_size": 16}
+    assert spec.config(Point(1.5, "vllm+", None, 0), prof).cache.policy_options == {
+        "block_size": 16
+    }
     # A fixed engine setting is part of the resume key.
     plain = SweepSpec(workload=str(WORKLOAD), model="tiny-hybrid", gpu="h100")
     point = Point(1.5, "marconi", None, 0)

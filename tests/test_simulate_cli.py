@@ -169,7 +169,7 @@ def test_the_command_is_the_library_run_builder(tmp_path):
     result = _invoke("--out", str(tmp_path / "cli"), "--seed", "2", "--json", *SMALL)
     assert result.exit_code == 0, result.output
     run = build_run(example_path("chat"), model="tiny-hybrid", cache_gb=0.001, seed=2)
-    assert run.config.gpu_memory_bytes == 80 * 2**30  # the default h100 profile's memory
+    assert run.config.memory.gpu_memory_bytes == 80 * 2**30  # the default h100 profile's memory
     run.simulate(tmp_path / "lib")
     assert (tmp_path / "lib" / "summary.json").read_text() == (
         tmp_path / "cli" / "summary.json"

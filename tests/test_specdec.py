@@ -235,7 +235,7 @@ def test_an_explicit_max_running_beats_sglang_speculation_default():
         max_running=64,
         sets={"speculative_algorithm": "EAGLE3"},
     )
-    assert run.config.max_running == 64
+    assert run.config.scheduling.max_running == 64
 
 
 @pytest.mark.parametrize(
@@ -357,7 +357,7 @@ def test_mtp_uses_the_models_own_layer_and_defaults_to_its_count():
 def test_the_draft_takes_its_weights_and_a_share_of_every_tokens_kv():
     plain = build_run(CHAT, model="llama-3.1-8b", engine="vllm", cache_gb="auto")
     spec = build_run(CHAT, model="llama-3.1-8b", engine="vllm", cache_gb="auto", sets=eagle3(3))
-    head = Speculation.from_dict(spec.config.speculative).draft_spec(LLAMA)
+    head = Speculation.from_dict(spec.config.mode.speculative).draft_spec(LLAMA)
     assert head is not None and head.vocab_size == 32000 and head.n_attention_layers == 1
     weights = METHODS["eagle3"].weight_bytes(head)
     kv = LLAMA.kv_bytes_per_token
@@ -380,7 +380,7 @@ def test_the_draft_takes_its_weights_and_a_share_of_every_tokens_kv():
 
 def test_vllm_hybrids_hold_a_state_per_drafted_token():
     run = build_run(CHAT, model="qwen3.5-9b", engine="vllm", cache_gb="auto", sets=eagle3(3))
-    assert run.config.speculative["state_slots"] == 3
+    assert run.config.mode.speculative["state_slots"] == 3
     cluster = Cluster(run.model, run.pricer, run.config, run.workload)
     replica = cluster.replicas[0]
     assert replica.memory.held_states == 4 and replica.state_slots == 1  # copies still priced
@@ -395,9 +395,9 @@ def test_vllm_hybrids_hold_a_state_per_drafted_token():
         >= 3 * HYBRID.ssm_checkpoint_bytes
     )
     assert (
-        build_run(CHAT, model="llama-3.1-8b", engine="vllm", sets=eagle3(3)).config.speculative[
-            "state_slots"
-        ]
+        build_run(
+            CHAT, model="llama-3.1-8b", engine="vllm", sets=eagle3(3)
+        ).config.mode.speculative["state_slots"]
         == 0
     )
 
@@ -416,7 +416,7 @@ def test_sglang_verify_buffer_shares_the_mamba_budget():
         "speculative_eagle_topk": "1",
     }
     run = build_run(CHAT, model="qwen3.5-9b", engine="sglang", cache_gb="auto", sets=sets)
-    assert run.config.speculative["verify_states"] == 4
+    assert run.config.mode.speculative["verify_states"] == 4
     pool = Cluster(run.model, run.pricer, run.config, run.workload).replicas[0].memory.pool
     plain = build_run(CHAT, model="qwen3.5-9b", engine="sglang", cache_gb="auto")
     base = Cluster(plain.model, plain.pricer, plain.config, plain.workload).replicas[0].memory.pool
@@ -428,7 +428,7 @@ def test_shared_prefix_checkpoint_needs_eagle_or_mtp():
     sets = {**eagle3(3), "enable_mamba_shared_prefix_checkpoint": "true"}
     assert build_run(
         CHAT, model="qwen3.5-9b", engine="vllm", cache_gb="auto", sets=sets
-    ).config.speculative
+    ).config.mode.speculative
     ngram = {
         "speculative_config": '{"method": "ngram", "num_speculative_tokens": 3}',
         "speculative_acceptance": "0.5",

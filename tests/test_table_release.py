@@ -191,11 +191,11 @@ def test_a_run_carries_the_release_in_its_config_and_summary() -> None:
     model = with_precision(resolve_model("minimax-m2.5"), "fp8", None)
     kw = dict(model=model, gpu="h200", cache_gb="auto", tp=8)
     plain = build_run(chat, engine="vllm", **kw)  # type: ignore[arg-type]
-    assert plain.config.kernel_tables == ""
+    assert plain.config.mode.kernel_tables == ""
     assert "kernel_tables" not in plain.profile_info  # plain runs: the newest, bytes kept
     assert "kernel_tables" not in plain.config.to_dict()
     picked = build_run(chat, engine="vllm==0.19.0", **kw)  # type: ignore[arg-type]
-    assert picked.config.kernel_tables == "0.19.0"
+    assert picked.config.mode.kernel_tables == "0.19.0"
     info = picked.profile_info["kernel_tables"]
     assert info["release"] == "0.19.0" and info["families"]["moe_fp8"] == "0.19.0"
     assert "vLLM 0.19.0" in picked.profile_info["provenance"]

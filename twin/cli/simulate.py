@@ -424,7 +424,7 @@ def simulate(
     # Completed requests, not simulated seconds: the run goes on draining well
     # past the last arrival, so a time bar sat at 100% for half the run.
     # With --until-s some rows never arrive, and the total is unknown.
-    total = run.workload.num_rows if run.config.until_s is None else None
+    total = run.workload.num_rows if run.config.arrivals.until_s is None else None
     with progress_bar("requests completed", total) as advance:
         summary = run.simulate(out, on_record=lambda _: advance(1), force=force, slos=slos)
     if as_json:

@@ -11,7 +11,18 @@ prices steps with.
 
 from twin.engine.batching import ContinuousBatching
 from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
-from twin.engine.config import EngineConfig, build_config
+from twin.engine.config import (
+    ArrivalConfig,
+    CacheConfig,
+    ClusterConfig,
+    DisaggConfig,
+    EngineConfig,
+    EngineModeConfig,
+    HostTimeConfig,
+    MemoryConfig,
+    SchedulerConfig,
+    build_config,
+)
 from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
 from twin.engine.replica import Replica
 from twin.engine.router import ROUTERS, Router, get_router
@@ -25,16 +36,24 @@ __all__ = [
     "ROUTERS",
     "SCHEDULERS",
     "SUMMARY_FILE",
+    "ArrivalConfig",
+    "CacheConfig",
     "Cluster",
+    "ClusterConfig",
     "ContinuousBatching",
     "CostModelPricer",
+    "DisaggConfig",
     "EngineConfig",
+    "EngineModeConfig",
+    "HostTimeConfig",
+    "MemoryConfig",
     "PricerBase",
     "Replica",
     "Router",
     "Run",
     "RunStats",
     "Scheduler",
+    "SchedulerConfig",
     "Seq",
     "SessionSource",
     "StepPricer",

@@ -26,7 +26,7 @@ from typing import Any
 
 from twin.cache import cache_stats
 from twin.cache.prefix_cache import PrefixCache
-from twin.engine.config import EngineConfig
+from twin.engine.config import ArrivalConfig, EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.memory_rules import held_bytes, pool_bytes
 from twin.engine.memory_strategies import HOST_TIERS, HostTier, MemorySetup, get_memory, memory_mode
@@ -78,28 +78,30 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
     With the shared pool, the pool's size: usable HBM - weights (running
     requests and the cache share it).
     """
-    if config.gpu_memory_bytes is None:
-        if config.shared_pool:
+    c, m = config.cluster, config.memory
+    gpu_bytes = m.gpu_memory_bytes
+    if gpu_bytes is None:
+        if m.shared_pool:
             raise TwinError(
                 "the shared KV pool needs the GPU's memory (give a profile or --cache-gb)"
             )
         return float("inf")
-    usable = config.tp * config.gpu_memory_bytes * config.memory_utilization
-    cache = 0 if config.shared_pool else config.cache_bytes
+    usable = c.tp * gpu_bytes * m.memory_utilization
+    cache = 0 if m.shared_pool else m.cache_bytes
     weights = model.weight_bytes
-    if config.ep > 1 or config.dp_attention > 1:
+    if c.ep > 1 or c.dp_attention > 1:
         # Each GPU's share under the layout (twin.parallel), rounded up.
-        weights = config.tp * weight_bytes_per_gpu(model, _layout(config))
-    if config.pp > 1:
+        weights = c.tp * weight_bytes_per_gpu(model, _layout(config))
+    if c.pp > 1:
         # Each stage's tp GPUs hold its layers' weights and its share of every request's
         # KV and states (twin.parallel); the engine's rule (twin.engine.memory_rules)
         # sizes each stage's pool from its own weights, and the tightest stage, over its
         # share, sets the replica's pool in the engine's whole-model count.
         layout = _layout(config)
-        stage_weights = [config.tp * w for w in stage_weight_bytes_per_gpu(model, layout)]
+        stage_weights = [c.tp * w for w in stage_weight_bytes_per_gpu(model, layout)]
         shares = stage_shares(model, layout.pp, layout.pp_split)
         weights = sum(stage_weights)
-        usable *= config.pp
+        usable *= c.pp
         budget = (
             min(
                 pool_bytes(model, config, w) / float(share)
@@ -111,23 +113,23 @@ def memory_budget(model: ModelSpec, config: EngineConfig) -> float:
         # The engine's own rule for what the weights leave (twin.engine.memory_rules: vLLM
         # and TensorRT-LLM also hold their activation peak back).
         budget = pool_bytes(model, config, weights) - cache
-    if config.speculative:  # the draft's weights and KV (twin.engine.speculative)
+    if config.mode.speculative:  # the draft's weights and KV (twin.engine.speculative)
         from twin.engine.speculative import Speculation
 
         # The draft's layers under the target's layout where its weights are per GPU.
-        per_gpu = config.ep > 1 or config.dp_attention > 1
-        draft_layout = _layout(config) if per_gpu and config.pp == 1 else None
-        budget = Speculation.from_dict(config.speculative).budget(budget, model, draft_layout)
+        per_gpu = c.ep > 1 or c.dp_attention > 1
+        draft_layout = _layout(config) if per_gpu and c.pp == 1 else None
+        budget = Speculation.from_dict(config.mode.speculative).budget(budget, model, draft_layout)
     if budget > 0:
         budget *= kv_replication_scale(model, config)
     if budget <= 0:
         held = held_bytes(model, config, weights)
         also = f", {held / GB:.1f} GB of activations" if held else ""
         raise TwinError(
-            f"no memory left for running requests: {config.tp * config.pp} GPU(s) x "
-            f"{config.gpu_memory_bytes / GB:.1f} GB x {config.memory_utilization:g} = "
+            f"no memory left for running requests: {c.tp * c.pp} GPU(s) x "
+            f"{gpu_bytes / GB:.1f} GB x {m.memory_utilization:g} = "
             f"{usable / GB:.1f} GB, minus {weights / GB:.1f} GB of weights{also} and "
-            f"{config.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp"
+            f"{m.cache_bytes / GB:.1f} GB of cache; lower --cache-gb or raise --tp"
         )
     return budget
 
@@ -162,37 +164,38 @@ def kv_replication_scale(model: ModelSpec, config: EngineConfig) -> float:
 
 def _layout(config: EngineConfig) -> Layout:
     """The replica's parallel layout (``twin.parallel``)."""
-    split = PP_SPLIT_OF_ENGINE.get(config.engine, "vllm")
-    return Layout(config.tp, config.ep, config.dp_attention, config.pp, split)
+    c = config.cluster
+    split = PP_SPLIT_OF_ENGINE.get(config.mode.engine, "vllm")
+    return Layout(c.tp, c.ep, c.dp_attention, c.pp, split)
 
 
-def horizon(source: SessionSource, config: EngineConfig) -> float:
+def horizon(source: SessionSource, arrivals: ArrivalConfig) -> float:
     """Simulated seconds until the last arrival expected (progress bars, sampling).
 
     Closed-loop clients (``--concurrency``) send until ``until_s``, or until the
     file's sessions run out: 0 (unknown) then.
     """
     if source.closed_loop:
-        return config.until_s or 0.0
+        return arrivals.until_s or 0.0
     h = source.horizon()
-    return min(h, config.until_s) if config.until_s is not None else h
+    return min(h, arrivals.until_s) if arrivals.until_s is not None else h
 
 
-def session_source(workload: Workload, config: EngineConfig) -> SessionSource:
-    """The session source ``config`` asks for (arrival times, rates, closed loop)."""
+def session_source(workload: Workload, arrivals: ArrivalConfig) -> SessionSource:
+    """The session source ``arrivals`` asks for (arrival times, rates, closed loop)."""
     return SessionSource(
         workload,
-        config.session_rate,
-        config.request_rate,
-        config.seed,
-        closed_loop=config.concurrency is not None,
-        burstiness=config.burstiness,
+        arrivals.session_rate,
+        arrivals.request_rate,
+        arrivals.seed,
+        closed_loop=arrivals.concurrency is not None,
+        burstiness=arrivals.burstiness,
     )
 
 
-def expected_horizon(workload: Workload, config: EngineConfig) -> float:
-    """:func:`horizon` of ``workload`` under ``config``, before any simulation."""
-    return horizon(session_source(workload, config), config)
+def expected_horizon(workload: Workload, arrivals: ArrivalConfig) -> float:
+    """:func:`horizon` of ``workload`` under ``arrivals``, before any simulation."""
+    return horizon(session_source(workload, arrivals), arrivals)
 
 
 class Cluster:
@@ -206,37 +209,38 @@ class Cluster:
         workload: Workload,
         on_record: Callable[[RequestRecord], None] = lambda rec: None,
     ) -> None:
-        if get_policy(config.policy, **config.policy_options).hindsight:
+        if get_policy(config.cache.policy, **config.cache.policy_options).hindsight:
             raise TwinError(
-                f"policy {config.policy!r} is a hindsight bound (one replay per alpha), not an "
-                "online policy; simulate 'marconi' with --policy-option alpha=A instead"
+                f"policy {config.cache.policy!r} is a hindsight bound (one replay per alpha), "
+                "not an online policy; simulate 'marconi' with --policy-option alpha=A instead"
             )
         self.env = env = Environment()
+        arrivals, replicas = config.arrivals, config.cluster.replicas
         self.model = model
         self.pricer = pricer
         self.config = config
         self.on_record = on_record
-        self.source = session_source(workload, config)
-        self.router = get_router(config.router)
+        self.source = session_source(workload, arrivals)
+        self.router = get_router(config.cluster.router)
         self.budget = memory_budget(model, config)
         # Per-request acceptance (the workload's spec_acceptance) needs the run's speculation.
         self._speculation: Speculation | None = (
-            Speculation.from_dict(config.speculative) if config.speculative else None
+            Speculation.from_dict(config.mode.speculative) if config.mode.speculative else None
         )
         self.replicas: list[Replica] = []
         longest = functools.cache(lambda: longest_sequence(workload.path, workload.index))
-        for i in range(config.replicas):
+        for i in range(replicas):
             self.replicas.append(self._new_replica(i, workload, longest))
             # Inter-token gaps count from the summary's measured window.
-            self.replicas[-1].scheduler.warmup_s = config.warmup_s
-        self.horizon_s = horizon(self.source, config)
+            self.replicas[-1].scheduler.warmup_s = arrivals.warmup_s
+        self.horizon_s = horizon(self.source, arrivals)
         self.occupancy = Occupancy(
-            config.replicas,
-            max(self.horizon_s, 1e-3) / config.samples,
-            max_samples=2 * config.samples,
+            replicas,
+            max(self.horizon_s, 1e-3) / arrivals.samples,
+            max_samples=2 * arrivals.samples,
         )
         # Per replica: when its front end is next free (None: no front end, frontend_s 0).
-        self._front: list[float] | None = [0.0] * config.replicas if config.frontend_s else None
+        self._front: list[float] | None = [0.0] * replicas if config.host_time.frontend_s else None
         self._finished = env.event()
         self._arrivals_done = False
         self._active = 0  # sessions still submitting or waiting on a turn
@@ -268,38 +272,39 @@ class Cluster:
         model = self.model
         config, pricer, budget = self._replica_setup(i)
         cls, host_tier = self._replica_kind(i)
-        capacity = int(budget) if config.shared_pool else config.cache_bytes
-        host_bytes = config.host_cache_bytes + int(config.host_cache_ratio * capacity)
+        m, policy_name, options = config.memory, config.cache.policy, config.cache.policy_options
+        capacity = int(budget) if m.shared_pool else m.cache_bytes
+        host_bytes = m.host_cache_bytes + int(m.host_cache_ratio * capacity)
         if not host_tier:
             host_bytes = 0
         shared = self._shared_tier(i, longest)
-        policy = get_policy(config.policy, **config.policy_options)
+        policy = get_policy(policy_name, **options)
         # Dedicated or in the shared pool, over a host tier (its own or a store the replicas
         # share) or not: the policy's fastest exact cache.
         tiered = bool(host_bytes) or shared is not None
         cache = policy.make_engine_cache(model, capacity, longest, host_tier=tiered)
-        if host_bytes and config.host_write_policy == "write_back":
-            _check_write_back(config.policy, cache)
-        spec = config.speculative or {}
+        if host_bytes and m.host_write_policy == "write_back":
+            _check_write_back(policy_name, cache)
+        spec = config.mode.speculative or {}
         setup = MemorySetup(
             model,
             cache,
             budget,
-            state_slots=config.state_slots,
-            kv_allocator=allocator_for(config.kv_allocator, config.policy),
+            state_slots=m.state_slots,
+            kv_allocator=allocator_for(m.kv_allocator, policy_name),
             extra_states=int(spec.get("state_slots", 0)),
             verify_states=int(spec.get("verify_states", 0)),
-            max_running=config.max_running,
+            max_running=config.scheduling.max_running,
         )
-        memory = get_memory(memory_mode(config.shared_pool, cache), setup)
+        memory = get_memory(memory_mode(m.shared_pool, cache), setup)
         # The host tier runs its own instance of the policy (a policy decides per tier).
         host = (
-            HOST_TIERS[config.host_write_policy](
-                get_policy(config.policy, **config.policy_options).make_engine_cache(
+            HOST_TIERS[m.host_write_policy](
+                get_policy(policy_name, **options).make_engine_cache(
                     model, host_bytes, longest, host_tier=True
                 ),
                 pricer,
-                config.host_write_policy,
+                m.host_write_policy,
             )
             if host_bytes
             else shared
@@ -310,15 +315,9 @@ class Cluster:
             pricer,
             cache,
             memory,
-            config.max_batched_tokens,
-            config.max_running,
-            preemption=config.preemption,
-            state_slots=config.state_slots,
+            config.scheduling,
+            state_slots=m.state_slots,
             host=host,
-            schedule_policy=config.schedule_policy,
-            new_token_ratio=config.new_token_ratio or None,
-            scheduler=config.scheduler,
-            scheduler_options=config.scheduler_options,
         )
 
     # ------------------------------------------------------------------ running
@@ -334,11 +333,11 @@ class Cluster:
         return self._stats()
 
     def _arrivals(self) -> Generator[Event, Any, None]:
-        env, until = self.env, self.config.until_s
-        if self.config.concurrency is not None:
+        env, until = self.env, self.config.arrivals.until_s
+        if self.config.arrivals.concurrency is not None:
             starts = self.source.sessions()  # one stream: each free client takes the next
             yield env.all_of(
-                [env.process(self._client(starts)) for _ in range(self.config.concurrency)]
+                [env.process(self._client(starts)) for _ in range(self.config.arrivals.concurrency)]
             )
             self._arrivals_done = True
             self._check_finished()
@@ -356,7 +355,7 @@ class Cluster:
     def _client(self, starts: Iterator[tuple[Request, float]]) -> Generator[Event, Any, None]:
         """A closed-loop client (``--concurrency``): sessions one after another, each
         started as soon as the previous one ends, until ``until_s`` or the file ends."""
-        env, until = self.env, self.config.until_s
+        env, until = self.env, self.config.arrivals.until_s
         for first, _ in starts:
             if until is not None and env.now > until:
                 self.source.drop(first.session_id)
@@ -365,7 +364,7 @@ class Cluster:
             yield from self._session(first, env.now)
 
     def _session(self, first: Request, start: float) -> Generator[Event, Any, None]:
-        env, source, until = self.env, self.source, self.config.until_s
+        env, source, until = self.env, self.source, self.config.arrivals.until_s
         flags = source.flags
         # A router that picks by session alone picks once (the same replica every turn).
         sticky = self._route(first) if self.router.by_session else None
@@ -468,7 +467,7 @@ class Cluster:
             replica = self._route(req)
         env, free = self.env, self._front
         sent = env.now
-        done = max(sent, free[replica.index]) + self.config.frontend_s
+        done = max(sent, free[replica.index]) + self.config.host_time.frontend_s
         free[replica.index] = done
         yield env.timeout(done - sent)
         return self._submit(req, replica, sent)
@@ -489,7 +488,7 @@ class Cluster:
             yield env.timeout(occ.interval_s)
 
     def _close_window(self) -> Generator[Event, Any, None]:
-        warmup = self.config.warmup_s
+        warmup = self.config.arrivals.warmup_s
         if 0 < warmup < self.horizon_s:
             # The window opens after the warm-up, as the latencies' does: utilisation is
             # the headroom at steady state, not diluted by a cold, filling start.
@@ -513,7 +512,7 @@ class Cluster:
         start = self._first_arrival_s or 0.0
         before = [0.0] * len(self.replicas)
         if self._busy_at_warmup is not None:
-            start, before = max(start, self.config.warmup_s), self._busy_at_warmup
+            start, before = max(start, self.config.arrivals.warmup_s), self._busy_at_warmup
         window = self.horizon_s - start
         if self._busy_at_horizon is None or window <= 0:
             return [r.busy_s / end if end > 0 else 0.0 for r in self.replicas]

@@ -29,11 +29,11 @@ def make_cluster(
 ) -> Cluster:
     """The run's cluster: aggregated, or disaggregated when the config names the pools
     (``decode``: the decode pool's own hardware, if it has any)."""
-    if config.prefill_workers:  # each pool's workers may be attention-DP replicas
-        link = kv_link(config.kv_link, gpu, config)
+    if config.disagg.prefill_workers:  # each pool's workers may be attention-DP replicas
+        link = kv_link(config.disagg.kv_link, gpu, config)
         return DisaggCluster(model, pricer, config, workload, on_record, link, decode, gpu)
-    if config.dp_attention > 1:  # attention ranks in lockstep (twin.engine.dp_attention)
+    if config.cluster.dp_attention > 1:  # attention ranks in lockstep (twin.engine.dp_attention)
         return DPCluster(model, pricer, config, workload, on_record)
-    if config.pp > 1:  # pipeline stages and micro-batches (twin.engine.pipeline)
+    if config.cluster.pp > 1:  # pipeline stages and micro-batches (twin.engine.pipeline)
         return PipelineCluster(model, pricer, config, workload, on_record)
     return Cluster(model, pricer, config, workload, on_record)

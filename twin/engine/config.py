@@ -1,5 +1,7 @@
-"""The engine's configuration: one dataclass whose every field says what it means, and its
-one builder from what a user names (:func:`build_config`)."""
+"""The engine's configuration: small frozen groups by concern (the cluster's shape,
+memory, the cache policy, scheduling, arrivals, the engine mode, host time, the
+disaggregated pools) held whole by :class:`EngineConfig`, every field saying what it
+means, and its one builder from what a user names (:func:`build_config`)."""
 
 from __future__ import annotations
 
@@ -36,8 +38,8 @@ class PipelineConflict(TwinError):
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """How the simulated cluster is built and driven (everything but the model and cost)."""
+class ClusterConfig:
+    """The cluster's shape: how many replicas, each one's parallelism, the router."""
 
     replicas: int = _opt(1, "model instances, each on `tp` GPUs with its own prefix cache")
     tp: int = _opt(1, "tensor-parallel degree: GPUs per replica")
@@ -64,14 +66,14 @@ class EngineConfig:
         "pipeline-parallel stages: the replica's layers split over `pp` groups of `tp` GPUs, "
         "micro-batches in flight through them (twin.engine.pipeline)",
     )
-    cache_bytes: int = _opt(0, "prefix-cache capacity per replica, bytes (KV + SSM states)")
-    policy: str = _opt("marconi", "prefix-cache policy name (policies.get_policy)")
-    policy_options: dict[str, Any] = field(
-        default_factory=dict, metadata={"help": "options passed to policies.get_policy"}
-    )
     router: str = _opt(DEFAULT_ROUTER, "router name (twin.engine.router.ROUTERS)")
-    max_batched_tokens: int = _opt(8192, "token budget per step: decodes + prefill chunks")
-    max_running: int = _opt(256, "most sequences in a replica's running batch")
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Where KV and states live: the GPU's memory, the cache or shared pool, a host tier."""
+
+    cache_bytes: int = _opt(0, "prefix-cache capacity per replica, bytes (KV + SSM states)")
     gpu_memory_bytes: float | None = _opt(
         None,
         "device memory per GPU as the driver reports it (twin.hardware), bytes; None: "
@@ -80,19 +82,88 @@ class EngineConfig:
     memory_utilization: float = _opt(
         0.9, "fraction of HBM the server may use (weights + cache + running requests)"
     )
+    shared_pool: bool = _opt(
+        False,
+        "one KV pool after weights shared by running requests and the cache "
+        "(--cache-gb auto); False: a dedicated cache of cache_bytes (the Marconi paper)",
+    )
+    kv_allocator: str = _opt(
+        "auto",
+        "shared pool: how running requests' KV is paged: bytes (exact), paged "
+        "(PagedAttention's one-size pages), jenga (per-kind small pages); auto: the "
+        "policy's (jenga for -p jenga), else bytes (twin.memory.footprint)",
+    )
+    state_slots: int = _opt(1, "recurrent states a running request holds (SGLang extra_buffer: 3)")
+    host_cache_ratio: float = _opt(
+        0.0,
+        "host-memory tier per replica, as a multiple of its GPU cache (the shared pool, "
+        "or cache_bytes); 0: none (SGLang --hicache-ratio)",
+    )
+    host_cache_bytes: int = _opt(0, "host-memory tier per replica, bytes (vLLM CPU offload)")
+    host_write_policy: str = _opt(
+        "write_through",
+        "how the host tier is filled: write_through (every insert), "
+        "write_through_selective (a prefix's second insert) or write_back (GPU evictions, "
+        "priced); SGLang --hicache-write-policy",
+    )
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The prefix cache's admission and eviction policy (twin.policies)."""
+
+    policy: str = _opt("marconi", "prefix-cache policy name (policies.get_policy)")
+    policy_options: dict[str, Any] = field(
+        default_factory=dict, metadata={"help": "options passed to policies.get_policy"}
+    )
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How a replica forms its batches: the budgets, order, preemption, admission."""
+
+    max_batched_tokens: int = _opt(8192, "token budget per step: decodes + prefill chunks")
+    max_running: int = _opt(256, "most sequences in a replica's running batch")
+    scheduler: str = _opt(
+        "continuous",
+        "batch formation (twin.engine.scheduler.SCHEDULERS): continuous (mixed steps, "
+        "chunked prefill), sglang (SGLang's prefill batches ahead of decodes), sglang-mixed "
+        "(its prefill batches with the decodes in them, --enable-mixed-chunk), trtllm "
+        "(TensorRT-LLM's whole-context in-flight batching); the engine mode sets it",
+    )
+    scheduler_options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "the scheduler's own settings (an engine mode's flags set them)"},
+    )
+    schedule_policy: str = _opt(
+        "fcfs",
+        "admission order: fcfs, or lpm (SGLang: longest cached prefix first, fcfs past "
+        "128 waiting)",
+    )
+    preemption: str = _opt(
+        "recompute",
+        "when the shared pool runs out: recompute (vLLM: the youngest running request) "
+        "or retract (SGLang: decode requests, fewest output tokens first)",
+    )
+    new_token_ratio: dict[str, float] = field(
+        default_factory=dict,
+        metadata={
+            "help": "shared pool: SGLang's new_token_ratio admission control with these "
+            "settings (twin.engine.admission.DEFAULTS; the sglang mode sets them); "
+            "empty: admission by memory alone"
+        },
+    )
+
+
+@dataclass(frozen=True)
+class ArrivalConfig:
+    """How requests arrive and which of them the summary counts."""
+
     session_rate: float | None = _opt(
         None, "Poisson session arrivals per second; None: the workload's own arrival times"
     )
     request_rate: float | None = _opt(
         None, "open-loop requests per second: scales the file's open-loop arrival times"
-    )
-    seed: int = _opt(0, "seed of the session-arrival stream")
-    warmup_s: float = _opt(0.0, "requests arriving before this are left out of the summary")
-    until_s: float | None = _opt(None, "no request arrives after this simulated time")
-    burstiness: float = _opt(
-        1.0,
-        "session starts at --session-rate: 1 Poisson; else gamma gaps of this shape "
-        "(vllm bench serve --burstiness: below 1 burstier, above 1 more regular)",
     )
     concurrency: int | None = _opt(
         None,
@@ -100,14 +171,21 @@ class EngineConfig:
         "sessions one after another, every turn sent when the previous one completes (plus "
         "its think time); None: the workload's (or --session-rate's) arrival times",
     )
-    samples: int = _opt(200, "target number of cache-occupancy samples over the run")
-    # Issue 14: the engines' memory and modes. At their defaults these are left out of
-    # to_dict(), so the paper's dedicated-cache summaries stay byte-identical.
-    shared_pool: bool = _opt(
-        False,
-        "one KV pool after weights shared by running requests and the cache "
-        "(--cache-gb auto); False: a dedicated cache of cache_bytes (the Marconi paper)",
+    burstiness: float = _opt(
+        1.0,
+        "session starts at --session-rate: 1 Poisson; else gamma gaps of this shape "
+        "(vllm bench serve --burstiness: below 1 burstier, above 1 more regular)",
     )
+    seed: int = _opt(0, "seed of the session-arrival stream")
+    warmup_s: float = _opt(0.0, "requests arriving before this are left out of the summary")
+    until_s: float | None = _opt(None, "no request arrives after this simulated time")
+    samples: int = _opt(200, "target number of cache-occupancy samples over the run")
+
+
+@dataclass(frozen=True)
+class EngineModeConfig:
+    """The serving engine modelled: its mode, release, kernel tables, flags, speculation."""
+
     engine: str = _opt("paper", "engine mode (twin.engine.modes.ENGINE_MODES)")
     engine_release: str = _opt(
         "", "the engine's release whose rules, defaults and flag names ran (twin.engine.releases)"
@@ -121,37 +199,20 @@ class EngineConfig:
     engine_flags: dict[str, str] = field(
         default_factory=dict, metadata={"help": "the engine flags given with --set"}
     )
-    preemption: str = _opt(
-        "recompute",
-        "when the shared pool runs out: recompute (vLLM: the youngest running request) "
-        "or retract (SGLang: decode requests, fewest output tokens first)",
-    )
-    state_slots: int = _opt(1, "recurrent states a running request holds (SGLang extra_buffer: 3)")
-    schedule_policy: str = _opt(
-        "fcfs",
-        "admission order: fcfs, or lpm (SGLang: longest cached prefix first, fcfs past "
-        "128 waiting)",
-    )
-    host_cache_ratio: float = _opt(
-        0.0,
-        "host-memory tier per replica, as a multiple of its GPU cache (the shared pool, "
-        "or cache_bytes); 0: none (SGLang --hicache-ratio)",
-    )
-    host_cache_bytes: int = _opt(0, "host-memory tier per replica, bytes (vLLM CPU offload)")
-    host_write_policy: str = _opt(
-        "write_through",
-        "how the host tier is filled: write_through (every insert), "
-        "write_through_selective (a prefix's second insert) or write_back (GPU evictions, "
-        "priced); SGLang --hicache-write-policy",
-    )
-    new_token_ratio: dict[str, float] = field(
+    speculative: dict[str, Any] = field(
         default_factory=dict,
         metadata={
-            "help": "shared pool: SGLang's new_token_ratio admission control with these "
-            "settings (twin.engine.admission.DEFAULTS; the sglang mode sets them); "
-            "empty: admission by memory alone"
+            "help": "speculative decoding (twin.engine.speculative.Speculation: method, "
+            "speculative tokens, verified tokens, acceptance length, draft); empty: none "
+            "(the engine modes' speculative flags set it)"
         },
     )
+
+
+@dataclass(frozen=True)
+class HostTimeConfig:
+    """The engine's host time outside the kernels (twin.engine.host_time)."""
+
     frontend_s: float = _opt(
         0.0,
         "seconds the serving front end (API server: HTTP, tokenisation, hand-off to the "
@@ -173,34 +234,12 @@ class EngineConfig:
         "that prefills lasts at least this long (twin.engine.host_time.EagerPrefillPricer; "
         "decode steps replay graphs). 0: the kernels' price alone",
     )
-    scheduler: str = _opt(
-        "continuous",
-        "batch formation (twin.engine.scheduler.SCHEDULERS): continuous (mixed steps, "
-        "chunked prefill), sglang (SGLang's prefill batches ahead of decodes), sglang-mixed "
-        "(its prefill batches with the decodes in them, --enable-mixed-chunk), trtllm "
-        "(TensorRT-LLM's whole-context in-flight batching); the engine mode sets it",
-    )
-    scheduler_options: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "the scheduler's own settings (an engine mode's flags set them)"},
-    )
-    kv_allocator: str = _opt(
-        "auto",
-        "shared pool: how running requests' KV is paged: bytes (exact), paged "
-        "(PagedAttention's one-size pages), jenga (per-kind small pages); auto: the "
-        "policy's (jenga for -p jenga), else bytes (twin.memory.footprint)",
-    )
 
-    speculative: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={
-            "help": "speculative decoding (twin.engine.speculative.Speculation: method, "
-            "speculative tokens, verified tokens, acceptance length, draft); empty: none "
-            "(the engine modes' speculative flags set it)"
-        },
-    )
 
-    # Issue 36: disaggregated prefill and decode (twin.engine.disagg); 0: aggregated.
+@dataclass(frozen=True)
+class DisaggConfig:
+    """Disaggregated prefill and decode (issue 36; twin.engine.disagg); 0 workers: aggregated."""
+
     prefill_workers: int = _opt(
         0, "prefill pool: replicas of `tp` GPUs that prefill and sample the first token"
     )
@@ -243,109 +282,219 @@ class EngineConfig:
         metadata={"help": "decode pool: its own engine flags (--decode-set), over --set"},
     )
 
+
+# The groups by the attribute that holds each on EngineConfig.
+GROUPS: dict[str, type] = {
+    "cluster": ClusterConfig,
+    "memory": MemoryConfig,
+    "cache": CacheConfig,
+    "scheduling": SchedulerConfig,
+    "arrivals": ArrivalConfig,
+    "mode": EngineModeConfig,
+    "host_time": HostTimeConfig,
+    "disagg": DisaggConfig,
+}
+# Each flat field name (what a user names: build_config's keywords, the summary's keys)
+# and the group that holds it.
+GROUP_OF: dict[str, str] = {
+    f.name: attr for attr, cls in GROUPS.items() for f in dataclasses.fields(cls)
+}
+# The summary's `config` keys in their order (the order of the flat configuration before
+# issue 33 nested it: summaries stay byte-identical).
+SUMMARY_ORDER = (
+    "replicas",
+    "tp",
+    "ep",
+    "dp_attention",
+    "moe_a2a",
+    "pp",
+    "cache_bytes",
+    "policy",
+    "policy_options",
+    "router",
+    "max_batched_tokens",
+    "max_running",
+    "gpu_memory_bytes",
+    "memory_utilization",
+    "session_rate",
+    "request_rate",
+    "seed",
+    "warmup_s",
+    "until_s",
+    "burstiness",
+    "concurrency",
+    "samples",
+    "shared_pool",
+    "engine",
+    "engine_release",
+    "kernel_tables",
+    "engine_flags",
+    "preemption",
+    "state_slots",
+    "schedule_policy",
+    "host_cache_ratio",
+    "host_cache_bytes",
+    "host_write_policy",
+    "new_token_ratio",
+    "frontend_s",
+    "step_host_s",
+    "seq_host_s",
+    "eager_prefill_s",
+    "scheduler",
+    "scheduler_options",
+    "kv_allocator",
+    "speculative",
+    "prefill_workers",
+    "decode_workers",
+    "kv_link",
+    "decode_gpu",
+    "decode_tp",
+    "decode_ep",
+    "decode_dp_attention",
+    "decode_prefix_cache",
+    "shared_kv_tier_bytes",
+    "prefill_engine_flags",
+    "decode_engine_flags",
+)
+assert sorted(SUMMARY_ORDER) == sorted(GROUP_OF)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the simulated cluster is built and driven (everything but the model and cost),
+    one group a concern; passed whole, each part of the engine reads the groups it needs.
+    Built from flat field names by :func:`build_config`."""
+
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduling: SchedulerConfig = field(default_factory=SchedulerConfig)
+    arrivals: ArrivalConfig = field(default_factory=ArrivalConfig)
+    mode: EngineModeConfig = field(default_factory=EngineModeConfig)
+    host_time: HostTimeConfig = field(default_factory=HostTimeConfig)
+    disagg: DisaggConfig = field(default_factory=DisaggConfig)
+
+    @classmethod
+    def of(cls, **fields: Any) -> EngineConfig:
+        """A configuration from flat field names (each group's own), every other field at
+        its default: no default that depends on the GPU or engine is applied (that is
+        :func:`build_config`'s)."""
+        unknown = sorted(set(fields) - set(GROUP_OF))
+        if unknown:
+            raise TypeError(f"EngineConfig has no field {', '.join(unknown)}")
+        parts: dict[str, dict[str, Any]] = {attr: {} for attr in GROUPS}
+        for name, value in fields.items():
+            parts[GROUP_OF[name]][name] = value
+        return cls(**{attr: GROUPS[attr](**parts[attr]) for attr in GROUPS})
+
+    def get(self, name: str) -> Any:
+        """A field by its flat name (``"tp"``, ``"policy"``)."""
+        return getattr(getattr(self, GROUP_OF[name]), name)
+
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
             if not ok:
-                raise TwinError(f"--{name.replace('_', '-')}: {what} (got {getattr(self, name)!r})")
+                raise TwinError(f"--{name.replace('_', '-')}: {what} (got {self.get(name)!r})")
 
-        need(1 <= self.replicas <= MAX_REPLICAS, "replicas", f"must be 1 to {MAX_REPLICAS:,}")
-        need(1 <= self.tp <= MAX_TP, "tp", f"must be 1 to {MAX_TP:,}")
-        need(self.ep >= 1 and self.tp % self.ep == 0, "ep", f"must divide --tp {self.tp}")
-        if self.dp_attention != 1:
+        c, m, s, a, h = self.cluster, self.memory, self.scheduling, self.arrivals, self.host_time
+        need(1 <= c.replicas <= MAX_REPLICAS, "replicas", f"must be 1 to {MAX_REPLICAS:,}")
+        need(1 <= c.tp <= MAX_TP, "tp", f"must be 1 to {MAX_TP:,}")
+        need(c.ep >= 1 and c.tp % c.ep == 0, "ep", f"must divide --tp {c.tp}")
+        if c.dp_attention != 1:
             self._check_dp_attention()
         need(
-            self.moe_a2a in ("", *A2APrice.BACKENDS),
+            c.moe_a2a in ("", *A2APrice.BACKENDS),
             "moe_a2a",
             "'' (the gather/scatter), deepep, deepep_ht or deepep_ll",
         )
-        if self.moe_a2a and self.dp_attention == 1:
+        if c.moe_a2a and c.dp_attention == 1:
             raise TwinError(
-                f"DeepEP's all-to-all ({self.moe_a2a}: SGLang's --set moe_a2a_backend, vLLM's "
+                f"DeepEP's all-to-all ({c.moe_a2a}: SGLang's --set moe_a2a_backend, vLLM's "
                 "--set all2all_backend): priced under --dp-attention only (give --dp-attention D)"
             )
-        if self.pp != 1:
+        if c.pp != 1:
             self._check_pipeline()
-        need(self.cache_bytes >= 0, "cache_bytes", "must be >= 0")
-        need(self.max_batched_tokens >= 1, "max_batched_tokens", "must be at least 1")
-        need(self.max_running >= 1, "max_running", "must be at least 1")
+        need(m.cache_bytes >= 0, "cache_bytes", "must be >= 0")
+        need(s.max_batched_tokens >= 1, "max_batched_tokens", "must be at least 1")
+        need(s.max_running >= 1, "max_running", "must be at least 1")
         # Every running sequence decodes one token per step, so the budget must
         # hold a full batch of decodes (vLLM requires the same).
         need(
-            self.max_running <= self.max_batched_tokens,
+            s.max_running <= s.max_batched_tokens,
             "max_running",
-            f"must not exceed --max-batched-tokens ({self.max_batched_tokens})",
+            f"must not exceed --max-batched-tokens ({s.max_batched_tokens})",
         )
-        need(0 < self.memory_utilization <= 1, "memory_utilization", "must be in (0, 1]")
+        need(0 < m.memory_utilization <= 1, "memory_utilization", "must be in (0, 1]")
         for name in ("session_rate", "request_rate", "gpu_memory_bytes"):
-            v = getattr(self, name)
+            v = self.get(name)
             need(v is None or (math.isfinite(v) and v > 0), name, "must be a positive number")
-        need(math.isfinite(self.warmup_s) and self.warmup_s >= 0, "warmup_s", "must be >= 0")
+        need(math.isfinite(a.warmup_s) and a.warmup_s >= 0, "warmup_s", "must be >= 0")
         need(
-            self.until_s is None or (math.isfinite(self.until_s) and self.until_s > 0),
+            a.until_s is None or (math.isfinite(a.until_s) and a.until_s > 0),
             "until_s",
             "must be a positive number",
         )
         need(
-            self.until_s is None or self.warmup_s < self.until_s,
+            a.until_s is None or a.warmup_s < a.until_s,
             "warmup_s",
-            f"must end before the arrivals do (--until-s {self.until_s})",
+            f"must end before the arrivals do (--until-s {a.until_s})",
         )
-        need(self.samples >= 2, "samples", "must be at least 2")
+        need(a.samples >= 2, "samples", "must be at least 2")
         for name in ("frontend_s", "step_host_s", "seq_host_s", "eager_prefill_s"):
-            v = getattr(self, name)
+            v = self.get(name)
             need(math.isfinite(v) and v >= 0, name, "must be >= 0")
         need(
-            not self.eager_prefill_s or (self.dp_attention == 1 and self.pp == 1),
+            not h.eager_prefill_s or (c.dp_attention == 1 and c.pp == 1),
             "eager_prefill_s",
             "is not modelled with attention data parallelism or pipeline stages",
         )
-        need(self.concurrency is None or self.concurrency >= 1, "concurrency", "must be >= 1")
+        need(a.concurrency is None or a.concurrency >= 1, "concurrency", "must be >= 1")
         need(
-            math.isfinite(self.burstiness) and self.burstiness > 0,
+            math.isfinite(a.burstiness) and a.burstiness > 0,
             "burstiness",
             "must be a positive number",
         )
         need(
-            self.burstiness == 1.0 or self.session_rate is not None,
+            a.burstiness == 1.0 or a.session_rate is not None,
             "burstiness",
             "shapes the --session-rate stream: give --session-rate",
         )
         for name in ("session_rate", "request_rate"):
-            if self.concurrency is not None and getattr(self, name) is not None:
+            if a.concurrency is not None and self.get(name) is not None:
                 raise TwinError(
                     f"--concurrency: closed-loop clients set the arrivals; --"
                     f"{name.replace('_', '-')} cannot be given with it"
                 )
         need(
-            self.preemption in PREEMPTIONS,
+            s.preemption in PREEMPTIONS,
             "preemption",
             "must be recompute or retract",
         )
-        need(self.state_slots >= 1, "state_slots", "must be at least 1")
-        need(self.schedule_policy in SCHEDULE_POLICIES, "schedule_policy", "must be fcfs or lpm")
+        need(m.state_slots >= 1, "state_slots", "must be at least 1")
+        need(s.schedule_policy in SCHEDULE_POLICIES, "schedule_policy", "must be fcfs or lpm")
         need(
-            math.isfinite(self.host_cache_ratio) and self.host_cache_ratio >= 0,
+            math.isfinite(m.host_cache_ratio) and m.host_cache_ratio >= 0,
             "host_cache_ratio",
             "must be >= 0",
         )
-        need(self.host_cache_bytes >= 0, "host_cache_bytes", "must be >= 0")
+        need(m.host_cache_bytes >= 0, "host_cache_bytes", "must be >= 0")
         need(
-            self.host_write_policy in WRITE_POLICIES,
+            m.host_write_policy in WRITE_POLICIES,
             "host_write_policy",
             f"must be one of {', '.join(WRITE_POLICIES)}",
         )
-        allocator_for(self.kv_allocator, self.policy)  # a clear error for an unknown name
+        allocator_for(m.kv_allocator, self.cache.policy)  # a clear error for an unknown name
         from twin.engine.scheduler import get_scheduler  # late: the registry imports the engine
 
-        get_scheduler(self.scheduler)  # a clear error for an unknown name
+        get_scheduler(s.scheduler)  # a clear error for an unknown name
         need(
-            self.shared_pool or self.kv_allocator == AUTO,
+            m.shared_pool or m.kv_allocator == AUTO,
             "kv_allocator",
             "pages the shared pool only: use it with --cache-gb auto",
         )
 
         self._check_disaggregated()
-        if self.speculative:
+        if self.mode.speculative:
             self._check_speculative()
 
     def _check_dp_attention(self) -> None:
@@ -353,24 +502,23 @@ class EngineConfig:
         the attention-DP replica models (``twin.engine.dp_attention``)."""
         from twin.parallel import Layout
 
-        Layout(self.tp, self.ep, self.dp_attention)  # one line naming --dp-attention
-        d = self.dp_attention
-        if self.host_cache_bytes or self.host_cache_ratio:
-            raise TwinError(f"--dp-attention {d}: not modelled with a host cache tier")
+        c = self.cluster
+        Layout(c.tp, c.ep, c.dp_attention)  # one line naming --dp-attention
+        if self.memory.host_cache_bytes or self.memory.host_cache_ratio:
+            raise TwinError(f"--dp-attention {c.dp_attention}: not modelled with a host cache tier")
 
     def _check_pipeline(self) -> None:
         """``--pp``: stages of ``tp`` GPUs within the bounds, and only with what the
         pipelined replica models (``twin.engine.pipeline``); each refusal one line."""
-        p = self.pp
-        if not (isinstance(p, int) and p >= 1 and self.tp * p <= MAX_TP):
-            raise TwinError(
-                f"--pp: must be 1 to {MAX_TP // self.tp:,} at --tp {self.tp} (got {p!r})"
-            )
+        c, m, d = self.cluster, self.memory, self.disagg
+        p = c.pp
+        if not (isinstance(p, int) and p >= 1 and c.tp * p <= MAX_TP):
+            raise TwinError(f"--pp: must be 1 to {MAX_TP // c.tp:,} at --tp {c.tp} (got {p!r})")
         for flag, unset in (
-            ("--dp-attention", self.dp_attention == 1),
-            ("speculative decoding", not self.speculative),
-            ("disaggregated pools", not (self.prefill_workers or self.decode_workers)),
-            ("a host cache tier", not (self.host_cache_bytes or self.host_cache_ratio)),
+            ("--dp-attention", c.dp_attention == 1),
+            ("speculative decoding", not self.mode.speculative),
+            ("disaggregated pools", not (d.prefill_workers or d.decode_workers)),
+            ("a host cache tier", not (m.host_cache_bytes or m.host_cache_ratio)),
         ):
             if not unset:
                 raise PipelineConflict(f"--pp {p}: not modelled with {flag} yet", flag)
@@ -379,23 +527,25 @@ class EngineConfig:
         """Speculative decoding's settings (a Speculation) and the draft's parallelism."""
         from twin.engine.speculative import Speculation
 
-        draft_tp = Speculation.from_dict(self.speculative).draft_tp
-        if draft_tp not in (0, 1, self.tp):
+        c = self.cluster
+        draft_tp = Speculation.from_dict(self.mode.speculative).draft_tp
+        if draft_tp not in (0, 1, c.tp):
             raise TwinError(
                 f"speculative draft tensor parallelism {draft_tp}: must be 1 or the "
-                f"target's --tp {self.tp} (vLLM's draft_tensor_parallel_size)"
+                f"target's --tp {c.tp} (vLLM's draft_tensor_parallel_size)"
             )
-        if draft_tp == 1 != self.tp and self.dp_attention > 1:
+        if draft_tp == 1 != c.tp and c.dp_attention > 1:
             # The draft's forwards join the ranks' synchronised steps at the target's
             # layout (SGLang's EAGLE worker runs under the target's DP attention).
             raise TwinError(
                 f"speculative draft tensor parallelism 1 with --dp-attention "
-                f"{self.dp_attention}: not modelled (the draft runs at the target's --tp)"
+                f"{c.dp_attention}: not modelled (the draft runs at the target's --tp)"
             )
 
     def _check_disaggregated(self) -> None:
         """The disaggregated layout's flags (issue 36), each refusal one line."""
-        p, d = self.prefill_workers, self.decode_workers
+        c, x = self.cluster, self.disagg
+        p, d = x.prefill_workers, x.decode_workers
         pool = [
             POOL_FLAG_OPTIONS.get(name, f"--{name.replace('_', '-')}")
             for name in (
@@ -407,46 +557,46 @@ class EngineConfig:
                 "prefill_engine_flags",
                 "decode_engine_flags",
             )
-            if getattr(self, name)
+            if self.get(name)
         ]
         if pool and not (p or d):
             raise TwinError(
                 f"{pool[0]}: only a disaggregated run has a decode pool; give "
                 "--prefill-workers and --decode-workers"
             )
-        if self.shared_kv_tier_bytes < 0:
-            raise TwinError(f"--shared-kv-tier: must be >= 0 (got {self.shared_kv_tier_bytes})")
-        if self.shared_kv_tier_bytes and not (p or d):
+        store = x.shared_kv_tier_bytes
+        if store < 0:
+            raise TwinError(f"--shared-kv-tier: must be >= 0 (got {store})")
+        if store and not (p or d):
             raise TwinError(
                 "--shared-kv-tier: a store the pools of a disaggregated run share; give "
                 "--prefill-workers and --decode-workers"
             )
-        if self.shared_kv_tier_bytes and self.dp_attention > 1:
+        if store and c.dp_attention > 1:
             raise TwinError("--shared-kv-tier: not modelled with attention DP in the prefill pool")
-        if self.shared_kv_tier_bytes and (self.host_cache_bytes or self.host_cache_ratio):
+        if store and (self.memory.host_cache_bytes or self.memory.host_cache_ratio):
             raise TwinError(
                 "--shared-kv-tier: not modelled with a host cache tier per replica "
                 "(--set hicache_ratio/kv_offloading_size); give one of them"
             )
-        d_tp = self.decode_tp or self.tp
-        if not 0 <= self.decode_tp <= MAX_TP:
-            raise TwinError(f"--decode-tp: must be 1 to {MAX_TP:,} (got {self.decode_tp})")
-        if self.decode_ep < 0 or d_tp % (self.decode_ep or self.ep):
+        d_tp = x.decode_tp or c.tp
+        if not 0 <= x.decode_tp <= MAX_TP:
+            raise TwinError(f"--decode-tp: must be 1 to {MAX_TP:,} (got {x.decode_tp})")
+        if x.decode_ep < 0 or d_tp % (x.decode_ep or c.ep):
             raise TwinError(
-                f"--decode-ep: must divide the decode pool's tp {d_tp} "
-                f"(got {self.decode_ep or self.ep})"
+                f"--decode-ep: must divide the decode pool's tp {d_tp} (got {x.decode_ep or c.ep})"
             )
-        d_dp = self.decode_dp_attention or self.dp_attention
-        if self.decode_dp_attention < 0 or d_tp % d_dp:
+        d_dp = x.decode_dp_attention or c.dp_attention
+        if x.decode_dp_attention < 0 or d_tp % d_dp:
             raise TwinError(
                 f"--decode-dp-attention: must divide the decode pool's tp {d_tp} (got {d_dp})"
             )
-        if self.kv_link not in KV_LINKS:
-            raise TwinError(f"--kv-link: must be {' or '.join(KV_LINKS)} (got {self.kv_link!r})")
+        if x.kv_link not in KV_LINKS:
+            raise TwinError(f"--kv-link: must be {' or '.join(KV_LINKS)} (got {x.kv_link!r})")
         if not p and not d:
-            if self.kv_link != "ib":
+            if x.kv_link != "ib":
                 raise TwinError(
-                    f"--kv-link {self.kv_link}: only a disaggregated run moves KV between "
+                    f"--kv-link {x.kv_link}: only a disaggregated run moves KV between "
                     "workers; give --prefill-workers and --decode-workers"
                 )
             return
@@ -455,23 +605,25 @@ class EngineConfig:
                 "--prefill-workers and --decode-workers: give both, each at least 1 "
                 f"(got {p} and {d})"
             )
-        if self.replicas != p + d:
+        if c.replicas != p + d:
             raise TwinError(
-                f"--replicas {self.replicas}: a disaggregated run has --prefill-workers + "
+                f"--replicas {c.replicas}: a disaggregated run has --prefill-workers + "
                 f"--decode-workers = {p + d} replicas; leave --replicas out"
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready copy (the summary records the exact configuration).
+        """JSON-ready flat copy (the summary records the exact configuration), its keys
+        in :data:`SUMMARY_ORDER`.
 
         The engine-mode fields are left out at their defaults (the paper's world),
         so summaries from before they existed are reproduced byte for byte.
         """
-        out = dataclasses.asdict(self)
+        parts = {attr: dataclasses.asdict(getattr(self, attr)) for attr in GROUPS}
+        out = {name: parts[GROUP_OF[name]][name] for name in SUMMARY_ORDER}
         for name in _OMITTED_AT_DEFAULT:
             if out[name] == _DEFAULTS[name]:
                 del out[name]
-        if not self.prefill_workers:
+        if not self.disagg.prefill_workers:
             del out["kv_link"]  # aggregated: no link
         return out
 
@@ -519,10 +671,10 @@ POOL_FLAG_OPTIONS = {
     "prefill_engine_flags": "--prefill-set",
     "decode_engine_flags": "--decode-set",
 }
-_DEFAULTS: dict[str, Any] = {name: getattr(EngineConfig(), name) for name in _OMITTED_AT_DEFAULT}
+_DEFAULTS: dict[str, Any] = {name: EngineConfig().get(name) for name in _OMITTED_AT_DEFAULT}
 
 
-_DEFAULT_BUDGET = EngineConfig().max_batched_tokens
+_DEFAULT_BUDGET = SchedulerConfig().max_batched_tokens
 
 
 def build_config(
@@ -582,7 +734,4 @@ def build_config(
     pools = fields.get("prefill_workers") or 0, fields.get("decode_workers") or 0
     if (pools[0] or pools[1]) and fields.get("replicas", 1) == 1:
         fields["replicas"] = max(pools[0], 0) + max(pools[1], 0) or 1  # the two pools
-    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(EngineConfig)})
-    if unknown:
-        raise TypeError(f"EngineConfig has no field {', '.join(unknown)}")
-    return EngineConfig(**fields)
+    return EngineConfig.of(**fields)

@@ -71,6 +71,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
+from twin.engine.config import EngineConfig
 from twin.engine.cost import Chunk, PricerBase, RankStep, StepPricer, WrappingPricer, affine_fit
 from twin.engine.lpm import order_by_prefix
 from twin.engine.replica import Replica
@@ -528,7 +529,7 @@ class DPCluster(Cluster):
         self,
         model: ModelSpec,
         pricer: StepPricer,
-        config: Any,
+        config: EngineConfig,
         workload: Workload,
         on_record: Callable[[Any], None] = lambda rec: None,
     ) -> None:
@@ -538,16 +539,18 @@ class DPCluster(Cluster):
         self._recorder: RankRecorder | None = None
         super().__init__(model, pricer, config, workload, on_record)
 
-    def _replica_setup(self, i: int) -> tuple[Any, StepPricer, float]:
+    def _replica_setup(self, i: int) -> tuple[EngineConfig, StepPricer, float]:
         assert self._recorder is not None
-        return self.config, self._recorder, self.budget / self.config.dp_attention
+        return self.config, self._recorder, self.budget / self.config.cluster.dp_attention
 
     def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Any:
         def rank(recorder: RankRecorder) -> Replica:
             self._recorder = recorder
             return super(DPCluster, self)._new_replica(i, workload, longest)
 
-        replica = dp_replica(self._dp_pricer, self.config.dp_attention, self.config.engine, rank)
+        replica = dp_replica(
+            self._dp_pricer, self.config.cluster.dp_attention, self.config.mode.engine, rank
+        )
         self._recorder = None
         return replica
 

@@ -61,10 +61,10 @@ def kv_link(kind: str, gpu: str | None, config: EngineConfig) -> KvLink:
             IB_LATENCY_S,
             "400 Gb/s ConnectX-7 per GPU (NVIDIA DGX H100/H200 user guide); latency assumed",
         )
-    if config.decode_gpu and config.decode_gpu != gpu:
+    if config.disagg.decode_gpu and config.disagg.decode_gpu != gpu:
         raise TwinError(
             f"--kv-link nvlink: the pools' GPUs differ ({gpu or 'the profile'}, "
-            f"{config.decode_gpu}) and an HGX node holds one GPU type; use --kv-link ib"
+            f"{config.disagg.decode_gpu}) and an HGX node holds one GPU type; use --kv-link ib"
         )
     spec = GPUS.get(gpu or "")
     if spec is None or not spec.nvlink_bw:
@@ -72,8 +72,8 @@ def kv_link(kind: str, gpu: str | None, config: EngineConfig) -> KvLink:
             f"--kv-link nvlink: {gpu or 'this profile'!r} has no NVLink figure in "
             "twin.hardware; use --kv-link ib"
         )
-    gpus = config.prefill_workers * config.tp + config.decode_workers * (
-        config.decode_tp or config.tp
+    gpus = config.disagg.prefill_workers * config.cluster.tp + config.disagg.decode_workers * (
+        config.disagg.decode_tp or config.cluster.tp
     )
     if gpus > NODE_GPUS:
         raise TwinError(

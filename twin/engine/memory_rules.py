@@ -85,23 +85,27 @@ def non_torch_bytes(tp: int) -> int:
 
 def _of_total(model: ModelSpec, config: EngineConfig, weights: float) -> float:
     """SGLang and the paper's world: the fraction of the total, less the weights."""
-    assert config.gpu_memory_bytes is not None
-    usable = config.tp * config.gpu_memory_bytes * config.memory_utilization
+    assert config.memory.gpu_memory_bytes is not None
+    usable = config.cluster.tp * config.memory.gpu_memory_bytes * config.memory.memory_utilization
     return usable - weights
 
 
 def _vllm(model: ModelSpec, config: EngineConfig, weights: float) -> float:
     """vLLM: the fraction of the total, less the weights and the activation peak."""
-    act = config.tp * activation_bytes(model, config.max_batched_tokens, config.tp)
+    act = config.cluster.tp * activation_bytes(
+        model, config.scheduling.max_batched_tokens, config.cluster.tp
+    )
     return _of_total(model, config, weights) - act
 
 
 def _trtllm(model: ModelSpec, config: EngineConfig, weights: float) -> float:
     """TensorRT-LLM: the fraction of what the profiling peak leaves free."""
-    assert config.gpu_memory_bytes is not None
-    per_gpu = activation_bytes(model, config.max_batched_tokens, config.tp)
-    peak = weights + config.tp * (per_gpu + non_torch_bytes(config.tp))
-    return (config.tp * config.gpu_memory_bytes - peak) * config.memory_utilization
+    assert config.memory.gpu_memory_bytes is not None
+    per_gpu = activation_bytes(model, config.scheduling.max_batched_tokens, config.cluster.tp)
+    peak = weights + config.cluster.tp * (per_gpu + non_torch_bytes(config.cluster.tp))
+    return (
+        config.cluster.tp * config.memory.gpu_memory_bytes - peak
+    ) * config.memory.memory_utilization
 
 
 # Engine mode -> its rule; a mode not named here sizes its pool as SGLang does.
@@ -113,14 +117,14 @@ POOL_RULES: dict[str, Callable[[ModelSpec, EngineConfig, float], float]] = {
 
 def pool_bytes(model: ModelSpec, config: EngineConfig, weights: float) -> float:
     """The replica's bytes for KV (and a dedicated cache) under its engine's rule."""
-    return POOL_RULES.get(config.engine, _of_total)(model, config, weights)
+    return POOL_RULES.get(config.mode.engine, _of_total)(model, config, weights)
 
 
 def held_bytes(model: ModelSpec, config: EngineConfig, weights: float) -> float:
     """What the engine's rule keeps from the replica's ``fraction x total`` besides the
     weights (0 for SGLang and the paper's world): for the one-line memory error."""
-    assert config.gpu_memory_bytes is not None
-    usable = config.tp * config.gpu_memory_bytes * config.memory_utilization
+    assert config.memory.gpu_memory_bytes is not None
+    usable = config.cluster.tp * config.memory.gpu_memory_bytes * config.memory.memory_utilization
     return usable - weights - pool_bytes(model, config, weights)
 
 

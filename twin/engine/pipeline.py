@@ -74,6 +74,7 @@ from typing import Any
 
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
+from twin.engine.config import EngineConfig, SchedulerConfig
 from twin.engine.cost import Chunk, CostModelPricer, PricerBase, StepPricer, WrappingPricer
 from twin.engine.fabric import IB_BW_PER_GPU, IB_LATENCY_S, NODE_GPUS
 from twin.engine.replica import Replica, Seq
@@ -272,10 +273,10 @@ class PipelineScheduler(PartsClock):
         env: Environment,
         replica: Replica,
         pricer: PipelinePricer,
-        scheduler: str,
-        max_batched_tokens: int,
-        max_running: int,
+        scheduling: SchedulerConfig,
     ) -> None:
+        scheduler, max_running = scheduling.scheduler, scheduling.max_running
+        budget = scheduling.max_batched_tokens
         self.env = env
         self.pp = pricer.pp
         self.shop = FlowShop(env, self.pp + 1)  # the host, then the stages
@@ -287,7 +288,7 @@ class PipelineScheduler(PartsClock):
         self.waiting: deque[Seq] = deque()
         self.lanes: list[Any] = []
         for _ in range(self.pp):
-            lane = cls(env, replica, LanePricer(pricer, self.shop), max_batched_tokens, max_running)
+            lane = cls(env, replica, LanePricer(pricer, self.shop), budget, max_running)
             lane.pipeline = self
             lane.waiting = self.waiting  # one queue: an arrival joins the next micro-batch
             self.lanes.append(lane)
@@ -339,7 +340,7 @@ class PipelineCluster(Cluster):
         self,
         model: ModelSpec,
         pricer: Any,
-        config: Any,
+        config: EngineConfig,
         workload: Workload,
         on_record: Callable[[Any], None] = lambda rec: None,
     ) -> None:
@@ -349,14 +350,10 @@ class PipelineCluster(Cluster):
 
     def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Replica:
         replica = super()._new_replica(i, workload, longest)
-        config = self.config
+        pricer = self.pricer
+        assert isinstance(pricer, PipelinePricer)  # checked in __init__
         replica.scheduler = PipelineScheduler(  # type: ignore[assignment]
-            self.env,
-            replica,
-            self.pricer,  # type: ignore[arg-type]
-            config.scheduler,
-            config.max_batched_tokens,
-            config.max_running,
+            self.env, replica, pricer, self.config.scheduling
         )
         return replica
 

@@ -28,6 +28,7 @@ from typing import Any
 from twin.cache import CacheStructure
 from twin.cache.requests import request_cache_for
 from twin.engine.admission import NewTokenRatio
+from twin.engine.config import SchedulerConfig
 from twin.engine.cost import StepPricer
 from twin.engine.memory_strategies import HostTier, MemoryStrategy
 from twin.engine.scheduler import get_scheduler
@@ -49,15 +50,9 @@ class Replica:
         pricer: StepPricer,
         cache: CacheStructure,
         memory: MemoryStrategy,
-        max_batched_tokens: int,
-        max_running: int,
-        scheduler: str = "continuous",
-        preemption: str = "recompute",
+        scheduling: SchedulerConfig,
         state_slots: int = 1,
         host: HostTier | None = None,
-        schedule_policy: str = "fcfs",
-        new_token_ratio: dict[str, float] | None = None,
-        scheduler_options: dict[str, Any] | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -73,19 +68,19 @@ class Replica:
         self.copy_s = (
             pricer.checkpoint_copy_time() if memory.state_bytes and state_slots == 1 else 0.0
         )
-        self.preemption = preemption
+        self.preemption = scheduling.preemption
         self.preemptions = 0
-        self.schedule_policy = schedule_policy
+        self.schedule_policy = scheduling.schedule_policy
         # SGLang's admission control (twin.engine.admission): a shared pool's only.
         self.new_token_ratio = (
-            NewTokenRatio.from_options(new_token_ratio)
-            if new_token_ratio is not None and memory.pooled
+            NewTokenRatio.from_options(scheduling.new_token_ratio)
+            if scheduling.new_token_ratio and memory.pooled
             else None
         )
         self.outstanding_tokens = 0  # the routers' load signal
         self.submitted = self.rejected = 0
         # The scheduler's own settings (an engine mode's flags), read by the scheduler.
-        self.scheduler_options: dict[str, Any] = dict(scheduler_options or {})
+        self.scheduler_options: dict[str, Any] = dict(scheduling.scheduler_options)
         # vLLM: a preempted request's blocks stay cached (preempt); Transformers only
         # (a hybrid's recurrent states are not kept per block here).
         self.cache_preempted = (
@@ -93,8 +88,8 @@ class Replica:
             and bool(self.scheduler_options.get("cache_preempted"))
             and not memory.state_bytes
         )
-        self.scheduler = get_scheduler(scheduler)(
-            env, self, pricer, max_batched_tokens, max_running
+        self.scheduler = get_scheduler(scheduling.scheduler)(
+            env, self, pricer, scheduling.max_batched_tokens, scheduling.max_running
         )
 
     @property

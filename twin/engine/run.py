@@ -92,16 +92,20 @@ def simulate(
     ``force``, outputs another run committed there meanwhile are kept and this
     run fails instead.
     """
-    summary = SummaryBuilder(PrefillFlops(model), config.warmup_s, config.shared_pool)
+    summary = SummaryBuilder(
+        PrefillFlops(model), config.arrivals.warmup_s, config.memory.shared_pool
+    )
     writer = outputs = None
     if out_dir is not None:
         before = peek_manifest(out_dir)
         files = [REQUESTS_FILE, SUMMARY_FILE]
-        if config.prefill_workers:  # disaggregated: each request's prefill/transfer/decode
+        if config.disagg.prefill_workers:  # disaggregated: each request's prefill/transfer/decode
             files.append(TIMELINE_FILE)
         outputs = OutputSet(out_dir, files, kind="twin simulate")
         writer = RecordWriter(
-            outputs.path(REQUESTS_FILE), config.warmup_s, preemptive=config.shared_pool
+            outputs.path(REQUESTS_FILE),
+            config.arrivals.warmup_s,
+            preemptive=config.memory.shared_pool,
         )
 
     add = summary.add
@@ -145,7 +149,7 @@ def simulate(
         config.to_dict(),
         Provenance(
             __version__,
-            config.seed,
+            config.arrivals.seed,
             model.name,
             WorkloadInfo(
                 str(workload.path),
@@ -204,12 +208,12 @@ class Run:
             **px.info(self.model),
             # Which engine release's kernel tables priced the steps, and per family whose
             # table differs by release the table read; absent without a release (newest).
-            **_tables_info(p, self.config.kernel_tables),
+            **_tables_info(p, self.config.mode.kernel_tables),
         }
 
     def horizon_s(self) -> float:
         """Simulated seconds the run is expected to span (a progress bar's total)."""
-        return expected_horizon(self.workload, self.config)
+        return expected_horizon(self.workload, self.config.arrivals)
 
     def simulate(
         self,
@@ -435,30 +439,33 @@ def build_run(
         **mode_fields(spec, engine, {**(sets or {}), **prefill_sets}, settings),
     )
     decode = None
-    if config.prefill_workers:
-        kv_link(config.kv_link, prof.gpu, config)  # refused here, before any work
-        d_dp = config.decode_dp_attention or config.dp_attention
-        check_tp_pair(config.tp // config.dp_attention, (config.decode_tp or config.tp) // d_dp)
+    c, x, arrivals = config.cluster, config.disagg, config.arrivals
+    if x.prefill_workers:
+        kv_link(x.kv_link, prof.gpu, config)  # refused here, before any work
+        d_dp = x.decode_dp_attention or c.dp_attention
+        check_tp_pair(c.tp // c.dp_attention, (x.decode_tp or c.tp) // d_dp)
         if (
-            config.decode_gpu
-            or config.decode_tp
-            or config.decode_ep
-            or config.decode_dp_attention
+            x.decode_gpu
+            or x.decode_tp
+            or x.decode_ep
+            or x.decode_dp_attention
             or prefill_sets
             or decode_sets
         ):
             decode_flags = {**(sets or {}), **decode_sets}
             decode = _decode_pool(spec, dprof, engine, decode_flags, settings, cache_gb, config)
-    if duration_s is not None and config.session_rate is not None:
+    if duration_s is not None and arrivals.session_rate is not None:
         from twin.workloads.extend import extended_workload, sessions_started
 
         path = workload.path if isinstance(workload, Workload) else Path(workload)
-        needed = sessions_started(config.session_rate, duration_s, config.seed, config.burstiness)
+        needed = sessions_started(
+            arrivals.session_rate, duration_s, arrivals.seed, arrivals.burstiness
+        )
         longer = extended_workload(
             Path(path),
             needed,
             Path(workload_cache) if workload_cache is not None else default_workload_cache(),
-            f"{config.session_rate:g} sessions/s for {duration_s:g} s",
+            f"{arrivals.session_rate:g} sessions/s for {duration_s:g} s",
         )
         if longer != Path(path):
             workload = longer
@@ -476,58 +483,52 @@ def _tables_info(profile: Any, release: str) -> dict[str, Any]:
 
 def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times,
-    a prefill step at least ``config.eager_prefill_s`` long (the outermost layer: a
+    a prefill step at least ``config.host_time.eager_prefill_s`` long (the outermost layer: a
     speculative step's verification replays a graph and is not floored)."""
     pricer = _layout_pricer(model, profile, config)
-    if config.eager_prefill_s:
+    if config.host_time.eager_prefill_s:
         from twin.engine.host_time import EagerPrefillPricer
 
-        pricer = EagerPrefillPricer(pricer, config.eager_prefill_s)
+        pricer = EagerPrefillPricer(pricer, config.host_time.eager_prefill_s)
     return pricer
 
 
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times."""
+    c, h = config.cluster, config.host_time
     absorb = 0
-    if config.speculative:
+    if config.mode.speculative:
         from twin.engine.speculative import Speculation
 
-        absorb = Speculation.from_dict(config.speculative).absorbed_extend
+        absorb = Speculation.from_dict(config.mode.speculative).absorbed_extend
     pricer: StepPricer
-    if config.dp_attention > 1:  # ranks' steps priced together (twin.engine.dp_attention)
+    if c.dp_attention > 1:  # ranks' steps priced together (twin.engine.dp_attention)
         from twin.engine.dp_attention import dp_pricer
 
         pricer = dp_pricer(
             model,
             profile,
-            config.tp,
-            config.ep,
-            config.dp_attention,
-            config.step_host_s,
-            config.seq_host_s,
-            config.moe_a2a,
+            c.tp,
+            c.ep,
+            c.dp_attention,
+            h.step_host_s,
+            h.seq_host_s,
+            c.moe_a2a,
             absorb,
         )
-    elif config.pp > 1:  # stages and micro-batches (twin.engine.pipeline)
+    elif c.pp > 1:  # stages and micro-batches (twin.engine.pipeline)
         from twin.engine.pipeline import pipeline_pricer
 
         return pipeline_pricer(
-            model,
-            profile,
-            config.tp,
-            config.ep,
-            config.pp,
-            config.step_host_s,
-            config.seq_host_s,
-            config.engine,
+            model, profile, c.tp, c.ep, c.pp, h.step_host_s, h.seq_host_s, config.mode.engine
         )
     else:
-        pricer = make_pricer(model, profile, config.tp, config.ep, absorb)
-        if config.step_host_s or config.seq_host_s:
+        pricer = make_pricer(model, profile, c.tp, c.ep, absorb)
+        if h.step_host_s or h.seq_host_s:
             from twin.engine.host_time import HostTimePricer
 
-            pricer = HostTimePricer(pricer, config.step_host_s, config.seq_host_s)
-    if config.speculative:  # drafting and verification (twin.engine.speculative)
+            pricer = HostTimePricer(pricer, h.step_host_s, h.seq_host_s)
+    if config.mode.speculative:  # drafting and verification (twin.engine.speculative)
         from twin.engine.speculative import speculative_pricer
 
         pricer = speculative_pricer(pricer, model, profile, config)
@@ -553,10 +554,10 @@ def _decode_pool(
 
     own = {
         **{k: v for k, v in settings.items() if k not in _POOL_FIELDS},
-        "tp": config.decode_tp or config.tp,
-        "ep": config.decode_ep or config.ep,
-        "dp_attention": config.decode_dp_attention or config.dp_attention,
-        "replicas": config.decode_workers,
+        "tp": config.disagg.decode_tp or config.cluster.tp,
+        "ep": config.disagg.decode_ep or config.cluster.ep,
+        "dp_attention": config.disagg.decode_dp_attention or config.cluster.dp_attention,
+        "replicas": config.disagg.decode_workers,
     }
     where = (
         f"the decode pool ({profile.gpu}, tp {own['tp']}"

@@ -60,9 +60,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from twin.engine.config import EngineConfig
 
 from twin.engine.cost import Chunk, Durations, RankStep, WrappingPricer, affine_fit
 from twin.errors import TwinError
@@ -723,31 +726,32 @@ class SpeculativePricer(WrappingPricer):
 
 
 def speculative_pricer(
-    inner: Any, model: ModelSpec, profile: Any, config: Any
+    inner: Any, model: ModelSpec, profile: Any, config: EngineConfig
 ) -> SpeculativePricer:
-    """``inner`` with the run's speculative decoding (``config.speculative``): the draft
-    priced by the cost model on the same GPU at its tensor parallelism; under attention
-    DP (``config.dp_attention``) by the ranks' synchronised pricer, as the target
+    """``inner`` with the run's speculative decoding (``config.mode.speculative``): the
+    draft priced by the cost model on the same GPU at its tensor parallelism; under
+    attention DP (``config.cluster.dp_attention``) by the ranks' synchronised pricer, as the target
     (``twin.engine.dp_attention.dp_pricer``)."""
     from twin.engine.cost import make_pricer
 
-    spec = Speculation.from_dict(config.speculative)
+    c = config.cluster
+    spec = Speculation.from_dict(config.mode.speculative)
     draft_spec = spec.draft_spec(model)
     draft: Any = None
     if draft_spec is not None:
-        tp = spec.draft_tp or config.tp
-        ep = config.ep if tp == config.tp and draft_spec.n_moe_layers else 1
-        if config.dp_attention > 1:
+        tp = spec.draft_tp or c.tp
+        ep = c.ep if tp == c.tp and draft_spec.n_moe_layers else 1
+        if c.dp_attention > 1:
             from twin.engine.dp_attention import dp_pricer
 
-            dp = config.dp_attention
-            moe_a2a = config.moe_a2a if draft_spec.n_moe_layers else ""
+            dp = c.dp_attention
+            moe_a2a = c.moe_a2a if draft_spec.n_moe_layers else ""
             draft = dp_pricer(
                 draft_spec, profile, tp, ep, dp, 0.0, 0.0, moe_a2a, spec.absorbed_extend
             )
         else:
             draft = make_pricer(draft_spec, profile, tp, ep, spec.absorbed_extend)
-    return SpeculativePricer(inner, draft, spec, config.step_host_s)
+    return SpeculativePricer(inner, draft, spec, config.host_time.step_host_s)
 
 
 __all__ = [

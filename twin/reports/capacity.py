@@ -252,8 +252,8 @@ def capacity_report(
             result.rows += added
             result.computed += len(added)
     config = spec.base_config()
-    if config.pp > 1:  # results.parquet has no pp column: the run's stages, on its rows
-        result.rows = [{**r, "pp": config.pp} for r in result.rows]
+    if config.cluster.pp > 1:  # results.parquet has no pp column: the run's stages, on its rows
+        result.rows = [{**r, "pp": config.cluster.pp} for r in result.rows]
     ran, infeasible = split_infeasible(result.rows)
     if not ran:
         raise TwinError(
@@ -266,8 +266,12 @@ def capacity_report(
     judged = {r["key"]: r for r in rows}
     rows = [_layout_label(r) for r in rows]  # what the tables and figures group by
     agg = aggregate(rows, slos)
-    recs = recommend(agg, slos, config.replicas, config.tp, config.pp) if slos else []
-    notes = _notes(rows, stale, config.router)
+    recs = (
+        recommend(agg, slos, config.cluster.replicas, config.cluster.tp, config.cluster.pp)
+        if slos
+        else []
+    )
+    notes = _notes(rows, stale, config.cluster.router)
     header = Header(
         command=command,
         workload=str(workload),
@@ -282,9 +286,9 @@ def capacity_report(
             spec.profile,
             get_mode(engine).kernels if engine is not None else None,
         ),
-        replicas=config.replicas,
-        tp=config.tp,
-        pp=config.pp,
+        replicas=config.cluster.replicas,
+        tp=config.cluster.tp,
+        pp=config.cluster.pp,
         replica_counts=tuple(sorted({one.replicas(p) for one in specs for p in points})),
         infeasible=tuple(infeasible),
         notes=tuple(notes),

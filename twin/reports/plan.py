@@ -427,7 +427,9 @@ def analyse(
         )
         return Analysis(spec, spec.profile_label, None, 1, how)
     ranks = cand.dp_attention
-    per_token = cheapest_token_s(pricer, config.max_batched_tokens, config.max_running, ranks)
+    per_token = cheapest_token_s(
+        pricer, config.scheduling.max_batched_tokens, config.scheduling.max_running, ranks
+    )
     tokens = stats["uncached_prompt_tokens_per_request"] + stats["decode_tokens_per_request"]
     requests_per_s = rate * stats["requests_per_session"]
     work = requests_per_s * tokens * per_token  # replica-seconds per second

@@ -162,12 +162,12 @@ class SweepSpec:
     def replicas(self, point: Point) -> int:
         """The replicas ``point`` runs on (its own, else the fixed setting); with a
         disaggregated layout, the workers of both pools."""
-        n = point.replicas if point.replicas is not None else self.base_config().replicas
+        n = point.replicas if point.replicas is not None else self.base_config().cluster.replicas
         return n * parse_layout(self.layout).workers if self.layout else n
 
     @property
     def tp(self) -> int:
-        return self.base_config().tp
+        return self.base_config().cluster.tp
 
     def key(self, point: Point) -> str:
         """Resume key: the point, the workload's bytes, the model, the profile and every
@@ -401,7 +401,7 @@ def run_point(
         # A point that cannot run is a finding of the sweep, not a reason to stop it.
         return infeasible_row(spec, point, str(err))
     slos = parse_slos(spec.slos)
-    digest = RequestDigest(run.config.warmup_s, slos)
+    digest = RequestDigest(run.config.arrivals.warmup_s, slos)
     horizon = run.horizon_s()
     summary = run.simulate(
         progress=None if progress is None or horizon <= 0 else lambda dt: progress(dt / horizon),

@@ -18,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from twin.engine.config import EngineConfig
+from twin.engine.config import (
+    CacheConfig,
+    ClusterConfig,
+    EngineConfig,
+    MemoryConfig,
+    SchedulerConfig,
+)
 from twin.engine.cost import Chunk, StepPricer
 from twin.engine.run import simulate
 from twin.metrics import RequestRecord
@@ -67,14 +73,10 @@ def server_config(
 ) -> EngineConfig:
     """The engine configuration of the executor's server (module docstring)."""
     return EngineConfig(
-        replicas=1,
-        tp=1,
-        cache_bytes=int(cache_bytes),
-        policy=policy,
-        policy_options=dict(policy_options or {}),
-        max_running=1,
-        max_batched_tokens=longest_prompt(workload),
-        gpu_memory_bytes=None,
+        cluster=ClusterConfig(replicas=1, tp=1),
+        memory=MemoryConfig(cache_bytes=int(cache_bytes), gpu_memory_bytes=None),
+        cache=CacheConfig(policy=policy, policy_options=dict(policy_options or {})),
+        scheduling=SchedulerConfig(max_running=1, max_batched_tokens=longest_prompt(workload)),
     )
 
 

@@ -57,8 +57,8 @@ class DisaggCluster(Cluster):
         decode: WorkerPool | None = None,
         gpu: str | None = None,
     ) -> None:
-        p, d = config.prefill_workers, config.decode_workers
-        assert p >= 1 and d >= 1 and config.replicas == p + d
+        p, d = config.disagg.prefill_workers, config.disagg.decode_workers
+        assert p >= 1 and d >= 1 and config.cluster.replicas == p + d
         self.n_prefill = p
         self.gpu = gpu  # the prefill pool's (the run's) GPU
         self._decode_pool = decode  # read by _replica_setup while the replicas are built
@@ -66,11 +66,11 @@ class DisaggCluster(Cluster):
         self.shared_tier: SharedKvTier | None = None  # built with the first prefill worker
         super().__init__(model, pricer, config, workload, on_record)
         self.decode_pool = decode or WorkerPool(config, pricer, self.budget, gpu)
-        self.link = link or kv_link(config.kv_link, None, config)
+        self.link = link or kv_link(config.disagg.kv_link, None, config)
         self.prefill = self.replicas[:p]
         # The engine's hand-off (HANDOFFS): with per-chunk sends each prefill worker's
         # scheduler reports its chunks' ends (_chunk_done) for the requests in _sending.
-        self.handoff = handoff_for(config.engine)
+        self.handoff = handoff_for(config.mode.engine)
         self._sending: dict[int, _Sending] = {}
         if self.handoff.per_chunk:
             for r in self.prefill:
@@ -89,7 +89,7 @@ class DisaggCluster(Cluster):
                 assert isinstance(rank, DecodeReplica)
                 rank.on_freed = self._reserve_next
                 rank.unit = len(self.decode)
-                rank.prefix_cache = config.decode_prefix_cache
+                rank.prefix_cache = config.disagg.decode_prefix_cache
                 self.decode.append(rank)
                 self._decode_owner.append(r)
         n = len(self.decode)
@@ -97,7 +97,7 @@ class DisaggCluster(Cluster):
         self._held = [0] * n  # requests sent to each decode unit and not completed
         self._next_decode = 0
         # When each prefill worker's NICs (each attention-DP rank's, under DP) are next free.
-        self._link_free = [[0.0] * config.dp_attention for _ in range(p)]
+        self._link_free = [[0.0] * config.cluster.dp_attention for _ in range(p)]
         self.kv_per_token = model.kv_bytes_per_token
         # What the busiest prefill GPU sends and each decode GPU receives per token: its
         # share of the KV heads (all of them where there are fewer KV heads than GPUs, and
@@ -105,8 +105,8 @@ class DisaggCluster(Cluster):
         # attention DP a request's KV is on its rank's tp / dp GPUs, and SGLang maps the
         # attention TP ranks (disaggregation/common/conn.py: attn_tp_size).
         dpool = self.decode_pool.config
-        self.prefill_tp = config.tp // config.dp_attention
-        self.decode_tp = dpool.tp // dpool.dp_attention
+        self.prefill_tp = config.cluster.tp // config.cluster.dp_attention
+        self.decode_tp = dpool.cluster.tp // dpool.cluster.dp_attention
         send, recv = transfer_shares(model, self.prefill_tp, self.decode_tp)
         self._shares = send, recv
         self.kv_send_per_token_gpu, self.kv_recv_per_token_gpu = float(send), float(recv)
@@ -118,13 +118,13 @@ class DisaggCluster(Cluster):
     def _shared_tier(self, i: int, longest: Callable[[], int]) -> HostTier | None:
         """The prefill workers' shared KV store (``--shared-kv-tier``), built once."""
         config = self.config
-        if i >= self.n_prefill or not config.shared_kv_tier_bytes:
+        if i >= self.n_prefill or not config.disagg.shared_kv_tier_bytes:
             return None
         if self.shared_tier is None:
-            cache = get_policy(config.policy, **config.policy_options).make_engine_cache(
-                self.model, config.shared_kv_tier_bytes, longest, host_tier=True
-            )
-            self.shared_tier = SharedKvTier(cache, self.model, config.tp)
+            policy = get_policy(config.cache.policy, **config.cache.policy_options)
+            store = config.disagg.shared_kv_tier_bytes
+            cache = policy.make_engine_cache(self.model, store, longest, host_tier=True)
+            self.shared_tier = SharedKvTier(cache, self.model, config.cluster.tp)
         return self.shared_tier
 
     def _replica_kind(self, i: int) -> tuple[type[Replica], bool]:
@@ -144,20 +144,20 @@ class DisaggCluster(Cluster):
         lockstep (``twin.engine.dp_attention``), each rank of the worker's kind with its
         share of the memory."""
         config, pricer, budget = self._replica_setup(i)
-        if config.dp_attention <= 1:
+        if config.cluster.dp_attention <= 1:
             return super()._new_replica(i, workload, longest)
         from twin.engine.dp_attention import RankRecorder, SyncPricer, dp_replica
 
         assert isinstance(pricer, SyncPricer)
 
         def rank(recorder: RankRecorder) -> Replica:
-            self._rank = (config, recorder, budget / config.dp_attention)
+            self._rank = (config, recorder, budget / config.cluster.dp_attention)
             try:
                 return super(DisaggCluster, self)._new_replica(i, workload, longest)
             finally:
                 self._rank = None
 
-        return dp_replica(pricer, config.dp_attention, config.engine, rank)
+        return dp_replica(pricer, config.cluster.dp_attention, config.mode.engine, rank)
 
     def _route(self, req: Request) -> Replica:
         return self.replicas[self.router.route(req.session_id, req.prompt, self.prefill)]
@@ -204,7 +204,7 @@ class DisaggCluster(Cluster):
     def _reserve_next(self, worker: DecodeReplica) -> None:
         """A decode unit freed memory: reserve for its queue's head, in order."""
         queue = self._prealloc[worker.unit]
-        max_running = self.decode_pool.config.max_running
+        max_running = self.decode_pool.config.scheduling.max_running
         while queue and worker.reserve(queue[0][0], max_running):
             queue.popleft()[1].succeed()
 
@@ -326,7 +326,7 @@ class DisaggCluster(Cluster):
     def _reserve(self, k: int, worker: DecodeReplica, seq: Seq) -> Generator[Event, Any, None]:
         """Until decode unit ``k`` has reserved ``seq``'s memory (FIFO, head-of-line)."""
         queue = self._prealloc[k]
-        if queue or not worker.reserve(seq, self.decode_pool.config.max_running):
+        if queue or not worker.reserve(seq, self.decode_pool.config.scheduling.max_running):
             wait = self.env.event()
             queue.append((seq, wait))
             yield wait
@@ -425,10 +425,12 @@ class DisaggCluster(Cluster):
         """The summary's ``pools``: each pool's utilisation, queueing and memory, and the
         transfers (latencies over requests arriving after the warm-up)."""
         cols = self.timeline_columns()
-        measured = cols["arrival_s"] >= self.config.warmup_s
-        p, tp = self.n_prefill, self.config.tp
+        measured = cols["arrival_s"] >= self.config.arrivals.warmup_s
+        p, tp = self.n_prefill, self.config.cluster.tp
         mixed = self._decode_pool is not None  # the decode pool has its own hardware
-        own_flags = bool(self.config.prefill_engine_flags or self.config.decode_engine_flags)
+        own_flags = bool(
+            self.config.disagg.prefill_engine_flags or self.config.disagg.decode_engine_flags
+        )
 
         def spread(values: np.ndarray) -> dict[str, float | None]:
             x = values[measured]
@@ -446,7 +448,7 @@ class DisaggCluster(Cluster):
             util = [r["utilisation"] for r in reps]
             out: dict[str, Any] = {
                 "workers": len(reps),
-                "gpus": len(reps) * at.config.tp,
+                "gpus": len(reps) * at.config.cluster.tp,
                 "replicas": [r["replica"] for r in reps],
                 "requests": sum(r["requests"] for r in reps),
                 "rejected": sum(r["rejected"] for r in reps),
@@ -455,17 +457,17 @@ class DisaggCluster(Cluster):
                 "memory_budget_bytes": at.budget,
             }
             if mixed:  # each pool's hardware (summaries of one-hardware runs unchanged)
-                out.update(gpu=at.gpu, tp=at.config.tp, ep=at.config.ep)
-                if at.config.dp_attention > 1:
-                    out["dp_attention"] = at.config.dp_attention
+                out.update(gpu=at.gpu, tp=at.config.cluster.tp, ep=at.config.cluster.ep)
+                if at.config.cluster.dp_attention > 1:
+                    out["dp_attention"] = at.config.cluster.dp_attention
                 if at.profile:  # the decode pool's; the prefill pool's is the summary's
                     out["profile"] = at.profile
             if own_flags:  # each pool's engine flags (--set and its own) and limits
                 out.update(
-                    engine_flags=at.config.engine_flags,
-                    max_running=at.config.max_running,
-                    max_batched_tokens=at.config.max_batched_tokens,
-                    memory_utilization=at.config.memory_utilization,
+                    engine_flags=at.config.mode.engine_flags,
+                    max_running=at.config.scheduling.max_running,
+                    max_batched_tokens=at.config.scheduling.max_batched_tokens,
+                    memory_utilization=at.config.memory.memory_utilization,
                 )
             if all("pool" in r for r in reps):
                 out["peak_running_bytes"] = max(r["pool"]["peak_running_bytes"] for r in reps)
@@ -490,7 +492,7 @@ class DisaggCluster(Cluster):
             **self.link.to_dict(),
             "policy": (
                 "fifo per prefill worker"
-                + ("'s attention-DP rank" if self.config.dp_attention > 1 else "")
+                + ("'s attention-DP rank" if self.config.cluster.dp_attention > 1 else "")
                 + "; "
                 + self.handoff.policy
             ),
@@ -509,7 +511,7 @@ class DisaggCluster(Cluster):
             transfer["after_prefill_s"] = spread(cols["transfer_end_s"] - cols["prefill_end_s"])
         if mixed:
             transfer.update(self.rank_mapping())
-        if self.config.decode_prefix_cache:
+        if self.config.disagg.decode_prefix_cache:
             transfer["decode_hit_tokens"] = sum(w.hit_tokens for w in self.decode)
         out = {
             "layout": f"{p}P{len(self._units)}D",

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import Any
 
+from twin.cache import CacheStructure
 from twin.engine.batching import ContinuousBatching
+from twin.engine.config import SchedulerConfig
+from twin.engine.cost import StepPricer
+from twin.engine.memory_strategies import HostTier, MemoryStrategy
 from twin.engine.replica import Replica, Seq
+from twin.engine.sim import Environment
 
 
 class DecodeReplica(Replica):
@@ -21,14 +26,30 @@ class DecodeReplica(Replica):
     (:meth:`reserve`).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["new_token_ratio"] = None  # SGLang's PrefillAdder is the prefill side's
-        # Arrivals join the running batch in order (SGLang's get_new_prebuilt_batch); the
-        # prefill scheduler's lpm sort is not the decode worker's.
-        kwargs["schedule_policy"] = "fcfs"
-        if kwargs.get("scheduler") not in ("continuous", "vllm"):
-            kwargs["scheduler"] = "continuous"
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        env: Environment,
+        index: int,
+        pricer: StepPricer,
+        cache: CacheStructure,
+        memory: MemoryStrategy,
+        scheduling: SchedulerConfig,
+        state_slots: int = 1,
+        host: HostTier | None = None,
+    ) -> None:
+        scheduling = dataclasses.replace(
+            scheduling,
+            new_token_ratio={},  # SGLang's PrefillAdder is the prefill side's
+            # Arrivals join the running batch in order (SGLang's get_new_prebuilt_batch);
+            # the prefill scheduler's lpm sort is not the decode worker's.
+            schedule_policy="fcfs",
+            scheduler=(
+                scheduling.scheduler
+                if scheduling.scheduler in ("continuous", "vllm")
+                else "continuous"
+            ),
+        )
+        super().__init__(env, index, pricer, cache, memory, scheduling, state_slots, host)
         assert isinstance(self.scheduler, ContinuousBatching)
         self.scheduler.arrivals_reserved = True  # their KV is in memory reserved for them
         self.reserved = 0  # requests holding a reservation (until they complete)

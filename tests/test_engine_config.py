@@ -1,0 +1,76 @@
+"""The nested engine configuration (issue 33): groups by concern, one builder, and the
+summary's flat ``config`` section unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from twin.engine.config import (
+    GROUP_OF,
+    GROUPS,
+    SUMMARY_ORDER,
+    EngineConfig,
+    SchedulerConfig,
+    build_config,
+)
+from twin.errors import TwinError
+
+# The paper's world: the summary's `config` keys before issue 33 nested the configuration.
+PAPER_KEYS = [
+    "replicas",
+    "tp",
+    "ep",
+    "cache_bytes",
+    "policy",
+    "policy_options",
+    "router",
+    "max_batched_tokens",
+    "max_running",
+    "gpu_memory_bytes",
+    "memory_utilization",
+    "session_rate",
+    "request_rate",
+    "seed",
+    "warmup_s",
+    "until_s",
+    "samples",
+]
+
+
+def test_each_field_lives_in_one_group_and_the_summary_names_each_once() -> None:
+    names = [f.name for cls in GROUPS.values() for f in dataclasses.fields(cls)]
+    assert len(names) == len(set(names)) == len(SUMMARY_ORDER) == len(set(SUMMARY_ORDER))
+    assert set(names) == set(SUMMARY_ORDER) == set(GROUP_OF)
+    assert [f.name for f in dataclasses.fields(EngineConfig)] == list(GROUPS)
+
+
+def test_the_summary_config_is_flat_in_the_old_order() -> None:
+    assert list(EngineConfig().to_dict()) == PAPER_KEYS
+    config = build_config(
+        tp=2,
+        engine="vllm",
+        cache_gb="auto",
+        gpu_memory_bytes=80e9,
+        prefill_workers=1,
+        decode_workers=1,
+        frontend_s=0.001,
+    )
+    keys = list(config.to_dict())
+    assert keys == [k for k in SUMMARY_ORDER if k in keys]  # the old order, flat
+    assert {"engine", "shared_pool", "prefill_workers", "kv_link", "frontend_s"} <= set(keys)
+
+
+def test_the_builder_files_each_name_in_its_group() -> None:
+    config = build_config(tp=2, policy="vanilla", max_running=4, session_rate=1.5, kv_link="ib")
+    assert config.cluster.tp == 2 and config.cache.policy == "vanilla"
+    assert config.scheduling == SchedulerConfig(max_running=4)
+    assert config.arrivals.session_rate == 1.5 and config.get("session_rate") == 1.5
+    with pytest.raises(TypeError, match="no field tpp"):
+        build_config(tpp=2)
+
+
+def test_a_refusal_still_names_the_flag() -> None:
+    with pytest.raises(TwinError, match=r"--max-running: must not exceed --max-batched-tokens"):
+        build_config(max_running=64, max_batched_tokens=32)
