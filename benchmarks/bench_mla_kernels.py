@@ -52,12 +52,50 @@ REASONS = {
     "give (log-log interpolation): the table's own noise, which no smooth model follows",
     "non_monotone_table": "its series' time falls by >10% from one point of the axis to the "
     "next (no model monotone along the axis fits both)",
+    "kernel_switch": "a Blackwell decode row whose trtllm-gen launch (low-latency or "
+    "high-throughput MLA kernel, split-KV reduction in a cluster's shared memory, in global "
+    "memory, or none) differs from a neighbour's along the context axis: the kernel's own "
+    "rule switches there (``trtllm_gen_launch``), a step no smooth model follows",
     "series_offset": "the model misprices the whole series (same heads and batch, or same "
     "BMM shape) by >10% in the row's direction: the kernel's configuration for that shape "
     "(split-KV count, tile, tactic), not the axis",
     "axis_regime": "the error is local to some points of a series that fits elsewhere: a "
     "switch of split count, wave or tactic at those contexts / prompts / token counts",
 }
+
+
+# GPUs whose MLA decode tables time trtllm-gen's MLA generation kernels: SGLang's
+# ``trtllm_mla`` backend and TensorRT-LLM 1.3 on Blackwell.
+TRTLLM_GEN_GPUS = ("b200", "b300", "gb200", "gb300")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def trtllm_gen_launch(batch: int, keys: int, heads: int, sms: int) -> tuple[str, str, bool]:
+    """(kernel, split-KV reduction, head-dim split) of trtllm-gen's MLA generation launch
+    for one query token a sequence, as its runner picks them (flashinfer-python 0.6.1
+    ``include/flashinfer/trtllm/fmha/fmhaKernels.cuh``, ported from TensorRT-LLM's
+    trtllm-gen FMHA runner): ``selectMlaGenerationKernel`` runs the low-latency kernel
+    (``SwapsMmaAbForGeneration``, 16 heads a CTA) at <= 32 heads or when a sequence's KV
+    split at 256 keys a CTA leaves <= 1,024 keys a CTA and the CTAs fit the SMs, else the
+    high-throughput one (64 heads a CTA, two CTAs at 128 heads);
+    ``computeCtaAndClusterConfig`` then splits each sequence's keys over
+    ``min(ceil(keys / 256), max(1, sms // ctas))`` CTAs, reducing 2-16 splits in a
+    cluster's shared memory (low-latency kernel) and more in global memory, and splits the
+    512-wide output over CTAs when the grid still leaves half the SMs idle."""
+    ll_ctas = batch * _cdiv(heads, 16)
+    ll_splits = min(_cdiv(keys, 256), max(1, sms // ll_ctas))
+    low = heads <= 32 or (_cdiv(keys, ll_splits) <= 1024 and ll_ctas <= sms)
+    two_cta = not low and heads == 128
+    per_cta = min(heads, 16 if low else 64)
+    grid = batch * (2 if two_cta else heads // per_cta)
+    splits = min(_cdiv(keys, 256), max(1, sms // grid))
+    reduction = "none" if splits <= 1 else "cga" if low and splits <= 16 else "gmem"
+    new_kernel = reduction != "gmem"
+    dim_split = not new_kernel and not two_cta and grid * splits * 2 <= sms
+    return ("low_latency" if low else "high_throughput", reduction, dim_split)
 
 
 def _group(kernel: str) -> str:
@@ -83,8 +121,10 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     from twin.calibration.aic_import import split_impossible
     from twin.calibration.aic_mla import mla_rows
     from twin.calibration.fit import predict_rows, split_holdout
+    from twin.hardware import get_gpu
 
     gpu, engine = name.rsplit("-", 1)
+    sms = get_gpu(gpu).sm_count or 0
     out: dict[str, dict[str, Any]] = {}
     for fam in mla_rows(at.system_dir(gpu), engine):
         fit: KernelFit | None = prof.kernels.get(fam.kernel)
@@ -112,6 +152,15 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
                 if err > MISS:
                     outliers.add((key, b))
         offset = {k: float(np.median(v)) for k, v in offsets.items()}
+        switches: set[tuple[tuple[int, ...], int]] = set()
+        if fam.kernel.startswith("mla_decode") and gpu in TRTLLM_GEN_GPUS:
+            for key, times in by_series.items():
+                h, b = key
+                xs = sorted(times)
+                launch = {x: trtllm_gen_launch(b, x, h, sms) for x in xs}
+                for a, c in itertools.pairwise(xs):
+                    if launch[a] != launch[c]:
+                        switches |= {(key, a), (key, c)}
         _, held = split_holdout(len(ok))
         counts = dict.fromkeys(REASONS, 0)
         for i in held:
@@ -123,6 +172,8 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
                 counts["outlier_row"] += 1
             elif key in non_monotone:
                 counts["non_monotone_table"] += 1
+            elif (key, x) in switches:
+                counts["kernel_switch"] += 1
             elif offset[key] * lr > 0 and abs(math.expm1(offset[key])) > 0.10:
                 counts["series_offset"] += 1
             else:

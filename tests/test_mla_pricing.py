@@ -212,6 +212,8 @@ def test_the_reader_counts_keys_as_each_table_logs_them(tmp_path: Path) -> None:
     system = _table(tmp_path, context, "context_mla_perf.parquet")
     fams = {f.kernel: f for f in aic_mla.kernel_rows(system, "sglang")}
     assert len(fams["mla_prefill"].rows) == 1 and fams["mla_prefill"].kernel_source == "trtllm_mla"
+    # two sequences x 16 heads x one 128-row tile = 32 CTAs: one wave on the H200's 132 SMs
+    assert fams["mla_prefill"].rows[0]["waves"] == 1
     module = [
         {**base, "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "gemm_type": g,
          "model": "deepseek-ai/DeepSeek-V3", "num_heads": 16, "batch_size": 2, "isl": 1,
@@ -258,7 +260,9 @@ def test_every_mla_family_has_a_formula() -> None:
         assert f.extras in (("tiles", "seq_keys"), ("weight_elems",))
         # the modules price their attention kernel after the GEMMs' smooth maximum
         module = key.startswith("mla_module")
-        assert f.serial == (fm.MLA_MODULE_SERIAL if module else ())
+        prefill = key.startswith("mla_prefill")
+        serial = fm.MLA_MODULE_SERIAL if module else fm.MLA_PREFILL_SERIAL if prefill else ()
+        assert f.serial == serial
         assert f.model_name.startswith("gemms_roofline+" if module else "roofline+")
     assert fm.mla_kernel("mla_module_decode", "fp8_block", "fp8") == (
         "mla_module_decode_fp8_block_fp8kv"
@@ -424,3 +428,37 @@ def test_a_module_fit_of_the_old_form_is_refused_in_one_line(tmp_path: Path) -> 
     # --refit's families are dropped unread
     kept = type(src).load(path, drop=lambda k: k.startswith("mla_module"))
     assert not any(k.startswith("mla_module") for k in kept.kernels)
+
+
+def test_prefill_waves_count_ctas_over_the_sms() -> None:
+    """One CTA per sequence, head and 128-row query tile (trtllm-gen's context tile), one
+    CTA a SM at a time: ``ceil(ctas / sms)``, a batch of chunks at its mean length."""
+    assert mf.MLA_PREFILL_TILE_Q == 128
+    assert mf.mla_prefill_waves(128, 1, 16, 132) == 1  # 16 CTAs
+    assert mf.mla_prefill_waves(129, 1, 16, 132) == 1  # 32 CTAs
+    assert mf.mla_prefill_waves(8 * 1024, 8, 16, 132) == 8  # 8 x 16 x 8 = 1,024 CTAs
+    assert mf.mla_prefill_waves(8 * 1024, 8, 16, 148) == 7  # more SMs, fewer waves
+    assert mf.mla_prefill_waves(8 * 1024, 8, 128, 132) == 63  # 8,192 CTAs
+    assert get_gpu("h200").sm_count == 132 and get_gpu("b200").sm_count == 148
+    assert aic_mla.system_sms(Path("/x/gb300")) == 160
+    with pytest.raises(TwinError, match="no SM count"):
+        aic_mla.system_sms(Path("/x/a30"))
+
+
+def test_the_prefill_kernel_prices_its_waves() -> None:
+    """The ``mla_prefill`` fit's waves coefficient adds its waves' seconds to a step:
+    zero it and the step's MLA prefill drops by exactly ``c_waves x waves`` a layer."""
+    prof = load_profile("b200", "sglang")
+    key = "mla_prefill_fp8kv" if DSV3.kv_dtype == "fp8" else "mla_prefill"
+    cm = CostModel(DSV3, prof, tp=8, ep=8)
+    assert cm.mla_modes[0] == "kernels" and cm.priced.keys["mla_prefill"] == key
+    fit = prof.kernels[key]
+    assert fit.model == fm.get_formula(key).model_name and fit.params["c_waves"] > 0
+    f = aggregate_step([(4096, 0)], [], DSV3.mixer_counts, 0, 1, 64)
+    kernel, seconds = cm._mla_prefill(f)
+    broken = dataclasses.replace(fit, params={**fit.params, "c_waves": 0.0})
+    prof0 = dataclasses.replace(prof, kernels={**prof.kernels, key: broken})
+    waves = mf.mla_prefill_waves(4096, 1, 16, 148)  # 16 heads x 32 tiles = 512 CTAs
+    assert waves == 4 and kernel == "mla_prefill"
+    priced = CostModel(DSV3, prof0, tp=8, ep=8)._mla_prefill(f)[1]
+    assert seconds - priced == pytest.approx(fit.params["c_waves"] * waves, rel=1e-9)

@@ -64,6 +64,13 @@ class GpuSpec:
     mem_source: str = ""  # where ``hbm_bytes`` comes from (:func:`_aic_mem` or nvidia-smi)
 
     @property
+    def sm_count(self) -> int | None:
+        """Streaming multiprocessors (``SM_COUNTS``; None where not tabulated): how many
+        CTAs a kernel runs at once, one a SM, for the wave counts of
+        ``twin.costmodel.mla_features``."""
+        return SM_COUNTS.get(self.name)
+
+    @property
     def interconnect_bw(self) -> float:
         """Bytes/s per direction between two GPUs: NVLink if present, else the host link."""
         return self.nvlink_bw / 2 if self.nvlink_bw else self.host_bw
@@ -278,6 +285,32 @@ GPUS: dict[str, GpuSpec] = {
 def list_gpus() -> list[str]:
     """Registry names of the known GPUs."""
     return list(GPUS)
+
+
+# Streaming multiprocessors per GPU (CUDA's ``multiProcessorCount``), from NVIDIA's
+# architecture whitepapers and datasheets (CUDA cores / 128 a SM where a sheet gives
+# cores): A100 108 (NVIDIA A100 Tensor Core GPU Architecture whitepaper), H100 SXM5 and
+# H200 132 (NVIDIA H100 Tensor Core GPU Architecture whitepaper; H200 is the same GH100
+# configuration), L4 58 (7,424 CUDA cores, L4 datasheet), L40S 142 (18,176 CUDA cores, L40S
+# datasheet), RTX PRO 6000 Blackwell Server 188 (24,064 CUDA cores, its datasheet),
+# Blackwell Ultra (B300, GB300) 160 (NVIDIA technical blog "Inside NVIDIA Blackwell Ultra",
+# Aug 2025: 160 SMs, 20,480 CUDA cores). B200 and GB200 148: NVIDIA's datasheets give no
+# SM count; 148 is the count commonly reported for the part, an assumption of this table
+# (docs/decisions.md, issue 34).
+SM_COUNTS: dict[str, int] = {
+    "a100": 108,
+    "a100-80gb": 108,
+    "a100-80gb-pcie": 108,
+    "h100": 132,
+    "h200": 132,
+    "l4": 58,
+    "l40s": 142,
+    "rtx-pro-6000": 188,
+    "b200": 148,
+    "gb200": 148,
+    "b300": 160,
+    "gb300": 160,
+}
 
 
 def get_gpu(name: str) -> GpuSpec:

@@ -45,6 +45,7 @@ from typing import Any
 from twin import precision as px
 from twin.calibration.aic_tables import (
     ELEM_BYTES,
+    SYSTEMS,
     FamilyRows,
     _family,
     _read,
@@ -60,8 +61,11 @@ from twin.costmodel.mla_features import (
     mla_module_decode_sums,
     mla_module_prefill_sums,
     mla_prefill_sums,
+    mla_prefill_waves,
 )
 from twin.costmodel.table_release import pick_version
+from twin.errors import TwinError
+from twin.hardware import get_gpu
 
 # DeepSeek-V3's MLA widths (its config.json, as cached in aiconfigurator-core 0.12.0
 # ``model_configs/deepseek-ai--DeepSeek-V3_config.json``): the collectors hard-code them
@@ -84,7 +88,17 @@ def operand_bytes(fmt_name: str) -> tuple[float, float]:
     return px.gemm_operand_bytes(px.WEIGHT_FORMATS[fmt_name], ELEM_BYTES)
 
 
-def _kernel_row(kernel: str, r: dict[str, Any], phase: str, kv_e: int) -> dict[str, Any]:
+def system_sms(system: Path) -> int:
+    """The SM count (``twin.hardware.SM_COUNTS``) of the GPU whose tables are under
+    ``system`` (``systems/data/<system>``)."""
+    gpu = next((g for g, d in SYSTEMS.items() if d == system.name), None)
+    sms = get_gpu(gpu).sm_count if gpu is not None else None
+    if sms is None:
+        raise TwinError(f"{system}: no SM count for this GPU (twin.hardware.SM_COUNTS)")
+    return sms
+
+
+def _kernel_row(kernel: str, r: dict[str, Any], phase: str, kv_e: int, sms: int) -> dict[str, Any]:
     b, h = int(r["batch_size"]), int(r["num_heads"])
     dm = dims(h)
     if phase == "prefill":
@@ -93,11 +107,12 @@ def _kernel_row(kernel: str, r: dict[str, Any], phase: str, kv_e: int) -> dict[s
             b * s, b * s * (s + 1) // 2, b * s, b, dm, ELEM_BYTES, kv_e
         )
         shape = {"b": b, "s": s, "h": h}
+        extras = {"tiles": tiles, "seq_keys": seq, "waves": mla_prefill_waves(b * s, b, h, sms)}
     else:
         keys = int(r["step"]) + 1  # the cached tokens and the new one
         flops, nbytes, tiles, seq = mla_decode_sums(b, b * keys, dm, ELEM_BYTES, kv_e)
         shape = {"b": b, "c": keys - 1, "h": h}
-    extras = {"tiles": tiles, "seq_keys": seq}
+        extras = {"tiles": tiles, "seq_keys": seq}
     return _row(kernel, (flops, nbytes, extras), r["latency"], shape)
 
 
@@ -147,6 +162,7 @@ PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({"trtllm_mla"}
 def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """``mla_prefill`` / ``mla_decode`` (and ``_fp8kv``) from the attention-kernel tables."""
     families = []
+    sms = 0
     for phase, name in (("prefill", "context"), ("decode", "generation")):
         table_name = f"{name}_mla_perf.parquet"
         version = release_version(system / "mla" / engine, table_name, release)
@@ -163,10 +179,11 @@ def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[F
                 continue
             kernel = f"mla_{phase}{kv}"
             kv_e = px.KV_FP8_BYTES if dtype == "fp8" else ELEM_BYTES
+            sms = sms or system_sms(system)
             out = []
             for i, r in enumerate(mine):
                 _require(r, _KERNEL_COLUMNS, table, i)
-                out.append(_kernel_row(kernel, r, phase, kv_e))
+                out.append(_kernel_row(kernel, r, phase, kv_e, sms))
             families.append(_family(kernel, table, mine, _sources(mine), out))
     return families
 
@@ -329,6 +346,7 @@ __all__ = [
     "kernel_rows",
     "mla_rows",
     "module_rows",
+    "system_sms",
     "wideep_rows",
     "wideep_version",
 ]

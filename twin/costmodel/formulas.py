@@ -146,6 +146,9 @@ MLA_BMM_MODES = {"bfloat16": "flops", "fp8": "fp8_flops"}
 # attention kernel's KV stream and its FLOPs, priced after the smooth maximum of the
 # module's GEMMs; and the name of that smooth maximum (``KernelFormula.base``).
 MLA_MODULE_SERIAL = ("attn_kv_bytes", "attn_flops")
+# The prefill attention kernel's serial feature: its waves of CTAs over the SMs
+# (``mla_features.mla_prefill_waves``), each about one CTA's time.
+MLA_PREFILL_SERIAL = ("waves",)
 MLA_MODULE_BASE = "gemms_roofline"
 
 
@@ -316,18 +319,21 @@ FORMULAS: dict[str, KernelFormula] = {
                 mla_kernel(f"mla_{phase}", kv=kv),
                 "mem_bw",
                 True,
-                extras,
+                ("tiles", "seq_keys"),
                 f"MLA attention kernel, {doc} ({kv} KV)",
+                serial=serial,
             )
-            for phase, extras, doc in (
+            for phase, serial, doc in (
                 (
                     "prefill",
-                    ("tiles", "seq_keys"),
-                    "prompts in the decompressed form (per-head K/V, nope + rope)",
+                    MLA_PREFILL_SERIAL,
+                    "prompts in the decompressed form (per-head K/V, nope + rope); "
+                    "waves: the CTAs' waves over the SMs after the smooth maximum "
+                    "(``mla_features.mla_prefill_waves``)",
                 ),
                 (
                     "decode",
-                    ("tiles", "seq_keys"),
+                    (),
                     "one query per sequence in the absorbed form (over the latent); "
                     "seq_keys: the keys of one sequence, its split-KV critical path",
                 ),
@@ -466,6 +472,7 @@ __all__ = [
     "MLA_MODULE_BASE",
     "MLA_MODULE_GEMMS",
     "MLA_MODULE_SERIAL",
+    "MLA_PREFILL_SERIAL",
     "MLA_VARIANTS",
     "MODEL_VARIANTS",
     "MOE_MIN_LATENCY_MAX_TOKENS",

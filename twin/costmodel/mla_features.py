@@ -65,6 +65,25 @@ def mla_prefill_sums(
     return flops, nbytes, float(h) * sequences, kv_rows / sequences
 
 
+# Query rows one CTA of the context (prefill) attention kernel computes: the trtllm-gen
+# FMHA runner's default ``mTileSizeQ(128)`` (``SelectKernelParams`` in flashinfer-python
+# 0.6.1 ``include/flashinfer/trtllm/fmha/fmhaRunnerParams.h``; the kernels SGLang's
+# ``trtllm_mla`` backend and TensorRT-LLM's Blackwell attention run; only the MLA
+# generation kernels pick another, ``fmhaKernels.cuh`` ``selectMlaGenerationKernel``).
+# The grid is one CTA per (sequence, head, 128-row query tile).
+MLA_PREFILL_TILE_Q = 128
+
+
+def mla_prefill_waves(queries: Sums, sequences: Sums, heads: int, sms: int) -> Sums:
+    """Waves of CTAs a prefill launch runs over ``sms`` SMs: one CTA per sequence, head
+    and ``MLA_PREFILL_TILE_Q`` query rows (a batch of chunks at their mean length), one CTA
+    a SM at a time, ``ceil(ctas / sms)``. Each wave costs about one CTA's time whatever
+    the other SMs do: the steps of NVIDIA's context tables as the prompts or the batch
+    cross a multiple of the SMs (``formulas``: the serial ``waves`` feature)."""
+    tiles = -(-(queries / sequences) // MLA_PREFILL_TILE_Q)
+    return -(-(sequences * heads * tiles) // sms)
+
+
 # Query heads one thread block of an MLA decode kernel computes against each key block:
 # FlashMLA's 64 (deepseek-ai/FlashMLA, docs/20250422-new-kernel-deep-dive.md: a CTA holds
 # 64 query rows, h_q x s_q), which FlashInfer's and TensorRT-LLM's MLA decode kernels
@@ -253,6 +272,7 @@ def mla_module_absorbed_sums(
 
 __all__ = [
     "MLA_DECODE_HEAD_TILE",
+    "MLA_PREFILL_TILE_Q",
     "MlaDims",
     "ModuleSums",
     "decode_head_tiles",
@@ -263,6 +283,7 @@ __all__ = [
     "mla_module_decode_sums",
     "mla_module_prefill_sums",
     "mla_prefill_sums",
+    "mla_prefill_waves",
     "mla_projection_sums",
     "module_attention_split",
 ]

@@ -39,6 +39,7 @@ from twin.costmodel import latency as lat
 from twin.costmodel import mla_features as mf
 from twin.costmodel.shard_shapes import ShardShapes
 from twin.costmodel.step_features import StepFeatures
+from twin.hardware import GPUS
 
 MODES = ("module", "kernels", "gqa")
 
@@ -67,6 +68,11 @@ class MlaPricing(ShardShapes):
             m.v_head_dim,
             self.heads,
         )
+        # The SMs the prefill kernel's waves run over (``mla_features.mla_prefill_waves``);
+        # every GPU with NVIDIA's MLA tables has a count (``calibration.aic_mla`` refuses
+        # to fit one without), so a GPU without one has no fit that prices its waves.
+        spec = GPUS.get(prof.gpu)
+        self._mla_sms = spec.sm_count if spec is not None else None
         self._mla: dict[str, Callable[..., float]] = {}
         for family in ("mla_module_prefill", "mla_module_decode", "mla_prefill", "mla_decode"):
             key = keys.get(family)
@@ -140,7 +146,9 @@ class MlaPricing(ShardShapes):
         kv_b = self._proj(rows, d.kv_lora, d.heads * (d.nope + d.v))
         if mode == "kernels":
             sums = mf.mla_prefill_sums(n, keys, rows, seqs, d, e, kv_e)
-            return "mla_prefill", kv_b + self._mla["mla_prefill"](*sums)
+            sms = self._mla_sms
+            waves = mf.mla_prefill_waves(n, seqs, d.heads, sms) if sms else 0.0
+            return "mla_prefill", kv_b + self._mla["mla_prefill"](*sums, waves)
         # GQA stand-in: MHA at the mean of the QK and V widths (4 x width per score: exact
         # FLOPs), one tile per sequence and head.
         width = (d.nope + d.rope + d.v) // 2
