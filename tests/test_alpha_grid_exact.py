@@ -1,9 +1,10 @@
-"""The shared-prefix grid replay equals one independent replay per alpha, exactly.
+"""The grid replays sharing requests equal one independent replay per alpha, exactly.
 
-The exhaustive paths (``policies.alpha_tuning.window_score`` per alpha,
-``twin.replay._run_at`` per alpha) are the reference; the fast path must give
-the same hits, hit nodes, scores, chosen alpha and cache counters, on random
-traces with ties (a vocabulary of four tokens) and every capacity.
+The exhaustive paths (``marconi_oracle.window_score`` per alpha on the radix tree,
+``twin.replay._run_at`` per alpha) are the reference; the shared ones (the compiled
+grid, ``marconi_oracle.replay_grid``) must give the same hits, hit nodes, scores,
+chosen alpha and cache counters, on random traces with ties (a vocabulary of four
+tokens) and every capacity.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ from unittest import mock
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from marconi_oracle import ORACLES, python_grid_scores, replay_grid, window_score
 from test_policies_props import traces
 
-import twin.policies.alpha_tuning as tuning
 from twin.cache import PrefixCache, serve
-from twin.policies import get_policy, policy_class
-from twin.policies.alpha_tuning import ALPHA_GRID, grid_scores, window_score
-from twin.policies.shared_prefix import replay_grid
+from twin.policies import policy_class
+from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
 from twin.presets import get_model
 from twin.replay import Trace, _run_at, replay
 
@@ -38,7 +38,7 @@ def _window(pairs) -> list[tuple[np.ndarray, int]]:
 
 def _start_snapshot(name: str, model, capacity: int, warm) -> object:
     """A cache after serving ``warm`` at alpha 0 (a mid-run start, like marconi-twin's)."""
-    cache = get_policy(name, alpha=0.0).make_cache(model, capacity)
+    cache = ORACLES[name](alpha=0.0).make_cache(model, capacity)
     for full, n in _window(warm):
         serve(cache, full[:n], full)
     return cache.snapshot()
@@ -60,7 +60,7 @@ def test_grid_replay_serves_like_one_replay_per_alpha(
     capacity = _capacity(model, tokens_cap, states_cap)
     snap = _start_snapshot(name, model, capacity, trace[:warm])
     window = _window(trace[warm:]) or _window(trace)
-    cls = policy_class(name)
+    cls = ORACLES[name]
     for alpha, cache, served in replay_grid(
         ALPHA_GRID, lambda a: cls(alpha=a), model, window, start=snap
     ):
@@ -72,9 +72,9 @@ def test_grid_replay_serves_like_one_replay_per_alpha(
         )
         assert (cache.evictions, cache.used_bytes) == (alone.evictions, alone.used_bytes)
     for metric in ("reference", "hit-rate", "flops"):
-        fast = grid_scores(snap, model, window, cls, metric)
+        fast = grid_scores(snap, model, window, policy_class(name), metric)
         assert fast == {a: window_score(snap, model, window, a, cls, metric) for a in ALPHA_GRID}
-        assert fast == grid_scores(snap, model, window, cls, metric, exhaustive=True)
+        assert fast == python_grid_scores(snap, model, window, cls, metric)
 
 
 @settings(max_examples=30, deadline=None)
@@ -94,14 +94,12 @@ def test_tuned_policies_choose_the_exhaustive_alpha(
     options = {"bootstrap_multiplier": multiplier}
     fast = replay(t, HYBRID, capacity, name, options, per_request=True)
 
-    def exhaustive(*args, **kwargs):
-        return tuning.grid_scores(*args, **kwargs, exhaustive=True)
+    def exhaustive(self, model, metric):
+        """Each alpha alone on the radix tree, from the live cache's own snapshot."""
+        window, cls = self._window, ORACLES[name]
+        return {a: window_score(self._snapshot, model, window, a, cls, metric) for a in ALPHA_GRID}
 
-    # The policies import grid_scores by name: patch it where they look it up.
-    with (
-        mock.patch("twin.policies.marconi.grid_scores", exhaustive),
-        mock.patch("twin.policies.marconi_twin.grid_scores", exhaustive),
-    ):
+    with mock.patch.object(TunedAlpha, "grid", exhaustive):
         slow = replay(t, HYBRID, capacity, name, options, per_request=True)
     assert fast.details.get("alpha_source") == slow.details.get("alpha_source")
     a, b = fast.to_dict(), slow.to_dict()
@@ -125,7 +123,7 @@ def test_oracle_equals_one_full_replay_per_alpha(trace, model_i, metric, tokens_
     t = Trace.from_pairs(trace)
     options = {"alpha_metric": metric}
     fast = replay(t, model, capacity, "oracle", options, per_request=True)
-    runs = [_run_at(t, model, capacity, "oracle", options, True, a) for a in ALPHA_GRID]
+    runs = [_run_at(t, model, capacity, "oracle", True, a) for a in ALPHA_GRID]
     scores = [r.flops_saved if metric == "flops" else r.hit_tokens for r in runs]
     best = max(range(len(ALPHA_GRID)), key=lambda i: (scores[i], -ALPHA_GRID[i]))
     assert fast.alpha == ALPHA_GRID[best]

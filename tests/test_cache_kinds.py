@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from marconi_oracle import tree_policy
 
 from twin.cache import PrefixCache
 from twin.cache.kinds import KindBytes
 from twin.model import ModelSpec
-from twin.policies import get_policy
 from twin.presets import get_model
 
 SWA = get_model("tiny-swa")  # 3 swa layers (window 8) + 1 full, no recurrent layer
@@ -23,7 +23,7 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def cache_of(model: ModelSpec, capacity: int = BIG, policy: str = "sglang+") -> PrefixCache:
-    return get_policy(policy).make_cache(model, capacity)
+    return tree_policy(policy).make_cache(model, capacity)
 
 
 def test_kind_bytes_known_answers() -> None:

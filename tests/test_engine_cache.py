@@ -12,10 +12,10 @@ the same two calls.
 from __future__ import annotations
 
 import pytest
+from marconi_oracle import python_policies
 from test_engine_helpers import LinearPricer, doc_qa, generated, run
-from test_marconi_compiled import python_path
 
-from twin.cache import RequestCache
+from twin.cache.requests import request_cache_for
 from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
 from twin.engine.config import ArrivalConfig, CacheConfig, ClusterConfig, MemoryConfig
 from twin.errors import TwinError
@@ -102,7 +102,7 @@ def _split_replay(trace: Trace, model_name: str, capacity: int, policy_name: str
     """``twin replay`` with the engine's two insertions per request."""
     model = get_model(model_name)
     cache = get_policy(policy_name).make_cache(model, capacity)
-    requests = RequestCache(cache)
+    requests = request_cache_for(cache)
     hit_tokens = 0
     for full, n in zip(trace.fulls, trace.prompt_lens, strict=True):
         adm = requests.admit(full[:n], full)
@@ -204,8 +204,8 @@ MEMORY = {
 @pytest.mark.parametrize("policy", ["marconi", "marconi-twin"])
 def test_online_tuning_is_the_same_compiled(policy, memory, tmp_path, monkeypatch):
     """The replicas' caches and alpha grids run as compiled code (``policies.compiled``)
-    or in Python (``python_path``), in a dedicated cache or a shared pool: the outputs
-    are byte-identical."""
+    or as the Python oracle (``python_policies``), in a dedicated cache or a shared pool:
+    the outputs are byte-identical."""
 
     def once(out):
         summary, _ = run(
@@ -232,7 +232,7 @@ def test_online_tuning_is_the_same_compiled(policy, memory, tmp_path, monkeypatc
     assert all(b.get("completed") for b in boots), boots
     assert len({str(sorted(b["grid"].items())) for b in boots}) == len(boots)
     assert all(r["cache"]["evictions"] for r in summary["replicas"])
-    python_path(monkeypatch)
+    python_policies(monkeypatch)
     _, *slow = once(tmp_path / "python")
     assert fast == slow
 

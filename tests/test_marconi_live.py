@@ -1,5 +1,5 @@
-"""The compiled live cache (``policies.compiled.live``) equals ``PrefixCache`` under ``marconi``
-and ``marconi-twin``.
+"""The compiled live cache (``policies.compiled.live``) equals ``PrefixCache`` under the
+Python oracle of ``marconi`` and ``marconi-twin`` (``marconi_oracle``).
 
 The engine calls the request protocol a step at a time, interleaving requests:
 admissions, inserts at a prefill's end and at completion, releases. Here
@@ -20,14 +20,14 @@ import json
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from marconi_oracle import MarconiOracle, MarconiTwinOracle
 from test_policies_props import traces
 
 from twin.cache import RequestCache, cache_stats
 from twin.cache.requests import request_cache_for
-from twin.policies.compiled.live import LiveCache, live_cache
+from twin.policies.compiled.live import LiveCache
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
-from twin.policies.oracle import OraclePolicy
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -36,6 +36,9 @@ TRANSFORMER = get_model("tiny-transformer")  # no states: any matched prefix hit
 MODELS = st.sampled_from(
     [HYBRID, TRANSFORMER, *map(get_model, ("tiny-swa", "tiny-swa-hybrid", "tiny-ssm"))]
 )
+
+
+ORACLE = {MarconiPolicy: MarconiOracle, MarconiTwinPolicy: MarconiTwinOracle}
 
 
 def _capacity(tokens: int, states: int, model=HYBRID) -> int:
@@ -53,11 +56,12 @@ def _pair(
 ):
     """Both caches and their protocols; with ``host`` bytes, each over a host tier of its
     own kind (the policy's own instance, as the engine builds it)."""
-    python = cls(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, capacity)
+    oracle = ORACLE[cls]
+    python = oracle(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, capacity)
     live = LiveCache(model, capacity, cls(alpha=alpha, bootstrap_multiplier=multiplier))
     if host is None:
         return python, RequestCache(python), live, live.request_cache()
-    py_host = cls(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, host)
+    py_host = oracle(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, host)
     live_host = LiveCache(model, host, cls(alpha=alpha, bootstrap_multiplier=multiplier))
     py_req = RequestCache(python, py_host, write_policy)
     return python, py_req, live, request_cache_for(live, live_host, write_policy)
@@ -277,16 +281,13 @@ def test_tuning_completes_and_memory_follows_the_cache() -> None:
     assert nodes <= 4 * held and tokens <= 8 * held + 4 * 500, (nodes, tokens)
 
 
-def test_engine_picks_it_only_where_exact() -> None:
-    """``marconi`` and ``marconi-twin`` on an SSM hybrid or a Transformer get the live
-    cache (with sliding-window layers or without, or a pure SSM model); a subclass
-    (``oracle``) or a workload too long for exact efficiencies, the Python one."""
+def test_engine_runs_it_for_every_model() -> None:
+    """``marconi`` and ``marconi-twin`` get the live cache on an SSM hybrid, a Transformer,
+    sliding-window layers or a pure SSM model, whatever the workload's lengths."""
     policy = MarconiPolicy()
-    assert isinstance(policy.make_engine_cache(HYBRID, 10**9, lambda: 1000), LiveCache)
+    assert isinstance(policy.make_engine_cache(HYBRID, 10**9, lambda: 10**9), LiveCache)
     twin = MarconiTwinPolicy().make_engine_cache(HYBRID, 10**9, lambda: 1000)
     assert isinstance(twin, LiveCache) and not twin.reference
-    assert live_cache(OraclePolicy(), HYBRID, 10**9, lambda: 1000) is None
-    assert live_cache(policy, HYBRID, 10**9, lambda: 10**9) is None
     transformer = policy.make_engine_cache(TRANSFORMER, 10**9, lambda: 1000)
     assert isinstance(transformer, LiveCache) and not transformer.has_ssm
     assert isinstance(policy.make_engine_cache(get_model("tiny-swa"), 10**9, lambda: 9), LiveCache)

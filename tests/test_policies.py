@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from marconi_oracle import tree_policy
 
 from twin.cache import serve
+from twin.cache.requests import request_cache_for
 from twin.errors import TwinError
 from twin.policies import ALPHA_GRID, POLICIES, get_policy, options_for
 from twin.presets import get_model
@@ -20,7 +22,7 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def hits(policy: str, model, pairs, capacity: int = BIG, **options) -> list[int]:
-    cache = get_policy(policy, **options_for(policy, options)).make_cache(model, capacity)
+    cache = tree_policy(policy, **options_for(policy, options)).make_cache(model, capacity)
     out = []
     for prompt, output in pairs:
         full = np.r_[prompt, output].astype(np.int32)
@@ -105,7 +107,7 @@ def test_vanilla_caches_nothing(model):
 
 def _two_leaves(alpha: float):
     """An old, long (FLOP-efficient) leaf and a recent, short one."""
-    cache = get_policy("marconi-twin", alpha=alpha).make_cache(HYBRID, BIG)
+    cache = tree_policy("marconi-twin", alpha=alpha).make_cache(HYBRID, BIG)
     cache.set_clock(0)
     cache.insert(seq(0, 200), [200])
     cache.set_clock(10)
@@ -132,7 +134,7 @@ def test_marconi_refreshes_only_the_node_used_sglang_the_whole_path():
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     kept = {}
     for policy in ("sglang+", "marconi"):
-        cache = get_policy(policy).make_cache(HYBRID, 24 * kv + 3 * ck)
+        cache = tree_policy(policy).make_cache(HYBRID, 24 * kv + 3 * ck)
         turn1 = np.r_[seq(0, 6), seq(50, 2)]
         serve(cache, seq(0, 6), turn1)  # t=0: turn 1 (state X after it)
         serve(cache, seq(300, 4), np.r_[seq(300, 4), seq(60, 2)])  # t=1: another leaf Z
@@ -151,7 +153,7 @@ def test_marconi_twin_bootstrap_sets_alpha_after_the_window():
     pairs = random_trace(7, n=160)
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     capacity = 150 * kv + 6 * ck
-    policy = get_policy("marconi-twin", bootstrap_multiplier=2)
+    policy = tree_policy("marconi-twin", bootstrap_multiplier=2)
     cache = policy.make_cache(HYBRID, capacity)
     got = []
     alphas = []
@@ -176,9 +178,9 @@ def test_marconi_twin_bootstrap_grid_is_the_same_with_a_process_pool():
     stats = []
     for jobs in (1, 2):
         policy = get_policy("marconi-twin", bootstrap_multiplier=1, jobs=jobs)
-        cache = policy.make_cache(HYBRID, 150 * kv + 6 * ck)
+        protocol = request_cache_for(policy.make_cache(HYBRID, 150 * kv + 6 * ck))
         for prompt, output in pairs:
-            serve(cache, prompt, np.r_[prompt, output].astype(np.int32))
+            protocol.serve(prompt, np.r_[prompt, output].astype(np.int32))
         stats.append(policy.stats())
     assert stats[0]["bootstrap"]["completed"] and stats[0] == stats[1]
 
@@ -245,7 +247,7 @@ def test_lazy_path_refresh_equals_stamping_the_whole_path(model):
         assert lazy.evictions == brute.evictions > 0
 
 
-class _ScanMarconi(get_policy("marconi-twin").__class__):
+class _ScanMarconi(tree_policy("marconi-twin").__class__):
     """Brute-force marconi-twin eviction: score every evictable node of the tree."""
 
     def choose_victim(self, cache):
@@ -268,7 +270,7 @@ def test_vectorised_marconi_twin_victim_equals_a_full_scan(alpha):
     for seed in range(4):
         pairs = random_trace(seed + 10, n=120)
         capacity = (80 + 20 * seed) * kv + (3 + seed) * ck
-        fast = get_policy("marconi-twin", alpha=alpha).make_cache(HYBRID, capacity)
+        fast = tree_policy("marconi-twin", alpha=alpha).make_cache(HYBRID, capacity)
         slow = _ScanMarconi(alpha=alpha).make_cache(HYBRID, capacity)
         for prompt, output in pairs:
             full = np.r_[prompt, output].astype(np.int32)

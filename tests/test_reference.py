@@ -7,7 +7,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from twin.cache import serve  # noqa: E402
 from twin.costmodel import CostModel  # noqa: E402
 from twin.costmodel.profile_store import load_profile  # noqa: E402
 from twin.errors import TwinError  # noqa: E402
@@ -161,9 +160,10 @@ def test_hits_equal_the_twin_replay_in_the_same_order() -> None:
     spec = get_model("tiny-hybrid")
     cap = 300 * spec.kv_bytes_per_token + 4 * spec.ssm_checkpoint_bytes
     ex = _executor("tiny-hybrid", "marconi", cap)
+    from twin.cache.requests import request_cache_for
     from twin.policies import get_policy
 
-    twin_cache = get_policy("marconi").make_cache(spec, cap)
+    twin_cache = request_cache_for(get_policy("marconi").make_cache(spec, cap))  # compiled
     rng = np.random.default_rng(5)
     system = rng.integers(0, 500, 50).astype(np.int32)
     prev = system
@@ -174,7 +174,7 @@ def test_hits_equal_the_twin_replay_in_the_same_order() -> None:
         out = rng.integers(0, 500, 8).astype(np.int32)
         assert (
             ex.serve(prompt, out).hit
-            == serve(twin_cache, prompt, np.concatenate([prompt, out])).length
+            == twin_cache.serve(prompt, np.concatenate([prompt, out])).length
         )
         prev = np.concatenate([prompt, out])
 

@@ -5,10 +5,9 @@ numpy passes (the reference's out-of-place ``alpha x normalise(eff) +
 normalise(recency)``, ties found by comparing the rest of the rows; the twin's
 ``r_norm + alpha x f_norm``), where the package runs each rule once, compiled
 (``policies.compiled.kernel.reference_victim_row`` and ``twin_victim_row``, shared
-by the Python tree and the compiled one), FLOP
-efficiencies computed afresh for every change (no memo), and every match
-walked from the root (no remembered matches), and ``marconi`` on the radix tree
-(not the compiled live cache). Whole replays under both must
+by the compiled tree and the Python oracle's), and every match walked from the
+root (no remembered matches), on the Python oracle (``marconi_oracle``: the radix
+tree, not the compiled live cache). Whole replays under both must
 agree on every number: hits and hit nodes per request, the chosen alpha, the
 recorded grid scores and the cache counters, for ``marconi``, ``marconi-twin``
 and ``oracle`` under every alpha metric, on random traces with ties (a
@@ -22,17 +21,18 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from marconi_oracle import (
+    FlopAwareEviction,
+    ReferenceFlopAwareEviction,
+    preorder_key,
+    python_replay,
+)
 from test_policies_props import traces
 
-import twin.policies.compiled.live as live
-import twin.policies.reference_score as reference_score
 from twin.cache import PrefixCache
 from twin.policies.compiled import kernel
-from twin.policies.flop_aware import FlopAwareEviction
-from twin.policies.reference_score import ReferenceFlopAwareEviction, ReferenceFlops, preorder_key
 from twin.presets import get_model
 from twin.replay import Trace, replay
 
@@ -119,25 +119,6 @@ def plain_twin_victim(self: Any, cache: Any) -> Any:
     return t.nodes[plain_twin_row(t.r[: t.n], t.f[: t.n], t.nid[: t.n], self.alpha)]
 
 
-def plain_reference_changed(self: Any, node: Any) -> None:
-    if not self.cache.candidate(node):
-        self.table.drop(node)
-        return
-    eff = self.flops._efficiency(node.depth, len(node.tokens))
-    self.table.set(node, self._stamp[id(node)], eff, held=node.lock > 0)
-
-
-def plain_twin_changed(self: Any, node: Any) -> None:
-    cache = self.cache
-    if not cache.evictable(node):
-        self.table.drop(node)
-        return
-    n_tok = len(node.tokens)
-    held = cache.node_bytes(node)
-    eff = self.flops.total(n_tok, node.depth - n_tok) / held if held else 0.0
-    self.table.set(node, node.t, eff)
-
-
 def plain_match(self: Any, seq: np.ndarray) -> Any:
     return self.tree.match(seq)
 
@@ -149,13 +130,7 @@ def plain_paths() -> ExitStack:
         mock.patch.object(ReferenceFlopAwareEviction, "choose_victim", plain_reference_victim)
     )
     stack.enter_context(mock.patch.object(FlopAwareEviction, "choose_victim", plain_twin_victim))
-    stack.enter_context(
-        mock.patch.object(ReferenceFlopAwareEviction, "on_node_changed", plain_reference_changed)
-    )
-    stack.enter_context(mock.patch.object(FlopAwareEviction, "on_node_changed", plain_twin_changed))
     stack.enter_context(mock.patch.object(PrefixCache, "_match", plain_match))
-    # ``marconi``'s replay runs on the compiled live cache: the plain run on the radix tree.
-    stack.enter_context(mock.patch.object(live, "live_cache", lambda *args, **kwargs: None))
     return stack
 
 
@@ -187,7 +162,7 @@ def test_fast_replay_equals_the_plain_one(
         t.modules = [np.array([i % 3], np.int64) for i in range(t.num_requests)]
     fast = replay(t, model, capacity, name, options, per_request=True)
     with plain_paths():
-        plain = replay(t, model, capacity, name, options, per_request=True)
+        plain = python_replay(t, model, capacity, name, options, per_request=True)
     assert _summary(fast) == _summary(plain)
 
 
@@ -249,13 +224,3 @@ def test_twin_victim_row_is_the_plain_pass(rows, alpha, seed):
     assert kernel.twin_victim_row(r, f, np.arange(len(rows)), nid, len(rows), alpha) == expected
     empty = np.zeros(0)
     assert kernel.twin_victim_row(empty, empty, np.zeros(0, np.int64), nid, 0, alpha) == -1
-
-
-@pytest.mark.parametrize("model", [HYBRID, get_model("marconi-hybrid-7b")])
-def test_remembered_efficiencies_equal_fresh_ones(model, monkeypatch):
-    monkeypatch.setattr(reference_score, "_MEMO_SIZE", 5)  # the memo is cleared as it fills
-    ref = ReferenceFlops(model)
-    pairs = [(depth, own) for depth in (1, 7, 300, 5000) for own in (1, 3, depth)] * 2
-    for depth, own in pairs:
-        assert ref.efficiency(depth, own) == ref._efficiency(depth, own)
-    assert len(ref._eff) <= 5

@@ -26,7 +26,6 @@ from twin.cache.requests import request_cache_for
 from twin.model import ModelSpec
 from twin.policies import get_policy, policy_class
 from twin.policies.grid import map_alphas
-from twin.policies.shared_prefix import replay_grid
 from twin.presets import get_model
 from twin.workloads.reader import Workload
 
@@ -278,19 +277,16 @@ def _run_at(
     model: ModelSpec,
     capacity: int,
     name: str,
-    options: dict[str, Any],
     per_request: bool,
     alpha: float,
 ) -> ReplayResult:
-    """One replay at a fixed ``alpha`` (a worker's task in the grid's process pool):
-    compiled where that applies (:mod:`policies.compiled`), else on the policy's cache."""
+    """One replay at a fixed ``alpha`` (a worker's task in the grid's process pool),
+    compiled (:mod:`policies.compiled`)."""
     from twin.policies.compiled import compiled_grid_runs
 
     start = time.perf_counter()
     runs = compiled_grid_runs(model, capacity, _requests(trace), (alpha,), policy_class(name))
-    if runs is not None:
-        return _compiled_result(trace, model, name, capacity, runs[0], per_request, start)
-    return _run(trace, model, capacity, name, {**options, "alpha": alpha}, _nothing, per_request)
+    return _compiled_result(trace, model, name, capacity, runs[0], per_request, start)
 
 
 def _hindsight(
@@ -309,46 +305,33 @@ def _hindsight(
     by_flops = options.get("alpha_metric") == "flops"
     from twin.policies.compiled import compiled_grid_runs
 
-    compiled = None
-    if jobs <= 1:  # the compiled grid in one process (``jobs > 1``: each alpha, ``_run_at``)
-        compiled = compiled_grid_runs(model, capacity, _requests(trace), grid, type(policy))
-    if compiled is not None:
-        for _ in range(trace.num_requests * len(grid)):
-            on_request()
-        # Scores first (hit tokens, or FLOPs saved); the full result only for the best alpha.
-        flops = PrefillFlops(model)
-        scores: list[float] = [
-            _hit_sums(flops, [(h, -1, 0) for h in run.hits])[2] if by_flops else sum(run.hits)
-            for run in compiled
-        ]
-        best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
-        best = _compiled_result(
-            trace, model, policy_name, capacity, compiled[best_i], per_request, start
-        )
-        return _best_of_grid(best, grid, best_i, scores, start)
-    if jobs <= 1:
-        # In Python, the grid shares the requests before its first eviction.
-        runs = [
-            _result(trace, model, policy_name, cache, served, per_request, start)
-            for _, cache, served in replay_grid(
-                grid,
-                lambda a: get_policy(policy_name, **{**options, "alpha": a}),
-                model,
-                _requests(trace),
-                capacity=capacity,
-                on_request=on_request,
-            )
-        ]
-    else:
+    if jobs > 1:  # each alpha its own compiled replay (``_run_at``), in a process pool
         runs = []
-        shared = (trace, model, capacity, policy_name, options, per_request)
-        for r in map_alphas(_run_at, shared, grid, jobs):
+        for r in map_alphas(
+            _run_at, (trace, model, capacity, policy_name, per_request), grid, jobs
+        ):
             runs.append(r)
             for _ in range(trace.num_requests):
                 on_request()
-    scores = [r.flops_saved if by_flops else r.hit_tokens for r in runs]
+        scores = [r.flops_saved if by_flops else r.hit_tokens for r in runs]
+        best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
+        return _best_of_grid(runs[best_i], grid, best_i, scores, start)
+    # The compiled grid in one process, sharing the requests before the first eviction;
+    # scores first (hit tokens, or FLOPs saved), the full result only for the best alpha.
+    compiled = compiled_grid_runs(model, capacity, _requests(trace), grid, type(policy))
+    for _ in range(trace.num_requests * len(grid)):
+        on_request()
+    flops = PrefillFlops(model)
+    hits_of = [run.hits for run in compiled]
+    scores = [
+        _hit_sums(flops, [(h, -1, 0) for h in hits])[2] if by_flops else sum(hits)
+        for hits in hits_of
+    ]
     best_i = max(range(len(grid)), key=lambda i: (scores[i], -grid[i]))
-    return _best_of_grid(runs[best_i], grid, best_i, scores, start)
+    best = _compiled_result(
+        trace, model, policy_name, capacity, compiled[best_i], per_request, start
+    )
+    return _best_of_grid(best, grid, best_i, scores, start)
 
 
 def _best_of_grid(

@@ -231,8 +231,8 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
     def candidate(self, node: Node) -> bool:
         """A leaf or a one-child node whose checkpoint frees bytes, pinned or not.
 
-        ``marconi`` scores pinned candidates too (the reference has no pins:
-        ``policies.reference_score``) and only skips them as victims.
+        ``marconi``'s rules score pinned candidates too (the reference has no pins:
+        ``policies.reference_score``) and only skip them as victims.
         """
         if node is self.root:
             return False

@@ -16,37 +16,21 @@ Metrics, each the total over the scored requests of the replayed window:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, serve
+from twin.cache import CacheSnapshot, PrefillFlops
 from twin.errors import TwinError
 from twin.limits import MAX_JOBS
 from twin.model import ModelSpec
-from twin.policies.base import Policy
 from twin.policies.grid import map_alphas
 from twin.policies.reference_score import ReferenceFlops
-from twin.policies.shared_prefix import replay_grid
 
 ALPHA_GRID = tuple(round(0.1 * i, 1) for i in range(21))
 REFERENCE_LAST_N = 500  # radix_cache_hybrid.RadixCache.tuning_interval
 
 Window = list[tuple[np.ndarray, int]]  # (input + output, input length) per request
-
-
-def window_score(
-    snapshot: CacheSnapshot,
-    model: ModelSpec,
-    window: Window,
-    alpha: float,
-    policy_cls: type,
-    metric: str,
-) -> float:
-    """``metric`` of replaying ``window`` from ``snapshot`` under ``policy_cls(alpha=alpha)``."""
-    cache = PrefixCache.restore(snapshot, model, policy_cls(alpha=alpha))
-    return score_hits([serve(cache, full[:n], full).length for full, n in window], model, metric)
 
 
 def score_hits(hits: list[int], model: ModelSpec, metric: str) -> float:
@@ -60,18 +44,6 @@ def score_hits(hits: list[int], model: ModelSpec, metric: str) -> float:
     return sum(ref.saved_by_hit(h) for h in hits[-REFERENCE_LAST_N:])
 
 
-def _score_at(
-    snapshot: CacheSnapshot,
-    model: ModelSpec,
-    window: Window,
-    policy_cls: type,
-    metric: str,
-    alpha: float,
-) -> float:
-    """:func:`window_score` with alpha last (the shared grid pool's calling order)."""
-    return window_score(snapshot, model, window, alpha, policy_cls, metric)
-
-
 def _alpha_score(
     snapshot: CacheSnapshot,
     model: ModelSpec,
@@ -80,13 +52,10 @@ def _alpha_score(
     metric: str,
     alpha: float,
 ) -> float:
-    """One alpha's score (a worker's task under ``jobs > 1``): its compiled replay where
-    that applies (:mod:`policies.compiled`), else :func:`window_score`."""
+    """One alpha's score (a worker's task under ``jobs > 1``): its compiled replay."""
     from twin.policies.compiled import compiled_grid_runs
 
     runs = compiled_grid_runs(model, snapshot.capacity, window, (alpha,), policy_cls, snapshot)
-    if runs is None:
-        return window_score(snapshot, model, window, alpha, policy_cls, metric)
     return score_hits(runs[0].hits, model, metric)
 
 
@@ -98,29 +67,20 @@ def grid_scores(
     metric: str,
     grid: tuple[float, ...] = ALPHA_GRID,
     jobs: int = 1,
-    exhaustive: bool = False,
 ) -> dict[float, float]:
-    """:func:`window_score` for every alpha of ``grid``.
-
-    One process replays the grid of either Marconi as compiled code
-    (:mod:`policies.compiled`), and any other grid sharing the requests before
-    the first eviction (:func:`policies.shared_prefix.replay_grid`); ``jobs > 1``
-    processes replay each alpha on its own, compiled where it applies
-    (:func:`_alpha_score`); ``exhaustive`` replays each alpha on the radix tree
-    (the tests' reference). The scores are the same every way.
+    """The score of replaying ``window`` from ``snapshot`` under ``policy_cls(alpha=a)``,
+    for every alpha ``a`` of ``grid``, as compiled code (:mod:`policies.compiled`): one
+    process replays the whole grid, sharing the requests before the first eviction;
+    ``jobs > 1`` processes replay each alpha on its own (:func:`_alpha_score`). The
+    scores are the same either way.
     """
     from twin.policies.compiled import compiled_grid_runs
 
-    shared = (snapshot, model, window, policy_cls, metric)
-    if exhaustive:
-        return dict(zip(grid, map_alphas(_score_at, shared, grid, jobs), strict=True))
     if jobs > 1:
+        shared = (snapshot, model, window, policy_cls, metric)
         return dict(zip(grid, map_alphas(_alpha_score, shared, grid, jobs), strict=True))
     compiled = compiled_grid_runs(model, snapshot.capacity, window, grid, policy_cls, snapshot)
-    if compiled is not None:
-        return {run.alpha: score_hits(run.hits, model, metric) for run in compiled}
-    runs = replay_grid(grid, lambda a: policy_cls(alpha=a), model, window, start=snapshot)
-    return {a: score_hits([h for h, *_ in served], model, metric) for a, _, served in runs}
+    return {run.alpha: score_hits(run.hits, model, metric) for run in compiled}
 
 
 class TunedAlpha:
@@ -149,6 +109,10 @@ class TunedAlpha:
         self._snapshot = None
         self._window = []
 
+    def grid(self, model: ModelSpec, metric: str) -> dict[float, float]:
+        """Every alpha's score of the window replayed from its snapshot (:func:`grid_scores`)."""
+        return grid_scores(self._snapshot, model, self._window, type(self), metric, jobs=self.jobs)
+
     def finish_tuning(self, scores: dict[float, float], **record: Any) -> None:
         """Take the best alpha of ``scores`` and record the grid; the window is dropped."""
         self.alpha = best_alpha(scores)
@@ -161,20 +125,12 @@ class TunedAlpha:
         self.phase = "tuned"
         self._snapshot, self._window = None, []
 
-    def make_engine_cache(
-        self,
-        model: ModelSpec,
-        capacity_bytes: int,
-        longest: Callable[[], int],
-        host_tier: bool = False,
-    ) -> Any:
-        """The compiled live cache where it runs this policy exactly
-        (:mod:`policies.compiled.live`; a host tier's cache and one over it too), else
-        the radix-tree cache."""
-        from twin.policies.compiled.live import live_cache
+    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
+        """The compiled live cache (:mod:`policies.compiled.live`): in every memory mode,
+        over a host tier or as one, and in replays."""
+        from twin.policies.compiled.live import LiveCache
 
-        live = live_cache(self, model, capacity_bytes, longest)  # type: ignore[arg-type]
-        return live if live is not None else cast(Policy, self).make_cache(model, capacity_bytes)
+        return LiveCache(model, capacity_bytes, self)  # type: ignore[arg-type]
 
     def stats(self) -> dict[str, Any]:
         return {

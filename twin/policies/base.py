@@ -37,7 +37,8 @@ class Policy:
 
     # ----- lifecycle ----------------------------------------------------------
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> CacheStructure:
-        """The cache structure this policy runs on (the radix-tree cache by default)."""
+        """The cache structure this policy runs on (the radix-tree cache by default;
+        ``marconi`` and ``marconi-twin``: the compiled live cache)."""
         return PrefixCache(model, capacity_bytes, self)
 
     def make_engine_cache(
@@ -49,7 +50,7 @@ class Policy:
     ) -> CacheStructure:
         """The cache the engine runs this policy on (dedicated or in a shared pool, which
         sets its capacity and calls ``shrink_to``): :meth:`make_cache`, unless a policy
-        has a faster one with the same results (``marconi``: compiled).
+        has a faster one with the same results (``vanilla``: an empty cache).
         ``longest()``: the workload's longest input + output. ``host_tier``: a host tier's
         cache, or one over a host tier (``twin.cache.requests``: its write-back hook,
         the host's lookups and inserts)."""

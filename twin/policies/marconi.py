@@ -1,7 +1,8 @@
 """``marconi``: Marconi (arXiv 2411.19379, sec. 4) as its authors' code runs it.
 
 Admission (sec. 4.1) is the judicious rule of ``policies.base``; eviction is
-the reference code's score (:mod:`policies.reference_score`). Alpha follows
+the reference code's score (:mod:`policies.reference_score`); both run compiled,
+on the cache this policy makes (:mod:`policies.compiled.live`). Alpha follows
 the reference code's retrospective tuning (github.com/ruipeterpan/marconi):
 
 - alpha is 0 until tuned (``policy_exploration.py`` starts every run at
@@ -29,15 +30,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
-from twin.policies.base import judicious_admission
-from twin.policies.reference_score import ReferenceFlopAwareEviction
+from twin.policies.alpha_tuning import TunedAlpha
+from twin.policies.base import Policy
 
 BOOTSTRAP_MULTIPLIER = 5  # policy_exploration.py's --bootstrap_multiplier default (15 for LMSys)
 
 
-class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
-    """The reference score with the reference bootstrap (or a fixed ``alpha``)."""
+class MarconiPolicy(TunedAlpha, Policy):
+    """The reference score with the reference bootstrap (or a fixed ``alpha``): the
+    bootstrap window and its record; the score runs in the compiled cache, which tells
+    this policy of its first victim choice (:meth:`end_warmup`) and of each admission
+    (:meth:`tune_if_due`)."""
 
     name = "marconi"
     description = "judicious admission, the authors' eviction score and alpha tuning"
@@ -50,11 +53,12 @@ class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
         bootstrap_multiplier: float = BOOTSTRAP_MULTIPLIER,
         jobs: int = 1,
     ) -> None:
-        super().__init__(0.0 if alpha is None else alpha)
+        super().__init__()
+        self.alpha = 0.0 if alpha is None else float(alpha)
         self.start_tuning(alpha, bootstrap_multiplier, jobs)
         self._window_len: int | None = None
 
-    # ----- admission, refresh and the bootstrap -------------------------------------
+    # ----- the bootstrap --------------------------------------------------------------
     def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
         super().on_request(cache, prompt, full)
         self.requests += 1
@@ -64,11 +68,6 @@ class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
             self._snapshot = cache.snapshot()
         if self._window_len is None or len(self._window) < self._window_len:
             self._window.append((full, len(prompt)))
-
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        self.refresh_insert_path(cache, full)
-        self.tune_if_due(cache)
-        return judicious_admission(cache, prompt, full)
 
     def tune_if_due(self, cache: Any) -> bool:
         """Tune now if the request just admitted completes the window; ``True`` if it did."""
@@ -80,11 +79,6 @@ class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
             self._tune(cache)
             return True
         return False
-
-    def choose_victim(self, cache: Any) -> Any | None:
-        if self.phase == "warmup":
-            self.end_warmup()
-        return super().choose_victim(cache)
 
     def end_warmup(self) -> None:
         """The first victim is being chosen: the bootstrap window's length is fixed."""
@@ -102,17 +96,8 @@ class MarconiPolicy(TunedAlpha, ReferenceFlopAwareEviction):
             del self._window[self._window_len :]
 
     def _tune(self, cache: Any) -> None:
-        scores = grid_scores(
-            self._snapshot,
-            cache.model,
-            self._window,
-            type(self),
-            "reference",
-            ALPHA_GRID,
-            self.jobs,
-        )
         self.finish_tuning(
-            scores,
+            self.grid(cache.model, "reference"),
             tuned_at_request=self.requests,
             metric="reference FLOPs saved, last 500 requests",
         )

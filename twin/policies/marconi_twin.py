@@ -6,7 +6,8 @@ Kept as a named variant because it differs from the authors' code
 - recency is the last access on the cache's clock (requests served), min-max
   normalised (the reference normalises ``1 / age`` on its logical clock);
 - FLOP efficiency is the model's exact prefill FLOPs of the node's own tokens
-  after its parent over the bytes the node itself holds (``policies.flop_aware``);
+  after its parent over the bytes the node itself holds
+  (``policies.compiled.kernel.twin_efficiency``);
 - the bootstrap window starts at the first eviction, from a snapshot taken
   then, and lasts ``bootstrap_multiplier`` times the requests served before it;
 - alpha is chosen by hit tokens (or the twin's FLOPs) over the whole window;
@@ -21,15 +22,16 @@ import numpy as np
 
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
-from twin.policies.base import judicious_admission
-from twin.policies.flop_aware import FlopAwareEviction
+from twin.policies.alpha_tuning import TunedAlpha
+from twin.policies.base import Policy
 
 ALPHA_METRICS = ("hit-rate", "flops")
 
 
-class MarconiTwinPolicy(TunedAlpha, FlopAwareEviction):
-    """FLOP-aware eviction with a bootstrapped alpha (or a fixed one when ``alpha`` is given)."""
+class MarconiTwinPolicy(TunedAlpha, Policy):
+    """FLOP-aware eviction with a bootstrapped alpha (or a fixed one when ``alpha`` is given):
+    the bootstrap window and its record; the score runs in the compiled cache
+    (:mod:`policies.compiled.live`)."""
 
     name = "marconi-twin"
     description = "marconi with the twin's earlier score and tuning (linear recency, own bytes)"
@@ -43,7 +45,8 @@ class MarconiTwinPolicy(TunedAlpha, FlopAwareEviction):
         alpha_metric: str = "hit-rate",
         jobs: int = 1,
     ) -> None:
-        super().__init__(0.0 if alpha is None else alpha)
+        super().__init__()
+        self.alpha = 0.0 if alpha is None else float(alpha)
         if alpha_metric not in ALPHA_METRICS:
             raise TwinError(
                 f"alpha metric {alpha_metric!r} unknown; valid: {', '.join(ALPHA_METRICS)}"
@@ -52,10 +55,7 @@ class MarconiTwinPolicy(TunedAlpha, FlopAwareEviction):
         self.start_tuning(alpha, bootstrap_multiplier, jobs)
         self._window_len = 0
 
-    # ----- admission and bootstrap -------------------------------------------
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        return judicious_admission(cache, prompt, full)
-
+    # ----- the bootstrap -------------------------------------------------------
     def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
         self.requests += 1
         if self.phase == "warmup" and cache.evictions:
@@ -77,7 +77,4 @@ class MarconiTwinPolicy(TunedAlpha, FlopAwareEviction):
 
     def _tune(self, model: ModelSpec) -> None:
         assert self._snapshot is not None
-        scores = grid_scores(
-            self._snapshot, model, self._window, type(self), self.metric, ALPHA_GRID, self.jobs
-        )
-        self.finish_tuning(scores, metric=self.metric)
+        self.finish_tuning(self.grid(model, self.metric), metric=self.metric)

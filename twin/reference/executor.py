@@ -39,9 +39,9 @@ import torch
 from twin.cache import PrefixCache, RequestCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.policies import get_policy
 from twin.policies.base import Policy
 from twin.reference.fits import EXECUTOR_DTYPE, check_fits, free_memory
+from twin.reference.marconi_tree import TREES, tree_policy
 from twin.reference.model import KV_PLAN, HybridLM, Prefill, SeqState
 from twin.reference.ops import synchronize
 from twin.reference.store import Pending, StateMirror, TensorStore
@@ -141,8 +141,9 @@ class ReferenceExecutor:
             model, self.device, free_memory(self.device, torch), str(dtype).removeprefix("torch.")
         )
         self.lm = HybridLM(model, self.device, dtype, config.seed)
-        policy: Policy = get_policy(config.policy, **config.policy_options)
-        if type(policy).make_cache is not Policy.make_cache:
+        # ``marconi`` and ``marconi-twin``: their rules as the tree's hooks (marconi_tree).
+        policy: Policy = tree_policy(config.policy, **config.policy_options)
+        if type(policy).make_cache is not Policy.make_cache and config.policy not in TREES:
             raise TwinError(
                 f"policy {config.policy!r} runs on its own cache structure, which "
                 "the reference executor does not mirror; use vanilla, sglang+ or "

@@ -1,17 +1,14 @@
-"""Marconi's grid replays compiled with numba: the hits of every alpha, exactly the Python path's.
+"""Marconi's grid replays compiled with numba: the hits of every alpha.
 
-``marconi``'s and ``marconi-twin``'s alpha tuning and the ``oracle`` bound replay
-the same requests once per alpha of a 21-point grid and keep only each
+``marconi``'s and ``marconi-twin``'s alpha tuning and the ``oracle`` bound
+replay the same requests once per alpha of a 21-point grid and keep only each
 replay's hits (a score). This package runs that replay as compiled code over
-flat arrays (:mod:`policies.compiled.kernel`): the same tree operations as the
-Python path in the same order, so every hit is the same. The Python path
-(``PrefixCache`` under the policy) stays the definition; the kernel is its
-transliteration, function by function, and ``tests/test_marconi_compiled.py``
-compares the two on random traces (hits, victims in order, counters).
-
-Where it does not apply (another policy, token ids past int32, counts past exact
-float range),
-:func:`compiled_grid_runs` says so (``None``) and the caller replays in Python.
+flat arrays (:mod:`policies.compiled.kernel`), the one implementation of
+Marconi's rules (the engine's live cache is the same kernel:
+:mod:`policies.compiled.live`). Its Python transliteration, ``PrefixCache``
+under the rules in ``tests/marconi_oracle.py``, is the tests' oracle
+(``tests/test_marconi_compiled.py`` compares the two on random traces: hits,
+victims in order, counters).
 """
 
 from __future__ import annotations
@@ -25,53 +22,31 @@ import numpy as np
 
 from twin.cache import CacheSnapshot, PrefillFlops
 from twin.cache.kinds import KindBytes
+from twin.errors import TwinError
 from twin.model import ModelSpec
+from twin.workloads.schema import MAX_SEQUENCE_TOKENS
 
-_EXACT = 2**53  # floats hold every integer below this: a division of two is then exact-rounded
+# Bytes the kernel counts in int64: a cache's bytes, an insert's cost. One sequence of the
+# longest length a workload holds must stay below this, so sums of two never overflow.
+_MAX_BYTES = 2**62
 
 
-def rules_of(policy_cls: type) -> int | None:
-    """The compiled rules ``policy_cls`` runs unchanged, or ``None``."""
+def rules_of(policy_cls: type) -> int:
+    """The compiled rules of a Marconi policy class (its ``rules``: ``marconi`` and
+    ``oracle`` the authors', ``marconi-twin`` the twin's)."""
     from twin.policies.compiled.kernel import REFERENCE, TWIN  # numba loads here
-    from twin.policies.marconi import MarconiPolicy
-    from twin.policies.marconi_twin import MarconiTwinPolicy
-    from twin.policies.oracle import OraclePolicy
 
-    if policy_cls in (MarconiPolicy, OraclePolicy):
-        return REFERENCE
-    if policy_cls is MarconiTwinPolicy:
-        return TWIN
-    return None
-
-
-def _supported_model(model: ModelSpec, policy_cls: type) -> bool:
-    """One of the two Marconi rules, on a model whose states (if it has SSM layers) cost
-    bytes: a hybrid, a pure SSM model, or a Transformer (no states: any matched prefix
-    hits), with sliding-window layers or without, whose prefill FLOPs the kernel's
-    formula gives exactly."""
-    if rules_of(policy_cls) is None:
-        return False
-    if model.n_ssm_layers and model.ssm_checkpoint_bytes <= 0:
-        return False
-    flops = PrefillFlops(model)
-    # One window for the bytes and the FLOPs (the kernel's ``M_WINDOW``).
-    same_window = not flops.quad_window or KindBytes(model).window == model.sliding_window
-    return flops.exact and same_window
+    rules: str = getattr(policy_cls, "rules")  # noqa: B009 (``TunedAlpha.rules``)
+    return {"reference": REFERENCE, "twin": TWIN}[rules]
 
 
 class CompiledTrace:
     """Requests (and a snapshot to start from) laid out for :func:`compiled_grid_runs`."""
 
     def __init__(self, requests: Sequence[Any], start: CacheSnapshot | None = None) -> None:
-        # Token ids must fit int32 (the children's keys); others are checked before the
-        # cast and make the trace unfit.
-        self.ids_fit = True
-        fulls = []
-        for req in requests:
-            full = np.asarray(req[0])
-            if full.dtype != np.int32 and len(full):
-                self.ids_fit &= int(full.min()) >= -(2**31) and int(full.max()) < 2**31
-            fulls.append(full.astype(np.int32, copy=False))
+        # Token ids are int32 (``twin.workloads.schema``: a workload's ids are checked
+        # against ``TOKEN_ID_MAX`` when read; output ids are negative int32).
+        fulls = [_int32_ids(req[0]) for req in requests]
         self.flens = np.array([len(f) for f in fulls], np.int64)
         self.plens = np.array([int(req[1]) for req in requests], np.int64)
         self.starts = np.zeros(len(fulls), np.int64)
@@ -85,32 +60,17 @@ class CompiledTrace:
             parts = [*fulls, *paths]
             self.clock, self.next_nid = int(start.clock), int(start.next_nid)
         self.buf = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        # The deepest node: a request's end, or a restored node's (the snapshot's depth row).
-        self.max_depth = int(self.flens.max()) if len(fulls) else 0
-        if self.snap.shape[1]:
-            self.max_depth = max(self.max_depth, int(self.snap[2].max()))
-
-    def fits(self, model: ModelSpec) -> bool:
-        """Token ids fit the keys, and every count of ``model`` up to the deepest node is
-        below 2**53."""
-        return self.ids_fit and exact_up_to(model, self.max_depth)
 
 
-def exact_up_to(model: ModelSpec, depth: int) -> bool:
-    """Is every FLOP and byte count of ``model``'s efficiencies, for nodes up to ``depth``
-    tokens deep, below 2**53 (each efficiency then the same division as Python's)?"""
-    from twin.policies.reference_score import attn_flops, mamba1_flops, mlp_flops
-
-    d = model.d_model
-    attn = attn_flops(depth, d)
-    layers = model.n_mlp_layers + model.n_moe_layers
-    # The reference's saved FLOPs: its positive terms, or its one negative term (the
-    # MLP layers less the parent's attention FLOPs), bound its magnitude.
-    gained = model.n_ssm_layers * mamba1_flops(depth, d, model.ssm_d_state)
-    gained += model.n_attention_layers * attn + layers * mlp_flops(depth, d)
-    saved = max(gained, layers * attn)
-    held = model.ssm_checkpoint_bytes + model.kv_bytes_per_token * depth
-    return saved < _EXACT and held < _EXACT and PrefillFlops(model).total(depth, 0) < _EXACT
+def _int32_ids(tokens: Any) -> np.ndarray:
+    """``tokens`` as int32 token ids; ids past int32 are refused (no workload holds them)."""
+    full = np.asarray(tokens)
+    if full.dtype != np.int32 and len(full):
+        lo, hi = int(full.min()), int(full.max())
+        if lo < -(2**31) or hi >= 2**31:
+            bad = hi if hi >= 2**31 else lo
+            raise TwinError(f"token id {bad} is past int32: a workload holds int32 token ids")
+    return full.astype(np.int32, copy=False)
 
 
 def _snapshot_columns(snap: CacheSnapshot, offset: int) -> tuple[list[np.ndarray], np.ndarray]:
@@ -158,7 +118,18 @@ def _snapshot_columns(snap: CacheSnapshot, offset: int) -> tuple[list[np.ndarray
 
 
 def constants(model: ModelSpec, capacity: int, rules: int) -> tuple[np.ndarray, np.ndarray]:
-    """``mc`` and ``mf`` of :mod:`policies.compiled.kernel` (alpha set per replay)."""
+    """``mc`` and ``mf`` of :mod:`policies.compiled.kernel` (alpha set per replay).
+
+    Refuses a model one of whose sequences (up to ``MAX_SEQUENCE_TOKENS``) would hold
+    2**62 bytes or more: the kernel counts bytes in int64 (no GPU comes near)."""
+    seq_bytes = model.ssm_checkpoint_bytes + model.kv_bytes_per_token * MAX_SEQUENCE_TOKENS
+    if seq_bytes >= _MAX_BYTES:
+        raise TwinError(
+            f"model {model.name!r}: {model.kv_bytes_per_token:,} KV bytes a token and "
+            f"{model.ssm_checkpoint_bytes:,} a state put a sequence of {MAX_SEQUENCE_TOKENS:,} "
+            "tokens (twin.workloads.schema.MAX_SEQUENCE_TOKENS) past the 2**62 bytes "
+            "the prefix cache counts"
+        )
     flops = PrefillFlops(model)
     kinds = KindBytes(model)
     mc = np.array(
@@ -217,9 +188,7 @@ def _grid_runs(
 ) -> list[GridRun]:
     from twin.policies.compiled import kernel  # numba loads the compiled code here
 
-    rules = rules_of(policy_cls)
-    assert rules is not None
-    mc, mf = constants(model, int(capacity), rules)
+    mc, mf = constants(model, int(capacity), rules_of(policy_cls))
     n = len(trace.starts)
     args = (trace.buf, n, mc, mf, trace.snap, trace.clock, trace.next_nid)
     requests_of = (trace.starts, trace.plens, trace.flens)
@@ -256,25 +225,14 @@ def compiled_grid_runs(
     grid: Sequence[float],
     policy_cls: type,
     start: CacheSnapshot | None = None,
-) -> list[GridRun] | None:
+) -> list[GridRun]:
     """Each alpha's replay of ``requests`` from ``start`` (or an empty cache), in grid
-    order; ``None`` where the compiled replay would not give exactly the Python path's
-    hits (replay in Python): ``policy_cls`` must run one of the two Marconi scores
-    unchanged (:func:`rules_of`), on a model the compiled tree runs exactly
-    (:func:`_supported_model`: a hybrid, a pure SSM model or a Transformer,
-    sliding-window layers or not), with token ids that fit the children's keys
-    (declared prompt modules are ignored, as ``PrefixCache`` ignores them), and with
-    every FLOP and byte count below 2**53 (each efficiency then the same correctly
-    rounded division as Python's).
+    order, under the rules of ``policy_cls`` (:func:`rules_of`); declared prompt
+    modules are ignored, as ``PrefixCache`` ignores them.
 
     Alpha only enters the victim's choice, so every replay is the same until
     its first eviction (``policies.shared_prefix``'s rule): the first alpha runs
     in full, the requests before its first eviction are served once more, and
     every other alpha goes on from a copy of that state.
     """
-    if not _supported_model(model, policy_cls):
-        return None
-    trace = CompiledTrace(requests, start)
-    if not trace.fits(model):
-        return None
-    return _grid_runs(trace, model, capacity, grid, policy_cls)
+    return _grid_runs(CompiledTrace(requests, start), model, capacity, grid, policy_cls)

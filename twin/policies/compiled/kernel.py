@@ -13,7 +13,7 @@ kids, buf, victims, score, path, free, handed, ends)`` of flat arrays:
 - ``sc``: the replay's scalars (clocks, counters, the candidate count);
 - ``mc`` / ``mf``: the model's and the capacity's integer / float constants;
 - ``cr``, ``cf``, ``ch``, ``cn``: the candidate table
-  (``policies.candidate_table.CandidateTable``: recency, FLOP efficiency,
+  (the oracle's ``CandidateTable``, ``tests/marconi_oracle.py``: recency, FLOP efficiency,
   held, node; swap-removed rows);
 - ``kids``: the children's keys (below);
 - ``buf``: every token the replay reads (the trace's, then a restored snapshot's);
@@ -26,7 +26,10 @@ kids, buf, victims, score, path, free, handed, ends)`` of flat arrays:
   (``PrefixCache._tell_evict``).
 
 Sections, each the transliteration of one Python piece (the same operations in
-the same order; each function names what it follows):
+the same order; each function names what it follows). The Marconi rules' Python
+pieces (their hooks on the radix tree, the candidate table) live in the tests'
+oracle (``tests/marconi_oracle.py``): this module is their one production
+implementation. The sections:
 
 1. the radix tree (``twin.cache.radix.RadixTree``). A node's tokens are never
    copied: the sequence that created a node holds the node's whole path at the
@@ -40,11 +43,11 @@ the same order; each function names what it follows):
    replaced key's position, so an edge replaced in place, by a split or a
    fold, keeps its place among its siblings);
 2. candidates and victims, both Marconi scores. ``REFERENCE`` rules (``marconi``,
-   ``oracle``; ``policies.reference_score.ReferenceFlopAwareEviction``): every
+   ``oracle``; the oracle's ``ReferenceFlopAwareEviction``): every
    node with at most one child is a candidate, pinned ones held (scored, never
    the victim); recency ``1 / (now - stamp)`` on the logical clock;
    ``ReferenceFlops``' efficiency; ties to the first in pre-order. ``TWIN`` rules
-   (``marconi-twin``; ``policies.flop_aware.FlopAwareEviction``): unpinned
+   (``marconi-twin``; the oracle's ``FlopAwareEviction``): unpinned
    candidates only; recency is the last access on the cache clock; the
    efficiency is ``PrefillFlops``' FLOPs of the node's own tokens over its own
    bytes; ties to the older, then the first created;
@@ -324,7 +327,7 @@ def new_node(nd: np.ndarray, next_index: int, base: int, depth: int, length: int
 
 @jit
 def preorder_before(nd: np.ndarray, a: int, b: int) -> bool:
-    """Is ``a`` before ``b`` in the tree's pre-order (``reference_score.preorder_key``)?"""
+    """Is ``a`` before ``b`` in the tree's pre-order (the oracle's ``preorder_key``)?"""
     da, db, x = 0, 0, a
     while x != 0:
         x = nd[PAR, x]
@@ -356,23 +359,30 @@ def preorder_before(nd: np.ndarray, a: int, b: int) -> bool:
 # ----- 2. candidates and victims -------------------------------------------------------------
 
 
-@jit
-def _attn(n: int, d: int) -> int:
-    return 8 * n * d * d + 4 * n * n * d  # utils.get_attn_flops
+@jit(inline="always")
+def _attn(n: float, d: float) -> float:
+    return 8.0 * n * d * d + 4.0 * n * n * d  # utils.get_attn_flops
 
 
 @jit
 def reference_efficiency(depth: int, own: int, mc: np.ndarray) -> float:
-    """``ReferenceFlops._efficiency``: int64 counts (checked below 2**53), one division."""
-    d, parent = mc[M_D], depth - own
-    mamba = 12 * own * d * d + 16 * own * d * mc[M_NSTATE] + 10 * own * d
+    """``ReferenceFlops._efficiency``, its definition: every count in float64, in this
+    order, then one division. While every count stays below 2**53 (every preset model
+    below tens of thousands of tokens) each step is exact, so this is the reference's
+    exact integers divided once; past it each step rounds as IEEE 754 says, never
+    overflowing (the reference's Python ints do not round; the authors' numbers never
+    leave the exact range)."""
+    d, n, parent = float(mc[M_D]), float(own), float(depth - own)
+    t = float(depth)
+    mamba = 12.0 * n * d * d + 16.0 * n * d * float(mc[M_NSTATE]) + 10.0 * n * d
     saved = (
-        mc[M_SSM] * mamba
-        + mc[M_ATTN] * (_attn(depth, d) - _attn(parent, d))
-        + mc[M_MLP] * (16 * depth * d * d - _attn(parent, d))
+        float(mc[M_SSM]) * mamba
+        + float(mc[M_ATTN]) * (_attn(t, d) - _attn(parent, d))
+        + float(mc[M_MLP]) * (16.0 * t * d * d - _attn(parent, d))
     )
-    held = mc[M_CKB] + mc[M_KVPT] * depth  # the state's bytes, then all ``depth`` tokens' KV
-    if held == 0:
+    # The state's bytes, then all ``depth`` tokens' KV.
+    held = float(mc[M_CKB]) + float(mc[M_KVPT]) * t
+    if held == 0.0:
         return 0.0
     return saved / held
 
@@ -409,7 +419,7 @@ def tail(mc: np.ndarray, n: int) -> int:
     return n if w == 0 or n < w else w
 
 
-# ----- the candidate table (policies.candidate_table.CandidateTable) -------------------------
+# ----- the candidate table (the oracle's CandidateTable) -------------------------------------
 @jit(inline="always")
 def _table_set(st, v: int, r: float, f: float, held: bool) -> None:
     nd, sc, cr, cf, ch, cn = st[0], st[1], st[4], st[5], st[6], st[7]
@@ -479,8 +489,8 @@ def _ranges(cr: np.ndarray, cf: np.ndarray, n: int) -> tuple[float, float, float
 
 
 # The two rules are written once, over a candidate table's columns, for both trees: the
-# compiled one below and the Python radix tree (``policies.reference_score`` and
-# ``policies.flop_aware`` call them on their ``CandidateTable``). What stays with each
+# compiled one below and the tests' Python oracle on the radix tree (``tests/marconi_oracle.py``
+# calls them on its ``CandidateTable``). What stays with each
 # tree is its own order (the reference's ties go to the first node in pre-order).
 @jit
 def reference_victim_row(

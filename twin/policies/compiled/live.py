@@ -7,9 +7,10 @@ prefill's end, the insert at its completion and its release, interleaved with
 other requests'. :class:`LiveCache` runs that protocol on the compiled tree of
 :mod:`policies.compiled.kernel` (its section 4: tokens kept per edge, node ids
 reused, so memory follows what is cached), with the same operations in the same
-order as ``PrefixCache`` under :class:`policies.marconi.MarconiPolicy`, so every
-hit, victim and counter is the Python path's (``tests/test_marconi_live.py``
-interleaves the protocol at random on both and compares them).
+order as ``PrefixCache`` under the Python transliteration of Marconi's rules (the
+tests' oracle, ``tests/marconi_oracle.py``), so every hit, victim and counter is
+the same (``tests/test_marconi_live.py`` interleaves the protocol at random on
+both and compares them).
 
 The policy object stays the Python one, for what is not per-token work: the
 bootstrap window's requests, its snapshot (an empty cache: the window starts
@@ -17,15 +18,14 @@ at the first request), the alpha grid's replays (themselves compiled:
 :mod:`policies.compiled`) and its stats. The compiled side tells it of the
 first victim choice (``kernel.S_CHOSE``), and takes the tuned alpha.
 
-Where it applies (:func:`live_cache`): ``marconi`` itself, a model the compiled
-replay supports, the engine's cache dedicated (``--cache-gb G``) or in a shared
-pool (``--cache-gb auto``: the pool sets its capacity and reclaims pages through
-:meth:`LiveCache.shrink_to`), a workload whose longest sequence keeps every
-efficiency exact (declared prompt modules are ignored, as ``PrefixCache`` ignores
-them). With a host tier (SGLang's HiCache, vLLM's CPU offload; or the KV store
+It runs ``marconi`` and ``marconi-twin`` (their one implementation) whatever the
+model, the engine's cache dedicated (``--cache-gb G``) or in a shared pool
+(``--cache-gb auto``: the pool sets its capacity and reclaims pages through
+:meth:`LiveCache.shrink_to`); declared prompt modules are ignored, as ``PrefixCache``
+ignores them. With a host tier (SGLang's HiCache, vLLM's CPU offload; or the KV store
 disaggregated prefill workers share, ``--shared-kv-tier``) the host's cache is a
-live cache too, of its own policy instance (as on the radix tree: a policy decides
-per tier): :class:`LiveRequests` runs ``RequestCache``'s host calls on it
+live cache too, of its own policy instance (a policy decides per tier):
+:class:`LiveRequests` runs ``RequestCache``'s host calls on it
 (:class:`twin.cache.requests.HostWrites`: write-through before an insert, a longer
 host hit loaded back), and under write-back the GPU cache hands each victim's path
 and whether its state goes to the hook (``on_evict``) after the kernel call that
@@ -35,7 +35,6 @@ tiers share no state, so the host sees the same inserts in the same order).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -64,21 +63,6 @@ class ServedNode:
     nid: int
 
 
-def live_cache(
-    policy: TunedPolicy, model: ModelSpec, capacity: int, longest: Callable[[], int]
-) -> LiveCache | None:
-    """A :class:`LiveCache` running ``policy`` exactly, or ``None`` where it cannot."""
-    from twin.policies.compiled import _supported_model, exact_up_to
-    from twin.policies.marconi import MarconiPolicy
-    from twin.policies.marconi_twin import MarconiTwinPolicy
-
-    if type(policy) not in (MarconiPolicy, MarconiTwinPolicy):
-        return None
-    if not _supported_model(model, type(policy)) or not exact_up_to(model, longest()):
-        return None
-    return LiveCache(model, capacity, policy)
-
-
 def _scalar(slot: str) -> Any:
     """A read-only attribute: the kernel's scalar ``kernel.<slot>`` as a Python int."""
     return property(lambda self: int(self.sc[getattr(self.k, slot)]))
@@ -97,9 +81,7 @@ class LiveCache:
         self.has_ssm = model.n_ssm_layers > 0
         self.policy = policy
         rules = rules_of(type(policy))
-        assert rules is not None, "a live cache runs the two Marconi rules"
         self.reference = rules == k.REFERENCE  # ``marconi``'s (else ``marconi-twin``'s)
-        policy.bind(self)
         mc, mf = constants(model, int(capacity), rules)
         mc[k.M_LIVE] = 1
         mf[k.F_ALPHA] = policy.alpha
