@@ -15,11 +15,15 @@ ranks, the rows and the distinct experts of that rank (``RankLoad``).
   ``(i + j x ceil(E / k)) mod E``): rows spread evenly, ``min(local experts, rows)``
   experts reached. What the fused-MoE fits are fitted on (``aic_tables.moe_row``).
 - ``power_law_<alpha>``: the ``power_law_<alpha>`` rows (the collector's
-  ``_generate_power_law_distribution``, aiconfigurator 0.12.0's collector): each expert's
-  load drawn from a power law of exponent ``alpha`` on [1, 0.8 x tokens] (on [0.01, 2]
-  when the step has fewer rows than experts), scaled to ``tokens x top_k`` rows and
-  rounded, the EP rank with the most rows timed. The rank's expected rows and distinct
-  experts over ``DRAWS`` seeded draws.
+  ``_generate_power_law_distribution``, ``collector/helper.py`` of the public
+  ai-dynamo/aiconfigurator repository; the rows aiconfigurator 0.12.0's own estimate
+  reads): each expert's load drawn from a power law of exponent ``alpha`` on
+  [1, 0.8 x tokens] (on [0.01, 2] when the step has no more rows than experts), scaled to
+  ``tokens x top_k`` rows and rounded (the surplus one row each to the most loaded
+  experts, in index order among equal loads), the EP rank with the most rows timed. The
+  rank's expected rows and distinct experts over ``DRAWS`` seeded draws. With 256 or more
+  experts and a small step every share rounds to zero and the surplus puts all the rows on
+  the first experts, one rank (docs/decisions.md, issue 34: the routing step).
 
 Which rule prices a model: ``routing_for``.
 """
@@ -35,8 +39,8 @@ import numpy as np
 
 from twin.model import ModelSpec
 
-# Draws of the power-law loads averaged per (tokens, experts, top-k, EP): the mean rank's
-# distinct experts varies by a few percent from one draw to the next at 256 experts.
+# Draws of the power-law loads averaged per (tokens, experts, top-k, EP): the busiest
+# rank's distinct experts varies by a few percent from one draw to the next at 256 experts.
 DRAWS = 16
 
 
@@ -85,10 +89,6 @@ class PowerLaw(Routing):
     """The tables' ``power_law_<alpha>`` rows: the most loaded rank of skewed expert loads."""
 
     alpha: float
-
-    @property
-    def label(self) -> str:
-        return f"power_law_{self.alpha:g}"
 
     def rank_load(self, tokens: float, n_experts: int, top_k: int, ep: int) -> RankLoad:
         if tokens <= 0:
@@ -166,5 +166,7 @@ ROUTINGS: dict[str, Routing] = {
 
 
 def routing_for(model: ModelSpec) -> Routing:
-    """The routing rule that prices ``model``'s experts: independent uniform draws."""
+    """The routing rule that prices ``model``'s experts: independent uniform draws, for
+    every model (the lowest fit-split TPOT error of the three on the measured MoE rows;
+    docs/decisions.md, issue 34: the routing step)."""
     return ROUTINGS["uniform"]
