@@ -23,6 +23,7 @@ from twin.costmodel import latency as lat
 from twin.costmodel.precision_kernels import MOE_AS_GEMM_NOTE
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.profile_store import resolve_profile
+from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import series_key
 from twin.engine import EngineConfig, memory_budget
 from twin.engine.config import ClusterConfig, MemoryConfig
@@ -118,8 +119,9 @@ def test_the_moe_part_is_the_fit_at_known_features() -> None:
     step = cm.step((), [500] * t, breakdown=True)
     moe_s = step.items["moe"]["moe"]  # type: ignore[union-attr]
     rows = t * m.moe_top_k
-    active = ft.moe_active_experts(rows, m.moe_n_experts, m.moe_n_experts)
-    flops, nbytes, weights = ft.moe_sums(rows, active, m.d_model, m.moe_d_ff // tp, 2, 2, 2, 2)
+    load = routing_for(m).rank_load(t, m.moe_n_experts, m.moe_top_k, 1)
+    active = load.active
+    flops, nbytes, weights = ft.moe_sums(load.rows, active, m.d_model, m.moe_d_ff // tp, 2, 2, 2, 2)
     one = lat.predict(
         "moe",
         prof.kernels["moe"].params,
@@ -185,8 +187,9 @@ def test_expert_parallelism_prices_the_ranks_share() -> None:
     assert ep.expert_width == m.moe_d_ff
     t = 64
     rows = t * m.moe_top_k
-    active = ft.moe_active_experts(rows, m.moe_n_experts, m.moe_n_experts / 4)
-    flops, nbytes, weights = ft.moe_sums(rows / 4, active, m.d_model, m.moe_d_ff, 2, 2, 2, 2)
+    load = routing_for(m).rank_load(t, m.moe_n_experts, m.moe_top_k, 4)
+    active = load.active
+    flops, nbytes, weights = ft.moe_sums(load.rows, active, m.d_model, m.moe_d_ff, 2, 2, 2, 2)
     one = lat.predict(
         "moe",
         prof.kernels["moe"].params,

@@ -17,6 +17,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.precision_kernels import SHARED_AS_LINEAR_NOTE, priced_precision
 from twin.costmodel.profile_store import resolve_profile
+from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import series_key
 from twin.errors import TwinError
 from twin.hardware import get_gpu
@@ -148,8 +149,9 @@ def _moe_seconds(cm: CostModel, m: Any, t: int, key: str) -> float:
     prof, ep = cm.profile, 8
     act, weight = px.gemm_operand_bytes(px.moe_format(m), m.dtype_bytes)
     rows = t * m.moe_top_k
-    active = ft.moe_active_experts(rows, m.moe_n_experts, m.moe_n_experts / ep)
-    f, b, w = ft.moe_sums(rows / ep, active, m.d_model, cm.expert_width, 2, 2, act, weight)
+    load = routing_for(m).rank_load(t, m.moe_n_experts, m.moe_top_k, ep)
+    active = load.active
+    f, b, w = ft.moe_sums(load.rows, active, m.d_model, cm.expert_width, 2, 2, act, weight)
     extras = {
         "weight_elems": w,
         "routed_elems": float(rows * m.d_model),

@@ -67,6 +67,7 @@ from typing import Any
 from twin import precision as px
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
+from twin.costmodel.routing import ROUTINGS
 from twin.costmodel.table_release import newest_first, pick_version
 from twin.errors import TwinError
 
@@ -536,11 +537,11 @@ def moe_row(
     """One balanced ``moe_perf`` row as a fitting row, per GPU: the rank receives
     ``tokens x topk / ep`` rows (balanced routing spreads them evenly over the experts,
     so over the ranks), holds ``experts / ep`` experts of width ``inter / moe_tp``, and
-    touches ``min(experts / ep, rows)`` of them (each expert's share is even)."""
+    touches ``min(experts / ep, rows)`` of them (each expert's share is even: the
+    ``balanced`` rule of ``twin.costmodel.routing``)."""
     t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
-    rows = t * top / ep
-    local = n_exp / ep
-    active = min(local, rows)
+    load = ROUTINGS["balanced"].rank_load(t, n_exp, top, ep)
+    rows, active = load.rows, load.active
     act_e, w_e = (
         (float(ELEM_BYTES), float(ELEM_BYTES))
         if fmt.bytes_per_param is None
@@ -555,11 +556,17 @@ def moe_row(
 
 def _moe_raw(table: Path, dtype: str) -> list[dict[str, Any]]:
     """``table``'s balanced, gated rows of expert format ``dtype``."""
+    return moe_table_rows(table, dtype, "balanced")
+
+
+def moe_table_rows(table: Path, dtype: str, distribution: str) -> list[dict[str, Any]]:
+    """``table``'s gated rows of expert format ``dtype`` timed under routing
+    ``distribution`` (``balanced``, ``power_law_1.01``, ``power_law_1.2``)."""
     return [
         r
         for r in _read(table)
         if r.get("moe_dtype") == dtype
-        and r.get("distribution") == "balanced"
+        and r.get("distribution") == distribution
         and "nongated" not in str(r.get("kernel_source", ""))
     ]
 

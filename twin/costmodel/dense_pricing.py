@@ -16,6 +16,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import LABEL, StepCost
 from twin.costmodel.profile import KernelFit
+from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import SeriesTerm, series_key
 from twin.costmodel.shard_shapes import ShardShapes
 
@@ -104,6 +105,7 @@ class DensePricing(ShardShapes):
         """The experts' fused-MoE fit (``moe``, ``moe_fp8``, ...) where the profile has one
         for their format, else ``None``: two grouped GEMMs of the linear fits, as before."""
         self._moe_fit, self.moe_key = None, None
+        self._routing = routing_for(self.model)
         self._moe_small: Callable[..., float] | None = None
         self._moe_series = self._moe_small_series = None
         if not self.model.n_moe_layers:
@@ -227,14 +229,12 @@ class DensePricing(ShardShapes):
     def _moe(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
         m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
         n_exp, top = m.moe_n_experts, m.moe_top_k
-        rows: float = t * top
         if self._moe_fit is not None:
             return self._moe_fused(t, norm, ar)
-        # Expected distinct experts hit by `rows` uniform draws; each streams its weights.
-        active = n_exp * (1.0 - (1.0 - 1.0 / n_exp) ** rows) if n_exp > 1 else 1.0
-        if self.ep > 1:  # this rank's share: its rows and its experts (uniform routing)
-            active = ft.moe_active_experts(rows, n_exp, n_exp / self.ep)
-            rows = rows / self.ep
+        # The rank's rows and the distinct experts they reach (the model's routing rule,
+        # ``twin.costmodel.routing``); each expert reached streams its weights.
+        load = self._routing.rank_load(t, n_exp, top, self.ep)
+        rows, active = load.rows, load.active
         wide = self.up_mats * self.expert_width
         q = self._expert_q
         if q is None:
@@ -274,9 +274,10 @@ class DensePricing(ShardShapes):
         )
 
     def _moe_fused(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
-        """An MoE layer whose routed experts take the profile's fused-MoE fit: the rank's
-        ``t x top_k / ep`` rows through the expected distinct experts of its ``n / ep`` hit
-        (uniform routing), every routed row's hidden state for the whole-batch term, the
+        """An MoE layer whose routed experts take the profile's fused-MoE fit: the rows of
+        the rank the layer waits for through the distinct experts of its ``n / ep`` they
+        reach (the model's routing rule, ``twin.costmodel.routing``), every routed row's
+        hidden state for the whole-batch term, the
         activation and top-k combine inside the fitted kernel (NVIDIA's tables time the
         fused call). With ``ep`` > 1 every rank holds every token (TP attention) and the
         layer's all-reduce combines the ranks' outputs (vLLM's expert parallelism without
@@ -286,9 +287,10 @@ class DensePricing(ShardShapes):
         m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
         n_exp, top, ep = m.moe_n_experts, m.moe_top_k, self.ep
         routed = t * top
-        active = ft.moe_active_experts(routed, n_exp, n_exp / ep)
+        load = self._routing.rank_load(t, n_exp, top, ep)
+        active = load.active
         flops, nbytes, weights = ft.moe_sums(
-            routed / ep, active, d, self.expert_width, self.up_mats, e, act_e, w_e
+            load.rows, active, d, self.expert_width, self.up_mats, e, act_e, w_e
         )
         series = self._moe_series
         if self._moe_small is not None and t <= fm.MOE_MIN_LATENCY_MAX_TOKENS:

@@ -199,15 +199,6 @@ def elementwise_features(rows: int, width: int, e: int, passes: float = 2.0) -> 
     return 4.0 * rows * width, float(e * (passes * rows * width + width)), {}
 
 
-def moe_active_experts(rows: float, n_experts: int, local_experts: float) -> float:
-    """Expected distinct experts of one rank's ``local_experts`` that ``rows`` (token x
-    top-k) draws hit when each draw picks one of ``n_experts`` uniformly (independent
-    routing, the cost model's assumption)."""
-    if n_experts <= 1:
-        return float(local_experts)
-    return float(local_experts) * (1.0 - (1.0 - 1.0 / n_experts) ** rows)
-
-
 def moe_sums(
     rows: float,
     active: float,
@@ -310,7 +301,6 @@ __all__ = [
     "gemm_features_at",
     "gemm_sums",
     "gemm_sums_at",
-    "moe_active_experts",
     "moe_features",
     "moe_sums",
     "moe_tile_bytes",

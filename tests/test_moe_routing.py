@@ -1,0 +1,50 @@
+"""The routing rules of the fused-MoE price (``twin.costmodel.routing``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from twin.costmodel import routing as rt
+from twin.costmodel.routing import ROUTINGS, PowerLaw
+
+
+def test_uniform_is_the_expected_distinct_experts_of_independent_draws() -> None:
+    # 32 tokens x top 8 = 256 draws over 256 experts: 256 (1 - (255/256)^256) = 162.0
+    load = ROUTINGS["uniform"].rank_load(32, 256, 8, 1)
+    assert load.rows == 256
+    assert load.active == pytest.approx(162.007, abs=0.001)
+    ep8 = ROUTINGS["uniform"].rank_load(32, 256, 8, 8)
+    assert ep8.rows == 32 and ep8.active == pytest.approx(162.007 / 8, abs=0.001)
+
+
+def test_balanced_reaches_every_expert_its_rows_can() -> None:
+    b = ROUTINGS["balanced"]
+    assert b.rank_load(2, 256, 8, 1).active == 16  # fewer rows than experts: one each
+    assert b.rank_load(32, 256, 8, 1).active == 256
+    assert b.rank_load(32, 256, 8, 8).active == 32 and b.rank_load(32, 256, 8, 8).rows == 32
+
+
+@pytest.mark.parametrize("alpha", [1.01, 1.2])
+def test_power_law_loads_the_busiest_rank_and_reaches_fewer_experts(alpha: float) -> None:
+    pl = PowerLaw(alpha)
+    for t in (16, 64, 1024):
+        mean_rows = t * 8 / 8
+        load = pl.rank_load(t, 256, 8, 8)
+        # the rank the launch waits for holds more than the mean rank's rows ...
+        assert load.rows > 1.1 * mean_rows
+        # ... over fewer of its 32 experts than the same rows spread evenly would reach
+        assert 0 < load.active < min(32, load.rows)
+    # one rank: every row on it, the skew only concentrates them on fewer experts
+    whole = pl.rank_load(64, 256, 8, 1)
+    assert whole.rows == pytest.approx(512)
+    assert whole.active < ROUTINGS["uniform"].rank_load(64, 256, 8, 1).active
+
+
+def test_power_law_is_the_same_for_the_same_inputs() -> None:
+    pl = PowerLaw(1.2)
+    a = pl.rank_load(200, 128, 8, 4)
+    rt._power_law_rank.cache_clear()
+    assert pl.rank_load(200, 128, 8, 4) == a
+    # between two grid points the load is interpolated, so a step's price is smooth
+    lo, mid, hi = (pl.rank_load(t, 128, 8, 1).active for t in (181, 190, 197))
+    assert min(lo, hi) <= mid <= max(lo, hi)
