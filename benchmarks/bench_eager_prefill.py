@@ -13,7 +13,8 @@ baseline, the twin without the rule). It writes per-row predictions and MAPE / M
 split, model and GPU. (Rows the rule does not apply to get the same plan as without it:
 dense models, other engines, other models' SGLang rows from 0.5.10.)
 
-    python benchmarks/bench_eager_prefill.py --per-split 40 --out benchmarks/results/silicon-ttftmoe2-eager
+    python benchmarks/bench_eager_prefill.py --per-split 20 \\
+        --out benchmarks/results/silicon-ttftmoe2-eager
 """
 
 from __future__ import annotations

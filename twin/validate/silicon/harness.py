@@ -456,9 +456,7 @@ def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool)
     return release is not None and first is not None and release < first
 
 
-def eager_prefill_s(
-    row: SiliconRow, model: ModelSpec, gpu: str, multimodal: bool = False
-) -> float:
+def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: bool = False) -> float:
     """The host floor of a prefill step (``EngineConfig.eager_prefill_s``) for ``row``
     run on the twin's ``gpu``: the model's eager launches (:func:`eager_launches`) times
     the GPU's host time per launch; 0.0 where the engine prefills with graphs
