@@ -929,6 +929,46 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     assert run.pricer.step_time([], 4, 256) == run.pricer.inner.step_time([], 4, 256)
 
 
+def test_silicon_compare_sets_two_runs_side_by_side(tmp_path: Path) -> None:
+    """``benchmarks/silicon_compare.py``: MAPE per split and group before and after, the
+    rows whose prediction changed, and aiconfigurator on the rows it estimated only."""
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "silicon_compare.py"
+    spec = importlib.util.spec_from_file_location("silicon_compare", path)
+    assert spec is not None and spec.loader is not None
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    head = (
+        "id,split,model_path,system,backend,"
+        "silicon_ttft_ms,silicon_tpot_ms,twin_ttft_ms,twin_tpot_ms"
+    )
+    rows = [
+        "a,fit,org/M,h200_sxm,sglang,200,10,100,10",
+        "b,fit,org/M,h200_sxm,sglang,100,10,100,12",
+    ]
+    before = tmp_path / "before.csv"
+    before.write_text("\n".join([head, *rows]) + "\n", encoding="utf-8")
+    after = tmp_path / "after.csv"
+    after.write_text(
+        "\n".join([head, rows[0].replace(",100,10", ",150,10"), rows[1]]) + "\n",
+        encoding="utf-8",
+    )
+    aic = tmp_path / "aic.csv"
+    aic.write_text("id,aic_ttft_ms,aic_tpot_ms\na,100,11\nb,,\n", encoding="utf-8")
+    out = tmp_path / "compare.json"
+    assert compare.main([str(before), str(after), "--aic", str(aic), "--out", str(out)]) == 0
+    table = json.loads(out.read_text(encoding="utf-8"))
+    group = table["fit|M|h200_sxm|sglang"]
+    assert group == table["fit|ALL"]
+    assert (group["rows"], group["rows_changed"]) == (2, 1)
+    assert (group["ttft_mape_before"], group["ttft_mape_after"]) == (25.0, 12.5)
+    assert (group["tpot_mape_before"], group["tpot_mape_after"]) == (10.0, 10.0)
+    # aiconfigurator estimated row a only: its error and the twin's on that row
+    assert (group["aic_ttft_rows"], group["aic_ttft_mape"]) == (1, 50.0)
+    assert group["twin_ttft_mape_on_aic_rows"] == 25.0
+
+
 def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:
     """``--aic-from``: an earlier run's estimates by row id, with their errors recomputed;
     a file without the columns or with a bad number is one line naming it."""
