@@ -1,18 +1,20 @@
 """SGLang's eager prefill against measured serving runs (issue 31): the MoE rows' TTFT and
 TPOT with and without the host floor of a prefill step, in one run.
 
-SGLang before 0.5.10 runs its prefill batches without CUDA graphs, so a short prompt's
-step lasts at least the host's time to issue the model's layers
-(``twin.validate.silicon.harness.eager_prefill_s``, ``twin.engine.host_time.
-EagerPrefillPricer``). This benchmark takes the rows the rule applies to (SGLang releases
-before 0.5.10, MoE models, GPUs with a fitted host time, at most ``--max-clients``
-clients), spreads ``--per-split`` of each split over them (sorted by id), and predicts
-each row twice: as planned (the floor) and with the floor removed (the baseline, the
-twin before the rule). It writes per-row predictions and MAPE / MdAPE per split, model
-and GPU. (Rows the rule does not apply to get the same plan as before it: dense models,
-other engines, SGLang from 0.5.10.)
+SGLang runs its prefill batches without CUDA graphs before 0.5.10 (and in every release
+for GLM-5's architecture and multimodal configs such as Qwen3.5's), so a short prompt's
+step lasts at least the host's time to issue the model's kernels
+(``twin.validate.silicon.harness.eager_prefill_s``: launches by layer part x a host time
+per launch per GPU; ``twin.engine.host_time.EagerPrefillPricer``). This benchmark takes
+the rows the rule applies to (MoE models, GPUs with a fitted host time, at most
+``--max-clients`` clients), spreads ``--per-split`` of each split over them (sorted by
+id), and predicts each row twice: as planned (the floor) and with the floor removed (the
+baseline, the twin without the rule). It writes per-row predictions and MAPE / MdAPE per
+split, model and GPU. (Rows the rule does not apply to get the same plan as without it:
+dense models, other engines, other models' SGLang rows from 0.5.10.)
 
-    python benchmarks/bench_eager_prefill.py --per-split 40 --out benchmarks/results/silicon-eager
+    python benchmarks/bench_eager_prefill.py --per-split 20 \\
+        --out benchmarks/results/silicon-ttftmoe2-eager
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {
         "benchmark": "eager_prefill",
         "command": "python benchmarks/bench_eager_prefill.py " + " ".join(sys.argv[1:]),
-        "host_time_per_moe_layer_s": sil.SGLANG_EAGER_MOE_LAYER_S,
+        "host_time_per_launch_s": sil.SGLANG_EAGER_LAUNCH_S,
+        "launches_per_layer_part": sil.SGLANG_EAGER_LAUNCHES,
         "by_split": {
             s: _summary([r for r in moe if r["split"] == s]) for s in (sil.FIT, sil.HELD_OUT)
         },

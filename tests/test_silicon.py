@@ -867,12 +867,14 @@ def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
         assert sil.deployment(other, "sglang") == {}
 
 
-def test_sglang_before_piecewise_graphs_prices_a_host_floor_on_prefill_steps(
+def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     tmp_path: Path,
 ) -> None:
-    """SGLang before 0.5.10 runs prefills without CUDA graphs: a MoE model's prefill step
-    lasts at least its MoE layers' host time (per GPU, fitted); none from 0.5.10 (piecewise
-    graphs), for dense models, other engines, attention DP or a GPU without a fit."""
+    """SGLang runs prefills without CUDA graphs before 0.5.10, and in every release before
+    0.5.23 for the architectures whose piecewise graphs it turns off (GLM-5's DSA) and
+    for multimodal configs (Qwen3.5): a MoE model's prefill step lasts at least its
+    eager kernels' host time (launches by layer part x a fitted time per GPU); none for
+    dense models, other engines, attention DP or a GPU without a fit."""
     from dataclasses import replace
 
     from twin.engine.host_time import EagerPrefillPricer
@@ -880,26 +882,92 @@ def test_sglang_before_piecewise_graphs_prices_a_host_floor_on_prefill_steps(
     from twin.presets import get_model
 
     r1 = get_model("deepseek-r1")
+    n = sil.SGLANG_EAGER_LAUNCHES
+    # 61 MLA layers, 58 MoE layers with a shared expert, 3 dense MLP layers
+    launches = 61 * n["mla"] + 58 * (n["moe"] + n["shared_expert"]) + 3 * n["mlp"]
+    assert sil.eager_launches(r1) == launches
+    # Qwen3-235B (94 plain attention + MoE layers, no shared expert) launches about as
+    # many kernels as DeepSeek-R1 though it has 1.6x its MoE layers.
+    qwen = get_model("qwen3-235b-a22b")
+    assert sil.eager_launches(qwen) == 94 * (n["attention"] + n["moe"])
+    assert abs(sil.eager_launches(qwen) - launches) < 0.05 * launches
+    hybrid = get_model("qwen3.5-397b-a17b")  # gated attention, GDN, shared experts
+    assert sil.eager_launches(hybrid) == (
+        15 * (n["attention"] + n["attention_gate"])
+        + 45 * n["gdn"]
+        + 60 * (n["moe"] + n["shared_expert"])
+    )
+    per_launch = sil.SGLANG_EAGER_LAUNCH_S
     row = _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8)
-    per_layer = sil.SGLANG_EAGER_MOE_LAYER_S
     floor = sil.eager_prefill_s(row, r1, "b200")
-    assert floor == pytest.approx(per_layer["b200"] * r1.n_moe_layers) and floor > 0.1
+    assert floor == pytest.approx(per_launch["b200"] * launches) and floor > 0.1
     assert sil.eager_prefill_s(replace(row, system="h200_sxm"), r1, "h200") == pytest.approx(
-        per_layer["h200"] * r1.n_moe_layers
+        per_launch["h200"] * launches
     )
     assert sil.eager_prefill_s(replace(row, backend_version="0.5.6.post2"), r1, "b200") == floor
     for version in ("0.5.10.post1", "0.5.23", "nightly-dev", ""):
         assert sil.eager_prefill_s(replace(row, backend_version=version), r1, "b200") == 0.0
+    # GLM-5 (piecewise graphs off for its architecture) and a multimodal config prefill
+    # eagerly in 0.5.10.post1 and in a nightly build, not from 0.5.23.
+    glm = get_model("glm-5")
+    for version in ("0.5.10.post1", "nightly-dev", "glm5-hopper", "0.5.9"):
+        later = replace(row, backend_version=version)
+        assert sil.eager_prefill_s(later, glm, "b200") == pytest.approx(
+            per_launch["b200"] * sil.eager_launches(glm)
+        )
+        assert sil.eager_prefill_s(later, r1, "b200", multimodal=True) == floor
+    assert sil.eager_prefill_s(replace(row, backend_version="0.5.23"), glm, "b200") == 0.0
     assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0  # no MoE layer
     assert sil.eager_prefill_s(replace(row, backend="vllm"), r1, "b200") == 0.0
+    assert sil.eager_prefill_s(replace(row, backend="vllm"), glm, "b200") == 0.0
     assert sil.eager_prefill_s(replace(row, attention_dp=8, tp=1), r1, "b200") == 0.0
-    assert sil.eager_prefill_s(row, r1, "b300") == 0.0  # no fitted host time
+    assert sil.eager_prefill_s(row, r1, "h100") == 0.0  # no fitted host time
     # The floor reaches the engine: the run's outermost pricer holds the prefill steps to it.
     path = sil.write_workload(tmp_path / "w.parquet", 64, 4, 2, 1)
     run = build_run(path, model=r1, gpu="b200", engine="sglang", tp=8, eager_prefill_s=floor)
     assert isinstance(run.pricer, EagerPrefillPricer) and run.pricer.floor_s == floor
     assert run.pricer.step_time([(64, 0)], 0, 0) == floor  # 64 tokens: host-bound
     assert run.pricer.step_time([], 4, 256) == run.pricer.inner.step_time([], 4, 256)
+
+
+def test_silicon_compare_sets_two_runs_side_by_side(tmp_path: Path) -> None:
+    """``benchmarks/silicon_compare.py``: MAPE per split and group before and after, the
+    rows whose prediction changed, and aiconfigurator on the rows it estimated only."""
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "silicon_compare.py"
+    spec = importlib.util.spec_from_file_location("silicon_compare", path)
+    assert spec is not None and spec.loader is not None
+    compare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compare)
+    head = (
+        "id,split,model_path,system,backend,"
+        "silicon_ttft_ms,silicon_tpot_ms,twin_ttft_ms,twin_tpot_ms"
+    )
+    rows = [
+        "a,fit,org/M,h200_sxm,sglang,200,10,100,10",
+        "b,fit,org/M,h200_sxm,sglang,100,10,100,12",
+    ]
+    before = tmp_path / "before.csv"
+    before.write_text("\n".join([head, *rows]) + "\n", encoding="utf-8")
+    after = tmp_path / "after.csv"
+    after.write_text(
+        "\n".join([head, rows[0].replace(",100,10", ",150,10"), rows[1]]) + "\n",
+        encoding="utf-8",
+    )
+    aic = tmp_path / "aic.csv"
+    aic.write_text("id,aic_ttft_ms,aic_tpot_ms\na,100,11\nb,,\n", encoding="utf-8")
+    out = tmp_path / "compare.json"
+    assert compare.main([str(before), str(after), "--aic", str(aic), "--out", str(out)]) == 0
+    table = json.loads(out.read_text(encoding="utf-8"))
+    group = table["fit|M|h200_sxm|sglang"]
+    assert group == table["fit|ALL"]
+    assert (group["rows"], group["rows_changed"]) == (2, 1)
+    assert (group["ttft_mape_before"], group["ttft_mape_after"]) == (25.0, 12.5)
+    assert (group["tpot_mape_before"], group["tpot_mape_after"]) == (10.0, 10.0)
+    # aiconfigurator estimated row a only: its error and the twin's on that row
+    assert (group["aic_ttft_rows"], group["aic_ttft_mape"]) == (1, 50.0)
+    assert group["twin_ttft_mape_on_aic_rows"] == 25.0
 
 
 def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:

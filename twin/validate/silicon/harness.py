@@ -362,35 +362,109 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
 # for a forward mode that is a CUDA-graph mode (decode, target verify) and sends extend
 # batches to ``forward_extend``, which uses the piecewise runner only when enabled. From
 # 0.5.10 the piecewise graphs are on by default (0.5.10.post1 ``server_args.py``
-# ``disable_piecewise_cuda_graph: bool = False``, turned off by
-# ``_handle_piecewise_cuda_graph`` for speculative decoding, attention DP, symmetric
-# memory, some architectures ...; not modelled: those rows keep the kernels' price).
+# ``disable_piecewise_cuda_graph: bool = False``), but ``_handle_piecewise_cuda_graph``
+# turns them off for speculative decoding, attention DP, symmetric memory, ... and for
+# two kinds of model read here: the architectures of ``configs/model_config.py``
+# ``piecewise_cuda_graph_disabled_model_archs`` (GLM-5's ``GlmMoeDsaForCausalLM``,
+# Qwen3-Next, DeepSeek-V3.2: ``twin.engine.memory_rules.SGLANG_NO_PIECEWISE``) and
+# multimodal models (``ModelConfig.is_multimodal``: ``enable_multimodal`` is on by
+# default, and a config with a ``vision_config`` is multimodal, Qwen3.5's
+# ``Qwen3_5MoeForConditionalGeneration``). Such a model prefills eagerly in every
+# release, a nightly build included. (The flags of a row's script are not read: those
+# rows keep the kernels' price.)
 # An eager forward is issued kernel by kernel from Python, so a short prompt's step
-# lasts at least the host's time to issue the model's layers
+# lasts at least the host's time to issue the model's kernels
 # (``twin.engine.host_time.EagerPrefillPricer``). Public single-request runs of
 # DeepSeek-R1 under SGLang show that floor: TTFT 180-200 ms from 128 to 4,096 prompt
 # tokens on 16 H100s (tenstorrent/tt-inference-server issue 356), while the twin's
 # kernels price a 1,024-token prefill at 45-100 ms.
 SGLANG_PIECEWISE_DEFAULT = "0.5.10"
-# Host seconds per MoE decoder layer of an eager SGLang forward, per GPU (its node's
-# host): fitted on the fit split only, 12 DeepSeek-R1 SGLang 0.5.9 InferenceMAX rows
-# (2026-04-06.csv ids; H200 tp 8 fp8 and B200 tp 4-8 fp8/fp4, 1k/8k prompts, 4-64
-# clients), least summed TTFT APE over a grid of floors 0.145-0.232 s (docs/decisions.md,
-# "Issue 31, step: DeepSeek's TTFT, the eager prefill"). The dense layers are not counted
-# (the dense SGLang rows are GPU-bound, nothing to fit them on). A GPU without an entry
-# gets no floor.
-SGLANG_EAGER_MOE_LAYER_S = {"h200": 0.0041, "b200": 0.0030}
+# From 0.5.23 SGLang captures its prefill graphs (``breakable``, on by default on CUDA,
+# ``cuda_graph_config.py``) whatever the model (``twin.engine.memory_rules``).
+SGLANG_PREFILL_GRAPHS_ALWAYS = "0.5.23"
+# Kernels one decoder layer launches on SGLang's eager prefill path, by part (its input
+# norm and all-reduce counted with the part after them), read from SGLang 0.5.9's
+# forward code (CUDA, block-fp8 weights, tensor-parallel MoE without DeepEP; 0.5.6.post2's
+# Qwen3-MoE path is the same); an fp8 linear is two launches (activation quantisation,
+# GEMM: ``layers/quantization/fp8_utils.py``). Counts within a launch or two:
+# - ``mla`` 17 (``models/deepseek_common/attention_forward_methods/forward_mha.py``
+#   ``forward_normal_prepare`` / ``forward_normal_core``: input norm, fused q_a/kv_a
+#   projection 2, q_a and kv_a norms, q_b projection 2, RoPE, the q_pe copy, the latent
+#   KV write, kv_b projection 2, the k concat, ragged attention, o projection 2);
+# - ``attention`` 10 (``models/qwen3_moe.py`` ``forward_prepare_native``: input norm,
+#   qkv 2, q and k norms, RoPE, KV write, attention, o projection 2), ``swa`` the same;
+#   with an output gate (``attn_output_gate``, ``models/qwen3_5.py``
+#   ``Qwen3_5AttentionDecoderLayer.self_attention``) 4 more (q and gate copies, sigmoid,
+#   product);
+# - ``gdn`` 26 (``models/qwen3_5.py`` ``Qwen3_5GatedDeltaNet._forward`` and
+#   ``layers/attention/fla/chunk.py`` ``chunk_gated_delta_rule_fwd``: input norm,
+#   qkv and z projections 2 each, b and a projections and their copies, causal conv,
+#   the q/k/v copies 3, gating, q and k l2-norms, cumsum, KK^T, triangular solve, w/u,
+#   state pass, output, state write, gated norm, out projection 2);
+# - ``moe`` 13 (``models/deepseek_v2.py`` ``DeepseekV2MoE.forward_normal``,
+#   ``models/qwen3_moe.py`` ``forward_normal``: post-attention norm, the attention's
+#   all-reduce, router GEMM, top-k, the Triton fused MoE's alignment, quantisation, two
+#   grouped GEMMs, activation, second quantisation and sum = 8, the MoE's all-reduce);
+#   a shared expert 6 more (gate_up 2, activation, down 2, the add; Qwen3.5's sigmoid
+#   gate on it, 3 more, is not counted: no model field says a shared expert is gated);
+# - ``mlp`` 8 (a dense layer: post-attention norm, all-reduce, gate_up 2, activation,
+#   down 2, all-reduce).
+SGLANG_EAGER_LAUNCHES: dict[str, int] = {
+    "mla": 17,
+    "attention": 10,
+    "swa": 10,
+    "gdn": 26,
+    "attention_gate": 4,
+    "moe": 13,
+    "shared_expert": 6,
+    "mlp": 8,
+}
+# Host seconds per launched kernel of an eager SGLang forward, per GPU (its node's host:
+# Python, the op's dispatch and the launch), fitted on the fit split only: 6-8 fit rows
+# with at most 64 clients of each (model, GPU) the rule applies to (DeepSeek-R1/V3,
+# Qwen3-235B, Qwen3.5-397B, GLM-5), least mean TTFT APE over 40-180 us in 10 us steps
+# (docs/decisions.md, "Issue 31, step: the eager prefill's host time per launched
+# kernel"). B300's fit rows disagree (GLM-5 wants none, Qwen3.5 0.32 s with its TPOT
+# six times off): no entry. A GPU without an entry gets no floor.
+SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 110e-6, "b200": 90e-6}
 
 
-def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str) -> float:
-    """The host floor of a prefill step (``EngineConfig.eager_prefill_s``) for ``row``
-    run on the twin's ``gpu`` (above); 0.0 where its engine release runs prefill graphs,
-    the model has no MoE layers, or the GPU has no fitted host time."""
+def eager_launches(model: ModelSpec) -> int:
+    """Kernels one eager SGLang forward of ``model`` launches (``SGLANG_EAGER_LAUNCHES``
+    summed over its layers; mixer kinds without a count, Mamba2 say, count none)."""
+    n = SGLANG_EAGER_LAUNCHES
+    out = sum(n.get(kind, 0) * count for kind, count in model.mixer_counts.items())
+    if model.attn_output_gate:
+        gated = model.mixer_counts.get("attention", 0) + model.mixer_counts.get("swa", 0)
+        out += n["attention_gate"] * gated
+    per_moe = n["moe"] + (n["shared_expert"] if model.moe_shared_d_ff else 0)
+    return out + per_moe * model.n_moe_layers + n["mlp"] * model.n_mlp_layers
+
+
+def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool) -> bool:
+    """Whether SGLang runs ``row``'s prefill batches without CUDA graphs (above): a
+    release before 0.5.10, or a model whose piecewise graphs every release turns off."""
     from twin.costmodel.table_release import version_key  # late: rows read without it
+    from twin.engine.memory_rules import SGLANG_NO_PIECEWISE
 
+    release = version_key(row.backend_version)
+    always, first = version_key(SGLANG_PREFILL_GRAPHS_ALWAYS), version_key(SGLANG_PIECEWISE_DEFAULT)
+    if release is not None and always is not None and release >= always:
+        return False
+    if multimodal or any(stem in model.name.lower() for stem in SGLANG_NO_PIECEWISE):
+        return True
+    return release is not None and first is not None and release < first
+
+
+def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: bool = False) -> float:
+    """The host floor of a prefill step (``EngineConfig.eager_prefill_s``) for ``row``
+    run on the twin's ``gpu``: the model's eager launches (:func:`eager_launches`) times
+    the GPU's host time per launch; 0.0 where the engine prefills with graphs
+    (:func:`sglang_prefills_eagerly`; ``multimodal``: the model's config has a
+    ``vision_config``), the model has no MoE layers (the dense SGLang rows are GPU-bound:
+    nothing to fit them on), attention DP is on, or the GPU has no fitted host time."""
     if row.backend != "sglang" or not model.n_moe_layers or (row.attention_dp or 1) > 1:
         return 0.0
-    release, first = version_key(row.backend_version), version_key(SGLANG_PIECEWISE_DEFAULT)
-    if release is None or first is None or release >= first:
+    if not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
-    return SGLANG_EAGER_MOE_LAYER_S.get(gpu, 0.0) * model.n_moe_layers
+    return SGLANG_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)

@@ -216,7 +216,9 @@ def plan_row(
     spec = inferencemax_speculation(row, model) if deploy == "benchmark" else None
     if spec is not None:
         limits = {**limits, "speculative": spec}
-    eager = eager_prefill_s(row, model, gpu)  # the engine's own time, whatever the deployment
+    # the engine's own time, whatever the deployment (a config with a vision_config is
+    # multimodal to SGLang: harness.sglang_prefills_eagerly)
+    eager = eager_prefill_s(row, model, gpu, multimodal="vision_config" in config)
     if eager:
         limits = {**limits, "eager_prefill_s": eager}
     return RowPlan(
