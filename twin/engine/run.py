@@ -486,8 +486,25 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     return pricer
 
 
+def _async_scheduling(config: EngineConfig) -> bool:
+    """Whether the engine schedules the next step while the GPU runs this one (vLLM's
+    ``--async-scheduling``, ``scheduler_options``: ``twin.engine.modes_vllm``), so the
+    step's host time overlaps its forward (``twin.engine.host_time``). Refused where the
+    host time is priced by the attention-DP ranks' or the pipeline's own pricer, which
+    add it."""
+    overlap = bool(config.scheduler_options.get("async_scheduling", False))
+    host = config.step_host_s or config.seq_host_s
+    if overlap and host and (config.dp_attention > 1 or config.pp > 1):
+        raise TwinError(
+            "--set async_scheduling=true: the host time's overlap is not modelled with "
+            "attention data parallelism or pipeline stages yet (give false)"
+        )
+    return overlap
+
+
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times."""
+    overlap = _async_scheduling(config)
     absorb = 0
     if config.speculative:
         from twin.engine.speculative import Speculation
@@ -526,7 +543,7 @@ def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> Step
         if config.step_host_s or config.seq_host_s:
             from twin.engine.host_time import HostTimePricer
 
-            pricer = HostTimePricer(pricer, config.step_host_s, config.seq_host_s)
+            pricer = HostTimePricer(pricer, config.step_host_s, config.seq_host_s, overlap=overlap)
     if config.speculative:  # drafting and verification (twin.engine.speculative)
         from twin.engine.speculative import speculative_pricer
 
