@@ -11,7 +11,14 @@ is empty on every shipped GPU profile. This module adds, per engine step,
 
 (a fixed part, and a part per request the step carries: one per decoding sequence and
 per prefill chunk), added to the step's price, as vLLM V1's synchronous loop runs its
-scheduler and output processing between forward passes. The two numbers are engine
+scheduler and output processing between forward passes. With asynchronous scheduling
+(``overlap``: vLLM's ``--async-scheduling``, its default from 0.14.0,
+``twin.engine.modes_vllm``) the host prepares the next step while the GPU runs this one,
+so a step lasts ``max(kernels, host time)``: the host time shows only where it is longer
+than the forward (vLLM 0.18.0 ``vllm/v1/engine/core.py``
+``EngineCore.step_with_batch_queue``: the next batch is scheduled and its forward launched
+before the previous one's outputs are waited for; ``vllm/config/vllm.py`` turns
+``async_scheduling`` on by default). The two numbers are engine
 times per (engine, GPU), fitted on the fit split of NVIDIA's measured serving runs
 (:mod:`twin.engine.engine_times`); they belong in a profile's host-time field once the
 profiles are regenerated per engine.
@@ -30,10 +37,14 @@ from twin.engine.cost import Chunk, Durations, EndsFiller, WrappingPricer
 class HostTimePricer(WrappingPricer):
     """``inner`` (a :class:`~twin.engine.cost.StepPricer`) with the host time per step added."""
 
-    def __init__(self, inner: Any, step_host_s: float, seq_host_s: float) -> None:
+    def __init__(
+        self, inner: Any, step_host_s: float, seq_host_s: float, overlap: bool = False
+    ) -> None:
         super().__init__(inner)
         self.step_host_s = float(step_host_s)
         self.seq_host_s = float(seq_host_s)
+        # Asynchronous scheduling: the host time overlaps the forward (module docstring).
+        self.overlap = bool(overlap)
 
     def host_s(self, sequences: int) -> float:
         """Host seconds of a step carrying ``sequences`` requests."""
@@ -44,26 +55,40 @@ class HostTimePricer(WrappingPricer):
         return str(getattr(self.inner, "provenance", ""))
 
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
-        kernels = self.inner.step_time(prefills, decode_batch, decode_context)
-        return float(kernels) + self.host_s(len(prefills) + decode_batch)
+        kernels = float(self.inner.step_time(prefills, decode_batch, decode_context))
+        host = self.host_s(len(prefills) + decode_batch)
+        return max(kernels, host) if self.overlap else kernels + host
 
     def decode_run(self, batch: int, context: int, steps: int) -> Durations:
-        return np.asarray(self.inner.decode_run(batch, context, steps), np.float64) + self.host_s(
-            batch
-        )
+        kernels = np.asarray(self.inner.decode_run(batch, context, steps), np.float64)
+        if self.overlap:
+            return np.maximum(kernels, self.host_s(batch))
+        return kernels + self.host_s(batch)
 
     def decode_affine(self, batch: int) -> tuple[float, float] | None:
         fit = self.inner.decode_affine(batch)
-        return None if fit is None else (fit[0] + self.host_s(batch), fit[1])
+        if fit is None:
+            return None
+        if self.overlap:
+            # ``a + b x context`` from context 0 up: the forward is the longer one at
+            # every context when ``a`` is (b >= 0), else the step is not affine.
+            return (fit[0], fit[1]) if fit[1] >= 0 and fit[0] >= self.host_s(batch) else None
+        return (fit[0] + self.host_s(batch), fit[1])
 
     def decode_ends(self, batch: int, context: int) -> EndsFiller | None:
         """The inner pricer's compiled step ends, each moved by the host time of the
-        steps up to it (the filler sums on from ``ends[first - 1]``, already moved)."""
+        steps up to it (the filler sums on from ``ends[first - 1]``, already moved).
+        Overlapped: the inner ends unchanged where the run's first step (its least
+        context, so its shortest forward) already outlasts the host time, else none
+        (the engine sums :meth:`decode_run`'s)."""
         ask = getattr(self.inner, "decode_ends", None)
         fill = ask(batch, context) if ask is not None else None
         if fill is None:
             return None
         host = self.host_s(batch)
+        if self.overlap:
+            first = float(np.asarray(self.inner.decode_run(batch, context, 1))[0])
+            return fill if first >= host else None
 
         def moved(ends: np.ndarray, first: int, n: int) -> None:
             fill(ends, first, n)

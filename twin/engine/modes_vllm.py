@@ -320,6 +320,29 @@ def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
     return {"block_size": size, "retention_interval": retention}
 
 
+# vLLM's --async-scheduling (vllm/config/scheduler.py SchedulerConfig.async_scheduling): the
+# engine core schedules the next batch and launches its forward before it waits for the
+# previous one's outputs (vllm/v1/engine/core.py EngineCore.step_with_batch_queue, a
+# queue of two batches: v1/executor/multiproc_executor.py and uniproc_executor.py
+# max_concurrent_batches), so the host's work overlaps the GPU's: the step's host time
+# (twin.engine.host_time, overlap) shows only where it outlasts the forward. Its default,
+# read from the wheels on PyPI: False in 0.12.0 (``async_scheduling: bool = False``,
+# vllm/config/vllm.py "we won't reach here until async scheduling is enabled by
+# default"); None in 0.14.0, 0.15.1 and 0.18.0, which vllm/config/vllm.py
+# VllmConfig.__post_init__ turns on unless speculative decoding other than EAGLE/MTP/
+# n-gram, or an executor other than mp/uni/external_launcher (Ray), is in use. The mode
+# keeps it off unless given (the shipped H100 host time was fitted on 0.12.0's
+# synchronous runs: twin/calibration/engine_times.json); the silicon harness passes the
+# measured run's own (twin.validate.silicon.harness.vllm_async_scheduling).
+VLLM_ASYNC_FROM = "0.14.0"
+
+
+def _vllm_async(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    options = dict(out.get("scheduler_options") or {})
+    options["async_scheduling"] = _bool("async_scheduling", value)
+    out["scheduler_options"] = options
+
+
 # vllm/config/cache.py CacheConfig.prefix_cache_retention_interval: Field(default=0) (0.33.0).
 VLLM_RETENTION_DEFAULT = 0
 
@@ -335,6 +358,7 @@ _VLLM_COMMON = (
     "max_num_seqs",
     "max_num_batched_tokens",
     "gpu_memory_utilization",
+    "async_scheduling",
 )
 
 # The releases modelled, newest first. Read from the releases' sdists on PyPI:
@@ -447,6 +471,15 @@ VLLM = EngineMode(
                 ),
             ),
             ("enable_prefix_caching", Flag("cache prefixes", _vllm_prefix_caching, "true")),
+            (
+                "async_scheduling",
+                Flag(
+                    "schedule the next step while the GPU runs this one: the host time "
+                    "overlaps the forward (vLLM's own default is on from 0.14.0)",
+                    _vllm_async,
+                    "false",
+                ),
+            ),
             (
                 "all2all_backend",
                 Flag(

@@ -493,9 +493,26 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     return pricer
 
 
+def _async_scheduling(config: EngineConfig) -> bool:
+    """Whether the engine schedules the next step while the GPU runs this one (vLLM's
+    ``--async-scheduling``, ``scheduler_options``: ``twin.engine.modes_vllm``), so the
+    step's host time overlaps its forward (``twin.engine.host_time``). Refused where the
+    host time is priced by the attention-DP ranks' or the pipeline's own pricer, which
+    add it."""
+    overlap = bool(config.scheduling.scheduler_options.get("async_scheduling", False))
+    host = config.host_time.step_host_s or config.host_time.seq_host_s
+    if overlap and host and (config.cluster.dp_attention > 1 or config.cluster.pp > 1):
+        raise TwinError(
+            "--set async_scheduling=true: the host time's overlap is not modelled with "
+            "attention data parallelism or pipeline stages yet (give false)"
+        )
+    return overlap
+
+
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times."""
     c, h = config.cluster, config.host_time
+    overlap = _async_scheduling(config)
     absorb = 0
     if config.mode.speculative:
         from twin.engine.speculative import Speculation
@@ -527,7 +544,7 @@ def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> Step
         if h.step_host_s or h.seq_host_s:
             from twin.engine.host_time import HostTimePricer
 
-            pricer = HostTimePricer(pricer, h.step_host_s, h.seq_host_s)
+            pricer = HostTimePricer(pricer, h.step_host_s, h.seq_host_s, overlap=overlap)
     if config.mode.speculative:  # drafting and verification (twin.engine.speculative)
         from twin.engine.speculative import speculative_pricer
 

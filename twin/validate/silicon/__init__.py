@@ -59,6 +59,7 @@ from twin.validate.silicon.harness import (
     INFERENCEMAX_TRTLLM_FLOOR,
     INFERENCEMAX_TRTLLM_TOKENS,
     INFERENCEMAX_VLLM,
+    INFERENCEMAX_VLLM_ASYNC_MODELS,
     MEASURED_ROUNDS,
     REASON_INFERENCEMAX_DISAGG,
     SGLANG_EAGER_LAUNCH_S,
@@ -80,6 +81,7 @@ from twin.validate.silicon.harness import (
     inferencemax_mtp_drafts,
     inferencemax_sglang,
     inferencemax_speculation,
+    vllm_async_scheduling,
 )
 from twin.validate.silicon.plan import (
     RowPlan,
@@ -162,6 +164,7 @@ __all__ = [
     "INFERENCEMAX_TRTLLM_FLOOR",
     "INFERENCEMAX_TRTLLM_TOKENS",
     "INFERENCEMAX_VLLM",
+    "INFERENCEMAX_VLLM_ASYNC_MODELS",
     "MEASURED_ROUNDS",
     "QUANTISED_NAME_SUFFIX",
     "REASON_ATTN_DP",
@@ -232,6 +235,7 @@ __all__ = [
     "split_of",
     "summarize",
     "system_gpus",
+    "vllm_async_scheduling",
     "weight_only_checkpoint",
     "write_outputs",
     "write_workload",

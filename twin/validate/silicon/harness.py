@@ -345,6 +345,34 @@ def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any
     return speculative.build(model, "mtp", drafts).to_dict()
 
 
+# vLLM's asynchronous scheduling (``--async-scheduling``: the host's scheduling and output
+# processing overlap the GPU's forward, ``twin.engine.modes_vllm``), per measured run: the
+# release's default, on from 0.14.0 (read in the 0.12.0, 0.14.0, 0.15.1 and 0.18.0 wheels:
+# ``vllm/config/scheduler.py`` and ``vllm/config/vllm.py``), and on in InferenceMAX's vLLM
+# scripts for gpt-oss-120b and Llama-3.1-70B, whose ``config.yaml`` says
+# ``async-scheduling: true`` in every version read (SemiAnalysisAI/InferenceX
+# ``benchmarks/gptoss_fp4_h100.sh`` at c6b96dd and 1fc5d73, ``gptoss_fp4_h100_docker.sh``
+# at 145e88f, ``gptoss_fp4_h200.sh`` at 16cd955, ``70b_fp8_h100_slurm.sh`` at 2a205bb):
+# their rows of release 0.11.2 or none ran it too. aiconfigurator's generated vLLM
+# deployments pass no such flag (package ``aiconfigurator`` 0.12.0: no ``async`` in it),
+# so its rows run their release's default. A release that is no version number (a
+# nightly) is not read: off. Only GPUs with a fitted host time (H100) see a difference.
+INFERENCEMAX_VLLM_ASYNC_MODELS = ("gpt-oss-120b", "llama-3.1-70b")
+
+
+def vllm_async_scheduling(row: SiliconRow, kind: str = "benchmark") -> bool:
+    """Whether the vLLM server of ``row`` scheduled asynchronously (above)."""
+    from twin.costmodel.table_release import version_key
+    from twin.engine.modes_vllm import VLLM_ASYNC_FROM
+
+    if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
+        path = row.model_path.lower()
+        if any(name in path for name in INFERENCEMAX_VLLM_ASYNC_MODELS):
+            return True
+    version, since = version_key(row.backend_version or ""), version_key(VLLM_ASYNC_FROM)
+    return version is not None and since is not None and version >= since
+
+
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:
     """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
     if kind not in DEPLOYMENTS:

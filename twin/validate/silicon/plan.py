@@ -25,6 +25,7 @@ from twin.validate.silicon.harness import (
     eager_prefill_s,
     harness_of,
     inferencemax_speculation,
+    vllm_async_scheduling,
 )
 from twin.validate.silicon.precision import (
     RowPrecision,
@@ -204,6 +205,8 @@ def plan_row(
         except TwinError as err:
             return str(err)
     limits = deployment(row, engine, deploy)
+    if engine == "vllm" and vllm_async_scheduling(row, deploy):
+        limits = {**limits, "sets": {**limits.get("sets", {}), "async_scheduling": "true"}}
     if harness_of(row) is not INFERENCEMAX:  # its scripts' KV flags are not read
         precision = engine_default_kv(precision, engine, limits, config)
     unpriceable = _unpriceable(profile, precision, base)
