@@ -263,7 +263,7 @@ def test_vanilla_empty_cache_is_the_same(tmp_path, monkeypatch):
         made.append(real(self, *args, **kwargs))
         return made[-1]
 
-    def tree(self, model, capacity, _longest, host_tier=False):
+    def tree(self, model, capacity, host_tier=False):
         return self.make_cache(model, capacity)
 
     for router in ("session-affinity", "prefix-aware"):

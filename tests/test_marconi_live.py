@@ -285,12 +285,12 @@ def test_engine_runs_it_for_every_model() -> None:
     """``marconi`` and ``marconi-twin`` get the live cache on an SSM hybrid, a Transformer,
     sliding-window layers or a pure SSM model, whatever the workload's lengths."""
     policy = MarconiPolicy()
-    assert isinstance(policy.make_engine_cache(HYBRID, 10**9, lambda: 10**9), LiveCache)
-    twin = MarconiTwinPolicy().make_engine_cache(HYBRID, 10**9, lambda: 1000)
+    assert isinstance(policy.make_engine_cache(HYBRID, 10**9), LiveCache)
+    twin = MarconiTwinPolicy().make_engine_cache(HYBRID, 10**9)
     assert isinstance(twin, LiveCache) and not twin.reference
-    transformer = policy.make_engine_cache(TRANSFORMER, 10**9, lambda: 1000)
+    transformer = policy.make_engine_cache(TRANSFORMER, 10**9)
     assert isinstance(transformer, LiveCache) and not transformer.has_ssm
-    assert isinstance(policy.make_engine_cache(get_model("tiny-swa"), 10**9, lambda: 9), LiveCache)
-    assert isinstance(policy.make_engine_cache(get_model("tiny-ssm"), 10**9, lambda: 9), LiveCache)
-    cache = policy.make_engine_cache(HYBRID, 10**9, lambda: 1000)
+    assert isinstance(policy.make_engine_cache(get_model("tiny-swa"), 10**9), LiveCache)
+    assert isinstance(policy.make_engine_cache(get_model("tiny-ssm"), 10**9), LiveCache)
+    cache = policy.make_engine_cache(HYBRID, 10**9)
     assert request_cache_for(cache).__class__.__name__ == "LiveRequests"

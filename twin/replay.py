@@ -156,8 +156,7 @@ def _run(
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
     # The engine's cache, the policy's fastest exact one (``marconi``: compiled).
-    longest = max((len(full) for full in trace.fulls), default=0)
-    cache = policy.make_engine_cache(model, capacity, lambda: longest)
+    cache = policy.make_engine_cache(model, capacity)
     protocol = request_cache_for(cache)
     served = []
     for full, n, mods in _requests(trace):

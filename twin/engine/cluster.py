@@ -18,7 +18,6 @@ request has completed; records are handed to ``on_record`` as requests finish.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -52,7 +51,6 @@ from twin.policies import get_policy
 from twin.policies.compiled.live import LiveCache
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
-from twin.workloads.session_lengths import longest_sequence
 
 
 @dataclass
@@ -228,9 +226,8 @@ class Cluster:
             Speculation.from_dict(config.mode.speculative) if config.mode.speculative else None
         )
         self.replicas: list[Replica] = []
-        longest = functools.cache(lambda: longest_sequence(workload.path, workload.index))
         for i in range(replicas):
-            self.replicas.append(self._new_replica(i, workload, longest))
+            self.replicas.append(self._new_replica(i))
             # Inter-token gaps count from the summary's measured window.
             self.replicas[-1].scheduler.warmup_s = arrivals.warmup_s
         self.horizon_s = horizon(self.source, arrivals)
@@ -256,7 +253,7 @@ class Cluster:
         cluster's decode workers are another class, without one)."""
         return Replica, True
 
-    def _shared_tier(self, i: int, longest: Callable[[], int]) -> HostTier | None:
+    def _shared_tier(self, i: int) -> HostTier | None:
         """A tier under replica ``i``'s cache that other replicas share (a disaggregated
         cluster's shared KV store); ``None``: its own host tier, if any."""
         return None
@@ -266,7 +263,7 @@ class Cluster:
         cluster's decode pool may have its own GPU and layout)."""
         return self.config, self.pricer, self.budget
 
-    def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Replica:
+    def _new_replica(self, i: int) -> Replica:
         """Replica ``i`` (of :meth:`_replica_kind`'s class) with its cache, host tier and
         scheduler."""
         model = self.model
@@ -277,12 +274,12 @@ class Cluster:
         host_bytes = m.host_cache_bytes + int(m.host_cache_ratio * capacity)
         if not host_tier:
             host_bytes = 0
-        shared = self._shared_tier(i, longest)
+        shared = self._shared_tier(i)
         policy = get_policy(policy_name, **options)
         # Dedicated or in the shared pool, over a host tier (its own or a store the replicas
         # share) or not: the policy's fastest exact cache.
         tiered = bool(host_bytes) or shared is not None
-        cache = policy.make_engine_cache(model, capacity, longest, host_tier=tiered)
+        cache = policy.make_engine_cache(model, capacity, host_tier=tiered)
         if host_bytes and m.host_write_policy == "write_back":
             _check_write_back(policy_name, cache)
         spec = config.mode.speculative or {}
@@ -301,7 +298,7 @@ class Cluster:
         host = (
             HOST_TIERS[m.host_write_policy](
                 get_policy(policy_name, **options).make_engine_cache(
-                    model, host_bytes, longest, host_tier=True
+                    model, host_bytes, host_tier=True
                 ),
                 pricer,
                 m.host_write_policy,

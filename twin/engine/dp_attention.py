@@ -543,10 +543,10 @@ class DPCluster(Cluster):
         assert self._recorder is not None
         return self.config, self._recorder, self.budget / self.config.cluster.dp_attention
 
-    def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Any:
+    def _new_replica(self, i: int) -> Any:
         def rank(recorder: RankRecorder) -> Replica:
             self._recorder = recorder
-            return super(DPCluster, self)._new_replica(i, workload, longest)
+            return super(DPCluster, self)._new_replica(i)
 
         replica = dp_replica(
             self._dp_pricer, self.config.cluster.dp_attention, self.config.mode.engine, rank

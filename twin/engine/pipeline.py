@@ -348,8 +348,8 @@ class PipelineCluster(Cluster):
             raise TwinError("--pp needs the pipeline's stage pricer")
         super().__init__(model, pricer, config, workload, on_record)
 
-    def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Replica:
-        replica = super()._new_replica(i, workload, longest)
+    def _new_replica(self, i: int) -> Replica:
+        replica = super()._new_replica(i)
         pricer = self.pricer
         assert isinstance(pricer, PipelinePricer)  # checked in __init__
         replica.scheduler = PipelineScheduler(  # type: ignore[assignment]

@@ -7,7 +7,6 @@ choosing a victim never scans the tree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -45,13 +44,12 @@ class Policy:
         self,
         model: ModelSpec,
         capacity_bytes: int,
-        longest: Callable[[], int],
         host_tier: bool = False,
     ) -> CacheStructure:
         """The cache the engine runs this policy on (dedicated or in a shared pool, which
         sets its capacity and calls ``shrink_to``): :meth:`make_cache`, unless a policy
         has a faster one with the same results (``vanilla``: an empty cache).
-        ``longest()``: the workload's longest input + output. ``host_tier``: a host tier's
+        ``host_tier``: a host tier's
         cache, or one over a host tier (``twin.cache.requests``: its write-back hook,
         the host's lookups and inserts)."""
         return self.make_cache(model, capacity_bytes)

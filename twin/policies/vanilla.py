@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,6 @@ class VanillaPolicy(Policy):
         self,
         model: ModelSpec,
         capacity_bytes: int,
-        longest: Callable[[], int],
         host_tier: bool = False,
     ) -> Any:
         """An empty cache without a tree (:mod:`twin.cache.empty`): the same answers;

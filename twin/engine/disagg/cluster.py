@@ -115,7 +115,7 @@ class DisaggCluster(Cluster):
         self.prefilled = self.transferred = 0
         self.transfer_bytes = self.early_bytes = 0
 
-    def _shared_tier(self, i: int, longest: Callable[[], int]) -> HostTier | None:
+    def _shared_tier(self, i: int) -> HostTier | None:
         """The prefill workers' shared KV store (``--shared-kv-tier``), built once."""
         config = self.config
         if i >= self.n_prefill or not config.disagg.shared_kv_tier_bytes:
@@ -123,7 +123,7 @@ class DisaggCluster(Cluster):
         if self.shared_tier is None:
             policy = get_policy(config.cache.policy, **config.cache.policy_options)
             store = config.disagg.shared_kv_tier_bytes
-            cache = policy.make_engine_cache(self.model, store, longest, host_tier=True)
+            cache = policy.make_engine_cache(self.model, store, host_tier=True)
             self.shared_tier = SharedKvTier(cache, self.model, config.cluster.tp)
         return self.shared_tier
 
@@ -139,13 +139,13 @@ class DisaggCluster(Cluster):
             return super()._replica_setup(i)
         return pool.config, pool.pricer, pool.budget
 
-    def _new_replica(self, i: int, workload: Workload, longest: Callable[[], int]) -> Any:
+    def _new_replica(self, i: int) -> Any:
         """Worker ``i``: a replica, or under its pool's attention DP a replica of ranks in
         lockstep (``twin.engine.dp_attention``), each rank of the worker's kind with its
         share of the memory."""
         config, pricer, budget = self._replica_setup(i)
         if config.cluster.dp_attention <= 1:
-            return super()._new_replica(i, workload, longest)
+            return super()._new_replica(i)
         from twin.engine.dp_attention import RankRecorder, SyncPricer, dp_replica
 
         assert isinstance(pricer, SyncPricer)
@@ -153,7 +153,7 @@ class DisaggCluster(Cluster):
         def rank(recorder: RankRecorder) -> Replica:
             self._rank = (config, recorder, budget / config.cluster.dp_attention)
             try:
-                return super(DisaggCluster, self)._new_replica(i, workload, longest)
+                return super(DisaggCluster, self)._new_replica(i)
             finally:
                 self._rank = None
 
