@@ -17,7 +17,7 @@ from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
 from twin.engine.cluster import expected_horizon
 from twin.engine.cluster_kinds import make_cluster
-from twin.engine.config import POOL_FLAG_OPTIONS, EngineConfig, build_config
+from twin.engine.config import GROUP_OF, POOL_FLAG_OPTIONS, EngineConfig, build_config
 from twin.engine.cost import StepPricer, make_pricer
 from twin.engine.disagg import (
     TIMELINE_FILE,
@@ -593,19 +593,6 @@ def _decode_pool(
     return WorkerPool(pool, pricer, budget, profile.gpu, provenance_label(model, profile))
 
 
-# The config fields that describe the disaggregated layout, not one pool's replicas.
-_POOL_FIELDS = frozenset(
-    {
-        "prefill_workers",
-        "decode_workers",
-        "kv_link",
-        "decode_gpu",
-        "decode_tp",
-        "decode_ep",
-        "decode_dp_attention",
-        "decode_prefix_cache",
-        "shared_kv_tier_bytes",
-        "prefill_engine_flags",
-        "decode_engine_flags",
-    }
-)
+# The config fields that describe the disaggregated layout, not one pool's replicas (the
+# ``disagg`` group's).
+_POOL_FIELDS = frozenset(name for name, group in GROUP_OF.items() if group == "disagg")
