@@ -88,7 +88,7 @@ class Policy:
         """Policy-specific numbers for reports (e.g. the tuned alpha)."""
         return {}
 
-    # ----- copies (policies.shared_prefix resumes replays from one) -------------
+    # ----- copies (tests/marconi_oracle.py resumes replays from one) ------------
     def export_state(self) -> Any:
         """What this policy keeps beyond the tree's snapshot (nodes named by ``nid``)."""
         return None

@@ -2,7 +2,8 @@
 
 Every rule below follows github.com/ruipeterpan/marconi (``radix_cache_hybrid.py``
 and ``utils.py``); each cites the function it follows. The twin's earlier
-score, kept as ``marconi-twin``, is :mod:`policies.flop_aware`.
+score, kept as ``marconi-twin``, is the compiled kernel's ``TWIN`` rules
+(:mod:`policies.compiled.kernel`).
 
 - Clock (``RadixCache.match_prefix``, ``insert``, ``evict``): a logical clock
   ticks once per lookup, twice per insert (``insert`` and the ``match_prefix``

@@ -231,7 +231,7 @@ def compiled_grid_runs(
     modules are ignored, as ``PrefixCache`` ignores them.
 
     Alpha only enters the victim's choice, so every replay is the same until
-    its first eviction (``policies.shared_prefix``'s rule): the first alpha runs
+    its first eviction: the first alpha runs
     in full, the requests before its first eviction are served once more, and
     every other alpha goes on from a copy of that state.
     """
