@@ -41,6 +41,9 @@ PROFILES = ("h100-trtllm", "h200-sglang", "h200-vllm", "b200-vllm")
 DISTRIBUTIONS = ("power_law_1.01", "power_law_1.2")
 RULES = ("balanced", "uniform", "table")  # "table": the row's own power law
 MAX_ROWS = 600  # rows per family and distribution, spread evenly (the run's length)
+# Rows of at most this many tokens are reported apart as decode-sized: a decode step holds one
+# token per running request, and the measured serving rows run at most 256 clients in most
+# groups (silicon_sample.csv's concurrencies); larger steps are prefill-sized.
 DECODE_TOKENS = 256
 
 

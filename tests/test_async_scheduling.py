@@ -9,9 +9,11 @@ on) or InferenceMAX's script does (``twin.validate.silicon.harness``).
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
+from silicon_rows import silicon_row
 from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns
 
 from twin.engine.host_time import HostTimePricer
@@ -110,29 +112,36 @@ def test_overlap_with_attention_dp_is_refused_in_one_line(tmp_path):
         )
 
 
+def test_overlap_with_a_cpu_drafter_is_refused_as_vllm_does(tmp_path):
+    """vLLM 0.14.0-0.18.0 raise on an explicit --async-scheduling with n-gram drafting
+    (its drafter reads the sampled tokens on the CPU); a draft model runs asynchronously
+    from 0.16.0 (the modelled releases are 0.19.0 and 0.33.0)."""
+    from twin.engine.run import build_run
+
+    path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=64, output_len=4)
+    spec = {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 3}'}
+    with pytest.raises(TwinError, match="n-gram drafting reads the sampled tokens on the host"):
+        build_run(
+            path,
+            model="llama-3-8b",
+            gpu="h100",
+            engine="vllm",
+            sets={"async_scheduling": "true", **spec, "speculative_acceptance": "0.7"},
+        )
+    draft = {"method": "draft_model", "model": "llama-3-8b", "num_speculative_tokens": 3}
+    sets = {"speculative_config": json.dumps(draft), "speculative_acceptance": "0.7"}
+    sets["async_scheduling"] = "true"
+    build_run(path, model="llama-3-8b", gpu="h100", engine="vllm", sets=sets)
+
+
 def test_a_measured_vllm_row_runs_asynchronously_from_its_release_or_script():
-    base = sil.SiliconRow(
+    base = silicon_row(
         id="x",
         source="/x/aic-auto-gap-analysis/y.csv; silicon_concurrency=4",
-        backend="vllm",
         backend_version="0.12.0",
         model_path="Qwen/Qwen3-32B",
         system="h100_sxm",
         precision="bf16",
-        mode="agg",
-        isl=1024,
-        osl=128,
-        gemm_quant_mode="",
-        moe_quant_mode="",
-        batch_size=4,
-        tp=1,
-        pp=1,
-        attention_dp=None,
-        moe_tp=None,
-        moe_ep=None,
-        concurrency=4,
-        ttft_ms=1.0,
-        tpot_ms=1.0,
     )
     assert VLLM_ASYNC_FROM == "0.14.0"
     assert not sil.vllm_async_scheduling(base)  # 0.12.0: off by default

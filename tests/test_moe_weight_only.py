@@ -9,6 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+from silicon_rows import silicon_row
 
 from twin import precision as px
 from twin.costmodel import CostModel
@@ -47,16 +48,6 @@ KIMI_QUANT: dict[str, Any] = {
     },
     "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*"],
 }
-
-
-def _row(**fields: Any) -> sil.SiliconRow:
-    base: dict[str, Any] = {f.name: None for f in dataclasses.fields(sil.SiliconRow)}
-    base.update(id="r", source="", backend="vllm", backend_version="0.16.0", mode="agg")
-    base.update(model_path="openai/gpt-oss-120b", system="h200_sxm", precision="fp4")
-    base.update(gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", copy_in_fit=False)
-    base.update(csv_layout="")
-    base.update(fields)
-    return sil.SiliconRow(**base)
 
 
 def test_weight_only_formats_bytes_and_peak() -> None:
@@ -98,7 +89,7 @@ def test_the_checkpoint_says_which_layers_are_four_bit() -> None:
     ("system", "gpu", "native"), [("h200_sxm", "h200", True), ("b200_sxm", "b200", False)]
 )
 def test_nvfp4_columns_on_hopper_read_the_checkpoint(system: str, gpu: str, native: bool) -> None:
-    row = _row(system=system)
+    row = silicon_row(system=system)
     got = sil.row_precision(row, {"quantization_config": GPT_OSS_QUANT}, True, None, gpu)
     assert isinstance(got, sil.RowPrecision)
     if native:  # no FP4 tensor cores: the engine runs the checkpoint's mxfp4 weight-only
@@ -109,7 +100,7 @@ def test_nvfp4_columns_on_hopper_read_the_checkpoint(system: str, gpu: str, nati
 
 
 def test_int4_columns_read_the_checkpoint_and_ask_aiconfigurator_without_modes() -> None:
-    row = _row(model_path="moonshotai/Kimi-K2.5", precision="int4")
+    row = silicon_row(model_path="moonshotai/Kimi-K2.5", precision="int4")
     row = dataclasses.replace(row, gemm_quant_mode="int4_wo", moe_quant_mode="int4_wo")
     got = sil.row_precision(row, {"quantization_config": KIMI_QUANT}, True, None, "h200")
     assert isinstance(got, sil.RowPrecision)

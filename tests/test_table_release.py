@@ -25,7 +25,12 @@ from twin.calibration.aic_tables import moe_rows, read_families, system_dir
 from twin.costmodel import latency as lat
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
-from twin.costmodel.table_release import newest_first, pick_version, version_key
+from twin.costmodel.table_release import (
+    newest_first,
+    pick_version,
+    release_at_least,
+    version_key,
+)
 from twin.errors import TwinError
 from twin.precision import WEIGHT_FORMATS
 
@@ -45,6 +50,14 @@ def test_versions_order_as_pep_440() -> None:
     assert version_key("0.5.10") > version_key("0.5.9")  # type: ignore[operator]
     assert version_key("0.24.0") == version_key("0.24")
     assert version_key("nightly-dev") is None and version_key("") is None
+
+
+def test_a_release_is_at_least_another_in_pep_440_order() -> None:
+    assert release_at_least("0.14.0", "0.14.0") and release_at_least("0.15.1", "0.14.0")
+    assert not release_at_least("0.14.0rc1", "0.14.0")  # a pre-release comes before it
+    assert release_at_least("0.5.10.post1", "0.5.10") and not release_at_least("0.5.9", "0.5.10")
+    # not a version number: never at least anything
+    assert not release_at_least("nightly-dev", "0.1") and not release_at_least(None, "0.1")
 
 
 @pytest.mark.parametrize(

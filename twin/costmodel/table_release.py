@@ -53,6 +53,13 @@ def version_key(version: str) -> tuple[tuple[int, ...], int, int] | None:
     return release, _RANK[suffix.group(1)], int(suffix.group(2) or 0)
 
 
+def release_at_least(release: str | None, since: str) -> bool:
+    """Whether ``release`` is ``since`` or newer (``version_key`` order); False when
+    ``release`` is not a version number (``nightly-dev``, ``""``, None)."""
+    have, want = version_key(release or ""), version_key(since)
+    return have is not None and want is not None and have >= want
+
+
 def newest_first(versions: Iterable[str]) -> list[str]:
     """``versions`` newest first; ones that are not version numbers last, by name."""
     parsed = [(version_key(v), v) for v in versions]

@@ -330,7 +330,8 @@ def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
 # vllm/config/vllm.py "we won't reach here until async scheduling is enabled by
 # default"); None in 0.14.0, 0.15.1 and 0.18.0, which vllm/config/vllm.py
 # VllmConfig.__post_init__ turns on unless speculative decoding other than EAGLE/MTP/
-# n-gram, or an executor other than mp/uni/external_launcher (Ray), is in use. The mode
+# n-gram, or an executor other than mp/uni/external_launcher (Ray), is in use (given
+# explicitly with CPU n-gram drafting it is refused: twin.engine.run._async_scheduling). The mode
 # keeps it off unless given (the shipped H100 host time was fitted on 0.12.0's
 # synchronous runs: twin/calibration/engine_times.json); the silicon harness passes the
 # measured run's own (twin.validate.silicon.harness.vllm_async_scheduling).

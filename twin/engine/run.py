@@ -500,6 +500,17 @@ def _async_scheduling(config: EngineConfig) -> bool:
     host time is priced by the attention-DP ranks' or the pipeline's own pricer, which
     add it."""
     overlap = bool(config.scheduling.scheduler_options.get("async_scheduling", False))
+    if overlap and config.mode.speculative.get("method") == "ngram":
+        # vllm/config/vllm.py VllmConfig.__post_init__ (wheels read: 0.14.0, 0.15.1,
+        # 0.16.0, 0.17.0, 0.18.0): an explicit async_scheduling with a speculative method
+        # other than EAGLE/MTP (0.14.0, 0.15.1), EAGLE/MTP/draft model (0.16.0, 0.17.0),
+        # or those and GPU n-gram (0.18.0) is a ValueError. The twin's ngram is vLLM's
+        # CPU n-gram proposer; its draft model runs asynchronously in the modelled
+        # releases (0.19.0, 0.33.0).
+        raise TwinError(
+            "--set async_scheduling=true: vLLM refuses it with n-gram drafting (its "
+            "n-gram drafting reads the sampled tokens on the host); give false"
+        )
     host = config.host_time.step_host_s or config.host_time.seq_host_s
     if overlap and host and (config.cluster.dp_attention > 1 or config.cluster.pp > 1):
         raise TwinError(

@@ -362,15 +362,14 @@ INFERENCEMAX_VLLM_ASYNC_MODELS = ("gpt-oss-120b", "llama-3.1-70b")
 
 def vllm_async_scheduling(row: SiliconRow, kind: str = "benchmark") -> bool:
     """Whether the vLLM server of ``row`` scheduled asynchronously (above)."""
-    from twin.costmodel.table_release import version_key
+    from twin.costmodel.table_release import release_at_least
     from twin.engine.modes_vllm import VLLM_ASYNC_FROM
 
     if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
         path = row.model_path.lower()
         if any(name in path for name in INFERENCEMAX_VLLM_ASYNC_MODELS):
             return True
-    version, since = version_key(row.backend_version or ""), version_key(VLLM_ASYNC_FROM)
-    return version is not None and since is not None and version >= since
+    return release_at_least(row.backend_version, VLLM_ASYNC_FROM)
 
 
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:
@@ -407,8 +406,10 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
 # tokens on 16 H100s (tenstorrent/tt-inference-server issue 356), while the twin's
 # kernels price a 1,024-token prefill at 45-100 ms.
 SGLANG_PIECEWISE_DEFAULT = "0.5.10"
-# From 0.5.23 SGLang captures its prefill graphs (``breakable``, on by default on CUDA,
-# ``cuda_graph_config.py``) whatever the model (``twin.engine.memory_rules``).
+# From 0.5.23 SGLang captures its prefill graphs whatever the model
+# (``twin.engine.memory_rules``): the sglang 0.5.23 wheel's
+# ``sglang/srt/model_executor/cuda_graph_config.py``, ``CudaGraphConfig.prefill`` defaults
+# to ``default_prefill_backend()``, the ``breakable`` backend on CUDA.
 SGLANG_PREFILL_GRAPHS_ALWAYS = "0.5.23"
 # Kernels one decoder layer launches on SGLang's eager prefill path, by part (its input
 # norm and all-reduce counted with the part after them), read from SGLang 0.5.9's
@@ -472,16 +473,18 @@ def eager_launches(model: ModelSpec) -> int:
 def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool) -> bool:
     """Whether SGLang runs ``row``'s prefill batches without CUDA graphs (above): a
     release before 0.5.10, or a model whose piecewise graphs every release turns off."""
-    from twin.costmodel.table_release import version_key  # late: rows read without it
+    from twin.costmodel.table_release import (  # late: rows read without it
+        release_at_least,
+        version_key,
+    )
     from twin.engine.memory_rules import SGLANG_NO_PIECEWISE
 
-    release = version_key(row.backend_version)
-    always, first = version_key(SGLANG_PREFILL_GRAPHS_ALWAYS), version_key(SGLANG_PIECEWISE_DEFAULT)
-    if release is not None and always is not None and release >= always:
+    if release_at_least(row.backend_version, SGLANG_PREFILL_GRAPHS_ALWAYS):
         return False
     if multimodal or any(stem in model.name.lower() for stem in SGLANG_NO_PIECEWISE):
         return True
-    return release is not None and first is not None and release < first
+    dated = version_key(row.backend_version) is not None
+    return dated and not release_at_least(row.backend_version, SGLANG_PIECEWISE_DEFAULT)
 
 
 def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: bool = False) -> float:
