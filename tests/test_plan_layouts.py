@@ -13,6 +13,7 @@ from test_bad_input import assert_clean_error
 
 from twin.errors import TwinError
 from twin.reports.capacity import capacity_report
+from twin.reports.capacity_request import CapacityRequest, Deployment, SweepAxes, Targets
 from twin.reports.layouts import ServingLayout, parse_layout, parse_layouts
 from twin.reports.plan import plan
 from twin.reports.plan_result import MEETS, WINNER, Candidate, CandidateResult
@@ -105,15 +106,13 @@ def test_plan_picks_1p1d_where_aggregated_misses_tpot(tmp_path: Path) -> None:
 def test_capacity_sweeps_layouts_at_equal_gpus(tmp_path: Path) -> None:
     path = _fixed(tmp_path / "w.parquet", 1.0, 12)
     found = capacity_report(
-        path,
+        CapacityRequest(
+            path,
+            Deployment(model=MODEL, gpu=GPU, engine="vllm"),
+            SweepAxes(cache_gb=["auto"], replicas=[1, 2], layouts=["agg", "1p1d"]),
+            Targets(slo=TPOT),
+        ),
         tmp_path / "cap",
-        model=MODEL,
-        gpu=GPU,
-        engine="vllm",
-        cache_gb=["auto"],
-        replicas=[1, 2],
-        layouts=["agg", "1p1d"],
-        slo=TPOT,
     )
     got = {(r["layout"], r["replicas"], r["tp"]) for r in found.rows}
     # agg on 1 and 2 replicas; 1P1D on 1 and 2 copies = 2 and 4 workers.

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from twin.cli import report
 from twin.errors import TwinError
+from twin.reports.capacity_request import CapacityRequest, Deployment, SweepAxes, Targets
 from twin.reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
 from twin.reports.render import HTML_FILE, MD_FILE
 from twin.reports.sweep import RESULTS_FILE, grid
@@ -152,32 +153,29 @@ def test_capacity_report_is_a_library_call(tmp_path: Path) -> None:
     from twin.reports.capacity import capacity_report
 
     out = tmp_path / "cap"
+    two = Deployment(model="tiny-hybrid", gpu="h100", settings={"replicas": 2})
     found = capacity_report(
-        WORKLOAD,
+        CapacityRequest(
+            WORKLOAD,
+            two,
+            SweepAxes(cache_gb=[0.0005, 0.002], policies=["vllm+", "marconi"]),
+            Targets(slo="p95_ttft<=1s"),
+        ),
         out,
-        model="tiny-hybrid",
-        gpu="h100",
-        cache_gb=[0.0005, 0.002],
-        policies=["vllm+", "marconi"],
-        slo="p95_ttft<=1s",
-        settings={"replicas": 2},
     )
     assert found.computed == 4 and found.skipped == 0 and len(found.rows) == 4
     assert {r["replicas"] for r in found.rows} == {2}
     assert sorted(r.policy for r in found.recommendations) == ["marconi", "vllm+"]
     assert (out / HTML_FILE).is_file() and (out / MD_FILE).is_file()
     again = capacity_report(
-        WORKLOAD,
-        out,
-        model="tiny-hybrid",
-        gpu="h100",
-        cache_gb=[0.002],
-        policies=["marconi"],
-        settings={"replicas": 2},
+        CapacityRequest(WORKLOAD, two, SweepAxes(cache_gb=[0.002], policies=["marconi"])), out
     )
     assert again.computed == 0 and again.skipped == 1  # resumed from results.parquet
     with pytest.raises(TwinError, match="cdf-cache-gb"):
-        capacity_report(WORKLOAD, out, model="tiny-hybrid", cache_gb=[1.0], cdf_cache_gb=2.0)
+        tiny = Deployment(model="tiny-hybrid")
+        capacity_report(
+            CapacityRequest(WORKLOAD, tiny, SweepAxes(cache_gb=[1.0]), cdf_cache_gb=2.0), out
+        )
 
 
 def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, monkeypatch) -> None:
@@ -188,16 +186,13 @@ def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, mon
     judge_steady_state(monkeypatch)
     out = tmp_path / "gpus"
     found = capacity_report(
-        WORKLOAD,
+        CapacityRequest(
+            WORKLOAD,
+            Deployment(model="tiny-hybrid", gpu="h100", settings={"tp": 2}),
+            SweepAxes(cache_gb=[0.002], policies=["marconi"], session_rates=[2.0], replicas=[1, 2]),
+            Targets(slo="p95_ttft<=10s"),
+        ),
         out,
-        model="tiny-hybrid",
-        gpu="h100",
-        cache_gb=[0.002],
-        policies=["marconi"],
-        session_rates=[2.0],
-        replicas=[1, 2],
-        slo="p95_ttft<=10s",
-        settings={"tp": 2},
     )
     assert found.computed == 2
     assert sorted((r["replicas"], r["tp"]) for r in found.rows) == [(1, 2), (2, 2)]
@@ -242,12 +237,12 @@ def test_engine_modes_and_their_flags_are_swept_in_their_shared_pool(tmp_path: P
     ]
     extra = "sglang[mamba_radix_cache_strategy=no_buffer]"  # 0.5.23's auto: extra_buffer
     found = capacity_report(
-        WORKLOAD,
+        CapacityRequest(
+            WORKLOAD,
+            Deployment(model="tiny-hybrid", gpu="h100"),
+            SweepAxes(cache_gb=["auto"], policies=["vllm", "sglang", extra, "marconi"]),
+        ),
         tmp_path / "engines",
-        model="tiny-hybrid",
-        gpu="h100",
-        cache_gb=["auto"],
-        policies=["vllm", "sglang", extra, "marconi"],
     )
     rows = {r["policy"]: r for r in found.rows}
     assert set(rows) == {"vllm", "sglang", extra, "marconi"}

@@ -36,7 +36,15 @@ from twin.metrics import to_json
 from twin.policies import POLICIES
 from twin.precision import model_sets
 from twin.reports.analysis import parse_slos, rate_label, slo_text, verdict
-from twin.reports.capacity import DEFAULT_POLICIES, CapacityReport, capacity_report, report_document
+from twin.reports.capacity import CapacityReport, capacity_report, report_document
+from twin.reports.capacity_request import (
+    DEFAULT_POLICIES,
+    CapacityRequest,
+    Deployment,
+    Execution,
+    SweepAxes,
+    Targets,
+)
 from twin.reports.layouts import parse_layouts
 from twin.reports.load import load_verdict
 from twin.reports.render import HTML_FILE, MD_FILE, REC_HEAD, rec_cells
@@ -305,36 +313,36 @@ def capacity(
     if precision is not None or kv_dtype is not None:
         _check_precision(model, sets, gpu, profile, engine)
     with progress_bar("points", total) as advance:
-        found = capacity_report(
+        request = CapacityRequest(
             workload,
-            out,
-            model=model,
-            model_set=sets,
-            gpu=gpu,
-            engine=engine,
-            profile=profile,
-            cache_gb=caches,
-            policies=names,
-            session_rates=rates,
-            slo=slos,
-            seeds=seeds,
-            replicas=counts,
-            settings={
-                "tp": tp,
-                **({"pp": pp} if pp > 1 else {}),
-                "router": router,
-                **({"warmup_s": warmup_s} if warmup_s is not None else {}),
-            },
-            jobs=jobs,
+            Deployment(
+                model=model,
+                model_set=sets,
+                gpu=gpu,
+                engine=engine,
+                profile=profile,
+                settings={
+                    "tp": tp,
+                    **({"pp": pp} if pp > 1 else {}),
+                    "router": router,
+                    **({"warmup_s": warmup_s} if warmup_s is not None else {}),
+                },
+            ),
+            SweepAxes(
+                cache_gb=caches,
+                policies=names,
+                session_rates=rates,
+                seeds=seeds,
+                replicas=counts,
+                layouts=None if serving is None else [s.name for s in serving],
+                duration_s=duration,
+            ),
+            Targets(slo=slos, bisect_tol=bisect),
+            Execution(jobs=jobs, executor=executor, ray_address=ray_address),
             cdf_cache_gb=cdf_cache_gb,
-            executor=executor,
-            ray_address=ray_address,
             command=_command_line(),
-            progress=advance,
-            duration_s=duration,
-            bisect_tol=bisect,
-            layouts=None if serving is None else [s.name for s in serving],
         )
+        found = capacity_report(request, out, progress=advance)
     err_console.print(
         f"{found.computed} point(s) simulated, {found.skipped} found in {out / RESULTS_FILE}"
     )

@@ -34,6 +34,7 @@ from twin.reports.analysis import (
     with_goodput_of,
 )
 from twin.reports.bisect import RateBracket, bisect_rates
+from twin.reports.capacity_request import DEFAULT_POLICIES, CapacityRequest
 from twin.reports.layouts import ServingLayout, parse_layouts
 from twin.reports.load import Sustainable, load_verdict, sustainable
 from twin.reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
@@ -52,9 +53,6 @@ from twin.reports.sweep import (
 )
 from twin.reports.verdicts import advice
 
-# The policies swept when none are named: the paper's three; with --engine NAME, the
-# engine mode itself (what `twin simulate --engine NAME` runs).
-DEFAULT_POLICIES = ("vllm+", "sglang+", "marconi")
 WORKLOAD_CACHE = "workloads"  # OUT/workloads: stretched workloads of --duration
 
 
@@ -102,61 +100,29 @@ def split_infeasible(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
 
 
 def capacity_report(
-    workload: str | Path,
+    request: CapacityRequest,
     out: str | Path,
     *,
-    model: str = "marconi-hybrid-7b",
-    model_set: Sequence[str] = (),
-    gpu: str | None = None,
-    engine: str | None = None,
-    profile: str | Path | None = None,
-    cache_gb: Sequence[float | str] = (10.0, 20.0, 40.0),
-    policies: Sequence[str] | None = None,
-    session_rates: Sequence[float | None] = (None,),
-    slo: str | Slo | Sequence[str | Slo] | None = None,
-    seeds: int = 1,
-    replicas: Sequence[int] | None = None,
-    settings: dict[str, Any] | None = None,
-    jobs: int = 1,
-    cdf_cache_gb: float | None = None,
-    executor: str = "local",
-    ray_address: str | None = None,
-    command: str = "twin report capacity (invoked programmatically)",
     progress: Callable[[float], None] | None = None,
-    duration_s: float | None = None,
-    bisect_tol: float | None = None,
-    layouts: Sequence[str] | None = None,
 ) -> CapacityReport:
-    """Run the sweep of ``cache_gb`` x ``policies`` x ``session_rates`` x ``seeds``; write
-    the report under ``out``; return what it found.
+    """Run the sweep ``request`` asks for (:mod:`twin.reports.capacity_request`); write the
+    report under ``out``; return what it found.
 
-    ``cache_gb`` may hold ``"auto"`` (the shared KV pool); ``policies`` may name
-    engine modes with flags (``"sglang[mamba_radix_cache_strategy=extra_buffer]"``,
-    :func:`reports.sweep.engine_variant`), each run in its shared pool.
-    ``model_set`` holds ``FIELD=VALUE`` overrides of ``model`` (``--model-set``);
-    ``engine`` is the engine mode every point runs (``--engine``: what
-    ``twin simulate --engine NAME`` runs, its kernels, preemption and pool; the
-    points' policies are given explicitly, and without ``policies`` the sweep runs
-    the mode itself);
-    ``settings`` holds the fixed engine settings (``replicas``, ``tp``, ``pp``,
-    ``router``, ... any :class:`~twin.engine.EngineConfig` field); ``replicas``
-    (``--replicas 1,2,4``) sweeps the replica count, and so the GPU count
-    (replicas x tp x pp), instead of fixing it in ``settings``; ``slo``
-    (e.g. ``"p95_ttft<=500ms"``, or a list of them) adds the smallest cache meeting
-    every target with a stable steady state, per policy and rate, and the goodput
-    column. ``duration_s`` (``--duration``) runs every point for that simulated
-    time (sessions starting in [0, D) at its rate; needs ``session_rates``).
-    ``progress(points)`` is called as points finish (of
-    ``len(replicas) x len(cache_gb) x len(policies) x len(session_rates) x seeds``).
-    ``bisect_tol`` (``--bisect``) then narrows each combination's sustainable rate
-    between the swept rates to within that ratio (:mod:`reports.bisect`); the
-    points it adds are in the rows and the report. ``layouts`` (``--layouts agg,1p1d``)
-    sweeps the serving layout (:mod:`reports.layouts`): each point runs in each, its
-    replica count counting copies of the layout (``1p1d`` on 2 replicas is 2 prefill and
-    2 decode workers, 4 x tp GPUs); rows carry their ``layout``, and the tables name a
-    disaggregated layout after the policy (``vllm 1P1D``) so each is compared with the
-    aggregated runs on as many GPUs.
+    Every input is checked before the first point runs. ``progress(points)`` is called as
+    points finish (of ``len(replicas) x len(cache_gb) x len(policies) x
+    len(session_rates) x seeds``, times the layouts). With ``bisect_tol`` the points the
+    bisection adds are in the rows and the report (:mod:`reports.bisect`). A layout's
+    replica count counts copies of the layout (``1p1d`` on 2 replicas is 2 prefill and 2
+    decode workers, 4 x tp GPUs, :mod:`reports.layouts`); rows carry their ``layout``, and
+    the tables name a disaggregated layout after the policy (``vllm 1P1D``) so each is
+    compared with the aggregated runs on as many GPUs.
     """
+    dep, axes, execution = request.deployment, request.axes, request.execution
+    workload, model, gpu, engine = request.workload, dep.model, dep.gpu, dep.engine
+    policies, session_rates, layouts = axes.policies, axes.session_rates, axes.layouts
+    slo, bisect_tol = request.targets.slo, request.targets.bisect_tol
+    jobs, executor, ray_address = execution.jobs, execution.executor, execution.ray_address
+    cdf_cache_gb, duration_s = request.cdf_cache_gb, axes.duration_s
     serving = parse_layouts(layouts) if layouts else [ServingLayout()]
     slos = parse_slos([] if slo is None else [slo] if isinstance(slo, str | Slo) else slo)
     if bisect_tol is not None:
@@ -170,7 +136,7 @@ def capacity_report(
         policies = [get_mode(engine).name] if engine is not None else list(DEFAULT_POLICIES)
     if engine is not None:
         engine = get_mode(engine).name  # a bad --engine fails before any work
-    caches = [AUTO_GB if str(c).lower() == "auto" else float(c) for c in cache_gb]
+    caches = [AUTO_GB if str(c).lower() == "auto" else float(c) for c in axes.cache_gb]
     if cdf_cache_gb is not None and float(cdf_cache_gb) not in caches:
         raise TwinError(
             f"--cdf-cache-gb {cdf_cache_gb:g}: not one of the swept --cache-gb "
@@ -182,7 +148,7 @@ def capacity_report(
         raise TwinError("--ray-address: needs --executor ray")
     if executor == "ray":
         import_ray(ray_address)  # a missing extra or a silent cluster fails before any work
-    spec_model = resolve_model(model, model_set)  # fail on a bad --model before any work
+    spec_model = resolve_model(model, dep.model_set)  # fail on a bad --model before any work
     label = spec_model.name
     for name in policies:  # an engine mode's flag values, before any work
         variant = engine_variant(name)
@@ -191,29 +157,29 @@ def capacity_report(
                 get_mode(variant[0]).settings(spec_model, variant[1])
             except TwinError as err:
                 raise TwinError(f"--policies {name!r}: {str(err).removeprefix('--set ')}") from None
-    fixed = dict(settings or {})
+    fixed = dict(dep.settings)
     if duration_s is not None:
         fixed.update(_duration_settings(duration_s, session_rates, Path(out)))
     counts: list[int | None] = [None]
-    if replicas is not None:
-        wanted = list(dict.fromkeys(int(n) for n in replicas))  # in order, once each
+    if axes.replicas is not None:
+        wanted = list(dict.fromkeys(int(n) for n in axes.replicas))  # in order, once each
         if not wanted or any(n < 1 for n in wanted):
-            raise TwinError(f"--replicas {list(replicas)}: each must be at least 1")
+            raise TwinError(f"--replicas {list(axes.replicas)}: each must be at least 1")
         counts = list(wanted)
         fixed.pop("replicas", None)  # the points carry it
     spec = resolve(
         SweepSpec(
             workload=str(workload),
             model=model,
-            model_set=tuple(model_set),
+            model_set=tuple(dep.model_set),
             gpu=gpu,
             engine=engine,
-            profile=None if profile is None else str(profile),
+            profile=None if dep.profile is None else str(dep.profile),
             settings=tuple(fixed.items()),
             slos=tuple(s.text for s in slos),
         )
     )
-    points = grid(caches, policies, session_rates, seeds, counts)
+    points = grid(caches, policies, session_rates, axes.seeds, counts)
     specs = [dataclasses.replace(spec, layout="" if s.aggregated else s.name) for s in serving]
     result = SweepOutcome([], 0, 0)
     brackets: list[RateBracket] = []
@@ -273,7 +239,7 @@ def capacity_report(
     )
     notes = _notes(rows, stale, config.cluster.router)
     header = Header(
-        command=command,
+        command=request.command,
         workload=str(workload),
         workload_sha256=spec.workload_sha256,
         twin_version=__version__,
