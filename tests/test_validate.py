@@ -22,6 +22,7 @@ from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.validate.compare import PLOT_FILE, REQUESTS_FILE, VALIDATION_FILE
+from twin.validate.request import RequestSource, ValidationRequest
 
 MODEL = get_model("tiny-hybrid")
 runner = CliRunner()
@@ -192,21 +193,18 @@ def test_a_failed_validation_leaves_no_output_not_even_the_calibrated_profile(
     monkeypatch.setattr(entry, "_calibrate", calibrate)
     torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False))
     out = tmp_path / "o"
+    chat5 = ValidationRequest("tiny-hybrid", RequestSource(generate="chat", requests=5))
     with pytest.raises(TwinError, match="executor failed"):
         entry.validate_model(
-            "tiny-hybrid",
+            chat5,
             out,
-            generate="chat",
-            requests=5,
             executor=lambda: (torch, broken, FakeConfig),
         )
     assert not out.exists()
     # The same run with a working executor publishes the whole set at once.
     report = entry.validate_model(
-        "tiny-hybrid",
+        chat5,
         out,
-        generate="chat",
-        requests=5,
         executor=lambda: (torch, fake_reference, FakeConfig),
     )
     names = sorted(p.name for p in out.iterdir())

@@ -23,6 +23,7 @@ from twin.limits import MAX_REPEATS, MAX_SESSIONS
 from twin.metrics import to_json
 from twin.presets import resolve_model
 from twin.validate.entry import load_executor, validate_model
+from twin.validate.request import CacheSetup, Measurement, RequestSource, ValidationRequest
 from twin.workloads.generators import GENERATORS
 
 
@@ -117,23 +118,20 @@ def validate(
     """
     checks.out_dir("--out", out)
     checks.claim_out("--out", out)
-    report = validate_model(
+    request = ValidationRequest(
         resolve_model(model, model_set),
-        out,
-        device=device,
-        workload=workload,
-        generate=generate,
-        sessions=sessions,
-        requests=requests,
-        session_rate=session_rate,
-        policy=policy,
-        cache_gb=cache_gb,
-        profile=profile,
-        seed=seed,
-        repeats=repeats,
-        executor=_executor,
-        bar=progress_bar,
+        RequestSource(
+            workload=workload,
+            generate=generate,
+            sessions=sessions,
+            requests=requests,
+            session_rate=session_rate,
+            seed=seed,
+        ),
+        CacheSetup(policy=policy, cache_gb=cache_gb),
+        Measurement(device=device, repeats=repeats, profile=profile),
     )
+    report = validate_model(request, out, executor=_executor, bar=progress_bar)
     if as_json:
         print(to_json(report), end="")  # the same text as validation.json
         return

@@ -33,6 +33,7 @@ from twin.presets import resolve_model
 from twin.reference.fits import check_fits, free_memory
 from twin.validate.arrivals import fix_arrivals
 from twin.validate.compare import PLOT_FILE, REQUESTS_FILE, VALIDATION_FILE
+from twin.validate.request import ValidationRequest
 from twin.validate.run import CacheChoice, default_cache, validate
 from twin.workloads.reader import Workload
 
@@ -71,30 +72,24 @@ def no_bar(description: str, total: float | None) -> Iterator[Callable[[float], 
 
 
 def validate_model(
-    model: str | ModelSpec,
+    request: ValidationRequest,
     out: str | Path,
     *,
-    device: str = "cpu",
-    workload: str | Path | None = None,
-    generate: str | None = None,
-    sessions: int | None = None,
-    requests: int = 100,
-    session_rate: float | None = None,
-    policy: str = "marconi",
-    cache_gb: float | None = None,
-    profile: str | Path | None = None,
-    seed: int = 0,
-    repeats: int = 3,
     executor: Executor = load_executor,
     bar: Bar = no_bar,
 ) -> dict[str, Any]:
     """Measure the twin against the reference executor; return the report (``validation.json``).
 
-    Exactly one of ``workload`` (a parquet file) and ``generate`` (a generator
-    name) gives the requests; the first ``requests`` in arrival order are kept.
-    Without ``profile``, the device is calibrated at the model's shapes first
-    (into OUT/profile.json). See ``twin validate --help`` for every argument.
+    ``request`` says what (:mod:`twin.validate.request`): exactly one of a workload file
+    and a generator gives the requests; the first ``requests`` in arrival order are kept.
+    Without a profile, the device is calibrated at the model's shapes first (into
+    OUT/profile.json). See ``twin validate --help`` for every argument.
     """
+    src_of, cache_of, meas = request.source, request.cache, request.measurement
+    model, device, repeats, profile = request.model, meas.device, meas.repeats, meas.profile
+    workload, generate, sessions = src_of.workload, src_of.generate, src_of.sessions
+    requests, session_rate, seed = src_of.requests, src_of.session_rate, src_of.seed
+    policy, cache_gb = cache_of.policy, cache_of.cache_gb
     from twin.workloads.generators import get_generator
 
     # ----- every input, before any work
