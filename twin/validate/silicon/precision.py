@@ -31,6 +31,20 @@ _CHECKPOINT_ALGOS = {"FP8": "fp8", "FP8_BLOCK": "fp8-block", "NVFP4": "nvfp4"}
 # sdk/models/helpers.py ``_infer_quant_modes_from_raw_config``): a row whose checkpoint
 # does not say (``kv_cache_quant_algo``) is run with that KV cache.
 _KV_OF_WEIGHTS = {"bf16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "nvfp4": "fp8"}
+# Backends whose fp8 rows of a block-scaled checkpoint (``quant_method`` fp8 with
+# ``weight_block_size``: MiniMax-M2.5, Qwen3-235B-A22B-FP8) are priced with fp8-block
+# experts although the columns say ``fp8``: the column names aiconfigurator's family, the
+# engine loads the checkpoint's scales as stored. vLLM 0.19.0
+# ``model_executor/layers/quantization/fp8.py`` ``Fp8Config.from_config`` reads
+# ``weight_block_size`` and ``Fp8MoEMethod`` runs block-scaled experts with per-token-group
+# (1 x 128) activation scales (``fused_moe/oracle/fp8.py``: Triton for TP on Hopper; on
+# Blackwell with FlashInfer and DeepGEMM off, as InferenceMAX's ``minimaxm2.5_fp8_b200.sh``
+# sets, the first of vLLM CUTLASS / Triton that takes block scales). The linear layers
+# keep the fp8 GEMM price: the fp8-block GEMM tables (B200 vLLM 0.24.0 DeepGEMM) time
+# every call at 0.17-0.27 ms whatever its rows (1-1,024 rows of 4,096 x 3,072), which a
+# decode step under CUDA graphs does not pay (MiniMax-M2.5 B200 TP 2 at 4 clients: 32 ms
+# a token priced against 9.4 measured). Other backends not read here: unchanged.
+BLOCK_SCALED_EXPERTS = frozenset({"vllm"})
 
 
 @dataclass(frozen=True)
@@ -226,6 +240,15 @@ def row_precision(
         why = (
             f"precision column {row.precision or '-'}, gemm_quant_mode {row.gemm_quant_mode or '-'}"
         )
+        if (
+            weights == "fp8"
+            and moe in (None, "fp8")
+            and checkpoint == "fp8-block"
+            and own
+            and row.backend in BLOCK_SCALED_EXPERTS
+        ):
+            moe = "fp8-block"
+            why += "; the checkpoint's weight_block_size: fp8-block experts"
     elif checkpoint:
         weights, why = checkpoint, "the checkpoint's quantisation config"
     elif suffix is not None:
