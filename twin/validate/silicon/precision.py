@@ -45,6 +45,16 @@ _KV_OF_WEIGHTS = {"bf16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "nvfp4": "fp
 # decode step under CUDA graphs does not pay (MiniMax-M2.5 B200 TP 2 at 4 clients: 32 ms
 # a token priced against 9.4 measured). Other backends not read here: unchanged.
 BLOCK_SCALED_EXPERTS = frozenset({"vllm"})
+# Backends whose rows of a 4-bit weight-only checkpoint (:func:`weight_only_checkpoint`:
+# gpt-oss's mxfp4) are priced at the checkpoint's formats on every GPU, not only where the
+# columns' mode has no FP4 tensor cores (``runs_weight_only``): vLLM has no path that turns
+# an mxfp4 checkpoint into nvfp4 weights. vLLM 0.15.1 ``model_executor/layers/quantization/
+# mxfp4.py``: ``Mxfp4Config`` quantises the experts alone (``Mxfp4MoEMethod``; the
+# attention and router stay ``UnquantizedLinearMethod``) and on SM100 runs them with
+# FlashInfer's TRT-LLM MXFP4 kernels (``get_mxfp4_backend``; InferenceMAX's
+# ``gptoss_fp4_b200.sh`` sets ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``); the B200 rows'
+# columns (``nvfp4``) are InferenceMAX's precision label.
+CHECKPOINT_EXPERTS = frozenset({"vllm"})
 
 
 @dataclass(frozen=True)
@@ -208,18 +218,28 @@ def row_precision(
     ``NATIVE_QUANT_MODELS``; Kimi-K2.5's int4 rows say ``int4_wo`` for the GEMMs too,
     but its checkpoint leaves attention and the shared and dense MLPs in bf16)."""
     native = weight_only_checkpoint(config) if own else None
-    if native is not None and runs_weight_only(row, gpu):
+    weight_only = runs_weight_only(row, gpu)
+    if native is not None and (weight_only or row.backend in CHECKPOINT_EXPERTS):
         kv = _checkpoint_kv(config, hf)
         if kv is not None and kv not in px.KV_DTYPES:
             return f"precision {kv} cache not priced"
         weights, experts = native
+        ran = f"run weight-only on {gpu}" if weight_only else f"loaded as stored by {row.backend}"
         why = (
             f"precision column {row.precision or '-'}, moe_quant_mode "
-            f"{row.moe_quant_mode or '-'} run weight-only on {gpu}: the checkpoint's "
+            f"{row.moe_quant_mode or '-'} {ran}: the checkpoint's "
             f"{experts} experts, {weights} linear layers"
         )
-        kv_why = "KV: the checkpoint's kv_cache_quant_algo" if kv else "KV: as the weights"
         said = kv is not None
+        column = _WEIGHT_MODES.get(row.gemm_quant_mode or row.precision)
+        if said:
+            kv_why = "KV: the checkpoint's kv_cache_quant_algo"
+        elif not weight_only and column in _KV_OF_WEIGHTS:
+            # the columns' KV pairing, as without the checkpoint's weights (InferenceMAX's
+            # gptoss_fp4_b200.sh runs ``kv-cache-dtype: fp8``)
+            kv, kv_why = _KV_OF_WEIGHTS[column], "KV: aiconfigurator's pairing"
+        else:
+            kv_why = "KV: as the weights"
         kv = kv or _KV_OF_WEIGHTS[weights]
         return RowPrecision(
             weights, kv, experts, f"{why}; {kv_why}", kv_from_checkpoint=said, native=True
