@@ -123,6 +123,10 @@ def test_vllm_reads_the_mxfp4_checkpoint_on_blackwell_too() -> None:
     # without the row's own checkpoint the columns stand
     cols = sil.row_precision(_row(system="b200_sxm"), {}, True, None, "b200")
     assert isinstance(cols, sil.RowPrecision) and cols.weights == "nvfp4"
+    # Kimi-K2.5's fp4 rows ran NVIDIA's nvfp4 checkpoint: the int4 config does not win
+    kimi = _row(system="b200_sxm", model_path="moonshotai/Kimi-K2.5")
+    got = sil.row_precision(kimi, {"quantization_config": KIMI_QUANT}, True, None, "b200")
+    assert isinstance(got, sil.RowPrecision) and (got.weights, got.native) == ("nvfp4", False)
 
 
 def test_int4_columns_read_the_checkpoint_and_ask_aiconfigurator_without_modes() -> None:

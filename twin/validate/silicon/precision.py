@@ -53,8 +53,12 @@ BLOCK_SCALED_EXPERTS = frozenset({"vllm"})
 # attention and router stay ``UnquantizedLinearMethod``) and on SM100 runs them with
 # FlashInfer's TRT-LLM MXFP4 kernels (``get_mxfp4_backend``; InferenceMAX's
 # ``gptoss_fp4_b200.sh`` sets ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``); the B200 rows'
-# columns (``nvfp4``) are InferenceMAX's precision label.
-CHECKPOINT_EXPERTS = frozenset({"vllm"})
+# columns (``nvfp4``) are InferenceMAX's precision label: its configuration serves
+# ``openai/gpt-oss-120b`` (``.github/configs/nvidia-master.yaml`` ``gptoss-fp4-b200-vllm``,
+# SemiAnalysisAI/InferenceX at 626932a). Per (backend, experts' format): Kimi-K2.5's fp4
+# rows ran ``nvidia/Kimi-K2.5-NVFP4`` (``kimik2.5-fp4-b200-vllm``), another checkpoint than
+# the int4 one their ``model_path`` names, so their columns stand.
+CHECKPOINT_EXPERTS = frozenset({("vllm", "mxfp4")})
 
 
 @dataclass(frozen=True)
@@ -219,7 +223,7 @@ def row_precision(
     but its checkpoint leaves attention and the shared and dense MLPs in bf16)."""
     native = weight_only_checkpoint(config) if own else None
     weight_only = runs_weight_only(row, gpu)
-    if native is not None and (weight_only or row.backend in CHECKPOINT_EXPERTS):
+    if native is not None and (weight_only or (row.backend, native[1]) in CHECKPOINT_EXPERTS):
         kv = _checkpoint_kv(config, hf)
         if kv is not None and kv not in px.KV_DTYPES:
             return f"precision {kv} cache not priced"
