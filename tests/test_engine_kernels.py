@@ -55,7 +55,10 @@ def test_pick_for_kernel_without_a_kernel_is_pick_version() -> None:
         ("vLLM", "moe_mxfp4", "h200", "0.18.0", ek.OAI_TRITON_MXFP4),
         ("vLLM", "moe_mxfp4", "h100", "0.15.1", ek.OAI_TRITON_MXFP4),
         ("vLLM", "moe_mxfp4", "h200", "0.19.0", ek.OAI_TRITON_MXFP4),
-        ("vLLM", "moe_mxfp4", "b200", "0.18.0", None),  # Blackwell: not read here
+        ("vLLM", "moe_mxfp4", "b200", "0.15.1", ek.FLASHINFER_TRTLLM_MXFP4),
+        ("vLLM", "moe_mxfp4", "b300", "0.19.0", ek.FLASHINFER_TRTLLM_MXFP4),
+        ("vLLM", "moe_mxfp4", "b200", "0.15.0", None),  # before the releases read
+        ("vLLM", "moe_mxfp4", "a100-80gb", "0.18.0", None),  # neither Hopper nor SM100
         ("vLLM", "moe_mxfp4", "h200", "0.19.1", None),  # after the releases read
         ("vLLM", "moe_mxfp4", "h200", "0.15.0", None),  # before them
         ("vLLM", "moe_int4_wo", "h200", "0.16.0", ek.MARLIN_WNA16),
@@ -109,8 +112,21 @@ def test_shipped_b200_vllm_int4_follows_marlin_mxfp4_unchanged() -> None:
     assert prof.table_picks("0.15.1")["moe_int4_wo"] == "0.24.0"
     # the 0.22.0 int4 rows are the old collector's (Triton W4A16): not preferred either
     assert set(prof.table_releases["moe_int4_wo"].fits) == {"0.19.0", "0.22.0"}
-    assert prof.table_picks("0.15.1")["moe_mxfp4"] == "0.19.0"  # no Blackwell rule
     assert prof.table_picks("0.15.1")["moe_nvfp4"] == "0.19.0"
+
+
+def test_shipped_b200_vllm_mxfp4_reads_the_trtllm_gen_table() -> None:
+    """vLLM 0.15.1-0.19.0 run gpt-oss's experts on SM100 with FlashInfer's TRT-LLM-gen
+    MXFP4 kernel: the 0.24.0 table that times it, not 0.19.0's ``vllm_mxfp4_moe`` module
+    (3.7-4x slower from 1,024 tokens at gpt-oss's shape)."""
+    prof = load_profile("b200", "vllm")
+    fam = "moe_mxfp4"
+    trtllm = ek.table_kernel("vLLM", str(prof.kernels[fam].provenance["kernel_source"]))
+    assert trtllm == ek.FLASHINFER_TRTLLM_MXFP4
+    for release in ("0.15.1", "0.18.0", "0.19.0"):
+        assert prof.table_picks(release)[fam] == "0.24.0"
+        assert prof.at_release(release).kernels[fam] is prof.kernels[fam]
+    assert prof.table_picks("0.20.0")[fam] == "0.19.0"  # no rule: the release rule
 
 
 def _relabelled(prof: Profile, family: str, labels: dict[str, str]) -> Profile:

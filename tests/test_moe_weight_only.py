@@ -89,7 +89,7 @@ def test_the_checkpoint_says_which_layers_are_four_bit() -> None:
     ("system", "gpu", "native"), [("h200_sxm", "h200", True), ("b200_sxm", "b200", False)]
 )
 def test_nvfp4_columns_on_hopper_read_the_checkpoint(system: str, gpu: str, native: bool) -> None:
-    row = silicon_row(system=system)
+    row = silicon_row(system=system, backend="trtllm")  # vLLM reads it on every GPU (below)
     got = sil.row_precision(row, {"quantization_config": GPT_OSS_QUANT}, True, None, gpu)
     assert isinstance(got, sil.RowPrecision)
     if native:  # no FP4 tensor cores: the engine runs the checkpoint's mxfp4 weight-only
@@ -97,6 +97,29 @@ def test_nvfp4_columns_on_hopper_read_the_checkpoint(system: str, gpu: str, nati
         assert "run weight-only on h200" in got.why
     else:  # Blackwell: the columns, as before
         assert (got.weights, got.native) == ("nvfp4", False)
+
+
+def test_vllm_reads_the_mxfp4_checkpoint_on_blackwell_too() -> None:
+    """vLLM loads gpt-oss's mxfp4 experts and bf16 linear layers as stored on every GPU;
+    on Blackwell the KV cache keeps the columns' pairing (fp8, which InferenceMAX's
+    gptoss_fp4_b200.sh runs)."""
+    got = sil.row_precision(
+        silicon_row(system="b200_sxm"), {"quantization_config": GPT_OSS_QUANT}, True, None, "b200"
+    )
+    assert isinstance(got, sil.RowPrecision)
+    assert (got.weights, got.moe, got.kv, got.native) == ("bf16", "mxfp4", "fp8", True)
+    assert "loaded as stored by vllm" in got.why
+    hopper = sil.row_precision(
+        silicon_row(), {"quantization_config": GPT_OSS_QUANT}, True, None, "h200"
+    )
+    assert isinstance(hopper, sil.RowPrecision) and hopper.kv == "bf16"  # as before
+    # without the row's own checkpoint the columns stand
+    cols = sil.row_precision(silicon_row(system="b200_sxm"), {}, True, None, "b200")
+    assert isinstance(cols, sil.RowPrecision) and cols.weights == "nvfp4"
+    # Kimi-K2.5's fp4 rows ran NVIDIA's nvfp4 checkpoint: the int4 config does not win
+    kimi = silicon_row(system="b200_sxm", model_path="moonshotai/Kimi-K2.5")
+    got = sil.row_precision(kimi, {"quantization_config": KIMI_QUANT}, True, None, "b200")
+    assert isinstance(got, sil.RowPrecision) and (got.weights, got.native) == ("nvfp4", False)
 
 
 def test_int4_columns_read_the_checkpoint_and_ask_aiconfigurator_without_modes() -> None:

@@ -27,6 +27,8 @@ from twin.costmodel.table_release import version_key
 MARLIN_WNA16 = "marlin-wna16"  # vLLM's Marlin MoE: fused_marlin_moe, MarlinExperts
 TRITON_WNA16 = "triton-wna16"  # vLLM's fused_experts W4A16: fused_moe_kernel_gptq_awq / moe_wna16
 OAI_TRITON_MXFP4 = "oai-triton-mxfp4"  # triton_kernels matmul_ogs (OAITritonExperts)
+# FlashInfer's TRT-LLM-gen MXFP4 fused MoE (``trtllm_fp4_block_scale_moe``, SM100)
+FLASHINFER_TRTLLM_MXFP4 = "flashinfer-trtllm-mxfp4"
 # vLLM's FusedMoE module with every expert on the GPU whatever the row's moe_ep_size says
 # (TABLE_KERNELS' "vllm_mxfp4_moe"): not the kernel a run with expert parallelism runs.
 MXFP4_MODULE_ALL_EXPERTS = "mxfp4-module-all-experts"
@@ -102,6 +104,28 @@ RELEASE_KERNELS: tuple[ReleaseKernel, ...] = (
         "vllm 0.15.1-0.18.0 quantization/mxfp4.py get_mxfp4_backend; "
         "0.19.0 fused_moe/oracle/mxfp4.py select_mxfp4_moe_backend",
     ),
+    # gpt-oss's mxfp4 experts on Blackwell (SM100). vLLM 0.15.1 (wheel read),
+    # model_executor/layers/quantization/mxfp4.py ``get_mxfp4_backend``: on capability
+    # family 100 with FlashInfer (the CUDA wheel's dependency) the TRT-LLM-gen MXFP4 kernel,
+    # with bf16 activations by default (``SM100_FI_MXFP4_BF16``) or mxfp8 ones under
+    # ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (``SM100_FI_MXFP4_MXFP8_TRTLLM``, what
+    # InferenceMAX's ``gptoss_fp4_b200.sh`` sets), CUTLASS only under
+    # ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8_CUTLASS``; vLLM 0.19.0 (wheel read),
+    # fused_moe/oracle/mxfp4.py ``select_mxfp4_moe_backend``: FLASHINFER_TRTLLM_MXFP4_BF16
+    # first where supported (SM100). Not the 0.19.0 table's ``vllm_mxfp4_moe`` module
+    # (:data:`MXFP4_MODULE_ALL_EXPERTS`), 3.7-4x the TRT-LLM-gen table's time at
+    # gpt-oss's shape from 1,024 tokens on B200. The activation format of the mxfp8 variant
+    # is not timed by any table: the bf16 one stands for both.
+    ReleaseKernel(
+        "vLLM",
+        "moe_mxfp4",
+        BLACKWELL_SM100,
+        "0.15.1",
+        "0.19.0",
+        FLASHINFER_TRTLLM_MXFP4,
+        "vllm 0.15.1 quantization/mxfp4.py get_mxfp4_backend; "
+        "0.19.0 fused_moe/oracle/mxfp4.py select_mxfp4_moe_backend",
+    ),
 )
 
 # (engine, table ``kernel_source``) -> the kernel the table times.
@@ -116,6 +140,10 @@ TABLE_KERNELS: dict[tuple[str, str], str] = {
     # 0.24.0's labels name the quantisation method, backend and experts class.
     ("vLLM", "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"): MARLIN_WNA16,
     ("vLLM", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"): OAI_TRITON_MXFP4,
+    (
+        "vLLM",
+        "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+    ): FLASHINFER_TRTLLM_MXFP4,
     # collect_moe_v2.py builds ``FusedMoE(..., tp_size=moe_tp_size, ep_size=moe_ep_size)``
     # under a default ``VllmConfig()`` (``enable_expert_parallel`` False), and vLLM 0.19.0's
     # ``FusedMoEParallelConfig.make`` (fused_moe/config.py) then sets ep_size 1: every row

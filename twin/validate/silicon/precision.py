@@ -31,6 +31,34 @@ _CHECKPOINT_ALGOS = {"FP8": "fp8", "FP8_BLOCK": "fp8-block", "NVFP4": "nvfp4"}
 # sdk/models/helpers.py ``_infer_quant_modes_from_raw_config``): a row whose checkpoint
 # does not say (``kv_cache_quant_algo``) is run with that KV cache.
 _KV_OF_WEIGHTS = {"bf16": "bf16", "fp8": "fp8", "fp8-block": "fp8", "nvfp4": "fp8"}
+# Backends whose fp8 rows of a block-scaled checkpoint (``quant_method`` fp8 with
+# ``weight_block_size``: MiniMax-M2.5, Qwen3-235B-A22B-FP8) are priced with fp8-block
+# experts although the columns say ``fp8``: the column names aiconfigurator's family, the
+# engine loads the checkpoint's scales as stored. vLLM 0.19.0
+# ``model_executor/layers/quantization/fp8.py`` ``Fp8Config.from_config`` reads
+# ``weight_block_size`` and ``Fp8MoEMethod`` runs block-scaled experts with per-token-group
+# (1 x 128) activation scales (``fused_moe/oracle/fp8.py``: Triton for TP on Hopper; on
+# Blackwell with FlashInfer and DeepGEMM off, as InferenceMAX's ``minimaxm2.5_fp8_b200.sh``
+# sets, the first of vLLM CUTLASS / Triton that takes block scales). The linear layers
+# keep the fp8 GEMM price: the fp8-block GEMM tables (B200 vLLM 0.24.0 DeepGEMM) time
+# every call at 0.17-0.27 ms whatever its rows (1-1,024 rows of 4,096 x 3,072), which a
+# decode step under CUDA graphs does not pay (MiniMax-M2.5 B200 TP 2 at 4 clients: 32 ms
+# a token priced against 9.4 measured). Other backends not read here: unchanged.
+BLOCK_SCALED_EXPERTS = frozenset({"vllm"})
+# Backends whose rows of a 4-bit weight-only checkpoint (:func:`weight_only_checkpoint`:
+# gpt-oss's mxfp4) are priced at the checkpoint's formats on every GPU, not only where the
+# columns' mode has no FP4 tensor cores (``runs_weight_only``): vLLM has no path that turns
+# an mxfp4 checkpoint into nvfp4 weights. vLLM 0.15.1 ``model_executor/layers/quantization/
+# mxfp4.py``: ``Mxfp4Config`` quantises the experts alone (``Mxfp4MoEMethod``; the
+# attention and router stay ``UnquantizedLinearMethod``) and on SM100 runs them with
+# FlashInfer's TRT-LLM MXFP4 kernels (``get_mxfp4_backend``; InferenceMAX's
+# ``gptoss_fp4_b200.sh`` sets ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``); the B200 rows'
+# columns (``nvfp4``) are InferenceMAX's precision label: its configuration serves
+# ``openai/gpt-oss-120b`` (``.github/configs/nvidia-master.yaml`` ``gptoss-fp4-b200-vllm``,
+# SemiAnalysisAI/InferenceX at 626932a). Per (backend, experts' format): Kimi-K2.5's fp4
+# rows ran ``nvidia/Kimi-K2.5-NVFP4`` (``kimik2.5-fp4-b200-vllm``), another checkpoint than
+# the int4 one their ``model_path`` names, so their columns stand.
+CHECKPOINT_EXPERTS = frozenset({("vllm", "mxfp4")})
 
 
 @dataclass(frozen=True)
@@ -194,18 +222,28 @@ def row_precision(
     ``NATIVE_QUANT_MODELS``; Kimi-K2.5's int4 rows say ``int4_wo`` for the GEMMs too,
     but its checkpoint leaves attention and the shared and dense MLPs in bf16)."""
     native = weight_only_checkpoint(config) if own else None
-    if native is not None and runs_weight_only(row, gpu):
+    weight_only = runs_weight_only(row, gpu)
+    if native is not None and (weight_only or (row.backend, native[1]) in CHECKPOINT_EXPERTS):
         kv = _checkpoint_kv(config, hf)
         if kv is not None and kv not in px.KV_DTYPES:
             return f"precision {kv} cache not priced"
         weights, experts = native
+        ran = f"run weight-only on {gpu}" if weight_only else f"loaded as stored by {row.backend}"
         why = (
             f"precision column {row.precision or '-'}, moe_quant_mode "
-            f"{row.moe_quant_mode or '-'} run weight-only on {gpu}: the checkpoint's "
+            f"{row.moe_quant_mode or '-'} {ran}: the checkpoint's "
             f"{experts} experts, {weights} linear layers"
         )
-        kv_why = "KV: the checkpoint's kv_cache_quant_algo" if kv else "KV: as the weights"
         said = kv is not None
+        column = _WEIGHT_MODES.get(row.gemm_quant_mode or row.precision)
+        if said:
+            kv_why = "KV: the checkpoint's kv_cache_quant_algo"
+        elif not weight_only and column in _KV_OF_WEIGHTS:
+            # the columns' KV pairing, as without the checkpoint's weights (InferenceMAX's
+            # gptoss_fp4_b200.sh runs ``kv-cache-dtype: fp8``)
+            kv, kv_why = _KV_OF_WEIGHTS[column], "KV: aiconfigurator's pairing"
+        else:
+            kv_why = "KV: as the weights"
         kv = kv or _KV_OF_WEIGHTS[weights]
         return RowPrecision(
             weights, kv, experts, f"{why}; {kv_why}", kv_from_checkpoint=said, native=True
@@ -226,6 +264,15 @@ def row_precision(
         why = (
             f"precision column {row.precision or '-'}, gemm_quant_mode {row.gemm_quant_mode or '-'}"
         )
+        if (
+            weights == "fp8"
+            and moe in (None, "fp8")
+            and checkpoint == "fp8-block"
+            and own
+            and row.backend in BLOCK_SCALED_EXPERTS
+        ):
+            moe = "fp8-block"
+            why += "; the checkpoint's weight_block_size: fp8-block experts"
     elif checkpoint:
         weights, why = checkpoint, "the checkpoint's quantisation config"
     elif suffix is not None:
