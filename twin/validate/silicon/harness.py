@@ -302,7 +302,8 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     path = row.model_path.lower()
     for name, tokens in INFERENCEMAX_TRTLLM_TOKENS.items():
         if name.lower() in path:
-            return {"max_batched_tokens": tokens}
+            wait = inferencemax_batch_wait(row)
+            return {"max_batched_tokens": tokens, **({"sets": wait} if wait else {})}
     if not inferencemax_deepseek(row) or not row.isl:
         return {}
     block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0
@@ -312,6 +313,29 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
         return {"max_batched_tokens": -(-tokens // block) * block, "max_running": conc}
     tokens = -(-(conc + row.isl + 64) // block) * block
     return {"max_batched_tokens": max(tokens, INFERENCEMAX_TRTLLM_FLOOR)}
+
+
+# InferenceMAX's Llama-3.1-70B TensorRT-LLM scripts hold context requests back at 1k/1k
+# below 8 GPUs: ``batch_wait_max_tokens_ratio: 0.9`` and ``batch_wait_timeout_iters: 20``
+# when ``ISL == 1024 && OSL == 1024 && TP < 8`` ("will improve the performance, by
+# default they are all zeros"; ``benchmarks/70b_fp4_b200_trt_slurm.sh`` and
+# ``70b_fp8_h200_trt_slurm.sh`` at SemiAnalysisAI/InferenceX 73ef922), TensorRT-LLM's
+# batch waiting (``twin.engine.trtllm_batching``). The DeepSeek-R1 scripts' own
+# ``DELAY_BATCHING`` (40 iterations, 0.8, at 1k/1k from 64 clients: ``dsr1_fp8_b200_trt.sh``
+# at 0a919c5) was not read at the rows' commit: not applied.
+INFERENCEMAX_TRTLLM_BATCH_WAIT = {"batch_wait_timeout_iters": "20", "batch_wait_max_tokens_ratio": "0.9"}
+INFERENCEMAX_BATCH_WAIT_MODELS = ("llama-3.1-70b",)
+
+
+def inferencemax_batch_wait(row: SiliconRow) -> dict[str, str]:
+    """The batch-waiting ``--set`` flags of InferenceMAX's TensorRT-LLM server for
+    ``row`` (above); empty where its script sets none."""
+    path = row.model_path.lower()
+    if not any(name in path for name in INFERENCEMAX_BATCH_WAIT_MODELS):
+        return {}
+    if (row.isl, row.osl) != (1024, 1024) or (row.tp or 1) >= 8:
+        return {}
+    return dict(INFERENCEMAX_TRTLLM_BATCH_WAIT)
 
 
 # InferenceMAX's DeepSeek-R1 runs with TensorRT-LLM on B200 come in two configurations that
