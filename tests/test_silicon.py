@@ -711,6 +711,38 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     assert isinstance(plan, sil.RowPlan) and plan.deployment == {}
 
 
+def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus() -> None:
+    """The Llama-3.1-70B TensorRT-LLM scripts' batch waiting (20 iterations, 0.9 of the
+    token budget) at ISL/OSL 1k/1k and fewer than 8 GPUs; none elsewhere, nor for
+    another model; the flags reach the trtllm mode's scheduler options."""
+    from dataclasses import replace
+
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    imax = replace(
+        base,
+        source="source_file=2026-04-06.csv; model=x; silicon_concurrency=4",
+        model_path="meta-llama/Llama-3.1-70B",
+        backend="trtllm",
+        isl=1024,
+        osl=1024,
+        concurrency=4,
+    )
+    wait = {"batch_wait_timeout_iters": "20", "batch_wait_max_tokens_ratio": "0.9"}
+    for tp in (1, 2, 4):
+        row = replace(imax, tp=tp)
+        assert sil.deployment(row, "trtllm") == {"max_batched_tokens": 16384, "sets": wait}
+    for other in (replace(imax, tp=8), replace(imax, osl=8192), replace(imax, isl=8192)):
+        assert sil.deployment(other, "trtllm") == {"max_batched_tokens": 16384}
+    gptoss = replace(imax, model_path="openai/gpt-oss-120b")
+    assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000}
+    assert sil.deployment(imax, "trtllm", "defaults") == {}
+    from twin.engine.modes import get_mode
+    from twin.presets import get_model
+
+    options = get_mode("trtllm").settings(get_model("tiny-transformer"), wait)
+    assert options["scheduler_options"]["batch_wait_timeout_iters"] == 20
+
+
 def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -> None:
     """A row of the "2026-04-06.csv" collection is measured by InferenceMAX's client:
     10 x c measured requests after 2 x c warm-ups, lengths uniform in [0.8 x, 1 x], and
