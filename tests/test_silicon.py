@@ -962,6 +962,43 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     assert run.pricer.step_time([], 4, 256) == run.pricer.inner.step_time([], 4, 256)
 
 
+def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
+    """TensorRT-LLM's PyTorch backend runs a batch holding a context request without a
+    CUDA graph in every release: a MoE row's context step lasts at least its launches
+    times the GPU's fitted host time per launch (B200 and H200 only); none for dense
+    models, attention DP or another GPU; the plan carries it to the engine."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    r1, gptoss = get_model("deepseek-r1"), get_model("gpt-oss-120b")
+    per_launch = sil.TRTLLM_EAGER_LAUNCH_S
+    assert set(per_launch) == {"b200", "h200"}
+    row = _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc6.post2", tp=8)
+    floor = sil.eager_prefill_s(row, r1, "b200")
+    assert floor == pytest.approx(per_launch["b200"] * sil.eager_launches(r1)) and floor > 0.05
+    # the same launch count on H200 at its own host time; every release (a nightly too)
+    h200 = replace(row, system="h200_sxm", backend_version="1.1.0rc2.post2")
+    assert sil.eager_prefill_s(h200, r1, "h200") == pytest.approx(
+        per_launch["h200"] * sil.eager_launches(r1)
+    )
+    assert sil.eager_prefill_s(replace(row, backend_version=""), r1, "b200") == floor
+    # gpt-oss: 36 attention layers (half windowed) and 36 MoE layers, fewer launches
+    assert sil.eager_prefill_s(row, gptoss, "b200") == pytest.approx(
+        per_launch["b200"] * 36 * (sil.SGLANG_EAGER_LAUNCHES["attention"] + 13)
+    )
+    assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0  # dense
+    assert sil.eager_prefill_s(replace(row, attention_dp=8, tp=1), r1, "b200") == 0.0
+    assert sil.eager_prefill_s(row, r1, "h100") == 0.0  # no fitted host time
+    # the plan of a measured TensorRT-LLM MoE row carries the floor into its run
+    pytest.importorskip("aiconfigurator_core")
+    rows = {r.id: r for r in sil.read_rows()}
+    rid = "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x8192_c4_tp8_0_ep1_0_1187"
+    plan = sil.plan_row(rows[rid])
+    assert isinstance(plan, sil.RowPlan)
+    assert plan.deployment["eager_prefill_s"] == pytest.approx(floor)
+
+
 def test_silicon_compare_sets_two_runs_side_by_side(tmp_path: Path) -> None:
     """``benchmarks/silicon_compare.py``: MAPE per split and group before and after, the
     rows whose prediction changed, and aiconfigurator on the rows it estimated only."""
