@@ -415,7 +415,7 @@ def test_trtllm_batch_waiting_flags():
         "batch_wait_timeout_iters": 20,
         "batch_wait_max_tokens_ratio": 0.9,
     }
-    with pytest.raises(TwinError, match="batch_wait_max_tokens_ratio=1.5: must be in"):
+    with pytest.raises(TwinError, match=r"batch_wait_max_tokens_ratio=1\.5: must be in"):
         get_mode("trtllm").settings(model, {"batch_wait_max_tokens_ratio": "1.5"})
     with pytest.raises(TwinError, match="batch_wait_timeout_iters=-1: must be at least 0"):
         get_mode("trtllm").settings(model, {"batch_wait_timeout_iters": "-1"})

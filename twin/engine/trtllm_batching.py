@@ -29,10 +29,10 @@ iteration's batch as follows:
   an iteration has both context and generation requests scheduled, the contexts run
   only if the executor has already held contexts back ``batch_wait_timeout_iters``
   iterations in a row, or the scheduled tokens (each context's tokens, each generation
-  request's ``1 + draft`` tokens; the twin counts one, as its budget does) reach ``batch_wait_max_tokens_ratio x
-  max_num_tokens``; otherwise the iteration runs the generation requests alone and the
-  count goes up by one (it is reset when contexts run). With no generation request the
-  contexts never wait.
+  request's ``1 + draft`` tokens; the twin counts one, as its budget does) reach
+  ``batch_wait_max_tokens_ratio x max_num_tokens``; otherwise the iteration runs the
+  generation requests alone and the count goes up by one (it is reset when contexts
+  run). With no generation request the contexts never wait.
 
 Defaults (``BuildConfig``, used by the PyTorch backend's ``TorchLlmArgs`` in 1.0):
 ``max_num_tokens`` 8,192, ``max_batch_size`` 2,048. Not modelled: the overlap

@@ -323,7 +323,10 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
 # batch waiting (``twin.engine.trtllm_batching``). The DeepSeek-R1 scripts' own
 # ``DELAY_BATCHING`` (40 iterations, 0.8, at 1k/1k from 64 clients: ``dsr1_fp8_b200_trt.sh``
 # at 0a919c5) was not read at the rows' commit: not applied.
-INFERENCEMAX_TRTLLM_BATCH_WAIT = {"batch_wait_timeout_iters": "20", "batch_wait_max_tokens_ratio": "0.9"}
+INFERENCEMAX_TRTLLM_BATCH_WAIT = {
+    "batch_wait_timeout_iters": "20",
+    "batch_wait_max_tokens_ratio": "0.9",
+}
 INFERENCEMAX_BATCH_WAIT_MODELS = ("llama-3.1-70b",)
 
 
