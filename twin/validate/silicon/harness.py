@@ -497,7 +497,7 @@ SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 110e-6, "b200": 90e-6}
 # TensorRT-LLM's own modules in this step), times one host time per launch per GPU fitted
 # on the fit split only (docs/decisions.md, "Issue 31, step: TensorRT-LLM's eager context
 # step"). As for SGLang, MoE models only (the dense TensorRT-LLM rows' TTFT shows no such
-# shortfall at 1k/8k and 8k/1k: Llama-3.1-70B within +-40 ms at 4-16 clients), and not
+# shortfall at 1k/8k and 8k/1k: Llama-3.1-70B within +-50 ms at 4-16 clients), and not
 # under attention DP (the floor is not modelled there). A GPU without an entry: no floor.
 # Where an InferenceMAX script turns the piecewise context graphs on (some DeepSeek
 # configurations, by script version), the floor still applies: the script's version at
