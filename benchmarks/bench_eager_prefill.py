@@ -15,6 +15,14 @@ dense models, other engines, other models' SGLang rows from 0.5.10.)
 
     python benchmarks/bench_eager_prefill.py --per-split 20 \\
         --out benchmarks/results/silicon-ttftmoe2-eager
+
+``--backend trtllm``: TensorRT-LLM's eager context steps (every release: its context
+batches run without CUDA graphs), the same floor per launch with TensorRT-LLM's fitted
+host time. ``--rule batch-wait``: instead of the floor, TensorRT-LLM's batch waiting
+(``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``) where a row's script sets
+it (InferenceMAX's Llama-3.1-70B 1k/1k scripts below 8 GPUs), with and without.
+``--aic-from``: aiconfigurator's estimate of the same rows from an earlier
+``bench_silicon.py`` run's ``predictions.csv``, for the comparison.
 """
 
 from __future__ import annotations
@@ -40,17 +48,51 @@ def _spread(plans: list[sil.RowPlan], n: int) -> list[sil.RowPlan]:
     return [plans[i * len(plans) // n] for i in range(n)]
 
 
-def _sample(per_split: int, max_clients: int) -> list[sil.RowPlan]:
+def _applies(plan: sil.RowPlan, rule: str) -> bool:
+    if rule == "batch-wait":
+        return "batch_wait_timeout_iters" in plan.deployment.get("sets", {})
+    return bool(plan.deployment.get("eager_prefill_s"))
+
+
+def _without(plan: sil.RowPlan, rule: str) -> dict[str, Any]:
+    """``plan``'s deployment without the rule (the baseline)."""
+    if rule == "batch-wait":
+        sets = {k: v for k, v in plan.deployment["sets"].items() if not k.startswith("batch_wait")}
+        bare = {k: v for k, v in plan.deployment.items() if k != "sets"}
+        return {**bare, "sets": sets} if sets else bare
+    return {k: v for k, v in plan.deployment.items() if k != "eager_prefill_s"}
+
+
+def _sample(per_split: int, max_clients: int, backend: str, rule: str) -> list[sil.RowPlan]:
     by_split: dict[str, list[sil.RowPlan]] = {sil.FIT: [], sil.HELD_OUT: []}
+    seen: set[tuple[object, ...]] = set()
     for row in sil.read_rows():
-        if row.backend != "sglang" or (row.concurrency or 0) > max_clients:
+        if row.backend != backend or (row.concurrency or 0) > max_clients:
+            continue
+        # one row per measurement (the collections' dumps repeat each other's rows)
+        key = row.measurement_key
+        if key is not None and (row.split, key) in seen:
             continue
         plan = sil.plan_row(row)
         if isinstance(plan, str):
             continue
-        if plan.deployment.get("eager_prefill_s"):
+        if _applies(plan, rule):
             by_split[row.split].append(plan)
+            if key is not None:
+                seen.add((row.split, key))
     return [p for split in by_split.values() for p in _spread(split, per_split)]
+
+
+def _aic(path: Path | None) -> dict[str, tuple[float | None, float | None]]:
+    """aiconfigurator's TTFT and TPOT per row id from a ``bench_silicon.py`` run."""
+    if path is None:
+        return {}
+    out: dict[str, tuple[float | None, float | None]] = {}
+    with path.open(encoding="utf-8") as f:
+        for rec in csv.DictReader(f):
+            ttft, tpot = rec.get("aic_ttft_ms") or "", rec.get("aic_tpot_ms") or ""
+            out[rec["id"]] = (float(ttft) if ttft else None, float(tpot) if tpot else None)
+    return out
 
 
 def _ape(twin: float | None, measured: float | None) -> float | None:
@@ -61,10 +103,10 @@ def _ape(twin: float | None, measured: float | None) -> float | None:
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": len(rows)}
-    for side in ("baseline", "floor"):
+    for side in ("baseline", "floor", "aic"):
         for metric in ("ttft", "tpot"):
             apes = [
-                r[f"{side}_{metric}_ape"] for r in rows if r[f"{side}_{metric}_ape"] is not None
+                r[f"{side}_{metric}_ape"] for r in rows if r.get(f"{side}_{metric}_ape") is not None
             ]
             out[f"{side}_{metric}_mape"] = round(statistics.fmean(apes), 1) if apes else None
             out[f"{side}_{metric}_mdape"] = round(statistics.median(apes), 1) if apes else None
@@ -76,15 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-split", type=int, default=40, help="rows per split (fit, held out)")
     parser.add_argument("--max-clients", type=int, default=64, help="rows with at most N clients")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/silicon-eager"))
+    parser.add_argument("--backend", choices=("sglang", "trtllm"), default="sglang")
+    parser.add_argument("--rule", choices=("eager", "batch-wait"), default="eager")
+    parser.add_argument("--aic-from", type=Path, default=None, help="a predictions.csv")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    plans = _sample(args.per_split, args.max_clients)
+    plans = _sample(args.per_split, args.max_clients, args.backend, args.rule)
+    aic = _aic(args.aic_from)
     print(f"{len(plans)} rows", flush=True)
     rows: list[dict[str, Any]] = []
     for plan in plans:
         r = plan.row
         floor = float(plan.deployment.get("eager_prefill_s", 0.0))
-        bare = {k: v for k, v in plan.deployment.items() if k != "eager_prefill_s"}
+        bare = _without(plan, args.rule)
         with_floor = predict(plan)
         baseline = predict(dataclasses.replace(plan, deployment=bare))
         rec: dict[str, Any] = {
@@ -108,18 +154,27 @@ def main(argv: list[str] | None = None) -> int:
                 measured = r.ttft_ms if metric == "ttft" else r.tpot_ms
                 rec[f"{side}_{metric}_ape"] = _ape(value, measured)
             rec[f"{side}_error"] = result.get("twin_error", "")
+        if r.id in aic:
+            for metric, value in zip(("ttft", "tpot"), aic[r.id], strict=True):
+                rec[f"aic_{metric}_ms"] = value
+                rec[f"aic_{metric}_ape"] = _ape(value, r.ttft_ms if metric == "ttft" else r.tpot_ms)
         rows.append(rec)
         print(f"  {len(rows)}/{len(plans)} {time.perf_counter() - started:,.0f} s", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     with (args.out / "predictions.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        fields = list(dict.fromkeys(k for r in rows for k in r))
+        writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
     moe = rows
     summary: dict[str, Any] = {
         "benchmark": "eager_prefill",
         "command": "python benchmarks/bench_eager_prefill.py " + " ".join(sys.argv[1:]),
-        "host_time_per_launch_s": sil.SGLANG_EAGER_LAUNCH_S,
+        "backend": args.backend,
+        "rule": args.rule,
+        "host_time_per_launch_s": (
+            sil.TRTLLM_EAGER_LAUNCH_S if args.backend == "trtllm" else sil.SGLANG_EAGER_LAUNCH_S
+        ),
         "launches_per_layer_part": sil.SGLANG_EAGER_LAUNCHES,
         "by_split": {
             s: _summary([r for r in moe if r["split"] == s]) for s in (sil.FIT, sil.HELD_OUT)

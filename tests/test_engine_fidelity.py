@@ -369,6 +369,58 @@ def test_trtllm_batches_whole_contexts_and_leaves_a_context_that_does_not_fit(tm
     assert a.first_token_s == 1.0 and b.first_token_s == 2.0
 
 
+@pytest.mark.parametrize(
+    ("iters", "ratio", "budget", "first"),
+    [
+        (0, 0.0, 64, 3.0),  # off (TensorRT-LLM's default): B runs beside A's decode at t=2
+        (3, 0.9, 64, 6.0),  # held 3 iterations (9 tokens < 57.6): B's context runs at t=5
+        (3, 0.9, 10, 3.0),  # 9 tokens reach 0.9 x 10: no hold
+        (0, 0.5, 64, 3.0),  # a timeout of 0 ends every hold at once (count >= 0)
+    ],
+)
+def test_trtllm_batch_waiting_holds_a_context_while_a_generation_runs(
+    tmp_path, iters, ratio, budget, first
+):
+    """TensorRT-LLM's batch waiting (``PyExecutor._waiting_requests``): A (8 tokens)
+    prefills alone at t=0 (no generation request: no hold); B (8 tokens) arrives at 1.5
+    and, while A decodes (1 token), is held until ``iters`` iterations passed or the
+    scheduled tokens (9) reach ``ratio x max_num_tokens``."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=20)
+    pricer = RecordingPricer()
+    options = {"batch_wait_timeout_iters": iters, "batch_wait_max_tokens_ratio": ratio}
+    _, recs = run(
+        path,
+        pricer,
+        policy="vanilla",
+        scheduler="trtllm",
+        max_batched_tokens=budget,
+        max_running=8,
+        scheduler_options=options,
+    )
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.first_token_s == 1.0
+    assert b.first_token_s == first
+    # B's context runs whole beside A's decode once let through (the held iterations
+    # are A's decode steps, priced as decode runs)
+    assert pricer.steps[:2] == [([(8, 0)], 0), ([(8, 0)], 1)]
+    assert a.completed_s == 20.0  # A decodes every step: the hold does not slow it
+
+
+def test_trtllm_batch_waiting_flags():
+    model = get_model("tiny-transformer")
+    settings = get_mode("trtllm").settings(
+        model, {"batch_wait_timeout_iters": "20", "batch_wait_max_tokens_ratio": "0.9"}
+    )
+    assert settings["scheduler_options"] == {
+        "batch_wait_timeout_iters": 20,
+        "batch_wait_max_tokens_ratio": 0.9,
+    }
+    with pytest.raises(TwinError, match=r"batch_wait_max_tokens_ratio=1\.5: must be in"):
+        get_mode("trtllm").settings(model, {"batch_wait_max_tokens_ratio": "1.5"})
+    with pytest.raises(TwinError, match="batch_wait_timeout_iters=-1: must be at least 0"):
+        get_mode("trtllm").settings(model, {"batch_wait_timeout_iters": "-1"})
+
+
 def test_the_trtllm_mode_guarantees_no_eviction():
     settings = get_mode("trtllm").settings(get_model("tiny-transformer"), {})
     assert settings["scheduler"] == "trtllm"

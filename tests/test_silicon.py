@@ -711,6 +711,38 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     assert isinstance(plan, sil.RowPlan) and plan.deployment == {}
 
 
+def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus() -> None:
+    """The Llama-3.1-70B TensorRT-LLM scripts' batch waiting (20 iterations, 0.9 of the
+    token budget) at ISL/OSL 1k/1k and fewer than 8 GPUs; none elsewhere, nor for
+    another model; the flags reach the trtllm mode's scheduler options."""
+    from dataclasses import replace
+
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    imax = replace(
+        base,
+        source="source_file=2026-04-06.csv; model=x; silicon_concurrency=4",
+        model_path="meta-llama/Llama-3.1-70B",
+        backend="trtllm",
+        isl=1024,
+        osl=1024,
+        concurrency=4,
+    )
+    wait = {"batch_wait_timeout_iters": "20", "batch_wait_max_tokens_ratio": "0.9"}
+    for tp in (1, 2, 4):
+        row = replace(imax, tp=tp)
+        assert sil.deployment(row, "trtllm") == {"max_batched_tokens": 16384, "sets": wait}
+    for other in (replace(imax, tp=8), replace(imax, osl=8192), replace(imax, isl=8192)):
+        assert sil.deployment(other, "trtllm") == {"max_batched_tokens": 16384}
+    gptoss = replace(imax, model_path="openai/gpt-oss-120b")
+    assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000}
+    assert sil.deployment(imax, "trtllm", "defaults") == {}
+    from twin.engine.modes import get_mode
+    from twin.presets import get_model
+
+    options = get_mode("trtllm").settings(get_model("tiny-transformer"), wait)
+    assert options["scheduler_options"]["batch_wait_timeout_iters"] == 20
+
+
 def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -> None:
     """A row of the "2026-04-06.csv" collection is measured by InferenceMAX's client:
     10 x c measured requests after 2 x c warm-ups, lengths uniform in [0.8 x, 1 x], and
@@ -928,6 +960,43 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     assert isinstance(run.pricer, EagerPrefillPricer) and run.pricer.floor_s == floor
     assert run.pricer.step_time([(64, 0)], 0, 0) == floor  # 64 tokens: host-bound
     assert run.pricer.step_time([], 4, 256) == run.pricer.inner.step_time([], 4, 256)
+
+
+def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
+    """TensorRT-LLM's PyTorch backend runs a batch holding a context request without a
+    CUDA graph in every release: a MoE row's context step lasts at least its launches
+    times the GPU's fitted host time per launch (B200 and H200 only); none for dense
+    models, attention DP or another GPU; the plan carries it to the engine."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    r1, gptoss = get_model("deepseek-r1"), get_model("gpt-oss-120b")
+    per_launch = sil.TRTLLM_EAGER_LAUNCH_S
+    assert set(per_launch) == {"b200", "h200"}
+    row = _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc6.post2", tp=8)
+    floor = sil.eager_prefill_s(row, r1, "b200")
+    assert floor == pytest.approx(per_launch["b200"] * sil.eager_launches(r1)) and floor > 0.05
+    # the same launch count on H200 at its own host time; every release (a nightly too)
+    h200 = replace(row, system="h200_sxm", backend_version="1.1.0rc2.post2")
+    assert sil.eager_prefill_s(h200, r1, "h200") == pytest.approx(
+        per_launch["h200"] * sil.eager_launches(r1)
+    )
+    assert sil.eager_prefill_s(replace(row, backend_version=""), r1, "b200") == floor
+    # gpt-oss: 36 attention layers (half windowed) and 36 MoE layers, fewer launches
+    assert sil.eager_prefill_s(row, gptoss, "b200") == pytest.approx(
+        per_launch["b200"] * 36 * (sil.SGLANG_EAGER_LAUNCHES["attention"] + 13)
+    )
+    assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0  # dense
+    assert sil.eager_prefill_s(replace(row, attention_dp=8, tp=1), r1, "b200") == 0.0
+    assert sil.eager_prefill_s(row, r1, "h100") == 0.0  # no fitted host time
+    # the plan of a measured TensorRT-LLM MoE row carries the floor into its run
+    pytest.importorskip("aiconfigurator_core")
+    rows = {r.id: r for r in sil.read_rows()}
+    rid = "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x8192_c4_tp8_0_ep1_0_1187"
+    plan = sil.plan_row(rows[rid])
+    assert isinstance(plan, sil.RowPlan)
+    assert plan.deployment["eager_prefill_s"] == pytest.approx(floor)
 
 
 def test_silicon_compare_sets_two_runs_side_by_side(tmp_path: Path) -> None:

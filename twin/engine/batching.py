@@ -488,6 +488,8 @@ class ContinuousBatching:
             k = self._run_cap
         if self._ratio_blocked and self.waiting:
             k = self._ratio_cut(k)
+        if self.waiting:
+            k = self._hold_cut(k)
         if self._inbox:
             k = min(k, self._next_poll(n0 + 1) - n0)  # the run ends at the next poll
         memory = self.memory
@@ -660,6 +662,11 @@ class ContinuousBatching:
             - self._step_reserved
         )
         return self._ratio_candidate(seq) < room
+
+    def _hold_cut(self, k: int) -> int:
+        """Steps of a decode run after which the engine's own rule may admit the queue's
+        head it holds back now (TensorRT-LLM's batch waiting); ``k``: no such rule."""
+        return k
 
     def _ratio_cut(self, k: int) -> int:
         """Steps of a decode run after which the queue's head passes the ratio check.

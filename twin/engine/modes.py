@@ -26,7 +26,13 @@ from typing import Any
 
 from twin.engine.mode_base import EngineMode
 from twin.engine.modes_sglang import SGLANG
-from twin.engine.modes_trtllm import TRTLLM_BATCHING, TRTLLM_FLAGS, TRTLLM_SPEC, _trtllm_options
+from twin.engine.modes_trtllm import (
+    TRTLLM_BATCH_WAIT,
+    TRTLLM_BATCHING,
+    TRTLLM_FLAGS,
+    TRTLLM_SPEC,
+    _trtllm_options,
+)
 from twin.engine.modes_vllm import VLLM
 from twin.engine.releases import Release, pick_release, release_for_measured, split_engine
 from twin.engine.trtllm_batching import MAX_BATCH_SIZE
@@ -56,7 +62,8 @@ GUARANTEED_NO_EVICT = {
 }
 
 # TensorRT-LLM: the one release its rules follow (twin.engine.trtllm_batching: the PyTorch
-# executor's capacity scheduler and BuildConfig/TorchLlmArgs defaults of release 1.0; NVIDIA's
+# executor's capacity scheduler and BuildConfig/TorchLlmArgs defaults of release 1.0, its batch
+# waiting of 1.1 on (twin.engine.modes_trtllm.TRTLLM_BATCH_WAIT); NVIDIA's
 # measured runs span 0.5.1 to 1.3.0rc5). Its flags are max_batch_size, max_num_tokens and the
 # speculative_config section of --extra_llm_api_options (twin.engine.modes_trtllm); no
 # second release differs in anything the twin models.
@@ -64,7 +71,7 @@ TRTLLM_RELEASES = (
     Release(
         version="1.0.0",
         source="tensorrt_llm/_torch/pyexecutor/scheduler.py, llmapi/llm_args.py (1.0)",
-        flags=(*TRTLLM_BATCHING, *TRTLLM_SPEC),
+        flags=(*TRTLLM_BATCHING, *TRTLLM_BATCH_WAIT, *TRTLLM_SPEC),
     ),
 )
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from twin.engine import speculative
-from twin.engine.mode_base import Flag, _acceptance, _field
+from twin.engine.mode_base import Flag, _acceptance, _field, _int
 from twin.engine.releases import release_of
 from twin.engine.trtllm_batching import MAX_BATCH_SIZE, MAX_NUM_TOKENS
 from twin.errors import TwinError
@@ -160,6 +160,30 @@ TRTLLM_SPEC = ("speculative_config", "speculative_acceptance")
 # deployment gives its context and generation servers their own (aiconfigurator 0.12.0
 # generator/rule_plugin/benchmark/trtllm.rule: prefill and decode max_batch_size).
 TRTLLM_BATCHING = ("max_batch_size", "max_num_tokens")
+# --extra_llm_api_options' batch waiting (TorchLlmArgs ``batch_wait_timeout_iters``, default
+# 0, and ``batch_wait_max_tokens_ratio``, default 0.0; ``PyExecutor._waiting_requests``):
+# while generation requests run, scheduled context requests are held back until their
+# tokens and the generation tokens reach ratio x max_num_tokens or the executor has held
+# them that many iterations (twin.engine.trtllm_batching).
+TRTLLM_BATCH_WAIT = ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
+
+
+def _batch_wait_iters(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    out.setdefault("scheduler_options", {})["batch_wait_timeout_iters"] = _int(
+        "batch_wait_timeout_iters", value, 0
+    )
+
+
+def _batch_wait_ratio(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    try:
+        ratio = float(value)
+    except ValueError:
+        raise TwinError(f"--set batch_wait_max_tokens_ratio={value}: expected a number") from None
+    # TorchLlmArgs validates the ratio to [0, 1].
+    if not 0.0 <= ratio <= 1.0:
+        raise TwinError(f"--set batch_wait_max_tokens_ratio={value}: must be in [0, 1]")
+    out.setdefault("scheduler_options", {})["batch_wait_max_tokens_ratio"] = ratio
+
 
 TRTLLM_FLAGS = {
     "max_batch_size": _field(
@@ -172,6 +196,16 @@ TRTLLM_FLAGS = {
     "max_num_tokens": _field(
         "max_num_tokens", "max_batched_tokens", "int", "token budget per step", str(MAX_NUM_TOKENS)
     )[1],
+    "batch_wait_timeout_iters": Flag(
+        "iterations context requests may be held back while generation requests run",
+        _batch_wait_iters,
+        "0",
+    ),
+    "batch_wait_max_tokens_ratio": Flag(
+        "share of max_num_tokens whose scheduled tokens end the hold early",
+        _batch_wait_ratio,
+        "0.0",
+    ),
     "speculative_config": Flag(
         "JSON, the speculative_config section of --extra_llm_api_options: decoding_type "
         "Eagle (EAGLE-3: max_draft_len, speculative_model_dir, eagle3_one_model) | MTP "
@@ -192,6 +226,7 @@ TRTLLM_FLAGS = {
 __all__ = [
     "DECODING_TYPES",
     "TRTLLM_BATCHING",
+    "TRTLLM_BATCH_WAIT",
     "TRTLLM_FLAGS",
     "TRTLLM_SPEC",
     "trtllm_speculation",

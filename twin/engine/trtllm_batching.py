@@ -21,6 +21,19 @@ iteration's batch as follows:
   sets the reservation of :mod:`twin.engine.admission` with the ratio held at 1 (the
   running requests' whole remaining outputs, unclipped).
 
+- **batch waiting** (``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio`` of
+  ``--extra_llm_api_options``, both off by default; ``PyExecutor._schedule`` and
+  ``_waiting_requests`` of ``tensorrt_llm/_torch/pyexecutor/py_executor.py``, read in
+  two stored versions of the 1.x line, and ``scheduler/scheduler.py``'s
+  ``schedule_step`` of a later one, which keeps the rule): without attention DP, when
+  an iteration has both context and generation requests scheduled, the contexts run
+  only if the executor has already held contexts back ``batch_wait_timeout_iters``
+  iterations in a row, or the scheduled tokens (each context's tokens, each generation
+  request's ``1 + draft`` tokens; the twin counts one, as its budget does) reach
+  ``batch_wait_max_tokens_ratio x max_num_tokens``; otherwise the iteration runs the
+  generation requests alone and the count goes up by one (it is reset when contexts
+  run). With no generation request the contexts never wait.
+
 Defaults (``BuildConfig``, used by the PyTorch backend's ``TorchLlmArgs`` in 1.0):
 ``max_num_tokens`` 8,192, ``max_batch_size`` 2,048. Not modelled: the overlap
 scheduler (a result processed one iteration late), KV block reuse (prefix caching).
@@ -28,7 +41,7 @@ scheduler (a result processed one iteration late), KV block reuse (prefix cachin
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from twin.engine.batching import ContinuousBatching
 from twin.engine.seq import Seq
@@ -42,6 +55,52 @@ class TRTLLMBatching(ContinuousBatching):
     """TensorRT-LLM's in-flight batching (module docstring): decodes, then whole contexts."""
 
     name: ClassVar[str] = "trtllm"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        options = self.replica.scheduler_options
+        self.wait_iters = int(options.get("batch_wait_timeout_iters", 0))
+        self.wait_ratio = float(options.get("batch_wait_max_tokens_ratio", 0.0))
+        self._waited = 0  # PyExecutor.batch_wait_iters_count
+        self._held_at = -1  # the step whose contexts the rule held back (-1: none)
+        self._decided_at = -1  # the step the rule last decided for
+
+    def _can_admit(self) -> bool:
+        if (self.wait_iters or self.wait_ratio) and self.decoding and self.waiting:
+            n = self.step_no
+            if self._decided_at != n:  # once an iteration (``_schedule``)
+                self._decided_at = n
+                if self._holds():
+                    self._waited += 1
+                    self._held_at = n
+                else:
+                    self._waited = 0
+            if self._held_at == n:
+                return False
+        return super()._can_admit()
+
+    def _holds(self) -> bool:
+        """Whether ``_waiting_requests`` holds this iteration's contexts back: the
+        timeout not reached and the scheduled tokens short of the ratio's share."""
+        if self._waited >= self.wait_iters:
+            return False
+        # A generation request's tokens as the step's budget counts them here (one each;
+        # TensorRT-LLM adds its draft tokens, which the twin's budget does not hold).
+        gen = len(self.decoding)
+        budget = self.max_batched - gen
+        tokens = gen
+        for seq in self.waiting:  # the contexts the micro-batch scheduler would take
+            need = seq.prompt_len + seq.generated
+            if need > budget and tokens > gen:
+                break
+            tokens += need
+            budget -= need
+        return tokens < self.wait_ratio * self.max_batched
+
+    def _hold_cut(self, k: int) -> int:
+        # Held back: the rule decides again at the next iteration (an arrival may reach
+        # the ratio, the count may reach the timeout), so the run is one step.
+        return 1 if self._held_at == self.step_no else k
 
     def _admissions(self, chunked: list[tuple[Seq, int]], budget: int) -> float:
         """Waiting contexts whole while they fit what is left of the budget (after the

@@ -302,7 +302,8 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     path = row.model_path.lower()
     for name, tokens in INFERENCEMAX_TRTLLM_TOKENS.items():
         if name.lower() in path:
-            return {"max_batched_tokens": tokens}
+            wait = inferencemax_batch_wait(row)
+            return {"max_batched_tokens": tokens, **({"sets": wait} if wait else {})}
     if not inferencemax_deepseek(row) or not row.isl:
         return {}
     block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0
@@ -312,6 +313,32 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
         return {"max_batched_tokens": -(-tokens // block) * block, "max_running": conc}
     tokens = -(-(conc + row.isl + 64) // block) * block
     return {"max_batched_tokens": max(tokens, INFERENCEMAX_TRTLLM_FLOOR)}
+
+
+# InferenceMAX's Llama-3.1-70B TensorRT-LLM scripts hold context requests back at 1k/1k
+# below 8 GPUs: ``batch_wait_max_tokens_ratio: 0.9`` and ``batch_wait_timeout_iters: 20``
+# when ``ISL == 1024 && OSL == 1024 && TP < 8`` ("will improve the performance, by
+# default they are all zeros"; ``benchmarks/70b_fp4_b200_trt_slurm.sh`` and
+# ``70b_fp8_h200_trt_slurm.sh`` at SemiAnalysisAI/InferenceX 73ef922), TensorRT-LLM's
+# batch waiting (``twin.engine.trtllm_batching``). The DeepSeek-R1 scripts' own
+# ``DELAY_BATCHING`` (40 iterations, 0.8, at 1k/1k from 64 clients: ``dsr1_fp8_b200_trt.sh``
+# at 0a919c5) was not read at the rows' commit: not applied.
+INFERENCEMAX_TRTLLM_BATCH_WAIT = {
+    "batch_wait_timeout_iters": "20",
+    "batch_wait_max_tokens_ratio": "0.9",
+}
+INFERENCEMAX_BATCH_WAIT_MODELS = ("llama-3.1-70b",)
+
+
+def inferencemax_batch_wait(row: SiliconRow) -> dict[str, str]:
+    """The batch-waiting ``--set`` flags of InferenceMAX's TensorRT-LLM server for
+    ``row`` (above); empty where its script sets none."""
+    path = row.model_path.lower()
+    if not any(name in path for name in INFERENCEMAX_BATCH_WAIT_MODELS):
+        return {}
+    if (row.isl, row.osl) != (1024, 1024) or (row.tp or 1) >= 8:
+        return {}
+    return dict(INFERENCEMAX_TRTLLM_BATCH_WAIT)
 
 
 # InferenceMAX's DeepSeek-R1 runs with TensorRT-LLM on B200 come in two configurations that
@@ -458,6 +485,32 @@ SGLANG_EAGER_LAUNCHES: dict[str, int] = {
 SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 110e-6, "b200": 90e-6}
 
 
+# TensorRT-LLM's PyTorch backend runs every batch that holds a context request without a
+# CUDA graph: ``_torch/pyexecutor/model_engine.py`` ``_maybe_get_cuda_graph`` returns a
+# graph only for a batch that can run one (generation requests only:
+# ``batch.can_run_cuda_graph``, older releases ``batch.is_generation_only``), and its
+# piecewise context graphs (``torch_compile_config.enable_piecewise_cuda_graph``) are off
+# unless configured (read in NVIDIA/TensorRT-LLM's stored tree; the 1.1/1.2 wheels are not
+# on PyPI). So a context step is issued kernel by kernel from Python, as SGLang's eager
+# prefill is. Its kernels are counted with :data:`SGLANG_EAGER_LAUNCHES` (TensorRT-LLM's
+# DeepSeek, gpt-oss and Qwen3-MoE modules issue the same ops per layer part: norm,
+# projections, RoPE, attention, router, top-k, fused MoE, all-reduces; not recounted from
+# TensorRT-LLM's own modules in this step), times one host time per launch per GPU fitted
+# on the fit split only (docs/decisions.md, "Issue 31, step: TensorRT-LLM's eager context
+# step"). As for SGLang, MoE models only (the dense TensorRT-LLM rows' TTFT shows no such
+# shortfall at 1k/8k and 8k/1k: Llama-3.1-70B within +-50 ms at 4-16 clients), and not
+# under attention DP (the floor is not modelled there). A GPU without an entry: no floor.
+# Where an InferenceMAX script turns the piecewise context graphs on (some DeepSeek
+# configurations, by script version), the floor still applies: the script's version at
+# the rows' commit is not known here.
+# The fit: 10 fit rows of DeepSeek-R1/V3 and 10 of gpt-oss-120b per GPU (InferenceMAX, at
+# most 64 clients, no attention DP, one per measurement), each predicted at 0, 50, 90 and
+# 140 us a launch and interpolated; least mean TTFT APE per GPU: B200 50 us (46.6% ->
+# 26.9%; DeepSeek alone would take 60-70 us, gpt-oss 50), H200 140 us, the grid's edge
+# (67.2% -> 28.2%; DeepSeek alone wants more, gpt-oss 120 us).
+TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 50e-6, "h200": 140e-6}
+
+
 def eager_launches(model: ModelSpec) -> int:
     """Kernels one eager SGLang forward of ``model`` launches (``SGLANG_EAGER_LAUNCHES``
     summed over its layers; mixer kinds without a count, Mamba2 say, count none)."""
@@ -493,9 +546,12 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     the GPU's host time per launch; 0.0 where the engine prefills with graphs
     (:func:`sglang_prefills_eagerly`; ``multimodal``: the model's config has a
     ``vision_config``), the model has no MoE layers (the dense SGLang rows are GPU-bound:
-    nothing to fit them on), attention DP is on, or the GPU has no fitted host time."""
-    if row.backend != "sglang" or not model.n_moe_layers or (row.attention_dp or 1) > 1:
+    nothing to fit them on), attention DP is on, or the GPU has no fitted host time.
+    TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``)."""
+    if not model.n_moe_layers or (row.attention_dp or 1) > 1:
         return 0.0
-    if not sglang_prefills_eagerly(row, model, multimodal):
+    if row.backend == "trtllm":  # every context step runs eagerly (TRTLLM_EAGER_LAUNCH_S)
+        return TRTLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
+    if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
     return SGLANG_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
