@@ -167,6 +167,20 @@ class LiveCache:
         ids: list[int] = (np.flatnonzero(parents >= 0) + 1).tolist()
         return ids
 
+    def edges(self) -> list[tuple[int, int, int | None, int, np.ndarray, bool]]:
+        """Every node but the root, parents first: (its id, creation id, its parent's id
+        (None: the root), end depth, its edge's tokens (a view), holds a state); what the
+        reference executor's tensor store follows (``twin.reference.store.cache_edges``)."""
+        k, nd, buf = self.k, self.st[0], self.st[9]
+        live = sorted(self.live_nodes(), key=lambda v: int(nd[k.DEP, v]))
+        out = []
+        for v in live:
+            n, dep, p = int(nd[k.LEN, v]), int(nd[k.DEP, v]), int(nd[k.PAR, v])
+            end = int(nd[k.BASE, v]) + dep
+            edge = buf[end - n : end]
+            out.append((v, int(nd[k.NID, v]), p or None, dep, edge, bool(nd[k.CKPT, v])))
+        return out
+
     def verify(self) -> None:
         """``PrefixCache.verify``'s invariants (tests and debugging; O(nodes)): the counters
         match the nodes, an unpinned node holds a state or branches (with SSM layers; a
