@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, RequestCache, serve
+from twin.cache.radix import Node
 from twin.model import ModelSpec
 from twin.policies import POLICIES, get_policy
 from twin.policies.alpha_tuning import ALPHA_GRID, score_hits
@@ -263,6 +264,13 @@ class FlopAwareEviction(Policy):
     def on_node_removed(self, node: Any, into: Any | None = None) -> None:
         self.table.drop(node)
 
+    # ----- copies: nothing beyond the tree (its rows come back as a restore adds nodes)
+    def export_state(self) -> Any:
+        return None
+
+    def import_state(self, state: Any, nodes: dict[int, Any]) -> None:
+        pass
+
     def choose_victim(self, cache: Any) -> Any | None:
         t = self.table
         row = rules.twin_victim_row(t.r, t.f, t.rows, t.nid, t.n, self.alpha)
@@ -310,7 +318,7 @@ def window_score(
 ) -> float:
     """``metric`` of replaying ``window`` from ``snapshot`` under ``cls(alpha=alpha)``,
     alone (no requests shared with another alpha)."""
-    cache = PrefixCache.restore(snapshot, model, cls(alpha=alpha))
+    cache = restore(snapshot, model, cls(alpha=alpha))
     return score_hits([serve(cache, full[:n], full).length for full, n in window], model, metric)
 
 
@@ -413,7 +421,7 @@ def replay_grid(
             cache = fresh(alpha)
         else:
             policy = make_policy(alpha)
-            cache = PrefixCache.restore(fork[0], model, policy)
+            cache = restore(fork[0], model, policy)
             policy.import_state(fork[1], {node.nid: node for node in cache.tree.nodes()})
         own = served[:shared]
         for _ in range(shared):
@@ -425,10 +433,47 @@ def replay_grid(
         yield alpha, cache, own
 
 
+def restore(snap: CacheSnapshot, model: ModelSpec, policy: Any) -> PrefixCache:
+    """A radix-tree cache rebuilt from ``snap`` (``PrefixCache.snapshot``'s, or the live
+    cache's) under ``policy``, which hears every node."""
+    cache = PrefixCache(model, snap.capacity, policy)
+    _fill(cache, snap)
+    return cache
+
+
+def _fill(cache: PrefixCache, snap: CacheSnapshot) -> None:
+    """Rebuild ``snap``'s tree into an empty ``cache``; its policy hears about every node.
+
+    Restored edges are views of the snapshot's token buffer: the tree never
+    writes into token arrays, so several restores may share one snapshot.
+    """
+    cache.set_clock(snap.clock)
+    tree = cache.tree
+    tree.next_nid = snap.next_nid
+    nodes: list[Node] = []
+    off = snap.offsets.tolist()
+    for i, p in enumerate(snap.parents):
+        parent = cache.root if p < 0 else nodes[p]
+        toks = snap.tokens[off[i] : off[i + 1]]
+        node = Node(toks, parent, parent.depth + len(toks), snap.nid[i])
+        node.ckpt, node.t, node.ckpt_hit = snap.ckpt[i], snap.t[i], snap.ckpt_hit[i]
+        parent.children[int(toks[0])] = node
+        nodes.append(node)
+        cache.kv_tokens += len(toks)
+        cache.swa_tokens += cache.kinds.tail(len(toks))
+        cache.n_ckpts += node.ckpt
+    tree.num_nodes += len(nodes)
+    tree.num_tokens = cache.kv_tokens
+    for k, v in snap.counters.items():
+        setattr(cache, k, v)
+    for node in nodes:
+        cache.policy.on_node_added(node)
+
+
 def _start(policy: Any, model: ModelSpec, start: CacheSnapshot | None, capacity: int) -> Any:
     if start is None:
         return policy.make_cache(model, capacity)
-    return PrefixCache.restore(start, model, policy)
+    return restore(start, model, policy)
 
 
 def _serve(

@@ -45,7 +45,7 @@ from twin.cache.admission_cost import AdmissionCost
 from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes, evict_for
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Match, Node, RadixTree
-from twin.cache.snapshot import CacheSnapshot, fill, take_snapshot
+from twin.cache.snapshot import CacheSnapshot, take_snapshot
 from twin.cache.tree_edits import TreeEdits, parent_of
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -279,13 +279,6 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
     def snapshot(self) -> CacheSnapshot:
         """A flat, picklable copy of the tree and counters (see :mod:`twin.cache.snapshot`)."""
         return take_snapshot(self)
-
-    @classmethod
-    def restore(cls, snap: CacheSnapshot, model: ModelSpec, policy: CachePolicy) -> PrefixCache:
-        """Rebuild a cache from :meth:`snapshot` under ``policy`` (which hears every node)."""
-        cache = cls(model, snap.capacity, policy)
-        fill(cache, snap)
-        return cache
 
     # ------------------------------------------------------------------ checks
     def verify(self) -> None:

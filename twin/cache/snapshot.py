@@ -74,32 +74,3 @@ def _preorder(root: Node) -> list[Node]:
         out.append(node)
         stack.extend(reversed(node.children.values()))
     return out
-
-
-def fill(cache: PrefixCache, snap: CacheSnapshot) -> None:
-    """Rebuild ``snap``'s tree into an empty ``cache``; its policy hears about every node.
-
-    Restored edges are views of the snapshot's token buffer: the tree never
-    writes into token arrays, so several restores may share one snapshot.
-    """
-    cache.set_clock(snap.clock)
-    tree = cache.tree
-    tree.next_nid = snap.next_nid
-    nodes: list[Node] = []
-    off = snap.offsets.tolist()
-    for i, p in enumerate(snap.parents):
-        parent = cache.root if p < 0 else nodes[p]
-        toks = snap.tokens[off[i] : off[i + 1]]
-        node = Node(toks, parent, parent.depth + len(toks), snap.nid[i])
-        node.ckpt, node.t, node.ckpt_hit = snap.ckpt[i], snap.t[i], snap.ckpt_hit[i]
-        parent.children[int(toks[0])] = node
-        nodes.append(node)
-        cache.kv_tokens += len(toks)
-        cache.swa_tokens += cache.kinds.tail(len(toks))
-        cache.n_ckpts += node.ckpt
-    tree.num_nodes += len(nodes)
-    tree.num_tokens = cache.kv_tokens
-    for k, v in snap.counters.items():
-        setattr(cache, k, v)
-    for node in nodes:
-        cache.policy.on_node_added(node)
