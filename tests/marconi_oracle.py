@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, RequestCache, serve
+from twin.cache.base import COUNTERS
 from twin.cache.radix import Node
 from twin.model import ModelSpec
 from twin.policies import POLICIES, get_policy
@@ -45,6 +46,48 @@ from twin.replay import Trace, _best_of_grid, _requests, _result
 Request = tuple[np.ndarray, int] | tuple[np.ndarray, int, np.ndarray | None]
 # (hit tokens, the hit node's nid or -1, hit tokens recomputed) per request
 Served = tuple[int, int, int]
+
+
+class OracleTree(PrefixCache):
+    """The radix tree the oracle's policies run on, with the copies their bootstrap takes
+    (:meth:`snapshot`, the live cache's layout) and replays restore (:func:`restore`)."""
+
+    def snapshot(self) -> CacheSnapshot:
+        """Every node in pre-order, children in insertion order, pins dropped."""
+        nodes = _preorder(self.root)
+        index = {id(n): i for i, n in enumerate(nodes)}
+        lengths = np.fromiter((len(n.tokens) for n in nodes), np.int64, len(nodes))
+        offsets = np.zeros(len(nodes) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.concatenate([n.tokens for n in nodes]) if nodes else np.zeros(0, np.int32)
+        return CacheSnapshot(
+            capacity=self.capacity,
+            clock=self.clock,
+            next_nid=self.tree.next_nid,
+            parents=[index.get(id(n.parent), -1) for n in nodes],
+            offsets=offsets,
+            tokens=tokens.astype(np.int32, copy=False),
+            ckpt=[n.ckpt for n in nodes],
+            t=[n.t for n in nodes],
+            nid=[n.nid for n in nodes],
+            ckpt_hit=[n.ckpt_hit for n in nodes],
+            counters={k: getattr(self, k) for k in COUNTERS},
+        )
+
+
+def _preorder(root: Node) -> list[Node]:
+    """Every node but ``root`` in pre-order, children in insertion order (no recursion).
+
+    Restoring in this order rebuilds every ``children`` dict in its original
+    order, which ``marconi``'s tie-break (first in pre-order) reads.
+    """
+    out: list[Node] = []
+    stack = list(reversed(root.children.values()))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children.values()))
+    return out
 
 
 def _attn(n: float, d: float) -> float:
@@ -291,7 +334,7 @@ class MarconiOracle(MarconiPolicy, ReferenceFlopAwareEviction):
         return super().choose_victim(cache)
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
-        return PrefixCache(model, capacity_bytes, self)
+        return OracleTree(model, capacity_bytes, self)
 
     def grid(self, model: ModelSpec, metric: str) -> dict[float, float]:
         return python_grid_scores(self._snapshot, model, self._window, type(self), metric)
@@ -304,7 +347,7 @@ class MarconiTwinOracle(MarconiTwinPolicy, FlopAwareEviction):
         return judicious_admission(cache, prompt, full)
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
-        return PrefixCache(model, capacity_bytes, self)
+        return OracleTree(model, capacity_bytes, self)
 
     def grid(self, model: ModelSpec, metric: str) -> dict[float, float]:
         return python_grid_scores(self._snapshot, model, self._window, type(self), metric)
@@ -433,15 +476,15 @@ def replay_grid(
         yield alpha, cache, own
 
 
-def restore(snap: CacheSnapshot, model: ModelSpec, policy: Any) -> PrefixCache:
-    """A radix-tree cache rebuilt from ``snap`` (``PrefixCache.snapshot``'s, or the live
-    cache's) under ``policy``, which hears every node."""
-    cache = PrefixCache(model, snap.capacity, policy)
+def restore(snap: CacheSnapshot, model: ModelSpec, policy: Any) -> OracleTree:
+    """A radix-tree cache rebuilt from ``snap`` (:meth:`OracleTree.snapshot`'s, or the
+    live cache's) under ``policy``, which hears every node."""
+    cache = OracleTree(model, snap.capacity, policy)
     _fill(cache, snap)
     return cache
 
 
-def _fill(cache: PrefixCache, snap: CacheSnapshot) -> None:
+def _fill(cache: OracleTree, snap: CacheSnapshot) -> None:
     """Rebuild ``snap``'s tree into an empty ``cache``; its policy hears about every node.
 
     Restored edges are views of the snapshot's token buffer: the tree never

@@ -237,8 +237,9 @@ class LiveCache:
         return int(k.live_peek(st[0], st[8], st[9], st[12], q, len(q), self.has_ssm, self._window))
 
     def snapshot(self) -> CacheSnapshot:
-        """``PrefixCache.snapshot``: every node in pre-order, children in insertion order
-        (the order a restore rebuilds and ``marconi``'s tie-break reads), pins dropped.
+        """Every node in pre-order, children in insertion order (the order a restore
+        rebuilds and ``marconi``'s tie-break reads), pins dropped (the tests' radix-tree
+        oracle takes the same, ``OracleTree.snapshot``).
         ``marconi`` takes it at the first request, ``marconi-twin`` at the first after an
         eviction."""
         k, nd, buf = self.k, self.st[0], self.st[9]
