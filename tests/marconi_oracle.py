@@ -1,23 +1,19 @@
 """Marconi's rules in Python over the radix tree: the oracle the compiled cache is held to.
 
-The rules' hooks themselves are ``twin.reference.marconi_tree``'s (the reference
-executor mirrors tensors per radix node and runs them); this module adds the Python
-alpha grid and replay.
-
 Production runs Marconi's rules once, compiled (``twin.policies.compiled``: the
 kernel's tree, its ``reference_efficiency`` / ``twin_efficiency`` and the victim rows
 ``reference_victim_row`` / ``twin_victim_row``, for ``marconi``, ``marconi-twin`` and
-``oracle`` in every memory mode and in replays). This module is the Python
-transliteration the kernel was written from, on ``twin.cache.PrefixCache`` (the
-radix tree the other policies run on): the rules as hooks of the tree
+``oracle`` in every memory mode, in replays and in the reference executor). This module
+is the Python transliteration the kernel was written from, on ``twin.cache.PrefixCache``
+(the radix tree the other policies run on): the rules as hooks of the tree
 (:class:`ReferenceFlopAwareEviction`, the authors' score, module docstring of
-``twin.policies.reference_score``; :class:`FlopAwareEviction`, the twin's), the
-policies over them (:class:`MarconiOracle`, :class:`MarconiTwinOracle`; the
-production policies' bootstrap, with the alpha grid replayed here in Python), the
-grid shared up to its first eviction (:func:`replay_grid`), and a replay
-(:func:`python_replay`) giving what ``twin.replay.replay`` gives. The victim rows
-themselves are the kernel's (one rule), held to numpy passes in
-``tests/test_replay_fast_paths.py``.
+``twin.policies.reference_score``; :class:`FlopAwareEviction`, the twin's, each over a
+:class:`CandidateTable` whose victim rows are the kernel's own), the policies over them
+(:class:`MarconiOracle`, :class:`MarconiTwinOracle`; the production policies'
+bootstrap, with the alpha grid replayed here in Python), the grid shared up to its first
+eviction (:func:`replay_grid`), and a replay (:func:`python_replay`) giving what
+``twin.replay.replay`` gives. The victim rows themselves are the kernel's (one rule),
+held to numpy passes in ``tests/test_replay_fast_paths.py``.
 
 The one arithmetic choice: the reference efficiency is float64 counts in the kernel's
 order, then one division (``kernel.reference_efficiency``'s definition), equal to the
@@ -33,20 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache import CacheSnapshot, PrefixCache, RequestCache, serve
+from twin.cache import CacheSnapshot, PrefillFlops, PrefixCache, RequestCache, serve
+from twin.cache.base import COUNTERS
+from twin.cache.radix import Node
 from twin.model import ModelSpec
 from twin.policies import POLICIES, get_policy
 from twin.policies.alpha_tuning import ALPHA_GRID, score_hits
-from twin.reference.marconi_tree import (  # the rules' hooks, re-exported for the tests
-    FlopAwareEviction,
-    MarconiTree,
-    MarconiTwinTree,
-    OracleFlops,
-    ReferenceFlopAwareEviction,
-    preorder_key,
-)
-
-__all__ = ["FlopAwareEviction", "OracleFlops", "ReferenceFlopAwareEviction", "preorder_key"]
+from twin.policies.base import Policy, judicious_admission
+from twin.policies.compiled import kernel as rules
+from twin.policies.marconi import MarconiPolicy
+from twin.policies.marconi_twin import MarconiTwinPolicy
+from twin.policies.reference_score import ReferenceFlops
 from twin.replay import Trace, _best_of_grid, _requests, _result
 
 # (input + output, input length[, declared modules]) per request
@@ -55,22 +48,306 @@ Request = tuple[np.ndarray, int] | tuple[np.ndarray, int, np.ndarray | None]
 Served = tuple[int, int, int]
 
 
-class MarconiOracle(MarconiTree):
-    """``marconi`` on the radix tree (``twin.reference.marconi_tree``), the grid replayed
-    in Python."""
+class OracleTree(PrefixCache):
+    """The radix tree the oracle's policies run on, with the copies their bootstrap takes
+    (:meth:`snapshot`, the live cache's layout) and replays restore (:func:`restore`)."""
+
+    def snapshot(self) -> CacheSnapshot:
+        """Every node in pre-order, children in insertion order, pins dropped."""
+        nodes = _preorder(self.root)
+        index = {id(n): i for i, n in enumerate(nodes)}
+        lengths = np.fromiter((len(n.tokens) for n in nodes), np.int64, len(nodes))
+        offsets = np.zeros(len(nodes) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokens = np.concatenate([n.tokens for n in nodes]) if nodes else np.zeros(0, np.int32)
+        return CacheSnapshot(
+            capacity=self.capacity,
+            clock=self.clock,
+            next_nid=self.tree.next_nid,
+            parents=[index.get(id(n.parent), -1) for n in nodes],
+            offsets=offsets,
+            tokens=tokens.astype(np.int32, copy=False),
+            ckpt=[n.ckpt for n in nodes],
+            t=[n.t for n in nodes],
+            nid=[n.nid for n in nodes],
+            ckpt_hit=[n.ckpt_hit for n in nodes],
+            counters={k: getattr(self, k) for k in COUNTERS},
+        )
+
+
+def _preorder(root: Node) -> list[Node]:
+    """Every node but ``root`` in pre-order, children in insertion order (no recursion).
+
+    Restoring in this order rebuilds every ``children`` dict in its original
+    order, which ``marconi``'s tie-break (first in pre-order) reads.
+    """
+    out: list[Node] = []
+    stack = list(reversed(root.children.values()))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(node.children.values()))
+    return out
+
+
+def _attn(n: float, d: float) -> float:
+    return 8.0 * n * d * d + 4.0 * n * n * d  # utils.get_attn_flops
+
+
+class OracleFlops(ReferenceFlops):
+    """The reference's FLOP efficiency (``evict_v2``): float64 counts, one division."""
+
+    def efficiency(self, depth: int, own: int) -> float:
+        """FLOP efficiency of a node ending at ``depth`` holding ``own`` tokens."""
+        d, n, parent, t = float(self.d), float(own), float(depth - own), float(depth)
+        mamba = 12.0 * n * d * d + 16.0 * n * d * float(self.n) + 10.0 * n * d
+        saved = (
+            float(self.ssm) * mamba
+            + float(self.attn) * (_attn(t, d) - _attn(parent, d))
+            + float(self.mlp) * (16.0 * t * d * d - _attn(parent, d))
+        )
+        held = float(self.ckpt_bytes if self.ssm else 0) + float(self.kv_per_token) * t
+        return saved / held if held else 0.0
+
+
+class CandidateTable:
+    """Rows ``(r, f, nid, held)`` for the nodes in ``nodes``; ``n`` rows are live."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.n = 0
+        self.r = np.zeros(size)
+        self.f = np.zeros(size)
+        self.nid = np.zeros(size, np.int64)
+        self.held = np.zeros(size, bool)
+        self.score = np.zeros(size)  # the victim pass's scratch
+        self.rows = np.arange(size)  # row -> row (``twin_victim_row`` reads ``nid[rows[i]]``)
+        self.n_held = 0
+        self.nodes: list[Any] = []
+
+    def set(self, node: Any, r: float, f: float, held: bool = False) -> None:
+        """Add ``node`` (if new) and write its row."""
+        i = node.slot
+        if i < 0:
+            i = node.slot = self.n
+            if i == len(self.r):
+                self._grow()
+            self.nodes.append(node)
+            self.nid[i] = node.nid
+            self.held[i] = False
+            self.n += 1
+        self.r[i] = r
+        self.f[i] = f
+        self.n_held += int(held) - int(self.held[i])
+        self.held[i] = held
+
+    def drop(self, node: Any) -> None:
+        """Swap-remove ``node``'s row (a no-op if it has none)."""
+        i, last = node.slot, self.n - 1
+        if i < 0:
+            return
+        self.n_held -= int(self.held[i])
+        if i != last:
+            moved = self.nodes[last]
+            self.nodes[i] = moved
+            moved.slot = i
+            self.r[i], self.f[i], self.nid[i] = self.r[last], self.f[last], self.nid[last]
+            self.held[i] = self.held[last]
+        self.nodes.pop()
+        self.n = last
+        node.slot = -1
+
+    def _grow(self) -> None:
+        for name in ("r", "f", "nid", "held"):
+            old = getattr(self, name)
+            new = np.zeros(2 * len(old), old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+        self.score = np.zeros(len(self.r))
+        self.rows = np.arange(len(self.r))
+
+
+def preorder_key(node: Any) -> list[int]:
+    """Position of ``node`` in the tree's pre-order walk (children in insertion order)."""
+    key = []
+    while node.parent is not None:
+        parent = node.parent
+        key.append(next(i for i, c in enumerate(parent.children.values()) if c is node))
+        node = parent
+    key.reverse()
+    return key
+
+
+class ReferenceFlopAwareEviction(Policy):
+    """Evicts the node with the lowest ``alpha x eff + recency`` (module docstring)."""
+
+    flops: OracleFlops  # set by bind, from the cache's model
+    alpha: float
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0  # the logical clock
+        self._evict_ticked = False
+        self._stamp: dict[int, int] = {}  # id(node) -> last access on the logical clock
+        self.table = CandidateTable()
+
+    def bind(self, cache: Any) -> None:
+        super().bind(cache)
+        self.flops = OracleFlops(cache.model)
+
+    # ----- the clock and refreshes -------------------------------------------------
+    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
+        self.now += 1  # the lookup's tick (``match_prefix``)
+
+    def on_hit(self, cache: Any, node: Any) -> None:
+        self._stamp[id(node)] = self.now
+        cache.touch(node)  # keeps node.t for reports; our hook re-reads the stamp
+
+    def refresh_insert_path(self, cache: Any, full: np.ndarray) -> None:
+        """``insert``: two ticks, and its ``match_prefix`` stamps the deepest fully matched node."""
+        self.now += 2
+        self._evict_ticked = False
+        node = cache.matched_node(full)
+        if node is not cache.root:
+            self._stamp[id(node)] = self.now
+            self.on_node_changed(node)
+
+    # ----- copies (the stamps live here, not in the tree's snapshot) ----------------
+    def export_state(self) -> Any:
+        cache: Any = self.cache  # a PrefixCache: the reference rules run on the radix tree
+        stamps = {node.nid: self._stamp[id(node)] for node in cache.tree.nodes()}
+        return self.now, self._evict_ticked, stamps
+
+    def import_state(self, state: Any, nodes: dict[int, Any]) -> None:
+        self.now, self._evict_ticked, stamps = state
+        self._stamp = {id(nodes[nid]): stamp for nid, stamp in stamps.items()}
+        for node in nodes.values():
+            self.on_node_changed(node)
+
+    # ----- hooks ------------------------------------------------------------------
+    def on_node_added(self, node: Any) -> None:
+        self._stamp[id(node)] = self.now
+        self.on_node_changed(node)
+
+    def on_node_changed(self, node: Any) -> None:
+        cache: Any = self.cache  # a PrefixCache (``candidate``: evictable, pins aside)
+        if not cache.candidate(node):
+            self.table.drop(node)
+            return
+        eff = self.flops.efficiency(node.depth, len(node.tokens))
+        # A pinned candidate is scored but held back (module docstring, "Candidates").
+        self.table.set(node, self._stamp[id(node)], eff, held=node.lock > 0)
+
+    def on_node_removed(self, node: Any, into: Any | None = None) -> None:
+        stamp = self._stamp.pop(id(node), 0)
+        if into is not None:  # ``_evict_intermediate_node``: the later of the two stamps
+            self._stamp[id(into)] = max(stamp, self._stamp.get(id(into), 0))
+        self.table.drop(node)
+
+    def choose_victim(self, cache: Any) -> Any | None:
+        t = self.table
+        row, tied, now = rules.reference_victim_row(
+            t.r, t.f, t.held, t.n, t.n_held, self.now, int(self._evict_ticked), self.alpha, t.score
+        )
+        if row < 0:
+            return None
+        self.now = now  # ``evict``'s tick (once per insert that makes room)
+        self._evict_ticked = True
+        return self._first_in_preorder(row, tied)
+
+    def victim_at(self, now: int) -> Any | None:
+        """The node ``evict_v2`` would pick at logical time ``now`` (changes nothing).
+
+        Every candidate is scored (``evict_v2`` normalises over all of them);
+        the pinned ones are then left out of the minimum.
+        """
+        t = self.table
+        row, tied, _ = rules.reference_victim_row(
+            t.r, t.f, t.held, t.n, t.n_held, now, -1, self.alpha, t.score
+        )
+        return None if row < 0 else self._first_in_preorder(row, tied)
+
+    def _first_in_preorder(self, row: int, tied: bool) -> Any:
+        """The node of ``row``, or if other rows score the same, the first of them in
+        the tree's pre-order (the reference's ``list.index(min(...))``)."""
+        t = self.table
+        if tied:
+            score = t.score[: t.n]
+            rows = np.flatnonzero(score == score[row]).tolist()
+            row = min(rows, key=lambda j: preorder_key(t.nodes[j]))
+        return t.nodes[row]
+
+
+class FlopAwareEviction(Policy):
+    """Evicts the candidate with the lowest ``recency + alpha x FLOP efficiency``."""
+
+    flops: PrefillFlops  # set by bind, from the cache's model
+
+    alpha: float
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = CandidateTable()
+
+    def bind(self, cache: Any) -> None:
+        super().bind(cache)
+        self.flops = PrefillFlops(cache.model)
+
+    # ----- hooks ----------------------------------------------------------------
+    def on_node_changed(self, node: Any) -> None:
+        cache = self.cache
+        if not cache.evictable(node):
+            self.table.drop(node)
+            return
+        n_tok = len(node.tokens)
+        held = cache.node_bytes(node)
+        saved = self.flops.total(n_tok, node.depth - n_tok)  # beyond its parent
+        eff = saved / held if held else 0.0
+        self.table.set(node, node.t, eff)
+
+    def on_node_removed(self, node: Any, into: Any | None = None) -> None:
+        self.table.drop(node)
+
+    # ----- copies: nothing beyond the tree (its rows come back as a restore adds nodes)
+    def export_state(self) -> Any:
+        return None
+
+    def import_state(self, state: Any, nodes: dict[int, Any]) -> None:
+        pass
+
+    def choose_victim(self, cache: Any) -> Any | None:
+        t = self.table
+        row = rules.twin_victim_row(t.r, t.f, t.rows, t.nid, t.n, self.alpha)
+        return None if row < 0 else t.nodes[row]
+
+
+class MarconiOracle(MarconiPolicy, ReferenceFlopAwareEviction):
+    """``marconi`` on the radix tree: the production bootstrap over the rules above, the
+    grid replayed in Python."""
+
+    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        self.refresh_insert_path(cache, full)
+        self.tune_if_due(cache)
+        return judicious_admission(cache, prompt, full)
+
+    def choose_victim(self, cache: Any) -> Any | None:
+        self.end_warmup()  # the first victim fixes the window (``live.LiveCache.chosen``)
+        return super().choose_victim(cache)
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
-        return PrefixCache(model, capacity_bytes, self)
+        return OracleTree(model, capacity_bytes, self)
 
     def grid(self, model: ModelSpec, metric: str) -> dict[float, float]:
         return python_grid_scores(self._snapshot, model, self._window, type(self), metric)
 
 
-class MarconiTwinOracle(MarconiTwinTree):
+class MarconiTwinOracle(MarconiTwinPolicy, FlopAwareEviction):
     """``marconi-twin`` on the radix tree (as :class:`MarconiOracle`)."""
 
+    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        return judicious_admission(cache, prompt, full)
+
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
-        return PrefixCache(model, capacity_bytes, self)
+        return OracleTree(model, capacity_bytes, self)
 
     def grid(self, model: ModelSpec, metric: str) -> dict[float, float]:
         return python_grid_scores(self._snapshot, model, self._window, type(self), metric)
@@ -84,7 +361,7 @@ def window_score(
 ) -> float:
     """``metric`` of replaying ``window`` from ``snapshot`` under ``cls(alpha=alpha)``,
     alone (no requests shared with another alpha)."""
-    cache = PrefixCache.restore(snapshot, model, cls(alpha=alpha))
+    cache = restore(snapshot, model, cls(alpha=alpha))
     return score_hits([serve(cache, full[:n], full).length for full, n in window], model, metric)
 
 
@@ -187,7 +464,7 @@ def replay_grid(
             cache = fresh(alpha)
         else:
             policy = make_policy(alpha)
-            cache = PrefixCache.restore(fork[0], model, policy)
+            cache = restore(fork[0], model, policy)
             policy.import_state(fork[1], {node.nid: node for node in cache.tree.nodes()})
         own = served[:shared]
         for _ in range(shared):
@@ -199,10 +476,47 @@ def replay_grid(
         yield alpha, cache, own
 
 
+def restore(snap: CacheSnapshot, model: ModelSpec, policy: Any) -> OracleTree:
+    """A radix-tree cache rebuilt from ``snap`` (:meth:`OracleTree.snapshot`'s, or the
+    live cache's) under ``policy``, which hears every node."""
+    cache = OracleTree(model, snap.capacity, policy)
+    _fill(cache, snap)
+    return cache
+
+
+def _fill(cache: OracleTree, snap: CacheSnapshot) -> None:
+    """Rebuild ``snap``'s tree into an empty ``cache``; its policy hears about every node.
+
+    Restored edges are views of the snapshot's token buffer: the tree never
+    writes into token arrays, so several restores may share one snapshot.
+    """
+    cache.set_clock(snap.clock)
+    tree = cache.tree
+    tree.next_nid = snap.next_nid
+    nodes: list[Node] = []
+    off = snap.offsets.tolist()
+    for i, p in enumerate(snap.parents):
+        parent = cache.root if p < 0 else nodes[p]
+        toks = snap.tokens[off[i] : off[i + 1]]
+        node = Node(toks, parent, parent.depth + len(toks), snap.nid[i])
+        node.ckpt, node.t, node.ckpt_hit = snap.ckpt[i], snap.t[i], snap.ckpt_hit[i]
+        parent.children[int(toks[0])] = node
+        nodes.append(node)
+        cache.kv_tokens += len(toks)
+        cache.swa_tokens += cache.kinds.tail(len(toks))
+        cache.n_ckpts += node.ckpt
+    tree.num_nodes += len(nodes)
+    tree.num_tokens = cache.kv_tokens
+    for k, v in snap.counters.items():
+        setattr(cache, k, v)
+    for node in nodes:
+        cache.policy.on_node_added(node)
+
+
 def _start(policy: Any, model: ModelSpec, start: CacheSnapshot | None, capacity: int) -> Any:
     if start is None:
         return policy.make_cache(model, capacity)
-    return PrefixCache.restore(start, model, policy)
+    return restore(start, model, policy)
 
 
 def _serve(

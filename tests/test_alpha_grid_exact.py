@@ -14,10 +14,10 @@ from unittest import mock
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from marconi_oracle import ORACLES, python_grid_scores, replay_grid, window_score
+from marconi_oracle import ORACLES, python_grid_scores, replay_grid, restore, window_score
 from test_policies_props import traces
 
-from twin.cache import PrefixCache, serve
+from twin.cache import serve
 from twin.policies import policy_class
 from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
 from twin.presets import get_model
@@ -64,7 +64,7 @@ def test_grid_replay_serves_like_one_replay_per_alpha(
     for alpha, cache, served in replay_grid(
         ALPHA_GRID, lambda a: cls(alpha=a), model, window, start=snap
     ):
-        alone = PrefixCache.restore(snap, model, cls(alpha=alpha))
+        alone = restore(snap, model, cls(alpha=alpha))
         hits = [serve(alone, full[:n], full) for full, n in window]
         assert served == [(h.length, getattr(h.node, "nid", -1), h.recompute) for h in hits], alpha
         assert sorted(n.nid for n in cache.tree.nodes()) == sorted(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from marconi_oracle import tree_policy
+from marconi_oracle import restore, tree_policy
 
 from twin.cache import PrefillFlops, PrefixCache, serve
 from twin.presets import get_model
@@ -160,7 +160,7 @@ def test_snapshot_restore_replays_identically():
     for full in reqs[:30]:
         serve(live, full[:-1], full)
     snap = live.snapshot()
-    copy = PrefixCache.restore(snap, HYBRID, tree_policy("marconi-twin", alpha=0.7))
+    copy = restore(snap, HYBRID, tree_policy("marconi-twin", alpha=0.7))
     copy.verify()
     assert copy.used_bytes == live.used_bytes and copy.num_nodes == live.num_nodes
     for full in reqs[30:]:

@@ -21,6 +21,7 @@ from marconi_oracle import (
     OracleFlops,
     python_grid_scores,
     python_replay,
+    restore,
 )
 from test_policies_props import traces
 
@@ -62,7 +63,7 @@ def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None
     if start is None:
         cache = ORACLE[cls](alpha=alpha).make_cache(model, capacity)
     else:
-        cache = PrefixCache.restore(start, model, ORACLE[cls](alpha=alpha))
+        cache = restore(start, model, ORACLE[cls](alpha=alpha))
     assert isinstance(cache, PrefixCache)
     victims: list[int] = []
     evict = cache.evict

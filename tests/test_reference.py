@@ -13,6 +13,7 @@ from twin.errors import TwinError  # noqa: E402
 from twin.presets import get_model  # noqa: E402
 from twin.reference.executor import ExecutorConfig, ReferenceExecutor  # noqa: E402
 from twin.reference.model import HybridLM, SeqState, layer_plan  # noqa: E402
+from twin.reference.store import cache_edges  # noqa: E402
 
 F64 = torch.float64
 
@@ -36,14 +37,14 @@ def _full(ex: ReferenceExecutor, prompt: np.ndarray) -> torch.Tensor:
 def _check_store(ex: ReferenceExecutor) -> None:
     """Every tree node has its tensors: KV of exactly its tokens, a state iff a checkpoint."""
     ex.cache.verify()
-    nodes = list(ex.cache.tree.nodes())
-    assert set(nodes) == set(ex.store.nodes)
-    for node in nodes:
-        held = ex.store.nodes[node]
-        assert held.start == node.depth - len(node.tokens)
-        assert all(k.shape[2] == len(node.tokens) for k, _ in held.kv)
+    edges = cache_edges(ex.cache)
+    assert {nid for _, nid, *_ in edges} == set(ex.store.nodes)
+    for _, nid, _, end, tokens, ckpt in edges:
+        held = ex.store.nodes[nid]
+        assert held.start == end - len(tokens) and np.array_equal(held.path[held.start :], tokens)
+        assert all(k.shape[2] == len(tokens) for k, _ in held.kv)
         if ex.spec.n_ssm_layers:
-            assert (held.ckpt is not None) == bool(node.ckpt)
+            assert (held.ckpt is not None) == ckpt
 
 
 def test_layer_plan_spreads_attention_among_the_mixers() -> None:
@@ -172,11 +173,13 @@ def test_hits_equal_the_twin_replay_in_the_same_order() -> None:
             [prev if i % 3 else system, rng.integers(0, 500, 20).astype(np.int32)]
         )
         out = rng.integers(0, 500, 8).astype(np.int32)
-        assert (
-            ex.serve(prompt, out).hit
-            == twin_cache.serve(prompt, np.concatenate([prompt, out])).length
-        )
+        served = ex.serve(prompt, out)
+        assert served.hit == twin_cache.serve(prompt, np.concatenate([prompt, out])).length
+        # The store follows the live cache's nodes through its splits and evictions.
+        _check_store(ex)
+        assert served.exact and _rel(served.logits, _full(ex, prompt)) < 1e-12
         prev = np.concatenate([prompt, out])
+    assert ex.cache.evictions > 10
 
 
 def test_measured_service_is_positive_and_priced_positive() -> None:

@@ -26,12 +26,12 @@ their nodes never carry one and nothing is tidied.
 The policy owns eviction order and refresh rules; it hears about every change
 through ``on_node_added`` / ``on_node_changed`` / ``on_node_removed``.
 
-This module is the public cache (lookups, inserts, pins, eviction, snapshots,
-the invariants' check). The structure is :mod:`twin.cache.radix`; the edits
+This module is the public cache (lookups, inserts, pins, eviction, the
+invariants' check). The structure is :mod:`twin.cache.radix`; the edits
 that keep the counters and the policy's hooks right as it changes (splits,
 chains, removals, folds, tidying) :mod:`twin.cache.tree_edits`; an insert's
-byte cost and its cut to what fits :mod:`twin.cache.admission_cost`;
-snapshots :mod:`twin.cache.snapshot`; the request protocol
+byte cost and its cut to what fits :mod:`twin.cache.admission_cost`; the
+request protocol
 :mod:`twin.cache.requests`.
 """
 
@@ -45,7 +45,6 @@ from twin.cache.admission_cost import AdmissionCost
 from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes, evict_for
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Match, Node, RadixTree
-from twin.cache.snapshot import CacheSnapshot, fill, take_snapshot
 from twin.cache.tree_edits import TreeEdits, parent_of
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -274,18 +273,6 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
             walk = walk.parent
         path = np.concatenate(parts[::-1])
         hook(path, bool(node.ckpt) or not self.has_ssm)
-
-    # ------------------------------------------------------------------ snapshots
-    def snapshot(self) -> CacheSnapshot:
-        """A flat, picklable copy of the tree and counters (see :mod:`twin.cache.snapshot`)."""
-        return take_snapshot(self)
-
-    @classmethod
-    def restore(cls, snap: CacheSnapshot, model: ModelSpec, policy: CachePolicy) -> PrefixCache:
-        """Rebuild a cache from :meth:`snapshot` under ``policy`` (which hears every node)."""
-        cache = cls(model, snap.capacity, policy)
-        fill(cache, snap)
-        return cache
 
     # ------------------------------------------------------------------ checks
     def verify(self) -> None:

@@ -88,14 +88,6 @@ class Policy:
         """Policy-specific numbers for reports (e.g. the tuned alpha)."""
         return {}
 
-    # ----- copies (tests/marconi_oracle.py resumes replays from one) ------------
-    def export_state(self) -> Any:
-        """What this policy keeps beyond the tree's snapshot (nodes named by ``nid``)."""
-        return None
-
-    def import_state(self, state: Any, nodes: dict[int, CacheNode]) -> None:
-        """Take ``export_state``'s ``state`` after a restore; ``nodes``: the tree's, by ``nid``."""
-
 
 def judicious_admission(cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
     """Marconi's admission (sec. 4.1), shared by ``sglang+``, ``marconi`` and ``oracle``.

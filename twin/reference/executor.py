@@ -2,8 +2,11 @@
 
 Requests are served in arrival order, first come first served, one at a time
 on one device (the twin's single replica with ``max_running=1``). Each
-request goes through the cache's one request protocol
-(:class:`twin.cache.RequestCache`, as the engine's replica does): it is
+request goes through the request protocol of the policy's own cache
+(``twin.cache.requests.request_cache_for``, as the engine's replica does: the
+radix tree's ``RequestCache``, or the compiled live cache's for ``marconi`` and
+``marconi-twin``), and the tensor store follows the cache's nodes after each
+step (:mod:`twin.reference.store`): it is
 admitted (clock, lookup, pin, checkpoint positions), the prompt's uncached
 tokens are prefilled (the SSM states are materialised at the positions
 inside the prompt), those checkpoints are inserted, then the output tokens
@@ -36,15 +39,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from twin.cache import PrefixCache, RequestCache
+from twin.cache import PrefixCache
+from twin.cache.requests import request_cache_for
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.policies.base import Policy
+from twin.policies import get_policy
+from twin.policies.compiled.live import LiveCache
 from twin.reference.fits import EXECUTOR_DTYPE, check_fits, free_memory
-from twin.reference.marconi_tree import TREES, tree_policy
 from twin.reference.model import KV_PLAN, HybridLM, Prefill, SeqState
 from twin.reference.ops import synchronize
-from twin.reference.store import Pending, StateMirror, TensorStore
+from twin.reference.store import Pending, TensorStore
 from twin.workloads.reader import Request, Workload
 
 
@@ -141,9 +145,11 @@ class ReferenceExecutor:
             model, self.device, free_memory(self.device, torch), str(dtype).removeprefix("torch.")
         )
         self.lm = HybridLM(model, self.device, dtype, config.seed)
-        # ``marconi`` and ``marconi-twin``: their rules as the tree's hooks (marconi_tree).
-        policy: Policy = tree_policy(config.policy, **config.policy_options)
-        if type(policy).make_cache is not Policy.make_cache and config.policy not in TREES:
+        # The policy's own cache: the radix tree, or (``marconi``, ``marconi-twin``) the
+        # compiled live cache; the store follows either's nodes.
+        self.policy = get_policy(config.policy, **config.policy_options)
+        self.cache = self.policy.make_cache(model, config.cache_bytes)
+        if type(self.cache) not in (PrefixCache, LiveCache):
             raise TwinError(
                 f"policy {config.policy!r} runs on its own cache structure, which "
                 "the reference executor does not mirror; use vanilla, sglang+ or "
@@ -155,18 +161,16 @@ class ReferenceExecutor:
             for part in kind.split("+")
             if part in KV_PLAN
         ]
-        self.store = TensorStore(windows)
-        self.cache = PrefixCache(
-            model, config.cache_bytes, StateMirror(policy, self.store, model.n_ssm_layers > 0)
-        )
-        self.policy = self.cache.policy
-        self.requests = RequestCache(self.cache)
+        self.store = TensorStore(windows, model.n_ssm_layers > 0)
+        self.requests = request_cache_for(self.cache)
 
     # ------------------------------------------------------------------ one request
     def serve(self, prompt: np.ndarray, output: np.ndarray) -> Served:
         """Admit, prefill (timed), insert and release one request, as the engine does."""
         n = len(prompt)
-        adm = self.requests.admit(prompt, np.concatenate((prompt, output)))
+        full = np.concatenate((prompt, output))
+        adm = self.requests.admit(prompt, full)
+        self.store.sync(self.cache)
         hit = adm.hit
         has_ssm = self.spec.n_ssm_layers > 0
         early, late = adm.at_prefill, adm.at_completion
@@ -185,21 +189,23 @@ class ReferenceExecutor:
             end_state = self.store.gather(hit.node, upto=n)
             kv, states = end_state.kv, {n: end_state.ssm}
         if early:
-            with self._pending(kv, states):
+            with self._pending(full, kv, states):
                 self.requests.insert_at_prefill_end(adm)
         if late:
-            full = np.concatenate((prompt, output))
-            with self._pending(*self._run_output(full, n, late, end_state, kv, states)):
+            with self._pending(full, *self._run_output(full, n, late, end_state, kv, states)):
                 self.requests.insert_at_completion(adm)
         self.requests.release(adm)
+        self.store.sync(self.cache)
         return Served(hit.length, seconds, result.logits, exact)
 
     @contextlib.contextmanager
-    def _pending(self, kv: Any, states: dict[int, Any]) -> Iterator[None]:
-        """The tensors of the states an insert is about to cache (the mirror reads them)."""
-        self.store.pending = Pending(kv, states)
+    def _pending(self, full: np.ndarray, kv: Any, states: dict[int, Any]) -> Iterator[None]:
+        """The tensors of the states an insert is about to cache: the store takes them
+        from here as it follows the insert's nodes."""
+        self.store.pending = Pending(kv, states, full)
         try:
             yield
+            self.store.sync(self.cache)
         finally:
             self.store.pending = None
 

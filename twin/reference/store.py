@@ -1,21 +1,20 @@
 """Real tensors behind the twin's prefix cache: the same tree, the same policy, actual states.
 
-The executor runs the twin's own :class:`~twin.cache.PrefixCache` and policy
-(so what is admitted, hit and evicted is decided by exactly the code the twin
-simulates) and keeps, for every node of the tree, the tensors that node stands
-for: the KV of its tokens in every attention layer and, when it holds a
-checkpoint, every SSM layer's recurrent and conv state after its last token.
+The executor runs the cache the policy runs on in the twin (the radix tree,
+:class:`~twin.cache.PrefixCache`; for ``marconi`` and ``marconi-twin`` the compiled
+live cache, ``twin.policies.compiled.live.LiveCache``), so what is admitted, hit and
+evicted is decided by exactly the code the twin simulates. The store keeps, for every
+node of that tree (named by its creation id), the tensors the node stands for: the KV
+of its tokens in every attention layer and, when it holds a checkpoint, every SSM
+layer's recurrent and conv state after its last token.
 
-The tensors follow the tree through the policy hooks the cache already calls
-(:class:`StateMirror` wraps the policy and forwards every call):
-
-- a node added by an insert takes its tokens' KV (and its checkpoint) from the
-  sequence just computed (:attr:`TensorStore.pending`);
-- a node added by splitting an edge takes the first part of its child's KV;
-- a checkpoint set on an existing node takes the state computed at its depth;
-- a node folded into its child (Marconi's eviction of a one-child node, or the
-  tidying of a checkpoint-less node) hands its KV to the child, its state is
-  freed; an evicted leaf frees everything.
+After each call that may change the tree (an admission, an insert, a release) the
+store reads the tree's nodes (:func:`cache_edges`) and follows them
+(:meth:`TensorStore.sync`): a node whose range of positions is unchanged keeps its
+tensors; any other node (new, split or folded into by an eviction) takes the KV of
+each of its positions from the tensors an old node on its path held there, else from
+the sequence just computed (:attr:`TensorStore.pending`); a checkpoint newly set takes
+the state computed at its depth; a node gone frees everything it held.
 """
 
 from __future__ import annotations
@@ -23,17 +22,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
-from twin.cache import CacheNode, CacheStructure
+from twin.cache import PrefixCache
 from twin.reference.model import Kv, SeqState, SsmState
+
+# One node: (its handle in the cache: a node or an id, creation id, parent's handle
+# (None: the root), end depth, its edge's tokens, holds a state).
+Edge = tuple[Any, int, Any, int, np.ndarray, bool]
+_NONE = np.zeros(0, np.int32)
+
+
+def cache_edges(cache: Any) -> list[Edge]:
+    """Every node of ``cache`` but the root, parents first (:data:`Edge`)."""
+    if not isinstance(cache, PrefixCache):
+        edges: list[Edge] = cache.edges()  # the compiled live cache
+        return edges
+    root = cache.root
+    return [
+        (n, n.nid, None if n.parent is root else n.parent, n.depth, n.tokens, bool(n.ckpt))
+        for n in cache.tree.nodes()
+    ]
 
 
 @dataclass
 class NodeTensors:
-    """One node's tensors: KV of tokens [start, start + len) and maybe a checkpoint."""
+    """One node's tensors: KV of tokens [start, end) of ``path`` and maybe a checkpoint."""
 
     start: int
+    path: np.ndarray  # the tokens from the root to the node's end
+    parent: int  # the parent's creation id (-1: the root)
     kv: list[Kv]
     ckpt: list[SsmState] | None = None
 
@@ -44,15 +63,11 @@ class Pending:
 
     kv: list[Kv]
     states: dict[int, list[SsmState]]
-
-
-def _slice(kv: list[Kv], a: int, b: int) -> list[Kv]:
-    """Owned copies of tokens [a, b) of every layer's KV."""
-    return [(k[:, :, a:b].clone(), v[:, :, a:b].clone()) for k, v in kv]
+    tokens: np.ndarray
 
 
 class TensorStore:
-    """Node -> tensors, kept in step with the cache through :class:`StateMirror`.
+    """Creation id -> tensors, kept in step with the cache by :meth:`sync`.
 
     ``windows`` gives each KV layer's sliding window (None: full attention). The cache
     keeps only a node's last ``min(len, W)`` tokens of sliding-window KV
@@ -60,53 +75,32 @@ class TensorStore:
     so a hit that needed dropped KV would turn the logits into NaN.
     """
 
-    def __init__(self, windows: list[int | None] | None = None) -> None:
-        self.nodes: dict[Any, NodeTensors] = {}
+    def __init__(self, windows: list[int | None], has_ssm: bool) -> None:
+        self.nodes: dict[int, NodeTensors] = {}
+        self.ids: dict[Any, int] = {}  # the cache's node handles -> creation ids
         self.pending: Pending | None = None
-        self.windows = windows or []
-
-    def _drop_old_window_kv(self, held: NodeTensors) -> None:
-        """NaN the sliding-window KV before a node's tail (what the cache freed)."""
-        for i, w in enumerate(self.windows):
-            n = held.kv[i][0].shape[2]
-            if w is not None and n > w:
-                held.kv[i][0][:, :, : n - w] = float("nan")
-                held.kv[i][1][:, :, : n - w] = float("nan")
-
-    def _fresh_tail(self, held: NodeTensors, end: int) -> None:
-        """A split's upper part: its sliding-window tail comes from the sequence being
-        inserted, which computed those tokens (``twin.cache.kinds``)."""
-        pending = self.pending
-        if pending is None:
-            return
-        for i, w in enumerate(self.windows):
-            if w is None:
-                continue
-            lo = max(held.start, end - w)
-            k, v = pending.kv[i]
-            held.kv[i][0][:, :, lo - held.start :] = k[:, :, lo:end]
-            held.kv[i][1][:, :, lo - held.start :] = v[:, :, lo:end]
+        self.windows = windows
+        self.has_ssm = has_ssm
 
     # ------------------------------------------------------------------ reads
     def gather(self, node: Any, upto: int | None = None) -> SeqState:
-        """The state a hit on ``node`` resumes from: KV of its path (cut at ``upto``
-        tokens if given) and the node's checkpoint (empty on Transformers)."""
+        """The state a hit on ``node`` (the cache's handle) resumes from: KV of its path
+        (cut at ``upto`` tokens if given) and the node's checkpoint (empty on Transformers)."""
         path = []
-        cur = node
-        while cur is not None and cur in self.nodes:
-            path.append(self.nodes[cur])
-            cur = cur.parent
+        nid = self.ids[node]
+        while nid >= 0:
+            path.append(self.nodes[nid])
+            nid = path[-1].parent
         path.reverse()
-        assert path and path[0].start == 0, "a hit's path must reach the root"
-        layers = len(path[0].kv)
+        assert path[0].start == 0, "a hit's path must reach the root"
         kv = []
-        for i in range(layers):
+        for i in range(len(path[0].kv)):
             k = torch.cat([p.kv[i][0] for p in path], dim=2)
             v = torch.cat([p.kv[i][1] for p in path], dim=2)
             if upto is not None:
                 k, v = k[:, :, :upto], v[:, :, :upto]
             kv.append((k, v))
-        ckpt = self.nodes[node].ckpt
+        ckpt = path[-1].ckpt
         return SeqState(kv=kv, ssm=list(ckpt) if ckpt is not None else [])
 
     def tensor_bytes(self) -> int:
@@ -119,85 +113,100 @@ class TensorStore:
                 total += s.numel() * s.element_size() + c.numel() * c.element_size()
         return total
 
-    # ------------------------------------------------------------------ hook handlers
-    def added(self, node: Any, has_ssm: bool) -> None:
-        start = node.depth - len(node.tokens)
-        child = next(iter(node.children.values())) if len(node.children) == 1 else None
-        below = self.nodes.get(child) if child is not None else None
-        if below is not None and below.start < start + len(node.tokens):
-            # An edge split: ``node`` is the upper part of what ``child`` held.
-            cut = node.depth - below.start
-            self.nodes[node] = NodeTensors(start, _slice(below.kv, start - below.start, cut))
-            n_child = below.kv[0][0].shape[2] if below.kv else 0
-            below.kv = _slice(below.kv, cut, n_child)
-            below.start = node.depth
-            self._fresh_tail(self.nodes[node], node.depth)
-        else:
-            pending = self._pending(node)
-            self.nodes[node] = NodeTensors(start, _slice(pending.kv, start, node.depth))
-        self._drop_old_window_kv(self.nodes[node])
-        self.changed(node, has_ssm)
+    # ------------------------------------------------------------------ following the tree
+    def sync(self, cache: Any) -> None:
+        """Follow the cache's nodes after a call that may have changed them."""
+        old, new, ids = self.nodes, {}, {}
+        moved = []
+        for handle, nid, parent, end, tokens, ckpt in cache_edges(cache):
+            ids[handle] = nid
+            pid = -1 if parent is None else ids[parent]
+            held = old.get(nid)
+            if held is not None and held.start == end - len(tokens):
+                held.parent = pid
+                new[nid] = held
+                self._checkpoint(held, ckpt)
+            else:
+                moved.append((nid, pid, end - len(tokens), tokens, ckpt, held))
+        # Old nodes whose positions went to others (split, folded, gone): the sources.
+        spare = [t for nid, t in old.items() if new.get(nid) is not t]
+        for nid, pid, start, tokens, ckpt, held in moved:
+            path = held.path if held is not None else np.r_[_path(new, pid), tokens]
+            kv = self._assemble(start, path, spare, fresh=held is None)
+            new[nid] = NodeTensors(start, path, pid, kv, held.ckpt if held else None)
+            self._checkpoint(new[nid], ckpt)
+        self.nodes, self.ids = new, ids
 
-    def changed(self, node: Any, has_ssm: bool) -> None:
-        held = self.nodes.get(node)
-        if held is None:
-            return
-        if has_ssm and node.ckpt and held.ckpt is None:
-            states = self._pending(node).states.get(node.depth)
-            assert states is not None, f"no state computed at position {node.depth}"
+    def _assemble(self, start: int, path: np.ndarray, spare: list[NodeTensors], fresh: bool):
+        """KV of positions [start, len(path)) of ``path``: each from the old node on the
+        path that held it, else from the pending sequence; a new node's sliding-window
+        tail from the pending sequence (it computed those tokens; an old node held them
+        before its own tail, dropped), the KV before its tail dropped."""
+        end = len(path)
+        on_path = sorted(
+            (t for t in spare if t.start < end and len(t.path) > start and _same(t.path, path)),
+            key=lambda t: t.start,
+        )
+        pieces: list[list[Kv]] = []
+        pos = start
+        for t in on_path:
+            if t.start > pos:
+                pieces.append(self._fresh(path, pos, t.start))
+                pos = t.start
+            if len(t.path) > pos:
+                b = min(len(t.path), end)
+                pieces.append(_slice(t.kv, pos - t.start, b - t.start))
+                pos = b
+        if pos < end:
+            pieces.append(self._fresh(path, pos, end))
+        kv = [
+            (torch.cat([p[i][0] for p in pieces], 2), torch.cat([p[i][1] for p in pieces], 2))
+            if len(pieces) > 1
+            else pieces[0][i]
+            for i in range(len(pieces[0]))
+        ]
+        for i, w in enumerate(self.windows):
+            if w is None:
+                continue
+            k, v = kv[i]
+            lo = max(start, end - w)
+            if fresh and self.pending is not None:
+                pk, pv = self._pending(path, end).kv[i]
+                k[:, :, lo - start :] = pk[:, :, lo:end]
+                v[:, :, lo - start :] = pv[:, :, lo:end]
+            k[:, :, : lo - start] = float("nan")
+            v[:, :, : lo - start] = float("nan")
+        return kv
+
+    def _fresh(self, path: np.ndarray, a: int, b: int) -> list[Kv]:
+        """Positions [a, b) of ``path`` from the pending sequence."""
+        return _slice(self._pending(path, b).kv, a, b)
+
+    def _pending(self, path: np.ndarray, end: int) -> Pending:
+        pending = self.pending
+        assert pending is not None, "a node's tensors changed outside an insert"
+        assert np.array_equal(pending.tokens[:end], path[:end]), "not the pending sequence"
+        return pending
+
+    def _checkpoint(self, held: NodeTensors, ckpt: bool) -> None:
+        if self.has_ssm and ckpt and held.ckpt is None:
+            states = self._pending(held.path, len(held.path)).states.get(len(held.path))
+            assert states is not None, f"no state computed at position {len(held.path)}"
             held.ckpt = [(s.clone(), c.clone()) for s, c in states]
-        elif not node.ckpt:
+        elif not ckpt:
             held.ckpt = None
 
-    def removed(self, node: Any, into: Any | None) -> None:
-        held = self.nodes.pop(node, None)
-        if held is None or into is None:
-            return
-        child = self.nodes[into]
-        child.kv = [
-            (torch.cat((a[0], b[0]), dim=2), torch.cat((a[1], b[1]), dim=2))
-            for a, b in zip(held.kv, child.kv, strict=True)
-        ]
-        child.start = held.start
-        self._drop_old_window_kv(child)
 
-    def _pending(self, node: Any) -> Pending:
-        assert self.pending is not None, f"{node!r} changed outside an insert"
-        return self.pending
+def _slice(kv: list[Kv], a: int, b: int) -> list[Kv]:
+    """Owned copies of tokens [a, b) of every layer's KV."""
+    return [(k[:, :, a:b].clone(), v[:, :, a:b].clone()) for k, v in kv]
 
 
-class StateMirror:
-    """A policy wrapper: forwards every call, and keeps a :class:`TensorStore` in step."""
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Are ``a`` and ``b`` on one path from the root (one a prefix of the other)?"""
+    n = min(len(a), len(b))
+    return bool(np.array_equal(a[:n], b[:n]))
 
-    def __init__(self, policy: Any, store: TensorStore, has_ssm: bool) -> None:
-        self.policy, self.store, self.has_ssm = policy, store, has_ssm
 
-    def __getattr__(self, name: str) -> Any:  # decisions, stats, options: the policy's own
-        return getattr(self.policy, name)
-
-    def bind(self, cache: CacheStructure) -> None:
-        self.policy.bind(cache)
-
-    def on_request(self, cache: CacheStructure, prompt: Any, full: Any) -> None:
-        self.policy.on_request(cache, prompt, full)
-
-    def admit(self, cache: CacheStructure, prompt: Any, full: Any) -> list[int]:
-        return self.policy.admit(cache, prompt, full)
-
-    def on_hit(self, cache: CacheStructure, node: CacheNode) -> None:
-        self.policy.on_hit(cache, node)
-
-    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
-        return self.policy.choose_victim(cache)
-
-    def on_node_added(self, node: CacheNode) -> None:
-        self.store.added(node, self.has_ssm)
-        self.policy.on_node_added(node)
-
-    def on_node_changed(self, node: CacheNode) -> None:
-        self.store.changed(node, self.has_ssm)
-        self.policy.on_node_changed(node)
-
-    def on_node_removed(self, node: Any, into: Any | None = None) -> None:
-        self.store.removed(node, into)
-        self.policy.on_node_removed(node, into)
+def _path(nodes: dict[int, NodeTensors], nid: int) -> np.ndarray:
+    return nodes[nid].path if nid >= 0 else _NONE

@@ -167,6 +167,20 @@ class LiveCache:
         ids: list[int] = (np.flatnonzero(parents >= 0) + 1).tolist()
         return ids
 
+    def edges(self) -> list[tuple[int, int, int | None, int, np.ndarray, bool]]:
+        """Every node but the root, parents first: (its id, creation id, its parent's id
+        (None: the root), end depth, its edge's tokens (a view), holds a state); what the
+        reference executor's tensor store follows (``twin.reference.store.cache_edges``)."""
+        k, nd, buf = self.k, self.st[0], self.st[9]
+        live = sorted(self.live_nodes(), key=lambda v: int(nd[k.DEP, v]))
+        out = []
+        for v in live:
+            n, dep, p = int(nd[k.LEN, v]), int(nd[k.DEP, v]), int(nd[k.PAR, v])
+            end = int(nd[k.BASE, v]) + dep
+            edge = buf[end - n : end]
+            out.append((v, int(nd[k.NID, v]), p or None, dep, edge, bool(nd[k.CKPT, v])))
+        return out
+
     def verify(self) -> None:
         """``PrefixCache.verify``'s invariants (tests and debugging; O(nodes)): the counters
         match the nodes, an unpinned node holds a state or branches (with SSM layers; a
@@ -223,8 +237,9 @@ class LiveCache:
         return int(k.live_peek(st[0], st[8], st[9], st[12], q, len(q), self.has_ssm, self._window))
 
     def snapshot(self) -> CacheSnapshot:
-        """``PrefixCache.snapshot``: every node in pre-order, children in insertion order
-        (the order a restore rebuilds and ``marconi``'s tie-break reads), pins dropped.
+        """Every node in pre-order, children in insertion order (the order a restore
+        rebuilds and ``marconi``'s tie-break reads), pins dropped (the tests' radix-tree
+        oracle takes the same, ``OracleTree.snapshot``).
         ``marconi`` takes it at the first request, ``marconi-twin`` at the first after an
         eviction."""
         k, nd, buf = self.k, self.st[0], self.st[9]
