@@ -487,12 +487,12 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
 # ``Qwen3_5MoeForConditionalGeneration``). Such a model prefills eagerly in every
 # release, a nightly build included. (The flags of a row's script are not read: those
 # rows keep the kernels' price.)
-# An eager forward is issued kernel by kernel from Python, so a short prompt's step
-# lasts at least the host's time to issue the model's kernels
-# (``twin.engine.host_time.EagerPrefillPricer``). Public single-request runs of
-# DeepSeek-R1 under SGLang show that floor: TTFT 180-200 ms from 128 to 4,096 prompt
-# tokens on 16 H100s (tenstorrent/tt-inference-server issue 356), while the twin's
-# kernels price a 1,024-token prefill at 45-100 ms.
+# An eager forward is issued kernel by kernel from Python, so a step that prefills takes
+# the host's time to issue the model's kernels, in series with the kernels as the
+# measured rows place it (``twin.engine.host_time.EagerPrefillPricer``). Public
+# single-request runs of DeepSeek-R1 under SGLang show that floor: TTFT 180-200 ms from
+# 128 to 4,096 prompt tokens on 16 H100s (tenstorrent/tt-inference-server issue 356),
+# while the twin's kernels price a 1,024-token prefill at 45-100 ms.
 SGLANG_PIECEWISE_DEFAULT = "0.5.10"
 # From 0.5.23 SGLang captures its prefill graphs (``breakable``, on by default on CUDA,
 # ``cuda_graph_config.py``) whatever the model (``twin.engine.memory_rules``).
@@ -535,13 +535,16 @@ SGLANG_EAGER_LAUNCHES: dict[str, int] = {
     "mlp": 8,
 }
 # Host seconds per launched kernel of an eager SGLang forward, per GPU (its node's host:
-# Python, the op's dispatch and the launch), fitted on the fit split only: 6-8 fit rows
-# with at most 64 clients of each (model, GPU) the rule applies to (DeepSeek-R1/V3,
-# Qwen3-235B, Qwen3.5-397B, GLM-5), least mean TTFT APE over 40-180 us in 10 us steps
-# (docs/decisions.md, "Issue 31, step: the eager prefill's host time per launched
-# kernel"). B300's fit rows disagree (GLM-5 wants none, Qwen3.5 0.32 s with its TPOT
-# six times off): no entry. A GPU without an entry gets no floor.
-SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 110e-6, "b200": 90e-6}
+# Python, the op's dispatch and the launch), in series with the step's kernels
+# (``twin.engine.host_time.EagerPrefillPricer``), fitted on the fit split only: the 70
+# fit rows the rule applies to among 90 spread over the SGLang rows of DeepSeek-R1/V3,
+# Qwen3-235B, Qwen3.5-397B and GLM-5 (with InferenceMAX's Qwen3.5 server flags), each
+# row's TTFT interpolated between runs at two host times, least mean TTFT APE per GPU
+# over 20-160 us in 5 us steps (docs/decisions.md, "Issue 31, step: InferenceMAX's
+# Qwen3.5 servers, and the eager prefill's host time in series"): B200 75 us (23.1% on 49
+# rows, flat at 70-80), H200 60 us (12.6% on 14), B300 45 us (16.3% on 7: Qwen3.5's 6
+# rows want it, GLM-5's one wants none). A GPU without an entry gets no floor.
+SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 60e-6, "b200": 75e-6, "b300": 45e-6}
 
 
 def eager_launches(model: ModelSpec) -> int:
