@@ -2,8 +2,8 @@
 TPOT with and without the host floor of a prefill step, in one run.
 
 SGLang runs its prefill batches without CUDA graphs before 0.5.10 (and in every release
-for GLM-5's architecture and multimodal configs such as Qwen3.5's), so a short prompt's
-step lasts at least the host's time to issue the model's kernels
+for GLM-5's architecture and multimodal configs such as Qwen3.5's), so a step that
+prefills takes the host's time to issue the model's kernels, in series with them
 (``twin.validate.silicon.harness.eager_prefill_s``: launches by layer part x a host time
 per launch per GPU; ``twin.engine.host_time.EagerPrefillPricer``). This benchmark takes
 the rows the rule applies to (MoE models, GPUs with a fitted host time, at most

@@ -322,19 +322,20 @@ def test_compiled_decode_ends_move_by_the_host_time_of_the_steps_before():
     assert list(ends) == [1.25, 2.5, 3.75, 5.0, 6.25]
 
 
-def test_an_eager_prefill_step_lasts_at_least_the_host_floor(tmp_path):
-    """1 s of kernels a step and a 2.5 s host floor on a step that prefills: a lone
-    request's first token comes at 2.5 s and its 2 decode steps (graph replays) take 1 s
-    each (done at 4.5 s); a floor below the kernels' price changes nothing."""
+def test_an_eager_prefill_step_adds_its_host_time_to_the_kernels(tmp_path):
+    """1 s of kernels a step and 2.5 s of eager host time on a step that prefills: a lone
+    request's first token comes at 3.5 s (host time in series with the kernels, as
+    measured: docs/decisions.md) and its 2 decode steps (graph replays) take 1 s each
+    (done at 5.5 s); a host time shorter than the kernels still adds."""
     path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=8, output_len=3)
     for inner in (ConstantPricer(), LinearPricer(1.0, 0.0, 0.0, 0.0, affine=False)):
         _, recs = run(path, EagerPrefillPricer(inner, 2.5), policy="vanilla")
-        assert recs[0].first_token_s == pytest.approx(2.5)
-        assert recs[0].completed_s == pytest.approx(4.5)
+        assert recs[0].first_token_s == pytest.approx(3.5)
+        assert recs[0].completed_s == pytest.approx(5.5)
     _, low = run(path, EagerPrefillPricer(ConstantPricer(), 0.5), policy="vanilla")
-    assert (low[0].first_token_s, low[0].completed_s) == (pytest.approx(1.0), pytest.approx(3.0))
+    assert (low[0].first_token_s, low[0].completed_s) == (pytest.approx(1.5), pytest.approx(3.5))
     floored = EagerPrefillPricer(ConstantPricer(), 2.5)
-    assert floored.step_time([(8, 0)], 3, 100) == 2.5  # a mixed step prefills too
+    assert floored.step_time([(8, 0)], 3, 100) == 3.5  # a mixed step prefills too
     assert floored.step_time([], 3, 100) == 1.0
     assert floored.decode_affine(3) == (1.0, 0.0)
     assert list(floored.decode_run(2, 0, 3)) == [1.0, 1.0, 1.0]

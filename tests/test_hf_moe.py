@@ -85,3 +85,16 @@ def test_bad_configs_are_refused_in_one_line(
 ) -> None:
     with pytest.raises(TwinError, match=message):
         from_hf_config(_write(tmp_path, name, **changes))
+
+
+def test_qwen3_5_mtp_modules_are_read(tmp_path: Path) -> None:
+    """Qwen3.5's ``mtp_num_hidden_layers`` (its checkpoints carry one MTP module, which
+    SGLang's and vLLM's MTP speculative decoding drafts with); none where absent."""
+    data = json.loads((HF / "qwen3.5-35b-a3b.json").read_text())
+    assert from_hf_config(HF / "qwen3.5-35b-a3b.json").mtp_layers == 0
+    data["text_config"]["mtp_num_hidden_layers"] = 1
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    m = from_hf_config(path)
+    assert m.mtp_layers == 1 and m.mtp_params > 0
+    assert m.n_params == from_hf_config(HF / "qwen3.5-35b-a3b.json").n_params  # counted apart

@@ -899,6 +899,53 @@ def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
         assert sil.deployment(other, "sglang") == {}
 
 
+def test_inferencemax_sglang_qwen35_rows_run_with_its_scripts_flags() -> None:
+    """InferenceMAX's Qwen3.5-397B SGLang configurations: every script disables the radix
+    cache, polls for requests every 10 iterations (30 from 16 clients) on B200/B300, caps
+    the running requests (128, or the clients) and sets the chunk; B200 fp8 at tp 4 without
+    expert parallelism is the -mtp configuration (EAGLE over the model's MTP layer, 3
+    steps, 4 draft tokens); H200 polls every iteration; the B300 v0.5.9 rows have no
+    configuration (SGLang's defaults). The gap-analysis copies of these rows are
+    InferenceMAX's measurements (its harness)."""
+    from dataclasses import replace
+
+    row = replace(
+        _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8),
+        model_path="Qwen/Qwen3.5-397B-A17B",
+        moe_ep=1,
+    )
+    sets = sil.deployment(row, "sglang")["sets"]
+    assert sets == {
+        "disable_radix_cache": "true",
+        "max_running_requests": "128",
+        "mem_fraction_static": "0.82",
+        "chunked_prefill_size": "32768",
+        "max_prefill_tokens": "32768",
+        "scheduler_recv_interval": "10",
+    }
+    assert (
+        sil.deployment(replace(row, concurrency=16), "sglang")["sets"]["scheduler_recv_interval"]
+        == "30"
+    )
+    mtp = sil.deployment(replace(row, tp=4, concurrency=64), "sglang")["sets"]
+    assert (mtp["speculative_algorithm"], mtp["speculative_num_draft_tokens"]) == ("NEXTN", "4")
+    assert (mtp["max_running_requests"], mtp["mem_fraction_static"]) == ("64", "0.8")
+    ep4 = sil.deployment(replace(row, tp=4, moe_ep=4, concurrency=64), "sglang")["sets"]
+    assert "speculative_algorithm" not in ep4 and ep4["max_running_requests"] == "128"
+    h200 = sil.deployment(replace(row, system="h200_sxm", moe_ep=8), "sglang")["sets"]
+    assert "scheduler_recv_interval" not in h200 and h200["chunked_prefill_size"] == "16384"
+    b300 = replace(row, system="b300_sxm", backend_version="0.5.10.post1", tp=4)
+    assert sil.deployment(b300, "sglang")["sets"]["max_running_requests"] == "4"
+    bf16 = replace(row, precision="bf16", backend_version="nightly-dev-20260216-d3bae71e")
+    assert sil.deployment(bf16, "sglang")["sets"]["mem_fraction_static"] == "0.82"
+    fp4 = replace(row, precision="fp4", backend_version="nightly-dev-20260402-d7256eb6", tp=4)
+    assert sil.deployment(fp4, "sglang")["sets"]["mem_fraction_static"] == "0.85"
+    assert sil.deployment(replace(b300, backend_version="0.5.9"), "sglang") == {}
+    gap = replace(row, source="source_file=qwen3.5-397b-gap-analysis.csv; silicon_concurrency=4")
+    assert sil.harness_of(gap) is sil.INFERENCEMAX
+    assert sil.deployment(gap, "sglang")["sets"] == sets
+
+
 def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     tmp_path: Path,
 ) -> None:
@@ -958,7 +1005,12 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     path = sil.write_workload(tmp_path / "w.parquet", 64, 4, 2, 1)
     run = build_run(path, model=r1, gpu="b200", engine="sglang", tp=8, eager_prefill_s=floor)
     assert isinstance(run.pricer, EagerPrefillPricer) and run.pricer.floor_s == floor
-    assert run.pricer.step_time([(64, 0)], 0, 0) == floor  # 64 tokens: host-bound
+    # The host time is in series with the kernels (measured: docs/decisions.md), for a
+    # short prompt and a long one alike: an 8k prompt's step is its kernels plus the floor.
+    for n in (64, 8192):
+        kernels = run.pricer.inner.step_time([(n, 0)], 0, 0)
+        assert run.pricer.step_time([(n, 0)], 0, 0) == pytest.approx(kernels + floor)
+    assert run.pricer.inner.step_time([(8192, 0)], 0, 0) > floor  # GPU-bound, still added
     assert run.pricer.step_time([], 4, 256) == run.pricer.inner.step_time([], 4, 256)
 
 

@@ -31,7 +31,9 @@ def qwen3_next(cfg: ConfigKeys) -> dict[str, Any]:
     """Qwen3-Next and Qwen3.5 text (transformers ``Qwen3NextConfig``, ``Qwen3_5TextConfig``,
     ``Qwen3_5MoeTextConfig``): ``layer_types`` linear_attention (Gated DeltaNet) /
     full_attention (gated), else every ``full_attention_interval``-th layer full; MoE on
-    layers where ``(i + 1) % decoder_sparse_step == 0`` outside ``mlp_only_layers``."""
+    layers where ``(i + 1) % decoder_sparse_step == 0`` outside ``mlp_only_layers``;
+    ``mtp_num_hidden_layers`` MTP modules (Qwen3.5's checkpoints carry one; none where
+    absent), which SGLang's and vLLM's MTP speculative decoding drafts with."""
     n = cfg.layers()
     kinds = _layer_list(
         cfg, "layer_types", n, {"linear_attention": "gdn", "full_attention": "attention"}
@@ -63,6 +65,9 @@ def qwen3_next(cfg: ConfigKeys) -> dict[str, Any]:
             moe_d_ff=cfg.pos("moe_intermediate_size"),
             moe_shared_d_ff=cfg.integer("shared_expert_intermediate_size", 0),
         )
+    mtp = cfg.integer("mtp_num_hidden_layers", 0)
+    if mtp:
+        fields["mtp_layers"] = mtp
     return fields
 
 

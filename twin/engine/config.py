@@ -230,9 +230,9 @@ class HostTimeConfig:
     )
     eager_prefill_s: float = _opt(
         0.0,
-        "the host time of one forward pass run without a CUDA graph, seconds: a step "
-        "that prefills lasts at least this long (twin.engine.host_time.EagerPrefillPricer; "
-        "decode steps replay graphs). 0: the kernels' price alone",
+        "the host time of one forward pass run without a CUDA graph, seconds: added to "
+        "a step that prefills (twin.engine.host_time.EagerPrefillPricer; decode steps "
+        "replay graphs). 0: the kernels' price alone",
     )
 
 

@@ -98,17 +98,22 @@ class HostTimePricer(WrappingPricer):
 
 
 class EagerPrefillPricer(WrappingPricer):
-    """``inner`` with a step that prefills lasting at least ``floor_s``: the host time of
-    one forward pass run without a CUDA graph.
+    """``inner`` with ``floor_s`` of host time added to a step that prefills: the host time
+    of one forward pass run without a CUDA graph.
 
     An engine replays CUDA graphs for its decode batches, so their host work is one
     launch; a batch with prompt tokens runs eagerly where the engine captures no graph
-    for it, and its host (Python) issues every layer's kernels one by one. The GPU
-    cannot finish the forward before the host has issued its last kernel, so a short
-    prompt's step is host-bound: ``max(kernels, floor_s)``. Long prompts are GPU-bound
-    and unchanged. Decode steps (graph replays) keep ``inner``'s price. Which engines
-    and releases run prefills eagerly: ``twin.validate.silicon.harness.eager_prefill_s``
-    (SGLang before piecewise prefill graphs became its default).
+    for it, and its host (Python) issues every layer's kernels one by one. A step that
+    prefills lasts ``kernels + floor_s``: the host's issuing is not hidden behind the
+    kernels. Measured, not derived (docs/decisions.md, "Issue 31, step: InferenceMAX's
+    Qwen3.5 servers, and the eager prefill's host time in series"): at 4 clients SGLang's
+    TTFT rises from 1k- to 8k-token prompts by about the kernels' increase, where a floor
+    the kernels fill (``max(kernels, floor_s)``, this class before) would leave it flat,
+    and the decodes those 8k prefills stall (TPOT) say the same; the SGLang source read
+    (0.5.9) shows no per-layer host synchronisation that would explain it. Decode steps
+    (graph replays) keep ``inner``'s price. Which engines and releases run prefills
+    eagerly: ``twin.validate.silicon.harness.eager_prefill_s`` (SGLang before piecewise
+    prefill graphs became its default).
     """
 
     def __init__(self, inner: Any, floor_s: float) -> None:
@@ -121,7 +126,7 @@ class EagerPrefillPricer(WrappingPricer):
 
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         kernels = float(self.inner.step_time(prefills, decode_batch, decode_context))
-        return max(kernels, self.floor_s) if prefills else kernels
+        return kernels + self.floor_s if prefills else kernels
 
     def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         return np.asarray(self.inner.decode_run(batch, context, steps), np.float64)

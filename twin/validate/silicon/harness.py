@@ -55,7 +55,14 @@ AIPERF = Harness("aiconfigurator aiperf", MEASURED_ROUNDS, WARMUP_ROUNDS, 1.0)
 # prompt and output length uniformly from ``[int(len x ratio), len]``
 # (``sample_random_requests``).
 INFERENCEMAX = Harness("InferenceMAX benchmark_serving", 10, 2, 0.8)
-INFERENCEMAX_SOURCES = frozenset({"2026-03-25.csv", "2026-04-06.csv"})
+# ``qwen3.5-397b-gap-analysis.csv`` (76 SGLang rows of Qwen3.5-397B on B200 and H200) is
+# InferenceMAX's Qwen3.5 measurements again: 75 of its 76 rows equal a row of the
+# 2026-03-25.csv / 2026-04-06.csv / db-dump collections in TTFT and TPOT rounded to 0.1 ms,
+# ISL, OSL, concurrency and system (its values carry two decimals, theirs the full float),
+# and its layouts and clients are those of InferenceMAX's qwen3.5 configurations.
+INFERENCEMAX_SOURCES = frozenset(
+    {"2026-03-25.csv", "2026-04-06.csv", "qwen3.5-397b-gap-analysis.csv"}
+)
 INFERENCEMAX_DUMP = "db-dump/"  # ``silicon_data_source`` of the CI database's rows
 _SOURCE_FILE = re.compile(r"source_file=([^;]*)")
 
@@ -257,9 +264,89 @@ _SGLANG_MTP = {
 }
 
 
+# InferenceMAX's SGLang servers for Qwen3.5-397B-A17B (its ``qwen3.5-*-sglang``
+# configurations in ``.github/configs/nvidia-master.yaml`` and their scripts
+# ``benchmarks/single_node/qwen3.5_<precision>_<gpu>[_mtp].sh``, read at the commits of
+# the three collections: 12ba0ae (2026-03-25), 51e31df (2026-04-06) and e8924a6
+# (2026-04-18, the db-dump rows' measurement date); the flags are the same at all three
+# where a script exists). Every script runs ``--disable-radix-cache`` (so SGLang keeps its
+# overlap scheduler: a hybrid model turns it off only with the radix cache on,
+# ``server_args.py`` ``_handle_mamba_radix_cache``, 0.5.9 and 0.5.10.post1), and:
+# - B200 fp8 (image v0.5.9) and bf16 (nightly-dev-20260216), ``qwen3.5_{fp8,bf16}_b200.sh``:
+#   ``--max-running-requests 128 --mem-fraction-static 0.82 --chunked-prefill-size 32768
+#   --max-prefill-tokens 32768``, the scheduler polling for requests every 10 iterations
+#   below 16 clients, else 30 (``--scheduler-recv-interval``); B200 fp4 (nightly-dev-20260402,
+#   ``qwen3.5_fp4_b200.sh``) the same at 0.85; B300 bf16 and fp4 (v0.5.10.post1) the same
+#   at 0.82 and 0.8;
+# - B200 fp8 at tp 4 without expert parallelism is the ``-mtp`` configuration (the plain one
+#   runs tp 8 and tp 4 with ep 4; the -mtp one tp 4 ep 1 up to 256 clients),
+#   ``qwen3.5_fp8_b200_mtp.sh``: ``--max-running-requests $CONC --mem-fraction-static 0.8``,
+#   the same chunk and polling, and EAGLE over the model's own MTP layer ("MTP
+#   (Multi-Token Prediction) Config - EAGLE speculative decoding"; SGLang's NEXTN) with 3
+#   steps, top-k 1 and 4 draft tokens;
+# - H200 fp8 (v0.5.9), ``qwen3.5_fp8_h200.sh``: ``--max-running-requests 128
+#   --chunked-prefill-size 16384 --mem-fraction-static 0.8``, polling every iteration;
+# - B300 fp8 (v0.5.10.post1), ``qwen3.5_fp8_b300.sh``: ``--max-running-requests $CONC
+#   --chunked-prefill-size 16384 --max-prefill-tokens 16384 --mem-fraction-static 0.8
+#   --scheduler-recv-interval 10``.
+# Where a plain and an -mtp configuration share image and layout (H200 fp8, B200 bf16 and
+# fp4, B300 fp8 from 2026-04-18) the rows cannot be told apart and run plain, as for
+# DeepSeek. The B300 v0.5.9 rows of 2026-03-25.csv have no configuration at 12ba0ae: SGLang's
+# defaults.
+_QWEN35_FLAGS = ("disable_radix_cache", *_SGLANG_FLAGS)
+_QWEN35_MTP = {
+    "speculative_algorithm": "NEXTN",
+    "speculative_num_steps": "3",
+    "speculative_eagle_topk": "1",
+    "speculative_num_draft_tokens": "4",
+}
+# (system, precision, release) -> (max_running_requests, mem_fraction_static,
+# chunked_prefill_size, max_prefill_tokens, scheduler_recv_interval); "c": the clients,
+# "poll": 10 below 16 clients else 30, None: not given.
+_QWEN35_SCRIPTS: dict[tuple[str, str, str], tuple[str, str, str, str | None, str | None]] = {
+    ("b200_sxm", "fp8", "0.5.9"): ("128", "0.82", "32768", "32768", "poll"),
+    ("b200_sxm", "bf16", "nightly-dev"): ("128", "0.82", "32768", "32768", "poll"),
+    ("b200_sxm", "fp4", "nightly-dev-20260402"): ("128", "0.85", "32768", "32768", "poll"),
+    ("h200_sxm", "fp8", "0.5.9"): ("128", "0.8", "16384", None, None),
+    ("b300_sxm", "bf16", "0.5.10.post1"): ("128", "0.82", "32768", "32768", "poll"),
+    ("b300_sxm", "fp4", "0.5.10.post1"): ("128", "0.8", "32768", "32768", "poll"),
+    ("b300_sxm", "fp8", "0.5.10.post1"): ("c", "0.8", "16384", "16384", "10"),
+}
+_QWEN35_MTP_SCRIPT = ("c", "0.8", "32768", "32768", "poll")
+
+
+def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
+    """The ``--set`` flags of InferenceMAX's SGLang server for a Qwen3.5-397B row (above);
+    empty where no configuration covers it."""
+    if "qwen3.5-397b" not in row.model_path.lower():
+        return {}
+    release = row.backend_version
+    if release.startswith("nightly-dev"):  # the image's date names the configuration
+        release = "nightly-dev-20260402" if "20260402" in release else "nightly-dev"
+    flags = _QWEN35_SCRIPTS.get((row.system, row.precision, release))
+    if flags is None:
+        return {}
+    conc = row.concurrency or 0
+    mtp = (row.system, row.precision, release) == ("b200_sxm", "fp8", "0.5.9") and (
+        (row.tp or 1, row.moe_ep or 1) == (4, 1)
+    )
+    if mtp:
+        flags = _QWEN35_MTP_SCRIPT
+    given = ("true", *flags)
+    poll = "30" if conc >= 16 else "10"
+    out: dict[str, str] = {}
+    for name, value in zip(_QWEN35_FLAGS, given, strict=True):
+        if value is not None:
+            out[name] = {"c": str(conc), "poll": poll}.get(value, value)
+    return {**out, **(_QWEN35_MTP if mtp else {})}
+
+
 def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty
     where no one configuration of that image covers it."""
+    qwen35 = inferencemax_qwen35(row)
+    if qwen35:
+        return qwen35
     if row.backend_version != INFERENCEMAX_SGLANG_VERSION or not inferencemax_deepseek(row):
         return {}
     conc, tp, lengths = row.concurrency or 0, row.tp or 1, (row.isl, row.osl)
@@ -426,12 +513,12 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
 # ``Qwen3_5MoeForConditionalGeneration``). Such a model prefills eagerly in every
 # release, a nightly build included. (The flags of a row's script are not read: those
 # rows keep the kernels' price.)
-# An eager forward is issued kernel by kernel from Python, so a short prompt's step
-# lasts at least the host's time to issue the model's kernels
-# (``twin.engine.host_time.EagerPrefillPricer``). Public single-request runs of
-# DeepSeek-R1 under SGLang show that floor: TTFT 180-200 ms from 128 to 4,096 prompt
-# tokens on 16 H100s (tenstorrent/tt-inference-server issue 356), while the twin's
-# kernels price a 1,024-token prefill at 45-100 ms.
+# An eager forward is issued kernel by kernel from Python, so a step that prefills takes
+# the host's time to issue the model's kernels, in series with the kernels as the
+# measured rows place it (``twin.engine.host_time.EagerPrefillPricer``). Public
+# single-request runs of DeepSeek-R1 under SGLang show that floor: TTFT 180-200 ms from
+# 128 to 4,096 prompt tokens on 16 H100s (tenstorrent/tt-inference-server issue 356),
+# while the twin's kernels price a 1,024-token prefill at 45-100 ms.
 SGLANG_PIECEWISE_DEFAULT = "0.5.10"
 # From 0.5.23 SGLang captures its prefill graphs whatever the model
 # (``twin.engine.memory_rules``): the sglang 0.5.23 wheel's
@@ -476,13 +563,16 @@ SGLANG_EAGER_LAUNCHES: dict[str, int] = {
     "mlp": 8,
 }
 # Host seconds per launched kernel of an eager SGLang forward, per GPU (its node's host:
-# Python, the op's dispatch and the launch), fitted on the fit split only: 6-8 fit rows
-# with at most 64 clients of each (model, GPU) the rule applies to (DeepSeek-R1/V3,
-# Qwen3-235B, Qwen3.5-397B, GLM-5), least mean TTFT APE over 40-180 us in 10 us steps
-# (docs/decisions.md, "Issue 31, step: the eager prefill's host time per launched
-# kernel"). B300's fit rows disagree (GLM-5 wants none, Qwen3.5 0.32 s with its TPOT
-# six times off): no entry. A GPU without an entry gets no floor.
-SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 110e-6, "b200": 90e-6}
+# Python, the op's dispatch and the launch), in series with the step's kernels
+# (``twin.engine.host_time.EagerPrefillPricer``), fitted on the fit split only: the 70
+# fit rows the rule applies to among 90 spread over the SGLang rows of DeepSeek-R1/V3,
+# Qwen3-235B, Qwen3.5-397B and GLM-5 (with InferenceMAX's Qwen3.5 server flags), each
+# row's TTFT interpolated between runs at two host times, least mean TTFT APE per GPU
+# over 20-160 us in 5 us steps (docs/decisions.md, "Issue 31, step: InferenceMAX's
+# Qwen3.5 servers, and the eager prefill's host time in series"): B200 75 us (23.1% on 49
+# rows, flat at 70-80), H200 60 us (12.6% on 14), B300 45 us (16.3% on 7: Qwen3.5's 6
+# rows want it, GLM-5's one wants none). A GPU without an entry gets no floor.
+SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 60e-6, "b200": 75e-6, "b300": 45e-6}
 
 
 # TensorRT-LLM's PyTorch backend runs every batch that holds a context request without a
