@@ -42,6 +42,7 @@ from kernel_targets import (
 )
 
 from twin.costmodel.formulas import MLA_VARIANTS
+from twin.costmodel.mla_features import TRTLLM_GEN_GPUS, trtllm_gen_launch
 from twin.costmodel.profile import KernelFit, Profile
 
 RESULTS = Path(__file__).parent / "results" / "mla-kernels.json"
@@ -55,7 +56,8 @@ REASONS = {
     "kernel_switch": "a Blackwell decode row whose trtllm-gen launch (low-latency or "
     "high-throughput MLA kernel, split-KV reduction in a cluster's shared memory, in global "
     "memory, or none) differs from a neighbour's along the context axis: the kernel's own "
-    "rule switches there (``trtllm_gen_launch``), a step no smooth model follows",
+    "rule switches there (``mla_features.trtllm_gen_launch``), a step the fit's launch "
+    "features price only in part",
     "series_offset": "the model misprices the whole series (same heads and batch, or same "
     "BMM shape) by >10% in the row's direction: the kernel's configuration for that shape "
     "(split-KV count, tile, tactic), not the axis",
@@ -64,38 +66,11 @@ REASONS = {
 }
 
 
-# GPUs whose MLA decode tables time trtllm-gen's MLA generation kernels: SGLang's
-# ``trtllm_mla`` backend and TensorRT-LLM 1.3 on Blackwell.
-TRTLLM_GEN_GPUS = ("b200", "b300", "gb200", "gb300")
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def trtllm_gen_launch(batch: int, keys: int, heads: int, sms: int) -> tuple[str, str, bool]:
-    """(kernel, split-KV reduction, head-dim split) of trtllm-gen's MLA generation launch
-    for one query token a sequence, as its runner picks them (flashinfer-python 0.6.1
-    ``include/flashinfer/trtllm/fmha/fmhaKernels.cuh``, ported from TensorRT-LLM's
-    trtllm-gen FMHA runner): ``selectMlaGenerationKernel`` runs the low-latency kernel
-    (``SwapsMmaAbForGeneration``, 16 heads a CTA) at <= 32 heads or when a sequence's KV
-    split at 256 keys a CTA leaves <= 1,024 keys a CTA and the CTAs fit the SMs, else the
-    high-throughput one (64 heads a CTA, two CTAs at 128 heads);
-    ``computeCtaAndClusterConfig`` then splits each sequence's keys over
-    ``min(ceil(keys / 256), max(1, sms // ctas))`` CTAs, reducing 2-16 splits in a
-    cluster's shared memory (low-latency kernel) and more in global memory, and splits the
-    512-wide output over CTAs when the grid still leaves half the SMs idle."""
-    ll_ctas = batch * _cdiv(heads, 16)
-    ll_splits = min(_cdiv(keys, 256), max(1, sms // ll_ctas))
-    low = heads <= 32 or (_cdiv(keys, ll_splits) <= 1024 and ll_ctas <= sms)
-    two_cta = not low and heads == 128
-    per_cta = min(heads, 16 if low else 64)
-    grid = batch * (2 if two_cta else heads // per_cta)
-    splits = min(_cdiv(keys, 256), max(1, sms // grid))
-    reduction = "none" if splits <= 1 else "cga" if low and splits <= 16 else "gmem"
-    new_kernel = reduction != "gmem"
-    dim_split = not new_kernel and not two_cta and grid * splits * 2 <= sms
-    return ("low_latency" if low else "high_throughput", reduction, dim_split)
+def _launch_kind(batch: int, keys: int, heads: int, sms: int) -> tuple[bool, str, bool]:
+    """(low-latency kernel, split-KV reduction, head-dim split) of trtllm-gen's MLA
+    generation launch (``twin.costmodel.mla_features.trtllm_gen_launch``)."""
+    launch = trtllm_gen_launch(batch, keys, heads, sms)
+    return launch.low_latency, launch.reduction, launch.dim_split
 
 
 def _group(kernel: str) -> str:
@@ -157,7 +132,7 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
             for key, times in by_series.items():
                 h, b = key
                 xs = sorted(times)
-                launch = {x: trtllm_gen_launch(b, x, h, sms) for x in xs}
+                launch = {x: _launch_kind(b, x, h, sms) for x in xs}
                 for a, c in itertools.pairwise(xs):
                     if launch[a] != launch[c]:
                         switches |= {(key, a), (key, c)}

@@ -257,12 +257,14 @@ def test_a_shipped_fit_reproduces_its_table() -> None:
 def test_every_mla_family_has_a_formula() -> None:
     for key in fm.MLA_VARIANTS:
         f = fm.get_formula(key)
-        assert f.extras in (("tiles", "seq_keys"), ("weight_elems",))
+        decode = key.startswith("mla_decode")
+        launch = ("launch_ctas", "launch_waves") if decode else ()
+        assert f.extras in (("tiles", "seq_keys", *launch), ("weight_elems",))
         # the modules price their attention kernel after the GEMMs' smooth maximum
         module = key.startswith("mla_module")
         prefill = key.startswith("mla_prefill")
         serial = fm.MLA_MODULE_SERIAL if module else fm.MLA_PREFILL_SERIAL if prefill else ()
-        assert f.serial == serial
+        assert f.serial == (("kv_repeat", "partials", "critical_keys") if decode else serial)
         assert f.model_name.startswith("gemms_roofline+" if module else "roofline+")
     assert fm.mla_kernel("mla_module_decode", "fp8_block", "fp8") == (
         "mla_module_decode_fp8_block_fp8kv"
@@ -462,3 +464,142 @@ def test_the_prefill_kernel_prices_its_waves() -> None:
     assert waves == 4 and kernel == "mla_prefill"
     priced = CostModel(DSV3, prof0, tp=8, ep=8)._mla_prefill(f)[1]
     assert seconds - priced == pytest.approx(fit.params["c_waves"] * waves, rel=1e-9)
+
+
+def test_trtllm_gen_picks_its_mla_generation_launch() -> None:
+    """trtllm-gen's rule (flashinfer-python 0.6.1 ``fmhaKernels.cuh``) at known shapes on
+    the B200's 148 SMs."""
+    # 128 heads, one sequence: the low-latency kernel (8 CTAs of 16 heads); 4,096 keys
+    # split 16 ways (256 keys a CTA) and reduced in a cluster, 8,192 keys split over
+    # 148 // 8 = 18 CTAs, more than a cluster reduces: through global memory
+    a = mf.trtllm_gen_launch(1, 4096, 128, 148)
+    got = (a.low_latency, a.grid, a.splits, a.reduction, a.dim_split)
+    assert got == (True, 8, 16, "cga", False)
+    b = mf.trtllm_gen_launch(1, 8192, 128, 148)
+    assert (b.low_latency, b.splits, b.reduction) == (True, 18, "gmem")
+    assert a.kv_passes(1) == 8 and a.ctas == 128  # each head CTA reads every key
+    # a large batch at 128 heads: the high-throughput kernel on a pair of CTAs that
+    # share the keys; no split (256 CTAs already)
+    c = mf.trtllm_gen_launch(128, 8192, 128, 148)
+    assert (c.low_latency, c.two_cta, c.grid, c.splits, c.reduction) == (
+        False, True, 256, 1, "none"
+    )  # fmt: skip
+    assert c.kv_passes(128) == 1
+    # 32 heads always run the low-latency kernel: two CTAs a sequence
+    d = mf.trtllm_gen_launch(64, 65536, 32, 148)
+    assert (d.low_latency, d.grid, d.splits, d.kv_passes(64)) == (True, 128, 1, 2)
+    # 64 heads, 4 sequences of 65,536 keys: 256 keys a CTA leave 2,048 keys a low-latency
+    # CTA: the high-throughput kernel, 37 splits, reduced in global memory with the
+    # output split over two CTAs (4 x 37 x 2 = 296 CTAs > 148: not split)
+    e = mf.trtllm_gen_launch(4, 65536, 64, 148)
+    assert (e.low_latency, e.grid, e.splits, e.reduction, e.dim_split) == (
+        False, 4, 37, "gmem", False
+    )  # fmt: skip
+    f = mf.trtllm_gen_launch(1, 65536, 64, 148)
+    assert (f.splits, f.reduction, f.dim_split, f.kv_passes(1)) == (148, "gmem", False, 1)
+
+
+def test_decode_launch_features_follow_the_rule() -> None:
+    d = dims(32)
+    tg = mf.decode_rule("b200", "trtllm_mla", 2)
+    assert tg == "trtllm_gen" == mf.decode_rule("gb300", "default", 1)
+    # B200, 32 sequences of 4,096 keys at 32 heads: two CTAs a sequence (64), each key
+    # read twice: one extra pass over the latent; split 148 // 64 = 2 ways, in a cluster
+    ctas, waves, repeat, partials, critical = mf.mla_decode_launch(tg, 32, 32 * 4096, 1, d, 2, 148)
+    assert (ctas, waves, critical) == (128, 1, 0)
+    assert repeat == 2 * 576 * 32 * 4096 and partials == 0
+    # fp8 KV: the re-read bytes at one byte a latent element
+    assert mf.mla_decode_launch(tg, 32, 32 * 4096, 1, d, 1, 148)[2] == repeat / 2
+    # a global-memory reduction writes each split's partial output: 1 x 64 x 148 x 512
+    got = mf.mla_decode_launch(tg, 1, 65536, 1, dims(64), 2, 148)
+    assert got == (148, 1, 0.0, 64 * 148 * 512, 0.0)
+    # an MTP step's query tokens ride with the heads: 16 heads x 2 tokens = 32 rows
+    assert mf.mla_decode_launch(tg, 8, 8 * 4096, 2, dims(16), 2, 148) == (
+        mf.mla_decode_launch(tg, 8, 8 * 4096, 1, dims(32), 2, 148)
+    )
+    # no rule read for the SM120 RTX PRO 6000's kernels, TensorRT-LLM's on Hopper, nor
+    # FA3 over an fp8 cache
+    assert mf.decode_rule("rtx-pro-6000", "default", 2) is None
+    assert mf.decode_rule("h200", "default", 2) is None
+    assert mf.decode_rule("h200", "flash_attention", 1) is None
+    assert mf.mla_decode_launch(None, 32, 32 * 4096, 1, d, 2, 132) == mf.NO_LAUNCH
+
+
+def test_fa3_splits_a_small_batch_to_fill_the_sms() -> None:
+    """FlashAttention-3's ``num_splits_heuristic`` (Dao-AILab/flash-attention
+    ``hopper/heuristics.h``) on the H200's 132 SMs, 64 x 64 tiles."""
+    # 132 m-blocks fill the SMs: no split; <= 4 key blocks: no split
+    assert mf.fa3_num_splits(132, 132, 1024, 1, 0) == 1
+    assert mf.fa3_num_splits(1, 132, 4, 1, 0) == 1
+    # one m-block, 1,024 key blocks: at most 128 splits (0.97 of a wave); the fewest at
+    # >= 85% of that: 109 (0.826)
+    assert mf.fa3_num_splits(1, 132, 1024, 1, 0) == 109
+    # 40 m-blocks: 33 splits make 10 whole waves; 3 splits (120 CTAs, 0.91) the fewest
+    # at >= 85% of that, 2 is 0.61
+    assert mf.fa3_num_splits(40, 132, 1024, 1, 0) == 3
+    fa3 = mf.decode_rule("h200", "flash_attention", 2)
+    assert fa3 == "fa3"
+    # 128 heads, 4 sequences of 65,536 keys: two 64-row blocks a sequence (8 m-blocks),
+    # 15 splits (120 CTAs); the second block reads every key again; the combine reduces
+    # 15 partials of each head's 512-wide output; a split's keys: ceil(1024 / 15) x 64
+    assert mf.fa3_num_splits(8, 132, 1024, 2, 65536 * 1152) == 15
+    got = mf.mla_decode_launch(fa3, 4, 4 * 65536, 1, dims(128), 2, 132)
+    assert got == (120, 1, 1152.0 * 4 * 65536, 4 * 128 * 15 * 512, 69 * 64)
+
+
+def test_the_reader_gives_blackwell_decode_rows_their_launch(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = {"framework": "SGLang", "version": "0.5.14", "device": "NVIDIA B200"}
+    rows = [
+        {**base, "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "num_heads": 32,
+         "batch_size": 32, "isl": 1, "tp_size": 4, "step": 4095, "latency": 0.05,
+         "kernel_source": "trtllm_mla"}
+    ]  # fmt: skip
+    for system_name, source in (("b200_sxm", "trtllm_mla"), ("h200_sxm", "flash_attention")):
+        folder = tmp_path / system_name / "mla" / "sglang" / "0.5.14"
+        folder.mkdir(parents=True)
+        mine = [{**r, "kernel_source": source} for r in rows]
+        pq.write_table(pa.Table.from_pylist(mine), folder / "generation_mla_perf.parquet")
+    (fam,) = aic_mla.kernel_rows(tmp_path / "b200_sxm", "sglang")
+    row = fam.rows[0]
+    want = mf.mla_decode_launch("trtllm_gen", 32, 32 * 4096, 1, aic_mla.dims(32), 2, 148)
+    got = tuple(row[x] for x in (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL))
+    assert got == want and want[2] > 0
+    # the same row on an H200 timing FA3: its rule; another kernel source: none
+    (fam,) = aic_mla.kernel_rows(tmp_path / "h200_sxm", "sglang")
+    got = tuple(fam.rows[0][x] for x in (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL))
+    assert got == mf.mla_decode_launch("fa3", 32, 32 * 4096, 1, aic_mla.dims(32), 2, 132)
+    assert got[-1] > 0
+
+
+def test_an_old_decode_fit_reads_with_zero_launch_terms() -> None:
+    """A ``roofline+tiles+seq_keys`` decode fit (those without a rule still) loads with
+    zero launch coefficients: the same prices as before the launch features."""
+    fit = load_profile("h200", "trtllm").kernels["mla_decode"]
+    assert fit.model == fm.get_formula("mla_decode").model_name
+    assert all(fit.params[f"c_{x}"] == 0 for x in (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL))
+
+
+def test_the_decode_kernel_prices_its_launch() -> None:
+    """B200 SGLang, DeepSeek-V3 on 4 GPUs (32 heads: trtllm-gen's low-latency kernel, two
+    CTAs a sequence): the ``mla_decode`` fit's launch coefficients price the step; zero
+    ``c_kv_repeat`` and the step's MLA decode drops by exactly ``c_kv_repeat x`` the
+    re-read bytes."""
+    prof = load_profile("b200", "sglang")
+    cm = CostModel(DSV3, prof, tp=4, ep=4)
+    key = cm.priced.keys["mla_decode"]
+    fit = prof.kernels[key]
+    assert cm.mla_modes[1] == "kernels" and fit.params["c_kv_repeat"] > 0
+    kv_e = cm.priced.mla_kv_elem_bytes[1]
+    parts = dict((k, v) for _, k, v in cm._mla_decode(32, 32 * 4097))
+    broken = dataclasses.replace(fit, params={**fit.params, "c_kv_repeat": 0.0})
+    prof0 = dataclasses.replace(prof, kernels={**prof.kernels, key: broken})
+    cm0 = CostModel(DSV3, prof0, tp=4, ep=4)
+    parts0 = dict((k, v) for _, k, v in cm0._mla_decode(32, 32 * 4097))
+    repeat = mf.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, dims(32), kv_e, 148)[2]
+    assert repeat == kv_e * 576 * 32 * 4097
+    assert parts["mla_decode"] - parts0["mla_decode"] == pytest.approx(
+        fit.params["c_kv_repeat"] * repeat, rel=1e-9
+    )

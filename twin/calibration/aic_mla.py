@@ -56,7 +56,9 @@ from twin.calibration.aic_tables import (
 from twin.costmodel import formulas as fm
 from twin.costmodel.mla_features import (
     MlaDims,
+    decode_rule,
     mla_bmm_sums,
+    mla_decode_launch,
     mla_decode_sums,
     mla_module_decode_sums,
     mla_module_prefill_sums,
@@ -88,17 +90,24 @@ def operand_bytes(fmt_name: str) -> tuple[float, float]:
     return px.gemm_operand_bytes(px.WEIGHT_FORMATS[fmt_name], ELEM_BYTES)
 
 
+def system_gpu(system: Path) -> str | None:
+    """The twin GPU whose tables are under ``system`` (``systems/data/<system>``)."""
+    return next((g for g, d in SYSTEMS.items() if d == system.name), None)
+
+
 def system_sms(system: Path) -> int:
     """The SM count (``twin.hardware.SM_COUNTS``) of the GPU whose tables are under
     ``system`` (``systems/data/<system>``)."""
-    gpu = next((g for g, d in SYSTEMS.items() if d == system.name), None)
+    gpu = system_gpu(system)
     sms = get_gpu(gpu).sm_count if gpu is not None else None
     if sms is None:
         raise TwinError(f"{system}: no SM count for this GPU (twin.hardware.SM_COUNTS)")
     return sms
 
 
-def _kernel_row(kernel: str, r: dict[str, Any], phase: str, kv_e: int, sms: int) -> dict[str, Any]:
+def _kernel_row(
+    kernel: str, r: dict[str, Any], phase: str, kv_e: int, sms: int, gpu: str
+) -> dict[str, Any]:
     b, h = int(r["batch_size"]), int(r["num_heads"])
     dm = dims(h)
     if phase == "prefill":
@@ -112,7 +121,10 @@ def _kernel_row(kernel: str, r: dict[str, Any], phase: str, kv_e: int, sms: int)
         keys = int(r["step"]) + 1  # the cached tokens and the new one
         flops, nbytes, tiles, seq = mla_decode_sums(b, b * keys, dm, ELEM_BYTES, kv_e)
         shape = {"b": b, "c": keys - 1, "h": h}
-        extras = {"tiles": tiles, "seq_keys": seq}
+        rule = decode_rule(gpu, str(r.get("kernel_source", "")), kv_e)
+        launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, sms)
+        names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
+        extras = {"tiles": tiles, "seq_keys": seq, **dict(zip(names, launch, strict=True))}
     return _row(kernel, (flops, nbytes, extras), r["latency"], shape)
 
 
@@ -180,10 +192,11 @@ def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[F
             kernel = f"mla_{phase}{kv}"
             kv_e = px.KV_FP8_BYTES if dtype == "fp8" else ELEM_BYTES
             sms = sms or system_sms(system)
+            gpu = system_gpu(system) or ""
             out = []
             for i, r in enumerate(mine):
                 _require(r, _KERNEL_COLUMNS, table, i)
-                out.append(_kernel_row(kernel, r, phase, kv_e, sms))
+                out.append(_kernel_row(kernel, r, phase, kv_e, sms, gpu))
             families.append(_family(kernel, table, mine, _sources(mine), out))
     return families
 
@@ -346,6 +359,7 @@ __all__ = [
     "kernel_rows",
     "mla_rows",
     "module_rows",
+    "system_gpu",
     "system_sms",
     "wideep_rows",
     "wideep_version",

@@ -149,6 +149,14 @@ MLA_MODULE_SERIAL = ("attn_kv_bytes", "attn_flops")
 # The prefill attention kernel's serial feature: its waves of CTAs over the SMs
 # (``mla_features.mla_prefill_waves``), each about one CTA's time.
 MLA_PREFILL_SERIAL = ("waves",)
+# The decode attention kernel's launch features (``mla_features.mla_decode_launch``, the
+# split-KV rule of the kernel the table times): its CTAs and their waves on the compute
+# side, the keys re-read by a sequence's other CTAs, the split reduction's partial
+# outputs and the critical path's keys after the smooth maximum. Zero without a rule; a
+# fit of the older ``roofline+tiles+seq_keys`` form reads with zero coefficients: the
+# same prices.
+MLA_DECODE_LAUNCH = ("launch_ctas", "launch_waves")
+MLA_DECODE_SERIAL = ("kv_repeat", "partials", "critical_keys")
 MLA_MODULE_BASE = "gemms_roofline"
 
 
@@ -319,13 +327,14 @@ FORMULAS: dict[str, KernelFormula] = {
                 mla_kernel(f"mla_{phase}", kv=kv),
                 "mem_bw",
                 True,
-                ("tiles", "seq_keys"),
+                ("tiles", "seq_keys", *launch),
                 f"MLA attention kernel, {doc} ({kv} KV)",
                 serial=serial,
             )
-            for phase, serial, doc in (
+            for phase, launch, serial, doc in (
                 (
                     "prefill",
+                    (),
                     MLA_PREFILL_SERIAL,
                     "prompts in the decompressed form (per-head K/V, nope + rope); "
                     "waves: the CTAs' waves over the SMs after the smooth maximum "
@@ -333,9 +342,12 @@ FORMULAS: dict[str, KernelFormula] = {
                 ),
                 (
                     "decode",
-                    (),
+                    MLA_DECODE_LAUNCH,
+                    MLA_DECODE_SERIAL,
                     "one query per sequence in the absorbed form (over the latent); "
-                    "seq_keys: the keys of one sequence, its split-KV critical path",
+                    "seq_keys: the keys of one sequence, its split-KV critical path; "
+                    "the launch's CTAs, waves, re-read keys and split partials "
+                    "(``mla_features.mla_decode_launch``)",
                 ),
             )
             for kv in MLA_KV
@@ -468,6 +480,8 @@ __all__ = [
     "FORMULAS",
     "KERNELS",
     "MLA_BMM_MODES",
+    "MLA_DECODE_LAUNCH",
+    "MLA_DECODE_SERIAL",
     "MLA_KV",
     "MLA_MODULE_BASE",
     "MLA_MODULE_GEMMS",

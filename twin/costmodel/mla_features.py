@@ -98,6 +98,191 @@ def decode_head_tiles(heads: int) -> int:
     return -(-heads // MLA_DECODE_HEAD_TILE)
 
 
+# GPUs whose MLA decode kernels are trtllm-gen's MLA generation kernels: SGLang's
+# ``trtllm_mla`` backend and TensorRT-LLM's attention on the SM100-family Blackwell parts
+# (NVIDIA's decode tables on these GPUs: SGLang 0.5.14 ``kernel_source`` trtllm_mla,
+# TensorRT-LLM 1.3.0rc20 ``default``). The RTX PRO 6000 (SM120) runs other kernels.
+TRTLLM_GEN_GPUS = frozenset({"b200", "b300", "gb200", "gb300"})
+# trtllm-gen's MLA generation constants (flashinfer-python 0.6.1
+# ``include/flashinfer/trtllm/fmha/fmhaKernels.cuh``, ported from TensorRT-LLM's
+# trtllm-gen FMHA runner): the low-latency kernel's query heads a CTA
+# (``SwapsMmaAbForGeneration``), the high-throughput kernel's, the fewest keys one CTA of a
+# split takes, the keys a CTA of the low-latency kernel may be left with, the most splits
+# reduced in a cluster's shared memory (more go through global memory).
+TRTLLM_GEN_LL_HEADS = 16
+TRTLLM_GEN_HT_HEADS = 64
+TRTLLM_GEN_KEYS_PER_CTA = 256
+TRTLLM_GEN_LL_MAX_KEYS = 1024
+TRTLLM_GEN_CGA_SPLITS = 16
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class MlaGenLaunch(NamedTuple):
+    """One trtllm-gen MLA generation launch (:func:`trtllm_gen_launch`)."""
+
+    low_latency: bool  # the 16-heads-a-CTA kernel (else 64 heads a CTA)
+    two_cta: bool  # 128 heads on a pair of CTAs that share the keys they load
+    grid: int  # CTAs before the KV split: sequences x head CTAs
+    splits: int  # CTAs each sequence's keys are split over
+    reduction: str  # the splits' partial outputs reduced: "none", "cga" or "gmem"
+    dim_split: bool  # the 512-wide output split over two CTAs (each reads the keys)
+
+    @property
+    def ctas(self) -> int:
+        """CTAs launched."""
+        return self.grid * self.splits * (2 if self.dim_split else 1)
+
+    def kv_passes(self, batch: int) -> int:
+        """How many CTAs read each key of a sequence: its head CTAs (one for a pair that
+        shares them), twice where the output is split."""
+        heads = 1 if self.two_cta else self.grid // batch
+        return heads * (2 if self.dim_split else 1)
+
+
+def trtllm_gen_launch(batch: int, keys: int, heads: int, sms: int) -> MlaGenLaunch:
+    """trtllm-gen's MLA generation launch for ``batch`` sequences of ``keys`` keys with
+    ``heads`` query rows each, as its runner picks it (``fmhaKernels.cuh``, see
+    ``TRTLLM_GEN_GPUS``): ``selectMlaGenerationKernel`` runs the low-latency kernel at
+    <= 32 heads, or when a sequence's keys split at 256 a CTA leave <= 1,024 keys a CTA
+    and its CTAs fit the SMs; else the high-throughput one (two CTAs at 128 heads);
+    ``computeCtaAndClusterConfig`` splits each sequence's keys over
+    ``min(ceil(keys / 256), max(1, sms // grid))`` CTAs, reducing 2-16 splits in a
+    cluster's shared memory (low-latency kernel) and more in global memory, and splits the
+    512-wide output over two CTAs when a global-memory reduction still leaves half the SMs
+    idle."""
+    ll_grid = batch * _cdiv(heads, TRTLLM_GEN_LL_HEADS)
+    ll_splits = min(_cdiv(keys, TRTLLM_GEN_KEYS_PER_CTA), max(1, sms // ll_grid))
+    low = heads <= 2 * TRTLLM_GEN_LL_HEADS or (
+        _cdiv(keys, ll_splits) <= TRTLLM_GEN_LL_MAX_KEYS and ll_grid <= sms
+    )
+    two_cta = not low and heads == 2 * TRTLLM_GEN_HT_HEADS
+    per_cta = TRTLLM_GEN_LL_HEADS if low else TRTLLM_GEN_HT_HEADS
+    grid = batch * (2 if two_cta else _cdiv(heads, per_cta))
+    splits = min(_cdiv(keys, TRTLLM_GEN_KEYS_PER_CTA), max(1, sms // grid))
+    if splits <= 1:
+        reduction = "none"
+    elif low and splits <= TRTLLM_GEN_CGA_SPLITS:
+        reduction = "cga"
+    else:
+        reduction = "gmem"
+    dim_split = reduction == "gmem" and not two_cta and grid * splits * 2 <= sms
+    return MlaGenLaunch(low, two_cta, grid, splits, reduction, dim_split)
+
+
+# FlashAttention-3, the kernel SGLang's ``fa3`` backend runs MLA decode with on Hopper
+# (NVIDIA's H100 / H200 decode tables: SGLang 0.5.14 ``kernel_source`` flash_attention),
+# over a bf16 cache: the latent's RoPE part as the head dim (64) and the latent as the value
+# dim (512), one KV head. Read in Dao-AILab/flash-attention ``hopper/`` (commits 07602adc,
+# 13d0fd9c): ``tile_size_fwd_sm90`` gives 64 x 64 tiles (query rows x keys) at head dim 64,
+# value dim 512, 2-byte elements; ``flash_api.cpp`` ``get_num_splits`` packs the query heads
+# into the query rows (``seqlen_q * h / h_k``) and passes ``heuristics.h``
+# ``num_splits_heuristic`` the m-blocks of the batch, the SMs, the key blocks and at most
+# 128 splits: no split once the m-blocks fill 80% of the SMs (unless one KV head exceeds
+# a 50 MiB L2 and the m-blocks are twice the SMs) or at <= 4 key blocks; else the fewest
+# splits whose wave efficiency is >= 85% of the best. The split outputs are reduced by a
+# combine kernel (``run_mha_fwd_combine``).
+FA3_BLOCK_M = 64
+FA3_BLOCK_N = 64
+FA3_MAX_SPLITS = 128
+FA3_L2_BYTES = 50 * 1024 * 1024
+
+
+def fa3_num_splits(
+    m_blocks_total: int, sms: int, n_blocks: int, m_blocks: int, kv_head: int
+) -> int:
+    """FlashAttention-3's split count (``num_splits_heuristic``, see ``FA3_BLOCK_M``):
+    ``m_blocks_total`` the batch's query-row blocks, ``n_blocks`` a sequence's key
+    blocks, ``m_blocks`` a sequence's query-row blocks, ``kv_head`` one KV head's bytes."""
+    if m_blocks_total >= 0.8 * sms:
+        if kv_head > FA3_L2_BYTES and m_blocks >= 2 * sms:
+            return min(_cdiv(kv_head, FA3_L2_BYTES), FA3_MAX_SPLITS)
+        return 1
+    if n_blocks <= 4:
+        return 1
+    most = min(FA3_MAX_SPLITS, sms, n_blocks)
+    eff = []
+    for splits in range(1, most + 1):
+        waves = m_blocks_total * splits / sms
+        eff.append(waves / -(-waves // 1))
+    best = max(eff)
+    return next(i + 1 for i, x in enumerate(eff) if x >= 0.85 * best)
+
+
+# The decode kernel's launch features (``formulas``: ``mla_decode``'s last five): its
+# CTAs and their waves over the SMs (compute side: a CTA's fixed work), then after the
+# smooth maximum the key bytes read again by a sequence's other CTAs, the split partial
+# outputs' elements a reduction writes and reads, and the keys one SM streams along the
+# launch's critical path (FA3's: a split's keys times the waves).
+LaunchSums = tuple[float, float, float, float, float]
+NO_LAUNCH: LaunchSums = (0.0, 0.0, 0.0, 0.0, 0.0)
+# The rules read: trtllm-gen's MLA generation kernels, FlashAttention-3.
+DECODE_RULES = ("trtllm_gen", "fa3")
+FA3_GPUS = frozenset({"h100", "h200"})
+
+
+def decode_rule(gpu: str, kernel_source: str, kv_e: int) -> str | None:
+    """The split rule of the MLA decode kernel a table (or the fit made from it) times:
+    trtllm-gen on ``TRTLLM_GEN_GPUS`` (SGLang's ``trtllm_mla``, TensorRT-LLM's
+    ``default``), FlashAttention-3 over a bf16 cache on Hopper (``flash_attention``; its
+    fp8 path has no 64 / 512 kernel, ``flash_api.cpp`` instantiates that pair for 16-bit
+    elements only); None for the rest (no rule read: the fit prices the 64-head blocks
+    alone, ``tiles``)."""
+    if gpu in TRTLLM_GEN_GPUS and kernel_source in ("trtllm_mla", "default"):
+        return "trtllm_gen"
+    if gpu in FA3_GPUS and kernel_source == "flash_attention" and kv_e == 2:
+        return "fa3"
+    return None
+
+
+def mla_decode_launch(
+    rule: str | None,
+    sequences: int,
+    kv_rows: int,
+    width: int,
+    dims: MlaDims,
+    kv_e: int,
+    sms: int,
+) -> LaunchSums:
+    """The decode kernel's launch features (``LaunchSums``) under ``rule``
+    (:func:`decode_rule`) for ``sequences`` sequences reading ``kv_rows`` latent rows in
+    all (each at their mean, ``ceil(kv_rows / sequences)``) with ``width`` query tokens a
+    sequence, riding with its heads as more query rows (as the absorbed form packs them);
+    zeros without a rule.
+
+    trtllm-gen (:func:`trtllm_gen_launch`): its CTAs, waves, the keys its other head
+    CTAs read again, a global-memory reduction's partials (no critical-path term: it
+    measured no better). NVIDIA's decode tables show each (``aiconfigurator-core``
+    0.12.0, B200 TensorRT-LLM 1.3.0rc20, bf16 KV): at 32 heads (the low-latency kernel,
+    two CTAs a sequence, each reading every key) a long context takes longer than at 64
+    heads (one high-throughput CTA); a fit without these features missed those series by
+    30% and the small-batch 64- and 128-head rows the low-latency kernel takes by 20-50%.
+    FlashAttention-3 (:func:`fa3_num_splits`): one CTA per sequence, 64 query rows and
+    split; each further 64-row block reads the keys again; a split's keys times the
+    waves."""
+    if rule is None or sequences <= 0 or not sms:
+        return NO_LAUNCH
+    seqs = int(sequences)
+    keys = max(1, _cdiv(int(kv_rows), seqs))
+    rows = dims.heads * width
+    latent = kv_e * float(dims.kv_lora + dims.rope)
+    if rule == "trtllm_gen":
+        launch = trtllm_gen_launch(seqs, keys, rows, sms)
+        ctas, splits, passes = launch.ctas, launch.splits, launch.kv_passes(seqs)
+        gmem, critical = launch.reduction == "gmem", 0.0
+    else:
+        m_blocks = _cdiv(rows, FA3_BLOCK_M)
+        n_blocks = _cdiv(keys, FA3_BLOCK_N)
+        splits = fa3_num_splits(seqs * m_blocks, sms, n_blocks, m_blocks, int(keys * latent))
+        ctas, passes, gmem = seqs * m_blocks * splits, m_blocks, splits > 1
+        critical = float(_cdiv(n_blocks, splits) * FA3_BLOCK_N * _cdiv(ctas, sms))
+    repeat = latent * kv_rows * (passes - 1)
+    partials = float(seqs * rows * splits * dims.kv_lora) if gmem else 0.0
+    return float(ctas), float(_cdiv(ctas, sms)), repeat, partials, critical
+
+
 def mla_decode_sums(
     batch: Sums, keys: Sums, dims: MlaDims, e: int, kv_e: int
 ) -> tuple[Sums, Sums, Sums, Sums]:
@@ -271,13 +456,22 @@ def mla_module_absorbed_sums(
 
 
 __all__ = [
+    "DECODE_RULES",
+    "FA3_GPUS",
     "MLA_DECODE_HEAD_TILE",
     "MLA_PREFILL_TILE_Q",
+    "NO_LAUNCH",
+    "TRTLLM_GEN_GPUS",
+    "LaunchSums",
     "MlaDims",
+    "MlaGenLaunch",
     "ModuleSums",
     "decode_head_tiles",
+    "decode_rule",
+    "fa3_num_splits",
     "mla_absorbed_sums",
     "mla_bmm_sums",
+    "mla_decode_launch",
     "mla_decode_sums",
     "mla_module_absorbed_sums",
     "mla_module_decode_sums",
@@ -286,4 +480,5 @@ __all__ = [
     "mla_prefill_waves",
     "mla_projection_sums",
     "module_attention_split",
+    "trtllm_gen_launch",
 ]

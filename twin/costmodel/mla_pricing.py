@@ -51,6 +51,7 @@ class MlaPricing(ShardShapes):
     mla_mode: str | None  # "module", or "<prefill>/<decode>" of "kernels" and "gqa"
     mla_modes: tuple[str, str]  # (prefill, decode): "module", "kernels" or "gqa"
     mla_dims: mf.MlaDims
+    _mla_rule: str | None
 
     def _setup_mla(self) -> None:
         """The MLA fits this model takes (``precision_kernels.priced_precision`` chose the
@@ -78,6 +79,14 @@ class MlaPricing(ShardShapes):
             key = keys.get(family)
             if key is not None:
                 self._mla[family] = lat.compile_fast(key, prof.kernels[key].params, prof.peaks)
+        # The decode kernel's split rule, from the kernel its fit's table timed
+        # (``mla_features.decode_rule``).
+        self._mla_rule = None
+        decode = keys.get("mla_decode")
+        if decode is not None:
+            source = str(prof.kernels[decode].provenance.get("kernel_source", ""))
+            kv_e = self.priced.mla_kv_elem_bytes[1]
+            self._mla_rule = mf.decode_rule(prof.gpu, source, kv_e)
         if "mla_module_prefill" in self._mla:
             self.mla_modes = ("module", "module")
         else:
@@ -183,7 +192,9 @@ class MlaPricing(ShardShapes):
         post = bmm(*mf.mla_bmm_sums(rows, d.heads, d.kv_lora, d.v, e, act_b, w_b))
         if mode == "kernels":
             sums = mf.mla_absorbed_sums(batch, rows, keys, kv, width, d, e, kv_e)
-            attn = self._mla["mla_decode"](*sums)
+            sms = self._mla_sms or 0
+            launch = mf.mla_decode_launch(self._mla_rule, batch, kv, width, d, kv_e, sms)
+            attn = self._mla["mla_decode"](*sums, *launch)
             kernel = "mla_decode"
         else:
             # GQA stand-in: one KV head of half the latent width (2 x width bytes per key:
