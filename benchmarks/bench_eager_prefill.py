@@ -22,7 +22,12 @@ host time. ``--rule batch-wait``: instead of the floor, TensorRT-LLM's batch wai
 (``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``) where a row's script sets
 it (InferenceMAX's Llama-3.1-70B 1k/1k scripts below 8 GPUs), with and without.
 ``--aic-from``: aiconfigurator's estimate of the same rows from an earlier
-``bench_silicon.py`` run's ``predictions.csv``, for the comparison.
+``bench_silicon.py`` run's ``predictions.csv``, for the comparison. ``--grid-us 0,25,50``:
+the fit of the host time per launch (fit split only): each sampled fit row predicted at
+each value, the mean TTFT / TPOT APE per GPU and value, and the least-TTFT value per GPU:
+
+    python benchmarks/bench_eager_prefill.py --backend trtllm --per-split 40 \\
+        --grid-us 0,25,50,75,100,140 --out benchmarks/results/trtllm-eager-grid
 """
 
 from __future__ import annotations
@@ -113,6 +118,59 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _fit_grid(plans: list[sil.RowPlan], grid_us: list[float], out: Path) -> int:
+    """Predict each fit row at each host time per launch in ``grid_us`` (the launches of
+    its model, :func:`sil.eager_launches`); write ``OUT/grid.csv`` and ``OUT.json`` (mean
+    TTFT / TPOT APE per GPU and host time, and the least-TTFT one per GPU)."""
+    records: list[dict[str, Any]] = []
+    for i, plan in enumerate(plans):
+        launches = sil.eager_launches(plan.model)
+        for us in grid_us:
+            dep = {k: v for k, v in plan.deployment.items() if k != "eager_prefill_s"}
+            if us > 0:
+                dep["eager_prefill_s"] = us * 1e-6 * launches
+            got = predict(dataclasses.replace(plan, deployment=dep))
+            rec = {"id": plan.row.id, "gpu": plan.gpu, "us_per_launch": us}
+            for metric, measured in (("ttft", plan.row.ttft_ms), ("tpot", plan.row.tpot_ms)):
+                rec[f"twin_{metric}_ms"] = got.get(f"twin_{metric}_ms")
+                rec[f"{metric}_ape"] = _ape(got.get(f"twin_{metric}_ms"), measured)
+            records.append(rec)
+        print(f"  {i + 1}/{len(plans)}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "grid.csv").open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(records[0]) if records else ["id"])
+        writer.writeheader()
+        writer.writerows(records)
+    # rows with a prediction at every grid point only, so each mean is over the same rows
+    complete = {
+        r["id"]
+        for r in records
+        if all(x["ttft_ape"] is not None for x in records if x["id"] == r["id"])
+    }
+    by_gpu: dict[str, dict[str, Any]] = {}
+    for gpu in sorted({r["gpu"] for r in records}):
+        means = {}
+        for us in grid_us:
+            sel = [r for r in records if r["gpu"] == gpu and r["us_per_launch"] == us]
+            sel = [r for r in sel if r["id"] in complete]
+            means[f"{us:g}"] = {
+                "rows": len(sel),
+                "ttft_mape": round(statistics.fmean(r["ttft_ape"] for r in sel), 1),
+                "tpot_mape": round(statistics.fmean(r["tpot_ape"] for r in sel), 1),
+            }
+        best = min(means, key=lambda k: means[k]["ttft_mape"])
+        by_gpu[gpu] = {"by_us_per_launch": means, "least_ttft_us": float(best)}
+    summary = {
+        "benchmark": "eager_prefill_grid",
+        "command": "python benchmarks/bench_eager_prefill.py " + " ".join(sys.argv[1:]),
+        "split": sil.FIT,
+        "by_gpu": by_gpu,
+    }
+    (out.parent / f"{out.name}.json").write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
+    print(json.dumps(by_gpu, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-split", type=int, default=40, help="rows per split (fit, held out)")
@@ -121,9 +179,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("sglang", "trtllm"), default="sglang")
     parser.add_argument("--rule", choices=("eager", "batch-wait"), default="eager")
     parser.add_argument("--aic-from", type=Path, default=None, help="a predictions.csv")
+    parser.add_argument(
+        "--grid-us",
+        default=None,
+        help="fit the host time per launch: predict the fit split's sampled rows at each of "
+        "these microseconds a launch (comma list) and print the least mean TTFT APE per GPU",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     plans = _sample(args.per_split, args.max_clients, args.backend, args.rule)
+    if args.grid_us is not None:
+        grid = [float(x) for x in args.grid_us.split(",")]
+        return _fit_grid([p for p in plans if p.row.split == sil.FIT], grid, args.out)
     aic = _aic(args.aic_from)
     print(f"{len(plans)} rows", flush=True)
     rows: list[dict[str, Any]] = []

@@ -594,11 +594,13 @@ SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 60e-6, "b200": 75e-6, "b300":
 # configurations, by script version), the floor still applies: the script's version at
 # the rows' commit is not known here.
 # The fit: 10 fit rows of DeepSeek-R1/V3 and 10 of gpt-oss-120b per GPU (InferenceMAX, at
-# most 64 clients, no attention DP, one per measurement), each predicted at 0, 50, 90 and
-# 140 us a launch and interpolated; least mean TTFT APE per GPU: B200 50 us (46.6% ->
-# 26.9%; DeepSeek alone would take 60-70 us, gpt-oss 50), H200 140 us, the grid's edge
-# (67.2% -> 28.2%; DeepSeek alone wants more, gpt-oss 120 us).
-TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 50e-6, "h200": 140e-6}
+# most 64 clients, no attention DP, one per measurement), each predicted at 0, 25, 50, 75,
+# 100 and 140 us a launch, the host time in series with the kernels
+# (``EagerPrefillPricer``); least mean TTFT APE per GPU: B200 25 us (46.6% -> 22.1%;
+# DeepSeek alone 25-50 us, gpt-oss 25), H200 100 us (67.2% -> 27.2%; DeepSeek alone 100,
+# gpt-oss 75-100) (docs/decisions.md, "Issue 31, step: TensorRT-LLM's host time per launch
+# refitted in series").
+TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "h200": 100e-6}
 
 
 def eager_launches(model: ModelSpec) -> int:
