@@ -593,14 +593,15 @@ SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 60e-6, "b200": 75e-6, "b300":
 # Where an InferenceMAX script turns the piecewise context graphs on (some DeepSeek
 # configurations, by script version), the floor still applies: the script's version at
 # the rows' commit is not known here.
-# The fit: 10 fit rows of DeepSeek-R1/V3 and 10 of gpt-oss-120b per GPU (InferenceMAX, at
-# most 64 clients, no attention DP, one per measurement), each predicted at 0, 25, 50, 75,
-# 100 and 140 us a launch, the host time in series with the kernels
-# (``EagerPrefillPricer``); least mean TTFT APE per GPU: B200 25 us (46.6% -> 22.1%;
-# DeepSeek alone 25-50 us, gpt-oss 25), H200 100 us (67.2% -> 27.2%; DeepSeek alone 100,
-# gpt-oss 75-100) (docs/decisions.md, "Issue 31, step: TensorRT-LLM's host time per launch
-# refitted in series").
-TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "h200": 100e-6}
+# The fit (fit split only): `python benchmarks/bench_eager_prefill.py --backend trtllm
+# --per-split 40 --grid-us 0,25,50,75,100,140` (40 fit rows spread over the TensorRT-LLM
+# MoE rows the rule applies to, at most 64 clients: 23 on B200, 17 on H200), the host time
+# in series with the kernels (``EagerPrefillPricer``); the value of least TTFT + TPOT MAPE
+# per GPU, since the host time also stalls the decodes batched with a prefill: B200 50 us
+# (TTFT / TPOT 54.7 / 15.9% -> 24.4 / 23.1%; least TTFT alone also 50), H200 75 us (56.5 /
+# 9.5% -> 24.1 / 20.3%; least TTFT alone 100 us, 22.3 / 24.6%)
+# (docs/decisions.md, "Issue 31, step: TensorRT-LLM's host time per launch refitted in series").
+TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 50e-6, "h200": 75e-6}
 
 
 def eager_launches(model: ModelSpec) -> int:
