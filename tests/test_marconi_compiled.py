@@ -324,19 +324,3 @@ def test_declared_prompt_modules_are_ignored_as_the_python_cache_ignores_them(na
     assert fast.per_request is not None and slow.per_request is not None
     for key, values in fast.per_request.items():
         assert np.array_equal(values, slow.per_request[key])
-
-
-def test_the_walk_counts_agreeing_tokens_in_blocks_as_one_by_one():
-    """``kernel._agree`` (blocks of 16 compared without a branch, then one by one) counts
-    the tokens before the first difference, wherever it falls: before, inside, at the
-    edge of or after a block, or nowhere; at any offsets into either array."""
-    rng = np.random.default_rng(0)
-    a = rng.integers(-(2**31), 2**31, 100, dtype=np.int64).astype(np.int32)
-    for i, j in ((0, 0), (3, 0), (0, 5), (17, 2)):
-        for n in range(0, 60):
-            b = np.r_[np.zeros(j, np.int32), a[i : i + n], np.zeros(5, np.int32)].astype(np.int32)
-            assert kernel._agree(a, i, b, j, n) == n
-            for d in range(n):
-                c = b.copy()
-                c[j + d] ^= np.array(1 << (d % 32), np.uint32).view(np.int32)  # sign bit too
-                assert kernel._agree(a, i, c, j, n) == d, (i, j, n, d)

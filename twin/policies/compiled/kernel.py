@@ -225,23 +225,6 @@ def first_token(nd: np.ndarray, buf: np.ndarray, v: int) -> int:
     return buf[nd[BASE, v] + nd[DEP, v] - nd[LEN, v]]
 
 
-@jit(inline="always")
-def _agree(a: np.ndarray, i: int, b: np.ndarray, j: int, n: int) -> int:
-    """How many of ``a[i:i + n]`` and ``b[j:j + n]`` agree before the first difference:
-    blocks of 16 compared without a branch (vectorised), then one by one."""
-    k = 0
-    while k + 16 <= n:
-        d = 0
-        for t in range(16):
-            d |= a[i + k + t] ^ b[j + k + t]
-        if d != 0:
-            break
-        k += 16
-    while k < n and a[i + k] == b[j + k]:
-        k += 1
-    return k
-
-
 @jit
 def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, q: np.ndarray, s0: int, n: int, path):
     """``RadixTree.match`` of ``q[s0:s0 + n]``: (nodes on ``path``, length, partial or -1);
@@ -261,7 +244,10 @@ def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, q: np.ndarray, s0: i
             return count, pos, -1
         m = nd[LEN, child]
         es = nd[BASE, child] + nd[DEP, child] - m
-        k = _agree(buf, es, q, s0 + pos, min(m, n - pos))
+        lim = min(m, n - pos)
+        k = 0
+        while k < lim and buf[es + k] == q[s0 + pos + k]:
+            k += 1
         if k < m:
             return count, pos + k, child
         node, pos = child, pos + m
