@@ -12,6 +12,7 @@ from __future__ import annotations
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from marconi_oracle import ORACLES, python_grid_scores, replay_grid, restore, window_score
@@ -19,7 +20,8 @@ from test_policies_props import traces
 
 from twin.cache import serve
 from twin.policies import policy_class
-from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, grid_scores
+from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, best_alpha, grid_scores
+from twin.policies.compiled import compiled_grid_runs
 from twin.presets import get_model
 from twin.replay import Trace, _run_at, replay
 
@@ -134,3 +136,48 @@ def test_oracle_equals_one_full_replay_per_alpha(trace, model_i, metric, tokens_
     assert a == b
     for key in ("hit_tokens", "hit_node"):
         assert np.array_equal(fast.per_request[key], runs[best].per_request[key])
+
+
+def _sessions(seed: int, sessions: int = 24, turns: int = 5) -> list[tuple[np.ndarray, int]]:
+    """Chat sessions behind two long system prompts (edges past the walk's blocks of 16
+    tokens), interleaved, each turn extending the session's last full sequence."""
+    rng = np.random.default_rng(seed)
+    systems = [rng.integers(0, 40, int(rng.integers(30, 80))) for _ in range(2)]
+    history = {s: systems[s % 2] for s in range(sessions)}
+    requests = []
+    for _ in range(turns):
+        for s in rng.permutation(sessions):
+            prompt = np.r_[history[s], rng.integers(0, 40, int(rng.integers(1, 40)))]
+            full = np.r_[prompt, rng.integers(0, 40, int(rng.integers(1, 30)))].astype(np.int32)
+            history[s] = full
+            requests.append((full, len(prompt)))
+    return requests
+
+
+@pytest.mark.parametrize("name", TUNED)
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_grid_on_threads_is_the_exhaustive_grid(name, threads, seed):
+    """The grid's alphas after the shared requests, replayed side by side on ``threads``
+    threads (one per core: ``policies.compiled.cores``), give each alpha exactly what its
+    own replay alone gives (hits, hit nodes, victims, counters) and what the oracle's
+    radix tree gives alone (hits, scores), so the chosen alpha is the exhaustive grid's."""
+    window = _sessions(seed)
+    tokens = sum(len(full) for full, _ in window)
+    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    cls, oracle = policy_class(name), ORACLES[name]
+    snap = _start_snapshot(name, HYBRID, capacity, [])
+    with mock.patch("twin.policies.compiled.cores", return_value=threads):
+        runs = compiled_grid_runs(HYBRID, capacity, window, ALPHA_GRID, cls, snap)
+    assert [run.alpha for run in runs] == list(ALPHA_GRID)
+    assert runs[0].counters["evictions"] > 0
+    scores = {}
+    for run in runs:
+        (alone,) = compiled_grid_runs(HYBRID, capacity, window, (run.alpha,), cls, snap)
+        assert run == alone, run.alpha
+        tree = PrefixCache.restore(snap, HYBRID, oracle(alpha=run.alpha))
+        assert run.hits == [serve(tree, full[:n], full).length for full, n in window]
+        scores[run.alpha] = window_score(snap, HYBRID, window, run.alpha, oracle, "hit-rate")
+    assert len({run.victims[:50] == runs[0].victims[:50] for run in runs}) == 2  # alphas differ
+    grid = grid_scores(snap, HYBRID, window, cls, "hit-rate")
+    assert grid == scores and best_alpha(grid) == best_alpha(scores)
