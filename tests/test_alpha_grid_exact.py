@@ -175,7 +175,7 @@ def test_the_grid_on_threads_is_the_exhaustive_grid(name, threads, seed):
     for run in runs:
         (alone,) = compiled_grid_runs(HYBRID, capacity, window, (run.alpha,), cls, snap)
         assert run == alone, run.alpha
-        tree = PrefixCache.restore(snap, HYBRID, oracle(alpha=run.alpha))
+        tree = restore(snap, HYBRID, oracle(alpha=run.alpha))
         assert run.hits == [serve(tree, full[:n], full).length for full, n in window]
         scores[run.alpha] = window_score(snap, HYBRID, window, run.alpha, oracle, "hit-rate")
     assert len({run.victims[:50] == runs[0].victims[:50] for run in runs}) == 2  # alphas differ

@@ -1104,8 +1104,8 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
 
     ``snap`` rows: parent (an index into ``snap``, -1 for the root), base,
     depth, length, state, last access, creation id, state hit, one column per node,
-    parents first (``twin.cache.snapshot.fill``'s order, which rebuilds every
-    node's children in their order).
+    parents first (the order ``restore`` of the tests' oracle, ``tests/marconi_oracle.py``,
+    rebuilds every node's children in).
     """
     restored = snap.shape[1]
     size = restored + 3 * n_requests + 2  # an insert adds at most a split and two chain nodes
