@@ -951,8 +951,8 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
 ) -> None:
     """SGLang runs prefills without CUDA graphs before 0.5.10, and in every release before
     0.5.23 for the architectures whose piecewise graphs it turns off (GLM-5's DSA) and
-    for multimodal configs (Qwen3.5): a MoE model's prefill step lasts at least its
-    eager kernels' host time (launches by layer part x a fitted time per GPU); none for
+    for multimodal configs (Qwen3.5): a MoE model's prefill step adds its eager
+    kernels' host time (launches by layer part x a fitted time per GPU); none for
     dense models, other engines, attention DP or a GPU without a fit."""
     from dataclasses import replace
 
@@ -1016,7 +1016,7 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
 
 def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
     """TensorRT-LLM's PyTorch backend runs a batch holding a context request without a
-    CUDA graph in every release: a MoE row's context step lasts at least its launches
+    CUDA graph in every release: a MoE row's context step adds its launches
     times the GPU's fitted host time per launch (B200 and H200 only); none for dense
     models, attention DP or another GPU; the plan carries it to the engine."""
     from dataclasses import replace

@@ -113,7 +113,7 @@ class EagerPrefillPricer(WrappingPricer):
     (0.5.9) shows no per-layer host synchronisation that would explain it. Decode steps
     (graph replays) keep ``inner``'s price. Which engines and releases run prefills
     eagerly: ``twin.validate.silicon.harness.eager_prefill_s`` (SGLang before piecewise
-    prefill graphs became its default).
+    prefill graphs became its default; TensorRT-LLM's context steps in every release).
     """
 
     def __init__(self, inner: Any, floor_s: float) -> None:

@@ -634,7 +634,7 @@ def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool)
 
 
 def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: bool = False) -> float:
-    """The host floor of a prefill step (``EngineConfig.eager_prefill_s``) for ``row``
+    """The host time added to a prefill step (``EngineConfig.eager_prefill_s``) for ``row``
     run on the twin's ``gpu``: the model's eager launches (:func:`eager_launches`) times
     the GPU's host time per launch; 0.0 where the engine prefills with graphs
     (:func:`sglang_prefills_eagerly`; ``multimodal``: the model's config has a
