@@ -143,14 +143,12 @@ def _fit_grid(plans: list[sil.RowPlan], grid_us: list[float], out: Path) -> int:
         writer = csv.DictWriter(f, fieldnames=list(records[0]) if records else ["id"])
         writer.writeheader()
         writer.writerows(records)
-    # rows with a prediction at every grid point only, so each mean is over the same rows
-    complete = {
-        r["id"]
-        for r in records
-        if all(x["ttft_ape"] is not None for x in records if x["id"] == r["id"])
-    }
+    # rows with a prediction (TTFT and TPOT) at every grid point only, so each mean is over
+    # the same rows and none averages a missing value
+    missing = {r["id"] for r in records if r["ttft_ape"] is None or r["tpot_ape"] is None}
+    complete = {r["id"] for r in records} - missing
     by_gpu: dict[str, dict[str, Any]] = {}
-    for gpu in sorted({r["gpu"] for r in records}):
+    for gpu in sorted({r["gpu"] for r in records if r["id"] in complete}):
         means = {}
         for us in grid_us:
             sel = [r for r in records if r["gpu"] == gpu and r["us_per_launch"] == us]
