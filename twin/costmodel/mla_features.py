@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
 from twin.costmodel.features import Sums, gemm_sums_at
 
 
@@ -101,8 +102,9 @@ def decode_head_tiles(heads: int) -> int:
 # GPUs whose MLA decode kernels are trtllm-gen's MLA generation kernels: SGLang's
 # ``trtllm_mla`` backend and TensorRT-LLM's attention on the SM100-family Blackwell parts
 # (NVIDIA's decode tables on these GPUs: SGLang 0.5.14 ``kernel_source`` trtllm_mla,
-# TensorRT-LLM 1.3.0rc20 ``default``). The RTX PRO 6000 (SM120) runs other kernels.
-TRTLLM_GEN_GPUS = frozenset({"b200", "b300", "gb200", "gb300"})
+# TensorRT-LLM 1.3.0rc20 ``default``): ``engine_kernels.BLACKWELL_SM100``. The RTX PRO 6000
+# (SM120) runs other kernels.
+TRTLLM_GEN_GPUS = BLACKWELL_SM100
 # trtllm-gen's MLA generation constants (flashinfer-python 0.6.1
 # ``include/flashinfer/trtllm/fmha/fmhaKernels.cuh``, ported from TensorRT-LLM's
 # trtllm-gen FMHA runner): the low-latency kernel's query heads a CTA
@@ -220,7 +222,7 @@ LaunchSums = tuple[float, float, float, float, float]
 NO_LAUNCH: LaunchSums = (0.0, 0.0, 0.0, 0.0, 0.0)
 # The rules read: trtllm-gen's MLA generation kernels, FlashAttention-3.
 DECODE_RULES = ("trtllm_gen", "fa3")
-FA3_GPUS = frozenset({"h100", "h200"})
+FA3_GPUS = HOPPER  # compute capability 9.0 (``engine_kernels.HOPPER``)
 
 
 def decode_rule(gpu: str, kernel_source: str, kv_e: int) -> str | None:
