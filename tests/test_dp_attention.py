@@ -17,6 +17,7 @@ from twin.engine.dp_attention import (
     RoundRobin,
     TRTLLMBalanced,
     VLLMLeastLoaded,
+    rank_config,
 )
 from twin.errors import TwinError
 from twin.parallel import Layout, weight_bytes_per_gpu
@@ -225,3 +226,17 @@ def test_a_hybrid_rank_prices_its_state_checkpoint_copy() -> None:
     profile = resolve_profile("h200", None, "vllm")
     copy = dp_pricer(model, profile, 2, 1, 2, 0.0, 0.0).checkpoint_copy_time()
     assert copy == CostModel(model, profile, 1).checkpoint_copy_s(1) > 0
+
+
+def test_a_rank_drops_trtllm_batch_waiting():
+    """TensorRT-LLM skips its batch waiting under attention DP (``PyExecutor._schedule``:
+    ``should_check_waiting = not cfg.enable_attention_dp and ...``): a rank's config
+    drops those options and keeps the rest; a config without them is the same object."""
+    from twin.engine.config import SchedulerConfig
+
+    wait = {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+    config = EngineConfig(scheduling=SchedulerConfig(scheduler_options={**wait, "x": 1}))
+    assert rank_config(config).scheduling.scheduler_options == {"x": 1}
+    assert config.scheduling.scheduler_options == {**wait, "x": 1}  # not changed in place
+    plain = EngineConfig(scheduling=SchedulerConfig(scheduler_options={"x": 1}))
+    assert rank_config(plain) is plain

@@ -66,6 +66,7 @@ module's pricer too. A disaggregated pool's workers are built of ranks here too
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -74,6 +75,7 @@ from twin.engine.composite import PartsClock
 from twin.engine.config import EngineConfig
 from twin.engine.cost import Chunk, PricerBase, RankStep, StepPricer, WrappingPricer, affine_fit
 from twin.engine.lpm import order_by_prefix
+from twin.engine.modes_trtllm import TRTLLM_BATCH_WAIT
 from twin.engine.replica import Replica
 from twin.engine.seq import Seq
 from twin.engine.sim import Event
@@ -541,7 +543,8 @@ class DPCluster(Cluster):
 
     def _replica_setup(self, i: int) -> tuple[EngineConfig, StepPricer, float]:
         assert self._recorder is not None
-        return self.config, self._recorder, self.budget / self.config.cluster.dp_attention
+        config = rank_config(self.config)
+        return config, self._recorder, self.budget / self.config.cluster.dp_attention
 
     def _new_replica(self, i: int) -> Any:
         def rank(recorder: RankRecorder) -> Replica:
@@ -553,6 +556,23 @@ class DPCluster(Cluster):
         )
         self._recorder = None
         return replica
+
+
+# Scheduler options an attention-DP rank does not follow: TensorRT-LLM skips its batch
+# waiting under attention DP (``PyExecutor._schedule``, ``should_check_waiting = not
+# cfg.enable_attention_dp and ...``; read in NVIDIA/TensorRT-LLM's stored tree, as
+# ``twin.engine.trtllm_batching`` says).
+RANK_DROPPED_OPTIONS = TRTLLM_BATCH_WAIT
+
+
+def rank_config(config: EngineConfig) -> EngineConfig:
+    """``config`` as one attention-DP rank runs it: without :data:`RANK_DROPPED_OPTIONS`."""
+    options = config.scheduling.scheduler_options
+    if not any(name in options for name in RANK_DROPPED_OPTIONS):
+        return config
+    kept = {k: v for k, v in options.items() if k not in RANK_DROPPED_OPTIONS}
+    scheduling = dataclasses.replace(config.scheduling, scheduler_options=kept)
+    return dataclasses.replace(config, scheduling=scheduling)
 
 
 def dp_replica(
@@ -601,6 +621,7 @@ def dp_pricer(
 
 __all__ = [
     "DEALERS",
+    "RANK_DROPPED_OPTIONS",
     "DPCluster",
     "DPReplica",
     "DPStepPricer",
@@ -608,4 +629,5 @@ __all__ = [
     "SyncPricer",
     "dp_pricer",
     "dp_replica",
+    "rank_config",
 ]
