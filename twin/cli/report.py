@@ -44,6 +44,7 @@ from twin.reports.capacity_request import (
     Execution,
     SweepAxes,
     Targets,
+    default_policies,
 )
 from twin.reports.layouts import parse_layouts
 from twin.reports.load import load_verdict
@@ -282,7 +283,7 @@ def capacity(
     )
     counts = _replica_counts(replicas)
     if policies is None:
-        policies = get_mode(engine).name if engine is not None else ",".join(DEFAULT_POLICIES)
+        policies = ",".join(default_policies(engine))
     names = _policy_list(policies)
     rates: list[float | None] = (
         [None]

@@ -34,7 +34,7 @@ from twin.reports.analysis import (
     with_goodput_of,
 )
 from twin.reports.bisect import RateBracket, bisect_rates
-from twin.reports.capacity_request import DEFAULT_POLICIES, CapacityRequest
+from twin.reports.capacity_request import CapacityRequest, default_policies
 from twin.reports.layouts import ServingLayout, parse_layouts
 from twin.reports.load import Sustainable, load_verdict, sustainable
 from twin.reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
@@ -133,7 +133,7 @@ def capacity_report(
         if not (math.isfinite(bisect_tol) and 0 < bisect_tol < 1):
             raise TwinError(f"--bisect {bisect_tol:g}: give a fraction in (0, 1), e.g. 0.05")
     if policies is None:
-        policies = [get_mode(engine).name] if engine is not None else list(DEFAULT_POLICIES)
+        policies = default_policies(engine)
     if engine is not None:
         engine = get_mode(engine).name  # a bad --engine fails before any work
     caches = [AUTO_GB if str(c).lower() == "auto" else float(c) for c in axes.cache_gb]

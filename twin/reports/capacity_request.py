@@ -16,11 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twin.engine.modes import get_mode
 from twin.reports.analysis import Slo
 
 # The policies swept when none are named: the paper's three; with --engine NAME, the
-# engine mode itself (what `twin simulate --engine NAME` runs).
+# engine mode itself (what `twin simulate --engine NAME` runs): default_policies.
 DEFAULT_POLICIES = ("vllm+", "sglang+", "marconi")
+
+
+def default_policies(engine: str | None) -> list[str]:
+    """The policies a sweep runs when none are named: the engine mode itself under
+    ``--engine`` (its canonical name; a bad name fails here), else :data:`DEFAULT_POLICIES`."""
+    return [get_mode(engine).name] if engine is not None else list(DEFAULT_POLICIES)
 
 
 @dataclass(frozen=True)
