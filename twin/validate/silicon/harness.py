@@ -303,8 +303,10 @@ _QWEN35_MTP = {
 # (system, precision, release) -> (max_running_requests, mem_fraction_static,
 # chunked_prefill_size, max_prefill_tokens, scheduler_recv_interval); "c": the clients,
 # "poll": 10 below 16 clients else 30, None: not given.
+# The configuration whose tp 4 / ep 1 rows are the -mtp script (_QWEN35_MTP_SCRIPT).
+_QWEN35_MTP_KEY = ("b200_sxm", "fp8", "0.5.9")
 _QWEN35_SCRIPTS: dict[tuple[str, str, str], tuple[str, str, str, str | None, str | None]] = {
-    ("b200_sxm", "fp8", "0.5.9"): ("128", "0.82", "32768", "32768", "poll"),
+    _QWEN35_MTP_KEY: ("128", "0.82", "32768", "32768", "poll"),
     ("b200_sxm", "bf16", "nightly-dev"): ("128", "0.82", "32768", "32768", "poll"),
     ("b200_sxm", "fp4", "nightly-dev-20260402"): ("128", "0.85", "32768", "32768", "poll"),
     ("h200_sxm", "fp8", "0.5.9"): ("128", "0.8", "16384", None, None),
@@ -327,7 +329,7 @@ def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
     if flags is None:
         return {}
     conc = row.concurrency or 0
-    mtp = (row.system, row.precision, release) == ("b200_sxm", "fp8", "0.5.9") and (
+    mtp = (row.system, row.precision, release) == _QWEN35_MTP_KEY and (
         (row.tp or 1, row.moe_ep or 1) == (4, 1)
     )
     if mtp:
