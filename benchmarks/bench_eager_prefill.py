@@ -177,6 +177,18 @@ def _fit_grid(plans: list[sil.RowPlan], grid_us: list[float], out: Path) -> int:
     return 0
 
 
+def _microseconds(text: str) -> list[float]:
+    """``--grid-us``: a comma list of host times per launch, each >= 0 (argparse's one-line
+    error and exit 2 otherwise, before any row is planned)."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give microseconds, e.g. 0,25,50") from None
+    if not values or any(not v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each value must be >= 0")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-split", type=int, default=40, help="rows per split (fit, held out)")
@@ -187,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--aic-from", type=Path, default=None, help="a predictions.csv")
     parser.add_argument(
         "--grid-us",
+        type=_microseconds,
         default=None,
         help="fit the host time per launch: predict the fit split's sampled rows at each of "
         "these microseconds a launch (comma list) and print the least mean TTFT APE per GPU",
@@ -195,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     plans = _sample(args.per_split, args.max_clients, args.backend, args.rule)
     if args.grid_us is not None:
-        grid = [float(x) for x in args.grid_us.split(",")]
-        return _fit_grid([p for p in plans if p.row.split == sil.FIT], grid, args.out)
+        return _fit_grid([p for p in plans if p.row.split == sil.FIT], args.grid_us, args.out)
     aic = _aic(args.aic_from)
     print(f"{len(plans)} rows", flush=True)
     rows: list[dict[str, Any]] = []
