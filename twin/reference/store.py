@@ -122,6 +122,13 @@ class TensorStore:
             ids[handle] = nid
             pid = -1 if parent is None else ids[parent]
             held = old.get(nid)
+            if held is not None and len(held.path) != end:
+                # A split keeps the lower node's id and a fold the child's, so a node's
+                # end depth never moves (tree_edits, the compiled live cache); the tensors
+                # below are reused on that assumption.
+                raise AssertionError(
+                    f"cache node {nid} ended at depth {len(held.path)}, now at {end}"
+                )
             if held is not None and held.start == end - len(tokens):
                 held.parent = pid
                 new[nid] = held
