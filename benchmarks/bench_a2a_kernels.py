@@ -18,7 +18,10 @@ and how noisy the table is where one model must follow it:
   monotone model can follow;
 - ``flat_spread``: in the latency-bound rows (16 tokens or fewer, where the time should
   be flat in the tokens), the median over shapes of ``max / min - 1``: the repeatability
-  of one timing.
+  of one timing;
+- ``flat_until``: the median over shapes of the most tokens whose time is still within
+  15% of the fewest tokens' time: a floor that the work hides under up to that many
+  tokens (the time a maximum of a floor and the work, where the model adds them).
 """
 
 from __future__ import annotations
@@ -37,19 +40,24 @@ from twin.costmodel.formulas import A2A_VARIANTS
 RESULTS = Path(__file__).parent / "results" / "a2a-kernels.json"
 DROP = 0.10  # a step that runs this much faster with more tokens counts as a drop
 FLAT_TOKENS = 16
+FLOOR = 0.15  # within this of the fewest tokens' time, a row is still on the floor
+FLOOR_TOKENS = 256  # a floor this long is named in a miss's reason
 WORST = 3
 
 
 def _noise(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """``drops`` and ``flat_spread`` of one family's rows (module docstring)."""
+    """``drops``, ``flat_spread`` and ``flat_until`` of one family's rows (module
+    docstring)."""
     groups: dict[tuple, list[tuple[int, float]]] = {}
     for r in rows:
         s = r["shape"]
         groups.setdefault((s["d"], s["k"], s["e"], s["ep"]), []).append((s["t"], r["median_s"]))
     steps = drops = 0
-    spreads = []
+    spreads, floors = [], []
     for points in groups.values():
         points.sort()
+        first = points[0][1]
+        floors.append(max(t for t, y in points if y <= (1 + FLOOR) * first))
         for (_, a), (_, b) in itertools.pairwise(points):
             steps += 1
             drops += b < (1 - DROP) * a
@@ -59,6 +67,7 @@ def _noise(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     return {
         "drops": drops / steps if steps else None,
         "flat_spread": median(spreads) if spreads else None,
+        "flat_until": median(floors) if floors else None,
     }
 
 
@@ -102,6 +111,12 @@ def _reason(row: dict[str, Any]) -> str:
         )
     if spread is not None and spread >= 0.15:
         parts.append(f"flat (<= {FLAT_TOKENS}-token) timings spread {spread:.0%} within a shape")
+    until = row.get("flat_until")
+    if until is not None and until >= FLOOR_TOKENS:
+        parts.append(
+            f"a floor up to {until:.0f} tokens (within {FLOOR:.0%} of one token's time), "
+            "the work hidden under it: a maximum, not the model's sum"
+        )
     worst = row.get("worst_heldout") or []
     if worst:
         w = worst[0]

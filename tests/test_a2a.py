@@ -27,7 +27,17 @@ from twin.errors import TwinError
 from twin.hardware import get_gpu
 from twin.presets import get_model
 
-TRUE = {"t0_s": 2e-5, "eff_bytes": 0.6, "c_tokens": 3e-9, "c_local_experts": 2e-7}
+TRUE = {
+    "t0_s": 2e-5,
+    "eff_bytes": 0.6,
+    "c_tokens": 3e-9,
+    "c_token_elems": 4e-13,
+    "c_row_elems": 1.5e-9,
+    "c_local_experts": 2e-7,
+    "c_sm_row_elems": 5e-10,
+    "c_group_row_elems": 2e-10,
+}
+SMS = 132  # H200 (twin.hardware.SM_COUNTS)
 
 
 def test_bytes_count_ranks_for_ht_and_experts_for_ll() -> None:
@@ -49,12 +59,50 @@ def test_bytes_count_ranks_for_ht_and_experts_for_ll() -> None:
 def test_extras_add_to_the_byte_time() -> None:
     peaks = get_gpu("h200").peaks()
     kernel = a2a_kernel("ht", "dispatch")
-    assert get_formula(kernel).param_names == ("t0_s", "eff_bytes", "c_tokens")
-    _, nbytes, extras = a2a.a2a_features("ht", 512, 7168, 8, 256, 8)
-    want = 2e-5 + nbytes / (0.6 * peaks["interconnect_bw"]) + 3e-9 * 512
+    assert get_formula(kernel).param_names == (
+        "t0_s",
+        "eff_bytes",
+        "c_tokens",
+        "c_token_elems",
+        "c_row_elems",
+    )
+    _, nbytes, extras = a2a.a2a_features("ht", "dispatch", 512, 7168, 8, 256, 8, SMS)
+    want = 2e-5 + nbytes / (0.6 * peaks["interconnect_bw"])
+    want += 3e-9 * 512 + 4e-13 * 512 * 7168 + 1.5e-9 * 7168
     assert lat.predict(kernel, TRUE, peaks, 0.0, nbytes, extras) == pytest.approx(want)
-    assert extras == {"tokens": 512.0}
-    assert a2a.a2a_features("ll", 512, 7168, 8, 256, 8)[2] == {"local_experts": 32.0}
+    assert extras == {"tokens": 512.0, "token_elems": 512.0 * 7168, "row_elems": 7168.0}
+    # the high-throughput kernels run on DeepEP's 20 SMs: the GPU's count does not enter
+    assert a2a.a2a_features("ht", "combine", 512, 7168, 8, 256, 8, None)[2] == extras
+    combine = a2a.a2a_features("ll", "combine", 512, 7168, 8, 256, 8, SMS)
+    assert combine[2] == {"local_experts": 32.0}
+    assert get_formula(a2a_kernel("ll", "combine")).param_names == (
+        "t0_s",
+        "eff_bytes",
+        "c_local_experts",
+    )
+
+
+def test_the_low_latency_dispatch_launch() -> None:
+    # DeepEP internode_ll.cu: ceil(E / SMs) groups a SM, 32 / groups warps, ceil(E / groups) SMs
+    assert a2a.ll_launch(256, 132) == (2, 16, 128)
+    assert a2a.ll_launch(8, 132) == (1, 32, 8)
+    assert a2a.ll_launch(384, 132) == (3, 10, 128)
+    assert a2a.ll_launch(160, 132) == (2, 16, 80)
+    assert a2a.ll_launch(256, 160) == (2, 16, 128)
+    with pytest.raises(ValueError, match="needs experts and SMs"):
+        a2a.ll_launch(0, 132)
+    # 8 experts run on 8 SMs: 64 tokens are 8 rows an SM in series, 256 experts' 128
+    # SMs one; each (source rank, expert) group gets 64 x 2 / 8 = 16 rows over 32 warps
+    _, nbytes, x = a2a.a2a_features("ll", "dispatch", 64, 6144, 2, 8, 8, SMS)
+    assert x == {"local_experts": 1.0, "sm_row_elems": 8 * 6144.0, "group_row_elems": 6144.0}
+    assert nbytes == pytest.approx(64 * 6144 * 2 * 2 * 7 / 8)
+    _, _, x = a2a.a2a_features("ll", "dispatch", 64, 7168, 8, 256, 8, SMS)
+    assert x == {"local_experts": 32.0, "sm_row_elems": 7168.0, "group_row_elems": 7168.0}
+    _, _, x = a2a.a2a_features("ll", "dispatch", 2048, 7168, 8, 256, 8, SMS)
+    assert x["sm_row_elems"] == 16 * 7168.0  # ceil(2048 / 128)
+    assert x["group_row_elems"] == 4 * 7168.0  # ceil(2048 x 8 / 256 / 16)
+    with pytest.raises(TwinError, match="SM count is not known"):
+        a2a.a2a_features("ll", "dispatch", 64, 7168, 8, 256, 8, None)
 
 
 def _write_tables(root: Path) -> Path:
@@ -65,7 +113,7 @@ def _write_tables(root: Path) -> Path:
     peaks = get_gpu("h200").peaks()
 
     def us(mode: str, phase: str, t: int, d: int, k: int, e: int, ep: int) -> float:
-        _, b, x = a2a.a2a_features(mode, t, d, k, e, ep)
+        _, b, x = a2a.a2a_features(mode, phase, t, d, k, e, ep, SMS)
         scale = 1.0 if phase == "dispatch" else 1.5
         return 1e6 * scale * lat.predict(a2a_kernel(mode, phase), TRUE, peaks, 0.0, b, x)
 
@@ -140,7 +188,7 @@ def test_tables_read_and_fit_the_generating_model(tmp_path: Path, engine: str) -
         mode, phase = kernel.split("_")[1:]
         want = dict(TRUE)
         want["eff_bytes"] = TRUE["eff_bytes"] / (1.0 if phase == "dispatch" else 1.5)
-        _, b, x = a2a.a2a_features(mode, 2048, 6144, 8, 256, 8)  # a shape the table lacks
+        _, b, x = a2a.a2a_features(mode, phase, 2048, 6144, 8, 256, 8, SMS)  # not in the table
         scale = 1.0 if phase == "dispatch" else 1.5
         got = lat.predict(kernel, fit.params, peaks, 0.0, b, x)
         assert got == pytest.approx(scale * lat.predict(kernel, TRUE, peaks, 0.0, b, x), rel=0.02)
@@ -197,9 +245,12 @@ def test_the_mode_follows_the_step_or_the_backend() -> None:
     assert a2a.A2APrice(model, prof, 8, "deepep_ll").mode(True) == "ll"
     assert a2a.A2APrice(model, prof, 8, "deepep_ht").mode(False) == "ht"
     peaks = prof.peaks
+    shape = (model.d_model, model.moe_top_k, model.moe_n_experts, 8, SMS)
     for extend, mode in ((True, "ht"), (False, "ll")):
-        _, b, x = a2a.a2a_features(mode, 64, model.d_model, model.moe_top_k, model.moe_n_experts, 8)
-        want = 2 * lat.predict(a2a_kernel(mode, "dispatch"), TRUE, peaks, 0.0, b, x)
+        want = 0.0
+        for phase in ("dispatch", "combine"):
+            _, b, x = a2a.a2a_features(mode, phase, 64, *shape)
+            want += lat.predict(a2a_kernel(mode, phase), TRUE, peaks, 0.0, b, x)
         assert auto.seconds(64, extend) == pytest.approx(want)
     assert auto.seconds(0, True) == 0.0
     assert auto.seconds(128, False) > auto.seconds(64, False)

@@ -35,6 +35,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from twin.calibration.aic_mla import system_sms
 from twin.calibration.aic_tables import FamilyRows, _family, _read, _row, _versions
 from twin.costmodel.a2a import a2a_features
 from twin.costmodel.formulas import A2A_MODES, A2A_PHASES, a2a_kernel
@@ -93,7 +94,7 @@ def _sglang(table: Path, mode: str, phase: str) -> list[dict[str, Any]]:
     return _own_device(rows, table)
 
 
-def _fit_row(r: dict[str, Any], mode: str, phase: str, engine: str, where: Path) -> dict:
+def _fit_row(r: dict[str, Any], mode: str, phase: str, engine: str, where: Path, sms: int) -> dict:
     kernel = a2a_kernel(mode, phase)
     if engine == "sglang":
         t = int(_num(r, "num_token", where))
@@ -113,7 +114,7 @@ def _fit_row(r: dict[str, Any], mode: str, phase: str, engine: str, where: Path)
     if not us > 0:
         raise TwinError(f"{where}: a latency must be positive (got {us!r})")
     shape = {"t": t, "d": d, "k": top, "e": e, "ep": ep}
-    return _row(kernel, a2a_features(mode, t, d, top, e, ep), us * 1e-3, shape)
+    return _row(kernel, a2a_features(mode, phase, t, d, top, e, ep, sms), us * 1e-3, shape)
 
 
 def a2a_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
@@ -136,7 +137,8 @@ def a2a_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
                 continue
             table = timed[chosen] / name
             raw = pick(table)
-            out = [_fit_row(r, mode, phase, engine, table) for r in raw]
+            sms = system_sms(system)  # DeepEP's low-latency launch (twin.costmodel.a2a)
+            out = [_fit_row(r, mode, phase, engine, table, sms) for r in raw]
             source = BACKENDS.get(engine, {}).get(mode, f"deepep_{mode}")
             families.append(_family(a2a_kernel(mode, phase), table, raw, source, out))
     return families

@@ -22,6 +22,34 @@ that stays on the sending rank (``1 / ep``) does not cross a link. The bytes are
 the hidden state at ``elem_bytes`` a value: the wire format the engine runs (fp8 with
 scales for DeepEP's low-latency dispatch, bf16 elsewhere) is the fit's own; its
 efficiency absorbs the ratio, so a family is fitted and priced at one convention (2 bytes).
+
+The bytes alone do not set the time: DeepEP's kernels move the rows with a few SMs' warps,
+one warp a row (DeepEP ``csrc/kernels/intranode.cu`` and ``internode_ll.cu`` at 73b6ea4,
+the commit vLLM 0.24.0's table was collected with; the terms of each family:
+``formulas.A2A_EXTRAS``):
+
+- ``ht`` runs on ``Buffer.num_sms`` (20) SMs, a sending and a receiving SM for each of
+  10 channels, whatever the GPU. The dispatch's receivers copy each received row out of
+  the channel's buffer, the combine's receivers reduce each of the rank's tokens (one
+  warp a token: its rows from every rank it reached, then one row written): work per
+  token and hidden element on a fixed budget of warps (``token_elems``, the tokens times
+  ``hidden``), that does not scale with the ranks a token reaches. A token's row is copied
+  by one warp (``UNROLLED_WARP_COPY``) and reduced by one, so the smallest batch has one
+  row's copy on its critical path (``row_elems``: ``hidden``). Fitted on one node's
+  tables, where a lone token takes 30 us at hidden 2048 and 47 us at 7168 (SGLang
+  0.5.12's H200 combine) and the time per token at 131,072 tokens is 82 ns at hidden
+  5120, top-1 (0.9 copies) against 68 ns at hidden 2048, top-8 (4.6 copies).
+- ``ll`` dispatch launches ``ceil(experts / SMs)`` warp groups a SM, ``32 / groups``
+  warps a group, on ``ceil(experts / groups)`` SMs (``ll_launch``). Each SM sends the
+  tokens ``sm_id, sm_id + SMs, ...`` one after another (a token's FP8 cast by the SM's
+  warps, then one warp a top-k expert copies the row): ``sm_row_elems``, ``hidden`` times
+  ``ceil(tokens / SMs)``. Each warp group receives one (source rank, local expert) pair's
+  rows, ``tokens x topk / experts`` of them on average, its warps a row each in turn:
+  ``group_row_elems``, ``hidden`` times ``ceil(tokens x topk / experts / warps)``. With
+  8 experts the dispatch runs on 8 SMs: SGLang 0.5.12's H200 table times 64 tokens at
+  hidden 6144, top-2 at 36 us, twice what the bytes and the per-expert term said.
+- ``ll`` combine keeps the bytes and the per-expert term: its launch's terms were tried
+  (the same rows per SM and per group, from its own launch rule) and fitted no better.
 """
 
 from __future__ import annotations
@@ -34,6 +62,7 @@ from twin.costmodel import latency as lat
 from twin.costmodel.features import Features
 from twin.costmodel.formulas import A2A_EXTRAS, A2A_MODES, A2A_PHASES, a2a_kernel
 from twin.errors import TwinError
+from twin.hardware import GPUS
 
 ELEM_BYTES = 2  # the convention of the fitted rows and the pricing (module docstring)
 
@@ -73,15 +102,52 @@ def a2a_bytes(
     return float(tokens) * hidden * elem_bytes * copies(mode, topk, experts, ep)
 
 
+def ll_launch(experts: int, sms: int) -> tuple[int, int, int]:
+    """(warp groups a SM, warps a group, SMs) of DeepEP's low-latency dispatch on a GPU of
+    ``sms`` SMs (``internode_ll.cu`` ``dispatch``, host side, at 73b6ea4:
+    ``num_warp_groups = ceil_div(num_experts, num_device_sms)``, ``num_warps_per_group =
+    32 / num_warp_groups``, ``num_sms = ceil_div(num_experts, num_warp_groups)``)."""
+    if experts < 1 or sms < 1:
+        raise ValueError(f"DeepEP's launch needs experts and SMs (got {experts}, {sms})")
+    groups = -(-experts // sms)
+    return groups, 32 // groups, -(-experts // groups)
+
+
 def a2a_features(
-    mode: str, tokens: float, hidden: int, topk: int, experts: int, ep: int
+    mode: str,
+    phase: str,
+    tokens: float,
+    hidden: int,
+    topk: int,
+    experts: int,
+    ep: int,
+    sms: int | None,
 ) -> Features:
-    """The fitting features of one all-to-all phase: no FLOPs, the bytes on the links, and
-    the mode's extra term (``formulas.A2A_EXTRAS``): the rank's tokens (``ht``) or its
-    local experts (``ll``)."""
+    """The fitting features of one all-to-all ``phase`` of DeepEP mode ``mode`` on a GPU
+    of ``sms`` SMs (None: not known; the low-latency dispatch needs it): no FLOPs, the
+    bytes on the links, and the family's extra terms (``formulas.A2A_EXTRAS``, module
+    docstring)."""
     nbytes = a2a_bytes(mode, tokens, hidden, topk, experts, ep, ELEM_BYTES)
-    extra = float(tokens) if mode == "ht" else experts / max(ep, 1)
-    return 0.0, nbytes, {A2A_EXTRAS[mode][0]: extra}
+    names = A2A_EXTRAS[a2a_kernel(mode, phase)]
+    values: tuple[float, ...]
+    if mode == "ht":
+        values = (float(tokens), float(tokens) * hidden, float(hidden))
+    elif phase == "combine":
+        values = (experts / max(ep, 1),)
+    else:
+        if sms is None:
+            raise TwinError(
+                "DeepEP's low-latency dispatch: the GPU's SM count is not known "
+                "(twin.hardware.SM_COUNTS)"
+            )
+        _, warps, used = ll_launch(experts, sms)
+        per_group = math.ceil(float(tokens) * min(topk, experts) / experts / warps)
+        values = (
+            experts / max(ep, 1),
+            float(hidden * math.ceil(float(tokens) / used)),
+            float(hidden * per_group),
+        )
+    return 0.0, nbytes, dict(zip(names, values, strict=True))
 
 
 class A2APrice:
@@ -128,6 +194,14 @@ class A2APrice:
         self.provenance = mixture(profile, used=kernels)  # "MoE all-to-all: measured (...)"
         self.hidden, self.topk = model.d_model, model.moe_top_k
         self.experts, self.ep = model.moe_n_experts, ep
+        # The SMs DeepEP's low-latency dispatch launches over (``ll_launch``).
+        spec = GPUS.get(profile.gpu)
+        self.sms = spec.sm_count if spec is not None else None
+        if self.sms is None and self.forced != "ht":
+            raise TwinError(
+                f"DeepEP all-to-all: GPU {profile.gpu!r} has no SM count for the "
+                "low-latency dispatch's launch (twin.hardware.SM_COUNTS)"
+            )
 
     def mode(self, extend: bool) -> str:
         """DeepEP's mode of a step (class docstring), or the one the backend forces
@@ -141,10 +215,21 @@ class A2APrice:
         if tokens <= 0:
             return 0.0
         mode = self.mode(extend)
-        _, nbytes, extras = a2a_features(
-            mode, tokens, self.hidden, self.topk, self.experts, self.ep
-        )
-        return sum(self._fits[a2a_kernel(mode, p)](0.0, nbytes, extras) for p in A2A_PHASES)
+        total = 0.0
+        for phase in A2A_PHASES:
+            _, nbytes, extras = a2a_features(
+                mode, phase, tokens, self.hidden, self.topk, self.experts, self.ep, self.sms
+            )
+            total += self._fits[a2a_kernel(mode, phase)](0.0, nbytes, extras)
+        return total
 
 
-__all__ = ["ELEM_BYTES", "A2APrice", "a2a_bytes", "a2a_features", "copies", "ranks_reached"]
+__all__ = [
+    "ELEM_BYTES",
+    "A2APrice",
+    "a2a_bytes",
+    "a2a_features",
+    "copies",
+    "ll_launch",
+    "ranks_reached",
+]

@@ -176,15 +176,27 @@ def mla_kernel(family: str, gemm_mode: str = "bfloat16", kv: str = "bfloat16") -
 # tables time them (``calibration.aic_a2a``; features ``twin.costmodel.a2a``).
 A2A_MODES = ("ht", "ll")
 A2A_PHASES = ("dispatch", "combine")
-# The term each mode adds to its byte time (``twin.costmodel.a2a``): the high-throughput
-# kernels' work per token of the rank, the low-latency kernels' per local expert.
-A2A_EXTRAS = {"ht": ("tokens",), "ll": ("local_experts",)}
 
 
 def a2a_kernel(mode: str, phase: str) -> str:
     """The profile key of the all-to-all fit of DeepEP mode ``mode`` (``ht``, ``ll``) and
     ``phase`` (``dispatch``, ``combine``)."""
     return f"a2a_{mode}_{phase}"
+
+
+# The terms each family adds to its byte time (``twin.costmodel.a2a``, where each is
+# read from DeepEP's kernels): the high-throughput kernels' work per token of the rank,
+# their hidden elements per token (the 20-SM budget's row copies and reductions) and one
+# row's (the smallest batch's warp copy); the low-latency dispatch's per local expert,
+# the rows one SM sends in series and the rows one warp of an expert's group receives in
+# series (its launch: ``a2a.ll_launch``); the low-latency combine's per local expert.
+A2A_HT_EXTRAS = ("tokens", "token_elems", "row_elems")
+A2A_EXTRAS = {
+    a2a_kernel("ht", "dispatch"): A2A_HT_EXTRAS,
+    a2a_kernel("ht", "combine"): A2A_HT_EXTRAS,
+    a2a_kernel("ll", "dispatch"): ("local_experts", "sm_row_elems", "group_row_elems"),
+    a2a_kernel("ll", "combine"): ("local_experts",),
+}
 
 
 FORMULAS: dict[str, KernelFormula] = {
@@ -387,9 +399,10 @@ FORMULAS: dict[str, KernelFormula] = {
                 a2a_kernel(mode, phase),
                 "interconnect_bw",
                 False,
-                A2A_EXTRAS[mode],
+                A2A_EXTRAS[a2a_kernel(mode, phase)],
                 f"MoE all-to-all {phase} (DeepEP {mode}): the bytes one rank sends to the "
-                f"other expert ranks, plus a term per {A2A_EXTRAS[mode][0]} "
+                "other expert ranks, plus a term per "
+                f"{', '.join(A2A_EXTRAS[a2a_kernel(mode, phase)])} "
                 "(twin.costmodel.a2a)",
             )
             for mode in A2A_MODES
