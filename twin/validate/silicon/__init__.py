@@ -83,6 +83,7 @@ from twin.validate.silicon.harness import (
     inferencemax_sglang,
     inferencemax_speculation,
     vllm_async_scheduling,
+    vllm_moe_backend,
 )
 from twin.validate.silicon.plan import (
     RowPlan,
@@ -238,6 +239,7 @@ __all__ = [
     "summarize",
     "system_gpus",
     "vllm_async_scheduling",
+    "vllm_moe_backend",
     "weight_only_checkpoint",
     "write_outputs",
     "write_workload",

@@ -488,6 +488,28 @@ def vllm_async_scheduling(row: SiliconRow, kind: str = "benchmark") -> bool:
     return release_at_least(row.backend_version, VLLM_ASYNC_FROM)
 
 
+# InferenceMAX's Hopper gpt-oss scripts export VLLM_MXFP4_USE_MARLIN=1
+# (SemiAnalysisAI/InferenceX ``benchmarks/gptoss_fp4_h200.sh`` at 16cd955,
+# ``gptoss_fp4_h100.sh`` at c6b96dd and 1fc5d73), which vLLM honours before its Triton
+# default (0.15.1-0.18.0 ``quantization/mxfp4.py`` ``get_mxfp4_backend``; 0.19.0
+# ``fused_moe/oracle/mxfp4.py`` ``select_mxfp4_moe_backend``; the 0.11.2 image's release
+# not read, taken to honour it as its successors do): those rows' experts ran Marlin, the
+# twin's ``--set moe_backend=marlin`` (``twin.engine.modes_vllm``). Blackwell's scripts do
+# not set it (``gptoss_fp4_b200.sh``: FlashInfer's TRT-LLM-gen kernel).
+INFERENCEMAX_VLLM_MARLIN = {"gpt-oss-120b": frozenset({"h100_sxm", "h200_sxm"})}
+
+
+def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
+    """``--set moe_backend`` for the vLLM server of ``row`` (above); None: vLLM's default."""
+    if kind != "benchmark" or harness_of(row) is not INFERENCEMAX:
+        return None
+    path = row.model_path.lower()
+    for name, systems in INFERENCEMAX_VLLM_MARLIN.items():
+        if name in path and row.system in systems:
+            return "marlin"
+    return None
+
+
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:
     """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
     if kind not in DEPLOYMENTS:
