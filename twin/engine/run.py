@@ -496,7 +496,8 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     if config.host_time.eager_prefill_s:
         from twin.engine.host_time import EagerPrefillPricer
 
-        pricer = EagerPrefillPricer(pricer, config.host_time.eager_prefill_s)
+        h = config.host_time
+        pricer = EagerPrefillPricer(pricer, h.eager_prefill_s, h.eager_graph_tokens)
     return pricer
 
 

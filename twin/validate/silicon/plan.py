@@ -26,6 +26,7 @@ from twin.validate.silicon.harness import (
     harness_of,
     inferencemax_speculation,
     vllm_async_scheduling,
+    vllm_graph_tokens,
     vllm_moe_backend,
 )
 from twin.validate.silicon.precision import (
@@ -228,6 +229,8 @@ def plan_row(
     eager = eager_prefill_s(row, model, gpu, multimodal="vision_config" in config)
     if eager:
         limits = {**limits, "eager_prefill_s": eager}
+        if engine == "vllm":  # only steps above vLLM's largest captured graph
+            limits["eager_graph_tokens"] = vllm_graph_tokens(row, limits)
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),
