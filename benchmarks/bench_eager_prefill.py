@@ -18,7 +18,10 @@ dense models, other engines, other models' SGLang rows from 0.5.10.)
 
 ``--backend trtllm``: TensorRT-LLM's eager context steps (every release: its context
 batches run without CUDA graphs), the same floor per launch with TensorRT-LLM's fitted
-host time. ``--rule batch-wait``: instead of the floor, TensorRT-LLM's batch waiting
+host time. ``--backend vllm``: vLLM's steps above its largest captured CUDA graph (releases
+from 0.14.0 and nightlies; ``harness.vllm_prefills_eagerly``, ``vllm_graph_tokens``) with
+vLLM's fitted host time per launch (``VLLM_EAGER_LAUNCH_S``). ``--rule batch-wait``:
+instead of the floor, TensorRT-LLM's batch waiting
 (``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``) where a row's script sets
 it (InferenceMAX's Llama-3.1-70B 1k/1k scripts below 8 GPUs), with and without.
 ``--aic-from``: aiconfigurator's estimate of the same rows from an earlier
