@@ -18,7 +18,10 @@ dense models, other engines, other models' SGLang rows from 0.5.10.)
 
 ``--backend trtllm``: TensorRT-LLM's eager context steps (every release: its context
 batches run without CUDA graphs), the same floor per launch with TensorRT-LLM's fitted
-host time. ``--rule batch-wait``: instead of the floor, TensorRT-LLM's batch waiting
+host time. ``--backend vllm``: vLLM's steps above its largest captured CUDA graph (releases
+from 0.14.0 and nightlies; ``harness.vllm_prefills_eagerly``, ``vllm_graph_tokens``) with
+vLLM's fitted host time per launch (``VLLM_EAGER_LAUNCH_S``). ``--rule batch-wait``:
+instead of the floor, TensorRT-LLM's batch waiting
 (``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``) where a row's script sets
 it (InferenceMAX's Llama-3.1-70B 1k/1k scripts below 8 GPUs), with and without.
 ``--aic-from``: aiconfigurator's estimate of the same rows from an earlier
@@ -194,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-split", type=int, default=40, help="rows per split (fit, held out)")
     parser.add_argument("--max-clients", type=int, default=64, help="rows with at most N clients")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/silicon-eager"))
-    parser.add_argument("--backend", choices=("sglang", "trtllm"), default="sglang")
+    parser.add_argument("--backend", choices=("sglang", "trtllm", "vllm"), default="sglang")
     parser.add_argument("--rule", choices=("eager", "batch-wait"), default="eager")
     parser.add_argument("--aic-from", type=Path, default=None, help="a predictions.csv")
     parser.add_argument(
@@ -257,9 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/bench_eager_prefill.py " + " ".join(sys.argv[1:]),
         "backend": args.backend,
         "rule": args.rule,
-        "host_time_per_launch_s": (
-            sil.TRTLLM_EAGER_LAUNCH_S if args.backend == "trtllm" else sil.SGLANG_EAGER_LAUNCH_S
-        ),
+        "host_time_per_launch_s": {
+            "trtllm": sil.TRTLLM_EAGER_LAUNCH_S,
+            "vllm": sil.VLLM_EAGER_LAUNCH_S,
+        }.get(args.backend, sil.SGLANG_EAGER_LAUNCH_S),
         "launches_per_layer_part": sil.SGLANG_EAGER_LAUNCHES,
         "by_split": {
             s: _summary([r for r in moe if r["split"] == s]) for s in (sil.FIT, sil.HELD_OUT)

@@ -154,6 +154,35 @@ TABLE_KERNELS: dict[tuple[str, str], str] = {
 }
 
 
+# Expert formats vLLM runs through its Marlin MoE kernel when asked (``--moe-backend
+# marlin``, 0.19.0 ``config/kernel.py`` ``KernelConfig.moe_backend``; or the environment
+# variable ``VLLM_MXFP4_USE_MARLIN=1``: 0.15.1-0.18.0 ``quantization/mxfp4.py``
+# ``get_mxfp4_backend`` returns ``Mxfp4Backend.MARLIN`` before Triton, 0.19.0
+# ``fused_moe/oracle/mxfp4.py`` ``select_mxfp4_moe_backend`` the same), priced from the
+# profile's Marlin WNA16 fit (the family whose table times :data:`MARLIN_WNA16`) with its
+# compute term slowed by a factor per GPU. It is one kernel:
+# ``fused_moe/fused_marlin_moe.py`` ``MarlinExperts`` sends int4 (``scalar_types.uint4b8``)
+# and mxfp4 (``float4_e2m1f``) weights alike to ``ops.moe_wna16_marlin_gemm``: 4-bit
+# weights dequantised to bf16 in registers (group 32 for both Kimi-K2.5's int4 and mxfp4)
+# and bf16 MMAs; the weights read (4.25 bits against 4.5) are the format's own. The factor
+# is NVIDIA's own timing of the mxfp4 variant, aiconfigurator-core 0.12.0's 0.24.0
+# ``vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu`` table (hidden
+# 3,584, 896 experts, top 16, moe_tp 1-16; ``{h100_sxm,h200_sxm}/moe/vllm/0.24.0/
+# moe_perf.parquet``): the WNA16 fit's ``eff_flops`` divided by the factor that makes the
+# median of table / price 1 over its 84 balanced compute-bound rows (2,048-16,384 tokens):
+# H200 1.44, H100 1.49 (the fit alone prices those rows at 0.78 / 0.75 of the table: the
+# e2m1 + e8m0 dequantisation in the MMA loop costs more than int4's). Its decode-sized rows
+# (1-64 tokens, 896 experts, 16 a token) stay under-priced at ~0.72 with or without it: a
+# per-expert cost of that shape, not scaled (gpt-oss's H200 TPOT sits at 1.0 without it).
+# Both Marlin tables saturate at 190-250 TFLOP/s from ~150 rows an expert, where vLLM's
+# bf16 Triton MoE and OAI Triton's mxfp4 one reach 500-560 on H200: at prefill sizes
+# Marlin is not priced like a bf16 GEMM. Only those two GPUs have a Marlin mxfp4 table.
+MARLIN_EXPERT_SCALE: dict[tuple[str, str], float] = {
+    ("moe_mxfp4", "h200"): 1.44,
+    ("moe_mxfp4", "h100"): 1.49,
+}
+
+
 def release_kernel(engine: str, family: str, gpu: str, release: str | None) -> str | None:
     """The kernel ``release`` of ``engine`` runs for ``family`` on ``gpu`` where a rule
     of :data:`RELEASE_KERNELS` says; None otherwise (and for no release)."""
@@ -172,6 +201,8 @@ def table_kernel(engine: str, kernel_source: str) -> str | None:
 
 
 __all__ = [
+    "MARLIN_EXPERT_SCALE",
+    "MARLIN_WNA16",
     "RELEASE_KERNELS",
     "TABLE_KERNELS",
     "ReleaseKernel",

@@ -369,6 +369,47 @@ class Profile:
                 kernels[name] = self.table_releases[name].fits[chosen]
         return replace(self, kernels=kernels)
 
+    def with_marlin_experts(self, family: str) -> Profile:
+        """This profile with fused-MoE family ``family`` run by vLLM's Marlin MoE kernel:
+        its fit becomes the profile's Marlin WNA16 fit (the family whose table's kernel is
+        :data:`~twin.costmodel.engine_kernels.MARLIN_WNA16`, at the profile's default
+        tables) with its compute term slower by ``MARLIN_EXPERT_SCALE`` (``eff_flops``
+        over the factor). That fit's per-shape term is another model's and is dropped.
+        One line where the profile has no such fit or the GPU no factor."""
+        from twin.costmodel.engine_kernels import MARLIN_EXPERT_SCALE, MARLIN_WNA16
+
+        scale = MARLIN_EXPERT_SCALE.get((family, self.gpu))
+        marlin = next(
+            (
+                fit
+                for fit in self.kernels.values()
+                if table_kernel(
+                    str(fit.provenance.get("framework", "")),
+                    str(fit.provenance.get("kernel_source", "")),
+                )
+                == MARLIN_WNA16
+            ),
+            None,
+        )
+        if scale is None or marlin is None or family not in self.kernels:
+            raise TwinError(
+                f"Marlin {family} experts: profile {self.gpu!r} has "
+                + ("no Marlin fused-MoE fit" if marlin is None else f"no Marlin {family} timing")
+                + f" (priced on {', '.join(sorted({g for _, g in MARLIN_EXPERT_SCALE}))})"
+            )
+        params = {**marlin.params, "eff_flops": marlin.params["eff_flops"] / scale}
+        label = str(marlin.provenance.get("label", ""))
+        fit = replace(
+            marlin,
+            params=params,
+            series=None,
+            provenance={
+                **marlin.provenance,
+                "label": f"{label}, compute x {scale:g} (Marlin {family}: MARLIN_EXPERT_SCALE)",
+            },
+        )
+        return replace(self, kernels={**self.kernels, family: fit})
+
     # ------------------------------------------------------------ display
     @property
     def provenance_label(self) -> str:

@@ -234,6 +234,12 @@ class HostTimeConfig:
         "a step that prefills (twin.engine.host_time.EagerPrefillPricer; decode steps "
         "replay graphs). 0: the kernels' price alone",
     )
+    eager_graph_tokens: int = _opt(
+        0,
+        "the largest step, prompt and decode tokens, the engine replays a captured graph "
+        "for: a step that prefills pays eager_prefill_s only above it (vLLM's "
+        "max_cudagraph_capture_size). 0: every step that prefills pays it",
+    )
 
 
 @dataclass(frozen=True)
@@ -340,6 +346,7 @@ SUMMARY_ORDER = (
     "step_host_s",
     "seq_host_s",
     "eager_prefill_s",
+    "eager_graph_tokens",
     "scheduler",
     "scheduler_options",
     "kv_allocator",
@@ -448,6 +455,7 @@ class EngineConfig:
             "eager_prefill_s",
             "is not modelled with attention data parallelism or pipeline stages",
         )
+        need(h.eager_graph_tokens >= 0, "eager_graph_tokens", "must be >= 0")
         need(a.concurrency is None or a.concurrency >= 1, "concurrency", "must be >= 1")
         need(
             math.isfinite(a.burstiness) and a.burstiness > 0,
@@ -650,6 +658,7 @@ _OMITTED_AT_DEFAULT = (
     "step_host_s",
     "seq_host_s",
     "eager_prefill_s",
+    "eager_graph_tokens",
     "prefill_workers",
     "decode_workers",
     "speculative",

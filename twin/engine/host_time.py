@@ -113,12 +113,20 @@ class EagerPrefillPricer(WrappingPricer):
     (0.5.9) shows no per-layer host synchronisation that would explain it. Decode steps
     (graph replays) keep ``inner``'s price. Which engines and releases run prefills
     eagerly: ``twin.validate.silicon.harness.eager_prefill_s`` (SGLang before piecewise
-    prefill graphs became its default; TensorRT-LLM's context steps in every release).
+    prefill graphs became its default; TensorRT-LLM's context steps in every release;
+    vLLM's steps above its largest captured graph).
+
+    ``graph_tokens`` > 0: the engine replays a (piecewise) graph for every step of at most
+    that many tokens, prompt and decode tokens together, so only a larger step that
+    prefills pays ``floor_s`` (vLLM 0.19.0 ``v1/cudagraph_dispatcher.py``
+    ``CudagraphDispatcher.dispatch``: ``CUDAGraphMode.NONE`` for ``num_tokens >
+    max_cudagraph_capture_size``). 0: every step that prefills pays it.
     """
 
-    def __init__(self, inner: Any, floor_s: float) -> None:
+    def __init__(self, inner: Any, floor_s: float, graph_tokens: int = 0) -> None:
         super().__init__(inner)
         self.floor_s = float(floor_s)
+        self.graph_tokens = int(graph_tokens)
 
     @property
     def provenance(self) -> str:
@@ -126,7 +134,11 @@ class EagerPrefillPricer(WrappingPricer):
 
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         kernels = float(self.inner.step_time(prefills, decode_batch, decode_context))
-        return kernels + self.floor_s if prefills else kernels
+        if not prefills:
+            return kernels
+        if self.graph_tokens and sum(c[0] for c in prefills) + decode_batch <= self.graph_tokens:
+            return kernels  # a captured graph's size: replayed
+        return kernels + self.floor_s
 
     def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         return np.asarray(self.inner.decode_run(batch, context, steps), np.float64)

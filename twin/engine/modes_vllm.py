@@ -344,6 +344,28 @@ def _vllm_async(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out["scheduler_options"] = options
 
 
+# vLLM's --moe-backend (0.19.0 vllm/config/kernel.py KernelConfig.moe_backend, "auto" by
+# default; engine/arg_utils.py ``--moe-backend``), or the environment variable
+# VLLM_MXFP4_USE_MARLIN=1 that InferenceMAX's Hopper gpt-oss scripts set (0.15.1-0.18.0
+# quantization/mxfp4.py get_mxfp4_backend; 0.19.0 fused_moe/oracle/mxfp4.py
+# select_mxfp4_moe_backend): "marlin" runs the mxfp4 experts through the Marlin MoE kernel
+# (twin.costmodel.engine_kernels.MARLIN_EXPERT_SCALE; twin.engine.run._pricer swaps the
+# fit). Int4 experts run Marlin already (engine_kernels.RELEASE_KERNELS); Marlin for the
+# other formats (fp8, nvfp4 weight-only) and the other backends are not modelled.
+VLLM_MOE_BACKENDS = ("auto", "marlin")
+MARLIN_FORMATS = ("mxfp4", "int4")
+
+
+def _vllm_moe_backend(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    backend = _choice("moe_backend", value, VLLM_MOE_BACKENDS)
+    experts = model.moe_precision or model.precision
+    if backend == "marlin" and model.n_moe_layers and experts not in MARLIN_FORMATS:
+        raise TwinError(
+            f"--set moe_backend=marlin: {experts} experts under Marlin are not modelled "
+            f"(only {', '.join(MARLIN_FORMATS)}; model {model.name!r})"
+        )
+
+
 # vllm/config/cache.py CacheConfig.prefix_cache_retention_interval: Field(default=0) (0.33.0).
 VLLM_RETENTION_DEFAULT = 0
 
@@ -405,7 +427,7 @@ VLLM_RELEASES = (
     Release(
         version="0.19.0",
         source="vllm 0.19.0: vllm/config/cache.py CacheConfig, vllm/engine/arg_utils.py",
-        flags=(*_VLLM_COMMON, *_VLLM_SPEC),
+        flags=(*_VLLM_COMMON, "moe_backend", *_VLLM_SPEC),
         choices={
             "mamba_cache_mode": ("all", "align", "none"),
             "speculative_config": ("synthetic_acceptance_rate",),
@@ -533,6 +555,15 @@ VLLM = EngineMode(
                 Flag("ReplaySSM history (read only with use_replayssm)", _vllm_replayssm_len, "16"),
             ),
             ("kv_offloading_size", Flag("CPU offload tier, GB", _vllm_offload, "0")),
+            (
+                "moe_backend",
+                Flag(
+                    "auto, or marlin: mxfp4 experts through the Marlin MoE kernel "
+                    "(VLLM_MXFP4_USE_MARLIN=1)",
+                    _vllm_moe_backend,
+                    "auto",
+                ),
+            ),
             *_batching_flags(
                 "max_num_seqs",
                 "max_num_batched_tokens",

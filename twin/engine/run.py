@@ -484,12 +484,20 @@ def _tables_info(profile: Any, release: str) -> dict[str, Any]:
 def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times,
     a prefill step at least ``config.host_time.eager_prefill_s`` long (the outermost layer: a
-    speculative step's verification replays a graph and is not floored)."""
+    speculative step's verification replays a graph and is not floored). vLLM's
+    ``--set moe_backend=marlin`` prices mxfp4 experts with the Marlin MoE kernel
+    (``twin.engine.modes_vllm``; ``Profile.with_marlin_experts``)."""
+    if config.mode.engine_flags.get("moe_backend") == "marlin" and model.n_moe_layers:
+        import twin.precision as px
+
+        if px.moe_format(model).name == "mxfp4":
+            profile = profile.with_marlin_experts(px.moe_format(model).moe_kernel)
     pricer = _layout_pricer(model, profile, config)
     if config.host_time.eager_prefill_s:
         from twin.engine.host_time import EagerPrefillPricer
 
-        pricer = EagerPrefillPricer(pricer, config.host_time.eager_prefill_s)
+        h = config.host_time
+        pricer = EagerPrefillPricer(pricer, h.eager_prefill_s, h.eager_graph_tokens)
     return pricer
 
 

@@ -488,6 +488,28 @@ def vllm_async_scheduling(row: SiliconRow, kind: str = "benchmark") -> bool:
     return release_at_least(row.backend_version, VLLM_ASYNC_FROM)
 
 
+# InferenceMAX's Hopper gpt-oss scripts export VLLM_MXFP4_USE_MARLIN=1
+# (SemiAnalysisAI/InferenceX ``benchmarks/gptoss_fp4_h200.sh`` at 16cd955,
+# ``gptoss_fp4_h100.sh`` at c6b96dd and 1fc5d73), which vLLM honours before its Triton
+# default (0.15.1-0.18.0 ``quantization/mxfp4.py`` ``get_mxfp4_backend``; 0.19.0
+# ``fused_moe/oracle/mxfp4.py`` ``select_mxfp4_moe_backend``; the 0.11.2 image's release
+# not read, taken to honour it as its successors do): those rows' experts ran Marlin, the
+# twin's ``--set moe_backend=marlin`` (``twin.engine.modes_vllm``). Blackwell's scripts do
+# not set it (``gptoss_fp4_b200.sh``: FlashInfer's TRT-LLM-gen kernel).
+INFERENCEMAX_VLLM_MARLIN = {"gpt-oss-120b": frozenset({"h100_sxm", "h200_sxm"})}
+
+
+def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
+    """``--set moe_backend`` for the vLLM server of ``row`` (above); None: vLLM's default."""
+    if kind != "benchmark" or harness_of(row) is not INFERENCEMAX:
+        return None
+    path = row.model_path.lower()
+    for name, systems in INFERENCEMAX_VLLM_MARLIN.items():
+        if name in path and row.system in systems:
+            return "marlin"
+    return None
+
+
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:
     """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
     if kind not in DEPLOYMENTS:
@@ -606,6 +628,65 @@ SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 60e-6, "b200": 75e-6, "b300":
 TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 50e-6, "h200": 75e-6}
 
 
+# vLLM replays piecewise CUDA graphs only for steps of at most
+# ``max_cudagraph_capture_size`` tokens (0.19.0 ``v1/cudagraph_dispatcher.py``
+# ``CudagraphDispatcher.dispatch``: ``CUDAGraphMode.NONE`` for ``num_tokens >
+# max_size``); a larger step runs the compiled model without a graph, its host issuing
+# each piece's kernels and the custom ops between them (attention, the fused MoE) one by
+# one. The size defaults to ``min(max_num_seqs x 2, 512)`` (``config/vllm.py``
+# ``VllmConfig._set_cudagraph_sizes``, decode query length 1 without speculation;
+# ``config/compilation.py`` ``max_cudagraph_capture_size``), capped by
+# ``max_num_batched_tokens``; InferenceMAX's gpt-oss scripts set
+# ``max-cudagraph-capture-size: 2048`` (``gptoss_fp4_h200.sh`` at 16cd955,
+# ``gptoss_fp4_h100.sh`` at 1fc5d73). So every 1k-token prefill step of the measured rows
+# but gpt-oss's is eager. The host time of that forward is priced as SGLang's and
+# TensorRT-LLM's (:data:`SGLANG_EAGER_LAUNCHES` per layer part, standing in for vLLM's
+# own: its compiled pieces fuse some element-wise launches, its custom ops issue the
+# same; not recounted from vLLM's modules here) times a host time per launch per GPU
+# fitted on the fit split only (:data:`VLLM_EAGER_LAUNCH_S`), in series with the kernels
+# (``EagerPrefillPricer``, with ``eager_graph_tokens`` the capture size). MoE models only
+# (as the other engines' rule), not under attention DP, and in the releases whose
+# dispatcher was read (0.14.0, 0.16.0 and 0.19.0 wheels: the same test and default; so
+# from 0.14.0, and the nightly builds of the rows, 2026 images of vLLM's main branch).
+# Older releases (0.11.2, 0.12.0) and rows without a release keep the kernels' price: not
+# read (the fit grid's three Qwen3-235B 0.12.0 H200 rows got worse with it, 11.6 -> 25.5%).
+VLLM_MAX_CAPTURE = 512
+INFERENCEMAX_VLLM_CAPTURE = {"gpt-oss-120b": 2048}
+VLLM_EAGER_FROM = "0.14.0"
+# Host seconds per launch of vLLM's eager forward, per GPU, fitted on the fit split only:
+# ``python benchmarks/bench_eager_prefill.py --backend vllm --per-split 48 --grid-us
+# 0,10,20,30,45,60`` (48 fit rows spread over the vLLM MoE rows with at most 64 clients:
+# MiniMax-M2.5, Kimi-K2.5, gpt-oss-120b, Qwen3-235B; the rule's rows among them, release
+# 0.14.0 on or nightly), least TTFT + TPOT MAPE per GPU (``benchmarks/results/
+# vllm-eager-grid.json``; docs/decisions.md, "Issue 31, step: vLLM's eager steps above its
+# largest CUDA graph, and gpt-oss's Marlin experts on Hopper"): B200 20 us (22 rows, TTFT /
+# TPOT 32.6 / 11.0% -> 20.6 / 11.9%), H200 45 us (10 rows, 39.7 / 14.8 -> 21.8 / 13.5), H100
+# 45 us (5 rows, 35.7 / 4.7 -> 23.8 / 3.9; 60 us the same within 0.5), B300 30 us (5 rows,
+# 38.4 / 20.5 -> 13.4 / 19.9; few rows).
+VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 30e-6, "h200": 45e-6, "h100": 45e-6}
+
+
+def vllm_prefills_eagerly(row: SiliconRow) -> bool:
+    """Whether ``row``'s vLLM release is one the eager rule was read in (above)."""
+    from twin.costmodel.table_release import release_at_least  # late: rows read without it
+
+    version = row.backend_version or ""
+    return version.startswith("nightly") or release_at_least(version, VLLM_EAGER_FROM)
+
+
+def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any]) -> int:
+    """vLLM's ``max_cudagraph_capture_size`` for ``row`` run with the server limits
+    ``limits`` (:func:`deployment`'s keywords; above)."""
+    sets = limits.get("sets", {})
+    seqs = int(sets.get("max_num_seqs", 0) or 0)
+    size = min(2 * seqs, VLLM_MAX_CAPTURE) if seqs else VLLM_MAX_CAPTURE
+    if harness_of(row) is INFERENCEMAX:
+        path = row.model_path.lower()
+        size = next((n for name, n in INFERENCEMAX_VLLM_CAPTURE.items() if name in path), size)
+    budget = int(sets.get("max_num_batched_tokens", 0) or 0)
+    return min(size, budget) if budget else size
+
+
 def eager_launches(model: ModelSpec) -> int:
     """Kernels one eager SGLang forward of ``model`` launches (``SGLANG_EAGER_LAUNCHES``
     summed over its layers; mixer kinds without a count, Mamba2 say, count none)."""
@@ -642,11 +723,17 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     (:func:`sglang_prefills_eagerly`; ``multimodal``: the model's config has a
     ``vision_config``), the model has no MoE layers (the dense SGLang rows are GPU-bound:
     nothing to fit them on), attention DP is on, or the GPU has no fitted host time.
-    TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``)."""
+    TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``); vLLM rows
+    of the releases read (:func:`vllm_prefills_eagerly`): the steps above its largest
+    captured graph (``VLLM_EAGER_LAUNCH_S``; the plan adds :func:`vllm_graph_tokens`)."""
     if not model.n_moe_layers or (row.attention_dp or 1) > 1:
         return 0.0
     if row.backend == "trtllm":  # every context step runs eagerly (TRTLLM_EAGER_LAUNCH_S)
         return TRTLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
+    if row.backend == "vllm":  # steps above the largest graph (VLLM_EAGER_LAUNCH_S)
+        if not vllm_prefills_eagerly(row):
+            return 0.0
+        return VLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
     if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
     return SGLANG_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)

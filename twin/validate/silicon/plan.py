@@ -26,6 +26,8 @@ from twin.validate.silicon.harness import (
     harness_of,
     inferencemax_speculation,
     vllm_async_scheduling,
+    vllm_graph_tokens,
+    vllm_moe_backend,
 )
 from twin.validate.silicon.precision import (
     RowPrecision,
@@ -207,6 +209,9 @@ def plan_row(
     limits = deployment(row, engine, deploy)
     if engine == "vllm" and vllm_async_scheduling(row, deploy):
         limits = {**limits, "sets": {**limits.get("sets", {}), "async_scheduling": "true"}}
+    backend = vllm_moe_backend(row, deploy) if engine == "vllm" else None
+    if backend is not None:
+        limits = {**limits, "sets": {**limits.get("sets", {}), "moe_backend": backend}}
     if harness_of(row) is not INFERENCEMAX:  # its scripts' KV flags are not read
         precision = engine_default_kv(precision, engine, limits, config)
     unpriceable = _unpriceable(profile, precision, base)
@@ -224,6 +229,8 @@ def plan_row(
     eager = eager_prefill_s(row, model, gpu, multimodal="vision_config" in config)
     if eager:
         limits = {**limits, "eager_prefill_s": eager}
+        if engine == "vllm":  # only steps above vLLM's largest captured graph
+            limits["eager_graph_tokens"] = vllm_graph_tokens(row, limits)
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),

@@ -1,0 +1,94 @@
+"""vLLM's steps above its largest captured CUDA graph run eagerly: the host time of an
+eager forward is added to those steps only (``EagerPrefillPricer(graph_tokens=...)``,
+``harness.vllm_graph_tokens``, ``harness.eager_prefill_s`` for vLLM MoE rows)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from silicon_rows import silicon_row
+from test_engine_helpers import ConstantPricer
+
+from twin.engine.config import EngineConfig
+from twin.engine.host_time import EagerPrefillPricer
+from twin.errors import TwinError
+from twin.presets import get_model
+from twin.validate import silicon as sil
+
+IMAX = "source_file=2026-04-06.csv; model=X; silicon_concurrency=4"
+
+
+def test_only_a_prefill_step_above_the_graph_size_pays_the_host_time():
+    every = EagerPrefillPricer(ConstantPricer(0.01), 0.02)
+    graphed = EagerPrefillPricer(ConstantPricer(0.01), 0.02, graph_tokens=512)
+    assert every.step_time([], 64, 1000) == graphed.step_time([], 64, 1000) == 0.01
+    assert every.step_time([(256, 0)], 8, 1000) == pytest.approx(0.03)
+    assert graphed.step_time([(256, 0)], 8, 1000) == 0.01  # 264 tokens: a graph replays
+    assert graphed.step_time([(504, 0)], 8, 1000) == 0.01  # 512: the largest graph
+    assert graphed.step_time([(505, 0)], 8, 1000) == pytest.approx(0.03)  # 513: eager
+    assert graphed.step_time([(300, 0), (300, 64)], 0, 0) == pytest.approx(0.03)
+
+
+def test_the_graph_size_is_a_config_field_left_out_of_summaries_at_its_default():
+    assert "eager_graph_tokens" not in EngineConfig().to_dict()
+    assert EngineConfig.of(eager_graph_tokens=512).to_dict()["eager_graph_tokens"] == 512
+    with pytest.raises(TwinError, match="--eager-graph-tokens: must be >= 0"):
+        EngineConfig.of(eager_graph_tokens=-1)
+
+
+def test_vllm_capture_size_from_the_server_limits_and_gpt_oss_scripts():
+    minimax = silicon_row(source=IMAX, model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm")
+    sets = {"sets": {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}}
+    assert sil.vllm_graph_tokens(minimax, sets) == 512  # min(2 x 512, 512)
+    assert sil.vllm_graph_tokens(minimax, {"sets": {"max_num_seqs": "4"}}) == 8
+    assert sil.vllm_graph_tokens(minimax, {}) == 512
+    gpt_oss = silicon_row(source=IMAX)  # InferenceMAX's max-cudagraph-capture-size: 2048
+    assert sil.vllm_graph_tokens(gpt_oss, sets) == 2048
+    small = {"sets": {"max_num_batched_tokens": "1024", "max_num_seqs": "512"}}
+    assert sil.vllm_graph_tokens(gpt_oss, small) == 1024  # capped by the step budget
+
+
+def test_vllm_moe_rows_get_the_eager_host_time_and_dense_rows_none():
+    row = silicon_row(source=IMAX, model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm")
+    for version, eager in (
+        ("0.14.0", True),
+        ("0.19.0", True),
+        ("nightly-5b8c30d62b754b57", True),
+        ("0.12.0", False),  # not read
+        ("0.11.2", False),
+        ("", False),
+    ):
+        assert sil.vllm_prefills_eagerly(dataclasses.replace(row, backend_version=version)) is eager
+    old = dataclasses.replace(row, backend_version="0.12.0")
+    assert sil.eager_prefill_s(old, get_model("gpt-oss-120b"), "b200") == 0.0
+    moe = get_model("gpt-oss-120b")
+    per_launch = sil.VLLM_EAGER_LAUNCH_S["b200"]
+    assert sil.eager_prefill_s(row, moe, "b200") == pytest.approx(
+        per_launch * sil.eager_launches(moe)
+    )
+    assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0
+    assert sil.eager_prefill_s(dataclasses.replace(row, attention_dp=2), moe, "b200") == 0.0
+    assert sil.eager_prefill_s(row, moe, "a100") == 0.0  # no fitted host time
+
+
+def test_a_planned_vllm_moe_row_carries_its_graph_size():
+    row = silicon_row(
+        source=IMAX,
+        model_path="MiniMaxAI/MiniMax-M2.5",
+        system="b200_sxm",
+        backend_version="0.19.0",
+        precision="fp8",
+        gemm_quant_mode="fp8",
+        moe_quant_mode="fp8",
+        isl=1024,
+        osl=1024,
+        concurrency=4,
+        tp=2,
+        ttft_ms=1.0,
+        tpot_ms=1.0,
+    )
+    plan = sil.plan_row(row)
+    assert not isinstance(plan, str), plan
+    assert plan.deployment["eager_prefill_s"] > 0
+    assert plan.deployment["eager_graph_tokens"] == 512
