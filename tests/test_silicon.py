@@ -1014,6 +1014,84 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     assert run.pricer.step_time([], 4, 256) == run.pricer.inner.step_time([], 4, 256)
 
 
+def test_inferencemax_sglang_rows_without_a_release_ran_a_release_before_0510() -> None:
+    """InferenceMAX's SGLang DeepSeek rows that name no release were measured in
+    November 2025, before that collection first ran an SGLang 0.5.10 image (2026-04-14):
+    their prefill is eager (no piecewise graphs before 0.5.10) and they ran the v0.5.5
+    era scripts' flags (fp4: 256 requests, 16384 chunk; fp8: tp 8 at 4-64 clients, 128
+    requests, 32768). A row without a measurement date, measured from that day on, or of
+    another collection keeps SGLang's defaults and no host time."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    r1 = get_model("deepseek-r1")
+    src = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=4; "
+    row = replace(
+        _inferencemax_r1(
+            backend="sglang", backend_version="", precision="fp4", tp=4, isl=1024, osl=1024
+        ),
+        source=src + "measured=2025-11-10T00:00:00.000Z; wip=False",
+    )
+    assert sil.measured_on(row) == "2025-11-10" and sil.inferencemax_sglang_unnamed(row)
+    eager = sil.SGLANG_EAGER_LAUNCH_S["b200"] * sil.eager_launches(r1)
+    assert sil.eager_prefill_s(row, r1, "b200") == pytest.approx(eager) and eager > 0.1
+    sets = sil.deployment(row, "sglang")["sets"]
+    assert (sets["max_running_requests"], sets["chunked_prefill_size"]) == ("256", "16384")
+    assert sets["scheduler_recv_interval"] == "10"
+    fp8 = replace(row, precision="fp8", tp=8)
+    assert sil.deployment(fp8, "sglang")["sets"]["max_running_requests"] == "128"
+    assert sil.deployment(replace(fp8, concurrency=128), "sglang") == {}  # no -mtp yet
+    assert sil.deployment(replace(fp8, tp=4, isl=8192), "sglang") == {}  # tp 8 only
+    assert sil.eager_prefill_s(fp8, r1, "b200") == pytest.approx(eager)
+    # (fp8: the fp4 scripts' --enable-symm-mem alone would make a prefill eager)
+    undated = replace(fp8, source=src + "wip=False")
+    later = replace(fp8, source=src + "measured=2026-04-14T00:00:00.000Z")
+    aiperf = replace(row, source="/x/aic-auto-gap-analysis/y.csv; measured=2025-11-10")
+    for other in (undated, later, aiperf, replace(row, backend="trtllm")):
+        assert not sil.inferencemax_sglang_unnamed(other)
+    for other in (undated, later, aiperf):
+        assert sil.eager_prefill_s(other, r1, "b200") == 0.0
+        assert sil.deployment(other, "sglang") == {}
+
+
+def test_inferencemax_symm_mem_turns_sglang_0510_piecewise_graphs_off() -> None:
+    """InferenceMAX's DeepSeek fp4 scripts pass ``--enable-symm-mem``, under which SGLang
+    0.5.10.post1 turns its piecewise prefill graphs off: the B300 fp4 rows prefill eagerly
+    (B300's host time per launch), the fp8 ones (no such flag) keep the graphs. The B300
+    scripts are the B200 recipes: fp4's flags at tp 4 and 8, fp8's plain ones where only
+    the plain configuration ran (beyond 64 clients only the -mtp one: defaults)."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    r1 = get_model("deepseek-r1")
+    row = replace(
+        _inferencemax_r1(
+            backend="sglang", backend_version="0.5.10.post1", precision="fp4", tp=4, isl=1024
+        ),
+        system="b300_sxm",
+        osl=1024,
+        concurrency=64,
+    )
+    assert sil.inferencemax_symm_mem(row)
+    assert sil.eager_prefill_s(row, r1, "b300") == pytest.approx(
+        sil.SGLANG_EAGER_LAUNCH_S["b300"] * sil.eager_launches(r1)
+    )
+    sets = sil.deployment(row, "sglang")["sets"]
+    assert (sets["max_running_requests"], sets["scheduler_recv_interval"]) == ("256", "30")
+    fp8 = replace(row, precision="fp8")
+    assert not sil.inferencemax_symm_mem(fp8) and sil.eager_prefill_s(fp8, r1, "b300") == 0.0
+    assert sil.eager_prefill_s(replace(row, model_path="x/y"), r1, "b300") == 0.0
+    assert sil.eager_prefill_s(replace(row, backend_version="0.5.23"), r1, "b300") == 0.0
+    tp8 = sil.deployment(replace(fp8, tp=8), "sglang")["sets"]
+    assert (tp8["max_running_requests"], tp8["chunked_prefill_size"]) == ("128", "32768")
+    tp4 = sil.deployment(replace(fp8, isl=8192, concurrency=16), "sglang")["sets"]
+    assert (tp4["max_running_requests"], tp4["mem_fraction_static"]) == ("32", "0.95")
+    assert sil.deployment(replace(fp8, tp=8, concurrency=128), "sglang") == {}
+    assert sil.deployment(replace(row, backend_version="0.5.9"), "sglang") == {}
+
+
 def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
     """TensorRT-LLM's PyTorch backend runs a batch holding a context request without a
     CUDA graph in every release: a MoE row's context step adds its launches
