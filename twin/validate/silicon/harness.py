@@ -291,22 +291,25 @@ def inferencemax_sglang_unnamed(row: SiliconRow) -> bool:
     return day is not None and day < INFERENCEMAX_FIRST_SGLANG_0510
 
 
-# The InferenceMAX DeepSeek scripts that pass ``--enable-symm-mem`` (SGLang's symmetric-
-# memory all-reduce): every fp4 one (``dsr1_fp4_b200.sh`` at 12ba0ae and e8924a6,
-# ``dsr1_fp4_b300.sh`` at e8924a6, ``dsr1_fp4_b200_docker.sh`` from 2025-09); no fp8 one
-# (``dsr1_fp8_{b200,h200,b300}[_mtp].sh``). SGLang 0.5.10.post1 turns its piecewise
-# prefill graphs off under it (``server_args.py`` ``_handle_piecewise_cuda_graph``,
-# condition 15: "torch.cuda.use_mem_pool is untraceable by dynamo").
-INFERENCEMAX_SYMM_MEM_PRECISIONS = frozenset({"fp4"})
+# Flags of InferenceMAX's DeepSeek SGLang scripts under which SGLang 0.5.10.post1 turns
+# its piecewise prefill graphs off (``server_args.py``): ``--enable-symm-mem`` (every fp4
+# script: ``dsr1_fp4_b200.sh`` at 12ba0ae and e8924a6, ``dsr1_fp4_b300.sh`` at e8924a6;
+# ``_handle_piecewise_cuda_graph`` condition 15, "torch.cuda.use_mem_pool is untraceable
+# by dynamo") and ``--moe-runner-backend flashinfer_trtllm`` (every B200 and B300 script,
+# fp4 and fp8, plain and -mtp, at both commits; the H200 one passes no runner;
+# ``_handle_moe_kernel_config``: "bypassed topk is incompatible with torch.compile", for
+# every architecture but gpt-oss's). By GPU: the scripts that pass at least one of them.
+INFERENCEMAX_NO_PIECEWISE_SYSTEMS = frozenset({"b200_sxm", "b300_sxm"})
 
 
-def inferencemax_symm_mem(row: SiliconRow) -> bool:
-    """Whether ``row``'s InferenceMAX SGLang server ran with ``--enable-symm-mem``."""
+def inferencemax_no_piecewise(row: SiliconRow) -> bool:
+    """Whether ``row``'s InferenceMAX SGLang server passed a flag that turns SGLang's
+    piecewise prefill graphs off (above)."""
     return (
         row.backend == "sglang"
         and harness_of(row) is INFERENCEMAX
         and inferencemax_deepseek(row)
-        and row.precision in INFERENCEMAX_SYMM_MEM_PRECISIONS
+        and row.system in INFERENCEMAX_NO_PIECEWISE_SYSTEMS
     )
 
 
@@ -585,11 +588,11 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
 # multimodal models (``ModelConfig.is_multimodal``: ``enable_multimodal`` is on by
 # default, and a config with a ``vision_config`` is multimodal, Qwen3.5's
 # ``Qwen3_5MoeForConditionalGeneration``). Such a model prefills eagerly in every
-# release, a nightly build included. Of the scripts' flags, ``--enable-symm-mem``
-# (condition 15) is read: InferenceMAX's DeepSeek fp4 servers pass it
-# (:func:`inferencemax_symm_mem`), so its B300 0.5.10.post1 rows prefill eagerly; and an
-# InferenceMAX row that names no release but was measured before that collection first ran
-# 0.5.10 (:func:`inferencemax_sglang_unnamed`) ran an earlier release, so eagerly too.
+# release, a nightly build included. The scripts' flags that turn them off are read for
+# InferenceMAX's DeepSeek servers (:func:`inferencemax_no_piecewise`: symmetric memory,
+# the FlashInfer TRT-LLM MoE runner), so its B300 0.5.10.post1 rows prefill eagerly; and
+# an InferenceMAX row that names no release but was measured before that collection first
+# ran 0.5.10 (:func:`inferencemax_sglang_unnamed`) ran an earlier release, so eagerly too.
 # (0.5.10.post1 also caps an MLA model's piecewise graphs at 2,048 tokens,
 # ``_handle_gpu_memory_settings`` sets ``piecewise_cuda_graph_max_tokens`` so, and a larger
 # DeepSeek prefill forward runs eagerly there even with the graphs on: not modelled, the
@@ -710,7 +713,7 @@ def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool)
         return False
     if multimodal or any(stem in model.name.lower() for stem in SGLANG_NO_PIECEWISE):
         return True
-    if inferencemax_symm_mem(row) or inferencemax_sglang_unnamed(row):
+    if inferencemax_no_piecewise(row) or inferencemax_sglang_unnamed(row):
         return True
     dated = version_key(row.backend_version) is not None
     return dated and not release_at_least(row.backend_version, SGLANG_PIECEWISE_DEFAULT)
