@@ -984,8 +984,11 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
         per_launch["h200"] * launches
     )
     assert sil.eager_prefill_s(replace(row, backend_version="0.5.6.post2"), r1, "b200") == floor
+    # (an H200 row: InferenceMAX's B200 DeepSeek scripts pass flags that turn the graphs
+    # off, test_inferencemax_scripts_flags_turn_sglang_0510_piecewise_graphs_off)
+    h200 = replace(row, system="h200_sxm")
     for version in ("0.5.10.post1", "0.5.23", "nightly-dev", ""):
-        assert sil.eager_prefill_s(replace(row, backend_version=version), r1, "b200") == 0.0
+        assert sil.eager_prefill_s(replace(h200, backend_version=version), r1, "h200") == 0.0
     # GLM-5 (piecewise graphs off for its architecture) and a multimodal config prefill
     # eagerly in 0.5.10.post1 and in a nightly build, not from 0.5.23.
     glm = get_model("glm-5")
@@ -1012,6 +1015,92 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
         assert run.pricer.step_time([(n, 0)], 0, 0) == pytest.approx(kernels + floor)
     assert run.pricer.inner.step_time([(8192, 0)], 0, 0) > floor  # GPU-bound, still added
     assert run.pricer.step_time([], 4, 256) == run.pricer.inner.step_time([], 4, 256)
+
+
+def test_inferencemax_sglang_rows_without_a_release_ran_a_release_before_0510() -> None:
+    """InferenceMAX's SGLang DeepSeek rows that name no release were measured in
+    November 2025, before that collection first ran an SGLang 0.5.10 image (2026-04-14):
+    their prefill is eager (no piecewise graphs before 0.5.10) and they ran the v0.5.5
+    era scripts' flags (fp4: 256 requests, 16384 chunk; fp8: tp 8 at 4-64 clients, 128
+    requests, 32768). A row without a measurement date, measured from that day on, or of
+    another collection keeps SGLang's defaults and no host time."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    r1 = get_model("deepseek-r1")
+    src = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=4; "
+    row = replace(
+        _inferencemax_r1(
+            backend="sglang", backend_version="", precision="fp4", tp=4, isl=1024, osl=1024
+        ),
+        source=src + "measured=2025-11-10T00:00:00.000Z; wip=False",
+    )
+    assert sil.measured_on(row) == "2025-11-10" and sil.inferencemax_sglang_unnamed(row)
+    eager = sil.SGLANG_EAGER_LAUNCH_S["b200"] * sil.eager_launches(r1)
+    assert sil.eager_prefill_s(row, r1, "b200") == pytest.approx(eager) and eager > 0.1
+    sets = sil.deployment(row, "sglang")["sets"]
+    assert (sets["max_running_requests"], sets["chunked_prefill_size"]) == ("256", "16384")
+    assert sets["scheduler_recv_interval"] == "10"
+    fp8 = replace(row, precision="fp8", tp=8)
+    assert sil.deployment(fp8, "sglang")["sets"]["max_running_requests"] == "128"
+    assert sil.deployment(replace(fp8, concurrency=128), "sglang") == {}  # no -mtp yet
+    assert sil.deployment(replace(fp8, tp=4, isl=8192), "sglang") == {}  # tp 8 only
+    assert sil.eager_prefill_s(fp8, r1, "b200") == pytest.approx(eager)
+    # (H200: the B200 scripts' MoE runner alone would make a prefill eager)
+    h200 = replace(fp8, system="h200_sxm")
+    assert sil.eager_prefill_s(h200, r1, "h200") == pytest.approx(
+        sil.SGLANG_EAGER_LAUNCH_S["h200"] * sil.eager_launches(r1)
+    )
+    undated = replace(h200, source=src + "wip=False")
+    later = replace(h200, source=src + "measured=2026-04-14T00:00:00.000Z")
+    aiperf = replace(row, source="/x/aic-auto-gap-analysis/y.csv; measured=2025-11-10")
+    for other in (undated, later, aiperf, replace(row, backend="trtllm")):
+        assert not sil.inferencemax_sglang_unnamed(other)
+    for other in (undated, later, aiperf):
+        assert sil.eager_prefill_s(other, r1, "h200") == 0.0
+        assert sil.deployment(other, "sglang") == {}
+
+
+def test_inferencemax_scripts_flags_turn_sglang_0510_piecewise_graphs_off() -> None:
+    """InferenceMAX's B200/B300 DeepSeek scripts pass ``--moe-runner-backend
+    flashinfer_trtllm`` (and the fp4 ones ``--enable-symm-mem``), under which SGLang
+    0.5.10.post1 turns its piecewise prefill graphs off: the B300 rows prefill eagerly at
+    B300's host time per launch, fp4 and fp8 alike; the H200 script passes neither, and
+    from 0.5.23 the graphs are captured whatever the flags. The B300 scripts are the B200
+    recipes: fp4's flags at tp 4 and 8, fp8's plain ones where only the plain
+    configuration ran (beyond 64 clients only the -mtp one: defaults)."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    r1 = get_model("deepseek-r1")
+    row = replace(
+        _inferencemax_r1(
+            backend="sglang", backend_version="0.5.10.post1", precision="fp4", tp=4, isl=1024
+        ),
+        system="b300_sxm",
+        osl=1024,
+        concurrency=64,
+    )
+    eager = sil.SGLANG_EAGER_LAUNCH_S["b300"] * sil.eager_launches(r1)
+    fp8 = replace(row, precision="fp8")
+    for graphs_off in (row, fp8):
+        assert sil.inferencemax_no_piecewise(graphs_off)
+        assert sil.eager_prefill_s(graphs_off, r1, "b300") == pytest.approx(eager)
+    h200 = replace(fp8, system="h200_sxm")
+    assert not sil.inferencemax_no_piecewise(h200)
+    assert sil.eager_prefill_s(h200, r1, "h200") == 0.0  # 0.5.10.post1 with its graphs
+    assert sil.eager_prefill_s(replace(row, model_path="x/y"), r1, "b300") == 0.0
+    assert sil.eager_prefill_s(replace(row, backend_version="0.5.23"), r1, "b300") == 0.0
+    sets = sil.deployment(row, "sglang")["sets"]
+    assert (sets["max_running_requests"], sets["scheduler_recv_interval"]) == ("256", "30")
+    tp8 = sil.deployment(replace(fp8, tp=8), "sglang")["sets"]
+    assert (tp8["max_running_requests"], tp8["chunked_prefill_size"]) == ("128", "32768")
+    tp4 = sil.deployment(replace(fp8, isl=8192, concurrency=16), "sglang")["sets"]
+    assert (tp4["max_running_requests"], tp4["mem_fraction_static"]) == ("32", "0.95")
+    assert sil.deployment(replace(fp8, tp=8, concurrency=128), "sglang") == {}
+    assert sil.deployment(replace(row, backend_version="0.5.9"), "sglang") == {}
 
 
 def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:

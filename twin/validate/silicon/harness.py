@@ -248,7 +248,71 @@ INFERENCEMAX_TRTLLM_FLOOR = 8192  # the plain scripts' MAX_NUM_TOKENS floor
 # The B200 scripts poll for requests every 30 decode iterations from 16 clients, else 10
 # (``--scheduler-recv-interval``; 10 at fp8 tp 4). A row no configuration covers runs with
 # SGLang's defaults.
+# Two more eras of the same configurations:
+# - B300, image lmsysorg/sglang:v0.5.10.post1-cu130 (``nvidia-master.yaml`` at e8924a6,
+#   2026-04-18; scripts added 2026-04-17, 9ebeafb and 5b302f1): ``dsr1_fp4_b300.sh`` is
+#   the B200 fp4 recipe as is ("reuses the existing DSR1 FP4 B200 SGLang recipe": 256
+#   requests, 0.85, 16384, the same polling, ``--enable-symm-mem``), run at tp 4 and 8 over
+#   the same clients; ``dsr1_fp8_b300.sh`` the B200 fp8 one (tp 8: 128, 0.82, 32768; tp 4
+#   at 8k/1k: 32, 0.95, 8192), ``dsr1-fp8-b300-sglang`` at tp 8 for 4-64 clients at 1k/1k
+#   and 4 at 8k/1k, tp 4 for 4-32 at 8k/1k. Its -mtp configuration (tp 8, 4-512 clients at
+#   1k/1k and 8k/1k, ``dsr1_fp8_b300_mtp.sh``) shares image and layout: rows both cover
+#   run plain, rows only it covers run SGLang's defaults (its drafts are not read here).
+# - Rows without a release (:func:`inferencemax_sglang_unnamed`): the configurations'
+#   image from 2025-11-10 (d8fe8f73e) was lmsysorg/sglang:v0.5.5-cu129-amd64, with
+#   ``benchmarks/dsr1_fp4_b200_docker.sh`` (256 requests, 0.85, 16384, the same polling,
+#   ``--enable-symm-mem``; the same limits before, at e06929c) over the fp4 configuration
+#   of today, and ``benchmarks/dsr1_fp8_b200_docker.sh`` (128, 0.82, 32768 chunk and
+#   prefill tokens, the same polling; at 189ae51, 2025-11-18) over tp 8 at 4-64 clients
+#   for all three lengths (no tp 4 and no -mtp configuration yet).
 INFERENCEMAX_SGLANG_VERSION = "0.5.9"
+INFERENCEMAX_SGLANG_B300 = "0.5.10.post1"
+# The day InferenceMAX's configurations first name an SGLang 0.5.10 image (6cb8291,
+# 2026-04-14: ``git log -S sglang:v0.5.10 -- .github/configs/nvidia-master.yaml``).
+# The CSV's SGLang rows without a ``backend_version`` (DeepSeek-R1 on B200, measured
+# 2025-11-02 to 2025-12-05 by their ``measured=``; no ``image=``) ran before it.
+INFERENCEMAX_FIRST_SGLANG_0510 = "2026-04-14"
+_MEASURED = re.compile(r"measured=(\d{4}-\d{2}-\d{2})")
+
+
+def measured_on(row: SiliconRow) -> str | None:
+    """The day ``row`` was measured (``measured=`` of its source, ISO), if it says."""
+    found = _MEASURED.search(row.source)
+    return found.group(1) if found else None
+
+
+def inferencemax_sglang_unnamed(row: SiliconRow) -> bool:
+    """Whether ``row`` is an InferenceMAX SGLang row that names no release and was
+    measured before InferenceMAX first ran an SGLang 0.5.10 image (so it ran an earlier
+    release: ``INFERENCEMAX_FIRST_SGLANG_0510``)."""
+    if row.backend != "sglang" or row.backend_version or harness_of(row) is not INFERENCEMAX:
+        return False
+    day = measured_on(row)
+    return day is not None and day < INFERENCEMAX_FIRST_SGLANG_0510
+
+
+# Flags of InferenceMAX's DeepSeek SGLang scripts under which SGLang 0.5.10.post1 turns
+# its piecewise prefill graphs off (``server_args.py``): ``--enable-symm-mem`` (every fp4
+# script: ``dsr1_fp4_b200.sh`` at 12ba0ae and e8924a6, ``dsr1_fp4_b300.sh`` at e8924a6;
+# ``_handle_piecewise_cuda_graph`` condition 15, "torch.cuda.use_mem_pool is untraceable
+# by dynamo") and ``--moe-runner-backend flashinfer_trtllm`` (every B200 and B300 script,
+# fp4 and fp8, plain and -mtp, at both commits; the H200 one passes no runner;
+# ``_handle_moe_kernel_config``: "bypassed topk is incompatible with torch.compile", for
+# every architecture but gpt-oss's). By GPU: the scripts that pass at least one of them.
+INFERENCEMAX_NO_PIECEWISE_SYSTEMS = frozenset({"b200_sxm", "b300_sxm"})
+
+
+def inferencemax_no_piecewise(row: SiliconRow) -> bool:
+    """Whether ``row``'s InferenceMAX SGLang server passed a flag that turns SGLang's
+    piecewise prefill graphs off (above)."""
+    return (
+        row.backend == "sglang"
+        and harness_of(row) is INFERENCEMAX
+        and inferencemax_deepseek(row)
+        and row.system in INFERENCEMAX_NO_PIECEWISE_SYSTEMS
+    )
+
+
 _SGLANG_FLAGS = (
     "max_running_requests",
     "mem_fraction_static",
@@ -349,25 +413,36 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     qwen35 = inferencemax_qwen35(row)
     if qwen35:
         return qwen35
-    if row.backend_version != INFERENCEMAX_SGLANG_VERSION or not inferencemax_deepseek(row):
+    if not inferencemax_deepseek(row):
+        return {}
+    b300 = row.system == "b300_sxm" and row.backend_version == INFERENCEMAX_SGLANG_B300
+    unnamed = row.system == "b200_sxm" and inferencemax_sglang_unnamed(row)
+    if row.backend_version != INFERENCEMAX_SGLANG_VERSION and not (b300 or unnamed):
+        return {}
+    if row.system == "b300_sxm" and not b300:  # no B300 configuration of 0.5.9
         return {}
     conc, tp, lengths = row.concurrency or 0, row.tp or 1, (row.isl, row.osl)
     poll = "30" if conc >= 16 else "10"
     long_prompt = lengths == (8192, 1024)
     flags: tuple[str, ...]
     extra: dict[str, str] = {}
-    if row.system == "b200_sxm" and row.precision == "fp4":
+    blackwell = row.system in ("b200_sxm", "b300_sxm")
+    if blackwell and row.precision == "fp4":
         if tp not in (4, 8) or conc > (16 if tp == 8 and long_prompt else 128):
             return {}
         flags = ("256", "0.85", "16384", "16384", poll)
-    elif row.system == "b200_sxm" and row.precision == "fp8" and tp == 4:
+    elif unnamed and row.precision == "fp8":  # the v0.5.5 era: tp 8 only, no -mtp
+        if tp != 8 or conc > 64:
+            return {}
+        flags = ("128", "0.82", "32768", "32768", poll)
+    elif blackwell and row.precision == "fp8" and tp == 4:
         if not long_prompt or conc > 32:
             return {}
         flags = ("32", "0.95", "8192", "8192", "10")
-    elif row.system == "b200_sxm" and row.precision == "fp8" and tp == 8:
+    elif blackwell and row.precision == "fp8" and tp == 8:
         if conc <= (4 if long_prompt else 64):
             flags = ("128", "0.82", "32768", "32768", poll)
-        elif conc <= 512:
+        elif conc <= 512 and not b300:
             flags, extra = ("512", "0.82", "16384", "16384", poll), _SGLANG_MTP
         else:
             return {}
@@ -535,8 +610,15 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
 # multimodal models (``ModelConfig.is_multimodal``: ``enable_multimodal`` is on by
 # default, and a config with a ``vision_config`` is multimodal, Qwen3.5's
 # ``Qwen3_5MoeForConditionalGeneration``). Such a model prefills eagerly in every
-# release, a nightly build included. (The flags of a row's script are not read: those
-# rows keep the kernels' price.)
+# release, a nightly build included. The scripts' flags that turn them off are read for
+# InferenceMAX's DeepSeek servers (:func:`inferencemax_no_piecewise`: symmetric memory,
+# the FlashInfer TRT-LLM MoE runner), so its B300 0.5.10.post1 rows prefill eagerly; and
+# an InferenceMAX row that names no release but was measured before that collection first
+# ran 0.5.10 (:func:`inferencemax_sglang_unnamed`) ran an earlier release, so eagerly too.
+# (0.5.10.post1 also caps an MLA model's piecewise graphs at 2,048 tokens,
+# ``_handle_gpu_memory_settings`` sets ``piecewise_cuda_graph_max_tokens`` so, and a larger
+# DeepSeek prefill forward runs eagerly there even with the graphs on: not modelled, the
+# engine's host time is one price for every prefill step.)
 # An eager forward is issued kernel by kernel from Python, so a step that prefills takes
 # the host's time to issue the model's kernels, in series with the kernels as the
 # measured rows place it (``twin.engine.host_time.EagerPrefillPricer``). Public
@@ -711,6 +793,8 @@ def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool)
     if release_at_least(row.backend_version, SGLANG_PREFILL_GRAPHS_ALWAYS):
         return False
     if multimodal or any(stem in model.name.lower() for stem in SGLANG_NO_PIECEWISE):
+        return True
+    if inferencemax_no_piecewise(row) or inferencemax_sglang_unnamed(row):
         return True
     dated = version_key(row.backend_version) is not None
     return dated and not release_at_least(row.backend_version, SGLANG_PIECEWISE_DEFAULT)
