@@ -15,7 +15,6 @@ import pytest
 from marconi_oracle import python_policies
 from test_engine_helpers import LinearPricer, doc_qa, generated, run
 
-from twin.cache.requests import request_cache_for
 from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
 from twin.engine.config import ArrivalConfig, CacheConfig, ClusterConfig, MemoryConfig
 from twin.errors import TwinError
@@ -102,7 +101,7 @@ def _split_replay(trace: Trace, model_name: str, capacity: int, policy_name: str
     """``twin replay`` with the engine's two insertions per request."""
     model = get_model(model_name)
     cache = get_policy(policy_name).make_cache(model, capacity)
-    requests = request_cache_for(cache)
+    requests = cache.request_cache()
     hit_tokens = 0
     for full, n in zip(trace.fulls, trace.prompt_lens, strict=True):
         adm = requests.admit(full[:n], full)

@@ -25,15 +25,17 @@ them writes the cache clock or orders these calls itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Generic, Protocol
 
 import numpy as np
 
-from twin.cache.base import Hit
+from twin.cache.base import H, Hit
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
-    from twin.cache.base import CachePolicy, CacheStructure, EvictHook
+    from twin.cache.base import CacheStructure, HeldCache, HostCache
 
 
 class Admission:
@@ -46,10 +48,10 @@ class Admission:
         "hit",
         "host_tokens",
         "modules",
-        "node",
         "order",
         "prefill_tokens",
         "prompt",
+        "unpin",
     )
 
     def __init__(
@@ -57,7 +59,7 @@ class Admission:
         order: int,
         prompt: np.ndarray,
         full: np.ndarray,
-        hit: Hit,
+        hit: Hit[object],
         at_prefill: list[int],
         at_completion: list[int],
         modules: np.ndarray | None = None,
@@ -66,7 +68,8 @@ class Admission:
         self.prompt = prompt
         self.full: np.ndarray | None = full  # prompt + output; dropped on release
         self.hit = hit
-        self.node: Any = hit.node  # pinned until :meth:`RequestCache.release`
+        # Unpins the hit's node (its structure's own handle), until :meth:`RequestCache.release`.
+        self.unpin: Callable[[], None] | None = None
         self.at_prefill = at_prefill  # checkpoint positions inside the prompt
         self.at_completion = at_completion  # positions past it (input + output)
         self.modules = modules  # the prompt modules it declares (workload ``modules`` column)
@@ -89,21 +92,9 @@ class Requests(Protocol):
     def insert_at_completion(self, adm: Admission) -> int: ...
     def insert_preempted(self, adm: Admission, tokens: int) -> int: ...
     def release(self, adm: Admission) -> None: ...
-
-
-class GpuTier(Protocol):
-    """The GPU's cache as :class:`HostWrites` uses it (any cache structure, or a compiled
-    cache with its own protocol): its model's SSM layers, policy and clock, a probe for
-    selective write-through, the write-back hook."""
-
-    on_evict: EvictHook | None
-    has_ssm: bool
-    policy: Any
-
-    @property
-    def clock(self) -> int: ...
-
-    def peek(self, seq: np.ndarray) -> int: ...
+    def serve(
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
+    ) -> Hit[object]: ...
 
 
 class HostWrites:
@@ -118,14 +109,13 @@ class HostWrites:
         "admissions",
         "cache",
         "host",
-        "policy",
         "split",
         "write_policy",
         "written_back_states",
         "written_back_tokens",
     )
-    cache: GpuTier
-    host: CacheStructure | None
+    cache: HeldCache
+    host: HostCache | None
     write_policy: str
     split: bool
     written_back_tokens: int
@@ -133,8 +123,8 @@ class HostWrites:
 
     def __init__(
         self,
-        cache: GpuTier,
-        host: CacheStructure | None = None,
+        cache: HeldCache,
+        host: HostCache | None = None,
         write_policy: str = "write_through",
     ) -> None:
         if write_policy not in WRITE_POLICIES:
@@ -154,7 +144,6 @@ class HostWrites:
         self.written_back_states = 0
         if host is not None and write_policy == "write_back":
             cache.on_evict = self._write_back
-        self.policy = cache.policy
         # Resume counting where the cache's clock is (a restored snapshot).
         self.admissions: int = cache.clock
 
@@ -204,7 +193,7 @@ class HostWrites:
         if self.split:
             self.written_back_states += host.checkpoints_admitted - states
 
-    def _load_back(self, prompt: np.ndarray, hit: Hit) -> tuple[Hit, int]:
+    def _load_back(self, prompt: np.ndarray, hit: Hit[object]) -> tuple[Hit[object], int]:
         """The hit across both tiers and the tokens loaded back from the host (0: none).
 
         The longest prefix across both tiers (SGLang ``match_prefix`` walks one tree
@@ -223,7 +212,7 @@ class HostWrites:
         return Hit(far, hit.node, hit.recompute, hit.host_tokens), far - hit.length
 
     @staticmethod
-    def _with_loaded(positions: list[int], hit: Hit, loaded: int) -> list[int]:
+    def _with_loaded(positions: list[int], hit: Hit[object], loaded: int) -> list[int]:
         """The admission's positions: the loaded prefix (and its state) is cached on the
         GPU again."""
         if loaded and hit.length not in positions:
@@ -231,12 +220,21 @@ class HostWrites:
         return positions
 
 
-class RequestCache(HostWrites):
-    """The request-facing side of one cache structure (module docstring)."""
+class RequestCache(HostWrites, Generic[H]):
+    """The request-facing side of one cache structure (module docstring), whose hits'
+    handles are ``H``."""
 
-    __slots__ = ()
-    cache: CacheStructure
-    policy: CachePolicy
+    __slots__ = ("structure",)
+    structure: CacheStructure[H]
+
+    def __init__(
+        self,
+        cache: CacheStructure[H],
+        host: HostCache | None = None,
+        write_policy: str = "write_through",
+    ) -> None:
+        super().__init__(cache, host, write_policy)
+        self.structure = cache
 
     def admit(
         self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
@@ -252,7 +250,7 @@ class RequestCache(HostWrites):
         """Step 2: cache the checkpoints inside the prompt; return the checkpoints admitted."""
         if not adm.at_prefill:
             return 0
-        cache = self.cache
+        cache = self.structure
         before = cache.checkpoints_admitted
         self._write_through(adm.prompt, adm.at_prefill, adm.modules)
         adm.prefill_tokens = cache.insert(adm.prompt, adm.at_prefill, adm.modules)
@@ -262,7 +260,7 @@ class RequestCache(HostWrites):
         """Step 3: cache input + output up to the last checkpoint; return checkpoints admitted."""
         if not adm.at_completion:
             return 0
-        cache = self.cache
+        cache = self.structure
         before = cache.checkpoints_admitted
         assert adm.full is not None, "insert after release"
         self._write_through(adm.full, adm.at_completion, adm.modules)
@@ -278,16 +276,15 @@ class RequestCache(HostWrites):
             return 0
         seq = adm.full[:tokens]
         self._write_through(seq, [tokens], adm.modules)
-        return self.cache.insert(seq, [tokens], adm.modules)
+        return self.structure.insert(seq, [tokens], adm.modules)
 
     def release(self, adm: Admission) -> None:
         """Step 4: unpin the hit (idempotent) and drop the request's tokens."""
-        if adm.node is not None:
-            self.cache.unpin(adm.node)
-            adm.node = None
-        adm.full = None
+        release(adm)
 
-    def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+    def serve(
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
+    ) -> Hit[object]:
         """The protocol back to back, with one insertion of all the checkpoints.
 
         The clock then points to the next request (a snapshot taken now
@@ -295,8 +292,8 @@ class RequestCache(HostWrites):
         """
         adm = self._admit(prompt, full, split=False, modules=modules)
         self.insert_at_completion(adm)
-        self.release(adm)
-        self.cache.set_clock(self.admissions)
+        release(adm)
+        self.structure.set_clock(self.admissions)
         return adm.hit
 
     def _admit(
@@ -306,18 +303,20 @@ class RequestCache(HostWrites):
         split: bool = True,
         modules: np.ndarray | None = None,
     ) -> Admission:
-        cache, policy = self.cache, self.policy
+        cache = self.structure
+        policy = cache.policy
         order = self.admissions
         cache.set_clock(order)
         if self.host is not None:
             self.host.set_clock(order)  # the host tier's recency runs on the same clock
         self.admissions += 1
-        policy.on_request(cache, prompt, full)
-        hit = cache.lookup(prompt, modules)
-        if hit.node is not None:
-            cache.pin(hit.node)
-        hit, loaded = self._load_back(prompt, hit)
-        positions = self._with_loaded(policy.admit(cache, prompt, full), hit, loaded)
+        policy.on_request(prompt, full)
+        found = cache.lookup(prompt, modules)
+        node = found.node
+        if node is not None:
+            cache.pin(node)
+        hit, loaded = self._load_back(prompt, found)
+        positions = self._with_loaded(policy.admit(prompt, full), hit, loaded)
         if split and self.split:
             n = len(prompt)
             at_prefill = [p for p in positions if p <= n]
@@ -326,19 +325,29 @@ class RequestCache(HostWrites):
             at_prefill, at_completion = [], list(positions)
         adm = Admission(order, prompt, full, hit, at_prefill, at_completion, modules)
         adm.host_tokens = loaded
+        if node is not None:
+            adm.unpin = partial(cache.unpin, node)
         return adm
 
 
-def request_cache_for(
-    cache: CacheStructure, host: CacheStructure | None = None, write_policy: str = "write_through"
-) -> Any:
-    """The request protocol on ``cache``: a cache's own where it has one (a compiled
-    cache, ``policies.compiled.live``, with a host tier or not; an empty one, without),
-    else :class:`RequestCache`."""
-    own = getattr(cache, "request_cache", None)
-    if own is None:
-        return RequestCache(cache, host, write_policy)
-    return own() if host is None else own(host, write_policy)
+def release(adm: Admission) -> None:
+    """Unpin an admission's hit (idempotent) and drop its tokens."""
+    unpin = adm.unpin
+    if unpin is not None:
+        unpin()
+        adm.unpin = None
+    adm.full = None
+
+
+class ServesRequests:
+    """A Python structure's :meth:`HeldCache.request_cache`: :class:`RequestCache` on it."""
+
+    __slots__ = ()
+
+    def request_cache(
+        self: CacheStructure[H], host: HostCache | None = None, write_policy: str = "write_through"
+    ) -> RequestCache[H]:
+        return RequestCache(self, host, write_policy)
 
 
 # How the host tier is filled: SGLang's --hicache-write-policy (server_args.py).
@@ -346,7 +355,10 @@ WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
 
 def serve(
-    cache: CacheStructure, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
-) -> Hit:
+    cache: CacheStructure[H],
+    prompt: np.ndarray,
+    full: np.ndarray,
+    modules: np.ndarray | None = None,
+) -> Hit[object]:
     """One request served back to back on ``cache`` (:meth:`RequestCache.serve`)."""
     return RequestCache(cache).serve(prompt, full, modules)

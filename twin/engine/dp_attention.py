@@ -70,6 +70,9 @@ import dataclasses
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
+
+from twin.cache import HeldCache
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
 from twin.engine.config import EngineConfig
@@ -319,19 +322,50 @@ def dealer_for(engine: str) -> Dealer:
 
 
 # ------------------------------------------------------------------ the replica
-class _Summed:
-    """The ranks' caches or pools as one: numeric attributes summed (reports, sampler)."""
+class _SummedCaches:
+    """The ranks' caches as one (``cache_stats``, the occupancy sampler, a router): bytes,
+    counters and nodes summed (a peak is the sum of each rank's peak)."""
 
-    def __init__(self, parts: Sequence[Any]) -> None:
+    def __init__(self, parts: Sequence[HeldCache]) -> None:
         self._parts = parts
 
-    def __getattr__(self, name: str) -> Any:
-        values = [getattr(p, name) for p in self._parts]
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            return sum(values)
-        return values[0]
+    @property
+    def kv_bytes(self) -> int:
+        return sum(p.kv_bytes for p in self._parts)
 
-    def peek(self, prompt: Any) -> int:
+    @property
+    def ssm_bytes(self) -> int:
+        return sum(p.ssm_bytes for p in self._parts)
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(p.num_nodes for p in self._parts)
+
+    @property
+    def peak_bytes(self) -> int:
+        return sum(p.peak_bytes for p in self._parts)
+
+    @property
+    def peak_kv_bytes(self) -> int:
+        return sum(p.peak_kv_bytes for p in self._parts)
+
+    @property
+    def peak_ssm_bytes(self) -> int:
+        return sum(p.peak_ssm_bytes for p in self._parts)
+
+    @property
+    def evictions(self) -> int:
+        return sum(p.evictions for p in self._parts)
+
+    @property
+    def checkpoints_admitted(self) -> int:
+        return sum(p.checkpoints_admitted for p in self._parts)
+
+    @property
+    def checkpoints_hit(self) -> int:
+        return sum(p.checkpoints_hit for p in self._parts)
+
+    def peek(self, prompt: np.ndarray) -> int:
         """The longest hit any rank's cache has (a cache-aware router's signal)."""
         return int(max(p.peek(prompt) for p in self._parts))
 
@@ -384,8 +418,8 @@ class DPReplica(PartsClock):
         first = ranks[0]
         self.env, self.index = first.env, first.index
         self.dealer = dealer_for(engine)
-        self.cache: Any = _Summed([r.cache for r in ranks])
-        self.policy: Any = _SummedPolicy(ranks)
+        self.cache = _SummedCaches([r.cache for r in ranks])
+        self.policy = _SummedPolicy(ranks)
         self.host = None
         self.memory = _SummedMemory(ranks)
         self.step_no = 0

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache import CacheNode, CacheStructure
+from twin.cache import Node
 from twin.errors import TwinError
 from twin.memory import JengaAllocator, kinds_of
 from twin.policies.lru import LeafLRU
@@ -55,17 +55,17 @@ class JengaPolicy(LeafLRU):
             )
         self.state_interval = state_interval
 
-    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        if not cache.has_ssm:
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        if not self.cache.has_ssm:
             return [len(full)]  # full attention: every prefix token
         k = self.state_interval
         return list(range(k, len(full) + 1, k))
 
-    def eviction_key(self, node: CacheNode) -> tuple[Any, ...]:
+    def eviction_key(self, node: Node) -> tuple[Any, ...]:
         # Oldest access first; among equals the deepest (longest prefix) first.
         return (node.t, -node.depth, node.nid)
 
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
+    def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         node.ver += 1  # only the last cached token was refreshed: no stamp goes up the path
 
     def stats(self) -> dict[str, Any]:

@@ -18,39 +18,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin.cache import CacheNode, CacheStructure, PrefixCache
+from twin.cache import HeldCache, Node
 from twin.cache.leaf_heap import LeafHeap
-from twin.policies.base import Policy
+from twin.policies.base import RadixPolicy
 
 
-class LeafLRU(Policy):
+class LeafLRU(RadixPolicy):
     """Evicts the least recently used unpinned leaf."""
-
-    cache: PrefixCache  # a radix-tree policy: it reads the tree's nodes
 
     def __init__(self) -> None:
         super().__init__()
-        self._leaves = LeafHeap()
-        self._is_candidate: Any = None
+        self._leaves: LeafHeap[Node] = LeafHeap()
 
-    def bind(self, cache: CacheStructure) -> None:
+    def bind(self, cache: HeldCache) -> None:
         super().bind(cache)
         self._is_candidate = self.cache.leaf_evictable
 
-    def eviction_key(self, node: CacheNode) -> tuple[Any, ...]:
+    def eviction_key(self, node: Node) -> tuple[Any, ...]:
         """The candidate's priority, the smallest evicted first; unique (ends with ``nid``)."""
         return (node.t, node.nid)
 
-    def on_node_changed(self, node: CacheNode) -> None:
+    def on_node_changed(self, node: Node) -> None:
         node.ver += 1
         if self._is_candidate(node):
             self._leaves.push(self.eviction_key(node), node)
 
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
+    def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         node.ver += 1
         parent = node.parent
         if into is None and parent is not None and node.t > parent.t:
             parent.t = node.t  # the lazy path refresh (module docstring)
 
-    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
+    def choose_victim(self) -> Node | None:
         return self._leaves.pop()

@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.cache import CacheNode
+from twin.cache import Match, Node
 from twin.errors import TwinError
 from twin.policies.base import judicious_admission
 from twin.policies.lru import LeafLRU
@@ -47,7 +47,7 @@ from twin.policies.lru import LeafLRU
 # SLRU: hits needed to enter the protected segment (evict_policy.py SLRUStrategy default).
 SLRU_PROTECTED_HITS = 2
 
-Key = Callable[[Any, int], tuple[Any, ...]]
+Key = Callable[[Node, int], tuple[Any, ...]]
 
 # --radix-eviction-policy -> priority key of (node, hit count); the smallest goes first.
 EVICTION_KEYS: dict[str, Key] = {
@@ -76,11 +76,12 @@ class SGLangPlusPolicy(LeafLRU):
             )
         self.eviction = eviction
         self._key = EVICTION_KEYS[eviction]
-        self.hits: dict[Any, int] = {}  # node -> hit count (lfu, slru)
+        self.hits: dict[Node, int] = {}  # node -> hit count (lfu, slru)
 
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         # Input + output's walk covers the input's: a node the input diverges
         # inside is on it, whole or partly matched.
+        cache = self.cache
         m = cache.tree.match(np.asarray(full, dtype=np.int32))
         if m.partial is not None:
             cache.touch(m.partial)
@@ -88,15 +89,15 @@ class SGLangPlusPolicy(LeafLRU):
             self._count_path(m)
         return judicious_admission(cache, prompt, full)
 
-    def _count_path(self, m: Any) -> None:
+    def _count_path(self, m: Match) -> None:
         """One hit for every node the insert of ``full`` walks (RadixCache._insert_helper)."""
-        node = m.partial if m.partial is not None else m.node
+        node: Node | None = m.partial if m.partial is not None else m.node
         while node is not None and node.parent is not None:
             self.hits[node] = self.hits.get(node, 0) + 1
             self.on_node_changed(node)
             node = node.parent
 
-    def on_node_added(self, node: CacheNode) -> None:
+    def on_node_added(self, node: Node) -> None:
         # A new node starts at one hit; the upper part of a split keeps the count
         # of the node it was cut from (its child, already counted).
         if node not in self.hits:
@@ -104,11 +105,11 @@ class SGLangPlusPolicy(LeafLRU):
             self.hits[node] = max(below) if below else 1
         self.on_node_changed(node)
 
-    def eviction_key(self, node: CacheNode) -> tuple[Any, ...]:
+    def eviction_key(self, node: Node) -> tuple[Any, ...]:
         # The --radix-eviction-policy's key, ties by creation order (``lru``: (t, nid)).
         return (*self._key(node, self.hits.get(node, 0)), node.nid)
 
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
+    def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         super().on_node_removed(node, into)
         self.hits.pop(node, None)
 
