@@ -27,15 +27,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Generic, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from twin.cache.base import H, Hit
+from twin.cache.base import CacheStructure, H, HeldCache, Hit
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
-    from twin.cache.base import CacheStructure, HeldCache, HostCache
+    from twin.cache.base import HostCache
+
+C = TypeVar("C", bound=HeldCache)  # the GPU's cache, as its own protocol knows it
 
 
 class Admission:
@@ -97,7 +99,7 @@ class Requests(Protocol):
     ) -> Hit[object]: ...
 
 
-class HostWrites:
+class HostWrites(Generic[C]):
     """A host tier's part of the protocol, for :class:`RequestCache` and a cache's own
     protocol alike (a compiled cache's, ``policies.compiled.live.LiveRequests``): what is
     written to the host, what a hit loads back from it.
@@ -114,7 +116,7 @@ class HostWrites:
         "written_back_states",
         "written_back_tokens",
     )
-    cache: HeldCache
+    cache: C
     host: HostCache | None
     write_policy: str
     split: bool
@@ -123,7 +125,7 @@ class HostWrites:
 
     def __init__(
         self,
-        cache: HeldCache,
+        cache: C,
         host: HostCache | None = None,
         write_policy: str = "write_through",
     ) -> None:
@@ -220,21 +222,11 @@ class HostWrites:
         return positions
 
 
-class RequestCache(HostWrites, Generic[H]):
+class RequestCache(HostWrites[CacheStructure[H]], Generic[H]):
     """The request-facing side of one cache structure (module docstring), whose hits'
     handles are ``H``."""
 
-    __slots__ = ("structure",)
-    structure: CacheStructure[H]
-
-    def __init__(
-        self,
-        cache: CacheStructure[H],
-        host: HostCache | None = None,
-        write_policy: str = "write_through",
-    ) -> None:
-        super().__init__(cache, host, write_policy)
-        self.structure = cache
+    __slots__ = ()
 
     def admit(
         self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
@@ -250,7 +242,7 @@ class RequestCache(HostWrites, Generic[H]):
         """Step 2: cache the checkpoints inside the prompt; return the checkpoints admitted."""
         if not adm.at_prefill:
             return 0
-        cache = self.structure
+        cache = self.cache
         before = cache.checkpoints_admitted
         self._write_through(adm.prompt, adm.at_prefill, adm.modules)
         adm.prefill_tokens = cache.insert(adm.prompt, adm.at_prefill, adm.modules)
@@ -260,7 +252,7 @@ class RequestCache(HostWrites, Generic[H]):
         """Step 3: cache input + output up to the last checkpoint; return checkpoints admitted."""
         if not adm.at_completion:
             return 0
-        cache = self.structure
+        cache = self.cache
         before = cache.checkpoints_admitted
         assert adm.full is not None, "insert after release"
         self._write_through(adm.full, adm.at_completion, adm.modules)
@@ -276,7 +268,7 @@ class RequestCache(HostWrites, Generic[H]):
             return 0
         seq = adm.full[:tokens]
         self._write_through(seq, [tokens], adm.modules)
-        return self.structure.insert(seq, [tokens], adm.modules)
+        return self.cache.insert(seq, [tokens], adm.modules)
 
     def release(self, adm: Admission) -> None:
         """Step 4: unpin the hit (idempotent) and drop the request's tokens."""
@@ -293,7 +285,7 @@ class RequestCache(HostWrites, Generic[H]):
         adm = self._admit(prompt, full, split=False, modules=modules)
         self.insert_at_completion(adm)
         release(adm)
-        self.structure.set_clock(self.admissions)
+        self.cache.set_clock(self.admissions)
         return adm.hit
 
     def _admit(
@@ -303,7 +295,7 @@ class RequestCache(HostWrites, Generic[H]):
         split: bool = True,
         modules: np.ndarray | None = None,
     ) -> Admission:
-        cache = self.structure
+        cache = self.cache
         policy = cache.policy
         order = self.admissions
         cache.set_clock(order)

@@ -346,11 +346,9 @@ class LiveCache:
         self.sc = self.st[1]
 
 
-class LiveRequests(HostWrites):
+class LiveRequests(HostWrites[LiveCache]):
     """:class:`twin.cache.requests.RequestCache`'s four steps on a :class:`LiveCache`,
     with a host tier's cache under it or not (its calls: :class:`HostWrites`)."""
-
-    cache: LiveCache
 
     def __init__(
         self,
