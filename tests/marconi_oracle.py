@@ -123,12 +123,13 @@ class CandidateTable:
         self.rows = np.arange(size)  # row -> row (``twin_victim_row`` reads ``nid[rows[i]]``)
         self.n_held = 0
         self.nodes: list[Any] = []
+        self.slots: dict[Any, int] = {}  # node -> its row (kept here, not on the node)
 
     def set(self, node: Any, r: float, f: float, held: bool = False) -> None:
         """Add ``node`` (if new) and write its row."""
-        i = node.slot
+        i = self.slots.get(node, -1)
         if i < 0:
-            i = node.slot = self.n
+            i = self.slots[node] = self.n
             if i == len(self.r):
                 self._grow()
             self.nodes.append(node)
@@ -142,19 +143,18 @@ class CandidateTable:
 
     def drop(self, node: Any) -> None:
         """Swap-remove ``node``'s row (a no-op if it has none)."""
-        i, last = node.slot, self.n - 1
+        i, last = self.slots.pop(node, -1), self.n - 1
         if i < 0:
             return
         self.n_held -= int(self.held[i])
         if i != last:
             moved = self.nodes[last]
             self.nodes[i] = moved
-            moved.slot = i
+            self.slots[moved] = i
             self.r[i], self.f[i], self.nid[i] = self.r[last], self.f[last], self.nid[last]
             self.held[i] = self.held[last]
         self.nodes.pop()
         self.n = last
-        node.slot = -1
 
     def _grow(self) -> None:
         for name in ("r", "f", "nid", "held"):

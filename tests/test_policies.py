@@ -115,7 +115,7 @@ def _two_leaves(alpha: float):
     long_leaf = cache.tree.match(seq(0, 200)).node
     short_leaf = cache.tree.match(seq(1000, 2)).node
     table = cache.policy.table
-    assert table.f[long_leaf.slot] > 10 * table.f[short_leaf.slot]
+    assert table.f[table.slots[long_leaf]] > 10 * table.f[table.slots[short_leaf]]
     return cache, long_leaf, short_leaf
 
 
@@ -256,7 +256,7 @@ class _ScanMarconi(tree_policy("marconi-twin").__class__):
         if not nodes:
             return None
         r = [float(n.t) for n in nodes]
-        f = [self.table.f[n.slot] for n in nodes]
+        f = [self.table.f[self.table.slots[n]] for n in nodes]
         a = 1.0 / (max(r) - min(r)) if max(r) > min(r) else 0.0
         b = self.alpha / (max(f) - min(f)) if self.alpha > 0 and max(f) > min(f) else 0.0
         eff = {n.nid: e for n, e in zip(nodes, f, strict=True)}

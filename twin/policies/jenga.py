@@ -12,7 +12,8 @@ Heterogeneity" (arXiv 2503.18292), sec. 5 (customisable prefix caching):
 - eviction is balanced and aligned across kinds: one last-access time per
   token for every kind (a node's ``t``), a token's KV and state leave
   together from the tail (leaves only), the least recently used first, ties
-  broken by prefix length so the longest suffix goes first.
+  broken by prefix length so the longest suffix goes first (the eviction order
+  ``lru-deepest`` of :mod:`twin.policies.eviction_orders`).
 
 The sliding-window rule (a hit needs only the last W tokens before it) is the
 radix cache's own per-kind rule (``twin/cache/kinds.py``, issue #13), which
@@ -46,6 +47,7 @@ class JengaPolicy(LeafLRU):
         "last token refreshed, aligned leaf eviction LRU with ties to the longest prefix"
     )
     OPTIONS = ("state_interval",)
+    order = "lru-deepest"  # oldest access first; among equals the deepest first
 
     def __init__(self, state_interval: int = STATE_INTERVAL) -> None:
         super().__init__()
@@ -60,10 +62,6 @@ class JengaPolicy(LeafLRU):
             return [len(full)]  # full attention: every prefix token
         k = self.state_interval
         return list(range(k, len(full) + 1, k))
-
-    def eviction_key(self, node: Node) -> tuple[Any, ...]:
-        # Oldest access first; among equals the deepest (longest prefix) first.
-        return (node.t, -node.depth, node.nid)
 
     def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         node.ver += 1  # only the last cached token was refreshed: no stamp goes up the path
