@@ -304,3 +304,26 @@ def test_collector_threshold_raised_during_the_run_only():
     with pytest.raises(RuntimeError):
         simulate(workload, spec, LinearPricer(), config, on_record=fail)
     assert gc.get_threshold() == before
+
+
+def test_vanilla_in_vllm_mode_survives_preemption():
+    """Regression: vLLM mode keeps a preempted request's blocks cached
+    (``insert_preempted``); ``vanilla``'s empty cache lacked that call of the request
+    protocol (an AttributeError once a request was preempted), found when its protocol
+    was typed. Nothing is cached: every admission misses."""
+    from twin.engine import build_run
+
+    run = build_run(
+        example_path("chat"),
+        model="llama-3-8b",
+        engine="vllm",
+        cache_gb="auto",
+        policy="vanilla",
+        concurrency=64,
+        memory_utilization=0.2,
+        duration_s=30,
+    )
+    summary = run.simulate()
+    replicas = summary.cluster.replicas
+    assert sum(r["pool"]["preemptions"] for r in replicas) > 0
+    assert all(r["cache"]["kv_bytes"] == 0 for r in replicas)
