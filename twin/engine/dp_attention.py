@@ -322,6 +322,17 @@ def dealer_for(engine: str) -> Dealer:
 
 
 # ------------------------------------------------------------------ the replica
+class _Summed:
+    """A read-only attribute of :class:`_SummedCaches`: the ranks' caches' attribute of
+    the same name, summed."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, caches: _SummedCaches, owner: type) -> int:
+        return sum(getattr(p, self.name) for p in caches._parts)
+
+
 class _SummedCaches:
     """The ranks' caches as one (``cache_stats``, the occupancy sampler, a router): bytes,
     counters and nodes summed (a peak is the sum of each rank's peak)."""
@@ -329,41 +340,15 @@ class _SummedCaches:
     def __init__(self, parts: Sequence[HeldCache]) -> None:
         self._parts = parts
 
-    @property
-    def kv_bytes(self) -> int:
-        return sum(p.kv_bytes for p in self._parts)
-
-    @property
-    def ssm_bytes(self) -> int:
-        return sum(p.ssm_bytes for p in self._parts)
-
-    @property
-    def num_nodes(self) -> int:
-        return sum(p.num_nodes for p in self._parts)
-
-    @property
-    def peak_bytes(self) -> int:
-        return sum(p.peak_bytes for p in self._parts)
-
-    @property
-    def peak_kv_bytes(self) -> int:
-        return sum(p.peak_kv_bytes for p in self._parts)
-
-    @property
-    def peak_ssm_bytes(self) -> int:
-        return sum(p.peak_ssm_bytes for p in self._parts)
-
-    @property
-    def evictions(self) -> int:
-        return sum(p.evictions for p in self._parts)
-
-    @property
-    def checkpoints_admitted(self) -> int:
-        return sum(p.checkpoints_admitted for p in self._parts)
-
-    @property
-    def checkpoints_hit(self) -> int:
-        return sum(p.checkpoints_hit for p in self._parts)
+    kv_bytes = _Summed()
+    ssm_bytes = _Summed()
+    num_nodes = _Summed()
+    peak_bytes = _Summed()
+    peak_kv_bytes = _Summed()
+    peak_ssm_bytes = _Summed()
+    evictions = _Summed()
+    checkpoints_admitted = _Summed()
+    checkpoints_hit = _Summed()
 
     def peek(self, prompt: np.ndarray) -> int:
         """The longest hit any rank's cache has (a cache-aware router's signal)."""
