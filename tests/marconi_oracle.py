@@ -35,7 +35,7 @@ from twin.cache.radix import Node
 from twin.model import ModelSpec
 from twin.policies import POLICIES, get_policy
 from twin.policies.alpha_tuning import ALPHA_GRID, score_hits
-from twin.policies.base import Policy, judicious_admission
+from twin.policies.base import RadixPolicy, judicious_admission
 from twin.policies.compiled import kernel as rules
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
@@ -123,12 +123,13 @@ class CandidateTable:
         self.rows = np.arange(size)  # row -> row (``twin_victim_row`` reads ``nid[rows[i]]``)
         self.n_held = 0
         self.nodes: list[Any] = []
+        self.slots: dict[Any, int] = {}  # node -> its row (kept here, not on the node)
 
     def set(self, node: Any, r: float, f: float, held: bool = False) -> None:
         """Add ``node`` (if new) and write its row."""
-        i = node.slot
+        i = self.slots.get(node, -1)
         if i < 0:
-            i = node.slot = self.n
+            i = self.slots[node] = self.n
             if i == len(self.r):
                 self._grow()
             self.nodes.append(node)
@@ -142,19 +143,18 @@ class CandidateTable:
 
     def drop(self, node: Any) -> None:
         """Swap-remove ``node``'s row (a no-op if it has none)."""
-        i, last = node.slot, self.n - 1
+        i, last = self.slots.pop(node, -1), self.n - 1
         if i < 0:
             return
         self.n_held -= int(self.held[i])
         if i != last:
             moved = self.nodes[last]
             self.nodes[i] = moved
-            moved.slot = i
+            self.slots[moved] = i
             self.r[i], self.f[i], self.nid[i] = self.r[last], self.f[last], self.nid[last]
             self.held[i] = self.held[last]
         self.nodes.pop()
         self.n = last
-        node.slot = -1
 
     def _grow(self) -> None:
         for name in ("r", "f", "nid", "held"):
@@ -177,7 +177,7 @@ def preorder_key(node: Any) -> list[int]:
     return key
 
 
-class ReferenceFlopAwareEviction(Policy):
+class ReferenceFlopAwareEviction(RadixPolicy):
     """Evicts the node with the lowest ``alpha x eff + recency`` (module docstring)."""
 
     flops: OracleFlops  # set by bind, from the cache's model
@@ -195,17 +195,18 @@ class ReferenceFlopAwareEviction(Policy):
         self.flops = OracleFlops(cache.model)
 
     # ----- the clock and refreshes -------------------------------------------------
-    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
+    def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None:
         self.now += 1  # the lookup's tick (``match_prefix``)
 
-    def on_hit(self, cache: Any, node: Any) -> None:
+    def on_hit(self, node: Any) -> None:
         self._stamp[id(node)] = self.now
-        cache.touch(node)  # keeps node.t for reports; our hook re-reads the stamp
+        self.cache.touch(node)  # keeps node.t for reports; our hook re-reads the stamp
 
-    def refresh_insert_path(self, cache: Any, full: np.ndarray) -> None:
+    def refresh_insert_path(self, full: np.ndarray) -> None:
         """``insert``: two ticks, and its ``match_prefix`` stamps the deepest fully matched node."""
         self.now += 2
         self._evict_ticked = False
+        cache = self.cache
         node = cache.matched_node(full)
         if node is not cache.root:
             self._stamp[id(node)] = self.now
@@ -243,7 +244,7 @@ class ReferenceFlopAwareEviction(Policy):
             self._stamp[id(into)] = max(stamp, self._stamp.get(id(into), 0))
         self.table.drop(node)
 
-    def choose_victim(self, cache: Any) -> Any | None:
+    def choose_victim(self) -> Any | None:
         t = self.table
         row, tied, now = rules.reference_victim_row(
             t.r, t.f, t.held, t.n, t.n_held, self.now, int(self._evict_ticked), self.alpha, t.score
@@ -277,7 +278,7 @@ class ReferenceFlopAwareEviction(Policy):
         return t.nodes[row]
 
 
-class FlopAwareEviction(Policy):
+class FlopAwareEviction(RadixPolicy):
     """Evicts the candidate with the lowest ``recency + alpha x FLOP efficiency``."""
 
     flops: PrefillFlops  # set by bind, from the cache's model
@@ -314,7 +315,7 @@ class FlopAwareEviction(Policy):
     def import_state(self, state: Any, nodes: dict[int, Any]) -> None:
         pass
 
-    def choose_victim(self, cache: Any) -> Any | None:
+    def choose_victim(self) -> Any | None:
         t = self.table
         row = rules.twin_victim_row(t.r, t.f, t.rows, t.nid, t.n, self.alpha)
         return None if row < 0 else t.nodes[row]
@@ -324,14 +325,14 @@ class MarconiOracle(MarconiPolicy, ReferenceFlopAwareEviction):
     """``marconi`` on the radix tree: the production bootstrap over the rules above, the
     grid replayed in Python."""
 
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        self.refresh_insert_path(cache, full)
-        self.tune_if_due(cache)
-        return judicious_admission(cache, prompt, full)
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        self.refresh_insert_path(full)
+        self.tune_if_due()
+        return judicious_admission(self.cache, prompt, full)
 
-    def choose_victim(self, cache: Any) -> Any | None:
+    def choose_victim(self) -> Any | None:
         self.end_warmup()  # the first victim fixes the window (``live.LiveCache.chosen``)
-        return super().choose_victim(cache)
+        return super().choose_victim()
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
         return OracleTree(model, capacity_bytes, self)
@@ -343,8 +344,8 @@ class MarconiOracle(MarconiPolicy, ReferenceFlopAwareEviction):
 class MarconiTwinOracle(MarconiTwinPolicy, FlopAwareEviction):
     """``marconi-twin`` on the radix tree (as :class:`MarconiOracle`)."""
 
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        return judicious_admission(cache, prompt, full)
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        return judicious_admission(self.cache, prompt, full)
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
         return OracleTree(model, capacity_bytes, self)

@@ -40,10 +40,10 @@ def test_admission_sets_the_clock_pins_the_hit_and_splits_the_checkpoints():
     assert second.at_prefill == [20] and second.at_completion == [28]
     assert requests.insert_at_prefill_end(second) == 1
     third = requests.admit(*prompt_full(np.r_[system, seq(300, 5)], seq(700, 3)))
-    assert third.hit.length == 20 and third.node is not None and third.node.lock == 1
+    assert third.hit.length == 20 and third.unpin is not None and third.hit.node.lock == 1
     requests.release(third)
     requests.release(third)  # idempotent: one pin, one unpin
-    assert third.node is None and third.full is None
+    assert third.unpin is None and third.hit.node.lock == 0 and third.full is None
     cache.verify()
 
 

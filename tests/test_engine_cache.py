@@ -15,7 +15,6 @@ import pytest
 from marconi_oracle import python_policies
 from test_engine_helpers import LinearPricer, doc_qa, generated, run
 
-from twin.cache.requests import request_cache_for
 from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
 from twin.engine.config import ArrivalConfig, CacheConfig, ClusterConfig, MemoryConfig
 from twin.errors import TwinError
@@ -102,7 +101,7 @@ def _split_replay(trace: Trace, model_name: str, capacity: int, policy_name: str
     """``twin replay`` with the engine's two insertions per request."""
     model = get_model(model_name)
     cache = get_policy(policy_name).make_cache(model, capacity)
-    requests = request_cache_for(cache)
+    requests = cache.request_cache()
     hit_tokens = 0
     for full, n in zip(trace.fulls, trace.prompt_lens, strict=True):
         adm = requests.admit(full[:n], full)
@@ -305,3 +304,26 @@ def test_collector_threshold_raised_during_the_run_only():
     with pytest.raises(RuntimeError):
         simulate(workload, spec, LinearPricer(), config, on_record=fail)
     assert gc.get_threshold() == before
+
+
+def test_vanilla_in_vllm_mode_survives_preemption():
+    """Regression: vLLM mode keeps a preempted request's blocks cached
+    (``insert_preempted``); ``vanilla``'s empty cache lacked that call of the request
+    protocol (an AttributeError once a request was preempted), found when its protocol
+    was typed. Nothing is cached: every admission misses."""
+    from twin.engine import build_run
+
+    run = build_run(
+        example_path("chat"),
+        model="llama-3-8b",
+        engine="vllm",
+        cache_gb="auto",
+        policy="vanilla",
+        concurrency=64,
+        memory_utilization=0.2,
+        duration_s=30,
+    )
+    summary = run.simulate()
+    replicas = summary.cluster.replicas
+    assert sum(r["pool"]["preemptions"] for r in replicas) > 0
+    assert all(r["cache"]["kv_bytes"] == 0 for r in replicas)

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns, write_rows
 
-from twin.cache.requests import request_cache_for
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import SCHEDULERS, EngineConfig, build_config, sim
 from twin.engine.admission import DEFAULTS, NewTokenRatio
@@ -246,7 +245,7 @@ def test_a_preempted_requests_full_blocks_stay_cached_for_its_next_admission(tmp
     far) leave its 3 full 16-token blocks in the block pool."""
     model = get_model("tiny-transformer")
     cache = get_policy("vllm+", block_size=16).make_cache(model, 10**9)
-    requests = request_cache_for(cache, None, "write_through")
+    requests = cache.request_cache(None, "write_through")
     full = np.arange(100, dtype=np.int32)
     adm = requests.admit(full[:32], full)
     assert requests.insert_preempted(adm, 51) == 48

@@ -24,7 +24,6 @@ from marconi_oracle import MarconiOracle, MarconiTwinOracle
 from test_policies_props import traces
 
 from twin.cache import RequestCache, cache_stats
-from twin.cache.requests import request_cache_for
 from twin.policies.compiled.live import LiveCache
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
@@ -64,7 +63,7 @@ def _pair(
     py_host = oracle(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, host)
     live_host = LiveCache(model, host, cls(alpha=alpha, bootstrap_multiplier=multiplier))
     py_req = RequestCache(python, py_host, write_policy)
-    return python, py_req, live, request_cache_for(live, live_host, write_policy)
+    return python, py_req, live, live.request_cache(live_host, write_policy)
 
 
 def _state(cache) -> tuple:
@@ -293,4 +292,4 @@ def test_engine_runs_it_for_every_model() -> None:
     assert isinstance(policy.make_engine_cache(get_model("tiny-swa"), 10**9), LiveCache)
     assert isinstance(policy.make_engine_cache(get_model("tiny-ssm"), 10**9), LiveCache)
     cache = policy.make_engine_cache(HYBRID, 10**9)
-    assert request_cache_for(cache).__class__.__name__ == "LiveRequests"
+    assert cache.request_cache().__class__.__name__ == "LiveRequests"

@@ -225,8 +225,8 @@ def test_ties_go_to_the_first_node_in_pre_order():
     leaf_b = cache.tree.match(np.r_[b, 12].astype(np.int32)).node
     leaf_c = cache.tree.match(np.r_[c, 98].astype(np.int32)).node
     assert leaf_b.nid < leaf_c.nid  # B was created first, but C comes first in pre-order
-    policy.table.r[tail.slot] = 8
-    policy.table.r[leaf_b.slot] = policy.table.r[leaf_c.slot] = 2
+    policy.table.r[policy.table.slots[tail]] = 8
+    policy.table.r[policy.table.slots[leaf_b]] = policy.table.r[policy.table.slots[leaf_c]] = 2
     assert policy.victim_at(10) is leaf_c
 
 

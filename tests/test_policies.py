@@ -7,7 +7,6 @@ import pytest
 from marconi_oracle import tree_policy
 
 from twin.cache import serve
-from twin.cache.requests import request_cache_for
 from twin.errors import TwinError
 from twin.policies import ALPHA_GRID, POLICIES, get_policy, options_for
 from twin.presets import get_model
@@ -116,17 +115,17 @@ def _two_leaves(alpha: float):
     long_leaf = cache.tree.match(seq(0, 200)).node
     short_leaf = cache.tree.match(seq(1000, 2)).node
     table = cache.policy.table
-    assert table.f[long_leaf.slot] > 10 * table.f[short_leaf.slot]
+    assert table.f[table.slots[long_leaf]] > 10 * table.f[table.slots[short_leaf]]
     return cache, long_leaf, short_leaf
 
 
 def test_marconi_twin_evicts_lru_at_alpha_zero_and_the_inefficient_node_at_large_alpha():
     cache, long_leaf, short_leaf = _two_leaves(0.0)
-    assert cache.policy.choose_victim(cache) is long_leaf
+    assert cache.policy.choose_victim() is long_leaf
     cache, long_leaf, short_leaf = _two_leaves(2.0)
-    assert cache.policy.choose_victim(cache) is short_leaf
+    assert cache.policy.choose_victim() is short_leaf
     cache, long_leaf, _ = _two_leaves(0.5)  # scores 0 + 0.5 vs 1 + 0
-    assert cache.policy.choose_victim(cache) is long_leaf
+    assert cache.policy.choose_victim() is long_leaf
 
 
 def test_marconi_refreshes_only_the_node_used_sglang_the_whole_path():
@@ -178,7 +177,7 @@ def test_marconi_twin_bootstrap_grid_is_the_same_with_a_process_pool():
     stats = []
     for jobs in (1, 2):
         policy = get_policy("marconi-twin", bootstrap_multiplier=1, jobs=jobs)
-        protocol = request_cache_for(policy.make_cache(HYBRID, 150 * kv + 6 * ck))
+        protocol = policy.make_cache(HYBRID, 150 * kv + 6 * ck).request_cache()
         for prompt, output in pairs:
             protocol.serve(prompt, np.r_[prompt, output].astype(np.int32))
         stats.append(policy.stats())
@@ -211,9 +210,9 @@ def test_an_option_of_another_policy_is_refused_naming_the_policy_and_its_option
 class _PathRefreshLRU(get_policy("sglang+").__class__):
     """Brute-force SGLang LRU: every access stamps the whole path; victims by full scan."""
 
-    def on_hit(self, cache, node):
-        cache.touch(node)
-        self._stamp_path(node, cache.clock)
+    def on_hit(self, node):
+        self.cache.touch(node)
+        self._stamp_path(node, self.cache.clock)
 
     def on_node_changed(self, node):
         if node.t == self.cache.clock:
@@ -228,7 +227,8 @@ class _PathRefreshLRU(get_policy("sglang+").__class__):
             node.t = max(node.t, t)
             node = node.parent
 
-    def choose_victim(self, cache):
+    def choose_victim(self):
+        cache = self.cache
         leaves = [n for n in cache.tree.nodes() if cache.leaf_evictable(n)]
         return min(leaves, key=lambda n: (n.t, n.nid), default=None)
 
@@ -250,12 +250,13 @@ def test_lazy_path_refresh_equals_stamping_the_whole_path(model):
 class _ScanMarconi(tree_policy("marconi-twin").__class__):
     """Brute-force marconi-twin eviction: score every evictable node of the tree."""
 
-    def choose_victim(self, cache):
+    def choose_victim(self):
+        cache = self.cache
         nodes = [n for n in cache.tree.nodes() if cache.evictable(n)]
         if not nodes:
             return None
         r = [float(n.t) for n in nodes]
-        f = [self.table.f[n.slot] for n in nodes]
+        f = [self.table.f[self.table.slots[n]] for n in nodes]
         a = 1.0 / (max(r) - min(r)) if max(r) > min(r) else 0.0
         b = self.alpha / (max(f) - min(f)) if self.alpha > 0 and max(f) > min(f) else 0.0
         eff = {n.nid: e for n, e in zip(nodes, f, strict=True)}

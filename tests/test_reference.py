@@ -161,10 +161,9 @@ def test_hits_equal_the_twin_replay_in_the_same_order() -> None:
     spec = get_model("tiny-hybrid")
     cap = 300 * spec.kv_bytes_per_token + 4 * spec.ssm_checkpoint_bytes
     ex = _executor("tiny-hybrid", "marconi", cap)
-    from twin.cache.requests import request_cache_for
     from twin.policies import get_policy
 
-    twin_cache = request_cache_for(get_policy("marconi").make_cache(spec, cap))  # compiled
+    twin_cache = get_policy("marconi").make_cache(spec, cap).request_cache()  # compiled
     rng = np.random.default_rng(5)
     system = rng.integers(0, 500, 50).astype(np.int32)
     prev = system

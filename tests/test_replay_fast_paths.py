@@ -91,7 +91,7 @@ def plain_victim_at(self: Any, now: int) -> Any:
     return t.nodes[i]
 
 
-def plain_reference_victim(self: Any, cache: Any) -> Any:
+def plain_reference_victim(self: Any) -> Any:
     """``ReferenceFlopAwareEviction.choose_victim``: ``evict``'s tick, then the victim."""
     t = self.table
     if t.n == t.n_held:
@@ -112,7 +112,7 @@ def plain_twin_row(r: np.ndarray, f: np.ndarray, nid: np.ndarray, alpha: float) 
     return min(tied, key=lambda j: (r[j], nid[j]))
 
 
-def plain_twin_victim(self: Any, cache: Any) -> Any:
+def plain_twin_victim(self: Any) -> Any:
     t = self.table
     if t.n == 0:
         return None

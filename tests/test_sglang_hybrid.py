@@ -21,7 +21,7 @@ from twin.cache import serve
 from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cli import app
 from twin.policies import get_policy
-from twin.policies.sglang_plus import EVICTION_KEYS
+from twin.policies.eviction_orders import SGLANG_ORDERS
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -157,7 +157,7 @@ def test_pools_hold_their_bytes_and_every_hit_resumes_from_a_state(seed, states,
             cache.verify()
 
 
-@pytest.mark.parametrize("eviction", sorted(EVICTION_KEYS))
+@pytest.mark.parametrize("eviction", sorted(SGLANG_ORDERS))
 def test_simulate_sglang_on_a_hybrid_runs_with_each_eviction_policy(eviction, workload, tmp_path):
     out = tmp_path / "sim"
     # SGLang 0.5.10.post1: MambaRadixCache takes every order and keeps its LRU lists (0.5.23

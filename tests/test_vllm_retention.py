@@ -169,7 +169,7 @@ def test_a_state_on_every_block_is_the_dense_pool(trace, tokens_cap, states_cap)
     capacity = tokens_cap * HYBRID.kv_bytes_per_token + states_cap * STATE
 
     class EveryBlock(VLLMPlusPolicy):
-        def admit(self, cache, prompt, full):
+        def admit(self, prompt, full):
             end = len(full) // 3 * 3
             return list(range(3, end + 1, 3))
 

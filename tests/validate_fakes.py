@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from twin.cache.requests import request_cache_for
 from twin.costmodel.profile_store import load_profile
 from twin.engine.cost import make_pricer
 from twin.policies import get_policy
@@ -54,7 +53,7 @@ def fake_reference(workload: Workload, model: Any, config: FakeConfig, progress=
     copy_s = pricer.checkpoint_copy_time()
     policy = get_policy(config.policy, **config.policy_options)
     cache = policy.make_cache(model, config.cache_bytes)
-    requests = request_cache_for(cache)
+    requests = cache.request_cache()
     records, free_at = [], 0.0
     for i, req in enumerate(workload.requests()):
         n = len(req.prompt)

@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache import PrefillFlops, cache_stats
+from twin.cache import HeldCache, PrefillFlops, cache_stats
 from twin.cache.base import COUNTERS
 from twin.cache.kinds import KindBytes
-from twin.cache.requests import request_cache_for
 from twin.model import ModelSpec
 from twin.policies import get_policy, policy_class
 from twin.policies.grid import map_alphas
@@ -157,7 +156,7 @@ def _run(
     policy = get_policy(policy_name, **options)
     # The engine's cache, the policy's fastest exact one (``marconi``: compiled).
     cache = policy.make_engine_cache(model, capacity)
-    protocol = request_cache_for(cache)
+    protocol = cache.request_cache()
     served = []
     for full, n, mods in _requests(trace):
         hit = protocol.serve(full[:n], full, mods)
@@ -176,7 +175,7 @@ def _result(
     trace: Trace,
     model: ModelSpec,
     policy_name: str,
-    cache: Any,
+    cache: HeldCache,
     served: list[tuple[int, int, int]],
     per_request: bool,
     start: float,

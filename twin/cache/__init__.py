@@ -1,6 +1,15 @@
 """Caches: the radix tree and its byte-accounted cache, the vllm+ block pool, the module store."""
 
-from twin.cache.base import COUNTERS, CacheNode, CachePolicy, CacheStructure, Hit, cache_stats
+from twin.cache.base import (
+    COUNTERS,
+    CacheReadout,
+    CacheStructure,
+    HeldCache,
+    Hit,
+    RequestPolicy,
+    TreePolicy,
+    cache_stats,
+)
 from twin.cache.block_cache import BlockCache
 from twin.cache.block_segment import BlockRef, Segment
 from twin.cache.flops import PrefillFlops
@@ -15,10 +24,10 @@ __all__ = [
     "Admission",
     "BlockCache",
     "BlockRef",
-    "CacheNode",
-    "CachePolicy",
+    "CacheReadout",
     "CacheSnapshot",
     "CacheStructure",
+    "HeldCache",
     "Hit",
     "Match",
     "Module",
@@ -29,7 +38,9 @@ __all__ = [
     "PrefixCache",
     "RadixTree",
     "RequestCache",
+    "RequestPolicy",
     "Segment",
+    "TreePolicy",
     "cache_stats",
     "serve",
 ]

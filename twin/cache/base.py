@@ -11,31 +11,42 @@ column) reach ``lookup`` and ``insert``; prefix caches find reuse from the
 tokens alone and ignore them. A policy
 (``policies/``) decides what is admitted and what is evicted; the cache only
 keeps the structure and the bytes right and calls the policy's hooks
-(:class:`CachePolicy`). Requests use a cache through one protocol,
-:class:`twin.cache.requests.RequestCache`.
+(:class:`RequestPolicy`; a radix tree's, :class:`TreePolicy`). Requests use a cache
+through one protocol, :class:`twin.cache.requests.RequestCache`; what holds a cache
+(the engine, a host tier, ``twin replay``) sees it as a :class:`HeldCache`, which the
+compiled live cache of ``marconi`` implements too, with no node in sight.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from twin.model import ModelSpec
 
-# What a cache structure calls a node: a radix-tree ``Node`` or a block pool's
-# ``BlockRef``. Callers only hand it back (pin, unpin, touch, evict).
-CacheNode = Any
+if TYPE_CHECKING:
+    from twin.cache.requests import Requests
+
+# A structure's node (what its policy's hooks are told of and what it evicts: a radix
+# tree's ``Node``, a block pool's ``BlockRef``, a module store's ``Module``) and a hit's
+# handle (what a request pins: the same, or a module store's ``ModuleHold``, or the
+# compiled cache's node id). Only the structure that made one reads it.
+N = TypeVar("N")
+H = TypeVar("H")
+H_co = TypeVar("H_co", covariant=True)
+N_co = TypeVar("N_co", covariant=True)
 
 
 @dataclass(slots=True)
-class Hit:
+class Hit(Generic[H_co]):
     """A lookup's answer: ``length`` prompt tokens served from cache, via ``node``.
 
     ``node`` is what the request must pin while it runs (the node whose state
-    the hit resumes from); ``None`` on a miss.
+    the hit resumes from; the structure's own handle, opaque to everyone else);
+    ``None`` on a miss.
 
     A hit that is not a prefix (Prompt Cache's modules, reused wherever they
     sit) may leave work for the engine to price: ``recompute`` hit tokens that
@@ -45,7 +56,7 @@ class Hit:
     """
 
     length: int
-    node: CacheNode | None
+    node: H_co | None
     recompute: int = 0
     host_tokens: int = 0
 
@@ -66,7 +77,7 @@ COUNTERS = (
 )
 
 
-def cache_stats(cache: CacheStructure) -> dict[str, int]:
+def cache_stats(cache: CacheReadout) -> dict[str, int]:
     """What reports show of a cache: the bytes it holds now, its counters, its nodes."""
     return {
         "kv_bytes": cache.kv_bytes,
@@ -76,10 +87,10 @@ def cache_stats(cache: CacheStructure) -> dict[str, int]:
     }
 
 
-def evict_for(cache: CacheStructure, need: int) -> bool:
+def evict_for(cache: Evicts[N], need: int) -> bool:
     """Evict the policy's victims until ``need`` bytes are free; ``False`` if it has none left."""
     while cache.capacity - cache.used_bytes < need:
-        victim = cache.policy.choose_victim(cache)
+        victim = cache.policy.choose_victim()
         if victim is None:
             return False
         cache.evict(victim)
@@ -130,66 +141,135 @@ class TokenStateBytes:
             self.peak_ssm_bytes = ssm
 
 
-class CachePolicy(Protocol):
-    """The hooks a cache calls; :class:`policies.base.Policy` implements them."""
+class PolicyReadout(Protocol):
+    """What a cache's holders read of its policy: the numbers reports show."""
 
-    def bind(self, cache: CacheStructure) -> None: ...
-    def on_request(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> None: ...
-    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]: ...
-    def on_hit(self, cache: CacheStructure, node: CacheNode) -> None: ...
-    def choose_victim(self, cache: CacheStructure) -> CacheNode | None: ...
-    def on_node_added(self, node: CacheNode) -> None: ...
-    def on_node_changed(self, node: CacheNode) -> None: ...
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None: ...
     def stats(self) -> dict[str, Any]: ...
 
 
-class CacheStructure(Protocol):
-    """The cache API both structures implement (radix tree, block pool).
+class RequestPolicy(PolicyReadout, Protocol):
+    """A policy as its structure and the request protocol call it
+    (``twin.cache.requests.RequestCache``): bound to its one cache by that cache
+    (:meth:`bind`), it reads the cache itself."""
 
-    Counters (``evictions``, ``checkpoints_admitted``, ``checkpoints_hit``,
-    the peaks) only grow; ``clock`` is recency's unit, set only through
-    :meth:`set_clock` by the request protocol and by snapshots.
+    def bind(self, cache: HeldCache) -> None: ...
+    def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None: ...
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]: ...
 
-    ``on_evict`` (``None`` by default) is called by :meth:`evict` before a
-    victim's content goes; the radix trees call it (SGLang's HiCache write-back
-    runs on them), the block pool and the module store never do.
-    """
 
-    model: ModelSpec
-    policy: CachePolicy
-    capacity: int
-    has_ssm: bool
-    clock: int
-    evictions: int
-    checkpoints_admitted: int
-    checkpoints_hit: int
-    peak_bytes: int
-    peak_kv_bytes: int
-    peak_ssm_bytes: int
-    on_evict: EvictHook | None
+class ChoosesVictims(Protocol[N_co]):
+    """A policy that orders a structure's nodes for eviction."""
+
+    def choose_victim(self) -> N_co | None: ...
+
+
+class TreePolicy(RequestPolicy, ChoosesVictims[N], Protocol[N]):
+    """The hooks a radix tree calls (:class:`twin.policies.base.RadixPolicy` implements
+    them): told of every node change, so its candidates stay current."""
+
+    def on_hit(self, node: N) -> None: ...
+    def on_node_added(self, node: N) -> None: ...
+    def on_node_changed(self, node: N) -> None: ...
+    def on_node_removed(self, node: N, into: N | None = None) -> None: ...
+
+
+class CacheReadout(Protocol):
+    """What reports read of a cache (:func:`cache_stats`): bytes held, counters, nodes."""
 
     @property
     def kv_bytes(self) -> int: ...
     @property
     def ssm_bytes(self) -> int: ...
     @property
-    def used_bytes(self) -> int: ...
-    @property
     def num_nodes(self) -> int: ...
+    @property
+    def peak_bytes(self) -> int: ...
+    @property
+    def peak_kv_bytes(self) -> int: ...
+    @property
+    def peak_ssm_bytes(self) -> int: ...
+    @property
+    def evictions(self) -> int: ...
+    @property
+    def checkpoints_admitted(self) -> int: ...
+    @property
+    def checkpoints_hit(self) -> int: ...
+
+
+class HostCache(Protocol):
+    """A host tier's cache as the request protocol of the cache above it uses it
+    (``twin.cache.requests.HostWrites``): its clock set to the GPU's admissions, a probe,
+    an access, inserts (write-through, write-back) and the states they admitted."""
+
+    @property
+    def checkpoints_admitted(self) -> int: ...
 
     def set_clock(self, t: int) -> None: ...
-    def node_bytes(self, node: CacheNode) -> int: ...
-    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit: ...
     def peek(self, seq: np.ndarray) -> int: ...
-    def speculative_insert(self, seq: np.ndarray) -> int | None: ...
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[object]: ...
     def insert(
         self, seq: np.ndarray, checkpoints: Sequence[int], modules: np.ndarray | None = None
     ) -> int: ...
-    def pin(self, node: CacheNode) -> None: ...
-    def unpin(self, node: CacheNode) -> None: ...
-    def touch(self, node: CacheNode) -> None: ...
-    def evictable(self, node: CacheNode) -> bool: ...
-    def evict(self, node: CacheNode) -> int: ...
+
+
+class HeldCache(CacheReadout, HostCache, Protocol):
+    """A cache as its holders use it (the engine's replicas and memory strategies, a host
+    tier, ``twin replay``, the reference executor), with no node in sight: every Python
+    structure and the compiled live cache (``twin.policies.compiled.live.LiveCache``).
+
+    ``clock`` is recency's unit, set only through :meth:`set_clock` by the request
+    protocol and by snapshots. ``on_evict`` (``None`` by default) is told of each
+    victim's content as it goes; the radix trees call it (SGLang's HiCache write-back
+    runs on them), the block pool and the module store never do. A host tier is such a
+    cache too: the request protocol looks it up, inserts into it and peeks at it.
+    """
+
+    model: ModelSpec
+    capacity: int
+    on_evict: EvictHook | None
+
+    @property
+    def has_ssm(self) -> bool: ...
+    @property
+    def clock(self) -> int: ...
+    @property
+    def used_bytes(self) -> int: ...
+    @property
+    def policy(self) -> PolicyReadout: ...
+
     def shrink_to(self, limit: int) -> int: ...
     def verify(self) -> None: ...
+    def request_cache(
+        self, host: HostCache | None = None, write_policy: str = "write_through"
+    ) -> Requests:
+        """The request protocol on this cache (``twin.cache.requests``), with a host tier's
+        cache under it or not."""
+        ...
+
+
+class Evicts(Protocol[N]):
+    """A structure that evicts its policy's victims (:func:`evict_for`)."""
+
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def used_bytes(self) -> int: ...
+    @property
+    def policy(self) -> ChoosesVictims[N]: ...
+
+    def evict(self, node: N) -> int: ...
+
+
+class CacheStructure(HeldCache, Protocol[H]):
+    """The cache API the Python structures implement (radix tree, block pool, module
+    store), as the request protocol runs it: its hits' handles ``H`` are pinned while a
+    request runs. Counters (``evictions``, ``checkpoints_admitted``, ``checkpoints_hit``,
+    the peaks) only grow.
+    """
+
+    @property
+    def policy(self) -> RequestPolicy: ...
+
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[H]: ...
+    def pin(self, node: H) -> None: ...
+    def unpin(self, node: H) -> None: ...

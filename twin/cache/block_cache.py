@@ -28,30 +28,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from typing import Any
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, EvictHook, Hit
+from twin.cache.base import EvictHook, Hit, RequestPolicy
 from twin.cache.block_keys import BlockKeys
 from twin.cache.block_segment import BlockRef, Segment
 from twin.cache.leaf_heap import LeafHeap
+from twin.cache.requests import ServesRequests
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 __all__ = ["BlockCache", "BlockRef", "Segment"]  # the pool's node types, where they were
 
 
-class BlockCache:
+class BlockCache(ServesRequests):
     """The block pool: same API as :class:`~twin.cache.prefix_cache.PrefixCache`.
 
-    Nodes are :data:`BlockRef` pairs. The policy supplies admission and the
-    refresh on a hit (``on_hit``); eviction order is the pool's own LRU, so
-    the node hooks are not called.
+    Nodes are :data:`BlockRef` pairs. The policy supplies admission; a hit refreshes
+    its chain and eviction order is the pool's own LRU (vLLM's), so the policy is
+    told of no node.
     """
 
     def __init__(
-        self, model: ModelSpec, capacity_bytes: int, policy: CachePolicy, block_size: int = 32
+        self, model: ModelSpec, capacity_bytes: int, policy: RequestPolicy, block_size: int = 32
     ) -> None:
         if capacity_bytes < 0:
             raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
@@ -71,7 +71,9 @@ class BlockCache:
         self.checkpoints_admitted = 0
         self.checkpoints_hit = 0
         self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
-        self._lru = LeafHeap()  # segments whose tail is a leaf, by (tail stamp, tail id)
+        self._lru: LeafHeap[Segment] = (
+            LeafHeap()
+        )  # segments whose tail is a leaf, by (tail stamp, tail id)
         self._hasher = BlockKeys(block_size)
         self.on_evict: EvictHook | None = None  # never called: write-back is the radix trees'
         self.policy = policy
@@ -102,7 +104,7 @@ class BlockCache:
         return self.block_bytes
 
     # ------------------------------------------------------------------ queries
-    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[BlockRef]:
         """Longest chain of cached blocks of ``seq`` (block-aligned)."""
         keys = self._hasher.keys(seq, len(seq) // self.block_size)
         k = self._cached(keys)
@@ -110,7 +112,7 @@ class BlockCache:
             return Hit(0, None)
         return self._hit_at(self._ref(keys, k - 1), k)
 
-    def _hit_at(self, ref: BlockRef, blocks: int) -> Hit:
+    def _hit_at(self, ref: BlockRef, blocks: int) -> Hit[BlockRef]:
         """A hit of ``blocks`` blocks ending at ``ref``: count its state's first use, refresh."""
         seg, i = ref
         if self.has_ssm:
@@ -119,7 +121,7 @@ class BlockCache:
             if i not in seg.ckpt_hit:
                 seg.ckpt_hit.add(i)
                 self.checkpoints_hit += 1
-        self.policy.on_hit(self, ref)
+        self.touch(ref)
         return Hit(blocks * self.block_size, ref)
 
     def peek(self, seq: np.ndarray) -> int:
@@ -306,7 +308,7 @@ class BlockCache:
             self._detach(seg, t)
         return count
 
-    def _detach(self, seg: Segment, t: Any) -> None:
+    def _detach(self, seg: Segment, t: int) -> None:
         """``seg`` lost its last block: its parent block loses a child and inherits its stamp."""
         parent, i = seg.parent, seg.pidx
         if parent is None:

@@ -11,8 +11,6 @@ its tail (``keys[:n]`` stay cached). The pool that keeps these fields right is
 
 from __future__ import annotations
 
-from typing import Any
-
 BlockRef = tuple["Segment", int]  # a block: its segment and its index there
 
 
@@ -36,7 +34,7 @@ class Segment:
     )
 
     def __init__(
-        self, keys: list[int], start: int, nid0: int, t0: Any, parent: Segment | None, pidx: int
+        self, keys: list[int], start: int, nid0: int, t0: int, parent: Segment | None, pidx: int
     ) -> None:
         self.keys = keys
         self.start = start  # block index (in any sequence holding it) of keys[0]
@@ -46,14 +44,14 @@ class Segment:
         self.parent, self.pidx = parent, pidx  # the block it hangs off (None: the root)
         self.branches: dict[int, int] | None = None  # index -> segments hanging off it
         self.locks: dict[int, int] | None = None  # index -> pins
-        self.stamps: dict[int, Any] | None = None  # index -> later stamp than t0
+        self.stamps: dict[int, int] | None = None  # index -> later stamp than t0
         self.ckpt_hit: set[int] | None = None  # indices whose state served a hit
         # Indices holding a recurrent state, for a pool that keeps states on some
         # blocks only (twin.cache.sparse_blocks); None here: every block has one.
         self.states: set[int] | None = None
         self.ver = 0  # bumped on every change of the tail (lazy heap invalidation)
 
-    def stamp(self, i: int) -> Any:
+    def stamp(self, i: int) -> int:
         s = self.stamps
         return s.get(i, self.t0) if s else self.t0
 

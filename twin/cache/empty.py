@@ -10,15 +10,15 @@ alone; its outputs are the same byte for byte
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
-from twin.cache.base import Hit
+from twin.cache.base import EvictHook, Hit, HostCache, RequestPolicy
 from twin.cache.requests import Admission
 from twin.model import ModelSpec
 
-_MISS = Hit(0, None)
+_MISS: Hit[object] = Hit(0, None)
 
 
 class EmptyCache:
@@ -28,15 +28,28 @@ class EmptyCache:
     peak_bytes = peak_kv_bytes = peak_ssm_bytes = 0
     evictions = checkpoints_admitted = checkpoints_hit = 0
     num_nodes = 1  # the root, as ``RadixTree.num_nodes``
+    clock = 0  # its own protocol keeps no clock: nothing is refreshed
+    on_evict: EvictHook | None = None  # never called: nothing is evicted
 
-    def __init__(self, model: ModelSpec, capacity: int, policy: Any) -> None:
+    def __init__(self, model: ModelSpec, capacity: int, policy: RequestPolicy) -> None:
         self.model = model
         self.capacity = int(capacity)
         self.policy = policy
         self.has_ssm = model.n_ssm_layers > 0
         policy.bind(self)
 
+    def set_clock(self, t: int) -> None:
+        pass
+
     def peek(self, seq: np.ndarray) -> int:
+        return 0
+
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[object]:
+        return _MISS
+
+    def insert(
+        self, seq: np.ndarray, checkpoints: Sequence[int], modules: np.ndarray | None = None
+    ) -> int:
         return 0
 
     def verify(self) -> None:
@@ -48,8 +61,12 @@ class EmptyCache:
         self.capacity = max(int(limit), 0)
         return 0
 
-    def request_cache(self) -> NothingCached:
-        """The request protocol (``twin.cache.requests.request_cache_for``)."""
+    def request_cache(
+        self, host: HostCache | None = None, write_policy: str = "write_through"
+    ) -> NothingCached:
+        """The request protocol (``HeldCache.request_cache``); never over a host tier
+        (``vanilla`` runs on the radix tree there: ``VanillaPolicy.make_engine_cache``)."""
+        assert host is None, "an empty cache has no host tier"
         return NothingCached()
 
 
@@ -71,12 +88,17 @@ class NothingCached:
     def insert_at_prefill_end(self, adm: Admission) -> int:
         return 0
 
-    def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+    def serve(
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
+    ) -> Hit[object]:
         """``RequestCache.serve`` (a replay's request): a miss."""
         self.admissions += 1
         return _MISS
 
     def insert_at_completion(self, adm: Admission) -> int:
+        return 0
+
+    def insert_preempted(self, adm: Admission, tokens: int) -> int:
         return 0
 
     def release(self, adm: Admission) -> None:

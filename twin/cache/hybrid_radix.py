@@ -33,7 +33,7 @@ from typing import Protocol
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, CacheStructure
+from twin.cache.base import TreePolicy
 from twin.cache.prefix_cache import PrefixCache
 from twin.cache.radix import Match, Node
 from twin.errors import TwinError
@@ -43,12 +43,12 @@ from twin.model import ModelSpec
 MAMBA_FULL_MEMORY_RATIO = 0.9
 
 
-class PoolPolicy(CachePolicy, Protocol):
+class PoolPolicy(TreePolicy[Node], Protocol):
     """What the hybrid cache asks of its policy besides the hooks: recency and two victims."""
 
-    def on_insert_path(self, cache: CacheStructure, match: Match) -> None: ...
-    def full_victim(self, cache: CacheStructure) -> Node | None: ...
-    def state_victim(self, cache: CacheStructure) -> Node | None: ...
+    def on_insert_path(self, match: Match) -> None: ...
+    def full_victim(self) -> Node | None: ...
+    def state_victim(self) -> Node | None: ...
 
 
 class HybridRadixCache(PrefixCache):
@@ -129,7 +129,7 @@ class HybridRadixCache(PrefixCache):
         if not pos:
             return 0
         m = self._match(seq[: pos[-1]])
-        self._pools.on_insert_path(self, m)  # _insert_helper stamps the walked path
+        self._pools.on_insert_path(m)  # _insert_helper stamps the walked path
         base = m.partial if m.partial is not None else m.node
         covered = m.length
         pinned = base is not self.root
@@ -172,12 +172,12 @@ class HybridRadixCache(PrefixCache):
         ``evict_mamba`` for the states, each by its own LRU list.
         """
         while self.kv_bytes + kv > self.kv_capacity:
-            victim = self._pools.full_victim(self)
+            victim = self._pools.full_victim()
             if victim is None:
                 return False
             self.evict(victim)
         while self.ssm_bytes + states > self.state_capacity:
-            victim = self._pools.state_victim(self)
+            victim = self._pools.state_victim()
             if victim is None:
                 return False
             self.drop_state(victim)

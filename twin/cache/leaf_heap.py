@@ -14,31 +14,38 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any
-
-from twin.cache.base import CacheNode
+from typing import Any, Generic, Protocol, TypeVar
 
 # Entries beyond twice the live ones that trigger dropping the stale (a bound on
 # the heap's memory, not on its order).
 COMPACT_SLACK = 1024
 
 
-class LeafHeap:
+class Versioned(Protocol):
+    """A candidate: its version, bumped by its owner on every change."""
+
+    ver: int
+
+
+V = TypeVar("V", bound=Versioned)
+
+
+class LeafHeap(Generic[V]):
     """Candidates by priority key, the smallest first; keys must be unique (end with ``nid``)."""
 
     __slots__ = ("_entries", "_limit")
 
     def __init__(self) -> None:
-        self._entries: list[tuple[tuple[Any, ...], int, CacheNode]] = []
+        self._entries: list[tuple[tuple[Any, ...], int, V]] = []
         self._limit = COMPACT_SLACK  # heap size that triggers dropping stale entries
 
-    def push(self, key: tuple[Any, ...], node: CacheNode) -> None:
+    def push(self, key: tuple[Any, ...], node: V) -> None:
         """Make ``node`` a candidate at ``key`` as of its current version."""
         heapq.heappush(self._entries, (key, node.ver, node))
         if len(self._entries) > self._limit:
             self._compact()
 
-    def pop(self, still: Callable[[CacheNode], bool] | None = None) -> CacheNode | None:
+    def pop(self, still: Callable[[V], bool] | None = None) -> V | None:
         """Pop the candidate with the smallest key whose entry is current; ``None`` if none is.
 
         ``still``: a check the node must also pass; current entries that fail it

@@ -31,10 +31,19 @@ to thousands of modules, so victims are found by a scan of the modules.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes, evict_for
+from twin.cache.base import (
+    ChoosesVictims,
+    EvictHook,
+    Hit,
+    RequestPolicy,
+    TokenStateBytes,
+    evict_for,
+)
+from twin.cache.requests import ServesRequests
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -68,11 +77,17 @@ class ModuleHold:
         self.modules = modules
 
 
-class ModuleCache(TokenStateBytes):
+class ModulePolicy(RequestPolicy, ChoosesVictims[Module], Protocol):
+    """What the store asks of its policy: admission and the next module to evict (it
+    reads the store's modules, their pins and last access: the store keeps no candidate
+    structure for it, so it is told of no module)."""
+
+
+class ModuleCache(TokenStateBytes, ServesRequests):
     """Module id -> cached attention KV (and, at position 0, the recurrent state); bytes capped."""
 
     def __init__(
-        self, model: ModelSpec, capacity_bytes: int, policy: CachePolicy, storage: str = "gpu"
+        self, model: ModelSpec, capacity_bytes: int, policy: ModulePolicy, storage: str = "gpu"
     ) -> None:
         if capacity_bytes < 0:
             raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
@@ -112,7 +127,7 @@ class ModuleCache(TokenStateBytes):
         return node.length * self.kv_per_token + (self.ckpt_bytes if node.state else 0)
 
     # ------------------------------------------------------------------ queries
-    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[ModuleHold]:
         """Reuse every cached module the request declares, wherever it sits (module docstring)."""
         if modules is None or not len(modules):
             return Hit(0, None)
@@ -134,7 +149,7 @@ class ModuleCache(TokenStateBytes):
         if not used:
             return Hit(0, None)
         hold = ModuleHold(used)
-        self.policy.on_hit(self, hold)
+        self.touch(hold)
         host = reused if self.storage == "host" else 0
         self.module_hits += len(used)
         self.reused_tokens += reused
@@ -168,7 +183,6 @@ class ModuleCache(TokenStateBytes):
                     m.state = True
                     self.n_ckpts += 1
                     self.checkpoints_admitted += 1
-                    self.policy.on_node_changed(m)
                 continue
             need = length * self.kv_per_token + (self.ckpt_bytes if state else 0)
             if need > self.capacity or not self._make_room(need, None):
@@ -180,7 +194,6 @@ class ModuleCache(TokenStateBytes):
                 self.n_ckpts += 1
                 self.checkpoints_admitted += 1
             added += length
-            self.policy.on_node_added(m)
         self.note_peaks()
         return added
 
@@ -197,7 +210,6 @@ class ModuleCache(TokenStateBytes):
     def touch(self, node: ModuleHold | Module) -> None:
         for m in node.modules if isinstance(node, ModuleHold) else (node,):
             m.t = self.clock
-            self.policy.on_node_changed(m)
 
     def evictable(self, node: Module) -> bool:
         return node.lock == 0 and self.modules.get(node.mid) is node
@@ -211,7 +223,6 @@ class ModuleCache(TokenStateBytes):
         self.kv_tokens -= node.length
         self.n_ckpts -= node.state
         self.evictions += 1
-        self.policy.on_node_removed(node)
         return freed
 
     def shrink_to(self, limit: int) -> int:

@@ -22,7 +22,7 @@ pages: the waste is under one page per running request).
 
 from __future__ import annotations
 
-from twin.cache.base import CacheStructure
+from twin.cache.base import HeldCache
 from twin.cache.hybrid_radix import HybridRadixCache
 
 
@@ -31,7 +31,7 @@ class SharedPool:
 
     __slots__ = ("cache", "floor", "peak_running", "running", "size")
 
-    def __init__(self, size: int, cache: CacheStructure) -> None:
+    def __init__(self, size: int, cache: HeldCache) -> None:
         self.size = int(size)
         self.cache = cache
         self.running = 0

@@ -42,18 +42,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from twin.cache.admission_cost import AdmissionCost
-from twin.cache.base import CachePolicy, EvictHook, Hit, TokenStateBytes, evict_for
+from twin.cache.base import EvictHook, Hit, TokenStateBytes, TreePolicy, evict_for
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Match, Node, RadixTree
+from twin.cache.requests import ServesRequests
 from twin.cache.tree_edits import TreeEdits, parent_of
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 
-class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
+class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits, ServesRequests):
     """Radix-tree prefix cache with byte accounting; decisions come from ``policy``."""
 
-    def __init__(self, model: ModelSpec, capacity_bytes: int, policy: CachePolicy) -> None:
+    def __init__(self, model: ModelSpec, capacity_bytes: int, policy: TreePolicy[Node]) -> None:
         if capacity_bytes < 0:
             raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
         self.model = model
@@ -106,7 +107,7 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
         return self.kinds.node_bytes(len(node.tokens), node.ckpt)
 
     # ------------------------------------------------------------------ queries
-    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[Node]:
         """Longest usable cached prefix of ``seq``; tells the policy about the hit."""
         node, length = self._usable(self._match(np.asarray(seq, dtype=np.int32)))
         if node is None:
@@ -114,7 +115,7 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits):
         if self.has_ssm and not node.ckpt_hit:
             node.ckpt_hit = True
             self.checkpoints_hit += 1
-        self.policy.on_hit(self, node)
+        self.policy.on_hit(node)
         return Hit(length, node)
 
     def peek(self, seq: np.ndarray) -> int:

@@ -4,11 +4,12 @@ Each node's edge is a numpy int32 run of tokens; children are keyed by their
 edge's first token. Matching compares a whole edge at once with numpy, so the
 Python work per lookup is one step per node on the path, not one per token.
 
-Besides the structure, a node carries the few fields a cache and its policy
-need (checkpoint flag, lock count, last access, creation id, a version for
-lazily invalidated heaps, a cached score). The tree itself only maintains the
-structure; :class:`twin.cache.prefix_cache.PrefixCache` gives those fields
-their meaning.
+Besides the structure, a node carries the few fields a cache needs (checkpoint
+flag, lock count, last access, creation id, whether its checkpoint was hit) and a
+version for the policies' lazily invalidated heaps; a policy's own state (candidate
+tables, hit counts, stamps) lives beside the tree, keyed by node. The tree itself
+only maintains the structure; :class:`twin.cache.prefix_cache.PrefixCache` gives
+those fields their meaning.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ class Node:
         "lock",
         "nid",
         "parent",
-        "slot",
         "t",
         "tokens",
         "ver",
@@ -47,7 +47,6 @@ class Node:
         self.t = 0  # last access on the cache's clock
         self.nid = nid  # creation order: the deterministic tie-break everywhere
         self.ver = 0  # bumped by the policy on every change (lazy heap invalidation)
-        self.slot = -1  # policy-owned index into a candidate table (-1: not a candidate)
         self.ckpt_hit = False  # its checkpoint served at least one hit (counted once)
 
     @property

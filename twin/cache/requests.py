@@ -25,15 +25,19 @@ them writes the cache clock or orders these calls itself.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from twin.cache.base import Hit
+from twin.cache.base import CacheStructure, H, HeldCache, Hit
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
-    from twin.cache.base import CachePolicy, CacheStructure, EvictHook
+    from twin.cache.base import HostCache
+
+C = TypeVar("C", bound=HeldCache)  # the GPU's cache, as its own protocol knows it
 
 
 class Admission:
@@ -46,10 +50,10 @@ class Admission:
         "hit",
         "host_tokens",
         "modules",
-        "node",
         "order",
         "prefill_tokens",
         "prompt",
+        "unpin",
     )
 
     def __init__(
@@ -57,7 +61,7 @@ class Admission:
         order: int,
         prompt: np.ndarray,
         full: np.ndarray,
-        hit: Hit,
+        hit: Hit[object],
         at_prefill: list[int],
         at_completion: list[int],
         modules: np.ndarray | None = None,
@@ -66,7 +70,8 @@ class Admission:
         self.prompt = prompt
         self.full: np.ndarray | None = full  # prompt + output; dropped on release
         self.hit = hit
-        self.node: Any = hit.node  # pinned until :meth:`RequestCache.release`
+        # Unpins the hit's node (its structure's own handle), until :meth:`RequestCache.release`.
+        self.unpin: Callable[[], None] | None = None
         self.at_prefill = at_prefill  # checkpoint positions inside the prompt
         self.at_completion = at_completion  # positions past it (input + output)
         self.modules = modules  # the prompt modules it declares (workload ``modules`` column)
@@ -89,24 +94,12 @@ class Requests(Protocol):
     def insert_at_completion(self, adm: Admission) -> int: ...
     def insert_preempted(self, adm: Admission, tokens: int) -> int: ...
     def release(self, adm: Admission) -> None: ...
+    def serve(
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
+    ) -> Hit[object]: ...
 
 
-class GpuTier(Protocol):
-    """The GPU's cache as :class:`HostWrites` uses it (any cache structure, or a compiled
-    cache with its own protocol): its model's SSM layers, policy and clock, a probe for
-    selective write-through, the write-back hook."""
-
-    on_evict: EvictHook | None
-    has_ssm: bool
-    policy: Any
-
-    @property
-    def clock(self) -> int: ...
-
-    def peek(self, seq: np.ndarray) -> int: ...
-
-
-class HostWrites:
+class HostWrites(Generic[C]):
     """A host tier's part of the protocol, for :class:`RequestCache` and a cache's own
     protocol alike (a compiled cache's, ``policies.compiled.live.LiveRequests``): what is
     written to the host, what a hit loads back from it.
@@ -118,14 +111,13 @@ class HostWrites:
         "admissions",
         "cache",
         "host",
-        "policy",
         "split",
         "write_policy",
         "written_back_states",
         "written_back_tokens",
     )
-    cache: GpuTier
-    host: CacheStructure | None
+    cache: C
+    host: HostCache | None
     write_policy: str
     split: bool
     written_back_tokens: int
@@ -133,8 +125,8 @@ class HostWrites:
 
     def __init__(
         self,
-        cache: GpuTier,
-        host: CacheStructure | None = None,
+        cache: C,
+        host: HostCache | None = None,
         write_policy: str = "write_through",
     ) -> None:
         if write_policy not in WRITE_POLICIES:
@@ -154,7 +146,6 @@ class HostWrites:
         self.written_back_states = 0
         if host is not None and write_policy == "write_back":
             cache.on_evict = self._write_back
-        self.policy = cache.policy
         # Resume counting where the cache's clock is (a restored snapshot).
         self.admissions: int = cache.clock
 
@@ -204,7 +195,7 @@ class HostWrites:
         if self.split:
             self.written_back_states += host.checkpoints_admitted - states
 
-    def _load_back(self, prompt: np.ndarray, hit: Hit) -> tuple[Hit, int]:
+    def _load_back(self, prompt: np.ndarray, hit: Hit[object]) -> tuple[Hit[object], int]:
         """The hit across both tiers and the tokens loaded back from the host (0: none).
 
         The longest prefix across both tiers (SGLang ``match_prefix`` walks one tree
@@ -223,7 +214,7 @@ class HostWrites:
         return Hit(far, hit.node, hit.recompute, hit.host_tokens), far - hit.length
 
     @staticmethod
-    def _with_loaded(positions: list[int], hit: Hit, loaded: int) -> list[int]:
+    def _with_loaded(positions: list[int], hit: Hit[object], loaded: int) -> list[int]:
         """The admission's positions: the loaded prefix (and its state) is cached on the
         GPU again."""
         if loaded and hit.length not in positions:
@@ -231,12 +222,11 @@ class HostWrites:
         return positions
 
 
-class RequestCache(HostWrites):
-    """The request-facing side of one cache structure (module docstring)."""
+class RequestCache(HostWrites[CacheStructure[H]], Generic[H]):
+    """The request-facing side of one cache structure (module docstring), whose hits'
+    handles are ``H``."""
 
     __slots__ = ()
-    cache: CacheStructure
-    policy: CachePolicy
 
     def admit(
         self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
@@ -282,12 +272,11 @@ class RequestCache(HostWrites):
 
     def release(self, adm: Admission) -> None:
         """Step 4: unpin the hit (idempotent) and drop the request's tokens."""
-        if adm.node is not None:
-            self.cache.unpin(adm.node)
-            adm.node = None
-        adm.full = None
+        release(adm)
 
-    def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+    def serve(
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
+    ) -> Hit[object]:
         """The protocol back to back, with one insertion of all the checkpoints.
 
         The clock then points to the next request (a snapshot taken now
@@ -295,7 +284,7 @@ class RequestCache(HostWrites):
         """
         adm = self._admit(prompt, full, split=False, modules=modules)
         self.insert_at_completion(adm)
-        self.release(adm)
+        release(adm)
         self.cache.set_clock(self.admissions)
         return adm.hit
 
@@ -306,18 +295,20 @@ class RequestCache(HostWrites):
         split: bool = True,
         modules: np.ndarray | None = None,
     ) -> Admission:
-        cache, policy = self.cache, self.policy
+        cache = self.cache
+        policy = cache.policy
         order = self.admissions
         cache.set_clock(order)
         if self.host is not None:
             self.host.set_clock(order)  # the host tier's recency runs on the same clock
         self.admissions += 1
-        policy.on_request(cache, prompt, full)
-        hit = cache.lookup(prompt, modules)
-        if hit.node is not None:
-            cache.pin(hit.node)
-        hit, loaded = self._load_back(prompt, hit)
-        positions = self._with_loaded(policy.admit(cache, prompt, full), hit, loaded)
+        policy.on_request(prompt, full)
+        found = cache.lookup(prompt, modules)
+        node = found.node
+        if node is not None:
+            cache.pin(node)
+        hit, loaded = self._load_back(prompt, found)
+        positions = self._with_loaded(policy.admit(prompt, full), hit, loaded)
         if split and self.split:
             n = len(prompt)
             at_prefill = [p for p in positions if p <= n]
@@ -326,19 +317,29 @@ class RequestCache(HostWrites):
             at_prefill, at_completion = [], list(positions)
         adm = Admission(order, prompt, full, hit, at_prefill, at_completion, modules)
         adm.host_tokens = loaded
+        if node is not None:
+            adm.unpin = partial(cache.unpin, node)
         return adm
 
 
-def request_cache_for(
-    cache: CacheStructure, host: CacheStructure | None = None, write_policy: str = "write_through"
-) -> Any:
-    """The request protocol on ``cache``: a cache's own where it has one (a compiled
-    cache, ``policies.compiled.live``, with a host tier or not; an empty one, without),
-    else :class:`RequestCache`."""
-    own = getattr(cache, "request_cache", None)
-    if own is None:
-        return RequestCache(cache, host, write_policy)
-    return own() if host is None else own(host, write_policy)
+def release(adm: Admission) -> None:
+    """Unpin an admission's hit (idempotent) and drop its tokens."""
+    unpin = adm.unpin
+    if unpin is not None:
+        unpin()
+        adm.unpin = None
+    adm.full = None
+
+
+class ServesRequests:
+    """A Python structure's :meth:`HeldCache.request_cache`: :class:`RequestCache` on it."""
+
+    __slots__ = ()
+
+    def request_cache(
+        self: CacheStructure[H], host: HostCache | None = None, write_policy: str = "write_through"
+    ) -> RequestCache[H]:
+        return RequestCache(self, host, write_policy)
 
 
 # How the host tier is filled: SGLang's --hicache-write-policy (server_args.py).
@@ -346,7 +347,10 @@ WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 
 
 def serve(
-    cache: CacheStructure, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
-) -> Hit:
+    cache: CacheStructure[H],
+    prompt: np.ndarray,
+    full: np.ndarray,
+    modules: np.ndarray | None = None,
+) -> Hit[object]:
     """One request served back to back on ``cache`` (:meth:`RequestCache.serve`)."""
     return RequestCache(cache).serve(prompt, full, modules)

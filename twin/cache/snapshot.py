@@ -14,7 +14,6 @@ running requests, which a replayed window does not have.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -24,13 +23,13 @@ class CacheSnapshot:
     """Nodes listed parents first; ``parents`` indexes that list (-1 = the root)."""
 
     capacity: int
-    clock: Any
+    clock: int
     next_nid: int
     parents: list[int]
     offsets: np.ndarray  # node i's tokens are tokens[offsets[i]:offsets[i + 1]]
     tokens: np.ndarray
     ckpt: list[bool]
-    t: list[Any]
+    t: list[int]
     nid: list[int]
     ckpt_hit: list[bool]
     counters: dict[str, int]

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from twin.cache.base import CachePolicy, Hit
+from twin.cache.base import Hit, RequestPolicy
 from twin.cache.block_cache import BlockCache
 from twin.cache.block_segment import BlockRef, Segment
 from twin.model import ModelSpec
@@ -57,7 +57,7 @@ class SparseBlockCache(BlockCache):
     """:class:`BlockCache` whose blocks hold a recurrent state only where asked."""
 
     def __init__(
-        self, model: ModelSpec, capacity_bytes: int, policy: CachePolicy, block_size: int = 32
+        self, model: ModelSpec, capacity_bytes: int, policy: RequestPolicy, block_size: int = 32
     ) -> None:
         self.kv_block_bytes = block_size * model.kv_bytes_per_token
         self.n_states = 0  # blocks holding a state
@@ -76,7 +76,7 @@ class SparseBlockCache(BlockCache):
         return self.kv_block_bytes + (self.ckpt_bytes if self._has_state(node) else 0)
 
     # ------------------------------------------------------------------ queries
-    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[BlockRef]:
         """The deepest state-holding block of the longest cached KV chain of ``seq``."""
         ref, blocks, _ = self._hit(seq)
         return Hit(0, None) if ref is None else self._hit_at(ref, blocks)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from twin.cache.base import CachePolicy
+from twin.cache.base import TreePolicy
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Node, RadixTree
 
@@ -23,7 +23,7 @@ class TreeEdits:
     tree: RadixTree
     root: Node
     kinds: KindBytes
-    policy: CachePolicy
+    policy: TreePolicy[Node]
     has_ssm: bool
     clock: int
     kv_tokens: int

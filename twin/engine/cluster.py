@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from twin.cache import cache_stats
+from twin.cache import HeldCache, cache_stats
 from twin.cache.prefix_cache import PrefixCache
 from twin.engine.config import ArrivalConfig, EngineConfig
 from twin.engine.cost import StepPricer
@@ -579,7 +579,7 @@ def _record(seq: Seq) -> RequestRecord:
     )
 
 
-def _check_write_back(policy: str, cache: Any) -> None:
+def _check_write_back(policy: str, cache: HeldCache) -> None:
     """Write-back hands evicted radix nodes to the host (``PrefixCache.on_evict``, the
     compiled tree's ``LiveCache.on_evict``); the block pool and the module store never
     evict that way, so their host would stay empty."""

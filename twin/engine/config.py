@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from twin.cache.requests import WRITE_POLICIES
 from twin.costmodel.a2a import A2APrice
@@ -20,6 +20,9 @@ from twin.hardware import GB
 from twin.limits import MAX_REPLICAS, MAX_TP
 from twin.memory.footprint import allocator_for
 from twin.model import ModelSpec
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 AUTO = "auto"  # --cache-gb auto: the shared KV pool
 
@@ -366,6 +369,86 @@ SUMMARY_ORDER = (
 assert sorted(SUMMARY_ORDER) == sorted(GROUP_OF)
 
 
+class NamedSettings(TypedDict, total=False):
+    """What a user names of an :class:`EngineConfig` (flat, each group's own fields), the
+    engine mode aside (:class:`EngineSettings` adds it; ``twin.engine.build_run`` takes
+    it as its own argument, a release with it): a name given, even at its default, wins
+    over the GPU's and the engine's defaults (:func:`build_config`); one absent takes
+    them. Every builder of a run takes these typed (``build_config``,
+    ``EngineConfig.of``, ``build_run``); the groups' fields and :class:`EngineSettings`'
+    names are the same set (checked below)."""
+
+    # cluster (ClusterConfig)
+    replicas: int
+    tp: int
+    ep: int
+    dp_attention: int
+    moe_a2a: str
+    pp: int
+    router: str
+    # memory (MemoryConfig)
+    cache_bytes: int
+    gpu_memory_bytes: float | None
+    memory_utilization: float
+    shared_pool: bool
+    kv_allocator: str
+    state_slots: int
+    host_cache_ratio: float
+    host_cache_bytes: int
+    host_write_policy: str
+    # cache (CacheConfig)
+    policy: str
+    policy_options: dict[str, Any]
+    # scheduling (SchedulerConfig)
+    max_batched_tokens: int
+    max_running: int
+    scheduler: str
+    scheduler_options: dict[str, Any]
+    schedule_policy: str
+    preemption: str
+    new_token_ratio: dict[str, float]
+    # arrivals (ArrivalConfig)
+    session_rate: float | None
+    request_rate: float | None
+    concurrency: int | None
+    burstiness: float
+    seed: int
+    warmup_s: float
+    until_s: float | None
+    samples: int
+    # mode (EngineModeConfig; ``engine``: EngineSettings)
+    engine_release: str
+    kernel_tables: str
+    engine_flags: dict[str, str]
+    speculative: dict[str, Any]
+    # host_time (HostTimeConfig)
+    frontend_s: float
+    step_host_s: float
+    seq_host_s: float
+    eager_prefill_s: float
+    # disagg (DisaggConfig)
+    prefill_workers: int
+    decode_workers: int
+    kv_link: str
+    decode_gpu: str
+    decode_tp: int
+    decode_ep: int
+    decode_dp_attention: int
+    decode_prefix_cache: bool
+    shared_kv_tier_bytes: int
+    prefill_engine_flags: dict[str, str]
+    decode_engine_flags: dict[str, str]
+
+
+class EngineSettings(NamedSettings, total=False):
+    """:class:`NamedSettings` and the engine mode: every :class:`EngineConfig` field."""
+
+    engine: str
+
+
+assert EngineSettings.__optional_keys__ == frozenset(GROUP_OF)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """How the simulated cluster is built and driven (everything but the model and cost),
@@ -382,7 +465,7 @@ class EngineConfig:
     disagg: DisaggConfig = field(default_factory=DisaggConfig)
 
     @classmethod
-    def of(cls, **fields: Any) -> EngineConfig:
+    def of(cls, **fields: Unpack[EngineSettings]) -> EngineConfig:
         """A configuration from flat field names (each group's own), every other field at
         its default: no default that depends on the GPU or engine is applied (that is
         :func:`build_config`'s)."""
@@ -691,7 +774,7 @@ def build_config(
     *,
     cache_gb: float | str | None = None,
     model: ModelSpec | None = None,
-    **fields: Any,
+    **fields: Unpack[EngineSettings],
 ) -> EngineConfig:
     """The one builder of an :class:`EngineConfig` from what a user names.
 
@@ -705,42 +788,44 @@ def build_config(
     build their configuration here, so no caller repeats a default or drops a
     field.
     """
+    # The names given, and the defaults filled in below (the modes' own, by name).
+    named: dict[str, Any] = dict(fields)
     if cache_gb == AUTO:
-        fields["shared_pool"] = True  # the engines' one KV pool: the cache takes what is free
+        named["shared_pool"] = True  # the engines' one KV pool: the cache takes what is free
     elif cache_gb is not None:
-        fields["cache_bytes"] = int(float(cache_gb) * GB)
-    if profile is not None and "gpu_memory_bytes" not in fields:
+        named["cache_bytes"] = int(float(cache_gb) * GB)
+    if profile is not None and "gpu_memory_bytes" not in named:
         from twin.costmodel.profile_store import (
             device_memory_bytes,  # late: the engine needs no profile
         )
 
-        fields["gpu_memory_bytes"] = device_memory_bytes(profile)
-    engine = fields.get("engine")
-    if engine is not None and fields.get("gpu_memory_bytes"):
+        named["gpu_memory_bytes"] = device_memory_bytes(profile)
+    engine = named.get("engine")
+    if engine is not None and named.get("gpu_memory_bytes"):
         # An engine's own defaults that depend on the GPU (SGLang's chunked_prefill_size,
         # max_running_requests and mem_fraction_static, vLLM's max_num_batched_tokens and
         # max_num_seqs, TensorRT-LLM's max_batch_size), where not given.
         from twin.engine.modes import get_mode  # late: the modes import this module
 
-        release = fields.get("engine_release")
+        release = named.get("engine_release")
         gpu_defaults = get_mode(f"{engine}=={release}" if release else engine).gpu_defaults
         if gpu_defaults is not None:
-            tp = fields.get("tp", 1)
+            tp = named.get("tp", 1)
             gpu = str(getattr(profile, "gpu", "") or "")
-            found = gpu_defaults(fields["gpu_memory_bytes"], tp, fields, gpu, model)
-            applied = {k: v for k, v in found.items() if k not in fields}
+            found = gpu_defaults(named["gpu_memory_bytes"], tp, named, gpu, model)
+            applied = {k: v for k, v in found.items() if k not in named}
             if "max_running" in applied:  # the twin's batch holds at most a token a sequence
-                budget = fields.get("max_batched_tokens", applied.get("max_batched_tokens"))
+                budget = named.get("max_batched_tokens", applied.get("max_batched_tokens"))
                 applied["max_running"] = min(applied["max_running"], budget or _DEFAULT_BUDGET)
-            fields.update(applied)
+            named.update(applied)
     if engine is not None and profile is not None:
         # The engine's times fitted to measured serving runs on this GPU (host time per
         # step, front end per request: twin/calibration/engine_times.json), where not given.
         from twin.engine.engine_times import engine_time_defaults
 
         for name, value in engine_time_defaults(engine, profile.gpu).items():
-            fields.setdefault(name, value)
-    pools = fields.get("prefill_workers") or 0, fields.get("decode_workers") or 0
-    if (pools[0] or pools[1]) and fields.get("replicas", 1) == 1:
-        fields["replicas"] = max(pools[0], 0) + max(pools[1], 0) or 1  # the two pools
-    return EngineConfig.of(**fields)
+            named.setdefault(name, value)
+    pools = named.get("prefill_workers") or 0, named.get("decode_workers") or 0
+    if (pools[0] or pools[1]) and named.get("replicas", 1) == 1:
+        named["replicas"] = max(pools[0], 0) + max(pools[1], 0) or 1  # the two pools
+    return EngineConfig.of(**named)

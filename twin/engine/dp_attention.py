@@ -70,6 +70,9 @@ import dataclasses
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+import numpy as np
+
+from twin.cache import HeldCache
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
 from twin.engine.config import EngineConfig
@@ -320,18 +323,34 @@ def dealer_for(engine: str) -> Dealer:
 
 # ------------------------------------------------------------------ the replica
 class _Summed:
-    """The ranks' caches or pools as one: numeric attributes summed (reports, sampler)."""
+    """A read-only attribute of :class:`_SummedCaches`: the ranks' caches' attribute of
+    the same name, summed."""
 
-    def __init__(self, parts: Sequence[Any]) -> None:
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, caches: _SummedCaches, owner: type) -> int:
+        return sum(getattr(p, self.name) for p in caches._parts)
+
+
+class _SummedCaches:
+    """The ranks' caches as one (``cache_stats``, the occupancy sampler, a router): bytes,
+    counters and nodes summed (a peak is the sum of each rank's peak)."""
+
+    def __init__(self, parts: Sequence[HeldCache]) -> None:
         self._parts = parts
 
-    def __getattr__(self, name: str) -> Any:
-        values = [getattr(p, name) for p in self._parts]
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            return sum(values)
-        return values[0]
+    kv_bytes = _Summed()
+    ssm_bytes = _Summed()
+    num_nodes = _Summed()
+    peak_bytes = _Summed()
+    peak_kv_bytes = _Summed()
+    peak_ssm_bytes = _Summed()
+    evictions = _Summed()
+    checkpoints_admitted = _Summed()
+    checkpoints_hit = _Summed()
 
-    def peek(self, prompt: Any) -> int:
+    def peek(self, prompt: np.ndarray) -> int:
         """The longest hit any rank's cache has (a cache-aware router's signal)."""
         return int(max(p.peek(prompt) for p in self._parts))
 
@@ -384,8 +403,8 @@ class DPReplica(PartsClock):
         first = ranks[0]
         self.env, self.index = first.env, first.index
         self.dealer = dealer_for(engine)
-        self.cache: Any = _Summed([r.cache for r in ranks])
-        self.policy: Any = _SummedPolicy(ranks)
+        self.cache = _SummedCaches([r.cache for r in ranks])
+        self.policy = _SummedPolicy(ranks)
         self.host = None
         self.memory = _SummedMemory(ranks)
         self.step_no = 0

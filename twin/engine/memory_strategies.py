@@ -27,10 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from twin.cache import CacheStructure, cache_stats
+from twin.cache import HeldCache, cache_stats
+from twin.cache.base import HostCache
 from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cache.pool import SharedPool, SplitPool
-from twin.cache.requests import Requests, request_cache_for
+from twin.cache.requests import Requests
 from twin.engine.cost import StepPricer
 from twin.engine.seq import Seq
 from twin.engine.speculative import sglang_verify_reserve
@@ -46,7 +47,7 @@ class MemorySetup:
     """What a memory strategy is built from."""
 
     model: ModelSpec
-    cache: CacheStructure
+    cache: HeldCache
     budget: float  # bytes for running requests; a pool's size (running + cached)
     state_slots: int = 1  # the engine mode's recurrent-state slots a running request
     kv_allocator: str = "bytes"  # a pool's allocator (twin.memory.footprint)
@@ -334,7 +335,7 @@ MEMORY_STRATEGIES: dict[str, type[MemoryStrategy]] = {
 }
 
 
-def memory_mode(shared_pool: bool, cache: CacheStructure) -> str:
+def memory_mode(shared_pool: bool, cache: HeldCache) -> str:
     """A replica's strategy: ``--cache-gb G`` dedicated; ``auto`` one shared pool, or
     SGLang's split pools where the structure is its hybrid radix cache."""
     if not shared_pool:
@@ -354,18 +355,18 @@ class HostTier:
     """A host-memory tier under the device cache, filled as copies are made (SGLang's
     ``write_through``/``write_through_selective``, vLLM's CPU offload): no eviction waits."""
 
-    def __init__(self, cache: CacheStructure, pricer: StepPricer, write_policy: str) -> None:
-        self.cache = cache
+    def __init__(self, cache: HeldCache, pricer: StepPricer, write_policy: str) -> None:
+        self.cache = cache  # what the summary reports
+        self.host: HostCache = cache  # what the request protocols above it use
         self.pricer = pricer
         self.write_policy = write_policy
         self.loaded_tokens = 0
         self.load_s = 0.0
 
-    def requests(self, device: CacheStructure) -> Requests:
+    def requests(self, device: HeldCache) -> Requests:
         """The request protocol over ``device`` with this tier beneath it (``device``'s own
-        where it has one: ``twin.cache.requests.request_cache_for``)."""
-        protocol: Requests = request_cache_for(device, self.cache, self.write_policy)
-        return protocol
+        where it has one: ``twin.cache.HeldCache.request_cache``)."""
+        return device.request_cache(self.host, self.write_policy)
 
     def load_time(self, tokens: int, states: int) -> float:
         """Seconds to load a hit back before the prefill can use it (HiCache's load_back,
@@ -390,7 +391,7 @@ class WriteBackHostTier(HostTier):
     """SGLang's ``write_back``: an eviction copies to the host and waits for the copy
     (``HiRadixCache.evict``, ``writing_check(write_back=True)``), in the step that evicts."""
 
-    def __init__(self, cache: CacheStructure, pricer: StepPricer, write_policy: str) -> None:
+    def __init__(self, cache: HeldCache, pricer: StepPricer, write_policy: str) -> None:
         super().__init__(cache, pricer, write_policy)
         self.write_s = 0.0  # the copies' seconds, priced
         self._priced = (0, 0)  # (tokens, states) already priced

@@ -141,11 +141,11 @@ def _sglang_eviction(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # plain LRU lists, so on a hybrid the flag is accepted and changes nothing. 0.5.23:
     # lru, lfu, slru, priority, tlru (arg_groups/choices.py), and the hybrid tree is
     # UnifiedRadixCache, which orders its full component by the policy: not modelled.
-    from twin.policies.sglang_plus import EVICTION_KEYS
+    from twin.policies.eviction_orders import SGLANG_ORDERS
 
     release = release_of(out)
-    choices = release.choice("radix_eviction_policy", tuple(EVICTION_KEYS))
-    if value in EVICTION_KEYS and value not in choices:
+    choices = release.choice("radix_eviction_policy", SGLANG_ORDERS)
+    if value in SGLANG_ORDERS and value not in choices:
         raise TwinError(
             f"--set radix_eviction_policy={value}: not a choice of SGLang {release.version} "
             f"({', '.join(choices)}); --engine sglang==0.5.10.post1 has it"

@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from twin.cache import CacheStructure
-from twin.cache.requests import request_cache_for
+from twin.cache import HeldCache
 from twin.engine.admission import NewTokenRatio
 from twin.engine.config import SchedulerConfig
 from twin.engine.cost import StepPricer
@@ -48,7 +47,7 @@ class Replica:
         env: Environment,
         index: int,
         pricer: StepPricer,
-        cache: CacheStructure,
+        cache: HeldCache,
         memory: MemoryStrategy,
         scheduling: SchedulerConfig,
         state_slots: int = 1,
@@ -60,7 +59,7 @@ class Replica:
         self.policy = cache.policy
         self.memory = memory
         self.host = host
-        self.requests = request_cache_for(cache) if host is None else host.requests(cache)
+        self.requests = cache.request_cache() if host is None else host.requests(cache)
         self.pricer = pricer
         self.state_slots = state_slots
         # SGLang's extra_buffer writes the next checkpoint into a spare state slot

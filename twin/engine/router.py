@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from twin.cache import CacheStructure
+from twin.cache import HeldCache
 from twin.errors import TwinError
 
 
@@ -22,7 +22,7 @@ class Routable(Protocol):
 
     index: int
     outstanding_tokens: int
-    cache: CacheStructure
+    cache: HeldCache
 
 
 class Router:

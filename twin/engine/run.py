@@ -10,18 +10,24 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twin import __version__
 from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
 from twin.engine.cluster import expected_horizon
 from twin.engine.cluster_kinds import make_cluster
-from twin.engine.config import GROUP_OF, POOL_FLAG_OPTIONS, EngineConfig, build_config
+from twin.engine.config import (
+    GROUP_OF,
+    POOL_FLAG_OPTIONS,
+    EngineConfig,
+    build_config,
+)
 from twin.engine.cost import StepPricer, make_pricer
 from twin.engine.disagg import (
     TIMELINE_FILE,
     DisaggCluster,
+    RunSettings,
     WorkerPool,
     check_tp_pair,
     split_pools,
@@ -42,6 +48,9 @@ from twin.summary import (
 )
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Workload
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 REQUESTS_FILE = "requests.parquet"
 SUMMARY_FILE = "summary.json"
@@ -390,7 +399,7 @@ def build_run(
     sets: dict[str, str] | None = None,
     duration_s: float | None = None,
     workload_cache: str | Path | None = None,
-    **settings: Any,
+    **settings: Unpack[RunSettings],
 ) -> Run:
     """The one builder of a simulation from what a user names (``twin simulate``, the sweeps).
 
@@ -413,30 +422,32 @@ def build_run(
     from twin.engine.modes import get_mode
     from twin.presets import resolve_model
 
+    named: dict[str, Any] = dict(settings)  # filled in below (the pools, the duration)
+
     spec = resolve_model(model) if isinstance(model, str) else model
     mode = get_mode(engine)
     kernels = mode.kernels if engine is not None else None
-    gpu, decode_gpu, settings = split_pools(gpu, profile, settings)
-    if mode.release is not None and kernels is not None and not settings.get("kernel_tables"):
+    gpu, decode_gpu, named = split_pools(gpu, profile, named)
+    if mode.release is not None and kernels is not None and not named.get("kernel_tables"):
         # --engine NAME==VERSION: that release's kernel tables (a measured row may name its own).
-        settings["kernel_tables"] = mode.release.version
-    tables = settings.get("kernel_tables") or None
+        named["kernel_tables"] = mode.release.version
+    tables = named.get("kernel_tables") or None
     prof = resolve_profile(gpu, None if profile is None else Path(profile), kernels)
     prof = prof.at_release(tables)
     dprof = prof
     if decode_gpu != gpu:
         dprof = resolve_profile(decode_gpu, None, kernels).at_release(tables)
         if dprof.gpu != prof.gpu:
-            settings["decode_gpu"] = dprof.gpu
+            named["decode_gpu"] = dprof.gpu
     if duration_s is not None:
-        settings = duration_settings(settings, duration_s)
-    settings = {k: v for k, v in settings.items() if not (k == "warmup_s" and v is None)}
-    prefill_sets, decode_sets = pool_engine_flags(spec, engine, sets or {}, settings)
+        named = duration_settings(named, duration_s)
+    named = {k: v for k, v in named.items() if not (k == "warmup_s" and v is None)}
+    prefill_sets, decode_sets = pool_engine_flags(spec, engine, sets or {}, named)
     config = build_config(
         prof,
         cache_gb=cache_gb,
         model=spec,
-        **mode_fields(spec, engine, {**(sets or {}), **prefill_sets}, settings),
+        **mode_fields(spec, engine, {**(sets or {}), **prefill_sets}, named),
     )
     decode = None
     c, x, arrivals = config.cluster, config.disagg, config.arrivals
@@ -453,7 +464,7 @@ def build_run(
             or decode_sets
         ):
             decode_flags = {**(sets or {}), **decode_sets}
-            decode = _decode_pool(spec, dprof, engine, decode_flags, settings, cache_gb, config)
+            decode = _decode_pool(spec, dprof, engine, decode_flags, named, cache_gb, config)
     if duration_s is not None and arrivals.session_rate is not None:
         from twin.workloads.extend import extended_workload, sessions_started
 

@@ -1,7 +1,8 @@
 """Prefix-cache policies (admission, eviction, refresh), one module each, found by name.
 
-Add a policy by subclassing :class:`policies.base.Policy` in its own module and
-listing it in ``POLICIES``.
+Add a policy by subclassing :class:`policies.base.Policy` (a radix tree's:
+:class:`policies.base.RadixPolicy`) in its own module and listing it in ``POLICIES``;
+a leaf policy's eviction order is a function of :mod:`policies.eviction_orders`, by name.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Metrics, each the total over the scored requests of the replayed window:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from twin.limits import MAX_JOBS
 from twin.model import ModelSpec
 from twin.policies.grid import map_alphas
 from twin.policies.reference_score import ReferenceFlops
+
+if TYPE_CHECKING:
+    from twin.policies.compiled.live import LiveCache, TunedPolicy
 
 ALPHA_GRID = tuple(round(0.1 * i, 1) for i in range(21))
 REFERENCE_LAST_N = 500  # radix_cache_hybrid.RadixCache.tuning_interval
@@ -84,13 +87,16 @@ def grid_scores(
 
 
 class TunedAlpha:
-    """What both Marconi variants record about their alpha (mixed into the policy)."""
+    """What both Marconi variants record about their alpha (mixed into the policy); the
+    compiled live cache they run on (:meth:`make_cache`) calls :meth:`end_warmup` and
+    :meth:`tune_if_due` (``marconi``'s bootstrap; ``marconi-twin`` tunes in
+    ``on_request``)."""
 
     alpha: float
     phase: str  # warmup, window, tuned, untuned (window never reached) or fixed
     rules: ClassVar[str]
     bootstrap: dict[str, Any]
-    _snapshot: Any
+    _snapshot: CacheSnapshot | None
     _window: Window
 
     def start_tuning(self, alpha: float | None, bootstrap_multiplier: float, jobs: int) -> None:
@@ -111,6 +117,7 @@ class TunedAlpha:
 
     def grid(self, model: ModelSpec, metric: str) -> dict[float, float]:
         """Every alpha's score of the window replayed from its snapshot (:func:`grid_scores`)."""
+        assert self._snapshot is not None, "a grid replays the window from its snapshot"
         return grid_scores(self._snapshot, model, self._window, type(self), metric, jobs=self.jobs)
 
     def finish_tuning(self, scores: dict[float, float], **record: Any) -> None:
@@ -125,12 +132,20 @@ class TunedAlpha:
         self.phase = "tuned"
         self._snapshot, self._window = None, []
 
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
+    def end_warmup(self) -> None:
+        """The first victim is being chosen (``marconi`` fixes its window then)."""
+
+    def tune_if_due(self) -> bool:
+        """Tune now if the request just admitted completes the window; ``True`` if it did
+        (``marconi``'s: the tuning at an insert)."""
+        return False
+
+    def make_cache(self: TunedPolicy, model: ModelSpec, capacity_bytes: int) -> LiveCache:
         """The compiled live cache (:mod:`policies.compiled.live`): in every memory mode,
         over a host tier or as one, and in replays."""
         from twin.policies.compiled.live import LiveCache
 
-        return LiveCache(model, capacity_bytes, self)  # type: ignore[arg-type]
+        return LiveCache(model, capacity_bytes, self)
 
     def stats(self) -> dict[str, Any]:
         return {

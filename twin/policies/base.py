@@ -11,12 +11,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.cache import CacheNode, CacheStructure, PrefixCache
+from twin.cache import HeldCache, Node, PrefixCache
 from twin.model import ModelSpec
 
 
 class Policy:
-    """Base class: caches nothing special, evicts nothing; subclasses fill in the rules."""
+    """Base class: what every policy is to its callers (the registry's, the engine's, a
+    replay's): a name and options, the structure it runs on, admission, its stats.
+    Subclasses fill in the rules; a radix tree's policy is a :class:`RadixPolicy`."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -28,24 +30,23 @@ class Policy:
     hindsight: ClassVar[bool] = False
     alpha_grid: ClassVar[tuple[float, ...]] = ()
 
-    # The cache this policy serves, set once by :meth:`bind`.
-    cache: CacheStructure
+    # The cache this policy serves, set once by :meth:`bind` (a subclass names its kind).
+    cache: HeldCache
 
     def __init__(self) -> None:
         pass
 
     # ----- lifecycle ----------------------------------------------------------
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> CacheStructure:
-        """The cache structure this policy runs on (the radix-tree cache by default;
-        ``marconi`` and ``marconi-twin``: the compiled live cache)."""
-        return PrefixCache(model, capacity_bytes, self)
+    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> HeldCache:
+        """The cache structure this policy runs on (bound to it)."""
+        raise NotImplementedError
 
     def make_engine_cache(
         self,
         model: ModelSpec,
         capacity_bytes: int,
         host_tier: bool = False,
-    ) -> CacheStructure:
+    ) -> HeldCache:
         """The cache the engine runs this policy on (dedicated or in a shared pool, which
         sets its capacity and calls ``shrink_to``): :meth:`make_cache`, unless a policy
         has a faster one with the same results (``vanilla``: an empty cache).
@@ -54,42 +55,53 @@ class Policy:
         the host's lookups and inserts)."""
         return self.make_cache(model, capacity_bytes)
 
-    def bind(self, cache: CacheStructure) -> None:
+    def bind(self, cache: HeldCache) -> None:
         """Called once by the cache that this policy serves."""
         self.cache = cache
 
-    def on_request(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> None:
+    def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None:
         """A request arrives (before its lookup)."""
 
     # ----- decisions ----------------------------------------------------------
-    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         """Token positions of ``full`` (input + output) after which to keep the SSM state."""
         raise NotImplementedError
-
-    def on_hit(self, cache: CacheStructure, node: CacheNode) -> None:
-        """A lookup hit ``node``: refresh it (what else is refreshed is the policy's rule)."""
-        cache.touch(node)
-
-    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
-        """The node to evict next, or ``None`` if no candidate is left."""
-        return None
-
-    # ----- hooks keeping the candidate structure current ----------------------
-    def on_node_added(self, node: CacheNode) -> None:
-        self.on_node_changed(node)
-
-    def on_node_changed(self, node: CacheNode) -> None:
-        """Anything about ``node`` changed: children, pins, checkpoint, tokens, last access."""
-
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
-        """``node`` left the cache; ``into`` is the child that took its KV, if any."""
 
     def stats(self) -> dict[str, Any]:
         """Policy-specific numbers for reports (e.g. the tuned alpha)."""
         return {}
 
 
-def judicious_admission(cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+class RadixPolicy(Policy):
+    """A policy of the radix tree (:class:`twin.cache.PrefixCache`): the tree's hooks
+    (:class:`twin.cache.TreePolicy`), which keep the policy's candidates current so that
+    choosing a victim never scans the tree. Caches nothing special, evicts nothing."""
+
+    cache: PrefixCache
+
+    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> PrefixCache:
+        return PrefixCache(model, capacity_bytes, self)
+
+    def on_hit(self, node: Node) -> None:
+        """A lookup hit ``node``: refresh it (what else is refreshed is the policy's rule)."""
+        self.cache.touch(node)
+
+    def choose_victim(self) -> Node | None:
+        """The node to evict next, or ``None`` if no candidate is left."""
+        return None
+
+    # ----- hooks keeping the candidate structure current ----------------------
+    def on_node_added(self, node: Node) -> None:
+        self.on_node_changed(node)
+
+    def on_node_changed(self, node: Node) -> None:
+        """Anything about ``node`` changed: children, pins, checkpoint, tokens, last access."""
+
+    def on_node_removed(self, node: Node, into: Node | None = None) -> None:
+        """``node`` left the cache; ``into`` is the child that took its KV, if any."""
+
+
+def judicious_admission(cache: PrefixCache, prompt: np.ndarray, full: np.ndarray) -> list[int]:
     """Marconi's admission (sec. 4.1), shared by ``sglang+``, ``marconi`` and ``oracle``.
 
     Two kinds of reuse are worth an SSM checkpoint: a purely-input shared

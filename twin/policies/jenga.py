@@ -12,7 +12,8 @@ Heterogeneity" (arXiv 2503.18292), sec. 5 (customisable prefix caching):
 - eviction is balanced and aligned across kinds: one last-access time per
   token for every kind (a node's ``t``), a token's KV and state leave
   together from the tail (leaves only), the least recently used first, ties
-  broken by prefix length so the longest suffix goes first.
+  broken by prefix length so the longest suffix goes first (the eviction order
+  ``lru-deepest`` of :mod:`twin.policies.eviction_orders`).
 
 The sliding-window rule (a hit needs only the last W tokens before it) is the
 radix cache's own per-kind rule (``twin/cache/kinds.py``, issue #13), which
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache import CacheNode, CacheStructure
+from twin.cache import Node
 from twin.errors import TwinError
 from twin.memory import JengaAllocator, kinds_of
 from twin.policies.lru import LeafLRU
@@ -46,6 +47,7 @@ class JengaPolicy(LeafLRU):
         "last token refreshed, aligned leaf eviction LRU with ties to the longest prefix"
     )
     OPTIONS = ("state_interval",)
+    order = "lru-deepest"  # oldest access first; among equals the deepest first
 
     def __init__(self, state_interval: int = STATE_INTERVAL) -> None:
         super().__init__()
@@ -55,17 +57,13 @@ class JengaPolicy(LeafLRU):
             )
         self.state_interval = state_interval
 
-    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        if not cache.has_ssm:
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        if not self.cache.has_ssm:
             return [len(full)]  # full attention: every prefix token
         k = self.state_interval
         return list(range(k, len(full) + 1, k))
 
-    def eviction_key(self, node: CacheNode) -> tuple[Any, ...]:
-        # Oldest access first; among equals the deepest (longest prefix) first.
-        return (node.t, -node.depth, node.nid)
-
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
+    def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         node.ver += 1  # only the last cached token was refreshed: no stamp goes up the path
 
     def stats(self) -> dict[str, Any]:

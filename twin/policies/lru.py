@@ -8,49 +8,55 @@ stamp to its parent (``parent.t = max(parent.t, leaf.t)``): the same order as
 refreshing the whole path, without walking it.
 
 Candidates live in a :class:`twin.cache.leaf_heap.LeafHeap` keyed by
-:meth:`LeafLRU.eviction_key`, here ``(t, nid)`` (ties by creation order): every
-change bumps the node's version and pushes a fresh entry if the node is a
-candidate; entries whose version is stale are skipped. Policies built on this
-one evict in another order by overriding :meth:`LeafLRU.eviction_key` alone.
+:meth:`LeafLRU.eviction_key`: the policy's eviction order (one small function of
+:mod:`twin.policies.eviction_orders`, found by name; ``lru`` here, ``(t,)``) and the
+node's creation id (ties by creation order): every change bumps the node's version
+and pushes a fresh entry if the node is a candidate; entries whose version is stale
+are skipped. Policies built on this one evict in another order by naming it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import ClassVar
 
-from twin.cache import CacheNode, CacheStructure, PrefixCache
+from twin.cache import HeldCache, Node
 from twin.cache.leaf_heap import LeafHeap
-from twin.policies.base import Policy
+from twin.policies.base import RadixPolicy
+from twin.policies.eviction_orders import EVICTION_ORDERS, Order
 
 
-class LeafLRU(Policy):
-    """Evicts the least recently used unpinned leaf."""
+class LeafLRU(RadixPolicy):
+    """Evicts unpinned leaves in its eviction order (the least recently used first)."""
 
-    cache: PrefixCache  # a radix-tree policy: it reads the tree's nodes
+    order: ClassVar[str] = "lru"  # its eviction order's name (``EVICTION_ORDERS``)
 
     def __init__(self) -> None:
         super().__init__()
-        self._leaves = LeafHeap()
-        self._is_candidate: Any = None
+        self._leaves: LeafHeap[Node] = LeafHeap()
+        self._order: Order = EVICTION_ORDERS[self.order]
 
-    def bind(self, cache: CacheStructure) -> None:
+    def bind(self, cache: HeldCache) -> None:
         super().bind(cache)
         self._is_candidate = self.cache.leaf_evictable
 
-    def eviction_key(self, node: CacheNode) -> tuple[Any, ...]:
-        """The candidate's priority, the smallest evicted first; unique (ends with ``nid``)."""
-        return (node.t, node.nid)
+    def hit_count(self, node: Node) -> int:
+        """The hits the policy counted for ``node`` (none here), which its order may read."""
+        return 0
 
-    def on_node_changed(self, node: CacheNode) -> None:
+    def eviction_key(self, node: Node) -> tuple[int, ...]:
+        """The candidate's priority, the smallest evicted first; unique (ends with ``nid``)."""
+        return (*self._order(node, self.hit_count(node)), node.nid)
+
+    def on_node_changed(self, node: Node) -> None:
         node.ver += 1
         if self._is_candidate(node):
             self._leaves.push(self.eviction_key(node), node)
 
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
+    def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         node.ver += 1
         parent = node.parent
         if into is None and parent is not None and node.t > parent.t:
             parent.t = node.t  # the lazy path refresh (module docstring)
 
-    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
+    def choose_victim(self) -> Node | None:
         return self._leaves.pop()

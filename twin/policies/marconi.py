@@ -26,12 +26,13 @@ the reference code's retrospective tuning (github.com/ruipeterpan/marconi):
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from twin.policies.alpha_tuning import TunedAlpha
 from twin.policies.base import Policy
+from twin.policies.compiled.live import LiveCache
 
 BOOTSTRAP_MULTIPLIER = 5  # policy_exploration.py's --bootstrap_multiplier default (15 for LMSys)
 
@@ -46,6 +47,7 @@ class MarconiPolicy(TunedAlpha, Policy):
     description = "judicious admission, the authors' eviction score and alpha tuning"
     OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "jobs")
     rules: ClassVar[str] = "reference"
+    cache: LiveCache  # bound by the live cache it makes (``TunedAlpha.make_cache``)
 
     def __init__(
         self,
@@ -59,24 +61,24 @@ class MarconiPolicy(TunedAlpha, Policy):
         self._window_len: int | None = None
 
     # ----- the bootstrap --------------------------------------------------------------
-    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
-        super().on_request(cache, prompt, full)
+    def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None:
+        super().on_request(prompt, full)
         self.requests += 1
         if self.phase not in ("warmup", "window"):
             return
         if self._snapshot is None:
-            self._snapshot = cache.snapshot()
+            self._snapshot = self.cache.snapshot()
         if self._window_len is None or len(self._window) < self._window_len:
             self._window.append((full, len(prompt)))
 
-    def tune_if_due(self, cache: Any) -> bool:
+    def tune_if_due(self) -> bool:
         """Tune now if the request just admitted completes the window; ``True`` if it did."""
         if (
             self.phase == "window"
             and self._window_len is not None
             and self.requests >= self._window_len
         ):
-            self._tune(cache)
+            self._tune()
             return True
         return False
 
@@ -95,9 +97,9 @@ class MarconiPolicy(TunedAlpha, Policy):
             self.phase = "window" if self._window_len > before else "untuned"
             del self._window[self._window_len :]
 
-    def _tune(self, cache: Any) -> None:
+    def _tune(self) -> None:
         self.finish_tuning(
-            self.grid(cache.model, "reference"),
+            self.grid(self.cache.model, "reference"),
             tuned_at_request=self.requests,
             metric="reference FLOPs saved, last 500 requests",
         )

@@ -16,7 +16,7 @@ Kept as a named variant because it differs from the authors' code
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.policies.alpha_tuning import TunedAlpha
 from twin.policies.base import Policy
+from twin.policies.compiled.live import LiveCache
 
 ALPHA_METRICS = ("hit-rate", "flops")
 
@@ -36,6 +37,7 @@ class MarconiTwinPolicy(TunedAlpha, Policy):
     name = "marconi-twin"
     description = "marconi with the twin's earlier score and tuning (linear recency, own bytes)"
     rules: ClassVar[str] = "twin"
+    cache: LiveCache  # bound by the live cache it makes (``TunedAlpha.make_cache``)
     OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "alpha_metric", "jobs")
 
     def __init__(
@@ -56,7 +58,8 @@ class MarconiTwinPolicy(TunedAlpha, Policy):
         self._window_len = 0
 
     # ----- the bootstrap -------------------------------------------------------
-    def on_request(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> None:
+    def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None:
+        cache = self.cache
         self.requests += 1
         if self.phase == "warmup" and cache.evictions:
             before = self.requests - 1  # requests served before this one, eviction included

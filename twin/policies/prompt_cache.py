@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache import CacheStructure
 from twin.cache.module_cache import STORAGES, Module, ModuleCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -48,11 +47,11 @@ class PromptCachePolicy(Policy):
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> ModuleCache:
         return ModuleCache(model, capacity_bytes, self, self.storage)
 
-    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         # Modules are stored once the prompt is computed; the position only says "store".
         return [len(prompt)]
 
-    def choose_victim(self, cache: CacheStructure) -> Module | None:
+    def choose_victim(self) -> Module | None:
         store: ModuleCache = self.cache
         best: Module | None = None
         for m in store.modules.values():  # insertion order breaks ties: oldest first

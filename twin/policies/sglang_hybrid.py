@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache import CacheNode, CacheStructure
+from twin.cache import Node, PrefixCache
 from twin.cache.hybrid_radix import MAMBA_FULL_MEMORY_RATIO, HybridRadixCache
 from twin.cache.leaf_heap import LeafHeap
 from twin.cache.radix import Match
@@ -68,10 +68,10 @@ class SGLangPolicy(SGLangPlusPolicy):
         self._mru: dict[
             int, int
         ] = {}  # node id -> its refresh stamp (the policy's, not the node's)
-        self._full = LeafHeap()  # leaves by (stamp, nid)
-        self._states = LeafHeap()  # nodes holding a state, by (stamp, nid)
+        self._full: LeafHeap[Node] = LeafHeap()  # leaves by (stamp, nid)
+        self._states: LeafHeap[Node] = LeafHeap()  # nodes holding a state, by (stamp, nid)
 
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> CacheStructure:
+    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> PrefixCache:
         if not model.n_ssm_layers:
             return super().make_cache(model, capacity_bytes)
         self.hybrid = True
@@ -80,15 +80,15 @@ class SGLangPolicy(SGLangPlusPolicy):
         )
 
     # ----- admission -----------------------------------------------------------
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         if not self.hybrid:
-            return super().admit(cache, prompt, full)
-        positions = super().admit(cache, prompt, full)
+            return super().admit(prompt, full)
+        positions = super().admit(prompt, full)
         k = self.page_size
         return sorted({p // k * k for p in positions if p >= k})
 
     # ----- recency (hybrid) ----------------------------------------------------
-    def _stamp_path(self, node: Any) -> None:
+    def _stamp_path(self, node: Node | None) -> None:
         """Refresh ``node`` and its ancestors, each more recent than its parent."""
         path = []
         while node is not None and node.parent is not None:
@@ -99,20 +99,20 @@ class SGLangPolicy(SGLangPlusPolicy):
             self._mru[n.nid] = self._stamp
             self.on_node_changed(n)
 
-    def on_hit(self, cache: CacheStructure, node: CacheNode) -> None:
+    def on_hit(self, node: Node) -> None:
         if not self.hybrid:
-            super().on_hit(cache, node)
+            super().on_hit(node)
             return
         # cache.touch would also queue the node at its old stamp, an entry that the
         # fresh stamp below makes stale at once: set the access time only.
-        node.t = cache.clock
+        node.t = self.cache.clock
         self._stamp_path(node)
 
-    def on_insert_path(self, cache: CacheStructure, match: Match) -> None:
+    def on_insert_path(self, match: Match) -> None:
         """An insert walks ``match``'s path (``_insert_helper`` stamps each node)."""
         self._stamp_path(match.partial if match.partial is not None else match.node)
 
-    def on_node_added(self, node: CacheNode) -> None:
+    def on_node_added(self, node: Node) -> None:
         if not self.hybrid:
             super().on_node_added(node)
             return
@@ -126,7 +126,7 @@ class SGLangPolicy(SGLangPlusPolicy):
             self._mru[child.nid] = self._stamp
             self.on_node_changed(child)
 
-    def on_node_changed(self, node: CacheNode) -> None:
+    def on_node_changed(self, node: Node) -> None:
         if not self.hybrid:
             super().on_node_changed(node)
             return
@@ -139,7 +139,7 @@ class SGLangPolicy(SGLangPlusPolicy):
         if node.ckpt:
             self._states.push(key, node)
 
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
+    def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         if not self.hybrid:
             super().on_node_removed(node, into)
             return
@@ -150,16 +150,16 @@ class SGLangPolicy(SGLangPlusPolicy):
             self.on_node_changed(into)
 
     # ----- victims (hybrid) ----------------------------------------------------
-    def full_victim(self, cache: CacheStructure) -> CacheNode | None:
+    def full_victim(self) -> Node | None:
         """``full_lru_list.get_leaf_lru_no_lock``: the least recently used unpinned leaf."""
         return self._full.pop(lambda n: _unpinned(n) and not n.children)
 
-    def state_victim(self, cache: CacheStructure) -> CacheNode | None:
+    def state_victim(self) -> Node | None:
         """``mamba_lru_list.get_lru_no_lock``: the least recently used unpinned state."""
         return self._states.pop(lambda n: _unpinned(n) and bool(n.ckpt))
 
-    def choose_victim(self, cache: CacheStructure) -> CacheNode | None:
-        return self.full_victim(cache) if self.hybrid else super().choose_victim(cache)
+    def choose_victim(self) -> Node | None:
+        return self.full_victim() if self.hybrid else super().choose_victim()
 
     def stats(self) -> dict[str, Any]:
         if not self.hybrid:
@@ -167,6 +167,6 @@ class SGLangPolicy(SGLangPlusPolicy):
         return {"mamba_full_memory_ratio": self.ratio, "page_size": self.page_size}
 
 
-def _unpinned(node: CacheNode) -> bool:
+def _unpinned(node: Node) -> bool:
     """Still in the tree and not locked: a candidate (its kind's condition aside)."""
     return node.parent is not None and not node.lock

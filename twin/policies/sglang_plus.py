@@ -14,17 +14,9 @@ matched path itself is refreshed lazily by ``policies.lru``; here we stamp
 the partly matched node, which that rule would not reach.
 
 ``eviction`` is SGLang's ``--radix-eviction-policy`` (issue #14): the order in
-which unpinned leaves go, each a priority key, the smallest evicted first, as
-in SGLang ``python/sglang/srt/mem_cache/evict_policy.py`` (``*Strategy.get_priority``),
-read by ``RadixCache.evict`` over its evictable leaves:
-
-- ``lru``: last access; ``mru``: the newest access first;
-- ``fifo``: creation order (a node's ``nid``; a split's upper part is a new node,
-  as SGLang's ``_split_node`` creates one); ``filo``: the newest created first;
-- ``lfu``: (hit count, last access); ``slru``: (hit count >= 2, last access),
-  ``SLRUStrategy``'s default ``protected_threshold`` of 2;
-- ``priority``: (request priority, last access); the twin's workloads carry no
-  priorities (all 0, SGLang's default), so it orders as ``lru``.
+which unpinned leaves go, one of SGLang's orders
+(:data:`twin.policies.eviction_orders.SGLANG_ORDERS`, each a small function of the
+candidate and its hit count there).
 
 A node's hit count follows ``RadixCache._insert_helper`` / ``_inc_hit_count``:
 every node an insert walks through (whole or split) and the new node it adds
@@ -34,31 +26,14 @@ same order as SGLang stamping the whole matched path).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.cache import CacheNode
-from twin.errors import TwinError
+from twin.cache import Match, Node
 from twin.policies.base import judicious_admission
+from twin.policies.eviction_orders import COUNTS_HITS, SGLANG_ORDERS, eviction_order
 from twin.policies.lru import LeafLRU
-
-# SLRU: hits needed to enter the protected segment (evict_policy.py SLRUStrategy default).
-SLRU_PROTECTED_HITS = 2
-
-Key = Callable[[Any, int], tuple[Any, ...]]
-
-# --radix-eviction-policy -> priority key of (node, hit count); the smallest goes first.
-EVICTION_KEYS: dict[str, Key] = {
-    "lru": lambda n, h: (n.t,),
-    "lfu": lambda n, h: (h, n.t),
-    "fifo": lambda n, h: (n.nid,),
-    "mru": lambda n, h: (-n.t,),
-    "filo": lambda n, h: (-n.nid,),
-    "priority": lambda n, h: (0, n.t),
-    "slru": lambda n, h: (int(h >= SLRU_PROTECTED_HITS), n.t),
-}
 
 
 class SGLangPlusPolicy(LeafLRU):
@@ -70,33 +45,30 @@ class SGLangPlusPolicy(LeafLRU):
 
     def __init__(self, eviction: str = "lru") -> None:
         super().__init__()
-        if eviction not in EVICTION_KEYS:
-            raise TwinError(
-                f"sglang+: eviction must be one of {', '.join(EVICTION_KEYS)} (got {eviction!r})"
-            )
+        self._order = eviction_order(eviction, SGLANG_ORDERS, "sglang+")
         self.eviction = eviction
-        self._key = EVICTION_KEYS[eviction]
-        self.hits: dict[Any, int] = {}  # node -> hit count (lfu, slru)
+        self.hits: dict[Node, int] = {}  # node -> hit count (lfu, slru), beside the tree
 
-    def admit(self, cache: Any, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         # Input + output's walk covers the input's: a node the input diverges
         # inside is on it, whole or partly matched.
+        cache = self.cache
         m = cache.tree.match(np.asarray(full, dtype=np.int32))
         if m.partial is not None:
             cache.touch(m.partial)
-        if self.eviction in ("lfu", "slru"):
+        if self.eviction in COUNTS_HITS:
             self._count_path(m)
         return judicious_admission(cache, prompt, full)
 
-    def _count_path(self, m: Any) -> None:
+    def _count_path(self, m: Match) -> None:
         """One hit for every node the insert of ``full`` walks (RadixCache._insert_helper)."""
-        node = m.partial if m.partial is not None else m.node
+        node: Node | None = m.partial if m.partial is not None else m.node
         while node is not None and node.parent is not None:
             self.hits[node] = self.hits.get(node, 0) + 1
             self.on_node_changed(node)
             node = node.parent
 
-    def on_node_added(self, node: CacheNode) -> None:
+    def on_node_added(self, node: Node) -> None:
         # A new node starts at one hit; the upper part of a split keeps the count
         # of the node it was cut from (its child, already counted).
         if node not in self.hits:
@@ -104,11 +76,10 @@ class SGLangPlusPolicy(LeafLRU):
             self.hits[node] = max(below) if below else 1
         self.on_node_changed(node)
 
-    def eviction_key(self, node: CacheNode) -> tuple[Any, ...]:
-        # The --radix-eviction-policy's key, ties by creation order (``lru``: (t, nid)).
-        return (*self._key(node, self.hits.get(node, 0)), node.nid)
+    def hit_count(self, node: Node) -> int:
+        return self.hits.get(node, 0)
 
-    def on_node_removed(self, node: CacheNode, into: CacheNode | None = None) -> None:
+    def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         super().on_node_removed(node, into)
         self.hits.pop(node, None)
 

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from twin.cache import CacheStructure
+from twin.cache import HeldCache
 from twin.cache.empty import EmptyCache
 from twin.model import ModelSpec
-from twin.policies.base import Policy
+from twin.policies.base import RadixPolicy
 
 
-class VanillaPolicy(Policy):
+class VanillaPolicy(RadixPolicy):
     """Admits nothing, so every lookup misses."""
 
     name = "vanilla"
     description = "nothing cached: every prompt is prefilled from scratch"
 
-    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         return []
 
     def make_engine_cache(
@@ -26,7 +24,7 @@ class VanillaPolicy(Policy):
         model: ModelSpec,
         capacity_bytes: int,
         host_tier: bool = False,
-    ) -> Any:
+    ) -> HeldCache:
         """An empty cache without a tree (:mod:`twin.cache.empty`): the same answers;
         the radix tree with a host tier (its calls are the tree's)."""
         if host_tier:

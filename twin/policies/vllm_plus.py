@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from twin.cache import BlockCache, CacheStructure
+from twin.cache import BlockCache
 from twin.cache.sparse_blocks import KVOnly, SparseBlockCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -30,6 +30,8 @@ from twin.policies.base import Policy
 
 class VLLMPlusPolicy(Policy):
     """Checkpoint every block (or vLLM's retained ones); LRU over leaf blocks."""
+
+    cache: BlockCache
 
     name = "vllm+"
     description = "a checkpoint + KV for every block of block_size tokens, LRU over leaf blocks"
@@ -61,8 +63,9 @@ class VLLMPlusPolicy(Policy):
             return SparseBlockCache(model, capacity_bytes, self, self.block_size)
         return BlockCache(model, capacity_bytes, self, self.block_size)
 
-    def admit(self, cache: CacheStructure, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         bs = self.block_size
+        cache = self.cache
         end = len(full) // bs * bs
         if not isinstance(cache, SparseBlockCache):
             # Every full block of input + output; the block pool checkpoints each

@@ -3,7 +3,7 @@
 Requests are served in arrival order, first come first served, one at a time
 on one device (the twin's single replica with ``max_running=1``). Each
 request goes through the request protocol of the policy's own cache
-(``twin.cache.requests.request_cache_for``, as the engine's replica does: the
+(``twin.cache.HeldCache.request_cache``, as the engine's replica does: the
 radix tree's ``RequestCache``, or the compiled live cache's for ``marconi`` and
 ``marconi-twin``), and the tensor store follows the cache's nodes after each
 step (:mod:`twin.reference.store`): it is
@@ -40,7 +40,6 @@ import numpy as np
 import torch
 
 from twin.cache import PrefixCache
-from twin.cache.requests import request_cache_for
 from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.policies import get_policy
@@ -148,8 +147,11 @@ class ReferenceExecutor:
         # The policy's own cache: the radix tree, or (``marconi``, ``marconi-twin``) the
         # compiled live cache; the store follows either's nodes.
         self.policy = get_policy(config.policy, **config.policy_options)
-        self.cache = self.policy.make_cache(model, config.cache_bytes)
-        if type(self.cache) not in (PrefixCache, LiveCache):
+        cache = self.policy.make_cache(model, config.cache_bytes)
+        # The plain radix tree (not a subclass of it: another structure) or the live cache.
+        if isinstance(cache, PrefixCache | LiveCache) and type(cache) in (PrefixCache, LiveCache):
+            self.cache: PrefixCache | LiveCache = cache
+        else:
             raise TwinError(
                 f"policy {config.policy!r} runs on its own cache structure, which "
                 "the reference executor does not mirror; use vanilla, sglang+ or "
@@ -162,7 +164,7 @@ class ReferenceExecutor:
             if part in KV_PLAN
         ]
         self.store = TensorStore(windows, model.n_ssm_layers > 0)
-        self.requests = request_cache_for(self.cache)
+        self.requests = self.cache.request_cache()
 
     # ------------------------------------------------------------------ one request
     def serve(self, prompt: np.ndarray, output: np.ndarray) -> Served:

@@ -19,26 +19,26 @@ the state computed at its depth; a node gone frees everything it held.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
 from twin.cache import PrefixCache
+from twin.policies.compiled.live import LiveCache
 from twin.reference.model import Kv, SeqState, SsmState
 
 # One node: (its handle in the cache: a node or an id, creation id, parent's handle
 # (None: the root), end depth, its edge's tokens, holds a state).
-Edge = tuple[Any, int, Any, int, np.ndarray, bool]
+Edge = tuple[Hashable, int, Hashable | None, int, np.ndarray, bool]
 _NONE = np.zeros(0, np.int32)
 
 
-def cache_edges(cache: Any) -> list[Edge]:
+def cache_edges(cache: PrefixCache | LiveCache) -> list[Edge]:
     """Every node of ``cache`` but the root, parents first (:data:`Edge`)."""
-    if not isinstance(cache, PrefixCache):
-        edges: list[Edge] = cache.edges()  # the compiled live cache
-        return edges
+    if isinstance(cache, LiveCache):
+        return list(cache.edges())
     root = cache.root
     return [
         (n, n.nid, None if n.parent is root else n.parent, n.depth, n.tokens, bool(n.ckpt))
@@ -77,13 +77,13 @@ class TensorStore:
 
     def __init__(self, windows: list[int | None], has_ssm: bool) -> None:
         self.nodes: dict[int, NodeTensors] = {}
-        self.ids: dict[Any, int] = {}  # the cache's node handles -> creation ids
+        self.ids: dict[Hashable, int] = {}  # the cache's node handles -> creation ids
         self.pending: Pending | None = None
         self.windows = windows
         self.has_ssm = has_ssm
 
     # ------------------------------------------------------------------ reads
-    def gather(self, node: Any, upto: int | None = None) -> SeqState:
+    def gather(self, node: Hashable, upto: int | None = None) -> SeqState:
         """The state a hit on ``node`` (the cache's handle) resumes from: KV of its path
         (cut at ``upto`` tokens if given) and the node's checkpoint (empty on Transformers)."""
         path = []
@@ -114,7 +114,7 @@ class TensorStore:
         return total
 
     # ------------------------------------------------------------------ following the tree
-    def sync(self, cache: Any) -> None:
+    def sync(self, cache: PrefixCache | LiveCache) -> None:
         """Follow the cache's nodes after a call that may have changed them."""
         old, new, ids = self.nodes, {}, {}
         moved = []

@@ -74,7 +74,7 @@ from twin.engine.disagg.handoff import (
     handoff_for,
 )
 from twin.engine.disagg.kv_store import SharedKvTier
-from twin.engine.disagg.pools import POOL_OPTIONS, WorkerPool, split_pools
+from twin.engine.disagg.pools import POOL_OPTIONS, RunSettings, WorkerPool, split_pools
 from twin.engine.disagg.shares import check_tp_pair, transfer_shares
 from twin.engine.disagg.timeline import TIMELINE_COLUMNS, TIMELINE_FILE, write_timeline
 
@@ -89,6 +89,7 @@ __all__ = [
     "DecodeReplica",
     "DisaggCluster",
     "Handoff",
+    "RunSettings",
     "SharedKvTier",
     "WorkerPool",
     "check_tp_pair",

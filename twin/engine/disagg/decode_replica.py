@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from twin.cache import CacheStructure
+from twin.cache import HeldCache
 from twin.engine.batching import ContinuousBatching
 from twin.engine.config import SchedulerConfig
 from twin.engine.cost import StepPricer
@@ -31,7 +31,7 @@ class DecodeReplica(Replica):
         env: Environment,
         index: int,
         pricer: StepPricer,
-        cache: CacheStructure,
+        cache: HeldCache,
         memory: MemoryStrategy,
         scheduling: SchedulerConfig,
         state_slots: int = 1,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from twin.cache import cache_stats
+import numpy as np
+
+from twin.cache import HeldCache, Hit, cache_stats
 from twin.engine.config import EngineConfig
 from twin.engine.fabric import kv_link
 from twin.engine.memory_strategies import HostTier
@@ -13,27 +16,37 @@ from twin.parallel import Layout, kv_bytes_per_token_per_gpu
 
 
 class _StoreView:
-    """The shared store's cache structure as each prefill worker's request cache sees it:
-    every worker sets the clock to its own admission count (``RequestCache._admit``), so
-    the store keeps its own (one tick a lookup) for its recency; it counts the lookups and
-    the prompt tokens looked up (the hit rate's denominator)."""
+    """The shared store's cache as each prefill worker's request cache sees it (a
+    ``twin.cache.base.HostCache``): every worker sets the clock to its own admission
+    count (``RequestCache._admit``), so the store keeps its own (one tick a lookup) for
+    its recency; it counts the lookups and the prompt tokens looked up (the hit rate's
+    denominator)."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: HeldCache) -> None:
         self._cache = cache
         self._tick = 0
         self.lookups = self.looked_up_tokens = 0
+
+    @property
+    def checkpoints_admitted(self) -> int:
+        return self._cache.checkpoints_admitted
 
     def set_clock(self, order: int) -> None:
         self._tick += 1
         self._cache.set_clock(self._tick)
 
-    def peek(self, prompt: Any) -> int:
+    def peek(self, prompt: np.ndarray) -> int:
         self.lookups += 1
         self.looked_up_tokens += len(prompt)
         return int(self._cache.peek(prompt))
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cache, name)
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[object]:
+        return self._cache.lookup(seq, modules)
+
+    def insert(
+        self, seq: np.ndarray, checkpoints: Sequence[int], modules: np.ndarray | None = None
+    ) -> int:
+        return self._cache.insert(seq, checkpoints, modules)
 
 
 class SharedKvTier(HostTier):
@@ -51,9 +64,10 @@ class SharedKvTier(HostTier):
     not overlapped. The loads do not queue behind the KV transfers on the same NIC.
     The decode workers do not read it (SGLang's decode worker has no HiCache)."""
 
-    def __init__(self, cache: Any, model: ModelSpec, tp: int) -> None:
+    def __init__(self, cache: HeldCache, model: ModelSpec, tp: int) -> None:
+        super().__init__(cache, None, "write_through")  # type: ignore[arg-type]
         self.store = _StoreView(cache)
-        super().__init__(self.store, None, "write_through")  # type: ignore[arg-type]
+        self.host = self.store
         self.kv_per_token_gpu = float(kv_bytes_per_token_per_gpu(model, Layout(tp)))
         self.state_bytes_gpu = (model.ssm_checkpoint_bytes if model.n_ssm_layers else 0) / tp
         self.link = kv_link("ib", None, EngineConfig())
@@ -72,8 +86,8 @@ class SharedKvTier(HostTier):
         store = self.store
         looked = store.looked_up_tokens
         return {
-            **cache_stats(store),
-            "capacity_bytes": store.capacity,
+            **cache_stats(self.cache),
+            "capacity_bytes": self.cache.capacity,
             "lookups": store.lookups,
             "requests_hit": self.hits,
             "looked_up_tokens": looked,

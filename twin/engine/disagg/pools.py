@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from twin.engine.config import EngineConfig
+from twin.engine.config import EngineConfig, NamedSettings
 from twin.engine.cost import StepPricer
 from twin.errors import TwinError
 
@@ -38,6 +38,17 @@ POOL_OPTIONS = (
     "prefill_dp_attention",
     "decode_dp_attention",
 )
+
+
+class RunSettings(NamedSettings, total=False):
+    """``twin.engine.build_run``'s settings: an :class:`EngineConfig`'s names (the engine
+    mode is its own argument), and the prefill pool's (:data:`POOL_OPTIONS`; the decode
+    pool's are the config's)."""
+
+    prefill_gpu: str | None
+    prefill_tp: int | None
+    prefill_ep: int | None
+    prefill_dp_attention: int | None
 
 
 def split_pools(

@@ -35,24 +35,34 @@ tiers share no state, so the host sees the same inserts in the same order).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from functools import partial
+from typing import Any, Protocol
 
 import numpy as np
 
 from twin.cache import CacheSnapshot
-from twin.cache.base import COUNTERS, EvictHook, Hit
-from twin.cache.requests import Admission, HostWrites
+from twin.cache.base import COUNTERS, EvictHook, HeldCache, Hit, HostCache
+from twin.cache.requests import Admission, HostWrites, release
 from twin.model import ModelSpec
 
-if TYPE_CHECKING:
-    from twin.cache.base import CacheStructure
-    from twin.policies.marconi import MarconiPolicy
-    from twin.policies.marconi_twin import MarconiTwinPolicy
 
-    TunedPolicy: TypeAlias = MarconiPolicy | MarconiTwinPolicy
+class TunedPolicy(Protocol):
+    """What the live cache asks of its policy (``marconi``, ``marconi-twin``, ``oracle``:
+    ``twin.policies.alpha_tuning.TunedAlpha``): the alpha and its bootstrap."""
 
-_MISS = Hit(0, None)
+    alpha: float
+    phase: str
+
+    def bind(self, cache: HeldCache) -> None: ...
+    def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None: ...
+    def end_warmup(self) -> None: ...
+    def tune_if_due(self) -> bool: ...
+    def stats(self) -> dict[str, Any]: ...
+
+
+_MISS: Hit[int] = Hit(0, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +97,7 @@ class LiveCache:
         mf[k.F_ALPHA] = policy.alpha
         self.mf = mf
         self.st = k.live_start(mc, mf, 64, 1024)
+        policy.bind(self)
         self.sc = self.st[1]
         self._swa = int(mc[k.M_SWAKV])  # sliding-window KV per token, a node's tail's
         self._kvpt, self._ckb = int(mc[k.M_KVPT]) - self._swa, int(mc[k.M_CKB])
@@ -158,7 +169,7 @@ class LiveCache:
         (``MarconiPolicy.choose_victim``'s first call: ``end_warmup``)."""
         policy = self.policy
         if self.reference and policy.phase == "warmup" and self.sc[self.k.S_CHOSE]:
-            policy.end_warmup()  # type: ignore[union-attr]
+            policy.end_warmup()
 
     def live_nodes(self) -> list[int]:
         """The ids of the nodes in the tree (the root and reused ids aside)."""
@@ -274,10 +285,10 @@ class LiveCache:
         )
 
     def request_cache(
-        self, host: CacheStructure | None = None, write_policy: str = "write_through"
+        self, host: HostCache | None = None, write_policy: str = "write_through"
     ) -> LiveRequests:
         """The request protocol on this cache, with a host tier's cache under it or not
-        (``twin.cache.requests.request_cache_for``)."""
+        (``twin.cache.HeldCache.request_cache``)."""
         return LiveRequests(self, host, write_policy)
 
     # ----- a host tier's calls (``RequestCache``'s on its host: ``HostWrites``) --------
@@ -285,14 +296,14 @@ class LiveCache:
         """``PrefixCache.set_clock``: the host's recency runs on the GPU's clock."""
         self.sc[self.k.S_CLOCK] = t
 
-    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+    def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[int]:
         """``PrefixCache.lookup`` (no pin; a host tier's policy hears no request)."""
         q = np.asarray(seq, dtype=np.int32)
         node, hit = self.k.live_lookup(self.st, q, len(q))
         return Hit(int(hit), int(node)) if node else _MISS
 
     def insert(
-        self, seq: np.ndarray, checkpoints: list[int], modules: np.ndarray | None = None
+        self, seq: np.ndarray, checkpoints: Sequence[int], modules: np.ndarray | None = None
     ) -> int:
         """``PrefixCache.insert``: ``seq`` up to its last checkpoint; the tokens newly cached."""
         q = np.asarray(seq, dtype=np.int32)
@@ -317,6 +328,10 @@ class LiveCache:
         self.chosen()
         return int(added), int(made)
 
+    def unpin(self, node: int) -> None:
+        """Release a request's pin of ``node`` (``PrefixCache.unpin``)."""
+        self.k.live_release(self.st, node)
+
     # ----- room, made between calls ---------------------------------------------------
     def grow_for(self, tokens: int) -> None:
         """Grow the arrays for an insert of up to ``tokens`` tokens (``kernel.live_room``):
@@ -331,17 +346,14 @@ class LiveCache:
         self.sc = self.st[1]
 
 
-class LiveRequests(HostWrites):
+class LiveRequests(HostWrites[LiveCache]):
     """:class:`twin.cache.requests.RequestCache`'s four steps on a :class:`LiveCache`,
     with a host tier's cache under it or not (its calls: :class:`HostWrites`)."""
-
-    cache: LiveCache
-    policy: TunedPolicy
 
     def __init__(
         self,
         cache: LiveCache,
-        host: CacheStructure | None = None,
+        host: HostCache | None = None,
         write_policy: str = "write_through",
     ) -> None:
         super().__init__(cache, host, write_policy)
@@ -354,20 +366,28 @@ class LiveRequests(HostWrites):
         the host tier's longer hit loaded back (the host's calls come after the GPU's
         admission here and before its admission's positions in ``RequestCache``: the
         tiers share no state)."""
-        cache, policy, k = self.cache, self.policy, self.cache.k
+        return self._admit(prompt, full, modules)[0]
+
+    def _admit(
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None
+    ) -> tuple[Admission, int]:
+        """:meth:`admit`, and the node pinned (0: none)."""
+        cache, k = self.cache, self.cache.k
+        policy = cache.policy
         order = self.admissions
         self.admissions += 1
         cache.sc[k.S_CLOCK] = order
         if self.host is not None:
             self.host.set_clock(order)  # the host tier's recency runs on the same clock
-        policy.on_request(cache, prompt, full)  # the window's record (and its snapshot)
+        policy.on_request(prompt, full)  # the window's record (and its snapshot)
         cache.mf[k.F_ALPHA] = policy.alpha  # ``marconi-twin`` tunes here
         pos = self._pos
         node, hit, npos = k.live_admit(cache.st, full, len(prompt), len(full), order, pos)
-        if cache.reference and policy.tune_if_due(cache):  # type: ignore[union-attr]
+        if cache.reference and policy.tune_if_due():
             cache.mf[k.F_ALPHA] = policy.alpha
         n = len(prompt)
-        found = Hit(int(hit), int(node)) if node else _MISS
+        pinned = int(node)
+        found: Hit[object] = Hit(int(hit), pinned) if pinned else _MISS
         positions = pos[:npos].tolist()
         loaded = 0
         if self.host is not None:
@@ -380,14 +400,17 @@ class LiveRequests(HostWrites):
             at_prefill, at_completion = [], positions
         adm = Admission(order, prompt, full, found, at_prefill, at_completion, modules)
         adm.host_tokens = loaded
-        return adm
+        if pinned:
+            adm.unpin = partial(cache.unpin, pinned)
+        return adm, pinned
 
-    def serve(self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None) -> Hit:
+    def serve(
+        self, prompt: np.ndarray, full: np.ndarray, modules: np.ndarray | None = None
+    ) -> Hit[object]:
         """``RequestCache.serve`` (a replay's request): admission, one insert of every
         checkpoint, release; the clock then points to the next request."""
-        adm = self.admit(prompt, full, modules)
-        node = adm.node
-        if node is not None:
+        adm, node = self._admit(prompt, full, modules)
+        if node:
             adm.hit = Hit(adm.hit.length, ServedNode(int(self.cache.st[0][self.cache.k.NID, node])))
         positions = adm.at_prefill + adm.at_completion
         if positions:
@@ -426,10 +449,7 @@ class LiveRequests(HostWrites):
 
     def release(self, adm: Admission) -> None:
         """``RequestCache.release``: unpin the hit (idempotent), drop the tokens."""
-        if adm.node is not None:
-            self.cache.k.live_release(self.cache.st, adm.node)
-            adm.node = None
-        adm.full = None
+        release(adm)
 
 
 def _children(first: list[int], nxt: list[int], v: int) -> list[int]:
