@@ -426,6 +426,7 @@ class NamedSettings(TypedDict, total=False):
     step_host_s: float
     seq_host_s: float
     eager_prefill_s: float
+    eager_graph_tokens: int
     # disagg (DisaggConfig)
     prefill_workers: int
     decode_workers: int
