@@ -82,6 +82,7 @@ from twin.validate.silicon.harness import (
     inferencemax_mtp_drafts,
     inferencemax_sglang,
     inferencemax_speculation,
+    trtllm_overlap_scheduler,
     vllm_async_scheduling,
 )
 from twin.validate.silicon.plan import (
@@ -237,6 +238,7 @@ __all__ = [
     "split_of",
     "summarize",
     "system_gpus",
+    "trtllm_overlap_scheduler",
     "vllm_async_scheduling",
     "weight_only_checkpoint",
     "write_outputs",

@@ -25,6 +25,7 @@ from twin.validate.silicon.harness import (
     eager_prefill_s,
     harness_of,
     inferencemax_speculation,
+    trtllm_overlap_scheduler,
     vllm_async_scheduling,
 )
 from twin.validate.silicon.precision import (
@@ -207,6 +208,9 @@ def plan_row(
     limits = deployment(row, engine, deploy)
     if engine == "vllm" and vllm_async_scheduling(row, deploy):
         limits = {**limits, "sets": {**limits.get("sets", {}), "async_scheduling": "true"}}
+    overlap = trtllm_overlap_scheduler(row) if engine == "trtllm" and not pool else {}
+    if overlap:  # the engine's own default, whatever the deployment
+        limits = {**limits, "sets": {**limits.get("sets", {}), **overlap}}
     if harness_of(row) is not INFERENCEMAX:  # its scripts' KV flags are not read
         precision = engine_default_kv(precision, engine, limits, config)
     unpriceable = _unpriceable(profile, precision, base)
