@@ -234,7 +234,11 @@ def test_a_rank_drops_trtllm_batch_waiting():
     drops those options and keeps the rest; a config without them is the same object."""
     from twin.engine.config import SchedulerConfig
 
-    wait = {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+    wait = {
+        "batch_wait_timeout_iters": 20,
+        "batch_wait_max_tokens_ratio": 0.9,
+        "overlap_scheduler": True,  # the overlap's admission lag: not modelled on a rank
+    }
     config = EngineConfig(scheduling=SchedulerConfig(scheduler_options={**wait, "x": 1}))
     assert rank_config(config).scheduling.scheduler_options == {"x": 1}
     assert config.scheduling.scheduler_options == {**wait, "x": 1}  # not changed in place

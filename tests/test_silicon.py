@@ -696,8 +696,10 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     trt = {"max_batched_tokens": 2560, "max_running": 8, "memory_utilization": 0.8}
     assert sil.aiconfigurator_deployment(row, "trtllm") == trt
     assert sil.deployment(row, "trtllm", "aiconfigurator-all") == trt
-    # Applied where the fit rows say the rows ran with it: vLLM's (decisions.md).
-    assert sil.deployment(row, "trtllm") == {}
+    # Applied where the fit rows say the rows ran with it: vLLM's, and TensorRT-LLM's
+    # with its overlap scheduler modelled (decisions.md).
+    assert sil.deployment(row, "trtllm") == trt
+    assert sil.deployment(row, "trtllm", "defaults") == {}
     assert sil.deployment(row, "sglang") == sil.aiconfigurator_deployment(row, "sglang") == {}
     assert sil.deployment(row, "vllm", "defaults") == {}
     # The batch size column wins over the concurrency (they are equal on every bf16 row).
@@ -823,6 +825,25 @@ def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> Non
     settings = sil.aiconfigurator_deployment(row, "trtllm")
     assert settings == {"max_batched_tokens": 2528, "max_running": 4, "memory_utilization": 0.8}
     assert len(first_tokens(**settings)) == 2
+
+
+def test_trtllm_rows_run_with_the_overlap_scheduler() -> None:
+    """TensorRT-LLM's overlap scheduler is on unless disabled (``TorchLlmArgs``
+    ``disable_overlap_scheduler`` false; aiconfigurator's rule keeps it on): every
+    aggregated TensorRT-LLM row runs with it, whatever the deployment; not under attention
+    DP (not modelled on a rank), not for another engine."""
+    from dataclasses import replace
+
+    row = _rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"]
+    assert sil.trtllm_overlap_scheduler(row) == {"overlap_scheduler": "true"}
+    assert sil.trtllm_overlap_scheduler(replace(row, attention_dp=2)) == {}
+    assert sil.trtllm_overlap_scheduler(replace(row, backend="vllm")) == {}
+    for kind in ("benchmark", "defaults"):
+        plan = sil.plan_row(row, CONFIGS, kind)
+        assert isinstance(plan, sil.RowPlan)
+        assert plan.deployment["sets"] == {"overlap_scheduler": "true"}
+    plan = sil.plan_row(row, CONFIGS, "benchmark", pool=True)  # a disaggregated pool: off
+    assert isinstance(plan, sil.RowPlan) and "sets" not in plan.deployment
 
 
 def _inferencemax_r1(**fields: Any) -> sil.SiliconRow:

@@ -78,7 +78,7 @@ from twin.engine.composite import PartsClock
 from twin.engine.config import EngineConfig
 from twin.engine.cost import Chunk, PricerBase, RankStep, StepPricer, WrappingPricer, affine_fit
 from twin.engine.lpm import order_by_prefix
-from twin.engine.modes_trtllm import TRTLLM_BATCH_WAIT
+from twin.engine.modes_trtllm import TRTLLM_BATCH_WAIT, TRTLLM_OVERLAP
 from twin.engine.replica import Replica
 from twin.engine.seq import Seq
 from twin.engine.sim import Event
@@ -581,7 +581,9 @@ class DPCluster(Cluster):
 # waiting under attention DP (``PyExecutor._schedule``, ``should_check_waiting = not
 # cfg.enable_attention_dp and ...``; read in NVIDIA/TensorRT-LLM's stored tree, as
 # ``twin.engine.trtllm_batching`` says).
-RANK_DROPPED_OPTIONS = TRTLLM_BATCH_WAIT
+# The overlap scheduler's admission lag (``twin.engine.trtllm_batching``) is dropped too:
+# the ranks' common step loop does not keep the state it reads (not modelled there).
+RANK_DROPPED_OPTIONS = (*TRTLLM_BATCH_WAIT, *TRTLLM_OVERLAP)
 
 
 def rank_config(config: EngineConfig) -> EngineConfig:

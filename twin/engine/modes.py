@@ -30,6 +30,7 @@ from twin.engine.modes_trtllm import (
     TRTLLM_BATCH_WAIT,
     TRTLLM_BATCHING,
     TRTLLM_FLAGS,
+    TRTLLM_OVERLAP,
     TRTLLM_SPEC,
     _trtllm_options,
 )
@@ -71,7 +72,7 @@ TRTLLM_RELEASES = (
     Release(
         version="1.0.0",
         source="tensorrt_llm/_torch/pyexecutor/scheduler.py, llmapi/llm_args.py (1.0)",
-        flags=(*TRTLLM_BATCHING, *TRTLLM_BATCH_WAIT, *TRTLLM_SPEC),
+        flags=(*TRTLLM_BATCHING, *TRTLLM_BATCH_WAIT, *TRTLLM_OVERLAP, *TRTLLM_SPEC),
     ),
 )
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from twin.engine import speculative
-from twin.engine.mode_base import Flag, _acceptance, _field, _int
+from twin.engine.mode_base import Flag, _acceptance, _bool, _field, _int
 from twin.engine.releases import release_of
 from twin.engine.trtllm_batching import MAX_BATCH_SIZE, MAX_NUM_TOKENS
 from twin.errors import TwinError
@@ -168,6 +168,18 @@ TRTLLM_BATCHING = ("max_batch_size", "max_num_tokens")
 TRTLLM_BATCH_WAIT = ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
 
 
+# TorchLlmArgs ``disable_overlap_scheduler`` (default false: the overlap scheduler is on in
+# TensorRT-LLM): a request arriving while step n runs joins step n + 2 at the earliest
+# (``twin.engine.trtllm_batching``). The twin keeps it off unless given (its attention-DP,
+# pipeline and disaggregated loops do not model it); the scorer gives it for aggregated
+# rows (``twin.validate.silicon.harness.trtllm_overlap_scheduler``).
+TRTLLM_OVERLAP = ("overlap_scheduler",)
+
+
+def _overlap(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    out.setdefault("scheduler_options", {})["overlap_scheduler"] = _bool("overlap_scheduler", value)
+
+
 def _batch_wait_iters(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out.setdefault("scheduler_options", {})["batch_wait_timeout_iters"] = _int(
         "batch_wait_timeout_iters", value, 0
@@ -206,6 +218,12 @@ TRTLLM_FLAGS = {
         _batch_wait_ratio,
         "0.0",
     ),
+    "overlap_scheduler": Flag(
+        "a request arriving during step n joins step n + 2 at the earliest "
+        "(TensorRT-LLM's overlap scheduler, on in the engine by default)",
+        _overlap,
+        "false",
+    ),
     "speculative_config": Flag(
         "JSON, the speculative_config section of --extra_llm_api_options: decoding_type "
         "Eagle (EAGLE-3: max_draft_len, speculative_model_dir, eagle3_one_model) | MTP "
@@ -228,6 +246,7 @@ __all__ = [
     "TRTLLM_BATCHING",
     "TRTLLM_BATCH_WAIT",
     "TRTLLM_FLAGS",
+    "TRTLLM_OVERLAP",
     "TRTLLM_SPEC",
     "trtllm_speculation",
 ]

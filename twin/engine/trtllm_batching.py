@@ -34,9 +34,25 @@ iteration's batch as follows:
   generation requests alone and the count goes up by one (it is reset when contexts
   run). With no generation request the contexts never wait.
 
+- **the overlap scheduler** (``disable_overlap_scheduler``, ``TorchLlmArgs``, default
+  false; aiconfigurator's generated aggregated deployments write ``false`` too,
+  ``generator/rule_plugin/benchmark/trtllm.rule`` of ``aiconfigurator`` 0.12.0):
+  ``PyExecutor._executor_loop_overlap`` (``tensorrt_llm/_torch/pyexecutor/py_executor.py``
+  of the 1.0 line, read in NVIDIA/TensorRT-LLM's stored tree) fetches new requests
+  (``_fetch_new_requests``) and schedules iteration n+1 right after it has launched
+  forward n and waited for forward n-1's results (``_process_previous_batch``), so the
+  batch of step n+1 is fixed when step n starts on the GPU. A request that arrives while
+  step n runs is fetched for step n+2 at the earliest: it waits out the step in flight
+  and the whole next one. With nothing else to run the loop blocks on the queue and
+  takes it at once. Option ``overlap_scheduler`` (``--set overlap_scheduler=true``, off
+  by default in the twin; the scorer sets it for TensorRT-LLM's aggregated rows,
+  ``twin.validate.silicon.harness``). The other half of the overlap, a finished
+  request's one wasted decode token (it is scheduled once more before its end is
+  seen), is not modelled.
+
 Defaults (``BuildConfig``, used by the PyTorch backend's ``TorchLlmArgs`` in 1.0):
-``max_num_tokens`` 8,192, ``max_batch_size`` 2,048. Not modelled: the overlap
-scheduler (a result processed one iteration late), KV block reuse (prefix caching).
+``max_num_tokens`` 8,192, ``max_batch_size`` 2,048. Not modelled: KV block reuse (prefix
+caching).
 """
 
 from __future__ import annotations
@@ -64,8 +80,38 @@ class TRTLLMBatching(ContinuousBatching):
         self._waited = 0  # PyExecutor.batch_wait_iters_count
         self._held_at = -1  # the step whose contexts the rule held back (-1: none)
         self._decided_at = -1  # the step the rule last decided for
+        # The overlap scheduler (module docstring): each waiting request's first step
+        # count (``step_no``) at which the loop may schedule it; absent: at once.
+        self.overlap = bool(options.get("overlap_scheduler", False))
+        self._ready: dict[Seq, int] = {}
+
+    def submit(self, seq: Seq) -> None:
+        """Queue ``seq``; under the overlap scheduler, stamp the step it may join: the
+        one after the step that follows the step in flight (module docstring)."""
+        if self.overlap and self.busy_since is not None:
+            run = self._run
+            if run is None:  # a prefill or mixed step in flight: step ``step_no + 1``
+                in_flight = self.step_no + 1
+            else:
+                in_flight = self.step_no + run.steps_to_reach(self.env.now - self.busy_since)
+            self._ready[seq] = in_flight + 1
+        super().submit(seq)
+
+    def _overlap_holds(self) -> bool:
+        """Whether the queue's head arrived too late for the step about to be planned
+        (the overlap scheduler fixed that step's batch before it came); never while
+        nothing else runs (the idle loop takes it at once)."""
+        ready = self._ready.get(self.waiting[0])
+        if ready is None:
+            return False
+        if ready > self.step_no and (self.decoding or self.prefilling):
+            return True
+        del self._ready[self.waiting[0]]
+        return False
 
     def _can_admit(self) -> bool:
+        if self._ready and self.waiting and self._overlap_holds():
+            return False
         if (self.wait_iters or self.wait_ratio) and self.decoding and self.waiting:
             n = self.step_no
             if self._decided_at != n:  # once an iteration (``_schedule``)
@@ -100,7 +146,13 @@ class TRTLLMBatching(ContinuousBatching):
     def _hold_cut(self, k: int) -> int:
         # Held back: the rule decides again at the next iteration (an arrival may reach
         # the ratio, the count may reach the timeout), so the run is one step.
-        return 1 if self._held_at == self.step_no else k
+        if self._held_at == self.step_no:
+            return 1
+        # A head the overlap scheduler holds joins once the steps before it have run.
+        ready = self._ready.get(self.waiting[0]) if self._ready else None
+        if ready is not None and ready > self.step_no:
+            return min(k, ready - self.step_no)
+        return k
 
     def _admissions(self, chunked: list[tuple[Seq, int]], budget: int) -> float:
         """Waiting contexts whole while they fit what is left of the budget (after the

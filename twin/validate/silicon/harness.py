@@ -156,7 +156,12 @@ ENGINE_OF_BACKEND = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # every engine the rule sizes (an exploration: TensorRT-LLM's fit rows score worse with
 # it); "defaults": the engines' own defaults everywhere.
 DEPLOYMENTS = ("benchmark", "aiconfigurator", "aiconfigurator-all", "defaults")
-DEPLOYED_ENGINES = frozenset({"vllm"})
+# TensorRT-LLM joined vLLM in issue 31's "TensorRT-LLM's overlap scheduler" step
+# (docs/decisions.md): with the overlap scheduler's admission lag modelled, the fit rows
+# of the collection's TensorRT-LLM 1.0.0rc3 H100 groups (Llama-3.1-8B, Qwen3-32B,
+# Qwen3-235B) score better under the generated limits than at the engine's defaults, TTFT
+# and TPOT alike (the TPOT with the limits alone too: one or two whole contexts a step).
+DEPLOYED_ENGINES = frozenset({"vllm", "trtllm"})
 DEPLOYMENT_EXTRA_TOKENS = 1500  # the rules' "isl + 1500" margin
 TRTLLM_TOKENS_PER_BLOCK = 32  # benchmark/trtllm.rule: tokens_per_block default
 TRTLLM_TEMPLATE_FREE_FRACTION = 0.8  # extra_engine_args templates: free_gpu_memory_fraction
@@ -583,6 +588,24 @@ def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
         if name in path and row.system in systems:
             return "marlin"
     return None
+
+
+# TensorRT-LLM's overlap scheduler (``twin.engine.trtllm_batching``): on in every release
+# read unless ``disable_overlap_scheduler`` is given (``TorchLlmArgs``, default false, 1.0);
+# aiconfigurator's generated aggregated deployments keep it on (``generator/rule_plugin/
+# benchmark/trtllm.rule``: ``agg disable_overlap_scheduler = false``, its context-only
+# workers off), and InferenceMAX's TensorRT-LLM scripts were not read to set it, so they
+# keep the default. The twin models its admission lag on an aggregated replica without
+# attention DP (not on a rank, a pipeline or a disaggregated pool).
+TRTLLM_OVERLAP_SETS = {"overlap_scheduler": "true"}
+
+
+def trtllm_overlap_scheduler(row: SiliconRow) -> dict[str, str]:
+    """The ``--set`` flags of TensorRT-LLM's overlap scheduler for ``row`` (above); empty
+    where it is not modelled (another engine, attention DP)."""
+    if row.backend != "trtllm" or (row.attention_dp or 1) > 1:
+        return {}
+    return dict(TRTLLM_OVERLAP_SETS)
 
 
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:

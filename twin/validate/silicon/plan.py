@@ -25,6 +25,7 @@ from twin.validate.silicon.harness import (
     eager_prefill_s,
     harness_of,
     inferencemax_speculation,
+    trtllm_overlap_scheduler,
     vllm_async_scheduling,
     vllm_graph_tokens,
     vllm_moe_backend,
@@ -212,6 +213,9 @@ def plan_row(
     backend = vllm_moe_backend(row, deploy) if engine == "vllm" else None
     if backend is not None:
         limits = {**limits, "sets": {**limits.get("sets", {}), "moe_backend": backend}}
+    overlap = trtllm_overlap_scheduler(row) if engine == "trtllm" and not pool else {}
+    if overlap:  # the engine's own default, whatever the deployment
+        limits = {**limits, "sets": {**limits.get("sets", {}), **overlap}}
     if harness_of(row) is not INFERENCEMAX:  # its scripts' KV flags are not read
         precision = engine_default_kv(precision, engine, limits, config)
     unpriceable = _unpriceable(profile, precision, base)
