@@ -916,7 +916,7 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
 
 def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay_batching() -> None:
     """Where the row's InferenceMAX script (read at the commit its sweep ran) turns the
-    piecewise CUDA graphs on, the context steps get no eager host time; the fp8 B200 plain
+    piecewise CUDA graphs on, a row without MTP gets no eager host time; the fp8 B200 plain
     script's DELAY_BATCHING holds contexts (40 iterations, 0.8) at 1k/1k from 64 clients.
     Other images, GPUs and collections keep the eager context step."""
     from dataclasses import replace
@@ -952,6 +952,11 @@ def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay
     assert [piecewise(mtp8, 1024, 1024, c) for c in (4, 8)] == [0, 1]
     assert [piecewise(mtp8, 8192, 1024, c) for c in (16, 32)] == [0, 1]
     assert not piecewise(replace(mtp8, attention_dp=8, tp=1), 1024, 1024, 64)
+    # an MTP row keeps the eager context step (its measured TTFT shows no change with the
+    # graphs)
+    mtp8_c8 = replace(mtp8, isl=1024, osl=1024, concurrency=8)
+    assert sil.inferencemax_trtllm_piecewise(mtp8_c8)
+    assert sil.eager_prefill_s(mtp8_c8, r1, "b200") > 0.05
     # fp4 -mtp (0aae52d4c): 1k/1k at 32 and 64 clients, 128 without attention DP; 1k/8k 64
     mtp4 = replace(fp4, backend_version="1.2.0rc6.post3")
     assert [piecewise(mtp4, 1024, 1024, c) for c in (8, 32, 64, 128)] == [0, 1, 1, 1]
