@@ -892,6 +892,108 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 8192}
 
 
+def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -> None:
+    """The 1.1.0rc2.post2 image served InferenceMAX's plain and -mtp DeepSeek-R1
+    TensorRT-LLM configurations; the rows measured on 2026-01-14 (the sweep of the commit
+    that added the -mtp ones) ran MTP (3 drafts, 1 with attention DP), with the -mtp
+    scripts' token budget; rows of other days run plain, with the 1.1.0rc2 scripts' budget
+    (no 8192 floor)."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    model = get_model("deepseek-r1")
+    day = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4; measured="
+    row = replace(
+        _inferencemax_r1(backend="trtllm", backend_version="1.1.0rc2.post2", precision="fp8", tp=8),
+        system="h200_sxm",
+        isl=1024,
+        osl=8192,
+        source=day + "2026-01-14T22:26:21Z; wip=False",
+    )
+    assert sil.measured_on(row) == "2026-01-14"
+    spec = sil.inferencemax_speculation(row, model)
+    assert spec is not None and (spec["method"], spec["num_speculative_tokens"]) == ("mtp", 3)
+    # the other dump's stamp of the same sweep, and B200
+    other_dump = replace(row, source=day + "2026-01-14T00:00:00.000Z; wip=False")
+    assert sil.inferencemax_mtp_drafts(other_dump) == 3
+    assert sil.inferencemax_mtp_drafts(replace(row, system="b200_sxm")) == 3
+    assert sil.inferencemax_mtp_drafts(replace(row, attention_dp=8, tp=1)) == 1
+    # (3 + 1) x 4 clients + 1024 + 64 in 64s, max_batch_size = CONC
+    assert sil.deployment(row, "trtllm") == {"max_batched_tokens": 1152, "max_running": 4}
+    for plain in (
+        replace(row, source=day + "2025-12-15T00:00:00.000Z"),
+        replace(row, source=day + "2026-01-28T06:18:44Z"),
+        replace(row, source="source_file=2026-03-25.csv; model=DeepSeek-R1"),
+        replace(row, backend_version="1.2.0rc6.post2", source=row.source),
+    ):
+        assert sil.inferencemax_mtp_drafts(plain) is None
+    # the plain 1.1.0rc2 scripts: CONC + ISL + 64 in 64s, without the 8192 floor
+    plain = replace(row, source=day + "2025-12-15T00:00:00.000Z", concurrency=64)
+    assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 1152}
+    later = replace(plain, system="b200_sxm", backend_version="1.2.0rc6.post2")
+    assert sil.deployment(later, "trtllm") == {"max_batched_tokens": 8192}
+
+
+def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay_batching() -> None:
+    """Where the row's InferenceMAX script (read at the commit its sweep ran) turns the
+    piecewise CUDA graphs on, a row without MTP gets no eager host time; the fp8 B200 plain
+    script's DELAY_BATCHING holds contexts (40 iterations, 0.8) at 1k/1k from 64 clients.
+    Other images, GPUs and collections keep the eager context step."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    r1 = get_model("deepseek-r1")
+    wait = {"batch_wait_timeout_iters": "40", "batch_wait_max_tokens_ratio": "0.8"}
+    fp8 = _inferencemax_r1(
+        backend="trtllm", backend_version="1.2.0rc6.post2", precision="fp8", tp=8, moe_ep=1
+    )
+
+    def piecewise(row: sil.SiliconRow, isl: int, osl: int, conc: int) -> bool:
+        return sil.inferencemax_trtllm_piecewise(replace(row, isl=isl, osl=osl, concurrency=conc))
+
+    # fp8, plain (ec7bafaae): 1k/1k and 8k/1k from 64 clients, 1k/8k at 128
+    assert [piecewise(fp8, 1024, 1024, c) for c in (4, 32, 64, 128)] == [0, 0, 1, 1]
+    assert [piecewise(fp8, 1024, 8192, c) for c in (64, 128, 256)] == [0, 1, 0]
+    assert [piecewise(fp8, 8192, 1024, c) for c in (32, 64)] == [0, 1]
+    c64 = replace(fp8, isl=1024, osl=1024, concurrency=64)
+    assert sil.eager_prefill_s(c64, r1, "b200") == 0.0
+    assert sil.eager_prefill_s(replace(c64, concurrency=8), r1, "b200") > 0.05
+    assert sil.deployment(c64, "trtllm") == {"max_batched_tokens": 8192, "sets": wait}
+    assert sil.deployment(replace(c64, concurrency=32), "trtllm") == {"max_batched_tokens": 8192}
+    assert "sets" not in sil.deployment(replace(c64, osl=8192, concurrency=128), "trtllm")
+    # fp4, plain (6eecc0e66): 1k/1k with tp 8 and ep 8 only; no batch waiting
+    fp4 = replace(fp8, precision="fp4", moe_ep=8)
+    assert piecewise(fp4, 1024, 1024, 64) and not piecewise(fp4, 1024, 8192, 64)
+    assert not piecewise(replace(fp4, tp=4, moe_ep=4), 1024, 1024, 64)
+    assert "sets" not in sil.deployment(replace(fp4, isl=1024, osl=1024, concurrency=64), "trtllm")
+    # fp8 -mtp (5d517074c): on but for narrow clients and attention DP
+    mtp8 = replace(fp8, backend_version="1.2.0rc6.post3")
+    assert [piecewise(mtp8, 1024, 1024, c) for c in (4, 8)] == [0, 1]
+    assert [piecewise(mtp8, 8192, 1024, c) for c in (16, 32)] == [0, 1]
+    assert not piecewise(replace(mtp8, attention_dp=8, tp=1), 1024, 1024, 64)
+    # an MTP row keeps the eager context step (its measured TTFT shows no change with the
+    # graphs)
+    mtp8_c8 = replace(mtp8, isl=1024, osl=1024, concurrency=8)
+    assert sil.inferencemax_trtllm_piecewise(mtp8_c8)
+    assert sil.eager_prefill_s(mtp8_c8, r1, "b200") > 0.05
+    # fp4 -mtp (0aae52d4c): 1k/1k at 32 and 64 clients, 128 without attention DP; 1k/8k 64
+    mtp4 = replace(fp4, backend_version="1.2.0rc6.post3")
+    assert [piecewise(mtp4, 1024, 1024, c) for c in (8, 32, 64, 128)] == [0, 1, 1, 1]
+    assert not piecewise(replace(mtp4, attention_dp=8, tp=1), 1024, 1024, 128)
+    assert piecewise(mtp4, 1024, 8192, 64) and not piecewise(mtp4, 8192, 1024, 64)
+    # no script read: the eager context step stays
+    for other in (
+        replace(c64, backend_version="1.1.0rc2.post2"),
+        replace(c64, system="h200_sxm"),
+        replace(c64, backend_version=""),
+        replace(c64, source="/x/aic-auto-gap-analysis/y.csv; silicon_concurrency=64"),
+    ):
+        assert not sil.inferencemax_trtllm_piecewise(other)
+        assert sil.inferencemax_deepseek_batch_wait(other) == {}
+
+
 def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
     """The v0.5.9 DeepSeek SGLang configurations' flags, for the rows only one of them
     covers (by GPU, precision, tp, lengths and clients); other rows: SGLang's defaults."""

@@ -216,7 +216,9 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
 # ``(CONC + ISL + 64)`` rounded up to 64 and at least 8192, and with MTP
 # (``dsr1_fp{4,8}_b200_trt_mtp.sh``) ``((MTP + 1) x MAX_BATCH_SIZE + ISL + 64)`` rounded up
 # to 64 with no floor, ``--max_batch_size`` MAX_BATCH_SIZE = CONC without attention DP;
-# whole contexts (chunked prefill left off). Other models and SGLang: the engine's defaults.
+# whole contexts (chunked prefill left off); the 1.1.0rc2.post2 rows' scripts had no 8192
+# floor (``INFERENCEMAX_TRTLLM_NO_FLOOR``, below). Other models and SGLang: the engine's
+# defaults.
 INFERENCEMAX_VLLM = {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}
 INFERENCEMAX_TRTLLM_TOKENS = {"Llama-3.1-70B": 16384, "gpt-oss-120b": 20000}
 # The db-dump names its DeepSeek runs by their architecture, ``deepseek-ai/DeepSeek-V3``:
@@ -481,7 +483,10 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
         tokens = (drafts + 1) * conc + row.isl + 64
         return {"max_batched_tokens": -(-tokens // block) * block, "max_running": conc}
     tokens = -(-(conc + row.isl + 64) // block) * block
-    return {"max_batched_tokens": max(tokens, INFERENCEMAX_TRTLLM_FLOOR)}
+    if row.backend_version not in INFERENCEMAX_TRTLLM_NO_FLOOR:
+        tokens = max(tokens, INFERENCEMAX_TRTLLM_FLOOR)
+    wait = inferencemax_deepseek_batch_wait(row)
+    return {"max_batched_tokens": tokens, **({"sets": wait} if wait else {})}
 
 
 # InferenceMAX's Llama-3.1-70B TensorRT-LLM scripts hold context requests back at 1k/1k
@@ -490,8 +495,7 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
 # default they are all zeros"; ``benchmarks/70b_fp4_b200_trt_slurm.sh`` and
 # ``70b_fp8_h200_trt_slurm.sh`` at SemiAnalysisAI/InferenceX 73ef922), TensorRT-LLM's
 # batch waiting (``twin.engine.trtllm_batching``). The DeepSeek-R1 scripts' own
-# ``DELAY_BATCHING`` (40 iterations, 0.8, at 1k/1k from 64 clients: ``dsr1_fp8_b200_trt.sh``
-# at 0a919c5) was not read at the rows' commit: not applied.
+# ``DELAY_BATCHING``: :func:`inferencemax_deepseek_batch_wait`.
 INFERENCEMAX_TRTLLM_BATCH_WAIT = {
     "batch_wait_timeout_iters": "20",
     "batch_wait_max_tokens_ratio": "0.9",
@@ -516,18 +520,126 @@ def inferencemax_batch_wait(row: SiliconRow) -> dict[str, str]:
 # (InferenceMAX ``.github/configs/nvidia-master.yaml`` at commit 12ba0ae, 2026-03-25). The
 # CSV names the image in ``backend_version``, so those rows ran with MTP: at the same
 # layout their measured TPOT is about half the post2 rows' (5.4 against 10.3 ms, fp8, tp 8,
-# 4 clients). Other MTP configurations share their image with a plain one (H200
-# TensorRT-LLM 1.1.0rc2.post2, SGLang v0.5.9) and cannot be told apart: run plain.
+# 4 clients).
 INFERENCEMAX_MTP = {("trtllm", "b200_sxm", "1.2.0rc6.post3"): (3, 1)}  # drafts: plain, DP
+# The 1.1.0rc2.post2 image served both configurations (``dsr1-fp{4,8}-b200-trt[-mtp]``,
+# ``dsr1-fp8-h200-trt[-mtp]``), so the image does not tell them apart; the day a row was
+# measured does. The -mtp configurations were added by SemiAnalysisAI/InferenceX bf3456727
+# ("Add MTP Benchmark Support for DeepSeek-R1 TRT", merged 2026-01-14T22:26:18Z; its
+# scripts ``benchmarks/dsr1_fp{4,8}_{b,h}200_trt_mtp_slurm.sh``: MTP=3, or MTP=1 with
+# attention DP), and the CSV's 1.1.0rc2.post2 rows measured that day are that merge's
+# sweep (2026-03-25.csv stamps them ``2026-01-14T22:26:21Z``, three seconds after the
+# merge): against the rows measured 2025-12-15 (the plain configurations) at the same
+# system, precision, lengths and clients their TPOT is about half (H200 fp8 1k/8k at 4
+# clients 7.1 against 13.7 ms; B200 fp8 1k/1k 7.8 against 14.6) and their TTFT higher, and
+# they include points only the -mtp configurations have (H200 1k/1k at 128 and 256
+# clients). Two H200 rows measured 2026-01-28 are not read (no configuration change that
+# day was found): plain.
+INFERENCEMAX_MTP_RUNS = {
+    ("trtllm", system, "1.1.0rc2.post2", "2026-01-14"): (3, 1)
+    for system in ("b200_sxm", "h200_sxm")
+}
 
 
 def inferencemax_mtp_drafts(row: SiliconRow) -> int | None:
     """The MTP drafts an InferenceMAX DeepSeek row ran with (above); ``None``: none, or
     not known."""
-    found = INFERENCEMAX_MTP.get((row.backend, row.system, row.backend_version))
+    key = (row.backend, row.system, row.backend_version)
+    found = INFERENCEMAX_MTP.get(key) or INFERENCEMAX_MTP_RUNS.get((*key, measured_on(row) or ""))
     if found is None or harness_of(row) is not INFERENCEMAX or not inferencemax_deepseek(row):
         return None
     return found[1] if (row.attention_dp or 1) > 1 else found[0]
+
+
+# The script each InferenceMAX DeepSeek-R1 TensorRT-LLM row ran, read at the commit whose
+# merge started the row's sweep (the CSV's ``measured=`` stamps fall seconds after it), by
+# (system, precision, image): whether its context steps replay piecewise CUDA graphs
+# (``torch_compile_config.enable_piecewise_cuda_graph: true``, with ``capture_num_tokens``
+# up to ``max_num_tokens``: every context batch then runs captured graphs, not eager
+# Python, so it pays no eager host time, ``eager_prefill_s``), and whether it holds
+# contexts back (``batch_wait_timeout_iters: 40``, ``batch_wait_max_tokens_ratio: 0.8``,
+# the script's ``DELAY_BATCHING``; ``twin.engine.trtllm_batching``). By script:
+# - ``benchmarks/dsr1_fp8_b200_trt.sh`` at ec7bafaae (2026-01-29T15:27:25Z; rows stamped
+#   15:27:29Z, image 1.2.0rc6.post2): piecewise graphs at 1k/1k from 64 clients, 1k/8k at
+#   128 to 255 and 8k/1k from 64; the batch waiting at 1k/1k from 64 clients;
+# - ``benchmarks/dsr1_fp4_b200_trt.sh`` at 6eecc0e66 (2026-02-03T17:34:14Z; rows 17:34:19Z,
+#   1.2.0rc6.post2): piecewise graphs at 1k/1k with tp 8 and ep 8 only; no batch waiting;
+# - ``benchmarks/dsr1_fp8_b200_trt_mtp.sh`` at 5d517074c (2026-02-05T19:55:01Z; rows
+#   19:55:05Z, 1.2.0rc6.post3): piecewise graphs on except under attention DP, at 1k/1k
+#   up to 4 clients, 1k/8k up to 8 and 8k/1k up to 16;
+# - ``benchmarks/dsr1_fp4_b200_trt_mtp.sh`` at 0aae52d4c (2026-02-06T17:21:54Z; rows
+#   17:21:58Z, 1.2.0rc6.post3): piecewise graphs at 1k/1k with 32 or 64 clients, or 128
+#   without attention DP, and at 1k/8k with 64;
+# - the 1.1.0rc2.post2 scripts (``benchmarks/dsr1_fp{4,8}_b200_trt_slurm.sh``,
+#   ``dsr1_fp8_h200_trt_slurm.sh`` at 93e1b3ca1, unchanged until 2026-01-12, and the -mtp
+#   scripts at bf3456727): neither, and their ``MAX_NUM_TOKENS`` has no 8192 floor
+#   (``(CONC + ISL + 64)`` rounded up to 64; the -mtp ones ``((MTP + 1) x CONC + ISL +
+#   64)``).
+# Rows of another image (the CSV's unnamed 2025-11-02 ones) keep the engine's defaults.
+def _fp8_b200_piecewise(isl: int, osl: int, conc: int, tp: int, ep: int, dp: bool) -> bool:
+    if (isl, osl) == (1024, 8192):
+        return 128 <= conc < 256
+    return conc >= 64 and (isl, osl) in ((1024, 1024), (8192, 1024))
+
+
+def _fp4_b200_piecewise(isl: int, osl: int, conc: int, tp: int, ep: int, dp: bool) -> bool:
+    return (isl, osl) == (1024, 1024) and (tp, ep) == (8, 8)
+
+
+def _fp8_b200_mtp_piecewise(isl: int, osl: int, conc: int, tp: int, ep: int, dp: bool) -> bool:
+    narrow = {(1024, 1024): 4, (1024, 8192): 8, (8192, 1024): 16}.get((isl, osl), 0)
+    return not dp and conc > narrow
+
+
+def _fp4_b200_mtp_piecewise(isl: int, osl: int, conc: int, tp: int, ep: int, dp: bool) -> bool:
+    if (isl, osl) == (1024, 1024):
+        return conc in (32, 64) or (conc == 128 and not dp)
+    return (isl, osl) == (1024, 8192) and conc == 64
+
+
+INFERENCEMAX_TRTLLM_PIECEWISE = {
+    ("b200_sxm", "fp8", "1.2.0rc6.post2"): _fp8_b200_piecewise,
+    ("b200_sxm", "fp4", "1.2.0rc6.post2"): _fp4_b200_piecewise,
+    ("b200_sxm", "fp8", "1.2.0rc6.post3"): _fp8_b200_mtp_piecewise,
+    ("b200_sxm", "fp4", "1.2.0rc6.post3"): _fp4_b200_mtp_piecewise,
+}
+INFERENCEMAX_DEEPSEEK_BATCH_WAIT = {
+    "batch_wait_timeout_iters": "40",
+    "batch_wait_max_tokens_ratio": "0.8",
+}
+INFERENCEMAX_TRTLLM_NO_FLOOR = frozenset({"1.1.0rc2.post2"})  # scripts without the floor
+
+
+def _inferencemax_trtllm_deepseek(row: SiliconRow) -> bool:
+    return (
+        row.backend == "trtllm"
+        and harness_of(row) is INFERENCEMAX
+        and inferencemax_deepseek(row)
+        and bool(row.isl and row.osl)
+    )
+
+
+def inferencemax_trtllm_piecewise(row: SiliconRow) -> bool:
+    """Whether ``row``'s InferenceMAX DeepSeek-R1 TensorRT-LLM server captured its context
+    steps as piecewise CUDA graphs (above)."""
+    rule = INFERENCEMAX_TRTLLM_PIECEWISE.get((row.system, row.precision, row.backend_version))
+    if rule is None or not _inferencemax_trtllm_deepseek(row):
+        return False
+    tp, ep, dp = row.tp or 1, row.moe_ep or 1, (row.attention_dp or 1) > 1
+    return rule(
+        row.isl or 0, row.osl or 0, row.concurrency or 0, tp * (row.attention_dp or 1), ep, dp
+    )
+
+
+def inferencemax_deepseek_batch_wait(row: SiliconRow) -> dict[str, str]:
+    """The batch-waiting ``--set`` flags of ``row``'s InferenceMAX DeepSeek-R1
+    TensorRT-LLM server (``DELAY_BATCHING``, above); empty where its script sets none."""
+    key = (row.system, row.precision, row.backend_version)
+    if key != ("b200_sxm", "fp8", "1.2.0rc6.post2") or not _inferencemax_trtllm_deepseek(row):
+        return {}
+    if (row.isl, row.osl) != (1024, 1024) or (row.concurrency or 0) < 64:
+        return {}
+    return dict(INFERENCEMAX_DEEPSEEK_BATCH_WAIT)
 
 
 def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any] | None:
@@ -719,9 +831,17 @@ SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 60e-6, "b200": 75e-6, "b300":
 # step"). As for SGLang, MoE models only (the dense TensorRT-LLM rows' TTFT shows no such
 # shortfall at 1k/8k and 8k/1k: Llama-3.1-70B within +-50 ms at 4-16 clients), and not
 # under attention DP (the floor is not modelled there). A GPU without an entry: no floor.
-# Where an InferenceMAX script turns the piecewise context graphs on (some DeepSeek
-# configurations, by script version), the floor still applies: the script's version at
-# the rows' commit is not known here.
+# Where an InferenceMAX DeepSeek-R1 script turns the piecewise context graphs on
+# (:func:`inferencemax_trtllm_piecewise`, read at the commit each row's sweep ran), the
+# context steps replay graphs and get no eager host time: B200 fp4 tp 8 ep 8 1k/1k at 64
+# clients (1.2.0rc6.post2), measured TTFT 137 ms, the twin 282 ms with the eager time and
+# 122 without. Not on the -mtp scripts' rows (MTP): there the measured TTFT is the same
+# with and without the graphs (fp8 1.2.0rc6.post3 tp 8 1k/1k: 195 ms at 4 clients without,
+# 153 and 195 ms at 8 and 16 with; fp4 1k/1k tp 8: 210 ms at 4 without, 212 at 32 with),
+# so those context steps keep it. Why is open: TensorRT-LLM's guide
+# (``docs/source/features/torch_compile_and_piecewise_cuda_graph.md``, stored tree) says
+# the MTP layers are outside torch.compile's scope, and that attention, run eagerly between
+# the captured pieces, still leaves host bubbles in the context phase.
 # The fit (fit split only): `python benchmarks/bench_eager_prefill.py --backend trtllm
 # --per-split 40 --grid-us 0,25,50,75,100,140` (40 fit rows spread over the TensorRT-LLM
 # MoE rows the rule applies to, at most 64 clients: 23 on B200, 17 on H200), the host time
@@ -830,12 +950,17 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     (:func:`sglang_prefills_eagerly`; ``multimodal``: the model's config has a
     ``vision_config``), the model has no MoE layers (the dense SGLang rows are GPU-bound:
     nothing to fit them on), attention DP is on, or the GPU has no fitted host time.
-    TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``); vLLM rows
-    of the releases read (:func:`vllm_prefills_eagerly`): the steps above its largest
-    captured graph (``VLLM_EAGER_LAUNCH_S``; the plan adds :func:`vllm_graph_tokens`)."""
+    TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``) unless the
+    row's InferenceMAX script captured piecewise CUDA graphs
+    (:func:`inferencemax_trtllm_piecewise`); vLLM rows of the releases read
+    (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph
+    (``VLLM_EAGER_LAUNCH_S``; the plan adds :func:`vllm_graph_tokens`)."""
     if not model.n_moe_layers or (row.attention_dp or 1) > 1:
         return 0.0
-    if row.backend == "trtllm":  # every context step runs eagerly (TRTLLM_EAGER_LAUNCH_S)
+    if row.backend == "trtllm":  # context steps run eagerly (TRTLLM_EAGER_LAUNCH_S) unless
+        # the row's script captured them as graphs (and runs no MTP: above)
+        if inferencemax_trtllm_piecewise(row) and inferencemax_mtp_drafts(row) is None:
+            return 0.0
         return TRTLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
     if row.backend == "vllm":  # steps above the largest graph (VLLM_EAGER_LAUNCH_S)
         if not vllm_prefills_eagerly(row):
