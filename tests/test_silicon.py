@@ -1384,3 +1384,16 @@ def test_bench_resumes_a_stopped_run(
         ]
 
     assert rows((out / "predictions.csv").read_text()) == rows(unbroken.decode())
+
+
+def test_model_named_matches_a_rows_model_path_by_name() -> None:
+    row = dataclasses.replace(
+        _rows()["tiny_h200_sglang_agg_64x8_c3_tp2"], model_path="meta-llama/Llama-3.1-70B-FP8"
+    )
+    assert sil_harness.model_named(row, ("gpt-oss-120b", "llama-3.1-70b")) == "llama-3.1-70b"
+    assert sil_harness.model_named(row, {"Llama-3.1-70B": 16384}) == "Llama-3.1-70B"  # either case
+    assert sil_harness.model_named(row, ("llama-3.1-8b", "deepseek-r1")) is None
+    first = sil_harness.model_named(row, ("llama", "llama-3.1-70b"))
+    assert first == "llama"  # the first of the names that matches
+    assert sil.select([row], ["LLAMA-3.1-70B"]) == [row]
+    assert sil.select([row], ["qwen3"]) == []

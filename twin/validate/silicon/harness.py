@@ -13,6 +13,8 @@ from twin.errors import TwinError
 from twin.model import ModelSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from twin.validate.silicon.rows import SiliconRow
 
 
@@ -227,10 +229,16 @@ INFERENCEMAX_TRTLLM_TOKENS = {"Llama-3.1-70B": 16384, "gpt-oss-120b": 20000}
 INFERENCEMAX_DEEPSEEK = ("deepseek-r1", "deepseek-v3")
 
 
+def model_named(row: SiliconRow, names: Iterable[str]) -> str | None:
+    """The first of ``names`` that ``row``'s ``model_path`` contains, case-insensitively
+    (a script's or rule's model, matched by name); ``None``: none of them."""
+    path = row.model_path.lower()
+    return next((name for name in names if name.lower() in path), None)
+
+
 def inferencemax_deepseek(row: SiliconRow) -> bool:
     """Whether ``row`` is one of InferenceMAX's DeepSeek-R1 runs (under either name)."""
-    path = row.model_path.lower()
-    return any(name in path for name in INFERENCEMAX_DEEPSEEK)
+    return model_named(row, INFERENCEMAX_DEEPSEEK) is not None
 
 
 INFERENCEMAX_TRTLLM_BLOCK = 64
@@ -391,7 +399,7 @@ _QWEN35_MTP_SCRIPT = ("c", "0.8", "32768", "32768", "poll")
 def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of InferenceMAX's SGLang server for a Qwen3.5-397B row (above);
     empty where no configuration covers it."""
-    if "qwen3.5-397b" not in row.model_path.lower():
+    if model_named(row, ("qwen3.5-397b",)) is None:
         return {}
     release = row.backend_version
     if release.startswith("nightly-dev"):  # the image's date names the configuration
@@ -470,11 +478,11 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
         return {"sets": sglang} if sglang else {}
     if engine != "trtllm":
         return {}
-    path = row.model_path.lower()
-    for name, tokens in INFERENCEMAX_TRTLLM_TOKENS.items():
-        if name.lower() in path:
-            wait = inferencemax_batch_wait(row)
-            return {"max_batched_tokens": tokens, **({"sets": wait} if wait else {})}
+    named = model_named(row, INFERENCEMAX_TRTLLM_TOKENS)
+    if named is not None:
+        wait = inferencemax_batch_wait(row)
+        tokens = INFERENCEMAX_TRTLLM_TOKENS[named]
+        return {"max_batched_tokens": tokens, **({"sets": wait} if wait else {})}
     if not inferencemax_deepseek(row) or not row.isl:
         return {}
     block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0
@@ -506,8 +514,7 @@ INFERENCEMAX_BATCH_WAIT_MODELS = ("llama-3.1-70b",)
 def inferencemax_batch_wait(row: SiliconRow) -> dict[str, str]:
     """The batch-waiting ``--set`` flags of InferenceMAX's TensorRT-LLM server for
     ``row`` (above); empty where its script sets none."""
-    path = row.model_path.lower()
-    if not any(name in path for name in INFERENCEMAX_BATCH_WAIT_MODELS):
+    if model_named(row, INFERENCEMAX_BATCH_WAIT_MODELS) is None:
         return {}
     if (row.isl, row.osl) != (1024, 1024) or (row.tp or 1) >= 8:
         return {}
@@ -673,10 +680,9 @@ def vllm_async_scheduling(row: SiliconRow, kind: str = "benchmark") -> bool:
     from twin.costmodel.table_release import release_at_least
     from twin.engine.modes_vllm import VLLM_ASYNC_FROM
 
-    if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
-        path = row.model_path.lower()
-        if any(name in path for name in INFERENCEMAX_VLLM_ASYNC_MODELS):
-            return True
+    imax = kind == "benchmark" and harness_of(row) is INFERENCEMAX
+    if imax and model_named(row, INFERENCEMAX_VLLM_ASYNC_MODELS) is not None:
+        return True
     return release_at_least(row.backend_version, VLLM_ASYNC_FROM)
 
 
@@ -695,11 +701,8 @@ def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
     """``--set moe_backend`` for the vLLM server of ``row`` (above); None: vLLM's default."""
     if kind != "benchmark" or harness_of(row) is not INFERENCEMAX:
         return None
-    path = row.model_path.lower()
-    for name, systems in INFERENCEMAX_VLLM_MARLIN.items():
-        if name in path and row.system in systems:
-            return "marlin"
-    return None
+    named = model_named(row, INFERENCEMAX_VLLM_MARLIN)
+    return "marlin" if named and row.system in INFERENCEMAX_VLLM_MARLIN[named] else None
 
 
 # TensorRT-LLM's overlap scheduler (``twin.engine.trtllm_batching``): on in every release
@@ -906,8 +909,8 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any]) -> int:
     seqs = int(sets.get("max_num_seqs", 0) or 0)
     size = min(2 * seqs, VLLM_MAX_CAPTURE) if seqs else VLLM_MAX_CAPTURE
     if harness_of(row) is INFERENCEMAX:
-        path = row.model_path.lower()
-        size = next((n for name, n in INFERENCEMAX_VLLM_CAPTURE.items() if name in path), size)
+        named = model_named(row, INFERENCEMAX_VLLM_CAPTURE)
+        size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
     budget = int(sets.get("max_num_batched_tokens", 0) or 0)
     return min(size, budget) if budget else size
 

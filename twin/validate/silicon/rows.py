@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from twin.errors import TwinError, where
-from twin.validate.silicon.harness import inferencemax_layout
+from twin.validate.silicon.harness import inferencemax_layout, model_named
 
 CSV_IN_PACKAGE = ("systems", "silicon_sample.csv")
 CONFIGS_IN_PACKAGE = "model_configs"
@@ -263,13 +263,13 @@ def select(
 ) -> list[SiliconRow]:
     """Rows whose model path contains one of ``models`` (case-insensitive), whose system
     is one of ``systems`` and backend one of ``backends`` (empty: any)."""
-    ms = [m.lower() for m in models]
+    ms = list(models)
     ss = {s.lower() for s in systems}
     bs = {b.lower() for b in backends}
     return [
         r
         for r in rows
-        if (not ms or any(m in r.model_path.lower() for m in ms))
+        if (not ms or model_named(r, ms) is not None)
         and (not ss or r.system in ss)
         and (not bs or r.backend in bs)
     ]
