@@ -929,7 +929,10 @@ def eager_launches(model: ModelSpec) -> int:
 
 def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool) -> bool:
     """Whether SGLang runs ``row``'s prefill batches without CUDA graphs (above): a
-    release before 0.5.10, or a model whose piecewise graphs every release turns off."""
+    release before 0.5.10, a model whose piecewise graphs every release turns off, an
+    InferenceMAX DeepSeek server whose script passes a flag that turns them off
+    (:func:`inferencemax_no_piecewise`), or an InferenceMAX row that names no release
+    but ran before 0.5.10 (:func:`inferencemax_sglang_unnamed`); never from 0.5.23."""
     from twin.costmodel.table_release import (  # late: rows read without it
         release_at_least,
         version_key,
@@ -955,7 +958,7 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     nothing to fit them on), attention DP is on, or the GPU has no fitted host time.
     TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``) unless the
     row's InferenceMAX script captured piecewise CUDA graphs
-    (:func:`inferencemax_trtllm_piecewise`); vLLM rows of the releases read
+    (:func:`inferencemax_trtllm_piecewise`) and ran no MTP; vLLM rows of the releases read
     (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph
     (``VLLM_EAGER_LAUNCH_S``; the plan adds :func:`vllm_graph_tokens`)."""
     if not model.n_moe_layers or (row.attention_dp or 1) > 1:
