@@ -114,6 +114,10 @@ def test_a_stage_that_cannot_hold_its_weights_is_refused():
         ({"pp": 2, "tp": 2, "dp_attention": 2}, "--pp 2: not modelled with --dp-attention"),
         ({"pp": 2, "host_cache_ratio": 1.0}, "--pp 2: not modelled with a host cache tier"),
         ({"pp": 2, "prefill_workers": 1, "decode_workers": 1}, "disaggregated"),
+        (
+            {"pp": 2, "scheduler": "trtllm", "scheduler_options": {"overlap_scheduler": True}},
+            "--pp 2: not modelled with TensorRT-LLM's overlap scheduler",
+        ),
         ({"pp": 0}, "--pp"),
     ],
 )

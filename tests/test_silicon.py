@@ -831,12 +831,13 @@ def test_trtllm_rows_run_with_the_overlap_scheduler() -> None:
     """TensorRT-LLM's overlap scheduler is on unless disabled (``TorchLlmArgs``
     ``disable_overlap_scheduler`` false; aiconfigurator's rule keeps it on): every
     aggregated TensorRT-LLM row runs with it, whatever the deployment; not under attention
-    DP (not modelled on a rank), not for another engine."""
+    DP (not modelled on a rank) or pipeline stages, not for another engine."""
     from dataclasses import replace
 
     row = _rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"]
     assert sil.trtllm_overlap_scheduler(row) == {"overlap_scheduler": "true"}
     assert sil.trtllm_overlap_scheduler(replace(row, attention_dp=2)) == {}
+    assert sil.trtllm_overlap_scheduler(replace(row, pp=2)) == {}  # a pipeline refuses it
     assert sil.trtllm_overlap_scheduler(replace(row, backend="vllm")) == {}
     for kind in ("benchmark", "defaults"):
         plan = sil.plan_row(row, CONFIGS, kind)

@@ -611,6 +611,12 @@ class EngineConfig:
             ("speculative decoding", not self.mode.speculative),
             ("disaggregated pools", not (d.prefill_workers or d.decode_workers)),
             ("a host cache tier", not (m.host_cache_bytes or m.host_cache_ratio)),
+            # Each lane would keep its own admission stamps over the one shared queue
+            # (twin.engine.trtllm_batching, twin.engine.pipeline): not modelled.
+            (
+                "TensorRT-LLM's overlap scheduler",
+                not self.scheduling.scheduler_options.get("overlap_scheduler"),
+            ),
         ):
             if not unset:
                 raise PipelineConflict(f"--pp {p}: not modelled with {flag} yet", flag)

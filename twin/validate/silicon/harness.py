@@ -711,14 +711,15 @@ def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
 # benchmark/trtllm.rule``: ``agg disable_overlap_scheduler = false``, its context-only
 # workers off), and InferenceMAX's TensorRT-LLM scripts were not read to set it, so they
 # keep the default. The twin models its admission lag on an aggregated replica without
-# attention DP (not on a rank, a pipeline or a disaggregated pool).
+# attention DP or pipeline stages (not on a rank, a pipeline or a disaggregated pool; the
+# plan leaves the pools out; a pipeline refuses it: ``EngineConfig._check_pipeline``).
 TRTLLM_OVERLAP_SETS = {"overlap_scheduler": "true"}
 
 
 def trtllm_overlap_scheduler(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of TensorRT-LLM's overlap scheduler for ``row`` (above); empty
-    where it is not modelled (another engine, attention DP)."""
-    if row.backend != "trtllm" or (row.attention_dp or 1) > 1:
+    where it is not modelled (another engine, attention DP, pipeline stages)."""
+    if row.backend != "trtllm" or (row.attention_dp or 1) > 1 or (row.pp or 1) > 1:
         return {}
     return dict(TRTLLM_OVERLAP_SETS)
 
