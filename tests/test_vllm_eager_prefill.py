@@ -47,6 +47,9 @@ def test_vllm_capture_size_from_the_server_limits_and_gpt_oss_scripts():
     assert sil.vllm_graph_tokens(gpt_oss, sets) == 2048
     small = {"sets": {"max_num_batched_tokens": "1024", "max_num_seqs": "512"}}
     assert sil.vllm_graph_tokens(gpt_oss, small) == 1024  # capped by the step budget
+    # the script's size goes with the script's limits: not at the engine's defaults
+    assert sil.vllm_graph_tokens(gpt_oss, {}, "defaults") == 512
+    assert sil.vllm_graph_tokens(gpt_oss, sets, "aiconfigurator") == 512
 
 
 def test_vllm_moe_rows_get_the_eager_host_time_and_dense_rows_none():

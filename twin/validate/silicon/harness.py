@@ -903,13 +903,15 @@ def vllm_prefills_eagerly(row: SiliconRow) -> bool:
     return version.startswith("nightly") or release_at_least(version, VLLM_EAGER_FROM)
 
 
-def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any]) -> int:
+def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benchmark") -> int:
     """vLLM's ``max_cudagraph_capture_size`` for ``row`` run with the server limits
-    ``limits`` (:func:`deployment`'s keywords; above)."""
+    ``limits`` (:func:`deployment`'s keywords under the deployment ``kind``; above): an
+    InferenceMAX script's own size only where its scripts' limits are run (``benchmark``,
+    as :func:`deployment`)."""
     sets = limits.get("sets", {})
     seqs = int(sets.get("max_num_seqs", 0) or 0)
     size = min(2 * seqs, VLLM_MAX_CAPTURE) if seqs else VLLM_MAX_CAPTURE
-    if harness_of(row) is INFERENCEMAX:
+    if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
         named = model_named(row, INFERENCEMAX_VLLM_CAPTURE)
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
     budget = int(sets.get("max_num_batched_tokens", 0) or 0)

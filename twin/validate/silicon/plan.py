@@ -234,7 +234,7 @@ def plan_row(
     if eager:
         limits = {**limits, "eager_prefill_s": eager}
         if engine == "vllm":  # only steps above vLLM's largest captured graph
-            limits["eager_graph_tokens"] = vllm_graph_tokens(row, limits)
+            limits["eager_graph_tokens"] = vllm_graph_tokens(row, limits, deploy)
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),
