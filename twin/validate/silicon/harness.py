@@ -854,7 +854,12 @@ SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 60e-6, "b200": 75e-6, "b300":
 # (TTFT / TPOT 54.7 / 15.9% -> 24.4 / 23.1%; least TTFT alone also 50), H200 75 us (56.5 /
 # 9.5% -> 24.1 / 20.3%; least TTFT alone 100 us, 22.3 / 24.6%)
 # (docs/decisions.md, "Issue 31, step: TensorRT-LLM's host time per launch refitted in series").
-TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 50e-6, "h200": 75e-6}
+# Refitted in session 19 after the overlap scheduler's admission lag and the DeepSeek rows'
+# own scripts (MTP, piecewise graphs) landed, on the same 40 fit rows: `... --per-split 40
+# --grid-us 25,50,75,100` (`benchmarks/results/trtllm-eager-grid-s19.json`): B200 25 us
+# (TTFT / TPOT 23.3 / 19.2%; 50 us: 32.3 / 20.2%), H200 75 us unchanged (24.6 / 13.6%; 50:
+# 28.2 / 14.2, 100: 26.5 / 15.5) (docs/decisions.md, "Issue 31, step: session 19's merge").
+TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "h200": 75e-6}
 
 
 # vLLM replays piecewise CUDA graphs only for steps of at most
