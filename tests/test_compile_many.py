@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from twin.costmodel import latency as lat
+from twin.costmodel.formulas import get_formula
 from twin.costmodel.profile_store import load_profile, shipped_profiles
 
 
@@ -19,6 +20,10 @@ def test_array_prices_equal_scalar_prices(profile: str) -> None:
     prof = load_profile(profile)
     rng = np.random.default_rng(16)
     for name, kernel in sorted(prof.kernels.items()):
+        if len(get_formula(name).extras) > 2:
+            # DeepEP's all-to-alls (three extra terms since session 19) have only the
+            # general form: A2APrice prices them with compile_kernel, never compile_fast.
+            continue
         fast = lat.compile_fast(name, kernel.params, prof.peaks)
         many = lat.compile_many(name, kernel.params, prof.peaks)
         n = 400

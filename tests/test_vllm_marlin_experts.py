@@ -142,6 +142,12 @@ def test_inferencemax_hopper_gpt_oss_rows_run_marlin():
     assert sil.vllm_moe_backend(dataclasses.replace(row, system="b200_sxm")) is None
     other = dataclasses.replace(row, model_path="MiniMaxAI/MiniMax-M2.5")
     assert sil.vllm_moe_backend(other) is None
+
+
+def test_a_planned_hopper_gpt_oss_row_sets_marlin():
+    pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
+    imax = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=4"
+    row = silicon_row(source=imax, backend_version="0.18.0")
     row = dataclasses.replace(row, isl=1024, osl=1024, concurrency=4, tp=1, ttft_ms=1, tpot_ms=1)
     plan = sil.plan_row(row)
     assert not isinstance(plan, str)
