@@ -666,6 +666,20 @@ def test_attention_dp_pools_conserve_requests_and_map_attention_ranks(tmp_path, 
         ),
         (["--decode-dp-attention", "2", "--tp", "2"], "only a disaggregated run has pools"),
         (["--decode-prefix-cache"], "only a disaggregated run has a decode pool"),
+        # The overlap scheduler's admission lag is modelled on an aggregated replica only.
+        (
+            [
+                "--engine",
+                "trtllm",
+                "--set",
+                "overlap_scheduler=true",
+                "--prefill-workers",
+                "1",
+                "--decode-workers",
+                "1",
+            ],
+            "--set overlap_scheduler: not modelled with disaggregated pools",
+        ),
         # SGLang's own flag names a server's role; the twin's pools are the deployment.
         (["--engine", "sglang", "--set", "disaggregation_mode=prefill"], "one SGLang server"),
         (

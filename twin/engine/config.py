@@ -662,6 +662,13 @@ class EngineConfig:
                 f"{pool[0]}: only a disaggregated run has a decode pool; give "
                 "--prefill-workers and --decode-workers"
             )
+        if (p or d) and self.scheduling.scheduler_options.get("overlap_scheduler"):
+            # The pools run their own loops (twin.engine.disagg); the overlap scheduler's
+            # admission lag is modelled on an aggregated replica only (trtllm_batching).
+            raise TwinError(
+                "--set overlap_scheduler: not modelled with disaggregated pools "
+                "(--prefill-workers/--decode-workers); drop one of them"
+            )
         store = x.shared_kv_tier_bytes
         if store < 0:
             raise TwinError(f"--shared-kv-tier: must be >= 0 (got {store})")
