@@ -421,14 +421,9 @@ def test_trtllm_batch_waiting_flags():
         get_mode("trtllm").settings(model, {"batch_wait_timeout_iters": "-1"})
 
 
-@pytest.mark.parametrize(("overlap", "first"), [(False, 3.0), (True, 4.0)])
-def test_trtllm_overlap_scheduler_takes_an_arrival_two_steps_on(tmp_path, overlap, first):
-    """TensorRT-LLM's overlap scheduler (``PyExecutor._executor_loop_overlap``: step n+1's
-    batch is fixed when step n starts): A (8 tokens) arrives at an idle server at 0 and
-    prefills at once (first token 1.0); B arrives at 1.5, while step 2 (1-2) runs, so step
-    3 (2-3) was already formed without it and B prefills in step 4 (3-4), beside A's
-    decode; without the overlap it prefills in step 3. A decodes every step either way."""
-    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=20)
+def _trtllm_run(path, overlap):
+    """TensorRT-LLM's batching at a 64-token budget, with or without the overlap
+    scheduler, on a constant-price recording pricer: (the pricer, the records)."""
     pricer = RecordingPricer()
     _, recs = run(
         path,
@@ -439,6 +434,18 @@ def test_trtllm_overlap_scheduler_takes_an_arrival_two_steps_on(tmp_path, overla
         max_running=8,
         scheduler_options={"overlap_scheduler": overlap},
     )
+    return pricer, recs
+
+
+@pytest.mark.parametrize(("overlap", "first"), [(False, 3.0), (True, 4.0)])
+def test_trtllm_overlap_scheduler_takes_an_arrival_two_steps_on(tmp_path, overlap, first):
+    """TensorRT-LLM's overlap scheduler (``PyExecutor._executor_loop_overlap``: step n+1's
+    batch is fixed when step n starts): A (8 tokens) arrives at an idle server at 0 and
+    prefills at once (first token 1.0); B arrives at 1.5, while step 2 (1-2) runs, so step
+    3 (2-3) was already formed without it and B prefills in step 4 (3-4), beside A's
+    decode; without the overlap it prefills in step 3. A decodes every step either way."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=20)
+    pricer, recs = _trtllm_run(path, overlap)
     a, b = _by_row(recs)[0], _by_row(recs)[1]
     assert a.first_token_s == 1.0
     assert b.first_token_s == first
@@ -451,16 +458,7 @@ def test_trtllm_overlap_scheduler_takes_an_arrival_at_a_prefill_step_two_steps_o
     without it (A's first decode), so B prefills in step 3 (2-3); C, arriving at 0.6 in
     the same step, waits as long and runs beside B (one budget of 64 tokens)."""
     path = single_turns(tmp_path / "w.parquet", [0.0, 0.5, 0.6], prompt_len=8, output_len=20)
-    pricer = RecordingPricer()
-    _, recs = run(
-        path,
-        pricer,
-        policy="vanilla",
-        scheduler="trtllm",
-        max_batched_tokens=64,
-        max_running=8,
-        scheduler_options={"overlap_scheduler": True},
-    )
+    pricer, recs = _trtllm_run(path, overlap=True)
     by = _by_row(recs)
     assert by[0].first_token_s == 1.0
     assert by[1].first_token_s == by[2].first_token_s == 3.0
