@@ -196,7 +196,7 @@ class BlockCache(ServesRequests):
             seg.locks = {}
         seg.locks[i] = seg.locks.get(i, 0) + 1
         if i == seg.n - 1:
-            seg.ver += 1  # a pinned tail is no candidate
+            self._lru.discard(seg)  # a pinned tail is no candidate
 
     def unpin(self, node: BlockRef) -> None:
         seg, i = node
@@ -248,10 +248,11 @@ class BlockCache(ServesRequests):
     # ------------------------------------------------------------------ the LRU
     def _push(self, seg: Segment) -> None:
         """Re-file ``seg`` after a change: a fresh heap entry if its tail is a leaf."""
-        seg.ver += 1
         n = seg.n
         if n and seg.is_leaf(n - 1):
             self._lru.push((seg.stamp(n - 1), seg.nid0 + n - 1), seg)
+        else:
+            self._lru.discard(seg)
 
     def shrink_to(self, limit: int) -> int:
         """Evict LRU leaf blocks until at most ``limit`` bytes are cached; set the capacity.
@@ -304,7 +305,7 @@ class BlockCache(ServesRequests):
                 seg.stamps[n - 1] = t
             self._push(seg)
         else:
-            seg.ver += 1
+            self._lru.discard(seg)
             self._detach(seg, t)
         return count
 

@@ -30,7 +30,6 @@ class Segment:
         "start",
         "states",
         "t0",
-        "ver",
     )
 
     def __init__(
@@ -49,7 +48,6 @@ class Segment:
         # Indices holding a recurrent state, for a pool that keeps states on some
         # blocks only (twin.cache.sparse_blocks); None here: every block has one.
         self.states: set[int] | None = None
-        self.ver = 0  # bumped on every change of the tail (lazy heap invalidation)
 
     def stamp(self, i: int) -> int:
         s = self.stamps

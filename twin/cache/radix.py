@@ -5,9 +5,9 @@ edge's first token. Matching compares a whole edge at once with numpy, so the
 Python work per lookup is one step per node on the path, not one per token.
 
 Besides the structure, a node carries the few fields a cache needs (checkpoint
-flag, lock count, last access, creation id, whether its checkpoint was hit) and a
-version for the policies' lazily invalidated heaps; a policy's own state (candidate
-tables, hit counts, stamps) lives beside the tree, keyed by node. The tree itself
+flag, lock count, last access, creation id, whether its checkpoint was hit); a
+policy's own state (candidate heaps, hit counts, stamps) lives beside the tree,
+keyed by node. The tree itself
 only maintains the structure; :class:`twin.cache.prefix_cache.PrefixCache` gives
 those fields their meaning.
 """
@@ -33,7 +33,6 @@ class Node:
         "parent",
         "t",
         "tokens",
-        "ver",
     )
 
     def __init__(self, tokens: np.ndarray, parent: Node | None, depth: int, nid: int = 0) -> None:
@@ -46,7 +45,6 @@ class Node:
         self.lock = 0  # running requests using this node (never evicted while > 0)
         self.t = 0  # last access on the cache's clock
         self.nid = nid  # creation order: the deterministic tie-break everywhere
-        self.ver = 0  # bumped by the policy on every change (lazy heap invalidation)
         self.ckpt_hit = False  # its checkpoint served at least one hit (counted once)
 
     @property

@@ -64,7 +64,7 @@ class JengaPolicy(LeafLRU):
         return list(range(k, len(full) + 1, k))
 
     def on_node_removed(self, node: Node, into: Node | None = None) -> None:
-        node.ver += 1  # only the last cached token was refreshed: no stamp goes up the path
+        self._leaves.discard(node)  # only the last cached token was refreshed: no stamp goes up
 
     def stats(self) -> dict[str, Any]:
         pages = JengaAllocator(kinds_of(self.cache.model), 0)  # its page sizes, no memory

@@ -10,9 +10,9 @@ refreshing the whole path, without walking it.
 Candidates live in a :class:`twin.cache.leaf_heap.LeafHeap` keyed by
 :meth:`LeafLRU.eviction_key`: the policy's eviction order (one small function of
 :mod:`twin.policies.eviction_orders`, found by name; ``lru`` here, ``(t,)``) and the
-node's creation id (ties by creation order): every change bumps the node's version
-and pushes a fresh entry if the node is a candidate; entries whose version is stale
-are skipped. Policies built on this one evict in another order by naming it.
+node's creation id (ties by creation order): every change pushes a fresh entry if the
+node is a candidate and discards it if not; stale entries are skipped. Policies
+built on this one evict in another order by naming it.
 """
 
 from __future__ import annotations
@@ -48,12 +48,13 @@ class LeafLRU(RadixPolicy):
         return (*self._order(node, self.hit_count(node)), node.nid)
 
     def on_node_changed(self, node: Node) -> None:
-        node.ver += 1
         if self._is_candidate(node):
             self._leaves.push(self.eviction_key(node), node)
+        else:
+            self._leaves.discard(node)
 
     def on_node_removed(self, node: Node, into: Node | None = None) -> None:
-        node.ver += 1
+        self._leaves.discard(node)
         parent = node.parent
         if into is None and parent is not None and node.t > parent.t:
             parent.t = node.t  # the lazy path refresh (module docstring)

@@ -130,20 +130,20 @@ class SGLangPolicy(SGLangPlusPolicy):
         if not self.hybrid:
             super().on_node_changed(node)
             return
-        node.ver += 1
-        if node.lock or node.parent is None:
-            return
+        candidate = not node.lock and node.parent is not None
         key = (self._mru.get(node.nid, 0), node.nid)
-        if not node.children:
-            self._full.push(key, node)
-        if node.ckpt:
-            self._states.push(key, node)
+        for heap, wanted in ((self._full, not node.children), (self._states, node.ckpt)):
+            if candidate and wanted:
+                heap.push(key, node)
+            else:
+                heap.discard(node)
 
     def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         if not self.hybrid:
             super().on_node_removed(node, into)
             return
-        node.ver += 1
+        self._full.discard(node)
+        self._states.discard(node)
         self._mru.pop(node.nid, None)
         if into is not None:
             # A tombstone folded into its child: the child's tokens keep its own recency.
