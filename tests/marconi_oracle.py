@@ -34,8 +34,9 @@ from twin.cache.base import COUNTERS
 from twin.cache.radix import Node
 from twin.model import ModelSpec
 from twin.policies import POLICIES, get_policy
+from twin.policies.admissions import JUDICIOUS
 from twin.policies.alpha_tuning import ALPHA_GRID, score_hits
-from twin.policies.base import RadixPolicy, judicious_admission
+from twin.policies.base import RadixPolicy
 from twin.policies.compiled import kernel as rules
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
@@ -328,7 +329,7 @@ class MarconiOracle(MarconiPolicy, ReferenceFlopAwareEviction):
     def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         self.refresh_insert_path(full)
         self.tune_if_due()
-        return judicious_admission(self.cache, prompt, full)
+        return JUDICIOUS(self.cache, prompt, full)
 
     def choose_victim(self) -> Any | None:
         self.end_warmup()  # the first victim fixes the window (``live.LiveCache.chosen``)
@@ -345,7 +346,7 @@ class MarconiTwinOracle(MarconiTwinPolicy, FlopAwareEviction):
     """``marconi-twin`` on the radix tree (as :class:`MarconiOracle`)."""
 
     def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        return judicious_admission(self.cache, prompt, full)
+        return JUDICIOUS(self.cache, prompt, full)
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
         return OracleTree(model, capacity_bytes, self)

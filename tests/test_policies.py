@@ -8,7 +8,15 @@ from marconi_oracle import tree_policy
 
 from twin.cache import serve
 from twin.errors import TwinError
-from twin.policies import ALPHA_GRID, POLICIES, get_policy, options_for
+from twin.policies import ADMISSIONS, ALPHA_GRID, POLICIES, admission_rule, get_policy, options_for
+from twin.policies.admissions import (
+    EveryBlock,
+    EveryInterval,
+    Judicious,
+    Nothing,
+    PageAligned,
+    WholePrompt,
+)
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -196,6 +204,25 @@ def test_registry_and_errors():
         get_policy("marconi-twin", alpha_metric="speed")
     # Shared flags (twin replay's) go through options_for: others' options are dropped there.
     assert get_policy("vllm+", **options_for("vllm+", {"block_size": 8, "jobs": 3})).block_size == 8
+
+
+def test_each_python_structure_policy_admits_by_a_rule_of_the_registry():
+    rules = {
+        "vanilla": Nothing(),
+        "vllm+": EveryBlock(32, None),
+        "sglang+": Judicious(),
+        "sglang": PageAligned(1),
+        "jenga": EveryInterval(512),
+        "prompt-cache": WholePrompt(),
+    }
+    for name, rule in rules.items():
+        assert get_policy(name).admission == rule
+        assert type(rule) in ADMISSIONS.values()
+    assert get_policy("sglang", page_size=4).admission == admission_rule(
+        "page-aligned", page_size=4
+    )
+    with pytest.raises(TwinError, match="unknown admission 'all'; valid: nothing, judicious"):
+        admission_rule("all")
 
 
 def test_an_option_of_another_policy_is_refused_naming_the_policy_and_its_options():

@@ -2,7 +2,8 @@
 
 Add a policy by subclassing :class:`policies.base.Policy` (a radix tree's:
 :class:`policies.base.RadixPolicy`) in its own module and listing it in ``POLICIES``;
-a leaf policy's eviction order is a function of :mod:`policies.eviction_orders`, by name.
+its admission is a rule of :mod:`policies.admissions` and a leaf policy's eviction
+order a function of :mod:`policies.eviction_orders`, each by name.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from twin.errors import TwinError
+from twin.policies.admissions import ADMISSIONS, admission_rule
 from twin.policies.alpha_tuning import ALPHA_GRID
-from twin.policies.base import Policy, judicious_admission
+from twin.policies.base import Policy
 from twin.policies.jenga import JengaPolicy
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
@@ -72,6 +74,7 @@ def options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
+    "ADMISSIONS",
     "ALPHA_GRID",
     "POLICIES",
     "JengaPolicy",
@@ -84,8 +87,8 @@ __all__ = [
     "SGLangPolicy",
     "VLLMPlusPolicy",
     "VanillaPolicy",
+    "admission_rule",
     "get_policy",
-    "judicious_admission",
     "options_for",
     "policy_class",
 ]

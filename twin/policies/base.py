@@ -1,8 +1,11 @@
-"""The policy interface (admission, refresh on access, eviction order) and the judicious rule.
+"""The policy interface: a structure, an admission rule, an eviction order, a tuner.
 
-A policy is bound to one cache (:meth:`Policy.bind`) and keeps its own
-incremental candidate structure current through the cache's hooks, so that
-choosing a victim never scans the tree.
+A policy is bound to one cache (:meth:`Policy.bind`), the structure it makes
+(:meth:`Policy.make_cache`, by the model's layer kinds); it admits by a rule of
+:mod:`twin.policies.admissions`, evicts in an order of
+:mod:`twin.policies.eviction_orders` (or by Marconi's compiled score) and keeps its
+own state (candidate heaps, hit counts, stamps) beside the structure, current through
+the cache's hooks, so that choosing a victim never scans the tree.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import numpy as np
 
 from twin.cache import HeldCache, Node, PrefixCache
 from twin.model import ModelSpec
+from twin.policies.admissions import Admits, Rule
 
 
 class Policy:
@@ -62,17 +66,24 @@ class Policy:
     def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None:
         """A request arrives (before its lookup)."""
 
-    # ----- decisions ----------------------------------------------------------
-    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        """Token positions of ``full`` (input + output) after which to keep the SSM state."""
-        raise NotImplementedError
-
     def stats(self) -> dict[str, Any]:
         """Policy-specific numbers for reports (e.g. the tuned alpha)."""
         return {}
 
 
-class RadixPolicy(Policy):
+class RulePolicy(Policy):
+    """A policy on a Python structure (the radix tree, the block pool, the module store):
+    it admits by its rule (:mod:`twin.policies.admissions`), set by its constructor."""
+
+    cache: Admits
+    admission: Rule
+
+    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        """Token positions of ``full`` (input + output) after which to keep the SSM state."""
+        return self.admission(self.cache, prompt, full)
+
+
+class RadixPolicy(RulePolicy):
     """A policy of the radix tree (:class:`twin.cache.PrefixCache`): the tree's hooks
     (:class:`twin.cache.TreePolicy`), which keep the policy's candidates current so that
     choosing a victim never scans the tree. Caches nothing special, evicts nothing."""
@@ -99,16 +110,3 @@ class RadixPolicy(Policy):
 
     def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         """``node`` left the cache; ``into`` is the child that took its KV, if any."""
-
-
-def judicious_admission(cache: PrefixCache, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-    """Marconi's admission (sec. 4.1), shared by ``sglang+``, ``marconi`` and ``oracle``.
-
-    Two kinds of reuse are worth an SSM checkpoint: a purely-input shared
-    prefix (e.g. a system prompt), found by speculative insertion of the input
-    as the branch point it would create, and input + output reuse (the next
-    turn of a conversation), served by the state after the last decoded token.
-    """
-    branch = cache.speculative_insert(prompt)
-    end = len(full)
-    return [end] if branch is None else [branch, end]

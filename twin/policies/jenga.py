@@ -5,7 +5,7 @@ Heterogeneity" (arXiv 2503.18292), sec. 5 (customisable prefix caching):
 
 - full attention needs the KV of every prefix token (the radix tree's rule);
 - Mamba layers keep a state every ``state_interval`` tokens (512), so hits
-  land on multiples of it (:meth:`JengaPolicy.admit`), and an access
+  land on multiples of it (the admission rule ``every-interval``), and an access
   refreshes only the last cached token, i.e. the node the hit ends at (no
   path refresh: an evicted leaf does not hand its stamp to its parent, unlike
   ``sglang+``);
@@ -27,15 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from twin.cache import Node
 from twin.errors import TwinError
 from twin.memory import JengaAllocator, kinds_of
+from twin.policies.admissions import STATE_INTERVAL, admission_rule
 from twin.policies.lru import LeafLRU
-
-# Jenga sec. 5: Mamba states are cached every 512 tokens.
-STATE_INTERVAL = 512
 
 
 class JengaPolicy(LeafLRU):
@@ -56,12 +52,7 @@ class JengaPolicy(LeafLRU):
                 f"jenga: state_interval must be a positive integer (got {state_interval!r})"
             )
         self.state_interval = state_interval
-
-    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        if not self.cache.has_ssm:
-            return [len(full)]  # full attention: every prefix token
-        k = self.state_interval
-        return list(range(k, len(full) + 1, k))
+        self.admission = admission_rule("every-interval", interval=state_interval)
 
     def on_node_removed(self, node: Node, into: Node | None = None) -> None:
         self._leaves.discard(node)  # only the last cached token was refreshed: no stamp goes up

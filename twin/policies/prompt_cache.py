@@ -16,15 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from twin.cache.module_cache import STORAGES, Module, ModuleCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.policies.base import Policy
+from twin.policies.admissions import admission_rule
+from twin.policies.base import RulePolicy
 
 
-class PromptCachePolicy(Policy):
+class PromptCachePolicy(RulePolicy):
     """Modules' attention KV in GPU or host memory, reused wherever declared; LRU eviction."""
 
     name = "prompt-cache"
@@ -35,6 +34,7 @@ class PromptCachePolicy(Policy):
     OPTIONS = ("storage",)
 
     cache: ModuleCache
+    admission = admission_rule("whole-prompt")
 
     def __init__(self, storage: str = "gpu") -> None:
         super().__init__()
@@ -46,10 +46,6 @@ class PromptCachePolicy(Policy):
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> ModuleCache:
         return ModuleCache(model, capacity_bytes, self, self.storage)
-
-    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        # Modules are stored once the prompt is computed; the position only says "store".
-        return [len(prompt)]
 
     def choose_victim(self) -> Module | None:
         store: ModuleCache = self.cache

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from twin.cache import Node, PrefixCache
 from twin.cache.hybrid_radix import MAMBA_FULL_MEMORY_RATIO, HybridRadixCache
 from twin.cache.leaf_heap import LeafHeap
 from twin.cache.radix import Match
 from twin.errors import TwinError
 from twin.model import ModelSpec
+from twin.policies.admissions import admission_rule
 from twin.policies.sglang_plus import SGLangPlusPolicy
 
 
@@ -63,6 +62,7 @@ class SGLangPolicy(SGLangPlusPolicy):
             raise TwinError(f"sglang: page_size must be a positive integer (got {page_size!r})")
         self.ratio = float(mamba_full_memory_ratio)
         self.page_size = page_size
+        self.admission = admission_rule("page-aligned", page_size=page_size)
         self.hybrid = False
         self._stamp = 0
         self._mru: dict[
@@ -78,14 +78,6 @@ class SGLangPolicy(SGLangPlusPolicy):
         return HybridRadixCache(
             model, capacity_bytes, self, self.ratio, int8_checkpoint=self.int8_checkpoint
         )
-
-    # ----- admission -----------------------------------------------------------
-    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        if not self.hybrid:
-            return super().admit(prompt, full)
-        positions = super().admit(prompt, full)
-        k = self.page_size
-        return sorted({p // k * k for p in positions if p >= k})
 
     # ----- recency (hybrid) ----------------------------------------------------
     def _stamp_path(self, node: Node | None) -> None:

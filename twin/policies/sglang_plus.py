@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from twin.cache import Match, Node
-from twin.policies.base import judicious_admission
+from twin.policies.admissions import admission_rule
 from twin.policies.eviction_orders import COUNTS_HITS, SGLANG_ORDERS, eviction_order
 from twin.policies.lru import LeafLRU
 
@@ -47,9 +47,11 @@ class SGLangPlusPolicy(LeafLRU):
         super().__init__()
         self._order = eviction_order(eviction, SGLANG_ORDERS, "sglang+")
         self.eviction = eviction
+        self.admission = admission_rule("judicious")
         self.hits: dict[Node, int] = {}  # node -> hit count (lfu, slru), beside the tree
 
     def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
+        """The insert's walk refreshes (and counts) its path, then the rule admits."""
         # Input + output's walk covers the input's: a node the input diverges
         # inside is on it, whole or partly matched.
         cache = self.cache
@@ -58,7 +60,7 @@ class SGLangPlusPolicy(LeafLRU):
             cache.touch(m.partial)
         if self.eviction in COUNTS_HITS:
             self._count_path(m)
-        return judicious_admission(cache, prompt, full)
+        return super().admit(prompt, full)
 
     def _count_path(self, m: Match) -> None:
         """One hit for every node the insert of ``full`` walks (RadixCache._insert_helper)."""

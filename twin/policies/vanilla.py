@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from twin.cache import HeldCache
 from twin.cache.empty import EmptyCache
 from twin.model import ModelSpec
+from twin.policies.admissions import admission_rule
 from twin.policies.base import RadixPolicy
 
 
@@ -16,8 +15,7 @@ class VanillaPolicy(RadixPolicy):
     name = "vanilla"
     description = "nothing cached: every prompt is prefilled from scratch"
 
-    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        return []
+    admission = admission_rule("nothing")
 
     def make_engine_cache(
         self,

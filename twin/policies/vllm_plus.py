@@ -19,16 +19,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from twin.cache import BlockCache
-from twin.cache.sparse_blocks import KVOnly, SparseBlockCache
+from twin.cache.sparse_blocks import SparseBlockCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
-from twin.policies.base import Policy
+from twin.policies.admissions import admission_rule
+from twin.policies.base import RulePolicy
 
 
-class VLLMPlusPolicy(Policy):
+class VLLMPlusPolicy(RulePolicy):
     """Checkpoint every block (or vLLM's retained ones); LRU over leaf blocks."""
 
     cache: BlockCache
@@ -57,46 +56,17 @@ class VLLMPlusPolicy(Policy):
         # MambaManager.reachable_block_mask returns None (every block) for None and
         # for an interval of at most one block; 0 and longer intervals are sparse.
         self.sparse = retention_interval == 0 or (retention_interval or 0) // block_size > 1
+        self.admission = admission_rule(
+            "every-block", block_size=block_size, retention_interval=retention_interval
+        )
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> BlockCache:
         if self.sparse and model.n_ssm_layers:
             return SparseBlockCache(model, capacity_bytes, self, self.block_size)
         return BlockCache(model, capacity_bytes, self, self.block_size)
 
-    def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
-        bs = self.block_size
-        cache = self.cache
-        end = len(full) // bs * bs
-        if not isinstance(cache, SparseBlockCache):
-            # Every full block of input + output; the block pool checkpoints each
-            # one, so only the last boundary needs saying.
-            return [end] if end else []
-        return retained_states(cache, prompt, end, bs, self.retention_interval or 0)
-
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"block_size": self.block_size}
         if self.retention_interval is not None:
             out["retention_interval"] = self.retention_interval
         return out
-
-
-def retained_states(
-    cache: SparseBlockCache, prompt: np.ndarray, end: int, block_size: int, interval: int
-) -> list[int]:
-    """The positions whose state vLLM keeps for one request, then the KV's end.
-
-    ``SingleTypeKVCacheManager.cache_blocks`` (``vllm/v1/core/
-    single_type_kv_cache_manager.py``) passes two reachable boundaries, the
-    replay boundary ``num_prompt_tokens - 1`` and the request's
-    ``shared_prefix_boundary`` (the junction, when a prefix is cached as KV
-    beyond its deepest state); ``MambaManager.reachable_block_mask`` keeps the
-    state of the block ending on each, floored to the block grid, plus, for an
-    interval ``N > 0``, that of every block ending on a multiple of ``N``.
-    """
-    keep = {(len(prompt) - 1) // block_size * block_size, cache.junction(prompt)}
-    if interval:
-        keep.update(range(interval, end + 1, interval))
-    positions = sorted(p for p in keep if 0 < p <= end)
-    if end and (not positions or positions[-1] < end):
-        positions.append(KVOnly(end))
-    return positions
