@@ -322,37 +322,49 @@ class FlopAwareEviction(RadixPolicy):
         return None if row < 0 else t.nodes[row]
 
 
+def python_grid(policy: Any) -> None:
+    """Give ``policy``'s tuner the grid replayed in Python (on oracles of its class)."""
+    tuner, cls = policy.tuner, type(policy)
+
+    def grid(model: ModelSpec) -> dict[float, float]:
+        return python_grid_scores(tuner.snapshot, model, tuner.window, cls, tuner.metric)
+
+    tuner.grid = grid
+
+
 class MarconiOracle(MarconiPolicy, ReferenceFlopAwareEviction):
     """``marconi`` on the radix tree: the production bootstrap over the rules above, the
     grid replayed in Python."""
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        python_grid(self)
+
     def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         self.refresh_insert_path(full)
-        self.tune_if_due()
+        self.tuner.tune_if_due(self.cache.model)
         return JUDICIOUS(self.cache, prompt, full)
 
     def choose_victim(self) -> Any | None:
-        self.end_warmup()  # the first victim fixes the window (``live.LiveCache.chosen``)
+        self.tuner.end_warmup()  # the first victim fixes the window (``LiveCache.chosen``)
         return super().choose_victim()
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
         return OracleTree(model, capacity_bytes, self)
 
-    def grid(self, model: ModelSpec, metric: str) -> dict[float, float]:
-        return python_grid_scores(self._snapshot, model, self._window, type(self), metric)
-
 
 class MarconiTwinOracle(MarconiTwinPolicy, FlopAwareEviction):
     """``marconi-twin`` on the radix tree (as :class:`MarconiOracle`)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        python_grid(self)
 
     def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         return JUDICIOUS(self.cache, prompt, full)
 
     def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
         return OracleTree(model, capacity_bytes, self)
-
-    def grid(self, model: ModelSpec, metric: str) -> dict[float, float]:
-        return python_grid_scores(self._snapshot, model, self._window, type(self), metric)
 
 
 ORACLES: dict[str, type] = {"marconi": MarconiOracle, "marconi-twin": MarconiTwinOracle}

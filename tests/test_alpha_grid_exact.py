@@ -20,7 +20,7 @@ from test_policies_props import traces
 
 from twin.cache import serve
 from twin.policies import policy_class
-from twin.policies.alpha_tuning import ALPHA_GRID, TunedAlpha, best_alpha, grid_scores
+from twin.policies.alpha_tuning import ALPHA_GRID, AlphaTuner, best_alpha, grid_scores
 from twin.policies.compiled import compiled_grid_runs
 from twin.presets import get_model
 from twin.replay import Trace, _run_at, replay
@@ -96,12 +96,12 @@ def test_tuned_policies_choose_the_exhaustive_alpha(
     options = {"bootstrap_multiplier": multiplier}
     fast = replay(t, HYBRID, capacity, name, options, per_request=True)
 
-    def exhaustive(self, model, metric):
+    def exhaustive(self, model):
         """Each alpha alone on the radix tree, from the live cache's own snapshot."""
-        window, cls = self._window, ORACLES[name]
-        return {a: window_score(self._snapshot, model, window, a, cls, metric) for a in ALPHA_GRID}
+        snap, window, cls, metric = self.snapshot, self.window, ORACLES[name], self.metric
+        return {a: window_score(snap, model, window, a, cls, metric) for a in ALPHA_GRID}
 
-    with mock.patch.object(TunedAlpha, "grid", exhaustive):
+    with mock.patch.object(AlphaTuner, "grid", exhaustive):
         slow = replay(t, HYBRID, capacity, name, options, per_request=True)
     assert fast.details.get("alpha_source") == slow.details.get("alpha_source")
     a, b = fast.to_dict(), slow.to_dict()

@@ -248,7 +248,7 @@ def test_host_tier_evicts_on_both_tiers() -> None:
             write_policy=write_policy,
         )
         assert python.evictions > 50 and req.host.evictions > 20, write_policy
-        assert python.policy.phase == live.policy.phase == "tuned"
+        assert python.policy.tuner.phase == live.policy.tuner.phase == "tuned"
         if write_policy == "write_back":
             assert req.written_back_tokens > 0 and req.written_back_states > 0
 
@@ -272,7 +272,7 @@ def test_tuning_completes_and_memory_follows_the_cache() -> None:
     capacity = _capacity(600, 12)
     choices = rng.integers(0, 30, 64).tolist()
     python, live, _ = _run(pairs, capacity, None, 2.0, choices)
-    assert python.policy.phase == live.policy.phase == "tuned"
+    assert python.policy.tuner.phase == live.policy.tuner.phase == "tuned"
     served = sum(len(p) + len(o) for p, o in pairs)
     held = capacity // HYBRID.kv_bytes_per_token
     assert served > 20 * held

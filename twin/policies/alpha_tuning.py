@@ -16,7 +16,7 @@ Metrics, each the total over the scored requests of the replayed window:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -26,9 +26,6 @@ from twin.limits import MAX_JOBS
 from twin.model import ModelSpec
 from twin.policies.grid import map_alphas
 from twin.policies.reference_score import ReferenceFlops
-
-if TYPE_CHECKING:
-    from twin.policies.compiled.live import LiveCache, TunedPolicy
 
 ALPHA_GRID = tuple(round(0.1 * i, 1) for i in range(21))
 REFERENCE_LAST_N = 500  # radix_cache_hybrid.RadixCache.tuning_interval
@@ -86,74 +83,81 @@ def grid_scores(
     return {run.alpha: score_hits(run.hits, model, metric) for run in compiled}
 
 
-class TunedAlpha:
-    """What both Marconi variants record about their alpha (mixed into the policy); the
-    compiled live cache they run on (:meth:`make_cache`) calls :meth:`end_warmup` and
-    :meth:`tune_if_due` (``marconi``'s bootstrap; ``marconi-twin`` tunes in
-    ``on_request``)."""
+class Snapshots(Protocol):
+    """What a tuner reads of its policy's cache: its model, evictions and a snapshot."""
 
-    alpha: float
-    phase: str  # warmup, window, tuned, untuned (window never reached) or fixed
-    rules: ClassVar[str]
-    bootstrap: dict[str, Any]
-    _snapshot: CacheSnapshot | None
-    _window: Window
+    model: ModelSpec
 
-    def start_tuning(self, alpha: float | None, bootstrap_multiplier: float, jobs: int) -> None:
-        """Check the options; a given ``alpha`` is fixed, none starts the bootstrap."""
+    @property
+    def evictions(self) -> int: ...
+    def snapshot(self) -> CacheSnapshot: ...
+
+
+class AlphaTuner:
+    """Marconi's online tuning of alpha, a component its policy is given: it records the
+    bootstrap window from a snapshot, replays it at every alpha of the grid and keeps
+    the best. A given ``alpha`` is fixed (no window). The policy's compiled live cache
+    calls :meth:`end_warmup` and :meth:`tune_if_due`; the policy passes its requests to
+    :meth:`on_request`. ``marconi``'s window is :class:`twin.policies.marconi.
+    ReferenceBootstrap`, ``marconi-twin``'s :class:`twin.policies.marconi_twin.TwinBootstrap`.
+    """
+
+    def __init__(
+        self,
+        policy_cls: type,
+        alpha: float | None,
+        bootstrap_multiplier: float,
+        jobs: int,
+        metric: str,
+    ) -> None:
         if bootstrap_multiplier <= 0:
             raise TwinError(f"bootstrap multiplier must be > 0 (got {bootstrap_multiplier})")
         if alpha is not None and alpha < 0:
             raise TwinError(f"alpha must be >= 0 (got {alpha})")
-        self.phase = "warmup" if alpha is None else "fixed"
-        self.multiplier = bootstrap_multiplier
         if not 1 <= jobs <= MAX_JOBS:  # 0 was silently 1 (issue 32)
             raise TwinError(f"jobs must be 1 to {MAX_JOBS:,} worker processes (got {jobs})")
+        self.policy_cls = policy_cls  # whose fixed-alpha runs the grid replays
+        self.metric = metric
+        self.alpha = 0.0 if alpha is None else float(alpha)
+        # warmup, window, tuned, untuned (window never reached) or fixed
+        self.phase = "warmup" if alpha is None else "fixed"
+        self.multiplier = bootstrap_multiplier
         self.jobs = int(jobs)
         self.requests = 0
-        self.bootstrap = {}
-        self._snapshot = None
-        self._window = []
+        self.bootstrap: dict[str, Any] = {}
+        self.snapshot: CacheSnapshot | None = None
+        self.window: Window = []
 
-    def grid(self, model: ModelSpec, metric: str) -> dict[float, float]:
-        """Every alpha's score of the window replayed from its snapshot (:func:`grid_scores`)."""
-        assert self._snapshot is not None, "a grid replays the window from its snapshot"
-        return grid_scores(self._snapshot, model, self._window, type(self), metric, jobs=self.jobs)
-
-    def finish_tuning(self, scores: dict[float, float], **record: Any) -> None:
-        """Take the best alpha of ``scores`` and record the grid; the window is dropped."""
-        self.alpha = best_alpha(scores)
-        self.bootstrap.update(
-            completed=True,
-            window_prompt_tokens=sum(n for _, n in self._window),
-            grid={str(a): s for a, s in scores.items()},
-            **record,
-        )
-        self.phase = "tuned"
-        self._snapshot, self._window = None, []
+    def on_request(self, cache: Snapshots, prompt: np.ndarray, full: np.ndarray) -> None:
+        """A request arrives at the policy's cache (before its lookup)."""
+        self.requests += 1
 
     def end_warmup(self) -> None:
         """The first victim is being chosen (``marconi`` fixes its window then)."""
 
-    def tune_if_due(self) -> bool:
+    def tune_if_due(self, model: ModelSpec) -> bool:
         """Tune now if the request just admitted completes the window; ``True`` if it did
         (``marconi``'s: the tuning at an insert)."""
         return False
 
-    def make_cache(self: TunedPolicy, model: ModelSpec, capacity_bytes: int) -> LiveCache:
-        """The compiled live cache (:mod:`policies.compiled.live`): in every memory mode,
-        over a host tier or as one, and in replays."""
-        from twin.policies.compiled.live import LiveCache
+    def grid(self, model: ModelSpec) -> dict[float, float]:
+        """Every alpha's score of the window replayed from its snapshot (:func:`grid_scores`)."""
+        assert self.snapshot is not None, "a grid replays the window from its snapshot"
+        return grid_scores(
+            self.snapshot, model, self.window, self.policy_cls, self.metric, jobs=self.jobs
+        )
 
-        return LiveCache(model, capacity_bytes, self)
-
-    def stats(self) -> dict[str, Any]:
-        return {
-            "alpha": self.alpha,
-            "alpha_source": self.phase,
-            "rules": self.rules,
-            "bootstrap": self.bootstrap,
-        }
+    def finish(self, scores: dict[float, float], **record: Any) -> None:
+        """Take the best alpha of ``scores`` and record the grid; the window is dropped."""
+        self.alpha = best_alpha(scores)
+        self.bootstrap.update(
+            completed=True,
+            window_prompt_tokens=sum(n for _, n in self.window),
+            grid={str(a): s for a, s in scores.items()},
+            **record,
+        )
+        self.phase = "tuned"
+        self.snapshot, self.window = None, []
 
 
 def best_alpha(scores: dict[float, float]) -> float:

@@ -1,9 +1,10 @@
 """``marconi``: Marconi (arXiv 2411.19379, sec. 4) as its authors' code runs it.
 
-Admission (sec. 4.1) is the judicious rule of ``policies.base``; eviction is
+Admission (sec. 4.1) is the judicious rule (:mod:`policies.admissions`); eviction is
 the reference code's score (:mod:`policies.reference_score`); both run compiled,
 on the cache this policy makes (:mod:`policies.compiled.live`). Alpha follows
-the reference code's retrospective tuning (github.com/ruipeterpan/marconi):
+the reference code's retrospective tuning (github.com/ruipeterpan/marconi),
+:class:`ReferenceBootstrap`, the tuner this policy is given:
 
 - alpha is 0 until tuned (``policy_exploration.py`` starts every run at
   ``eff_weight=0``);
@@ -26,64 +27,48 @@ the reference code's retrospective tuning (github.com/ruipeterpan/marconi):
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from twin.policies.alpha_tuning import TunedAlpha
+from twin.model import ModelSpec
+from twin.policies.alpha_tuning import AlphaTuner, Snapshots
 from twin.policies.base import Policy
 from twin.policies.compiled.live import LiveCache
 
 BOOTSTRAP_MULTIPLIER = 5  # policy_exploration.py's --bootstrap_multiplier default (15 for LMSys)
 
 
-class MarconiPolicy(TunedAlpha, Policy):
-    """The reference score with the reference bootstrap (or a fixed ``alpha``): the
-    bootstrap window and its record; the score runs in the compiled cache, which tells
-    this policy of its first victim choice (:meth:`end_warmup`) and of each admission
-    (:meth:`tune_if_due`)."""
+class ReferenceBootstrap(AlphaTuner):
+    """The reference code's window: from the first request's snapshot; its length fixed
+    at the first victim choice (:meth:`end_warmup`); tuned at the insert completing it."""
 
-    name = "marconi"
-    description = "judicious admission, the authors' eviction score and alpha tuning"
-    OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "jobs")
-    rules: ClassVar[str] = "reference"
-    cache: LiveCache  # bound by the live cache it makes (``TunedAlpha.make_cache``)
+    _window_len: int | None = None  # fixed at the first victim choice
 
-    def __init__(
-        self,
-        alpha: float | None = None,
-        bootstrap_multiplier: float = BOOTSTRAP_MULTIPLIER,
-        jobs: int = 1,
-    ) -> None:
-        super().__init__()
-        self.alpha = 0.0 if alpha is None else float(alpha)
-        self.start_tuning(alpha, bootstrap_multiplier, jobs)
-        self._window_len: int | None = None
-
-    # ----- the bootstrap --------------------------------------------------------------
-    def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None:
-        super().on_request(prompt, full)
+    def on_request(self, cache: Snapshots, prompt: np.ndarray, full: np.ndarray) -> None:
         self.requests += 1
         if self.phase not in ("warmup", "window"):
             return
-        if self._snapshot is None:
-            self._snapshot = self.cache.snapshot()
-        if self._window_len is None or len(self._window) < self._window_len:
-            self._window.append((full, len(prompt)))
+        if self.snapshot is None:
+            self.snapshot = cache.snapshot()
+        if self._window_len is None or len(self.window) < self._window_len:
+            self.window.append((full, len(prompt)))
 
-    def tune_if_due(self) -> bool:
-        """Tune now if the request just admitted completes the window; ``True`` if it did."""
+    def tune_if_due(self, model: ModelSpec) -> bool:
         if (
             self.phase == "window"
             and self._window_len is not None
             and self.requests >= self._window_len
         ):
-            self._tune()
+            self.finish(
+                self.grid(model),
+                tuned_at_request=self.requests,
+                metric="reference FLOPs saved, last 500 requests",
+            )
             return True
         return False
 
     def end_warmup(self) -> None:
-        """The first victim is being chosen: the bootstrap window's length is fixed."""
         if self.phase == "warmup":
             before = self.requests
             self._window_len = max(1, round(self.multiplier * before))
@@ -95,11 +80,49 @@ class MarconiPolicy(TunedAlpha, Policy):
             # The reference checks for the window's end before evicting: a window
             # ending at this very request is never reached.
             self.phase = "window" if self._window_len > before else "untuned"
-            del self._window[self._window_len :]
+            del self.window[self._window_len :]
 
-    def _tune(self) -> None:
-        self.finish_tuning(
-            self.grid(self.cache.model, "reference"),
-            tuned_at_request=self.requests,
-            metric="reference FLOPs saved, last 500 requests",
-        )
+
+class MarconiPolicy(Policy):
+    """A Marconi policy: the compiled live cache (its structure, judicious admission and
+    eviction score by :attr:`rules`) and the alpha :attr:`tuner` it is given (here the
+    reference bootstrap, or a fixed ``alpha``). The live cache tells the tuner of its
+    first victim choice (``end_warmup``) and of each admission (``tune_if_due``)."""
+
+    name = "marconi"
+    description = "judicious admission, the authors' eviction score and alpha tuning"
+    OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "jobs")
+    rules: ClassVar[str] = "reference"  # the compiled score: the authors' (or ``twin``)
+    cache: LiveCache  # bound by the live cache it makes
+    tuner: AlphaTuner
+
+    def __init__(
+        self,
+        alpha: float | None = None,
+        bootstrap_multiplier: float = BOOTSTRAP_MULTIPLIER,
+        jobs: int = 1,
+    ) -> None:
+        super().__init__()
+        self.tuner = ReferenceBootstrap(type(self), alpha, bootstrap_multiplier, jobs, "reference")
+
+    @property
+    def alpha(self) -> float:
+        return self.tuner.alpha
+
+    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> LiveCache:
+        """The compiled live cache (:mod:`policies.compiled.live`): in every memory mode,
+        over a host tier or as one, and in replays."""
+        return LiveCache(model, capacity_bytes, self)
+
+    def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None:
+        super().on_request(prompt, full)
+        self.tuner.on_request(self.cache, prompt, full)
+
+    def stats(self) -> dict[str, Any]:
+        t = self.tuner
+        return {
+            "alpha": t.alpha,
+            "alpha_source": t.phase,
+            "rules": self.rules,
+            "bootstrap": t.bootstrap,
+        }

@@ -21,23 +21,45 @@ from typing import ClassVar
 import numpy as np
 
 from twin.errors import TwinError
-from twin.model import ModelSpec
-from twin.policies.alpha_tuning import TunedAlpha
-from twin.policies.base import Policy
-from twin.policies.compiled.live import LiveCache
+from twin.policies.alpha_tuning import AlphaTuner, Snapshots
+from twin.policies.marconi import MarconiPolicy
 
 ALPHA_METRICS = ("hit-rate", "flops")
 
 
-class MarconiTwinPolicy(TunedAlpha, Policy):
+class TwinBootstrap(AlphaTuner):
+    """The twin's window: from a snapshot at the first eviction, ``bootstrap_multiplier``
+    times the requests served before it; tuned when the request after it arrives."""
+
+    _window_len = 0
+
+    def on_request(self, cache: Snapshots, prompt: np.ndarray, full: np.ndarray) -> None:
+        self.requests += 1
+        if self.phase == "warmup" and cache.evictions:
+            before = self.requests - 1  # requests served before this one, eviction included
+            self._window_len = max(1, round(self.multiplier * before))
+            self.snapshot = cache.snapshot()
+            self.bootstrap = {
+                "requests_before_first_eviction": before,
+                "window_start": before,
+                "window_requests": self._window_len,
+                "completed": False,
+            }
+            self.phase = "window"
+        if self.phase == "window":
+            if len(self.window) < self._window_len:
+                self.window.append((full, len(prompt)))
+                return
+            self.finish(self.grid(cache.model), metric=self.metric)
+
+
+class MarconiTwinPolicy(MarconiPolicy):
     """FLOP-aware eviction with a bootstrapped alpha (or a fixed one when ``alpha`` is given):
-    the bootstrap window and its record; the score runs in the compiled cache
-    (:mod:`policies.compiled.live`)."""
+    the compiled live cache under the twin's score, given the twin's bootstrap."""
 
     name = "marconi-twin"
     description = "marconi with the twin's earlier score and tuning (linear recency, own bytes)"
     rules: ClassVar[str] = "twin"
-    cache: LiveCache  # bound by the live cache it makes (``TunedAlpha.make_cache``)
     OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "alpha_metric", "jobs")
 
     def __init__(
@@ -47,37 +69,9 @@ class MarconiTwinPolicy(TunedAlpha, Policy):
         alpha_metric: str = "hit-rate",
         jobs: int = 1,
     ) -> None:
-        super().__init__()
-        self.alpha = 0.0 if alpha is None else float(alpha)
         if alpha_metric not in ALPHA_METRICS:
             raise TwinError(
                 f"alpha metric {alpha_metric!r} unknown; valid: {', '.join(ALPHA_METRICS)}"
             )
-        self.metric = alpha_metric
-        self.start_tuning(alpha, bootstrap_multiplier, jobs)
-        self._window_len = 0
-
-    # ----- the bootstrap -------------------------------------------------------
-    def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None:
-        cache = self.cache
-        self.requests += 1
-        if self.phase == "warmup" and cache.evictions:
-            before = self.requests - 1  # requests served before this one, eviction included
-            self._window_len = max(1, round(self.multiplier * before))
-            self._snapshot = cache.snapshot()
-            self.bootstrap = {
-                "requests_before_first_eviction": before,
-                "window_start": before,
-                "window_requests": self._window_len,
-                "completed": False,
-            }
-            self.phase = "window"
-        if self.phase == "window":
-            if len(self._window) < self._window_len:
-                self._window.append((full, len(prompt)))
-                return
-            self._tune(cache.model)
-
-    def _tune(self, model: ModelSpec) -> None:
-        assert self._snapshot is not None
-        self.finish_tuning(self.grid(model, self.metric), metric=self.metric)
+        super().__init__(alpha, bootstrap_multiplier, jobs)
+        self.tuner = TwinBootstrap(type(self), alpha, bootstrap_multiplier, jobs, alpha_metric)

@@ -38,7 +38,7 @@ def rules_of(policy_cls: type) -> int:
     ``oracle`` the authors', ``marconi-twin`` the twin's)."""
     from twin.policies.compiled.kernel import REFERENCE, TWIN  # numba loads here
 
-    rules: str = getattr(policy_cls, "rules")  # noqa: B009 (``TunedAlpha.rules``)
+    rules: str = getattr(policy_cls, "rules")  # noqa: B009 (``MarconiPolicy.rules``)
     return {"reference": REFERENCE, "twin": TWIN}[rules]
 
 

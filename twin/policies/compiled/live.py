@@ -48,17 +48,27 @@ from twin.cache.requests import Admission, HostWrites, release
 from twin.model import ModelSpec
 
 
+class Tuner(Protocol):
+    """What the live cache tells its policy's alpha tuner
+    (``twin.policies.alpha_tuning.AlphaTuner``)."""
+
+    @property
+    def phase(self) -> str: ...
+    def end_warmup(self) -> None: ...
+    def tune_if_due(self, model: ModelSpec) -> bool: ...
+
+
 class TunedPolicy(Protocol):
     """What the live cache asks of its policy (``marconi``, ``marconi-twin``, ``oracle``:
-    ``twin.policies.alpha_tuning.TunedAlpha``): the alpha and its bootstrap."""
+    ``twin.policies.marconi.MarconiPolicy``): the alpha and the tuner it is given."""
 
-    alpha: float
-    phase: str
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def tuner(self) -> Tuner: ...
 
     def bind(self, cache: HeldCache) -> None: ...
     def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None: ...
-    def end_warmup(self) -> None: ...
-    def tune_if_due(self) -> bool: ...
     def stats(self) -> dict[str, Any]: ...
 
 
@@ -166,10 +176,10 @@ class LiveCache:
 
     def chosen(self) -> None:
         """After evictions: ``marconi``'s first victim choice fixes its window's length
-        (``MarconiPolicy.choose_victim``'s first call: ``end_warmup``)."""
-        policy = self.policy
-        if self.reference and policy.phase == "warmup" and self.sc[self.k.S_CHOSE]:
-            policy.end_warmup()
+        (the reference's ``choose_victim``'s first call: the tuner's ``end_warmup``)."""
+        tuner = self.policy.tuner
+        if self.reference and tuner.phase == "warmup" and self.sc[self.k.S_CHOSE]:
+            tuner.end_warmup()
 
     def live_nodes(self) -> list[int]:
         """The ids of the nodes in the tree (the root and reused ids aside)."""
@@ -383,7 +393,7 @@ class LiveRequests(HostWrites[LiveCache]):
         cache.mf[k.F_ALPHA] = policy.alpha  # ``marconi-twin`` tunes here
         pos = self._pos
         node, hit, npos = k.live_admit(cache.st, full, len(prompt), len(full), order, pos)
-        if cache.reference and policy.tune_if_due():
+        if cache.reference and policy.tuner.tune_if_due(cache.model):
             cache.mf[k.F_ALPHA] = policy.alpha
         n = len(prompt)
         pinned = int(node)
