@@ -57,7 +57,7 @@ implementation. The sections:
    ``twin.cache.tree_edits.TreeEdits``, an insert's bytes in
    ``twin.cache.admission_cost.AdmissionCost``) and one request
    (``twin.cache.requests.RequestCache.serve`` with Marconi's judicious admission,
-   ``policies.base.judicious_admission``, and under the reference rules
+   ``policies.admissions.Judicious``, and under the reference rules
    ``marconi``'s clock ticks and insert refresh).
 """
 
