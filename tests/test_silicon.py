@@ -1412,7 +1412,7 @@ def test_inferencemax_sglang_nextn_rows_accept_drafts_at_the_fitted_rate() -> No
     from twin.presets import get_model
 
     rate = float(sil.INFERENCEMAX_SGLANG_MTP_ACCEPTANCE)
-    qwen35 = dataclasses.replace(get_model("qwen3.5-397b-a17b"), mtp_layers=1)
+    qwen35 = replace(get_model("qwen3.5-397b-a17b"), mtp_layers=1)
     r1 = replace(
         _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8),
         concurrency=256,
