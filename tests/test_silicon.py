@@ -1398,3 +1398,39 @@ def test_model_named_matches_a_rows_model_path_by_name() -> None:
     assert first == "llama"  # the first of the names that matches
     assert sil.select([row], ["LLAMA-3.1-70B"]) == [row]
     assert sil.select([row], ["qwen3"]) == []
+
+
+def test_inferencemax_sglang_nextn_rows_accept_drafts_at_the_fitted_rate() -> None:
+    """The -mtp configurations' rows (DeepSeek-R1 fp8 and Qwen3.5-397B fp8 on B200, 0.5.9)
+    price SGLang's NEXTN drafts at the rate fitted on the fit split, each draft accepted
+    with it (2 drafts: 1 + r + r^2), below the MTP default (DeepSeek-V3's second-token
+    acceptance); the plain configurations' rows run no drafts."""
+    from dataclasses import replace
+
+    from twin.engine.modes import get_mode
+    from twin.engine.speculative import iid_length
+    from twin.presets import get_model
+
+    rate = float(sil.INFERENCEMAX_SGLANG_MTP_ACCEPTANCE)
+    qwen35 = replace(get_model("qwen3.5-397b-a17b"), mtp_layers=1)
+    r1 = replace(
+        _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8),
+        concurrency=256,
+    )
+    qwen = replace(r1, model_path="Qwen/Qwen3.5-397B-A17B", tp=4, moe_ep=1, concurrency=64)
+    unfitted = {
+        k: v
+        for k, v in sil.deployment(r1, "sglang")["sets"].items()
+        if k != "speculative_acceptance"
+    }
+    default = get_mode("sglang").settings(get_model("deepseek-r1"), unfitted)["speculative"]
+    for row, drafts in ((r1, 2), (qwen, 3)):
+        sets = sil.deployment(row, "sglang")["sets"]
+        assert sets["speculative_acceptance"] == sil.INFERENCEMAX_SGLANG_MTP_ACCEPTANCE
+        # the checkpoint's MTP layer (the preset carries none; the scorer reads the config)
+        model = get_model("deepseek-r1") if row is r1 else qwen35
+        spec = get_mode("sglang").settings(model, dict(sets))["speculative"]
+        assert spec["acceptance_length"] == pytest.approx(iid_length(rate, drafts))
+    assert iid_length(rate, 2) < default["acceptance_length"]
+    plain = sil.deployment(replace(r1, concurrency=64), "sglang")["sets"]
+    assert "speculative_acceptance" not in plain

@@ -335,11 +335,28 @@ _SGLANG_FLAGS = (
     "max_prefill_tokens",
     "scheduler_recv_interval",
 )
+# How often SGLang's NEXTN drafts are accepted on InferenceMAX's rows: one per-token rate
+# (``--set speculative_acceptance``, the same for every draft: ``twin.engine.speculative``
+# ``iid_length``), fitted on the fit split only. The twin's default for MTP is the
+# DeepSeek-V3 report's 85-90% acceptance of the second token (one MTP module predicting one
+# token ahead of the model's own hidden state, on the report's evaluation text). SGLang's
+# drafts past the first are predicted from the draft's own states: the EAGLE worker runs the
+# model's one MTP layer ``speculative_num_steps`` times, each step on the hidden states the
+# previous draft step returned (``speculative/eagle_worker.py`` ``EAGLEWorker.draft_forward``,
+# 0.5.9: ``hidden_states = logits_output.hidden_states``), and InferenceMAX's prompts are
+# random tokens (``benchmark_serving.py --dataset-name random``). The fit: the 15 fit rows
+# of the -mtp configurations (DeepSeek-R1 fp8 and Qwen3.5-397B fp8 on B200, 0.5.9) with at
+# most 64 clients in ``benchmarks/results/silicon-sample1500``, the least TPOT MAPE: TTFT /
+# TPOT MAPE 33.0 / 19.0% at the default (0.85), 32.0 / 10.1 at 0.75, 31.4 / 8.0 at 0.7,
+# 30.8 / 7.7 at 0.65, 29.5 / 16.5 at 0.55 (docs/decisions.md, "Issue 31, step: the SGLang
+# rows' errors by cause, and NEXTN's acceptance on InferenceMAX's rows").
+INFERENCEMAX_SGLANG_MTP_ACCEPTANCE = "0.65"
 _SGLANG_MTP = {
     "speculative_algorithm": "NEXTN",
     "speculative_num_steps": "2",
     "speculative_eagle_topk": "1",
     "speculative_num_draft_tokens": "3",
+    "speculative_acceptance": INFERENCEMAX_SGLANG_MTP_ACCEPTANCE,
 }
 
 
@@ -378,6 +395,7 @@ _QWEN35_MTP = {
     "speculative_num_steps": "3",
     "speculative_eagle_topk": "1",
     "speculative_num_draft_tokens": "4",
+    "speculative_acceptance": INFERENCEMAX_SGLANG_MTP_ACCEPTANCE,
 }
 # (system, precision, release) -> (max_running_requests, mem_fraction_static,
 # chunked_prefill_size, max_prefill_tokens, scheduler_recv_interval); "c": the clients,
