@@ -287,3 +287,25 @@ def test_a_late_arrival_waits_for_the_balance_s_timeout(tmp_path):
         ttft[held] = next(r.ttft_s for r in records if r.session_id == 2)
     assert ttft[False] == pytest.approx(prefill + mixed - 0.002)
     assert ttft[True] == pytest.approx(prefill + 4 * decode + mixed - 0.002)
+
+
+def test_the_trtllm_mode_reads_attention_dp_config():
+    from twin.engine.modes import get_mode
+
+    model = get_model("tiny-transformer")
+    sets = {
+        "attention_dp_balance": "true",
+        "attention_dp_timeout_iters": "60",
+        "attention_dp_batching_wait_iters": "0",
+    }
+    settings = get_mode("trtllm").settings(model, sets)
+    assert settings["scheduler_options"] == {
+        "attention_dp_balance": True,
+        "attention_dp_timeout_iters": 60,
+        "attention_dp_batching_wait_iters": 0,
+    }
+    assert "scheduler_options" not in get_mode("trtllm").settings(model, {})  # off by default
+    with pytest.raises(TwinError, match="attention_dp_timeout_iters=-1: must be at least 0"):
+        get_mode("trtllm").settings(model, {"attention_dp_timeout_iters": "-1"})
+    with pytest.raises(TwinError, match="attention_dp_balance"):
+        get_mode("trtllm").settings(model, {"attention_dp_balance": "maybe"})
