@@ -12,6 +12,7 @@ from twin.engine import EngineConfig, memory_budget
 from twin.engine.config import ClusterConfig, MemoryConfig
 from twin.engine.dp_attention import (
     IDLE,
+    ADPBalance,
     DPCluster,
     DPStepPricer,
     RoundRobin,
@@ -244,3 +245,67 @@ def test_a_rank_drops_trtllm_batch_waiting():
     assert config.scheduling.scheduler_options == {**wait, "x": 1}  # not changed in place
     plain = EngineConfig(scheduling=SchedulerConfig(scheduler_options={"x": 1}))
     assert rank_config(plain) is plain
+
+
+def test_the_trtllm_balance_holds_contexts_until_every_rank_has_one_or_the_timeout():
+    """``PyExecutor._balance_adp_requests``: contexts run when every rank has one and
+    room, or when some rank has no generation request; else the hold count goes up
+    (also with no context anywhere: a clock) and releases them at ``timeout_iters``."""
+    b = ADPBalance(timeout_iters=3, batching_wait_iters=0, max_batch_size=4, iteration=1.0)
+    assert b.contexts_run([True, True], [2, 2])  # every rank has one
+    assert b.contexts_run([True, False], [0, 2])  # a rank runs no generation request
+    assert not b.contexts_run([False, False], [2, 2])  # the clock runs: 1
+    assert not b.contexts_run([True, False], [2, 2])  # 2
+    assert b.contexts_run([True, False], [2, 2])  # 3: the timeout, reset
+    assert not b.contexts_run([True, True], [4, 2])  # a full rank: held (1)
+    # batching_wait_iters: held that many iterations once every rank has one
+    w = ADPBalance(timeout_iters=50, batching_wait_iters=2, max_batch_size=4, iteration=1.0)
+    assert [w.contexts_run([True, True], [1, 1]) for _ in range(4)] == [False, False, True, False]
+    # a speculative token step is 1 / tau of an iteration: 3 iterations are 6 steps at tau 2
+    s = ADPBalance(timeout_iters=3, batching_wait_iters=0, max_batch_size=4, iteration=0.5)
+    assert [s.contexts_run([True, False], [1, 1]) for _ in range(6)] == [False] * 5 + [True]
+
+
+def test_a_late_arrival_waits_for_the_balance_s_timeout(tmp_path):
+    """Two ranks decode one request each; a third request arrives during the first step
+    and lands on rank 0 alone: with the balance (timeout 5) it is held four decode steps
+    (the count runs 1..4) and prefilled in the fifth; without it, in the next step."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0, 0.002], prompt_len=4, output_len=20)
+    prefill = 4 * A + 8 * F + 2 * 8 * R
+    decode = A + 2 * F + 2 * R
+    mixed = 5 * A + 6 * F + 2 * 6 * R  # rank 0 prefills 4 and decodes 1, rank 1 decodes 1
+    options = {
+        "attention_dp_balance": True,
+        "attention_dp_timeout_iters": 5,
+        "attention_dp_batching_wait_iters": 0,
+    }
+    ttft = {}
+    for held, opts in ((False, {}), (True, options)):
+        _, records = run(
+            path, _pricer(), "llama-3-8b", tp=2, dp_attention=2, scheduler_options=opts
+        )
+        ttft[held] = next(r.ttft_s for r in records if r.session_id == 2)
+    assert ttft[False] == pytest.approx(prefill + mixed - 0.002)
+    assert ttft[True] == pytest.approx(prefill + 4 * decode + mixed - 0.002)
+
+
+def test_the_trtllm_mode_reads_attention_dp_config():
+    from twin.engine.modes import get_mode
+
+    model = get_model("tiny-transformer")
+    sets = {
+        "attention_dp_balance": "true",
+        "attention_dp_timeout_iters": "60",
+        "attention_dp_batching_wait_iters": "0",
+    }
+    settings = get_mode("trtllm").settings(model, sets)
+    assert settings["scheduler_options"] == {
+        "attention_dp_balance": True,
+        "attention_dp_timeout_iters": 60,
+        "attention_dp_batching_wait_iters": 0,
+    }
+    assert "scheduler_options" not in get_mode("trtllm").settings(model, {})  # off by default
+    with pytest.raises(TwinError, match="attention_dp_timeout_iters=-1: must be at least 0"):
+        get_mode("trtllm").settings(model, {"attention_dp_timeout_iters": "-1"})
+    with pytest.raises(TwinError, match="attention_dp_balance"):
+        get_mode("trtllm").settings(model, {"attention_dp_balance": "maybe"})

@@ -936,6 +936,53 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
     assert sil.deployment(later, "trtllm") == {"max_batched_tokens": 8192}
 
 
+def test_inferencemax_deepseek_trtllm_attention_dp_rows_run_their_scripts_limits() -> None:
+    """InferenceMAX's DeepSeek-R1 TensorRT-LLM scripts hold contexts across attention-DP
+    ranks (``attention_dp_config``: balance on, 60 iterations, no batching wait) and their
+    -mtp scripts size ``--max_batch_size`` per rank (CONC / TP in 1.1.0rc2.post2, CONC / 4
+    for fp4 and CONC / 8 for fp8 in 1.2.0rc6.post3) and ``--max_num_tokens`` from it."""
+    from dataclasses import replace
+
+    balance = {
+        "attention_dp_balance": "true",
+        "attention_dp_timeout_iters": "60",
+        "attention_dp_batching_wait_iters": "0",
+    }
+    day = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=256; measured="
+    mtp = replace(
+        _inferencemax_r1(backend="trtllm", backend_version="1.1.0rc2.post2", precision="fp8", tp=1),
+        system="h200_sxm",
+        isl=1024,
+        osl=1024,
+        concurrency=256,
+        attention_dp=8,
+        source=day + "2026-01-14T22:26:21Z; wip=False",
+    )
+    assert sil.inferencemax_mtp_drafts(mtp) == 1
+    # MTP 1: (1 + 1) x 256 / 8 + 1024 + 64 = 1152 tokens, 32 requests a rank
+    assert sil.deployment(mtp, "trtllm") == {
+        "max_batched_tokens": 1152,
+        "max_running": 32,
+        "sets": balance,
+    }
+    post3 = replace(mtp, system="b200_sxm", backend_version="1.2.0rc6.post3", osl=8192)
+    fp4 = replace(post3, precision="fp4")
+    assert sil.deployment(fp4, "trtllm")["max_running"] == 64  # 256 / 4
+    assert sil.deployment(fp4, "trtllm")["max_batched_tokens"] == 1216  # 2 x 64 + 1088
+    assert sil.deployment(post3, "trtllm")["max_running"] == 32  # fp8: 256 / 8
+    assert sil.inferencemax_mtp_batch(replace(fp4, concurrency=2)) == 2  # below the divisor
+    # the plain scripts: the budget as before, no --max_batch_size, the balance
+    plain = replace(fp4, backend_version="1.2.0rc6.post2")
+    assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 8192, "sets": balance}
+    # no attention DP: no balance, max_batch_size CONC
+    alone = replace(fp4, attention_dp=1, tp=8, concurrency=4)
+    assert sil.inferencemax_adp_balance(alone) == {}
+    assert "sets" not in sil.deployment(alone, "trtllm")
+    assert sil.inferencemax_mtp_batch(alone) == 4
+    # another engine or collection: none
+    assert sil.inferencemax_adp_balance(replace(plain, backend="sglang")) == {}
+
+
 def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay_batching() -> None:
     """Where the row's InferenceMAX script (read at the commit its sweep ran) turns the
     piecewise CUDA graphs on, a row without MTP gets no eager host time; the fp8 B200 plain

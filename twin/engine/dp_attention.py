@@ -48,6 +48,12 @@ twin takes from it:
   twin reads them now); TensorRT-LLM's ``balance_requests_across_ranks``
   (``tensorrt_llm/_torch/pyexecutor/request_utils.py``, main as indexed in 2026): among
   the ranks below the expected active count, the fewest active tokens.
+- **TensorRT-LLM holds contexts back across ranks** where ``attention_dp_config``
+  says ``enable_balance`` (:class:`ADPBalance`, options ``attention_dp_balance``,
+  ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters`` of the
+  ``trtllm`` mode): an iteration runs its ranks' context requests only when every
+  rank has one and room for it, or when the hold has lasted ``timeout_iters``
+  iterations, or some rank has no generation request.
 
 With DeepEP (SGLang's ``--moe-a2a-backend deepep``, vLLM's ``--all2all-backend
 deepep_high_throughput`` / ``deepep_low_latency``: ``EngineConfig.moe_a2a``) the MoE layers
@@ -55,7 +61,7 @@ exchange tokens by DeepEP's dispatch and combine instead, priced from the profil
 all-to-all fits on the busiest rank's tokens (``twin.costmodel.a2a.A2APrice``); the dense
 layers keep the gather/scatter. Not modelled: DeepEP across nodes (the fits are one
 node's), MoE load imbalance between ranks, TensorRT-LLM's ``attention_dp_enable_balance``
-delays (off by default), overlap of communication with compute, fast-forwarded decode
+delays without the option, overlap of communication with compute, fast-forwarded decode
 runs (each synchronised step is priced on its own) and host tiers (refused by
 ``EngineConfig``). With speculative decoding every forward of an iteration (the
 verification, each draft pass) is a synchronised step of its own
@@ -321,6 +327,78 @@ def dealer_for(engine: str) -> Dealer:
     return DEALERS[DEALER_OF_ENGINE.get(engine, "round-robin")]()
 
 
+# ------------------------------------------------------------------ holding contexts
+class ADPBalance:
+    """TensorRT-LLM's context balance across attention-DP ranks (``attention_dp_config:
+    enable_balance``): ``PyExecutor._balance_adp_requests``, called from ``_schedule``
+    when ``enable_attention_dp`` and the balance are on
+    (``tensorrt_llm/_torch/pyexecutor/py_executor.py``, read in stored versions of the
+    1.1 and 1.2 lines; main as indexed in 2026 moves it to ``balance_adp_requests`` of the
+    scheduler package, "logic unchanged"). Each iteration the ranks all-gather their
+    scheduled context and generation counts, and every rank takes the same decision:
+
+    - every rank has a context scheduled and fewer generation requests than
+      ``max_batch_size``: the hold count is reset; the contexts run, unless every rank
+      also has generation requests and the batching count is still below
+      ``batching_wait_iters`` (then that count goes up and no context runs);
+    - otherwise no context runs and the hold count goes up by one; when it reaches
+      ``timeout_iters``, or some rank has no generation request, it is reset and every
+      rank's contexts run.
+
+    The hold count goes up in iterations where no rank has a context too, so under a
+    steady trickle of arrivals it is a clock: a new request that lands alone waits for
+    the next tick, every ``timeout_iters`` iterations. A rank with no request at all
+    counts as one with a generation request: the executor pads it with a dummy one
+    (``_pad_attention_dp_dummy_request``). The counts are of executor iterations: with
+    speculative decoding the twin's token step is ``1 / tau`` of one (``iteration``).
+    ``AttentionDpConfig`` defaults (``tensorrt_llm/llmapi/llm_args.py``): balance off,
+    ``timeout_iters`` 50, ``batching_wait_iters`` 10.
+    """
+
+    def __init__(
+        self, timeout_iters: int, batching_wait_iters: int, max_batch_size: int, iteration: float
+    ) -> None:
+        self.timeout, self.batching = timeout_iters, batching_wait_iters
+        self.max_batch, self.iteration = max_batch_size, iteration
+        self.waited = 0.0  # adp_ctx_waiting_iters_count
+        self.batched = 0.0  # adp_ctx_batching_wait_iters_count
+
+    def contexts_run(self, contexts: Sequence[bool], generating: Sequence[int]) -> bool:
+        """Whether this iteration's scheduled contexts run, given which ranks have one
+        and how many generation requests each runs (updates the counts)."""
+        all_gen = all(g > 0 for g in generating)
+        if all(contexts) and all(g < self.max_batch for g in generating):
+            self.waited = 0.0
+            if all_gen and self.batched < self.batching:
+                self.batched += self.iteration
+                return False
+            if all_gen:
+                self.batched = 0.0
+            return True
+        self.waited += self.iteration
+        if self.waited >= self.timeout or not all_gen:
+            self.waited = 0.0
+            return True
+        return False
+
+
+TRTLLM_ADP_BALANCE_OPTION = "attention_dp_balance"
+
+
+def adp_balance(config: EngineConfig, pricer: SyncPricer) -> ADPBalance | None:
+    """The context balance ``config`` asks for (:class:`ADPBalance`); ``None``: none."""
+    options = config.scheduling.scheduler_options
+    if not options.get(TRTLLM_ADP_BALANCE_OPTION):
+        return None
+    tau = float(getattr(pricer, "tau", 1.0) or 1.0)
+    return ADPBalance(
+        int(options.get("attention_dp_timeout_iters", 50)),
+        int(options.get("attention_dp_batching_wait_iters", 10)),
+        config.scheduling.max_running,
+        1.0 / tau,
+    )
+
+
 # ------------------------------------------------------------------ the replica
 class _Summed:
     """A read-only attribute of :class:`_SummedCaches`: the ranks' caches' attribute of
@@ -397,9 +475,15 @@ class DPReplica(PartsClock):
     and caches the cluster reports (the ranks' summed)."""
 
     def __init__(
-        self, ranks: list[Replica], recorders: list[RankRecorder], pricer: SyncPricer, engine: str
+        self,
+        ranks: list[Replica],
+        recorders: list[RankRecorder],
+        pricer: SyncPricer,
+        engine: str,
+        balance: ADPBalance | None = None,
     ) -> None:
         self.ranks, self.recorders, self.pricer = ranks, recorders, pricer
+        self.balance = balance
         first = ranks[0]
         self.env, self.index = first.env, first.index
         self.dealer = dealer_for(engine)
@@ -462,7 +546,10 @@ class DPReplica(PartsClock):
                 yield self._wake
                 continue
             self._retry = False
-            plans = [self._plan(s, rec) for s, rec in zip(scheds, self.recorders, strict=True)]
+            contexts = self._contexts_run(scheds)
+            plans = [
+                self._plan(s, rec, contexts) for s, rec in zip(scheds, self.recorders, strict=True)
+            ]
             if all(p is None for p in plans):
                 if not self._retry:  # every queue's head waits for memory: a submission
                     self._wake = env.event()
@@ -502,15 +589,28 @@ class DPReplica(PartsClock):
                     seq.done_s = now
                     seq.done.succeed()
 
-    def _plan(self, s: Any, rec: RankRecorder) -> tuple[list[tuple[Seq, int]], float, int] | None:
+    def _contexts_run(self, scheds: Sequence[Any]) -> bool:
+        """Whether the ranks may run context work this iteration (:class:`ADPBalance`;
+        always without one)."""
+        if self.balance is None:
+            return True
+        contexts = [bool(s.prefilling) or bool(s.waiting and s._can_admit()) for s in scheds]
+        # A rank with no request runs the executor's dummy generation request.
+        generating = [len(s.decoding) or (0 if s.waiting or s.prefilling else 1) for s in scheds]
+        return self.balance.contexts_run(contexts, generating)
+
+    def _plan(
+        self, s: Any, rec: RankRecorder, contexts: bool = True
+    ) -> tuple[list[tuple[Seq, int]], float, int] | None:
         """Rank ``s``'s step: its mode's step (``_plan_step``: prefill chunks, admissions,
-        decodes as the mode mixes them), or one decode step; ``None``: idle."""
+        decodes as the mode mixes them), or one decode step (always where ``contexts`` is
+        false: the balance holds them); ``None``: idle."""
         rec.last = IDLE
         if not (s.waiting or s.prefilling or s.decoding):
             return None
         if s.lpm and len(s.waiting) > 1:
             order_by_prefix(s.waiting, s.replica.cached_prefix)
-        if s.prefilling or s._can_admit():
+        if contexts and (s.prefilling or s._can_admit()):
             return s._plan_step()  # type: ignore[no-any-return]
         if not s.decoding:
             return None  # the head waits for memory nothing running will free
@@ -571,7 +671,11 @@ class DPCluster(Cluster):
             return super(DPCluster, self)._new_replica(i)
 
         replica = dp_replica(
-            self._dp_pricer, self.config.cluster.dp_attention, self.config.mode.engine, rank
+            self._dp_pricer,
+            self.config.cluster.dp_attention,
+            self.config.mode.engine,
+            rank,
+            adp_balance(self.config, self._dp_pricer),
         )
         self._recorder = None
         return replica
@@ -597,12 +701,17 @@ def rank_config(config: EngineConfig) -> EngineConfig:
 
 
 def dp_replica(
-    pricer: SyncPricer, dp: int, engine: str, rank: Callable[[RankRecorder], Replica]
+    pricer: SyncPricer,
+    dp: int,
+    engine: str,
+    rank: Callable[[RankRecorder], Replica],
+    balance: ADPBalance | None = None,
 ) -> DPReplica:
     """A replica of ``dp`` ranks, each built by ``rank`` around its own recorder of
-    ``pricer`` (a cluster's replica of its kind, with its cache and memory)."""
+    ``pricer`` (a cluster's replica of its kind, with its cache and memory), holding
+    contexts back by ``balance`` if given."""
     recorders = [RankRecorder(pricer) for _ in range(dp)]
-    return DPReplica([rank(rec) for rec in recorders], recorders, pricer, engine)
+    return DPReplica([rank(rec) for rec in recorders], recorders, pricer, engine, balance)
 
 
 def dp_pricer(
@@ -643,11 +752,13 @@ def dp_pricer(
 __all__ = [
     "DEALERS",
     "RANK_DROPPED_OPTIONS",
+    "ADPBalance",
     "DPCluster",
     "DPReplica",
     "DPStepPricer",
     "RankRecorder",
     "SyncPricer",
+    "adp_balance",
     "dp_pricer",
     "dp_replica",
     "rank_config",

@@ -27,6 +27,7 @@ from typing import Any
 from twin.engine.mode_base import EngineMode
 from twin.engine.modes_sglang import SGLANG
 from twin.engine.modes_trtllm import (
+    TRTLLM_ADP_BALANCE,
     TRTLLM_BATCH_WAIT,
     TRTLLM_BATCHING,
     TRTLLM_FLAGS,
@@ -72,7 +73,13 @@ TRTLLM_RELEASES = (
     Release(
         version="1.0.0",
         source="tensorrt_llm/_torch/pyexecutor/scheduler.py, llmapi/llm_args.py (1.0)",
-        flags=(*TRTLLM_BATCHING, *TRTLLM_BATCH_WAIT, *TRTLLM_OVERLAP, *TRTLLM_SPEC),
+        flags=(
+            *TRTLLM_BATCHING,
+            *TRTLLM_BATCH_WAIT,
+            *TRTLLM_OVERLAP,
+            *TRTLLM_ADP_BALANCE,
+            *TRTLLM_SPEC,
+        ),
     ),
 )
 

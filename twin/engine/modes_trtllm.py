@@ -176,6 +176,37 @@ TRTLLM_BATCH_WAIT = ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
 TRTLLM_OVERLAP = ("overlap_scheduler",)
 
 
+# --extra_llm_api_options' ``attention_dp_config`` (``AttentionDpConfig`` in
+# tensorrt_llm/llmapi/llm_args.py: ``enable_balance`` false, ``timeout_iters`` 50,
+# ``batching_wait_iters`` 10), read by the executor only with ``enable_attention_dp``:
+# context requests are held until every attention-DP rank has one, or for at most
+# ``timeout_iters`` iterations (twin.engine.dp_attention.ADPBalance; ranks of
+# ``--dp-attention`` only, a plain replica ignores them as the engine does).
+TRTLLM_ADP_BALANCE = (
+    "attention_dp_balance",
+    "attention_dp_timeout_iters",
+    "attention_dp_batching_wait_iters",
+)
+
+
+def _adp_balance(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    out.setdefault("scheduler_options", {})["attention_dp_balance"] = _bool(
+        "attention_dp_balance", value
+    )
+
+
+def _adp_timeout(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    out.setdefault("scheduler_options", {})["attention_dp_timeout_iters"] = _int(
+        "attention_dp_timeout_iters", value, 0
+    )
+
+
+def _adp_batching_wait(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    out.setdefault("scheduler_options", {})["attention_dp_batching_wait_iters"] = _int(
+        "attention_dp_batching_wait_iters", value, 0
+    )
+
+
 def _overlap(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out.setdefault("scheduler_options", {})["overlap_scheduler"] = _bool("overlap_scheduler", value)
 
@@ -224,6 +255,23 @@ TRTLLM_FLAGS = {
         _overlap,
         "false",
     ),
+    "attention_dp_balance": Flag(
+        "with --dp-attention, hold context requests until every rank has one "
+        "(attention_dp_config enable_balance)",
+        _adp_balance,
+        "false",
+    ),
+    "attention_dp_timeout_iters": Flag(
+        "iterations the attention-DP balance holds contexts at most (timeout_iters)",
+        _adp_timeout,
+        "50",
+    ),
+    "attention_dp_batching_wait_iters": Flag(
+        "iterations the attention-DP balance waits once every rank has a context "
+        "(batching_wait_iters)",
+        _adp_batching_wait,
+        "10",
+    ),
     "speculative_config": Flag(
         "JSON, the speculative_config section of --extra_llm_api_options: decoding_type "
         "Eagle (EAGLE-3: max_draft_len, speculative_model_dir, eagle3_one_model) | MTP "
@@ -243,6 +291,7 @@ TRTLLM_FLAGS = {
 
 __all__ = [
     "DECODING_TYPES",
+    "TRTLLM_ADP_BALANCE",
     "TRTLLM_BATCHING",
     "TRTLLM_BATCH_WAIT",
     "TRTLLM_FLAGS",

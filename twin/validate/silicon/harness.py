@@ -504,15 +504,66 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     if not inferencemax_deepseek(row) or not row.isl:
         return {}
     block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0
+    balance = inferencemax_adp_balance(row)
     drafts = inferencemax_mtp_drafts(row)
-    if drafts is not None and (row.attention_dp or 1) == 1:
-        tokens = (drafts + 1) * conc + row.isl + 64
-        return {"max_batched_tokens": -(-tokens // block) * block, "max_running": conc}
+    if drafts is not None:
+        batch = inferencemax_mtp_batch(row)
+        tokens = (drafts + 1) * batch + row.isl + 64
+        limits = {"max_batched_tokens": -(-tokens // block) * block, "max_running": batch}
+        return {**limits, **({"sets": balance} if balance else {})}
     tokens = -(-(conc + row.isl + 64) // block) * block
     if row.backend_version not in INFERENCEMAX_TRTLLM_NO_FLOOR:
         tokens = max(tokens, INFERENCEMAX_TRTLLM_FLOOR)
-    wait = inferencemax_deepseek_batch_wait(row)
-    return {"max_batched_tokens": tokens, **({"sets": wait} if wait else {})}
+    sets = {**inferencemax_deepseek_batch_wait(row), **balance}
+    return {"max_batched_tokens": tokens, **({"sets": sets} if sets else {})}
+
+
+# The attention-DP configurations of InferenceMAX's DeepSeek-R1 TensorRT-LLM scripts all
+# write ``attention_dp_config: {batching_wait_iters: 0, enable_balance: true,
+# timeout_iters: 60}`` (``benchmarks/dsr1_fp{4,8}_b200_trt_slurm.sh`` and
+# ``dsr1_fp8_h200_trt_slurm.sh`` from ec90f3fe7, 2025-09-18, on; the -mtp scripts at
+# bf3456727; ``dsr1_fp{4,8}_b200_trt.sh`` at 6eecc0e66 / ec7bafaae and
+# ``dsr1_fp{4,8}_b200_trt_mtp.sh`` at 0aae52d4c / 5d517074c): TensorRT-LLM's context
+# balance across the ranks (``twin.engine.dp_attention.ADPBalance``).
+INFERENCEMAX_ADP_BALANCE = {
+    "attention_dp_balance": "true",
+    "attention_dp_timeout_iters": "60",
+    "attention_dp_batching_wait_iters": "0",
+}
+
+
+def inferencemax_adp_balance(row: SiliconRow) -> dict[str, str]:
+    """The ``attention_dp_config`` ``--set`` flags of ``row``'s InferenceMAX DeepSeek-R1
+    TensorRT-LLM server (above); empty without attention DP."""
+    if (row.attention_dp or 1) == 1 or not _inferencemax_trtllm_deepseek(row):
+        return {}
+    return dict(INFERENCEMAX_ADP_BALANCE)
+
+
+# ``--max_batch_size`` (per attention-DP rank) of the -mtp scripts, CONC without
+# attention DP; with it, by image: ``CONC / TP`` in the 1.1.0rc2.post2 ones
+# (``dsr1_fp{4,8}_b200_trt_mtp_slurm.sh``, ``dsr1_fp8_h200_trt_mtp_slurm.sh`` at
+# bf3456727; TP the node's GPUs), ``CONC / 4`` (at least CONC below 4) in
+# ``dsr1_fp4_b200_trt_mtp.sh`` at 0aae52d4c and ``CONC / 8`` (CONC below 8) in
+# ``dsr1_fp8_b200_trt_mtp.sh`` at 5d517074c (1.2.0rc6.post3). MAX_NUM_TOKENS is
+# ``(MTP + 1) x MAX_BATCH_SIZE + ISL + 64`` rounded up to 64 in all of them: one 1k
+# context a rank an iteration where the batch is small.
+INFERENCEMAX_MTP_DP_BATCH_DIVISOR = {
+    ("b200_sxm", "fp4", "1.2.0rc6.post3"): 4,
+    ("b200_sxm", "fp8", "1.2.0rc6.post3"): 8,
+}
+
+
+def inferencemax_mtp_batch(row: SiliconRow) -> int:
+    """The per-rank ``--max_batch_size`` of ``row``'s InferenceMAX -mtp script (above)."""
+    conc = row.concurrency or 0
+    dp = row.attention_dp or 1
+    if dp == 1:
+        return conc
+    divisor = INFERENCEMAX_MTP_DP_BATCH_DIVISOR.get(
+        (row.system, row.precision, row.backend_version), (row.tp or 1) * dp
+    )
+    return conc if conc < divisor else conc // divisor
 
 
 # InferenceMAX's Llama-3.1-70B TensorRT-LLM scripts hold context requests back at 1k/1k
