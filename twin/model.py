@@ -82,6 +82,11 @@ class ModelSpec:
     # (attention layers are "swa" if sliding_window is set, SSM layers "mamba2").
     layers: tuple[str, ...] | None = None
     attn_output_gate: bool = False  # gated attention (Qwen3-Next): q_proj also emits a gate
+    # An RMSNorm over the whole query projection and one over the whole key projection,
+    # every head together (MiniMax-M2): under tensor parallelism each rank holds a slice,
+    # so the variances are all-reduced across the ranks every attention layer. Per-head
+    # q/k norms (Qwen3) are not this and are not priced (``twin.costmodel.dense_pricing``).
+    qk_norm_across_heads: bool = False
     ssm_dt_rank: int = 0  # Mamba-1 dt rank; 0 -> ceil(d_model / 16) (mamba_ssm default)
     gdn_k_heads: int = 0  # Gated DeltaNet query/key heads
     gdn_v_heads: int = 0  # Gated DeltaNet value heads (one state each)

@@ -7,11 +7,12 @@ named in each ``source``; field names in brackets below). Published parameter co
 and checkpoint sizes are compared in ``benchmarks/bench_model_bytes.py``.
 
 What is left out of every shape, as elsewhere in the twin: biases, attention sinks,
-Qwen3's and MiniMax's q/k norms and Qwen3.5's shared-expert gate (a few thousand
-parameters a layer), and the vision towers of the multimodal wrappers (Kimi-K2.5,
-Qwen3.5: the text model only). Precision is the checkpoint's own where
-``twin.precision`` has its format (DeepSeek's and MiniMax's fp8 with 128 x 128 block
-scales, gpt-oss's mxfp4 experts); the KV cache is bf16 (``--kv-dtype`` changes it).
+Qwen3's per-head q/k norms and Qwen3.5's shared-expert gate (a few thousand parameters
+a layer; MiniMax's q/k norms over all heads are priced: ``qk_norm_across_heads``), and
+the vision towers of the multimodal wrappers (Kimi-K2.5, Qwen3.5: the text model only).
+Precision is the checkpoint's own where ``twin.precision`` has its format (DeepSeek's and
+MiniMax's fp8 with 128 x 128 block scales, gpt-oss's mxfp4 experts); the KV cache is bf16
+(``--kv-dtype`` changes it).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ MEASURED_SPECS: list[ModelSpec] = [
         moe_d_ff=1536,
         vocab_size=200064,
         precision="fp8-block",
+        qk_norm_across_heads=True,  # use_qk_norm, qk_norm_type per_layer
         source=_src("MiniMaxAI/MiniMax-M2.5"),
     ),
     # openai/gpt-oss-120b config.json: num_hidden_layers 36, layer_types alternating

@@ -68,9 +68,12 @@ class DensePricing(ShardShapes):
 
     def _allreduce(self, tokens: int) -> float:
         """One all-reduce of the step's hidden states across the ``tp`` GPUs."""
+        return self._allreduce_bytes(tokens * self.d_model * self.elem_bytes)
+
+    def _allreduce_bytes(self, nbytes: float) -> float:
+        """One all-reduce of ``nbytes`` a GPU across the ``tp`` GPUs."""
         if self.tp == 1:
             return 0.0
-        nbytes = tokens * self.d_model * self.elem_bytes
         flops, ring_bytes, _ = ft.allreduce_features(nbytes, self.tp)
         if self._allreduce_fit is not None:
             return self._allreduce_fit(flops, ring_bytes)
@@ -175,12 +178,17 @@ class DensePricing(ShardShapes):
                 if self.rope_in_attention
                 else elem(0.0, e * (2.0 * t * (self.heads + self.kv_heads) * self.head_dim))
             )
+            qk_elem, qk_ar = self._qk_norm(t)
             for kind in ("attention", "swa"):
                 if kinds.get(kind):
                     total += put(
                         LABEL[kind],
                         kinds[kind],
-                        (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)),
+                        (
+                            ("elementwise", norm + rope + qk_elem),
+                            ("gemm", qkv + o),
+                            ("allreduce", ar + qk_ar),
+                        ),
                     )
         if kinds.get("mla"):  # twin.costmodel.mla_pricing
             total += put(LABEL["mla"], kinds["mla"], self._mla_dense(t, norm, ar))
@@ -225,6 +233,33 @@ class DensePricing(ShardShapes):
         if m.n_moe_layers:
             total += put("moe", m.n_moe_layers, self._moe(t, norm, ar))
         return total
+
+    def _qk_norm(self, t: int) -> tuple[float, float]:
+        """(element-wise, all-reduce) seconds of an attention layer's RMSNorms over the
+        whole query and key projections (``ModelSpec.qk_norm_across_heads``, MiniMax-M2);
+        (0, 0) for a model without them.
+
+        vLLM 0.16.0-0.19.0 ``model_executor/layers/mamba/linear_attn.py``
+        ``MiniMaxText01RMSNormTP.forward_qk`` (called by ``models/minimax_m2.py``
+        ``MiniMaxM2Attention.forward``): each rank squares and averages its slice of q and
+        of k in fp32; under TP the two variances a token (``torch.cat``, 2 fp32) are
+        all-reduced (``tensor_model_parallel_all_reduce``) and divided by the ranks; then q
+        and k are scaled by ``rsqrt(variance + eps)`` and the weights, back to bf16. The
+        all-reduce is a collective the compiled graph cannot fuse across, so with TP the
+        norm is two passes over q and k (the variances; the scaling, which writes them)
+        around one all-reduce; on one GPU one pass reads and writes them. Each pass is one
+        element-wise launch (its floor, ``t0``, is what a decode step of a few tokens pays)
+        and the all-reduce is priced by the profile's fit at its 8 bytes a token: small
+        messages, so its latency."""
+        if not self.model.qk_norm_across_heads or not self.model.n_attention_layers:
+            return 0.0, 0.0
+        elem, e = self._k["elementwise"], self.elem_bytes
+        width = (self.heads + self.kv_heads) * self.head_dim  # this rank's q and k
+        scale = elem(0.0, e * 2.0 * t * width)  # read q and k, write them
+        if self.tp == 1:
+            return scale, 0.0
+        variances = elem(0.0, e * t * width)  # read q and k
+        return variances + scale, self._allreduce_bytes(t * 2.0 * 4.0)
 
     def _moe(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
         m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
