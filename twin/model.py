@@ -94,6 +94,10 @@ class ModelSpec:
     gdn_head_v_dim: int = 0  # value head dim
     gdn_conv_kernel: int = 4  # causal conv width over q, k, v
     gdn_chunk_size: int = 64  # chunk length of the chunked delta rule (FLA default)
+    # GEMM launches a GDN layer's input projection runs as (how the engine lays out the
+    # checkpoint's matrices, ``twin.costmodel.dense_pricing``): 1, one GEMM of the whole
+    # width; 4, Qwen3.5's q/k/v, z, b and a matrices apart.
+    gdn_in_proj_gemms: int = 1
     moe_shared_d_ff: int = 0  # shared-expert intermediate size (0: none), every MoE layer
     # Multi-head latent attention (``mla`` layers, twin.mixers; the Hugging Face names).
     q_lora_rank: int = 0  # query latent; 0: one q_proj (a null q_lora_rank in the config)

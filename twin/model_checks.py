@@ -137,6 +137,7 @@ def check_fields(spec: ModelSpec) -> None:
             "gdn_k_heads",
             "must divide gdn_v_heads",
         )
+        need(spec.gdn_in_proj_gemms in (1, 4), "gdn_in_proj_gemms", "must be 1 or 4")
     if kinds.get("mamba1") or kinds.get("mamba2"):
         e = spec.ssm_expand
         need(

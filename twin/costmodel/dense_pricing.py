@@ -213,8 +213,7 @@ class DensePricing(ShardShapes):
                 (("elementwise", norm + gated), ("gemm", gemms), ("allreduce", ar)),
             )
         if kinds.get("gdn"):
-            width = 2 * self.gdn_key_w + 2 * self.gdn_val_w + 2 * self.gdn_v
-            gemms = self._proj(t, d, width) + self._proj(t, self.gdn_val_w, d)
+            gemms = self._gdn_in_proj(t) + self._proj(t, self.gdn_val_w, d)
             gated = elem(0.0, e * (3.0 * t * self.gdn_val_w + m.gdn_head_v_dim))
             total += put(
                 "gdn",
@@ -233,6 +232,25 @@ class DensePricing(ShardShapes):
         if m.n_moe_layers:
             total += put("moe", m.n_moe_layers, self._moe(t, norm, ar))
         return total
+
+    def _gdn_in_proj(self, t: int) -> float:
+        """A GDN layer's input projection (q, k, v, the output gate z, and the b and a of
+        each value head) as ``ModelSpec.gdn_in_proj_gemms`` launches: one GEMM of the whole
+        width (SGLang 0.5.10.post1 ``models/qwen3_5.py``: ``in_proj_qkvz``, with
+        ``in_proj_ba`` on a second stream beside it in a captured decode graph), or the
+        checkpoint's four matrices apart (SGLang 0.5.9 ``models/qwen3_5.py``
+        ``Qwen3_5GatedDeltaNet._forward``: ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``,
+        ``in_proj_a`` in turn, each its own launch with its own floor, which a decode
+        step of a few tokens pays). Apart, ``in_proj_b`` and ``in_proj_a`` (one column a
+        value head) are bf16 GEMMs: a 128 x 128-block fp8 column-parallel layer under TP
+        needs each rank's columns a multiple of 128 (SGLang 0.5.9
+        ``layers/quantization/fp8.py`` ``validate_block_quant_shapes`` raises otherwise),
+        which a few dozen value heads split over the ranks never are."""
+        d, key, val, heads = self.d_model, self.gdn_key_w, self.gdn_val_w, self.gdn_v
+        if self.model.gdn_in_proj_gemms == 4:
+            b_and_a = 2.0 * self._gemm(t, d, heads)
+            return self._proj(t, d, 2 * key + val) + self._proj(t, d, val) + b_and_a
+        return self._proj(t, d, 2 * key + 2 * val + 2 * heads)
 
     def _qk_norm(self, t: int) -> tuple[float, float]:
         """(element-wise, all-reduce) seconds of an attention layer's RMSNorms over the
