@@ -67,9 +67,12 @@ def deepseek_v3(cfg: ConfigKeys) -> dict[str, Any]:
 def glm_moe_dsa(cfg: ConfigKeys) -> dict[str, Any]:
     """GLM-5 (transformers ``GlmMoeDsaConfig``, model_type ``glm_moe_dsa``): DeepSeek-V3's
     MLA + MoE layout under the same keys, with DeepSeek Sparse Attention's indexer
-    (``index_n_heads``, ``index_head_dim``, ``index_topk``) priced as dense MLA, as the
-    preset (``twin.preset_measured``)."""
-    return deepseek_v3(cfg)
+    (``index_n_heads``, ``index_head_dim``, ``index_topk``): its heads and width priced per
+    layer, the attention itself as dense MLA, as the preset (``twin.preset_measured``)."""
+    fields = deepseek_v3(cfg)
+    fields["index_n_heads"] = cfg.pos("index_n_heads")
+    fields["index_head_dim"] = cfg.pos("index_head_dim")
+    return fields
 
 
 def _gqa_moe(

@@ -90,8 +90,9 @@ MEASURED_SPECS: list[ModelSpec] = [
     ),
     # zai-org/GLM-5 config.json (model_type glm_moe_dsa): MLA with DeepSeek Sparse
     # Attention (an indexer of index_n_heads 32 x index_head_dim 128 picks index_topk
-    # 2048 keys per query, as DeepSeek-V3.2). Priced as dense MLA: the indexer's weights
-    # (about 9.4M a layer) and its fp8 key cache are left out (see the benchmark).
+    # 2048 keys per query, as DeepSeek-V3.2). Priced as dense MLA plus the indexer's
+    # launches (index_n_heads, index_head_dim); its weights (about 9.4M a layer) and its
+    # fp8 key cache are left out (see the benchmark).
     # num_hidden_layers 78, first_k_dense_replace 3, hidden_size 6144, intermediate_size
     # 12288, num_attention_heads 64, q_lora_rank 2048, kv_lora_rank 512,
     # qk_nope_head_dim 192, qk_rope_head_dim 64, v_head_dim 256, n_routed_experts 256,
@@ -107,6 +108,8 @@ MEASURED_SPECS: list[ModelSpec] = [
         qk_nope_head_dim=192,
         qk_rope_head_dim=64,
         v_head_dim=256,
+        index_n_heads=32,
+        index_head_dim=128,
         mlp_d_ff=12288,
         moe_n_experts=256,
         moe_top_k=8,
