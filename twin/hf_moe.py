@@ -7,8 +7,8 @@ reading the keys the model's transformers (or remote-code) configuration class d
 with that class's defaults, and the layer rule its modeling code applies (cited per
 parser). The shapes only: precision comes from the checkpoint's quantisation where a
 caller reads it (``twin.validate.silicon.precision``), the preset's otherwise. What every
-shape leaves out is the presets' list (``twin.preset_measured``): biases, q/k norms,
-GLM-5's sparse-attention indexer, MiniMax's MTP modules.
+shape leaves out is the presets' list (``twin.preset_measured``): biases, per-head q/k
+norms, GLM-5's sparse-attention indexer, MiniMax's MTP modules.
 """
 
 from __future__ import annotations
@@ -67,9 +67,12 @@ def deepseek_v3(cfg: ConfigKeys) -> dict[str, Any]:
 def glm_moe_dsa(cfg: ConfigKeys) -> dict[str, Any]:
     """GLM-5 (transformers ``GlmMoeDsaConfig``, model_type ``glm_moe_dsa``): DeepSeek-V3's
     MLA + MoE layout under the same keys, with DeepSeek Sparse Attention's indexer
-    (``index_n_heads``, ``index_head_dim``, ``index_topk``) priced as dense MLA, as the
-    preset (``twin.preset_measured``)."""
-    return deepseek_v3(cfg)
+    (``index_n_heads``, ``index_head_dim``, ``index_topk``): its heads and width priced per
+    layer, the attention itself as dense MLA, as the preset (``twin.preset_measured``)."""
+    fields = deepseek_v3(cfg)
+    fields["index_n_heads"] = cfg.pos("index_n_heads")
+    fields["index_head_dim"] = cfg.pos("index_head_dim")
+    return fields
 
 
 def _gqa_moe(
@@ -94,9 +97,15 @@ def minimax_m2(cfg: ConfigKeys) -> dict[str, Any]:
     """MiniMax-M2 (remote-code ``MiniMaxM2Config``, model_type ``minimax_m2``): grouped-query
     attention (``head_dim`` given) and ``num_local_experts`` routed experts of
     ``intermediate_size`` in every layer, ``shared_intermediate_size`` (0: none); its MTP
-    modules (``num_mtp_modules``) are not carried."""
+    modules (``num_mtp_modules``) are not carried. ``use_qk_norm`` with ``qk_norm_type``
+    ``per_layer`` (the remote code's default, what every published config gives): one
+    RMSNorm over the whole query projection and one over the key projection
+    (``qk_norm_across_heads``; vLLM 0.16.0-0.19.0 ``models/minimax_m2.py`` builds
+    ``MiniMaxText01RMSNormTP`` over ``head_dim x total_num_heads`` whatever the keys)."""
     layers = ("attention/moe",) * cfg.layers()
     fields = _gqa_moe(cfg, layers, "num_local_experts", "intermediate_size")
+    per_layer = cfg.text("qk_norm_type", "per_layer") == "per_layer"
+    fields["qk_norm_across_heads"] = cfg.flag("use_qk_norm", True) and per_layer
     shared = cfg.integer("shared_intermediate_size", 0)
     if shared:
         fields["moe_shared_d_ff"] = shared

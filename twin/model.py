@@ -82,6 +82,11 @@ class ModelSpec:
     # (attention layers are "swa" if sliding_window is set, SSM layers "mamba2").
     layers: tuple[str, ...] | None = None
     attn_output_gate: bool = False  # gated attention (Qwen3-Next): q_proj also emits a gate
+    # An RMSNorm over the whole query projection and one over the whole key projection,
+    # every head together (MiniMax-M2): under tensor parallelism each rank holds a slice,
+    # so the variances are all-reduced across the ranks every attention layer. Per-head
+    # q/k norms (Qwen3) are not this and are not priced (``twin.costmodel.dense_pricing``).
+    qk_norm_across_heads: bool = False
     ssm_dt_rank: int = 0  # Mamba-1 dt rank; 0 -> ceil(d_model / 16) (mamba_ssm default)
     gdn_k_heads: int = 0  # Gated DeltaNet query/key heads
     gdn_v_heads: int = 0  # Gated DeltaNet value heads (one state each)
@@ -89,6 +94,10 @@ class ModelSpec:
     gdn_head_v_dim: int = 0  # value head dim
     gdn_conv_kernel: int = 4  # causal conv width over q, k, v
     gdn_chunk_size: int = 64  # chunk length of the chunked delta rule (FLA default)
+    # GEMM launches a GDN layer's input projection runs as (how the engine lays out the
+    # checkpoint's matrices, ``twin.costmodel.dense_pricing``): 1, one GEMM of the whole
+    # width; 4, Qwen3.5's q/k/v, z, b and a matrices apart.
+    gdn_in_proj_gemms: int = 1
     moe_shared_d_ff: int = 0  # shared-expert intermediate size (0: none), every MoE layer
     # Multi-head latent attention (``mla`` layers, twin.mixers; the Hugging Face names).
     q_lora_rank: int = 0  # query latent; 0: one q_proj (a null q_lora_rank in the config)
@@ -96,6 +105,11 @@ class ModelSpec:
     qk_nope_head_dim: int = 0  # per-head query/key width without RoPE
     qk_rope_head_dim: int = 0  # per-head query width with RoPE; the key's, shared by heads
     v_head_dim: int = 0  # per-head value width
+    # DeepSeek Sparse Attention's indexer in every MLA layer (GLM-5, DeepSeek-V3.2; 0:
+    # none): its query heads and head width. Its decode launches are priced
+    # (``twin.costmodel.mla_pricing``); its weights and fp8 key cache are not counted.
+    index_n_heads: int = 0
+    index_head_dim: int = 0
     # Multi-token-prediction modules the checkpoint carries (DeepSeek-V3's
     # num_nextn_predict_layers): each one decoder layer like the stack's last, an
     # eh_proj (2d -> d), three norms and its own embedding and LM head. Counted apart

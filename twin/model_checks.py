@@ -55,7 +55,7 @@ def check_fields(spec: ModelSpec) -> None:
 
     for fld in fields(spec):
         value = getattr(spec, fld.name)
-        if fld.name in ("mlp_gated", "tie_embeddings", "attn_output_gate"):
+        if fld.name in ("mlp_gated", "tie_embeddings", "attn_output_gate", "qk_norm_across_heads"):
             need(isinstance(value, bool), fld.name, "must be true or false")
         elif fld.name in ("name", "source", "ssm_expand", "layers"):
             continue
@@ -137,6 +137,11 @@ def check_fields(spec: ModelSpec) -> None:
             "gdn_k_heads",
             "must divide gdn_v_heads",
         )
+        need(spec.gdn_in_proj_gemms in (1, 4), "gdn_in_proj_gemms", "must be 1 or 4")
+    if spec.index_n_heads or spec.index_head_dim:
+        need(kinds.get("mla", 0) > 0, "index_n_heads", "needs mla layers (an MLA indexer)")
+        for f in ("index_n_heads", "index_head_dim"):
+            need(getattr(spec, f) > 0, f, "must be positive for a model with an indexer")
     if kinds.get("mamba1") or kinds.get("mamba2"):
         e = spec.ssm_expand
         need(

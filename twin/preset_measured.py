@@ -7,11 +7,12 @@ named in each ``source``; field names in brackets below). Published parameter co
 and checkpoint sizes are compared in ``benchmarks/bench_model_bytes.py``.
 
 What is left out of every shape, as elsewhere in the twin: biases, attention sinks,
-Qwen3's and MiniMax's q/k norms and Qwen3.5's shared-expert gate (a few thousand
-parameters a layer), and the vision towers of the multimodal wrappers (Kimi-K2.5,
-Qwen3.5: the text model only). Precision is the checkpoint's own where
-``twin.precision`` has its format (DeepSeek's and MiniMax's fp8 with 128 x 128 block
-scales, gpt-oss's mxfp4 experts); the KV cache is bf16 (``--kv-dtype`` changes it).
+Qwen3's per-head q/k norms and Qwen3.5's shared-expert gate (a few thousand parameters
+a layer; MiniMax's q/k norms over all heads are priced: ``qk_norm_across_heads``), and
+the vision towers of the multimodal wrappers (Kimi-K2.5, Qwen3.5: the text model only).
+Precision is the checkpoint's own where ``twin.precision`` has its format (DeepSeek's and
+MiniMax's fp8 with 128 x 128 block scales, gpt-oss's mxfp4 experts); the KV cache is bf16
+(``--kv-dtype`` changes it).
 """
 
 from __future__ import annotations
@@ -89,8 +90,9 @@ MEASURED_SPECS: list[ModelSpec] = [
     ),
     # zai-org/GLM-5 config.json (model_type glm_moe_dsa): MLA with DeepSeek Sparse
     # Attention (an indexer of index_n_heads 32 x index_head_dim 128 picks index_topk
-    # 2048 keys per query, as DeepSeek-V3.2). Priced as dense MLA: the indexer's weights
-    # (about 9.4M a layer) and its fp8 key cache are left out (see the benchmark).
+    # 2048 keys per query, as DeepSeek-V3.2). Priced as dense MLA plus the indexer's
+    # launches (index_n_heads, index_head_dim); its weights (about 9.4M a layer) and its
+    # fp8 key cache are left out (see the benchmark).
     # num_hidden_layers 78, first_k_dense_replace 3, hidden_size 6144, intermediate_size
     # 12288, num_attention_heads 64, q_lora_rank 2048, kv_lora_rank 512,
     # qk_nope_head_dim 192, qk_rope_head_dim 64, v_head_dim 256, n_routed_experts 256,
@@ -106,6 +108,8 @@ MEASURED_SPECS: list[ModelSpec] = [
         qk_nope_head_dim=192,
         qk_rope_head_dim=64,
         v_head_dim=256,
+        index_n_heads=32,
+        index_head_dim=128,
         mlp_d_ff=12288,
         moe_n_experts=256,
         moe_top_k=8,
@@ -133,6 +137,7 @@ MEASURED_SPECS: list[ModelSpec] = [
         moe_d_ff=1536,
         vocab_size=200064,
         precision="fp8-block",
+        qk_norm_across_heads=True,  # use_qk_norm, qk_norm_type per_layer
         source=_src("MiniMaxAI/MiniMax-M2.5"),
     ),
     # openai/gpt-oss-120b config.json: num_hidden_layers 36, layer_types alternating

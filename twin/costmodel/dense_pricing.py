@@ -68,9 +68,12 @@ class DensePricing(ShardShapes):
 
     def _allreduce(self, tokens: int) -> float:
         """One all-reduce of the step's hidden states across the ``tp`` GPUs."""
+        return self._allreduce_bytes(tokens * self.d_model * self.elem_bytes)
+
+    def _allreduce_bytes(self, nbytes: float) -> float:
+        """One all-reduce of ``nbytes`` a GPU across the ``tp`` GPUs."""
         if self.tp == 1:
             return 0.0
-        nbytes = tokens * self.d_model * self.elem_bytes
         flops, ring_bytes, _ = ft.allreduce_features(nbytes, self.tp)
         if self._allreduce_fit is not None:
             return self._allreduce_fit(flops, ring_bytes)
@@ -175,12 +178,17 @@ class DensePricing(ShardShapes):
                 if self.rope_in_attention
                 else elem(0.0, e * (2.0 * t * (self.heads + self.kv_heads) * self.head_dim))
             )
+            qk_elem, qk_ar = self._qk_norm(t)
             for kind in ("attention", "swa"):
                 if kinds.get(kind):
                     total += put(
                         LABEL[kind],
                         kinds[kind],
-                        (("elementwise", norm + rope), ("gemm", qkv + o), ("allreduce", ar)),
+                        (
+                            ("elementwise", norm + rope + qk_elem),
+                            ("gemm", qkv + o),
+                            ("allreduce", ar + qk_ar),
+                        ),
                     )
         if kinds.get("mla"):  # twin.costmodel.mla_pricing
             total += put(LABEL["mla"], kinds["mla"], self._mla_dense(t, norm, ar))
@@ -205,8 +213,7 @@ class DensePricing(ShardShapes):
                 (("elementwise", norm + gated), ("gemm", gemms), ("allreduce", ar)),
             )
         if kinds.get("gdn"):
-            width = 2 * self.gdn_key_w + 2 * self.gdn_val_w + 2 * self.gdn_v
-            gemms = self._proj(t, d, width) + self._proj(t, self.gdn_val_w, d)
+            gemms = self._gdn_in_proj(t) + self._proj(t, self.gdn_val_w, d)
             gated = elem(0.0, e * (3.0 * t * self.gdn_val_w + m.gdn_head_v_dim))
             total += put(
                 "gdn",
@@ -225,6 +232,52 @@ class DensePricing(ShardShapes):
         if m.n_moe_layers:
             total += put("moe", m.n_moe_layers, self._moe(t, norm, ar))
         return total
+
+    def _gdn_in_proj(self, t: int) -> float:
+        """A GDN layer's input projection (q, k, v, the output gate z, and the b and a of
+        each value head) as ``ModelSpec.gdn_in_proj_gemms`` launches: one GEMM of the whole
+        width (SGLang 0.5.10.post1 ``models/qwen3_5.py``: ``in_proj_qkvz``, with
+        ``in_proj_ba`` on a second stream beside it in a captured decode graph), or the
+        checkpoint's four matrices apart (SGLang 0.5.9 ``models/qwen3_5.py``
+        ``Qwen3_5GatedDeltaNet._forward``: ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``,
+        ``in_proj_a`` in turn, each its own launch with its own floor, which a decode
+        step of a few tokens pays). Apart, ``in_proj_b`` and ``in_proj_a`` (one column a
+        value head) are bf16 GEMMs: a 128 x 128-block fp8 column-parallel layer under TP
+        needs each rank's columns a multiple of 128 (SGLang 0.5.9
+        ``layers/quantization/fp8.py`` ``validate_block_quant_shapes`` raises otherwise),
+        which a few dozen value heads split over the ranks never are."""
+        d, key, val, heads = self.d_model, self.gdn_key_w, self.gdn_val_w, self.gdn_v
+        if self.model.gdn_in_proj_gemms == 4:
+            b_and_a = 2.0 * self._gemm(t, d, heads)
+            return self._proj(t, d, 2 * key + val) + self._proj(t, d, val) + b_and_a
+        return self._proj(t, d, 2 * key + 2 * val + 2 * heads)
+
+    def _qk_norm(self, t: int) -> tuple[float, float]:
+        """(element-wise, all-reduce) seconds of an attention layer's RMSNorms over the
+        whole query and key projections (``ModelSpec.qk_norm_across_heads``, MiniMax-M2);
+        (0, 0) for a model without them.
+
+        vLLM 0.16.0-0.19.0 ``model_executor/layers/mamba/linear_attn.py``
+        ``MiniMaxText01RMSNormTP.forward_qk`` (called by ``models/minimax_m2.py``
+        ``MiniMaxM2Attention.forward``): each rank squares and averages its slice of q and
+        of k in fp32; under TP the two variances a token (``torch.cat``, 2 fp32) are
+        all-reduced (``tensor_model_parallel_all_reduce``) and divided by the ranks; then q
+        and k are scaled by ``rsqrt(variance + eps)`` and the weights, back to bf16. The
+        all-reduce is a collective the compiled graph cannot fuse across, so with TP the
+        norm is two passes over q and k (the variances; the scaling, which writes them)
+        around one all-reduce; on one GPU one pass reads and writes them. Each pass is one
+        element-wise launch (its floor, ``t0``, is what a decode step of a few tokens pays)
+        and the all-reduce is priced by the profile's fit at its 8 bytes a token: small
+        messages, so its latency."""
+        if not self.model.qk_norm_across_heads or not self.model.n_attention_layers:
+            return 0.0, 0.0
+        elem, e = self._k["elementwise"], self.elem_bytes
+        width = (self.heads + self.kv_heads) * self.head_dim  # this rank's q and k
+        scale = elem(0.0, e * 2.0 * t * width)  # read q and k, write them
+        if self.tp == 1:
+            return scale, 0.0
+        variances = elem(0.0, e * t * width)  # read q and k
+        return variances + scale, self._allreduce_bytes(t * 2.0 * 4.0)
 
     def _moe(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
         m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model

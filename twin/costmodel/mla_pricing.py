@@ -48,6 +48,7 @@ class MlaPricing(ShardShapes):
     """The MLA layers of a step (a part of ``CostModel``)."""
 
     _proj: Callable[[float, float, float], float]
+    _gemm: Callable[[float, float, float], float]
     mla_mode: str | None  # "module", or "<prefill>/<decode>" of "kernels" and "gqa"
     mla_modes: tuple[str, str]  # (prefill, decode): "module", "kernels" or "gqa"
     mla_dims: mf.MlaDims
@@ -109,8 +110,9 @@ class MlaPricing(ShardShapes):
         """What an MLA layer costs for ``t`` tokens whatever their phase: the pre-norm and
         the all-reduce, and outside the module pricing the q_a/kv_a and q_a norms, RoPE
         and the projections every token runs (q_a + kv_a, q_b, o_proj)."""
+        idx_gemm, idx_elem = self._indexer(t)
         if self.mla_mode == "module":
-            return (("elementwise", norm), ("allreduce", ar))
+            return (("elementwise", norm + idx_elem), ("gemm", idx_gemm), ("allreduce", ar))
         d, e, elem = self.mla_dims, self.elem_bytes, self._k["elementwise"]
         latent = d.kv_lora + d.rope
         # q_a and kv_a RMSNorms, then RoPE on the rank's q_pe and the shared k_pe.
@@ -122,7 +124,51 @@ class MlaPricing(ShardShapes):
         else:
             gemms = self._proj(t, d.d_model, latent) + self._proj(t, d.d_model, qk)
         gemms += self._proj(t, d.heads * d.v, d.d_model)
-        return (("elementwise", norm + norms + rope), ("gemm", gemms), ("allreduce", ar))
+        return (
+            ("elementwise", norm + norms + rope + idx_elem),
+            ("gemm", gemms + idx_gemm),
+            ("allreduce", ar),
+        )
+
+    def _indexer(self, t: int) -> tuple[float, float]:
+        """(GEMM, element-wise) seconds of a DeepSeek Sparse Attention indexer's launches
+        for ``t`` tokens (``ModelSpec.index_n_heads``; (0, 0) without one), in the order
+        SGLang 0.5.9 issues them on its main stream in a captured decode graph
+        (``layers/attention/nsa/nsa_indexer.py`` ``Indexer.forward_cuda`` with
+        ``enable_dual_stream``; the key's ``wk`` GEMM, LayerNorm, Hadamard rotation and
+        fp8 quantisation run on the second stream beside the query's and are not added):
+        the head gates (``weights_proj``, a bf16 GEMM of ``index_n_heads`` columns, and
+        their scaling), the query projection ``wq_b`` from the query latent, RoPE on the
+        query's and key's rope parts and the two copies back into them, the query's
+        Hadamard rotation (``rotate_activation``) and fp8 quantisation (``act_quant``),
+        the gates times the query scales, the key's store into the index cache
+        (``set_index_k_scale_buffer``), the logits (``deep_gemm.fp8_paged_mqa_logits``)
+        and the top-k (``topk_transform``). Each is one launch at its floor plus the
+        step's own bytes; the logits' and the top-k's reads of every sequence's index
+        keys grow with the context and are not priced (nor the sparse attention's cap of
+        ``index_topk`` keys, which the dense MLA price leaves out the other way): at a few
+        clients the floors are the indexer's cost."""
+        m = self.model
+        heads, width = m.index_n_heads, m.index_head_dim
+        if not heads:
+            return 0.0, 0.0
+        d, e, elem = self.mla_dims, float(self.elem_bytes), self._k["elementwise"]
+        q = t * heads * width  # the query's elements
+        rope = t * (heads + 1) * d.rope  # the query's and the key's rope parts
+        gemms = self._gemm(t, d.d_model, heads) + self._proj(t, d.q_lora, heads * width)
+        passes = (
+            elem(0.0, 4.0 * 2.0 * t * heads)  # the gates' scaling (fp32)
+            + elem(0.0, e * 2.0 * rope)  # RoPE
+            + elem(0.0, e * 2.0 * t * heads * d.rope)  # the query's rope part copied back
+            + elem(0.0, e * 2.0 * t * d.rope)  # the key's
+            + elem(0.0, e * 2.0 * q)  # Hadamard rotation
+            + elem(0.0, (e + 1.0) * q)  # fp8 quantisation
+            + elem(0.0, 4.0 * 2.0 * t * heads)  # gates x query scales
+            + elem(0.0, t * (width + 4.0))  # the key's fp8 store and scale
+            + elem(0.0, q)  # the logits (the step's fp8 queries)
+            + elem(0.0, 4.0 * t * heads)  # the top-k
+        )
+        return gemms, passes
 
     # ------------------------------------------------------------ context parts
     def _mla_parts(self, f: StepFeatures) -> list[tuple[str, str, float]]:

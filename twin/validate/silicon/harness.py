@@ -1052,3 +1052,37 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
     return SGLANG_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
+
+
+# SGLang runs Qwen3.5's GDN input projection as the checkpoint's four matrices, one GEMM
+# launch each, up to 0.5.9 (the 0.5.9 wheel's ``models/qwen3_5.py``, file dated
+# 2026-02-23: ``Qwen3_5GatedDeltaNet._forward`` calls ``in_proj_qkv``, ``in_proj_z``,
+# ``in_proj_b`` and ``in_proj_a`` in turn); 0.5.10.post1's (2026-04-08) loads them into
+# ``in_proj_qkvz`` and ``in_proj_ba`` and, in a captured decode graph, runs the second on
+# another stream beside the first (``_forward_input_proj``): the one GEMM the twin prices
+# by default (``twin.costmodel.dense_pricing.DensePricing._gdn_in_proj``). A nightly
+# build dated before 0.5.9's file ran that file's code or an earlier one; InferenceMAX's
+# ``nightly-dev`` Qwen3.5 rows name the nightly-dev-20260216 image (``inferencemax_qwen35``).
+# Later nightlies are not read and keep the default.
+SGLANG_GDN_SPLIT_BEFORE = "0.5.10"
+SGLANG_0_5_9_QWEN35_DAY = "20260223"
+_NIGHTLY_DAY = re.compile(r"^nightly-dev-(\d{8})")
+
+
+def sglang_gdn_in_proj_gemms(row: SiliconRow, model: ModelSpec) -> int:
+    """The GEMM launches of a GDN layer's input projection SGLang ran ``row`` with
+    (``ModelSpec.gdn_in_proj_gemms``, above): 4 for Qwen3.5 on a release before 0.5.10 or
+    a nightly built before 0.5.9's ``qwen3_5.py``; else 1."""
+    from twin.costmodel.table_release import release_at_least, version_key
+
+    if row.backend != "sglang" or not model.mixer_counts.get("gdn"):
+        return 1
+    if model_named(row, ("qwen3.5",)) is None:
+        return 1
+    release = row.backend_version
+    if version_key(release) is not None:
+        return 1 if release_at_least(release, SGLANG_GDN_SPLIT_BEFORE) else 4
+    day = _NIGHTLY_DAY.match(release)
+    if day is not None:
+        return 4 if day.group(1) < SGLANG_0_5_9_QWEN35_DAY else 1
+    return 4 if release == "nightly-dev" and harness_of(row) is INFERENCEMAX else 1

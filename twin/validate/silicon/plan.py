@@ -25,6 +25,7 @@ from twin.validate.silicon.harness import (
     eager_prefill_s,
     harness_of,
     inferencemax_speculation,
+    sglang_gdn_in_proj_gemms,
     trtllm_overlap_scheduler,
     vllm_async_scheduling,
     vllm_graph_tokens,
@@ -222,6 +223,9 @@ def plan_row(
     if unpriceable is not None:
         return unpriceable
     model = precision_model(base, precision)
+    gdn_gemms = sglang_gdn_in_proj_gemms(row, model)  # how the release lays out GDN's in_proj
+    if gdn_gemms != model.gdn_in_proj_gemms:
+        model = dataclasses.replace(model, gdn_in_proj_gemms=gdn_gemms)
     workers = agg_workers(row)
     c = row.concurrency // workers
     harness = harness_of(row)
