@@ -874,9 +874,8 @@ TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "h200": 75e-6}
 # ``max-cudagraph-capture-size: 2048`` (``gptoss_fp4_h200.sh`` at 16cd955,
 # ``gptoss_fp4_h100.sh`` at 1fc5d73). So every 1k-token prefill step of the measured rows
 # but gpt-oss's is eager. The host time of that forward is priced as SGLang's and
-# TensorRT-LLM's (:data:`SGLANG_EAGER_LAUNCHES` per layer part, standing in for vLLM's
-# own: its compiled pieces fuse some element-wise launches, its custom ops issue the
-# same; not recounted from vLLM's modules here) times a host time per launch per GPU
+# TensorRT-LLM's, with vLLM's own launches per layer part (:data:`VLLM_EAGER_LAUNCHES`,
+# read from its modules) times a host time per launch per GPU
 # fitted on the fit split only (:data:`VLLM_EAGER_LAUNCH_S`), in series with the kernels
 # (``EagerPrefillPricer``, with ``eager_graph_tokens`` the capture size). MoE models only
 # (as the other engines' rule), not under attention DP, and in the releases whose
@@ -885,6 +884,46 @@ TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "h200": 75e-6}
 # Older releases (0.11.2, 0.12.0) and rows without a release keep the kernels' price: not
 # read (the fit grid's three Qwen3-235B 0.12.0 H200 rows got worse with it, 11.6 -> 25.5%).
 VLLM_MAX_CAPTURE = 512
+# Kernels one decoder layer launches in vLLM's eager (no graph) forward, by part, as
+# (other kernels, linear layers), read from the 0.16.0 wheel and checked in 0.14.0 and
+# 0.19.0 (the same files and calls). vLLM compiles the model with Inductor and splits it
+# at the attention ops (``config/compilation.py`` ``_attention_ops``), with its custom
+# element-wise ops off under Inductor (``config/vllm.py``: ``custom_ops`` "none"), so a
+# layer's norms, residual adds, RoPE and element-wise products are generated kernels,
+# fused where they meet; the attention op and the fused MoE op run their own kernels.
+# SGLang's counts (:data:`SGLANG_EAGER_LAUNCHES`) launch each norm, RoPE and copy alone
+# and count every linear as two launches (block-fp8), which for Kimi-K2.5's bf16 MLA
+# and shared expert overstated vLLM's layer by about a third. Counts within a launch or
+# two:
+# - ``mla`` (8, 4) (``model_executor/layers/mla.py``
+#   ``MultiHeadLatentAttentionWrapper.forward``, ``layers/attention/mla_attention.py``
+#   ``forward_impl`` / ``forward_mha``): the input norm with its residual add, the q_a and
+#   kv_a norms, RoPE, ``concat_and_cache_mla``, the k concat, the varlen attention and
+#   its output copy; linears fused_qkv_a, q_b, kv_b, o;
+# - ``attention`` / ``swa`` (5, 2): the input norm, the q/k norms and RoPE (two generated
+#   kernels), the KV write, the attention; linears qkv and o;
+# - ``moe`` (6, 0) plus the experts: the post-attention norm, the attention's all-reduce,
+#   the router GEMM (unquantised), top-k, the routed scaling and the MoE's all-reduce;
+#   the experts' kernel (``fused_moe/fused_marlin_moe.py`` ``fused_marlin_moe``:
+#   ``moe_align_block_size``, two grouped GEMMs, the activation, ``torch.sum``; the
+#   Triton ``fused_moe.py`` path the same) 5 launches, 7 where the activations are
+#   quantised (fp8, fp8-block, nvfp4: one quantisation before each grouped GEMM);
+# - ``shared_expert`` (3, 2): run inside the MoE op (``SharedFusedMoE``, not fused by
+#   Inductor): the activation's silu and product, the add; linears gate_up and down;
+# - ``mlp`` (3, 2): the norm, the activation, the all-reduce; linears gate_up and down.
+# A linear is one launch, two where its activations are quantised (``QuantFP8``, kept a
+# CUDA op for block-scaled weights by ``config/vllm.py``, or the fp4 quantisation, then
+# the GEMM). Parts without a vLLM count (``gdn``, the output gate: no vLLM MoE row has
+# them) take SGLang's.
+VLLM_EAGER_LAUNCHES: dict[str, tuple[int, int]] = {
+    "mla": (8, 4),
+    "attention": (5, 2),
+    "swa": (5, 2),
+    "moe": (6, 0),
+    "shared_expert": (3, 2),
+    "mlp": (3, 2),
+}
+VLLM_EXPERT_LAUNCHES = 5  # the fused MoE kernels, activations unquantised (above)
 INFERENCEMAX_VLLM_CAPTURE = {"gpt-oss-120b": 2048}
 VLLM_EAGER_FROM = "0.14.0"
 # Host seconds per launch of vLLM's eager forward, per GPU, fitted on the fit split only:
@@ -897,7 +936,15 @@ VLLM_EAGER_FROM = "0.14.0"
 # TPOT 32.6 / 11.0% -> 20.6 / 11.9%), H200 45 us (10 rows, 39.7 / 14.8 -> 21.8 / 13.5), H100
 # 45 us (5 rows, 35.7 / 4.7 -> 23.8 / 3.9; 60 us the same within 0.5), B300 30 us (5 rows,
 # 38.4 / 20.5 -> 13.4 / 19.9; few rows).
-VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 30e-6, "h200": 45e-6, "h100": 45e-6}
+# Refitted with vLLM's own launch counts (:data:`VLLM_EAGER_LAUNCHES`), fit split only:
+# ``python benchmarks/bench_eager_prefill.py --backend vllm --per-split 48 --max-clients 128
+# --grid-us 20,30,45,60 --out benchmarks/results/vllm-moe-eager-grid`` (48 fit rows with at
+# most 128 clients), least TTFT + TPOT MAPE per GPU (docs/decisions.md, "Issue 31, step:
+# vLLM's eager launches counted from its modules"): B200 20 us (24 rows, 18.8 / 12.6%),
+# H200 45 us (12 rows, 25.7 / 10.1%), B300 20 us (7 rows, 16.4 / 16.4%; 30 us 15.2 / 18.3),
+# H100 20 us (5 rows, 9.6 / 8.1%; 45 us 19.7 / 8.7). B200, B300 and H100 sit at the grid's
+# lowest value: smaller ones were not tried.
+VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 20e-6, "h200": 45e-6, "h100": 20e-6}
 
 
 def vllm_prefills_eagerly(row: SiliconRow) -> bool:
@@ -923,16 +970,40 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     return min(size, budget) if budget else size
 
 
-def eager_launches(model: ModelSpec) -> int:
-    """Kernels one eager SGLang forward of ``model`` launches (``SGLANG_EAGER_LAUNCHES``
-    summed over its layers; mixer kinds without a count, Mamba2 say, count none)."""
-    n = SGLANG_EAGER_LAUNCHES
+def eager_launches(model: ModelSpec, backend: str = "sglang") -> int:
+    """Kernels one eager forward of ``model`` launches, summed over its layers: SGLang's
+    counts (``SGLANG_EAGER_LAUNCHES``, TensorRT-LLM's stand-in) or, for ``backend``
+    "vllm", vLLM's (:func:`vllm_part_launches`). Mixer kinds without a count (Mamba2,
+    say) count none."""
+    if backend == "vllm":
+        n = {part: vllm_part_launches(model, part) for part in SGLANG_EAGER_LAUNCHES}
+    else:
+        n = SGLANG_EAGER_LAUNCHES
     out = sum(n.get(kind, 0) * count for kind, count in model.mixer_counts.items())
     if model.attn_output_gate:
         gated = model.mixer_counts.get("attention", 0) + model.mixer_counts.get("swa", 0)
         out += n["attention_gate"] * gated
     per_moe = n["moe"] + (n["shared_expert"] if model.moe_shared_d_ff else 0)
     return out + per_moe * model.n_moe_layers + n["mlp"] * model.n_mlp_layers
+
+
+def vllm_part_launches(model: ModelSpec, part: str) -> int:
+    """Kernels one ``part`` of a ``model`` layer launches in vLLM's eager forward
+    (:data:`VLLM_EAGER_LAUNCHES`): its other kernels, its linears at one launch each, two
+    where ``model``'s linear precision quantises the activations, and for ``moe`` the
+    experts' kernels (two more where the experts' format quantises the activations).
+    A part vLLM's count does not cover: SGLang's."""
+    from twin import precision as px  # late: the rows are read without the formats
+
+    if part not in VLLM_EAGER_LAUNCHES:
+        return SGLANG_EAGER_LAUNCHES[part]
+    other, linears = VLLM_EAGER_LAUNCHES[part]
+    per_linear = 1 if px.weight_format(model.precision).act_bytes is None else 2
+    out = other + linears * per_linear
+    if part == "moe":
+        quantised = px.moe_format(model).act_bytes is not None
+        out += VLLM_EXPERT_LAUNCHES + (2 if quantised else 0)
+    return out
 
 
 def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool) -> bool:
@@ -979,7 +1050,7 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     if row.backend == "vllm":  # steps above the largest graph (VLLM_EAGER_LAUNCH_S)
         if not vllm_prefills_eagerly(row):
             return 0.0
-        return VLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
+        return VLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model, "vllm")
     if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
     return SGLANG_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
