@@ -942,8 +942,10 @@ VLLM_EAGER_FROM = "0.14.0"
 # most 128 clients), least TTFT + TPOT MAPE per GPU (docs/decisions.md, "Issue 31, step:
 # vLLM's eager launches counted from its modules"): B200 20 us (24 rows, 18.8 / 12.6%),
 # H200 45 us (12 rows, 25.7 / 10.1%), B300 20 us (7 rows, 16.4 / 16.4%; 30 us 15.2 / 18.3),
-# H100 20 us (5 rows, 9.6 / 8.1%; 45 us 19.7 / 8.7). B200, B300 and H100 sit at the grid's
-# lowest value: smaller ones were not tried.
+# H100 20 us (5 rows, 9.6 / 8.1%; 45 us 19.7 / 8.7). Below it (``--grid-us 5,10,15 --out
+# benchmarks/results/vllm-moe-eager-grid-low``, the same rows): B200 15 us 18.5 / 12.5%
+# (TTFT + TPOT 31.0 against 31.4 at 20: kept at 20), B300 15 us 18.2 / 15.9, H100 15 us
+# 13.4 / 8.0, H200 15 us 30.8 / 11.0: none lower.
 VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 20e-6, "h200": 45e-6, "h100": 20e-6}
 
 
