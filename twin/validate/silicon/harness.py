@@ -1040,8 +1040,9 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``) unless the
     row's InferenceMAX script captured piecewise CUDA graphs
     (:func:`inferencemax_trtllm_piecewise`) and ran no MTP; vLLM rows of the releases read
-    (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph
-    (``VLLM_EAGER_LAUNCH_S``; the plan adds :func:`vllm_graph_tokens`)."""
+    (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph, at
+    vLLM's own launch count (``VLLM_EAGER_LAUNCHES``) times ``VLLM_EAGER_LAUNCH_S`` (the
+    plan adds :func:`vllm_graph_tokens`)."""
     if not model.n_moe_layers or (row.attention_dp or 1) > 1:
         return 0.0
     if row.backend == "trtllm":  # context steps run eagerly (TRTLLM_EAGER_LAUNCH_S) unless
