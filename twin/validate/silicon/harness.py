@@ -505,10 +505,33 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
 # ``_set_default_max_num_seqs_and_batched_tokens_args``; the rows' images are 0.19.0 and
 # nightly builds of April 2026), not the 512 of the Llama scripts. Measured: the B300 rows
 # at 1,024 clients decode about 1,000 requests at once (Little's law on their TTFT and
-# TPOT), which a cap of 512 cannot.
+# TPOT), which a cap of 512 cannot. From a day per script the servers also pass
+# ``--max-num-batched-tokens $((ISL * 2))`` and ``--max-cudagraph-capture-size 2048``
+# (``--stream-interval 20`` too, which sends a request's first token at once: 0.19.0
+# ``v1/engine/output_processor.py`` ``RequestState.make_request_output``): B200 fp8 from
+# d172646bd (2026-04-02), B200 fp4 from a9c199207 (2026-04-07), B300 from the scripts'
+# first version b4860089b / b0308eda6 (2026-04-17). Before, the budget is the default
+# 8,192 and the capture size the default ``min(2 x max_num_seqs, 512)``.
 VLLM_DEFAULT_MAX_NUM_SEQS = 1024
 VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 INFERENCEMAX_MINIMAX = ("minimax-m2.5",)
+INFERENCEMAX_MINIMAX_FLAGS_FROM = {
+    ("b200_sxm", "fp8"): "2026-04-02",
+    ("b200_sxm", "fp4"): "2026-04-07",
+    ("b300_sxm", "fp8"): "2026-04-17",
+    ("b300_sxm", "fp4"): "2026-04-17",
+}
+INFERENCEMAX_MINIMAX_CAPTURE = 2048
+
+
+def inferencemax_minimax_flags(row: SiliconRow) -> bool:
+    """Whether ``row`` is an InferenceMAX MiniMax-M2.5 vLLM run whose script passed the
+    prompt-sized budget and the 2,048-token capture size (above)."""
+    if row.backend != "vllm" or model_named(row, INFERENCEMAX_MINIMAX) is None:
+        return False
+    since = INFERENCEMAX_MINIMAX_FLAGS_FROM.get((row.system, (row.precision or "").lower()))
+    day = measured_on(row)
+    return since is not None and day is not None and day >= since
 
 
 def inferencemax_vllm(row: SiliconRow) -> dict[str, str]:
@@ -516,6 +539,8 @@ def inferencemax_vllm(row: SiliconRow) -> dict[str, str]:
     if model_named(row, INFERENCEMAX_MINIMAX) is None:
         return dict(INFERENCEMAX_VLLM)
     budget = VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    if inferencemax_minimax_flags(row) and row.isl:
+        budget = 2 * row.isl
     seqs = min(VLLM_DEFAULT_MAX_NUM_SEQS, budget)
     return {"max_num_batched_tokens": str(budget), "max_num_seqs": str(seqs)}
 
@@ -970,6 +995,8 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
         named = model_named(row, INFERENCEMAX_VLLM_CAPTURE)
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
+        if inferencemax_minimax_flags(row):  # the script's --max-cudagraph-capture-size
+            size = INFERENCEMAX_MINIMAX_CAPTURE
     budget = int(sets.get("max_num_batched_tokens", 0) or 0)
     return min(size, budget) if budget else size
 
