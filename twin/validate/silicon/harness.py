@@ -296,6 +296,34 @@ def measured_on(row: SiliconRow) -> str | None:
     return found.group(1) if found else None
 
 
+# InferenceMAX's H100 gpt-oss-120b vLLM script ran its client at ``--max-concurrency 512``
+# whatever the configuration's ``CONC``, while the server got ``--max-num-seqs=$CONC`` and
+# the client ``--num-prompts $((CONC * 10))`` (SemiAnalysisAI/InferenceX
+# ``benchmarks/gptoss_fp4_h100_docker.sh`` from 56c612a91, 2025-11-14, to its fix "fix h100
+# docker error" 903a52727, 2025-12-08, which made it ``"$CONC"``). The results, and so the
+# CSV, record the client's 512; the ``CONC`` the server ran is not recorded. Checked: the
+# twin with 512 clients, ``max_num_seqs`` 8 and 80 requests predicts the TP 4 1k/1k row's
+# 19.4 s / 4.63 ms (measured 20.0 s / 4.70 ms), with 64 and 640 requests the TP 4 1k/8k
+# row's 304 s / 9.79 ms (measured 303 s / 9.67 ms); each row's ``CONC`` could be read
+# only off its own measurement, so these rows are not expressed.
+INFERENCEMAX_CLIENT_CAP_DAYS = ("2025-11-14", "2025-12-08")
+REASON_INFERENCEMAX_CLIENT_CAP = (
+    "InferenceMAX H100 gpt-oss client ran at 512 clients whatever CONC (server's CONC not recorded)"
+)
+
+
+def inferencemax_client_capped(row: SiliconRow) -> bool:
+    """Whether ``row`` was measured by InferenceMAX's H100 gpt-oss script while its client
+    ran at 512 clients whatever the server's ``CONC`` (above)."""
+    if row.backend != "vllm" or row.system != "h100_sxm" or harness_of(row) is not INFERENCEMAX:
+        return False
+    if model_named(row, ("gpt-oss",)) is None:
+        return False
+    day = measured_on(row)
+    first, last = INFERENCEMAX_CLIENT_CAP_DAYS
+    return day is not None and first <= day <= last
+
+
 def inferencemax_sglang_unnamed(row: SiliconRow) -> bool:
     """Whether ``row`` is an InferenceMAX SGLang row that names no release and was
     measured before InferenceMAX first ran an SGLang 0.5.10 image (so it ran an earlier
@@ -469,10 +497,58 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     return {**dict(zip(_SGLANG_FLAGS, flags, strict=True)), **extra}
 
 
+# InferenceMAX's MiniMax-M2.5 vLLM servers set no ``--max-num-seqs`` (SemiAnalysisAI/
+# InferenceX ``benchmarks/single_node/minimaxm2.5_fp{4,8}_b{200,300}.sh``, every version
+# of February-April 2026), so vLLM's own default holds: 1,024 for its OpenAI server on a
+# GPU of at least 70 GiB, no more than ``max_num_batched_tokens`` (0.19.0
+# ``engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` and
+# ``_set_default_max_num_seqs_and_batched_tokens_args``; the rows' images are 0.19.0 and
+# nightly builds of April 2026), not the 512 of the Llama scripts. Measured: the B300 rows
+# at 1,024 clients decode about 1,000 requests at once (Little's law on their TTFT and
+# TPOT), which a cap of 512 cannot. From a day per script the servers also pass
+# ``--max-num-batched-tokens $((ISL * 2))`` and ``--max-cudagraph-capture-size 2048``
+# (``--stream-interval 20`` too, which sends a request's first token at once: 0.19.0
+# ``v1/engine/output_processor.py`` ``RequestState.make_request_output``): B200 fp8 from
+# d172646bd (2026-04-02), B200 fp4 from a9c199207 (2026-04-07), B300 from the scripts'
+# first version b4860089b / b0308eda6 (2026-04-17). Before, the budget is the default
+# 8,192 and the capture size the default ``min(2 x max_num_seqs, 512)``.
+VLLM_DEFAULT_MAX_NUM_SEQS = 1024
+VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+INFERENCEMAX_MINIMAX = ("minimax-m2.5",)
+INFERENCEMAX_MINIMAX_FLAGS_FROM = {
+    ("b200_sxm", "fp8"): "2026-04-02",
+    ("b200_sxm", "fp4"): "2026-04-07",
+    ("b300_sxm", "fp8"): "2026-04-17",
+    ("b300_sxm", "fp4"): "2026-04-17",
+}
+INFERENCEMAX_MINIMAX_CAPTURE = 2048
+
+
+def inferencemax_minimax_flags(row: SiliconRow) -> bool:
+    """Whether ``row`` is an InferenceMAX MiniMax-M2.5 vLLM run whose script passed the
+    prompt-sized budget and the 2,048-token capture size (above)."""
+    if row.backend != "vllm" or model_named(row, INFERENCEMAX_MINIMAX) is None:
+        return False
+    since = INFERENCEMAX_MINIMAX_FLAGS_FROM.get((row.system, (row.precision or "").lower()))
+    day = measured_on(row)
+    return since is not None and day is not None and day >= since
+
+
+def inferencemax_vllm(row: SiliconRow) -> dict[str, str]:
+    """The vLLM server limits of InferenceMAX's script for ``row`` (``--set`` values)."""
+    if model_named(row, INFERENCEMAX_MINIMAX) is None:
+        return dict(INFERENCEMAX_VLLM)
+    budget = VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    if inferencemax_minimax_flags(row) and row.isl:
+        budget = 2 * row.isl
+    seqs = min(VLLM_DEFAULT_MAX_NUM_SEQS, budget)
+    return {"max_num_batched_tokens": str(budget), "max_num_seqs": str(seqs)}
+
+
 def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     """``build_run`` keywords for the InferenceMAX scripts' server limits of ``row``."""
     if engine == "vllm":
-        return {"sets": dict(INFERENCEMAX_VLLM)}
+        return {"sets": inferencemax_vllm(row)}
     if engine == "sglang":
         sglang = inferencemax_sglang(row)
         return {"sets": sglang} if sglang else {}
@@ -968,6 +1044,8 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
         named = model_named(row, INFERENCEMAX_VLLM_CAPTURE)
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
+        if inferencemax_minimax_flags(row):  # the script's --max-cudagraph-capture-size
+            size = INFERENCEMAX_MINIMAX_CAPTURE
     budget = int(sets.get("max_num_batched_tokens", 0) or 0)
     return min(size, budget) if budget else size
 
