@@ -1022,7 +1022,17 @@ VLLM_EAGER_FROM = "0.14.0"
 # benchmarks/results/vllm-moe-eager-grid-low``, the same rows): B200 15 us 18.5 / 12.5%
 # (TTFT + TPOT 31.0 against 31.4 at 20: kept at 20), B300 15 us 18.2 / 15.9, H100 15 us
 # 13.4 / 8.0, H200 15 us 30.8 / 11.0: none lower.
-VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 20e-6, "h200": 45e-6, "h100": 20e-6}
+# Refitted again once the InferenceMAX MiniMax-M2.5 rows ran their scripts' capture size
+# (:data:`INFERENCEMAX_MINIMAX_CAPTURE`: their 1k steps now replay a graph, so the fit no
+# longer prices them), the same 48 fit rows and rule: ``--grid-us 10,15,20,30,45,60 --out
+# benchmarks/results/vllm-refit-eager-grid``, ``--grid-us 25,35,40 --out ...-grid-mid``,
+# ``--grid-us 50,55 --out ...-grid-h200`` (docs/decisions.md, "Issue 31, step: vLLM's
+# eager host time refitted with the MiniMax scripts' capture size"), TTFT + TPOT MAPE:
+# B200 20 us (33.3; 15 us 33.6, 25 us 33.6), B300 30 us (36.4; 20 us 36.8, 25 us 36.4),
+# H100 25 us (17.0; 20 us 17.7), H200 50 us (35.2; 45 us 35.9, 55 us 36.4). Checked on
+# the wider fit runs of the same step (``benchmarks/results/vllm-refit-fit-*``): B300 30 us
+# and H100 25 us hold there; H200 50 us lost to 45 on its 60 rows, so H200 stays at 45 us.
+VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 30e-6, "h200": 45e-6, "h100": 25e-6}
 
 
 def vllm_prefills_eagerly(row: SiliconRow) -> bool:
