@@ -125,11 +125,11 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _fit_grid(plans: list[sil.RowPlan], grid_us: list[float], out: Path) -> int:
     """Predict each fit row at each host time per launch in ``grid_us`` (the launches of
-    its model, :func:`sil.eager_launches`); write ``OUT/grid.csv`` and ``OUT.json`` (mean
+    its model and engine, :func:`sil.eager_launches`); write ``OUT/grid.csv`` and ``OUT.json`` (mean
     TTFT / TPOT APE per GPU and host time, and the least-TTFT one per GPU)."""
     records: list[dict[str, Any]] = []
     for i, plan in enumerate(plans):
-        launches = sil.eager_launches(plan.model)
+        launches = sil.eager_launches(plan.model, plan.row.backend)
         for us in grid_us:
             dep = {k: v for k, v in plan.deployment.items() if k != "eager_prefill_s"}
             if us > 0:
@@ -264,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
             "trtllm": sil.TRTLLM_EAGER_LAUNCH_S,
             "vllm": sil.VLLM_EAGER_LAUNCH_S,
         }.get(args.backend, sil.SGLANG_EAGER_LAUNCH_S),
-        "launches_per_layer_part": sil.SGLANG_EAGER_LAUNCHES,
+        "launches_per_layer_part": (
+            sil.VLLM_EAGER_LAUNCHES if args.backend == "vllm" else sil.SGLANG_EAGER_LAUNCHES
+        ),
         "by_split": {
             s: _summary([r for r in moe if r["split"] == s]) for s in (sil.FIT, sil.HELD_OUT)
         },

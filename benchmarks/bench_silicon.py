@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/bench_silicon.py [--models M,..] [--systems S,..] [--backends B,..]
 [--precisions F,..] [--split fit|held_out] [--deployment benchmark|aiconfigurator|
-aiconfigurator-all|defaults] [--limit N] [--jobs N] [--executor local|ray]
+aiconfigurator-all|defaults] [--min-concurrency N] [--limit N] [--jobs N] [--executor local|ray]
 [--no-aiconfigurator]`` (needs the ``twin[aic]`` extra: the CSV and the model configs
 are read from the installed ``aiconfigurator-core``).
 
@@ -349,6 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="rows by attention data parallelism: any, only attention_dp_size > 1, or none",
     )
     parser.add_argument(
+        "--min-concurrency",
+        type=int,
+        default=None,
+        help="only rows of at least N benchmark clients (the high-concurrency rows)",
+    )
+    parser.add_argument(
         "--limit", type=int, default=None, help="at most N expressed rows, spread evenly"
     )
     parser.add_argument(
@@ -419,6 +425,8 @@ def _main(args: argparse.Namespace, console: Console) -> int:
     if args.attention_dp != "any":
         dp_rows = args.attention_dp == "only"
         rows = [r for r in rows if ((r.attention_dp or 1) > 1) == dp_rows]
+    if args.min_concurrency is not None:
+        rows = [r for r in rows if (r.concurrency or 0) >= args.min_concurrency]
     expressible, reasons = sil.plan_rows(rows, args.configs, args.deployment)
     if args.split:
         kept = [p for p in expressible if p.row.split == args.split]
@@ -496,6 +504,7 @@ def _main(args: argparse.Namespace, console: Console) -> int:
             "precisions": formats,
             "split": args.split,
             "limit": args.limit,
+            "min_concurrency": args.min_concurrency,
             "rows_in_csv": len(every),
             "rows_selected": len(rows),
             "expressible": len(expressible),

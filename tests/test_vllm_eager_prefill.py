@@ -68,11 +68,31 @@ def test_vllm_moe_rows_get_the_eager_host_time_and_dense_rows_none():
     moe = get_model("gpt-oss-120b")
     per_launch = sil.VLLM_EAGER_LAUNCH_S["b200"]
     assert sil.eager_prefill_s(row, moe, "b200") == pytest.approx(
-        per_launch * sil.eager_launches(moe)
+        per_launch * sil.eager_launches(moe, "vllm")
     )
     assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0
     assert sil.eager_prefill_s(dataclasses.replace(row, attention_dp=2), moe, "b200") == 0.0
     assert sil.eager_prefill_s(row, moe, "a100") == 0.0  # no fitted host time
+
+
+def test_vllm_launch_counts_follow_the_layer_parts_and_the_linears_precision():
+    """vLLM's own launches per layer (``VLLM_EAGER_LAUNCHES``), not SGLang's: a linear is
+    one launch, two where its activations are quantised; the experts two more then."""
+    n, experts = sil.VLLM_EAGER_LAUNCHES, sil.VLLM_EXPERT_LAUNCHES
+    kimi = get_model("kimi-k2.5")  # MLA on 61 layers, a shared expert, one dense layer
+    assert dict(kimi.mixer_counts) == {"mla": 61} and kimi.moe_shared_d_ff
+    mla, moe, shared, mlp = (n[p][0] + n[p][1] for p in ("mla", "moe", "shared_expert", "mlp"))
+    bf16 = 61 * mla + kimi.n_moe_layers * (moe + experts + shared) + kimi.n_mlp_layers * mlp
+    int4 = dataclasses.replace(kimi, precision="bf16", moe_precision="int4")
+    assert sil.eager_launches(int4, "vllm") == sil.eager_launches(kimi, "vllm") == bf16
+    # bf16 linears and weight-only experts: fewer launches than SGLang's block-fp8 count
+    assert sil.eager_launches(int4, "vllm") < 0.8 * sil.eager_launches(int4)
+    fp8 = dataclasses.replace(kimi, precision="fp8", moe_precision="fp8-block")
+    linears = 61 * n["mla"][1] + kimi.n_moe_layers * n["shared_expert"][1]
+    linears += kimi.n_mlp_layers * n["mlp"][1]
+    assert sil.eager_launches(fp8, "vllm") == bf16 + linears + 2 * kimi.n_moe_layers
+    # SGLang's and TensorRT-LLM's count is unchanged by the backend argument's default
+    assert sil.eager_launches(kimi) == sil.eager_launches(kimi, "sglang")
 
 
 def test_a_planned_vllm_moe_row_carries_its_graph_size():

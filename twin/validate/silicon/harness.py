@@ -296,6 +296,34 @@ def measured_on(row: SiliconRow) -> str | None:
     return found.group(1) if found else None
 
 
+# InferenceMAX's H100 gpt-oss-120b vLLM script ran its client at ``--max-concurrency 512``
+# whatever the configuration's ``CONC``, while the server got ``--max-num-seqs=$CONC`` and
+# the client ``--num-prompts $((CONC * 10))`` (SemiAnalysisAI/InferenceX
+# ``benchmarks/gptoss_fp4_h100_docker.sh`` from 56c612a91, 2025-11-14, to its fix "fix h100
+# docker error" 903a52727, 2025-12-08, which made it ``"$CONC"``). The results, and so the
+# CSV, record the client's 512; the ``CONC`` the server ran is not recorded. Checked: the
+# twin with 512 clients, ``max_num_seqs`` 8 and 80 requests predicts the TP 4 1k/1k row's
+# 19.4 s / 4.63 ms (measured 20.0 s / 4.70 ms), with 64 and 640 requests the TP 4 1k/8k
+# row's 304 s / 9.79 ms (measured 303 s / 9.67 ms); each row's ``CONC`` could be read
+# only off its own measurement, so these rows are not expressed.
+INFERENCEMAX_CLIENT_CAP_DAYS = ("2025-11-14", "2025-12-08")
+REASON_INFERENCEMAX_CLIENT_CAP = (
+    "InferenceMAX H100 gpt-oss client ran at 512 clients whatever CONC (server's CONC not recorded)"
+)
+
+
+def inferencemax_client_capped(row: SiliconRow) -> bool:
+    """Whether ``row`` was measured by InferenceMAX's H100 gpt-oss script while its client
+    ran at 512 clients whatever the server's ``CONC`` (above)."""
+    if row.backend != "vllm" or row.system != "h100_sxm" or harness_of(row) is not INFERENCEMAX:
+        return False
+    if model_named(row, ("gpt-oss",)) is None:
+        return False
+    day = measured_on(row)
+    first, last = INFERENCEMAX_CLIENT_CAP_DAYS
+    return day is not None and first <= day <= last
+
+
 def inferencemax_sglang_unnamed(row: SiliconRow) -> bool:
     """Whether ``row`` is an InferenceMAX SGLang row that names no release and was
     measured before InferenceMAX first ran an SGLang 0.5.10 image (so it ran an earlier
@@ -487,10 +515,58 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     return {**dict(zip(_SGLANG_FLAGS, flags, strict=True)), **extra}
 
 
+# InferenceMAX's MiniMax-M2.5 vLLM servers set no ``--max-num-seqs`` (SemiAnalysisAI/
+# InferenceX ``benchmarks/single_node/minimaxm2.5_fp{4,8}_b{200,300}.sh``, every version
+# of February-April 2026), so vLLM's own default holds: 1,024 for its OpenAI server on a
+# GPU of at least 70 GiB, no more than ``max_num_batched_tokens`` (0.19.0
+# ``engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` and
+# ``_set_default_max_num_seqs_and_batched_tokens_args``; the rows' images are 0.19.0 and
+# nightly builds of April 2026), not the 512 of the Llama scripts. Measured: the B300 rows
+# at 1,024 clients decode about 1,000 requests at once (Little's law on their TTFT and
+# TPOT), which a cap of 512 cannot. From a day per script the servers also pass
+# ``--max-num-batched-tokens $((ISL * 2))`` and ``--max-cudagraph-capture-size 2048``
+# (``--stream-interval 20`` too, which sends a request's first token at once: 0.19.0
+# ``v1/engine/output_processor.py`` ``RequestState.make_request_output``): B200 fp8 from
+# d172646bd (2026-04-02), B200 fp4 from a9c199207 (2026-04-07), B300 from the scripts'
+# first version b4860089b / b0308eda6 (2026-04-17). Before, the budget is the default
+# 8,192 and the capture size the default ``min(2 x max_num_seqs, 512)``.
+VLLM_DEFAULT_MAX_NUM_SEQS = 1024
+VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+INFERENCEMAX_MINIMAX = ("minimax-m2.5",)
+INFERENCEMAX_MINIMAX_FLAGS_FROM = {
+    ("b200_sxm", "fp8"): "2026-04-02",
+    ("b200_sxm", "fp4"): "2026-04-07",
+    ("b300_sxm", "fp8"): "2026-04-17",
+    ("b300_sxm", "fp4"): "2026-04-17",
+}
+INFERENCEMAX_MINIMAX_CAPTURE = 2048
+
+
+def inferencemax_minimax_flags(row: SiliconRow) -> bool:
+    """Whether ``row`` is an InferenceMAX MiniMax-M2.5 vLLM run whose script passed the
+    prompt-sized budget and the 2,048-token capture size (above)."""
+    if row.backend != "vllm" or model_named(row, INFERENCEMAX_MINIMAX) is None:
+        return False
+    since = INFERENCEMAX_MINIMAX_FLAGS_FROM.get((row.system, (row.precision or "").lower()))
+    day = measured_on(row)
+    return since is not None and day is not None and day >= since
+
+
+def inferencemax_vllm(row: SiliconRow) -> dict[str, str]:
+    """The vLLM server limits of InferenceMAX's script for ``row`` (``--set`` values)."""
+    if model_named(row, INFERENCEMAX_MINIMAX) is None:
+        return dict(INFERENCEMAX_VLLM)
+    budget = VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    if inferencemax_minimax_flags(row) and row.isl:
+        budget = 2 * row.isl
+    seqs = min(VLLM_DEFAULT_MAX_NUM_SEQS, budget)
+    return {"max_num_batched_tokens": str(budget), "max_num_seqs": str(seqs)}
+
+
 def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     """``build_run`` keywords for the InferenceMAX scripts' server limits of ``row``."""
     if engine == "vllm":
-        return {"sets": dict(INFERENCEMAX_VLLM)}
+        return {"sets": inferencemax_vllm(row)}
     if engine == "sglang":
         sglang = inferencemax_sglang(row)
         return {"sets": sglang} if sglang else {}
@@ -943,9 +1019,8 @@ TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "h200": 75e-6}
 # ``max-cudagraph-capture-size: 2048`` (``gptoss_fp4_h200.sh`` at 16cd955,
 # ``gptoss_fp4_h100.sh`` at 1fc5d73). So every 1k-token prefill step of the measured rows
 # but gpt-oss's is eager. The host time of that forward is priced as SGLang's and
-# TensorRT-LLM's (:data:`SGLANG_EAGER_LAUNCHES` per layer part, standing in for vLLM's
-# own: its compiled pieces fuse some element-wise launches, its custom ops issue the
-# same; not recounted from vLLM's modules here) times a host time per launch per GPU
+# TensorRT-LLM's, with vLLM's own launches per layer part (:data:`VLLM_EAGER_LAUNCHES`,
+# read from its modules) times a host time per launch per GPU
 # fitted on the fit split only (:data:`VLLM_EAGER_LAUNCH_S`), in series with the kernels
 # (``EagerPrefillPricer``, with ``eager_graph_tokens`` the capture size). MoE models only
 # (as the other engines' rule), not under attention DP, and in the releases whose
@@ -954,6 +1029,46 @@ TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "h200": 75e-6}
 # Older releases (0.11.2, 0.12.0) and rows without a release keep the kernels' price: not
 # read (the fit grid's three Qwen3-235B 0.12.0 H200 rows got worse with it, 11.6 -> 25.5%).
 VLLM_MAX_CAPTURE = 512
+# Kernels one decoder layer launches in vLLM's eager (no graph) forward, by part, as
+# (other kernels, linear layers), read from the 0.16.0 wheel and checked in 0.14.0 and
+# 0.19.0 (the same files and calls). vLLM compiles the model with Inductor and splits it
+# at the attention ops (``config/compilation.py`` ``_attention_ops``), with its custom
+# element-wise ops off under Inductor (``config/vllm.py``: ``custom_ops`` "none"), so a
+# layer's norms, residual adds, RoPE and element-wise products are generated kernels,
+# fused where they meet; the attention op and the fused MoE op run their own kernels.
+# SGLang's counts (:data:`SGLANG_EAGER_LAUNCHES`) launch each norm, RoPE and copy alone
+# and count every linear as two launches (block-fp8), which for Kimi-K2.5's bf16 MLA
+# and shared expert overstated vLLM's layer by about a third. Counts within a launch or
+# two:
+# - ``mla`` (8, 4) (``model_executor/layers/mla.py``
+#   ``MultiHeadLatentAttentionWrapper.forward``, ``layers/attention/mla_attention.py``
+#   ``forward_impl`` / ``forward_mha``): the input norm with its residual add, the q_a and
+#   kv_a norms, RoPE, ``concat_and_cache_mla``, the k concat, the varlen attention and
+#   its output copy; linears fused_qkv_a, q_b, kv_b, o;
+# - ``attention`` / ``swa`` (5, 2): the input norm, the q/k norms and RoPE (two generated
+#   kernels), the KV write, the attention; linears qkv and o;
+# - ``moe`` (6, 0) plus the experts: the post-attention norm, the attention's all-reduce,
+#   the router GEMM (unquantised), top-k, the routed scaling and the MoE's all-reduce;
+#   the experts' kernel (``fused_moe/fused_marlin_moe.py`` ``fused_marlin_moe``:
+#   ``moe_align_block_size``, two grouped GEMMs, the activation, ``torch.sum``; the
+#   Triton ``fused_moe.py`` path the same) 5 launches, 7 where the activations are
+#   quantised (fp8, fp8-block, nvfp4: one quantisation before each grouped GEMM);
+# - ``shared_expert`` (3, 2): run inside the MoE op (``SharedFusedMoE``, not fused by
+#   Inductor): the activation's silu and product, the add; linears gate_up and down;
+# - ``mlp`` (3, 2): the norm, the activation, the all-reduce; linears gate_up and down.
+# A linear is one launch, two where its activations are quantised (``QuantFP8``, kept a
+# CUDA op for block-scaled weights by ``config/vllm.py``, or the fp4 quantisation, then
+# the GEMM). Parts without a vLLM count (``gdn``, the output gate: no vLLM MoE row has
+# them) take SGLang's.
+VLLM_EAGER_LAUNCHES: dict[str, tuple[int, int]] = {
+    "mla": (8, 4),
+    "attention": (5, 2),
+    "swa": (5, 2),
+    "moe": (6, 0),
+    "shared_expert": (3, 2),
+    "mlp": (3, 2),
+}
+VLLM_EXPERT_LAUNCHES = 5  # the fused MoE kernels, activations unquantised (above)
 INFERENCEMAX_VLLM_CAPTURE = {"gpt-oss-120b": 2048}
 VLLM_EAGER_FROM = "0.14.0"
 # Host seconds per launch of vLLM's eager forward, per GPU, fitted on the fit split only:
@@ -966,7 +1081,27 @@ VLLM_EAGER_FROM = "0.14.0"
 # TPOT 32.6 / 11.0% -> 20.6 / 11.9%), H200 45 us (10 rows, 39.7 / 14.8 -> 21.8 / 13.5), H100
 # 45 us (5 rows, 35.7 / 4.7 -> 23.8 / 3.9; 60 us the same within 0.5), B300 30 us (5 rows,
 # 38.4 / 20.5 -> 13.4 / 19.9; few rows).
-VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 30e-6, "h200": 45e-6, "h100": 45e-6}
+# Refitted with vLLM's own launch counts (:data:`VLLM_EAGER_LAUNCHES`), fit split only:
+# ``python benchmarks/bench_eager_prefill.py --backend vllm --per-split 48 --max-clients 128
+# --grid-us 20,30,45,60 --out benchmarks/results/vllm-moe-eager-grid`` (48 fit rows with at
+# most 128 clients), least TTFT + TPOT MAPE per GPU (docs/decisions.md, "Issue 31, step:
+# vLLM's eager launches counted from its modules"): B200 20 us (24 rows, 18.8 / 12.6%),
+# H200 45 us (12 rows, 25.7 / 10.1%), B300 20 us (7 rows, 16.4 / 16.4%; 30 us 15.2 / 18.3),
+# H100 20 us (5 rows, 9.6 / 8.1%; 45 us 19.7 / 8.7). Below it (``--grid-us 5,10,15 --out
+# benchmarks/results/vllm-moe-eager-grid-low``, the same rows): B200 15 us 18.5 / 12.5%
+# (TTFT + TPOT 31.0 against 31.4 at 20: kept at 20), B300 15 us 18.2 / 15.9, H100 15 us
+# 13.4 / 8.0, H200 15 us 30.8 / 11.0: none lower.
+# Refitted again once the InferenceMAX MiniMax-M2.5 rows ran their scripts' capture size
+# (:data:`INFERENCEMAX_MINIMAX_CAPTURE`: their 1k steps now replay a graph, so the fit no
+# longer prices them), the same 48 fit rows and rule: ``--grid-us 10,15,20,30,45,60 --out
+# benchmarks/results/vllm-refit-eager-grid``, ``--grid-us 25,35,40 --out ...-grid-mid``,
+# ``--grid-us 50,55 --out ...-grid-h200`` (docs/decisions.md, "Issue 31, step: vLLM's
+# eager host time refitted with the MiniMax scripts' capture size"), TTFT + TPOT MAPE:
+# B200 20 us (33.3; 15 us 33.6, 25 us 33.6), B300 30 us (36.4; 20 us 36.8, 25 us 36.4),
+# H100 25 us (17.0; 20 us 17.7), H200 50 us (35.2; 45 us 35.9, 55 us 36.4). Checked on
+# the wider fit runs of the same step (``benchmarks/results/vllm-refit-fit-*``): B300 30 us
+# and H100 25 us hold there; H200 50 us lost to 45 on its 60 rows, so H200 stays at 45 us.
+VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 30e-6, "h200": 45e-6, "h100": 25e-6}
 
 
 def vllm_prefills_eagerly(row: SiliconRow) -> bool:
@@ -988,20 +1123,46 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
         named = model_named(row, INFERENCEMAX_VLLM_CAPTURE)
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
+        if inferencemax_minimax_flags(row):  # the script's --max-cudagraph-capture-size
+            size = INFERENCEMAX_MINIMAX_CAPTURE
     budget = int(sets.get("max_num_batched_tokens", 0) or 0)
     return min(size, budget) if budget else size
 
 
-def eager_launches(model: ModelSpec) -> int:
-    """Kernels one eager SGLang forward of ``model`` launches (``SGLANG_EAGER_LAUNCHES``
-    summed over its layers; mixer kinds without a count, Mamba2 say, count none)."""
-    n = SGLANG_EAGER_LAUNCHES
+def eager_launches(model: ModelSpec, backend: str = "sglang") -> int:
+    """Kernels one eager forward of ``model`` launches, summed over its layers: SGLang's
+    counts (``SGLANG_EAGER_LAUNCHES``, TensorRT-LLM's stand-in) or, for ``backend``
+    "vllm", vLLM's (:func:`vllm_part_launches`). Mixer kinds without a count (Mamba2,
+    say) count none."""
+    if backend == "vllm":
+        n = {part: vllm_part_launches(model, part) for part in SGLANG_EAGER_LAUNCHES}
+    else:
+        n = SGLANG_EAGER_LAUNCHES
     out = sum(n.get(kind, 0) * count for kind, count in model.mixer_counts.items())
     if model.attn_output_gate:
         gated = model.mixer_counts.get("attention", 0) + model.mixer_counts.get("swa", 0)
         out += n["attention_gate"] * gated
     per_moe = n["moe"] + (n["shared_expert"] if model.moe_shared_d_ff else 0)
     return out + per_moe * model.n_moe_layers + n["mlp"] * model.n_mlp_layers
+
+
+def vllm_part_launches(model: ModelSpec, part: str) -> int:
+    """Kernels one ``part`` of a ``model`` layer launches in vLLM's eager forward
+    (:data:`VLLM_EAGER_LAUNCHES`): its other kernels, its linears at one launch each, two
+    where ``model``'s linear precision quantises the activations, and for ``moe`` the
+    experts' kernels (two more where the experts' format quantises the activations).
+    A part vLLM's count does not cover: SGLang's."""
+    from twin import precision as px  # late: the rows are read without the formats
+
+    if part not in VLLM_EAGER_LAUNCHES:
+        return SGLANG_EAGER_LAUNCHES[part]
+    other, linears = VLLM_EAGER_LAUNCHES[part]
+    per_linear = 1 if px.weight_format(model.precision).act_bytes is None else 2
+    out = other + linears * per_linear
+    if part == "moe":
+        quantised = px.moe_format(model).act_bytes is not None
+        out += VLLM_EXPERT_LAUNCHES + (2 if quantised else 0)
+    return out
 
 
 def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool) -> bool:
@@ -1036,8 +1197,9 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``) unless the
     row's InferenceMAX script captured piecewise CUDA graphs
     (:func:`inferencemax_trtllm_piecewise`) and ran no MTP; vLLM rows of the releases read
-    (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph
-    (``VLLM_EAGER_LAUNCH_S``; the plan adds :func:`vllm_graph_tokens`)."""
+    (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph, at
+    vLLM's own launch count (``VLLM_EAGER_LAUNCHES``) times ``VLLM_EAGER_LAUNCH_S`` (the
+    plan adds :func:`vllm_graph_tokens`)."""
     if not model.n_moe_layers or (row.attention_dp or 1) > 1:
         return 0.0
     if row.backend == "trtllm":  # context steps run eagerly (TRTLLM_EAGER_LAUNCH_S) unless
@@ -1048,7 +1210,7 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     if row.backend == "vllm":  # steps above the largest graph (VLLM_EAGER_LAUNCH_S)
         if not vllm_prefills_eagerly(row):
             return 0.0
-        return VLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
+        return VLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model, "vllm")
     if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
     return SGLANG_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)

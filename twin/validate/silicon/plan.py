@@ -20,10 +20,12 @@ from twin.validate.silicon.harness import (
     ENGINE_OF_BACKEND,
     INFERENCEMAX,
     INFERENCEMAX_DISAGG_SYSTEMS,
+    REASON_INFERENCEMAX_CLIENT_CAP,
     REASON_INFERENCEMAX_DISAGG,
     deployment,
     eager_prefill_s,
     harness_of,
+    inferencemax_client_capped,
     inferencemax_speculation,
     sglang_gdn_in_proj_gemms,
     trtllm_overlap_scheduler,
@@ -145,6 +147,8 @@ def plan_row(
         return REASON_DISAGG if row.mode == "disagg" else f"mode {row.mode or 'empty'}"
     if not pool and row.system in INFERENCEMAX_DISAGG_SYSTEMS and harness_of(row) is INFERENCEMAX:
         return REASON_INFERENCEMAX_DISAGG
+    if inferencemax_client_capped(row):
+        return REASON_INFERENCEMAX_CLIENT_CAP
     if (row.pp or 1) > 1:
         return REASON_PP
     unpriced = _unpriced_columns(row)
