@@ -18,6 +18,7 @@ from twin.engine.dp_attention import (
     RoundRobin,
     TRTLLMBalanced,
     VLLMLeastLoaded,
+    adp_balance,
     rank_config,
 )
 from twin.errors import TwinError
@@ -309,3 +310,24 @@ def test_the_trtllm_mode_reads_attention_dp_config():
         get_mode("trtllm").settings(model, {"attention_dp_timeout_iters": "-1"})
     with pytest.raises(TwinError, match="attention_dp_balance"):
         get_mode("trtllm").settings(model, {"attention_dp_balance": "maybe"})
+
+
+def test_the_balance_alone_takes_attention_dp_config_s_defaults():
+    """``--set attention_dp_balance=true`` alone: ``AttentionDpConfig``'s 50 iterations of
+    hold and 10 of batching wait (``tensorrt_llm/llmapi/llm_args.py``); counted in the
+    pricer's iterations (``1 / tau`` a token step); off: no balance."""
+    from types import SimpleNamespace
+
+    from twin.engine.config import SchedulerConfig
+    from twin.engine.modes import get_mode
+
+    model = get_model("tiny-transformer")
+    options = get_mode("trtllm").settings(model, {"attention_dp_balance": "true"})
+    sched = {"scheduler_options": options["scheduler_options"], "max_running": 64}
+    config = EngineConfig(scheduling=SchedulerConfig(**sched))
+    b = adp_balance(config, _pricer())
+    assert b is not None
+    assert (b.timeout, b.batching, b.max_batch, b.iteration) == (50, 10, 64, 1.0)
+    spec = adp_balance(config, SimpleNamespace(tau=2.5))  # type: ignore[arg-type]
+    assert spec is not None and spec.iteration == pytest.approx(0.4)
+    assert adp_balance(EngineConfig(), _pricer()) is None

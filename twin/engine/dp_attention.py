@@ -84,7 +84,13 @@ from twin.engine.composite import PartsClock
 from twin.engine.config import EngineConfig
 from twin.engine.cost import Chunk, PricerBase, RankStep, StepPricer, WrappingPricer, affine_fit
 from twin.engine.lpm import order_by_prefix
-from twin.engine.modes_trtllm import TRTLLM_BATCH_WAIT, TRTLLM_OVERLAP
+from twin.engine.modes_trtllm import (
+    ADP_BATCHING_WAIT_ITERS,
+    ADP_TIMEOUT_ITERS,
+    TRTLLM_ADP_BALANCE,
+    TRTLLM_BATCH_WAIT,
+    TRTLLM_OVERLAP,
+)
 from twin.engine.replica import Replica
 from twin.engine.seq import Seq
 from twin.engine.sim import Event
@@ -382,18 +388,17 @@ class ADPBalance:
         return False
 
 
-TRTLLM_ADP_BALANCE_OPTION = "attention_dp_balance"
-
-
 def adp_balance(config: EngineConfig, pricer: SyncPricer) -> ADPBalance | None:
-    """The context balance ``config`` asks for (:class:`ADPBalance`); ``None``: none."""
+    """The context balance ``config`` asks for (:class:`ADPBalance`, the ``trtllm`` mode's
+    options ``TRTLLM_ADP_BALANCE``, their defaults ``AttentionDpConfig``'s); ``None``: none."""
     options = config.scheduling.scheduler_options
-    if not options.get(TRTLLM_ADP_BALANCE_OPTION):
+    balance, timeout, batching_wait = TRTLLM_ADP_BALANCE
+    if not options.get(balance):
         return None
     tau = float(getattr(pricer, "tau", 1.0) or 1.0)
     return ADPBalance(
-        int(options.get("attention_dp_timeout_iters", 50)),
-        int(options.get("attention_dp_batching_wait_iters", 10)),
+        int(options.get(timeout, ADP_TIMEOUT_ITERS)),
+        int(options.get(batching_wait, ADP_BATCHING_WAIT_ITERS)),
         config.scheduling.max_running,
         1.0 / tau,
     )

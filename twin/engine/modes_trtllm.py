@@ -187,6 +187,8 @@ TRTLLM_ADP_BALANCE = (
     "attention_dp_timeout_iters",
     "attention_dp_batching_wait_iters",
 )
+ADP_TIMEOUT_ITERS = 50  # AttentionDpConfig.timeout_iters' default (above)
+ADP_BATCHING_WAIT_ITERS = 10  # AttentionDpConfig.batching_wait_iters' default
 
 
 def _adp_balance(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
@@ -264,13 +266,13 @@ TRTLLM_FLAGS = {
     "attention_dp_timeout_iters": Flag(
         "iterations the attention-DP balance holds contexts at most (timeout_iters)",
         _adp_timeout,
-        "50",
+        str(ADP_TIMEOUT_ITERS),
     ),
     "attention_dp_batching_wait_iters": Flag(
         "iterations the attention-DP balance waits once every rank has a context "
         "(batching_wait_iters)",
         _adp_batching_wait,
-        "10",
+        str(ADP_BATCHING_WAIT_ITERS),
     ),
     "speculative_config": Flag(
         "JSON, the speculative_config section of --extra_llm_api_options: decoding_type "
@@ -290,6 +292,8 @@ TRTLLM_FLAGS = {
 
 
 __all__ = [
+    "ADP_BATCHING_WAIT_ITERS",
+    "ADP_TIMEOUT_ITERS",
     "DECODING_TYPES",
     "TRTLLM_ADP_BALANCE",
     "TRTLLM_BATCHING",
