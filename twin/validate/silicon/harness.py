@@ -529,9 +529,9 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
 # ``v1/engine/output_processor.py`` ``RequestState.make_request_output``): B200 fp8 from
 # d172646bd (2026-04-02), B200 fp4 from a9c199207 (2026-04-07), B300 from the scripts'
 # first version b4860089b / b0308eda6 (2026-04-17). Before, the budget is the default
-# 8,192 and the capture size the default ``min(2 x max_num_seqs, 512)``.
-VLLM_DEFAULT_MAX_NUM_SEQS = 1024
-VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+# 8,192 and the capture size the default ``min(2 x max_num_seqs, 512)``. vLLM's defaults
+# are the vllm mode's (``twin.engine.modes_vllm.VLLM_BATCH_DEFAULTS``, a large GPU: every
+# MiniMax row's), written out so the row's deployment records them.
 INFERENCEMAX_MINIMAX = ("minimax-m2.5",)
 INFERENCEMAX_MINIMAX_FLAGS_FROM = {
     ("b200_sxm", "fp8"): "2026-04-02",
@@ -556,10 +556,12 @@ def inferencemax_vllm(row: SiliconRow) -> dict[str, str]:
     """The vLLM server limits of InferenceMAX's script for ``row`` (``--set`` values)."""
     if model_named(row, INFERENCEMAX_MINIMAX) is None:
         return dict(INFERENCEMAX_VLLM)
-    budget = VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    from twin.engine.modes_vllm import VLLM_BATCH_DEFAULTS  # late: rows are read without it
+
+    budget, seqs = VLLM_BATCH_DEFAULTS[True]
     if inferencemax_minimax_flags(row) and row.isl:
         budget = 2 * row.isl
-    seqs = min(VLLM_DEFAULT_MAX_NUM_SEQS, budget)
+    seqs = min(seqs, budget)
     return {"max_num_batched_tokens": str(budget), "max_num_seqs": str(seqs)}
 
 
