@@ -75,6 +75,17 @@ def test_show_table() -> None:
         assert length in out
 
 
+def test_show_names_what_is_priced_beyond_the_layer_shapes() -> None:
+    """GLM-5's sparse-attention indexer and MiniMax's q/k norms over all heads (each priced
+    by the cost model) are shown; a model without them shows neither."""
+    glm, minimax, llama = (
+        invoke("show", m).output for m in ("glm-5", "minimax-m2.5", "llama-3-8b")
+    )
+    assert "sparse-attention indexer" in glm and "32 heads x 128" in glm
+    assert "q/k norms over all heads" in minimax and "indexer" not in minimax
+    assert "indexer" not in llama and "q/k norms" not in llama
+
+
 def test_show_json_is_consistent_with_the_model() -> None:
     result = invoke("show", "nemotron-h-8b", "--json")
     assert result.exit_code == 0, result.output

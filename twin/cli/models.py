@@ -162,6 +162,7 @@ def show_cmd(
     kinds = m.mixer_counts
     if kinds.get("attention") or kinds.get("swa"):
         gate = ", output gate" if m.attn_output_gate else ""
+        gate += ", q/k norms over all heads" if m.qk_norm_across_heads else ""
         sizes.add_row(
             "attention",
             f"{m.n_heads} heads, {m.n_kv_heads} kv heads, head dim {m.head_dim}{gate}",
@@ -173,6 +174,11 @@ def show_cmd(
             f"{m.n_heads} heads, {q}, kv latent {m.kv_lora_rank} + rope "
             f"{m.qk_rope_head_dim}, qk nope {m.qk_nope_head_dim}, v {m.v_head_dim}",
         )
+        if m.index_n_heads:
+            sizes.add_row(
+                "  sparse-attention indexer",
+                f"{m.index_n_heads} heads x {m.index_head_dim} (launches priced, weights not)",
+            )
     if m.n_attention_layers:
         sizes.add_row("KV bytes / token", f"{m.kv_bytes_per_token:,}")
         if "swa" in kinds:
