@@ -1069,6 +1069,26 @@ SGLANG_0_5_9_QWEN35_DAY = "20260223"
 _NIGHTLY_DAY = re.compile(r"^nightly-dev-(\d{8})")
 
 
+# TensorRT-LLM's Llama runs each layer's residual add + RMSNorm (and, with an NVFP4
+# checkpoint, the next GEMM's input quantisation; FP8's is not taken off) inside its tensor-parallel
+# all-reduces (``tensorrt_llm/_torch/models/modeling_llama.py`` ``LlamaDecoderLayer``,
+# NVIDIA/TensorRT-LLM at 3a5901cd: ``PRE_MLP_FUSION`` / ``POST_MLP_FUSION`` where the
+# mapping has TP, no attention DP, and ``hidden_size > 4096``, "Disable fusion for small
+# models due to accuracy issues"): ``ModelSpec.norm_in_allreduce``, priced by
+# ``twin.costmodel.dense_pricing.DensePricing._norm_in_allreduce``. Llama-3.1-8B (hidden
+# 4,096) keeps its norms apart.
+TRTLLM_LLAMA_FUSION_MIN_HIDDEN = 4096
+
+
+def trtllm_norm_in_allreduce(row: SiliconRow, model: ModelSpec, tp: int, dp: int) -> bool:
+    """Whether TensorRT-LLM ran ``row``'s norms inside its all-reduces (above)."""
+    if row.backend != "trtllm" or tp <= 1 or dp > 1:
+        return False
+    if model_named(row, ("llama-3",)) is None:
+        return False
+    return model.d_model > TRTLLM_LLAMA_FUSION_MIN_HIDDEN
+
+
 def sglang_gdn_in_proj_gemms(row: SiliconRow, model: ModelSpec) -> int:
     """The GEMM launches of a GDN layer's input projection SGLang ran ``row`` with
     (``ModelSpec.gdn_in_proj_gemms``, above): 4 for Qwen3.5 on a release before 0.5.10 or

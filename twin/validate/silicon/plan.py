@@ -26,6 +26,7 @@ from twin.validate.silicon.harness import (
     harness_of,
     inferencemax_speculation,
     sglang_gdn_in_proj_gemms,
+    trtllm_norm_in_allreduce,
     trtllm_overlap_scheduler,
     vllm_async_scheduling,
     vllm_graph_tokens,
@@ -226,6 +227,8 @@ def plan_row(
     gdn_gemms = sglang_gdn_in_proj_gemms(row, model)  # how the release lays out GDN's in_proj
     if gdn_gemms != model.gdn_in_proj_gemms:
         model = dataclasses.replace(model, gdn_in_proj_gemms=gdn_gemms)
+    if trtllm_norm_in_allreduce(row, model, tp, dp):  # the release's fused all-reduce
+        model = dataclasses.replace(model, norm_in_allreduce=True)
     workers = agg_workers(row)
     c = row.concurrency // workers
     harness = harness_of(row)
