@@ -20,7 +20,7 @@ from twin.validate.silicon.rows import read_rows
 @pytest.mark.parametrize("precision", ["nvfp4", "fp8"])
 def test_the_norms_leave_and_nvfp4_gemms_quantise_nothing(precision: str) -> None:
     base = dataclasses.replace(get_model("llama-3.1-70b"), precision=precision)
-    fused = dataclasses.replace(base, norm_in_allreduce=True)
+    fused = dataclasses.replace(base, norm_in_allreduce=True, allreduce_quantises_input=True)
     profile = load_profile("b200", "trtllm")
     contexts = [2048] * 4
     a = CostModel(fused, profile, 4).decode(contexts, breakdown=True)
@@ -40,6 +40,19 @@ def test_the_norms_leave_and_nvfp4_gemms_quantise_nothing(precision: str) -> Non
     assert attn["allreduce"] == mlp["allreduce"] == 0.0  # the fused kernel: the same fit
 
 
+def test_gpt_oss_norms_leave_its_gemms_unchanged() -> None:
+    base = get_model("gpt-oss-120b")
+    fused = dataclasses.replace(base, norm_in_allreduce=True)
+    profile = load_profile("b200", "trtllm")
+    a = CostModel(fused, profile, 2).decode([2048] * 4, breakdown=True)
+    b = CostModel(base, profile, 2).decode([2048] * 4, breakdown=True)
+    for kind in ("attention", "swa", "moe"):
+        assert "elementwise" not in a.items[kind]  # its norms were its only passes
+        assert a.items[kind]["gemm"] == b.items[kind]["gemm"]
+        assert a.items[kind]["allreduce"] == b.items[kind]["allreduce"]
+    assert a.total_s < b.total_s
+
+
 def test_one_gpu_keeps_its_norms() -> None:
     base = dataclasses.replace(get_model("llama-3.1-70b"), precision="nvfp4")
     fused = dataclasses.replace(base, norm_in_allreduce=True)
@@ -52,13 +65,15 @@ def test_the_rows_rule() -> None:
     rows = read_rows()
     llama70 = next(r for r in rows if r.backend == "trtllm" and "Llama-3.1-70B" in r.model_path)
     big = get_model("llama-3.1-70b")
-    assert trtllm_norm_in_allreduce(llama70, big, tp=4, dp=1)
-    assert not trtllm_norm_in_allreduce(llama70, big, tp=1, dp=1)  # no TP, no all-reduce
-    assert not trtllm_norm_in_allreduce(llama70, big, tp=8, dp=8)  # attention DP
+    assert trtllm_norm_in_allreduce(llama70, big, tp=4, dp=1) == (True, True)
+    assert trtllm_norm_in_allreduce(llama70, big, tp=1, dp=1) == (False, False)  # no TP
+    assert trtllm_norm_in_allreduce(llama70, big, tp=8, dp=8) == (False, False)  # attention DP
     small = get_model("llama-3.1-8b")  # hidden 4,096: the release keeps its norms apart
     assert small.d_model == 4096
-    assert not trtllm_norm_in_allreduce(llama70, small, tp=2, dp=1)
+    assert trtllm_norm_in_allreduce(llama70, small, tp=2, dp=1) == (False, False)
     vllm = dataclasses.replace(llama70, backend="vllm")
-    assert not trtllm_norm_in_allreduce(vllm, big, tp=4, dp=1)
+    assert trtllm_norm_in_allreduce(vllm, big, tp=4, dp=1) == (False, False)
+    oss = next(r for r in rows if r.backend == "trtllm" and "gpt-oss" in r.model_path)
+    assert trtllm_norm_in_allreduce(oss, get_model("gpt-oss-120b"), tp=2, dp=1) == (True, False)
     qwen = next(r for r in rows if r.backend == "trtllm" and "Qwen3-32B" in r.model_path)
-    assert not trtllm_norm_in_allreduce(qwen, get_model("qwen3-32b"), tp=4, dp=1)
+    assert trtllm_norm_in_allreduce(qwen, get_model("qwen3-32b"), tp=4, dp=1) == (False, False)

@@ -61,6 +61,7 @@ def check_fields(spec: ModelSpec) -> None:
             "attn_output_gate",
             "qk_norm_across_heads",
             "norm_in_allreduce",
+            "allreduce_quantises_input",
         ):
             need(isinstance(value, bool), fld.name, "must be true or false")
         elif fld.name in ("name", "source", "ssm_expand", "layers"):

@@ -233,7 +233,7 @@ class DensePricing(ShardShapes):
                 (("elementwise", layer_norm + act), ("gemm", up + down), ("allreduce", ar)),
             )
         if m.n_moe_layers:
-            total += put("moe", m.n_moe_layers, self._moe(t, norm, ar))
+            total += put("moe", m.n_moe_layers, self._moe(t, layer_norm, ar))
         return total
 
     def _norm_in_allreduce(self, t: int, norm: float) -> tuple[float, float]:
@@ -248,16 +248,22 @@ class DensePricing(ShardShapes):
         attention's and the MLP's all-reduces run with ``AllReduceFusionOp.RESIDUAL_RMS_NORM``
         (the post-attention norm; the next layer's ``input_layernorm``), so no norm pass
         of its own is launched; the all-reduce's fit stands for the fused kernel. With an
-        NVFP4 checkpoint the op is ``RESIDUAL_RMS_NORM_QUANT_NVFP4``: it also writes the
-        gate/up and next QKV projections' input as an ``Fp4QuantizedTensor``, so those
+        NVFP4 checkpoint (``ModelSpec.allreduce_quantises_input``) the op is
+        ``RESIDUAL_RMS_NORM_QUANT_NVFP4``: it also writes the gate/up and next QKV
+        projections' input as an ``Fp4QuantizedTensor``, so those
         GEMMs quantise nothing, whereas the tables time ``Linear.forward`` on a bf16 input
         (aiconfigurator ``collector/trtllm/collect_gemm.py`` ``run_gemm``), whose NVFP4
-        method runs ``fp4_quantize`` first. That pass is priced as the element-wise
-        kernel it is (read bf16, write fp4 and one scale byte per 16 elements) and taken
-        off the QKV and gate/up GEMMs."""
+        method runs ``fp4_quantize`` first on any input that is no ``Fp4QuantizedTensor``
+        (``tensorrt_llm/_torch/modules/linear.py`` ``NVFP4LinearMethod.apply``). That
+        pass is priced as the element-wise kernel it is (read bf16, write fp4 and one
+        scale byte per 16 elements) and taken off the QKV and gate/up GEMMs.
+
+        gpt-oss (``modeling_gpt_oss.py`` ``TransformerBlock.forward_tp``, at 050b6cb9)
+        fuses both norms the same way under TP, with ``RESIDUAL_RMS_NORM`` alone: no
+        quantisation is taken off."""
         if not self.model.norm_in_allreduce or self.tp == 1:
             return norm, 0.0
-        if self.priced.linear.name != "nvfp4":
+        if not self.model.allreduce_quantises_input or self.priced.linear.name != "nvfp4":
             return 0.0, 0.0
         nbytes = t * self.d_model * (self.elem_bytes + 0.5 + 1.0 / 16.0)
         return 0.0, self._k["elementwise"](0.0, nbytes)

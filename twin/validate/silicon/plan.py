@@ -227,8 +227,11 @@ def plan_row(
     gdn_gemms = sglang_gdn_in_proj_gemms(row, model)  # how the release lays out GDN's in_proj
     if gdn_gemms != model.gdn_in_proj_gemms:
         model = dataclasses.replace(model, gdn_in_proj_gemms=gdn_gemms)
-    if trtllm_norm_in_allreduce(row, model, tp, dp):  # the release's fused all-reduce
-        model = dataclasses.replace(model, norm_in_allreduce=True)
+    fused, quantised = trtllm_norm_in_allreduce(row, model, tp, dp)  # fused all-reduces
+    if fused:
+        model = dataclasses.replace(
+            model, norm_in_allreduce=True, allreduce_quantises_input=quantised
+        )
     workers = agg_workers(row)
     c = row.concurrency // workers
     harness = harness_of(row)
