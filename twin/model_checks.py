@@ -62,6 +62,7 @@ def check_fields(spec: ModelSpec) -> None:
             "qk_norm_across_heads",
             "norm_in_allreduce",
             "allreduce_quantises_input",
+            "qk_norm_rope_pass",
         ):
             need(isinstance(value, bool), fld.name, "must be true or false")
         elif fld.name in ("name", "source", "ssm_expand", "layers"):

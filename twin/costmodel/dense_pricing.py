@@ -289,8 +289,9 @@ class DensePricing(ShardShapes):
 
     def _qk_norm(self, t: int) -> tuple[float, float]:
         """(element-wise, all-reduce) seconds of an attention layer's RMSNorms over the
-        whole query and key projections (``ModelSpec.qk_norm_across_heads``, MiniMax-M2);
-        (0, 0) for a model without them.
+        whole query and key projections (``ModelSpec.qk_norm_across_heads``, MiniMax-M2),
+        or of its per-head q/k norms where they run as a pass of their own
+        (``ModelSpec.qk_norm_rope_pass``); (0, 0) for a model without them.
 
         vLLM 0.16.0-0.19.0 ``model_executor/layers/mamba/linear_attn.py``
         ``MiniMaxText01RMSNormTP.forward_qk`` (called by ``models/minimax_m2.py``
@@ -304,11 +305,22 @@ class DensePricing(ShardShapes):
         element-wise launch (its floor, ``t0``, is what a decode step of a few tokens pays)
         and the all-reduce is priced by the profile's fit at its 8 bytes a token: small
         messages, so its latency."""
-        if not self.model.qk_norm_across_heads or not self.model.n_attention_layers:
+        if not self.model.n_attention_layers:
             return 0.0, 0.0
         elem, e = self._k["elementwise"], self.elem_bytes
         width = (self.heads + self.kv_heads) * self.head_dim  # this rank's q and k
         scale = elem(0.0, e * 2.0 * t * width)  # read q and k, write them
+        if self.model.qk_norm_rope_pass:
+            # TensorRT-LLM's Qwen3 (``_torch/modules/qk_norm_attention.py``
+            # ``QKNormRoPEAttention.apply_qk_norm_rope``, ``fuse_qk_norm_rope`` true by
+            # default in ``models/modeling_qwen3.py`` ``Qwen3Attention``, NVIDIA/TensorRT-LLM
+            # at 5dedf53b): ``torch.ops.trtllm.fused_qk_norm_rope`` normalises every q and
+            # k head and rotates them in place in the fused QKV, one launch, before the
+            # attention op (which then applies no RoPE). Its TensorRT-LLM attention fit
+            # times RoPE inside the op (``KernelSource.rope_in_attention``): left as is.
+            return scale, 0.0
+        if not self.model.qk_norm_across_heads:
+            return 0.0, 0.0
         if self.tp == 1:
             return scale, 0.0
         variances = elem(0.0, e * t * width)  # read q and k

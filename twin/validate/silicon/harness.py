@@ -1101,6 +1101,20 @@ def trtllm_norm_in_allreduce(
     return fused, fused
 
 
+# TensorRT-LLM's Qwen3 and Qwen3-MoE attention (``Qwen3Attention``, the one module both
+# ``models/modeling_qwen3.py`` and ``models/modeling_qwen3_moe.py`` build; NVIDIA/
+# TensorRT-LLM at 5dedf53b) is a ``QKNormRoPEAttention`` with ``fuse_qk_norm_rope``
+# true: one ``fused_qk_norm_rope`` launch an attention layer, the per-head q/k norms and
+# RoPE over the fused QKV (``ModelSpec.qk_norm_rope_pass``). By the checkpoint's
+# ``model_type``, the configs' name for those two architectures.
+TRTLLM_QK_NORM_ROPE_TYPES = ("qwen3", "qwen3_moe")
+
+
+def trtllm_qk_norm_rope_pass(row: SiliconRow, model_type: str) -> bool:
+    """Whether TensorRT-LLM ran ``row``'s q/k norms and RoPE as a pass of their own."""
+    return row.backend == "trtllm" and model_type in TRTLLM_QK_NORM_ROPE_TYPES
+
+
 def sglang_gdn_in_proj_gemms(row: SiliconRow, model: ModelSpec) -> int:
     """The GEMM launches of a GDN layer's input projection SGLang ran ``row`` with
     (``ModelSpec.gdn_in_proj_gemms``, above): 4 for Qwen3.5 on a release before 0.5.10 or
