@@ -55,3 +55,33 @@ def test_each_attention_layer_pays_the_passes_and_the_all_reduce(tp: int) -> Non
     if tp > 1:
         assert extra_ar > 0
         assert extra_ar < cm._allreduce(4)
+
+
+@pytest.mark.parametrize("name,tp", [("qwen3-32b", 2), ("qwen3-235b-a22b", 4)])
+def test_tensorrt_llm_qwen3_pays_one_pass_over_q_and_k(name: str, tp: int) -> None:
+    """``ModelSpec.qk_norm_rope_pass``: TensorRT-LLM's ``fused_qk_norm_rope``, one
+    element-wise pass an attention layer over this rank's q and k, no all-reduce."""
+    base = get_model(name)
+    with_pass = dataclasses.replace(base, qk_norm_rope_pass=True)
+    profile = load_profile("h100", "trtllm")
+    a = CostModel(with_pass, profile, tp).decode([1024] * 8, breakdown=True)
+    b = CostModel(base, profile, tp).decode([1024] * 8, breakdown=True)
+    cm = CostModel(base, profile, tp)
+    width = (base.n_heads // tp + max(base.n_kv_heads // tp, 1)) * base.head_dim
+    one = cm._k["elementwise"](0.0, 2 * 2.0 * 8 * width)
+    layers = base.n_attention_layers
+    got = a.items["attention"]["elementwise"] - b.items["attention"]["elementwise"]
+    assert got == pytest.approx(layers * one, rel=1e-9)
+    assert a.items["attention"]["allreduce"] == b.items["attention"]["allreduce"]
+    assert a.total_s - b.total_s == pytest.approx(layers * one, rel=1e-9)
+
+
+def test_the_rows_rule_is_tensorrt_llm_qwen3_only() -> None:
+    from twin.validate.silicon.harness import trtllm_qk_norm_rope_pass
+    from twin.validate.silicon.rows import read_rows
+
+    row = next(r for r in read_rows() if r.backend == "trtllm" and "Qwen3-32B" in r.model_path)
+    assert trtllm_qk_norm_rope_pass(row, "qwen3")
+    assert trtllm_qk_norm_rope_pass(row, "qwen3_moe")
+    assert not trtllm_qk_norm_rope_pass(row, "llama")
+    assert not trtllm_qk_norm_rope_pass(dataclasses.replace(row, backend="vllm"), "qwen3")

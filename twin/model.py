@@ -98,6 +98,19 @@ class ModelSpec:
     # checkpoint's matrices, ``twin.costmodel.dense_pricing``): 1, one GEMM of the whole
     # width; 4, Qwen3.5's q/k/v, z, b and a matrices apart.
     gdn_in_proj_gemms: int = 1
+    # The engine runs each layer's residual add and RMSNorm inside the tensor-parallel
+    # all-reduce before it (TensorRT-LLM's Llama-3.1-70B and gpt-oss under TP), and, with
+    # ``allreduce_quantises_input``, writes the next GEMM's input in the linear layers'
+    # nvfp4 format there too (its Llama): ``twin.costmodel.dense_pricing``
+    # ``DensePricing._norm_in_allreduce``. Set per row by the engine's rule
+    # (``twin.validate.silicon.harness.trtllm_norm_in_allreduce``), off by default.
+    norm_in_allreduce: bool = False
+    allreduce_quantises_input: bool = False
+    # Per-head q/k RMSNorms run as a pass of their own over q and k before attention,
+    # RoPE inside it (TensorRT-LLM's Qwen3 ``fused_qk_norm_rope``): one element-wise pass
+    # an attention layer (``twin.costmodel.dense_pricing.DensePricing._qk_norm``). Set
+    # per row by the engine's rule (``harness.trtllm_qk_norm_rope_pass``), off by default.
+    qk_norm_rope_pass: bool = False
     moe_shared_d_ff: int = 0  # shared-expert intermediate size (0: none), every MoE layer
     # Multi-head latent attention (``mla`` layers, twin.mixers; the Hugging Face names).
     q_lora_rank: int = 0  # query latent; 0: one q_proj (a null q_lora_rank in the config)

@@ -55,7 +55,15 @@ def check_fields(spec: ModelSpec) -> None:
 
     for fld in fields(spec):
         value = getattr(spec, fld.name)
-        if fld.name in ("mlp_gated", "tie_embeddings", "attn_output_gate", "qk_norm_across_heads"):
+        if fld.name in (
+            "mlp_gated",
+            "tie_embeddings",
+            "attn_output_gate",
+            "qk_norm_across_heads",
+            "norm_in_allreduce",
+            "allreduce_quantises_input",
+            "qk_norm_rope_pass",
+        ):
             need(isinstance(value, bool), fld.name, "must be true or false")
         elif fld.name in ("name", "source", "ssm_expand", "layers"):
             continue

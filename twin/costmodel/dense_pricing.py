@@ -161,6 +161,9 @@ class DensePricing(ShardShapes):
         m, elem, e, d = self.model, self._k["elementwise"], self.elem_bytes, self.d_model
         norm = elem(0.0, e * (4.0 * t * d + d))  # fused residual add + RMSNorm
         ar = self._allreduce(t)
+        # Each layer's own norm and the input quantisation its first GEMM's price holds
+        # (both zero unless the norms run inside the all-reduce: _norm_in_allreduce).
+        layer_norm, quant = self._norm_in_allreduce(t, norm)
         total = 0.0
 
         def put(kind: str, layers: int, parts: tuple[tuple[str, float], ...]) -> float:
@@ -171,7 +174,7 @@ class DensePricing(ShardShapes):
 
         kinds = self.kinds
         if m.n_attention_layers:
-            qkv = self._proj(t, d, self.qkv_width)
+            qkv = self._proj(t, d, self.qkv_width) - quant
             o = self._proj(t, self.heads * self.head_dim, d)
             rope = (
                 0.0
@@ -185,7 +188,7 @@ class DensePricing(ShardShapes):
                         LABEL[kind],
                         kinds[kind],
                         (
-                            ("elementwise", norm + rope + qk_elem),
+                            ("elementwise", layer_norm + rope + qk_elem),
                             ("gemm", qkv + o),
                             ("allreduce", ar + qk_ar),
                         ),
@@ -221,17 +224,49 @@ class DensePricing(ShardShapes):
                 (("elementwise", norm + gated), ("gemm", gemms), ("allreduce", ar)),
             )
         if m.n_mlp_layers:
-            up = self._proj(t, d, self.up_mats * self.mlp_width)
+            up = self._proj(t, d, self.up_mats * self.mlp_width) - quant
             down = self._proj(t, self.mlp_width, d)
             act = elem(0.0, e * ((self.up_mats + 1.0) * t * self.mlp_width))
             total += put(
                 "mlp",
                 m.n_mlp_layers,
-                (("elementwise", norm + act), ("gemm", up + down), ("allreduce", ar)),
+                (("elementwise", layer_norm + act), ("gemm", up + down), ("allreduce", ar)),
             )
         if m.n_moe_layers:
-            total += put("moe", m.n_moe_layers, self._moe(t, norm, ar))
+            total += put("moe", m.n_moe_layers, self._moe(t, layer_norm, ar))
         return total
+
+    def _norm_in_allreduce(self, t: int, norm: float) -> tuple[float, float]:
+        """(seconds of a layer's residual add + RMSNorm pass, seconds of the input
+        quantisation to take off the GEMM that follows it): ``(norm, 0)`` unless
+        ``ModelSpec.norm_in_allreduce`` holds under TP.
+
+        TensorRT-LLM's Llama (``tensorrt_llm/_torch/models/modeling_llama.py``
+        ``LlamaDecoderLayer``, NVIDIA/TensorRT-LLM at 3a5901cd, the 1.x PyTorch flow) sets
+        ``PRE_MLP_FUSION`` and ``POST_MLP_FUSION`` where the mapping has TP (no attention
+        DP) and ``hidden_size > 4096`` (``TRTLLM_LLAMA_EAGER_FUSION_DISABLED`` unset): the
+        attention's and the MLP's all-reduces run with ``AllReduceFusionOp.RESIDUAL_RMS_NORM``
+        (the post-attention norm; the next layer's ``input_layernorm``), so no norm pass
+        of its own is launched; the all-reduce's fit stands for the fused kernel. With an
+        NVFP4 checkpoint (``ModelSpec.allreduce_quantises_input``) the op is
+        ``RESIDUAL_RMS_NORM_QUANT_NVFP4``: it also writes the gate/up and next QKV
+        projections' input as an ``Fp4QuantizedTensor``, so those
+        GEMMs quantise nothing, whereas the tables time ``Linear.forward`` on a bf16 input
+        (aiconfigurator ``collector/trtllm/collect_gemm.py`` ``run_gemm``), whose NVFP4
+        method runs ``fp4_quantize`` first on any input that is no ``Fp4QuantizedTensor``
+        (``tensorrt_llm/_torch/modules/linear.py`` ``NVFP4LinearMethod.apply``). That
+        pass is priced as the element-wise kernel it is (read bf16, write fp4 and one
+        scale byte per 16 elements) and taken off the QKV and gate/up GEMMs.
+
+        gpt-oss (``modeling_gpt_oss.py`` ``TransformerBlock.forward_tp``, at 050b6cb9)
+        fuses both norms the same way under TP, with ``RESIDUAL_RMS_NORM`` alone: no
+        quantisation is taken off."""
+        if not self.model.norm_in_allreduce or self.tp == 1:
+            return norm, 0.0
+        if not self.model.allreduce_quantises_input or self.priced.linear.name != "nvfp4":
+            return 0.0, 0.0
+        nbytes = t * self.d_model * (self.elem_bytes + 0.5 + 1.0 / 16.0)
+        return 0.0, self._k["elementwise"](0.0, nbytes)
 
     def _gdn_in_proj(self, t: int) -> float:
         """A GDN layer's input projection (q, k, v, the output gate z, and the b and a of
@@ -254,8 +289,9 @@ class DensePricing(ShardShapes):
 
     def _qk_norm(self, t: int) -> tuple[float, float]:
         """(element-wise, all-reduce) seconds of an attention layer's RMSNorms over the
-        whole query and key projections (``ModelSpec.qk_norm_across_heads``, MiniMax-M2);
-        (0, 0) for a model without them.
+        whole query and key projections (``ModelSpec.qk_norm_across_heads``, MiniMax-M2),
+        or of its per-head q/k norms where they run as a pass of their own
+        (``ModelSpec.qk_norm_rope_pass``); (0, 0) for a model without them.
 
         vLLM 0.16.0-0.19.0 ``model_executor/layers/mamba/linear_attn.py``
         ``MiniMaxText01RMSNormTP.forward_qk`` (called by ``models/minimax_m2.py``
@@ -269,11 +305,22 @@ class DensePricing(ShardShapes):
         element-wise launch (its floor, ``t0``, is what a decode step of a few tokens pays)
         and the all-reduce is priced by the profile's fit at its 8 bytes a token: small
         messages, so its latency."""
-        if not self.model.qk_norm_across_heads or not self.model.n_attention_layers:
+        if not self.model.n_attention_layers:
             return 0.0, 0.0
         elem, e = self._k["elementwise"], self.elem_bytes
         width = (self.heads + self.kv_heads) * self.head_dim  # this rank's q and k
         scale = elem(0.0, e * 2.0 * t * width)  # read q and k, write them
+        if self.model.qk_norm_rope_pass:
+            # TensorRT-LLM's Qwen3 (``_torch/modules/qk_norm_attention.py``
+            # ``QKNormRoPEAttention.apply_qk_norm_rope``, ``fuse_qk_norm_rope`` true by
+            # default in ``models/modeling_qwen3.py`` ``Qwen3Attention``, NVIDIA/TensorRT-LLM
+            # at 5dedf53b): ``torch.ops.trtllm.fused_qk_norm_rope`` normalises every q and
+            # k head and rotates them in place in the fused QKV, one launch, before the
+            # attention op (which then applies no RoPE). Its TensorRT-LLM attention fit
+            # times RoPE inside the op (``KernelSource.rope_in_attention``): left as is.
+            return scale, 0.0
+        if not self.model.qk_norm_across_heads:
+            return 0.0, 0.0
         if self.tp == 1:
             return scale, 0.0
         variances = elem(0.0, e * t * width)  # read q and k

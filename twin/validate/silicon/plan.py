@@ -28,7 +28,9 @@ from twin.validate.silicon.harness import (
     inferencemax_client_capped,
     inferencemax_speculation,
     sglang_gdn_in_proj_gemms,
+    trtllm_norm_in_allreduce,
     trtllm_overlap_scheduler,
+    trtllm_qk_norm_rope_pass,
     vllm_async_scheduling,
     vllm_graph_tokens,
     vllm_moe_backend,
@@ -230,6 +232,13 @@ def plan_row(
     gdn_gemms = sglang_gdn_in_proj_gemms(row, model)  # how the release lays out GDN's in_proj
     if gdn_gemms != model.gdn_in_proj_gemms:
         model = dataclasses.replace(model, gdn_in_proj_gemms=gdn_gemms)
+    if trtllm_qk_norm_rope_pass(row, model_type):  # the release's q/k norm + RoPE kernel
+        model = dataclasses.replace(model, qk_norm_rope_pass=True)
+    fused, quantised = trtllm_norm_in_allreduce(row, model, tp, dp)  # fused all-reduces
+    if fused:
+        model = dataclasses.replace(
+            model, norm_in_allreduce=True, allreduce_quantises_input=quantised
+        )
     workers = agg_workers(row)
     c = row.concurrency // workers
     harness = harness_of(row)
