@@ -1,5 +1,6 @@
-"""A rerun (``rerun_ids.py``'s id / twin_ttft_ms / twin_tpot_ms) written over the sample's
-rows in ``bench_silicon.py``'s predictions format, for ``benchmarks/silicon_compare.py``:
+"""A rerun (``benchmarks/results/lowc-tpot/rerun_ids.py``'s id / twin_ttft_ms /
+twin_tpot_ms) written over the sample's rows in ``bench_silicon.py``'s predictions
+format, for ``benchmarks/silicon_compare.py``:
 ``python as_predictions.py SAMPLE.csv RERUN.csv OUT.csv``."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""TTFT / TPOT MAPE per group of a rerun (``rerun_ids.py``'s output) against the rows'
-measurements in the sample CSV: ``python score.py SAMPLE.csv RERUN.csv [RERUN2.csv]``."""
+"""TTFT / TPOT MAPE per group of a rerun (``benchmarks/results/lowc-tpot/rerun_ids.py``'s
+output) against the rows' measurements in the sample CSV:
+``python score.py SAMPLE.csv RERUN.csv [RERUN2.csv]``."""
 
 from __future__ import annotations
 
