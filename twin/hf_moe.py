@@ -55,6 +55,10 @@ def deepseek_v3(cfg: ConfigKeys) -> dict[str, Any]:
         moe_top_k=cfg.pos("num_experts_per_tok"),
         moe_d_ff=d_ff,
         moe_shared_d_ff=shared * d_ff,
+        # transformers' DeepseekV3Config defaults: n_group 8, topk_group 4 (Kimi-K2.5's
+        # text config and GLM-5's write 1 and 1).
+        moe_n_group=cfg.pos("n_group", 8),
+        moe_topk_group=cfg.pos("topk_group", 4),
         vocab_size=cfg.pos("vocab_size"),
         tie_embeddings=cfg.flag("tie_word_embeddings", False),
     )

@@ -112,6 +112,12 @@ class ModelSpec:
     # per row by the engine's rule (``harness.trtllm_qk_norm_rope_pass``), off by default.
     qk_norm_rope_pass: bool = False
     moe_shared_d_ff: int = 0  # shared-expert intermediate size (0: none), every MoE layer
+    # Group-limited routing (DeepSeek-V3's ``n_group`` / ``topk_group``): the experts split
+    # into ``moe_n_group`` groups and a token's top-k drawn from its ``moe_topk_group``
+    # best groups; 1 / 1: plain top-k. What the kernel tables' EP rows timed depends on it
+    # (``twin.costmodel.moe_layout``).
+    moe_n_group: int = 1
+    moe_topk_group: int = 1
     # Multi-head latent attention (``mla`` layers, twin.mixers; the Hugging Face names).
     q_lora_rank: int = 0  # query latent; 0: one q_proj (a null q_lora_rank in the config)
     kv_lora_rank: int = 0  # KV latent cached per token and layer

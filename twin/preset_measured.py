@@ -34,8 +34,9 @@ def _deepseek_v3(name: str, hf: str) -> ModelSpec:
     # dense MLP, intermediate_size 18432; the other 58 MoE, moe_layer_freq 1),
     # hidden_size 7168, num_attention_heads 128, q_lora_rank 1536, kv_lora_rank 512,
     # qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, n_routed_experts 256,
-    # num_experts_per_tok 8, n_shared_experts 1 x moe_intermediate_size 2048,
-    # vocab_size 129280, tie_word_embeddings false, num_nextn_predict_layers 1;
+    # num_experts_per_tok 8, n_group 8, topk_group 4, n_shared_experts 1 x
+    # moe_intermediate_size 2048, vocab_size 129280, tie_word_embeddings false,
+    # num_nextn_predict_layers 1;
     # quantization_config fp8 e4m3 with weight_block_size [128, 128].
     return ModelSpec(
         name=name,
@@ -52,6 +53,8 @@ def _deepseek_v3(name: str, hf: str) -> ModelSpec:
         moe_top_k=8,
         moe_d_ff=2048,
         moe_shared_d_ff=2048,
+        moe_n_group=8,
+        moe_topk_group=4,
         vocab_size=129280,
         mtp_layers=1,
         precision="fp8-block",

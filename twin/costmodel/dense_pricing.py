@@ -15,6 +15,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import LABEL, StepCost
+from twin.costmodel.moe_layout import priced_ep
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import SeriesTerm, series_key
@@ -37,6 +38,10 @@ class DensePricing(ShardShapes):
     # fit has no term or the tables never measured this shape and layout.
     _moe_series: tuple[SeriesTerm, tuple[float, ...]] | None
     _moe_small_series: tuple[SeriesTerm, tuple[float, ...]] | None
+    # The expert parallelism and expert width the fused-MoE fit prices at
+    # (``twin.costmodel.moe_layout``): the run's, or the TP layout of the same GPUs.
+    _moe_ep: int
+    _moe_width: int
     allreduce_latency_s: float
     rope_in_attention: bool
     kernel_keys: dict[str, str]
@@ -118,11 +123,14 @@ class DensePricing(ShardShapes):
         if key is None:
             return
         fit = self.profile.kernels[key]
+        source = str(fit.provenance.get("kernel_source", ""))
+        self._moe_ep = priced_ep(self.model, self.tp, self.ep, source)
+        self._moe_width = self.model.moe_d_ff // (self.tp // self._moe_ep)
         e = self.model.dtype_bytes
         act, weight = (
             (float(e), float(e)) if fmt.bytes_per_param is None else px.gemm_operand_bytes(fmt, e)
         )
-        tile = ft.moe_tile_bytes(self.d_model, self.expert_width, self.up_mats, weight)
+        tile = ft.moe_tile_bytes(self.d_model, self._moe_width, self.up_mats, weight)
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight, tile)
         self.moe_key = key
         self._moe_series = self._series_of(fit)
@@ -138,9 +146,8 @@ class DensePricing(ShardShapes):
         if fit.series is None:
             return None
         m = self.model
-        key = series_key(
-            self.d_model, m.moe_d_ff, m.moe_top_k, m.moe_n_experts, self.tp // self.ep, self.ep
-        )
+        ep = self._moe_ep
+        key = series_key(self.d_model, m.moe_d_ff, m.moe_top_k, m.moe_n_experts, self.tp // ep, ep)
         coefs = fit.series.coefficients(key)
         return None if coefs is None else (fit.series, coefs)
 
@@ -381,16 +388,18 @@ class DensePricing(ShardShapes):
         activation and top-k combine inside the fitted kernel (NVIDIA's tables time the
         fused call). With ``ep`` > 1 every rank holds every token (TP attention) and the
         layer's all-reduce combines the ranks' outputs (vLLM's expert parallelism without
-        attention DP): no all-to-all."""
+        attention DP): no all-to-all. The rank is priced at ``_moe_ep``'s layout
+        (``twin.costmodel.moe_layout``: a table whose EP rows time a hot rank prices the
+        TP layout of the same GPUs)."""
         assert self._moe_fit is not None
         kernel, act_e, w_e, tile = self._moe_fit
         m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
-        n_exp, top, ep = m.moe_n_experts, m.moe_top_k, self.ep
+        n_exp, top, ep = m.moe_n_experts, m.moe_top_k, self._moe_ep
         routed = t * top
         load = self._routing.rank_load(t, n_exp, top, ep)
         active = load.active
         flops, nbytes, weights = ft.moe_sums(
-            load.rows, active, d, self.expert_width, self.up_mats, e, act_e, w_e
+            load.rows, active, d, self._moe_width, self.up_mats, e, act_e, w_e
         )
         series = self._moe_series
         if self._moe_small is not None and t <= fm.MOE_MIN_LATENCY_MAX_TOKENS:

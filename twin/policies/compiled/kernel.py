@@ -15,7 +15,8 @@ kids, buf, victims, score, path, free, handed, ends)`` of flat arrays:
 - ``cr``, ``cf``, ``ch``, ``cn``: the candidate table
   (the oracle's ``CandidateTable``, ``tests/marconi_oracle.py``: recency, FLOP efficiency,
   held, node; swap-removed rows);
-- ``kids``: the children's keys (below);
+- ``kids``: the children's keys (below), a (key, child) row per slot: a probe reads
+  one cache line, not two;
 - ``buf``: every token the replay reads (the trace's, then a restored snapshot's);
 - ``victims``: the creation id of each node evicted, in order;
 - ``score``: scratch for the victim pass;
@@ -185,11 +186,11 @@ def key(node: int, token: int) -> int:
 @jit
 def _slot(kids: np.ndarray, k: int) -> int:
     """Where key ``k`` is, or where it would go (the first free or deleted slot met)."""
-    mask = kids.shape[1] - 1
+    mask = kids.shape[0] - 1
     h = int((np.uint64(k) * np.uint64(11400714819323198485)) >> np.uint64(32)) & mask
     free = -1
     while True:
-        here = kids[0, h]
+        here = kids[h, 0]
         if here == k:
             return h
         if here == EMPTY:
@@ -202,20 +203,20 @@ def _slot(kids: np.ndarray, k: int) -> int:
 @jit
 def get(kids: np.ndarray, k: int) -> int:
     h = _slot(kids, k)
-    return kids[1, h] if kids[0, h] == k else -1
+    return kids[h, 1] if kids[h, 0] == k else -1
 
 
 @jit
 def put(kids: np.ndarray, k: int, node: int) -> None:
     h = _slot(kids, k)
-    kids[0, h], kids[1, h] = k, node
+    kids[h, 0], kids[h, 1] = k, node
 
 
 @jit
 def delete(kids: np.ndarray, k: int) -> bool:
     h = _slot(kids, k)
-    if kids[0, h] == k:
-        kids[0, h] = GONE
+    if kids[h, 0] == k:
+        kids[h, 0] = GONE
         return True
     return False
 
@@ -677,7 +678,7 @@ def _gone(st, v: int) -> None:
         st[13][sc[S_FREE]] = v
         sc[S_FREE] += 1
         kids = st[8]
-        if 4 * sc[S_GONE] > kids.shape[1]:
+        if 4 * sc[S_GONE] > kids.shape[0]:
             rehash(kids, kids.copy())
             sc[S_GONE] = 0
 
@@ -1116,7 +1117,7 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
     table = 1
     while table < 8 * size:  # a key per node ever made: never a quarter full
         table *= 2
-    kids = np.full((2, table), EMPTY, np.int64)
+    kids = np.full((table, 2), EMPTY, np.int64)
     st = (
         nd,
         sc,
@@ -1240,10 +1241,10 @@ def victims(st) -> np.ndarray:
 def rehash(kids: np.ndarray, old: np.ndarray) -> None:
     """Put every key of ``old`` into ``kids`` (cleared first; deleted slots dropped)."""
     kids[:] = EMPTY
-    for h in range(old.shape[1]):
-        k = old[0, h]
+    for h in range(old.shape[0]):
+        k = old[h, 0]
         if k != EMPTY and k != GONE:
-            put(kids, k, old[1, h])
+            put(kids, k, old[h, 1])
 
 
 @jit
@@ -1323,7 +1324,7 @@ def live_start(mc, mf, nodes: int, tokens: int):
         np.zeros(nodes),
         np.zeros(nodes, np.bool_),
         np.zeros(nodes, np.int64),
-        np.full((2, 8 * nodes), EMPTY, np.int64),
+        np.full((8 * nodes, 2), EMPTY, np.int64),
         np.zeros(tokens, np.int32),
         np.zeros(0, np.int64),
         np.zeros(nodes),
@@ -1351,8 +1352,8 @@ def live_grow(st, nodes: int, tokens: int):
     n = sc[S_NCAND]
     cr[:n], cf[:n], ch[:n], cn[:n] = st[4][:n], st[5][:n], st[6][:n], st[7][:n]
     kids = st[8]
-    if kids.shape[1] < 8 * nodes:
-        kids = np.full((2, 8 * nodes), EMPTY, np.int64)
+    if kids.shape[0] < 8 * nodes:
+        kids = np.full((8 * nodes, 2), EMPTY, np.int64)
         rehash(kids, st[8])
         sc[S_GONE] = 0
     buf = st[9]

@@ -1,0 +1,61 @@
+"""The expert layout a fused-MoE fit prices a model's experts at (issue 34).
+
+NVIDIA's ``moe_perf`` tables time the rank of a layout under the collector's
+``balanced`` logits (aiconfigurator's ``collector/helper.py`` ``balanced_logits``: token
+i's j-th expert ``(i + j x ceil(E / k)) mod E``, one hot expert in each of DeepSeek's 8
+groups of 32). For a model with group-limited routing the collectors pass the model's
+grouped top-k (SGLang: ``collector/sglang/collect_moe.py``, ``TopK(use_grouped_topk=...,
+num_expert_group=8, topk_group=4)`` from ``cases/models/DeepseekV3ForCausalLM_cases.yaml``;
+TensorRT-LLM: ``collector/trtllm/collect_moe.py``, ``DeepseekV3Gate(n_group=8,
+topk_group=4)``), and with one hot expert a group every group scores the same: the
+top-4 groups are a tie, so the rows go to 4 of the 8 groups (the same 4 for every
+token) and not over every rank as the ``balanced`` rule (``twin.costmodel.routing``)
+reads them. What the rows then time (B200, SGLang 0.5.14 ``flashinfer_trtllm`` nvfp4,
+DeepSeek's 7168 x 2048 x 256 experts, top 8):
+
+- an EP rank holding tied groups gets more than its ``1 / ep`` share: EP 2 times the
+  same as one GPU at every size up to 256 tokens (rank 0 holds all four tied groups:
+  every row), and EP 4 is 1.4-1.8x TP 4 from one token (40 against 21 us) to 8,192
+  (1,259 against 715 us), though under a real gate both move the same bytes (the EP
+  rank ``1 / ep`` of the reached experts at full width, the TP rank every reached
+  expert at ``1 / tp`` width) and the same FLOPs;
+- a TP rank reaches only the tied groups' experts (half): faster than the features.
+
+A rank that runs its local experts over the same tokens as TP does (SGLang's expert
+parallelism under TP attention: every rank holds every token, the routed
+``flashinfer_trtllm`` kernel with a local-expert offset, then the all-reduce) is priced
+at the TP layout of the same GPUs: the tables' TP rows of the same kernel (its fit and
+per-shape term at ``moe_tp = tp``, ``ep`` 1). Measured end to end, the 33 fit rows of
+SGLang 0.5.9's DeepSeek fp4 EP runs on B200 agreed with this price (docs/decisions.md,
+issue 31: the SGLang rows by cause; issue 34: the kernel tables' hot ranks).
+
+The tie is the collectors' (the same balanced logits and grouped top-k in SGLang's and
+TensorRT-LLM's), but only the kernel sources below were checked against measured EP runs:
+TensorRT-LLM's CUTLASS rows keep their EP series (its B200 1.3.0rc20 table has another
+anomaly, docs/decisions.md), and a model with plain top-k (Kimi-K2.5, GLM-5: ``n_group``
+1) keeps its own layout, its EP rows timing what TP's do (EP k equals TP k in the same
+table).
+"""
+
+from __future__ import annotations
+
+from twin.model import ModelSpec
+
+# Fused-MoE kernel sources whose TP rows stand for their EP runs of a group-limited
+# model (the docstring): SGLang 0.5.14's routed trtllm-gen kernel.
+TP_PRICED_EP_SOURCES = frozenset({"sglang_flashinfer_trtllm_moe"})
+
+
+def group_limited(model: ModelSpec) -> bool:
+    """Whether ``model`` routes a token within its best ``moe_topk_group`` of
+    ``moe_n_group`` expert groups (DeepSeek-V3's 4 of 8)."""
+    return model.moe_n_group > 1 and model.moe_topk_group < model.moe_n_group
+
+
+def priced_ep(model: ModelSpec, tp: int, ep: int, kernel_source: str) -> int:
+    """The expert parallelism the fused-MoE fit of ``kernel_source`` prices ``model``'s
+    experts at on ``tp`` GPUs run at expert parallelism ``ep``: 1 (the TP layout, each
+    expert split ``tp`` ways) where the table's EP rows time the tie's hot rank (the
+    docstring) and the width splits evenly, else ``ep``."""
+    tp_layout = ep > 1 and group_limited(model) and kernel_source in TP_PRICED_EP_SOURCES
+    return 1 if tp_layout and model.moe_d_ff % tp == 0 else ep
