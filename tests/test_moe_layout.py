@@ -84,3 +84,19 @@ def test_the_provenance_says_the_experts_take_the_tp_layout() -> None:
     assert "TP layout" in cm.provenance
     cm = CostModel(r1, resolve_profile("b200", None, "sglang"), tp=4, ep=1)
     assert "TP layout" not in cm.provenance
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"moe_n_group": 0}, "'moe_n_group' must be at least 1"),
+        ({"moe_n_group": 7}, "'moe_n_group' must divide moe_n_experts"),
+        ({"moe_topk_group": 9}, "'moe_topk_group' must be 1 to moe_n_group"),
+        ({"moe_topk_group": 0}, "'moe_topk_group' must be 1 to moe_n_group"),
+    ],
+)
+def test_expert_groups_out_of_range_are_refused(fields: dict[str, int], message: str) -> None:
+    from twin.errors import TwinError
+
+    with pytest.raises(TwinError, match=message):
+        dataclasses.replace(get_model("deepseek-v3"), **fields)

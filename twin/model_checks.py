@@ -128,6 +128,14 @@ def check_fields(spec: ModelSpec) -> None:
         for f in ("moe_n_experts", "moe_top_k", "moe_d_ff"):
             need(getattr(spec, f) > 0, f, "must be positive for a model with MoE layers")
         need(spec.moe_top_k <= spec.moe_n_experts, "moe_top_k", "must be <= moe_n_experts")
+        # Group-limited routing (twin.costmodel.moe_layout): the experts in equal groups.
+        need(spec.moe_n_group >= 1, "moe_n_group", "must be at least 1")
+        need(spec.moe_n_experts % spec.moe_n_group == 0, "moe_n_group", "must divide moe_n_experts")
+        need(
+            1 <= spec.moe_topk_group <= spec.moe_n_group,
+            "moe_topk_group",
+            "must be 1 to moe_n_group",
+        )
     if "swa" in kinds:
         need(spec.sliding_window is not None, "sliding_window", "must be set for swa layers")
     if kinds.get("gdn"):
