@@ -25,6 +25,7 @@ from statistics import median
 from typing import Any
 
 from twin.calibration import aic_tables as at
+from twin.errors import TwinError
 
 RESULTS = Path(__file__).parent / "results" / "moe-ep-tie.json"
 GPUS = ("b200", "h200", "b300")
@@ -97,4 +98,8 @@ def main(gpus: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(GPUS))
+    try:
+        main(sys.argv[1:] or list(GPUS))
+    except TwinError as err:  # an unknown GPU: one line, exit 2
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
