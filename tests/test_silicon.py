@@ -1460,7 +1460,7 @@ def test_inferencemax_mtp_rows_accept_drafts_by_one_rule_across_engines() -> Non
     from twin.presets import get_model
 
     first, later = sil.INFERENCEMAX_MTP_ACCEPTANCE
-    assert 0 < later < first < 1
+    assert 0 < later <= first < 1
 
     def length(drafts: int) -> float:
         return 1 + sum(first * later**i for i in range(drafts))
