@@ -349,8 +349,8 @@ _SGLANG_FLAGS = (
 #   ``use_mtp_vanilla: False``, ``mtp_eagle_one_model: True``; ``_torch/speculative/mtp.py``
 #   ``MTPEagleWorker``, read at the 1.1 and 1.2 release candidates). So drafts after the
 #   first are predicted from the draft's own states, off what the MTP layer was trained on
-#   (the model's hidden state), and are accepted less often than the first: the rate falls
-#   with the position.
+#   (the model's hidden state), and are expected to be accepted less often than the first
+#   (the fit below does not show it).
 # - Verifying: exact match with the target's greedy token. InferenceMAX's client sends
 #   ``temperature: 0.0`` (``utils/bench_serving/backend_request_func.py``, the openai
 #   completions payload) with ``--ignore-eos``; SGLang then verifies greedily
