@@ -1447,19 +1447,26 @@ def test_model_named_matches_a_rows_model_path_by_name() -> None:
     assert sil.select([row], ["qwen3"]) == []
 
 
-def test_inferencemax_sglang_nextn_rows_accept_drafts_at_the_fitted_rate() -> None:
-    """The -mtp configurations' rows (DeepSeek-R1 fp8 and Qwen3.5-397B fp8 on B200, 0.5.9)
-    price SGLang's NEXTN drafts at the rate fitted on the fit split, each draft accepted
-    with it (2 drafts: 1 + r + r^2), below the MTP default (DeepSeek-V3's second-token
+def test_inferencemax_mtp_rows_accept_drafts_by_one_rule_across_engines() -> None:
+    """Every InferenceMAX -mtp row, SGLang's NEXTN (DeepSeek-R1 fp8 at 2 drafts, Qwen3.5-397B
+    fp8 at 3, 0.5.9) and TensorRT-LLM's MTP (DeepSeek-R1, 3 drafts, 1 with attention DP),
+    prices its drafts by the one fitted rule: the first draft accepted with one rate, each
+    later one (given those before) with another, lower one, so the acceptance length is
+    ``1 + a + a b + a b^2 ...``, below the MTP default (DeepSeek-V3's second-token
     acceptance); the plain configurations' rows run no drafts."""
     from dataclasses import replace
 
     from twin.engine.modes import get_mode
-    from twin.engine.speculative import iid_length
     from twin.presets import get_model
 
-    rate = float(sil.INFERENCEMAX_SGLANG_MTP_ACCEPTANCE)
+    first, later = sil.INFERENCEMAX_MTP_ACCEPTANCE
+    assert 0 < later <= first < 1
+
+    def length(drafts: int) -> float:
+        return 1 + sum(first * later**i for i in range(drafts))
+
     qwen35 = replace(get_model("qwen3.5-397b-a17b"), mtp_layers=1)
+    r1_model = get_model("deepseek-r1")
     r1 = replace(
         _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8),
         concurrency=256,
@@ -1470,14 +1477,20 @@ def test_inferencemax_sglang_nextn_rows_accept_drafts_at_the_fitted_rate() -> No
         for k, v in sil.deployment(r1, "sglang")["sets"].items()
         if k != "speculative_acceptance"
     }
-    default = get_mode("sglang").settings(get_model("deepseek-r1"), unfitted)["speculative"]
+    default = get_mode("sglang").settings(r1_model, unfitted)["speculative"]
     for row, drafts in ((r1, 2), (qwen, 3)):
         sets = sil.deployment(row, "sglang")["sets"]
-        assert sets["speculative_acceptance"] == sil.INFERENCEMAX_SGLANG_MTP_ACCEPTANCE
+        assert sets["speculative_acceptance"] == sil.inferencemax_mtp_acceptance(drafts)
         # the checkpoint's MTP layer (the preset carries none; the scorer reads the config)
-        model = get_model("deepseek-r1") if row is r1 else qwen35
+        model = r1_model if row is r1 else qwen35
         spec = get_mode("sglang").settings(model, dict(sets))["speculative"]
-        assert spec["acceptance_length"] == pytest.approx(iid_length(rate, drafts))
-    assert iid_length(rate, 2) < default["acceptance_length"]
+        assert spec["acceptance_length"] == pytest.approx(length(drafts))
+    assert length(2) < default["acceptance_length"]
     plain = sil.deployment(replace(r1, concurrency=64), "sglang")["sets"]
     assert "speculative_acceptance" not in plain
+    # TensorRT-LLM's -mtp image (1.2.0rc6.post3): 3 drafts, 1 with attention DP
+    trt = _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc6.post3", isl=64)
+    for row, drafts in ((trt, 3), (replace(trt, attention_dp=8), 1)):
+        spec = sil.inferencemax_speculation(row, r1_model)
+        assert spec is not None and spec["num_speculative_tokens"] == drafts
+        assert spec["acceptance_length"] == pytest.approx(length(drafts))

@@ -363,28 +363,60 @@ _SGLANG_FLAGS = (
     "max_prefill_tokens",
     "scheduler_recv_interval",
 )
-# How often SGLang's NEXTN drafts are accepted on InferenceMAX's rows: one per-token rate
-# (``--set speculative_acceptance``, the same for every draft: ``twin.engine.speculative``
-# ``iid_length``), fitted on the fit split only. The twin's default for MTP is the
-# DeepSeek-V3 report's 85-90% acceptance of the second token (one MTP module predicting one
-# token ahead of the model's own hidden state, on the report's evaluation text). SGLang's
-# drafts past the first are predicted from the draft's own states: the EAGLE worker runs the
-# model's one MTP layer ``speculative_num_steps`` times, each step on the hidden states the
-# previous draft step returned (``speculative/eagle_worker.py`` ``EAGLEWorker.draft_forward``,
-# 0.5.9: ``hidden_states = logits_output.hidden_states``), and InferenceMAX's prompts are
-# random tokens (``benchmark_serving.py --dataset-name random``). The fit: the 15 fit rows
-# of the -mtp configurations (DeepSeek-R1 fp8 and Qwen3.5-397B fp8 on B200, 0.5.9) with at
-# most 64 clients in ``benchmarks/results/silicon-sample1500``, the least TPOT MAPE: TTFT /
-# TPOT MAPE 33.0 / 19.0% at the default (0.85), 32.0 / 10.1 at 0.75, 31.4 / 8.0 at 0.7,
-# 30.8 / 7.7 at 0.65, 29.5 / 16.5 at 0.55 (docs/decisions.md, "Issue 31, step: the SGLang
-# rows' errors by cause, and NEXTN's acceptance on InferenceMAX's rows").
-INFERENCEMAX_SGLANG_MTP_ACCEPTANCE = "0.65"
+# How often MTP drafts are accepted on InferenceMAX's rows, one rule for every engine: the
+# first draft with the rate ``INFERENCEMAX_MTP_ACCEPTANCE[0]``, each later draft, given the
+# ones before it, with ``[1]``; passed as the unconditional per-position rates (the share of
+# steps whose first ``i`` drafts are all accepted, ``--set speculative_acceptance=r1,r2,..``,
+# ``twin.engine.speculative.length_from_rates``) by :func:`inferencemax_mtp_acceptance`.
+# Why one rule: the engines draft and verify the same way on these rows.
+# - Drafting: one MTP layer (DeepSeek-R1's and Qwen3.5's checkpoints carry one) run once
+#   per draft, each later draft on the hidden state the previous draft step returned: SGLang
+#   0.5.9 ``speculative/eagle_worker.py`` ``EAGLEWorker.draft_forward`` (NEXTN is EAGLE,
+#   ``server_args.py``); TensorRT-LLM's MTP-Eagle, its default for ``num_nextn_predict_layers``
+#   above the checkpoint's one layer (``llmapi/llm_args.py`` ``MTPDecodingConfig``:
+#   ``use_mtp_vanilla: False``, ``mtp_eagle_one_model: True``; ``_torch/speculative/mtp.py``
+#   ``MTPEagleWorker``, read at the 1.1 and 1.2 release candidates). So drafts after the
+#   first are predicted from the draft's own states, off what the MTP layer was trained on
+#   (the model's hidden state), and are expected to be accepted less often than the first
+#   (the fit below does not show it).
+# - Verifying: exact match with the target's greedy token. InferenceMAX's client sends
+#   ``temperature: 0.0`` (``utils/bench_serving/backend_request_func.py``, the openai
+#   completions payload) with ``--ignore-eos``; SGLang then verifies greedily
+#   (``speculative/eagle_info.py`` ``EagleVerifyInput.verify``: ``is_all_greedy`` ->
+#   ``verify_tree_greedy_func``); TensorRT-LLM's relaxed acceptance (``<think>`` spans
+#   accept any of the target's top-N within ``relaxed_delta``) is off by default
+#   (``use_relaxed_acceptance_for_thinking: False``, ``relaxed_topk: 1``) and the -mtp
+#   scripts' ``speculative_config`` gives only ``decoding_type: MTP`` and
+#   ``num_nextn_predict_layers`` (InferenceMAX ``benchmarks/dsr1_fp{4,8}_{b,h}200_trt_mtp.sh``
+#   at 5d517074c / 0aae52d4c, ``..._mtp_slurm.sh`` at bf3456727), so strict.
+# - The prompts: ``--dataset-name random`` with ``--use-chat-template`` (``benchmark_lib.sh``
+#   ``run_benchmark_serving``; ``benchmark_serving.py`` ``sample_random_requests``: runs of
+#   consecutive token ids from a random offset, in the chat template), not the text the
+#   DeepSeek-V3 report measured its 85-90% second-token acceptance on (the twin's MTP
+#   default, ``twin.engine.speculative.Mtp``); the outputs are the model's greedy answer to
+#   that, continued past its end of sequence.
+# Fitted on the fit split only, on the TPOT of all 164 -mtp fit rows of both engines
+# together (``benchmarks/results/mtp-accept-before-fit``, each row's decode time scaled by
+# the acceptance length): the least TPOT MAPE has later = first (0.77 / 0.76), so the rows
+# do not show the fall with the position; one rate, 0.76, for every draft. Docs:
+# docs/decisions.md, "Issue 31, step: MTP acceptance on InferenceMAX's rows, one rule for
+# both engines". It replaces SGLang's 0.65 and TensorRT-LLM's default 0.85 a draft.
+INFERENCEMAX_MTP_ACCEPTANCE = (0.76, 0.76)
+
+
+def inferencemax_mtp_acceptance(drafts: int) -> str:
+    """``--set speculative_acceptance`` of an InferenceMAX -mtp row drafting ``drafts``
+    tokens: the unconditional per-position rates of the rule above."""
+    first, later = INFERENCEMAX_MTP_ACCEPTANCE
+    return ",".join(f"{first * later**i:.6g}" for i in range(drafts))
+
+
 _SGLANG_MTP = {
     "speculative_algorithm": "NEXTN",
     "speculative_num_steps": "2",
     "speculative_eagle_topk": "1",
     "speculative_num_draft_tokens": "3",
-    "speculative_acceptance": INFERENCEMAX_SGLANG_MTP_ACCEPTANCE,
+    "speculative_acceptance": inferencemax_mtp_acceptance(2),
 }
 
 
@@ -423,7 +455,7 @@ _QWEN35_MTP = {
     "speculative_num_steps": "3",
     "speculative_eagle_topk": "1",
     "speculative_num_draft_tokens": "4",
-    "speculative_acceptance": INFERENCEMAX_SGLANG_MTP_ACCEPTANCE,
+    "speculative_acceptance": inferencemax_mtp_acceptance(3),
 }
 # (system, precision, release) -> (max_running_requests, mem_fraction_static,
 # chunked_prefill_size, max_prefill_tokens, scheduler_recv_interval); "c": the clients,
@@ -804,7 +836,8 @@ def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any
         return None
     from twin.engine import speculative  # late: the engine is not needed to read rows
 
-    return speculative.build(model, "mtp", drafts).to_dict()
+    acceptance = ("speculative_acceptance", inferencemax_mtp_acceptance(drafts))
+    return speculative.build(model, "mtp", drafts, acceptance=acceptance).to_dict()
 
 
 # vLLM's asynchronous scheduling (``--async-scheduling``: the host's scheduling and output
