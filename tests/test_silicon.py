@@ -1451,7 +1451,8 @@ def test_inferencemax_mtp_rows_accept_drafts_by_one_rule_across_engines() -> Non
     """Every InferenceMAX -mtp row, SGLang's NEXTN (DeepSeek-R1 fp8 at 2 drafts, Qwen3.5-397B
     fp8 at 3, 0.5.9) and TensorRT-LLM's MTP (DeepSeek-R1, 3 drafts, 1 with attention DP),
     prices its drafts by the one fitted rule: the first draft accepted with one rate, each
-    later one (given those before) with another, lower one, so the acceptance length is
+    later one (given those before) with another, no higher one (the fit found them equal),
+    so the acceptance length is
     ``1 + a + a b + a b^2 ...``, below the MTP default (DeepSeek-V3's second-token
     acceptance); the plain configurations' rows run no drafts."""
     from dataclasses import replace
