@@ -93,6 +93,7 @@ class MarconiPolicy(Policy):
     description = "judicious admission, the authors' eviction score and alpha tuning"
     OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "jobs")
     rules: ClassVar[str] = "reference"  # the compiled score: the authors' (or ``twin``)
+    tuner_cls: ClassVar[type[AlphaTuner]] = ReferenceBootstrap  # how alpha is tuned
     cache: LiveCache  # bound by the live cache it makes
     tuner: AlphaTuner
 
@@ -101,9 +102,10 @@ class MarconiPolicy(Policy):
         alpha: float | None = None,
         bootstrap_multiplier: float = BOOTSTRAP_MULTIPLIER,
         jobs: int = 1,
+        metric: str = "reference",
     ) -> None:
         super().__init__()
-        self.tuner = ReferenceBootstrap(type(self), alpha, bootstrap_multiplier, jobs, "reference")
+        self.tuner = self.tuner_cls(type(self), alpha, bootstrap_multiplier, jobs, metric)
 
     @property
     def alpha(self) -> float:

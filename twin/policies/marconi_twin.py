@@ -60,6 +60,7 @@ class MarconiTwinPolicy(MarconiPolicy):
     name = "marconi-twin"
     description = "marconi with the twin's earlier score and tuning (linear recency, own bytes)"
     rules: ClassVar[str] = "twin"
+    tuner_cls: ClassVar[type[AlphaTuner]] = TwinBootstrap
     OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "alpha_metric", "jobs")
 
     def __init__(
@@ -73,5 +74,4 @@ class MarconiTwinPolicy(MarconiPolicy):
             raise TwinError(
                 f"alpha metric {alpha_metric!r} unknown; valid: {', '.join(ALPHA_METRICS)}"
             )
-        super().__init__(alpha, bootstrap_multiplier, jobs)
-        self.tuner = TwinBootstrap(type(self), alpha, bootstrap_multiplier, jobs, alpha_metric)
+        super().__init__(alpha, bootstrap_multiplier, jobs, alpha_metric)
