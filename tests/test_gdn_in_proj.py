@@ -39,6 +39,8 @@ def test_four_launches_cost_each_one_s_floor() -> None:
 def test_only_1_or_4_launches() -> None:
     with pytest.raises(TwinError, match="'gdn_in_proj_gemms' must be 1 or 4"):
         dataclasses.replace(QWEN35, gdn_in_proj_gemms=2)
+    with pytest.raises(TwinError, match="'gdn_in_proj_gemms' needs gdn layers"):
+        dataclasses.replace(get_model("llama-3.1-8b"), gdn_in_proj_gemms=4)
 
 
 @pytest.mark.parametrize(

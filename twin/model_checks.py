@@ -154,6 +154,8 @@ def check_fields(spec: ModelSpec) -> None:
             "must divide gdn_v_heads",
         )
         need(spec.gdn_in_proj_gemms in (1, 4), "gdn_in_proj_gemms", "must be 1 or 4")
+    elif spec.gdn_in_proj_gemms != 1:  # the split projection is GDN's; elsewhere it prices nothing
+        need(False, "gdn_in_proj_gemms", "needs gdn layers (a GDN input projection)")
     if spec.index_n_heads or spec.index_head_dim:
         need(kinds.get("mla", 0) > 0, "index_n_heads", "needs mla layers (an MLA indexer)")
         for f in ("index_n_heads", "index_head_dim"):
