@@ -396,6 +396,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.min_concurrency is not None and args.min_concurrency < 1:
+        parser.error(f"--min-concurrency must be at least 1 (got {args.min_concurrency})")
     console = Console(width=max(Console().width, 180))
     try:
         return _main(args, console)

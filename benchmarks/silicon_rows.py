@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args(argv)
+    if not args.predictions.is_file():
+        parser.error(f"predictions: no file {args.predictions}")
     groups = {g for g in args.groups.split(";") if g}
     with args.predictions.open(newline="", encoding="utf-8") as f:
         ids = {
