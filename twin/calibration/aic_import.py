@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twin.calibration import module_floor
+from twin.calibration.aic_mla import module_rows
 from twin.calibration.aic_tables import (
     ENGINE_NAMES,
     PACKAGE,
@@ -34,6 +36,7 @@ from twin.calibration.aic_tables import (
     installed_version,
     read_families,
     release_families,
+    system_dir,
 )
 from twin.calibration.datasheet import datasheet_profile
 from twin.calibration.fit import HOLDOUT_SHARE, fit_kernel
@@ -147,6 +150,43 @@ def fit_family(
     return fit
 
 
+def reference_fit(
+    ref: module_floor.FloorReference, kernel: str, root: Path | None = None, seed: int = 0
+) -> KernelFit | None:
+    """Family ``kernel`` fitted from the module table ``ref`` names (None where the
+    database lacks that GPU, table or family), at that GPU's own peaks."""
+    try:
+        system = system_dir(ref.gpu, root)
+    except TwinError:
+        return None
+    fams = module_rows(system, ref.engine, ref.release)
+    fam = next((f for f in fams if f.kernel == kernel), None)
+    if fam is None:
+        return None
+    spec = get_gpu(ref.gpu)
+    peaks = {**datasheet_profile(spec.name).peaks, **spec.low_precision_peaks()}
+    return fit_family(fam, peaks, spec.display_name, seed)
+
+
+def engine_fit(
+    fam: FamilyRows,
+    gpu: str,
+    engine: str,
+    peaks: dict[str, float],
+    device: str,
+    root: Path | None = None,
+    seed: int = 0,
+) -> KernelFit | None:
+    """``fit_family`` of ``engine``'s family on ``gpu`` with the calibration's rules on
+    fitted parameters: vLLM's decode-module floors bounded (``module_floor``)."""
+    fit = fit_family(fam, peaks, device, seed)
+    if fit is None:
+        return None
+    return module_floor.apply(
+        fit, gpu, engine, fam.kernel, fam.release, lambda ref, k: reference_fit(ref, k, root, seed)
+    )
+
+
 def refit_matches(kernel: str, names: Sequence[str]) -> bool:
     """Whether ``--refit`` ``names`` cover ``kernel``: a name is a family (``moe``) and
     covers its key and every variant key under it (``moe``, ``moe_fp8``, ``moe_nvfp4``)."""
@@ -206,7 +246,7 @@ def import_profile(
         if keep is not None and fam.kernel in keep.kernels:
             kernels[fam.kernel] = keep.kernels[fam.kernel]
         elif needs in peaks or not fm.get_formula(fam.kernel).uses_flops:
-            fit = fit_family(fam, peaks, spec.display_name, seed)
+            fit = engine_fit(fam, gpu, engine, peaks, spec.display_name, root, seed)
             if fit is not None:
                 kernels[fam.kernel] = fit
                 added.append(fam.kernel)
@@ -307,7 +347,7 @@ def release_fits(
         fits: dict[str, KernelFit] = {}
         for version, fam in sorted(others[kernel].items()):
             fit = kept.fits.get(version) if kept is not None else None
-            fit = fit or fit_family(fam, peaks, device, seed)
+            fit = fit or engine_fit(fam, gpu, engine, peaks, device, root, seed)
             if fit is not None:
                 fits[version] = fit
         if fits:
@@ -319,9 +359,11 @@ def release_fits(
 
 __all__ = [
     "ImportResult",
+    "engine_fit",
     "fit_family",
     "import_profile",
     "impossible",
+    "reference_fit",
     "refit_matches",
     "release_fits",
     "split_impossible",

@@ -1,0 +1,78 @@
+"""vLLM's MLA decode-module floors bounded by a reference table's (``calibration.module_floor``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from twin.calibration import module_floor as mf
+from twin.costmodel.profile import KernelFit
+from twin.costmodel.profile_store import load_profile
+
+
+def _fit(t0: float) -> KernelFit:
+    params = {"t0_s": t0, "eff_flops": 0.5, "eff_bytes": 0.7, "p": 1.0, "c_tiles": 1e-7}
+    return KernelFit(model="m", params=params, provenance={"source": "measured"})
+
+
+def test_a_floor_above_the_ratio_is_lowered_to_the_lowest_reference() -> None:
+    fit = _fit(75e-6)
+    out = mf.bound_floor(fit, {"trt": 35e-6, "sibling": 40e-6})
+    assert out.params["t0_s"] == 35e-6
+    assert {k: v for k, v in out.params.items() if k != "t0_s"} == {
+        k: v for k, v in fit.params.items() if k != "t0_s"
+    }
+    assert out.provenance["floor_bound"]["fitted_t0_s"] == 75e-6
+    assert out.provenance["floor_bound"]["reference"] == "trt"
+    assert fit.params["t0_s"] == 75e-6 and "floor_bound" not in fit.provenance
+
+
+def test_a_floor_within_the_ratio_or_without_reference_is_kept() -> None:
+    fit = _fit(mf.COLLECTION_FLOOR_RATIO * 30e-6)
+    assert mf.bound_floor(fit, {"trt": 30e-6}) is fit
+    assert mf.bound_floor(fit, {}) is fit
+
+
+def test_only_vllm_decode_modules_are_bounded_and_b300_also_reads_b200() -> None:
+    def reference(ref: mf.FloorReference, kernel: str) -> KernelFit:
+        return _fit(20e-6)
+
+    fit = _fit(80e-6)
+    for engine, kernel in (
+        ("trtllm", "mla_module_decode"),
+        ("sglang", "mla_module_decode_fp8_fp8kv"),
+        ("vllm", "mla_module_prefill"),
+        ("vllm", "mla_decode"),
+    ):
+        assert mf.apply(fit, "h200", engine, kernel, "0.24.0", reference) is fit
+    bounded = mf.apply(fit, "h200", "vllm", "mla_module_decode_fp8kv", "0.24.0", reference)
+    assert bounded.params["t0_s"] == 20e-6
+    assert mf.references("h200", "0.24.0") == [mf.FloorReference("h200", "trtllm", None)]
+    assert mf.references("b300", "0.24.0")[1] == mf.FloorReference("b200", "vllm", "0.24.0")
+
+
+def test_b200_vllm_floors_agree_with_tensorrt_llm_and_are_not_bounded() -> None:
+    vllm, trt = load_profile("b200-vllm"), load_profile("b200-trtllm")
+    for kernel, fit in vllm.kernels.items():
+        if kernel.startswith("mla_module_decode"):
+            ratio = fit.params["t0_s"] / trt.kernels[kernel].params["t0_s"]
+            assert ratio <= mf.COLLECTION_FLOOR_RATIO
+
+
+def test_the_import_bounds_h200_vllm_by_its_tensorrt_llm_table() -> None:
+    pytest.importorskip("aiconfigurator_core")  # the aic extra; CI does not install it
+    from twin.calibration.aic_import import engine_fit, fit_family, reference_fit
+    from twin.calibration.aic_mla import module_rows
+    from twin.calibration.aic_tables import system_dir
+    from twin.calibration.datasheet import datasheet_profile
+    from twin.hardware import get_gpu
+
+    spec = get_gpu("h200")
+    peaks = {**datasheet_profile(spec.name).peaks, **spec.low_precision_peaks()}
+    fams = module_rows(system_dir("h200"), "vllm")
+    fam = next(f for f in fams if f.kernel == "mla_module_decode")
+    plain = fit_family(fam, peaks, spec.display_name)
+    fit = engine_fit(fam, "h200", "vllm", peaks, spec.display_name)
+    ref = reference_fit(mf.FloorReference("h200", "trtllm", None), "mla_module_decode")
+    assert plain is not None and fit is not None and ref is not None
+    assert fit.params["t0_s"] == ref.params["t0_s"] < plain.params["t0_s"] / 2
+    assert fit.provenance["floor_bound"]["reference"].startswith("TensorRT-LLM")
