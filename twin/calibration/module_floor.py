@@ -44,8 +44,13 @@ from twin.costmodel.profile import KernelFit
 BOUNDED_ENGINE = "vllm"
 BOUNDED_PREFIX = "mla_module_decode"
 # Above this ratio to the reference floor a fit's t0 is a collection floor (the bounded
-# tables sit at 2.0-3.0x on H200, 2.4-4.2x on B300 against TensorRT-LLM's; vLLM's own
-# B200 table at 0.67-1.12x, GB300's 0.27.0 table at 0.7-1.1x).
+# tables sit at 2.0-3.0x on H200, 2.3-3.9x on B300 against the lowest reference; vLLM's
+# own B200 table at 0.67-1.12x of TensorRT-LLM's, GB300's 0.27.0 table at 0.72-1.19x).
+# Fitted from the same tables, the rule also bounds vLLM 0.24.0's H100 (2.1-3.2x), GB200
+# (1.6-3.7x) and GB300 (3.2x) decode modules and RTX PRO 6000's (1.7-4.6x, Triton MLA
+# against TensorRT-LLM's kernels: not checked) at their next ``--refit mla_module``; their
+# shipped profiles still hold the unbounded fits (docs/decisions.md, "vLLM's MLA
+# decode-module floors").
 COLLECTION_FLOOR_RATIO = 1.5
 # The reference tables of a GPU's vLLM decode module, besides its own TensorRT-LLM table:
 # (GPU, engine) whose table of the same release counts too (B300 -> vLLM's B200 table).
