@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from twin.calibration import module_floor as mf
@@ -48,6 +50,25 @@ def test_only_vllm_decode_modules_are_bounded_and_b300_also_reads_b200() -> None
     assert bounded.params["t0_s"] == 20e-6
     assert mf.references("h200", "0.24.0") == [mf.FloorReference("h200", "trtllm", None)]
     assert mf.references("b300", "0.24.0")[1] == mf.FloorReference("b200", "vllm", "0.24.0")
+
+
+@pytest.mark.parametrize("gpu", ["h200", "b300"])
+def test_shipped_vllm_decode_modules_take_the_reference_floor(gpu: str) -> None:
+    """The shipped H200 and B300 vLLM profiles (``--refit mla_module``): every decode-module
+    floor is a reference table's, the same family's floor in the TensorRT-LLM profile of
+    the GPU or (B300) in the B200 vLLM profile; the prefill modules are not bounded."""
+    vllm = load_profile(f"{gpu}-vllm")
+    refs = [load_profile(f"{gpu}-trtllm")] + ([load_profile("b200-vllm")] if gpu == "b300" else [])
+    decode = [k for k in vllm.kernels if k.startswith("mla_module_decode")]
+    assert decode
+    for kernel in decode:
+        fit = vllm.kernels[kernel]
+        bound = fit.provenance["floor_bound"]
+        floor = min(r.kernels[kernel].params["t0_s"] for r in refs if kernel in r.kernels)
+        assert math.isclose(fit.params["t0_s"], floor, rel_tol=1e-6)
+        assert bound["fitted_t0_s"] > mf.COLLECTION_FLOOR_RATIO * floor
+    for kernel in (k for k in vllm.kernels if k.startswith("mla_module_prefill")):
+        assert "floor_bound" not in vllm.kernels[kernel].provenance
 
 
 def test_b200_vllm_floors_agree_with_tensorrt_llm_and_are_not_bounded() -> None:
