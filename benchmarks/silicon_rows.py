@@ -9,12 +9,19 @@ rows of a group).
 
 Writes ``DIR/predictions.csv`` and ``DIR/summary.json`` as ``bench_silicon.py`` does
 (without aiconfigurator's columns); compare two runs with ``silicon_compare.py``.
+
+``--deployment KEY=VALUE`` (repeatable) changes one entry of every row's planned
+deployment (the ``build_run`` keywords of ``twin.validate.silicon.plan.deployment``)
+before it runs: a diagnosis of what a server limit would do, never a scoring rule.
+``VALUE`` ``c-N`` is the row's concurrency minus N, ``DEL`` drops the key, numbers and
+``true``/``false`` are read as such.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,9 +40,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument(
+        "--deployment",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a deployment entry of every row (module docstring)",
+    )
     args = parser.parse_args(argv)
     if not args.predictions.is_file():
         parser.error(f"predictions: no file {args.predictions}")
+    changes = []
+    for item in args.deployment:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            parser.error(f"--deployment {item!r}: expected KEY=VALUE")
+        changes.append((key, value))
     groups = {g for g in args.groups.split(";") if g}
     with args.predictions.open(newline="", encoding="utf-8") as f:
         ids = {
@@ -46,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         }
     rows = [r for r in sil.read_rows(sil.default_csv()) if r.id in ids]
     plans, reasons = sil.plan_rows(rows, sil.default_configs(), "benchmark")
+    try:
+        plans = [changed(p, changes) for p in plans]
+    except ValueError as err:
+        parser.error(f"--deployment: {err}")
     print(f"{len(ids)} rows named, {len(plans)} expressed", flush=True)
     results: dict[str, dict[str, Any]] = {}
 
@@ -57,6 +81,32 @@ def main(argv: list[str] | None = None) -> int:
     sil.write_outputs(args.out, ordered, sil.summarize(ordered, reasons, len(rows)))
     print(f"wrote {args.out / 'predictions.csv'}")
     return 0
+
+
+def changed(plan: sil.RowPlan, changes: list[tuple[str, str]]) -> sil.RowPlan:
+    """``plan`` with its deployment changed by ``changes`` (module docstring)."""
+    if not changes:
+        return plan
+    deployment = dict(plan.deployment)
+    for key, text in changes:
+        if text == "DEL":
+            deployment.pop(key, None)
+        elif text.startswith("c-"):
+            if not text[2:].isdigit():
+                raise ValueError(f"{key}={text}: expected c-N with N a whole number")
+            deployment[key] = plan.concurrency - int(text[2:])
+        else:
+            deployment[key] = _literal(text)
+    return dataclasses.replace(plan, deployment=deployment)
+
+
+def _literal(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text, text)
 
 
 if __name__ == "__main__":

@@ -650,6 +650,61 @@ def test_bench_spread() -> None:
     assert spread(list(range(4)), 0) == []
 
 
+def _silicon_rows(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``benchmarks/silicon_rows.py`` (it imports ``bench_silicon`` by name)."""
+    import importlib.util
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bench_silicon", _bench())
+    path = Path(__file__).parents[1] / "benchmarks" / "silicon_rows.py"
+    spec = importlib.util.spec_from_file_location("bench_silicon_rows", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_silicon_rows_deployment_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--deployment``: c-N is the row's concurrency minus N, DEL drops the key, numbers
+    and booleans are read as such; a malformed pair is one line, exit 2."""
+    rows = _silicon_rows(monkeypatch)
+
+    @dataclasses.dataclass(frozen=True)
+    class Plan:  # the two RowPlan fields the change reads
+        concurrency: int
+        deployment: dict[str, Any]
+
+    plan = Plan(16, {"max_running": 16, "eager_prefill_s": 0.05, "max_batched_tokens": 2560})
+    assert rows.changed(plan, []) is plan
+    out = rows.changed(
+        plan,
+        [
+            ("max_running", "c-1"),
+            ("eager_prefill_s", "DEL"),
+            ("max_batched_tokens", "512"),
+            ("memory_utilization", "0.8"),
+            ("sets", "true"),
+        ],
+    )
+    assert out.deployment == {
+        "max_running": 15,
+        "max_batched_tokens": 512,
+        "memory_utilization": 0.8,
+        "sets": True,
+    }
+    assert plan.deployment["max_running"] == 16  # the plan itself is left as it was
+    with pytest.raises(ValueError, match="c-N"):
+        rows.changed(plan, [("max_running", "c-x")])
+    predictions = tmp_path / "p.csv"
+    predictions.write_text("id,split,group\n")
+    with pytest.raises(SystemExit) as exit_info:
+        rows.main([str(predictions), "--deployment", "max_running", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
 def test_bench_runs_without_aiconfigurator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
