@@ -1,6 +1,6 @@
 """A GDN layer's input projection as the engine launches it (``ModelSpec.gdn_in_proj_gemms``):
 SGLang before 0.5.10 runs Qwen3.5's four checkpoint matrices as four GEMMs
-(``twin.validate.silicon.harness.sglang_gdn_in_proj_gemms``), priced each with its own
+(``twin.validate.silicon.kernel_layout.sglang_gdn_in_proj_gemms``), priced each with its own
 floor (``twin.costmodel.dense_pricing.DensePricing._gdn_in_proj``)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from twin.costmodel import CostModel
 from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
 from twin.presets import get_model
-from twin.validate.silicon.harness import sglang_gdn_in_proj_gemms
+from twin.validate.silicon.kernel_layout import sglang_gdn_in_proj_gemms
 
 QWEN35 = get_model("qwen3.5-397b-a17b")
 

@@ -1,7 +1,7 @@
 """TensorRT-LLM's Llama under TP runs each layer's residual add + RMSNorm inside its
 all-reduces, and with NVFP4 weights the next GEMM's input quantisation too
 (``ModelSpec.norm_in_allreduce``; ``twin.costmodel.dense_pricing.DensePricing
-._norm_in_allreduce``; the rows' rule ``twin.validate.silicon.harness
+._norm_in_allreduce``; the rows' rule ``twin.validate.silicon.kernel_layout
 .trtllm_norm_in_allreduce``)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from twin.costmodel import CostModel
 from twin.costmodel.profile_store import load_profile
 from twin.presets import get_model
-from twin.validate.silicon.harness import trtllm_norm_in_allreduce
+from twin.validate.silicon.kernel_layout import trtllm_norm_in_allreduce
 from twin.validate.silicon.rows import read_rows
 
 

@@ -78,7 +78,7 @@ def test_tensorrt_llm_qwen3_pays_one_pass_over_q_and_k(name: str, tp: int) -> No
 
 def test_the_rows_rule_is_tensorrt_llm_qwen3_only() -> None:
     pytest.importorskip("aiconfigurator_core")  # the rows come from the installed aic extra
-    from twin.validate.silicon.harness import trtllm_qk_norm_rope_pass
+    from twin.validate.silicon.kernel_layout import trtllm_qk_norm_rope_pass
     from twin.validate.silicon.rows import read_rows
 
     row = next(r for r in read_rows() if r.backend == "trtllm" and "Qwen3-32B" in r.model_path)

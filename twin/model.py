@@ -103,13 +103,13 @@ class ModelSpec:
     # ``allreduce_quantises_input``, writes the next GEMM's input in the linear layers'
     # nvfp4 format there too (its Llama): ``twin.costmodel.dense_pricing``
     # ``DensePricing._norm_in_allreduce``. Set per row by the engine's rule
-    # (``twin.validate.silicon.harness.trtllm_norm_in_allreduce``), off by default.
+    # (``twin.validate.silicon.kernel_layout.trtllm_norm_in_allreduce``), off by default.
     norm_in_allreduce: bool = False
     allreduce_quantises_input: bool = False
     # Per-head q/k RMSNorms run as a pass of their own over q and k before attention,
     # RoPE inside it (TensorRT-LLM's Qwen3 ``fused_qk_norm_rope``): one element-wise pass
     # an attention layer (``twin.costmodel.dense_pricing.DensePricing._qk_norm``). Set
-    # per row by the engine's rule (``harness.trtllm_qk_norm_rope_pass``), off by default.
+    # per row by the engine's rule (``kernel_layout.trtllm_qk_norm_rope_pass``), off by default.
     qk_norm_rope_pass: bool = False
     moe_shared_d_ff: int = 0  # shared-expert intermediate size (0: none), every MoE layer
     # Group-limited routing (DeepSeek-V3's ``n_group`` / ``topk_group``): the experts split

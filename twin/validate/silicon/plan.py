@@ -16,24 +16,28 @@ from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.validate.silicon.configs import find_config, load_model, read_config, system_gpus
-from twin.validate.silicon.harness import (
+from twin.validate.silicon.deployment import (
     ENGINE_OF_BACKEND,
-    INFERENCEMAX,
-    INFERENCEMAX_DISAGG_SYSTEMS,
-    REASON_INFERENCEMAX_CLIENT_CAP,
-    REASON_INFERENCEMAX_DISAGG,
     deployment,
-    eager_prefill_s,
-    harness_of,
+    trtllm_overlap_scheduler,
+)
+from twin.validate.silicon.eager_prefill import eager_prefill_s, vllm_graph_tokens
+from twin.validate.silicon.harness import INFERENCEMAX, harness_of
+from twin.validate.silicon.inferencemax import (
+    INFERENCEMAX_DISAGG_SYSTEMS,
+    REASON_INFERENCEMAX_DISAGG,
+)
+from twin.validate.silicon.inferencemax_trtllm import inferencemax_speculation
+from twin.validate.silicon.inferencemax_vllm import (
+    REASON_INFERENCEMAX_CLIENT_CAP,
     inferencemax_client_capped,
-    inferencemax_speculation,
+    vllm_async_scheduling,
+    vllm_moe_backend,
+)
+from twin.validate.silicon.kernel_layout import (
     sglang_gdn_in_proj_gemms,
     trtllm_norm_in_allreduce,
-    trtllm_overlap_scheduler,
     trtllm_qk_norm_rope_pass,
-    vllm_async_scheduling,
-    vllm_graph_tokens,
-    vllm_moe_backend,
 )
 from twin.validate.silicon.precision import (
     RowPrecision,
@@ -246,7 +250,7 @@ def plan_row(
     if spec is not None:
         limits = {**limits, "speculative": spec}
     # the engine's own time, whatever the deployment (a config with a vision_config is
-    # multimodal to SGLang: harness.sglang_prefills_eagerly)
+    # multimodal to SGLang: eager_prefill.sglang_prefills_eagerly)
     eager = eager_prefill_s(row, model, gpu, multimodal="vision_config" in config)
     if eager:
         limits = {**limits, "eager_prefill_s": eager}
