@@ -14,7 +14,10 @@ from twin.validate.silicon.aiconfigurator_limits import (
 )
 from twin.validate.silicon.harness import INFERENCEMAX, harness_of, model_named
 from twin.validate.silicon.inferencemax import inferencemax_deepseek
-from twin.validate.silicon.inferencemax_sglang import inferencemax_sglang
+from twin.validate.silicon.inferencemax_sglang import (
+    inferencemax_sglang,
+    inferencemax_sglang_build,
+)
 from twin.validate.silicon.inferencemax_trtllm import (
     INFERENCEMAX_TRTLLM_BLOCK,
     INFERENCEMAX_TRTLLM_FLOOR,
@@ -98,6 +101,14 @@ def trtllm_overlap_scheduler(row: SiliconRow) -> dict[str, str]:
     if row.backend != "trtllm" or (row.attention_dp or 1) > 1 or (row.pp or 1) > 1:
         return {}
     return dict(TRTLLM_OVERLAP_SETS)
+
+
+def engine_build(row: SiliconRow) -> str:
+    """The engine build ``row`` ran (``build_run``'s ``engine_build``, whose kernel layout
+    the engine mode's rule reads: ``twin.engine.kernel_layouts``): its ``backend_version``,
+    or the image an InferenceMAX SGLang row that names only ``nightly-dev`` ran
+    (:func:`inferencemax_sglang_build`)."""
+    return inferencemax_sglang_build(row) or row.backend_version
 
 
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:

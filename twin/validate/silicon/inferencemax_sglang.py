@@ -161,6 +161,23 @@ _QWEN35_SCRIPTS: dict[tuple[str, str, str], tuple[str, str, str, str | None, str
 _QWEN35_MTP_SCRIPT = ("c", "0.8", "32768", "32768", "poll")
 
 
+# InferenceMAX's Qwen3.5 SGLang rows whose ``backend_version`` reads ``nightly-dev`` (no
+# day: the B200 bf16 configuration's) ran the image nightly-dev-20260216 (above;
+# ``qwen3.5_bf16_b200.sh``): the build whose kernels ran. (Its GLM-5 ``nightly-dev`` rows
+# are not read: their build stays as the CSV names it.)
+INFERENCEMAX_QWEN35_NIGHTLY = "nightly-dev-20260216"
+
+
+def inferencemax_sglang_build(row: SiliconRow) -> str | None:
+    """The image an InferenceMAX Qwen3.5 SGLang row that names only ``nightly-dev`` ran
+    (above); ``None`` for every other row."""
+    if row.backend != "sglang" or row.backend_version != "nightly-dev":
+        return None
+    if harness_of(row) is not INFERENCEMAX or model_named(row, ("qwen3.5-397b",)) is None:
+        return None
+    return INFERENCEMAX_QWEN35_NIGHTLY
+
+
 def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of InferenceMAX's SGLang server for a Qwen3.5-397B row (above);
     empty where no configuration covers it."""

@@ -34,11 +34,6 @@ from twin.validate.silicon.inferencemax_vllm import (
     vllm_async_scheduling,
     vllm_moe_backend,
 )
-from twin.validate.silicon.kernel_layout import (
-    sglang_gdn_in_proj_gemms,
-    trtllm_norm_in_allreduce,
-    trtllm_qk_norm_rope_pass,
-)
 from twin.validate.silicon.precision import (
     RowPrecision,
     _unpriced_columns,
@@ -233,16 +228,6 @@ def plan_row(
     if unpriceable is not None:
         return unpriceable
     model = precision_model(base, precision)
-    gdn_gemms = sglang_gdn_in_proj_gemms(row, model)  # how the release lays out GDN's in_proj
-    if gdn_gemms != model.gdn_in_proj_gemms:
-        model = dataclasses.replace(model, gdn_in_proj_gemms=gdn_gemms)
-    if trtllm_qk_norm_rope_pass(row, model_type):  # the release's q/k norm + RoPE kernel
-        model = dataclasses.replace(model, qk_norm_rope_pass=True)
-    fused, quantised = trtllm_norm_in_allreduce(row, model, tp, dp)  # fused all-reduces
-    if fused:
-        model = dataclasses.replace(
-            model, norm_in_allreduce=True, allreduce_quantises_input=quantised
-        )
     workers = agg_workers(row)
     c = row.concurrency // workers
     harness = harness_of(row)
