@@ -86,3 +86,13 @@ def test_the_run_takes_the_engine_modes_layout() -> None:
     assert kernel_layout_of(big, EngineConfig.of(engine="trtllm", tp=1)) == DEFAULT_LAYOUT
     assert kernel_layout_of(big, EngineConfig.of(engine="vllm", tp=4)) == DEFAULT_LAYOUT
     assert kernel_layout_of(big, EngineConfig.of(tp=4)) == DEFAULT_LAYOUT  # the paper's world
+
+
+def test_twin_cost_takes_the_engine_modes_layout() -> None:
+    """``twin cost --engine trtllm`` prices the newest build's layout, as ``twin simulate``."""
+    from twin.cli.cost import _kernel_layout
+
+    big = get_model("llama-3.1-70b")
+    assert _kernel_layout(big, "trtllm", 4, 1) == FUSED
+    assert _kernel_layout(big, None, 4, 1) == DEFAULT_LAYOUT  # no --engine: the default
+    assert _kernel_layout(big, "vllm", 4, 1) == DEFAULT_LAYOUT
