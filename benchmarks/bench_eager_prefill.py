@@ -4,7 +4,7 @@ TPOT with and without the host floor of a prefill step, in one run.
 SGLang runs its prefill batches without CUDA graphs before 0.5.10 (and in every release
 for GLM-5's architecture and multimodal configs such as Qwen3.5's), so a step that
 prefills takes the host's time to issue the model's kernels, in series with them
-(``twin.validate.silicon.harness.eager_prefill_s``: launches by layer part x a host time
+(``twin.validate.silicon.eager_prefill.eager_prefill_s``: launches by layer part x a host time
 per launch per GPU; ``twin.engine.host_time.EagerPrefillPricer``). This benchmark takes
 the rows the rule applies to (MoE models, GPUs with a fitted host time, at most
 ``--max-clients`` clients), spreads ``--per-split`` of each split over them (sorted by
@@ -19,7 +19,7 @@ dense models, other engines, other models' SGLang rows from 0.5.10.)
 ``--backend trtllm``: TensorRT-LLM's eager context steps (every release: its context
 batches run without CUDA graphs), the same floor per launch with TensorRT-LLM's fitted
 host time. ``--backend vllm``: vLLM's steps above its largest captured CUDA graph (releases
-from 0.14.0 and nightlies; ``harness.vllm_prefills_eagerly``, ``vllm_graph_tokens``) with
+from 0.14.0 and nightlies; ``eager_prefill.vllm_prefills_eagerly``, ``vllm_graph_tokens``) with
 vLLM's fitted host time per launch (``VLLM_EAGER_LAUNCH_S``). ``--rule batch-wait``:
 instead of the floor, TensorRT-LLM's batch waiting
 (``batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``) where a row's script sets

@@ -8,7 +8,9 @@ rows of a group).
         --split fit --groups "Qwen3.5-397B-A17B|b200_sxm|sglang|fp8" --out DIR --jobs 2
 
 Writes ``DIR/predictions.csv`` and ``DIR/summary.json`` as ``bench_silicon.py`` does
-(without aiconfigurator's columns); compare two runs with ``silicon_compare.py``.
+(without aiconfigurator's columns); compare two runs with ``silicon_compare.py``. Any CSV
+with an ``id`` column names rows (``split`` and ``group`` columns only for ``--split`` and
+``--groups``): the one tool that reruns rows by id.
 
 ``--deployment KEY=VALUE`` (repeatable) changes one entry of every row's planned
 deployment (the ``build_run`` keywords of ``twin.validate.silicon.plan.deployment``)

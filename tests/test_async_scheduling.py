@@ -3,7 +3,7 @@
 ``twin.engine.host_time.HostTimePricer`` with ``overlap`` prices a step at
 ``max(kernels, host time)`` instead of their sum; ``--set async_scheduling`` of the vllm
 mode turns it on; the silicon harness runs a vLLM row with it where its release (0.14.0
-on) or InferenceMAX's script does (``twin.validate.silicon.harness``).
+on) or InferenceMAX's script does (``twin.validate.silicon.inferencemax_vllm``).
 """
 
 from __future__ import annotations

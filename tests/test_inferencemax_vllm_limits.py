@@ -1,7 +1,7 @@
 """InferenceMAX's vLLM servers at high concurrency: the MiniMax-M2.5 scripts' own limits
 (vLLM's default ``max_num_seqs``, the prompt-sized budget and capture size from the day
 each script set them), and the H100 gpt-oss rows whose client ran at 512 clients
-whatever the server's ``CONC`` (``twin.validate.silicon.harness``)."""
+whatever the server's ``CONC`` (``twin.validate.silicon.inferencemax_vllm``)."""
 
 from __future__ import annotations
 

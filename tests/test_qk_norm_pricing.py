@@ -59,12 +59,14 @@ def test_each_attention_layer_pays_the_passes_and_the_all_reduce(tp: int) -> Non
 
 @pytest.mark.parametrize("name,tp", [("qwen3-32b", 2), ("qwen3-235b-a22b", 4)])
 def test_tensorrt_llm_qwen3_pays_one_pass_over_q_and_k(name: str, tp: int) -> None:
-    """``ModelSpec.qk_norm_rope_pass``: TensorRT-LLM's ``fused_qk_norm_rope``, one
+    """``KernelLayout.qk_norm_rope_pass``: TensorRT-LLM's ``fused_qk_norm_rope``, one
     element-wise pass an attention layer over this rank's q and k, no all-reduce."""
+    from twin.costmodel.kernel_layout import KernelLayout
+
     base = get_model(name)
-    with_pass = dataclasses.replace(base, qk_norm_rope_pass=True)
+    with_pass = KernelLayout(qk_norm_rope_pass=True)
     profile = load_profile("h100", "trtllm")
-    a = CostModel(with_pass, profile, tp).decode([1024] * 8, breakdown=True)
+    a = CostModel(base, profile, tp, kernel_layout=with_pass).decode([1024] * 8, breakdown=True)
     b = CostModel(base, profile, tp).decode([1024] * 8, breakdown=True)
     cm = CostModel(base, profile, tp)
     width = (base.n_heads // tp + max(base.n_kv_heads // tp, 1)) * base.head_dim
@@ -76,13 +78,17 @@ def test_tensorrt_llm_qwen3_pays_one_pass_over_q_and_k(name: str, tp: int) -> No
     assert a.total_s - b.total_s == pytest.approx(layers * one, rel=1e-9)
 
 
-def test_the_rows_rule_is_tensorrt_llm_qwen3_only() -> None:
-    pytest.importorskip("aiconfigurator_core")  # the rows come from the installed aic extra
-    from twin.validate.silicon.harness import trtllm_qk_norm_rope_pass
-    from twin.validate.silicon.rows import read_rows
+def test_the_engine_rule_is_qwen3_only() -> None:
+    """TensorRT-LLM's rule (``twin.engine.kernel_layouts``): Qwen3 and Qwen3-MoE, as a
+    preset or under their Hugging Face ids; not Qwen3.5, Qwen3-Next or Llama."""
+    from twin.engine.kernel_layouts import trtllm_kernel_layout, trtllm_qk_norm_rope_pass
 
-    row = next(r for r in read_rows() if r.backend == "trtllm" and "Qwen3-32B" in r.model_path)
-    assert trtllm_qk_norm_rope_pass(row, "qwen3")
-    assert trtllm_qk_norm_rope_pass(row, "qwen3_moe")
-    assert not trtllm_qk_norm_rope_pass(row, "llama")
-    assert not trtllm_qk_norm_rope_pass(dataclasses.replace(row, backend="vllm"), "qwen3")
+    assert trtllm_qk_norm_rope_pass(get_model("qwen3-32b"))
+    assert trtllm_qk_norm_rope_pass(get_model("qwen3-235b-a22b"))
+    hf = dataclasses.replace(get_model("qwen3-32b"), name="nvidia/Qwen3-32B-NVFP4")
+    assert trtllm_qk_norm_rope_pass(hf)
+    assert not trtllm_qk_norm_rope_pass(get_model("qwen3.5-397b-a17b"))
+    next80 = dataclasses.replace(get_model("qwen3.5-397b-a17b"), name="Qwen/Qwen3-Next-80B-A3B")
+    assert not trtllm_qk_norm_rope_pass(next80)  # GDN layers: modules of its own
+    assert not trtllm_qk_norm_rope_pass(get_model("llama-3.1-8b"))
+    assert trtllm_kernel_layout(get_model("qwen3-32b"), "", 1, 1).qk_norm_rope_pass

@@ -1,6 +1,6 @@
 """vLLM's steps above its largest captured CUDA graph run eagerly: the host time of an
 eager forward is added to those steps only (``EagerPrefillPricer(graph_tokens=...)``,
-``harness.vllm_graph_tokens``, ``harness.eager_prefill_s`` for vLLM MoE rows)."""
+``eager_prefill.vllm_graph_tokens``, ``eager_prefill.eager_prefill_s`` for vLLM MoE rows)."""
 
 from __future__ import annotations
 

@@ -94,23 +94,6 @@ class ModelSpec:
     gdn_head_v_dim: int = 0  # value head dim
     gdn_conv_kernel: int = 4  # causal conv width over q, k, v
     gdn_chunk_size: int = 64  # chunk length of the chunked delta rule (FLA default)
-    # GEMM launches a GDN layer's input projection runs as (how the engine lays out the
-    # checkpoint's matrices, ``twin.costmodel.dense_pricing``): 1, one GEMM of the whole
-    # width; 4, Qwen3.5's q/k/v, z, b and a matrices apart.
-    gdn_in_proj_gemms: int = 1
-    # The engine runs each layer's residual add and RMSNorm inside the tensor-parallel
-    # all-reduce before it (TensorRT-LLM's Llama-3.1-70B and gpt-oss under TP), and, with
-    # ``allreduce_quantises_input``, writes the next GEMM's input in the linear layers'
-    # nvfp4 format there too (its Llama): ``twin.costmodel.dense_pricing``
-    # ``DensePricing._norm_in_allreduce``. Set per row by the engine's rule
-    # (``twin.validate.silicon.harness.trtllm_norm_in_allreduce``), off by default.
-    norm_in_allreduce: bool = False
-    allreduce_quantises_input: bool = False
-    # Per-head q/k RMSNorms run as a pass of their own over q and k before attention,
-    # RoPE inside it (TensorRT-LLM's Qwen3 ``fused_qk_norm_rope``): one element-wise pass
-    # an attention layer (``twin.costmodel.dense_pricing.DensePricing._qk_norm``). Set
-    # per row by the engine's rule (``harness.trtllm_qk_norm_rope_pass``), off by default.
-    qk_norm_rope_pass: bool = False
     moe_shared_d_ff: int = 0  # shared-expert intermediate size (0: none), every MoE layer
     # Group-limited routing (DeepSeek-V3's ``n_group`` / ``topk_group``): the experts split
     # into ``moe_n_group`` groups and a token's top-k drawn from its ``moe_topk_group``

@@ -60,9 +60,6 @@ def check_fields(spec: ModelSpec) -> None:
             "tie_embeddings",
             "attn_output_gate",
             "qk_norm_across_heads",
-            "norm_in_allreduce",
-            "allreduce_quantises_input",
-            "qk_norm_rope_pass",
         ):
             need(isinstance(value, bool), fld.name, "must be true or false")
         elif fld.name in ("name", "source", "ssm_expand", "layers"):
@@ -153,9 +150,6 @@ def check_fields(spec: ModelSpec) -> None:
             "gdn_k_heads",
             "must divide gdn_v_heads",
         )
-        need(spec.gdn_in_proj_gemms in (1, 4), "gdn_in_proj_gemms", "must be 1 or 4")
-    elif spec.gdn_in_proj_gemms != 1:  # the split projection is GDN's; elsewhere it prices nothing
-        need(False, "gdn_in_proj_gemms", "needs gdn layers (a GDN input projection)")
     if spec.index_n_heads or spec.index_head_dim:
         need(kinds.get("mla", 0) > 0, "index_n_heads", "needs mla layers (an MLA indexer)")
         for f in ("index_n_heads", "index_head_dim"):

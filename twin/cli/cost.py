@@ -25,6 +25,7 @@ from twin.cli.common import (
 from twin.costmodel import KINDS, CostModel, StepCost
 from twin.costmodel.a2a import A2APrice
 from twin.costmodel.breakdown import LABEL, MIXER_LABELS
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.profile_store import available_profiles, resolve_profile, shipped_name
 from twin.costmodel.provenance import family_label
 from twin.errors import TwinError
@@ -124,6 +125,18 @@ def dp_predictions(
     return {"prefill": prefill, "decode": decode}
 
 
+def _kernel_layout(spec: ModelSpec, engine: str | None, tp: int, dp: int) -> KernelLayout:
+    """How ``engine``'s newest build lays out ``spec``'s kernels on ``tp`` GPUs with ``dp``
+    attention-DP ranks (the engine mode's rule, as ``twin simulate --engine`` prices it:
+    ``twin.engine.kernel_layouts``); the default without ``--engine``."""
+    if engine is None:
+        return DEFAULT_LAYOUT
+    from twin.engine.modes import get_mode  # late: the CLI imports the engine only to run
+
+    mode = get_mode(engine)
+    return mode.layout_for(spec, mode.current.version if mode.current else "", tp, dp)
+
+
 def _dp_cost(
     spec: Any,
     prof: Any,
@@ -136,11 +149,12 @@ def _dp_cost(
     context: int,
     as_json: bool,
     moe_a2a: str = "",
+    layout: KernelLayout = DEFAULT_LAYOUT,
 ) -> None:
     """``twin cost --dp-attention``: the synchronised steps' tables (or JSON)."""
     from twin.engine.dp_attention import dp_pricer
 
-    pricer = dp_pricer(spec, prof, tp, ep, dp, 0.0, 0.0, moe_a2a)
+    pricer = dp_pricer(spec, prof, tp, ep, dp, 0.0, 0.0, moe_a2a, kernel_layout=layout)
     data = dp_predictions(pricer, lengths, cached_frac, batches, context)
     head = {"model": spec.name, "gpu": prof.gpu, "tp": tp, "ep": ep, "dp_attention": dp}
     if moe_a2a:
@@ -215,12 +229,13 @@ def _pp_cost(
     batches: list[int],
     context: int,
     as_json: bool,
+    layout: KernelLayout = DEFAULT_LAYOUT,
 ) -> None:
     """``twin cost --pp``: each stage's share of the steps (or JSON)."""
     from twin.engine.pipeline import pipeline_pricer
     from twin.parallel import PP_SPLIT_OF_ENGINE, stage_models
 
-    pricer = pipeline_pricer(spec, prof, tp, ep, pp, engine=engine or "")
+    pricer = pipeline_pricer(spec, prof, tp, ep, pp, engine=engine or "", kernel_layout=layout)
     data = pp_predictions(pricer, lengths, cached_frac, batches, context)
     split = PP_SPLIT_OF_ENGINE.get(engine or "", "vllm")
     layers = [len(m.layers or ()) for m in stage_models(spec, pp, split)]
@@ -379,16 +394,17 @@ def cost(
         build_config(tp=tp, ep=ep, dp_attention=dp_attention, pp=pp)
     spec = with_precision(resolve_model(model, model_set), precision, kv_dtype)
     prof = resolve_profile(gpu, profile, engine)
+    layout = _kernel_layout(spec, engine, tp, dp_attention)
     if pp > 1:
-        _pp_cost(spec, prof, engine, tp, ep, pp, prompts, cached_frac, sizes, context, as_json)
+        args = (prompts, cached_frac, sizes, context, as_json)
+        _pp_cost(spec, prof, engine, tp, ep, pp, *args, layout)
         return
     if dp_attention > 1:
         a2a = "" if moe_a2a == "none" else moe_a2a
-        _dp_cost(
-            spec, prof, tp, ep, dp_attention, prompts, cached_frac, sizes, context, as_json, a2a
-        )
+        args = (prompts, cached_frac, sizes, context, as_json)
+        _dp_cost(spec, prof, tp, ep, dp_attention, *args, a2a, layout)
         return
-    cm = CostModel(spec, prof, tp=tp, ep=ep)
+    cm = CostModel(spec, prof, tp=tp, ep=ep, kernel_layout=layout)
     data = predictions(cm, prompts, cached_frac, sizes, context)
     header = {
         "model": spec.name,

@@ -15,6 +15,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import LABEL, StepCost
+from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.moe_layout import priced_ep
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
@@ -47,6 +48,7 @@ class DensePricing(ShardShapes):
     kernel_keys: dict[str, str]
     allreduce_s_per_byte: float
     _mla_dense: Callable[[int, float, float], tuple[tuple[str, float], ...]]
+    kernel_layout: KernelLayout
 
     def _setup_rope(self) -> None:
         """Whether a RoPE pass is priced apart (``rope_s``): not where the profile's
@@ -246,7 +248,7 @@ class DensePricing(ShardShapes):
     def _norm_in_allreduce(self, t: int, norm: float) -> tuple[float, float]:
         """(seconds of a layer's residual add + RMSNorm pass, seconds of the input
         quantisation to take off the GEMM that follows it): ``(norm, 0)`` unless
-        ``ModelSpec.norm_in_allreduce`` holds under TP.
+        ``KernelLayout.norm_in_allreduce`` holds under TP.
 
         TensorRT-LLM's Llama (``tensorrt_llm/_torch/models/modeling_llama.py``
         ``LlamaDecoderLayer``, NVIDIA/TensorRT-LLM at 3a5901cd, the 1.x PyTorch flow) sets
@@ -255,7 +257,7 @@ class DensePricing(ShardShapes):
         attention's and the MLP's all-reduces run with ``AllReduceFusionOp.RESIDUAL_RMS_NORM``
         (the post-attention norm; the next layer's ``input_layernorm``), so no norm pass
         of its own is launched; the all-reduce's fit stands for the fused kernel. With an
-        NVFP4 checkpoint (``ModelSpec.allreduce_quantises_input``) the op is
+        NVFP4 checkpoint (``KernelLayout.allreduce_quantises_input``) the op is
         ``RESIDUAL_RMS_NORM_QUANT_NVFP4``: it also writes the gate/up and next QKV
         projections' input as an ``Fp4QuantizedTensor``, so those
         GEMMs quantise nothing, whereas the tables time ``Linear.forward`` on a bf16 input
@@ -268,16 +270,16 @@ class DensePricing(ShardShapes):
         gpt-oss (``modeling_gpt_oss.py`` ``TransformerBlock.forward_tp``, at 050b6cb9)
         fuses both norms the same way under TP, with ``RESIDUAL_RMS_NORM`` alone: no
         quantisation is taken off."""
-        if not self.model.norm_in_allreduce or self.tp == 1:
+        if not self.kernel_layout.norm_in_allreduce or self.tp == 1:
             return norm, 0.0
-        if not self.model.allreduce_quantises_input or self.priced.linear.name != "nvfp4":
+        if not self.kernel_layout.allreduce_quantises_input or self.priced.linear.name != "nvfp4":
             return 0.0, 0.0
         nbytes = t * self.d_model * (self.elem_bytes + 0.5 + 1.0 / 16.0)
         return 0.0, self._k["elementwise"](0.0, nbytes)
 
     def _gdn_in_proj(self, t: int) -> float:
         """A GDN layer's input projection (q, k, v, the output gate z, and the b and a of
-        each value head) as ``ModelSpec.gdn_in_proj_gemms`` launches: one GEMM of the whole
+        each value head) as ``KernelLayout.gdn_in_proj_gemms`` launches: one GEMM of the whole
         width (SGLang 0.5.10.post1 ``models/qwen3_5.py``: ``in_proj_qkvz``, with
         ``in_proj_ba`` on a second stream beside it in a captured decode graph), or the
         checkpoint's four matrices apart (SGLang 0.5.9 ``models/qwen3_5.py``
@@ -289,7 +291,7 @@ class DensePricing(ShardShapes):
         ``layers/quantization/fp8.py`` ``validate_block_quant_shapes`` raises otherwise),
         which a few dozen value heads split over the ranks never are."""
         d, key, val, heads = self.d_model, self.gdn_key_w, self.gdn_val_w, self.gdn_v
-        if self.model.gdn_in_proj_gemms == 4:
+        if self.kernel_layout.gdn_in_proj_gemms == 4:
             b_and_a = 2.0 * self._gemm(t, d, heads)
             return self._proj(t, d, 2 * key + val) + self._proj(t, d, val) + b_and_a
         return self._proj(t, d, 2 * key + 2 * val + 2 * heads)
@@ -298,7 +300,7 @@ class DensePricing(ShardShapes):
         """(element-wise, all-reduce) seconds of an attention layer's RMSNorms over the
         whole query and key projections (``ModelSpec.qk_norm_across_heads``, MiniMax-M2),
         or of its per-head q/k norms where they run as a pass of their own
-        (``ModelSpec.qk_norm_rope_pass``); (0, 0) for a model without them.
+        (``KernelLayout.qk_norm_rope_pass``); (0, 0) for a model without them.
 
         vLLM 0.16.0-0.19.0 ``model_executor/layers/mamba/linear_attn.py``
         ``MiniMaxText01RMSNormTP.forward_qk`` (called by ``models/minimax_m2.py``
@@ -317,7 +319,7 @@ class DensePricing(ShardShapes):
         elem, e = self._k["elementwise"], self.elem_bytes
         width = (self.heads + self.kv_heads) * self.head_dim  # this rank's q and k
         scale = elem(0.0, e * 2.0 * t * width)  # read q and k, write them
-        if self.model.qk_norm_rope_pass:
+        if self.kernel_layout.qk_norm_rope_pass:
             # TensorRT-LLM's Qwen3 (``_torch/modules/qk_norm_attention.py``
             # ``QKNormRoPEAttention.apply_qk_norm_rope``, ``fuse_qk_norm_rope`` true by
             # default in ``models/modeling_qwen3.py`` ``Qwen3Attention``, NVIDIA/TensorRT-LLM

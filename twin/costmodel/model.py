@@ -58,6 +58,7 @@ from twin.costmodel.breakdown import StepCost
 from twin.costmodel.copy_pricing import TIERS, CopyPricing
 from twin.costmodel.decode_pricing import affine_in_keys, decode_steps
 from twin.costmodel.dense_pricing import DensePricing
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.mixer_pricing import MixerPricing
 from twin.costmodel.mla_pricing import MlaPricing
 from twin.costmodel.precision_kernels import priced_precision, provenance_label
@@ -88,6 +89,7 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         tp: int = 1,
         ep: int = 1,
         absorbed_extend: int = 0,
+        kernel_layout: KernelLayout = DEFAULT_LAYOUT,
     ) -> None:
         if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
             raise TwinError(f"tp must be a positive integer (got {tp!r})")
@@ -115,6 +117,8 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
                 "cannot price tensor parallelism: use --tp 1"
             )
         self.model, self.profile, self.tp = model, profile, tp
+        # How the engine build lays out the model's kernels (twin.costmodel.kernel_layout).
+        self.kernel_layout = kernel_layout
         # Prefill chunks of at most this many new tokens run MLA's absorbed form (the
         # engines' verification under speculative decoding: ``step_features.
         # split_absorbed``); only where MLA is the model's one mixer kind, so no other

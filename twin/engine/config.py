@@ -199,6 +199,12 @@ class EngineModeConfig:
         "release, or the one --engine NAME==VERSION picks: twin.costmodel.table_release); "
         "empty: each kernel family's newest table",
     )
+    engine_build: str = _opt(
+        "",
+        "the engine build whose kernel layout prices the steps (a measured run's release or "
+        "nightly image tag: twin.costmodel.kernel_layout, the engine mode's rule); empty: "
+        "the kernel tables' release, else the engine's release",
+    )
     engine_flags: dict[str, str] = field(
         default_factory=dict, metadata={"help": "the engine flags given with --set"}
     )
@@ -337,6 +343,7 @@ SUMMARY_ORDER = (
     "engine",
     "engine_release",
     "kernel_tables",
+    "engine_build",
     "engine_flags",
     "preemption",
     "state_slots",
@@ -419,6 +426,7 @@ class NamedSettings(TypedDict, total=False):
     # mode (EngineModeConfig; ``engine``: EngineSettings)
     engine_release: str
     kernel_tables: str
+    engine_build: str
     engine_flags: dict[str, str]
     speculative: dict[str, Any]
     # host_time (HostTimeConfig)
@@ -740,6 +748,7 @@ _OMITTED_AT_DEFAULT = (
     "engine",
     "engine_release",
     "kernel_tables",
+    "engine_build",
     "engine_flags",
     "preemption",
     "state_slots",

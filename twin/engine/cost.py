@@ -26,6 +26,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.mixers import RECURRENT_KINDS
 from twin.model import ModelSpec
 
@@ -297,12 +298,21 @@ def affine_fit(price: Callable[[int], float], batch: int) -> tuple[float, float]
 
 
 def make_pricer(
-    model: ModelSpec, profile: Any, tp: int, ep: int = 1, absorbed_extend: int = 0
+    model: ModelSpec,
+    profile: Any,
+    tp: int,
+    ep: int = 1,
+    absorbed_extend: int = 0,
+    kernel_layout: KernelLayout = DEFAULT_LAYOUT,
 ) -> CostModelPricer:
     """The calibrated cost model of ``model`` on ``profile`` with tensor parallelism ``tp``
     and ``ep`` expert-parallel ranks among them; prefill chunks of at most
     ``absorbed_extend`` tokens priced as MLA's absorbed extends (speculative decoding's
-    verification, ``twin.costmodel.step_features.split_absorbed``)."""
+    verification, ``twin.costmodel.step_features.split_absorbed``); its kernels laid out
+    as ``kernel_layout`` (the engine build's: ``twin.costmodel.kernel_layout``)."""
     from twin.costmodel import CostModel
 
-    return CostModelPricer(CostModel(model, profile, tp, ep=ep, absorbed_extend=absorbed_extend))
+    cost = CostModel(
+        model, profile, tp, ep=ep, absorbed_extend=absorbed_extend, kernel_layout=kernel_layout
+    )
+    return CostModelPricer(cost)

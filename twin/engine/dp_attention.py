@@ -79,6 +79,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from twin.cache import HeldCache
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
 from twin.engine.config import EngineConfig
@@ -729,20 +730,24 @@ def dp_pricer(
     seq_host_s: float,
     moe_a2a: str = "",
     absorbed_extend: int = 0,
+    kernel_layout: KernelLayout = DEFAULT_LAYOUT,
 ) -> DPStepPricer:
     """The synchronised step pricer of a replica of ``tp`` GPUs, ``ep`` expert ranks and
     ``dp`` attention ranks on ``profile``; ``moe_a2a`` ``"deepep"``: the MoE layers'
     dispatch and combine from the profile's DeepEP fits (``twin.costmodel.a2a``;
     ``deepep_ht`` / ``deepep_ll`` one mode for every step); ``absorbed_extend``: the
     ranks' prefill chunks of at most that many tokens priced as MLA's absorbed extends
-    (speculative decoding's verification, ``twin.engine.cost.make_pricer``)."""
+    (speculative decoding's verification, ``twin.engine.cost.make_pricer``);
+    ``kernel_layout``: the engine build's (``twin.costmodel.kernel_layout``)."""
     from twin.costmodel import CostModel
     from twin.parallel import Layout, check_layout
 
     check_layout(model, Layout(tp, ep, dp))
-    attention = CostModel(model, profile, tp // dp, absorbed_extend=absorbed_extend)
+    attention = CostModel(
+        model, profile, tp // dp, absorbed_extend=absorbed_extend, kernel_layout=kernel_layout
+    )
     attention.compile_steps()  # its compiled mixed step where the model has one
-    ffn = CostModel(model, profile, tp, ep=ep)
+    ffn = CostModel(model, profile, tp, ep=ep, kernel_layout=kernel_layout)
     layers = model.n_mlp_layers + model.n_moe_layers
     a2a = None
     if moe_a2a:

@@ -112,7 +112,7 @@ class EagerPrefillPricer(WrappingPricer):
     and the decodes those 8k prefills stall (TPOT) say the same; the SGLang source read
     (0.5.9) shows no per-layer host synchronisation that would explain it. Decode steps
     (graph replays) keep ``inner``'s price. Which engines and releases run prefills
-    eagerly: ``twin.validate.silicon.harness.eager_prefill_s`` (SGLang before piecewise
+    eagerly: ``twin.validate.silicon.eager_prefill.eager_prefill_s`` (SGLang before piecewise
     prefill graphs became its default; TensorRT-LLM's context steps in every release;
     vLLM's steps above its largest captured graph).
 

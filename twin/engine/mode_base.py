@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.engine.releases import RELEASE, Release
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -141,6 +142,18 @@ class EngineMode:
     # (--engine NAME==VERSION; None: the newest). A mode without releases (paper) has none.
     releases: tuple[Release, ...] = ()
     release: Release | None = None
+    # How the engine build lays out a model's kernels where it differs from the twin's
+    # default pricing (twin.costmodel.kernel_layout): (the model, the build: a release or a
+    # nightly image's tag, the replica's GPUs, its attention-DP ranks) -> the layout the
+    # cost model prices; None: the default layout.
+    kernel_layout: Callable[[ModelSpec, str, int, int], KernelLayout] | None = None
+
+    def layout_for(self, model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
+        """The kernel layout of ``model`` on ``build`` of this engine, ``tp`` GPUs a replica
+        and ``dp`` attention-DP ranks among them (``kernel_layout``)."""
+        if self.kernel_layout is None:
+            return DEFAULT_LAYOUT
+        return self.kernel_layout(model, build, tp, dp)
 
     @property
     def current(self) -> Release | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from twin.engine.kernel_layouts import trtllm_kernel_layout
 from twin.engine.mode_base import EngineMode
 from twin.engine.modes_sglang import SGLANG
 from twin.engine.modes_trtllm import (
@@ -110,6 +111,7 @@ TRTLLM = EngineMode(
     options=_trtllm_options,
     gpu_defaults=trtllm_gpu_defaults,
     releases=TRTLLM_RELEASES,
+    kernel_layout=trtllm_kernel_layout,
 )
 
 ENGINE_MODES: dict[str, EngineMode] = {m.name: m for m in (PAPER, VLLM, SGLANG, TRTLLM)}

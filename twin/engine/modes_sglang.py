@@ -13,6 +13,7 @@ from typing import Any
 from twin.cache.requests import WRITE_POLICIES
 from twin.engine import speculative
 from twin.engine.admission import DEFAULTS as ADMISSION
+from twin.engine.kernel_layouts import sglang_kernel_layout
 from twin.engine.memory_rules import (
     SGLANG_NO_PIECEWISE,
     sglang_mem_fraction_static,
@@ -762,5 +763,6 @@ SGLANG = EngineMode(
     admission=dict(ADMISSION),
     scheduler="sglang",
     gpu_defaults=sglang_gpu_defaults,
+    kernel_layout=sglang_kernel_layout,
     releases=SGLANG_RELEASES,
 )

@@ -172,7 +172,7 @@ TRTLLM_BATCH_WAIT = ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
 # TensorRT-LLM): a request arriving while step n runs joins step n + 2 at the earliest
 # (``twin.engine.trtllm_batching``). The twin keeps it off unless given (its attention-DP,
 # pipeline and disaggregated loops do not model it); the scorer gives it for aggregated
-# rows (``twin.validate.silicon.harness.trtllm_overlap_scheduler``).
+# rows (``twin.validate.silicon.deployment.trtllm_overlap_scheduler``).
 TRTLLM_OVERLAP = ("overlap_scheduler",)
 
 

@@ -334,7 +334,7 @@ def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
 # explicitly with CPU n-gram drafting it is refused: twin.engine.run._async_scheduling). The mode
 # keeps it off unless given (the shipped H100 host time was fitted on 0.12.0's
 # synchronous runs: twin/calibration/engine_times.json); the silicon harness passes the
-# measured run's own (twin.validate.silicon.harness.vllm_async_scheduling).
+# measured run's own (twin.validate.silicon.inferencemax_vllm.vllm_async_scheduling).
 VLLM_ASYNC_FROM = "0.14.0"
 
 

@@ -72,6 +72,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
 from twin.engine.config import EngineConfig, SchedulerConfig
@@ -367,17 +368,22 @@ def pipeline_pricer(
     step_host_s: float = 0.0,
     seq_host_s: float = 0.0,
     engine: str = "",
+    kernel_layout: KernelLayout = DEFAULT_LAYOUT,
 ) -> PipelinePricer:
     """The stage pricer of a replica of ``pp`` stages of ``tp`` GPUs (``ep`` expert ranks
     among them) on ``profile``, its layers split as engine mode ``engine`` splits them
-    (``twin.parallel.PP_SPLIT_OF_ENGINE``)."""
+    (``twin.parallel.PP_SPLIT_OF_ENGINE``), its kernels laid out as ``kernel_layout``
+    (``twin.costmodel.kernel_layout``)."""
     from twin.costmodel import CostModel
     from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S
     from twin.parallel import PP_SPLIT_OF_ENGINE, Layout, check_layout, stage_models
 
     split = PP_SPLIT_OF_ENGINE.get(engine, "vllm")
     check_layout(model, Layout(tp, ep, 1, pp, split))
-    models = [CostModel(sm, profile, tp, ep=ep) for sm in stage_models(model, pp, split)]
+    models = [
+        CostModel(sm, profile, tp, ep=ep, kernel_layout=kernel_layout)
+        for sm in stage_models(model, pp, split)
+    ]
     if tp * pp <= NODE_GPUS:  # the stages in one NVLink node
         bw = profile.peaks.get("interconnect_bw")
         if not bw:  # pragma: no cover - every shipped profile has it

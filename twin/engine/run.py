@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from twin import __version__
 from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
+from twin.costmodel.kernel_layout import KernelLayout
 from twin.engine.cluster import expected_horizon
 from twin.engine.cluster_kinds import make_cluster
 from twin.engine.config import (
@@ -539,9 +540,22 @@ def _async_scheduling(config: EngineConfig) -> bool:
     return overlap
 
 
+def kernel_layout_of(model: ModelSpec, config: EngineConfig) -> KernelLayout:
+    """How the run's engine build lays out ``model``'s kernels (``twin.engine.kernel_layouts``):
+    the engine mode's rule at the build ``config`` names (``engine_build``, else the kernel
+    tables' release, else the engine's release) on the replica's GPUs."""
+    from twin.engine.modes import get_mode
+
+    m, c = config.mode, config.cluster
+    build = m.engine_build or m.kernel_tables or m.engine_release
+    return get_mode(m.engine).layout_for(model, build, c.tp, c.dp_attention)
+
+
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
-    """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times."""
+    """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times,
+    its kernels laid out as the engine build lays them out (:func:`kernel_layout_of`)."""
     c, h = config.cluster, config.host_time
+    layout = kernel_layout_of(model, config)
     overlap = _async_scheduling(config)
     absorb = 0
     if config.mode.speculative:
@@ -562,15 +576,24 @@ def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> Step
             h.seq_host_s,
             c.moe_a2a,
             absorb,
+            layout,
         )
     elif c.pp > 1:  # stages and micro-batches (twin.engine.pipeline)
         from twin.engine.pipeline import pipeline_pricer
 
         return pipeline_pricer(
-            model, profile, c.tp, c.ep, c.pp, h.step_host_s, h.seq_host_s, config.mode.engine
+            model,
+            profile,
+            c.tp,
+            c.ep,
+            c.pp,
+            h.step_host_s,
+            h.seq_host_s,
+            config.mode.engine,
+            layout,
         )
     else:
-        pricer = make_pricer(model, profile, c.tp, c.ep, absorb)
+        pricer = make_pricer(model, profile, c.tp, c.ep, absorb, layout)
         if h.step_host_s or h.seq_host_s:
             from twin.engine.host_time import HostTimePricer
 
@@ -578,7 +601,7 @@ def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> Step
     if config.mode.speculative:  # drafting and verification (twin.engine.speculative)
         from twin.engine.speculative import speculative_pricer
 
-        pricer = speculative_pricer(pricer, model, profile, config)
+        pricer = speculative_pricer(pricer, model, profile, config, layout)
     return pricer
 
 

@@ -67,6 +67,7 @@ import numpy as np
 if TYPE_CHECKING:
     from twin.engine.config import EngineConfig
 
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.engine.cost import Chunk, Durations, RankStep, WrappingPricer, affine_fit
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -153,6 +154,9 @@ class Method:
     # A published acceptance length at a number of drafted tokens and its source: the
     # default acceptance (the per-token rate that gives it, iid_rate). None: must be given.
     published: ClassVar[tuple[float, int, str] | None] = None
+    # Whether the draft is a layer of the target's own stack, run by the target's modules,
+    # so its kernels are laid out as the target's (``twin.costmodel.kernel_layout``).
+    target_layout: ClassVar[bool] = False
 
     def draft_spec(self, target: ModelSpec, draft_model: str) -> ModelSpec | None:
         """The draft as a model the cost model prices (None: drafting costs no GPU time)."""
@@ -253,6 +257,7 @@ class Mtp(Method):
     # the second token prediction ranges between 85% and 90%" (one MTP module); the
     # lower end as the per-token rate (length 1.85 at one draft).
     published = (1.85, 1, "MTP: DeepSeek-V3 report, 85-90% second-token acceptance")
+    target_layout = True
 
     def draft_spec(self, target: ModelSpec, draft_model: str) -> ModelSpec | None:
         if not target.mtp_layers:
@@ -726,18 +731,25 @@ class SpeculativePricer(WrappingPricer):
 
 
 def speculative_pricer(
-    inner: Any, model: ModelSpec, profile: Any, config: EngineConfig
+    inner: Any,
+    model: ModelSpec,
+    profile: Any,
+    config: EngineConfig,
+    kernel_layout: KernelLayout = DEFAULT_LAYOUT,
 ) -> SpeculativePricer:
     """``inner`` with the run's speculative decoding (``config.mode.speculative``): the
     draft priced by the cost model on the same GPU at its tensor parallelism; under
     attention DP (``config.cluster.dp_attention``) by the ranks' synchronised pricer, as the target
-    (``twin.engine.dp_attention.dp_pricer``)."""
+    (``twin.engine.dp_attention.dp_pricer``). The draft's kernels are laid out as the
+    target's ``kernel_layout`` where the draft is a layer of the target's own stack
+    (``Method.target_layout``: MTP), else as the default (an EAGLE head, a draft model)."""
     from twin.engine.cost import make_pricer
 
     c = config.cluster
     spec = Speculation.from_dict(config.mode.speculative)
     draft_spec = spec.draft_spec(model)
     draft: Any = None
+    layout = kernel_layout if METHODS[spec.method].target_layout else DEFAULT_LAYOUT
     if draft_spec is not None:
         tp = spec.draft_tp or c.tp
         ep = c.ep if tp == c.tp and draft_spec.n_moe_layers else 1
@@ -747,10 +759,10 @@ def speculative_pricer(
             dp = c.dp_attention
             moe_a2a = c.moe_a2a if draft_spec.n_moe_layers else ""
             draft = dp_pricer(
-                draft_spec, profile, tp, ep, dp, 0.0, 0.0, moe_a2a, spec.absorbed_extend
+                draft_spec, profile, tp, ep, dp, 0.0, 0.0, moe_a2a, spec.absorbed_extend, layout
             )
         else:
-            draft = make_pricer(draft_spec, profile, tp, ep, spec.absorbed_extend)
+            draft = make_pricer(draft_spec, profile, tp, ep, spec.absorbed_extend, layout)
     return SpeculativePricer(inner, draft, spec, config.host_time.step_host_s)
 
 

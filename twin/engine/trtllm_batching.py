@@ -46,7 +46,7 @@ iteration's batch as follows:
   and the whole next one. With nothing else to run the loop blocks on the queue and
   takes it at once. Option ``overlap_scheduler`` (``--set overlap_scheduler=true``, off
   by default in the twin; the scorer sets it for TensorRT-LLM's aggregated rows,
-  ``twin.validate.silicon.harness``). The other half of the overlap, a finished
+  ``twin.validate.silicon.deployment``). The other half of the overlap, a finished
   request's one wasted decode token (it is scheduled once more before its end is
   seen), is not modelled.
 

@@ -16,23 +16,22 @@ from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.validate.silicon.configs import find_config, load_model, read_config, system_gpus
-from twin.validate.silicon.harness import (
+from twin.validate.silicon.deployment import (
     ENGINE_OF_BACKEND,
-    INFERENCEMAX,
-    INFERENCEMAX_DISAGG_SYSTEMS,
-    REASON_INFERENCEMAX_CLIENT_CAP,
-    REASON_INFERENCEMAX_DISAGG,
     deployment,
-    eager_prefill_s,
-    harness_of,
-    inferencemax_client_capped,
-    inferencemax_speculation,
-    sglang_gdn_in_proj_gemms,
-    trtllm_norm_in_allreduce,
     trtllm_overlap_scheduler,
-    trtllm_qk_norm_rope_pass,
+)
+from twin.validate.silicon.eager_prefill import eager_prefill_s, vllm_graph_tokens
+from twin.validate.silicon.harness import INFERENCEMAX, harness_of
+from twin.validate.silicon.inferencemax import (
+    INFERENCEMAX_DISAGG_SYSTEMS,
+    REASON_INFERENCEMAX_DISAGG,
+)
+from twin.validate.silicon.inferencemax_trtllm import inferencemax_speculation
+from twin.validate.silicon.inferencemax_vllm import (
+    REASON_INFERENCEMAX_CLIENT_CAP,
+    inferencemax_client_capped,
     vllm_async_scheduling,
-    vllm_graph_tokens,
     vllm_moe_backend,
 )
 from twin.validate.silicon.precision import (
@@ -229,16 +228,6 @@ def plan_row(
     if unpriceable is not None:
         return unpriceable
     model = precision_model(base, precision)
-    gdn_gemms = sglang_gdn_in_proj_gemms(row, model)  # how the release lays out GDN's in_proj
-    if gdn_gemms != model.gdn_in_proj_gemms:
-        model = dataclasses.replace(model, gdn_in_proj_gemms=gdn_gemms)
-    if trtllm_qk_norm_rope_pass(row, model_type):  # the release's q/k norm + RoPE kernel
-        model = dataclasses.replace(model, qk_norm_rope_pass=True)
-    fused, quantised = trtllm_norm_in_allreduce(row, model, tp, dp)  # fused all-reduces
-    if fused:
-        model = dataclasses.replace(
-            model, norm_in_allreduce=True, allreduce_quantises_input=quantised
-        )
     workers = agg_workers(row)
     c = row.concurrency // workers
     harness = harness_of(row)
@@ -246,7 +235,7 @@ def plan_row(
     if spec is not None:
         limits = {**limits, "speculative": spec}
     # the engine's own time, whatever the deployment (a config with a vision_config is
-    # multimodal to SGLang: harness.sglang_prefills_eagerly)
+    # multimodal to SGLang: eager_prefill.sglang_prefills_eagerly)
     eager = eager_prefill_s(row, model, gpu, multimodal="vision_config" in config)
     if eager:
         limits = {**limits, "eager_prefill_s": eager}

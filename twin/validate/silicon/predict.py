@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from twin.errors import TwinError
+from twin.validate.silicon.deployment import engine_build
 from twin.validate.silicon.harness import TOKEN_RANGE
 from twin.validate.silicon.plan import RowPlan
 
@@ -84,6 +85,9 @@ def predict(plan: RowPlan) -> dict[str, Any]:
                 # The kernel tables of the row's own release (twin.costmodel.table_release);
                 # a release that is no version number: the modelled one's above.
                 kernel_tables=kernel_tables(row.backend_version),
+                # The build that ran, whose kernel layout the engine mode's rule reads
+                # (twin.engine.kernel_layouts): the release, or a nightly image's tag.
+                engine_build=engine_build(row),
                 cache_gb="auto",
                 tp=plan.tp,
                 ep=plan.ep,

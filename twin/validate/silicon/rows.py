@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from twin.errors import TwinError, where
-from twin.validate.silicon.harness import inferencemax_layout, model_named
+from twin.validate.silicon.harness import model_named
+from twin.validate.silicon.inferencemax import inferencemax_layout
 
 CSV_IN_PACKAGE = ("systems", "silicon_sample.csv")
 CONFIGS_IN_PACKAGE = "model_configs"

@@ -1,0 +1,121 @@
+"""How each engine's builds lay out a model's kernels where that differs from the twin's
+default pricing (``twin.costmodel.kernel_layout.KernelLayout``): one rule an engine, the
+engine mode's ``kernel_layout`` (``twin.engine.mode_base.EngineMode``). The run chooses
+the layout from the engine mode, its build (``EngineModeConfig.engine_build``, else the
+kernel tables' release, else the engine's release) and the replica's GPUs
+(``twin.engine.run.kernel_layout_of``), for ``twin simulate --engine`` and the silicon
+scorer alike.
+
+A model is recognised by its name (a preset's, or the Hugging Face id a config was read
+under), as the engines' own modules are chosen by architecture.
+"""
+
+from __future__ import annotations
+
+import re
+
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
+from twin.costmodel.table_release import release_at_least, version_key
+from twin.model import ModelSpec
+
+# SGLang runs Qwen3.5's GDN input projection as the checkpoint's four matrices, one GEMM
+# launch each, up to 0.5.9 (the 0.5.9 wheel's ``models/qwen3_5.py``, file dated
+# 2026-02-23: ``Qwen3_5GatedDeltaNet._forward`` calls ``in_proj_qkv``, ``in_proj_z``,
+# ``in_proj_b`` and ``in_proj_a`` in turn); 0.5.10.post1's (2026-04-08) loads them into
+# ``in_proj_qkvz`` and ``in_proj_ba`` and, in a captured decode graph, runs the second on
+# another stream beside the first (``_forward_input_proj``): the one GEMM the twin prices
+# by default (``twin.costmodel.dense_pricing.DensePricing._gdn_in_proj``). A nightly
+# build (``nightly-dev-YYYYMMDD``) dated before 0.5.9's file ran that file's code or an
+# earlier one. Later nightlies, and a build that names no day, are not read and keep the
+# default.
+SGLANG_GDN_SPLIT_BEFORE = "0.5.10"
+SGLANG_0_5_9_QWEN35_DAY = "20260223"
+_NIGHTLY_DAY = re.compile(r"^nightly-dev-(\d{8})")
+
+
+def _named(model: ModelSpec, stem: str) -> bool:
+    return stem in model.name.lower()
+
+
+def sglang_gdn_in_proj_gemms(model: ModelSpec, build: str) -> int:
+    """The GEMM launches of a GDN layer's input projection SGLang ``build`` runs ``model``
+    with (above): 4 for Qwen3.5 on a release before 0.5.10 or a nightly built before
+    0.5.9's ``qwen3_5.py``; else 1."""
+    if not model.mixer_counts.get("gdn") or not _named(model, "qwen3.5"):
+        return 1
+    if version_key(build) is not None:
+        return 1 if release_at_least(build, SGLANG_GDN_SPLIT_BEFORE) else 4
+    day = _NIGHTLY_DAY.match(build)
+    return 4 if day is not None and day.group(1) < SGLANG_0_5_9_QWEN35_DAY else 1
+
+
+def sglang_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
+    """SGLang ``build``'s kernel layout of ``model`` (its GDN input projection)."""
+    gemms = sglang_gdn_in_proj_gemms(model, build)
+    return DEFAULT_LAYOUT if gemms == 1 else KernelLayout(gdn_in_proj_gemms=gemms)
+
+
+# TensorRT-LLM runs each layer's residual add + RMSNorm inside its tensor-parallel
+# all-reduces (``AllReduceFusionOp.RESIDUAL_RMS_NORM``; for an NVFP4 Llama
+# ``RESIDUAL_RMS_NORM_QUANT_NVFP4``, which writes the next GEMM's quantised input too)
+# for two of the collection's models, read in NVIDIA/TensorRT-LLM's 1.x PyTorch flow:
+# - Llama (``tensorrt_llm/_torch/models/modeling_llama.py`` ``LlamaDecoderLayer``, at
+#   3a5901cd): ``PRE_MLP_FUSION`` / ``POST_MLP_FUSION`` where the mapping has TP, no
+#   attention DP and ``hidden_size > 4096`` ("Disable fusion for small models due to
+#   accuracy issues"): Llama-3.1-70B, not Llama-3.1-8B (hidden 4,096);
+# - gpt-oss (``modeling_gpt_oss.py`` ``TransformerBlock.forward_tp``, at 050b6cb9):
+#   whenever ``mapping.has_tp() and not enable_attention_dp``, the post-attention norm
+#   and the next layer's ``input_layernorm`` ride on the two all-reduces.
+# Qwen3 (``modeling_qwen3.py`` ``Qwen3DecoderLayer``, at 5dedf53b) runs its norms apart.
+# Priced by ``twin.costmodel.dense_pricing.DensePricing._norm_in_allreduce``.
+TRTLLM_LLAMA_FUSION_MIN_HIDDEN = 4096
+
+
+def trtllm_norm_in_allreduce(model: ModelSpec, tp: int, dp: int) -> tuple[bool, bool]:
+    """(whether TensorRT-LLM runs ``model``'s norms inside its all-reduces on ``tp`` GPUs
+    with ``dp`` attention-DP ranks, whether those also quantise the next GEMM's input:
+    Llama's NVFP4 op) by the rules above."""
+    if tp <= 1 or dp > 1:
+        return False, False
+    if _named(model, "gpt-oss"):
+        return True, False
+    if not _named(model, "llama-3"):
+        return False, False
+    fused = model.d_model > TRTLLM_LLAMA_FUSION_MIN_HIDDEN
+    return fused, fused
+
+
+# TensorRT-LLM's Qwen3 and Qwen3-MoE attention (``Qwen3Attention``, the one module both
+# ``models/modeling_qwen3.py`` and ``models/modeling_qwen3_moe.py`` build; NVIDIA/
+# TensorRT-LLM at 5dedf53b) is a ``QKNormRoPEAttention`` with ``fuse_qk_norm_rope``
+# true: one ``fused_qk_norm_rope`` launch an attention layer, the per-head q/k norms and
+# RoPE over the fused QKV. Those two architectures (``model_type`` ``qwen3`` and
+# ``qwen3_moe``) by name: ``Qwen3-<size>``, not Qwen3.5 (``qwen3_5_moe``) nor a hybrid
+# with GDN layers (Qwen3-Next, ``qwen3_next``: modules of its own).
+TRTLLM_QK_NORM_ROPE_STEM = "qwen3-"
+
+
+def trtllm_qk_norm_rope_pass(model: ModelSpec) -> bool:
+    """Whether TensorRT-LLM runs ``model``'s q/k norms and RoPE as a pass of their own."""
+    base = model.name.lower().rsplit("/", 1)[-1]
+    return base.startswith(TRTLLM_QK_NORM_ROPE_STEM) and not model.mixer_counts.get("gdn")
+
+
+def trtllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
+    """TensorRT-LLM's kernel layout of ``model`` (every 1.x build read: ``build`` unused)."""
+    fused, quantised = trtllm_norm_in_allreduce(model, tp, dp)
+    qk = trtllm_qk_norm_rope_pass(model)
+    if not (fused or qk):
+        return DEFAULT_LAYOUT
+    return KernelLayout(
+        norm_in_allreduce=fused, allreduce_quantises_input=quantised, qk_norm_rope_pass=qk
+    )
+
+
+__all__ = [
+    "sglang_gdn_in_proj_gemms",
+    "sglang_kernel_layout",
+    "trtllm_kernel_layout",
+    "trtllm_norm_in_allreduce",
+    "trtllm_qk_norm_rope_pass",
+]

@@ -1,0 +1,62 @@
+"""The server limits aiconfigurator's generator writes into a benchmark deployment
+(package ``aiconfigurator`` 0.12.0), which the aiconfigurator collection's rows ran with.
+(aiconfigurator's own estimate of a row: ``twin.validate.silicon.aiconfigurator``.)"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from twin.validate.silicon.rows import SiliconRow
+
+
+# TensorRT-LLM joined vLLM in issue 31's "TensorRT-LLM's overlap scheduler" step
+# (docs/decisions.md): with the overlap scheduler's admission lag modelled, the fit rows
+# of the collection's TensorRT-LLM 1.0.0rc3 H100 groups (Llama-3.1-8B, Qwen3-32B,
+# Qwen3-235B) score better under the generated limits than at the engine's defaults, TTFT
+# and TPOT alike (the TPOT with the limits alone too: one or two whole contexts a step).
+DEPLOYED_ENGINES = frozenset({"vllm", "trtllm"})
+DEPLOYMENT_EXTRA_TOKENS = 1500  # the rules' "isl + 1500" margin
+TRTLLM_TOKENS_PER_BLOCK = 32  # benchmark/trtllm.rule: tokens_per_block default
+TRTLLM_TEMPLATE_FREE_FRACTION = 0.8  # extra_engine_args templates: free_gpu_memory_fraction
+
+
+def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
+    """``build_run`` keywords for the server limits aiconfigurator's generator writes
+    into a benchmark deployment of ``row`` (empty where its rule sizes nothing the twin
+    models).
+
+    The generator sizes it from the batch size (``max_batch_size``: the CSV's
+    ``batch_size`` column, the concurrency on every bf16 row) and the ISL
+    (``generator/rule_plugin/benchmark/vllm.rule`` and ``trtllm.rule``, ``aiconfigurator``
+    0.12.0, the ``agg`` lines):
+
+    - vLLM: ``max_num_tokens = max_batch_size + isl + 1500``, written as
+      ``--max-num-batched-tokens`` (``config/backend_templates/vllm/cli_args.0.12.0.j2``),
+      and ``--max-num-seqs max_batch_size``;
+    - TensorRT-LLM: ``max_num_tokens`` the same rounded up to ``tokens_per_block`` (32),
+      ``max_batch_size`` the batch size (``extra_engine_args.1.0.0rc3.yaml.j2``
+      ``build_config``), and ``kv_cache_config.free_gpu_memory_fraction`` the template's
+      ``default(0.80)`` (every ``extra_engine_args.*.yaml.j2``; the rule sets none). vLLM's
+      and SGLang's templates write ``--gpu-memory-utilization`` and
+      ``--mem-fraction-static`` only when given, and the rules give none.
+
+    SGLang's rule (``max_prefill_tokens = isl + 1500`` with ``enable_mixed_chunk =
+    true``) is not expressed: mixed chunks scored SGLang's fit rows at 70.5% TTFT MAPE
+    against 13.8% without ("Engine fidelity against silicon (issue 31)"), so its rows
+    were not run with it.
+    """
+    batch = row.batch_size or row.concurrency
+    if row.isl is None or not batch:
+        return {}
+    tokens = batch + row.isl + DEPLOYMENT_EXTRA_TOKENS
+    if engine == "vllm":
+        return {"sets": {"max_num_batched_tokens": str(tokens), "max_num_seqs": str(batch)}}
+    if engine == "trtllm":
+        block = TRTLLM_TOKENS_PER_BLOCK
+        return {
+            "max_batched_tokens": -(-tokens // block) * block,
+            "max_running": batch,
+            "memory_utilization": TRTLLM_TEMPLATE_FREE_FRACTION,
+        }
+    return {}

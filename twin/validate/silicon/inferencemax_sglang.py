@@ -1,0 +1,251 @@
+"""InferenceMAX's SGLang server scripts: the flags of its DeepSeek-R1 and Qwen3.5
+servers, by image and configuration, and which of them turn SGLang's piecewise prefill
+graphs off."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twin.validate.silicon.harness import INFERENCEMAX, harness_of, measured_on, model_named
+from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_mtp_acceptance
+
+if TYPE_CHECKING:
+    from twin.validate.silicon.rows import SiliconRow
+
+
+# InferenceMAX's SGLang servers for DeepSeek-R1 (image lmsysorg/sglang:v0.5.9-cu130;
+# ``nvidia-master.yaml`` and the scripts at commit 12ba0ae). Each configuration's search
+# space says which rows it ran; a row only one covers ran with its script's flags:
+# - ``dsr1-fp4-b200-sglang`` (tp 4 and 8, 4-128 clients; 8k/1k at tp 8: 4-16),
+#   ``dsr1_fp4_b200.sh``: ``--max-running-requests 256 --mem-fraction-static 0.85
+#   --chunked-prefill-size 16384``;
+# - ``dsr1-fp8-b200-sglang`` (tp 8: 4-64 clients at 1k/1k and 1k/8k, 4 at 8k/1k; tp 4:
+#   8k/1k at 4-32), ``dsr1_fp8_b200.sh``: tp 8 128 requests, 0.82, 32768 chunk and
+#   prefill tokens; tp 4 32, 0.95, 8192;
+# - ``dsr1-fp8-b200-sglang-mtp`` (tp 8, 4-512 clients), ``dsr1_fp8_b200_mtp.sh``: 512
+#   requests, 0.82, 16384, and EAGLE over the model's MTP layer with 2 steps, top-k 1 and 3
+#   draft tokens (SGLang's NEXTN). Rows both fp8 configurations cover are a mix the CSV
+#   cannot separate (their lengths, clients and image are the same): run plain;
+# - ``dsr1-fp8-h200-sglang`` (tp 8, 4-64 clients), ``dsr1_fp8_h200.sh``: 512 requests at
+#   1k/1k, else 256; 32768; 0.82.
+# The B200 scripts poll for requests every 30 decode iterations from 16 clients, else 10
+# (``--scheduler-recv-interval``; 10 at fp8 tp 4). A row no configuration covers runs with
+# SGLang's defaults.
+# Two more eras of the same configurations:
+# - B300, image lmsysorg/sglang:v0.5.10.post1-cu130 (``nvidia-master.yaml`` at e8924a6,
+#   2026-04-18; scripts added 2026-04-17, 9ebeafb and 5b302f1): ``dsr1_fp4_b300.sh`` is
+#   the B200 fp4 recipe as is ("reuses the existing DSR1 FP4 B200 SGLang recipe": 256
+#   requests, 0.85, 16384, the same polling, ``--enable-symm-mem``), run at tp 4 and 8 over
+#   the same clients; ``dsr1_fp8_b300.sh`` the B200 fp8 one (tp 8: 128, 0.82, 32768; tp 4
+#   at 8k/1k: 32, 0.95, 8192), ``dsr1-fp8-b300-sglang`` at tp 8 for 4-64 clients at 1k/1k
+#   and 4 at 8k/1k, tp 4 for 4-32 at 8k/1k. Its -mtp configuration (tp 8, 4-512 clients at
+#   1k/1k and 8k/1k, ``dsr1_fp8_b300_mtp.sh``) shares image and layout: rows both cover
+#   run plain, rows only it covers run SGLang's defaults (its drafts are not read here).
+# - Rows without a release (:func:`inferencemax_sglang_unnamed`): the configurations'
+#   image from 2025-11-10 (d8fe8f73e) was lmsysorg/sglang:v0.5.5-cu129-amd64, with
+#   ``benchmarks/dsr1_fp4_b200_docker.sh`` (256 requests, 0.85, 16384, the same polling,
+#   ``--enable-symm-mem``; the same limits before, at e06929c) over the fp4 configuration
+#   of today, and ``benchmarks/dsr1_fp8_b200_docker.sh`` (128, 0.82, 32768 chunk and
+#   prefill tokens, the same polling; at 189ae51, 2025-11-18) over tp 8 at 4-64 clients
+#   for all three lengths (no tp 4 and no -mtp configuration yet).
+INFERENCEMAX_SGLANG_VERSION = "0.5.9"
+INFERENCEMAX_SGLANG_B300 = "0.5.10.post1"
+# The day InferenceMAX's configurations first name an SGLang 0.5.10 image (6cb8291,
+# 2026-04-14: ``git log -S sglang:v0.5.10 -- .github/configs/nvidia-master.yaml``).
+# The CSV's SGLang rows without a ``backend_version`` (DeepSeek-R1 on B200, measured
+# 2025-11-02 to 2025-12-05 by their ``measured=``; no ``image=``) ran before it.
+INFERENCEMAX_FIRST_SGLANG_0510 = "2026-04-14"
+
+
+def inferencemax_sglang_unnamed(row: SiliconRow) -> bool:
+    """Whether ``row`` is an InferenceMAX SGLang row that names no release and was
+    measured before InferenceMAX first ran an SGLang 0.5.10 image (so it ran an earlier
+    release: ``INFERENCEMAX_FIRST_SGLANG_0510``)."""
+    if row.backend != "sglang" or row.backend_version or harness_of(row) is not INFERENCEMAX:
+        return False
+    day = measured_on(row)
+    return day is not None and day < INFERENCEMAX_FIRST_SGLANG_0510
+
+
+# Flags of InferenceMAX's DeepSeek SGLang scripts under which SGLang 0.5.10.post1 turns
+# its piecewise prefill graphs off (``server_args.py``): ``--enable-symm-mem`` (every fp4
+# script: ``dsr1_fp4_b200.sh`` at 12ba0ae and e8924a6, ``dsr1_fp4_b300.sh`` at e8924a6;
+# ``_handle_piecewise_cuda_graph`` condition 15, "torch.cuda.use_mem_pool is untraceable
+# by dynamo") and ``--moe-runner-backend flashinfer_trtllm`` (every B200 and B300 script,
+# fp4 and fp8, plain and -mtp, at both commits; the H200 one passes no runner;
+# ``_handle_moe_kernel_config``: "bypassed topk is incompatible with torch.compile", for
+# every architecture but gpt-oss's). By GPU: the scripts that pass at least one of them.
+INFERENCEMAX_NO_PIECEWISE_SYSTEMS = frozenset({"b200_sxm", "b300_sxm"})
+
+
+def inferencemax_no_piecewise(row: SiliconRow) -> bool:
+    """Whether ``row``'s InferenceMAX SGLang server passed a flag that turns SGLang's
+    piecewise prefill graphs off (above)."""
+    return (
+        row.backend == "sglang"
+        and harness_of(row) is INFERENCEMAX
+        and inferencemax_deepseek(row)
+        and row.system in INFERENCEMAX_NO_PIECEWISE_SYSTEMS
+    )
+
+
+_SGLANG_FLAGS = (
+    "max_running_requests",
+    "mem_fraction_static",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "scheduler_recv_interval",
+)
+
+
+_SGLANG_MTP = {
+    "speculative_algorithm": "NEXTN",
+    "speculative_num_steps": "2",
+    "speculative_eagle_topk": "1",
+    "speculative_num_draft_tokens": "3",
+    "speculative_acceptance": inferencemax_mtp_acceptance(2),
+}
+
+
+# InferenceMAX's SGLang servers for Qwen3.5-397B-A17B (its ``qwen3.5-*-sglang``
+# configurations in ``.github/configs/nvidia-master.yaml`` and their scripts
+# ``benchmarks/single_node/qwen3.5_<precision>_<gpu>[_mtp].sh``, read at the commits of
+# the three collections: 12ba0ae (2026-03-25), 51e31df (2026-04-06) and e8924a6
+# (2026-04-18, the db-dump rows' measurement date); the flags are the same at all three
+# where a script exists). Every script runs ``--disable-radix-cache`` (so SGLang keeps its
+# overlap scheduler: a hybrid model turns it off only with the radix cache on,
+# ``server_args.py`` ``_handle_mamba_radix_cache``, 0.5.9 and 0.5.10.post1), and:
+# - B200 fp8 (image v0.5.9) and bf16 (nightly-dev-20260216), ``qwen3.5_{fp8,bf16}_b200.sh``:
+#   ``--max-running-requests 128 --mem-fraction-static 0.82 --chunked-prefill-size 32768
+#   --max-prefill-tokens 32768``, the scheduler polling for requests every 10 iterations
+#   below 16 clients, else 30 (``--scheduler-recv-interval``); B200 fp4 (nightly-dev-20260402,
+#   ``qwen3.5_fp4_b200.sh``) the same at 0.85; B300 bf16 and fp4 (v0.5.10.post1) the same
+#   at 0.82 and 0.8;
+# - B200 fp8 at tp 4 without expert parallelism is the ``-mtp`` configuration (the plain one
+#   runs tp 8 and tp 4 with ep 4; the -mtp one tp 4 ep 1 up to 256 clients),
+#   ``qwen3.5_fp8_b200_mtp.sh``: ``--max-running-requests $CONC --mem-fraction-static 0.8``,
+#   the same chunk and polling, and EAGLE over the model's own MTP layer ("MTP
+#   (Multi-Token Prediction) Config - EAGLE speculative decoding"; SGLang's NEXTN) with 3
+#   steps, top-k 1 and 4 draft tokens;
+# - H200 fp8 (v0.5.9), ``qwen3.5_fp8_h200.sh``: ``--max-running-requests 128
+#   --chunked-prefill-size 16384 --mem-fraction-static 0.8``, polling every iteration;
+# - B300 fp8 (v0.5.10.post1), ``qwen3.5_fp8_b300.sh``: ``--max-running-requests $CONC
+#   --chunked-prefill-size 16384 --max-prefill-tokens 16384 --mem-fraction-static 0.8
+#   --scheduler-recv-interval 10``.
+# Where a plain and an -mtp configuration share image and layout (H200 fp8, B200 bf16 and
+# fp4, B300 fp8 from 2026-04-18) the rows cannot be told apart and run plain, as for
+# DeepSeek. The B300 v0.5.9 rows of 2026-03-25.csv have no configuration at 12ba0ae: SGLang's
+# defaults.
+_QWEN35_FLAGS = ("disable_radix_cache", *_SGLANG_FLAGS)
+_QWEN35_MTP = {
+    "speculative_algorithm": "NEXTN",
+    "speculative_num_steps": "3",
+    "speculative_eagle_topk": "1",
+    "speculative_num_draft_tokens": "4",
+    "speculative_acceptance": inferencemax_mtp_acceptance(3),
+}
+# (system, precision, release) -> (max_running_requests, mem_fraction_static,
+# chunked_prefill_size, max_prefill_tokens, scheduler_recv_interval); "c": the clients,
+# "poll": 10 below 16 clients else 30, None: not given.
+# The configuration whose tp 4 / ep 1 rows are the -mtp script (_QWEN35_MTP_SCRIPT).
+_QWEN35_MTP_KEY = ("b200_sxm", "fp8", "0.5.9")
+_QWEN35_SCRIPTS: dict[tuple[str, str, str], tuple[str, str, str, str | None, str | None]] = {
+    _QWEN35_MTP_KEY: ("128", "0.82", "32768", "32768", "poll"),
+    ("b200_sxm", "bf16", "nightly-dev"): ("128", "0.82", "32768", "32768", "poll"),
+    ("b200_sxm", "fp4", "nightly-dev-20260402"): ("128", "0.85", "32768", "32768", "poll"),
+    ("h200_sxm", "fp8", "0.5.9"): ("128", "0.8", "16384", None, None),
+    ("b300_sxm", "bf16", "0.5.10.post1"): ("128", "0.82", "32768", "32768", "poll"),
+    ("b300_sxm", "fp4", "0.5.10.post1"): ("128", "0.8", "32768", "32768", "poll"),
+    ("b300_sxm", "fp8", "0.5.10.post1"): ("c", "0.8", "16384", "16384", "10"),
+}
+_QWEN35_MTP_SCRIPT = ("c", "0.8", "32768", "32768", "poll")
+
+
+# InferenceMAX's Qwen3.5 SGLang rows whose ``backend_version`` reads ``nightly-dev`` (no
+# day: the B200 bf16 configuration's) ran the image nightly-dev-20260216 (above;
+# ``qwen3.5_bf16_b200.sh``): the build whose kernels ran. (Its GLM-5 ``nightly-dev`` rows
+# are not read: their build stays as the CSV names it.)
+INFERENCEMAX_QWEN35_NIGHTLY = "nightly-dev-20260216"
+
+
+def inferencemax_sglang_build(row: SiliconRow) -> str | None:
+    """The image an InferenceMAX Qwen3.5 SGLang row that names only ``nightly-dev`` ran
+    (above); ``None`` for every other row."""
+    if row.backend != "sglang" or row.backend_version != "nightly-dev":
+        return None
+    if harness_of(row) is not INFERENCEMAX or model_named(row, ("qwen3.5-397b",)) is None:
+        return None
+    return INFERENCEMAX_QWEN35_NIGHTLY
+
+
+def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
+    """The ``--set`` flags of InferenceMAX's SGLang server for a Qwen3.5-397B row (above);
+    empty where no configuration covers it."""
+    if model_named(row, ("qwen3.5-397b",)) is None:
+        return {}
+    release = row.backend_version
+    if release.startswith("nightly-dev"):  # the image's date names the configuration
+        release = "nightly-dev-20260402" if "20260402" in release else "nightly-dev"
+    flags = _QWEN35_SCRIPTS.get((row.system, row.precision, release))
+    if flags is None:
+        return {}
+    conc = row.concurrency or 0
+    mtp = (row.system, row.precision, release) == _QWEN35_MTP_KEY and (
+        (row.tp or 1, row.moe_ep or 1) == (4, 1)
+    )
+    if mtp:
+        flags = _QWEN35_MTP_SCRIPT
+    given = ("true", *flags)
+    poll = "30" if conc >= 16 else "10"
+    out: dict[str, str] = {}
+    for name, value in zip(_QWEN35_FLAGS, given, strict=True):
+        if value is not None:
+            out[name] = {"c": str(conc), "poll": poll}.get(value, value)
+    return {**out, **(_QWEN35_MTP if mtp else {})}
+
+
+def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
+    """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty
+    where no one configuration of that image covers it."""
+    qwen35 = inferencemax_qwen35(row)
+    if qwen35:
+        return qwen35
+    if not inferencemax_deepseek(row):
+        return {}
+    b300 = row.system == "b300_sxm" and row.backend_version == INFERENCEMAX_SGLANG_B300
+    unnamed = row.system == "b200_sxm" and inferencemax_sglang_unnamed(row)
+    if row.backend_version != INFERENCEMAX_SGLANG_VERSION and not (b300 or unnamed):
+        return {}
+    if row.system == "b300_sxm" and not b300:  # no B300 configuration of 0.5.9
+        return {}
+    conc, tp, lengths = row.concurrency or 0, row.tp or 1, (row.isl, row.osl)
+    poll = "30" if conc >= 16 else "10"
+    long_prompt = lengths == (8192, 1024)
+    flags: tuple[str, ...]
+    extra: dict[str, str] = {}
+    blackwell = row.system in ("b200_sxm", "b300_sxm")
+    if blackwell and row.precision == "fp4":
+        if tp not in (4, 8) or conc > (16 if tp == 8 and long_prompt else 128):
+            return {}
+        flags = ("256", "0.85", "16384", "16384", poll)
+    elif unnamed and row.precision == "fp8":  # the v0.5.5 era: tp 8 only, no -mtp
+        if tp != 8 or conc > 64:
+            return {}
+        flags = ("128", "0.82", "32768", "32768", poll)
+    elif blackwell and row.precision == "fp8" and tp == 4:
+        if not long_prompt or conc > 32:
+            return {}
+        flags = ("32", "0.95", "8192", "8192", "10")
+    elif blackwell and row.precision == "fp8" and tp == 8:
+        if conc <= (4 if long_prompt else 64):
+            flags = ("128", "0.82", "32768", "32768", poll)
+        elif conc <= 512 and not b300:
+            flags, extra = ("512", "0.82", "16384", "16384", poll), _SGLANG_MTP
+        else:
+            return {}
+    elif row.system == "h200_sxm" and row.precision == "fp8" and tp == 8 and conc <= 64:
+        running = "512" if lengths == (1024, 1024) else "256"
+        flags = (running, "0.82", "32768", "32768", "1")
+    else:
+        return {}
+    return {**dict(zip(_SGLANG_FLAGS, flags, strict=True)), **extra}

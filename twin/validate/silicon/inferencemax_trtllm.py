@@ -1,0 +1,240 @@
+"""InferenceMAX's TensorRT-LLM server scripts: token budgets, attention-DP balance, batch
+waiting, the MTP drafts each DeepSeek-R1 row ran and whether its context steps replayed
+piecewise CUDA graphs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twin.model import ModelSpec
+from twin.validate.silicon.harness import INFERENCEMAX, harness_of, measured_on, model_named
+from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_mtp_acceptance
+
+if TYPE_CHECKING:
+    from twin.validate.silicon.rows import SiliconRow
+
+
+# InferenceMAX's TensorRT-LLM server limits (its ``benchmarks/*.sh`` scripts):
+# ``--max_num_tokens`` 16384 for Llama-3.1-70B (``70b_fp4_b200_trt_docker``),
+# 20000 for gpt-oss-120b (``gptoss_fp4_b200_trt_docker``, with ``--max_batch_size 512``);
+# for DeepSeek-R1 (``benchmarks/single_node/dsr1_fp{4,8}_b200_trt.sh`` at commit 12ba0ae)
+# ``(CONC + ISL + 64)`` rounded up to 64 and at least 8192, and with MTP
+# (``dsr1_fp{4,8}_b200_trt_mtp.sh``) ``((MTP + 1) x MAX_BATCH_SIZE + ISL + 64)`` rounded up
+# to 64 with no floor, ``--max_batch_size`` MAX_BATCH_SIZE = CONC without attention DP;
+# whole contexts (chunked prefill left off); the 1.1.0rc2.post2 rows' scripts had no 8192
+# floor (``INFERENCEMAX_TRTLLM_NO_FLOOR``, below). Other models: the engine's defaults.
+INFERENCEMAX_TRTLLM_TOKENS = {"Llama-3.1-70B": 16384, "gpt-oss-120b": 20000}
+INFERENCEMAX_TRTLLM_BLOCK = 64
+INFERENCEMAX_TRTLLM_FLOOR = 8192  # the plain scripts' MAX_NUM_TOKENS floor
+
+
+# The attention-DP configurations of InferenceMAX's DeepSeek-R1 TensorRT-LLM scripts all
+# write ``attention_dp_config: {batching_wait_iters: 0, enable_balance: true,
+# timeout_iters: 60}`` (``benchmarks/dsr1_fp{4,8}_b200_trt_slurm.sh`` and
+# ``dsr1_fp8_h200_trt_slurm.sh`` from ec90f3fe7, 2025-09-18, on; the -mtp scripts at
+# bf3456727; ``dsr1_fp{4,8}_b200_trt.sh`` at 6eecc0e66 / ec7bafaae and
+# ``dsr1_fp{4,8}_b200_trt_mtp.sh`` at 0aae52d4c / 5d517074c): TensorRT-LLM's context
+# balance across the ranks (``twin.engine.dp_attention.ADPBalance``).
+INFERENCEMAX_ADP_BALANCE = {
+    "attention_dp_balance": "true",
+    "attention_dp_timeout_iters": "60",
+    "attention_dp_batching_wait_iters": "0",
+}
+
+
+def inferencemax_adp_balance(row: SiliconRow) -> dict[str, str]:
+    """The ``attention_dp_config`` ``--set`` flags of ``row``'s InferenceMAX DeepSeek-R1
+    TensorRT-LLM server (above); empty without attention DP."""
+    if (row.attention_dp or 1) == 1 or not _inferencemax_trtllm_deepseek(row):
+        return {}
+    return dict(INFERENCEMAX_ADP_BALANCE)
+
+
+# ``--max_batch_size`` (per attention-DP rank) of the -mtp scripts, CONC without
+# attention DP; with it, by image: ``CONC / TP`` in the 1.1.0rc2.post2 ones
+# (``dsr1_fp{4,8}_b200_trt_mtp_slurm.sh``, ``dsr1_fp8_h200_trt_mtp_slurm.sh`` at
+# bf3456727; TP the node's GPUs), ``CONC / 4`` (at least CONC below 4) in
+# ``dsr1_fp4_b200_trt_mtp.sh`` at 0aae52d4c and ``CONC / 8`` (CONC below 8) in
+# ``dsr1_fp8_b200_trt_mtp.sh`` at 5d517074c (1.2.0rc6.post3). MAX_NUM_TOKENS is
+# ``(MTP + 1) x MAX_BATCH_SIZE + ISL + 64`` rounded up to 64 in all of them: one 1k
+# context a rank an iteration where the batch is small.
+INFERENCEMAX_MTP_DP_BATCH_DIVISOR = {
+    ("b200_sxm", "fp4", "1.2.0rc6.post3"): 4,
+    ("b200_sxm", "fp8", "1.2.0rc6.post3"): 8,
+}
+
+
+def inferencemax_mtp_batch(row: SiliconRow) -> int:
+    """The per-rank ``--max_batch_size`` of ``row``'s InferenceMAX -mtp script (above)."""
+    conc = row.concurrency or 0
+    dp = row.attention_dp or 1
+    if dp == 1:
+        return conc
+    divisor = INFERENCEMAX_MTP_DP_BATCH_DIVISOR.get(
+        (row.system, row.precision, row.backend_version), (row.tp or 1) * dp
+    )
+    return conc if conc < divisor else conc // divisor
+
+
+# InferenceMAX's Llama-3.1-70B TensorRT-LLM scripts hold context requests back at 1k/1k
+# below 8 GPUs: ``batch_wait_max_tokens_ratio: 0.9`` and ``batch_wait_timeout_iters: 20``
+# when ``ISL == 1024 && OSL == 1024 && TP < 8`` ("will improve the performance, by
+# default they are all zeros"; ``benchmarks/70b_fp4_b200_trt_slurm.sh`` and
+# ``70b_fp8_h200_trt_slurm.sh`` at SemiAnalysisAI/InferenceX 73ef922), TensorRT-LLM's
+# batch waiting (``twin.engine.trtllm_batching``). The DeepSeek-R1 scripts' own
+# ``DELAY_BATCHING``: :func:`inferencemax_deepseek_batch_wait`.
+INFERENCEMAX_TRTLLM_BATCH_WAIT = {
+    "batch_wait_timeout_iters": "20",
+    "batch_wait_max_tokens_ratio": "0.9",
+}
+INFERENCEMAX_BATCH_WAIT_MODELS = ("llama-3.1-70b",)
+
+
+def inferencemax_batch_wait(row: SiliconRow) -> dict[str, str]:
+    """The batch-waiting ``--set`` flags of InferenceMAX's TensorRT-LLM server for
+    ``row`` (above); empty where its script sets none."""
+    if model_named(row, INFERENCEMAX_BATCH_WAIT_MODELS) is None:
+        return {}
+    if (row.isl, row.osl) != (1024, 1024) or (row.tp or 1) >= 8:
+        return {}
+    return dict(INFERENCEMAX_TRTLLM_BATCH_WAIT)
+
+
+# InferenceMAX's DeepSeek-R1 runs with TensorRT-LLM on B200 come in two configurations that
+# differ by image: ``dsr1-fp{4,8}-b200-trt`` (release 1.2.0rc6.post2, no speculation) and
+# ``dsr1-fp{4,8}-b200-trt-mtp`` (1.2.0rc6.post3, MTP: "MTP=3 (or MTP=1 when DP_ATTN=true)")
+# (InferenceMAX ``.github/configs/nvidia-master.yaml`` at commit 12ba0ae, 2026-03-25). The
+# CSV names the image in ``backend_version``, so those rows ran with MTP: at the same
+# layout their measured TPOT is about half the post2 rows' (5.4 against 10.3 ms, fp8, tp 8,
+# 4 clients).
+INFERENCEMAX_MTP = {("trtllm", "b200_sxm", "1.2.0rc6.post3"): (3, 1)}  # drafts: plain, DP
+# The 1.1.0rc2.post2 image served both configurations (``dsr1-fp{4,8}-b200-trt[-mtp]``,
+# ``dsr1-fp8-h200-trt[-mtp]``), so the image does not tell them apart; the day a row was
+# measured does. The -mtp configurations were added by SemiAnalysisAI/InferenceX bf3456727
+# ("Add MTP Benchmark Support for DeepSeek-R1 TRT", merged 2026-01-14T22:26:18Z; its
+# scripts ``benchmarks/dsr1_fp{4,8}_{b,h}200_trt_mtp_slurm.sh``: MTP=3, or MTP=1 with
+# attention DP), and the CSV's 1.1.0rc2.post2 rows measured that day are that merge's
+# sweep (2026-03-25.csv stamps them ``2026-01-14T22:26:21Z``, three seconds after the
+# merge): against the rows measured 2025-12-15 (the plain configurations) at the same
+# system, precision, lengths and clients their TPOT is about half (H200 fp8 1k/8k at 4
+# clients 7.1 against 13.7 ms; B200 fp8 1k/1k 7.8 against 14.6) and their TTFT higher, and
+# they include points only the -mtp configurations have (H200 1k/1k at 128 and 256
+# clients). Two H200 rows measured 2026-01-28 are not read (no configuration change that
+# day was found): plain.
+INFERENCEMAX_MTP_RUNS = {
+    ("trtllm", system, "1.1.0rc2.post2", "2026-01-14"): (3, 1)
+    for system in ("b200_sxm", "h200_sxm")
+}
+
+
+def inferencemax_mtp_drafts(row: SiliconRow) -> int | None:
+    """The MTP drafts an InferenceMAX DeepSeek row ran with (above); ``None``: none, or
+    not known."""
+    key = (row.backend, row.system, row.backend_version)
+    found = INFERENCEMAX_MTP.get(key) or INFERENCEMAX_MTP_RUNS.get((*key, measured_on(row) or ""))
+    if found is None or harness_of(row) is not INFERENCEMAX or not inferencemax_deepseek(row):
+        return None
+    return found[1] if (row.attention_dp or 1) > 1 else found[0]
+
+
+# The script each InferenceMAX DeepSeek-R1 TensorRT-LLM row ran, read at the commit whose
+# merge started the row's sweep (the CSV's ``measured=`` stamps fall seconds after it), by
+# (system, precision, image): whether its context steps replay piecewise CUDA graphs
+# (``torch_compile_config.enable_piecewise_cuda_graph: true``, with ``capture_num_tokens``
+# up to ``max_num_tokens``: every context batch then runs captured graphs, not eager
+# Python, so it pays no eager host time, ``eager_prefill_s``), and whether it holds
+# contexts back (``batch_wait_timeout_iters: 40``, ``batch_wait_max_tokens_ratio: 0.8``,
+# the script's ``DELAY_BATCHING``; ``twin.engine.trtllm_batching``). By script:
+# - ``benchmarks/dsr1_fp8_b200_trt.sh`` at ec7bafaae (2026-01-29T15:27:25Z; rows stamped
+#   15:27:29Z, image 1.2.0rc6.post2): piecewise graphs at 1k/1k from 64 clients, 1k/8k at
+#   128 to 255 and 8k/1k from 64; the batch waiting at 1k/1k from 64 clients;
+# - ``benchmarks/dsr1_fp4_b200_trt.sh`` at 6eecc0e66 (2026-02-03T17:34:14Z; rows 17:34:19Z,
+#   1.2.0rc6.post2): piecewise graphs at 1k/1k with tp 8 and ep 8 only; no batch waiting;
+# - ``benchmarks/dsr1_fp8_b200_trt_mtp.sh`` at 5d517074c (2026-02-05T19:55:01Z; rows
+#   19:55:05Z, 1.2.0rc6.post3): piecewise graphs on except under attention DP, at 1k/1k
+#   up to 4 clients, 1k/8k up to 8 and 8k/1k up to 16;
+# - ``benchmarks/dsr1_fp4_b200_trt_mtp.sh`` at 0aae52d4c (2026-02-06T17:21:54Z; rows
+#   17:21:58Z, 1.2.0rc6.post3): piecewise graphs at 1k/1k with 32 or 64 clients, or 128
+#   without attention DP, and at 1k/8k with 64;
+# - the 1.1.0rc2.post2 scripts (``benchmarks/dsr1_fp{4,8}_b200_trt_slurm.sh``,
+#   ``dsr1_fp8_h200_trt_slurm.sh`` at 93e1b3ca1, unchanged until 2026-01-12, and the -mtp
+#   scripts at bf3456727): neither, and their ``MAX_NUM_TOKENS`` has no 8192 floor
+#   (``(CONC + ISL + 64)`` rounded up to 64; the -mtp ones ``((MTP + 1) x CONC + ISL +
+#   64)``).
+# Rows of another image (the CSV's unnamed 2025-11-02 ones) keep the engine's defaults.
+def _fp8_b200_piecewise(isl: int, osl: int, conc: int, tp: int, ep: int, dp: bool) -> bool:
+    if (isl, osl) == (1024, 8192):
+        return 128 <= conc < 256
+    return conc >= 64 and (isl, osl) in ((1024, 1024), (8192, 1024))
+
+
+def _fp4_b200_piecewise(isl: int, osl: int, conc: int, tp: int, ep: int, dp: bool) -> bool:
+    return (isl, osl) == (1024, 1024) and (tp, ep) == (8, 8)
+
+
+def _fp8_b200_mtp_piecewise(isl: int, osl: int, conc: int, tp: int, ep: int, dp: bool) -> bool:
+    narrow = {(1024, 1024): 4, (1024, 8192): 8, (8192, 1024): 16}.get((isl, osl), 0)
+    return not dp and conc > narrow
+
+
+def _fp4_b200_mtp_piecewise(isl: int, osl: int, conc: int, tp: int, ep: int, dp: bool) -> bool:
+    if (isl, osl) == (1024, 1024):
+        return conc in (32, 64) or (conc == 128 and not dp)
+    return (isl, osl) == (1024, 8192) and conc == 64
+
+
+INFERENCEMAX_TRTLLM_PIECEWISE = {
+    ("b200_sxm", "fp8", "1.2.0rc6.post2"): _fp8_b200_piecewise,
+    ("b200_sxm", "fp4", "1.2.0rc6.post2"): _fp4_b200_piecewise,
+    ("b200_sxm", "fp8", "1.2.0rc6.post3"): _fp8_b200_mtp_piecewise,
+    ("b200_sxm", "fp4", "1.2.0rc6.post3"): _fp4_b200_mtp_piecewise,
+}
+INFERENCEMAX_DEEPSEEK_BATCH_WAIT = {
+    "batch_wait_timeout_iters": "40",
+    "batch_wait_max_tokens_ratio": "0.8",
+}
+INFERENCEMAX_TRTLLM_NO_FLOOR = frozenset({"1.1.0rc2.post2"})  # scripts without the floor
+
+
+def _inferencemax_trtllm_deepseek(row: SiliconRow) -> bool:
+    return (
+        row.backend == "trtllm"
+        and harness_of(row) is INFERENCEMAX
+        and inferencemax_deepseek(row)
+        and bool(row.isl and row.osl)
+    )
+
+
+def inferencemax_trtllm_piecewise(row: SiliconRow) -> bool:
+    """Whether ``row``'s InferenceMAX DeepSeek-R1 TensorRT-LLM server captured its context
+    steps as piecewise CUDA graphs (above)."""
+    rule = INFERENCEMAX_TRTLLM_PIECEWISE.get((row.system, row.precision, row.backend_version))
+    if rule is None or not _inferencemax_trtllm_deepseek(row):
+        return False
+    tp, ep, dp = row.tp or 1, row.moe_ep or 1, (row.attention_dp or 1) > 1
+    return rule(
+        row.isl or 0, row.osl or 0, row.concurrency or 0, tp * (row.attention_dp or 1), ep, dp
+    )
+
+
+def inferencemax_deepseek_batch_wait(row: SiliconRow) -> dict[str, str]:
+    """The batch-waiting ``--set`` flags of ``row``'s InferenceMAX DeepSeek-R1
+    TensorRT-LLM server (``DELAY_BATCHING``, above); empty where its script sets none."""
+    key = (row.system, row.precision, row.backend_version)
+    if key != ("b200_sxm", "fp8", "1.2.0rc6.post2") or not _inferencemax_trtllm_deepseek(row):
+        return {}
+    if (row.isl, row.osl) != (1024, 1024) or (row.concurrency or 0) < 64:
+        return {}
+    return dict(INFERENCEMAX_DEEPSEEK_BATCH_WAIT)
+
+
+def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any] | None:
+    """The speculative decoding an InferenceMAX row ran with (above), as
+    ``EngineConfig.speculative``; ``None``: none, or not known."""
+    drafts = inferencemax_mtp_drafts(row)
+    if drafts is None:
+        return None
+    from twin.engine import speculative  # late: the engine is not needed to read rows
+
+    acceptance = ("speculative_acceptance", inferencemax_mtp_acceptance(drafts))
+    return speculative.build(model, "mtp", drafts, acceptance=acceptance).to_dict()

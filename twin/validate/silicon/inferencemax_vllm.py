@@ -1,0 +1,144 @@
+"""InferenceMAX's vLLM server scripts: their limits (MiniMax-M2.5's by day), the H100
+gpt-oss client that ran at 512 clients, asynchronous scheduling and gpt-oss's Marlin
+experts on Hopper."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twin.validate.silicon.harness import INFERENCEMAX, harness_of, measured_on, model_named
+
+if TYPE_CHECKING:
+    from twin.validate.silicon.rows import SiliconRow
+
+
+# InferenceMAX's vLLM server limits (its ``benchmarks/*.sh`` scripts):
+# ``max-num-batched-tokens: 8192`` and ``--max-num-seqs 512`` (``70b_fp4_b200_docker``);
+# MiniMax-M2.5's its own (below).
+INFERENCEMAX_VLLM = {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}
+# ``max-cudagraph-capture-size: 2048`` of InferenceMAX's gpt-oss scripts
+# (``twin.validate.silicon.eager_prefill``, "vLLM replays piecewise CUDA graphs").
+INFERENCEMAX_VLLM_CAPTURE = {"gpt-oss-120b": 2048}
+
+
+# InferenceMAX's H100 gpt-oss-120b vLLM script ran its client at ``--max-concurrency 512``
+# whatever the configuration's ``CONC``, while the server got ``--max-num-seqs=$CONC`` and
+# the client ``--num-prompts $((CONC * 10))`` (SemiAnalysisAI/InferenceX
+# ``benchmarks/gptoss_fp4_h100_docker.sh`` from 56c612a91, 2025-11-14, to its fix "fix h100
+# docker error" 903a52727, 2025-12-08, which made it ``"$CONC"``). The results, and so the
+# CSV, record the client's 512; the ``CONC`` the server ran is not recorded. Checked: the
+# twin with 512 clients, ``max_num_seqs`` 8 and 80 requests predicts the TP 4 1k/1k row's
+# 19.4 s / 4.63 ms (measured 20.0 s / 4.70 ms), with 64 and 640 requests the TP 4 1k/8k
+# row's 304 s / 9.79 ms (measured 303 s / 9.67 ms); each row's ``CONC`` could be read
+# only off its own measurement, so these rows are not expressed.
+INFERENCEMAX_CLIENT_CAP_DAYS = ("2025-11-14", "2025-12-08")
+REASON_INFERENCEMAX_CLIENT_CAP = (
+    "InferenceMAX H100 gpt-oss client ran at 512 clients whatever CONC (server's CONC not recorded)"
+)
+
+
+def inferencemax_client_capped(row: SiliconRow) -> bool:
+    """Whether ``row`` was measured by InferenceMAX's H100 gpt-oss script while its client
+    ran at 512 clients whatever the server's ``CONC`` (above)."""
+    if row.backend != "vllm" or row.system != "h100_sxm" or harness_of(row) is not INFERENCEMAX:
+        return False
+    if model_named(row, ("gpt-oss",)) is None:
+        return False
+    day = measured_on(row)
+    first, last = INFERENCEMAX_CLIENT_CAP_DAYS
+    return day is not None and first <= day <= last
+
+
+# InferenceMAX's MiniMax-M2.5 vLLM servers set no ``--max-num-seqs`` (SemiAnalysisAI/
+# InferenceX ``benchmarks/single_node/minimaxm2.5_fp{4,8}_b{200,300}.sh``, every version
+# of February-April 2026), so vLLM's own default holds: 1,024 for its OpenAI server on a
+# GPU of at least 70 GiB, no more than ``max_num_batched_tokens`` (0.19.0
+# ``engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` and
+# ``_set_default_max_num_seqs_and_batched_tokens_args``; the rows' images are 0.19.0 and
+# nightly builds of April 2026), not the 512 of the Llama scripts. Measured: the B300 rows
+# at 1,024 clients decode about 1,000 requests at once (Little's law on their TTFT and
+# TPOT), which a cap of 512 cannot. From a day per script the servers also pass
+# ``--max-num-batched-tokens $((ISL * 2))`` and ``--max-cudagraph-capture-size 2048``
+# (``--stream-interval 20`` too, which sends a request's first token at once: 0.19.0
+# ``v1/engine/output_processor.py`` ``RequestState.make_request_output``): B200 fp8 from
+# d172646bd (2026-04-02), B200 fp4 from a9c199207 (2026-04-07), B300 from the scripts'
+# first version b4860089b / b0308eda6 (2026-04-17). Before, the budget is the default
+# 8,192 and the capture size the default ``min(2 x max_num_seqs, 512)``. vLLM's defaults
+# are the vllm mode's (``twin.engine.modes_vllm.VLLM_BATCH_DEFAULTS``, a large GPU: every
+# MiniMax row's), written out so the row's deployment records them.
+INFERENCEMAX_MINIMAX = ("minimax-m2.5",)
+INFERENCEMAX_MINIMAX_FLAGS_FROM = {
+    ("b200_sxm", "fp8"): "2026-04-02",
+    ("b200_sxm", "fp4"): "2026-04-07",
+    ("b300_sxm", "fp8"): "2026-04-17",
+    ("b300_sxm", "fp4"): "2026-04-17",
+}
+INFERENCEMAX_MINIMAX_CAPTURE = 2048
+
+
+def inferencemax_minimax_flags(row: SiliconRow) -> bool:
+    """Whether ``row`` is an InferenceMAX MiniMax-M2.5 vLLM run whose script passed the
+    prompt-sized budget and the 2,048-token capture size (above)."""
+    if row.backend != "vllm" or model_named(row, INFERENCEMAX_MINIMAX) is None:
+        return False
+    since = INFERENCEMAX_MINIMAX_FLAGS_FROM.get((row.system, (row.precision or "").lower()))
+    day = measured_on(row)
+    return since is not None and day is not None and day >= since
+
+
+def inferencemax_vllm(row: SiliconRow) -> dict[str, str]:
+    """The vLLM server limits of InferenceMAX's script for ``row`` (``--set`` values)."""
+    if model_named(row, INFERENCEMAX_MINIMAX) is None:
+        return dict(INFERENCEMAX_VLLM)
+    from twin.engine.modes_vllm import VLLM_BATCH_DEFAULTS  # late: rows are read without it
+
+    budget, seqs = VLLM_BATCH_DEFAULTS[True]
+    if inferencemax_minimax_flags(row) and row.isl:
+        budget = 2 * row.isl
+    seqs = min(seqs, budget)
+    return {"max_num_batched_tokens": str(budget), "max_num_seqs": str(seqs)}
+
+
+# vLLM's asynchronous scheduling (``--async-scheduling``: the host's scheduling and output
+# processing overlap the GPU's forward, ``twin.engine.modes_vllm``), per measured run: the
+# release's default, on from 0.14.0 (read in the 0.12.0, 0.14.0, 0.15.1 and 0.18.0 wheels:
+# ``vllm/config/scheduler.py`` and ``vllm/config/vllm.py``), and on in InferenceMAX's vLLM
+# scripts for gpt-oss-120b and Llama-3.1-70B, whose ``config.yaml`` says
+# ``async-scheduling: true`` in every version read (SemiAnalysisAI/InferenceX
+# ``benchmarks/gptoss_fp4_h100.sh`` at c6b96dd and 1fc5d73, ``gptoss_fp4_h100_docker.sh``
+# at 145e88f, ``gptoss_fp4_h200.sh`` at 16cd955, ``70b_fp8_h100_slurm.sh`` at 2a205bb):
+# their rows of release 0.11.2 or none ran it too. aiconfigurator's generated vLLM
+# deployments pass no such flag (package ``aiconfigurator`` 0.12.0: no ``async`` in it),
+# so its rows run their release's default. A release that is no version number (a
+# nightly) is not read: off. Only GPUs with a fitted host time (H100) see a difference.
+INFERENCEMAX_VLLM_ASYNC_MODELS = ("gpt-oss-120b", "llama-3.1-70b")
+
+
+def vllm_async_scheduling(row: SiliconRow, kind: str = "benchmark") -> bool:
+    """Whether the vLLM server of ``row`` scheduled asynchronously (above)."""
+    from twin.costmodel.table_release import release_at_least
+    from twin.engine.modes_vllm import VLLM_ASYNC_FROM
+
+    imax = kind == "benchmark" and harness_of(row) is INFERENCEMAX
+    if imax and model_named(row, INFERENCEMAX_VLLM_ASYNC_MODELS) is not None:
+        return True
+    return release_at_least(row.backend_version, VLLM_ASYNC_FROM)
+
+
+# InferenceMAX's Hopper gpt-oss scripts export VLLM_MXFP4_USE_MARLIN=1
+# (SemiAnalysisAI/InferenceX ``benchmarks/gptoss_fp4_h200.sh`` at 16cd955,
+# ``gptoss_fp4_h100.sh`` at c6b96dd and 1fc5d73), which vLLM honours before its Triton
+# default (0.15.1-0.18.0 ``quantization/mxfp4.py`` ``get_mxfp4_backend``; 0.19.0
+# ``fused_moe/oracle/mxfp4.py`` ``select_mxfp4_moe_backend``; the 0.11.2 image's release
+# not read, taken to honour it as its successors do): those rows' experts ran Marlin, the
+# twin's ``--set moe_backend=marlin`` (``twin.engine.modes_vllm``). Blackwell's scripts do
+# not set it (``gptoss_fp4_b200.sh``: FlashInfer's TRT-LLM-gen kernel).
+INFERENCEMAX_VLLM_MARLIN = {"gpt-oss-120b": frozenset({"h100_sxm", "h200_sxm"})}
+
+
+def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
+    """``--set moe_backend`` for the vLLM server of ``row`` (above); None: vLLM's default."""
+    if kind != "benchmark" or harness_of(row) is not INFERENCEMAX:
+        return None
+    named = model_named(row, INFERENCEMAX_VLLM_MARLIN)
+    return "marlin" if named and row.system in INFERENCEMAX_VLLM_MARLIN[named] else None
