@@ -13,7 +13,7 @@ with an ``id`` column names rows (``split`` and ``group`` columns only for ``--s
 ``--groups``): the one tool that reruns rows by id.
 
 ``--deployment KEY=VALUE`` (repeatable) changes one entry of every row's planned
-deployment (the ``build_run`` keywords of ``twin.validate.silicon.plan.deployment``)
+deployment (the ``build_run`` keywords of ``twin.validate.silicon.deployment.deployment``)
 before it runs: a diagnosis of what a server limit would do, never a scoring rule.
 ``VALUE`` ``c-N`` is the row's concurrency minus N, ``DEL`` drops the key, numbers and
 ``true``/``false`` are read as such.
