@@ -354,15 +354,16 @@ class ADPBalance:
     The hold count goes up in iterations where no rank has a context too, so under a
     steady trickle of arrivals it is a clock: a new request that lands alone waits for
     the next tick, every ``timeout_iters`` iterations. It goes up once an executor
-    iteration (``_schedule`` calls the balance once, after the capacity scheduler has
-    made its preemptions): a re-plan of the twin's loop after a rank preempted all it
-    ran is the same iteration, so the loop takes that pass's tick back
+    iteration: ``_executor_loop`` calls ``_prepare_and_schedule_batch`` once, whose
+    ``_schedule`` calls the balance once, after ``schedule_request``'s capacity
+    scheduler has made its preemptions. A re-plan of the twin's loop after a rank
+    preempted all it ran is the same iteration, so the loop takes that pass's tick back
     (:meth:`take_back`). While every queue's head waits for memory the executor spins
     (``executor_request_queue.py`` ``_fetch_new_requests`` blocks only when no rank has
-    an active request), each spin a tick; with no generation request on a waiting rank
+    an active request), a tick each spin; a waiting rank has no generation request, so
     each leaves the hold count at 0 and the batching count as it was, as the loop's one
-    tick before it waits does. A rank with no request at all
-    counts as one with a generation request: the executor pads it with a dummy one
+    tick before it waits does. A rank with no request at all counts as one with a
+    generation request: the executor pads it with a dummy one
     (``_pad_attention_dp_dummy_request``). The counts are of executor iterations: with
     speculative decoding the twin's token step is ``1 / tau`` of one (``iteration``).
     ``AttentionDpConfig`` defaults (``tensorrt_llm/llmapi/llm_args.py``): balance off,
