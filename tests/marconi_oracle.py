@@ -41,6 +41,7 @@ from twin.policies.compiled import kernel as rules
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
 from twin.policies.reference_score import ReferenceFlops
+from twin.policies.structures import STRUCTURES, make_cache
 from twin.replay import Trace, _best_of_grid, _requests, _result
 
 # (input + output, input length[, declared modules]) per request
@@ -74,6 +75,12 @@ class OracleTree(PrefixCache):
             ckpt_hit=[n.ckpt_hit for n in nodes],
             counters={k: getattr(self, k) for k in COUNTERS},
         )
+
+
+# The oracles' structure, registered by name beside the production ones (the engine and a
+# replay build it through ``twin.policies.structures`` when the registry holds the oracles).
+ORACLE_TREE = "oracle-radix"
+STRUCTURES[ORACLE_TREE] = OracleTree
 
 
 def _preorder(root: Node) -> list[Node]:
@@ -336,6 +343,8 @@ class MarconiOracle(MarconiPolicy, ReferenceFlopAwareEviction):
     """``marconi`` on the radix tree: the production bootstrap over the rules above, the
     grid replayed in Python."""
 
+    structure = ORACLE_TREE
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         python_grid(self)
@@ -349,12 +358,11 @@ class MarconiOracle(MarconiPolicy, ReferenceFlopAwareEviction):
         self.tuner.end_warmup()  # the first victim fixes the window (``LiveCache.chosen``)
         return super().choose_victim()
 
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
-        return OracleTree(model, capacity_bytes, self)
-
 
 class MarconiTwinOracle(MarconiTwinPolicy, FlopAwareEviction):
     """``marconi-twin`` on the radix tree (as :class:`MarconiOracle`)."""
+
+    structure = ORACLE_TREE
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -362,9 +370,6 @@ class MarconiTwinOracle(MarconiTwinPolicy, FlopAwareEviction):
 
     def admit(self, prompt: np.ndarray, full: np.ndarray) -> list[int]:
         return JUDICIOUS(self.cache, prompt, full)
-
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> Any:
-        return OracleTree(model, capacity_bytes, self)
 
 
 ORACLES: dict[str, type] = {"marconi": MarconiOracle, "marconi-twin": MarconiTwinOracle}
@@ -419,7 +424,7 @@ def python_replay(
         scores = [r.flops_saved if metric == "flops" else r.hit_tokens for r in runs]
         best_i = max(range(len(ALPHA_GRID)), key=lambda i: (scores[i], -ALPHA_GRID[i]))
         return _best_of_grid(runs[best_i], ALPHA_GRID, best_i, scores, start)
-    cache = ORACLES[name](**options).make_cache(model, capacity)
+    cache = make_cache(ORACLES[name](**options), model, capacity)
     protocol = RequestCache(cache)
     served = [_serve(protocol, *request) for request in _requests(trace)]
     return _result(trace, model, name, cache, served, per_request, start)
@@ -529,7 +534,7 @@ def _fill(cache: OracleTree, snap: CacheSnapshot) -> None:
 
 def _start(policy: Any, model: ModelSpec, start: CacheSnapshot | None, capacity: int) -> Any:
     if start is None:
-        return policy.make_cache(model, capacity)
+        return make_cache(policy, model, capacity)
     return restore(start, model, policy)
 
 
@@ -553,6 +558,6 @@ def python_policies(monkeypatch: Any) -> None:
 
 def tree_policy(name: str, **options: Any) -> Any:
     """``get_policy(name, **options)``, ``marconi`` and ``marconi-twin`` as their oracles
-    (whose ``make_cache`` is the radix tree)."""
+    (whose structure is the radix tree, :class:`OracleTree`)."""
     cls = ORACLES.get(name)
     return get_policy(name, **options) if cls is None else cls(**options)

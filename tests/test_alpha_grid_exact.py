@@ -22,6 +22,7 @@ from twin.cache import serve
 from twin.policies import policy_class
 from twin.policies.alpha_tuning import ALPHA_GRID, AlphaTuner, best_alpha, grid_scores
 from twin.policies.compiled import compiled_grid_runs
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.replay import Trace, _run_at, replay
 
@@ -40,7 +41,7 @@ def _window(pairs) -> list[tuple[np.ndarray, int]]:
 
 def _start_snapshot(name: str, model, capacity: int, warm) -> object:
     """A cache after serving ``warm`` at alpha 0 (a mid-run start, like marconi-twin's)."""
-    cache = ORACLES[name](alpha=0.0).make_cache(model, capacity)
+    cache = make_cache(ORACLES[name](alpha=0.0), model, capacity)
     for full, n in _window(warm):
         serve(cache, full[:n], full)
     return cache.snapshot()

@@ -7,6 +7,7 @@ import pytest
 
 from twin.cache import BlockCache, serve
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -18,7 +19,7 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def pool(capacity: int = 10**12, block_size: int = 4) -> BlockCache:
-    return get_policy("vllm+", block_size=block_size).make_cache(HYBRID, capacity)
+    return make_cache(get_policy("vllm+", block_size=block_size), HYBRID, capacity)
 
 
 def pool_of(blocks: int, block_size: int) -> BlockCache:

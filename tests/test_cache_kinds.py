@@ -9,6 +9,7 @@ from marconi_oracle import tree_policy
 from twin.cache import PrefixCache
 from twin.cache.kinds import KindBytes
 from twin.model import ModelSpec
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 SWA = get_model("tiny-swa")  # 3 swa layers (window 8) + 1 full, no recurrent layer
@@ -23,7 +24,7 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def cache_of(model: ModelSpec, capacity: int = BIG, policy: str = "sglang+") -> PrefixCache:
-    return tree_policy(policy).make_cache(model, capacity)
+    return make_cache(tree_policy(policy), model, capacity)
 
 
 def test_kind_bytes_known_answers() -> None:

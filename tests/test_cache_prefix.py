@@ -7,6 +7,7 @@ import pytest
 from marconi_oracle import restore, tree_policy
 
 from twin.cache import PrefillFlops, PrefixCache, serve
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -25,7 +26,7 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def cache_of(model=HYBRID, capacity=BIG, policy="sglang+", **options) -> PrefixCache:
-    return tree_policy(policy, **options).make_cache(model, capacity)
+    return make_cache(tree_policy(policy, **options), model, capacity)
 
 
 def path_tokens(node) -> np.ndarray:

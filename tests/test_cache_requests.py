@@ -7,6 +7,7 @@ import pytest
 from marconi_oracle import tree_policy
 
 from twin.cache import RequestCache, serve
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -25,7 +26,7 @@ def prompt_full(prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def test_admission_sets_the_clock_pins_the_hit_and_splits_the_checkpoints():
-    cache = tree_policy("sglang+").make_cache(HYBRID, BIG)
+    cache = make_cache(tree_policy("sglang+"), HYBRID, BIG)
     requests = RequestCache(cache)
     system = seq(0, 20)
     first = requests.admit(*prompt_full(np.r_[system, seq(100, 5)], seq(500, 3)))
@@ -48,7 +49,7 @@ def test_admission_sets_the_clock_pins_the_hit_and_splits_the_checkpoints():
 
 
 def test_transformers_insert_everything_at_completion():
-    requests = RequestCache(tree_policy("sglang+").make_cache(TRANSFORMER, BIG))
+    requests = RequestCache(make_cache(tree_policy("sglang+"), TRANSFORMER, BIG))
     requests.serve(seq(0, 20), np.r_[seq(0, 20), seq(50, 2)].astype(np.int32))
     adm = requests.admit(*prompt_full(np.r_[seq(0, 10), seq(900, 5)], seq(60, 2)))
     assert adm.at_prefill == [] and adm.at_completion
@@ -58,8 +59,8 @@ def test_transformers_insert_everything_at_completion():
 @pytest.mark.parametrize("policy", ["sglang+", "marconi", "vllm+"])
 def test_serve_leaves_the_clock_at_the_next_request_and_equals_one_insertion(policy):
     rng = np.random.default_rng(3)
-    a = tree_policy(policy).make_cache(HYBRID, 400_000)
-    b = tree_policy(policy).make_cache(HYBRID, 400_000)
+    a = make_cache(tree_policy(policy), HYBRID, 400_000)
+    b = make_cache(tree_policy(policy), HYBRID, 400_000)
     requests = RequestCache(b)
     for i in range(60):
         prompt = rng.integers(0, 30, rng.integers(5, 60)).astype(np.int32)

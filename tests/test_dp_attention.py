@@ -290,6 +290,59 @@ def test_a_late_arrival_waits_for_the_balance_s_timeout(tmp_path):
     assert ttft[True] == pytest.approx(prefill + 4 * decode + mixed - 0.002)
 
 
+def test_the_balance_ticks_once_an_executor_iteration():
+    """TensorRT-LLM calls the balance once an iteration, after its scheduler's
+    preemptions (``PyExecutor._schedule``): the loop's re-plan after a rank preempted all
+    it ran takes its pass's tick back; a memory wait's tick (a waiting rank with no
+    generation request) leaves the hold count 0 and the batching count as they would be
+    after any number of the executor's spinning iterations."""
+    b = ADPBalance(timeout_iters=5, batching_wait_iters=3, max_batch_size=4, iteration=1.0)
+    assert not b.contexts_run([True, True], [1, 1])  # batching wait: 1
+    assert not b.contexts_run([True, False], [1, 1])  # held: 1
+    assert (b.waited, b.batched) == (1.0, 1.0)
+    assert not b.contexts_run([True, False], [1, 1])
+    b.take_back()
+    assert (b.waited, b.batched) == (1.0, 1.0)
+    for _ in range(3):  # the memory wait: the same state after one tick or many
+        assert b.contexts_run([False, False], [0, 1])
+        assert (b.waited, b.batched) == (0.0, 1.0)
+
+
+def test_a_re_plan_is_not_an_iteration_of_the_balance(tmp_path, monkeypatch):
+    """The late arrival of the test above, with the loop planning its third iteration
+    twice (as after a rank preempted all it ran): the request is held as long."""
+    from twin.engine.dp_attention import DPReplica
+
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0, 0.002], prompt_len=4, output_len=20)
+    options = {
+        "attention_dp_balance": True,
+        "attention_dp_timeout_iters": 5,
+        "attention_dp_batching_wait_iters": 0,
+    }
+
+    def ttft():
+        _, records = run(
+            path, _pricer(), "llama-3-8b", tp=2, dp_attention=2, scheduler_options=options
+        )
+        return next(r.ttft_s for r in records if r.session_id == 2)
+
+    held = ttft()
+    real = DPReplica._plan
+    calls: list[int] = []
+
+    def plan(self, s, rec, contexts=True):
+        calls.append(1)
+        if len(calls) in (5, 6):  # both ranks of the third iteration: plan again
+            self._retry = True
+            rec.last = IDLE
+            return None
+        return real(self, s, rec, contexts)
+
+    monkeypatch.setattr(DPReplica, "_plan", plan)
+    assert ttft() == pytest.approx(held)
+    assert len(calls) > 6
+
+
 def test_the_trtllm_mode_reads_attention_dp_config():
     from twin.engine.modes import get_mode
 

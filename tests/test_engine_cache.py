@@ -19,6 +19,7 @@ from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
 from twin.engine.config import ArrivalConfig, CacheConfig, ClusterConfig, MemoryConfig
 from twin.errors import TwinError
 from twin.policies import POLICIES, get_policy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.replay import Trace, replay
 from twin.workloads.examples import example_path
@@ -100,7 +101,7 @@ def test_hit_rates_equal_replay_when_requests_never_overlap(apart, model, capaci
 def _split_replay(trace: Trace, model_name: str, capacity: int, policy_name: str) -> float:
     """``twin replay`` with the engine's two insertions per request."""
     model = get_model(model_name)
-    cache = get_policy(policy_name).make_cache(model, capacity)
+    cache = make_cache(get_policy(policy_name), model, capacity)
     requests = cache.request_cache()
     hit_tokens = 0
     for full, n in zip(trace.fulls, trace.prompt_lens, strict=True):
@@ -255,23 +256,25 @@ def test_vanilla_empty_cache_is_the_same(tmp_path, monkeypatch):
         )
         return (out / REQUESTS_FILE).read_bytes(), (out / SUMMARY_FILE).read_bytes()
 
-    real = VanillaPolicy.make_engine_cache
+    import twin.engine.cluster as cluster
+
+    real = cluster.build_structure
     made: list = []
 
-    def spied(self, *args, **kwargs):
-        made.append(real(self, *args, **kwargs))
+    def spied(*args):
+        made.append(real(*args))
         return made[-1]
 
-    def tree(self, model, capacity, host_tier=False):
-        return self.make_cache(model, capacity)
-
+    monkeypatch.setattr(cluster, "build_structure", spied)
     for router in ("session-affinity", "prefix-aware"):
         made.clear()
-        monkeypatch.setattr(VanillaPolicy, "make_engine_cache", spied)
         empty = once(tmp_path / f"empty-{router}", router)
         assert made and all(isinstance(c, EmptyCache) for c in made)
-        monkeypatch.setattr(VanillaPolicy, "make_engine_cache", tree)
-        assert once(tmp_path / f"tree-{router}", router) == empty
+        with monkeypatch.context() as m:  # no stand-in: the radix tree
+            m.setattr(VanillaPolicy, "fast_structure", None)
+            made.clear()
+            assert once(tmp_path / f"tree-{router}", router) == empty
+            assert made and not any(isinstance(c, EmptyCache) for c in made)
 
 
 def test_collector_threshold_raised_during_the_run_only():

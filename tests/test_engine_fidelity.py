@@ -30,6 +30,7 @@ from twin.engine.sglang_batching import SGLangBatching
 from twin.engine.vllm_batching import VLLMBatching
 from twin.errors import TwinError
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.workloads.schema import WorkloadRow
 
@@ -244,7 +245,7 @@ def test_a_preempted_requests_full_blocks_stay_cached_for_its_next_admission(tmp
     """vLLM frees a preempted request's blocks still hashed: 51 tokens (prompt and output so
     far) leave its 3 full 16-token blocks in the block pool."""
     model = get_model("tiny-transformer")
-    cache = get_policy("vllm+", block_size=16).make_cache(model, 10**9)
+    cache = make_cache(get_policy("vllm+", block_size=16), model, 10**9)
     requests = cache.request_cache(None, "write_through")
     full = np.arange(100, dtype=np.int32)
     adm = requests.admit(full[:32], full)

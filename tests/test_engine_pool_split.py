@@ -14,6 +14,7 @@ from test_engine_pool import POOL_EXAMPLES, traces
 from twin.cache.pool import SplitPool
 from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.engine.replica import Replica
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.workloads.schema import WorkloadRow
 
@@ -92,7 +93,7 @@ def test_the_pools_are_sized_as_sglang_sizes_them():
     # bytes: 12 states of 16,128); the KV pool gets what they leave.
     from twin.policies import get_policy
 
-    cache = get_policy("sglang", mamba_full_memory_ratio=0.25).make_cache(HYBRID, 0)
+    cache = make_cache(get_policy("sglang", mamba_full_memory_ratio=0.25), HYBRID, 0)
     pool = SplitPool(1_000_000, cache)
     assert pool.state_size == 12 * CK and pool.size == 1_000_000 - 12 * CK
     assert cache.state_capacity == 12 * CK and cache.kv_capacity == pool.size

@@ -12,6 +12,7 @@ from twin.engine.modes import get_mode, measured_mode
 from twin.engine.modes_sglang import sglang_gpu_defaults
 from twin.errors import TwinError
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.workloads.examples import example_path
 
@@ -188,8 +189,8 @@ def test_extra_buffer_lazy_holds_two_states_a_request():
 def test_int8_checkpoints_halve_a_cached_state_but_not_a_running_slot():
     fields = settings("sglang", {"enable_int8_mamba_checkpoint": "true"})
     assert fields["policy_options"] == {"int8_checkpoint": True}
-    plain = get_policy("sglang").make_cache(HYBRID, 10**10)
-    int8 = get_policy("sglang", **fields["policy_options"]).make_cache(HYBRID, 10**10)
+    plain = make_cache(get_policy("sglang"), HYBRID, 10**10)
+    int8 = make_cache(get_policy("sglang", **fields["policy_options"]), HYBRID, 10**10)
     assert int8.ckpt_bytes == HYBRID.ssm_checkpoint_bytes // 2 == plain.ckpt_bytes // 2
     assert int8.slot_bytes == plain.slot_bytes == HYBRID.ssm_checkpoint_bytes
     # The same mamba pool holds twice the cached states.

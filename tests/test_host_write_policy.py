@@ -16,6 +16,7 @@ from twin.engine.config import MemoryConfig
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.workloads.schema import WorkloadRow
 
@@ -26,8 +27,8 @@ def _tiers(model: str, gpu: float, host: float, policy: str):
     """A GPU cache and a host tier holding about ``gpu`` and ``host`` 63-token sequences."""
     spec = get_model(model)
     one = 64 * spec.kv_bytes_per_token + spec.ssm_checkpoint_bytes
-    cache = get_policy("sglang+").make_cache(spec, int(gpu * one))
-    tier = get_policy("sglang+").make_cache(spec, int(host * one))
+    cache = make_cache(get_policy("sglang+"), spec, int(gpu * one))
+    tier = make_cache(get_policy("sglang+"), spec, int(host * one))
     requests = RequestCache(cache, tier, policy)
     evicted: list[np.ndarray] = []
     hook = cache.on_evict

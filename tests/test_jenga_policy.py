@@ -8,6 +8,7 @@ import pytest
 from twin.cache import RequestCache
 from twin.errors import TwinError
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 
@@ -16,7 +17,7 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def cache_for(policy: str, model: str, capacity: int = 10**12):
-    return get_policy(policy).make_cache(get_model(model), capacity)
+    return make_cache(get_policy(policy), get_model(model), capacity)
 
 
 def test_mamba_hits_land_on_multiples_of_512():

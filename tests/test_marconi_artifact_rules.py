@@ -20,6 +20,7 @@ import pytest
 from marconi_oracle import tree_policy
 
 from twin.cache import serve
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 DATA = Path(__file__).parent / "data" / "marconi_artifact"
@@ -32,7 +33,7 @@ _spec.loader.exec_module(make_hits)
 
 
 def _replay(policy, trace):
-    cache = policy.make_cache(MODEL, trace["capacity_bytes"])
+    cache = make_cache(policy, MODEL, trace["capacity_bytes"])
     hits = []
     for prompt, output in make_hits.expand(trace):
         full = np.array(prompt + output, dtype=np.int32)
@@ -76,7 +77,7 @@ def test_a_pinned_attach_point_still_sets_recencys_maximum():
     more = np.r_[seqs["P"], np.arange(40_000, 40_010)].astype(np.int32)
     kept = {}
     for alpha in (0.0, 0.2, 1.0):
-        cache = tree_policy("marconi", alpha=alpha).make_cache(MODEL, 4 * ck + 2320 * kv + ck // 2)
+        cache = make_cache(tree_policy("marconi", alpha=alpha), MODEL, 4 * ck + 2320 * kv + ck // 2)
         for seq in seqs.values():
             serve(cache, seq[:-1], seq)
         serve(cache, more, np.r_[more, np.arange(50_000, 50_005)].astype(np.int32))

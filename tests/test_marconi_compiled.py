@@ -35,6 +35,7 @@ from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
 from twin.policies.oracle import OraclePolicy
 from twin.policies.reference_score import attn_flops, mamba1_flops, mlp_flops
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.replay import Trace, replay
 
@@ -61,7 +62,7 @@ def _requests(pairs) -> list[tuple[np.ndarray, int]]:
 
 def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None, model=HYBRID):
     if start is None:
-        cache = ORACLE[cls](alpha=alpha).make_cache(model, capacity)
+        cache = make_cache(ORACLE[cls](alpha=alpha), model, capacity)
     else:
         cache = restore(start, model, ORACLE[cls](alpha=alpha))
     assert isinstance(cache, PrefixCache)
@@ -92,7 +93,7 @@ def _same(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None, 
 
 def _snapshot(cls, capacity: int, warm, model=HYBRID) -> CacheSnapshot:
     """A cache after serving ``warm`` at alpha 0 (marconi-twin's window starts from one)."""
-    cache = ORACLE[cls](alpha=0.0).make_cache(model, capacity)
+    cache = make_cache(ORACLE[cls](alpha=0.0), model, capacity)
     protocol = RequestCache(cache)
     for full, n in warm:
         protocol.serve(full[:n], full)
@@ -205,7 +206,7 @@ def test_grid_scores_are_the_python_grids(trace, tokens, states):
     capacity = _capacity(tokens, states)
     grid = ALPHA_GRID[::4]
     for cls, snap in (
-        (MarconiPolicy, MarconiPolicy().make_cache(HYBRID, capacity).snapshot()),
+        (MarconiPolicy, make_cache(MarconiPolicy(), HYBRID, capacity).snapshot()),
         (MarconiTwinPolicy, _snapshot(MarconiTwinPolicy, capacity, window[: len(window) // 3])),
     ):
         for metric in ("reference", "hit-rate", "flops"):

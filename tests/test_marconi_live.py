@@ -27,6 +27,7 @@ from twin.cache import RequestCache, cache_stats
 from twin.policies.compiled.live import LiveCache
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -56,11 +57,11 @@ def _pair(
     """Both caches and their protocols; with ``host`` bytes, each over a host tier of its
     own kind (the policy's own instance, as the engine builds it)."""
     oracle = ORACLE[cls]
-    python = oracle(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, capacity)
+    python = make_cache(oracle(alpha=alpha, bootstrap_multiplier=multiplier), model, capacity)
     live = LiveCache(model, capacity, cls(alpha=alpha, bootstrap_multiplier=multiplier))
     if host is None:
         return python, RequestCache(python), live, live.request_cache()
-    py_host = oracle(alpha=alpha, bootstrap_multiplier=multiplier).make_cache(model, host)
+    py_host = make_cache(oracle(alpha=alpha, bootstrap_multiplier=multiplier), model, host)
     live_host = LiveCache(model, host, cls(alpha=alpha, bootstrap_multiplier=multiplier))
     py_req = RequestCache(python, py_host, write_policy)
     return python, py_req, live, live.request_cache(live_host, write_policy)
@@ -284,12 +285,12 @@ def test_engine_runs_it_for_every_model() -> None:
     """``marconi`` and ``marconi-twin`` get the live cache on an SSM hybrid, a Transformer,
     sliding-window layers or a pure SSM model, whatever the workload's lengths."""
     policy = MarconiPolicy()
-    assert isinstance(policy.make_engine_cache(HYBRID, 10**9), LiveCache)
-    twin = MarconiTwinPolicy().make_engine_cache(HYBRID, 10**9)
+    assert isinstance(make_cache(policy, HYBRID, 10**9, fast=True), LiveCache)
+    twin = make_cache(MarconiTwinPolicy(), HYBRID, 10**9, fast=True)
     assert isinstance(twin, LiveCache) and not twin.reference
-    transformer = policy.make_engine_cache(TRANSFORMER, 10**9)
+    transformer = make_cache(policy, TRANSFORMER, 10**9, fast=True)
     assert isinstance(transformer, LiveCache) and not transformer.has_ssm
-    assert isinstance(policy.make_engine_cache(get_model("tiny-swa"), 10**9), LiveCache)
-    assert isinstance(policy.make_engine_cache(get_model("tiny-ssm"), 10**9), LiveCache)
-    cache = policy.make_engine_cache(HYBRID, 10**9)
+    assert isinstance(make_cache(policy, get_model("tiny-swa"), 10**9, fast=True), LiveCache)
+    assert isinstance(make_cache(policy, get_model("tiny-ssm"), 10**9, fast=True), LiveCache)
+    cache = make_cache(policy, HYBRID, 10**9, fast=True)
     assert cache.request_cache().__class__.__name__ == "LiveRequests"

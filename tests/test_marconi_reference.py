@@ -15,6 +15,7 @@ from marconi_oracle import tree_policy
 import twin.policies.alpha_tuning as tuning
 from twin.cache import serve
 from twin.policies.alpha_tuning import ALPHA_GRID, best_alpha
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -164,7 +165,7 @@ def sessions_trace(seed, n=60):
 @pytest.mark.parametrize("seed", range(4))
 def test_victim_equals_the_reference_score_at_every_step(alpha, seed):
     policy = tree_policy("marconi", alpha=alpha)
-    cache = policy.make_cache(HYBRID, BIG)
+    cache = make_cache(policy, HYBRID, BIG)
     ref = RefCache(HYBRID)
     compared = 0
     for prompt, output in sessions_trace(seed):
@@ -183,7 +184,7 @@ def test_victim_equals_the_reference_score_at_every_step(alpha, seed):
 def test_an_evicting_insert_ticks_the_clock_once_more():
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     policy = tree_policy("marconi", alpha=0.0)
-    cache = policy.make_cache(HYBRID, 40 * kv + 2 * ck)
+    cache = make_cache(policy, HYBRID, 40 * kv + 2 * ck)
     ticks = []
     for i in range(4):
         before, evictions = policy.now, cache.evictions
@@ -195,7 +196,7 @@ def test_an_evicting_insert_ticks_the_clock_once_more():
 
 def test_folding_keeps_the_later_stamp_and_a_hit_stamps_only_its_node():
     policy = tree_policy("marconi", alpha=0.0)
-    cache = policy.make_cache(HYBRID, BIG)
+    cache = make_cache(policy, HYBRID, BIG)
     a = np.arange(0, 10, dtype=np.int32)
     serve(cache, a, np.r_[a, 50].astype(np.int32))  # X = a+50 at 3
     b = np.r_[a, 50, np.arange(60, 70)].astype(np.int32)
@@ -215,7 +216,7 @@ def test_folding_keeps_the_later_stamp_and_a_hit_stamps_only_its_node():
 def test_ties_go_to_the_first_node_in_pre_order():
     """``utility_scores.index(min(...))`` over a pre-order walk, not creation order."""
     policy = tree_policy("marconi", alpha=0.0)
-    cache = policy.make_cache(HYBRID, BIG)
+    cache = make_cache(policy, HYBRID, BIG)
     a, b = np.arange(0, 10, dtype=np.int32), np.arange(100, 110, dtype=np.int32)
     serve(cache, a, np.r_[a, 11].astype(np.int32))  # leaf A
     serve(cache, b, np.r_[b, 12].astype(np.int32))  # leaf B
@@ -234,7 +235,7 @@ def test_ties_go_to_the_first_node_in_pre_order():
 def _bootstrap_run(multiplier, n=160, seed=3):
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     policy = tree_policy("marconi", bootstrap_multiplier=multiplier)
-    cache = policy.make_cache(HYBRID, 300 * kv + 8 * ck)
+    cache = make_cache(policy, HYBRID, 300 * kv + 8 * ck)
     hits, alphas, first_eviction = [], [], None
     for i, (prompt, output) in enumerate(sessions_trace(seed, n)):
         hits.append(serve(cache, prompt, np.r_[prompt, output].astype(np.int32)).length)
@@ -283,7 +284,7 @@ def test_grid_ties_go_to_the_smallest_alpha():
 def test_sglang_refreshes_the_node_a_prompt_diverges_inside():
     """An agent rewrites an old observation: the old branch stays warm (reference v1)."""
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
-    cache = tree_policy("sglang+").make_cache(HYBRID, 60 * kv + 4 * ck)
+    cache = make_cache(tree_policy("sglang+"), HYBRID, 60 * kv + 4 * ck)
     a = np.arange(0, 20, dtype=np.int32)
     serve(cache, a, np.r_[a, 900].astype(np.int32))  # t=0: leaf X = a+900
     b = np.arange(1000, 1015, dtype=np.int32)
@@ -306,7 +307,7 @@ def test_transformer_marconi_at_alpha_zero_is_sglang_even_when_evicting():
     kv = TRANSFORMER.kv_bytes_per_token
     for seed in range(4):
         caches = [
-            tree_policy(p, **o).make_cache(TRANSFORMER, (150 + 40 * seed) * kv)
+            make_cache(tree_policy(p, **o), TRANSFORMER, (150 + 40 * seed) * kv)
             for p, o in (("sglang+", {}), ("marconi", {"alpha": 0.0}))
         ]
         got = [[], []]
@@ -323,7 +324,7 @@ def test_transformer_flop_efficiency_still_favours_long_contexts():
     victims = {}
     for alpha in (0.0, 0.5, 2.0):
         policy = tree_policy("marconi", alpha=alpha)
-        cache = policy.make_cache(TRANSFORMER, BIG)
+        cache = make_cache(policy, TRANSFORMER, BIG)
         long = np.arange(0, 200, dtype=np.int32)
         serve(cache, long[:-1], long)
         short = np.arange(1000, 1002, dtype=np.int32)
@@ -343,7 +344,7 @@ def test_transformer_vllm_evicts_blocks_sglang_whole_nodes():
         ("marconi", {"alpha": 0.0}),
         ("vllm+", {"block_size": 1}),
     ):
-        cache = tree_policy(name, **options).make_cache(TRANSFORMER, 30 * kv)
+        cache = make_cache(tree_policy(name, **options), TRANSFORMER, 30 * kv)
         a = np.arange(0, 20, dtype=np.int32)
         serve(cache, a, np.r_[a, 900].astype(np.int32))  # 21 tokens
         b = np.arange(1000, 1008, dtype=np.int32)

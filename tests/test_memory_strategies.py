@@ -26,6 +26,7 @@ from twin.engine.seq import Seq
 from twin.engine.sim import Environment
 from twin.errors import TwinError
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.workloads.examples import example_path
 from twin.workloads.reader import Request
@@ -82,7 +83,7 @@ def _seq(tokens: int, env: Environment, memory) -> Seq:
 
 def test_dedicated_memory_reserves_whole_footprints_and_never_preempts():
     model = get_model("tiny-hybrid")
-    cache = get_policy("vanilla").make_cache(model, 10**6)
+    cache = make_cache(get_policy("vanilla"), model, 10**6)
     one = 100 * model.kv_bytes_per_token + model.ssm_checkpoint_bytes
     memory = get_memory("dedicated", MemorySetup(model, cache, budget=2.5 * one))
     env = Environment()

@@ -17,6 +17,7 @@ from twin.policies.admissions import (
     PageAligned,
     WholePrompt,
 )
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -29,7 +30,7 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def hits(policy: str, model, pairs, capacity: int = BIG, **options) -> list[int]:
-    cache = tree_policy(policy, **options_for(policy, options)).make_cache(model, capacity)
+    cache = make_cache(tree_policy(policy, **options_for(policy, options)), model, capacity)
     out = []
     for prompt, output in pairs:
         full = np.r_[prompt, output].astype(np.int32)
@@ -106,7 +107,7 @@ def test_transformer_judicious_equals_vllm_block_one():
 
 @pytest.mark.parametrize("model", [HYBRID, TRANSFORMER])
 def test_vanilla_caches_nothing(model):
-    cache = get_policy("vanilla").make_cache(model, BIG)
+    cache = make_cache(get_policy("vanilla"), model, BIG)
     for prompt, output in random_trace(1):
         assert serve(cache, prompt, np.r_[prompt, output]).length == 0
     assert cache.used_bytes == 0
@@ -114,7 +115,7 @@ def test_vanilla_caches_nothing(model):
 
 def _two_leaves(alpha: float):
     """An old, long (FLOP-efficient) leaf and a recent, short one."""
-    cache = tree_policy("marconi-twin", alpha=alpha).make_cache(HYBRID, BIG)
+    cache = make_cache(tree_policy("marconi-twin", alpha=alpha), HYBRID, BIG)
     cache.set_clock(0)
     cache.insert(seq(0, 200), [200])
     cache.set_clock(10)
@@ -141,7 +142,7 @@ def test_marconi_refreshes_only_the_node_used_sglang_the_whole_path():
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     kept = {}
     for policy in ("sglang+", "marconi"):
-        cache = tree_policy(policy).make_cache(HYBRID, 24 * kv + 3 * ck)
+        cache = make_cache(tree_policy(policy), HYBRID, 24 * kv + 3 * ck)
         turn1 = np.r_[seq(0, 6), seq(50, 2)]
         serve(cache, seq(0, 6), turn1)  # t=0: turn 1 (state X after it)
         serve(cache, seq(300, 4), np.r_[seq(300, 4), seq(60, 2)])  # t=1: another leaf Z
@@ -161,7 +162,7 @@ def test_marconi_twin_bootstrap_sets_alpha_after_the_window():
     kv, ck = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
     capacity = 150 * kv + 6 * ck
     policy = tree_policy("marconi-twin", bootstrap_multiplier=2)
-    cache = policy.make_cache(HYBRID, capacity)
+    cache = make_cache(policy, HYBRID, capacity)
     got = []
     alphas = []
     for prompt, output in pairs:
@@ -185,7 +186,7 @@ def test_marconi_twin_bootstrap_grid_is_the_same_with_a_process_pool():
     stats = []
     for jobs in (1, 2):
         policy = get_policy("marconi-twin", bootstrap_multiplier=1, jobs=jobs)
-        protocol = policy.make_cache(HYBRID, 150 * kv + 6 * ck).request_cache()
+        protocol = make_cache(policy, HYBRID, 150 * kv + 6 * ck).request_cache()
         for prompt, output in pairs:
             protocol.serve(prompt, np.r_[prompt, output].astype(np.int32))
         stats.append(policy.stats())
@@ -266,8 +267,8 @@ def test_lazy_path_refresh_equals_stamping_the_whole_path(model):
     for seed in range(6):
         pairs = random_trace(seed, n=120)
         capacity = (60 + 30 * seed) * kv + (2 + seed) * ck
-        lazy = get_policy("sglang+").make_cache(model, capacity)
-        brute = _PathRefreshLRU().make_cache(model, capacity)
+        lazy = make_cache(get_policy("sglang+"), model, capacity)
+        brute = make_cache(_PathRefreshLRU(), model, capacity)
         for prompt, output in pairs:
             full = np.r_[prompt, output].astype(np.int32)
             assert serve(lazy, prompt, full).length == serve(brute, prompt, full).length
@@ -298,8 +299,8 @@ def test_vectorised_marconi_twin_victim_equals_a_full_scan(alpha):
     for seed in range(4):
         pairs = random_trace(seed + 10, n=120)
         capacity = (80 + 20 * seed) * kv + (3 + seed) * ck
-        fast = tree_policy("marconi-twin", alpha=alpha).make_cache(HYBRID, capacity)
-        slow = _ScanMarconi(alpha=alpha).make_cache(HYBRID, capacity)
+        fast = make_cache(tree_policy("marconi-twin", alpha=alpha), HYBRID, capacity)
+        slow = make_cache(_ScanMarconi(alpha=alpha), HYBRID, capacity)
         for prompt, output in pairs:
             full = np.r_[prompt, output].astype(np.int32)
             assert serve(fast, prompt, full).length == serve(slow, prompt, full).length

@@ -9,6 +9,7 @@ from marconi_oracle import tree_policy
 
 from twin.cache import PrefixCache, serve
 from twin.cache.sparse_blocks import SparseBlockCache
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.replay import Trace, replay
 
@@ -82,7 +83,7 @@ def test_invariants_hold_after_every_request(trace, model_i, policy_i, tokens_ca
     model = MODELS[model_i]
     name, options = POLICIES[policy_i]
     capacity = tokens_cap * model.kv_bytes_per_token + states_cap * model.ssm_checkpoint_bytes
-    cache = tree_policy(name, **options).make_cache(model, capacity)
+    cache = make_cache(tree_policy(name, **options), model, capacity)
     seen: list[np.ndarray] = []
     for prompt, output in trace:
         full = np.r_[prompt, output]

@@ -23,6 +23,7 @@ from twin.engine.cost import CostModelPricer
 from twin.errors import TwinError
 from twin.hardware import get_gpu
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.replay import Trace, replay
 from twin.workloads.generators import get_generator
@@ -47,7 +48,7 @@ def mods(*parts: tuple[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 def store(model: str = "tiny-transformer", capacity: int = 10**9, storage: str = "gpu"):
     policy = get_policy("prompt-cache", storage=storage)
-    return policy.make_cache(get_model(model), capacity)
+    return make_cache(policy, get_model(model), capacity)
 
 
 def serve(cache, prompt, modules):
@@ -73,7 +74,7 @@ def test_modules_are_reused_at_shifted_positions_and_the_question_is_computed():
 def test_a_prefix_cache_would_miss_the_reordered_prompt():
     # The contrast that motivates modules: sglang+ reuses only a shared prefix.
     policy = get_policy("sglang+")
-    cache = policy.make_cache(get_model("tiny-transformer"), 10**9)
+    cache = make_cache(policy, get_model("tiny-transformer"), 10**9)
     p1, _ = mods((1, A), (2, B))
     p2, _ = mods((2, B), (1, A))
     serve(cache, p1, None)

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from twin.costmodel import CostModel  # noqa: E402
 from twin.costmodel.profile_store import load_profile  # noqa: E402
 from twin.errors import TwinError  # noqa: E402
+from twin.policies.structures import make_cache  # noqa: E402
 from twin.presets import get_model  # noqa: E402
 from twin.reference.executor import ExecutorConfig, ReferenceExecutor  # noqa: E402
 from twin.reference.model import HybridLM, SeqState, layer_plan  # noqa: E402
@@ -163,7 +164,7 @@ def test_hits_equal_the_twin_replay_in_the_same_order() -> None:
     ex = _executor("tiny-hybrid", "marconi", cap)
     from twin.policies import get_policy
 
-    twin_cache = get_policy("marconi").make_cache(spec, cap).request_cache()  # compiled
+    twin_cache = make_cache(get_policy("marconi"), spec, cap).request_cache()  # compiled
     rng = np.random.default_rng(5)
     system = rng.integers(0, 500, 50).astype(np.int32)
     prev = system

@@ -14,6 +14,7 @@ from twin.cache import serve
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 TRANSFORMER = get_model("tiny-transformer")
@@ -44,8 +45,8 @@ EXPECTED_VICTIM = {
 
 @pytest.mark.parametrize("eviction", sorted(EXPECTED_VICTIM))
 def test_each_eviction_order_picks_the_hand_worked_victim(eviction):
-    cache = get_policy("sglang+", eviction=eviction).make_cache(
-        TRANSFORMER, 30 * TRANSFORMER.kv_bytes_per_token
+    cache = make_cache(
+        get_policy("sglang+", eviction=eviction), TRANSFORMER, 30 * TRANSFORMER.kv_bytes_per_token
     )
     for prompt in (A, B, B, C, A, D):
         serve(cache, prompt, prompt)
@@ -71,8 +72,8 @@ SECOND_VICTIM = {
 
 @pytest.mark.parametrize("eviction", sorted(SECOND_VICTIM))
 def test_a_second_trace_separates_the_orders_the_first_pairs(eviction):
-    cache = get_policy("sglang+", eviction=eviction).make_cache(
-        TRANSFORMER, 30 * TRANSFORMER.kv_bytes_per_token
+    cache = make_cache(
+        get_policy("sglang+", eviction=eviction), TRANSFORMER, 30 * TRANSFORMER.kv_bytes_per_token
     )
     for prompt in SECOND_TRACE:
         serve(cache, prompt, prompt)
@@ -86,7 +87,7 @@ def test_a_second_trace_separates_the_orders_the_first_pairs(eviction):
 def test_lru_is_todays_sglang_plus():
     default, lru = get_policy("sglang+"), get_policy("sglang+", eviction="lru")
     caches = [
-        p.make_cache(TRANSFORMER, 30 * TRANSFORMER.kv_bytes_per_token) for p in (default, lru)
+        make_cache(p, TRANSFORMER, 30 * TRANSFORMER.kv_bytes_per_token) for p in (default, lru)
     ]
     for prompt in (A, B, B, C, A, D, B, C):
         assert serve(caches[0], prompt, prompt).length == serve(caches[1], prompt, prompt).length

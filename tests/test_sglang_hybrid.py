@@ -22,6 +22,7 @@ from twin.cache.hybrid_radix import HybridRadixCache
 from twin.cli import app
 from twin.policies import get_policy
 from twin.policies.eviction_orders import SGLANG_ORDERS
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
@@ -39,7 +40,7 @@ X, Y = np.r_[S, toks(0, 50)], np.r_[S, toks(100, 50)]  # two requests behind it
 
 
 def sglang_cache(capacity: int, ratio: float = 1.0) -> HybridRadixCache:
-    cache = get_policy("sglang", mamba_full_memory_ratio=ratio).make_cache(HYBRID, capacity)
+    cache = make_cache(get_policy("sglang", mamba_full_memory_ratio=ratio), HYBRID, capacity)
     assert isinstance(cache, HybridRadixCache)
     return cache
 
@@ -115,7 +116,7 @@ def test_evicting_the_last_leaves_deletes_a_tombstone_left_as_a_leaf():
 
 def test_page_size_keeps_states_on_whole_pages():
     policy = get_policy("sglang", page_size=16)
-    cache = policy.make_cache(HYBRID, 10**9)
+    cache = make_cache(policy, HYBRID, 10**9)
     p = toks(0, 40)
     serve(cache, p, p)
     assert cache.peek(p) == 32 and cache.peek(p[:20]) == 16 * 0  # 20 ends before the state

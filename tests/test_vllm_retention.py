@@ -24,6 +24,7 @@ from twin.engine.modes import get_mode
 from twin.engine.modes_vllm import largest_state_page, vllm_block_size
 from twin.errors import TwinError
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.policies.vllm_plus import VLLMPlusPolicy
 from twin.presets import get_model
 from twin.workloads.examples import example_path
@@ -38,8 +39,8 @@ def seq(start: int, n: int) -> np.ndarray:
 
 
 def sparse(retention: int = 0, capacity: int = 10**12) -> tuple[SparseBlockCache, RequestCache]:
-    cache = get_policy("vllm+", block_size=4, retention_interval=retention).make_cache(
-        HYBRID, capacity
+    cache = make_cache(
+        get_policy("vllm+", block_size=4, retention_interval=retention), HYBRID, capacity
     )
     assert isinstance(cache, SparseBlockCache)
     return cache, RequestCache(cache)
@@ -121,14 +122,14 @@ def test_an_interval_of_one_block_is_every_block_as_vllm_masks_it():
     # MambaManager.reachable_block_mask: an interval of at most one block caches densely.
     assert not VLLMPlusPolicy(4, 4).sparse and VLLMPlusPolicy(4, 8).sparse
     assert VLLMPlusPolicy(4, 0).sparse and not VLLMPlusPolicy(4, None).sparse
-    cache = VLLMPlusPolicy(4, 4).make_cache(HYBRID, 10**9)
+    cache = make_cache(VLLMPlusPolicy(4, 4), HYBRID, 10**9)
     assert type(cache) is BlockCache
     with pytest.raises(TwinError, match="multiple of the block size"):
         VLLMPlusPolicy(4, 6)
 
 
 def test_a_transformer_keeps_the_dense_pool():
-    cache = VLLMPlusPolicy(4, 0).make_cache(get_model("tiny-transformer"), 10**9)
+    cache = make_cache(VLLMPlusPolicy(4, 0), get_model("tiny-transformer"), 10**9)
     assert type(cache) is BlockCache
 
 
@@ -173,7 +174,7 @@ def test_a_state_on_every_block_is_the_dense_pool(trace, tokens_cap, states_cap)
             end = len(full) // 3 * 3
             return list(range(3, end + 1, 3))
 
-    dense = get_policy("vllm+", block_size=3).make_cache(HYBRID, capacity)
+    dense = make_cache(get_policy("vllm+", block_size=3), HYBRID, capacity)
     every = SparseBlockCache(HYBRID, capacity, EveryBlock(3, 0), 3)
     for prompt, output in trace:
         full = np.r_[prompt, output]

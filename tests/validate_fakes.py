@@ -14,6 +14,7 @@ from typing import Any
 from twin.costmodel.profile_store import load_profile
 from twin.engine.cost import make_pricer
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.workloads.reader import Workload
 
 
@@ -52,7 +53,7 @@ def fake_reference(workload: Workload, model: Any, config: FakeConfig, progress=
     pricer = make_pricer(model, load_profile("cpu"), 1)
     copy_s = pricer.checkpoint_copy_time()
     policy = get_policy(config.policy, **config.policy_options)
-    cache = policy.make_cache(model, config.cache_bytes)
+    cache = make_cache(policy, model, config.cache_bytes)
     requests = cache.request_cache()
     records, free_at = [], 0.0
     for i, req in enumerate(workload.requests()):

@@ -25,6 +25,7 @@ from twin.cache.kinds import KindBytes
 from twin.model import ModelSpec
 from twin.policies import get_policy, policy_class
 from twin.policies.grid import map_alphas
+from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.workloads.reader import Workload
 
@@ -154,8 +155,8 @@ def _run(
 ) -> ReplayResult:
     start = time.perf_counter()
     policy = get_policy(policy_name, **options)
-    # The engine's cache, the policy's fastest exact one (``marconi``: compiled).
-    cache = policy.make_engine_cache(model, capacity)
+    # The engine's cache, the policy's fastest exact one (``vanilla``: the empty cache).
+    cache = make_cache(policy, model, capacity, fast=True)
     protocol = cache.request_cache()
     served = []
     for full, n, mods in _requests(trace):

@@ -65,7 +65,7 @@ class EmptyCache:
         self, host: HostCache | None = None, write_policy: str = "write_through"
     ) -> NothingCached:
         """The request protocol (``HeldCache.request_cache``); never over a host tier
-        (``vanilla`` runs on the radix tree there: ``VanillaPolicy.make_engine_cache``)."""
+        (``vanilla`` runs on the radix tree there: ``policies.structures.choose_structure``)."""
         assert host is None, "an empty cache has no host tier"
         return NothingCached()
 

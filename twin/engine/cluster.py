@@ -49,6 +49,7 @@ from twin.parallel import (
 )
 from twin.policies import get_policy
 from twin.policies.compiled.live import LiveCache
+from twin.policies.structures import build_structure, choose_structure, make_cache
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
 
@@ -277,9 +278,10 @@ class Cluster:
         shared = self._shared_tier(i)
         policy = get_policy(policy_name, **options)
         # Dedicated or in the shared pool, over a host tier (its own or a store the replicas
-        # share) or not: the policy's fastest exact cache.
+        # share) or not: the policy's fastest exact cache (a tier calls the structure).
         tiered = bool(host_bytes) or shared is not None
-        cache = policy.make_engine_cache(model, capacity, host_tier=tiered)
+        structure = choose_structure(policy, model, fast=not tiered)
+        cache = build_structure(structure, model, capacity, policy)
         if host_bytes and m.host_write_policy == "write_back":
             _check_write_back(policy_name, cache)
         spec = config.mode.speculative or {}
@@ -293,13 +295,11 @@ class Cluster:
             verify_states=int(spec.get("verify_states", 0)),
             max_running=config.scheduling.max_running,
         )
-        memory = get_memory(memory_mode(m.shared_pool, cache), setup)
+        memory = get_memory(memory_mode(m.shared_pool, structure), setup)
         # The host tier runs its own instance of the policy (a policy decides per tier).
         host = (
             HOST_TIERS[m.host_write_policy](
-                get_policy(policy_name, **options).make_engine_cache(
-                    model, host_bytes, host_tier=True
-                ),
+                make_cache(get_policy(policy_name, **options), model, host_bytes),
                 pricer,
                 m.host_write_policy,
             )

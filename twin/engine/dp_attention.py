@@ -354,8 +354,17 @@ class ADPBalance:
 
     The hold count goes up in iterations where no rank has a context too, so under a
     steady trickle of arrivals it is a clock: a new request that lands alone waits for
-    the next tick, every ``timeout_iters`` iterations. A rank with no request at all
-    counts as one with a generation request: the executor pads it with a dummy one
+    the next tick, every ``timeout_iters`` iterations. It goes up once an executor
+    iteration: ``_executor_loop`` calls ``_prepare_and_schedule_batch`` once, whose
+    ``_schedule`` calls the balance once, after ``schedule_request``'s capacity
+    scheduler has made its preemptions. A re-plan of the twin's loop after a rank
+    preempted all it ran is the same iteration, so the loop takes that pass's tick back
+    (:meth:`take_back`). While every queue's head waits for memory the executor spins
+    (``executor_request_queue.py`` ``_fetch_new_requests`` blocks only when no rank has
+    an active request), a tick each spin; a waiting rank has no generation request, so
+    each leaves the hold count at 0 and the batching count as it was, as the loop's one
+    tick before it waits does. A rank with no request at all counts as one with a
+    generation request: the executor pads it with a dummy one
     (``_pad_attention_dp_dummy_request``). The counts are of executor iterations: with
     speculative decoding the twin's token step is ``1 / tau`` of one (``iteration``).
     ``AttentionDpConfig`` defaults (``tensorrt_llm/llmapi/llm_args.py``): balance off,
@@ -369,10 +378,12 @@ class ADPBalance:
         self.max_batch, self.iteration = max_batch_size, iteration
         self.waited = 0.0  # adp_ctx_waiting_iters_count
         self.batched = 0.0  # adp_ctx_batching_wait_iters_count
+        self._before = (0.0, 0.0)  # the counts before the last tick (take_back)
 
     def contexts_run(self, contexts: Sequence[bool], generating: Sequence[int]) -> bool:
         """Whether this iteration's scheduled contexts run, given which ranks have one
         and how many generation requests each runs (updates the counts)."""
+        self._before = (self.waited, self.batched)
         all_gen = all(g > 0 for g in generating)
         if all(contexts) and all(g < self.max_batch for g in generating):
             self.waited = 0.0
@@ -387,6 +398,10 @@ class ADPBalance:
             self.waited = 0.0
             return True
         return False
+
+    def take_back(self) -> None:
+        """Undo the last :meth:`contexts_run`'s counts: its iteration is planned again."""
+        self.waited, self.batched = self._before
 
 
 def adp_balance(config: EngineConfig, pricer: SyncPricer) -> ADPBalance | None:
@@ -557,10 +572,13 @@ class DPReplica(PartsClock):
                 self._plan(s, rec, contexts) for s, rec in zip(scheds, self.recorders, strict=True)
             ]
             if all(p is None for p in plans):
-                if not self._retry:  # every queue's head waits for memory: a submission
-                    self._wake = env.event()
-                    yield self._wake
-                continue  # else a rank preempted to make room: plan again
+                if self._retry:  # a rank preempted to make room: this iteration, again
+                    if self.balance is not None:
+                        self.balance.take_back()  # one tick an iteration (ADPBalance)
+                    continue
+                self._wake = env.event()  # every queue's head waits for memory: a submission
+                yield self._wake
+                continue
             steps = [
                 rec.last if p is not None else IDLE
                 for p, rec in zip(plans, self.recorders, strict=True)

@@ -38,6 +38,7 @@ from twin.engine.speculative import sglang_verify_reserve
 from twin.errors import TwinError
 from twin.memory.footprint import KvFootprint, get_kv_allocator
 from twin.model import ModelSpec
+from twin.policies.structures import SPLIT_POOLS_STRUCTURE
 
 UNBOUNDED = 1 << 62  # tokens of room where a token takes no pool bytes
 
@@ -335,12 +336,12 @@ MEMORY_STRATEGIES: dict[str, type[MemoryStrategy]] = {
 }
 
 
-def memory_mode(shared_pool: bool, cache: HeldCache) -> str:
+def memory_mode(shared_pool: bool, structure: str) -> str:
     """A replica's strategy: ``--cache-gb G`` dedicated; ``auto`` one shared pool, or
-    SGLang's split pools where the structure is its hybrid radix cache."""
+    SGLang's split pools where the structure (its name) is its hybrid radix cache."""
     if not shared_pool:
         return DedicatedMemory.name
-    split = isinstance(cache, HybridRadixCache)
+    split = structure == SPLIT_POOLS_STRUCTURE
     return SplitPoolsMemory.name if split else SharedPoolMemory.name
 
 

@@ -2,8 +2,9 @@
 
 Add a policy by subclassing :class:`policies.base.Policy` (a radix tree's:
 :class:`policies.base.RadixPolicy`) in its own module and listing it in ``POLICIES``;
-its admission is a rule of :mod:`policies.admissions` and a leaf policy's eviction
-order a function of :mod:`policies.eviction_orders`, each by name.
+its admission is a rule of :mod:`policies.admissions`, a leaf policy's eviction
+order a function of :mod:`policies.eviction_orders` and the structures it runs on
+names of :mod:`policies.structures` (which chooses one and builds it), each by name.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The policy interface: a structure, an admission rule, an eviction order, a tuner.
 
-A policy is bound to one cache (:meth:`Policy.bind`), the structure it makes
-(:meth:`Policy.make_cache`, by the model's layer kinds); it admits by a rule of
+A policy is bound to one cache (:meth:`Policy.bind`), the structure it runs on: it
+declares which as data (``structure``, ``recurrent_structure``, ``fast_structure``), and
+:func:`twin.policies.structures.choose_structure` chooses one by the model's layer kinds
+and the cache's holder and builds it; it admits by a rule of
 :mod:`twin.policies.admissions`, evicts in an order of
 :mod:`twin.policies.eviction_orders` (or by Marconi's compiled score) and keeps its
 own state (candidate heaps, hit counts, stamps) beside the structure, current through
@@ -15,13 +17,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from twin.cache import HeldCache, Node, PrefixCache
-from twin.model import ModelSpec
 from twin.policies.admissions import Admits, Rule
 
 
 class Policy:
     """Base class: what every policy is to its callers (the registry's, the engine's, a
-    replay's): a name and options, the structure it runs on, admission, its stats.
+    replay's): a name and options, the structures it runs on, admission, its stats.
     Subclasses fill in the rules; a radix tree's policy is a :class:`RadixPolicy`."""
 
     name: ClassVar[str] = ""
@@ -33,6 +34,13 @@ class Policy:
     # alpha of ``alpha_grid``, the best kept); it cannot serve requests online.
     hindsight: ClassVar[bool] = False
     alpha_grid: ClassVar[tuple[float, ...]] = ()
+    # The structures it runs on, names of ``twin.policies.structures.STRUCTURES``
+    # (``choose_structure`` picks one): on a model of attention layers alone; on one
+    # with recurrent layers (``None``: the same); and one with the same answers and
+    # less work where the holder calls nothing of the structure itself (``None``: none).
+    structure: str
+    recurrent_structure: str | None = None
+    fast_structure: str | None = None
 
     # The cache this policy serves, set once by :meth:`bind` (a subclass names its kind).
     cache: HeldCache
@@ -41,24 +49,6 @@ class Policy:
         pass
 
     # ----- lifecycle ----------------------------------------------------------
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> HeldCache:
-        """The cache structure this policy runs on (bound to it)."""
-        raise NotImplementedError
-
-    def make_engine_cache(
-        self,
-        model: ModelSpec,
-        capacity_bytes: int,
-        host_tier: bool = False,
-    ) -> HeldCache:
-        """The cache the engine runs this policy on (dedicated or in a shared pool, which
-        sets its capacity and calls ``shrink_to``): :meth:`make_cache`, unless a policy
-        has a faster one with the same results (``vanilla``: an empty cache).
-        ``host_tier``: a host tier's
-        cache, or one over a host tier (``twin.cache.requests``: its write-back hook,
-        the host's lookups and inserts)."""
-        return self.make_cache(model, capacity_bytes)
-
     def bind(self, cache: HeldCache) -> None:
         """Called once by the cache that this policy serves."""
         self.cache = cache
@@ -89,9 +79,7 @@ class RadixPolicy(RulePolicy):
     choosing a victim never scans the tree. Caches nothing special, evicts nothing."""
 
     cache: PrefixCache
-
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> PrefixCache:
-        return PrefixCache(model, capacity_bytes, self)
+    structure = "radix"
 
     def on_hit(self, node: Node) -> None:
         """A lookup hit ``node``: refresh it (what else is refreshed is the policy's rule)."""

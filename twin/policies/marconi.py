@@ -2,7 +2,7 @@
 
 Admission (sec. 4.1) is the judicious rule (:mod:`policies.admissions`); eviction is
 the reference code's score (:mod:`policies.reference_score`); both run compiled,
-on the cache this policy makes (:mod:`policies.compiled.live`). Alpha follows
+on the cache this policy runs on (:mod:`policies.compiled.live`). Alpha follows
 the reference code's retrospective tuning (github.com/ruipeterpan/marconi),
 :class:`ReferenceBootstrap`, the tuner this policy is given:
 
@@ -94,7 +94,8 @@ class MarconiPolicy(Policy):
     OPTIONS: ClassVar[tuple[str, ...]] = ("alpha", "bootstrap_multiplier", "jobs")
     rules: ClassVar[str] = "reference"  # the compiled score: the authors' (or ``twin``)
     tuner_cls: ClassVar[type[AlphaTuner]] = ReferenceBootstrap  # how alpha is tuned
-    cache: LiveCache  # bound by the live cache it makes
+    cache: LiveCache  # bound by the live cache it runs on (every memory mode, replays)
+    structure = "compiled-radix"
     tuner: AlphaTuner
 
     def __init__(
@@ -110,11 +111,6 @@ class MarconiPolicy(Policy):
     @property
     def alpha(self) -> float:
         return self.tuner.alpha
-
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> LiveCache:
-        """The compiled live cache (:mod:`policies.compiled.live`): in every memory mode,
-        over a host tier or as one, and in replays."""
-        return LiveCache(model, capacity_bytes, self)
 
     def on_request(self, prompt: np.ndarray, full: np.ndarray) -> None:
         super().on_request(prompt, full)

@@ -18,7 +18,6 @@ from typing import Any
 
 from twin.cache.module_cache import STORAGES, Module, ModuleCache
 from twin.errors import TwinError
-from twin.model import ModelSpec
 from twin.policies.admissions import admission_rule
 from twin.policies.base import RulePolicy
 
@@ -34,6 +33,7 @@ class PromptCachePolicy(RulePolicy):
     OPTIONS = ("storage",)
 
     cache: ModuleCache
+    structure = "modules"
     admission = admission_rule("whole-prompt")
 
     def __init__(self, storage: str = "gpu") -> None:
@@ -43,9 +43,6 @@ class PromptCachePolicy(RulePolicy):
                 f"prompt-cache: storage must be one of {', '.join(STORAGES)} (got {storage!r})"
             )
         self.storage = storage
-
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> ModuleCache:
-        return ModuleCache(model, capacity_bytes, self, self.storage)
 
     def choose_victim(self) -> Module | None:
         store: ModuleCache = self.cache

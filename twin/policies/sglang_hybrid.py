@@ -27,12 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from twin.cache import Node, PrefixCache
+from twin.cache import HeldCache, Node
 from twin.cache.hybrid_radix import MAMBA_FULL_MEMORY_RATIO, HybridRadixCache
 from twin.cache.leaf_heap import LeafHeap
 from twin.cache.radix import Match
 from twin.errors import TwinError
-from twin.model import ModelSpec
 from twin.policies.admissions import admission_rule
 from twin.policies.sglang_plus import SGLangPlusPolicy
 
@@ -71,13 +70,11 @@ class SGLangPolicy(SGLangPlusPolicy):
         self._full: LeafHeap[Node] = LeafHeap()  # leaves by (stamp, nid)
         self._states: LeafHeap[Node] = LeafHeap()  # nodes holding a state, by (stamp, nid)
 
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> PrefixCache:
-        if not model.n_ssm_layers:
-            return super().make_cache(model, capacity_bytes)
-        self.hybrid = True
-        return HybridRadixCache(
-            model, capacity_bytes, self, self.ratio, int8_checkpoint=self.int8_checkpoint
-        )
+    recurrent_structure = "hybrid-radix"  # MambaRadixCache; RadixCache for Transformers
+
+    def bind(self, cache: HeldCache) -> None:
+        super().bind(cache)
+        self.hybrid = isinstance(cache, HybridRadixCache)
 
     # ----- recency (hybrid) ----------------------------------------------------
     def _stamp_path(self, node: Node | None) -> None:

@@ -20,9 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from twin.cache import BlockCache
-from twin.cache.sparse_blocks import SparseBlockCache
 from twin.errors import TwinError
-from twin.model import ModelSpec
 from twin.policies.admissions import admission_rule
 from twin.policies.base import RulePolicy
 
@@ -31,6 +29,7 @@ class VLLMPlusPolicy(RulePolicy):
     """Checkpoint every block (or vLLM's retained ones); LRU over leaf blocks."""
 
     cache: BlockCache
+    structure = "blocks"
 
     name = "vllm+"
     description = "a checkpoint + KV for every block of block_size tokens, LRU over leaf blocks"
@@ -56,14 +55,11 @@ class VLLMPlusPolicy(RulePolicy):
         # MambaManager.reachable_block_mask returns None (every block) for None and
         # for an interval of at most one block; 0 and longer intervals are sparse.
         self.sparse = retention_interval == 0 or (retention_interval or 0) // block_size > 1
+        if self.sparse:
+            self.recurrent_structure = "sparse-blocks"
         self.admission = admission_rule(
             "every-block", block_size=block_size, retention_interval=retention_interval
         )
-
-    def make_cache(self, model: ModelSpec, capacity_bytes: int) -> BlockCache:
-        if self.sparse and model.n_ssm_layers:
-            return SparseBlockCache(model, capacity_bytes, self, self.block_size)
-        return BlockCache(model, capacity_bytes, self, self.block_size)
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"block_size": self.block_size}

@@ -44,11 +44,15 @@ from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.policies import get_policy
 from twin.policies.compiled.live import LiveCache
+from twin.policies.structures import build_structure, choose_structure
 from twin.reference.fits import EXECUTOR_DTYPE, check_fits, free_memory
 from twin.reference.model import KV_PLAN, HybridLM, Prefill, SeqState
 from twin.reference.ops import synchronize
 from twin.reference.store import Pending, TensorStore
 from twin.workloads.reader import Request, Workload
+
+# The structures whose nodes the tensor store follows (twin.policies.structures).
+MIRRORED = ("radix", "compiled-radix")
 
 
 @dataclass(frozen=True)
@@ -147,9 +151,12 @@ class ReferenceExecutor:
         # The policy's own cache: the radix tree, or (``marconi``, ``marconi-twin``) the
         # compiled live cache; the store follows either's nodes.
         self.policy = get_policy(config.policy, **config.policy_options)
-        cache = self.policy.make_cache(model, config.cache_bytes)
-        # The plain radix tree (not a subclass of it: another structure) or the live cache.
-        if isinstance(cache, PrefixCache | LiveCache) and type(cache) in (PrefixCache, LiveCache):
+        # The plain radix tree or the live cache (the structure itself: the store follows
+        # its nodes, so no fast stand-in).
+        structure = choose_structure(self.policy, model)
+        if structure in MIRRORED:
+            cache = build_structure(structure, model, config.cache_bytes, self.policy)
+            assert isinstance(cache, PrefixCache | LiveCache), structure
             self.cache: PrefixCache | LiveCache = cache
         else:
             raise TwinError(

@@ -27,6 +27,7 @@ from twin.engine.sim import Event
 from twin.metrics import RequestRecord
 from twin.model import ModelSpec
 from twin.policies import get_policy
+from twin.policies.structures import make_cache
 from twin.workloads.reader import Request, Workload
 
 
@@ -123,7 +124,7 @@ class DisaggCluster(Cluster):
         if self.shared_tier is None:
             policy = get_policy(config.cache.policy, **config.cache.policy_options)
             store = config.disagg.shared_kv_tier_bytes
-            cache = policy.make_engine_cache(self.model, store, host_tier=True)
+            cache = make_cache(policy, self.model, store)  # a tier: the structure itself
             self.shared_tier = SharedKvTier(cache, self.model, config.cluster.tp)
         return self.shared_tier
 
