@@ -848,6 +848,39 @@ def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -
     assert {len(t) for t in exact.column("input_tokens").to_pylist()} == {64}
 
 
+def test_the_kimi_gap_analysis_rows_are_inferencemax_runs() -> None:
+    """``kimi-k2.5-gap-analysis.csv`` rows run InferenceMAX's client and vLLM limits
+    (8,192 tokens, 512 sequences), not aiconfigurator's generated ``c + isl + 1500``; in
+    the package's CSV each of them equals an InferenceMAX row to its two decimals at the
+    same lengths, clients, system, release and layout (the evidence for the rule)."""
+    from dataclasses import replace
+
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    gap = replace(base, source="source_file=kimi-k2.5-gap-analysis.csv; silicon_concurrency=2")
+    assert sil.harness_of(gap) is sil.INFERENCEMAX
+    assert sil.deployment(gap, "vllm") == {
+        "sets": {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}
+    }
+    pytest.importorskip("aiconfigurator_core")
+    rows = sil.read_rows()
+    gaps = [r for r in rows if "kimi-k2.5-gap-analysis.csv" in r.source]
+    assert len(gaps) == 47
+
+    def run(r: sil.SiliconRow) -> tuple[object, ...]:
+        layout = (r.tp, r.moe_tp, r.moe_ep, r.attention_dp)
+        return (r.isl, r.osl, r.concurrency, r.system, r.backend_version, layout)
+
+    imax = {
+        (run(r), round(r.ttft_ms, 2), round(r.tpot_ms, 2))
+        for r in rows
+        if r.ttft_ms is not None
+        and r.tpot_ms is not None
+        and "gap-analysis" not in r.source
+        and sil.harness_of(r) is sil.INFERENCEMAX
+    }
+    assert all((run(r), r.ttft_ms, r.tpot_ms) in imax for r in gaps)
+
+
 def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> None:
     """Four clients send 1,024-token prompts at once to TensorRT-LLM: under the engine's
     default 8,192 tokens the four contexts run in one iteration (one first-token time);

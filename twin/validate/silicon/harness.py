@@ -59,8 +59,21 @@ INFERENCEMAX = Harness("InferenceMAX benchmark_serving", 10, 2, 0.8)
 # 2026-03-25.csv / 2026-04-06.csv / db-dump collections in TTFT and TPOT rounded to 0.1 ms,
 # ISL, OSL, concurrency and system (its values carry two decimals, theirs the full float),
 # and its layouts and clients are those of InferenceMAX's qwen3.5 configurations.
+# ``kimi-k2.5-gap-analysis.csv`` (47 vLLM rows of Kimi-K2.5: B200 fp4 0.17.0, B200 int4
+# 0.15.1, H200 int4 0.16.0) likewise: each of its 47 rows equals a row of those three
+# collections in TTFT and TPOT rounded to 0.01 ms (its two decimals), ISL, OSL,
+# concurrency, system, backend, release and layout (tp 8 ep 1, tp 4 ep 4). So they ran
+# InferenceMAX's client and servers (``max_num_batched_tokens`` 8,192), not
+# aiconfigurator's aiperf benchmark with its ``batch + isl + 1500`` budget, which priced
+# each client burst as several prefill steps (docs/decisions.md, "Issue 31, step: the
+# Kimi-K2.5 gap-analysis rows are InferenceMAX's").
 INFERENCEMAX_SOURCES = frozenset(
-    {"2026-03-25.csv", "2026-04-06.csv", "qwen3.5-397b-gap-analysis.csv"}
+    {
+        "2026-03-25.csv",
+        "2026-04-06.csv",
+        "qwen3.5-397b-gap-analysis.csv",
+        "kimi-k2.5-gap-analysis.csv",
+    }
 )
 INFERENCEMAX_DUMP = "db-dump/"  # ``silicon_data_source`` of the CI database's rows
 _SOURCE_FILE = re.compile(r"source_file=([^;]*)")
