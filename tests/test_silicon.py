@@ -184,9 +184,12 @@ def test_a_measurement_seen_in_fit_is_fit_under_every_id() -> None:
         system=fit.system,
         backend=fit.backend,
     )
-    other = replace(copy, tpot_ms=(fit.tpot_ms or 0) + 0.001)  # another measurement
+    other = replace(copy, tpot_ms=(fit.tpot_ms or 0) + 0.05)  # another measurement
     marked = {r.id: r for r in sil.mark_copies([fit, copy])}
     assert marked[copy.id].copy_in_fit and marked[copy.id].split == sil.FIT
+    # a copy written to 0.01 ms (the Kimi-K2.5 gap-analysis file's) is the same measurement
+    rounded = replace(copy, ttft_ms=round(fit.ttft_ms or 0, 2), tpot_ms=round(fit.tpot_ms or 0, 2))
+    assert sil.mark_copies([fit, rounded])[1].split == sil.FIT
     assert not marked[fit.id].copy_in_fit
     assert sil.mark_copies([fit, other])[1].split == sil.HELD_OUT
     assert sil.mark_copies([replace(copy, ttft_ms=None)])[0].split == sil.HELD_OUT
