@@ -12,7 +12,10 @@ it. :class:`VLLMBatching` adds that rule.
 
 With asynchronous scheduling (``--async-scheduling``, the twin's ``--set
 async_scheduling=true``) the engine core schedules one step ahead: vLLM 0.19.0
-``v1/engine/core.py`` ``EngineCore.step_with_batch_queue`` (batch queue of 2) schedules
+``v1/engine/core.py`` ``EngineCore.step_with_batch_queue`` (the same loop in the 0.14.0,
+0.16.0 and 0.17.0 wheels; a batch queue of 2: ``v1/executor/uniproc_executor.py`` and
+``multiproc_executor.py`` ``max_concurrent_batches`` under async scheduling without
+pipeline stages) schedules
 step n+1 and hands it to the executor without blocking, then blocks on step n's result,
 updates the scheduler from it and returns; the busy loop then reads its input queue and
 schedules step n+2 while step n+1 runs. So step n+1's batch is fixed when step n ends
