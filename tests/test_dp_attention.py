@@ -240,6 +240,7 @@ def test_a_rank_drops_trtllm_batch_waiting():
         "batch_wait_timeout_iters": 20,
         "batch_wait_max_tokens_ratio": 0.9,
         "overlap_scheduler": True,  # the overlap's admission lag: not modelled on a rank
+        "async_scheduling": True,  # vLLM's lag likewise (the pricer keeps its overlap)
     }
     config = EngineConfig(scheduling=SchedulerConfig(scheduler_options={**wait, "x": 1}))
     assert rank_config(config).scheduling.scheduler_options == {"x": 1}

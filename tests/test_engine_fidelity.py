@@ -572,3 +572,54 @@ def test_sglang_mixed_chunk_admits_one_request_when_the_decodes_spend_the_input_
     options = {"max_prefill_tokens": 2}
     run(path, pricer, policy="vanilla", scheduler="sglang-mixed", scheduler_options=options)
     assert pricer.steps[:3] == [([(8, 0)], 0), ([(8, 0)], 1), ([(8, 0)], 2)]
+
+
+def _vllm_run(path, asynchronous):
+    """vLLM's batching at a 64-token budget, with or without asynchronous scheduling, on
+    a constant-price recording pricer: (the pricer, the records)."""
+    pricer = RecordingPricer()
+    _, recs = run(
+        path,
+        pricer,
+        policy="vanilla",
+        scheduler="vllm",
+        max_batched_tokens=64,
+        max_running=8,
+        scheduler_options={"async_scheduling": asynchronous},
+    )
+    return pricer, recs
+
+
+@pytest.mark.parametrize(("asynchronous", "first"), [(False, 3.0), (True, 4.0)])
+def test_vllm_async_scheduling_takes_an_arrival_two_steps_on(tmp_path, asynchronous, first):
+    """vLLM's asynchronous scheduling (0.19.0 ``EngineCore.step_with_batch_queue``: step
+    n+1 is scheduled before step n's result is awaited, so its batch is fixed when step n
+    ends): A arrives at an idle server at 0 and prefills at once (first token 1.0); B
+    arrives at 1.5, while step 2 (1-2) runs, so step 3 was formed without it and B
+    prefills in step 4 (3-4); without it B prefills in step 3. The same lag as
+    TensorRT-LLM's overlap scheduler (one implementation, ``ContinuousBatching``)."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=20)
+    pricer, recs = _vllm_run(path, asynchronous)
+    a, b = _by_row(recs)[0], _by_row(recs)[1]
+    assert a.first_token_s == 1.0
+    assert b.first_token_s == first
+    assert pricer.steps[:2] == [([(8, 0)], 0), ([(8, 0)], 1)]  # B beside A's decode
+    assert a.completed_s == 20.0  # A decodes every step either way
+
+
+def test_the_lag_is_each_engines_own_option(tmp_path):
+    """The lag follows the engine's own flag only: vLLM's scheduler ignores
+    TensorRT-LLM's ``overlap_scheduler``, and so does plain continuous batching."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=20)
+    for scheduler in ("vllm", "continuous"):
+        pricer = RecordingPricer()
+        _, recs = run(
+            path,
+            pricer,
+            policy="vanilla",
+            scheduler=scheduler,
+            max_batched_tokens=64,
+            max_running=8,
+            scheduler_options={"overlap_scheduler": True},
+        )
+        assert _by_row(recs)[1].first_token_s == 3.0

@@ -66,6 +66,12 @@ def test_pick_for_kernel_without_a_kernel_is_pick_version() -> None:
         ("vLLM", "moe_int4_wo", "a100-80gb", "0.16.0", None),
         ("SGLang", "moe_int4_wo", "h200", "0.16.0", None),
         ("vLLM", "moe_fp8", "h200", "0.18.0", None),
+        ("vLLM", "moe_fp8_block", "b200", "0.19.0", ek.FLASHINFER_TRTLLM_FP8_BLOCK),
+        ("vLLM", "moe_fp8_block", "b300", "0.19.0", ek.FLASHINFER_TRTLLM_FP8_BLOCK),
+        ("vLLM", "moe_fp8_block", "b200", "0.18.0", None),  # refuses float32 router logits
+        ("vLLM", "moe_fp8_block", "b200", "0.17.0", None),
+        ("vLLM", "moe_fp8_block", "h200", "0.19.0", None),  # Hopper: Triton first for TP
+        ("vLLM", "moe_fp8", "b200", "0.19.0", None),
         ("vLLM", "moe_mxfp4", "h200", None, None),
         ("vLLM", "moe_mxfp4", "h200", "nightly-dev", None),
     ],
@@ -127,6 +133,27 @@ def test_shipped_b200_vllm_mxfp4_reads_the_trtllm_gen_table() -> None:
         assert prof.table_picks(release)[fam] == "0.24.0"
         assert prof.at_release(release).kernels[fam] is prof.kernels[fam]
     assert prof.table_picks("0.20.0")[fam] == "0.19.0"  # no rule: the release rule
+
+
+def test_shipped_b200_vllm_block_fp8_experts_read_flashinfer_at_0_19_0() -> None:
+    """vLLM 0.19.0 runs block-fp8 experts on SM100 with FlashInfer's TRT-LLM-gen kernel
+    (``TrtLlmFp8ExpertsModular``): the 0.24.0 table that times it, not 0.19.0's Triton
+    ``vllm_fused_moe`` rows (about twice as slow at 80-256 tokens at MiniMax-M2.5's
+    shape). A release no rule covers keeps the oldest table (Triton)."""
+    prof = load_profile("b200", "vllm")
+    fam = "moe_fp8_block"
+    default = ek.table_kernel("vLLM", str(prof.kernels[fam].provenance["kernel_source"]))
+    assert default == ek.FLASHINFER_TRTLLM_FP8_BLOCK
+    old = prof.table_releases[fam].fits["0.19.0"]
+    assert ek.table_kernel("vLLM", str(old.provenance["kernel_source"])) == ek.TRITON_FUSED_MOE
+    assert prof.table_picks("0.19.0")[fam] == "0.24.0"
+    assert prof.at_release("0.19.0").kernels[fam] is prof.kernels[fam]
+    for release in ("0.17.0", "0.18.0"):
+        assert prof.table_picks(release)[fam] == "0.19.0"
+        assert prof.at_release(release).kernels[fam] is old
+    # the other fp8 families have no rule: 0.19.0's own tables as before
+    for other in ("moe", "moe_fp8"):
+        assert prof.table_picks("0.19.0")[other] == "0.19.0"
 
 
 def _relabelled(prof: Profile, family: str, labels: dict[str, str]) -> Profile:

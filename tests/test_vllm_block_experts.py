@@ -56,8 +56,10 @@ def test_block_experts_price_a_minimax_prefill_from_the_block_table() -> None:
     """NVIDIA's B200 vLLM 0.19.0 fused-MoE table at MiniMax-M2.5's shape (3,072 x 1,536,
     256 experts, top 8, TP 2) times fp8_block experts 1.4x / 2.2x per-tensor fp8's at
     1,024 / 8,192 tokens (0.660 / 2.486 ms against 0.478 / 1.132): the prefill's experts
-    follow, a decode step's (where the two tables are within 20%) much less."""
-    prof = resolve_profile("b200", None, "vllm").at_release("0.19.0")
+    follow, a decode step's (where the two tables are within 20%) much less. Priced at
+    0.17.0, which reads those Triton rows (0.19.0 itself runs block-fp8 experts with
+    FlashInfer's TRT-LLM-gen kernel on B200: ``engine_kernels.RELEASE_KERNELS``)."""
+    prof = resolve_profile("b200", None, "vllm").at_release("0.17.0")
     base = get_model("minimax-m2.5")
     fp8 = dataclasses.replace(base, precision="fp8", kv_dtype="fp8")
     block = dataclasses.replace(fp8, moe_precision="fp8-block")

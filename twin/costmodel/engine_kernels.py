@@ -29,6 +29,12 @@ TRITON_WNA16 = "triton-wna16"  # vLLM's fused_experts W4A16: fused_moe_kernel_gp
 OAI_TRITON_MXFP4 = "oai-triton-mxfp4"  # triton_kernels matmul_ogs (OAITritonExperts)
 # FlashInfer's TRT-LLM-gen MXFP4 fused MoE (``trtllm_fp4_block_scale_moe``, SM100)
 FLASHINFER_TRTLLM_MXFP4 = "flashinfer-trtllm-mxfp4"
+# FlashInfer's TRT-LLM-gen block-scaled fp8 fused MoE (``trtllm_fp8_block_scale_moe``, which
+# routes in the kernel, and ``trtllm_fp8_block_scale_routed_moe``, which takes vLLM's
+# top-k ids: the same GEMM kernels, SM100)
+FLASHINFER_TRTLLM_FP8_BLOCK = "flashinfer-trtllm-fp8-block"
+# vLLM's Triton fused MoE (fused_moe.py ``fused_experts`` / ``TritonExperts``)
+TRITON_FUSED_MOE = "triton-fused-moe"
 # vLLM's FusedMoE module with every expert on the GPU whatever the row's moe_ep_size says
 # (TABLE_KERNELS' "vllm_mxfp4_moe"): not the kernel a run with expert parallelism runs.
 MXFP4_MODULE_ALL_EXPERTS = "mxfp4-module-all-experts"
@@ -126,6 +132,36 @@ RELEASE_KERNELS: tuple[ReleaseKernel, ...] = (
         "vllm 0.15.1 quantization/mxfp4.py get_mxfp4_backend; "
         "0.19.0 fused_moe/oracle/mxfp4.py select_mxfp4_moe_backend",
     ),
+    # Block-scaled fp8 experts (MiniMax-M2.5's and Qwen3-235B-A22B-FP8's checkpoints, 128 x
+    # 128 weight blocks and 1 x 128 activation groups) on Blackwell. vLLM 0.19.0 (wheel
+    # read), model_executor/layers/fused_moe/oracle/fp8.py ``select_fp8_moe_backend``: with
+    # neither ``VLLM_USE_FLASHINFER_MOE_FP8`` nor ``VLLM_(MOE_)USE_DEEP_GEMM`` set and no
+    # ``--moe-backend``, the first supported of ``_get_priority_backends`` (AITER,
+    # FLASHINFER_TRTLLM, FLASHINFER_CUTLASS, DEEPGEMM, ...; Triton moves first only on
+    # SM90): FLASHINFER_TRTLLM, whose ``backend_to_kernel_cls`` tries
+    # ``TrtLlmFp8ExpertsMonolithic`` (routing in the kernel: DeepSeekV3's grouped routing
+    # only, float32 router logits refused otherwise) then ``TrtLlmFp8ExpertsModular``
+    # (experts/trtllm_fp8_moe.py: block fp8 on capability family 100, any routing, vLLM's
+    # own top-k ids into ``flashinfer.fused_moe.trtllm_fp8_block_scale_routed_moe``).
+    # 0.18.0 (wheel read) is not covered: its ``TrtLlmFp8ExpertsBase`` refuses float32
+    # router logits for both classes, so MiniMax-M2.5 (``router_logits_dtype=torch.float32``,
+    # models/minimax_m2.py) goes on to FLASHINFER_CUTLASS there. NVIDIA's 0.24.0 B200 tables
+    # time both classes (``..._trtllmfp8expertsmonolithic`` / ``..._trtllmfp8expertsmodular``)
+    # within 1-5% of each other at equal routed tokens (hidden 4,096, inter 2,048, 256
+    # experts, TP 1-4, balanced), so the monolithic one (the one at MiniMax's shape) prices
+    # both. Rows whose server turns FlashInfer's fp8 MoE off (``VLLM_USE_FLASHINFER_MOE_FP8=0``:
+    # InferenceMAX's MiniMax B200 fp8 scripts on the v0.16.0/v0.17.0 images) run Triton, which
+    # no rule here covers (they keep the oldest table, 0.19.0's Triton ``vllm_fused_moe``).
+    ReleaseKernel(
+        "vLLM",
+        "moe_fp8_block",
+        BLACKWELL_SM100,
+        "0.19.0",
+        "0.19.0",
+        FLASHINFER_TRTLLM_FP8_BLOCK,
+        "vllm 0.19.0 fused_moe/oracle/fp8.py select_fp8_moe_backend; "
+        "experts/trtllm_fp8_moe.py TrtLlmFp8ExpertsModular",
+    ),
 )
 
 # (engine, table ``kernel_source``) -> the kernel the table times.
@@ -137,9 +173,17 @@ TABLE_KERNELS: dict[tuple[str, str], str] = {
     # ``invoke_fused_moe_wna16_triton_kernel`` (vLLM 0.19.0), not Marlin, whatever the
     # label says.
     ("vLLM", "vllm_marlin_int4_moe"): TRITON_WNA16,
+    # The same collector's bf16 / fp8 / fp8_block rows (``vllm_fused_moe``) call
+    # ``fused_experts`` with the format's quant config, which vLLM 0.19.0 sends to
+    # ``dispatch_fused_experts_func`` -> ``fused_experts_impl``: the Triton fused MoE.
+    ("vLLM", "vllm_fused_moe"): TRITON_FUSED_MOE,
     # 0.24.0's labels name the quantisation method, backend and experts class.
     ("vLLM", "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"): MARLIN_WNA16,
     ("vLLM", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"): OAI_TRITON_MXFP4,
+    ("vLLM", "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic"): (
+        FLASHINFER_TRTLLM_FP8_BLOCK
+    ),
+    ("vLLM", "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmodular"): FLASHINFER_TRTLLM_FP8_BLOCK,
     (
         "vLLM",
         "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
@@ -201,10 +245,12 @@ def table_kernel(engine: str, kernel_source: str) -> str | None:
 
 
 __all__ = [
+    "FLASHINFER_TRTLLM_FP8_BLOCK",
     "MARLIN_EXPERT_SCALE",
     "MARLIN_WNA16",
     "RELEASE_KERNELS",
     "TABLE_KERNELS",
+    "TRITON_FUSED_MOE",
     "ReleaseKernel",
     "release_kernel",
     "table_kernel",

@@ -73,6 +73,11 @@ class ContinuousBatching:
     """Continuous batching with chunked prefill (module docstring); :meth:`run` is the loop."""
 
     name: ClassVar[str] = "continuous"
+    # The scheduler option that makes the loop schedule one step ahead (the engine's
+    # overlap of scheduling with the forward: TensorRT-LLM's overlap scheduler, vLLM's
+    # asynchronous scheduling; :meth:`_stamp_ready`); None: the loop plans each step when
+    # the one before ends.
+    lag_option: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -126,6 +131,11 @@ class ContinuousBatching:
         # ``twin.engine.disagg``): called at a step's end for each sequence whose prefill
         # chunk ended and whose prefill goes on (its ``ctx`` tokens computed so far).
         self.on_chunk: Callable[[Seq], None] | None = None
+        # Scheduling one step ahead (``lag_option``): each waiting request's first step
+        # count (``step_no``) at which the loop may schedule it; absent: at once.
+        option = self.lag_option
+        self.overlap = bool(option and replica.scheduler_options.get(option, False))
+        self._ready: dict[Seq, int] = {}
 
     def _enqueue(self, seq: Seq) -> None:
         """An arrival joins the queue: at its end, or a decode worker's ahead of the
@@ -137,6 +147,7 @@ class ContinuousBatching:
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq`` (FCFS) and wake the loop if it idles or waits on a decode chunk."""
+        self._stamp_ready(seq)
         wake = self._wake
         if wake is not None and not wake.triggered:
             self._enqueue(seq)
@@ -376,8 +387,40 @@ class ContinuousBatching:
         waiting = self.waiting
         return next((i for i, q in enumerate(waiting) if q.preemptions), len(waiting))
 
+    def _stamp_ready(self, seq: Seq) -> None:
+        """Under a loop that schedules one step ahead (``lag_option``), stamp the step
+        ``seq`` may join: the one after the step that follows the step in flight. The
+        loop fixes step n+1's batch when step n starts on the GPU, so a request that
+        arrives while step n runs is scheduled for step n+2 at the earliest; with nothing
+        else to run the loop blocks on its queue and takes it at once. The engines' rules
+        are in their schedulers' modules (``twin.engine.trtllm_batching``,
+        ``twin.engine.vllm_batching``)."""
+        if self.overlap and self.busy_since is not None:
+            run = self._run
+            if run is None:  # a prefill or mixed step in flight: step ``step_no + 1``
+                in_flight = self.step_no + 1
+            else:
+                in_flight = self.step_no + run.steps_to_reach(self.env.now - self.busy_since)
+            self._ready[seq] = in_flight + 1
+
+    def _overlap_holds(self) -> bool:
+        """Whether the queue's head arrived too late for the step about to be planned
+        (a loop scheduling one step ahead fixed that step's batch before it came); never
+        while nothing else runs (the idle loop takes it at once)."""
+        if not self._ready or not self.waiting:
+            return False
+        ready = self._ready.get(self.waiting[0])
+        if ready is None:
+            return False
+        if ready > self.step_no and (self.decoding or self.prefilling):
+            return True
+        del self._ready[self.waiting[0]]
+        return False
+
     def _can_admit(self) -> bool:
         self._ratio_blocked = False
+        if self._overlap_holds():
+            return False
         if not self.waiting or len(self.prefilling) + len(self.decoding) >= self.max_running:
             return False
         head = self.waiting[0]
@@ -665,7 +708,11 @@ class ContinuousBatching:
 
     def _hold_cut(self, k: int) -> int:
         """Steps of a decode run after which the engine's own rule may admit the queue's
-        head it holds back now (TensorRT-LLM's batch waiting); ``k``: no such rule."""
+        head it holds back now (a head a loop scheduling one step ahead holds joins once
+        the steps before it have run; TensorRT-LLM's batch waiting); ``k``: no such rule."""
+        ready = self._ready.get(self.waiting[0]) if self._ready else None
+        if ready is not None and ready > self.step_no:
+            return min(k, ready - self.step_no)
         return k
 
     def _ratio_cut(self, k: int) -> int:

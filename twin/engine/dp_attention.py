@@ -709,9 +709,11 @@ class DPCluster(Cluster):
 # waiting under attention DP (``PyExecutor._schedule``, ``should_check_waiting = not
 # cfg.enable_attention_dp and ...``; read in NVIDIA/TensorRT-LLM's stored tree, as
 # ``twin.engine.trtllm_batching`` says).
-# The overlap scheduler's admission lag (``twin.engine.trtllm_batching``) is dropped too:
-# the ranks' common step loop does not keep the state it reads (not modelled there).
-RANK_DROPPED_OPTIONS = (*TRTLLM_BATCH_WAIT, *TRTLLM_OVERLAP)
+# The overlap scheduler's admission lag (``twin.engine.trtllm_batching``) is dropped too,
+# and so is vLLM's asynchronous scheduling's (``twin.engine.vllm_batching``): the ranks'
+# common step loop does not keep the state it reads (not modelled there). The step
+# pricer, built from the replica's own configuration, keeps the host-time overlap.
+RANK_DROPPED_OPTIONS = (*TRTLLM_BATCH_WAIT, *TRTLLM_OVERLAP, "async_scheduling")
 
 
 def rank_config(config: EngineConfig) -> EngineConfig:

@@ -70,7 +70,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.engine.cluster import Cluster
@@ -230,6 +230,11 @@ class _Lane:
     """What a lane adds to its engine mode's scheduler class (:func:`lane_class`): the
     replica's running cap over every lane, and decode steps planned one at a time."""
 
+    # Each lane would keep its own admission stamps over the one shared queue: a loop
+    # scheduling one step ahead (``ContinuousBatching.lag_option``) is not modelled in a
+    # lane (TensorRT-LLM's overlap scheduler is refused with --pp, ``EngineConfig``;
+    # vLLM's asynchronous scheduling keeps its host-time overlap only).
+    lag_option: ClassVar[str | None] = None
     pipeline: PipelineScheduler
     max_running: int
     _run_cap: int

@@ -71,6 +71,7 @@ class TRTLLMBatching(ContinuousBatching):
     """TensorRT-LLM's in-flight batching (module docstring): decodes, then whole contexts."""
 
     name: ClassVar[str] = "trtllm"
+    lag_option: ClassVar[str | None] = "overlap_scheduler"  # module docstring
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -80,37 +81,9 @@ class TRTLLMBatching(ContinuousBatching):
         self._waited = 0  # PyExecutor.batch_wait_iters_count
         self._held_at = -1  # the step whose contexts the rule held back (-1: none)
         self._decided_at = -1  # the step the rule last decided for
-        # The overlap scheduler (module docstring): each waiting request's first step
-        # count (``step_no``) at which the loop may schedule it; absent: at once.
-        self.overlap = bool(options.get("overlap_scheduler", False))
-        self._ready: dict[Seq, int] = {}
-
-    def submit(self, seq: Seq) -> None:
-        """Queue ``seq``; under the overlap scheduler, stamp the step it may join: the
-        one after the step that follows the step in flight (module docstring)."""
-        if self.overlap and self.busy_since is not None:
-            run = self._run
-            if run is None:  # a prefill or mixed step in flight: step ``step_no + 1``
-                in_flight = self.step_no + 1
-            else:
-                in_flight = self.step_no + run.steps_to_reach(self.env.now - self.busy_since)
-            self._ready[seq] = in_flight + 1
-        super().submit(seq)
-
-    def _overlap_holds(self) -> bool:
-        """Whether the queue's head arrived too late for the step about to be planned
-        (the overlap scheduler fixed that step's batch before it came); never while
-        nothing else runs (the idle loop takes it at once)."""
-        ready = self._ready.get(self.waiting[0])
-        if ready is None:
-            return False
-        if ready > self.step_no and (self.decoding or self.prefilling):
-            return True
-        del self._ready[self.waiting[0]]
-        return False
 
     def _can_admit(self) -> bool:
-        if self._ready and self.waiting and self._overlap_holds():
+        if self._overlap_holds():  # before the batch-waiting count below moves
             return False
         if (self.wait_iters or self.wait_ratio) and self.decoding and self.waiting:
             n = self.step_no
@@ -148,11 +121,7 @@ class TRTLLMBatching(ContinuousBatching):
         # the ratio, the count may reach the timeout), so the run is one step.
         if self._held_at == self.step_no:
             return 1
-        # A head the overlap scheduler holds joins once the steps before it have run.
-        ready = self._ready.get(self.waiting[0]) if self._ready else None
-        if ready is not None and ready > self.step_no:
-            return min(k, ready - self.step_no)
-        return k
+        return super()._hold_cut(k)  # a head the overlap scheduler holds
 
     def _admissions(self, chunked: list[tuple[Seq, int]], budget: int) -> float:
         """Waiting contexts whole while they fit what is left of the budget (after the

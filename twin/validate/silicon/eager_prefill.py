@@ -246,7 +246,17 @@ VLLM_EAGER_FROM = "0.14.0"
 # H100 25 us (17.0; 20 us 17.7), H200 50 us (35.2; 45 us 35.9, 55 us 36.4). Checked on
 # the wider fit runs of the same step (``benchmarks/results/vllm-refit-fit-*``): B300 30 us
 # and H100 25 us hold there; H200 50 us lost to 45 on its 60 rows, so H200 stays at 45 us.
-VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 30e-6, "h200": 45e-6, "h100": 25e-6}
+# Refitted once more when vLLM's asynchronous scheduling took its admission lag (a request
+# arriving while step n runs joins step n+2: ``twin.engine.vllm_batching``) and B200's
+# 0.19.0 MiniMax rows their FlashInfer block-fp8 experts (``engine_kernels``), the same 48
+# fit rows and rule: ``--grid-us 5,15,25,35,45`` and ``--grid-us 10,20,30,40`` (docs/
+# decisions.md, "Issue 31, step: vLLM's block-fp8 experts on Blackwell and its
+# asynchronous scheduling's admission lag"), TTFT + TPOT MAPE: B200 15 us (35.65; 20 us
+# 36.23), B300 20 us (31.36; 15 us 31.42, 30 us 32.94), H100 15 us (9.26; 25 us 14.83),
+# H200 35 us (35.58; 45 us 37.63). Checked on the step's 336 vLLM fit rows: B300, H100 and
+# H200 hold there; B200 15 us lost to 20 (TTFT + TPOT 36.2 against 35.1 on its 168
+# rows), so B200 stays at 20 us.
+VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 20e-6, "h200": 35e-6, "h100": 15e-6}
 
 
 def vllm_prefills_eagerly(row: SiliconRow) -> bool:
