@@ -1130,9 +1130,9 @@ def test_inferencemax_sglang_qwen35_rows_run_with_its_scripts_flags() -> None:
     cache, polls for requests every 10 iterations (30 from 16 clients) on B200/B300, caps
     the running requests (128, or the clients) and sets the chunk; B200 fp8 at tp 4 without
     expert parallelism is the -mtp configuration (EAGLE over the model's MTP layer, 3
-    steps, 4 draft tokens); H200 polls every iteration; the B300 v0.5.9 rows have no
-    configuration (SGLang's defaults). The gap-analysis copies of these rows are
-    InferenceMAX's measurements (its harness)."""
+    steps, 4 draft tokens); H200 polls every iteration; the B300 v0.5.9 rows ran the B200
+    fp8 configurations (the same images and search spaces). The gap-analysis copies of
+    these rows are InferenceMAX's measurements (its harness)."""
     from dataclasses import replace
 
     row = replace(
@@ -1166,7 +1166,11 @@ def test_inferencemax_sglang_qwen35_rows_run_with_its_scripts_flags() -> None:
     assert sil.deployment(bf16, "sglang")["sets"]["mem_fraction_static"] == "0.82"
     fp4 = replace(row, precision="fp4", backend_version="nightly-dev-20260402-d7256eb6", tp=4)
     assert sil.deployment(fp4, "sglang")["sets"]["mem_fraction_static"] == "0.85"
-    assert sil.deployment(replace(b300, backend_version="0.5.9"), "sglang") == {}
+    # the B300 v0.5.9 rows are the B200 fp8 configurations run on B300: tp 4 ep 1 drafts
+    b300_mtp = replace(b300, backend_version="0.5.9", concurrency=64)
+    assert sil.deployment(b300_mtp, "sglang")["sets"] == mtp
+    b300_plain = replace(b300, backend_version="0.5.9", tp=8, concurrency=4)
+    assert sil.deployment(b300_plain, "sglang")["sets"] == sets
     gap = replace(row, source="source_file=qwen3.5-397b-gap-analysis.csv; silicon_concurrency=4")
     assert sil.harness_of(gap) is sil.INFERENCEMAX
     assert sil.deployment(gap, "sglang")["sets"] == sets

@@ -134,8 +134,16 @@ _SGLANG_MTP = {
 #   --scheduler-recv-interval 10``.
 # Where a plain and an -mtp configuration share image and layout (H200 fp8, B200 bf16 and
 # fp4, B300 fp8 from 2026-04-18) the rows cannot be told apart and run plain, as for
-# DeepSeek. The B300 v0.5.9 rows of 2026-03-25.csv have no configuration at 12ba0ae: SGLang's
-# defaults.
+# DeepSeek.
+# The B300 v0.5.9 rows of 2026-03-25.csv (``wip=True``, measured 2026-04-03) have no B300
+# configuration on the main branch then: B300's first Qwen3.5 ones came on 2026-04-16/17
+# (28752f613 -mtp, c0f62a2ef plain, both image v0.5.10.post1). Their images and search
+# spaces are the B200 fp8 configurations' of 12ba0ae, row for row: tp 8 ep 1 at 4-16
+# clients and tp 4 ep 4 at 16-128 under ``v0.5.9-cu130-amd64`` (``qwen3.5-fp8-b200-sglang``)
+# and tp 4 ep 1 at 4-256 under ``v0.5.9-cu130`` (``qwen3.5-fp8-b200-sglang-mtp``). So they
+# are the B200 configurations run on a B300 runner, and read as those (_QWEN35_SAME_AS):
+# the tp 4 ep 1 rows draft (their TPOT at 4 clients, 5.3 ms, is 0.67 of the tp 8 rows'
+# 7.9, as B200's -mtp 6.3 against 8.3 ms).
 _QWEN35_FLAGS = ("disable_radix_cache", *_SGLANG_FLAGS)
 _QWEN35_MTP = {
     "speculative_algorithm": "NEXTN",
@@ -159,6 +167,9 @@ _QWEN35_SCRIPTS: dict[tuple[str, str, str], tuple[str, str, str, str | None, str
     ("b300_sxm", "fp8", "0.5.10.post1"): ("c", "0.8", "16384", "16384", "10"),
 }
 _QWEN35_MTP_SCRIPT = ("c", "0.8", "32768", "32768", "poll")
+# Rows another GPU's configurations ran (above): (system, precision, release) -> the key
+# of the configuration they ran.
+_QWEN35_SAME_AS = {("b300_sxm", "fp8", "0.5.9"): _QWEN35_MTP_KEY}
 
 
 # InferenceMAX's Qwen3.5 SGLang rows whose ``backend_version`` reads ``nightly-dev`` (no
@@ -186,13 +197,13 @@ def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
     release = row.backend_version
     if release.startswith("nightly-dev"):  # the image's date names the configuration
         release = "nightly-dev-20260402" if "20260402" in release else "nightly-dev"
-    flags = _QWEN35_SCRIPTS.get((row.system, row.precision, release))
+    key = (row.system, row.precision, release)
+    key = _QWEN35_SAME_AS.get(key, key)
+    flags = _QWEN35_SCRIPTS.get(key)
     if flags is None:
         return {}
     conc = row.concurrency or 0
-    mtp = (row.system, row.precision, release) == _QWEN35_MTP_KEY and (
-        (row.tp or 1, row.moe_ep or 1) == (4, 1)
-    )
+    mtp = key == _QWEN35_MTP_KEY and ((row.tp or 1, row.moe_ep or 1) == (4, 1))
     if mtp:
         flags = _QWEN35_MTP_SCRIPT
     given = ("true", *flags)
