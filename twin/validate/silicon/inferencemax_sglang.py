@@ -24,8 +24,15 @@ if TYPE_CHECKING:
 #   prefill tokens; tp 4 32, 0.95, 8192;
 # - ``dsr1-fp8-b200-sglang-mtp`` (tp 8, 4-512 clients), ``dsr1_fp8_b200_mtp.sh``: 512
 #   requests, 0.82, 16384, and EAGLE over the model's MTP layer with 2 steps, top-k 1 and 3
-#   draft tokens (SGLang's NEXTN). Rows both fp8 configurations cover are a mix the CSV
-#   cannot separate (their lengths, clients and image are the same): run plain;
+#   draft tokens (SGLang's NEXTN). At the points both fp8 configurations cover (tp 8,
+#   4-64 clients; 4 at 8k/1k) 2026-03-25.csv holds two measurements, one a run of each
+#   (their lengths, clients, image and day are the same). The CI database's rows name
+#   the plain configuration's runs (``config_id=87``: tp 8 at 4-64 clients, 4 at 8k/1k,
+#   its search space; 271 its tp 4 rows) and never the -mtp one's; so a measurement at
+#   such a point that the database names 87 is plain, and one where the database names
+#   another measurement of the point 87 is the -mtp run (``_dsr1_fp8_mtp_run``; TPOT
+#   6.7 against 8.8 ms and TTFT 207 against 183 ms at 1k/1k and 4 clients, the drafts'
+#   shorter steps and longer prefill). Where the database names none: plain;
 # - ``dsr1-fp8-h200-sglang`` (tp 8, 4-64 clients), ``dsr1_fp8_h200.sh``: 512 requests at
 #   1k/1k, else 256; 32768; 0.82.
 # The B200 scripts poll for requests every 30 decode iterations from 16 clients, else 10
@@ -87,6 +94,17 @@ def inferencemax_no_piecewise(row: SiliconRow) -> bool:
         and inferencemax_deepseek(row)
         and row.system in INFERENCEMAX_NO_PIECEWISE_SYSTEMS
     )
+
+
+# The plain ``dsr1-fp8-b200-sglang`` configuration's tp 8 runs in the CI database (above).
+INFERENCEMAX_DSR1_FP8_B200_PLAIN = "87"
+
+
+def _dsr1_fp8_mtp_run(row: SiliconRow) -> bool:
+    """Whether ``row`` is the -mtp configuration's run at a point the plain one shares:
+    the CI database names another measurement of the point as the plain run (above)."""
+    plain = INFERENCEMAX_DSR1_FP8_B200_PLAIN
+    return plain in row.point_configs and plain not in row.named_configs
 
 
 _SGLANG_FLAGS = (
@@ -248,7 +266,7 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
             return {}
         flags = ("32", "0.95", "8192", "8192", "10")
     elif blackwell and row.precision == "fp8" and tp == 8:
-        if conc <= (4 if long_prompt else 64):
+        if conc <= (4 if long_prompt else 64) and not _dsr1_fp8_mtp_run(row):
             flags = ("128", "0.82", "32768", "32768", poll)
         elif conc <= 512 and not b300:
             flags, extra = ("512", "0.82", "16384", "16384", poll), _SGLANG_MTP
