@@ -1166,9 +1166,9 @@ def test_inferencemax_sglang_qwen35_rows_run_with_its_scripts_flags() -> None:
     cache, polls for requests every 10 iterations (30 from 16 clients) on B200/B300, caps
     the running requests (128, or the clients) and sets the chunk; B200 fp8 at tp 4 without
     expert parallelism is the -mtp configuration (EAGLE over the model's MTP layer, 3
-    steps, 4 draft tokens); H200 polls every iteration; the B300 v0.5.9 rows have no
-    configuration (SGLang's defaults). The gap-analysis copies of these rows are
-    InferenceMAX's measurements (its harness)."""
+    steps, 4 draft tokens); H200 polls every iteration; the B300 v0.5.9 rows ran the B200
+    fp8 configurations (the same images and search spaces). The gap-analysis copies of
+    these rows are InferenceMAX's measurements (its harness)."""
     from dataclasses import replace
 
     row = replace(
@@ -1202,7 +1202,11 @@ def test_inferencemax_sglang_qwen35_rows_run_with_its_scripts_flags() -> None:
     assert sil.deployment(bf16, "sglang")["sets"]["mem_fraction_static"] == "0.82"
     fp4 = replace(row, precision="fp4", backend_version="nightly-dev-20260402-d7256eb6", tp=4)
     assert sil.deployment(fp4, "sglang")["sets"]["mem_fraction_static"] == "0.85"
-    assert sil.deployment(replace(b300, backend_version="0.5.9"), "sglang") == {}
+    # the B300 v0.5.9 rows are the B200 fp8 configurations run on B300: tp 4 ep 1 drafts
+    b300_mtp = replace(b300, backend_version="0.5.9", concurrency=64)
+    assert sil.deployment(b300_mtp, "sglang")["sets"] == mtp
+    b300_plain = replace(b300, backend_version="0.5.9", tp=8, concurrency=4)
+    assert sil.deployment(b300_plain, "sglang")["sets"] == sets
     gap = replace(row, source="source_file=qwen3.5-397b-gap-analysis.csv; silicon_concurrency=4")
     assert sil.harness_of(gap) is sil.INFERENCEMAX
     assert sil.deployment(gap, "sglang")["sets"] == sets
@@ -1586,3 +1590,35 @@ def test_inferencemax_mtp_rows_accept_drafts_by_one_rule_across_engines() -> Non
         spec = sil.inferencemax_speculation(row, r1_model)
         assert spec is not None and spec["num_speculative_tokens"] == drafts
         assert spec["acceptance_length"] == pytest.approx(length(drafts))
+
+
+def test_inferencemax_dsr1_fp8_points_both_configurations_cover_split_by_the_ci_database() -> None:
+    """Where the plain and the -mtp DeepSeek-R1 fp8 B200 SGLang configurations cover the
+    same point (tp 8, 4-64 clients), a measurement the CI database names under the plain
+    configuration (``config_id=87``, its last float digit aside) runs plain, the other
+    measurement of that point runs the -mtp script; a point the database names no run of
+    stays plain."""
+    from dataclasses import replace
+
+    plain = replace(
+        _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8),
+        moe_ep=1,
+        ttft_ms=183.17,
+        tpot_ms=8.759948,
+    )
+    named = replace(
+        plain,
+        id="dsr1_b200_sglang_fp8_agg_1024x1024_c4_cfg87",
+        source="db-dump/2026-04-27; config_id=87; silicon_concurrency=4",
+        model_path="deepseek-ai/DeepSeek-V3",
+        tpot_ms=8.759948000000001,
+    )
+    mtp = replace(plain, id="mtp", ttft_ms=206.71, tpot_ms=6.7032)
+    alone = replace(plain, id="alone", concurrency=8)
+    marked = {r.id: r for r in sil.mark_configurations([plain, named, mtp, alone])}
+    sets = {k: sil.deployment(r, "sglang")["sets"] for k, r in marked.items()}
+    assert "speculative_algorithm" not in sets[plain.id]
+    assert sets[plain.id]["max_running_requests"] == "128"
+    assert sets["mtp"]["speculative_algorithm"] == "NEXTN"
+    assert sets["mtp"]["max_running_requests"] == "512"
+    assert "speculative_algorithm" not in sets["alone"]

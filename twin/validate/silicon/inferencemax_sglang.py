@@ -24,8 +24,15 @@ if TYPE_CHECKING:
 #   prefill tokens; tp 4 32, 0.95, 8192;
 # - ``dsr1-fp8-b200-sglang-mtp`` (tp 8, 4-512 clients), ``dsr1_fp8_b200_mtp.sh``: 512
 #   requests, 0.82, 16384, and EAGLE over the model's MTP layer with 2 steps, top-k 1 and 3
-#   draft tokens (SGLang's NEXTN). Rows both fp8 configurations cover are a mix the CSV
-#   cannot separate (their lengths, clients and image are the same): run plain;
+#   draft tokens (SGLang's NEXTN). At the points both fp8 configurations cover (tp 8,
+#   4-64 clients; 4 at 8k/1k) 2026-03-25.csv holds two measurements, one a run of each
+#   (their lengths, clients, image and day are the same). The CI database's rows name
+#   the plain configuration's runs (``config_id=87``: tp 8 at 4-64 clients, 4 at 8k/1k,
+#   its search space; 271 its tp 4 rows) and never the -mtp one's; so a measurement at
+#   such a point that the database names 87 is plain, and one where the database names
+#   another measurement of the point 87 is the -mtp run (``_dsr1_fp8_mtp_run``; TPOT
+#   6.7 against 8.8 ms and TTFT 207 against 183 ms at 1k/1k and 4 clients, the drafts'
+#   shorter steps and longer prefill). Where the database names none: plain;
 # - ``dsr1-fp8-h200-sglang`` (tp 8, 4-64 clients), ``dsr1_fp8_h200.sh``: 512 requests at
 #   1k/1k, else 256; 32768; 0.82.
 # The B200 scripts poll for requests every 30 decode iterations from 16 clients, else 10
@@ -89,6 +96,17 @@ def inferencemax_no_piecewise(row: SiliconRow) -> bool:
     )
 
 
+# The plain ``dsr1-fp8-b200-sglang`` configuration's tp 8 runs in the CI database (above).
+INFERENCEMAX_DSR1_FP8_B200_PLAIN = "87"
+
+
+def _dsr1_fp8_mtp_run(row: SiliconRow) -> bool:
+    """Whether ``row`` is the -mtp configuration's run at a point the plain one shares:
+    the CI database names another measurement of the point as the plain run (above)."""
+    plain = INFERENCEMAX_DSR1_FP8_B200_PLAIN
+    return plain in row.point_configs and plain not in row.named_configs
+
+
 _SGLANG_FLAGS = (
     "max_running_requests",
     "mem_fraction_static",
@@ -134,8 +152,16 @@ _SGLANG_MTP = {
 #   --scheduler-recv-interval 10``.
 # Where a plain and an -mtp configuration share image and layout (H200 fp8, B200 bf16 and
 # fp4, B300 fp8 from 2026-04-18) the rows cannot be told apart and run plain, as for
-# DeepSeek. The B300 v0.5.9 rows of 2026-03-25.csv have no configuration at 12ba0ae: SGLang's
-# defaults.
+# DeepSeek.
+# The B300 v0.5.9 rows of 2026-03-25.csv (``wip=True``, measured 2026-04-03) have no B300
+# configuration on the main branch then: B300's first Qwen3.5 ones came on 2026-04-16/17
+# (28752f613 -mtp, c0f62a2ef plain, both image v0.5.10.post1). Their images and search
+# spaces are the B200 fp8 configurations' of 12ba0ae, row for row: tp 8 ep 1 at 4-16
+# clients and tp 4 ep 4 at 16-128 under ``v0.5.9-cu130-amd64`` (``qwen3.5-fp8-b200-sglang``)
+# and tp 4 ep 1 at 4-256 under ``v0.5.9-cu130`` (``qwen3.5-fp8-b200-sglang-mtp``). So they
+# are the B200 configurations run on a B300 runner, and read as those (_QWEN35_SAME_AS):
+# the tp 4 ep 1 rows draft (their TPOT at 4 clients, 5.3 ms, is 0.67 of the tp 8 rows'
+# 7.9, as B200's -mtp 6.3 against 8.3 ms).
 _QWEN35_FLAGS = ("disable_radix_cache", *_SGLANG_FLAGS)
 _QWEN35_MTP = {
     "speculative_algorithm": "NEXTN",
@@ -159,6 +185,9 @@ _QWEN35_SCRIPTS: dict[tuple[str, str, str], tuple[str, str, str, str | None, str
     ("b300_sxm", "fp8", "0.5.10.post1"): ("c", "0.8", "16384", "16384", "10"),
 }
 _QWEN35_MTP_SCRIPT = ("c", "0.8", "32768", "32768", "poll")
+# Rows another GPU's configurations ran (above): (system, precision, release) -> the key
+# of the configuration they ran.
+_QWEN35_SAME_AS = {("b300_sxm", "fp8", "0.5.9"): _QWEN35_MTP_KEY}
 
 
 # InferenceMAX's Qwen3.5 SGLang rows whose ``backend_version`` reads ``nightly-dev`` (no
@@ -186,13 +215,13 @@ def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
     release = row.backend_version
     if release.startswith("nightly-dev"):  # the image's date names the configuration
         release = "nightly-dev-20260402" if "20260402" in release else "nightly-dev"
-    flags = _QWEN35_SCRIPTS.get((row.system, row.precision, release))
+    key = (row.system, row.precision, release)
+    key = _QWEN35_SAME_AS.get(key, key)
+    flags = _QWEN35_SCRIPTS.get(key)
     if flags is None:
         return {}
     conc = row.concurrency or 0
-    mtp = (row.system, row.precision, release) == _QWEN35_MTP_KEY and (
-        (row.tp or 1, row.moe_ep or 1) == (4, 1)
-    )
+    mtp = key == _QWEN35_MTP_KEY and ((row.tp or 1, row.moe_ep or 1) == (4, 1))
     if mtp:
         flags = _QWEN35_MTP_SCRIPT
     given = ("true", *flags)
@@ -237,7 +266,7 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
             return {}
         flags = ("32", "0.95", "8192", "8192", "10")
     elif blackwell and row.precision == "fp8" and tp == 8:
-        if conc <= (4 if long_prompt else 64):
+        if conc <= (4 if long_prompt else 64) and not _dsr1_fp8_mtp_run(row):
             flags = ("128", "0.82", "32768", "32768", poll)
         elif conc <= 512 and not b300:
             flags, extra = ("512", "0.82", "16384", "16384", poll), _SGLANG_MTP

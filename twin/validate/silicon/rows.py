@@ -14,7 +14,7 @@ from pathlib import Path
 
 from twin.errors import TwinError, where
 from twin.validate.silicon.harness import model_named
-from twin.validate.silicon.inferencemax import inferencemax_layout
+from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_layout
 
 CSV_IN_PACKAGE = ("systems", "silicon_sample.csv")
 CONFIGS_IN_PACKAGE = "model_configs"
@@ -92,6 +92,11 @@ class SiliconRow:
     # The CSV's own parallel columns where they were read as another layout
     # (:func:`inferencemax_layout`); empty where the columns are the run's.
     csv_layout: str = ""
+    # The InferenceMAX configurations (the CI database's ``config_id``) named for this
+    # row's measurement, by itself or a copy (``measurement_key``), and for any measurement
+    # at its point (``run_point``): :func:`mark_configurations`.
+    named_configs: frozenset[str] = frozenset()
+    point_configs: frozenset[str] = frozenset()
 
     @property
     def split(self) -> str:
@@ -115,6 +120,27 @@ class SiliconRow:
             self.concurrency,
             self.system,
             self.backend,
+        )
+
+    @property
+    def run_point(self) -> tuple[object, ...]:
+        """What a configuration's search space names a run by: the model (InferenceMAX's
+        DeepSeek-R1 under either name), system, engine and release, format, layout,
+        lengths and clients. Several measurements can share a point where two
+        configurations cover it (a plain and an -mtp one)."""
+        model = "deepseek-r1" if inferencemax_deepseek(self) else self.model_path.lower()
+        return (
+            model,
+            self.system,
+            self.backend,
+            self.backend_version,
+            self.precision,
+            self.tp,
+            self.attention_dp,
+            self.moe_ep,
+            self.isl,
+            self.osl,
+            self.concurrency,
         )
 
     @property
@@ -208,7 +234,7 @@ def read_rows(path: str | Path | None = None) -> list[SiliconRow]:
         if r.id in seen:
             raise TwinError(f"{where(p, i, 'id')}: duplicate id {r.id!r}")
         seen.add(r.id)
-    return mark_copies(rows)
+    return mark_configurations(mark_copies(rows))
 
 
 def mark_copies(rows: Sequence[SiliconRow]) -> list[SiliconRow]:
@@ -224,6 +250,44 @@ def mark_copies(rows: Sequence[SiliconRow]) -> list[SiliconRow]:
         else r
         for r in rows
     ]
+
+
+_CONFIG_ID = re.compile(r"config_id=(\d+)")
+
+
+def _run_of(row: SiliconRow) -> tuple[object, ...] | None:
+    """A measurement at its point, to 0.1 us: the collections repeat a run's floats with
+    their last digit changed (22.529311712042354 and ...35 ms), so ``measurement_key``'s
+    exact floats miss some copies."""
+    if row.ttft_ms is None or row.tpot_ms is None:
+        return None
+    return (*row.run_point, round(row.ttft_ms, 4), round(row.tpot_ms, 4))
+
+
+def mark_configurations(rows: Sequence[SiliconRow]) -> list[SiliconRow]:
+    """``rows`` with ``named_configs`` and ``point_configs`` set from the CI database's
+    rows, which name their configuration (``config_id=``): the same measurement at the
+    same point in 2026-03-25.csv or 2026-04-06.csv is the same run, and a measurement at
+    a point where another one is named is another configuration's run (the plain and
+    -mtp servers of one point, ``inferencemax_sglang``)."""
+    by_run: dict[tuple[object, ...], set[str]] = {}
+    by_point: dict[tuple[object, ...], set[str]] = {}
+    for r in rows:
+        found, run = _CONFIG_ID.search(r.source), _run_of(r)
+        if found and run is not None:
+            by_run.setdefault(run, set()).add(found.group(1))
+            by_point.setdefault(r.run_point, set()).add(found.group(1))
+    out = []
+    for r in rows:
+        run = _run_of(r)
+        named = by_run.get(run, set()) if run is not None else set()
+        point = by_point.get(r.run_point, set())
+        if named or point:
+            r = dataclasses.replace(
+                r, named_configs=frozenset(named), point_configs=frozenset(point)
+            )
+        out.append(r)
+    return out
 
 
 def _parse(raw: dict[str, str | None], path: Path, i: int) -> SiliconRow:
