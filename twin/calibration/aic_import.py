@@ -147,6 +147,8 @@ def fit_family(
         "tables": fam.tables,
         "rows_outside_domain": len(fam.rows) - len(rows),
     }
+    if fam.sibling:  # series read from the same-silicon sibling (calibration.moe_sibling)
+        fit.provenance["sibling_series"] = fam.sibling
     return fit
 
 

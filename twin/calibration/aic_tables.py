@@ -31,7 +31,9 @@ shape it came from. Which table feeds which kernel family:
   kernels only (``moe_torch_flow_nongated`` is Nemotron's relu2 MLP); features per GPU
   (``moe_row``); per dtype the version directory with such rows that the release
   picks (below) and, where several kernel sources timed it, the one with the most rows
-  (the backend the collector swept: the engine's default for that format);
+  (the backend the collector swept: the engine's default for that format); a series
+  the same-silicon sibling (B200 / GB200, B300 / GB300) timed far faster is read from the
+  sibling's table of the same version (``calibration.moe_sibling``, :func:`moe_table`);
   ``moe_nvfp4_min_latency`` TensorRT-LLM's min-latency nvfp4 rows (kernel source
   ``moe_torch_flow_min_latency``) of at most 128 tokens, the steps it prices
   (``twin.costmodel.formulas.MOE_MIN_LATENCY_MAX_TOKENS``);
@@ -65,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from twin import precision as px
+from twin.calibration.moe_sibling import BAND, SiblingFill, fill_slow_series, sibling_of
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel.routing import ROUTINGS
@@ -124,6 +127,9 @@ class FamilyRows:
     # The engine release of the table read (``version``, or for an all-reduce family,
     # whose version is empty, the custom all-reduce's); "" when no engine table was read.
     release: str = ""
+    # A fused-MoE family whose series were read from the same-silicon sibling's table
+    # (``calibration.moe_sibling``): the rule, that table, the ratio and the series.
+    sibling: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.release = self.release or self.version
@@ -260,7 +266,12 @@ def _row(kernel: str, feats: ft.Features, latency_ms: float, shape: dict[str, An
 
 
 def _family(
-    kernel: str, table: Path, rows: list[dict[str, Any]], source: str, out: list[dict]
+    kernel: str,
+    table: Path,
+    rows: list[dict[str, Any]],
+    source: str,
+    out: list[dict],
+    sibling: dict[str, Any] | None = None,
 ) -> FamilyRows:
     first = rows[0] if rows else {}
     return FamilyRows(
@@ -271,6 +282,7 @@ def _family(
         device=str(first.get("device", "")),
         kernel_source=source,
         tables=[str(Path(*table.parts[-5:]))],
+        sibling=sibling or {},
     )
 
 
@@ -559,12 +571,51 @@ def _moe_raw(table: Path, dtype: str) -> list[dict[str, Any]]:
     return moe_table_rows(table, dtype, "balanced")
 
 
+def moe_table(table: Path) -> SiblingFill:
+    """A ``moe_perf`` table's rows, its slow series read from the same-silicon sibling's
+    table of the same version where there is one (``calibration.moe_sibling``)."""
+    sibling = sibling_of(table)
+    return _moe_table_once(table, _mtime(table), sibling, _mtime(sibling))
+
+
+def _mtime(path: Path | None) -> int:
+    return path.stat().st_mtime_ns if path is not None and path.exists() else 0
+
+
+@functools.lru_cache(maxsize=16)
+def _moe_table_once(table: Path, _m: int, sibling: Path | None, _ms: int) -> SiblingFill:
+    own = _read(table)
+    if sibling is None:
+        return SiblingFill(tuple(own))
+    return fill_slow_series(own, _read(sibling), sibling_table=str(Path(*sibling.parts[-5:])))
+
+
+def _sibling_note(fill: SiblingFill, source: str, dtype: str) -> dict[str, Any]:
+    """The provenance of a family whose series ``fill`` replaced; {} when it replaced none."""
+    series = fill.replaced_labels(source, dtype)
+    if not series:
+        return {}
+    lo, hi = BAND
+    return {
+        "rule": (
+            "twin.calibration.moe_sibling: a series whose median time ratio to the "
+            f"same-silicon sibling's same series is above {hi} x the tables' median ratio "
+            "takes the sibling's rows times that median"
+        ),
+        "band": [lo, hi],
+        "sibling_table": fill.sibling_table,
+        "median_ratio": round(fill.median_ratio, 4),
+        "series": series,
+    }
+
+
 def moe_table_rows(table: Path, dtype: str, distribution: str) -> list[dict[str, Any]]:
     """``table``'s gated rows of expert format ``dtype`` timed under routing
-    ``distribution`` (``balanced``, ``power_law_1.01``, ``power_law_1.2``)."""
+    ``distribution`` (``balanced``, ``power_law_1.01``, ``power_law_1.2``), after the
+    same-silicon rule (:func:`moe_table`)."""
     return [
         r
-        for r in _read(table)
+        for r in moe_table(table).rows
         if r.get("moe_dtype") == dtype
         and r.get("distribution") == distribution
         and "nongated" not in str(r.get("kernel_source", ""))
@@ -599,7 +650,9 @@ def moe_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         if small and fmt.table_mode in fm.MOE_MIN_LATENCY_MODES:
             fast = fm.moe_min_latency_kernel(fmt.table_mode)
             rows = [moe_row(r, fmt, fast, r["latency"]) for r in small]
-            families.append(_family(fast, table, small, fm.MOE_MIN_LATENCY_SOURCE, rows))
+            src = fm.MOE_MIN_LATENCY_SOURCE
+            note = _sibling_note(moe_table(table), src, dtype)
+            families.append(_family(fast, table, small, src, rows, note))
         if not raw:
             continue
         counts: dict[str, int] = {}
@@ -612,7 +665,8 @@ def moe_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         for i, r in enumerate(raw):
             _require(r, MOE_COLUMNS, table, i)
             out.append(moe_row(r, fmt, kernel, r["latency"]))
-        families.append(_family(kernel, table, raw, source, out))
+        note = _sibling_note(moe_table(table), source, dtype)
+        families.append(_family(kernel, table, raw, source, out, note))
     return families
 
 

@@ -31,10 +31,12 @@ issue 31: the SGLang rows by cause; issue 34: the kernel tables' hot ranks).
 
 The tie is the collectors' (the same balanced logits and grouped top-k in SGLang's and
 TensorRT-LLM's), but only the kernel sources below were checked against measured EP runs:
-TensorRT-LLM's CUTLASS rows keep their EP series (its B200 1.3.0rc20 table has another
-anomaly, docs/decisions.md), and a model with plain top-k (Kimi-K2.5, GLM-5: ``n_group``
-1) keeps its own layout, its EP rows timing what TP's do (EP k equals TP k in the same
-table).
+TensorRT-LLM's CUTLASS rows keep their EP series: there the TP rows of DeepSeek's shape
+are the slower ones (EP 4 / TP 4 0.73 at 256 tokens on B200 once its slow series are
+read from GB200's, ``calibration.moe_sibling``), and priced at TP the 18 DeepSeek B200
+fp4 fit rows it moves went from TPOT 14.7% to 24.5% (docs/decisions.md, issue 31: the
+same-silicon rule). A model with plain top-k (Kimi-K2.5, GLM-5: ``n_group`` 1) keeps its
+own layout, its EP rows timing what TP's do (EP k equals TP k in the same table).
 """
 
 from __future__ import annotations
