@@ -67,7 +67,13 @@ from pathlib import Path
 from typing import Any
 
 from twin import precision as px
-from twin.calibration.moe_sibling import BAND, SiblingFill, fill_slow_series, sibling_of
+from twin.calibration.moe_sibling import (
+    BAND,
+    MOE_SHAPE_COLUMNS,
+    SiblingFill,
+    fill_slow_series,
+    sibling_of,
+)
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel.routing import ROUTINGS
@@ -532,15 +538,7 @@ def allreduce_rows(system: Path, engine: str, release: str | None = None) -> lis
     return families
 
 
-MOE_COLUMNS = (
-    "num_tokens",
-    "hidden_size",
-    "inter_size",
-    "topk",
-    "num_experts",
-    "moe_tp_size",
-    "moe_ep_size",
-)
+MOE_COLUMNS = ("num_tokens", *MOE_SHAPE_COLUMNS)
 
 
 def moe_row(

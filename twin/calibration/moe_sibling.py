@@ -37,10 +37,9 @@ SIBLINGS = {"b200_sxm": "gb200", "gb200": "b200_sxm", "b300_sxm": "gb300", "gb30
 # 1.3-1.9x away (docs/decisions.md, issue 34 / 31, case 2).
 BAND = (0.8, 1.25)
 MIN_SHARED_TOKENS = 4  # fewer shared token counts: no ratio for the series
-SERIES_COLUMNS = (
-    "kernel_source",
-    "moe_dtype",
-    "distribution",
+# A ``moe_perf`` row's shape: its columns but the token count (``aic_tables.MOE_COLUMNS``
+# is the token count and these).
+MOE_SHAPE_COLUMNS = (
     "hidden_size",
     "inter_size",
     "topk",
@@ -48,6 +47,7 @@ SERIES_COLUMNS = (
     "moe_tp_size",
     "moe_ep_size",
 )
+SERIES_COLUMNS = ("kernel_source", "moe_dtype", "distribution", *MOE_SHAPE_COLUMNS)
 
 SeriesKey = tuple[Any, ...]
 
