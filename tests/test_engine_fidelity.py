@@ -422,20 +422,25 @@ def test_trtllm_batch_waiting_flags():
         get_mode("trtllm").settings(model, {"batch_wait_timeout_iters": "-1"})
 
 
-def _trtllm_run(path, overlap):
-    """TensorRT-LLM's batching at a 64-token budget, with or without the overlap
-    scheduler, on a constant-price recording pricer: (the pricer, the records)."""
+def _recorded_run(path, scheduler, options):
+    """``scheduler``'s batching with ``options`` at a 64-token budget, on a constant-price
+    recording pricer: (the pricer, the records)."""
     pricer = RecordingPricer()
     _, recs = run(
         path,
         pricer,
         policy="vanilla",
-        scheduler="trtllm",
+        scheduler=scheduler,
         max_batched_tokens=64,
         max_running=8,
-        scheduler_options={"overlap_scheduler": overlap},
+        scheduler_options=options,
     )
     return pricer, recs
+
+
+def _trtllm_run(path, overlap):
+    """TensorRT-LLM's batching, with or without the overlap scheduler."""
+    return _recorded_run(path, "trtllm", {"overlap_scheduler": overlap})
 
 
 @pytest.mark.parametrize(("overlap", "first"), [(False, 3.0), (True, 4.0)])
@@ -575,19 +580,8 @@ def test_sglang_mixed_chunk_admits_one_request_when_the_decodes_spend_the_input_
 
 
 def _vllm_run(path, asynchronous):
-    """vLLM's batching at a 64-token budget, with or without asynchronous scheduling, on
-    a constant-price recording pricer: (the pricer, the records)."""
-    pricer = RecordingPricer()
-    _, recs = run(
-        path,
-        pricer,
-        policy="vanilla",
-        scheduler="vllm",
-        max_batched_tokens=64,
-        max_running=8,
-        scheduler_options={"async_scheduling": asynchronous},
-    )
-    return pricer, recs
+    """vLLM's batching, with or without asynchronous scheduling."""
+    return _recorded_run(path, "vllm", {"async_scheduling": asynchronous})
 
 
 @pytest.mark.parametrize(("asynchronous", "first"), [(False, 3.0), (True, 4.0)])
@@ -612,14 +606,5 @@ def test_the_lag_is_each_engines_own_option(tmp_path):
     TensorRT-LLM's ``overlap_scheduler``, and so does plain continuous batching."""
     path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=20)
     for scheduler in ("vllm", "continuous"):
-        pricer = RecordingPricer()
-        _, recs = run(
-            path,
-            pricer,
-            policy="vanilla",
-            scheduler=scheduler,
-            max_batched_tokens=64,
-            max_running=8,
-            scheduler_options={"overlap_scheduler": True},
-        )
+        _, recs = _recorded_run(path, scheduler, {"overlap_scheduler": True})
         assert _by_row(recs)[1].first_token_s == 3.0
