@@ -634,15 +634,20 @@ def test_the_package_rows_run_on_the_gpus_their_ids_name() -> None:
 
 
 # ------------------------------------------------------------------ the benchmark
-def _bench():  # type: ignore[no-untyped-def]
+def _script(name: str, filename: str) -> Any:
+    """``benchmarks/<filename>`` loaded as the module ``name``."""
     import importlib.util
 
-    path = Path(__file__).parents[1] / "benchmarks" / "bench_silicon.py"
-    spec = importlib.util.spec_from_file_location("bench_silicon", path)
+    path = Path(__file__).parents[1] / "benchmarks" / filename
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _bench() -> Any:
+    return _script("bench_silicon", "bench_silicon.py")
 
 
 def test_bench_spread() -> None:
@@ -655,16 +660,10 @@ def test_bench_spread() -> None:
 
 def _silicon_rows(monkeypatch: pytest.MonkeyPatch) -> Any:
     """``benchmarks/silicon_rows.py`` (it imports ``bench_silicon`` by name)."""
-    import importlib.util
     import sys
 
     monkeypatch.setitem(sys.modules, "bench_silicon", _bench())
-    path = Path(__file__).parents[1] / "benchmarks" / "silicon_rows.py"
-    spec = importlib.util.spec_from_file_location("bench_silicon_rows", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script("bench_silicon_rows", "silicon_rows.py")
 
 
 def test_silicon_rows_deployment_changes(
@@ -1409,13 +1408,7 @@ def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
 def test_silicon_compare_sets_two_runs_side_by_side(tmp_path: Path) -> None:
     """``benchmarks/silicon_compare.py``: MAPE per split and group before and after, the
     rows whose prediction changed, and aiconfigurator on the rows it estimated only."""
-    import importlib.util
-
-    path = Path(__file__).parents[1] / "benchmarks" / "silicon_compare.py"
-    spec = importlib.util.spec_from_file_location("silicon_compare", path)
-    assert spec is not None and spec.loader is not None
-    compare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(compare)
+    compare = _script("silicon_compare", "silicon_compare.py")
     head = (
         "id,split,model_path,system,backend,"
         "silicon_ttft_ms,silicon_tpot_ms,twin_ttft_ms,twin_tpot_ms"
