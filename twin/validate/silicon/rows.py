@@ -257,8 +257,9 @@ _CONFIG_ID = re.compile(r"config_id=(\d+)")
 
 def _run_of(row: SiliconRow) -> tuple[object, ...] | None:
     """A measurement at its point, to 0.1 us: the collections repeat a run's floats with
-    their last digit changed (22.529311712042354 and ...35 ms), so ``measurement_key``'s
-    exact floats miss some copies."""
+    their last digit changed (22.529311712042354 and ...35 ms), so exact floats miss some
+    copies (finer than ``measurement_key``'s 0.01 ms, which also joins rounded copies
+    across model names and versions)."""
     if row.ttft_ms is None or row.tpot_ms is None:
         return None
     return (*row.run_point, round(row.ttft_ms, 4), round(row.tpot_ms, 4))
