@@ -14,14 +14,28 @@ import argparse
 import csv
 import json
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+
+def _refuse(message: str) -> NoReturn:
+    print(f"silicon_compare: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _read(path: Path) -> dict[str, dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as f:
-        return {r["id"]: r for r in csv.DictReader(f)}
+    """The rows of a predictions CSV by id; a missing or unreadable file, or one without an
+    ``id`` column, is one line on stderr and exit status 2."""
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        _refuse(f"{path}: not a readable CSV file ({err})")
+    if rows and "id" not in rows[0]:
+        _refuse(f"{path}: no 'id' column")
+    return {r["id"]: r for r in rows}
 
 
 def _ape(value: str | None, measured: str | None) -> float | None:

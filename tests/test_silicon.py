@@ -1437,6 +1437,13 @@ def test_silicon_compare_sets_two_runs_side_by_side(tmp_path: Path) -> None:
     # aiconfigurator estimated row a only: its error and the twin's on that row
     assert (group["aic_ttft_rows"], group["aic_ttft_mape"]) == (1, 50.0)
     assert group["twin_ttft_mape_on_aic_rows"] == 25.0
+    # a missing file, or a CSV without ids, is one line and exit status 2
+    for bad in (tmp_path / "missing.csv", aic.with_name("noid.csv")):
+        if bad.name == "noid.csv":
+            bad.write_text("x,y\n1,2\n", encoding="utf-8")
+        with pytest.raises(SystemExit) as stop:
+            compare.main([str(bad), str(after)])
+        assert stop.value.code == 2
 
 
 def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:
