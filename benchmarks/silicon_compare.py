@@ -30,10 +30,11 @@ def _read(path: Path) -> dict[str, dict[str, str]]:
     ``id`` column, is one line on stderr and exit status 2."""
     try:
         with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
+            reader = csv.DictReader(f)
+            rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         _refuse(f"{path}: not a readable CSV file ({err})")
-    if rows and "id" not in rows[0]:
+    if "id" not in (reader.fieldnames or ()):  # the header, so a file of no rows is read too
         _refuse(f"{path}: no 'id' column")
     return {r["id"]: r for r in rows}
 

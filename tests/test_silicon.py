@@ -1405,7 +1405,9 @@ def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
     assert plan.deployment["eager_prefill_s"] == pytest.approx(floor)
 
 
-def test_silicon_compare_sets_two_runs_side_by_side(tmp_path: Path) -> None:
+def test_silicon_compare_sets_two_runs_side_by_side(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``benchmarks/silicon_compare.py``: MAPE per split and group before and after, the
     rows whose prediction changed, and aiconfigurator on the rows it estimated only."""
     compare = _script("silicon_compare", "silicon_compare.py")
@@ -1437,13 +1439,18 @@ def test_silicon_compare_sets_two_runs_side_by_side(tmp_path: Path) -> None:
     # aiconfigurator estimated row a only: its error and the twin's on that row
     assert (group["aic_ttft_rows"], group["aic_ttft_mape"]) == (1, 50.0)
     assert group["twin_ttft_mape_on_aic_rows"] == 25.0
-    # a missing file, or a CSV without ids, is one line and exit status 2
-    for bad in (tmp_path / "missing.csv", aic.with_name("noid.csv")):
-        if bad.name == "noid.csv":
-            bad.write_text("x,y\n1,2\n", encoding="utf-8")
+    # a missing file, or a CSV without ids (with rows or a header alone), is one line
+    # naming the file and exit status 2
+    capsys.readouterr()
+    noid, header = tmp_path / "noid.csv", tmp_path / "header.csv"
+    noid.write_text("x,y\n1,2\n", encoding="utf-8")
+    header.write_text("x,y\n", encoding="utf-8")
+    for bad in (tmp_path / "missing.csv", noid, header):
         with pytest.raises(SystemExit) as stop:
             compare.main([str(bad), str(after)])
         assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(bad) in err
 
 
 def test_bench_reuses_aiconfigurator_estimates(tmp_path: Path) -> None:
