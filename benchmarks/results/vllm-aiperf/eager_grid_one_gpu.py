@@ -8,7 +8,6 @@ each value of a grid with two workers; TTFT / TPOT MAPE per value (docs/decision
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import sys
@@ -18,10 +17,9 @@ from typing import Any
 
 sys.path.insert(0, "benchmarks")
 
-from bench_eager_prefill import _sample
+from bench_eager_prefill import _sample, predict_at
 
 import twin.validate.silicon as sil
-from twin.validate.silicon.predict import predict
 
 
 def _plans(gpu: str) -> list[sil.RowPlan]:
@@ -32,11 +30,7 @@ def _plans(gpu: str) -> list[sil.RowPlan]:
 def _one(job: tuple[str, int, float]) -> tuple[Any, ...]:
     gpu, i, us = job
     plan = _plans(gpu)[i]
-    launches = sil.eager_launches(plan.model, "vllm")
-    dep = {k: v for k, v in plan.deployment.items() if k != "eager_prefill_s"}
-    if us > 0:
-        dep["eager_prefill_s"] = us * 1e-6 * launches
-    got = predict(dataclasses.replace(plan, deployment=dep))
+    got = predict_at(plan, us)
     row = plan.row
     return (row.id, us, got.get("twin_ttft_ms"), got.get("twin_tpot_ms"), row.ttft_ms, row.tpot_ms)
 
