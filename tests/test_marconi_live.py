@@ -2,7 +2,8 @@
 Python oracle of ``marconi`` and ``marconi-twin`` (``marconi_oracle``).
 
 The engine calls the request protocol a step at a time, interleaving requests:
-admissions, inserts at a prefill's end and at completion, releases. Here
+admissions, inserts at a prefill's end and at completion, releases (or the
+completion and release in one call, ``complete``, as the engine's replica makes them). Here
 hypothesis draws traces (a vocabulary of four: many ties and shared prefixes),
 capacities of a few tokens and states, alphas fixed or tuned online, and an
 interleaving of those calls, with a shared pool's reclaims between them
@@ -130,6 +131,11 @@ def _run(
         if stage == 0:
             made = py_req.insert_at_prefill_end(a), live_req.insert_at_prefill_end(b)
             assert made[0] == made[1] and a.prefill_tokens == b.prefill_tokens, f"prefill {i}"
+        elif stage == 1 and pick % 2:  # the engine's request end: both steps, one call
+            made = py_req.complete(a), live_req.complete(b)
+            assert made[0] == made[1], f"completion and release of request {i}"
+            assert b.unpin is None and b.full is None, f"request {i} still held"
+            running.remove(entry)
         elif stage == 1:
             made = py_req.insert_at_completion(a), live_req.insert_at_completion(b)
             assert made[0] == made[1], f"completion of request {i}"

@@ -98,6 +98,10 @@ class NothingCached:
     def insert_at_completion(self, adm: Admission) -> int:
         return 0
 
+    def complete(self, adm: Admission) -> int:
+        self.release(adm)
+        return 0
+
     def insert_preempted(self, adm: Admission, tokens: int) -> int:
         return 0
 

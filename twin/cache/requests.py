@@ -92,6 +92,7 @@ class Requests(Protocol):
     ) -> Admission: ...
     def insert_at_prefill_end(self, adm: Admission) -> int: ...
     def insert_at_completion(self, adm: Admission) -> int: ...
+    def complete(self, adm: Admission) -> int: ...
     def insert_preempted(self, adm: Admission, tokens: int) -> int: ...
     def release(self, adm: Admission) -> None: ...
     def serve(
@@ -258,6 +259,13 @@ class RequestCache(HostWrites[CacheStructure[H]], Generic[H]):
         self._write_through(adm.full, adm.at_completion, adm.modules)
         cache.insert(adm.full, adm.at_completion, adm.modules)
         return cache.checkpoints_admitted - before
+
+    def complete(self, adm: Admission) -> int:
+        """Steps 3 and 4 at a request's end (a compiled cache makes them one call); return
+        the checkpoints admitted."""
+        made = self.insert_at_completion(adm)
+        release(adm)
+        return made
 
     def insert_preempted(self, adm: Admission, tokens: int) -> int:
         """A preempted request's first ``tokens`` (prompt and output so far) stay cached,

@@ -227,11 +227,10 @@ class Replica:
             adm = seq.cached
             assert adm is not None
             memory.completed(seq)
-            # The state after the last token: visible at completion.
-            made = requests.insert_at_completion(adm)
+            # The state after the last token: visible at completion; then the release.
+            made = requests.complete(adm)
             seq.ckpts += made
             copies += made
-            requests.release(adm)
             seq.cached = None
             # the routers' load signal: a completed request no longer loads the replica
             self.outstanding_tokens -= seq.prompt_len + seq.out_len

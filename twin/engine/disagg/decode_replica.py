@@ -173,8 +173,7 @@ class DecodeReplica(Replica):
             if adm is not None:
                 # Its KV stays in this worker's cache (SGLang's cache_finished_req into
                 # the decode radix tree; vLLM's freed blocks stay hashed).
-                requests.insert_at_completion(adm)
-                requests.release(adm)
+                requests.complete(adm)
                 seq.cached = None
             self.outstanding_tokens -= seq.prompt_len + seq.out_len
             self.reserved -= 1

@@ -1418,20 +1418,24 @@ def live_tokens_needed(held: int, tokens: int) -> int:
 
 
 @jit
-def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int) -> tuple[int, int]:
+def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int, unpin: int) -> tuple[int, int]:
     """``PrefixCache.insert`` of ``q`` up to ``pos[npos - 1]`` with checkpoints ``pos[:npos]``
-    (sorted, unique, positive): (tokens newly cached, states admitted); ``(-1, 0)`` without
-    doing anything where ``st`` lacks room (:func:`live_room`: grow it and call again)."""
+    (sorted, unique, positive), then ``RequestCache.release``'s unpin of node ``unpin``
+    (0: none; a request's last insert and its release in one call, which saves a call's
+    dispatch of the state's 16 arrays): (tokens newly cached, states admitted);
+    ``(-1, 0)`` without doing anything where ``st`` lacks room (:func:`live_room`: grow it
+    and call again)."""
     st = borrow(st)
-    if npos == 0:
-        return 0, 0
-    if not live_room(st, pos[npos - 1]):
-        return -1, 0
     nd, sc = st[0], st[1]
-    before = sc[S_ADMITTED]
-    path = st[12]
-    count, length, partial = walk(nd, st[8], st[9], q, 0, pos[npos - 1], path)
-    added = _insert(st, q, 0, pos, npos, path[count - 1], length, partial)
+    added, before = 0, sc[S_ADMITTED]
+    if npos > 0:
+        if not live_room(st, pos[npos - 1]):
+            return -1, 0
+        path = st[12]
+        count, length, partial = walk(nd, st[8], st[9], q, 0, pos[npos - 1], path)
+        added = _insert(st, q, 0, pos, npos, path[count - 1], length, partial)
+    if unpin:
+        _unpin(st, unpin)
     return added, sc[S_ADMITTED] - before
 
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -130,14 +129,19 @@ class LiveCache:
     def _log_room(self) -> None:
         """Before a call that may evict, with a hook: room in the log for the paths of every
         node there (``kernel._hand``), doubled when it grows."""
+        if self._on_evict is None:
+            return
         st, k = self.st, self.k
         need = int(self.sc[k.S_DEPTHS])
-        if self._on_evict is not None and len(st[14]) < need:
+        if len(st[14]) < need:
             grown = np.zeros(max(need, 2 * len(st[14])), np.int32)
             self.st = (*st[:14], grown, st[15])
 
     def _hand_victims(self) -> None:
-        """Tell the hook of the victims of the last call, in order (``kernel._hand``)."""
+        """Tell the hook of the victims of the last call, in order (``kernel._hand``; none
+        is logged without a hook)."""
+        if self._on_evict is None:
+            return
         sc, k = self.sc, self.k
         n = int(sc[k.S_HANDED])
         if not n:
@@ -320,20 +324,21 @@ class LiveCache:
         positions = sorted({int(p) for p in checkpoints if 0 < p <= len(q)})
         return self.insert_at(q, positions)[0] if positions else 0
 
-    def insert_at(self, full: np.ndarray, positions: list[int]) -> tuple[int, int]:
+    def insert_at(self, full: np.ndarray, positions: list[int], unpin: int = 0) -> tuple[int, int]:
         """The insert of ``full`` up to ``positions[-1]`` with states at ``positions``
         (sorted, unique, positive; three at most, with a prefix loaded back from a host
-        tier): (tokens newly cached, states admitted)."""
+        tier; none: no insert), then the unpin of node ``unpin`` (0: none; a request's
+        release, :meth:`LiveRequests.complete`): (tokens newly cached, states admitted)."""
         k = self.k
         if len(positions) > len(self._ins):
             self._ins = np.zeros(len(positions), np.int64)
         pos = self._ins
         pos[: len(positions)] = positions
         self._log_room()
-        added, made = k.live_insert(self.st, full, pos, len(positions))
+        added, made = k.live_insert(self.st, full, pos, len(positions), unpin)
         if added < 0:  # no room: grow, then the same insert
             self.grow_for(positions[-1])
-            added, made = k.live_insert(self.st, full, pos, len(positions))
+            added, made = k.live_insert(self.st, full, pos, len(positions), unpin)
         self._hand_victims()
         self.chosen()
         return int(added), int(made)
@@ -411,7 +416,7 @@ class LiveRequests(HostWrites[LiveCache]):
         adm = Admission(order, prompt, full, found, at_prefill, at_completion, modules)
         adm.host_tokens = loaded
         if pinned:
-            adm.unpin = partial(cache.unpin, pinned)
+            adm.unpin = _Pin(cache, pinned)
         return adm, pinned
 
     def serve(
@@ -422,10 +427,7 @@ class LiveRequests(HostWrites[LiveCache]):
         adm, node = self._admit(prompt, full, modules)
         if node:
             adm.hit = Hit(adm.hit.length, ServedNode(int(self.cache.st[0][self.cache.k.NID, node])))
-        positions = adm.at_prefill + adm.at_completion
-        if positions:
-            self.cache.insert_at(full, positions)
-        self.release(adm)
+        self._last_insert(adm, adm.at_prefill + adm.at_completion)
         self.cache.sc[self.cache.k.S_CLOCK] = self.admissions
         return adm.hit
 
@@ -447,6 +449,27 @@ class LiveRequests(HostWrites[LiveCache]):
         self._write_through(adm.full, adm.at_completion, adm.modules)
         return self.cache.insert_at(adm.full, adm.at_completion)[1]
 
+    def complete(self, adm: Admission) -> int:
+        """``RequestCache.complete``: the insert at completion and the release."""
+        if adm.at_completion:
+            assert adm.full is not None, "insert after release"
+            self._write_through(adm.full, adm.at_completion, adm.modules)
+        return self._last_insert(adm, adm.at_completion)
+
+    def _last_insert(self, adm: Admission, positions: list[int]) -> int:
+        """A request's last insert (at ``positions``; none: none) and its release, in one
+        kernel call (``kernel.live_insert`` unpins after inserting, as the two calls
+        would); the states admitted."""
+        pin, node = adm.unpin, 0
+        if isinstance(pin, _Pin):
+            node, adm.unpin = pin.node, None  # the insert's call unpins it
+        made = 0
+        if positions or node:
+            assert adm.full is not None, "insert after release"
+            made = self.cache.insert_at(adm.full, positions, node)[1]
+        release(adm)
+        return made
+
     def insert_preempted(self, adm: Admission, tokens: int) -> int:
         """``RequestCache.insert_preempted``: a preempted request's first ``tokens`` stay
         cached (vLLM mode, Transformers); the tokens newly cached."""
@@ -460,6 +483,21 @@ class LiveRequests(HostWrites[LiveCache]):
     def release(self, adm: Admission) -> None:
         """``RequestCache.release``: unpin the hit (idempotent), drop the tokens."""
         release(adm)
+
+
+class _Pin:
+    """A request's pin of node ``node`` of a live cache (``Admission.unpin``): called, it
+    releases it; :meth:`LiveRequests.complete` reads the node to release it in the
+    kernel call of the request's last insert."""
+
+    __slots__ = ("cache", "node")
+
+    def __init__(self, cache: LiveCache, node: int) -> None:
+        self.cache = cache
+        self.node = node
+
+    def __call__(self) -> None:
+        self.cache.unpin(self.node)
 
 
 def _children(first: list[int], nxt: list[int], v: int) -> list[int]:
