@@ -291,8 +291,7 @@ class RequestCache(HostWrites[CacheStructure[H]], Generic[H]):
         resumes there).
         """
         adm = self._admit(prompt, full, split=False, modules=modules)
-        self.insert_at_completion(adm)
-        release(adm)
+        self.complete(adm)
         self.cache.set_clock(self.admissions)
         return adm.hit
 
