@@ -29,3 +29,14 @@ def batch1(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with WorkloadWriter(path, gen.metadata(8, 1.0, 0, 8192)) as w:
         w.write_all(gen.rows(8, 1.0, 0, 8192))
     return path
+
+
+@pytest.fixture(scope="module")
+def oracle_structure():
+    """The tests' oracle structure (``marconi_oracle.ORACLE_TREE``) registered for one
+    module's tests and removed after them; a module that builds the oracles' caches asks
+    for it (``pytestmark = pytest.mark.usefixtures("oracle_structure")``)."""
+    from marconi_oracle import oracle_structure
+
+    with oracle_structure():
+        yield

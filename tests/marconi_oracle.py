@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -77,10 +78,24 @@ class OracleTree(PrefixCache):
         )
 
 
-# The oracles' structure, registered by name beside the production ones (the engine and a
-# replay build it through ``twin.policies.structures`` when the registry holds the oracles).
+# The oracles' structure, by name beside the production ones (the engine and a replay build
+# it through ``twin.policies.structures``) only while :func:`oracle_structure` holds it:
+# importing this module leaves the registry as it is.
 ORACLE_TREE = "oracle-radix"
-STRUCTURES[ORACLE_TREE] = OracleTree
+
+
+@contextmanager
+def oracle_structure() -> Iterator[None]:
+    """``STRUCTURES`` holding :data:`ORACLE_TREE` inside the block, as it was after it (the
+    ``oracle_structure`` fixture of ``tests/conftest.py``, for the modules that use it)."""
+    if ORACLE_TREE in STRUCTURES:  # an enclosing block holds it and removes it
+        yield
+        return
+    STRUCTURES[ORACLE_TREE] = OracleTree
+    try:
+        yield
+    finally:
+        del STRUCTURES[ORACLE_TREE]
 
 
 def _preorder(root: Node) -> list[Node]:

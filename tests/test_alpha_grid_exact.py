@@ -26,6 +26,8 @@ from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.replay import Trace, _run_at, replay
 
+pytestmark = pytest.mark.usefixtures("oracle_structure")
+
 HYBRID = get_model("tiny-hybrid")
 MODELS = [HYBRID, get_model("tiny-transformer")]
 TUNED = ("marconi", "marconi-twin")

@@ -12,6 +12,8 @@ from twin.model import ModelSpec
 from twin.policies.structures import make_cache
 from twin.presets import get_model
 
+pytestmark = pytest.mark.usefixtures("oracle_structure")
+
 SWA = get_model("tiny-swa")  # 3 swa layers (window 8) + 1 full, no recurrent layer
 W = 8
 FULL, SLIDE = SWA.kv_bytes_per_token_of("attention"), SWA.kv_bytes_per_token_of("swa")

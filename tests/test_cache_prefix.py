@@ -10,6 +10,8 @@ from twin.cache import PrefillFlops, PrefixCache, serve
 from twin.policies.structures import make_cache
 from twin.presets import get_model
 
+pytestmark = pytest.mark.usefixtures("oracle_structure")
+
 HYBRID = get_model("tiny-hybrid")
 TRANSFORMER = get_model("tiny-transformer")
 SSM = get_model("tiny-ssm")

@@ -25,6 +25,8 @@ from twin.replay import Trace, replay
 from twin.workloads.examples import example_path
 from twin.workloads.reader import Workload
 
+pytestmark = pytest.mark.usefixtures("oracle_structure")
+
 ONLINE = [name for name, cls in POLICIES.items() if not cls.hindsight]
 
 

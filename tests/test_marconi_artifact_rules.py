@@ -23,6 +23,8 @@ from twin.cache import serve
 from twin.policies.structures import make_cache
 from twin.presets import get_model
 
+pytestmark = pytest.mark.usefixtures("oracle_structure")
+
 DATA = Path(__file__).parent / "data" / "marconi_artifact"
 FIXTURE = json.loads((DATA / "hits.json").read_text())
 MODEL = get_model(FIXTURE["model"])

@@ -39,6 +39,8 @@ from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.replay import Trace, replay
 
+pytestmark = pytest.mark.usefixtures("oracle_structure")
+
 HYBRID = get_model("tiny-hybrid")
 TRANSFORMER = get_model("tiny-transformer")  # no states: any matched prefix hits
 # Sliding-window layers (window 8): each node keeps its tail of their KV; a Transformer's

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from marconi_oracle import MarconiOracle, MarconiTwinOracle
@@ -30,6 +31,8 @@ from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
 from twin.policies.structures import make_cache
 from twin.presets import get_model
+
+pytestmark = pytest.mark.usefixtures("oracle_structure")
 
 HYBRID = get_model("tiny-hybrid")
 TRANSFORMER = get_model("tiny-transformer")  # no states: any matched prefix hits

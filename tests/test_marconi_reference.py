@@ -18,6 +18,8 @@ from twin.policies.alpha_tuning import ALPHA_GRID, best_alpha
 from twin.policies.structures import make_cache
 from twin.presets import get_model
 
+pytestmark = pytest.mark.usefixtures("oracle_structure")
+
 HYBRID = get_model("tiny-hybrid")
 BIG = 10**12
 

@@ -20,6 +20,8 @@ from twin.policies.admissions import (
 from twin.policies.structures import make_cache
 from twin.presets import get_model
 
+pytestmark = pytest.mark.usefixtures("oracle_structure")
+
 HYBRID = get_model("tiny-hybrid")
 TRANSFORMER = get_model("tiny-transformer")
 BIG = 10**12

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from marconi_oracle import tree_policy
@@ -12,6 +13,8 @@ from twin.cache.sparse_blocks import SparseBlockCache
 from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.replay import Trace, replay
+
+pytestmark = pytest.mark.usefixtures("oracle_structure")
 
 MODELS = [get_model(n) for n in ("tiny-hybrid", "tiny-transformer", "tiny-ssm")]
 POLICIES = [

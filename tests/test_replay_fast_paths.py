@@ -21,6 +21,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from marconi_oracle import (
@@ -35,6 +36,8 @@ from twin.cache import PrefixCache
 from twin.policies.compiled import kernel
 from twin.presets import get_model
 from twin.replay import Trace, replay
+
+pytestmark = pytest.mark.usefixtures("oracle_structure")
 
 HYBRID = get_model("tiny-hybrid")
 MODELS = [HYBRID, get_model("tiny-transformer")]
