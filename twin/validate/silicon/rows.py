@@ -113,8 +113,8 @@ class SiliconRow:
         if self.ttft_ms is None or self.tpot_ms is None:
             return None
         return (
-            round(self.ttft_ms, 2),
-            round(self.tpot_ms, 2),
+            round(self.ttft_ms, COPY_DIGITS),
+            round(self.tpot_ms, COPY_DIGITS),
             self.isl,
             self.osl,
             self.concurrency,
@@ -252,17 +252,29 @@ def mark_copies(rows: Sequence[SiliconRow]) -> list[SiliconRow]:
     ]
 
 
+# Two roundings of "the same measurement" (ms decimals), two questions, not one rule:
+# - COPY_DIGITS (0.01 ms, ``SiliconRow.measurement_key``): is a held-out row a copy of a fit
+#   row? Copies cross model names, versions and files, and the Kimi-K2.5 gap-analysis
+#   file rounds InferenceMAX's floats, so the rule must be as coarse as the coarsest copy
+#   (exact floats found 608 of the 759 copies); a false join only moves a row to fit.
+# - RUN_DIGITS (0.1 us, ``_run_of``): which CI-database configuration ran a row, at its
+#   run point (same release). Only the run's own floats (last digit changed) name it:
+#   at 0.01 ms the 36 gap-analysis rounded copies at a named point would be named too
+#   (config 635; checked 2026-11-30), though they are another file's report of the run.
+COPY_DIGITS = 2
+RUN_DIGITS = 4
+
 _CONFIG_ID = re.compile(r"config_id=(\d+)")
 
 
 def _run_of(row: SiliconRow) -> tuple[object, ...] | None:
-    """A measurement at its point, to 0.1 us: the collections repeat a run's floats with
-    their last digit changed (22.529311712042354 and ...35 ms), so exact floats miss some
-    copies (finer than ``measurement_key``'s 0.01 ms, which also joins rounded copies
-    across model names and versions)."""
+    """A measurement at its point, to 0.1 us (:data:`RUN_DIGITS`): the collections repeat a
+    run's floats with their last digit changed (22.529311712042354 and ...35 ms), so exact
+    floats miss some copies (finer than ``measurement_key``'s 0.01 ms, which also joins
+    rounded copies across model names and versions)."""
     if row.ttft_ms is None or row.tpot_ms is None:
         return None
-    return (*row.run_point, round(row.ttft_ms, 4), round(row.tpot_ms, 4))
+    return (*row.run_point, round(row.ttft_ms, RUN_DIGITS), round(row.tpot_ms, RUN_DIGITS))
 
 
 def mark_configurations(rows: Sequence[SiliconRow]) -> list[SiliconRow]:
