@@ -36,7 +36,15 @@ SIBLINGS = {"b200_sxm": "gb200", "gb200": "b200_sxm", "b300_sxm": "gb300", "gb30
 # the quartiles of B200 / GB200 lie within 1.5% of the median, the disturbed series
 # 1.3-1.9x away (docs/decisions.md, issue 34 / 31, case 2).
 BAND = (0.8, 1.25)
-MIN_SHARED_TOKENS = 4  # fewer shared token counts: no ratio for the series
+# Fewer shared token counts: no ratio for the series. It guards the median: over one or
+# two token counts it is one timing (or two's mean), so a single disturbed point would
+# decide whether the whole series is replaced; from three the median outvotes one such
+# point, and 4 keeps one more. Measured (aiconfigurator_core 0.12.0, the 16 B200 / GB200 /
+# B300 / GB300 ``moe_perf`` tables with a sibling, /tmp script in docs/decisions.md,
+# "Issue 33, step: review mends"): 62,516 series share 26-27 token counts, 533 share 0-8
+# (369 none, 146 one); any value 2-8 replaces the same series (the tables' ratios move by
+# 0.0001 at most), 1 replaces one more B300 vLLM 0.24.0 series on one token count.
+MIN_SHARED_TOKENS = 4
 # A ``moe_perf`` row's shape: its columns but the token count (``aic_tables.MOE_COLUMNS``
 # is the token count and these).
 MOE_SHAPE_COLUMNS = (
