@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from twin.cache import HeldCache, cache_stats
-from twin.cache.prefix_cache import PrefixCache
+from twin.cache import cache_stats
 from twin.engine.config import ArrivalConfig, EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.memory_rules import held_bytes, pool_bytes
@@ -48,8 +47,12 @@ from twin.parallel import (
     weight_bytes_per_gpu,
 )
 from twin.policies import get_policy
-from twin.policies.compiled.live import LiveCache
-from twin.policies.structures import build_structure, choose_structure, make_cache
+from twin.policies.structures import (
+    EVICTS_TO_HOST,
+    build_structure,
+    choose_structure,
+    make_cache,
+)
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
 
@@ -283,7 +286,7 @@ class Cluster:
         structure = choose_structure(policy, model, fast=not tiered)
         cache = build_structure(structure, model, capacity, policy)
         if host_bytes and m.host_write_policy == "write_back":
-            _check_write_back(policy_name, cache)
+            _check_write_back(policy_name, structure)
         spec = config.mode.speculative or {}
         setup = MemorySetup(
             model,
@@ -579,13 +582,12 @@ def _record(seq: Seq) -> RequestRecord:
     )
 
 
-def _check_write_back(policy: str, cache: HeldCache) -> None:
-    """Write-back hands evicted radix nodes to the host (``PrefixCache.on_evict``, the
-    compiled tree's ``LiveCache.on_evict``); the block pool and the module store never
-    evict that way, so their host would stay empty."""
-    if not isinstance(cache, PrefixCache | LiveCache):
+def _check_write_back(policy: str, structure: str) -> None:
+    """Write-back hands evicted radix nodes to the host; a structure outside
+    ``EVICTS_TO_HOST`` (the block pools, the module store) would leave it empty."""
+    if structure not in EVICTS_TO_HOST:
         raise TwinError(
-            f"hicache_write_policy=write_back: policy {policy!r} keeps a "
-            f"{type(cache).__name__}, whose evictions the host tier does not receive; "
+            f"hicache_write_policy=write_back: policy {policy!r} runs on the {structure!r} "
+            "structure, whose evictions the host tier does not receive; "
             "use a radix-tree policy (sglang, sglang+, marconi, ...) or write_through"
         )

@@ -97,6 +97,12 @@ STRUCTURES: dict[str, Build] = {
 
 # The structure whose memory is SGLang's two pools (``twin.engine.memory_strategies``).
 SPLIT_POOLS_STRUCTURE = "hybrid-radix"
+# The structures that hand each evicted node to their ``on_evict`` hook (the radix trees:
+# ``PrefixCache.on_evict``, the compiled tree's ``LiveCache.on_evict``), so a write-back
+# host tier receives their evictions; the block pools and the module store never evict
+# that way (``twin.engine.cluster._check_write_back``). A set: a structure registered
+# beside these (the tests' oracle tree) joins it while registered.
+EVICTS_TO_HOST: set[str] = {"radix", "hybrid-radix", "compiled-radix"}
 
 
 def choose_structure(policy: Policy, model: ModelSpec, fast: bool = False) -> str:
