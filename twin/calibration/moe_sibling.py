@@ -40,7 +40,7 @@ BAND = (0.8, 1.25)
 # two token counts it is one timing (or two's mean), so a single disturbed point would
 # decide whether the whole series is replaced; from three the median outvotes one such
 # point, and 4 keeps one more. Measured (aiconfigurator_core 0.12.0, the 16 B200 / GB200 /
-# B300 / GB300 ``moe_perf`` tables with a sibling, /tmp script in docs/decisions.md,
+# B300 / GB300 ``moe_perf`` tables with a sibling; the script in docs/decisions.md,
 # "Issue 33, step: review mends"): 62,516 series share 26-27 token counts, 533 share 0-8
 # (369 none, 146 one); any value 2-8 replaces the same series (the tables' ratios move by
 # 0.0001 at most), 1 replaces one more B300 vLLM 0.24.0 series on one token count.
