@@ -256,7 +256,16 @@ VLLM_EAGER_FROM = "0.14.0"
 # H200 35 us (35.58; 45 us 37.63). Checked on the step's 336 vLLM fit rows: B300, H100 and
 # H200 hold there; B200 15 us lost to 20 (TTFT + TPOT 36.2 against 35.1 on its 168
 # rows), so B200 stays at 20 us.
-VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 20e-6, "b300": 20e-6, "h200": 35e-6, "h100": 15e-6}
+# Refitted in session 21 after vLLM's MLA decode-module floors and the Kimi-K2.5
+# gap-analysis rows' InferenceMAX limits landed, the same 48 fit rows and rule:
+# ``--grid-us 10,15,20,25`` and ``--grid-us 30,35,40,45`` (``benchmarks/results/
+# vllm-refit21-eager-grid-{a,b}``; docs/decisions.md, "Issue 31, step: vLLM's eager host
+# time refitted on session 21's merge"), TTFT + TPOT MAPE: B200 35 us (35.9; 20 us 36.7),
+# B300 15 us (28.3; 20 us 29.9), H100 35 us (26.9; 15 us 32.2), H200 25 us (18.1; 35 us
+# 18.7). Checked on the sample's 356 vLLM fit rows (``vllm-refit21-fit-{cur,new}``): B200
+# 35 us holds (TTFT + TPOT 29.8 against 32.4 on its 183 rows); B300 15 (26.3 against 26.0),
+# H100 35 (30.9 against 28.7) and H200 25 (36.6 against 36.3) lose, so they stay.
+VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 35e-6, "b300": 20e-6, "h200": 35e-6, "h100": 15e-6}
 
 
 def vllm_prefills_eagerly(row: SiliconRow) -> bool:
