@@ -42,7 +42,7 @@ from twin.policies.compiled import kernel as rules
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
 from twin.policies.reference_score import ReferenceFlops
-from twin.policies.structures import EVICTS_TO_HOST, STRUCTURES, make_cache
+from twin.policies.structures import STRUCTURES, Structure, make_cache
 from twin.replay import Trace, _best_of_grid, _requests, _result
 
 # (input + output, input length[, declared modules]) per request
@@ -91,13 +91,12 @@ def oracle_structure() -> Iterator[None]:
     if ORACLE_TREE in STRUCTURES:  # an enclosing block holds it and removes it
         yield
         return
-    STRUCTURES[ORACLE_TREE] = OracleTree
-    EVICTS_TO_HOST.add(ORACLE_TREE)  # a radix tree: ``PrefixCache.on_evict``
+    # a radix tree: ``PrefixCache.on_evict`` hands its evictions to a host tier
+    STRUCTURES[ORACLE_TREE] = Structure(OracleTree, evicts_to_host=True)
     try:
         yield
     finally:
         del STRUCTURES[ORACLE_TREE]
-        EVICTS_TO_HOST.discard(ORACLE_TREE)
 
 
 def _preorder(root: Node) -> list[Node]:

@@ -48,10 +48,10 @@ from twin.parallel import (
 )
 from twin.policies import get_policy
 from twin.policies.structures import (
-    EVICTS_TO_HOST,
     build_structure,
     choose_structure,
     make_cache,
+    structure_named,
 )
 from twin.token_gaps import TokenGaps
 from twin.workloads.reader import Request, Workload
@@ -584,8 +584,9 @@ def _record(seq: Seq) -> RequestRecord:
 
 def _check_write_back(policy: str, structure: str) -> None:
     """Write-back hands evicted radix nodes to the host; a structure outside
-    ``EVICTS_TO_HOST`` (the block pools, the module store) would leave it empty."""
-    if structure not in EVICTS_TO_HOST:
+    that does not evict to it (``Structure.evicts_to_host``: the block pools, the module
+    store) would leave it empty."""
+    if not structure_named(structure).evicts_to_host:
         raise TwinError(
             f"hicache_write_policy=write_back: policy {policy!r} runs on the {structure!r} "
             "structure, whose evictions the host tier does not receive; "

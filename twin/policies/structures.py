@@ -24,6 +24,7 @@ unless the structure reads a new option of it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from twin.cache import BlockCache, HeldCache, ModuleCache, PrefixCache
@@ -44,6 +45,18 @@ from twin.policies.vllm_plus import VLLMPlusPolicy
 Build = Callable[[ModelSpec, int, Policy], HeldCache]
 
 P = TypeVar("P", bound=Policy)
+
+
+@dataclass(frozen=True)
+class Structure:
+    """One registered structure: how it is built, and whether it hands each evicted node
+    to its ``on_evict`` hook (the radix trees: ``PrefixCache.on_evict``, the compiled
+    tree's ``LiveCache.on_evict``), so a write-back host tier receives its evictions; the
+    block pools and the module store never evict that way
+    (``twin.engine.cluster._check_write_back``)."""
+
+    build: Build
+    evicts_to_host: bool = False
 
 
 def _serving(policy: Policy, cls: type[P], structure: str) -> P:
@@ -85,24 +98,18 @@ def _empty(model: ModelSpec, capacity: int, policy: Policy) -> HeldCache:
     return EmptyCache(model, capacity, _serving(policy, RulePolicy, "empty"))
 
 
-STRUCTURES: dict[str, Build] = {
-    "radix": _radix,
-    "hybrid-radix": _hybrid_radix,
-    "blocks": _blocks,
-    "sparse-blocks": _sparse_blocks,
-    "modules": _modules,
-    "compiled-radix": _compiled_radix,
-    "empty": _empty,
+STRUCTURES: dict[str, Structure] = {
+    "radix": Structure(_radix, evicts_to_host=True),
+    "hybrid-radix": Structure(_hybrid_radix, evicts_to_host=True),
+    "blocks": Structure(_blocks),
+    "sparse-blocks": Structure(_sparse_blocks),
+    "modules": Structure(_modules),
+    "compiled-radix": Structure(_compiled_radix, evicts_to_host=True),
+    "empty": Structure(_empty),
 }
 
 # The structure whose memory is SGLang's two pools (``twin.engine.memory_strategies``).
 SPLIT_POOLS_STRUCTURE = "hybrid-radix"
-# The structures that hand each evicted node to their ``on_evict`` hook (the radix trees:
-# ``PrefixCache.on_evict``, the compiled tree's ``LiveCache.on_evict``), so a write-back
-# host tier receives their evictions; the block pools and the module store never evict
-# that way (``twin.engine.cluster._check_write_back``). A set: a structure registered
-# beside these (the tests' oracle tree) joins it while registered.
-EVICTS_TO_HOST: set[str] = {"radix", "hybrid-radix", "compiled-radix"}
 
 
 def choose_structure(policy: Policy, model: ModelSpec, fast: bool = False) -> str:
@@ -123,12 +130,17 @@ def choose_structure(policy: Policy, model: ModelSpec, fast: bool = False) -> st
     return policy.structure
 
 
+def structure_named(name: str) -> Structure:
+    """The registered structure called ``name``; an unknown name is one line."""
+    found = STRUCTURES.get(name)
+    if found is None:
+        raise TwinError(f"unknown cache structure {name!r}; valid: {', '.join(STRUCTURES)}")
+    return found
+
+
 def build_structure(name: str, model: ModelSpec, capacity: int, policy: Policy) -> HeldCache:
     """The structure called ``name`` of ``capacity`` bytes for ``model``, bound to ``policy``."""
-    build = STRUCTURES.get(name)
-    if build is None:
-        raise TwinError(f"unknown cache structure {name!r}; valid: {', '.join(STRUCTURES)}")
-    return build(model, capacity, policy)
+    return structure_named(name).build(model, capacity, policy)
 
 
 def make_cache(policy: Policy, model: ModelSpec, capacity: int, fast: bool = False) -> HeldCache:
