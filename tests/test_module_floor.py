@@ -34,7 +34,7 @@ def test_a_floor_within_the_ratio_or_without_reference_is_kept() -> None:
     assert mf.bound_floor(fit, {}) is fit
 
 
-def test_only_vllm_decode_modules_are_bounded_and_b300_also_reads_b200() -> None:
+def test_only_vllm_decode_modules_are_bounded_and_b300_gb200_gb300_also_read_b200() -> None:
     def reference(ref: mf.FloorReference, kernel: str) -> KernelFit:
         return _fit(20e-6)
 
@@ -49,7 +49,11 @@ def test_only_vllm_decode_modules_are_bounded_and_b300_also_reads_b200() -> None
     bounded = mf.apply(fit, "h200", "vllm", "mla_module_decode_fp8kv", "0.24.0", reference)
     assert bounded.params["t0_s"] == 20e-6
     assert mf.references("h200", "0.24.0") == [mf.FloorReference("h200", "trtllm", None)]
-    assert mf.references("b300", "0.24.0")[1] == mf.FloorReference("b200", "vllm", "0.24.0")
+    for gpu in ("b300", "gb200", "gb300"):
+        assert mf.references(gpu, "0.24.0") == [
+            mf.FloorReference(gpu, "trtllm", None),
+            mf.FloorReference("b200", "vllm", "0.24.0"),
+        ]
 
 
 @pytest.mark.parametrize("gpu", ["h200", "b300"])

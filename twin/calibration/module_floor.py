@@ -25,9 +25,13 @@ floor of the same family (projection format and KV dtype) in the reference table
 collection floor; it is lowered to that reference floor, the fit's other parameters
 (the module's bytes, FLOPs and attention terms) kept. The reference tables: the same
 GPU's TensorRT-LLM module table (the same module, timed by the same collector family on
-the same silicon), and on B300 also vLLM's B200 table of the same release (the same
-backend, FLASHINFER_MLA, and HBM class, 8 TB/s HBM3e; B200's is the one vLLM 0.24.0
-module table whose floor agrees with TensorRT-LLM's: 25.6 against 24.2 us, bf16).
+the same silicon), and on B300, GB200 and GB300 also vLLM's B200 table of the same
+release (the same backend, FLASHINFER_MLA, and HBM class, 8 TB/s HBM3e; GB200 is the
+B200 die; B200's is the one vLLM 0.24.0 module table whose floor agrees with
+TensorRT-LLM's: 25.6 against 24.2 us, bf16). The sibling matters for the nvfp4 module,
+whose TensorRT-LLM table is itself slower than vLLM's (B300 47.1 us against vLLM B200's
+34.8; GB200 50.1, GB300 48.4): GB300's own later vLLM table (0.27.0, the floor it
+collects without the extra) fits 34.9 us there, B200's 34.8.
 Below the ratio the engines' own launch sequences differ and the table is kept as it is.
 A row-by-row factor is not used: the tables' shapes (their bytes and FLOPs terms) are
 the kernels', only the floor is the collection's.
@@ -46,15 +50,23 @@ BOUNDED_PREFIX = "mla_module_decode"
 # Above this ratio to the reference floor a fit's t0 is a collection floor (the bounded
 # tables sit at 2.0-3.0x on H200, 2.3-3.9x on B300 against the lowest reference; vLLM's
 # own B200 table at 0.67-1.12x of TensorRT-LLM's, GB300's 0.27.0 table at 0.72-1.19x).
-# Fitted from the same tables, the rule also bounds vLLM 0.24.0's H100 (2.1-3.2x), GB200
-# (1.6-3.7x) and GB300 (3.2x) decode modules and RTX PRO 6000's (1.7-4.6x, Triton MLA
-# against TensorRT-LLM's kernels: not checked) at their next ``--refit mla_module``; their
-# shipped profiles still hold the unbounded fits (docs/decisions.md, "vLLM's MLA
-# decode-module floors").
+# The rule also bounds vLLM 0.24.0's H100 (2.1-3.2x), GB200 (2.3-3.7x), GB300 (the
+# 0.24.0 release fits, 2.3-3.8x) and RTX PRO 6000 (1.7-4.6x) decode modules: the same
+# additive gap to TensorRT-LLM's table, 35-65 us flat in the context (RTX PRO 6000
+# 25-45 us up to 512 tokens; its TensorRT-LLM kernel is the slower one at long contexts,
+# a shape the rule leaves alone). L40S has no TensorRT-LLM module table: not bounded.
+# (docs/decisions.md, "vLLM's MLA decode-module floors" and "... on H100, GB200, GB300
+# and RTX PRO 6000".)
 COLLECTION_FLOOR_RATIO = 1.5
 # The reference tables of a GPU's vLLM decode module, besides its own TensorRT-LLM table:
-# (GPU, engine) whose table of the same release counts too (B300 -> vLLM's B200 table).
-SIBLING_TABLES: dict[str, tuple[str, str]] = {"b300": ("b200", "vllm")}
+# (GPU, engine) whose table of the newest release at or before the fit's counts too
+# (vLLM's B200 table: B200 is GB200's die, and B300 / GB300 run the same backend on the
+# same HBM class).
+SIBLING_TABLES: dict[str, tuple[str, str]] = {
+    "b300": ("b200", "vllm"),
+    "gb200": ("b200", "vllm"),
+    "gb300": ("b200", "vllm"),
+}
 REFERENCE_ENGINE = "trtllm"
 
 
