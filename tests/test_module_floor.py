@@ -7,7 +7,7 @@ import math
 import pytest
 
 from twin.calibration import module_floor as mf
-from twin.costmodel.profile import KernelFit
+from twin.costmodel.profile import KernelFit, Profile
 from twin.costmodel.profile_store import load_profile
 
 
@@ -56,23 +56,52 @@ def test_only_vllm_decode_modules_are_bounded_and_b300_gb200_gb300_also_read_b20
         ]
 
 
-@pytest.mark.parametrize("gpu", ["h200", "b300"])
+def _assert_bounded(fit: KernelFit, kernel: str, refs: list[Profile]) -> None:
+    """``fit`` carries the lowest floor of ``kernel`` among ``refs``, and was fitted above
+    the ratio to it."""
+    floor = min(r.kernels[kernel].params["t0_s"] for r in refs if kernel in r.kernels)
+    assert math.isclose(fit.params["t0_s"], floor, rel_tol=1e-6)
+    assert fit.provenance["floor_bound"]["fitted_t0_s"] > mf.COLLECTION_FLOOR_RATIO * floor
+
+
+def _references(gpu: str) -> list[Profile]:
+    """The shipped profiles holding ``gpu``'s reference floors (``module_floor.references``:
+    the GPU's TensorRT-LLM table, and the sibling's vLLM table where it has one)."""
+    refs = [load_profile(f"{gpu}-trtllm")]
+    if gpu in mf.SIBLING_TABLES:
+        sibling, engine = mf.SIBLING_TABLES[gpu]
+        refs.append(load_profile(f"{sibling}-{engine}"))
+    return refs
+
+
+@pytest.mark.parametrize("gpu", ["h200", "b300", "h100", "gb200", "rtx-pro-6000"])
 def test_shipped_vllm_decode_modules_take_the_reference_floor(gpu: str) -> None:
-    """The shipped H200 and B300 vLLM profiles (``--refit mla_module``): every decode-module
+    """The shipped vLLM profiles refitted with ``--refit mla_module``: every decode-module
     floor is a reference table's, the same family's floor in the TensorRT-LLM profile of
-    the GPU or (B300) in the B200 vLLM profile; the prefill modules are not bounded."""
+    the GPU or (B300, GB200) in the B200 vLLM profile; the prefill modules are not bounded."""
     vllm = load_profile(f"{gpu}-vllm")
-    refs = [load_profile(f"{gpu}-trtllm")] + ([load_profile("b200-vllm")] if gpu == "b300" else [])
+    refs = _references(gpu)
     decode = [k for k in vllm.kernels if k.startswith("mla_module_decode")]
     assert decode
     for kernel in decode:
-        fit = vllm.kernels[kernel]
-        bound = fit.provenance["floor_bound"]
-        floor = min(r.kernels[kernel].params["t0_s"] for r in refs if kernel in r.kernels)
-        assert math.isclose(fit.params["t0_s"], floor, rel_tol=1e-6)
-        assert bound["fitted_t0_s"] > mf.COLLECTION_FLOOR_RATIO * floor
+        _assert_bounded(vllm.kernels[kernel], kernel, refs)
     for kernel in (k for k in vllm.kernels if k.startswith("mla_module_prefill")):
         assert "floor_bound" not in vllm.kernels[kernel].provenance
+
+
+def test_gb300_bounds_its_0_24_release_and_keeps_its_0_27_table() -> None:
+    """GB300's newest vLLM table (0.27.0) agrees with TensorRT-LLM's (1.0-1.2x its floor)
+    and is kept; its 0.24.0 release fits, which rows of releases before 0.27.0 read, are bounded
+    (the nvfp4 ones by vLLM's B200 table, 34.8 us, where GB300's own 0.27.0 fit is 34.9)."""
+    vllm = load_profile("gb300-vllm")
+    refs = _references("gb300")
+    decode = [k for k in vllm.kernels if k.startswith("mla_module_decode")]
+    assert len(decode) == 6
+    for kernel in decode:
+        assert "floor_bound" not in vllm.kernels[kernel].provenance
+        _assert_bounded(vllm.table_releases[kernel].fits["0.24.0"], kernel, refs)
+    nvfp4 = vllm.table_releases["mla_module_decode_nvfp4"].fits["0.24.0"]
+    assert nvfp4.provenance["floor_bound"]["reference"].startswith("vLLM 0.24.0 NVIDIA B200")
 
 
 def test_b200_vllm_floors_agree_with_tensorrt_llm_and_are_not_bounded() -> None:
