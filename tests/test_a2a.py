@@ -36,6 +36,7 @@ TRUE = {
     "c_local_experts": 2e-7,
     "c_sm_row_elems": 5e-10,
     "c_group_row_elems": 2e-10,
+    "floor_s": 1e-4,  # the high-throughput dispatch's host floor: above its work to ~64 tokens
 }
 SMS = 132  # H200 (twin.hardware.SM_COUNTS)
 
@@ -65,10 +66,12 @@ def test_extras_add_to_the_byte_time() -> None:
         "c_tokens",
         "c_token_elems",
         "c_row_elems",
+        "floor_s",
     )
     _, nbytes, extras = a2a.a2a_features("ht", "dispatch", 512, 7168, 8, 256, 8, SMS)
     want = 2e-5 + nbytes / (0.6 * peaks["interconnect_bw"])
     want += 3e-9 * 512 + 4e-13 * 512 * 7168 + 1.5e-9 * 7168
+    assert want > TRUE["floor_s"]
     assert lat.predict(kernel, TRUE, peaks, 0.0, nbytes, extras) == pytest.approx(want)
     assert extras == {"tokens": 512.0, "token_elems": 512.0 * 7168, "row_elems": 7168.0}
     # the high-throughput kernels run on DeepEP's 20 SMs: the GPU's count does not enter
@@ -305,3 +308,28 @@ def test_shipped_profile_prices_deepseek_s_moe_exchange_from_the_fits() -> None:
         assert deepep.comm_time(tokens, extend) == pytest.approx(want)
     assert "MoE all-to-all: measured (SGLang" in deepep.provenance
     assert "all-to-all" not in gather.provenance
+
+
+def test_the_high_throughput_dispatch_is_at_least_its_host_floor() -> None:
+    """vLLM's table times its whole eager ``prepare``, whose host busy-waits inside DeepEP's
+    dispatch (``formulas.A2A_HOST_FLOOR``): the price is the larger of the fitted floor and
+    the kernels' work; the combine has no floor; a fit written before the floor existed
+    reads with a zero floor, its prices unchanged."""
+    from twin.costmodel.profile import KernelFit, _upgrade
+
+    peaks = get_gpu("h200").peaks()
+    kernel = a2a_kernel("ht", "dispatch")
+    assert get_formula(kernel).model_name.endswith("+floor")
+    assert not get_formula(a2a_kernel("ht", "combine")).floor
+    _, nbytes, extras = a2a.a2a_features("ht", "dispatch", 4, 7168, 8, 256, 8, SMS)
+    assert lat.predict(kernel, TRUE, peaks, 0.0, nbytes, extras) == TRUE["floor_s"]
+    old = {k: v for k, v in TRUE.items() if k != "floor_s"}
+    fit = KernelFit("bandwidth+tokens+token_elems+row_elems", dict(old))
+    _upgrade(fit, get_formula(kernel).model_name)
+    assert fit.model == get_formula(kernel).model_name and fit.params["floor_s"] == 0.0
+    for tokens in (1, 64, 4096):
+        _, b, x = a2a.a2a_features("ht", "dispatch", tokens, 7168, 8, 256, 8, SMS)
+        work = lat.predict(a2a_kernel("ht", "combine"), old, peaks, 0.0, b, x)
+        assert lat.predict(kernel, fit.params, peaks, 0.0, b, x) == work
+    with pytest.raises(AssertionError, match="no host floor"):
+        lat.kernel_constants(kernel, TRUE, peaks)

@@ -44,7 +44,10 @@ def _model(
     f = get_formula(kernel)
     t0 = theta[0]
     if not f.uses_flops:  # extras add to the byte time (the all-to-all's)
-        return t0 + nbytes / (theta[1] * peaks[f.bytes_peak]) + extras @ theta[2:]
+        n = extras.shape[1]
+        t = t0 + nbytes / (theta[1] * peaks[f.bytes_peak]) + extras @ theta[2 : 2 + n]
+        # A host floor the kernels hide under (``KernelFormula.floor``): the last parameter.
+        return np.maximum(t, theta[2 + n]) if f.floor else t
     ef, eb, p = theta[1], theta[2], theta[3]
     n_in = len(f.extras)  # the compute side's extras; the serial ones after them
     a = flops / (ef * peaks[f.flops_peak])
@@ -96,6 +99,11 @@ def _starts(
     for c in cs:
         lo.append(max(c, 1e-30) * 1e-9)
         hi.append(max(c, 1e-30) * 1e4)
+    if f.floor:  # each start twice: the floor at the fastest row, and out of the way
+        lo.append(1e-10)
+        hi.append(10.0)
+        floor = float(np.min(y))
+        starts = [[*s, v] for s in starts for v in (floor, 1e-9)]
     lo_a, hi_a = np.log(np.array(lo)), np.log(np.array(hi))
     return [np.clip(np.log(np.array(s)), lo_a, hi_a) for s in starts], lo_a, hi_a
 

@@ -32,6 +32,10 @@ from dataclasses import dataclass
 
 from twin.errors import TwinError
 
+# The model-name part and parameter of ``KernelFormula.floor``.
+FLOOR = "floor"
+FLOOR_PARAM = "floor_s"
+
 
 @dataclass(frozen=True)
 class KernelFormula:
@@ -59,12 +63,18 @@ class KernelFormula:
     # is then refused by name (``profile._upgrade`` upgrades only a fit of the same base),
     # not read with coefficients meant for other features.
     base: str = ""
+    # A host floor (byte-only formulas): the time is the larger of a fitted ``floor_s`` and
+    # the formula, for a call whose host path the kernels hide under (vLLM's
+    # high-throughput DeepEP dispatch: ``A2A_HOST_FLOOR``). Named ``+floor`` last in the
+    # model; a fit written without it reads with ``floor_s`` 0 (``profile._upgrade``):
+    # the same prices. Only ``latency.compile_kernel`` prices it (the all-to-all's path).
+    floor: bool = False
 
     @property
     def model_name(self) -> str:
         """Formula name stored in a profile."""
         base = self.base or ("roofline" if self.uses_flops else "bandwidth")
-        return "+".join((base, *self.extras, *self.serial))
+        return "+".join((base, *self.extras, *self.serial, *((FLOOR,) if self.floor else ())))
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -79,7 +89,7 @@ class KernelFormula:
             names += ["eff_flops", "eff_bytes", "p"]
         else:
             names += ["eff_bytes"]
-        return (*names, *(f"c_{x}" for x in self.features))
+        return (*names, *(f"c_{x}" for x in self.features), *((FLOOR_PARAM,) if self.floor else ()))
 
 
 # Quantised GEMM modes (the tables' names, ``twin.precision.WeightFormat.table_mode``)
@@ -191,6 +201,17 @@ def a2a_kernel(mode: str, phase: str) -> str:
 # the rows one SM sends in series and the rows one warp of an expert's group receives in
 # series (its launch: ``a2a.ll_launch``); the low-latency combine's per local expert.
 A2A_HT_EXTRAS = ("tokens", "token_elems", "row_elems")
+# The families priced as the larger of a host floor and the formula
+# (``KernelFormula.floor``): the high-throughput dispatch. vLLM's table times its whole
+# ``DeepEPHTPrepareAndFinalize.prepare`` between two CUDA events, eager (aiconfigurator at
+# 7d2513dc2, ``collector/wideep/vllm/collect_moe_a2a.py``), and that call holds the host:
+# ``buffer.dispatch(handle=None)`` without ``num_worst_tokens`` (vLLM 0.24.0
+# ``fused_moe/prepare_finalize/deepep_ht.py``) busy-waits on DeepEP's receive counter
+# until ``notify_dispatch`` has run (DeepEP 73b6ea4 ``csrc/deep_ep.cpp``
+# ``Buffer::intranode_dispatch``), then allocates and launches the rest; the end event
+# passes when the host has recorded it and the kernels before it are done. A serving
+# step's dispatch is the same eager call. The combine (a cached handle) has no host wait.
+A2A_HOST_FLOOR = frozenset({a2a_kernel("ht", "dispatch")})
 A2A_EXTRAS = {
     a2a_kernel("ht", "dispatch"): A2A_HT_EXTRAS,
     a2a_kernel("ht", "combine"): A2A_HT_EXTRAS,
@@ -403,7 +424,13 @@ FORMULAS: dict[str, KernelFormula] = {
                 f"MoE all-to-all {phase} (DeepEP {mode}): the bytes one rank sends to the "
                 "other expert ranks, plus a term per "
                 f"{', '.join(A2A_EXTRAS[a2a_kernel(mode, phase)])} "
-                "(twin.costmodel.a2a)",
+                "(twin.costmodel.a2a)"
+                + (
+                    "; at least a fitted host floor (the engine's host path the kernels hide under)"
+                    if a2a_kernel(mode, phase) in A2A_HOST_FLOOR
+                    else ""
+                ),
+                floor=a2a_kernel(mode, phase) in A2A_HOST_FLOOR,
             )
             for mode in A2A_MODES
             for phase in A2A_PHASES
@@ -487,9 +514,12 @@ def check_params(kernel: str, params: dict[str, float]) -> None:
 
 
 __all__ = [
+    "A2A_HOST_FLOOR",
     "A2A_MODES",
     "A2A_PHASES",
     "A2A_VARIANTS",
+    "FLOOR",
+    "FLOOR_PARAM",
     "FORMULAS",
     "KERNELS",
     "MLA_BMM_MODES",

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from twin.costmodel.formulas import KernelFormula, get_formula
+from twin.costmodel.formulas import FLOOR_PARAM, KernelFormula, get_formula
 from twin.errors import TwinError
 
 
@@ -53,6 +53,14 @@ def compile_kernel(
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     coeffs = [(x, float(params[f"c_{x}"])) for x in f.extras]
     if not f.uses_flops:
+        if f.floor:  # at least the host floor (the all-to-all's high-throughput dispatch)
+            floor = float(params[FLOOR_PARAM])
+
+            def bandwidth_floor(flops: float, nbytes: float, extras: dict[str, float]) -> float:
+                work = t0 + nbytes * inv_b + sum(c * extras.get(x, 0.0) for x, c in coeffs)
+                return max(floor, work)
+
+            return bandwidth_floor
         if coeffs:  # the all-to-all's extras add to its byte time
 
             def bandwidth_plus(flops: float, nbytes: float, extras: dict[str, float]) -> float:
@@ -191,6 +199,7 @@ def kernel_constants(
     ``twin.costmodel.compiled``'s). They leave out a serial feature's term
     (``KernelFormula.serial``): such a formula is compiled by ``_compile_serial``."""
     f = get_formula(kernel)
+    assert not f.floor, "the compiled constants carry no host floor"
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
     assert not f.serial, "the compiled constants carry no serial feature"
     compile_kernel(kernel, params, peaks)  # validates the parameters

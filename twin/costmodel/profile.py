@@ -39,7 +39,7 @@ from typing import Any
 
 from twin.atomic import write_text_atomic
 from twin.costmodel.engine_kernels import release_kernel, table_kernel
-from twin.costmodel.formulas import MOE_VARIANTS, check_params, get_formula
+from twin.costmodel.formulas import FLOOR, FLOOR_PARAM, MOE_VARIANTS, check_params, get_formula
 from twin.costmodel.series_term import SeriesError, SeriesTerm
 from twin.costmodel.table_release import pick_for_kernel
 from twin.errors import TwinError
@@ -78,6 +78,7 @@ PARAM_RANGES: dict[str, tuple[float, float, str]] = {
     "eff_flops": (1e-6, 10.0, "(a fraction of the FLOP/s peak)"),
     "eff_bytes": (1e-6, 10.0, "(a fraction of the bandwidth peak)"),
     "p": (1.0, 100.0, "(the smooth-max exponent)"),
+    FLOOR_PARAM: (0.0, 10.0, "s"),  # a host floor (``KernelFormula.floor``)
 }
 COEF_RANGE = (0.0, 1.0, "s per unit of its feature")
 MAX_OVERHEAD_S = 10.0  # a layer's host overhead, seconds
@@ -549,12 +550,13 @@ class Profile:
 
 def _upgrade(fit: KernelFit, current: str) -> None:
     """Read a fit written before its formula gained extra features: the new features
-    get a zero coefficient, so the fit predicts exactly what it did."""
+    get a zero coefficient, and a new host floor (``KernelFormula.floor``) a zero floor,
+    so the fit predicts exactly what it did."""
     old, new = fit.model.split("+"), current.split("+")
     if old == new or old[0] != new[0] or not set(old[1:]) <= set(new[1:]):
         return
     for extra in new[1:]:
-        fit.params.setdefault(f"c_{extra}", 0.0)
+        fit.params.setdefault(FLOOR_PARAM if extra == FLOOR else f"c_{extra}", 0.0)
     fit.model = current
 
 
