@@ -126,7 +126,9 @@ class ContinuousBatching:
         # ``managers/scheduler_recv_skipper.py``: ``last_batch.forward_mode`` weighs 1 a
         # decode; ``speculative/eagle_worker.py`` ``verify`` and
         # ``forward_draft_extend_after_decode`` leave a speculative iteration's batch in
-        # ``ForwardMode.DECODE``, so it counts once, whatever it emits).
+        # ``ForwardMode.DECODE``, so it counts once, whatever it emits; 0.5.23
+        # ``managers/scheduler_components/recv_skipper.py``: the same weights, one a batch,
+        # DECODE or TARGET_VERIFY).
         interval = int(replica.scheduler_options.get("scheduler_recv_interval", 1))
         if interval > 1:
             interval = max(round(interval * pricer.tokens_per_iteration()), 1)
