@@ -537,6 +537,36 @@ def test_sglang_polls_for_new_requests_every_n_decode_iterations(tmp_path, sched
     assert _by_row(recs)[0].completed_s == 5.0 and _by_row(recs)[1].admitted_s == 5.0
 
 
+class SpeculatingPricer(LinearPricer):
+    """A LinearPricer whose token steps are ``1 / tau`` of an engine iteration, as
+    ``twin.engine.speculative.SpeculativePricer``'s."""
+
+    def __init__(self, tau: float, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.tau = tau
+
+    def tokens_per_iteration(self) -> float:
+        return self.tau
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_sglang_polls_every_n_iterations_of_a_speculative_decode(tmp_path, affine):
+    """SGLang counts engine iterations toward --scheduler-recv-interval, and a speculative
+    iteration counts once (0.5.9 scheduler_recv_skipper.py; eagle_worker.py leaves the
+    batch in DECODE): at an acceptance length of 2 a token step is half an iteration, so an
+    interval of 5 polls every 10 token steps, as the plain loop's 10 does above."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 3.5, 13.5], prompt_len=8, output_len=40)
+    pricer = SpeculatingPricer(2.0, base=1.0, per_token=0.0, per_key=0.0, per_seq=0.0)
+    pricer.affine = affine
+    opts = {"scheduler_recv_interval": 5}
+    _, recs = run(path, pricer, policy="vanilla", scheduler="sglang", scheduler_options=opts)
+    b, c = _by_row(recs)[1], _by_row(recs)[2]
+    assert (b.admitted_s, c.admitted_s) == (11.0, 22.0)
+    plain = LinearPricer(base=1.0, per_token=0.0, per_key=0.0, per_seq=0.0, affine=affine)
+    _, recs = run(path, plain, policy="vanilla", scheduler="sglang", scheduler_options=opts)
+    assert _by_row(recs)[1].admitted_s == 6.0  # every 5 token steps without speculation
+
+
 @pytest.mark.parametrize("scheduler", ["sglang-mixed", "sglang", "continuous"])
 def test_sglang_mixed_chunk_rides_the_decodes_in_the_prefill_batch_off_its_budgets(
     tmp_path, scheduler

@@ -268,6 +268,31 @@ def test_sglang_releases_price_the_tree_as_their_workers_run_it():
         return [self.step_time((), batch, context + i * batch) for i in range(steps)]
 
 
+def test_sglang_spec_v1_exposes_its_loop_host_time_where_engine_times_give_none():
+    """SGLang's spec v1 (0.5.10.post1) runs without the overlap scheduler: each iteration
+    pays its loop's host time, fixed and per request; v2 (0.5.23) overlaps it."""
+    from twin.engine.modes_sglang import SGLANG_SPEC_V1_LOOP_HOST
+    from twin.engine.speculative import SpeculativePricer
+
+    chain = tree_sets(2, 1, 3)
+    old = get_mode("sglang==0.5.10.post1").settings(LLAMA, chain)["speculative"]
+    assert (old["loop_host_s"], old["loop_seq_host_s"]) == SGLANG_SPEC_V1_LOOP_HOST
+    new = get_mode("sglang==0.5.23").settings(LLAMA, chain)["speculative"]
+    assert "loop_host_s" not in new and "loop_seq_host_s" not in new
+    spec = Speculation("mtp", 2, 3, 2.0, "test", loop_host_s=2e-3, loop_seq_host_s=1e-5)
+    target, draft = Linear(1e-3, 1e-6, 1e-9), Linear(1e-4, 1e-6, 1e-9)
+    exposed = SpeculativePricer(target, draft, spec, loop_host=True)
+    hidden = SpeculativePricer(target, draft, spec, loop_host=False)
+    decode = exposed.step_time((), 8, 8000) - hidden.step_time((), 8, 8000)
+    assert decode == pytest.approx((2e-3 + 8 * 1e-5) / 2.0)  # a token step: 1 / tau of it
+    prefill = exposed.step_time([(512, 0), (256, 0)], 0, 0) - hidden.step_time(
+        [(512, 0), (256, 0)], 0, 0
+    )
+    assert prefill == pytest.approx(2e-3 + 2 * 1e-5)
+    durations = [float(x) for x in exposed.decode_run(8, 8000, 3)]
+    assert durations == pytest.approx([exposed.step_time((), 8, 8000 + 8 * i) for i in range(3)])
+
+
 def test_a_tree_iteration_prices_its_wide_extend_cascade_drafts_and_host():
     from twin.engine.speculative import SpeculativePricer
 

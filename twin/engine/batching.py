@@ -34,8 +34,9 @@ at which they finish, and the batch's context sum is kept incrementally, so an
 event costs O(log batch) rather than O(batch).
 
 SGLang's ``--scheduler-recv-interval N`` (``scheduler_options``; 1, every iteration, by
-default) polls for new requests only once every N decode iterations, and at the first
-iteration after a prefill (or mixed) batch (``managers/scheduler_recv_skipper.py``,
+default) polls for new requests only once every N decode iterations (``N x tau`` token
+steps under speculative decoding), and at the first iteration after a prefill (or mixed)
+batch (``managers/scheduler_recv_skipper.py``,
 0.5.10.post1: a decode or verify iteration adds 1 to a counter, any other forward mode
 1000, the poll when it reaches N, which resets it): an arrival while the batch decodes
 waits in an inbox until that poll, and a decode run is cut at the poll, not at the
@@ -118,8 +119,20 @@ class ContinuousBatching:
         self._step_reserved = self._step_admitted = 0
         self._ratio_blocked = False
         # SGLang's scheduler_recv_interval (module docstring): arrivals not yet polled,
-        # and a step at whose end the loop polled with only decode steps since.
-        self.recv_interval = int(replica.scheduler_options.get("scheduler_recv_interval", 1))
+        # and a step at whose end the loop polled with only decode steps since. SGLang
+        # counts engine iterations; under speculative decoding an iteration spans
+        # ``tau`` of the loop's token steps (``pricer.tokens_per_iteration``), so the poll
+        # comes every ``interval x tau`` token steps (0.5.9
+        # ``managers/scheduler_recv_skipper.py``: ``last_batch.forward_mode`` weighs 1 a
+        # decode; ``speculative/eagle_worker.py`` ``verify`` and
+        # ``forward_draft_extend_after_decode`` leave a speculative iteration's batch in
+        # ``ForwardMode.DECODE``, so it counts once, whatever it emits; 0.5.23
+        # ``managers/scheduler_components/recv_skipper.py``: the same weights, one a batch,
+        # DECODE or TARGET_VERIFY).
+        interval = int(replica.scheduler_options.get("scheduler_recv_interval", 1))
+        if interval > 1:
+            interval = max(round(interval * pricer.tokens_per_iteration()), 1)
+        self.recv_interval = interval
         self._inbox: list[Seq] = []
         self._recv_anchor = 0
         # A disaggregated decode worker's scheduler (set by ``twin.engine.disagg``): its

@@ -71,6 +71,12 @@ class StepPricer(Protocol):
         """Seconds to copy one SSM checkpoint (every SSM layer's state) on the device."""
         ...
 
+    def tokens_per_iteration(self) -> float:
+        """Token steps one engine iteration of a decoding request spans: the expected
+        acceptance length under speculative decoding (a token step lasts ``1 / tau`` of an
+        iteration, ``twin.engine.speculative``), else 1."""
+        ...
+
     def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
         """Seconds a hit adds before its prefill: the recurrent layers over ``recompute``
         tokens (a non-prefix hit, ``twin.cache.Hit``), and loading ``host_tokens``
@@ -109,6 +115,9 @@ class PricerBase:
     def checkpoint_copy_time(self) -> float:
         return 0.0
 
+    def tokens_per_iteration(self) -> float:
+        return 1.0
+
     def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
         return 0.0
 
@@ -127,6 +136,9 @@ class WrappingPricer(PricerBase):
 
     def checkpoint_copy_time(self) -> float:
         return float(self.inner.checkpoint_copy_time())
+
+    def tokens_per_iteration(self) -> float:
+        return float(self.inner.tokens_per_iteration())
 
     def hit_work_time(self, recompute: int, host_tokens: int, host_states: int = 0) -> float:
         return float(self.inner.hit_work_time(recompute, host_tokens, host_states))

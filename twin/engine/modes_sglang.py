@@ -221,6 +221,22 @@ def _auto_spec_params(algorithm: str, model: ModelSpec) -> tuple[int, int, int]:
     return 3, 1, 4
 
 
+# The host time of one speculative iteration of SGLang's spec v1 loop (fixed seconds, and
+# seconds per request it carries), which runs without the overlap scheduler
+# (``server_args.py`` 0.5.9 and 0.5.10.post1: EAGLE without SGLANG_ENABLE_SPEC_V2 sets
+# ``disable_overlap_schedule``), so the CPU's part of every iteration adds to the GPU's:
+# ``speculative/eagle_worker.py`` ``forward_batch_generation`` prepares three forwards
+# (``draft``, ``verify``, ``forward_draft_extend_after_decode``), each a ForwardBatch and
+# a CUDA graph replay, waits on the verify (``accept_length_per_req_cpu``) and walks each
+# request's accepted tokens (``eagle_info.py`` ``EagleVerifyInput.verify``, a Python loop a
+# request), then ``process_batch_result_decode`` another. Where the overlap scheduler
+# runs (every plain run) this time hides under the GPU's, which is why the B200 / B300
+# engine times hold none; where a GPU's engine times give a host time (H100) that is
+# priced instead (``twin.engine.speculative.speculative_pricer``). Fitted on the fit
+# split's InferenceMAX -mtp rows (docs/decisions.md, "SGLang's MTP iteration").
+SGLANG_SPEC_V1_LOOP_HOST = (1.25e-3, 90e-6)
+
+
 def _sglang_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
     """SGLang's --speculative-* flags (and ``speculative_acceptance``) as a Speculation."""
     raw = out.pop("sglang_spec", {})
@@ -266,6 +282,7 @@ def _sglang_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
     gpu_draft = method != "ngram"
     wide = release.default("spec_extend", "steps") == "draft_tokens" and tokens != steps + 1
     extend = tokens if wide else 0
+    non_overlap = gpu_draft and release.default("spec_overlap", "on") == "off"
     spec = speculative.build(
         model,
         method,
@@ -277,7 +294,8 @@ def _sglang_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
         acceptance=None if acceptance is None else ("--set speculative_acceptance", acceptance),
         verify_states=True,
         extend_tokens=extend if gpu_draft else 0,
-        forward_host=2 if gpu_draft and release.default("spec_overlap", "on") == "off" else 0,
+        forward_host=2 if non_overlap else 0,
+        loop_host=SGLANG_SPEC_V1_LOOP_HOST if non_overlap else (0.0, 0.0),
     )
     out["speculative"] = spec.to_dict()
     out.setdefault("max_running", SPEC_MAX_RUNNING)

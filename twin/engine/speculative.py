@@ -327,6 +327,11 @@ class Speculation:
     # Host times an iteration pays beside the verification's own (SGLang 0.5.10.post1:
     # the overlap scheduler is off with speculation; its draft and draft extend forwards).
     forward_host: int = 0
+    # The host time of a whole iteration (fixed, and per request it carries) that an
+    # engine without its overlap scheduler exposes (SGLang's spec v1), priced where the
+    # run's engine times give no host time of their own (:func:`speculative_pricer`).
+    loop_host_s: float = 0.0
+    loop_seq_host_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -352,7 +357,7 @@ class Speculation:
         """Its fields; the later ones left out at their defaults, so a run's summary keeps
         the keys it had before they existed."""
         data = dataclasses.asdict(self)
-        for name in ("extend_tokens", "forward_host"):
+        for name in ("extend_tokens", "forward_host", "loop_host_s", "loop_seq_host_s"):
             if not data[name]:
                 del data[name]
         return data
@@ -424,6 +429,7 @@ def build(
     draft_host: bool = False,
     extend_tokens: int = 0,
     forward_host: int = 0,
+    loop_host: tuple[float, float] = (0.0, 0.0),
 ) -> Speculation:
     """A checked :class:`Speculation` of ``model`` from an engine's flags.
 
@@ -486,6 +492,8 @@ def build(
         draft_host=draft_host,
         extend_tokens=extend_tokens,
         forward_host=forward_host,
+        loop_host_s=loop_host[0],
+        loop_seq_host_s=loop_host[1],
     )
 
 
@@ -580,7 +588,12 @@ class SpeculativePricer(WrappingPricer):
     verification, a token step at ``1 / tau`` of an iteration (module docstring)."""
 
     def __init__(
-        self, inner: Any, draft: Any | None, spec: Speculation, draft_host_s: float = 0.0
+        self,
+        inner: Any,
+        draft: Any | None,
+        spec: Speculation,
+        draft_host_s: float = 0.0,
+        loop_host: bool = False,
     ) -> None:
         super().__init__(inner)
         self.draft = draft
@@ -591,12 +604,18 @@ class SpeculativePricer(WrappingPricer):
         # Host time of the forwards an iteration runs beside the verification's, exposed
         # when the engine does not overlap scheduling with the GPU (SGLang 0.5.10.post1).
         self.forward_host_s = float(draft_host_s) * spec.forward_host
+        # The whole iteration's host time, fixed and per request (Speculation.loop_host_s),
+        # where ``loop_host`` (the run's engine times price none of their own).
+        self.loop_host = (spec.loop_host_s, spec.loop_seq_host_s) if loop_host else (0.0, 0.0)
         self._affine: dict[int, tuple[float, float] | None] = {}
         self._fixed: dict[int, tuple[float, float] | None] = {}
 
     @property
     def provenance(self) -> str:
         return str(getattr(self.inner, "provenance", ""))
+
+    def tokens_per_iteration(self) -> float:
+        return float(self.tau)
 
     def _verify(self, batch: int, context: int) -> list[Chunk]:
         """Each decoder's verification: ``verify_tokens`` new tokens after its context
@@ -633,6 +652,10 @@ class SpeculativePricer(WrappingPricer):
             # A prefill-only iteration runs one forward beside the target's (the draft
             # extend over the prompt); a decode iteration the draft and the draft extend.
             host += self.forward_host_s if decoding else self.forward_host_s / spec.forward_host
+        fixed, each = self.loop_host
+        if fixed or each:
+            # Each rank's loop over its own requests (the ranks' schedulers side by side).
+            host += fixed + each * max(len(prefills) + batch for prefills, batch, _ in steps)
         if draft is None:
             return host
         w = spec.extend_tokens or k + 1
@@ -763,7 +786,9 @@ def speculative_pricer(
             )
         else:
             draft = make_pricer(draft_spec, profile, tp, ep, spec.absorbed_extend, layout)
-    return SpeculativePricer(inner, draft, spec, config.host_time.step_host_s)
+    h = config.host_time
+    loop_host = not (h.step_host_s or h.seq_host_s)
+    return SpeculativePricer(inner, draft, spec, h.step_host_s, loop_host)
 
 
 __all__ = [

@@ -62,6 +62,9 @@ class PrefillOnlyPricer:
     def write_back_time(self, tokens: int, states: int) -> float:
         return self.inner.write_back_time(tokens, states)
 
+    def tokens_per_iteration(self) -> float:
+        return 1.0  # prefills only: no decode iterations
+
 
 def longest_prompt(workload: Workload) -> int:
     """Tokens in the workload's longest prompt (history included)."""
