@@ -75,3 +75,25 @@ def test_the_builder_files_each_name_in_its_group() -> None:
 def test_a_refusal_still_names_the_flag() -> None:
     with pytest.raises(TwinError, match=r"--max-running: must not exceed --max-batched-tokens"):
         build_config(max_running=64, max_batched_tokens=32)
+
+
+def test_run_args_are_build_runs_keywords() -> None:
+    """RunArgs names build_run's own keyword arguments and the run's settings, no more."""
+    import inspect
+
+    from twin.engine import RunArgs, build_run
+    from twin.engine.disagg import RunSettings
+
+    params = inspect.signature(build_run).parameters.values()
+    own = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert RunArgs.__optional_keys__ == own | RunSettings.__optional_keys__
+
+
+def test_typed_settings_refuses_a_name_its_kind_lacks() -> None:
+    from twin.engine import RunArgs, typed_settings
+    from twin.engine.config import NamedSettings
+
+    pairs = [("tp", 2), ("duration_s", 60.0)]
+    assert typed_settings(RunArgs, pairs) == {"tp": 2, "duration_s": 60.0}
+    with pytest.raises(TwinError, match=r"'duration_s': not a setting of a run \(NamedSettings\)"):
+        typed_settings(NamedSettings, pairs)

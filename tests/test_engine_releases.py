@@ -311,3 +311,18 @@ def test_a_measured_version_orders_as_the_kernel_tables_do() -> None:
     assert release_for_measured(releases, "1.1.0.post2").version == "1.1.0"
     assert release_for_measured(releases, "0.9.0").version == "1.0.0"  # older: the oldest
     assert release_for_measured(releases, "nightly-dev").version == "1.0.0"
+
+
+def test_a_modes_build_is_the_one_its_runs_lay_out() -> None:
+    """``EngineMode.build`` (``twin cost --engine``'s) is the build ``twin simulate
+    --engine NAME[==VERSION]`` lays its kernels out as, without a measured one."""
+    from twin.engine.config import EngineConfig
+    from twin.engine.modes import ENGINE_MODES, get_mode
+    from twin.presets import get_model
+
+    model = get_model("llama-3.1-70b")
+    for name in ENGINE_MODES:
+        for release in [None, *get_mode(name).releases]:
+            mode = get_mode(name if release is None else f"{name}=={release.version}")
+            m = EngineConfig.of(**mode.settings(model, {})).mode
+            assert mode.build == (m.engine_build or m.kernel_tables or m.engine_release)

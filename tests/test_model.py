@@ -10,7 +10,8 @@ import pytest
 
 from twin.errors import TwinError
 from twin.hf_config import from_hf_config
-from twin.model import FLOP_KINDS, ModelSpec, total
+from twin.mixers import keys_upto
+from twin.model import FLOP_KINDS, ModelSpec
 from twin.presets import PRESETS, get_model, list_models
 
 HF = Path(__file__).parent / "data" / "hf_configs"
@@ -104,18 +105,17 @@ def test_attention_grows_with_cached_context_ssm_and_mlp_do_not() -> None:
     assert long["attention"] - short["attention"] == 4 * 4 * 32 * 128 * extra_keys
 
 
-def test_attended_keys_matches_brute_force() -> None:
+def test_attended_keys_match_brute_force() -> None:
     for window in (None, 1, 7, 64):
-        m = dataclasses.replace(get_model("tiny-transformer"), sliding_window=window)
         for n_cached, n_new in ((0, 1), (0, 100), (30, 5), (100, 37)):
             cap = window or 10**9
             brute = sum(min(p + 1, cap) for p in range(n_cached, n_cached + n_new))
-            assert m.attended_keys(n_new, n_cached) == brute
+            assert keys_upto(n_cached + n_new, window) - keys_upto(n_cached, window) == brute
 
 
 def test_sliding_window_caps_attended_keys() -> None:
     m = dataclasses.replace(get_model("tiny-transformer"), sliding_window=128)
-    assert m.attended_keys(10, 10_000) == 10 * 128
+    assert keys_upto(10_010, 128) - keys_upto(10_000, 128) == 10 * 128
     # Past the window, the per-token cost no longer depends on the context length.
     assert m.prefill_flops(10, 1_000) == m.prefill_flops(10, 100_000)
     full = get_model("tiny-transformer")
@@ -146,14 +146,6 @@ def test_ssm_flops_by_hand_for_tiny_hybrid() -> None:
     scan = n * (2 * 128 * (2 * 16 + 16) + 2 * 16 * 16 * 1)
     out_proj = 2 * n * 128 * 64
     assert m.prefill_flops(n)["ssm"] == 3 * (in_proj + conv + scan + out_proj)
-
-
-def test_flops_saved_by_hit_is_prefill_from_scratch() -> None:
-    m = get_model("nemotron-h-8b")
-    assert m.flops_saved_by_hit(1000) == m.prefill_flops(1000, 0).total
-    assert m.flops_saved_by_hit(1000) == total(dict(m.prefill_flops(1000)))
-    assert m.prefill_flops_total(10, 5) == m.prefill_flops(10, 5).total
-    assert m.flops_saved_by_hit(0) == 0
 
 
 @pytest.mark.parametrize(("n_new", "n_cached"), [(-1, 0), (1, -1), (1.5, 0), (True, 0)])

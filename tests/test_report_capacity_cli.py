@@ -13,7 +13,6 @@ from test_bad_input import assert_clean_error
 from twin.cli import common
 from twin.cli.main import run
 from twin.errors import TwinError
-from twin.reports.capacity import engine_takes_duration
 from twin.reports.render import MD_FILE
 from twin.reports.sweep import Point, SweepSpec, resolve
 from twin.workloads.examples import example_path
@@ -142,7 +141,6 @@ def test_engine_runs_the_mode_twin_simulate_runs(tmp_path: Path, capsys) -> None
 def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypatch) -> None:
     from twin.reports import capacity
 
-    monkeypatch.setattr(capacity, "engine_takes_duration", lambda: True)
     got = capacity._duration_settings(600.0, [1.0, 2.0], tmp_path)
     assert got == {"duration_s": 600.0, "workload_cache": str(tmp_path / "workloads")}
     with pytest.raises(TwinError, match="needs --session-rates"):
@@ -156,7 +154,9 @@ def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypat
     timed = spec(("duration_s", 600.0), ("workload_cache", "W"))
     assert timed.key(point) == spec(("duration_s", 600.0), ("workload_cache", "V")).key(point)
     assert timed.key(point) != spec(("duration_s", 300.0)).key(point) != spec().key(point)
-    assert not {"duration_s", "workload_cache"} & set(timed.fields(point))
+    args = timed.fields(point)
+    assert (args.get("duration_s"), args.get("workload_cache")) == (600.0, "W")
+    assert timed.config(point) == spec().config(point)  # the arrival cut is build_run's
     assert timed.base_config() == spec().base_config()
     seen: dict = {}
 
@@ -172,7 +172,6 @@ def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypat
     assert (seen["duration_s"], seen["workload_cache"], seen["session_rate"]) == (600.0, "W", 1.0)
 
 
-@pytest.mark.skipif(not engine_takes_duration(), reason="the engine's duration_s is not here yet")
 def test_duration_runs_every_rate_for_the_same_time(tmp_path: Path, monkeypatch, capsys) -> None:
     # 300 one-request sessions: 4 sessions/s for 100 s needs the workload stretched.
     out = tmp_path / "d"

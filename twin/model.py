@@ -40,11 +40,6 @@ class FlopBreakdown(dict[str, float]):
         return float(sum(self.values()))
 
 
-def total(flops: dict[str, float]) -> float:
-    """Sum of a FLOPs-by-kind dict (works on plain dicts too)."""
-    return float(sum(flops.values()))
-
-
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """Shape of a (hybrid) decoder-only LLM; see the module docstring."""
@@ -346,16 +341,6 @@ class ModelSpec:
         return self.mtp_layers * one
 
     # ------------------------------------------------------------------ FLOPs
-    def attended_keys(self, n_new: int, n_cached: int = 0) -> int:
-        """Sum over the new tokens of the keys each attends to (causal, window-capped).
-
-        The token at absolute position p sees p+1 keys, at most ``sliding_window``.
-        """
-        n_new, n_cached = _check_counts(n_new, n_cached)
-        return keys_upto(n_cached + n_new, self.sliding_window) - keys_upto(
-            n_cached, self.sliding_window
-        )
-
     def prefill_flops_by_mixer(self, n_new: int, n_cached: int = 0) -> dict[str, int]:
         """Exact integer FLOPs of every mixer kind's layers (prefill of ``n_new`` after
         ``n_cached``), keyed by kind; FFNs are in ``prefill_flops``."""
@@ -398,14 +383,6 @@ class ModelSpec:
             )
             out["attention"] += float(mla * delta)
         return out
-
-    def prefill_flops_total(self, n_new: int, n_cached: int = 0) -> float:
-        """Total FLOPs of a prefill (all layer kinds)."""
-        return self.prefill_flops(n_new, n_cached).total
-
-    def flops_saved_by_hit(self, n_hit: int) -> float:
-        """FLOPs a cache hit of ``n_hit`` tokens avoids: prefilling them from scratch."""
-        return self.prefill_flops(n_hit, 0).total
 
     # ------------------------------------------------------------------ I/O
     def to_dict(self, derived: bool = True) -> dict[str, Any]:
@@ -470,4 +447,4 @@ def _check_counts(n_new: int, n_cached: int) -> tuple[int, int]:
     return out[0], out[1]
 
 
-__all__ = ["FLOP_KINDS", "FlopBreakdown", "ModelSpec", "keys_upto", "total"]
+__all__ = ["FLOP_KINDS", "FlopBreakdown", "ModelSpec", "keys_upto"]

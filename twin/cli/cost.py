@@ -126,15 +126,16 @@ def dp_predictions(
 
 
 def _kernel_layout(spec: ModelSpec, engine: str | None, tp: int, dp: int) -> KernelLayout:
-    """How ``engine``'s newest build lays out ``spec``'s kernels on ``tp`` GPUs with ``dp``
-    attention-DP ranks (the engine mode's rule, as ``twin simulate --engine`` prices it:
+    """How ``engine``'s current build (``EngineMode.build``: ``--engine NAME==VERSION``'s,
+    else the newest) lays out ``spec``'s kernels on ``tp`` GPUs with ``dp`` attention-DP
+    ranks (the engine mode's rule, as ``twin simulate --engine`` prices it:
     ``twin.engine.kernel_layouts``); the default without ``--engine``."""
     if engine is None:
         return DEFAULT_LAYOUT
     from twin.engine.modes import get_mode  # late: the CLI imports the engine only to run
 
     mode = get_mode(engine)
-    return mode.layout_for(spec, mode.current.version if mode.current else "", tp, dp)
+    return mode.layout_for(spec, mode.build, tp, dp)
 
 
 def _dp_cost(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.markup import escape
@@ -36,7 +35,7 @@ from twin.cli.common import (
     progress_bar,
     with_precision,
 )
-from twin.engine import ROUTERS, build_run
+from twin.engine import ROUTERS, RunArgs, build_run, typed_settings
 from twin.engine.modes import get_mode
 from twin.engine.router import DEFAULT_ROUTER
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
@@ -356,8 +355,8 @@ def simulate(
     if workload is None:
         workload = example_path(EXAMPLE)
     mode = get_mode(engine)
-    explicit: dict[str, Any] = {
-        name: value
+    given = [
+        (name, value)
         for name, value in (
             ("policy", policy),
             ("max_batched_tokens", max_batched_tokens),
@@ -392,31 +391,31 @@ def simulate(
             ),
         )
         if value is not None
-    }
+    ]
     if policy is not None or policy_option:
-        explicit["policy_options"] = policy_options(policy_option, [policy or mode.policy])
-    run = build_run(
-        workload,
-        model=with_precision(resolve_model(model, model_set), precision, kv_dtype),
-        gpu=gpu,
-        engine=engine,
-        profile=profile,
-        cache_gb=cache,
-        sets=engine_sets(engine_set),
-        replicas=replicas,
-        tp=tp,
-        ep=ep,
-        pp=pp,
-        dp_attention=dp_attention,
-        router=router,
-        **explicit,
-        session_rate=session_rate,
-        request_rate=request_rate,
-        seed=seed,
-        until_s=until_s,
-        duration_s=duration,
-        concurrency=concurrency,
-    )
+        given.append(("policy_options", policy_options(policy_option, [policy or mode.policy])))
+    args: RunArgs = {
+        "model": with_precision(resolve_model(model, model_set), precision, kv_dtype),
+        "gpu": gpu,
+        "engine": engine,
+        "profile": profile,
+        "cache_gb": cache,
+        "sets": engine_sets(engine_set),
+        "replicas": replicas,
+        "tp": tp,
+        "ep": ep,
+        "pp": pp,
+        "dp_attention": dp_attention,
+        "router": router,
+        "session_rate": session_rate,
+        "request_rate": request_rate,
+        "seed": seed,
+        "until_s": until_s,
+        "duration_s": duration,
+        "concurrency": concurrency,
+    }
+    args.update(typed_settings(RunArgs, given))  # the options given, each checked above
+    run = build_run(workload, **args)
     if bundled:  # said once every flag has passed its checks (an error stays one line)
         err_console.print(
             f"no workload given: simulating the bundled {EXAMPLE!r} example ({workload})"

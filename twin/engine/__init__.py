@@ -22,11 +22,12 @@ from twin.engine.config import (
     MemoryConfig,
     SchedulerConfig,
     build_config,
+    typed_settings,
 )
 from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
 from twin.engine.replica import Replica
 from twin.engine.router import ROUTERS, Router, get_router
-from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, Run, build_run, simulate
+from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, Run, RunArgs, build_run, simulate
 from twin.engine.scheduler import SCHEDULERS, Scheduler, get_scheduler
 from twin.engine.seq import Seq
 from twin.engine.source import SessionSource
@@ -51,6 +52,7 @@ __all__ = [
     "Replica",
     "Router",
     "Run",
+    "RunArgs",
     "RunStats",
     "Scheduler",
     "SchedulerConfig",
@@ -65,4 +67,5 @@ __all__ = [
     "make_pricer",
     "memory_budget",
     "simulate",
+    "typed_settings",
 ]

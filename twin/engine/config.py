@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 from twin.cache.requests import WRITE_POLICIES
 from twin.costmodel.a2a import A2APrice
@@ -456,6 +457,23 @@ class EngineSettings(NamedSettings, total=False):
 
 
 assert EngineSettings.__optional_keys__ == frozenset(GROUP_OF)
+
+Settings = TypeVar("Settings", bound=Mapping[str, object])
+
+
+def typed_settings(kind: type[Settings], pairs: Iterable[tuple[str, object]]) -> Settings:
+    """The one builder of typed settings (``kind``: :class:`NamedSettings`,
+    ``twin.engine.RunArgs``, ...) from loose (name, value) pairs: a sweep's stored settings,
+    a plan's, a measured row's server limits. Every name must be one of ``kind``'s; one it
+    lacks is refused in one line, before any work (the values are checked where the config
+    is built: :func:`build_config`)."""
+    named = dict(pairs)
+    # a TypedDict's names (mypy has no bound for TypedDict classes: read, not typed)
+    known: frozenset[str] = getattr(kind, "__optional_keys__")  # noqa: B009
+    unknown = sorted(set(named) - known)
+    if unknown:
+        raise TwinError(f"{unknown[0]!r}: not a setting of a run ({kind.__name__})")
+    return cast(Settings, named)
 
 
 @dataclass(frozen=True)

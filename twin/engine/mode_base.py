@@ -160,6 +160,15 @@ class EngineMode:
         """The release this mode runs under: the one picked, else the newest."""
         return self.release or (self.releases[0] if self.releases else None)
 
+    @property
+    def build(self) -> str:
+        """The engine build a run of this mode lays its kernels out as when it names none
+        (``EngineModeConfig.engine_build``; ``twin.engine.run.kernel_layout_of``): the
+        current release's, which a run's config records as ``engine_release``, or as
+        ``kernel_tables`` where ``NAME==VERSION`` picks it; "" for a mode without releases."""
+        rel = self.current
+        return rel.version if rel is not None else ""
+
     def release_flags(self) -> dict[str, Flag]:
         """The flags of the current release (all the mode's flags without releases)."""
         rel = self.current

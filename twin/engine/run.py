@@ -57,6 +57,23 @@ REQUESTS_FILE = "requests.parquet"
 SUMMARY_FILE = "summary.json"
 
 
+class RunArgs(RunSettings, total=False):
+    """:func:`build_run`'s keyword arguments as one typed value: the run's settings and
+    build_run's own (the model, where the step prices come from, the engine mode and its
+    flags, the cache size, a fixed duration). A caller holding them as loose (name, value)
+    pairs (a sweep's points, a plan's, a measured row's) builds it through
+    :func:`twin.engine.config.typed_settings`."""
+
+    model: str | ModelSpec
+    gpu: str | None
+    profile: str | Path | None
+    engine: str | None
+    cache_gb: float | str | None
+    sets: dict[str, str] | None
+    duration_s: float | None
+    workload_cache: str | Path | None
+
+
 # Net allocations between two runs of Python's cyclic garbage collector during a
 # simulation (CPython's default: 700). A run allocates a dozen short-lived objects a
 # request (events, records, admissions) that reference counting frees; the young

@@ -76,7 +76,6 @@ class SGLangBatching(ContinuousBatching):
         options = replica.scheduler_options
         self.max_prefill = int(options.get("max_prefill_tokens", MAX_PREFILL_TOKENS))
         self.full = False  # SGLang's running_batch.batch_is_full
-        self.prefill_steps = 0  # steps that were prefill batches (no decodes)
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq``; an idle server starts the ratio afresh (``self_check_during_idle``)."""
@@ -152,7 +151,6 @@ class SGLangBatching(ContinuousBatching):
 
     def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
         """A prefill batch ended: decodes sat it out (each finishes a step later)."""
-        self.prefill_steps += 1
         heap = self.decoding
         if heap:
             # Every finish step moves by one, so the heap's order is kept; the context
@@ -198,7 +196,6 @@ class SGLangMixedBatching(SGLangBatching):
 
     def _apply_chunks(self, chunked: list[tuple[Seq, int]]) -> list[Seq]:
         """A mixed batch ended: the decodes took their token in it (no shift)."""
-        self.prefill_steps += 1
         prefilled = ContinuousBatching._apply_chunks(self, chunked)
         if len(prefilled) < len(chunked) or any(s.out_len - s.generated == 1 for s in prefilled):
             self.full = False  # the batch filter drops the chunked request: see the base

@@ -286,19 +286,9 @@ def _layout_label(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "policy": f"{row['policy']} {row['layout']}"}
 
 
-def engine_takes_duration() -> bool:
-    """Whether :func:`twin.engine.build_run` runs a load for a fixed simulated time
-    (its ``duration_s`` and ``workload_cache`` arguments)."""
-    import inspect
-
-    from twin.engine import build_run
-
-    return {"duration_s", "workload_cache"} <= set(inspect.signature(build_run).parameters)
-
-
 def _duration_settings(
     duration_s: float, session_rates: Sequence[float | None], out: Path
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The settings of ``--duration D``: build_run's ``duration_s`` and where it keeps
     the stretched workloads (``OUT/workloads``)."""
     if not (duration_s > 0 and duration_s != float("inf")):
@@ -308,10 +298,6 @@ def _duration_settings(
             "--duration: needs --session-rates (sessions start at each rate in [0, D); "
             "the workload's own arrival times have their own length)"
         )
-    if not engine_takes_duration():
-        # TODO(issue 30): goes once twin.engine.build_run(duration_s=..., workload_cache=...)
-        # is on main; the settings below are what it takes.
-        raise TwinError("--duration: this engine cannot run a sweep for a fixed time yet")
     return {"duration_s": float(duration_s), "workload_cache": str(out / WORKLOAD_CACHE)}
 
 

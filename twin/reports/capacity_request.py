@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from twin.engine.modes import get_mode
 from twin.reports.analysis import Slo
@@ -43,7 +42,7 @@ class Deployment:
     gpu: str | None = None
     engine: str | None = None
     profile: str | Path | None = None
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

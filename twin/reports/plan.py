@@ -578,7 +578,7 @@ def plan(
     out_dir = Path(out)
 
     # Each candidate sets its own router (plan_routers.with_router), in this place.
-    settings: list[tuple[str, Any]] = [("router", DEFAULT_ROUTERS[0])]
+    settings: list[tuple[str, object]] = [("router", DEFAULT_ROUTERS[0])]
     if load.concurrency is not None:
         settings.append(("concurrency", load.concurrency))
     if load.request_rate is not None:
@@ -1038,12 +1038,10 @@ class _Searcher:
 def screen_spec(spec: SweepSpec) -> SweepSpec:
     """``spec`` run for :data:`SCREEN_FRACTION` of its duration (and of an explicit
     warm-up): the screening run of successive halving's first rung."""
-    scaled = {"duration_s", "warmup_s"}
-    settings = tuple(
-        (name, float(value) * SCREEN_FRACTION if name in scaled else value)
-        for name, value in spec.settings
-    )
-    return replace(spec, settings=settings)
+    named = spec.run_settings()
+    given = {"duration_s": named.get("duration_s"), "warmup_s": named.get("warmup_s")}
+    scaled = {k: float(v) * SCREEN_FRACTION for k, v in given.items() if v is not None}
+    return replace(spec, settings=tuple((k, scaled.get(k, v)) for k, v in spec.settings))
 
 
 def screened_out(row: dict[str, Any], slos: Sequence[Slo]) -> bool:

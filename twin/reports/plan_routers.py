@@ -28,7 +28,6 @@ first: it reads nothing of the replicas).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from twin.engine.router import DEFAULT_ROUTER, ROUTERS
 from twin.errors import TwinError
@@ -84,7 +83,9 @@ def resolve_routers(
     return parse_routers([routers] if isinstance(routers, str) else list(routers))
 
 
-def with_router(settings: Sequence[tuple[str, Any]], router: str) -> tuple[tuple[str, Any], ...]:
+def with_router(
+    settings: Sequence[tuple[str, object]], router: str
+) -> tuple[tuple[str, object], ...]:
     """``settings`` with its ``router`` entry set to ``router``, in place (so a plan of one
     router keeps the sweep keys it had)."""
     return tuple((name, router if name == "router" else value) for name, value in settings)

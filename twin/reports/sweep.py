@@ -23,9 +23,9 @@ import json
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from twin.engine.config import EngineConfig, build_config
+from twin.engine.config import EngineConfig, NamedSettings, build_config, typed_settings
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.policies import options_for
@@ -45,6 +45,9 @@ from twin.reports.verdicts import NOT_JUDGED, TOO_SHORT, binding_resource
 from twin.slo import parse_slos
 from twin.summary import CacheOccupancy, RunSummary
 from twin.workers import Batched, run_in_pool
+
+if TYPE_CHECKING:
+    from twin.engine.run import RunArgs
 
 AUTO_GB = -1.0  # a point's cache size when it runs the shared KV pool (--cache-gb auto)
 EXECUTORS = ("local", "ray")
@@ -95,7 +98,7 @@ class SweepSpec:
     gpu: str | None = None
     engine: str | None = None  # the engine mode (twin.engine.modes); None: the default
     profile: str | None = None
-    settings: tuple[tuple[str, Any], ...] = ()
+    settings: tuple[tuple[str, object], ...] = ()
     workload_sha256: str = ""
     profile_label: str = ""
     # The label alone is not enough: every datasheet profile has the same one.
@@ -105,58 +108,71 @@ class SweepSpec:
     # (replicas), "1P2D" disaggregated (that many copies of 1 prefill + 2 decode workers).
     layout: str = ""
 
-    def engine_settings(self) -> dict[str, Any]:
+    def engine_settings(self) -> NamedSettings:
         """``settings`` without the :data:`RUN_ONLY` entries: the EngineConfig fields."""
-        return {k: v for k, v in self.settings if k not in RUN_ONLY}
+        named = ((k, v) for k, v in self.settings if k not in RUN_ONLY)
+        return typed_settings(NamedSettings, named)
 
-    def run_settings(self) -> dict[str, Any]:
-        """The :data:`RUN_ONLY` entries of ``settings`` (build_run's own arguments)."""
-        return {k: v for k, v in self.settings if k in RUN_ONLY}
+    def run_settings(self) -> RunArgs:
+        """``settings`` whole, as :func:`twin.engine.build_run` takes them."""
+        from twin.engine.run import RunArgs
+
+        return typed_settings(RunArgs, self.settings)
 
     def base_config(self) -> EngineConfig:
         """The fixed part of every point's configuration (validates ``settings`` early)."""
         return build_config(**self.engine_settings())
 
-    def fields(self, point: Point) -> dict[str, Any]:
-        """The engine settings of ``point`` for :func:`twin.engine.build_run`.
+    def fields(self, point: Point) -> RunArgs:
+        """The settings of ``point`` for :func:`twin.engine.build_run` (the model, GPU and
+        profile aside), the :data:`RUN_ONLY` entries last.
 
         An engine-mode point gives ``engine`` and ``sets`` (its flags) instead
         of a policy; the mode chooses the policy. A policy point runs the
         sweep's engine mode (``engine``) with its policy given explicitly.
         """
-        fixed = self.engine_settings()
-        shared = dict(fixed.pop("policy_options", None) or {})
+        from twin.engine.run import RunArgs
+
+        named = self.engine_settings()
+        shared = dict(named.get("policy_options") or {})
+        fixed: dict[str, object] = {k: v for k, v in named.items() if k != "policy_options"}
         if self.layout:  # the pools of that many copies of the layout
-            units = point.replicas if point.replicas is not None else fixed.get("replicas", 1)
+            units = point.replicas if point.replicas is not None else named.get("replicas", 1)
             fixed.pop("replicas", None)
             fixed.update(parse_layout(self.layout).pools(units))
         elif point.replicas is not None:
             fixed["replicas"] = point.replicas
         common = {"session_rate": point.session_rate, "seed": point.seed}
+        only = [(k, v) for k, v in self.settings if k in RUN_ONLY]
         variant = engine_variant(point.policy)
         if variant is not None:
             mode, sets = variant
-            return {**fixed, "cache_gb": "auto", "engine": mode, "sets": sets, **common}
-        return {
-            **fixed,
-            **({"engine": self.engine, "sets": {}} if self.engine is not None else {}),
-            "cache_gb": "auto" if point.cache_gb == AUTO_GB else point.cache_gb,
-            "policy": point.policy,
-            "policy_options": options_for(point.policy, shared),
-            **common,
-        }
+            out = {**fixed, "cache_gb": "auto", "engine": mode, "sets": sets, **common}
+        else:
+            out = {
+                **fixed,
+                **({"engine": self.engine, "sets": {}} if self.engine is not None else {}),
+                "cache_gb": "auto" if point.cache_gb == AUTO_GB else point.cache_gb,
+                "policy": point.policy,
+                "policy_options": options_for(point.policy, shared),
+                **common,
+            }
+        return typed_settings(RunArgs, [*out.items(), *only])
 
     def config(self, point: Point, profile: Any = None) -> EngineConfig:
-        """The engine configuration of ``point`` (``profile`` gives the device memory)."""
+        """The engine configuration of ``point`` (``profile`` gives the device memory; the
+        arrival cut and warm-up a duration implies are build_run's, not here)."""
         from twin.engine.run import mode_fields
         from twin.presets import resolve_model
 
         fields = self.fields(point)
         engine, sets = fields.pop("engine", None), fields.pop("sets", None)
-        cache_gb = fields.pop("cache_gb")
+        cache_gb = fields.pop("cache_gb", None)
+        fields.pop("duration_s", None)
+        fields.pop("workload_cache", None)
         model = resolve_model(self.model, self.model_set)
         return build_config(
-            profile, cache_gb=cache_gb, model=model, **mode_fields(model, engine, sets, fields)
+            profile, cache_gb=cache_gb, model=model, **mode_fields(model, engine, sets, {**fields})
         )
 
     def replicas(self, point: Point) -> int:
@@ -178,7 +194,7 @@ class SweepSpec:
         """
         varying = {f.name for f in fields(Point)} | {"cache_bytes", "policy_options"}
         engine = {k: v for k, v in self.base_config().to_dict().items() if k not in varying}
-        shared = dict(dict(self.settings).get("policy_options") or {})
+        shared = dict(self.engine_settings().get("policy_options") or {})
         variant = engine_variant(point.policy)
         engine["policy_options"] = {} if variant else options_for(point.policy, shared)
         fixed: dict[str, Any] = {
@@ -192,7 +208,7 @@ class SweepSpec:
         # Keys of sweeps without --engine or --duration stay as they were.
         if self.engine is not None:
             fixed["engine_mode"] = self.engine.lower()
-        duration = dict(self.settings).get("duration_s")
+        duration = self.run_settings().get("duration_s")
         if duration is not None:
             fixed["duration_s"] = float(duration)
         if self.layout:  # keys of aggregated sweeps stay as they were
@@ -385,16 +401,11 @@ def run_point(
     from twin.engine import build_run, memory_budget
     from twin.presets import resolve_model
 
-    settings = spec.fields(point)
-    run = build_run(
-        spec.workload,
-        model=resolve_model(spec.model, spec.model_set),
-        gpu=spec.gpu,
-        engine=settings.pop("engine", None),
-        profile=spec.profile,
-        **settings,
-        **spec.run_settings(),
-    )
+    args = spec.fields(point)
+    args["model"] = resolve_model(spec.model, spec.model_set)
+    args["gpu"] = spec.gpu
+    args["profile"] = spec.profile
+    run = build_run(spec.workload, **args)
     try:
         memory_budget(run.model, run.config)
     except TwinError as err:

@@ -57,8 +57,9 @@ def predict(plan: RowPlan) -> dict[str, Any]:
     A run the twin refuses (a TwinError: the weights do not fit, say) returns its
     message under ``twin_error``.
     """
+    from twin.engine.config import typed_settings
     from twin.engine.modes import measured_mode
-    from twin.engine.run import build_run
+    from twin.engine.run import RunArgs, build_run
     from twin.metrics import RequestRecord
 
     row = plan.row
@@ -75,26 +76,26 @@ def predict(plan: RowPlan) -> dict[str, Any]:
                 plan.seed,
                 plan.range_ratio,
             )
-            run = build_run(
-                path,
-                model=plan.model,
-                gpu=plan.gpu,
+            args: RunArgs = {
+                "model": plan.model,
+                "gpu": plan.gpu,
                 # The modelled release standing for the measured one (vLLM 0.11-0.19 ->
                 # 0.19.0, SGLang 0.5.1-0.5.10.post1 -> 0.5.10.post1): its defaults.
-                engine=measured_mode(plan.engine, row.backend_version),
+                "engine": measured_mode(plan.engine, row.backend_version),
                 # The kernel tables of the row's own release (twin.costmodel.table_release);
                 # a release that is no version number: the modelled one's above.
-                kernel_tables=kernel_tables(row.backend_version),
+                "kernel_tables": kernel_tables(row.backend_version),
                 # The build that ran, whose kernel layout the engine mode's rule reads
                 # (twin.engine.kernel_layouts): the release, or a nightly image's tag.
-                engine_build=engine_build(row),
-                cache_gb="auto",
-                tp=plan.tp,
-                ep=plan.ep,
-                concurrency=plan.concurrency,
-                dp_attention=plan.dp,
-                **plan.deployment,
-            )
+                "engine_build": engine_build(row),
+                "cache_gb": "auto",
+                "tp": plan.tp,
+                "ep": plan.ep,
+                "concurrency": plan.concurrency,
+                "dp_attention": plan.dp,
+            }
+            args.update(typed_settings(RunArgs, plan.deployment.items()))
+            run = build_run(path, **args)
             summary = run.simulate(on_record=records.append)
     except TwinError as err:
         return {"twin_error": str(err).splitlines()[0]}
