@@ -68,7 +68,7 @@ def test_vllm_moe_rows_get_the_eager_host_time_and_dense_rows_none():
     moe = get_model("gpt-oss-120b")
     per_launch = sil.VLLM_EAGER_LAUNCH_S["b200"]
     assert sil.eager_prefill_s(row, moe, "b200") == pytest.approx(
-        per_launch * sil.eager_launches(moe, "vllm")
+        per_launch * sil.eager_launches(moe, "vllm", row.tp or 1)
     )
     assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0
     assert sil.eager_prefill_s(dataclasses.replace(row, attention_dp=2), moe, "b200") == 0.0
@@ -93,6 +93,35 @@ def test_vllm_launch_counts_follow_the_layer_parts_and_the_linears_precision():
     assert sil.eager_launches(fp8, "vllm") == bf16 + linears + 2 * kimi.n_moe_layers
     # SGLang's and TensorRT-LLM's count is unchanged by the backend argument's default
     assert sil.eager_launches(kimi) == sil.eager_launches(kimi, "sglang")
+
+
+def test_vllm_launch_counts_follow_tensor_parallelism():
+    """At tp 1 vLLM's all-reduces are no launches; above it MiniMax-M2's q/k norms over
+    all heads all-reduce their variances in every attention layer (two launches more)."""
+    n, drop = sil.VLLM_EAGER_LAUNCHES, sil.VLLM_ALL_REDUCES
+    kimi = get_model("kimi-k2.5")
+    one, two = sil.eager_launches(kimi, "vllm", 1), sil.eager_launches(kimi, "vllm", 2)
+    assert two - one == kimi.n_moe_layers * drop["moe"] + kimi.n_mlp_layers * drop["mlp"]
+    assert sil.eager_launches(kimi, "vllm", 8) == two == sil.eager_launches(kimi, "vllm")
+    minimax = get_model("minimax-m2.5")
+    assert minimax.qk_norm_across_heads and not kimi.qk_norm_across_heads
+    layers = minimax.mixer_counts["attention"]
+    tp1, tp4 = sil.eager_launches(minimax, "vllm", 1), sil.eager_launches(minimax, "vllm", 4)
+    assert tp4 - tp1 == minimax.n_moe_layers * drop["moe"] + layers * sil.VLLM_QK_NORM_ALL_REDUCE
+    assert sil.vllm_part_launches(minimax, "attention", 4) == (
+        n["attention"][0] + n["attention"][1] * 2 + sil.VLLM_QK_NORM_ALL_REDUCE  # fp8 linears
+    )
+    # the row's own tensor parallelism prices its eager forward
+    row = silicon_row(source=IMAX, model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm")
+    row = dataclasses.replace(row, backend_version="0.19.0", tp=1)
+    assert sil.row_eager_launches(row, minimax) == tp1
+    assert sil.eager_prefill_s(row, minimax, "b200") == pytest.approx(
+        sil.VLLM_EAGER_LAUNCH_S["b200"] * tp1
+    )
+    assert sil.row_eager_launches(dataclasses.replace(row, tp=4), minimax) == tp4
+    # SGLang's (and TensorRT-LLM's stand-in) count takes no tensor parallelism
+    sglang = dataclasses.replace(row, backend="sglang")
+    assert sil.row_eager_launches(sglang, minimax) == sil.eager_launches(minimax)
 
 
 def test_a_planned_vllm_moe_row_carries_its_graph_size():

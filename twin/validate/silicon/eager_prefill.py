@@ -19,7 +19,7 @@ from twin.validate.silicon.inferencemax_trtllm import (
 from twin.validate.silicon.inferencemax_vllm import (
     INFERENCEMAX_MINIMAX_CAPTURE,
     INFERENCEMAX_VLLM_CAPTURE,
-    inferencemax_minimax_flags,
+    inferencemax_prompt_budget_flags,
 )
 
 if TYPE_CHECKING:
@@ -215,6 +215,18 @@ VLLM_EAGER_LAUNCHES: dict[str, tuple[int, int]] = {
     "mlp": (3, 2),
 }
 VLLM_EXPERT_LAUNCHES = 5  # the fused MoE kernels, activations unquantised (above)
+# The counts above hold under tensor parallelism. At tp 1 an all-reduce is no launch
+# (0.17.0 ``distributed/parallel_state.py`` ``GroupCoordinator.all_reduce``: ``if
+# self.world_size == 1: return input_``): ``moe`` loses its two, ``mlp`` its one. Above
+# tp 1 MiniMax-M2's q/k norms over all heads (``ModelSpec.qk_norm_across_heads``)
+# all-reduce their variances inside the attention part (0.17.0-0.19.0
+# ``models/minimax_m2.py`` ``MiniMaxM2Attention.forward`` calls
+# ``layers/mamba/linear_attn.py`` ``MiniMaxText01RMSNormTP.forward_qk``: the q and k
+# variances and their concatenation, ``tensor_model_parallel_all_reduce``, then the
+# normalisation and RoPE), which splits the generated kernels around that all-reduce:
+# the all-reduce and one more generated kernel, 2 launches more.
+VLLM_ALL_REDUCES = {"moe": 2, "mlp": 1}
+VLLM_QK_NORM_ALL_REDUCE = 2
 VLLM_EAGER_FROM = "0.14.0"
 # Host seconds per launch of vLLM's eager forward, per GPU, fitted on the fit split only:
 # ``python benchmarks/bench_eager_prefill.py --backend vllm --per-split 48 --grid-us
@@ -287,19 +299,19 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
         named = model_named(row, INFERENCEMAX_VLLM_CAPTURE)
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
-        if inferencemax_minimax_flags(row):  # the script's --max-cudagraph-capture-size
+        if inferencemax_prompt_budget_flags(row):  # the script's --max-cudagraph-capture-size
             size = INFERENCEMAX_MINIMAX_CAPTURE
     budget = int(sets.get("max_num_batched_tokens", 0) or 0)
     return min(size, budget) if budget else size
 
 
-def eager_launches(model: ModelSpec, backend: str = "sglang") -> int:
+def eager_launches(model: ModelSpec, backend: str = "sglang", tp: int = 2) -> int:
     """Kernels one eager forward of ``model`` launches, summed over its layers: SGLang's
     counts (``SGLANG_EAGER_LAUNCHES``, TensorRT-LLM's stand-in) or, for ``backend``
-    "vllm", vLLM's (:func:`vllm_part_launches`). Mixer kinds without a count (Mamba2,
-    say) count none."""
+    "vllm", vLLM's (:func:`vllm_part_launches`, at ``tp`` GPUs of tensor parallelism).
+    Mixer kinds without a count (Mamba2, say) count none."""
     if backend == "vllm":
-        n = {part: vllm_part_launches(model, part) for part in SGLANG_EAGER_LAUNCHES}
+        n = {part: vllm_part_launches(model, part, tp) for part in SGLANG_EAGER_LAUNCHES}
     else:
         n = SGLANG_EAGER_LAUNCHES
     out = sum(n.get(kind, 0) * count for kind, count in model.mixer_counts.items())
@@ -310,12 +322,23 @@ def eager_launches(model: ModelSpec, backend: str = "sglang") -> int:
     return out + per_moe * model.n_moe_layers + n["mlp"] * model.n_mlp_layers
 
 
-def vllm_part_launches(model: ModelSpec, part: str) -> int:
+def row_eager_launches(row: SiliconRow, model: ModelSpec) -> int:
+    """The launches of one eager forward of ``model`` on ``row``'s engine
+    (:func:`eager_launches`): vLLM's at the row's tensor parallelism, else SGLang's (the
+    TensorRT-LLM rows' stand-in too)."""
+    if row.backend == "vllm":
+        return eager_launches(model, "vllm", row.tp or 1)
+    return eager_launches(model)
+
+
+def vllm_part_launches(model: ModelSpec, part: str, tp: int = 2) -> int:
     """Kernels one ``part`` of a ``model`` layer launches in vLLM's eager forward
     (:data:`VLLM_EAGER_LAUNCHES`): its other kernels, its linears at one launch each, two
     where ``model``'s linear precision quantises the activations, and for ``moe`` the
-    experts' kernels (two more where the experts' format quantises the activations).
-    A part vLLM's count does not cover: SGLang's."""
+    experts' kernels (two more where the experts' format quantises the activations); at
+    ``tp`` 1 without its all-reduces, above it with MiniMax-M2's q/k-norm all-reduce
+    (:data:`VLLM_ALL_REDUCES`, :data:`VLLM_QK_NORM_ALL_REDUCE`). A part vLLM's count does
+    not cover: SGLang's."""
     from twin import precision as px  # late: the rows are read without the formats
 
     if part not in VLLM_EAGER_LAUNCHES:
@@ -326,6 +349,10 @@ def vllm_part_launches(model: ModelSpec, part: str) -> int:
     if part == "moe":
         quantised = px.moe_format(model).act_bytes is not None
         out += VLLM_EXPERT_LAUNCHES + (2 if quantised else 0)
+    if tp <= 1:
+        out -= VLLM_ALL_REDUCES.get(part, 0)
+    elif part in ("attention", "swa") and model.qk_norm_across_heads:
+        out += VLLM_QK_NORM_ALL_REDUCE
     return out
 
 
@@ -374,7 +401,7 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     if row.backend == "vllm":  # steps above the largest graph (VLLM_EAGER_LAUNCH_S)
         if not vllm_prefills_eagerly(row):
             return 0.0
-        return VLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model, "vllm")
+        return VLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * row_eager_launches(row, model)
     if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
     return SGLANG_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
