@@ -124,6 +124,51 @@ def test_vllm_launch_counts_follow_tensor_parallelism():
     assert sil.row_eager_launches(sglang, minimax) == sil.eager_launches(minimax)
 
 
+def test_checkpoints_that_keep_attention_unquantised_count_bf16_attention_linears():
+    """``nvidia/Kimi-K2.5-NVFP4`` and ``nvidia/MiniMax-M2.5-NVFP4`` leave ``self_attn``
+    unquantised: vLLM runs those projections as bf16 linears, one launch each."""
+    kimi_fp4 = {"quantization_config": {"ignore": ["language_model.model.layers.0.self_attn*"]}}
+    assert sil.attention_unquantised(kimi_fp4, None)
+    assert sil.attention_unquantised({}, {"exclude_modules": ["model.layers.0.self_attn*"]})
+    fp8 = {"quantization_config": {"modules_to_not_convert": ["gate", "lm_head"]}}
+    assert not sil.attention_unquantised(fp8, None)
+    assert not sil.attention_unquantised({}, None)
+    kimi = dataclasses.replace(get_model("kimi-k2.5"), precision="nvfp4", moe_precision="nvfp4")
+    quantised = sil.vllm_part_launches(kimi, "mla", 4)
+    kept = sil.vllm_part_launches(kimi, "mla", 4, bf16_attention=True)
+    assert quantised - kept == sil.VLLM_EAGER_LAUNCHES["mla"][1]  # one launch less a linear
+    assert sil.vllm_part_launches(kimi, "moe", 4, True) == sil.vllm_part_launches(kimi, "moe", 4)
+    assert sil.eager_launches(kimi, "vllm", 4) - sil.eager_launches(kimi, "vllm", 4, True) == (
+        61 * sil.VLLM_EAGER_LAUNCHES["mla"][1]
+    )
+
+
+def test_inferencemax_fp4_vllm_rows_read_the_nvfp4_checkpoint_they_served():
+    pytest.importorskip("aiconfigurator_core")  # the checkpoints' cached configs
+    row = silicon_row(source=IMAX, model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm")
+    fp4 = dataclasses.replace(row, precision="fp4", backend_version="0.19.0")
+    assert sil.inferencemax_served_checkpoint(fp4) == "nvidia/MiniMax-M2.5-NVFP4"
+    assert sil.inferencemax_served_checkpoint(dataclasses.replace(fp4, precision="fp8")) is None
+    kimi = dataclasses.replace(fp4, model_path="moonshotai/Kimi-K2.5")
+    assert sil.inferencemax_served_checkpoint(kimi) == "nvidia/Kimi-K2.5-NVFP4"
+    configs = sil.default_configs()
+    assert sil.checkpoint_attention_unquantised(configs, "nvidia/MiniMax-M2.5-NVFP4")
+    assert sil.checkpoint_attention_unquantised(configs, "nvidia/Kimi-K2.5-NVFP4")
+    assert not sil.checkpoint_attention_unquantised(configs, "MiniMaxAI/MiniMax-M2.5")
+    assert not sil.checkpoint_attention_unquantised(configs, "nobody/None")
+    # planned: the fp4 row's attention linears are one launch each, the fp8 row's two
+    plan_fp4 = sil.plan_row(
+        dataclasses.replace(fp4, isl=1024, osl=1024, concurrency=4, tp=2, ttft_ms=1.0, tpot_ms=1.0)
+    )
+    assert not isinstance(plan_fp4, str), plan_fp4
+    model = plan_fp4.model
+    launches = sil.eager_launches(model, "vllm", 2, bf16_attention=True)
+    assert launches < sil.eager_launches(model, "vllm", 2)
+    assert plan_fp4.deployment["eager_prefill_s"] == pytest.approx(
+        sil.VLLM_EAGER_LAUNCH_S["b200"] * launches
+    )
+
+
 def test_a_planned_vllm_moe_row_carries_its_graph_size():
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
     row = silicon_row(

@@ -305,13 +305,19 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     return min(size, budget) if budget else size
 
 
-def eager_launches(model: ModelSpec, backend: str = "sglang", tp: int = 2) -> int:
+def eager_launches(
+    model: ModelSpec, backend: str = "sglang", tp: int = 2, bf16_attention: bool = False
+) -> int:
     """Kernels one eager forward of ``model`` launches, summed over its layers: SGLang's
     counts (``SGLANG_EAGER_LAUNCHES``, TensorRT-LLM's stand-in) or, for ``backend``
-    "vllm", vLLM's (:func:`vllm_part_launches`, at ``tp`` GPUs of tensor parallelism).
+    "vllm", vLLM's (:func:`vllm_part_launches`, at ``tp`` GPUs of tensor parallelism,
+    ``bf16_attention`` as there).
     Mixer kinds without a count (Mamba2, say) count none."""
     if backend == "vllm":
-        n = {part: vllm_part_launches(model, part, tp) for part in SGLANG_EAGER_LAUNCHES}
+        n = {
+            part: vllm_part_launches(model, part, tp, bf16_attention)
+            for part in SGLANG_EAGER_LAUNCHES
+        }
     else:
         n = SGLANG_EAGER_LAUNCHES
     out = sum(n.get(kind, 0) * count for kind, count in model.mixer_counts.items())
@@ -322,29 +328,39 @@ def eager_launches(model: ModelSpec, backend: str = "sglang", tp: int = 2) -> in
     return out + per_moe * model.n_moe_layers + n["mlp"] * model.n_mlp_layers
 
 
-def row_eager_launches(row: SiliconRow, model: ModelSpec) -> int:
+def row_eager_launches(row: SiliconRow, model: ModelSpec, bf16_attention: bool = False) -> int:
     """The launches of one eager forward of ``model`` on ``row``'s engine
-    (:func:`eager_launches`): vLLM's at the row's tensor parallelism, else SGLang's (the
-    TensorRT-LLM rows' stand-in too)."""
+    (:func:`eager_launches`): vLLM's at the row's tensor parallelism (``bf16_attention``:
+    the checkpoint's attention projections unquantised), else SGLang's (the TensorRT-LLM
+    rows' stand-in too)."""
     if row.backend == "vllm":
-        return eager_launches(model, "vllm", row.tp or 1)
+        return eager_launches(model, "vllm", row.tp or 1, bf16_attention)
     return eager_launches(model)
 
 
-def vllm_part_launches(model: ModelSpec, part: str, tp: int = 2) -> int:
+def vllm_part_launches(
+    model: ModelSpec, part: str, tp: int = 2, bf16_attention: bool = False
+) -> int:
     """Kernels one ``part`` of a ``model`` layer launches in vLLM's eager forward
     (:data:`VLLM_EAGER_LAUNCHES`): its other kernels, its linears at one launch each, two
     where ``model``'s linear precision quantises the activations, and for ``moe`` the
     experts' kernels (two more where the experts' format quantises the activations); at
     ``tp`` 1 without its all-reduces, above it with MiniMax-M2's q/k-norm all-reduce
-    (:data:`VLLM_ALL_REDUCES`, :data:`VLLM_QK_NORM_ALL_REDUCE`). A part vLLM's count does
-    not cover: SGLang's."""
+    (:data:`VLLM_ALL_REDUCES`, :data:`VLLM_QK_NORM_ALL_REDUCE`). ``bf16_attention``: the
+    checkpoint leaves the attention projections unquantised (``precision.
+    attention_unquantised``: ``nvidia/Kimi-K2.5-NVFP4``'s, ``nvidia/MiniMax-M2.5-NVFP4``'s),
+    so vLLM runs them as bf16 linears (0.17.0 ``quantization/modelopt.py``
+    ``ModelOptQuantConfigBase.get_quant_method``: an excluded linear gets
+    ``UnquantizedLinearMethod``), one launch each. A part vLLM's count does not cover:
+    SGLang's."""
     from twin import precision as px  # late: the rows are read without the formats
 
     if part not in VLLM_EAGER_LAUNCHES:
         return SGLANG_EAGER_LAUNCHES[part]
     other, linears = VLLM_EAGER_LAUNCHES[part]
     per_linear = 1 if px.weight_format(model.precision).act_bytes is None else 2
+    if bf16_attention and part in ("mla", "attention", "swa"):
+        per_linear = 1
     out = other + linears * per_linear
     if part == "moe":
         quantised = px.moe_format(model).act_bytes is not None
@@ -378,7 +394,13 @@ def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool)
     return dated and not release_at_least(row.backend_version, SGLANG_PIECEWISE_DEFAULT)
 
 
-def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: bool = False) -> float:
+def eager_prefill_s(
+    row: SiliconRow,
+    model: ModelSpec,
+    gpu: str,
+    multimodal: bool = False,
+    bf16_attention: bool = False,
+) -> float:
     """The host time added to a prefill step (``EngineConfig.eager_prefill_s``) for ``row``
     run on the twin's ``gpu``: the model's eager launches (:func:`eager_launches`) times
     the GPU's host time per launch; 0.0 where the engine prefills with graphs
@@ -390,18 +412,31 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     (:func:`inferencemax_trtllm_piecewise`) and ran no MTP; vLLM rows of the releases read
     (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph, at
     vLLM's own launch count (``VLLM_EAGER_LAUNCHES``) times ``VLLM_EAGER_LAUNCH_S`` (the
-    plan adds :func:`vllm_graph_tokens`)."""
+    plan adds :func:`vllm_graph_tokens`; ``bf16_attention``: the checkpoint leaves its
+    attention projections unquantised, :func:`row_eager_launches`)."""
     if not model.n_moe_layers or (row.attention_dp or 1) > 1:
         return 0.0
     if row.backend == "trtllm":  # context steps run eagerly (TRTLLM_EAGER_LAUNCH_S) unless
         # the row's script captured them as graphs (and runs no MTP: above)
         if inferencemax_trtllm_piecewise(row) and inferencemax_mtp_drafts(row) is None:
             return 0.0
-        return TRTLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
+        return launch_s(row, gpu) * eager_launches(model)
     if row.backend == "vllm":  # steps above the largest graph (VLLM_EAGER_LAUNCH_S)
         if not vllm_prefills_eagerly(row):
             return 0.0
-        return VLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * row_eager_launches(row, model)
+        return launch_s(row, gpu) * row_eager_launches(row, model, bf16_attention)
     if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
-    return SGLANG_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
+    return launch_s(row, gpu) * eager_launches(model)
+
+
+def launch_s(row: SiliconRow, gpu: str) -> float:
+    """The host seconds per eager launch of ``row``'s engine on the twin's ``gpu``
+    (``SGLANG_EAGER_LAUNCH_S``, ``TRTLLM_EAGER_LAUNCH_S``, ``VLLM_EAGER_LAUNCH_S``; 0.0
+    where none is fitted): :func:`eager_prefill_s` is it times the forward's launches."""
+    table = {
+        "sglang": SGLANG_EAGER_LAUNCH_S,
+        "trtllm": TRTLLM_EAGER_LAUNCH_S,
+        "vllm": VLLM_EAGER_LAUNCH_S,
+    }.get(row.backend, {})
+    return table.get(gpu, 0.0)

@@ -111,6 +111,28 @@ def inferencemax_prompt_budget_flags(row: SiliconRow) -> bool:
     return kimi or inferencemax_minimax_flags(row)
 
 
+# The checkpoints InferenceMAX's fp4 vLLM configurations serve, where the collection's
+# ``model_path`` names the base model (``.github/configs/nvidia-master.yaml`` at 6c3acebfa:
+# ``kimik2.5-fp4-b200-vllm`` ``nvidia/Kimi-K2.5-NVFP4``, ``minimaxm2.5-fp4-b200-vllm`` and
+# ``-b300-vllm`` ``nvidia/MiniMax-M2.5-NVFP4``). Read for what they leave unquantised
+# (``eager_prefill.vllm_part_launches``); the rows' precision columns price the weights.
+INFERENCEMAX_VLLM_FP4_CHECKPOINTS = {
+    "kimi-k2.5": "nvidia/Kimi-K2.5-NVFP4",
+    "minimax-m2.5": "nvidia/MiniMax-M2.5-NVFP4",
+}
+
+
+def inferencemax_served_checkpoint(row: SiliconRow) -> str | None:
+    """The checkpoint an InferenceMAX fp4 vLLM row served where its ``model_path`` names
+    another (above); None: its own."""
+    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX:
+        return None
+    if (row.precision or "").lower() != "fp4":
+        return None
+    named = model_named(row, INFERENCEMAX_VLLM_FP4_CHECKPOINTS)
+    return INFERENCEMAX_VLLM_FP4_CHECKPOINTS[named] if named else None
+
+
 def inferencemax_vllm(row: SiliconRow) -> dict[str, str]:
     """The vLLM server limits of InferenceMAX's script for ``row`` (``--set`` values)."""
     if model_named(row, INFERENCEMAX_MINIMAX) is None:
