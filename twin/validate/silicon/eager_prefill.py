@@ -277,6 +277,14 @@ VLLM_EAGER_FROM = "0.14.0"
 # 18.7). Checked on the sample's 356 vLLM fit rows (``vllm-refit21-fit-{cur,new}``): B200
 # 35 us holds (TTFT + TPOT 29.8 against 32.4 on its 183 rows); B300 15 (26.3 against 26.0),
 # H100 35 (30.9 against 28.7) and H200 25 (36.6 against 36.3) lose, so they stay.
+# Grid again in session 22 once the counts took the row's tensor parallelism, MiniMax-M2's
+# q/k-norm all-reduce, the fp4 checkpoints' bf16 attention and Kimi-K2.5 fp4 B200's script
+# flags (docs/decisions.md, "Issue 31, step: vLLM's eager launches per model"), the same 48
+# fit rows: ``--grid-us 20,30,40,50 --out benchmarks/results/vllm-launch-eager-grid``: B200
+# 40 us (33.2; 30 us 34.5), B300 20 (27.9, as set), H100 40 (26.8; 4 rows), H200 30 (18.3;
+# 40 us 21.1). On the sample's 183 B200 fit rows 40 us ties 35 (TTFT + TPOT 29.5 against
+# 29.6) by trading Kimi-K2.5 and gpt-oss for MiniMax-M2.5, so B200 stays at 35; H100 and
+# H200 not rechecked on the wider rows (session 21's check had their grid winners lose).
 VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 35e-6, "b300": 20e-6, "h200": 35e-6, "h100": 15e-6}
 
 
