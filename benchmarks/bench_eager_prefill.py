@@ -125,17 +125,19 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def predict_at(plan: sil.RowPlan, us: float) -> dict[str, Any]:
     """``plan`` predicted with ``us`` microseconds of host time per eager launch of its
-    model and engine (:func:`sil.eager_launches`; 0: no eager host time)."""
+    model and engine (:func:`sil.eager_prefill_s`; 0: no eager host time)."""
     dep = {k: v for k, v in plan.deployment.items() if k != "eager_prefill_s"}
-    if us > 0:
-        dep["eager_prefill_s"] = us * 1e-6 * sil.eager_launches(plan.model, plan.row.backend)
+    if us > 0:  # the plan's host time is the fitted one per launch times the launches
+        launches = plan.deployment["eager_prefill_s"] / sil.launch_s(plan.row, plan.gpu)
+        dep["eager_prefill_s"] = us * 1e-6 * launches
     return predict(dataclasses.replace(plan, deployment=dep))
 
 
 def _fit_grid(plans: list[sil.RowPlan], grid_us: list[float], out: Path) -> int:
     """Predict each fit row at each host time per launch in ``grid_us`` (the launches of
-    its model and engine, :func:`sil.eager_launches`); write ``OUT/grid.csv`` and ``OUT.json`` (mean
-    TTFT / TPOT APE per GPU and host time, and the least-TTFT one per GPU)."""
+    its model and engine, :func:`sil.eager_prefill_s`); write ``OUT/grid.csv`` and
+    ``OUT.json`` (mean TTFT / TPOT APE per GPU and host time, and the least-TTFT one per
+    GPU)."""
     records: list[dict[str, Any]] = []
     for i, plan in enumerate(plans):
         for us in grid_us:

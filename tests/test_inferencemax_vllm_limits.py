@@ -69,6 +69,31 @@ def test_minimax_capture_size_is_the_scripts_2048_from_its_day():
     assert sil.vllm_graph_tokens(after, {}, "defaults") == 512
 
 
+def test_kimi_fp4_b200_runs_its_scripts_budget_and_capture_size_from_its_day():
+    """``kimik2.5_fp4_b200.sh`` from 6c3acebfa (2026-04-20): ``--max-num-batched-tokens
+    $((ISL * 2))`` and ``--max-cudagraph-capture-size 2048``; its ``--max-num-seqs $CONC``
+    leaves the Llama scripts' cap; the int4 B200 and fp4 B300 scripts pass neither."""
+    after = _minimax("2026-04-20", model_path="nvidia/Kimi-K2.5-NVFP4", precision="fp4", isl=1024)
+    assert sil.inferencemax_prompt_budget_flags(after)
+    assert not sil.inferencemax_minimax_flags(after)
+    limits = sil.deployment(after, "vllm")
+    assert limits == {"sets": {"max_num_batched_tokens": "2048", "max_num_seqs": "512"}}
+    assert sil.vllm_graph_tokens(after, limits) == 2048  # a 1k prefill step replays a graph
+    long_prompt = dataclasses.replace(after, isl=8192)
+    assert sil.inferencemax_vllm(long_prompt)["max_num_batched_tokens"] == "16384"
+    assert sil.vllm_graph_tokens(long_prompt, sil.deployment(long_prompt, "vllm")) == 2048
+    for other in (
+        dataclasses.replace(after, source=after.source.replace("2026-04-20", "2026-03-27")),
+        dataclasses.replace(after, model_path="moonshotai/Kimi-K2.5", precision="int4"),
+        dataclasses.replace(after, system="b300_sxm"),
+    ):
+        assert not sil.inferencemax_prompt_budget_flags(other)
+        assert sil.inferencemax_vllm(other) == sil.INFERENCEMAX_VLLM
+        assert sil.vllm_graph_tokens(other, sil.deployment(other, "vllm")) == 512
+    # MiniMax-M2.5's scripts are among them
+    assert sil.inferencemax_prompt_budget_flags(_minimax("2026-04-22"))
+
+
 def test_h100_gpt_oss_rows_of_the_512_client_script_are_not_expressed():
     src = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=512; measured="
     row = silicon_row(

@@ -68,7 +68,7 @@ def test_vllm_moe_rows_get_the_eager_host_time_and_dense_rows_none():
     moe = get_model("gpt-oss-120b")
     per_launch = sil.VLLM_EAGER_LAUNCH_S["b200"]
     assert sil.eager_prefill_s(row, moe, "b200") == pytest.approx(
-        per_launch * sil.eager_launches(moe, "vllm")
+        per_launch * sil.eager_launches(moe, "vllm", row.tp or 1)
     )
     assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0
     assert sil.eager_prefill_s(dataclasses.replace(row, attention_dp=2), moe, "b200") == 0.0
@@ -93,6 +93,80 @@ def test_vllm_launch_counts_follow_the_layer_parts_and_the_linears_precision():
     assert sil.eager_launches(fp8, "vllm") == bf16 + linears + 2 * kimi.n_moe_layers
     # SGLang's and TensorRT-LLM's count is unchanged by the backend argument's default
     assert sil.eager_launches(kimi) == sil.eager_launches(kimi, "sglang")
+
+
+def test_vllm_launch_counts_follow_tensor_parallelism():
+    """At tp 1 vLLM's all-reduces are no launches; above it MiniMax-M2's q/k norms over
+    all heads all-reduce their variances in every attention layer (two launches more)."""
+    n, drop = sil.VLLM_EAGER_LAUNCHES, sil.VLLM_ALL_REDUCES
+    kimi = get_model("kimi-k2.5")
+    one, two = sil.eager_launches(kimi, "vllm", 1), sil.eager_launches(kimi, "vllm", 2)
+    assert two - one == kimi.n_moe_layers * drop["moe"] + kimi.n_mlp_layers * drop["mlp"]
+    assert sil.eager_launches(kimi, "vllm", 8) == two == sil.eager_launches(kimi, "vllm")
+    minimax = get_model("minimax-m2.5")
+    assert minimax.qk_norm_across_heads and not kimi.qk_norm_across_heads
+    layers = minimax.mixer_counts["attention"]
+    tp1, tp4 = sil.eager_launches(minimax, "vllm", 1), sil.eager_launches(minimax, "vllm", 4)
+    assert tp4 - tp1 == minimax.n_moe_layers * drop["moe"] + layers * sil.VLLM_QK_NORM_ALL_REDUCE
+    assert sil.vllm_part_launches(minimax, "attention", 4) == (
+        n["attention"][0] + n["attention"][1] * 2 + sil.VLLM_QK_NORM_ALL_REDUCE  # fp8 linears
+    )
+    # the row's own tensor parallelism prices its eager forward
+    row = silicon_row(source=IMAX, model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm")
+    row = dataclasses.replace(row, backend_version="0.19.0", tp=1)
+    assert sil.row_eager_launches(row, minimax) == tp1
+    assert sil.eager_prefill_s(row, minimax, "b200") == pytest.approx(
+        sil.VLLM_EAGER_LAUNCH_S["b200"] * tp1
+    )
+    assert sil.row_eager_launches(dataclasses.replace(row, tp=4), minimax) == tp4
+    # SGLang's (and TensorRT-LLM's stand-in) count takes no tensor parallelism
+    sglang = dataclasses.replace(row, backend="sglang")
+    assert sil.row_eager_launches(sglang, minimax) == sil.eager_launches(minimax)
+
+
+def test_checkpoints_that_keep_attention_unquantised_count_bf16_attention_linears():
+    """``nvidia/Kimi-K2.5-NVFP4`` and ``nvidia/MiniMax-M2.5-NVFP4`` leave ``self_attn``
+    unquantised: vLLM runs those projections as bf16 linears, one launch each."""
+    kimi_fp4 = {"quantization_config": {"ignore": ["language_model.model.layers.0.self_attn*"]}}
+    assert sil.attention_unquantised(kimi_fp4, None)
+    assert sil.attention_unquantised({}, {"exclude_modules": ["model.layers.0.self_attn*"]})
+    fp8 = {"quantization_config": {"modules_to_not_convert": ["gate", "lm_head"]}}
+    assert not sil.attention_unquantised(fp8, None)
+    assert not sil.attention_unquantised({}, None)
+    kimi = dataclasses.replace(get_model("kimi-k2.5"), precision="nvfp4", moe_precision="nvfp4")
+    quantised = sil.vllm_part_launches(kimi, "mla", 4)
+    kept = sil.vllm_part_launches(kimi, "mla", 4, bf16_attention=True)
+    assert quantised - kept == sil.VLLM_EAGER_LAUNCHES["mla"][1]  # one launch less a linear
+    assert sil.vllm_part_launches(kimi, "moe", 4, True) == sil.vllm_part_launches(kimi, "moe", 4)
+    assert sil.eager_launches(kimi, "vllm", 4) - sil.eager_launches(kimi, "vllm", 4, True) == (
+        61 * sil.VLLM_EAGER_LAUNCHES["mla"][1]
+    )
+
+
+def test_inferencemax_fp4_vllm_rows_read_the_nvfp4_checkpoint_they_served():
+    pytest.importorskip("aiconfigurator_core")  # the checkpoints' cached configs
+    row = silicon_row(source=IMAX, model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm")
+    fp4 = dataclasses.replace(row, precision="fp4", backend_version="0.19.0")
+    assert sil.inferencemax_served_checkpoint(fp4) == "nvidia/MiniMax-M2.5-NVFP4"
+    assert sil.inferencemax_served_checkpoint(dataclasses.replace(fp4, precision="fp8")) is None
+    kimi = dataclasses.replace(fp4, model_path="moonshotai/Kimi-K2.5")
+    assert sil.inferencemax_served_checkpoint(kimi) == "nvidia/Kimi-K2.5-NVFP4"
+    configs = sil.default_configs()
+    assert sil.checkpoint_attention_unquantised(configs, "nvidia/MiniMax-M2.5-NVFP4")
+    assert sil.checkpoint_attention_unquantised(configs, "nvidia/Kimi-K2.5-NVFP4")
+    assert not sil.checkpoint_attention_unquantised(configs, "MiniMaxAI/MiniMax-M2.5")
+    assert not sil.checkpoint_attention_unquantised(configs, "nobody/None")
+    # planned: the fp4 row's attention linears are one launch each, the fp8 row's two
+    plan_fp4 = sil.plan_row(
+        dataclasses.replace(fp4, isl=1024, osl=1024, concurrency=4, tp=2, ttft_ms=1.0, tpot_ms=1.0)
+    )
+    assert not isinstance(plan_fp4, str), plan_fp4
+    model = plan_fp4.model
+    launches = sil.eager_launches(model, "vllm", 2, bf16_attention=True)
+    assert launches < sil.eager_launches(model, "vllm", 2)
+    assert plan_fp4.deployment["eager_prefill_s"] == pytest.approx(
+        sil.VLLM_EAGER_LAUNCH_S["b200"] * launches
+    )
 
 
 def test_a_planned_vllm_moe_row_carries_its_graph_size():

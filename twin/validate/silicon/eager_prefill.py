@@ -19,7 +19,7 @@ from twin.validate.silicon.inferencemax_trtllm import (
 from twin.validate.silicon.inferencemax_vllm import (
     INFERENCEMAX_MINIMAX_CAPTURE,
     INFERENCEMAX_VLLM_CAPTURE,
-    inferencemax_minimax_flags,
+    inferencemax_prompt_budget_flags,
 )
 
 if TYPE_CHECKING:
@@ -215,6 +215,18 @@ VLLM_EAGER_LAUNCHES: dict[str, tuple[int, int]] = {
     "mlp": (3, 2),
 }
 VLLM_EXPERT_LAUNCHES = 5  # the fused MoE kernels, activations unquantised (above)
+# The counts above hold under tensor parallelism. At tp 1 an all-reduce is no launch
+# (0.17.0 ``distributed/parallel_state.py`` ``GroupCoordinator.all_reduce``: ``if
+# self.world_size == 1: return input_``): ``moe`` loses its two, ``mlp`` its one. Above
+# tp 1 MiniMax-M2's q/k norms over all heads (``ModelSpec.qk_norm_across_heads``)
+# all-reduce their variances inside the attention part (0.17.0-0.19.0
+# ``models/minimax_m2.py`` ``MiniMaxM2Attention.forward`` calls
+# ``layers/mamba/linear_attn.py`` ``MiniMaxText01RMSNormTP.forward_qk``: the q and k
+# variances and their concatenation, ``tensor_model_parallel_all_reduce``, then the
+# normalisation and RoPE), which splits the generated kernels around that all-reduce:
+# the all-reduce and one more generated kernel, 2 launches more.
+VLLM_ALL_REDUCES = {"moe": 2, "mlp": 1}
+VLLM_QK_NORM_ALL_REDUCE = 2
 VLLM_EAGER_FROM = "0.14.0"
 # Host seconds per launch of vLLM's eager forward, per GPU, fitted on the fit split only:
 # ``python benchmarks/bench_eager_prefill.py --backend vllm --per-split 48 --grid-us
@@ -265,6 +277,14 @@ VLLM_EAGER_FROM = "0.14.0"
 # 18.7). Checked on the sample's 356 vLLM fit rows (``vllm-refit21-fit-{cur,new}``): B200
 # 35 us holds (TTFT + TPOT 29.8 against 32.4 on its 183 rows); B300 15 (26.3 against 26.0),
 # H100 35 (30.9 against 28.7) and H200 25 (36.6 against 36.3) lose, so they stay.
+# Grid again in session 22 once the counts took the row's tensor parallelism, MiniMax-M2's
+# q/k-norm all-reduce, the fp4 checkpoints' bf16 attention and Kimi-K2.5 fp4 B200's script
+# flags (docs/decisions.md, "Issue 31, step: vLLM's eager launches per model"), the same 48
+# fit rows: ``--grid-us 20,30,40,50 --out benchmarks/results/vllm-launch-eager-grid``: B200
+# 40 us (33.2; 30 us 34.5), B300 20 (27.9, as set), H100 40 (26.8; 4 rows), H200 30 (18.3;
+# 40 us 21.1). On the sample's 183 B200 fit rows 40 us ties 35 (TTFT + TPOT 29.5 against
+# 29.6) by trading Kimi-K2.5 and gpt-oss for MiniMax-M2.5, so B200 stays at 35; H100 and
+# H200 not rechecked on the wider rows (session 21's check had their grid winners lose).
 VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 35e-6, "b300": 20e-6, "h200": 35e-6, "h100": 15e-6}
 
 
@@ -287,19 +307,25 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
         named = model_named(row, INFERENCEMAX_VLLM_CAPTURE)
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
-        if inferencemax_minimax_flags(row):  # the script's --max-cudagraph-capture-size
+        if inferencemax_prompt_budget_flags(row):  # the script's --max-cudagraph-capture-size
             size = INFERENCEMAX_MINIMAX_CAPTURE
     budget = int(sets.get("max_num_batched_tokens", 0) or 0)
     return min(size, budget) if budget else size
 
 
-def eager_launches(model: ModelSpec, backend: str = "sglang") -> int:
+def eager_launches(
+    model: ModelSpec, backend: str = "sglang", tp: int = 2, bf16_attention: bool = False
+) -> int:
     """Kernels one eager forward of ``model`` launches, summed over its layers: SGLang's
     counts (``SGLANG_EAGER_LAUNCHES``, TensorRT-LLM's stand-in) or, for ``backend``
-    "vllm", vLLM's (:func:`vllm_part_launches`). Mixer kinds without a count (Mamba2,
-    say) count none."""
+    "vllm", vLLM's (:func:`vllm_part_launches`, at ``tp`` GPUs of tensor parallelism,
+    ``bf16_attention`` as there).
+    Mixer kinds without a count (Mamba2, say) count none."""
     if backend == "vllm":
-        n = {part: vllm_part_launches(model, part) for part in SGLANG_EAGER_LAUNCHES}
+        n = {
+            part: vllm_part_launches(model, part, tp, bf16_attention)
+            for part in SGLANG_EAGER_LAUNCHES
+        }
     else:
         n = SGLANG_EAGER_LAUNCHES
     out = sum(n.get(kind, 0) * count for kind, count in model.mixer_counts.items())
@@ -310,22 +336,47 @@ def eager_launches(model: ModelSpec, backend: str = "sglang") -> int:
     return out + per_moe * model.n_moe_layers + n["mlp"] * model.n_mlp_layers
 
 
-def vllm_part_launches(model: ModelSpec, part: str) -> int:
+def row_eager_launches(row: SiliconRow, model: ModelSpec, bf16_attention: bool = False) -> int:
+    """The launches of one eager forward of ``model`` on ``row``'s engine
+    (:func:`eager_launches`): vLLM's at the row's tensor parallelism (``bf16_attention``:
+    the checkpoint's attention projections unquantised), else SGLang's (the TensorRT-LLM
+    rows' stand-in too)."""
+    if row.backend == "vllm":
+        return eager_launches(model, "vllm", row.tp or 1, bf16_attention)
+    return eager_launches(model)
+
+
+def vllm_part_launches(
+    model: ModelSpec, part: str, tp: int = 2, bf16_attention: bool = False
+) -> int:
     """Kernels one ``part`` of a ``model`` layer launches in vLLM's eager forward
     (:data:`VLLM_EAGER_LAUNCHES`): its other kernels, its linears at one launch each, two
     where ``model``'s linear precision quantises the activations, and for ``moe`` the
-    experts' kernels (two more where the experts' format quantises the activations).
-    A part vLLM's count does not cover: SGLang's."""
+    experts' kernels (two more where the experts' format quantises the activations); at
+    ``tp`` 1 without its all-reduces, above it with MiniMax-M2's q/k-norm all-reduce
+    (:data:`VLLM_ALL_REDUCES`, :data:`VLLM_QK_NORM_ALL_REDUCE`). ``bf16_attention``: the
+    checkpoint leaves the attention projections unquantised (``precision.
+    attention_unquantised``: ``nvidia/Kimi-K2.5-NVFP4``'s, ``nvidia/MiniMax-M2.5-NVFP4``'s),
+    so vLLM runs them as bf16 linears (0.17.0 ``quantization/modelopt.py``
+    ``ModelOptQuantConfigBase.get_quant_method``: an excluded linear gets
+    ``UnquantizedLinearMethod``), one launch each. A part vLLM's count does not cover:
+    SGLang's."""
     from twin import precision as px  # late: the rows are read without the formats
 
     if part not in VLLM_EAGER_LAUNCHES:
         return SGLANG_EAGER_LAUNCHES[part]
     other, linears = VLLM_EAGER_LAUNCHES[part]
     per_linear = 1 if px.weight_format(model.precision).act_bytes is None else 2
+    if bf16_attention and part in ("mla", "attention", "swa"):
+        per_linear = 1
     out = other + linears * per_linear
     if part == "moe":
         quantised = px.moe_format(model).act_bytes is not None
         out += VLLM_EXPERT_LAUNCHES + (2 if quantised else 0)
+    if tp <= 1:
+        out -= VLLM_ALL_REDUCES.get(part, 0)
+    elif part in ("attention", "swa") and model.qk_norm_across_heads:
+        out += VLLM_QK_NORM_ALL_REDUCE
     return out
 
 
@@ -351,7 +402,13 @@ def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool)
     return dated and not release_at_least(row.backend_version, SGLANG_PIECEWISE_DEFAULT)
 
 
-def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: bool = False) -> float:
+def eager_prefill_s(
+    row: SiliconRow,
+    model: ModelSpec,
+    gpu: str,
+    multimodal: bool = False,
+    bf16_attention: bool = False,
+) -> float:
     """The host time added to a prefill step (``EngineConfig.eager_prefill_s``) for ``row``
     run on the twin's ``gpu``: the model's eager launches (:func:`eager_launches`) times
     the GPU's host time per launch; 0.0 where the engine prefills with graphs
@@ -363,18 +420,31 @@ def eager_prefill_s(row: SiliconRow, model: ModelSpec, gpu: str, multimodal: boo
     (:func:`inferencemax_trtllm_piecewise`) and ran no MTP; vLLM rows of the releases read
     (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph, at
     vLLM's own launch count (``VLLM_EAGER_LAUNCHES``) times ``VLLM_EAGER_LAUNCH_S`` (the
-    plan adds :func:`vllm_graph_tokens`)."""
+    plan adds :func:`vllm_graph_tokens`; ``bf16_attention``: the checkpoint leaves its
+    attention projections unquantised, :func:`row_eager_launches`)."""
     if not model.n_moe_layers or (row.attention_dp or 1) > 1:
         return 0.0
     if row.backend == "trtllm":  # context steps run eagerly (TRTLLM_EAGER_LAUNCH_S) unless
         # the row's script captured them as graphs (and runs no MTP: above)
         if inferencemax_trtllm_piecewise(row) and inferencemax_mtp_drafts(row) is None:
             return 0.0
-        return TRTLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
+        return launch_s(row, gpu) * eager_launches(model)
     if row.backend == "vllm":  # steps above the largest graph (VLLM_EAGER_LAUNCH_S)
         if not vllm_prefills_eagerly(row):
             return 0.0
-        return VLLM_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model, "vllm")
+        return launch_s(row, gpu) * row_eager_launches(row, model, bf16_attention)
     if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
-    return SGLANG_EAGER_LAUNCH_S.get(gpu, 0.0) * eager_launches(model)
+    return launch_s(row, gpu) * eager_launches(model)
+
+
+def launch_s(row: SiliconRow, gpu: str) -> float:
+    """The host seconds per eager launch of ``row``'s engine on the twin's ``gpu``
+    (``SGLANG_EAGER_LAUNCH_S``, ``TRTLLM_EAGER_LAUNCH_S``, ``VLLM_EAGER_LAUNCH_S``; 0.0
+    where none is fitted): :func:`eager_prefill_s` is it times the forward's launches."""
+    table = {
+        "sglang": SGLANG_EAGER_LAUNCH_S,
+        "trtllm": TRTLLM_EAGER_LAUNCH_S,
+        "vllm": VLLM_EAGER_LAUNCH_S,
+    }.get(row.backend, {})
+    return table.get(gpu, 0.0)

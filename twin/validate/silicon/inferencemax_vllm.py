@@ -74,21 +74,71 @@ INFERENCEMAX_MINIMAX_FLAGS_FROM = {
     ("b300_sxm", "fp4"): "2026-04-17",
 }
 INFERENCEMAX_MINIMAX_CAPTURE = 2048
+# InferenceMAX's Kimi-K2.5 NVFP4 B200 vLLM script passes the same two flags from
+# 6c3acebfa (2026-04-20, "[NV] Update Kimi K2.5 FP4 B200 vLLM server launch args":
+# ``--kv-cache-dtype fp8 --max-cudagraph-capture-size 2048 --max-num-batched-tokens
+# "$((ISL * 2 ))" --stream-interval 20``, ``benchmarks/single_node/kimik2.5_fp4_b200.sh``);
+# the collection's rows measured that day are that pull request's sweep (workflow run 786,
+# image v0.17.0). It keeps its ``--max-num-seqs $CONC``, so the Llama scripts' 512 stands
+# (no more than the row's clients either way). The int4 B200 script and the fp4 B300 one
+# (f34a83b25, 2026-04-20) pass neither flag in any version the rows ran, so their 1k
+# prefill steps stay eager: measured at 1k/1k and 4 clients the fp4 B200 TTFT is 170 ms
+# before the flags (2026-03-27) and 82 ms with them (the twin's kernels alone: 72 ms).
+INFERENCEMAX_KIMI = ("kimi-k2.5",)
+INFERENCEMAX_KIMI_FLAGS_FROM = {("b200_sxm", "fp4"): "2026-04-20"}
+
+
+def _flags_from(row: SiliconRow, names: tuple[str, ...], since: dict[tuple[str, str], str]) -> bool:
+    if row.backend != "vllm" or model_named(row, names) is None:
+        return False
+    first = since.get((row.system, (row.precision or "").lower()))
+    day = measured_on(row)
+    return first is not None and day is not None and day >= first
 
 
 def inferencemax_minimax_flags(row: SiliconRow) -> bool:
     """Whether ``row`` is an InferenceMAX MiniMax-M2.5 vLLM run whose script passed the
     prompt-sized budget and the 2,048-token capture size (above)."""
-    if row.backend != "vllm" or model_named(row, INFERENCEMAX_MINIMAX) is None:
-        return False
-    since = INFERENCEMAX_MINIMAX_FLAGS_FROM.get((row.system, (row.precision or "").lower()))
-    day = measured_on(row)
-    return since is not None and day is not None and day >= since
+    return _flags_from(row, INFERENCEMAX_MINIMAX, INFERENCEMAX_MINIMAX_FLAGS_FROM)
+
+
+def inferencemax_prompt_budget_flags(row: SiliconRow) -> bool:
+    """Whether ``row``'s InferenceMAX vLLM script passed ``--max-num-batched-tokens
+    $((ISL * 2))`` and ``--max-cudagraph-capture-size 2048`` (INFERENCEMAX_MINIMAX_CAPTURE):
+    MiniMax-M2.5's (:func:`inferencemax_minimax_flags`) and Kimi-K2.5 fp4 B200's scripts
+    from their days (above)."""
+    kimi = _flags_from(row, INFERENCEMAX_KIMI, INFERENCEMAX_KIMI_FLAGS_FROM)
+    return kimi or inferencemax_minimax_flags(row)
+
+
+# The checkpoints InferenceMAX's fp4 vLLM configurations serve, where the collection's
+# ``model_path`` names the base model (``.github/configs/nvidia-master.yaml`` at 6c3acebfa:
+# ``kimik2.5-fp4-b200-vllm`` ``nvidia/Kimi-K2.5-NVFP4``, ``minimaxm2.5-fp4-b200-vllm`` and
+# ``-b300-vllm`` ``nvidia/MiniMax-M2.5-NVFP4``). Read for what they leave unquantised
+# (``eager_prefill.vllm_part_launches``); the rows' precision columns price the weights.
+INFERENCEMAX_VLLM_FP4_CHECKPOINTS = {
+    "kimi-k2.5": "nvidia/Kimi-K2.5-NVFP4",
+    "minimax-m2.5": "nvidia/MiniMax-M2.5-NVFP4",
+}
+
+
+def inferencemax_served_checkpoint(row: SiliconRow) -> str | None:
+    """The checkpoint an InferenceMAX fp4 vLLM row served where its ``model_path`` names
+    another (above); None: its own."""
+    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX:
+        return None
+    if (row.precision or "").lower() != "fp4":
+        return None
+    named = model_named(row, INFERENCEMAX_VLLM_FP4_CHECKPOINTS)
+    return INFERENCEMAX_VLLM_FP4_CHECKPOINTS[named] if named else None
 
 
 def inferencemax_vllm(row: SiliconRow) -> dict[str, str]:
     """The vLLM server limits of InferenceMAX's script for ``row`` (``--set`` values)."""
     if model_named(row, INFERENCEMAX_MINIMAX) is None:
+        if inferencemax_prompt_budget_flags(row) and row.isl:  # Kimi-K2.5 fp4 B200 (above)
+            budget, seqs = 2 * row.isl, int(INFERENCEMAX_VLLM["max_num_seqs"])
+            return {"max_num_batched_tokens": str(budget), "max_num_seqs": str(min(seqs, budget))}
         return dict(INFERENCEMAX_VLLM)
     from twin.engine.modes_vllm import VLLM_BATCH_DEFAULTS  # late: rows are read without it
 

@@ -31,12 +31,14 @@ from twin.validate.silicon.inferencemax_trtllm import inferencemax_speculation
 from twin.validate.silicon.inferencemax_vllm import (
     REASON_INFERENCEMAX_CLIENT_CAP,
     inferencemax_client_capped,
+    inferencemax_served_checkpoint,
     vllm_async_scheduling,
     vllm_moe_backend,
 )
 from twin.validate.silicon.precision import (
     RowPrecision,
     _unpriced_columns,
+    checkpoint_attention_unquantised,
     engine_default_kv,
     hf_quant_config,
     row_precision,
@@ -236,7 +238,12 @@ def plan_row(
         limits = {**limits, "speculative": spec}
     # the engine's own time, whatever the deployment (a config with a vision_config is
     # multimodal to SGLang: eager_prefill.sglang_prefills_eagerly)
-    eager = eager_prefill_s(row, model, gpu, multimodal="vision_config" in config)
+    # the attention projections a checkpoint leaves in bf16 are one launch each to vLLM
+    served = inferencemax_served_checkpoint(row) or (hf_id if own else None)
+    bf16_attention = served is not None and checkpoint_attention_unquantised(folder, served)
+    eager = eager_prefill_s(
+        row, model, gpu, multimodal="vision_config" in config, bf16_attention=bf16_attention
+    )
     if eager:
         limits = {**limits, "eager_prefill_s": eager}
         if engine == "vllm":  # only steps above vLLM's largest captured graph

@@ -112,6 +112,38 @@ def hf_quant_config(configs: Path, hf_id: str) -> dict[str, Any] | None:
     return quant if isinstance(quant, dict) else None
 
 
+def attention_unquantised(config: dict[str, Any], hf: dict[str, Any] | None) -> bool:
+    """Whether a quantised checkpoint leaves its attention projections unquantised: its
+    config's ``quantization_config`` (``ignore``, ``modules_to_not_convert``; a
+    multimodal config's ``text_config`` too) or its ModelOpt ``hf_quant_config.json``
+    (``exclude_modules``) names ``self_attn``. So do ``nvidia/Kimi-K2.5-NVFP4``
+    (``language_model.model.layers.N.self_attn*``), ``nvidia/MiniMax-M2.5-NVFP4``
+    (``model.layers.N.self_attn*``), Kimi-K2.5's int4 and gpt-oss's mxfp4 checkpoints;
+    MiniMax-M2.5's block-fp8 one quantises them. The rows' precision columns price every
+    linear layer in one format; this says only how vLLM issues them
+    (``eager_prefill.vllm_part_launches``: no activation quantisation before a bf16 GEMM)."""
+    names: list[Any] = list((hf or {}).get("exclude_modules") or [])
+    for where in (config, config.get("text_config") or {}):
+        quant = where.get("quantization_config") if isinstance(where, dict) else None
+        if isinstance(quant, dict):
+            names += quant.get("ignore") or []
+            names += quant.get("modules_to_not_convert") or []
+    return any("self_attn" in str(name) for name in names)
+
+
+def checkpoint_attention_unquantised(configs: Path, hf_id: str) -> bool:
+    """:func:`attention_unquantised` for the checkpoint ``hf_id`` from its cached files
+    (its own config only, not a stand-in of another name; False when none is cached)."""
+    from twin.validate.silicon.configs import config_file, read_config
+
+    path = config_file(configs, hf_id)
+    try:
+        config = read_config(str(path)) if path.is_file() else {}
+    except (OSError, ValueError):
+        config = {}
+    return attention_unquantised(config, hf_quant_config(configs, hf_id))
+
+
 def _checkpoint_quant(config: dict[str, Any], hf: dict[str, Any] | None) -> str | None:
     """The weights' --precision a checkpoint's own quantisation says, ``""`` for an
     unquantised one, or a reason (starting "precision") for one the twin cannot price."""
