@@ -102,10 +102,10 @@ def test_the_vllm_flag_takes_auto_or_marlin_and_refuses_formats_it_does_not_mode
     assert vllm.settings(gpt_oss, {"moe_backend": "marlin"})["engine_flags"] == {
         "moe_backend": "marlin"
     }
-    with pytest.raises(TwinError, match="moe_backend=cutlass: expected one of auto, marlin"):
+    with pytest.raises(TwinError, match="moe_backend=cutlass: expected one of auto, marlin,"):
         vllm.settings(gpt_oss, {"moe_backend": "cutlass"})
     fp8 = dataclasses.replace(gpt_oss, precision="fp8", moe_precision=None)
-    with pytest.raises(TwinError, match="fp8 experts under Marlin are not modelled"):
+    with pytest.raises(TwinError, match="moe_backend=marlin: fp8 experts under it are not"):
         vllm.settings(fp8, {"moe_backend": "marlin"})
     vllm.settings(get_model("llama-3-8b"), {"moe_backend": "marlin"})  # no experts: no effect
     with pytest.raises(TwinError, match=r"not a flag of vLLM 0\.33\.0"):  # its source not read
@@ -139,7 +139,8 @@ def test_inferencemax_hopper_gpt_oss_rows_run_marlin():
     assert sil.vllm_moe_backend(row) == "marlin"
     assert sil.vllm_moe_backend(dataclasses.replace(row, system="h100_sxm")) == "marlin"
     assert sil.vllm_moe_backend(row, "defaults") is None  # vLLM's own default: Triton
-    assert sil.vllm_moe_backend(dataclasses.replace(row, system="b200_sxm")) is None
+    b200 = dataclasses.replace(row, system="b200_sxm")  # its script's mxfp8 activations
+    assert sil.vllm_moe_backend(b200) == "flashinfer_trtllm_afp8"
     other = dataclasses.replace(row, model_path="MiniMaxAI/MiniMax-M2.5")
     assert sil.vllm_moe_backend(other) is None
 

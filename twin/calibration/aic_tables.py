@@ -37,6 +37,8 @@ shape it came from. Which table feeds which kernel family:
   ``moe_nvfp4_min_latency`` TensorRT-LLM's min-latency nvfp4 rows (kernel source
   ``moe_torch_flow_min_latency``) of at most 128 tokens, the steps it prices
   (``twin.costmodel.formulas.MOE_MIN_LATENCY_MAX_TOKENS``);
+- ``moe_mxfp4_mxfp8`` (vLLM only): the mxfp4 experts with mxfp8 activations, SGLang's
+  rows of the FlashInfer kernel vLLM runs for them (:func:`mxfp8_activation_rows`);
 - ``mla_*``: the MLA tables (``calibration.aic_mla``);
 - ``a2a_*``: DeepEP's all-to-all dispatch and combine (``calibration.aic_a2a``);
 - ``allreduce_<n>gpu``: the engine's ``custom_allreduce_perf`` (CUDA-graph backend)
@@ -668,6 +670,52 @@ def moe_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
     return families
 
 
+# The mxfp4 experts with mxfp8 activations (``formulas.moe_mxfp8_activation_kernel``) that
+# vLLM runs on Blackwell under ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (0.15.1
+# ``quantization/mxfp4.py`` ``Mxfp4MoEMethod.apply_monolithic``: ``mxfp8_quantize`` then
+# FlashInfer's ``trtllm_fp4_block_scale_moe``, routing in the kernel) are read from
+# SGLang's table of that kernel: vLLM 0.24.0's own ``w4a8_mxfp4_mxfp8`` rows time another
+# class (``TrtLlmMxfp4ExpertsModular``, vLLM's routing) and only at hidden 4,096 / 7,168,
+# not gpt-oss's 2,880 x 2,880, 128 experts, top 4, which SGLang 0.5.14's
+# ``sglang_flashinfer_trtllm_moe`` rows time at moe_tp 1-32 (aiconfigurator's
+# collector/sglang/collect_moe.py, ai-dynamo/aiconfigurator 095f58a51: ``Mxfp4MoEMethod``
+# under the ``flashinfer_mxfp4`` runner, ``flashinfer_mxfp4_moe_precision`` bf16 for
+# ``w4a16_mxfp4`` and mxfp8 for ``w4a8_mxfp4_mxfp8``). That it is vLLM's kernel: the same
+# table's ``w4a16_mxfp4`` rows at gpt-oss's two shapes (32 and 128 experts) time 0.84-1.04x
+# vLLM 0.24.0's ``..._mxfp4_bf16_trtllmmxfp4expertsmonolithic`` rows at equal tokens, TP
+# and EP (median 0.964 on B200's 648, 0.973 on B300's 1,296; 5-95%: 0.91-1.00), so the
+# family is ~3% faster than vLLM's collector would time it (left unscaled). The
+# TensorRT-LLM 1.3.0rc20 rows of the shape (``moe_torch_flow``, moe_tp 1) are 1.7-3x
+# slower in bf16 than both: not this kernel.
+MXFP8_ACTIVATION_SOURCE = ("sglang", "sglang_flashinfer_trtllm_moe")
+
+
+def mxfp8_activation_rows(system: Path, engine: str) -> list[FamilyRows]:
+    """The mxfp4-weights, mxfp8-activations fused-MoE family of vLLM (above): SGLang's
+    newest table with such rows of FlashInfer's TRT-LLM-gen kernel, featured as the mxfp4
+    experts are; none for the other engines or without such a table."""
+    if engine != "vllm":
+        return []
+    owner, source = MXFP8_ACTIVATION_SOURCE
+    dtype = fm.MOE_MXFP8_ACTIVATION_TABLE_MODE
+    families = []
+    for mode in fm.MOE_MXFP8_ACTIVATION_MODES:
+        fmt = px.WEIGHT_FORMATS[mode]
+        kernel = fm.moe_mxfp8_activation_kernel(mode)
+        for version in _versions(system / "moe" / owner, "moe_perf.parquet"):
+            table = version / "moe_perf.parquet"
+            raw = [r for r in _moe_raw(table, dtype) if r.get("kernel_source") == source]
+            if not raw:
+                continue
+            for i, r in enumerate(raw):
+                _require(r, MOE_COLUMNS, table, i)
+            out = [moe_row(r, fmt, kernel, r["latency"]) for r in raw]
+            note = _sibling_note(moe_table(table), source, dtype)
+            families.append(_family(kernel, table, raw, source, out, note))
+            break
+    return families
+
+
 def _mla_rows(system: Path, engine: str, release: str | None) -> list[FamilyRows]:
     from twin.calibration.aic_mla import mla_rows  # late: it reads this module's helpers
 
@@ -702,6 +750,7 @@ def read_families(
         attention_rows(system, engine, "decode", "fp8", release),
         # Issue 34: the fused-MoE experts of each format, the MLA families.
         *moe_rows(system, engine, release),
+        *mxfp8_activation_rows(system, engine),
         *_mla_rows(system, engine, release),
         # Issue 34: DeepEP's all-to-all dispatch and combine (calibration.aic_a2a).
         *_a2a_rows(system, engine, release),

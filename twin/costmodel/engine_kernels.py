@@ -120,8 +120,10 @@ RELEASE_KERNELS: tuple[ReleaseKernel, ...] = (
     # fused_moe/oracle/mxfp4.py ``select_mxfp4_moe_backend``: FLASHINFER_TRTLLM_MXFP4_BF16
     # first where supported (SM100). Not the 0.19.0 table's ``vllm_mxfp4_moe`` module
     # (:data:`MXFP4_MODULE_ALL_EXPERTS`), 3.7-4x the TRT-LLM-gen table's time at
-    # gpt-oss's shape from 1,024 tokens on B200. The activation format of the mxfp8 variant
-    # is not timed by any table: the bf16 one stands for both.
+    # gpt-oss's shape from 1,024 tokens on B200. The mxfp8-activation variant is a setting
+    # of the run (``--set moe_backend=flashinfer_trtllm_afp8``: twin.engine.modes_vllm),
+    # priced by the profile's ``moe_mxfp4_mxfp8`` fit (calibration.aic_tables
+    # ``mxfp8_activation_rows``).
     ReleaseKernel(
         "vLLM",
         "moe_mxfp4",

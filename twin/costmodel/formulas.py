@@ -140,6 +140,24 @@ def moe_min_latency_kernel(mode: str) -> str:
     return f"{moe_kernel(mode)}_min_latency"
 
 
+# The mxfp4 experts with their activations quantised to mxfp8 on the way in (FlashInfer's
+# TRT-LLM-gen ``trtllm_fp4_block_scale_moe`` fed ``mxfp8_quantize``'s output: vLLM's
+# ``SM100_FI_MXFP4_MXFP8_TRTLLM`` / ``FLASHINFER_TRTLLM_MXFP4_MXFP8`` backend on Blackwell,
+# the tables' ``w4a8_mxfp4_mxfp8``): a second kernel of the same weight format, which a
+# run takes only when asked (``twin.engine.modes_vllm`` ``moe_backend``). Its fit keeps
+# the weight format's features and peak (the bf16 rate, as ``mxfp4``'s), so it stands in
+# for that format's fit (``Profile.with_experts_fit``); the faster MMAs are in its
+# efficiency.
+MOE_MXFP8_ACTIVATION_MODES = {"mxfp4": "flops"}
+MOE_MXFP8_ACTIVATION_TABLE_MODE = "w4a8_mxfp4_mxfp8"
+
+
+def moe_mxfp8_activation_kernel(mode: str) -> str:
+    """The profile key of the fused-MoE fit of weight mode ``mode`` with mxfp8
+    activations."""
+    return f"{moe_kernel(mode)}_mxfp8"
+
+
 # MLA families (issue 34), from NVIDIA's ``mla`` and ``mla_bmm`` tables
 # (``calibration.aic_tables``): the attention kernels alone per phase (``mla_prefill``,
 # ``mla_decode``), the absorbed decode's two batched GEMMs (``mla_bmm``), and the whole
@@ -352,6 +370,19 @@ FORMULAS: dict[str, KernelFormula] = {
             )
             for mode, peak in MOE_MIN_LATENCY_MODES.items()
         ),
+        *(
+            KernelFormula(
+                moe_mxfp8_activation_kernel(mode),
+                "mem_bw",
+                True,
+                ("weight_elems", "routed_elems", "tile_bytes"),
+                f"fused MoE experts ({mode} weights, mxfp8 activations): the fused MoE's "
+                f"terms and the {mode} family's peak (it stands in for that family's fit)",
+                flops_peak=peak,
+                serial=("active_experts",),
+            )
+            for mode, peak in MOE_MXFP8_ACTIVATION_MODES.items()
+        ),
         # MLA (issue 34): see ``mla_kernel``. The attention kernels' extras are
         # attention's (score elements, tiles); the modules' the GEMMs' weight elements and
         # the attention's score elements.
@@ -460,6 +491,7 @@ PRECISION_VARIANTS = (
 MOE_VARIANTS = (
     *(moe_kernel(mode) for mode in MOE_MODES),
     *(moe_min_latency_kernel(mode) for mode in MOE_MIN_LATENCY_MODES),
+    *(moe_mxfp8_activation_kernel(mode) for mode in MOE_MXFP8_ACTIVATION_MODES),
 )
 MLA_VARIANTS = tuple(k for k in FORMULAS if k.startswith("mla_"))
 A2A_VARIANTS = tuple(a2a_kernel(m, p) for m in A2A_MODES for p in A2A_PHASES)
@@ -536,6 +568,8 @@ __all__ = [
     "MOE_MIN_LATENCY_MODES",
     "MOE_MIN_LATENCY_SOURCE",
     "MOE_MODES",
+    "MOE_MXFP8_ACTIVATION_MODES",
+    "MOE_MXFP8_ACTIVATION_TABLE_MODE",
     "MOE_ONLY_MODES",
     "MOE_VARIANTS",
     "OPTIONAL",
@@ -550,4 +584,5 @@ __all__ = [
     "mla_kernel",
     "moe_kernel",
     "moe_min_latency_kernel",
+    "moe_mxfp8_activation_kernel",
 ]

@@ -411,6 +411,19 @@ class Profile:
         )
         return replace(self, kernels={**self.kernels, family: fit})
 
+    def with_experts_fit(self, family: str, kernel: str, why: str) -> Profile:
+        """This profile with fused-MoE family ``family`` priced by its fit ``kernel``, another
+        kernel of the same experts that prices with the same features and peak
+        (``formulas.moe_mxfp8_activation_kernel``: the mxfp8-activation kernel of the mxfp4
+        experts). One line naming ``why`` (the setting that asked for it) where the
+        profile has no such fit."""
+        if family not in self.kernels or kernel not in self.kernels:
+            has = ", ".join(sorted(k for k in self.kernels if k.startswith("moe"))) or "none"
+            raise TwinError(
+                f"{why}: profile {self.gpu!r} has no {kernel} fit (its fused-MoE fits: {has})"
+            )
+        return replace(self, kernels={**self.kernels, family: self.kernels[kernel]})
+
     # ------------------------------------------------------------ display
     @property
     def provenance_label(self) -> str:

@@ -350,19 +350,29 @@ def _vllm_async(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 # quantization/mxfp4.py get_mxfp4_backend; 0.19.0 fused_moe/oracle/mxfp4.py
 # select_mxfp4_moe_backend): "marlin" runs the mxfp4 experts through the Marlin MoE kernel
 # (twin.costmodel.engine_kernels.MARLIN_EXPERT_SCALE; twin.engine.run._pricer swaps the
-# fit). Int4 experts run Marlin already (engine_kernels.RELEASE_KERNELS); Marlin for the
+# fit). Int4 experts run Marlin already (engine_kernels.RELEASE_KERNELS).
+# "flashinfer_trtllm_afp8" (0.19.0 fused_moe/oracle/mxfp4.py ``map_mxfp4_backend``:
+# FLASHINFER_TRTLLM_MXFP4_MXFP8), or the environment variable
+# VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 that InferenceMAX's B200 gpt-oss script sets
+# (0.15.1 quantization/mxfp4.py get_mxfp4_backend: ``SM100_FI_MXFP4_MXFP8_TRTLLM`` on
+# capability family 100; 0.19.0 select_mxfp4_moe_backend the same), runs the mxfp4
+# experts on FlashInfer's TRT-LLM-gen kernel with the activations quantised to mxfp8
+# (priced by the profile's ``moe_mxfp4_mxfp8`` fit: twin.costmodel.formulas
+# ``moe_mxfp8_activation_kernel``; refused by a profile without one). Marlin for the
 # other formats (fp8, nvfp4 weight-only) and the other backends are not modelled.
-VLLM_MOE_BACKENDS = ("auto", "marlin")
-MARLIN_FORMATS = ("mxfp4", "int4")
+VLLM_MOE_BACKENDS = ("auto", "marlin", "flashinfer_trtllm_afp8")
+# The expert formats each non-default backend runs.
+MOE_BACKEND_FORMATS = {"marlin": ("mxfp4", "int4"), "flashinfer_trtllm_afp8": ("mxfp4",)}
 
 
 def _vllm_moe_backend(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     backend = _choice("moe_backend", value, VLLM_MOE_BACKENDS)
     experts = model.moe_precision or model.precision
-    if backend == "marlin" and model.n_moe_layers and experts not in MARLIN_FORMATS:
+    formats = MOE_BACKEND_FORMATS.get(backend)
+    if formats and model.n_moe_layers and experts not in formats:
         raise TwinError(
-            f"--set moe_backend=marlin: {experts} experts under Marlin are not modelled "
-            f"(only {', '.join(MARLIN_FORMATS)}; model {model.name!r})"
+            f"--set moe_backend={backend}: {experts} experts under it are not modelled "
+            f"(only {', '.join(formats)}; model {model.name!r})"
         )
 
 
@@ -558,8 +568,9 @@ VLLM = EngineMode(
             (
                 "moe_backend",
                 Flag(
-                    "auto, or marlin: mxfp4 experts through the Marlin MoE kernel "
-                    "(VLLM_MXFP4_USE_MARLIN=1)",
+                    "auto; marlin: mxfp4 experts through the Marlin MoE kernel "
+                    "(VLLM_MXFP4_USE_MARLIN=1); flashinfer_trtllm_afp8: mxfp4 experts "
+                    "with mxfp8 activations (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1)",
                     _vllm_moe_backend,
                     "auto",
                 ),

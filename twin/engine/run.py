@@ -515,12 +515,21 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     a prefill step at least ``config.host_time.eager_prefill_s`` long (the outermost layer: a
     speculative step's verification replays a graph and is not floored). vLLM's
     ``--set moe_backend=marlin`` prices mxfp4 experts with the Marlin MoE kernel
-    (``twin.engine.modes_vllm``; ``Profile.with_marlin_experts``)."""
-    if config.mode.engine_flags.get("moe_backend") == "marlin" and model.n_moe_layers:
+    (``twin.engine.modes_vllm``; ``Profile.with_marlin_experts``),
+    ``moe_backend=flashinfer_trtllm_afp8`` with the mxfp8-activation kernel's fit
+    (``Profile.with_experts_fit``)."""
+    backend = config.mode.engine_flags.get("moe_backend")
+    if backend in ("marlin", "flashinfer_trtllm_afp8") and model.n_moe_layers:
+        import twin.costmodel.formulas as fm
         import twin.precision as px
 
-        if px.moe_format(model).name == "mxfp4":
-            profile = profile.with_marlin_experts(px.moe_format(model).moe_kernel)
+        expert = px.moe_format(model)
+        if backend == "marlin" and expert.name == "mxfp4":
+            profile = profile.with_marlin_experts(expert.moe_kernel)
+        elif backend == "flashinfer_trtllm_afp8":
+            kernel = fm.moe_mxfp8_activation_kernel(expert.table_mode)
+            why = f"--set moe_backend={backend}"
+            profile = profile.with_experts_fit(expert.moe_kernel, kernel, why)
     pricer = _layout_pricer(model, profile, config)
     if config.host_time.eager_prefill_s:
         from twin.engine.host_time import EagerPrefillPricer

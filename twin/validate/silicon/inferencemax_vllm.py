@@ -181,14 +181,26 @@ def vllm_async_scheduling(row: SiliconRow, kind: str = "benchmark") -> bool:
 # default (0.15.1-0.18.0 ``quantization/mxfp4.py`` ``get_mxfp4_backend``; 0.19.0
 # ``fused_moe/oracle/mxfp4.py`` ``select_mxfp4_moe_backend``; the 0.11.2 image's release
 # not read, taken to honour it as its successors do): those rows' experts ran Marlin, the
-# twin's ``--set moe_backend=marlin`` (``twin.engine.modes_vllm``). Blackwell's scripts do
-# not set it (``gptoss_fp4_b200.sh``: FlashInfer's TRT-LLM-gen kernel).
-INFERENCEMAX_VLLM_MARLIN = {"gpt-oss-120b": frozenset({"h100_sxm", "h200_sxm"})}
+# twin's ``--set moe_backend=marlin`` (``twin.engine.modes_vllm``). The B200 script does
+# not set it; it exports VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 instead in every version
+# read (``benchmarks/gptoss_fp4_b200.sh`` at b0c4ed21b, 028415da4, b30c3398a;
+# ``benchmarks/single_node/gptoss_fp4_b200.sh`` 8d81e0bf4 .. 0552ead53;
+# ``single_node/fixed_seq_len/gptoss_fp4_b200.sh`` at 1b234994f), which vLLM 0.15.1 and
+# 0.19.0 honour on capability family 100 (FlashInfer's TRT-LLM-gen MXFP4 kernel fed mxfp8
+# activations): the twin's ``--set moe_backend=flashinfer_trtllm_afp8``. No B300 vLLM
+# gpt-oss script exists in the repository.
+INFERENCEMAX_VLLM_MOE_BACKENDS = {
+    "gpt-oss-120b": {
+        "h100_sxm": "marlin",
+        "h200_sxm": "marlin",
+        "b200_sxm": "flashinfer_trtllm_afp8",
+    }
+}
 
 
 def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
     """``--set moe_backend`` for the vLLM server of ``row`` (above); None: vLLM's default."""
     if kind != "benchmark" or harness_of(row) is not INFERENCEMAX:
         return None
-    named = model_named(row, INFERENCEMAX_VLLM_MARLIN)
-    return "marlin" if named and row.system in INFERENCEMAX_VLLM_MARLIN[named] else None
+    named = model_named(row, INFERENCEMAX_VLLM_MOE_BACKENDS)
+    return INFERENCEMAX_VLLM_MOE_BACKENDS[named].get(row.system) if named else None

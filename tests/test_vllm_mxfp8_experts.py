@@ -1,0 +1,131 @@
+"""vLLM's mxfp4 experts with mxfp8 activations on Blackwell (``--set
+moe_backend=flashinfer_trtllm_afp8``, what InferenceMAX's B200 gpt-oss script asks for with
+``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``): priced by the profile's ``moe_mxfp4_mxfp8``
+fit, read from SGLang's table of the same FlashInfer kernel
+(``calibration.aic_tables.mxfp8_activation_rows``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from silicon_rows import silicon_row
+from test_engine_helpers import single_turns
+
+import twin.precision as px
+from twin.calibration import aic_tables as at
+from twin.costmodel import formulas as fm
+from twin.costmodel.latency import predict
+from twin.costmodel.profile_store import resolve_profile
+from twin.engine.modes import get_mode
+from twin.errors import TwinError
+from twin.presets import get_model
+from twin.validate import silicon as sil
+
+GPT_OSS = {"hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 128}
+FAMILY = fm.moe_mxfp8_activation_kernel("mxfp4")
+
+
+def _layer_s(profile, family: str, tokens: int, moe_tp: int = 1) -> float:
+    """One fused-MoE launch of gpt-oss-120b's experts at ``tokens`` tokens, priced with
+    ``family``'s fit of ``profile`` (as the fits are made: ``aic_tables.moe_row``)."""
+    shape = {**GPT_OSS, "num_tokens": tokens, "moe_tp_size": moe_tp, "moe_ep_size": 1}
+    row = at.moe_row(shape, px.WEIGHT_FORMATS["mxfp4"], family, 1.0)
+    extras = {k: v for k, v in row.items() if k not in ("kernel", "flops", "bytes", "median_s")}
+    extras.pop("shape")
+    fit = profile.kernels[family]
+    return predict(family, fit.params, profile.peaks, row["flops"], row["bytes"], extras)
+
+
+def test_the_family_prices_with_the_mxfp4_experts_features_and_peak():
+    """So its fit can stand in for ``moe_mxfp4``'s (``Profile.with_experts_fit``)."""
+    mine, theirs = fm.get_formula(FAMILY), fm.get_formula("moe_mxfp4")
+    assert (mine.extras, mine.serial, mine.flops_peak, mine.bytes_peak) == (
+        theirs.extras,
+        theirs.serial,
+        theirs.flops_peak,
+        theirs.bytes_peak,
+    )
+    assert FAMILY in fm.MOE_VARIANTS
+
+
+@pytest.mark.parametrize("gpu", ["b200", "b300"])
+def test_mxfp8_activations_price_gpt_oss_experts_faster_than_bf16_ones(gpu):
+    profile = resolve_profile(gpu, None, "vllm")
+    fit = profile.kernels[FAMILY]
+    assert fit.provenance["kernel_source"] == "sglang_flashinfer_trtllm_moe"
+    swapped = profile.with_experts_fit("moe_mxfp4", FAMILY, "--set x")
+    assert swapped.kernels["moe_mxfp4"] is fit
+    assert {k: v for k, v in swapped.kernels.items() if k != "moe_mxfp4"} == {
+        k: v for k, v in profile.kernels.items() if k != "moe_mxfp4"
+    }
+    # NVIDIA's tables (SGLang 0.5.14, the same kernel in both activation formats, TP 1):
+    # mxfp8 / bf16 0.76-0.81 at 8-256 tokens, 0.26-0.37 at 4,096-16,384.
+    for tokens in (8, 64, 256):
+        ratio = _layer_s(profile, FAMILY, tokens) / _layer_s(profile, "moe_mxfp4", tokens)
+        assert 0.6 < ratio < 0.95, (tokens, ratio)
+    for tokens in (8192, 16384):
+        ratio = _layer_s(profile, FAMILY, tokens) / _layer_s(profile, "moe_mxfp4", tokens)
+        assert 0.2 < ratio < 0.45, (tokens, ratio)
+
+
+def test_a_profile_without_the_fit_is_refused_in_one_line():
+    with pytest.raises(TwinError, match="--set moe_backend=flashinfer_trtllm_afp8: profile") as e:
+        resolve_profile("h200", None, "vllm").with_experts_fit(
+            "moe_mxfp4", FAMILY, "--set moe_backend=flashinfer_trtllm_afp8"
+        )
+    assert "no moe_mxfp4_mxfp8 fit" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_rows_are_sglangs_of_the_flashinfer_kernel_for_vllm_only():
+    pytest.importorskip("aiconfigurator_core")
+    system = at.system_dir("b200")
+    (family,) = at.mxfp8_activation_rows(system, "vllm")
+    assert family.kernel == FAMILY and family.framework == "SGLang"
+    assert family.kernel_source == "sglang_flashinfer_trtllm_moe"
+    shapes = {(r["shape"]["d"], r["shape"]["e"], r["shape"]["k"]) for r in family.rows}
+    assert (2880, 128, 4) in shapes  # gpt-oss-120b's
+    assert at.mxfp8_activation_rows(system, "sglang") == []
+
+
+def test_the_vllm_flag_takes_mxfp8_activations_for_mxfp4_experts_only():
+    vllm = get_mode("vllm==0.19.0")
+    gpt_oss = get_model("gpt-oss-120b")
+    flags = vllm.settings(gpt_oss, {"moe_backend": "flashinfer_trtllm_afp8"})["engine_flags"]
+    assert flags == {"moe_backend": "flashinfer_trtllm_afp8"}
+    fp8 = dataclasses.replace(gpt_oss, precision="fp8", moe_precision=None)
+    with pytest.raises(TwinError, match="fp8 experts under it are not modelled"):
+        vllm.settings(fp8, {"moe_backend": "flashinfer_trtllm_afp8"})
+
+
+def test_a_b200_run_with_mxfp8_activations_prefills_and_decodes_faster(tmp_path):
+    from twin.engine.run import build_run
+
+    path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=8192, output_len=9)
+    out = {}
+    for backend in ("auto", "flashinfer_trtllm_afp8"):
+        run_ = build_run(
+            path,
+            model="gpt-oss-120b",
+            gpu="b200",
+            engine="vllm==0.19.0",
+            sets={"moe_backend": backend},
+            concurrency=1,
+        )
+        records = []
+        run_.simulate(on_record=records.append)
+        out[backend] = records[0]
+    fast, base = out["flashinfer_trtllm_afp8"], out["auto"]
+    assert fast.ttft_s < 0.8 * base.ttft_s
+    assert fast.tpot_s < base.tpot_s
+
+
+def test_a_planned_b200_gpt_oss_row_sets_mxfp8_activations():
+    pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
+    imax = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=4"
+    row = silicon_row(source=imax, backend_version="0.15.1", system="b200_sxm")
+    row = dataclasses.replace(row, isl=1024, osl=1024, concurrency=4, tp=1, ttft_ms=1, tpot_ms=1)
+    plan = sil.plan_row(row)
+    assert not isinstance(plan, str)
+    assert plan.deployment["sets"]["moe_backend"] == "flashinfer_trtllm_afp8"
+    assert sil.vllm_moe_backend(row, "defaults") is None  # vLLM's own default: bf16
