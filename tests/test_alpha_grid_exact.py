@@ -21,7 +21,7 @@ from test_policies_props import traces
 from twin.cache import serve
 from twin.policies import policy_class
 from twin.policies.alpha_tuning import ALPHA_GRID, AlphaTuner, best_alpha, grid_scores
-from twin.policies.compiled import compiled_grid_runs
+from twin.policies.compiled import CompiledTrace, GridStream, compiled_grid_runs
 from twin.policies.structures import make_cache
 from twin.presets import get_model
 from twin.replay import Trace, _run_at, replay
@@ -184,3 +184,51 @@ def test_the_grid_on_threads_is_the_exhaustive_grid(name, threads, seed):
     assert len({run.victims[:50] == runs[0].victims[:50] for run in runs}) == 2  # alphas differ
     grid = grid_scores(snap, HYBRID, window, cls, "hit-rate")
     assert grid == scores and best_alpha(grid) == best_alpha(scores)
+
+
+@pytest.mark.parametrize("name", TUNED)
+@pytest.mark.parametrize("background", [False, True])
+@pytest.mark.parametrize("warm", [0, 6])
+def test_the_grid_streamed_as_requests_arrive_is_the_grid(name, background, warm):
+    """The window's replays served in batches as its requests arrive (on a thread, or at
+    the tuning), from an empty or a warm snapshot, are the grid's of the whole window
+    (hits, hit nodes, victims, counters of every alpha): when a request is served moves
+    nothing, as the tuner relies on (``AlphaTuner.record``)."""
+    window = _sessions(warm)
+    tokens = sum(len(full) for full, _ in window)
+    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    cls = policy_class(name)
+    earlier = [(full[:n], full[n:]) for full, n in _sessions(warm + 7)[:warm]]
+    snap = _start_snapshot(name, HYBRID, capacity, earlier)
+    whole = compiled_grid_runs(HYBRID, capacity, window, ALPHA_GRID, cls, snap)
+    assert whole[0].counters["evictions"] > 0
+    with mock.patch("twin.policies.compiled.STREAM_BATCH", 5):
+        stream = GridStream(
+            HYBRID, capacity, CompiledTrace(len(window), snap), ALPHA_GRID, cls, background
+        )
+        for full, n in window:
+            stream.add(full, n)
+        assert stream.runs() == whole
+
+
+@pytest.mark.parametrize("name", TUNED)
+def test_a_tuned_replay_with_its_grid_in_the_background_is_the_same(name):
+    """A tuned policy whose grid is streamed on a thread (where ``cores`` says another
+    is free) reports what it reports with the grid replayed at the tuning alone."""
+    window = _sessions(3)
+    tokens = sum(len(full) for full, _ in window)
+    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    t = Trace.from_pairs([(full[:n], full[n:]) for full, n in window])
+    options = {"bootstrap_multiplier": 3}
+    out = []
+    for threads in (1, 4):
+        with (
+            mock.patch("twin.policies.compiled.cores", return_value=threads),
+            mock.patch("twin.policies.compiled.STREAM_BATCH", 4),
+        ):
+            res = replay(t, HYBRID, capacity, name, options, per_request=True)
+        assert res.details["alpha_source"] == "tuned"
+        d = res.to_dict()
+        d.pop("wall_s")
+        out.append((d, res.per_request["hit_tokens"].tolist()))
+    assert out[0] == out[1]

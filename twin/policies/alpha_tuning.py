@@ -16,7 +16,7 @@ Metrics, each the total over the scored requests of the replayed window:
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from twin.errors import TwinError
 from twin.limits import MAX_JOBS
 from twin.model import ModelSpec
 from twin.policies.grid import map_alphas
+
+if TYPE_CHECKING:
+    from twin.policies.compiled import GridRun, GridStream
 from twin.policies.reference_score import ReferenceFlops
 
 ALPHA_GRID = tuple(round(0.1 * i, 1) for i in range(21))
@@ -80,7 +83,12 @@ def grid_scores(
         shared = (snapshot, model, window, policy_cls, metric)
         return dict(zip(grid, map_alphas(_alpha_score, shared, grid, jobs), strict=True))
     compiled = compiled_grid_runs(model, snapshot.capacity, window, grid, policy_cls, snapshot)
-    return {run.alpha: score_hits(run.hits, model, metric) for run in compiled}
+    return run_scores(compiled, model, metric)
+
+
+def run_scores(runs: list[GridRun], model: ModelSpec, metric: str) -> dict[float, float]:
+    """Each alpha's score of its replay, in grid order."""
+    return {run.alpha: score_hits(run.hits, model, metric) for run in runs}
 
 
 class Snapshots(Protocol):
@@ -127,6 +135,9 @@ class AlphaTuner:
         self.bootstrap: dict[str, Any] = {}
         self.snapshot: CacheSnapshot | None = None
         self.window: Window = []
+        # The window's replays, served as its requests arrive (:meth:`record`; one
+        # process: ``jobs`` 1); ``None`` until the window's length is known.
+        self.stream: GridStream | None = None
 
     def on_request(self, cache: Snapshots, prompt: np.ndarray, full: np.ndarray) -> None:
         """A request arrives at the policy's cache (before its lookup)."""
@@ -140,9 +151,32 @@ class AlphaTuner:
         (``marconi``'s: the tuning at an insert)."""
         return False
 
+    def record(self, model: ModelSpec, length: int, full: np.ndarray, prompt: np.ndarray) -> None:
+        """Add a request to the window, which is ``length`` requests long (known from
+        here on); with one process its replays start now (:class:`twin.policies.compiled.
+        GridStream`: on a thread where another core is free) and go on as requests come."""
+        from twin.policies.compiled import CompiledTrace, GridStream, cores
+
+        self.window.append((full, len(prompt)))
+        if self.jobs > 1:
+            return  # the grid's processes replay the whole window at the tuning
+        if self.stream is None:
+            assert self.snapshot is not None, "a grid replays the window from its snapshot"
+            trace = CompiledTrace(length, self.snapshot)
+            self.stream = GridStream(
+                model, self.snapshot.capacity, trace, ALPHA_GRID, self.policy_cls, cores() > 1
+            )
+            for req in self.window:
+                self.stream.add(*req)
+        else:
+            self.stream.add(full, len(prompt))
+
     def grid(self, model: ModelSpec) -> dict[float, float]:
-        """Every alpha's score of the window replayed from its snapshot (:func:`grid_scores`)."""
+        """Every alpha's score of the window replayed from its snapshot (:func:`grid_scores`;
+        the stream's, the same replays, where :meth:`record` started one)."""
         assert self.snapshot is not None, "a grid replays the window from its snapshot"
+        if self.stream is not None:
+            return run_scores(self.stream.runs(), model, self.metric)
         return grid_scores(
             self.snapshot, model, self.window, self.policy_cls, self.metric, jobs=self.jobs
         )
@@ -157,7 +191,7 @@ class AlphaTuner:
             **record,
         )
         self.phase = "tuned"
-        self.snapshot, self.window = None, []
+        self.snapshot, self.window, self.stream = None, [], None
 
 
 def best_alpha(scores: dict[float, float]) -> float:

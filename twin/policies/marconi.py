@@ -51,8 +51,10 @@ class ReferenceBootstrap(AlphaTuner):
             return
         if self.snapshot is None:
             self.snapshot = cache.snapshot()
-        if self._window_len is None or len(self.window) < self._window_len:
+        if self._window_len is None:
             self.window.append((full, len(prompt)))
+        elif len(self.window) < self._window_len:
+            self.record(cache.model, self._window_len, full, prompt)
 
     def tune_if_due(self, model: ModelSpec) -> bool:
         if (

@@ -48,7 +48,7 @@ class TwinBootstrap(AlphaTuner):
             self.phase = "window"
         if self.phase == "window":
             if len(self.window) < self._window_len:
-                self.window.append((full, len(prompt)))
+                self.record(cache.model, self._window_len, full, prompt)
                 return
             self.finish(self.grid(cache.model), metric=self.metric)
 

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,25 +44,44 @@ def rules_of(policy_cls: type) -> int:
 
 
 class CompiledTrace:
-    """Requests (and a snapshot to start from) laid out for :func:`compiled_grid_runs`."""
+    """Requests (and a snapshot to start from) laid out for the kernel: the snapshot's leaf
+    paths first, then each request's input + output as it is added (:meth:`extend`), up
+    to ``capacity`` requests. The token buffer is grown by doubling, so a window fed as
+    it arrives is copied O(1) times a token; a grown buffer is a new array (the replays'
+    states are rebound to it, :class:`GridStream`)."""
 
-    def __init__(self, requests: Sequence[Any], start: CacheSnapshot | None = None) -> None:
+    def __init__(self, capacity: int, start: CacheSnapshot | None = None) -> None:
+        self.count = 0
+        self.starts = np.zeros(capacity, np.int64)
+        self.plens = np.zeros(capacity, np.int64)
+        self.flens = np.zeros(capacity, np.int64)
+        self.snap = np.zeros((8, 0), np.int64)
+        self.clock, self.next_nid = 0, 1
+        paths: list[np.ndarray] = []
+        if start is not None:
+            paths, self.snap = _snapshot_columns(start, 0)
+            self.clock, self.next_nid = int(start.clock), int(start.next_nid)
+        self.buf = np.concatenate(paths) if paths else np.zeros(0, np.int32)
+        self.end = len(self.buf)
+
+    def extend(self, requests: Sequence[Any]) -> None:
+        """Add ``requests`` ((input + output, input length) each) after those added."""
         # Token ids are int32 (``twin.workloads.schema``: a workload's ids are checked
         # against ``TOKEN_ID_MAX`` when read; output ids are negative int32).
         fulls = [_int32_ids(req[0]) for req in requests]
-        self.flens = np.array([len(f) for f in fulls], np.int64)
-        self.plens = np.array([int(req[1]) for req in requests], np.int64)
-        self.starts = np.zeros(len(fulls), np.int64)
-        if len(fulls) > 1:
-            np.cumsum(self.flens[:-1], out=self.starts[1:])
-        parts = fulls
-        self.snap = np.zeros((8, 0), np.int64)
-        self.clock, self.next_nid = 0, 1
-        if start is not None:
-            paths, self.snap = _snapshot_columns(start, int(self.flens.sum()))
-            parts = [*fulls, *paths]
-            self.clock, self.next_nid = int(start.clock), int(start.next_nid)
-        self.buf = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        need = self.end + sum(len(f) for f in fulls)
+        if need > len(self.buf):
+            grown = np.zeros(max(need, 2 * len(self.buf)), np.int32)
+            grown[: self.end] = self.buf[: self.end]
+            self.buf = grown
+        i = self.count
+        for full, req in zip(fulls, requests, strict=True):
+            n = len(full)
+            self.buf[self.end : self.end + n] = full
+            self.starts[i], self.plens[i], self.flens[i] = self.end, int(req[1]), n
+            self.end += n
+            i += 1
+        self.count = i
 
 
 def _int32_ids(tokens: Any) -> np.ndarray:
@@ -185,48 +205,149 @@ _COUNTERS = (
 )
 
 
-def _grid_runs(
-    trace: CompiledTrace, model: ModelSpec, capacity: int, grid: Sequence[float], policy_cls: type
-) -> list[GridRun]:
-    from twin.policies.compiled import kernel  # numba loads the compiled code here
+# Requests a stream gathers before its background replay serves them (one kernel call per
+# alpha per batch): large enough that the calls' overhead is nothing beside the replays.
+STREAM_BATCH = 128
+_BACKGROUND: list[ThreadPoolExecutor] = []  # the streams' background replays (one pool)
+_ALPHAS: list[ThreadPoolExecutor] = []  # the alphas of one batch, side by side
 
-    mc, mf = constants(model, int(capacity), rules_of(policy_cls))
-    n = len(trace.starts)
-    args = (trace.buf, n, mc, mf, trace.snap, trace.clock, trace.next_nid)
-    requests_of = (trace.starts, trace.plens, trace.flens)
 
-    def run(st: Any, alpha: float, i0: int, hits: np.ndarray, nids: np.ndarray) -> GridRun:
-        kernel.serve_range(st, *requests_of, i0, n, hits, nids)
-        return GridRun(
-            alpha,
-            hits.tolist(),  # Python ints: the scores are exact integer sums
-            nids.tolist(),
-            kernel.victims(st).tolist(),
-            {k: int(v) for k, v in zip(_COUNTERS, kernel.counters(st), strict=True)},
-        )
+def _pool(pools: list[ThreadPoolExecutor], threads: int) -> ThreadPoolExecutor:
+    if not pools:
+        pools.append(ThreadPoolExecutor(threads, thread_name_prefix="twin-alpha-grid"))
+    return pools[0]
 
-    mf[kernel.F_ALPHA] = grid[0]
-    first = kernel.start(*args)
-    hits, nids = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    runs = [run(first, grid[0], 0, hits, nids)]
-    evicted_at = runs[0].counters["first_eviction_clock"]
-    if evicted_at < 0:  # never evicted: alpha never mattered
-        return runs + [dataclasses.replace(runs[0], alpha=a) for a in grid[1:]]
-    shared = evicted_at - trace.clock  # requests served before the first eviction
-    common = kernel.start(*args)
-    kernel.serve_range(common, *requests_of, 0, shared, hits.copy(), nids.copy())
 
-    def go_on(alpha: float) -> GridRun:
-        return run(kernel.copy(common, float(alpha)), alpha, shared, hits.copy(), nids.copy())
+class GridStream:
+    """Every alpha's replay of a window of requests from a snapshot (or an empty cache),
+    served as the window's requests arrive (:meth:`add`); :meth:`runs` serves what is
+    left and returns each alpha's :class:`GridRun`, in grid order.
 
-    # The other alphas' replays share nothing they write (``common`` is only read, by
-    # ``kernel.copy``), and the kernel runs without the GIL: one thread per core
-    # replays them side by side, in grid order.
-    threads = min(len(grid) - 1, cores())
-    if threads > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            return runs + list(pool.map(go_on, grid[1:]))
-    return runs + [go_on(alpha) for alpha in grid[1:]]
+    Each replay is a function of its requests in order alone, so when a request is
+    served (as it arrives, in batches, or all at the end) moves no hit, victim or
+    counter: the runs are :func:`compiled_grid_runs`' of the whole window. Alpha only
+    enters the victim's choice, so every replay is the same until its first eviction:
+    the first alpha runs alone until it evicts, the requests before that eviction are
+    served once more, and every other alpha goes on from a copy of that state.
+
+    ``background``: batches of :data:`STREAM_BATCH` requests are replayed on a thread
+    (the kernel runs without the GIL) while the caller goes on, so a run's grid is
+    done by another core as the window fills rather than all at the tuning point; with
+    one core (``cores()``) it only adds switches, and the caller leaves it off.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        capacity: int,
+        trace: CompiledTrace,
+        grid: Sequence[float],
+        policy_cls: type,
+        background: bool = False,
+    ) -> None:
+        from twin.policies.compiled import kernel  # numba loads the compiled code here
+
+        self.k = kernel
+        self.trace = trace
+        self.grid = tuple(grid)
+        self.mc, self.mf = constants(model, int(capacity), rules_of(policy_cls))
+        self.mf[kernel.F_ALPHA] = self.grid[0]
+        n = len(trace.starts)
+        self.states = [self._start()]  # the first alpha's; the others' from its first eviction
+        self.hits = [np.zeros(n, np.int64)]
+        self.nids = [np.zeros(n, np.int64)]
+        self.served = 0
+        self.background = background
+        self._pending: list[Any] = []
+        self._lock = threading.Lock()
+        self._job: Future[None] | None = None
+
+    def _start(self) -> Any:
+        t = self.trace
+        return self.k.start(t.buf, len(t.starts), self.mc, self.mf, t.snap, t.clock, t.next_nid)
+
+    def add(self, full: np.ndarray, prompt_len: int) -> None:
+        """A window request arrives (input + output, input length)."""
+        with self._lock:
+            self._pending.append((full, prompt_len))
+            if self.background and self._job is None and len(self._pending) >= STREAM_BATCH:
+                self._job = _pool(_BACKGROUND, max(cores() - 1, 1)).submit(self._drain)
+
+    def _drain(self) -> None:
+        """Serve what has arrived, until nothing is left (one drain at a time)."""
+        while True:
+            with self._lock:
+                batch, self._pending = self._pending, []
+                if not batch:
+                    self._job = None
+                    return
+            self._serve(batch)
+
+    def _serve(self, batch: list[Any]) -> None:
+        t, k = self.trace, self.k
+        buf = t.buf
+        t.extend(batch)
+        if t.buf is not buf:  # grown: the replays read the new buffer
+            self.states = [(*st[:9], t.buf, *st[10:]) for st in self.states]
+        i0, i1 = self.served, t.count
+        self.served = i1
+        requests_of = (t.starts, t.plens, t.flens)
+        if len(self.states) == 1:
+            first = self.states[0]
+            k.serve_range(first, *requests_of, i0, i1, self.hits[0], self.nids[0])
+            evicted_at = int(first[1][k.S_FIRST_EVICTION])
+            if evicted_at < 0 or len(self.grid) == 1:
+                return
+            shared = evicted_at - t.clock  # requests served before the first eviction
+            common = self._start()
+            scratch = np.zeros(len(t.starts), np.int64)
+            k.serve_range(common, *requests_of, 0, shared, scratch, scratch.copy())
+            # ``common`` is only read (by ``kernel.copy``); the others go on from it.
+            self.states += [k.copy(common, float(a)) for a in self.grid[1:]]
+            self.hits += [self.hits[0].copy() for _ in self.grid[1:]]
+            self.nids += [self.nids[0].copy() for _ in self.grid[1:]]
+            i0 = shared
+        else:
+            k.serve_range(self.states[0], *requests_of, i0, i1, self.hits[0], self.nids[0])
+
+        def go_on(j: int) -> None:
+            k.serve_range(self.states[j], *requests_of, i0, i1, self.hits[j], self.nids[j])
+
+        # The other alphas' replays share nothing they write, and the kernel runs
+        # without the GIL: one thread per core replays them side by side.
+        others = range(1, len(self.states))
+        threads = min(len(others), cores())
+        if threads > 1:
+            list(_pool(_ALPHAS, threads).map(go_on, others))
+        else:
+            for j in others:
+                go_on(j)
+
+    def runs(self) -> list[GridRun]:
+        """Every alpha's replay of the requests added, in grid order."""
+        while True:  # a background drain finishes first (the requests in order)
+            with self._lock:
+                job = self._job
+            if job is None:
+                break
+            job.result()
+        self.background = False
+        self._drain()
+        k, n = self.k, self.served
+        alphas = self.grid[: len(self.states)]  # the first alone until it evicts
+        runs = [
+            GridRun(
+                alpha,
+                hits[:n].tolist(),  # Python ints: the scores are exact integer sums
+                nids[:n].tolist(),
+                k.victims(st).tolist(),
+                {name: int(v) for name, v in zip(_COUNTERS, k.counters(st), strict=True)},
+            )
+            for alpha, st, hits, nids in zip(alphas, self.states, self.hits, self.nids, strict=True)
+        ]
+        if len(runs) == 1:  # never evicted: alpha never mattered
+            runs += [dataclasses.replace(runs[0], alpha=a) for a in self.grid[1:]]
+        return runs
 
 
 def cores() -> int:
@@ -251,4 +372,7 @@ def compiled_grid_runs(
     in full, the requests before its first eviction are served once more, and
     every other alpha goes on from a copy of that state.
     """
-    return _grid_runs(CompiledTrace(requests, start), model, capacity, grid, policy_cls)
+    stream = GridStream(model, capacity, CompiledTrace(len(requests), start), grid, policy_cls)
+    for req in requests:  # (input + output, input length, ...)
+        stream.add(req[0], int(req[1]))
+    return stream.runs()
