@@ -15,8 +15,11 @@ import pytest
 from twin.calibration.aic_import import fit_family
 from twin.calibration.aic_tables import moe_rows, system_dir
 from twin.calibration.moe_sibling import (
+    CROSS_DIE,
     MIN_SHARED_TOKENS,
     SIBLINGS,
+    cross_die_of,
+    fill_pair_slow_series,
     fill_slow_series,
     series_ratios,
     sibling_of,
@@ -110,6 +113,50 @@ def test_the_sibling_table_is_the_same_silicons_same_version(tmp_path: Path) -> 
     assert sibling_of(other) is None  # the sibling has no table of that version
 
 
+def test_a_series_both_dies_of_the_pair_timed_slow_takes_the_cross_dies_rows() -> None:
+    eps = (1, 2, 4, 8, 16)
+    cross = [r for ep in eps for r in _series(ep, 1.0)]  # B300
+    sibling_cross = [r for ep in eps for r in _series(ep, 0.98)]  # GB300
+    # B200 1.02x B300, GB200 1.01x GB300; both slow on EP 8 (1.6x); B200 alone on EP 2
+    # (the same-silicon rule's case: GB200 agrees with GB300 there, so not this rule's).
+    own = [
+        *(r for ep in (1, 4, 16) for r in _series(ep, 1.02)),
+        *_series(2, 1.02 * 1.6),
+        *_series(8, 1.02 * 1.6),
+    ]
+    sibling = [
+        *(r for ep in (1, 2, 4, 16) for r in _series(ep, 0.98 * 1.01)),
+        *_series(8, 0.98 * 1.01 * 1.6),
+    ]
+    fill = fill_pair_slow_series(own, sibling, cross, sibling_cross, cross_table="b300/x")
+    assert fill.median_ratio == pytest.approx(1.02)
+    assert [k[8] for k, _ in fill.replaced] == [8]
+    assert fill.replaced_labels("cutlass", "nvfp4") == ["d7168 i2048 k8 e256 tp1 ep8 x1.63"]
+    assert fill.sibling_table == "b300/x"
+    rows = list(fill.rows)
+    got = _ep(rows, 8)
+    assert [r["latency"] for r in got] == pytest.approx(
+        [1.02 * r["latency"] for r in _ep(cross, 8)]
+    )
+    assert {r["device"] for r in got} == {"own"}
+    for ep in (1, 2, 4, 16):
+        assert _ep(rows, ep) == _ep(own, ep)
+    # a pair that agrees with the cross die, or no cross table: the rows as they were
+    assert fill_pair_slow_series(own, sibling, [], sibling_cross).rows == tuple(own)
+    even = fill_pair_slow_series(cross, sibling_cross, cross, sibling_cross)
+    assert even.replaced == () and even.rows == tuple(cross)
+
+
+def test_only_b200s_die_reads_from_b300s(tmp_path: Path) -> None:
+    assert CROSS_DIE == {"b200_sxm": "b300_sxm", "gb200": "gb300"}
+    for system in ("b200_sxm", "b300_sxm", "gb300"):
+        (tmp_path / system / TABLE).parent.mkdir(parents=True)
+        (tmp_path / system / TABLE).touch()
+    assert cross_die_of(tmp_path / "b200_sxm" / TABLE) == tmp_path / "b300_sxm" / TABLE
+    assert cross_die_of(tmp_path / "gb200" / TABLE) == tmp_path / "gb300" / TABLE
+    assert cross_die_of(tmp_path / "b300_sxm" / TABLE) is None  # not the other way
+
+
 SLOW = ("vllm_unquantizedfusedmoe_triton_tritonexperts", 7168, 1, 4)  # source, d, tp, ep
 
 
@@ -169,3 +216,55 @@ def test_the_reader_prices_the_slow_series_from_the_sibling(siblings: Path) -> N
     assert fit is not None and fit.provenance["sibling_series"] == note
     fit = fit_family(gb200, shipped.peaks, shipped.device)
     assert fit is not None and "sibling_series" not in fit.provenance
+
+
+@pytest.fixture(scope="module")
+def dies(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """B200, GB200, B300 and GB300 tables from the test table: B300 and GB300 its rows,
+    B200 1.03x and GB200 1.01x them, both 1.7x more on DeepSeek's balanced EP 4 series."""
+    root = tmp_path_factory.mktemp("aic") / "data"
+    table = pq.read_table(DATA / "h100_sxm" / TABLE)
+    rows = table.to_pylist()
+
+    def scaled(factor: float) -> list[dict[str, Any]]:
+        return [
+            {
+                **r,
+                "latency": r["latency"]
+                * factor
+                * (
+                    1.7
+                    if _is_slow(
+                        r["kernel_source"],
+                        r["hidden_size"],
+                        r["moe_tp_size"],
+                        r["moe_ep_size"],
+                        r["distribution"],
+                    )
+                    else 1.0
+                ),
+            }
+            for r in rows
+        ]
+
+    tables = {"b300_sxm": rows, "gb300": rows, "b200_sxm": scaled(1.03), "gb200": scaled(1.01)}
+    for system, data in tables.items():
+        (root / system / TABLE).parent.mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(data, schema=table.schema), root / system / TABLE)
+    return root
+
+
+def test_the_reader_prices_a_pair_slow_series_from_the_cross_die(dies: Path) -> None:
+    (b200,) = moe_rows(system_dir("b200", dies), "vllm")
+    (b300,) = moe_rows(system_dir("b300", dies), "vllm")
+    assert len(b200.rows) == len(b300.rows)
+    for mine, theirs in zip(b200.rows, b300.rows, strict=True):
+        assert mine["shape"] == theirs["shape"]
+        # every row 1.03x B300's: the pair-slow series now too (the cross die's x the ratio)
+        assert mine["median_s"] == pytest.approx(1.03 * theirs["median_s"], rel=1e-9)
+    note = b200.sibling["cross_die"]
+    assert note["cross_table"] == str(Path("b300_sxm") / TABLE)
+    assert note["series"] == ["d7168 i2048 k8 e256 tp1 ep4 x1.75"]  # 1.03 x 1.7
+    assert note["median_ratio"] == pytest.approx(1.03)
+    assert "series" not in b200.sibling  # the same-silicon rule replaced nothing
+    assert b300.sibling == {}

@@ -33,7 +33,8 @@ shape it came from. Which table feeds which kernel family:
   picks (below) and, where several kernel sources timed it, the one with the most rows
   (the backend the collector swept: the engine's default for that format); a series
   the same-silicon sibling (B200 / GB200, B300 / GB300) timed far faster is read from the
-  sibling's table of the same version (``calibration.moe_sibling``, :func:`moe_table`);
+  sibling's table of the same version (``calibration.moe_sibling``, :func:`moe_table`),
+  and on B200's die a series both GPUs of the pair timed slow from B300's die's;
   ``moe_nvfp4_min_latency`` TensorRT-LLM's min-latency nvfp4 rows (kernel source
   ``moe_torch_flow_min_latency``) of at most 128 tokens, the steps it prices
   (``twin.costmodel.formulas.MOE_MIN_LATENCY_MAX_TOKENS``);
@@ -73,6 +74,8 @@ from twin.calibration.moe_sibling import (
     BAND,
     MOE_SHAPE_COLUMNS,
     SiblingFill,
+    cross_die_of,
+    fill_pair_slow_series,
     fill_slow_series,
     sibling_of,
 )
@@ -572,8 +575,28 @@ def _moe_raw(table: Path, dtype: str) -> list[dict[str, Any]]:
 
 
 def moe_table(table: Path) -> SiblingFill:
-    """A ``moe_perf`` table's rows, its slow series read from the same-silicon sibling's
-    table of the same version where there is one (``calibration.moe_sibling``)."""
+    """A ``moe_perf`` table's rows after both rules of ``calibration.moe_sibling``: its
+    slow series read from the same-silicon sibling's table of the same version, then
+    (B200's die) the series both dies of the pair timed slow from the cross die's."""
+    return moe_fills(table)[1]
+
+
+def moe_fills(table: Path) -> tuple[SiblingFill, SiblingFill]:
+    """The same-silicon rule's fill of ``table`` and the cross-die rule's fill of that
+    (its rows the table's final rows; it replaced nothing where the GPU has no cross
+    die or a table is missing)."""
+    same = _same_silicon(table)
+    sibling, cross = sibling_of(table), cross_die_of(table)
+    sibling_cross = cross_die_of(sibling) if sibling is not None else None
+    if sibling is None or cross is None or sibling_cross is None:
+        return same, SiblingFill(same.rows)
+    pair = _cross_die_once(
+        table, _mtime(table), _mtime(sibling), _mtime(cross), _mtime(sibling_cross)
+    )
+    return same, pair
+
+
+def _same_silicon(table: Path) -> SiblingFill:
     sibling = sibling_of(table)
     return _moe_table_once(table, _mtime(table), sibling, _mtime(sibling))
 
@@ -590,23 +613,54 @@ def _moe_table_once(table: Path, _m: int, sibling: Path | None, _ms: int) -> Sib
     return fill_slow_series(own, _read(sibling), sibling_table=str(Path(*sibling.parts[-5:])))
 
 
-def _sibling_note(fill: SiblingFill, source: str, dtype: str) -> dict[str, Any]:
-    """The provenance of a family whose series ``fill`` replaced; {} when it replaced none."""
-    series = fill.replaced_labels(source, dtype)
-    if not series:
-        return {}
+@functools.lru_cache(maxsize=16)
+def _cross_die_once(table: Path, *_mtimes: int) -> SiblingFill:
+    sibling, cross = sibling_of(table), cross_die_of(table)
+    assert sibling is not None and cross is not None  # moe_fills checked
+    sibling_cross = cross_die_of(sibling)
+    assert sibling_cross is not None
+    return fill_pair_slow_series(
+        _same_silicon(table).rows,
+        _same_silicon(sibling).rows,
+        _same_silicon(cross).rows,
+        _same_silicon(sibling_cross).rows,
+        cross_table=str(Path(*cross.parts[-5:])),
+    )
+
+
+def _sibling_note(table: Path, source: str, dtype: str) -> dict[str, Any]:
+    """The provenance of a family whose series either rule of ``calibration.moe_sibling``
+    replaced in ``table``; {} when they replaced none."""
+    same, pair = moe_fills(table)
     lo, hi = BAND
-    return {
-        "rule": (
-            "twin.calibration.moe_sibling: a series whose median time ratio to the "
-            f"same-silicon sibling's same series is above {hi} x the tables' median ratio "
-            "takes the sibling's rows times that median"
-        ),
-        "band": [lo, hi],
-        "sibling_table": fill.sibling_table,
-        "median_ratio": round(fill.median_ratio, 4),
-        "series": series,
-    }
+    note: dict[str, Any] = {}
+    series = same.replaced_labels(source, dtype)
+    if series:
+        note = {
+            "rule": (
+                "twin.calibration.moe_sibling: a series whose median time ratio to the "
+                f"same-silicon sibling's same series is above {hi} x the tables' median ratio "
+                "takes the sibling's rows times that median"
+            ),
+            "band": [lo, hi],
+            "sibling_table": same.sibling_table,
+            "median_ratio": round(same.median_ratio, 4),
+            "series": series,
+        }
+    crossed = pair.replaced_labels(source, dtype)
+    if crossed:
+        note["cross_die"] = {
+            "rule": (
+                "twin.calibration.moe_sibling.fill_pair_slow_series: a series whose median "
+                f"time ratio to the cross die's same series is above {hi} x the tables' "
+                "median ratio on both GPUs of the same-silicon pair takes the cross die's "
+                "rows times this table's median ratio"
+            ),
+            "cross_table": pair.sibling_table,
+            "median_ratio": round(pair.median_ratio, 4),
+            "series": crossed,
+        }
+    return note
 
 
 def moe_table_rows(table: Path, dtype: str, distribution: str) -> list[dict[str, Any]]:
@@ -651,7 +705,7 @@ def moe_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
             fast = fm.moe_min_latency_kernel(fmt.table_mode)
             rows = [moe_row(r, fmt, fast, r["latency"]) for r in small]
             src = fm.MOE_MIN_LATENCY_SOURCE
-            note = _sibling_note(moe_table(table), src, dtype)
+            note = _sibling_note(table, src, dtype)
             families.append(_family(fast, table, small, src, rows, note))
         if not raw:
             continue
@@ -665,7 +719,7 @@ def moe_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         for i, r in enumerate(raw):
             _require(r, MOE_COLUMNS, table, i)
             out.append(moe_row(r, fmt, kernel, r["latency"]))
-        note = _sibling_note(moe_table(table), source, dtype)
+        note = _sibling_note(table, source, dtype)
         families.append(_family(kernel, table, raw, source, out, note))
     return families
 

@@ -20,6 +20,19 @@ the fast one) keeps its rows: its sibling is the one replaced, when the sibling'
 tables are read. A cross-GPU fallback for whole series, chosen by the physics above;
 never a per-row factor. The rows this GPU timed at token counts its sibling did not are
 dropped with the series (they are the same slow collection).
+
+A series both dies of a pair timed slow, the pair rule cannot see: B200's and GB200's
+TensorRT-LLM 1.3.0rc20 nvfp4 series of DeepSeek's shape at MoE TP 1 EP 8 read 283 / 277
+us at 64 tokens, where their EP 4 reads 275 (GB200; twice the local experts) and EP 16
+104, and B300 / GB300 (the Blackwell Ultra die, the same 8 TB/s HBM3e) read 165 / 161: 32
+local experts' 0.7 GB of weights at 2.5 TB/s, below both neighbours of the same die. The
+cross-die rule (:func:`fill_pair_slow_series`): per series, own / cross-die ratio and
+sibling / sibling's cross-die ratio, each against its tables' median; a series above
+``BAND[1]`` times it on both dies of the pair (the pair agrees it is slow; each die's own
+collection) takes the cross die's rows of it (after that die's own pair rule), times the
+tables' own / cross-die median. Only the B200 die's pair reads from the B300 die's
+(``CROSS_DIE``): the rule is written for the series found slow against the measured rows
+(docs/decisions.md, "B200's tp 8 EP series: the cross-die rule").
 """
 
 from __future__ import annotations
@@ -32,6 +45,10 @@ from typing import Any
 
 # Same die and HBM, by the database's system directory (aiconfigurator_core systems/data).
 SIBLINGS = {"b200_sxm": "gb200", "gb200": "b200_sxm", "b300_sxm": "gb300", "gb300": "b300_sxm"}
+# The other die with the same HBM, by system directory: B200's die (B200, GB200) reads a
+# series both of its GPUs timed slow from B300's (B300, GB300), the same 8 TB/s HBM3e and
+# no less compute (module doc).
+CROSS_DIE = {"b200_sxm": "b300_sxm", "gb200": "gb300"}
 # A series' ratio outside this band around the tables' ratio is a disturbed collection:
 # the quartiles of B200 / GB200 lie within 1.5% of the median, the disturbed series
 # 1.3-1.9x away (docs/decisions.md, issue 34 / 31, case 2).
@@ -120,14 +137,51 @@ def fill_slow_series(
         return SiblingFill(tuple(own))
     median = statistics.median(ratios.values())
     slow = {k: r for k, r in ratios.items() if r > band[1] * median}
+    return _take(own, sibling, slow, median, sibling_table)
+
+
+def fill_pair_slow_series(
+    own: Sequence[dict[str, Any]],
+    sibling: Sequence[dict[str, Any]],
+    cross: Sequence[dict[str, Any]],
+    sibling_cross: Sequence[dict[str, Any]],
+    band: tuple[float, float] = BAND,
+    cross_table: str = "",
+) -> SiblingFill:
+    """``own``'s rows with each series both dies of the pair timed slow against the
+    cross die (``own`` / ``cross`` and ``sibling`` / ``sibling_cross`` each above
+    ``band[1]`` times its tables' median ratio) replaced by ``cross``'s rows of it times
+    the own / cross median (module doc)."""
+    mine, theirs = series_ratios(own, cross), series_ratios(sibling, sibling_cross)
+    if not mine or not theirs:
+        return SiblingFill(tuple(own))
+    median = statistics.median(mine.values())
+    pair_median = statistics.median(theirs.values())
+    slow = {
+        k: r
+        for k, r in mine.items()
+        if r > band[1] * median and theirs.get(k, 0.0) > band[1] * pair_median
+    }
+    return _take(own, cross, slow, median, cross_table)
+
+
+def _take(
+    own: Sequence[dict[str, Any]],
+    donor: Sequence[dict[str, Any]],
+    slow: dict[SeriesKey, float],
+    median: float,
+    donor_table: str,
+) -> SiblingFill:
+    """``own``'s rows with each series of ``slow`` replaced by ``donor``'s rows of it
+    times ``median``."""
     if not slow:
-        return SiblingFill(tuple(own), sibling_table, median)
+        return SiblingFill(tuple(own), donor_table, median)
     device = next((r.get("device") for r in own if r.get("device")), None)
     theirs: dict[SeriesKey, list[dict[str, Any]]] = {}
-    for r in sibling:
+    for r in donor:
         if series_key(r) in slow:
             theirs.setdefault(series_key(r), []).append(r)
-    # In place of the series' first row, all of the sibling's: the order of the other
+    # In place of the series' first row, all of the donor's: the order of the other
     # rows is kept (the fit's held-out split is by position).
     rows: list[dict[str, Any]] = []
     for r in own:
@@ -140,25 +194,38 @@ def fill_slow_series(
                 for s in theirs.pop(key)
             )
     replaced = tuple(sorted(slow.items(), key=lambda kv: tuple(map(str, kv[0]))))
-    return SiblingFill(tuple(rows), sibling_table, median, replaced)
+    return SiblingFill(tuple(rows), donor_table, median, replaced)
 
 
 def sibling_of(table: Path) -> Path | None:
     """The sibling GPU's table of the same op, engine and version as ``table``
     (``<root>/<system>/<op>/<engine>/<version>/<name>``); None when the GPU has no
     sibling or the sibling no such table."""
+    return _counterpart(table, SIBLINGS)
+
+
+def cross_die_of(table: Path) -> Path | None:
+    """The cross die's table (``CROSS_DIE``) of the same op, engine and version as
+    ``table``; None when the GPU has none or it no such table."""
+    return _counterpart(table, CROSS_DIE)
+
+
+def _counterpart(table: Path, systems: dict[str, str]) -> Path | None:
     parts = table.parts
-    if len(parts) < 5 or parts[-5] not in SIBLINGS:
+    if len(parts) < 5 or parts[-5] not in systems:
         return None
-    other = table.parents[4] / SIBLINGS[parts[-5]] / Path(*parts[-4:])
+    other = table.parents[4] / systems[parts[-5]] / Path(*parts[-4:])
     return other if other.is_file() else None
 
 
 __all__ = [
     "BAND",
+    "CROSS_DIE",
     "MIN_SHARED_TOKENS",
     "SIBLINGS",
     "SiblingFill",
+    "cross_die_of",
+    "fill_pair_slow_series",
     "fill_slow_series",
     "series_ratios",
     "sibling_of",
