@@ -764,7 +764,7 @@ def mxfp8_activation_rows(system: Path, engine: str) -> list[FamilyRows]:
             for i, r in enumerate(raw):
                 _require(r, MOE_COLUMNS, table, i)
             out = [moe_row(r, fmt, kernel, r["latency"]) for r in raw]
-            note = _sibling_note(moe_table(table), source, dtype)
+            note = _sibling_note(table, source, dtype)
             families.append(_family(kernel, table, raw, source, out, note))
             break
     return families
