@@ -62,7 +62,6 @@ class RowPlan:
     row: SiliconRow
     model_fields: dict[str, Any]  # ModelSpec.to_dict(derived=False): plain data, pickles
     model_id: str  # the Hugging Face id whose config was used (may differ from model_path)
-    config_path: str
     gpu: str  # the twin's GPU name (its shipped <gpu>-<engine> profile prices the steps)
     engine: str  # the twin's engine mode
     tp: int
@@ -246,7 +245,6 @@ def plan_row(
         row=row,
         model_fields=model.to_dict(derived=False),
         model_id=hf_id,
-        config_path=str(path),
         gpu=gpu,
         engine=engine,
         tp=gpus,
