@@ -4,6 +4,7 @@ summary's flat ``config`` section unchanged."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -77,16 +78,14 @@ def test_a_refusal_still_names_the_flag() -> None:
         build_config(max_running=64, max_batched_tokens=32)
 
 
-def test_run_args_are_build_runs_keywords() -> None:
-    """RunArgs names build_run's own keyword arguments and the run's settings, no more."""
-    import inspect
+def test_build_run_refuses_a_misspelt_keyword_in_one_line(tmp_path: Any) -> None:
+    """A name RunArgs lacks that reaches build_run untyped (a stored sweep's settings, a
+    dict spread from the CLI) is one line naming it, before the workload is opened."""
+    from twin.engine import build_run
 
-    from twin.engine import RunArgs, build_run
-    from twin.engine.disagg import RunSettings
-
-    params = inspect.signature(build_run).parameters.values()
-    own = {p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    assert RunArgs.__optional_keys__ == own | RunSettings.__optional_keys__
+    loose: dict[str, Any] = {"tp": 1, "duraton_s": 60.0}
+    with pytest.raises(TwinError, match=r"^'duraton_s': not a setting of a run \(RunArgs\)$"):
+        build_run(tmp_path / "absent.parquet", **loose)
 
 
 def test_typed_settings_refuses_a_name_its_kind_lacks() -> None:

@@ -26,6 +26,7 @@ from twin.cli.common import (
 )
 from twin.engine import ROUTERS
 from twin.engine.modes import ENGINE_MODES
+from twin.engine.run import DEFAULT_MODEL
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.metrics import to_json
@@ -148,7 +149,7 @@ def plan_cmd(
     workload: Path | None = typer.Argument(
         None, help=f"Workload parquet file (default: the bundled {EXAMPLE!r} example)."
     ),
-    model: ModelOption = "marconi-hybrid-7b",
+    model: ModelOption = DEFAULT_MODEL,
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     slo: list[str] = typer.Option(
         [],

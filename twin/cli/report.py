@@ -30,6 +30,7 @@ from twin.cli.common import (
 )
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.engine.router import DEFAULT_ROUTER
+from twin.engine.run import DEFAULT_MODEL
 from twin.errors import TwinError
 from twin.limits import MAX_CACHE_GB, MAX_POINTS
 from twin.metrics import to_json
@@ -137,7 +138,7 @@ def _command_line() -> str:
 @app.command("capacity")
 def capacity(
     workload: Path = typer.Argument(..., help="Workload parquet file."),
-    model: ModelOption = "marconi-hybrid-7b",
+    model: ModelOption = DEFAULT_MODEL,
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     precision: PrecisionOption = None,
     kv_dtype: KvDtypeOption = None,

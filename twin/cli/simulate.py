@@ -38,7 +38,7 @@ from twin.cli.common import (
 from twin.engine import ROUTERS, RunArgs, build_run, typed_settings
 from twin.engine.modes import get_mode
 from twin.engine.router import DEFAULT_ROUTER
-from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
+from twin.engine.run import DEFAULT_MODEL, REQUESTS_FILE, SUMMARY_FILE
 from twin.hardware import GB
 from twin.limits import MAX_SECONDS, MAX_SESSION_RATE
 from twin.metrics import to_json
@@ -68,7 +68,7 @@ def simulate(
         metavar="[WORKLOAD]",
         help=f"Workload parquet file (default: the bundled {EXAMPLE!r} example).",
     ),
-    model: ModelOption = "marconi-hybrid-7b",
+    model: ModelOption = DEFAULT_MODEL,
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     precision: PrecisionOption = None,
     kv_dtype: KvDtypeOption = None,

@@ -23,6 +23,7 @@ from twin.engine.config import (
     POOL_FLAG_OPTIONS,
     EngineConfig,
     build_config,
+    typed_settings,
 )
 from twin.engine.cost import StepPricer, make_pricer
 from twin.engine.disagg import (
@@ -72,6 +73,12 @@ class RunArgs(RunSettings, total=False):
     sets: dict[str, str] | None
     duration_s: float | None
     workload_cache: str | Path | None
+
+
+# build_run's own arguments (the rest are the run's settings, for the config)
+_OWN_ARGS = RunArgs.__optional_keys__ - RunSettings.__optional_keys__
+# The model a run simulates when none is named (`twin simulate`'s default).
+DEFAULT_MODEL = "marconi-hybrid-7b"
 
 
 # Net allocations between two runs of Python's cyclic garbage collector during a
@@ -406,25 +413,14 @@ def default_workload_cache() -> Path:
     return Path(base) / "twin" / "workloads"
 
 
-def build_run(
-    workload: str | Path | Workload,
-    *,
-    model: str | ModelSpec = "marconi-hybrid-7b",
-    gpu: str | None = None,
-    profile: str | Path | None = None,
-    engine: str | None = None,
-    cache_gb: float | str | None = None,
-    sets: dict[str, str] | None = None,
-    duration_s: float | None = None,
-    workload_cache: str | Path | None = None,
-    **settings: Unpack[RunSettings],
-) -> Run:
+def build_run(workload: str | Path | Workload, **args: Unpack[RunArgs]) -> Run:
     """The one builder of a simulation from what a user names (``twin simulate``, the sweeps).
 
-    ``model`` is a preset name or a ``config.json``; ``gpu`` a shipped profile
-    or ``profile`` a profile file (h100 if neither); ``engine`` whose kernels
-    price the steps (:mod:`twin.costmodel.kernel_sources`); ``cache_gb`` and
-    ``settings`` (any :class:`EngineConfig` field) go through
+    ``args`` (:class:`RunArgs`; each one not given is None, the model
+    :data:`DEFAULT_MODEL`): ``model`` is a preset name or a ``config.json``; ``gpu`` a
+    shipped profile or ``profile`` a profile file (h100 if neither); ``engine`` whose
+    kernels price the steps (:mod:`twin.costmodel.kernel_sources`); ``cache_gb`` and the
+    run's settings (any :class:`EngineConfig` field) go through
     :func:`~twin.engine.config.build_config`. Everything is checked here,
     the configuration before the workload is opened.
 
@@ -440,7 +436,12 @@ def build_run(
     from twin.engine.modes import get_mode
     from twin.presets import resolve_model
 
-    named: dict[str, Any] = dict(settings)  # filled in below (the pools, the duration)
+    args = typed_settings(RunArgs, args.items())  # a misspelt name (a stored sweep's): one line
+    model = args.get("model", DEFAULT_MODEL)
+    gpu, profile, engine = args.get("gpu"), args.get("profile"), args.get("engine")
+    cache_gb, sets, duration_s = args.get("cache_gb"), args.get("sets"), args.get("duration_s")
+    # the run's settings, filled in below (the pools, the duration)
+    named: dict[str, Any] = {k: v for k, v in args.items() if k not in _OWN_ARGS}
 
     spec = resolve_model(model) if isinstance(model, str) else model
     mode = get_mode(engine)
@@ -490,10 +491,11 @@ def build_run(
         needed = sessions_started(
             arrivals.session_rate, duration_s, arrivals.seed, arrivals.burstiness
         )
+        cache = args.get("workload_cache")
         longer = extended_workload(
             Path(path),
             needed,
-            Path(workload_cache) if workload_cache is not None else default_workload_cache(),
+            Path(cache) if cache is not None else default_workload_cache(),
             f"{arrivals.session_rate:g} sessions/s for {duration_s:g} s",
         )
         if longer != Path(path):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from twin.engine.modes import get_mode
+from twin.engine.run import DEFAULT_MODEL
 from twin.reports.analysis import Slo
 
 # The policies swept when none are named: the paper's three; with --engine NAME, the
@@ -37,7 +38,7 @@ class Deployment:
     (``replicas``, ``tp``, ``pp``, ``router``, ... any :class:`~twin.engine.EngineConfig`
     field)."""
 
-    model: str = "marconi-hybrid-7b"
+    model: str = DEFAULT_MODEL
     model_set: Sequence[str] = ()
     gpu: str | None = None
     engine: str | None = None

@@ -17,7 +17,7 @@ The pipeline, one module a step:
 from twin.validate.arrivals import fix_arrivals
 from twin.validate.compare import TARGETS, join, judge, metrics, rel_err, write_outputs
 from twin.validate.entry import validate_model
-from twin.validate.predict import PrefillOnlyPricer, predict, server_config
+from twin.validate.predict import PrefillOnlyPricer, predict
 from twin.validate.run import CacheChoice, default_cache, validate
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "metrics",
     "predict",
     "rel_err",
-    "server_config",
     "validate",
     "validate_model",
     "write_outputs",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twin.engine import RunArgs, typed_settings
 from twin.errors import TwinError, where
 from twin.validate import silicon as sil
 
@@ -160,7 +161,7 @@ def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | 
             pools[name] = value
     pools.update(pool_flags(d, prefill.engine))
     # The row's id keys the split and the workload's seed, as for an aggregated row.
-    return dataclasses.replace(prefill, row=row, deployment=pools)
+    return dataclasses.replace(prefill, row=row, deployment=typed_settings(RunArgs, pools.items()))
 
 
 # The engine flag a pool's batch size is (aiconfigurator 0.12.0

@@ -13,6 +13,7 @@ from typing import Any
 
 from twin import precision as px
 from twin.costmodel.profile import Profile
+from twin.engine import RunArgs, typed_settings
 from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.validate.silicon.configs import find_config, load_model, read_config, system_gpus
@@ -63,7 +64,6 @@ class RowPlan:
     row: SiliconRow
     model_fields: dict[str, Any]  # ModelSpec.to_dict(derived=False): plain data, pickles
     model_id: str  # the Hugging Face id whose config was used (may differ from model_path)
-    config_path: str
     gpu: str  # the twin's GPU name (its shipped <gpu>-<engine> profile prices the steps)
     engine: str  # the twin's engine mode
     tp: int
@@ -72,8 +72,8 @@ class RowPlan:
     priced: str  # what is priced, as the summary groups it: "fp8, fp8 KV"
     warmup: int  # requests sent first and left out of the means
     requests: int  # all requests, warm-up included
-    # build_run keywords for the server's limits (:func:`deployment`)
-    deployment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # build_run keywords for the server's limits (:func:`deployment`), through the builder
+    deployment: RunArgs = dataclasses.field(default_factory=lambda: RunArgs())
     ep: int = 1  # expert-parallel ranks within the tp GPUs (the row's moe_ep_size)
     workers: int = 1  # aggregated workers the measured clients were spread over
     range_ratio: float = 1.0  # the harness's length spread (:class:`Harness`)
@@ -252,7 +252,6 @@ def plan_row(
         row=row,
         model_fields=model.to_dict(derived=False),
         model_id=hf_id,
-        config_path=str(path),
         gpu=gpu,
         engine=engine,
         tp=gpus,
@@ -267,7 +266,7 @@ def plan_row(
         # in the cache a measured request could hit, so the warm-up changes nothing else.
         warmup=0,
         requests=harness.measured_rounds * c,
-        deployment=limits,
+        deployment=typed_settings(RunArgs, limits.items()),
         ep=ep,
         workers=workers,
         range_ratio=harness.range_ratio,

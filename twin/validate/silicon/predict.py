@@ -57,7 +57,6 @@ def predict(plan: RowPlan) -> dict[str, Any]:
     A run the twin refuses (a TwinError: the weights do not fit, say) returns its
     message under ``twin_error``.
     """
-    from twin.engine.config import typed_settings
     from twin.engine.modes import measured_mode
     from twin.engine.run import RunArgs, build_run
     from twin.metrics import RequestRecord
@@ -94,7 +93,7 @@ def predict(plan: RowPlan) -> dict[str, Any]:
                 "concurrency": plan.concurrency,
                 "dp_attention": plan.dp,
             }
-            args.update(typed_settings(RunArgs, plan.deployment.items()))
+            args.update(plan.deployment)  # typed where the plan was made
             run = build_run(path, **args)
             summary = run.simulate(on_record=records.append)
     except TwinError as err:

@@ -7,7 +7,7 @@ import csv
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from twin.validate.silicon.predict import predict
 from twin.validate.silicon.rows import SPLITS
 
 
-def _deployment_text(settings: dict[str, Any]) -> str:
+def _deployment_text(settings: Mapping[str, Any]) -> str:
     """``max_num_batched_tokens=2548 max_num_seqs=8``: the limits a row ran with."""
     flat = {**settings.get("sets", {}), **{k: v for k, v in settings.items() if k != "sets"}}
     spec = flat.pop("speculative", None)
