@@ -1371,7 +1371,7 @@ def test_inferencemax_scripts_flags_turn_sglang_0510_piecewise_graphs_off() -> N
 def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
     """TensorRT-LLM's PyTorch backend runs a batch holding a context request without a
     CUDA graph in every release: a MoE row's context step adds its launches
-    times the GPU's fitted host time per launch (B200 and H200 only); none for dense
+    times the GPU's fitted host time per launch (B200, H200, H100); none for dense
     models, attention DP or another GPU; the plan carries it to the engine."""
     from dataclasses import replace
 
@@ -1379,7 +1379,7 @@ def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
 
     r1, gptoss = get_model("deepseek-r1"), get_model("gpt-oss-120b")
     per_launch = sil.TRTLLM_EAGER_LAUNCH_S
-    assert set(per_launch) == {"b200", "h200"}
+    assert set(per_launch) == {"b200", "h200", "h100"}
     row = _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc6.post2", tp=8)
     floor = sil.eager_prefill_s(row, r1, "b200")
     assert floor == pytest.approx(per_launch["b200"] * sil.eager_launches(r1)) and floor > 0.05
@@ -1395,7 +1395,9 @@ def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
     )
     assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0  # dense
     assert sil.eager_prefill_s(replace(row, attention_dp=8, tp=1), r1, "b200") == 0.0
-    assert sil.eager_prefill_s(row, r1, "h100") == 0.0  # no fitted host time
+    assert sil.eager_prefill_s(row, r1, "b300") == 0.0  # no fitted host time
+    h100 = replace(row, system="h100_sxm", backend_version="1.0.0rc3")
+    assert sil.eager_prefill_s(h100, r1, "h100") == pytest.approx(15e-6 * sil.eager_launches(r1))
     # the plan of a measured TensorRT-LLM MoE row carries the floor into its run
     pytest.importorskip("aiconfigurator_core")
     rows = {r.id: r for r in sil.read_rows()}

@@ -150,7 +150,15 @@ SGLANG_EAGER_LAUNCH_S: dict[str, float] = {"h200": 60e-6, "b200": 75e-6, "b300":
 # --grid-us 25,50,75,100` (`benchmarks/results/trtllm-eager-grid-s19.json`): B200 25 us
 # (TTFT / TPOT 23.3 / 19.2%; 50 us: 32.3 / 20.2%), H200 75 us unchanged (24.6 / 13.6%; 50:
 # 28.2 / 14.2, 100: 26.5 / 15.5) (docs/decisions.md, "Issue 31, step: session 19's merge").
-TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "h200": 75e-6}
+# H100 (session 22, helper `ttft22`; H100 had no entry, so its MoE rows' context steps had
+# no floor): the same rule fitted on every fit row of the CSV it applies to on H100 (54:
+# Qwen3-235B-A22B-FP8 1.0.0rc3 52, gpt-oss-120b 1.3.0rc1 2), `bench_silicon.py --systems
+# h100_sxm --backends trtllm --models Qwen3-235B,gpt-oss --split fit --no-aiconfigurator`
+# with the entry at 0 / 10 / 15 / 20 / 25 us: TTFT / TPOT MAPE 38.2 / 12.9, 23.9 / 12.4,
+# 22.4 / 12.4, 24.9 / 12.6, 30.4 / 13.0% (least at 15 us; the measured TTFT at 4 clients
+# is ~170 ms whatever the prompt, 512-1,024 tokens, at tp 4 and 8, the twin's 80-134 ms
+# without it) (docs/decisions.md, "Issue 31, step: the two largest TTFT gaps").
+TRTLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "h200": 75e-6, "h100": 15e-6}
 
 
 # vLLM replays piecewise CUDA graphs only for steps of at most
