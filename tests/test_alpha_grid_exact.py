@@ -232,3 +232,25 @@ def test_a_tuned_replay_with_its_grid_in_the_background_is_the_same(name):
         d.pop("wall_s")
         out.append((d, res.per_request["hit_tokens"].tolist()))
     assert out[0] == out[1]
+
+
+def _grid_hits(name: str, seed: int) -> list[list[int]]:
+    window = _sessions(seed)
+    tokens = sum(len(full) for full, _ in window)
+    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    runs = compiled_grid_runs(HYBRID, capacity, window, ALPHA_GRID, policy_class(name))
+    return [run.hits for run in runs]
+
+
+def test_a_forked_worker_replays_the_grid_after_its_parent_did():
+    """A process forked after its parent replayed a grid on threads (a sweep's worker,
+    ``twin.workers``) replays one too: the parent's thread pools come without their
+    threads, and a pool with idle threads on record starts none (work sent to it waited
+    forever); the child makes its own pools (``compiled._forget_pools``)."""
+    from twin.workers import guarded_executor
+
+    with mock.patch("twin.policies.compiled.cores", return_value=2):
+        parent = _grid_hits("marconi", 0)
+        with guarded_executor(1) as pool:
+            child = pool.submit(_grid_hits, "marconi", 0).result(timeout=120)
+    assert child == parent

@@ -208,14 +208,32 @@ _COUNTERS = (
 # Requests a stream gathers before its background replay serves them (one kernel call per
 # alpha per batch): large enough that the calls' overhead is nothing beside the replays.
 STREAM_BATCH = 128
-_BACKGROUND: list[ThreadPoolExecutor] = []  # the streams' background replays (one pool)
-_ALPHAS: list[ThreadPoolExecutor] = []  # the alphas of one batch, side by side
+# The process's thread pools, by use ("background": the streams' replays; "alphas": the
+# alphas of one batch, side by side) and thread count, made on first use and kept.
+_POOLS: dict[tuple[str, int], ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()  # a stream's thread and the caller may both make one
 
 
-def _pool(pools: list[ThreadPoolExecutor], threads: int) -> ThreadPoolExecutor:
-    if not pools:
-        pools.append(ThreadPoolExecutor(threads, thread_name_prefix="twin-alpha-grid"))
-    return pools[0]
+def _pool(use: str, threads: int) -> ThreadPoolExecutor:
+    with _POOLS_LOCK:
+        pool = _POOLS.get((use, threads))
+        if pool is None:
+            pool = ThreadPoolExecutor(threads, thread_name_prefix=f"twin-alpha-grid-{use}")
+            _POOLS[use, threads] = pool
+        return pool
+
+
+def _forget_pools() -> None:
+    """In a forked child (``twin.workers``' process pools fork): the parent's pools are
+    copied without their threads, and a pool with idle threads on record starts none, so
+    work sent to one would wait forever; the child makes its own."""
+    global _POOLS_LOCK
+    _POOLS.clear()
+    _POOLS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
 
 
 class GridStream:
@@ -271,7 +289,7 @@ class GridStream:
         with self._lock:
             self._pending.append((full, prompt_len))
             if self.background and self._job is None and len(self._pending) >= STREAM_BATCH:
-                self._job = _pool(_BACKGROUND, max(cores() - 1, 1)).submit(self._drain)
+                self._job = _pool("background", max(cores() - 1, 1)).submit(self._drain)
 
     def _drain(self) -> None:
         """Serve what has arrived, until nothing is left (one drain at a time)."""
@@ -318,7 +336,7 @@ class GridStream:
         others = range(1, len(self.states))
         threads = min(len(others), cores())
         if threads > 1:
-            list(_pool(_ALPHAS, threads).map(go_on, others))
+            list(_pool("alphas", threads).map(go_on, others))
         else:
             for j in others:
                 go_on(j)
