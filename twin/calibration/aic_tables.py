@@ -666,7 +666,7 @@ def _sibling_note(table: Path, source: str, dtype: str) -> dict[str, Any]:
 def moe_table_rows(table: Path, dtype: str, distribution: str) -> list[dict[str, Any]]:
     """``table``'s gated rows of expert format ``dtype`` timed under routing
     ``distribution`` (``balanced``, ``power_law_1.01``, ``power_law_1.2``), after the
-    same-silicon rule (:func:`moe_table`)."""
+    same-silicon and cross-die rules (:func:`moe_table`)."""
     return [
         r
         for r in moe_table(table).rows

@@ -112,6 +112,12 @@ MOE_ONLY_MODES = {"int4_wo": "flops"}
 MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS, **MOE_ONLY_MODES}
 
 
+# The fused MoE's terms (every fused-MoE family's: the default kernel, TensorRT-LLM's
+# min-latency one, the mxfp8-activation one): its extras and its serial feature.
+MOE_EXTRAS = ("weight_elems", "routed_elems", "tile_bytes")
+MOE_SERIAL = ("active_experts",)
+
+
 def moe_kernel(mode: str) -> str:
     """The profile key of the fused-MoE fit of table mode ``mode`` (``moe`` for bf16)."""
     return "moe" if mode == "bfloat16" else f"moe_{mode}"
@@ -148,7 +154,9 @@ def moe_min_latency_kernel(mode: str) -> str:
 # the weight format's features and peak (the bf16 rate, as ``mxfp4``'s), so it stands in
 # for that format's fit (``Profile.with_experts_fit``); the faster MMAs are in its
 # efficiency.
-MOE_MXFP8_ACTIVATION_MODES = {"mxfp4": "flops"}
+# Its peak is the weight format's own (``MOE_MODES``), which ``Profile.with_experts_fit``
+# relies on.
+MOE_MXFP8_ACTIVATION_MODES = {mode: MOE_MODES[mode] for mode in ("mxfp4",)}
 MOE_MXFP8_ACTIVATION_TABLE_MODE = "w4a8_mxfp4_mxfp8"
 
 
@@ -346,14 +354,14 @@ FORMULAS: dict[str, KernelFormula] = {
                 moe_kernel(mode),
                 "mem_bw",
                 True,
-                ("weight_elems", "routed_elems", "tile_bytes"),
+                MOE_EXTRAS,
                 f"fused MoE experts ({mode}): the rank's token x top-k rows through the "
                 "experts they hit, up and down, plus a term over every routed row's hidden "
                 "state of the step, all ranks' (gather, align, combine over the whole batch), "
                 "one CTA's weight stream (the floor with fewer tiles than SMs), and a serial "
                 "cost per expert hit (its grouped-GEMM problem's set-up)",
                 flops_peak=peak,
-                serial=("active_experts",),
+                serial=MOE_SERIAL,
             )
             for mode, peak in MOE_MODES.items()
         ),
@@ -362,11 +370,11 @@ FORMULAS: dict[str, KernelFormula] = {
                 moe_min_latency_kernel(mode),
                 "mem_bw",
                 True,
-                ("weight_elems", "routed_elems", "tile_bytes"),
+                MOE_EXTRAS,
                 f"fused MoE experts ({mode}), TensorRT-LLM's min-latency kernel: steps of at "
                 f"most {MOE_MIN_LATENCY_MAX_TOKENS} tokens (the fused MoE's terms)",
                 flops_peak=peak,
-                serial=("active_experts",),
+                serial=MOE_SERIAL,
             )
             for mode, peak in MOE_MIN_LATENCY_MODES.items()
         ),
@@ -375,11 +383,11 @@ FORMULAS: dict[str, KernelFormula] = {
                 moe_mxfp8_activation_kernel(mode),
                 "mem_bw",
                 True,
-                ("weight_elems", "routed_elems", "tile_bytes"),
+                MOE_EXTRAS,
                 f"fused MoE experts ({mode} weights, mxfp8 activations): the fused MoE's "
                 f"terms and the {mode} family's peak (it stands in for that family's fit)",
                 flops_peak=peak,
-                serial=("active_experts",),
+                serial=MOE_SERIAL,
             )
             for mode, peak in MOE_MXFP8_ACTIVATION_MODES.items()
         ),
