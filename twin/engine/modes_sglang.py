@@ -232,8 +232,14 @@ def _auto_spec_params(algorithm: str, model: ModelSpec) -> tuple[int, int, int]:
 # request), then ``process_batch_result_decode`` another. Where the overlap scheduler
 # runs (every plain run) this time hides under the GPU's, which is why the B200 / B300
 # engine times hold none; where a GPU's engine times give a host time (H100) that is
-# priced instead (``twin.engine.speculative.speculative_pricer``). Fitted on the fit
-# split's InferenceMAX -mtp rows (docs/decisions.md, "SGLang's MTP iteration").
+# priced instead (``twin.engine.speculative.speculative_pricer``). Fitted on the fit split
+# only: the 1,500-row sample's 37 InferenceMAX -mtp fit rows
+# (``benchmarks/results/sgl-mtp/mtp-rows.csv``: DeepSeek-R1 B200 fp8 12, Qwen3.5 B200 fp8
+# 22, B300 fp8 3), the least TPOT MAPE of the estimate ``twin + (fixed + each x running) /
+# tau`` over a grid of 0-6 ms and 0-300 us (a script not kept; best 1.0-1.25 ms, 85-105 us),
+# confirmed scored: ``python benchmarks/silicon_rows.py benchmarks/results/sgl-mtp/mtp-rows.csv
+# --split fit --jobs 2``: TTFT / TPOT MAPE 37.3 / 12.5 -> 13.7 / 10.3% (docs/decisions.md,
+# "SGLang's MTP iteration").
 SGLANG_SPEC_V1_LOOP_HOST = (1.25e-3, 90e-6)
 
 
