@@ -254,3 +254,29 @@ def test_a_forked_worker_replays_the_grid_after_its_parent_did():
         with guarded_executor(1) as pool:
             child = pool.submit(_grid_hits, "marconi", 0).result(timeout=120)
     assert child == parent
+
+
+def test_an_error_in_the_background_replay_is_raised_at_the_tuning():
+    """A batch that fails on the stream's thread is not lost: :meth:`GridStream.runs`
+    (the tuning) raises it, and no later batch is started after it."""
+    window = _sessions(0)
+    tokens = sum(len(full) for full, _ in window)
+    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    calls = []
+
+    def broken(self, batch):
+        calls.append(len(batch))
+        raise RuntimeError("replay failed")
+
+    with (
+        mock.patch("twin.policies.compiled.STREAM_BATCH", 5),
+        mock.patch.object(GridStream, "_serve", broken),
+    ):
+        stream = GridStream(
+            HYBRID, capacity, CompiledTrace(len(window)), ALPHA_GRID, policy_class("marconi"), True
+        )
+        for full, n in window:
+            stream.add(full, n)
+        with pytest.raises(RuntimeError, match="replay failed"):
+            stream.runs()
+    assert len(calls) == 1
