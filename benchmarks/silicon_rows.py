@@ -31,6 +31,9 @@ from typing import Any
 from bench_silicon import run_rows
 
 import twin.validate.silicon as sil
+from twin.engine import typed_settings
+from twin.engine.run import RunArgs
+from twin.errors import TwinError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     plans, reasons = sil.plan_rows(rows, sil.default_configs(), "benchmark")
     try:
         plans = [changed(p, changes) for p in plans]
-    except ValueError as err:
+    except (ValueError, TwinError) as err:  # a name build_run lacks: before any row runs
         parser.error(f"--deployment: {err}")
     print(f"{len(ids)} rows named, {len(plans)} expressed", flush=True)
     results: dict[str, dict[str, Any]] = {}
@@ -99,7 +102,8 @@ def changed(plan: sil.RowPlan, changes: list[tuple[str, str]]) -> sil.RowPlan:
             deployment[key] = plan.concurrency - int(text[2:])
         else:
             deployment[key] = _literal(text)
-    return dataclasses.replace(plan, deployment=deployment)
+    typed = typed_settings(RunArgs, deployment.items())  # a misspelt name: one line
+    return dataclasses.replace(plan, deployment=typed)
 
 
 def _literal(text: str) -> Any:

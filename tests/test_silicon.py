@@ -699,6 +699,9 @@ def test_silicon_rows_deployment_changes(
     assert plan.deployment["max_running"] == 16  # the plan itself is left as it was
     with pytest.raises(ValueError, match="c-N"):
         rows.changed(plan, [("max_running", "c-x")])
+    # a name build_run lacks is refused before any row runs (each row would fail alone)
+    with pytest.raises(TwinError, match=r"^'max_runing': not a setting of a run"):
+        rows.changed(plan, [("max_runing", "4")])
     predictions = tmp_path / "p.csv"
     predictions.write_text("id,split,group\n")
     with pytest.raises(SystemExit) as exit_info:
