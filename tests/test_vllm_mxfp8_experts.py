@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 from silicon_rows import silicon_row
-from test_engine_helpers import single_turns
+from test_vllm_marlin_experts import gpt_oss_request
 
 import twin.precision as px
 from twin.calibration import aic_tables as at
@@ -99,22 +99,7 @@ def test_the_vllm_flag_takes_mxfp8_activations_for_mxfp4_experts_only():
 
 
 def test_a_b200_run_with_mxfp8_activations_prefills_and_decodes_faster(tmp_path):
-    from twin.engine.run import build_run
-
-    path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=8192, output_len=9)
-    out = {}
-    for backend in ("auto", "flashinfer_trtllm_afp8"):
-        run_ = build_run(
-            path,
-            model="gpt-oss-120b",
-            gpu="b200",
-            engine="vllm==0.19.0",
-            sets={"moe_backend": backend},
-            concurrency=1,
-        )
-        records = []
-        run_.simulate(on_record=records.append)
-        out[backend] = records[0]
+    out = gpt_oss_request(tmp_path, "b200", ("auto", "flashinfer_trtllm_afp8"))
     fast, base = out["flashinfer_trtllm_afp8"], out["auto"]
     assert fast.ttft_s < 0.8 * base.ttft_s
     assert fast.tpot_s < base.tpot_s

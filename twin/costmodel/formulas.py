@@ -118,6 +118,13 @@ MOE_EXTRAS = ("weight_elems", "routed_elems", "tile_bytes")
 MOE_SERIAL = ("active_experts",)
 
 
+def _fused_moe(kernel: str, flops_peak: str, description: str) -> KernelFormula:
+    """A fused-MoE family's formula: the fused MoE's terms at ``flops_peak``."""
+    return KernelFormula(
+        kernel, "mem_bw", True, MOE_EXTRAS, description, flops_peak=flops_peak, serial=MOE_SERIAL
+    )
+
+
 def moe_kernel(mode: str) -> str:
     """The profile key of the fused-MoE fit of table mode ``mode`` (``moe`` for bf16)."""
     return "moe" if mode == "bfloat16" else f"moe_{mode}"
@@ -350,44 +357,32 @@ FORMULAS: dict[str, KernelFormula] = {
         # ``moe_perf`` rows; without one the experts are priced as two GEMMs of the
         # linear layers' fit (``twin.costmodel.dense_pricing``).
         *(
-            KernelFormula(
+            _fused_moe(
                 moe_kernel(mode),
-                "mem_bw",
-                True,
-                MOE_EXTRAS,
+                peak,
                 f"fused MoE experts ({mode}): the rank's token x top-k rows through the "
                 "experts they hit, up and down, plus a term over every routed row's hidden "
                 "state of the step, all ranks' (gather, align, combine over the whole batch), "
                 "one CTA's weight stream (the floor with fewer tiles than SMs), and a serial "
                 "cost per expert hit (its grouped-GEMM problem's set-up)",
-                flops_peak=peak,
-                serial=MOE_SERIAL,
             )
             for mode, peak in MOE_MODES.items()
         ),
         *(
-            KernelFormula(
+            _fused_moe(
                 moe_min_latency_kernel(mode),
-                "mem_bw",
-                True,
-                MOE_EXTRAS,
+                peak,
                 f"fused MoE experts ({mode}), TensorRT-LLM's min-latency kernel: steps of at "
                 f"most {MOE_MIN_LATENCY_MAX_TOKENS} tokens (the fused MoE's terms)",
-                flops_peak=peak,
-                serial=MOE_SERIAL,
             )
             for mode, peak in MOE_MIN_LATENCY_MODES.items()
         ),
         *(
-            KernelFormula(
+            _fused_moe(
                 moe_mxfp8_activation_kernel(mode),
-                "mem_bw",
-                True,
-                MOE_EXTRAS,
+                peak,
                 f"fused MoE experts ({mode} weights, mxfp8 activations): the fused MoE's "
                 f"terms and the {mode} family's peak (it stands in for that family's fit)",
-                flops_peak=peak,
-                serial=MOE_SERIAL,
             )
             for mode, peak in MOE_MXFP8_ACTIVATION_MODES.items()
         ),
