@@ -504,7 +504,8 @@ def test_the_front_end_takes_requests_one_at_a_time_and_ttft_counts_it(tmp_path)
 def test_engine_modes_get_their_fitted_engine_times_on_the_gpu_they_were_fitted_on():
     assert engine_time_defaults("vllm", "h100")["seq_host_s"] > 0
     assert engine_time_defaults("vllm", "b200") == {"frontend_s": 0.02}  # its front end only
-    assert engine_time_defaults("vllm", "b300") == {}  # none fitted
+    assert engine_time_defaults("vllm", "b300") == {"frontend_s": 0.015}
+    assert engine_time_defaults("vllm", "gb200") == {}  # none fitted
     assert engine_time_defaults("paper", "h100") == {}
     prof = resolve_profile("h100", None, "vllm")
     fitted = build_config(prof, cache_gb="auto", engine="vllm")

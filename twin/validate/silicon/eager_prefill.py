@@ -293,7 +293,15 @@ VLLM_EAGER_FROM = "0.14.0"
 # 40 us 21.1). On the sample's 183 B200 fit rows 40 us ties 35 (TTFT + TPOT 29.5 against
 # 29.6) by trading Kimi-K2.5 and gpt-oss for MiniMax-M2.5, so B200 stays at 35; H100 and
 # H200 not rechecked on the wider rows (session 21's check had their grid winners lose).
-VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 35e-6, "b300": 20e-6, "h200": 35e-6, "h100": 15e-6}
+# B200 refitted jointly with its vLLM front end (``engine_times.json`` ``frontend_s``, fitted
+# at 35 us by helper ``b200-vllm``) on the sample's 183 B200 vLLM fit rows by id
+# (``python benchmarks/results/vllm-refit22/grid_point.py b200 US
+# benchmarks/results/b200-vllm-fit-ids.csv --split fit --deployment frontend_s=S --out
+# benchmarks/results/vllm-refit22/fit-eUS-fMS --jobs 2``; docs/decisions.md, "Issue 31,
+# step: B200 vLLM's eager host time and front end refitted jointly"), TTFT + TPOT MAPE at
+# front end 20 ms: 10 us 25.4, 20 us 21.8, 25 us 20.9, 30 us 21.1, 35 us 22.2; 25 us at
+# 15 / 25 ms 22.3 / 22.1; 10 ms: 20 us 26.9, 35 us 23.5: B200 25 us, front end 20 ms.
+VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "b300": 20e-6, "h200": 35e-6, "h100": 15e-6}
 
 
 def vllm_prefills_eagerly(row: SiliconRow) -> bool:
