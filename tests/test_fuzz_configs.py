@@ -110,7 +110,7 @@ def _check(name: str, data: dict[str, Any], tmp_path: Path) -> None:
     assert spec.layers is None or 0 < len(spec.layers) <= MAX_LAYERS
     # Sizes are Python integers (no overflow); one too large for any GPU is refused by the
     # memory budget when a run starts, in one line.
-    for size in (spec.weight_bytes, spec.kv_bytes_per_token, spec.prefill_flops_total(64)):
+    for size in (spec.weight_bytes, spec.kv_bytes_per_token, spec.prefill_flops(64).total):
         assert math.isfinite(size) and size >= 0, (name, size)
     assert spec.weight_bytes > 0
 
