@@ -164,18 +164,14 @@ def _is_slow(source: str, d: int, tp: int, ep: int, dist: str) -> bool:
     return (source, d, tp, ep) == SLOW and dist == "balanced"
 
 
-@pytest.fixture(scope="module")
-def siblings(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """B200 and GB200 tables from the test table: GB200 its rows, B200 1.04x them and
-    DeepSeek's balanced EP 4 series 1.7x more."""
-    root = tmp_path_factory.mktemp("aic") / "data"
-    table = pq.read_table(DATA / "h100_sxm" / TABLE)
-    rows = table.to_pylist()
-    scaled = [
+def _scaled(rows: list[dict[str, Any]], factor: float) -> list[dict[str, Any]]:
+    """``rows`` with every latency ``factor`` x, and DeepSeek's balanced EP 4 series
+    (``_is_slow``) 1.7x more."""
+    return [
         {
             **r,
             "latency": r["latency"]
-            * 1.04
+            * factor
             * (
                 1.7
                 if _is_slow(
@@ -190,6 +186,16 @@ def siblings(tmp_path_factory: pytest.TempPathFactory) -> Path:
         }
         for r in rows
     ]
+
+
+@pytest.fixture(scope="module")
+def siblings(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """B200 and GB200 tables from the test table: GB200 its rows, B200 1.04x them and
+    DeepSeek's balanced EP 4 series 1.7x more."""
+    root = tmp_path_factory.mktemp("aic") / "data"
+    table = pq.read_table(DATA / "h100_sxm" / TABLE)
+    rows = table.to_pylist()
+    scaled = _scaled(rows, 1.04)
     for system, data in (("gb200", rows), ("b200_sxm", scaled)):
         (root / system / TABLE).parent.mkdir(parents=True)
         pq.write_table(pa.Table.from_pylist(data, schema=table.schema), root / system / TABLE)
@@ -226,28 +232,12 @@ def dies(tmp_path_factory: pytest.TempPathFactory) -> Path:
     table = pq.read_table(DATA / "h100_sxm" / TABLE)
     rows = table.to_pylist()
 
-    def scaled(factor: float) -> list[dict[str, Any]]:
-        return [
-            {
-                **r,
-                "latency": r["latency"]
-                * factor
-                * (
-                    1.7
-                    if _is_slow(
-                        r["kernel_source"],
-                        r["hidden_size"],
-                        r["moe_tp_size"],
-                        r["moe_ep_size"],
-                        r["distribution"],
-                    )
-                    else 1.0
-                ),
-            }
-            for r in rows
-        ]
-
-    tables = {"b300_sxm": rows, "gb300": rows, "b200_sxm": scaled(1.03), "gb200": scaled(1.01)}
+    tables = {
+        "b300_sxm": rows,
+        "gb300": rows,
+        "b200_sxm": _scaled(rows, 1.03),
+        "gb200": _scaled(rows, 1.01),
+    }
     for system, data in tables.items():
         (root / system / TABLE).parent.mkdir(parents=True)
         pq.write_table(pa.Table.from_pylist(data, schema=table.schema), root / system / TABLE)

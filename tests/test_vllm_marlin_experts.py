@@ -25,7 +25,7 @@ from twin.validate import silicon as sil
 GPT_OSS = {"hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 128}
 
 
-def _layer_s(profile, family: str, tokens: int, moe_tp: int = 1) -> float:
+def expert_s(profile, family: str, tokens: int, moe_tp: int = 1) -> float:
     """One fused-MoE launch of gpt-oss-120b's experts at ``tokens`` tokens, priced with
     ``family``'s fit of ``profile`` (as the fits are made: ``aic_tables.moe_row``)."""
     shape = {**GPT_OSS, "num_tokens": tokens, "moe_tp_size": moe_tp, "moe_ep_size": 1}
@@ -51,11 +51,11 @@ def test_marlin_prices_gpt_oss_prefill_experts_at_about_twice_oai_triton(gpu):
     # Prefill: compute-bound, Marlin at ~1.5-2.5x OAI Triton's time (NVIDIA's tables:
     # 190-250 against 540-560 TFLOP/s on H200).
     for tokens in (4096, 8192):
-        ratio = _layer_s(marlin, "moe_mxfp4", tokens) / _layer_s(profile, "moe_mxfp4", tokens)
+        ratio = expert_s(marlin, "moe_mxfp4", tokens) / expert_s(profile, "moe_mxfp4", tokens)
         assert 1.5 < ratio < 3.0, (tokens, ratio)
     # Decode: weight-bound, within 25% of the OAI price (the measured TPOT did not move).
     for tokens in (1, 8, 32):
-        ratio = _layer_s(marlin, "moe_mxfp4", tokens) / _layer_s(profile, "moe_mxfp4", tokens)
+        ratio = expert_s(marlin, "moe_mxfp4", tokens) / expert_s(profile, "moe_mxfp4", tokens)
         assert 0.5 < ratio < 1.25, (tokens, ratio)
     # The other families are untouched.
     assert {k: v for k, v in marlin.kernels.items() if k != "moe_mxfp4"} == {

@@ -10,31 +10,17 @@ import dataclasses
 
 import pytest
 from silicon_rows import silicon_row
-from test_vllm_marlin_experts import gpt_oss_request
+from test_vllm_marlin_experts import expert_s, gpt_oss_request
 
-import twin.precision as px
 from twin.calibration import aic_tables as at
 from twin.costmodel import formulas as fm
-from twin.costmodel.latency import predict
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.validate import silicon as sil
 
-GPT_OSS = {"hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 128}
 FAMILY = fm.moe_mxfp8_activation_kernel("mxfp4")
-
-
-def _layer_s(profile, family: str, tokens: int, moe_tp: int = 1) -> float:
-    """One fused-MoE launch of gpt-oss-120b's experts at ``tokens`` tokens, priced with
-    ``family``'s fit of ``profile`` (as the fits are made: ``aic_tables.moe_row``)."""
-    shape = {**GPT_OSS, "num_tokens": tokens, "moe_tp_size": moe_tp, "moe_ep_size": 1}
-    row = at.moe_row(shape, px.WEIGHT_FORMATS["mxfp4"], family, 1.0)
-    extras = {k: v for k, v in row.items() if k not in ("kernel", "flops", "bytes", "median_s")}
-    extras.pop("shape")
-    fit = profile.kernels[family]
-    return predict(family, fit.params, profile.peaks, row["flops"], row["bytes"], extras)
 
 
 def test_the_family_prices_with_the_mxfp4_experts_features_and_peak():
@@ -62,10 +48,10 @@ def test_mxfp8_activations_price_gpt_oss_experts_faster_than_bf16_ones(gpu):
     # NVIDIA's tables (SGLang 0.5.14, the same kernel in both activation formats, TP 1):
     # mxfp8 / bf16 0.76-0.81 at 8-256 tokens, 0.26-0.37 at 4,096-16,384.
     for tokens in (8, 64, 256):
-        ratio = _layer_s(profile, FAMILY, tokens) / _layer_s(profile, "moe_mxfp4", tokens)
+        ratio = expert_s(profile, FAMILY, tokens) / expert_s(profile, "moe_mxfp4", tokens)
         assert 0.6 < ratio < 0.95, (tokens, ratio)
     for tokens in (8192, 16384):
-        ratio = _layer_s(profile, FAMILY, tokens) / _layer_s(profile, "moe_mxfp4", tokens)
+        ratio = expert_s(profile, FAMILY, tokens) / expert_s(profile, "moe_mxfp4", tokens)
         assert 0.2 < ratio < 0.45, (tokens, ratio)
 
 
