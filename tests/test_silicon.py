@@ -610,7 +610,8 @@ def test_an_inferencemax_rows_layout_is_the_one_it_ran(
 
 def test_the_package_rows_run_on_the_gpus_their_ids_name() -> None:
     """Every InferenceMAX row whose id names its layout (``..._tp8_ep8_1010``,
-    ``..._tp8_0_ep8_0_974``) is read at that many GPUs and that expert parallelism, and
+    ``..._tp8_0_ep8_0_974``) is read at that many GPUs and that expert parallelism (but
+    the rows collected before the search space named one, read at their script's), and
     its GB200 rows the CSV calls aggregated are refused as the disaggregated runs they
     were."""
     pytest.importorskip("aiconfigurator_core")
@@ -621,7 +622,9 @@ def test_the_package_rows_run_on_the_gpus_their_ids_name() -> None:
     checked = 0
     for r in rows:
         found = named.search(r.id)
-        if found is None or r.mode != "agg":
+        # the rows collected before the search space: their ids name the CSV's ep 1
+        # (inferencemax_trtllm_script_layout)
+        if found is None or r.mode != "agg" or r.csv_layout.startswith("script"):
             continue
         gpus, ep = int(found.group(1)), int(found.group(2))
         assert ((r.tp or 1) * (r.attention_dp or 1), r.moe_ep or 1) == (gpus, ep), r.id
@@ -984,6 +987,74 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     # the plain scripts': c + ISL + 64 in 64s, at least 8192
     plain = replace(row, backend_version="1.2.0rc6.post2", isl=1024)
     assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 8192}
+
+
+@pytest.mark.parametrize(
+    ("system", "precision", "lengths", "conc", "tp", "ran"),
+    [
+        # fp4 B200 (dsr1_fp4_b200_trt_slurm.sh): EP above 32 clients at tp 4, DP from 256
+        ("b200_sxm", "fp4", (1024, 1024), 32, 4, (4, 1, 4, 1)),
+        ("b200_sxm", "fp4", (1024, 1024), 128, 4, (4, 1, 1, 4)),
+        ("b200_sxm", "fp4", (1024, 8192), 256, 4, (1, 4, 1, 4)),
+        # ... at 8k/1k DP with EP above 32; tp 8 1k/1k EP above 8
+        ("b200_sxm", "fp4", (8192, 1024), 64, 8, (1, 8, 1, 8)),
+        ("b200_sxm", "fp4", (8192, 1024), 32, 8, (8, 1, 8, 1)),
+        ("b200_sxm", "fp4", (1024, 1024), 16, 8, (8, 1, 1, 8)),
+        ("b200_sxm", "fp4", (1024, 1024), 8, 8, (8, 1, 8, 1)),
+        # fp8 B200 and H200: EP always; DP above 32 (B200 1k/1k, H200 8k/1k) or 64
+        ("b200_sxm", "fp8", (1024, 1024), 32, 8, (8, 1, 1, 8)),
+        ("b200_sxm", "fp8", (1024, 1024), 64, 8, (1, 8, 1, 8)),
+        ("h200_sxm", "fp8", (1024, 1024), 64, 8, (8, 1, 1, 8)),
+        ("h200_sxm", "fp8", (8192, 1024), 64, 8, (1, 8, 1, 8)),
+    ],
+)
+def test_inferencemax_trtllm_rows_before_the_search_space_run_their_scripts_layout(
+    system: str,
+    precision: str,
+    lengths: tuple[int, int],
+    conc: int,
+    tp: int,
+    ran: tuple[int, int, int, int],
+) -> None:
+    """InferenceMAX's DeepSeek-R1 TensorRT-LLM rows that name no image and were measured
+    before 2025-11-03 (the CSV writes them ep 1, no attention DP) ran the 1.1.0rc2.post2
+    image with the layout their script chose from tp, the lengths and the clients, and
+    its budget without the 8192 floor; a row naming its image, measured later, of
+    another engine or already carrying a layout keeps its columns."""
+    from dataclasses import replace
+
+    isl, osl = lengths
+    source = f"source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency={conc}; "
+    row = _inferencemax_r1(
+        backend="trtllm",
+        backend_version="",
+        precision=precision,
+        tp=tp,
+        attention_dp=1,
+        moe_tp=tp,
+        moe_ep=1,
+        isl=isl,
+        osl=osl,
+        batch_size=conc,
+    )
+    measured = source + "measured=2025-11-02T00:00:00.000Z; wip=False"
+    row = replace(row, system=system, concurrency=conc, source=measured)
+    read = sil.inferencemax_trtllm_script_layout(row)
+    assert _layout(read) == ran
+    assert read.backend_version == "1.1.0rc2.post2"
+    assert read.batch_size * read.attention_dp == conc
+    assert read.csv_layout.startswith("script layout")
+    assert (read.tp or 1) * (read.attention_dp or 1) == (read.moe_tp or 1) * (read.moe_ep or 1)
+    tokens = sil.deployment(read, "trtllm")["max_batched_tokens"]
+    assert tokens == -(-(conc + isl + 64) // 64) * 64  # no 8192 floor
+    for kept in (
+        replace(row, backend_version="1.2.0rc6.post2"),
+        replace(row, source=source + "measured=2025-11-03T00:00:00.000Z"),
+        replace(row, backend="vllm"),
+        replace(row, moe_tp=1, moe_ep=tp),
+        replace(row, model_path="meta-llama/Llama-3.1-70B"),
+    ):
+        assert sil.inferencemax_trtllm_script_layout(kept) == kept
 
 
 def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -> None:

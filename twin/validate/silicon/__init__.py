@@ -116,6 +116,7 @@ from twin.validate.silicon.inferencemax_trtllm import (
     inferencemax_mtp_drafts,
     inferencemax_speculation,
     inferencemax_trtllm_piecewise,
+    inferencemax_trtllm_script_layout,
 )
 from twin.validate.silicon.inferencemax_vllm import (
     INFERENCEMAX_VLLM,
@@ -285,6 +286,7 @@ __all__ = [
     "inferencemax_sglang_unnamed",
     "inferencemax_speculation",
     "inferencemax_trtllm_piecewise",
+    "inferencemax_trtllm_script_layout",
     "inferencemax_vllm",
     "kernel_tables",
     "launch_s",

@@ -4,6 +4,7 @@ piecewise CUDA graphs."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from twin.model import ModelSpec
@@ -226,6 +227,86 @@ def inferencemax_deepseek_batch_wait(row: SiliconRow) -> dict[str, str]:
     if (row.isl, row.osl) != (1024, 1024) or (row.concurrency or 0) < 64:
         return {}
     return dict(INFERENCEMAX_DEEPSEEK_BATCH_WAIT)
+
+
+# The CSV's InferenceMAX DeepSeek-R1 TensorRT-LLM rows that name no image (stamped
+# ``measured=2025-11-02``, B200 fp4 / fp8 and H200 fp8, under either model name) predate
+# the configurations' search space (SemiAnalysisAI/InferenceX 17d5e204f, "candidate
+# search space", 2025-11-03, which first gave each run an ``ep`` and ``dp-attn`` of its
+# own, written since to the CSV's columns): every row collected before it has
+# ``moe_ep_size`` and ``attention_dp_size`` 1, whatever ran. From ec90f3fe7 (2025-09-18)
+# to that commit the workflow (``.github/workflows/dsr1-tmpl.yml``) ran the
+# ``nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2`` image for ``bmk-b200-trt-fp4``,
+# ``-fp8`` and ``bmk-h200-trt-fp8``, and the scripts chose the layout themselves from
+# ``TP``, the lengths and ``CONC`` (``benchmarks/dsr1_fp4_b200_trt_slurm.sh``,
+# ``dsr1_fp8_b200_trt_slurm.sh``, ``dsr1_fp8_h200_trt_slurm.sh``, unchanged in these
+# lines from ec90f3fe7 to e06929c70, the last commit before 2025-11-03):
+# - fp4 B200: ``EP_SIZE=TP`` above 32 clients at tp 4 (above 8 at tp 8 1k/1k, 16 at tp 8
+#   1k/8k, 32 at tp 8 8k/1k); attention DP (with ``moe_config.backend: CUTLASS``, else
+#   TRTLLM) from 256 clients at 1k/1k and 1k/8k, above 32 at 8k/1k;
+# - fp8 B200: ``EP_SIZE=TP`` always (``moe_config.backend: DEEPGEMM``); attention DP above
+#   32 clients at 1k/1k, above 64 at 1k/8k and 8k/1k;
+# - fp8 H200: ``EP_SIZE=TP`` always (CUTLASS); attention DP above 64 clients at 1k/1k and
+#   1k/8k, above 32 at 8k/1k;
+# and ``MAX_NUM_TOKENS=(CONC + ISL + 64)`` rounded up to 64 with no 8192 floor (the
+# 1.1.0rc2.post2 scripts: ``INFERENCEMAX_TRTLLM_NO_FLOOR``). These rows are read as that
+# image and layout (:func:`inferencemax_trtllm_script_layout`).
+INFERENCEMAX_SEARCH_SPACE_DAY = "2025-11-03"
+INFERENCEMAX_TRTLLM_SCRIPT_IMAGE = "1.1.0rc2.post2"
+
+
+def _fp4_b200_script(isl: int, osl: int, conc: int, tp: int) -> tuple[bool, bool]:
+    if tp not in (4, 8):  # the script's EP and DP branches
+        return False, False
+    ep_above = {(8, 1024, 1024): 8, (8, 1024, 8192): 16}.get((tp, isl, osl), 32)
+    dp = conc > 32 if (isl, osl) == (8192, 1024) else conc >= 256
+    return conc > ep_above, dp
+
+
+def _fp8_b200_script(isl: int, osl: int, conc: int, tp: int) -> tuple[bool, bool]:
+    return True, conc > (32 if (isl, osl) == (1024, 1024) else 64)
+
+
+def _fp8_h200_script(isl: int, osl: int, conc: int, tp: int) -> tuple[bool, bool]:
+    return True, conc > (32 if (isl, osl) == (8192, 1024) else 64)
+
+
+INFERENCEMAX_TRTLLM_SCRIPT_LAYOUT = {  # (system, precision) -> (expert parallel, DP)
+    ("b200_sxm", "fp4"): _fp4_b200_script,
+    ("b200_sxm", "fp8"): _fp8_b200_script,
+    ("h200_sxm", "fp8"): _fp8_h200_script,
+}
+
+
+def inferencemax_trtllm_script_layout(row: SiliconRow) -> SiliconRow:
+    """``row`` at the image and parallel layout its script chose, where it is an
+    InferenceMAX DeepSeek-R1 TensorRT-LLM row measured before the search space named
+    them (above); unchanged otherwise. The CSV's columns stay in ``csv_layout``."""
+    rule = INFERENCEMAX_TRTLLM_SCRIPT_LAYOUT.get((row.system, row.precision))
+    day = measured_on(row)
+    if rule is None or row.backend_version or day is None or day >= INFERENCEMAX_SEARCH_SPACE_DAY:
+        return row
+    if not _inferencemax_trtllm_deepseek(row) or row.mode != "agg" or not row.concurrency:
+        return row
+    if (row.attention_dp or 1, row.moe_ep or 1, row.moe_tp or row.tp) != (1, 1, row.tp):
+        return row
+    gpus = row.tp or 1
+    ep, dp = rule(row.isl or 0, row.osl or 0, row.concurrency, gpus)
+    ranks = gpus if dp else 1
+    csv_layout = (
+        f"script layout (no image, measured {day}): tp_size {row.tp}, attention_dp_size "
+        f"{row.attention_dp}, moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
+    )
+    return dataclasses.replace(
+        row,
+        backend_version=INFERENCEMAX_TRTLLM_SCRIPT_IMAGE,
+        tp=gpus // ranks,
+        attention_dp=ranks,
+        moe_tp=1 if ep else gpus,
+        moe_ep=gpus if ep else 1,
+        batch_size=row.concurrency // ranks,
+        csv_layout=csv_layout,
+    )
 
 
 def inferencemax_speculation(row: SiliconRow, model: ModelSpec) -> dict[str, Any] | None:

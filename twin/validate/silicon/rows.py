@@ -15,6 +15,7 @@ from pathlib import Path
 from twin.errors import TwinError, where
 from twin.validate.silicon.harness import model_named
 from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_layout
+from twin.validate.silicon.inferencemax_trtllm import inferencemax_trtllm_script_layout
 
 CSV_IN_PACKAGE = ("systems", "silicon_sample.csv")
 CONFIGS_IN_PACKAGE = "model_configs"
@@ -222,7 +223,8 @@ def read_rows(path: str | Path | None = None) -> list[SiliconRow]:
                 raise TwinError(f"{p}: missing column {missing[0]!r} (a silicon_sample.csv?)")
             rows = []
             for i, raw in enumerate(reader, start=1):
-                rows.append(inferencemax_layout(_parse(raw, p, i)))
+                row = inferencemax_layout(_parse(raw, p, i))
+                rows.append(inferencemax_trtllm_script_layout(row))
     except FileNotFoundError:
         raise TwinError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as err:
