@@ -131,8 +131,11 @@ def moe_kernel(mode: str) -> str:
 
 
 # TensorRT-LLM's min-latency fused MoE: a second kernel of the nvfp4 experts, timed by
-# NVIDIA's collector as kernel source ``moe_torch_flow_min_latency`` (CUTLASS's
-# ``cutlass_min_latency_mode``; B200 and GB200 tables of TensorRT-LLM 1.3.0rc20), which
+# NVIDIA's collector as kernel source ``moe_torch_flow_min_latency`` (TensorRT-LLM's
+# TRTLLM-gen backend, ``TRTLLMGenFusedMoE``, at every token count: ai-dynamo/aiconfigurator
+# ``collector/trtllm/collect_moe.py``, ``moe_backend = 'cutlass' if not min_latency_mode
+# else 'trtllm'``, "trtllm gen", from its first commit efcae124c to 095f58a51; B200 and
+# GB200 tables of TensorRT-LLM 1.3.0rc20), which
 # aiconfigurator 0.12.0 prices a step with when it routes at most 128 tokens, nvfp4,
 # gated (its Rust core's ``MoeOp`` silicon query, ``operators/moe.rs``: ``num_tokens <=
 # 128 && quant == Nvfp4 && is_gated``, the token count after attention-DP gathering),
