@@ -285,8 +285,39 @@ def test_sglang_at_its_defaults_keeps_the_checkpoints_kv_dtype() -> None:
     assert sil.engine_default_kv(said, "sglang", {}, config) is said
     paired = sil.RowPrecision("fp8", "fp8")
     assert sil.engine_default_kv(paired, "sglang", {}, config).kv == "bf16"
-    assert sil.engine_default_kv(paired, "sglang", {"sets": {}}, config) is paired
+    assert sil.engine_default_kv(paired, "sglang", {"sets": {}}, config).kv == "bf16"
     assert sil.engine_default_kv(paired, "trtllm", {}, config) is paired
+
+
+def test_sglang_rows_from_0562_ran_the_generators_mixed_chunks() -> None:
+    """aiconfigurator's SGLang rule (ai-dynamo/aiconfigurator #257/#258, 2026-01-19):
+    ``--enable-mixed-chunk``, ``--max-prefill-tokens isl + 1500``, ``--max-running-requests``
+    the batch; the collection's rows run it from 0.5.6.post2 (the first SGLang template
+    added after the rule, #265) and keep SGLang's defaults on 0.5.1.post1. Worked by hand
+    for 1,000 tokens at 160 clients: 1,000 + 1,500 = 2,500. No KV dtype is written, so a
+    bf16 checkpoint keeps SGLang's bf16 cache."""
+    from dataclasses import replace
+
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_fp8"]
+    row = replace(base, backend="sglang", backend_version="0.5.6.post2", isl=1000)
+    row = replace(row, concurrency=160, batch_size=160)
+    sets = {
+        "enable_mixed_chunk": "true",
+        "max_prefill_tokens": "2500",
+        "max_running_requests": "160",
+    }
+    assert sil.deployment(row, "sglang") == {"sets": sets}
+    assert sil.deployment(replace(row, backend_version="0.5.8.post1"), "sglang") == {"sets": sets}
+    assert sil.deployment(replace(row, backend_version="0.5.1.post1"), "sglang") == {}
+    assert sil.deployment(row, "sglang", "defaults") == {}
+    assert sil.aiconfigurator_deployment(replace(row, backend_version="0.5.1.post1"), "sglang")
+    plan = sil.plan_row(replace(row, isl=64, concurrency=2, batch_size=2), CONFIGS)
+    assert isinstance(plan, sil.RowPlan)
+    assert plan.priced == "fp8, bf16 KV"
+    assert plan.deployment["sets"]["enable_mixed_chunk"] == "true"
+    paired = sil.RowPrecision("fp8", "fp8")
+    named = {"sets": {"kv_cache_dtype": "fp8_e4m3"}}
+    assert sil.engine_default_kv(paired, "sglang", named, {"torch_dtype": "bfloat16"}) is paired
 
 
 def test_checkpoint_quantisation_and_kv_are_read() -> None:
@@ -763,7 +794,8 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     # with its overlap scheduler modelled (decisions.md).
     assert sil.deployment(row, "trtllm") == trt
     assert sil.deployment(row, "trtllm", "defaults") == {}
-    assert sil.deployment(row, "sglang") == sil.aiconfigurator_deployment(row, "sglang") == {}
+    # SGLang's generated limits apply from 0.5.6.post2 on only (the next test).
+    assert sil.deployment(row, "sglang") == {}
     assert sil.deployment(row, "vllm", "defaults") == {}
     # The batch size column wins over the concurrency (they are equal on every bf16 row).
     assert sil.aiconfigurator_deployment(replace(row, batch_size=16), "trtllm")["max_running"] == 16

@@ -16,6 +16,20 @@ if TYPE_CHECKING:
 # Qwen3-235B) score better under the generated limits than at the engine's defaults, TTFT
 # and TPOT alike (the TPOT with the limits alone too: one or two whole contexts a step).
 DEPLOYED_ENGINES = frozenset({"vllm", "trtllm"})
+# SGLang rows ran the generator's deployment from the first SGLang release whose template
+# the generator gained after its rule wrote ``enable_mixed_chunk`` (ai-dynamo/aiconfigurator
+# git history: ``rule_plugin/sglang.rule`` ``agg enable_mixed_chunk = true`` in #257/#258,
+# 2026-01-19, beside ``max_prefill_tokens = SlaConfig.isl + 1500`` and ``max_batch_size``
+# -> ``--max-running-requests``; ``cli_args.0.5.6.post2.j2``, rendering all three, first
+# in #265 "add dynamo 0.8.0 backend template", 2026-01-23). The collection's other
+# 0.5.6.post2 file says it ran that image (``data/h100_sxm/sglang/0.5.6.post2/qwen3_32b.csv``
+# in aiconfigurator's ``tools/accuracy_tracking/silicon_refs.csv``: ``measured=2026-01-23;
+# image=nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.8.0``). The 0.5.1.post1 template
+# (2025-12-04) rendered neither flag before 2026-01-19, and its Qwen3-32B H100 fit rows
+# score at SGLang's defaults (13.8% TTFT against 70.5% with mixed chunks, "Engine fidelity
+# against silicon (issue 31)"), so they keep them (docs/decisions.md, "Issue 31, step:
+# the Llama-3.1-8B H200 SGLang rows ran the generator's mixed chunks").
+SGLANG_GENERATED_FROM = "0.5.6.post2"
 DEPLOYMENT_EXTRA_TOKENS = 1500  # the rules' "isl + 1500" margin
 TRTLLM_TOKENS_PER_BLOCK = 32  # benchmark/trtllm.rule: tokens_per_block default
 TRTLLM_TEMPLATE_FREE_FRACTION = 0.8  # extra_engine_args templates: free_gpu_memory_fraction
@@ -41,10 +55,12 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
       and SGLang's templates write ``--gpu-memory-utilization`` and
       ``--mem-fraction-static`` only when given, and the rules give none.
 
-    SGLang's rule (``max_prefill_tokens = isl + 1500`` with ``enable_mixed_chunk =
-    true``) is not expressed: mixed chunks scored SGLang's fit rows at 70.5% TTFT MAPE
-    against 13.8% without ("Engine fidelity against silicon (issue 31)"), so its rows
-    were not run with it.
+    - SGLang: ``--enable-mixed-chunk``, ``--max-prefill-tokens isl + 1500`` and
+      ``--max-running-requests max_batch_size`` (``rule_plugin/sglang.rule``,
+      ``cli_args.0.5.6.post2.j2``); ``chunked_prefill_size`` stays SGLang's default by GPU
+      memory and ``--kv-cache-dtype`` is left out (the row does not say which dtype the
+      generator was given: ``precision.engine_default_kv``). Which SGLang rows ran it:
+      :func:`deployed`.
     """
     batch = row.batch_size or row.concurrency
     if row.isl is None or not batch:
@@ -59,4 +75,22 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
             "max_running": batch,
             "memory_utilization": TRTLLM_TEMPLATE_FREE_FRACTION,
         }
+    if engine == "sglang":
+        sets = {
+            "enable_mixed_chunk": "true",
+            "max_prefill_tokens": str(row.isl + DEPLOYMENT_EXTRA_TOKENS),
+            "max_running_requests": str(batch),
+        }
+        return {"sets": sets}
     return {}
+
+
+def deployed(row: SiliconRow, engine: str) -> bool:
+    """Whether ``row`` of the aiconfigurator collection ran the generator's deployment:
+    every vLLM and TensorRT-LLM row (``DEPLOYED_ENGINES``), SGLang's from
+    ``SGLANG_GENERATED_FROM`` on."""
+    from twin.costmodel.table_release import release_at_least  # late: rows read without it
+
+    if engine in DEPLOYED_ENGINES:
+        return True
+    return engine == "sglang" and release_at_least(row.backend_version, SGLANG_GENERATED_FROM)

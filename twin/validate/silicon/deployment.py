@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from twin.errors import TwinError
 from twin.validate.silicon.aiconfigurator_limits import (
-    DEPLOYED_ENGINES,
     aiconfigurator_deployment,
+    deployed,
 )
 from twin.validate.silicon.harness import INFERENCEMAX, harness_of, model_named
 from twin.validate.silicon.inferencemax import inferencemax_deepseek
@@ -44,12 +44,12 @@ ENGINE_OF_BACKEND = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # 31)"). "benchmark" (the default): each collection's own deployment: for the
 # aiconfigurator collection the limits aiconfigurator's generator writes into a benchmark
 # deployment (package ``aiconfigurator`` 0.12.0,
-# ``generator/rule_plugin/benchmark/<backend>.rule``) for the engines whose fit rows
-# say they ran with them (``DEPLOYED_ENGINES``), for the InferenceMAX collection its
-# server scripts' limits (:func:`inferencemax_deployment`); "aiconfigurator": the
-# generator's limits on ``DEPLOYED_ENGINES`` for every row; "aiconfigurator-all": for
-# every engine the rule sizes (an exploration: TensorRT-LLM's fit rows score worse with
-# it); "defaults": the engines' own defaults everywhere.
+# ``generator/rule_plugin/benchmark/<backend>.rule``) for the rows whose fit rows say
+# they ran with them (``aiconfigurator_limits.deployed``), for the InferenceMAX
+# collection its server scripts' limits (:func:`inferencemax_deployment`);
+# "aiconfigurator": the generator's limits on the rows ``deployed`` names;
+# "aiconfigurator-all": for every engine the rule sizes (an exploration: TensorRT-LLM's
+# fit rows score worse with it); "defaults": the engines' own defaults everywhere.
 DEPLOYMENTS = ("benchmark", "aiconfigurator", "aiconfigurator-all", "defaults")
 
 
@@ -117,6 +117,6 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
         raise TwinError(f"deployment {kind!r}: expected one of {', '.join(DEPLOYMENTS)}")
     if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
         return inferencemax_deployment(row, engine)
-    if kind == "defaults" or (kind != "aiconfigurator-all" and engine not in DEPLOYED_ENGINES):
+    if kind == "defaults" or (kind != "aiconfigurator-all" and not deployed(row, engine)):
         return {}
     return aiconfigurator_deployment(row, engine)

@@ -334,15 +334,19 @@ def row_precision(
     )
 
 
-# Engines whose rows run at their own defaults (no deployment written for them) and
-# whose default KV cache dtype the checkpoint decides: SGLang 0.5.6.post2
+# Engines whose default KV cache dtype the checkpoint decides where the row's deployment
+# writes no ``--kv-cache-dtype``: SGLang 0.5.6.post2
 # ``model_executor/model_runner.py`` ``ModelRunner.init_memory_pool`` (the same rule in
 # 0.5.1.post1 to 0.5.10.post1): ``--kv-cache-dtype auto`` (``server_args.py``'s default)
 # is fp8 only when the model's quantisation config says ``kv_cache_quant_algo`` FP8, else
 # the model's dtype, so ``--quantization fp8`` on a bf16 checkpoint keeps a bf16 cache.
-# aiconfigurator's fp8 pairing is what its generated deployment writes
-# (``generator/rule_plugin/benchmark/sglang.rule``: ``kv_cache_dtype = fp8_e4m3``), which
-# these rows did not run with (``DEPLOYED_ENGINES``).
+# aiconfigurator's generator writes ``fp8_e4m3`` only when it was given an fp8 KV cache
+# (``rule_plugin/sglang.rule``: ``kv_cache_dtype = ("fp8_e4m3" if kv_cache_dtype == "fp8"
+# else kv_cache_dtype)``, bf16 -> ``auto``), which the CSV's rows do not record (no KV
+# column); the generated SGLang deployment (``aiconfigurator_limits``) therefore names
+# none, and the collection's tp 1 Llama-3.1-8B rows, whose decode steps are the KV
+# cache's reads, measure the bf16 cache's TPOT (docs/decisions.md, "Issue 31, step: the
+# Llama-3.1-8B H200 SGLang rows ran the generator's mixed chunks").
 ENGINE_DEFAULT_KV = frozenset({"sglang"})
 
 
@@ -350,8 +354,10 @@ def engine_default_kv(
     precision: RowPrecision, engine: str, limits: dict[str, Any], config: dict[str, Any]
 ) -> RowPrecision:
     """``precision`` with the KV cache the engine picks at its defaults (``ENGINE_DEFAULT_KV``)
-    where the row runs at them (``limits`` empty) and the checkpoint does not say."""
-    if engine not in ENGINE_DEFAULT_KV or limits or precision.kv_from_checkpoint:
+    where the row's deployment (``limits``) names no KV dtype and the checkpoint does not
+    say."""
+    named = "kv_cache_dtype" in (limits.get("sets") or {})
+    if engine not in ENGINE_DEFAULT_KV or named or precision.kv_from_checkpoint:
         return precision
     dtype = _CHECKPOINT_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
     if dtype is None or dtype == precision.kv:
