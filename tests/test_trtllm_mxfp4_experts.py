@@ -24,11 +24,19 @@ FAMILY = fm.moe_mxfp8_activation_kernel("mxfp4")
 SOURCE = "moe_torch_flow"
 
 
-def test_only_the_blackwell_profile_has_trtllms_own_mxfp8_activation_fit():
-    fit = resolve_profile("b200", None, "trtllm").kernels[FAMILY]
+@pytest.mark.parametrize(
+    ("gpu", "system"),
+    [("b200", "b200_sxm"), ("b300", "b300_sxm"), ("gb200", "gb200"), ("gb300", "gb300")],
+)
+def test_the_blackwell_profiles_have_trtllms_own_mxfp8_activation_fit(gpu, system):
+    fit = resolve_profile(gpu, None, "trtllm").kernels[FAMILY]
     assert fit.provenance["kernel_source"] == SOURCE
-    assert fit.provenance["tables"] == ["b200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet"]
-    assert FAMILY not in resolve_profile("h200", None, "trtllm").kernels
+    assert fit.provenance["tables"] == [f"{system}/moe/trtllm/1.3.0rc20/moe_perf.parquet"]
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_the_hopper_profiles_have_none(gpu):
+    assert FAMILY not in resolve_profile(gpu, None, "trtllm").kernels
 
 
 def test_the_rows_are_trtllms_of_the_release_that_times_gpt_oss():
