@@ -86,16 +86,27 @@ def test_the_checkpoint_says_which_layers_are_four_bit() -> None:
 
 
 @pytest.mark.parametrize(
-    ("system", "gpu", "native"), [("h200_sxm", "h200", True), ("b200_sxm", "b200", False)]
+    ("system", "gpu", "backend", "native"),
+    [
+        ("h200_sxm", "h200", "trtllm", "weight-only"),
+        ("b200_sxm", "b200", "trtllm", "as stored"),
+        ("h200_sxm", "h200", "sglang", "weight-only"),
+        ("b200_sxm", "b200", "sglang", ""),
+    ],
 )
-def test_nvfp4_columns_on_hopper_read_the_checkpoint(system: str, gpu: str, native: bool) -> None:
-    row = silicon_row(system=system, backend="trtllm")  # vLLM reads it on every GPU (below)
+def test_nvfp4_columns_on_hopper_read_the_checkpoint(
+    system: str, gpu: str, backend: str, native: str
+) -> None:
+    row = silicon_row(system=system, backend=backend)  # vLLM reads it on every GPU (below)
     got = sil.row_precision(row, {"quantization_config": GPT_OSS_QUANT}, True, None, gpu)
     assert isinstance(got, sil.RowPrecision)
-    if native:  # no FP4 tensor cores: the engine runs the checkpoint's mxfp4 weight-only
+    if native == "weight-only":  # no FP4 tensor cores: the checkpoint's mxfp4 weight-only
         assert (got.weights, got.moe, got.kv, got.native) == ("bf16", "mxfp4", "bf16", True)
         assert "run weight-only on h200" in got.why
-    else:  # Blackwell: the columns, as before
+    elif native:  # TensorRT-LLM loads it as stored on Blackwell too, the fp8 KV pairing kept
+        assert (got.weights, got.moe, got.kv, got.native) == ("bf16", "mxfp4", "fp8", True)
+        assert "loaded as stored by trtllm" in got.why
+    else:  # SGLang on Blackwell: the columns, as before
         assert (got.weights, got.native) == ("nvfp4", False)
 
 

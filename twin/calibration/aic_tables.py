@@ -742,21 +742,46 @@ def moe_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
 # TensorRT-LLM 1.3.0rc20 rows of the shape (``moe_torch_flow``, moe_tp 1) are 1.7-3x
 # slower in bf16 than both: not this kernel.
 MXFP8_ACTIVATION_SOURCE = ("sglang", "sglang_flashinfer_trtllm_moe")
+# TensorRT-LLM's own rows of the kernel it runs for an mxfp4 checkpoint on Blackwell:
+# ``_torch/model_config.py`` ``ModelConfig.get_mxfp4_quant_algo`` (NVIDIA/TensorRT-LLM,
+# the 1.2 line read) gives ``W4A8_MXFP4_MXFP8`` on SM100+ unless the MoE backend is TRITON
+# (``W4A8_MXFP4_FP8``) or ``OVERRIDE_QUANT_ALGO`` says otherwise, and
+# ``TRTLLMGenFusedMoE`` runs it (``MxE4m3MxE2m1BlockScaleMoERunner``). aiconfigurator's
+# collector times that class (``collector/trtllm/collect_moe.py``, ai-dynamo/aiconfigurator
+# 006afd78: ``w4a8_mxfp4_mxfp8`` on SM100 with ``moe_backend = "trtllm"``, logged as
+# ``moe_torch_flow``). Read from the table of the release the bf16-activation mxfp4
+# family reads (the newest with rows of that format: 1.3.0rc20 on B200, the one timing
+# gpt-oss's 2,880 x 2,880, 128 experts, top 4; 1.3.0rc23's rows time other shapes only).
+TRTLLM_MXFP8_ACTIVATION_SOURCE = "moe_torch_flow"
+
+
+def _trtllm_mxfp8_versions(system: Path) -> list[Path]:
+    """TensorRT-LLM's MoE table versions that also time the bf16-activation mxfp4
+    experts, newest first (above)."""
+    plain = next(d for d, name in px.MOE_TABLE_MODES.items() if name == "mxfp4")
+    versions = _versions(system / "moe" / "trtllm", "moe_perf.parquet")
+    return [v for v in versions if _moe_raw(v / "moe_perf.parquet", plain)]
 
 
 def mxfp8_activation_rows(system: Path, engine: str) -> list[FamilyRows]:
-    """The mxfp4-weights, mxfp8-activations fused-MoE family of vLLM (above): SGLang's
-    newest table with such rows of FlashInfer's TRT-LLM-gen kernel, featured as the mxfp4
-    experts are; none for the other engines or without such a table."""
-    if engine != "vllm":
+    """The mxfp4-weights, mxfp8-activations fused-MoE family of vLLM (above: SGLang's
+    newest table with such rows of FlashInfer's TRT-LLM-gen kernel) and of TensorRT-LLM
+    (its own table's ``moe_torch_flow`` rows), featured as the mxfp4 experts are; none for
+    the other engines or without such a table."""
+    if engine == "vllm":
+        owner, source = MXFP8_ACTIVATION_SOURCE
+        versions = _versions(system / "moe" / owner, "moe_perf.parquet")
+    elif engine == "trtllm":
+        source = TRTLLM_MXFP8_ACTIVATION_SOURCE
+        versions = _trtllm_mxfp8_versions(system)
+    else:
         return []
-    owner, source = MXFP8_ACTIVATION_SOURCE
     dtype = fm.MOE_MXFP8_ACTIVATION_TABLE_MODE
     families = []
     for mode in fm.MOE_MXFP8_ACTIVATION_MODES:
         fmt = px.WEIGHT_FORMATS[mode]
         kernel = fm.moe_mxfp8_activation_kernel(mode)
-        for version in _versions(system / "moe" / owner, "moe_perf.parquet"):
+        for version in versions:
             table = version / "moe_perf.parquet"
             raw = [r for r in _moe_raw(table, dtype) if r.get("kernel_source") == source]
             if not raw:

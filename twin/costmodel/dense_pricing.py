@@ -16,7 +16,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import LABEL, StepCost
 from twin.costmodel.kernel_layout import KernelLayout
-from twin.costmodel.moe_layout import priced_ep
+from twin.costmodel.moe_layout import measured_ep, priced_ep
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import SeriesTerm, series_key
@@ -127,6 +127,14 @@ class DensePricing(ShardShapes):
         fit = self.profile.kernels[key]
         source = str(fit.provenance.get("kernel_source", ""))
         self._moe_ep = priced_ep(self.model, self.tp, self.ep, source)
+        if fit.series is not None:  # a TP run the table timed only as EP (moe_layout)
+            m, series = self.model, fit.series
+            shape = (self.d_model, m.moe_d_ff, m.moe_top_k, m.moe_n_experts)
+
+            def timed(moe_tp: int, moe_ep: int) -> bool:
+                return series.coefficients(series_key(*shape, moe_tp, moe_ep)) is not None
+
+            self._moe_ep = measured_ep(m, self.tp, self._moe_ep, source, timed)
         self._moe_width = self.model.moe_d_ff // (self.tp // self._moe_ep)
         e = self.model.dtype_bytes
         act, weight = (

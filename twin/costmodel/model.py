@@ -178,7 +178,8 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         tables measured (``twin.costmodel.series_term``)."""
         label = provenance_label(self.model, self.profile)
         if self.moe_key and self._moe_ep != self.ep:  # twin.costmodel.moe_layout
-            label = f"{label}; MoE experts: priced at the TP layout of the same GPUs"
+            layout = "TP" if self._moe_ep == 1 else "EP"
+            label = f"{label}; MoE experts: priced at the {layout} layout of the same GPUs"
         fit = self.profile.kernels[self.moe_key] if self.moe_key else None
         if fit is None or fit.series is None:
             return label

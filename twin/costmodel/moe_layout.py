@@ -41,6 +41,8 @@ own layout, its EP rows timing what TP's do (EP k equals TP k in the same table)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from twin.model import ModelSpec
 
 # Fused-MoE kernel sources whose TP rows stand for their EP runs of a group-limited
@@ -61,3 +63,35 @@ def priced_ep(model: ModelSpec, tp: int, ep: int, kernel_source: str) -> int:
     docstring) and the width splits evenly, else ``ep``."""
     tp_layout = ep > 1 and group_limited(model) and kernel_source in TP_PRICED_EP_SOURCES
     return 1 if tp_layout and model.moe_d_ff % tp == 0 else ep
+
+
+# Fused-MoE kernel sources whose EP rows stand for their TP runs of a plain top-k model
+# where the table timed the shape at EP only (:func:`measured_ep`): TensorRT-LLM's
+# ``moe_torch_flow`` (the mxfp4 experts: Triton on Hopper, TRTLLM-Gen on Blackwell). Other
+# sources with shapes timed at EP only (the fp8-block tables at MoE widths the 128-wide
+# blocks do not split: Qwen3-235B's 1,536 / 8) are not covered: not checked against runs.
+EP_PRICED_TP_SOURCES = frozenset({"moe_torch_flow"})
+
+
+def measured_ep(
+    model: ModelSpec, tp: int, ep: int, kernel_source: str, timed: Callable[[int, int], bool]
+) -> int:
+    """``ep``, or ``tp`` (the EP layout of the same GPUs) for a TP run (``ep`` 1) of a
+    model with plain top-k whose shape the fit's table (of a source in
+    :data:`EP_PRICED_TP_SOURCES`) timed at EP ``tp`` but not at MoE TP ``tp``
+    (``timed(moe_tp, moe_ep)``: the fit's per-shape term has that series).
+
+    Under a real gate both layouts move the same bytes and FLOPs (the docstring: the TP
+    rank reads every reached expert at ``1 / tp`` width, the EP rank ``1 / tp`` of them
+    at full width), and without a group tie the EP rows time an even rank; the formula
+    alone, extrapolated to a MoE TP the table never timed, does not. aiconfigurator's
+    collectors time gpt-oss's shape (2,880 x 2,880, 32 or 128 experts, top 4) at MoE TP 1
+    only, with EP 1-128 (aiconfigurator-core 0.12.0 ``moe_perf`` tables of TensorRT-LLM
+    1.3.0rc10 / rc20 / rc23, ``w4a16_mxfp4`` and ``w4a8_mxfp4_mxfp8`` on every GPU), while
+    TensorRT-LLM runs its experts at ``moe_tp_size`` = TP unless ``--ep_size`` says
+    otherwise (InferenceMAX's gpt-oss scripts pass ``--ep_size=$EP_SIZE``, 1 on most rows)."""
+    if ep != 1 or tp <= 1 or kernel_source not in EP_PRICED_TP_SOURCES:
+        return ep
+    if group_limited(model) or model.moe_n_experts % tp:
+        return ep
+    return tp if timed(1, tp) and not timed(tp, 1) else ep

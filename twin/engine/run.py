@@ -512,6 +512,34 @@ def _tables_info(profile: Any, release: str) -> dict[str, Any]:
     return {"kernel_tables": {"release": release, "families": profile.table_picks(release)}}
 
 
+# TensorRT-LLM runs an mxfp4 checkpoint's experts with mxfp8 activations on Blackwell:
+# ``tensorrt_llm/_torch/model_config.py`` ``ModelConfig.get_mxfp4_quant_algo``
+# (NVIDIA/TensorRT-LLM, the 1.2 line read; ``load_hf_quant_config`` calls it for
+# ``quant_method`` mxfp4) returns ``W4A8_MXFP4_MXFP8`` on SM100+ for every MoE backend but
+# TRITON (``W4A8_MXFP4_FP8``, not modelled) unless ``OVERRIDE_QUANT_ALGO`` is set, and
+# ``W4A16_MXFP4`` below SM100. Only Blackwell TensorRT-LLM profiles carry the
+# mxfp8-activation fit (``calibration.aic_tables.mxfp8_activation_rows``: TensorRT-LLM's own
+# ``w4a8_mxfp4_mxfp8`` rows, which aiconfigurator times on SM100 only), so its presence is
+# the GPU test.
+TRTLLM_MXFP8_EXPERTS = frozenset({"trtllm"})
+
+
+def _trtllm_mxfp8_experts(model: ModelSpec, profile: Any) -> Any:
+    """``profile`` with mxfp4 experts priced by its mxfp8-activation fit where it has one
+    (:data:`TRTLLM_MXFP8_EXPERTS`); as given otherwise."""
+    import twin.costmodel.formulas as fm
+    import twin.precision as px
+
+    expert = px.moe_format(model)
+    if expert.name not in fm.MOE_MXFP8_ACTIVATION_MODES:
+        return profile
+    kernel = fm.moe_mxfp8_activation_kernel(expert.table_mode)
+    if kernel not in profile.kernels:
+        return profile
+    why = "TensorRT-LLM's W4A8_MXFP4_MXFP8 (get_mxfp4_quant_algo)"
+    return profile.with_experts_fit(expert.moe_kernel, kernel, why)
+
+
 def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times,
     a prefill step at least ``config.host_time.eager_prefill_s`` long (the outermost layer: a
@@ -519,8 +547,11 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     ``--set moe_backend=marlin`` prices mxfp4 experts with the Marlin MoE kernel
     (``twin.engine.modes_vllm``; ``Profile.with_marlin_experts``),
     ``moe_backend=flashinfer_trtllm_afp8`` with the mxfp8-activation kernel's fit
-    (``Profile.with_experts_fit``)."""
+    (``Profile.with_experts_fit``); the ``trtllm`` mode prices mxfp4 experts with that fit
+    wherever the profile has one (:data:`TRTLLM_MXFP8_EXPERTS`)."""
     backend = config.mode.engine_flags.get("moe_backend")
+    if config.mode.engine in TRTLLM_MXFP8_EXPERTS and model.n_moe_layers:
+        profile = _trtllm_mxfp8_experts(model, profile)
     if backend in ("marlin", "flashinfer_trtllm_afp8") and model.n_moe_layers:
         import twin.costmodel.formulas as fm
         import twin.precision as px

@@ -57,8 +57,15 @@ BLOCK_SCALED_EXPERTS = frozenset({"vllm"})
 # ``openai/gpt-oss-120b`` (``.github/configs/nvidia-master.yaml`` ``gptoss-fp4-b200-vllm``,
 # SemiAnalysisAI/InferenceX at 626932a). Per (backend, experts' format): Kimi-K2.5's fp4
 # rows ran ``nvidia/Kimi-K2.5-NVFP4`` (``kimik2.5-fp4-b200-vllm``), another checkpoint than
-# the int4 one their ``model_path`` names, so their columns stand.
-CHECKPOINT_EXPERTS = frozenset({("vllm", "mxfp4")})
+# the int4 one their ``model_path`` names, so their columns stand. TensorRT-LLM has none
+# either: ``tensorrt_llm/_torch/model_config.py`` ``ModelConfig.load_hf_quant_config``
+# (NVIDIA/TensorRT-LLM, the 1.2 line read) maps ``quant_method`` mxfp4 to the experts'
+# mxfp4 algorithm with group 32 and leaves ``block.*.attn.qkv``, ``attn.out``,
+# ``mlp.gate``, the embedding and the unembedding unquantised (bf16), on every GPU; the
+# activations it picks by GPU are the engine's (``twin.engine.run.TRTLLM_MXFP8_EXPERTS``).
+# InferenceMAX's ``gptoss_fp4_b200_trt.sh`` serves ``openai/gpt-oss-120b`` with
+# ``kv_cache_config.dtype: fp8`` (the columns' fp8 pairing, kept).
+CHECKPOINT_EXPERTS = frozenset({("vllm", "mxfp4"), ("trtllm", "mxfp4")})
 
 
 @dataclass(frozen=True)

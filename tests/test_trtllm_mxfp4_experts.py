@@ -1,0 +1,96 @@
+"""TensorRT-LLM's gpt-oss experts: an mxfp4 checkpoint loaded as stored (bf16 linear
+layers, mxfp4 experts) on every GPU, its experts run with mxfp8 activations on Blackwell
+(``W4A8_MXFP4_MXFP8``: the profile's ``moe_mxfp4_mxfp8`` fit from TensorRT-LLM's own
+table), and a TP run priced at the EP layout where the table timed gpt-oss's shape at EP
+only (``twin.costmodel.moe_layout.measured_ep``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from silicon_rows import silicon_row
+
+from twin.calibration import aic_tables as at
+from twin.costmodel import CostModel
+from twin.costmodel import formulas as fm
+from twin.costmodel.moe_layout import measured_ep
+from twin.costmodel.profile_store import resolve_profile
+from twin.engine.run import _trtllm_mxfp8_experts
+from twin.presets import get_model
+from twin.validate import silicon as sil
+
+FAMILY = fm.moe_mxfp8_activation_kernel("mxfp4")
+SOURCE = "moe_torch_flow"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "system"),
+    [("b200", "b200_sxm"), ("b300", "b300_sxm"), ("gb200", "gb200"), ("gb300", "gb300")],
+)
+def test_the_blackwell_profiles_have_trtllms_own_mxfp8_activation_fit(gpu, system):
+    fit = resolve_profile(gpu, None, "trtllm").kernels[FAMILY]
+    assert fit.provenance["kernel_source"] == SOURCE
+    assert fit.provenance["tables"] == [f"{system}/moe/trtllm/1.3.0rc20/moe_perf.parquet"]
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_the_hopper_profiles_have_none(gpu):
+    assert FAMILY not in resolve_profile(gpu, None, "trtllm").kernels
+
+
+def test_the_rows_are_trtllms_of_the_release_that_times_gpt_oss():
+    pytest.importorskip("aiconfigurator_core")
+    (family,) = at.mxfp8_activation_rows(at.system_dir("b200"), "trtllm")
+    assert family.kernel == FAMILY and family.framework == "TensorRT-LLM"
+    assert family.kernel_source == SOURCE and family.release == "1.3.0rc20"
+    shapes = {(r["shape"]["d"], r["shape"]["e"], r["shape"]["k"]) for r in family.rows}
+    assert (2880, 128, 4) in shapes  # gpt-oss-120b's (1.3.0rc23's rows time other shapes)
+
+
+def test_the_trtllm_mode_runs_mxfp4_experts_with_mxfp8_activations_on_blackwell_only():
+    gpt_oss = get_model("gpt-oss-120b")
+    b200 = resolve_profile("b200", None, "trtllm")
+    swapped = _trtllm_mxfp8_experts(gpt_oss, b200)
+    assert swapped.kernels["moe_mxfp4"] is b200.kernels[FAMILY]
+    assert {k: v for k, v in swapped.kernels.items() if k != "moe_mxfp4"} == {
+        k: v for k, v in b200.kernels.items() if k != "moe_mxfp4"
+    }
+    h200 = resolve_profile("h200", None, "trtllm")  # Hopper: W4A16_MXFP4, no fit
+    assert _trtllm_mxfp8_experts(gpt_oss, h200) is h200
+    fp8 = dataclasses.replace(gpt_oss, precision="fp8", moe_precision=None)
+    assert _trtllm_mxfp8_experts(fp8, b200) is b200
+
+
+def test_a_tp_run_is_priced_at_ep_where_the_table_timed_the_shape_at_ep_only():
+    gpt_oss, r1 = get_model("gpt-oss-120b"), get_model("deepseek-r1")
+
+    def ep_only(moe_tp: int, moe_ep: int) -> bool:
+        return moe_tp == 1
+
+    assert measured_ep(gpt_oss, 4, 1, SOURCE, ep_only) == 4
+    assert measured_ep(gpt_oss, 4, 1, SOURCE, lambda tp, ep: True) == 1  # TP timed too
+    assert measured_ep(gpt_oss, 4, 1, "moe_torch_flow_cutlass", ep_only) == 1
+    assert measured_ep(gpt_oss, 4, 2, SOURCE, ep_only) == 2  # its own EP layout
+    assert measured_ep(gpt_oss, 1, 1, SOURCE, ep_only) == 1
+    assert measured_ep(r1, 8, 1, SOURCE, ep_only) == 1  # grouped top-k: the tie
+
+
+def test_gpt_oss_at_tp_2_on_b200_reads_the_ep_2_series():
+    gpt_oss = get_model("gpt-oss-120b")
+    profile = _trtllm_mxfp8_experts(gpt_oss, resolve_profile("b200", None, "trtllm"))
+    cm = CostModel(gpt_oss, profile, tp=2, ep=1)
+    assert cm._moe_ep == 2
+    assert "EP layout of the same GPUs" in cm.provenance
+    assert "MoE shape: measured" in cm.provenance
+
+
+def test_a_b200_trtllm_gpt_oss_row_is_priced_at_the_checkpoint_with_an_fp8_cache():
+    pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
+    imax = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=4"
+    row = silicon_row(source=imax, backend="trtllm", backend_version="1.2.0rc2", system="b200_sxm")
+    row = dataclasses.replace(row, isl=1024, osl=1024, concurrency=4, tp=2, ttft_ms=1, tpot_ms=1)
+    plan = sil.plan_row(row)
+    assert not isinstance(plan, str)
+    assert plan.priced == "bf16, mxfp4 experts, fp8 KV" and plan.native_quant
+    assert "loaded as stored by trtllm" in plan.precision
