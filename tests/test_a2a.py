@@ -197,6 +197,18 @@ def test_tables_read_and_fit_the_generating_model(tmp_path: Path, engine: str) -
         assert got == pytest.approx(scale * lat.predict(kernel, TRUE, peaks, 0.0, b, x), rel=0.02)
 
 
+def test_vllm_low_latency_reads_sglang_s_kernel_table(tmp_path: Path) -> None:
+    """vLLM's ``deepep_ll`` rows time its host path (aic_a2a.KERNEL_TABLES): its
+    low-latency families read the same GPU's SGLang table, its high-throughput ones its
+    own, whatever vLLM release is asked for."""
+    root = _write_tables(tmp_path)
+    for release in (None, "0.24.0"):
+        families = {f.kernel: f for f in a2a_rows(system_dir("h200", root), "vllm", release)}
+        for kernel, fam in families.items():
+            want = "sglang/0.5.12/wideep_deepep_ll" if "_ll_" in kernel else "vllm/0.24.0/"
+            assert all(want in t for t in fam.tables), (kernel, fam.tables)
+
+
 class _Gather:
     """The FFN side of a DP pricer: an all-reduce of ``R`` seconds a token."""
 

@@ -23,6 +23,11 @@ Families ``a2a_<mode>_<phase>`` (``twin.costmodel.formulas.a2a_kernel``; feature
   (``aiconfigurator/sdk/moe_comm_resolver.py`` ``a2a_covers_parallel``: "SGLang keeps its
   legacy normalized (ep=8, node_num=1) coordinate"), and so does the twin.
 
+vLLM's low-latency families read the same system's SGLang low-latency table instead
+(``KERNEL_TABLES``): vLLM's ``deepep_ll`` rows time the host's path through vLLM's
+``prepare`` / ``finalize`` around DeepEP's kernels, not the kernels, which the graphed decode
+step that runs them pays (docs/decisions.md, "vLLM's DeepEP low-latency families").
+
 Rows kept: one node (``node_num`` 1; SGLang 0.5.6.post2's multi-node rows are left for a
 later step), the system's own device (SGLang 0.5.6.post2's H200 normal table holds its
 one-node rows from an H100). Per family the version directory with such rows that the
@@ -51,6 +56,19 @@ BACKENDS = {
     "trtllm": {"ht": "trtllm_deepep_ht", "ll": "trtllm_deepep_ll"},
     "vllm": {"ht": "deepep_ht", "ll": "deepep_ll"},
 }
+# The engine whose table prices another engine's family mode. vLLM's ``deepep_ll`` rows
+# (aiconfigurator 7d2513dc2 collector/wideep/vllm/collect_moe_a2a.py,
+# ``VllmBenchmarkAdapter.benchmark``) time vLLM 0.24.0's whole eager
+# ``DeepEPLLPrepareAndFinalize.prepare`` / ``finalize``
+# (model_executor/layers/fused_moe/prepare_finalize/deepep_ll.py) between two CUDA events
+# with the GPU idle at the start event: the host's path, 3-6x (dispatch) and up to 12x
+# (combine) SGLang's kineto-timed DeepEP low-latency kernels at the same shapes. vLLM runs
+# ``deepep_low_latency`` under CUDA graphs (vllm/config/compilation.py, 0.24.0: only
+# ``deepep_high_throughput`` turns them off), where a step pays the kernels. So vLLM's
+# ``ll`` families read SGLang's table of the same DeepEP kernels (its newest release: vLLM's
+# releases do not order SGLang's). The ``ht`` rows keep vLLM's own table: that path runs
+# eager and pays its host floor (``formulas.A2A_HOST_FLOOR``).
+KERNEL_TABLES = {("vllm", "ll"): "sglang"}
 WIRE_DTYPES = {"trtllm": {"bfloat16"}, "vllm": {"default"}}
 SGLANG_TABLES = {"ht": "wideep_deepep_normal_perf.parquet", "ll": "wideep_deepep_ll_perf.parquet"}
 
@@ -120,26 +138,29 @@ def _fit_row(r: dict[str, Any], mode: str, phase: str, engine: str, where: Path,
 def a2a_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """The all-to-all families of ``engine`` on this system, each from the table of engine
     release ``release`` among the versions with rows of it (None: the newest such)."""
-    base = system / "comm" / engine
     families = []
     for mode in A2A_MODES:
-        name = SGLANG_TABLES[mode] if engine == "sglang" else "moe_a2a_perf.parquet"
+        src = KERNEL_TABLES.get((engine, mode), engine)  # the engine whose table is read
+        base = system / "comm" / src
+        name = SGLANG_TABLES[mode] if src == "sglang" else "moe_a2a_perf.parquet"
         for phase in A2A_PHASES:
-            if engine != "sglang" and engine not in BACKENDS:
+            if src != "sglang" and src not in BACKENDS:
                 continue
 
-            def pick(table: Path, m: str = mode, p: str = phase) -> list[dict[str, Any]]:
-                return _sglang(table, m, p) if engine == "sglang" else _unified(table, engine, m, p)
+            def pick(
+                table: Path, m: str = mode, p: str = phase, e: str = src
+            ) -> list[dict[str, Any]]:
+                return _sglang(table, m, p) if e == "sglang" else _unified(table, e, m, p)
 
             timed = {v.name: v for v in _versions(base, name) if pick(v / name)}
-            chosen = pick_version(timed, release)
+            chosen = pick_version(timed, release if src == engine else None)
             if chosen is None:
                 continue
             table = timed[chosen] / name
             raw = pick(table)
             sms = system_sms(system)  # DeepEP's low-latency launch (twin.costmodel.a2a)
-            out = [_fit_row(r, mode, phase, engine, table, sms) for r in raw]
-            source = BACKENDS.get(engine, {}).get(mode, f"deepep_{mode}")
+            out = [_fit_row(r, mode, phase, src, table, sms) for r in raw]
+            source = BACKENDS.get(src, {}).get(mode, f"deepep_{mode}")
             families.append(_family(a2a_kernel(mode, phase), table, raw, source, out))
     return families
 
