@@ -506,6 +506,7 @@ def test_engine_modes_get_their_fitted_engine_times_on_the_gpu_they_were_fitted_
     assert engine_time_defaults("vllm", "b200") == {"frontend_s": 0.02}  # its front end only
     assert engine_time_defaults("vllm", "b300") == {"frontend_s": 0.015}
     assert engine_time_defaults("vllm", "gb200") == {}  # none fitted
+    assert engine_time_defaults("trtllm", "h100")["frontend_s"] == 0.02  # refitted, session 23
     assert engine_time_defaults("paper", "h100") == {}
     prof = resolve_profile("h100", None, "vllm")
     fitted = build_config(prof, cache_gb="auto", engine="vllm")
