@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from marconi_oracle import tree_policy
+from token_seqs import BIG, seq
 
 from twin.cache import PrefixCache
 from twin.cache.kinds import KindBytes
@@ -18,11 +19,6 @@ SWA = get_model("tiny-swa")  # 3 swa layers (window 8) + 1 full, no recurrent la
 W = 8
 FULL, SLIDE = SWA.kv_bytes_per_token_of("attention"), SWA.kv_bytes_per_token_of("swa")
 SWA_HYBRID = get_model("tiny-swa-hybrid")  # + Mamba2: hits only at checkpoints
-BIG = 10**12
-
-
-def seq(start: int, n: int) -> np.ndarray:
-    return np.arange(start, start + n, dtype=np.int32)
 
 
 def cache_of(model: ModelSpec, capacity: int = BIG, policy: str = "sglang+") -> PrefixCache:

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from token_seqs import seq
 
 from twin.cache import RequestCache
 from twin.errors import TwinError
 from twin.policies import get_policy
 from twin.policies.structures import make_cache
 from twin.presets import get_model
-
-
-def seq(start: int, n: int) -> np.ndarray:
-    return np.arange(start, start + n, dtype=np.int32)
 
 
 def cache_for(policy: str, model: str, capacity: int = 10**12):
