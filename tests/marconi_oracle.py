@@ -231,7 +231,7 @@ class ReferenceFlopAwareEviction(RadixPolicy):
         self.now += 2
         self._evict_ticked = False
         cache = self.cache
-        node = cache.matched_node(full)
+        node = cache.tree.match(np.asarray(full, dtype=np.int32)).node
         if node is not cache.root:
             self._stamp[id(node)] = self.now
             self.on_node_changed(node)

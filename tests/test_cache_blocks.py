@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from token_seqs import seq
 
 from twin.cache import BlockCache, serve
 from twin.policies import get_policy
@@ -12,10 +13,6 @@ from twin.presets import get_model
 
 HYBRID = get_model("tiny-hybrid")
 BLOCK = 4 * HYBRID.kv_bytes_per_token + HYBRID.ssm_checkpoint_bytes
-
-
-def seq(start: int, n: int) -> np.ndarray:
-    return np.arange(start, start + n, dtype=np.int32)
 
 
 def pool(capacity: int = 10**12, block_size: int = 4) -> BlockCache:

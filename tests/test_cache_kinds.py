@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from marconi_oracle import tree_policy
+from token_seqs import BIG, seq
 
 from twin.cache import PrefixCache
 from twin.cache.kinds import KindBytes
@@ -18,11 +19,6 @@ SWA = get_model("tiny-swa")  # 3 swa layers (window 8) + 1 full, no recurrent la
 W = 8
 FULL, SLIDE = SWA.kv_bytes_per_token_of("attention"), SWA.kv_bytes_per_token_of("swa")
 SWA_HYBRID = get_model("tiny-swa-hybrid")  # + Mamba2: hits only at checkpoints
-BIG = 10**12
-
-
-def seq(start: int, n: int) -> np.ndarray:
-    return np.arange(start, start + n, dtype=np.int32)
 
 
 def cache_of(model: ModelSpec, capacity: int = BIG, policy: str = "sglang+") -> PrefixCache:
@@ -34,8 +30,6 @@ def test_kind_bytes_known_answers() -> None:
     assert (k.full_kv_per_token, k.swa_kv_per_token, k.window) == (128, 3 * 128, 8)
     assert [k.tail(n) for n in (0, 3, 8, 9, 100)] == [0, 3, 8, 8, 8]
     assert k.node_bytes(100, False) == 100 * 128 + 8 * 384
-    # The union of [p - 8, p): 10 -> [2, 10); 12 -> [4, 12) adds 2; 40 -> 8 more.
-    assert k.swa_tokens_needed([10, 12, 40]) == 8 + 2 + 8
     assert k.hit_inside_ok(100, 100) and k.hit_inside_ok(8, 3) and not k.hit_inside_ok(9, 3)
     plain = KindBytes(get_model("tiny-hybrid"))  # no window: every token, like before
     assert plain.window is None and plain.swa_kv_per_token == 0
@@ -46,7 +40,7 @@ def test_old_sliding_window_kv_is_dropped_and_counted_as_freed() -> None:
     c = cache_of(SWA)
     c.insert(seq(0, 100), [100])
     assert c.used_bytes == 100 * FULL + W * SLIDE
-    assert c.swa_freed_bytes == (100 - W) * SLIDE
+    assert (c.kv_tokens, c.swa_tokens) == (100, W)  # [0, 92)'s window KV dropped
     assert c.lookup(seq(0, 100)).length == 100  # at the node's end the window is there
     # Inside the long node the window was dropped: no hit (the node starts at the root).
     assert c.lookup(np.r_[seq(0, 60), seq(900, 5)]).length == 0

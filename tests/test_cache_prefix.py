@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from marconi_oracle import restore, tree_policy
+from token_seqs import BIG, a, path_tokens, seq
 
 from twin.cache import PrefillFlops, PrefixCache, serve
 from twin.policies.structures import make_cache
@@ -16,27 +17,10 @@ HYBRID = get_model("tiny-hybrid")
 TRANSFORMER = get_model("tiny-transformer")
 SSM = get_model("tiny-ssm")
 KV, CK = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
-BIG = 10**12
-
-
-def a(*xs: int) -> np.ndarray:
-    return np.array(xs, np.int32)
-
-
-def seq(start: int, n: int) -> np.ndarray:
-    return np.arange(start, start + n, dtype=np.int32)
 
 
 def cache_of(model=HYBRID, capacity=BIG, policy="sglang+", **options) -> PrefixCache:
     return make_cache(tree_policy(policy, **options), model, capacity)
-
-
-def path_tokens(node) -> np.ndarray:
-    parts = []
-    while node.parent is not None:
-        parts.append(node.tokens)
-        node = node.parent
-    return np.concatenate(parts[::-1]) if parts else np.zeros(0, np.int32)
 
 
 def test_hybrid_hit_needs_a_checkpoint_transformer_does_not():

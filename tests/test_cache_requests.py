@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from marconi_oracle import tree_policy
+from token_seqs import BIG, seq
 
 from twin.cache import RequestCache, serve
 from twin.policies.structures import make_cache
@@ -14,11 +15,6 @@ pytestmark = pytest.mark.usefixtures("oracle_structure")
 
 HYBRID = get_model("tiny-hybrid")
 TRANSFORMER = get_model("tiny-transformer")
-BIG = 10**12
-
-
-def seq(start: int, n: int) -> np.ndarray:
-    return np.arange(start, start + n, dtype=np.int32)
 
 
 def prompt_full(prompt: np.ndarray, output: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from marconi_oracle import tree_policy
+from token_seqs import BIG
 
 import twin.policies.alpha_tuning as tuning
 from twin.cache import serve
@@ -21,7 +22,6 @@ from twin.presets import get_model
 pytestmark = pytest.mark.usefixtures("oracle_structure")
 
 HYBRID = get_model("tiny-hybrid")
-BIG = 10**12
 
 
 # ----- the reference, brute force ----------------------------------------------------

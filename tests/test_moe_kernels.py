@@ -103,6 +103,24 @@ def _term(fit: KernelFit, tp: int, ep: int, t: int) -> float:
     return 1.0 if coefs is None else math.exp(fit.series.log_factor(coefs, t))  # type: ignore[union-attr]
 
 
+def _moe_layer_s(prof, tp: int, ep: int, t: int) -> float:
+    """One MoE layer's time at ``t`` tokens worked by hand: the fit at a rank's features
+    (experts ``tp // ep`` ways split, the rank's share of the routed rows) times the
+    shape's series factor."""
+    m = _qwen_moe()
+    width = m.moe_d_ff // (tp // ep)
+    load = routing_for(m).rank_load(t, m.moe_n_experts, m.moe_top_k, ep)
+    flops, nbytes, weights = ft.moe_sums(load.rows, load.active, m.d_model, width, 2, 2, 2, 2)
+    features = {
+        "weight_elems": weights,
+        "routed_elems": t * m.moe_top_k * m.d_model,
+        "tile_bytes": ft.moe_tile_bytes(m.d_model, width, 2, 2),
+        "active_experts": load.active,
+    }
+    one = lat.predict("moe", prof.kernels["moe"].params, prof.peaks, flops, nbytes, features)
+    return one * _term(prof.kernels["moe"], tp, ep, t)
+
+
 def test_shipped_profile_prices_moe_with_the_fit() -> None:
     prof = resolve_profile("h100", None, "vllm")
     assert "moe" in prof.kernels
@@ -118,25 +136,7 @@ def test_the_moe_part_is_the_fit_at_known_features() -> None:
     cm = CostModel(m, prof, tp)
     step = cm.step((), [500] * t, breakdown=True)
     moe_s = step.items["moe"]["moe"]  # type: ignore[union-attr]
-    rows = t * m.moe_top_k
-    load = routing_for(m).rank_load(t, m.moe_n_experts, m.moe_top_k, 1)
-    active = load.active
-    flops, nbytes, weights = ft.moe_sums(load.rows, active, m.d_model, m.moe_d_ff // tp, 2, 2, 2, 2)
-    one = lat.predict(
-        "moe",
-        prof.kernels["moe"].params,
-        prof.peaks,
-        flops,
-        nbytes,
-        {
-            "weight_elems": weights,
-            "routed_elems": rows * m.d_model,
-            "tile_bytes": ft.moe_tile_bytes(m.d_model, m.moe_d_ff // tp, 2, 2),
-            "active_experts": active,
-        },
-    )
-    one *= _term(prof.kernels["moe"], tp, 1, t)
-    assert moe_s == pytest.approx(m.n_moe_layers * one, rel=1e-12)
+    assert moe_s == pytest.approx(m.n_moe_layers * _moe_layer_s(prof, tp, 1, t), rel=1e-12)
 
 
 def test_without_the_fit_the_experts_are_gemms_and_the_label_says_so() -> None:
@@ -186,26 +186,9 @@ def test_expert_parallelism_prices_the_ranks_share() -> None:
     # MoE TP 1: the experts keep their full width; a quarter of the rows and experts each
     assert ep.expert_width == m.moe_d_ff
     t = 64
-    rows = t * m.moe_top_k
-    load = routing_for(m).rank_load(t, m.moe_n_experts, m.moe_top_k, 4)
-    active = load.active
-    flops, nbytes, weights = ft.moe_sums(load.rows, active, m.d_model, m.moe_d_ff, 2, 2, 2, 2)
-    one = lat.predict(
-        "moe",
-        prof.kernels["moe"].params,
-        prof.peaks,
-        flops,
-        nbytes,
-        {
-            "weight_elems": weights,
-            "routed_elems": rows * m.d_model,
-            "tile_bytes": ft.moe_tile_bytes(m.d_model, m.moe_d_ff, 2, 2),
-            "active_experts": active,
-        },
-    )
-    one *= _term(prof.kernels["moe"], 4, 4, t)
     step = ep.step((), [100] * t, breakdown=True)
-    assert step.items["moe"]["moe"] == pytest.approx(m.n_moe_layers * one, rel=1e-12)  # type: ignore[union-attr]
+    moe_s = step.items["moe"]["moe"]  # type: ignore[union-attr]
+    assert moe_s == pytest.approx(m.n_moe_layers * _moe_layer_s(prof, 4, 4, t), rel=1e-12)
 
 
 @pytest.mark.parametrize(

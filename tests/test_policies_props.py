@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from marconi_oracle import tree_policy
+from token_seqs import path_tokens
 
 from twin.cache import PrefixCache, serve
 from twin.cache.sparse_blocks import SparseBlockCache
@@ -50,14 +51,6 @@ def traces(draw) -> list[tuple[np.ndarray, np.ndarray]]:
         fulls.append(np.r_[prompt, output])
         out.append((prompt, output))
     return out
-
-
-def path_tokens(node) -> np.ndarray:
-    parts = []
-    while node.parent is not None:
-        parts.append(node.tokens)
-        node = node.parent
-    return np.concatenate(parts[::-1]) if parts else np.zeros(0, np.int32)
 
 
 def lcp(a: np.ndarray, b: np.ndarray) -> int:

@@ -5,14 +5,11 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from token_seqs import a
 
 from twin.cache import RadixTree
 from twin.workload_stats import summarize
 from twin.workloads import Workload, WorkloadRow, WorkloadWriter
-
-
-def a(*xs: int) -> np.ndarray:
-    return np.array(xs, np.int32)
 
 
 def test_match_insert_and_split():

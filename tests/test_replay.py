@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from token_seqs import a
 from typer.testing import CliRunner
 
 from twin.cli import app
@@ -18,10 +19,6 @@ from twin.workloads import Workload, WorkloadRow, WorkloadWriter
 
 runner = CliRunner()
 HYBRID = get_model("tiny-hybrid")
-
-
-def a(*xs: int) -> np.ndarray:
-    return np.array(xs, np.int32)
 
 
 @pytest.fixture

@@ -164,7 +164,7 @@ def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypat
         seen.update(kwargs)
         raise RuntimeError("stop")
 
-    monkeypatch.setattr("twin.engine.build_run", fake_build_run)
+    monkeypatch.setattr("twin.reports.sweep.build_run", fake_build_run)
     from twin.reports.sweep import run_point
 
     with pytest.raises(RuntimeError, match="stop"):

@@ -15,6 +15,7 @@ import test_mixer_presets_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_policies import hits, random_trace
+from token_seqs import seq
 from typer.testing import CliRunner
 
 from twin.cache import serve
@@ -31,12 +32,8 @@ KV, CK = HYBRID.kv_bytes_per_token, HYBRID.ssm_checkpoint_bytes
 workload = test_mixer_presets_run.workload  # a fixture: two conversations, 4 requests
 
 
-def toks(start: int, n: int) -> np.ndarray:
-    return np.arange(start, start + n, dtype=np.int32)
-
-
-S = toks(1000, 200)  # a shared system prompt
-X, Y = np.r_[S, toks(0, 50)], np.r_[S, toks(100, 50)]  # two requests behind it
+S = seq(1000, 200)  # a shared system prompt
+X, Y = np.r_[S, seq(0, 50)], np.r_[S, seq(100, 50)]  # two requests behind it
 
 
 def sglang_cache(capacity: int, ratio: float = 1.0) -> HybridRadixCache:
@@ -58,7 +55,7 @@ def test_the_ratio_splits_the_pool_as_sglang_sizes_it():
     cache = sglang_cache(20 * CK, ratio=0.25)
     assert cache.state_capacity == 4 * CK and cache.kv_capacity == 16 * CK
     # Ten disjoint 20-token prompts: KV fits (200 tokens), four states do.
-    prompts = [toks(100 * k, 20) for k in range(10)]
+    prompts = [seq(100 * k, 20) for k in range(10)]
     serve_all(cache, *prompts)
     assert cache.n_ckpts == 4
     assert [cache.peek(p) for p in prompts] == [0] * 6 + [20] * 4  # the four most recent
@@ -74,13 +71,13 @@ def test_state_pool_short_tombstones_the_least_recently_used_state():
     cache = sglang_cache(6 * CK)
     assert serve_all(cache, X, Y) == [0, 0]
     assert cache.n_ckpts == 3 and cache.kv_tokens == 300
-    z = toks(5000, 20)
+    z = seq(5000, 20)
     serve_all(cache, z)  # needs a 4th state: S's goes, S keeps its KV (a tombstone)
     assert cache.n_ckpts == 3 and cache.kv_tokens == 320
     node = cache.tree.match(S).node
     assert node.depth == 200 and not node.ckpt and len(node.children) == 2
     # The hit rule: the tombstone alone is no hit; its KV serves a longer match.
-    assert cache.peek(np.r_[S, toks(7000, 5)]) == 0
+    assert cache.peek(np.r_[S, seq(7000, 5)]) == 0
     assert cache.peek(X) == 250 and cache.peek(Y) == 250 and cache.peek(z) == 20
 
 
@@ -89,7 +86,7 @@ def test_kv_pool_short_evicts_the_least_recently_used_leaf_not_a_state():
     # The full LRU list holds leaves: a (4) is older than b (5); S is no leaf.
     cache = sglang_cache(8 * CK)
     serve_all(cache, X, Y)
-    z = toks(5000, 250)
+    z = seq(5000, 250)
     serve_all(cache, z)
     assert cache.kv_tokens == 500 and cache.n_ckpts == 3  # a's 50 tokens and state went
     assert cache.peek(X) == 200  # S kept its state: X resumes there
@@ -100,15 +97,15 @@ def test_a_lookup_refreshes_the_path_so_the_other_branch_goes_first():
     cache = sglang_cache(8 * CK)
     serve_all(cache, X, Y)
     assert cache.lookup(X).length == 250  # stamps S, then a: b is now the LRU leaf
-    serve_all(cache, toks(5000, 250))
+    serve_all(cache, seq(5000, 250))
     assert cache.peek(X) == 250 and cache.peek(Y) == 200
 
 
 def test_evicting_the_last_leaves_deletes_a_tombstone_left_as_a_leaf():
     cache = sglang_cache(6 * CK)
-    serve_all(cache, X, Y, toks(5000, 20))  # S tombstoned (above)
+    serve_all(cache, X, Y, seq(5000, 20))  # S tombstoned (above)
     # Two more states: the mamba LRU goes a, b (both leaves, KV and state).
-    serve_all(cache, toks(6000, 20), toks(7000, 20))
+    serve_all(cache, seq(6000, 20), seq(7000, 20))
     assert cache.peek(X) == 0 and cache.peek(Y) == 0
     assert cache.tree.match(S).length == 0  # the tombstone leaf was deleted with them
     assert cache.kv_tokens == 60 and cache.n_ckpts == 3
@@ -117,7 +114,7 @@ def test_evicting_the_last_leaves_deletes_a_tombstone_left_as_a_leaf():
 def test_page_size_keeps_states_on_whole_pages():
     policy = get_policy("sglang", page_size=16)
     cache = make_cache(policy, HYBRID, 10**9)
-    p = toks(0, 40)
+    p = seq(0, 40)
     serve(cache, p, p)
     assert cache.peek(p) == 32 and cache.peek(p[:20]) == 16 * 0  # 20 ends before the state
 

@@ -68,7 +68,7 @@ def test_vllm_moe_rows_get_the_eager_host_time_and_dense_rows_none():
     moe = get_model("gpt-oss-120b")
     per_launch = sil.VLLM_EAGER_LAUNCH_S["b200"]
     assert sil.eager_prefill_s(row, moe, "b200") == pytest.approx(
-        per_launch * sil.eager_launches(moe, "vllm", row.tp or 1)
+        per_launch * sil.vllm_eager_launches(moe, row.tp or 1)
     )
     assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0
     assert sil.eager_prefill_s(dataclasses.replace(row, attention_dp=2), moe, "b200") == 0.0
@@ -84,15 +84,13 @@ def test_vllm_launch_counts_follow_the_layer_parts_and_the_linears_precision():
     mla, moe, shared, mlp = (n[p][0] + n[p][1] for p in ("mla", "moe", "shared_expert", "mlp"))
     bf16 = 61 * mla + kimi.n_moe_layers * (moe + experts + shared) + kimi.n_mlp_layers * mlp
     int4 = dataclasses.replace(kimi, precision="bf16", moe_precision="int4")
-    assert sil.eager_launches(int4, "vllm") == sil.eager_launches(kimi, "vllm") == bf16
+    assert sil.vllm_eager_launches(int4, 2) == sil.vllm_eager_launches(kimi, 2) == bf16
     # bf16 linears and weight-only experts: fewer launches than SGLang's block-fp8 count
-    assert sil.eager_launches(int4, "vllm") < 0.8 * sil.eager_launches(int4)
+    assert sil.vllm_eager_launches(int4, 2) < 0.8 * sil.eager_launches(int4)
     fp8 = dataclasses.replace(kimi, precision="fp8", moe_precision="fp8-block")
     linears = 61 * n["mla"][1] + kimi.n_moe_layers * n["shared_expert"][1]
     linears += kimi.n_mlp_layers * n["mlp"][1]
-    assert sil.eager_launches(fp8, "vllm") == bf16 + linears + 2 * kimi.n_moe_layers
-    # SGLang's and TensorRT-LLM's count is unchanged by the backend argument's default
-    assert sil.eager_launches(kimi) == sil.eager_launches(kimi, "sglang")
+    assert sil.vllm_eager_launches(fp8, 2) == bf16 + linears + 2 * kimi.n_moe_layers
 
 
 def test_vllm_launch_counts_follow_tensor_parallelism():
@@ -100,13 +98,13 @@ def test_vllm_launch_counts_follow_tensor_parallelism():
     all heads all-reduce their variances in every attention layer (two launches more)."""
     n, drop = sil.VLLM_EAGER_LAUNCHES, sil.VLLM_ALL_REDUCES
     kimi = get_model("kimi-k2.5")
-    one, two = sil.eager_launches(kimi, "vllm", 1), sil.eager_launches(kimi, "vllm", 2)
+    one, two = sil.vllm_eager_launches(kimi, 1), sil.vllm_eager_launches(kimi, 2)
     assert two - one == kimi.n_moe_layers * drop["moe"] + kimi.n_mlp_layers * drop["mlp"]
-    assert sil.eager_launches(kimi, "vllm", 8) == two == sil.eager_launches(kimi, "vllm")
+    assert sil.vllm_eager_launches(kimi, 8) == two
     minimax = get_model("minimax-m2.5")
     assert minimax.qk_norm_across_heads and not kimi.qk_norm_across_heads
     layers = minimax.mixer_counts["attention"]
-    tp1, tp4 = sil.eager_launches(minimax, "vllm", 1), sil.eager_launches(minimax, "vllm", 4)
+    tp1, tp4 = sil.vllm_eager_launches(minimax, 1), sil.vllm_eager_launches(minimax, 4)
     assert tp4 - tp1 == minimax.n_moe_layers * drop["moe"] + layers * sil.VLLM_QK_NORM_ALL_REDUCE
     assert sil.vllm_part_launches(minimax, "attention", 4) == (
         n["attention"][0] + n["attention"][1] * 2 + sil.VLLM_QK_NORM_ALL_REDUCE  # fp8 linears
@@ -114,14 +112,10 @@ def test_vllm_launch_counts_follow_tensor_parallelism():
     # the row's own tensor parallelism prices its eager forward
     row = silicon_row(source=IMAX, model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm")
     row = dataclasses.replace(row, backend_version="0.19.0", tp=1)
-    assert sil.row_eager_launches(row, minimax) == tp1
-    assert sil.eager_prefill_s(row, minimax, "b200") == pytest.approx(
-        sil.VLLM_EAGER_LAUNCH_S["b200"] * tp1
-    )
-    assert sil.row_eager_launches(dataclasses.replace(row, tp=4), minimax) == tp4
-    # SGLang's (and TensorRT-LLM's stand-in) count takes no tensor parallelism
-    sglang = dataclasses.replace(row, backend="sglang")
-    assert sil.row_eager_launches(sglang, minimax) == sil.eager_launches(minimax)
+    for tp, launches in ((1, tp1), (4, tp4)):
+        assert sil.eager_prefill_s(dataclasses.replace(row, tp=tp), minimax, "b200") == (
+            pytest.approx(sil.VLLM_EAGER_LAUNCH_S["b200"] * launches)
+        )
 
 
 def test_checkpoints_that_keep_attention_unquantised_count_bf16_attention_linears():
@@ -138,7 +132,7 @@ def test_checkpoints_that_keep_attention_unquantised_count_bf16_attention_linear
     kept = sil.vllm_part_launches(kimi, "mla", 4, bf16_attention=True)
     assert quantised - kept == sil.VLLM_EAGER_LAUNCHES["mla"][1]  # one launch less a linear
     assert sil.vllm_part_launches(kimi, "moe", 4, True) == sil.vllm_part_launches(kimi, "moe", 4)
-    assert sil.eager_launches(kimi, "vllm", 4) - sil.eager_launches(kimi, "vllm", 4, True) == (
+    assert sil.vllm_eager_launches(kimi, 4) - sil.vllm_eager_launches(kimi, 4, True) == (
         61 * sil.VLLM_EAGER_LAUNCHES["mla"][1]
     )
 
@@ -162,8 +156,8 @@ def test_inferencemax_fp4_vllm_rows_read_the_nvfp4_checkpoint_they_served():
     )
     assert not isinstance(plan_fp4, str), plan_fp4
     model = plan_fp4.model
-    launches = sil.eager_launches(model, "vllm", 2, bf16_attention=True)
-    assert launches < sil.eager_launches(model, "vllm", 2)
+    launches = sil.vllm_eager_launches(model, 2, bf16_attention=True)
+    assert launches < sil.vllm_eager_launches(model, 2)
     assert plan_fp4.deployment["eager_prefill_s"] == pytest.approx(
         sil.VLLM_EAGER_LAUNCH_S["b200"] * launches
     )

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from test_bad_input import assert_clean_error
 from test_engine_helpers import LinearPricer, generated, run
 from test_policies_props import traces
+from token_seqs import seq
 
 from twin.cache import BlockCache, RequestCache, serve
 from twin.cache.sparse_blocks import KVOnly, SparseBlockCache
@@ -32,10 +33,6 @@ from twin.workloads.examples import example_path
 HYBRID = get_model("tiny-hybrid")
 KV_BLOCK = 4 * HYBRID.kv_bytes_per_token
 STATE = HYBRID.ssm_checkpoint_bytes
-
-
-def seq(start: int, n: int) -> np.ndarray:
-    return np.arange(start, start + n, dtype=np.int32)
 
 
 def sparse(retention: int = 0, capacity: int = 10**12) -> tuple[SparseBlockCache, RequestCache]:

@@ -25,8 +25,6 @@ start), so they exist; merging keeps the lower node's tail plus what it needs ab
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from twin.model import ModelSpec
 
 
@@ -53,16 +51,3 @@ class KindBytes:
     def hit_inside_ok(self, node_len: int, offset: int) -> bool:
         """May a hit end ``offset`` tokens into a node of ``node_len`` tokens?"""
         return offset == node_len or self.window is None or node_len <= self.window
-
-    def swa_tokens_needed(self, hit_points: Iterable[int]) -> int:
-        """Sliding-window tokens the hit rule needs for these hit points: the size of the
-        union of ``[p - W, p)`` (every token when there is no window)."""
-        points = sorted(set(hit_points))
-        if self.window is None:
-            return points[-1] if points else 0
-        held, reach = 0, 0
-        for p in points:
-            lo = max(p - self.window, reach)
-            held += max(0, p - lo)
-            reach = max(reach, p)
-        return held

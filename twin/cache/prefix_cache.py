@@ -90,11 +90,6 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits, ServesRequests):
         return self.kv_tokens * self.kv_per_token + self.swa_tokens * self.swa_per_token
 
     @property
-    def swa_freed_bytes(self) -> int:
-        """Sliding-window KV of cached tokens dropped by the hit rule (held without it)."""
-        return (self.kv_tokens - self.swa_tokens) * self.swa_per_token
-
-    @property
     def used_bytes(self) -> int:
         return self.kv_bytes + self.n_ckpts * self.ckpt_bytes
 
@@ -314,10 +309,6 @@ class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits, ServesRequests):
                 return (None, 0) if m.node is self.root else (m.node, start)
             return m.partial, m.length
         return m.node, m.length
-
-    def matched_node(self, seq: np.ndarray) -> Node:
-        """The deepest node whose whole edge ``seq`` matches (the root if none); changes nothing."""
-        return self._match(np.asarray(seq, dtype=np.int32)).node
 
     def _match(self, seq: np.ndarray) -> Match:
         """``tree.match`` of ``seq`` (int32), reusing the last two while the tree is unchanged.

@@ -38,11 +38,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from twin.costmodel.profile_store import resolve_profile
+from twin.engine import memory_budget
 from twin.engine.config import PipelineConflict
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.limits import MAX_CACHE_GB, MAX_TP
+from twin.policies import POLICIES
+from twin.presets import resolve_model
 from twin.reports.analysis import parse_slos
 from twin.reports.layouts import AGG, parse_layouts
 from twin.reports.parallel_axes import (
@@ -97,6 +101,9 @@ from twin.reports.sweep import (
 from twin.reports.verdicts import RUN_LENGTH, binding_resource, meets, verdict_of
 from twin.slo import Slo
 from twin.steady_state import OVERLOADED, STABLE
+from twin.workload_stats import summarize
+from twin.workloads.importers.base import sha256_file
+from twin.workloads.reader import Workload
 
 WORKLOAD_CACHE = "workloads"  # OUT/workloads: workloads stretched for --duration
 # What a search asks for in one step (_Searcher._next).
@@ -163,8 +170,6 @@ def cache_choices(
     """(cache setting, policy) pairs searched: the shared pool with the engine mode's own
     policy (its pool is the mode's); each dedicated size with each of ``policies``, or with
     the mode's own (``""``) when none is given. A bad setting or policy fails in one line."""
-    from twin.policies import POLICIES
-
     caches = _caches(cache)
 
     for name in policies:
@@ -288,8 +293,6 @@ def check_executor(executor: str, ray_address: str | None = None) -> None:
 def workload_stats(path: str | Path) -> dict[str, Any]:
     """What the analytic bound needs from the workload, per request and per session: prompt
     tokens an unbounded prefix cache would not hit, decode tokens, turns, the file's rate."""
-    from twin.workload_stats import summarize
-    from twin.workloads.reader import Workload
 
     s = summarize(Workload.open(Path(path)))
     requests, sessions = s["requests"], s["sessions"]
@@ -369,9 +372,6 @@ def analyse(
     Nothing here depends on the candidate's router but the spec's ``router`` setting: the
     checks and the lower bound (unbounded-cache misses, the cheapest step price) are the
     same for every router (:mod:`reports.plan_routers`)."""
-    from twin.costmodel.profile_store import resolve_profile
-    from twin.engine import memory_budget
-    from twin.presets import resolve_model
 
     layout = cand.serving
     spec = replace(
@@ -546,8 +546,6 @@ def plan(
     as ray tasks (``ray_address``: the cluster; ``twin report capacity``'s executor,
     :mod:`reports.ray_executor`); ``progress`` sees the counts as they move.
     """
-    from twin.presets import resolve_model
-    from twin.workloads.importers.base import sha256_file
 
     slo_list = parse_slos(list(slos))
     if not slo_list:

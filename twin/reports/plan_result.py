@@ -14,6 +14,7 @@ from typing import Any
 from twin import __version__
 from twin.engine.modes import get_mode
 from twin.parallel import Layout
+from twin.reports.analysis import seed_ci_half_width
 from twin.reports.layouts import AGG, ServingLayout, parse_layout
 from twin.reports.parallel_axes import layout_flags
 from twin.reports.plan_routers import DEFAULT_ROUTER, router_flags
@@ -218,8 +219,6 @@ def seed_interval(values: Sequence[float | None]) -> dict[str, float | None]:
     ``mean`` and, from three seeds, ``t95_half_width``, the 95% t-interval of the mean
     (:func:`reports.analysis.seed_ci_half_width`, as ``report capacity`` gives; with two
     seeds its t factor is 12.7 and it says nothing)."""
-    from twin.reports.analysis import seed_ci_half_width
-
     got = [float(v) for v in values if v is not None]
     if not got:
         return {"min": None, "max": None, "mean": None, "t95_half_width": None}

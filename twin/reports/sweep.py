@@ -25,10 +25,16 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from twin.costmodel.profile_store import resolve_profile
+from twin.engine import build_run, memory_budget
 from twin.engine.config import EngineConfig, NamedSettings, build_config, typed_settings
+from twin.engine.modes import ENGINE_MODES, get_mode
+from twin.engine.releases import split_engine
+from twin.engine.run import RunArgs, mode_fields
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.policies import options_for
+from twin.presets import resolve_model
 from twin.reports.layouts import parse_layout
 from twin.reports.perrequest import RequestDigest
 from twin.reports.ray_executor import import_ray, run_points_on_ray
@@ -45,6 +51,7 @@ from twin.reports.verdicts import NOT_JUDGED, TOO_SHORT, binding_resource
 from twin.slo import parse_slos
 from twin.summary import CacheOccupancy, RunSummary
 from twin.workers import Batched, run_in_pool
+from twin.workloads.importers.base import sha256_file
 
 if TYPE_CHECKING:
     from twin.engine.run import RunArgs
@@ -115,8 +122,6 @@ class SweepSpec:
 
     def run_settings(self) -> RunArgs:
         """``settings`` whole, as :func:`twin.engine.build_run` takes them."""
-        from twin.engine.run import RunArgs
-
         return typed_settings(RunArgs, self.settings)
 
     def base_config(self) -> EngineConfig:
@@ -131,8 +136,6 @@ class SweepSpec:
         of a policy; the mode chooses the policy. A policy point runs the
         sweep's engine mode (``engine``) with its policy given explicitly.
         """
-        from twin.engine.run import RunArgs
-
         named = self.engine_settings()
         shared = dict(named.get("policy_options") or {})
         fixed: dict[str, object] = {k: v for k, v in named.items() if k != "policy_options"}
@@ -162,8 +165,6 @@ class SweepSpec:
     def config(self, point: Point, profile: Any = None) -> EngineConfig:
         """The engine configuration of ``point`` (``profile`` gives the device memory; the
         arrival cut and warm-up a duration implies are build_run's, not here)."""
-        from twin.engine.run import mode_fields
-        from twin.presets import resolve_model
 
         fields = self.fields(point)
         engine, sets = fields.pop("engine", None), fields.pop("sets", None)
@@ -223,8 +224,6 @@ class SweepSpec:
 def engine_variant(name: str) -> tuple[str, dict[str, str]] | None:
     """``NAME[flag=value;...]`` on the policy axis as (engine mode, flags); None for a policy.
     ``NAME`` may pick a release (``sglang==0.5.10.post1[...]``), checked here."""
-    from twin.engine.modes import ENGINE_MODES, get_mode
-    from twin.engine.releases import split_engine
 
     mode, bracket, rest = name.partition("[")
     # an unknown release is one line here, before any point runs
@@ -274,14 +273,10 @@ def resolve(spec: SweepSpec) -> SweepSpec:
     """Fill in the workload fingerprint and profile label (done once, in the parent)."""
     from dataclasses import replace
 
-    from twin.costmodel.profile_store import resolve_profile
-    from twin.workloads.importers.base import sha256_file
-
     spec.base_config()  # a bad engine setting fails before any work
     path = Path(spec.workload)
     if not path.is_file():
         raise TwinError(f"{path}: no such workload file")
-    from twin.engine.modes import get_mode
 
     kernels = get_mode(spec.engine).kernels if spec.engine is not None else None
     prof = resolve_profile(spec.gpu, Path(spec.profile) if spec.profile else None, kernels)
@@ -398,8 +393,6 @@ def run_point(
     ``progress(x)`` is told the fraction of the point's arrival horizon just
     simulated (the increments add up to at most 1).
     """
-    from twin.engine import build_run, memory_budget
-    from twin.presets import resolve_model
 
     args = spec.fields(point)
     args["model"] = resolve_model(spec.model, spec.model_set)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.atomic import OutputSet, not_an_input
+from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.limits import MAX_CACHE_GB, MAX_REPEATS, MAX_SESSION_RATE
@@ -35,6 +36,8 @@ from twin.validate.arrivals import fix_arrivals
 from twin.validate.compare import PLOT_FILE, REQUESTS_FILE, VALIDATION_FILE
 from twin.validate.request import ValidationRequest
 from twin.validate.run import CacheChoice, default_cache, validate
+from twin.workloads.examples import Example
+from twin.workloads.generators import get_generator
 from twin.workloads.reader import Workload
 
 DEVICES = ("cpu", "cuda")
@@ -90,7 +93,6 @@ def validate_model(
     workload, generate, sessions = src_of.workload, src_of.generate, src_of.sessions
     requests, session_rate, seed = src_of.requests, src_of.session_rate, src_of.seed
     policy, cache_gb = cache_of.policy, cache_of.cache_gb
-    from twin.workloads.generators import get_generator
 
     # ----- every input, before any work
     spec = resolve_model(model) if isinstance(model, str) else model
@@ -134,7 +136,6 @@ def validate_model(
             for name in names:
                 not_an_input("--out", out / name, Path(given))
     src = Workload.open(workload) if workload is not None else None
-    from twin.costmodel.profile import Profile
 
     prof = Profile.load(profile) if profile is not None else None
     torch, run_reference, config_cls = executor()
@@ -235,8 +236,6 @@ def _generate(
     kind: str, sessions: int, session_rate: float | None, seed: int, path: Path
 ) -> Workload:
     """A fresh ``kind`` workload at ``path`` (the generator's defaults; rate 1/s if none given)."""
-    from twin.workloads.examples import Example
-
     Example(kind, sessions, 1.0 if session_rate is None else session_rate, seed).build(path)
     return Workload.open(path)
 

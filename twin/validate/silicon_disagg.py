@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.engine import RunArgs, typed_settings
+from twin.engine.disagg import check_tp_pair
 from twin.errors import TwinError, where
 from twin.validate import silicon as sil
 
@@ -138,7 +139,6 @@ def plan_disagg_row(d: DisaggRow, configs: Path | None = None) -> sil.RowPlan | 
             return f"{side} pool: {found}" if _of_layout(found) else found
         plans[side] = found
     prefill, decode = plans["prefill"], plans["decode"]
-    from twin.engine.disagg import check_tp_pair
 
     # The KV moves between the pools' attention TP ranks (tp / attention DP a rank).
     p_attn, d_attn = prefill.tp // prefill.dp, decode.tp // decode.dp

@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from twin.memory import JengaAllocator, PagedAllocator, fit_requests, kinds_of
+from twin.presets import get_model
+
 # Zhang et al., SOSP 2025 (arXiv 2503.18292), abstract: vs PagedAttention-style pages on vLLM.
 PAPER = {"throughput_mean": 1.80, "throughput_max": 4.92, "utilisation_gain_max": 0.796}
 LENGTHS = (1000, 4000, 16000)  # tokens per request (prompt + output so far)
@@ -44,8 +47,6 @@ def compare(
     both allocators. Models whose weights leave no pool on ``gpu`` are skipped."""
     from twin.costmodel import CostModel
     from twin.costmodel.profile_store import device_memory_bytes, load_profile
-    from twin.memory import JengaAllocator, PagedAllocator, fit_requests, kinds_of
-    from twin.presets import get_model
 
     profile = load_profile(gpu)
     memory = device_memory_bytes(profile)  # the driver's total, as simulate sizes pools

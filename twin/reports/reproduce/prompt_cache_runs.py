@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from twin.metrics import RequestRecord
 from twin.reports.reproduce.base import Recipe
 from twin.summary import RunSummary
 
@@ -73,7 +74,6 @@ def ttft_by_row(
 ) -> tuple[dict[int, tuple[float, int]], RunSummary]:
     """Per workload row (TTFT seconds, hit tokens) under ``policy``, and the run's summary."""
     from twin.engine import build_run
-    from twin.metrics import RequestRecord
 
     run = build_run(
         path,

@@ -18,10 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from twin import __version__
 from twin.atomic import write_text_atomic
 from twin.errors import TwinError
 from twin.hardware import GB
+from twin.presets import resolve_model
+from twin.replay import replay
 from twin.reports.ray_executor import import_ray, run_on_ray
+from twin.reports.reproduce import get_paper
+from twin.reports.reproduce.artifact import checkout, describe, run_artifact
 from twin.reports.reproduce.base import (
     MODEL,
     Claim,
@@ -33,6 +38,9 @@ from twin.reports.reproduce.base import (
 )
 from twin.reports.sweep import Point, SweepSpec, resolve, run_sweep
 from twin.workers import run_in_pool
+from twin.workloads.generators import get_generator
+from twin.workloads.importers.base import sha256_file
+from twin.workloads.writer import WorkloadWriter
 
 REPLAYS_FILE = "replays.json"
 ARTIFACT_FILE = "artifact.json"
@@ -50,8 +58,6 @@ def _nothing(_: float) -> None:
 
 def generate(recipe: Recipe, path: Path) -> None:
     """Write ``recipe``'s workload to ``path`` (what its printed command does)."""
-    from twin.workloads.generators import get_generator
-    from twin.workloads.writer import WorkloadWriter
 
     cls = get_generator(recipe.kind)
     gen = cls(cls.parse_params({k: str(v) for k, v in recipe.knobs}))
@@ -63,8 +69,6 @@ def generate(recipe: Recipe, path: Path) -> None:
 
 def run_replay(path: str, point: ReplayPoint) -> dict[str, Any]:
     """One replay point's numbers (top-level so pool workers and ray can pickle it)."""
-    from twin.presets import resolve_model
-    from twin.replay import replay
 
     model = resolve_model(MODEL, point.model_set)
     r = replay(
@@ -110,8 +114,6 @@ def run_computation(path: str | None, c: Computation) -> dict[str, Any]:
 
 def run_artifact_point(repo: str, path: str, point: ReplayPoint) -> dict[str, Any]:
     """One replay point run by the authors' artifact (top-level for pool workers)."""
-    from twin.presets import resolve_model
-    from twin.reports.reproduce.artifact import run_artifact
 
     m = resolve_model(MODEL, point.model_set)
     shape = {
@@ -151,7 +153,6 @@ class Run:
         self._replays: dict[str, dict[str, Any]] = {}
         self._sims: dict[tuple[SimSet, str], dict[str, Any]] = {}
         self._footprints: dict[str, float] = {}
-        from twin.reports.reproduce.artifact import checkout
 
         self.artifact_repo = checkout()  # $TWIN_MARCONI_ARTIFACT, checked before any work
         self._artifact: dict[str, dict[str, Any]] = {}
@@ -224,7 +225,6 @@ class Run:
     def execute(self, progress: Progress = _nothing) -> list[Claim]:
         """Generate, replay, simulate; then return the paper's claims."""
         (self.out / "workloads").mkdir(parents=True, exist_ok=True)
-        from twin.workloads.importers.base import sha256_file
 
         for name, recipe in self.recipes.items():
             path = Path(self.workload_path(name))
@@ -363,9 +363,6 @@ def reproduce(
     progress: Progress = _nothing,
 ) -> tuple[list[Claim], list[Path]]:
     """Run paper ``name``'s plan under ``out`` and write its report; return claims and files."""
-    from twin import __version__
-    from twin.reports.reproduce import get_paper
-    from twin.reports.reproduce.artifact import describe
     from twin.reports.reproduce.render import Facts, render_report
 
     run = Run(get_paper(name), Path(out), quick, jobs, executor, ray_address)
@@ -392,6 +389,4 @@ def reproduce(
 
 def plan_size(name: str, quick: bool) -> int:
     """How many steps ``reproduce(name, quick=quick)`` takes (for a progress bar)."""
-    from twin.reports.reproduce import get_paper
-
     return Run(get_paper(name), Path("."), quick).count()

@@ -8,6 +8,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from twin.calibration.aic_tables import SYSTEMS
+from twin.hf_config import from_hf_config
 from twin.model import ModelSpec
 
 # A quantised repository's name: ``nvidia/Llama-3.1-8B-Instruct-FP8``, ``-NVFP4``,
@@ -63,8 +65,6 @@ def config_file(configs: Path, hf_id: str) -> Path:
 
 @cache
 def load_model(path: str, hf_id: str) -> ModelSpec:
-    from twin.hf_config import from_hf_config
-
     return from_hf_config(path, name=hf_id)
 
 
@@ -81,6 +81,4 @@ def read_config(path: str) -> dict[str, Any]:
 def system_gpus() -> dict[str, str]:
     """The CSV's ``system`` -> the twin's GPU name: the inverse of the kernel tables' map
     (``calibration.aic_tables.SYSTEMS``: ``h100_sxm`` -> ``h100``, ``gb200`` -> ``gb200``)."""
-    from twin.calibration.aic_tables import SYSTEMS
-
     return {system: gpu for gpu, system in SYSTEMS.items()}

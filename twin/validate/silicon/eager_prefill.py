@@ -4,6 +4,7 @@ and the host seconds a launch, fitted per GPU on the fit split."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from twin.model import ModelSpec
@@ -329,42 +330,27 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     return min(size, budget) if budget else size
 
 
-def eager_launches(
-    model: ModelSpec, backend: str = "sglang", tp: int = 2, bf16_attention: bool = False
-) -> int:
-    """Kernels one eager forward of ``model`` launches, summed over its layers: SGLang's
-    counts (``SGLANG_EAGER_LAUNCHES``, TensorRT-LLM's stand-in) or, for ``backend``
-    "vllm", vLLM's (:func:`vllm_part_launches`, at ``tp`` GPUs of tensor parallelism,
-    ``bf16_attention`` as there).
-    Mixer kinds without a count (Mamba2, say) count none."""
-    if backend == "vllm":
-        n = {
-            part: vllm_part_launches(model, part, tp, bf16_attention)
-            for part in SGLANG_EAGER_LAUNCHES
-        }
-    else:
-        n = SGLANG_EAGER_LAUNCHES
-    out = sum(n.get(kind, 0) * count for kind, count in model.mixer_counts.items())
+def eager_launches(model: ModelSpec, counts: Mapping[str, int] = SGLANG_EAGER_LAUNCHES) -> int:
+    """Kernels one eager forward of ``model`` launches, summed over its layers at ``counts``
+    per part: SGLang's (``SGLANG_EAGER_LAUNCHES``, TensorRT-LLM's stand-in) or vLLM's
+    (:func:`vllm_eager_launches`). Mixer kinds without a count (Mamba2, say) count none."""
+    out = sum(counts.get(kind, 0) * count for kind, count in model.mixer_counts.items())
     if model.attn_output_gate:
         gated = model.mixer_counts.get("attention", 0) + model.mixer_counts.get("swa", 0)
-        out += n["attention_gate"] * gated
-    per_moe = n["moe"] + (n["shared_expert"] if model.moe_shared_d_ff else 0)
-    return out + per_moe * model.n_moe_layers + n["mlp"] * model.n_mlp_layers
+        out += counts["attention_gate"] * gated
+    per_moe = counts["moe"] + (counts["shared_expert"] if model.moe_shared_d_ff else 0)
+    return out + per_moe * model.n_moe_layers + counts["mlp"] * model.n_mlp_layers
 
 
-def row_eager_launches(row: SiliconRow, model: ModelSpec, bf16_attention: bool = False) -> int:
-    """The launches of one eager forward of ``model`` on ``row``'s engine
-    (:func:`eager_launches`): vLLM's at the row's tensor parallelism (``bf16_attention``:
-    the checkpoint's attention projections unquantised), else SGLang's (the TensorRT-LLM
-    rows' stand-in too)."""
-    if row.backend == "vllm":
-        return eager_launches(model, "vllm", row.tp or 1, bf16_attention)
-    return eager_launches(model)
+def vllm_eager_launches(model: ModelSpec, tp: int, bf16_attention: bool = False) -> int:
+    """vLLM's :func:`eager_launches` at ``tp`` GPUs of tensor parallelism
+    (:func:`vllm_part_launches`; ``bf16_attention``: the checkpoint's attention
+    projections unquantised)."""
+    counts = {p: vllm_part_launches(model, p, tp, bf16_attention) for p in SGLANG_EAGER_LAUNCHES}
+    return eager_launches(model, counts)
 
 
-def vllm_part_launches(
-    model: ModelSpec, part: str, tp: int = 2, bf16_attention: bool = False
-) -> int:
+def vllm_part_launches(model: ModelSpec, part: str, tp: int, bf16_attention: bool = False) -> int:
     """Kernels one ``part`` of a ``model`` layer launches in vLLM's eager forward
     (:data:`VLLM_EAGER_LAUNCHES`): its other kernels, its linears at one launch each, two
     where ``model``'s linear precision quantises the activations, and for ``moe`` the
@@ -437,7 +423,7 @@ def eager_prefill_s(
     (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph, at
     vLLM's own launch count (``VLLM_EAGER_LAUNCHES``) times ``VLLM_EAGER_LAUNCH_S`` (the
     plan adds :func:`vllm_graph_tokens`; ``bf16_attention``: the checkpoint leaves its
-    attention projections unquantised, :func:`row_eager_launches`)."""
+    attention projections unquantised, :func:`vllm_eager_launches` at the row's tp)."""
     if not model.n_moe_layers or (row.attention_dp or 1) > 1:
         return 0.0
     if row.backend == "trtllm":  # context steps run eagerly (TRTLLM_EAGER_LAUNCH_S) unless
@@ -448,7 +434,7 @@ def eager_prefill_s(
     if row.backend == "vllm":  # steps above the largest graph (VLLM_EAGER_LAUNCH_S)
         if not vllm_prefills_eagerly(row):
             return 0.0
-        return launch_s(row, gpu) * row_eager_launches(row, model, bf16_attention)
+        return launch_s(row, gpu) * vllm_eager_launches(model, row.tp or 1, bf16_attention)
     if row.backend != "sglang" or not sglang_prefills_eagerly(row, model, multimodal):
         return 0.0
     return launch_s(row, gpu) * eager_launches(model)

@@ -12,10 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from twin import precision as px
+from twin.costmodel import precision_kernels as pk
+from twin.costmodel.formulas import allreduce_kernel
 from twin.costmodel.profile import Profile
+from twin.costmodel.profile_store import load_profile
 from twin.engine import RunArgs, typed_settings
+from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.model import ModelSpec
+from twin.parallel import Layout, check_layout
 from twin.validate.silicon.configs import find_config, load_model, read_config, system_gpus
 from twin.validate.silicon.deployment import (
     ENGINE_OF_BACKEND,
@@ -94,8 +99,6 @@ class RowPlan:
 @cache
 def _profile(gpu: str, engine: str) -> Profile | None:
     """``gpu``'s shipped profile for engine mode ``engine``; None if none."""
-    from twin.costmodel.profile_store import load_profile
-    from twin.engine.modes import get_mode
 
     try:
         return load_profile(gpu, get_mode(engine).kernels)
@@ -107,8 +110,6 @@ def _unpriceable(profile: Profile, precision: RowPrecision, model: ModelSpec) ->
     """Why ``profile`` cannot price ``model`` at ``precision`` (None if it can): "precision
     nvfp4 not priced by profile h100-trtllm (it prices bf16, fp8, fp8-block; H100 SXM5 has
     no FP4 tensor cores)"."""
-    from twin.costmodel import precision_kernels as pk
-
     spec = precision_model(model, precision)
     try:
         pk.priced_precision(spec, profile)
@@ -176,12 +177,9 @@ def plan_row(
     # FFN/MoE layers (and their gather/scatter) over all of them.
     dp = row.attention_dp or 1
     gpus = tp * dp
-    if gpus > 1:
-        from twin.costmodel.formulas import allreduce_kernel
-
-        if allreduce_kernel(gpus) not in profile.kernels:
-            at = f"tp_size {tp}" + (f" x attention_dp_size {dp}" if dp > 1 else "")
-            return f"{at}: no measured all-reduce at {gpus} GPUs in the {gpu} profile"
+    if gpus > 1 and allreduce_kernel(gpus) not in profile.kernels:
+        at = f"tp_size {tp}" + (f" x attention_dp_size {dp}" if dp > 1 else "")
+        return f"{at}: no measured all-reduce at {gpus} GPUs in the {gpu} profile"
     folder = configs if configs is not None else default_configs()
     found = find_config(folder, row.model_path)
     if found is None:
@@ -209,7 +207,6 @@ def plan_row(
     if ep > 1 or dp > 1:  # expert (and attention-data) parallelism (twin.parallel.Layout)
         if ep > 1 and (not base.n_moe_layers or (row.moe_tp or 1) * ep != gpus):
             return REASON_EP
-        from twin.parallel import Layout, check_layout
 
         try:
             check_layout(base, Layout(gpus, ep, dp))

@@ -11,10 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from twin.costmodel.table_release import version_key
+from twin.engine.modes import measured_mode
+from twin.engine.run import RunArgs, build_run
 from twin.errors import TwinError
+from twin.metrics import RequestRecord
 from twin.validate.silicon.deployment import engine_build
 from twin.validate.silicon.harness import TOKEN_RANGE
 from twin.validate.silicon.plan import RowPlan
+from twin.workloads.schema import WorkloadRow
+from twin.workloads.writer import WorkloadWriter
 
 
 def write_workload(
@@ -25,8 +31,6 @@ def write_workload(
     ``osl`` output tokens, or, with ``range_ratio < 1``, lengths drawn uniformly from
     ``[int(isl x range_ratio), isl]`` and ``[int(osl x range_ratio), osl]`` as vLLM's
     ``benchmark_serving.py`` random dataset draws them."""
-    from twin.workloads.schema import WorkloadRow
-    from twin.workloads.writer import WorkloadWriter
 
     rng = np.random.default_rng(seed)
     meta = {"generator": "silicon", "isl": isl, "osl": osl, "requests": requests, "seed": seed}
@@ -57,9 +61,6 @@ def predict(plan: RowPlan) -> dict[str, Any]:
     A run the twin refuses (a TwinError: the weights do not fit, say) returns its
     message under ``twin_error``.
     """
-    from twin.engine.modes import measured_mode
-    from twin.engine.run import RunArgs, build_run
-    from twin.metrics import RequestRecord
 
     row = plan.row
     assert row.isl is not None and row.osl is not None
@@ -125,6 +126,4 @@ def predict(plan: RowPlan) -> dict[str, Any]:
 def kernel_tables(version: str) -> str:
     """``build_run``'s ``kernel_tables`` for a row run at engine ``version``: that release
     when it is a version number, else "" (``--engine NAME==VERSION``'s release then)."""
-    from twin.costmodel.table_release import version_key
-
     return version if version_key(version) is not None else ""

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from twin.atomic import atomic_path
+from twin.metrics import to_json
 from twin.validate.silicon.aiconfigurator import aiconfigurator_estimate
 from twin.validate.silicon.harness import harness_of
 from twin.validate.silicon.plan import RowPlan
@@ -224,8 +226,6 @@ def write_outputs(
 ) -> tuple[Path, Path]:
     """``predictions.csv`` (one row per expressed CSV row) and ``summary.json`` under
     ``out_dir``, each written atomically."""
-    from twin.atomic import atomic_path
-    from twin.metrics import to_json
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
