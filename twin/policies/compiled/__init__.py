@@ -276,8 +276,7 @@ class GridStream:
         self.nids = [np.zeros(n, np.int64)]
         self.served = 0
         # Each request's agreements with the sequences that made its path's nodes
-        # (``kernel._agreement``): learned by the first alpha's replays (and ``common``'s),
-        # which run alone; read by every replay.
+        # (``kernel._agreement``): learned by the replays that run alone, read by all.
         self.known = np.zeros((n, 2 * kernel.AGREEMENTS), np.int64)
         self.background = background
         self._pending: list[Any] = []
@@ -335,14 +334,16 @@ class GridStream:
                 self.states[0], *requests_of, i0, i1, self.hits[0], self.nids[0], known, True
             )
 
-        def go_on(j: int) -> None:
-            st, hits, nids = self.states[j], self.hits[j], self.nids[j]
-            k.serve_range(st, *requests_of, i0, i1, hits, nids, known, False)
-
-        # The other alphas' replays share nothing they write, and the kernel runs
-        # without the GIL: one thread per core replays them side by side.
+        # The other alphas' replays share nothing they write but what they learn, and the
+        # kernel runs without the GIL: one thread per core replays them side by side,
+        # learning nothing then (one at a time, each learns).
         others = range(1, len(self.states))
         threads = min(len(others), cores())
+
+        def go_on(j: int) -> None:
+            st, hits, nids = self.states[j], self.hits[j], self.nids[j]
+            k.serve_range(st, *requests_of, i0, i1, hits, nids, known, threads <= 1)
+
         if threads > 1:
             list(_pool("alphas", threads).map(go_on, others))
         else:
