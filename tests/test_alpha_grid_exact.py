@@ -209,6 +209,24 @@ def test_the_grid_streamed_as_requests_arrive_is_the_grid(name, background, warm
         for full, n in window:
             stream.add(full, n)
         assert stream.runs() == whole
+    _assert_agreements_true(stream)
+
+
+def _assert_agreements_true(stream: GridStream) -> None:
+    """What the replays learned of each request (``kernel._agreement``) is so: the request
+    and the creator agree on their first ``L`` tokens, and where exact, not on the next."""
+    t, learned = stream.trace, 0
+    for i in range(t.count):
+        row = stream.known[i]
+        for base, fact in zip(row[0::2].tolist(), row[1::2].tolist(), strict=True):
+            if not base:
+                continue
+            agreed, s = fact >> 1, int(t.starts[i])
+            assert np.array_equal(t.buf[s : s + agreed], t.buf[base - 1 : base - 1 + agreed])
+            if fact & 1:
+                assert t.buf[s + agreed] != t.buf[base - 1 + agreed]
+            learned += 1
+    assert learned > 0
 
 
 @pytest.mark.parametrize("name", TUNED)

@@ -275,6 +275,9 @@ class GridStream:
         self.hits = [np.zeros(n, np.int64)]
         self.nids = [np.zeros(n, np.int64)]
         self.served = 0
+        # Each request's agreements with the sequences that made its path's nodes
+        # (``kernel._agreement``): learned by the replays that run alone, read by all.
+        self.known = np.zeros((n, 2 * kernel.AGREEMENTS), np.int64)
         self.background = background
         self._pending: list[Any] = []
         self._lock = threading.Lock()
@@ -310,31 +313,37 @@ class GridStream:
         i0, i1 = self.served, t.count
         self.served = i1
         requests_of = (t.starts, t.plens, t.flens)
+        known = self.known
         if len(self.states) == 1:
             first = self.states[0]
-            k.serve_range(first, *requests_of, i0, i1, self.hits[0], self.nids[0])
+            k.serve_range(first, *requests_of, i0, i1, self.hits[0], self.nids[0], known, True)
             evicted_at = int(first[1][k.S_FIRST_EVICTION])
             if evicted_at < 0 or len(self.grid) == 1:
                 return
             shared = evicted_at - t.clock  # requests served before the first eviction
             common = self._start()
             scratch = np.zeros(len(t.starts), np.int64)
-            k.serve_range(common, *requests_of, 0, shared, scratch, scratch.copy())
+            k.serve_range(common, *requests_of, 0, shared, scratch, scratch.copy(), known, True)
             # ``common`` is only read (by ``kernel.copy``); the others go on from it.
             self.states += [k.copy(common, float(a)) for a in self.grid[1:]]
             self.hits += [self.hits[0].copy() for _ in self.grid[1:]]
             self.nids += [self.nids[0].copy() for _ in self.grid[1:]]
             i0 = shared
         else:
-            k.serve_range(self.states[0], *requests_of, i0, i1, self.hits[0], self.nids[0])
+            k.serve_range(
+                self.states[0], *requests_of, i0, i1, self.hits[0], self.nids[0], known, True
+            )
 
-        def go_on(j: int) -> None:
-            k.serve_range(self.states[j], *requests_of, i0, i1, self.hits[j], self.nids[j])
-
-        # The other alphas' replays share nothing they write, and the kernel runs
-        # without the GIL: one thread per core replays them side by side.
+        # The other alphas' replays share nothing they write but what they learn, and the
+        # kernel runs without the GIL: one thread per core replays them side by side,
+        # learning nothing then (one at a time, each learns).
         others = range(1, len(self.states))
         threads = min(len(others), cores())
+
+        def go_on(j: int) -> None:
+            st, hits, nids = self.states[j], self.hits[j], self.nids[j]
+            k.serve_range(st, *requests_of, i0, i1, hits, nids, known, threads <= 1)
+
         if threads > 1:
             list(_pool("alphas", threads).map(go_on, others))
         else:

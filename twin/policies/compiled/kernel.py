@@ -227,7 +227,17 @@ def first_token(nd: np.ndarray, buf: np.ndarray, v: int) -> int:
 
 
 @jit
-def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, q: np.ndarray, s0: int, n: int, path):
+def walk(
+    nd: np.ndarray,
+    kids: np.ndarray,
+    buf: np.ndarray,
+    q: np.ndarray,
+    s0: int,
+    n: int,
+    path: np.ndarray,
+    known: np.ndarray,
+    learn: bool,
+):
     """``RadixTree.match`` of ``q[s0:s0 + n]``: (nodes on ``path``, length, partial or -1);
     the edges' tokens are in ``buf`` (a replay's ``q`` is ``buf`` itself).
 
@@ -236,6 +246,11 @@ def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, q: np.ndarray, s0: i
     lookup, refresh, speculative insertion and insert all match a prefix of its
     input + output in the same tree (nothing changes the tree's shape between
     them), so one walk serves the four.
+
+    ``known``: a replay's request's agreement with the sequences that made nodes
+    (:func:`_agreement`; ``learn``: add what this walk compares), shared by the grid's
+    replays of the same request; empty (a live cache's: its edges are not laid out
+    in their creators' sequences): compare every token.
     """
     node, pos, count = 0, 0, 1
     path[0] = 0
@@ -246,15 +261,51 @@ def walk(nd: np.ndarray, kids: np.ndarray, buf: np.ndarray, q: np.ndarray, s0: i
         m = nd[LEN, child]
         es = nd[BASE, child] + nd[DEP, child] - m
         lim = min(m, n - pos)
-        k = 0
-        while k < lim and buf[es + k] == q[s0 + pos + k]:
-            k += 1
+        if len(known):
+            k = _agreement(known, learn, nd[BASE, child], buf, q, s0, pos, lim)
+        else:
+            k = 0
+            while k < lim and buf[es + k] == q[s0 + pos + k]:
+                k += 1
         if k < m:
             return count, pos + k, child
         node, pos = child, pos + m
         path[count] = node
         count += 1
     return count, pos, -1
+
+
+AGREEMENTS = 4  # creators a replay's request remembers its agreement with
+
+
+@jit(inline="always")
+def _agreement(known, learn: bool, base: int, buf, q, s0: int, pos: int, lim: int) -> int:
+    """How many of ``lim`` tokens from ``pos`` on the sequence at ``q[s0:]`` shares with the
+    sequence at ``buf[base:]`` (a node's creator, which holds the node's whole path at the
+    same positions, so the two agree on their first ``pos`` tokens, as the walk matched).
+
+    ``known``: ``AGREEMENTS`` pairs (the creator's start + 1, 0: free; ``2 L + exact``):
+    the two agree on their first ``L`` tokens, and ``exact``: not on token ``L``. Every
+    pair holds whatever walk learned it, so a grid's replays of one request (the same
+    tokens, mostly the same creators) compare each pair of tokens once, not once per alpha.
+    """
+    free, k = -1, 0
+    for r in range(0, 2 * AGREEMENTS, 2):
+        if known[r] == base + 1:
+            agreed = known[r + 1] >> 1
+            if agreed >= pos + lim:
+                return lim
+            if known[r + 1] & 1:
+                return agreed - pos
+            k, free = max(agreed - pos, 0), r
+            break
+        if known[r] == 0 and free < 0:
+            free = r
+    while k < lim and buf[base + pos + k] == q[s0 + pos + k]:
+        k += 1
+    if learn and free >= 0:
+        known[free], known[free + 1] = base + 1, 2 * (pos + k) + (k < lim)
+    return k
 
 
 @jit
@@ -1050,7 +1101,7 @@ def _hit(st, node: int) -> None:
 
 
 @jit(inline="always")
-def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray):
+def _admit(st, q, s0: int, plen: int, flen: int, pos, path, known: np.ndarray, learn: bool):
     """``RequestCache``'s admission of prompt ``q[s0:s0 + plen]`` with input + output
     ``q[s0:s0 + flen]``: lookup and pin, the policy's refresh, judicious admission's
     positions in ``pos``. Returns (hit node or 0, its tokens, positions, and the walk of the
@@ -1058,7 +1109,7 @@ def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, pa
     nd, sc, mc = st[0], st[1], st[2]
     reference = mc[M_RULES] == REFERENCE
     ssm = mc[M_SSM] > 0
-    count, length, partial = walk(nd, st[8], st[9], q, s0, flen, path)
+    count, length, partial = walk(nd, st[8], st[9], q, s0, flen, path, known, learn)
     if reference:
         sc[S_NOW] += 1  # on_request: the lookup's tick
     mnode, p, part = prefix(nd, path, count, length, partial, plen)
@@ -1088,10 +1139,12 @@ def _admit(st, q: np.ndarray, s0: int, plen: int, flen: int, pos: np.ndarray, pa
 
 
 @jit
-def _serve(st, s0: int, plen: int, flen: int, pos: np.ndarray, path: np.ndarray):
+def _serve(st, s0: int, plen: int, flen: int, pos, path, known: np.ndarray, learn: bool):
     """``RequestCache.serve``: lookup and pin, admission, one insert, unpin; the hit node
     (0: none) and its tokens."""
-    node, hit, npos, count, length, partial = _admit(st, st[9], s0, plen, flen, pos, path)
+    node, hit, npos, count, length, partial = _admit(
+        st, st[9], s0, plen, flen, pos, path, known, learn
+    )
     # The insert of the whole input + output: the walk's own match.
     _insert(st, st[9], s0, pos, npos, path[count - 1], length, partial)
     if node != 0:
@@ -1178,8 +1231,10 @@ def copy(st, alpha: float):
 
 
 @jit
-def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> None:
-    """Serve requests ``i0`` to ``i1 - 1``: their hit tokens and hit nodes' creation ids (-1)."""
+def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids, known, learn) -> None:
+    """Serve requests ``i0`` to ``i1 - 1``: their hit tokens and hit nodes' creation ids (-1).
+    ``known[i]``: request ``i``'s agreements with creators (:func:`_agreement`), which this
+    replay adds to if ``learn`` (one replay at a time: the others only read them)."""
     st = borrow(st)
     nd, sc = st[0], st[1]
     pos = np.zeros(2, np.int64)
@@ -1187,7 +1242,7 @@ def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids) -> N
     first = sc[S_CLOCK] - i0  # the cache clock of request 0
     for i in range(i0, i1):
         sc[S_CLOCK] = first + i  # RequestCache: the admission's clock
-        node, hit = _serve(st, starts[i], plens[i], flens[i], pos, path)
+        node, hit = _serve(st, starts[i], plens[i], flens[i], pos, path, known[i], learn)
         hits[i] = hit
         hit_nids[i] = nd[NID, node] if node != 0 else -1
     sc[S_CLOCK] = first + i1
@@ -1396,7 +1451,7 @@ def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndar
     positions ``pos`` got (``_serve`` up to its insert)."""
     st = borrow(st)
     st[1][S_CLOCK] = clock
-    node, hit, npos, _, _, _ = _admit(st, q, 0, plen, flen, pos, st[12])
+    node, hit, npos, _, _, _ = _admit(st, q, 0, plen, flen, pos, st[12], pos[:0], False)
     return node, hit, npos
 
 
@@ -1432,7 +1487,7 @@ def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int, unpin: int) -> tu
         if not live_room(st, pos[npos - 1]):
             return -1, 0
         path = st[12]
-        count, length, partial = walk(nd, st[8], st[9], q, 0, pos[npos - 1], path)
+        count, length, partial = walk(nd, st[8], st[9], q, 0, pos[npos - 1], path, path[:0], False)
         added = _insert(st, q, 0, pos, npos, path[count - 1], length, partial)
     if unpin:
         _unpin(st, unpin)
@@ -1445,7 +1500,7 @@ def live_lookup(st, q: np.ndarray, plen: int) -> tuple[int, int]:
     hears no request: no clock ticks): the hit node (0: none) and its tokens."""
     st = borrow(st)
     nd, mc, path = st[0], st[2], st[12]
-    count, length, partial = walk(nd, st[8], st[9], q, 0, plen, path)
+    count, length, partial = walk(nd, st[8], st[9], q, 0, plen, path, path[:0], False)
     mnode, p, part = prefix(nd, path, count, length, partial, plen)
     node, hit = _usable(nd, mc[M_SSM] > 0, mc[M_WINDOW], mnode, p, part)
     if node != 0:
@@ -1475,6 +1530,6 @@ def live_peek(
     Given the four arrays it reads (``st[0]``, ``st[8]``, ``st[9]``, ``st[12]``) rather than
     the state tuple: a router probes every replica for every request, and numba's dispatch
     of the 14-array tuple cost about 1 us of a probe's 3."""
-    count, length, partial = walk(nd, kids, buf, q, 0, plen, path)
+    count, length, partial = walk(nd, kids, buf, q, 0, plen, path, path[:0], False)
     mnode, p, part = prefix(nd, path, count, length, partial, plen)
     return _usable(nd, ssm, window, mnode, p, part)[1]
