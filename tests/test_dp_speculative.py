@@ -37,7 +37,11 @@ def test_a_decode_token_step_is_the_synchronised_forwards_over_tau():
     verify = [([(4, 1_000)] * 4, 0, 0), ([(4, 501), (4, 500)], 0, 0), IDLE, IDLE]
     first = [([(4, 1_000)] * 4, 0, 0), ([(4, 501), (4, 500)], 0, 0), IDLE, IDLE]
     later = [((), 4, 4_000), ((), 2, 1_001), IDLE, IDLE]
-    iteration = target.sync_time(verify) + draft.sync_time(first) + 2 * draft.sync_time(later)
+    # The verification of a decode-only iteration is exchanged as a decode batch's tokens
+    # (SGLang's DECODE scheduler batch, MAX_LEN padding); the draft extend as an extend's.
+    iteration = (
+        target.sync_time(verify, extend=False) + draft.sync_time(first) + 2 * draft.sync_time(later)
+    )
     assert spec.sync_time(steps) == pytest.approx(iteration / 3.0, rel=1e-12)
     # The busiest rank sets every forward: rank 1 alone is cheaper, rank 0 alone equal
     # but for the FFN's tokens.
@@ -55,6 +59,30 @@ def test_a_mixed_step_is_the_mixed_iteration_less_the_decoders_further_tokens():
     # A prefill-only step is one iteration: the target's and the draft's extend.
     only = [([(512, 0)], 0, 0), IDLE, IDLE, IDLE]
     assert spec.sync_time(only) == spec._iteration(only)
+
+
+def test_a_decode_iteration_s_verification_gathers_as_a_decode_batch():
+    target, _, spec = _pricers()
+    steps = [((), 8, 8_000)] * 4
+    verify = [([(4, 1_000)] * 8, 0, 0)] * 4
+    tokens = [32] * 4
+    # Even ranks: a decode batch pads to the longest rank once (MAX_LEN), an extend
+    # gathers by an all-reduce and then reduces (SUM_LEN): twice the exchange.
+    saved = target.comm_time(tokens, True) - target.comm_time(tokens, False)
+    assert saved > 0
+    assert target.sync_time(verify) - target.sync_time(verify, extend=False) == pytest.approx(
+        saved, rel=1e-12
+    )
+    assert spec._forward(target, verify, decode=True) == target.sync_time(verify, extend=False)
+    # An iteration that also prefills is an extend batch: its verification too.
+    mixed = [([(512, 0)], 8, 8_000)] + [((), 8, 8_000)] * 3
+    chunks = [([(512, 0)] + [(4, 1_000)] * 8, 0, 0), *verify[1:]]
+    assert spec._iteration(mixed) == pytest.approx(
+        target.sync_time(chunks) + spec._drafting(mixed), rel=1e-12
+    )
+    assert spec._iteration(steps) == pytest.approx(
+        target.sync_time(verify, extend=False) + spec._drafting(steps), rel=1e-12
+    )
 
 
 def test_the_draft_is_priced_by_the_ranks_pricer_under_dp():

@@ -210,16 +210,20 @@ class DPStepPricer(PricerBase):
         # DeepEP: every rank sends its own tokens; the layer waits for the busiest rank.
         return float(gathered * per_layer + self.moe_layers * self.a2a.seconds(most, extend))
 
-    def sync_time(self, steps: Sequence[RankStep]) -> float:
+    def sync_time(self, steps: Sequence[RankStep], extend: bool | None = None) -> float:
         """Seconds of one synchronised step whose ranks run ``steps`` (idle ranks:
         :data:`IDLE`): the slowest attention side + the FFN on the sum + the
-        gather/scatter + the busiest rank's host time."""
+        gather/scatter + the busiest rank's host time. ``extend``: whether the ranks
+        exchange tokens as an extend batch (:meth:`comm_time`); None: where any rank
+        runs chunks (speculative decoding's verifications are chunks of a decode batch:
+        ``twin.engine.speculative.SpeculativePricer``)."""
         tokens = [sum(c for c, _ in p) + b for p, b, _ in steps]
         total = sum(tokens)
         if not total:
             return 0.0
         seqs = max(len(p) + b for p, b, _ in steps)
-        extend = any(p for p, _, _ in steps)
+        if extend is None:
+            extend = any(p for p, _, _ in steps)
         return (
             max(self.attention_time(s) for s in steps)
             + self.ffn_time(total)

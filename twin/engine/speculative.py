@@ -625,7 +625,7 @@ class SpeculativePricer(WrappingPricer):
         return [(v, base + 1)] * extra + [(v, base)] * (batch - extra)
 
     @staticmethod
-    def _forward(pricer: Any, steps: Sequence[RankStep]) -> float:
+    def _forward(pricer: Any, steps: Sequence[RankStep], decode: bool = False) -> float:
         """Seconds of one forward whose ranks run ``steps``: a plain pricer's step (one
         rank), or the synchronised step of attention-DP ranks
         (``twin.engine.dp_attention.DPStepPricer.sync_time``): every forward of an
@@ -633,9 +633,26 @@ class SpeculativePricer(WrappingPricer):
         MoE/MLP layers, so the ranks run each one in lockstep (an idle rank an idle batch:
         SGLang 0.5.10.post1 ``EAGLEWorker`` runs its draft and verify forwards under the
         scheduler's ``prepare_mlp_sync_batch``; TensorRT-LLM's MTP worker runs inside the
-        attention-DP model forward)."""
+        attention-DP model forward).
+
+        ``decode``: the forward is the verification of an iteration that decodes only, so
+        the ranks exchange its tokens as a decode batch's, not an extend's
+        (``DPStepPricer.comm_time``). SGLang 0.5.9: ``managers/scheduler_dp_attn_mixin.py``
+        ``prepare_mlp_sync_batch`` sets ``is_extend_in_batch`` from the scheduler batch's
+        ``forward_mode.is_extend()``, and a speculative decode batch is DECODE there (the
+        worker switches it to TARGET_VERIFY after), so ``ForwardBatch`` takes
+        ``DpPaddingMode.get_dp_padding_mode(False, ...)`` (``layers/dp_attention.py``:
+        MAX_LEN when the ranks are even), and the TARGET_VERIFY CUDA graph is captured in
+        ``get_default_mode_in_cuda_graph`` (MAX_LEN) with DeepEP's decode mode
+        (``model_executor/cuda_graph_runner.py``, ``capture(is_extend_in_batch=False)``).
+        TensorRT-LLM's MTP verify is a generation step (generation requests carrying their
+        draft tokens, ``_torch/speculative/mtp.py``), gathered as any generation step. The
+        draft extend keeps the extend's exchange (SGLang captures its CUDA graph with
+        DeepEP's extend mode, ``eagle_draft_extend_cuda_graph_runner.py``)."""
         if len(steps) == 1:
             return float(pricer.step_time(*steps[0]))
+        if decode:
+            return float(pricer.sync_time(steps, extend=False))
         return float(pricer.sync_time(steps))
 
     def _drafting(self, steps: Sequence[RankStep], later: bool = True) -> float:
@@ -693,7 +710,8 @@ class SpeculativePricer(WrappingPricer):
             if batch:
                 chunks += self._verify(batch, context)
             verify.append((chunks, 0, 0))
-        return self._forward(self.inner, verify) + self._drafting(steps)
+        decode = not any(prefills for prefills, _, _ in steps)
+        return self._forward(self.inner, verify, decode) + self._drafting(steps)
 
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         return self.sync_time([(prefills, decode_batch, decode_context)])
