@@ -204,6 +204,8 @@ def test_vllm_low_latency_reads_sglang_s_kernel_table(tmp_path: Path) -> None:
     root = _write_tables(tmp_path)
     for release in (None, "0.24.0"):
         families = {f.kernel: f for f in a2a_rows(system_dir("h200", root), "vllm", release)}
+        every = {a2a_kernel(m, p) for m in ("ht", "ll") for p in ("dispatch", "combine")}
+        assert set(families) == every  # the loop below checks each family, none missing
         for kernel, fam in families.items():
             want = "sglang/0.5.12/wideep_deepep_ll" if "_ll_" in kernel else "vllm/0.24.0/"
             assert all(want in t for t in fam.tables), (kernel, fam.tables)
