@@ -293,7 +293,6 @@ def check_executor(executor: str, ray_address: str | None = None) -> None:
 def workload_stats(path: str | Path) -> dict[str, Any]:
     """What the analytic bound needs from the workload, per request and per session: prompt
     tokens an unbounded prefix cache would not hit, decode tokens, turns, the file's rate."""
-
     s = summarize(Workload.open(Path(path)))
     requests, sessions = s["requests"], s["sessions"]
     tokens = s["tokens"]
@@ -372,7 +371,6 @@ def analyse(
     Nothing here depends on the candidate's router but the spec's ``router`` setting: the
     checks and the lower bound (unbounded-cache misses, the cheapest step price) are the
     same for every router (:mod:`reports.plan_routers`)."""
-
     layout = cand.serving
     spec = replace(
         base,
@@ -546,7 +544,6 @@ def plan(
     as ray tasks (``ray_address``: the cluster; ``twin report capacity``'s executor,
     :mod:`reports.ray_executor`); ``progress`` sees the counts as they move.
     """
-
     slo_list = parse_slos(list(slos))
     if not slo_list:
         raise TwinError("--slo: give at least one target, e.g. --slo 'p95_ttft<=500ms'")

@@ -21,9 +21,9 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import build_run, memory_budget
@@ -52,9 +52,6 @@ from twin.slo import parse_slos
 from twin.summary import CacheOccupancy, RunSummary
 from twin.workers import Batched, run_in_pool
 from twin.workloads.importers.base import sha256_file
-
-if TYPE_CHECKING:
-    from twin.engine.run import RunArgs
 
 AUTO_GB = -1.0  # a point's cache size when it runs the shared KV pool (--cache-gb auto)
 EXECUTORS = ("local", "ray")
@@ -165,7 +162,6 @@ class SweepSpec:
     def config(self, point: Point, profile: Any = None) -> EngineConfig:
         """The engine configuration of ``point`` (``profile`` gives the device memory; the
         arrival cut and warm-up a duration implies are build_run's, not here)."""
-
         fields = self.fields(point)
         engine, sets = fields.pop("engine", None), fields.pop("sets", None)
         cache_gb = fields.pop("cache_gb", None)
@@ -224,7 +220,6 @@ class SweepSpec:
 def engine_variant(name: str) -> tuple[str, dict[str, str]] | None:
     """``NAME[flag=value;...]`` on the policy axis as (engine mode, flags); None for a policy.
     ``NAME`` may pick a release (``sglang==0.5.10.post1[...]``), checked here."""
-
     mode, bracket, rest = name.partition("[")
     # an unknown release is one line here, before any point runs
     base, release = split_engine(mode, "--policies")
@@ -271,8 +266,6 @@ def grid(
 
 def resolve(spec: SweepSpec) -> SweepSpec:
     """Fill in the workload fingerprint and profile label (done once, in the parent)."""
-    from dataclasses import replace
-
     spec.base_config()  # a bad engine setting fails before any work
     path = Path(spec.workload)
     if not path.is_file():
@@ -393,7 +386,6 @@ def run_point(
     ``progress(x)`` is told the fraction of the point's arrival horizon just
     simulated (the increments add up to at most 1).
     """
-
     args = spec.fields(point)
     args["model"] = resolve_model(spec.model, spec.model_set)
     args["gpu"] = spec.gpu

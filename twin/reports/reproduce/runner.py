@@ -58,7 +58,6 @@ def _nothing(_: float) -> None:
 
 def generate(recipe: Recipe, path: Path) -> None:
     """Write ``recipe``'s workload to ``path`` (what its printed command does)."""
-
     cls = get_generator(recipe.kind)
     gen = cls(cls.parse_params({k: str(v) for k, v in recipe.knobs}))
     max_context = 32768  # `twin workload generate`'s default --max-context
@@ -69,7 +68,6 @@ def generate(recipe: Recipe, path: Path) -> None:
 
 def run_replay(path: str, point: ReplayPoint) -> dict[str, Any]:
     """One replay point's numbers (top-level so pool workers and ray can pickle it)."""
-
     model = resolve_model(MODEL, point.model_set)
     r = replay(
         path,
@@ -114,7 +112,6 @@ def run_computation(path: str | None, c: Computation) -> dict[str, Any]:
 
 def run_artifact_point(repo: str, path: str, point: ReplayPoint) -> dict[str, Any]:
     """One replay point run by the authors' artifact (top-level for pool workers)."""
-
     m = resolve_model(MODEL, point.model_set)
     shape = {
         "num_ssm_layers": m.n_ssm_layers,

@@ -99,7 +99,6 @@ class RowPlan:
 @cache
 def _profile(gpu: str, engine: str) -> Profile | None:
     """``gpu``'s shipped profile for engine mode ``engine``; None if none."""
-
     try:
         return load_profile(gpu, get_mode(engine).kernels)
     except (TwinError, KeyError):

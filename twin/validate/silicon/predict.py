@@ -31,7 +31,6 @@ def write_workload(
     ``osl`` output tokens, or, with ``range_ratio < 1``, lengths drawn uniformly from
     ``[int(isl x range_ratio), isl]`` and ``[int(osl x range_ratio), osl]`` as vLLM's
     ``benchmark_serving.py`` random dataset draws them."""
-
     rng = np.random.default_rng(seed)
     meta = {"generator": "silicon", "isl": isl, "osl": osl, "requests": requests, "seed": seed}
     if range_ratio < 1.0:
@@ -61,7 +60,6 @@ def predict(plan: RowPlan) -> dict[str, Any]:
     A run the twin refuses (a TwinError: the weights do not fit, say) returns its
     message under ``twin_error``.
     """
-
     row = plan.row
     assert row.isl is not None and row.osl is not None
     records: list[RequestRecord] = []

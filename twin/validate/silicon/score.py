@@ -226,7 +226,6 @@ def write_outputs(
 ) -> tuple[Path, Path]:
     """``predictions.csv`` (one row per expressed CSV row) and ``summary.json`` under
     ``out_dir``, each written atomically."""
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table, summary_path = out / "predictions.csv", out / "summary.json"
