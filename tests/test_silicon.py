@@ -1038,6 +1038,10 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
         ("b200_sxm", "fp8", (1024, 1024), 64, 8, (1, 8, 1, 8)),
         ("h200_sxm", "fp8", (1024, 1024), 64, 8, (8, 1, 1, 8)),
         ("h200_sxm", "fp8", (8192, 1024), 64, 8, (1, 8, 1, 8)),
+        # lengths no branch names: the scripts' defaults (fp4 EP 1, fp8 EP = TP; no DP)
+        ("b200_sxm", "fp4", (2048, 1024), 512, 8, (8, 1, 8, 1)),
+        ("b200_sxm", "fp8", (2048, 1024), 512, 8, (8, 1, 1, 8)),
+        ("h200_sxm", "fp8", (2048, 1024), 512, 8, (8, 1, 1, 8)),
     ],
 )
 def test_inferencemax_trtllm_rows_before_the_search_space_run_their_scripts_layout(

@@ -255,20 +255,37 @@ INFERENCEMAX_SEARCH_SPACE_DAY = "2025-11-03"
 INFERENCEMAX_TRTLLM_SCRIPT_IMAGE = "1.1.0rc2.post2"
 
 
+# Each script's branches, by (isl, osl): clients above which it ran attention DP (fp4:
+# from 256 at 1k/1k and 1k/8k); lengths without a branch keep the script's defaults (fp4:
+# EP_SIZE 1, fp8: EP_SIZE TP; no attention DP).
+_FP4_B200_EP_ABOVE = {
+    (4, 1024, 1024): 32,
+    (4, 1024, 8192): 32,
+    (4, 8192, 1024): 32,
+    (8, 1024, 1024): 8,
+    (8, 1024, 8192): 16,
+    (8, 8192, 1024): 32,
+}
+_FP8_B200_DP_ABOVE = {(1024, 1024): 32, (1024, 8192): 64, (8192, 1024): 64}
+_FP8_H200_DP_ABOVE = {(1024, 1024): 64, (1024, 8192): 64, (8192, 1024): 32}
+
+
 def _fp4_b200_script(isl: int, osl: int, conc: int, tp: int) -> tuple[bool, bool]:
-    if tp not in (4, 8):  # the script's EP and DP branches
+    ep_above = _FP4_B200_EP_ABOVE.get((tp, isl, osl))
+    if ep_above is None:  # no branch of the script's: EP 1, no attention DP
         return False, False
-    ep_above = {(8, 1024, 1024): 8, (8, 1024, 8192): 16}.get((tp, isl, osl), 32)
     dp = conc > 32 if (isl, osl) == (8192, 1024) else conc >= 256
     return conc > ep_above, dp
 
 
 def _fp8_b200_script(isl: int, osl: int, conc: int, tp: int) -> tuple[bool, bool]:
-    return True, conc > (32 if (isl, osl) == (1024, 1024) else 64)
+    dp_above = _FP8_B200_DP_ABOVE.get((isl, osl))
+    return True, dp_above is not None and conc > dp_above
 
 
 def _fp8_h200_script(isl: int, osl: int, conc: int, tp: int) -> tuple[bool, bool]:
-    return True, conc > (32 if (isl, osl) == (8192, 1024) else 64)
+    dp_above = _FP8_H200_DP_ABOVE.get((isl, osl))
+    return True, dp_above is not None and conc > dp_above
 
 
 INFERENCEMAX_TRTLLM_SCRIPT_LAYOUT = {  # (system, precision) -> (expert parallel, DP)
