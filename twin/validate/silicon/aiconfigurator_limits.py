@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from twin.costmodel.table_release import release_at_least
+
 if TYPE_CHECKING:
     from twin.validate.silicon.rows import SiliconRow
 
@@ -89,8 +91,6 @@ def deployed(row: SiliconRow, engine: str) -> bool:
     """Whether ``row`` of the aiconfigurator collection ran the generator's deployment:
     every vLLM and TensorRT-LLM row (``DEPLOYED_ENGINES``), SGLang's from
     ``SGLANG_GENERATED_FROM`` on."""
-    from twin.costmodel.table_release import release_at_least  # late: rows read without it
-
     if engine in DEPLOYED_ENGINES:
         return True
     return engine == "sglang" and release_at_least(row.backend_version, SGLANG_GENERATED_FROM)
