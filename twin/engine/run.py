@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from twin import __version__
+from twin import precision as px
 from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
+from twin.costmodel import formulas as fm
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.engine.cluster import expected_horizon
 from twin.engine.cluster_kinds import make_cluster
@@ -225,7 +227,6 @@ class Run:
     @property
     def profile_info(self) -> dict[str, Any]:
         """Where the step prices come from (the summary's ``profile``)."""
-        from twin import precision as px
         from twin.costmodel.precision_kernels import provenance_label
 
         p = self.profile
@@ -527,9 +528,6 @@ TRTLLM_MXFP8_EXPERTS = frozenset({"trtllm"})
 def _trtllm_mxfp8_experts(model: ModelSpec, profile: Any) -> Any:
     """``profile`` with mxfp4 experts priced by its mxfp8-activation fit where it has one
     (:data:`TRTLLM_MXFP8_EXPERTS`); as given otherwise."""
-    import twin.costmodel.formulas as fm
-    import twin.precision as px
-
     expert = px.moe_format(model)
     if expert.name not in fm.MOE_MXFP8_ACTIVATION_MODES:
         return profile
@@ -553,9 +551,6 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     if config.mode.engine in TRTLLM_MXFP8_EXPERTS and model.n_moe_layers:
         profile = _trtllm_mxfp8_experts(model, profile)
     if backend in ("marlin", "flashinfer_trtllm_afp8") and model.n_moe_layers:
-        import twin.costmodel.formulas as fm
-        import twin.precision as px
-
         expert = px.moe_format(model)
         if backend == "marlin" and expert.name == "mxfp4":
             profile = profile.with_marlin_experts(expert.moe_kernel)
