@@ -86,10 +86,12 @@ def measured_ep(
     at full width), and without a group tie the EP rows time an even rank; the formula
     alone, extrapolated to a MoE TP the table never timed, does not. aiconfigurator's
     collectors time gpt-oss's shape (2,880 x 2,880, 32 or 128 experts, top 4) at MoE TP 1
-    only, with EP 1-128 (aiconfigurator-core 0.12.0 ``moe_perf`` tables of TensorRT-LLM
-    1.3.0rc10 / rc20 / rc23, ``w4a16_mxfp4`` and ``w4a8_mxfp4_mxfp8`` on every GPU), while
-    TensorRT-LLM runs its experts at ``moe_tp_size`` = TP unless ``--ep_size`` says
-    otherwise (InferenceMAX's gpt-oss scripts pass ``--ep_size=$EP_SIZE``, 1 on most rows)."""
+    only, with EP 1-128 (aiconfigurator-core 0.12.0 ``moe_perf`` tables of TensorRT-LLM:
+    ``w4a16_mxfp4`` in 1.3.0rc20 on every GPU and 1.3.0rc10 on H100 / H200,
+    ``w4a8_mxfp4_mxfp8`` in 1.3.0rc20 on the Blackwell GPUs; 1.3.0rc23 times other
+    shapes), while TensorRT-LLM runs its experts at ``moe_tp_size`` = TP unless
+    ``--ep_size`` says otherwise (InferenceMAX's gpt-oss scripts pass
+    ``--ep_size=$EP_SIZE``, 1 on most rows)."""
     if ep != 1 or tp <= 1 or kernel_source not in EP_PRICED_TP_SOURCES:
         return ep
     if group_limited(model) or model.moe_n_experts % tp:
