@@ -94,3 +94,22 @@ def test_a_b200_trtllm_gpt_oss_row_is_priced_at_the_checkpoint_with_an_fp8_cache
     assert not isinstance(plan, str)
     assert plan.priced == "bf16, mxfp4 experts, fp8 KV" and plan.native_quant
     assert "loaded as stored by trtllm" in plan.precision
+
+
+def test_the_plans_bound_prices_the_experts_the_run_prices():
+    """``twin plan``'s analytic bound reads the profile as the run prices it
+    (``engine.run.priced_profile``): a B200 TensorRT-LLM gpt-oss candidate at tp 2 whose
+    decode step the run prices at 2.6 ms is not refused by a 3 ms TPOT, as it was when the
+    bound priced the bf16-activation experts (3.9 ms a step)."""
+    from twin.reports.plan import analyse, workload_stats
+    from twin.reports.plan_result import Candidate, Load
+    from twin.reports.sweep import SweepSpec
+    from twin.slo import parse_slos
+    from twin.workloads.examples import example_path
+
+    chat = str(example_path("chat"))
+    base = SweepSpec(workload=chat, model="gpt-oss-120b", slos=("p50_tpot<=3ms",))
+    cand = Candidate(gpu="b200", engine="trtllm", tp=2, cache="auto")
+    load = Load(session_rate=1.0, concurrency=None, duration_s=None)
+    found = analyse(cand, base, load, parse_slos(["p50_tpot<=3ms"]), workload_stats(chat))
+    assert found.infeasible is None, found.infeasible

@@ -538,19 +538,20 @@ def _trtllm_mxfp8_experts(model: ModelSpec, profile: Any) -> Any:
     return profile.with_experts_fit(expert.moe_kernel, kernel, why)
 
 
-def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
-    """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times,
-    a prefill step at least ``config.host_time.eager_prefill_s`` long (the outermost layer: a
-    speculative step's verification replays a graph and is not floored). vLLM's
+def priced_profile(model: ModelSpec, profile: Any, config: EngineConfig) -> Any:
+    """``profile`` as engine mode ``config.mode`` prices ``model``'s experts with it (the
+    run's step prices and ``twin plan``'s analytic bound read the same): vLLM's
     ``--set moe_backend=marlin`` prices mxfp4 experts with the Marlin MoE kernel
     (``twin.engine.modes_vllm``; ``Profile.with_marlin_experts``),
     ``moe_backend=flashinfer_trtllm_afp8`` with the mxfp8-activation kernel's fit
     (``Profile.with_experts_fit``); the ``trtllm`` mode prices mxfp4 experts with that fit
     wherever the profile has one (:data:`TRTLLM_MXFP8_EXPERTS`)."""
+    if not model.n_moe_layers:
+        return profile
     backend = config.mode.engine_flags.get("moe_backend")
-    if config.mode.engine in TRTLLM_MXFP8_EXPERTS and model.n_moe_layers:
+    if config.mode.engine in TRTLLM_MXFP8_EXPERTS:
         profile = _trtllm_mxfp8_experts(model, profile)
-    if backend in ("marlin", "flashinfer_trtllm_afp8") and model.n_moe_layers:
+    if backend in ("marlin", "flashinfer_trtllm_afp8"):
         expert = px.moe_format(model)
         if backend == "marlin" and expert.name == "mxfp4":
             profile = profile.with_marlin_experts(expert.moe_kernel)
@@ -558,6 +559,15 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
             kernel = fm.moe_mxfp8_activation_kernel(expert.table_mode)
             why = f"--set moe_backend={backend}"
             profile = profile.with_experts_fit(expert.moe_kernel, kernel, why)
+    return profile
+
+
+def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
+    """The step prices of ``model`` on ``profile`` (its experts as the mode prices them:
+    :func:`priced_profile`) under ``config``'s layout and host times, a prefill step at
+    least ``config.host_time.eager_prefill_s`` long (the outermost layer: a speculative
+    step's verification replays a graph and is not floored)."""
+    profile = priced_profile(model, profile, config)
     pricer = _layout_pricer(model, profile, config)
     if config.host_time.eager_prefill_s:
         from twin.engine.host_time import EagerPrefillPricer

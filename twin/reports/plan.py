@@ -42,6 +42,7 @@ from twin.costmodel.profile_store import resolve_profile
 from twin.engine import memory_budget
 from twin.engine.config import PipelineConflict
 from twin.engine.modes import get_mode
+from twin.engine.run import priced_profile
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.limits import MAX_CACHE_GB, MAX_TP
@@ -391,7 +392,8 @@ def analyse(
         # A tp that does not divide the model's heads, a mode refusing this model, or a
         # parallel layout the engine configuration refuses (twin simulate's own checks).
         config = spec.config(point, profile)
-        pricer = bound_pricer(model, profile, cand.parallel, cand.engine)
+        priced = priced_profile(model, profile, config)  # the experts as the run prices them
+        pricer = bound_pricer(model, priced, cand.parallel, cand.engine)
     except TwinError as err:
         skipped = f"{PP_FLAG} with {err.conflict}" if isinstance(err, PipelineConflict) else None
         return Analysis(spec, spec.profile_label, f"cannot run: {err}", 1, "", skipped)
