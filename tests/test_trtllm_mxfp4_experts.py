@@ -113,3 +113,23 @@ def test_the_plans_bound_prices_the_experts_the_run_prices():
     load = Load(session_rate=1.0, concurrency=None, duration_s=None)
     found = analyse(cand, base, load, parse_slos(["p50_tpot<=3ms"]), workload_stats(chat))
     assert found.infeasible is None, found.infeasible
+
+
+def test_twin_cost_prices_the_experts_the_trtllm_mode_runs(capsys, monkeypatch):
+    """``twin cost --engine trtllm`` reads the profile as ``twin simulate --engine trtllm``
+    prices it (``engine.run.priced_profile``): gpt-oss's experts on B200 at the mxfp8 fit,
+    its decode's MoE cheaper than the bf16-activation experts' price."""
+    import json
+
+    import twin.engine.run as run
+    from twin.cli.main import run as twin
+
+    argv = ["cost", "-m", "gpt-oss-120b", "--gpu", "b200", "--tp", "2", "--engine", "trtllm"]
+
+    def moe_s() -> float:
+        assert twin([*argv, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["decode"][0]["by_kind"]["moe"]
+
+    swapped = moe_s()
+    monkeypatch.setattr(run, "priced_profile", lambda model, profile, *_: profile)
+    assert swapped < 0.8 * moe_s()

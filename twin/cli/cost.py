@@ -395,6 +395,11 @@ def cost(
         build_config(tp=tp, ep=ep, dp_attention=dp_attention, pp=pp)
     spec = with_precision(resolve_model(model, model_set), precision, kv_dtype)
     prof = resolve_profile(gpu, profile, engine)
+    if engine is not None:  # the experts as twin simulate --engine prices them
+        from twin.engine.modes import get_mode  # late: the CLI imports the engine only to run
+        from twin.engine.run import priced_profile
+
+        prof = priced_profile(spec, prof, get_mode(engine).name)
     layout = _kernel_layout(spec, engine, tp, dp_attention)
     if pp > 1:
         args = (prompts, cached_frac, sizes, context, as_json)

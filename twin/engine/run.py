@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -538,9 +538,12 @@ def _trtllm_mxfp8_experts(model: ModelSpec, profile: Any) -> Any:
     return profile.with_experts_fit(expert.moe_kernel, kernel, why)
 
 
-def priced_profile(model: ModelSpec, profile: Any, config: EngineConfig) -> Any:
-    """``profile`` as engine mode ``config.mode`` prices ``model``'s experts with it (the
-    run's step prices and ``twin plan``'s analytic bound read the same): vLLM's
+def priced_profile(
+    model: ModelSpec, profile: Any, engine: str, flags: Mapping[str, str] | None = None
+) -> Any:
+    """``profile`` as engine mode ``engine`` with ``--set`` flags ``flags`` prices
+    ``model``'s experts with it (the run's step prices, ``twin plan``'s analytic bound and
+    ``twin cost --engine`` read the same): vLLM's
     ``--set moe_backend=marlin`` prices mxfp4 experts with the Marlin MoE kernel
     (``twin.engine.modes_vllm``; ``Profile.with_marlin_experts``),
     ``moe_backend=flashinfer_trtllm_afp8`` with the mxfp8-activation kernel's fit
@@ -548,8 +551,8 @@ def priced_profile(model: ModelSpec, profile: Any, config: EngineConfig) -> Any:
     wherever the profile has one (:data:`TRTLLM_MXFP8_EXPERTS`)."""
     if not model.n_moe_layers:
         return profile
-    backend = config.mode.engine_flags.get("moe_backend")
-    if config.mode.engine in TRTLLM_MXFP8_EXPERTS:
+    backend = (flags or {}).get("moe_backend")
+    if engine in TRTLLM_MXFP8_EXPERTS:
         profile = _trtllm_mxfp8_experts(model, profile)
     if backend in ("marlin", "flashinfer_trtllm_afp8"):
         expert = px.moe_format(model)
@@ -567,7 +570,7 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     :func:`priced_profile`) under ``config``'s layout and host times, a prefill step at
     least ``config.host_time.eager_prefill_s`` long (the outermost layer: a speculative
     step's verification replays a graph and is not floored)."""
-    profile = priced_profile(model, profile, config)
+    profile = priced_profile(model, profile, config.mode.engine, config.mode.engine_flags)
     pricer = _layout_pricer(model, profile, config)
     if config.host_time.eager_prefill_s:
         from twin.engine.host_time import EagerPrefillPricer

@@ -392,7 +392,8 @@ def analyse(
         # A tp that does not divide the model's heads, a mode refusing this model, or a
         # parallel layout the engine configuration refuses (twin simulate's own checks).
         config = spec.config(point, profile)
-        priced = priced_profile(model, profile, config)  # the experts as the run prices them
+        # the experts as the run prices them
+        priced = priced_profile(model, profile, config.mode.engine, config.mode.engine_flags)
         pricer = bound_pricer(model, priced, cand.parallel, cand.engine)
     except TwinError as err:
         skipped = f"{PP_FLAG} with {err.conflict}" if isinstance(err, PipelineConflict) else None
