@@ -173,7 +173,6 @@ class ResultsWriter:
         self.pending: list[dict[str, Any]] = []
         self._last_end = float("-inf")  # the first row is merged at once
         self._last_cost = 0.0
-        self.merges = 0
 
     def add(self, row: dict[str, Any]) -> None:
         """Keep ``row``; merge the batch if it is due."""
@@ -189,6 +188,5 @@ class ResultsWriter:
         start = time.monotonic()
         merge_results(self.out_dir, self.pending)
         self.pending = []
-        self.merges += 1
         self._last_end = time.monotonic()
         self._last_cost = self._last_end - start

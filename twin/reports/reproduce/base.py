@@ -29,6 +29,25 @@ MODEL = "marconi-hybrid-7b"
 MAGNITUDE_FACTOR = 2.0
 VERDICTS = ("yes", "qualitatively", "no")
 
+# Marconi's grid: the plan (reports.reproduce.marconi) and its claims
+# (marconi_claims{,_single}) both read it, so it lives below both.
+KINDS = ("chat", "sharegpt", "swebench")
+LABEL = {"chat": "LMSys-like", "sharegpt": "ShareGPT-like", "swebench": "SWE-bench-like"}
+RATES = (0.5, 1.0, 2.0)  # sessions per second (paper sec. 5.1)
+BASE_RATE = 1.0
+FRACTIONS = {
+    False: (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2),
+    True: (1 / 32, 1 / 8, 1 / 2),
+}
+# The one cache of the single-configuration claims (3, 5, 6, 7, 8), chosen before
+# running: an eighth of the footprint is well inside the contended range.
+FOCUS = 1 / 8
+GRID_POLICIES = ("vllm+", "sglang+", "marconi")
+# Attention:SSM layer mixes of the composition sweep (28 mixer layers, 28 MLP).
+MIXES = ((28, 0), (14, 14), (7, 21), (4, 24), (2, 26))
+D_STATES = (16, 32, 64, 128)
+THINK_S = (5.0, 10.0)  # swebench's median tool times of claim 7, seconds
+
 
 @dataclass(frozen=True)
 class Recipe:

@@ -22,6 +22,15 @@ from __future__ import annotations
 
 from twin.reports.reproduce import marconi_claims, marconi_claims_single
 from twin.reports.reproduce.base import (
+    BASE_RATE,
+    D_STATES,
+    FOCUS,
+    FRACTIONS,
+    GRID_POLICIES,
+    KINDS,
+    MIXES,
+    RATES,
+    THINK_S,
     Claim,
     Computation,
     Recipe,
@@ -31,32 +40,16 @@ from twin.reports.reproduce.base import (
     cache_gb_of,
 )
 
-KINDS = ("chat", "sharegpt", "swebench")
-LABEL = {"chat": "LMSys-like", "sharegpt": "ShareGPT-like", "swebench": "SWE-bench-like"}
-RATES = (0.5, 1.0, 2.0)  # sessions per second (paper sec. 5.1)
-BASE_RATE = 1.0
 # Sessions per workload: full (what the README quotes) and --quick.
 SESSIONS = {
     False: {"chat": 200, "sharegpt": 200, "swebench": 100},
     True: {"chat": 60, "sharegpt": 60, "swebench": 25},
 }
-FRACTIONS = {
-    False: (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2),
-    True: (1 / 32, 1 / 8, 1 / 2),
-}
-# The one cache of the single-configuration claims (3, 5, 6, 7, 8), chosen before
-# running: an eighth of the footprint is well inside the contended range.
-FOCUS = 1 / 8
 # Engine runs: one H100 replica; caches above this are capped so weights and
 # running requests fit (the capacity report's default sweep tops out at 40 GB).
 SIM_CAP_GB = 40.0
 SIM_POLICIES = ("vanilla", "vllm+", "sglang+", "marconi")
-GRID_POLICIES = ("vllm+", "sglang+", "marconi")
-# Attention:SSM layer mixes of the composition sweep (28 mixer layers, 28 MLP).
-MIXES = ((28, 0), (14, 14), (7, 21), (4, 24), (2, 26))
-D_STATES = (16, 32, 64, 128)
 THINK_KNOB = "tool_median_s"  # swebench's inter-request (tool) time, seconds
-THINK_S = (5.0, 10.0)
 
 
 def mix_set(attn: int, ssm: int) -> tuple[str, ...]:

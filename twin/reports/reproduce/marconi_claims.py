@@ -16,6 +16,14 @@ import numpy as np
 from twin.hardware import GB
 from twin.reports.reproduce import figures
 from twin.reports.reproduce.base import (
+    BASE_RATE,
+    FOCUS,
+    FRACTIONS,
+    GRID_POLICIES,
+    KINDS,
+    LABEL,
+    RATES,
+    THINK_S,
     Claim,
     ReplayPoint,
     Results,
@@ -62,8 +70,6 @@ def ratio(a: float, b: float) -> float | None:
 
 def _by_config(marconi: Marconi, results: Results, kind: str, quick: bool) -> list[dict[str, Any]]:
     """Claims 1, 2, 4: one dict per (rate, cache fraction) with the three policies' hit rates."""
-    from twin.reports.reproduce.marconi import FRACTIONS, GRID_POLICIES, RATES
-
     footprint = {w: results.footprint_gb(w) for w in marconi.footprint_workloads(quick)}
     points = marconi.grid(kind, quick, footprint)
     rows = []
@@ -93,8 +99,6 @@ def _artifact_cell(result: dict[str, Any] | None) -> str:
 
 
 def claim_vs_vllm(marconi: Marconi, results: Results, quick: bool) -> Claim:
-    from twin.reports.reproduce.marconi import KINDS, LABEL
-
     paper = {"chat": 4.5, "sharegpt": 7.3, "swebench": 34.4}
     checks, parts, rows, commands, notes = [], [], [], [], []
     means: dict[str, float] = {}
@@ -208,8 +212,6 @@ def claim_vs_vllm(marconi: Marconi, results: Results, quick: bool) -> Claim:
 
 
 def claim_vs_sglang(marconi: Marconi, results: Results, quick: bool) -> Claim:
-    from twin.reports.reproduce.marconi import KINDS, LABEL
-
     paper = {"chat": 0.456, "sharegpt": 0.190, "swebench": 2.197}
     checks, parts, commands = [], [], []
     p95s = {}
@@ -243,8 +245,6 @@ def footprints_of(marconi: Marconi, results: Results, quick: bool) -> dict[str, 
 
 
 def claim_contention(marconi: Marconi, results: Results, quick: bool) -> Claim:
-    from twin.reports.reproduce.marconi import BASE_RATE, KINDS, LABEL
-
     checks, parts, rows, commands = [], [], [], []
     peaks = []
     curves: dict[str, list[float]] = {}
@@ -302,8 +302,6 @@ def claim_contention(marconi: Marconi, results: Results, quick: bool) -> Claim:
 
 
 def claim_arrivals(marconi: Marconi, results: Results, quick: bool) -> Claim:
-    from twin.reports.reproduce.marconi import FOCUS, RATES, THINK_S
-
     fp = footprints_of(marconi, results, quick)
     cells = [c for c in _by_config(marconi, results, "chat", quick) if c["fraction"] == FOCUS]
     lo, hi = cells[0], cells[-1]

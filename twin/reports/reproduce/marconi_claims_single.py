@@ -15,7 +15,19 @@ from twin.hardware import GB
 from twin.presets import get_model, resolve_model
 from twin.replay import Trace
 from twin.reports.reproduce import figures
-from twin.reports.reproduce.base import MODEL, Claim, Results, magnitude, pct, times, trend
+from twin.reports.reproduce.base import (
+    D_STATES,
+    KINDS,
+    LABEL,
+    MIXES,
+    MODEL,
+    Claim,
+    Results,
+    magnitude,
+    pct,
+    times,
+    trend,
+)
 from twin.reports.reproduce.block_reuse import block_reuse
 from twin.reports.reproduce.marconi_claims import footprints_of, hit_rate, ratio
 
@@ -131,8 +143,6 @@ def _rises(values: list[float], slack: float = 0.01) -> bool:
 
 
 def claim_layers(marconi: Marconi, results: Results, quick: bool) -> Claim:
-    from twin.reports.reproduce.marconi import MIXES
-
     grid = marconi.mixes(quick, footprints_of(marconi, results, quick))
     rows, commands, hits = [], [], []
     for (attn, ssm), points in zip(MIXES, grid, strict=True):
@@ -183,8 +193,6 @@ def claim_layers(marconi: Marconi, results: Results, quick: bool) -> Claim:
 
 
 def claim_state_dim(marconi: Marconi, results: Results, quick: bool) -> Claim:
-    from twin.reports.reproduce.marconi import D_STATES
-
     grid = marconi.d_states(quick, footprints_of(marconi, results, quick))
     wins, rows, commands = [], [], []
     for n, (pv, pm) in zip(D_STATES, grid, strict=True):
@@ -211,8 +219,6 @@ def claim_state_dim(marconi: Marconi, results: Results, quick: bool) -> Claim:
 
 
 def claim_ttft(marconi: Marconi, results: Results, quick: bool) -> Claim:
-    from twin.reports.reproduce.marconi import LABEL
-
     rows, commands, reductions, saved_ms = [], [], [], []
     for sim in marconi.sims(quick, footprints_of(marconi, results, quick)):
         kind = sim.workload.split("-")[0]
@@ -272,8 +278,6 @@ def claim_ttft(marconi: Marconi, results: Results, quick: bool) -> Claim:
 
 
 def claim_footprint(marconi: Marconi, results: Results, quick: bool) -> Claim:
-    from twin.reports.reproduce.marconi import KINDS, LABEL
-
     hybrid = resolve_model(MODEL)
     transformer = get_model("llama-7b-transformer")
     tokens, every = 10_000, 16
