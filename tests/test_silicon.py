@@ -310,6 +310,12 @@ def test_sglang_rows_from_0562_ran_the_generators_mixed_chunks() -> None:
     assert sil.deployment(replace(row, backend_version="0.5.8.post1"), "sglang") == {"sets": sets}
     assert sil.deployment(replace(row, backend_version="0.5.1.post1"), "sglang") == {}
     assert sil.deployment(row, "sglang", "defaults") == {}
+    assert sil.deployment(row, "sglang", "aiconfigurator") == {"sets": sets}
+    # The rule is the aiconfigurator collection's: an InferenceMAX SGLang row of the same
+    # release keeps SGLang's defaults even under the generator's deployment kind.
+    imax = replace(row, source="source_file=2026-04-06.csv; silicon_concurrency=160")
+    assert sil.harness_of(imax) is sil.INFERENCEMAX
+    assert sil.deployment(replace(imax, backend_version="0.5.9"), "sglang", "aiconfigurator") == {}
     assert sil.aiconfigurator_deployment(replace(row, backend_version="0.5.1.post1"), "sglang")
     plan = sil.plan_row(replace(row, isl=64, concurrency=2, batch_size=2), CONFIGS)
     assert isinstance(plan, sil.RowPlan)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from twin.costmodel.table_release import release_at_least
+from twin.validate.silicon.harness import AIPERF, harness_of
 
 if TYPE_CHECKING:
     from twin.validate.silicon.rows import SiliconRow
@@ -90,7 +91,14 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
 def deployed(row: SiliconRow, engine: str) -> bool:
     """Whether ``row`` of the aiconfigurator collection ran the generator's deployment:
     every vLLM and TensorRT-LLM row (``DEPLOYED_ENGINES``), SGLang's from
-    ``SGLANG_GENERATED_FROM`` on."""
+    ``SGLANG_GENERATED_FROM`` on. The SGLang rule is by the collection's template
+    releases, so it reaches only that collection's rows (the ``AIPERF`` harness): an
+    InferenceMAX SGLang row of 0.5.8-0.5.10 ran InferenceMAX's script, not the generator's
+    mixed chunks, under every deployment kind."""
     if engine in DEPLOYED_ENGINES:
         return True
-    return engine == "sglang" and release_at_least(row.backend_version, SGLANG_GENERATED_FROM)
+    return (
+        engine == "sglang"
+        and harness_of(row) is AIPERF
+        and release_at_least(row.backend_version, SGLANG_GENERATED_FROM)
+    )
