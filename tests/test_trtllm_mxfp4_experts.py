@@ -16,7 +16,7 @@ from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel.moe_layout import measured_ep
 from twin.costmodel.profile_store import resolve_profile
-from twin.engine.run import _trtllm_mxfp8_experts
+from twin.engine.run import priced_profile
 from twin.presets import get_model
 from twin.validate import silicon as sil
 
@@ -51,15 +51,15 @@ def test_the_rows_are_trtllms_of_the_release_that_times_gpt_oss():
 def test_the_trtllm_mode_runs_mxfp4_experts_with_mxfp8_activations_on_blackwell_only():
     gpt_oss = get_model("gpt-oss-120b")
     b200 = resolve_profile("b200", None, "trtllm")
-    swapped = _trtllm_mxfp8_experts(gpt_oss, b200)
+    swapped = priced_profile(gpt_oss, b200, "trtllm")
     assert swapped.kernels["moe_mxfp4"] is b200.kernels[FAMILY]
     assert {k: v for k, v in swapped.kernels.items() if k != "moe_mxfp4"} == {
         k: v for k, v in b200.kernels.items() if k != "moe_mxfp4"
     }
     h200 = resolve_profile("h200", None, "trtllm")  # Hopper: W4A16_MXFP4, no fit
-    assert _trtllm_mxfp8_experts(gpt_oss, h200) is h200
+    assert priced_profile(gpt_oss, h200, "trtllm") is h200
     fp8 = dataclasses.replace(gpt_oss, precision="fp8", moe_precision=None)
-    assert _trtllm_mxfp8_experts(fp8, b200) is b200
+    assert priced_profile(fp8, b200, "trtllm") is b200
 
 
 def test_a_tp_run_is_priced_at_ep_where_the_table_timed_the_shape_at_ep_only():
@@ -78,7 +78,7 @@ def test_a_tp_run_is_priced_at_ep_where_the_table_timed_the_shape_at_ep_only():
 
 def test_gpt_oss_at_tp_2_on_b200_reads_the_ep_2_series():
     gpt_oss = get_model("gpt-oss-120b")
-    profile = _trtllm_mxfp8_experts(gpt_oss, resolve_profile("b200", None, "trtllm"))
+    profile = priced_profile(gpt_oss, resolve_profile("b200", None, "trtllm"), "trtllm")
     cm = CostModel(gpt_oss, profile, tp=2, ep=1)
     assert cm._moe_ep == 2
     assert "EP layout of the same GPUs" in cm.provenance

@@ -525,19 +525,6 @@ def _tables_info(profile: Any, release: str) -> dict[str, Any]:
 TRTLLM_MXFP8_EXPERTS = frozenset({"trtllm"})
 
 
-def _trtllm_mxfp8_experts(model: ModelSpec, profile: Any) -> Any:
-    """``profile`` with mxfp4 experts priced by its mxfp8-activation fit where it has one
-    (:data:`TRTLLM_MXFP8_EXPERTS`); as given otherwise."""
-    expert = px.moe_format(model)
-    if expert.name not in fm.MOE_MXFP8_ACTIVATION_MODES:
-        return profile
-    kernel = fm.moe_mxfp8_activation_kernel(expert.table_mode)
-    if kernel not in profile.kernels:
-        return profile
-    why = "TensorRT-LLM's W4A8_MXFP4_MXFP8 (get_mxfp4_quant_algo)"
-    return profile.with_experts_fit(expert.moe_kernel, kernel, why)
-
-
 def priced_profile(
     model: ModelSpec, profile: Any, engine: str, flags: Mapping[str, str] | None = None
 ) -> Any:
@@ -549,19 +536,24 @@ def priced_profile(
     ``moe_backend=flashinfer_trtllm_afp8`` with the mxfp8-activation kernel's fit
     (``Profile.with_experts_fit``); the ``trtllm`` mode prices mxfp4 experts with that fit
     wherever the profile has one (:data:`TRTLLM_MXFP8_EXPERTS`)."""
-    if not model.n_moe_layers:
+    backend = (flags or {}).get("moe_backend")  # vLLM's flag: no other mode takes it
+    if not model.n_moe_layers or (backend is None and engine not in TRTLLM_MXFP8_EXPERTS):
         return profile
-    backend = (flags or {}).get("moe_backend")
-    if engine in TRTLLM_MXFP8_EXPERTS:
-        profile = _trtllm_mxfp8_experts(model, profile)
-    if backend in ("marlin", "flashinfer_trtllm_afp8"):
-        expert = px.moe_format(model)
-        if backend == "marlin" and expert.name == "mxfp4":
-            profile = profile.with_marlin_experts(expert.moe_kernel)
-        elif backend == "flashinfer_trtllm_afp8":
-            kernel = fm.moe_mxfp8_activation_kernel(expert.table_mode)
-            why = f"--set moe_backend={backend}"
-            profile = profile.with_experts_fit(expert.moe_kernel, kernel, why)
+    expert = px.moe_format(model)
+    if backend == "marlin" and expert.name == "mxfp4":
+        return profile.with_marlin_experts(expert.moe_kernel)
+    kernel = fm.moe_mxfp8_activation_kernel(expert.table_mode)
+    if backend == "flashinfer_trtllm_afp8":
+        why = f"--set moe_backend={backend}"
+        return profile.with_experts_fit(expert.moe_kernel, kernel, why)
+    trtllm_mxfp8 = (
+        engine in TRTLLM_MXFP8_EXPERTS
+        and expert.name in fm.MOE_MXFP8_ACTIVATION_MODES
+        and kernel in profile.kernels
+    )
+    if trtllm_mxfp8:
+        why = "TensorRT-LLM's W4A8_MXFP4_MXFP8 (get_mxfp4_quant_algo)"
+        return profile.with_experts_fit(expert.moe_kernel, kernel, why)
     return profile
 
 
