@@ -188,18 +188,26 @@ def _scaled(rows: list[dict[str, Any]], factor: float) -> list[dict[str, Any]]:
     ]
 
 
+def _test_table() -> pa.Table:
+    return pq.read_table(DATA / "h100_sxm" / TABLE)
+
+
+def _write_tables(factory: pytest.TempPathFactory, tables: dict[str, list[dict[str, Any]]]) -> Path:
+    """A data root with each system's MoE table (the test table's schema) written."""
+    root = factory.mktemp("aic") / "data"
+    schema = _test_table().schema
+    for system, rows in tables.items():
+        (root / system / TABLE).parent.mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / system / TABLE)
+    return root
+
+
 @pytest.fixture(scope="module")
 def siblings(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """B200 and GB200 tables from the test table: GB200 its rows, B200 1.04x them and
     DeepSeek's balanced EP 4 series 1.7x more."""
-    root = tmp_path_factory.mktemp("aic") / "data"
-    table = pq.read_table(DATA / "h100_sxm" / TABLE)
-    rows = table.to_pylist()
-    scaled = _scaled(rows, 1.04)
-    for system, data in (("gb200", rows), ("b200_sxm", scaled)):
-        (root / system / TABLE).parent.mkdir(parents=True)
-        pq.write_table(pa.Table.from_pylist(data, schema=table.schema), root / system / TABLE)
-    return root
+    rows = _test_table().to_pylist()
+    return _write_tables(tmp_path_factory, {"gb200": rows, "b200_sxm": _scaled(rows, 1.04)})
 
 
 def test_the_reader_prices_the_slow_series_from_the_sibling(siblings: Path) -> None:
@@ -228,20 +236,14 @@ def test_the_reader_prices_the_slow_series_from_the_sibling(siblings: Path) -> N
 def dies(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """B200, GB200, B300 and GB300 tables from the test table: B300 and GB300 its rows,
     B200 1.03x and GB200 1.01x them, both 1.7x more on DeepSeek's balanced EP 4 series."""
-    root = tmp_path_factory.mktemp("aic") / "data"
-    table = pq.read_table(DATA / "h100_sxm" / TABLE)
-    rows = table.to_pylist()
-
+    rows = _test_table().to_pylist()
     tables = {
         "b300_sxm": rows,
         "gb300": rows,
         "b200_sxm": _scaled(rows, 1.03),
         "gb200": _scaled(rows, 1.01),
     }
-    for system, data in tables.items():
-        (root / system / TABLE).parent.mkdir(parents=True)
-        pq.write_table(pa.Table.from_pylist(data, schema=table.schema), root / system / TABLE)
-    return root
+    return _write_tables(tmp_path_factory, tables)
 
 
 def test_the_reader_prices_a_pair_slow_series_from_the_cross_die(dies: Path) -> None:
