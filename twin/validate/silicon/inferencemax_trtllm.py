@@ -5,6 +5,8 @@ piecewise CUDA graphs."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from twin.model import ModelSpec
@@ -278,20 +280,19 @@ def _fp4_b200_script(isl: int, osl: int, conc: int, tp: int) -> tuple[bool, bool
     return conc > ep_above, dp
 
 
-def _fp8_b200_script(isl: int, osl: int, conc: int, tp: int) -> tuple[bool, bool]:
-    dp_above = _FP8_B200_DP_ABOVE.get((isl, osl))
-    return True, dp_above is not None and conc > dp_above
+def _fp8_script(
+    dp_above: dict[tuple[int, int], int], isl: int, osl: int, conc: int, tp: int
+) -> tuple[bool, bool]:
+    """The fp8 scripts: EP always, attention DP above the (isl, osl) branch's clients."""
+    above = dp_above.get((isl, osl))
+    return True, above is not None and conc > above
 
 
-def _fp8_h200_script(isl: int, osl: int, conc: int, tp: int) -> tuple[bool, bool]:
-    dp_above = _FP8_H200_DP_ABOVE.get((isl, osl))
-    return True, dp_above is not None and conc > dp_above
-
-
-INFERENCEMAX_TRTLLM_SCRIPT_LAYOUT = {  # (system, precision) -> (expert parallel, DP)
+ScriptLayout = Callable[[int, int, int, int], tuple[bool, bool]]  # isl, osl, conc, tp
+INFERENCEMAX_TRTLLM_SCRIPT_LAYOUT: dict[tuple[str, str], ScriptLayout] = {  # -> (EP, DP)
     ("b200_sxm", "fp4"): _fp4_b200_script,
-    ("b200_sxm", "fp8"): _fp8_b200_script,
-    ("h200_sxm", "fp8"): _fp8_h200_script,
+    ("b200_sxm", "fp8"): functools.partial(_fp8_script, _FP8_B200_DP_ABOVE),
+    ("h200_sxm", "fp8"): functools.partial(_fp8_script, _FP8_H200_DP_ABOVE),
 }
 
 
