@@ -17,6 +17,12 @@ SIGKILLs every command that starts workers and checks none survives.
   queued points, and ``with`` waits for all of them (tens of seconds). Workers
   here ignore SIGINT; the parent, on any exception, cancels what is queued and
   kills the workers at once.
+
+While :func:`run_in_pool` waits, Ctrl-C only sets a flag that its loop turns
+into ``KeyboardInterrupt`` between two waits: raised wherever the main thread
+happened to be, the exception can land inside ``concurrent.futures.wait``
+between acquiring two futures' locks, which then stay held, and the
+executor's thread (joined at interpreter exit) blocks on them for ever.
 """
 
 from __future__ import annotations
@@ -146,6 +152,27 @@ def _with_progress(fn: Callable[..., R], index: int, *args: Any) -> R:
     return fn(*args, progress=None if q is None else Batched(lambda x: q.put((index, x))))
 
 
+@contextlib.contextmanager
+def _interrupt_between_waits() -> Iterator[threading.Event]:
+    """Ctrl-C sets the event instead of raising mid-statement (see the module's note).
+
+    Only the main thread can own a signal handler, and a caller's own SIGINT
+    handler is left alone: elsewhere the event is never set and Ctrl-C acts as before.
+    """
+    stop = threading.Event()
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield stop
+        return
+    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: stop.set())
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_in_pool(
     fn: Callable[..., R],
     items: Iterable[T],
@@ -175,7 +202,10 @@ def run_in_pool(
             on_progress(todo[index], x)
 
     try:
-        with guarded_executor(jobs, progress_queue=q) as pool:
+        with (
+            _interrupt_between_waits() as interrupted,
+            guarded_executor(jobs, progress_queue=q) as pool,
+        ):
             futures: dict[Future[R], T] = {
                 (
                     pool.submit(_with_progress, fn, i, *args(item))
@@ -187,6 +217,8 @@ def run_in_pool(
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+                if interrupted.is_set():
+                    raise KeyboardInterrupt
                 relay()
                 for fut in done:
                     on_result(futures[fut], fut.result())
