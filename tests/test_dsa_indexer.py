@@ -45,3 +45,13 @@ def test_every_mla_layer_pays_the_indexer_s_launches() -> None:
     contexts = [4096] * 4
     added = with_it.decode(contexts) - plain.decode(contexts)
     assert added == pytest.approx(GLM5.mixer_counts["mla"] * (gemm + passes), rel=1e-9)
+
+
+def test_the_indexer_s_keys_are_cached_beside_the_latent() -> None:
+    """Each MLA layer of a sparse-attention model caches the indexer's key too: 128 fp8
+    values and one fp32 scale (SGLang 0.5.9 ``NSATokenToKVPool``), whatever the KV dtype."""
+    without = dataclasses.replace(GLM5, index_n_heads=0, index_head_dim=0)
+    layers = GLM5.mixer_counts["mla"]
+    assert GLM5.kv_bytes_per_token - without.kv_bytes_per_token == layers * (128 + 4)
+    fp8 = dataclasses.replace(GLM5, kv_dtype="fp8")
+    assert fp8.kv_bytes_per_token == layers * (576 + 132)

@@ -1327,6 +1327,36 @@ def test_inferencemax_sglang_qwen35_rows_run_with_its_scripts_flags() -> None:
     assert sil.deployment(gap, "sglang")["sets"] == sets
 
 
+def test_inferencemax_glm5_h200_sglang_runs_its_scripts_memory_and_a_bf16_cache() -> None:
+    """InferenceMAX's GLM-5 H200 SGLang script (image glm5-hopper) sets only
+    ``--mem-fraction-static 0.85`` and no KV dtype, so SGLang's default for a
+    sparse-attention model on Hopper, bf16, holds; on Blackwell (fp8 there), for other
+    models and where the deployment names a KV dtype the precision is kept."""
+    from dataclasses import replace
+
+    from twin.presets import get_model
+
+    row = replace(
+        _inferencemax_r1(backend="sglang", backend_version="glm5-hopper", precision="fp8", tp=8),
+        model_path="zhipuai/GLM-5",
+        system="h200_sxm",
+        concurrency=64,
+    )
+    assert sil.deployment(row, "sglang") == {"sets": {"mem_fraction_static": "0.85"}}
+    b200 = replace(row, system="b200_sxm", backend_version="nightly-dev")
+    assert sil.deployment(b200, "sglang") == {}
+    fp8 = sil.RowPrecision("fp8", "fp8", "fp8-block", "KV: aiconfigurator's pairing")
+    glm, r1 = get_model("glm-5"), get_model("deepseek-r1")
+    limits = sil.deployment(row, "sglang")
+    hopper = sil.sglang_dsa_default_kv(fp8, "sglang", limits, glm, "h200")
+    assert hopper.kv == "bf16" and "sparse-attention default" in hopper.why
+    assert sil.sglang_dsa_default_kv(fp8, "sglang", limits, glm, "b200") == fp8
+    assert sil.sglang_dsa_default_kv(fp8, "sglang", limits, r1, "h200") == fp8
+    assert sil.sglang_dsa_default_kv(fp8, "vllm", limits, glm, "h200") == fp8
+    named = {"sets": {"kv_cache_dtype": "fp8_e4m3"}}
+    assert sil.sglang_dsa_default_kv(fp8, "sglang", named, glm, "h200") == fp8
+
+
 def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     tmp_path: Path,
 ) -> None:

@@ -154,10 +154,25 @@ def kv_bytes_per_token(m: ModelSpec, kind: str) -> int:
     ``(num_blocks, block_size, kv_lora_rank + qk_rope_head_dim)``, ``get_kv_cache_shape``
     in ``vllm/v1/attention/backends/mla/common.py``)."""
     if kind == "mla":
-        return mla_latent_width(m) * kv_elem_bytes(m)
+        return mla_latent_width(m) * kv_elem_bytes(m) + indexer_key_bytes(m)
     if kind in GQA_KINDS:
         return 2 * m.n_kv_heads * m.head_dim * kv_elem_bytes(m)
     return 0
+
+
+# A DeepSeek-sparse-attention indexer's key cache, per token and MLA layer, whatever the
+# KV dtype: ``index_head_dim`` fp8 values and one fp32 scale per 128 of them (SGLang 0.5.9
+# ``mem_cache/memory_pool.py`` ``NSATokenToKVPool``: ``index_k_with_scale_buffer`` uint8,
+# ``quant_block_size`` 128; ``model_executor/model_runner_kv_cache_mixin.py``
+# ``get_cell_size_per_token`` adds ``index_head_dim + index_head_dim // 128 * 4`` bytes a
+# layer to the MLA cell).
+INDEXER_SCALE_BLOCK = 128
+
+
+def indexer_key_bytes(m: ModelSpec) -> int:
+    """Bytes of one token's indexer key in one MLA layer (above); 0 without an indexer."""
+    width = m.index_head_dim
+    return width + width // INDEXER_SCALE_BLOCK * 4 if m.index_n_heads else 0
 
 
 def kv_elem_bytes(m: ModelSpec) -> int:

@@ -233,12 +233,31 @@ def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
     return {**out, **(_QWEN35_MTP if mtp else {})}
 
 
+# InferenceMAX's GLM-5 H200 SGLang server (``glm5-fp8-h200-sglang`` in
+# ``.github/configs/nvidia-master.yaml``: image lmsysorg/sglang:glm5-hopper, the CSV's
+# ``glm5-hopper`` rows, tp 8 at 4-64 clients over 1k/1k, 1k/8k and 8k/1k; the same at
+# 12ba0ae and 51e31df), ``benchmarks/single_node/glm5_fp8_h200.sh``: ``--mem-fraction-static
+# 0.85`` and nothing else that sizes the server: no ``--kv-cache-dtype`` (so SGLang's
+# default for a DeepSeek-sparse-attention model on Hopper, bf16: ``precision.
+# sglang_dsa_default_kv``), no chunk or running limit.
+INFERENCEMAX_GLM5_H200 = ("h200_sxm", "fp8", "glm5-hopper")
+_GLM5_H200_SETS = {"mem_fraction_static": "0.85"}
+
+
+def inferencemax_glm5(row: SiliconRow) -> dict[str, str]:
+    """The ``--set`` flags of InferenceMAX's GLM-5 H200 SGLang server (above); empty for
+    every other row."""
+    if (row.system, row.precision, row.backend_version) != INFERENCEMAX_GLM5_H200:
+        return {}
+    return dict(_GLM5_H200_SETS) if model_named(row, ("glm-5",)) is not None else {}
+
+
 def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty
     where no one configuration of that image covers it."""
-    qwen35 = inferencemax_qwen35(row)
-    if qwen35:
-        return qwen35
+    scripted = inferencemax_qwen35(row) or inferencemax_glm5(row)
+    if scripted:
+        return scripted
     if not inferencemax_deepseek(row):
         return {}
     b300 = row.system == "b300_sxm" and row.backend_version == INFERENCEMAX_SGLANG_B300

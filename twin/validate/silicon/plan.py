@@ -49,6 +49,7 @@ from twin.validate.silicon.precision import (
     hf_quant_config,
     row_precision,
     runs_weight_only,
+    sglang_dsa_default_kv,
 )
 from twin.validate.silicon.rows import (
     REASON_DISAGG,
@@ -222,6 +223,7 @@ def plan_row(
         limits = {**limits, "sets": {**limits.get("sets", {}), **overlap}}
     if harness_of(row) is not INFERENCEMAX:  # its scripts' KV flags are not read
         precision = engine_default_kv(precision, engine, limits, config)
+    precision = sglang_dsa_default_kv(precision, engine, limits, base, gpu)
     unpriceable = _unpriceable(profile, precision, base)
     if unpriceable is not None:
         return unpriceable

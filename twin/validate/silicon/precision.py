@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from twin import precision as px
+from twin.costmodel.engine_kernels import HOPPER
+from twin.model import ModelSpec
 from twin.validate.silicon.configs import QUANTISED_NAME_SUFFIX
 from twin.validate.silicon.rows import SiliconRow
 
@@ -373,3 +375,30 @@ def engine_default_kv(
         "KV: aiconfigurator's pairing", f"KV: {engine}'s --kv-cache-dtype auto (the model's dtype)"
     )
     return dataclasses.replace(precision, kv=dtype, why=why)
+
+
+# SGLang's default KV cache for a DeepSeek-sparse-attention model (an MLA indexer:
+# GLM-5's ``GlmMoeDsaForCausalLM``, DeepSeek-V3.2) where ``--kv-cache-dtype`` is left at
+# ``auto``: fp8_e4m3 from compute capability 10 (Blackwell), else bfloat16 (SGLang 0.5.9
+# ``server_args.py`` ``_set_default_nsa_kv_cache_dtype``, called from
+# ``_handle_model_specific_adjustments`` for ``is_deepseek_nsa`` models), whatever the
+# checkpoint's weights. InferenceMAX's ``glm5_fp8_h200.sh`` names no KV dtype (its B200
+# fp8 script names fp8_e4m3, its B200 fp4 one none: fp8 on Blackwell either way).
+SGLANG_DSA_BF16_GPUS = HOPPER
+
+
+def sglang_dsa_default_kv(
+    precision: RowPrecision, engine: str, limits: dict[str, Any], model: ModelSpec, gpu: str
+) -> RowPrecision:
+    """``precision`` with SGLang's default KV cache for a sparse-attention model on
+    ``gpu`` (above) where the deployment (``limits``) names no KV dtype and the checkpoint
+    does not say; unchanged for other engines, models and GPUs."""
+    named = "kv_cache_dtype" in (limits.get("sets") or {})
+    if engine != "sglang" or not model.index_n_heads or named or precision.kv_from_checkpoint:
+        return precision
+    if gpu not in SGLANG_DSA_BF16_GPUS or precision.kv == "bf16":
+        return precision
+    why = precision.why.replace(
+        "KV: aiconfigurator's pairing", "KV: sglang's sparse-attention default on Hopper (bf16)"
+    )
+    return dataclasses.replace(precision, kv="bf16", why=why)
