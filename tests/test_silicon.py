@@ -1276,6 +1276,31 @@ def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
         assert sil.deployment(other, "sglang") == {}
 
 
+def test_inferencemax_sglang_deepseek_h200_script_keeps_sglangs_default_kv(tmp_path: Path) -> None:
+    """``dsr1_fp8_h200.sh`` passes no ``--kv-cache-dtype``: SGLang 0.5.9's ``auto`` keeps the
+    model's bf16 cache for DeepSeek-R1's block-fp8 checkpoint (no ``kv_cache_quant_algo``);
+    the B200 script passes ``fp8_e4m3`` (the pairing), and a row no H200 configuration
+    covers is not read."""
+    from dataclasses import replace
+
+    config = json.loads((CONFIGS / "tiny--Tiny-Llama_config.json").read_text())
+    block = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    config.update(num_attention_heads=8, num_key_value_heads=8, quantization_config=block)
+    (tmp_path / "deepseek-ai--DeepSeek-R1_config.json").write_text(json.dumps(config))
+    b200 = _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8)
+    b200 = replace(b200, isl=64, osl=8)
+    h200 = replace(b200, system="h200_sxm")
+    plans = [sil.plan_row(r, tmp_path) for r in (h200, b200)]
+    assert all(isinstance(p, sil.RowPlan) for p in plans)
+    assert [p.priced for p in plans if isinstance(p, sil.RowPlan)] == [
+        "fp8, bf16 KV",
+        "fp8, fp8 KV",
+    ]
+    assert sil.inferencemax_sglang_default_kv(h200)
+    for other in (b200, replace(h200, concurrency=128), replace(h200, backend_version="0.5.8")):
+        assert not sil.inferencemax_sglang_default_kv(other)
+
+
 def test_inferencemax_sglang_qwen35_rows_run_with_its_scripts_flags() -> None:
     """InferenceMAX's Qwen3.5-397B SGLang configurations: every script disables the radix
     cache, polls for requests every 10 iterations (30 from 16 clients) on B200/B300, caps

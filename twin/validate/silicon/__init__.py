@@ -81,6 +81,7 @@ from twin.validate.silicon.inferencemax import (
 )
 from twin.validate.silicon.inferencemax_sglang import (
     inferencemax_no_piecewise,
+    inferencemax_sglang_default_kv,
     inferencemax_sglang_unnamed,
 )
 from twin.validate.silicon.inferencemax_trtllm import (
@@ -212,6 +213,7 @@ __all__ = [
     "inferencemax_no_piecewise",
     "inferencemax_prompt_budget_flags",
     "inferencemax_served_checkpoint",
+    "inferencemax_sglang_default_kv",
     "inferencemax_sglang_unnamed",
     "inferencemax_speculation",
     "inferencemax_trtllm_piecewise",

@@ -251,6 +251,26 @@ def inferencemax_glm5(row: SiliconRow) -> dict[str, str]:
         return {}
     return dict(_GLM5_H200_SETS) if model_named(row, ("glm-5",)) is not None else {}
 
+# The one InferenceMAX DeepSeek SGLang script that passes no ``--kv-cache-dtype``:
+# ``dsr1_fp8_h200.sh`` (12ba0ae and e8924a6; every B200 and B300 DeepSeek script, fp4 and
+# fp8, plain and -mtp, passes ``--kv-cache-dtype fp8_e4m3``). SGLang 0.5.9 then runs its
+# default ``auto`` (``server_args.py``), which ``model_executor/model_runner.py``
+# ``configure_kv_cache_dtype`` makes fp8 only where the checkpoint's quantisation config
+# says ``kv_cache_quant_algo`` FP8, else the model's dtype. DeepSeek-R1's block-fp8
+# config names no KV quantisation, so its H200 cache is bf16, not the fp8 the weights'
+# pairing gives (``precision.engine_default_kv`` prices it).
+INFERENCEMAX_SGLANG_DEFAULT_KV_SYSTEMS = frozenset({"h200_sxm"})
+
+
+def inferencemax_sglang_default_kv(row: SiliconRow) -> bool:
+    """Whether ``row`` ran an InferenceMAX DeepSeek SGLang script that names no KV cache
+    dtype (above): only rows whose script is read (``inferencemax_sglang``)."""
+    return (
+        row.system in INFERENCEMAX_SGLANG_DEFAULT_KV_SYSTEMS
+        and inferencemax_deepseek(row)
+        and bool(inferencemax_sglang(row))
+    )
+
 
 def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty

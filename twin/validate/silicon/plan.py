@@ -33,6 +33,7 @@ from twin.validate.silicon.inferencemax import (
     INFERENCEMAX_DISAGG_SYSTEMS,
     REASON_INFERENCEMAX_DISAGG,
 )
+from twin.validate.silicon.inferencemax_sglang import inferencemax_sglang_default_kv
 from twin.validate.silicon.inferencemax_trtllm import inferencemax_speculation
 from twin.validate.silicon.inferencemax_vllm import (
     REASON_INFERENCEMAX_CLIENT_CAP,
@@ -221,7 +222,9 @@ def plan_row(
     overlap = trtllm_overlap_scheduler(row) if engine == "trtllm" and not pool else {}
     if overlap:  # the engine's own default, whatever the deployment
         limits = {**limits, "sets": {**limits.get("sets", {}), **overlap}}
-    if harness_of(row) is not INFERENCEMAX:  # its scripts' KV flags are not read
+    # InferenceMAX's scripts name their KV cache (the pairing) but for the one read here
+    # that names none (``inferencemax_sglang_default_kv``)
+    if harness_of(row) is not INFERENCEMAX or inferencemax_sglang_default_kv(row):
         precision = engine_default_kv(precision, engine, limits, config)
     precision = sglang_dsa_default_kv(precision, engine, limits, base, gpu)
     unpriceable = _unpriceable(profile, precision, base)
