@@ -251,6 +251,7 @@ def inferencemax_glm5(row: SiliconRow) -> dict[str, str]:
         return {}
     return dict(_GLM5_H200_SETS) if model_named(row, ("glm-5",)) is not None else {}
 
+
 # The one InferenceMAX DeepSeek SGLang script that passes no ``--kv-cache-dtype``:
 # ``dsr1_fp8_h200.sh`` (12ba0ae and e8924a6; every B200 and B300 DeepSeek script, fp4 and
 # fp8, plain and -mtp, passes ``--kv-cache-dtype fp8_e4m3``). SGLang 0.5.9 then runs its
