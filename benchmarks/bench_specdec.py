@@ -47,7 +47,6 @@ from twin.atomic import write_text_atomic
 from twin.engine import build_run
 from twin.errors import TwinError
 from twin.workloads.generators import get_generator
-from twin.workloads.writer import WorkloadWriter
 
 TOLERANCE = 0.15
 ISL, OSL = 128, 256
@@ -87,9 +86,7 @@ DEEPSEEK_MTP = {"rates": (0.85, 0.90), "speedup": 1.8}
 def workload(path: Path, n: int) -> Path:
     cls = get_generator("fixed")
     gen = cls(cls.parse_params({"isl": str(ISL), "osl": str(OSL)}))
-    with WorkloadWriter(path, gen.metadata(n, 1.0, 0, 8192)) as w:
-        w.write_all(gen.rows(n, 1.0, 0, 8192))
-    return path
+    return gen.write(path, n, 1.0, 0, 8192)
 
 
 def simulate(

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from twin.workloads.generators import get_generator
-from twin.workloads.writer import WorkloadWriter
 
 
 @pytest.fixture(autouse=True)
@@ -26,9 +25,7 @@ def batch1(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("w") / "fixed.parquet"
     cls = get_generator("fixed")
     gen = cls(cls.parse_params({"isl": "128", "osl": "256"}))
-    with WorkloadWriter(path, gen.metadata(8, 1.0, 0, 8192)) as w:
-        w.write_all(gen.rows(8, 1.0, 0, 8192))
-    return path
+    return gen.write(path, 8, 1.0, 0, 8192)
 
 
 @pytest.fixture(scope="module")

@@ -70,9 +70,7 @@ def make_inputs(folder: Path) -> None:
     from twin.workloads.writer import WorkloadWriter
 
     folder.mkdir(parents=True, exist_ok=True)
-    gen = get_generator("chat")(get_generator("chat").parse_params({}))
-    with WorkloadWriter(folder / "w.parquet", gen.metadata(2, 1.0, 0, 1024)) as w:
-        w.write_all(gen.rows(2, 1.0, 0, 1024))
+    get_generator("chat")().write(folder / "w.parquet", 2, 1.0, 0, 1024)
     shutil.copy(DATA / "mooncake_small.jsonl", folder / "t.jsonl")
     importer = get_importer("mooncake")()
     with WorkloadWriter(folder / "imported.parquet", importer.metadata(folder / "t.jsonl")) as w:
@@ -153,7 +151,6 @@ NUMBERS = {
     "fraction": "0.5",
 }
 POSITIVE_INT = tuple(NUMBERS)  # > 0, whole, bounded
-NATURAL_INT = ("negative", "nan", "inf", "overflow", "huge", "text", "fraction")  # >= 0, bounded
 POSITIVE_REAL = ("negative", "zero", "nan", "inf", "-inf", "overflow", "huge", "text")
 NONNEG_REAL = ("negative", "nan", "inf", "-inf", "overflow", "huge", "text")
 

@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 from silicon_rows import silicon_row
-from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns
+from test_engine_helpers import ConstantPricer, FillingPricer, LinearPricer, run, single_turns
 
 from twin.engine.host_time import HostTimePricer
 from twin.engine.modes import get_mode
@@ -45,16 +45,9 @@ def test_overlapped_host_time_shows_only_where_it_outlasts_the_forward(tmp_path)
 
 
 def test_overlapped_compiled_ends_are_the_inner_ones_only_while_the_forward_is_longer():
-    class Filling(ConstantPricer):
+    class Filling(FillingPricer):
         def decode_run(self, batch, context, steps):
             return np.full(steps, self.step_s)
-
-        def decode_ends(self, batch, context):
-            def fill(ends, first, n):
-                start = ends[first - 1] if first else 0.0
-                ends[first : first + n] = start + np.arange(1, n + 1)
-
-            return fill
 
     inner = Filling()
     assert HostTimePricer(inner, 0.25, 0.0, overlap=True).decode_ends(2, 0) is not None

@@ -266,26 +266,6 @@ def test_conservation_under_memory_pressure_with_preemption(tmp_path, scheduler)
     _drained(cluster)
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--prefill-workers", "1"], "give both"),
-        (["--decode-workers", "2"], "give both"),
-        (["--prefill-workers", "0", "--decode-workers", "1"], "give both"),
-        (["--prefill-workers", "1", "--decode-workers", "1", "-r", "4"], "leave --replicas out"),
-        (["--prefill-workers", "1", "--decode-workers", "1", "--kv-link", "x"], "ib or nvlink"),
-        (
-            ["--prefill-workers", "4", "--decode-workers", "4", "--tp", "2", "--kv-link", "nvlink"],
-            "share a node",
-        ),
-    ],
-)
-def test_bad_disaggregated_flags_are_one_line_errors(capsys, tmp_path, args, message):
-    out = tmp_path / "o"
-    argv = ["simulate", "--gpu", "h100", "--out", str(out), *args]
-    assert_clean_error(capsys, argv, tmp_path, message)
-
-
 def test_nvlink_within_a_node_is_priced_from_the_gpu_spec():
     cfg = EngineConfig.of(**_disagg(1, 1, tp=2))
     link = kv_link("nvlink", "h200", cfg)
@@ -591,6 +571,15 @@ def test_attention_dp_pools_conserve_requests_and_map_attention_ranks(tmp_path, 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--prefill-workers", "1"], "give both"),
+        (["--decode-workers", "2"], "give both"),
+        (["--prefill-workers", "0", "--decode-workers", "1"], "give both"),
+        (["--prefill-workers", "1", "--decode-workers", "1", "-r", "4"], "leave --replicas out"),
+        (["--prefill-workers", "1", "--decode-workers", "1", "--kv-link", "x"], "ib or nvlink"),
+        (
+            ["--prefill-workers", "4", "--decode-workers", "4", "--tp", "2", "--kv-link", "nvlink"],
+            "share a node",
+        ),
         (["--decode-tp", "2"], "only a disaggregated run has pools"),
         (
             [

@@ -14,7 +14,14 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_engine_helpers import ConstantPricer, LinearPricer, run, single_turns, write_rows
+from test_engine_helpers import (
+    ConstantPricer,
+    FillingPricer,
+    LinearPricer,
+    run,
+    single_turns,
+    write_rows,
+)
 
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import SCHEDULERS, EngineConfig, build_config, sim
@@ -306,15 +313,7 @@ def test_the_host_time_is_added_once_per_step_with_its_part_per_sequence(tmp_pat
 
 
 def test_compiled_decode_ends_move_by_the_host_time_of_the_steps_before():
-    class Filling(ConstantPricer):
-        def decode_ends(self, batch, context):
-            def fill(ends, first, n):
-                start = ends[first - 1] if first else 0.0
-                ends[first : first + n] = start + np.arange(1, n + 1)
-
-            return fill
-
-    fill = HostTimePricer(Filling(), 0.25, 0.0).decode_ends(2, 0)
+    fill = HostTimePricer(FillingPricer(), 0.25, 0.0).decode_ends(2, 0)
     assert fill is not None
     ends = np.zeros(5)
     fill(ends, 0, 3)
@@ -443,15 +442,21 @@ def _trtllm_run(path, overlap):
     return _recorded_run(path, "trtllm", {"overlap_scheduler": overlap})
 
 
-@pytest.mark.parametrize(("overlap", "first"), [(False, 3.0), (True, 4.0)])
-def test_trtllm_overlap_scheduler_takes_an_arrival_two_steps_on(tmp_path, overlap, first):
+@pytest.mark.parametrize(("lag", "first"), [(False, 3.0), (True, 4.0)])
+@pytest.mark.parametrize(
+    ("engine", "flag"), [("trtllm", "overlap_scheduler"), ("vllm", "async_scheduling")]
+)
+def test_an_overlapped_scheduler_takes_an_arrival_two_steps_on(tmp_path, engine, flag, lag, first):
     """TensorRT-LLM's overlap scheduler (``PyExecutor._executor_loop_overlap``: step n+1's
-    batch is fixed when step n starts): A (8 tokens) arrives at an idle server at 0 and
-    prefills at once (first token 1.0); B arrives at 1.5, while step 2 (1-2) runs, so step
-    3 (2-3) was already formed without it and B prefills in step 4 (3-4), beside A's
-    decode; without the overlap it prefills in step 3. A decodes every step either way."""
+    batch is fixed when step n starts) and vLLM's asynchronous scheduling (0.19.0
+    ``EngineCore.step_with_batch_queue``: step n+1 is scheduled before step n's result is
+    awaited), one implementation (``ContinuousBatching``): A (8 tokens) arrives at an idle
+    server at 0 and prefills at once (first token 1.0); B arrives at 1.5, while step 2
+    (1-2) runs, so step 3 (2-3) was already formed without it and B prefills in step 4
+    (3-4), beside A's decode; without the lag it prefills in step 3. A decodes every step
+    either way."""
     path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=20)
-    pricer, recs = _trtllm_run(path, overlap)
+    pricer, recs = _recorded_run(path, engine, {flag: lag})
     a, b = _by_row(recs)[0], _by_row(recs)[1]
     assert a.first_token_s == 1.0
     assert b.first_token_s == first
@@ -610,28 +615,6 @@ def test_sglang_mixed_chunk_admits_one_request_when_the_decodes_spend_the_input_
     options = {"max_prefill_tokens": 2}
     run(path, pricer, policy="vanilla", scheduler="sglang-mixed", scheduler_options=options)
     assert pricer.steps[:3] == [([(8, 0)], 0), ([(8, 0)], 1), ([(8, 0)], 2)]
-
-
-def _vllm_run(path, asynchronous):
-    """vLLM's batching, with or without asynchronous scheduling."""
-    return _recorded_run(path, "vllm", {"async_scheduling": asynchronous})
-
-
-@pytest.mark.parametrize(("asynchronous", "first"), [(False, 3.0), (True, 4.0)])
-def test_vllm_async_scheduling_takes_an_arrival_two_steps_on(tmp_path, asynchronous, first):
-    """vLLM's asynchronous scheduling (0.19.0 ``EngineCore.step_with_batch_queue``: step
-    n+1 is scheduled before step n's result is awaited, so its batch is fixed when step n
-    ends): A arrives at an idle server at 0 and prefills at once (first token 1.0); B
-    arrives at 1.5, while step 2 (1-2) runs, so step 3 was formed without it and B
-    prefills in step 4 (3-4); without it B prefills in step 3. The same lag as
-    TensorRT-LLM's overlap scheduler (one implementation, ``ContinuousBatching``)."""
-    path = single_turns(tmp_path / "w.parquet", [0.0, 1.5], prompt_len=8, output_len=20)
-    pricer, recs = _vllm_run(path, asynchronous)
-    a, b = _by_row(recs)[0], _by_row(recs)[1]
-    assert a.first_token_s == 1.0
-    assert b.first_token_s == first
-    assert pricer.steps[:2] == [([(8, 0)], 0), ([(8, 0)], 1)]  # B beside A's decode
-    assert a.completed_s == 20.0  # A decodes every step either way
 
 
 def test_the_lag_is_each_engines_own_option(tmp_path):

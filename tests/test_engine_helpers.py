@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,18 @@ class ConstantPricer(PricerBase):
 
     def decode_affine(self, batch: int) -> tuple[float, float]:
         return self.step_s, 0.0
+
+
+class FillingPricer(ConstantPricer):
+    """1 s steps, with a compiled decode's ``decode_ends`` (fills the ends of ``n`` steps
+    from step ``first`` on, 1 s apart)."""
+
+    def decode_ends(self, batch, context):
+        def fill(ends, first, n):
+            start = ends[first - 1] if first else 0.0
+            ends[first : first + n] = start + np.arange(1, n + 1)
+
+        return fill
 
 
 class ExponentialPricer(PricerBase):
@@ -110,28 +122,27 @@ def single_turns(
 
 
 def generated(
-    path: Path, kind: str, sessions: int, rate: float, seed: int = 7, max_context: int = 4096
+    path: Path,
+    kind: str,
+    sessions: int | None,
+    rate: float,
+    seed: int = 7,
+    max_context: int = 4096,
+    knobs: Mapping[str, object] | None = None,
+    duration_s: float | None = None,
 ) -> Path:
-    gen = get_generator(kind)()
-    with WorkloadWriter(path, gen.metadata(sessions, rate, seed, max_context)) as w:
-        w.write_all(gen.rows(sessions, rate, seed, max_context))
-    return path
+    """``kind``'s workload with these ``--set`` knobs, written to ``path``."""
+    cls = get_generator(kind)
+    gen = cls(cls.parse_params({k: str(v) for k, v in (knobs or {}).items()}))
+    return gen.write(path, sessions, rate, seed, max_context, duration_s)
 
 
 def doc_qa(
     path: Path, sessions: int = 60, rate: float = 4.0, doc_tokens: tuple[int, int] = (40, 120)
 ) -> Path:
     """A small ``doc-qa`` workload (short documents) with a ``modules`` column."""
-    cls = get_generator("doc-qa")
-    knobs = {
-        "n_documents": "8",
-        "doc_min_tokens": str(doc_tokens[0]),
-        "doc_max_tokens": str(doc_tokens[1]),
-    }
-    gen = cls(cls.parse_params(knobs))
-    with WorkloadWriter(path, gen.metadata(sessions, rate, 3, 4096)) as w:
-        w.write_all(gen.rows(sessions, rate, 3, 4096))
-    return path
+    knobs = {"n_documents": 8, "doc_min_tokens": doc_tokens[0], "doc_max_tokens": doc_tokens[1]}
+    return generated(path, "doc-qa", sessions, rate, 3, 4096, knobs)
 
 
 def run(

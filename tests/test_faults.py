@@ -13,29 +13,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from twin import atomic
 from twin.atomic import MANIFEST_FILE, read_manifest, remove_stale_tmp, write_text_atomic
-from twin.cli.simulate import simulate
+from twin.cli import app
 from twin.engine.config import MemoryConfig
 from twin.errors import TwinError
 from twin.reports.sweep import RESULTS_FILE, SweepSpec, grid, resolve, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--model", "tiny-hybrid", "--cache-gb", "0.001"]
-
-
-def _simulate_app() -> typer.Typer:
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command("simulate")(simulate)
-
-    @app.callback()
-    def _root() -> None:
-        """Keep ``simulate`` a sub-command."""
-
-    return app
 
 
 def _dead_pid() -> int:
@@ -88,7 +76,7 @@ def test_stale_tmp_of_a_dead_process_is_removed_by_the_next_writer(tmp_path: Pat
 
 def test_simulate_commits_its_outputs_as_a_set(tmp_path: Path) -> None:
     out = tmp_path / "sim"
-    res = CliRunner().invoke(_simulate_app(), ["simulate", "--out", str(out), *SMALL])
+    res = CliRunner().invoke(app, ["simulate", "--out", str(out), *SMALL])
     assert res.exit_code == 0, res.output
     manifest = read_manifest(out)
     assert set(manifest["files"]) == {"requests.parquet", "summary.json"}
@@ -101,7 +89,7 @@ def test_simulate_commits_its_outputs_as_a_set(tmp_path: Path) -> None:
 
 def test_a_kill_between_renames_is_finished_by_the_next_look(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "sim"
-    res = CliRunner().invoke(_simulate_app(), ["simulate", "--out", str(out), *SMALL])
+    res = CliRunner().invoke(app, ["simulate", "--out", str(out), *SMALL])
     assert res.exit_code == 0, res.output
     old_summary = (out / "summary.json").read_bytes()
     real_replace = os.replace
@@ -113,7 +101,7 @@ def test_a_kill_between_renames_is_finished_by_the_next_look(tmp_path: Path, mon
 
     monkeypatch.setattr(atomic.os, "replace", replace_then_die)
     args = ["simulate", "--out", str(out), "--force", "--seed", "3", *SMALL]
-    res = CliRunner().invoke(_simulate_app(), args)
+    res = CliRunner().invoke(app, args)
     assert res.exit_code != 0
     monkeypatch.undo()
     # Mid-way: the new requests.parquet beside the old summary.json; the commit's journal
@@ -133,7 +121,6 @@ def test_a_kill_between_renames_is_finished_by_the_next_look(tmp_path: Path, mon
 
 def test_second_simulate_into_one_out_refuses_without_force(tmp_path: Path) -> None:
     out = tmp_path / "sim"
-    app = _simulate_app()
     first = CliRunner().invoke(app, ["simulate", "--out", str(out), *SMALL])
     assert first.exit_code == 0, first.output
     before = (out / "summary.json").read_bytes()
@@ -253,26 +240,13 @@ def test_ctrl_c_with_jobs_stops_the_pool_without_finishing_points(tmp_path: Path
 # --- a sweep that outgrows its GPU ----------------------------------------------------------
 
 
-def _report_cli() -> typer.Typer:
-    from twin.cli import report
-
-    root = typer.Typer()
-    root.add_typer(report.app, name="report")
-
-    @root.callback()
-    def _root() -> None:
-        """twin"""
-
-    return root
-
-
 def test_points_that_cannot_run_are_reported_not_fatal(tmp_path: Path) -> None:
     from twin.workloads.examples import example_path
 
     out = tmp_path / "cap"
     args = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
     args += ["--cache-gb", "0.002,100", "--policies", "vllm+,marconi", "--out", str(out)]
-    res = CliRunner().invoke(_report_cli(), args)
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     rows = pq.read_table(out / RESULTS_FILE).to_pylist()
     bad = [r for r in rows if r["infeasible"]]
@@ -290,7 +264,7 @@ def test_a_sweep_where_nothing_fits_is_one_clear_error(tmp_path: Path) -> None:
     out = tmp_path / "cap"
     args = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
     args += ["--cache-gb", "100", "--policies", "vllm+", "--out", str(out)]
-    res = CliRunner().invoke(_report_cli(), args)
+    res = CliRunner().invoke(app, args)
     assert isinstance(res.exception, TwinError)
     assert "no point of the sweep can run" in str(res.exception)
     assert "100 GB cache" in str(res.exception)

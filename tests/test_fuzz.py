@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from twin.cli.main import run
 from twin.workloads.generators import get_generator
 from twin.workloads.schema import METADATA_KEY
-from twin.workloads.writer import WorkloadWriter
 
 QUICK = settings(
     max_examples=25,
@@ -44,10 +43,7 @@ LONG = settings(
 def small_workload(tmp_path_factory) -> Path:
     """A valid 4-session chat workload (a few hundred KB at most)."""
     path = tmp_path_factory.mktemp("fuzz") / "small.parquet"
-    gen = get_generator("chat")(get_generator("chat").parse_params({}))
-    with WorkloadWriter(path, gen.metadata(4, 1.0, 0, 2048)) as w:
-        w.write_all(gen.rows(4, 1.0, 0, 2048))
-    return path
+    return get_generator("chat")().write(path, 4, 1.0, 0, 2048)
 
 
 def _fresh(folder: Path) -> Path:

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from twin.calibration.datasheet import datasheet_profile
 from twin.cli.main import run
 from twin.workloads.generators import get_generator
-from twin.workloads.writer import WorkloadWriter
 
 CORPUS = Path(__file__).parent / "data" / "fuzz"
 _HC = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
@@ -249,10 +248,7 @@ _RUNS = {
 @pytest.fixture(scope="module")
 def tiny_workload(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("fz") / "tiny.parquet"
-    gen = get_generator("chat")(get_generator("chat").parse_params({}))
-    with WorkloadWriter(path, gen.metadata(2, 1.0, 0, 1024)) as w:
-        w.write_all(gen.rows(2, 1.0, 0, 1024))
-    return path
+    return get_generator("chat")().write(path, 2, 1.0, 0, 1024)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import pytest
 from twin.cli.main import run
 from twin.errors import TwinError
 from twin.workload_stats import summarize
-from twin.workloads import Workload, WorkloadWriter
+from twin.workloads import Workload
 from twin.workloads.generators import get_generator
 from twin.workloads.generators.fixed import FixedParams
 from twin.workloads.schema import TOKEN_ID_MAX
@@ -76,8 +76,7 @@ def test_the_prefix_is_shared_by_its_fraction_and_counted_in_isl(tmp_path):
     )
     gen = get_generator("fixed")(params)
     path = tmp_path / "f.parquet"
-    with WorkloadWriter(path, gen.metadata(1000, 2.0, 3, 32768)) as w:
-        w.write_all(gen.rows(1000, 2.0, 3, 32768))
+    gen.write(path, 1000, 2.0, 3, 32768)
     cache = summarize(Workload.open(path))["infinite_cache"]
     assert cache["hit_tokens"] == 200 * (count - 1)
 

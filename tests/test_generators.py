@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from twin.errors import TwinError
-from twin.workloads import Workload, WorkloadWriter
+from twin.workloads import Workload
 from twin.workloads.generators import GENERATORS, get_generator
 from twin.workloads.generators.chat import ChatParams
 from twin.workloads.generators.swebench import PLACEHOLDER_TOKENS, collapsed_count
@@ -39,8 +39,7 @@ def write_and_read(tmp_path, kind: str, n: int, rate: float, seed: int, ctx: int
     cls = get_generator(kind)
     gen = cls(cls.parse_params({k: str(v) for k, v in knobs.items()}))
     path = tmp_path / f"{kind}.parquet"
-    with WorkloadWriter(path, gen.metadata(n, rate, seed, ctx)) as w:
-        w.write_all(gen.rows(n, rate, seed, ctx))
+    gen.write(path, n, rate, seed, ctx)
     wl = Workload.open(path)
     return wl, list(wl.requests())
 

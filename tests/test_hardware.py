@@ -8,7 +8,7 @@ import pytest
 
 from twin.calibration.aic_tables import SYSTEMS
 from twin.errors import TwinError
-from twin.hardware import AIC_MEM, GIB, GPUS, MIB, get_gpu, identify_gpu, list_gpus
+from twin.hardware import AIC_MEM, GIB, GPUS, MIB, get_gpu, identify_gpu
 
 
 def test_required_gpus_are_known_with_datasheet_peaks() -> None:
@@ -30,7 +30,7 @@ def test_interconnect_is_per_direction() -> None:
 
 
 def test_peaks_have_what_profiles_need() -> None:
-    for name in list_gpus():
+    for name in GPUS:
         peaks = get_gpu(name).peaks()
         for key in ("flops", "mem_bw", "host_bw", "interconnect_bw", "allreduce_latency_s"):
             assert peaks[key] > 0

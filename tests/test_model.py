@@ -12,7 +12,7 @@ from twin.errors import TwinError
 from twin.hf_config import from_hf_config
 from twin.mixers import keys_upto
 from twin.model import FLOP_KINDS, ModelSpec
-from twin.presets import PRESETS, get_model, list_models
+from twin.presets import PRESETS, get_model
 
 HF = Path(__file__).parent / "data" / "hf_configs"
 
@@ -67,15 +67,15 @@ def test_parameter_counts_match_published_sizes(name: str, billions: float) -> N
 def test_kinds_and_bytes_by_kind() -> None:
     hyb, tr, ssm = get_model("tiny-hybrid"), get_model("llama-3-8b"), get_model("mamba2-2.7b")
     assert (hyb.kind, tr.kind, ssm.kind) == ("hybrid", "transformer", "ssm")
-    assert hyb.is_hybrid and not hyb.is_transformer and not hyb.is_pure_ssm
+    assert hyb.is_hybrid and not hyb.is_transformer and hyb.n_attention_layers > 0
     assert tr.is_transformer and not tr.is_hybrid
     assert tr.ssm_checkpoint_bytes == 0 and tr.ssm_state_bytes_per_layer == 0
-    assert ssm.is_pure_ssm and ssm.kv_bytes_per_token == 0
+    assert ssm.n_attention_layers == 0 and ssm.kv_bytes_per_token == 0
     assert ssm.prefill_flops(100)["attention"] == 0
 
 
 # ---------------------------------------------------------------- FLOPs
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", list(PRESETS))
 @pytest.mark.parametrize(("a", "b"), [(0, 5), (1, 1), (7, 300), (4096, 4096), (100, 20_000)])
 def test_prefill_flops_additive_over_splits(name: str, a: int, b: int) -> None:
     m = get_model(name)
@@ -206,7 +206,7 @@ def test_spec_is_frozen_and_round_trips_through_json() -> None:
 
 # ---------------------------------------------------------------- presets
 def test_presets_registry() -> None:
-    names = list_models()
+    names = list(PRESETS)
     for expected in (
         "marconi-hybrid-7b",
         "llama-3-8b",

@@ -15,16 +15,12 @@ import pytest
 
 from twin.cli.main import run
 from twin.workloads.generators import get_generator
-from twin.workloads.writer import WorkloadWriter
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("crc") / "small.parquet"
-    gen = get_generator("chat")(get_generator("chat").parse_params({}))
-    with WorkloadWriter(path, gen.metadata(4, 1.0, 0, 2048)) as w:
-        w.write_all(gen.rows(4, 1.0, 0, 2048))
-    return path
+    return get_generator("chat")().write(path, 4, 1.0, 0, 2048)
 
 
 def test_the_writer_stores_page_checksums(small: Path) -> None:

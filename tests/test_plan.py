@@ -15,6 +15,7 @@ import json
 import math
 import shlex
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -455,27 +456,36 @@ def test_non_monotone_pairs() -> None:
 # --- the search loop on a stand-in sweep ----------------------------------------------
 
 
-def _fake_sweep(monkeypatch, surface, verdict=lambda n: "stable") -> list[tuple[str, int, int]]:
-    """Replace the plan's sweep by ``surface(gpu, tp, replicas) -> P95 TTFT ms`` (with the
-    steady state ``verdict(replicas)``); return the points asked for."""
-    asked: list[tuple[str, int, int]] = []
+def fake_sweep(
+    monkeypatch,
+    row: Callable[[SweepSpec, Point], dict[str, Any]],
+    asks: Callable[[SweepSpec, Point], Any],
+) -> list[Any]:
+    """Replace the plan's sweep (``run_pairs``) by ``row(spec, point)``, the row of each
+    point asked for; return ``asks(spec, point)`` of every point asked for, in order."""
+    asked: list[Any] = []
 
     def fake(pairs, out, jobs=1, **_: Any) -> SweepOutcome:
-        rows = []
-        for spec, p in pairs:
-            asked.append((spec.gpu, spec.tp, p.replicas))
-            rows.append(
-                {
-                    "key": f"{spec.gpu}-{spec.tp}-{p.replicas}",
-                    "verdict": verdict(p.replicas),
-                    "verdict_reason": "too few requests",
-                    "ttft_p95_ms": surface(spec.gpu, spec.tp, p.replicas),
-                }
-            )
+        asked.extend(asks(s, p) for s, p in pairs)
+        rows = [{"key": f"{s.gpu}-{s.tp}-{p.replicas}-{p.seed}", **row(s, p)} for s, p in pairs]
         return SweepOutcome(rows, len(rows), 0)
 
     monkeypatch.setattr(plan_module, "run_pairs", fake)
     return asked
+
+
+def _fake_sweep(monkeypatch, surface, verdict=lambda n: "stable") -> list[tuple[str, int, int]]:
+    """The sweep as ``surface(gpu, tp, replicas) -> P95 TTFT ms`` (with the steady state
+    ``verdict(replicas)``); return the (gpu, tp, replicas) asked for."""
+    return fake_sweep(
+        monkeypatch,
+        lambda s, p: {
+            "verdict": verdict(p.replicas),
+            "verdict_reason": "too few requests",
+            "ttft_p95_ms": surface(s.gpu, s.tp, p.replicas),
+        },
+        lambda s, p: (s.gpu, s.tp, p.replicas),
+    )
 
 
 def _plan_tiny(tmp_path: Path, **kw: Any) -> PlanResult:
@@ -538,32 +548,26 @@ def test_runs_too_short_to_judge_stop_the_search(monkeypatch, tmp_path) -> None:
 # --- screening runs (successive halving's first rung) ----------------------------------
 
 
+def _short(spec: Any, full_s: float) -> bool:
+    """Whether ``spec`` is a screening run, shorter than the full ``full_s`` seconds."""
+    return dict(spec.settings)["duration_s"] < full_s
+
+
 def _fake_screened_sweep(
     monkeypatch, full, short, verdict=lambda n, s: "stable", full_s: float = 400.0
 ):
     """A stand-in sweep whose full runs (``full_s`` simulated seconds) read
     ``full(replicas)`` ms of P95 TTFT and whose shorter screening runs read
     ``short(replicas)``; returns the (replicas, screening?) asked for."""
-    asked: list[tuple[int, bool]] = []
-
-    def fake(pairs, out, jobs=1, **_: Any) -> SweepOutcome:
-        rows = []
-        for spec, p in pairs:
-            short_run = dict(spec.settings)["duration_s"] < full_s
-            asked.append((p.replicas, short_run))
-            value = (short if short_run else full)(p.replicas)
-            rows.append(
-                {
-                    "key": f"{p.replicas}-{short_run}",
-                    "verdict": verdict(p.replicas, short_run),
-                    "verdict_reason": "",
-                    "ttft_p95_ms": value,
-                }
-            )
-        return SweepOutcome(rows, len(rows), 0)
-
-    monkeypatch.setattr(plan_module, "run_pairs", fake)
-    return asked
+    return fake_sweep(
+        monkeypatch,
+        lambda s, p: {
+            "verdict": verdict(p.replicas, _short(s, full_s)),
+            "verdict_reason": "",
+            "ttft_p95_ms": (short if _short(s, full_s) else full)(p.replicas),
+        },
+        lambda s, p: (p.replicas, _short(s, full_s)),
+    )
 
 
 def _one_candidate(tmp_path: Path, **kw: Any) -> PlanResult:
@@ -660,17 +664,10 @@ def test_no_workload_plans_the_bundled_example_at_a_judgeable_load(monkeypatch, 
 
 
 def test_a_screening_run_that_cannot_run_is_not_rerun_in_full(monkeypatch, tmp_path) -> None:
-    asked: list[tuple[int, bool]] = []
-
-    def fake(pairs, out, jobs=1, **_: Any) -> SweepOutcome:
-        rows = []
-        for spec, p in pairs:
-            short = dict(spec.settings)["duration_s"] < 400.0
-            asked.append((p.replicas, short))
-            rows.append({"key": f"{p.replicas}-{short}", "infeasible": "weights do not fit"})
-        return SweepOutcome(rows, len(rows), 0)
-
-    monkeypatch.setattr(plan_module, "run_pairs", fake)
+    infeasible = {"infeasible": "weights do not fit"}
+    asked = fake_sweep(
+        monkeypatch, lambda s, p: infeasible, lambda s, p: (p.replicas, _short(s, 400.0))
+    )
     found = _one_candidate(tmp_path)
     (c,) = found.candidates
     assert c.outcome == INFEASIBLE and "weights do not fit" in c.reason

@@ -19,7 +19,6 @@ from twin.reports.plan import plan
 from twin.reports.plan_result import MEETS, WINNER, Candidate, CandidateResult
 from twin.reports.sweep import RESULTS_FILE, Point, SweepSpec, resolve
 from twin.workloads.generators import get_generator
-from twin.workloads.writer import WorkloadWriter
 
 # The load of benchmarks/bench_disagg.py, where chunked prefills push aggregated P95 TPOT
 # on 2 GPUs past 6.5 ms and a 1P1D pair of the same GPUs stays under it: llama-3-8b under
@@ -30,9 +29,7 @@ MODEL, GPU, RATE, TPOT = "llama-3-8b", "h200", 2.0, "p95_tpot<=6.5ms"
 def _fixed(path: Path, rate: float, sessions: int) -> Path:
     cls = get_generator("fixed")
     gen = cls(cls.parse_params({"isl": "4096", "osl": "256"}))
-    with WorkloadWriter(path, gen.metadata(sessions, rate, 0, 8192)) as w:
-        w.write_all(gen.rows(sessions, rate, 0, 8192))
-    return path
+    return gen.write(path, sessions, rate, 0, 8192)
 
 
 def test_layouts_parse_scale_and_count_gpus() -> None:

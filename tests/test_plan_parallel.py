@@ -28,15 +28,12 @@ from twin.reports.plan import cheapest_token_s, plan
 from twin.reports.plan_result import COSTLIER, WINNER, Candidate, CandidateResult
 from twin.reports.sweep import RESULTS_FILE
 from twin.workloads.generators import get_generator
-from twin.workloads.writer import WorkloadWriter
 
 
 def _fixed(path: Path, isl: int, osl: int, sessions: int) -> Path:
     cls = get_generator("fixed")
     gen = cls(cls.parse_params({"isl": str(isl), "osl": str(osl)}))
-    with WorkloadWriter(path, gen.metadata(sessions, 1.0, 0, 32768)) as w:
-        w.write_all(gen.rows(sessions, 1.0, 0, 32768))
-    return path
+    return gen.write(path, sessions, 1.0, 0, 32768)
 
 
 def test_degrees_parse_and_refuse_in_one_line() -> None:

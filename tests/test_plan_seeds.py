@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 from test_bad_input import assert_clean_error
+from test_plan import fake_sweep
 
 from twin.cli.main import run
 from twin.errors import TwinError
-from twin.reports import plan as plan_module
 from twin.reports.plan import plan
 from twin.reports.plan_result import PlanResult
-from twin.reports.sweep import SweepOutcome
 
 MODEL = "tiny-transformer"
 SLO = "p95_ttft<=100ms"
@@ -30,24 +29,15 @@ Surface = Callable[[str, int, int], float]  # (gpu, replicas, seed) -> P95 TTFT 
 
 def _fake_sweep(monkeypatch, surface: Surface) -> list[tuple[str, int, int]]:
     """Replace the plan's sweep by ``surface``; return the (gpu, replicas, seed) asked."""
-    asked: list[tuple[str, int, int]] = []
-
-    def fake(pairs, out, jobs=1, **_: Any) -> SweepOutcome:
-        rows = []
-        for spec, p in pairs:
-            asked.append((spec.gpu, p.replicas, p.seed))
-            rows.append(
-                {
-                    "key": f"{spec.gpu}-{p.replicas}-{p.seed}",
-                    "verdict": "stable",
-                    "verdict_reason": "",
-                    "ttft_p95_ms": surface(spec.gpu, p.replicas, p.seed),
-                }
-            )
-        return SweepOutcome(rows, len(rows), 0)
-
-    monkeypatch.setattr(plan_module, "run_pairs", fake)
-    return asked
+    return fake_sweep(
+        monkeypatch,
+        lambda s, p: {
+            "verdict": "stable",
+            "verdict_reason": "",
+            "ttft_p95_ms": surface(s.gpu, p.replicas, p.seed),
+        },
+        lambda s, p: (s.gpu, p.replicas, p.seed),
+    )
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -97,6 +99,40 @@ def test_next_turn_hits_the_previous_input_and_output_exactly() -> None:
 
 # One pair stays in the default suite; the rest take minutes on a loaded 2-core
 # machine (PyTorch forwards in float64) and run with ``pytest -m slow``.
+def serve_traffic(
+    ex: ReferenceExecutor,
+    requests: int,
+    sessions: int,
+    systems: tuple[int, int],
+    keep: float,
+    longest: tuple[int, int],
+    check: Callable[[ReferenceExecutor], None] = _check_store,
+) -> tuple[float, int]:
+    """Serve ``requests`` random turns of ``sessions`` sessions, each on its session's last
+    turn (probability ``keep``) or on one of ``systems`` = (count, tokens) shared system
+    prompts, with fewer than ``longest`` = (new prompt, output) tokens; every reuse must be
+    exact, and ``check`` holds after each. (Worst relative logit error against a full
+    forward pass, turns that hit.)"""
+    rng = np.random.default_rng(2)
+    shared = [rng.integers(0, 500, systems[1]).astype(np.int32) for _ in range(systems[0])]
+    history: dict[int, np.ndarray] = {}
+    worst, hits = 0.0, 0
+    for _ in range(requests):
+        sid = int(rng.integers(0, sessions))
+        base = history.get(sid) if rng.random() < keep else None
+        base = shared[sid % systems[0]] if base is None else base
+        new = rng.integers(0, 500, int(rng.integers(1, longest[0]))).astype(np.int32)
+        prompt = np.concatenate([base, new])
+        out = rng.integers(0, 500, int(rng.integers(1, longest[1]))).astype(np.int32)
+        served = ex.serve(prompt, out)
+        history[sid] = np.concatenate([prompt, out])
+        assert served.exact
+        worst = max(worst, _rel(served.logits, _full(ex, prompt)))
+        hits += served.hit > 0
+        check(ex)
+    return worst, hits
+
+
 @pytest.mark.parametrize(
     ("model", "policy"),
     [
@@ -121,24 +157,7 @@ def test_hits_stay_exact_through_evictions(model: str, policy: str) -> None:
         else 6 * spec.ssm_checkpoint_bytes
     )
     ex = _executor(model, policy, cap)
-    rng = np.random.default_rng(2)
-    systems = [rng.integers(0, 500, 60).astype(np.int32) for _ in range(3)]
-    history: dict[int, np.ndarray] = {}
-    worst, hits = 0.0, 0
-    for _ in range(50):
-        sid = int(rng.integers(0, 8))
-        base = history.get(sid) if rng.random() < 0.7 else None
-        base = systems[sid % 3] if base is None else base
-        prompt = np.concatenate(
-            [base, rng.integers(0, 500, int(rng.integers(1, 30))).astype(np.int32)]
-        )
-        out = rng.integers(0, 500, int(rng.integers(1, 15))).astype(np.int32)
-        served = ex.serve(prompt, out)
-        history[sid] = np.concatenate([prompt, out])
-        assert served.exact
-        worst = max(worst, _rel(served.logits, _full(ex, prompt)))
-        hits += served.hit > 0
-        _check_store(ex)
+    worst, hits = serve_traffic(ex, 50, 8, (3, 60), 0.7, (30, 15))
     assert ex.cache.evictions > 10 and hits > 10
     assert worst < 1e-12
 

@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from test_reference import _executor, _rel, serve_traffic  # noqa: E402
+
 from twin.cache.kinds import KindBytes  # noqa: E402
 from twin.presets import get_model  # noqa: E402
 from twin.reference.executor import ExecutorConfig, ReferenceExecutor  # noqa: E402
@@ -22,16 +24,6 @@ KINDS = [
     "tiny-swa-hybrid",
     "tiny-moe-hybrid",
 ]
-
-
-def _executor(model: str, policy: str, cache: int) -> ReferenceExecutor:
-    return ReferenceExecutor(
-        get_model(model), ExecutorConfig(policy=policy, cache_bytes=cache, repeats=1), dtype=F64
-    )
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm())
 
 
 def test_layer_plan_follows_the_pattern() -> None:
@@ -60,22 +52,7 @@ def test_hits_stay_exact_through_evictions(name: str) -> None:
     kinds = KindBytes(spec)
     per_token = kinds.full_kv_per_token + kinds.swa_kv_per_token
     ex = _executor(name, "sglang+", 90 * per_token + 3 * kinds.state_bytes)
-    rng = np.random.default_rng(2)
-    systems = [rng.integers(0, 500, 40).astype(np.int32) for _ in range(2)]
-    history: dict[int, np.ndarray] = {}
-    worst, hits = 0.0, 0
-    for _ in range(10):
-        sid = int(rng.integers(0, 5))
-        base = history.get(sid) if rng.random() < 0.6 else None
-        base = systems[sid % 2] if base is None else base
-        prompt = np.r_[base, rng.integers(0, 500, int(rng.integers(1, 15)))].astype(np.int32)
-        out = rng.integers(0, 500, int(rng.integers(1, 8))).astype(np.int32)
-        served = ex.serve(prompt, out)
-        history[sid] = np.r_[prompt, out]
-        assert served.exact
-        worst = max(worst, _rel(served.logits, ex.lm.forward(ex._ids(prompt)).logits))
-        hits += served.hit > 0
-        ex.cache.verify()
+    worst, hits = serve_traffic(ex, 10, 5, (2, 40), 0.6, (15, 8), lambda ex: ex.cache.verify())
     assert hits >= 3 and ex.cache.evictions > 0
     assert worst < 1e-10
     if get_model(name).mixer_counts.get("swa"):  # the old window KV really is gone from the store

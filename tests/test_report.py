@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import typer
 from report_helpers import judge_steady_state
 from typer.testing import CliRunner
 
-from twin.cli import report
+from twin.cli import app
 from twin.errors import TwinError
 from twin.reports.capacity_request import CapacityRequest, Deployment, SweepAxes, Targets
 from twin.reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
@@ -24,18 +23,6 @@ WORKLOAD = example_path("system-prompt")
 
 
 # --- the CLI and the reports ---------------------------------------------------------------
-
-
-def _cli() -> typer.Typer:
-    # The real registration lives in twin.cli; a local root keeps this test independent.
-    root = typer.Typer()
-    root.add_typer(report.app, name="report")
-
-    @root.callback()
-    def _root() -> None:
-        """twin"""
-
-    return root
 
 
 def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
@@ -59,7 +46,7 @@ def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
         "--out",
         str(out),
     ]
-    res = CliRunner().invoke(_cli(), args)
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "8 point(s) simulated" in res.output
     page = (out / HTML_FILE).read_text()
@@ -87,7 +74,7 @@ def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
     for stem in ("flops-vs-cache", "composition", "ttft-cdf", "hit-by-length"):
         assert {f"fig-{stem}-1.svg", f"fig-{stem}-3.svg"} <= set(figs), stem
     assert "| policy |" in md and "## Load" in md and "max sustainable rate" in md
-    again = CliRunner().invoke(_cli(), args)
+    again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "0 point(s) simulated, 8 found" in again.output
 
     # Results written before the per-request columns existed: the report still
@@ -96,7 +83,7 @@ def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
     pq.write_table(
         table.drop_columns([CDF_COLUMN, BIN_INPUT_COLUMN, BIN_HIT_COLUMN]), out / RESULTS_FILE
     )
-    old = CliRunner().invoke(_cli(), args)
+    old = CliRunner().invoke(app, args)
     assert old.exit_code == 0 and "0 point(s) simulated, 8 found" in old.output, old.output
     page = (out / HTML_FILE).read_text()
     assert page.count("<svg") == 9 and "TTFT CDF" not in page
@@ -116,7 +103,7 @@ def test_cli_cdf_cache_must_be_swept(tmp_path: Path) -> None:
         "--out",
         str(tmp_path / "x"),
     ]
-    res = CliRunner().invoke(_cli(), args)
+    res = CliRunner().invoke(app, args)
     assert isinstance(res.exception, TwinError) and "--cdf-cache-gb" in str(res.exception)
     assert not (tmp_path / "x").exists()
 
@@ -144,7 +131,7 @@ def test_cli_bad_flags(tmp_path: Path, flag: str, value: str, message: str) -> N
         "--out",
         str(tmp_path / "x"),
     ]
-    res = CliRunner().invoke(_cli(), args)
+    res = CliRunner().invoke(app, args)
     assert isinstance(res.exception, TwinError) and message in str(res.exception)
     assert not (tmp_path / "x").exists()  # rejected before any work
 
@@ -213,7 +200,7 @@ def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, mon
     assert "marconi, 4 GPU(s)" in (out / HTML_FILE).read_text()  # figures group by count
     # The CLI parses the list; a fraction is refused before any work.
     args = ["report", "capacity", str(WORKLOAD), "-r", "1,1.5", "-o", str(tmp_path / "x")]
-    res = CliRunner().invoke(_cli(), args)
+    res = CliRunner().invoke(app, args)
     assert isinstance(res.exception, TwinError) and "--replicas" in str(res.exception)
     assert not (tmp_path / "x").exists()
 

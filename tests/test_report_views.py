@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from twin.cli import app
 from twin.errors import TwinError
 from twin.metrics import RequestRecord
 from twin.reports.analysis import aggregate, parse_slo
@@ -179,10 +180,8 @@ def test_ray_missing_gives_install_hint(tmp_path: Path, monkeypatch: pytest.Monk
         run_sweep(_spec(), points, tmp_path / "r", executor="ray")
     assert not (tmp_path / "r").exists()
 
-    from test_report import _cli
-
     res = CliRunner().invoke(
-        _cli(),
+        app,
         [
             "report",
             "capacity",

@@ -6,10 +6,9 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from twin.cli.simulate import simulate
+from twin.cli import app
 from twin.errors import TwinError
 from twin.workloads.examples import example_path
 from twin.workloads.reader import Workload
@@ -17,31 +16,11 @@ from twin.workloads.reader import Workload
 runner = CliRunner()
 
 
-def _app() -> typer.Typer:
-    """The registered ``twin`` app when it has ``simulate``, else the command on its own."""
-    try:
-        from twin.cli import app
-
-        if any(c.name == "simulate" for c in app.registered_commands):
-            return app
-    except ImportError:
-        pass
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command("simulate")(simulate)
-
-    @app.callback()
-    def _root() -> None:
-        """Keep ``simulate`` a sub-command."""
-
-    return app
-
-
-APP = _app()
 SMALL = ["--model", "tiny-hybrid", "--cache-gb", "0.001"]
 
 
 def _invoke(*args: str):
-    return runner.invoke(APP, ["simulate", *args])
+    return runner.invoke(app, ["simulate", *args])
 
 
 def test_no_workload_runs_the_bundled_example(tmp_path):

@@ -42,9 +42,7 @@ def generate(path: Path, kind: str, sessions: int | None = None, duration_s=None
     n = n if sessions is None and duration_s is None else sessions
     cls = get_generator(kind)
     gen = cls(cls.parse_params(knobs))
-    with WorkloadWriter(path, gen.metadata(n, rate, 5, ctx, duration_s)) as w:
-        w.write_all(gen.rows(n, rate, 5, ctx, duration_s))
-    return path
+    return gen.write(path, n, rate, 5, ctx, duration_s)
 
 
 def first_sessions(path: Path, n: int):

@@ -282,11 +282,6 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 
-def list_gpus() -> list[str]:
-    """Registry names of the known GPUs."""
-    return list(GPUS)
-
-
 # Streaming multiprocessors per GPU (CUDA's ``multiProcessorCount``), from NVIDIA's
 # architecture whitepapers and datasheets (CUDA cores / 128 a SM where a sheet gives
 # cores): A100 108 (NVIDIA A100 Tensor Core GPU Architecture whitepaper), H100 SXM5 and

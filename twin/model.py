@@ -139,11 +139,6 @@ class ModelSpec:
         return self.n_ssm_layers == 0
 
     @property
-    def is_pure_ssm(self) -> bool:
-        """No attention layers."""
-        return self.n_attention_layers == 0
-
-    @property
     def kind(self) -> str:
         """``hybrid``, ``transformer`` or ``ssm``."""
         if self.is_hybrid:

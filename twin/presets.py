@@ -32,11 +32,6 @@ PRICED_PRESETS: list[str] = [
 ]
 
 
-def list_models() -> list[str]:
-    """Names of the preset models, in registry order."""
-    return list(PRESETS)
-
-
 def get_model(name: str) -> ModelSpec:
     """The preset called ``name``; a ``TwinError`` listing the valid names otherwise."""
     try:

@@ -193,7 +193,7 @@ def model_file(value: Any) -> Any:
     return value
 
 
-# Options shared by the commands that build a cluster (simulate, report capacity).
+# Options shared by the commands that take a model (simulate, report capacity, plan, cost, ...).
 ModelOption = Annotated[
     str,
     typer.Option(

@@ -14,11 +14,11 @@ from twin.cli.common import (
     EngineOption,
     EpOption,
     KvDtypeOption,
+    ModelOption,
     ModelSetOption,
     PpOption,
     PrecisionOption,
     console,
-    model_file,
     print_json,
     with_precision,
 )
@@ -281,13 +281,7 @@ def _pp_cost(
 
 
 def cost(
-    model: str = typer.Option(
-        ...,
-        "--model",
-        "-m",
-        help="Preset model (see `twin models list`) or a Hugging Face config.json.",
-        callback=model_file,
-    ),
+    model: ModelOption = ...,  # type: ignore[assignment]  # required: typer reads ... so
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     precision: PrecisionOption = None,
     kv_dtype: KvDtypeOption = None,

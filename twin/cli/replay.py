@@ -16,12 +16,12 @@ from twin.atomic import atomic_path
 from twin.cli import checks
 from twin.cli.common import (
     KvDtypeOption,
+    ModelOption,
     ModelSetOption,
     PolicyOptionOption,
     PrecisionOption,
     alpha_label,
     console,
-    model_file,
     policy_options,
     print_json,
     progress_bar,
@@ -45,13 +45,7 @@ def _policies(text: str) -> list[str]:
 
 def replay(
     workload: Path = typer.Argument(..., metavar="WORKLOAD", help="Workload parquet file."),
-    model: str = typer.Option(
-        ...,
-        "--model",
-        "-m",
-        help="Preset model name (see `twin models list`) or a config.json.",
-        callback=model_file,
-    ),
+    model: ModelOption = ...,  # type: ignore[assignment]  # required: typer reads ... so
     model_set: ModelSetOption = [],  # noqa: B006 (typer reads the default)
     precision: PrecisionOption = None,
     kv_dtype: KvDtypeOption = None,

@@ -40,7 +40,6 @@ from twin.reports.sweep import Point, SweepSpec, resolve, run_sweep
 from twin.workers import run_in_pool
 from twin.workloads.generators import get_generator
 from twin.workloads.importers.base import sha256_file
-from twin.workloads.writer import WorkloadWriter
 
 REPLAYS_FILE = "replays.json"
 ARTIFACT_FILE = "artifact.json"
@@ -60,10 +59,7 @@ def generate(recipe: Recipe, path: Path) -> None:
     """Write ``recipe``'s workload to ``path`` (what its printed command does)."""
     cls = get_generator(recipe.kind)
     gen = cls(cls.parse_params({k: str(v) for k, v in recipe.knobs}))
-    max_context = 32768  # `twin workload generate`'s default --max-context
-    meta = gen.metadata(recipe.sessions, recipe.session_rate, recipe.seed, max_context)
-    with WorkloadWriter(path, meta) as writer:
-        writer.write_all(gen.rows(recipe.sessions, recipe.session_rate, recipe.seed, max_context))
+    gen.write(path, recipe.sessions, recipe.session_rate, recipe.seed)  # the CLI's max context
 
 
 def run_replay(path: str, point: ReplayPoint) -> dict[str, Any]:

@@ -1,11 +1,10 @@
 """Synthetic workload generators, found by name through one registry.
 
-The CLI calls::
+A workload file is written by::
 
     cls = get_generator(kind)
     gen = cls(cls.parse_params({"key": "value", ...}))     # from --set key=value
-    with WorkloadWriter(out, gen.metadata(sessions, rate, seed, max_context)) as w:
-        w.write_all(gen.rows(sessions, rate, seed, max_context))
+    gen.write(out, sessions, rate, seed, max_context)      # gen.metadata(...), gen.rows(...)
 
 (or ``sessions=None, duration_s=D`` for every session starting in [0, D) s).
 

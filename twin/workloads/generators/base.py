@@ -32,12 +32,14 @@ import math
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from twin.errors import TwinError
 from twin.workloads.schema import MAX_SEQUENCE_TOKENS, TOKEN_ID_MAX, WorkloadRow
+from twin.workloads.writer import WorkloadWriter
 
 # Spawn keys of the three independent random streams derived from the seed.
 _ARRIVALS, _SESSIONS, _SHARED = 0, 1, 2
@@ -263,6 +265,22 @@ class WorkloadGenerator:
             "seed": seed,
             "max_context": max_context,
         }
+
+    def write(
+        self,
+        path: Path,
+        n_sessions: int | None,
+        session_rate: float,
+        seed: int,
+        max_context: int = 32768,
+        duration_s: float | None = None,
+    ) -> Path:
+        """Write the workload of these run arguments (:meth:`metadata`, :meth:`rows`) to
+        ``path``; return ``path``."""
+        args = (n_sessions, session_rate, seed, max_context, duration_s)
+        with WorkloadWriter(path, self.metadata(*args)) as writer:
+            writer.write_all(self.rows(*args))
+        return path
 
     # ----- what a kind implements ---------------------------------------------
 
