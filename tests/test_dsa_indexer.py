@@ -55,3 +55,37 @@ def test_the_indexer_s_keys_are_cached_beside_the_latent() -> None:
     assert GLM5.kv_bytes_per_token - without.kv_bytes_per_token == layers * (128 + 4)
     fp8 = dataclasses.replace(GLM5, kv_dtype="fp8")
     assert fp8.kv_bytes_per_token == layers * (576 + 132)
+
+
+def test_sglang_s_sparse_prefill_pads_hopper_s_heads_past_the_top_k() -> None:
+    """SGLang 0.5.9 (``nsa_backend.py``) runs a prefill batch whose longest sequence
+    exceeds ``index_topk`` through FlashMLA's sparse kernel, the rank's query heads
+    padded to 64 on Hopper over a bf16 cache: at tp 8 GLM-5's 8 heads cost as 64, each
+    new token over 2,048 latent keys; at or below the top-k the dense form stays."""
+    from twin.costmodel import mla_features as mf
+    from twin.engine.kernel_layouts import sglang_kernel_layout
+    from twin.hardware import GPUS
+
+    assert (GLM5.index_topk, from_hf_config(HF / "glm-5.json").index_topk) == (2048, 2048)
+    assert mf.sparse_prefill_heads("h200", 8, 2) == 64
+    assert mf.sparse_prefill_heads("h200", 64, 2) == 64
+    assert mf.sparse_prefill_heads("h200", 8, 1) == 0  # fp8 cache: flashmla_kv
+    assert mf.sparse_prefill_heads("b200", 8, 2) == 0  # the scripts' trtllm prefill
+    layout = sglang_kernel_layout(GLM5, "glm5-hopper", 8, 1)
+    assert layout.nsa_sparse_prefill
+    assert not sglang_kernel_layout(get_model("deepseek-v3"), "0.5.9", 8, 1).nsa_sparse_prefill
+    h200 = load_profile("h200", "sglang")
+    dense, sparse = CostModel(GLM5, h200, 8), CostModel(GLM5, h200, 8, kernel_layout=layout)
+    assert sparse.prefill(2048) == dense.prefill(2048)
+    added = sparse.prefill(8192) - dense.prefill(8192)
+    # The padded heads' work: QK at 576 and AV at 512 wide per key, over 75 + 3 layers.
+    flops = GLM5.mixer_counts["mla"] * 2.0 * 8192 * 64 * 2048 * (576 + 512)
+    at_peak = flops / GPUS["h200"].flops
+    assert 0.75 * at_peak < added < 3 * at_peak
+    # Off Hopper, and over an fp8 cache, the dense price stays.
+    b200 = load_profile("b200", "sglang")
+    on_b200 = CostModel(GLM5, b200, 8, kernel_layout=layout).prefill(8192)
+    assert on_b200 == CostModel(GLM5, b200, 8).prefill(8192)
+    fp8 = dataclasses.replace(GLM5, kv_dtype="fp8")
+    on_fp8 = CostModel(fp8, h200, 8, kernel_layout=layout).prefill(8192)
+    assert on_fp8 == CostModel(fp8, h200, 8).prefill(8192)

@@ -76,6 +76,7 @@ def glm_moe_dsa(cfg: ConfigKeys) -> dict[str, Any]:
     fields = deepseek_v3(cfg)
     fields["index_n_heads"] = cfg.pos("index_n_heads")
     fields["index_head_dim"] = cfg.pos("index_head_dim")
+    fields["index_topk"] = cfg.pos("index_topk")
     return fields
 
 

@@ -103,10 +103,13 @@ class ModelSpec:
     qk_rope_head_dim: int = 0  # per-head query width with RoPE; the key's, shared by heads
     v_head_dim: int = 0  # per-head value width
     # DeepSeek Sparse Attention's indexer in every MLA layer (GLM-5, DeepSeek-V3.2; 0:
-    # none): its query heads and head width. Its decode launches are priced
-    # (``twin.costmodel.mla_pricing``); its weights and fp8 key cache are not counted.
+    # none): its query heads and head width, and the keys it picks for each query
+    # (``index_topk``). Its launches are priced (``twin.costmodel.mla_pricing``), and its
+    # top-k where an engine's prefill runs the sparse kernel (``KernelLayout``); its
+    # weights are not counted.
     index_n_heads: int = 0
     index_head_dim: int = 0
+    index_topk: int = 0
     # Multi-token-prediction modules the checkpoint carries (DeepSeek-V3's
     # num_nextn_predict_layers): each one decoder layer like the stack's last, an
     # eh_proj (2d -> d), three norms and its own embedding and LM head. Counted apart

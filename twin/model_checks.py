@@ -154,6 +154,7 @@ def check_fields(spec: ModelSpec) -> None:
         need(kinds.get("mla", 0) > 0, "index_n_heads", "needs mla layers (an MLA indexer)")
         for f in ("index_n_heads", "index_head_dim"):
             need(getattr(spec, f) > 0, f, "must be positive for a model with an indexer")
+        need(spec.index_topk >= 0, "index_topk", "must be >= 0")
     if kinds.get("mamba1") or kinds.get("mamba2"):
         e = spec.ssm_expand
         need(

@@ -113,6 +113,7 @@ MEASURED_SPECS: list[ModelSpec] = [
         v_head_dim=256,
         index_n_heads=32,
         index_head_dim=128,
+        index_topk=2048,
         mlp_d_ff=12288,
         moe_n_experts=256,
         moe_top_k=8,

@@ -37,6 +37,11 @@ class KernelLayout:
     # RoPE inside it (TensorRT-LLM's Qwen3 ``fused_qk_norm_rope``): one element-wise pass
     # an attention layer (``DensePricing._qk_norm``).
     qk_norm_rope_pass: bool = False
+    # A DeepSeek-sparse-attention model's prefill (``ModelSpec.index_topk``) leaves the
+    # dense (decompressed) MLA form for the absorbed sparse kernel, its query heads padded,
+    # in a batch whose longest sequence exceeds the top-k (SGLang's NSA backend:
+    # ``MlaPricing._mla_sparse_prefill``).
+    nsa_sparse_prefill: bool = False
 
     def __post_init__(self) -> None:
         if self.gdn_in_proj_gemms not in (1, 4):

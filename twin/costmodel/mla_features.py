@@ -319,6 +319,35 @@ def mla_absorbed_sums(
     return flops, nbytes, float(blocks) * sequences + 0.0 * keys, kv_rows / sequences
 
 
+# SGLang's sparse (DeepSeek-sparse-attention) prefill kernel, FlashMLA's
+# ``flash_mla_sparse_fwd``, takes a multiple of 64 query heads on Hopper (128 on
+# Blackwell): ``_forward_flashmla_sparse`` (``layers/attention/nsa_backend.py``, SGLang
+# 0.5.9 and 0.5.10.post1) pads the rank's heads with zeros up to that (8 at tp 8 of
+# GLM-5's 64 run as 64 on an H200), so the kernel's work is that of the padded heads.
+# The backend runs it for a prefill batch whose longest sequence exceeds the model's
+# ``index_topk`` (``set_nsa_prefill_impl``; below it MHA_ONE_SHOT, the dense form) where
+# the prefill backend is ``flashmla_sparse``: Hopper's default over a bf16 cache
+# (``server_args.py`` ``_set_default_nsa_backends``; an fp8 cache takes ``flashmla_kv``
+# there, not read: no padding priced). Blackwell is not priced: every GLM-5 Blackwell
+# script of the collection (InferenceMAX ``glm5_fp8_b200.sh``, ``glm5_fp4_b200.sh``,
+# ``glm5_fp8_b300.sh``) passes ``--nsa-prefill-backend trtllm``, under which 0.5.9 keeps
+# the dense MHA form up to the chunk capacity (``mha_max_kv_len =
+# get_max_chunk_capacity()``).
+SPARSE_PREFILL_HEAD_MULTIPLE = 64
+SPARSE_PREFILL_GPUS = HOPPER
+
+
+def sparse_prefill_heads(gpu: str, heads: int, kv_e: int) -> int:
+    """The query heads SGLang's sparse prefill kernel runs for the rank's ``heads`` on
+    ``gpu`` over a cache of ``kv_e`` bytes an element (above): ``heads`` rounded up to
+    the kernel's multiple; 0 where the twin does not price that kernel (an fp8 cache,
+    GPUs off Hopper)."""
+    if gpu not in SPARSE_PREFILL_GPUS or kv_e != 2:
+        return 0
+    multiple = SPARSE_PREFILL_HEAD_MULTIPLE
+    return -(-heads // multiple) * multiple
+
+
 def mla_bmm_sums(
     rows: Sums, heads: int, k: int, n: int, e: int, act_e: float, w_e: float
 ) -> tuple[Sums, Sums, float]:

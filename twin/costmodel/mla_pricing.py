@@ -37,6 +37,7 @@ from collections.abc import Callable
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_features as mf
+from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.shard_shapes import ShardShapes
 from twin.costmodel.step_features import StepFeatures
 from twin.hardware import GPUS
@@ -53,6 +54,7 @@ class MlaPricing(ShardShapes):
     mla_modes: tuple[str, str]  # (prefill, decode): "module", "kernels" or "gqa"
     mla_dims: mf.MlaDims
     _mla_rule: str | None
+    kernel_layout: KernelLayout
 
     def _setup_mla(self) -> None:
         """The MLA fits this model takes (``precision_kernels.priced_precision`` chose the
@@ -193,6 +195,9 @@ class MlaPricing(ShardShapes):
     def _mla_prefill(self, f: StepFeatures) -> tuple[str, float]:
         d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[0]
         n, keys, rows, seqs = f.prefill_tokens, f.prefill_keys, f.prefill_kv_rows, f.prefill_chunks
+        sparse = self._mla_sparse_prefill(f)
+        if sparse is not None:
+            return sparse
         mode = self.mla_modes[0]
         if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
@@ -209,6 +214,33 @@ class MlaPricing(ShardShapes):
         width = (d.nope + d.rope + d.v) // 2
         sums4 = ft.attn_prefill_sums(n, keys, rows, seqs, d.heads, d.heads, width, e, kv_e)
         return "attn_prefill", kv_b + self._k["attn_prefill"](*sums4)
+
+    def _mla_sparse_prefill(self, f: StepFeatures) -> tuple[str, float] | None:
+        """The prefill chunks' attention in SGLang's sparse absorbed form, where the
+        engine's layout runs it (``KernelLayout.nsa_sparse_prefill``) and the step's
+        longest sequence exceeds the model's ``index_topk`` (``mla_features.
+        sparse_prefill_heads``; else None, the dense form): W_UK and W_UV at the rank's
+        heads over the new tokens (``mla_bmm``; the latent is not decompressed, no
+        kv_b_proj), and each query token over ``index_topk`` latent keys (the kernel
+        walks a query's whole index list, -1 entries masked) at the padded heads, QK at
+        ``kv_lora + rope`` and AV at ``kv_lora``; the MHA fit prices it (its FLOPs exact:
+        4 x the mean width a score, one shared latent head)."""
+        topk = self.model.index_topk
+        if not self.kernel_layout.nsa_sparse_prefill or f.prefill_longest <= topk:
+            return None
+        d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[0]
+        padded = mf.sparse_prefill_heads(self.profile.gpu, d.heads, kv_e)
+        if not padded:
+            return None
+        n = f.prefill_tokens
+        act_b, w_b = self._mla_bmm_bytes
+        bmm = self._mla_bmm(*mf.mla_bmm_sums(n, d.heads, d.nope, d.kv_lora, e, act_b, w_b))
+        bmm += self._mla_bmm(*mf.mla_bmm_sums(n, d.heads, d.kv_lora, d.v, e, act_b, w_b))
+        width = (2 * d.kv_lora + d.rope) // 2
+        sums = ft.attn_prefill_sums(
+            n, n * topk, f.prefill_kv_rows, f.prefill_chunks, padded, 1, width, e, kv_e
+        )
+        return "attn_prefill", bmm + self._k["attn_prefill"](*sums)
 
     def _mla_decode(
         self,

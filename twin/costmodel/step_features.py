@@ -37,6 +37,7 @@ class StepFeatures(NamedTuple):
     absorbed_keys: int = 0  # query-key pairs (causal within each extend)
     absorbed_kv_rows: int = 0  # latent rows read: each extend's keys once
     absorbed_width: int = 0  # the longest such extend's new tokens
+    prefill_longest: int = 0  # the longest prefill chunk's sequence (cached + new tokens)
 
 
 def aggregate_step(
@@ -62,7 +63,7 @@ def aggregate_step(
         raise TwinError("a decode context must be >= 0")
     d_keys = sum(decodes) + n_dec if _full(kinds) else 0
     s_dec = sum(min(c + 1, window) for c in decodes) if "swa" in kinds else 0
-    return _features(len(prefills), sums, n_dec, d_keys, s_dec, absorbed)
+    return _features(len(prefills), sums, n_dec, d_keys, s_dec, absorbed, _longest(prefills))
 
 
 def aggregate_spread(
@@ -87,7 +88,7 @@ def aggregate_spread(
     s_dec = 0
     if "swa" in kinds and batch:
         s_dec = extra * min(base + 2, window) + (batch - extra) * min(base + 1, window)
-    return _features(len(prefills), sums, batch, d_keys, s_dec, absorbed)
+    return _features(len(prefills), sums, batch, d_keys, s_dec, absorbed, _longest(prefills))
 
 
 def split_absorbed(
@@ -124,6 +125,11 @@ def split_absorbed(
         rows += c + n
         widest = max(widest, n)
     return rest, (count, tokens, keys, rows, widest)
+
+
+def _longest(prefills: Sequence[tuple[int, int]]) -> int:
+    """The longest prefill chunk's sequence, cached and new tokens (0: none)."""
+    return max((n + c for n, c in prefills), default=0)
 
 
 def _full(kinds: Mapping[str, int]) -> bool:
@@ -164,6 +170,7 @@ def _features(
     d_keys: int,
     s_dec: int,
     absorbed: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0),
+    longest: int = 0,
 ) -> StepFeatures:
     p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks = sums
     a_chunks, a_tok, a_keys, a_rows, a_width = absorbed
@@ -187,4 +194,5 @@ def _features(
         absorbed_keys=a_keys,
         absorbed_kv_rows=a_rows,
         absorbed_width=a_width,
+        prefill_longest=longest,
     )

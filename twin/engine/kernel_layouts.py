@@ -50,9 +50,15 @@ def sglang_gdn_in_proj_gemms(model: ModelSpec, build: str) -> int:
 
 
 def sglang_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
-    """SGLang ``build``'s kernel layout of ``model`` (its GDN input projection)."""
+    """SGLang ``build``'s kernel layout of ``model`` (its GDN input projection; the sparse
+    prefill of a DeepSeek-sparse-attention model: every build that runs one, GLM-5's
+    ``glm5-hopper`` image and the nightlies among them, has 0.5.9's NSA backend,
+    ``twin.costmodel.mla_pricing.MlaPricing._mla_sparse_prefill``)."""
     gemms = sglang_gdn_in_proj_gemms(model, build)
-    return DEFAULT_LAYOUT if gemms == 1 else KernelLayout(gdn_in_proj_gemms=gemms)
+    sparse = bool(model.index_n_heads and model.index_topk)
+    if gemms == 1 and not sparse:
+        return DEFAULT_LAYOUT
+    return KernelLayout(gdn_in_proj_gemms=gemms, nsa_sparse_prefill=sparse)
 
 
 # TensorRT-LLM runs each layer's residual add + RMSNorm inside its tensor-parallel
