@@ -20,7 +20,12 @@ if TYPE_CHECKING:
 # bench_run.sh.j2) runs ``aiperf profile --concurrency c --num-requests c x
 # AICONFIGURATOR_BENCH_MULTI_ROUND`` (default 20) after ``--warmup-request-count 2c``.
 # The warm-up requests run first and are left out of the means. (Rows of the InferenceMAX
-# collection follow their own harness: :data:`INFERENCEMAX`.)
+# collection follow their own harness: :data:`INFERENCEMAX`.) That script is a stand-in,
+# not the collection's client: it was added on 2026-02-11 (ai-dynamo/aiconfigurator #334,
+# 50 rounds then), after the dated "aic-auto-gap-analysis" files (measured 2026-01-23 and
+# -25, ``tools/accuracy_tracking/silicon_refs.csv``). Its aiperf defaults would repeat 100
+# prompts, which the fit rows refute (docs/decisions.md, "the aiperf rows' repeated
+# prompts"): the twin sends every request its own prompt.
 MEASURED_ROUNDS = 20
 WARMUP_ROUNDS = 2
 
