@@ -169,8 +169,12 @@ def test_two_sweeps_into_one_out_keep_each_others_points(tmp_path: Path) -> None
 
 _POOL_SCRIPT = textwrap.dedent(
     """
-    import os, sys, time
+    import faulthandler, os, signal, sys, time
     from twin.workers import run_in_pool
+
+    # SIGUSR1 writes every thread's stack: what a parent that hangs is waiting on.
+    STACKS = open(os.path.join(sys.argv[1], "stacks.txt"), "w")
+    faulthandler.register(signal.SIGUSR1, file=STACKS, all_threads=True)
 
     def slow(i, folder):
         open(os.path.join(folder, f"worker-{os.getpid()}"), "w").close()
@@ -230,6 +234,12 @@ def test_ctrl_c_with_jobs_stops_the_pool_without_finishing_points(tmp_path: Path
     try:
         # The points sleep 300 s each: finishing them first would blow this limit.
         rc = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        # An intermittent failure under a loaded machine: say where the parent waits.
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(2)
+        stacks = (tmp_path / "stacks.txt").read_text()
+        pytest.fail(f"the pool's parent outlived Ctrl-C by 60 s; its threads:\n{stacks}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
