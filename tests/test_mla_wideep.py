@@ -117,3 +117,23 @@ def test_h200_sglang_059_decode_module_known_answer() -> None:
         and (r["num_heads"], r["batch_size"], r["isl"]) == (16, batch, cached)
     ]
     assert seconds == pytest.approx(measured, rel=0.15)
+
+
+def test_a_bf16_cache_on_sglang_059_takes_the_module_its_tables_timed() -> None:
+    """SGLang's module tables say fp8-KV but ran SGLang's default (bf16) cache
+    (``formulas.SGLANG_MLA_MODULE_TABLES``): DeepSeek-R1 fp8 at a bf16 cache on H200
+    (InferenceMAX's ``dsr1_fp8_h200.sh``) is priced by them, at the features they were
+    fitted with, as the fp8-labelled pick is; 0.5.14 (kernel tables of both caches)
+    keeps its bf16-KV kernel fit."""
+    prof = load_profile("h200", "sglang")
+    bf16 = with_precision(resolve_model("deepseek-r1"), "fp8", "bf16")
+    fp8 = with_precision(resolve_model("deepseek-r1"), "fp8", "fp8")
+    got = priced_precision(bf16, prof.at_release("0.5.9"))
+    want = priced_precision(fp8, prof.at_release("0.5.9"))
+    assert got.keys["mla_module_decode"] == DECODE
+    assert got.keys["mla_module_prefill"] == "mla_module_prefill_fp8_fp8kv"
+    assert got.mla_kv_elem_bytes == want.mla_kv_elem_bytes == (1, 1)
+    assert "timed at a bf16 cache" in got.notes["MLA attention"]
+    new = priced_precision(bf16, prof.at_release("0.5.14"))
+    assert "mla_module_decode" not in new.keys and new.keys["mla_decode"] == "mla_decode"
+    assert new.mla_kv_elem_bytes == (2, 2)

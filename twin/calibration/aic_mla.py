@@ -259,10 +259,7 @@ def bmm_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
     return families
 
 
-WIDEEP_TABLES = {
-    "prefill": "wideep_context_mla_perf.parquet",
-    "decode": "wideep_generation_mla_perf.parquet",
-}
+WIDEEP_TABLES = fm.SGLANG_MLA_MODULE_TABLES  # named fp8-KV, timed at a bf16 cache
 # The attention backends whose rows are read, the first present: aiconfigurator's default
 # for these tables (``sdk/models/deepseek.py``: ``attn_backend`` "flashinfer" when none
 # is set) and what InferenceMAX's SGLang DeepSeek scripts on H200 run

@@ -188,6 +188,23 @@ MLA_KV = {"bfloat16": "", "fp8": "_fp8kv"}
 # has no GEMM axis: ``calibration.aic_mla.wideep_rows``).
 MLA_MODULE_GEMMS = {"bfloat16": "", "fp8": "_fp8", "fp8_block": "_fp8_block", "nvfp4": "_nvfp4"}
 MLA_BMM_MODES = {"bfloat16": "flops", "fp8": "fp8_flops"}
+# SGLang's MLA module tables (``calibration.aic_mla.wideep_rows``), per phase. Their rows
+# say ``kv_cache_dtype`` fp8, but that is a string the collector writes
+# (aiconfigurator ``collector/sglang/collect_wideep_attn.py``, every version from
+# 45033ab44 to ced205af0: ``"kv_cache_dtype": "fp8"`` in ``log_perf``), whose
+# ``ServerArgs`` names no ``kv_cache_dtype``: SGLang's ``auto``, which
+# ``model_executor/model_runner.py`` ``configure_kv_cache_dtype`` (0.5.10 wheel, read)
+# makes the model's dtype unless the checkpoint's quantisation config names
+# ``kv_cache_quant_algo`` FP8, and DeepSeek-V3's block-fp8 config names none: the rows
+# time a **bf16** cache. Their timings agree: H200 0.5.10 flashinfer, 16 heads, 64
+# sequences, 2,048 -> 4,096 cached tokens each adds 0.0356 ms, 1,304 bytes a cached
+# token at 4.8 TB/s, the bf16 latent row's 1,152, not the fp8 one's 576.
+# ``precision_kernels`` lets a bf16 cache take their fits (at the features they were
+# fitted with); their family names keep the tables' label.
+SGLANG_MLA_MODULE_TABLES = {
+    "prefill": "wideep_context_mla_perf.parquet",
+    "decode": "wideep_generation_mla_perf.parquet",
+}
 # The module families' serial features (``mla_features.module_attention_split``): the
 # attention kernel's KV stream and its FLOPs, priced after the smooth maximum of the
 # module's GEMMs; and the name of that smooth maximum (``KernelFormula.base``).
@@ -581,6 +598,7 @@ __all__ = [
     "OPTIONAL",
     "PRECISION_GEMMS",
     "PRECISION_VARIANTS",
+    "SGLANG_MLA_MODULE_TABLES",
     "KernelFormula",
     "a2a_kernel",
     "allreduce_kernel",

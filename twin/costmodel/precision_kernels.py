@@ -30,6 +30,7 @@ from twin.costmodel.formulas import (
     MLA_MODULE_GEMMS,
     MODEL_VARIANTS,
     PRECISION_VARIANTS,
+    SGLANG_MLA_MODULE_TABLES,
     mla_kernel,
     moe_min_latency_kernel,
 )
@@ -42,6 +43,7 @@ MOE_AS_GEMM_NOTE = "MoE experts as GEMMs (no fused-MoE fit in this profile)"
 SHARED_AS_LINEAR_NOTE = "shared expert as the linear layers' GEMMs (no GEMM fit of its format)"
 MLA_AS_GQA_NOTE = "MLA {} priced with GQA kernels (no MLA fit for it in this profile)"
 BF16_MLA_NOTE = "bf16-KV MLA kernel (no fp8-KV MLA fit in this profile)"
+SGLANG_MODULE_NOTE = "SGLang's MLA module tables, labelled fp8-KV, timed at a bf16 cache"
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,8 @@ def _mla_keys(
     decode); None where the stand-in prices it) and the (activation, weight) operand
     bytes of the module's GEMMs and of the BMMs. An fp8 cache without an fp8-KV MLA fit
     takes the bf16-KV one at its own (bf16) features, as for attention, and the label
-    says so."""
+    says so; a bf16 cache without a bf16-KV module pair takes SGLang's module fits
+    (:func:`_timed_at_bf16`)."""
     e = model.dtype_bytes
     quantised = linear.bytes_per_param is not None
     gemm_bytes = px.gemm_operand_bytes(linear, e) if quantised else (float(e), float(e))
@@ -199,6 +202,15 @@ def _mla_keys(
             if all(map(has, pair.values())):
                 keys.update(pair)
                 return (kv_bytes(kv), kv_bytes(kv)), gemm_bytes, bmm_bytes
+        # A bf16 cache takes SGLang's module fits, whose tables say fp8-KV but timed a
+        # bf16 cache (``formulas.SGLANG_MLA_MODULE_TABLES``), at the features they were
+        # fitted with (``calibration.aic_mla.wideep_rows``: fp8 bytes), so the price is
+        # the rows' own.
+        pair = {f: mla_kernel(f, linear.table_mode, "fp8") for f in _MODULE}
+        if own_kv == "bfloat16" and all(_timed_at_bf16(profile, k) for k in pair.values()):
+            keys.update(pair)
+            notes["MLA attention"] = SGLANG_MODULE_NOTE
+            return (px.KV_FP8_BYTES, px.KV_FP8_BYTES), gemm_bytes, bmm_bytes
     kv_elem: list[int | None] = [None, None]
     for i, family in enumerate(_KERNELS):
         for kv in kv_modes:
@@ -226,6 +238,17 @@ def _mla_keys(
 
 
 _MODULE = ("mla_module_prefill", "mla_module_decode")
+
+
+def _timed_at_bf16(profile: Profile, key: str) -> bool:
+    """Whether ``profile`` has the fit ``key`` from SGLang's module tables (its
+    provenance's tables), which time a bf16 cache whatever their label says."""
+    fit = profile.kernels.get(key)
+    tables = fit.provenance.get("tables", []) if fit is not None else []
+    names = set(SGLANG_MLA_MODULE_TABLES.values())
+    return bool(tables) and all(str(t).rsplit("/", 1)[-1] in names for t in tables)
+
+
 _KERNELS = ("mla_prefill", "mla_decode")
 
 
@@ -267,6 +290,7 @@ __all__ = [
     "BF16_MLA_NOTE",
     "MLA_AS_GQA_NOTE",
     "MOE_AS_GEMM_NOTE",
+    "SGLANG_MODULE_NOTE",
     "PricedPrecision",
     "no_fp4",
     "priced_precision",
