@@ -624,3 +624,32 @@ def test_the_lag_is_each_engines_own_option(tmp_path):
     for scheduler in ("vllm", "continuous"):
         _, recs = _recorded_run(path, scheduler, {"overlap_scheduler": True})
         assert _by_row(recs)[1].first_token_s == 3.0
+
+
+def test_the_response_path_hands_out_each_streamed_token_in_turn(tmp_path):
+    """``stream_token_s`` 0.25 s a token: A and B prefill together in [0, 1], their two
+    first tokens are handed out at 1.5; the two decode steps [1, 3] give four more, handed
+    out from 1.5 on but the last step's two not before 3: 3.5. At 0.75 s a token the path
+    falls behind (2.5, then 2.5 + 4 x 0.75 = 5.5): the backlog, not the GPU, sets both."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0], prompt_len=8, output_len=3)
+    for token_s, first, done in ((0.0, 1.0, 3.0), (0.25, 1.5, 3.5), (0.75, 2.5, 5.5)):
+        _, recs = run(path, ConstantPricer(), policy="vanilla", stream_token_s=token_s)
+        for rec in recs:
+            assert (rec.first_token_s, rec.completed_s) == (first, done)
+    assert "stream_token_s" not in EngineConfig().to_dict()  # the paper's summary is unchanged
+
+
+def test_a_closed_loop_client_sends_its_next_request_when_the_last_token_reaches_it(tmp_path):
+    """One client, two requests of 3 tokens, 0.25 s a token: the first's last token leaves
+    the GPU at 3 and reaches the client at 3.25, which sends the second then."""
+    path = single_turns(tmp_path / "w.parquet", [None, None], prompt_len=8, output_len=3)
+    _, recs = run(path, ConstantPricer(), policy="vanilla", concurrency=1, stream_token_s=0.25)
+    a, b = recs
+    assert (a.first_token_s, a.completed_s) == (a.arrival_s + 1.25, a.arrival_s + 3.25)
+    assert b.arrival_s == a.completed_s
+    assert b.first_token_s == b.arrival_s + 1.25
+
+
+def test_the_response_path_is_refused_where_no_single_loop_streams():
+    with pytest.raises(TwinError, match="stream-token-s"):
+        EngineConfig.of(stream_token_s=1e-4, dp_attention=2, tp=2)

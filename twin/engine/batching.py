@@ -149,6 +149,10 @@ class ContinuousBatching:
         option = self.lag_option
         self.overlap = bool(option and replica.scheduler_options.get(option, False))
         self._ready: dict[Seq, int] = {}
+        # The response path's seconds per streamed token (``stream_token_s``, set by the
+        # cluster; :meth:`_streamed`) and when it has handed out every token so far.
+        self.stream_token_s = 0.0
+        self._stream_free = 0.0
 
     def _enqueue(self, seq: Seq) -> None:
         """An arrival joins the queue: at its end, or a decode worker's ahead of the
@@ -359,12 +363,39 @@ class ContinuousBatching:
                 elif run is not None and t0 + run.end(m - 1) >= warmup:
                     self._gaps_after_warmup(run, m, batch, t0, extra)  # once a replica
             now = env.now
+            if self.stream_token_s:
+                # Handed out behind the response path's backlog (:meth:`_streamed`); the
+                # client sees a completion then (``Cluster``'s closed loop waits for it).
+                if run is None:
+                    last = batch + sum(1 for seq in prefilled if not seq.generated)
+                    now = self._streamed(t0, last, last)
+                else:
+                    now = self._streamed(t0, m * batch, batch)
             for seq in prefilled:
                 if not seq.generated:  # a recompute after preemption emits no first token
                     seq.first_token_s = now
             for seq in completed:
                 seq.done_s = now
                 seq.done.succeed()
+
+    def _streamed(self, t0: float, tokens: int, last: int) -> float:
+        """When the response path has handed out the ``tokens`` of the step or decode run
+        that began at ``t0`` and ends now, ``last`` of them in its final step.
+
+        One server per replica taking tokens one at a time, ``stream_token_s`` each: the
+        serving process that turns every output token of every request into a stream chunk
+        in Python (aiconfigurator's TensorRT-LLM deployment, Dynamo's worker
+        ``python3 -m dynamo.trtllm``: ``request_handlers/handler_base.py``
+        ``generate_locally`` yields one chunk per ``GenerationResult`` response, and the
+        LLM API hands the worker one response per token and request in streaming mode).
+        The tokens of a run come as it goes, so the server works them from the run's start
+        or its own backlog, whichever is later, and the final step's cannot be handed
+        out before the step ends; while the server keeps up a token waits only for the
+        tokens of its own step, once it falls behind the backlog grows with the rate."""
+        h = self.stream_token_s
+        free = max(max(self._stream_free, t0) + tokens * h, self.env.now + last * h)
+        self._stream_free = free
+        return free
 
     def _gaps_after_warmup(
         self, run: DecodeRun, m: int, batch: int, t0: float, extra: float

@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from twin.cache import cache_stats
+from twin.engine.batching import ContinuousBatching
 from twin.engine.config import ArrivalConfig, EngineConfig
 from twin.engine.cost import StepPricer
 from twin.engine.memory_rules import held_bytes, pool_bytes
@@ -234,6 +235,8 @@ class Cluster:
             self.replicas.append(self._new_replica(i))
             # Inter-token gaps count from the summary's measured window.
             self.replicas[-1].scheduler.warmup_s = arrivals.warmup_s
+            if config.host_time.stream_token_s:
+                self._stream_through(self.replicas[-1], config.host_time.stream_token_s)
         self.horizon_s = horizon(self.source, arrivals)
         self.occupancy = Occupancy(
             replicas,
@@ -251,6 +254,16 @@ class Cluster:
         self._last_arrival_s = 0.0
         self._busy_at_horizon: list[float] | None = None
         self._busy_at_warmup: list[float] | None = None
+
+    @staticmethod
+    def _stream_through(replica: Replica, token_s: float) -> None:
+        """Give ``replica``'s step loop the response path's seconds per streamed token
+        (``stream_token_s``: ``ContinuousBatching._streamed``); the config allows it only
+        on a replica whose loop is one (no attention-DP ranks, no pipeline lanes)."""
+        scheduler = replica.scheduler
+        if not isinstance(scheduler, ContinuousBatching):
+            raise TwinError("stream_token_s: the replica's scheduler streams no tokens")
+        scheduler.stream_token_s = token_s
 
     def _replica_kind(self, i: int) -> tuple[type[Replica], bool]:
         """Replica ``i``'s class and whether it has the host tier (a disaggregated
@@ -400,6 +413,8 @@ class Cluster:
                 else:
                     seq = yield from self._through_front(req, sticky)
                 yield seq.done
+                if seq.done_s > env.now:  # the response path still holds its last token
+                    yield env.timeout(seq.done_s - env.now)
                 self.on_record(_record(seq))
                 previous = None
             else:
@@ -423,6 +438,8 @@ class Cluster:
         # The scheduler stamps its admission (cache looked up, hit pinned, checkpoints
         # chosen) and first token (prefill of the uncached tokens done) as they happen.
         yield seq.done  # decoded to output_len; final state cached, hit unpinned, memory freed
+        if seq.done_s > self.env.now:  # the response path still holds its last token
+            yield self.env.timeout(seq.done_s - self.env.now)
         self.on_record(_record(seq))
 
     def _route(self, req: Request) -> Replica:

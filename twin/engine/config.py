@@ -229,6 +229,13 @@ class HostTimeConfig:
         "engine) spends on each request before the engine queues it, one request at a "
         "time per replica; counted in TTFT. 0: none (the engine sees requests as sent)",
     )
+    stream_token_s: float = _opt(
+        0.0,
+        "seconds the serving path's response side (one process: the engine's per-token "
+        "outputs streamed back to the client) spends on each output token, one token at a "
+        "time per replica; a token reaches the client when it has been handled, so a "
+        "backlog delays first tokens and completions (twin.engine.batching). 0: none",
+    )
     step_host_s: float = _opt(
         0.0,
         "the engine's host time per step (scheduling, input preparation, launch, "
@@ -354,6 +361,7 @@ SUMMARY_ORDER = (
     "host_write_policy",
     "new_token_ratio",
     "frontend_s",
+    "stream_token_s",
     "step_host_s",
     "seq_host_s",
     "eager_prefill_s",
@@ -432,6 +440,7 @@ class NamedSettings(TypedDict, total=False):
     speculative: dict[str, Any]
     # host_time (HostTimeConfig)
     frontend_s: float
+    stream_token_s: float
     step_host_s: float
     seq_host_s: float
     eager_prefill_s: float
@@ -557,13 +566,26 @@ class EngineConfig:
             f"must end before the arrivals do (--until-s {a.until_s})",
         )
         need(a.samples >= 2, "samples", "must be at least 2")
-        for name in ("frontend_s", "step_host_s", "seq_host_s", "eager_prefill_s"):
+        for name in (
+            "frontend_s",
+            "stream_token_s",
+            "step_host_s",
+            "seq_host_s",
+            "eager_prefill_s",
+        ):
             v = self.get(name)
             need(math.isfinite(v) and v >= 0, name, "must be >= 0")
         need(
             not h.eager_prefill_s or (c.dp_attention == 1 and c.pp == 1),
             "eager_prefill_s",
             "is not modelled with attention data parallelism or pipeline stages",
+        )
+        need(
+            not h.stream_token_s
+            or (c.dp_attention == 1 and c.pp == 1 and not self.disagg.prefill_workers),
+            "stream_token_s",
+            "is modelled on an aggregated replica without attention data parallelism or "
+            "pipeline stages",
         )
         need(h.eager_graph_tokens >= 0, "eager_graph_tokens", "must be >= 0")
         need(a.concurrency is None or a.concurrency >= 1, "concurrency", "must be >= 1")
@@ -779,6 +801,7 @@ _OMITTED_AT_DEFAULT = (
     "scheduler",
     "scheduler_options",
     "frontend_s",
+    "stream_token_s",
     "step_host_s",
     "seq_host_s",
     "eager_prefill_s",

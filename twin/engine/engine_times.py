@@ -2,11 +2,12 @@
 
 ``twin/calibration/engine_times.json`` holds, per engine mode and GPU, times the kernel tables
 cannot give: the host time of an engine step (``step_host_s``, ``seq_host_s``:
-:mod:`twin.engine.host_time`) and the serving front end's time per request
-(``frontend_s``: :class:`twin.engine.cluster.Cluster`). Each entry says how it was fitted
-(which rows of NVIDIA's ``silicon_sample.csv``, the fit split only, when, and with which
-version of the twin's engine rules). :func:`engine_time_defaults` gives an engine mode's
-numbers on a GPU as :class:`~twin.engine.config.EngineConfig` fields, which
+:mod:`twin.engine.host_time`), the serving front end's time per request (``frontend_s``:
+:class:`twin.engine.cluster.Cluster`) and the response path's per streamed output token
+(``stream_token_s``: :class:`twin.engine.batching.ContinuousBatching`). Each entry says how
+it was fitted (which rows of NVIDIA's ``silicon_sample.csv``, the fit split only, when,
+and with which version of the twin's engine rules). :func:`engine_time_defaults` gives an
+engine mode's numbers on a GPU as :class:`~twin.engine.config.EngineConfig` fields, which
 ``build_config`` applies where a field is not given; a GPU without an entry gets none
 (the kernels' price alone, no front end).
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 FILE = "engine_times.json"
-FIELDS = ("step_host_s", "seq_host_s", "frontend_s")
+FIELDS = ("step_host_s", "seq_host_s", "frontend_s", "stream_token_s")
 
 
 def data_path() -> Path:
