@@ -1021,10 +1021,11 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
         f"max_batched_tokens=1152 speculative=mtp:3@{spec['acceptance_length']:.2f}"
     )
     # the -mtp scripts' limits: (3 + 1) x 4 clients + 64 + 64 in 64s, max_batch_size CONC
-    assert sil.deployment(row, "trtllm") == {"max_batched_tokens": 192, "max_running": 4}
+    share = {"memory_utilization": 0.8}  # the scripts' free_gpu_memory_fraction
+    assert sil.deployment(row, "trtllm") == {"max_batched_tokens": 192, "max_running": 4, **share}
     # the plain scripts': c + ISL + 64 in 64s, at least 8192
     plain = replace(row, backend_version="1.2.0rc6.post2", isl=1024)
-    assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 8192}
+    assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 8192, **share}
 
 
 @pytest.mark.parametrize(
@@ -1127,7 +1128,11 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
     assert sil.inferencemax_mtp_drafts(replace(row, system="b200_sxm")) == 3
     assert sil.inferencemax_mtp_drafts(replace(row, attention_dp=8, tp=1)) == 1
     # (3 + 1) x 4 clients + 1024 + 64 in 64s, max_batch_size = CONC
-    assert sil.deployment(row, "trtllm") == {"max_batched_tokens": 1152, "max_running": 4}
+    assert sil.deployment(row, "trtllm") == {
+        "max_batched_tokens": 1152,
+        "max_running": 4,
+        "memory_utilization": 0.75,  # the H200 script's free_gpu_memory_fraction
+    }
     for plain in (
         replace(row, source=day + "2025-12-15T00:00:00.000Z"),
         replace(row, source=day + "2026-01-28T06:18:44Z"),
@@ -1137,9 +1142,15 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
         assert sil.inferencemax_mtp_drafts(plain) is None
     # the plain 1.1.0rc2 scripts: CONC + ISL + 64 in 64s, without the 8192 floor
     plain = replace(row, source=day + "2025-12-15T00:00:00.000Z", concurrency=64)
-    assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 1152}
+    assert sil.deployment(plain, "trtllm") == {
+        "max_batched_tokens": 1152,
+        "memory_utilization": 0.75,
+    }
     later = replace(plain, system="b200_sxm", backend_version="1.2.0rc6.post2")
-    assert sil.deployment(later, "trtllm") == {"max_batched_tokens": 8192}
+    assert sil.deployment(later, "trtllm") == {
+        "max_batched_tokens": 8192,
+        "memory_utilization": 0.8,
+    }
 
 
 def test_inferencemax_deepseek_trtllm_attention_dp_rows_run_their_scripts_limits() -> None:
@@ -1169,6 +1180,7 @@ def test_inferencemax_deepseek_trtllm_attention_dp_rows_run_their_scripts_limits
     assert sil.deployment(mtp, "trtllm") == {
         "max_batched_tokens": 1152,
         "max_running": 32,
+        "memory_utilization": 0.75,  # the H200 script's free_gpu_memory_fraction
         "sets": balance,
     }
     post3 = replace(mtp, system="b200_sxm", backend_version="1.2.0rc6.post3", osl=8192)
@@ -1179,7 +1191,11 @@ def test_inferencemax_deepseek_trtllm_attention_dp_rows_run_their_scripts_limits
     assert sil.inferencemax_mtp_batch(replace(fp4, concurrency=2)) == 2  # below the divisor
     # the plain scripts: the budget as before, no --max_batch_size, the balance
     plain = replace(fp4, backend_version="1.2.0rc6.post2")
-    assert sil.deployment(plain, "trtllm") == {"max_batched_tokens": 8192, "sets": balance}
+    assert sil.deployment(plain, "trtllm") == {
+        "max_batched_tokens": 8192,
+        "memory_utilization": 0.8,
+        "sets": balance,
+    }
     # no attention DP: no balance, max_batch_size CONC
     alone = replace(fp4, attention_dp=1, tp=8, concurrency=4)
     assert sil.inferencemax_adp_balance(alone) == {}
@@ -1187,6 +1203,46 @@ def test_inferencemax_deepseek_trtllm_attention_dp_rows_run_their_scripts_limits
     assert sil.inferencemax_mtp_batch(alone) == 4
     # another engine or collection: none
     assert sil.inferencemax_adp_balance(replace(plain, backend="sglang")) == {}
+
+
+def test_inferencemax_deepseek_trtllm_rows_keep_their_scripts_kv_share() -> None:
+    """Every InferenceMAX DeepSeek-R1 TensorRT-LLM script writes
+    ``kv_cache_config.free_gpu_memory_fraction``: 0.75 on H200, 0.8 on B200, with the
+    fp8 1.2.0rc6.post2 script's 0.7 (1k/8k, 256 clients) and 0.75 (8k/1k on 4 GPUs)
+    and the fp8 1.2.0rc6.post3 (-mtp) script's 0.7 under attention DP; the engine's
+    default (no ``memory_utilization``) for other models and collections."""
+    from dataclasses import replace
+
+    day = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=32; measured="
+    fp8 = replace(
+        _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc6.post2", precision="fp8"),
+        isl=8192,
+        osl=1024,
+        tp=4,
+        concurrency=32,
+        source=day + "2026-01-29T15:27:29Z; wip=False",
+    )
+    assert sil.deployment(fp8, "trtllm")["memory_utilization"] == 0.75  # 8k/1k on 4 GPUs
+    assert sil.deployment(replace(fp8, tp=8), "trtllm")["memory_utilization"] == 0.8
+    wide = replace(fp8, isl=1024, osl=8192, tp=1, attention_dp=8, concurrency=256)
+    assert sil.deployment(wide, "trtllm")["memory_utilization"] == 0.7
+    mtp = replace(wide, backend_version="1.2.0rc6.post3")  # the -mtp script under DP
+    assert sil.inferencemax_mtp_drafts(mtp) == 1
+    assert sil.deployment(mtp, "trtllm")["memory_utilization"] == 0.7
+    alone = replace(mtp, tp=8, attention_dp=1, concurrency=4)
+    assert sil.deployment(alone, "trtllm")["memory_utilization"] == 0.8
+    fp4 = replace(fp8, precision="fp4")
+    assert sil.deployment(fp4, "trtllm")["memory_utilization"] == 0.8
+    h200 = replace(fp8, system="h200_sxm", backend_version="1.1.0rc2.post2", tp=8)
+    assert sil.deployment(h200, "trtllm")["memory_utilization"] == 0.75
+    # another engine or model: no share of the scripts'
+    assert sil.inferencemax_kv_fraction(replace(fp8, backend="sglang")) is None
+    llama = replace(
+        fp8,
+        model_path="meta-llama/Llama-3.1-70B-Instruct",
+        source="source_file=2026-03-25.csv; model=Llama-3.1-70B; silicon_concurrency=32",
+    )
+    assert "memory_utilization" not in sil.deployment(llama, "trtllm")
 
 
 def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay_batching() -> None:
@@ -1214,8 +1270,10 @@ def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay
     c64 = replace(fp8, isl=1024, osl=1024, concurrency=64)
     assert sil.eager_prefill_s(c64, r1, "b200") == 0.0
     assert sil.eager_prefill_s(replace(c64, concurrency=8), r1, "b200") > 0.05
-    assert sil.deployment(c64, "trtllm") == {"max_batched_tokens": 8192, "sets": wait}
-    assert sil.deployment(replace(c64, concurrency=32), "trtllm") == {"max_batched_tokens": 8192}
+    share = {"memory_utilization": 0.8}  # the script's free_gpu_memory_fraction
+    assert sil.deployment(c64, "trtllm") == {"max_batched_tokens": 8192, **share, "sets": wait}
+    c32 = replace(c64, concurrency=32)
+    assert sil.deployment(c32, "trtllm") == {"max_batched_tokens": 8192, **share}
     assert "sets" not in sil.deployment(replace(c64, osl=8192, concurrency=128), "trtllm")
     # fp4, plain (6eecc0e66): 1k/1k with tp 8 and ep 8 only; no batch waiting
     fp4 = replace(fp8, precision="fp4", moe_ep=8)

@@ -87,6 +87,7 @@ from twin.validate.silicon.inferencemax_sglang import (
 from twin.validate.silicon.inferencemax_trtllm import (
     inferencemax_adp_balance,
     inferencemax_deepseek_batch_wait,
+    inferencemax_kv_fraction,
     inferencemax_mtp_batch,
     inferencemax_mtp_drafts,
     inferencemax_speculation,
@@ -205,6 +206,7 @@ __all__ = [
     "inferencemax_adp_balance",
     "inferencemax_client_capped",
     "inferencemax_deepseek_batch_wait",
+    "inferencemax_kv_fraction",
     "inferencemax_layout",
     "inferencemax_minimax_flags",
     "inferencemax_mtp_acceptance",

@@ -26,6 +26,7 @@ from twin.validate.silicon.inferencemax_trtllm import (
     inferencemax_adp_balance,
     inferencemax_batch_wait,
     inferencemax_deepseek_batch_wait,
+    inferencemax_kv_fraction,
     inferencemax_mtp_batch,
     inferencemax_mtp_drafts,
 )
@@ -71,17 +72,19 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
         return {}
     block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0
     balance = inferencemax_adp_balance(row)
+    fraction = inferencemax_kv_fraction(row)
+    memory = {} if fraction is None else {"memory_utilization": fraction}
     drafts = inferencemax_mtp_drafts(row)
     if drafts is not None:
         batch = inferencemax_mtp_batch(row)
         tokens = (drafts + 1) * batch + row.isl + 64
         limits = {"max_batched_tokens": -(-tokens // block) * block, "max_running": batch}
-        return {**limits, **({"sets": balance} if balance else {})}
+        return {**limits, **memory, **({"sets": balance} if balance else {})}
     tokens = -(-(conc + row.isl + 64) // block) * block
     if row.backend_version not in INFERENCEMAX_TRTLLM_NO_FLOOR:
         tokens = max(tokens, INFERENCEMAX_TRTLLM_FLOOR)
     sets = {**inferencemax_deepseek_batch_wait(row), **balance}
-    return {"max_batched_tokens": tokens, **({"sets": sets} if sets else {})}
+    return {"max_batched_tokens": tokens, **memory, **({"sets": sets} if sets else {})}
 
 
 # TensorRT-LLM's overlap scheduler (``twin.engine.trtllm_batching``): on in every release

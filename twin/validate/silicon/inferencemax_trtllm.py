@@ -199,6 +199,44 @@ INFERENCEMAX_DEEPSEEK_BATCH_WAIT = {
 INFERENCEMAX_TRTLLM_NO_FLOOR = frozenset({"1.1.0rc2.post2"})  # scripts without the floor
 
 
+# The KV pool share every InferenceMAX DeepSeek-R1 TensorRT-LLM script writes
+# (``kv_cache_config.free_gpu_memory_fraction``, TensorRT-LLM's ``KvCacheConfig``; the
+# engine's 0.9 when unset is what the twin used before): the share of what the profiling
+# peak leaves free (``twin.engine.memory_rules``). By script (SemiAnalysisAI/InferenceX):
+# - H200 fp8, 0.75: ``benchmarks/dsr1_fp8_h200_trt_slurm.sh`` at e06929c70 (the unnamed
+#   2025-11-02 rows) and 93e1b3ca1 (2025-12-15), ``dsr1_fp8_h200_trt_mtp_slurm.sh`` at
+#   bf3456727 (the -mtp rows, 2026-01-14);
+# - B200, 0.8: ``dsr1_fp{4,8}_b200_trt_slurm.sh`` at e06929c70 and 93e1b3ca1, the -mtp
+#   ``_slurm.sh`` scripts at bf3456727 (1.1.0rc2.post2), ``dsr1_fp4_b200_trt.sh`` at
+#   6eecc0e66 (1.2.0rc6.post2) and ``dsr1_fp4_b200_trt_mtp.sh`` at 0aae52d4c
+#   (1.2.0rc6.post3), whatever the layout;
+# - B200 fp8 1.2.0rc6.post2 (``dsr1_fp8_b200_trt.sh`` at ec7bafaae): 0.8, but 0.7 at
+#   1k/8k from 256 clients (its DEEPGEMM branch) and 0.75 at 8k/1k on 4 GPUs;
+# - B200 fp8 1.2.0rc6.post3 (``dsr1_fp8_b200_trt_mtp.sh`` at 5d517074c): 0.8, 0.7 with
+#   attention DP.
+INFERENCEMAX_KV_FRACTION = {"h200_sxm": 0.75, "b200_sxm": 0.8}
+
+
+def inferencemax_kv_fraction(row: SiliconRow) -> float | None:
+    """``kv_cache_config.free_gpu_memory_fraction`` of ``row``'s InferenceMAX DeepSeek-R1
+    TensorRT-LLM script (above), as ``EngineConfig.memory_utilization``; ``None`` for
+    other rows and systems no script was read for."""
+    if not _inferencemax_trtllm_deepseek(row):
+        return None
+    fraction = INFERENCEMAX_KV_FRACTION.get(row.system)
+    if row.system != "b200_sxm" or row.precision != "fp8":
+        return fraction
+    conc, dp = row.concurrency or 0, (row.attention_dp or 1) > 1
+    if row.backend_version == "1.2.0rc6.post2":
+        if (row.isl, row.osl) == (1024, 8192) and conc >= 256:
+            return 0.7
+        if (row.isl, row.osl) == (8192, 1024) and (row.tp or 1) * (row.attention_dp or 1) == 4:
+            return 0.75
+    if row.backend_version == "1.2.0rc6.post3" and dp:
+        return 0.7
+    return fraction
+
+
 def _inferencemax_trtllm_deepseek(row: SiliconRow) -> bool:
     return (
         row.backend == "trtllm"
