@@ -21,7 +21,7 @@ and how noisy the table is where one model must follow it:
   of one timing;
 - ``flat_until``: the median over shapes of the most tokens whose time is still within
   15% of the fewest tokens' time: a floor that the work hides under up to that many
-  tokens (the time a maximum of a floor and the work, where the model adds them).
+  tokens (the model's fitted floor, the time a maximum of it and the work).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def _reason(row: dict[str, Any]) -> str:
     if until is not None and until >= FLOOR_TOKENS:
         parts.append(
             f"a floor up to {until:.0f} tokens (within {FLOOR:.0%} of one token's time), "
-            "the work hidden under it: a maximum, not the model's sum"
+            "the work hidden under it"
         )
     worst = row.get("worst_heldout") or []
     if worst:

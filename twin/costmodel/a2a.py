@@ -39,6 +39,14 @@ the commit vLLM 0.24.0's table was collected with; the terms of each family:
   tables, where a lone token takes 30 us at hidden 2048 and 47 us at 7168 (SGLang
   0.5.12's H200 combine) and the time per token at 131,072 tokens is 82 ns at hidden
   5120, top-1 (0.9 copies) against 68 ns at hidden 2048, top-8 (4.6 copies).
+  Each (token, rank it reaches) pair is one row a sending warp of that rank's share
+  claims a slot for, copies and tags with the token's top-k indices and weights
+  (``intranode.cu`` ``dispatch``: the warps split by ``responsible_rank``, a row per
+  ``is_token_in_rank``, the rank's own copy through its buffer too), and one row the
+  combine's receiver reads back: ``rank_rows``, the tokens times the ranks reached. Without
+  it, the price of SGLang 0.5.12's GB300 dispatch at 131,072 tokens was 21% under the time
+  at hidden 2048, top-8 and 27% over it at hidden 5120, top-1: a row costs more than its
+  bytes.
 - ``ll`` dispatch launches ``ceil(experts / SMs)`` warp groups a SM, ``32 / groups``
   warps a group, on ``ceil(experts / groups)`` SMs (``ll_launch``). Each SM sends the
   tokens ``sm_id, sm_id + SMs, ...`` one after another (a token's FP8 cast by the SM's
@@ -131,7 +139,12 @@ def a2a_features(
     names = A2A_EXTRAS[a2a_kernel(mode, phase)]
     values: tuple[float, ...]
     if mode == "ht":
-        values = (float(tokens), float(tokens) * hidden, float(hidden))
+        values = (
+            float(tokens),
+            float(tokens) * hidden,
+            float(hidden),
+            float(tokens) * ranks_reached(topk, experts, ep),
+        )
     elif phase == "combine":
         values = (experts / max(ep, 1),)
     else:

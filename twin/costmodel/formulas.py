@@ -63,11 +63,11 @@ class KernelFormula:
     # is then refused by name (``profile._upgrade`` upgrades only a fit of the same base),
     # not read with coefficients meant for other features.
     base: str = ""
-    # A host floor (byte-only formulas): the time is the larger of a fitted ``floor_s`` and
-    # the formula, for a call whose host path the kernels hide under (vLLM's
-    # high-throughput DeepEP dispatch: ``A2A_HOST_FLOOR``). Named ``+floor`` last in the
-    # model; a fit written without it reads with ``floor_s`` 0 (``profile._upgrade``):
-    # the same prices. Only ``latency.compile_kernel`` prices it (the all-to-all's path).
+    # A floor (byte-only formulas): the time is the larger of a fitted ``floor_s`` and
+    # the formula, for a call whose small work hides under a wait (the all-to-all's
+    # families: the peers' signals, vLLM's host path). Named ``+floor`` last in the model;
+    # a fit written without it reads with ``floor_s`` 0 (``profile._upgrade``): the same
+    # prices. Only ``latency.compile_kernel`` prices it (the all-to-all's path).
     floor: bool = False
 
     @property
@@ -249,22 +249,32 @@ def a2a_kernel(mode: str, phase: str) -> str:
 
 # The terms each family adds to its byte time (``twin.costmodel.a2a``, where each is
 # read from DeepEP's kernels): the high-throughput kernels' work per token of the rank,
-# their hidden elements per token (the 20-SM budget's row copies and reductions) and one
-# row's (the smallest batch's warp copy); the low-latency dispatch's per local expert,
-# the rows one SM sends in series and the rows one warp of an expert's group receives in
-# series (its launch: ``a2a.ll_launch``); the low-latency combine's per local expert.
-A2A_HT_EXTRAS = ("tokens", "token_elems", "row_elems")
-# The families priced as the larger of a host floor and the formula
-# (``KernelFormula.floor``): the high-throughput dispatch. vLLM's table times its whole
-# ``DeepEPHTPrepareAndFinalize.prepare`` between two CUDA events, eager (aiconfigurator at
-# 7d2513dc2, ``collector/wideep/vllm/collect_moe_a2a.py``), and that call holds the host:
-# ``buffer.dispatch(handle=None)`` without ``num_worst_tokens`` (vLLM 0.24.0
-# ``fused_moe/prepare_finalize/deepep_ht.py``) busy-waits on DeepEP's receive counter
-# until ``notify_dispatch`` has run (DeepEP 73b6ea4 ``csrc/deep_ep.cpp``
-# ``Buffer::intranode_dispatch``), then allocates and launches the rest; the end event
-# passes when the host has recorded it and the kernels before it are done. A serving
-# step's dispatch is the same eager call. The combine (a cached handle) has no host wait.
-A2A_HOST_FLOOR = frozenset({a2a_kernel("ht", "dispatch")})
+# their hidden elements per token (the 20-SM budget's row copies and reductions), one
+# row's (the smallest batch's warp copy) and the rows sent, a token's one per rank it
+# reaches (each a warp's slot, copy and metadata: ``a2a.rank_rows``); the low-latency
+# dispatch's per local expert, the rows one SM sends in series and the rows one warp of an
+# expert's group receives in series (its launch: ``a2a.ll_launch``); the low-latency
+# combine's per local expert.
+A2A_HT_EXTRAS = ("tokens", "token_elems", "row_elems", "rank_rows")
+# Every all-to-all family is priced as the larger of a fitted floor and the formula
+# (``KernelFormula.floor``, set for each below): the time a small batch's work hides under.
+# - In DeepEP's kernels (73b6ea4) each receiver spins until every peer's signal has
+#   arrived (``csrc/kernels/internode_ll.cu``: the dispatch's receive waits on
+#   ``rdma_recv_count`` per source rank, the combine's on ``rdma_recv_flag``;
+#   ``intranode.cu``'s ``notify_dispatch`` and ``barrier_block`` before the channels
+#   run), while its own sends proceed: a small batch's sends hide under the slowest
+#   peer's arrival, and the time is flat until the work outgrows that wait, then rises
+#   (TensorRT-LLM 1.3.0rc11's H100 low-latency dispatch: ~70 us from 8 to 96 tokens).
+# - vLLM's high-throughput dispatch adds the host's: its table times the whole
+#   ``DeepEPHTPrepareAndFinalize.prepare`` between two CUDA events, eager (aiconfigurator
+#   at 7d2513dc2, ``collector/wideep/vllm/collect_moe_a2a.py``), and that call holds the
+#   host: ``buffer.dispatch(handle=None)`` without ``num_worst_tokens`` (vLLM 0.24.0
+#   ``fused_moe/prepare_finalize/deepep_ht.py``) busy-waits on DeepEP's receive counter
+#   until ``notify_dispatch`` has run (DeepEP 73b6ea4 ``csrc/deep_ep.cpp``
+#   ``Buffer::intranode_dispatch``), then allocates and launches the rest; the end event
+#   passes when the host has recorded it and the kernels before it are done. A serving
+#   step's dispatch is the same eager call.
+# A table with no such floor fits one below its fastest row, where it never binds.
 A2A_EXTRAS = {
     a2a_kernel("ht", "dispatch"): A2A_HT_EXTRAS,
     a2a_kernel("ht", "combine"): A2A_HT_EXTRAS,
@@ -478,13 +488,9 @@ FORMULAS: dict[str, KernelFormula] = {
                 f"MoE all-to-all {phase} (DeepEP {mode}): the bytes one rank sends to the "
                 "other expert ranks, plus a term per "
                 f"{', '.join(A2A_EXTRAS[a2a_kernel(mode, phase)])} "
-                "(twin.costmodel.a2a)"
-                + (
-                    "; at least a fitted host floor (the engine's host path the kernels hide under)"
-                    if a2a_kernel(mode, phase) in A2A_HOST_FLOOR
-                    else ""
-                ),
-                floor=a2a_kernel(mode, phase) in A2A_HOST_FLOOR,
+                "(twin.costmodel.a2a); at least a fitted floor (the wait a small batch's "
+                "work hides under)",
+                floor=True,
             )
             for mode in A2A_MODES
             for phase in A2A_PHASES
@@ -569,7 +575,6 @@ def check_params(kernel: str, params: dict[str, float]) -> None:
 
 
 __all__ = [
-    "A2A_HOST_FLOOR",
     "A2A_MODES",
     "A2A_PHASES",
     "A2A_VARIANTS",

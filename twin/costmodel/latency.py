@@ -53,7 +53,7 @@ def compile_kernel(
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     coeffs = [(x, float(params[f"c_{x}"])) for x in f.extras]
     if not f.uses_flops:
-        if f.floor:  # at least the host floor (the all-to-all's high-throughput dispatch)
+        if f.floor:  # at least the floor (the all-to-all's families)
             floor = float(params[FLOOR_PARAM])
 
             def bandwidth_floor(flops: float, nbytes: float, extras: dict[str, float]) -> float:
