@@ -18,7 +18,21 @@ so a step lasts ``max(kernels, host time)``: the host time shows only where it i
 than the forward (vLLM 0.18.0 ``vllm/v1/engine/core.py``
 ``EngineCore.step_with_batch_queue``: the next batch is scheduled and its forward launched
 before the previous one's outputs are waited for; ``vllm/config/vllm.py`` turns
-``async_scheduling`` on by default). The two numbers are engine
+``async_scheduling`` on by default). Where the part per request comes from, in the
+releases of the measured B200 vLLM rows (0.15.1, 0.17.0, 0.19.0 wheels read): the engine
+core's scheduler walks every running request each step (``vllm/v1/core/sched/scheduler.py``
+``Scheduler.schedule``, ``while req_index < len(self.running)``) and again over the step's
+outputs (``Scheduler.update_from_output``, whose comment calls that loop "a performance
+bottleneck" at 1K requests), and the GPU worker updates each scheduled request's state
+before it builds the step's inputs (``vllm/v1/worker/gpu_model_runner.py``
+``GPUModelRunner._update_states``). The batch queue holds two batches under async
+scheduling, else one (``v1/executor/multiproc_executor.py`` and ``uniproc_executor.py``
+``max_concurrent_batches``), so that work runs one step ahead of the GPU and hides only up
+to the GPU step: ``max(kernels, host time)``. The API server's output processing
+(``vllm/v1/engine/output_processor.py`` ``OutputProcessor.process_outputs``: a detokeniser
+update per request and step) runs in another process and is not in this sum. B200 has no
+fitted part per request (docs/decisions.md, helper ``vllm-host``: the least error is none).
+The two numbers are engine
 times per (engine, GPU), fitted on the fit split of NVIDIA's measured serving runs
 (:mod:`twin.engine.engine_times`); they belong in a profile's host-time field once the
 profiles are regenerated per engine.
