@@ -137,3 +137,35 @@ def test_a_bf16_cache_on_sglang_059_takes_the_module_its_tables_timed() -> None:
     new = priced_precision(bf16, prof.at_release("0.5.14"))
     assert "mla_module_decode" not in new.keys and new.keys["mla_decode"] == "mla_decode"
     assert new.mla_kv_elem_bytes == (2, 2)
+
+
+@pytest.mark.parametrize("gpu", ["b200", "b300"])
+def test_an_fp8_cache_on_blackwell_does_not_take_the_bf16_timed_module(gpu: str) -> None:
+    """SGLang's module tables time a bf16 cache on Blackwell too (aiconfigurator's
+    ``collect_mla_module.py`` passes "bf16" for ``trtllm_mla``; the timings read
+    1,526-1,685 bytes a cached token, TensorRT-LLM's bf16-cache module 1,562-1,692, its
+    fp8 one 693-891): DeepSeek-R1 fp8 at an fp8 cache (InferenceMAX's B200/B300 SGLang
+    scripts, ``--kv-cache-dtype fp8_e4m3``) on 0.5.9 / 0.5.10 takes the fp8-KV kernel
+    fits of the same ``trtllm_mla`` kernel at fp8 features, not the module; a bf16
+    cache still takes the module."""
+    prof = load_profile(gpu, "sglang").at_release("0.5.10")
+    fp8 = priced_precision(with_precision(resolve_model("deepseek-r1"), "fp8", "fp8"), prof)
+    assert "mla_module_decode" not in fp8.keys
+    assert fp8.keys["mla_decode"] == "mla_decode_fp8kv"
+    assert fp8.keys["mla_prefill"] == "mla_prefill_fp8kv"
+    assert fp8.mla_kv_elem_bytes == (1, 1)
+    assert "MLA attention" not in fp8.notes
+    bf16 = priced_precision(with_precision(resolve_model("deepseek-r1"), "fp8", "bf16"), prof)
+    assert bf16.keys["mla_module_decode"] == DECODE
+    assert "timed at a bf16 cache" in bf16.notes["MLA attention"]
+
+
+def test_an_fp8_cache_on_hopper_keeps_the_module_without_a_prefill_kernel_fit() -> None:
+    """H200's SGLang tables time no MLA prefill kernel: an fp8 cache there takes the
+    module pair as a bf16-KV fit (at its fitted features, noted), as before."""
+    prof = load_profile("h200", "sglang").at_release("0.5.9")
+    assert "mla_prefill_fp8kv" not in prof.kernels
+    fp8 = priced_precision(with_precision(resolve_model("deepseek-r1"), "fp8", "fp8"), prof)
+    assert fp8.keys["mla_module_decode"] == DECODE
+    assert fp8.mla_kv_elem_bytes == (1, 1)
+    assert "timed at a bf16 cache" in fp8.notes["MLA attention"]

@@ -198,8 +198,17 @@ MLA_BMM_MODES = {"bfloat16": "flops", "fp8": "fp8_flops"}
 # ``kv_cache_quant_algo`` FP8, and DeepSeek-V3's block-fp8 config names none: the rows
 # time a **bf16** cache. Their timings agree: H200 0.5.10 flashinfer, 16 heads, 64
 # sequences, 2,048 -> 4,096 cached tokens each adds 0.0356 ms, 1,304 bytes a cached
-# token at 4.8 TB/s, the bf16 latent row's 1,152, not the fp8 one's 576.
-# ``precision_kernels`` lets a bf16 cache take their fits (at the features they were
+# token at 4.8 TB/s, the bf16 latent row's 1,152, not the fp8 one's 576. The 0.5.9 and
+# 0.5.10 collections (every GPU: B200, B300, H100, H200, GB200, GB300) come from its
+# successor, ``collector/sglang/collect_mla_module.py`` (754aadc3c, cb4d907c7:
+# ``_build_wideep_mla_test_cases``, "Single precision: run with bfloat16, log as
+# fp8_block/fp8", ``kv_cache_dtype`` "bfloat16" passed to ``ServerArgs``, "bf16" for
+# Blackwell's ``trtllm_mla``, which SGLang 0.5.9/0.5.10 accepts: ``server_args.py``); their
+# timings read a bf16 cache on each GPU (``benchmarks/results/sgl-label/kv-bytes.txt``:
+# B200/B300 ``trtllm_mla`` 1,526-1,685 bytes a cached token at 8 TB/s, TensorRT-LLM's
+# module 1,562-1,692 at a bf16 cache and 693-891 at fp8; H100 1,220-1,314 at 3.35 TB/s,
+# TensorRT-LLM 1,191-1,247 / 570-680).
+# ``precision_kernels`` prices their fits as a bf16-KV pair (at the features they were
 # fitted with); their family names keep the tables' label.
 SGLANG_MLA_MODULE_TABLES = {
     "prefill": "wideep_context_mla_perf.parquet",

@@ -181,8 +181,9 @@ def _mla_keys(
     decode); None where the stand-in prices it) and the (activation, weight) operand
     bytes of the module's GEMMs and of the BMMs. An fp8 cache without an fp8-KV MLA fit
     takes the bf16-KV one at its own (bf16) features, as for attention, and the label
-    says so; a bf16 cache without a bf16-KV module pair takes SGLang's module fits
-    (:func:`_timed_at_bf16`)."""
+    says so. SGLang's module fits (:func:`_timed_at_bf16`) are a bf16-KV pair whatever
+    their names say: a bf16 cache takes them; an fp8 cache takes its own cache's kernel
+    fits instead where the profile has them for both phases."""
     e = model.dtype_bytes
     quantised = linear.bytes_per_param is not None
     gemm_bytes = px.gemm_operand_bytes(linear, e) if quantised else (float(e), float(e))
@@ -197,18 +198,25 @@ def _mla_keys(
         return px.KV_FP8_BYTES if kv == "fp8" else e
 
     if linear.table_mode in MLA_MODULE_GEMMS:
+        # SGLang's module fits say fp8-KV but timed a bf16 cache
+        # (``formulas.SGLANG_MLA_MODULE_TABLES``): they are a bf16-KV pair, priced at the
+        # features they were fitted with (``calibration.aic_mla.wideep_rows``: fp8
+        # bytes), so the price is the rows' own.
+        sglang = {f: mla_kernel(f, linear.table_mode, "fp8") for f in _MODULE}
+        timed_bf16 = all(_timed_at_bf16(profile, k) for k in sglang.values())
         for kv in kv_modes:
             pair = {f: mla_kernel(f, linear.table_mode, kv) for f in _MODULE}
-            if all(map(has, pair.values())):
+            if all(map(has, pair.values())) and not (kv == "fp8" and timed_bf16):
                 keys.update(pair)
                 return (kv_bytes(kv), kv_bytes(kv)), gemm_bytes, bmm_bytes
-        # A bf16 cache takes SGLang's module fits, whose tables say fp8-KV but timed a
-        # bf16 cache (``formulas.SGLANG_MLA_MODULE_TABLES``), at the features they were
-        # fitted with (``calibration.aic_mla.wideep_rows``: fp8 bytes), so the price is
-        # the rows' own.
-        pair = {f: mla_kernel(f, linear.table_mode, "fp8") for f in _MODULE}
-        if own_kv == "bfloat16" and all(_timed_at_bf16(profile, k) for k in pair.values()):
-            keys.update(pair)
+        # A bf16 cache takes them; an fp8 cache only where the profile has no fp8-KV
+        # kernel fit of both phases (Hopper's SGLang tables time no MLA prefill kernel),
+        # as an fp8 cache takes any bf16-KV fit; else its own cache's kernel fits below
+        # (the same kernels: SGLang 0.5.9/0.5.10 ``server_args.py`` runs ``trtllm_mla``
+        # for DeepSeek-V3 on SM100, the kernel of the 0.5.14 tables).
+        own_kernels = all(has(mla_kernel(f, kv=own_kv)) for f in _KERNELS)
+        if timed_bf16 and (own_kv == "bfloat16" or not own_kernels):
+            keys.update(sglang)
             notes["MLA attention"] = SGLANG_MODULE_NOTE
             return (px.KV_FP8_BYTES, px.KV_FP8_BYTES), gemm_bytes, bmm_bytes
     kv_elem: list[int | None] = [None, None]
