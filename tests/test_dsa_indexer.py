@@ -89,3 +89,22 @@ def test_sglang_s_sparse_prefill_pads_hopper_s_heads_past_the_top_k() -> None:
     fp8 = dataclasses.replace(GLM5, kv_dtype="fp8")
     on_fp8 = CostModel(fp8, h200, 8, kernel_layout=layout).prefill(8192)
     assert on_fp8 == CostModel(fp8, h200, 8).prefill(8192)
+
+
+def test_the_sparse_prefill_follows_the_cache_not_the_module_fits_features() -> None:
+    """GLM-5's fp8 checkpoint over SGLang's default bf16 cache on H200 takes SGLang's
+    MLA module fits, priced at the fp8 features they were fitted with
+    (``precision_kernels._mla_keys``); the sparse prefill's padded heads follow the
+    cache the server runs (bf16: FlashMLA's sparse kernel), so an 8k prompt still pays
+    them (the two rules met in session 24's merge and the pad was lost)."""
+    from twin.engine.kernel_layouts import sglang_kernel_layout
+    from twin.precision import with_precision
+
+    # the checkpoint's block-scaled experts, as the silicon rows price it
+    fp8 = dataclasses.replace(with_precision(GLM5, "fp8", "bf16"), moe_precision="fp8-block")
+    h200 = load_profile("h200", "sglang").at_release("0.5.10.post1")  # the rows' release
+    layout = sglang_kernel_layout(fp8, "glm5-hopper", 8, 1)
+    sparse, dense = CostModel(fp8, h200, 8, kernel_layout=layout), CostModel(fp8, h200, 8)
+    assert sparse.priced.mla_kv_elem_bytes == (1, 1)  # the module fits' own features
+    assert sparse.prefill(2048) == dense.prefill(2048)
+    assert sparse.prefill(8192) > 1.2 * dense.prefill(8192)

@@ -41,6 +41,7 @@ from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.shard_shapes import ShardShapes
 from twin.costmodel.step_features import StepFeatures
 from twin.hardware import GPUS
+from twin.precision import kv_elem_bytes
 
 MODES = ("module", "kernels", "gqa")
 
@@ -228,7 +229,10 @@ class MlaPricing(ShardShapes):
         topk = self.model.index_topk
         if not self.kernel_layout.nsa_sparse_prefill or f.prefill_longest <= topk:
             return None
-        d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[0]
+        # The cache's own element bytes pick SGLang's kernel, not the bytes the dense
+        # MLA fits were fitted at (``priced.mla_kv_elem_bytes``: SGLang's module fits are
+        # priced at fp8 features over a bf16 cache, ``precision_kernels._mla_keys``).
+        d, e, kv_e = self.mla_dims, self.elem_bytes, kv_elem_bytes(self.model)
         padded = mf.sparse_prefill_heads(self.profile.gpu, d.heads, kv_e)
         if not padded:
             return None
