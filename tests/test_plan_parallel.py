@@ -97,14 +97,16 @@ def test_the_bound_prices_attention_ranks_stepping_together() -> None:
     assert plain.step_time([], 8, 8) > 0 and not hasattr(plain, "sync_time")
 
 
-# DeepSeek-V3 on 8 H200s under SGLang, 8,192-token prompts and 1,024 output tokens at 2
+# DeepSeek-V3 on 8 H200s under SGLang, 8,192-token prompts and 1,024 output tokens at 1.3
 # requests/s: with attention over all 8 GPUs (tp 8, dp 1) every GPU holds each token's
 # whole MLA latent, so the replica's KV pool holds an eighth of the tokens its bytes
 # would (twin.engine.cluster.kv_replication_scale); with 8 attention ranks each token
-# lives on one GPU. The plain replica's pool fills at about 85 running sequences (H200's
-# driver total, 141 GiB) and its queue grows; the attention-DP replica runs nearly twice as
-# many with its pool under half full and meets P95 TTFT <= 5 s on the same 8 GPUs.
-DS_SLO = "p95_ttft<=5s"
+# lives on one GPU. The plain replica's pool fills at about 82 running sequences (H200's
+# driver total, 141 GiB) and its queue grows; the attention-DP replica runs over 1.6 times
+# as many with its pool under 0.8 full and meets P95 TTFT <= 6 s on the same 8 GPUs.
+# (The experts are priced from SGLang 0.5.10's table, not 0.5.14's group tie: 2 requests/s
+# and 5 s held before; moe_layout.group_tied_table.)
+DS_SLO = "p95_ttft<=6s"
 
 
 def test_attention_dp_decides_the_answer_for_deepseek(tmp_path: Path) -> None:
@@ -114,8 +116,8 @@ def test_attention_dp_decides_the_answer_for_deepseek(tmp_path: Path) -> None:
         tmp_path / "plan",
         model="deepseek-v3",
         slos=[DS_SLO],
-        session_rate=2.0,
-        duration_s=90,
+        session_rate=1.3,
+        duration_s=120,
         gpus=["h200"],
         engines=["sglang"],
         tp=[8],
@@ -131,7 +133,7 @@ def test_attention_dp_decides_the_answer_for_deepseek(tmp_path: Path) -> None:
     # The same GPUs without attention DP miss the target; a second replica costs more.
     assert plain.outcome == COSTLIER and [t.replicas for t in plain.trials] == [1]
     miss = plain.trial(1)
-    assert miss is not None and not miss.meets and miss.values_ms["p95_ttft<=5000ms"] > 5000
+    assert miss is not None and not miss.meets and miss.values_ms["p95_ttft<=6000ms"] > 6000
     # Why: the plain replica's KV pool is full and its queue grows; DP's is not.
     rows = {r["key"]: r for r in pq.read_table(tmp_path / "plan" / RESULTS_FILE).to_pylist()}
     hit = win.trial(1)
@@ -141,7 +143,7 @@ def test_attention_dp_decides_the_answer_for_deepseek(tmp_path: Path) -> None:
     # (SGLang's own mem_fraction_static holds more back with attention DP: 0.759 of an
     # H200 at tp 8 against 0.887 without, twin.engine.memory_rules; the DP pool has room.)
     assert roomy["verdict"] == "stable" and roomy["running_pool_peak"] < 0.8
-    assert roomy["peak_running"] > 1.8 * full["peak_running"]
+    assert roomy["peak_running"] > 1.6 * full["peak_running"]
     args = shlex.split(found.simulate_command(win))
     assert args[args.index("--ep") + 1] == "8" and args[args.index("--dp-attention") + 1] == "8"
     doc = found.to_dict()

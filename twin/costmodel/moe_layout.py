@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from twin.costmodel.table_release import release_at_least
 from twin.model import ModelSpec
 
 # Fused-MoE kernel sources whose TP rows stand for their EP runs of a group-limited
@@ -63,6 +64,30 @@ def priced_ep(model: ModelSpec, tp: int, ep: int, kernel_source: str) -> int:
     docstring) and the width splits evenly, else ``ep``."""
     tp_layout = ep > 1 and group_limited(model) and kernel_source in TP_PRICED_EP_SOURCES
     return 1 if tp_layout and model.moe_d_ff % tp == 0 else ep
+
+
+# The releases from which an engine's ``moe_perf`` tables were collected with the model's
+# grouped top-k over the balanced logits (the tie of the docstring: a rank reaches only the
+# 4 tied groups' experts, half of DeepSeek's 256, at every token count), read in the
+# public ai-dynamo/aiconfigurator repository: SGLang's ``collector/sglang/collect_moe.py``
+# builds ``TopK(use_grouped_topk=..., num_expert_group, topk_group)`` from the model's
+# cases since the 0.5.14 upgrade (090d7c609 / e23be5a79, the 0.5.14 tables); the 0.5.10
+# tables' collector (bfe33f797 .. af05a670a) routes with plain
+# ``select_experts(x, gating, TopKConfig(top_k=topk))``, each token its 8 hot experts,
+# ``min(8 x tokens, 256)`` reached. H200, SGLang's Triton fp8_block, DeepSeek's shape at
+# TP 8, balanced: 0.5.10 flattens at 0.47-0.50 ms from 32 to 256 tokens (all 256 experts,
+# 1.41 GB a rank: 2.9 TB/s), 0.5.14 at 0.25-0.30 ms (all 256 would be 4.7-5.6 TB/s, at or
+# over H200's 4.8 TB/s peak; its 128 tied experts 2.8 TB/s), and both read ~3.1 TB/s per
+# byte of the experts their own routing reaches from 1 token up (docs/decisions.md,
+# issue 31: the experts' tables of H200, helper ``sgl-experts``).
+GROUP_TIED_SINCE = {"sglang": "0.5.14"}
+
+
+def group_tied_table(engine: str, version: str) -> bool:
+    """Whether ``engine``'s fused-MoE table of release ``version`` timed a group-limited
+    model's rows at the collectors' tie (:data:`GROUP_TIED_SINCE`)."""
+    since = GROUP_TIED_SINCE.get(engine.lower())  # the fits' framework: "SGLang"
+    return since is not None and release_at_least(version, since)
 
 
 # Fused-MoE kernel sources whose EP rows stand for their TP runs of a plain top-k model

@@ -40,8 +40,9 @@ from typing import Any
 from twin.atomic import write_text_atomic
 from twin.costmodel.engine_kernels import release_kernel, table_kernel
 from twin.costmodel.formulas import FLOOR, FLOOR_PARAM, MOE_VARIANTS, check_params, get_formula
+from twin.costmodel.moe_layout import group_tied_table
 from twin.costmodel.series_term import SeriesError, SeriesTerm
-from twin.costmodel.table_release import pick_for_kernel
+from twin.costmodel.table_release import pick_for_kernel, pick_version
 from twin.errors import TwinError
 from twin.limits import check_json_depth
 
@@ -324,29 +325,36 @@ class Profile:
                     v, f"layer_overhead.seconds.{kind}", 0.0, MAX_OVERHEAD_S, "s", low_open=False
                 )
 
-    def table_picks(self, release: str | None) -> dict[str, str]:
+    def table_picks(self, release: str | None, group_limited: bool = False) -> dict[str, str]:
         """Per kernel family whose table differs by engine release, the release of the
         table that prices ``release`` (:func:`~twin.costmodel.table_release.pick_version`:
         the newest at or before it, among the tables timing the kernel the release runs
         where that is known, :meth:`_pick`; ``release`` empty: each family's default, the
-        newest).
+        newest). ``group_limited`` (a model routing within its best expert groups,
+        :func:`~twin.costmodel.moe_layout.group_limited`): a fused-MoE family's tables
+        timed at the collectors' group tie are passed over where one of the same kernel
+        is not (:func:`~twin.costmodel.moe_layout.group_tied_table`), release empty too.
         A family whose default release has no table of it (``TableReleases.default_fit``)
         is left out where that default is picked."""
         picks = {}
         for name, rel in self.table_releases.items():
-            chosen = self._pick(name, rel, release) if release else None
+            untie = group_limited and name in MOE_VARIANTS
+            chosen = self._pick(name, rel, release, untie) if release or untie else None
             chosen = chosen or rel.default
             if chosen != rel.default or rel.default_fit:  # a family it has no table of: none
                 picks[name] = chosen
         return picks
 
-    def _pick(self, name: str, rel: TableReleases, release: str) -> str | None:
+    def _pick(
+        self, name: str, rel: TableReleases, release: str | None, untie: bool = False
+    ) -> str | None:
         """The table of family ``name`` that prices ``release``: the rule of
         :func:`~twin.costmodel.table_release.pick_for_kernel` over each table's kernel
         (its fit's ``kernel_source``, :func:`~twin.costmodel.engine_kernels.table_kernel`)
         and the kernel the release runs on this GPU
         (:func:`~twin.costmodel.engine_kernels.release_kernel`; the engine is the fits'
-        ``framework``)."""
+        ``framework``). ``untie``: where that table was timed at the group tie, the same rule
+        among the tables of its ``kernel_source`` that were not, if any."""
         fits = dict(rel.fits)
         if rel.default_fit and name in self.kernels:
             fits[rel.default] = self.kernels[name]
@@ -356,16 +364,23 @@ class Profile:
             for v, f in fits.items()
         }
         timed.setdefault(rel.default, None)
-        return pick_for_kernel(timed, release, release_kernel(engine, name, self.gpu, release))
+        chosen = pick_for_kernel(timed, release, release_kernel(engine, name, self.gpu, release))
+        if not untie or chosen is None or not group_tied_table(engine, chosen):
+            return chosen
+        source = {v: f.provenance.get("kernel_source") for v, f in fits.items()}
+        clear = [
+            v for v in fits if source[v] == source.get(chosen) and not group_tied_table(engine, v)
+        ]
+        return pick_version(clear, release) or chosen
 
-    def at_release(self, release: str | None) -> Profile:
-        """This profile pricing engine release ``release``: each family with fits from
-        several releases' tables takes the fit of :meth:`table_picks`; itself when
-        ``release`` is empty or no family varies."""
-        if not release or not self.table_releases:
+    def at_release(self, release: str | None, group_limited: bool = False) -> Profile:
+        """This profile pricing engine release ``release`` for a model whose routing is
+        ``group_limited`` or not: each family with fits from several releases' tables
+        takes the fit of :meth:`table_picks`; itself when no family changes."""
+        if not (release or group_limited) or not self.table_releases:
             return self
         kernels = dict(self.kernels)
-        for name, chosen in self.table_picks(release).items():
+        for name, chosen in self.table_picks(release, group_limited).items():
             if chosen != self.table_releases[name].default:
                 kernels[name] = self.table_releases[name].fits[chosen]
         return replace(self, kernels=kernels)

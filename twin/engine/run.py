@@ -431,6 +431,7 @@ def build_run(workload: str | Path | Workload, **args: Unpack[RunArgs]) -> Run:
     more sessions, kept under ``workload_cache``: :mod:`workloads.extend`), so
     every rate of a sweep runs the same simulated time.
     """
+    from twin.costmodel.moe_layout import group_limited
     from twin.costmodel.profile_store import (
         resolve_profile,  # late: the engine needs no profile format
     )
@@ -453,10 +454,12 @@ def build_run(workload: str | Path | Workload, **args: Unpack[RunArgs]) -> Run:
         named["kernel_tables"] = mode.release.version
     tables = named.get("kernel_tables") or None
     prof = resolve_profile(gpu, None if profile is None else Path(profile), kernels)
-    prof = prof.at_release(tables)
+    # a group-limited model's experts skip the tables timed at the collectors' group tie
+    tied = group_limited(spec)
+    prof = prof.at_release(tables, tied)
     dprof = prof
     if decode_gpu != gpu:
-        dprof = resolve_profile(decode_gpu, None, kernels).at_release(tables)
+        dprof = resolve_profile(decode_gpu, None, kernels).at_release(tables, tied)
         if dprof.gpu != prof.gpu:
             named["decode_gpu"] = dprof.gpu
     if duration_s is not None:
