@@ -91,7 +91,9 @@ def test_sglang_s_sparse_prefill_pads_hopper_s_heads_past_the_top_k() -> None:
     assert on_fp8 == CostModel(fp8, h200, 8).prefill(8192)
 
 
-def test_the_sparse_prefill_follows_the_cache_not_the_module_fits_features() -> None:
+def test_the_sparse_prefill_follows_the_cache_not_the_module_fits_features(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """GLM-5's fp8 checkpoint over SGLang's default bf16 cache on H200 takes SGLang's
     MLA module fits, priced at the fp8 features they were fitted with
     (``precision_kernels._mla_keys``); the sparse prefill's padded heads follow the
@@ -108,3 +110,12 @@ def test_the_sparse_prefill_follows_the_cache_not_the_module_fits_features() -> 
     assert sparse.priced.mla_kv_elem_bytes == (1, 1)  # the module fits' own features
     assert sparse.prefill(2048) == dense.prefill(2048)
     assert sparse.prefill(8192) > 1.2 * dense.prefill(8192)
+    # Replacing the module fit, the sparse form prices what the fit included besides
+    # attention (the projections, their norms and RoPE); the dense module price has them.
+    from twin.costmodel.mla_pricing import MlaPricing
+
+    with_parts = (sparse.prefill(8192), sparse.prefill(2048))
+    monkeypatch.setattr(MlaPricing, "_projections", lambda self, t: (0.0, 0.0))
+    without = CostModel(fp8, h200, 8, kernel_layout=layout)
+    assert without.prefill(2048) == with_parts[1]
+    assert 0.02 * with_parts[0] < with_parts[0] - without.prefill(8192) < 0.3 * with_parts[0]

@@ -116,9 +116,19 @@ class MlaPricing(ShardShapes):
         idx_gemm, idx_elem = self._indexer(t)
         if self.mla_mode == "module":
             return (("elementwise", norm + idx_elem), ("gemm", idx_gemm), ("allreduce", ar))
+        elems, gemms = self._projections(t)
+        return (
+            ("elementwise", norm + elems + idx_elem),
+            ("gemm", gemms + idx_gemm),
+            ("allreduce", ar),
+        )
+
+    def _projections(self, t: int) -> tuple[float, float]:
+        """(element-wise, GEMM) seconds of what a module fit includes besides attention,
+        for ``t`` tokens: the q_a and kv_a RMSNorms, RoPE on the rank's q_pe and the
+        shared k_pe, and the projections (q_a + kv_a, q_b, o_proj)."""
         d, e, elem = self.mla_dims, self.elem_bytes, self._k["elementwise"]
         latent = d.kv_lora + d.rope
-        # q_a and kv_a RMSNorms, then RoPE on the rank's q_pe and the shared k_pe.
         norms = elem(0.0, e * (2.0 * t * (d.q_lora + d.kv_lora) + d.q_lora + d.kv_lora))
         rope = elem(0.0, e * 2.0 * t * (d.heads + 1) * d.rope)
         qk = d.heads * (d.nope + d.rope)
@@ -127,11 +137,7 @@ class MlaPricing(ShardShapes):
         else:
             gemms = self._proj(t, d.d_model, latent) + self._proj(t, d.d_model, qk)
         gemms += self._proj(t, d.heads * d.v, d.d_model)
-        return (
-            ("elementwise", norm + norms + rope + idx_elem),
-            ("gemm", gemms + idx_gemm),
-            ("allreduce", ar),
-        )
+        return norms + rope, gemms
 
     def _indexer(self, t: int) -> tuple[float, float]:
         """(GEMM, element-wise) seconds of a DeepSeek Sparse Attention indexer's launches
@@ -244,7 +250,10 @@ class MlaPricing(ShardShapes):
         sums = ft.attn_prefill_sums(
             n, n * topk, f.prefill_kv_rows, f.prefill_chunks, padded, 1, width, e, kv_e
         )
-        return "attn_prefill", bmm + self._k["attn_prefill"](*sums)
+        price = bmm + self._k["attn_prefill"](*sums)
+        if self.mla_mode == "module":  # the sparse form replaces the whole module fit
+            price += sum(self._projections(n))
+        return "attn_prefill", price
 
     def _mla_decode(
         self,
