@@ -89,3 +89,19 @@ def test_sglang_s_sparse_prefill_pads_hopper_s_heads_past_the_top_k() -> None:
     fp8 = dataclasses.replace(GLM5, kv_dtype="fp8")
     on_fp8 = CostModel(fp8, h200, 8, kernel_layout=layout).prefill(8192)
     assert on_fp8 == CostModel(fp8, h200, 8).prefill(8192)
+
+
+def test_a_module_fit_keeps_the_dense_sparse_attention_prefill() -> None:
+    """The sparse prefill replaces only the attention, so a model the MLA module fits price
+    (their GEMMs inside) keeps the module's dense price: GLM-5 at fp8 weights and a bf16
+    cache on an H200 takes SGLang's module tables (``precision_kernels``) and its 8k
+    prefill costs the same with and without the sparse layout."""
+    from twin.engine.kernel_layouts import sglang_kernel_layout
+    from twin.precision import with_precision
+
+    fp8 = with_precision(GLM5, "fp8-block", "bf16")
+    layout = sglang_kernel_layout(GLM5, "glm5-hopper", 8, 1)
+    h200 = load_profile("h200", "sglang").at_release("0.5.9")  # the glm5-hopper rows' tables
+    sparse = CostModel(fp8, h200, 8, kernel_layout=layout)
+    assert sparse.mla_modes[0] == "module"
+    assert sparse.prefill(8192) == CostModel(fp8, h200, 8).prefill(8192)

@@ -228,6 +228,12 @@ class MlaPricing(ShardShapes):
         topk = self.model.index_topk
         if not self.kernel_layout.nsa_sparse_prefill or f.prefill_longest <= topk:
             return None
+        if self.mla_modes[0] == "module":
+            # A module fit prices the whole module, its GEMMs too, as its tables timed it
+            # (the dense form); the sparse form replaces only the attention, so it is
+            # priced over the kernel fits alone (SGLang's Hopper module tables are read at
+            # fp8 features, which ``sparse_prefill_heads`` would refuse anyway).
+            return None
         d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[0]
         padded = mf.sparse_prefill_heads(self.profile.gpu, d.heads, kv_e)
         if not padded:
