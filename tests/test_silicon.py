@@ -1432,6 +1432,9 @@ def test_inferencemax_glm5_h200_sglang_runs_its_scripts_memory_and_a_bf16_cache(
     hopper = sil.engine_default_kv(fp8, "sglang", limits, {}, glm, "h200")
     assert hopper.kv == "bf16" and "sparse-attention default" in hopper.why
     assert sil.engine_default_kv(fp8, "sglang", limits, {}, glm, "b200") == fp8
+    bf16 = dataclasses.replace(fp8, kv="bf16")  # Blackwell's default is fp8 (compute cap. 10)
+    assert sil.engine_default_kv(bf16, "sglang", limits, {}, glm, "b200").kv == "fp8"
+    assert sil.engine_default_kv(bf16, "sglang", limits, {}, glm, "a100") == bf16
     assert sil.engine_default_kv(fp8, "sglang", limits, {}, r1, "h200") == fp8
     assert sil.engine_default_kv(fp8, "vllm", limits, {}, glm, "h200") == fp8
     named = {"sets": {"kv_cache_dtype": "fp8_e4m3"}}

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from twin import precision as px
-from twin.costmodel.engine_kernels import HOPPER
+from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
 from twin.model import ModelSpec
 from twin.validate.silicon.configs import QUANTISED_NAME_SUFFIX
 from twin.validate.silicon.rows import SiliconRow
@@ -364,9 +364,9 @@ ENGINE_DEFAULT_KV = frozenset({"sglang"})
 # the checkpoint rule above: fp8_e4m3 from compute capability 10 (Blackwell), else bfloat16
 # (SGLang 0.5.9 ``server_args.py`` ``_set_default_nsa_kv_cache_dtype``, called from
 # ``_handle_model_specific_adjustments`` for ``is_deepseek_nsa`` models), whatever the
-# checkpoint's weights. On Blackwell the twin keeps the rule above (no row needs more:
-# InferenceMAX's GLM-5 Blackwell scripts are not read as naming none).
-SGLANG_DSA_BF16_GPUS = HOPPER
+# checkpoint's weights. (No scored Blackwell row reaches the fp8 branch: every one is
+# InferenceMAX's, whose Blackwell GLM-5 scripts are not read as naming none.)
+SGLANG_DSA_KV = {**dict.fromkeys(HOPPER, "bf16"), **dict.fromkeys(BLACKWELL_SM100, "fp8")}
 
 
 def engine_default_kv(
@@ -378,14 +378,15 @@ def engine_default_kv(
     gpu: str,
 ) -> RowPrecision:
     """``precision`` with the KV cache the engine picks at its defaults (``ENGINE_DEFAULT_KV``;
-    a sparse-attention ``model`` on a Hopper ``gpu``: ``SGLANG_DSA_BF16_GPUS``) where the
-    row's deployment (``limits``) names no KV dtype and the checkpoint does not say."""
+    a sparse-attention ``model`` on ``gpu``: ``SGLANG_DSA_KV``) where the row's deployment
+    (``limits``) names no KV dtype and the checkpoint does not say."""
     named = "kv_cache_dtype" in (limits.get("sets") or {})
     if engine not in ENGINE_DEFAULT_KV or named or precision.kv_from_checkpoint:
         return precision
-    if model.index_n_heads and gpu in SGLANG_DSA_BF16_GPUS:
-        dtype: str | None = "bf16"
-        rule = f"{engine}'s sparse-attention default on Hopper (bf16)"
+    dtype = SGLANG_DSA_KV.get(gpu) if model.index_n_heads else None
+    if dtype is not None:
+        arch = "Hopper" if gpu in HOPPER else "Blackwell"
+        rule = f"{engine}'s sparse-attention default on {arch} ({dtype})"
     else:
         dtype = _CHECKPOINT_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
         rule = f"{engine}'s --kv-cache-dtype auto (the model's dtype)"
