@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from twin.errors import TwinError
+from twin.presets import get_model
 from twin.validate import silicon as sil
 from twin.validate.silicon import aiconfigurator as sil_aic
 from twin.validate.silicon import harness as sil_harness
@@ -282,11 +283,12 @@ def test_sglang_at_its_defaults_keeps_the_checkpoints_kv_dtype() -> None:
     assert sglang.model.weight_bytes == vllm.model.weight_bytes
     said = sil.RowPrecision("fp8", "fp8", kv_from_checkpoint=True)
     config = {"torch_dtype": "bfloat16"}
-    assert sil.engine_default_kv(said, "sglang", {}, config) is said
+    r1 = get_model("deepseek-r1")  # no indexer: the checkpoint's rule
+    assert sil.engine_default_kv(said, "sglang", {}, config, r1, "h100") is said
     paired = sil.RowPrecision("fp8", "fp8")
-    assert sil.engine_default_kv(paired, "sglang", {}, config).kv == "bf16"
-    assert sil.engine_default_kv(paired, "sglang", {"sets": {}}, config).kv == "bf16"
-    assert sil.engine_default_kv(paired, "trtllm", {}, config) is paired
+    assert sil.engine_default_kv(paired, "sglang", {}, config, r1, "h100").kv == "bf16"
+    assert sil.engine_default_kv(paired, "sglang", {"sets": {}}, config, r1, "h100").kv == "bf16"
+    assert sil.engine_default_kv(paired, "trtllm", {}, config, r1, "h100") is paired
 
 
 def test_sglang_rows_from_0562_ran_the_generators_mixed_chunks() -> None:
@@ -323,7 +325,11 @@ def test_sglang_rows_from_0562_ran_the_generators_mixed_chunks() -> None:
     assert plan.deployment["sets"]["enable_mixed_chunk"] == "true"
     paired = sil.RowPrecision("fp8", "fp8")
     named = {"sets": {"kv_cache_dtype": "fp8_e4m3"}}
-    assert sil.engine_default_kv(paired, "sglang", named, {"torch_dtype": "bfloat16"}) is paired
+    r1 = get_model("deepseek-r1")
+    assert (
+        sil.engine_default_kv(paired, "sglang", named, {"torch_dtype": "bfloat16"}, r1, "h100")
+        is paired
+    )
 
 
 def test_checkpoint_quantisation_and_kv_are_read() -> None:
@@ -840,7 +846,6 @@ def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus(
     assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000}
     assert sil.deployment(imax, "trtllm", "defaults") == {}
     from twin.engine.modes import get_mode
-    from twin.presets import get_model
 
     options = get_mode("trtllm").settings(get_model("tiny-transformer"), wait)
     assert options["scheduler_options"]["batch_wait_timeout_iters"] == 20
@@ -1002,8 +1007,6 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     post2 image, other systems and aiconfigurator's collection run without."""
     from dataclasses import replace
 
-    from twin.presets import get_model
-
     model = get_model("deepseek-r1")
     row = _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc6.post3", isl=64)
     spec = sil.inferencemax_speculation(row, model)
@@ -1107,8 +1110,6 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
     scripts' token budget; rows of other days run plain, with the 1.1.0rc2 scripts' budget
     (no 8192 floor)."""
     from dataclasses import replace
-
-    from twin.presets import get_model
 
     model = get_model("deepseek-r1")
     day = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4; measured="
@@ -1251,8 +1252,6 @@ def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay
     script's DELAY_BATCHING holds contexts (40 iterations, 0.8) at 1k/1k from 64 clients.
     Other images, GPUs and collections keep the eager context step."""
     from dataclasses import replace
-
-    from twin.presets import get_model
 
     r1 = get_model("deepseek-r1")
     wait = {"batch_wait_timeout_iters": "40", "batch_wait_max_tokens_ratio": "0.8"}
@@ -1417,8 +1416,6 @@ def test_inferencemax_glm5_h200_sglang_runs_its_scripts_memory_and_a_bf16_cache(
     models and where the deployment names a KV dtype the precision is kept."""
     from dataclasses import replace
 
-    from twin.presets import get_model
-
     row = replace(
         _inferencemax_r1(backend="sglang", backend_version="glm5-hopper", precision="fp8", tp=8),
         model_path="zhipuai/GLM-5",
@@ -1431,13 +1428,17 @@ def test_inferencemax_glm5_h200_sglang_runs_its_scripts_memory_and_a_bf16_cache(
     fp8 = sil.RowPrecision("fp8", "fp8", "fp8-block", "KV: aiconfigurator's pairing")
     glm, r1 = get_model("glm-5"), get_model("deepseek-r1")
     limits = sil.deployment(row, "sglang")
-    hopper = sil.sglang_dsa_default_kv(fp8, "sglang", limits, glm, "h200")
+    assert sil.inferencemax_sglang_default_kv(row) and not sil.inferencemax_sglang_default_kv(b200)
+    hopper = sil.engine_default_kv(fp8, "sglang", limits, {}, glm, "h200")
     assert hopper.kv == "bf16" and "sparse-attention default" in hopper.why
-    assert sil.sglang_dsa_default_kv(fp8, "sglang", limits, glm, "b200") == fp8
-    assert sil.sglang_dsa_default_kv(fp8, "sglang", limits, r1, "h200") == fp8
-    assert sil.sglang_dsa_default_kv(fp8, "vllm", limits, glm, "h200") == fp8
+    assert sil.engine_default_kv(fp8, "sglang", limits, {}, glm, "b200") == fp8
+    bf16 = dataclasses.replace(fp8, kv="bf16")  # Blackwell's default is fp8 (compute cap. 10)
+    assert sil.engine_default_kv(bf16, "sglang", limits, {}, glm, "b200").kv == "fp8"
+    assert sil.engine_default_kv(bf16, "sglang", limits, {}, glm, "a100") == bf16
+    assert sil.engine_default_kv(fp8, "sglang", limits, {}, r1, "h200") == fp8
+    assert sil.engine_default_kv(fp8, "vllm", limits, {}, glm, "h200") == fp8
     named = {"sets": {"kv_cache_dtype": "fp8_e4m3"}}
-    assert sil.sglang_dsa_default_kv(fp8, "sglang", named, glm, "h200") == fp8
+    assert sil.engine_default_kv(fp8, "sglang", named, {}, glm, "h200") == fp8
 
 
 def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
@@ -1452,7 +1453,6 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
 
     from twin.engine.host_time import EagerPrefillPricer
     from twin.engine.run import build_run
-    from twin.presets import get_model
 
     r1 = get_model("deepseek-r1")
     n = sil.SGLANG_EAGER_LAUNCHES
@@ -1520,8 +1520,6 @@ def test_inferencemax_sglang_rows_without_a_release_ran_a_release_before_0510() 
     another collection keeps SGLang's defaults and no host time."""
     from dataclasses import replace
 
-    from twin.presets import get_model
-
     r1 = get_model("deepseek-r1")
     src = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=4; "
     row = replace(
@@ -1566,8 +1564,6 @@ def test_inferencemax_scripts_flags_turn_sglang_0510_piecewise_graphs_off() -> N
     configuration ran (beyond 64 clients only the -mtp one: defaults)."""
     from dataclasses import replace
 
-    from twin.presets import get_model
-
     r1 = get_model("deepseek-r1")
     row = replace(
         _inferencemax_r1(
@@ -1603,8 +1599,6 @@ def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
     times the GPU's fitted host time per launch (B200, H200, H100); none for dense
     models, attention DP or another GPU; the plan carries it to the engine."""
     from dataclasses import replace
-
-    from twin.presets import get_model
 
     r1, gptoss = get_model("deepseek-r1"), get_model("gpt-oss-120b")
     per_launch = sil.TRTLLM_EAGER_LAUNCH_S
@@ -1791,7 +1785,6 @@ def test_inferencemax_mtp_rows_accept_drafts_by_one_rule_across_engines() -> Non
     from dataclasses import replace
 
     from twin.engine.modes import get_mode
-    from twin.presets import get_model
 
     first, later = sil.INFERENCEMAX_MTP_ACCEPTANCE
     assert 0 < later <= first < 1

@@ -67,7 +67,8 @@ BACKENDS = {
 # ``deepep_high_throughput`` turns them off), where a step pays the kernels. So vLLM's
 # ``ll`` families read SGLang's table of the same DeepEP kernels (its newest release: vLLM's
 # releases do not order SGLang's). The ``ht`` rows keep vLLM's own table: that path runs
-# eager and pays its host floor (``formulas.A2A_FLOOR``).
+# eager and pays its host floor (``KernelFormula.floor``, every all-to-all family's: the
+# comment on ``formulas.A2A_EXTRAS``).
 KERNEL_TABLES = {("vllm", "ll"): "sglang"}
 WIRE_DTYPES = {"trtllm": {"bfloat16"}, "vllm": {"default"}}
 SGLANG_TABLES = {"ht": "wideep_deepep_normal_perf.parquet", "ll": "wideep_deepep_ll_perf.parquet"}

@@ -46,7 +46,7 @@ def _model(
     if not f.uses_flops:  # extras add to the byte time (the all-to-all's)
         n = extras.shape[1]
         t = t0 + nbytes / (theta[1] * peaks[f.bytes_peak]) + extras @ theta[2 : 2 + n]
-        # A host floor the kernels hide under (``KernelFormula.floor``): the last parameter.
+        # A floor the work hides under (``KernelFormula.floor``): the last parameter.
         return np.maximum(t, theta[2 + n]) if f.floor else t
     ef, eb, p = theta[1], theta[2], theta[3]
     n_in = len(f.extras)  # the compute side's extras; the serial ones after them

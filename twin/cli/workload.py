@@ -17,7 +17,7 @@ from twin.limits import MAX_SESSIONS
 from twin.workload_stats import summarize
 from twin.workloads.exporters import export_marconi
 from twin.workloads.generators import GENERATORS, get_generator
-from twin.workloads.generators.base import KnobError
+from twin.workloads.generators.base import DEFAULT_MAX_CONTEXT, KnobError
 from twin.workloads.importers import IMPORTERS, get_importer
 from twin.workloads.reader import Workload
 from twin.workloads.writer import WorkloadWriter
@@ -60,7 +60,10 @@ def generate(
     ),
     seed: int = typer.Option(0, "--seed", min=0, help="Random seed: same seed, same file."),
     max_context: int = typer.Option(
-        32768, "--max-context", min=16, help="Longest prompt + output of any turn, in tokens."
+        DEFAULT_MAX_CONTEXT,
+        "--max-context",
+        min=16,
+        help="Longest prompt + output of any turn, in tokens.",
     ),
     knobs: list[str] = typer.Option(
         [], "--set", help="Override a per-kind knob, KEY=VALUE (see `twin workload kinds`)."

@@ -199,7 +199,7 @@ def kernel_constants(
     ``twin.costmodel.compiled``'s). They leave out a serial feature's term
     (``KernelFormula.serial``): such a formula is compiled by ``_compile_serial``."""
     f = get_formula(kernel)
-    assert not f.floor, "the compiled constants carry no host floor"
+    assert not f.floor, "the compiled constants carry no floor"
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
     assert not f.serial, "the compiled constants carry no serial feature"
     compile_kernel(kernel, params, peaks)  # validates the parameters

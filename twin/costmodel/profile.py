@@ -79,7 +79,7 @@ PARAM_RANGES: dict[str, tuple[float, float, str]] = {
     "eff_flops": (1e-6, 10.0, "(a fraction of the FLOP/s peak)"),
     "eff_bytes": (1e-6, 10.0, "(a fraction of the bandwidth peak)"),
     "p": (1.0, 100.0, "(the smooth-max exponent)"),
-    FLOOR_PARAM: (0.0, 10.0, "s"),  # a host floor (``KernelFormula.floor``)
+    FLOOR_PARAM: (0.0, 10.0, "s"),  # a floor the work hides under (``KernelFormula.floor``)
 }
 COEF_RANGE = (0.0, 1.0, "s per unit of its feature")
 MAX_OVERHEAD_S = 10.0  # a layer's host overhead, seconds
@@ -578,7 +578,7 @@ class Profile:
 
 def _upgrade(fit: KernelFit, current: str) -> None:
     """Read a fit written before its formula gained extra features: the new features
-    get a zero coefficient, and a new host floor (``KernelFormula.floor``) a zero floor,
+    get a zero coefficient, and a new floor (``KernelFormula.floor``) a zero floor,
     so the fit predicts exactly what it did."""
     old, new = fit.model.split("+"), current.split("+")
     if old == new or old[0] != new[0] or not set(old[1:]) <= set(new[1:]):

@@ -366,9 +366,9 @@ class ContinuousBatching:
             if self.stream_token_s:
                 # Handed out behind the response path's backlog (:meth:`_streamed`); the
                 # client sees a completion then (``Cluster``'s closed loop waits for it).
-                if run is None:
-                    last = batch + sum(1 for seq in prefilled if not seq.generated)
-                    now = self._streamed(t0, last, last)
+                if run is None:  # one step: its decodes' tokens and its first tokens
+                    step_tokens = batch + sum(1 for seq in prefilled if not seq.generated)
+                    now = self._streamed(t0, step_tokens, step_tokens)
                 else:
                     now = self._streamed(t0, m * batch, batch)
             for seq in prefilled:
@@ -378,9 +378,9 @@ class ContinuousBatching:
                 seq.done_s = now
                 seq.done.succeed()
 
-    def _streamed(self, t0: float, tokens: int, last: int) -> float:
+    def _streamed(self, t0: float, tokens: int, final_step_tokens: int) -> float:
         """When the response path has handed out the ``tokens`` of the step or decode run
-        that began at ``t0`` and ends now, ``last`` of them in its final step.
+        that began at ``t0`` and ends now, ``final_step_tokens`` of them in its final step.
 
         One server per replica taking tokens one at a time, ``stream_token_s`` each: the
         serving process that turns every output token of every request into a stream chunk
@@ -393,7 +393,7 @@ class ContinuousBatching:
         out before the step ends; while the server keeps up a token waits only for the
         tokens of its own step, once it falls behind the backlog grows with the rate."""
         h = self.stream_token_s
-        free = max(max(self._stream_free, t0) + tokens * h, self.env.now + last * h)
+        free = max(max(self._stream_free, t0) + tokens * h, self.env.now + final_step_tokens * h)
         self._stream_free = free
         return free
 

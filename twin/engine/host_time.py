@@ -3,7 +3,10 @@
 A real engine step costs more than its kernels: the scheduler's pass over the batch,
 preparing the step's inputs (block tables, positions), launching the forward (a CUDA
 graph replay for a decode), sampling, and turning the step's tokens into outputs for
-each running request (detokenisation, stream chunks). The kernel tables the profiles are
+each running request (detokenisation, stream chunks) where the engine's own loop does it.
+(A separate process that streams the outputs to the client delays the client, not the
+next step: ``stream_token_s``, ``twin.engine.batching.ContinuousBatching._streamed``.)
+The kernel tables the profiles are
 fitted to time kernels alone, and the profiles' own ``layer_overhead`` (per layer kind)
 is empty on every shipped GPU profile. This module adds, per engine step,
 

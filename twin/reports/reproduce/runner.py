@@ -59,7 +59,8 @@ def generate(recipe: Recipe, path: Path) -> None:
     """Write ``recipe``'s workload to ``path`` (what its printed command does)."""
     cls = get_generator(recipe.kind)
     gen = cls(cls.parse_params({k: str(v) for k, v in recipe.knobs}))
-    gen.write(path, recipe.sessions, recipe.session_rate, recipe.seed)  # the CLI's max context
+    # At the CLI's default max context, as the printed command runs.
+    gen.write(path, recipe.sessions, recipe.session_rate, recipe.seed)
 
 
 def run_replay(path: str, point: ReplayPoint) -> dict[str, Any]:

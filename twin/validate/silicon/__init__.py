@@ -117,7 +117,6 @@ from twin.validate.silicon.precision import (
     checkpoint_attention_unquantised,
     engine_default_kv,
     row_precision,
-    sglang_dsa_default_kv,
     weight_only_checkpoint,
 )
 from twin.validate.silicon.predict import (
@@ -236,7 +235,6 @@ __all__ = [
     "run_cli_estimate",
     "score_row",
     "select",
-    "sglang_dsa_default_kv",
     "side_by_side",
     "split_of",
     "summarize",

@@ -239,7 +239,7 @@ def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
 # 12ba0ae and 51e31df), ``benchmarks/single_node/glm5_fp8_h200.sh``: ``--mem-fraction-static
 # 0.85`` and nothing else that sizes the server: no ``--kv-cache-dtype`` (so SGLang's
 # default for a DeepSeek-sparse-attention model on Hopper, bf16: ``precision.
-# sglang_dsa_default_kv``), no chunk or running limit.
+# engine_default_kv``; ``inferencemax_sglang_default_kv``), no chunk or running limit.
 INFERENCEMAX_GLM5_H200 = ("h200_sxm", "fp8", "glm5-hopper")
 _GLM5_H200_SETS = {"mem_fraction_static": "0.85"}
 
@@ -252,20 +252,25 @@ def inferencemax_glm5(row: SiliconRow) -> dict[str, str]:
     return dict(_GLM5_H200_SETS) if model_named(row, ("glm-5",)) is not None else {}
 
 
-# The one InferenceMAX DeepSeek SGLang script that passes no ``--kv-cache-dtype``:
-# ``dsr1_fp8_h200.sh`` (12ba0ae and e8924a6; every B200 and B300 DeepSeek script, fp4 and
-# fp8, plain and -mtp, passes ``--kv-cache-dtype fp8_e4m3``). SGLang 0.5.9 then runs its
-# default ``auto`` (``server_args.py``), which ``model_executor/model_runner.py``
-# ``configure_kv_cache_dtype`` makes fp8 only where the checkpoint's quantisation config
-# says ``kv_cache_quant_algo`` FP8, else the model's dtype. DeepSeek-R1's block-fp8
-# config names no KV quantisation, so its H200 cache is bf16, not the fp8 the weights'
-# pairing gives (``precision.engine_default_kv`` prices it).
+# The InferenceMAX SGLang scripts read here that pass no ``--kv-cache-dtype``, so SGLang
+# 0.5.9 runs its default ``auto`` (``server_args.py``; ``precision.engine_default_kv``
+# prices it):
+# - ``dsr1_fp8_h200.sh`` (12ba0ae and e8924a6; every B200 and B300 DeepSeek script, fp4
+#   and fp8, plain and -mtp, passes ``--kv-cache-dtype fp8_e4m3``): ``auto`` is
+#   ``model_executor/model_runner.py`` ``configure_kv_cache_dtype``'s fp8 only where the
+#   checkpoint's quantisation config says ``kv_cache_quant_algo`` FP8, else the model's
+#   dtype. DeepSeek-R1's block-fp8 config names no KV quantisation, so its H200 cache is
+#   bf16, not the fp8 the weights' pairing gives;
+# - ``glm5_fp8_h200.sh`` (:func:`inferencemax_glm5`): a sparse-attention model, whose
+#   ``auto`` on Hopper is bf16.
 INFERENCEMAX_SGLANG_DEFAULT_KV_SYSTEMS = frozenset({"h200_sxm"})
 
 
 def inferencemax_sglang_default_kv(row: SiliconRow) -> bool:
-    """Whether ``row`` ran an InferenceMAX DeepSeek SGLang script that names no KV cache
-    dtype (above): only rows whose script is read (``inferencemax_sglang``)."""
+    """Whether ``row`` ran an InferenceMAX SGLang script that names no KV cache dtype
+    (above): only rows whose script is read (``inferencemax_sglang``)."""
+    if bool(inferencemax_glm5(row)):
+        return True
     return (
         row.system in INFERENCEMAX_SGLANG_DEFAULT_KV_SYSTEMS
         and inferencemax_deepseek(row)

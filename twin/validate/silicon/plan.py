@@ -50,7 +50,6 @@ from twin.validate.silicon.precision import (
     hf_quant_config,
     row_precision,
     runs_weight_only,
-    sglang_dsa_default_kv,
 )
 from twin.validate.silicon.rows import (
     REASON_DISAGG,
@@ -222,11 +221,10 @@ def plan_row(
     overlap = trtllm_overlap_scheduler(row) if engine == "trtllm" and not pool else {}
     if overlap:  # the engine's own default, whatever the deployment
         limits = {**limits, "sets": {**limits.get("sets", {}), **overlap}}
-    # InferenceMAX's scripts name their KV cache (the pairing) but for the one read here
-    # that names none (``inferencemax_sglang_default_kv``)
+    # InferenceMAX's scripts name their KV cache (the pairing) but for the ones read here
+    # that name none (``inferencemax_sglang_default_kv``)
     if harness_of(row) is not INFERENCEMAX or inferencemax_sglang_default_kv(row):
-        precision = engine_default_kv(precision, engine, limits, config)
-    precision = sglang_dsa_default_kv(precision, engine, limits, base, gpu)
+        precision = engine_default_kv(precision, engine, limits, config, base, gpu)
     unpriceable = _unpriceable(profile, precision, base)
     if unpriceable is not None:
         return unpriceable

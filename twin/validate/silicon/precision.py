@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from twin import precision as px
-from twin.costmodel.engine_kernels import HOPPER
+from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
 from twin.model import ModelSpec
 from twin.validate.silicon.configs import QUANTISED_NAME_SUFFIX
 from twin.validate.silicon.rows import SiliconRow
@@ -359,46 +359,38 @@ def row_precision(
 ENGINE_DEFAULT_KV = frozenset({"sglang"})
 
 
+# SGLang's own default for a DeepSeek-sparse-attention model (an MLA indexer: GLM-5's
+# ``GlmMoeDsaForCausalLM``, DeepSeek-V3.2) at ``--kv-cache-dtype auto``, which comes before
+# the checkpoint rule above: fp8_e4m3 from compute capability 10 (Blackwell), else bfloat16
+# (SGLang 0.5.9 ``server_args.py`` ``_set_default_nsa_kv_cache_dtype``, called from
+# ``_handle_model_specific_adjustments`` for ``is_deepseek_nsa`` models), whatever the
+# checkpoint's weights. (No scored Blackwell row reaches the fp8 branch: every one is
+# InferenceMAX's, whose Blackwell GLM-5 scripts are not read as naming none.)
+SGLANG_DSA_KV = {**dict.fromkeys(HOPPER, "bf16"), **dict.fromkeys(BLACKWELL_SM100, "fp8")}
+
+
 def engine_default_kv(
-    precision: RowPrecision, engine: str, limits: dict[str, Any], config: dict[str, Any]
+    precision: RowPrecision,
+    engine: str,
+    limits: dict[str, Any],
+    config: dict[str, Any],
+    model: ModelSpec,
+    gpu: str,
 ) -> RowPrecision:
-    """``precision`` with the KV cache the engine picks at its defaults (``ENGINE_DEFAULT_KV``)
-    where the row's deployment (``limits``) names no KV dtype and the checkpoint does not
-    say."""
+    """``precision`` with the KV cache the engine picks at its defaults (``ENGINE_DEFAULT_KV``;
+    a sparse-attention ``model`` on ``gpu``: ``SGLANG_DSA_KV``) where the row's deployment
+    (``limits``) names no KV dtype and the checkpoint does not say."""
     named = "kv_cache_dtype" in (limits.get("sets") or {})
     if engine not in ENGINE_DEFAULT_KV or named or precision.kv_from_checkpoint:
         return precision
-    dtype = _CHECKPOINT_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
+    dtype = SGLANG_DSA_KV.get(gpu) if model.index_n_heads else None
+    if dtype is not None:
+        arch = "Hopper" if gpu in HOPPER else "Blackwell"
+        rule = f"{engine}'s sparse-attention default on {arch} ({dtype})"
+    else:
+        dtype = _CHECKPOINT_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
+        rule = f"{engine}'s --kv-cache-dtype auto (the model's dtype)"
     if dtype is None or dtype == precision.kv:
         return precision
-    why = precision.why.replace(
-        "KV: aiconfigurator's pairing", f"KV: {engine}'s --kv-cache-dtype auto (the model's dtype)"
-    )
+    why = precision.why.replace("KV: aiconfigurator's pairing", f"KV: {rule}")
     return dataclasses.replace(precision, kv=dtype, why=why)
-
-
-# SGLang's default KV cache for a DeepSeek-sparse-attention model (an MLA indexer:
-# GLM-5's ``GlmMoeDsaForCausalLM``, DeepSeek-V3.2) where ``--kv-cache-dtype`` is left at
-# ``auto``: fp8_e4m3 from compute capability 10 (Blackwell), else bfloat16 (SGLang 0.5.9
-# ``server_args.py`` ``_set_default_nsa_kv_cache_dtype``, called from
-# ``_handle_model_specific_adjustments`` for ``is_deepseek_nsa`` models), whatever the
-# checkpoint's weights. InferenceMAX's ``glm5_fp8_h200.sh`` names no KV dtype (its B200
-# fp8 script names fp8_e4m3, its B200 fp4 one none: fp8 on Blackwell either way).
-SGLANG_DSA_BF16_GPUS = HOPPER
-
-
-def sglang_dsa_default_kv(
-    precision: RowPrecision, engine: str, limits: dict[str, Any], model: ModelSpec, gpu: str
-) -> RowPrecision:
-    """``precision`` with SGLang's default KV cache for a sparse-attention model on
-    ``gpu`` (above) where the deployment (``limits``) names no KV dtype and the checkpoint
-    does not say; unchanged for other engines, models and GPUs."""
-    named = "kv_cache_dtype" in (limits.get("sets") or {})
-    if engine != "sglang" or not model.index_n_heads or named or precision.kv_from_checkpoint:
-        return precision
-    if gpu not in SGLANG_DSA_BF16_GPUS or precision.kv == "bf16":
-        return precision
-    why = precision.why.replace(
-        "KV: aiconfigurator's pairing", "KV: sglang's sparse-attention default on Hopper (bf16)"
-    )
-    return dataclasses.replace(precision, kv="bf16", why=why)

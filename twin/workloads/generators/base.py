@@ -41,6 +41,9 @@ from twin.errors import TwinError
 from twin.workloads.schema import MAX_SEQUENCE_TOKENS, TOKEN_ID_MAX, WorkloadRow
 from twin.workloads.writer import WorkloadWriter
 
+# The longest prompt + output of any turn a generated workload allows unless told
+# (``twin workload generate --max-context``, ``WorkloadGenerator.write``).
+DEFAULT_MAX_CONTEXT = 32768
 # Spawn keys of the three independent random streams derived from the seed.
 _ARRIVALS, _SESSIONS, _SHARED = 0, 1, 2
 # Exponential gaps are drawn in blocks: one numpy call per block instead of per session.
@@ -272,7 +275,7 @@ class WorkloadGenerator:
         n_sessions: int | None,
         session_rate: float,
         seed: int,
-        max_context: int = 32768,
+        max_context: int = DEFAULT_MAX_CONTEXT,
         duration_s: float | None = None,
     ) -> Path:
         """Write the workload of these run arguments (:meth:`metadata`, :meth:`rows`) to
