@@ -236,10 +236,14 @@ def test_ctrl_c_with_jobs_stops_the_pool_without_finishing_points(tmp_path: Path
         rc = proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         # An intermittent failure under a loaded machine: say where the parent waits.
+        # Its signal masks (SigPnd/ShdPnd pending, SigBlk blocked, SigIgn ignored, SigCgt
+        # caught; SIGINT is bit 1) say whether the Ctrl-C reached it at all.
+        status = Path(f"/proc/{proc.pid}/status")
+        masks = [ln for ln in status.read_text().splitlines() if "Sig" in ln or "Pnd" in ln]
         os.kill(proc.pid, signal.SIGUSR1)
         time.sleep(2)
         stacks = (tmp_path / "stacks.txt").read_text()
-        pytest.fail(f"the pool's parent outlived Ctrl-C by 60 s; its threads:\n{stacks}")
+        pytest.fail(f"the pool's parent outlived Ctrl-C by 60 s; {masks}; its threads:\n{stacks}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
