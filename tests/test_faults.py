@@ -204,12 +204,23 @@ _GRID_SCRIPT = textwrap.dedent(
 )
 
 
+def _live_ctrl_c() -> None:
+    # As in a terminal's foreground job. A background job of a non-interactive shell
+    # (a CI run started with ``&``) starts with SIGINT ignored, and the pool's parent
+    # would inherit that: the /proc masks of the flake this test had showed SigIgn
+    # with SIGINT set.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_pool(tmp_path: Path, code: str = _POOL_SCRIPT) -> tuple[subprocess.Popen, list[int]]:
     script = tmp_path / "pool.py"
     script.write_text(code)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path)], env=env, start_new_session=True
+        [sys.executable, str(script), str(tmp_path)],
+        env=env,
+        start_new_session=True,
+        preexec_fn=_live_ctrl_c,
     )
     deadline = time.monotonic() + 60
     pids: list[int] = []
