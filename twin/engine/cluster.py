@@ -406,16 +406,8 @@ class Cluster:
             last = flag & LAST_TURN
             if last or not flag & NEXT_OPEN:
                 # Nothing else of this session can happen before this turn
-                # completes: serve it here (one process fewer per request), as
-                # :meth:`_request` does.
-                if self._front is None:
-                    seq = self._submit(req, sticky)
-                else:
-                    seq = yield from self._through_front(req, sticky)
-                yield seq.done
-                if seq.done_s > env.now:  # the response path still holds its last token
-                    yield env.timeout(seq.done_s - env.now)
-                self.on_record(_record(seq))
+                # completes: serve it in this process (one process fewer per request).
+                yield from self._request(req, sticky)
                 previous = None
             else:
                 previous = env.process(self._request(req, sticky))
