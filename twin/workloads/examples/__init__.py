@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from twin.workloads.generators import get_generator
-from twin.workloads.writer import WorkloadWriter
+from twin.workloads.generators.base import DEFAULT_MAX_CONTEXT
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
 # The example a command runs when given no workload (twin simulate, twin plan).
@@ -26,17 +26,13 @@ class Example:
     sessions: int
     session_rate: float
     seed: int
-    max_context: int = 32768
+    max_context: int = DEFAULT_MAX_CONTEXT
     knobs: dict[str, str] = field(default_factory=dict)
 
     def build(self, out: Path) -> None:
         gen_cls = get_generator(self.kind)
         gen = gen_cls(gen_cls.parse_params(self.knobs))
-        meta = gen.metadata(self.sessions, self.session_rate, self.seed, self.max_context)
-        with WorkloadWriter(out, meta) as writer:
-            writer.write_all(
-                gen.rows(self.sessions, self.session_rate, self.seed, self.max_context)
-            )
+        gen.write(out, self.sessions, self.session_rate, self.seed, self.max_context)
 
 
 # Sizes keep each file well under 2 MB while holding enough sessions for the
