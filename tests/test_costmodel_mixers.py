@@ -105,3 +105,24 @@ def test_new_presets_price_monotone(name: str) -> None:
     assert 0 < cm.prefill(1024) < cm.prefill(4096) < cm.prefill(16384)
     assert cm.prefill(1024, 8192) < cm.prefill(9216)
     assert cm.decode([1000] * 8) < cm.decode([1000] * 64)
+
+
+def test_gdn_chunk_on_a_measured_gpu_takes_its_sequential_pass_or_its_chunk_heads() -> None:
+    """NVIDIA's SGLang GDN table (B200): a long prompt's chunks run one after another, so
+    one 8,192-token prompt costs its 128 chunks' pass; four prompts of 2,048 tokens (the
+    same tokens, a quarter of the depth) cost their chunk-heads, less than the one prompt."""
+    m = get_model("qwen3.5-397b-a17b")
+    b200 = load_profile("b200")
+    cm = CostModel(m, b200, 4)
+    layers = cm.kinds["gdn"]
+    one = _items(cm, ((8192, 0),))["gdn"]["gdn_chunk"]
+    assert one == pytest.approx(layers * mk.GDN_CHUNK_SEQ_S["b200"] * 8192 / 64)
+    four = _items(cm, ((2048, 0),) * 4)["gdn"]["gdn_chunk"]
+    assert four < 0.75 * one
+    # NVIDIA's table at this shape (tp 4: 16 value heads, batch 1, 8,192 tokens): 0.434 ms.
+    assert one / layers == pytest.approx(0.434e-3, rel=0.05)
+    # A GPU without a table keeps the datasheet roofline: no sequential pass, no
+    # chunk-head term.
+    assert mk.fallback_params("gdn_chunk", "h100") == mk.FALLBACK["gdn_chunk"]
+    plain = CostModel(m, load_profile("h100"), 4)
+    assert plain.gdn_seq_s == 0.0

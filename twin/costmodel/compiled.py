@@ -133,6 +133,7 @@ def fill_ends(c: np.ndarray, keys0: int, batch: int, ends: np.ndarray, first: in
 (ATTN_PREFILL, ATTN_DECODE, SSM_SCAN, CONV1D, SSM_STEP, CONV_UPDATE, ELEMENTWISE, GEMM) = range(8)
 M1_SCAN, M1_STEP, GDN_CHUNK, GDN_STEP = range(8, 12)  # ``MixerPricing._opt``'s
 HOST_ROW = 12  # (host seconds, 1.0 if a floor else 0.0 for added)
+GDN_SEQ_ROW = 13  # (the GDN chunk's seconds a chunk of its sequential pass, ``mk.gdn_chunk_s``)
 # Entries of the model's integers ``mi``.
 (
     ATTN_LAYERS,  # 0: no full attention
@@ -218,7 +219,7 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
         return None
     prof = cm.profile
-    kc = np.zeros((HOST_ROW + 1, 8), np.float64)
+    kc = np.zeros((GDN_SEQ_ROW + 1, 8), np.float64)
     for row, name in (
         (ATTN_PREFILL, "attn_prefill"),
         (ATTN_DECODE, "attn_decode"),
@@ -241,6 +242,7 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         if name in cm._opt_constants:
             kc[row] = cm._opt_constants[name]
     kc[HOST_ROW, 0], kc[HOST_ROW, 1] = cm.host_s, float(cm.host_mode == "max")
+    kc[GDN_SEQ_ROW, 0] = cm.gdn_seq_s if gdn else 0.0
     return kc, np.array(ints, np.int64)
 
 
@@ -401,7 +403,11 @@ def step_seconds(
             flops = float(g_chunks * g_chunk * v_heads * per_head)
             nbytes = e * n * io + 8.0 * g_chunks * v_heads * k_dim * v_dim
             x = float(g_chunks * v_heads)
-            total += layers * _kernel_s(kc[GDN_CHUNK], flops, nbytes, x, 0.0)
+            # ``mk.gdn_chunk_s``: the one chunk's sequential pass where longer
+            chunk_s = max(
+                _kernel_s(kc[GDN_CHUNK], flops, nbytes, x, 0.0), kc[GDN_SEQ_ROW, 0] * g_chunks
+            )
+            total += layers * chunk_s
             total += layers * _conv_prompt(kc, e, n, chunks, width, taps)
         if batch:
             # ``gdn_step_features``, then the conv update

@@ -15,7 +15,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import LABEL, StepCost
-from twin.costmodel.kernel_layout import KernelLayout
+from twin.costmodel.kernel_layout import DEEPGEMM_GPUS, KernelLayout
 from twin.costmodel.moe_layout import measured_ep, priced_ep
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
@@ -409,7 +409,14 @@ class DensePricing(ShardShapes):
         load = self._routing.rank_load(t, n_exp, top, ep)
         active = load.active
         flops, nbytes, weights = ft.moe_sums(
-            load.rows, active, d, self._moe_width, self.up_mats, e, act_e, w_e
+            self._moe_padded_rows(load.rows, active),
+            active,
+            d,
+            self._moe_width,
+            self.up_mats,
+            e,
+            act_e,
+            w_e,
         )
         series = self._moe_series
         if self._moe_small is not None and t <= fm.MOE_MIN_LATENCY_MAX_TOKENS:
@@ -430,6 +437,20 @@ class DensePricing(ShardShapes):
             ("moe", experts),
             ("allreduce", ar),
         )
+
+    def _moe_padded_rows(self, rows: float, active: float) -> float:
+        """The rows a fused-MoE launch computes: ``rows`` as routed, or, where the engine
+        runs its block-fp8 experts through DeepGEMM's contiguous layout
+        (``KernelLayout.moe_rows_per_expert``, ``twin.engine.kernel_layouts.
+        vllm_kernel_layout``) on a GPU DeepGEMM supports, at least that many rows for each
+        expert reached (each expert's rows padded to the alignment; a lower bound where an
+        expert has more rows than that)."""
+        align = self.kernel_layout.moe_rows_per_expert
+        if not align or self.priced.expert.name != "fp8-block":
+            return rows
+        if self.profile.gpu not in DEEPGEMM_GPUS:
+            return rows
+        return max(rows, active * align)
 
     def _expert_gemm(self, rows: float, k: float, n: float) -> float:
         """A dense GEMM of the experts' format (the shared expert)."""

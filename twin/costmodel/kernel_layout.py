@@ -42,8 +42,17 @@ class KernelLayout:
     # in a batch whose longest sequence exceeds the top-k (SGLang's NSA backend:
     # ``MlaPricing._mla_sparse_prefill``).
     nsa_sparse_prefill: bool = False
+    # Block-fp8 experts run as DeepGEMM's contiguous grouped GEMM at every step size, each
+    # expert a launch reaches padded to this many rows (its M alignment); 0: the fused-MoE
+    # fit's rows as routed (vLLM 0.12.0 on Hopper: ``DensePricing._moe_padded_rows``).
+    moe_rows_per_expert: int = 0
 
     def __post_init__(self) -> None:
+        if self.moe_rows_per_expert < 0:
+            raise TwinError(
+                "kernel layout: moe_rows_per_expert must be >= 0 "
+                f"(got {self.moe_rows_per_expert!r})"
+            )
         if self.gdn_in_proj_gemms not in (1, 4):
             raise TwinError(
                 f"kernel layout: gdn_in_proj_gemms must be 1 or 4 (got {self.gdn_in_proj_gemms!r})"
@@ -52,4 +61,8 @@ class KernelLayout:
 
 DEFAULT_LAYOUT = KernelLayout()
 
-__all__ = ["DEFAULT_LAYOUT", "KernelLayout"]
+# GPUs DeepGEMM runs on (``moe_rows_per_expert``): compute capability 9.0 (Hopper) or 10.0
+# (B200, GB200), vLLM 0.12.0 ``utils/deep_gemm.py`` ``is_deep_gemm_supported``.
+DEEPGEMM_GPUS = frozenset({"h100", "h200", "b200", "gb200"})
+
+__all__ = ["DEEPGEMM_GPUS", "DEFAULT_LAYOUT", "KernelLayout"]

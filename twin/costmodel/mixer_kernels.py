@@ -36,6 +36,47 @@ FALLBACK: dict[str, dict[str, float]] = {
     "gdn_chunk": {"t0_s": 6 * _T0, "eff_flops": 0.3, "eff_bytes": 0.5, "p": _P, "c_chunks": 0.0},
     "gdn_step": {"t0_s": _T0, "eff_flops": 0.1, "eff_bytes": 0.5, "p": _P},  # as ssm_step
 }
+# The GDN chunk fallback's two measured terms per GPU: NVIDIA's timings of SGLang 0.5.14's
+# ``chunk_gated_delta_rule`` (aiconfigurator-core 0.12.0, ``systems/data/<gpu>/
+# linear_attention/sglang/0.5.14/gdn_perf.parquet``; the same FLA Triton kernels that
+# SGLang 0.5.9 vendors in ``layers/attention/fla/chunk.py`` and runs for every extend but
+# a target verify, ``hybrid_linear_attn_backend.py`` ``GDNAttnBackend.forward_extend``).
+# The roofline above alone prices 0.40-0.47 of those rows: the chunks of one sequence run
+# one after another (``chunk_gated_delta_rule_fwd_h`` loops over them), so a long prompt
+# takes about ``GDN_CHUNK_SEQ_S`` a chunk whatever its heads, and many sequences together
+# cost about ``GDN_CHUNK_HEAD_S`` per chunk and value head on the compute side. The price
+# is the larger of the two (``gdn_chunk_s``). Fitted on Qwen3.5-397B-A17B's tp 4 and tp 8
+# shapes (16 and 8 value heads), every batch size, 1,024-65,536 tokens, 96 rows per GPU,
+# least mean APE on a grid (``benchmarks/results/moe-prefill/fit_gdn_chunk.py``): mean APE
+# B200 7%, B300 9%, GB200 11% (H200 29%: its table times 16 heads at 2.7x 8 heads at
+# 8,192 tokens, which neither term follows). A GPU without a table keeps the roofline.
+GDN_CHUNK_HEAD_S: dict[str, float] = {
+    "b200": 0.90e-7,
+    "b300": 0.95e-7,
+    "gb200": 1.10e-7,
+    "h200": 1.40e-7,
+}
+GDN_CHUNK_SEQ_S: dict[str, float] = {
+    "b200": 3.3e-6,
+    "b300": 3.2e-6,
+    "gb200": 3.5e-6,
+    "h200": 2.7e-6,
+}
+
+
+def fallback_params(name: str, gpu: str) -> dict[str, float]:
+    """``FALLBACK[name]`` for a profile of ``gpu``: the GDN chunk kernel with its measured
+    time per chunk and value head where ``GDN_CHUNK_HEAD_S`` has the GPU."""
+    params = FALLBACK[name]
+    if name == "gdn_chunk" and gpu in GDN_CHUNK_HEAD_S:
+        return {**params, "c_chunks": GDN_CHUNK_HEAD_S[gpu]}
+    return params
+
+
+def gdn_chunk_s(kernel_s: float, depth: int, seq_s: float) -> float:
+    """Seconds of a GDN chunk call: its kernel's price, or the sequential pass over the
+    ``depth`` chunks of its longest prompt at ``seq_s`` a chunk where that is longer."""
+    return max(kernel_s, seq_s * depth)
 
 
 def fp32_peak(profile: Profile) -> float:

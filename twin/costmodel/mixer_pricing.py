@@ -39,6 +39,11 @@ class MixerPricing(ShardShapes):
         # (kind, decodes) -> that recurrent mixer's decode parts (``_recurrent_decode``).
         self._decode_memo: dict[tuple[str, int], list[tuple[str, str, float]]] = {}
         self.fallback_kernels: list[str] = []
+        gpu = self.profile.gpu
+        # The GDN chunk's sequential pass a chunk (``mk.gdn_chunk_s``): measured for the
+        # fallback only (a profile's own fit prices the whole call).
+        seq = "gdn_chunk" not in self.profile.kernels
+        self.gdn_seq_s = mk.GDN_CHUNK_SEQ_S.get(gpu, 0.0) if seq else 0.0
         for kind, names in used.items():
             if not self.kinds.get(kind):
                 continue
@@ -46,7 +51,7 @@ class MixerPricing(ShardShapes):
                 fit = self.profile.kernels.get(name)
                 if fit is None:
                     self.fallback_kernels.append(name)
-                params = fit.params if fit is not None else mk.FALLBACK[name]
+                params = fit.params if fit is not None else mk.fallback_params(name, gpu)
                 self._opt[name] = lat.compile_fast(name, params, peaks)
                 self._opt_constants[name] = lat.kernel_constants(name, params, peaks)
 
@@ -111,7 +116,8 @@ class MixerPricing(ShardShapes):
             dims = (self.gdn_v, self.gdn_k, m.gdn_head_k_dim, m.gdn_head_v_dim)
             if f.prefill_chunks:
                 sums = mk.gdn_chunk_sums(f.prefill_tokens, f.gdn_chunks, *dims, m.gdn_chunk_size, e)
-                parts.append(("gdn", "gdn_chunk", o["gdn_chunk"](*sums)))
+                chunk_s = mk.gdn_chunk_s(o["gdn_chunk"](*sums), f.gdn_depth, self.gdn_seq_s)
+                parts.append(("gdn", "gdn_chunk", chunk_s))
                 parts.append(self._conv(*conv, decode=False))
             if f.decodes:
                 parts.extend(self._recurrent_decode("gdn", f))

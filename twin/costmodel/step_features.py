@@ -38,6 +38,7 @@ class StepFeatures(NamedTuple):
     absorbed_kv_rows: int = 0  # latent rows read: each extend's keys once
     absorbed_width: int = 0  # the longest such extend's new tokens
     prefill_longest: int = 0  # the longest prefill chunk's sequence (cached + new tokens)
+    gdn_depth: int = 0  # the most GDN chunks of one prefill chunk (its sequential pass)
 
 
 def aggregate_step(
@@ -63,7 +64,8 @@ def aggregate_step(
         raise TwinError("a decode context must be >= 0")
     d_keys = sum(decodes) + n_dec if _full(kinds) else 0
     s_dec = sum(min(c + 1, window) for c in decodes) if "swa" in kinds else 0
-    return _features(len(prefills), sums, n_dec, d_keys, s_dec, absorbed, _longest(prefills))
+    depth = _gdn_depth(prefills, g_chunk) if "gdn" in kinds else 0
+    return _features(len(prefills), sums, n_dec, d_keys, s_dec, absorbed, _longest(prefills), depth)
 
 
 def aggregate_spread(
@@ -88,7 +90,8 @@ def aggregate_spread(
     s_dec = 0
     if "swa" in kinds and batch:
         s_dec = extra * min(base + 2, window) + (batch - extra) * min(base + 1, window)
-    return _features(len(prefills), sums, batch, d_keys, s_dec, absorbed, _longest(prefills))
+    depth = _gdn_depth(prefills, g_chunk) if "gdn" in kinds else 0
+    return _features(len(prefills), sums, batch, d_keys, s_dec, absorbed, _longest(prefills), depth)
 
 
 def split_absorbed(
@@ -132,6 +135,11 @@ def _longest(prefills: Sequence[tuple[int, int]]) -> int:
     return max((n + c for n, c in prefills), default=0)
 
 
+def _gdn_depth(prefills: Sequence[tuple[int, int]], g_chunk: int) -> int:
+    """The most GDN chunks of one prefill chunk (0: none)."""
+    return max((-(-n // g_chunk) for n, _ in prefills), default=0)
+
+
 def _full(kinds: Mapping[str, int]) -> bool:
     """Whether the model has full-attention layers (GQA or MLA: every key before)."""
     return any(k in kinds for k in FULL_KV_KINDS)
@@ -171,6 +179,7 @@ def _features(
     s_dec: int,
     absorbed: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0),
     longest: int = 0,
+    gdn_depth: int = 0,
 ) -> StepFeatures:
     p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks = sums
     a_chunks, a_tok, a_keys, a_rows, a_width = absorbed
@@ -195,4 +204,5 @@ def _features(
         absorbed_kv_rows=a_rows,
         absorbed_width=a_width,
         prefill_longest=longest,
+        gdn_depth=gdn_depth,
     )

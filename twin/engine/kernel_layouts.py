@@ -118,10 +118,40 @@ def trtllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> Kern
     )
 
 
+# vLLM 0.12.0 runs a block-fp8 MoE through DeepGEMM's contiguous grouped GEMM at every step
+# size (the 0.12.0 wheel): ``quantization/fp8.py`` ``get_fp8_moe_backend`` picks
+# ``Fp8MoeBackend.DEEPGEMM`` for block-quantised weights where DeepGEMM is supported
+# (``utils/deep_gemm.py`` ``is_deep_gemm_supported``: compute capability 9.0 or 10.0) and
+# the MoE's tensor-parallel size (dp x tp) is below 8 (``VLLM_USE_DEEP_GEMM`` and
+# ``VLLM_MOE_USE_DEEP_GEMM`` default 1, ``VLLM_USE_FLASHINFER_MOE_FP8`` 0); then
+# ``fused_moe/fused_moe.py`` ``fused_experts`` calls ``deep_gemm_moe_fp8`` whenever
+# ``is_deep_gemm_e8m0_used()`` (``VLLM_USE_DEEP_GEMM_E8M0`` default 1, on Hopper too), not
+# only for M >= 128 (``_valid_deep_gemm``). ``deep_gemm_moe.py`` lays each expert's rows
+# out padded to ``get_mk_alignment_for_contiguous_layout()``, 128 in DeepGEMM, so a decode
+# step computes 128 rows for every expert its few tokens reach. 0.16.0 selects among
+# FlashInfer, DeepGEMM and Triton in ``fused_moe/oracle/fp8.py`` (not resolved here), so
+# only 0.12.0 is read as this rule. The GPU and the experts' format are the cost model's
+# (``DensePricing._moe_padded_rows``).
+VLLM_DEEPGEMM_MOE_BUILDS = frozenset({"0.12.0"})
+DEEPGEMM_M_ALIGNMENT = 128
+VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this MoE TP
+
+
+def vllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
+    """vLLM ``build``'s kernel layout of ``model`` (above): its experts padded per expert
+    to DeepGEMM's M alignment on 0.12.0 under a MoE tensor-parallel size below 8."""
+    if not model.n_moe_layers or build not in VLLM_DEEPGEMM_MOE_BUILDS:
+        return DEFAULT_LAYOUT
+    if tp * max(dp, 1) >= VLLM_DEEPGEMM_MOE_MAX_TP:
+        return DEFAULT_LAYOUT
+    return KernelLayout(moe_rows_per_expert=DEEPGEMM_M_ALIGNMENT)
+
+
 __all__ = [
     "sglang_gdn_in_proj_gemms",
     "sglang_kernel_layout",
     "trtllm_kernel_layout",
     "trtllm_norm_in_allreduce",
     "trtllm_qk_norm_rope_pass",
+    "vllm_kernel_layout",
 ]

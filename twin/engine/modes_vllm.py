@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from twin.engine import speculative
+from twin.engine.kernel_layouts import vllm_kernel_layout
 from twin.engine.mode_base import (
     EngineMode,
     Flag,
@@ -608,5 +609,6 @@ VLLM = EngineMode(
     # vLLM V1 frees a preempted request's blocks still hashed (twin.engine.vllm_batching).
     scheduler_options={"cache_preempted": True},
     gpu_defaults=vllm_gpu_defaults,
+    kernel_layout=vllm_kernel_layout,
     releases=VLLM_RELEASES,
 )

@@ -1,0 +1,48 @@
+"""vLLM 0.12.0's block-fp8 experts on Hopper: DeepGEMM's contiguous grouped GEMM at every
+step size, each expert reached padded to 128 rows (``twin.engine.kernel_layouts.
+vllm_kernel_layout``, ``DensePricing._moe_padded_rows``; issue 31)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from twin.costmodel import CostModel
+from twin.costmodel.kernel_layout import KernelLayout
+from twin.costmodel.profile_store import load_profile
+from twin.engine.kernel_layouts import vllm_kernel_layout
+from twin.errors import TwinError
+from twin.presets import get_model
+
+QWEN3 = dataclasses.replace(
+    get_model("qwen3-235b-a22b"), precision="fp8", moe_precision="fp8-block", kv_dtype="fp8"
+)
+PADDED = KernelLayout(moe_rows_per_expert=128)
+
+
+def test_vllm_0_12_0_pads_below_moe_tp_8_only() -> None:
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 2, 1) == PADDED
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 4, 2).moe_rows_per_expert == 0  # MoE TP 8
+    assert vllm_kernel_layout(QWEN3, "0.19.0", 2, 1).moe_rows_per_expert == 0
+    assert vllm_kernel_layout(get_model("llama-3-8b"), "0.12.0", 2, 1).moe_rows_per_expert == 0
+    with pytest.raises(TwinError, match="moe_rows_per_expert"):
+        KernelLayout(moe_rows_per_expert=-1)
+
+
+def test_a_decode_step_computes_128_rows_an_expert_reached() -> None:
+    h200 = load_profile("h200", "vllm")
+    plain, padded = CostModel(QWEN3, h200, 2), CostModel(QWEN3, h200, 2, kernel_layout=PADDED)
+    rows, active = 16 * 8.0, 60.0
+    assert plain._moe_padded_rows(rows, active) == rows
+    assert padded._moe_padded_rows(rows, active) == active * 128
+    assert padded._moe_padded_rows(40_000.0, active) == 40_000.0  # a prefill's rows
+    # A decode step of 16 sequences pays for the padded rows (the measured 0.12.0 TPOT at
+    # tp 2: 52-56 ms at 9-20 clients, where the routed rows alone price 24-30).
+    assert padded.decode([4000] * 16) > 1.3 * plain.decode([4000] * 16)
+    # Neither on a GPU DeepGEMM does not run on (B300: compute capability 10.3) nor for
+    # experts of another format.
+    b300 = load_profile("b300", "vllm")
+    assert CostModel(QWEN3, b300, 2, kernel_layout=PADDED)._moe_padded_rows(rows, active) == rows
+    bf16 = get_model("qwen3-235b-a22b")  # bf16 experts
+    assert CostModel(bf16, h200, 4, kernel_layout=PADDED)._moe_padded_rows(rows, active) == rows
