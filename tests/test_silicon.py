@@ -293,21 +293,17 @@ def test_sglang_at_its_defaults_keeps_the_checkpoints_kv_dtype() -> None:
 
 def test_sglang_rows_from_0562_ran_the_generators_mixed_chunks() -> None:
     """aiconfigurator's SGLang rule (ai-dynamo/aiconfigurator #257/#258, 2026-01-19):
-    ``--enable-mixed-chunk``, ``--max-prefill-tokens isl + 1500``, ``--max-running-requests``
-    the batch; the collection's rows run it from 0.5.6.post2 (the first SGLang template
-    added after the rule, #265) and keep SGLang's defaults on 0.5.1.post1. Worked by hand
-    for 1,000 tokens at 160 clients: 1,000 + 1,500 = 2,500. No KV dtype is written, so a
+    ``--enable-mixed-chunk`` and ``--max-running-requests`` the batch (its ``--max-prefill-
+    tokens isl + 1500`` is refused by the rows' admissions: SGLang's default stands); the
+    collection's rows run it from 0.5.6.post2 (the first SGLang template added after the
+    rule, #265) and keep SGLang's defaults on 0.5.1.post1. No KV dtype is written, so a
     bf16 checkpoint keeps SGLang's bf16 cache."""
     from dataclasses import replace
 
     base = _rows()["tiny_h100_vllm_agg_64x8_c2_fp8"]
     row = replace(base, backend="sglang", backend_version="0.5.6.post2", isl=1000)
     row = replace(row, concurrency=160, batch_size=160)
-    sets = {
-        "enable_mixed_chunk": "true",
-        "max_prefill_tokens": "2500",
-        "max_running_requests": "160",
-    }
+    sets = {"enable_mixed_chunk": "true", "max_running_requests": "160"}
     assert sil.deployment(row, "sglang") == {"sets": sets}
     assert sil.deployment(replace(row, backend_version="0.5.8.post1"), "sglang") == {"sets": sets}
     assert sil.deployment(replace(row, backend_version="0.5.1.post1"), "sglang") == {}

@@ -32,6 +32,19 @@ DEPLOYED_ENGINES = frozenset({"vllm", "trtllm"})
 # score at SGLang's defaults (13.8% TTFT against 70.5% with mixed chunks, "Engine fidelity
 # against silicon (issue 31)"), so they keep them (docs/decisions.md, "Issue 31, step:
 # the Llama-3.1-8B H200 SGLang rows ran the generator's mixed chunks").
+# Of the three, the rows' own admissions refuse ``--max-prefill-tokens isl + 1500``, so the
+# twin leaves SGLang's default (16,384; ``server_args.py`` 0.5.6.post2 and 0.5.8.post1),
+# under which the chunk (``chunked_prefill_size`` less the running requests) is the
+# step's budget. SGLang's ``PrefillAdder`` (0.5.6.post2 ``managers/schedule_policy.py``:
+# ``rem_input_tokens = max_prefill_tokens - mixed_with_decode_tokens``; ``add_one_req``
+# returns ``AddReqResult.OTHER`` for a request whose input is at least what is left once
+# the batch holds one) admits at most two 1,000-token prompts a step at 2,500 less the
+# running batch, but Llama-3.1-8B H200 tp 8 1000/100 at 448 clients completes 104
+# requests/s at a 34.1 ms TPOT: 3.56 admissions a step (tp 4 at 352 clients: 2.85), and
+# only mixed steps that large give its tp 4 and 8 OSL-100 rows their 29-34 ms TPOT (the
+# twin's 16-20 ms at 2,500). The generator's history renders the flag with the other two
+# (#265), so the collection's server did not take it as the row's ISL; where from is not
+# public (docs/decisions.md, "Issue 31, step: the SGLang dense groups' admissions").
 SGLANG_GENERATED_FROM = "0.5.6.post2"
 DEPLOYMENT_EXTRA_TOKENS = 1500  # the rules' "isl + 1500" margin
 TRTLLM_TOKENS_PER_BLOCK = 32  # benchmark/trtllm.rule: tokens_per_block default
@@ -58,9 +71,10 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
       and SGLang's templates write ``--gpu-memory-utilization`` and
       ``--mem-fraction-static`` only when given, and the rules give none.
 
-    - SGLang: ``--enable-mixed-chunk``, ``--max-prefill-tokens isl + 1500`` and
-      ``--max-running-requests max_batch_size`` (``rule_plugin/sglang.rule``,
-      ``cli_args.0.5.6.post2.j2``); ``chunked_prefill_size`` stays SGLang's default by GPU
+    - SGLang: ``--enable-mixed-chunk`` and ``--max-running-requests max_batch_size``
+      (``rule_plugin/sglang.rule``, ``cli_args.0.5.6.post2.j2``); its ``--max-prefill-tokens
+      isl + 1500`` is left out, as the rows' admissions refuse it (``SGLANG_GENERATED_FROM``),
+      so SGLang's default stands; ``chunked_prefill_size`` stays SGLang's default by GPU
       memory and ``--kv-cache-dtype`` is left out (the row does not say which dtype the
       generator was given: ``precision.engine_default_kv``). Which SGLang rows ran it:
       :func:`deployed`.
@@ -79,12 +93,7 @@ def aiconfigurator_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
             "memory_utilization": TRTLLM_TEMPLATE_FREE_FRACTION,
         }
     if engine == "sglang":
-        sets = {
-            "enable_mixed_chunk": "true",
-            "max_prefill_tokens": str(row.isl + DEPLOYMENT_EXTRA_TOKENS),
-            "max_running_requests": str(batch),
-        }
-        return {"sets": sets}
+        return {"sets": {"enable_mixed_chunk": "true", "max_running_requests": str(batch)}}
     return {}
 
 
