@@ -140,24 +140,37 @@ def test_a_bf16_cache_on_sglang_059_takes_the_module_its_tables_timed() -> None:
 
 
 @pytest.mark.parametrize("gpu", ["b200", "b300"])
-def test_an_fp8_cache_on_blackwell_does_not_take_the_bf16_timed_module(gpu: str) -> None:
+def test_an_fp8_cache_on_blackwell_takes_the_bf16_timed_module_at_half_its_stream(
+    gpu: str,
+) -> None:
     """SGLang's module tables time a bf16 cache on Blackwell too (aiconfigurator's
     ``collect_mla_module.py`` passes "bf16" for ``trtllm_mla``; the timings read
     1,526-1,685 bytes a cached token, TensorRT-LLM's bf16-cache module 1,562-1,692, its
     fp8 one 693-891): DeepSeek-R1 fp8 at an fp8 cache (InferenceMAX's B200/B300 SGLang
-    scripts, ``--kv-cache-dtype fp8_e4m3``) on 0.5.9 / 0.5.10 takes the fp8-KV kernel
-    fits of the same ``trtllm_mla`` kernel at fp8 features, not the module; a bf16
-    cache still takes the module."""
+    scripts, ``--kv-cache-dtype fp8_e4m3``) on 0.5.9 / 0.5.10 takes the module, its
+    decode streaming half the latent bytes it was fitted with (``trtllm_mla`` reads the
+    fp8 cache as stored); a bf16 cache takes the module at its fitted bytes."""
     prof = load_profile(gpu, "sglang").at_release("0.5.10")
     fp8 = priced_precision(with_precision(resolve_model("deepseek-r1"), "fp8", "fp8"), prof)
-    assert "mla_module_decode" not in fp8.keys
-    assert fp8.keys["mla_decode"] == "mla_decode_fp8kv"
-    assert fp8.keys["mla_prefill"] == "mla_prefill_fp8kv"
+    assert fp8.keys["mla_module_decode"] == DECODE
     assert fp8.mla_kv_elem_bytes == (1, 1)
-    assert "MLA attention" not in fp8.notes
+    assert fp8.mla_module_kv_share == 0.5
+    assert "timed at a bf16 cache" in fp8.notes["MLA attention"]
     bf16 = priced_precision(with_precision(resolve_model("deepseek-r1"), "fp8", "bf16"), prof)
     assert bf16.keys["mla_module_decode"] == DECODE
-    assert "timed at a bf16 cache" in bf16.notes["MLA attention"]
+    assert bf16.mla_module_kv_share == 1.0
+    # the decode's price: the fp8 cache's stream is the one the bf16 timing's less half
+    model = with_precision(resolve_model("deepseek-r1"), "fp8", "fp8")
+    act_e, w_e = operand_bytes("fp8")
+    fit = prof.kernels[DECODE]
+    names = fm.get_formula(DECODE).features
+
+    def seconds(kv_e: float) -> float:
+        sums = mla_module_decode_sums(dims(16), 64, 64 * 4097, 2, act_e, w_e, kv_e)
+        extras = dict(zip(names, map(float, sums[2:]), strict=True))
+        return lat.predict(DECODE, fit.params, prof.peaks, float(sums[0]), float(sums[1]), extras)
+
+    assert model.kv_dtype == "fp8" and seconds(0.5) < seconds(1.0)
 
 
 def test_an_fp8_cache_on_hopper_keeps_the_module_without_a_prefill_kernel_fit() -> None:
@@ -168,4 +181,6 @@ def test_an_fp8_cache_on_hopper_keeps_the_module_without_a_prefill_kernel_fit() 
     fp8 = priced_precision(with_precision(resolve_model("deepseek-r1"), "fp8", "fp8"), prof)
     assert fp8.keys["mla_module_decode"] == DECODE
     assert fp8.mla_kv_elem_bytes == (1, 1)
+    # FlashInfer's decode casts the fp8 buffer to bf16 first: the fitted stream
+    assert fp8.mla_module_kv_share == 1.0
     assert "timed at a bf16 cache" in fp8.notes["MLA attention"]

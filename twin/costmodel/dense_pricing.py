@@ -16,7 +16,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import LABEL, StepCost
 from twin.costmodel.kernel_layout import DEEPGEMM_GPUS, KernelLayout
-from twin.costmodel.moe_layout import measured_ep, priced_ep
+from twin.costmodel.moe_layout import fuses_shared_expert, measured_ep, priced_ep
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import SeriesTerm, series_key
@@ -43,6 +43,8 @@ class DensePricing(ShardShapes):
     # (``twin.costmodel.moe_layout``): the run's, or the TP layout of the same GPUs.
     _moe_ep: int
     _moe_width: int
+    # Whether the shared expert runs inside the fused-MoE launch (``moe_layout``).
+    _shared_fused: bool
     allreduce_latency_s: float
     rope_in_attention: bool
     kernel_keys: dict[str, str]
@@ -118,6 +120,7 @@ class DensePricing(ShardShapes):
         self._routing = routing_for(self.model)
         self._moe_small: Callable[..., float] | None = None
         self._moe_series = self._moe_small_series = None
+        self._shared_fused = False
         if not self.model.n_moe_layers:
             return
         fmt = self.priced.expert
@@ -127,6 +130,7 @@ class DensePricing(ShardShapes):
         fit = self.profile.kernels[key]
         source = str(fit.provenance.get("kernel_source", ""))
         self._moe_ep = priced_ep(self.model, self.tp, self.ep, source)
+        self._shared_fused = fuses_shared_expert(self.model, self.ep, source)
         if fit.series is not None:  # a TP run the table timed only as EP (moe_layout)
             m, series = self.model, fit.series
             shape = (self.d_model, m.moe_d_ff, m.moe_top_k, m.moe_n_experts)
@@ -407,9 +411,11 @@ class DensePricing(ShardShapes):
         n_exp, top, ep = m.moe_n_experts, m.moe_top_k, self._moe_ep
         routed = t * top
         load = self._routing.rank_load(t, n_exp, top, ep)
-        active = load.active
+        rows, active = load.rows, load.active
+        if self._shared_fused:  # one more expert, every token's: its weights and t rows
+            routed, rows, active = routed + t, rows + t, active + 1.0
         flops, nbytes, weights = ft.moe_sums(
-            self._moe_padded_rows(load.rows, active),
+            self._moe_padded_rows(rows, active),
             active,
             d,
             self._moe_width,
@@ -427,7 +433,7 @@ class DensePricing(ShardShapes):
             experts *= math.exp(series[0].log_factor(series[1], t))
         router = self._gemm(t, d, n_exp)
         shared, act = 0.0, 0.0
-        if self.shared_width:  # the shared expert: a dense MLP over every token
+        if self.shared_width and not self._shared_fused:  # a dense MLP over every token
             sw = self.shared_width
             shared = self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
             act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))

@@ -303,7 +303,7 @@ def mla_absorbed_sums(
     width: int,
     dims: MlaDims,
     e: int,
-    kv_e: int,
+    kv_e: float,
 ) -> tuple[Sums, Sums, Sums, Sums]:
     """(FLOPs, bytes, tiles, keys per sequence) of MLA's absorbed form over ``queries``
     query tokens of ``sequences`` sequences (at most ``width`` a sequence), ``keys``
@@ -449,7 +449,7 @@ def mla_module_prefill_sums(
 
 
 def mla_module_decode_sums(
-    dims: MlaDims, batch: Sums, keys: Sums, e: int, act_e: float, w_e: float, kv_e: int
+    dims: MlaDims, batch: Sums, keys: Sums, e: int, act_e: float, w_e: float, kv_e: float
 ) -> ModuleSums:
     """The module's features (``ModuleSums``) over ``batch`` decode tokens reading
     ``keys`` keys in all: :func:`mla_module_absorbed_sums` of one query token a
@@ -467,7 +467,7 @@ def mla_module_absorbed_sums(
     e: int,
     act_e: float,
     w_e: float,
-    kv_e: int,
+    kv_e: float,
 ) -> ModuleSums:
     """The module's features (``ModuleSums``) in its absorbed form
     (:func:`mla_absorbed_sums`' arguments): the projections and the two absorbed BMMs

@@ -273,8 +273,9 @@ class MlaPricing(ShardShapes):
         mode = self.mla_modes[1]
         if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
+            stream = kv_e * self.priced.mla_module_kv_share  # precision_kernels
             module = mf.mla_module_absorbed_sums(
-                d, batch, rows, keys, kv, width, e, act_e, w_e, kv_e
+                d, batch, rows, keys, kv, width, e, act_e, w_e, stream
             )
             return [("mla", "mla_module", self._mla["mla_module_decode"](*module))]
         act_b, w_b = self._mla_bmm_bytes

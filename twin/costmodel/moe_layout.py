@@ -122,3 +122,34 @@ def measured_ep(
     if group_limited(model) or model.moe_n_experts % tp:
         return ep
     return tp if timed(1, tp) and not timed(tp, 1) else ep
+
+
+# The fused-MoE kernel source of SGLang's Triton runner (``fused_moe_triton``), the one
+# that folds DeepSeek's shared expert into its routed launch (``fuses_shared_expert``).
+SGLANG_TRITON_MOE_SOURCE = "sglang_fused_moe_triton"
+
+
+def fuses_shared_expert(model: ModelSpec, ep: int, kernel_source: str) -> bool:
+    """Whether the engine runs ``model``'s shared expert as one more routed expert of the
+    fused-MoE launch (every token's ``top_k + 1``-th, always hit) instead of its own MLP.
+
+    SGLang 0.5.9 (wheel, read) ``models/deepseek_v2.py``
+    ``DeepseekV2ForCausalLM.determine_num_fused_shared_experts``: fused for the
+    ``DeepseekV3ForCausalLM`` architecture with 256 routed experts and one shared one, on
+    CUDA from SM 80, with no expert parallelism and no DeepEP / MoRI all-to-all (and not
+    w4afp8); ``server_args.py`` turns it off for the ``flashinfer_trtllm`` runner and the
+    FlashInfer all-to-all. ``DeepseekV2MoE`` then builds ``FusedMoE`` with
+    ``num_experts + num_fused_shared_experts`` experts and ``top_k + 1``, and
+    ``fused_moe_triton/fused_moe_triton_config.py`` reads the tuned configs of ``E=257``
+    (``triton_3_5_1``: the up and the ``_down`` TMA config). Only the Triton runner is
+    checked here (the runner ``layers/quantization/fp8.py`` ``create_moe_runner`` picks
+    for block-fp8 without DeepEP: H200's DeepSeek rows); the DSA models (DeepSeek-V3.2,
+    GLM-5) name other architectures and Kimi-K2 has 384 experts."""
+    return (
+        kernel_source == SGLANG_TRITON_MOE_SOURCE
+        and ep == 1
+        and model.kv_lora_rank > 0
+        and model.index_topk == 0
+        and model.moe_n_experts == 256
+        and model.moe_shared_d_ff == model.moe_d_ff
+    )

@@ -44,6 +44,9 @@ SHARED_AS_LINEAR_NOTE = "shared expert as the linear layers' GEMMs (no GEMM fit 
 MLA_AS_GQA_NOTE = "MLA {} priced with GQA kernels (no MLA fit for it in this profile)"
 BF16_MLA_NOTE = "bf16-KV MLA kernel (no fp8-KV MLA fit in this profile)"
 SGLANG_MODULE_NOTE = "SGLang's MLA module tables, labelled fp8-KV, timed at a bf16 cache"
+# SGLang's MLA backend whose decode kernel reads an fp8 cache as stored
+# (``module_decode_kv_share``).
+FP8_CACHE_MLA_SOURCE = "trtllm_mla"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class PricedPrecision:
     mla_kv_elem_bytes: tuple[int, ...] = (2, 2)
     mla_gemm_bytes: tuple[float, float] = (2.0, 2.0)
     mla_bmm_bytes: tuple[float, float] = (2.0, 2.0)
+    # The share of its features' latent bytes the MLA module's decode streams
+    # (:func:`module_decode_kv_share`).
+    mla_module_kv_share: float = 1.0
 
     @property
     def quantised(self) -> bool:
@@ -164,7 +170,28 @@ def priced_precision(model: ModelSpec, profile: Profile) -> PricedPrecision:
         mla_kv_elem_bytes=tuple(kv_elem if k is None else k for k in mla_kv),
         mla_gemm_bytes=mla_gemm,
         mla_bmm_bytes=mla_bmm,
+        mla_module_kv_share=module_decode_kv_share(model, profile, keys),
     )
+
+
+def module_decode_kv_share(model: ModelSpec, profile: Profile, keys: Mapping[str, str]) -> float:
+    """The share of its features' latent bytes an fp8 cache's decode streams where
+    SGLang's module fit prices it: that fit timed a bf16 cache as fp8 features
+    (:func:`_timed_at_bf16`: ``e`` bytes an element counted as ``KV_FP8_BYTES``), and the
+    fp8 cache's decode kernel reads one byte an element (SGLang 0.5.9
+    ``layers/attention/trtllm_mla_backend.py``: ``forward_decode`` passes the fp8 cache
+    to ``trtllm_batch_decode_with_kv_cache_mla`` as stored, the query quantised to fp8),
+    so the KV stream is ``KV_FP8_BYTES / e`` of the fitted one. 1 elsewhere: a bf16
+    cache, a fit timed at its own cache, and FlashInfer's MLA (Hopper's tables), whose
+    0.5.9 ``flashinfer_mla_backend.py`` ``forward_decode`` casts the fp8 layer buffer
+    ``.to(q.dtype)`` before its kernel reads it as bf16. The prefill's stream is the
+    decompressed K/V (bf16 whatever the cache) and keeps the fitted bytes."""
+    key = keys.get("mla_module_decode")
+    if model.kv_dtype != "fp8" or key is None or not _timed_at_bf16(profile, key):
+        return 1.0
+    if profile.kernels[key].provenance.get("kernel_source") != FP8_CACHE_MLA_SOURCE:
+        return 1.0
+    return px.KV_FP8_BYTES / model.dtype_bytes
 
 
 def _mla_keys(
@@ -182,8 +209,11 @@ def _mla_keys(
     bytes of the module's GEMMs and of the BMMs. An fp8 cache without an fp8-KV MLA fit
     takes the bf16-KV one at its own (bf16) features, as for attention, and the label
     says so. SGLang's module fits (:func:`_timed_at_bf16`) are a bf16-KV pair whatever
-    their names say: a bf16 cache takes them; an fp8 cache takes its own cache's kernel
-    fits instead where the profile has them for both phases."""
+    their names say: either cache takes them, an fp8 cache's decode streaming the bytes
+    its cache holds where its kernel reads them as stored (:func:`module_decode_kv_share`)
+    rather than the 0.5.14 kernel fits of its cache (their decomposed fixed costs priced
+    the 0.5.9 B200 fit rows' small batches 3-9% dear: docs/decisions.md, issue 31,
+    session 25's SGLang DeepSeek step)."""
     e = model.dtype_bytes
     quantised = linear.bytes_per_param is not None
     gemm_bytes = px.gemm_operand_bytes(linear, e) if quantised else (float(e), float(e))
@@ -209,13 +239,10 @@ def _mla_keys(
             if all(map(has, pair.values())) and not (kv == "fp8" and timed_bf16):
                 keys.update(pair)
                 return (kv_bytes(kv), kv_bytes(kv)), gemm_bytes, bmm_bytes
-        # A bf16 cache takes them; an fp8 cache only where the profile has no fp8-KV
-        # kernel fit of both phases (Hopper's SGLang tables time no MLA prefill kernel),
-        # as an fp8 cache takes any bf16-KV fit; else its own cache's kernel fits below
-        # (the same kernels: SGLang 0.5.9/0.5.10 ``server_args.py`` runs ``trtllm_mla``
-        # for DeepSeek-V3 on SM100, the kernel of the 0.5.14 tables).
-        own_kernels = all(has(mla_kernel(f, kv=own_kv)) for f in _KERNELS)
-        if timed_bf16 and (own_kv == "bfloat16" or not own_kernels):
+        # Both caches take them (the module SGLang 0.5.9/0.5.10 runs: ``trtllm_mla`` for
+        # DeepSeek-V3 on SM100, FlashInfer on Hopper by the scripts' flag); an fp8
+        # cache's decode at its own stream (``PricedPrecision.mla_module_kv_share``).
+        if timed_bf16:
             keys.update(sglang)
             notes["MLA attention"] = SGLANG_MODULE_NOTE
             return (px.KV_FP8_BYTES, px.KV_FP8_BYTES), gemm_bytes, bmm_bytes
@@ -300,6 +327,7 @@ __all__ = [
     "MOE_AS_GEMM_NOTE",
     "SGLANG_MODULE_NOTE",
     "PricedPrecision",
+    "module_decode_kv_share",
     "no_fp4",
     "priced_precision",
     "profile_name",
