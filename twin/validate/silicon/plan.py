@@ -50,6 +50,7 @@ from twin.validate.silicon.precision import (
     hf_quant_config,
     row_precision,
     runs_weight_only,
+    served_fp8_checkpoint,
 )
 from twin.validate.silicon.rows import (
     REASON_DISAGG,
@@ -191,7 +192,9 @@ def plan_row(
         return "model config not readable"
     model_type = str(config.get("model_type", ""))
     own = hf_id == row.model_path
-    precision = row_precision(row, config, own, hf_quant_config(folder, row.model_path), gpu)
+    served_fp8 = served_fp8_checkpoint(row, folder) if own else None
+    hf = hf_quant_config(folder, row.model_path)
+    precision = row_precision(row, config, own, hf, gpu, served_fp8)
     if isinstance(precision, str):
         return precision
     try:

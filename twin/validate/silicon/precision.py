@@ -68,6 +68,26 @@ BLOCK_SCALED_EXPERTS = frozenset({"vllm"})
 # InferenceMAX's ``gptoss_fp4_b200_trt.sh`` serves ``openai/gpt-oss-120b`` with
 # ``kv_cache_config.dtype: fp8`` (the columns' fp8 pairing, kept).
 CHECKPOINT_EXPERTS = frozenset({("vllm", "mxfp4"), ("trtllm", "mxfp4")})
+# Backends that cannot quantise an unquantised checkpoint, so a row whose columns name fp8
+# but whose ``model_path`` is the unquantised model ran a quantised checkpoint of it:
+# TensorRT-LLM's PyTorch backend ignores a requested quantisation and takes the
+# checkpoint's own (``tensorrt_llm/llmapi/llm_utils.py`` ``CachedModelLoader.__call__``:
+# "QuantConfig for pytorch backend is ignored. You can load quantized model with
+# hf_quant_config.json directly"; ``ModelLoader._update_from_hf_quant_config``:
+# ``quant_method`` fp8 with ``weight_block_size`` -> ``QuantAlgo.FP8_BLOCK_SCALES``,
+# NVIDIA/TensorRT-LLM's stored tree, the 1.x line), and aiconfigurator's generated
+# deployment passes no quantisation (aiconfigurator 0.12.0 ``generator/config/
+# backend_templates/trtllm/extra_engine_args.1.0.0rc3.yaml.j2``: the model path and
+# ``kv_cache_dtype`` only). Which checkpoint is not recorded; the twin prices the model
+# organisation's own FP8 repository (:data:`SERVED_FP8_SUFFIX`) where its config is
+# cached: ``Qwen/Qwen3-32B-FP8``, block-scaled (``weight_block_size`` [128, 128]). On the
+# H100 1.0.0rc3 Qwen3-32B rows (fit split) the per-tensor price is 9% fast in TPOT, more
+# where contexts fill the decodes (c 32-64: 0.84), and the block price is flat at 0.97-1.05
+# by clients, TP and OSL (docs/decisions.md, "Issue 31, step: the H100 TensorRT-LLM
+# Qwen3-32B rows served a block-fp8 checkpoint"); bf16 weights (what the named checkpoint
+# holds) are 26% off.
+SERVED_FP8_BACKENDS = frozenset({"trtllm"})
+SERVED_FP8_SUFFIX = "-FP8"
 
 
 @dataclass(frozen=True)
@@ -222,6 +242,21 @@ def weight_only_checkpoint(config: dict[str, Any]) -> tuple[str, str] | None:
     return ("bf16", "int4") if int4 and attention_kept else None
 
 
+def served_fp8_checkpoint(row: SiliconRow, configs: Path) -> dict[str, Any] | None:
+    """The cached config of the quantised checkpoint a :data:`SERVED_FP8_BACKENDS` row
+    whose columns name fp8 ran (``<model_path>`` + :data:`SERVED_FP8_SUFFIX`), None where
+    the rule does not apply or no such config is cached."""
+    from twin.validate.silicon.configs import config_file, read_config
+
+    if row.backend not in SERVED_FP8_BACKENDS or (row.gemm_quant_mode or row.precision) != "fp8":
+        return None
+    path = config_file(configs, row.model_path + SERVED_FP8_SUFFIX)
+    try:
+        return read_config(str(path)) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def runs_weight_only(row: SiliconRow, gpu: str | None) -> bool:
     """Whether the row's experts' column names a 4-bit mode the GPU runs weight-only:
     ``int4_wo``, or nvfp4 on a GPU without FP4 tensor cores (aiconfigurator 0.12.0 runs
@@ -243,6 +278,7 @@ def row_precision(
     own: bool,
     hf: dict[str, Any] | None,
     gpu: str | None = None,
+    served: dict[str, Any] | None = None,
 ) -> RowPrecision | str:
     """What the twin prices ``row`` at, or a reason starting "precision".
 
@@ -261,7 +297,11 @@ def row_precision(
     and aiconfigurator's InferenceMAX reader takes gpt-oss's quantisation from the
     checkpoint: aiconfigurator 0.12.0 ``sdk/config_adapter/inferencex.py``
     ``NATIVE_QUANT_MODELS``; Kimi-K2.5's int4 rows say ``int4_wo`` for the GEMMs too,
-    but its checkpoint leaves attention and the shared and dense MLPs in bf16)."""
+    but its checkpoint leaves attention and the shared and dense MLPs in bf16).
+
+    ``served``: the config of the quantised checkpoint a :data:`SERVED_FP8_BACKENDS` row
+    ran where its columns name fp8 and its own checkpoint (``own``) is unquantised
+    (:func:`served_fp8_checkpoint`); a block-scaled one is priced as ``fp8-block``."""
     native = weight_only_checkpoint(config) if own else None
     weight_only = runs_weight_only(row, gpu)
     if native is not None and (weight_only or (row.backend, native[1]) in CHECKPOINT_EXPERTS):
@@ -314,6 +354,20 @@ def row_precision(
         ):
             moe = "fp8-block"
             why += "; the checkpoint's weight_block_size: fp8-block experts"
+        if (
+            weights == "fp8"
+            and own
+            and checkpoint == ""
+            and served is not None
+            and row.backend in SERVED_FP8_BACKENDS
+            and _checkpoint_quant(served, None) == "fp8-block"
+        ):
+            weights = "fp8-block"
+            moe = "fp8-block" if moe in (None, "fp8") else moe
+            why += (
+                f"; {row.backend} served the unquantised checkpoint's "
+                f"{SERVED_FP8_SUFFIX} repository (weight_block_size): fp8-block"
+            )
     elif checkpoint:
         weights, why = checkpoint, "the checkpoint's quantisation config"
     elif suffix is not None:
