@@ -20,7 +20,7 @@ from twin.errors import TwinError
 @dataclass(frozen=True)
 class KernelLayout:
     """An engine build's kernel layout (module docstring); each field's pricing is in
-    ``twin.costmodel.dense_pricing.DensePricing``."""
+    ``twin.costmodel.dense_pricing.DensePricing`` unless its comment names another."""
 
     # GEMM launches a GDN layer's input projection runs as (how the engine lays out the
     # checkpoint's matrices, ``DensePricing._gdn_in_proj``): 1, one GEMM of the whole
@@ -46,6 +46,13 @@ class KernelLayout:
     # expert a launch reaches padded to this many rows (its M alignment); 0: the fused-MoE
     # fit's rows as routed (vLLM 0.12.0 on Hopper: ``DensePricing._moe_padded_rows``).
     moe_rows_per_expert: int = 0
+    # Under attention DP the MoE layers bring the ranks' tokens together by an all-gather
+    # (in the experts' activation format where the engine quantises before it) and return
+    # them by a reduce-scatter, and the dense MLP layers run on each rank's own tokens with
+    # no exchange (TensorRT-LLM without its all-to-all): priced by
+    # ``twin.costmodel.gather_scatter.GatherScatterPrice`` in
+    # ``twin.engine.dp_attention.DPStepPricer.comm_time``; False: SGLang's gather/scatter.
+    moe_gather_scatter: bool = False
 
     def __post_init__(self) -> None:
         if self.moe_rows_per_expert < 0:

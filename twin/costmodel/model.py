@@ -255,6 +255,13 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         profile's fitted all-reduce at that GPU count, else the ring on its peaks)."""
         return self._allreduce(tokens)
 
+    def gather_time(self, nbytes: float) -> float:
+        """Seconds of one all-gather, or one reduce-scatter, of a buffer of ``nbytes`` (all
+        the ranks' rows) over the ``tp`` GPUs: a ring moves ``(tp - 1) / tp`` of it a GPU,
+        half what an all-reduce of it moves, priced on the profile's all-reduce (fitted,
+        else the ring on its peaks) at that traffic (no all-gather table is fitted)."""
+        return self._allreduce_bytes(nbytes / 2)
+
     def head_s(self, tokens: int, sequences: int) -> float:
         """Seconds the head (embedding gather, final norm, LM head) takes of a step of
         ``tokens`` tokens and ``sequences`` sequences, with its host time where host time

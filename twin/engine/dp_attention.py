@@ -59,15 +59,18 @@ With DeepEP (SGLang's ``--moe-a2a-backend deepep``, vLLM's ``--all2all-backend
 deepep_high_throughput`` / ``deepep_low_latency``: ``EngineConfig.moe_a2a``) the MoE layers
 exchange tokens by DeepEP's dispatch and combine instead, priced from the profile's
 all-to-all fits on the busiest rank's tokens (``twin.costmodel.a2a.A2APrice``); the dense
-layers keep the gather/scatter. Not modelled: DeepEP across nodes (the fits are one
-node's), MoE load imbalance between ranks, TensorRT-LLM's ``attention_dp_enable_balance``
-delays without the option, overlap of communication with compute, fast-forwarded decode
-runs (each synchronised step is priced on its own) and host tiers (refused by
-``EngineConfig``). With speculative decoding every forward of an iteration (the
-verification, each draft pass) is a synchronised step of its own
-(``twin.engine.speculative.SpeculativePricer.sync_time``), the draft priced by this
+layers keep the gather/scatter. TensorRT-LLM runs an all-gather and a reduce-scatter of all
+ranks' tokens in the MoE layers and no exchange in the dense ones
+(``KernelLayout.moe_gather_scatter``, ``twin.costmodel.gather_scatter``). Not modelled:
+DeepEP across nodes (the fits are one node's), MoE load imbalance between ranks,
+TensorRT-LLM's ``attention_dp_enable_balance`` delays without the option, overlap of
+communication with compute, fast-forwarded decode runs (each synchronised step is priced on
+its own) and host tiers (refused by ``EngineConfig``). With speculative decoding every
+forward of an iteration (the verification, each draft pass) is a synchronised step of its
+own (``twin.engine.speculative.SpeculativePricer.sync_time``), the draft priced by this
 module's pricer too. A disaggregated pool's workers are built of ranks here too
-(:func:`dp_replica`; ``--prefill-dp-attention/--decode-dp-attention``, ``twin.engine.disagg``).
+(:func:`dp_replica`; ``--prefill-dp-attention/--decode-dp-attention``,
+``twin.engine.disagg``).
 """
 
 from __future__ import annotations
@@ -133,12 +136,17 @@ class DPStepPricer(PricerBase):
         seq_host_s: float = 0.0,
         a2a: Any = None,
         moe_layers: int = 0,
+        gather_scatter: Any = None,
     ) -> None:
         self.attention, self.ffn, self.dp = attention, ffn, dp
         self.ffn_layers = ffn_layers
         # DeepEP's dispatch + combine of the MoE layers (``twin.costmodel.a2a.A2APrice``),
         # in place of their gather/scatter; None: every FFN layer gathers (comm_time).
         self.a2a, self.moe_layers = a2a, moe_layers if a2a is not None else 0
+        # Else the engine's all-gather + reduce-scatter of the MoE layers, the dense layers
+        # on their own ranks (``twin.costmodel.gather_scatter.GatherScatterPrice``).
+        self.gather_scatter = gather_scatter if a2a is None else None
+        self.gathering_layers = moe_layers if self.gather_scatter is not None else 0
         self.step_host_s, self.seq_host_s = step_host_s, seq_host_s
         self._ffn_cache: dict[int, float] = {}
         self._attn_ffn_cache: dict[int, float] = {}
@@ -195,10 +203,13 @@ class DPStepPricer(PricerBase):
 
     def comm_time(self, tokens: Sequence[int], extend: bool) -> float:
         """Seconds of the gather/scatter of every FFN layer for ranks with these token
-        counts (SGLang's ``DpPaddingMode``, module docstring)."""
+        counts (SGLang's ``DpPaddingMode``, module docstring), or of the MoE layers'
+        all-gather + reduce-scatter where the engine runs those (``gather_scatter``)."""
         total, most = sum(tokens), max(tokens)
         if not total:
             return 0.0
+        if self.gather_scatter is not None:  # the MoE layers' only: dense layers stay put
+            return float(self.gathering_layers * self.gather_scatter.seconds(total))
         ar = self.ffn.allreduce_time
         if not extend and 2 * total > most * self.dp:  # MAX_LEN
             per_layer = ar(most * self.dp)
@@ -778,8 +789,21 @@ def dp_pricer(
         from twin.costmodel.a2a import A2APrice
 
         a2a = A2APrice(model, profile, ep, moe_a2a)
+    gather_scatter = None
+    if kernel_layout.moe_gather_scatter:
+        from twin.costmodel.gather_scatter import GatherScatterPrice
+
+        gather_scatter = GatherScatterPrice(model, ffn)
     return DPStepPricer(
-        attention, ffn, dp, layers, step_host_s, seq_host_s, a2a, model.n_moe_layers
+        attention,
+        ffn,
+        dp,
+        layers,
+        step_host_s,
+        seq_host_s,
+        a2a,
+        model.n_moe_layers,
+        gather_scatter,
     )
 
 

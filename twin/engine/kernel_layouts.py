@@ -108,13 +108,20 @@ def trtllm_qk_norm_rope_pass(model: ModelSpec) -> bool:
 
 
 def trtllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
-    """TensorRT-LLM's kernel layout of ``model`` (every 1.x build read: ``build`` unused)."""
+    """TensorRT-LLM's kernel layout of ``model`` (every 1.x build read: ``build`` unused).
+    Under attention DP its MoE layers all-gather and reduce-scatter the ranks' tokens and
+    its dense layers exchange none (``twin.costmodel.gather_scatter``, which cites the
+    modules and the releases' all-to-all selection)."""
     fused, quantised = trtllm_norm_in_allreduce(model, tp, dp)
     qk = trtllm_qk_norm_rope_pass(model)
-    if not (fused or qk):
+    gather = dp > 1
+    if not (fused or qk or gather):
         return DEFAULT_LAYOUT
     return KernelLayout(
-        norm_in_allreduce=fused, allreduce_quantises_input=quantised, qk_norm_rope_pass=qk
+        norm_in_allreduce=fused,
+        allreduce_quantises_input=quantised,
+        qk_norm_rope_pass=qk,
+        moe_gather_scatter=gather,
     )
 
 

@@ -1,0 +1,86 @@
+"""TensorRT-LLM's MoE exchange under attention DP (issue 34): an all-gather of every
+rank's tokens (NVFP4 / fp8 quantised before it) and a reduce-scatter of the experts'
+outputs in the MoE layers, no exchange in the dense layers
+(``twin.costmodel.gather_scatter``, ``KernelLayout.moe_gather_scatter``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from twin.costmodel.gather_scatter import GatherScatterPrice, gathered_bytes_per_token
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
+from twin.engine.dp_attention import DPStepPricer, dp_pricer
+from twin.engine.kernel_layouts import trtllm_kernel_layout
+from twin.engine.modes import get_mode
+from twin.presets import get_model
+
+
+class _Collective:
+    """A cost model whose all-reduce costs R a row and a collective G a byte."""
+
+    R, G = 1e-6, 1e-9
+
+    def allreduce_time(self, tokens: int) -> float:
+        return self.R * tokens
+
+    def gather_time(self, nbytes: float) -> float:
+        return self.G * nbytes
+
+
+def test_the_gathered_token_is_in_the_format_quantised_before_the_gather() -> None:
+    ds = get_model("deepseek-r1")  # d_model 7168, top 8
+    fp4 = dataclasses.replace(ds, precision="nvfp4", moe_precision=None)
+    fp8 = dataclasses.replace(ds, precision="fp8", moe_precision=None)
+    block = dataclasses.replace(ds, precision="fp8-block", moe_precision=None)
+    route = 8 * 8  # an int32 expert id and an fp32 weight per top-k slot
+    assert gathered_bytes_per_token(fp4) == 7168 * (0.5 + 1 / 16) + route
+    assert gathered_bytes_per_token(fp8) == 7168 * 1 + route
+    # fp8 block scales quantise inside the kernel: the model's dtype on the wire
+    assert gathered_bytes_per_token(block) == 7168 * ds.dtype_bytes + route
+
+
+def test_moe_layers_gather_and_scatter_dense_layers_exchange_nothing() -> None:
+    model = dataclasses.replace(get_model("deepseek-r1"), precision="nvfp4", moe_precision=None)
+    ffn = _Collective()
+    price = GatherScatterPrice(model, ffn)
+    plain = DPStepPricer(None, ffn, 4, ffn_layers=5)
+    trt = DPStepPricer(None, ffn, 4, ffn_layers=5, moe_layers=3, gather_scatter=price)
+    tokens = [1, 2, 3, 4]  # 10 rows in all, whatever the step
+    per_layer = _Collective.G * 10 * (gathered_bytes_per_token(model) + 7168 * 2)
+    for extend in (False, True):
+        assert trt.comm_time(tokens, extend) == pytest.approx(3 * per_layer)
+    assert trt.comm_time([0, 0, 0, 0], True) == 0.0
+    assert plain.comm_time(tokens, True) == pytest.approx(5 * 2 * 10 * _Collective.R)
+
+
+def test_tensorrt_llm_lays_out_the_gather_under_attention_dp_only() -> None:
+    ds = get_model("deepseek-r1")
+    assert trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 8).moe_gather_scatter
+    assert trtllm_kernel_layout(ds, "1.2.0rc6.post2", 4, 4).moe_gather_scatter
+    assert trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 1) == DEFAULT_LAYOUT
+    assert not get_mode("sglang").layout_for(ds, "0.5.9", 8, 8).moe_gather_scatter
+    assert not DEFAULT_LAYOUT.moe_gather_scatter
+
+
+def test_shipped_profile_prices_trt_s_exchange_below_sglang_s() -> None:
+    from twin.costmodel.profile_store import resolve_profile
+
+    model = dataclasses.replace(get_model("deepseek-r1"), precision="nvfp4", moe_precision=None)
+    prof = resolve_profile("b200", None, "trtllm")
+    sglang = dp_pricer(model, prof, 8, 8, 8, 0.0, 0.0)
+    trt = dp_pricer(
+        model, prof, 8, 8, 8, 0.0, 0.0, kernel_layout=KernelLayout(moe_gather_scatter=True)
+    )
+    assert trt.gather_scatter is not None and sglang.gather_scatter is None
+    ffn = trt.ffn
+    for tokens, extend in (([32] * 8, False), ([1024, 0, 512, 0, 0, 0, 0, 8], True)):
+        total = sum(tokens)
+        one = ffn.gather_time(total * gathered_bytes_per_token(model)) + ffn.gather_time(
+            total * model.d_model * model.dtype_bytes
+        )
+        assert trt.comm_time(tokens, extend) == pytest.approx(model.n_moe_layers * one)
+        # an all-gather moves half an all-reduce's ring bytes: a quantised gather and a
+        # bf16 scatter come to less than SGLang's all-reduces of the same rows
+        assert trt.comm_time(tokens, extend) < sglang.comm_time(tokens, extend)
