@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 from test_bad_input import assert_clean_error
+from test_disagg import POOLS
 from test_engine_helpers import single_turns
 
 from twin.engine import build_run
@@ -127,29 +128,27 @@ def test_flags_in_set_are_both_pools_and_pool_flags_default_to_them(workload, tm
     [
         (["--decode-set", "max_num_seqs=4"], "--decode-set: only a disaggregated run has pools"),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--set", "max_num_seqs=8",
-             "--decode-set", "max_num_seqs=4"],
+            [*POOLS, "--set", "max_num_seqs=8", "--decode-set", "max_num_seqs=4"],
             "--set max_num_seqs already sets it for both pools",
         ),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--prefill-set", "nope=1"],
+            [*POOLS, "--prefill-set", "nope=1"],
             "--prefill-set nope=1: engine 'vllm' has no such flag",
         ),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--decode-set", "max_num_seqs=x"],
+            [*POOLS, "--decode-set", "max_num_seqs=x"],
             "--decode-set max_num_seqs=x: expected an integer",
         ),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--max-running", "8",
-             "--decode-set", "max_num_seqs=4"],
+            [*POOLS, "--max-running", "8", "--decode-set", "max_num_seqs=4"],
             "--decode-set max_num_seqs=4 conflicts with --max-running 8",
         ),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--decode-set", "max_num_seqs"],
+            [*POOLS, "--decode-set", "max_num_seqs"],
             "--decode-set 'max_num_seqs': expected KEY=VALUE",
         ),
     ],
-)  # fmt: skip
+)
 def test_bad_pool_engine_flags_are_one_line_errors(capsys, tmp_path, args, message):
     argv = ["simulate", "-m", "llama-3-8b", "--engine", "vllm", "--out", str(tmp_path / "o")]
     assert_clean_error(capsys, [*argv, *args], tmp_path, message)
@@ -157,10 +156,9 @@ def test_bad_pool_engine_flags_are_one_line_errors(capsys, tmp_path, args, messa
 
 def test_a_pool_flag_may_not_set_the_deployment(capsys, tmp_path):
     argv = ["simulate", "-m", "llama-3-8b", "--engine", "sglang", "--out", str(tmp_path / "o")]
-    args = ["--prefill-workers", "1", "--decode-workers", "1"]
     assert_clean_error(
         capsys,
-        [*argv, *args, "--prefill-set", "disaggregation_mode=null"],
+        [*argv, *POOLS, "--prefill-set", "disaggregation_mode=null"],
         tmp_path,
         "--prefill-set disaggregation_mode=null: sets the deployment's prefill_workers",
     )

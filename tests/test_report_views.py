@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_report import CAPACITY
 from typer.testing import CliRunner
 
 from twin.cli import app
@@ -183,11 +184,7 @@ def test_ray_missing_gives_install_hint(tmp_path: Path, monkeypatch: pytest.Monk
     res = CliRunner().invoke(
         app,
         [
-            "report",
-            "capacity",
-            str(WORKLOAD),
-            "-m",
-            "tiny-hybrid",
+            *CAPACITY,
             "--cache-gb",
             "0.001",
             "--policies",
