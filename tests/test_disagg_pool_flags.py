@@ -12,17 +12,22 @@ from twin.engine import build_run
 from twin.engine.disagg import TIMELINE_FILE
 
 
-def _run(path, out, **flags):
-    run = build_run(
+def _build(path, engine="vllm", **flags):
+    """Llama-3-8B on H100, one prefill and one decode worker on shared KV pools."""
+    return build_run(
         path,
         model="llama-3-8b",
         gpu="h100",
-        engine="vllm",
+        engine=engine,
         cache_gb="auto",
         prefill_workers=1,
         decode_workers=1,
         **flags,
     )
+
+
+def _run(path, out, **flags):
+    run = _build(path, **flags)
     summary = run.simulate(out).to_dict()
     return run, summary, pq.read_table(out / TIMELINE_FILE).to_pydict()
 
@@ -89,24 +94,11 @@ def test_a_prefill_flag_changes_the_prefill_pool_and_only_it(workload, tmp_path)
 def test_flags_in_set_are_both_pools_and_pool_flags_default_to_them(workload, tmp_path):
     """``--set`` alone: one configuration for both pools (no decode pool of its own);
     ``--set`` with a pool's flag: the pool's flags are --set's and its own."""
-    shared = build_run(
-        workload,
-        model="llama-3-8b",
-        gpu="h100",
-        engine="vllm",
-        sets={"max_num_seqs": "3"},
-        prefill_workers=1,
-        decode_workers=1,
-    )
+    shared = _build(workload, sets={"max_num_seqs": "3"})
     assert shared.decode is None and shared.config.scheduling.max_running == 3
-    both = build_run(
+    both = _build(
         workload,
-        model="llama-3-8b",
-        gpu="h100",
-        engine="vllm",
         sets={"max_num_seqs": "3"},
-        prefill_workers=1,
-        decode_workers=1,
         decode_engine_flags={"max-num-batched-tokens": "512"},
     )
     assert both.decode is not None
@@ -168,16 +160,7 @@ def test_tensorrt_llm_serves_disaggregated_with_its_own_batch_sizes(workload, tm
     """TensorRT-LLM's context and generation servers: every request prefilled, sent after
     its context phase ended (the generation server allocates and pulls then) and decoded
     once; the generation servers' --max_batch_size caps the decode pool alone."""
-    run = build_run(
-        workload,
-        model="llama-3-8b",
-        gpu="h100",
-        engine="trtllm",
-        cache_gb="auto",
-        prefill_workers=1,
-        decode_workers=1,
-        decode_engine_flags={"max_batch_size": "2"},
-    )
+    run = _build(workload, "trtllm", decode_engine_flags={"max_batch_size": "2"})
     assert run.decode is not None and run.decode.config.scheduling.max_running == 2
     assert run.config.scheduling.max_running > 2
     summary = run.simulate(tmp_path / "trt").to_dict()

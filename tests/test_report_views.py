@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_helpers import record
 from test_report import CAPACITY
 from typer.testing import CliRunner
 
@@ -34,21 +35,7 @@ STABLE = {"verdict": "stable"}  # hand-made rows: the engine judged every point 
 
 
 def _rec(arrival: float, ttft: float, inp: int, hit: int, rejected: bool = False) -> RequestRecord:
-    return RequestRecord(
-        row=0,
-        session_id=0,
-        turn=0,
-        replica=0,
-        arrival_s=arrival,
-        admitted_s=arrival,
-        first_token_s=arrival + ttft,
-        completed_s=arrival + ttft + 1,
-        input_tokens=inp,
-        hit_tokens=hit,
-        output_tokens=2,
-        checkpoints=0,
-        rejected=rejected,
-    )
+    return record(arrival, ttft, arrival + ttft + 1, inp, hit, rejected=rejected)
 
 
 # --- the per-request digest ----------------------------------------------------------------
