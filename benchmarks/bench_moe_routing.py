@@ -47,7 +47,7 @@ MAX_ROWS = 600  # rows per family and distribution, spread evenly (the run's len
 DECODE_TOKENS = 256
 
 
-def _row(fam_kernel: str, fmt: px.WeightFormat, raw: dict[str, Any], rule: str) -> dict:
+def _row(fmt: px.WeightFormat, raw: dict[str, Any], rule: str) -> dict:
     t, d, inter, top, n_exp, mtp, ep = (int(raw[c]) for c in at.MOE_COLUMNS)
     load = ROUTINGS[rule].rank_load(t, n_exp, top, ep)
     act_e, w_e = (
@@ -113,7 +113,7 @@ def family_rows(name: str) -> list[dict[str, Any]]:
             }
             for rule in RULES:
                 routing = dist if rule == "table" else rule
-                rows = [_row(fam.kernel, fmt, r, routing) for r in raw]
+                rows = [_row(fmt, r, routing) for r in raw]
                 priced = predict_rows(fam.kernel, fit.params, prof.peaks, rows)
                 lr = np.log(priced / y) + log_factors(fit.series, rows)
                 row[rule] = _errors(lr)

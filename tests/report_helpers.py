@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from twin.metrics import RequestRecord
 from twin.steady_state import SteadyState
 from twin.summary import RunSummary
 
@@ -32,3 +33,10 @@ def judge_steady_state(monkeypatch: pytest.MonkeyPatch, verdict: str = "stable")
         return dataclasses.replace(summary, steady_state=state)
 
     monkeypatch.setattr(run, "simulate", judged)
+
+
+def record(
+    arrival: float, ttft: float, done: float, inp: int = 10, hit: int = 0, out: int = 2, **kw: Any
+) -> RequestRecord:
+    """A request admitted on arrival (row, session, turn and replica 0, no checkpoints)."""
+    return RequestRecord(0, 0, 0, 0, arrival, arrival, arrival + ttft, done, inp, hit, out, 0, **kw)

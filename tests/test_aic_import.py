@@ -37,7 +37,7 @@ DATA = Path(__file__).parent / "data" / "aic" / "systems" / "data"
 
 @pytest.fixture(scope="module")
 def imported() -> Profile:
-    return import_profile("h100", "vllm", root=DATA).profile
+    return import_profile("h100", "vllm", root=DATA)
 
 
 def test_reader_keeps_bf16_rows_of_the_engines_default_kernel() -> None:
@@ -128,7 +128,7 @@ def test_keep_fits_keeps_every_family_it_has_and_adds_the_rest(imported: Profile
     for key in ("gemm_fp8", "attn_prefill_fp8kv", "attn_decode_fp8kv"):
         del bf16_only.kernels[key]
     bf16_only.kernels["gemm"].params["t0_s"] *= 1.5  # a fit the import would not reproduce
-    again = import_profile("h100", "vllm", root=DATA, keep=bf16_only).profile
+    again = import_profile("h100", "vllm", root=DATA, keep=bf16_only)
     assert again.kernels["gemm"].to_dict() == bf16_only.kernels["gemm"].to_dict()
     assert again.kernels["gemm_fp8"].to_dict() == imported.kernels["gemm_fp8"].to_dict()
     assert again.provenance["added"]["families"] == [
@@ -146,7 +146,7 @@ def test_refit_fits_the_named_families_again_and_keeps_the_rest(imported: Profil
     kept.kernels["moe"].params["t0_s"] *= 1.5
     assert without_families(kept, ["moe"]).kernels.keys() == kept.kernels.keys() - {"moe"}
     assert refit_matches("moe_fp8", ["moe"]) and not refit_matches("gemm_fp8", ["moe"])
-    again = import_profile("h100", "vllm", root=DATA, keep=kept, refit=("moe",)).profile
+    again = import_profile("h100", "vllm", root=DATA, keep=kept, refit=("moe",))
     assert again.kernels["gemm"].to_dict() == kept.kernels["gemm"].to_dict()
     assert again.kernels["moe"].to_dict() == imported.kernels["moe"].to_dict()
     assert list(again.kernels) == list(imported.kernels)

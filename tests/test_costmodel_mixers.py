@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from test_mixers import NEW
 
 from twin.costmodel import CostModel, StepCost
 from twin.costmodel import mixer_kernels as mk
@@ -87,19 +88,7 @@ def test_counts_and_pattern_price_the_same() -> None:
         assert a.step(pre, dec) == b.step(pre, dec)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "qwen3.5-9b",
-        "qwen3.5-35b-a3b",
-        "qwen3-next-80b-a3b",
-        "granite-4.0-h-small",
-        "falcon-h1-7b",
-        "gpt-oss-20b",
-        "gemma-3-4b",
-        "jamba-1.5-mini",
-    ],
-)
+@pytest.mark.parametrize("name", [*NEW, "jamba-1.5-mini"])
 def test_new_presets_price_monotone(name: str) -> None:
     cm = CostModel(get_model(name), H100)
     assert 0 < cm.prefill(1024) < cm.prefill(4096) < cm.prefill(16384)

@@ -5,23 +5,29 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 from test_bad_input import assert_clean_error
+from test_disagg import POOLS
 from test_engine_helpers import single_turns
 
 from twin.engine import build_run
 from twin.engine.disagg import TIMELINE_FILE
 
 
-def _run(path, out, **flags):
-    run = build_run(
+def _build(path, engine="vllm", **flags):
+    """Llama-3-8B on H100, one prefill and one decode worker on shared KV pools."""
+    return build_run(
         path,
         model="llama-3-8b",
         gpu="h100",
-        engine="vllm",
+        engine=engine,
         cache_gb="auto",
         prefill_workers=1,
         decode_workers=1,
         **flags,
     )
+
+
+def _run(path, out, **flags):
+    run = _build(path, **flags)
     summary = run.simulate(out).to_dict()
     return run, summary, pq.read_table(out / TIMELINE_FILE).to_pydict()
 
@@ -88,24 +94,11 @@ def test_a_prefill_flag_changes_the_prefill_pool_and_only_it(workload, tmp_path)
 def test_flags_in_set_are_both_pools_and_pool_flags_default_to_them(workload, tmp_path):
     """``--set`` alone: one configuration for both pools (no decode pool of its own);
     ``--set`` with a pool's flag: the pool's flags are --set's and its own."""
-    shared = build_run(
-        workload,
-        model="llama-3-8b",
-        gpu="h100",
-        engine="vllm",
-        sets={"max_num_seqs": "3"},
-        prefill_workers=1,
-        decode_workers=1,
-    )
+    shared = _build(workload, sets={"max_num_seqs": "3"})
     assert shared.decode is None and shared.config.scheduling.max_running == 3
-    both = build_run(
+    both = _build(
         workload,
-        model="llama-3-8b",
-        gpu="h100",
-        engine="vllm",
         sets={"max_num_seqs": "3"},
-        prefill_workers=1,
-        decode_workers=1,
         decode_engine_flags={"max-num-batched-tokens": "512"},
     )
     assert both.decode is not None
@@ -127,29 +120,27 @@ def test_flags_in_set_are_both_pools_and_pool_flags_default_to_them(workload, tm
     [
         (["--decode-set", "max_num_seqs=4"], "--decode-set: only a disaggregated run has pools"),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--set", "max_num_seqs=8",
-             "--decode-set", "max_num_seqs=4"],
+            [*POOLS, "--set", "max_num_seqs=8", "--decode-set", "max_num_seqs=4"],
             "--set max_num_seqs already sets it for both pools",
         ),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--prefill-set", "nope=1"],
+            [*POOLS, "--prefill-set", "nope=1"],
             "--prefill-set nope=1: engine 'vllm' has no such flag",
         ),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--decode-set", "max_num_seqs=x"],
+            [*POOLS, "--decode-set", "max_num_seqs=x"],
             "--decode-set max_num_seqs=x: expected an integer",
         ),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--max-running", "8",
-             "--decode-set", "max_num_seqs=4"],
+            [*POOLS, "--max-running", "8", "--decode-set", "max_num_seqs=4"],
             "--decode-set max_num_seqs=4 conflicts with --max-running 8",
         ),
         (
-            ["--prefill-workers", "1", "--decode-workers", "1", "--decode-set", "max_num_seqs"],
+            [*POOLS, "--decode-set", "max_num_seqs"],
             "--decode-set 'max_num_seqs': expected KEY=VALUE",
         ),
     ],
-)  # fmt: skip
+)
 def test_bad_pool_engine_flags_are_one_line_errors(capsys, tmp_path, args, message):
     argv = ["simulate", "-m", "llama-3-8b", "--engine", "vllm", "--out", str(tmp_path / "o")]
     assert_clean_error(capsys, [*argv, *args], tmp_path, message)
@@ -157,10 +148,9 @@ def test_bad_pool_engine_flags_are_one_line_errors(capsys, tmp_path, args, messa
 
 def test_a_pool_flag_may_not_set_the_deployment(capsys, tmp_path):
     argv = ["simulate", "-m", "llama-3-8b", "--engine", "sglang", "--out", str(tmp_path / "o")]
-    args = ["--prefill-workers", "1", "--decode-workers", "1"]
     assert_clean_error(
         capsys,
-        [*argv, *args, "--prefill-set", "disaggregation_mode=null"],
+        [*argv, *POOLS, "--prefill-set", "disaggregation_mode=null"],
         tmp_path,
         "--prefill-set disaggregation_mode=null: sets the deployment's prefill_workers",
     )
@@ -170,16 +160,7 @@ def test_tensorrt_llm_serves_disaggregated_with_its_own_batch_sizes(workload, tm
     """TensorRT-LLM's context and generation servers: every request prefilled, sent after
     its context phase ended (the generation server allocates and pulls then) and decoded
     once; the generation servers' --max_batch_size caps the decode pool alone."""
-    run = build_run(
-        workload,
-        model="llama-3-8b",
-        gpu="h100",
-        engine="trtllm",
-        cache_gb="auto",
-        prefill_workers=1,
-        decode_workers=1,
-        decode_engine_flags={"max_batch_size": "2"},
-    )
+    run = _build(workload, "trtllm", decode_engine_flags={"max_batch_size": "2"})
     assert run.decode is not None and run.decode.config.scheduling.max_running == 2
     assert run.config.scheduling.max_running > 2
     summary = run.simulate(tmp_path / "trt").to_dict()

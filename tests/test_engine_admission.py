@@ -85,10 +85,9 @@ def _retracting(path, model, ratio: dict) -> tuple[dict, list]:
         LinearPricer(),
         model,
         policy="vanilla",
-        shared_pool=True,
         preemption="retract",
         new_token_ratio=ratio,
-        gpu_memory_bytes=(model.weight_bytes + 9000 * model.kv_bytes_per_token) / 0.9,
+        pool_bytes=9000 * model.kv_bytes_per_token,
     )
 
 
@@ -146,10 +145,9 @@ def _waves(tmp_path, pool_tokens: int, monkeypatch=None) -> tuple[dict, list, li
         path,
         LinearPricer(),
         model,
-        shared_pool=True,
         concurrency=8,
         max_batched_tokens=256,
-        gpu_memory_bytes=(model.weight_bytes + pool_tokens * model.kv_bytes_per_token) / 0.9,
+        pool_bytes=pool_tokens * model.kv_bytes_per_token,
         **get_mode("sglang").settings(model, {}),
     )
     return summary, recs, cached_at_retraction
@@ -209,10 +207,9 @@ def test_a_retracted_request_waits_behind_the_queue_and_a_preempted_one_goes_fir
             LinearPricer(),
             model,
             policy="vanilla",
-            shared_pool=True,
             preemption=preemption,
             new_token_ratio={**DEFAULTS, "schedule_conservativeness": 0.1},
-            gpu_memory_bytes=(model.weight_bytes + 9000 * model.kv_bytes_per_token) / 0.9,
+            pool_bytes=9000 * model.kv_bytes_per_token,
         )
         checked = 0
         for i, (kind, victim, queued) in enumerate(events):

@@ -103,11 +103,10 @@ def _ratio_blocked(tmp_path, scheduler: str):
         ConstantPricer(),
         model,
         policy="vanilla",
-        shared_pool=True,
         preemption="retract",
         new_token_ratio=ratio,
         scheduler=scheduler,
-        gpu_memory_bytes=(model.weight_bytes + 300 * model.kv_bytes_per_token) / 0.9,
+        pool_bytes=300 * model.kv_bytes_per_token,
     )
     return _by_row(recs)
 
@@ -275,11 +274,10 @@ def _preempting(tmp_path, cached: bool):
         model,
         policy="vllm+",
         policy_options={"block_size": 16},
-        shared_pool=True,
         preemption="recompute",
         scheduler="vllm",
         scheduler_options={"cache_preempted": cached},
-        gpu_memory_bytes=(model.weight_bytes + 900 * model.kv_bytes_per_token) / 0.9,
+        pool_bytes=900 * model.kv_bytes_per_token,
     )
     return summary, recs
 

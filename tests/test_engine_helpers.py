@@ -150,11 +150,15 @@ def run(
     pricer: PricerBase,
     model: ModelSpec | str = "tiny-hybrid",
     out: Path | None = None,
+    pool_bytes: float | None = None,
     **config: object,
 ) -> tuple[dict, list[RequestRecord]]:
     """Simulate; return the summary (as ``summary.json`` holds it) and the records in
-    completion order."""
+    completion order. ``pool_bytes``: a shared KV pool of that many bytes beside the
+    weights (the GPU's memory at the default 0.9 utilisation)."""
     spec = get_model(model) if isinstance(model, str) else model
+    if pool_bytes is not None:
+        config |= {"shared_pool": True, "gpu_memory_bytes": (spec.weight_bytes + pool_bytes) / 0.9}
     records: list[RequestRecord] = []
     summary = simulate(
         Workload.open(path), spec, pricer, EngineConfig.of(**config), out, on_record=records.append

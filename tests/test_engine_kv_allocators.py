@@ -31,9 +31,8 @@ def _run(tmp_path, model_name, allocator, pool, n=24, prompt=6000, out=20):
         LinearPricer(),
         model,
         policy="vanilla",
-        shared_pool=True,
         kv_allocator=allocator,
-        gpu_memory_bytes=(model.weight_bytes + pool) / 0.9,
+        pool_bytes=pool,
     )
     return summary, recs
 

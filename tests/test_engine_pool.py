@@ -123,35 +123,11 @@ POOL_EXAMPLES = settings(
     allocator=st.sampled_from(["bytes", "paged", "jenga"]),
     ratio=st.booleans(),
 )
-def test_pool_invariants_over_random_traces(
-    tmp_path_factory,
-    monkeypatch,
-    rows,
-    policy,
-    model,
-    preemption,
-    slots,
-    pool_kb,
-    host_ratio,
-    allocator,
-    ratio,
-):
+def test_pool_invariants_over_random_traces(tmp_path_factory, monkeypatch, rows, **case):
     """In use + cached + free = pool after every step; every hit exact; pins all released;
     every request completes exactly once, whatever preemption happened, with each of the
     pool's allocators (issue 15)."""
-    _check_pool_invariants(
-        tmp_path_factory.mktemp("pool"),
-        monkeypatch,
-        rows,
-        policy,
-        model,
-        preemption,
-        slots,
-        pool_kb,
-        host_ratio,
-        allocator,
-        ratio,
-    )
+    _check_pool_invariants(tmp_path_factory.mktemp("pool"), monkeypatch, rows, **case)
 
 
 def test_pool_invariants_when_a_state_lands_inside_a_pinned_sliding_window_edge(
@@ -170,19 +146,9 @@ def test_pool_invariants_when_a_state_lands_inside_a_pinned_sliding_window_edge(
         ),
         WorkloadRow(2, 0, 0.0, 0.0, np.append(shared, 2).astype(np.int32), False, None, 1),
     ]
-    _check_pool_invariants(
-        tmp_path,
-        monkeypatch,
-        rows,
-        "marconi",
-        "tiny-swa-hybrid",
-        "recompute",
-        1,
-        160,
-        0.0,
-        "paged",
-        False,
-    )
+    case = {"policy": "marconi", "model": "tiny-swa-hybrid", "preemption": "recompute"}
+    case |= {"slots": 1, "pool_kb": 160, "host_ratio": 0.0, "allocator": "paged", "ratio": False}
+    _check_pool_invariants(tmp_path, monkeypatch, rows, **case)
 
 
 def _check_pool_invariants(
@@ -212,13 +178,12 @@ def _check_pool_invariants(
         spec,
         policy=policy,
         policy_options=options,
-        shared_pool=True,
         preemption=preemption,
         state_slots=slots,
         host_cache_ratio=host_ratio,
         kv_allocator=allocator,
         new_token_ratio=dict(ADMISSION) if ratio else {},  # SGLang's admission control
-        gpu_memory_bytes=(spec.weight_bytes + pool_kb * 1000) / 0.9,
+        pool_bytes=pool_kb * 1000,
         max_batched_tokens=256,
     )
     assert sorted(r.row for r in recs) == list(range(len(rows)))
@@ -255,9 +220,8 @@ def test_preempted_requests_complete_once_and_their_recompute_is_priced(tmp_path
         pricer,
         model,
         policy="vanilla",
-        shared_pool=True,
         preemption=preemption,
-        gpu_memory_bytes=(model.weight_bytes + pool) / 0.9,
+        pool_bytes=pool,
     )
     assert sorted(r.row for r in recs) == list(range(12))
     pre = summary["preemption"]
@@ -282,9 +246,8 @@ def test_vllm_preempts_the_youngest_and_sglang_the_shortest_decode(tmp_path, mon
             LinearPricer(),
             model,
             policy="vanilla",
-            shared_pool=True,
             preemption=preemption,
-            gpu_memory_bytes=(model.weight_bytes + pool) / 0.9,
+            pool_bytes=pool,
         )
         first[preemption] = {r.row for r in recs if r.preemptions}
     # vLLM: the request scheduled last goes first (row 3); the others keep running.
@@ -319,9 +282,8 @@ def test_extra_buffer_fits_fewer_running_requests_by_the_states_it_holds(tmp_pat
             LinearPricer(),
             model,
             policy="vanilla",
-            shared_pool=True,
             state_slots=slots,
-            gpu_memory_bytes=(model.weight_bytes + pool) / 0.9,
+            pool_bytes=pool,
         )
         admitted = [r.admitted_s for r in recs]
         peaks[slots] = max(admitted.count(t) for t in admitted)

@@ -72,11 +72,10 @@ def test_each_pool_keeps_running_plus_cached_plus_free_over_random_traces(
         spec,
         policy="sglang",
         policy_options={"mamba_full_memory_ratio": mamba_ratio},
-        shared_pool=True,
         preemption=preemption,
         state_slots=slots,
         new_token_ratio=dict(ADMISSION) if ratio else {},
-        gpu_memory_bytes=(spec.weight_bytes + pool_kb * 1000) / 0.9,
+        pool_bytes=pool_kb * 1000,
         max_batched_tokens=256,
     )
     assert sorted(r.row for r in recs) == list(range(len(rows)))  # each exactly once
@@ -120,10 +119,9 @@ def test_a_full_mamba_pool_holds_the_queue_without_retracting(tmp_path, slots):
         HYBRID,
         policy="sglang",
         policy_options={"mamba_full_memory_ratio": states / kv_room},
-        shared_pool=True,
         preemption="retract",
         state_slots=slots,
-        gpu_memory_bytes=(HYBRID.weight_bytes + total) / 0.9,
+        pool_bytes=total,
     )
     pool = summary["replicas"][0]["pool"]
     assert pool["peak_running_requests"] == 2
@@ -140,8 +138,7 @@ def test_a_request_whose_states_cannot_fit_the_mamba_pool_is_rejected(tmp_path):
         HYBRID,
         policy="sglang",
         policy_options={"mamba_full_memory_ratio": 0.01},  # a mamba pool under one state
-        shared_pool=True,
         preemption="retract",
-        gpu_memory_bytes=(HYBRID.weight_bytes + 100 * CK) / 0.9,
+        pool_bytes=100 * CK,
     )
     assert rec.rejected

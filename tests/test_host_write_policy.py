@@ -210,11 +210,10 @@ def _write_back_run(tmp_path_factory, watch, seed, model, pool_kb, preemption) -
         ConstantPricer(),
         spec,
         policy="sglang+",
-        shared_pool=True,
         preemption=preemption,
         host_cache_ratio=2.0,
         host_write_policy="write_back",
-        gpu_memory_bytes=(spec.weight_bytes + pool_kb * 1000) / 0.9,
+        pool_bytes=pool_kb * 1000,
         max_batched_tokens=256,
     )
     assert sorted(r.row for r in recs) == list(range(len(rows)))

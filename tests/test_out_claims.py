@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_report import CAPACITY
 
 from twin.atomic import MANIFEST_FILE, claim, read_manifest
 from twin.errors import TwinError
-from twin.workloads.examples import example_path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -51,11 +51,7 @@ _HELD_BACK = textwrap.dedent(
 
 SIM = ["simulate", "-m", "tiny-hybrid", "--cache-gb", "0.001"]
 REPORT = [
-    "report",
-    "capacity",
-    str(example_path("system-prompt")),
-    "-m",
-    "tiny-hybrid",
+    *CAPACITY,
     "--cache-gb",
     "0.001",
     "--policies",

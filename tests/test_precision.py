@@ -233,7 +233,7 @@ def test_the_shipped_bf16_fits_are_the_tables_fits() -> None:
     from twin.costmodel import latency as lat
 
     shipped = load_profile("h100")
-    fresh = import_profile("h100", "vllm").profile
+    fresh = import_profile("h100", "vllm")
     assert set(shipped.kernels) == set(fresh.kernels)
     act, weight = px.gemm_operand_bytes(px.WEIGHT_FORMATS["fp8"], 2)
     for m, k, n in ((1, 4096, 4096), (512, 4096, 14336), (8192, 8192, 28672)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -252,14 +253,6 @@ def test_calibration_grid_covers_the_model_shapes() -> None:
     reg = registry()
     scan = reg["ssm_scan"].grid(ctx)
     assert any(s["h"] == spec.n_ssm_heads and s["q"] == spec.ssm_chunk_size for s in scan)
-    only = SweepContext(
-        torch=torch,
-        device="cpu",
-        dtype=torch.float32,
-        dtype_bytes=4,
-        level="tiny",
-        model=spec,
-        model_only=True,
-    )
+    only = dataclasses.replace(ctx, model_only=True)
     assert all(s["d"] == spec.head_dim for s in reg["attn_prefill"].grid(only))
     assert reg["copy_d2d"].grid(only)  # kernels without model shapes keep their grid

@@ -20,6 +20,8 @@ from twin.reports.sweep import RESULTS_FILE, grid
 from twin.workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
+# `twin report capacity` on the example, with the tiny hybrid model.
+CAPACITY = ["report", "capacity", str(WORKLOAD), "-m", "tiny-hybrid"]
 
 
 # --- the CLI and the reports ---------------------------------------------------------------
@@ -28,11 +30,7 @@ WORKLOAD = example_path("system-prompt")
 def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
     out = tmp_path / "cap"
     args = [
-        "report",
-        "capacity",
-        str(WORKLOAD),
-        "-m",
-        "tiny-hybrid",
+        *CAPACITY,
         "--gpu",
         "h100",
         "--cache-gb",
@@ -91,11 +89,7 @@ def test_cli_writes_self_contained_report(tmp_path: Path) -> None:
 
 def test_cli_cdf_cache_must_be_swept(tmp_path: Path) -> None:
     args = [
-        "report",
-        "capacity",
-        str(WORKLOAD),
-        "-m",
-        "tiny-hybrid",
+        *CAPACITY,
         "--cache-gb",
         "0.001",
         "--cdf-cache-gb",
@@ -121,11 +115,7 @@ def test_cli_cdf_cache_must_be_swept(tmp_path: Path) -> None:
 )
 def test_cli_bad_flags(tmp_path: Path, flag: str, value: str, message: str) -> None:
     args = [
-        "report",
-        "capacity",
-        str(WORKLOAD),
-        "-m",
-        "tiny-hybrid",
+        *CAPACITY,
         flag,
         value,
         "--out",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from report_helpers import record
 
 from twin.cli.common import progress_counts
 from twin.errors import TwinError
@@ -240,21 +241,7 @@ def test_binding_resource_rules(change: dict, resource: str | None) -> None:
 
 
 def _rec(ttft: float, tpot: float, out: int = 11, arrival: float = 1.0) -> RequestRecord:
-    first = arrival + ttft
-    return RequestRecord(
-        row=0,
-        session_id=0,
-        turn=0,
-        replica=0,
-        arrival_s=arrival,
-        admitted_s=arrival,
-        first_token_s=first,
-        completed_s=first + tpot * (out - 1),
-        input_tokens=10,
-        hit_tokens=0,
-        output_tokens=out,
-        checkpoints=0,
-    )
+    return record(arrival, ttft, arrival + ttft + tpot * (out - 1), out=out)
 
 
 def test_the_digest_counts_good_requests_for_goodput() -> None:

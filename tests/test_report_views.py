@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_helpers import record
+from test_report import CAPACITY
 from typer.testing import CliRunner
 
 from twin.cli import app
@@ -33,21 +35,7 @@ STABLE = {"verdict": "stable"}  # hand-made rows: the engine judged every point 
 
 
 def _rec(arrival: float, ttft: float, inp: int, hit: int, rejected: bool = False) -> RequestRecord:
-    return RequestRecord(
-        row=0,
-        session_id=0,
-        turn=0,
-        replica=0,
-        arrival_s=arrival,
-        admitted_s=arrival,
-        first_token_s=arrival + ttft,
-        completed_s=arrival + ttft + 1,
-        input_tokens=inp,
-        hit_tokens=hit,
-        output_tokens=2,
-        checkpoints=0,
-        rejected=rejected,
-    )
+    return record(arrival, ttft, arrival + ttft + 1, inp, hit, rejected=rejected)
 
 
 # --- the per-request digest ----------------------------------------------------------------
@@ -183,11 +171,7 @@ def test_ray_missing_gives_install_hint(tmp_path: Path, monkeypatch: pytest.Monk
     res = CliRunner().invoke(
         app,
         [
-            "report",
-            "capacity",
-            str(WORKLOAD),
-            "-m",
-            "tiny-hybrid",
+            *CAPACITY,
             "--cache-gb",
             "0.001",
             "--policies",

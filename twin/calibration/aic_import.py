@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +56,6 @@ PEAK_SLACK = 1.05
 DOMAINS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "gemm": lambda shape: shape["n"] >= 1024 and shape["k"] >= 1024,
 }
-
-
-@dataclass
-class ImportResult:
-    """A fitted profile and what the import did per family."""
-
-    profile: Profile
-    families: list[str] = field(default_factory=list)
-    datasheet_families: list[str] = field(default_factory=list)
 
 
 def impossible(kernel: str, row: dict[str, Any], peaks: dict[str, float]) -> str | None:
@@ -215,7 +205,7 @@ def import_profile(
     progress: Callable[[int], Callable[[int], None]] | None = None,
     keep: Profile | None = None,
     refit: Sequence[str] = (),
-) -> ImportResult:
+) -> Profile:
     """Fit ``gpu``'s profile for ``engine``'s kernels from the installed tables.
 
     ``keep`` (``--keep-fits``): a profile of the same GPU and engine whose families are
@@ -315,7 +305,7 @@ def import_profile(
             "other releases' tables (twin.costmodel.table_release: a run of release R "
             "prices each family from the newest table at or before R)"
         )
-    profile = Profile(
+    return Profile(
         gpu=spec.name,
         device=spec.display_name,
         source="mixed",
@@ -324,7 +314,6 @@ def import_profile(
         provenance=provenance,
         table_releases=releases,
     )
-    return ImportResult(profile, measured, datasheet)
 
 
 def release_fits(
@@ -360,7 +349,6 @@ def release_fits(
 
 
 __all__ = [
-    "ImportResult",
     "engine_fit",
     "fit_family",
     "import_profile",

@@ -9,6 +9,7 @@ profile's provenance (``implementations``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from twin.calibration.kernels import Kernel, Runner, Shape, SweepContext
@@ -106,48 +107,24 @@ class SsmScan(Kernel):
         b, length, q = shape["b"], shape["l"], shape["q"]
         gen = ctx.generator(b * 131 + length * 17 + shape["h"] * 5 + shape["n"] + q)
         sets = ctx.rotating(_ssm_inputs(ctx, shape, gen, (b, length)), nbuf)
-        fn = None
-        if ctx.device == "cuda":
-            fn, note = import_mamba_triton("ops.triton.ssd_combined", "mamba_chunk_scan_combined")
-        else:
-            note = "no GPU"
+        fn, note = (
+            import_mamba_triton("ops.triton.ssd_combined", "mamba_chunk_scan_combined")
+            if ctx.device == "cuda"
+            else (None, "no GPU")
+        )
         if fn is None:
             from twin.torch_ops.ssd import ssd_chunked
 
-            ctx.notes["ssm_scan"] = f"PyTorch SSD reference (twin.torch_ops.ssd): {note}"
-
-            def run(i: int) -> Any:
-                s = sets[i % nbuf]
-                return ssd_chunked(
-                    s["x"],
-                    s["dt"],
-                    s["A"],
-                    s["B"],
-                    s["C"],
-                    q,
-                    D=s["D"],
-                    dt_bias=s["dt_bias"],
-                    dt_softplus=True,
-                )
-
-            return run
+            fn, note = ssd_chunked, f"PyTorch SSD reference (twin.torch_ops.ssd): {note}"
         ctx.notes["ssm_scan"] = note
+        scan: Callable[..., Any] = fn  # the reference takes the Triton kernel's arguments
 
-        def run_triton(i: int) -> Any:
+        def run(i: int) -> Any:
             s = sets[i % nbuf]
-            return fn(
-                s["x"],
-                s["dt"],
-                s["A"],
-                s["B"],
-                s["C"],
-                q,
-                D=s["D"],
-                dt_bias=s["dt_bias"],
-                dt_softplus=True,
-            )
+            args = (s[k] for k in ("x", "dt", "A", "B", "C"))
+            return scan(*args, q, D=s["D"], dt_bias=s["dt_bias"], dt_softplus=True)
 
-        return run_triton
+        return run
 
 
 class SsmStep(Kernel):
@@ -190,54 +167,29 @@ class SsmStep(Kernel):
         one = _ssm_inputs(ctx, shape, gen, (b,))
         one["state"] = ctx.randn(b, h, p, n, gen=gen)
         sets = ctx.rotating(one, nbuf)
-        fn = None
-        if ctx.device == "cuda":
-            fn, note = import_mamba_triton(
-                "ops.triton.selective_state_update", "selective_state_update"
-            )
-        else:
-            note = "no GPU"
+        fn, note = (
+            import_mamba_triton("ops.triton.selective_state_update", "selective_state_update")
+            if ctx.device == "cuda"
+            else (None, "no GPU")
+        )
         if fn is None:
             from twin.torch_ops.ssd import ssd_step
 
-            ctx.notes["ssm_step"] = f"PyTorch reference (twin.torch_ops.ssd.ssd_step): {note}"
-
-            def run(i: int) -> Any:
-                s = sets[i % nbuf]
-                return ssd_step(
-                    s["state"],
-                    s["x"],
-                    s["dt"],
-                    s["A"],
-                    s["B"],
-                    s["C"],
-                    D=s["D"],
-                    dt_bias=s["dt_bias"],
-                    dt_softplus=True,
-                )
-
-            return run
+            fn, note = ssd_step, f"PyTorch reference (twin.torch_ops.ssd.ssd_step): {note}"
+        else:
+            # selective_state_update's Mamba2 layout: per-channel dt, A, D, dt_bias broadcast
+            # over headdim (and A over d_state) as stride-0 views, as Mamba2.step builds them.
+            for s in sets:
+                s["dt"] = s["dt"][..., None].expand(b, h, p)
+                s["A"] = s["A"][:, None, None].expand(h, p, n)
+                s["D"] = s["D"][:, None].expand(h, p)
+                s["dt_bias"] = s["dt_bias"][:, None].expand(h, p)
         ctx.notes["ssm_step"] = note
-        # selective_state_update's Mamba2 layout: per-channel dt, A, D, dt_bias broadcast
-        # over headdim (and A over d_state) as stride-0 views, as Mamba2.step builds them.
-        for s in sets:
-            s["dt"] = s["dt"][..., None].expand(b, h, p)
-            s["A"] = s["A"][:, None, None].expand(h, p, n)
-            s["D"] = s["D"][:, None].expand(h, p)
-            s["dt_bias"] = s["dt_bias"][:, None].expand(h, p)
+        step: Callable[..., Any] = fn  # the reference takes the Triton kernel's arguments
 
-        def run_triton(i: int) -> Any:
+        def run(i: int) -> Any:
             s = sets[i % nbuf]
-            return fn(
-                s["state"],
-                s["x"],
-                s["dt"],
-                s["A"],
-                s["B"],
-                s["C"],
-                D=s["D"],
-                dt_bias=s["dt_bias"],
-                dt_softplus=True,
-            )
+            args = (s[k] for k in ("state", "x", "dt", "A", "B", "C"))
+            return step(*args, D=s["D"], dt_bias=s["dt_bias"], dt_softplus=True)
 
-        return run_triton
+        return run

@@ -62,17 +62,20 @@ def summarize(samples: list[float]) -> Timing:
     )
 
 
-def time_cpu(fn: Callable[[int], Any], budget: TimingBudget, n_buffers: int = 1) -> Timing:
-    """Time ``fn(i)`` (i picks the input buffer) with the host clock.
-
-    Warm-up visits every buffer at least once, so that first-touch page faults of
-    outputs (slow on a virtual machine) stay out of the numbers.
-    """
+def _warm_up(fn: Callable[[int], Any], budget: TimingBudget, n_buffers: int) -> int:
+    """Warm-up over every buffer (first-touch page faults of outputs, slow on a virtual
+    machine, stay out of the numbers) for ``budget.warmup_s``; the next buffer index."""
     start = time.perf_counter()
     i = 0
     while i < max(2, n_buffers) or time.perf_counter() - start < budget.warmup_s:
         fn(i)
         i += 1
+    return i
+
+
+def time_cpu(fn: Callable[[int], Any], budget: TimingBudget, n_buffers: int = 1) -> Timing:
+    """Time ``fn(i)`` (i picks the input buffer) with the host clock, after :func:`_warm_up`."""
+    i = _warm_up(fn, budget, n_buffers)
     samples: list[float] = []
     spent = 0.0
     while len(samples) < budget.max_repeats and (
@@ -136,12 +139,7 @@ def time_cuda(
 ) -> Timing:
     """Time ``fn(i)`` with CUDA events on the current stream (warm-up visits every buffer)."""
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    i = 0
-    while i < max(2, n_buffers) or time.perf_counter() - start < budget.warmup_s:
-        fn(i)
-        i += 1
-    t = _time_events(fn, budget, torch, i)
+    t = _time_events(fn, budget, torch, _warm_up(fn, budget, n_buffers))
     return Timing(t.median_s, t.p10_s, t.p90_s, t.repeats, t.samples, mode="eager")
 
 

@@ -363,12 +363,12 @@ def _from_tables(
             label = f"fitting {gpu} ({kernels.display} kernels)"
             return stack.enter_context(progress_bar(label, total))
 
-        result = import_profile(
+        fitted = import_profile(
             gpu, kernels.name, seed=seed, progress=progress, keep=keep, refit=refit
         )
     target = out if out is not None else profile_path(f"{gpu}-{kernels.name}")
-    result.profile.save(target)
-    _report(CalibrationResult(result.profile, target, None), as_json)
+    fitted.save(target)
+    _report(CalibrationResult(fitted, target, None), as_json)
 
 
 def _merge(

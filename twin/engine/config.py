@@ -383,6 +383,27 @@ SUMMARY_ORDER = (
     "decode_engine_flags",
 )
 assert sorted(SUMMARY_ORDER) == sorted(GROUP_OF)
+# The keys every summary writes: the paper's world's, the flat configuration's before the
+# engine modes (summaries from before those are reproduced byte for byte).
+PAPER_KEYS = (
+    "replicas",
+    "tp",
+    "ep",
+    "cache_bytes",
+    "policy",
+    "policy_options",
+    "router",
+    "max_batched_tokens",
+    "max_running",
+    "gpu_memory_bytes",
+    "memory_utilization",
+    "session_rate",
+    "request_rate",
+    "seed",
+    "warmup_s",
+    "until_s",
+    "samples",
+)
 
 
 class NamedSettings(TypedDict, total=False):
@@ -781,46 +802,9 @@ class EngineConfig:
         return out
 
 
-_OMITTED_AT_DEFAULT = (
-    "burstiness",
-    "concurrency",
-    "shared_pool",
-    "engine",
-    "engine_release",
-    "kernel_tables",
-    "engine_build",
-    "engine_flags",
-    "preemption",
-    "state_slots",
-    "schedule_policy",
-    "host_cache_ratio",
-    "host_cache_bytes",
-    "host_write_policy",
-    "kv_allocator",
-    "new_token_ratio",
-    "scheduler",
-    "scheduler_options",
-    "frontend_s",
-    "stream_token_s",
-    "step_host_s",
-    "seq_host_s",
-    "eager_prefill_s",
-    "eager_graph_tokens",
-    "prefill_workers",
-    "decode_workers",
-    "speculative",
-    "decode_gpu",
-    "decode_tp",
-    "decode_ep",
-    "dp_attention",
-    "moe_a2a",
-    "pp",
-    "decode_dp_attention",
-    "decode_prefix_cache",
-    "shared_kv_tier_bytes",
-    "prefill_engine_flags",
-    "decode_engine_flags",
-)
+# Every key but the paper's world's (and the link, which a disaggregated run always
+# writes) is left out at its default.
+_OMITTED_AT_DEFAULT = tuple(n for n in SUMMARY_ORDER if n not in PAPER_KEYS and n != "kv_link")
 # Each pool's own engine flags: the config field and its command-line option (the one
 # table for the refusals here and twin.engine.run.pool_engine_flags).
 POOL_FLAG_OPTIONS = {
