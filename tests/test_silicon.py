@@ -1432,7 +1432,9 @@ def test_inferencemax_glm5_h200_sglang_runs_its_scripts_memory_and_a_bf16_cache(
     assert sil.engine_default_kv(bf16, "sglang", limits, {}, glm, "b200").kv == "fp8"
     assert sil.engine_default_kv(bf16, "sglang", limits, {}, glm, "a100") == bf16
     assert sil.engine_default_kv(fp8, "sglang", limits, {}, r1, "h200") == fp8
-    assert sil.engine_default_kv(fp8, "vllm", limits, {}, glm, "h200") == fp8
+    # vLLM's ``auto`` is the model's dtype, bf16 where the config names none (the vLLM rows
+    # whose script names no KV dtype take it: ``inferencemax_vllm_default_kv``)
+    assert sil.engine_default_kv(fp8, "vllm", limits, {}, glm, "h200").kv == "bf16"
     named = {"sets": {"kv_cache_dtype": "fp8_e4m3"}}
     assert sil.engine_default_kv(fp8, "sglang", named, {}, glm, "h200") == fp8
 

@@ -4,6 +4,7 @@ experts on Hopper."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from twin.validate.silicon.harness import INFERENCEMAX, harness_of, measured_on, model_named
@@ -74,6 +75,68 @@ INFERENCEMAX_MINIMAX_FLAGS_FROM = {
     ("b300_sxm", "fp4"): "2026-04-17",
 }
 INFERENCEMAX_MINIMAX_CAPTURE = 2048
+# The MiniMax-M2.5 fp8 scripts that pass no ``--kv-cache-dtype`` (vLLM's ``auto``: the
+# checkpoint's bf16, ``precision.ENGINE_DEFAULT_KV``): ``minimaxm2.5_fp8_b200.sh`` before
+# the day above (f342df18e, 64c20b6b5, 0f78cf4eb; ``--kv-cache-dtype fp8`` from
+# d172646bd, 2026-04-02, the flags' commit), ``minimaxm2.5_fp8_h200.sh`` and
+# ``minimaxm2.5_fp8_h100.sh`` in every version up to the rows' last day (H200 a36346339
+# to 626932a11, H100 ac0d2a853 to 626932a11). The B300 scripts pass ``fp8`` from their
+# first version.
+INFERENCEMAX_MINIMAX_AUTO_KV_SYSTEMS = frozenset({"h100_sxm", "h200_sxm"})
+
+
+def inferencemax_vllm_default_kv(row: SiliconRow) -> bool:
+    """Whether ``row`` ran an InferenceMAX MiniMax-M2.5 fp8 vLLM script that names no KV
+    cache dtype (above)."""
+    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX:
+        return False
+    if model_named(row, INFERENCEMAX_MINIMAX) is None or (row.precision or "").lower() != "fp8":
+        return False
+    if row.system in INFERENCEMAX_MINIMAX_AUTO_KV_SYSTEMS:
+        return True
+    return (
+        row.system == "b200_sxm"
+        and measured_on(row) is not None
+        and not (inferencemax_minimax_flags(row))
+    )
+
+
+# The MiniMax-M2.5 fp8 scripts that turn expert parallelism on at ``EP_SIZE`` 1 (``if [
+# "$EP_SIZE" -ge 1 ]; then EP=" --enable-expert-parallel"``; the configurations' search
+# spaces name no ``ep``, which the workflow passes as 1: the ids' ``_ep1_``):
+# ``minimaxm2.5_fp8_b200.sh`` from its first version (f342df18e, 2026-03-11) to the
+# flags' day above (d172646bd made it ``-gt 1``), ``minimaxm2.5_fp8_h200.sh`` from
+# 5e2c705d3 (2026-03-13; a36346339 passes no EP flag) in every version up to the rows'
+# last day (626932a11). vLLM 0.17.0 / 0.18.0 ``fused_moe/config.py``
+# ``FusedMoEParallelConfig.make``: with ``enable_expert_parallel`` and no data
+# parallelism the experts split over the TP ranks (``ep_size = tp_size``, MoE TP 1), every
+# rank taking every token (``inferencemax.inferencemax_layout``'s vLLM form).
+INFERENCEMAX_MINIMAX_EP_DAYS = {
+    "b200_sxm": ("2026-03-11", INFERENCEMAX_MINIMAX_FLAGS_FROM[("b200_sxm", "fp8")]),
+    "h200_sxm": ("2026-03-13", "9999-12-31"),
+}
+
+
+def inferencemax_vllm_script_layout(row: SiliconRow) -> SiliconRow:
+    """``row`` with the experts split over its TP ranks where its InferenceMAX MiniMax-M2.5
+    fp8 vLLM script turned expert parallelism on at ``EP_SIZE`` 1 (above); unchanged
+    otherwise. The CSV's columns stay in ``csv_layout``."""
+    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX or row.mode != "agg":
+        return row
+    if model_named(row, INFERENCEMAX_MINIMAX) is None or (row.precision or "").lower() != "fp8":
+        return row
+    days, day, tp = INFERENCEMAX_MINIMAX_EP_DAYS.get(row.system), measured_on(row), row.tp or 1
+    if days is None or day is None or not days[0] <= day < days[1] or tp < 2:
+        return row
+    if (row.attention_dp or 1, row.moe_ep or 1, row.moe_tp or tp) != (1, 1, tp):
+        return row
+    csv_layout = (
+        f"script layout (--enable-expert-parallel at EP_SIZE 1, measured {day}): tp_size "
+        f"{row.tp}, moe_tp_size {row.moe_tp}, moe_ep_size {row.moe_ep}"
+    )
+    return dataclasses.replace(row, moe_tp=1, moe_ep=tp, csv_layout=csv_layout)
+
+
 # InferenceMAX's Kimi-K2.5 NVFP4 B200 vLLM script passes the same two flags from
 # 6c3acebfa (2026-04-20, "[NV] Update Kimi K2.5 FP4 B200 vLLM server launch args":
 # ``--kv-cache-dtype fp8 --max-cudagraph-capture-size 2048 --max-num-batched-tokens

@@ -39,6 +39,7 @@ from twin.validate.silicon.inferencemax_vllm import (
     REASON_INFERENCEMAX_CLIENT_CAP,
     inferencemax_client_capped,
     inferencemax_served_checkpoint,
+    inferencemax_vllm_default_kv,
     vllm_async_scheduling,
     vllm_moe_backend,
 )
@@ -225,8 +226,13 @@ def plan_row(
     if overlap:  # the engine's own default, whatever the deployment
         limits = {**limits, "sets": {**limits.get("sets", {}), **overlap}}
     # InferenceMAX's scripts name their KV cache (the pairing) but for the ones read here
-    # that name none (``inferencemax_sglang_default_kv``)
-    if harness_of(row) is not INFERENCEMAX or inferencemax_sglang_default_kv(row):
+    # that name none (``inferencemax_sglang_default_kv``, ``inferencemax_vllm_default_kv``);
+    # the other collections' vLLM rows keep the pairing
+    if harness_of(row) is INFERENCEMAX:
+        auto_kv = inferencemax_sglang_default_kv(row) or inferencemax_vllm_default_kv(row)
+    else:
+        auto_kv = engine != "vllm"
+    if auto_kv:
         precision = engine_default_kv(precision, engine, limits, config, base, gpu)
     unpriceable = _unpriceable(profile, precision, base)
     if unpriceable is not None:

@@ -410,7 +410,12 @@ def row_precision(
 # none, and the collection's tp 1 Llama-3.1-8B rows, whose decode steps are the KV
 # cache's reads, measure the bf16 cache's TPOT (docs/decisions.md, "Issue 31, step: the
 # Llama-3.1-8B H200 SGLang rows ran the generator's mixed chunks").
-ENGINE_DEFAULT_KV = frozenset({"sglang"})
+# vLLM the same where the checkpoint names no KV quantisation: ``--kv-cache-dtype``'s
+# default ``auto`` (0.16.0-0.18.0 ``config/cache.py`` ``CacheConfig.cache_dtype``) is the
+# model's dtype (``utils/torch_utils.py`` ``kv_cache_dtype_str_to_dtype``: ``auto`` ->
+# ``model_config.dtype``). Only the vLLM rows whose script is read as naming none take it
+# (``plan``: ``inferencemax_vllm.inferencemax_vllm_default_kv``).
+ENGINE_DEFAULT_KV = frozenset({"sglang", "vllm"})
 
 
 # SGLang's own default for a DeepSeek-sparse-attention model (an MLA indexer: GLM-5's
@@ -442,7 +447,13 @@ def engine_default_kv(
         arch = "Hopper" if gpu in HOPPER else "Blackwell"
         rule = f"{engine}'s sparse-attention default on {arch} ({dtype})"
     else:
-        dtype = _CHECKPOINT_DTYPES.get(str(config.get("torch_dtype") or config.get("dtype") or ""))
+        named_dtype = config.get("torch_dtype") or config.get("dtype")
+        if not named_dtype and engine == "vllm":
+            # vLLM 0.17.0 ``config/model.py`` ``_resolve_auto_dtype``: a dtype the config
+            # (or its weights) does not give as a supported one falls back to the
+            # platform's first, bfloat16 on CUDA (MiniMax-M2.5's cached config names none)
+            named_dtype = "bfloat16"
+        dtype = _CHECKPOINT_DTYPES.get(str(named_dtype or ""))
         rule = f"{engine}'s --kv-cache-dtype auto (the model's dtype)"
     if dtype is None or dtype == precision.kv:
         return precision

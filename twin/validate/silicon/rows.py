@@ -16,6 +16,7 @@ from twin.errors import TwinError, where
 from twin.validate.silicon.harness import model_named
 from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_layout
 from twin.validate.silicon.inferencemax_trtllm import inferencemax_trtllm_script_layout
+from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm_script_layout
 
 CSV_IN_PACKAGE = ("systems", "silicon_sample.csv")
 CONFIGS_IN_PACKAGE = "model_configs"
@@ -224,7 +225,8 @@ def read_rows(path: str | Path | None = None) -> list[SiliconRow]:
             rows = []
             for i, raw in enumerate(reader, start=1):
                 row = inferencemax_layout(_parse(raw, p, i))
-                rows.append(inferencemax_trtllm_script_layout(row))
+                row = inferencemax_trtllm_script_layout(row)
+                rows.append(inferencemax_vllm_script_layout(row))
     except FileNotFoundError:
         raise TwinError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as err:
