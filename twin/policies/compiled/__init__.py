@@ -336,11 +336,9 @@ class GridStream:
 
         # The other alphas' replays share nothing they write but what they learn, and the
         # kernel runs without the GIL: one thread per core replays them side by side,
-        # learning nothing then (one at a time, each learns). In the background the run's
-        # own thread keeps a core: the others take the rest (on 2 cores the background
-        # thread replays them itself).
+        # learning nothing then (one at a time, each learns).
         others = range(1, len(self.states))
-        threads = min(len(others), cores() - self.background)
+        threads = min(len(others), cores())
 
         def go_on(j: int) -> None:
             st, hits, nids = self.states[j], self.hits[j], self.nids[j]
