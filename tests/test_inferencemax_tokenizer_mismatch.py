@@ -56,3 +56,24 @@ def test_the_workload_holds_the_servers_prompt_tokens(tmp_path: Path) -> None:
     table = pq.read_table(path).to_pydict()
     assert {len(t) for t in table["input_tokens"]} == {320}
     assert set(table["output_len"]) == {8}
+
+
+def test_a_planned_b300_deepseek_row_carries_the_scale() -> None:
+    import pytest
+
+    pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
+    row = replace(
+        _b300_row(),
+        precision="fp4",
+        gemm_quant_mode="nvfp4",
+        moe_quant_mode="nvfp4",
+        moe_ep=4,
+        ttft_ms=1.0,
+        tpot_ms=1.0,
+    )
+    plan = sil.plan_row(row)
+    assert not isinstance(plan, str), plan
+    assert plan.prompt_scale == 5.0
+    b200 = sil.plan_row(replace(row, system="b200_sxm", backend_version="0.5.9"))
+    assert not isinstance(b200, str), b200
+    assert b200.prompt_scale == 1.0
