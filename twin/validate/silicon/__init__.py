@@ -81,6 +81,7 @@ from twin.validate.silicon.inferencemax import (
 )
 from twin.validate.silicon.inferencemax_sglang import (
     inferencemax_no_piecewise,
+    inferencemax_prompt_scale,
     inferencemax_sglang_default_kv,
     inferencemax_sglang_unnamed,
 )
@@ -213,6 +214,7 @@ __all__ = [
     "inferencemax_mtp_drafts",
     "inferencemax_no_piecewise",
     "inferencemax_prompt_budget_flags",
+    "inferencemax_prompt_scale",
     "inferencemax_served_checkpoint",
     "inferencemax_sglang_default_kv",
     "inferencemax_sglang_unnamed",

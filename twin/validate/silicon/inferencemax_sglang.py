@@ -278,6 +278,44 @@ def inferencemax_sglang_default_kv(row: SiliconRow) -> bool:
     )
 
 
+# The B300 DeepSeek SGLang rows' prompts as the server tokenized them. The image
+# lmsysorg/sglang:v0.5.10.post1-cu130 pins ``transformers==5.3.0`` (the wheel's
+# ``Requires-Dist``; 0.5.9 pins 4.57.1), and InferenceMAX's client runs in the server's
+# image (``runners/launch_b300-nv.sh`` single-node branch at 9ebeafb4e / e8924a6: ``srun
+# --container-image`` of the image, ``benchmarks/single_node/dsr1_*_b300.sh`` ->
+# ``run_benchmark_serving --model "$MODEL"``). transformers 5 loads DeepSeek-R1's
+# ``LlamaTokenizerFast`` with a Metaspace pre-tokenizer and a Sequence decoder in place of
+# tokenizer.json's ByteLevel ones, so the random dataset's prompt text
+# (``utils/bench_serving/benchmark_serving.py`` ``sample_random_requests``: decode
+# ``isl`` client token ids, re-encode to ``isl``) is "~5x" longer to the server ("a
+# 7000-token prompt on the client becomes ~35000 tokens on the server", ef01c2205 #937,
+# 2026-03-27). #937's client-side repair (``backend_request_func.py``
+# ``_fix_tokenizer_for_sglang``) reads ``Path(model)/"tokenizer.json"`` and silently does
+# nothing for a Hugging Face repo id (5fe6d56ee #1381, 2026-05-15: "~5x client/server
+# tokenizer mismatch ... DeepSeek-R1 FP4 on B200: 1970 -> 425 tok/s"); the B300 runner
+# re-points only Qwen3.5-FP8 at a local copy, so DeepSeek's client got
+# ``nvidia/DeepSeek-R1-0528-FP4-V2`` / ``deepseek-ai/DeepSeek-R1-0528``. The rows (measured
+# 2026-04-17) ran before #1381. Server tokens per client token: #937's 35000 / 7000.
+INFERENCEMAX_TOKENIZER_MISMATCH = 5.0
+INFERENCEMAX_TOKENIZER_FIXED = "2026-05-15"  # #1381
+
+
+def inferencemax_prompt_scale(row: SiliconRow) -> float:
+    """Server prompt tokens per prompt token the row names (above): 5 for the B300
+    SGLang 0.5.10.post1 DeepSeek rows measured before #1381, else 1."""
+    day = measured_on(row)
+    if (
+        row.system != "b300_sxm"
+        or row.backend_version != INFERENCEMAX_SGLANG_B300
+        or not inferencemax_deepseek(row)
+        or harness_of(row) is not INFERENCEMAX
+        or day is None
+        or day >= INFERENCEMAX_TOKENIZER_FIXED
+    ):
+        return 1.0
+    return INFERENCEMAX_TOKENIZER_MISMATCH
+
+
 def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty
     where no one configuration of that image covers it."""

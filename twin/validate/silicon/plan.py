@@ -33,7 +33,10 @@ from twin.validate.silicon.inferencemax import (
     INFERENCEMAX_DISAGG_SYSTEMS,
     REASON_INFERENCEMAX_DISAGG,
 )
-from twin.validate.silicon.inferencemax_sglang import inferencemax_sglang_default_kv
+from twin.validate.silicon.inferencemax_sglang import (
+    inferencemax_prompt_scale,
+    inferencemax_sglang_default_kv,
+)
 from twin.validate.silicon.inferencemax_trtllm import inferencemax_speculation
 from twin.validate.silicon.inferencemax_vllm import (
     REASON_INFERENCEMAX_CLIENT_CAP,
@@ -85,6 +88,8 @@ class RowPlan:
     ep: int = 1  # expert-parallel ranks within the tp GPUs (the row's moe_ep_size)
     workers: int = 1  # aggregated workers the measured clients were spread over
     range_ratio: float = 1.0  # the harness's length spread (:class:`Harness`)
+    # server prompt tokens per token the row names (``inferencemax_prompt_scale``)
+    prompt_scale: float = 1.0
     dp: int = 1  # attention data-parallel ranks among the tp GPUs (attention_dp_size)
     # The precision was read from the checkpoint (``RowPrecision.native``), not the columns.
     native_quant: bool = False
@@ -278,6 +283,7 @@ def plan_row(
         ep=ep,
         workers=workers,
         range_ratio=harness.range_ratio,
+        prompt_scale=inferencemax_prompt_scale(row),
         dp=dp,
         native_quant=precision.native,
     )

@@ -24,15 +24,25 @@ from twin.workloads.writer import WorkloadWriter
 
 
 def write_workload(
-    path: Path, isl: int, osl: int, requests: int, seed: int, range_ratio: float = 1.0
+    path: Path,
+    isl: int,
+    osl: int,
+    requests: int,
+    seed: int,
+    range_ratio: float = 1.0,
+    prompt_scale: float = 1.0,
 ) -> Path:
     """``requests`` single-turn sessions of random prompt tokens (a closed-loop client
     starts each when its previous one completes): ``isl`` prompt tokens and exactly
     ``osl`` output tokens, or, with ``range_ratio < 1``, lengths drawn uniformly from
     ``[int(isl x range_ratio), isl]`` and ``[int(osl x range_ratio), osl]`` as vLLM's
-    ``benchmark_serving.py`` random dataset draws them."""
+    ``benchmark_serving.py`` random dataset draws them; each prompt then holds
+    ``prompt_scale`` times its drawn length (the server's tokens where the client's
+    tokenizer was another: ``inferencemax_prompt_scale``)."""
     rng = np.random.default_rng(seed)
     meta = {"generator": "silicon", "isl": isl, "osl": osl, "requests": requests, "seed": seed}
+    if prompt_scale != 1.0:
+        meta["prompt_scale"] = prompt_scale
     if range_ratio < 1.0:
         meta["range_ratio"] = range_ratio
         isls = rng.integers(int(isl * range_ratio), isl + 1, requests)
@@ -41,7 +51,7 @@ def write_workload(
         isls, osls = np.full(requests, isl), np.full(requests, osl)
     with WorkloadWriter(path, meta) as w:
         for i in range(requests):
-            prompt = rng.integers(0, TOKEN_RANGE, int(isls[i]), dtype=np.int32)
+            prompt = rng.integers(0, TOKEN_RANGE, round(isls[i] * prompt_scale), dtype=np.int32)
             w.write(WorkloadRow(i, 0, None, None, prompt, False, None, int(osls[i])))
     return path
 
@@ -73,6 +83,7 @@ def predict(plan: RowPlan) -> dict[str, Any]:
                 plan.requests,
                 plan.seed,
                 plan.range_ratio,
+                plan.prompt_scale,
             )
             args: RunArgs = {
                 "model": plan.model,
