@@ -80,4 +80,5 @@ def test_a_planned_row_of_the_early_b200_script_runs_a_bf16_cache():
     assert "fp8 KV" in later.precision and later.ep == 1
     # another collection's vLLM row keeps the pairing (no script read)
     other = sil.plan_row(_minimax("2026-03-11", source="aiperf", backend_version="0.12.0"))
-    assert isinstance(other, str) or "fp8 KV" in other.precision
+    assert not isinstance(other, str), other
+    assert "fp8 KV" in other.precision and "aiconfigurator's pairing" in other.precision

@@ -184,3 +184,20 @@ def test_an_fp8_cache_on_hopper_keeps_the_module_without_a_prefill_kernel_fit() 
     # FlashInfer's decode casts the fp8 buffer to bf16 first: the fitted stream
     assert fp8.mla_module_kv_share == 1.0
     assert "timed at a bf16 cache" in fp8.notes["MLA attention"]
+
+
+def test_the_cost_model_prices_an_fp8_cache_s_module_decode_at_its_stream() -> None:
+    """``MlaPricing._mla_decode`` hands the module fit the latent bytes times the share:
+    B200 DeepSeek-R1 at an fp8 cache pays less than the same fit at the bf16 timing's
+    stream (the share set to 1), the one thing the two differ in."""
+    import dataclasses
+
+    from twin.costmodel import CostModel
+
+    prof = load_profile("b200", "sglang").at_release("0.5.10")
+    model = with_precision(resolve_model("deepseek-r1"), "fp8", "fp8")
+    half, full = CostModel(model, prof, tp=8), CostModel(model, prof, tp=8)
+    assert half.priced.mla_module_kv_share == 0.5
+    full.priced = dataclasses.replace(full.priced, mla_module_kv_share=1.0)
+    contexts = [8192] * 64
+    assert half.decode(contexts) < full.decode(contexts)

@@ -44,6 +44,7 @@ MXFP4_MODULE_ALL_EXPERTS = "mxfp4-module-all-experts"
 # H100/H200 are 9.0, B200/GB200 10.0, B300/GB300 10.3: NVIDIA's CUDA GPU list).
 HOPPER = frozenset({"h100", "h200"})
 BLACKWELL_SM100 = frozenset({"b200", "b300", "gb200", "gb300"})
+SM100_EXACT = frozenset({"b200", "gb200"})  # ``is_device_capability(100)``: 10.0, not 10.3
 
 
 @dataclass(frozen=True)

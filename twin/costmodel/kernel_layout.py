@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from twin.costmodel.engine_kernels import HOPPER, SM100_EXACT
 from twin.errors import TwinError
 
 
@@ -70,6 +71,6 @@ DEFAULT_LAYOUT = KernelLayout()
 
 # GPUs DeepGEMM runs on (``moe_rows_per_expert``): compute capability 9.0 (Hopper) or 10.0
 # (B200, GB200), vLLM 0.12.0 ``utils/deep_gemm.py`` ``is_deep_gemm_supported``.
-DEEPGEMM_GPUS = frozenset({"h100", "h200", "b200", "gb200"})
+DEEPGEMM_GPUS = HOPPER | SM100_EXACT
 
 __all__ = ["DEEPGEMM_GPUS", "DEFAULT_LAYOUT", "KernelLayout"]
