@@ -18,3 +18,17 @@ def silicon_row(**fields: Any) -> sil.SiliconRow:
     base.update(csv_layout="")
     base.update(fields)
     return sil.SiliconRow(**base)
+
+
+# The InferenceMAX dump's source of a MiniMax-M2.5 row at ``{}`` clients (:func:`minimax_row`).
+MINIMAX_DUMP = "db-dump/2026-04-27; config_id=691; silicon_concurrency={}; measured="
+
+
+def minimax_row(day: str, concurrency: int, **fields: Any) -> sil.SiliconRow:
+    """An InferenceMAX MiniMax-M2.5 fp8 row on B200 (vLLM, :func:`silicon_row`'s release)
+    of ``concurrency`` clients at 1,024 / 1,024 tokens, measured on ``day``, ``fields``
+    over it."""
+    source = f"{MINIMAX_DUMP.format(concurrency)}{day}T00:00:00.000Z; workflow_run_id=799"
+    base = {"source": source, "model_path": "MiniMaxAI/MiniMax-M2.5", "system": "b200_sxm"}
+    base.update(precision="fp8", isl=1024, osl=1024, concurrency=concurrency)
+    return silicon_row(**{**base, **fields})

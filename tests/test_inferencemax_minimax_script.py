@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from silicon_rows import silicon_row
+from silicon_rows import MINIMAX_DUMP, minimax_row
 
 from twin.validate import silicon as sil
 from twin.validate.silicon.inferencemax_vllm import (
@@ -16,29 +16,14 @@ from twin.validate.silicon.inferencemax_vllm import (
     inferencemax_vllm_script_layout,
 )
 
-DUMP = "db-dump/2026-04-27; config_id=691; silicon_concurrency=32; measured="
+DUMP = MINIMAX_DUMP.format(32)
+# the script's fp8 row at tp 2 as the CSV writes its layout (MoE TP 2, no EP)
+SCRIPT = {"backend_version": "0.17.0", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"}
+SCRIPT.update(tp=2, moe_tp=2, moe_ep=1, ttft_ms=1.0, tpot_ms=1.0)
 
 
 def _minimax(day: str, **fields: object) -> sil.SiliconRow:
-    base = {
-        "source": f"{DUMP}{day}T00:00:00.000Z; workflow_run_id=799",
-        "model_path": "MiniMaxAI/MiniMax-M2.5",
-        "system": "b200_sxm",
-        "backend_version": "0.17.0",
-        "precision": "fp8",
-        "gemm_quant_mode": "fp8",
-        "moe_quant_mode": "fp8",
-        "isl": 1024,
-        "osl": 1024,
-        "concurrency": 32,
-        "tp": 2,
-        "moe_tp": 2,
-        "moe_ep": 1,
-        "ttft_ms": 1.0,
-        "tpot_ms": 1.0,
-    }
-    base.update(fields)
-    return silicon_row(**base)
+    return minimax_row(day, 32, **{**SCRIPT, **fields})
 
 
 def test_the_b200_script_before_its_flags_day_names_no_kv_dtype_and_splits_the_experts():

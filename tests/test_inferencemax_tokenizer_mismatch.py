@@ -9,8 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
+from silicon_rows import silicon_row
 
-from tests.silicon_rows import silicon_row
 from twin.validate import silicon as sil
 
 _SOURCE = (
@@ -59,8 +60,6 @@ def test_the_workload_holds_the_servers_prompt_tokens(tmp_path: Path) -> None:
 
 
 def test_a_planned_b300_deepseek_row_carries_the_scale() -> None:
-    import pytest
-
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
     row = replace(
         _b300_row(),

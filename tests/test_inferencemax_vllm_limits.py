@@ -8,26 +8,15 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from silicon_rows import silicon_row
+from silicon_rows import MINIMAX_DUMP, minimax_row, silicon_row
 
 from twin.validate import silicon as sil
 
-DUMP = "db-dump/2026-04-27; config_id=691; silicon_concurrency=256; measured="
+DUMP = MINIMAX_DUMP.format(256)
 
 
 def _minimax(day: str, **fields: object) -> sil.SiliconRow:
-    base = {
-        "source": f"{DUMP}{day}T00:00:00.000Z; workflow_run_id=799",
-        "model_path": "MiniMaxAI/MiniMax-M2.5",
-        "system": "b200_sxm",
-        "backend_version": "0.19.0",
-        "precision": "fp8",
-        "isl": 1024,
-        "osl": 1024,
-        "concurrency": 256,
-    }
-    base.update(fields)
-    return silicon_row(**base)
+    return minimax_row(day, 256, **{"backend_version": "0.19.0", **fields})
 
 
 def test_minimax_runs_at_vllms_default_sequence_cap_and_the_scripts_budget():
