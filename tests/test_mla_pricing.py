@@ -259,13 +259,15 @@ def test_every_mla_family_has_a_formula() -> None:
         f = fm.get_formula(key)
         decode = key.startswith("mla_decode")
         launch = ("launch_ctas", "launch_waves") if decode else ()
-        assert f.extras in (("tiles", "seq_keys", *launch), ("weight_elems",))
+        assert f.extras in (("tiles", "seq_keys", *launch), fm.MLA_BMM_EXTRAS)
         # the modules price their attention kernel after the GEMMs' smooth maximum
         module = key.startswith("mla_module")
         prefill = key.startswith("mla_prefill")
         serial = fm.MLA_MODULE_SERIAL if module else fm.MLA_PREFILL_SERIAL if prefill else ()
         assert f.serial == (("kv_repeat", "partials", "critical_keys") if decode else serial)
-        assert f.model_name.startswith("gemms_roofline+" if module else "roofline+")
+        bmm = key.startswith("mla_bmm")
+        base = "gemms_roofline+" if module else "hbm_roofline+" if bmm else "roofline+"
+        assert f.model_name.startswith(base)
     assert fm.mla_kernel("mla_module_decode", "fp8_block", "fp8") == (
         "mla_module_decode_fp8_block_fp8kv"
     )
