@@ -666,3 +666,24 @@ def test_h200_trtllm_s_bf16_bmm_meets_the_kernel_target() -> None:
     assert fit.model == "hbm_roofline+waves+l2_bytes"
     assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
     assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+
+
+def test_a_serving_step_reads_the_bmm_weights_from_hbm() -> None:
+    """The tables' L2-resident reads are their CUDA-graph replays on the same buffers; in a
+    serving step a layer's W_UK / W_UV were last read a forward pass earlier, so the step
+    prices the fitted BMM with its whole working set at HBM's rate, even where it would fit
+    in L2 (16 heads x 8 tokens: about 2 MB against B200's L2)."""
+    cm = CostModel(DSV3, load_profile("b200", "sglang"), tp=8, ep=8)
+    assert cm.mla_modes == ("kernels", "kernels")
+    fit = cm.profile.kernels[cm.priced.keys["mla_bmm"]]
+    bmm = lat.compile_fast(cm.priced.keys["mla_bmm"], fit.params, cm.profile.peaks)
+    d, e = cm.mla_dims, cm.elem_bytes
+    act_b, w_b = cm.priced.mla_bmm_bytes
+    sms, l2 = get_gpu("b200").sm_count or 0, get_gpu("b200").l2_bytes
+    cold = warm = 0.0
+    for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
+        cold += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, None))
+        warm += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, l2))
+    parts = dict((k, v) for _, k, v in cm._mla_decode(8, 8 * 1000))
+    assert parts["mla_bmm"] == pytest.approx(cold, rel=1e-12)
+    assert cold > warm

@@ -105,7 +105,10 @@ class MlaPricing(ShardShapes):
         self._mla_bmm_fit = bmm is not None
         if bmm is not None:
             self._mla_bmm = lat.compile_fast(bmm, prof.kernels[bmm].params, prof.peaks)
-            self._mla_bmm_gpu = (self._mla_sms or 0, spec.l2_bytes if spec else None)
+            # No L2 residency in a serving step: the tables' L2 reads are their CUDA-graph
+            # replays on the same buffers (``mla_bmm_features``); in a forward pass a
+            # layer's W_UK / W_UV were last read a whole pass earlier, so they come from HBM.
+            self._mla_bmm_gpu = (self._mla_sms or 0, None)
         else:
             self._mla_bmm = self._k["gemm"]
         self._mla_bmm_bytes = self.priced.mla_bmm_bytes
