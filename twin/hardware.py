@@ -71,6 +71,13 @@ class GpuSpec:
         return SM_COUNTS.get(self.name)
 
     @property
+    def l2_bytes(self) -> float | None:
+        """Bytes of L2 cache (``L2_BYTES``; None where not tabulated): the working set a
+        kernel timed again and again on the same buffers keeps on chip, for the absorbed
+        MLA BMMs' features (``twin.costmodel.mla_features.mla_bmm_features``)."""
+        return L2_BYTES.get(self.name)
+
+    @property
     def interconnect_bw(self) -> float:
         """Bytes/s per direction between two GPUs: NVLink if present, else the host link."""
         return self.nvlink_bw / 2 if self.nvlink_bw else self.host_bw
@@ -305,6 +312,29 @@ SM_COUNTS: dict[str, int] = {
     "gb200": 148,
     "b300": 160,
     "gb300": 160,
+}
+
+
+# L2 cache per GPU (decimal MB as NVIDIA quotes them): A100 40 MB (NVIDIA A100 Tensor Core
+# GPU Architecture whitepaper), H100 SXM5 50 MB (NVIDIA H100 Tensor Core GPU Architecture
+# whitepaper; H200 is the same GH100 configuration, an assumption as for ``SM_COUNTS``).
+# Assumptions of this table (no NVIDIA datasheet of the part gives its L2; docs/decisions.md,
+# issue 34): L40S 96 MB (the full AD102's, NVIDIA Ada GPU Architecture whitepaper), RTX PRO
+# 6000 Blackwell Server 128 MB (the full GB202's, NVIDIA RTX Blackwell GPU Architecture
+# whitepaper), B200 and GB200 126 MB (the count commonly reported for the two-die part),
+# B300 and GB300 the same.
+L2_BYTES: dict[str, float] = {
+    "a100": 40e6,
+    "a100-80gb": 40e6,
+    "a100-80gb-pcie": 40e6,
+    "h100": 50e6,
+    "h200": 50e6,
+    "l40s": 96e6,
+    "rtx-pro-6000": 128e6,
+    "b200": 126e6,
+    "gb200": 126e6,
+    "b300": 126e6,
+    "gb300": 126e6,
 }
 
 

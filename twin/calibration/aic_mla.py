@@ -57,7 +57,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel.mla_features import (
     MlaDims,
     decode_rule,
-    mla_bmm_sums,
+    mla_bmm_features,
     mla_decode_launch,
     mla_decode_sums,
     mla_module_decode_sums,
@@ -149,13 +149,16 @@ def _module_row(
     return _row(kernel, (flops, nbytes, extras), r["latency"], shape)
 
 
-def _bmm_row(kernel: str, r: dict[str, Any], operands: tuple[float, float]) -> dict[str, Any]:
+def _bmm_row(
+    kernel: str, r: dict[str, Any], operands: tuple[float, float], sms: int, l2: float | None
+) -> dict[str, Any]:
     t, h = int(r["num_tokens"]), int(r["num_heads"])
     pre = r["op_name"] == "mla_gen_pre"
     k, n = (DSV3["nope"], DSV3["kv_lora"]) if pre else (DSV3["kv_lora"], DSV3["v"])
-    flops, nbytes, weights = mla_bmm_sums(t, h, k, n, ELEM_BYTES, *operands)
+    flops, hbm, waves, l2_bytes = mla_bmm_features(t, h, k, n, ELEM_BYTES, *operands, sms, l2)
     shape = {"t": t, "h": h, "k": k, "n": n}
-    return _row(kernel, (flops, nbytes, {"weight_elems": weights}), r["latency"], shape)
+    extras = {"waves": waves, "l2_bytes": l2_bytes}
+    return _row(kernel, (flops, hbm, extras), r["latency"], shape)
 
 
 _KERNEL_COLUMNS = ("batch_size", "isl", "num_heads", "step")
@@ -252,9 +255,12 @@ def bmm_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         kernel = fm.mla_kernel("mla_bmm", dtype)
         operands = operand_bytes(fmt_name)
         out = []
+        gpu = system_gpu(system)
+        l2 = get_gpu(gpu).l2_bytes if gpu is not None else None
+        sms = system_sms(system)  # the output tiles' waves (``mla_bmm_features``)
         for i, r in enumerate(mine):
             _require(r, ("num_tokens", "num_heads", "op_name"), table, i)
-            out.append(_bmm_row(kernel, r, operands))
+            out.append(_bmm_row(kernel, r, operands, sms, l2))
         families.append(_family(kernel, table, mine, _sources(mine), out))
     return families
 

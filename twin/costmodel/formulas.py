@@ -230,6 +230,12 @@ MLA_PREFILL_SERIAL = ("waves",)
 MLA_DECODE_LAUNCH = ("launch_ctas", "launch_waves")
 MLA_DECODE_SERIAL = ("kv_repeat", "partials", "critical_keys")
 MLA_MODULE_BASE = "gemms_roofline"
+# The absorbed BMMs' compute-side features (``mla_features.mla_bmm_features``): the output
+# tiles' waves over the SMs and the bytes of a working set that stays in L2 across the
+# tables' replays; the smooth maximum's bytes are HBM bytes only (zero for such a set), so
+# the formula has a name of its own (a ``roofline+weight_elems`` fit is refused by name).
+MLA_BMM_EXTRAS = ("waves", "l2_bytes")
+MLA_BMM_BASE = "hbm_roofline"
 
 
 def mla_kernel(family: str, gemm_mode: str = "bfloat16", kv: str = "bfloat16") -> str:
@@ -463,9 +469,13 @@ FORMULAS: dict[str, KernelFormula] = {
                 mla_kernel("mla_bmm", mode),
                 "mem_bw",
                 True,
-                ("weight_elems",),
-                f"MLA absorbed decode's per-head batched GEMMs (W_UK in, W_UV out; {mode})",
+                MLA_BMM_EXTRAS,
+                f"MLA absorbed decode's per-head batched GEMMs (W_UK in, W_UV out; {mode}): "
+                "the smooth maximum of the FLOPs with the output tiles' waves over the SMs "
+                "and the bytes of a working set resident in L2, and the HBM bytes of one "
+                "that is not (``mla_features.mla_bmm_features``)",
                 flops_peak=peak,
+                base=MLA_BMM_BASE,
             )
             for mode, peak in MLA_BMM_MODES.items()
         ),
@@ -591,6 +601,8 @@ __all__ = [
     "FLOOR_PARAM",
     "FORMULAS",
     "KERNELS",
+    "MLA_BMM_BASE",
+    "MLA_BMM_EXTRAS",
     "MLA_BMM_MODES",
     "MLA_DECODE_LAUNCH",
     "MLA_DECODE_SERIAL",

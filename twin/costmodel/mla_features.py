@@ -358,6 +358,50 @@ def mla_bmm_sums(
     return heads * flops, heads * nbytes, float(heads * weights)
 
 
+# The absorbed BMMs' launch (``mla_bmm``, ``mla_bmm_fp8``). What NVIDIA's tables time
+# (ai-dynamo/aiconfigurator ``collector/{sglang,trtllm,vllm}/collect_mla_bmm.py``): one
+# batched GEMM over the rank's heads, ``torch.bmm`` / ``torch.ops.trtllm.bmm_out`` (cuBLAS)
+# in bf16, sgl-kernel's ``bmm_fp8`` or TensorRT-LLM's ``fp8_block_scaling_bmm_out`` after
+# the activation's quantisation kernel in fp8 (on SM100 TensorRT-LLM runs the bf16 BMM on
+# weights dequantised at load), captured in a CUDA graph and replayed on the same buffers
+# (``collector/helper.py`` ``benchmark_with_power``). So (a) the output tiles of every
+# head run in waves over the SMs, each wave about one tile's time: the tables are
+# staircases at small batches (B200 TensorRT-LLM bf16 W_UV, 128 heads: 4.5, 6.4, 8.5,
+# 10.6 us as the tokens cross multiples of a wave); (b) a working set (weights, input,
+# output) that fits in L2 stays there across the replays and is read at L2's rate, not
+# HBM's: the tables step up where it stops fitting (H200 SGLang bf16 W_UV, 32 heads: 11.4
+# us at 1,024 tokens, 42 MB, and 22.2 us at 1,536, 63 MB, against a 50 MB L2).
+MLA_BMM_TILE = 128  # output rows and columns a CTA computes (cuBLAS's common bf16 tile)
+# The share of L2 a working set may fill and still be read from L2 across the replays
+# (the rest holds other lines; chosen on the fit rows' training error over 0.4-1.2: flat
+# from 0.8 to 1.0, docs/decisions.md issue 34).
+MLA_BMM_L2_SHARE = 0.8
+
+
+def mla_bmm_features(
+    rows: Sums,
+    heads: int,
+    k: int,
+    n: int,
+    e: int,
+    act_e: float,
+    w_e: float,
+    sms: int,
+    l2_bytes: float | None,
+) -> tuple[Sums, Sums, Sums, Sums]:
+    """(FLOPs, HBM bytes, waves, L2 bytes) of one absorbed-decode batched GEMM
+    (:func:`mla_bmm_sums`' arguments) on a GPU of ``sms`` SMs and ``l2_bytes`` of L2 (None:
+    nothing resident): the ``mla_bmm`` families' features. The working set is read from
+    HBM, or, where it fits in ``MLA_BMM_L2_SHARE`` of L2, from L2 (its bytes then on the
+    compute side of the smooth maximum, HBM bytes zero); ``waves`` =
+    ``ceil(heads x ceil(rows / 128) x ceil(n / 128) / sms)``."""
+    flops, nbytes, _ = mla_bmm_sums(rows, heads, k, n, e, act_e, w_e)
+    tiles = heads * -(-rows // MLA_BMM_TILE) * -(-n // MLA_BMM_TILE)
+    waves = -(-tiles // sms)
+    resident = nbytes <= MLA_BMM_L2_SHARE * (l2_bytes or 0.0)
+    return flops, nbytes * (1 - resident), waves, nbytes * resident
+
+
 def _gemms(
     gemms: list[tuple[Sums, int, int]], e: int, act_e: float, w_e: float
 ) -> tuple[Sums, Sums, float]:
@@ -489,6 +533,8 @@ def mla_module_absorbed_sums(
 __all__ = [
     "DECODE_RULES",
     "FA3_GPUS",
+    "MLA_BMM_L2_SHARE",
+    "MLA_BMM_TILE",
     "MLA_DECODE_HEAD_TILE",
     "MLA_PREFILL_TILE_Q",
     "NO_LAUNCH",
@@ -501,6 +547,7 @@ __all__ = [
     "decode_rule",
     "fa3_num_splits",
     "mla_absorbed_sums",
+    "mla_bmm_features",
     "mla_bmm_sums",
     "mla_decode_launch",
     "mla_decode_sums",

@@ -99,10 +99,16 @@ class MlaPricing(ShardShapes):
                 "kernels" if "mla_decode" in self._mla else "gqa",
             )
         self.mla_mode = "module" if self.mla_modes[0] == "module" else "/".join(self.mla_modes)
-        # The absorbed BMMs: their own fit, else the GEMM fit on the same features.
+        # The absorbed BMMs: their own fit (its launch features on this GPU's SMs and L2:
+        # ``mla_features.mla_bmm_features``), else the GEMM fit on a GEMM's features.
         bmm = keys.get("mla_bmm")
+        self._mla_bmm_fit = bmm is not None
         if bmm is not None:
             self._mla_bmm = lat.compile_fast(bmm, prof.kernels[bmm].params, prof.peaks)
+            # No L2 residency in a serving step: the tables' L2 reads are their CUDA-graph
+            # replays on the same buffers (``mla_bmm_features``); in a forward pass a
+            # layer's W_UK / W_UV were last read a whole pass earlier, so they come from HBM.
+            self._mla_bmm_gpu = (self._mla_sms or 0, None)
         else:
             self._mla_bmm = self._k["gemm"]
         self._mla_bmm_bytes = self.priced.mla_bmm_bytes
@@ -243,9 +249,7 @@ class MlaPricing(ShardShapes):
         if not padded:
             return None
         n = f.prefill_tokens
-        act_b, w_b = self._mla_bmm_bytes
-        bmm = self._mla_bmm(*mf.mla_bmm_sums(n, d.heads, d.nope, d.kv_lora, e, act_b, w_b))
-        bmm += self._mla_bmm(*mf.mla_bmm_sums(n, d.heads, d.kv_lora, d.v, e, act_b, w_b))
+        bmm = self._absorbed_bmms(n)
         width = (2 * d.kv_lora + d.rope) // 2
         sums = ft.attn_prefill_sums(
             n, n * topk, f.prefill_kv_rows, f.prefill_chunks, padded, 1, width, e, kv_e
@@ -254,6 +258,19 @@ class MlaPricing(ShardShapes):
         if self.mla_mode == "module":  # the sparse form replaces the whole module fit
             price += sum(self._projections(n))
         return "attn_prefill", price
+
+    def _absorbed_bmms(self, rows: int) -> float:
+        """W_UK's and W_UV's batched GEMMs over ``rows`` tokens at the rank's heads."""
+        d, e = self.mla_dims, self.elem_bytes
+        act_b, w_b = self._mla_bmm_bytes
+        total = 0.0
+        for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
+            if self._mla_bmm_fit:
+                feats = mf.mla_bmm_features(rows, d.heads, k, n, e, act_b, w_b, *self._mla_bmm_gpu)
+                total += self._mla_bmm(*feats)
+            else:
+                total += self._mla_bmm(*mf.mla_bmm_sums(rows, d.heads, k, n, e, act_b, w_b))
+        return total
 
     def _mla_decode(
         self,
@@ -278,10 +295,7 @@ class MlaPricing(ShardShapes):
                 d, batch, rows, keys, kv, width, e, act_e, w_e, stream
             )
             return [("mla", "mla_module", self._mla["mla_module_decode"](*module))]
-        act_b, w_b = self._mla_bmm_bytes
-        bmm = self._mla_bmm
-        pre = bmm(*mf.mla_bmm_sums(rows, d.heads, d.nope, d.kv_lora, e, act_b, w_b))
-        post = bmm(*mf.mla_bmm_sums(rows, d.heads, d.kv_lora, d.v, e, act_b, w_b))
+        bmms = self._absorbed_bmms(rows)
         if mode == "kernels":
             sums = mf.mla_absorbed_sums(batch, rows, keys, kv, width, d, e, kv_e)
             sms = self._mla_sms or 0
@@ -296,7 +310,7 @@ class MlaPricing(ShardShapes):
             heads = d.heads * width
             attn = self._k["attn_decode"](*ft.attn_decode_sums(batch, kv, heads, 1, half, e, kv_e))
             kernel = "attn_decode"
-        return [("mla", "mla_bmm", pre + post), ("mla", kernel, attn)]
+        return [("mla", "mla_bmm", bmms), ("mla", kernel, attn)]
 
 
 __all__ = ["MODES", "MlaPricing"]
