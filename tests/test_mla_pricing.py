@@ -687,3 +687,15 @@ def test_a_serving_step_reads_the_bmm_weights_from_hbm() -> None:
     parts = dict((k, v) for _, k, v in cm._mla_decode(8, 8 * 1000))
     assert parts["mla_bmm"] == pytest.approx(cold, rel=1e-12)
     assert cold > warm
+
+
+def test_an_mla_bmm_fit_on_a_gpu_without_an_sm_count_prices_no_waves() -> None:
+    """A profile whose GPU ``twin.hardware.SM_COUNTS`` lacks (a renamed or own profile,
+    ``--profile``) keeps its BMM fit and prices no waves, as the decode kernel's launch
+    prices none (``mla_decode_launch``): no division by a zero SM count."""
+    assert mf.mla_bmm_features(64, 16, 128, 512, 2, 2.0, 2.0, 0, None)[2] == 0
+    prof = dataclasses.replace(load_profile("h200", "sglang"), gpu="own-gpu")
+    model = px.with_precision(get_model("deepseek-r1"), "fp8-block", "bf16")
+    cm = CostModel(model, prof, 8)
+    assert cm._mla_bmm_fit and cm._mla_sms is None
+    assert 0 < cm.decode([1000] * 8) < cm.decode([1000] * 64)

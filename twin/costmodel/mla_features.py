@@ -394,10 +394,11 @@ def mla_bmm_features(
     nothing resident): the ``mla_bmm`` families' features. The working set is read from
     HBM, or, where it fits in ``MLA_BMM_L2_SHARE`` of L2, from L2 (its bytes then on the
     compute side of the smooth maximum, HBM bytes zero); ``waves`` =
-    ``ceil(heads x ceil(rows / 128) x ceil(n / 128) / sms)``."""
+    ``ceil(heads x ceil(rows / 128) x ceil(n / 128) / sms)``, 0 without an SM count (a
+    profile of a GPU ``twin.hardware.SM_COUNTS`` lacks, as :func:`mla_decode_launch`)."""
     flops, nbytes, _ = mla_bmm_sums(rows, heads, k, n, e, act_e, w_e)
     tiles = heads * -(-rows // MLA_BMM_TILE) * -(-n // MLA_BMM_TILE)
-    waves = -(-tiles // sms)
+    waves = -(-tiles // sms) if sms else 0
     resident = nbytes <= MLA_BMM_L2_SHARE * (l2_bytes or 0.0)
     return flops, nbytes * (1 - resident), waves, nbytes * resident
 
