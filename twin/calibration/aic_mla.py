@@ -55,6 +55,7 @@ from twin.calibration.aic_tables import (
 )
 from twin.costmodel import formulas as fm
 from twin.costmodel.mla_features import (
+    TRTLLM_MLA_SOURCE,
     MlaDims,
     decode_rule,
     mla_bmm_features,
@@ -171,7 +172,7 @@ _KERNEL_COLUMNS = ("batch_size", "isl", "num_heads", "step")
 # ``collector/sglang/collect_mla.py``), 3.4x the FLOPs a prompt token takes. Those rows
 # are not read: SGLang's prefill there takes the GQA stand-in over its own FA3 MHA fit.
 # TensorRT-LLM's collector always times the decompressed form (``collect_mla.py``).
-PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({"trtllm_mla"})}
+PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({TRTLLM_MLA_SOURCE})}
 
 
 def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
@@ -271,7 +272,7 @@ WIDEEP_TABLES = fm.SGLANG_MLA_MODULE_TABLES  # named fp8-KV, timed at a bf16 cac
 # is set) and what InferenceMAX's SGLang DeepSeek scripts on H200 run
 # (``--attention-backend flashinfer``); the Blackwell collections time only
 # ``trtllm_mla``.
-WIDEEP_SOURCES = ("flashinfer", "trtllm_mla")
+WIDEEP_SOURCES = ("flashinfer", TRTLLM_MLA_SOURCE)
 # The collector ran DeepSeek-R1's block-scaled fp8 checkpoint (``gemm_type`` fp8_block;
 # 0.5.6.post2's table has no such column). aiconfigurator's query of these rows has no
 # GEMM axis (``sdk/models/deepseek.py``: "whose query carries no gemm axis"), so they

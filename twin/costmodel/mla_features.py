@@ -105,6 +105,8 @@ def decode_head_tiles(heads: int) -> int:
 # TensorRT-LLM 1.3.0rc20 ``default``): ``engine_kernels.BLACKWELL_SM100``. The RTX PRO 6000
 # (SM120) runs other kernels.
 TRTLLM_GEN_GPUS = BLACKWELL_SM100
+# The ``kernel_source`` of SGLang's trtllm-gen MLA backend in NVIDIA's tables.
+TRTLLM_MLA_SOURCE = "trtllm_mla"
 # trtllm-gen's MLA generation constants (flashinfer-python 0.6.1
 # ``include/flashinfer/trtllm/fmha/fmhaKernels.cuh``, ported from TensorRT-LLM's
 # trtllm-gen FMHA runner): the low-latency kernel's query heads a CTA
@@ -232,7 +234,7 @@ def decode_rule(gpu: str, kernel_source: str, kv_e: int) -> str | None:
     fp8 path has no 64 / 512 kernel, ``flash_api.cpp`` instantiates that pair for 16-bit
     elements only); None for the rest (no rule read: the fit prices the 64-head blocks
     alone, ``tiles``)."""
-    if gpu in TRTLLM_GEN_GPUS and kernel_source in ("trtllm_mla", "default"):
+    if gpu in TRTLLM_GEN_GPUS and kernel_source in (TRTLLM_MLA_SOURCE, "default"):
         return "trtllm_gen"
     if gpu in FA3_GPUS and kernel_source == "flash_attention" and kv_e == 2:
         return "fa3"
@@ -540,6 +542,7 @@ __all__ = [
     "MLA_PREFILL_TILE_Q",
     "NO_LAUNCH",
     "TRTLLM_GEN_GPUS",
+    "TRTLLM_MLA_SOURCE",
     "LaunchSums",
     "MlaDims",
     "MlaGenLaunch",

@@ -34,6 +34,7 @@ from twin.costmodel.formulas import (
     mla_kernel,
     moe_min_latency_kernel,
 )
+from twin.costmodel.mla_features import TRTLLM_MLA_SOURCE
 from twin.costmodel.profile import Profile
 from twin.errors import TwinError
 from twin.model import ModelSpec
@@ -44,9 +45,6 @@ SHARED_AS_LINEAR_NOTE = "shared expert as the linear layers' GEMMs (no GEMM fit 
 MLA_AS_GQA_NOTE = "MLA {} priced with GQA kernels (no MLA fit for it in this profile)"
 BF16_MLA_NOTE = "bf16-KV MLA kernel (no fp8-KV MLA fit in this profile)"
 SGLANG_MODULE_NOTE = "SGLang's MLA module tables, labelled fp8-KV, timed at a bf16 cache"
-# SGLang's MLA backend whose decode kernel reads an fp8 cache as stored
-# (``module_decode_kv_share``).
-FP8_CACHE_MLA_SOURCE = "trtllm_mla"
 
 
 @dataclass(frozen=True)
@@ -189,7 +187,8 @@ def module_decode_kv_share(model: ModelSpec, profile: Profile, keys: Mapping[str
     key = keys.get("mla_module_decode")
     if model.kv_dtype != "fp8" or key is None or not _timed_at_bf16(profile, key):
         return 1.0
-    if profile.kernels[key].provenance.get("kernel_source") != FP8_CACHE_MLA_SOURCE:
+    # SGLang's MLA backend whose decode kernel reads an fp8 cache as stored
+    if profile.kernels[key].provenance.get("kernel_source") != TRTLLM_MLA_SOURCE:
         return 1.0
     return px.KV_FP8_BYTES / model.dtype_bytes
 
