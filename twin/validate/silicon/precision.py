@@ -12,7 +12,7 @@ from typing import Any
 from twin import precision as px
 from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
 from twin.model import ModelSpec
-from twin.validate.silicon.configs import QUANTISED_NAME_SUFFIX
+from twin.validate.silicon.configs import QUANTISED_NAME_SUFFIX, config_file, read_config
 from twin.validate.silicon.rows import SiliconRow
 
 # The CSV's precision names and quant modes (aiconfigurator's) -> the twin's --precision
@@ -163,8 +163,6 @@ def attention_unquantised(config: dict[str, Any], hf: dict[str, Any] | None) -> 
 def checkpoint_attention_unquantised(configs: Path, hf_id: str) -> bool:
     """:func:`attention_unquantised` for the checkpoint ``hf_id`` from its cached files
     (its own config only, not a stand-in of another name; False when none is cached)."""
-    from twin.validate.silicon.configs import config_file, read_config
-
     path = config_file(configs, hf_id)
     try:
         config = read_config(str(path)) if path.is_file() else {}
@@ -246,8 +244,6 @@ def served_fp8_checkpoint(row: SiliconRow, configs: Path) -> dict[str, Any] | No
     """The cached config of the quantised checkpoint a :data:`SERVED_FP8_BACKENDS` row
     whose columns name fp8 ran (``<model_path>`` + :data:`SERVED_FP8_SUFFIX`), None where
     the rule does not apply or no such config is cached."""
-    from twin.validate.silicon.configs import config_file, read_config
-
     if row.backend not in SERVED_FP8_BACKENDS or (row.gemm_quant_mode or row.precision) != "fp8":
         return None
     path = config_file(configs, row.model_path + SERVED_FP8_SUFFIX)
