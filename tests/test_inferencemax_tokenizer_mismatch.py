@@ -45,6 +45,10 @@ def test_b300_deepseek_sglang_rows_before_the_client_fix_send_five_times_the_pro
     )
     # Qwen3.5's tokenizer is not the LlamaTokenizerFast transformers 5 rebuilds
     assert sil.inferencemax_prompt_scale(replace(row, model_path="Qwen/Qwen3.5-397B-A17B")) == 1.0
+    # GLM-5's scripts install transformers 5.2.0 on the same client, but its tokenizer loads
+    # as the generic TokenizersBackend (5.3.0 ``tokenization_auto``), not the rebuilt Llama one
+    glm5 = replace(row, model_path="zai-org/GLM-5-FP8", backend_version="nightly-dev")
+    assert sil.inferencemax_prompt_scale(glm5) == 1.0
     # measured after #1381 (2026-05-15): the client's tokenizer repaired
     fixed = replace(row, source=_SOURCE.replace("2026-04-17", "2026-05-20"))
     assert sil.inferencemax_prompt_scale(fixed) == 1.0
