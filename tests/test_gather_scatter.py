@@ -84,3 +84,90 @@ def test_shipped_profile_prices_trt_s_exchange_below_sglang_s() -> None:
         # an all-gather moves half an all-reduce's ring bytes: a quantised gather and a
         # bf16 scatter come to less than SGLang's all-reduces of the same rows
         assert trt.comm_time(tokens, extend) < sglang.comm_time(tokens, extend)
+
+
+# ---------------------------------------------------------------- dense FFN on the rank
+class _Split:
+    """A cost model whose dense MLP costs M a token, MoE layers E a token of which S is
+    the shared expert's (per MoE layer: ``shared_expert_s``), at any TP."""
+
+    M, E, S, MOE_LAYERS = 1e-4, 1e-3, 1e-6, 3
+
+    def step_spread_cost(self, prefills, batch, context):  # type: ignore[no-untyped-def]
+        from twin.costmodel.breakdown import StepCost
+
+        tokens = sum(c for c, _ in prefills) + batch
+        cost = StepCost()
+        cost.add("attention", "attention", 1e-2 * tokens)
+        cost.add("mlp", "gemm", self.M * tokens)
+        cost.add("moe", "gemm", self.E * tokens)
+        cost.add("moe", "allreduce", 7.0)
+        return cost
+
+    def step_spread(self, prefills, batch, context):  # type: ignore[no-untyped-def]
+        return self.step_spread_cost(prefills, batch, context).total_s
+
+    def shared_expert_s(self, tokens: int) -> float:
+        return self.S * tokens
+
+    def allreduce_time(self, tokens: int) -> float:
+        return _Collective.R * tokens
+
+
+def test_dense_layers_and_shared_expert_run_on_each_rank_s_own_tokens() -> None:
+    attn, ffn = _Split(), _Split()
+    moe = _Split.MOE_LAYERS
+    together = DPStepPricer(attn, ffn, 2, ffn_layers=5, moe_layers=moe)
+    on_rank = DPStepPricer(attn, ffn, 2, ffn_layers=5, moe_layers=moe, dense_on_rank=True)
+    steps = [([(16, 0)], 0, 0), ((), 4, 0)]  # 16 and 4 tokens: 20 in all
+    shared = moe * _Split.S
+    # Together: the slowest rank's attention, every FFN priced over the 20 rows.
+    assert together.attention_time(steps[0]) == pytest.approx(1e-2 * 16)
+    assert together.ffn_time(20) == pytest.approx(20 * (_Split.M + _Split.E))
+    # On the rank: its dense MLP and shared expert join its attention side over its own
+    # rows; the replica's FFN keeps the routed experts over all of them.
+    assert on_rank.attention_time(steps[0]) == pytest.approx(16 * (1e-2 + _Split.M + shared))
+    assert on_rank.ffn_time(20) == pytest.approx(20 * (_Split.E - shared))
+    # SGLang's gather/scatter then exchanges the MoE layers' rows only.
+    assert together.comm_time([16, 4], True) == pytest.approx(5 * 2 * 20 * _Collective.R)
+    assert on_rank.comm_time([16, 4], True) == pytest.approx(moe * 2 * 20 * _Collective.R)
+
+
+def test_the_rule_per_engine_under_attention_dp() -> None:
+    ds = get_model("deepseek-r1")
+    # TensorRT-LLM (modeling_deepseekv3.py: mlp_tp_size and shared_tp_size 1 under
+    # attention DP) and vLLM (each DP rank's own TP group) run them on the rank ...
+    assert trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 8).dense_ffn_on_rank
+    assert get_mode("vllm").layout_for(ds, "0.12.0", 8, 8).dense_ffn_on_rank
+    # ... SGLang 0.5.9 at the replica's TP unless --moe-dense-tp-size 1 (not modelled).
+    assert not get_mode("sglang").layout_for(ds, "0.5.9", 8, 8).dense_ffn_on_rank
+    assert not trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 1).dense_ffn_on_rank
+    assert not get_mode("vllm").layout_for(ds, "0.12.0", 8, 1).dense_ffn_on_rank
+
+
+def test_shipped_profile_moves_the_dense_weights_to_every_rank() -> None:
+    from twin.costmodel.profile_store import resolve_profile
+
+    model = dataclasses.replace(get_model("deepseek-r1"), precision="nvfp4", moe_precision=None)
+    prof = resolve_profile("b200", None, "trtllm")
+    gather = KernelLayout(moe_gather_scatter=True)
+    before = dp_pricer(model, prof, 8, 8, 8, 0.0, 0.0, kernel_layout=gather)
+    after = dp_pricer(
+        model,
+        prof,
+        8,
+        8,
+        8,
+        0.0,
+        0.0,
+        kernel_layout=dataclasses.replace(gather, dense_ffn_on_rank=True),
+    )
+    assert after.attention.shared_expert_s(32) > 0.0
+    # The replica's FFN loses the dense layers and the shared experts, exactly.
+    cost = before.ffn.step_spread_cost((), 256, 0)
+    mlp = sum(s for k, s in cost.items["mlp"].items() if k != "allreduce")
+    shared = model.n_moe_layers * before.ffn.shared_expert_s(256)
+    assert after.ffn_time(256) == pytest.approx(before.ffn_time(256) - mlp - shared)
+    # A decode step of 32 rows a rank reads the dense weights whole on every GPU: slower.
+    decode = [((), 32, 32 * 2000)] * 8
+    assert after.sync_time(decode) > before.sync_time(decode)

@@ -383,10 +383,9 @@ class DensePricing(ShardShapes):
             )
         router = self._gemm(t, d, n_exp)
         act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.expert_width))
-        if self.shared_width:  # the shared expert: a dense MLP over every token
-            sw = self.shared_width
-            up += self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
-            act += k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
+        shared_gemm, shared_act = self._shared_expert(t)
+        up += shared_gemm
+        act += shared_act
         combine = k["elementwise"](0.0, e * ((top + 1.0) * t * d))
         return (
             ("elementwise", norm + act + combine),
@@ -407,7 +406,7 @@ class DensePricing(ShardShapes):
         TP layout of the same GPUs)."""
         assert self._moe_fit is not None
         kernel, act_e, w_e, tile = self._moe_fit
-        m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
+        m, e, d = self.model, self.elem_bytes, self.d_model
         n_exp, top, ep = m.moe_n_experts, m.moe_top_k, self._moe_ep
         routed = t * top
         load = self._routing.rank_load(t, n_exp, top, ep)
@@ -432,17 +431,30 @@ class DensePricing(ShardShapes):
         if series is not None:  # a measured shape: its kernel config (series_term)
             experts *= math.exp(series[0].log_factor(series[1], t))
         router = self._gemm(t, d, n_exp)
-        shared, act = 0.0, 0.0
-        if self.shared_width and not self._shared_fused:  # a dense MLP over every token
-            sw = self.shared_width
-            shared = self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
-            act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
+        shared, act = self._shared_expert(t)
         return (
             ("elementwise", norm + act),
             ("gemm", router + shared),
             ("moe", experts),
             ("allreduce", ar),
         )
+
+    def _shared_expert(self, t: int) -> tuple[float, float]:
+        """(GEMM, element-wise) seconds of an MoE layer's shared expert over ``t`` tokens:
+        a dense MLP over every token at the experts' format; (0, 0) for a model without
+        one or where the fused-MoE launch runs it as one more expert (``_moe_fused``)."""
+        if not self.shared_width or (self._moe_fit is not None and self._shared_fused):
+            return 0.0, 0.0
+        sw, d, e = self.shared_width, self.d_model, self.elem_bytes
+        gemm = self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
+        return gemm, self._k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
+
+    def shared_expert_s(self, tokens: int) -> float:
+        """Seconds of one MoE layer's shared expert over ``tokens`` tokens, as the layer's
+        price holds it (0 where it has none apart: ``_shared_expert``); the attention-DP
+        pricer moves it to the ranks' side where the engine runs it on each rank's own
+        tokens (``KernelLayout.dense_ffn_on_rank``)."""
+        return float(sum(self._shared_expert(tokens)))
 
     def _moe_padded_rows(self, rows: float, active: float) -> float:
         """The rows a fused-MoE launch computes: ``rows`` as routed, or, where the engine
