@@ -28,6 +28,9 @@ class _Collective:
     def gather_time(self, nbytes: float) -> float:
         return self.G * nbytes
 
+    def scatter_time(self, nbytes: float) -> float:
+        return self.G * nbytes
+
 
 def test_the_gathered_token_is_in_the_format_quantised_before_the_gather() -> None:
     ds = get_model("deepseek-r1")  # d_model 7168, top 8
@@ -77,7 +80,7 @@ def test_shipped_profile_prices_trt_s_exchange_below_sglang_s() -> None:
     ffn = trt.ffn
     for tokens, extend in (([32] * 8, False), ([1024, 0, 512, 0, 0, 0, 0, 8], True)):
         total = sum(tokens)
-        one = ffn.gather_time(total * gathered_bytes_per_token(model)) + ffn.gather_time(
+        one = ffn.gather_time(total * gathered_bytes_per_token(model)) + ffn.scatter_time(
             total * model.d_model * model.dtype_bytes
         )
         assert trt.comm_time(tokens, extend) == pytest.approx(model.n_moe_layers * one)
@@ -171,3 +174,47 @@ def test_shipped_profile_moves_the_dense_weights_to_every_rank() -> None:
     # A decode step of 32 rows a rank reads the dense weights whole on every GPU: slower.
     decode = [((), 32, 32 * 2000)] * 8
     assert after.sync_time(decode) > before.sync_time(decode)
+
+
+# ---------------------------------------------------------------- NCCL's gather fits
+def test_a_fitted_nccl_gather_prices_the_exchange_in_place_of_the_all_reduce() -> None:
+    from twin.costmodel import CostModel
+    from twin.costmodel.features import gather_features
+    from twin.costmodel.profile import KernelFit
+    from twin.costmodel.profile_store import resolve_profile
+
+    model = dataclasses.replace(get_model("deepseek-r1"), precision="nvfp4", moe_precision=None)
+    prof = resolve_profile("b200", None, "trtllm")
+    kernels = {k: v for k, v in prof.kernels.items() if not k.startswith(("allgather", "reduce"))}
+    bare = dataclasses.replace(prof, kernels=kernels)
+    ring = CostModel(model, bare, 8, ep=8)
+    nbytes = 1e6
+    # Without the families: half an all-reduce of the buffer, both ways.
+    assert ring.gather_time(nbytes) == pytest.approx(ring._allreduce_bytes(nbytes / 2))
+    assert ring.scatter_time(nbytes) == ring.gather_time(nbytes)
+    fit = KernelFit("bandwidth", {"t0_s": 20e-6, "eff_bytes": 0.5})
+    nccl = dataclasses.replace(
+        bare,
+        kernels={**kernels, "allgather_8gpu": fit, "reducescatter_8gpu": fit},
+    )
+    fitted = CostModel(model, nccl, 8, ep=8)
+    _, ring_bytes, _ = gather_features(nbytes, 8)
+    assert ring_bytes == pytest.approx(nbytes * 7 / 8)
+    assert fitted.gather_time(nbytes) > 20e-6 > ring.gather_time(nbytes)
+    assert fitted.scatter_time(nbytes) == pytest.approx(fitted.gather_time(nbytes))
+    assert CostModel(model, nccl, 1).gather_time(nbytes) == 0.0
+
+
+def test_the_generator_reads_nccl_s_all_gather_and_reduce_scatter_rows() -> None:
+    pytest.importorskip("aiconfigurator_core")
+    from twin.calibration.aic_tables import gather_rows, system_dir
+
+    families = {f.kernel: f for f in gather_rows(system_dir("b200"))}
+    assert {"allgather_8gpu", "reducescatter_8gpu"} <= set(families)
+    rows = families["allgather_8gpu"].rows
+    # NCCL's B200 table: an 8-GPU all-gather of 256 half elements takes ~16 us
+    small = rows[0]
+    assert small["shape"] == {"n": 8, "bytes": 512}
+    assert 10e-6 < small["median_s"] < 25e-6
+    assert small["bytes"] == pytest.approx(512 * 7 / 8)
+    assert families["allgather_8gpu"].framework.startswith("NCCL ")

@@ -27,6 +27,7 @@ class DensePricing(ShardShapes):
     """The token-count-only kernels of a step (a part of ``CostModel``)."""
 
     _allreduce_fit: Callable[..., float] | None
+    _gather_fits: dict[str, Callable[..., float]]
     _linear_q: tuple[Callable[..., float], float, float] | None
     _expert_q: tuple[Callable[..., float], float, float] | None
     # The fused-MoE fit of the experts' format with its operand bytes (None: no fit in the
@@ -66,6 +67,14 @@ class DensePricing(ShardShapes):
     def _setup_allreduce(self) -> None:
         """A fitted all-reduce for this GPU count if the profile has one, else a ring on peaks."""
         tp, peaks = self.tp, self.profile.peaks
+        # NCCL's all-gather and reduce-scatter where the profile fits them at this GPU
+        # count (``_gather_bytes``), else None: priced on the all-reduce.
+        self._gather_fits = {}
+        for op in ("allgather", "reducescatter") if tp > 1 else ():
+            key = fm.collective_kernel(op, tp)
+            got = self.profile.kernels.get(key)
+            if got is not None:
+                self._gather_fits[op] = lat.compile_fast(key, got.params, peaks)
         fit = self.profile.kernels.get(fm.allreduce_kernel(tp)) if tp > 1 else None
         if fit is not None:
             self._allreduce_fit = lat.compile_fast(fm.allreduce_kernel(tp), fit.params, peaks)
@@ -87,6 +96,19 @@ class DensePricing(ShardShapes):
         if self._allreduce_fit is not None:
             return self._allreduce_fit(flops, ring_bytes)
         return self.allreduce_latency_s + ring_bytes * self.allreduce_s_per_byte
+
+    def _gather_bytes(self, op: str, nbytes: float) -> float:
+        """One all-gather (``op`` ``allgather``) or reduce-scatter (``reducescatter``) of
+        a buffer of ``nbytes`` (all the ranks' rows) over the ``tp`` GPUs: the profile's
+        NCCL fit of ``op`` where it has one, else the all-reduce's price at the ring
+        traffic, half an all-reduce of the buffer."""
+        if self.tp == 1:
+            return 0.0
+        fit = self._gather_fits.get(op)
+        if fit is None:
+            return self._allreduce_bytes(nbytes / 2)
+        flops, ring_bytes, _ = ft.gather_features(nbytes, self.tp)
+        return float(fit(flops, ring_bytes))
 
     def _setup_linear_kernels(self) -> None:
         """The GEMMs of the linear layers and of the experts at their precision
