@@ -865,7 +865,9 @@ def read_families(
         attention_rows(system, engine, "decode", release=release),
         *conv1d_rows(system),
         *allreduce_rows(system, engine, release),
-        *gather_rows(system),
+        # NCCL's all-gather / reduce-scatter: priced by TensorRT-LLM's layout alone
+        # (``KernelLayout.moe_gather_scatter``), so fitted into its profiles only.
+        *(gather_rows(system) if engine == "trtllm" else ()),
         # The precision families (twin.precision): each quantised GEMM mode, fp8 KV.
         *(gemm_rows(system, engine, mode, release) for mode in fm.PRECISION_GEMMS),
         attention_rows(system, engine, "prefill", "fp8", release),
