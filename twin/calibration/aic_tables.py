@@ -543,6 +543,48 @@ def allreduce_rows(system: Path, engine: str, release: str | None = None) -> lis
     return families
 
 
+# NCCL's ``nccl_perf`` ops fitted as the all-gather and reduce-scatter families (a
+# buffer of ``message_size`` elements, every GPU's share: nccl-tests' convention, which the
+# 8-GPU bandwidth at the largest sizes bears out).
+NCCL_GATHER_OPS = {"all_gather": "allgather", "reduce_scatter": "reducescatter"}
+
+
+def gather_rows(system: Path) -> list[FamilyRows]:
+    """One family per NCCL op of :data:`NCCL_GATHER_OPS` and GPU count, from the newest
+    ``comm/nccl`` table's half-precision rows (NCCL's, not an engine's: every engine
+    and release)."""
+    nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
+    if nccl_dir is None:
+        return []
+    table = nccl_dir / "nccl_perf.parquet"
+    rows: dict[str, list[dict[str, Any]]] = {}
+    device = ""
+    for r in _read(table):
+        op = NCCL_GATHER_OPS.get(str(r.get("op_name")))
+        if op is None or r.get("nccl_dtype") not in ("half", "bfloat16"):
+            continue
+        n, nbytes = int(r["num_gpus"]), int(r["message_size"]) * ELEM_BYTES
+        kernel = fm.collective_kernel(op, n)
+        feats = ft.gather_features(nbytes, n)
+        rows.setdefault(kernel, []).append(
+            _row(kernel, feats, float(r["latency"]), {"n": n, "bytes": nbytes})
+        )
+        device = device or str(r.get("device", ""))
+    return [
+        FamilyRows(
+            kernel=kernel,
+            rows=sorted(out, key=lambda row: row["shape"]["bytes"]),
+            framework="NCCL " + nccl_dir.name,
+            version="",
+            device=device,
+            kernel_source=kernel.split("_", 1)[0],
+            tables=[str(Path(*table.parts[-5:]))],
+            release="",
+        )
+        for kernel, out in sorted(rows.items())
+    ]
+
+
 MOE_COLUMNS = ("num_tokens", *MOE_SHAPE_COLUMNS)
 
 
@@ -823,6 +865,9 @@ def read_families(
         attention_rows(system, engine, "decode", release=release),
         *conv1d_rows(system),
         *allreduce_rows(system, engine, release),
+        # NCCL's all-gather / reduce-scatter: priced by TensorRT-LLM's layout alone
+        # (``KernelLayout.moe_gather_scatter``), so fitted into its profiles only.
+        *(gather_rows(system) if engine == "trtllm" else ()),
         # The precision families (twin.precision): each quantised GEMM mode, fp8 KV.
         *(gemm_rows(system, engine, mode, release) for mode in fm.PRECISION_GEMMS),
         attention_rows(system, engine, "prefill", "fp8", release),

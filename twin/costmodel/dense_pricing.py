@@ -27,6 +27,7 @@ class DensePricing(ShardShapes):
     """The token-count-only kernels of a step (a part of ``CostModel``)."""
 
     _allreduce_fit: Callable[..., float] | None
+    _gather_fits: dict[str, Callable[..., float]]
     _linear_q: tuple[Callable[..., float], float, float] | None
     _expert_q: tuple[Callable[..., float], float, float] | None
     # The fused-MoE fit of the experts' format with its operand bytes (None: no fit in the
@@ -66,6 +67,14 @@ class DensePricing(ShardShapes):
     def _setup_allreduce(self) -> None:
         """A fitted all-reduce for this GPU count if the profile has one, else a ring on peaks."""
         tp, peaks = self.tp, self.profile.peaks
+        # NCCL's all-gather and reduce-scatter where the profile fits them at this GPU
+        # count (``_gather_bytes``), else None: priced on the all-reduce.
+        self._gather_fits = {}
+        for op in ("allgather", "reducescatter") if tp > 1 else ():
+            key = fm.collective_kernel(op, tp)
+            got = self.profile.kernels.get(key)
+            if got is not None:
+                self._gather_fits[op] = lat.compile_fast(key, got.params, peaks)
         fit = self.profile.kernels.get(fm.allreduce_kernel(tp)) if tp > 1 else None
         if fit is not None:
             self._allreduce_fit = lat.compile_fast(fm.allreduce_kernel(tp), fit.params, peaks)
@@ -87,6 +96,19 @@ class DensePricing(ShardShapes):
         if self._allreduce_fit is not None:
             return self._allreduce_fit(flops, ring_bytes)
         return self.allreduce_latency_s + ring_bytes * self.allreduce_s_per_byte
+
+    def _gather_bytes(self, op: str, nbytes: float) -> float:
+        """One all-gather (``op`` ``allgather``) or reduce-scatter (``reducescatter``) of
+        a buffer of ``nbytes`` (all the ranks' rows) over the ``tp`` GPUs: the profile's
+        NCCL fit of ``op`` where it has one, else the all-reduce's price at the ring
+        traffic, half an all-reduce of the buffer."""
+        if self.tp == 1:
+            return 0.0
+        fit = self._gather_fits.get(op)
+        if fit is None:
+            return self._allreduce_bytes(nbytes / 2)
+        flops, ring_bytes, _ = ft.gather_features(nbytes, self.tp)
+        return float(fit(flops, ring_bytes))
 
     def _setup_linear_kernels(self) -> None:
         """The GEMMs of the linear layers and of the experts at their precision
@@ -383,10 +405,9 @@ class DensePricing(ShardShapes):
             )
         router = self._gemm(t, d, n_exp)
         act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.expert_width))
-        if self.shared_width:  # the shared expert: a dense MLP over every token
-            sw = self.shared_width
-            up += self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
-            act += k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
+        shared_gemm, shared_act = self._shared_expert(t)
+        up += shared_gemm
+        act += shared_act
         combine = k["elementwise"](0.0, e * ((top + 1.0) * t * d))
         return (
             ("elementwise", norm + act + combine),
@@ -407,7 +428,7 @@ class DensePricing(ShardShapes):
         TP layout of the same GPUs)."""
         assert self._moe_fit is not None
         kernel, act_e, w_e, tile = self._moe_fit
-        m, k, e, d = self.model, self._k, self.elem_bytes, self.d_model
+        m, e, d = self.model, self.elem_bytes, self.d_model
         n_exp, top, ep = m.moe_n_experts, m.moe_top_k, self._moe_ep
         routed = t * top
         load = self._routing.rank_load(t, n_exp, top, ep)
@@ -432,17 +453,30 @@ class DensePricing(ShardShapes):
         if series is not None:  # a measured shape: its kernel config (series_term)
             experts *= math.exp(series[0].log_factor(series[1], t))
         router = self._gemm(t, d, n_exp)
-        shared, act = 0.0, 0.0
-        if self.shared_width and not self._shared_fused:  # a dense MLP over every token
-            sw = self.shared_width
-            shared = self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
-            act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
+        shared, act = self._shared_expert(t)
         return (
             ("elementwise", norm + act),
             ("gemm", router + shared),
             ("moe", experts),
             ("allreduce", ar),
         )
+
+    def _shared_expert(self, t: int) -> tuple[float, float]:
+        """(GEMM, element-wise) seconds of an MoE layer's shared expert over ``t`` tokens:
+        a dense MLP over every token at the experts' format; (0, 0) for a model without
+        one or where the fused-MoE launch runs it as one more expert (``_moe_fused``)."""
+        if not self.shared_width or (self._moe_fit is not None and self._shared_fused):
+            return 0.0, 0.0
+        sw, d, e = self.shared_width, self.d_model, self.elem_bytes
+        gemm = self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
+        return gemm, self._k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
+
+    def shared_expert_s(self, tokens: int) -> float:
+        """Seconds of one MoE layer's shared expert over ``tokens`` tokens, as the layer's
+        price holds it (0 where it has none apart: ``_shared_expert``); the attention-DP
+        pricer moves it to the ranks' side where the engine runs it on each rank's own
+        tokens (``KernelLayout.dense_ffn_on_rank``)."""
+        return float(sum(self._shared_expert(tokens)))
 
     def _moe_padded_rows(self, rows: float, active: float) -> float:
         """The rows a fused-MoE launch computes: ``rows`` as routed, or, where the engine

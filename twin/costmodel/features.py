@@ -281,6 +281,12 @@ def allreduce_features(nbytes: float, n_gpus: int) -> Features:
     return 0.0, 2.0 * (n_gpus - 1) / n_gpus * float(nbytes), {}
 
 
+def gather_features(nbytes: float, n_gpus: int) -> Features:
+    """A ring all-gather or reduce-scatter of a buffer of ``nbytes`` (all the GPUs'
+    shares together): each GPU sends and receives (n-1)/n of it."""
+    return 0.0, (n_gpus - 1) / n_gpus * float(nbytes), {}
+
+
 def copy_features(nbytes: float, kernel: str) -> Features:
     """A copy of ``nbytes``; device-to-device counts the read and the write."""
     moved = 2.0 * nbytes if kernel == "copy_d2d" else float(nbytes)
@@ -297,6 +303,7 @@ __all__ = [
     "conv1d_features",
     "copy_features",
     "elementwise_features",
+    "gather_features",
     "gemm_features",
     "gemm_features_at",
     "gemm_sums",

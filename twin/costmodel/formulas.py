@@ -523,6 +523,20 @@ FORMULAS: dict[str, KernelFormula] = {
             (),
             "all-reduce across the tensor-parallel GPUs (ring bytes per GPU)",
         ),
+        # NCCL's all-gather and reduce-scatter, one fit per GPU count as the all-reduce
+        # (``allgather_<n>gpu``, ``reducescatter_<n>gpu``): TensorRT-LLM's MoE exchange
+        # under attention DP (``twin.costmodel.gather_scatter``); without one the cost
+        # model prices them on the all-reduce.
+        *(
+            KernelFormula(
+                op,
+                "interconnect_bw",
+                False,
+                (),
+                f"NCCL {what} across the GPUs (ring bytes per GPU: (n-1)/n of the buffer)",
+            )
+            for op, what in (("allgather", "all-gather"), ("reducescatter", "reduce-scatter"))
+        ),
     )
 }
 
@@ -547,6 +561,8 @@ MODEL_VARIANTS = (*MOE_VARIANTS, *MLA_VARIANTS, *A2A_VARIANTS)
 OPTIONAL = (
     "conv1d_update",
     "allreduce",
+    "allgather",
+    "reducescatter",
     "mamba1_scan",
     "mamba1_step",
     "gdn_chunk",
@@ -556,12 +572,18 @@ OPTIONAL = (
 )
 KERNELS: tuple[str, ...] = tuple(k for k in FORMULAS if k not in OPTIONAL)
 
-_PER_GPU_COUNT = re.compile(r"^(allreduce)_(\d+)gpu$")
+_PER_GPU_COUNT = re.compile(r"^(allreduce|allgather|reducescatter)_(\d+)gpu$")
 
 
 def allreduce_kernel(n_gpus: int) -> str:
     """The profile key of the all-reduce fit for ``n_gpus`` GPUs."""
-    return f"allreduce_{n_gpus}gpu"
+    return collective_kernel("allreduce", n_gpus)
+
+
+def collective_kernel(op: str, n_gpus: int) -> str:
+    """The profile key of collective ``op``'s fit (``allreduce``, ``allgather``,
+    ``reducescatter``) for ``n_gpus`` GPUs."""
+    return f"{op}_{n_gpus}gpu"
 
 
 def family(kernel: str) -> str:
@@ -629,6 +651,7 @@ __all__ = [
     "a2a_kernel",
     "allreduce_kernel",
     "check_params",
+    "collective_kernel",
     "family",
     "get_formula",
     "mla_kernel",

@@ -59,20 +59,20 @@ def gathered_bytes_per_token(model: ModelSpec) -> float:
 
 class GatherScatterPrice:
     """Seconds of one MoE layer's all-gather and reduce-scatter of all the ranks' tokens,
-    on ``ffn`` (a ``twin.costmodel.CostModel`` at the replica's ``tp``: its ``gather_time``)."""
+    on ``ffn`` (a ``twin.costmodel.CostModel`` at the replica's ``tp``: its ``gather_time``
+    and ``scatter_time``)."""
 
     def __init__(self, model: ModelSpec, ffn: Any) -> None:
         self.gather_bytes = gathered_bytes_per_token(model)
         self.scatter_bytes = float(model.d_model * model.dtype_bytes)
-        self._collective = ffn.gather_time
+        self._gather, self._scatter = ffn.gather_time, ffn.scatter_time
 
     def seconds(self, tokens: int) -> float:
         """One MoE layer's exchange of ``tokens`` tokens, all the ranks' together."""
         if tokens <= 0:
             return 0.0
         return float(
-            self._collective(tokens * self.gather_bytes)
-            + self._collective(tokens * self.scatter_bytes)
+            self._gather(tokens * self.gather_bytes) + self._scatter(tokens * self.scatter_bytes)
         )
 
 

@@ -256,11 +256,16 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         return self._allreduce(tokens)
 
     def gather_time(self, nbytes: float) -> float:
-        """Seconds of one all-gather, or one reduce-scatter, of a buffer of ``nbytes`` (all
-        the ranks' rows) over the ``tp`` GPUs: a ring moves ``(tp - 1) / tp`` of it a GPU,
-        half what an all-reduce of it moves, priced on the profile's all-reduce (fitted,
-        else the ring on its peaks) at that traffic (no all-gather table is fitted)."""
-        return self._allreduce_bytes(nbytes / 2)
+        """Seconds of one all-gather of a buffer of ``nbytes`` (all the ranks' rows) over
+        the ``tp`` GPUs: the profile's NCCL ``allgather_<tp>gpu`` fit, else the all-reduce
+        (fitted, else the ring on its peaks) at a ring's traffic, ``(tp - 1) / tp`` of the
+        buffer a GPU, half what an all-reduce of it moves."""
+        return self._gather_bytes("allgather", nbytes)
+
+    def scatter_time(self, nbytes: float) -> float:
+        """Seconds of one reduce-scatter of a buffer of ``nbytes``: as :meth:`gather_time`,
+        on the ``reducescatter_<tp>gpu`` fit."""
+        return self._gather_bytes("reducescatter", nbytes)
 
     def head_s(self, tokens: int, sequences: int) -> float:
         """Seconds the head (embedding gather, final norm, LM head) takes of a step of

@@ -31,6 +31,8 @@ GROUPS: dict[str, str] = {
     "conv1d": "causal conv1d",
     "conv1d_update": "causal conv1d",
     "allreduce": "all-reduce",
+    "allgather": "all-gather / reduce-scatter",
+    "reducescatter": "all-gather / reduce-scatter",
     **{k: "MoE all-to-all" for k in MODEL_VARIANTS if k.startswith("a2a")},
     "ssm_scan": "SSM scan",
     "ssm_step": "SSM scan",

@@ -137,9 +137,16 @@ class DPStepPricer(PricerBase):
         a2a: Any = None,
         moe_layers: int = 0,
         gather_scatter: Any = None,
+        dense_on_rank: bool = False,
     ) -> None:
         self.attention, self.ffn, self.dp = attention, ffn, dp
         self.ffn_layers = ffn_layers
+        # The dense MLP layers and the shared experts on each rank's own tokens at the
+        # attention TP (``KernelLayout.dense_ffn_on_rank``): in :meth:`attention_time`,
+        # out of :meth:`ffn_time`, and the dense layers exchange nothing (comm_time).
+        self.dense_on_rank = dense_on_rank
+        self.shared_layers = moe_layers if dense_on_rank else 0
+        dense_layers = ffn_layers - moe_layers
         # DeepEP's dispatch + combine of the MoE layers (``twin.costmodel.a2a.A2APrice``),
         # in place of their gather/scatter; None: every FFN layer gathers (comm_time).
         self.a2a, self.moe_layers = a2a, moe_layers if a2a is not None else 0
@@ -147,6 +154,8 @@ class DPStepPricer(PricerBase):
         # on their own ranks (``twin.costmodel.gather_scatter.GatherScatterPrice``).
         self.gather_scatter = gather_scatter if a2a is None else None
         self.gathering_layers = moe_layers if self.gather_scatter is not None else 0
+        # The layers SGLang's gather/scatter exchanges: the rest (comm_time).
+        self.gathered_layers = ffn_layers - self.moe_layers - (dense_layers if dense_on_rank else 0)
         self.step_host_s, self.seq_host_s = step_host_s, seq_host_s
         self._ffn_cache: dict[int, float] = {}
         self._attn_ffn_cache: dict[int, float] = {}
@@ -177,14 +186,24 @@ class DPStepPricer(PricerBase):
         return total - self._attention_ffn(tokens)
 
     def _attention_ffn(self, tokens: int) -> float:
-        """The FFN and MoE layers' share of a step of ``tokens`` tokens at the attention
-        TP (subtracted from its price: :meth:`attention_time`)."""
+        """The share of a step of ``tokens`` tokens at the attention TP that the ranks
+        run together (subtracted from its price: :meth:`attention_time`): the FFN and MoE
+        layers, less those a rank runs on its own tokens (``dense_on_rank``)."""
         got = self._attn_ffn_cache.get(tokens)
         if got is None:
             cost = self.attention.step_spread_cost((), tokens, 0)
-            got = float(sum(sum(cost.items.get(kind, {}).values()) for kind in FFN_KINDS))
+            got = float(
+                sum(sum(cost.items.get(kind, {}).values()) for kind in self._exchanged_kinds)
+            )
+            if self.shared_layers:
+                got -= self.shared_layers * self.attention.shared_expert_s(tokens)
             self._attn_ffn_cache[tokens] = got
         return got
+
+    @property
+    def _exchanged_kinds(self) -> tuple[str, ...]:
+        """The layer kinds whose FFN runs on every rank's tokens together."""
+        return ("moe",) if self.dense_on_rank else FFN_KINDS
 
     def ffn_time(self, tokens: int) -> float:
         """Seconds of the FFN and MoE layers on ``tokens`` tokens at ``tp`` (and ``ep``),
@@ -194,10 +213,12 @@ class DPStepPricer(PricerBase):
             cost = self.ffn.step_spread_cost((), tokens, 0)  # the FFN sees rows only
             got = sum(
                 s
-                for kind in FFN_KINDS
+                for kind in self._exchanged_kinds
                 for kernel, s in cost.items.get(kind, {}).items()
                 if kernel != "allreduce"
             )
+            if self.shared_layers:  # on the ranks' own tokens: attention_time's
+                got -= self.shared_layers * self.ffn.shared_expert_s(tokens)
             self._ffn_cache[tokens] = got
         return got
 
@@ -215,7 +236,7 @@ class DPStepPricer(PricerBase):
             per_layer = ar(most * self.dp)
         else:  # SUM_LEN: gather by all-reduce, then the layer's own all-reduce
             per_layer = 2 * ar(total)
-        gathered = self.ffn_layers - self.moe_layers
+        gathered = self.gathered_layers
         if not self.moe_layers:
             return float(gathered * per_layer)
         # DeepEP: every rank sends its own tokens; the layer waits for the busiest rank.
@@ -804,6 +825,7 @@ def dp_pricer(
         a2a,
         model.n_moe_layers,
         gather_scatter,
+        kernel_layout.dense_ffn_on_rank,
     )
 
 

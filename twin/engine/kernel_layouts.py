@@ -107,11 +107,23 @@ def trtllm_qk_norm_rope_pass(model: ModelSpec) -> bool:
     return base.startswith(TRTLLM_QK_NORM_ROPE_STEM) and not model.mixer_counts.get("gdn")
 
 
+# Under attention DP TensorRT-LLM's DeepSeek runs its dense MLP layers and its shared
+# expert with no tensor parallelism, each rank on its own tokens (NVIDIA/TensorRT-LLM
+# ``tensorrt_llm/_torch/models/modeling_deepseekv3.py``, stored at 000561df, the 1.1 / 1.2
+# module: ``DeepseekV3DecoderLayer._compute_mlp_tp_size`` "If using attention DP, the MLP
+# also uses DP instead of TP", ``mlp_tp_size = 1``; ``Deepseekv3MoE.
+# _compute_shared_expert_tp_size`` ``if self.use_dp: shared_tp_size = 1``, its output added
+# to the routed experts' before the reduce-scatter, no all-reduce of its own). TensorRT-LLM's
+# attention DP gives every rank one GPU (``enable_attention_dp``: attention TP 1), the TP
+# the twin's attention side prices. ``KernelLayout.dense_ffn_on_rank``.
+
+
 def trtllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
     """TensorRT-LLM's kernel layout of ``model`` (every 1.x build read: ``build`` unused).
-    Under attention DP its MoE layers all-gather and reduce-scatter the ranks' tokens and
-    its dense layers exchange none (``twin.costmodel.gather_scatter``, which cites the
-    modules and the releases' all-to-all selection)."""
+    Under attention DP its MoE layers all-gather and reduce-scatter the ranks' tokens
+    (``twin.costmodel.gather_scatter``, which cites the modules and the releases'
+    all-to-all selection) and its dense MLP layers and shared expert run on each rank's
+    own tokens, exchanging none (above)."""
     fused, quantised = trtllm_norm_in_allreduce(model, tp, dp)
     qk = trtllm_qk_norm_rope_pass(model)
     gather = dp > 1
@@ -122,6 +134,7 @@ def trtllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> Kern
         allreduce_quantises_input=quantised,
         qk_norm_rope_pass=qk,
         moe_gather_scatter=gather,
+        dense_ffn_on_rank=gather,
     )
 
 
@@ -144,14 +157,30 @@ DEEPGEMM_M_ALIGNMENT = 128
 VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this MoE TP
 
 
+# vLLM's data-parallel ranks are engines of their own, each a tensor-parallel group of
+# ``--tensor-parallel-size`` GPUs; only the MoE layers' experts span the DP x TP group.
+# Its DeepSeek builds the dense MLP layers and the shared expert at that group's size
+# (vLLM 0.12.0 ``model_executor/models/deepseek_v2.py``: ``DeepseekV2MLP`` of the dense
+# layers with no TP override, the shared expert ``DeepseekV2MLP(..., reduce_results=False,
+# is_sequence_parallel=...)``, both on ``get_tensor_model_parallel_world_size()``, the DP
+# rank's TP group): each DP rank runs them on its own tokens (``dense_ffn_on_rank``).
+
+
 def vllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
     """vLLM ``build``'s kernel layout of ``model`` (above): its experts padded per expert
-    to DeepGEMM's M alignment on 0.12.0 under a MoE tensor-parallel size below 8."""
-    if not model.n_moe_layers or build not in VLLM_DEEPGEMM_MOE_BUILDS:
+    to DeepGEMM's M alignment on 0.12.0 under a MoE tensor-parallel size below 8; under
+    data-parallel attention its dense MLP layers and shared expert on each rank."""
+    on_rank = dp > 1
+    padded = (
+        bool(model.n_moe_layers)
+        and build in VLLM_DEEPGEMM_MOE_BUILDS
+        and tp * max(dp, 1) < VLLM_DEEPGEMM_MOE_MAX_TP
+    )
+    if not (padded or on_rank):
         return DEFAULT_LAYOUT
-    if tp * max(dp, 1) >= VLLM_DEEPGEMM_MOE_MAX_TP:
-        return DEFAULT_LAYOUT
-    return KernelLayout(moe_rows_per_expert=DEEPGEMM_M_ALIGNMENT)
+    return KernelLayout(
+        moe_rows_per_expert=DEEPGEMM_M_ALIGNMENT if padded else 0, dense_ffn_on_rank=on_rank
+    )
 
 
 __all__ = [
