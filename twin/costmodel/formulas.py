@@ -513,6 +513,15 @@ FORMULAS: dict[str, KernelFormula] = {
             (),
             "all-reduce across the tensor-parallel GPUs (ring bytes per GPU)",
         ),
+        # NCCL's all-reduce alone (``allreduce_nccl_<n>gpu``): what an engine runs above
+        # its custom all-reduce's size limit (``KernelLayout.custom_allreduce_max_bytes``).
+        KernelFormula(
+            "allreduce_nccl",
+            "interconnect_bw",
+            False,
+            (),
+            "NCCL all-reduce across the tensor-parallel GPUs (ring bytes per GPU)",
+        ),
     )
 }
 
@@ -537,6 +546,7 @@ MODEL_VARIANTS = (*MOE_VARIANTS, *MLA_VARIANTS, *A2A_VARIANTS)
 OPTIONAL = (
     "conv1d_update",
     "allreduce",
+    "allreduce_nccl",
     "mamba1_scan",
     "mamba1_step",
     "gdn_chunk",
@@ -546,12 +556,17 @@ OPTIONAL = (
 )
 KERNELS: tuple[str, ...] = tuple(k for k in FORMULAS if k not in OPTIONAL)
 
-_PER_GPU_COUNT = re.compile(r"^(allreduce)_(\d+)gpu$")
+_PER_GPU_COUNT = re.compile(r"^(allreduce(?:_nccl)?)_(\d+)gpu$")
 
 
 def allreduce_kernel(n_gpus: int) -> str:
     """The profile key of the all-reduce fit for ``n_gpus`` GPUs."""
     return f"allreduce_{n_gpus}gpu"
+
+
+def nccl_allreduce_kernel(n_gpus: int) -> str:
+    """The profile key of NCCL's all-reduce fit for ``n_gpus`` GPUs."""
+    return f"allreduce_nccl_{n_gpus}gpu"
 
 
 def family(kernel: str) -> str:
@@ -623,4 +638,5 @@ __all__ = [
     "moe_kernel",
     "moe_min_latency_kernel",
     "moe_mxfp8_activation_kernel",
+    "nccl_allreduce_kernel",
 ]

@@ -31,6 +31,7 @@ GROUPS: dict[str, str] = {
     "conv1d": "causal conv1d",
     "conv1d_update": "causal conv1d",
     "allreduce": "all-reduce",
+    "allreduce_nccl": "all-reduce",
     **{k: "MoE all-to-all" for k in MODEL_VARIANTS if k.startswith("a2a")},
     "ssm_scan": "SSM scan",
     "ssm_step": "SSM scan",
