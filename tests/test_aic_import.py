@@ -50,6 +50,9 @@ def test_reader_keeps_bf16_rows_of_the_engines_default_kernel() -> None:
         "conv1d_update",
         "allreduce_2gpu",
         "allreduce_8gpu",
+        # NCCL's all-reduce alone (an engine's fallback above its custom all-reduce)
+        "allreduce_nccl_2gpu",
+        "allreduce_nccl_8gpu",
         # the precision families: the fp8 GEMM rows and the fp8-KV attention rows
         "gemm_fp8",
         "attn_prefill_fp8kv",

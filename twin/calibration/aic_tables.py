@@ -44,7 +44,9 @@ shape it came from. Which table feeds which kernel family:
 - ``a2a_*``: DeepEP's all-to-all dispatch and combine (``calibration.aic_a2a``);
 - ``allreduce_<n>gpu``: the engine's ``custom_allreduce_perf`` (CUDA-graph backend)
   where it has the message size, NCCL ``nccl_perf`` all_reduce above that;
-  ``message_size`` counts elements (2 bytes each), not bytes.
+  ``message_size`` counts elements (2 bytes each), not bytes;
+- ``allreduce_nccl_<n>gpu``: NCCL's ``nccl_perf`` all_reduce alone (an engine's
+  fallback above its custom all-reduce's size limit).
 
 A table that mixes kernel sources is narrowed to the engine's default one for that
 GPU (``ATTENTION_SOURCES``); the chosen source travels into the profile.
@@ -64,7 +66,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -488,13 +490,12 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
     return families
 
 
-def allreduce_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
-    """One family per GPU count: the engine's graph-mode custom all-reduce (engine release
-    ``release``'s table: :func:`release_version`), NCCL above it. NCCL's directory is
-    named by NCCL's own version, not the engine's: its newest table stands for every
-    release."""
-    custom = "custom_allreduce_perf.parquet"
-    custom_dir = release_version(system / "comm" / engine, custom, release)
+def _nccl_allreduce_by_size(
+    system: Path,
+) -> tuple[dict[tuple[int, int], tuple[float, str, Path]], str]:
+    """NCCL's half-precision all_reduce rows of ``system`` by (GPUs, elements), and the
+    device they name. NCCL's directory is named by NCCL's own version, not the engine's:
+    its newest table stands for every release."""
     nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
     by_size: dict[tuple[int, int], tuple[float, str, Path]] = {}
     device = ""
@@ -505,19 +506,19 @@ def allreduce_rows(system: Path, engine: str, release: str | None = None) -> lis
                 key = (int(r["num_gpus"]), int(r["message_size"]))
                 by_size[key] = (float(r["latency"]), "NCCL " + nccl_dir.name, table)
                 device = device or str(r.get("device", ""))
-    if custom_dir is not None:
-        table = custom_dir / "custom_allreduce_perf.parquet"
-        for r in _read(table):
-            backend = str(r.get("backend") or r.get("kernel_source") or "")
-            if "eager" in backend.lower():
-                continue  # production engines replay the all-reduce inside CUDA graphs
-            key = (int(r["num_gpus"]), int(r["message_size"]))
-            label = f"{ENGINE_NAMES.get(engine, engine)} {custom_dir.name} custom"
-            by_size[key] = (float(r["latency"]), label, table)
-            device = device or str(r.get("device", ""))
+    return by_size, device
+
+
+def _allreduce_families(
+    by_size: dict[tuple[int, int], tuple[float, str, Path]],
+    device: str,
+    kernel_of: Callable[[int], str],
+    release: str,
+) -> list[FamilyRows]:
+    """One family per GPU count of the all-reduce rows ``by_size`` (:func:`allreduce_rows`)."""
     families = []
     for n in sorted({k[0] for k in by_size}):
-        kernel = fm.allreduce_kernel(n)
+        kernel = kernel_of(n)
         out, labels, tables = [], set(), set()
         for (gpus, size), (lat, label, table) in sorted(by_size.items()):
             if gpus != n:
@@ -537,7 +538,7 @@ def allreduce_rows(system: Path, engine: str, release: str | None = None) -> lis
                 device=device,
                 kernel_source="all_reduce",
                 tables=sorted(tables),
-                release=custom_dir.name if custom_dir is not None else "",
+                release=release,
             )
         )
     return families
@@ -583,6 +584,34 @@ def gather_rows(system: Path) -> list[FamilyRows]:
         )
         for kernel, out in sorted(rows.items())
     ]
+
+
+def allreduce_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
+    """One family per GPU count: the engine's graph-mode custom all-reduce (engine release
+    ``release``'s table: :func:`release_version`), NCCL above it."""
+    custom = "custom_allreduce_perf.parquet"
+    custom_dir = release_version(system / "comm" / engine, custom, release)
+    by_size, device = _nccl_allreduce_by_size(system)
+    if custom_dir is not None:
+        table = custom_dir / "custom_allreduce_perf.parquet"
+        for r in _read(table):
+            backend = str(r.get("backend") or r.get("kernel_source") or "")
+            if "eager" in backend.lower():
+                continue  # production engines replay the all-reduce inside CUDA graphs
+            key = (int(r["num_gpus"]), int(r["message_size"]))
+            label = f"{ENGINE_NAMES.get(engine, engine)} {custom_dir.name} custom"
+            by_size[key] = (float(r["latency"]), label, table)
+            device = device or str(r.get("device", ""))
+    release_name = custom_dir.name if custom_dir is not None else ""
+    return _allreduce_families(by_size, device, fm.allreduce_kernel, release_name)
+
+
+def nccl_allreduce_rows(system: Path) -> list[FamilyRows]:
+    """One family per GPU count of NCCL's all-reduce alone (``allreduce_nccl_<n>gpu``):
+    what an engine runs above its custom all-reduce's size limit
+    (``twin.costmodel.kernel_layout.KernelLayout.custom_allreduce_max_bytes``)."""
+    by_size, device = _nccl_allreduce_by_size(system)
+    return _allreduce_families(by_size, device, fm.nccl_allreduce_kernel, "")
 
 
 MOE_COLUMNS = ("num_tokens", *MOE_SHAPE_COLUMNS)
@@ -868,6 +897,7 @@ def read_families(
         # NCCL's all-gather / reduce-scatter: priced by TensorRT-LLM's layout alone
         # (``KernelLayout.moe_gather_scatter``), so fitted into its profiles only.
         *(gather_rows(system) if engine == "trtllm" else ()),
+        *nccl_allreduce_rows(system),
         # The precision families (twin.precision): each quantised GEMM mode, fp8 KV.
         *(gemm_rows(system, engine, mode, release) for mode in fm.PRECISION_GEMMS),
         attention_rows(system, engine, "prefill", "fp8", release),

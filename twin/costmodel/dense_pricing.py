@@ -15,12 +15,25 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import LABEL, StepCost
-from twin.costmodel.kernel_layout import DEEPGEMM_GPUS, KernelLayout
+from twin.costmodel.kernel_layout import (
+    DEEPGEMM_GPUS,
+    VLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
+    KernelLayout,
+)
 from twin.costmodel.moe_layout import fuses_shared_expert, measured_ep, priced_ep
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import SeriesTerm, series_key
 from twin.costmodel.shard_shapes import ShardShapes
+
+
+def _less(price: Callable[..., float], gap: float) -> Callable[..., float]:
+    """``price`` less ``gap`` seconds a call."""
+
+    def priced(*args: float) -> float:
+        return price(*args) - gap
+
+    return priced
 
 
 class DensePricing(ShardShapes):
@@ -65,7 +78,9 @@ class DensePricing(ShardShapes):
         self.rope_in_attention = bool(source and source.rope_in_attention and measured)
 
     def _setup_allreduce(self) -> None:
-        """A fitted all-reduce for this GPU count if the profile has one, else a ring on peaks."""
+        """A fitted all-reduce for this GPU count if the profile has one, else a ring on
+        peaks; NCCL's fit above the custom all-reduce's size limit where the layout has one
+        (``KernelLayout.custom_allreduce_size_limit``) and the profile NCCL's fit."""
         tp, peaks = self.tp, self.profile.peaks
         # NCCL's all-gather and reduce-scatter where the profile fits them at this GPU
         # count (``_gather_bytes``), else None: priced on the all-reduce.
@@ -75,6 +90,12 @@ class DensePricing(ShardShapes):
             got = self.profile.kernels.get(key)
             if got is not None:
                 self._gather_fits[op] = lat.compile_fast(key, got.params, peaks)
+        self._nccl_above: tuple[float, Callable[..., float]] | None = None
+        limits = VLLM_CUSTOM_ALLREDUCE_MAX_BYTES.get(self.profile.gpu, {})
+        nccl = self.profile.kernels.get(fm.nccl_allreduce_kernel(tp))
+        if self.kernel_layout.custom_allreduce_size_limit and tp in limits and nccl is not None:
+            key = fm.nccl_allreduce_kernel(tp)
+            self._nccl_above = (limits[tp], lat.compile_fast(key, nccl.params, peaks))
         fit = self.profile.kernels.get(fm.allreduce_kernel(tp)) if tp > 1 else None
         if fit is not None:
             self._allreduce_fit = lat.compile_fast(fm.allreduce_kernel(tp), fit.params, peaks)
@@ -93,6 +114,8 @@ class DensePricing(ShardShapes):
         if self.tp == 1:
             return 0.0
         flops, ring_bytes, _ = ft.allreduce_features(nbytes, self.tp)
+        if self._nccl_above is not None and nbytes >= self._nccl_above[0]:
+            return self._nccl_above[1](flops, ring_bytes)
         if self._allreduce_fit is not None:
             return self._allreduce_fit(flops, ring_bytes)
         return self.allreduce_latency_s + ring_bytes * self.allreduce_s_per_byte
@@ -122,7 +145,14 @@ class DensePricing(ShardShapes):
                 return None
             fit = prof.kernels[fmt.kernel]
             act, weight = px.gemm_operand_bytes(fmt, e)
-            return lat.compile_fast(fmt.kernel, fit.params, prof.peaks), act, weight
+            price = lat.compile_fast(fmt.kernel, fit.params, prof.peaks)
+            if self.kernel_layout.fp8_static_activation and fmt.kernel == "gemm_fp8":
+                # KernelLayout.fp8_static_activation: the fit's floor above bf16's is the
+                # dynamic quantisation the table timed (aiconfigurator's
+                # collector/vllm/collect_gemm.py, Fp8Config(activation_scheme="dynamic")).
+                gap = max(fit.params["t0_s"] - prof.kernels["gemm"].params["t0_s"], 0.0)
+                price = _less(price, gap)
+            return price, act, weight
 
         self._linear_q = quantised(self.priced.linear)
         expert = self.priced.expert

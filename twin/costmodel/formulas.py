@@ -537,6 +537,15 @@ FORMULAS: dict[str, KernelFormula] = {
             )
             for op, what in (("allgather", "all-gather"), ("reducescatter", "reduce-scatter"))
         ),
+        # NCCL's all-reduce alone (``allreduce_nccl_<n>gpu``): what an engine runs above
+        # its custom all-reduce's size limit (``KernelLayout.custom_allreduce_max_bytes``).
+        KernelFormula(
+            "allreduce_nccl",
+            "interconnect_bw",
+            False,
+            (),
+            "NCCL all-reduce across the tensor-parallel GPUs (ring bytes per GPU)",
+        ),
     )
 }
 
@@ -563,6 +572,7 @@ OPTIONAL = (
     "allreduce",
     "allgather",
     "reducescatter",
+    "allreduce_nccl",
     "mamba1_scan",
     "mamba1_step",
     "gdn_chunk",
@@ -572,7 +582,7 @@ OPTIONAL = (
 )
 KERNELS: tuple[str, ...] = tuple(k for k in FORMULAS if k not in OPTIONAL)
 
-_PER_GPU_COUNT = re.compile(r"^(allreduce|allgather|reducescatter)_(\d+)gpu$")
+_PER_GPU_COUNT = re.compile(r"^(allreduce_nccl|allreduce|allgather|reducescatter)_(\d+)gpu$")
 
 
 def allreduce_kernel(n_gpus: int) -> str:
@@ -584,6 +594,11 @@ def collective_kernel(op: str, n_gpus: int) -> str:
     """The profile key of collective ``op``'s fit (``allreduce``, ``allgather``,
     ``reducescatter``) for ``n_gpus`` GPUs."""
     return f"{op}_{n_gpus}gpu"
+
+
+def nccl_allreduce_kernel(n_gpus: int) -> str:
+    """The profile key of NCCL's all-reduce fit for ``n_gpus`` GPUs."""
+    return collective_kernel("allreduce_nccl", n_gpus)
 
 
 def family(kernel: str) -> str:
@@ -658,4 +673,5 @@ __all__ = [
     "moe_kernel",
     "moe_min_latency_kernel",
     "moe_mxfp8_activation_kernel",
+    "nccl_allreduce_kernel",
 ]

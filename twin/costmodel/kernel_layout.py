@@ -60,6 +60,15 @@ class KernelLayout:
     # on the ranks' side of ``twin.engine.dp_attention.DPStepPricer`` at the attention TP,
     # with no exchange for the dense layers (the rule: ``twin.engine.kernel_layouts``).
     dense_ffn_on_rank: bool = False
+    # The engine's custom all-reduce stops at a message size per GPU and GPU count
+    # (:data:`VLLM_CUSTOM_ALLREDUCE_MAX_BYTES`); above it the all-reduce is NCCL's
+    # (``DensePricing._allreduce_bytes``; vLLM 0.10.2, no symmetric memory).
+    custom_allreduce_size_limit: bool = False
+    # The per-tensor fp8 linear layers' activation scale is the checkpoint's (static) and
+    # its quantisation runs fused into the pass before the GEMM, while the fp8 GEMM fit
+    # timed a dynamic per-tensor quantisation inside each call: the fit's floor above the
+    # bf16 GEMM's comes off every fp8 linear launch (``DensePricing._setup_linear_kernels``).
+    fp8_static_activation: bool = False
 
     def __post_init__(self) -> None:
         if self.moe_rows_per_expert < 0:
@@ -79,4 +88,19 @@ DEFAULT_LAYOUT = KernelLayout()
 # (B200, GB200), vLLM 0.12.0 ``utils/deep_gemm.py`` ``is_deep_gemm_supported``.
 DEEPGEMM_GPUS = HOPPER | SM100_EXACT
 
-__all__ = ["DEEPGEMM_GPUS", "DEFAULT_LAYOUT", "KernelLayout"]
+# vLLM 0.10.2's custom all-reduce size limit (bytes per GPU, below which it runs; the
+# ``inp_size < max_size`` of ``custom_all_reduce.py`` ``should_custom_ar``), by GPU and
+# GPU count: ``distributed/device_communicators/all_reduce_utils.py``
+# ``CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"]`` (Hopper), taken in ``custom_all_reduce.py``
+# ``CustomAllreduce.__init__``; ``cuda_communicator.py`` ``all_reduce`` then tries symmetric
+# memory (off: ``VLLM_ALLREDUCE_USE_SYMM_MEM`` defaults to 0 in ``envs.py``) and runs
+# pynccl. Blackwell ("10.0") is not listed: InferenceMAX's B200 script fuses the
+# all-reduce with the RMSNorm in FlashInfer (``enable_fi_allreduce_fusion``), not modelled.
+_MIB = 1024 * 1024
+_HOPPER_CUSTOM_ALLREDUCE = {2: 64 * _MIB, 4: 32 * _MIB, 6: _MIB // 2, 8: _MIB // 4}
+VLLM_CUSTOM_ALLREDUCE_MAX_BYTES = {
+    "h100": _HOPPER_CUSTOM_ALLREDUCE,
+    "h200": _HOPPER_CUSTOM_ALLREDUCE,
+}
+
+__all__ = ["DEEPGEMM_GPUS", "DEFAULT_LAYOUT", "VLLM_CUSTOM_ALLREDUCE_MAX_BYTES", "KernelLayout"]

@@ -33,6 +33,7 @@ GROUPS: dict[str, str] = {
     "allreduce": "all-reduce",
     "allgather": "all-gather / reduce-scatter",
     "reducescatter": "all-gather / reduce-scatter",
+    "allreduce_nccl": "all-reduce",
     **{k: "MoE all-to-all" for k in MODEL_VARIANTS if k.startswith("a2a")},
     "ssm_scan": "SSM scan",
     "ssm_step": "SSM scan",

@@ -166,20 +166,39 @@ VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this 
 # rank's TP group): each DP rank runs them on its own tokens (``dense_ffn_on_rank``).
 
 
+# vLLM 0.10.2 (the wheel), the image of InferenceMAX's Llama-3.1-70B vLLM rows
+# (``twin.validate.silicon.inferencemax_vllm.inferencemax_vllm_build``): its custom
+# all-reduce stops at ``CUSTOM_ALL_REDUCE_MAX_SIZES`` and NCCL runs above
+# (``KernelLayout.custom_allreduce_size_limit``); and a static per-tensor fp8 checkpoint
+# (ModelOpt's, ``quantization/modelopt.py`` ``ModelOptFp8LinearMethod``:
+# ``Fp8LinearOp(act_quant_static=True)`` with the checkpoint's ``input_scale``) quantises
+# its activations with ``QuantFP8(static=True)`` (``utils/w8a8_utils.py``), pointwise,
+# which Inductor fuses into the RMSNorm / SiLU-mul before the GEMM (V1 compiles with
+# custom ops off, ``config/compilation.py``), o_proj's a small pass of its own, not
+# priced (``KernelLayout.fp8_static_activation``). Taken for every fp8 row of the build:
+# the only fp8 checkpoints the twin reads as served by it are ModelOpt's.
+VLLM_STATIC_FP8_BUILDS = frozenset({"0.10.2"})
+
+
 def vllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
     """vLLM ``build``'s kernel layout of ``model`` (above): its experts padded per expert
     to DeepGEMM's M alignment on 0.12.0 under a MoE tensor-parallel size below 8; under
-    data-parallel attention its dense MLP layers and shared expert on each rank."""
+    data-parallel attention its dense MLP layers and shared expert on each rank; 0.10.2's
+    custom all-reduce limit and static fp8 activations."""
     on_rank = dp > 1
+    static = build in VLLM_STATIC_FP8_BUILDS
     padded = (
         bool(model.n_moe_layers)
         and build in VLLM_DEEPGEMM_MOE_BUILDS
         and tp * max(dp, 1) < VLLM_DEEPGEMM_MOE_MAX_TP
     )
-    if not (padded or on_rank):
+    if not (padded or on_rank or static):
         return DEFAULT_LAYOUT
     return KernelLayout(
-        moe_rows_per_expert=DEEPGEMM_M_ALIGNMENT if padded else 0, dense_ffn_on_rank=on_rank
+        moe_rows_per_expert=DEEPGEMM_M_ALIGNMENT if padded else 0,
+        dense_ffn_on_rank=on_rank,
+        custom_allreduce_size_limit=static,
+        fp8_static_activation=static,
     )
 
 

@@ -30,7 +30,7 @@ from twin.validate.silicon.inferencemax_trtllm import (
     inferencemax_mtp_batch,
     inferencemax_mtp_drafts,
 )
-from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm
+from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm, inferencemax_vllm_build
 
 if TYPE_CHECKING:
     from twin.validate.silicon.rows import SiliconRow
@@ -110,8 +110,9 @@ def engine_build(row: SiliconRow) -> str:
     """The engine build ``row`` ran (``build_run``'s ``engine_build``, whose kernel layout
     the engine mode's rule reads: ``twin.engine.kernel_layouts``): its ``backend_version``,
     or the image an InferenceMAX SGLang row that names only ``nightly-dev`` ran
-    (:func:`inferencemax_sglang_build`)."""
-    return inferencemax_sglang_build(row) or row.backend_version
+    (:func:`inferencemax_sglang_build`) or an InferenceMAX vLLM row that names none
+    (``inferencemax_vllm.inferencemax_vllm_build``)."""
+    return inferencemax_sglang_build(row) or inferencemax_vllm_build(row) or row.backend_version
 
 
 def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[str, Any]:

@@ -267,3 +267,25 @@ def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
         return None
     named = model_named(row, INFERENCEMAX_VLLM_MOE_BACKENDS)
     return INFERENCEMAX_VLLM_MOE_BACKENDS[named].get(row.system) if named else None
+
+
+# The image InferenceMAX's NVIDIA Llama-3.1-70B fp8 vLLM rows ran, which name no release:
+# every job of ``.github/workflows/70b-tmpl.yml`` ran ``vllm/vllm-openai:v0.10.2`` with
+# ``nvidia/Llama-3.3-70B-Instruct-FP8`` (SemiAnalysisAI/InferenceX, from af4ccd03f,
+# 2025-09-23, to the template's removal at 2582bce40; scripts
+# ``benchmarks/70b_fp8_h100_slurm.sh``, ``70b_fp8_h200_slurm.sh``, ``70b_fp8_b200_docker.sh``
+# at c198b20eb). The build's kernel layout is ``twin.engine.kernel_layouts``'s
+# (``VLLM_STATIC_FP8_BUILDS``); the kernel tables stay the planned release's.
+INFERENCEMAX_VLLM_BUILDS = {("llama-3.1-70b", "fp8"): "0.10.2"}
+INFERENCEMAX_VLLM_BUILD_SYSTEMS = frozenset({"h100_sxm", "h200_sxm", "b200_sxm"})
+
+
+def inferencemax_vllm_build(row: SiliconRow) -> str | None:
+    """The vLLM image an InferenceMAX row that names no release ran (above); None
+    elsewhere."""
+    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX or row.backend_version:
+        return None
+    if row.system not in INFERENCEMAX_VLLM_BUILD_SYSTEMS:
+        return None
+    named = model_named(row, tuple(m for m, _ in INFERENCEMAX_VLLM_BUILDS))
+    return INFERENCEMAX_VLLM_BUILDS.get((named, (row.precision or "").lower())) if named else None

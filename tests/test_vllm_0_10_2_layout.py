@@ -1,0 +1,78 @@
+"""vLLM 0.10.2, the image of InferenceMAX's Llama-3.1-70B fp8 vLLM rows: NCCL above the
+custom all-reduce's size limit (``KernelLayout.custom_allreduce_size_limit``) and the
+static fp8 activation scale fused before the GEMM (``KernelLayout.fp8_static_activation``);
+``twin.engine.kernel_layouts.VLLM_STATIC_FP8_BUILDS``, ``twin.validate.silicon
+.inferencemax_vllm.inferencemax_vllm_build``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from silicon_rows import silicon_row
+
+from twin.costmodel import CostModel
+from twin.costmodel import features as ft
+from twin.costmodel import formulas as fm
+from twin.costmodel import latency as lat
+from twin.costmodel.kernel_layout import KernelLayout
+from twin.costmodel.profile_store import load_profile
+from twin.engine.kernel_layouts import vllm_kernel_layout
+from twin.presets import get_model
+from twin.validate.silicon.deployment import engine_build
+
+DUMP = "db-dump/2026-04-27; config_id=1; silicon_concurrency=8; measured=2025-10-01"
+LIMIT = KernelLayout(custom_allreduce_size_limit=True)
+STATIC = KernelLayout(fp8_static_activation=True)
+
+
+def _llama(**fields: object) -> object:
+    base = dict(source=DUMP, model_path="meta-llama/Llama-3.1-70B", backend_version="")
+    base.update(precision="fp8", gemm_quant_mode="fp8", moe_quant_mode=None, tp=8)
+    base.update(fields)
+    return silicon_row(**base)
+
+
+def test_the_rows_ran_0_10_2() -> None:
+    assert engine_build(_llama()) == "0.10.2"  # type: ignore[arg-type]
+    assert engine_build(_llama(backend_version="0.19.0")) == "0.19.0"  # type: ignore[arg-type]
+    assert engine_build(_llama(precision="fp4")) == ""  # type: ignore[arg-type]
+    assert engine_build(_llama(system="mi355x")) == ""  # type: ignore[arg-type]
+    layout = vllm_kernel_layout(get_model("llama-3.1-70b"), "0.10.2", 8, 1)
+    assert layout.custom_allreduce_size_limit and layout.fp8_static_activation
+    assert not vllm_kernel_layout(get_model("llama-3.1-70b"), "0.19.0", 8, 1).fp8_static_activation
+
+
+def _allreduce(gpu: str, tp: int, tokens: int, layout: KernelLayout | None = None) -> float:
+    model = get_model("llama-3.1-70b")
+    cm = CostModel(model, load_profile(gpu, "vllm"), tp, kernel_layout=layout or KernelLayout())
+    return cm._allreduce(tokens)
+
+
+def test_hopper_tp8_runs_nccl_from_256_kib() -> None:
+    profile = load_profile("h200", "vllm")
+    fit = profile.kernels[fm.nccl_allreduce_kernel(8)]
+    nccl = lat.compile_fast(fm.nccl_allreduce_kernel(8), fit.params, profile.peaks)
+    # 16 tokens x 8,192 x 2 bytes = 256 KiB: not below the limit, NCCL's
+    flops, ring, _ = ft.allreduce_features(16 * 8192 * 2, 8)
+    assert _allreduce("h200", 8, 16, LIMIT) == pytest.approx(nccl(flops, ring), rel=1e-12)
+    assert _allreduce("h200", 8, 16, LIMIT) > 2 * _allreduce("h200", 8, 16)
+    assert _allreduce("h200", 8, 15, LIMIT) == _allreduce("h200", 8, 15)  # custom below
+    assert _allreduce("h200", 4, 64, LIMIT) == _allreduce("h200", 4, 64)  # 32 MiB at tp 4
+    assert _allreduce("b200", 8, 64, LIMIT) == _allreduce("b200", 8, 64)  # not listed
+
+
+def test_static_fp8_takes_the_dynamic_quant_floor_off() -> None:
+    fp8 = dataclasses.replace(get_model("llama-3.1-70b"), precision="fp8")
+    profile = load_profile("h200", "vllm")
+    gap = profile.kernels["gemm_fp8"].params["t0_s"] - profile.kernels["gemm"].params["t0_s"]
+    assert gap > 0
+    a = CostModel(fp8, profile, 1, kernel_layout=STATIC).decode([2048] * 4, breakdown=True)
+    b = CostModel(fp8, profile, 1).decode([2048] * 4, breakdown=True)
+    gemms = sum(b.items[k]["gemm"] - a.items[k]["gemm"] for k in b.items if "gemm" in b.items[k])
+    launches = 4 * fp8.n_attention_layers  # qkv, o_proj, gate_up, down a layer
+    assert gemms == pytest.approx(launches * gap, rel=1e-6)
+    bf16 = get_model("llama-3.1-70b")  # a bf16 model's GEMMs are untouched
+    assert CostModel(bf16, profile, 1, kernel_layout=STATIC).decode([2048] * 4) == CostModel(
+        bf16, profile, 1
+    ).decode([2048] * 4)
