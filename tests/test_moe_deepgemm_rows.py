@@ -1,6 +1,6 @@
 """vLLM 0.12.0's block-fp8 experts on Hopper: DeepGEMM's contiguous grouped GEMM at every
 step size, each expert reached padded to 128 rows (``twin.engine.kernel_layouts.
-vllm_kernel_layout``, ``DensePricing._moe_padded_rows``; issue 31)."""
+vllm_kernel_layout``, ``DensePricing._moe_padded_rows``; issues 31, 33)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,28 @@ PADDED = KernelLayout(moe_rows_per_expert=128)
 
 
 def test_vllm_0_12_0_pads_below_moe_tp_8_only() -> None:
-    assert vllm_kernel_layout(QWEN3, "0.12.0", 2, 1) == PADDED
-    assert vllm_kernel_layout(QWEN3, "0.12.0", 4, 2).moe_rows_per_expert == 0  # MoE TP 8
-    assert vllm_kernel_layout(QWEN3, "0.19.0", 2, 1).moe_rows_per_expert == 0
-    assert vllm_kernel_layout(get_model("llama-3-8b"), "0.12.0", 2, 1).moe_rows_per_expert == 0
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 2, 1, 1, "h200") == PADDED
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 2, 1, 1, "b200") == PADDED  # SM 10.0
+    # MoE TP 8 (dp x tp): DeepGEMM off.
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 4, 2, 1, "h200").moe_rows_per_expert == 0
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 8, 1, 1, "h200").moe_rows_per_expert == 0
+    assert vllm_kernel_layout(QWEN3, "0.19.0", 2, 1, 1, "h200").moe_rows_per_expert == 0
+    llama = get_model("llama-3-8b")
+    assert vllm_kernel_layout(llama, "0.12.0", 2, 1, 1, "h200").moe_rows_per_expert == 0
+
+
+def test_expert_parallelism_keeps_deepgemm_at_8_gpus() -> None:
+    # vLLM 0.12.0 ``FusedMoEParallelConfig.make``: with EP the MoE's TP size is 1.
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 8, 1, 8, "h200") == PADDED
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 4, 2, 8, "h200") == PADDED
+
+
+def test_neither_on_a_gpu_deepgemm_skips_nor_for_other_experts() -> None:
+    # B300: compute capability 10.3; an unknown GPU; bf16 experts.
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 2, 1, 1, "b300").moe_rows_per_expert == 0
+    assert vllm_kernel_layout(QWEN3, "0.12.0", 2, 1, 1, "").moe_rows_per_expert == 0
+    bf16 = get_model("qwen3-235b-a22b")
+    assert vllm_kernel_layout(bf16, "0.12.0", 4, 1, 1, "h200").moe_rows_per_expert == 0
     with pytest.raises(TwinError, match="moe_rows_per_expert"):
         KernelLayout(moe_rows_per_expert=-1)
 
@@ -40,9 +58,14 @@ def test_a_decode_step_computes_128_rows_an_expert_reached() -> None:
     # A decode step of 16 sequences pays for the padded rows (the measured 0.12.0 TPOT at
     # tp 2: 52-56 ms at 9-20 clients, where the routed rows alone price 24-30).
     assert padded.decode([4000] * 16) > 1.3 * plain.decode([4000] * 16)
-    # Neither on a GPU DeepGEMM does not run on (B300: compute capability 10.3) nor for
-    # experts of another format.
-    b300 = load_profile("b300", "vllm")
-    assert CostModel(QWEN3, b300, 2, kernel_layout=PADDED)._moe_padded_rows(rows, active) == rows
-    bf16 = get_model("qwen3-235b-a22b")  # bf16 experts
-    assert CostModel(bf16, h200, 4, kernel_layout=PADDED)._moe_padded_rows(rows, active) == rows
+
+
+def test_the_run_lays_out_the_profiles_gpu_and_ep() -> None:
+    from twin.engine.config import EngineConfig
+    from twin.engine.run import kernel_layout_of
+
+    config = EngineConfig.of(engine="vllm", engine_build="0.12.0", tp=2)
+    assert kernel_layout_of(QWEN3, config, "h200") == PADDED
+    assert kernel_layout_of(QWEN3, config, "b300").moe_rows_per_expert == 0
+    ep8 = EngineConfig.of(engine="vllm", engine_build="0.12.0", tp=8, ep=8)
+    assert kernel_layout_of(QWEN3, ep8, "h200") == PADDED

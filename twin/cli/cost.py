@@ -125,17 +125,20 @@ def dp_predictions(
     return {"prefill": prefill, "decode": decode}
 
 
-def _kernel_layout(spec: ModelSpec, engine: str | None, tp: int, dp: int) -> KernelLayout:
+def _kernel_layout(
+    spec: ModelSpec, engine: str | None, tp: int, dp: int, ep: int = 1, gpu: str = ""
+) -> KernelLayout:
     """How ``engine``'s current build (``EngineMode.build``: ``--engine NAME==VERSION``'s,
-    else the newest) lays out ``spec``'s kernels on ``tp`` GPUs with ``dp`` attention-DP
-    ranks (the engine mode's rule, as ``twin simulate --engine`` prices it:
+    else the newest) lays out ``spec``'s kernels on ``tp`` GPUs (``gpu``) with ``dp``
+    attention-DP ranks and ``ep`` expert-parallel ones (the engine mode's rule, as
+    ``twin simulate --engine`` prices it:
     ``twin.engine.kernel_layouts``); the default without ``--engine``."""
     if engine is None:
         return DEFAULT_LAYOUT
     from twin.engine.modes import get_mode  # late: the CLI imports the engine only to run
 
     mode = get_mode(engine)
-    return mode.layout_for(spec, mode.build, tp, dp)
+    return mode.layout_for(spec, mode.build, tp, dp, ep, gpu)
 
 
 def _dp_cost(
@@ -394,7 +397,7 @@ def cost(
         from twin.engine.run import priced_profile
 
         prof = priced_profile(spec, prof, get_mode(engine).name)
-    layout = _kernel_layout(spec, engine, tp, dp_attention)
+    layout = _kernel_layout(spec, engine, tp, dp_attention, ep, prof.gpu)
     if pp > 1:
         args = (prompts, cached_frac, sizes, context, as_json)
         _pp_cost(spec, prof, engine, tp, ep, pp, *args, layout)

@@ -15,11 +15,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.breakdown import LABEL, StepCost
-from twin.costmodel.kernel_layout import (
-    DEEPGEMM_GPUS,
-    VLLM_CUSTOM_ALLREDUCE_MAX_BYTES,
-    KernelLayout,
-)
+from twin.costmodel.kernel_layout import VLLM_CUSTOM_ALLREDUCE_MAX_BYTES, KernelLayout
 from twin.costmodel.moe_layout import fuses_shared_expert, measured_ep, priced_ep
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
@@ -510,15 +506,13 @@ class DensePricing(ShardShapes):
 
     def _moe_padded_rows(self, rows: float, active: float) -> float:
         """The rows a fused-MoE launch computes: ``rows`` as routed, or, where the engine
-        runs its block-fp8 experts through DeepGEMM's contiguous layout
-        (``KernelLayout.moe_rows_per_expert``, ``twin.engine.kernel_layouts.
-        vllm_kernel_layout``) on a GPU DeepGEMM supports, at least that many rows for each
-        expert reached (each expert's rows padded to the alignment; a lower bound where an
-        expert has more rows than that)."""
+        runs its experts through DeepGEMM's contiguous layout
+        (``KernelLayout.moe_rows_per_expert``: ``twin.engine.kernel_layouts.
+        vllm_kernel_layout`` decides the build, the GPU and the experts' format), at least
+        that many rows for each expert reached (each expert's rows padded to the
+        alignment; a lower bound where an expert has more rows than that)."""
         align = self.kernel_layout.moe_rows_per_expert
-        if not align or self.priced.expert.name != "fp8-block":
-            return rows
-        if self.profile.gpu not in DEEPGEMM_GPUS:
+        if not align:
             return rows
         return max(rows, active * align)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from twin.costmodel.engine_kernels import HOPPER, SM100_EXACT
 from twin.errors import TwinError
 
 
@@ -43,9 +42,10 @@ class KernelLayout:
     # in a batch whose longest sequence exceeds the top-k (SGLang's NSA backend:
     # ``MlaPricing._mla_sparse_prefill``).
     nsa_sparse_prefill: bool = False
-    # Block-fp8 experts run as DeepGEMM's contiguous grouped GEMM at every step size, each
+    # The experts run as DeepGEMM's contiguous grouped GEMM at every step size, each
     # expert a launch reaches padded to this many rows (its M alignment); 0: the fused-MoE
-    # fit's rows as routed (vLLM 0.12.0 on Hopper: ``DensePricing._moe_padded_rows``).
+    # fit's rows as routed (vLLM 0.12.0's block-fp8 experts on a GPU DeepGEMM supports,
+    # ``twin.engine.kernel_layouts.vllm_kernel_layout``: ``DensePricing._moe_padded_rows``).
     moe_rows_per_expert: int = 0
     # Under attention DP the MoE layers bring the ranks' tokens together by an all-gather
     # (in the experts' activation format where the engine quantises before it) and return
@@ -84,10 +84,6 @@ class KernelLayout:
 
 DEFAULT_LAYOUT = KernelLayout()
 
-# GPUs DeepGEMM runs on (``moe_rows_per_expert``): compute capability 9.0 (Hopper) or 10.0
-# (B200, GB200), vLLM 0.12.0 ``utils/deep_gemm.py`` ``is_deep_gemm_supported``.
-DEEPGEMM_GPUS = HOPPER | SM100_EXACT
-
 # vLLM 0.10.2's custom all-reduce size limit (bytes per GPU, below which it runs; the
 # ``inp_size < max_size`` of ``custom_all_reduce.py`` ``should_custom_ar``), by GPU and
 # GPU count: ``distributed/device_communicators/all_reduce_utils.py``
@@ -103,4 +99,4 @@ VLLM_CUSTOM_ALLREDUCE_MAX_BYTES = {
     "h200": _HOPPER_CUSTOM_ALLREDUCE,
 }
 
-__all__ = ["DEEPGEMM_GPUS", "DEFAULT_LAYOUT", "VLLM_CUSTOM_ALLREDUCE_MAX_BYTES", "KernelLayout"]
+__all__ = ["DEFAULT_LAYOUT", "VLLM_CUSTOM_ALLREDUCE_MAX_BYTES", "KernelLayout"]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from twin import precision as px
+from twin.costmodel.engine_kernels import HOPPER, SM100_EXACT
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.table_release import release_at_least, version_key
 from twin.model import ModelSpec
@@ -49,11 +51,14 @@ def sglang_gdn_in_proj_gemms(model: ModelSpec, build: str) -> int:
     return 4 if day is not None and day.group(1) < SGLANG_0_5_9_QWEN35_DAY else 1
 
 
-def sglang_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
+def sglang_kernel_layout(
+    model: ModelSpec, build: str, tp: int, dp: int, ep: int = 1, gpu: str = ""
+) -> KernelLayout:
     """SGLang ``build``'s kernel layout of ``model`` (its GDN input projection; the sparse
     prefill of a DeepSeek-sparse-attention model: every build that runs one, GLM-5's
     ``glm5-hopper`` image and the nightlies among them, has 0.5.9's NSA backend,
-    ``twin.costmodel.mla_pricing.MlaPricing._mla_sparse_prefill``)."""
+    ``twin.costmodel.mla_pricing.MlaPricing._mla_sparse_prefill``); the same on every
+    ``tp``, ``dp``, ``ep`` and ``gpu``."""
     gemms = sglang_gdn_in_proj_gemms(model, build)
     sparse = bool(model.index_n_heads and model.index_topk)
     if gemms == 1 and not sparse:
@@ -118,8 +123,11 @@ def trtllm_qk_norm_rope_pass(model: ModelSpec) -> bool:
 # the twin's attention side prices. ``KernelLayout.dense_ffn_on_rank``.
 
 
-def trtllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
-    """TensorRT-LLM's kernel layout of ``model`` (every 1.x build read: ``build`` unused).
+def trtllm_kernel_layout(
+    model: ModelSpec, build: str, tp: int, dp: int, ep: int = 1, gpu: str = ""
+) -> KernelLayout:
+    """TensorRT-LLM's kernel layout of ``model`` (every 1.x build read: ``build``, ``ep``
+    and ``gpu`` unused).
     Under attention DP its MoE layers all-gather and reduce-scatter the ranks' tokens
     (``twin.costmodel.gather_scatter``, which cites the modules and the releases'
     all-to-all selection) and its dense MLP layers and shared expert run on each rank's
@@ -141,20 +149,25 @@ def trtllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> Kern
 # vLLM 0.12.0 runs a block-fp8 MoE through DeepGEMM's contiguous grouped GEMM at every step
 # size (the 0.12.0 wheel): ``quantization/fp8.py`` ``get_fp8_moe_backend`` picks
 # ``Fp8MoeBackend.DEEPGEMM`` for block-quantised weights where DeepGEMM is supported
-# (``utils/deep_gemm.py`` ``is_deep_gemm_supported``: compute capability 9.0 or 10.0) and
-# the MoE's tensor-parallel size (dp x tp) is below 8 (``VLLM_USE_DEEP_GEMM`` and
-# ``VLLM_MOE_USE_DEEP_GEMM`` default 1, ``VLLM_USE_FLASHINFER_MOE_FP8`` 0); then
-# ``fused_moe/fused_moe.py`` ``fused_experts`` calls ``deep_gemm_moe_fp8`` whenever
+# (``utils/deep_gemm.py`` ``is_deep_gemm_supported``: compute capability 9.0 or 10.0,
+# :data:`DEEPGEMM_GPUS`) and the MoE's tensor-parallel size
+# (``moe_parallel_config.tp_size``) is below 8 (``VLLM_USE_DEEP_GEMM`` and
+# ``VLLM_MOE_USE_DEEP_GEMM`` default 1, ``VLLM_USE_FLASHINFER_MOE_FP8`` 0). That size is
+# ``fused_moe/config.py`` ``FusedMoEParallelConfig.make``'s: dp x tp without expert
+# parallelism, 1 with it (``use_ep``: ``--enable-expert-parallel`` on more than one GPU,
+# the experts then split over dp x tp instead), so an EP run keeps DeepGEMM at any size.
+# Then ``fused_moe/fused_moe.py`` ``fused_experts`` calls ``deep_gemm_moe_fp8`` whenever
 # ``is_deep_gemm_e8m0_used()`` (``VLLM_USE_DEEP_GEMM_E8M0`` default 1, on Hopper too), not
 # only for M >= 128 (``_valid_deep_gemm``). ``deep_gemm_moe.py`` lays each expert's rows
 # out padded to ``get_mk_alignment_for_contiguous_layout()``, 128 in DeepGEMM, so a decode
 # step computes 128 rows for every expert its few tokens reach. 0.16.0 selects among
 # FlashInfer, DeepGEMM and Triton in ``fused_moe/oracle/fp8.py`` (not resolved here), so
-# only 0.12.0 is read as this rule. The GPU and the experts' format are the cost model's
-# (``DensePricing._moe_padded_rows``).
+# only 0.12.0 is read as this rule (priced by ``DensePricing._moe_padded_rows``).
 VLLM_DEEPGEMM_MOE_BUILDS = frozenset({"0.12.0"})
 DEEPGEMM_M_ALIGNMENT = 128
 VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this MoE TP
+DEEPGEMM_GPUS = HOPPER | SM100_EXACT
+DEEPGEMM_FORMAT = "fp8-block"  # block-quantised fp8 experts (``block_quant``)
 
 
 # vLLM's data-parallel ranks are engines of their own, each a tensor-parallel group of
@@ -180,17 +193,28 @@ VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this 
 VLLM_STATIC_FP8_BUILDS = frozenset({"0.10.2"})
 
 
-def vllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
-    """vLLM ``build``'s kernel layout of ``model`` (above): its experts padded per expert
-    to DeepGEMM's M alignment on 0.12.0 under a MoE tensor-parallel size below 8; under
-    data-parallel attention its dense MLP layers and shared expert on each rank; 0.10.2's
-    custom all-reduce limit and static fp8 activations."""
+def vllm_moe_tp(tp: int, dp: int, ep: int) -> int:
+    """vLLM's MoE tensor-parallel size on ``tp`` GPUs with ``dp`` data-parallel ranks,
+    ``ep`` > 1 where its experts are split (``FusedMoEParallelConfig.make``, above)."""
+    return 1 if ep > 1 else tp * max(dp, 1)
+
+
+def vllm_kernel_layout(
+    model: ModelSpec, build: str, tp: int, dp: int, ep: int = 1, gpu: str = ""
+) -> KernelLayout:
+    """vLLM ``build``'s kernel layout of ``model`` on ``gpu`` (above): its block-fp8 experts
+    padded per expert to DeepGEMM's M alignment on 0.12.0 on a GPU DeepGEMM supports under
+    a MoE tensor-parallel size below 8; under data-parallel attention its dense MLP layers
+    and shared expert on each rank; 0.10.2's custom all-reduce limit and static fp8
+    activations."""
     on_rank = dp > 1
     static = build in VLLM_STATIC_FP8_BUILDS
     padded = (
         bool(model.n_moe_layers)
         and build in VLLM_DEEPGEMM_MOE_BUILDS
-        and tp * max(dp, 1) < VLLM_DEEPGEMM_MOE_MAX_TP
+        and px.moe_format(model).name == DEEPGEMM_FORMAT
+        and gpu in DEEPGEMM_GPUS
+        and vllm_moe_tp(tp, dp, ep) < VLLM_DEEPGEMM_MOE_MAX_TP
     )
     if not (padded or on_rank or static):
         return DEFAULT_LAYOUT
@@ -203,10 +227,12 @@ def vllm_kernel_layout(model: ModelSpec, build: str, tp: int, dp: int) -> Kernel
 
 
 __all__ = [
+    "DEEPGEMM_GPUS",
     "sglang_gdn_in_proj_gemms",
     "sglang_kernel_layout",
     "trtllm_kernel_layout",
     "trtllm_norm_in_allreduce",
     "trtllm_qk_norm_rope_pass",
     "vllm_kernel_layout",
+    "vllm_moe_tp",
 ]

@@ -144,16 +144,19 @@ class EngineMode:
     release: Release | None = None
     # How the engine build lays out a model's kernels where it differs from the twin's
     # default pricing (twin.costmodel.kernel_layout): (the model, the build: a release or a
-    # nightly image's tag, the replica's GPUs, its attention-DP ranks) -> the layout the
-    # cost model prices; None: the default layout.
-    kernel_layout: Callable[[ModelSpec, str, int, int], KernelLayout] | None = None
+    # nightly image's tag, the replica's GPUs, its attention-DP ranks, its expert-parallel
+    # size, the GPU's name) -> the layout the cost model prices; None: the default layout.
+    kernel_layout: Callable[[ModelSpec, str, int, int, int, str], KernelLayout] | None = None
 
-    def layout_for(self, model: ModelSpec, build: str, tp: int, dp: int) -> KernelLayout:
+    def layout_for(
+        self, model: ModelSpec, build: str, tp: int, dp: int, ep: int = 1, gpu: str = ""
+    ) -> KernelLayout:
         """The kernel layout of ``model`` on ``build`` of this engine, ``tp`` GPUs a replica
-        and ``dp`` attention-DP ranks among them (``kernel_layout``)."""
+        (``gpu``; "": not known), ``dp`` attention-DP ranks among them and experts split
+        over ``ep`` (``kernel_layout``)."""
         if self.kernel_layout is None:
             return DEFAULT_LAYOUT
-        return self.kernel_layout(model, build, tp, dp)
+        return self.kernel_layout(model, build, tp, dp, ep, gpu)
 
     @property
     def current(self) -> Release | None:

@@ -602,22 +602,23 @@ def _async_scheduling(config: EngineConfig) -> bool:
     return overlap
 
 
-def kernel_layout_of(model: ModelSpec, config: EngineConfig) -> KernelLayout:
+def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str = "") -> KernelLayout:
     """How the run's engine build lays out ``model``'s kernels (``twin.engine.kernel_layouts``):
     the engine mode's rule at the build ``config`` names (``engine_build``, else the kernel
-    tables' release, else the engine's release) on the replica's GPUs."""
+    tables' release, else the engine's release) on the replica's GPUs (``gpu``, the
+    profile's; "": not known)."""
     from twin.engine.modes import get_mode
 
     m, c = config.mode, config.cluster
     build = m.engine_build or m.kernel_tables or m.engine_release
-    return get_mode(m.engine).layout_for(model, build, c.tp, c.dp_attention)
+    return get_mode(m.engine).layout_for(model, build, c.tp, c.dp_attention, c.ep, gpu)
 
 
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     """The step prices of ``model`` on ``profile`` under ``config``'s layout and host times,
     its kernels laid out as the engine build lays them out (:func:`kernel_layout_of`)."""
     c, h = config.cluster, config.host_time
-    layout = kernel_layout_of(model, config)
+    layout = kernel_layout_of(model, config, profile.gpu)
     overlap = _async_scheduling(config)
     absorb = 0
     if config.mode.speculative:
