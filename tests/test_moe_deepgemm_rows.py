@@ -35,7 +35,9 @@ def test_vllm_0_12_0_pads_below_moe_tp_8_only() -> None:
 def test_expert_parallelism_keeps_deepgemm_at_8_gpus() -> None:
     # vLLM 0.12.0 ``FusedMoEParallelConfig.make``: with EP the MoE's TP size is 1.
     assert vllm_kernel_layout(QWEN3, "0.12.0", 8, 1, 8, "h200") == PADDED
-    assert vllm_kernel_layout(QWEN3, "0.12.0", 4, 2, 8, "h200") == PADDED
+    two_ranks = vllm_kernel_layout(QWEN3, "0.12.0", 4, 2, 8, "h200")
+    assert two_ranks.moe_rows_per_expert == 128
+    assert two_ranks.dense_ffn_on_rank  # data-parallel attention's own rule, beside it
 
 
 def test_neither_on_a_gpu_deepgemm_skips_nor_for_other_experts() -> None:
