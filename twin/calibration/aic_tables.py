@@ -490,23 +490,30 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
     return families
 
 
+def _nccl_rows(system: Path, op_name: str) -> tuple[list[tuple[int, int, float]], str, Path]:
+    """NCCL's half-precision ``op_name`` rows of ``system``'s newest ``comm/nccl`` table, in
+    the table's order as (GPUs, elements, seconds), the device they name and the table (no
+    rows where there is none). NCCL's directory is named by NCCL's own version, not the
+    engine's: its newest table stands for every engine and release."""
+    nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
+    if nccl_dir is None:
+        return [], "", system
+    table = nccl_dir / "nccl_perf.parquet"
+    rows, device = [], ""
+    for r in _read(table):
+        if r.get("op_name") == op_name and r.get("nccl_dtype") in ("half", "bfloat16"):
+            rows.append((int(r["num_gpus"]), int(r["message_size"]), float(r["latency"])))
+            device = device or str(r.get("device", ""))
+    return rows, device, table
+
+
 def _nccl_allreduce_by_size(
     system: Path,
 ) -> tuple[dict[tuple[int, int], tuple[float, str, Path]], str]:
-    """NCCL's half-precision all_reduce rows of ``system`` by (GPUs, elements), and the
-    device they name. NCCL's directory is named by NCCL's own version, not the engine's:
-    its newest table stands for every release."""
-    nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
-    by_size: dict[tuple[int, int], tuple[float, str, Path]] = {}
-    device = ""
-    if nccl_dir is not None:
-        table = nccl_dir / "nccl_perf.parquet"
-        for r in _read(table):
-            if r.get("op_name") == "all_reduce" and r.get("nccl_dtype") in ("half", "bfloat16"):
-                key = (int(r["num_gpus"]), int(r["message_size"]))
-                by_size[key] = (float(r["latency"]), "NCCL " + nccl_dir.name, table)
-                device = device or str(r.get("device", ""))
-    return by_size, device
+    """NCCL's all_reduce rows (:func:`_nccl_rows`) by (GPUs, elements), and their device."""
+    rows, device, table = _nccl_rows(system, "all_reduce")
+    label = "NCCL " + table.parent.name
+    return {(n, size): (lat, label, table) for n, size, lat in rows}, device
 
 
 def _allreduce_families(
@@ -552,38 +559,31 @@ NCCL_GATHER_OPS = {"all_gather": "allgather", "reduce_scatter": "reducescatter"}
 
 def gather_rows(system: Path) -> list[FamilyRows]:
     """One family per NCCL op of :data:`NCCL_GATHER_OPS` and GPU count, from the newest
-    ``comm/nccl`` table's half-precision rows (NCCL's, not an engine's: every engine
-    and release)."""
-    nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
-    if nccl_dir is None:
-        return []
-    table = nccl_dir / "nccl_perf.parquet"
-    rows: dict[str, list[dict[str, Any]]] = {}
-    device = ""
-    for r in _read(table):
-        op = NCCL_GATHER_OPS.get(str(r.get("op_name")))
-        if op is None or r.get("nccl_dtype") not in ("half", "bfloat16"):
-            continue
-        n, nbytes = int(r["num_gpus"]), int(r["message_size"]) * ELEM_BYTES
-        kernel = fm.collective_kernel(op, n)
-        feats = ft.gather_features(nbytes, n)
-        rows.setdefault(kernel, []).append(
-            _row(kernel, feats, float(r["latency"]), {"n": n, "bytes": nbytes})
-        )
-        device = device or str(r.get("device", ""))
-    return [
-        FamilyRows(
-            kernel=kernel,
-            rows=sorted(out, key=lambda row: row["shape"]["bytes"]),
-            framework="NCCL " + nccl_dir.name,
-            version="",
-            device=device,
-            kernel_source=kernel.split("_", 1)[0],
-            tables=[str(Path(*table.parts[-5:]))],
-            release="",
-        )
-        for kernel, out in sorted(rows.items())
-    ]
+    ``comm/nccl`` table's half-precision rows (:func:`_nccl_rows`: NCCL's, not an
+    engine's: every engine and release)."""
+    families: list[FamilyRows] = []
+    for op_name, op in NCCL_GATHER_OPS.items():
+        found, device, table = _nccl_rows(system, op_name)
+        rows: dict[str, list[dict[str, Any]]] = {}
+        for n, size, lat in found:
+            nbytes = size * ELEM_BYTES
+            kernel = fm.collective_kernel(op, n)
+            feats = ft.gather_features(nbytes, n)
+            rows.setdefault(kernel, []).append(_row(kernel, feats, lat, {"n": n, "bytes": nbytes}))
+        families += [
+            FamilyRows(
+                kernel=kernel,
+                rows=sorted(out, key=lambda row: row["shape"]["bytes"]),
+                framework="NCCL " + table.parent.name,
+                version="",
+                device=device,
+                kernel_source=op,
+                tables=[str(Path(*table.parts[-5:]))],
+                release="",
+            )
+            for kernel, out in rows.items()
+        ]
+    return sorted(families, key=lambda f: f.kernel)
 
 
 def allreduce_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
