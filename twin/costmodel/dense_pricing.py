@@ -490,7 +490,7 @@ class DensePricing(ShardShapes):
     def _shared_expert(self, t: int) -> tuple[float, float]:
         """(GEMM, element-wise) seconds of an MoE layer's shared expert over ``t`` tokens:
         a dense MLP over every token at the experts' format; (0, 0) for a model without
-        one or where the fused-MoE launch runs it as one more expert (``_moe_fused``)."""
+        one or where the fused-MoE launch runs it as one more expert (``_shared_fused``)."""
         if not self.shared_width or (self._moe_fit is not None and self._shared_fused):
             return 0.0, 0.0
         sw, d, e = self.shared_width, self.d_model, self.elem_bytes

@@ -146,6 +146,8 @@ class DPStepPricer(PricerBase):
         # out of :meth:`ffn_time`, and the dense layers exchange nothing (comm_time).
         self.dense_on_rank = dense_on_rank
         self.shared_layers = moe_layers if dense_on_rank else 0
+        # The layer kinds whose FFN runs on every rank's tokens together.
+        self._exchanged_kinds: tuple[str, ...] = ("moe",) if dense_on_rank else FFN_KINDS
         dense_layers = ffn_layers - moe_layers
         # DeepEP's dispatch + combine of the MoE layers (``twin.costmodel.a2a.A2APrice``),
         # in place of their gather/scatter; None: every FFN layer gathers (comm_time).
@@ -199,11 +201,6 @@ class DPStepPricer(PricerBase):
                 got -= self.shared_layers * self.attention.shared_expert_s(tokens)
             self._attn_ffn_cache[tokens] = got
         return got
-
-    @property
-    def _exchanged_kinds(self) -> tuple[str, ...]:
-        """The layer kinds whose FFN runs on every rank's tokens together."""
-        return ("moe",) if self.dense_on_rank else FFN_KINDS
 
     def ffn_time(self, tokens: int) -> float:
         """Seconds of the FFN and MoE layers on ``tokens`` tokens at ``tp`` (and ``ep``),
