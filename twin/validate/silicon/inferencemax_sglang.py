@@ -54,8 +54,14 @@ if TYPE_CHECKING:
 #   ``--enable-symm-mem``; the same limits before, at e06929c) over the fp4 configuration
 #   of today, and ``benchmarks/dsr1_fp8_b200_docker.sh`` (128, 0.82, 32768 chunk and
 #   prefill tokens, the same polling; at 189ae51, 2025-11-18) over tp 8 at 4-64 clients
-#   for all three lengths (no tp 4 and no -mtp configuration yet).
+#   for all three lengths (no tp 4 and no -mtp configuration yet). Before the fp4
+#   configuration's search space (17d5e204f, 2025-11-03, ``nvidia-master.yaml``: tp 8 at
+#   8k/1k to 16 clients) its job was ``dsr1-tmpl.yml`` ``bmk-b200-fp4`` (image
+#   v0.5.3rc1-cu129-b200): ``tp-list [4,8]``, ``conc-list [4, 8, 16, 32, 64, 128]`` over
+#   every length, the same script (4b860b78e: 256, 0.85, 16384, the same polling), so the
+#   2025-11-02 rows at tp 8, 8k/1k, 32-128 clients ran it too.
 INFERENCEMAX_SGLANG_VERSION = "0.5.9"
+INFERENCEMAX_FP4_SEARCH_SPACE_DAY = "2025-11-03"  # 17d5e204f (above)
 INFERENCEMAX_SGLANG_B300 = "0.5.10.post1"
 # The day InferenceMAX's configurations first name an SGLang 0.5.10 image (6cb8291,
 # 2026-04-14: ``git log -S sglang:v0.5.10 -- .github/configs/nvidia-master.yaml``).
@@ -337,7 +343,10 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     extra: dict[str, str] = {}
     blackwell = row.system in ("b200_sxm", "b300_sxm")
     if blackwell and row.precision == "fp4":
-        if tp not in (4, 8) or conc > (16 if tp == 8 and long_prompt else 128):
+        # before the search space the job ran 4-128 clients over every length (above)
+        early = unnamed and (measured_on(row) or "") < INFERENCEMAX_FP4_SEARCH_SPACE_DAY
+        top = 16 if tp == 8 and long_prompt and not early else 128
+        if tp not in (4, 8) or conc > top:
             return {}
         flags = ("256", "0.85", "16384", "16384", poll)
     elif unnamed and row.precision == "fp8":  # the v0.5.5 era: tp 8 only, no -mtp

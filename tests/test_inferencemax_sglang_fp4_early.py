@@ -1,0 +1,43 @@
+"""InferenceMAX's DeepSeek fp4 B200 SGLang job before its search space (17d5e204f,
+2025-11-03) ran tp 4 and 8 at 4-128 clients over every length with the script's flags
+(``inferencemax_sglang.inferencemax_sglang``); from that day tp 8 stops at 16 clients at
+8k/1k, and a row there names no script."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from silicon_rows import silicon_row
+
+from twin.validate import silicon as sil
+from twin.validate.silicon.inferencemax_sglang import inferencemax_sglang
+
+_SOURCE = (
+    "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=128; "
+    "measured={day}T00:00:00.000Z; wip=False"
+)
+
+
+def _row(day: str) -> sil.SiliconRow:
+    return silicon_row(
+        source=_SOURCE.format(day=day),
+        backend="sglang",
+        backend_version="",
+        model_path="deepseek-ai/DeepSeek-R1",
+        system="b200_sxm",
+        precision="fp4",
+        isl=8192,
+        osl=1024,
+        concurrency=128,
+        tp=8,
+    )
+
+
+def test_the_early_fp4_job_ran_its_script_at_128_clients_of_8k_prompts() -> None:
+    flags = inferencemax_sglang(_row("2025-11-02"))
+    assert flags["max_running_requests"] == "256"
+    assert flags["chunked_prefill_size"] == "16384"
+    assert flags["scheduler_recv_interval"] == "30"
+    # from 17d5e204f the configuration's tp 8 8k/1k space ends at 16 clients
+    assert inferencemax_sglang(_row("2025-11-10")) == {}
+    assert inferencemax_sglang(replace(_row("2025-11-10"), concurrency=16))
