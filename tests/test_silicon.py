@@ -847,6 +847,46 @@ def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus(
     assert options["scheduler_options"]["batch_wait_timeout_iters"] == 20
 
 
+def test_inferencemax_gptoss_trtllm_rows_balance_their_attention_dp_contexts() -> None:
+    """InferenceMAX's gpt-oss TensorRT-LLM script writes ``attention_dp_config:
+    {enable_balance: true}`` under attention DP and nothing else of it: the balance at
+    ``AttentionDpConfig``'s defaults (timeout 50, batching wait 10 iterations); no
+    balance without attention DP or in another collection."""
+    from dataclasses import replace
+
+    from twin.engine.dp_attention import adp_balance
+    from twin.engine.modes import get_mode
+
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    gptoss = replace(
+        base,
+        source="source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=64",
+        model_path="openai/gpt-oss-120b",
+        system="b200_sxm",
+        backend="trtllm",
+        isl=1024,
+        osl=1024,
+        tp=1,
+        attention_dp=2,
+        moe_ep=2,
+        concurrency=64,
+    )
+    sets = {"attention_dp_balance": "true"}
+    assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000, "sets": sets}
+    assert sil.deployment(replace(gptoss, attention_dp=1, tp=2), "trtllm") == {
+        "max_batched_tokens": 20000
+    }
+    aiperf = replace(gptoss, source="source_file=aiconfigurator.csv; model=x")
+    assert sil.inferencemax_adp_balance(aiperf) == {}
+    options = get_mode("trtllm").settings(get_model("tiny-transformer"), sets)["scheduler_options"]
+
+    class _Config:  # the two fields adp_balance reads
+        scheduling = type("S", (), {"scheduler_options": options, "max_running": 512})()
+
+    balance = adp_balance(_Config(), object())  # type: ignore[arg-type]
+    assert balance is not None and (balance.timeout, balance.batching) == (50, 10)
+
+
 def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -> None:
     """A row of the "2026-04-06.csv" collection is measured by InferenceMAX's client:
     10 x c measured requests after 2 x c warm-ups, lengths uniform in [0.8 x, 1 x], and
