@@ -1634,8 +1634,10 @@ def test_inferencemax_scripts_flags_turn_sglang_0510_piecewise_graphs_off() -> N
 def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
     """TensorRT-LLM's PyTorch backend runs a batch holding a context request without a
     CUDA graph in every release: a MoE row's context step adds its launches
-    times the GPU's fitted host time per launch (B200, H200, H100); none for dense
-    models, attention DP or another GPU; the plan carries it to the engine."""
+    times the GPU's fitted host time per launch (B200, H200, H100), under attention DP
+    too (one rank's context puts every rank's step in eager mode:
+    ``twin.engine.dp_attention.DPReplica``); none for dense models or another GPU; the
+    plan carries it to the engine."""
     from dataclasses import replace
 
     r1, gptoss = get_model("deepseek-r1"), get_model("gpt-oss-120b")
@@ -1655,7 +1657,7 @@ def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
         per_launch["b200"] * 36 * (sil.SGLANG_EAGER_LAUNCHES["attention"] + 13)
     )
     assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0  # dense
-    assert sil.eager_prefill_s(replace(row, attention_dp=8, tp=1), r1, "b200") == 0.0
+    assert sil.eager_prefill_s(replace(row, attention_dp=8, tp=1), r1, "b200") == floor
     assert sil.eager_prefill_s(row, r1, "b300") == 0.0  # no fitted host time
     h100 = replace(row, system="h100_sxm", backend_version="1.0.0rc3")
     assert sil.eager_prefill_s(h100, r1, "h100") == pytest.approx(15e-6 * sil.eager_launches(r1))
