@@ -291,6 +291,28 @@ def test_a_late_arrival_waits_for_the_balance_s_timeout(tmp_path):
     assert ttft[True] == pytest.approx(prefill + 4 * decode + mixed - 0.002)
 
 
+def test_a_step_where_any_rank_prefills_pays_the_eager_host_time_once(tmp_path):
+    """TensorRT-LLM replays a CUDA graph under attention DP only when every rank's batch
+    is generation-only (``cuda_graph_runner.py`` ``maybe_get_cuda_graph``): a step where
+    one rank prefills runs eagerly on all of them, and the replica pays
+    ``eager_prefill_s`` once (the ranks issue their kernels at once); decode steps do
+    not pay it."""
+    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0, 0.002], prompt_len=4, output_len=20)
+    prefill = 4 * A + 8 * F + 2 * 8 * R
+    mixed = 5 * A + 6 * F + 2 * 6 * R  # rank 0 prefills 4 and decodes 1, rank 1 decodes 1
+    eager = 0.05
+    records = {}
+    for e in (0.0, eager):
+        _, got = run(path, _pricer(), "llama-3-8b", tp=2, dp_attention=2, eager_prefill_s=e)
+        records[e] = {r.session_id: r for r in got}
+    assert records[0.0][2].ttft_s == pytest.approx(prefill + mixed - 0.002)
+    assert records[eager][2].ttft_s == pytest.approx(prefill + mixed + 2 * eager - 0.002)
+    assert records[eager][0].ttft_s == pytest.approx(prefill + eager)
+    # the first request's later tokens: one mixed step (eager) among decode steps
+    late = records[eager][0].tpot_s - records[0.0][0].tpot_s
+    assert late == pytest.approx(eager / 19)
+
+
 def test_the_balance_ticks_once_an_executor_iteration():
     """TensorRT-LLM calls the balance once an iteration, after its scheduler's
     preemptions (``PyExecutor._schedule``): the loop's re-plan after a rank preempted all

@@ -346,10 +346,20 @@ def test_the_eager_prefill_floor_is_checked_and_left_out_of_the_summary_when_off
     )
     with pytest.raises(TwinError, match="--eager-prefill-s: must be >= 0"):
         EngineConfig(host_time=HostTimeConfig(eager_prefill_s=-0.1))
-    with pytest.raises(TwinError, match="--eager-prefill-s: is not modelled with attention"):
+    with pytest.raises(TwinError, match="--eager-prefill-s: is not modelled with pipeline"):
+        EngineConfig(
+            cluster=ClusterConfig(tp=2, pp=2),
+            host_time=HostTimeConfig(eager_prefill_s=0.2),
+        )
+    # attention DP takes it (the replica's step loop: twin.engine.dp_attention.DPReplica),
+    # not vLLM's graph-size rule
+    EngineConfig(
+        cluster=ClusterConfig(tp=2, dp_attention=2), host_time=HostTimeConfig(eager_prefill_s=0.2)
+    )
+    with pytest.raises(TwinError, match="--eager-graph-tokens: is not modelled with attention"):
         EngineConfig(
             cluster=ClusterConfig(tp=2, dp_attention=2),
-            host_time=HostTimeConfig(eager_prefill_s=0.2),
+            host_time=HostTimeConfig(eager_prefill_s=0.2, eager_graph_tokens=512),
         )
 
 

@@ -847,6 +847,46 @@ def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus(
     assert options["scheduler_options"]["batch_wait_timeout_iters"] == 20
 
 
+def test_inferencemax_gptoss_trtllm_rows_balance_their_attention_dp_contexts() -> None:
+    """InferenceMAX's gpt-oss TensorRT-LLM script writes ``attention_dp_config:
+    {enable_balance: true}`` under attention DP and nothing else of it: the balance at
+    ``AttentionDpConfig``'s defaults (timeout 50, batching wait 10 iterations); no
+    balance without attention DP or in another collection."""
+    from dataclasses import replace
+
+    from twin.engine.dp_attention import adp_balance
+    from twin.engine.modes import get_mode
+
+    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
+    gptoss = replace(
+        base,
+        source="source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=64",
+        model_path="openai/gpt-oss-120b",
+        system="b200_sxm",
+        backend="trtllm",
+        isl=1024,
+        osl=1024,
+        tp=1,
+        attention_dp=2,
+        moe_ep=2,
+        concurrency=64,
+    )
+    sets = {"attention_dp_balance": "true"}
+    assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000, "sets": sets}
+    assert sil.deployment(replace(gptoss, attention_dp=1, tp=2), "trtllm") == {
+        "max_batched_tokens": 20000
+    }
+    aiperf = replace(gptoss, source="source_file=aiconfigurator.csv; model=x")
+    assert sil.inferencemax_adp_balance(aiperf) == {}
+    options = get_mode("trtllm").settings(get_model("tiny-transformer"), sets)["scheduler_options"]
+
+    class _Config:  # the two fields adp_balance reads
+        scheduling = type("S", (), {"scheduler_options": options, "max_running": 512})()
+
+    balance = adp_balance(_Config(), object())  # type: ignore[arg-type]
+    assert balance is not None and (balance.timeout, balance.batching) == (50, 10)
+
+
 def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -> None:
     """A row of the "2026-04-06.csv" collection is measured by InferenceMAX's client:
     10 x c measured requests after 2 x c warm-ups, lengths uniform in [0.8 x, 1 x], and
@@ -1594,8 +1634,10 @@ def test_inferencemax_scripts_flags_turn_sglang_0510_piecewise_graphs_off() -> N
 def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
     """TensorRT-LLM's PyTorch backend runs a batch holding a context request without a
     CUDA graph in every release: a MoE row's context step adds its launches
-    times the GPU's fitted host time per launch (B200, H200, H100); none for dense
-    models, attention DP or another GPU; the plan carries it to the engine."""
+    times the GPU's fitted host time per launch (B200, H200, H100), under attention DP
+    too (one rank's context puts every rank's step in eager mode:
+    ``twin.engine.dp_attention.DPReplica``); none for dense models or another GPU; the
+    plan carries it to the engine."""
     from dataclasses import replace
 
     r1, gptoss = get_model("deepseek-r1"), get_model("gpt-oss-120b")
@@ -1615,7 +1657,7 @@ def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
         per_launch["b200"] * 36 * (sil.SGLANG_EAGER_LAUNCHES["attention"] + 13)
     )
     assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0  # dense
-    assert sil.eager_prefill_s(replace(row, attention_dp=8, tp=1), r1, "b200") == 0.0
+    assert sil.eager_prefill_s(replace(row, attention_dp=8, tp=1), r1, "b200") == floor
     assert sil.eager_prefill_s(row, r1, "b300") == 0.0  # no fitted host time
     h100 = replace(row, system="h100_sxm", backend_version="1.0.0rc3")
     assert sil.eager_prefill_s(h100, r1, "h100") == pytest.approx(15e-6 * sil.eager_launches(r1))

@@ -597,9 +597,14 @@ class EngineConfig:
             v = self.get(name)
             need(math.isfinite(v) and v >= 0, name, "must be >= 0")
         need(
-            not h.eager_prefill_s or (c.dp_attention == 1 and c.pp == 1),
+            not h.eager_prefill_s or c.pp == 1,
             "eager_prefill_s",
-            "is not modelled with attention data parallelism or pipeline stages",
+            "is not modelled with pipeline stages",
+        )
+        need(
+            not h.eager_graph_tokens or c.dp_attention == 1,
+            "eager_graph_tokens",
+            "is not modelled with attention data parallelism",
         )
         need(
             not h.stream_token_s

@@ -535,9 +535,18 @@ class DPReplica(PartsClock):
         pricer: SyncPricer,
         engine: str,
         balance: ADPBalance | None = None,
+        eager_s: float = 0.0,
     ) -> None:
         self.ranks, self.recorders, self.pricer = ranks, recorders, pricer
         self.balance = balance
+        # The host time of a forward run without a CUDA graph (``eager_prefill_s``),
+        # paid once by a synchronised step where any rank prefills: TensorRT-LLM replays a
+        # graph under attention DP only when every rank's batch is generation-only and
+        # the ranks' batch sizes are equal (``cuda_graph_runner.py`` ``maybe_get_cuda_graph``,
+        # ``tp_allgather([can_run_cuda_graph, batch_size])``; the 1.1 and 1.2 lines and main
+        # as stored), so one rank's context puts every rank's forward in eager mode; the
+        # ranks issue their kernels at once, each from its own process.
+        self.eager_s = float(eager_s)
         first = ranks[0]
         self.env, self.index = first.env, first.index
         self.dealer = dealer_for(engine)
@@ -617,6 +626,8 @@ class DPReplica(PartsClock):
                 for p, rec in zip(plans, self.recorders, strict=True)
             ]
             seconds = self.pricer.sync_time(steps)
+            if self.eager_s and any(prefills for prefills, _, _ in steps):
+                seconds += self.eager_s
             seconds += max((p[1] for p in plans if p is not None), default=0.0)
             self.busy_since = t0 = env.now
             yield env.timeout(seconds)
@@ -733,6 +744,7 @@ class DPCluster(Cluster):
             self.config.mode.engine,
             rank,
             adp_balance(self.config, self._dp_pricer),
+            self.config.host_time.eager_prefill_s,
         )
         self._recorder = None
         return replica
@@ -765,12 +777,15 @@ def dp_replica(
     engine: str,
     rank: Callable[[RankRecorder], Replica],
     balance: ADPBalance | None = None,
+    eager_s: float = 0.0,
 ) -> DPReplica:
     """A replica of ``dp`` ranks, each built by ``rank`` around its own recorder of
     ``pricer`` (a cluster's replica of its kind, with its cache and memory), holding
-    contexts back by ``balance`` if given."""
+    contexts back by ``balance`` if given; a step where a rank prefills pays ``eager_s``
+    (``DPReplica.eager_s``)."""
     recorders = [RankRecorder(pricer) for _ in range(dp)]
-    return DPReplica([rank(rec) for rec in recorders], recorders, pricer, engine, balance)
+    ranks = [rank(rec) for rec in recorders]
+    return DPReplica(ranks, recorders, pricer, engine, balance, eager_s)
 
 
 def dp_pricer(

@@ -567,7 +567,9 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
     step's verification replays a graph and is not floored)."""
     profile = priced_profile(model, profile, config.mode.engine, config.mode.engine_flags)
     pricer = _layout_pricer(model, profile, config)
-    if config.host_time.eager_prefill_s:
+    # Under attention DP the replica's step loop adds it (``DPReplica.eager_s``): it sees
+    # whether any rank prefills, where the synchronised pricer sees verification chunks too.
+    if config.host_time.eager_prefill_s and config.cluster.dp_attention == 1:
         from twin.engine.host_time import EagerPrefillPricer
 
         h = config.host_time

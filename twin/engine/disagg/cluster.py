@@ -158,7 +158,8 @@ class DisaggCluster(Cluster):
             finally:
                 self._rank = None
 
-        return dp_replica(pricer, config.cluster.dp_attention, config.mode.engine, rank)
+        dp, eager = config.cluster.dp_attention, config.host_time.eager_prefill_s
+        return dp_replica(pricer, dp, config.mode.engine, rank, None, eager)
 
     def _route(self, req: Request) -> Replica:
         return self.replicas[self.router.route(req.session_id, req.prompt, self.prefill)]

@@ -65,9 +65,9 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
         return {}
     named = model_named(row, INFERENCEMAX_TRTLLM_TOKENS)
     if named is not None:
-        wait = inferencemax_batch_wait(row)
+        sets = {**inferencemax_batch_wait(row), **inferencemax_adp_balance(row)}
         tokens = INFERENCEMAX_TRTLLM_TOKENS[named]
-        return {"max_batched_tokens": tokens, **({"sets": wait} if wait else {})}
+        return {"max_batched_tokens": tokens, **({"sets": sets} if sets else {})}
     if not inferencemax_deepseek(row) or not row.isl:
         return {}
     block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0

@@ -416,7 +416,9 @@ def eager_prefill_s(
     the GPU's host time per launch; 0.0 where the engine prefills with graphs
     (:func:`sglang_prefills_eagerly`; ``multimodal``: the model's config has a
     ``vision_config``), the model has no MoE layers (the dense SGLang rows are GPU-bound:
-    nothing to fit them on), attention DP is on, or the GPU has no fitted host time.
+    nothing to fit them on), attention DP is on (but for TensorRT-LLM, whose ranks all run
+    a step eagerly where one prefills: ``twin.engine.dp_attention.DPReplica``), or the GPU
+    has no fitted host time.
     TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``) unless the
     row's InferenceMAX script captured piecewise CUDA graphs
     (:func:`inferencemax_trtllm_piecewise`) and ran no MTP; vLLM rows of the releases read
@@ -424,8 +426,10 @@ def eager_prefill_s(
     vLLM's own launch count (``VLLM_EAGER_LAUNCHES``) times ``VLLM_EAGER_LAUNCH_S`` (the
     plan adds :func:`vllm_graph_tokens`; ``bf16_attention``: the checkpoint leaves its
     attention projections unquantised, :func:`vllm_eager_launches` at the row's tp)."""
-    if not model.n_moe_layers or (row.attention_dp or 1) > 1:
+    if not model.n_moe_layers:
         return 0.0
+    if (row.attention_dp or 1) > 1 and row.backend != "trtllm":
+        return 0.0  # TensorRT-LLM's ranks run a context step eagerly (``DPReplica.eager_s``)
     if row.backend == "trtllm":  # context steps run eagerly (TRTLLM_EAGER_LAUNCH_S) unless
         # the row's script captured them as graphs (and runs no MTP: above)
         if inferencemax_trtllm_piecewise(row) and inferencemax_mtp_drafts(row) is None:

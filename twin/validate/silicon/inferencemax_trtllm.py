@@ -45,12 +45,28 @@ INFERENCEMAX_ADP_BALANCE = {
 }
 
 
+# InferenceMAX's gpt-oss TensorRT-LLM script writes ``attention_dp_config: {enable_balance:
+# true}`` and no other key of it under attention DP (``benchmarks/gptoss_fp4_b200_trt_slurm.sh``
+# at 06667a51e, 2025-12-02, and 645b97aa4, 2026-01-07; ``gptoss_fp4_b200_trt.sh`` at
+# 95877f5bf, 2026-02-06, the 1.2.0rc2.post2 rows): the balance at ``AttentionDpConfig``'s
+# defaults, ``timeout_iters`` 50 and ``batching_wait_iters`` 10
+# (``tensorrt_llm/llmapi/llm_args.py``; the mode's ``ADP_TIMEOUT_ITERS``,
+# ``ADP_BATCHING_WAIT_ITERS``).
+INFERENCEMAX_GPTOSS_ADP_BALANCE = {"attention_dp_balance": "true"}
+INFERENCEMAX_GPTOSS = ("gpt-oss-120b",)
+
+
 def inferencemax_adp_balance(row: SiliconRow) -> dict[str, str]:
-    """The ``attention_dp_config`` ``--set`` flags of ``row``'s InferenceMAX DeepSeek-R1
-    TensorRT-LLM server (above); empty without attention DP."""
-    if (row.attention_dp or 1) == 1 or not _inferencemax_trtllm_deepseek(row):
+    """The ``attention_dp_config`` ``--set`` flags of ``row``'s InferenceMAX DeepSeek-R1 or
+    gpt-oss TensorRT-LLM server (above); empty without attention DP."""
+    if (row.attention_dp or 1) == 1:
         return {}
-    return dict(INFERENCEMAX_ADP_BALANCE)
+    if _inferencemax_trtllm_deepseek(row):
+        return dict(INFERENCEMAX_ADP_BALANCE)
+    imax_trtllm = row.backend == "trtllm" and harness_of(row) is INFERENCEMAX
+    if imax_trtllm and model_named(row, INFERENCEMAX_GPTOSS) is not None:
+        return dict(INFERENCEMAX_GPTOSS_ADP_BALANCE)
+    return {}
 
 
 # ``--max_batch_size`` (per attention-DP rank) of the -mtp scripts, CONC without
