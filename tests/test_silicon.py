@@ -1282,6 +1282,47 @@ def test_inferencemax_deepseek_trtllm_rows_keep_their_scripts_kv_share() -> None
     assert "memory_utilization" not in sil.deployment(llama, "trtllm")
 
 
+def test_inferencemax_deepseek_fp8_trtllm_experts_priced_by_the_scripts_moe_backend() -> None:
+    """Each InferenceMAX DeepSeek-R1 fp8 TensorRT-LLM script's ``moe_config.backend`` (read
+    at the commit its rows ran); a DEEPGEMM run on B200 and a CUTLASS run on H200 price the
+    checkpoint's block-scaled experts with the fp8-block table (the kernel each GPU's table
+    times); B200's TRTLLM backend, other GPUs and per-tensor checkpoints keep the price."""
+    from dataclasses import replace
+
+    from twin.validate.silicon.precision import trtllm_block_experts
+
+    backend = sil.inferencemax_trtllm_moe_backend
+    fp8 = _inferencemax_r1(
+        backend="trtllm", backend_version="1.2.0rc6.post2", precision="fp8", tp=8, moe_ep=1
+    )
+    fp8 = replace(fp8, isl=1024, osl=1024)
+    assert backend(fp8) == "TRTLLM"
+    assert backend(replace(fp8, concurrency=256)) == "TRTLLM"  # no 1k/1k branch at ec7bafaae
+    assert backend(replace(fp8, osl=8192, concurrency=256)) == "DEEPGEMM"
+    post3 = replace(fp8, backend_version="1.2.0rc6.post3")
+    assert (backend(post3), backend(replace(post3, attention_dp=8))) == ("TRTLLM", "DEEPGEMM")
+    rc2 = replace(fp8, backend_version="1.1.0rc2.post2")
+    assert (backend(rc2), backend(replace(rc2, system="h200_sxm"))) == ("DEEPGEMM", "CUTLASS")
+    assert backend(replace(fp8, precision="fp4")) is None
+    assert backend(replace(fp8, backend="sglang")) is None
+    block = {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    per_tensor = sil.RowPrecision("fp8", "fp8")
+    got = trtllm_block_experts(per_tensor, block, "DEEPGEMM", "b200")
+    assert (got.weights, got.moe, got.label) == (
+        "fp8",
+        "fp8-block",
+        "fp8, fp8-block experts, fp8 KV",
+    )
+    assert trtllm_block_experts(per_tensor, block, "CUTLASS", "h200").moe == "fp8-block"
+    for config, moe_backend, gpu in (
+        (block, "TRTLLM", "b200"),  # TRTLLMGenFusedMoE: no table of its kernel
+        (block, "DEEPGEMM", "h200"),
+        (block, None, "b200"),
+        ({"quantization_config": {"quant_method": "fp8"}}, "DEEPGEMM", "b200"),
+    ):
+        assert trtllm_block_experts(per_tensor, config, moe_backend, gpu) is per_tensor
+
+
 def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay_batching() -> None:
     """Where the row's InferenceMAX script (read at the commit its sweep ran) turns the
     piecewise CUDA graphs on, a row without MTP gets no eager host time; the fp8 B200 plain

@@ -92,6 +92,7 @@ from twin.validate.silicon.inferencemax_trtllm import (
     inferencemax_mtp_batch,
     inferencemax_mtp_drafts,
     inferencemax_speculation,
+    inferencemax_trtllm_moe_backend,
     inferencemax_trtllm_piecewise,
     inferencemax_trtllm_script_layout,
 )
@@ -219,6 +220,7 @@ __all__ = [
     "inferencemax_sglang_default_kv",
     "inferencemax_sglang_unnamed",
     "inferencemax_speculation",
+    "inferencemax_trtllm_moe_backend",
     "inferencemax_trtllm_piecewise",
     "inferencemax_trtllm_script_layout",
     "inferencemax_vllm",

@@ -274,6 +274,39 @@ def inferencemax_trtllm_piecewise(row: SiliconRow) -> bool:
     )
 
 
+# The MoE backend each InferenceMAX DeepSeek-R1 fp8 TensorRT-LLM script writes
+# (``moe_config.backend``; SemiAnalysisAI/InferenceX, read at each commit the rows ran):
+# - H200, ``CUTLASS``: ``benchmarks/dsr1_fp8_h200_trt_slurm.sh`` at e06929c70 (the unnamed
+#   2025-11-02 rows) and 93e1b3ca1, ``dsr1_fp8_h200_trt_mtp_slurm.sh`` at bf3456727;
+# - B200 1.1.0rc2.post2, ``DEEPGEMM``: ``dsr1_fp8_b200_trt_slurm.sh`` at e06929c70 and
+#   93e1b3ca1, ``dsr1_fp8_b200_trt_mtp_slurm.sh`` at bf3456727, whatever the layout;
+# - B200 1.2.0rc6.post2 (``dsr1_fp8_b200_trt.sh`` at ec7bafaae): ``TRTLLM``, ``DEEPGEMM``
+#   at 1k/8k from 256 clients;
+# - B200 1.2.0rc6.post3 (``dsr1_fp8_b200_trt_mtp.sh`` at 5d517074c): ``TRTLLM``,
+#   ``DEEPGEMM`` under attention DP.
+# TensorRT-LLM maps the name to its module (``tensorrt_llm/_torch/modules/fused_moe/
+# create_moe.py`` ``get_moe_cls``, NVIDIA/TensorRT-LLM's stored tree, the 1.x line):
+# ``CUTLASS`` -> ``CutlassFusedMoE``, ``DEEPGEMM`` -> ``DeepGemmFusedMoE``, ``TRTLLM`` ->
+# ``TRTLLMGenFusedMoE`` for fp8 block scales (the checkpoint's, ``precision``).
+def inferencemax_trtllm_moe_backend(row: SiliconRow) -> str | None:
+    """``moe_config.backend`` of ``row``'s InferenceMAX DeepSeek-R1 fp8 TensorRT-LLM
+    script (above); ``None`` for other rows."""
+    if not _inferencemax_trtllm_deepseek(row) or row.precision != "fp8":
+        return None
+    if row.system == "h200_sxm":
+        return "CUTLASS"
+    if row.system != "b200_sxm":
+        return None
+    conc, dp = row.concurrency or 0, (row.attention_dp or 1) > 1
+    if row.backend_version == "1.1.0rc2.post2":
+        return "DEEPGEMM"
+    if row.backend_version == "1.2.0rc6.post2":
+        return "DEEPGEMM" if (row.isl, row.osl) == (1024, 8192) and conc >= 256 else "TRTLLM"
+    if row.backend_version == "1.2.0rc6.post3":
+        return "DEEPGEMM" if dp else "TRTLLM"
+    return None
+
+
 def inferencemax_deepseek_batch_wait(row: SiliconRow) -> dict[str, str]:
     """The batch-waiting ``--set`` flags of ``row``'s InferenceMAX DeepSeek-R1
     TensorRT-LLM server (``DELAY_BATCHING``, above); empty where its script sets none."""

@@ -37,7 +37,10 @@ from twin.validate.silicon.inferencemax_sglang import (
     inferencemax_prompt_scale,
     inferencemax_sglang_default_kv,
 )
-from twin.validate.silicon.inferencemax_trtllm import inferencemax_speculation
+from twin.validate.silicon.inferencemax_trtllm import (
+    inferencemax_speculation,
+    inferencemax_trtllm_moe_backend,
+)
 from twin.validate.silicon.inferencemax_vllm import (
     REASON_INFERENCEMAX_CLIENT_CAP,
     inferencemax_client_capped,
@@ -55,6 +58,7 @@ from twin.validate.silicon.precision import (
     row_precision,
     runs_weight_only,
     served_fp8_checkpoint,
+    trtllm_block_experts,
 )
 from twin.validate.silicon.rows import (
     REASON_DISAGG,
@@ -203,6 +207,9 @@ def plan_row(
     precision = row_precision(row, config, own, hf, gpu, served_fp8)
     if isinstance(precision, str):
         return precision
+    if own and engine == "trtllm":  # the script's MoE backend on a block-scaled checkpoint
+        backend_of_moe = inferencemax_trtllm_moe_backend(row)
+        precision = trtllm_block_experts(precision, config, backend_of_moe, gpu)
     try:
         base = load_model(str(path), hf_id)
     except TwinError as err:

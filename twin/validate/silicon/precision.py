@@ -90,6 +90,19 @@ SERVED_FP8_BACKENDS = frozenset({"trtllm"})
 SERVED_FP8_SUFFIX = "-FP8"
 
 
+# TensorRT-LLM loads a checkpoint's block scales as stored (``quant_method`` fp8 with
+# ``weight_block_size`` -> ``QuantAlgo.FP8_BLOCK_SCALES``, ``_update_from_hf_quant_config``
+# above), so DeepSeek-R1/V3's experts run block-scaled whatever the columns say. Their
+# price is the fp8-block expert table where that table times the kernel the row's MoE
+# backend runs (``inferencemax_trtllm.inferencemax_trtllm_moe_backend``): NVIDIA's B200
+# TensorRT-LLM table of fp8_block experts is DeepGEMM's (aiconfigurator-core 0.12.0
+# ``b200_sxm/moe/trtllm/1.3.0rc20/moe_perf``, ``kernel_source`` deepgemm, the module
+# ``DeepGemmFusedMoE``), H200's is CUTLASS's (``h200_sxm/.../1.3.0rc20``,
+# ``moe_torch_flow_cutlass``). B200's ``TRTLLM`` backend (``TRTLLMGenFusedMoE``) has no
+# table: its rows keep the per-tensor CUTLASS price.
+TRTLLM_BLOCK_EXPERT_TABLES = frozenset({("b200", "DEEPGEMM"), ("h200", "CUTLASS")})
+
+
 @dataclass(frozen=True)
 class RowPrecision:
     """What the twin prices a row at (``twin.precision``) and why."""
@@ -455,3 +468,20 @@ def engine_default_kv(
         return precision
     why = precision.why.replace("KV: aiconfigurator's pairing", f"KV: {rule}")
     return dataclasses.replace(precision, kv=dtype, why=why)
+
+
+def trtllm_block_experts(
+    precision: RowPrecision, config: dict[str, Any], moe_backend: str | None, gpu: str
+) -> RowPrecision:
+    """``precision`` with fp8-block experts where a TensorRT-LLM row's checkpoint
+    (``config``, the row's own) is block-scaled and its MoE backend's kernel is the one
+    the GPU's fp8-block expert table times (:data:`TRTLLM_BLOCK_EXPERT_TABLES`)."""
+    if (
+        (gpu, moe_backend) not in TRTLLM_BLOCK_EXPERT_TABLES
+        or precision.weights != "fp8"
+        or precision.moe not in (None, "fp8")
+        or _checkpoint_quant(config, None) != "fp8-block"
+    ):
+        return precision
+    why = f"{precision.why}; TensorRT-LLM's {moe_backend} experts run the checkpoint's block scales"
+    return dataclasses.replace(precision, moe="fp8-block", why=why)
