@@ -32,3 +32,11 @@ def minimax_row(day: str, concurrency: int, **fields: Any) -> sil.SiliconRow:
     base = {"source": source, "model_path": "MiniMaxAI/MiniMax-M2.5", "system": "b200_sxm"}
     base.update(precision="fp8", isl=1024, osl=1024, concurrency=concurrency)
     return silicon_row(**{**base, **fields})
+
+
+def planned(row: sil.SiliconRow, **fields: Any) -> sil.RowPlan:
+    """``row``'s plan, ``fields`` over it (measured at 1 ms TTFT and TPOT unless they say):
+    the test fails where the row is refused."""
+    plan = sil.plan_row(dataclasses.replace(row, **{"ttft_ms": 1.0, "tpot_ms": 1.0, **fields}))
+    assert not isinstance(plan, str), plan
+    return plan

@@ -9,12 +9,20 @@ import dataclasses
 
 import pytest
 
+from twin.costmodel import CostModel
+from twin.costmodel.breakdown import StepCost
+from twin.costmodel.features import gather_features
 from twin.costmodel.gather_scatter import GatherScatterPrice, gathered_bytes_per_token
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
+from twin.costmodel.profile import KernelFit
+from twin.costmodel.profile_store import resolve_profile
 from twin.engine.dp_attention import DPStepPricer, dp_pricer
 from twin.engine.kernel_layouts import trtllm_kernel_layout
 from twin.engine.modes import get_mode
 from twin.presets import get_model
+
+# DeepSeek-R1 with its experts and linear layers in nvfp4, as the B200 TensorRT-LLM rows
+R1_FP4 = dataclasses.replace(get_model("deepseek-r1"), precision="nvfp4", moe_precision=None)
 
 
 class _Collective:
@@ -45,7 +53,7 @@ def test_the_gathered_token_is_in_the_format_quantised_before_the_gather() -> No
 
 
 def test_moe_layers_gather_and_scatter_dense_layers_exchange_nothing() -> None:
-    model = dataclasses.replace(get_model("deepseek-r1"), precision="nvfp4", moe_precision=None)
+    model = R1_FP4
     ffn = _Collective()
     price = GatherScatterPrice(model, ffn)
     plain = DPStepPricer(None, ffn, 4, ffn_layers=5)
@@ -68,10 +76,7 @@ def test_tensorrt_llm_lays_out_the_gather_under_attention_dp_only() -> None:
 
 
 def test_shipped_profile_prices_trt_s_exchange_on_nccl_s_collectives() -> None:
-    from twin.costmodel.profile_store import resolve_profile
-
-    model = dataclasses.replace(get_model("deepseek-r1"), precision="nvfp4", moe_precision=None)
-    prof = resolve_profile("b200", None, "trtllm")
+    model, prof = R1_FP4, resolve_profile("b200", None, "trtllm")
     assert {"allgather_8gpu", "reducescatter_8gpu"} <= set(prof.kernels)
     sglang = dp_pricer(model, prof, 8, 8, 8, 0.0, 0.0)
     trt = dp_pricer(
@@ -99,8 +104,6 @@ class _Split:
     M, E, S, MOE_LAYERS = 1e-4, 1e-3, 1e-6, 3
 
     def step_spread_cost(self, prefills, batch, context):  # type: ignore[no-untyped-def]
-        from twin.costmodel.breakdown import StepCost
-
         tokens = sum(c for c, _ in prefills) + batch
         cost = StepCost()
         cost.add("attention", "attention", 1e-2 * tokens)
@@ -151,22 +154,11 @@ def test_the_rule_per_engine_under_attention_dp() -> None:
 
 
 def test_shipped_profile_moves_the_dense_weights_to_every_rank() -> None:
-    from twin.costmodel.profile_store import resolve_profile
-
-    model = dataclasses.replace(get_model("deepseek-r1"), precision="nvfp4", moe_precision=None)
-    prof = resolve_profile("b200", None, "trtllm")
+    model, prof = R1_FP4, resolve_profile("b200", None, "trtllm")
     gather = KernelLayout(moe_gather_scatter=True)
+    on_rank = dataclasses.replace(gather, dense_ffn_on_rank=True)
     before = dp_pricer(model, prof, 8, 8, 8, 0.0, 0.0, kernel_layout=gather)
-    after = dp_pricer(
-        model,
-        prof,
-        8,
-        8,
-        8,
-        0.0,
-        0.0,
-        kernel_layout=dataclasses.replace(gather, dense_ffn_on_rank=True),
-    )
+    after = dp_pricer(model, prof, 8, 8, 8, 0.0, 0.0, kernel_layout=on_rank)
     assert after.attention.shared_expert_s(32) > 0.0
     # The replica's FFN loses the dense layers and the shared experts, exactly.
     cost = before.ffn.step_spread_cost((), 256, 0)
@@ -180,13 +172,7 @@ def test_shipped_profile_moves_the_dense_weights_to_every_rank() -> None:
 
 # ---------------------------------------------------------------- NCCL's gather fits
 def test_a_fitted_nccl_gather_prices_the_exchange_in_place_of_the_all_reduce() -> None:
-    from twin.costmodel import CostModel
-    from twin.costmodel.features import gather_features
-    from twin.costmodel.profile import KernelFit
-    from twin.costmodel.profile_store import resolve_profile
-
-    model = dataclasses.replace(get_model("deepseek-r1"), precision="nvfp4", moe_precision=None)
-    prof = resolve_profile("b200", None, "trtllm")
+    model, prof = R1_FP4, resolve_profile("b200", None, "trtllm")
     kernels = {k: v for k, v in prof.kernels.items() if not k.startswith(("allgather", "reduce"))}
     bare = dataclasses.replace(prof, kernels=kernels)
     ring = CostModel(model, bare, 8, ep=8)

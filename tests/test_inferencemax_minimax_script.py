@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from silicon_rows import MINIMAX_DUMP, minimax_row
+from silicon_rows import MINIMAX_DUMP, minimax_row, planned
 
 from twin.validate import silicon as sil
 from twin.validate.silicon.inferencemax_vllm import (
@@ -19,7 +19,7 @@ from twin.validate.silicon.inferencemax_vllm import (
 DUMP = MINIMAX_DUMP.format(32)
 # the script's fp8 row at tp 2 as the CSV writes its layout (MoE TP 2, no EP)
 SCRIPT = {"backend_version": "0.17.0", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"}
-SCRIPT.update(tp=2, moe_tp=2, moe_ep=1, ttft_ms=1.0, tpot_ms=1.0)
+SCRIPT.update(tp=2, moe_tp=2, moe_ep=1)
 
 
 def _minimax(day: str, **fields: object) -> sil.SiliconRow:
@@ -56,14 +56,11 @@ def test_the_h200_script_names_no_kv_dtype_and_turns_ep_on_from_its_third_versio
 
 def test_a_planned_row_of_the_early_b200_script_runs_a_bf16_cache():
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
-    plan = sil.plan_row(inferencemax_vllm_script_layout(_minimax("2026-03-11")))
-    assert not isinstance(plan, str), plan
+    plan = planned(inferencemax_vllm_script_layout(_minimax("2026-03-11")))
     assert "bf16 KV" in plan.precision and "vllm's --kv-cache-dtype auto" in plan.precision
     assert plan.ep == 2
-    later = sil.plan_row(_minimax("2026-04-06", backend_version="0.19.0"))
-    assert not isinstance(later, str), later
+    later = planned(_minimax("2026-04-06", backend_version="0.19.0"))
     assert "fp8 KV" in later.precision and later.ep == 1
     # another collection's vLLM row keeps the pairing (no script read)
-    other = sil.plan_row(_minimax("2026-03-11", source="aiperf", backend_version="0.12.0"))
-    assert not isinstance(other, str), other
+    other = planned(_minimax("2026-03-11", source="aiperf", backend_version="0.12.0"))
     assert "fp8 KV" in other.precision and "aiconfigurator's pairing" in other.precision

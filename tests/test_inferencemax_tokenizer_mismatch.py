@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from silicon_rows import silicon_row
+from silicon_rows import planned, silicon_row
 
 from twin.validate import silicon as sil
 
@@ -66,17 +66,8 @@ def test_the_workload_holds_the_servers_prompt_tokens(tmp_path: Path) -> None:
 def test_a_planned_b300_deepseek_row_carries_the_scale() -> None:
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
     row = replace(
-        _b300_row(),
-        precision="fp4",
-        gemm_quant_mode="nvfp4",
-        moe_quant_mode="nvfp4",
-        moe_ep=4,
-        ttft_ms=1.0,
-        tpot_ms=1.0,
+        _b300_row(), precision="fp4", gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", moe_ep=4
     )
-    plan = sil.plan_row(row)
-    assert not isinstance(plan, str), plan
-    assert plan.prompt_scale == 5.0
-    b200 = sil.plan_row(replace(row, system="b200_sxm", backend_version="0.5.9"))
-    assert not isinstance(b200, str), b200
+    assert planned(row).prompt_scale == 5.0
+    b200 = planned(row, system="b200_sxm", backend_version="0.5.9")
     assert b200.prompt_scale == 1.0

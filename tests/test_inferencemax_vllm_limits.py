@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from silicon_rows import MINIMAX_DUMP, minimax_row, silicon_row
+from silicon_rows import MINIMAX_DUMP, minimax_row, planned, silicon_row
 
 from twin.validate import silicon as sil
 
@@ -111,16 +111,7 @@ def test_h100_gpt_oss_rows_of_the_512_client_script_are_not_expressed():
 
 def test_a_planned_minimax_row_runs_with_the_scripts_limits():
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
-    row = _minimax(
-        "2026-04-22",
-        gemm_quant_mode="fp8",
-        moe_quant_mode="fp8",
-        tp=4,
-        ttft_ms=1.0,
-        tpot_ms=1.0,
-    )
-    plan = sil.plan_row(row)
-    assert not isinstance(plan, str), plan
+    plan = planned(_minimax("2026-04-22", gemm_quant_mode="fp8", moe_quant_mode="fp8", tp=4))
     sets = plan.deployment["sets"]
     assert (sets["max_num_batched_tokens"], sets["max_num_seqs"]) == ("2048", "1024")
     assert plan.deployment["eager_graph_tokens"] == 2048

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from silicon_rows import silicon_row
+from silicon_rows import planned, silicon_row
 
 from twin.calibration import aic_tables as at
 from twin.costmodel import CostModel
@@ -18,7 +18,6 @@ from twin.costmodel.moe_layout import measured_ep
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine.run import priced_profile
 from twin.presets import get_model
-from twin.validate import silicon as sil
 
 FAMILY = fm.moe_mxfp8_activation_kernel("mxfp4")
 SOURCE = "moe_torch_flow"
@@ -89,9 +88,7 @@ def test_a_b200_trtllm_gpt_oss_row_is_priced_at_the_checkpoint_with_an_fp8_cache
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
     imax = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=4"
     row = silicon_row(source=imax, backend="trtllm", backend_version="1.2.0rc2", system="b200_sxm")
-    row = dataclasses.replace(row, isl=1024, osl=1024, concurrency=4, tp=2, ttft_ms=1, tpot_ms=1)
-    plan = sil.plan_row(row)
-    assert not isinstance(plan, str)
+    plan = planned(row, isl=1024, osl=1024, concurrency=4, tp=2)
     assert plan.priced == "bf16, mxfp4 experts, fp8 KV" and plan.native_quant
     assert "loaded as stored by trtllm" in plan.precision
 

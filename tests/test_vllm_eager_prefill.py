@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from silicon_rows import silicon_row
+from silicon_rows import planned, silicon_row
 from test_engine_helpers import ConstantPricer
 
 from twin.engine.config import EngineConfig
@@ -151,10 +151,7 @@ def test_inferencemax_fp4_vllm_rows_read_the_nvfp4_checkpoint_they_served():
     assert not sil.checkpoint_attention_unquantised(configs, "MiniMaxAI/MiniMax-M2.5")
     assert not sil.checkpoint_attention_unquantised(configs, "nobody/None")
     # planned: the fp4 row's attention linears are one launch each, the fp8 row's two
-    plan_fp4 = sil.plan_row(
-        dataclasses.replace(fp4, isl=1024, osl=1024, concurrency=4, tp=2, ttft_ms=1.0, tpot_ms=1.0)
-    )
-    assert not isinstance(plan_fp4, str), plan_fp4
+    plan_fp4 = planned(fp4, isl=1024, osl=1024, concurrency=4, tp=2)
     model = plan_fp4.model
     launches = sil.vllm_eager_launches(model, 2, bf16_attention=True)
     assert launches < sil.vllm_eager_launches(model, 2)
@@ -177,10 +174,7 @@ def test_a_planned_vllm_moe_row_carries_its_graph_size():
         osl=1024,
         concurrency=4,
         tp=2,
-        ttft_ms=1.0,
-        tpot_ms=1.0,
     )
-    plan = sil.plan_row(row)
-    assert not isinstance(plan, str), plan
+    plan = planned(row)
     assert plan.deployment["eager_prefill_s"] > 0
     assert plan.deployment["eager_graph_tokens"] == 512

@@ -9,7 +9,7 @@ import dataclasses
 import statistics
 
 import pytest
-from silicon_rows import silicon_row
+from silicon_rows import planned, silicon_row
 from test_engine_helpers import single_turns
 
 import twin.precision as px
@@ -156,7 +156,5 @@ def test_a_planned_hopper_gpt_oss_row_sets_marlin():
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
     imax = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=4"
     row = silicon_row(source=imax, backend_version="0.18.0")
-    row = dataclasses.replace(row, isl=1024, osl=1024, concurrency=4, tp=1, ttft_ms=1, tpot_ms=1)
-    plan = sil.plan_row(row)
-    assert not isinstance(plan, str)
+    plan = planned(row, isl=1024, osl=1024, concurrency=4, tp=1)
     assert plan.deployment["sets"]["moe_backend"] == "marlin"

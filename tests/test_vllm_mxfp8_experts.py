@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from silicon_rows import silicon_row
+from silicon_rows import planned, silicon_row
 from test_vllm_marlin_experts import expert_s, gpt_oss_request
 
 from twin.calibration import aic_tables as at
@@ -95,8 +95,6 @@ def test_a_planned_b200_gpt_oss_row_sets_mxfp8_activations():
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
     imax = "source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=4"
     row = silicon_row(source=imax, backend_version="0.15.1", system="b200_sxm")
-    row = dataclasses.replace(row, isl=1024, osl=1024, concurrency=4, tp=1, ttft_ms=1, tpot_ms=1)
-    plan = sil.plan_row(row)
-    assert not isinstance(plan, str)
+    plan = planned(row, isl=1024, osl=1024, concurrency=4, tp=1)
     assert plan.deployment["sets"]["moe_backend"] == "flashinfer_trtllm_afp8"
     assert sil.vllm_moe_backend(row, "defaults") is None  # vLLM's own default: bf16

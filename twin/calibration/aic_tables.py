@@ -490,39 +490,36 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
     return families
 
 
-def _nccl_rows(system: Path, op_name: str) -> tuple[list[tuple[int, int, float]], str, Path]:
-    """NCCL's half-precision ``op_name`` rows of ``system``'s newest ``comm/nccl`` table, in
-    the table's order as (GPUs, elements, seconds), the device they name and the table (no
-    rows where there is none). NCCL's directory is named by NCCL's own version, not the
+def _nccl_by_size(
+    system: Path, op_name: str = "all_reduce"
+) -> tuple[dict[tuple[int, int], tuple[float, str, Path]], str]:
+    """NCCL's half-precision ``op_name`` rows of ``system``'s newest ``comm/nccl`` table as
+    (seconds, label, table) by (GPUs, elements), and the device they name (none where
+    there is no table). NCCL's directory is named by NCCL's own version, not the
     engine's: its newest table stands for every engine and release."""
     nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
+    by_size: dict[tuple[int, int], tuple[float, str, Path]] = {}
     if nccl_dir is None:
-        return [], "", system
-    table = nccl_dir / "nccl_perf.parquet"
-    rows, device = [], ""
+        return by_size, ""
+    table, device = nccl_dir / "nccl_perf.parquet", ""
     for r in _read(table):
         if r.get("op_name") == op_name and r.get("nccl_dtype") in ("half", "bfloat16"):
-            rows.append((int(r["num_gpus"]), int(r["message_size"]), float(r["latency"])))
+            key = (int(r["num_gpus"]), int(r["message_size"]))
+            by_size[key] = (float(r["latency"]), "NCCL " + nccl_dir.name, table)
             device = device or str(r.get("device", ""))
-    return rows, device, table
+    return by_size, device
 
 
-def _nccl_allreduce_by_size(
-    system: Path,
-) -> tuple[dict[tuple[int, int], tuple[float, str, Path]], str]:
-    """NCCL's all_reduce rows (:func:`_nccl_rows`) by (GPUs, elements), and their device."""
-    rows, device, table = _nccl_rows(system, "all_reduce")
-    label = "NCCL " + table.parent.name
-    return {(n, size): (lat, label, table) for n, size, lat in rows}, device
-
-
-def _allreduce_families(
+def _collective_families(
     by_size: dict[tuple[int, int], tuple[float, str, Path]],
     device: str,
     kernel_of: Callable[[int], str],
     release: str,
+    op: str = "all_reduce",
+    features: Callable[[float, int], ft.Features] = ft.allreduce_features,
 ) -> list[FamilyRows]:
-    """One family per GPU count of the all-reduce rows ``by_size`` (:func:`allreduce_rows`)."""
+    """One family per GPU count of a collective's rows ``by_size`` (latency, label, table by
+    GPUs and elements: :func:`allreduce_rows`, :func:`gather_rows`), ``op``'s features."""
     families = []
     for n in sorted({k[0] for k in by_size}):
         kernel = kernel_of(n)
@@ -531,9 +528,7 @@ def _allreduce_families(
             if gpus != n:
                 continue
             nbytes = size * ELEM_BYTES
-            out.append(
-                _row(kernel, ft.allreduce_features(nbytes, n), lat, {"n": n, "bytes": nbytes})
-            )
+            out.append(_row(kernel, features(nbytes, n), lat, {"n": n, "bytes": nbytes}))
             labels.add(label)
             tables.add(str(Path(*table.parts[-5:])))
         families.append(
@@ -543,7 +538,7 @@ def _allreduce_families(
                 framework=" + ".join(sorted(labels)),
                 version="",
                 device=device,
-                kernel_source="all_reduce",
+                kernel_source=op,
                 tables=sorted(tables),
                 release=release,
             )
@@ -559,30 +554,13 @@ NCCL_GATHER_OPS = {"all_gather": "allgather", "reduce_scatter": "reducescatter"}
 
 def gather_rows(system: Path) -> list[FamilyRows]:
     """One family per NCCL op of :data:`NCCL_GATHER_OPS` and GPU count, from the newest
-    ``comm/nccl`` table's half-precision rows (:func:`_nccl_rows`: NCCL's, not an
+    ``comm/nccl`` table's half-precision rows (:func:`_nccl_by_size`: NCCL's, not an
     engine's: every engine and release)."""
     families: list[FamilyRows] = []
     for op_name, op in NCCL_GATHER_OPS.items():
-        found, device, table = _nccl_rows(system, op_name)
-        rows: dict[str, list[dict[str, Any]]] = {}
-        for n, size, lat in found:
-            nbytes = size * ELEM_BYTES
-            kernel = fm.collective_kernel(op, n)
-            feats = ft.gather_features(nbytes, n)
-            rows.setdefault(kernel, []).append(_row(kernel, feats, lat, {"n": n, "bytes": nbytes}))
-        families += [
-            FamilyRows(
-                kernel=kernel,
-                rows=sorted(out, key=lambda row: row["shape"]["bytes"]),
-                framework="NCCL " + table.parent.name,
-                version="",
-                device=device,
-                kernel_source=op,
-                tables=[str(Path(*table.parts[-5:]))],
-                release="",
-            )
-            for kernel, out in rows.items()
-        ]
+        by_size, device = _nccl_by_size(system, op_name)
+        kernel_of = functools.partial(fm.collective_kernel, op)
+        families += _collective_families(by_size, device, kernel_of, "", op, ft.gather_features)
     return sorted(families, key=lambda f: f.kernel)
 
 
@@ -591,7 +569,7 @@ def allreduce_rows(system: Path, engine: str, release: str | None = None) -> lis
     ``release``'s table: :func:`release_version`), NCCL above it."""
     custom = "custom_allreduce_perf.parquet"
     custom_dir = release_version(system / "comm" / engine, custom, release)
-    by_size, device = _nccl_allreduce_by_size(system)
+    by_size, device = _nccl_by_size(system)
     if custom_dir is not None:
         table = custom_dir / "custom_allreduce_perf.parquet"
         for r in _read(table):
@@ -603,15 +581,15 @@ def allreduce_rows(system: Path, engine: str, release: str | None = None) -> lis
             by_size[key] = (float(r["latency"]), label, table)
             device = device or str(r.get("device", ""))
     release_name = custom_dir.name if custom_dir is not None else ""
-    return _allreduce_families(by_size, device, fm.allreduce_kernel, release_name)
+    return _collective_families(by_size, device, fm.allreduce_kernel, release_name)
 
 
 def nccl_allreduce_rows(system: Path) -> list[FamilyRows]:
     """One family per GPU count of NCCL's all-reduce alone (``allreduce_nccl_<n>gpu``):
     what an engine runs above its custom all-reduce's size limit
     (``twin.costmodel.kernel_layout.KernelLayout.custom_allreduce_max_bytes``)."""
-    by_size, device = _nccl_allreduce_by_size(system)
-    return _allreduce_families(by_size, device, fm.nccl_allreduce_kernel, "")
+    by_size, device = _nccl_by_size(system)
+    return _collective_families(by_size, device, fm.nccl_allreduce_kernel, "")
 
 
 MOE_COLUMNS = ("num_tokens", *MOE_SHAPE_COLUMNS)
