@@ -21,7 +21,9 @@ def test_only_deepseek_v3_s_shape_on_the_triton_runner_without_ep_fuses() -> Non
     assert moe_layout.fuses_shared_expert(ds, 1, TRITON)
     assert not moe_layout.fuses_shared_expert(ds, 8, TRITON)  # expert parallelism
     assert not moe_layout.fuses_shared_expert(ds, 1, "sglang_flashinfer_trtllm_moe")
-    assert not moe_layout.fuses_shared_expert(dataclasses.replace(ds, index_topk=2048), 1, TRITON)
+    # DeepSeek-V3.2: a DSA indexer with grouped top-k (another architecture's name)
+    v32 = dataclasses.replace(ds, index_topk=2048)
+    assert ds.moe_n_group > 1 and not moe_layout.fuses_shared_expert(v32, 1, TRITON)
     assert not moe_layout.fuses_shared_expert(dataclasses.replace(ds, moe_n_experts=384), 1, TRITON)
     assert not moe_layout.fuses_shared_expert(dataclasses.replace(ds, moe_shared_d_ff=0), 1, TRITON)
 
@@ -40,3 +42,12 @@ def test_h200_sglang_deepseek_prices_the_shared_expert_inside_the_fused_launch()
     assert parts["gemm"] + parts["moe"] + parts["elementwise"] < (
         apart["gemm"] + apart["moe"] + apart["elementwise"]
     )
+
+
+def test_glm5_fuses_its_shared_expert_as_its_own_architecture_asks() -> None:
+    """0.5.9 ``models/glm4_moe.py`` ``GlmMoeDsaForCausalLM`` passes its own name to the
+    check: GLM-5 (a DSA indexer, plain top-k, 256 routed and one shared) fuses."""
+    glm = resolve_model("glm-5")
+    assert glm.index_topk > 0 and glm.moe_n_group == 1
+    assert moe_layout.fuses_shared_expert(glm, 1, TRITON)
+    assert not moe_layout.fuses_shared_expert(glm, 8, TRITON)

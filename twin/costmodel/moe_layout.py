@@ -143,13 +143,21 @@ def fuses_shared_expert(model: ModelSpec, ep: int, kernel_source: str) -> bool:
     ``fused_moe_triton/fused_moe_triton_config.py`` reads the tuned configs of ``E=257``
     (``triton_3_5_1``: the up and the ``_down`` TMA config). Only the Triton runner is
     checked here (the runner ``layers/quantization/fp8.py`` ``create_moe_runner`` picks
-    for block-fp8 without DeepEP: H200's DeepSeek rows); the DSA models (DeepSeek-V3.2,
-    GLM-5) name other architectures and Kimi-K2 has 384 experts."""
+    for block-fp8 without DeepEP: H200's DeepSeek rows); Kimi-K2 has 384 experts.
+
+    The check names an architecture; the spec has none, so its shape stands for it.
+    ``DeepseekV32ForCausalLM`` (0.5.9 ``deepseek_v2.py``: a bare subclass) is checked
+    against the default ``DeepseekV3ForCausalLM`` and never fuses: a DSA indexer with
+    DeepSeek's grouped top-k. ``GlmMoeDsaForCausalLM`` (0.5.9 and 0.5.10 ``models/
+    glm4_moe.py``) calls ``super().determine_num_fused_shared_experts(
+    "GlmMoeDsaForCausalLM")`` with its own name, so GLM-5 (256 routed, one shared of the
+    same width) fuses: a DSA indexer with plain top-k (``n_group`` 1)."""
+    dsa_fuses = model.index_topk == 0 or model.moe_n_group == 1  # GLM-5, not V3.2
     return (
         kernel_source == SGLANG_TRITON_MOE_SOURCE
         and ep == 1
         and model.kv_lora_rank > 0
-        and model.index_topk == 0
+        and dsa_fuses
         and model.moe_n_experts == 256
         and model.moe_shared_d_ff == model.moe_d_ff
     )
