@@ -757,3 +757,31 @@ def test_b200_trtllm_s_bf16_decode_module_meets_the_kernel_target() -> None:
     assert fit.model == fm.get_formula("mla_module_decode").model_name
     assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
     assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+
+
+def test_the_decode_module_prices_its_attention_launch() -> None:
+    """B200 TensorRT-LLM, DeepSeek-V3 on 4 GPUs (32 heads: trtllm-gen's low-latency
+    kernel, two CTAs a sequence, each reading every key): the decode-module fit's launch
+    terms price the step: a ``c_kv_repeat`` adds exactly ``c_kv_repeat x`` the re-read bytes
+    at the stream the fit reads (the coefficient set here: the shipped fits read the launch
+    with zero coefficients until regenerated)."""
+    shipped = load_profile("b200", "trtllm")
+    key = CostModel(DSV3, shipped, tp=4, ep=4).priced.keys["mla_module_decode"]
+    fit = shipped.kernels[key]
+    assert fit.provenance["kernel_source"] == "default"
+    fit = dataclasses.replace(fit, params={**fit.params, "c_kv_repeat": 8e-14})
+    prof = dataclasses.replace(shipped, kernels={**shipped.kernels, key: fit})
+    cm = CostModel(DSV3, prof, tp=4, ep=4)
+    assert cm.mla_modes == ("module", "module")
+    parts = dict((k, v) for _, k, v in cm._mla_decode(32, 32 * 4097))
+    broken = dataclasses.replace(fit, params={**fit.params, "c_kv_repeat": 0.0})
+    cm0 = CostModel(
+        DSV3, dataclasses.replace(prof, kernels={**prof.kernels, key: broken}), tp=4, ep=4
+    )
+    parts0 = dict((k, v) for _, k, v in cm0._mla_decode(32, 32 * 4097))
+    stream = cm.priced.mla_kv_elem_bytes[1] * cm.priced.mla_module_kv_share
+    repeat = mf.mla_decode_launch("trtllm_gen", 32, 32 * 4097, 1, dims(32), stream, 148)[2]
+    assert repeat == stream * 576 * 32 * 4097
+    assert parts["mla_module"] - parts0["mla_module"] == pytest.approx(
+        fit.params["c_kv_repeat"] * repeat, rel=1e-9
+    )
