@@ -13,11 +13,13 @@ import pytest
 from twin.calibration.aic_mla import dims, operand_bytes, wideep_version
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import mla_features as mf
 from twin.costmodel.mla_features import mla_module_decode_sums
 from twin.costmodel.precision_kernels import priced_precision
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
+from twin.hardware import get_gpu
 from twin.precision import with_precision
 from twin.presets import resolve_model
 
@@ -102,7 +104,10 @@ def test_h200_sglang_059_decode_module_known_answer() -> None:
     batch, cached = 64, 4096
     sums = mla_module_decode_sums(dims(16), batch, batch * (cached + 1), 2, act_e, w_e, 1)
     fit = prof.kernels[DECODE]
-    extras = dict(zip(fm.get_formula(DECODE).features, map(float, sums[2:]), strict=True))
+    # FlashInfer's Hopper MLA kernel: no split rule read (``mla_features.decode_rule``)
+    assert mf.decode_rule("h200", str(fit.provenance["kernel_source"]), 1) is None
+    args = mf.module_decode_features(sums, mf.NO_LAUNCH)
+    extras = dict(zip(fm.get_formula(DECODE).features, map(float, args[2:]), strict=True))
     seconds = lat.predict(DECODE, fit.params, prof.peaks, float(sums[0]), float(sums[1]), extras)
     assert seconds == pytest.approx(0.129e-3, rel=0.15)
     if importlib.util.find_spec("aiconfigurator_core") is None:
@@ -167,7 +172,11 @@ def test_an_fp8_cache_on_blackwell_takes_the_bf16_timed_module_at_half_its_strea
 
     def seconds(kv_e: float) -> float:
         sums = mla_module_decode_sums(dims(16), 64, 64 * 4097, 2, act_e, w_e, kv_e)
-        extras = dict(zip(names, map(float, sums[2:]), strict=True))
+        rule = mf.decode_rule(gpu, str(fit.provenance["kernel_source"]), kv_e)
+        sms = get_gpu(gpu).sm_count or 0
+        launch = mf.mla_decode_launch(rule, 64, 64 * 4097, 1, dims(16), kv_e, sms)
+        args = mf.module_decode_features(sums, launch)
+        extras = dict(zip(names, map(float, args[2:]), strict=True))
         return lat.predict(DECODE, fit.params, prof.peaks, float(sums[0]), float(sums[1]), extras)
 
     assert model.kv_dtype == "fp8" and seconds(0.5) < seconds(1.0)

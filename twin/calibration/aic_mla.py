@@ -65,6 +65,7 @@ from twin.costmodel.mla_features import (
     mla_module_prefill_sums,
     mla_prefill_sums,
     mla_prefill_waves,
+    module_decode_features,
 )
 from twin.costmodel.table_release import pick_version
 from twin.errors import TwinError
@@ -130,11 +131,20 @@ def _kernel_row(
 
 
 def _module_row(
-    kernel: str, r: dict[str, Any], phase: str, operands: tuple[float, float], kv_e: int
+    kernel: str,
+    r: dict[str, Any],
+    phase: str,
+    operands: tuple[float, float],
+    kv_e: int,
+    gpu: tuple[str, int],
 ) -> dict[str, Any]:
+    """One module row; ``gpu`` the table's GPU and its SMs (a decode row's attention
+    launch: ``mla_features.module_decode_features``, its rule from the row's
+    ``kernel_source``)."""
     b, h = int(r["batch_size"]), int(r["num_heads"])
     dm = dims(h)
     act_e, w_e = operands
+    sums: tuple[Any, ...]
     if phase == "prefill":
         s = int(r["isl"])
         sums = mla_module_prefill_sums(
@@ -143,7 +153,10 @@ def _module_row(
         shape = {"b": b, "s": s, "h": h}
     else:
         keys = int(r["step"])  # the module tables' step counts the new token
-        sums = mla_module_decode_sums(dm, b, b * keys, ELEM_BYTES, act_e, w_e, kv_e)
+        module = mla_module_decode_sums(dm, b, b * keys, ELEM_BYTES, act_e, w_e, kv_e)
+        rule = decode_rule(gpu[0], str(r.get("kernel_source", "")), kv_e)
+        launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, gpu[1])
+        sums = module_decode_features(module, launch)
         shape = {"b": b, "c": keys - 1, "h": h}
     flops, nbytes, *features = sums
     extras = dict(zip(fm.get_formula(kernel).features, features, strict=True))
@@ -205,9 +218,17 @@ def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[F
     return families
 
 
+def _gpu(system: Path) -> tuple[str, int]:
+    """The twin GPU of ``system`` and its SMs (a module row's decode launch; no GPU or no
+    SM count: no launch read, ``mla_features.mla_decode_launch``)."""
+    gpu = system_gpu(system)
+    return (gpu, get_gpu(gpu).sm_count or 0) if gpu is not None else ("", 0)
+
+
 def module_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """``mla_module_<phase>[_<gemm>][_fp8kv]`` from the module tables."""
     families = []
+    gpu = _gpu(system)
     for phase, name in (("prefill", "context"), ("decode", "generation")):
         table_name = f"mla_{name}_module_perf.parquet"
         version = release_version(system / "mla" / engine, table_name, release)
@@ -236,7 +257,7 @@ def module_rows(system: Path, engine: str, release: str | None = None) -> list[F
                 out = []
                 for i, r in enumerate(mine):
                     _require(r, _KERNEL_COLUMNS, table, i)
-                    out.append(_module_row(kernel, r, phase, operands, kv_e))
+                    out.append(_module_row(kernel, r, phase, operands, kv_e, gpu))
                 families.append(_family(kernel, table, mine, _sources(mine), out))
     return families
 
@@ -310,6 +331,7 @@ def wideep_rows(system: Path, engine: str, release: str | None = None) -> list[F
     if version is None:
         return []
     families = []
+    gpu = _gpu(system)
     for phase, table_name in WIDEEP_TABLES.items():
         table = version / table_name
         if not table.exists():
@@ -334,7 +356,7 @@ def wideep_rows(system: Path, engine: str, release: str | None = None) -> list[F
                 # The generation rows' ``isl`` is the cached tokens (``step`` 0); the
                 # module row's ``step`` counts the new token as well.
                 row = r if phase == "prefill" else {**r, "step": int(r["isl"]) + 1}
-                out.append(_module_row(kernel, row, phase, operands, px.KV_FP8_BYTES))
+                out.append(_module_row(kernel, row, phase, operands, px.KV_FP8_BYTES, gpu))
             families.append(_family(kernel, table, mine, source, out))
     return families
 

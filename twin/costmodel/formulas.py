@@ -229,6 +229,13 @@ MLA_PREFILL_SERIAL = ("waves",)
 # same prices.
 MLA_DECODE_LAUNCH = ("launch_ctas", "launch_waves")
 MLA_DECODE_SERIAL = ("kv_repeat", "partials", "critical_keys")
+# The decode module's features: the module's, with its attention kernel's launch
+# (``mla_features.module_decode_features``: the same split rule as ``mla_decode``'s, read
+# from the module table's ``kernel_source``) on each side as there. A decode-module fit of
+# the older form reads with zero launch coefficients: the same prices.
+MLA_MODULE_EXTRAS = ("tiles", "seq_keys")
+MLA_MODULE_DECODE_EXTRAS = (*MLA_MODULE_EXTRAS, *MLA_DECODE_LAUNCH)
+MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
 MLA_MODULE_BASE = "gemms_roofline"
 # The absorbed BMMs' compute-side features (``mla_features.mla_bmm_features``): the output
 # tiles' waves over the SMs and the bytes of a working set that stays in L2 across the
@@ -484,17 +491,26 @@ FORMULAS: dict[str, KernelFormula] = {
                 mla_kernel(f"mla_module_{phase}", gemm, kv),
                 "mem_bw",
                 True,
-                ("tiles", "seq_keys"),
+                extras,
                 f"MLA attention module, {phase}: projections ({gemm}), attention ({kv} KV), "
                 "output projection; the smooth maximum over the module's GEMMs and the "
                 "attention's query/output traffic, the attention's KV stream and FLOPs "
-                "after it (a kernel of its own between the GEMMs: "
-                "``mla_features.module_attention_split``)",
+                f"after it (a kernel of its own between the GEMMs: "
+                f"``mla_features.module_attention_split``){doc}",
                 flops_peak=MOE_MODES[gemm],
-                serial=MLA_MODULE_SERIAL,
+                serial=serial,
                 base=MLA_MODULE_BASE,
             )
-            for phase in ("prefill", "decode")
+            for phase, extras, serial, doc in (
+                ("prefill", MLA_MODULE_EXTRAS, MLA_MODULE_SERIAL, ""),
+                (
+                    "decode",
+                    MLA_MODULE_DECODE_EXTRAS,
+                    MLA_MODULE_DECODE_SERIAL,
+                    "; its attention kernel's launch as ``mla_decode``'s "
+                    "(``mla_features.module_decode_features``)",
+                ),
+            )
             for gemm in MLA_MODULE_GEMMS
             for kv in MLA_KV
         ),
@@ -645,6 +661,9 @@ __all__ = [
     "MLA_DECODE_SERIAL",
     "MLA_KV",
     "MLA_MODULE_BASE",
+    "MLA_MODULE_DECODE_EXTRAS",
+    "MLA_MODULE_DECODE_SERIAL",
+    "MLA_MODULE_EXTRAS",
     "MLA_MODULE_GEMMS",
     "MLA_MODULE_SERIAL",
     "MLA_PREFILL_SERIAL",

@@ -227,14 +227,23 @@ DECODE_RULES = ("trtllm_gen", "fa3")
 FA3_GPUS = HOPPER  # compute capability 9.0 (``engine_kernels.HOPPER``)
 
 
-def decode_rule(gpu: str, kernel_source: str, kv_e: int) -> str | None:
+# The ``kernel_source`` labels of tables whose decode kernel is trtllm-gen's MLA generation
+# kernel on ``TRTLLM_GEN_GPUS``: SGLang's ``trtllm_mla`` backend, TensorRT-LLM's attention
+# (``default``) and vLLM's ``FLASHINFER_MLA`` backend (its module tables' label), whose
+# ``FlashInferMLAImpl.forward_mqa`` calls FlashInfer's
+# ``trtllm_batch_decode_with_kv_cache_mla`` for the head counts trtllm-gen tiles (every
+# power of two; ``vllm/v1/attention/backends/mla/flashinfer_mla.py``, vllm-project/vllm
+# main at 002d68e; the backend ``supports_compute_capability`` major 10 only).
+TRTLLM_GEN_SOURCES = frozenset({TRTLLM_MLA_SOURCE, "default", "FLASHINFER_MLA"})
+
+
+def decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     """The split rule of the MLA decode kernel a table (or the fit made from it) times:
-    trtllm-gen on ``TRTLLM_GEN_GPUS`` (SGLang's ``trtllm_mla``, TensorRT-LLM's
-    ``default``), FlashAttention-3 over a bf16 cache on Hopper (``flash_attention``; its
-    fp8 path has no 64 / 512 kernel, ``flash_api.cpp`` instantiates that pair for 16-bit
-    elements only); None for the rest (no rule read: the fit prices the 64-head blocks
-    alone, ``tiles``)."""
-    if gpu in TRTLLM_GEN_GPUS and kernel_source in (TRTLLM_MLA_SOURCE, "default"):
+    trtllm-gen on ``TRTLLM_GEN_GPUS`` (``TRTLLM_GEN_SOURCES``), FlashAttention-3 over a
+    bf16 cache on Hopper (``flash_attention``; its fp8 path has no 64 / 512 kernel,
+    ``flash_api.cpp`` instantiates that pair for 16-bit elements only); None for the rest
+    (no rule read: the fit prices the 64-head blocks alone, ``tiles``)."""
+    if gpu in TRTLLM_GEN_GPUS and kernel_source in TRTLLM_GEN_SOURCES:
         return "trtllm_gen"
     if gpu in FA3_GPUS and kernel_source == "flash_attention" and kv_e == 2:
         return "fa3"
@@ -247,7 +256,7 @@ def mla_decode_launch(
     kv_rows: int,
     width: int,
     dims: MlaDims,
-    kv_e: int,
+    kv_e: float,
     sms: int,
 ) -> LaunchSums:
     """The decode kernel's launch features (``LaunchSums``) under ``rule``
@@ -533,6 +542,24 @@ def mla_module_absorbed_sums(
     return module_attention_split(gf + pf + of, gb + pb + ob, attention, kv_bytes, padded)
 
 
+def module_decode_features(module: ModuleSums, launch: LaunchSums) -> tuple[Sums, ...]:
+    """The ``mla_module_decode`` families' arguments in their formula's order
+    (``formulas.MLA_MODULE_DECODE_EXTRAS`` / ``MLA_MODULE_DECODE_SERIAL``): the module's
+    sums (:func:`mla_module_absorbed_sums`) with its attention kernel's launch
+    (:func:`mla_decode_launch`) beside them. The module runs the same decode kernel as the
+    ``mla_decode`` families, so its CTAs and waves sit on the compute side and its re-read
+    keys, split partials and critical path after the smooth maximum, as there (NVIDIA's
+    B200 TensorRT-LLM module table, bf16: the 32-head long-context series, the
+    low-latency kernel's two CTAs a sequence each reading every key, 30-40% above a fit
+    without them; docs/decisions.md, issue 34, helper ``kernels``)."""
+    flops, nbytes, tiles, seq, kv_bytes, attn_flops = module
+    ctas, waves, repeat, partials, critical = launch
+    return (
+        *(flops, nbytes, tiles, seq, ctas, waves),
+        *(kv_bytes, attn_flops, repeat, partials, critical),
+    )
+
+
 __all__ = [
     "DECODE_RULES",
     "FA3_GPUS",
@@ -542,6 +569,7 @@ __all__ = [
     "MLA_PREFILL_TILE_Q",
     "NO_LAUNCH",
     "TRTLLM_GEN_GPUS",
+    "TRTLLM_GEN_SOURCES",
     "TRTLLM_MLA_SOURCE",
     "LaunchSums",
     "MlaDims",
@@ -562,5 +590,6 @@ __all__ = [
     "mla_prefill_waves",
     "mla_projection_sums",
     "module_attention_split",
+    "module_decode_features",
     "trtllm_gen_launch",
 ]

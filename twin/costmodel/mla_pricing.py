@@ -85,12 +85,11 @@ class MlaPricing(ShardShapes):
                 self._mla[family] = lat.compile_fast(key, prof.kernels[key].params, prof.peaks)
         # The decode kernel's split rule, from the kernel its fit's table timed
         # (``mla_features.decode_rule``).
-        self._mla_rule = None
-        decode = keys.get("mla_decode")
-        if decode is not None:
-            source = str(prof.kernels[decode].provenance.get("kernel_source", ""))
-            kv_e = self.priced.mla_kv_elem_bytes[1]
-            self._mla_rule = mf.decode_rule(prof.gpu, source, kv_e)
+        self._mla_rule = self._decode_rule("mla_decode", self.priced.mla_kv_elem_bytes[1])
+        # The decode module's attention launch: the rule of the kernel its table timed, at
+        # the KV stream its fit's features read (``mla_features.module_decode_features``).
+        stream = self.priced.mla_kv_elem_bytes[1] * self.priced.mla_module_kv_share
+        self._module_rule = self._decode_rule("mla_module_decode", stream)
         if "mla_module_prefill" in self._mla:
             self.mla_modes = ("module", "module")
         else:
@@ -113,6 +112,15 @@ class MlaPricing(ShardShapes):
             self._mla_bmm = self._k["gemm"]
         self._mla_bmm_bytes = self.priced.mla_bmm_bytes
         self._mla_gemm_bytes = self.priced.mla_gemm_bytes
+
+    def _decode_rule(self, family: str, kv_e: float) -> str | None:
+        """The split rule (``mla_features.decode_rule``) of the kernel ``family``'s fit's
+        table timed, at ``kv_e`` bytes a latent element; None without that fit."""
+        key = self.priced.keys.get(family)
+        if key is None:
+            return None
+        fit = self.profile.kernels[key]
+        return mf.decode_rule(self.profile.gpu, str(fit.provenance.get("kernel_source", "")), kv_e)
 
     # ------------------------------------------------------------ token-count parts
     def _mla_dense(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
@@ -294,7 +302,10 @@ class MlaPricing(ShardShapes):
             module = mf.mla_module_absorbed_sums(
                 d, batch, rows, keys, kv, width, e, act_e, w_e, stream
             )
-            return [("mla", "mla_module", self._mla["mla_module_decode"](*module))]
+            sms = self._mla_sms or 0
+            launch = mf.mla_decode_launch(self._module_rule, batch, kv, width, d, stream, sms)
+            price = self._mla["mla_module_decode"](*mf.module_decode_features(module, launch))
+            return [("mla", "mla_module", price)]
         bmms = self._absorbed_bmms(rows)
         if mode == "kernels":
             sums = mf.mla_absorbed_sums(batch, rows, keys, kv, width, d, e, kv_e)
