@@ -257,6 +257,12 @@ class HostTimeConfig:
         "for: a step that prefills pays eager_prefill_s only above it (vLLM's "
         "max_cudagraph_capture_size). 0: every step that prefills pays it",
     )
+    eager_overlap: bool = _opt(
+        False,
+        "the eager forward's host time runs under its kernels: a step that prefills "
+        "lasts max(kernels, eager_prefill_s) instead of their sum (vLLM's compiled "
+        "model without a graph: twin.engine.host_time.EagerPrefillPricer)",
+    )
 
 
 @dataclass(frozen=True)
@@ -366,6 +372,7 @@ SUMMARY_ORDER = (
     "seq_host_s",
     "eager_prefill_s",
     "eager_graph_tokens",
+    "eager_overlap",
     "scheduler",
     "scheduler_options",
     "kv_allocator",
@@ -466,6 +473,7 @@ class NamedSettings(TypedDict, total=False):
     seq_host_s: float
     eager_prefill_s: float
     eager_graph_tokens: int
+    eager_overlap: bool
     # disagg (DisaggConfig)
     prefill_workers: int
     decode_workers: int

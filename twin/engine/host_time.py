@@ -138,12 +138,22 @@ class EagerPrefillPricer(WrappingPricer):
     prefills pays ``floor_s`` (vLLM 0.19.0 ``v1/cudagraph_dispatcher.py``
     ``CudagraphDispatcher.dispatch``: ``CUDAGraphMode.NONE`` for ``num_tokens >
     max_cudagraph_capture_size``). 0: every step that prefills pays it.
+
+    ``overlap``: the host's issuing runs under the kernels, a step that prefills lasts
+    ``max(kernels, floor_s)``. InferenceMAX's B200 Llama-3.1-70B vLLM rows, whose every
+    prompt step runs eagerly (``twin.validate.silicon.inferencemax_vllm.
+    inferencemax_vllm_decode_only_graphs``), fit it where the sum over-prices their one-GPU
+    steps (docs/decisions.md, "Issue 31, step: B200 vLLM's decode-only graphs", helper
+    ``vllm-dense`` session 26); SGLang's rows refuted it (the series form above).
     """
 
-    def __init__(self, inner: Any, floor_s: float, graph_tokens: int = 0) -> None:
+    def __init__(
+        self, inner: Any, floor_s: float, graph_tokens: int = 0, overlap: bool = False
+    ) -> None:
         super().__init__(inner)
         self.floor_s = float(floor_s)
         self.graph_tokens = int(graph_tokens)
+        self.overlap = bool(overlap)
 
     @property
     def provenance(self) -> str:
@@ -155,7 +165,7 @@ class EagerPrefillPricer(WrappingPricer):
             return kernels
         if self.graph_tokens and sum(c[0] for c in prefills) + decode_batch <= self.graph_tokens:
             return kernels  # a captured graph's size: replayed
-        return kernels + self.floor_s
+        return max(kernels, self.floor_s) if self.overlap else kernels + self.floor_s
 
     def decode_run(self, batch: int, context: int, steps: int) -> Durations:
         return np.asarray(self.inner.decode_run(batch, context, steps), np.float64)

@@ -573,7 +573,9 @@ def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
         from twin.engine.host_time import EagerPrefillPricer
 
         h = config.host_time
-        pricer = EagerPrefillPricer(pricer, h.eager_prefill_s, h.eager_graph_tokens)
+        pricer = EagerPrefillPricer(
+            pricer, h.eager_prefill_s, h.eager_graph_tokens, overlap=h.eager_overlap
+        )
     return pricer
 
 

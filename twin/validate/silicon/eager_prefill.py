@@ -21,6 +21,7 @@ from twin.validate.silicon.inferencemax_vllm import (
     INFERENCEMAX_MINIMAX_CAPTURE,
     INFERENCEMAX_VLLM_CAPTURE,
     inferencemax_prompt_budget_flags,
+    inferencemax_vllm_decode_only_graphs,
 )
 
 if TYPE_CHECKING:
@@ -305,6 +306,32 @@ VLLM_EAGER_FROM = "0.14.0"
 VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "b300": 20e-6, "h200": 35e-6, "h100": 15e-6}
 
 
+# InferenceMAX's B200 Llama-3.1-70B vLLM rows (every prompt step eager: their scripts'
+# decode-only graphs, :func:`inferencemax_vllm_decode_only_graphs`) take the eager host
+# time under the kernels, ``max(kernels, launches x host time)`` (``EagerPrefillPricer``
+# ``overlap``): vLLM 0.10.2's compiled forward without a graph issues its kernels
+# asynchronously (``compilation/cuda_graph.py`` ``CUDAGraphWrapper.__call__`` calls the
+# compiled model itself under ``CUDAGraphMode.NONE``; ``v1/worker/gpu_model_runner.py``
+# waits only on the sampled tokens' copy, ``_async_copy_ready_event``). The sum with
+# B200's ``VLLM_EAGER_LAUNCH_S`` (25 us) over-prices the one-GPU 1k rows by 20-40% (a
+# 1k prompt's kernels are ~49 ms there) while tp 4-8 want more. The host time per launch
+# in this form, fitted on the fit split only (the CSV's 57 fit rows of the B200
+# Llama-3.1-70B vLLM fp4 and fp8 groups; the floor at tp > 1, 1,280 launches, on a grid:
+# ``python benchmarks/silicon_rows.py benchmarks/results/vllm-dense26/b200/fit-before.csv
+# --split fit --deployment eager_prefill_s=V --deployment eager_graph_tokens=0
+# --deployment eager_overlap=true``): TTFT MAPE 21.5% without, 17.9 / 15.7 / 14.1 /
+# 13.7 / 16.4% at 40 / 48 / 56 / 64 / 80 ms, so 64 ms = 50 us a launch (docs/decisions.md,
+# "Issue 31, step: B200 vLLM's decode-only graphs"). The Hopper Llama-3.1-70B scripts
+# (piecewise graphs to 512 tokens, the same release) take none: the series rule on their
+# steps above 512 tokens took H200 fp8's fit TTFT from 7.0 to 26.9%, H100's 23.7 to 40.8.
+VLLM_OVERLAP_LAUNCH_S: dict[str, float] = {"b200": 50e-6}
+
+
+def vllm_eager_overlaps(row: SiliconRow) -> bool:
+    """Whether ``row``'s eager host time runs under its kernels (above)."""
+    return inferencemax_vllm_decode_only_graphs(row)
+
+
 def vllm_prefills_eagerly(row: SiliconRow) -> bool:
     """Whether ``row``'s vLLM release is one the eager rule was read in (above)."""
     from twin.costmodel.table_release import release_at_least  # late: rows read without it
@@ -326,6 +353,8 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
         if inferencemax_prompt_budget_flags(row):  # the script's --max-cudagraph-capture-size
             size = INFERENCEMAX_MINIMAX_CAPTURE
+    if kind == "benchmark" and inferencemax_vllm_decode_only_graphs(row):
+        return 0  # no graph for a step with a prompt, whatever its size
     budget = int(sets.get("max_num_batched_tokens", 0) or 0)
     return min(size, budget) if budget else size
 
@@ -425,7 +454,13 @@ def eager_prefill_s(
     (:func:`vllm_prefills_eagerly`): the steps above its largest captured graph, at
     vLLM's own launch count (``VLLM_EAGER_LAUNCHES``) times ``VLLM_EAGER_LAUNCH_S`` (the
     plan adds :func:`vllm_graph_tokens`; ``bf16_attention``: the checkpoint leaves its
-    attention projections unquantised, :func:`vllm_eager_launches` at the row's tp)."""
+    attention projections unquantised, :func:`vllm_eager_launches` at the row's tp).
+    InferenceMAX's B200 Llama-3.1-70B vLLM rows, dense: every step with a prompt, the
+    same launches at ``VLLM_OVERLAP_LAUNCH_S`` under the kernels (their scripts'
+    decode-only graphs: :func:`vllm_eager_overlaps`)."""
+    if vllm_eager_overlaps(row):  # every prompt step eager, dense too, under the kernels
+        launches = vllm_eager_launches(model, row.tp or 1, bf16_attention)
+        return VLLM_OVERLAP_LAUNCH_S.get(gpu, 0.0) * launches
     if not model.n_moe_layers:
         return 0.0
     if (row.attention_dp or 1) > 1 and row.backend != "trtllm":

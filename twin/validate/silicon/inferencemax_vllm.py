@@ -289,3 +289,28 @@ def inferencemax_vllm_build(row: SiliconRow) -> str | None:
         return None
     named = model_named(row, tuple(m for m, _ in INFERENCEMAX_VLLM_BUILDS))
     return INFERENCEMAX_VLLM_BUILDS.get((named, (row.precision or "").lower())) if named else None
+
+
+# InferenceMAX's B200 Llama-3.1-70B vLLM scripts capture full CUDA graphs for decode
+# batches only: ``compilation-config`` ``"cudagraph_mode": "FULL_DECODE_ONLY"`` with
+# ``"splitting_ops": []`` in every version of ``benchmarks/70b_fp4_b200_docker.sh`` and
+# ``70b_fp8_b200_docker.sh`` (SemiAnalysisAI/InferenceX, 27f29acbe 2025-09-21 to c198b20eb /
+# 24ea7def4, the template's last), both run by ``70b-tmpl.yml``'s ``vllm/vllm-openai:v0.10.2``
+# jobs (``bmk-b200-fp4`` and the fp8 one). vLLM 0.10.2 (the wheel) ``config/compilation.py``:
+# ``FULL_DECODE_ONLY = (FULL, NONE)``, "Mixed prefill-decode batches are run without
+# cudagraphs"; ``v1/cudagraph_dispatcher.py`` ``CudagraphDispatcher.dispatch`` returns
+# ``CUDAGraphMode.NONE`` for a batch with no full-graph key. So every step that holds a
+# prompt runs the compiled model without a graph, whatever its size (graph tokens 0:
+# ``twin.validate.silicon.eager_prefill``). The H100 / H200 scripts set no compilation
+# config (piecewise graphs up to the capture size): not these.
+INFERENCEMAX_VLLM_DECODE_ONLY_GRAPHS = {("llama-3.1-70b", "b200_sxm")}
+
+
+def inferencemax_vllm_decode_only_graphs(row: SiliconRow) -> bool:
+    """Whether ``row``'s InferenceMAX vLLM script captured graphs for decode batches only
+    (above), so that each of its steps with a prompt ran eagerly."""
+    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX or row.backend_version:
+        return False
+    names = tuple(m for m, _ in INFERENCEMAX_VLLM_DECODE_ONLY_GRAPHS)
+    named = model_named(row, names)
+    return named is not None and (named, row.system) in INFERENCEMAX_VLLM_DECODE_ONLY_GRAPHS

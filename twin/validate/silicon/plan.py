@@ -27,7 +27,11 @@ from twin.validate.silicon.deployment import (
     deployment,
     trtllm_overlap_scheduler,
 )
-from twin.validate.silicon.eager_prefill import eager_prefill_s, vllm_graph_tokens
+from twin.validate.silicon.eager_prefill import (
+    eager_prefill_s,
+    vllm_eager_overlaps,
+    vllm_graph_tokens,
+)
 from twin.validate.silicon.harness import INFERENCEMAX, harness_of
 from twin.validate.silicon.inferencemax import (
     INFERENCEMAX_DISAGG_SYSTEMS,
@@ -268,6 +272,8 @@ def plan_row(
         limits = {**limits, "eager_prefill_s": eager}
         if engine == "vllm":  # only steps above vLLM's largest captured graph
             limits["eager_graph_tokens"] = vllm_graph_tokens(row, limits, deploy)
+            if vllm_eager_overlaps(row):  # its host time under the kernels
+                limits["eager_overlap"] = True
     return RowPlan(
         row=row,
         model_fields=model.to_dict(derived=False),
