@@ -313,6 +313,33 @@ def test_a_step_where_any_rank_prefills_pays_the_eager_host_time_once(tmp_path):
     assert late == pytest.approx(eager / 19)
 
 
+def test_a_built_run_leaves_the_eager_host_time_to_the_ranks_step_loop(tmp_path):
+    """``build_run`` under attention DP does not wrap the synchronised pricer in the eager
+    floor (``run._pricer``; it would no longer price synchronised steps): the replica's
+    loop pays it (``DPReplica.eager_s``), in a disaggregated pool's ranks too, where it
+    moves a request as much as it does without attention DP."""
+    from twin.engine.run import build_run
+
+    path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=64, output_len=4)
+    disagg = {"prefill_workers": 1, "decode_workers": 1, "replicas": 2}
+
+    def moved(dp: int, **pools: int) -> tuple[float, float]:
+        got = {}
+        for e in (0.0, 0.05):
+            built = build_run(
+                path, model="gpt-oss-20b", gpu="h100", engine="trtllm", tp=2,
+                dp_attention=dp, eager_prefill_s=e, **pools,
+            )  # fmt: skip
+            records: list = []
+            built.simulate(on_record=records.append)
+            got[e] = (records[0].ttft_s, records[0].e2e_s)
+        return got[0.05][0] - got[0.0][0], got[0.05][1] - got[0.0][1]
+
+    assert moved(2) == pytest.approx((0.05, 0.05))  # the one prefilling step
+    assert moved(2, **disagg) == pytest.approx(moved(1, **disagg))
+    assert moved(2, **disagg)[0] == pytest.approx(0.05)
+
+
 def test_the_balance_ticks_once_an_executor_iteration():
     """TensorRT-LLM calls the balance once an iteration, after its scheduler's
     preemptions (``PyExecutor._schedule``): the loop's re-plan after a rank preempted all

@@ -361,6 +361,12 @@ def test_the_eager_prefill_floor_is_checked_and_left_out_of_the_summary_when_off
             cluster=ClusterConfig(tp=2, dp_attention=2),
             host_time=HostTimeConfig(eager_prefill_s=0.2, eager_graph_tokens=512),
         )
+    # nor the host time under the kernels: the ranks' step loop adds it in series
+    with pytest.raises(TwinError, match="--eager-overlap: is not modelled with attention"):
+        EngineConfig(
+            cluster=ClusterConfig(tp=2, dp_attention=2),
+            host_time=HostTimeConfig(eager_prefill_s=0.2, eager_overlap=True),
+        )
 
 
 # ---------------------------------------------------------------- TensorRT-LLM

@@ -609,11 +609,12 @@ class EngineConfig:
             "eager_prefill_s",
             "is not modelled with pipeline stages",
         )
-        need(
-            not h.eager_graph_tokens or c.dp_attention == 1,
-            "eager_graph_tokens",
-            "is not modelled with attention data parallelism",
-        )
+        for name in ("eager_graph_tokens", "eager_overlap"):  # the ranks' loop adds it in series
+            need(
+                not self.get(name) or c.dp_attention == 1,
+                name,
+                "is not modelled with attention data parallelism",
+            )
         need(
             not h.stream_token_s
             or (c.dp_attention == 1 and c.pp == 1 and not self.disagg.prefill_workers),
