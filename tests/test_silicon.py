@@ -1299,6 +1299,7 @@ def test_inferencemax_deepseek_fp8_trtllm_experts_priced_by_the_scripts_moe_back
     assert backend(fp8) == "TRTLLM"
     assert backend(replace(fp8, concurrency=256)) == "TRTLLM"  # no 1k/1k branch at ec7bafaae
     assert backend(replace(fp8, osl=8192, concurrency=256)) == "DEEPGEMM"
+    assert backend(replace(fp8, osl=8192, concurrency=128)) == "TRTLLM"  # from 256 only
     post3 = replace(fp8, backend_version="1.2.0rc6.post3")
     assert (backend(post3), backend(replace(post3, attention_dp=8))) == ("TRTLLM", "DEEPGEMM")
     rc2 = replace(fp8, backend_version="1.1.0rc2.post2")

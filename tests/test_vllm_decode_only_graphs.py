@@ -5,10 +5,8 @@ time under the kernels (``EagerPrefillPricer(overlap=True)``,
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
-from silicon_rows import silicon_row
+from silicon_rows import planned, silicon_row
 from test_engine_helpers import ConstantPricer
 
 from twin.engine.config import EngineConfig
@@ -65,13 +63,10 @@ def test_b200_llama_70b_rows_prefill_eagerly_at_every_size_under_the_kernels():
 
 def test_a_planned_b200_llama_row_runs_its_eager_steps_under_the_kernels():
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
-    row = _llama(isl=1024, osl=1024, concurrency=8, ttft_ms=1.0, tpot_ms=1.0)
-    plan = sil.plan_row(row)
-    assert not isinstance(plan, str), plan
+    row = _llama(isl=1024, osl=1024, concurrency=8)
+    plan = planned(row)
     assert plan.deployment["eager_graph_tokens"] == 0
     assert plan.deployment["eager_overlap"] is True
     assert plan.deployment["eager_prefill_s"] > 0
-    hopper = dataclasses.replace(row, system="h200_sxm", precision="fp8", gemm_quant_mode="fp8")
-    hopper = sil.plan_row(hopper)
-    assert not isinstance(hopper, str), hopper
+    hopper = planned(row, system="h200_sxm", precision="fp8", gemm_quant_mode="fp8")
     assert "eager_overlap" not in hopper.deployment
