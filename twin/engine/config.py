@@ -249,7 +249,9 @@ class HostTimeConfig:
         0.0,
         "the host time of one forward pass run without a CUDA graph, seconds: added to "
         "a step that prefills (twin.engine.host_time.EagerPrefillPricer; decode steps "
-        "replay graphs). 0: the kernels' price alone",
+        "replay graphs; under attention DP once a synchronised step where any rank "
+        "prefills, as TensorRT-LLM: twin.engine.dp_attention.DPReplica). 0: the kernels' "
+        "price alone",
     )
     eager_graph_tokens: int = _opt(
         0,
