@@ -159,7 +159,7 @@ class DisaggCluster(Cluster):
                 self._rank = None
 
         dp, eager = config.cluster.dp_attention, config.host_time.eager_prefill_s
-        return dp_replica(pricer, dp, config.mode.engine, rank, None, eager)
+        return dp_replica(pricer, dp, config.mode.engine, rank, eager_s=eager)
 
     def _route(self, req: Request) -> Replica:
         return self.replicas[self.router.route(req.session_id, req.prompt, self.prefill)]
