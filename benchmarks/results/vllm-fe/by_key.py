@@ -1,17 +1,19 @@
 """TTFT / TPOT MAPE per (model, release) of the front-end grid's predictions files.
 
-Usage: by_key.py V=PRED.csv ... (each a silicon_rows.py / bench_silicon.py predictions.csv).
+Usage: by_key.py [--held-out] V=PRED.csv ...
+(each a silicon_rows.py / bench_silicon.py predictions.csv).
 """
 
 import sys
 
 import pandas as pd
 
+split = "held_out" if "--held-out" in sys.argv else "fit"
 cols = {}
-for arg in sys.argv[1:]:
+for arg in [a for a in sys.argv[1:] if a != "--held-out"]:
     name, path = arg.split("=", 1)
     p = pd.read_csv(path, dtype=str, keep_default_na=False)
-    p = p[(p.split == "fit") & (p.twin_ttft_ms != "")].copy()
+    p = p[(p.split == split) & (p.twin_ttft_ms != "")].copy()
     for c in ["silicon_ttft_ms", "twin_ttft_ms", "silicon_tpot_ms", "twin_tpot_ms"]:
         p[c] = p[c].astype(float)
     p["ttft"] = (p.twin_ttft_ms / p.silicon_ttft_ms - 1).abs() * 100
