@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from twin.engine.modes import get_mode
+from twin.engine.run import build_run
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.validate import silicon as sil
@@ -828,8 +830,6 @@ def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus(
     gptoss = replace(imax, model_path="openai/gpt-oss-120b")
     assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000}
     assert sil.deployment(imax, "trtllm", "defaults") == {}
-    from twin.engine.modes import get_mode
-
     options = get_mode("trtllm").settings(get_model("tiny-transformer"), wait)
     assert options["scheduler_options"]["batch_wait_timeout_iters"] == 20
 
@@ -840,7 +840,6 @@ def test_inferencemax_gptoss_trtllm_rows_balance_their_attention_dp_contexts() -
     ``AttentionDpConfig``'s defaults (timeout 50, batching wait 10 iterations); no
     balance without attention DP or in another collection."""
     from twin.engine.dp_attention import adp_balance
-    from twin.engine.modes import get_mode
 
     base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
     gptoss = replace(
@@ -955,7 +954,6 @@ def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> Non
     under the row's deployment (4 + 1,024 + 1,500 = 2,528 tokens, 79 whole blocks; whole
     contexts) two fit an iteration, so the first tokens come in two waves and the mean
     TTFT grows. A harness that dropped the deployment would see one wave."""
-    from twin.engine.run import build_run
     from twin.metrics import RequestRecord
 
     path = sil.write_workload(tmp_path / "w.parquet", 1024, 4, 4, seed=1)
@@ -1482,7 +1480,6 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     kernels' host time (launches by layer part x a fitted time per GPU); none for
     dense models, other engines, attention DP or a GPU without a fit."""
     from twin.engine.host_time import EagerPrefillPricer
-    from twin.engine.run import build_run
 
     r1 = get_model("deepseek-r1")
     n = sil.SGLANG_EAGER_LAUNCHES
@@ -1808,8 +1805,6 @@ def test_inferencemax_mtp_rows_accept_drafts_by_one_rule_across_engines() -> Non
     so the acceptance length is
     ``1 + a + a b + a b^2 ...``, below the MTP default (DeepSeek-V3's second-token
     acceptance); the plain configurations' rows run no drafts."""
-    from twin.engine.modes import get_mode
-
     first, later = sil.INFERENCEMAX_MTP_ACCEPTANCE
     assert 0 < later <= first < 1
 
