@@ -780,8 +780,7 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     ``max_num_tokens = max_batch_size + isl + 1500`` (TensorRT-LLM rounded up to 32-token
     blocks), ``max_batch_size`` the row's batch size. Worked by hand for c = 8, 1,024
     tokens: 8 + 1,024 + 1,500 = 2,532; 2,560 in whole 32-token blocks."""
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
-    row = replace(base, isl=1024, concurrency=8, batch_size=8)
+    row = replace(_rows()["tiny_h100_vllm_agg_64x8_c2_tp1"], isl=1024, concurrency=8, batch_size=8)
     assert sil.deployment(row, "vllm") == {
         "sets": {"max_num_batched_tokens": "2532", "max_num_seqs": "8"}
     }
@@ -811,9 +810,8 @@ def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus(
     """The Llama-3.1-70B TensorRT-LLM scripts' batch waiting (20 iterations, 0.9 of the
     token budget) at ISL/OSL 1k/1k and fewer than 8 GPUs; none elsewhere, nor for
     another model; the flags reach the trtllm mode's scheduler options."""
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
     imax = replace(
-        base,
+        _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"],
         source="source_file=2026-04-06.csv; model=x; silicon_concurrency=4",
         model_path="meta-llama/Llama-3.1-70B",
         backend="trtllm",
@@ -841,9 +839,8 @@ def test_inferencemax_gptoss_trtllm_rows_balance_their_attention_dp_contexts() -
     balance without attention DP or in another collection."""
     from twin.engine.dp_attention import adp_balance
 
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
     gptoss = replace(
-        base,
+        _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"],
         source="source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=64",
         model_path="openai/gpt-oss-120b",
         system="b200_sxm",
@@ -999,9 +996,8 @@ def test_trtllm_rows_run_with_the_overlap_scheduler() -> None:
 
 def _inferencemax_r1(**fields: Any) -> sil.SiliconRow:
     """A B200 DeepSeek-R1 row of InferenceMAX's 2026-03-25 collection at 4 clients."""
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
     return replace(
-        base,
+        _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"],
         source="source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4",
         model_path="deepseek-ai/DeepSeek-R1",
         system="b200_sxm",
