@@ -71,9 +71,9 @@ def test_sglang_s_sparse_prefill_pads_hopper_s_heads_past_the_top_k() -> None:
     assert mf.sparse_prefill_heads("h200", 64, 2) == 64
     assert mf.sparse_prefill_heads("h200", 8, 1) == 0  # fp8 cache: flashmla_kv
     assert mf.sparse_prefill_heads("b200", 8, 2) == 0  # the scripts' trtllm prefill
-    layout = sglang_kernel_layout(GLM5, "glm5-hopper", 8, 1)
-    assert layout.nsa_sparse_prefill
-    assert not sglang_kernel_layout(get_model("deepseek-v3"), "0.5.9", 8, 1).nsa_sparse_prefill
+    layout = sglang_kernel_layout(GLM5, "glm5-hopper", 8, 1, 1, "")
+    v3 = sglang_kernel_layout(get_model("deepseek-v3"), "0.5.9", 8, 1, 1, "")
+    assert layout.nsa_sparse_prefill and not v3.nsa_sparse_prefill
     h200 = load_profile("h200", "sglang")
     dense, sparse = CostModel(GLM5, h200, 8), CostModel(GLM5, h200, 8, kernel_layout=layout)
     assert sparse.prefill(2048) == dense.prefill(2048)
@@ -105,7 +105,7 @@ def test_the_sparse_prefill_follows_the_cache_not_the_module_fits_features(
     # the checkpoint's block-scaled experts, as the silicon rows price it
     fp8 = dataclasses.replace(with_precision(GLM5, "fp8", "bf16"), moe_precision="fp8-block")
     h200 = load_profile("h200", "sglang").at_release("0.5.10.post1")  # the rows' release
-    layout = sglang_kernel_layout(fp8, "glm5-hopper", 8, 1)
+    layout = sglang_kernel_layout(fp8, "glm5-hopper", 8, 1, 1, "")
     sparse, dense = CostModel(fp8, h200, 8, kernel_layout=layout), CostModel(fp8, h200, 8)
     assert sparse.priced.mla_kv_elem_bytes == (1, 1)  # the module fits' own features
     assert sparse.prefill(2048) == dense.prefill(2048)

@@ -68,10 +68,10 @@ def test_moe_layers_gather_and_scatter_dense_layers_exchange_nothing() -> None:
 
 def test_tensorrt_llm_lays_out_the_gather_under_attention_dp_only() -> None:
     ds = get_model("deepseek-r1")
-    assert trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 8).moe_gather_scatter
-    assert trtllm_kernel_layout(ds, "1.2.0rc6.post2", 4, 4).moe_gather_scatter
-    assert trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 1) == DEFAULT_LAYOUT
-    assert not get_mode("sglang").layout_for(ds, "0.5.9", 8, 8).moe_gather_scatter
+    assert trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 8, 1, "").moe_gather_scatter
+    assert trtllm_kernel_layout(ds, "1.2.0rc6.post2", 4, 4, 1, "").moe_gather_scatter
+    assert trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 1, 1, "") == DEFAULT_LAYOUT
+    assert not get_mode("sglang").layout_for(ds, "0.5.9", 8, 8, 1, "").moe_gather_scatter
     assert not DEFAULT_LAYOUT.moe_gather_scatter
 
 
@@ -145,12 +145,12 @@ def test_the_rule_per_engine_under_attention_dp() -> None:
     ds = get_model("deepseek-r1")
     # TensorRT-LLM (modeling_deepseekv3.py: mlp_tp_size and shared_tp_size 1 under
     # attention DP) and vLLM (each DP rank's own TP group) run them on the rank ...
-    assert trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 8).dense_ffn_on_rank
-    assert get_mode("vllm").layout_for(ds, "0.12.0", 8, 8).dense_ffn_on_rank
+    assert trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 8, 1, "").dense_ffn_on_rank
+    assert get_mode("vllm").layout_for(ds, "0.12.0", 8, 8, 1, "").dense_ffn_on_rank
     # ... SGLang 0.5.9 at the replica's TP unless --moe-dense-tp-size 1 (not modelled).
-    assert not get_mode("sglang").layout_for(ds, "0.5.9", 8, 8).dense_ffn_on_rank
-    assert not trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 1).dense_ffn_on_rank
-    assert not get_mode("vllm").layout_for(ds, "0.12.0", 8, 1).dense_ffn_on_rank
+    assert not get_mode("sglang").layout_for(ds, "0.5.9", 8, 8, 1, "").dense_ffn_on_rank
+    assert not trtllm_kernel_layout(ds, "1.1.0rc2.post2", 8, 1, 1, "").dense_ffn_on_rank
+    assert not get_mode("vllm").layout_for(ds, "0.12.0", 8, 1, 1, "").dense_ffn_on_rank
 
 
 def test_shipped_profile_moves_the_dense_weights_to_every_rank() -> None:

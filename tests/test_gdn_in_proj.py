@@ -71,14 +71,13 @@ def test_the_run_reads_the_build_it_names() -> None:
     """The build: ``engine_build``, else the kernel tables' release, else the engine's
     release (SGLang's newest, 0.5.23: one launch)."""
     sglang = EngineConfig.of(engine="sglang", engine_build="0.5.9")
-    assert kernel_layout_of(QWEN35, sglang).gdn_in_proj_gemms == 4
+    assert kernel_layout_of(QWEN35, sglang, "").gdn_in_proj_gemms == 4
     tables = EngineConfig.of(engine="sglang", kernel_tables="0.5.9")
-    assert kernel_layout_of(QWEN35, tables).gdn_in_proj_gemms == 4
+    assert kernel_layout_of(QWEN35, tables, "").gdn_in_proj_gemms == 4
     newest = EngineConfig.of(engine="sglang", engine_release="0.5.23")
-    assert kernel_layout_of(QWEN35, newest).gdn_in_proj_gemms == 1
-    assert kernel_layout_of(QWEN35, EngineConfig.of(engine="vllm", engine_build="0.5.9")) == (
-        KernelLayout()
-    )
+    assert kernel_layout_of(QWEN35, newest, "").gdn_in_proj_gemms == 1
+    vllm = EngineConfig.of(engine="vllm", engine_build="0.5.9")
+    assert kernel_layout_of(QWEN35, vllm, "") == KernelLayout()
 
 
 def test_inferencemax_nightly_rows_name_their_image() -> None:

@@ -82,10 +82,10 @@ def test_the_run_takes_the_engine_modes_layout() -> None:
     """``twin simulate --engine trtllm`` and the silicon rows price with the one rule:
     the run's engine mode chooses the layout, other engines keep the default."""
     big = get_model("llama-3.1-70b")
-    assert kernel_layout_of(big, EngineConfig.of(engine="trtllm", tp=4)) == FUSED
-    assert kernel_layout_of(big, EngineConfig.of(engine="trtllm", tp=1)) == DEFAULT_LAYOUT
-    assert kernel_layout_of(big, EngineConfig.of(engine="vllm", tp=4)) == DEFAULT_LAYOUT
-    assert kernel_layout_of(big, EngineConfig.of(tp=4)) == DEFAULT_LAYOUT  # the paper's world
+    assert kernel_layout_of(big, EngineConfig.of(engine="trtllm", tp=4), "") == FUSED
+    assert kernel_layout_of(big, EngineConfig.of(engine="trtllm", tp=1), "") == DEFAULT_LAYOUT
+    assert kernel_layout_of(big, EngineConfig.of(engine="vllm", tp=4), "") == DEFAULT_LAYOUT
+    assert kernel_layout_of(big, EngineConfig.of(tp=4), "") == DEFAULT_LAYOUT  # the paper's world
 
 
 def test_twin_cost_takes_the_engine_modes_layout() -> None:
@@ -93,6 +93,6 @@ def test_twin_cost_takes_the_engine_modes_layout() -> None:
     from twin.cli.cost import _kernel_layout
 
     big = get_model("llama-3.1-70b")
-    assert _kernel_layout(big, "trtllm", 4, 1) == FUSED
-    assert _kernel_layout(big, None, 4, 1) == DEFAULT_LAYOUT  # no --engine: the default
-    assert _kernel_layout(big, "vllm", 4, 1) == DEFAULT_LAYOUT
+    assert _kernel_layout(big, "trtllm", 4, 1, 1, "") == FUSED
+    assert _kernel_layout(big, None, 4, 1, 1, "") == DEFAULT_LAYOUT  # no --engine: the default
+    assert _kernel_layout(big, "vllm", 4, 1, 1, "") == DEFAULT_LAYOUT

@@ -91,4 +91,4 @@ def test_the_engine_rule_is_qwen3_only() -> None:
     next80 = dataclasses.replace(get_model("qwen3.5-397b-a17b"), name="Qwen/Qwen3-Next-80B-A3B")
     assert not trtllm_qk_norm_rope_pass(next80)  # GDN layers: modules of its own
     assert not trtllm_qk_norm_rope_pass(get_model("llama-3.1-8b"))
-    assert trtllm_kernel_layout(get_model("qwen3-32b"), "", 1, 1).qk_norm_rope_pass
+    assert trtllm_kernel_layout(get_model("qwen3-32b"), "", 1, 1, 1, "").qk_norm_rope_pass

@@ -16,11 +16,14 @@ import io
 import json
 import math
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from twin.engine.modes import get_mode
+from twin.engine.run import build_run
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.validate import silicon as sil
@@ -169,8 +172,6 @@ def test_a_measurement_seen_in_fit_is_fit_under_every_id() -> None:
     """The InferenceMAX dumps repeat one measurement under several ids: a held-out row
     whose measurement (TTFT, TPOT, lengths, concurrency, system, backend) a fit row also
     holds is fit, so held-out scores count only measurements never fitted on."""
-    from dataclasses import replace
-
     rows = _rows()
     fit = rows["tiny_h100_vllm_agg_64x8_c2_tp1"]
     held = rows["tiny_a100pcie_vllm_agg_64x8_c2"]
@@ -232,22 +233,20 @@ def test_clients_over_several_aggregated_workers_run_one_workers_share() -> None
     """416 clients over batch 13 were 32 workers (aiconfigurator's benchmark rule sizes
     an aggregated deployment's clients as workers x batch): the twin runs one worker
     with 13 clients; a count that is the batch, or no multiple of it, is one worker."""
-    import dataclasses
-
     row = _rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"]
-    spread = dataclasses.replace(row, concurrency=416, batch_size=13)
+    spread = replace(row, concurrency=416, batch_size=13)
     assert sil.agg_workers(spread) == 32
     plan = sil.plan_row(spread, CONFIGS)
     assert isinstance(plan, sil.RowPlan)
     assert (plan.workers, plan.concurrency) == (32, 13)
     assert plan.requests == sil.MEASURED_ROUNDS * 13
-    assert sil.agg_workers(dataclasses.replace(row, concurrency=13, batch_size=13)) == 1
-    assert sil.agg_workers(dataclasses.replace(row, concurrency=20, batch_size=13)) == 1
-    assert sil.agg_workers(dataclasses.replace(row, concurrency=8, batch_size=None)) == 1
+    assert sil.agg_workers(replace(row, concurrency=13, batch_size=13)) == 1
+    assert sil.agg_workers(replace(row, concurrency=20, batch_size=13)) == 1
+    assert sil.agg_workers(replace(row, concurrency=8, batch_size=None)) == 1
     # attention DP: the batch is per rank, so 8 clients over batch 2 at dp 4 are one worker
-    dp = dataclasses.replace(row, concurrency=8, batch_size=2, attention_dp=4)
+    dp = replace(row, concurrency=8, batch_size=2, attention_dp=4)
     assert sil.agg_workers(dp) == 1
-    assert sil.agg_workers(dataclasses.replace(dp, concurrency=16)) == 2
+    assert sil.agg_workers(replace(dp, concurrency=16)) == 2
 
 
 def test_a_rows_precision_becomes_the_models() -> None:
@@ -274,7 +273,7 @@ def test_sglang_at_its_defaults_keeps_the_checkpoints_kv_dtype() -> None:
     vllm_row = rows["tiny_h100_vllm_agg_64x8_c2_fp8"]
     bf16 = sil.plan_row(rows["tiny_h100_vllm_agg_64x8_c2_tp1"], CONFIGS)
     vllm = sil.plan_row(vllm_row, CONFIGS)
-    sglang = sil.plan_row(dataclasses.replace(vllm_row, backend="sglang"), CONFIGS)
+    sglang = sil.plan_row(replace(vllm_row, backend="sglang"), CONFIGS)
     assert isinstance(bf16, sil.RowPlan) and isinstance(vllm, sil.RowPlan)
     assert isinstance(sglang, sil.RowPlan)
     assert vllm.priced == "fp8, fp8 KV" and sglang.priced == "fp8, bf16 KV"
@@ -298,8 +297,6 @@ def test_sglang_rows_from_0562_ran_the_generators_mixed_chunks() -> None:
     collection's rows run it from 0.5.6.post2 (the first SGLang template added after the
     rule, #265) and keep SGLang's defaults on 0.5.1.post1. No KV dtype is written, so a
     bf16 checkpoint keeps SGLang's bf16 cache."""
-    from dataclasses import replace
-
     base = _rows()["tiny_h100_vllm_agg_64x8_c2_fp8"]
     row = replace(base, backend="sglang", backend_version="0.5.6.post2", isl=1000)
     row = replace(row, concurrency=160, batch_size=160)
@@ -529,8 +526,6 @@ def test_a_run_the_twin_refuses_is_reported_not_raised() -> None:
     assert isinstance(plan, sil.RowPlan)
     # 10 TB of weights: build_run refuses (they do not fit the GPU); a reported failure.
     huge = dict(plan.model_fields, vocab_size=2_000_000_000_000)
-    from dataclasses import replace
-
     result = sil.score_row(replace(plan, model_fields=huge))
     assert result.get("twin_error") and "\n" not in result["twin_error"]
     assert result.get("twin_ttft_ms") is None and result["twin_ttft_ape"] is None
@@ -618,8 +613,6 @@ def _layout(row: sil.SiliconRow) -> tuple[int | None, ...]:
 def test_an_inferencemax_rows_layout_is_the_one_it_ran(
     backend: str, source: str, csv_columns: tuple[int, ...], ran: tuple[int, ...]
 ) -> None:
-    from dataclasses import replace
-
     tp, dp, moe_tp, moe_ep = csv_columns
     row = replace(
         _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"],
@@ -787,10 +780,7 @@ def test_deployment_is_aiconfigurators_benchmark_rule() -> None:
     ``max_num_tokens = max_batch_size + isl + 1500`` (TensorRT-LLM rounded up to 32-token
     blocks), ``max_batch_size`` the row's batch size. Worked by hand for c = 8, 1,024
     tokens: 8 + 1,024 + 1,500 = 2,532; 2,560 in whole 32-token blocks."""
-    from dataclasses import replace
-
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
-    row = replace(base, isl=1024, concurrency=8, batch_size=8)
+    row = replace(_rows()["tiny_h100_vllm_agg_64x8_c2_tp1"], isl=1024, concurrency=8, batch_size=8)
     assert sil.deployment(row, "vllm") == {
         "sets": {"max_num_batched_tokens": "2532", "max_num_seqs": "8"}
     }
@@ -820,11 +810,8 @@ def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus(
     """The Llama-3.1-70B TensorRT-LLM scripts' batch waiting (20 iterations, 0.9 of the
     token budget) at ISL/OSL 1k/1k and fewer than 8 GPUs; none elsewhere, nor for
     another model; the flags reach the trtllm mode's scheduler options."""
-    from dataclasses import replace
-
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
     imax = replace(
-        base,
+        _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"],
         source="source_file=2026-04-06.csv; model=x; silicon_concurrency=4",
         model_path="meta-llama/Llama-3.1-70B",
         backend="trtllm",
@@ -841,8 +828,6 @@ def test_inferencemax_llama_70b_trtllm_rows_hold_contexts_at_1k_1k_below_8_gpus(
     gptoss = replace(imax, model_path="openai/gpt-oss-120b")
     assert sil.deployment(gptoss, "trtllm") == {"max_batched_tokens": 20000}
     assert sil.deployment(imax, "trtllm", "defaults") == {}
-    from twin.engine.modes import get_mode
-
     options = get_mode("trtllm").settings(get_model("tiny-transformer"), wait)
     assert options["scheduler_options"]["batch_wait_timeout_iters"] == 20
 
@@ -852,14 +837,10 @@ def test_inferencemax_gptoss_trtllm_rows_balance_their_attention_dp_contexts() -
     {enable_balance: true}`` under attention DP and nothing else of it: the balance at
     ``AttentionDpConfig``'s defaults (timeout 50, batching wait 10 iterations); no
     balance without attention DP or in another collection."""
-    from dataclasses import replace
-
     from twin.engine.dp_attention import adp_balance
-    from twin.engine.modes import get_mode
 
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
     gptoss = replace(
-        base,
+        _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"],
         source="source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=64",
         model_path="openai/gpt-oss-120b",
         system="b200_sxm",
@@ -892,8 +873,6 @@ def test_the_inferencemax_collection_runs_with_its_own_harness(tmp_path: Path) -
     10 x c measured requests after 2 x c warm-ups, lengths uniform in [0.8 x, 1 x], and
     its scripts' server limits (vLLM 8,192 tokens / 512 sequences; TensorRT-LLM 16,384
     tokens for Llama-3.1-70B); other rows keep aiconfigurator's harness."""
-    from dataclasses import replace
-
     rows = _rows()
     base = rows["tiny_h100_vllm_agg_64x8_c2_tp1"]
     assert sil.harness_of(base) is sil.AIPERF
@@ -940,8 +919,6 @@ def test_the_kimi_gap_analysis_rows_are_inferencemax_runs() -> None:
     (8,192 tokens, 512 sequences), not aiconfigurator's generated ``c + isl + 1500``; in
     the package's CSV each of them equals an InferenceMAX row to its two decimals at the
     same lengths, clients, system, release and layout (the evidence for the rule)."""
-    from dataclasses import replace
-
     base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
     gap = replace(base, source="source_file=kimi-k2.5-gap-analysis.csv; silicon_concurrency=2")
     assert sil.harness_of(gap) is sil.INFERENCEMAX
@@ -974,7 +951,6 @@ def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> Non
     under the row's deployment (4 + 1,024 + 1,500 = 2,528 tokens, 79 whole blocks; whole
     contexts) two fit an iteration, so the first tokens come in two waves and the mean
     TTFT grows. A harness that dropped the deployment would see one wave."""
-    from twin.engine.run import build_run
     from twin.metrics import RequestRecord
 
     path = sil.write_workload(tmp_path / "w.parquet", 1024, 4, 4, seed=1)
@@ -994,8 +970,6 @@ def test_the_deployments_budget_splits_a_wave_of_contexts(tmp_path: Path) -> Non
         return sorted({round(r.first_token_s, 9) for r in records})
 
     assert len(first_tokens()) == 1
-    from dataclasses import replace
-
     row = replace(_rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"], isl=1024)
     settings = sil.aiconfigurator_deployment(row, "trtllm")
     assert settings == {"max_batched_tokens": 2528, "max_running": 4, "memory_utilization": 0.8}
@@ -1007,8 +981,6 @@ def test_trtllm_rows_run_with_the_overlap_scheduler() -> None:
     ``disable_overlap_scheduler`` false; aiconfigurator's rule keeps it on): every
     aggregated TensorRT-LLM row runs with it, whatever the deployment; not under attention
     DP (not modelled on a rank) or pipeline stages, not for another engine."""
-    from dataclasses import replace
-
     row = _rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"]
     assert sil.trtllm_overlap_scheduler(row) == {"overlap_scheduler": "true"}
     assert sil.trtllm_overlap_scheduler(replace(row, attention_dp=2)) == {}
@@ -1024,11 +996,8 @@ def test_trtllm_rows_run_with_the_overlap_scheduler() -> None:
 
 def _inferencemax_r1(**fields: Any) -> sil.SiliconRow:
     """A B200 DeepSeek-R1 row of InferenceMAX's 2026-03-25 collection at 4 clients."""
-    from dataclasses import replace
-
-    base = _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"]
     return replace(
-        base,
+        _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"],
         source="source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4",
         model_path="deepseek-ai/DeepSeek-R1",
         system="b200_sxm",
@@ -1041,8 +1010,6 @@ def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     """InferenceMAX's DeepSeek-R1 TensorRT-LLM runs on B200 in the 1.2.0rc6.post3 image
     are its ``-mtp`` configurations: MTP with 3 drafts (1 with attention DP); the
     post2 image, other systems and aiconfigurator's collection run without."""
-    from dataclasses import replace
-
     model = get_model("deepseek-r1")
     row = _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc6.post3", isl=64)
     spec = sil.inferencemax_speculation(row, model)
@@ -1103,8 +1070,6 @@ def test_inferencemax_trtllm_rows_before_the_search_space_run_their_scripts_layo
     image with the layout their script chose from tp, the lengths and the clients, and
     its budget without the 8192 floor; a row naming its image, measured later, of
     another engine or already carrying a layout keeps its columns."""
-    from dataclasses import replace
-
     isl, osl = lengths
     source = f"source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency={conc}; "
     row = _inferencemax_r1(
@@ -1145,8 +1110,6 @@ def test_inferencemax_1_1_0rc2_mtp_runs_are_told_apart_by_their_measured_day() -
     that added the -mtp ones) ran MTP (3 drafts, 1 with attention DP), with the -mtp
     scripts' token budget; rows of other days run plain, with the 1.1.0rc2 scripts' budget
     (no 8192 floor)."""
-    from dataclasses import replace
-
     model = get_model("deepseek-r1")
     day = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=4; measured="
     row = replace(
@@ -1195,8 +1158,6 @@ def test_inferencemax_deepseek_trtllm_attention_dp_rows_run_their_scripts_limits
     ranks (``attention_dp_config``: balance on, 60 iterations, no batching wait) and their
     -mtp scripts size ``--max_batch_size`` per rank (CONC / TP in 1.1.0rc2.post2, CONC / 4
     for fp4 and CONC / 8 for fp8 in 1.2.0rc6.post3) and ``--max_num_tokens`` from it."""
-    from dataclasses import replace
-
     balance = {
         "attention_dp_balance": "true",
         "attention_dp_timeout_iters": "60",
@@ -1248,8 +1209,6 @@ def test_inferencemax_deepseek_trtllm_rows_keep_their_scripts_kv_share() -> None
     fp8 1.2.0rc6.post2 script's 0.7 (1k/8k, 256 clients) and 0.75 (8k/1k on 4 GPUs)
     and the fp8 1.2.0rc6.post3 (-mtp) script's 0.7 under attention DP; the engine's
     default (no ``memory_utilization``) for other models and collections."""
-    from dataclasses import replace
-
     day = "source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=32; measured="
     fp8 = replace(
         _inferencemax_r1(backend="trtllm", backend_version="1.2.0rc6.post2", precision="fp8"),
@@ -1287,8 +1246,6 @@ def test_inferencemax_deepseek_fp8_trtllm_experts_priced_by_the_scripts_moe_back
     at the commit its rows ran); a DEEPGEMM run on B200 and a CUTLASS run on H200 price the
     checkpoint's block-scaled experts with the fp8-block table (the kernel each GPU's table
     times); B200's TRTLLM backend, other GPUs and per-tensor checkpoints keep the price."""
-    from dataclasses import replace
-
     from twin.validate.silicon.precision import trtllm_block_experts
 
     backend = sil.inferencemax_trtllm_moe_backend
@@ -1329,8 +1286,6 @@ def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay
     piecewise CUDA graphs on, a row without MTP gets no eager host time; the fp8 B200 plain
     script's DELAY_BATCHING holds contexts (40 iterations, 0.8) at 1k/1k from 64 clients.
     Other images, GPUs and collections keep the eager context step."""
-    from dataclasses import replace
-
     r1 = get_model("deepseek-r1")
     wait = {"batch_wait_timeout_iters": "40", "batch_wait_max_tokens_ratio": "0.8"}
     fp8 = _inferencemax_r1(
@@ -1386,8 +1341,6 @@ def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay
 def test_inferencemax_sglang_deepseek_rows_run_with_its_scripts_flags() -> None:
     """The v0.5.9 DeepSeek SGLang configurations' flags, for the rows only one of them
     covers (by GPU, precision, tp, lengths and clients); other rows: SGLang's defaults."""
-    from dataclasses import replace
-
     row = _inferencemax_r1(
         backend="sglang", backend_version="0.5.9", precision="fp4", tp=8, isl=1024, osl=1024
     )
@@ -1416,8 +1369,6 @@ def test_inferencemax_sglang_deepseek_h200_script_keeps_sglangs_default_kv(tmp_p
     model's bf16 cache for DeepSeek-R1's block-fp8 checkpoint (no ``kv_cache_quant_algo``);
     the B200 script passes ``fp8_e4m3`` (the pairing), and a row no H200 configuration
     covers is not read."""
-    from dataclasses import replace
-
     config = json.loads((CONFIGS / "tiny--Tiny-Llama_config.json").read_text())
     block = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
     config.update(num_attention_heads=8, num_key_value_heads=8, quantization_config=block)
@@ -1444,8 +1395,6 @@ def test_inferencemax_sglang_qwen35_rows_run_with_its_scripts_flags() -> None:
     steps, 4 draft tokens); H200 polls every iteration; the B300 v0.5.9 rows ran the B200
     fp8 configurations (the same images and search spaces). The gap-analysis copies of
     these rows are InferenceMAX's measurements (its harness)."""
-    from dataclasses import replace
-
     row = replace(
         _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8),
         model_path="Qwen/Qwen3.5-397B-A17B",
@@ -1492,8 +1441,6 @@ def test_inferencemax_glm5_h200_sglang_runs_its_scripts_memory_and_a_bf16_cache(
     ``--mem-fraction-static 0.85`` and no KV dtype, so SGLang's default for a
     sparse-attention model on Hopper, bf16, holds; on Blackwell (fp8 there), for other
     models and where the deployment names a KV dtype the precision is kept."""
-    from dataclasses import replace
-
     row = replace(
         _inferencemax_r1(backend="sglang", backend_version="glm5-hopper", precision="fp8", tp=8),
         model_path="zhipuai/GLM-5",
@@ -1510,7 +1457,7 @@ def test_inferencemax_glm5_h200_sglang_runs_its_scripts_memory_and_a_bf16_cache(
     hopper = sil.engine_default_kv(fp8, "sglang", limits, {}, glm, "h200")
     assert hopper.kv == "bf16" and "sparse-attention default" in hopper.why
     assert sil.engine_default_kv(fp8, "sglang", limits, {}, glm, "b200") == fp8
-    bf16 = dataclasses.replace(fp8, kv="bf16")  # Blackwell's default is fp8 (compute cap. 10)
+    bf16 = replace(fp8, kv="bf16")  # Blackwell's default is fp8 (compute cap. 10)
     assert sil.engine_default_kv(bf16, "sglang", limits, {}, glm, "b200").kv == "fp8"
     assert sil.engine_default_kv(bf16, "sglang", limits, {}, glm, "a100") == bf16
     assert sil.engine_default_kv(fp8, "sglang", limits, {}, r1, "h200") == fp8
@@ -1529,10 +1476,7 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     for multimodal configs (Qwen3.5): a MoE model's prefill step adds its eager
     kernels' host time (launches by layer part x a fitted time per GPU); none for
     dense models, other engines, attention DP or a GPU without a fit."""
-    from dataclasses import replace
-
     from twin.engine.host_time import EagerPrefillPricer
-    from twin.engine.run import build_run
 
     r1 = get_model("deepseek-r1")
     n = sil.SGLANG_EAGER_LAUNCHES
@@ -1598,8 +1542,6 @@ def test_inferencemax_sglang_rows_without_a_release_ran_a_release_before_0510() 
     era scripts' flags (fp4: 256 requests, 16384 chunk; fp8: tp 8 at 4-64 clients, 128
     requests, 32768). A row without a measurement date, measured from that day on, or of
     another collection keeps SGLang's defaults and no host time."""
-    from dataclasses import replace
-
     r1 = get_model("deepseek-r1")
     src = "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=4; "
     row = replace(
@@ -1642,8 +1584,6 @@ def test_inferencemax_scripts_flags_turn_sglang_0510_piecewise_graphs_off() -> N
     from 0.5.23 the graphs are captured whatever the flags. The B300 scripts are the B200
     recipes: fp4's flags at tp 4 and 8, fp8's plain ones where only the plain
     configuration ran (beyond 64 clients only the -mtp one: defaults)."""
-    from dataclasses import replace
-
     r1 = get_model("deepseek-r1")
     row = replace(
         _inferencemax_r1(
@@ -1680,8 +1620,6 @@ def test_trtllm_context_steps_are_eager_on_moe_rows(tmp_path: Path) -> None:
     too (one rank's context puts every rank's step in eager mode:
     ``twin.engine.dp_attention.DPReplica``); none for dense models or another GPU; the
     plan carries it to the engine."""
-    from dataclasses import replace
-
     r1, gptoss = get_model("deepseek-r1"), get_model("gpt-oss-120b")
     per_launch = sil.TRTLLM_EAGER_LAUNCH_S
     assert set(per_launch) == {"b200", "h200", "h100"}
@@ -1844,7 +1782,7 @@ def test_bench_resumes_a_stopped_run(
 
 
 def test_model_named_matches_a_rows_model_path_by_name() -> None:
-    row = dataclasses.replace(
+    row = replace(
         _rows()["tiny_h200_sglang_agg_64x8_c3_tp2"], model_path="meta-llama/Llama-3.1-70B-FP8"
     )
     assert sil_harness.model_named(row, ("gpt-oss-120b", "llama-3.1-70b")) == "llama-3.1-70b"
@@ -1864,10 +1802,6 @@ def test_inferencemax_mtp_rows_accept_drafts_by_one_rule_across_engines() -> Non
     so the acceptance length is
     ``1 + a + a b + a b^2 ...``, below the MTP default (DeepSeek-V3's second-token
     acceptance); the plain configurations' rows run no drafts."""
-    from dataclasses import replace
-
-    from twin.engine.modes import get_mode
-
     first, later = sil.INFERENCEMAX_MTP_ACCEPTANCE
     assert 0 < later <= first < 1
 
@@ -1911,8 +1845,6 @@ def test_inferencemax_dsr1_fp8_points_both_configurations_cover_split_by_the_ci_
     configuration (``config_id=87``, its last float digit aside) runs plain, the other
     measurement of that point runs the -mtp script; a point the database names no run of
     stays plain."""
-    from dataclasses import replace
-
     plain = replace(
         _inferencemax_r1(backend="sglang", backend_version="0.5.9", precision="fp8", tp=8),
         moe_ep=1,

@@ -38,9 +38,10 @@ def test_the_rows_ran_0_10_2() -> None:
     assert engine_build(_llama(backend_version="0.19.0")) == "0.19.0"  # type: ignore[arg-type]
     assert engine_build(_llama(precision="fp4")) == ""  # type: ignore[arg-type]
     assert engine_build(_llama(system="mi355x")) == ""  # type: ignore[arg-type]
-    layout = vllm_kernel_layout(get_model("llama-3.1-70b"), "0.10.2", 8, 1)
+    llama = get_model("llama-3.1-70b")
+    layout = vllm_kernel_layout(llama, "0.10.2", 8, 1, 1, "")
     assert layout.custom_allreduce_size_limit and layout.fp8_static_activation
-    assert not vllm_kernel_layout(get_model("llama-3.1-70b"), "0.19.0", 8, 1).fp8_static_activation
+    assert not vllm_kernel_layout(llama, "0.19.0", 8, 1, 1, "").fp8_static_activation
 
 
 def _allreduce(gpu: str, tp: int, tokens: int, layout: KernelLayout | None = None) -> float:

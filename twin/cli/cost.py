@@ -126,7 +126,7 @@ def dp_predictions(
 
 
 def _kernel_layout(
-    spec: ModelSpec, engine: str | None, tp: int, dp: int, ep: int = 1, gpu: str = ""
+    spec: ModelSpec, engine: str | None, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
     """How ``engine``'s current build (``EngineMode.build``: ``--engine NAME==VERSION``'s,
     else the newest) lays out ``spec``'s kernels on ``tp`` GPUs (``gpu``) with ``dp``

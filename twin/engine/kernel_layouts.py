@@ -52,7 +52,7 @@ def sglang_gdn_in_proj_gemms(model: ModelSpec, build: str) -> int:
 
 
 def sglang_kernel_layout(
-    model: ModelSpec, build: str, tp: int, dp: int, ep: int = 1, gpu: str = ""
+    model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
     """SGLang ``build``'s kernel layout of ``model`` (its GDN input projection; the sparse
     prefill of a DeepSeek-sparse-attention model: every build that runs one, GLM-5's
@@ -124,7 +124,7 @@ def trtllm_qk_norm_rope_pass(model: ModelSpec) -> bool:
 
 
 def trtllm_kernel_layout(
-    model: ModelSpec, build: str, tp: int, dp: int, ep: int = 1, gpu: str = ""
+    model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
     """TensorRT-LLM's kernel layout of ``model`` (every 1.x build read: ``build``, ``ep``
     and ``gpu`` unused).
@@ -200,7 +200,7 @@ def vllm_moe_tp(tp: int, dp: int, ep: int) -> int:
 
 
 def vllm_kernel_layout(
-    model: ModelSpec, build: str, tp: int, dp: int, ep: int = 1, gpu: str = ""
+    model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
     """vLLM ``build``'s kernel layout of ``model`` on ``gpu`` (above): its block-fp8 experts
     padded per expert to DeepGEMM's M alignment on 0.12.0 on a GPU DeepGEMM supports under

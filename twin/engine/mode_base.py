@@ -149,7 +149,7 @@ class EngineMode:
     kernel_layout: Callable[[ModelSpec, str, int, int, int, str], KernelLayout] | None = None
 
     def layout_for(
-        self, model: ModelSpec, build: str, tp: int, dp: int, ep: int = 1, gpu: str = ""
+        self, model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
     ) -> KernelLayout:
         """The kernel layout of ``model`` on ``build`` of this engine, ``tp`` GPUs a replica
         (``gpu``; "": not known), ``dp`` attention-DP ranks among them and experts split

@@ -606,7 +606,7 @@ def _async_scheduling(config: EngineConfig) -> bool:
     return overlap
 
 
-def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str = "") -> KernelLayout:
+def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> KernelLayout:
     """How the run's engine build lays out ``model``'s kernels (``twin.engine.kernel_layouts``):
     the engine mode's rule at the build ``config`` names (``engine_build``, else the kernel
     tables' release, else the engine's release) on the replica's GPUs (``gpu``, the

@@ -198,15 +198,7 @@ def plan_disagg_rows(
     rows: Iterable[DisaggRow], configs: Path | None = None
 ) -> tuple[list[sil.RowPlan], Counter[str]]:
     """The expressible rows' plans, and how many rows each reason left out."""
-    plans: list[sil.RowPlan] = []
-    reasons: Counter[str] = Counter()
-    for d in rows:
-        plan = plan_disagg_row(d, configs)
-        if isinstance(plan, str):
-            reasons[plan] += 1
-        else:
-            plans.append(plan)
-    return plans, reasons
+    return sil.split_plans(plan_disagg_row(d, configs) for d in rows)
 
 
 def aiconfigurator_disagg_estimate(plan: sil.RowPlan, d: DisaggRow) -> dict[str, Any]:

@@ -114,6 +114,7 @@ from twin.validate.silicon.plan import (
     agg_workers,
     plan_row,
     plan_rows,
+    split_plans,
 )
 from twin.validate.silicon.precision import (
     RowPrecision,
@@ -244,6 +245,7 @@ __all__ = [
     "select",
     "side_by_side",
     "split_of",
+    "split_plans",
     "summarize",
     "system_gpus",
     "trtllm_overlap_scheduler",

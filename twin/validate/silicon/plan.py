@@ -321,16 +321,15 @@ def agg_workers(row: SiliconRow) -> int:
     return 1
 
 
+def split_plans(planned: Iterable[RowPlan | str]) -> tuple[list[RowPlan], Counter[str]]:
+    """The plans among a planner's answers, and how many rows each reason left out."""
+    answers = list(planned)
+    reasons = Counter(a for a in answers if isinstance(a, str))
+    return [a for a in answers if not isinstance(a, str)], reasons
+
+
 def plan_rows(
     rows: Iterable[SiliconRow], configs: Path | None = None, deploy: str = "benchmark"
 ) -> tuple[list[RowPlan], Counter[str]]:
     """The expressible rows' plans, and how many rows each reason left out."""
-    plans: list[RowPlan] = []
-    reasons: Counter[str] = Counter()
-    for row in rows:
-        plan = plan_row(row, configs, deploy)
-        if isinstance(plan, str):
-            reasons[plan] += 1
-        else:
-            plans.append(plan)
-    return plans, reasons
+    return split_plans(plan_row(row, configs, deploy) for row in rows)
