@@ -61,6 +61,18 @@ def test_b200_llama_70b_rows_prefill_eagerly_at_every_size_under_the_kernels():
     assert sil.eager_prefill_s(_llama(system="h200_sxm"), dense, "h200") == 0.0
 
 
+def test_other_deployment_kinds_do_not_run_the_scripts_decode_only_graphs():
+    # "defaults" and the generator's limits run vLLM's own piecewise graphs, not the
+    # script's FULL_DECODE_ONLY: no overlap, no eager time for the dense model
+    dense = get_model("llama-3.1-70b")
+    row = _llama(precision="fp4")
+    sets = {"sets": {"max_num_batched_tokens": "8192", "max_num_seqs": "512"}}
+    for kind in ("defaults", "aiconfigurator"):
+        assert not sil.vllm_eager_overlaps(row, kind)
+        assert sil.eager_prefill_s(row, dense, "b200", kind=kind) == 0.0
+        assert sil.vllm_graph_tokens(row, sets, kind) > 0
+
+
 def test_a_planned_b200_llama_row_runs_its_eager_steps_under_the_kernels():
     pytest.importorskip("aiconfigurator_core")  # the model's config.json comes from the extra
     row = _llama(isl=1024, osl=1024, concurrency=8)

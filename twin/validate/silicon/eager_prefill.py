@@ -327,9 +327,11 @@ VLLM_EAGER_LAUNCH_S: dict[str, float] = {"b200": 25e-6, "b300": 20e-6, "h200": 3
 VLLM_OVERLAP_LAUNCH_S: dict[str, float] = {"b200": 50e-6}
 
 
-def vllm_eager_overlaps(row: SiliconRow) -> bool:
-    """Whether ``row``'s eager host time runs under its kernels (above)."""
-    return inferencemax_vllm_decode_only_graphs(row)
+def vllm_eager_overlaps(row: SiliconRow, kind: str = "benchmark") -> bool:
+    """Whether ``row``'s eager host time runs under its kernels (above): only where its
+    script's decode-only graphs are run (the ``benchmark`` deployment ``kind``, as
+    :func:`vllm_graph_tokens`); other kinds take vLLM's default piecewise graphs."""
+    return kind == "benchmark" and inferencemax_vllm_decode_only_graphs(row)
 
 
 def vllm_prefills_eagerly(row: SiliconRow) -> bool:
@@ -353,7 +355,7 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
         if inferencemax_prompt_budget_flags(row):  # the script's --max-cudagraph-capture-size
             size = INFERENCEMAX_MINIMAX_CAPTURE
-    if kind == "benchmark" and inferencemax_vllm_decode_only_graphs(row):
+    if vllm_eager_overlaps(row, kind):
         return 0  # no graph for a step with a prompt, whatever its size
     budget = int(sets.get("max_num_batched_tokens", 0) or 0)
     return min(size, budget) if budget else size
@@ -439,15 +441,16 @@ def eager_prefill_s(
     gpu: str,
     multimodal: bool = False,
     bf16_attention: bool = False,
+    kind: str = "benchmark",
 ) -> float:
-    """The host time added to a prefill step (``EngineConfig.eager_prefill_s``) for ``row``
-    run on the twin's ``gpu``: the model's eager launches (:func:`eager_launches`) times
-    the GPU's host time per launch; 0.0 where the engine prefills with graphs
-    (:func:`sglang_prefills_eagerly`; ``multimodal``: the model's config has a
+    """The host time added to a prefill step (``EngineConfig.eager_prefill_s``) for ``row`` run
+    on the twin's ``gpu`` under the deployment ``kind``: the model's eager launches
+    (:func:`eager_launches`) times the GPU's host time per launch; 0.0 where the engine prefills
+    with graphs (:func:`sglang_prefills_eagerly`; ``multimodal``: the model's config has a
     ``vision_config``), the model has no MoE layers (the dense SGLang rows are GPU-bound:
-    nothing to fit them on), attention DP is on (but for TensorRT-LLM, whose ranks all run
-    a step eagerly where one prefills: ``twin.engine.dp_attention.DPReplica``), or the GPU
-    has no fitted host time.
+    nothing to fit them on), attention DP is on (but for TensorRT-LLM, whose ranks all run a
+    step eagerly where one prefills: ``twin.engine.dp_attention.DPReplica``), or the GPU has no
+    fitted host time.
     TensorRT-LLM rows: every context step is eager (``TRTLLM_EAGER_LAUNCH_S``) unless the
     row's InferenceMAX script captured piecewise CUDA graphs
     (:func:`inferencemax_trtllm_piecewise`) and ran no MTP; vLLM rows of the releases read
@@ -458,7 +461,7 @@ def eager_prefill_s(
     InferenceMAX's B200 Llama-3.1-70B vLLM rows, dense: every step with a prompt, the
     same launches at ``VLLM_OVERLAP_LAUNCH_S`` under the kernels (their scripts'
     decode-only graphs: :func:`vllm_eager_overlaps`)."""
-    if vllm_eager_overlaps(row):  # every prompt step eager, dense too, under the kernels
+    if vllm_eager_overlaps(row, kind):  # every prompt step eager, dense too, under kernels
         launches = vllm_eager_launches(model, row.tp or 1, bf16_attention)
         return VLLM_OVERLAP_LAUNCH_S.get(gpu, 0.0) * launches
     if not model.n_moe_layers:

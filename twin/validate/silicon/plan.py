@@ -266,13 +266,18 @@ def plan_row(
     served = inferencemax_served_checkpoint(row) or (hf_id if own else None)
     bf16_attention = served is not None and checkpoint_attention_unquantised(folder, served)
     eager = eager_prefill_s(
-        row, model, gpu, multimodal="vision_config" in config, bf16_attention=bf16_attention
+        row,
+        model,
+        gpu,
+        multimodal="vision_config" in config,
+        bf16_attention=bf16_attention,
+        kind=deploy,
     )
     if eager:
         limits = {**limits, "eager_prefill_s": eager}
         if engine == "vllm":  # only steps above vLLM's largest captured graph
             limits["eager_graph_tokens"] = vllm_graph_tokens(row, limits, deploy)
-            if vllm_eager_overlaps(row):  # its host time under the kernels
+            if vllm_eager_overlaps(row, deploy):  # its host time under the kernels
                 limits["eager_overlap"] = True
     return RowPlan(
         row=row,
