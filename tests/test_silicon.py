@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from twin.engine.config import EngineConfig, SchedulerConfig
+from twin.engine.dp_attention import adp_balance
 from twin.engine.modes import get_mode
 from twin.engine.run import build_run
 from twin.errors import TwinError
@@ -837,7 +839,6 @@ def test_inferencemax_gptoss_trtllm_rows_balance_their_attention_dp_contexts() -
     {enable_balance: true}`` under attention DP and nothing else of it: the balance at
     ``AttentionDpConfig``'s defaults (timeout 50, batching wait 10 iterations); no
     balance without attention DP or in another collection."""
-    from twin.engine.dp_attention import adp_balance
 
     gptoss = replace(
         _rows()["tiny_h100_vllm_agg_64x8_c2_tp1"],
@@ -860,11 +861,8 @@ def test_inferencemax_gptoss_trtllm_rows_balance_their_attention_dp_contexts() -
     aiperf = replace(gptoss, source="source_file=aiconfigurator.csv; model=x")
     assert sil.inferencemax_adp_balance(aiperf) == {}
     options = get_mode("trtllm").settings(get_model("tiny-transformer"), sets)["scheduler_options"]
-
-    class _Config:  # the two fields adp_balance reads
-        scheduling = type("S", (), {"scheduler_options": options, "max_running": 512})()
-
-    balance = adp_balance(_Config(), object())  # type: ignore[arg-type]
+    config = EngineConfig(scheduling=SchedulerConfig(scheduler_options=options, max_running=512))
+    balance = adp_balance(config, object())  # type: ignore[arg-type]  # no tau: one a step
     assert balance is not None and (balance.timeout, balance.batching) == (50, 10)
 
 
