@@ -11,6 +11,7 @@ from test_engine_helpers import ConstantPricer
 
 from twin.engine.config import EngineConfig
 from twin.engine.host_time import EagerPrefillPricer
+from twin.errors import TwinError
 from twin.presets import get_model
 from twin.validate import silicon as sil
 from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm_decode_only_graphs
@@ -35,6 +36,8 @@ def test_an_overlapped_eager_step_lasts_the_longer_of_kernels_and_host_time():
     assert under.step_time([], 64, 1000) == 0.01  # a decode step replays its graph
     assert "eager_overlap" not in EngineConfig().to_dict()
     assert EngineConfig.of(eager_overlap=True).to_dict()["eager_overlap"] is True
+    with pytest.raises(TwinError, match="--eager-overlap: must be true or false"):
+        EngineConfig.of(eager_overlap="maybe")  # a --deployment value that is no bool
 
 
 def test_b200_llama_70b_rows_prefill_eagerly_at_every_size_under_the_kernels():

@@ -625,6 +625,7 @@ class EngineConfig:
             "pipeline stages",
         )
         need(h.eager_graph_tokens >= 0, "eager_graph_tokens", "must be >= 0")
+        need(isinstance(h.eager_overlap, bool), "eager_overlap", "must be true or false")
         need(a.concurrency is None or a.concurrency >= 1, "concurrency", "must be >= 1")
         need(
             math.isfinite(a.burstiness) and a.burstiness > 0,
