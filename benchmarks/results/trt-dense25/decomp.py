@@ -8,10 +8,6 @@ from pathlib import Path
 import pandas as pd
 
 import twin.validate.silicon as sil
-from twin.engine.modes import measured_mode
-from twin.engine.run import build_run
-from twin.validate.silicon.deployment import engine_build
-from twin.validate.silicon.predict import kernel_tables, write_workload
 
 P = pd.read_csv(sys.argv[1], dtype=str, keep_default_na=False)
 P = P[P.group.str.contains(sys.argv[2], regex=False) & (P.split == sys.argv[3])]
@@ -22,23 +18,7 @@ out = []
 for plan in plans:
     row = plan.row
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_workload(
-            Path(tmp) / "w.parquet", row.isl, row.osl, plan.requests, plan.seed, plan.range_ratio
-        )
-        args = {
-            "model": plan.model,
-            "gpu": plan.gpu,
-            "engine": measured_mode(plan.engine, row.backend_version),
-            "kernel_tables": kernel_tables(row.backend_version),
-            "engine_build": engine_build(row),
-            "cache_gb": "auto",
-            "tp": plan.tp,
-            "ep": plan.ep,
-            "concurrency": plan.concurrency,
-            "dp_attention": plan.dp,
-        }
-        args.update(plan.deployment)
-        run = build_run(path, **args)
+        run = sil.plan_run(plan, Path(tmp))
     pr = run.pricer
     c, L = plan.concurrency, row.isl + row.osl // 2
     D = pr.step_time((), c, c * L)

@@ -8,7 +8,6 @@ measured = (r0 + (R - 1) x steady) / R, so R = (r0 - steady) / (measured - stead
 
 from __future__ import annotations
 
-import importlib
 import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
@@ -17,12 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import twin.validate.silicon as sil
-from twin.engine.modes import measured_mode
-from twin.engine.run import build_run
 from twin.metrics import RequestRecord
-from twin.validate.silicon.deployment import engine_build
-
-predict = importlib.import_module("twin.validate.silicon.predict")
 
 
 def by_round(plan: sil.RowPlan) -> str:
@@ -30,29 +24,7 @@ def by_round(plan: sil.RowPlan) -> str:
     assert row.isl is not None and row.osl is not None and row.ttft_ms is not None
     records: list[RequestRecord] = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = predict.write_workload(
-            Path(tmp) / "w.parquet",
-            row.isl,
-            row.osl,
-            plan.requests,
-            plan.seed,
-            plan.range_ratio,
-            plan.prompt_scale,
-        )
-        args = {
-            "model": plan.model,
-            "gpu": plan.gpu,
-            "engine": measured_mode(plan.engine, row.backend_version),
-            "kernel_tables": predict.kernel_tables(row.backend_version),
-            "engine_build": engine_build(row),
-            "cache_gb": "auto",
-            "tp": plan.tp,
-            "ep": plan.ep,
-            "concurrency": plan.concurrency,
-            "dp_attention": plan.dp,
-        }
-        args.update(plan.deployment)
-        build_run(path, **args).simulate(on_record=records.append)
+        sil.plan_run(plan, Path(tmp)).simulate(on_record=records.append)
     records.sort(key=lambda r: r.session_id)
     ttft = np.array([r.ttft_s * 1e3 for r in records])
     c = plan.concurrency

@@ -125,6 +125,7 @@ from twin.validate.silicon.precision import (
     weight_only_checkpoint,
 )
 from twin.validate.silicon.predict import (
+    plan_run,
     predict,
     write_workload,
 )
@@ -237,6 +238,7 @@ __all__ = [
     "measured_on",
     "plan_row",
     "plan_rows",
+    "plan_run",
     "predict",
     "read_rows",
     "row_precision",

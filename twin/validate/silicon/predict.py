@@ -13,7 +13,7 @@ import numpy as np
 
 from twin.costmodel.table_release import version_key
 from twin.engine.modes import measured_mode
-from twin.engine.run import RunArgs, build_run
+from twin.engine.run import Run, RunArgs, build_run
 from twin.errors import TwinError
 from twin.metrics import RequestRecord
 from twin.validate.silicon.deployment import engine_build
@@ -64,47 +64,53 @@ def _median(values: Sequence[float]) -> float:
     return float(np.median(values)) if len(values) else math.nan
 
 
+def plan_run(plan: RowPlan, folder: Path) -> Run:
+    """The twin's run of ``plan``: its workload (:func:`write_workload`) written in
+    ``folder``, which must outlive the run's simulation, and the engine the row ran."""
+    row = plan.row
+    assert row.isl is not None and row.osl is not None
+    path = write_workload(
+        folder / "workload.parquet",
+        row.isl,
+        row.osl,
+        plan.requests,
+        plan.seed,
+        plan.range_ratio,
+        plan.prompt_scale,
+    )
+    args: RunArgs = {
+        "model": plan.model,
+        "gpu": plan.gpu,
+        # The modelled release standing for the measured one (vLLM 0.11-0.19 -> 0.19.0,
+        # SGLang 0.5.1-0.5.10.post1 -> 0.5.10.post1): its defaults.
+        "engine": measured_mode(plan.engine, row.backend_version),
+        # The kernel tables of the row's own release (twin.costmodel.table_release); a
+        # release that is no version number: the modelled one's above.
+        "kernel_tables": kernel_tables(row.backend_version),
+        # The build that ran, whose kernel layout the engine mode's rule reads
+        # (twin.engine.kernel_layouts): the release, or a nightly image's tag.
+        "engine_build": engine_build(row),
+        "cache_gb": "auto",
+        "tp": plan.tp,
+        "ep": plan.ep,
+        "concurrency": plan.concurrency,
+        "dp_attention": plan.dp,
+    }
+    args.update(plan.deployment)  # typed where the plan was made
+    return build_run(path, **args)
+
+
 def predict(plan: RowPlan) -> dict[str, Any]:
     """Run ``plan`` in the twin; the means (and medians) over the measured requests, in ms.
 
     A run the twin refuses (a TwinError: the weights do not fit, say) returns its
     message under ``twin_error``.
     """
-    row = plan.row
-    assert row.isl is not None and row.osl is not None
     records: list[RequestRecord] = []
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="twin-silicon-") as tmp:
-            path = write_workload(
-                Path(tmp) / "workload.parquet",
-                row.isl,
-                row.osl,
-                plan.requests,
-                plan.seed,
-                plan.range_ratio,
-                plan.prompt_scale,
-            )
-            args: RunArgs = {
-                "model": plan.model,
-                "gpu": plan.gpu,
-                # The modelled release standing for the measured one (vLLM 0.11-0.19 ->
-                # 0.19.0, SGLang 0.5.1-0.5.10.post1 -> 0.5.10.post1): its defaults.
-                "engine": measured_mode(plan.engine, row.backend_version),
-                # The kernel tables of the row's own release (twin.costmodel.table_release);
-                # a release that is no version number: the modelled one's above.
-                "kernel_tables": kernel_tables(row.backend_version),
-                # The build that ran, whose kernel layout the engine mode's rule reads
-                # (twin.engine.kernel_layouts): the release, or a nightly image's tag.
-                "engine_build": engine_build(row),
-                "cache_gb": "auto",
-                "tp": plan.tp,
-                "ep": plan.ep,
-                "concurrency": plan.concurrency,
-                "dp_attention": plan.dp,
-            }
-            args.update(plan.deployment)  # typed where the plan was made
-            run = build_run(path, **args)
+            run = plan_run(plan, Path(tmp))
             summary = run.simulate(on_record=records.append)
     except TwinError as err:
         return {"twin_error": str(err).splitlines()[0]}
