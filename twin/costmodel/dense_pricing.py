@@ -478,6 +478,8 @@ class DensePricing(ShardShapes):
         experts = kernel(flops, nbytes, weights, float(routed * d), tile, active)
         if series is not None:  # a measured shape: its kernel config (series_term)
             experts *= math.exp(series[0].log_factor(series[1], t))
+        # A kernel whose cost per expert held the fit does not carry (KernelLayout).
+        experts += self.kernel_layout.moe_layer_extra_s
         router = self._gemm(t, d, n_exp)
         shared, act = self._shared_expert(t)
         return (

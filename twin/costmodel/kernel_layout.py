@@ -47,6 +47,12 @@ class KernelLayout:
     # fit's rows as routed (vLLM 0.12.0's block-fp8 experts on a GPU DeepGEMM supports,
     # ``twin.engine.kernel_layouts.vllm_kernel_layout``: ``DensePricing._moe_padded_rows``).
     moe_rows_per_expert: int = 0
+    # Seconds every MoE layer's experts launch pays on top of the fused-MoE fit's price
+    # (``DensePricing._moe_fused``): FlashInfer's CUTLASS fused MoE run under tensor
+    # parallelism, whose cost per expert held on the GPU the fit (a table of other
+    # layouts) does not carry (vLLM 0.16.0's block-fp8 experts on Hopper,
+    # ``twin.engine.kernel_layouts.vllm_kernel_layout``); 0: none.
+    moe_layer_extra_s: float = 0.0
     # Under attention DP the MoE layers bring the ranks' tokens together by an all-gather
     # (in the experts' activation format where the engine quantises before it) and return
     # them by a reduce-scatter, and the dense MLP layers run on each rank's own tokens with
@@ -71,6 +77,10 @@ class KernelLayout:
     fp8_static_activation: bool = False
 
     def __post_init__(self) -> None:
+        if not self.moe_layer_extra_s >= 0.0:
+            raise TwinError(
+                f"kernel layout: moe_layer_extra_s must be >= 0 (got {self.moe_layer_extra_s!r})"
+            )
         if self.moe_rows_per_expert < 0:
             raise TwinError(
                 "kernel layout: moe_rows_per_expert must be >= 0 "

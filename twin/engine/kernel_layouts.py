@@ -160,9 +160,9 @@ def trtllm_kernel_layout(
 # ``is_deep_gemm_e8m0_used()`` (``VLLM_USE_DEEP_GEMM_E8M0`` default 1, on Hopper too), not
 # only for M >= 128 (``_valid_deep_gemm``). ``deep_gemm_moe.py`` lays each expert's rows
 # out padded to ``get_mk_alignment_for_contiguous_layout()``, 128 in DeepGEMM, so a decode
-# step computes 128 rows for every expert its few tokens reach. 0.16.0 selects among
-# FlashInfer, DeepGEMM and Triton in ``fused_moe/oracle/fp8.py`` (not resolved here), so
-# only 0.12.0 is read as this rule (priced by ``DensePricing._moe_padded_rows``).
+# step computes 128 rows for every expert its few tokens reach. 0.16.0 puts FlashInfer
+# CUTLASS before DeepGEMM on Hopper (below), so only 0.12.0 is read as this rule (priced by
+# ``DensePricing._moe_padded_rows``).
 VLLM_DEEPGEMM_MOE_BUILDS = frozenset({"0.12.0"})
 DEEPGEMM_M_ALIGNMENT = 128
 VLLM_DEEPGEMM_MOE_MAX_TP = 8  # ``get_fp8_moe_backend``: DeepGEMM off from this MoE TP
@@ -193,6 +193,49 @@ DEEPGEMM_FORMAT = "fp8-block"  # block-quantised fp8 experts (``block_quant``)
 VLLM_STATIC_FP8_BUILDS = frozenset({"0.10.2"})
 
 
+# vLLM 0.16.0 (the wheel) runs block-fp8 experts on Hopper through FlashInfer's CUTLASS
+# fused MoE whatever the parallel layout: ``fused_moe/oracle/fp8.py``
+# ``select_fp8_moe_backend`` takes the first supported of AITER, FLASHINFER_TRTLLM,
+# FLASHINFER_CUTLASS, DEEPGEMM, ..., TRITON with no FlashInfer / DeepGEMM variable set
+# (``quantization/fp8.py`` ``Fp8MoEMethod``: block weights are kFp8Static128BlockSym with
+# kFp8Dynamic128Sym activations); FLASHINFER_TRTLLM is Blackwell's only
+# (``flashinfer_trtllm_moe.py`` ``_supports_current_device``), and
+# ``flashinfer_cutlass_moe.py`` ``FlashInferExperts._supports_quant_scheme`` takes
+# (kFp8Static128BlockSym, kFp8Dynamic128Sym) on capability 9.0 (as vLLM issue 34249's
+# server log shows on H100). 0.18.0 (the wheel) moves Triton to the front for tensor
+# parallelism and FlashInfer CUTLASS for expert parallelism on Hopper
+# (``_get_priority_backends``: "On Hopper for Block Fp8, prefer Triton for TP and FI
+# CUTLASS for EP"), the layouts the kernel tables time (NVIDIA's 0.24.0 FlashInfer CUTLASS
+# table only at moe_tp 1, EP 2..256; Triton's at EP 1). FlashInfer CUTLASS pays a cost
+# for each expert held on the GPU whether its tokens reach it or not: at 1 token the
+# table's latency less the weights streamed grows 0.224 us an expert on H200 (0.239 on
+# H100), the median over its 14 shapes of 128 experts or more
+# (``benchmarks/results/vllm-lowc-s27/per_expert.py``). At equal bytes a GPU the Triton
+# table at moe_tp k and FlashInfer CUTLASS at EP k agree within 5% from 4 tokens (H200,
+# MiniMax-M2.5's shape: 65 / 66, 90 / 91, 265 / 252 us at 4 / 8 / 32 tokens), so the
+# twin's Triton price of a moe_tp k run stands for FlashInfer CUTLASS holding E / k
+# experts; under TP it holds all E, so each MoE layer pays the cost of the E (1 - 1 / k)
+# experts more (``KernelLayout.moe_layer_extra_s``).
+VLLM_FLASHINFER_CUTLASS_TP_BUILDS = frozenset({"0.16.0"})
+FLASHINFER_CUTLASS_EXPERT_S = {"h200": 0.224e-6, "h100": 0.239e-6}
+
+
+def vllm_flashinfer_cutlass_tp_s(model: ModelSpec, build: str, moe_tp: int, gpu: str) -> float:
+    """Seconds each MoE layer of ``model`` pays above the fused-MoE fit where vLLM
+    ``build`` runs its block-fp8 experts through FlashInfer's CUTLASS fused MoE at MoE
+    tensor-parallel size ``moe_tp`` on ``gpu`` (above); 0 elsewhere."""
+    per_expert = FLASHINFER_CUTLASS_EXPERT_S.get(gpu)
+    if (
+        per_expert is None
+        or moe_tp <= 1
+        or not model.n_moe_layers
+        or build not in VLLM_FLASHINFER_CUTLASS_TP_BUILDS
+        or px.moe_format(model).name != DEEPGEMM_FORMAT
+    ):
+        return 0.0
+    return per_expert * model.moe_n_experts * (1.0 - 1.0 / moe_tp)
+
+
 def vllm_moe_tp(tp: int, dp: int, ep: int) -> int:
     """vLLM's MoE tensor-parallel size on ``tp`` GPUs with ``dp`` data-parallel ranks,
     ``ep`` > 1 where its experts are split (``FusedMoEParallelConfig.make``, above)."""
@@ -204,11 +247,13 @@ def vllm_kernel_layout(
 ) -> KernelLayout:
     """vLLM ``build``'s kernel layout of ``model`` on ``gpu`` (above): its block-fp8 experts
     padded per expert to DeepGEMM's M alignment on 0.12.0 on a GPU DeepGEMM supports under
-    a MoE tensor-parallel size below 8; under data-parallel attention its dense MLP layers
-    and shared expert on each rank; 0.10.2's custom all-reduce limit and static fp8
-    activations."""
+    a MoE tensor-parallel size below 8; 0.16.0's FlashInfer CUTLASS block-fp8 experts under
+    MoE tensor parallelism on Hopper (their cost per expert held); under data-parallel
+    attention its dense MLP layers and shared expert on each rank; 0.10.2's custom
+    all-reduce limit and static fp8 activations."""
     on_rank = dp > 1
     static = build in VLLM_STATIC_FP8_BUILDS
+    extra = vllm_flashinfer_cutlass_tp_s(model, build, vllm_moe_tp(tp, dp, ep), gpu)
     padded = (
         bool(model.n_moe_layers)
         and build in VLLM_DEEPGEMM_MOE_BUILDS
@@ -216,10 +261,11 @@ def vllm_kernel_layout(
         and gpu in DEEPGEMM_GPUS
         and vllm_moe_tp(tp, dp, ep) < VLLM_DEEPGEMM_MOE_MAX_TP
     )
-    if not (padded or on_rank or static):
+    if not (padded or on_rank or static or extra):
         return DEFAULT_LAYOUT
     return KernelLayout(
         moe_rows_per_expert=DEEPGEMM_M_ALIGNMENT if padded else 0,
+        moe_layer_extra_s=extra,
         dense_ffn_on_rank=on_rank,
         custom_allreduce_size_limit=static,
         fp8_static_activation=static,
@@ -228,11 +274,14 @@ def vllm_kernel_layout(
 
 __all__ = [
     "DEEPGEMM_GPUS",
+    "FLASHINFER_CUTLASS_EXPERT_S",
+    "VLLM_FLASHINFER_CUTLASS_TP_BUILDS",
     "sglang_gdn_in_proj_gemms",
     "sglang_kernel_layout",
     "trtllm_kernel_layout",
     "trtllm_norm_in_allreduce",
     "trtllm_qk_norm_rope_pass",
+    "vllm_flashinfer_cutlass_tp_s",
     "vllm_kernel_layout",
     "vllm_moe_tp",
 ]
