@@ -1190,12 +1190,12 @@ def test_inferencemax_deepseek_trtllm_attention_dp_rows_run_their_scripts_limits
     assert sil.deployment(plain, "trtllm") == {
         "max_batched_tokens": 8192,
         "memory_utilization": 0.8,
-        "sets": balance,
+        "sets": {**balance, "moe_backend": "CUTLASS"},  # the fp4 script's backend under DP
     }
-    # no attention DP: no balance, max_batch_size CONC
+    # no attention DP: no balance, max_batch_size CONC, the fp4 script's TRTLLM experts
     alone = replace(fp4, attention_dp=1, tp=8, concurrency=4)
     assert sil.inferencemax_adp_balance(alone) == {}
-    assert "sets" not in sil.deployment(alone, "trtllm")
+    assert sil.deployment(alone, "trtllm")["sets"] == {"moe_backend": "TRTLLM"}
     assert sil.inferencemax_mtp_batch(alone) == 4
     # another engine or collection: none
     assert sil.inferencemax_adp_balance(replace(plain, backend="sglang")) == {}
@@ -1309,7 +1309,8 @@ def test_inferencemax_deepseek_trtllm_scripts_capture_piecewise_graphs_and_delay
     fp4 = replace(fp8, precision="fp4", moe_ep=8)
     assert piecewise(fp4, 1024, 1024, 64) and not piecewise(fp4, 1024, 8192, 64)
     assert not piecewise(replace(fp4, tp=4, moe_ep=4), 1024, 1024, 64)
-    assert "sets" not in sil.deployment(replace(fp4, isl=1024, osl=1024, concurrency=64), "trtllm")
+    fp4_sets = sil.deployment(replace(fp4, isl=1024, osl=1024, concurrency=64), "trtllm")["sets"]
+    assert fp4_sets == {"moe_backend": "TRTLLM"}  # no batch waiting in the fp4 script
     # fp8 -mtp (5d517074c): on but for narrow clients and attention DP
     mtp8 = replace(fp8, backend_version="1.2.0rc6.post3")
     assert [piecewise(mtp8, 1024, 1024, c) for c in (4, 8)] == [0, 1]
@@ -1865,3 +1866,42 @@ def test_inferencemax_dsr1_fp8_points_both_configurations_cover_split_by_the_ci_
     assert sets["mtp"]["speculative_algorithm"] == "NEXTN"
     assert sets["mtp"]["max_running_requests"] == "512"
     assert "speculative_algorithm" not in sets["alone"]
+
+
+def test_inferencemax_deepseek_fp4_trtllm_experts_priced_by_the_scripts_moe_backend() -> None:
+    """Each InferenceMAX DeepSeek-R1 fp4 TensorRT-LLM script's ``moe_config.backend`` (read
+    at the commit its rows ran): CUTLASS under attention DP, else TRTLLM, but by lengths and
+    clients in the 2025-12-15 sweep's script; the row's run sets ``moe_backend`` to it and
+    prices the nvfp4 experts with that kernel's fit at every step (TRTLLM-gen above 128
+    tokens, CUTLASS at 128 and below)."""
+    from twin import precision as px
+    from twin.costmodel.profile_store import load_profile
+    from twin.engine.run import trtllm_moe_backend_profile
+
+    backend = sil.inferencemax_trtllm_fp4_moe_backend
+    fp4 = _inferencemax_r1(
+        backend="trtllm", backend_version="1.2.0rc6.post3", precision="fp4", tp=8, moe_ep=1
+    )
+    fp4 = replace(fp4, isl=1024, osl=1024, concurrency=128)
+    assert (backend(fp4), backend(replace(fp4, attention_dp=8))) == ("TRTLLM", "CUTLASS")
+    assert backend(replace(fp4, backend_version="1.2.0rc6.post2")) == "TRTLLM"
+    dec15 = replace(
+        fp4,
+        backend_version="1.1.0rc2.post2",
+        source=fp4.source.replace("model=", "measured=2025-12-15T00:00:00Z; model="),
+    )
+    assert backend(dec15) == "TRTLLM"
+    assert backend(replace(dec15, concurrency=256)) == "CUTLASS"  # by clients, not DP
+    assert backend(replace(dec15, isl=8192, concurrency=64)) == "CUTLASS"
+    assert backend(replace(fp4, precision="fp8")) is None
+    assert backend(replace(fp4, system="h200_sxm")) is None
+    assert sil.deployment(fp4, "trtllm")["sets"]["moe_backend"] == "TRTLLM"
+
+    profile = load_profile("b200", "trtllm")
+    expert = px.WEIGHT_FORMATS["nvfp4"]
+    gen = trtllm_moe_backend_profile(expert, profile, "TRTLLM").kernels
+    assert gen["moe_nvfp4"] == profile.kernels["moe_nvfp4_trtllm_gen"]
+    assert gen["moe_nvfp4_min_latency"] == profile.kernels["moe_nvfp4_min_latency"]
+    cutlass = trtllm_moe_backend_profile(expert, profile, "CUTLASS").kernels
+    assert cutlass["moe_nvfp4_min_latency"] == profile.kernels["moe_nvfp4"]
+    assert gen["moe_nvfp4_trtllm_gen"] != profile.kernels["moe_nvfp4_min_latency"]

@@ -789,6 +789,12 @@ def moe_rows(
             src = fm.MOE_MIN_LATENCY_SOURCE
             note = _sibling_note(table, src, dtype)
             families.append(_family(fast, table, small, src, rows, note))
+            # The same kernel at every token count: TensorRT-LLM's TRTLLM MoE backend
+            # (formulas: ``moe_trtllm_gen_kernel``).
+            gen = fm.moe_trtllm_gen_kernel(fmt.table_mode)
+            every_gen = [r for r in every if r.get("kernel_source") == src]
+            rows = [moe_row(r, fmt, gen, r["latency"]) for r in every_gen]
+            families.append(_family(gen, table, every_gen, src, rows, note))
         if not raw:
             continue
         counts: dict[str, int] = {}

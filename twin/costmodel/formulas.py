@@ -159,6 +159,19 @@ def moe_min_latency_kernel(mode: str) -> str:
     return f"{moe_kernel(mode)}_min_latency"
 
 
+# The same TRTLLM-gen rows fitted over every token count the collector timed (up to
+# 16,384): the kernel TensorRT-LLM runs at every step when ``moe_config.backend`` is
+# ``TRTLLM`` (``twin.engine.modes_trtllm.TRTLLM_MOE``; ``get_moe_cls`` ->
+# ``TRTLLMGenFusedMoE``), prefills included. The min-latency fit above, fitted on the
+# steps of at most 128 tokens it prices, extrapolates 2-4x slow past 1,024 tokens
+# (B200, DeepSeek's shape at MoE TP 8: 0.30 ms a layer at 1,024 tokens and 1.83 at 8,192
+# against the table's 0.155 and 0.421).
+def moe_trtllm_gen_kernel(mode: str) -> str:
+    """The profile key of the TRTLLM-gen fused-MoE fit over every token count of
+    table mode ``mode``."""
+    return f"{moe_kernel(mode)}_trtllm_gen"
+
+
 # The mxfp4 experts with their activations quantised to mxfp8 on the way in (FlashInfer's
 # TRT-LLM-gen ``trtllm_fp4_block_scale_moe`` fed ``mxfp8_quantize``'s output: vLLM's
 # ``SM100_FI_MXFP4_MXFP8_TRTLLM`` / ``FLASHINFER_TRTLLM_MXFP4_MXFP8`` backend on Blackwell,
@@ -435,6 +448,15 @@ FORMULAS: dict[str, KernelFormula] = {
         ),
         *(
             _fused_moe(
+                moe_trtllm_gen_kernel(mode),
+                peak,
+                f"fused MoE experts ({mode}), TensorRT-LLM's TRTLLM-gen kernel at every step "
+                "(moe_config.backend TRTLLM; the fused MoE's terms)",
+            )
+            for mode, peak in MOE_MIN_LATENCY_MODES.items()
+        ),
+        *(
+            _fused_moe(
                 moe_mxfp8_activation_kernel(mode),
                 peak,
                 f"fused MoE experts ({mode} weights, mxfp8 activations): the fused MoE's "
@@ -582,6 +604,7 @@ PRECISION_VARIANTS = (
 MOE_VARIANTS = (
     *(moe_kernel(mode) for mode in MOE_MODES),
     *(moe_min_latency_kernel(mode) for mode in MOE_MIN_LATENCY_MODES),
+    *(moe_trtllm_gen_kernel(mode) for mode in MOE_MIN_LATENCY_MODES),
     *(moe_mxfp8_activation_kernel(mode) for mode in MOE_MXFP8_ACTIVATION_MODES),
 )
 MLA_VARIANTS = tuple(k for k in FORMULAS if k.startswith("mla_"))
@@ -696,5 +719,6 @@ __all__ = [
     "moe_kernel",
     "moe_min_latency_kernel",
     "moe_mxfp8_activation_kernel",
+    "moe_trtllm_gen_kernel",
     "nccl_allreduce_kernel",
 ]

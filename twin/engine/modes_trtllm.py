@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from twin.engine import speculative
-from twin.engine.mode_base import Flag, _acceptance, _bool, _field, _int
+from twin.engine.mode_base import Flag, _acceptance, _bool, _choice, _field, _int
 from twin.engine.releases import release_of
 from twin.engine.trtllm_batching import MAX_BATCH_SIZE, MAX_NUM_TOKENS
 from twin.errors import TwinError
@@ -191,6 +191,23 @@ ADP_TIMEOUT_ITERS = 50  # AttentionDpConfig.timeout_iters' default (above)
 ADP_BATCHING_WAIT_ITERS = 10  # AttentionDpConfig.batching_wait_iters' default
 
 
+# --extra_llm_api_options' ``moe_config.backend`` (``MoeConfig.backend``, llm_args.py): the
+# fused-MoE module of the experts (``_torch/modules/fused_moe/create_moe.py``
+# ``get_moe_cls``: ``CUTLASS`` -> ``CutlassFusedMoE``, ``TRTLLM`` -> ``TRTLLMGenFusedMoE``
+# for nvfp4 and fp8 block scales; NVIDIA/TensorRT-LLM's stored tree, the 1.x line). The
+# twin prices the nvfp4 experts with NVIDIA's table of that module at every step
+# (``twin.engine.run.priced_profile``): ``TRTLLM`` with the TRTLLM-gen rows (kernel source
+# ``moe_torch_flow_min_latency``, ``twin.costmodel.formulas.MOE_MIN_LATENCY_SOURCE``),
+# ``CUTLASS`` with the CUTLASS rows. Unset: aiconfigurator 0.12.0's pricing, the
+# TRTLLM-gen rows for steps of at most 128 tokens and CUTLASS's above.
+TRTLLM_MOE_BACKENDS = ("CUTLASS", "TRTLLM")
+TRTLLM_MOE = ("moe_backend",)
+
+
+def _trtllm_moe_backend(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    _choice("moe_backend", value, TRTLLM_MOE_BACKENDS)
+
+
 def _adp_balance(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out.setdefault("scheduler_options", {})["attention_dp_balance"] = _bool(
         "attention_dp_balance", value
@@ -274,6 +291,12 @@ TRTLLM_FLAGS = {
         _adp_batching_wait,
         str(ADP_BATCHING_WAIT_ITERS),
     ),
+    "moe_backend": Flag(
+        "moe_config.backend: the nvfp4 experts' kernel at every step, CUTLASS or TRTLLM "
+        "(TRTLLM-gen); unset: TRTLLM-gen up to 128 tokens, CUTLASS above (aiconfigurator)",
+        _trtllm_moe_backend,
+        "unset",
+    ),
     "speculative_config": Flag(
         "JSON, the speculative_config section of --extra_llm_api_options: decoding_type "
         "Eagle (EAGLE-3: max_draft_len, speculative_model_dir, eagle3_one_model) | MTP "
@@ -299,6 +322,8 @@ __all__ = [
     "TRTLLM_BATCHING",
     "TRTLLM_BATCH_WAIT",
     "TRTLLM_FLAGS",
+    "TRTLLM_MOE",
+    "TRTLLM_MOE_BACKENDS",
     "TRTLLM_OVERLAP",
     "TRTLLM_SPEC",
     "trtllm_speculation",

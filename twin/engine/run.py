@@ -539,10 +539,12 @@ def priced_profile(
     ``moe_backend=flashinfer_trtllm_afp8`` with the mxfp8-activation kernel's fit
     (``Profile.with_experts_fit``); the ``trtllm`` mode prices mxfp4 experts with that fit
     wherever the profile has one (:data:`TRTLLM_MXFP8_EXPERTS`)."""
-    backend = (flags or {}).get("moe_backend")  # vLLM's flag: no other mode takes it
+    backend = (flags or {}).get("moe_backend")  # vLLM's flag, TensorRT-LLM's moe_config
     if not model.n_moe_layers or (backend is None and engine not in TRTLLM_MXFP8_EXPERTS):
         return profile
     expert = px.moe_format(model)
+    if engine == "trtllm" and backend is not None:
+        return trtllm_moe_backend_profile(expert, profile, backend)
     if backend == "marlin" and expert.name == "mxfp4":
         return profile.with_marlin_experts(expert.moe_kernel)
     kernel = fm.moe_mxfp8_activation_kernel(expert.table_mode)
@@ -558,6 +560,26 @@ def priced_profile(
         why = "TensorRT-LLM's W4A8_MXFP4_MXFP8 (get_mxfp4_quant_algo)"
         return profile.with_experts_fit(expert.moe_kernel, kernel, why)
     return profile
+
+
+def trtllm_moe_backend_profile(expert: Any, profile: Any, backend: str) -> Any:
+    """``profile`` pricing nvfp4 experts ``expert`` with TensorRT-LLM's ``moe_config.backend``
+    ``backend`` at every step (``twin.engine.modes_trtllm.TRTLLM_MOE``): ``TRTLLM`` with the
+    TRTLLM-gen kernel's fits, the min-latency one (fitted there) up to 128 tokens and the
+    one over every token count (``formulas.moe_trtllm_gen_kernel``) above; ``CUTLASS``
+    with the CUTLASS fit, the min-latency one's steps too. Unchanged for other formats (the
+    fp8 block-scale experts follow the backend through the silicon plan's precision) or
+    where the profile lacks the TRTLLM-gen fit."""
+    small = fm.moe_min_latency_kernel(expert.table_mode)
+    if expert.table_mode not in fm.MOE_MIN_LATENCY_MODES or small not in profile.kernels:
+        return profile
+    why = f"--set moe_backend={backend}"
+    if backend == "CUTLASS":
+        return profile.with_experts_fit(small, expert.moe_kernel, why)
+    gen = fm.moe_trtllm_gen_kernel(expert.table_mode)
+    if gen not in profile.kernels:
+        return profile
+    return profile.with_experts_fit(expert.moe_kernel, gen, why)
 
 
 def _pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:

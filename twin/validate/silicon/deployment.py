@@ -29,6 +29,7 @@ from twin.validate.silicon.inferencemax_trtllm import (
     inferencemax_kv_fraction,
     inferencemax_mtp_batch,
     inferencemax_mtp_drafts,
+    inferencemax_trtllm_fp4_moe_backend,
 )
 from twin.validate.silicon.inferencemax_vllm import inferencemax_vllm, inferencemax_vllm_build
 
@@ -71,7 +72,8 @@ def inferencemax_deployment(row: SiliconRow, engine: str) -> dict[str, Any]:
     if not inferencemax_deepseek(row) or not row.isl:
         return {}
     block, conc = INFERENCEMAX_TRTLLM_BLOCK, row.concurrency or 0
-    balance = inferencemax_adp_balance(row)
+    backend = inferencemax_trtllm_fp4_moe_backend(row)  # the fp4 experts' moe_config
+    balance = {**inferencemax_adp_balance(row), **({"moe_backend": backend} if backend else {})}
     fraction = inferencemax_kv_fraction(row)
     memory = {} if fraction is None else {"memory_utilization": fraction}
     drafts = inferencemax_mtp_drafts(row)

@@ -307,6 +307,39 @@ def inferencemax_trtllm_moe_backend(row: SiliconRow) -> str | None:
     return None
 
 
+# The MoE backend each InferenceMAX DeepSeek-R1 fp4 TensorRT-LLM script writes on B200
+# (``moe_config.backend``; SemiAnalysisAI/InferenceX, read at each commit the rows ran):
+# ``CUTLASS`` where the script runs attention DP, ``TRTLLM`` (TRTLLM-gen) otherwise, in
+# ``benchmarks/dsr1_fp4_b200_trt_slurm.sh`` at e06929c70 (the unnamed 2025-11-02 rows, the
+# script's own layout: :func:`inferencemax_trtllm_script_layout`),
+# ``dsr1_fp4_b200_trt_mtp_slurm.sh`` at bf3456727 (1.1.0rc2.post2 -mtp),
+# ``dsr1_fp4_b200_trt.sh`` at 6eecc0e66 (1.2.0rc6.post2) and ``dsr1_fp4_b200_trt_mtp.sh``
+# at 0aae52d4c (1.2.0rc6.post3); ``dsr1_fp4_b200_trt_slurm.sh`` at 93e1b3ca1 (the
+# 2025-12-15 1.1.0rc2.post2 rows) chooses it by lengths and clients instead: ``CUTLASS``
+# at 1k/1k and 1k/8k from 256 clients and at 8k/1k above 32 (tp 4 and 8), else
+# ``TRTLLM``. The twin's ``--set moe_backend`` (``twin.engine.modes_trtllm``) prices the
+# nvfp4 experts with that module's table at every step.
+INFERENCEMAX_FP4_BY_LENGTHS_DAY = "2025-12-15"  # the 93e1b3ca1 sweep's measured= stamp
+_FP4_CUTLASS_FROM = {(1024, 1024): 256, (1024, 8192): 256, (8192, 1024): 33}
+
+
+def inferencemax_trtllm_fp4_moe_backend(row: SiliconRow) -> str | None:
+    """``moe_config.backend`` of ``row``'s InferenceMAX DeepSeek-R1 fp4 TensorRT-LLM
+    script on B200 (above); ``None`` for other rows."""
+    if not _inferencemax_trtllm_deepseek(row) or row.precision != "fp4":
+        return None
+    if row.system != "b200_sxm" or row.backend_version not in INFERENCEMAX_FP4_IMAGES:
+        return None
+    plain = inferencemax_mtp_drafts(row) is None
+    if plain and measured_on(row) == INFERENCEMAX_FP4_BY_LENGTHS_DAY:
+        start = _FP4_CUTLASS_FROM.get((row.isl or 0, row.osl or 0))
+        return "CUTLASS" if start is not None and (row.concurrency or 0) >= start else "TRTLLM"
+    return "CUTLASS" if (row.attention_dp or 1) > 1 else "TRTLLM"
+
+
+INFERENCEMAX_FP4_IMAGES = ("1.1.0rc2.post2", "1.2.0rc6.post2", "1.2.0rc6.post3")
+
+
 def inferencemax_deepseek_batch_wait(row: SiliconRow) -> dict[str, str]:
     """The batch-waiting ``--set`` flags of ``row``'s InferenceMAX DeepSeek-R1
     TensorRT-LLM server (``DELAY_BATCHING``, above); empty where its script sets none."""
