@@ -19,6 +19,7 @@ from twin.calibration.aic_tables import system_dir
 from twin.costmodel import a2a
 from twin.costmodel import latency as lat
 from twin.costmodel.formulas import A2A_VARIANTS, a2a_kernel, get_formula
+from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig
 from twin.engine.config import ClusterConfig
 from twin.engine.dp_attention import DPStepPricer
@@ -246,8 +247,6 @@ def test_moe_layers_take_the_a2a_dense_layers_keep_the_gather() -> None:
 
 
 def test_deepep_needs_the_fits_and_the_layout() -> None:
-    from twin.costmodel.profile_store import resolve_profile
-
     prof = resolve_profile("h200-datasheet", None, None)
     with pytest.raises(TwinError, match="has no fit of a2a_ht_dispatch"):
         a2a.A2APrice(get_model("deepseek-r1"), prof, 8)
@@ -257,7 +256,6 @@ def test_the_mode_follows_the_step_or_the_backend() -> None:
     import dataclasses
 
     from twin.costmodel.profile import KernelFit
-    from twin.costmodel.profile_store import resolve_profile
 
     base = resolve_profile("h200-datasheet", None, None)
     fits = {
@@ -315,7 +313,6 @@ def test_cost_refuses_deepep_without_attention_dp(capsys: pytest.CaptureFixture)
 
 
 def test_shipped_profile_prices_deepseek_s_moe_exchange_from_the_fits() -> None:
-    from twin.costmodel.profile_store import resolve_profile
     from twin.engine.dp_attention import dp_pricer
 
     model = get_model("deepseek-r1")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from twin.calibration.aic_import import (
     import_profile,
@@ -21,8 +22,9 @@ from twin.calibration.aic_import import (
     refit_matches,
     without_families,
 )
-from twin.calibration.aic_tables import read_families
+from twin.calibration.aic_tables import gemm_rows, read_families
 from twin.calibration.merge import merge_profiles
+from twin.cli import app
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
@@ -182,10 +184,6 @@ def test_refit_takes_a_group_of_families() -> None:
     ],
 )
 def test_calibrate_refit_is_refused_in_one_line(args: list[str], needle: str) -> None:
-    from typer.testing import CliRunner
-
-    from twin.cli import app
-
     res = CliRunner().invoke(app, ["calibrate", "--from", "aiconfigurator", "--gpu", "h100", *args])
     assert isinstance(res.exception, TwinError) and needle in str(res.exception)
 
@@ -270,7 +268,6 @@ def test_uncovered_gpu_and_unknown_engine_are_refused() -> None:
 
 def test_gemm_rows_outside_the_fit_domain_are_counted_not_fitted(tmp_path: Path) -> None:
     from twin.calibration.aic_import import fit_family
-    from twin.calibration.aic_tables import gemm_rows
 
     fam = gemm_rows(DATA / "h100_sxm", "vllm")
     assert fam is not None
@@ -283,10 +280,6 @@ def test_gemm_rows_outside_the_fit_domain_are_counted_not_fitted(tmp_path: Path)
 
 
 def test_calibrate_cli_merges_and_refuses_bad_sources(imported: Profile, tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from twin.cli import app
-
     a = imported.save(tmp_path / "a.json")
     b = load_profile("h100-datasheet").save(tmp_path / "b.json")
     out = tmp_path / "m.json"
@@ -326,8 +319,6 @@ def _gemm_and_scale_tables(root: Path, engine: str, scale: bool = True) -> Path:
 
 
 def test_tensorrt_llm_fp8_gemms_are_read_at_a_static_input_scale(tmp_path: Path) -> None:
-    from twin.calibration.aic_tables import gemm_rows
-
     # TensorRT-LLM's collector timed a dynamic scale (an amax pass) in every fp8 row; its
     # compute-scale table times that pass per (m, k), and it is taken off where timed.
     system = _gemm_and_scale_tables(tmp_path, "trtllm")
@@ -342,8 +333,6 @@ def test_tensorrt_llm_fp8_gemms_are_read_at_a_static_input_scale(tmp_path: Path)
 
 
 def test_static_fp8_rows_only_where_the_collector_timed_a_dynamic_scale(tmp_path: Path) -> None:
-    from twin.calibration.aic_tables import gemm_rows
-
     # vLLM's collector builds its fp8 rows static: the same tables leave them as measured.
     vllm = gemm_rows(_gemm_and_scale_tables(tmp_path / "v", "vllm"), "vllm", "fp8")
     assert vllm is not None

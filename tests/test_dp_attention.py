@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from test_engine_helpers import run, single_turns
 
+from twin.cli.main import run as twin
 from twin.costmodel.breakdown import StepCost
 from twin.engine import EngineConfig, memory_budget
-from twin.engine.config import ClusterConfig, MemoryConfig
+from twin.engine.config import ClusterConfig, MemoryConfig, SchedulerConfig
 from twin.engine.dp_attention import (
     IDLE,
     ADPBalance,
@@ -21,6 +22,7 @@ from twin.engine.dp_attention import (
     adp_balance,
     rank_config,
 )
+from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.parallel import Layout, weight_bytes_per_gpu
 from twin.presets import get_model
@@ -182,8 +184,6 @@ def test_without_dp_attention_the_config_is_unchanged():
 
 
 def test_cli_refuses_a_layout_in_one_line(tmp_path, capsys):
-    from twin.cli.main import run as twin
-
     for argv in (
         ["simulate", "-m", "llama-3-8b", "--tp", "4", "--dp-attention", "3"],
         ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--tp", "4", "--dp-attention", "3"],
@@ -199,8 +199,6 @@ def test_cli_refuses_a_layout_in_one_line(tmp_path, capsys):
 
 def test_cost_shows_the_synchronised_step_s_parts(capsys):
     import json
-
-    from twin.cli.main import run as twin
 
     argv = ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--tp", "2", "--dp-attention", "2"]
     assert twin([*argv, "--lengths", "1024", "--batches", "1,16", "--json"]) == 0
@@ -234,8 +232,6 @@ def test_a_rank_drops_trtllm_batch_waiting():
     """TensorRT-LLM skips its batch waiting under attention DP (``PyExecutor._schedule``:
     ``should_check_waiting = not cfg.enable_attention_dp and ...``): a rank's config
     drops those options and keeps the rest; a config without them is the same object."""
-    from twin.engine.config import SchedulerConfig
-
     wait = {
         "batch_wait_timeout_iters": 20,
         "batch_wait_max_tokens_ratio": 0.9,
@@ -394,8 +390,6 @@ def test_a_re_plan_is_not_an_iteration_of_the_balance(tmp_path, monkeypatch):
 
 
 def test_the_trtllm_mode_reads_attention_dp_config():
-    from twin.engine.modes import get_mode
-
     model = get_model("tiny-transformer")
     sets = {
         "attention_dp_balance": "true",
@@ -420,9 +414,6 @@ def test_the_balance_alone_takes_attention_dp_config_s_defaults():
     hold and 10 of batching wait (``tensorrt_llm/llmapi/llm_args.py``); counted in the
     pricer's iterations (``1 / tau`` a token step); off: no balance."""
     from types import SimpleNamespace
-
-    from twin.engine.config import SchedulerConfig
-    from twin.engine.modes import get_mode
 
     model = get_model("tiny-transformer")
     options = get_mode("trtllm").settings(model, {"attention_dp_balance": "true"})

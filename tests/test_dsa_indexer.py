@@ -11,6 +11,7 @@ import pytest
 
 from twin.costmodel import CostModel
 from twin.costmodel.profile_store import load_profile
+from twin.engine.kernel_layouts import sglang_kernel_layout
 from twin.errors import TwinError
 from twin.hf_config import from_hf_config
 from twin.presets import get_model
@@ -63,7 +64,6 @@ def test_sglang_s_sparse_prefill_pads_hopper_s_heads_past_the_top_k() -> None:
     padded to 64 on Hopper over a bf16 cache: at tp 8 GLM-5's 8 heads cost as 64, each
     new token over 2,048 latent keys; at or below the top-k the dense form stays."""
     from twin.costmodel import mla_features as mf
-    from twin.engine.kernel_layouts import sglang_kernel_layout
     from twin.hardware import GPUS
 
     assert (GLM5.index_topk, from_hf_config(HF / "glm-5.json").index_topk) == (2048, 2048)
@@ -99,7 +99,6 @@ def test_the_sparse_prefill_follows_the_cache_not_the_module_fits_features(
     (``precision_kernels._mla_keys``); the sparse prefill's padded heads follow the
     cache the server runs (bf16: FlashMLA's sparse kernel), so an 8k prompt still pays
     them (the two rules met in session 24's merge and the pad was lost)."""
-    from twin.engine.kernel_layouts import sglang_kernel_layout
     from twin.precision import with_precision
 
     # the checkpoint's block-scaled experts, as the silicon rows price it
