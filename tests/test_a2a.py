@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from twin.calibration.aic_a2a import a2a_rows
-from twin.calibration.aic_import import fit_family
+from twin.calibration.aic_import import fit_family, split_impossible
 from twin.calibration.aic_tables import system_dir
 from twin.costmodel import a2a
 from twin.costmodel import latency as lat
@@ -22,7 +22,7 @@ from twin.costmodel.formulas import A2A_VARIANTS, a2a_kernel, get_formula
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig
 from twin.engine.config import ClusterConfig
-from twin.engine.dp_attention import DPStepPricer
+from twin.engine.dp_attention import DPStepPricer, dp_pricer
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.hardware import get_gpu
@@ -313,8 +313,6 @@ def test_cost_refuses_deepep_without_attention_dp(capsys: pytest.CaptureFixture)
 
 
 def test_shipped_profile_prices_deepseek_s_moe_exchange_from_the_fits() -> None:
-    from twin.engine.dp_attention import dp_pricer
-
     model = get_model("deepseek-r1")
     prof = resolve_profile("h200", None, "sglang")
     gather = dp_pricer(model, prof, 8, 8, 8, 0.0, 0.0)
@@ -364,7 +362,6 @@ def test_sglang_s_gb300_dispatch_meets_the_kernel_target() -> None:
     sent (``a2a.rank_rows``) the held-out median is within 5% and the P90 within 15%
     (without it 6.1% / 18.7%: the per-token slope off by -21% to +27% by shape)."""
     pytest.importorskip("aiconfigurator_core")
-    from twin.calibration.aic_import import split_impossible
     from twin.calibration.fit import fit_kernel
 
     peaks = get_gpu("gb300").peaks()

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from twin.calibration.aic_import import (
+    fit_family,
     import_profile,
     impossible,
     refit_matches,
@@ -267,8 +268,6 @@ def test_uncovered_gpu_and_unknown_engine_are_refused() -> None:
 
 
 def test_gemm_rows_outside_the_fit_domain_are_counted_not_fitted(tmp_path: Path) -> None:
-    from twin.calibration.aic_import import fit_family
-
     fam = gemm_rows(DATA / "h100_sxm", "vllm")
     assert fam is not None
     narrow = dict(fam.rows[0], shape={"m": 8, "n": 32, "k": 1024})  # a 32-wide product

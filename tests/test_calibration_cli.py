@@ -181,8 +181,6 @@ def test_calibrate_without_out_writes_to_the_user_folder_never_the_package(
 
 def test_a_flag_the_calibration_does_not_read_is_named_in_one_line() -> None:
     """``_only``'s refusal reads "not read with --FLAG" or "not read when <phrase>"."""
-    from typer.testing import CliRunner
-
     from twin.cli import app
     from twin.errors import TwinError
 

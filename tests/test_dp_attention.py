@@ -15,11 +15,13 @@ from twin.engine.dp_attention import (
     IDLE,
     ADPBalance,
     DPCluster,
+    DPReplica,
     DPStepPricer,
     RoundRobin,
     TRTLLMBalanced,
     VLLMLeastLoaded,
     adp_balance,
+    dp_pricer,
     rank_config,
 )
 from twin.engine.modes import get_mode
@@ -220,7 +222,6 @@ def test_a_hybrid_rank_prices_its_state_checkpoint_copy() -> None:
     GPUs (it asked the cost model for a method it does not have, and such a run failed)."""
     from twin.costmodel import CostModel
     from twin.costmodel.profile_store import resolve_profile
-    from twin.engine.dp_attention import dp_pricer
 
     model = get_model("qwen3.5-35b-a3b")
     profile = resolve_profile("h200", None, "vllm")
@@ -357,8 +358,6 @@ def test_the_balance_ticks_once_an_executor_iteration():
 def test_a_re_plan_is_not_an_iteration_of_the_balance(tmp_path, monkeypatch):
     """The late arrival of the test above, with the loop planning its third iteration
     twice (as after a rank preempted all it ran): the request is held as long."""
-    from twin.engine.dp_attention import DPReplica
-
     path = single_turns(tmp_path / "w.parquet", [0.0, 0.0, 0.002], prompt_len=4, output_len=20)
     options = {
         "attention_dp_balance": True,

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from twin.cache.pool import SplitPool
 from twin.engine import build_run
-from twin.engine.modes import get_mode, measured_mode
+from twin.engine.modes import ENGINE_MODES, get_mode, measured_mode
 from twin.engine.modes_sglang import sglang_gpu_defaults
 from twin.errors import TwinError
 from twin.policies import get_policy
@@ -317,8 +317,6 @@ def test_a_modes_build_is_the_one_its_runs_lay_out() -> None:
     """``EngineMode.build`` (``twin cost --engine``'s) is the build ``twin simulate
     --engine NAME[==VERSION]`` lays its kernels out as, without a measured one."""
     from twin.engine.config import EngineConfig
-    from twin.engine.modes import ENGINE_MODES, get_mode
-    from twin.presets import get_model
 
     model = get_model("llama-3.1-70b")
     for name in ENGINE_MODES:

@@ -30,7 +30,7 @@ from twin.costmodel.precision_kernels import MLA_AS_GQA_NOTE
 from twin.costmodel.profile_store import load_profile
 from twin.costmodel.step_features import aggregate_step
 from twin.errors import TwinError
-from twin.hardware import get_gpu
+from twin.hardware import GB, get_gpu
 from twin.parallel import Layout, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from twin.presets import get_model
 
@@ -285,7 +285,6 @@ def test_the_engine_holds_mla_tokens_at_their_replicated_bytes() -> None:
     that ratio. Sharded GQA (Llama-3-8B's 8 KV heads at tp 8) and hybrids keep theirs."""
     from twin.engine.cluster import kv_replication_scale, memory_budget
     from twin.engine.config import ClusterConfig, EngineConfig, MemoryConfig
-    from twin.hardware import GB
 
     ds = get_model("deepseek-v3")
     cfg = EngineConfig(

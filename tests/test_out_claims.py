@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_report import CAPACITY
 
-from twin.atomic import MANIFEST_FILE, claim, read_manifest
+from twin.atomic import MANIFEST_FILE, OutputSet, claim, hold, read_manifest
 from twin.cli.main import run
 from twin.errors import TwinError
 
@@ -155,8 +155,6 @@ def test_a_claim_is_the_process_s_so_no_thread_of_it_waits_on_it(tmp_path: Path)
     """A merge or commit from another thread of the claiming process goes ahead (a hold per
     thread would wait on the claim's own lock forever)."""
     import threading
-
-    from twin.atomic import OutputSet, hold
 
     out = tmp_path / "out"
     done: list[str] = []

@@ -17,7 +17,7 @@ from twin.reports.capacity import capacity_report
 from twin.reports.capacity_request import CapacityRequest, Deployment, SweepAxes, Targets
 from twin.reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
 from twin.reports.render import HTML_FILE, MD_FILE
-from twin.reports.sweep import RESULTS_FILE, grid
+from twin.reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant, grid
 from twin.workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
@@ -195,8 +195,6 @@ def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, mon
 def test_engine_modes_and_their_flags_are_swept_in_their_shared_pool(tmp_path: Path) -> None:
     """Issue 14: the policy axis takes engine modes with flags; each runs once per rate in
     its shared KV pool (the row's cache is the pool's size); auto runs a policy there too."""
-    from twin.reports.sweep import AUTO_GB, engine_variant
-
     assert engine_variant("vllm+") is None
     assert engine_variant("sglang[mamba_radix_cache_strategy=extra_buffer;page_size=1]") == (
         "sglang",

@@ -14,7 +14,7 @@ from twin.cli import common
 from twin.cli.main import run
 from twin.errors import TwinError
 from twin.reports.render import MD_FILE
-from twin.reports.sweep import Point, SweepSpec, resolve
+from twin.reports.sweep import Point, SweepSpec, resolve, run_point
 from twin.workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
@@ -165,8 +165,6 @@ def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypat
         raise RuntimeError("stop")
 
     monkeypatch.setattr("twin.reports.sweep.build_run", fake_build_run)
-    from twin.reports.sweep import run_point
-
     with pytest.raises(RuntimeError, match="stop"):
         run_point(timed, point)
     assert (seen["duration_s"], seen["workload_cache"], seen["session_rate"]) == (600.0, "W", 1.0)
