@@ -16,9 +16,12 @@ import pytest
 from twin.calibration.aic_a2a import a2a_rows
 from twin.calibration.aic_import import fit_family, split_impossible
 from twin.calibration.aic_tables import system_dir
+from twin.calibration.fit import fit_kernel
+from twin.cli.main import run as twin
 from twin.costmodel import a2a
 from twin.costmodel import latency as lat
 from twin.costmodel.formulas import A2A_VARIANTS, a2a_kernel, get_formula
+from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig
 from twin.engine.config import ClusterConfig
@@ -255,8 +258,6 @@ def test_deepep_needs_the_fits_and_the_layout() -> None:
 def test_the_mode_follows_the_step_or_the_backend() -> None:
     import dataclasses
 
-    from twin.costmodel.profile import KernelFit
-
     base = resolve_profile("h200-datasheet", None, None)
     fits = {
         k: KernelFit(get_formula(k).model_name, {n: TRUE[n] for n in get_formula(k).param_names})
@@ -302,8 +303,6 @@ def test_the_sglang_flag_and_its_refusals() -> None:
 
 
 def test_cost_refuses_deepep_without_attention_dp(capsys: pytest.CaptureFixture) -> None:
-    from twin.cli.main import run as twin
-
     rc = twin(["cost", "-m", "deepseek-r1", "--gpu", "h200", "--tp", "8", "--moe-a2a", "deepep"])
     _, err = capsys.readouterr()
     assert rc == 2
@@ -333,8 +332,6 @@ def test_every_family_is_at_least_its_floor() -> None:
     (formulas, "Every all-to-all family"; vLLM's high-throughput dispatch adds its host's
     busy-wait): the price is the larger of the fitted floor and the work; a fit written
     before the floor and the rows sent existed reads with zeros, its prices unchanged."""
-    from twin.costmodel.profile import KernelFit, _upgrade
-
     peaks = get_gpu("h200").peaks()
     for kernel in A2A_VARIANTS:
         formula = get_formula(kernel)
@@ -362,8 +359,6 @@ def test_sglang_s_gb300_dispatch_meets_the_kernel_target() -> None:
     sent (``a2a.rank_rows``) the held-out median is within 5% and the P90 within 15%
     (without it 6.1% / 18.7%: the per-token slope off by -21% to +27% by shape)."""
     pytest.importorskip("aiconfigurator_core")
-    from twin.calibration.fit import fit_kernel
-
     peaks = get_gpu("gb300").peaks()
     kernel = a2a_kernel("ht", "dispatch")
     fam = next(f for f in a2a_rows(system_dir("gb300"), "sglang", "0.5.12") if f.kernel == kernel)

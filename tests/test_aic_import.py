@@ -26,6 +26,7 @@ from twin.calibration.aic_import import (
 from twin.calibration.aic_tables import gemm_rows, read_families
 from twin.calibration.merge import merge_profiles
 from twin.cli import app
+from twin.cli.calibrate import _refit_names
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
@@ -33,6 +34,7 @@ from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
 from twin.hardware import get_gpu
+from twin.precision import with_precision
 from twin.presets import get_model
 
 DATA = Path(__file__).parent / "data" / "aic" / "systems" / "data"
@@ -108,8 +110,6 @@ def test_fits_recover_the_generating_parameters(imported: Profile) -> None:
 
 
 def test_the_fp8_fits_price_an_fp8_model_faster_than_bf16(imported: Profile) -> None:
-    from twin.precision import with_precision
-
     llama = get_model("llama-3-8b")
     fp8 = with_precision(llama, "fp8", "fp8")
     assert imported.precisions() == ["bf16", "fp8"]
@@ -166,8 +166,6 @@ def test_refit_fits_the_named_families_again_and_keeps_the_rest(imported: Profil
 def test_refit_takes_a_group_of_families() -> None:
     """``--refit mla`` covers every MLA family, ``mla_module`` the modules only; a group is
     a key's leading words, not any prefix."""
-    from twin.cli.calibrate import _refit_names
-
     assert _refit_names("mla,mla_module,moe,gemm_fp8") == ("mla", "mla_module", "moe", "gemm_fp8")
     assert refit_matches("mla_module_decode_fp8_block_fp8kv", ["mla_module"])
     assert refit_matches("mla_bmm_fp8", ["mla"]) and not refit_matches("mla_bmm", ["mla_module"])

@@ -8,7 +8,9 @@ import pytest
 from test_engine_helpers import run, single_turns
 
 from twin.cli.main import run as twin
+from twin.costmodel import CostModel
 from twin.costmodel.breakdown import StepCost
+from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig, memory_budget
 from twin.engine.config import ClusterConfig, MemoryConfig, SchedulerConfig
 from twin.engine.dp_attention import (
@@ -25,6 +27,7 @@ from twin.engine.dp_attention import (
     rank_config,
 )
 from twin.engine.modes import get_mode
+from twin.engine.run import build_run
 from twin.errors import TwinError
 from twin.parallel import Layout, weight_bytes_per_gpu
 from twin.presets import get_model
@@ -220,9 +223,6 @@ def test_a_hybrid_rank_prices_its_state_checkpoint_copy() -> None:
     """A hybrid model's ranks copy recurrent-state checkpoints (vLLM's one state slot): the
     synchronised pricer prices one as the plain pricer does, on the rank's attention-TP
     GPUs (it asked the cost model for a method it does not have, and such a run failed)."""
-    from twin.costmodel import CostModel
-    from twin.costmodel.profile_store import resolve_profile
-
     model = get_model("qwen3.5-35b-a3b")
     profile = resolve_profile("h200", None, "vllm")
     copy = dp_pricer(model, profile, 2, 1, 2, 0.0, 0.0).checkpoint_copy_time()
@@ -315,8 +315,6 @@ def test_a_built_run_leaves_the_eager_host_time_to_the_ranks_step_loop(tmp_path)
     floor (``run._pricer``; it would no longer price synchronised steps): the replica's
     loop pays it (``DPReplica.eager_s``), in a disaggregated pool's ranks too, where it
     moves a request as much as it does without attention DP."""
-    from twin.engine.run import build_run
-
     path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=64, output_len=4)
     disagg = {"prefill_workers": 1, "decode_workers": 1, "replicas": 2}
 
