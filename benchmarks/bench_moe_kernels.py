@@ -74,7 +74,9 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
 
     gpu, engine = name.rsplit("-", 1)
     out: dict[str, dict[str, Any]] = {}
-    for fam in at.moe_rows(at.system_dir(gpu), engine):
+    # the rows as the profile's fits read them: with or without the replays' L2
+    l2 = any(at.reads_replay_l2(f.params) for k, f in prof.kernels.items() if k in MOE_VARIANTS)
+    for fam in at.moe_rows(at.system_dir(gpu), engine, replay_l2=l2):
         fit: KernelFit | None = prof.kernels.get(fam.kernel)
         if fit is None:
             continue

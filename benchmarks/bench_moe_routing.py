@@ -47,7 +47,7 @@ MAX_ROWS = 600  # rows per family and distribution, spread evenly (the run's len
 DECODE_TOKENS = 256
 
 
-def _row(fmt: px.WeightFormat, raw: dict[str, Any], rule: str) -> dict:
+def _row(fmt: px.WeightFormat, raw: dict[str, Any], rule: str, l2: float | None) -> dict:
     t, d, inter, top, n_exp, mtp, ep = (int(raw[c]) for c in at.MOE_COLUMNS)
     load = ROUTINGS[rule].rank_load(t, n_exp, top, ep)
     act_e, w_e = (
@@ -56,7 +56,7 @@ def _row(fmt: px.WeightFormat, raw: dict[str, Any], rule: str) -> dict:
         else px.gemm_operand_bytes(fmt, at.ELEM_BYTES)
     )
     feats = ft.moe_features(
-        load.rows, t * top * d, load.active, d, inter // mtp, 2, at.ELEM_BYTES, act_e, w_e
+        load.rows, t * top * d, load.active, d, inter // mtp, 2, at.ELEM_BYTES, act_e, w_e, l2
     )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     flops, nbytes, extras = feats
@@ -113,7 +113,9 @@ def family_rows(name: str) -> list[dict[str, Any]]:
             }
             for rule in RULES:
                 routing = dist if rule == "table" else rule
-                rows = [_row(fmt, r, routing) for r in raw]
+                # the table's L2 where the fit was fitted reading it (aic_tables)
+                l2 = at.system_l2(system) if at.reads_replay_l2(fit.params) else None
+                rows = [_row(fmt, r, routing, l2) for r in raw]
                 priced = predict_rows(fam.kernel, fit.params, prof.peaks, rows)
                 lr = np.log(priced / y) + log_factors(fit.series, rows)
                 row[rule] = _errors(lr)

@@ -42,6 +42,7 @@ TRUE = {
     "c_weight_elems": 1e-14,
     "c_routed_elems": 2e-13,
     "c_tile_bytes": 0.0,  # tests/data/aic/make_moe_table.py's: its rows predate these terms
+    "c_l2_bytes": 0.0,
     "c_active_experts": 0.0,
 }
 
@@ -226,7 +227,7 @@ def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
     assert with_term == pytest.approx(without + 30 * 2e-6, rel=1e-12)
     fast = lat.compile_fast("moe", params, peaks)
     x, y, u = extras["weight_elems"], extras["routed_elems"], extras["tile_bytes"]
-    assert fast(flops, nbytes, x, y, u, 30.0) == pytest.approx(with_term, rel=1e-12)
+    assert fast(flops, nbytes, x, y, u, 0.0, 30.0) == pytest.approx(with_term, rel=1e-12)
     # the decode paths' compiled constants carry no serial term: refused, not dropped
     with pytest.raises(AssertionError, match=r"extra features|serial"):
         lat.kernel_constants("moe", params, peaks)
@@ -240,10 +241,11 @@ def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
         kernels={**resolve_profile("h100", None, "vllm").kernels, "moe": fit},
     )
     again = type(prof).from_dict(prof.to_dict())
-    want = "roofline+weight_elems+routed_elems+tile_bytes+active_experts"
+    want = "roofline+weight_elems+routed_elems+tile_bytes+l2_bytes+active_experts"
     assert again.kernels["moe"].model == want
     assert again.kernels["moe"].params["c_active_experts"] == 0.0
     assert again.kernels["moe"].params["c_tile_bytes"] == 0.0
+    assert again.kernels["moe"].params["c_l2_bytes"] == 0.0
 
 
 def test_fit_recovers_a_serial_per_expert_cost() -> None:
@@ -276,8 +278,98 @@ def test_the_array_form_prices_the_serial_term_like_the_scalar_form() -> None:
     flops, nbytes = np.array([1e9, 1e12, 0.0]), np.array([1e8, 1e9, 1e6])
     x, y = np.array([1e6, 1e8, 0.0]), np.array([1e5, 1e7, 1e3])
     u, z = np.array([5e5, 1e6, 0.0]), np.array([1.0, 64.0, 8.0])
-    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, z, strict=True)]
-    assert many(flops, nbytes, x, y, u, z).tolist() == want
+    w = np.array([0.0, 0.0, 3e6])  # a table row's L2 bytes
+    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, w, z, strict=True)]
+    assert many(flops, nbytes, x, y, u, w, z).tolist() == want
     assert many(flops, nbytes, x, y).tolist() == [
         fast(*v) for v in zip(flops, nbytes, x, y, strict=True)
     ]
+
+
+QWEN30_EP4 = {
+    "num_tokens": 1,
+    "hidden_size": 2048,
+    "inter_size": 768,
+    "topk": 8,
+    "num_experts": 128,
+    "moe_tp_size": 1,
+    "moe_ep_size": 4,
+}
+
+
+def test_a_table_rows_working_set_that_fits_in_l2_is_read_from_l2() -> None:
+    # 1 token x top-8 over EP 4: 2 rows on the rank, 2 of its 32 experts (2048 x 3 x 768
+    # bf16, 9.4 MB each): 19 MB, inside 0.8 of H100's 50 MB L2.
+    l2 = get_gpu("h100").l2_bytes
+    bf16 = WEIGHT_FORMATS["bf16"]
+    hbm = moe_row(QWEN30_EP4, bf16, "moe", 0.5)
+    row = moe_row(QWEN30_EP4, bf16, "moe", 0.5, l2)
+    assert hbm["l2_bytes"] == 0.0 and hbm["bytes"] > 0
+    assert row["l2_bytes"] == hbm["bytes"] < ft.REPLAY_L2_SHARE * l2  # type: ignore[operator]
+    assert row["bytes"] == 0.0 and row["weight_elems"] == 0.0
+    assert {k: row[k] for k in ("flops", "routed_elems", "tile_bytes", "active_experts")} == {
+        k: hbm[k] for k in ("flops", "routed_elems", "tile_bytes", "active_experts")
+    }
+    # 64 tokens hit all 32 experts (302 MB): from HBM even on this GPU
+    big = {**QWEN30_EP4, "num_tokens": 64}
+    assert moe_row(big, bf16, "moe", 0.5, l2) == moe_row(big, bf16, "moe", 0.5)
+
+
+def test_the_reader_gives_each_row_its_gpus_l2() -> None:
+    (fam,) = moe_rows(system_dir("h100", DATA), "vllm")
+    resident = [r for r in fam.rows if r["l2_bytes"] > 0]
+    assert resident and len(resident) < len(fam.rows)
+    for r in fam.rows:
+        if r["l2_bytes"] > 0:
+            assert r["bytes"] == 0.0 and r["l2_bytes"] <= 0.8 * 50e6
+        else:
+            assert r["bytes"] > 0.8 * 50e6
+
+
+def test_a_serving_step_reads_its_experts_from_hbm_whatever_the_l2_term() -> None:
+    prof = resolve_profile("h100", None, "vllm")
+
+    def step_s(c_l2: float) -> float:
+        fit = dataclasses.replace(
+            prof.kernels["moe"], params={**prof.kernels["moe"].params, "c_l2_bytes": c_l2}
+        )
+        p = dataclasses.replace(prof, kernels={**prof.kernels, "moe": fit})
+        step = CostModel(_qwen_moe(), p, 4).decode([1000] * 4, breakdown=True)
+        return float(step.by_kernel["moe"])  # type: ignore[union-attr]
+
+    assert step_s(0.0) > 0
+    assert step_s(1.0) == step_s(0.0)
+
+
+def test_fit_recovers_the_l2_rate_of_resident_rows() -> None:
+    from twin.calibration.fit import fit_params
+
+    peaks = get_gpu("h100").peaks()
+    l2 = get_gpu("h100").l2_bytes
+    params = {**TRUE, "c_l2_bytes": 1.0 / 6e12}  # read from L2 at 6 TB/s
+    rows = []
+    for t in (1, 2, 4, 8, 16, 64, 256, 1024, 4096):
+        for ep in (1, 4, 16):
+            for n_exp in (64, 256):
+                routed = t * 8
+                active = min(n_exp / ep, routed / ep)
+                flops, nbytes, ex = ft.moe_features(
+                    routed / ep, routed * 2048, active, 2048, 768, 2, 2, 2.0, 2.0, l2
+                )
+                y = lat.predict("moe", params, peaks, flops, nbytes, ex)
+                rows.append({"flops": flops, "bytes": nbytes, **ex, "median_s": y})
+    assert sum(r["l2_bytes"] > 0 for r in rows) >= 10
+    got = fit_params("moe", rows, peaks)
+    assert got["c_l2_bytes"] == pytest.approx(1.0 / 6e12, rel=0.05)
+
+
+def test_a_fit_written_before_the_l2_term_reads_its_rows_from_hbm() -> None:
+    from twin.calibration.aic_tables import reads_replay_l2
+
+    shipped = resolve_profile("h100", None, "vllm").kernels["moe"]
+    assert not reads_replay_l2(shipped.params)  # the shipped fits predate the term
+    assert reads_replay_l2({**shipped.params, "c_l2_bytes": 1e-13})
+    (old,) = moe_rows(system_dir("h100", DATA), "vllm", replay_l2=False)
+    (new,) = moe_rows(system_dir("h100", DATA), "vllm")
+    assert all(r["l2_bytes"] == 0.0 for r in old.rows)
+    assert [r["bytes"] for r in old.rows] == [r["bytes"] or r["l2_bytes"] for r in new.rows]

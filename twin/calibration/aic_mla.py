@@ -45,13 +45,14 @@ from typing import Any
 from twin import precision as px
 from twin.calibration.aic_tables import (
     ELEM_BYTES,
-    SYSTEMS,
     FamilyRows,
     _family,
     _read,
     _require,
     _row,
     release_version,
+    system_gpu,
+    system_l2,
 )
 from twin.costmodel import formulas as fm
 from twin.costmodel.mla_features import (
@@ -90,11 +91,6 @@ def dims(heads: int) -> MlaDims:
 def operand_bytes(fmt_name: str) -> tuple[float, float]:
     """(activation, weight) bytes per element of a GEMM of weight format ``fmt_name``."""
     return px.gemm_operand_bytes(px.WEIGHT_FORMATS[fmt_name], ELEM_BYTES)
-
-
-def system_gpu(system: Path) -> str | None:
-    """The twin GPU whose tables are under ``system`` (``systems/data/<system>``)."""
-    return next((g for g, d in SYSTEMS.items() if d == system.name), None)
 
 
 def system_sms(system: Path) -> int:
@@ -277,8 +273,7 @@ def bmm_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         kernel = fm.mla_kernel("mla_bmm", dtype)
         operands = operand_bytes(fmt_name)
         out = []
-        gpu = system_gpu(system)
-        l2 = get_gpu(gpu).l2_bytes if gpu is not None else None
+        l2 = system_l2(system)
         sms = system_sms(system)  # the output tiles' waves (``mla_bmm_features``)
         for i, r in enumerate(mine):
             _require(r, ("num_tokens", "num_heads", "op_name"), table, i)

@@ -86,6 +86,7 @@ from twin.costmodel import formulas as fm
 from twin.costmodel.routing import ROUTINGS
 from twin.costmodel.table_release import newest_first, pick_version
 from twin.errors import TwinError
+from twin.hardware import get_gpu
 
 PACKAGE = "aiconfigurator-core"
 PACKAGE_VERSION = "0.12.0"  # the pinned extra ``twin[aic]``
@@ -104,6 +105,27 @@ SYSTEMS = {
     "l40s": "l40s",
     "rtx-pro-6000": "rtx_pro_6000_server",
 }
+
+
+def system_gpu(system: Path) -> str | None:
+    """The twin GPU whose tables are under ``system`` (``systems/data/<system>``)."""
+    return next((g for g, d in SYSTEMS.items() if d == system.name), None)
+
+
+def system_l2(system: Path) -> float | None:
+    """The L2 bytes (``twin.hardware.L2_BYTES``) of the GPU whose tables are under
+    ``system``; None where not tabulated (every byte then read from HBM)."""
+    gpu = system_gpu(system)
+    return get_gpu(gpu).l2_bytes if gpu is not None else None
+
+
+def reads_replay_l2(params: dict[str, float]) -> bool:
+    """Whether a fused-MoE fit was fitted on rows whose working set a table's replays keep
+    in L2 (``features.moe_features``): a fit of that form has a positive ``c_l2_bytes``
+    (the fit's parameters are exponentials, never 0); one written before reads with 0
+    (``profile._upgrade``) and was fitted with every byte from HBM."""
+    return params.get("c_l2_bytes", 0.0) > 0.0
+
 
 # Attention kernel of each engine's default backend, in order of preference (the
 # first one present in a table is kept). vLLM: FlashAttention 3 on Hopper, FA2
@@ -596,13 +618,19 @@ MOE_COLUMNS = ("num_tokens", *MOE_SHAPE_COLUMNS)
 
 
 def moe_row(
-    r: dict[str, Any], fmt: px.WeightFormat, kernel: str, latency_ms: float
+    r: dict[str, Any],
+    fmt: px.WeightFormat,
+    kernel: str,
+    latency_ms: float,
+    l2_bytes: float | None = None,
 ) -> dict[str, Any]:
     """One balanced ``moe_perf`` row as a fitting row, per GPU: the rank receives
     ``tokens x topk / ep`` rows (balanced routing spreads them evenly over the experts,
     so over the ranks), holds ``experts / ep`` experts of width ``inter / moe_tp``, and
     touches ``min(experts / ep, rows)`` of them (each expert's share is even: the
-    ``balanced`` rule of ``twin.costmodel.routing``)."""
+    ``balanced`` rule of ``twin.costmodel.routing``). ``l2_bytes``: the L2 of the
+    table's GPU (``system_l2``): a working set that fits stays there across the
+    collector's replays (``features.moe_features``)."""
     t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
     load = ROUTINGS["balanced"].rank_load(t, n_exp, top, ep)
     rows, active = load.rows, load.active
@@ -613,7 +641,7 @@ def moe_row(
     )
     width = inter // mtp
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
-    feats = ft.moe_features(rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e)
+    feats = ft.moe_features(rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes)
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)
 
@@ -725,11 +753,16 @@ def moe_table_rows(table: Path, dtype: str, distribution: str) -> list[dict[str,
     ]
 
 
-def moe_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
+def moe_rows(
+    system: Path, engine: str, release: str | None = None, replay_l2: bool = True
+) -> list[FamilyRows]:
     """The fused-MoE families of ``engine``: one per expert format the tables timed, each
     from the table of engine release ``release`` among the versions with rows of that
-    format (``twin.costmodel.table_release.pick_version``; None: the newest such)."""
+    format (``twin.costmodel.table_release.pick_version``; None: the newest such).
+    ``replay_l2`` False: every row's bytes from HBM, the features a fit written before
+    the L2 term was fitted on (its ``c_l2_bytes`` 0: ``reads_replay_l2``)."""
     versions = _versions(system / "moe" / engine, "moe_perf.parquet")
+    l2 = system_l2(system) if replay_l2 else None
     families = []
     for dtype, name in px.MOE_TABLE_MODES.items():
         fmt = px.WEIGHT_FORMATS[name]
@@ -752,7 +785,7 @@ def moe_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         raw = [r for r in every if r.get("kernel_source") != fm.MOE_MIN_LATENCY_SOURCE]
         if small and fmt.table_mode in fm.MOE_MIN_LATENCY_MODES:
             fast = fm.moe_min_latency_kernel(fmt.table_mode)
-            rows = [moe_row(r, fmt, fast, r["latency"]) for r in small]
+            rows = [moe_row(r, fmt, fast, r["latency"], l2) for r in small]
             src = fm.MOE_MIN_LATENCY_SOURCE
             note = _sibling_note(table, src, dtype)
             families.append(_family(fast, table, small, src, rows, note))
@@ -767,7 +800,7 @@ def moe_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         out = []
         for i, r in enumerate(raw):
             _require(r, MOE_COLUMNS, table, i)
-            out.append(moe_row(r, fmt, kernel, r["latency"]))
+            out.append(moe_row(r, fmt, kernel, r["latency"], l2))
         note = _sibling_note(table, source, dtype)
         families.append(_family(kernel, table, raw, source, out, note))
     return families
@@ -837,7 +870,7 @@ def mxfp8_activation_rows(system: Path, engine: str) -> list[FamilyRows]:
                 continue
             for i, r in enumerate(raw):
                 _require(r, MOE_COLUMNS, table, i)
-            out = [moe_row(r, fmt, kernel, r["latency"]) for r in raw]
+            out = [moe_row(r, fmt, kernel, r["latency"], system_l2(system)) for r in raw]
             note = _sibling_note(table, source, dtype)
             families.append(_family(kernel, table, raw, source, out, note))
             break

@@ -475,7 +475,10 @@ class DensePricing(ShardShapes):
         if self._moe_small is not None and t <= fm.MOE_MIN_LATENCY_MAX_TOKENS:
             kernel = self._moe_small  # the step routes few enough tokens (formulas)
             series = self._moe_small_series
-        experts = kernel(flops, nbytes, weights, float(routed * d), tile, active)
+        # No L2 residency in a serving step (``features.replay_resident``): the tables'
+        # L2 reads are their collector's replays on one layer's weights; in a forward pass
+        # a layer's experts were last read a whole pass earlier, so they come from HBM.
+        experts = kernel(flops, nbytes, weights, float(routed * d), tile, 0.0, active)
         if series is not None:  # a measured shape: its kernel config (series_term)
             experts *= math.exp(series[0].log_factor(series[1], t))
         # A kernel whose cost per expert held the fit does not carry (KernelLayout).

@@ -114,7 +114,10 @@ MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS, **MOE_ONLY_MODES}
 
 # The fused MoE's terms (every fused-MoE family's: the default kernel, TensorRT-LLM's
 # min-latency one, the mxfp8-activation one): its extras and its serial feature.
-MOE_EXTRAS = ("weight_elems", "routed_elems", "tile_bytes")
+# ``l2_bytes``: a table row's working set read from L2 across the collector's replays
+# (``features.moe_features``); zero in a serving step, so a fit written before it reads
+# with ``c_l2_bytes`` 0 and prices as it did (``profile._upgrade``).
+MOE_EXTRAS = ("weight_elems", "routed_elems", "tile_bytes", "l2_bytes")
 MOE_SERIAL = ("active_experts",)
 
 
@@ -415,8 +418,9 @@ FORMULAS: dict[str, KernelFormula] = {
                 f"fused MoE experts ({mode}): the rank's token x top-k rows through the "
                 "experts they hit, up and down, plus a term over every routed row's hidden "
                 "state of the step, all ranks' (gather, align, combine over the whole batch), "
-                "one CTA's weight stream (the floor with fewer tiles than SMs), and a serial "
-                "cost per expert hit (its grouped-GEMM problem's set-up)",
+                "one CTA's weight stream (the floor with fewer tiles than SMs), a table "
+                "row's working set read from L2 across its replays (none in serving), and a "
+                "serial cost per expert hit (its grouped-GEMM problem's set-up)",
             )
             for mode, peak in MOE_MODES.items()
         ),

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
-from twin.costmodel.features import Sums, gemm_sums_at
+from twin.costmodel.features import REPLAY_L2_SHARE, Sums, gemm_sums_at, replay_resident
 
 
 class MlaDims(NamedTuple):
@@ -383,10 +383,9 @@ def mla_bmm_sums(
 # HBM's: the tables step up where it stops fitting (H200 SGLang bf16 W_UV, 32 heads: 11.4
 # us at 1,024 tokens, 42 MB, and 22.2 us at 1,536, 63 MB, against a 50 MB L2).
 MLA_BMM_TILE = 128  # output rows and columns a CTA computes (cuBLAS's common bf16 tile)
-# The share of L2 a working set may fill and still be read from L2 across the replays
-# (the rest holds other lines; chosen on the fit rows' training error over 0.4-1.2: flat
-# from 0.8 to 1.0, docs/decisions.md issue 34).
-MLA_BMM_L2_SHARE = 0.8
+# The share of L2 a working set may fill and still be read from L2 across the replays:
+# ``features.REPLAY_L2_SHARE`` (chosen on these BMMs' fit rows, docs/decisions.md issue 34).
+MLA_BMM_L2_SHARE = REPLAY_L2_SHARE
 
 
 def mla_bmm_features(
@@ -410,7 +409,7 @@ def mla_bmm_features(
     flops, nbytes, _ = mla_bmm_sums(rows, heads, k, n, e, act_e, w_e)
     tiles = heads * -(-rows // MLA_BMM_TILE) * -(-n // MLA_BMM_TILE)
     waves = -(-tiles // sms) if sms else 0
-    resident = nbytes <= MLA_BMM_L2_SHARE * (l2_bytes or 0.0)
+    resident = replay_resident(nbytes, l2_bytes)
     return flops, nbytes * (1 - resident), waves, nbytes * resident
 
 

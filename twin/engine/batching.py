@@ -153,6 +153,10 @@ class ContinuousBatching:
         # cluster; :meth:`_streamed`) and when it has handed out every token so far.
         self.stream_token_s = 0.0
         self._stream_free = 0.0
+        # A fresh server's one stall at its first step that extends a prompt after tokens
+        # already in the KV (``cold_prefix_stall_s``, set by the cluster; :meth:`_cold_stall`);
+        # 0 once paid, or for a warm server.
+        self.cold_prefix_stall_s = 0.0
 
     def _enqueue(self, seq: Seq) -> None:
         """An arrival joins the queue: at its end, or a decode worker's ahead of the
@@ -259,6 +263,8 @@ class ContinuousBatching:
                 order_by_prefix(self.waiting, self.replica.cached_prefix)
             if self.prefilling or self._can_admit():
                 chunked, seconds, batch = self._plan_step()  # each of batch gets a token
+                if self.cold_prefix_stall_s and any(seq.ctx for seq, _ in chunked):
+                    seconds += self._cold_stall()  # a hit admitted in this very step
                 run = self._run = None
                 self.busy_since = t0 = env.now
                 yield env.timeout(seconds)
@@ -338,6 +344,8 @@ class ContinuousBatching:
             copies = replica.step_end(prefilled, completed) if prefilled or completed else 0
             # The checkpoint copies and write-back evictions' copies lengthen the step.
             extra = copies * replica.copy_s + replica.write_back_time()
+            if self.cold_prefix_stall_s and any(seq.ctx for seq in self.prefilling):
+                extra += self._cold_stall()  # the next step extends a prompt: before its outputs
             if extra:
                 self.busy_since = env.now
                 yield env.timeout(extra)
@@ -396,6 +404,32 @@ class ContinuousBatching:
         free = max(max(self._stream_free, t0) + tokens * h, self.env.now + final_step_tokens * h)
         self._stream_free = free
         return free
+
+    def _cold_stall(self) -> float:
+        """The seconds of a fresh server's one stall, now paid (``cold_prefix_stall_s``).
+
+        Paid the first time a step extends a prompt after tokens already in its KV: a
+        prompt's chunk after its first (the first wave of prompts is larger than the step's
+        token budget), or a prefix hit. Such a step runs the attention over the prefix, a
+        kernel path a prompt from an empty cache never takes, and an engine's own start-up
+        warm-up (one short prompt) never reaches; a server that no client warm-up reached
+        loads or builds those kernels on first use, its loop's host blocked meanwhile.
+        SGLang 0.5.5 (wheel read): ``models/deepseek_v2.py`` ``forward_normal_chunked_kv_core``
+        calls ``_chunked_prefix_attn_mha`` only when ``extend_prefix_lens`` has a non-zero
+        entry, and under ``--attention-backend trtllm_mla`` that runs FlashInfer's
+        ``trtllm_ragged_attention_deepseek`` non-causal with ``return_lse`` (a trtllm-gen
+        kernel whose cubin FlashInfer 0.5.0 ``jit/cubin_loader.py`` ``get_cubin`` reads from
+        its cubin directory or downloads on first use). The stall delays the outputs of the
+        step before it too: the engines' overlap loops launch a step before they hand out
+        the previous step's outputs (SGLang 0.5.5 ``managers/scheduler.py``
+        ``event_loop_overlap``: ``run_batch(batch)``, then ``process_batch_result`` of the
+        last batch), so the loop pays it at the end of a step after which a prompt
+        continues (:meth:`run`), or at the start of a step that admits a hit. 0, a warm
+        server, is the default; which measured rows ran cold and the seconds fitted on them
+        are in docs/decisions.md ("Issue 31, step: the cold start of InferenceMAX's servers",
+        helper ``cold-start``, session 27)."""
+        stall, self.cold_prefix_stall_s = self.cold_prefix_stall_s, 0.0
+        return stall
 
     def _gaps_after_warmup(
         self, run: DecodeRun, m: int, batch: int, t0: float, extra: float

@@ -237,6 +237,8 @@ class Cluster:
             self.replicas[-1].scheduler.warmup_s = arrivals.warmup_s
             if config.host_time.stream_token_s:
                 self._stream_through(self.replicas[-1], config.host_time.stream_token_s)
+            if config.host_time.cold_prefix_stall_s:
+                self._cold_start(self.replicas[-1], config.host_time.cold_prefix_stall_s)
         self.horizon_s = horizon(self.source, arrivals)
         self.occupancy = Occupancy(
             replicas,
@@ -264,6 +266,16 @@ class Cluster:
         if not isinstance(scheduler, ContinuousBatching):
             raise TwinError("stream_token_s: the replica's scheduler streams no tokens")
         scheduler.stream_token_s = token_s
+
+    @staticmethod
+    def _cold_start(replica: Replica, stall_s: float) -> None:
+        """Give ``replica``'s step loop its one cold-start stall (``cold_prefix_stall_s``:
+        ``ContinuousBatching._cold_stall``), paid once a replica: each replica is its own
+        server. The config allows it only where the loop is one."""
+        scheduler = replica.scheduler
+        if not isinstance(scheduler, ContinuousBatching):
+            raise TwinError("cold_prefix_stall_s: the replica's scheduler is not one step loop")
+        scheduler.cold_prefix_stall_s = stall_s
 
     def _replica_kind(self, i: int) -> tuple[type[Replica], bool]:
         """Replica ``i``'s class and whether it has the host tier (a disaggregated

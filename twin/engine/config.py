@@ -265,6 +265,14 @@ class HostTimeConfig:
         "lasts max(kernels, eager_prefill_s) instead of their sum (vLLM's compiled "
         "model without a graph: twin.engine.host_time.EagerPrefillPricer)",
     )
+    cold_prefix_stall_s: float = _opt(
+        0.0,
+        "seconds a fresh server's loop stalls, once, the first time a step extends a prompt "
+        "after tokens already in its KV cache (a prompt's chunk after its first, or a "
+        "prefix hit): the first use of the attention kernels that read a prefix, in a "
+        "server no warm-up request reached (twin.engine.batching.ContinuousBatching."
+        "_cold_stall). 0: a warm server",
+    )
 
 
 @dataclass(frozen=True)
@@ -375,6 +383,7 @@ SUMMARY_ORDER = (
     "eager_prefill_s",
     "eager_graph_tokens",
     "eager_overlap",
+    "cold_prefix_stall_s",
     "scheduler",
     "scheduler_options",
     "kv_allocator",
@@ -476,6 +485,7 @@ class NamedSettings(TypedDict, total=False):
     eager_prefill_s: float
     eager_graph_tokens: int
     eager_overlap: bool
+    cold_prefix_stall_s: float
     # disagg (DisaggConfig)
     prefill_workers: int
     decode_workers: int
@@ -626,6 +636,21 @@ class EngineConfig:
         )
         need(h.eager_graph_tokens >= 0, "eager_graph_tokens", "must be >= 0")
         need(isinstance(h.eager_overlap, bool), "eager_overlap", "must be true or false")
+        cold = h.cold_prefix_stall_s
+        need(
+            isinstance(cold, (int, float))
+            and not isinstance(cold, bool)
+            and math.isfinite(cold)
+            and cold >= 0,
+            "cold_prefix_stall_s",
+            "must be a number of seconds >= 0",
+        )
+        need(
+            not cold or (c.dp_attention == 1 and c.pp == 1 and not self.disagg.prefill_workers),
+            "cold_prefix_stall_s",
+            "is modelled on an aggregated replica without attention data parallelism or "
+            "pipeline stages",
+        )
         need(a.concurrency is None or a.concurrency >= 1, "concurrency", "must be >= 1")
         need(
             math.isfinite(a.burstiness) and a.burstiness > 0,
