@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from test_bad_input import assert_clean_error
 
 from twin import precision as px
 from twin.calibration import aic_mla
+from twin.calibration.aic_import import split_impossible
+from twin.calibration.aic_tables import system_dir
+from twin.calibration.fit import fit_kernel
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
@@ -24,7 +30,7 @@ from twin.costmodel.precision_kernels import MLA_AS_GQA_NOTE
 from twin.costmodel.profile_store import load_profile
 from twin.costmodel.step_features import aggregate_step
 from twin.errors import TwinError
-from twin.hardware import get_gpu
+from twin.hardware import GB, get_gpu
 from twin.parallel import Layout, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from twin.presets import get_model
 
@@ -179,9 +185,6 @@ def test_the_cli_refuses_it_in_one_line(tmp_path: Path, capsys) -> None:
 
 
 def _table(tmp_path: Path, rows: list[dict], name: str, engine: str = "sglang") -> Path:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     system = tmp_path / "h200_sxm"
     folder = system / ("mla_bmm" if "bmm" in name else "mla") / engine / "0.5.14"
     folder.mkdir(parents=True, exist_ok=True)
@@ -238,8 +241,6 @@ def test_a_shipped_fit_reproduces_its_table() -> None:
     held-out error (median 6.2%, P90 14.2%) holds on them, no row off by 20%."""
     import numpy as np
 
-    from twin.calibration.aic_tables import system_dir
-
     prof = load_profile("h200", "trtllm")
     key = "mla_module_decode_fp8_block"
     fam = next(f for f in aic_mla.module_rows(system_dir("h200"), "trtllm") if f.kernel == key)
@@ -284,9 +285,6 @@ def test_the_engine_holds_mla_tokens_at_their_replicated_bytes() -> None:
     that ratio. Sharded GQA (Llama-3-8B's 8 KV heads at tp 8) and hybrids keep theirs."""
     from twin.engine.cluster import kv_replication_scale, memory_budget
     from twin.engine.config import ClusterConfig, EngineConfig, MemoryConfig
-    from twin.hardware import GB
-    from twin.parallel import Layout, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
-    from twin.presets import get_model
 
     ds = get_model("deepseek-v3")
     cfg = EngineConfig(
@@ -421,8 +419,6 @@ def test_a_module_fit_of_the_old_form_is_refused_in_one_line(tmp_path: Path) -> 
     """A module fit written when the smooth maximum held the attention (model
     ``roofline+tiles+seq_keys``) would misprice with its coefficients: refused by name,
     not upgraded; ``twin calibrate --refit mla`` reads such a profile and fits it again."""
-    import json
-
     src = load_profile("h200", "vllm")
     out = src.to_dict()
     key = "mla_module_decode"
@@ -558,9 +554,6 @@ def test_fa3_splits_a_small_batch_to_fill_the_sms() -> None:
 
 
 def test_the_reader_gives_blackwell_decode_rows_their_launch(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     base = {"framework": "SGLang", "version": "0.5.14", "device": "NVIDIA B200"}
     rows = [
         {**base, "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "num_heads": 32,
@@ -588,9 +581,6 @@ def test_the_reader_gives_decode_module_rows_their_attention_launch(tmp_path: Pa
     """A decode-module row carries its attention kernel's launch (the ``mla_decode`` rule of
     the row's ``kernel_source``): vLLM's FLASHINFER_MLA on a B200 is trtllm-gen's; its
     Hopper FLASH_ATTN_MLA rows read none (zeros)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     row = {"framework": "vLLM", "version": "0.24.0", "mla_dtype": "bfloat16",
            "kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16", "num_heads": 32,
            "batch_size": 32, "isl": 1, "step": 4097, "latency": 0.2,
@@ -670,8 +660,6 @@ def test_the_bmm_features_are_its_waves_and_where_its_working_set_is_read() -> N
 def test_a_bmm_fit_of_the_old_form_is_refused_by_name(tmp_path: Path) -> None:
     """The BMM families' smooth maximum now reads HBM bytes only (``MLA_BMM_BASE``): a
     ``roofline+weight_elems`` fit is refused in one line, not read with zero coefficients."""
-    import json
-
     from twin.costmodel.profile import Profile
 
     shipped = Path(aic_mla.__file__).parent / "profiles" / "h200-trtllm.json"
@@ -689,10 +677,6 @@ def test_h200_trtllm_s_bf16_bmm_meets_the_kernel_target() -> None:
     ``roofline+weight_elems`` form: 5.2% / 28.9%, the steps where the working set
     outgrows L2 mispriced)."""
     pytest.importorskip("aiconfigurator_core")
-    from twin.calibration.aic_import import split_impossible
-    from twin.calibration.aic_tables import system_dir
-    from twin.calibration.fit import fit_kernel
-
     peaks = get_gpu("h200").peaks()
     fam = next(f for f in aic_mla.bmm_rows(system_dir("h200"), "trtllm", "1.3.0rc20"))
     assert fam.kernel == "mla_bmm"
@@ -744,10 +728,6 @@ def test_b200_trtllm_s_bf16_decode_module_meets_the_kernel_target() -> None:
     32-head long-context series 30-40% under, the low-latency kernel's two CTAs a sequence
     each reading every key)."""
     pytest.importorskip("aiconfigurator_core")
-    from twin.calibration.aic_import import split_impossible
-    from twin.calibration.aic_tables import system_dir
-    from twin.calibration.fit import fit_kernel
-
     peaks = get_gpu("b200").peaks()
     fams = aic_mla.module_rows(system_dir("b200"), "trtllm", "1.3.0rc20")
     fam = next(f for f in fams if f.kernel == "mla_module_decode")
