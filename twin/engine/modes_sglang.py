@@ -98,6 +98,9 @@ def _sglang_int8(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 def _sglang_radix(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     if _bool("disable_radix_cache", value):
         out["policy"] = "vanilla"
+        # schedule_policy.py add_one_req (0.5.5, 0.5.9): the twin's requests ignore EOS
+        # (exact outputs), so the adder is add_one_req_ignore_eos (twin.engine.sglang_batching).
+        out.setdefault("scheduler_options", {})["radix_cache_disabled"] = True
 
 
 def _sglang_hicache(value: str, model: ModelSpec, out: dict[str, Any]) -> None:

@@ -27,6 +27,24 @@ prefill chunks into decodes is ``--enable-mixed-chunk``, off by default
 - ``new_token_ratio`` decays per decode step only, and is reset to its start when the
   server idles (``self_check_during_idle``).
 
+**The ignore-EOS adder** (``schedule_policy.py`` ``PrefillAdder.add_one_req``, 0.5.5 and
+0.5.9, wheels read): a request with ``ignore_eos`` on a server whose radix cache is disabled
+(``getattr(self.tree_cache, "disable", True)``) goes to ``add_one_req_ignore_eos`` instead.
+The twin's requests carry their exact output length as ``max_new_tokens``, as an
+``ignore_eos`` client sends it (:mod:`twin.engine.admission`), so the adder is taken
+wherever the mode's ``--disable-radix-cache`` is given (scheduler option
+``radix_cache_disabled``). It has no input-budget check before an add: waiting prompts are
+taken whole while they fit what is left of the chunk budget and the one that crosses it is
+cut to it (``trunc_len = self.rem_chunk_tokens``, no page alignment); the input budget is
+still spent and read after each add (``budget_state``: ``OTHER`` once it is gone). Its
+memory check is its own: ``NO_TOKEN`` when the prompt exceeds the free tokens or what the
+running requests' reservation leaves (``min(cur_rem_tokens, rem_total_tokens)``), or when,
+the running requests, this batch's and the candidate sorted by output still to come
+(``max_new_tokens x 1.0 - len(output_ids)``, unclipped: ``ignore_eos`` takes ratio 1.0),
+some suffix of them could not all finish on the free tokens less the prompt plus what the
+shorter ones free (``min_free_tokens <= IGNORE_EOS_RESERVE_TOKENS x bs``, the reserve 1
+token a request).
+
 A prefill batch is priced as the step of its chunks alone (no decodes); the decoding
 requests sit it out, so each finishes one step later. Not modelled: the overlap
 scheduler's one-step lag in noticing finished requests.
@@ -57,6 +75,8 @@ if TYPE_CHECKING:
 
 # server_args.py ServerArgs.max_prefill_tokens (0.5.1.post1 to 0.5.8.post1).
 MAX_PREFILL_TOKENS = 16384
+# schedule_policy.py IGNORE_EOS_RESERVE_TOKENS (0.5.5, 0.5.9): tokens kept per request.
+IGNORE_EOS_RESERVE_TOKENS = 1
 
 
 class SGLangBatching(ContinuousBatching):
@@ -76,6 +96,8 @@ class SGLangBatching(ContinuousBatching):
         options = replica.scheduler_options
         self.max_prefill = int(options.get("max_prefill_tokens", MAX_PREFILL_TOKENS))
         self.full = False  # SGLang's running_batch.batch_is_full
+        # add_one_req_ignore_eos (module docstring): the radix cache is off.
+        self.eos_adder = bool(options.get("radix_cache_disabled", False))
 
     def submit(self, seq: Seq) -> None:
         """Queue ``seq``; an idle server starts the ratio afresh (``self_check_during_idle``)."""
@@ -119,9 +141,13 @@ class SGLangBatching(ContinuousBatching):
         # The first request joins whatever the input budget left (add_one_req's quick check
         # needs a non-empty can_run_list; budget_state is read after an add), so a spent
         # input budget stops the batch through the check below.
+        eos = self.eos_adder
         while chunk > 0 and self.waiting:
             head = self.waiting[0]
-            if chunked and self._extend_tokens(head, rem_input) >= rem_input:
+            if eos:
+                if chunked and rem_input <= 0:
+                    break  # budget_state after the last add: OTHER
+            elif chunked and self._extend_tokens(head, rem_input) >= rem_input:
                 break  # AddReqResult.OTHER: left for the next batch
             if not self._can_admit():
                 break
@@ -140,6 +166,36 @@ class SGLangBatching(ContinuousBatching):
         """The running requests that decode in a prefill batch, and their keys: none (they
         sit it out; :class:`SGLangMixedBatching` mixes them in)."""
         return 0, 0
+
+    def _ratio_admits(self, seq: Seq) -> bool:
+        """``add_one_req``'s memory check, or ``add_one_req_ignore_eos``'s where the radix
+        cache is off (module docstring)."""
+        if not self.eos_adder:
+            return super()._ratio_admits(seq)
+        if not self.decoding and not self.prefilling:
+            return True  # the pool's own allocation decides (as the base)
+        ratio = self.ratio
+        assert ratio is not None
+        # The twin takes an admitted prompt's pages at admission, so the headroom is
+        # already SGLang's cur_rem_tokens (less this batch's extends).
+        free = self.memory.headroom_tokens()
+        extend = seq.prompt_len + seq.generated  # no cache: the whole prompt
+        total = free - ratio.reserved(self._running_left()) - self._step_reserved
+        if extend > min(free, total):
+            return False  # the early exit: NO_TOKEN
+        n = self.step_no
+        states = [(f - n, s.prompt_len + s.out_len - (f - n)) for f, _, s in self.decoding]
+        # (output still to come, tokens held) of the running, this batch's and the candidate
+        for q in (*self.prefilling, seq):
+            states.append((q.out_len - q.generated, q.prompt_len + q.generated))
+        states.sort(key=lambda st: st[0])
+        rem, freed, size = free - extend, 0, len(states)
+        for i, (left, occupied) in enumerate(states):
+            bs = size - i
+            if rem + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
+                return False  # NO_TOKEN
+            freed += occupied
+        return True
 
     def _extend_tokens(self, seq: Seq, bound: int) -> int:
         """Tokens ``seq`` would prefill (its uncached part); ``bound`` or less is enough to

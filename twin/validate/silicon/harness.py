@@ -114,3 +114,20 @@ def measured_on(row: SiliconRow) -> str | None:
     """The day ``row`` was measured (``measured=`` of its source, ISO), if it says."""
     found = _MEASURED.search(row.source)
     return found.group(1) if found else None
+
+
+# InferenceMAX's client sent no warm-up request before InferenceX d053ae24e (2026-01-21,
+# "upstream kimbochen/bench_serving, adding warmup"): ``benchmarks/benchmark_lib.sh``
+# ``run_benchmark_serving`` at d053ae24e^ clones kimbochen/bench_serving and runs it without
+# ``--num-warmups``; from d053ae24e it passes ``--num-warmups $((2 * max_concurrency))``
+# (:data:`INFERENCEMAX`'s two rounds). A row measured before that day met a server that no
+# request but the engine's own start-up one had reached. None of the CSV's rows is dated
+# that day; a row without a day is not known to have run cold, so no rule takes it as cold.
+INFERENCEMAX_WARMUP_FROM = "2026-01-21"
+
+
+def cold_server(row: SiliconRow) -> bool:
+    """Whether ``row``'s own data says its client sent no warm-up (above): an InferenceMAX
+    row measured before :data:`INFERENCEMAX_WARMUP_FROM`."""
+    day = measured_on(row)
+    return harness_of(row) is INFERENCEMAX and day is not None and day < INFERENCEMAX_WARMUP_FROM

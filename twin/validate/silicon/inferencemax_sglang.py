@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from twin.validate.silicon.harness import INFERENCEMAX, harness_of, measured_on, model_named
+from twin.validate.silicon.harness import (
+    INFERENCEMAX,
+    cold_server,
+    harness_of,
+    measured_on,
+    model_named,
+)
 from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_mtp_acceptance
 
 if TYPE_CHECKING:
@@ -322,6 +328,73 @@ def inferencemax_prompt_scale(row: SiliconRow) -> float:
     return INFERENCEMAX_TOKENIZER_MISMATCH
 
 
+# How many prompts InferenceMAX's client sent a B200 DeepSeek SGLang server in its Docker
+# runner's era. ``runners/launch_b200-nvd.sh`` from 15b7c00b0 (2025-10-06, "removing
+# persistent cache from b200": the FlashInfer cache mount dropped in the same commit) to
+# d053ae24e (2026-01-21), and ``launch_b200-dgxc.sh`` (3c3d1999b, 2025-11-29), pass
+# ``--num-prompts`` ``CONC x 20`` at 8k outputs and ``CONC x 50`` otherwise where ``$MODEL``
+# is ``deepseek-ai/DeepSeek-R1-0528`` (every fp8 configuration) or
+# ``nvidia/DeepSeek-R1-0528-FP4`` (the fp4 SGLang job's model in ``dsr1-tmpl.yml`` until
+# 17d5e204f, 2025-11-03, whose ``dsr1-fp4-b200-sglang`` names ``nvidia/DeepSeek-R1-0528-FP4-V2``,
+# which the test misses: ``CONC x 10``), and no ``--num-warmups``. The ``b200`` runner label
+# named only those Docker nodes until ea181ae6d (2025-12-31) let DeepSeek SGLang run on the
+# Slurm nodes (``runners.yaml``, ``dsr1_fp{4,8}_b200_slurm.sh``, not read). (Read by helper
+# ``sgl-ds``, session 26; docs/decisions.md. It lands with the cold start below, without
+# which it moved the rows away from their measurements: more rounds dilute a stall the twin
+# did not have.)
+INFERENCEMAX_B200_DOCKER_ROUNDS = ("2025-10-06", "2025-12-31")
+INFERENCEMAX_FP4_V2_FROM = "2025-11-03"
+
+
+def inferencemax_sglang_rounds(row: SiliconRow) -> int | None:
+    """The prompts per client InferenceMAX's client sent ``row``'s server where its B200
+    Docker runner sent other than the harness's ten (above); ``None`` otherwise."""
+    day = measured_on(row)
+    first, last = INFERENCEMAX_B200_DOCKER_ROUNDS
+    if row.backend != "sglang" or row.system != "b200_sxm" or day is None:
+        return None
+    if not first <= day < last or harness_of(row) is not INFERENCEMAX:
+        return None
+    if not inferencemax_deepseek(row):
+        return None
+    precision = (row.precision or "").lower()
+    if precision != "fp8" and not (precision == "fp4" and day < INFERENCEMAX_FP4_V2_FROM):
+        return None
+    return 20 if row.osl == 8192 else 50
+
+
+# The one stall of a fresh SGLang DeepSeek server on B200 that no warm-up request reached
+# (``EngineConfig.cold_prefix_stall_s``, seconds; ``twin.engine.batching.ContinuousBatching.
+# _cold_stall``): the first step that extends a prompt after tokens already in its KV runs
+# the MLA's chunked-prefix attention (SGLang 0.5.5 ``models/deepseek_v2.py``
+# ``forward_normal_chunked_kv_core`` -> ``_chunked_prefix_attn_mha``; under the scripts'
+# ``--attention-backend trtllm_mla --disable-radix-cache`` only a prompt split across
+# chunks has a prefix), FlashInfer's trtllm-gen ragged kernel non-causal with its LSE, a
+# kernel SGLang's own start-up request (one short prompt) never runs. Each run started a
+# fresh ``docker run --rm`` container (``runners/launch_b200-nvd.sh``) whose FlashInfer
+# cache mount 15b7c00b0 (2025-10-06) had dropped, so that kernel's cubin (FlashInfer 0.5.0
+# ``jit/cubin_loader.py`` ``get_cubin``: read from the cubin directory, else downloaded; the
+# fp4 script ``sed``s that file's download lock away, flashinfer PR #1779) is loaded on first
+# use. No source gives the seconds: fitted on the fit rows of the sample
+# (docs/decisions.md, "Issue 31, step: the cold start of InferenceMAX's servers before
+# their client's warm-up", helper ``cold-start`` session 27; refitted to 69 s on SGLang's
+# ignore-EOS adder, helper ``sgl-eos``), over the B200 DeepSeek
+# SGLang rows measured cold (2025-11-02 to -18, images v0.5.3rc1 and v0.5.5, both scripts'
+# chunks). Per GPU: the CSV's cold SGLang rows are all B200 (GB200's are disaggregated). The
+# cold TensorRT-LLM and vLLM rows of the same weeks show no such stall (their median
+# implied one-time cost, as the twin prices them, is under 0.5 s, as their warm rows').
+INFERENCEMAX_SGLANG_COLD_PREFIX_STALL_S = {"b200_sxm": 69.0}
+
+
+def inferencemax_cold_prefix_stall_s(row: SiliconRow) -> float:
+    """The cold-start stall of ``row``'s server (above), seconds: its fitted value where
+    the row's data says its client sent no warm-up (``harness.cold_server``) to an SGLang
+    DeepSeek server on a GPU with a fitted one; 0 (a warm server) otherwise."""
+    if row.backend != "sglang" or not cold_server(row) or not inferencemax_deepseek(row):
+        return 0.0
+    return INFERENCEMAX_SGLANG_COLD_PREFIX_STALL_S.get(row.system, 0.0)
+
+
 def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
     """The ``--set`` flags of InferenceMAX's SGLang server for ``row`` (above); empty
     where no one configuration of that image covers it."""
@@ -369,4 +442,12 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
         flags = (running, "0.82", "32768", "32768", "1")
     else:
         return {}
+    if row.system == "b200_sxm":
+        # Every B200 script passes --disable-radix-cache (dsr1_fp{4,8}_b200_docker.sh of
+        # November, d22bf9ca9; single_node/dsr1_fp{4,8}_b200.sh and dsr1_fp8_b200_mtp.sh at
+        # 12ba0ae); with the client's --ignore-eos SGLang then forms prefill batches with
+        # add_one_req_ignore_eos (twin.engine.sglang_batching). The H200 and B300 scripts
+        # pass it too (dsr1_fp8_h200.sh at 12ba0ae, dsr1_*_b300.sh at e8924a6): not given
+        # here yet, their rows not rescored with it (decisions.md, helper sgl-eos).
+        extra = {"disable_radix_cache": "true", **extra}
     return {**dict(zip(_SGLANG_FLAGS, flags, strict=True)), **extra}

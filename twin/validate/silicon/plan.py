@@ -38,8 +38,10 @@ from twin.validate.silicon.inferencemax import (
     REASON_INFERENCEMAX_DISAGG,
 )
 from twin.validate.silicon.inferencemax_sglang import (
+    inferencemax_cold_prefix_stall_s,
     inferencemax_prompt_scale,
     inferencemax_sglang_default_kv,
+    inferencemax_sglang_rounds,
 )
 from twin.validate.silicon.inferencemax_trtllm import (
     inferencemax_speculation,
@@ -277,6 +279,10 @@ def plan_row(
         bf16_attention=bf16_attention,
         kind=deploy,
     )
+    # a server no warm-up reached: its one stall (the harness's, whatever the deployment)
+    cold = inferencemax_cold_prefix_stall_s(row)
+    if cold:
+        limits = {**limits, "cold_prefix_stall_s": cold}
     if eager:
         limits = {**limits, "eager_prefill_s": eager}
         if engine == "vllm":  # only steps above vLLM's largest captured graph
@@ -300,7 +306,7 @@ def plan_row(
         # clients at once. The twin runs that phase alone: random prompts leave nothing
         # in the cache a measured request could hit, so the warm-up changes nothing else.
         warmup=0,
-        requests=harness.measured_rounds * c,
+        requests=(inferencemax_sglang_rounds(row) or harness.measured_rounds) * c,
         deployment=typed_settings(RunArgs, limits.items()),
         ep=ep,
         workers=workers,
