@@ -14,14 +14,18 @@ from pathlib import Path
 import pytest
 
 from twin.calibration.aic_a2a import a2a_rows
-from twin.calibration.aic_import import fit_family
+from twin.calibration.aic_import import fit_family, split_impossible
 from twin.calibration.aic_tables import system_dir
+from twin.calibration.fit import fit_kernel
+from twin.cli.main import run as twin
 from twin.costmodel import a2a
 from twin.costmodel import latency as lat
 from twin.costmodel.formulas import A2A_VARIANTS, a2a_kernel, get_formula
+from twin.costmodel.profile import KernelFit, _upgrade
+from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig
 from twin.engine.config import ClusterConfig
-from twin.engine.dp_attention import DPStepPricer
+from twin.engine.dp_attention import DPStepPricer, dp_pricer
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.hardware import get_gpu
@@ -246,8 +250,6 @@ def test_moe_layers_take_the_a2a_dense_layers_keep_the_gather() -> None:
 
 
 def test_deepep_needs_the_fits_and_the_layout() -> None:
-    from twin.costmodel.profile_store import resolve_profile
-
     prof = resolve_profile("h200-datasheet", None, None)
     with pytest.raises(TwinError, match="has no fit of a2a_ht_dispatch"):
         a2a.A2APrice(get_model("deepseek-r1"), prof, 8)
@@ -255,9 +257,6 @@ def test_deepep_needs_the_fits_and_the_layout() -> None:
 
 def test_the_mode_follows_the_step_or_the_backend() -> None:
     import dataclasses
-
-    from twin.costmodel.profile import KernelFit
-    from twin.costmodel.profile_store import resolve_profile
 
     base = resolve_profile("h200-datasheet", None, None)
     fits = {
@@ -304,8 +303,6 @@ def test_the_sglang_flag_and_its_refusals() -> None:
 
 
 def test_cost_refuses_deepep_without_attention_dp(capsys: pytest.CaptureFixture) -> None:
-    from twin.cli.main import run as twin
-
     rc = twin(["cost", "-m", "deepseek-r1", "--gpu", "h200", "--tp", "8", "--moe-a2a", "deepep"])
     _, err = capsys.readouterr()
     assert rc == 2
@@ -315,9 +312,6 @@ def test_cost_refuses_deepep_without_attention_dp(capsys: pytest.CaptureFixture)
 
 
 def test_shipped_profile_prices_deepseek_s_moe_exchange_from_the_fits() -> None:
-    from twin.costmodel.profile_store import resolve_profile
-    from twin.engine.dp_attention import dp_pricer
-
     model = get_model("deepseek-r1")
     prof = resolve_profile("h200", None, "sglang")
     gather = dp_pricer(model, prof, 8, 8, 8, 0.0, 0.0)
@@ -338,8 +332,6 @@ def test_every_family_is_at_least_its_floor() -> None:
     (formulas, "Every all-to-all family"; vLLM's high-throughput dispatch adds its host's
     busy-wait): the price is the larger of the fitted floor and the work; a fit written
     before the floor and the rows sent existed reads with zeros, its prices unchanged."""
-    from twin.costmodel.profile import KernelFit, _upgrade
-
     peaks = get_gpu("h200").peaks()
     for kernel in A2A_VARIANTS:
         formula = get_formula(kernel)
@@ -367,9 +359,6 @@ def test_sglang_s_gb300_dispatch_meets_the_kernel_target() -> None:
     sent (``a2a.rank_rows``) the held-out median is within 5% and the P90 within 15%
     (without it 6.1% / 18.7%: the per-token slope off by -21% to +27% by shape)."""
     pytest.importorskip("aiconfigurator_core")
-    from twin.calibration.aic_import import split_impossible
-    from twin.calibration.fit import fit_kernel
-
     peaks = get_gpu("gb300").peaks()
     kernel = a2a_kernel("ht", "dispatch")
     fam = next(f for f in a2a_rows(system_dir("gb300"), "sglang", "0.5.12") if f.kernel == kernel)

@@ -14,15 +14,19 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from twin.calibration.aic_import import (
+    fit_family,
     import_profile,
     impossible,
     refit_matches,
     without_families,
 )
-from twin.calibration.aic_tables import read_families
+from twin.calibration.aic_tables import gemm_rows, read_families
 from twin.calibration.merge import merge_profiles
+from twin.cli import app
+from twin.cli.calibrate import _refit_names
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
@@ -30,6 +34,7 @@ from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
 from twin.errors import TwinError
 from twin.hardware import get_gpu
+from twin.precision import with_precision
 from twin.presets import get_model
 
 DATA = Path(__file__).parent / "data" / "aic" / "systems" / "data"
@@ -105,8 +110,6 @@ def test_fits_recover_the_generating_parameters(imported: Profile) -> None:
 
 
 def test_the_fp8_fits_price_an_fp8_model_faster_than_bf16(imported: Profile) -> None:
-    from twin.precision import with_precision
-
     llama = get_model("llama-3-8b")
     fp8 = with_precision(llama, "fp8", "fp8")
     assert imported.precisions() == ["bf16", "fp8"]
@@ -163,8 +166,6 @@ def test_refit_fits_the_named_families_again_and_keeps_the_rest(imported: Profil
 def test_refit_takes_a_group_of_families() -> None:
     """``--refit mla`` covers every MLA family, ``mla_module`` the modules only; a group is
     a key's leading words, not any prefix."""
-    from twin.cli.calibrate import _refit_names
-
     assert _refit_names("mla,mla_module,moe,gemm_fp8") == ("mla", "mla_module", "moe", "gemm_fp8")
     assert refit_matches("mla_module_decode_fp8_block_fp8kv", ["mla_module"])
     assert refit_matches("mla_bmm_fp8", ["mla"]) and not refit_matches("mla_bmm", ["mla_module"])
@@ -182,10 +183,6 @@ def test_refit_takes_a_group_of_families() -> None:
     ],
 )
 def test_calibrate_refit_is_refused_in_one_line(args: list[str], needle: str) -> None:
-    from typer.testing import CliRunner
-
-    from twin.cli import app
-
     res = CliRunner().invoke(app, ["calibrate", "--from", "aiconfigurator", "--gpu", "h100", *args])
     assert isinstance(res.exception, TwinError) and needle in str(res.exception)
 
@@ -269,9 +266,6 @@ def test_uncovered_gpu_and_unknown_engine_are_refused() -> None:
 
 
 def test_gemm_rows_outside_the_fit_domain_are_counted_not_fitted(tmp_path: Path) -> None:
-    from twin.calibration.aic_import import fit_family
-    from twin.calibration.aic_tables import gemm_rows
-
     fam = gemm_rows(DATA / "h100_sxm", "vllm")
     assert fam is not None
     narrow = dict(fam.rows[0], shape={"m": 8, "n": 32, "k": 1024})  # a 32-wide product
@@ -283,10 +277,6 @@ def test_gemm_rows_outside_the_fit_domain_are_counted_not_fitted(tmp_path: Path)
 
 
 def test_calibrate_cli_merges_and_refuses_bad_sources(imported: Profile, tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from twin.cli import app
-
     a = imported.save(tmp_path / "a.json")
     b = load_profile("h100-datasheet").save(tmp_path / "b.json")
     out = tmp_path / "m.json"
@@ -326,8 +316,6 @@ def _gemm_and_scale_tables(root: Path, engine: str, scale: bool = True) -> Path:
 
 
 def test_tensorrt_llm_fp8_gemms_are_read_at_a_static_input_scale(tmp_path: Path) -> None:
-    from twin.calibration.aic_tables import gemm_rows
-
     # TensorRT-LLM's collector timed a dynamic scale (an amax pass) in every fp8 row; its
     # compute-scale table times that pass per (m, k), and it is taken off where timed.
     system = _gemm_and_scale_tables(tmp_path, "trtllm")
@@ -342,8 +330,6 @@ def test_tensorrt_llm_fp8_gemms_are_read_at_a_static_input_scale(tmp_path: Path)
 
 
 def test_static_fp8_rows_only_where_the_collector_timed_a_dynamic_scale(tmp_path: Path) -> None:
-    from twin.calibration.aic_tables import gemm_rows
-
     # vLLM's collector builds its fp8 rows static: the same tables leave them as measured.
     vllm = gemm_rows(_gemm_and_scale_tables(tmp_path / "v", "vllm"), "vllm", "fp8")
     assert vllm is not None

@@ -19,6 +19,7 @@ from test_engine_helpers import ConstantPricer, FillingPricer, LinearPricer, run
 from twin.engine.host_time import HostTimePricer
 from twin.engine.modes import get_mode
 from twin.engine.modes_vllm import VLLM_ASYNC_FROM
+from twin.engine.run import build_run
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.validate import silicon as sil
@@ -70,8 +71,6 @@ def test_the_vllm_flag_sets_the_schedulers_option_and_refuses_a_non_boolean():
 def test_async_scheduling_lowers_an_h100_vllm_decode_by_the_host_time(tmp_path):
     """The H100 vLLM host time (engine_times.json: 1.175 ms + 0.05 ms a request) is added
     to every step without it; with it the step is the kernels' price (they are longer)."""
-    from twin.engine.run import build_run
-
     path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=64, output_len=9)
     tpot = {}
     for flag in ("false", "true"):
@@ -90,8 +89,6 @@ def test_async_scheduling_lowers_an_h100_vllm_decode_by_the_host_time(tmp_path):
 
 
 def test_overlap_with_attention_dp_is_refused_in_one_line(tmp_path):
-    from twin.engine.run import build_run
-
     path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=64, output_len=4)
     with pytest.raises(TwinError, match="not modelled with attention data parallelism"):
         build_run(
@@ -109,7 +106,6 @@ def test_overlap_with_a_cpu_drafter_is_refused_as_vllm_does(tmp_path):
     """vLLM 0.14.0-0.18.0 raise on an explicit --async-scheduling with n-gram drafting
     (its drafter reads the sampled tokens on the CPU); a draft model runs asynchronously
     from 0.16.0 (the modelled releases are 0.19.0 and 0.33.0)."""
-    from twin.engine.run import build_run
 
     path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=64, output_len=4)
     spec = {"speculative_config": '{"method": "ngram", "num_speculative_tokens": 3}'}

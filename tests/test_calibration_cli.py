@@ -13,8 +13,11 @@ import typer
 from typer.testing import CliRunner
 
 from twin.calibration.datasheet import datasheet_profile
+from twin.cli import app
 from twin.cli.calibrate import calibrate
 from twin.costmodel.profile import KernelFit, Profile
+from twin.costmodel.profile_store import PROFILES_DIR, load_profile, shipped_profiles
+from twin.errors import TwinError
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -159,8 +162,6 @@ def test_calibrate_without_out_writes_to_the_user_folder_never_the_package(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 18: without --out, `twin calibrate` overwrote the tracked, shipped profile."""
-    from twin.costmodel.profile_store import PROFILES_DIR, load_profile, shipped_profiles
-
     user = tmp_path / "mine"
     monkeypatch.setenv("TWIN_PROFILES_DIR", str(user))
     shipped_before = {n: p.read_bytes() for n, p in shipped_profiles().items()}
@@ -181,11 +182,6 @@ def test_calibrate_without_out_writes_to_the_user_folder_never_the_package(
 
 def test_a_flag_the_calibration_does_not_read_is_named_in_one_line() -> None:
     """``_only``'s refusal reads "not read with --FLAG" or "not read when <phrase>"."""
-    from typer.testing import CliRunner
-
-    from twin.cli import app
-    from twin.errors import TwinError
-
     res = CliRunner().invoke(app, ["calibrate", "--gpu", "h100", "--refit", "moe"])
     assert isinstance(res.exception, TwinError)
     assert str(res.exception) == "--refit: not read when timing this machine; drop it"

@@ -12,7 +12,8 @@ from test_bad_input import assert_clean_error
 from test_engine_helpers import LinearPricer, generated, run, single_turns
 
 from twin.engine.config import DisaggConfig, EngineConfig
-from twin.engine.disagg import TIMELINE_FILE, DisaggCluster
+from twin.engine.disagg import TIMELINE_FILE, DisaggCluster, WorkerPool, transfer_shares
+from twin.engine.disagg import DisaggCluster as DC
 from twin.engine.fabric import KvLink, kv_link
 from twin.engine.memory_rules import held_bytes
 from twin.errors import TwinError
@@ -306,7 +307,6 @@ def test_a_kv_link_without_disaggregation_is_refused():
 
 def _pool(config: dict[str, object], pricer, model, gpu: str | None = "h100"):
     from twin.engine.cluster import memory_budget
-    from twin.engine.disagg import WorkerPool
 
     cfg = EngineConfig.of(**config)
     return WorkerPool(cfg, pricer, memory_budget(model, cfg), gpu, "test pricer")
@@ -315,7 +315,6 @@ def _pool(config: dict[str, object], pricer, model, gpu: str | None = "h100"):
 @pytest.mark.parametrize("name", ["llama-3-8b", "tiny-hybrid", "deepseek-v3", "qwen3.5-9b"])
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_equal_tp_shares_are_the_kv_each_gpu_holds(name, tp):
-    from twin.engine.disagg import transfer_shares
     from twin.parallel import Layout, kv_bytes_per_token_per_gpu
 
     model = get_model(name)
@@ -327,8 +326,6 @@ def test_equal_tp_shares_are_the_kv_each_gpu_holds(name, tp):
 
 
 def test_mismatched_tp_moves_head_slices_as_sglang_maps_ranks():
-    from twin.engine.disagg import transfer_shares
-
     llama = get_model("llama-3-8b")  # 8 KV heads
     full = llama.kv_bytes_per_token
     assert llama.n_kv_heads == 8
@@ -351,8 +348,6 @@ def test_mismatched_tp_moves_head_slices_as_sglang_maps_ranks():
 
 
 def test_tps_that_do_not_divide_each_other_are_refused():
-    from twin.engine.disagg import transfer_shares
-
     with pytest.raises(TwinError, match="one must divide the other"):
         transfer_shares(get_model("llama-3-8b"), 2, 3)
 
@@ -518,7 +513,6 @@ def test_attention_dp_pools_conserve_requests_and_map_attention_ranks(tmp_path, 
     attention TP ranks (DeepSeek's MLA latent: a prefill rank of attention TP 1 sends it
     to each of the 8 decode ranks it serves, as SGLang maps attn_tp_size)."""
     from twin.engine import build_run
-    from twin.engine.disagg import DisaggCluster as DC
     from twin.engine.dp_attention import DPReplica
 
     path = single_turns(tmp_path / "w.parquet", [0.05 * i for i in range(24)], 512, 24)

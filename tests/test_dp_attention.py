@@ -7,20 +7,27 @@ from __future__ import annotations
 import pytest
 from test_engine_helpers import run, single_turns
 
+from twin.cli.main import run as twin
+from twin.costmodel import CostModel
 from twin.costmodel.breakdown import StepCost
+from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig, memory_budget
-from twin.engine.config import ClusterConfig, MemoryConfig
+from twin.engine.config import ClusterConfig, MemoryConfig, SchedulerConfig
 from twin.engine.dp_attention import (
     IDLE,
     ADPBalance,
     DPCluster,
+    DPReplica,
     DPStepPricer,
     RoundRobin,
     TRTLLMBalanced,
     VLLMLeastLoaded,
     adp_balance,
+    dp_pricer,
     rank_config,
 )
+from twin.engine.modes import get_mode
+from twin.engine.run import build_run
 from twin.errors import TwinError
 from twin.parallel import Layout, weight_bytes_per_gpu
 from twin.presets import get_model
@@ -182,8 +189,6 @@ def test_without_dp_attention_the_config_is_unchanged():
 
 
 def test_cli_refuses_a_layout_in_one_line(tmp_path, capsys):
-    from twin.cli.main import run as twin
-
     for argv in (
         ["simulate", "-m", "llama-3-8b", "--tp", "4", "--dp-attention", "3"],
         ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--tp", "4", "--dp-attention", "3"],
@@ -199,8 +204,6 @@ def test_cli_refuses_a_layout_in_one_line(tmp_path, capsys):
 
 def test_cost_shows_the_synchronised_step_s_parts(capsys):
     import json
-
-    from twin.cli.main import run as twin
 
     argv = ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--tp", "2", "--dp-attention", "2"]
     assert twin([*argv, "--lengths", "1024", "--batches", "1,16", "--json"]) == 0
@@ -220,10 +223,6 @@ def test_a_hybrid_rank_prices_its_state_checkpoint_copy() -> None:
     """A hybrid model's ranks copy recurrent-state checkpoints (vLLM's one state slot): the
     synchronised pricer prices one as the plain pricer does, on the rank's attention-TP
     GPUs (it asked the cost model for a method it does not have, and such a run failed)."""
-    from twin.costmodel import CostModel
-    from twin.costmodel.profile_store import resolve_profile
-    from twin.engine.dp_attention import dp_pricer
-
     model = get_model("qwen3.5-35b-a3b")
     profile = resolve_profile("h200", None, "vllm")
     copy = dp_pricer(model, profile, 2, 1, 2, 0.0, 0.0).checkpoint_copy_time()
@@ -234,8 +233,6 @@ def test_a_rank_drops_trtllm_batch_waiting():
     """TensorRT-LLM skips its batch waiting under attention DP (``PyExecutor._schedule``:
     ``should_check_waiting = not cfg.enable_attention_dp and ...``): a rank's config
     drops those options and keeps the rest; a config without them is the same object."""
-    from twin.engine.config import SchedulerConfig
-
     wait = {
         "batch_wait_timeout_iters": 20,
         "batch_wait_max_tokens_ratio": 0.9,
@@ -318,8 +315,6 @@ def test_a_built_run_leaves_the_eager_host_time_to_the_ranks_step_loop(tmp_path)
     floor (``run._pricer``; it would no longer price synchronised steps): the replica's
     loop pays it (``DPReplica.eager_s``), in a disaggregated pool's ranks too, where it
     moves a request as much as it does without attention DP."""
-    from twin.engine.run import build_run
-
     path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=64, output_len=4)
     disagg = {"prefill_workers": 1, "decode_workers": 1, "replicas": 2}
 
@@ -361,8 +356,6 @@ def test_the_balance_ticks_once_an_executor_iteration():
 def test_a_re_plan_is_not_an_iteration_of_the_balance(tmp_path, monkeypatch):
     """The late arrival of the test above, with the loop planning its third iteration
     twice (as after a rank preempted all it ran): the request is held as long."""
-    from twin.engine.dp_attention import DPReplica
-
     path = single_turns(tmp_path / "w.parquet", [0.0, 0.0, 0.002], prompt_len=4, output_len=20)
     options = {
         "attention_dp_balance": True,
@@ -394,8 +387,6 @@ def test_a_re_plan_is_not_an_iteration_of_the_balance(tmp_path, monkeypatch):
 
 
 def test_the_trtllm_mode_reads_attention_dp_config():
-    from twin.engine.modes import get_mode
-
     model = get_model("tiny-transformer")
     sets = {
         "attention_dp_balance": "true",
@@ -420,9 +411,6 @@ def test_the_balance_alone_takes_attention_dp_config_s_defaults():
     hold and 10 of batching wait (``tensorrt_llm/llmapi/llm_args.py``); counted in the
     pricer's iterations (``1 / tau`` a token step); off: no balance."""
     from types import SimpleNamespace
-
-    from twin.engine.config import SchedulerConfig
-    from twin.engine.modes import get_mode
 
     model = get_model("tiny-transformer")
     options = get_mode("trtllm").settings(model, {"attention_dp_balance": "true"})

@@ -10,11 +10,13 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from twin.cli.main import run as twin
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import ClusterConfig, EngineConfig, EngineModeConfig
 from twin.engine.dp_attention import IDLE, DPStepPricer, SyncPricer, dp_pricer
 from twin.engine.speculative import Speculation, SpeculativePricer, speculative_pricer
 from twin.errors import TwinError
+from twin.parallel import Layout, weight_bytes_per_gpu
 from twin.presets import get_model
 
 MTP = Speculation("mtp", 3, 4, 3.0, "test", extend_tokens=4)
@@ -108,8 +110,6 @@ def test_a_draft_at_tp_1_under_dp_is_refused_in_one_line():
 
 @pytest.mark.slow
 def test_dp_attention_with_mtp_runs_end_to_end_and_decodes_faster(tmp_path):
-    from twin.cli.main import run as twin
-
     base = ["simulate", "-m", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--ep", "8"]
     base += ["--dp-attention", "8", "--engine", "sglang", "--duration", "20"]
     mtp = ["--set", "speculative_algorithm=NEXTN", "--set", "speculative_num_steps=3"]
@@ -124,8 +124,6 @@ def test_dp_attention_with_mtp_runs_end_to_end_and_decodes_faster(tmp_path):
 
 
 def test_the_mtp_module_s_weights_are_counted_per_gpu_under_the_layout():
-    from twin.parallel import Layout, weight_bytes_per_gpu
-
     ds = get_model("deepseek-v3")
     draft = MTP.draft_spec(ds)
     assert draft is not None

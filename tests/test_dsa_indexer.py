@@ -10,9 +10,14 @@ from pathlib import Path
 import pytest
 
 from twin.costmodel import CostModel
+from twin.costmodel import mla_features as mf
+from twin.costmodel.mla_pricing import MlaPricing
 from twin.costmodel.profile_store import load_profile
+from twin.engine.kernel_layouts import sglang_kernel_layout
 from twin.errors import TwinError
+from twin.hardware import GPUS
 from twin.hf_config import from_hf_config
+from twin.precision import with_precision
 from twin.presets import get_model
 
 HF = Path(__file__).parent / "data" / "hf_configs"
@@ -62,10 +67,6 @@ def test_sglang_s_sparse_prefill_pads_hopper_s_heads_past_the_top_k() -> None:
     exceeds ``index_topk`` through FlashMLA's sparse kernel, the rank's query heads
     padded to 64 on Hopper over a bf16 cache: at tp 8 GLM-5's 8 heads cost as 64, each
     new token over 2,048 latent keys; at or below the top-k the dense form stays."""
-    from twin.costmodel import mla_features as mf
-    from twin.engine.kernel_layouts import sglang_kernel_layout
-    from twin.hardware import GPUS
-
     assert (GLM5.index_topk, from_hf_config(HF / "glm-5.json").index_topk) == (2048, 2048)
     assert mf.sparse_prefill_heads("h200", 8, 2) == 64
     assert mf.sparse_prefill_heads("h200", 64, 2) == 64
@@ -99,9 +100,6 @@ def test_the_sparse_prefill_follows_the_cache_not_the_module_fits_features(
     (``precision_kernels._mla_keys``); the sparse prefill's padded heads follow the
     cache the server runs (bf16: FlashMLA's sparse kernel), so an 8k prompt still pays
     them (the two rules met in session 24's merge and the pad was lost)."""
-    from twin.engine.kernel_layouts import sglang_kernel_layout
-    from twin.precision import with_precision
-
     # the checkpoint's block-scaled experts, as the silicon rows price it
     fp8 = dataclasses.replace(with_precision(GLM5, "fp8", "bf16"), moe_precision="fp8-block")
     h200 = load_profile("h200", "sglang").at_release("0.5.10.post1")  # the rows' release
@@ -112,8 +110,6 @@ def test_the_sparse_prefill_follows_the_cache_not_the_module_fits_features(
     assert sparse.prefill(8192) > 1.2 * dense.prefill(8192)
     # Replacing the module fit, the sparse form prices what the fit included besides
     # attention (the projections, their norms and RoPE); the dense module price has them.
-    from twin.costmodel.mla_pricing import MlaPricing
-
     with_parts = (sparse.prefill(8192), sparse.prefill(2048))
     monkeypatch.setattr(MlaPricing, "_projections", lambda self, t: (0.0, 0.0))
     without = CostModel(fp8, h200, 8, kernel_layout=layout)

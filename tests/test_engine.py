@@ -37,19 +37,16 @@ def _rows(records):
     return {r.row: r for r in records}
 
 
+def _chat(replicas: int, session_rate: float, **config: object):
+    """The bundled chat on ``replicas`` marconi-hybrid-7b replicas, 5 GB of cache each."""
+    config |= {"replicas": replicas, "cache_bytes": int(5e9), "session_rate": session_rate}
+    return run(CHAT, LinearPricer(), "marconi-hybrid-7b", **config)
+
+
 @pytest.mark.parametrize("router", list(ROUTERS))
 def test_every_request_completes_exactly_once(router):
     wl = Workload.open(CHAT)
-    summary, records = run(
-        CHAT,
-        LinearPricer(),
-        "marconi-hybrid-7b",
-        replicas=3,
-        router=router,
-        cache_bytes=int(5e9),
-        gpu_memory_bytes=80e9,
-        session_rate=3.0,
-    )
+    summary, records = _chat(3, 3.0, router=router, gpu_memory_bytes=80e9)
     assert sorted(r.row for r in records) == list(range(wl.num_rows))
     assert summary["requests"]["total"] == wl.num_rows == summary["requests"]["measured"]
     assert sum(r["requests"] for r in summary["replicas"]) == wl.num_rows
@@ -65,14 +62,7 @@ def test_every_request_completes_exactly_once(router):
 
 def test_closed_loop_turns_arrive_think_time_after_completion():
     wl = Workload.open(CHAT)
-    _, records = run(
-        CHAT,
-        LinearPricer(),
-        "marconi-hybrid-7b",
-        replicas=2,
-        cache_bytes=int(5e9),
-        session_rate=1.0,
-    )
+    _, records = _chat(2, 1.0)
     by_turn = {(r.session_id, r.turn): r for r in records}
     think, arrival = wl.index["think_s"], wl.index["arrival_s"]
     checked = 0
@@ -239,15 +229,7 @@ def test_cache_larger_than_free_memory_is_refused():
 
 # ----------------------------------------------------------------- routers
 def test_session_affinity_keeps_a_session_on_one_replica():
-    _, recs = run(
-        CHAT,
-        LinearPricer(),
-        "marconi-hybrid-7b",
-        replicas=4,
-        router="session-affinity",
-        cache_bytes=int(5e9),
-        session_rate=2.0,
-    )
+    _, recs = _chat(4, 2.0, router="session-affinity")
     homes: dict[int, set[int]] = {}
     for r in recs:
         homes.setdefault(r.session_id, set()).add(r.replica)
@@ -257,22 +239,13 @@ def test_session_affinity_keeps_a_session_on_one_replica():
 
 @pytest.mark.parametrize("policy", ["marconi", "vllm+"])
 def test_prefix_aware_routing_finds_the_history(policy):
-    common = {"replicas": 4, "cache_bytes": int(5e9), "session_rate": 2.0, "policy": policy}
-    rr, _ = run(CHAT, LinearPricer(), "marconi-hybrid-7b", router="round-robin", **common)
-    pa, _ = run(CHAT, LinearPricer(), "marconi-hybrid-7b", router="prefix-aware", **common)
+    rr, _ = _chat(4, 2.0, router="round-robin", policy=policy)
+    pa, _ = _chat(4, 2.0, router="prefix-aware", policy=policy)
     assert pa["hit"]["token_hit_rate"] > rr["hit"]["token_hit_rate"] + 0.1
 
 
 def test_least_loaded_balances_outstanding_work():
-    summary, _ = run(
-        CHAT,
-        LinearPricer(),
-        "marconi-hybrid-7b",
-        replicas=3,
-        router="least-loaded",
-        cache_bytes=int(5e9),
-        session_rate=3.0,
-    )
+    summary, _ = _chat(3, 3.0, router="least-loaded")
     counts = [r["requests"] for r in summary["replicas"]]
     assert max(counts) - min(counts) < 0.2 * max(counts)
 

@@ -8,6 +8,7 @@ import pytest
 from test_engine_helpers import LinearPricer, run, write_rows
 
 from twin.engine.admission import DEFAULTS, NewTokenRatio
+from twin.engine.batching import ContinuousBatching
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.presets import get_model
@@ -123,8 +124,6 @@ def test_a_ratio_held_at_one_never_retracts_when_outputs_are_known(tmp_path):
 def _waves(tmp_path, pool_tokens: int, monkeypatch=None) -> tuple[dict, list, list[int]]:
     """8 closed-loop clients, 64 requests of 128 prompt + 64 output tokens, SGLang's mode
     on a shared pool of ``pool_tokens``; the cached bytes at each retraction."""
-    from twin.engine.batching import ContinuousBatching
-
     model = get_model("tiny-transformer")
     rng = np.random.default_rng(0)
     rows = [
@@ -181,8 +180,6 @@ def test_a_retracted_request_waits_behind_the_queue_and_a_preempted_one_goes_fir
     (``prepend_request``). On the overload trace with a low ratio (so it retracts while
     requests wait), every request waiting at a retraction is admitted before the victim
     comes back under ``retract``; under ``recompute`` the victim is admitted first."""
-    from twin.engine.batching import ContinuousBatching
-
     path, _ = _overload(tmp_path)
     model = get_model("tiny-transformer")
     preempt, admit = ContinuousBatching._preempt_one, ContinuousBatching._admit_head

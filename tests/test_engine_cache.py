@@ -15,7 +15,7 @@ import pytest
 from marconi_oracle import python_policies
 from test_engine_helpers import LinearPricer, doc_qa, generated, run
 
-from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig
+from twin.engine import REQUESTS_FILE, SUMMARY_FILE, EngineConfig, build_run, simulate
 from twin.engine.config import ArrivalConfig, CacheConfig, ClusterConfig, MemoryConfig
 from twin.errors import TwinError
 from twin.policies import POLICIES, get_policy
@@ -284,8 +284,6 @@ def test_collector_threshold_raised_during_the_run_only():
     short-lived objects) and gives the caller's back, also when the run fails."""
     import gc
 
-    from twin.engine import simulate
-
     before = gc.get_threshold()
     seen = []
     spec = get_model("tiny-hybrid")
@@ -316,8 +314,6 @@ def test_vanilla_in_vllm_mode_survives_preemption():
     (``insert_preempted``); ``vanilla``'s empty cache lacked that call of the request
     protocol (an AttributeError once a request was preempted), found when its protocol
     was typed. Nothing is cached: every admission misses."""
-    from twin.engine import build_run
-
     run = build_run(
         example_path("chat"),
         model="llama-3-8b",

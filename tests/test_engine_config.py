@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
+from twin.engine import RunArgs, build_run, typed_settings
 from twin.engine.config import (
     GROUP_OF,
     GROUPS,
     PAPER_KEYS,
     SUMMARY_ORDER,
     EngineConfig,
+    NamedSettings,
     SchedulerConfig,
     build_config,
 )
@@ -61,17 +63,12 @@ def test_a_refusal_still_names_the_flag() -> None:
 def test_build_run_refuses_a_misspelt_keyword_in_one_line(tmp_path: Any) -> None:
     """A name RunArgs lacks that reaches build_run untyped (a stored sweep's settings, a
     dict spread from the CLI) is one line naming it, before the workload is opened."""
-    from twin.engine import build_run
-
     loose: dict[str, Any] = {"tp": 1, "duraton_s": 60.0}
     with pytest.raises(TwinError, match=r"^'duraton_s': not a setting of a run \(RunArgs\)$"):
         build_run(tmp_path / "absent.parquet", **loose)
 
 
 def test_typed_settings_refuses_a_name_its_kind_lacks() -> None:
-    from twin.engine import RunArgs, typed_settings
-    from twin.engine.config import NamedSettings
-
     pairs = [("tp", 2), ("duration_s", 60.0)]
     assert typed_settings(RunArgs, pairs) == {"tp": 2, "duration_s": 60.0}
     with pytest.raises(TwinError, match=r"'duration_s': not a setting of a run \(NamedSettings\)"):

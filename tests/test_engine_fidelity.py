@@ -23,7 +23,7 @@ from test_engine_helpers import (
     write_rows,
 )
 
-from twin.costmodel.profile_store import resolve_profile
+from twin.costmodel.profile_store import load_profile, resolve_profile
 from twin.engine import SCHEDULERS, EngineConfig, build_config, sim
 from twin.engine.admission import DEFAULTS, NewTokenRatio
 from twin.engine.config import ClusterConfig, HostTimeConfig, SchedulerConfig
@@ -185,7 +185,6 @@ def test_engine_batch_defaults_reach_the_run_config():
     """build_config applies each mode's defaults on the profile's GPU where not given:
     vLLM 1,024 sequences on an H100, SGLang 2,048, TensorRT-LLM its max_batch_size
     2,048; a given --max-running wins; the paper's world keeps 256."""
-    from twin.costmodel.profile_store import load_profile
     from twin.engine.config import build_config
 
     h100 = load_profile("h100", "vllm")

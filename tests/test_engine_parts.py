@@ -12,7 +12,7 @@ import pytest
 from test_engine_helpers import LinearPricer, generated, run
 
 from twin.costmodel.profile_store import load_profile
-from twin.engine import SCHEDULERS, make_pricer
+from twin.engine import SCHEDULERS, get_scheduler, make_pricer
 from twin.engine.cost import CostModelPricer
 from twin.engine.router import PrefixAware
 from twin.errors import TwinError
@@ -145,8 +145,6 @@ def test_tp_2_end_to_end_prices_faster_prefills_and_reports_its_degree(tmp_path)
 
 
 def test_schedulers_are_found_by_name():
-    from twin.engine import get_scheduler
-
     assert "continuous" in SCHEDULERS and get_scheduler("continuous") is SCHEDULERS["continuous"]
     with pytest.raises(TwinError, match="valid schedulers: continuous"):
         get_scheduler("fifo")

@@ -7,13 +7,18 @@ from test_bad_input import assert_clean_error
 from typer.testing import CliRunner
 
 from twin.cache.pool import SplitPool
+from twin.cli.root import app
 from twin.engine import build_run
-from twin.engine.modes import get_mode, measured_mode
+from twin.engine.config import EngineConfig
+from twin.engine.modes import ENGINE_MODES, get_mode, measured_mode
 from twin.engine.modes_sglang import sglang_gpu_defaults
+from twin.engine.releases import Release, release_for_measured
 from twin.errors import TwinError
 from twin.policies import get_policy
 from twin.policies.structures import make_cache
 from twin.presets import get_model
+from twin.reports.plan import _engines
+from twin.reports.sweep import Point, SweepSpec, engine_variant
 from twin.workloads.examples import example_path
 
 HYBRID = get_model("marconi-hybrid-7b")
@@ -261,16 +266,11 @@ def test_help_lists_the_current_release_flags_with_defaults_and_sources():
     assert "--set prefix_cache_retention_interval=0" in vllm
     assert "0.19.0" in "\n".join(get_mode("vllm==0.19").flag_lines()[:1])
 
-    from twin.cli.root import app
-
     out = CliRunner().invoke(app, ["simulate", "--engine", "sglang", "--help"]).output
     assert "mamba_radix_cache_strategy=auto" in out and "sglang 0.5.23" in out
 
 
 def test_sweeps_and_plans_take_a_release_on_their_engine_axes() -> None:
-    from twin.reports.plan import _engines
-    from twin.reports.sweep import Point, SweepSpec, engine_variant
-
     assert _engines(["vllm==0.19", "vllm", "sglang==0.5.10"]) == [
         "vllm==0.19.0",
         "vllm",
@@ -303,8 +303,6 @@ def test_a_measured_version_orders_as_the_kernel_tables_do() -> None:
     """One version order for the engine's rules and the kernel tables (PEP 440): a
     release candidate comes before its release, a post release after it, and trailing
     zeros do not count."""
-    from twin.engine.releases import Release, release_for_measured
-
     releases = tuple(Release(v, "", ()) for v in ("1.2.0", "1.1.0", "1.0.0"))
     assert release_for_measured(releases, "1.2.0rc6.post1").version == "1.1.0"
     assert release_for_measured(releases, "1.2").version == "1.2.0"
@@ -316,10 +314,6 @@ def test_a_measured_version_orders_as_the_kernel_tables_do() -> None:
 def test_a_modes_build_is_the_one_its_runs_lay_out() -> None:
     """``EngineMode.build`` (``twin cost --engine``'s) is the build ``twin simulate
     --engine NAME[==VERSION]`` lays its kernels out as, without a measured one."""
-    from twin.engine.config import EngineConfig
-    from twin.engine.modes import ENGINE_MODES, get_mode
-    from twin.presets import get_model
-
     model = get_model("llama-3.1-70b")
     for name in ENGINE_MODES:
         for release in [None, *get_mode(name).releases]:

@@ -21,6 +21,7 @@ from twin.cli import app
 from twin.engine.config import MemoryConfig
 from twin.errors import TwinError
 from twin.reports.sweep import RESULTS_FILE, SweepSpec, grid, resolve, run_sweep
+from twin.workloads.examples import example_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--model", "tiny-hybrid", "--cache-gb", "0.001"]
@@ -140,8 +141,6 @@ def test_second_simulate_into_one_out_refuses_without_force(tmp_path: Path) -> N
 
 
 def test_two_sweeps_into_one_out_keep_each_others_points(tmp_path: Path) -> None:
-    from twin.workloads.examples import example_path
-
     spec = resolve(
         SweepSpec(workload=str(example_path("system-prompt")), model="tiny-hybrid", gpu="h100")
     )
@@ -266,8 +265,6 @@ def test_ctrl_c_with_jobs_stops_the_pool_without_finishing_points(tmp_path: Path
 
 
 def test_points_that_cannot_run_are_reported_not_fatal(tmp_path: Path) -> None:
-    from twin.workloads.examples import example_path
-
     out = tmp_path / "cap"
     args = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
     args += ["--cache-gb", "0.002,100", "--policies", "vllm+,marconi", "--out", str(out)]
@@ -284,8 +281,6 @@ def test_points_that_cannot_run_are_reported_not_fatal(tmp_path: Path) -> None:
 
 
 def test_a_sweep_where_nothing_fits_is_one_clear_error(tmp_path: Path) -> None:
-    from twin.workloads.examples import example_path
-
     out = tmp_path / "cap"
     args = ["report", "capacity", str(example_path("system-prompt")), "-m", "tiny-hybrid"]
     args += ["--cache-gb", "100", "--policies", "vllm+", "--out", str(out)]
@@ -317,8 +312,6 @@ def test_report_capacity_defaults_fit_the_default_model_on_the_default_gpu() -> 
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_sweep_progress_moves_within_points(tmp_path: Path, jobs: int) -> None:
-    from twin.workloads.examples import example_path
-
     spec = resolve(
         SweepSpec(workload=str(example_path("system-prompt")), model="tiny-hybrid", gpu="h100")
     )

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from twin.calibration.aic_tables import SYSTEMS
+from twin.calibration.aic_tables import SYSTEMS, package_dir
 from twin.errors import TwinError
 from twin.hardware import AIC_MEM, GIB, GPUS, MIB, get_gpu, identify_gpu
 
@@ -78,8 +78,6 @@ def test_every_gpu_memory_names_its_source() -> None:
 
 def _aic_mem_capacity(system: str) -> int:
     """``mem_capacity`` of aiconfigurator's ``systems/<system>.yaml`` (installed package)."""
-    from twin.calibration.aic_tables import package_dir
-
     text = (package_dir() / "systems" / f"{system}.yaml").read_text()
     found = re.search(r"^\s*mem_capacity:\s*(\d+)", text, re.MULTILINE)
     assert found, system

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import twin.metrics
 from twin.engine import build_run
-from twin.metrics import to_json
+from twin.metrics import RecordWriter, RequestRecord, to_json
 from twin.workloads.examples import example_path
 
 
@@ -24,8 +24,6 @@ def test_spilling_latencies_changes_no_byte_of_the_summary(monkeypatch) -> None:
 def test_records_written_in_many_row_groups_read_back_as_written(tmp_path) -> None:
     """The writer's buffers are renewed at every flush; no row is lost or repeated."""
     import pyarrow.parquet as pq
-
-    from twin.metrics import RecordWriter, RequestRecord
 
     rows = [
         RequestRecord(

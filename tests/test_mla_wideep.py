@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from twin.calibration.aic_mla import dims, operand_bytes, wideep_version
+from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_features as mf
@@ -200,8 +201,6 @@ def test_the_cost_model_prices_an_fp8_cache_s_module_decode_at_its_stream() -> N
     B200 DeepSeek-R1 at an fp8 cache pays less than the same fit at the bf16 timing's
     stream (the share set to 1), the one thing the two differ in."""
     import dataclasses
-
-    from twin.costmodel import CostModel
 
     prof = load_profile("b200", "sglang").at_release("0.5.10")
     model = with_precision(resolve_model("deepseek-r1"), "fp8", "fp8")

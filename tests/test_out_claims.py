@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from test_report import CAPACITY
 
-from twin.atomic import MANIFEST_FILE, claim, read_manifest
+from twin.atomic import MANIFEST_FILE, OutputSet, claim, hold, read_manifest
+from twin.cli.main import run
 from twin.errors import TwinError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,8 +119,6 @@ def test_a_second_command_into_a_held_folder_is_refused_at_once(
 
 
 def test_a_held_folder_is_refused_in_process_and_freed_after(tmp_path: Path) -> None:
-    from twin.cli.main import run
-
     out = tmp_path / "sim"
     proc = subprocess.Popen(
         [
@@ -147,8 +146,6 @@ def test_a_held_folder_is_refused_in_process_and_freed_after(tmp_path: Path) -> 
 
 
 def test_a_refused_or_failed_command_leaves_no_folder_it_made(tmp_path: Path) -> None:
-    from twin.cli.main import run
-
     out = tmp_path / "new" / "sim"
     assert run([*SIM, "--engine", "no-such-engine", "--out", str(out)]) == 2
     assert not (tmp_path / "new").exists()
@@ -158,8 +155,6 @@ def test_a_claim_is_the_process_s_so_no_thread_of_it_waits_on_it(tmp_path: Path)
     """A merge or commit from another thread of the claiming process goes ahead (a hold per
     thread would wait on the claim's own lock forever)."""
     import threading
-
-    from twin.atomic import OutputSet, hold
 
     out = tmp_path / "out"
     done: list[str] = []

@@ -9,6 +9,7 @@ import math
 import pytest
 from test_engine_helpers import ConstantPricer, LinearPricer, generated, run, single_turns
 
+from twin.cli.main import run as twin
 from twin.engine import EngineConfig, memory_budget
 from twin.engine.config import ClusterConfig, MemoryConfig, SchedulerConfig
 from twin.engine.pipeline import FlowShop, PipelineCluster, PipelinePricer
@@ -296,8 +297,6 @@ def test_high_load_throughput_beats_pp1_on_half_the_gpus(tmp_path):
 
 
 def test_cli_refuses_a_layout_in_one_line(tmp_path, capsys):
-    from twin.cli.main import run as twin
-
     for argv, line in (
         (
             ["simulate", "-m", "tiny-transformer", "--pp", "5"],
@@ -332,8 +331,6 @@ def test_cost_shows_each_stage_s_share(capsys):
     decode micro-batch through the empty pipeline is both stages and one send, and with
     two in flight the slower stage paces them."""
     import json
-
-    from twin.cli.main import run as twin
 
     argv = ["cost", "-m", "llama-3-8b", "--gpu", "h100", "--pp", "2"]
     assert twin([*argv, "--lengths", "1024", "--batches", "1,64", "--json"]) == 0

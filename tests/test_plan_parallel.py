@@ -17,6 +17,7 @@ from twin.engine.dp_attention import dp_pricer
 from twin.errors import TwinError
 from twin.parallel import Layout
 from twin.presets import resolve_model
+from twin.reports import plan as plan_module
 from twin.reports.parallel_axes import (
     bound_pricer,
     layout_flags,
@@ -168,7 +169,6 @@ def test_bad_degrees_are_one_line_errors(capsys, tmp_path: Path, extra, message)
 def test_an_exact_tie_goes_to_fewer_parallel_splits() -> None:
     """Expert parallelism at the same tp is priced like its plain layout, so the two often
     tie exactly (cost, GPUs, every value): the plain layout wins and the other says why."""
-    from twin.reports import plan as plan_module
     from twin.reports.plan_result import MEETS, Trial
     from twin.slo import parse_slos
 
@@ -190,7 +190,6 @@ def test_a_candidate_whose_every_request_is_rejected_stops_at_once(monkeypatch, 
     """A replica (or an attention rank: DP gives each a share of the memory) too small for
     any request rejects every one; no replica count helps, so its search stops at the first
     count instead of probing up to the cap."""
-    from twin.reports import plan as plan_module
     from twin.reports.plan_result import INFEASIBLE
     from twin.reports.sweep import SweepOutcome
 

@@ -26,13 +26,14 @@ from test_bad_input import assert_clean_error
 from twin.cli.main import run
 from twin.errors import TwinError
 from twin.reports import plan as plan_module
-from twin.reports.plan import plan
+from twin.reports.plan import _Searcher, plan
 from twin.reports.plan_result import (
     COSTLIER,
     MEETS,
     WINNER,
     Candidate,
     CandidateResult,
+    Load,
     PlanResult,
     Trial,
 )
@@ -117,9 +118,6 @@ def test_an_exact_tie_goes_to_the_router_first_in_the_registry() -> None:
 def test_a_count_where_the_router_has_no_choice_shares_one_run() -> None:
     """One aggregated replica, or copies of a layout with one prefill worker in all, send
     every request to the same place: such a count runs under the plan's first router."""
-    from twin.reports.plan import _Searcher
-    from twin.reports.plan_result import Load
-
     searcher = _Searcher(parse_slos([SLO]), Load(None, None, None), Path("unused"), 1, None)
     searcher.shared_router = "round-robin"
     base = SweepSpec(workload="w", model=MODEL, settings=(("tp", 1), ("router", "prefix-aware")))

@@ -19,6 +19,7 @@ from test_bad_input import assert_clean_error
 from twin.errors import TwinError
 from twin.reports.ray_executor import (
     PACKAGES,
+    _connect,
     address_host_port,
     check_address,
     project_runtime_env,
@@ -150,8 +151,6 @@ def test_a_two_node_cluster_sweep_equals_the_local_one(tmp_path, monkeypatch, vi
 def test_an_address_that_answers_but_is_no_ray_cluster_is_one_line(tmp_path) -> None:
     """TCP accepts, Ray Client gets no answer: Ray's own 30 s timeout, then one line."""
     ray = pytest.importorskip("ray")
-    from twin.reports.ray_executor import _connect
-
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()

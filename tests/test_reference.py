@@ -219,8 +219,6 @@ def test_policies_on_their_own_structure_are_refused() -> None:
 
 
 def test_layer_overhead_composes_into_the_cost_model() -> None:
-    import dataclasses
-
     from twin.calibration.overhead import measure_layer_overhead
 
     spec, prof = get_model("tiny-hybrid"), load_profile("cpu")

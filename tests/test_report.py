@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 
 from twin.cli import app
 from twin.errors import TwinError
+from twin.reports.capacity import capacity_report
 from twin.reports.capacity_request import CapacityRequest, Deployment, SweepAxes, Targets
 from twin.reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
 from twin.reports.render import HTML_FILE, MD_FILE
-from twin.reports.sweep import RESULTS_FILE, grid
+from twin.reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant, grid
 from twin.workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
@@ -127,8 +128,6 @@ def test_cli_bad_flags(tmp_path: Path, flag: str, value: str, message: str) -> N
 
 
 def test_capacity_report_is_a_library_call(tmp_path: Path) -> None:
-    from twin.reports.capacity import capacity_report
-
     out = tmp_path / "cap"
     two = Deployment(model="tiny-hybrid", gpu="h100", settings={"replicas": 2})
     found = capacity_report(
@@ -158,8 +157,6 @@ def test_capacity_report_is_a_library_call(tmp_path: Path) -> None:
 def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, monkeypatch) -> None:
     """Issue 18: --replicas 1,2 sweeps the GPU count (replicas x tp) in one report; the
     recommendation and the tables show the cache per replica and per GPU (cache / tp)."""
-    from twin.reports.capacity import capacity_report
-
     judge_steady_state(monkeypatch)
     out = tmp_path / "gpus"
     found = capacity_report(
@@ -198,9 +195,6 @@ def test_gpu_count_is_swept_in_one_report_with_cache_per_gpu(tmp_path: Path, mon
 def test_engine_modes_and_their_flags_are_swept_in_their_shared_pool(tmp_path: Path) -> None:
     """Issue 14: the policy axis takes engine modes with flags; each runs once per rate in
     its shared KV pool (the row's cache is the pool's size); auto runs a policy there too."""
-    from twin.reports.capacity import capacity_report
-    from twin.reports.sweep import AUTO_GB, engine_variant
-
     assert engine_variant("vllm+") is None
     assert engine_variant("sglang[mamba_radix_cache_strategy=extra_buffer;page_size=1]") == (
         "sglang",

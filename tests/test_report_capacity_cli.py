@@ -12,9 +12,11 @@ from test_bad_input import assert_clean_error
 
 from twin.cli import common
 from twin.cli.main import run
+from twin.engine import build_run
 from twin.errors import TwinError
+from twin.reports import capacity
 from twin.reports.render import MD_FILE
-from twin.reports.sweep import Point, SweepSpec, resolve
+from twin.reports.sweep import Point, SweepSpec, resolve, run_point
 from twin.workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
@@ -106,8 +108,6 @@ def test_bad_flags_are_one_line_before_any_work(
 
 
 def test_engine_runs_the_mode_twin_simulate_runs(tmp_path: Path, capsys) -> None:
-    from twin.engine import build_run
-
     spec = resolve(SweepSpec(str(WORKLOAD), "tiny-hybrid", gpu="h100", engine="sglang"))
     plain = resolve(SweepSpec(str(WORKLOAD), "tiny-hybrid", gpu="h100"))
     point = Point(0.002, "marconi", 2.0, 0)
@@ -139,8 +139,6 @@ def test_engine_runs_the_mode_twin_simulate_runs(tmp_path: Path, capsys) -> None
 
 
 def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypatch) -> None:
-    from twin.reports import capacity
-
     got = capacity._duration_settings(600.0, [1.0, 2.0], tmp_path)
     assert got == {"duration_s": 600.0, "workload_cache": str(tmp_path / "workloads")}
     with pytest.raises(TwinError, match="needs --session-rates"):
@@ -165,8 +163,6 @@ def test_duration_settings_reach_build_run_and_the_key(tmp_path: Path, monkeypat
         raise RuntimeError("stop")
 
     monkeypatch.setattr("twin.reports.sweep.build_run", fake_build_run)
-    from twin.reports.sweep import run_point
-
     with pytest.raises(RuntimeError, match="stop"):
         run_point(timed, point)
     assert (seen["duration_s"], seen["workload_cache"], seen["session_rate"]) == (600.0, "W", 1.0)

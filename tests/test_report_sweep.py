@@ -10,7 +10,7 @@ import pytest
 
 from twin.errors import TwinError
 from twin.reports.perrequest import BIN_HIT_COLUMN, BIN_INPUT_COLUMN, CDF_COLUMN
-from twin.reports.sweep import RESULTS_FILE, SCHEMA, SweepSpec, grid, resolve, run_sweep
+from twin.reports.sweep import RESULTS_FILE, SCHEMA, Point, SweepSpec, grid, resolve, run_sweep
 from twin.workloads.examples import example_path
 
 WORKLOAD = example_path("system-prompt")
@@ -70,7 +70,6 @@ def test_sweep_in_processes_matches_in_process(tmp_path: Path) -> None:
 def test_sweep_points_build_the_config_simulate_builds_keeping_every_field():
     from twin.costmodel.profile_store import resolve_profile
     from twin.engine import build_config
-    from twin.reports.sweep import Point
 
     prof = resolve_profile("h100", None)
     settings = (

@@ -14,11 +14,11 @@ from twin.cli.main import run as run_cli
 from twin.errors import TwinError
 from twin.replay import Trace
 from twin.reports.reproduce import PAPERS, get_paper
-from twin.reports.reproduce.base import VERDICTS, Check, magnitude, trend, verdict
+from twin.reports.reproduce.base import VERDICTS, Check, Recipe, magnitude, trend, verdict
 from twin.reports.reproduce.block_reuse import block_reuse
 from twin.reports.reproduce.marconi import Marconi
 from twin.reports.reproduce.render import Facts, render_report
-from twin.reports.reproduce.runner import REPLAYS_FILE, Run
+from twin.reports.reproduce.runner import REPLAYS_FILE, Run, generate
 
 TINY = {True: {"chat": 3, "sharegpt": 3, "swebench": 2}, False: {}}
 
@@ -158,8 +158,6 @@ class RadixCache:
 
 def test_artifact_driver_replays_every_request(tmp_path: Path, monkeypatch) -> None:
     from twin.reports.reproduce.artifact import ENV, checkout, run_artifact
-    from twin.reports.reproduce.base import Recipe
-    from twin.reports.reproduce.runner import generate
 
     monkeypatch.setenv(ENV, str(tmp_path))
     with pytest.raises(TwinError, match="not a checkout of the Marconi artifact"):

@@ -20,7 +20,7 @@ from twin.reports.reproduce.jenga import Jenga
 from twin.reports.reproduce.jenga_runs import summarise
 from twin.reports.reproduce.prompt_cache import PromptCache
 from twin.reports.reproduce.render import Facts, render_report
-from twin.reports.reproduce.runner import COMPUTED_FILE, Run
+from twin.reports.reproduce.runner import COMPUTED_FILE, Run, generate
 
 TINY = {True: 4, False: 4}
 
@@ -104,8 +104,6 @@ def test_prompt_cache_rerun_computes_nothing(pc_run, monkeypatch) -> None:
 
 def test_prompt_cache_host_copy_costs_more_than_gpu(tmp_path: Path) -> None:
     """The library's own numbers on one tiny workload: both storages beat vanilla, GPU most."""
-    from twin.reports.reproduce.runner import generate
-
     path = tmp_path / "w.parquet"
     generate(pc.recipe("w", 2000, sessions=4), path)
     got = pc.speedups(str(path))

@@ -24,7 +24,7 @@ from test_orphans import COMMANDS, ROOT, reap, start_with_workers, wait_gone
 
 from twin import atomic
 from twin.atomic import OutputSet, read_manifest
-from twin.cli.main import TERMINATED_EXIT, _sigterm_raises
+from twin.cli.main import TERMINATED_EXIT, _sigterm_raises, run
 from twin.errors import Terminated
 from twin.workloads.examples import example_path
 
@@ -125,8 +125,6 @@ def test_a_sigterm_before_the_commit_keeps_the_previous_set(tmp_path: Path) -> N
 
 
 def test_the_handler_is_the_previous_one_again_after_a_command(tmp_path: Path) -> None:
-    from twin.cli.main import run
-
     before = signal.getsignal(signal.SIGTERM)
     assert run(["models", "list", "--json"]) == 0
     assert signal.getsignal(signal.SIGTERM) is before

@@ -15,7 +15,7 @@ from test_specdec import Linear
 from twin.cli.main import run
 from twin.engine import build_run
 from twin.engine.modes import get_mode
-from twin.engine.speculative import Speculation, iid_length
+from twin.engine.speculative import Speculation, SpeculativePricer, iid_length
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.workloads.reader import Workload
@@ -272,7 +272,6 @@ def test_sglang_spec_v1_exposes_its_loop_host_time_where_engine_times_give_none(
     """SGLang's spec v1 (0.5.10.post1) runs without the overlap scheduler: each iteration
     pays its loop's host time, fixed and per request; v2 (0.5.23) overlaps it."""
     from twin.engine.modes_sglang import SGLANG_SPEC_V1_LOOP_HOST
-    from twin.engine.speculative import SpeculativePricer
 
     chain = tree_sets(2, 1, 3)
     old = get_mode("sglang==0.5.10.post1").settings(LLAMA, chain)["speculative"]
@@ -294,8 +293,6 @@ def test_sglang_spec_v1_exposes_its_loop_host_time_where_engine_times_give_none(
 
 
 def test_a_tree_iteration_prices_its_wide_extend_cascade_drafts_and_host():
-    from twin.engine.speculative import SpeculativePricer
-
     spec = Speculation("eagle3", 8, 64, 5.0, "test", topk=8, extend_tokens=64, forward_host=2)
     target, draft = Linear(1e-3, 1e-6, 1e-9), Linear(1e-4, 1e-6, 1e-9)
     p = SpeculativePricer(target, draft, spec, draft_host_s=3e-4)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from test_engine_helpers import ConstantPricer, lindley, run, single_turns
 
-from twin.steady_state import MIN_REQUESTS, OVERLOADED, STABLE, TOO_SHORT, judge
+from twin.steady_state import MIN_REQUESTS, OVERLOADED, STABLE, TOO_SHORT, _covered, judge
 
 
 def _queue(rho: float, n: int, seed: int, deterministic: bool = False):
@@ -91,8 +91,6 @@ def test_utilisation_is_measured_after_the_warm_up(tmp_path) -> None:
 
 
 def test_waiting_share_is_the_union_of_the_waits() -> None:
-    from twin.steady_state import _covered
-
     start = np.array([0.0, 1.0, 5.0, 9.5])
     end = np.array([2.0, 3.0, 5.0, 12.0])  # the third never waited
     assert _covered(start, end, 0.0, 10.0) == pytest.approx(3.0 + 0.5)

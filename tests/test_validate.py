@@ -17,6 +17,7 @@ import typer
 from typer.testing import CliRunner
 from validate_fakes import FakeConfig, fake_reference
 
+import twin.validate.entry as entry
 from twin.atomic import MANIFEST_FILE, read_manifest
 from twin.costmodel.profile_store import load_profile, shipped_profiles
 from twin.errors import TwinError
@@ -166,8 +167,6 @@ def test_end_to_end_on_the_real_executor(tmp_path):
 # ----------------------------------------------------------------- inputs first, outputs as a set
 def test_a_missing_workload_is_refused_before_calibrating(fake_executor, tmp_path, monkeypatch):
     # Regression (issue 17): it calibrated for minutes, then left OUT/profile.json behind.
-    import twin.validate.entry as entry
-
     def no_calibration(*args, **kwargs):
         raise AssertionError("calibrated before checking the inputs")
 
@@ -181,8 +180,6 @@ def test_a_missing_workload_is_refused_before_calibrating(fake_executor, tmp_pat
 def test_a_failed_validation_leaves_no_output_not_even_the_calibrated_profile(
     tmp_path, monkeypatch
 ):
-    import twin.validate.entry as entry
-
     def calibrate(device, spec, path, bar):
         path.write_text(shipped_profiles()["cpu"].read_text())  # what a calibration leaves
         return load_profile("cpu")

@@ -58,6 +58,8 @@ from twin.costmodel import formulas as fm
 from twin.costmodel.mla_features import (
     TRTLLM_MLA_SOURCE,
     MlaDims,
+    decode_block_keys,
+    decode_block_rows,
     decode_rule,
     mla_bmm_features,
     mla_decode_launch,
@@ -121,8 +123,14 @@ def _kernel_row(
         shape = {"b": b, "c": keys - 1, "h": h}
         rule = decode_rule(gpu, str(r.get("kernel_source", "")), kv_e)
         launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, sms)
+        block = decode_block_rows(gpu, str(r.get("kernel_source", "")), kv_e)
         names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
-        extras = {"tiles": tiles, "seq_keys": seq, **dict(zip(names, launch, strict=True))}
+        extras = {
+            "tiles": tiles,
+            "seq_keys": seq,
+            "block_keys": decode_block_keys(block, b * keys, h),
+            **dict(zip(names, launch, strict=True)),
+        }
     return _row(kernel, (flops, nbytes, extras), r["latency"], shape)
 
 

@@ -244,6 +244,11 @@ MLA_PREFILL_SERIAL = ("waves",)
 # fit of the older ``roofline+tiles+seq_keys`` form reads with zero coefficients: the
 # same prices.
 MLA_DECODE_LAUNCH = ("launch_ctas", "launch_waves")
+# The decode kernel's keys times its query-row blocks where its block is read
+# (``mla_features.decode_block_keys``: Hopper SGLang's ``flash_attention`` over an fp8
+# cache, 128 rows a block), on the compute side before the launch's; zero elsewhere. A fit
+# without it reads with a zero coefficient: the same prices.
+MLA_DECODE_BLOCK = ("block_keys",)
 MLA_DECODE_SERIAL = ("kv_repeat", "partials", "critical_keys")
 # The decode module's features: the module's, with its attention kernel's launch
 # (``mla_features.module_decode_features``: the same split rule as ``mla_decode``'s, read
@@ -487,7 +492,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 ),
                 (
                     "decode",
-                    MLA_DECODE_LAUNCH,
+                    (*MLA_DECODE_BLOCK, *MLA_DECODE_LAUNCH),
                     MLA_DECODE_SERIAL,
                     "one query per sequence in the absorbed form (over the latent); "
                     "seq_keys: the keys of one sequence, its split-KV critical path; "
@@ -684,6 +689,7 @@ __all__ = [
     "MLA_BMM_BASE",
     "MLA_BMM_EXTRAS",
     "MLA_BMM_MODES",
+    "MLA_DECODE_BLOCK",
     "MLA_DECODE_LAUNCH",
     "MLA_DECODE_SERIAL",
     "MLA_KV",

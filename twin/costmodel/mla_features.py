@@ -250,6 +250,39 @@ def decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     return None
 
 
+# The query-row block of a decode kernel whose block is wider than
+# ``MLA_DECODE_HEAD_TILE``: SGLang's ``flash_attention`` decode over an fp8 cache on Hopper
+# (NVIDIA's H100 / H200 decode tables, SGLang 0.5.14 ``kernel_source`` flash_attention,
+# ``kv_cache_dtype`` fp8). Its time is flat in the rank's heads from 1 to 128 and grows with
+# the sequence's keys times its blocks, not with the FLOPs (``aiconfigurator-core`` 0.12.0,
+# H100 SGLang, batch 64, 8,191 cached tokens: 1,143 us at 1 head, 1,144 at 64, 1,163 at 128;
+# batch 64 at 131,071 tokens and batch 1,024 at 8,191, the same keys in all, 17.3 and 18.2 ms
+# at 16 and 128 heads): every block streams each key through its MMAs at 128 rows whatever
+# the heads (the bf16 FA3 path's block is 64 rows, ``FA3_BLOCK_M``). The kernel's fp8 tile
+# rule (FlashAttention-3 ``hopper/tile_size.h``, element size 1) was not read; 128 is the
+# least block the tables agree with (they stop at 128 heads).
+FA3_FP8_BLOCK_ROWS = 128
+
+
+def decode_block_rows(gpu: str, kernel_source: str, kv_e: float) -> int | None:
+    """The query rows one CTA of the decode kernel a table (or its fit) times takes when
+    that is read (``FA3_FP8_BLOCK_ROWS``: Hopper's ``flash_attention`` over an fp8 cache);
+    None for the rest (their 64-head blocks are the ``tiles`` feature alone)."""
+    if gpu in FA3_GPUS and kernel_source == "flash_attention" and kv_e == 1:
+        return FA3_FP8_BLOCK_ROWS
+    return None
+
+
+def decode_block_keys(block: int | None, kv_rows: Sums, rows: int) -> Sums:
+    """The keys the decode kernel's query-row blocks stream in all (``kv_rows`` latent
+    rows, ``rows`` query rows a sequence in blocks of ``block``; :func:`decode_block_rows`),
+    a compute-side feature (``formulas``: ``mla_decode``'s ``block_keys``); zero without a
+    block read."""
+    if not block:
+        return 0.0 * kv_rows
+    return kv_rows * float(_cdiv(rows, block))
+
+
 def mla_decode_launch(
     rule: str | None,
     sequences: int,
@@ -560,6 +593,7 @@ def module_decode_features(module: ModuleSums, launch: LaunchSums) -> tuple[Sums
 
 __all__ = [
     "DECODE_RULES",
+    "FA3_FP8_BLOCK_ROWS",
     "FA3_GPUS",
     "MLA_BMM_TILE",
     "MLA_DECODE_HEAD_TILE",
@@ -572,6 +606,8 @@ __all__ = [
     "MlaDims",
     "MlaGenLaunch",
     "ModuleSums",
+    "decode_block_keys",
+    "decode_block_rows",
     "decode_head_tiles",
     "decode_rule",
     "fa3_num_splits",

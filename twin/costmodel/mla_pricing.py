@@ -55,6 +55,7 @@ class MlaPricing(ShardShapes):
     mla_modes: tuple[str, str]  # (prefill, decode): "module", "kernels" or "gqa"
     mla_dims: mf.MlaDims
     _mla_rule: str | None
+    _mla_block: int | None
     kernel_layout: KernelLayout
 
     def _setup_mla(self) -> None:
@@ -86,6 +87,8 @@ class MlaPricing(ShardShapes):
         # The decode kernel's split rule, from the kernel its fit's table timed
         # (``mla_features.decode_rule``).
         self._mla_rule = self._decode_rule("mla_decode", self.priced.mla_kv_elem_bytes[1])
+        # Its query-row block where read (``mla_features.decode_block_rows``).
+        self._mla_block = self._decode_block("mla_decode", self.priced.mla_kv_elem_bytes[1])
         # The decode module's attention launch: the rule of the kernel its table timed, at
         # the KV stream its fit's features read (``mla_features.module_decode_features``).
         stream = self.priced.mla_kv_elem_bytes[1] * self.priced.mla_module_kv_share
@@ -121,6 +124,16 @@ class MlaPricing(ShardShapes):
             return None
         fit = self.profile.kernels[key]
         return mf.decode_rule(self.profile.gpu, str(fit.provenance.get("kernel_source", "")), kv_e)
+
+    def _decode_block(self, family: str, kv_e: float) -> int | None:
+        """The query-row block (``mla_features.decode_block_rows``) of the kernel
+        ``family``'s fit's table timed, at ``kv_e`` bytes a latent element."""
+        key = self.priced.keys.get(family)
+        if key is None:
+            return None
+        fit = self.profile.kernels[key]
+        source = str(fit.provenance.get("kernel_source", ""))
+        return mf.decode_block_rows(self.profile.gpu, source, kv_e)
 
     # ------------------------------------------------------------ token-count parts
     def _mla_dense(self, t: int, norm: float, ar: float) -> tuple[tuple[str, float], ...]:
@@ -311,7 +324,8 @@ class MlaPricing(ShardShapes):
             sums = mf.mla_absorbed_sums(batch, rows, keys, kv, width, d, e, kv_e)
             sms = self._mla_sms or 0
             launch = mf.mla_decode_launch(self._mla_rule, batch, kv, width, d, kv_e, sms)
-            attn = self._mla["mla_decode"](*sums, *launch)
+            block_keys = mf.decode_block_keys(self._mla_block, kv, d.heads * width)
+            attn = self._mla["mla_decode"](*sums, block_keys, *launch)
             kernel = "mla_decode"
         else:
             # GQA stand-in: one KV head of half the latent width (2 x width bytes per key:
