@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from twin.costmodel import CostModel
-from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
+from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
 from twin.engine.kernel_layouts import FLASHINFER_CUTLASS_EXPERT_S, vllm_kernel_layout
@@ -21,6 +21,8 @@ from twin.presets import get_model
 MINIMAX = dataclasses.replace(
     get_model("minimax-m2.5"), precision="fp8", moe_precision="fp8-block", kv_dtype="bf16"
 )
+# MiniMax-M2's vLLM layout with nothing but its fp32 router (test_vllm_fp32_router).
+ROUTER_ONLY = KernelLayout(router_precision="fp32")
 
 
 def test_0_16_0_under_moe_tp_pays_the_experts_it_holds_beyond_the_ep_layout() -> None:
@@ -44,14 +46,14 @@ def test_data_parallel_attention_holds_the_experts_over_dp_x_tp_ranks() -> None:
 def test_nothing_where_the_release_layout_or_gpu_runs_another_kernel() -> None:
     # Expert parallelism (the EP table's own layout), one GPU, 0.18.0 (Triton first for
     # TP on Hopper), Blackwell, an unread release.
-    assert vllm_kernel_layout(MINIMAX, "0.16.0", 4, 1, 4, "h200") == DEFAULT_LAYOUT
-    assert vllm_kernel_layout(MINIMAX, "0.16.0", 1, 1, 1, "h200") == DEFAULT_LAYOUT
-    assert vllm_kernel_layout(MINIMAX, "0.18.0", 4, 1, 1, "h200") == DEFAULT_LAYOUT
-    assert vllm_kernel_layout(MINIMAX, "0.16.0", 4, 1, 1, "b200") == DEFAULT_LAYOUT
-    assert vllm_kernel_layout(MINIMAX, "0.17.0", 4, 1, 1, "h200") == DEFAULT_LAYOUT
+    assert vllm_kernel_layout(MINIMAX, "0.16.0", 4, 1, 4, "h200") == ROUTER_ONLY
+    assert vllm_kernel_layout(MINIMAX, "0.16.0", 1, 1, 1, "h200") == ROUTER_ONLY
+    assert vllm_kernel_layout(MINIMAX, "0.18.0", 4, 1, 1, "h200") == ROUTER_ONLY
+    assert vllm_kernel_layout(MINIMAX, "0.16.0", 4, 1, 1, "b200") == ROUTER_ONLY
+    assert vllm_kernel_layout(MINIMAX, "0.17.0", 4, 1, 1, "h200") == ROUTER_ONLY
     # Other experts' formats: per-tensor fp8, Kimi-K2.5's int4 (Marlin).
     tensor = dataclasses.replace(MINIMAX, moe_precision="fp8")
-    assert vllm_kernel_layout(tensor, "0.16.0", 4, 1, 1, "h200") == DEFAULT_LAYOUT
+    assert vllm_kernel_layout(tensor, "0.16.0", 4, 1, 1, "h200") == ROUTER_ONLY
     kimi = dataclasses.replace(get_model("kimi-k2.5"), precision="int4")
     assert vllm_kernel_layout(kimi, "0.16.0", 8, 1, 1, "h200").moe_layer_extra_s == 0.0
     with pytest.raises(TwinError, match="moe_layer_extra_s"):
@@ -61,7 +63,7 @@ def test_nothing_where_the_release_layout_or_gpu_runs_another_kernel() -> None:
 def test_a_decode_step_pays_it_once_an_moe_layer() -> None:
     h200 = load_profile("h200", "vllm")
     layout = vllm_kernel_layout(MINIMAX, "0.16.0", 4, 1, 1, "h200")
-    plain = CostModel(MINIMAX, h200, 4)
+    plain = CostModel(MINIMAX, h200, 4, kernel_layout=ROUTER_ONLY)
     fi = CostModel(MINIMAX, h200, 4, kernel_layout=layout)
     extra = MINIMAX.n_moe_layers * layout.moe_layer_extra_s
     for batch in (4, 32):

@@ -53,6 +53,9 @@ class GpuSpec:
     host_bw: float  # host link bandwidth per direction, bytes/s
     nvlink_bw: float | None  # NVLink total of both directions, bytes/s; None: no NVLink
     fp32_flops: float | None = None  # FP32 non-tensor FLOP/s where the sheet gives it
+    # Dense TF32 tensor-core FLOP/s where the sheet gives it (half the sheet's figure
+    # "with sparsity"): an fp32 GEMM under TF32 (``twin.costmodel.mixer_kernels.tf32_peak``).
+    tf32_flops: float | None = None
     # Dense FP8 and FP4 tensor-core FLOP/s (None: no such tensor cores). Every value is
     # aiconfigurator-core 0.12.0's ``systems/<gpu>.yaml`` ``fp8_tc_flops`` /
     # ``fp4_tc_flops`` (NVIDIA's datasheets, dense = half the sparse rate): the FP8 and
@@ -105,6 +108,14 @@ _PCIE5 = 64 * GB  # PCIe Gen5 x16, per direction (datasheet table)
 _PCIE6 = 128 * GB  # PCIe Gen6 x16, per direction (HGX B300; aiconfigurator b300_sxm.yaml)
 _NVLINK5 = 1800 * GB  # fifth-generation NVLink, both directions (HGX/GB200 datasheets)
 _C2C = 450 * GB  # NVLink-C2C to the Grace CPU: 900 GB/s both directions (GB200 datasheet)
+# FP32 (non-tensor) and dense TF32 tensor-core peaks: NVIDIA A100 datasheet 19.5 and 156
+# (312 with sparsity); H100 SXM and H200 SXM datasheets 67 and 494.5 (989 with sparsity).
+# HGX B200 and HGX B300 per GPU: FP32 600 TFLOP/s and TF32 tensor core 18 PFLOP/s (with
+# sparsity) for the 8-GPU board (NVIDIA HGX platform specifications), 75 and 2,250 a GPU,
+# TF32 1,125 dense (the Blackwell datasheet rounds B200's to 75 TFLOP/s FP32, 2.2 PFLOP/s
+# TF32 with sparsity). Not in aiconfigurator's tables.
+_HGX_B_FP32 = 75 * TB
+_HGX_B_TF32 = 1125 * TB
 _AIC = "NVIDIA datasheet via aiconfigurator-core 0.12.0 systems/{}.yaml"
 AIC_MEM = "aiconfigurator-core 0.12.0 systems/{}.yaml mem_capacity"
 
@@ -127,6 +138,7 @@ GPUS: dict[str, GpuSpec] = {
             _PCIE4,
             600 * GB,
             fp32_flops=19.5 * TB,
+            tf32_flops=156 * TB,
             host_link="PCIe Gen4 x16",
             # Not in aiconfigurator's tables: nvidia-smi's total on four A100-SXM4-40GB
             # (400 W) in github.com/pc2/cc-slurm-sync README.md is 40,960 MiB, the
@@ -144,6 +156,7 @@ GPUS: dict[str, GpuSpec] = {
             _PCIE4,
             600 * GB,
             fp32_flops=19.5 * TB,
+            tf32_flops=156 * TB,
             host_link="PCIe Gen4 x16",
             mem_source=_aic_mem("a100_sxm", "80 GiB"),
         ),
@@ -156,6 +169,7 @@ GPUS: dict[str, GpuSpec] = {
             _PCIE4,
             600 * GB,
             fp32_flops=19.5 * TB,
+            tf32_flops=156 * TB,
             host_link="PCIe Gen4 x16 (NVLink bridge)",
             mem_source=_aic_mem("a100_pcie", "80 GiB"),
         ),
@@ -168,6 +182,7 @@ GPUS: dict[str, GpuSpec] = {
             _PCIE5,
             900 * GB,
             fp32_flops=67 * TB,
+            tf32_flops=494.5 * TB,
             fp8_flops=1978 * TB,
             host_link="PCIe Gen5 x16",
             mem_source=_aic_mem("h100_sxm", "80 GiB"),
@@ -180,6 +195,8 @@ GPUS: dict[str, GpuSpec] = {
             4800 * GB,
             _PCIE5,
             900 * GB,
+            fp32_flops=67 * TB,
+            tf32_flops=494.5 * TB,
             fp8_flops=1978 * TB,
             host_link="PCIe Gen5 x16",
             mem_source=_aic_mem("h200_sxm", "141 GiB"),
@@ -208,6 +225,8 @@ GPUS: dict[str, GpuSpec] = {
             fp8_flops=4500 * TB,
             fp4_flops=9000 * TB,
             host_link="PCIe Gen5 x16",
+            fp32_flops=_HGX_B_FP32,
+            tf32_flops=_HGX_B_TF32,
             source=_AIC.format("b200_sxm"),
             mem_source=_aic_mem("b200_sxm", "180 GiB"),
         ),
@@ -222,6 +241,8 @@ GPUS: dict[str, GpuSpec] = {
             fp8_flops=4500 * TB,
             fp4_flops=14000 * TB,
             host_link="PCIe Gen6 x16",
+            fp32_flops=_HGX_B_FP32,
+            tf32_flops=_HGX_B_TF32,
             source=_AIC.format("b300_sxm"),
             mem_source=_aic_mem("b300_sxm", "275,040 MiB reported by nvidia-smi"),
         ),

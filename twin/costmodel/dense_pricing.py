@@ -14,6 +14,7 @@ from twin import precision as px
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
+from twin.costmodel import mixer_kernels as mk
 from twin.costmodel.breakdown import LABEL, StepCost
 from twin.costmodel.kernel_layout import VLLM_CUSTOM_ALLREDUCE_MAX_BYTES, KernelLayout
 from twin.costmodel.moe_layout import fuses_shared_expert, measured_ep, priced_ep
@@ -21,6 +22,8 @@ from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import SeriesTerm, series_key
 from twin.costmodel.shard_shapes import ShardShapes
+
+FP32_BYTES = 4  # an IEEE fp32 element (the fp32 router's operands: DensePricing._router)
 
 
 def _less(price: Callable[..., float], gap: float) -> Callable[..., float]:
@@ -216,6 +219,19 @@ class DensePricing(ShardShapes):
     def _gemm(self, rows: float, k: float, n: float) -> float:
         """A bf16 GEMM (the LM head, the MoE router; every projection of a bf16 model)."""
         return self._k["gemm"](*ft.gemm_sums(rows, k, n, self.elem_bytes))
+
+    def _router(self, t: float, n_exp: int) -> float:
+        """The MoE router (gate) GEMM over ``t`` tokens at its precision
+        (``KernelLayout.router_precision``): the bf16 GEMM; or fp32 operands (4 bytes an
+        element) through the same GEMM fit with its FLOP time at the GPU's FP32 CUDA-core
+        or TF32 tensor-core peak in place of the bf16 tensor peak (the FLOPs scaled by
+        their ratio)."""
+        precision = self.kernel_layout.router_precision
+        if not precision:
+            return self._gemm(t, self.d_model, n_exp)
+        flops, nbytes, weights = ft.gemm_sums(t, self.d_model, n_exp, FP32_BYTES)
+        peak = mk.fp32_peak(self.profile) if precision == "fp32" else mk.tf32_peak(self.profile)
+        return self._k["gemm"](flops * float(self.profile.peaks["flops"]) / peak, nbytes, weights)
 
     def _proj(self, rows: float, k: float, n: float) -> float:
         """A linear layer's GEMM at the model's precision."""
@@ -429,7 +445,7 @@ class DensePricing(ShardShapes):
                 a * rows * self.expert_width + w * active * self.expert_width * d + e * rows * d,
                 active * self.expert_width * d,
             )
-        router = self._gemm(t, d, n_exp)
+        router = self._router(t, n_exp)
         act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.expert_width))
         shared_gemm, shared_act = self._shared_expert(t)
         up += shared_gemm
@@ -483,7 +499,7 @@ class DensePricing(ShardShapes):
             experts *= math.exp(series[0].log_factor(series[1], t))
         # A kernel whose cost per expert held the fit does not carry (KernelLayout).
         experts += self.kernel_layout.moe_layer_extra_s
-        router = self._gemm(t, d, n_exp)
+        router = self._router(t, n_exp)
         shared, act = self._shared_expert(t)
         return (
             ("elementwise", norm + act),

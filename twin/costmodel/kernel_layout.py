@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from twin.errors import TwinError
 
+ROUTER_PRECISIONS = ("", "fp32", "tf32")  # KernelLayout.router_precision
+
 
 @dataclass(frozen=True)
 class KernelLayout:
@@ -75,6 +77,12 @@ class KernelLayout:
     # timed a dynamic per-tensor quantisation inside each call: the fit's floor above the
     # bf16 GEMM's comes off every fp8 linear launch (``DensePricing._setup_linear_kernels``).
     fp8_static_activation: bool = False
+    # The precision the MoE router (gate) GEMM runs at: "" the model's bf16, priced as
+    # the other bf16 GEMMs; "fp32" an IEEE fp32 GEMM on CUDA cores (fp32 weights and
+    # activations, the GPU's FP32 peak); "tf32" the same operands on TF32 tensor cores
+    # (the GPU's TF32 peak): ``DensePricing._router`` (vLLM's MiniMax-M2,
+    # ``twin.engine.kernel_layouts.vllm_router_precision``).
+    router_precision: str = ""
 
     def __post_init__(self) -> None:
         if not self.moe_layer_extra_s >= 0.0:
@@ -85,6 +93,11 @@ class KernelLayout:
             raise TwinError(
                 "kernel layout: moe_rows_per_expert must be >= 0 "
                 f"(got {self.moe_rows_per_expert!r})"
+            )
+        if self.router_precision not in ROUTER_PRECISIONS:
+            raise TwinError(
+                f"kernel layout: router_precision must be one of {ROUTER_PRECISIONS} "
+                f"(got {self.router_precision!r})"
             )
         if self.gdn_in_proj_gemms not in (1, 4):
             raise TwinError(
@@ -109,4 +122,4 @@ VLLM_CUSTOM_ALLREDUCE_MAX_BYTES = {
     "h200": _HOPPER_CUSTOM_ALLREDUCE,
 }
 
-__all__ = ["DEFAULT_LAYOUT", "VLLM_CUSTOM_ALLREDUCE_MAX_BYTES", "KernelLayout"]
+__all__ = ["DEFAULT_LAYOUT", "ROUTER_PRECISIONS", "VLLM_CUSTOM_ALLREDUCE_MAX_BYTES", "KernelLayout"]

@@ -92,6 +92,21 @@ def fp32_peak(profile: Profile) -> float:
     return float(profile.peaks["flops"]) / FP32_RATIO
 
 
+def tf32_peak(profile: Profile) -> float:
+    """Dense TF32 tensor-core FLOP/s of the profile's device: its own ``tf32_flops`` peak,
+    the datasheet's (``GpuSpec.tf32_flops``), or half the FP16/BF16 tensor peak (every
+    sheet of ``twin.hardware`` that gives TF32 gives half; the CPU profile: the same
+    peak)."""
+    if "tf32_flops" in profile.peaks:
+        return float(profile.peaks["tf32_flops"])
+    spec = GPUS.get(profile.gpu)
+    if spec is not None and spec.tf32_flops:
+        return float(spec.tf32_flops)
+    if profile.gpu == "cpu":
+        return float(profile.peaks["flops"])
+    return float(profile.peaks["flops"]) / 2.0
+
+
 def mamba1_scan_sums(
     tokens: float, channels: int, d_state: int, e: int
 ) -> tuple[float, float, float]:

@@ -12,6 +12,7 @@ under), as the engines' own modules are chosen by architecture.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from twin import precision as px
@@ -242,6 +243,36 @@ def vllm_moe_tp(tp: int, dp: int, ep: int) -> int:
     return 1 if ep > 1 else tp * max(dp, 1)
 
 
+# vLLM's MiniMax-M2 model file (MiniMax-M2 and M2.5) runs the MoE router in fp32: 0.16.0,
+# 0.17.0, 0.18.0 and 0.19.0 (the wheels) ``models/minimax_m2.py`` ``MiniMaxM2MoE``:
+# ``self.gate = ReplicatedLinear(config.hidden_size, config.num_local_experts, ...,
+# params_dtype=torch.float32)`` called as ``self.gate(hidden_states.to(torch.float32))``
+# (``router_logits_dtype=torch.float32``), an fp32 GEMM replicated on every rank. At vLLM's
+# default ``VLLM_FLOAT32_MATMUL_PRECISION=highest`` it runs IEEE fp32 on CUDA cores;
+# "high" or "medium" (``twin.engine.modes_vllm.VLLM_FLOAT32_MATMUL_PRECISIONS``) on TF32
+# tensor cores. The nightlies the rows ran (April 2026) are taken to hold 0.19.0's file.
+# Every other model's router is priced as a bf16 GEMM (``KernelLayout.router_precision``).
+VLLM_FP32_ROUTER_MODELS = ("minimax-m2",)
+TF32_MATMUL_PRECISIONS = ("high", "medium")  # torch.set_float32_matmul_precision's
+
+
+def vllm_router_precision(model: ModelSpec, float32_matmul_precision: str = "highest") -> str:
+    """``KernelLayout.router_precision`` of ``model`` under vLLM (above): "fp32" for a model
+    whose file runs its router in fp32, "tf32" where ``float32_matmul_precision`` lets it
+    run on TF32 tensor cores; "" (bf16) for the others."""
+    if not model.n_moe_layers or not any(_named(model, m) for m in VLLM_FP32_ROUTER_MODELS):
+        return ""
+    return "tf32" if float32_matmul_precision in TF32_MATMUL_PRECISIONS else "fp32"
+
+
+def with_float32_matmul(layout: KernelLayout, float32_matmul_precision: str) -> KernelLayout:
+    """``layout`` with its fp32 router on TF32 tensor cores where vLLM's
+    ``float32_matmul_precision`` flag says so (above); unchanged otherwise."""
+    if layout.router_precision == "fp32" and float32_matmul_precision in TF32_MATMUL_PRECISIONS:
+        return dataclasses.replace(layout, router_precision="tf32")
+    return layout
+
+
 def vllm_kernel_layout(
     model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
@@ -250,7 +281,7 @@ def vllm_kernel_layout(
     a MoE tensor-parallel size below 8; 0.16.0's FlashInfer CUTLASS block-fp8 experts under
     MoE tensor parallelism on Hopper (their cost per expert held); under data-parallel
     attention its dense MLP layers and shared expert on each rank; 0.10.2's custom
-    all-reduce limit and static fp8 activations."""
+    all-reduce limit and static fp8 activations; MiniMax-M2's fp32 router."""
     on_rank = dp > 1
     static = build in VLLM_STATIC_FP8_BUILDS
     extra = vllm_flashinfer_cutlass_tp_s(model, build, vllm_moe_tp(tp, dp, ep), gpu)
@@ -261,9 +292,11 @@ def vllm_kernel_layout(
         and gpu in DEEPGEMM_GPUS
         and vllm_moe_tp(tp, dp, ep) < VLLM_DEEPGEMM_MOE_MAX_TP
     )
-    if not (padded or on_rank or static or extra):
+    router = vllm_router_precision(model)
+    if not (padded or on_rank or static or extra or router):
         return DEFAULT_LAYOUT
     return KernelLayout(
+        router_precision=router,
         moe_rows_per_expert=DEEPGEMM_M_ALIGNMENT if padded else 0,
         moe_layer_extra_s=extra,
         dense_ffn_on_rank=on_rank,
@@ -276,6 +309,7 @@ __all__ = [
     "DEEPGEMM_GPUS",
     "FLASHINFER_CUTLASS_EXPERT_S",
     "VLLM_FLASHINFER_CUTLASS_TP_BUILDS",
+    "VLLM_FP32_ROUTER_MODELS",
     "sglang_gdn_in_proj_gemms",
     "sglang_kernel_layout",
     "trtllm_kernel_layout",
@@ -284,4 +318,6 @@ __all__ = [
     "vllm_flashinfer_cutlass_tp_s",
     "vllm_kernel_layout",
     "vllm_moe_tp",
+    "vllm_router_precision",
+    "with_float32_matmul",
 ]

@@ -345,6 +345,19 @@ def _vllm_async(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out["scheduler_options"] = options
 
 
+# vLLM's VLLM_FLOAT32_MATMUL_PRECISION (``envs.py``, choices highest / high / medium,
+# default "highest"), which ``v1/worker/gpu_worker.py`` hands to
+# ``torch.set_float32_matmul_precision`` at start-up (read in the 0.16.0, 0.17.0, 0.18.0
+# and 0.19.0 wheels): "highest" runs an fp32 matmul in IEEE fp32 on CUDA cores, "high" and
+# "medium" on TF32 tensor cores. Only a model whose file runs a matmul in fp32 sees it
+# (MiniMax-M2's router: twin.engine.kernel_layouts.VLLM_FP32_ROUTER_MODELS).
+VLLM_FLOAT32_MATMUL_PRECISIONS = ("highest", "high", "medium")
+
+
+def _vllm_f32_matmul(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    _choice("float32_matmul_precision", value, VLLM_FLOAT32_MATMUL_PRECISIONS)
+
+
 # vLLM's --moe-backend (0.19.0 vllm/config/kernel.py KernelConfig.moe_backend, "auto" by
 # default; engine/arg_utils.py ``--moe-backend``), or the environment variable
 # VLLM_MXFP4_USE_MARLIN=1 that InferenceMAX's Hopper gpt-oss scripts set (0.15.1-0.18.0
@@ -438,7 +451,7 @@ VLLM_RELEASES = (
     Release(
         version="0.19.0",
         source="vllm 0.19.0: vllm/config/cache.py CacheConfig, vllm/engine/arg_utils.py",
-        flags=(*_VLLM_COMMON, "moe_backend", *_VLLM_SPEC),
+        flags=(*_VLLM_COMMON, "moe_backend", "float32_matmul_precision", *_VLLM_SPEC),
         choices={
             "mamba_cache_mode": ("all", "align", "none"),
             "speculative_config": ("synthetic_acceptance_rate",),
@@ -574,6 +587,15 @@ VLLM = EngineMode(
                     "with mxfp8 activations (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1)",
                     _vllm_moe_backend,
                     "auto",
+                ),
+            ),
+            (
+                "float32_matmul_precision",
+                Flag(
+                    "highest (IEEE fp32 matmuls on CUDA cores); high, medium: TF32 tensor "
+                    "cores (VLLM_FLOAT32_MATMUL_PRECISION; MiniMax-M2's fp32 router)",
+                    _vllm_f32_matmul,
+                    "highest",
                 ),
             ),
             *_batching_flags(

@@ -39,6 +39,7 @@ from twin.engine.disagg import (
     write_timeline,
 )
 from twin.engine.fabric import kv_link
+from twin.engine.kernel_layouts import with_float32_matmul
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
@@ -640,7 +641,9 @@ def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> Kernel
 
     m, c = config.mode, config.cluster
     build = m.engine_build or m.kernel_tables or m.engine_release
-    return get_mode(m.engine).layout_for(model, build, c.tp, c.dp_attention, c.ep, gpu)
+    layout = get_mode(m.engine).layout_for(model, build, c.tp, c.dp_attention, c.ep, gpu)
+    # vLLM's --set float32_matmul_precision (twin.engine.modes_vllm): TF32 for an fp32 GEMM.
+    return with_float32_matmul(layout, m.engine_flags.get("float32_matmul_precision", ""))
 
 
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:

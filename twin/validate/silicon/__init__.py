@@ -107,6 +107,7 @@ from twin.validate.silicon.inferencemax_vllm import (
     inferencemax_prompt_budget_flags,
     inferencemax_served_checkpoint,
     inferencemax_vllm,
+    inferencemax_vllm_float32_precision,
     vllm_async_scheduling,
     vllm_moe_backend,
 )
@@ -231,6 +232,7 @@ __all__ = [
     "inferencemax_trtllm_piecewise",
     "inferencemax_trtllm_script_layout",
     "inferencemax_vllm",
+    "inferencemax_vllm_float32_precision",
     "launch_s",
     "layout_args",
     "mape",

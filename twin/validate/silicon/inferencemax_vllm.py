@@ -137,6 +137,34 @@ def inferencemax_vllm_script_layout(row: SiliconRow) -> SiliconRow:
     return dataclasses.replace(row, moe_tp=1, moe_ep=tp, csv_layout=csv_layout)
 
 
+# InferenceMAX's MiniMax-M2.5 vLLM scripts export ``VLLM_FLOAT32_MATMUL_PRECISION=high``
+# (TF32 for vLLM's fp32 matmuls: MiniMax-M2's router, ``twin.engine.kernel_layouts.
+# VLLM_FP32_ROUTER_MODELS``) from one commit a script, all merged on 2026-04-21
+# (SemiAnalysisAI/InferenceX ``benchmarks/single_node/``): ``minimaxm2.5_fp8_b200.sh``
+# 41ed82dc1 ("[NV] update minimaxm2.5-fp8-b200-vllm", #1068, which drops
+# ``VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl``), ``minimaxm2.5_fp4_b200.sh`` 13962fcfa
+# (#1069), ``minimaxm2.5_fp8_b300.sh`` 0c2467c15 (#1106), ``minimaxm2.5_fp4_b300.sh``
+# 633fd2377 (#1107); ``minimaxm2.5_fp8_h200.sh`` only from 8014ee637 (2026-05-26), after
+# the rows; ``minimaxm2.5_fp8_h100.sh`` never. A row measured on the commit's day is taken
+# to be its pull request's sweep (as Kimi's below); before, vLLM's default "highest".
+INFERENCEMAX_MINIMAX_TF32_FROM = {
+    ("b200_sxm", "fp8"): "2026-04-21",
+    ("b200_sxm", "fp4"): "2026-04-21",
+    ("b300_sxm", "fp8"): "2026-04-21",
+    ("b300_sxm", "fp4"): "2026-04-21",
+    ("h200_sxm", "fp8"): "2026-05-26",
+}
+
+
+def inferencemax_vllm_float32_precision(row: SiliconRow, kind: str = "benchmark") -> str | None:
+    """``--set float32_matmul_precision`` for the vLLM server of ``row`` (above): "high"
+    where its InferenceMAX MiniMax-M2.5 script exported it; None: vLLM's default."""
+    if kind != "benchmark" or harness_of(row) is not INFERENCEMAX:
+        return None
+    tf32 = _flags_from(row, INFERENCEMAX_MINIMAX, INFERENCEMAX_MINIMAX_TF32_FROM)
+    return "high" if tf32 else None
+
+
 # InferenceMAX's Kimi-K2.5 NVFP4 B200 vLLM script passes the same two flags from
 # 6c3acebfa (2026-04-20, "[NV] Update Kimi K2.5 FP4 B200 vLLM server launch args":
 # ``--kv-cache-dtype fp8 --max-cudagraph-capture-size 2048 --max-num-batched-tokens

@@ -50,6 +50,7 @@ from twin.validate.silicon.inferencemax_vllm import (
     inferencemax_client_capped,
     inferencemax_served_checkpoint,
     inferencemax_vllm_default_kv,
+    inferencemax_vllm_float32_precision,
     vllm_async_scheduling,
     vllm_moe_backend,
 )
@@ -238,6 +239,9 @@ def plan_row(
     backend = vllm_moe_backend(row, deploy) if engine == "vllm" else None
     if backend is not None:
         limits = {**limits, "sets": {**limits.get("sets", {}), "moe_backend": backend}}
+    f32 = inferencemax_vllm_float32_precision(row, deploy) if engine == "vllm" else None
+    if f32 is not None:
+        limits = {**limits, "sets": {**limits.get("sets", {}), "float32_matmul_precision": f32}}
     overlap = trtllm_overlap_scheduler(row) if engine == "trtllm" and not pool else {}
     if overlap:  # the engine's own default, whatever the deployment
         limits = {**limits, "sets": {**limits.get("sets", {}), **overlap}}
