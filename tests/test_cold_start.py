@@ -80,6 +80,19 @@ def test_the_stall_is_off_by_default_and_refuses_bad_values():
         )
 
 
+@pytest.mark.parametrize(
+    "layout",
+    [{"pp": 2}, {"prefill_workers": 1, "decode_workers": 1, "replicas": 2}],
+    ids=["pp", "disagg"],
+)
+def test_the_stall_is_refused_where_the_replica_is_not_one_step_loop(layout):
+    """Pipeline stages and a disaggregated cluster run loops of their own, which would
+    ignore the stall: refused, not dropped."""
+    EngineConfig.of(**layout)  # the layout alone is valid
+    with pytest.raises(TwinError, match="--cold-prefix-stall-s: is modelled on an aggregated"):
+        EngineConfig.of(**layout, cold_prefix_stall_s=70.0)
+
+
 def test_a_prefix_hit_stalls_the_step_that_admits_it(tmp_path):
     """A 64-token prompt at 0 s, the same prompt again at 5 s on a model whose cache keeps
     it (llama-3-8b, SGLang's radix cache): the second request extends its prompt after 63

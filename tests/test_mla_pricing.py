@@ -26,6 +26,7 @@ from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_features as mf
+from twin.costmodel.features import REPLAY_L2_SHARE
 from twin.costmodel.precision_kernels import MLA_AS_GQA_NOTE
 from twin.costmodel.profile_store import load_profile
 from twin.costmodel.step_features import aggregate_step
@@ -637,7 +638,7 @@ def test_the_decode_kernel_prices_its_launch() -> None:
 def test_the_bmm_features_are_its_waves_and_where_its_working_set_is_read() -> None:
     """The absorbed BMMs' launch features (``mla_features.mla_bmm_features``): the output
     tiles' waves over the SMs, and the working set's bytes read from L2 where it fits in
-    ``MLA_BMM_L2_SHARE`` of it (the tables replay a CUDA graph on the same buffers), else
+    ``features.REPLAY_L2_SHARE`` of it (the tables replay a CUDA graph on the same buffers), else
     from HBM; the FLOPs are the BMM's own."""
     h200 = get_gpu("h200")
     sms, l2 = h200.sm_count or 0, h200.l2_bytes
@@ -645,7 +646,7 @@ def test_the_bmm_features_are_its_waves_and_where_its_working_set_is_read() -> N
     # W_UV at 32 heads (H200 SGLang's table: 11.4 us at 1,024 tokens, 22.2 us at 1,536)
     flops, nbytes, _ = mf.mla_bmm_sums(1024, 32, 512, 128, 2, 2, 2)
     assert nbytes == 2 * (1024 * 32 * 512 + 32 * 512 * 128 + 1024 * 32 * 128)  # 46.1 MB
-    assert nbytes > mf.MLA_BMM_L2_SHARE * 50e6  # past 40 MB: read from HBM
+    assert nbytes > REPLAY_L2_SHARE * 50e6  # past 40 MB: read from HBM
     assert mf.mla_bmm_features(1024, 32, 512, 128, 2, 2, 2, sms, l2) == (
         flops,
         nbytes,

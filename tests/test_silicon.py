@@ -1876,7 +1876,7 @@ def test_inferencemax_deepseek_fp4_trtllm_experts_priced_by_the_scripts_moe_back
     tokens, CUTLASS at 128 and below)."""
     from twin import precision as px
     from twin.costmodel.profile_store import load_profile
-    from twin.engine.run import trtllm_moe_backend_profile
+    from twin.engine.run import priced_profile, trtllm_moe_backend_profile
 
     backend = sil.inferencemax_trtllm_fp4_moe_backend
     fp4 = _inferencemax_r1(
@@ -1893,6 +1893,11 @@ def test_inferencemax_deepseek_fp4_trtllm_experts_priced_by_the_scripts_moe_back
     assert backend(dec15) == "TRTLLM"
     assert backend(replace(dec15, concurrency=256)) == "CUTLASS"  # by clients, not DP
     assert backend(replace(dec15, isl=8192, concurrency=64)) == "CUTLASS"
+    # the script's thresholds: 8k/1k above 32 clients, 1k/8k from 256
+    assert backend(replace(dec15, isl=8192, concurrency=32)) == "TRTLLM"
+    assert backend(replace(dec15, osl=8192, concurrency=128)) == "TRTLLM"
+    assert backend(replace(dec15, osl=8192, concurrency=256)) == "CUTLASS"
+    assert backend(replace(fp4, backend_version="1.0.0rc3")) is None  # an image not read
     assert backend(replace(fp4, precision="fp8")) is None
     assert backend(replace(fp4, system="h200_sxm")) is None
     assert sil.deployment(fp4, "trtllm")["sets"]["moe_backend"] == "TRTLLM"
@@ -1905,3 +1910,7 @@ def test_inferencemax_deepseek_fp4_trtllm_experts_priced_by_the_scripts_moe_back
     cutlass = trtllm_moe_backend_profile(expert, profile, "CUTLASS").kernels
     assert cutlass["moe_nvfp4_min_latency"] == profile.kernels["moe_nvfp4"]
     assert gen["moe_nvfp4_trtllm_gen"] != profile.kernels["moe_nvfp4_min_latency"]
+    # the run reads it through the mode's flag (priced_profile)
+    r1 = replace(get_model("deepseek-r1"), precision="nvfp4")
+    flagged = priced_profile(r1, profile, "trtllm", {"moe_backend": "TRTLLM"})
+    assert flagged.kernels["moe_nvfp4"] == profile.kernels["moe_nvfp4_trtllm_gen"]

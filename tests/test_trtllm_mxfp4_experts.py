@@ -55,6 +55,11 @@ def test_the_trtllm_mode_runs_mxfp4_experts_with_mxfp8_activations_on_blackwell_
     assert {k: v for k, v in swapped.kernels.items() if k != "moe_mxfp4"} == {
         k: v for k, v in b200.kernels.items() if k != "moe_mxfp4"
     }
+    # moe_config.backend CUTLASS / TRTLLM changes the nvfp4 experts' kernel only: the
+    # mxfp4 ones keep W4A8_MXFP4_MXFP8 under every backend but TRITON (get_mxfp4_quant_algo)
+    for backend in ("CUTLASS", "TRTLLM"):
+        chosen = priced_profile(gpt_oss, b200, "trtllm", {"moe_backend": backend})
+        assert chosen.kernels["moe_mxfp4"] is b200.kernels[FAMILY]
     h200 = resolve_profile("h200", None, "trtllm")  # Hopper: W4A16_MXFP4, no fit
     assert priced_profile(gpt_oss, h200, "trtllm") is h200
     fp8 = dataclasses.replace(gpt_oss, precision="fp8", moe_precision=None)

@@ -12,7 +12,9 @@ import pytest
 from twin.costmodel import CostModel
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
+from twin.engine.config import EngineConfig
 from twin.engine.kernel_layouts import FLASHINFER_CUTLASS_EXPERT_S, vllm_kernel_layout
+from twin.engine.run import kernel_layout_of
 from twin.errors import TwinError
 from twin.presets import get_model
 
@@ -30,6 +32,15 @@ def test_0_16_0_under_moe_tp_pays_the_experts_it_holds_beyond_the_ep_layout() ->
     assert FLASHINFER_CUTLASS_EXPERT_S["h200"] == 0.224e-6
     h100 = vllm_kernel_layout(MINIMAX, "0.16.0", 8, 1, 1, "h100").moe_layer_extra_s
     assert h100 == pytest.approx(0.239e-6 * 256 * 7 / 8)
+
+
+def test_data_parallel_attention_holds_the_experts_over_dp_x_tp_ranks() -> None:
+    # Without expert parallelism vLLM's MoE runs at tensor-parallel size dp x tp
+    # (``FusedMoEParallelConfig.make``): 2 x 4 GPUs each hold all 256 experts.
+    layout = vllm_kernel_layout(MINIMAX, "0.16.0", 2, 4, 1, "h200")
+    assert layout.moe_layer_extra_s == pytest.approx(0.224e-6 * 256 * 7 / 8)
+    assert layout.dense_ffn_on_rank
+    assert vllm_kernel_layout(MINIMAX, "0.16.0", 2, 4, 8, "h200").moe_layer_extra_s == 0.0
 
 
 def test_nothing_where_the_release_layout_or_gpu_runs_another_kernel() -> None:
@@ -62,9 +73,6 @@ def test_a_decode_step_pays_it_once_an_moe_layer() -> None:
 
 
 def test_the_run_lays_out_the_rows_build() -> None:
-    from twin.engine.config import EngineConfig
-    from twin.engine.run import kernel_layout_of
-
     tp4 = EngineConfig.of(engine="vllm", engine_build="0.16.0", tp=4)
     assert kernel_layout_of(MINIMAX, tp4, "h200").moe_layer_extra_s > 0.0
     ep4 = EngineConfig.of(engine="vllm", engine_build="0.16.0", tp=4, ep=4)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
-from twin.costmodel.features import REPLAY_L2_SHARE, Sums, gemm_sums_at, replay_resident
+from twin.costmodel.features import Sums, gemm_sums_at, replay_resident
 
 
 class MlaDims(NamedTuple):
@@ -416,9 +416,8 @@ def mla_bmm_sums(
 # HBM's: the tables step up where it stops fitting (H200 SGLang bf16 W_UV, 32 heads: 11.4
 # us at 1,024 tokens, 42 MB, and 22.2 us at 1,536, 63 MB, against a 50 MB L2).
 MLA_BMM_TILE = 128  # output rows and columns a CTA computes (cuBLAS's common bf16 tile)
-# The share of L2 a working set may fill and still be read from L2 across the replays:
+# The share of L2 a working set may fill and still be read from L2 across the replays is
 # ``features.REPLAY_L2_SHARE`` (chosen on these BMMs' fit rows, docs/decisions.md issue 34).
-MLA_BMM_L2_SHARE = REPLAY_L2_SHARE
 
 
 def mla_bmm_features(
@@ -435,7 +434,7 @@ def mla_bmm_features(
     """(FLOPs, HBM bytes, waves, L2 bytes) of one absorbed-decode batched GEMM
     (:func:`mla_bmm_sums`' arguments) on a GPU of ``sms`` SMs and ``l2_bytes`` of L2 (None:
     nothing resident): the ``mla_bmm`` families' features. The working set is read from
-    HBM, or, where it fits in ``MLA_BMM_L2_SHARE`` of L2, from L2 (its bytes then on the
+    HBM, or, where it fits in ``features.REPLAY_L2_SHARE`` of L2, from L2 (its bytes then on the
     compute side of the smooth maximum, HBM bytes zero); ``waves`` =
     ``ceil(heads x ceil(rows / 128) x ceil(n / 128) / sms)``, 0 without an SM count (a
     profile of a GPU ``twin.hardware.SM_COUNTS`` lacks, as :func:`mla_decode_launch`)."""
@@ -596,7 +595,6 @@ __all__ = [
     "DECODE_RULES",
     "FA3_FP8_BLOCK_ROWS",
     "FA3_GPUS",
-    "MLA_BMM_L2_SHARE",
     "MLA_BMM_TILE",
     "MLA_DECODE_HEAD_TILE",
     "MLA_PREFILL_TILE_Q",

@@ -18,6 +18,7 @@ from twin.atomic import OutputSet, peek_manifest
 from twin.cache import PrefillFlops
 from twin.costmodel import formulas as fm
 from twin.costmodel.kernel_layout import KernelLayout
+from twin.costmodel.profile import Profile
 from twin.engine.cluster import expected_horizon
 from twin.engine.cluster_kinds import make_cluster
 from twin.engine.config import (
@@ -544,7 +545,9 @@ def priced_profile(
     if not model.n_moe_layers or (backend is None and engine not in TRTLLM_MXFP8_EXPERTS):
         return profile
     expert = px.moe_format(model)
-    if engine == "trtllm" and backend is not None:
+    if engine == "trtllm" and backend is not None and expert.table_mode in fm.MOE_MIN_LATENCY_MODES:
+        # moe_config.backend picks the nvfp4 experts' kernel; mxfp4 ones keep their
+        # mxfp8 activations under it (below: every backend but TRITON)
         return trtllm_moe_backend_profile(expert, profile, backend)
     if backend == "marlin" and expert.name == "mxfp4":
         return profile.with_marlin_experts(expert.moe_kernel)
@@ -563,7 +566,7 @@ def priced_profile(
     return profile
 
 
-def trtllm_moe_backend_profile(expert: Any, profile: Any, backend: str) -> Any:
+def trtllm_moe_backend_profile(expert: px.WeightFormat, profile: Profile, backend: str) -> Profile:
     """``profile`` pricing nvfp4 experts ``expert`` with TensorRT-LLM's ``moe_config.backend``
     ``backend`` at every step (``twin.engine.modes_trtllm.TRTLLM_MOE``): ``TRTLLM`` with the
     TRTLLM-gen kernel's fits, the min-latency one (fitted there) up to 128 tokens and the
