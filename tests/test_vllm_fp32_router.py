@@ -29,11 +29,14 @@ MINIMAX = dataclasses.replace(
 
 
 def test_only_minimax_m2_routes_in_fp32_under_vllm() -> None:
-    assert vllm_router_precision(MINIMAX) == "fp32"
-    assert vllm_router_precision(MINIMAX, "high") == "tf32"
-    assert vllm_router_precision(MINIMAX, "medium") == "tf32"
+    assert vllm_router_precision(MINIMAX, "0.19.0") == "fp32"
+    assert vllm_router_precision(MINIMAX, "0.16.0", "high") == "tf32"
+    assert vllm_router_precision(MINIMAX, "nightly-5b8c30d62b754b57", "medium") == "tf32"
+    # only the builds whose model file was read (review27's finding: the mode's own build)
+    assert vllm_router_precision(MINIMAX, "0.33.0") == ""
+    assert vllm_kernel_layout(MINIMAX, "0.33.0", 2, 1, 1, "b200").router_precision == ""
     for other in ("qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3"):
-        assert vllm_router_precision(get_model(other), "high") == ""
+        assert vllm_router_precision(get_model(other), "0.19.0", "high") == ""
     assert vllm_kernel_layout(get_model("gpt-oss-120b"), "0.19.0", 2, 1, 1, "b200") == (
         DEFAULT_LAYOUT
     )

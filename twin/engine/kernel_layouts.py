@@ -250,17 +250,27 @@ def vllm_moe_tp(tp: int, dp: int, ep: int) -> int:
 # (``router_logits_dtype=torch.float32``), an fp32 GEMM replicated on every rank. At vLLM's
 # default ``VLLM_FLOAT32_MATMUL_PRECISION=highest`` it runs IEEE fp32 on CUDA cores;
 # "high" or "medium" (``twin.engine.modes_vllm.VLLM_FLOAT32_MATMUL_PRECISIONS``) on TF32
-# tensor cores. The nightlies the rows ran (April 2026) are taken to hold 0.19.0's file.
-# Every other model's router is priced as a bf16 GEMM (``KernelLayout.router_precision``).
+# tensor cores. The nightly the InferenceMAX rows ran (April 2026) is taken to hold 0.19.0's
+# file. Only the builds read carry the rule (a later build's file is unread: bf16, as every
+# other model's router is priced: ``KernelLayout.router_precision``).
 VLLM_FP32_ROUTER_MODELS = ("minimax-m2",)
+VLLM_FP32_ROUTER_BUILDS = frozenset(
+    {"0.16.0", "0.17.0", "0.18.0", "0.19.0", "nightly-5b8c30d62b754b57"}
+)
 TF32_MATMUL_PRECISIONS = ("high", "medium")  # torch.set_float32_matmul_precision's
 
 
-def vllm_router_precision(model: ModelSpec, float32_matmul_precision: str = "highest") -> str:
-    """``KernelLayout.router_precision`` of ``model`` under vLLM (above): "fp32" for a model
-    whose file runs its router in fp32, "tf32" where ``float32_matmul_precision`` lets it
-    run on TF32 tensor cores; "" (bf16) for the others."""
-    if not model.n_moe_layers or not any(_named(model, m) for m in VLLM_FP32_ROUTER_MODELS):
+def vllm_router_precision(
+    model: ModelSpec, build: str, float32_matmul_precision: str = "highest"
+) -> str:
+    """``KernelLayout.router_precision`` of ``model`` under vLLM ``build`` (above): "fp32"
+    for a model whose file at that build runs its router in fp32, "tf32" where
+    ``float32_matmul_precision`` lets it run on TF32 tensor cores; "" (bf16) otherwise."""
+    if (
+        build not in VLLM_FP32_ROUTER_BUILDS
+        or not model.n_moe_layers
+        or not any(_named(model, m) for m in VLLM_FP32_ROUTER_MODELS)
+    ):
         return ""
     return "tf32" if float32_matmul_precision in TF32_MATMUL_PRECISIONS else "fp32"
 
@@ -292,7 +302,7 @@ def vllm_kernel_layout(
         and gpu in DEEPGEMM_GPUS
         and vllm_moe_tp(tp, dp, ep) < VLLM_DEEPGEMM_MOE_MAX_TP
     )
-    router = vllm_router_precision(model)
+    router = vllm_router_precision(model, build)
     if not (padded or on_rank or static or extra or router):
         return DEFAULT_LAYOUT
     return KernelLayout(
