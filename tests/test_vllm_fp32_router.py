@@ -16,7 +16,11 @@ from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.mixer_kernels import fp32_peak, tf32_peak
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
-from twin.engine.kernel_layouts import vllm_kernel_layout, vllm_router_precision
+from twin.engine.kernel_layouts import (
+    vllm_kernel_layout,
+    vllm_router_precision,
+    with_float32_matmul,
+)
 from twin.engine.run import kernel_layout_of
 from twin.errors import TwinError
 from twin.hardware import GPUS
@@ -30,13 +34,16 @@ MINIMAX = dataclasses.replace(
 
 def test_only_minimax_m2_routes_in_fp32_under_vllm() -> None:
     assert vllm_router_precision(MINIMAX, "0.19.0") == "fp32"
-    assert vllm_router_precision(MINIMAX, "0.16.0", "high") == "tf32"
-    assert vllm_router_precision(MINIMAX, "nightly-5b8c30d62b754b57", "medium") == "tf32"
+    fp32 = vllm_kernel_layout(MINIMAX, "0.16.0", 2, 1, 1, "h200")
+    assert with_float32_matmul(fp32, "high").router_precision == "tf32"
+    assert with_float32_matmul(fp32, "medium").router_precision == "tf32"
+    assert with_float32_matmul(fp32, "highest").router_precision == "fp32"
+    assert vllm_router_precision(MINIMAX, "nightly-5b8c30d62b754b57") == "fp32"
     # only the builds whose model file was read (review27's finding: the mode's own build)
     assert vllm_router_precision(MINIMAX, "0.33.0") == ""
     assert vllm_kernel_layout(MINIMAX, "0.33.0", 2, 1, 1, "b200").router_precision == ""
     for other in ("qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3"):
-        assert vllm_router_precision(get_model(other), "0.19.0", "high") == ""
+        assert vllm_router_precision(get_model(other), "0.19.0") == ""
     assert vllm_kernel_layout(get_model("gpt-oss-120b"), "0.19.0", 2, 1, 1, "b200") == (
         DEFAULT_LAYOUT
     )

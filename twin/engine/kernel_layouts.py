@@ -260,19 +260,17 @@ VLLM_FP32_ROUTER_BUILDS = frozenset(
 TF32_MATMUL_PRECISIONS = ("high", "medium")  # torch.set_float32_matmul_precision's
 
 
-def vllm_router_precision(
-    model: ModelSpec, build: str, float32_matmul_precision: str = "highest"
-) -> str:
+def vllm_router_precision(model: ModelSpec, build: str) -> str:
     """``KernelLayout.router_precision`` of ``model`` under vLLM ``build`` (above): "fp32"
-    for a model whose file at that build runs its router in fp32, "tf32" where
-    ``float32_matmul_precision`` lets it run on TF32 tensor cores; "" (bf16) otherwise."""
+    for a model whose file at that build runs its router in fp32; "" (bf16) otherwise.
+    TF32 is the run's flag (:func:`with_float32_matmul`)."""
     if (
         build not in VLLM_FP32_ROUTER_BUILDS
         or not model.n_moe_layers
         or not any(_named(model, m) for m in VLLM_FP32_ROUTER_MODELS)
     ):
         return ""
-    return "tf32" if float32_matmul_precision in TF32_MATMUL_PRECISIONS else "fp32"
+    return "fp32"
 
 
 def with_float32_matmul(layout: KernelLayout, float32_matmul_precision: str) -> KernelLayout:
