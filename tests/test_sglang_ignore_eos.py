@@ -123,10 +123,10 @@ def _deepseek(system: str, precision: str = "fp4") -> dict[str, str]:
     )
 
 
-def test_the_b200_deepseek_scripts_disable_the_radix_cache():
-    """dsr1_fp{4,8}_b200.sh at 12ba0ae pass --disable-radix-cache; the H200 rows are not
-    given it yet (not rescored with it)."""
+def test_every_deepseek_script_disables_the_radix_cache():
+    """dsr1_fp{4,8}_b200.sh and dsr1_fp8_h200.sh at 12ba0ae and dsr1_*_b300.sh at e8924a6
+    all pass --disable-radix-cache; a row no configuration covers gets no flags at all."""
     assert _deepseek("b200_sxm")["disable_radix_cache"] == "true"
     assert _deepseek("b200_sxm", "fp8")["disable_radix_cache"] == "true"
-    h200 = _deepseek("h200_sxm", "fp8")
-    assert h200 and "disable_radix_cache" not in h200
+    assert _deepseek("h200_sxm", "fp8")["disable_radix_cache"] == "true"
+    assert _deepseek("h200_sxm", "fp4") == {}

@@ -442,12 +442,11 @@ def inferencemax_sglang(row: SiliconRow) -> dict[str, str]:
         flags = (running, "0.82", "32768", "32768", "1")
     else:
         return {}
-    if row.system == "b200_sxm":
-        # Every B200 script passes --disable-radix-cache (dsr1_fp{4,8}_b200_docker.sh of
-        # November, d22bf9ca9; single_node/dsr1_fp{4,8}_b200.sh and dsr1_fp8_b200_mtp.sh at
-        # 12ba0ae); with the client's --ignore-eos SGLang then forms prefill batches with
-        # add_one_req_ignore_eos (twin.engine.sglang_batching). The H200 and B300 scripts
-        # pass it too (dsr1_fp8_h200.sh at 12ba0ae, dsr1_*_b300.sh at e8924a6): not given
-        # here yet, their rows not rescored with it (decisions.md, helper sgl-eos).
-        extra = {"disable_radix_cache": "true", **extra}
+    # Every DeepSeek script passes --disable-radix-cache: B200 (dsr1_fp{4,8}_b200_docker.sh
+    # of November, d22bf9ca9; single_node/dsr1_fp{4,8}_b200.sh and dsr1_fp8_b200_mtp.sh at
+    # 12ba0ae), H200 (dsr1_fp8_h200_slurm.sh from 425f74d51, 2025-09-12, to
+    # single_node/dsr1_fp8_h200.sh at 12ba0ae) and B300 (dsr1_fp{4,8}_b300.sh and
+    # dsr1_fp8_b300_mtp.sh at e8924a6). With the client's --ignore-eos SGLang then forms
+    # prefill batches with add_one_req_ignore_eos (twin.engine.sglang_batching).
+    extra = {"disable_radix_cache": "true", **extra}
     return {**dict(zip(_SGLANG_FLAGS, flags, strict=True)), **extra}
