@@ -42,10 +42,12 @@ from kernel_targets import (
     write_results,
 )
 
-from twin.costmodel.formulas import MOE_VARIANTS
+from twin.costmodel.formulas import MOE_VARIANTS, moe_mxfp8_activation_kernel
 from twin.costmodel.profile import KernelFit, Profile
 
 RESULTS = Path(__file__).parent / "results" / "moe-kernels.json"
+# The mxfp4-weights, mxfp8-activations family (``aic_tables.mxfp8_activation_rows``).
+MXFP8_FAMILY = moe_mxfp8_activation_kernel("mxfp4")
 # Why a held-out row misses, the first that holds:
 REASONS = {
     "non_monotone_table": "its series' time falls by >10% from one token count to the next "
@@ -76,7 +78,16 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     # the rows as the profile's fits read them: with or without the replays' L2
     l2 = any(at.reads_replay_l2(f.params) for k, f in prof.kernels.items() if k in MOE_VARIANTS)
-    for fam in at.moe_rows(at.system_dir(gpu), engine, replay_l2=l2):
+    system = at.system_dir(gpu)
+    # the mxfp8-activation family (TensorRT-LLM's TRT-LLM-gen, vLLM's FlashInfer) has its
+    # own reader; read as its own fit was fitted
+    mxfp8 = prof.kernels.get(MXFP8_FAMILY)
+    mxfp8_l2 = mxfp8 is not None and at.reads_replay_l2(mxfp8.params)
+    families = [
+        *at.moe_rows(system, engine, replay_l2=l2),
+        *(at.mxfp8_activation_rows(system, engine, replay_l2=mxfp8_l2) if mxfp8 else ()),
+    ]
+    for fam in families:
         fit: KernelFit | None = prof.kernels.get(fam.kernel)
         if fit is None:
             continue

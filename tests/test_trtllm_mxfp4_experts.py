@@ -135,3 +135,36 @@ def test_twin_cost_prices_the_experts_the_trtllm_mode_runs(capsys, monkeypatch):
     swapped = moe_s()
     monkeypatch.setattr(run, "priced_profile", lambda model, profile, *_: profile)
     assert swapped < 0.8 * moe_s()
+
+
+def test_the_mxfp8_rows_read_as_a_fit_written_before_the_l2_term_was_fitted():
+    """``mxfp8_activation_rows(replay_l2=False)`` reads every byte from HBM, as the shipped
+    Blackwell TensorRT-LLM fits were fitted (their ``c_l2_bytes`` is 0); the default reads
+    the small launches NVIDIA's replays keep in L2 from L2 (``features.replay_resident``)."""
+    pytest.importorskip("aiconfigurator_core")
+    fit = resolve_profile("b200", None, "trtllm").kernels[FAMILY]
+    assert not at.reads_replay_l2(fit.params)
+    system = at.system_dir("b200")
+    (hbm,) = at.mxfp8_activation_rows(system, "trtllm", replay_l2=False)
+    (l2,) = at.mxfp8_activation_rows(system, "trtllm")
+    assert [r["shape"] for r in hbm.rows] == [r["shape"] for r in l2.rows]
+    assert all(r["l2_bytes"] == 0.0 and r["weight_elems"] > 0.0 for r in hbm.rows)
+    resident = [r for r in l2.rows if r["l2_bytes"] > 0.0]
+    assert resident and all(r["bytes"] == 0.0 for r in resident)
+
+
+@pytest.mark.slow
+def test_the_moe_bench_gives_the_mxfp8_activation_family_its_miss_reasons(monkeypatch):
+    """``bench_moe_kernels.miss_reasons`` reads the ``moe_mxfp4_mxfp8`` family too (it
+    read ``moe_rows`` only, so the TRT-LLM-gen families had no reasons or floor)."""
+    import importlib
+    from pathlib import Path
+
+    pytest.importorskip("aiconfigurator_core")
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))
+    bench = importlib.import_module("bench_moe_kernels")
+
+    why = bench.miss_reasons("b200-trtllm", resolve_profile("b200", None, "trtllm"))
+    fam = why[FAMILY]
+    assert fam["n_heldout"] == resolve_profile("b200", None, "trtllm").kernels[FAMILY].n_heldout
+    assert sum(fam["heldout_misses"].values()) > 0 and fam["floor_p90"] > 0.15

@@ -851,11 +851,11 @@ def _trtllm_mxfp8_versions(system: Path) -> list[Path]:
     return [v for v in versions if _moe_raw(v / "moe_perf.parquet", plain)]
 
 
-def mxfp8_activation_rows(system: Path, engine: str) -> list[FamilyRows]:
+def mxfp8_activation_rows(system: Path, engine: str, replay_l2: bool = True) -> list[FamilyRows]:
     """The mxfp4-weights, mxfp8-activations fused-MoE family of vLLM (above: SGLang's
     newest table with such rows of FlashInfer's TRT-LLM-gen kernel) and of TensorRT-LLM
     (its own table's ``moe_torch_flow`` rows), featured as the mxfp4 experts are; none for
-    the other engines or without such a table."""
+    the other engines or without such a table. ``replay_l2`` as :func:`moe_rows`'s."""
     if engine == "vllm":
         owner, source = MXFP8_ACTIVATION_SOURCE
         versions = _versions(system / "moe" / owner, "moe_perf.parquet")
@@ -876,7 +876,8 @@ def mxfp8_activation_rows(system: Path, engine: str) -> list[FamilyRows]:
                 continue
             for i, r in enumerate(raw):
                 _require(r, MOE_COLUMNS, table, i)
-            out = [moe_row(r, fmt, kernel, r["latency"], system_l2(system)) for r in raw]
+            l2 = system_l2(system) if replay_l2 else None
+            out = [moe_row(r, fmt, kernel, r["latency"], l2) for r in raw]
             note = _sibling_note(table, source, dtype)
             families.append(_family(kernel, table, raw, source, out, note))
             break
