@@ -28,6 +28,7 @@ from twin.costmodel import latency as lat
 from twin.costmodel import mla_features as mf
 from twin.costmodel.features import REPLAY_L2_SHARE
 from twin.costmodel.precision_kernels import MLA_AS_GQA_NOTE
+from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import load_profile
 from twin.costmodel.step_features import aggregate_step
 from twin.errors import TwinError
@@ -534,6 +535,66 @@ def test_decode_launch_features_follow_the_rule() -> None:
     assert mf.mla_decode_launch(None, 32, 32 * 4096, 1, d, 2, 132) == mf.NO_LAUNCH
 
 
+def test_sglang_triton_decode_launch_follows_its_grid_and_split_rule() -> None:
+    """SGLang 0.5.14's Triton MLA decode (``mla_features.TRITON_DECODE_BLOCK_H``) on the
+    L40S's 142 SMs: MAX_KV_SPLITS the SMs' power of two (256); 32 sequences of 32,768 keys
+    at 128 heads are 8 blocks of 16 heads; ``get_num_kv_splits_triton`` gives
+    min(cdiv(int(142 x log2(32768 / 64)), 32 x 8), 256) = 5 splits of 6,554 keys."""
+    tri = mf.decode_rule("l40s", "triton", 2)
+    assert tri == "triton" == mf.decode_rule("rtx-pro-6000", "triton", 1)
+    assert mf.triton_max_kv_splits(142) == 256 and mf.triton_max_kv_splits(4) == 8
+    assert mf.triton_num_kv_splits(32, 32768, 8, 142) == 5
+    got = mf.mla_decode_launch(tri, 32, 32 * 32768, 1, dims(128), 2, 142)
+    ctas, waves, repeat, partials, critical = got
+    assert ctas == 32 * 8 * 256  # the whole grid, empty split programs included
+    assert waves == -(-(32 * 8 * 5) // 142) == 10  # the programs with keys
+    assert repeat == 2 * 576 * 32 * 32768 * 7  # each further block reads the keys again
+    assert partials == 32 * 128 * 256  # the reduction's programs x the splits each loops
+    assert critical == 6554 * 10
+    # at 16 heads one block: no re-read, and the batch's one block takes 40 splits
+    assert mf.mla_decode_launch(tri, 32, 32 * 32768, 1, dims(16), 2, 142)[2] == 0
+    assert mf.triton_num_kv_splits(32, 32768, 1, 142) == 40
+    # a short context is one split whatever the batch (log2 floored at 1)
+    assert mf.triton_num_kv_splits(256, 2, 1, 142) == 1
+
+
+def test_a_triton_decode_fit_of_the_older_form_prices_as_before() -> None:
+    """A ``roofline+tiles+seq_keys`` decode fit of a Triton table (as the L40S and RTX PRO
+    6000 SGLang profiles shipped before session 28) reads the Triton rule's launch
+    features with zero coefficients: the same price as with no rule."""
+    fit = KernelFit(
+        model="roofline+tiles+seq_keys",
+        params={"t0_s": 1.4e-5, "eff_flops": 0.1, "eff_bytes": 0.8, "p": 20.0}
+        | {"c_tiles": 6e-7, "c_seq_keys": 2e-17},
+        heldout_median_rel_err=None,
+        heldout_max_rel_err=None,
+        n_shapes=0,
+        n_heldout=0,
+    )
+    _upgrade(fit, fm.get_formula("mla_decode").model_name)
+    peaks = get_gpu("l40s").peaks()
+    price = lat.compile_fast("mla_decode", fit.params, peaks)
+    d = dims(128)
+    flops, nbytes, tiles, seq = mf.mla_decode_sums(64, 64 * 8192, d, 2, 2)
+    launch = mf.mla_decode_launch("triton", 64, 64 * 8192, 1, d, 2, 142)
+    assert launch != mf.NO_LAUNCH
+    with_rule = price(flops, nbytes, tiles, seq, 0.0, *launch)
+    assert with_rule == price(flops, nbytes, tiles, seq, 0.0, *mf.NO_LAUNCH)
+
+
+@pytest.mark.parametrize("gpu", ["l40s", "rtx-pro-6000"])
+def test_shipped_triton_decode_fits_read_their_launch(gpu: str) -> None:
+    """The L40S and RTX PRO 6000 SGLang ``mla_decode`` fits (regenerated with the Triton
+    rule in session 28) price the grid's programs and carry the held-out errors they were
+    fitted with: L40S 14.0 / 52.7% -> 7.2 / 29.5%, RTX PRO 6000 13.3 / 39.3% -> 7.4 / 26.5%
+    (median / P90). A regeneration that lost the rule fails here."""
+    fit = load_profile(gpu, "sglang").kernels["mla_decode"]
+    assert fit.provenance["kernel_source"] == "triton"
+    assert fit.params["c_launch_ctas"] > 1e-12
+    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.08
+    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.30
+
+
 def test_fa3_splits_a_small_batch_to_fill_the_sms() -> None:
     """FlashAttention-3's ``num_splits_heuristic`` (Dao-AILab/flash-attention
     ``hopper/heuristics.h``) on the H200's 132 SMs, 64 x 64 tiles."""
@@ -814,15 +875,15 @@ def test_the_reader_gives_hopper_fp8_cache_rows_their_block_keys(tmp_path: Path)
 
 def test_the_decode_kernel_prices_its_block_keys() -> None:
     """H200 SGLang over an fp8 cache, DeepSeek-V3 on 8 GPUs (16 heads, one 128-row block):
-    a ``c_block_keys`` adds exactly ``c_block_keys x`` the step's keys on the compute side
-    (set here, with the compute side dominant: the shipped fit reads it as zero until
-    regenerated, the same prices)."""
+    the shipped fit's ``c_block_keys`` (regenerated in session 28) adds exactly
+    ``c_block_keys x`` the step's keys on the compute side: set to zero, the step is
+    cheaper (the compute side made dominant here so the smooth maximum passes it on)."""
     fp8 = px.with_precision(DSV3, None, "fp8")
     shipped = load_profile("h200", "sglang")
     cm = CostModel(fp8, shipped, tp=8, ep=8)
     key = cm.priced.keys["mla_decode"]
     fit = shipped.kernels[key]
-    assert key == "mla_decode_fp8kv" and fit.params["c_block_keys"] == 0
+    assert key == "mla_decode_fp8kv" and fit.params["c_block_keys"] > 0
     assert cm._mla_block == 128
 
     def price(c: float) -> float:
@@ -832,7 +893,21 @@ def test_the_decode_kernel_prices_its_block_keys() -> None:
         parts = CostModel(fp8, prof, tp=8, ep=8)._mla_decode(64, 64 * 8192)
         return dict((k, v) for _, k, v in parts)["mla_decode"]
 
-    assert price(1e-9) > price(0.0)
+    assert price(fit.params["c_block_keys"]) > price(0.0)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_hopper_sglang_fp8_cache_decode_fits_ship_their_block_keys(gpu: str) -> None:
+    """The shipped H100 / H200 SGLang ``mla_decode_fp8kv`` fits (regenerated with
+    ``--refit mla_decode_fp8kv`` in session 28) carry a positive ``c_block_keys`` and the
+    held-out errors they were fitted with meet issue 34's target (median <= 5%, P90 <=
+    15%; without the block keys 5.3 / 85.5% on H100, 5.1 / 45.9% on H200). A regeneration
+    that lost the feature fails here."""
+    fit = load_profile(gpu, "sglang").kernels["mla_decode_fp8kv"]
+    assert "block_keys" in fit.model.split("+")
+    assert fit.params["c_block_keys"] > 1e-12  # seconds a key a 128-row block: ~1.9 ns
+    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
+    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
 
 
 @pytest.mark.slow
@@ -854,3 +929,22 @@ def test_h200_sglang_fp8_cache_decode_meets_the_kernel_target() -> None:
     fit = fit_kernel(fam.kernel, rows, peaks)
     assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
     assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+
+
+@pytest.mark.slow
+def test_l40s_sglang_triton_decode_fit_reads_the_grid() -> None:
+    """SGLang 0.5.14's L40S decode table (NVIDIA's, ``kernel_source`` triton): with the
+    Triton rule's launch (the grid's programs, empty splits included; the re-read keys; the
+    reduction's loop) the held-out median is within 8% and the P90 within 30% (without:
+    14.0% / 52.7%, the short contexts' time growing with batch x head blocks unpriced).
+    Issue 34's target (5% / 15%) is still missed: one head runs another kernel
+    (``decode_attention_fwd_normal``), 12-25% under."""
+    pytest.importorskip("aiconfigurator_core")
+    peaks = get_gpu("l40s").peaks()
+    fams = aic_mla.kernel_rows(system_dir("l40s"), "sglang")
+    fam = next(f for f in fams if f.kernel == "mla_decode")
+    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
+    assert {r["launch_ctas"] > 0 for r in rows} == {True}
+    fit = fit_kernel(fam.kernel, rows, peaks)
+    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.08
+    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.30

@@ -24,6 +24,7 @@ latent is whole on every rank. Counts may be arrays (a run of decode steps), as 
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
@@ -222,8 +223,43 @@ def fa3_num_splits(
 # launch's critical path (FA3's: a split's keys times the waves).
 LaunchSums = tuple[float, float, float, float, float]
 NO_LAUNCH: LaunchSums = (0.0, 0.0, 0.0, 0.0, 0.0)
-# The rules read: trtllm-gen's MLA generation kernels, FlashAttention-3.
-DECODE_RULES = ("trtllm_gen", "fa3")
+# SGLang's Triton MLA decode (NVIDIA's L40S and RTX PRO 6000 decode tables: SGLang 0.5.14
+# ``kernel_source`` triton), read in the sglang 0.5.14 wheel: ``layers/attention/
+# triton_ops/decode_attention.py`` ``_decode_grouped_att_m_fwd`` launches stage 1 on the
+# grid ``(batch, cdiv(heads, min(BLOCK_H, kv_group_num)), MAX_KV_SPLITS)`` with
+# ``BLOCK_H = 16`` (MLA's one latent KV head makes ``kv_group_num`` the heads; one head
+# takes ``decode_attention_fwd_normal``, the same grid), every program past its sequence's
+# splits exiting at once; ``_decode_softmax_reducev_fwd`` reduces on ``(batch, heads)``,
+# each program looping over all ``MAX_KV_SPLITS``. ``triton_backend.py``:
+# ``_mla_decode_kv_splits_cap`` raises MAX_KV_SPLITS from ``triton_attention_num_kv_splits``
+# (``server_args.py``: 8) to ``min(next_power_of_2(SMs), next_power_of_2(cdiv(context_len,
+# _MLA_DECODE_MIN_BLOCK_KV = 32)))``: the SMs' power of two for any model of >= 32 x that
+# many tokens of context (8,192 at 256; every MLA preset; DeepSeek-V3's 163,840 in the
+# tables); ``metadata.py`` ``get_num_kv_splits_triton`` splits each sequence of ``L`` keys
+# over ``min(cdiv(int(SMs x max(log2(L / 64), 1)), batch x head blocks), MAX_KV_SPLITS)``
+# chunks (equal lengths: the batch's spread term is one split). NVIDIA's tables show the
+# grid: at 2 keys a sequence the time grows with batch x head blocks (L40S, 16 heads: 56 us
+# at batch 64, 194 at 256; x1.9 at 32 heads, x3.8 at 64), the empty split programs'.
+TRITON_DECODE_BLOCK_H = 16
+TRITON_MIN_KV_SPLITS = 8
+TRITON_SOURCE = "triton"
+
+
+def triton_max_kv_splits(sms: int) -> int:
+    """SGLang's Triton MLA decode ``MAX_KV_SPLITS`` on ``sms`` SMs (``TRITON_DECODE_BLOCK_H``)."""
+    return max(TRITON_MIN_KV_SPLITS, 1 << (sms - 1).bit_length())
+
+
+def triton_num_kv_splits(batch: int, keys: int, blocks: int, sms: int) -> int:
+    """The splits ``get_num_kv_splits_triton`` gives ``batch`` sequences of ``keys`` keys
+    with ``blocks`` head blocks each (``TRITON_DECODE_BLOCK_H``)."""
+    cores = int(sms * max(math.log2(keys / 64.0), 1.0))
+    most = min(_cdiv(cores, batch * blocks), triton_max_kv_splits(sms))
+    return _cdiv(keys, _cdiv(keys, most))
+
+
+# The rules read: trtllm-gen's MLA generation kernels, FlashAttention-3, SGLang's Triton.
+DECODE_RULES = ("trtllm_gen", "fa3", "triton")
 FA3_GPUS = HOPPER  # compute capability 9.0 (``engine_kernels.HOPPER``)
 
 
@@ -241,12 +277,15 @@ def decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     """The split rule of the MLA decode kernel a table (or the fit made from it) times:
     trtllm-gen on ``TRTLLM_GEN_GPUS`` (``TRTLLM_GEN_SOURCES``), FlashAttention-3 over a
     bf16 cache on Hopper (``flash_attention``; its fp8 path has no 64 / 512 kernel,
-    ``flash_api.cpp`` instantiates that pair for 16-bit elements only); None for the rest
+    ``flash_api.cpp`` instantiates that pair for 16-bit elements only), SGLang's Triton
+    kernel on any GPU (``TRITON_SOURCE``); None for the rest
     (no rule read: the fit prices the 64-head blocks alone, ``tiles``)."""
     if gpu in TRTLLM_GEN_GPUS and kernel_source in TRTLLM_GEN_SOURCES:
         return "trtllm_gen"
     if gpu in FA3_GPUS and kernel_source == "flash_attention" and kv_e == 2:
         return "fa3"
+    if kernel_source == TRITON_SOURCE:
+        return "triton"
     return None
 
 
@@ -307,7 +346,11 @@ def mla_decode_launch(
     30% and the small-batch 64- and 128-head rows the low-latency kernel takes by 20-50%.
     FlashAttention-3 (:func:`fa3_num_splits`): one CTA per sequence, 64 query rows and
     split; each further 64-row block reads the keys again; a split's keys times the
-    waves."""
+    waves. SGLang's Triton kernel (``TRITON_DECODE_BLOCK_H``): the whole grid's programs,
+    empty splits included; the waves of those with keys; each further 16-row block reads
+    the keys again; the reduction's programs times the splits each loops over (in
+    ``partials``); a split's keys times the waves. NVIDIA's L40S table: held out 14.0 /
+    52.7% -> 7.2 / 29.5% (median / P90) with them."""
     if rule is None or sequences <= 0 or not sms:
         return NO_LAUNCH
     seqs = int(sequences)
@@ -318,6 +361,19 @@ def mla_decode_launch(
         launch = trtllm_gen_launch(seqs, keys, rows, sms)
         ctas, splits, passes = launch.ctas, launch.splits, launch.kv_passes(seqs)
         gmem, critical = launch.reduction == "gmem", 0.0
+    elif rule == "triton":
+        blocks, most = _cdiv(rows, TRITON_DECODE_BLOCK_H), triton_max_kv_splits(sms)
+        splits = triton_num_kv_splits(seqs, keys, blocks, sms)
+        waves = _cdiv(seqs * blocks * splits, sms)
+        repeat = latent * kv_rows * (blocks - 1)
+        critical = float(_cdiv(keys, splits) * waves)
+        return (
+            float(seqs * blocks * most),
+            float(waves),
+            repeat,
+            float(seqs * rows * most),
+            critical,
+        )
     else:
         m_blocks = _cdiv(rows, FA3_BLOCK_M)
         n_blocks = _cdiv(keys, FA3_BLOCK_N)
@@ -599,6 +655,9 @@ __all__ = [
     "MLA_DECODE_HEAD_TILE",
     "MLA_PREFILL_TILE_Q",
     "NO_LAUNCH",
+    "TRITON_DECODE_BLOCK_H",
+    "TRITON_MIN_KV_SPLITS",
+    "TRITON_SOURCE",
     "TRTLLM_GEN_GPUS",
     "TRTLLM_GEN_SOURCES",
     "TRTLLM_MLA_SOURCE",
@@ -624,5 +683,7 @@ __all__ = [
     "mla_projection_sums",
     "module_attention_split",
     "module_decode_features",
+    "triton_max_kv_splits",
+    "triton_num_kv_splits",
     "trtllm_gen_launch",
 ]
