@@ -103,7 +103,7 @@ def test_the_plans_bound_prices_the_experts_the_run_prices():
     (``engine.run.priced_profile``): a B200 TensorRT-LLM gpt-oss candidate at tp 2 whose
     decode step the run prices at 2.6 ms is not refused by a 3 ms TPOT, as it was when the
     bound priced the bf16-activation experts (3.9 ms a step)."""
-    from twin.reports.plan import analyse, workload_stats
+    from twin.reports.plan_bound import analyse, workload_stats
     from twin.reports.plan_result import Candidate, Load
     from twin.reports.sweep import SweepSpec
     from twin.slo import parse_slos
