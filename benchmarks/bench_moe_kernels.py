@@ -67,6 +67,7 @@ def _series(shape: dict[str, int]) -> tuple[int, ...]:
 def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     """Per MoE family of profile ``name``: the held-out misses by reason and the table's
     self-interpolation floor (needs ``aiconfigurator-core``)."""
+    from twin.calibration import aic_moe
     from twin.calibration import aic_tables as at
     from twin.calibration.aic_import import split_impossible
     from twin.calibration.fit import predict_rows, split_holdout
@@ -75,8 +76,10 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     gpu, engine = name.rsplit("-", 1)
     out: dict[str, dict[str, Any]] = {}
     # the rows as the profile's fits read them: with or without the replays' L2
-    l2 = any(at.reads_replay_l2(f.params) for k, f in prof.kernels.items() if k in MOE_VARIANTS)
-    for fam in at.moe_rows(at.system_dir(gpu), engine, replay_l2=l2):
+    l2 = any(
+        aic_moe.reads_replay_l2(f.params) for k, f in prof.kernels.items() if k in MOE_VARIANTS
+    )
+    for fam in aic_moe.moe_rows(at.system_dir(gpu), engine, replay_l2=l2):
         fit: KernelFit | None = prof.kernels.get(fam.kernel)
         if fit is None:
             continue

@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 from silicon_rows import planned, silicon_row
 
+from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
@@ -40,7 +41,7 @@ def test_the_hopper_profiles_have_none(gpu):
 
 def test_the_rows_are_trtllms_of_the_release_that_times_gpt_oss():
     pytest.importorskip("aiconfigurator_core")
-    (family,) = at.mxfp8_activation_rows(at.system_dir("b200"), "trtllm")
+    (family,) = aic_moe.mxfp8_activation_rows(at.system_dir("b200"), "trtllm")
     assert family.kernel == FAMILY and family.framework == "TensorRT-LLM"
     assert family.kernel_source == SOURCE and family.release == "1.3.0rc20"
     shapes = {(r["shape"]["d"], r["shape"]["e"], r["shape"]["k"]) for r in family.rows}
