@@ -25,7 +25,8 @@ import json
 import time
 from pathlib import Path
 
-from twin.calibration.aic_tables import attention_rows, gemm_rows, system_dir
+from twin.calibration.aic_dense import attention_rows, gemm_rows
+from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile, shipped_profiles

@@ -69,6 +69,7 @@ def _series(shape: dict[str, int]) -> tuple[int, ...]:
 def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     """Per MoE family of profile ``name``: the held-out misses by reason and the table's
     self-interpolation floor (needs ``aiconfigurator-core``)."""
+    from twin.calibration import aic_moe
     from twin.calibration import aic_tables as at
     from twin.calibration.aic_import import split_impossible
     from twin.calibration.fit import predict_rows, split_holdout
@@ -77,15 +78,17 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     gpu, engine = name.rsplit("-", 1)
     out: dict[str, dict[str, Any]] = {}
     # the rows as the profile's fits read them: with or without the replays' L2
-    l2 = any(at.reads_replay_l2(f.params) for k, f in prof.kernels.items() if k in MOE_VARIANTS)
+    l2 = any(
+        aic_moe.reads_replay_l2(f.params) for k, f in prof.kernels.items() if k in MOE_VARIANTS
+    )
     system = at.system_dir(gpu)
     # the mxfp8-activation family (TensorRT-LLM's TRT-LLM-gen, vLLM's FlashInfer) has its
     # own reader; read as its own fit was fitted
     mxfp8 = prof.kernels.get(MXFP8_FAMILY)
-    mxfp8_l2 = mxfp8 is not None and at.reads_replay_l2(mxfp8.params)
+    mxfp8_l2 = mxfp8 is not None and aic_moe.reads_replay_l2(mxfp8.params)
     families = [
-        *at.moe_rows(system, engine, replay_l2=l2),
-        *(at.mxfp8_activation_rows(system, engine, replay_l2=mxfp8_l2) if mxfp8 else ()),
+        *aic_moe.moe_rows(system, engine, replay_l2=l2),
+        *(aic_moe.mxfp8_activation_rows(system, engine, replay_l2=mxfp8_l2) if mxfp8 else ()),
     ]
     for fam in families:
         fit: KernelFit | None = prof.kernels.get(fam.kernel)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from twin import precision as px
+from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
 from twin.calibration.fit import predict_rows
 from twin.calibration.series_fit import log_factors
@@ -48,7 +49,7 @@ DECODE_TOKENS = 256
 
 
 def _row(fmt: px.WeightFormat, raw: dict[str, Any], rule: str, l2: float | None) -> dict:
-    t, d, inter, top, n_exp, mtp, ep = (int(raw[c]) for c in at.MOE_COLUMNS)
+    t, d, inter, top, n_exp, mtp, ep = (int(raw[c]) for c in aic_moe.MOE_COLUMNS)
     load = ROUTINGS[rule].rank_load(t, n_exp, top, ep)
     act_e, w_e = (
         (float(at.ELEM_BYTES), float(at.ELEM_BYTES))
@@ -88,7 +89,7 @@ def family_rows(name: str) -> list[dict[str, Any]]:
         for dt, n in px.MOE_TABLE_MODES.items()
     }
     out = []
-    for fam in at.moe_rows(system, engine):
+    for fam in aic_moe.moe_rows(system, engine):
         fit = prof.kernels.get(fam.kernel)
         if fit is None or fam.kernel not in formats:
             continue  # the min-latency family: its own kernel source, few tokens
@@ -97,7 +98,7 @@ def family_rows(name: str) -> list[dict[str, Any]]:
             raw = [
                 r
                 for table in fam.tables
-                for r in at.moe_table_rows(system.parent / table, dtype, dist)
+                for r in aic_moe.moe_table_rows(system.parent / table, dtype, dist)
                 if r.get("kernel_source") == fam.kernel_source
             ]
             if not raw:
@@ -114,7 +115,7 @@ def family_rows(name: str) -> list[dict[str, Any]]:
             for rule in RULES:
                 routing = dist if rule == "table" else rule
                 # the table's L2 where the fit was fitted reading it (aic_tables)
-                l2 = at.system_l2(system) if at.reads_replay_l2(fit.params) else None
+                l2 = at.system_l2(system) if aic_moe.reads_replay_l2(fit.params) else None
                 rows = [_row(fmt, r, routing, l2) for r in raw]
                 priced = predict_rows(fam.kernel, fit.params, prof.peaks, rows)
                 lr = np.log(priced / y) + log_factors(fit.series, rows)

@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from twin.atomic import write_text_atomic
-from twin.reports.plan import DEFAULT_SEEDS, plan
+from twin.reports.plan import plan
+from twin.reports.plan_inputs import DEFAULT_SEEDS
 from twin.reports.plan_result import PlanResult
 from twin.reports.plan_search import MAX_SEARCH_REPLICAS
 from twin.reports.sweep import Point, run_pairs

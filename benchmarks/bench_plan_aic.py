@@ -289,7 +289,7 @@ def _trace_plan(
 ) -> dict[str, Any]:
     """One plan of the trace (the space and targets of the module docstring), under
     ``router``, or with the routers ``axis`` as an axis of the search when given."""
-    from twin.reports.plan import workload_stats
+    from twin.reports.plan_bound import workload_stats
 
     t0 = time.perf_counter()
     found = plan(

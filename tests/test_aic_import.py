@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from twin.calibration.aic_dense import gemm_rows
+from twin.calibration.aic_families import read_families
 from twin.calibration.aic_import import (
     fit_family,
     import_profile,
@@ -23,7 +25,6 @@ from twin.calibration.aic_import import (
     refit_matches,
     without_families,
 )
-from twin.calibration.aic_tables import gemm_rows, read_families
 from twin.calibration.merge import merge_profiles
 from twin.cli import app
 from twin.cli.calibrate import _refit_names

@@ -17,7 +17,7 @@ from twin.errors import TwinError
 from twin.policies import get_policy
 from twin.policies.structures import make_cache
 from twin.presets import get_model
-from twin.reports.plan import _engines
+from twin.reports.plan_inputs import parse_engines
 from twin.reports.sweep import Point, SweepSpec, engine_variant
 from twin.workloads.examples import example_path
 
@@ -271,17 +271,17 @@ def test_help_lists_the_current_release_flags_with_defaults_and_sources():
 
 
 def test_sweeps_and_plans_take_a_release_on_their_engine_axes() -> None:
-    assert _engines(["vllm==0.19", "vllm", "sglang==0.5.10"]) == [
+    assert parse_engines(["vllm==0.19", "vllm", "sglang==0.5.10"]) == [
         "vllm==0.19.0",
         "vllm",
         "sglang==0.5.10.post1",
     ]
     # One flag named, the one given (not "--engines: --engine ...").
     with pytest.raises(TwinError, match=r"^--engines vllm==9: release not modelled") as err:
-        _engines(["vllm==9"])
+        parse_engines(["vllm==9"])
     assert "--engine " not in str(err.value)
     with pytest.raises(TwinError, match=r"^--engines 'tgi': expected one of"):
-        _engines(["tgi"])
+        parse_engines(["tgi"])
     name = "sglang==0.5.10.post1[mem_fraction_static=0.3]"
     assert engine_variant(name) == ("sglang==0.5.10.post1", {"mem_fraction_static": "0.3"})
     with pytest.raises(TwinError, match=r"^--policies vllm==9: release not modelled") as err:

@@ -195,7 +195,8 @@ def test_a_fitted_nccl_gather_prices_the_exchange_in_place_of_the_all_reduce() -
 
 def test_the_generator_reads_nccl_s_all_gather_and_reduce_scatter_rows() -> None:
     pytest.importorskip("aiconfigurator_core")
-    from twin.calibration.aic_tables import gather_rows, system_dir
+    from twin.calibration.aic_collectives import gather_rows
+    from twin.calibration.aic_tables import system_dir
 
     families = {f.kernel: f for f in gather_rows(system_dir("b200"))}
     assert {"allgather_8gpu", "reducescatter_8gpu"} <= set(families)

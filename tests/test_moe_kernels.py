@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from twin.calibration.aic_import import fit_family
-from twin.calibration.aic_tables import moe_row, moe_rows, system_dir
+from twin.calibration.aic_moe import moe_row, moe_rows
+from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
 from twin.costmodel import latency as lat
@@ -364,7 +365,7 @@ def test_fit_recovers_the_l2_rate_of_resident_rows() -> None:
 
 
 def test_a_fit_written_before_the_l2_term_reads_its_rows_from_hbm() -> None:
-    from twin.calibration.aic_tables import reads_replay_l2
+    from twin.calibration.aic_moe import reads_replay_l2
 
     shipped = resolve_profile("h100", None, "vllm").kernels["moe"]
     assert not reads_replay_l2(shipped.params)  # the shipped fits predate the term

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import test_moe_kernels
 
-from twin.calibration.aic_tables import moe_row
+from twin.calibration.aic_moe import moe_row
 from twin.calibration.fit import fit_kernel, predict_rows
 from twin.calibration.series_fit import attach_series, fit_series, log_factors
 from twin.costmodel import CostModel

@@ -1,6 +1,6 @@
 """A fused-MoE series timed slow on one GPU, read from its same-silicon sibling
 (``twin.calibration.moe_sibling``, issue 31): the rule on small synthetic tables, the
-sibling's table found by path, and the reader (``aic_tables.moe_rows``) pricing a slow
+sibling's table found by path, and the reader (``aic_moe.moe_rows``) pricing a slow
 series from the sibling with the provenance naming it."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from twin.calibration.aic_import import fit_family
-from twin.calibration.aic_tables import moe_rows, system_dir
+from twin.calibration.aic_moe import moe_rows
+from twin.calibration.aic_tables import system_dir
 from twin.calibration.moe_sibling import (
     CROSS_DIE,
     MIN_SHARED_TOKENS,

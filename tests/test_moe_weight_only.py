@@ -210,7 +210,8 @@ def test_trtllm_small_steps_take_the_min_latency_kernel() -> None:
 
 def test_the_min_latency_rows_are_a_family_of_their_own() -> None:
     pytest.importorskip("aiconfigurator_core")
-    from twin.calibration.aic_tables import moe_rows, system_dir
+    from twin.calibration.aic_moe import moe_rows
+    from twin.calibration.aic_tables import system_dir
 
     fams = {f.kernel: f for f in moe_rows(system_dir("b200"), "trtllm")}
     small, default = fams["moe_nvfp4_min_latency"], fams["moe_nvfp4"]

@@ -24,7 +24,7 @@ import pytest
 from test_bad_input import assert_clean_error
 
 from twin.cli.main import run
-from twin.reports import plan as plan_module
+from twin.reports import plan_runner, plan_screen
 from twin.reports.plan import plan
 from twin.reports.plan_result import (
     COSTLIER,
@@ -470,7 +470,7 @@ def fake_sweep(
         rows = [{"key": f"{s.gpu}-{s.tp}-{p.replicas}-{p.seed}", **row(s, p)} for s, p in pairs]
         return SweepOutcome(rows, len(rows), 0)
 
-    monkeypatch.setattr(plan_module, "run_pairs", fake)
+    monkeypatch.setattr(plan_runner, "run_pairs", fake)
     return asked
 
 
@@ -613,7 +613,7 @@ def test_short_durations_are_not_screened(monkeypatch, tmp_path) -> None:
     # A quarter of 200 s is under SCREEN_MIN_S: every count runs in full only.
     asked = _fake_screened_sweep(monkeypatch, lambda n: 50.0, lambda n: 1e6, full_s=200.0)
     found = _plan_tiny(tmp_path, gpus=["h100"], engines=["vllm"], tp=[1], duration_s=200.0)
-    assert 200.0 * plan_module.SCREEN_FRACTION < plan_module.SCREEN_MIN_S
+    assert 200.0 * plan_screen.SCREEN_FRACTION < plan_screen.SCREEN_MIN_S
     assert found.winner is not None and found.counts["screen_points_run"] == 0
     assert asked == [(1, False)] * 3  # one full run, no screening; seeds 1 and 2 confirm it
 
@@ -624,16 +624,16 @@ def test_screen_spec_scales_duration_and_warm_up() -> None:
         model=MODEL,
         settings=(("router", "round-robin"), ("duration_s", 400.0), ("warmup_s", 80.0)),
     )
-    short = dict(plan_module.screen_spec(spec).settings)
+    short = dict(plan_screen.screen_spec(spec).settings)
     assert short == {"router": "round-robin", "duration_s": 100.0, "warmup_s": 20.0}
 
 
 def test_screened_out_rule() -> None:
     slos = parse_slos(["p95_ttft<=100ms"])
-    assert plan_module.screened_out({"verdict": "overloaded", "ttft_p95_ms": 1.0}, slos)
-    assert plan_module.screened_out({"verdict": "stable", "ttft_p95_ms": 151.0}, slos)
-    assert not plan_module.screened_out({"verdict": "stable", "ttft_p95_ms": 149.0}, slos)
-    assert not plan_module.screened_out({"verdict": "stable", "ttft_p95_ms": None}, slos)
+    assert plan_screen.screened_out({"verdict": "overloaded", "ttft_p95_ms": 1.0}, slos)
+    assert plan_screen.screened_out({"verdict": "stable", "ttft_p95_ms": 151.0}, slos)
+    assert not plan_screen.screened_out({"verdict": "stable", "ttft_p95_ms": 149.0}, slos)
+    assert not plan_screen.screened_out({"verdict": "stable", "ttft_p95_ms": None}, slos)
 
 
 def test_no_workload_plans_the_bundled_example_at_a_judgeable_load(monkeypatch, tmp_path) -> None:

@@ -17,7 +17,7 @@ from twin.engine.dp_attention import dp_pricer
 from twin.errors import TwinError
 from twin.parallel import Layout
 from twin.presets import resolve_model
-from twin.reports import plan as plan_module
+from twin.reports import plan_decide, plan_runner
 from twin.reports.parallel_axes import (
     bound_pricer,
     layout_flags,
@@ -25,7 +25,8 @@ from twin.reports.parallel_axes import (
     parallel_layouts,
     parse_degrees,
 )
-from twin.reports.plan import cheapest_token_s, plan
+from twin.reports.plan import plan
+from twin.reports.plan_bound import cheapest_token_s
 from twin.reports.plan_result import COSTLIER, WINNER, Candidate, CandidateResult
 from twin.reports.sweep import RESULTS_FILE
 from twin.workloads.generators import get_generator
@@ -179,7 +180,7 @@ def test_an_exact_tie_goes_to_fewer_parallel_splits() -> None:
         r.outcome, r.replicas = MEETS, 1
         r.trials.append(Trial(1, True, "stable", {slos[0].text: 6.07}, 27.3, f"k{ep}"))
         results.append(r)
-    plan_module._decide(results, slos)
+    plan_decide.decide(results, slos)
     split, plain = results
     assert split.candidate.label < plain.candidate.label
     assert plain.outcome == WINNER and split.outcome == MEETS
@@ -211,7 +212,7 @@ def test_a_candidate_whose_every_request_is_rejected_stops_at_once(monkeypatch, 
             )
         return SweepOutcome(rows, len(rows), 0)
 
-    monkeypatch.setattr(plan_module, "run_pairs", fake)
+    monkeypatch.setattr(plan_runner, "run_pairs", fake)
     found = plan(
         _fixed(tmp_path / "w.parquet", 128, 8, 5),
         tmp_path / "out",

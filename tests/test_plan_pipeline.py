@@ -26,7 +26,8 @@ from twin.reports.parallel_axes import (
     lone_decode_s,
     parallel_layouts,
 )
-from twin.reports.plan import cheapest_token_s, plan
+from twin.reports.plan import plan
+from twin.reports.plan_bound import cheapest_token_s
 from twin.reports.plan_result import Candidate, CandidateResult
 from twin.reports.sweep import RESULTS_FILE
 

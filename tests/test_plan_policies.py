@@ -15,7 +15,8 @@ from test_bad_input import assert_clean_error
 
 from twin.cli.main import run
 from twin.errors import TwinError
-from twin.reports.plan import cache_choices, plan
+from twin.reports.plan import plan
+from twin.reports.plan_inputs import cache_choices
 from twin.reports.plan_result import Candidate
 from twin.reports.sweep import RESULTS_FILE
 

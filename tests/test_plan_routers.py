@@ -25,8 +25,8 @@ from test_bad_input import assert_clean_error
 
 from twin.cli.main import run
 from twin.errors import TwinError
-from twin.reports import plan as plan_module
-from twin.reports.plan import _Searcher, plan
+from twin.reports import plan_decide
+from twin.reports.plan import plan
 from twin.reports.plan_result import (
     COSTLIER,
     MEETS,
@@ -46,6 +46,7 @@ from twin.reports.plan_routers import (
     router_flags,
     with_router,
 )
+from twin.reports.plan_runner import Searcher
 from twin.reports.sweep import Point, SweepSpec, resolve, run_pairs
 from twin.reports.verdicts import meets
 from twin.slo import parse_slos
@@ -109,7 +110,7 @@ def test_an_exact_tie_goes_to_the_router_first_in_the_registry() -> None:
         r.outcome, r.replicas = MEETS, 1
         r.trials.append(Trial(1, True, "stable", {slos[0].text: 0.5}, 0.5, f"k-{router}"))
         results.append(r)
-    plan_module._decide(results, slos)
+    plan_decide.decide(results, slos)
     routed, plain = results
     assert plain.outcome == WINNER and routed.outcome == MEETS
     assert "the tie goes to round-robin" in routed.reason
@@ -118,7 +119,7 @@ def test_an_exact_tie_goes_to_the_router_first_in_the_registry() -> None:
 def test_a_count_where_the_router_has_no_choice_shares_one_run() -> None:
     """One aggregated replica, or copies of a layout with one prefill worker in all, send
     every request to the same place: such a count runs under the plan's first router."""
-    searcher = _Searcher(parse_slos([SLO]), Load(None, None, None), Path("unused"), 1, None)
+    searcher = Searcher(parse_slos([SLO]), Load(None, None, None), Path("unused"), 1, None)
     searcher.shared_router = "round-robin"
     base = SweepSpec(workload="w", model=MODEL, settings=(("tp", 1), ("router", "prefix-aware")))
     cases = [("agg", 1, True), ("agg", 2, False), ("1P2D", 1, True), ("1P2D", 2, False)]

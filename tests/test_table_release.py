@@ -20,8 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from twin.calibration.aic_families import read_families
 from twin.calibration.aic_import import fit_family, release_fits
-from twin.calibration.aic_tables import moe_rows, read_families, system_dir
+from twin.calibration.aic_moe import moe_rows
+from twin.calibration.aic_tables import system_dir
 from twin.costmodel import latency as lat
 from twin.costmodel.profile import Profile
 from twin.costmodel.profile_store import load_profile
@@ -117,7 +119,7 @@ def test_profile_keeps_each_releases_fit_and_prices_the_release(
     # the halved table's HBM-bound rows run above HBM's peak (flagged): with the L2 split
     # its few kept rows would be the L2-resident ones, a fit of another regime. Read
     # every byte from HBM, as the tables were made.
-    monkeypatch.setattr("twin.calibration.aic_tables.system_l2", lambda system: None)
+    monkeypatch.setattr("twin.calibration.aic_moe.system_l2", lambda system: None)
     shipped = load_profile("h100", "vllm")
     device = shipped.device
     releases = release_fits("h100", "vllm", two_releases, {"moe"}, shipped.peaks, device)
@@ -173,7 +175,7 @@ def test_minimax_h200_vllm_019_moe_prices_near_its_table() -> None:
         moe_tp_size=8,
         moe_ep_size=1,
     )
-    from twin.calibration.aic_tables import moe_row
+    from twin.calibration.aic_moe import moe_row
 
     row = moe_row(shape, WEIGHT_FORMATS["fp8"], "moe_fp8", 1.0)
     feats = (

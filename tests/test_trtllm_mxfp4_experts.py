@@ -11,6 +11,7 @@ import dataclasses
 import pytest
 from silicon_rows import planned, silicon_row
 
+from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
@@ -40,7 +41,7 @@ def test_the_hopper_profiles_have_none(gpu):
 
 def test_the_rows_are_trtllms_of_the_release_that_times_gpt_oss():
     pytest.importorskip("aiconfigurator_core")
-    (family,) = at.mxfp8_activation_rows(at.system_dir("b200"), "trtllm")
+    (family,) = aic_moe.mxfp8_activation_rows(at.system_dir("b200"), "trtllm")
     assert family.kernel == FAMILY and family.framework == "TensorRT-LLM"
     assert family.kernel_source == SOURCE and family.release == "1.3.0rc20"
     shapes = {(r["shape"]["d"], r["shape"]["e"], r["shape"]["k"]) for r in family.rows}
@@ -103,7 +104,7 @@ def test_the_plans_bound_prices_the_experts_the_run_prices():
     (``engine.run.priced_profile``): a B200 TensorRT-LLM gpt-oss candidate at tp 2 whose
     decode step the run prices at 2.6 ms is not refused by a 3 ms TPOT, as it was when the
     bound priced the bf16-activation experts (3.9 ms a step)."""
-    from twin.reports.plan import analyse, workload_stats
+    from twin.reports.plan_bound import analyse, workload_stats
     from twin.reports.plan_result import Candidate, Load
     from twin.reports.sweep import SweepSpec
     from twin.slo import parse_slos
@@ -143,10 +144,10 @@ def test_the_mxfp8_rows_read_as_a_fit_written_before_the_l2_term_was_fitted():
     the small launches NVIDIA's replays keep in L2 from L2 (``features.replay_resident``)."""
     pytest.importorskip("aiconfigurator_core")
     fit = resolve_profile("b200", None, "trtllm").kernels[FAMILY]
-    assert not at.reads_replay_l2(fit.params)
+    assert not aic_moe.reads_replay_l2(fit.params)
     system = at.system_dir("b200")
-    (hbm,) = at.mxfp8_activation_rows(system, "trtllm", replay_l2=False)
-    (l2,) = at.mxfp8_activation_rows(system, "trtllm")
+    (hbm,) = aic_moe.mxfp8_activation_rows(system, "trtllm", replay_l2=False)
+    (l2,) = aic_moe.mxfp8_activation_rows(system, "trtllm")
     assert [r["shape"] for r in hbm.rows] == [r["shape"] for r in l2.rows]
     assert all(r["l2_bytes"] == 0.0 and r["weight_elems"] > 0.0 for r in hbm.rows)
     resident = [r for r in l2.rows if r["l2_bytes"] > 0.0]

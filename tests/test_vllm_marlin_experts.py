@@ -13,6 +13,7 @@ from silicon_rows import planned, silicon_row
 from test_engine_helpers import single_turns
 
 import twin.precision as px
+from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
 from twin.costmodel.engine_kernels import MARLIN_EXPERT_SCALE
 from twin.costmodel.latency import predict
@@ -27,9 +28,9 @@ GPT_OSS = {"hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 12
 
 def expert_s(profile, family: str, tokens: int, moe_tp: int = 1) -> float:
     """One fused-MoE launch of gpt-oss-120b's experts at ``tokens`` tokens, priced with
-    ``family``'s fit of ``profile`` (as the fits are made: ``aic_tables.moe_row``)."""
+    ``family``'s fit of ``profile`` (as the fits are made: ``aic_moe.moe_row``)."""
     shape = {**GPT_OSS, "num_tokens": tokens, "moe_tp_size": moe_tp, "moe_ep_size": 1}
-    row = at.moe_row(shape, px.WEIGHT_FORMATS["mxfp4"], family, 1.0)
+    row = aic_moe.moe_row(shape, px.WEIGHT_FORMATS["mxfp4"], family, 1.0)
     extras = {k: v for k, v in row.items() if k not in ("kernel", "flops", "bytes", "median_s")}
     extras.pop("shape")
     fit = profile.kernels[family]
@@ -82,7 +83,7 @@ def test_the_factor_is_nvidias_marlin_mxfp4_table(gpu):
     fit = marlin.kernels["moe_mxfp4"]
     ratios = []
     for r in rows:
-        row = at.moe_row(r, px.WEIGHT_FORMATS["mxfp4"], "moe_mxfp4", r["latency"])
+        row = aic_moe.moe_row(r, px.WEIGHT_FORMATS["mxfp4"], "moe_mxfp4", r["latency"])
         extras = {k: v for k, v in row.items() if k not in ("kernel", "flops", "bytes")}
         extras.pop("median_s"), extras.pop("shape")
         price = predict("moe_mxfp4", fit.params, marlin.peaks, row["flops"], row["bytes"], extras)

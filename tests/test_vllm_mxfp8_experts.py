@@ -2,7 +2,7 @@
 moe_backend=flashinfer_trtllm_afp8``, what InferenceMAX's B200 gpt-oss script asks for with
 ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``): priced by the profile's ``moe_mxfp4_mxfp8``
 fit, read from SGLang's table of the same FlashInfer kernel
-(``calibration.aic_tables.mxfp8_activation_rows``)."""
+(``calibration.aic_moe.mxfp8_activation_rows``)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from silicon_rows import planned, silicon_row
 from test_vllm_marlin_experts import expert_s, gpt_oss_request
 
+from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
 from twin.costmodel import formulas as fm
 from twin.costmodel.profile_store import resolve_profile
@@ -66,12 +67,12 @@ def test_a_profile_without_the_fit_is_refused_in_one_line():
 def test_the_rows_are_sglangs_of_the_flashinfer_kernel_for_vllm_only():
     pytest.importorskip("aiconfigurator_core")
     system = at.system_dir("b200")
-    (family,) = at.mxfp8_activation_rows(system, "vllm")
+    (family,) = aic_moe.mxfp8_activation_rows(system, "vllm")
     assert family.kernel == FAMILY and family.framework == "SGLang"
     assert family.kernel_source == "sglang_flashinfer_trtllm_moe"
     shapes = {(r["shape"]["d"], r["shape"]["e"], r["shape"]["k"]) for r in family.rows}
     assert (2880, 128, 4) in shapes  # gpt-oss-120b's
-    assert at.mxfp8_activation_rows(system, "sglang") == []
+    assert aic_moe.mxfp8_activation_rows(system, "sglang") == []
 
 
 def test_the_vllm_flag_takes_mxfp8_activations_for_mxfp4_experts_only():

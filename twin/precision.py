@@ -116,7 +116,7 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {
 WEIGHT_PRECISIONS = tuple(WEIGHT_FORMATS)
 KV_DTYPES = ("bf16", "fp8")
 KV_FP8_BYTES = 1  # bytes per KV element in an fp8 (E4M3) cache
-# The profile keys of the attention fits for an fp8 KV cache (``calibration.aic_tables``).
+# The profile keys of the attention fits for an fp8 KV cache (``calibration.aic_dense``).
 ATTN_FP8_KV = {"attn_prefill": "attn_prefill_fp8kv", "attn_decode": "attn_decode_fp8kv"}
 
 # The tables' quant-mode names (silicon_sample.csv, gemm_dtype) -> --precision.

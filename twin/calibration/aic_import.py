@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from twin.calibration import module_floor
+from twin.calibration.aic_families import read_families, release_families
 from twin.calibration.aic_mla import module_rows
 from twin.calibration.aic_tables import (
     ENGINE_NAMES,
@@ -33,8 +34,6 @@ from twin.calibration.aic_tables import (
     SYSTEMS,
     FamilyRows,
     installed_version,
-    read_families,
-    release_families,
     system_dir,
 )
 from twin.calibration.datasheet import datasheet_profile
@@ -327,7 +326,7 @@ def release_fits(
     keep: Profile | None = None,
 ) -> dict[str, TableReleases]:
     """Per measured family whose table differs by engine release
-    (``aic_tables.release_families``), its fit from each other release's table; a fit
+    (``aic_families.release_families``), its fit from each other release's table; a fit
     ``keep`` already holds for that family and release is kept as it is."""
     default, others = release_families(gpu, engine, root)
     newest = {f.kernel for f in read_families(gpu, engine, root)}

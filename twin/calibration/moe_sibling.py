@@ -62,7 +62,7 @@ BAND = (0.8, 1.25)
 # (369 none, 146 one); any value 2-8 replaces the same series (the tables' ratios move by
 # 0.0001 at most), 1 replaces one more B300 vLLM 0.24.0 series on one token count.
 MIN_SHARED_TOKENS = 4
-# A ``moe_perf`` row's shape: its columns but the token count (``aic_tables.MOE_COLUMNS``
+# A ``moe_perf`` row's shape: its columns but the token count (``aic_moe.MOE_COLUMNS``
 # is the token count and these).
 MOE_SHAPE_COLUMNS = (
     "hidden_size",

@@ -33,7 +33,8 @@ from twin.metrics import to_json
 from twin.policies import POLICIES
 from twin.reports.layouts import parse_layouts
 from twin.reports.parallel_axes import parse_degrees
-from twin.reports.plan import (
+from twin.reports.plan import plan
+from twin.reports.plan_inputs import (
     DEFAULT_CACHE,
     DEFAULT_DP_ATTENTION,
     DEFAULT_ENGINES,
@@ -43,17 +44,15 @@ from twin.reports.plan import (
     DEFAULT_PP,
     DEFAULT_SEEDS,
     DEFAULT_TP,
-    SCREEN_FRACTION,
-    SCREEN_MIN_S,
-    PlanProgress,
     cache_choices,
     check_executor,
     parse_load,
-    plan,
 )
 from twin.reports.plan_render import seed_span, seeds_text, winner_sentence
 from twin.reports.plan_result import OUTCOMES, PLAN_FILE, PlanResult
 from twin.reports.plan_routers import MIN_REUSE_SHARE, resolve_routers
+from twin.reports.plan_runner import PlanProgress
+from twin.reports.plan_screen import SCREEN_FRACTION, SCREEN_MIN_S
 from twin.reports.plan_search import DEFAULT_SEARCH, SEARCHES
 from twin.reports.render import HTML_FILE, MD_FILE
 from twin.reports.sweep import RESULTS_FILE

@@ -123,7 +123,7 @@ RELEASE_KERNELS: tuple[ReleaseKernel, ...] = (
     # (:data:`MXFP4_MODULE_ALL_EXPERTS`), 3.7-4x the TRT-LLM-gen table's time at
     # gpt-oss's shape from 1,024 tokens on B200. The mxfp8-activation variant is a setting
     # of the run (``--set moe_backend=flashinfer_trtllm_afp8``: twin.engine.modes_vllm),
-    # priced by the profile's ``moe_mxfp4_mxfp8`` fit (calibration.aic_tables
+    # priced by the profile's ``moe_mxfp4_mxfp8`` fit (calibration.aic_moe
     # ``mxfp8_activation_rows``).
     ReleaseKernel(
         "vLLM",

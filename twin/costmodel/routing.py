@@ -13,7 +13,7 @@ ranks, the rows and the distinct experts of that rank (``RankLoad``).
 - ``balanced``: NVIDIA's ``balanced`` ``moe_perf`` rows (aiconfigurator's collector,
   ``collector/helper.py`` ``balanced_logits``: token i's j-th expert
   ``(i + j x ceil(E / k)) mod E``): rows spread evenly, ``min(local experts, rows)``
-  experts reached. What the fused-MoE fits are fitted on (``aic_tables.moe_row``).
+  experts reached. What the fused-MoE fits are fitted on (``aic_moe.moe_row``).
 - ``power_law_<alpha>``: the ``power_law_<alpha>`` rows (the collector's
   ``_generate_power_law_distribution``, ``collector/helper.py`` of the public
   ai-dynamo/aiconfigurator repository; the rows aiconfigurator 0.12.0's own estimate

@@ -524,7 +524,7 @@ def _tables_info(profile: Any, release: str) -> dict[str, Any]:
 # ``quant_method`` mxfp4) returns ``W4A8_MXFP4_MXFP8`` on SM100+ for every MoE backend but
 # TRITON (``W4A8_MXFP4_FP8``, not modelled) unless ``OVERRIDE_QUANT_ALGO`` is set, and
 # ``W4A16_MXFP4`` below SM100. Only Blackwell TensorRT-LLM profiles carry the
-# mxfp8-activation fit (``calibration.aic_tables.mxfp8_activation_rows``: TensorRT-LLM's own
+# mxfp8-activation fit (``calibration.aic_moe.mxfp8_activation_rows``: TensorRT-LLM's own
 # ``w4a8_mxfp4_mxfp8`` rows, which aiconfigurator times on SM100 only), so its presence is
 # the GPU test.
 TRTLLM_MXFP8_EXPERTS = frozenset({"trtllm"})

@@ -5,7 +5,7 @@ A candidate carries the router that spreads its replicas' requests
 (``twin.engine.router.ROUTERS``, found by name); candidates that differ only in their
 router are searched, pruned and decided like those differing in any other axis that adds
 no GPU (the engine mode, the cache setting). The analytic lower bound on replicas
-(:func:`twin.reports.plan.analyse`) is router-independent: it counts the prompt tokens an
+(:func:`twin.reports.plan_bound.analyse`) is router-independent: it counts the prompt tokens an
 *unbounded* prefix cache would miss, which no routing can beat (a router only decides
 how much of that reuse the replicas' finite caches realise), so every router of a
 candidate shares its bound, its checks and its cost, and only its simulated runs differ.

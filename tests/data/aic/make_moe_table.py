@@ -4,7 +4,7 @@ schema of NVIDIA's ``aiconfigurator-core`` database (its columns: ``moe_dtype``,
 ``moe_tp_size``, ``moe_ep_size``, ``distribution``, ``latency`` in ms).
 
 Every latency comes from the twin's own ``moe`` model at known parameters (``TRUE``)
-on the features ``twin.calibration.aic_tables.moe_row`` computes, times a seeded +-3%
+on the features ``twin.calibration.aic_moe.moe_row`` computes, times a seeded +-3%
 jitter, so the tests can check that the import recovers them. The ``power_law_1.2``
 rows (twice as slow) and a ``nongated`` kernel's rows must be dropped by the reader.
 No row comes from the real database. Run from the repository root:
@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).parent / "systems" / "data" / "h100_sxm"
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from twin.calibration.aic_tables import moe_row  # noqa: E402
+from twin.calibration.aic_moe import moe_row  # noqa: E402
 from twin.costmodel import latency as lat  # noqa: E402
 from twin.hardware import get_gpu  # noqa: E402
 from twin.precision import WEIGHT_FORMATS  # noqa: E402

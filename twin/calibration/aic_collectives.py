@@ -1,0 +1,124 @@
+"""The collectives' families from NVIDIA's tables (``calibration.aic_tables``): the
+engine's custom all-reduce with NCCL's above it, NCCL's all-reduce alone, and NCCL's
+all-gather and reduce-scatter. NCCL's table is named by NCCL's version, not the engine's:
+its newest stands for every engine and release."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from twin.calibration.aic_tables import (
+    ELEM_BYTES,
+    ENGINE_NAMES,
+    FamilyRows,
+    _read,
+    _row,
+    latest_version,
+    release_version,
+)
+from twin.costmodel import features as ft
+from twin.costmodel import formulas as fm
+
+
+def _nccl_by_size(
+    system: Path, op_name: str = "all_reduce"
+) -> tuple[dict[tuple[int, int], tuple[float, str, Path]], str]:
+    """NCCL's half-precision ``op_name`` rows of ``system``'s newest ``comm/nccl`` table as
+    (seconds, label, table) by (GPUs, elements), and the device they name (none where
+    there is no table). NCCL's directory is named by NCCL's own version, not the
+    engine's: its newest table stands for every engine and release."""
+    nccl_dir = latest_version(system / "comm" / "nccl", "nccl_perf.parquet")
+    by_size: dict[tuple[int, int], tuple[float, str, Path]] = {}
+    if nccl_dir is None:
+        return by_size, ""
+    table, device = nccl_dir / "nccl_perf.parquet", ""
+    for r in _read(table):
+        if r.get("op_name") == op_name and r.get("nccl_dtype") in ("half", "bfloat16"):
+            key = (int(r["num_gpus"]), int(r["message_size"]))
+            by_size[key] = (float(r["latency"]), "NCCL " + nccl_dir.name, table)
+            device = device or str(r.get("device", ""))
+    return by_size, device
+
+
+def _collective_families(
+    by_size: dict[tuple[int, int], tuple[float, str, Path]],
+    device: str,
+    kernel_of: Callable[[int], str],
+    release: str,
+    op: str = "all_reduce",
+    features: Callable[[float, int], ft.Features] = ft.allreduce_features,
+) -> list[FamilyRows]:
+    """One family per GPU count of a collective's rows ``by_size`` (latency, label, table by
+    GPUs and elements: :func:`allreduce_rows`, :func:`gather_rows`), ``op``'s features."""
+    families = []
+    for n in sorted({k[0] for k in by_size}):
+        kernel = kernel_of(n)
+        out, labels, tables = [], set(), set()
+        for (gpus, size), (lat, label, table) in sorted(by_size.items()):
+            if gpus != n:
+                continue
+            nbytes = size * ELEM_BYTES
+            out.append(_row(kernel, features(nbytes, n), lat, {"n": n, "bytes": nbytes}))
+            labels.add(label)
+            tables.add(str(Path(*table.parts[-5:])))
+        families.append(
+            FamilyRows(
+                kernel=kernel,
+                rows=out,
+                framework=" + ".join(sorted(labels)),
+                version="",
+                device=device,
+                kernel_source=op,
+                tables=sorted(tables),
+                release=release,
+            )
+        )
+    return families
+
+
+# NCCL's ``nccl_perf`` ops fitted as the all-gather and reduce-scatter families (a
+# buffer of ``message_size`` elements, every GPU's share: nccl-tests' convention, which the
+# 8-GPU bandwidth at the largest sizes bears out).
+NCCL_GATHER_OPS = {"all_gather": "allgather", "reduce_scatter": "reducescatter"}
+
+
+def gather_rows(system: Path) -> list[FamilyRows]:
+    """One family per NCCL op of :data:`NCCL_GATHER_OPS` and GPU count, from the newest
+    ``comm/nccl`` table's half-precision rows (:func:`_nccl_by_size`: NCCL's, not an
+    engine's: every engine and release)."""
+    families: list[FamilyRows] = []
+    for op_name, op in NCCL_GATHER_OPS.items():
+        by_size, device = _nccl_by_size(system, op_name)
+        kernel_of = functools.partial(fm.collective_kernel, op)
+        families += _collective_families(by_size, device, kernel_of, "", op, ft.gather_features)
+    return sorted(families, key=lambda f: f.kernel)
+
+
+def allreduce_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
+    """One family per GPU count: the engine's graph-mode custom all-reduce (engine release
+    ``release``'s table: :func:`release_version`), NCCL above it."""
+    custom = "custom_allreduce_perf.parquet"
+    custom_dir = release_version(system / "comm" / engine, custom, release)
+    by_size, device = _nccl_by_size(system)
+    if custom_dir is not None:
+        table = custom_dir / "custom_allreduce_perf.parquet"
+        for r in _read(table):
+            backend = str(r.get("backend") or r.get("kernel_source") or "")
+            if "eager" in backend.lower():
+                continue  # production engines replay the all-reduce inside CUDA graphs
+            key = (int(r["num_gpus"]), int(r["message_size"]))
+            label = f"{ENGINE_NAMES.get(engine, engine)} {custom_dir.name} custom"
+            by_size[key] = (float(r["latency"]), label, table)
+            device = device or str(r.get("device", ""))
+    release_name = custom_dir.name if custom_dir is not None else ""
+    return _collective_families(by_size, device, fm.allreduce_kernel, release_name)
+
+
+def nccl_allreduce_rows(system: Path) -> list[FamilyRows]:
+    """One family per GPU count of NCCL's all-reduce alone (``allreduce_nccl_<n>gpu``):
+    what an engine runs above its custom all-reduce's size limit
+    (``twin.costmodel.kernel_layout.KernelLayout.custom_allreduce_max_bytes``)."""
+    by_size, device = _nccl_by_size(system)
+    return _collective_families(by_size, device, fm.nccl_allreduce_kernel, "")
