@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from silicon_rows import silicon_row
+from silicon_rows import deepseek_row
 
 from twin.validate import silicon as sil
 from twin.validate.silicon.harness import INFERENCEMAX_WARMUP_FROM, cold_server
@@ -21,17 +21,7 @@ from twin.validate.silicon.inferencemax_sglang import (
 
 def _row(**changes):
     """An InferenceMAX B200 SGLang DeepSeek-R1 fp8 row measured cold (2025-11-18)."""
-    base = {
-        "source": "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=64; "
-        "measured=2025-11-18T00:00:00.000Z; wip=False",
-        "backend": "sglang",
-        "backend_version": "",
-        "model_path": "deepseek-ai/DeepSeek-R1",
-        "system": "b200_sxm",
-        "precision": "fp8",
-    }
-    base.update(isl=1024, osl=1024, concurrency=64, tp=8, moe_tp=8, moe_ep=1, attention_dp=1)
-    return silicon_row(**{**base, **changes})
+    return deepseek_row("2025-11-18", 64, **changes)
 
 
 def test_only_rows_whose_data_says_no_warm_up_are_cold():
