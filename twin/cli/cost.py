@@ -19,6 +19,7 @@ from twin.cli.common import (
     ModelSetOption,
     PpOption,
     PrecisionOption,
+    comma_list,
     console,
     print_json,
     with_precision,
@@ -37,13 +38,11 @@ from twin.workloads.schema import MAX_SEQUENCE_TOKENS
 
 
 def _ints(text: str, flag: str, high: int) -> list[int]:
-    """Comma-separated whole numbers from 1 to ``high``: no empty entry (``1,2,,3`` is a
-    typo, not three values), at most ``MAX_LIST_ITEMS`` of them."""
+    """Comma-separated whole numbers from 1 to ``high``, at most ``MAX_LIST_ITEMS``."""
     items = text.split(",")
     if len(items) > MAX_LIST_ITEMS:
         raise TwinError(f"{flag}: {len(items):,} values; at most {MAX_LIST_ITEMS:,}")
-    if any(not v.strip() for v in items):
-        raise TwinError(f"{flag} {text!r}: an empty value between commas")
+    items = comma_list(flag, text, "1024,4096")
     try:
         values = [int(v) for v in items]
     except ValueError:
