@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from twin.model import ModelSpec
-from twin.validate.silicon.harness import INFERENCEMAX, harness_of, model_named
+from twin.validate.silicon.harness import inferencemax_row, model_named
 from twin.validate.silicon.inferencemax_sglang import (
     inferencemax_no_piecewise,
     inferencemax_sglang_unnamed,
@@ -347,7 +347,7 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     sets = limits.get("sets", {})
     seqs = int(sets.get("max_num_seqs", 0) or 0)
     size = min(2 * seqs, VLLM_MAX_CAPTURE) if seqs else VLLM_MAX_CAPTURE
-    if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
+    if kind == "benchmark" and inferencemax_row(row):
         named = model_named(row, INFERENCEMAX_VLLM_CAPTURE)
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
         if inferencemax_prompt_budget_flags(row):  # the script's --max-cudagraph-capture-size
