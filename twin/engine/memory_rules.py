@@ -174,10 +174,8 @@ SGLANG_0_5_23 = "0.5.23"
 
 def sglang_piecewise_off(model_name: str, release: str | None) -> bool:
     """Whether SGLang ``release`` runs ``model_name`` without piecewise CUDA graphs (above)."""
-    stems = SGLANG_NO_PIECEWISE
-    return not release_at_least(release, SGLANG_0_5_23) and any(
-        s in model_name.lower() for s in stems
-    )
+    off = any(stem in model_name.lower() for stem in SGLANG_NO_PIECEWISE)
+    return off and not release_at_least(release, SGLANG_0_5_23)
 
 
 def sglang_mem_fraction_static(

@@ -57,9 +57,7 @@ if TYPE_CHECKING:
 # single-request runs of DeepSeek-R1 under SGLang show that floor: TTFT 180-200 ms from
 # 128 to 4,096 prompt tokens on 16 H100s (tenstorrent/tt-inference-server issue 356),
 # while the twin's kernels price a 1,024-token prefill at 45-100 ms.
-SGLANG_PIECEWISE_DEFAULT = "0.5.10"
-# From 0.5.23 SGLang captures its prefill graphs whatever the model
-# (``twin.engine.memory_rules.SGLANG_0_5_23``).
+SGLANG_PIECEWISE_DEFAULT = "0.5.10"  # from 0.5.23 always (memory_rules.SGLANG_0_5_23)
 # Kernels one decoder layer launches on SGLang's eager prefill path, by part (its input
 # norm and all-reduce counted with the part after them), read from SGLang 0.5.9's
 # forward code (CUDA, block-fp8 weights, tensor-parallel MoE without DeepEP; 0.5.6.post2's
