@@ -34,6 +34,18 @@ def minimax_row(day: str, concurrency: int, **fields: Any) -> sil.SiliconRow:
     return silicon_row(**{**base, **fields})
 
 
+def deepseek_row(day: str, concurrency: int, **fields: Any) -> sil.SiliconRow:
+    """An InferenceMAX DeepSeek-R1 fp8 row of SGLang on B200 (2026-04-06.csv, no release
+    named) of ``concurrency`` clients at 1,024 / 1,024 tokens on 8 GPUs, measured on
+    ``day``, ``fields`` over it (``csv``: another file of the collection)."""
+    csv = fields.pop("csv", "2026-04-06.csv")
+    source = f"source_file={csv}; model=DeepSeek-R1; silicon_concurrency={concurrency}; "
+    base = {"source": f"{source}measured={day}T00:00:00.000Z; wip=False", "backend": "sglang"}
+    base.update(backend_version="", model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm")
+    base.update(precision="fp8", isl=1024, osl=1024, concurrency=concurrency, tp=8)
+    return silicon_row(**{**base, **fields})
+
+
 def planned(row: sil.SiliconRow, **fields: Any) -> sil.RowPlan:
     """``row``'s plan, ``fields`` over it (measured at 1 ms TTFT and TPOT unless they say):
     the test fails where the row is refused."""

@@ -32,7 +32,7 @@ def test_sizes_are_bounded_before_work(tmp_path, capsys, args, says):
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["cost", "-m", "llama-3-8b", "-g", "h100", "--lengths", "1,2,,3"], "an empty value"),
+        (["cost", "-m", "llama-3-8b", "-g", "h100", "--lengths", "1,2,,3"], "an empty entry"),
         (["cost", "-m", "llama-3-8b", "-g", "h100", "--batches", "1000000000"], "1 to 1,000,000"),
         (["cost", "-m", "llama-3-8b", "-g", "h100", "--batches", "1e9"], "expected comma-sep"),
         (

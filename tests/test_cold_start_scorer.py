@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from silicon_rows import deepseek_row
 
 from twin.validate import silicon as sil
 from twin.validate.silicon.harness import INFERENCEMAX_WARMUP_FROM, cold_server
@@ -20,31 +21,7 @@ from twin.validate.silicon.inferencemax_sglang import (
 
 def _row(**changes):
     """An InferenceMAX B200 SGLang DeepSeek-R1 fp8 row measured cold (2025-11-18)."""
-    row = sil.SiliconRow(
-        id="x",
-        source="source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=64; "
-        "measured=2025-11-18T00:00:00.000Z; wip=False",
-        backend="sglang",
-        backend_version="",
-        model_path="deepseek-ai/DeepSeek-R1",
-        system="b200_sxm",
-        precision="fp8",
-        mode="agg",
-        isl=1024,
-        osl=1024,
-        gemm_quant_mode="fp8_block",
-        moe_quant_mode="fp8_block",
-        batch_size=None,
-        tp=8,
-        pp=1,
-        attention_dp=1,
-        moe_tp=8,
-        moe_ep=1,
-        ttft_ms=1616.3,
-        tpot_ms=20.0,
-        concurrency=64,
-    )
-    return dataclasses.replace(row, **changes)
+    return deepseek_row("2025-11-18", 64, **changes)
 
 
 def test_only_rows_whose_data_says_no_warm_up_are_cold():

@@ -7,30 +7,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from silicon_rows import silicon_row
+from silicon_rows import deepseek_row
 
 from twin.validate import silicon as sil
 from twin.validate.silicon.inferencemax_sglang import inferencemax_sglang
 
-_SOURCE = (
-    "source_file=2026-04-06.csv; model=DeepSeek-R1; silicon_concurrency=128; "
-    "measured={day}T00:00:00.000Z; wip=False"
-)
-
 
 def _row(day: str) -> sil.SiliconRow:
-    return silicon_row(
-        source=_SOURCE.format(day=day),
-        backend="sglang",
-        backend_version="",
-        model_path="deepseek-ai/DeepSeek-R1",
-        system="b200_sxm",
-        precision="fp4",
-        isl=8192,
-        osl=1024,
-        concurrency=128,
-        tp=8,
-    )
+    return deepseek_row(day, 128, precision="fp4", isl=8192)
 
 
 def test_the_early_fp4_job_ran_its_script_at_128_clients_of_8k_prompts() -> None:

@@ -7,9 +7,10 @@ InferenceMAX B200 DeepSeek scripts' ``--disable-radix-cache``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
-from silicon_rows import silicon_row
+from silicon_rows import deepseek_row
 from test_engine_helpers import ConstantPricer, run, single_turns, write_rows
 
 from twin.engine.admission import DEFAULTS
@@ -104,23 +105,10 @@ def test_disable_radix_cache_takes_the_ignore_eos_adder():
 
 
 def _deepseek(system: str, precision: str = "fp4") -> dict[str, str]:
-    return inferencemax_sglang(
-        silicon_row(
-            source="source_file=2026-03-25.csv; model=DeepSeek-R1; silicon_concurrency=16; "
-            "measured=2026-03-01T00:00:00.000Z; wip=False",
-            backend="sglang",
-            backend_version="0.5.9",
-            model_path="deepseek-ai/DeepSeek-R1",
-            system=system,
-            precision=precision,
-            isl=1024,
-            osl=1024,
-            concurrency=16,
-            tp=8,
-            named_configs=frozenset(),
-            point_configs=frozenset(),
-        )
-    )
+    empty = frozenset[str]()
+    row = deepseek_row("2026-03-01", 16, csv="2026-03-25.csv", backend_version="0.5.9")
+    rest = {"named_configs": empty, "point_configs": empty}
+    return inferencemax_sglang(replace(row, system=system, precision=precision, **rest))
 
 
 def test_every_deepseek_script_disables_the_radix_cache():

@@ -16,7 +16,7 @@ from twin.calibration.harness import calibrate as run_calibration
 from twin.calibration.harness import transfer as run_transfer
 from twin.calibration.kernels import LEVELS
 from twin.cli import checks
-from twin.cli.common import console, print_json, progress_bar
+from twin.cli.common import comma_list, console, print_json, progress_bar
 from twin.costmodel.formulas import FORMULAS, KERNELS
 from twin.costmodel.kernel_sources import DEFAULT_ENGINE, KERNEL_SOURCES, get_kernel_source
 from twin.costmodel.profile import Profile
@@ -318,9 +318,7 @@ def _name_list(
 ) -> tuple[str, ...]:
     """A comma-separated list of names from ``known``, each refusal one line: an empty
     entry, an unknown name (``unknown`` says what was expected), a name given twice."""
-    names = [n.strip() for n in value.split(",")]
-    if not all(names):
-        raise TwinError(f"{option} {value!r}: an empty entry")
+    names = comma_list(option, value)
     strange = [n for n in names if n not in known]
     if strange:
         raise TwinError(f"{option} {strange[0]!r}: {unknown}")

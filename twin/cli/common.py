@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -60,6 +61,16 @@ class Advance(Protocol):
     """A progress bar's ``advance(amount=1)``: callable with or without an amount."""
 
     def __call__(self, amount: float = 1, /) -> None: ...
+
+
+def comma_list(flag: str, text: str, example: str = "", sep: str = ",") -> list[str]:
+    """A comma-separated option's entries, stripped (``sep``: the pattern they are split
+    on); one line refusing an empty entry (``1,2,,3`` is a typo, not three values)."""
+    items = [t.strip() for t in re.split(sep, text)]
+    if not all(items):
+        eg = f", e.g. {example}" if example else ""
+        raise TwinError(f"{flag} {text!r}: an empty entry; expected a comma-separated list{eg}")
+    return items
 
 
 def parse_pairs(pairs: list[str], flag: str, example: str) -> dict[str, str]:

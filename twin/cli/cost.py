@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from twin.cli.common import (
     ModelSetOption,
     PpOption,
     PrecisionOption,
+    comma_list,
     console,
     print_json,
     with_precision,
@@ -36,13 +38,11 @@ from twin.workloads.schema import MAX_SEQUENCE_TOKENS
 
 
 def _ints(text: str, flag: str, high: int) -> list[int]:
-    """Comma-separated whole numbers from 1 to ``high``: no empty entry (``1,2,,3`` is a
-    typo, not three values), at most ``MAX_LIST_ITEMS`` of them."""
+    """Comma-separated whole numbers from 1 to ``high``, at most ``MAX_LIST_ITEMS``."""
     items = text.split(",")
     if len(items) > MAX_LIST_ITEMS:
         raise TwinError(f"{flag}: {len(items):,} values; at most {MAX_LIST_ITEMS:,}")
-    if any(not v.strip() for v in items):
-        raise TwinError(f"{flag} {text!r}: an empty value between commas")
+    items = comma_list(flag, text, "1024,4096")
     try:
         values = [int(v) for v in items]
     except ValueError:
@@ -67,19 +67,39 @@ def _kinds(model: ModelSpec) -> list[str]:
     return [k for k in (*KINDS, *MIXER_LABELS) if counts.get(k)]
 
 
+def _prefill_rows(
+    lengths: list[int], cached_frac: float, parts: Callable[[int, int], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each prompt length uncached, then ``cached_frac`` of it cached: ``parts(n, cached)``."""
+    cached = [(n, c) for n in lengths for c in sorted({0, int(n * cached_frac)})]
+    return [{"prompt": n, "cached": c, **parts(n, c)} for n, c in cached]
+
+
+def _print_table(title: str, columns: Iterable[str], rows: Iterable[Iterable[str]]) -> None:
+    """One of ``twin cost``'s tables: ``columns`` right-justified, a row of cells a row."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right")
+    for cells in rows:
+        table.add_row(*cells)
+    console.print(table)
+
+
+def _ms(seconds: float) -> str:
+    return f"{1e3 * seconds:.2f}"
+
+
 def predictions(
     cm: CostModel, lengths: list[int], cached_frac: float, batches: list[int], context: int
 ) -> dict[str, Any]:
     """The numbers ``twin cost`` shows, as data."""
-    prefill = []
-    for n in lengths:
-        cached = int(n * cached_frac)
-        for c in sorted({0, cached}):
-            cost = cm.prefill(n - c, c, breakdown=True)
-            assert isinstance(cost, StepCost)
-            prefill.append(
-                {"prompt": n, "cached": c, "total_s": cost.total_s, "by_kind": cost.by_kind}
-            )
+
+    def parts(n: int, c: int) -> dict[str, Any]:
+        cost = cm.prefill(n - c, c, breakdown=True)
+        assert isinstance(cost, StepCost)
+        return {"total_s": cost.total_s, "by_kind": cost.by_kind}
+
+    prefill = _prefill_rows(lengths, cached_frac, parts)
     decode = []
     for b in batches:
         cost = cm.decode([context] * b, breakdown=True)
@@ -112,11 +132,9 @@ def dp_predictions(
             "gather_scatter_s": pricer.comm_time([tokens] * d, extend),
         }
 
-    prefill = []
-    for n in lengths:
-        cached = int(n * cached_frac)
-        for c in sorted({0, cached}):
-            prefill.append({"prompt": n, "cached": c, **parts(([(n - c, c)], 0, 0), n - c, True)})
+    prefill = _prefill_rows(
+        lengths, cached_frac, lambda n, c: parts(([(n - c, c)], 0, 0), n - c, True)
+    )
     decode = []
     for b in batches:
         row = {"batch_per_rank": b, "context": context, **parts(((), b, b * context), b, False)}
@@ -173,24 +191,18 @@ def _dp_cost(
     )
     cols = ("total", "attention", "ffn/moe", "a2a + gather" if moe_a2a else "gather/scatter")
     keys = ("total_s", "attention_s", "ffn_s", "gather_scatter_s")
-    pre = Table(title=f"Prefill step latency (ms), one prompt on each of {dp} ranks")
-    for col in ("prompt", "cached", *cols):
-        pre.add_column(col, justify="right")
-    for row in data["prefill"]:
-        pre.add_row(
-            f"{row['prompt']:,}", f"{row['cached']:,}", *(f"{1e3 * row[k]:.2f}" for k in keys)
-        )
-    console.print(pre)
-    dec = Table(title=f"Decode step latency (ms) at context {context:,}, every rank a batch")
-    for col in ("batch/rank", *cols, "tokens/s"):
-        dec.add_column(col, justify="right")
-    for row in data["decode"]:
-        dec.add_row(
-            str(row["batch_per_rank"]),
-            *(f"{1e3 * row[k]:.2f}" for k in keys),
-            f"{row['tokens_per_s']:,.0f}",
-        )
-    console.print(dec)
+    _print_table(
+        f"Prefill step latency (ms), one prompt on each of {dp} ranks",
+        ("prompt", "cached", *cols),
+        ((f"{r['prompt']:,}", f"{r['cached']:,}", *(_ms(r[k]) for k in keys))
+         for r in data["prefill"]),
+    )  # fmt: skip
+    _print_table(
+        f"Decode step latency (ms) at context {context:,}, every rank a batch",
+        ("batch/rank", *cols, "tokens/s"),
+        ((str(r["batch_per_rank"]), *(_ms(r[k]) for k in keys), f"{r['tokens_per_s']:,.0f}")
+         for r in data["decode"]),
+    )  # fmt: skip
 
 
 def pp_predictions(
@@ -207,11 +219,7 @@ def pp_predictions(
         send = pricer.send_time(tokens)
         return {"stages_s": stages, "send_s": send, "total_s": sum(stages) + (pp - 1) * send}
 
-    prefill = []
-    for n in lengths:
-        cached = int(n * cached_frac)
-        for c in sorted({0, cached}):
-            prefill.append({"prompt": n, "cached": c, **parts([(n - c, c)], 0, 0, n - c)})
+    prefill = _prefill_rows(lengths, cached_frac, lambda n, c: parts([(n - c, c)], 0, 0, n - c))
     decode = []
     for b in batches:
         row = {"batch": b, "context": context, **parts((), b, b * context, b)}
@@ -254,33 +262,25 @@ def _pp_cost(
         highlight=False,
     )
     stages = [f"stage {j}" for j in range(pp)]
-    pre = Table(title="Prefill latency (ms) through the empty pipeline, by stage")
-    for col in ("prompt", "cached", "total", *stages, "send"):
-        pre.add_column(col, justify="right")
-    for row in data["prefill"]:
-        pre.add_row(
-            f"{row['prompt']:,}",
-            f"{row['cached']:,}",
-            f"{1e3 * row['total_s']:.2f}",
-            *(f"{1e3 * t:.2f}" for t in row["stages_s"]),
-            f"{1e3 * row['send_s']:.3f}",
-        )
-    console.print(pre)
-    dec = Table(
-        title=f"Decode step latency (ms) at context {context:,}, one micro-batch; tokens/s "
-        f"with {pp} in flight"
-    )
-    for col in ("batch", "total", "tokens/s", *stages, "send"):
-        dec.add_column(col, justify="right")
-    for row in data["decode"]:
-        dec.add_row(
-            str(row["batch"]),
-            f"{1e3 * row['total_s']:.2f}",
-            f"{row['tokens_per_s']:,.0f}",
-            *(f"{1e3 * t:.2f}" for t in row["stages_s"]),
-            f"{1e3 * row['send_s']:.3f}",
-        )
-    console.print(dec)
+    _print_table(
+        "Prefill latency (ms) through the empty pipeline, by stage",
+        ("prompt", "cached", "total", *stages, "send"),
+        (
+            (f"{r['prompt']:,}", f"{r['cached']:,}", _ms(r["total_s"]), *map(_ms, r["stages_s"]),
+             f"{1e3 * r['send_s']:.3f}")
+            for r in data["prefill"]
+        ),
+    )  # fmt: skip
+    _print_table(
+        f"Decode step latency (ms) at context {context:,}, one micro-batch; tokens/s "
+        f"with {pp} in flight",
+        ("batch", "total", "tokens/s", *stages, "send"),
+        (
+            (str(r["batch"]), _ms(r["total_s"]), f"{r['tokens_per_s']:,.0f}",
+             *map(_ms, r["stages_s"]), f"{1e3 * r['send_s']:.3f}")
+            for r in data["decode"]
+        ),
+    )  # fmt: skip
 
 
 def cost(
@@ -442,25 +442,21 @@ def cost(
             markup=False,
         )
     kinds = _kinds(spec)
-    pre = Table(title="Prefill latency (ms), by layer kind")
-    for col in ("prompt", "cached", "total", *kinds):
-        pre.add_column(col, justify="right")
-    for row in data["prefill"]:
-        pre.add_row(
-            f"{row['prompt']:,}",
-            f"{row['cached']:,}",
-            f"{1e3 * row['total_s']:.2f}",
-            *(f"{1e3 * row['by_kind'][k]:.2f}" for k in kinds),
-        )
-    console.print(pre)
-    dec = Table(title=f"Decode step latency (ms) at context {context:,}, by layer kind")
-    for col in ("batch", "total", "tokens/s", *kinds):
-        dec.add_column(col, justify="right")
-    for row in data["decode"]:
-        dec.add_row(
-            str(row["batch"]),
-            f"{1e3 * row['total_s']:.2f}",
-            f"{row['tokens_per_s']:,.0f}",
-            *(f"{1e3 * row['by_kind'][k]:.2f}" for k in kinds),
-        )
-    console.print(dec)
+    _print_table(
+        "Prefill latency (ms), by layer kind",
+        ("prompt", "cached", "total", *kinds),
+        (
+            (f"{r['prompt']:,}", f"{r['cached']:,}", _ms(r["total_s"]),
+             *(_ms(r["by_kind"][k]) for k in kinds))
+            for r in data["prefill"]
+        ),
+    )  # fmt: skip
+    _print_table(
+        f"Decode step latency (ms) at context {context:,}, by layer kind",
+        ("batch", "total", "tokens/s", *kinds),
+        (
+            (str(r["batch"]), _ms(r["total_s"]), f"{r['tokens_per_s']:,.0f}",
+             *(_ms(r["by_kind"][k]) for k in kinds))
+            for r in data["decode"]
+        ),
+    )  # fmt: skip

@@ -21,6 +21,7 @@ from twin.cli.common import (
     ModelOption,
     ModelSetOption,
     RayAddressOption,
+    comma_list,
     console,
     err_console,
 )
@@ -66,16 +67,9 @@ SEARCH_HELP = (
 )
 
 
-def _items(flag: str, text: str) -> list[str]:
-    items = [t.strip() for t in text.split(",")]
-    if not text.strip() or any(not t for t in items):
-        raise TwinError(f"{flag} {text!r}: expected a comma-separated list")
-    return items
-
-
 def _ints(flag: str, text: str) -> list[int]:
     out = []
-    for t in _items(flag, text):
+    for t in comma_list(flag, text):
         try:
             out.append(int(t))
         except ValueError:
@@ -352,17 +346,17 @@ def plan_cmd(
     parse_load(session_rate, concurrency, duration, warmup_s, rate)  # one load kind
     check_executor(executor, ray_address)
     checks.number("--warmup-s", warmup_s, low=0)
-    gpu_list, engine_list = _items("--gpus", gpus), _items("--engines", engines)
-    tp_list, cache_list = _ints("--tp", tp), _items("--cache-gb", cache_gb)
-    layout_list = [layout.name for layout in parse_layouts(_items("--layouts", layouts))]
-    ep_list, dp_list = _items("--ep", ep), _items("--dp-attention", dp_attention)
+    gpu_list, engine_list = comma_list("--gpus", gpus), comma_list("--engines", engines)
+    tp_list, cache_list = _ints("--tp", tp), comma_list("--cache-gb", cache_gb)
+    layout_list = [layout.name for layout in parse_layouts(comma_list("--layouts", layouts))]
+    ep_list, dp_list = comma_list("--ep", ep), comma_list("--dp-attention", dp_attention)
     parse_degrees(ep_list, "--ep")  # a bad degree fails here, before the workload
     parse_degrees(dp_list, "--dp-attention")
-    pp_list = _items("--pp", pp)
+    pp_list = comma_list("--pp", pp)
     parse_degrees(pp_list, "--pp")
-    router_list = None if routers is None else _items("--routers", routers)
+    router_list = None if routers is None else comma_list("--routers", routers)
     named = resolve_routers(router_list, router)  # a bad name fails here; None: auto
-    policy_list = [] if policies is None else _items("--policies", policies)
+    policy_list = [] if policies is None else comma_list("--policies", policies)
     choices = len(cache_choices(cache_list, policy_list))  # a bad policy fails here
     total = len(gpu_list) * len(engine_list) * len(tp_list) * choices * len(layout_list)
     total *= len(named) if named else 1

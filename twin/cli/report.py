@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from twin.cli.common import (
     ProfileOption,
     RayAddressOption,
     TpOption,
+    comma_list,
     console,
     err_console,
     progress_bar,
@@ -61,11 +61,8 @@ app = typer.Typer(
 
 
 def _numbers(flag: str, text: str, positive: bool) -> list[float]:
-    items = [t.strip() for t in text.split(",")]
-    if not text.strip() or any(not t for t in items):
-        raise TwinError(f"{flag} {text!r}: expected a comma-separated list, e.g. 20,40,60")
     out = []
-    for t in items:
+    for t in comma_list(flag, text, "20,40,60"):
         try:
             v = float(t)
         except ValueError:
@@ -78,11 +75,7 @@ def _numbers(flag: str, text: str, positive: bool) -> list[float]:
 
 def _policy_list(text: str) -> list[str]:
     """Policies and engine modes (``sglang[flag=value;...]``), split on commas outside [...]."""
-    names = [t.strip() for t in re.split(r",(?![^\[]*\])", text)]
-    if not text.strip() or any(not n for n in names):
-        raise TwinError(
-            f"--policies {text!r}: expected a comma-separated list, e.g. vllm+,sglang+,marconi"
-        )
+    names = comma_list("--policies", text, "vllm+,sglang+,marconi", r",(?![^\[]*\])")
     unknown = []
     for name in names:
         variant = engine_variant(name)

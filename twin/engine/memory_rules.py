@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from twin.costmodel.table_release import release_at_least
 from twin.hardware import MIB
 from twin.model import ModelSpec
 
@@ -136,7 +137,7 @@ def sglang_graph_max_bs(gpu_mib: float, tp: int, release: str) -> int:
     if gpu_mib < 20 * 1024:
         return 8
     if gpu_mib < 35 * 1024:
-        small, large = (48, 160) if release == "0.5.23" else (24, 80)
+        small, large = (48, 160) if release_at_least(release, SGLANG_0_5_23) else (24, 80)
         return small if tp < 4 else large
     if gpu_mib < 60 * 1024:
         return 32 if tp < 4 else 160
@@ -165,6 +166,16 @@ def sglang_prefill_graph_sizes(max_tokens: int) -> int:
 # (configs/model_config.py piecewise_cuda_graph_disabled_model_archs), by the twin's
 # model names' stems.
 SGLANG_NO_PIECEWISE = ("qwen3-next", "deepseek-v3.2", "glm-5")
+# From 0.5.23 SGLang captures its prefill graphs whatever the model (the 0.5.23 wheel's
+# ``sglang/srt/model_executor/cuda_graph_config.py``: ``CudaGraphConfig.prefill`` defaults
+# to ``default_prefill_backend()``, ``breakable`` on CUDA) and sizes memory as below.
+SGLANG_0_5_23 = "0.5.23"
+
+
+def sglang_piecewise_off(model_name: str, release: str | None) -> bool:
+    """Whether SGLang ``release`` runs ``model_name`` without piecewise CUDA graphs (above)."""
+    off = any(stem in model_name.lower() for stem in SGLANG_NO_PIECEWISE)
+    return off and not release_at_least(release, SGLANG_0_5_23)
 
 
 def sglang_mem_fraction_static(
@@ -202,7 +213,7 @@ def sglang_mem_fraction_static(
     term, the floor last (DeepEP's 2 GiB after it is not modelled).
     """
     mem = gpu_bytes / MIB
-    new = release == "0.5.23"
+    new = release_at_least(release, SGLANG_0_5_23)
     max_bs = graph_max_bs or sglang_graph_max_bs(mem, tp, release)
     if new and graph_max_bs is None and max_running is not None:
         max_bs = min(max_bs, max_running)

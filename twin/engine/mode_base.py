@@ -27,6 +27,11 @@ SCHEDULE_POLICIES = ("fcfs", "lpm")
 Apply = Callable[[str, ModelSpec, dict[str, Any]], None]
 
 
+def flag_name(given: str) -> str:
+    """A flag's name as given (``--max-num-seqs``) as the twin spells it (``max_num_seqs``)."""
+    return given.lstrip("-").replace("-", "_")
+
+
 @dataclass(frozen=True)
 class Flag:
     """One engine flag: its help and how its value changes the run's settings."""
@@ -230,7 +235,7 @@ class EngineMode:
 
     def settings(self, model: ModelSpec, sets: dict[str, str]) -> dict[str, Any]:
         """EngineConfig fields for this mode with ``sets`` (``--set name=value``) applied."""
-        sets = {k.lstrip("-").replace("-", "_"): v for k, v in sets.items()}
+        sets = {flag_name(k): v for k, v in sets.items()}
         for name in sorted(sets):
             self.check_flag(name)
         rel = self.current

@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from twin.cache.requests import WRITE_POLICIES
+from twin.costmodel.table_release import release_at_least
 from twin.engine import speculative
 from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.engine.kernel_layouts import sglang_kernel_layout
 from twin.engine.memory_rules import (
-    SGLANG_NO_PIECEWISE,
+    SGLANG_0_5_23,
     sglang_mem_fraction_static,
+    sglang_piecewise_off,
 )
 from twin.engine.mode_base import (
     SCHEDULE_POLICIES,
@@ -445,7 +447,7 @@ def sglang_gpu_defaults(
     """
     mem = gpu_bytes / MIB  # get_device_memory_capacity: MiB
     release = given.get("engine_release") or ""  # none: the older release's rules
-    if mem < 20 * 1024 or (mem < 35 * 1024 and release != "0.5.23"):
+    if mem < 20 * 1024 or (mem < 35 * 1024 and not release_at_least(release, SGLANG_0_5_23)):
         chunk = 2048
     elif mem < 35 * 1024:
         chunk = 4096  # 0.5.23 arg_groups/memory_hook.py: 4,096 from 20 GiB (A10, 4090, 5090)
@@ -460,7 +462,6 @@ def sglang_gpu_defaults(
         out["max_running"] = SGLANG_MAX_RUNNING
     if "memory_utilization" not in given:
         spec = (given.get("speculative") or {}).get("method", "")
-        name = model.name.lower() if model is not None else ""
         out["memory_utilization"] = sglang_mem_fraction_static(
             gpu_bytes,
             tp,
@@ -470,7 +471,7 @@ def sglang_gpu_defaults(
             dp_attention=given.get("dp_attention", 1),
             speculative=SGLANG_ALGORITHMS.get(spec, spec.upper()),
             mla=bool(model is not None and model.mixer_counts.get("mla")),
-            piecewise_off=release != "0.5.23" and any(a in name for a in SGLANG_NO_PIECEWISE),
+            piecewise_off=model is not None and sglang_piecewise_off(model.name, release),
             hicache="host_cache_ratio" in given,
         )
     return out

@@ -40,6 +40,7 @@ from twin.engine.disagg import (
 )
 from twin.engine.fabric import kv_link
 from twin.engine.kernel_layouts import with_float32_matmul
+from twin.engine.mode_base import flag_name
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
@@ -292,7 +293,7 @@ def mode_fields(
         # An explicit option and an engine flag for the same setting must agree
         # (--max-running 64 with --set max_running_requests=32 is refused, not
         # silently resolved); alone, either one applies.
-        name = flag.lstrip("-").replace("-", "_")
+        name = flag_name(flag)
         wrote: dict[str, Any] = {}
         mode.apply_flag(name, value, model, wrote)
         for field, mine in wrote.items():
@@ -329,12 +330,10 @@ def pool_engine_flags(
     from twin.engine.modes import get_mode
 
     mode = get_mode(engine)
-    shared = {k.lstrip("-").replace("-", "_") for k in sets}
+    shared = {flag_name(k) for k in sets}
     found: list[dict[str, str]] = []
     for field, option in POOL_FLAG_OPTIONS.items():
-        flags = {
-            k.lstrip("-").replace("-", "_"): str(v) for k, v in (settings.get(field) or {}).items()
-        }
+        flags = {flag_name(k): str(v) for k, v in (settings.get(field) or {}).items()}
         if flags and not (settings.get("prefill_workers") or settings.get("decode_workers")):
             raise TwinError(
                 f"{option}: only a disaggregated run has pools; give --prefill-workers and "

@@ -12,7 +12,7 @@ from twin.validate.silicon.aiconfigurator_limits import (
     aiconfigurator_deployment,
     deployed,
 )
-from twin.validate.silicon.harness import INFERENCEMAX, harness_of, model_named
+from twin.validate.silicon.harness import inferencemax_row, model_named
 from twin.validate.silicon.inferencemax import inferencemax_deepseek
 from twin.validate.silicon.inferencemax_sglang import (
     inferencemax_sglang,
@@ -121,7 +121,7 @@ def deployment(row: SiliconRow, engine: str, kind: str = "benchmark") -> dict[st
     """The server limits ``row`` runs with under the deployment ``kind`` (``DEPLOYMENTS``)."""
     if kind not in DEPLOYMENTS:
         raise TwinError(f"deployment {kind!r}: expected one of {', '.join(DEPLOYMENTS)}")
-    if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
+    if kind == "benchmark" and inferencemax_row(row):
         return inferencemax_deployment(row, engine)
     if kind == "defaults" or (kind != "aiconfigurator-all" and not deployed(row, engine)):
         return {}

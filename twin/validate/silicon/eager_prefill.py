@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from twin.model import ModelSpec
-from twin.validate.silicon.harness import INFERENCEMAX, harness_of, model_named
+from twin.validate.silicon.harness import inferencemax_row, model_named
 from twin.validate.silicon.inferencemax_sglang import (
     inferencemax_no_piecewise,
     inferencemax_sglang_unnamed,
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 # turns them off for speculative decoding, attention DP, symmetric memory, ... and for
 # two kinds of model read here: the architectures of ``configs/model_config.py``
 # ``piecewise_cuda_graph_disabled_model_archs`` (GLM-5's ``GlmMoeDsaForCausalLM``,
-# Qwen3-Next, DeepSeek-V3.2: ``twin.engine.memory_rules.SGLANG_NO_PIECEWISE``) and
+# Qwen3-Next, DeepSeek-V3.2: ``twin.engine.memory_rules.sglang_piecewise_off``) and
 # multimodal models (``ModelConfig.is_multimodal``: ``enable_multimodal`` is on by
 # default, and a config with a ``vision_config`` is multimodal, Qwen3.5's
 # ``Qwen3_5MoeForConditionalGeneration``). Such a model prefills eagerly in every
@@ -57,12 +57,7 @@ if TYPE_CHECKING:
 # single-request runs of DeepSeek-R1 under SGLang show that floor: TTFT 180-200 ms from
 # 128 to 4,096 prompt tokens on 16 H100s (tenstorrent/tt-inference-server issue 356),
 # while the twin's kernels price a 1,024-token prefill at 45-100 ms.
-SGLANG_PIECEWISE_DEFAULT = "0.5.10"
-# From 0.5.23 SGLang captures its prefill graphs whatever the model
-# (``twin.engine.memory_rules``): the sglang 0.5.23 wheel's
-# ``sglang/srt/model_executor/cuda_graph_config.py``, ``CudaGraphConfig.prefill`` defaults
-# to ``default_prefill_backend()``, the ``breakable`` backend on CUDA.
-SGLANG_PREFILL_GRAPHS_ALWAYS = "0.5.23"
+SGLANG_PIECEWISE_DEFAULT = "0.5.10"  # from 0.5.23 always (memory_rules.SGLANG_0_5_23)
 # Kernels one decoder layer launches on SGLang's eager prefill path, by part (its input
 # norm and all-reduce counted with the part after them), read from SGLang 0.5.9's
 # forward code (CUDA, block-fp8 weights, tensor-parallel MoE without DeepEP; 0.5.6.post2's
@@ -350,7 +345,7 @@ def vllm_graph_tokens(row: SiliconRow, limits: dict[str, Any], kind: str = "benc
     sets = limits.get("sets", {})
     seqs = int(sets.get("max_num_seqs", 0) or 0)
     size = min(2 * seqs, VLLM_MAX_CAPTURE) if seqs else VLLM_MAX_CAPTURE
-    if kind == "benchmark" and harness_of(row) is INFERENCEMAX:
+    if kind == "benchmark" and inferencemax_row(row):
         named = model_named(row, INFERENCEMAX_VLLM_CAPTURE)
         size = INFERENCEMAX_VLLM_CAPTURE[named] if named else size
         if inferencemax_prompt_budget_flags(row):  # the script's --max-cudagraph-capture-size
@@ -423,11 +418,11 @@ def sglang_prefills_eagerly(row: SiliconRow, model: ModelSpec, multimodal: bool)
         release_at_least,
         version_key,
     )
-    from twin.engine.memory_rules import SGLANG_NO_PIECEWISE
+    from twin.engine.memory_rules import SGLANG_0_5_23, sglang_piecewise_off
 
-    if release_at_least(row.backend_version, SGLANG_PREFILL_GRAPHS_ALWAYS):
+    if release_at_least(row.backend_version, SGLANG_0_5_23):
         return False
-    if multimodal or any(stem in model.name.lower() for stem in SGLANG_NO_PIECEWISE):
+    if multimodal or sglang_piecewise_off(model.name, row.backend_version):
         return True
     if inferencemax_no_piecewise(row) or inferencemax_sglang_unnamed(row):
         return True

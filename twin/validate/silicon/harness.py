@@ -94,6 +94,11 @@ def harness_of(row: SiliconRow) -> Harness:
     return AIPERF
 
 
+def inferencemax_row(row: SiliconRow, backend: str | None = None) -> bool:
+    """Whether ``row`` is of the InferenceMAX collection (and of ``backend``, where named)."""
+    return harness_of(row) is INFERENCEMAX and backend in (None, row.backend)
+
+
 # Random prompt token ids are drawn from [0, TOKEN_RANGE): random prompts share no
 # prefix (the chance that two share even their first two tokens is 1e-10), so the
 # engine's default prefix caching is kept and never hits, as on the real servers.
@@ -130,4 +135,4 @@ def cold_server(row: SiliconRow) -> bool:
     """Whether ``row``'s own data says its client sent no warm-up (above): an InferenceMAX
     row measured before :data:`INFERENCEMAX_WARMUP_FROM`."""
     day = measured_on(row)
-    return harness_of(row) is INFERENCEMAX and day is not None and day < INFERENCEMAX_WARMUP_FROM
+    return inferencemax_row(row) and day is not None and day < INFERENCEMAX_WARMUP_FROM

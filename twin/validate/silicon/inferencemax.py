@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from twin.validate.silicon.harness import INFERENCEMAX, harness_of, model_named
+from twin.validate.silicon.harness import inferencemax_row, model_named
 
 if TYPE_CHECKING:
     from twin.validate.silicon.rows import SiliconRow
@@ -42,7 +42,7 @@ def inferencemax_layout(row: SiliconRow) -> SiliconRow:
     """``row`` with the parallel layout its run had (above); unchanged where its columns
     already say it, or where it is not an aggregated InferenceMAX row (the disaggregated
     rows' workers have columns of their own: ``twin.validate.silicon_disagg``)."""
-    if row.mode != "agg" or harness_of(row) is not INFERENCEMAX:
+    if row.mode != "agg" or not inferencemax_row(row):
         return row
     tp, dp = row.tp or 1, row.attention_dp or 1
     moe_tp, ep = row.moe_tp or 1, row.moe_ep or 1

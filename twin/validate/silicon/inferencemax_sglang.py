@@ -6,13 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from twin.validate.silicon.harness import (
-    INFERENCEMAX,
-    cold_server,
-    harness_of,
-    measured_on,
-    model_named,
-)
+from twin.validate.silicon.harness import cold_server, inferencemax_row, measured_on, model_named
 from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_mtp_acceptance
 
 if TYPE_CHECKING:
@@ -80,7 +74,7 @@ def inferencemax_sglang_unnamed(row: SiliconRow) -> bool:
     """Whether ``row`` is an InferenceMAX SGLang row that names no release and was
     measured before InferenceMAX first ran an SGLang 0.5.10 image (so it ran an earlier
     release: ``INFERENCEMAX_FIRST_SGLANG_0510``)."""
-    if row.backend != "sglang" or row.backend_version or harness_of(row) is not INFERENCEMAX:
+    if not inferencemax_row(row, "sglang") or row.backend_version:
         return False
     day = measured_on(row)
     return day is not None and day < INFERENCEMAX_FIRST_SGLANG_0510
@@ -100,12 +94,8 @@ INFERENCEMAX_NO_PIECEWISE_SYSTEMS = frozenset({"b200_sxm", "b300_sxm"})
 def inferencemax_no_piecewise(row: SiliconRow) -> bool:
     """Whether ``row``'s InferenceMAX SGLang server passed a flag that turns SGLang's
     piecewise prefill graphs off (above)."""
-    return (
-        row.backend == "sglang"
-        and harness_of(row) is INFERENCEMAX
-        and inferencemax_deepseek(row)
-        and row.system in INFERENCEMAX_NO_PIECEWISE_SYSTEMS
-    )
+    deepseek = inferencemax_row(row, "sglang") and inferencemax_deepseek(row)
+    return deepseek and row.system in INFERENCEMAX_NO_PIECEWISE_SYSTEMS
 
 
 # The plain ``dsr1-fp8-b200-sglang`` configuration's tp 8 runs in the CI database (above).
@@ -214,7 +204,7 @@ def inferencemax_sglang_build(row: SiliconRow) -> str | None:
     (above); ``None`` for every other row."""
     if row.backend != "sglang" or row.backend_version != "nightly-dev":
         return None
-    if harness_of(row) is not INFERENCEMAX or model_named(row, ("qwen3.5-397b",)) is None:
+    if not inferencemax_row(row) or model_named(row, ("qwen3.5-397b",)) is None:
         return None
     return INFERENCEMAX_QWEN35_NIGHTLY
 
@@ -320,7 +310,7 @@ def inferencemax_prompt_scale(row: SiliconRow) -> float:
         row.system != "b300_sxm"
         or row.backend_version != INFERENCEMAX_SGLANG_B300
         or not inferencemax_deepseek(row)
-        or harness_of(row) is not INFERENCEMAX
+        or not inferencemax_row(row)
         or day is None
         or day >= INFERENCEMAX_TOKENIZER_FIXED
     ):
@@ -353,7 +343,7 @@ def inferencemax_sglang_rounds(row: SiliconRow) -> int | None:
     first, last = INFERENCEMAX_B200_DOCKER_ROUNDS
     if row.backend != "sglang" or row.system != "b200_sxm" or day is None:
         return None
-    if not first <= day < last or harness_of(row) is not INFERENCEMAX:
+    if not first <= day < last or not inferencemax_row(row):
         return None
     if not inferencemax_deepseek(row):
         return None

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from twin.model import ModelSpec
-from twin.validate.silicon.harness import INFERENCEMAX, harness_of, measured_on, model_named
+from twin.validate.silicon.harness import inferencemax_row, measured_on, model_named
 from twin.validate.silicon.inferencemax import inferencemax_deepseek, inferencemax_mtp_acceptance
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def inferencemax_adp_balance(row: SiliconRow) -> dict[str, str]:
         return {}
     if _inferencemax_trtllm_deepseek(row):
         return dict(INFERENCEMAX_ADP_BALANCE)
-    imax_trtllm = row.backend == "trtllm" and harness_of(row) is INFERENCEMAX
+    imax_trtllm = inferencemax_row(row, "trtllm")
     if imax_trtllm and model_named(row, INFERENCEMAX_GPTOSS) is not None:
         return dict(INFERENCEMAX_GPTOSS_ADP_BALANCE)
     return {}
@@ -151,7 +151,7 @@ def inferencemax_mtp_drafts(row: SiliconRow) -> int | None:
     not known."""
     key = (row.backend, row.system, row.backend_version)
     found = INFERENCEMAX_MTP.get(key) or INFERENCEMAX_MTP_RUNS.get((*key, measured_on(row) or ""))
-    if found is None or harness_of(row) is not INFERENCEMAX or not inferencemax_deepseek(row):
+    if found is None or not inferencemax_row(row) or not inferencemax_deepseek(row):
         return None
     return found[1] if (row.attention_dp or 1) > 1 else found[0]
 
@@ -254,12 +254,8 @@ def inferencemax_kv_fraction(row: SiliconRow) -> float | None:
 
 
 def _inferencemax_trtllm_deepseek(row: SiliconRow) -> bool:
-    return (
-        row.backend == "trtllm"
-        and harness_of(row) is INFERENCEMAX
-        and inferencemax_deepseek(row)
-        and bool(row.isl and row.osl)
-    )
+    deepseek = inferencemax_row(row, "trtllm") and inferencemax_deepseek(row)
+    return deepseek and bool(row.isl and row.osl)
 
 
 def inferencemax_trtllm_piecewise(row: SiliconRow) -> bool:

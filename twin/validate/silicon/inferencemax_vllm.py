@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from twin.validate.silicon.harness import INFERENCEMAX, harness_of, measured_on, model_named
+from twin.validate.silicon.harness import inferencemax_row, measured_on, model_named
 
 if TYPE_CHECKING:
     from twin.validate.silicon.rows import SiliconRow
@@ -41,7 +41,7 @@ REASON_INFERENCEMAX_CLIENT_CAP = (
 def inferencemax_client_capped(row: SiliconRow) -> bool:
     """Whether ``row`` was measured by InferenceMAX's H100 gpt-oss script while its client
     ran at 512 clients whatever the server's ``CONC`` (above)."""
-    if row.backend != "vllm" or row.system != "h100_sxm" or harness_of(row) is not INFERENCEMAX:
+    if not inferencemax_row(row, "vllm") or row.system != "h100_sxm":
         return False
     if model_named(row, ("gpt-oss",)) is None:
         return False
@@ -88,7 +88,7 @@ INFERENCEMAX_MINIMAX_AUTO_KV_SYSTEMS = frozenset({"h100_sxm", "h200_sxm"})
 def inferencemax_vllm_default_kv(row: SiliconRow) -> bool:
     """Whether ``row`` ran an InferenceMAX MiniMax-M2.5 fp8 vLLM script that names no KV
     cache dtype (above)."""
-    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX:
+    if not inferencemax_row(row, "vllm"):
         return False
     if model_named(row, INFERENCEMAX_MINIMAX) is None or (row.precision or "").lower() != "fp8":
         return False
@@ -121,7 +121,7 @@ def inferencemax_vllm_script_layout(row: SiliconRow) -> SiliconRow:
     """``row`` with the experts split over its TP ranks where its InferenceMAX MiniMax-M2.5
     fp8 vLLM script turned expert parallelism on at ``EP_SIZE`` 1 (above); unchanged
     otherwise. The CSV's columns stay in ``csv_layout``."""
-    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX or row.mode != "agg":
+    if not inferencemax_row(row, "vllm") or row.mode != "agg":
         return row
     if model_named(row, INFERENCEMAX_MINIMAX) is None or (row.precision or "").lower() != "fp8":
         return row
@@ -159,7 +159,7 @@ INFERENCEMAX_MINIMAX_TF32_FROM = {
 def inferencemax_vllm_float32_precision(row: SiliconRow, kind: str = "benchmark") -> str | None:
     """``--set float32_matmul_precision`` for the vLLM server of ``row`` (above): "high"
     where its InferenceMAX MiniMax-M2.5 script exported it; None: vLLM's default."""
-    if kind != "benchmark" or harness_of(row) is not INFERENCEMAX:
+    if kind != "benchmark" or not inferencemax_row(row):
         return None
     tf32 = _flags_from(row, INFERENCEMAX_MINIMAX, INFERENCEMAX_MINIMAX_TF32_FROM)
     return "high" if tf32 else None
@@ -216,7 +216,7 @@ INFERENCEMAX_VLLM_FP4_CHECKPOINTS = {
 def inferencemax_served_checkpoint(row: SiliconRow) -> str | None:
     """The checkpoint an InferenceMAX fp4 vLLM row served where its ``model_path`` names
     another (above); None: its own."""
-    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX:
+    if not inferencemax_row(row, "vllm"):
         return None
     if (row.precision or "").lower() != "fp4":
         return None
@@ -260,7 +260,7 @@ def vllm_async_scheduling(row: SiliconRow, kind: str = "benchmark") -> bool:
     from twin.costmodel.table_release import release_at_least
     from twin.engine.modes_vllm import VLLM_ASYNC_FROM
 
-    imax = kind == "benchmark" and harness_of(row) is INFERENCEMAX
+    imax = kind == "benchmark" and inferencemax_row(row)
     if imax and model_named(row, INFERENCEMAX_VLLM_ASYNC_MODELS) is not None:
         return True
     return release_at_least(row.backend_version, VLLM_ASYNC_FROM)
@@ -291,7 +291,7 @@ INFERENCEMAX_VLLM_MOE_BACKENDS = {
 
 def vllm_moe_backend(row: SiliconRow, kind: str = "benchmark") -> str | None:
     """``--set moe_backend`` for the vLLM server of ``row`` (above); None: vLLM's default."""
-    if kind != "benchmark" or harness_of(row) is not INFERENCEMAX:
+    if kind != "benchmark" or not inferencemax_row(row):
         return None
     named = model_named(row, INFERENCEMAX_VLLM_MOE_BACKENDS)
     return INFERENCEMAX_VLLM_MOE_BACKENDS[named].get(row.system) if named else None
@@ -311,7 +311,7 @@ INFERENCEMAX_VLLM_BUILD_SYSTEMS = frozenset({"h100_sxm", "h200_sxm", "b200_sxm"}
 def inferencemax_vllm_build(row: SiliconRow) -> str | None:
     """The vLLM image an InferenceMAX row that names no release ran (above); None
     elsewhere."""
-    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX or row.backend_version:
+    if not inferencemax_row(row, "vllm") or row.backend_version:
         return None
     if row.system not in INFERENCEMAX_VLLM_BUILD_SYSTEMS:
         return None
@@ -337,7 +337,7 @@ INFERENCEMAX_VLLM_DECODE_ONLY_GRAPHS = {("llama-3.1-70b", "b200_sxm")}
 def inferencemax_vllm_decode_only_graphs(row: SiliconRow) -> bool:
     """Whether ``row``'s InferenceMAX vLLM script captured graphs for decode batches only
     (above), so that each of its steps with a prompt ran eagerly."""
-    if row.backend != "vllm" or harness_of(row) is not INFERENCEMAX or row.backend_version:
+    if not inferencemax_row(row, "vllm") or row.backend_version:
         return False
     names = tuple(m for m, _ in INFERENCEMAX_VLLM_DECODE_ONLY_GRAPHS)
     named = model_named(row, names)

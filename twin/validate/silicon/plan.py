@@ -32,7 +32,7 @@ from twin.validate.silicon.eager_prefill import (
     vllm_eager_overlaps,
     vllm_graph_tokens,
 )
-from twin.validate.silicon.harness import INFERENCEMAX, harness_of
+from twin.validate.silicon.harness import harness_of, inferencemax_row
 from twin.validate.silicon.inferencemax import (
     INFERENCEMAX_DISAGG_SYSTEMS,
     REASON_INFERENCEMAX_DISAGG,
@@ -167,7 +167,7 @@ def plan_row(
         return REASON_NO_MEASUREMENT
     if row.mode != "agg":
         return REASON_DISAGG if row.mode == "disagg" else f"mode {row.mode or 'empty'}"
-    if not pool and row.system in INFERENCEMAX_DISAGG_SYSTEMS and harness_of(row) is INFERENCEMAX:
+    if not pool and row.system in INFERENCEMAX_DISAGG_SYSTEMS and inferencemax_row(row):
         return REASON_INFERENCEMAX_DISAGG
     if inferencemax_client_capped(row):
         return REASON_INFERENCEMAX_CLIENT_CAP
@@ -250,7 +250,7 @@ def plan_row(
     # InferenceMAX's scripts name their KV cache (the pairing) but for the ones read here
     # that name none (``inferencemax_sglang_default_kv``, ``inferencemax_vllm_default_kv``);
     # the other collections' vLLM rows keep the pairing
-    if harness_of(row) is INFERENCEMAX:
+    if inferencemax_row(row):
         auto_kv = inferencemax_sglang_default_kv(row) or inferencemax_vllm_default_kv(row)
     else:
         auto_kv = engine != "vllm"
