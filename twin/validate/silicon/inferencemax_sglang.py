@@ -235,23 +235,92 @@ def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
     return {**out, **(_QWEN35_MTP if mtp else {})}
 
 
-# InferenceMAX's GLM-5 H200 SGLang server (``glm5-fp8-h200-sglang`` in
-# ``.github/configs/nvidia-master.yaml``: image lmsysorg/sglang:glm5-hopper, the CSV's
-# ``glm5-hopper`` rows, tp 8 at 4-64 clients over 1k/1k, 1k/8k and 8k/1k; the same at
-# 12ba0ae and 51e31df), ``benchmarks/single_node/glm5_fp8_h200.sh``: ``--mem-fraction-static
-# 0.85`` and nothing else that sizes the server: no ``--kv-cache-dtype`` (so SGLang's
-# default for a DeepSeek-sparse-attention model on Hopper, bf16: ``precision.
-# engine_default_kv``; ``inferencemax_sglang_default_kv``), no chunk or running limit.
+# InferenceMAX's GLM-5 SGLang servers (``glm5-*-sglang`` in ``.github/configs/
+# nvidia-master.yaml``, scripts ``benchmarks/single_node/glm5_<precision>_<gpu>.sh``). The
+# CSV's rows of each group share one image and one day (``image=`` and ``measured=`` of
+# their source), and every one was measured before InferenceMAX's first GLM-5 ``-mtp``
+# configuration (1e010efd6 / d2430ae9f / 049051f99, 2026-04-18), so each ran its plain
+# script, read at the commit of its image:
+# - H200 fp8 (``glm5-fp8-h200-sglang``: image lmsysorg/sglang:glm5-hopper, the CSV's
+#   ``glm5-hopper`` rows, tp 8 at 4-64 clients over 1k/1k, 1k/8k and 8k/1k; the same at
+#   12ba0ae and 51e31df), ``glm5_fp8_h200.sh``: ``--mem-fraction-static 0.85`` and nothing
+#   else that sizes the server: no ``--kv-cache-dtype`` (so SGLang's default for a
+#   DeepSeek-sparse-attention model on Hopper, bf16: ``precision.engine_default_kv``;
+#   ``inferencemax_sglang_default_kv``), no chunk or running limit.
+# - B200 fp8 (``glm5-fp8-b200-sglang``, added 13930ca61 2026-03-20 with image
+#   nightly-dev-cu13-20260317-1eea7448, the rows' image, measured 2026-03-20; tp 8 ep 1 at
+#   4-128 clients over 1k/1k, 1k/8k and 8k/1k, the rows' points), ``glm5_fp8_b200.sh`` at
+#   13930ca61 (its server flags unchanged at 12ba0ae, 51e31df and e8924a6):
+#   ``--max-running-requests $CONC --mem-fraction-static 0.85 --chunked-prefill-size 32768
+#   --max-prefill-tokens 32768 --disable-radix-cache``, ``--kv-cache-dtype fp8_e4m3``, no
+#   ``--scheduler-recv-interval`` (SGLang's 1).
+# - B200 fp4 (``glm5-nvfp4-b200-sglang``, added d43805fc3 2026-03-28 with image
+#   nightly-dev-cu13-20260328-a27651d5, the rows' image, measured 2026-03-29; tp 8 ep 1 at
+#   4-64 clients over 1k/1k and 8k/1k; renamed ``glm5-fp4-b200-sglang`` by 800f57aaf),
+#   ``glm5_nvfp4_b200.sh`` at d43805fc3 (``glm5_fp4_b200.sh`` the same at 51e31df):
+#   ``--max-running-requests $CONC --mem-fraction-static 0.80 --chunked-prefill-size
+#   131072``, no ``--max-prefill-tokens`` (SGLang's 16,384), the radix cache on (no
+#   ``--disable-radix-cache``) and no ``--kv-cache-dtype`` (SGLang's default for a
+#   sparse-attention model on Blackwell, fp8: the same cache as the pairing). Its later
+#   script (475cc1dbc, 2026-04-09: 0.9, ``--disable-radix-cache``, tp 4) ran a later image.
+# - B300 fp8 (image nightly-dev-cu13-20260401-b6fe0cca, measured 2026-04-03, ``wip=True``;
+#   1k/1k and 8k/1k at tp 8, 4-128 clients): no B300 GLM-5 configuration was on the main
+#   branch then (the first, ``glm5-fp8-b300-sglang``, 6c66a00d9 2026-04-17, image
+#   v0.5.10.post1), and no commit of it names that image. Its points are the B200 fp8
+#   configuration's of that day (1k/8k dropped by 626932a11, 2026-03-27), and
+#   ``glm5_fp8_b300.sh`` when it came "reuses the existing GLM5 FP8 B200 SGLang recipe
+#   as-is" (its server flags those of ``glm5_fp8_b200.sh``, at 6c66a00d9 and e8924a6): the
+#   B200 fp8 recipe, read as such (``_GLM5_SAME_AS``).
+# Not modelled: ``--cuda-graph-max-bs $CONC`` (given a static memory fraction it sizes no
+# pool), ``--stream-interval 30`` (delays no first token; docs/decisions.md, helper
+# ``sgl-moe``), ``--attention-backend nsa --nsa-{prefill,decode}-backend trtllm`` (the
+# kernels: the twin prices the dense MHA prefill the trtllm prefill keeps up to the chunk,
+# ``costmodel.mla_features.sparse_prefill_heads``), ``--moe-runner-backend
+# flashinfer_trtllm`` and ``--enable-flashinfer-allreduce-fusion`` (kernels),
+# ``SGL_ENABLE_JIT_DEEPGEMM``, the tool-call and reasoning parsers.
+# (system, precision, release) -> (max_running_requests, mem_fraction_static,
+# chunked_prefill_size, max_prefill_tokens, disable_radix_cache); "c": the clients, None:
+# not given. Each with the highest clients its search space ran at tp 8.
+_GLM5_FLAGS = (
+    "max_running_requests",
+    "mem_fraction_static",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "disable_radix_cache",
+)
 INFERENCEMAX_GLM5_H200 = ("h200_sxm", "fp8", "glm5-hopper")
-_GLM5_H200_SETS = {"mem_fraction_static": "0.85"}
+_GLM5_B200_FP8 = ("b200_sxm", "fp8", "nightly-dev")
+_GLM5_SCRIPTS: dict[tuple[str, str, str], tuple[tuple[str | None, ...], int]] = {
+    INFERENCEMAX_GLM5_H200: ((None, "0.85", None, None, None), 64),
+    _GLM5_B200_FP8: (("c", "0.85", "32768", "32768", "true"), 128),
+    ("b200_sxm", "fp4", "nightly-dev"): (("c", "0.80", "131072", None, None), 64),
+}
+_GLM5_SAME_AS = {("b300_sxm", "fp8", "nightly-dev"): _GLM5_B200_FP8}
+# The scripts above that name no ``--kv-cache-dtype`` (SGLang's ``auto``).
+_GLM5_DEFAULT_KV = frozenset({INFERENCEMAX_GLM5_H200, ("b200_sxm", "fp4", "nightly-dev")})
+
+
+def _glm5_key(row: SiliconRow) -> tuple[str, str, str] | None:
+    """The key of the GLM-5 script ``row`` ran (above); ``None`` where none covers it."""
+    if model_named(row, ("glm-5",)) is None or not inferencemax_row(row):
+        return None
+    key = (row.system, row.precision, row.backend_version)
+    key = _GLM5_SAME_AS.get(key, key)
+    script = _GLM5_SCRIPTS.get(key)
+    if script is None or row.tp != 8 or not 0 < (row.concurrency or 0) <= script[1]:
+        return None
+    return key
 
 
 def inferencemax_glm5(row: SiliconRow) -> dict[str, str]:
-    """The ``--set`` flags of InferenceMAX's GLM-5 H200 SGLang server (above); empty for
-    every other row."""
-    if (row.system, row.precision, row.backend_version) != INFERENCEMAX_GLM5_H200:
+    """The ``--set`` flags of InferenceMAX's GLM-5 SGLang server for ``row`` (above);
+    empty where no configuration covers it."""
+    key = _glm5_key(row)
+    if key is None:
         return {}
-    return dict(_GLM5_H200_SETS) if model_named(row, ("glm-5",)) is not None else {}
+    conc = str(row.concurrency)
+    given = zip(_GLM5_FLAGS, _GLM5_SCRIPTS[key][0], strict=True)
+    return {name: conc if value == "c" else value for name, value in given if value is not None}
 
 
 # The InferenceMAX SGLang scripts read here that pass no ``--kv-cache-dtype``, so SGLang
@@ -263,15 +332,15 @@ def inferencemax_glm5(row: SiliconRow) -> dict[str, str]:
 #   checkpoint's quantisation config says ``kv_cache_quant_algo`` FP8, else the model's
 #   dtype. DeepSeek-R1's block-fp8 config names no KV quantisation, so its H200 cache is
 #   bf16, not the fp8 the weights' pairing gives;
-# - ``glm5_fp8_h200.sh`` (:func:`inferencemax_glm5`): a sparse-attention model, whose
-#   ``auto`` on Hopper is bf16.
+# - ``glm5_fp8_h200.sh`` and ``glm5_nvfp4_b200.sh`` at d43805fc3 (:func:`inferencemax_glm5`):
+#   a sparse-attention model, whose ``auto`` is bf16 on Hopper, fp8 on Blackwell.
 INFERENCEMAX_SGLANG_DEFAULT_KV_SYSTEMS = frozenset({"h200_sxm"})
 
 
 def inferencemax_sglang_default_kv(row: SiliconRow) -> bool:
     """Whether ``row`` ran an InferenceMAX SGLang script that names no KV cache dtype
     (above): only rows whose script is read (``inferencemax_sglang``)."""
-    if bool(inferencemax_glm5(row)):
+    if _glm5_key(row) in _GLM5_DEFAULT_KV:
         return True
     return (
         row.system in INFERENCEMAX_SGLANG_DEFAULT_KV_SYSTEMS

@@ -432,8 +432,9 @@ ENGINE_DEFAULT_KV = frozenset({"sglang", "vllm"})
 # the checkpoint rule above: fp8_e4m3 from compute capability 10 (Blackwell), else bfloat16
 # (SGLang 0.5.9 ``server_args.py`` ``_set_default_nsa_kv_cache_dtype``, called from
 # ``_handle_model_specific_adjustments`` for ``is_deepseek_nsa`` models), whatever the
-# checkpoint's weights. (No scored Blackwell row reaches the fp8 branch: every one is
-# InferenceMAX's, whose Blackwell GLM-5 scripts are not read as naming none.)
+# checkpoint's weights. (The one scored Blackwell script read as naming none is
+# InferenceMAX's ``glm5_nvfp4_b200.sh`` at d43805fc3, the B200 fp4 rows:
+# ``inferencemax_sglang.inferencemax_glm5``.)
 SGLANG_DSA_KV = {**dict.fromkeys(HOPPER, "bf16"), **dict.fromkeys(BLACKWELL_SM100, "fp8")}
 
 
