@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from twin import precision as px
+from twin.calibration.collector_routing import table_rank_load
 from twin.calibration.moe_sibling import (
     BAND,
     MOE_SHAPE_COLUMNS,
@@ -83,7 +84,6 @@ from twin.calibration.moe_sibling import (
 )
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
-from twin.costmodel.routing import ROUTINGS
 from twin.costmodel.table_release import newest_first, pick_version
 from twin.errors import TwinError
 from twin.hardware import get_gpu
@@ -628,11 +628,15 @@ def moe_row(
     ``tokens x topk / ep`` rows (balanced routing spreads them evenly over the experts,
     so over the ranks), holds ``experts / ep`` experts of width ``inter / moe_tp``, and
     touches ``min(experts / ep, rows)`` of them (each expert's share is even: the
-    ``balanced`` rule of ``twin.costmodel.routing``). ``l2_bytes``: the L2 of the
-    table's GPU (``system_l2``): a working set that fits stays there across the
-    collector's replays (``features.moe_features``)."""
+    ``balanced`` rule of ``twin.costmodel.routing``); a vLLM row, the rows and experts
+    of the rank its collector timed (``collector_routing.table_rank_load``). ``l2_bytes``:
+    the L2 of the table's GPU (``system_l2``): a working set that fits stays there
+    across the collector's replays (``features.moe_features``). SGLang's Triton rows
+    above as many tokens as local experts ran its large-M default config
+    (``features.sglang_large_m``)."""
     t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
-    load = ROUTINGS["balanced"].rank_load(t, n_exp, top, ep)
+    source = str(r.get("kernel_source", ""))
+    load = table_rank_load(source, t, n_exp, top, ep)
     rows, active = load.rows, load.active
     act_e, w_e = (
         (float(ELEM_BYTES), float(ELEM_BYTES))
@@ -641,7 +645,10 @@ def moe_row(
     )
     width = inter // mtp
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
-    feats = ft.moe_features(rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes)
+    large_m = ft.sglang_large_m(source, fmt.bytes_per_param is None, t, n_exp // ep)
+    feats = ft.moe_features(
+        rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m
+    )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)
 
