@@ -10,6 +10,7 @@ known parameters (``tests/data/aic/make_moe_table.py``); nothing needs
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -422,3 +423,41 @@ def test_the_vllm_collectors_rank_0_holds_token_0s_first_expert() -> None:
     assert table_rank_load("sglang_fused_moe_triton", 1, 128, 4, 8) == RankLoad(0.5, 0.5)
     row = {**QWEN30_EP4, "topk": 4, "moe_ep_size": 8, "kernel_source": "vllm_x"}
     assert moe_row(row, WEIGHT_FORMATS["bf16"], "moe", 0.5)["active_experts"] == 1.0
+    # a fit written before the rule (``reads_replay_l2`` False) reads the mean rank
+    assert moe_row(row, WEIGHT_FORMATS["bf16"], "moe", 0.5, None, False)["active_experts"] == 0.5
+
+
+# The profiles whose fused-MoE families were regenerated with the L2 and large-M terms
+# (docs/decisions.md, helper moe-regen, session 28): the GPUs without rows in the serving
+# sample. TensorRT-LLM's ``moe_mxfp4_mxfp8`` was kept as shipped (another helper's).
+REGENERATED = (
+    "a100-80gb-sglang",
+    "l40s-sglang",
+    "l40s-trtllm",
+    "l40s-vllm",
+    "rtx-pro-6000-sglang",
+    "rtx-pro-6000-trtllm",
+    "rtx-pro-6000-vllm",
+    "gb300-sglang",
+    "gb300-trtllm",
+    "gb300-vllm",
+)
+
+
+@pytest.mark.parametrize("name", REGENERATED)
+def test_regenerated_moe_fits_keep_the_l2_and_large_m_terms(name: str) -> None:
+    from twin.calibration.aic_tables import reads_replay_l2
+    from twin.costmodel.formulas import get_formula
+    from twin.costmodel.profile_store import PROFILES_DIR
+
+    raw = json.loads((PROFILES_DIR / f"{name}.json").read_text())["kernels"]
+    fams = {k: f for k, f in raw.items() if k.startswith("moe") and k != "moe_mxfp4_mxfp8"}
+    assert fams
+    for kernel, fit in fams.items():
+        # written in the current form (not upgraded on load) and read with the replays' L2
+        assert fit["model"] == get_formula(kernel).model_name, kernel
+        assert reads_replay_l2(fit["params"]), kernel
+    sglang_triton = fams["moe"]["provenance"]["kernel_source"] == ft.SGLANG_TRITON_SOURCE
+    if sglang_triton:  # the large-M config's rate fitted, well above the fit's floor
+        assert fams["moe"]["params"]["c_large_m_weights"] > 1e-13
+    assert sglang_triton == (name in ("a100-80gb-sglang", "l40s-sglang", "rtx-pro-6000-sglang"))
