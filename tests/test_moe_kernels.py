@@ -10,6 +10,7 @@ known parameters (``tests/data/aic/make_moe_table.py``); nothing needs
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -44,6 +45,7 @@ TRUE = {
     "c_routed_elems": 2e-13,
     "c_tile_bytes": 0.0,  # tests/data/aic/make_moe_table.py's: its rows predate these terms
     "c_l2_bytes": 0.0,
+    "c_large_m_weights": 0.0,
     "c_active_experts": 0.0,
 }
 
@@ -228,7 +230,7 @@ def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
     assert with_term == pytest.approx(without + 30 * 2e-6, rel=1e-12)
     fast = lat.compile_fast("moe", params, peaks)
     x, y, u = extras["weight_elems"], extras["routed_elems"], extras["tile_bytes"]
-    assert fast(flops, nbytes, x, y, u, 0.0, 30.0) == pytest.approx(with_term, rel=1e-12)
+    assert fast(flops, nbytes, x, y, u, 0.0, 0.0, 30.0) == pytest.approx(with_term, rel=1e-12)
     # the decode paths' compiled constants carry no serial term: refused, not dropped
     with pytest.raises(AssertionError, match=r"extra features|serial"):
         lat.kernel_constants("moe", params, peaks)
@@ -242,11 +244,12 @@ def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
         kernels={**resolve_profile("h100", None, "vllm").kernels, "moe": fit},
     )
     again = type(prof).from_dict(prof.to_dict())
-    want = "roofline+weight_elems+routed_elems+tile_bytes+l2_bytes+active_experts"
+    want = "roofline+weight_elems+routed_elems+tile_bytes+l2_bytes+large_m_weights+active_experts"
     assert again.kernels["moe"].model == want
     assert again.kernels["moe"].params["c_active_experts"] == 0.0
     assert again.kernels["moe"].params["c_tile_bytes"] == 0.0
     assert again.kernels["moe"].params["c_l2_bytes"] == 0.0
+    assert again.kernels["moe"].params["c_large_m_weights"] == 0.0
 
 
 def test_fit_recovers_a_serial_per_expert_cost() -> None:
@@ -374,3 +377,88 @@ def test_a_fit_written_before_the_l2_term_reads_its_rows_from_hbm() -> None:
     (new,) = moe_rows(system_dir("h100", DATA), "vllm")
     assert all(r["l2_bytes"] == 0.0 for r in old.rows)
     assert [r["bytes"] for r in old.rows] == [r["bytes"] or r["l2_bytes"] for r in new.rows]
+
+
+def test_sglang_triton_rows_above_the_local_experts_stream_at_the_large_m_rate() -> None:
+    # SGLang's get_default_config: BLOCK_SIZE_M 16 up to as many tokens as the rank's
+    # experts (128 / EP 4 = 32 here), 64 above; its bf16 Triton rows only.
+    bf16, fp8 = WEIGHT_FORMATS["bf16"], WEIGHT_FORMATS["fp8"]
+    sglang = {**QWEN30_EP4, "kernel_source": ft.SGLANG_TRITON_SOURCE, "moe_dtype": "bfloat16"}
+    at_e = moe_row({**sglang, "num_tokens": 32}, bf16, "moe", 0.5)
+    above = moe_row({**sglang, "num_tokens": 33}, bf16, "moe", 0.5)
+    assert at_e["large_m_weights"] == 0.0 and at_e["weight_elems"] > 0
+    assert above["large_m_weights"] == above["weight_elems"] > 0
+    vllm = {**sglang, "num_tokens": 33, "kernel_source": "vllm_unquantizedfusedmoe_triton"}
+    assert moe_row(vllm, bf16, "moe", 0.5)["large_m_weights"] == 0.0
+    assert moe_row({**sglang, "num_tokens": 33}, fp8, "moe_fp8", 0.5)["large_m_weights"] == 0.0
+
+
+def test_a_serving_step_prices_sglangs_large_m_config_above_the_local_experts() -> None:
+    prof = resolve_profile("h100", None, "sglang")
+    assert prof.kernels["moe"].provenance["kernel_source"] == ft.SGLANG_TRITON_SOURCE
+
+    def step_s(c: float, batch: int) -> float:
+        fit = prof.kernels["moe"]
+        fit = dataclasses.replace(fit, params={**fit.params, "c_large_m_weights": c})
+        p = dataclasses.replace(prof, kernels={**prof.kernels, "moe": fit})
+        step = CostModel(_qwen_moe(), p, 8, ep=8).decode([1000] * batch, breakdown=True)
+        return float(step.by_kernel["moe"])  # type: ignore[union-attr]
+
+    # qwen3-235b-a22b: 128 experts over EP 8, 16 a rank
+    assert step_s(1e-12, 16) == step_s(0.0, 16)
+    assert step_s(1e-12, 17) > step_s(0.0, 17)
+
+
+def test_the_vllm_collectors_rank_0_holds_token_0s_first_expert() -> None:
+    from twin.calibration.collector_routing import collector_rank0_load, table_rank_load
+    from twin.costmodel.routing import ROUTINGS, RankLoad
+
+    # 128 experts, top-4, EP 8: token 0 picks 0, 32, 64, 96, so rank 0 (experts 0-15)
+    # holds one expert at 1 token and at 2, where the mean rank holds half / one.
+    assert collector_rank0_load(1, 128, 4, 8) == RankLoad(1.0, 1.0)
+    assert collector_rank0_load(2, 128, 4, 8) == RankLoad(1.0, 1.0)
+    assert ROUTINGS["balanced"].rank_load(1, 128, 4, 8) == RankLoad(0.5, 0.5)
+    # many tokens: every expert its even share, as the mean rank
+    assert collector_rank0_load(4096, 128, 8, 8) == RankLoad(4096.0, 16.0)
+    # only the vLLM collector's rows take it
+    assert table_rank_load("sglang_fused_moe_triton", 1, 128, 4, 8) == RankLoad(0.5, 0.5)
+    row = {**QWEN30_EP4, "topk": 4, "moe_ep_size": 8, "kernel_source": "vllm_x"}
+    assert moe_row(row, WEIGHT_FORMATS["bf16"], "moe", 0.5)["active_experts"] == 1.0
+    # a fit written before the rule (``reads_replay_l2`` False) reads the mean rank
+    assert moe_row(row, WEIGHT_FORMATS["bf16"], "moe", 0.5, None, False)["active_experts"] == 0.5
+
+
+# The profiles whose fused-MoE families were regenerated with the L2 and large-M terms
+# (docs/decisions.md, helper moe-regen, session 28): the GPUs without rows in the serving
+# sample. TensorRT-LLM's ``moe_mxfp4_mxfp8`` was kept as shipped (another helper's).
+REGENERATED = (
+    "a100-80gb-sglang",
+    "l40s-sglang",
+    "l40s-trtllm",
+    "l40s-vllm",
+    "rtx-pro-6000-sglang",
+    "rtx-pro-6000-trtllm",
+    "rtx-pro-6000-vllm",
+    "gb300-sglang",
+    "gb300-trtllm",
+    "gb300-vllm",
+)
+
+
+@pytest.mark.parametrize("name", REGENERATED)
+def test_regenerated_moe_fits_keep_the_l2_and_large_m_terms(name: str) -> None:
+    from twin.calibration.aic_moe import reads_replay_l2
+    from twin.costmodel.formulas import get_formula
+    from twin.costmodel.profile_store import PROFILES_DIR
+
+    raw = json.loads((PROFILES_DIR / f"{name}.json").read_text())["kernels"]
+    fams = {k: f for k, f in raw.items() if k.startswith("moe") and k != "moe_mxfp4_mxfp8"}
+    assert fams
+    for kernel, fit in fams.items():
+        # written in the current form (not upgraded on load) and read with the replays' L2
+        assert fit["model"] == get_formula(kernel).model_name, kernel
+        assert reads_replay_l2(fit["params"]), kernel
+    sglang_triton = fams["moe"]["provenance"]["kernel_source"] == ft.SGLANG_TRITON_SOURCE
+    if sglang_triton:  # the large-M config's rate fitted, well above the fit's floor
+        assert fams["moe"]["params"]["c_large_m_weights"] > 1e-13
+    assert sglang_triton == (name in ("a100-80gb-sglang", "l40s-sglang", "rtx-pro-6000-sglang"))

@@ -20,6 +20,7 @@ from twin.calibration.aic_tables import (
     _versions,
     system_l2,
 )
+from twin.calibration.collector_routing import table_rank_load
 from twin.calibration.moe_sibling import (
     BAND,
     MOE_SHAPE_COLUMNS,
@@ -52,16 +53,26 @@ def moe_row(
     kernel: str,
     latency_ms: float,
     l2_bytes: float | None = None,
+    timed_rank: bool = True,
 ) -> dict[str, Any]:
     """One balanced ``moe_perf`` row as a fitting row, per GPU: the rank receives
     ``tokens x topk / ep`` rows (balanced routing spreads them evenly over the experts,
     so over the ranks), holds ``experts / ep`` experts of width ``inter / moe_tp``, and
     touches ``min(experts / ep, rows)`` of them (each expert's share is even: the
-    ``balanced`` rule of ``twin.costmodel.routing``). ``l2_bytes``: the L2 of the
-    table's GPU (``system_l2``): a working set that fits stays there across the
-    collector's replays (``features.moe_features``)."""
+    ``balanced`` rule of ``twin.costmodel.routing``); with ``timed_rank``, a vLLM row's
+    are those of the rank its collector timed (``collector_routing.table_rank_load``;
+    False: the mean rank, as a fit written before the rule read them). ``l2_bytes``:
+    the L2 of the table's GPU (``system_l2``): a working set that fits stays there
+    across the collector's replays (``features.moe_features``). SGLang's Triton rows
+    above as many tokens as local experts ran its large-M default config
+    (``features.sglang_large_m``)."""
     t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
-    load = ROUTINGS["balanced"].rank_load(t, n_exp, top, ep)
+    source = str(r.get("kernel_source", ""))
+    load = (
+        table_rank_load(source, t, n_exp, top, ep)
+        if timed_rank
+        else ROUTINGS["balanced"].rank_load(t, n_exp, top, ep)
+    )
     rows, active = load.rows, load.active
     act_e, w_e = (
         (float(ELEM_BYTES), float(ELEM_BYTES))
@@ -70,7 +81,10 @@ def moe_row(
     )
     width = inter // mtp
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
-    feats = ft.moe_features(rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes)
+    large_m = ft.sglang_large_m(source, fmt.bytes_per_param is None, t, n_exp // ep)
+    feats = ft.moe_features(
+        rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m
+    )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)
 
@@ -188,8 +202,9 @@ def moe_rows(
     """The fused-MoE families of ``engine``: one per expert format the tables timed, each
     from the table of engine release ``release`` among the versions with rows of that
     format (``twin.costmodel.table_release.pick_version``; None: the newest such).
-    ``replay_l2`` False: every row's bytes from HBM, the features a fit written before
-    the L2 term was fitted on (its ``c_l2_bytes`` 0: ``reads_replay_l2``)."""
+    ``replay_l2`` False: every row's bytes from HBM and vLLM's rows at the mean rank, the
+    features a fit written before the L2 term (and the collector's rank,
+    ``collector_routing``) was fitted on (its ``c_l2_bytes`` 0: ``reads_replay_l2``)."""
     versions = _versions(system / "moe" / engine, "moe_perf.parquet")
     l2 = system_l2(system) if replay_l2 else None
     families = []
@@ -214,7 +229,7 @@ def moe_rows(
         raw = [r for r in every if r.get("kernel_source") != fm.MOE_MIN_LATENCY_SOURCE]
         if small and fmt.table_mode in fm.MOE_MIN_LATENCY_MODES:
             fast = fm.moe_min_latency_kernel(fmt.table_mode)
-            rows = [moe_row(r, fmt, fast, r["latency"], l2) for r in small]
+            rows = [moe_row(r, fmt, fast, r["latency"], l2, replay_l2) for r in small]
             src = fm.MOE_MIN_LATENCY_SOURCE
             note = _sibling_note(table, src, dtype)
             families.append(_family(fast, table, small, src, rows, note))
@@ -235,7 +250,7 @@ def moe_rows(
         out = []
         for i, r in enumerate(raw):
             _require(r, MOE_COLUMNS, table, i)
-            out.append(moe_row(r, fmt, kernel, r["latency"], l2))
+            out.append(moe_row(r, fmt, kernel, r["latency"], l2, replay_l2))
         note = _sibling_note(table, source, dtype)
         families.append(_family(kernel, table, raw, source, out, note))
     return families
@@ -306,7 +321,7 @@ def mxfp8_activation_rows(system: Path, engine: str, replay_l2: bool = True) -> 
             for i, r in enumerate(raw):
                 _require(r, MOE_COLUMNS, table, i)
             l2 = system_l2(system) if replay_l2 else None
-            out = [moe_row(r, fmt, kernel, r["latency"], l2) for r in raw]
+            out = [moe_row(r, fmt, kernel, r["latency"], l2, replay_l2) for r in raw]
             note = _sibling_note(table, source, dtype)
             families.append(_family(kernel, table, raw, source, out, note))
             break

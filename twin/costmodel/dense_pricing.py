@@ -46,6 +46,8 @@ class DensePricing(ShardShapes):
     # profile, the experts are priced as GEMMs) and the profile key it was read from.
     # (the fused-MoE fit, activation and weight bytes an element, one CTA's weight bytes)
     _moe_fit: tuple[Callable[..., float], float, float, float] | None
+    # The fused-MoE fit's kernel source (its tables' ``kernel_source``; "" without a fit).
+    _moe_source: str
     moe_key: str | None
     # Per fused-MoE kernel (the default one, TensorRT-LLM's min-latency one), the model's
     # series in the fit's per-shape term: the term and its knot values; None where the
@@ -168,6 +170,7 @@ class DensePricing(ShardShapes):
         """The experts' fused-MoE fit (``moe``, ``moe_fp8``, ...) where the profile has one
         for their format, else ``None``: two grouped GEMMs of the linear fits, as before."""
         self._moe_fit, self.moe_key = None, None
+        self._moe_source = ""
         self._routing = routing_for(self.model)
         self._moe_small: Callable[..., float] | None = None
         self._moe_series = self._moe_small_series = None
@@ -197,6 +200,7 @@ class DensePricing(ShardShapes):
         )
         tile = ft.moe_tile_bytes(self.d_model, self._moe_width, self.up_mats, weight)
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight, tile)
+        self._moe_source = source
         self.moe_key = key
         self._moe_series = self._series_of(fit)
         small = self.priced.keys.get("moe_small")  # TensorRT-LLM's min-latency kernel
@@ -494,7 +498,14 @@ class DensePricing(ShardShapes):
         # No L2 residency in a serving step (``features.replay_resident``): the tables'
         # L2 reads are their collector's replays on one layer's weights; in a forward pass
         # a layer's experts were last read a whole pass earlier, so they come from HBM.
-        experts = kernel(flops, nbytes, weights, float(routed * d), tile, 0.0, active)
+        # SGLang's default Triton config above as many tokens as the rank's experts
+        # (``features.sglang_large_m``; 0 for every other kernel, and a fit written before
+        # the term reads ``c_large_m_weights`` 0).
+        local = n_exp / ep + (1.0 if self._shared_fused else 0.0)
+        unquantised = self.priced.expert.bytes_per_param is None
+        large_m = ft.sglang_large_m(self._moe_source, unquantised, t, local)
+        large_w = weights if large_m else 0.0
+        experts = kernel(flops, nbytes, weights, float(routed * d), tile, 0.0, large_w, active)
         if series is not None:  # a measured shape: its kernel config (series_term)
             experts *= math.exp(series[0].log_factor(series[1], t))
         # A kernel whose cost per expert held the fit does not carry (KernelLayout).

@@ -271,6 +271,7 @@ def moe_features(
     act_e: float,
     w_e: float,
     l2_bytes: float | None = None,
+    large_m: bool = False,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
     the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra,
@@ -294,7 +295,13 @@ def moe_features(
     weight stream's ``weight_elems`` are zero (NVIDIA's L40S SGLang bf16 table, 2,048 x
     768 experts, TP 8, EP 4: 19.7 us at 1 token, 23.4 us at 8, while the experts touched
     grow from 2 to 16, 2.4 to 19 MB, against a 96 MB L2 and 864 GB/s of GDDR6). A serving
-    step passes None: every byte from HBM, the features as before."""
+    step passes None: every byte from HBM, the features as before.
+
+    ``large_m``: the launch runs SGLang's large-M default Triton config
+    (``sglang_large_m``): the weights it streams are the ``large_m_weights`` extra too
+    (zero where the set is read from L2), a second rate for the weight stream of that
+    tile (NVIDIA's A100 SGLang 0.5.10 bf16 table, 2,048 x 768 experts, 128 of them, TP 1:
+    752 us at 128 tokens, 1,121 us at 160, the same experts' weights streamed)."""
     flops, nbytes, weights = moe_sums(rows, active, d, width, up_mats, e, act_e, w_e)
     resident = replay_resident(nbytes, l2_bytes)
     extras = {
@@ -302,9 +309,28 @@ def moe_features(
         "routed_elems": float(routed),
         "tile_bytes": moe_tile_bytes(d, width, up_mats, w_e),
         "l2_bytes": nbytes if resident else 0.0,
+        "large_m_weights": weights if large_m and not resident else 0.0,
         "active_experts": active,
     }
     return flops, 0.0 if resident else nbytes, extras
+
+
+# SGLang's fused-MoE Triton kernel without a tuned config file runs ``get_default_config``
+# (sglang 0.5.10 ``srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py``, 0.5.14
+# ``srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py``, the same
+# function): unquantised experts take BLOCK_SIZE_M 16 / N 32 / K 64 while the tokens are
+# at most the local experts (``M <= E``), BLOCK_SIZE_M 64 / N 64 / K 32 / GROUP_SIZE_M 8
+# above. aiconfigurator's collector takes that path (``collector/sglang/collect_moe.py``,
+# ai-dynamo/aiconfigurator 095f58a51: ``get_default_config`` where ``get_moe_configs``
+# finds no file).
+SGLANG_TRITON_SOURCE = "sglang_fused_moe_triton"
+
+
+def sglang_large_m(source: str, unquantised: bool, tokens: float, local_experts: float) -> bool:
+    """Whether a fused-MoE launch of ``tokens`` runs SGLang's large-M default Triton config
+    (kernel source ``source``; ``unquantised`` bf16 experts; ``local_experts`` experts on
+    the rank): SGLang's Triton kernel, unquantised experts, more tokens than experts."""
+    return source == SGLANG_TRITON_SOURCE and unquantised and tokens > local_experts
 
 
 def allreduce_features(nbytes: float, n_gpus: int) -> Features:
@@ -326,6 +352,7 @@ def copy_features(nbytes: float, kernel: str) -> Features:
 
 __all__ = [
     "REPLAY_L2_SHARE",
+    "SGLANG_TRITON_SOURCE",
     "Features",
     "allreduce_features",
     "attn_decode_features",
@@ -344,6 +371,7 @@ __all__ = [
     "moe_sums",
     "moe_tile_bytes",
     "replay_resident",
+    "sglang_large_m",
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",
