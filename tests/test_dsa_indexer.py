@@ -115,3 +115,32 @@ def test_the_sparse_prefill_follows_the_cache_not_the_module_fits_features(
     without = CostModel(fp8, h200, 8, kernel_layout=layout)
     assert without.prefill(2048) == with_parts[1]
     assert 0.02 * with_parts[0] < with_parts[0] - without.prefill(8192) < 0.3 * with_parts[0]
+
+
+def test_sglang_s_indexer_scores_each_prompt_s_own_keys_past_the_top_k() -> None:
+    """SGLang 0.5.9's indexer computes its prefill logits and top-k only where the batch's
+    longest sequence exceeds ``index_topk`` (``nsa_indexer.py`` ``forward_cuda``), each
+    new token against its own sequence's keys (``_get_topk_ragged``): B200's measured
+    rate a causal query-key pair in every MLA layer, nothing at or below 2,048 tokens,
+    four 8k prompts in one step four times one prompt's pairs (not the batch's square)."""
+    b200 = load_profile("b200", "sglang")
+    layout = sglang_kernel_layout(GLM5, "nightly-dev", 8, 1, 1, "b200")
+    rate = layout.nsa_indexer_pair_s
+    assert rate == pytest.approx(3.31e-11)
+    assert sglang_kernel_layout(GLM5, "nightly-dev", 8, 1, 1, "h200").nsa_indexer_pair_s == 0
+    v3 = sglang_kernel_layout(get_model("deepseek-v3"), "0.5.9", 8, 1, 1, "b200")
+    assert v3.nsa_indexer_pair_s == 0
+    unmeasured = dataclasses.replace(layout, nsa_indexer_pair_s=0.0)
+    fp8 = dataclasses.replace(GLM5, kv_dtype="fp8")
+    priced = CostModel(fp8, b200, 8, kernel_layout=layout)
+    plain = CostModel(fp8, b200, 8, kernel_layout=unmeasured)
+    assert priced.prefill(2048) == plain.prefill(2048)
+    layers = GLM5.mixer_counts["mla"]
+    one = priced.prefill(8192) - plain.prefill(8192)
+    assert one == pytest.approx(layers * rate * 8192 * 8193 / 2, rel=1e-3)
+    assert 0.07 < one < 0.1  # about 87 ms an 8k prompt
+    four = priced.step([(8192, 0)] * 4) - plain.step([(8192, 0)] * 4)
+    assert four == pytest.approx(4 * one, rel=1e-6)
+    # A chunk over a cached prefix scores its new tokens against the prefix too.
+    chunk = priced.prefill(4096, 4096) - plain.prefill(4096, 4096)
+    assert chunk == pytest.approx(one - layers * rate * 4096 * 4097 / 2, rel=1e-3)

@@ -44,6 +44,13 @@ class KernelLayout:
     # in a batch whose longest sequence exceeds the top-k (SGLang's NSA backend:
     # ``MlaPricing._mla_sparse_prefill``).
     nsa_sparse_prefill: bool = False
+    # Seconds a DeepSeek-sparse-attention indexer's prefill logits and top-k cost per
+    # query-key pair of the step's prefill chunks (causal, their cached keys included) in
+    # each MLA layer, in a step whose longest sequence exceeds the model's ``index_topk``
+    # (SGLang's ragged ``deep_gemm.fp8_mqa_logits`` and ``topk_transform``:
+    # ``MlaPricing._indexer_prefill``; the rule and its measured values:
+    # ``twin.engine.kernel_layouts.SGLANG_DSA_INDEXER_PAIR_S``); 0: not priced.
+    nsa_indexer_pair_s: float = 0.0
     # The experts run as DeepGEMM's contiguous grouped GEMM at every step size, each
     # expert a launch reaches padded to this many rows (its M alignment); 0: the fused-MoE
     # fit's rows as routed (vLLM 0.12.0's block-fp8 experts on a GPU DeepGEMM supports,

@@ -212,6 +212,9 @@ class MlaPricing(ShardShapes):
         parts: list[tuple[str, str, float]] = []
         if f.prefill_chunks:
             parts.append(("mla", *self._mla_prefill(f)))
+            indexer = self._indexer_prefill(f)
+            if indexer:
+                parts.append(("mla", "indexer_prefill", indexer))
         if f.decodes:
             parts.extend(self._mla_decode(f.decodes, f.decode_keys))
         if f.absorbed_chunks:
@@ -225,6 +228,22 @@ class MlaPricing(ShardShapes):
                 )
             )
         return parts
+
+    def _indexer_prefill(self, f: StepFeatures) -> float:
+        """Seconds a layer's DSA indexer spends on the prefill chunks' logits and top-k
+        (``KernelLayout.nsa_indexer_pair_s`` a query-key pair): SGLang 0.5.9
+        ``layers/attention/nsa/nsa_indexer.py`` ``Indexer.forward_cuda`` skips them only
+        where the batch's longest sequence is at most ``index_topk``
+        (``skip_logits_computation``, the key-only path); past it ``_get_topk_ragged``
+        scores every new token against its sequence's keys (``deep_gemm.fp8_mqa_logits``
+        over ``ks``..``ke``) and selects from them (``topk_transform``), also where the
+        backend then runs dense MHA and ignores the indices (``return_indices=False``,
+        ``forward_mha.py``): the causal pairs ``prefill_keys``. 0 below the top-k or
+        without a measured rate."""
+        rate = self.kernel_layout.nsa_indexer_pair_s
+        if not rate or not self.model.index_n_heads or f.prefill_longest <= self.model.index_topk:
+            return 0.0
+        return rate * f.prefill_keys
 
     def _mla_prefill(self, f: StepFeatures) -> tuple[str, float]:
         d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[0]

@@ -52,19 +52,39 @@ def sglang_gdn_in_proj_gemms(model: ModelSpec, build: str) -> int:
     return 4 if day is not None and day.group(1) < SGLANG_0_5_9_QWEN35_DAY else 1
 
 
+# Seconds SGLang's DeepSeek-sparse-attention indexer spends per query-key pair in a prefill
+# (``KernelLayout.nsa_indexer_pair_s``; the rule: ``MlaPricing._indexer_prefill``, SGLang
+# 0.5.9 ``nsa_indexer.py``), on each GPU where it is measured. Source: aiconfigurator_core
+# 0.12.0's SGLang 0.5.14 tables ``systems/data/<gpu>/sparse_attention/sglang/0.5.14/
+# dsa_context_module_perf.parquet`` (one layer's attention module, tp 8 = 8 heads a rank,
+# batch 1, fp8 KV, ``--nsa-prefill-backend trtllm``): zai-org/GLM-5-FP8 with the indexer
+# (``sglang_dsa_indexer_trtllm``) minus zai-org/GLM-5.2-FP8 without it
+# (``sglang_dsa_skip_indexer_trtllm``), its growth over the growth of the causal pairs
+# L(L+1)/2: B200 3.95e-11 s (4k -> 8k) and 2.67e-11 s (8k -> 16k), the mean here
+# (the FlashMLA-sparse backend's: 4.56e-11 and 2.79e-11; H200's, not applied: 3.3e-11 to
+# 4.1e-11). B300 has no skip-indexer table; its with-indexer module grows 8k -> 16k by
+# 4.03 ms against B200's 4.25 ms (its fp8 tensor rate is B200's), so B200's rate.
+# Derivation: benchmarks/results/glm5-prefill-s28/indexer_pairs.py.txt.
+SGLANG_DSA_INDEXER_PAIR_S = {"b200": 3.31e-11, "b300": 3.31e-11}
+
+
 def sglang_kernel_layout(
     model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
     """SGLang ``build``'s kernel layout of ``model`` (its GDN input projection; the sparse
     prefill of a DeepSeek-sparse-attention model: every build that runs one, GLM-5's
     ``glm5-hopper`` image and the nightlies among them, has 0.5.9's NSA backend,
-    ``twin.costmodel.mla_pricing.MlaPricing._mla_sparse_prefill``); the same on every
-    ``tp``, ``dp``, ``ep`` and ``gpu``."""
+    ``twin.costmodel.mla_pricing.MlaPricing._mla_sparse_prefill``, and its indexer's
+    prefill logits on a ``gpu`` of :data:`SGLANG_DSA_INDEXER_PAIR_S`); the same on every
+    ``tp``, ``dp`` and ``ep``."""
     gemms = sglang_gdn_in_proj_gemms(model, build)
     sparse = bool(model.index_n_heads and model.index_topk)
     if gemms == 1 and not sparse:
         return DEFAULT_LAYOUT
-    return KernelLayout(gdn_in_proj_gemms=gemms, nsa_sparse_prefill=sparse)
+    pair_s = SGLANG_DSA_INDEXER_PAIR_S.get(gpu, 0.0) if sparse else 0.0
+    return KernelLayout(
+        gdn_in_proj_gemms=gemms, nsa_sparse_prefill=sparse, nsa_indexer_pair_s=pair_s
+    )
 
 
 # TensorRT-LLM runs each layer's residual add + RMSNorm inside its tensor-parallel
