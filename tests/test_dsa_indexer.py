@@ -127,7 +127,6 @@ def test_sglang_s_indexer_scores_each_prompt_s_own_keys_past_the_top_k() -> None
     layout = sglang_kernel_layout(GLM5, "nightly-dev", 8, 1, 1, "b200")
     rate = layout.nsa_indexer_pair_s
     assert rate == pytest.approx(3.31e-11)
-    assert sglang_kernel_layout(GLM5, "nightly-dev", 8, 1, 1, "h200").nsa_indexer_pair_s == 0
     v3 = sglang_kernel_layout(get_model("deepseek-v3"), "0.5.9", 8, 1, 1, "b200")
     assert v3.nsa_indexer_pair_s == 0
     unmeasured = dataclasses.replace(layout, nsa_indexer_pair_s=0.0)
@@ -144,3 +143,44 @@ def test_sglang_s_indexer_scores_each_prompt_s_own_keys_past_the_top_k() -> None
     # A chunk over a cached prefix scores its new tokens against the prefix too.
     chunk = priced.prefill(4096, 4096) - plain.prefill(4096, 4096)
     assert chunk == pytest.approx(one - layers * rate * 4096 * 4097 / 2, rel=1e-3)
+
+
+def test_h200_s_indexer_rate_is_its_bf16_flashmla_sparse_growth_without_a_prefix() -> None:
+    """H200's rate (``SGLANG_DSA_INDEXER_PAIR_S``): ``glm5_fp8_h200.sh`` names no NSA
+    backend or KV dtype, so SGLang 0.5.9 runs a bf16 cache and ``flashmla_sparse`` on
+    Hopper; aiconfigurator_core 0.12.0's H200 table, those rows at ``step`` 0 (the cached
+    prefix the collector ran over; averaging every step counts the prefix's keys as none),
+    GLM-5-FP8 with the indexer minus GLM-5.2-FP8 without, grows 4k -> 8k by 2.19e-11 s a
+    causal pair; an 8k prompt on H200 pays it in each of GLM-5's MLA layers, a 2k one not."""
+    pd = pytest.importorskip("pandas")
+    aic = pytest.importorskip("aiconfigurator_core")
+    table = (
+        Path(aic.__file__).parent
+        / "systems/data/h200_sxm/sparse_attention/sglang/0.5.14/dsa_context_module_perf.parquet"
+    )
+    d = pd.read_parquet(table)
+    d = d[(d.tp_size == 8) & (d.batch_size == 1) & (d.step == 0) & (d.kv_cache_dtype == "bfloat16")]
+
+    def latency(model: str, source: str, isl: int) -> float:
+        row = d[(d.model == model) & (d.kernel_source == source) & (d.isl == isl)]
+        assert len(row) == 1
+        return float(row.latency.iloc[0]) * 1e-3
+
+    def indexer(isl: int) -> float:
+        with_it = latency("zai-org/GLM-5-FP8", "sglang_dsa_indexer_flashmla_sparse", isl)
+        skip = latency("zai-org/GLM-5.2-FP8", "sglang_dsa_skip_indexer_flashmla_sparse", isl)
+        return with_it - skip
+
+    pairs = (8192 * 8193 - 4096 * 4097) / 2
+    layout = sglang_kernel_layout(GLM5, "glm5-hopper", 8, 1, 1, "h200")
+    rate = layout.nsa_indexer_pair_s
+    assert rate == pytest.approx((indexer(8192) - indexer(4096)) / pairs, rel=0.01)
+    assert rate == pytest.approx(2.19e-11)
+    h200 = load_profile("h200", "sglang")
+    priced = CostModel(GLM5, h200, 8, kernel_layout=layout)
+    plain = CostModel(
+        GLM5, h200, 8, kernel_layout=dataclasses.replace(layout, nsa_indexer_pair_s=0.0)
+    )
+    assert priced.prefill(2048) == plain.prefill(2048)
+    one = priced.prefill(8192) - plain.prefill(8192)
+    assert one == pytest.approx(GLM5.mixer_counts["mla"] * rate * 8192 * 8193 / 2, rel=1e-3)

@@ -57,15 +57,27 @@ def sglang_gdn_in_proj_gemms(model: ModelSpec, build: str) -> int:
 # 0.5.9 ``nsa_indexer.py``), on each GPU where it is measured. Source: aiconfigurator_core
 # 0.12.0's SGLang 0.5.14 tables ``systems/data/<gpu>/sparse_attention/sglang/0.5.14/
 # dsa_context_module_perf.parquet`` (one layer's attention module, tp 8 = 8 heads a rank,
-# batch 1, fp8 KV, ``--nsa-prefill-backend trtllm``): zai-org/GLM-5-FP8 with the indexer
-# (``sglang_dsa_indexer_trtllm``) minus zai-org/GLM-5.2-FP8 without it
-# (``sglang_dsa_skip_indexer_trtllm``), its growth over the growth of the causal pairs
-# L(L+1)/2: B200 3.95e-11 s (4k -> 8k) and 2.67e-11 s (8k -> 16k), the mean here
-# (the FlashMLA-sparse backend's: 4.56e-11 and 2.79e-11; H200's, not applied: 3.3e-11 to
-# 4.1e-11). B300 has no skip-indexer table; its with-indexer module grows 8k -> 16k by
-# 4.03 ms against B200's 4.25 ms (its fp8 tensor rate is B200's), so B200's rate.
-# Derivation: benchmarks/results/glm5-prefill-s28/indexer_pairs.py.txt.
-SGLANG_DSA_INDEXER_PAIR_S = {"b200": 3.31e-11, "b300": 3.31e-11}
+# batch 1): zai-org/GLM-5-FP8 with the indexer (``sglang_dsa_indexer_<backend>``) minus
+# zai-org/GLM-5.2-FP8 without it (``sglang_dsa_skip_indexer_<backend>``), its growth over
+# the growth of the causal pairs L(L+1)/2, on the backend and cache the rows ran.
+# - B200 (``--nsa-prefill-backend trtllm``, fp8 cache): 3.95e-11 s (4k -> 8k) and 2.67e-11 s
+#   (8k -> 16k), the mean here (the FlashMLA-sparse backend's: 4.56e-11 and 2.79e-11). These
+#   average the tables' ``step`` column, the cached prefix the collector ran each prompt
+#   over (aiconfigurator ``collector/sglang/collect_mla_module.py``: ``"step": prefix_len``),
+#   0 to ~200k tokens, whose keys the causal pairs leave out; at step 0 the same growth is
+#   4.9e-12 and 1.22e-11 (docs/decisions.md, helper ``glm5-h200``): not rescored, kept.
+#   B300 has no skip-indexer table; its with-indexer module grows 8k -> 16k by 4.03 ms
+#   against B200's 4.25 ms (its fp8 tensor rate is B200's), so B200's rate.
+# - H200: ``glm5_fp8_h200.sh`` names no NSA backend and no KV dtype, so SGLang 0.5.9
+#   (``server_args.py`` ``_set_default_nsa_kv_cache_dtype`` / ``_set_default_nsa_backends``)
+#   runs a bf16 cache and ``flashmla_sparse`` prefill on Hopper, and past ``index_topk``
+#   (``nsa_backend.py`` ``set_nsa_prefill_impl``: MHA only up to the top-k off trtllm) the
+#   sparse kernel, which needs the indexer's top-k: the tables'
+#   ``sglang_dsa_{,skip_}indexer_flashmla_sparse`` rows (kv_cache_dtype bfloat16), at step 0
+#   (no cached prefix, as the rows' random prompts): 0.484 / 1.036 ms a layer at 4k / 8k
+#   (the table's longest), 2.19e-11 s a pair (4k -> 8k).
+# Derivation: benchmarks/results/glm5-h200-s28/indexer_pairs.py.txt.
+SGLANG_DSA_INDEXER_PAIR_S = {"b200": 3.31e-11, "b300": 3.31e-11, "h200": 2.19e-11}
 
 
 def sglang_kernel_layout(
