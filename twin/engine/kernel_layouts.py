@@ -60,14 +60,15 @@ def sglang_gdn_in_proj_gemms(model: ModelSpec, build: str) -> int:
 # batch 1): zai-org/GLM-5-FP8 with the indexer (``sglang_dsa_indexer_<backend>``) minus
 # zai-org/GLM-5.2-FP8 without it (``sglang_dsa_skip_indexer_<backend>``), its growth over
 # the growth of the causal pairs L(L+1)/2, on the backend and cache the rows ran.
-# - B200 (``--nsa-prefill-backend trtllm``, fp8 cache): 3.95e-11 s (4k -> 8k) and 2.67e-11 s
-#   (8k -> 16k), the mean here (the FlashMLA-sparse backend's: 4.56e-11 and 2.79e-11). These
-#   average the tables' ``step`` column, the cached prefix the collector ran each prompt
-#   over (aiconfigurator ``collector/sglang/collect_mla_module.py``: ``"step": prefix_len``),
-#   0 to ~200k tokens, whose keys the causal pairs leave out; at step 0 the same growth is
-#   4.9e-12 and 1.22e-11 (docs/decisions.md, helper ``glm5-h200``): not rescored, kept.
-#   B300 has no skip-indexer table; its with-indexer module grows 8k -> 16k by 4.03 ms
-#   against B200's 4.25 ms (its fp8 tensor rate is B200's), so B200's rate.
+# - B200 (``--nsa-prefill-backend trtllm``, fp8 cache: the tables' ``sglang_dsa_{,skip_}
+#   indexer_trtllm`` rows) at ``step`` 0, the tables' cached prefix (aiconfigurator
+#   ``collector/sglang/collect_mla_module.py``: ``"step": prefix_len``; the rows' random
+#   prompts share none): 0.724 / 0.848 / 2.074 ms a layer at 4k / 8k / 16k, growth 4.92e-12 s
+#   a pair (4k -> 8k) and 1.22e-11 (8k -> 16k), the mean here (FlashMLA-sparse's: 1.79e-11
+#   and 1.24e-11). Session 28's first figure, 3.31e-11, averaged every step, 0 to ~200k
+#   cached tokens whose keys the causal pairs leave out (docs/decisions.md, helper
+#   ``glm5-h200``). B300 has no GLM-5.2-FP8 skip-indexer table; its with-indexer module at
+#   step 0 grows 8k -> 16k by 2.62 ms against B200's 2.78 ms, so B200's rate.
 # - H200: ``glm5_fp8_h200.sh`` names no NSA backend and no KV dtype, so SGLang 0.5.9
 #   (``server_args.py`` ``_set_default_nsa_kv_cache_dtype`` / ``_set_default_nsa_backends``)
 #   runs a bf16 cache and ``flashmla_sparse`` prefill on Hopper, and past ``index_topk``
@@ -77,7 +78,7 @@ def sglang_gdn_in_proj_gemms(model: ModelSpec, build: str) -> int:
 #   (no cached prefix, as the rows' random prompts): 0.484 / 1.036 ms a layer at 4k / 8k
 #   (the table's longest), 2.19e-11 s a pair (4k -> 8k).
 # Derivation: benchmarks/results/glm5-h200-s28/indexer_pairs.py.txt.
-SGLANG_DSA_INDEXER_PAIR_S = {"b200": 3.31e-11, "b300": 3.31e-11, "h200": 2.19e-11}
+SGLANG_DSA_INDEXER_PAIR_S = {"b200": 8.56e-12, "b300": 8.56e-12, "h200": 2.19e-11}
 
 
 def sglang_kernel_layout(
