@@ -274,8 +274,10 @@ def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
 # Not modelled: ``--cuda-graph-max-bs $CONC`` (given a static memory fraction it sizes no
 # pool), ``--stream-interval 30`` (delays no first token; docs/decisions.md, helper
 # ``sgl-moe``), ``--attention-backend nsa --nsa-{prefill,decode}-backend trtllm`` (the
-# kernels: the twin prices the dense MHA prefill the trtllm prefill keeps up to the chunk,
-# ``costmodel.mla_features.sparse_prefill_heads``), ``--moe-runner-backend
+# kernels: the twin prices the dense MHA prefill, ``costmodel.mla_features.
+# sparse_prefill_heads``; SGLang 0.5.9 ``server_args.py`` sets ``SGLANG_NSA_FORCE_MLA`` for
+# GLM-5 on Blackwell, so these rows prefill through sparse MLA: not priced, docs/
+# decisions.md, helper ``glm5-h200``), ``--moe-runner-backend
 # flashinfer_trtllm`` and ``--enable-flashinfer-allreduce-fusion`` (kernels),
 # ``SGL_ENABLE_JIT_DEEPGEMM``, the tool-call and reasoning parsers.
 # (system, precision, release) -> (max_running_requests, mem_fraction_static,
