@@ -10,6 +10,7 @@ from twin.engine.config import EngineConfig, EngineModeConfig, MemoryConfig, Sch
 from twin.engine.memory_rules import (
     activation_bytes,
     non_torch_bytes,
+    sglang_graph_max_bs,
     sglang_mem_fraction_static,
     sglang_piecewise_off,
     sglang_prefill_graph_sizes,
@@ -81,6 +82,18 @@ def test_sglang_default_mem_fraction_reaches_the_config_where_not_given():
     # A given mem_fraction_static (or --gpu-mem-util) wins.
     given = {"engine_release": "0.5.10.post1", "memory_utilization": 0.9}
     assert "memory_utilization" not in sglang_gpu_defaults(H100, 1, given, "h100", LLAMA)
+
+
+def test_sglang_graph_max_bs_by_memory_tp_and_release():
+    """``_handle_gpu_memory_settings``' decode graph sizes (the rule's docstring): 0.5.23
+    doubles them on 20-35 GiB GPUs (an RTX 4090's 24 GiB); elsewhere the releases agree."""
+    small = 24 * 1024
+    assert [sglang_graph_max_bs(small, tp, "0.5.10.post1") for tp in (1, 4)] == [24, 80]
+    assert [sglang_graph_max_bs(small, tp, "0.5.23") for tp in (1, 4)] == [48, 160]
+    assert [sglang_graph_max_bs(small, tp, "") for tp in (1, 4)] == [24, 80]
+    for release in ("0.5.10.post1", "0.5.23"):
+        assert sglang_graph_max_bs(16 * 1024, 1, release) == 8
+        assert sglang_graph_max_bs(80 * 1024, 8, release) == 512
 
 
 def test_sglang_listed_architectures_lose_their_piecewise_graphs_before_0_5_23():
