@@ -46,7 +46,7 @@ from twin.costmodel.formulas import MOE_VARIANTS, moe_mxfp8_activation_kernel
 from twin.costmodel.profile import KernelFit, Profile
 
 RESULTS = Path(__file__).parent / "results" / "moe-kernels.json"
-# The mxfp4-weights, mxfp8-activations family (``aic_tables.mxfp8_activation_rows``).
+# The mxfp4-weights, mxfp8-activations family (``aic_moe.mxfp8_activation_rows``).
 MXFP8_FAMILY = moe_mxfp8_activation_kernel("mxfp4")
 # Why a held-out row misses, the first that holds:
 REASONS = {

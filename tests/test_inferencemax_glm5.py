@@ -88,5 +88,9 @@ def test_rows_outside_the_search_spaces_get_no_script() -> None:
     assert inferencemax_glm5(_glm5(tp=4)) == {}
     assert inferencemax_glm5(_glm5(backend_version="0.5.10.post1")) == {}
     assert inferencemax_glm5(replace(_glm5(), model_path="deepseek-ai/DeepSeek-R1")) == {}
+    # SGLang's scripts only: another engine's GLM-5 row of the same key gets neither the
+    # flags nor SGLang's default cache
+    vllm = _glm5("h200_sxm", backend="vllm", backend_version="glm5-hopper", concurrency=64)
+    assert inferencemax_glm5(vllm) == {} and not sil.inferencemax_sglang_default_kv(vllm)
     h200 = _glm5("h200_sxm", backend_version="glm5-hopper", concurrency=64)
     assert inferencemax_glm5(h200) == {"mem_fraction_static": "0.85"}

@@ -10,7 +10,9 @@ from twin.engine.config import EngineConfig, EngineModeConfig, MemoryConfig, Sch
 from twin.engine.memory_rules import (
     activation_bytes,
     non_torch_bytes,
+    sglang_graph_max_bs,
     sglang_mem_fraction_static,
+    sglang_piecewise_off,
     sglang_prefill_graph_sizes,
 )
 from twin.engine.modes_sglang import sglang_gpu_defaults
@@ -80,6 +82,33 @@ def test_sglang_default_mem_fraction_reaches_the_config_where_not_given():
     # A given mem_fraction_static (or --gpu-mem-util) wins.
     given = {"engine_release": "0.5.10.post1", "memory_utilization": 0.9}
     assert "memory_utilization" not in sglang_gpu_defaults(H100, 1, given, "h100", LLAMA)
+
+
+def test_sglang_graph_max_bs_by_memory_tp_and_release():
+    """``_handle_gpu_memory_settings``' decode graph sizes (the rule's docstring): 0.5.23
+    doubles them on 20-35 GiB GPUs (an RTX 4090's 24 GiB); elsewhere the releases agree."""
+    small = 24 * 1024
+    assert [sglang_graph_max_bs(small, tp, "0.5.10.post1") for tp in (1, 4)] == [24, 80]
+    assert [sglang_graph_max_bs(small, tp, "0.5.23") for tp in (1, 4)] == [48, 160]
+    assert [sglang_graph_max_bs(small, tp, "") for tp in (1, 4)] == [24, 80]
+    for release in ("0.5.10.post1", "0.5.23"):
+        assert sglang_graph_max_bs(16 * 1024, 1, release) == 8
+        assert sglang_graph_max_bs(80 * 1024, 8, release) == 512
+
+
+def test_sglang_listed_architectures_lose_their_piecewise_graphs_before_0_5_23():
+    """``SGLANG_NO_PIECEWISE``'s stems (0.5.10's piecewise_cuda_graph_disabled_model_archs)
+    turn the prefill graphs off; from 0.5.23 every model captures them."""
+    assert sglang_piecewise_off("Qwen3-Next-80B-A3B", "0.5.10.post1")
+    assert sglang_piecewise_off("glm-5", "")  # no release: the older release's rules
+    assert not sglang_piecewise_off("glm-5", "0.5.23")
+    assert not sglang_piecewise_off("llama-3-8b", "0.5.10.post1")
+    qwen = get_model("qwen3-next-80b-a3b")
+    # H100 tp 8, 0.5.10.post1: the 15,312 MiB of the llama case above less the 464 MiB of
+    # piecewise graphs: (81,920 - 14,848) / 81,920 = 0.8188; 0.5.23 keeps them: 0.813.
+    old = sglang_gpu_defaults(H100, 8, {"engine_release": "0.5.10.post1"}, "h100", qwen)
+    new = sglang_gpu_defaults(H100, 8, {"engine_release": "0.5.23"}, "h100", qwen)
+    assert (old["memory_utilization"], new["memory_utilization"]) == (0.819, 0.813)
 
 
 def test_activation_estimate_is_aiconfigurators():

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ from twin.errors import TwinError
 from twin.hardware import get_gpu
 from twin.parallel import Layout, weight_bytes_per_gpu
 from twin.precision import WEIGHT_FORMATS
-from twin.presets import get_model
+from twin.presets import get_model, override_model
 
 DATA = Path(__file__).parent / "data" / "aic" / "systems" / "data"
 TRUE = {
@@ -397,16 +398,22 @@ def test_a_serving_step_prices_sglangs_large_m_config_above_the_local_experts() 
     prof = resolve_profile("h100", None, "sglang")
     assert prof.kernels["moe"].provenance["kernel_source"] == ft.SGLANG_TRITON_SOURCE
 
-    def step_s(c: float, batch: int) -> float:
+    def step_s(c: float, batch: int, model: Any = None, ep: int = 8) -> float:
         fit = prof.kernels["moe"]
         fit = dataclasses.replace(fit, params={**fit.params, "c_large_m_weights": c})
         p = dataclasses.replace(prof, kernels={**prof.kernels, "moe": fit})
-        step = CostModel(_qwen_moe(), p, 8, ep=8).decode([1000] * batch, breakdown=True)
+        model = model or _qwen_moe()
+        step = CostModel(model, p, 8, ep=ep).decode([1000] * batch, breakdown=True)
         return float(step.by_kernel["moe"])  # type: ignore[union-attr]
 
     # qwen3-235b-a22b: 128 experts over EP 8, 16 a rank
     assert step_s(1e-12, 16) == step_s(0.0, 16)
     assert step_s(1e-12, 17) > step_s(0.0, 17)
+    # DeepSeek-V3 in bf16 at EP 1: SGLang fuses the shared expert into the launch
+    # (moe_layout.fuses_shared_expert), so the rank holds 257 experts: large-M from 258
+    v3 = override_model(get_model("deepseek-v3"), ["precision=bf16"])
+    assert step_s(1e-12, 257, v3, 1) == step_s(0.0, 257, v3, 1)
+    assert step_s(1e-12, 258, v3, 1) > step_s(0.0, 258, v3, 1)
 
 
 def test_the_vllm_collectors_rank_0_holds_token_0s_first_expert() -> None:

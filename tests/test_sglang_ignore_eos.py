@@ -104,9 +104,9 @@ def test_disable_radix_cache_takes_the_ignore_eos_adder():
     assert "radix_cache_disabled" not in off.get("scheduler_options", {})
 
 
-def _deepseek(system: str, precision: str = "fp4") -> dict[str, str]:
+def _deepseek(system: str, precision: str = "fp4", release: str = "0.5.9") -> dict[str, str]:
     empty = frozenset[str]()
-    row = deepseek_row("2026-03-01", 16, csv="2026-03-25.csv", backend_version="0.5.9")
+    row = deepseek_row("2026-03-01", 16, csv="2026-03-25.csv", backend_version=release)
     rest = {"named_configs": empty, "point_configs": empty}
     return inferencemax_sglang(replace(row, system=system, precision=precision, **rest))
 
@@ -117,4 +117,6 @@ def test_every_deepseek_script_disables_the_radix_cache():
     assert _deepseek("b200_sxm")["disable_radix_cache"] == "true"
     assert _deepseek("b200_sxm", "fp8")["disable_radix_cache"] == "true"
     assert _deepseek("h200_sxm", "fp8")["disable_radix_cache"] == "true"
+    assert _deepseek("b300_sxm", "fp4", "0.5.10.post1")["disable_radix_cache"] == "true"
+    assert _deepseek("b300_sxm", "fp8", "0.5.10.post1")["disable_radix_cache"] == "true"
     assert _deepseek("h200_sxm", "fp4") == {}

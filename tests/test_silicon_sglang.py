@@ -185,15 +185,18 @@ def test_sglang_eager_prefill_prices_a_host_floor_per_launched_kernel(
     for version in ("0.5.10.post1", "0.5.23", "nightly-dev", ""):
         assert sil.eager_prefill_s(replace(h200, backend_version=version), r1, "h200") == 0.0
     # GLM-5 (piecewise graphs off for its architecture) and a multimodal config prefill
-    # eagerly in 0.5.10.post1 and in a nightly build, not from 0.5.23.
+    # eagerly in 0.5.10.post1 and in a nightly build, not from 0.5.23 (on the H200 row,
+    # whose script turns no graphs off, so that the model alone decides).
     glm = get_model("glm-5")
     for version in ("0.5.10.post1", "nightly-dev", "glm5-hopper", "0.5.9"):
-        later = replace(row, backend_version=version)
-        assert sil.eager_prefill_s(later, glm, "b200") == pytest.approx(
-            per_launch["b200"] * sil.eager_launches(glm)
+        later = replace(h200, backend_version=version)
+        assert sil.eager_prefill_s(later, glm, "h200") == pytest.approx(
+            per_launch["h200"] * sil.eager_launches(glm)
         )
-        assert sil.eager_prefill_s(later, r1, "b200", multimodal=True) == floor
-    assert sil.eager_prefill_s(replace(row, backend_version="0.5.23"), glm, "b200") == 0.0
+        assert sil.eager_prefill_s(later, r1, "h200", multimodal=True) == pytest.approx(
+            per_launch["h200"] * launches
+        )
+    assert sil.eager_prefill_s(replace(h200, backend_version="0.5.23"), glm, "h200") == 0.0
     assert sil.eager_prefill_s(row, get_model("llama-3-8b"), "b200") == 0.0  # no MoE layer
     assert sil.eager_prefill_s(replace(row, backend="vllm"), r1, "b200") == 0.0
     assert sil.eager_prefill_s(replace(row, backend="vllm"), glm, "b200") == 0.0

@@ -251,7 +251,7 @@ class CandidateResult:
     # Replica counts confirmed to meet every SLO under every seed of the plan.
     confirmed: set[int] = field(default_factory=set)
     # Why the plan skips it rather than list it (a pipelined layout the engine does not
-    # model, ``plan.Analysis.skipped``); None: it is listed.
+    # model, ``plan_bound.Analysis.skipped``); None: it is listed.
     skipped: str | None = None
 
     @property

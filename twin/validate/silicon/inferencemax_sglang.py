@@ -304,7 +304,7 @@ _GLM5_DEFAULT_KV = frozenset({INFERENCEMAX_GLM5_H200, ("b200_sxm", "fp4", "night
 
 def _glm5_key(row: SiliconRow) -> tuple[str, str, str] | None:
     """The key of the GLM-5 script ``row`` ran (above); ``None`` where none covers it."""
-    if model_named(row, ("glm-5",)) is None or not inferencemax_row(row):
+    if model_named(row, ("glm-5",)) is None or not inferencemax_row(row, "sglang"):
         return None
     key = (row.system, row.precision, row.backend_version)
     key = _GLM5_SAME_AS.get(key, key)
