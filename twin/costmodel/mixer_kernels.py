@@ -79,32 +79,31 @@ def gdn_chunk_s(kernel_s: float, depth: int, seq_s: float) -> float:
     return max(kernel_s, seq_s * depth)
 
 
-def fp32_peak(profile: Profile) -> float:
-    """FP32 CUDA-core FLOP/s of the profile's device: its own peak, the datasheet's, or
-    the tensor peak / ``FP32_RATIO`` (the CPU profile: the same peak)."""
-    if "fp32_flops" in profile.peaks:
-        return float(profile.peaks["fp32_flops"])
-    spec = GPUS.get(profile.gpu)
-    if spec is not None and spec.fp32_flops:
-        return float(spec.fp32_flops)
+def _peak(profile: Profile, key: str, sheet: float | None, ratio: float) -> float:
+    """The profile's own ``key`` peak, else the datasheet's (``sheet``), else the tensor
+    peak / ``ratio`` (the CPU profile: the same peak)."""
+    if key in profile.peaks:
+        return float(profile.peaks[key])
+    if sheet:
+        return float(sheet)
     if profile.gpu == "cpu":
         return float(profile.peaks["flops"])
-    return float(profile.peaks["flops"]) / FP32_RATIO
+    return float(profile.peaks["flops"]) / ratio
+
+
+def fp32_peak(profile: Profile) -> float:
+    """FP32 CUDA-core FLOP/s of the profile's device: its own peak, the datasheet's, or
+    the tensor peak / ``FP32_RATIO``."""
+    spec = GPUS.get(profile.gpu)
+    return _peak(profile, "fp32_flops", spec.fp32_flops if spec else None, FP32_RATIO)
 
 
 def tf32_peak(profile: Profile) -> float:
     """Dense TF32 tensor-core FLOP/s of the profile's device: its own ``tf32_flops`` peak,
     the datasheet's (``GpuSpec.tf32_flops``), or half the FP16/BF16 tensor peak (every
-    sheet of ``twin.hardware`` that gives TF32 gives half; the CPU profile: the same
-    peak)."""
-    if "tf32_flops" in profile.peaks:
-        return float(profile.peaks["tf32_flops"])
+    sheet of ``twin.hardware`` that gives TF32 gives half)."""
     spec = GPUS.get(profile.gpu)
-    if spec is not None and spec.tf32_flops:
-        return float(spec.tf32_flops)
-    if profile.gpu == "cpu":
-        return float(profile.peaks["flops"])
-    return float(profile.peaks["flops"]) / 2.0
+    return _peak(profile, "tf32_flops", spec.tf32_flops if spec else None, 2.0)
 
 
 def mamba1_scan_sums(
