@@ -253,11 +253,12 @@ def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
     assert again.kernels["moe"].params["c_large_m_weights"] == 0.0
 
 
-def test_fit_recovers_a_serial_per_expert_cost() -> None:
-    from twin.calibration.fit import fit_params
-
-    peaks = get_gpu("h100").peaks()
-    params = {**TRUE, "c_active_experts": 3e-7}
+def _synthetic_rows(
+    params: dict[str, float], peaks: dict[str, float], l2: float | None = None
+) -> list[dict[str, float]]:
+    """Fused-MoE table rows priced by ``params`` (1-4,096 tokens, top-8 of 64 or 256
+    experts at EP 1-16, 2,048 x 768 bf16; ``l2``: the GPU's L2 the replays keep a small
+    working set in), for a fit to recover ``params`` from."""
     rows = []
     for t in (1, 2, 4, 8, 16, 64, 256, 1024, 4096):
         for ep in (1, 4, 16):
@@ -265,10 +266,19 @@ def test_fit_recovers_a_serial_per_expert_cost() -> None:
                 routed = t * 8
                 active = min(n_exp / ep, routed / ep)
                 flops, nbytes, ex = ft.moe_features(
-                    routed / ep, routed * 2048, active, 2048, 768, 2, 2, 2.0, 2.0
+                    routed / ep, routed * 2048, active, 2048, 768, 2, 2, 2.0, 2.0, l2
                 )
                 y = lat.predict("moe", params, peaks, flops, nbytes, ex)
                 rows.append({"flops": flops, "bytes": nbytes, **ex, "median_s": y})
+    return rows
+
+
+def test_fit_recovers_a_serial_per_expert_cost() -> None:
+    from twin.calibration.fit import fit_params
+
+    peaks = get_gpu("h100").peaks()
+    params = {**TRUE, "c_active_experts": 3e-7}
+    rows = _synthetic_rows(params, peaks)
     got = fit_params("moe", rows, peaks)
     assert got["c_active_experts"] == pytest.approx(3e-7, rel=0.05)
 
@@ -352,17 +362,7 @@ def test_fit_recovers_the_l2_rate_of_resident_rows() -> None:
     peaks = get_gpu("h100").peaks()
     l2 = get_gpu("h100").l2_bytes
     params = {**TRUE, "c_l2_bytes": 1.0 / 6e12}  # read from L2 at 6 TB/s
-    rows = []
-    for t in (1, 2, 4, 8, 16, 64, 256, 1024, 4096):
-        for ep in (1, 4, 16):
-            for n_exp in (64, 256):
-                routed = t * 8
-                active = min(n_exp / ep, routed / ep)
-                flops, nbytes, ex = ft.moe_features(
-                    routed / ep, routed * 2048, active, 2048, 768, 2, 2, 2.0, 2.0, l2
-                )
-                y = lat.predict("moe", params, peaks, flops, nbytes, ex)
-                rows.append({"flops": flops, "bytes": nbytes, **ex, "median_s": y})
+    rows = _synthetic_rows(params, peaks, l2)
     assert sum(r["l2_bytes"] > 0 for r in rows) >= 10
     got = fit_params("moe", rows, peaks)
     assert got["c_l2_bytes"] == pytest.approx(1.0 / 6e12, rel=0.05)
