@@ -910,23 +910,24 @@ def test_hopper_sglang_fp8_cache_decode_fits_ship_their_block_keys(gpu: str) -> 
     assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
 
 
+def _refit_sglang_decode(gpu: str, kernel: str, feature: str) -> KernelFit:
+    """NVIDIA's SGLang ``kernel`` table of ``gpu`` refitted (its impossible rows set
+    aside), after checking every row carries ``feature``; skipped without the extra."""
+    pytest.importorskip("aiconfigurator_core")
+    peaks = get_gpu(gpu).peaks()
+    fam = next(f for f in aic_mla.kernel_rows(system_dir(gpu), "sglang") if f.kernel == kernel)
+    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
+    assert {r[feature] > 0 for r in rows} == {True}
+    return fit_kernel(fam.kernel, rows, peaks)
+
+
 @pytest.mark.slow
 def test_h200_sglang_fp8_cache_decode_meets_the_kernel_target() -> None:
     """SGLang 0.5.14's H200 decode table over an fp8 cache (NVIDIA's): with the keys its
     128-row blocks stream on the compute side the held-out median is within 5% and the P90
     within 15% (without: 5.1% / 45.9%, the 128-head batches of 512-1,024 sequences at short
     contexts priced 4-5x their time)."""
-    pytest.importorskip("aiconfigurator_core")
-    from twin.calibration.aic_import import split_impossible
-    from twin.calibration.aic_tables import system_dir
-    from twin.calibration.fit import fit_kernel
-
-    peaks = get_gpu("h200").peaks()
-    fams = aic_mla.kernel_rows(system_dir("h200"), "sglang")
-    fam = next(f for f in fams if f.kernel == "mla_decode_fp8kv")
-    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
-    assert {r["block_keys"] > 0 for r in rows} == {True}
-    fit = fit_kernel(fam.kernel, rows, peaks)
+    fit = _refit_sglang_decode("h200", "mla_decode_fp8kv", "block_keys")
     assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
     assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
 
@@ -939,12 +940,6 @@ def test_l40s_sglang_triton_decode_fit_reads_the_grid() -> None:
     14.0% / 52.7%, the short contexts' time growing with batch x head blocks unpriced).
     Issue 34's target (5% / 15%) is still missed: one head runs another kernel
     (``decode_attention_fwd_normal``), 12-25% under."""
-    pytest.importorskip("aiconfigurator_core")
-    peaks = get_gpu("l40s").peaks()
-    fams = aic_mla.kernel_rows(system_dir("l40s"), "sglang")
-    fam = next(f for f in fams if f.kernel == "mla_decode")
-    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
-    assert {r["launch_ctas"] > 0 for r in rows} == {True}
-    fit = fit_kernel(fam.kernel, rows, peaks)
+    fit = _refit_sglang_decode("l40s", "mla_decode", "launch_ctas")
     assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.08
     assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.30
