@@ -13,10 +13,15 @@ from twin.costmodel import CostModel
 from twin.costmodel import mla_features as mf
 from twin.costmodel.mla_pricing import MlaPricing
 from twin.costmodel.profile_store import load_profile
-from twin.engine.kernel_layouts import sglang_kernel_layout
+from twin.engine.kernel_layouts import (
+    SGLANG_DSA_SPARSE_MODULE,
+    sglang_kernel_layout,
+    with_nsa_prefill_backend,
+)
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.hf_config import from_hf_config
+from twin.mixers import keys_upto
 from twin.precision import with_precision
 from twin.presets import get_model
 
@@ -201,3 +206,98 @@ def test_h200_pays_its_indexer_rate_on_an_8k_prompt_not_a_2k_one() -> None:
     assert priced.prefill(2048) == plain.prefill(2048)
     one = priced.prefill(8192) - plain.prefill(8192)
     assert one == pytest.approx(GLM5.mixer_counts["mla"] * rate * 8192 * 8193 / 2, rel=1e-3)
+
+
+# The skip-indexer module rows each forced sparse-MLA price was fitted on (kernel_layouts.
+# SGLANG_DSA_SPARSE_MODULE), and the fit's largest error on them.
+_SPARSE_TABLES = {
+    ("b200", "trtllm"): ("zai-org/GLM-5.2-FP8", 0.01),
+    ("b300", "trtllm"): ("nvidia/GLM-5.2-NVFP4", 0.01),
+    ("b200", "flashmla_sparse"): ("zai-org/GLM-5.2", 0.06),
+    ("b300", "flashmla_sparse"): ("nvidia/GLM-5.2-NVFP4", 0.04),
+}
+
+
+def test_the_forced_sparse_mla_modules_reproduce_their_table_rows() -> None:
+    """Each measured module (floor + a rate a new token + a rate a selected key, a token's
+    keys its position capped at 2,048) against every step-0, 8-head skip-indexer row of
+    aiconfigurator_core 0.12.0's SGLang 0.5.14 table (batch 1/2/4 x 4k/8k/16k): trtllm
+    within 1%, flashmla_sparse within 6%. Pricing every key at the top-k, or none, or
+    only tokens, misses the trtllm rows by more (the batch-4 4k row: 16k tokens in
+    sequences a quarter as long, 20% fewer keys than one 16k prompt)."""
+    pd = pytest.importorskip("pandas")
+    aic = pytest.importorskip("aiconfigurator_core")
+    assert set(SGLANG_DSA_SPARSE_MODULE) == set(_SPARSE_TABLES)
+    for (gpu, kernel), (model, tol) in _SPARSE_TABLES.items():
+        table = (
+            Path(aic.__file__).parent / f"systems/data/{gpu}_sxm/sparse_attention/sglang/"
+            "0.5.14/dsa_context_module_perf.parquet"
+        )
+        d = pd.read_parquet(table)
+        d = d[
+            (d.step == 0)
+            & (d.num_heads == 8)
+            & (d.model == model)
+            & (d.kernel_source == f"sglang_dsa_skip_indexer_{kernel}")
+        ]
+        assert len(d) == 6
+        m = SGLANG_DSA_SPARSE_MODULE[(gpu, kernel)]
+        assert m.kernel == kernel
+        for batch, isl, ms in zip(d.batch_size, d.isl, d.latency, strict=True):
+            keys = batch * keys_upto(int(isl), GLM5.index_topk)
+            price = m.floor_s + m.token_s * batch * isl + m.key_s * keys
+            assert price == pytest.approx(ms * 1e-3, rel=tol), (gpu, kernel, batch, isl)
+
+
+def test_glm5_on_blackwell_prefills_through_the_measured_sparse_module_at_every_length() -> None:
+    """SGLang 0.5.9 forces GLM-5's prefill onto sparse MLA on Blackwell
+    (``SGLANG_NSA_FORCE_MLA``): at every length, 1k included, the layer's attention module
+    is the measured one of the run's prefill backend (``--set nsa_prefill_backend``:
+    trtllm, the fp8 scripts'; else SGLang's default flashmla_sparse), each new token over
+    its position's keys capped at the top-k; the indexer stays priced apart, as before.
+    Not on H200 (Hopper keeps its dense/padded-sparse rule), not at tp 4 (16 heads a rank:
+    not fitted), not for DeepSeek-V3.2 (not forced)."""
+    layout = sglang_kernel_layout(GLM5, "nightly-dev", 8, 1, 1, "b200")
+    assert layout.nsa_sparse_module == SGLANG_DSA_SPARSE_MODULE[("b200", "flashmla_sparse")]
+    trt = with_nsa_prefill_backend(layout, GLM5, 8, "b200", "trtllm")
+    m = trt.nsa_sparse_module
+    assert m == SGLANG_DSA_SPARSE_MODULE[("b200", "trtllm")]
+    b300 = sglang_kernel_layout(GLM5, "nightly-dev", 8, 1, 1, "b300")
+    assert (
+        with_nsa_prefill_backend(b300, GLM5, 8, "b300", "trtllm").nsa_sparse_module
+        == (SGLANG_DSA_SPARSE_MODULE[("b300", "trtllm")])
+    )
+    h200 = sglang_kernel_layout(GLM5, "glm5-hopper", 8, 1, 1, "h200")
+    assert h200.nsa_sparse_module is None
+    assert with_nsa_prefill_backend(h200, GLM5, 8, "h200", "trtllm") is h200
+    assert sglang_kernel_layout(GLM5, "nightly-dev", 4, 1, 1, "b200").nsa_sparse_module is None
+    v32 = dataclasses.replace(GLM5, name="deepseek-ai/DeepSeek-V3.2")
+    assert sglang_kernel_layout(v32, "0.5.9", 8, 1, 1, "b200").nsa_sparse_module is None
+
+    fp8 = dataclasses.replace(GLM5, kv_dtype="fp8")
+    b200 = load_profile("b200", "sglang")
+    forced = CostModel(fp8, b200, 8, kernel_layout=trt)
+    dense = CostModel(fp8, b200, 8, kernel_layout=dataclasses.replace(trt, nsa_sparse_module=None))
+    for n, cached in ((1024, 0), (8192, 0), (4096, 4096)):
+        f = forced._aggregate([(n, cached)], [])
+        keys = keys_upto(n + cached, 2048) - keys_upto(cached, 2048)
+        assert f.prefill_topk_keys == keys
+        parts = {kernel: s for _, kernel, s in forced._mla_parts(f)}
+        measured = m.floor_s + m.token_s * n + m.key_s * keys
+        # Kernel pricing: the projections, priced for every token in _mla_dense, come off.
+        assert forced.mla_mode == "kernels/kernels"
+        projections = sum(forced._projections(n))
+        assert 0 < projections < 0.5 * measured
+        assert parts["mla_sparse_module"] == pytest.approx(measured - projections, rel=1e-9)
+        base = {kernel: s for _, kernel, s in dense._mla_parts(dense._aggregate([(n, cached)], []))}
+        assert "mla_sparse_module" not in base
+        assert parts.get("indexer_prefill") == base.get("indexer_prefill")  # not twice
+    # Module pricing (the fp8 rows' profile): the measured module whole, 1.494 ms a layer
+    # for an 8k prompt (the table's 1.498).
+    forced.mla_mode = "module"
+    kernel, per_layer = forced._dsa_sparse_module(forced._aggregate([(8192, 0)], []))
+    assert kernel == "mla_sparse_module"
+    assert per_layer == pytest.approx(1.494e-3, rel=0.005)
+    forced.mla_mode = "kernels/kernels"
+    assert forced.prefill(8192) != dense.prefill(8192)
+    assert forced.prefill(1024) != dense.prefill(1024)

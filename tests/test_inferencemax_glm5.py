@@ -46,6 +46,7 @@ FP8 = {
     "chunked_prefill_size": "32768",
     "max_prefill_tokens": "32768",
     "disable_radix_cache": "true",
+    "nsa_prefill_backend": "trtllm",
 }
 
 
@@ -63,6 +64,7 @@ def test_b200_and_b300_fp8_rows_run_the_b200_fp8_script() -> None:
         mode = get_mode("sglang").settings(get_model("glm-5"), dict(sets))
         assert mode["scheduler_options"]["radix_cache_disabled"] is True
         assert mode["scheduler_options"]["max_prefill_tokens"] == 32768
+        assert mode["engine_flags"]["nsa_prefill_backend"] == "trtllm"
     assert inferencemax_glm5(_glm5(concurrency=4))["max_running_requests"] == "4"
 
 

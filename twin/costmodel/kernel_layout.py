@@ -17,6 +17,34 @@ from dataclasses import dataclass
 from twin.errors import TwinError
 
 ROUTER_PRECISIONS = ("", "fp32", "tf32")  # KernelLayout.router_precision
+SPARSE_MLA_KERNELS = ("trtllm", "flashmla_sparse")  # SparseMlaModule.kernel
+
+
+@dataclass(frozen=True)
+class SparseMlaModule:
+    """The measured price of one layer's sparse-MLA prefill attention module on one GPU
+    (``KernelLayout.nsa_sparse_module``; ``MlaPricing._dsa_sparse_module``): everything of
+    the layer's self-attention but the DSA indexer and the all-reduce (the projections,
+    the absorbed W_UK/W_UV, RoPE, the cache store and the sparse kernel over each new
+    token's selected keys), ``floor_s + token_s x new tokens + key_s x selected keys``, a
+    new token's selected keys being its position capped at the model's ``index_topk``
+    (``StepFeatures.prefill_topk_keys``). ``kernel``: the engine's prefill kernel the
+    values were measured on (:data:`SPARSE_MLA_KERNELS`); values and sources:
+    ``twin.engine.kernel_layouts.SGLANG_DSA_SPARSE_MODULE``."""
+
+    kernel: str
+    floor_s: float
+    token_s: float
+    key_s: float
+
+    def __post_init__(self) -> None:
+        if self.kernel not in SPARSE_MLA_KERNELS:
+            raise TwinError(
+                f"sparse MLA module: kernel must be one of {SPARSE_MLA_KERNELS} "
+                f"(got {self.kernel!r})"
+            )
+        if min(self.floor_s, self.token_s, self.key_s) < 0.0:
+            raise TwinError("sparse MLA module: floor_s, token_s and key_s must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -51,6 +79,12 @@ class KernelLayout:
     # ``MlaPricing._indexer_prefill``; the rule and its measured values:
     # ``twin.engine.kernel_layouts.SGLANG_DSA_INDEXER_PAIR_S``); 0: not priced.
     nsa_indexer_pair_s: float = 0.0
+    # The prefill's MLA attention module runs in the sparse absorbed form at every prompt
+    # length, priced from its measured module (SGLang's GLM-5 on Blackwell, which forces
+    # sparse MLA: ``twin.engine.kernel_layouts.sglang_kernel_layout``), in place of the
+    # dense MLA price and of ``nsa_sparse_prefill``'s Hopper form; the indexer stays
+    # priced apart (``nsa_indexer_pair_s``, ``MlaPricing._indexer``). None: not forced.
+    nsa_sparse_module: SparseMlaModule | None = None
     # The experts run as DeepGEMM's contiguous grouped GEMM at every step size, each
     # expert a launch reaches padded to this many rows (its M alignment); 0: the fused-MoE
     # fit's rows as routed (vLLM 0.12.0's block-fp8 experts on a GPU DeepGEMM supports,
@@ -129,4 +163,11 @@ VLLM_CUSTOM_ALLREDUCE_MAX_BYTES = {
     "h200": _HOPPER_CUSTOM_ALLREDUCE,
 }
 
-__all__ = ["DEFAULT_LAYOUT", "ROUTER_PRECISIONS", "VLLM_CUSTOM_ALLREDUCE_MAX_BYTES", "KernelLayout"]
+__all__ = [
+    "DEFAULT_LAYOUT",
+    "ROUTER_PRECISIONS",
+    "SPARSE_MLA_KERNELS",
+    "VLLM_CUSTOM_ALLREDUCE_MAX_BYTES",
+    "KernelLayout",
+    "SparseMlaModule",
+]

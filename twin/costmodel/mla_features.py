@@ -428,11 +428,10 @@ def mla_absorbed_sums(
 # ``index_topk`` (``set_nsa_prefill_impl``; below it MHA_ONE_SHOT, the dense form) where
 # the prefill backend is ``flashmla_sparse``: Hopper's default over a bf16 cache
 # (``server_args.py`` ``_set_default_nsa_backends``; an fp8 cache takes ``flashmla_kv``
-# there, not read: no padding priced). Blackwell is not priced: every GLM-5 Blackwell
-# script of the collection (InferenceMAX ``glm5_fp8_b200.sh``, ``glm5_fp4_b200.sh``,
-# ``glm5_fp8_b300.sh``) passes ``--nsa-prefill-backend trtllm``, under which 0.5.9 keeps
-# the dense MHA form up to the chunk capacity (``mha_max_kv_len =
-# get_max_chunk_capacity()``).
+# there, not read: no padding priced). Blackwell is not priced here: SGLang forces
+# GLM-5's prefill onto sparse MLA there at every length, priced from its measured module
+# (``KernelLayout.nsa_sparse_module``, ``twin.engine.kernel_layouts.
+# SGLANG_DSA_SPARSE_MODULE``); a DSA model not forced keeps the dense form there.
 SPARSE_PREFILL_HEAD_MULTIPLE = 64
 SPARSE_PREFILL_GPUS = HOPPER
 

@@ -248,6 +248,9 @@ class MlaPricing(ShardShapes):
     def _mla_prefill(self, f: StepFeatures) -> tuple[str, float]:
         d, e, kv_e = self.mla_dims, self.elem_bytes, self.priced.mla_kv_elem_bytes[0]
         n, keys, rows, seqs = f.prefill_tokens, f.prefill_keys, f.prefill_kv_rows, f.prefill_chunks
+        forced = self._dsa_sparse_module(f)
+        if forced is not None:
+            return forced
         sparse = self._mla_sparse_prefill(f)
         if sparse is not None:
             return sparse
@@ -267,6 +270,25 @@ class MlaPricing(ShardShapes):
         width = (d.nope + d.rope + d.v) // 2
         sums4 = ft.attn_prefill_sums(n, keys, rows, seqs, d.heads, d.heads, width, e, kv_e)
         return "attn_prefill", kv_b + self._k["attn_prefill"](*sums4)
+
+    def _dsa_sparse_module(self, f: StepFeatures) -> tuple[str, float] | None:
+        """The prefill chunks' attention module where the engine's layout forces sparse MLA
+        at every length (``KernelLayout.nsa_sparse_module``: SGLang's GLM-5 on Blackwell,
+        ``twin.engine.kernel_layouts.SGLANG_DSA_SPARSE_MODULE``; else None): its measured
+        floor, a rate a new token and a rate a selected key (each new token's position
+        capped at ``index_topk``, ``StepFeatures.prefill_topk_keys``). The measured module
+        holds the layer's projections: outside the module pricing ``_mla_dense`` prices
+        them for every token, so they come off here; the indexer is priced apart
+        (``_indexer``, ``_indexer_prefill``), as the table's skip-indexer module leaves it
+        out."""
+        m = self.kernel_layout.nsa_sparse_module
+        if m is None:
+            return None
+        n = f.prefill_tokens
+        price = m.floor_s + m.token_s * n + m.key_s * f.prefill_topk_keys
+        if self.mla_mode != "module":
+            price = max(price - sum(self._projections(n)), 0.0)
+        return "mla_sparse_module", price
 
     def _mla_sparse_prefill(self, f: StepFeatures) -> tuple[str, float] | None:
         """The prefill chunks' attention in SGLang's sparse absorbed form, where the

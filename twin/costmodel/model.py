@@ -443,16 +443,19 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         """The step's features (``twin.costmodel.step_features``)."""
         return aggregate_step(prefills, decodes, *self._shape_args())
 
-    def _shape_args(self) -> tuple[Mapping[str, int], int, int, int, int]:
+    def _shape_args(self) -> tuple[Mapping[str, int], int, int, int, int, int]:
         """What ``step_features`` needs of the model: mixer counts, window, chunk lengths,
-        the absorbed extends' length."""
+        the absorbed extends' length, the DSA top-k where a layout prices its capped keys
+        (``KernelLayout.nsa_sparse_module``; else 0)."""
         kinds = self.kinds
+        topk = self.model.index_topk if self.kernel_layout.nsa_sparse_module else 0
         return (
             kinds,
             self.model.sliding_window or 0,
             self.chunk_size if kinds.get("mamba2") else 1,
             self.model.gdn_chunk_size,
             self.absorbed_extend,
+            topk or 0,
         )
 
     def _price(self, f: StepFeatures, cost: StepCost) -> None:

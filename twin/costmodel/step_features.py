@@ -39,6 +39,11 @@ class StepFeatures(NamedTuple):
     absorbed_width: int = 0  # the longest such extend's new tokens
     prefill_longest: int = 0  # the longest prefill chunk's sequence (cached + new tokens)
     gdn_depth: int = 0  # the most GDN chunks of one prefill chunk (its sequential pass)
+    # The keys the prefill chunks' new tokens read, each at most the model's ``index_topk``
+    # (a DeepSeek-sparse-attention model: sum of min(position, index_topk) over the new
+    # tokens, cached keys counted; SGLang's trtllm sparse MLA prefill reads that many,
+    # ``MlaPricing._dsa_sparse_module``); 0 without a top-k.
+    prefill_topk_keys: int = 0
 
 
 def aggregate_step(
@@ -49,16 +54,18 @@ def aggregate_step(
     chunk: int,
     g_chunk: int,
     absorb: int = 0,
+    topk: int = 0,
 ) -> StepFeatures:
     """The step's features: every kernel's FLOPs and bytes are functions of these sums.
 
     ``kinds``: the model's mixer counts; ``window``: its sliding window (0: none);
     ``chunk``, ``g_chunk``: the Mamba2 scan's and the GDN delta rule's chunk lengths
     (1 for a model without that kind); ``absorb``: prefill chunks of at most this many
-    new tokens are absorbed extends (:func:`split_absorbed`; 0: none).
+    new tokens are absorbed extends (:func:`split_absorbed`; 0: none); ``topk``: the
+    model's DSA ``index_topk`` (``prefill_topk_keys``; 0: none).
     """
     prefills, absorbed = split_absorbed(prefills, absorb)
-    sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk)
+    sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk, topk)
     n_dec = len(decodes)
     if n_dec and min(decodes) < 0:
         raise TwinError("a decode context must be >= 0")
@@ -77,12 +84,13 @@ def aggregate_spread(
     chunk: int,
     g_chunk: int,
     absorb: int = 0,
+    topk: int = 0,
 ) -> StepFeatures:
     """:func:`aggregate_step` with ``batch`` decodes whose contexts sum to ``context``,
     spread evenly (``divmod``: the first ``context % batch`` one token longer), in O(1)
     of the batch."""
     prefills, absorbed = split_absorbed(prefills, absorb)
-    sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk)
+    sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk, topk)
     base, extra = divmod(context, batch) if batch else (0, 0)
     if batch and base < 0:
         raise TwinError("a decode context must be >= 0")
@@ -151,11 +159,12 @@ def _prefill_sums(
     window: int,
     chunk: int,
     g_chunk: int,
-) -> tuple[int, int, int, int, int, int, int]:
-    """(tokens, keys, K/V rows, scan chunks, window keys, window rows, GDN chunks) of the
-    prefill chunks."""
+    topk: int = 0,
+) -> tuple[int, int, int, int, int, int, int, int]:
+    """(tokens, keys, K/V rows, scan chunks, window keys, window rows, GDN chunks, keys
+    capped at ``topk`` a token) of the prefill chunks."""
     full, swa = _full(kinds), "swa" in kinds
-    p_tok = p_keys = p_kv = chunks = s_keys = s_kv = g_chunks = 0
+    p_tok = p_keys = p_kv = chunks = s_keys = s_kv = g_chunks = t_keys = 0
     for n, c in prefills:
         if n <= 0 or c < 0:
             raise TwinError(f"a prefill chunk needs n_new >= 1 and n_cached >= 0 (got {(n, c)})")
@@ -166,14 +175,16 @@ def _prefill_sums(
         if swa:
             s_keys += keys_upto(c + n, window) - keys_upto(c, window)
             s_kv += min(c + n, window + n)
+        if topk:
+            t_keys += keys_upto(c + n, topk) - keys_upto(c, topk)
         chunks += -(-n // chunk)
         g_chunks += -(-n // g_chunk)
-    return p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks
+    return p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks, t_keys
 
 
 def _features(
     n_chunks: int,
-    sums: tuple[int, int, int, int, int, int, int],
+    sums: tuple[int, int, int, int, int, int, int, int],
     n_dec: int,
     d_keys: int,
     s_dec: int,
@@ -181,7 +192,7 @@ def _features(
     longest: int = 0,
     gdn_depth: int = 0,
 ) -> StepFeatures:
-    p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks = sums
+    p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks, t_keys = sums
     a_chunks, a_tok, a_keys, a_rows, a_width = absorbed
     return StepFeatures(
         tokens=p_tok + n_dec + a_tok,
@@ -205,4 +216,5 @@ def _features(
         absorbed_width=a_width,
         prefill_longest=longest,
         gdn_depth=gdn_depth,
+        prefill_topk_keys=t_keys,
     )

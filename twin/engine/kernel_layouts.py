@@ -17,7 +17,7 @@ import re
 
 from twin import precision as px
 from twin.costmodel.engine_kernels import HOPPER, SM100_EXACT
-from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
+from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout, SparseMlaModule
 from twin.costmodel.table_release import release_at_least, version_key
 from twin.model import ModelSpec
 
@@ -81,6 +81,84 @@ def sglang_gdn_in_proj_gemms(model: ModelSpec, build: str) -> int:
 SGLANG_DSA_INDEXER_PAIR_S = {"b200": 8.56e-12, "b300": 8.56e-12, "h200": 2.19e-11}
 
 
+# SGLang forces GLM-5's prefill onto sparse MLA on Blackwell: 0.5.9 ``server_args.py``
+# ``_handle_model_specific_adjustments`` sets ``SGLANG_NSA_FORCE_MLA`` for
+# ``GlmMoeDsaForCausalLM`` where ``is_blackwell_supported()`` ("disable MHA_ONE_SHOT"), and
+# ``layers/attention/nsa_backend.py`` ``set_nsa_prefill_impl`` then sets ``use_mha =
+# False`` for every batch, at every prompt length (below ``index_topk`` too; 0.5.10.post1
+# does the same through ``SGLANG_NSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD = 0``; the rows'
+# nightlies lie between). ``forward_extend`` runs then, by the prefill backend:
+# - ``--nsa-prefill-backend trtllm`` (InferenceMAX's GLM-5 fp8 B200/B300 scripts):
+#   ``_forward_trtllm``, FlashInfer's ``trtllm_batch_decode_with_kv_cache_mla(...,
+#   sparse_mla_top_k=index_topk)``, each new token a one-query row over its top-k list at
+#   the rank's heads, its ``seq_lens`` the token's position clipped to the top-k
+#   (``nsa_cache_seqlens_int32``);
+# - SGLang's default (``_set_default_nsa_backends``: ``flashmla_auto`` over the fp8 cache
+#   ``_set_default_nsa_kv_cache_dtype`` gives SM100; InferenceMAX's GLM-5 NVFP4 B200 script
+#   at d43805fc3 names none): ``set_nsa_prefill_impl`` picks ``flashmla_sparse`` while
+#   ``seq_lens_sum < extend_num_tokens * 512`` (always without a cached prefix), whose
+#   ``_forward_flashmla_sparse`` pads the rank's heads to 128 on SM100 and reads the
+#   chunk's own bf16 keys (``_cat([k, k_rope])``).
+# Priced from the measured module (``KernelLayout.nsa_sparse_module``, the form:
+# ``SparseMlaModule``), per (GPU, kernel), at 8 query heads a rank (GLM-5's 64 at tp 8, the
+# rows' layout; other head counts are not fitted and keep the dense price). Source:
+# aiconfigurator_core 0.12.0's SGLang 0.5.14 tables ``systems/data/<gpu>/sparse_attention/
+# sglang/0.5.14/dsa_context_module_perf.parquet``, op ``dsa_context_module_skip_indexer``
+# (kernel_source ``sglang_dsa_skip_indexer_<kernel>``: GLM-5.2's index-sharing layers, the
+# module with no indexer work; aiconfigurator ``collector/sglang/collect_mla_module.py``
+# times ``self_attn.forward`` eagerly, back to back), ``step`` 0 (no cached prefix, as the
+# rows' random prompts), 8 heads, batch 1/2/4 x isl 4k/8k/16k (every row there: six),
+# non-negative least squares; fit error at most 0.7% (trtllm) and 5.6% (flashmla_sparse):
+# - B200 trtllm: zai-org/GLM-5.2-FP8 (fp8 cache, fp8-block projections, as the fp8 rows);
+# - B300 trtllm: nvidia/GLM-5.2-NVFP4 (fp8 cache, bf16 projections; the table has no
+#   fp8-block GLM-5.2 row on B300: on B200 the bf16 set is 1.5-3% dearer);
+# - B200 / B300 flashmla_sparse: zai-org/GLM-5.2 / nvidia/GLM-5.2-NVFP4 (bf16 cache, bf16
+#   projections: GLM-5's NVFP4 checkpoint quantises only its experts).
+# The per-key rates (6.5-7.5e-11 s, ~576 bytes a key at 8 TB/s) agree across kernels and
+# GPUs; flashmla_sparse's per-token rate carries its 128 padded heads over every top-k slot.
+# The tables time SGLang 0.5.14; the 0.5.9 dispatch above is the rows' logic, the rates a
+# later release's kernels. No table row below 4k (0.5.14's collector runs dense there):
+# the 1k/2k price is the fit's extrapolation (B200 trtllm 0.164 / 0.321 ms a layer).
+# Derivation: benchmarks/results/glm5-sparse-s29/fit.py.txt (output fit.txt).
+SGLANG_DSA_FORCED_MLA_HEADS = 8
+SGLANG_DSA_SPARSE_MODULE = {
+    ("b200", "trtllm"): SparseMlaModule("trtllm", 8.661e-05, 3.768e-08, 7.483e-11),
+    ("b300", "trtllm"): SparseMlaModule("trtllm", 6.923e-05, 3.996e-08, 7.254e-11),
+    ("b200", "flashmla_sparse"): SparseMlaModule("flashmla_sparse", 0.0, 3.800e-07, 6.464e-11),
+    ("b300", "flashmla_sparse"): SparseMlaModule("flashmla_sparse", 0.0, 3.187e-07, 7.465e-11),
+}
+# The kernel SGLang's default ``flashmla_auto`` runs without a cached prefix (above).
+SGLANG_DSA_DEFAULT_PREFILL = "flashmla_sparse"
+
+
+def sglang_forced_sparse_module(
+    model: ModelSpec, tp: int, gpu: str, backend: str = ""
+) -> SparseMlaModule | None:
+    """The measured sparse-MLA prefill module SGLang runs ``model`` with on ``gpu`` at
+    ``tp`` GPUs under the prefill ``backend`` (``--nsa-prefill-backend``; "" or
+    ``flashmla_auto``: SGLang's default) where it forces sparse MLA (above: GLM-5 on a
+    Blackwell GPU of the table, 8 heads a rank); else None."""
+    if not (model.index_n_heads and model.index_topk) or not _named(model, "glm-5"):
+        return None
+    if tp <= 0 or model.n_heads != SGLANG_DSA_FORCED_MLA_HEADS * tp:
+        return None
+    if backend in ("", "flashmla_auto"):
+        backend = SGLANG_DSA_DEFAULT_PREFILL
+    return SGLANG_DSA_SPARSE_MODULE.get((gpu, backend))
+
+
+def with_nsa_prefill_backend(
+    layout: KernelLayout, model: ModelSpec, tp: int, gpu: str, backend: str
+) -> KernelLayout:
+    """``layout`` with the forced sparse-MLA module of the prefill ``backend`` the run's
+    ``--set nsa_prefill_backend`` names (:func:`sglang_forced_sparse_module`); unchanged
+    where the layout forces none or no flag is given."""
+    if layout.nsa_sparse_module is None or not backend:
+        return layout
+    module = sglang_forced_sparse_module(model, tp, gpu, backend)
+    return dataclasses.replace(layout, nsa_sparse_module=module)
+
+
 def sglang_kernel_layout(
     model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
@@ -88,15 +166,20 @@ def sglang_kernel_layout(
     prefill of a DeepSeek-sparse-attention model: every build that runs one, GLM-5's
     ``glm5-hopper`` image and the nightlies among them, has 0.5.9's NSA backend,
     ``twin.costmodel.mla_pricing.MlaPricing._mla_sparse_prefill``, and its indexer's
-    prefill logits on a ``gpu`` of :data:`SGLANG_DSA_INDEXER_PAIR_S`); the same on every
-    ``tp``, ``dp`` and ``ep``."""
+    prefill logits on a ``gpu`` of :data:`SGLANG_DSA_INDEXER_PAIR_S`; GLM-5's forced
+    sparse-MLA prefill module on Blackwell at SGLang's default prefill backend,
+    :func:`sglang_forced_sparse_module`, at ``tp`` GPUs); the same on every ``dp`` and
+    ``ep``."""
     gemms = sglang_gdn_in_proj_gemms(model, build)
     sparse = bool(model.index_n_heads and model.index_topk)
     if gemms == 1 and not sparse:
         return DEFAULT_LAYOUT
     pair_s = SGLANG_DSA_INDEXER_PAIR_S.get(gpu, 0.0) if sparse else 0.0
     return KernelLayout(
-        gdn_in_proj_gemms=gemms, nsa_sparse_prefill=sparse, nsa_indexer_pair_s=pair_s
+        gdn_in_proj_gemms=gemms,
+        nsa_sparse_prefill=sparse,
+        nsa_indexer_pair_s=pair_s,
+        nsa_sparse_module=sglang_forced_sparse_module(model, tp, gpu),
     )
 
 

@@ -353,6 +353,19 @@ def _sglang_page(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     out["page_size"] = _int("page_size", value)
 
 
+# --nsa-prefill-backend (0.5.9 / 0.5.10.post1 ``server_args.py`` NSA_CHOICES): the
+# DeepSeek-sparse-attention prefill kernel. Read by the kernel layout only
+# (``twin.engine.run.kernel_layout_of`` -> ``kernel_layouts.with_nsa_prefill_backend``:
+# GLM-5's forced sparse MLA on Blackwell); the others are refused (no measured module).
+# SGLang's default over an fp8 cache on Blackwell, ``flashmla_auto``, runs
+# ``flashmla_sparse`` without a cached prefix (``nsa_backend.py`` ``set_nsa_prefill_impl``).
+SGLANG_NSA_PREFILL_BACKENDS = ("flashmla_auto", "trtllm", "flashmla_sparse")
+
+
+def _sglang_nsa_prefill(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
+    _choice("nsa_prefill_backend", value, SGLANG_NSA_PREFILL_BACKENDS)
+
+
 def _sglang_schedule(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     # lpm: longest cached prefix first (python/sglang/srt/managers/schedule_policy.py,
     # SchedulePolicy.calc_priority); the other cache-aware orders (dfs-weight) and the
@@ -550,6 +563,7 @@ _SGLANG_COMMON = (
     "sglang_simulate_acc_len",
     "speculative_acceptance",
     "disaggregation_mode",
+    "nsa_prefill_backend",
 )
 
 # The releases modelled, newest first, read from the releases on PyPI (0.5.23's wheel,
@@ -686,6 +700,15 @@ SGLANG = EngineMode(
                 ),
             ),
             ("schedule_policy", Flag("fcfs or lpm", _sglang_schedule, "fcfs")),
+            (
+                "nsa_prefill_backend",
+                Flag(
+                    "flashmla_auto, trtllm or flashmla_sparse: GLM-5's forced sparse-MLA "
+                    "prefill kernel on Blackwell",
+                    _sglang_nsa_prefill,
+                    "flashmla_auto",
+                ),
+            ),
             (
                 "moe_a2a_backend",
                 Flag(

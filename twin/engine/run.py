@@ -39,7 +39,7 @@ from twin.engine.disagg import (
     write_timeline,
 )
 from twin.engine.fabric import kv_link
-from twin.engine.kernel_layouts import with_float32_matmul
+from twin.engine.kernel_layouts import with_float32_matmul, with_nsa_prefill_backend
 from twin.engine.mode_base import flag_name
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
@@ -641,6 +641,10 @@ def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> Kernel
     m, c = config.mode, config.cluster
     build = m.engine_build or m.kernel_tables or m.engine_release
     layout = get_mode(m.engine).layout_for(model, build, c.tp, c.dp_attention, c.ep, gpu)
+    # SGLang's --set nsa_prefill_backend (twin.engine.modes_sglang): the forced sparse-MLA
+    # prefill's kernel.
+    backend = m.engine_flags.get("nsa_prefill_backend", "")
+    layout = with_nsa_prefill_backend(layout, model, c.tp, gpu, backend)
     # vLLM's --set float32_matmul_precision (twin.engine.modes_vllm): TF32 for an fp32 GEMM.
     return with_float32_matmul(layout, m.engine_flags.get("float32_matmul_precision", ""))
 

@@ -273,29 +273,31 @@ def inferencemax_qwen35(row: SiliconRow) -> dict[str, str]:
 #   B200 fp8 recipe, read as such (``_GLM5_SAME_AS``).
 # Not modelled: ``--cuda-graph-max-bs $CONC`` (given a static memory fraction it sizes no
 # pool), ``--stream-interval 30`` (delays no first token; docs/decisions.md, helper
-# ``sgl-moe``), ``--attention-backend nsa --nsa-{prefill,decode}-backend trtllm`` (the
-# kernels: the twin prices the dense MHA prefill, ``costmodel.mla_features.
-# sparse_prefill_heads``; SGLang 0.5.9 ``server_args.py`` sets ``SGLANG_NSA_FORCE_MLA`` for
-# GLM-5 on Blackwell, so these rows prefill through sparse MLA: not priced, docs/
-# decisions.md, helper ``glm5-h200``), ``--moe-runner-backend
+# ``sgl-moe``), ``--attention-backend nsa --nsa-decode-backend trtllm`` (kernels),
+# ``--moe-runner-backend
 # flashinfer_trtllm`` and ``--enable-flashinfer-allreduce-fusion`` (kernels),
 # ``SGL_ENABLE_JIT_DEEPGEMM``, the tool-call and reasoning parsers.
+# Modelled: ``--nsa-prefill-backend trtllm`` of the fp8 B200 (and B300) scripts, the
+# kernel of GLM-5's forced sparse-MLA prefill on Blackwell (``twin.engine.kernel_layouts.
+# SGLANG_DSA_SPARSE_MODULE``; the NVFP4 script names none: SGLang's default).
 # (system, precision, release) -> (max_running_requests, mem_fraction_static,
-# chunked_prefill_size, max_prefill_tokens, disable_radix_cache); "c": the clients, None:
-# not given. Each with the highest clients its search space ran at tp 8.
+# chunked_prefill_size, max_prefill_tokens, disable_radix_cache, nsa_prefill_backend);
+# "c": the clients, None: not given. Each with the highest clients its search space ran
+# at tp 8.
 _GLM5_FLAGS = (
     "max_running_requests",
     "mem_fraction_static",
     "chunked_prefill_size",
     "max_prefill_tokens",
     "disable_radix_cache",
+    "nsa_prefill_backend",
 )
 INFERENCEMAX_GLM5_H200 = ("h200_sxm", "fp8", "glm5-hopper")
 _GLM5_B200_FP8 = ("b200_sxm", "fp8", "nightly-dev")
 _GLM5_SCRIPTS: dict[tuple[str, str, str], tuple[tuple[str | None, ...], int]] = {
-    INFERENCEMAX_GLM5_H200: ((None, "0.85", None, None, None), 64),
-    _GLM5_B200_FP8: (("c", "0.85", "32768", "32768", "true"), 128),
-    ("b200_sxm", "fp4", "nightly-dev"): (("c", "0.80", "131072", None, None), 64),
+    INFERENCEMAX_GLM5_H200: ((None, "0.85", None, None, None, None), 64),
+    _GLM5_B200_FP8: (("c", "0.85", "32768", "32768", "true", "trtllm"), 128),
+    ("b200_sxm", "fp4", "nightly-dev"): (("c", "0.80", "131072", None, None, None), 64),
 }
 _GLM5_SAME_AS = {("b300_sxm", "fp8", "nightly-dev"): _GLM5_B200_FP8}
 # The scripts above that name no ``--kv-cache-dtype`` (SGLang's ``auto``).
