@@ -19,7 +19,7 @@ from twin.atomic import OutputSet
 from twin.metrics import to_json
 from twin.reports.analysis import slo_text
 from twin.reports.render import CSS, HTML_FILE, MD_FILE, _html_table, _md_table
-from twin.slo import LABELS, Slo
+from twin.slo import Slo
 
 if TYPE_CHECKING:
     from twin.reports.plan_result import CandidateResult, PlanResult, Trial
@@ -89,7 +89,7 @@ def winner_sentence(p: PlanResult) -> str:
     t = w.trial(w.replicas)
     values = (
         ", ".join(
-            f"P{s.percentile} {LABELS[s.metric]} {_ms(t.values_ms.get(s.text))} ms"
+            f"{s.label} {_ms(t.values_ms.get(s.text))} ms"
             + (f" ({span} over {seeds_text(t.seeds)})" if (span := seed_span(t, s)) else "")
             for s in p.slos
         )
@@ -104,7 +104,7 @@ def winner_sentence(p: PlanResult) -> str:
 
 
 def _metric_head(s: Slo) -> str:
-    return f"P{s.percentile} {LABELS[s.metric]} (ms)"
+    return f"{s.label} (ms)"
 
 
 def _ttft_column(p: PlanResult) -> bool:
