@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from marconi_oracle import ORACLES, python_grid_scores, replay_grid, restore, window_score
 from test_policies_props import traces
+from token_seqs import chat_sessions
 
 from twin.cache import serve
 from twin.policies import policy_class
@@ -144,17 +145,7 @@ def test_oracle_equals_one_full_replay_per_alpha(trace, model_i, metric, tokens_
 def _sessions(seed: int, sessions: int = 24, turns: int = 5) -> list[tuple[np.ndarray, int]]:
     """Chat sessions behind two long system prompts (edges past the walk's blocks of 16
     tokens), interleaved, each turn extending the session's last full sequence."""
-    rng = np.random.default_rng(seed)
-    systems = [rng.integers(0, 40, int(rng.integers(30, 80))) for _ in range(2)]
-    history = {s: systems[s % 2] for s in range(sessions)}
-    requests = []
-    for _ in range(turns):
-        for s in rng.permutation(sessions):
-            prompt = np.r_[history[s], rng.integers(0, 40, int(rng.integers(1, 40)))]
-            full = np.r_[prompt, rng.integers(0, 40, int(rng.integers(1, 30)))].astype(np.int32)
-            history[s] = full
-            requests.append((full, len(prompt)))
-    return requests
+    return chat_sessions(seed, sessions, turns, 2, 40, (30, 80, 1, 40, 1, 30))
 
 
 @pytest.mark.parametrize("name", TUNED)

@@ -24,6 +24,7 @@ from marconi_oracle import (
     restore,
 )
 from test_policies_props import traces
+from token_seqs import chat_sessions
 
 from twin.cache import CacheSnapshot, PrefixCache, RequestCache
 from twin.errors import TwinError
@@ -139,17 +140,7 @@ def test_compiled_replay_from_a_snapshot(trace, warm, tokens, states, alpha, twi
 
 def _chat_like(seed: int, sessions: int = 40, turns: int = 6) -> list[tuple[np.ndarray, int]]:
     """Sessions behind three shared system prompts, interleaved, each turn extending the last."""
-    rng = np.random.default_rng(seed)
-    systems = [rng.integers(0, 50, int(rng.integers(20, 60))) for _ in range(3)]
-    history = {s: systems[s % 3] for s in range(sessions)}
-    requests = []
-    for _ in range(turns):
-        for s in rng.permutation(sessions):
-            prompt = np.r_[history[s], rng.integers(0, 50, int(rng.integers(1, 30)))]
-            full = np.r_[prompt, rng.integers(0, 50, int(rng.integers(1, 20)))].astype(np.int32)
-            history[s] = full
-            requests.append((full, len(prompt)))
-    return requests
+    return chat_sessions(seed, sessions, turns, 3, 50, (20, 60, 1, 30, 1, 20))
 
 
 @pytest.mark.parametrize(

@@ -24,3 +24,22 @@ def path_tokens(node) -> np.ndarray:
         parts.append(node.tokens)
         node = node.parent
     return np.concatenate(parts[::-1]) if parts else np.zeros(0, np.int32)
+
+
+def chat_sessions(
+    seed: int, sessions: int, turns: int, systems: int, vocab: int, lengths: tuple[int, ...]
+) -> list[tuple[np.ndarray, int]]:
+    """(full sequence, prompt length) of ``turns`` turns of ``sessions`` chat sessions behind
+    ``systems`` shared system prompts, interleaved, each turn extending the session's last
+    sequence; ids below ``vocab``, lengths from ``lengths``' [lo, hi) of system, user, reply."""
+    rng = np.random.default_rng(seed)
+    shared = [rng.integers(0, vocab, int(rng.integers(*lengths[:2]))) for _ in range(systems)]
+    history = {s: shared[s % systems] for s in range(sessions)}
+    requests = []
+    for _ in range(turns):
+        for s in rng.permutation(sessions):
+            prompt = np.r_[history[s], rng.integers(0, vocab, int(rng.integers(*lengths[2:4])))]
+            reply = rng.integers(0, vocab, int(rng.integers(*lengths[4:])))
+            history[s] = full = np.r_[prompt, reply].astype(np.int32)
+            requests.append((full, len(prompt)))
+    return requests

@@ -69,8 +69,13 @@ class Slo:
         """Whether a measured percentile meets the target (no value never does)."""
         return value_ms is not None and value_ms <= self.threshold_ms
 
+    @property
+    def label(self) -> str:
+        """``P95 TTFT``: the percentile and metric, without the threshold."""
+        return f"P{self.percentile} {LABELS[self.metric]}"
+
     def __str__(self) -> str:
-        return f"P{self.percentile} {LABELS[self.metric]} <= {self.threshold_ms:g} ms"
+        return f"{self.label} <= {self.threshold_ms:g} ms"
 
 
 def parse_slo(text: str, flag: str = "--slo") -> Slo:
@@ -99,7 +104,7 @@ def parse_slos(texts: Iterable[str], flag: str = "--slo") -> tuple[Slo, ...]:
         for seen in out:
             if (seen.metric, seen.percentile) == (slo.metric, slo.percentile):
                 raise TwinError(
-                    f"{flag} {text!r}: P{slo.percentile} {LABELS[slo.metric]} already has a "
+                    f"{flag} {text!r}: {slo.label} already has a "
                     f"target ({seen.text}); give each percentile once"
                 )
         out.append(slo)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from twin.errors import TwinError
 from twin.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -95,6 +96,24 @@ def evict_for(cache: Evicts[N], need: int) -> bool:
             return False
         cache.evict(victim)
     return True
+
+
+class Started:
+    """What the Python structures (radix tree, block pool, module store) start with."""
+
+    def start(self, model: ModelSpec, capacity_bytes: int) -> None:
+        """The model, a capacity of ``capacity_bytes`` (refused below 0), the model's SSM
+        checkpoint bytes, recency's clock (requests served in a replay, admitted in the
+        engine) and every counter of ``COUNTERS`` at 0."""
+        if capacity_bytes < 0:
+            raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
+        self.model = model
+        self.capacity = int(capacity_bytes)
+        self.ckpt_bytes = model.ssm_checkpoint_bytes
+        self.has_ssm = model.n_ssm_layers > 0
+        self.clock = 0
+        self.evictions = self.checkpoints_admitted = self.checkpoints_hit = 0
+        self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
 
 
 class TokenStateBytes:

@@ -31,7 +31,7 @@ from itertools import repeat
 
 import numpy as np
 
-from twin.cache.base import EvictHook, Hit, RequestPolicy
+from twin.cache.base import EvictHook, Hit, RequestPolicy, Started
 from twin.cache.block_keys import BlockKeys
 from twin.cache.block_segment import BlockRef, Segment
 from twin.cache.leaf_heap import LeafHeap
@@ -42,7 +42,7 @@ from twin.model import ModelSpec
 __all__ = ["BlockCache", "BlockRef", "Segment"]  # the pool's node types, where they were
 
 
-class BlockCache(ServesRequests):
+class BlockCache(Started, ServesRequests):
     """The block pool: same API as :class:`~twin.cache.prefix_cache.PrefixCache`.
 
     Nodes are :data:`BlockRef` pairs. The policy supplies admission; a hit refreshes
@@ -53,24 +53,14 @@ class BlockCache(ServesRequests):
     def __init__(
         self, model: ModelSpec, capacity_bytes: int, policy: RequestPolicy, block_size: int = 32
     ) -> None:
-        if capacity_bytes < 0:
-            raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
+        self.start(model, capacity_bytes)
         if type(block_size) is not int or block_size < 1:
             raise TwinError(f"block size must be a positive integer (got {block_size!r})")
-        self.model = model
-        self.capacity = int(capacity_bytes)
         self.block_size = block_size
         self.kv_per_token = model.kv_bytes_per_token
-        self.ckpt_bytes = model.ssm_checkpoint_bytes
-        self.has_ssm = model.n_ssm_layers > 0
         self.block_bytes = block_size * self.kv_per_token + self.ckpt_bytes
         self.blocks: dict[int, Segment] = {}
-        self.clock = 0
         self.next_nid = 1
-        self.evictions = 0
-        self.checkpoints_admitted = 0
-        self.checkpoints_hit = 0
-        self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
         self._lru: LeafHeap[Segment] = (
             LeafHeap()
         )  # segments whose tail is a leaf, by (tail stamp, tail id)

@@ -40,6 +40,7 @@ from twin.cache.base import (
     EvictHook,
     Hit,
     RequestPolicy,
+    Started,
     TokenStateBytes,
     evict_for,
 )
@@ -83,32 +84,22 @@ class ModulePolicy(RequestPolicy, ChoosesVictims[Module], Protocol):
     structure for it, so it is told of no module)."""
 
 
-class ModuleCache(TokenStateBytes, ServesRequests):
+class ModuleCache(Started, TokenStateBytes, ServesRequests):
     """Module id -> cached attention KV (and, at position 0, the recurrent state); bytes capped."""
 
     def __init__(
         self, model: ModelSpec, capacity_bytes: int, policy: ModulePolicy, storage: str = "gpu"
     ) -> None:
-        if capacity_bytes < 0:
-            raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
+        self.start(model, capacity_bytes)
         if storage not in STORAGES:
             raise TwinError(
                 f"module storage must be one of {', '.join(STORAGES)} (got {storage!r})"
             )
-        self.model = model
-        self.capacity = int(capacity_bytes)
         self.storage = storage
         self.kv_per_token = model.kv_bytes_per_token
-        self.ckpt_bytes = model.ssm_checkpoint_bytes
-        self.has_ssm = model.n_ssm_layers > 0
         self.modules: dict[int, Module] = {}
         self.kv_tokens = 0
         self.n_ckpts = 0
-        self.clock = 0
-        self.evictions = 0
-        self.checkpoints_admitted = 0
-        self.checkpoints_hit = 0
-        self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
         # What hits reused, for reports: modules, tokens, recurrent recompute, host copies.
         self.module_hits = 0
         self.reused_tokens = 0

@@ -42,38 +42,27 @@ from collections.abc import Sequence
 import numpy as np
 
 from twin.cache.admission_cost import AdmissionCost
-from twin.cache.base import EvictHook, Hit, TokenStateBytes, TreePolicy, evict_for
+from twin.cache.base import EvictHook, Hit, Started, TokenStateBytes, TreePolicy, evict_for
 from twin.cache.kinds import KindBytes
 from twin.cache.radix import Match, Node, RadixTree
 from twin.cache.requests import ServesRequests
 from twin.cache.tree_edits import TreeEdits, parent_of
-from twin.errors import TwinError
 from twin.model import ModelSpec
 
 
-class PrefixCache(TokenStateBytes, AdmissionCost, TreeEdits, ServesRequests):
+class PrefixCache(Started, TokenStateBytes, AdmissionCost, TreeEdits, ServesRequests):
     """Radix-tree prefix cache with byte accounting; decisions come from ``policy``."""
 
     def __init__(self, model: ModelSpec, capacity_bytes: int, policy: TreePolicy[Node]) -> None:
-        if capacity_bytes < 0:
-            raise TwinError(f"cache capacity must be >= 0 bytes (got {capacity_bytes})")
-        self.model = model
-        self.capacity = int(capacity_bytes)
+        self.start(model, capacity_bytes)
         self.kinds = KindBytes(model)
         self.kv_per_token = model.kv_bytes_per_token - self.kinds.swa_kv_per_token
         self.swa_per_token = self.kinds.swa_kv_per_token
-        self.ckpt_bytes = model.ssm_checkpoint_bytes
-        self.has_ssm = model.n_ssm_layers > 0
         self.tree = RadixTree()
         self.root = self.tree.root
         self.kv_tokens = 0
         self.swa_tokens = 0  # sliding-window KV tokens held: every node's tail
         self.n_ckpts = 0
-        self.clock = 0  # requests served (replay) or admitted (engine): recency's unit
-        self.evictions = 0
-        self.checkpoints_admitted = 0
-        self.checkpoints_hit = 0
-        self.peak_bytes = self.peak_kv_bytes = self.peak_ssm_bytes = 0
         # The last two matches (a request's prompt and its input + output) and the
         # tree's mutation count they were made at (:meth:`match`).
         self._memos: list[tuple[np.ndarray, Match, bytes]] = []  # (seq, match, its bytes)

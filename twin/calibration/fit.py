@@ -154,6 +154,15 @@ def relative_errors(
     return np.abs(predict_rows(kernel, params, peaks, rows) - y) / y
 
 
+def quantiles(rel_err: np.ndarray) -> tuple[float, float, float]:
+    """Median, P90 and max of relative errors."""
+    return (
+        float(np.median(rel_err)),
+        float(np.quantile(rel_err, 0.9)),
+        float(np.max(rel_err)),
+    )
+
+
 def split_holdout(
     n: int, share: float = HOLDOUT_SHARE, seed: int = 0
 ) -> tuple[list[int], list[int]]:
@@ -179,9 +188,7 @@ def fit_kernel(
     params = fit_params(kernel, train, peaks)
     med = mx = p90 = None
     if held:
-        err = relative_errors(kernel, params, peaks, held)
-        med, mx = float(np.median(err)), float(np.max(err))
-        p90 = float(np.quantile(err, 0.9))
+        med, p90, mx = quantiles(relative_errors(kernel, params, peaks, held))
     train_err = relative_errors(kernel, params, peaks, train)
     note = f"train median rel err {float(np.median(train_err)):.3f}"
     return KernelFit(
@@ -237,6 +244,7 @@ __all__ = [
     "fit_params",
     "pooled_heldout",
     "predict_rows",
+    "quantiles",
     "relative_errors",
     "split_holdout",
 ]

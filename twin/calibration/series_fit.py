@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from twin.calibration.fit import HOLDOUT_SHARE, predict_rows, split_holdout
+from twin.calibration.fit import HOLDOUT_SHARE, predict_rows, quantiles, split_holdout
 from twin.costmodel.profile import KernelFit
 from twin.costmodel.series_term import KNOTS, MAX_LOG_SCALE, SHAPE_FIELDS, SeriesTerm, series_key
 
@@ -74,15 +74,6 @@ def log_factors(term: SeriesTerm | None, rows: Sequence[dict[str, Any]]) -> np.n
     return out
 
 
-def quantiles(rel_err: np.ndarray) -> tuple[float, float, float]:
-    """Median, P90 and max of relative errors."""
-    return (
-        float(np.median(rel_err)),
-        float(np.quantile(rel_err, 0.9)),
-        float(np.max(rel_err)),
-    )
-
-
 def attach_series(
     fit: KernelFit,
     kernel: str,
@@ -111,4 +102,4 @@ def attach_series(
         fit.heldout_median_rel_err, fit.heldout_p90_rel_err, fit.heldout_max_rel_err = med, p90, mx
 
 
-__all__ = ["RIDGE", "attach_series", "fit_series", "log_factors", "quantiles", "row_key"]
+__all__ = ["RIDGE", "attach_series", "fit_series", "log_factors", "row_key"]

@@ -237,9 +237,10 @@ class DensePricing(ShardShapes):
         peak = mk.fp32_peak(self.profile) if precision == "fp32" else mk.tf32_peak(self.profile)
         return self._k["gemm"](flops * float(self.profile.peaks["flops"]) / peak, nbytes, weights)
 
-    def _proj(self, rows: float, k: float, n: float) -> float:
-        """A linear layer's GEMM at the model's precision."""
-        q = self._linear_q
+    def _proj(self, rows: float, k: float, n: float, expert: bool = False) -> float:
+        """A linear layer's GEMM at the model's precision (``expert``: at the experts'
+        format, the shared expert's)."""
+        q = self._expert_q if expert else self._linear_q
         if q is None:
             return self._gemm(rows, k, n)
         kernel, act, weight = q
@@ -526,7 +527,7 @@ class DensePricing(ShardShapes):
         if not self.shared_width or (self._moe_fit is not None and self._shared_fused):
             return 0.0, 0.0
         sw, d, e = self.shared_width, self.d_model, self.elem_bytes
-        gemm = self._expert_gemm(t, d, self.up_mats * sw) + self._expert_gemm(t, sw, d)
+        gemm = self._proj(t, d, self.up_mats * sw, True) + self._proj(t, sw, d, True)
         return gemm, self._k["elementwise"](0.0, e * ((self.up_mats + 1.0) * t * sw))
 
     def shared_expert_s(self, tokens: int) -> float:
@@ -547,14 +548,6 @@ class DensePricing(ShardShapes):
         if not align:
             return rows
         return max(rows, active * align)
-
-    def _expert_gemm(self, rows: float, k: float, n: float) -> float:
-        """A dense GEMM of the experts' format (the shared expert)."""
-        q = self._expert_q
-        if q is None:
-            return self._gemm(rows, k, n)
-        kernel, act, weight = q
-        return kernel(*ft.gemm_sums_at(rows, k, n, self.elem_bytes, act, weight))
 
     def _head(self, t: int, seqs: int, cost: StepCost | None) -> float:
         """Embedding gather, final norm and the LM head (one row per sequence)."""

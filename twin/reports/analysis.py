@@ -27,7 +27,7 @@ from twin.reports.verdicts import (
     verdict_of,
     worst_verdict,
 )
-from twin.slo import LABELS, Slo
+from twin.slo import Slo
 from twin.slo import parse_slo as parse_any_slo
 from twin.slo import parse_slos as parse_any_slos
 
@@ -321,12 +321,7 @@ def rate_label(rate: float | None) -> str:
 
 def _values(rec: Recommendation) -> str:
     """``P95 TTFT 13.0 ms, P95 TPOT 2.1 ms`` (``-`` for a missing value)."""
-    return ", ".join(f"{_label(s)} {'-' if v is None else f'{v:,.1f}'} ms" for s, v in rec.values)
-
-
-def _label(slo: Slo) -> str:
-    """``P95 TTFT``: the target's percentile and metric, without its threshold."""
-    return f"P{slo.percentile} {LABELS[slo.metric]}"
+    return ", ".join(f"{s.label} {'-' if v is None else f'{v:,.1f}'} ms" for s, v in rec.values)
 
 
 def _why_not(rec: Recommendation) -> str:
@@ -335,7 +330,7 @@ def _why_not(rec: Recommendation) -> str:
     if rec.target is not None:
         value = dict(rec.values).get(rec.target)
         shown = "no value" if value is None else f"{value:,.1f} ms"
-        text = f"{_label(rec.target)} {shown} {where}"
+        text = f"{rec.target.label} {shown} {where}"
         if rec.verdict != STABLE:
             text += f", {rec.verdict}"
         return text
@@ -402,7 +397,7 @@ def verdict(recs: list[Recommendation], slos: Slo | Sequence[Slo]) -> list[str]:
         )
         if best.target is not None and best.headroom is not None:
             if len(targets) > 1:
-                text += f"; {_label(best.target)} binds, {best.headroom:.0%} under its target."
+                text += f"; {best.target.label} binds, {best.headroom:.0%} under its target."
             else:
                 text += f", {best.headroom:.0%} under the target."
         else:

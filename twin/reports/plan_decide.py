@@ -132,9 +132,7 @@ def _ms_text(v: float | None) -> str:
 
 
 def _values(t: Trial) -> str:
-    shown = ", ".join(
-        f"{k}: {'-' if v is None else f'{v:,.3g} ms'}" for k, v in t.values_ms.items()
-    )
+    shown = ", ".join(f"{k}: {_ms_text(v)}" for k, v in t.values_ms.items())
     return f"{shown}; steady state {t.verdict}"
 
 

@@ -19,10 +19,10 @@ from twin.atomic import OutputSet
 from twin.metrics import to_json
 from twin.reports.analysis import slo_text
 from twin.reports.render import CSS, HTML_FILE, MD_FILE, _html_table, _md_table
-from twin.slo import LABELS, Slo
+from twin.slo import Slo
 
 if TYPE_CHECKING:
-    from twin.reports.plan_result import CandidateResult, PlanResult, Trial
+    from twin.reports.plan_result import Candidate, CandidateResult, PlanResult, Trial
 
 FIGURE = "fig-frontier"
 FIGURE_CAPTION = (
@@ -89,7 +89,7 @@ def winner_sentence(p: PlanResult) -> str:
     t = w.trial(w.replicas)
     values = (
         ", ".join(
-            f"P{s.percentile} {LABELS[s.metric]} {_ms(t.values_ms.get(s.text))} ms"
+            f"{s.label} {_ms(t.values_ms.get(s.text))} ms"
             + (f" ({span} over {seeds_text(t.seeds)})" if (span := seed_span(t, s)) else "")
             for s in p.slos
         )
@@ -104,7 +104,7 @@ def winner_sentence(p: PlanResult) -> str:
 
 
 def _metric_head(s: Slo) -> str:
-    return f"P{s.percentile} {LABELS[s.metric]} (ms)"
+    return f"{s.label} (ms)"
 
 
 def _ttft_column(p: PlanResult) -> bool:
@@ -157,56 +157,59 @@ def _routed(p: PlanResult) -> bool:
     return len(p.routers) > 1
 
 
+def _head(p: PlanResult, *rest: str) -> list[str]:
+    """A candidates table's columns: the candidate, its router (``_routed``), ``rest``."""
+    return ["candidate", *["router"] * _routed(p), *rest]
+
+
+def _cells(p: PlanResult, c: Candidate, *rest: str) -> list[str]:
+    """A row of a table headed by :func:`_head`: ``c``'s label (and router), ``rest``."""
+    return [c.label, *[c.router] * _routed(p), *rest]
+
+
 def _runner_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["candidate", *["router"] * _routed(p), "outcome", "replicas", "GPUs", "$/hour"]
-    head += ["P95 TTFT (ms)", "why"]
+    head = _head(p, "outcome", "replicas", "GPUs", "$/hour", "P95 TTFT (ms)", "why")
     rows = []
     for c in _others(p):
         t = c.trial(c.replicas)
         rows.append(
-            [
-                c.candidate.label,
-                *[c.candidate.router] * _routed(p),
+            _cells(
+                p,
+                c.candidate,
                 c.outcome,
                 "-" if c.replicas is None else str(c.replicas),
                 "-" if c.gpus is None else str(c.gpus),
                 _money(c.usd_per_hour),
                 _ms(t.ttft_p95_ms) if t else "-",
                 c.reason or "-",
-            ]
+            )
         )
     return head, rows
 
 
 def _frontier_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["candidate", *["router"] * _routed(p), "replicas", "GPUs", "$/hour", "P95 TTFT (ms)"]
+    head = _head(p, "replicas", "GPUs", "$/hour", "P95 TTFT (ms)")
     rows = [
-        [
-            f.candidate.label,
-            *[f.candidate.router] * _routed(p),
-            str(f.replicas),
-            str(f.gpus),
-            _money(f.usd_per_hour),
-            _ms(f.ttft_p95_ms),
-        ]
+        _cells(
+            p, f.candidate, str(f.replicas), str(f.gpus), _money(f.usd_per_hour), _ms(f.ttft_p95_ms)
+        )
         for f in p.frontier()
     ]
     return head, rows
 
 
 def _throughput_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["candidate", *["router"] * _routed(p), "replicas", "GPUs", "$/hour"]
-    head += ["output tokens/s", "per GPU"]
+    head = _head(p, "replicas", "GPUs", "$/hour", "output tokens/s", "per GPU")
     rows = [
-        [
-            f.candidate.label,
-            *[f.candidate.router] * _routed(p),
+        _cells(
+            p,
+            f.candidate,
             str(f.replicas),
             str(f.gpus),
             _money(f.usd_per_hour),
             f"{f.output_tokens_per_s:,.1f}",
             f"{f.tokens_per_s_per_gpu:,.1f}",
-        ]
+        )
         for f in p.frontier_throughput()
         if f.output_tokens_per_s is not None and f.tokens_per_s_per_gpu is not None
     ]
@@ -221,15 +224,15 @@ def _commands(p: PlanResult) -> list[str]:
 
 
 def _point_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
-    head = ["candidate", *["router"] * _routed(p), "replicas", "GPUs", "$/hour", "meets"]
-    head += ["steady state", *(_metric_head(s) for s in p.slos)]
+    head = _head(p, "replicas", "GPUs", "$/hour", "meets", "steady state")
+    head += [_metric_head(s) for s in p.slos]
     rows = []
     for c in p.candidates:
         for t in sorted(c.trials, key=lambda t: t.replicas):
             rows.append(
-                [
-                    c.candidate.label,
-                    *[c.candidate.router] * _routed(p),
+                _cells(
+                    p,
+                    c.candidate,
                     str(t.replicas),
                     str(t.replicas * c.candidate.gpus_per_replica),
                     _money(c.cost(t.replicas)),
@@ -240,7 +243,7 @@ def _point_rows(p: PlanResult) -> tuple[list[str], list[list[str]]]:
                         + (f" ({span})" if (span := seed_span(t, s)) else "")
                         for s in p.slos
                     ),
-                ]
+                )
             )
     return head, rows
 
