@@ -372,8 +372,8 @@ def test_a_fit_written_before_the_l2_term_reads_its_rows_from_hbm() -> None:
     from twin.calibration.aic_moe import reads_replay_l2
 
     shipped = resolve_profile("h100", None, "vllm").kernels["moe"]
-    assert not reads_replay_l2(shipped.params)  # the shipped fits predate the term
-    assert reads_replay_l2({**shipped.params, "c_l2_bytes": 1e-13})
+    assert reads_replay_l2(shipped.params)  # regenerated with the term (session 29)
+    assert not reads_replay_l2({**shipped.params, "c_l2_bytes": 0.0})  # a fit from before
     (old,) = moe_rows(system_dir("h100", DATA), "vllm", replay_l2=False)
     (new,) = moe_rows(system_dir("h100", DATA), "vllm")
     assert all(r["l2_bytes"] == 0.0 for r in old.rows)
@@ -436,8 +436,9 @@ def test_the_vllm_collectors_rank_0_holds_token_0s_first_expert() -> None:
 
 
 # The profiles whose fused-MoE families were regenerated with the L2 and large-M terms
-# (docs/decisions.md, helper moe-regen, session 28): the GPUs without rows in the serving
-# sample. TensorRT-LLM's ``moe_mxfp4_mxfp8`` was kept as shipped (another helper's).
+# (docs/decisions.md: helper moe-regen, session 28, the GPUs without rows in the serving
+# sample; the lead, session 29, the serving GPUs): every profile with a fused-MoE fit.
+# GB300 TensorRT-LLM's ``moe_mxfp4_mxfp8`` was kept as shipped (another helper's, s28).
 REGENERATED = (
     "a100-80gb-sglang",
     "l40s-sglang",
@@ -449,6 +450,18 @@ REGENERATED = (
     "gb300-sglang",
     "gb300-trtllm",
     "gb300-vllm",
+    *(
+        f"{gpu}-{engine}"
+        for gpu in ("h100", "h200", "b200", "b300", "gb200")
+        for engine in ("sglang", "trtllm", "vllm")
+    ),
+)
+SGLANG_TRITON_PROFILES = (
+    "a100-80gb-sglang",
+    "l40s-sglang",
+    "rtx-pro-6000-sglang",
+    "h100-sglang",
+    "h200-sglang",
 )
 
 
@@ -459,7 +472,8 @@ def test_regenerated_moe_fits_keep_the_l2_and_large_m_terms(name: str) -> None:
     from twin.costmodel.profile_store import PROFILES_DIR
 
     raw = json.loads((PROFILES_DIR / f"{name}.json").read_text())["kernels"]
-    fams = {k: f for k, f in raw.items() if k.startswith("moe") and k != "moe_mxfp4_mxfp8"}
+    kept = "moe_mxfp4_mxfp8" if name == "gb300-trtllm" else ""
+    fams = {k: f for k, f in raw.items() if k.startswith("moe") and k != kept}
     assert fams
     for kernel, fit in fams.items():
         # written in the current form (not upgraded on load) and read with the replays' L2
@@ -468,4 +482,4 @@ def test_regenerated_moe_fits_keep_the_l2_and_large_m_terms(name: str) -> None:
     sglang_triton = fams["moe"]["provenance"]["kernel_source"] == ft.SGLANG_TRITON_SOURCE
     if sglang_triton:  # the large-M config's rate fitted, well above the fit's floor
         assert fams["moe"]["params"]["c_large_m_weights"] > 1e-13
-    assert sglang_triton == (name in ("a100-80gb-sglang", "l40s-sglang", "rtx-pro-6000-sglang"))
+    assert sglang_triton == (name in SGLANG_TRITON_PROFILES)
