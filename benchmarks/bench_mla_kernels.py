@@ -94,17 +94,23 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     self-interpolation floor (needs ``aiconfigurator-core``)."""
     from twin.calibration import aic_tables as at
     from twin.calibration.aic_import import split_impossible
-    from twin.calibration.aic_mla import mla_rows
+    from twin.calibration.aic_mla import mla_rows, module_rows
     from twin.calibration.fit import predict_rows, split_holdout
     from twin.hardware import get_gpu
 
     gpu, engine = name.rsplit("-", 1)
     sms = get_gpu(gpu).sm_count or 0
     out: dict[str, dict[str, Any]] = {}
-    for fam in mla_rows(at.system_dir(gpu), engine):
+    system = at.system_dir(gpu)
+    # A decode-module fit without the replays' L2 term (``c_l2_bytes`` 0: written before
+    # it) reads its rows as it was fitted, every byte from HBM.
+    unread = {f.kernel: f for f in module_rows(system, engine, replay_l2=False)}
+    for fam in mla_rows(system, engine):
         fit: KernelFit | None = prof.kernels.get(fam.kernel)
         if fit is None or fam.kernel in out:
             continue
+        if fit.params.get("c_l2_bytes", 1.0) == 0 and fam.kernel.startswith("mla_module_decode"):
+            fam = unread.get(fam.kernel, fam)
         ok, _ = split_impossible(fam.kernel, fam.rows, prof.peaks)
         y = np.array([float(r["median_s"]) for r in ok])
         # A floor-bounded fit (``calibration.module_floor``) is judged as fitted, before its

@@ -69,6 +69,9 @@ from twin.costmodel.mla_features import (
     mla_prefill_sums,
     mla_prefill_waves,
     module_decode_features,
+    module_decode_launch,
+    module_decode_rule,
+    module_replay_l2,
 )
 from twin.costmodel.table_release import pick_version
 from twin.errors import TwinError
@@ -140,11 +143,12 @@ def _module_row(
     phase: str,
     operands: tuple[float, float],
     kv_e: int,
-    gpu: tuple[str, int],
+    gpu: tuple[str, int, float | None],
 ) -> dict[str, Any]:
-    """One module row; ``gpu`` the table's GPU and its SMs (a decode row's attention
+    """One module row; ``gpu`` the table's GPU, its SMs (a decode row's attention
     launch: ``mla_features.module_decode_features``, its rule from the row's
-    ``kernel_source``)."""
+    ``kernel_source``) and its L2 (the working set the replays keep there:
+    ``mla_features.module_replay_l2``)."""
     b, h = int(r["batch_size"]), int(r["num_heads"])
     dm = dims(h)
     act_e, w_e = operands
@@ -157,10 +161,12 @@ def _module_row(
         shape = {"b": b, "s": s, "h": h}
     else:
         keys = int(r["step"])  # the module tables' step counts the new token
-        module = mla_module_decode_sums(dm, b, b * keys, ELEM_BYTES, act_e, w_e, kv_e)
-        rule = decode_rule(gpu[0], str(r.get("kernel_source", "")), kv_e)
-        launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, gpu[1])
-        sums = module_decode_features(module, launch)
+        module, l2 = module_replay_l2(
+            mla_module_decode_sums(dm, b, b * keys, ELEM_BYTES, act_e, w_e, kv_e), gpu[2]
+        )
+        rule = module_decode_rule(gpu[0], str(r.get("kernel_source", "")), kv_e)
+        launch = module_decode_launch(rule, b, b * keys, 1, dm, kv_e, gpu[1])
+        sums = module_decode_features(module, launch, l2)
         shape = {"b": b, "c": keys - 1, "h": h}
     flops, nbytes, *features = sums
     extras = dict(zip(fm.get_formula(kernel).features, features, strict=True))
@@ -222,17 +228,26 @@ def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[F
     return families
 
 
-def _gpu(system: Path) -> tuple[str, int]:
-    """The twin GPU of ``system`` and its SMs (a module row's decode launch; no GPU or no
-    SM count: no launch read, ``mla_features.mla_decode_launch``)."""
+def _gpu(system: Path) -> tuple[str, int, float | None]:
+    """The twin GPU of ``system``, its SMs (a module row's decode launch; no GPU or no
+    SM count: no launch read, ``mla_features.mla_decode_launch``) and its L2 (None:
+    nothing resident, ``mla_features.module_replay_l2``)."""
     gpu = system_gpu(system)
-    return (gpu, get_gpu(gpu).sm_count or 0) if gpu is not None else ("", 0)
+    if gpu is None:
+        return ("", 0, None)
+    return (gpu, get_gpu(gpu).sm_count or 0, system_l2(system))
 
 
-def module_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
-    """``mla_module_<phase>[_<gemm>][_fp8kv]`` from the module tables."""
+def module_rows(
+    system: Path, engine: str, release: str | None = None, replay_l2: bool = True
+) -> list[FamilyRows]:
+    """``mla_module_<phase>[_<gemm>][_fp8kv]`` from the module tables; ``replay_l2``
+    False: no row's working set read from L2 (``mla_features.module_replay_l2``), as a
+    decode-module fit written before that term was fitted (a bench pricing it)."""
     families = []
     gpu = _gpu(system)
+    if not replay_l2:
+        gpu = (*gpu[:2], None)
     for phase, name in (("prefill", "context"), ("decode", "generation")):
         table_name = f"mla_{name}_module_perf.parquet"
         version = release_version(system / "mla" / engine, table_name, release)

@@ -258,6 +258,13 @@ MLA_DECODE_SERIAL = ("kv_repeat", "partials", "critical_keys")
 # the older form reads with zero launch coefficients: the same prices.
 MLA_MODULE_EXTRAS = ("tiles", "seq_keys")
 MLA_MODULE_DECODE_EXTRAS = (*MLA_MODULE_EXTRAS, *MLA_DECODE_LAUNCH)
+# The decode module's working set read from L2 across the tables' CUDA-graph replays
+# (``mla_features.module_replay_l2``: the whole module's bytes, weights, activations and
+# KV, within ``features.REPLAY_L2_SHARE`` of L2), on the compute side, its HBM bytes then
+# zero; a serving step reads from HBM (zero). A module fit without it reads with
+# ``c_l2_bytes`` 0 (``profile._upgrade``): the same prices. Not read by the prefill
+# modules: on their fit rows it measured worse (docs/decisions.md, helper ``mla-module``).
+MLA_MODULE_REPLAY = ("l2_bytes",)
 MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
 MLA_MODULE_BASE = "gemms_roofline"
 # The absorbed BMMs' compute-side features (``mla_features.mla_bmm_features``): the output
@@ -538,7 +545,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 ("prefill", MLA_MODULE_EXTRAS, MLA_MODULE_SERIAL, ""),
                 (
                     "decode",
-                    MLA_MODULE_DECODE_EXTRAS,
+                    (*MLA_MODULE_DECODE_EXTRAS, *MLA_MODULE_REPLAY),
                     MLA_MODULE_DECODE_SERIAL,
                     "; its attention kernel's launch as ``mla_decode``'s "
                     "(``mla_features.module_decode_features``)",
@@ -700,6 +707,7 @@ __all__ = [
     "MLA_MODULE_DECODE_SERIAL",
     "MLA_MODULE_EXTRAS",
     "MLA_MODULE_GEMMS",
+    "MLA_MODULE_REPLAY",
     "MLA_MODULE_SERIAL",
     "MLA_PREFILL_SERIAL",
     "MLA_VARIANTS",

@@ -628,20 +628,118 @@ def mla_module_absorbed_sums(
     return module_attention_split(gf + pf + of, gb + pb + ob, attention, kv_bytes, padded)
 
 
-def module_decode_features(module: ModuleSums, launch: LaunchSums) -> tuple[Sums, ...]:
+# vLLM's ``TRITON_MLA`` decode backend (the L40S / RTX PRO 6000 module tables'
+# ``kernel_source``; vllm 0.24.0 wheel from PyPI, the tables' release):
+# ``vllm/v1/attention/backends/mla/triton_mla.py`` ``TritonMLAImpl.forward_mqa`` splits each
+# sequence's keys over ``num_kv_splits = min(next_power_of_2(max(1, max_seq_len // 512)),
+# 2 x SMs)`` and calls ``vllm/v1/attention/ops/triton_decode_attention.py``
+# ``decode_attention_fwd``: for the grouped heads of MLA's one latent head
+# ``_decode_grouped_att_m_fwd``'s grid ``(batch, cdiv(heads, min(16, heads)), splits)``
+# (``BLOCK_H`` 16, every program over ``cdiv(seq_len, splits)`` keys), then
+# ``_decode_softmax_reducev_fwd``'s grid ``(batch, heads)``, each looping over every split's
+# 512-wide partial. One head on the rank (``kv_group_num == 1``) runs
+# ``decode_attention_fwd_normal`` over the same grid. Not SGLang's rule (``TRITON_SOURCE``:
+# an SM- and batch-dependent split count, a fixed grid of ``MAX_KV_SPLITS``).
+VLLM_TRITON_MLA_SOURCE = "TRITON_MLA"
+VLLM_TRITON_MIN_WORK_PER_SPLIT = 512  # ``min_work_per_split``
+VLLM_TRITON_OCCUPANCY = 2  # ``occupancy_multiplier``: at most 2 x SMs splits
+
+
+def vllm_triton_num_kv_splits(keys: int, sms: int) -> int:
+    """The splits vLLM's ``TRITON_MLA`` gives sequences of ``keys`` keys on ``sms`` SMs."""
+    ideal = max(1, keys // VLLM_TRITON_MIN_WORK_PER_SPLIT)
+    return min(1 << (ideal - 1).bit_length(), VLLM_TRITON_OCCUPANCY * sms)
+
+
+def module_decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
+    """The decode module's attention rule: ``"vllm_triton"`` for vLLM's ``TRITON_MLA``
+    (``VLLM_TRITON_MLA_SOURCE``), else the attention kernels' (:func:`decode_rule`)."""
+    if kernel_source == VLLM_TRITON_MLA_SOURCE:
+        return "vllm_triton"
+    return decode_rule(gpu, kernel_source, kv_e)
+
+
+def module_decode_launch(
+    rule: str | None,
+    sequences: int,
+    kv_rows: int,
+    width: int,
+    dims: MlaDims,
+    kv_e: float,
+    sms: int,
+) -> LaunchSums:
+    """The decode module's attention launch (``LaunchSums``; :func:`mla_decode_launch`'s
+    arguments, ``rule`` from :func:`module_decode_rule`). vLLM's ``TRITON_MLA``
+    (``VLLM_TRITON_MLA_SOURCE``): the grid's programs, their waves over the SMs, the
+    latent bytes each further 16-head block reads again, the reduction's partials (each
+    head's 512-wide partial of every split) and a split's keys times the waves. NVIDIA's
+    L40S vLLM module table, bf16, fit rows (median / P90): 7.8 / 34.4% -> 4.9 / 29.3% with
+    it (docs/decisions.md, issue 34, helper ``mla-module``). Other rules:
+    :func:`mla_decode_launch`."""
+    if rule != "vllm_triton":
+        return mla_decode_launch(rule, sequences, kv_rows, width, dims, kv_e, sms)
+    if sequences <= 0 or not sms:
+        return NO_LAUNCH
+    seqs = int(sequences)
+    keys = max(1, _cdiv(int(kv_rows), seqs))
+    rows = dims.heads * width
+    splits = vllm_triton_num_kv_splits(keys, sms)
+    blocks = _cdiv(rows, min(TRITON_DECODE_BLOCK_H, rows))
+    waves = _cdiv(seqs * blocks * splits, sms)
+    latent = kv_e * float(dims.kv_lora + dims.rope)
+    return (
+        float(seqs * blocks * splits),
+        float(waves),
+        latent * kv_rows * (blocks - 1),
+        float(seqs * rows * splits * dims.kv_lora),
+        float(_cdiv(keys, splits) * waves),
+    )
+
+
+def module_replay_l2(module: ModuleSums, l2_bytes: float | None) -> tuple[ModuleSums, Sums]:
+    """The module's sums (``ModuleSums``) with the bytes NVIDIA's module tables read from
+    L2, and those L2 bytes (``formulas.MLA_MODULE_REPLAY``): where the whole module's
+    working set (its GEMMs' weights and activations, the attention's query/output traffic
+    and KV stream) fits in ``features.REPLAY_L2_SHARE`` of an L2 of ``l2_bytes``, all of it
+    is read from L2 (its HBM bytes and KV stream zero); else nothing. ``l2_bytes`` None:
+    nothing resident (a serving step: a layer's weights were last read a whole forward
+    pass earlier).
+
+    The module collectors time the module forward captured in a CUDA graph and replayed
+    on the same buffers (ai-dynamo/aiconfigurator 095f58a51,
+    ``collector/vllm/collect_mla_module.py``: ``benchmark_with_power(...,
+    use_cuda_graph=True)`` for MLA generation and context; ``collector/helper.py``), so a
+    working set that fits stays in L2 from one replay to the next, as for the BMMs and
+    the fused MoE (``features.replay_resident``). The tables step where it stops fitting:
+    vLLM 0.24.0's L40S decode module (96 MB L2), one sequence, 2 cached tokens: 96 us at
+    16 heads (73 MB of bf16 weights) and 201 us at 32 (116 MB), where the HBM bytes alone
+    say 85 and 134 us; a fit without the term priced the 16-head series 20-40% high and
+    the 32-head one low."""
+    flops, nbytes, tiles, seq, kv_bytes, attn_flops = module
+    resident = replay_resident(nbytes + kv_bytes, l2_bytes)
+    kept = 1 - resident
+    return (flops, nbytes * kept, tiles, seq, kv_bytes * kept, attn_flops), (
+        nbytes + kv_bytes
+    ) * resident
+
+
+def module_decode_features(
+    module: ModuleSums, launch: LaunchSums, l2: Sums = 0.0
+) -> tuple[Sums, ...]:
     """The ``mla_module_decode`` families' arguments in their formula's order
-    (``formulas.MLA_MODULE_DECODE_EXTRAS`` / ``MLA_MODULE_DECODE_SERIAL``): the module's
-    sums (:func:`mla_module_absorbed_sums`) with its attention kernel's launch
+    (``formulas.MLA_MODULE_DECODE_EXTRAS``, ``MLA_MODULE_REPLAY``, ``MLA_MODULE_DECODE_SERIAL``):
+    the module's sums (:func:`mla_module_absorbed_sums`) with its attention kernel's launch
     (:func:`mla_decode_launch`) beside them. The module runs the same decode kernel as the
-    ``mla_decode`` families, so its CTAs and waves sit on the compute side and its re-read
-    keys, split partials and critical path after the smooth maximum, as there (NVIDIA's
-    B200 TensorRT-LLM module table, bf16: the 32-head long-context series, the
-    low-latency kernel's two CTAs a sequence each reading every key, 30-40% above a fit
-    without them; docs/decisions.md, issue 34, helper ``kernels``)."""
+    ``mla_decode`` families, so its CTAs and waves sit on the compute side and its re-read keys,
+    split partials and critical path after the smooth maximum, as there (NVIDIA's B200 TensorRT-LLM
+    module table, bf16: the 32-head long-context series, the low-latency kernel's two CTAs a
+    sequence each reading every key, 30-40% above a fit without them; docs/decisions.md, issue 34,
+    helper ``kernels``). ``l2``: a table row's bytes read from L2 (:func:`module_replay_l2`; zero
+    for a serving step), on the compute side after the launch's (``formulas.MLA_MODULE_REPLAY``)."""
     flops, nbytes, tiles, seq, kv_bytes, attn_flops = module
     ctas, waves, repeat, partials, critical = launch
     return (
-        *(flops, nbytes, tiles, seq, ctas, waves),
+        *(flops, nbytes, tiles, seq, ctas, waves, l2),
         *(kv_bytes, attn_flops, repeat, partials, critical),
     )
 
@@ -660,6 +758,9 @@ __all__ = [
     "TRTLLM_GEN_GPUS",
     "TRTLLM_GEN_SOURCES",
     "TRTLLM_MLA_SOURCE",
+    "VLLM_TRITON_MIN_WORK_PER_SPLIT",
+    "VLLM_TRITON_MLA_SOURCE",
+    "VLLM_TRITON_OCCUPANCY",
     "LaunchSums",
     "MlaDims",
     "MlaGenLaunch",
@@ -682,7 +783,11 @@ __all__ = [
     "mla_projection_sums",
     "module_attention_split",
     "module_decode_features",
+    "module_decode_launch",
+    "module_decode_rule",
+    "module_replay_l2",
     "triton_max_kv_splits",
     "triton_num_kv_splits",
     "trtllm_gen_launch",
+    "vllm_triton_num_kv_splits",
 ]

@@ -92,7 +92,7 @@ class MlaPricing(ShardShapes):
         # The decode module's attention launch: the rule of the kernel its table timed, at
         # the KV stream its fit's features read (``mla_features.module_decode_features``).
         stream = self.priced.mla_kv_elem_bytes[1] * self.priced.mla_module_kv_share
-        self._module_rule = self._decode_rule("mla_module_decode", stream)
+        self._module_rule = self._decode_rule("mla_module_decode", stream, mf.module_decode_rule)
         if "mla_module_prefill" in self._mla:
             self.mla_modes = ("module", "module")
         else:
@@ -116,14 +116,20 @@ class MlaPricing(ShardShapes):
         self._mla_bmm_bytes = self.priced.mla_bmm_bytes
         self._mla_gemm_bytes = self.priced.mla_gemm_bytes
 
-    def _decode_rule(self, family: str, kv_e: float) -> str | None:
-        """The split rule (``mla_features.decode_rule``) of the kernel ``family``'s fit's
-        table timed, at ``kv_e`` bytes a latent element; None without that fit."""
+    def _decode_rule(
+        self,
+        family: str,
+        kv_e: float,
+        rule: Callable[[str, str, float], str | None] = mf.decode_rule,
+    ) -> str | None:
+        """The split rule (``rule``: ``mla_features.decode_rule``, or the decode module's
+        ``module_decode_rule``) of the kernel ``family``'s fit's table timed, at ``kv_e``
+        bytes a latent element; None without that fit."""
         key = self.priced.keys.get(family)
         if key is None:
             return None
         fit = self.profile.kernels[key]
-        return mf.decode_rule(self.profile.gpu, str(fit.provenance.get("kernel_source", "")), kv_e)
+        return rule(self.profile.gpu, str(fit.provenance.get("kernel_source", "")), kv_e)
 
     def _decode_block(self, family: str, kv_e: float) -> int | None:
         """The query-row block (``mla_features.decode_block_rows``) of the kernel
@@ -357,7 +363,7 @@ class MlaPricing(ShardShapes):
                 d, batch, rows, keys, kv, width, e, act_e, w_e, stream
             )
             sms = self._mla_sms or 0
-            launch = mf.mla_decode_launch(self._module_rule, batch, kv, width, d, stream, sms)
+            launch = mf.module_decode_launch(self._module_rule, batch, kv, width, d, stream, sms)
             price = self._mla["mla_module_decode"](*mf.module_decode_features(module, launch))
             return [("mla", "mla_module", price)]
         bmms = self._absorbed_bmms(rows)
