@@ -266,6 +266,11 @@ MLA_MODULE_BASE = "gemms_roofline"
 # the formula has a name of its own (a ``roofline+weight_elems`` fit is refused by name).
 MLA_BMM_EXTRAS = ("waves", "l2_bytes")
 MLA_BMM_BASE = "hbm_roofline"
+# The absorbed BMMs' serial feature: the steps of the activation's quantisation kernel
+# where the table times one with a serial token loop (``mla_features.bmm_quant_steps``:
+# TensorRT-LLM's fp8 BMM on SM120); zero elsewhere. A fit without it reads with a zero
+# coefficient: the same prices.
+MLA_BMM_SERIAL = ("quant_steps",)
 
 
 def mla_kernel(family: str, gemm_mode: str = "bfloat16", kv: str = "bfloat16") -> str:
@@ -516,6 +521,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 "that is not (``mla_features.mla_bmm_features``)",
                 flops_peak=peak,
                 base=MLA_BMM_BASE,
+                serial=MLA_BMM_SERIAL,
             )
             for mode, peak in MLA_BMM_MODES.items()
         ),
@@ -691,6 +697,7 @@ __all__ = [
     "MLA_BMM_BASE",
     "MLA_BMM_EXTRAS",
     "MLA_BMM_MODES",
+    "MLA_BMM_SERIAL",
     "MLA_DECODE_BLOCK",
     "MLA_DECODE_LAUNCH",
     "MLA_DECODE_SERIAL",

@@ -501,6 +501,45 @@ def mla_bmm_features(
     return flops, nbytes * (1 - resident), waves, nbytes * resident
 
 
+# TensorRT-LLM's fp8 absorbed BMM on SM120 (the RTX PRO 6000): what NVIDIA's tables time
+# there (``kernel_source`` trtllm_fp8_block_scaling_bmm_out; ai-dynamo/aiconfigurator
+# ``collector/trtllm/collect_mla_bmm.py`` at 095f58a5, serving's wrapper
+# ``tensorrt_llm/_torch/modules/attention.py`` at 1.3.0rc20 as it cites) is the activation's
+# quantisation, ``fp8_utils.per_token_quant_and_transform(need_permute102=True)``, then
+# ``torch.ops.trtllm.fp8_block_scaling_bmm_out``. The quantisation is a Triton kernel
+# (TensorRT-LLM ``tensorrt_llm/quantization/utils/fp8_utils.py``
+# ``_per_token_quant_and_transform_kernel``) on a grid of (cdiv(k, 512), 64, heads)
+# one-warp programs, each looping over every 64th token of its head in series: its time
+# is the tokens a program takes, cdiv(tokens, 64), once per wave of programs over the
+# SMs. The table shows it: 1 head of W_UV, 80 tokens 10.7 us against 6.6 at 64 (two
+# steps a program, not one), 20,480 tokens 0.47 ms (320 steps), which the GEMM's 2.7
+# GFLOP does not explain. SM89 / SM90 quantise with another (CUDA) kernel,
+# ``fp8_batched_quantize_1x128_permute102``; SM100 runs a bf16 BMM (no quantisation).
+TRTLLM_SM120_GPUS = frozenset({"rtx-pro-6000"})
+TRTLLM_FP8_BMM_SOURCE = "trtllm_fp8_block_scaling_bmm_out"
+QUANT_PROGRAMS = 64  # ``BLOCK_NUM_PER_EXPERT``: the programs per head (grid axis 1)
+QUANT_BLOCK = 512  # ``BLOCK`` = quant_group_size x 4 elements a program's row (grid axis 0)
+# Resident blocks per SM at compute capability 12.0 (CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability": 32); the programs are one warp each.
+SM120_BLOCKS_PER_SM = 32
+
+
+def bmm_quant_rule(gpu: str, kernel_source: str) -> bool:
+    """Whether the absorbed BMM a table (or the fit made from it) times runs the serial
+    quantisation kernel first (TensorRT-LLM's fp8 BMM on SM120)."""
+    return gpu in TRTLLM_SM120_GPUS and kernel_source == TRTLLM_FP8_BMM_SOURCE
+
+
+def bmm_quant_steps(quant: bool, rows: Sums, heads: int, k: int, sms: int) -> Sums:
+    """The ``quant_steps`` feature of ``mla_bmm*``: the tokens one quantisation program
+    takes in series (cdiv(``rows``, ``QUANT_PROGRAMS``)) times the waves of its grid
+    over ``sms`` SMs; 0 where ``quant`` is False (:func:`bmm_quant_rule`) or no SM count."""
+    if not quant or not sms:
+        return 0.0
+    programs = -(-k // QUANT_BLOCK) * QUANT_PROGRAMS * heads
+    return -(-rows // QUANT_PROGRAMS) * float(-(-programs // (sms * SM120_BLOCKS_PER_SM)))
+
+
 def _gemms(
     gemms: list[tuple[Sums, int, int]], e: int, act_e: float, w_e: float
 ) -> tuple[Sums, Sums, float]:
@@ -665,6 +704,8 @@ __all__ = [
     "MlaDims",
     "MlaGenLaunch",
     "ModuleSums",
+    "bmm_quant_rule",
+    "bmm_quant_steps",
     "decode_block_keys",
     "decode_block_rows",
     "decode_head_tiles",
