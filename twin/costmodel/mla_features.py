@@ -258,8 +258,9 @@ def triton_num_kv_splits(batch: int, keys: int, blocks: int, sms: int) -> int:
     return _cdiv(keys, _cdiv(keys, most))
 
 
-# The rules read: trtllm-gen's MLA generation kernels, FlashAttention-3, SGLang's Triton.
-DECODE_RULES = ("trtllm_gen", "fa3", "triton")
+# The rules read: trtllm-gen's MLA generation kernels, FlashAttention-3, SGLang's Triton,
+# TensorRT-LLM's FMHA v2 MLA generation (``kernel_decode_rule``).
+DECODE_RULES = ("trtllm_gen", "fa3", "triton", "fmha_v2")
 FA3_GPUS = HOPPER  # compute capability 9.0 (``engine_kernels.HOPPER``)
 
 
@@ -286,6 +287,36 @@ def decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
         return "fa3"
     if kernel_source == TRITON_SOURCE:
         return "triton"
+    return None
+
+
+# TensorRT-LLM's MLA generation where neither trtllm-gen (SM100) nor FlashMLA runs:
+# ``AttentionOp::mlaGeneration`` (``cpp/tensorrt_llm/common/attentionOp.cpp``, NVIDIA/
+# TensorRT-LLM 00dbe288, its last branch) runs the FMHA v2 decoder runner with the rank's
+# heads packed as query rows (``fmhaParams.qSeqLen = head_num x q_len``, one KV head): one
+# CTA per sequence and block of 64 query rows, which streams every key of its sequence
+# itself (no split across CTAs). NVIDIA's decode tables (TensorRT-LLM 1.0.0 on A100 and
+# L40S, 1.3.0rc20 on the RTX PRO 6000, ``kernel_source`` default) show it: at 131,071 keys
+# batches 1-32 of 16 heads take the same time (L40S 10.4-10.8 ms, A100 15.7-16.2, RTX PRO
+# 6000 11.9-12.0 over a bf16 cache), 128 heads (two blocks) from half the batch on.
+# H100 / H200 are not this kernel (their batch 1 at 131,071 keys takes 74 us: split),
+# nor the RTX PRO 6000 over an fp8 cache (128 heads 3-4x faster than 16 at 131,071 keys:
+# another, split kernel, not read); they keep no rule.
+FMHA_V2_MLA_GPUS = frozenset({"a100-80gb", "l40s", "rtx-pro-6000"})
+FMHA_V2_MLA_FP8_GPUS = frozenset({"a100-80gb", "l40s"})
+FMHA_V2_MLA_ROWS = 64  # query rows a CTA (the tables: flat to 64 heads, two CTAs at 128)
+TRTLLM_DEFAULT_SOURCE = "default"  # TensorRT-LLM's tables' ``kernel_source``
+
+
+def kernel_decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
+    """:func:`decode_rule` of an ``mla_decode*`` table (or its fit), with TensorRT-LLM's
+    FMHA v2 MLA generation (``"fmha_v2"``, ``FMHA_V2_MLA_GPUS``) where that runs. The
+    module tables keep :func:`decode_rule` (their fits were made without this rule)."""
+    rule = decode_rule(gpu, kernel_source, kv_e)
+    if rule is not None or kernel_source != TRTLLM_DEFAULT_SOURCE:
+        return rule
+    if gpu in (FMHA_V2_MLA_FP8_GPUS if kv_e == 1 else FMHA_V2_MLA_GPUS):
+        return "fmha_v2"
     return None
 
 
@@ -357,6 +388,12 @@ def mla_decode_launch(
     keys = max(1, _cdiv(int(kv_rows), seqs))
     rows = dims.heads * width
     latent = kv_e * float(dims.kv_lora + dims.rope)
+    if rule == "fmha_v2":  # one CTA a 64-row block streams all its sequence's keys
+        blocks = _cdiv(rows, FMHA_V2_MLA_ROWS)
+        ctas = seqs * blocks
+        waves = _cdiv(ctas, sms)
+        repeat = latent * kv_rows * (blocks - 1)
+        return float(ctas), float(waves), repeat, 0.0, float(keys * waves)
     if rule == "trtllm_gen":
         launch = trtllm_gen_launch(seqs, keys, rows, sms)
         ctas, splits, passes = launch.ctas, launch.splits, launch.kv_passes(seqs)
@@ -690,6 +727,7 @@ __all__ = [
     "DECODE_RULES",
     "FA3_FP8_BLOCK_ROWS",
     "FA3_GPUS",
+    "FMHA_V2_MLA_GPUS",
     "MLA_BMM_TILE",
     "MLA_DECODE_HEAD_TILE",
     "MLA_PREFILL_TILE_Q",
@@ -711,6 +749,7 @@ __all__ = [
     "decode_head_tiles",
     "decode_rule",
     "fa3_num_splits",
+    "kernel_decode_rule",
     "mla_absorbed_sums",
     "mla_bmm_features",
     "mla_bmm_sums",

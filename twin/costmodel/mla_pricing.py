@@ -127,7 +127,10 @@ class MlaPricing(ShardShapes):
         if key is None:
             return None
         fit = self.profile.kernels[key]
-        return mf.decode_rule(self.profile.gpu, str(fit.provenance.get("kernel_source", "")), kv_e)
+        source = str(fit.provenance.get("kernel_source", ""))
+        if family == "mla_decode":  # the kernel's own table (``mf.kernel_decode_rule``)
+            return mf.kernel_decode_rule(self.profile.gpu, source, kv_e)
+        return mf.decode_rule(self.profile.gpu, source, kv_e)
 
     def _decode_block(self, family: str, kv_e: float) -> int | None:
         """The query-row block (``mla_features.decode_block_rows``) of the kernel
