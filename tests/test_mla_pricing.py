@@ -275,10 +275,11 @@ def test_every_mla_family_has_a_formula() -> None:
         # the modules price their attention kernel after the GEMMs' smooth maximum
         module = key.startswith("mla_module")
         prefill = key.startswith("mla_prefill")
+        bmm = key.startswith("mla_bmm")  # after them, its quantisation's steps
         serial = fm.MLA_MODULE_SERIAL if module else fm.MLA_PREFILL_SERIAL if prefill else ()
+        serial = ("quant_steps",) if bmm else serial
         after = ("kv_repeat", "partials", "critical_keys") if decode else ()
         assert f.serial == (*serial, *after)
-        bmm = key.startswith("mla_bmm")
         base = "gemms_roofline+" if module else "hbm_roofline+" if bmm else "roofline+"
         assert f.model_name.startswith(base)
     assert fm.mla_kernel("mla_module_decode", "fp8_block", "fp8") == (
@@ -750,7 +751,8 @@ def test_h200_trtllm_s_bf16_bmm_meets_the_kernel_target() -> None:
     assert fam.kernel == "mla_bmm"
     rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
     fit = fit_kernel(fam.kernel, rows, peaks)
-    assert fit.model == "hbm_roofline+waves+l2_bytes"
+    assert fit.model == "hbm_roofline+waves+l2_bytes+quant_steps"  # no steps on SM90
+    assert {r["quant_steps"] for r in rows} == {0.0}
     assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
     assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
 

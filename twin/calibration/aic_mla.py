@@ -58,9 +58,11 @@ from twin.costmodel import formulas as fm
 from twin.costmodel.mla_features import (
     TRTLLM_MLA_SOURCE,
     MlaDims,
+    bmm_quant_rule,
+    bmm_quant_steps,
     decode_block_keys,
     decode_block_rows,
-    decode_rule,
+    kernel_decode_rule,
     mla_bmm_features,
     mla_decode_launch,
     mla_decode_sums,
@@ -124,7 +126,7 @@ def _kernel_row(
         keys = int(r["step"]) + 1  # the cached tokens and the new one
         flops, nbytes, tiles, seq = mla_decode_sums(b, b * keys, dm, ELEM_BYTES, kv_e)
         shape = {"b": b, "c": keys - 1, "h": h}
-        rule = decode_rule(gpu, str(r.get("kernel_source", "")), kv_e)
+        rule = kernel_decode_rule(gpu, str(r.get("kernel_source", "")), kv_e)
         launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, sms)
         block = decode_block_rows(gpu, str(r.get("kernel_source", "")), kv_e)
         names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
@@ -174,14 +176,21 @@ def _module_row(
 
 
 def _bmm_row(
-    kernel: str, r: dict[str, Any], operands: tuple[float, float], sms: int, l2: float | None
+    kernel: str,
+    r: dict[str, Any],
+    operands: tuple[float, float],
+    gpu: tuple[str, int],
+    l2: float | None,
 ) -> dict[str, Any]:
     t, h = int(r["num_tokens"]), int(r["num_heads"])
     pre = r["op_name"] == "mla_gen_pre"
     k, n = (DSV3["nope"], DSV3["kv_lora"]) if pre else (DSV3["kv_lora"], DSV3["v"])
+    sms = gpu[1]
+    rule = bmm_quant_rule(gpu[0], str(r.get("kernel_source", "")))
     flops, hbm, waves, l2_bytes = mla_bmm_features(t, h, k, n, ELEM_BYTES, *operands, sms, l2)
     shape = {"t": t, "h": h, "k": k, "n": n}
-    extras = {"waves": waves, "l2_bytes": l2_bytes}
+    quant = bmm_quant_steps(rule, t, h, k, sms)
+    extras = {"waves": waves, "l2_bytes": l2_bytes, "quant_steps": quant}
     return _row(kernel, (flops, hbm, extras), r["latency"], shape)
 
 
@@ -297,10 +306,11 @@ def bmm_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
         operands = operand_bytes(fmt_name)
         out = []
         l2 = system_l2(system)
-        sms = system_sms(system)  # the output tiles' waves (``mla_bmm_features``)
+        # The output tiles' waves (``mla_bmm_features``) and the GPU's quantisation rule.
+        gpu = (system_gpu(system) or "", system_sms(system))
         for i, r in enumerate(mine):
             _require(r, ("num_tokens", "num_heads", "op_name"), table, i)
-            out.append(_bmm_row(kernel, r, operands, sms, l2))
+            out.append(_bmm_row(kernel, r, operands, gpu, l2))
         families.append(_family(kernel, table, mine, _sources(mine), out))
     return families
 

@@ -57,8 +57,8 @@ def _model(
     m = np.maximum(np.maximum(a, b), 1e-300)
     t = t0 + m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
     if f.serial:
-        t = t + extras[:, n_in:] @ theta[4 + n_in :]
-    return t
+        t = t + extras[:, n_in:] @ theta[4 + n_in : 4 + len(f.features)]
+    return np.maximum(t, theta[4 + len(f.features)]) if f.floor else t
 
 
 def _starts(

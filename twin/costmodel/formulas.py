@@ -63,11 +63,12 @@ class KernelFormula:
     # is then refused by name (``profile._upgrade`` upgrades only a fit of the same base),
     # not read with coefficients meant for other features.
     base: str = ""
-    # A floor (byte-only formulas): the time is the larger of a fitted ``floor_s`` and
-    # the formula, for a call whose small work hides under a wait (the all-to-all's
-    # families: the peers' signals, vLLM's host path). Named ``+floor`` last in the model;
-    # a fit written without it reads with ``floor_s`` 0 (``profile._upgrade``): the same
-    # prices. Only ``latency.compile_kernel`` prices it (the all-to-all's path).
+    # A floor: the time is the larger of a fitted ``floor_s`` and the formula, for a call
+    # whose small work hides under a wait (the all-to-all's families: the peers' signals,
+    # vLLM's host path; the MLA decode kernels: ``MLA_DECODE_FLOOR``). Named ``+floor``
+    # last in the model; a fit written without it reads with ``floor_s`` 0
+    # (``profile._upgrade``): the same prices. ``latency.compile_kernel`` and
+    # ``latency.compile_fast`` of a formula with serial features price it.
     floor: bool = False
 
     @property
@@ -246,6 +247,13 @@ MLA_PREFILL_SERIAL = ("waves",)
 # fit of the older ``roofline+tiles+seq_keys`` form reads with zero coefficients: the
 # same prices.
 MLA_DECODE_LAUNCH = ("launch_ctas", "launch_waves")
+# The decode kernels' floor (``KernelFormula.floor``): NVIDIA's TensorRT-LLM decode
+# tables on A100 / L40S / RTX PRO 6000 (the FMHA v2 launch,
+# ``mla_features.kernel_decode_rule``) are flat at 9.5-10 us (L40S) from 1 to 63 cached
+# keys at any batch to 16 and heads to 128, then 14, 24, 44, 84 us at 127, 255, 511 and
+# 1,023 keys: 78 ns a key over ~4 us, hidden under the ~10 us below ~80 keys (the larger
+# of the two, not their sum). A fit without it reads with a zero floor: the same prices.
+MLA_DECODE_FLOOR = True
 # The decode kernel's keys times its query-row blocks where its block is read
 # (``mla_features.decode_block_keys``: Hopper SGLang's ``flash_attention`` over an fp8
 # cache, 128 rows a block), on the compute side before the launch's; zero elsewhere. A fit
@@ -273,6 +281,11 @@ MLA_MODULE_BASE = "gemms_roofline"
 # the formula has a name of its own (a ``roofline+weight_elems`` fit is refused by name).
 MLA_BMM_EXTRAS = ("waves", "l2_bytes")
 MLA_BMM_BASE = "hbm_roofline"
+# The absorbed BMMs' serial feature: the steps of the activation's quantisation kernel
+# where the table times one with a serial token loop (``mla_features.bmm_quant_steps``:
+# TensorRT-LLM's fp8 BMM on SM120); zero elsewhere. A fit without it reads with a zero
+# coefficient: the same prices.
+MLA_BMM_SERIAL = ("quant_steps",)
 
 
 def mla_kernel(family: str, gemm_mode: str = "bfloat16", kv: str = "bfloat16") -> str:
@@ -489,6 +502,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 ("tiles", "seq_keys", *launch),
                 f"MLA attention kernel, {doc} ({kv} KV)",
                 serial=serial,
+                floor=MLA_DECODE_FLOOR and phase == "decode",
             )
             for phase, launch, serial, doc in (
                 (
@@ -523,6 +537,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 "that is not (``mla_features.mla_bmm_features``)",
                 flops_peak=peak,
                 base=MLA_BMM_BASE,
+                serial=MLA_BMM_SERIAL,
             )
             for mode, peak in MLA_BMM_MODES.items()
         ),
@@ -698,7 +713,9 @@ __all__ = [
     "MLA_BMM_BASE",
     "MLA_BMM_EXTRAS",
     "MLA_BMM_MODES",
+    "MLA_BMM_SERIAL",
     "MLA_DECODE_BLOCK",
+    "MLA_DECODE_FLOOR",
     "MLA_DECODE_LAUNCH",
     "MLA_DECODE_SERIAL",
     "MLA_KV",

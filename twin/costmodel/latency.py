@@ -75,6 +75,7 @@ def compile_kernel(
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
     serial = [(x, float(params[f"c_{x}"])) for x in f.serial]
+    least = float(params[FLOOR_PARAM]) if f.floor else 0.0  # at least the floor
 
     def roofline(flops: float, nbytes: float, extras: dict[str, float]) -> float:
         compute = flops * inv_f
@@ -83,7 +84,7 @@ def compile_kernel(
         t = t0 + smooth_max(compute, nbytes * inv_b, p)
         for name, c in serial:
             t += c * extras.get(name, 0.0)
-        return t
+        return t if t > least else least
 
     return roofline
 
@@ -120,6 +121,7 @@ def _compile_serial(
     n_in = len(f.extras)
     inside = [float(params[f"c_{x}"]) for x in f.extras]
     serial = [float(params[f"c_{x}"]) for x in f.serial]
+    least = float(params[FLOOR_PARAM]) if f.floor else 0.0  # at least the floor
 
     def fast(flops: float, nbytes: float, *feats: float) -> float:
         a = flops * inv_f
@@ -135,7 +137,7 @@ def _compile_serial(
             t = t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
         for c, v in zip(serial, feats[n_in:], strict=False):
             t += c * v
-        return t
+        return t if t > least else least
 
     if not many:
         return fast

@@ -258,8 +258,9 @@ def triton_num_kv_splits(batch: int, keys: int, blocks: int, sms: int) -> int:
     return _cdiv(keys, _cdiv(keys, most))
 
 
-# The rules read: trtllm-gen's MLA generation kernels, FlashAttention-3, SGLang's Triton.
-DECODE_RULES = ("trtllm_gen", "fa3", "triton")
+# The rules read: trtllm-gen's MLA generation kernels, FlashAttention-3, SGLang's Triton,
+# TensorRT-LLM's FMHA v2 MLA generation (``kernel_decode_rule``).
+DECODE_RULES = ("trtllm_gen", "fa3", "triton", "fmha_v2")
 FA3_GPUS = HOPPER  # compute capability 9.0 (``engine_kernels.HOPPER``)
 
 
@@ -286,6 +287,36 @@ def decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
         return "fa3"
     if kernel_source == TRITON_SOURCE:
         return "triton"
+    return None
+
+
+# TensorRT-LLM's MLA generation where neither trtllm-gen (SM100) nor FlashMLA runs:
+# ``AttentionOp::mlaGeneration`` (``cpp/tensorrt_llm/common/attentionOp.cpp``, NVIDIA/
+# TensorRT-LLM 00dbe288, its last branch) runs the FMHA v2 decoder runner with the rank's
+# heads packed as query rows (``fmhaParams.qSeqLen = head_num x q_len``, one KV head): one
+# CTA per sequence and block of 64 query rows, which streams every key of its sequence
+# itself (no split across CTAs). NVIDIA's decode tables (TensorRT-LLM 1.0.0 on A100 and
+# L40S, 1.3.0rc20 on the RTX PRO 6000, ``kernel_source`` default) show it: at 131,071 keys
+# batches 1-32 of 16 heads take the same time (L40S 10.4-10.8 ms, A100 15.7-16.2, RTX PRO
+# 6000 11.9-12.0 over a bf16 cache), 128 heads (two blocks) from half the batch on.
+# H100 / H200 are not this kernel (their batch 1 at 131,071 keys takes 74 us: split),
+# nor the RTX PRO 6000 over an fp8 cache (128 heads 3-4x faster than 16 at 131,071 keys:
+# another, split kernel, not read); they keep no rule.
+FMHA_V2_MLA_GPUS = frozenset({"a100-80gb", "l40s", "rtx-pro-6000"})
+FMHA_V2_MLA_FP8_GPUS = frozenset({"a100-80gb", "l40s"})
+FMHA_V2_MLA_ROWS = 64  # query rows a CTA (the tables: flat to 64 heads, two CTAs at 128)
+TRTLLM_DEFAULT_SOURCE = "default"  # TensorRT-LLM's tables' ``kernel_source``
+
+
+def kernel_decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
+    """:func:`decode_rule` of an ``mla_decode*`` table (or its fit), with TensorRT-LLM's
+    FMHA v2 MLA generation (``"fmha_v2"``, ``FMHA_V2_MLA_GPUS``) where that runs. The
+    module tables keep :func:`decode_rule` (their fits were made without this rule)."""
+    rule = decode_rule(gpu, kernel_source, kv_e)
+    if rule is not None or kernel_source != TRTLLM_DEFAULT_SOURCE:
+        return rule
+    if gpu in (FMHA_V2_MLA_FP8_GPUS if kv_e == 1 else FMHA_V2_MLA_GPUS):
+        return "fmha_v2"
     return None
 
 
@@ -357,6 +388,12 @@ def mla_decode_launch(
     keys = max(1, _cdiv(int(kv_rows), seqs))
     rows = dims.heads * width
     latent = kv_e * float(dims.kv_lora + dims.rope)
+    if rule == "fmha_v2":  # one CTA a 64-row block streams all its sequence's keys
+        blocks = _cdiv(rows, FMHA_V2_MLA_ROWS)
+        ctas = seqs * blocks
+        waves = _cdiv(ctas, sms)
+        repeat = latent * kv_rows * (blocks - 1)
+        return float(ctas), float(waves), repeat, 0.0, float(keys * waves)
     if rule == "trtllm_gen":
         launch = trtllm_gen_launch(seqs, keys, rows, sms)
         ctas, splits, passes = launch.ctas, launch.splits, launch.kv_passes(seqs)
@@ -498,6 +535,45 @@ def mla_bmm_features(
     waves = -(-tiles // sms) if sms else 0
     resident = replay_resident(nbytes, l2_bytes)
     return flops, nbytes * (1 - resident), waves, nbytes * resident
+
+
+# TensorRT-LLM's fp8 absorbed BMM on SM120 (the RTX PRO 6000): what NVIDIA's tables time
+# there (``kernel_source`` trtllm_fp8_block_scaling_bmm_out; ai-dynamo/aiconfigurator
+# ``collector/trtllm/collect_mla_bmm.py`` at 095f58a5, serving's wrapper
+# ``tensorrt_llm/_torch/modules/attention.py`` at 1.3.0rc20 as it cites) is the activation's
+# quantisation, ``fp8_utils.per_token_quant_and_transform(need_permute102=True)``, then
+# ``torch.ops.trtllm.fp8_block_scaling_bmm_out``. The quantisation is a Triton kernel
+# (TensorRT-LLM ``tensorrt_llm/quantization/utils/fp8_utils.py``
+# ``_per_token_quant_and_transform_kernel``) on a grid of (cdiv(k, 512), 64, heads)
+# one-warp programs, each looping over every 64th token of its head in series: its time
+# is the tokens a program takes, cdiv(tokens, 64), once per wave of programs over the
+# SMs. The table shows it: 1 head of W_UV, 80 tokens 10.7 us against 6.6 at 64 (two
+# steps a program, not one), 20,480 tokens 0.47 ms (320 steps), which the GEMM's 2.7
+# GFLOP does not explain. SM89 / SM90 quantise with another (CUDA) kernel,
+# ``fp8_batched_quantize_1x128_permute102``; SM100 runs a bf16 BMM (no quantisation).
+TRTLLM_SM120_GPUS = frozenset({"rtx-pro-6000"})
+TRTLLM_FP8_BMM_SOURCE = "trtllm_fp8_block_scaling_bmm_out"
+QUANT_PROGRAMS = 64  # ``BLOCK_NUM_PER_EXPERT``: the programs per head (grid axis 1)
+QUANT_BLOCK = 512  # ``BLOCK`` = quant_group_size x 4 elements a program's row (grid axis 0)
+# Resident blocks per SM at compute capability 12.0 (CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability": 32); the programs are one warp each.
+SM120_BLOCKS_PER_SM = 32
+
+
+def bmm_quant_rule(gpu: str, kernel_source: str) -> bool:
+    """Whether the absorbed BMM a table (or the fit made from it) times runs the serial
+    quantisation kernel first (TensorRT-LLM's fp8 BMM on SM120)."""
+    return gpu in TRTLLM_SM120_GPUS and kernel_source == TRTLLM_FP8_BMM_SOURCE
+
+
+def bmm_quant_steps(quant: bool, rows: Sums, heads: int, k: int, sms: int) -> Sums:
+    """The ``quant_steps`` feature of ``mla_bmm*``: the tokens one quantisation program
+    takes in series (cdiv(``rows``, ``QUANT_PROGRAMS``)) times the waves of its grid
+    over ``sms`` SMs; 0 where ``quant`` is False (:func:`bmm_quant_rule`) or no SM count."""
+    if not quant or not sms:
+        return 0.0
+    programs = -(-k // QUANT_BLOCK) * QUANT_PROGRAMS * heads
+    return -(-rows // QUANT_PROGRAMS) * float(-(-programs // (sms * SM120_BLOCKS_PER_SM)))
 
 
 def _gemms(
@@ -748,6 +824,7 @@ __all__ = [
     "DECODE_RULES",
     "FA3_FP8_BLOCK_ROWS",
     "FA3_GPUS",
+    "FMHA_V2_MLA_GPUS",
     "MLA_BMM_TILE",
     "MLA_DECODE_HEAD_TILE",
     "MLA_PREFILL_TILE_Q",
@@ -765,11 +842,14 @@ __all__ = [
     "MlaDims",
     "MlaGenLaunch",
     "ModuleSums",
+    "bmm_quant_rule",
+    "bmm_quant_steps",
     "decode_block_keys",
     "decode_block_rows",
     "decode_head_tiles",
     "decode_rule",
     "fa3_num_splits",
+    "kernel_decode_rule",
     "mla_absorbed_sums",
     "mla_bmm_features",
     "mla_bmm_sums",

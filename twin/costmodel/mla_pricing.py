@@ -111,6 +111,10 @@ class MlaPricing(ShardShapes):
             # replays on the same buffers (``mla_bmm_features``); in a forward pass a
             # layer's W_UK / W_UV were last read a whole pass earlier, so they come from HBM.
             self._mla_bmm_gpu = (self._mla_sms or 0, None)
+            # The quantisation kernel's serial steps where its table timed one
+            # (``mla_features.bmm_quant_rule``: TensorRT-LLM's fp8 BMM on SM120).
+            source = str(prof.kernels[bmm].provenance.get("kernel_source", ""))
+            self._mla_bmm_quant = mf.bmm_quant_rule(prof.gpu, source)
         else:
             self._mla_bmm = self._k["gemm"]
         self._mla_bmm_bytes = self.priced.mla_bmm_bytes
@@ -129,7 +133,10 @@ class MlaPricing(ShardShapes):
         if key is None:
             return None
         fit = self.profile.kernels[key]
-        return rule(self.profile.gpu, str(fit.provenance.get("kernel_source", "")), kv_e)
+        source = str(fit.provenance.get("kernel_source", ""))
+        if family == "mla_decode" and rule is mf.decode_rule:
+            rule = mf.kernel_decode_rule  # the kernel's own table (``mf.kernel_decode_rule``)
+        return rule(self.profile.gpu, source, kv_e)
 
     def _decode_block(self, family: str, kv_e: float) -> int | None:
         """The query-row block (``mla_features.decode_block_rows``) of the kernel
@@ -335,7 +342,9 @@ class MlaPricing(ShardShapes):
         for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
             if self._mla_bmm_fit:
                 feats = mf.mla_bmm_features(rows, d.heads, k, n, e, act_b, w_b, *self._mla_bmm_gpu)
-                total += self._mla_bmm(*feats)
+                sms = self._mla_bmm_gpu[0]
+                quant = mf.bmm_quant_steps(self._mla_bmm_quant, rows, d.heads, k, sms)
+                total += self._mla_bmm(*feats, quant)
             else:
                 total += self._mla_bmm(*mf.mla_bmm_sums(rows, d.heads, k, n, e, act_b, w_b))
         return total
