@@ -301,3 +301,17 @@ def test_glm5_on_blackwell_prefills_through_the_measured_sparse_module_at_every_
     forced.mla_mode = "kernels/kernels"
     assert forced.prefill(8192) != dense.prefill(8192)
     assert forced.prefill(1024) != dense.prefill(1024)
+
+
+def test_the_forced_sparse_module_reads_the_heads_of_an_attention_rank_under_dp_attention() -> None:
+    """The measured modules are of 8 query heads an attention rank: under attention DP the
+    attention runs on ``tp / dp`` GPUs (``twin.engine.dp_attention``, its cost model at
+    ``tp // dp``), so GLM-5 at tp 8 with 8 attention-DP ranks has all 64 heads on a rank
+    (not fitted: the dense price), and at tp 16 with 2 ranks 8 (fitted, also under
+    ``--set nsa_prefill_backend``)."""
+    assert sglang_kernel_layout(GLM5, "nightly-dev", 8, 8, 1, "b200").nsa_sparse_module is None
+    assert sglang_kernel_layout(GLM5, "nightly-dev", 8, 2, 1, "b200").nsa_sparse_module is None
+    wide = sglang_kernel_layout(GLM5, "nightly-dev", 16, 2, 1, "b200")
+    assert wide.nsa_sparse_module == SGLANG_DSA_SPARSE_MODULE[("b200", "flashmla_sparse")]
+    trt = with_nsa_prefill_backend(wide, GLM5, 16, "b200", "trtllm", 2)
+    assert trt.nsa_sparse_module == SGLANG_DSA_SPARSE_MODULE[("b200", "trtllm")]

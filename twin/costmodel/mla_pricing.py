@@ -86,7 +86,9 @@ class MlaPricing(ShardShapes):
                 self._mla[family] = lat.compile_fast(key, prof.kernels[key].params, prof.peaks)
         # The decode kernel's split rule, from the kernel its fit's table timed
         # (``mla_features.decode_rule``).
-        self._mla_rule = self._decode_rule("mla_decode", self.priced.mla_kv_elem_bytes[1])
+        self._mla_rule = self._decode_rule(
+            "mla_decode", self.priced.mla_kv_elem_bytes[1], mf.kernel_decode_rule
+        )
         # Its query-row block where read (``mla_features.decode_block_rows``).
         self._mla_block = self._decode_block("mla_decode", self.priced.mla_kv_elem_bytes[1])
         # The decode module's attention launch: the rule of the kernel its table timed, at
@@ -121,21 +123,15 @@ class MlaPricing(ShardShapes):
         self._mla_gemm_bytes = self.priced.mla_gemm_bytes
 
     def _decode_rule(
-        self,
-        family: str,
-        kv_e: float,
-        rule: Callable[[str, str, float], str | None] = mf.decode_rule,
+        self, family: str, kv_e: float, rule: Callable[[str, str, float], str | None]
     ) -> str | None:
-        """The split rule (``rule``: ``mla_features.decode_rule``, or the decode module's
-        ``module_decode_rule``) of the kernel ``family``'s fit's table timed, at ``kv_e``
-        bytes a latent element; None without that fit."""
+        """The split rule (``rule``: the kernel tables' ``mla_features.kernel_decode_rule``,
+        or the decode module's ``module_decode_rule``) of the kernel ``family``'s fit's
+        table timed, at ``kv_e`` bytes a latent element; None without that fit."""
         key = self.priced.keys.get(family)
         if key is None:
             return None
-        fit = self.profile.kernels[key]
-        source = str(fit.provenance.get("kernel_source", ""))
-        if family == "mla_decode" and rule is mf.decode_rule:
-            rule = mf.kernel_decode_rule  # the kernel's own table (``mf.kernel_decode_rule``)
+        source = str(self.profile.kernels[key].provenance.get("kernel_source", ""))
         return rule(self.profile.gpu, source, kv_e)
 
     def _decode_block(self, family: str, kv_e: float) -> int | None:

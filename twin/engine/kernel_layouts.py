@@ -132,15 +132,18 @@ SGLANG_DSA_DEFAULT_PREFILL = "flashmla_sparse"
 
 
 def sglang_forced_sparse_module(
-    model: ModelSpec, tp: int, gpu: str, backend: str = ""
+    model: ModelSpec, tp: int, gpu: str, backend: str = "", dp: int = 1
 ) -> SparseMlaModule | None:
     """The measured sparse-MLA prefill module SGLang runs ``model`` with on ``gpu`` at
-    ``tp`` GPUs under the prefill ``backend`` (``--nsa-prefill-backend``; "" or
-    ``flashmla_auto``: SGLang's default) where it forces sparse MLA (above: GLM-5 on a
-    Blackwell GPU of the table, 8 heads a rank); else None."""
+    ``tp`` GPUs and ``dp`` attention-DP ranks among them under the prefill ``backend``
+    (``--nsa-prefill-backend``; "" or ``flashmla_auto``: SGLang's default) where it forces
+    sparse MLA (above: GLM-5 on a Blackwell GPU of the table, 8 heads an attention rank,
+    the attention split over ``tp / dp`` GPUs as ``twin.engine.dp_attention`` prices it);
+    else None."""
     if not (model.index_n_heads and model.index_topk) or not _named(model, "glm-5"):
         return None
-    if tp <= 0 or model.n_heads != SGLANG_DSA_FORCED_MLA_HEADS * tp:
+    attn_tp = tp // dp if dp > 0 else 0
+    if attn_tp <= 0 or model.n_heads != SGLANG_DSA_FORCED_MLA_HEADS * attn_tp:
         return None
     if backend in ("", "flashmla_auto"):
         backend = SGLANG_DSA_DEFAULT_PREFILL
@@ -148,14 +151,15 @@ def sglang_forced_sparse_module(
 
 
 def with_nsa_prefill_backend(
-    layout: KernelLayout, model: ModelSpec, tp: int, gpu: str, backend: str
+    layout: KernelLayout, model: ModelSpec, tp: int, gpu: str, backend: str, dp: int = 1
 ) -> KernelLayout:
     """``layout`` with the forced sparse-MLA module of the prefill ``backend`` the run's
-    ``--set nsa_prefill_backend`` names (:func:`sglang_forced_sparse_module`); unchanged
-    where the layout forces none or no flag is given."""
+    ``--set nsa_prefill_backend`` names (:func:`sglang_forced_sparse_module`, ``dp``
+    attention-DP ranks among ``tp``); unchanged where the layout forces none or no flag
+    is given."""
     if layout.nsa_sparse_module is None or not backend:
         return layout
-    module = sglang_forced_sparse_module(model, tp, gpu, backend)
+    module = sglang_forced_sparse_module(model, tp, gpu, backend, dp)
     return dataclasses.replace(layout, nsa_sparse_module=module)
 
 
@@ -168,8 +172,8 @@ def sglang_kernel_layout(
     ``twin.costmodel.mla_pricing.MlaPricing._mla_sparse_prefill``, and its indexer's
     prefill logits on a ``gpu`` of :data:`SGLANG_DSA_INDEXER_PAIR_S`; GLM-5's forced
     sparse-MLA prefill module on Blackwell at SGLang's default prefill backend,
-    :func:`sglang_forced_sparse_module`, at ``tp`` GPUs); the same on every ``dp`` and
-    ``ep``."""
+    :func:`sglang_forced_sparse_module`, at ``tp / dp`` GPUs an attention rank); the same
+    on every ``ep``."""
     gemms = sglang_gdn_in_proj_gemms(model, build)
     sparse = bool(model.index_n_heads and model.index_topk)
     if gemms == 1 and not sparse:
@@ -179,7 +183,7 @@ def sglang_kernel_layout(
         gdn_in_proj_gemms=gemms,
         nsa_sparse_prefill=sparse,
         nsa_indexer_pair_s=pair_s,
-        nsa_sparse_module=sglang_forced_sparse_module(model, tp, gpu),
+        nsa_sparse_module=sglang_forced_sparse_module(model, tp, gpu, dp=dp),
     )
 
 

@@ -644,7 +644,7 @@ def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> Kernel
     # SGLang's --set nsa_prefill_backend (twin.engine.modes_sglang): the forced sparse-MLA
     # prefill's kernel.
     backend = m.engine_flags.get("nsa_prefill_backend", "")
-    layout = with_nsa_prefill_backend(layout, model, c.tp, gpu, backend)
+    layout = with_nsa_prefill_backend(layout, model, c.tp, gpu, backend, c.dp_attention)
     # vLLM's --set float32_matmul_precision (twin.engine.modes_vllm): TF32 for an fp32 GEMM.
     return with_float32_matmul(layout, m.engine_flags.get("float32_matmul_precision", ""))
 
