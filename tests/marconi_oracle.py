@@ -16,7 +16,7 @@ eviction (:func:`replay_grid`), and a replay (:func:`python_replay`) giving what
 held to numpy passes in ``tests/test_replay_fast_paths.py``.
 
 The one arithmetic choice: the reference efficiency is float64 counts in the kernel's
-order, then one division (``kernel.reference_efficiency``'s definition), equal to the
+order, then one division (``kernel.scores.reference_efficiency``'s definition), equal to the
 authors' exact integers while every count stays below 2**53
 (``tests/test_marconi_compiled.py`` checks both).
 """
@@ -38,7 +38,7 @@ from twin.policies import POLICIES, get_policy
 from twin.policies.admissions import JUDICIOUS
 from twin.policies.alpha_tuning import ALPHA_GRID, score_hits
 from twin.policies.base import RadixPolicy
-from twin.policies.compiled import kernel as rules
+from twin.policies.compiled.kernel import victims as rules
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
 from twin.policies.reference_score import ReferenceFlops

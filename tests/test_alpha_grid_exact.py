@@ -204,7 +204,7 @@ def test_the_grid_streamed_as_requests_arrive_is_the_grid(name, background, warm
 
 
 def _assert_agreements_true(stream: GridStream) -> None:
-    """What the replays learned of each request (``kernel._agreement``) is so: the request
+    """What the replays learned of each request (``kernel.tree._agreement``) is so: the request
     and the creator agree on their first ``L`` tokens, and where exact, not on the next."""
     t, learned = stream.trace, 0
     for i in range(t.count):

@@ -15,10 +15,10 @@ from twin.engine.config import (
     PAPER_KEYS,
     SUMMARY_ORDER,
     EngineConfig,
-    NamedSettings,
     SchedulerConfig,
-    build_config,
 )
+from twin.engine.config_build import build_config
+from twin.engine.settings import NamedSettings
 from twin.errors import TwinError
 
 

@@ -185,7 +185,7 @@ def test_engine_batch_defaults_reach_the_run_config():
     """build_config applies each mode's defaults on the profile's GPU where not given:
     vLLM 1,024 sequences on an H100, SGLang 2,048, TensorRT-LLM its max_batch_size
     2,048; a given --max-running wins; the paper's world keeps 256."""
-    from twin.engine.config import build_config
+    from twin.engine.config_build import build_config
 
     h100 = load_profile("h100", "vllm")
     assert build_config(h100, engine="vllm").scheduling.max_running == 1024

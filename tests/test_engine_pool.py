@@ -17,7 +17,7 @@ from twin.engine import EngineConfig
 from twin.engine.admission import DEFAULTS as ADMISSION
 from twin.engine.config import EngineModeConfig, MemoryConfig
 from twin.engine.replica import Replica
-from twin.policies.compiled import kernel
+from twin.policies.compiled.kernel import state
 from twin.policies.compiled.live import LiveCache
 from twin.presets import get_model
 from twin.workloads.schema import WorkloadRow
@@ -35,7 +35,7 @@ def _pins(cache) -> int:
     if isinstance(cache, PrefixCache):
         return sum(node.lock for node in _nodes(cache))
     if isinstance(cache, LiveCache):  # ``marconi`` in the pool: the compiled tree
-        return int(cache.st[0][kernel.LOCK, cache.live_nodes()].sum())
+        return int(cache.st[0][state.LOCK, cache.live_nodes()].sum())
     if isinstance(cache, EmptyCache):  # ``vanilla``
         return 0
     assert isinstance(cache, BlockCache)

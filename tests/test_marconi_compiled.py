@@ -30,7 +30,8 @@ from twin.cache import CacheSnapshot, PrefixCache, RequestCache
 from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.policies.alpha_tuning import ALPHA_GRID, grid_scores
-from twin.policies.compiled import compiled_grid_runs, constants, kernel
+from twin.policies.compiled import compiled_grid_runs, constants
+from twin.policies.compiled.kernel import scores, state
 from twin.policies.compiled.live import LiveCache
 from twin.policies.marconi import MarconiPolicy
 from twin.policies.marconi_twin import MarconiTwinPolicy
@@ -260,7 +261,7 @@ def test_a_model_whose_sequences_pass_2_62_bytes_is_refused():
     assert huge.kv_bytes_per_token << 24 >= 2**62
     with pytest.raises(TwinError, match="past the 2\\*\\*62 bytes"):
         LiveCache(huge, 10**9, MarconiPolicy())
-    constants(get_model("marconi-hybrid-7b"), 10**9, kernel.REFERENCE)  # a real model passes
+    constants(get_model("marconi-hybrid-7b"), 10**9, state.REFERENCE)  # a real model passes
 
 
 BIG = get_model("llama-3.1-70b")  # d 8,192, 80 layers: counts pass 2**53 near 58k tokens
@@ -282,15 +283,15 @@ def _exact_efficiency(model, depth: int, own: int) -> float:
 
 @pytest.mark.parametrize("model", [HYBRID, get_model("marconi-hybrid-7b"), BIG])
 def test_the_reference_efficiency_is_float64_counts_then_one_division(model):
-    """The kernel's definition (``kernel.reference_efficiency``) equals the oracle's at any
+    """The kernel's definition (``kernel.scores.reference_efficiency``) equals the oracle's at any
     size, and the authors' exact integers while every count is below 2**53 (so outputs
     before this definition stand); past it, it rounds and never overflows int64."""
-    mc, _ = constants(model, 10**9, kernel.REFERENCE)
+    mc, _ = constants(model, 10**9, state.REFERENCE)
     flops = OracleFlops(model)
     exact_range = past = 0
     for depth in (1, 7, 300, 5_000, 30_000, 200_000, 2_000_000, 16_000_000):
         for own in (1, depth // 3 + 1, depth):
-            eff = kernel.reference_efficiency(depth, own, mc)
+            eff = scores.reference_efficiency(depth, own, mc)
             assert eff == flops.efficiency(depth, own)
             d, layers = model.d_model, model.n_mlp_layers + model.n_moe_layers
             gained = model.n_ssm_layers * mamba1_flops(depth, d, model.ssm_d_state)

@@ -4,7 +4,7 @@ Each fast path keeps a plain version here as the oracle: the Marconi victims as
 numpy passes (the reference's out-of-place ``alpha x normalise(eff) +
 normalise(recency)``, ties found by comparing the rest of the rows; the twin's
 ``r_norm + alpha x f_norm``), where the package runs each rule once, compiled
-(``policies.compiled.kernel.reference_victim_row`` and ``twin_victim_row``, shared
+(``policies.compiled.kernel.victims.reference_victim_row`` and ``twin_victim_row``, shared
 by the compiled tree and the Python oracle's), and every match walked from the
 root (no remembered matches), on the Python oracle (``marconi_oracle``: the radix
 tree, not the compiled live cache). Whole replays under both must
@@ -33,7 +33,7 @@ from marconi_oracle import (
 from test_policies_props import traces
 
 from twin.cache import PrefixCache
-from twin.policies.compiled import kernel
+from twin.policies.compiled.kernel import victims
 from twin.presets import get_model
 from twin.replay import Trace, replay
 
@@ -195,7 +195,7 @@ def test_reference_victim_row_is_the_plain_pass(rows, alpha, ahead):
     score = np.zeros(n)
     # -1: scored at ``now`` as given (``victim_at``, always after every stamp).
     for ticked in (-1, 0, 1) if ahead else (0, 1):
-        row, tied, after = kernel.reference_victim_row(
+        row, tied, after = victims.reference_victim_row(
             r, f, held, n, n_held, now, ticked, alpha, score
         )
         if n_held == n:  # no victim: the clock does not tick
@@ -224,6 +224,6 @@ def test_twin_victim_row_is_the_plain_pass(rows, alpha, seed):
     f = np.array([eff for _, eff in rows])
     nid = np.random.default_rng(seed).permutation(len(rows)).astype(np.int64)
     expected = plain_twin_row(r, f, nid, alpha)
-    assert kernel.twin_victim_row(r, f, np.arange(len(rows)), nid, len(rows), alpha) == expected
+    assert victims.twin_victim_row(r, f, np.arange(len(rows)), nid, len(rows), alpha) == expected
     empty = np.zeros(0)
-    assert kernel.twin_victim_row(empty, empty, np.zeros(0, np.int64), nid, 0, alpha) == -1
+    assert victims.twin_victim_row(empty, empty, np.zeros(0, np.int64), nid, 0, alpha) == -1

@@ -7,7 +7,7 @@ finds none), so a run pays neither the compile nor numba's first-call dispatch
 inside its timed loop. No ``fastmath``: floating-point operations keep their
 order and rounding (no contraction to FMA, no reassociation), so compiled code
 can equal the Python it transliterates to the bit. ``policies.compiled.kernel``
-has its own lazy ``jit`` (many signatures, one module).
+has its own lazy ``jit`` (many signatures, cached under the whole package's sources).
 """
 
 from __future__ import annotations

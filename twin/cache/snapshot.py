@@ -1,7 +1,7 @@
 """Flat, picklable copies of a prefix cache: Marconi's bootstrap replays start from one.
 
 The compiled live cache takes them (``twin.policies.compiled.live.LiveCache.snapshot``)
-and its replays start from them (``kernel.start``); the tests' radix-tree oracle
+and its replays start from them (``kernel.replay.start``); the tests' radix-tree oracle
 (``tests/marconi_oracle.py``) takes and restores the same layout.
 
 Marconi (arXiv 2411.19379, sec. 4.2) tunes alpha by replaying a window of

@@ -387,7 +387,7 @@ def cost(
             f"--moe-a2a {moe_a2a}: priced under --dp-attention only (give --dp-attention D)"
         )
     if pp > 1:  # the pipelined replica's own refusals (e.g. with --dp-attention)
-        from twin.engine.config import build_config
+        from twin.engine.config_build import build_config
 
         build_config(tp=tp, ep=ep, dp_attention=dp_attention, pp=pp)
     spec = with_precision(resolve_model(model, model_set), precision, kv_dtype)

@@ -21,15 +21,15 @@ from twin.engine.config import (
     HostTimeConfig,
     MemoryConfig,
     SchedulerConfig,
-    build_config,
-    typed_settings,
 )
+from twin.engine.config_build import build_config
 from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
 from twin.engine.replica import Replica
 from twin.engine.router import ROUTERS, Router, get_router
 from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, Run, RunArgs, build_run, simulate
 from twin.engine.scheduler import SCHEDULERS, Scheduler, get_scheduler
 from twin.engine.seq import Seq
+from twin.engine.settings import typed_settings
 from twin.engine.source import SessionSource
 
 __all__ = [

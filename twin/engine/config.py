@@ -1,15 +1,16 @@
 """The engine's configuration: small frozen groups by concern (the cluster's shape,
 memory, the cache policy, scheduling, arrivals, the engine mode, host time, the
 disaggregated pools) held whole by :class:`EngineConfig`, every field saying what it
-means, and its one builder from what a user names (:func:`build_config`)."""
+means; the checks every configuration passes, and its summary's keys. Its builder from
+what a user names is ``twin.engine.config_build.build_config``, the names typed in
+``twin.engine.settings``."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 from twin.cache.requests import WRITE_POLICIES
 from twin.costmodel.a2a import A2APrice
@@ -17,13 +18,13 @@ from twin.engine.fabric import KV_LINKS
 from twin.engine.mode_base import PREEMPTIONS, SCHEDULE_POLICIES
 from twin.engine.router import DEFAULT_ROUTER
 from twin.errors import TwinError
-from twin.hardware import GB
 from twin.limits import MAX_REPLICAS, MAX_TP
 from twin.memory.footprint import allocator_for
-from twin.model import ModelSpec
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from twin.engine.settings import EngineSettings
 
 AUTO = "auto"  # --cache-gb auto: the shared KV pool
 
@@ -424,113 +425,11 @@ PAPER_KEYS = (
 )
 
 
-class NamedSettings(TypedDict, total=False):
-    """What a user names of an :class:`EngineConfig` (flat, each group's own fields), the
-    engine mode aside (:class:`EngineSettings` adds it; ``twin.engine.build_run`` takes
-    it as its own argument, a release with it): a name given, even at its default, wins
-    over the GPU's and the engine's defaults (:func:`build_config`); one absent takes
-    them. Every builder of a run takes these typed (``build_config``,
-    ``EngineConfig.of``, ``build_run``); the groups' fields and :class:`EngineSettings`'
-    names are the same set (checked below)."""
-
-    # cluster (ClusterConfig)
-    replicas: int
-    tp: int
-    ep: int
-    dp_attention: int
-    moe_a2a: str
-    pp: int
-    router: str
-    # memory (MemoryConfig)
-    cache_bytes: int
-    gpu_memory_bytes: float | None
-    memory_utilization: float
-    shared_pool: bool
-    kv_allocator: str
-    state_slots: int
-    host_cache_ratio: float
-    host_cache_bytes: int
-    host_write_policy: str
-    # cache (CacheConfig)
-    policy: str
-    policy_options: dict[str, Any]
-    # scheduling (SchedulerConfig)
-    max_batched_tokens: int
-    max_running: int
-    scheduler: str
-    scheduler_options: dict[str, Any]
-    schedule_policy: str
-    preemption: str
-    new_token_ratio: dict[str, float]
-    # arrivals (ArrivalConfig)
-    session_rate: float | None
-    request_rate: float | None
-    concurrency: int | None
-    burstiness: float
-    seed: int
-    warmup_s: float
-    until_s: float | None
-    samples: int
-    # mode (EngineModeConfig; ``engine``: EngineSettings)
-    engine_release: str
-    kernel_tables: str
-    engine_build: str
-    engine_flags: dict[str, str]
-    speculative: dict[str, Any]
-    # host_time (HostTimeConfig)
-    frontend_s: float
-    stream_token_s: float
-    step_host_s: float
-    seq_host_s: float
-    eager_prefill_s: float
-    eager_graph_tokens: int
-    eager_overlap: bool
-    cold_prefix_stall_s: float
-    # disagg (DisaggConfig)
-    prefill_workers: int
-    decode_workers: int
-    kv_link: str
-    decode_gpu: str
-    decode_tp: int
-    decode_ep: int
-    decode_dp_attention: int
-    decode_prefix_cache: bool
-    shared_kv_tier_bytes: int
-    prefill_engine_flags: dict[str, str]
-    decode_engine_flags: dict[str, str]
-
-
-class EngineSettings(NamedSettings, total=False):
-    """:class:`NamedSettings` and the engine mode: every :class:`EngineConfig` field."""
-
-    engine: str
-
-
-assert EngineSettings.__optional_keys__ == frozenset(GROUP_OF)
-
-Settings = TypeVar("Settings", bound=Mapping[str, object])
-
-
-def typed_settings(kind: type[Settings], pairs: Iterable[tuple[str, object]]) -> Settings:
-    """The one builder of typed settings (``kind``: :class:`NamedSettings`,
-    ``twin.engine.RunArgs``, ...) from loose (name, value) pairs: a sweep's stored settings,
-    a plan's, a measured row's server limits. Every name must be one of ``kind``'s; one it
-    lacks is refused in one line, before any work (the values are checked where the config
-    is built: :func:`build_config`)."""
-    named = dict(pairs)
-    # a TypedDict's names (mypy has no bound for TypedDict classes: read, not typed)
-    known: frozenset[str] = getattr(kind, "__optional_keys__")  # noqa: B009
-    unknown = sorted(set(named) - known)
-    if unknown:
-        raise TwinError(f"{unknown[0]!r}: not a setting of a run ({kind.__name__})")
-    return cast(Settings, named)
-
-
 @dataclass(frozen=True)
 class EngineConfig:
     """How the simulated cluster is built and driven (everything but the model and cost),
     one group a concern; passed whole, each part of the engine reads the groups it needs.
-    Built from flat field names by :func:`build_config`."""
+    Built from flat field names by ``twin.engine.config_build.build_config``."""
 
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -545,7 +444,7 @@ class EngineConfig:
     def of(cls, **fields: Unpack[EngineSettings]) -> EngineConfig:
         """A configuration from flat field names (each group's own), every other field at
         its default: no default that depends on the GPU or engine is applied (that is
-        :func:`build_config`'s)."""
+        ``twin.engine.config_build.build_config``'s)."""
         unknown = sorted(set(fields) - set(GROUP_OF))
         if unknown:
             raise TypeError(f"EngineConfig has no field {', '.join(unknown)}")
@@ -854,68 +753,3 @@ POOL_FLAG_OPTIONS = {
     "decode_engine_flags": "--decode-set",
 }
 _DEFAULTS: dict[str, Any] = {name: EngineConfig().get(name) for name in _OMITTED_AT_DEFAULT}
-
-
-_DEFAULT_BUDGET = SchedulerConfig().max_batched_tokens
-
-
-def build_config(
-    profile: Any = None,
-    *,
-    cache_gb: float | str | None = None,
-    model: ModelSpec | None = None,
-    **fields: Unpack[EngineSettings],
-) -> EngineConfig:
-    """The one builder of an :class:`EngineConfig` from what a user names.
-
-    ``cache_gb`` (decimal GB) becomes ``cache_bytes`` (a dedicated cache);
-    ``"auto"`` means the shared KV pool (``shared_pool``); ``profile`` (a
-    calibration profile) gives ``gpu_memory_bytes`` unless it is named;
-    every other field is :class:`EngineConfig`'s own, with its own default
-    when absent; ``model``, where given, is read by the engine's defaults that
-    depend on it (SGLang's ``mem_fraction_static``: MLA, the architecture).
-    ``twin simulate``, the capacity sweeps and the library's entry points all
-    build their configuration here, so no caller repeats a default or drops a
-    field.
-    """
-    # The names given, and the defaults filled in below (the modes' own, by name).
-    named: dict[str, Any] = dict(fields)
-    if cache_gb == AUTO:
-        named["shared_pool"] = True  # the engines' one KV pool: the cache takes what is free
-    elif cache_gb is not None:
-        named["cache_bytes"] = int(float(cache_gb) * GB)
-    if profile is not None and "gpu_memory_bytes" not in named:
-        from twin.costmodel.profile_store import (
-            device_memory_bytes,  # late: the engine needs no profile
-        )
-
-        named["gpu_memory_bytes"] = device_memory_bytes(profile)
-    engine = named.get("engine")
-    if engine is not None and named.get("gpu_memory_bytes"):
-        # An engine's own defaults that depend on the GPU (SGLang's chunked_prefill_size,
-        # max_running_requests and mem_fraction_static, vLLM's max_num_batched_tokens and
-        # max_num_seqs, TensorRT-LLM's max_batch_size), where not given.
-        from twin.engine.modes import get_mode  # late: the modes import this module
-
-        release = named.get("engine_release")
-        gpu_defaults = get_mode(f"{engine}=={release}" if release else engine).gpu_defaults
-        if gpu_defaults is not None:
-            tp = named.get("tp", 1)
-            gpu = str(getattr(profile, "gpu", "") or "")
-            found = gpu_defaults(named["gpu_memory_bytes"], tp, named, gpu, model)
-            applied = {k: v for k, v in found.items() if k not in named}
-            if "max_running" in applied:  # the twin's batch holds at most a token a sequence
-                budget = named.get("max_batched_tokens", applied.get("max_batched_tokens"))
-                applied["max_running"] = min(applied["max_running"], budget or _DEFAULT_BUDGET)
-            named.update(applied)
-    if engine is not None and profile is not None:
-        # The engine's times fitted to measured serving runs on this GPU (host time per
-        # step, front end per request: twin/calibration/engine_times.json), where not given.
-        from twin.engine.engine_times import engine_time_defaults
-
-        for name, value in engine_time_defaults(engine, profile.gpu).items():
-            named.setdefault(name, value)
-    pools = named.get("prefill_workers") or 0, named.get("decode_workers") or 0
-    if (pools[0] or pools[1]) and named.get("replicas", 1) == 1:
-        named["replicas"] = max(pools[0], 0) + max(pools[1], 0) or 1  # the two pools
-    return EngineConfig.of(**named)

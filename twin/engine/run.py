@@ -21,13 +21,8 @@ from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile import Profile
 from twin.engine.cluster import expected_horizon
 from twin.engine.cluster_kinds import make_cluster
-from twin.engine.config import (
-    GROUP_OF,
-    POOL_FLAG_OPTIONS,
-    EngineConfig,
-    build_config,
-    typed_settings,
-)
+from twin.engine.config import GROUP_OF, POOL_FLAG_OPTIONS, EngineConfig
+from twin.engine.config_build import build_config
 from twin.engine.cost import StepPricer, make_pricer
 from twin.engine.disagg import (
     TIMELINE_FILE,
@@ -41,6 +36,7 @@ from twin.engine.disagg import (
 from twin.engine.fabric import kv_link
 from twin.engine.kernel_layouts import with_float32_matmul, with_nsa_prefill_backend
 from twin.engine.mode_base import flag_name
+from twin.engine.settings import typed_settings
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
@@ -68,7 +64,7 @@ class RunArgs(RunSettings, total=False):
     build_run's own (the model, where the step prices come from, the engine mode and its
     flags, the cache size, a fixed duration). A caller holding them as loose (name, value)
     pairs (a sweep's points, a plan's, a measured row's) builds it through
-    :func:`twin.engine.config.typed_settings`."""
+    :func:`twin.engine.settings.typed_settings`."""
 
     model: str | ModelSpec
     gpu: str | None
@@ -423,7 +419,7 @@ def build_run(workload: str | Path | Workload, **args: Unpack[RunArgs]) -> Run:
     shipped profile or ``profile`` a profile file (h100 if neither); ``engine`` whose
     kernels price the steps (:mod:`twin.costmodel.kernel_sources`); ``cache_gb`` and the
     run's settings (any :class:`EngineConfig` field) go through
-    :func:`~twin.engine.config.build_config`. Everything is checked here,
+    :func:`~twin.engine.config_build.build_config`. Everything is checked here,
     the configuration before the workload is opened.
 
     ``duration_s`` (``--duration``) runs the load for that long: sessions start in

@@ -6,7 +6,7 @@ request is inserted; it returns the token positions after which the cache keeps 
 state, in order (the cache keeps the KV of every token up to the last). A policy
 takes its rule from :data:`ADMISSIONS` by name (:func:`admission_rule`); adding a rule
 never edits a policy. ``marconi``, ``marconi-twin`` and ``oracle`` admit by
-``judicious`` inside their compiled cache (``policies.compiled.kernel._admit``).
+``judicious`` inside their compiled cache (``policies.compiled.kernel.request._admit``).
 """
 
 from __future__ import annotations

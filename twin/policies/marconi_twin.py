@@ -7,7 +7,7 @@ Kept as a named variant because it differs from the authors' code
   normalised (the reference normalises ``1 / age`` on its logical clock);
 - FLOP efficiency is the model's exact prefill FLOPs of the node's own tokens
   after its parent over the bytes the node itself holds
-  (``policies.compiled.kernel.twin_efficiency``);
+  (``policies.compiled.kernel.scores.twin_efficiency``);
 - the bootstrap window starts at the first eviction, from a snapshot taken
   then, and lasts ``bootstrap_multiplier`` times the requests served before it;
 - alpha is chosen by hit tokens (or the twin's FLOPs) over the whole window;

@@ -38,8 +38,8 @@ score, kept as ``marconi-twin``, is the compiled kernel's ``TWIN`` rules
   model's own (equal to ``utils.get_model_state_size`` on the paper's 7B
   hybrid, and right for GQA models too).
 
-The score runs compiled (``policies.compiled.kernel``: ``reference_efficiency``,
-``reference_victim_row``); its Python transliteration on the radix tree is the
+The score runs compiled (``policies.compiled.kernel``: ``scores.reference_efficiency``,
+``victims.reference_victim_row``); its Python transliteration on the radix tree is the
 tests' oracle (``tests/marconi_oracle.py``). The efficiency's counts are float64
 in a fixed order, then one division: the reference's exact integers while every
 count stays below 2**53 (every preset below tens of thousands of tokens), each

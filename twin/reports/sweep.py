@@ -27,10 +27,12 @@ from typing import Any
 
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import build_run, memory_budget
-from twin.engine.config import EngineConfig, NamedSettings, build_config, typed_settings
+from twin.engine.config import EngineConfig
+from twin.engine.config_build import build_config
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.engine.releases import split_engine
 from twin.engine.run import RunArgs, mode_fields
+from twin.engine.settings import NamedSettings, typed_settings
 from twin.errors import TwinError
 from twin.hardware import GB
 from twin.policies import options_for

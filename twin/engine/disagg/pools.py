@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from twin.engine.config import EngineConfig, NamedSettings
+from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer
+from twin.engine.settings import NamedSettings
 from twin.errors import TwinError
 
 

@@ -37,7 +37,7 @@ _MAX_BYTES = 2**62
 def rules_of(policy_cls: type) -> int:
     """The compiled rules of a Marconi policy class (its ``rules``: ``marconi`` and
     ``oracle`` the authors', ``marconi-twin`` the twin's)."""
-    from twin.policies.compiled.kernel import REFERENCE, TWIN  # numba loads here
+    from twin.policies.compiled.kernel.state import REFERENCE, TWIN  # numba loads here
 
     rules: str = getattr(policy_cls, "rules")  # noqa: B009 (``MarconiPolicy.rules``)
     return {"reference": REFERENCE, "twin": TWIN}[rules]
@@ -189,7 +189,7 @@ class GridRun:
     counters: dict[str, int]
 
 
-# ``kernel.counters``' entries, in order.
+# ``kernel.state.counters``' entries, in order.
 _COUNTERS = (
     "evictions",
     "kv_tokens",
@@ -263,21 +263,23 @@ class GridStream:
         policy_cls: type,
         background: bool = False,
     ) -> None:
-        from twin.policies.compiled import kernel  # numba loads the compiled code here
+        # numba loads the compiled code here
+        from twin.policies.compiled.kernel import replay, state, tree
 
-        self.k = kernel
+        self.k = replay  # the replay's entries
+        self.state = state  # the state's layout and counters
         self.trace = trace
         self.grid = tuple(grid)
         self.mc, self.mf = constants(model, int(capacity), rules_of(policy_cls))
-        self.mf[kernel.F_ALPHA] = self.grid[0]
+        self.mf[state.F_ALPHA] = self.grid[0]
         n = len(trace.starts)
         self.states = [self._start()]  # the first alpha's; the others' from its first eviction
         self.hits = [np.zeros(n, np.int64)]
         self.nids = [np.zeros(n, np.int64)]
         self.served = 0
         # Each request's agreements with the sequences that made its path's nodes
-        # (``kernel._agreement``): learned by the replays that run alone, read by all.
-        self.known = np.zeros((n, 2 * kernel.AGREEMENTS), np.int64)
+        # (``kernel.tree._agreement``): learned by the replays that run alone, read by all.
+        self.known = np.zeros((n, 2 * tree.AGREEMENTS), np.int64)
         self.background = background
         self._pending: list[Any] = []
         self._lock = threading.Lock()
@@ -317,14 +319,14 @@ class GridStream:
         if len(self.states) == 1:
             first = self.states[0]
             k.serve_range(first, *requests_of, i0, i1, self.hits[0], self.nids[0], known, True)
-            evicted_at = int(first[1][k.S_FIRST_EVICTION])
+            evicted_at = int(first[1][self.state.S_FIRST_EVICTION])
             if evicted_at < 0 or len(self.grid) == 1:
                 return
             shared = evicted_at - t.clock  # requests served before the first eviction
             common = self._start()
             scratch = np.zeros(len(t.starts), np.int64)
             k.serve_range(common, *requests_of, 0, shared, scratch, scratch.copy(), known, True)
-            # ``common`` is only read (by ``kernel.copy``); the others go on from it.
+            # ``common`` is only read (by ``kernel.replay.copy``); the others go on from it.
             self.states += [k.copy(common, float(a)) for a in self.grid[1:]]
             self.hits += [self.hits[0].copy() for _ in self.grid[1:]]
             self.nids += [self.nids[0].copy() for _ in self.grid[1:]]
@@ -368,7 +370,7 @@ class GridStream:
                 hits[:n].tolist(),  # Python ints: the scores are exact integer sums
                 nids[:n].tolist(),
                 k.victims(st).tolist(),
-                {name: int(v) for name, v in zip(_COUNTERS, k.counters(st), strict=True)},
+                {name: int(v) for name, v in zip(_COUNTERS, self.state.counters(st), strict=True)},
             )
             for alpha, st, hits, nids in zip(alphas, self.states, self.hits, self.nids, strict=True)
         ]

@@ -5,8 +5,8 @@ request protocol (:class:`twin.cache.requests.RequestCache`) a step at a time:
 a request's admission (lookup, pin, checkpoint positions), the insert at its
 prefill's end, the insert at its completion and its release, interleaved with
 other requests'. :class:`LiveCache` runs that protocol on the compiled tree of
-:mod:`policies.compiled.kernel` (its section 4: tokens kept per edge, node ids
-reused, so memory follows what is cached), with the same operations in the same
+:mod:`policies.compiled.kernel` (its ``live`` entries: tokens kept per edge, node
+ids reused, so memory follows what is cached), with the same operations in the same
 order as ``PrefixCache`` under the Python transliteration of Marconi's rules (the
 tests' oracle, ``tests/marconi_oracle.py``), so every hit, victim and counter is
 the same (``tests/test_marconi_live.py`` interleaves the protocol at random on
@@ -16,7 +16,7 @@ The policy object stays the Python one, for what is not per-token work: the
 bootstrap window's requests, its snapshot (an empty cache: the window starts
 at the first request), the alpha grid's replays (themselves compiled:
 :mod:`policies.compiled`) and its stats. The compiled side tells it of the
-first victim choice (``kernel.S_CHOSE``), and takes the tuned alpha.
+first victim choice (``kernel.state.S_CHOSE``), and takes the tuned alpha.
 
 It runs ``marconi`` and ``marconi-twin`` (their one implementation) whatever the
 model, the engine's cache dedicated (``--cache-gb G``) or in a shared pool
@@ -83,7 +83,7 @@ class ServedNode:
 
 
 def _scalar(slot: str) -> Any:
-    """A read-only attribute: the kernel's scalar ``kernel.<slot>`` as a Python int."""
+    """A read-only attribute: the kernel's scalar ``kernel.state.<slot>`` as a Python int."""
     return property(lambda self: int(self.sc[getattr(self.k, slot)]))
 
 
@@ -92,9 +92,11 @@ class LiveCache:
 
     def __init__(self, model: ModelSpec, capacity: int, policy: TunedPolicy) -> None:
         from twin.policies.compiled import constants, rules_of
-        from twin.policies.compiled import kernel as k
+        from twin.policies.compiled.kernel import live
+        from twin.policies.compiled.kernel import state as k
 
-        self.k = k
+        self.k = k  # the state's layout and counters
+        self.calls = live  # the live cache's entries
         self.model = model
         # States to place (``PrefixCache.has_ssm``): a Transformer's hit is any matched prefix.
         self.has_ssm = model.n_ssm_layers > 0
@@ -105,7 +107,7 @@ class LiveCache:
         mc[k.M_LIVE] = 1
         mf[k.F_ALPHA] = policy.alpha
         self.mf = mf
-        self.st = k.live_start(mc, mf, 64, 1024)
+        self.st = live.live_start(mc, mf, 64, 1024)
         policy.bind(self)
         self.sc = self.st[1]
         self._swa = int(mc[k.M_SWAKV])  # sliding-window KV per token, a node's tail's
@@ -128,7 +130,7 @@ class LiveCache:
 
     def _log_room(self) -> None:
         """Before a call that may evict, with a hook: room in the log for the paths of every
-        node there (``kernel._hand``), doubled when it grows."""
+        node there (``kernel.cache._hand``), doubled when it grows."""
         if self._on_evict is None:
             return
         st, k = self.st, self.k
@@ -138,8 +140,8 @@ class LiveCache:
             self.st = (*st[:14], grown, st[15])
 
     def _hand_victims(self) -> None:
-        """Tell the hook of the victims of the last call, in order (``kernel._hand``; none
-        is logged without a hook)."""
+        """Tell the hook of the victims of the last call, in order (``kernel.cache._hand``;
+        none is logged without a hook)."""
         if self._on_evict is None:
             return
         sc, k = self.sc, self.k
@@ -172,7 +174,7 @@ class LiveCache:
         set the capacity (never below what pinned nodes keep); the bytes still cached."""
         self.capacity = max(int(limit), 0)
         self._log_room()
-        self.k.live_shrink(self.st)
+        self.calls.live_shrink(self.st)
         self._hand_victims()
         self.capacity = max(self.capacity, self.used_bytes)
         self.chosen()
@@ -258,8 +260,8 @@ class LiveCache:
         """Tokens a lookup of ``seq`` would hit now (``PrefixCache.peek``)."""
         q = np.asarray(seq, dtype=np.int32)
         st = self.st
-        k = self.k
-        return int(k.live_peek(st[0], st[8], st[9], st[12], q, len(q), self.has_ssm, self._window))
+        peek = self.calls.live_peek
+        return int(peek(st[0], st[8], st[9], st[12], q, len(q), self.has_ssm, self._window))
 
     def snapshot(self) -> CacheSnapshot:
         """Every node in pre-order, children in insertion order (the order a restore
@@ -313,7 +315,7 @@ class LiveCache:
     def lookup(self, seq: np.ndarray, modules: np.ndarray | None = None) -> Hit[int]:
         """``PrefixCache.lookup`` (no pin; a host tier's policy hears no request)."""
         q = np.asarray(seq, dtype=np.int32)
-        node, hit = self.k.live_lookup(self.st, q, len(q))
+        node, hit = self.calls.live_lookup(self.st, q, len(q))
         return Hit(int(hit), int(node)) if node else _MISS
 
     def insert(
@@ -329,35 +331,35 @@ class LiveCache:
         (sorted, unique, positive; three at most, with a prefix loaded back from a host
         tier; none: no insert), then the unpin of node ``unpin`` (0: none; a request's
         release, :meth:`LiveRequests.complete`): (tokens newly cached, states admitted)."""
-        k = self.k
+        live = self.calls
         if len(positions) > len(self._ins):
             self._ins = np.zeros(len(positions), np.int64)
         pos = self._ins
         pos[: len(positions)] = positions
         self._log_room()
-        added, made = k.live_insert(self.st, full, pos, len(positions), unpin)
+        added, made = live.live_insert(self.st, full, pos, len(positions), unpin)
         if added < 0:  # no room: grow, then the same insert
             self.grow_for(positions[-1])
-            added, made = k.live_insert(self.st, full, pos, len(positions), unpin)
+            added, made = live.live_insert(self.st, full, pos, len(positions), unpin)
         self._hand_victims()
         self.chosen()
         return int(added), int(made)
 
     def unpin(self, node: int) -> None:
         """Release a request's pin of ``node`` (``PrefixCache.unpin``)."""
-        self.k.live_release(self.st, node)
+        self.calls.live_release(self.st, node)
 
     # ----- room, made between calls ---------------------------------------------------
     def grow_for(self, tokens: int) -> None:
-        """Grow the arrays for an insert of up to ``tokens`` tokens (``kernel.live_room``):
-        doubled, so growing costs O(1) an insert."""
+        """Grow the arrays for an insert of up to ``tokens`` tokens
+        (``kernel.live.live_room``): doubled, so growing costs O(1) an insert."""
         st, k = self.st, self.k
         nodes = st[0].shape[1]
-        need_tokens = k.live_tokens_needed(int(self.sc[k.S_KV]), tokens)
+        need_tokens = self.calls.live_tokens_needed(int(self.sc[k.S_KV]), tokens)
         short_nodes = nodes - int(self.sc[k.S_NEXT]) + int(self.sc[k.S_FREE]) < k.LIVE_NODE_SLACK
         grown_nodes = 2 * nodes if short_nodes else nodes
         grown_tokens = max(need_tokens, 2 * len(st[9])) if len(st[9]) < need_tokens else 0
-        self.st = k.live_grow(st, grown_nodes, grown_tokens)
+        self.st = self.calls.live_grow(st, grown_nodes, grown_tokens)
         self.sc = self.st[1]
 
 
@@ -397,7 +399,7 @@ class LiveRequests(HostWrites[LiveCache]):
         policy.on_request(prompt, full)  # the window's record (and its snapshot)
         cache.mf[k.F_ALPHA] = policy.alpha  # ``marconi-twin`` tunes here
         pos = self._pos
-        node, hit, npos = k.live_admit(cache.st, full, len(prompt), len(full), order, pos)
+        node, hit, npos = cache.calls.live_admit(cache.st, full, len(prompt), len(full), order, pos)
         if cache.reference and policy.tuner.tune_if_due(cache.model):
             cache.mf[k.F_ALPHA] = policy.alpha
         n = len(prompt)
@@ -458,7 +460,7 @@ class LiveRequests(HostWrites[LiveCache]):
 
     def _last_insert(self, adm: Admission, positions: list[int]) -> int:
         """A request's last insert (at ``positions``; none: none) and its release, in one
-        kernel call (``kernel.live_insert`` unpins after inserting, as the two calls
+        kernel call (``kernel.live.live_insert`` unpins after inserting, as the two calls
         would); the states admitted."""
         pin, node = adm.unpin, 0
         if isinstance(pin, _Pin):

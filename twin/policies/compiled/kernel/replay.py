@@ -1,0 +1,144 @@
+"""A replay over one trace buffer (``mc[M_LIVE]`` 0): the grid's and ``oracle``'s entries.
+
+The state from a restored snapshot (:func:`start`), a copy that goes on at another
+alpha (:func:`copy`), a range of requests served (:func:`serve_range`) and the victims
+in order (:func:`victims`: the tests compare them). Called by
+``policies.compiled.ReplayGrid``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from twin.policies.compiled.kernel.compiling import jit
+from twin.policies.compiled.kernel.edits import _added
+from twin.policies.compiled.kernel.request import _serve
+from twin.policies.compiled.kernel.scores import tail
+from twin.policies.compiled.kernel.state import (
+    CKHIT,
+    CKPT,
+    F_ALPHA,
+    FIRST,
+    LAST,
+    LEN,
+    N_FIELDS,
+    N_SCALARS,
+    NID,
+    NXT,
+    PAR,
+    PRV,
+    S_CKPTS,
+    S_CLOCK,
+    S_EVICTIONS,
+    S_FIRST_EVICTION,
+    S_KV,
+    S_NEXT,
+    S_NID,
+    S_SWA,
+    SLOT,
+    T,
+    borrow,
+)
+from twin.policies.compiled.kernel.tree import EMPTY, append_child, first_token, key, new_node, put
+
+
+@jit
+def start(buf, n_requests, mc, mf, snap, clock, next_nid):
+    """The state of a replay of ``n_requests`` from a restored snapshot (or an empty cache).
+
+    ``snap`` rows: parent (an index into ``snap``, -1 for the root), base,
+    depth, length, state, last access, creation id, state hit, one column per node,
+    parents first (the order ``restore`` of the tests' oracle, ``tests/marconi_oracle.py``,
+    rebuilds every node's children in).
+    """
+    restored = snap.shape[1]
+    size = restored + 3 * n_requests + 2  # an insert adds at most a split and two chain nodes
+    nd = np.zeros((N_FIELDS, size), np.int64)
+    nd[FIRST, 0] = nd[LAST, 0] = nd[NXT, 0] = nd[PRV, 0] = nd[PAR, 0] = nd[SLOT, 0] = -1
+    sc = np.zeros(N_SCALARS, np.int64)
+    sc[S_NEXT], sc[S_CLOCK], sc[S_NID], sc[S_FIRST_EVICTION] = 1, clock, next_nid, -1
+    table = 1
+    while table < 8 * size:  # a key per node ever made: never a quarter full
+        table *= 2
+    kids = np.full((table, 2), EMPTY, np.int64)
+    st = (
+        nd,
+        sc,
+        mc,
+        mf.copy(),
+        np.zeros(size),
+        np.zeros(size),
+        np.zeros(size, np.bool_),
+        np.zeros(size, np.int64),
+        kids,
+        buf,
+        np.zeros(size, np.int64),
+        np.zeros(size),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int32),
+        np.zeros((2, 0), np.int64),
+    )
+    for i in range(restored):  # fill: the tree first, then the policy hears every node
+        v = new_node(nd, i + 1, snap[1, i], snap[2, i], snap[3, i])
+        parent = snap[0, i] + 1
+        append_child(nd, parent, v)
+        put(kids, key(parent, first_token(nd, buf, v)), v)
+        nd[CKPT, v], nd[T, v], nd[NID, v] = snap[4, i], snap[5, i], snap[6, i]
+        nd[CKHIT, v] = snap[7, i]
+        sc[S_KV] += nd[LEN, v]
+        sc[S_SWA] += tail(mc, nd[LEN, v])
+        sc[S_CKPTS] += nd[CKPT, v]
+    sc[S_NEXT] = restored + 1
+    for i in range(restored):
+        _added(st, i + 1)
+    return st
+
+
+@jit
+def copy(st, alpha: float):
+    """An independent copy of ``st`` that goes on at ``alpha`` (the model and tokens shared)."""
+    mf = st[3].copy()
+    mf[F_ALPHA] = alpha
+    return (
+        st[0].copy(),
+        st[1].copy(),
+        st[2],
+        mf,
+        st[4].copy(),
+        st[5].copy(),
+        st[6].copy(),
+        st[7].copy(),
+        st[8].copy(),
+        st[9],
+        st[10].copy(),
+        np.zeros(len(st[11])),
+        st[12],
+        st[13],
+        st[14],
+        st[15],
+    )
+
+
+@jit
+def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids, known, learn) -> None:
+    """Serve requests ``i0`` to ``i1 - 1``: their hit tokens and hit nodes' creation ids (-1).
+    ``known[i]``: request ``i``'s agreements with creators (:func:`_agreement`), which this
+    replay adds to if ``learn`` (one replay at a time: the others only read them)."""
+    st = borrow(st)
+    nd, sc = st[0], st[1]
+    pos = np.zeros(2, np.int64)
+    path = np.zeros(nd.shape[1], np.int64)
+    first = sc[S_CLOCK] - i0  # the cache clock of request 0
+    for i in range(i0, i1):
+        sc[S_CLOCK] = first + i  # RequestCache: the admission's clock
+        node, hit = _serve(st, starts[i], plens[i], flens[i], pos, path, known[i], learn)
+        hits[i] = hit
+        hit_nids[i] = nd[NID, node] if node != 0 else -1
+    sc[S_CLOCK] = first + i1
+
+
+@jit
+def victims(st) -> np.ndarray:
+    """The creation ids of the nodes evicted so far, in order."""
+    return st[10][: st[1][S_EVICTIONS]].copy()

@@ -1,0 +1,89 @@
+"""What each of Marconi's rules scores a node by: its FLOP efficiency.
+
+``REFERENCE`` rules (``marconi``, ``oracle``): ``ReferenceFlops``' efficiency, the
+FLOPs a hit on the node saves over the bytes its path holds (every count in float64,
+one division). ``TWIN`` rules (``marconi-twin``): ``PrefillFlops``' FLOPs of the
+node's own tokens over its own bytes (``KindBytes.node_bytes``; :func:`tail`, the
+sliding-window tokens a node keeps, counts bytes for the cache too).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from twin.policies.compiled.kernel.compiling import jit
+from twin.policies.compiled.kernel.state import (
+    F_LINEAR,
+    F_QUAD,
+    F_QUADW,
+    M_ATTN,
+    M_CKB,
+    M_D,
+    M_FULLKV,
+    M_KVPT,
+    M_MLP,
+    M_NSTATE,
+    M_SSM,
+    M_SWAKV,
+    M_WINDOW,
+)
+
+
+@jit(inline="always")
+def _attn(n: float, d: float) -> float:
+    return 8.0 * n * d * d + 4.0 * n * n * d  # utils.get_attn_flops
+
+
+@jit
+def reference_efficiency(depth: int, own: int, mc: np.ndarray) -> float:
+    """``ReferenceFlops._efficiency``, its definition: every count in float64, in this
+    order, then one division. While every count stays below 2**53 (every preset model
+    below tens of thousands of tokens) each step is exact, so this is the reference's
+    exact integers divided once; past it each step rounds as IEEE 754 says, never
+    overflowing (the reference's Python ints do not round; the authors' numbers never
+    leave the exact range)."""
+    d, n, parent = float(mc[M_D]), float(own), float(depth - own)
+    t = float(depth)
+    mamba = 12.0 * n * d * d + 16.0 * n * d * float(mc[M_NSTATE]) + 10.0 * n * d
+    saved = (
+        float(mc[M_SSM]) * mamba
+        + float(mc[M_ATTN]) * (_attn(t, d) - _attn(parent, d))
+        + float(mc[M_MLP]) * (16.0 * t * d * d - _attn(parent, d))
+    )
+    # The state's bytes, then all ``depth`` tokens' KV.
+    held = float(mc[M_CKB]) + float(mc[M_KVPT]) * t
+    if held == 0.0:
+        return 0.0
+    return saved / held
+
+
+@jit
+def twin_efficiency(depth: int, own: int, ckpt: int, mc: np.ndarray, mf: np.ndarray) -> float:
+    """``FlopAwareEviction``'s: ``PrefillFlops.total(own, depth - own)`` over the node's bytes."""
+    c, n, w = depth - own, own, mc[M_WINDOW]
+    saved = mf[F_LINEAR] * n
+    if mf[F_QUAD]:  # ``PrefillFlops._formula``: keys attended (``keys_upto``)
+        saved += mf[F_QUAD] * (keys_upto(c + n, 0) - keys_upto(c, 0))
+    if mf[F_QUADW]:
+        saved += mf[F_QUADW] * (keys_upto(c + n, w) - keys_upto(c, w))
+    held = own * mc[M_FULLKV] + tail(mc, own) * mc[M_SWAKV]  # ``KindBytes.node_bytes``
+    held += mc[M_CKB] if ckpt else 0
+    if held == 0:
+        return 0.0
+    return saved / held
+
+
+@jit(inline="always")
+def keys_upto(m: int, window: int) -> int:
+    """``twin.mixers.keys_upto``: keys attended by the first ``m`` causal tokens (window 0:
+    none)."""
+    if window == 0 or m <= window:
+        return m * (m + 1) // 2
+    return window * (window + 1) // 2 + (m - window) * window
+
+
+@jit(inline="always")
+def tail(mc: np.ndarray, n: int) -> int:
+    """``KindBytes.tail``: the sliding-window tokens a node of ``n`` tokens keeps."""
+    w = mc[M_WINDOW]
+    return n if w == 0 or n < w else w
