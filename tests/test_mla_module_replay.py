@@ -82,16 +82,16 @@ def test_vllms_triton_mla_launch_is_its_grid() -> None:
     reads 8 partials of 512 a head; a split's 512 keys on the critical path. One head:
     one block, no re-read."""
     d = aic_mla.dims(32)
-    ctas, waves, repeat, partials, critical = mf.module_decode_launch(
+    ctas, waves, repeat, partials, critical = mf.mla_decode_launch(
         "vllm_triton", 4, 4 * 4096, 1, d, 2, 142
     )
     assert (ctas, waves, critical) == (64.0, 1.0, 512.0)
     assert repeat == 2 * 576 * 4 * 4096 and partials == 4 * 32 * 8 * 512
-    one = mf.module_decode_launch("vllm_triton", 4, 4 * 4096, 1, aic_mla.dims(1), 2, 142)
+    one = mf.mla_decode_launch("vllm_triton", 4, 4 * 4096, 1, aic_mla.dims(1), 2, 142)
     assert one[0] == 32.0 and one[2] == 0.0
-    assert mf.module_decode_launch("trtllm_gen", 4, 4 * 4096, 1, d, 2, 148) == (
-        mf.mla_decode_launch("trtllm_gen", 4, 4 * 4096, 1, d, 2, 148)
-    )
+    # SGLang's Triton rule on the same inputs is another launch (its grid, its partials)
+    sglang = mf.mla_decode_launch("triton", 4, 4 * 4096, 1, d, 2, 142)
+    assert sglang != (ctas, waves, repeat, partials, critical) and sglang[2] == repeat
 
 
 def test_the_reader_gives_triton_mla_module_rows_their_launch_and_l2(tmp_path) -> None:
@@ -105,7 +105,7 @@ def test_the_reader_gives_triton_mla_module_rows_their_launch_and_l2(tmp_path) -
     pq.write_table(pa.Table.from_pylist([row]), folder / "mla_generation_module_perf.parquet")
     (fam,) = aic_mla.module_rows(tmp_path / "l40s", "vllm")
     r = fam.rows[0]
-    want = mf.module_decode_launch("vllm_triton", 1, 2, 1, aic_mla.dims(16), 2, 142)
+    want = mf.mla_decode_launch("vllm_triton", 1, 2, 1, aic_mla.dims(16), 2, 142)
     names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
     assert tuple(r[x] for x in names) == want and want[0] > 0
     module = _module(16)

@@ -59,7 +59,7 @@ def test_l40s_vllm_serving_decode_module_prices_the_triton_mla_launch() -> None:
     fit = _fit(cm, "mla_module_decode")
 
     def price(rule: str | None) -> float:
-        launch = mf.module_decode_launch(rule, batch, keys, 1, d, stream, sms)
+        launch = mf.mla_decode_launch(rule, batch, keys, 1, d, stream, sms)
         return fit(*mf.module_decode_features(module, launch))
 
     parts = dict((k, v) for _, k, v in cm._mla_decode(batch, keys))

@@ -71,7 +71,6 @@ from twin.costmodel.mla_features import (
     mla_prefill_sums,
     mla_prefill_waves,
     module_decode_features,
-    module_decode_launch,
     module_decode_rule,
     module_replay_l2,
 )
@@ -167,7 +166,7 @@ def _module_row(
             mla_module_decode_sums(dm, b, b * keys, ELEM_BYTES, act_e, w_e, kv_e), gpu[2]
         )
         rule = module_decode_rule(gpu[0], str(r.get("kernel_source", "")), kv_e)
-        launch = module_decode_launch(rule, b, b * keys, 1, dm, kv_e, gpu[1])
+        launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, gpu[1])
         sums = module_decode_features(module, launch, l2)
         shape = {"b": b, "c": keys - 1, "h": h}
     flops, nbytes, *features = sums

@@ -381,7 +381,12 @@ def mla_decode_launch(
     empty splits included; the waves of those with keys; each further 16-row block reads
     the keys again; the reduction's programs times the splits each loops over (in
     ``partials``); a split's keys times the waves. NVIDIA's L40S table: held out 14.0 /
-    52.7% -> 7.2 / 29.5% (median / P90) with them."""
+    52.7% -> 7.2 / 29.5% (median / P90) with them. vLLM's ``TRITON_MLA`` (``"vllm_triton"``,
+    the decode module's rule, :func:`module_decode_rule`): the same, its grid only the
+    splits :func:`vllm_triton_num_kv_splits` gives, the reduction's partials each head's
+    512-wide partial of every split. NVIDIA's L40S vLLM module table, bf16, fit rows
+    (median / P90): 7.8 / 34.4% -> 4.9 / 29.3% with it (docs/decisions.md, issue 34, helper
+    ``mla-module``)."""
     if rule is None or sequences <= 0 or not sms:
         return NO_LAUNCH
     seqs = int(sequences)
@@ -398,19 +403,19 @@ def mla_decode_launch(
         launch = trtllm_gen_launch(seqs, keys, rows, sms)
         ctas, splits, passes = launch.ctas, launch.splits, launch.kv_passes(seqs)
         gmem, critical = launch.reduction == "gmem", 0.0
-    elif rule == "triton":
-        blocks, most = _cdiv(rows, TRITON_DECODE_BLOCK_H), triton_max_kv_splits(sms)
-        splits = triton_num_kv_splits(seqs, keys, blocks, sms)
+    elif rule in ("triton", "vllm_triton"):
+        blocks = _cdiv(rows, TRITON_DECODE_BLOCK_H)
+        if rule == "triton":  # SGLang: the grid holds the most splits, empty ones too
+            grid = triton_max_kv_splits(sms)
+            splits = triton_num_kv_splits(seqs, keys, blocks, sms)
+            partials = float(seqs * rows * grid)
+        else:  # vLLM's TRITON_MLA: every split has keys; each head's 512-wide partial
+            grid = splits = vllm_triton_num_kv_splits(keys, sms)
+            partials = float(seqs * rows * splits * dims.kv_lora)
         waves = _cdiv(seqs * blocks * splits, sms)
         repeat = latent * kv_rows * (blocks - 1)
         critical = float(_cdiv(keys, splits) * waves)
-        return (
-            float(seqs * blocks * most),
-            float(waves),
-            repeat,
-            float(seqs * rows * most),
-            critical,
-        )
+        return float(seqs * blocks * grid), float(waves), repeat, partials, critical
     else:
         m_blocks = _cdiv(rows, FA3_BLOCK_M)
         n_blocks = _cdiv(keys, FA3_BLOCK_N)
@@ -735,43 +740,6 @@ def module_decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     return decode_rule(gpu, kernel_source, kv_e)
 
 
-def module_decode_launch(
-    rule: str | None,
-    sequences: int,
-    kv_rows: int,
-    width: int,
-    dims: MlaDims,
-    kv_e: float,
-    sms: int,
-) -> LaunchSums:
-    """The decode module's attention launch (``LaunchSums``; :func:`mla_decode_launch`'s
-    arguments, ``rule`` from :func:`module_decode_rule`). vLLM's ``TRITON_MLA``
-    (``VLLM_TRITON_MLA_SOURCE``): the grid's programs, their waves over the SMs, the
-    latent bytes each further 16-head block reads again, the reduction's partials (each
-    head's 512-wide partial of every split) and a split's keys times the waves. NVIDIA's
-    L40S vLLM module table, bf16, fit rows (median / P90): 7.8 / 34.4% -> 4.9 / 29.3% with
-    it (docs/decisions.md, issue 34, helper ``mla-module``). Other rules:
-    :func:`mla_decode_launch`."""
-    if rule != "vllm_triton":
-        return mla_decode_launch(rule, sequences, kv_rows, width, dims, kv_e, sms)
-    if sequences <= 0 or not sms:
-        return NO_LAUNCH
-    seqs = int(sequences)
-    keys = max(1, _cdiv(int(kv_rows), seqs))
-    rows = dims.heads * width
-    splits = vllm_triton_num_kv_splits(keys, sms)
-    blocks = _cdiv(rows, min(TRITON_DECODE_BLOCK_H, rows))
-    waves = _cdiv(seqs * blocks * splits, sms)
-    latent = kv_e * float(dims.kv_lora + dims.rope)
-    return (
-        float(seqs * blocks * splits),
-        float(waves),
-        latent * kv_rows * (blocks - 1),
-        float(seqs * rows * splits * dims.kv_lora),
-        float(_cdiv(keys, splits) * waves),
-    )
-
-
 def module_replay_l2(module: ModuleSums, l2_bytes: float | None) -> tuple[ModuleSums, Sums]:
     """The module's sums (``ModuleSums``) with the bytes NVIDIA's module tables read from
     L2, and those L2 bytes (``formulas.MLA_MODULE_REPLAY``): where the whole module's
@@ -863,7 +831,6 @@ __all__ = [
     "mla_projection_sums",
     "module_attention_split",
     "module_decode_features",
-    "module_decode_launch",
     "module_decode_rule",
     "module_replay_l2",
     "triton_max_kv_splits",

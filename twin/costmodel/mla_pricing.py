@@ -368,7 +368,7 @@ class MlaPricing(ShardShapes):
                 d, batch, rows, keys, kv, width, e, act_e, w_e, stream
             )
             sms = self._mla_sms or 0
-            launch = mf.module_decode_launch(self._module_rule, batch, kv, width, d, stream, sms)
+            launch = mf.mla_decode_launch(self._module_rule, batch, kv, width, d, stream, sms)
             price = self._mla["mla_module_decode"](*mf.module_decode_features(module, launch))
             return [("mla", "mla_module", price)]
         bmms = self._absorbed_bmms(rows)
