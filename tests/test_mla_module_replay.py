@@ -8,6 +8,8 @@ plus ~2.69 MB a head (q_b, o_proj, W_UK, W_UV).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -94,16 +96,23 @@ def test_vllms_triton_mla_launch_is_its_grid() -> None:
     assert sglang != (ctas, waves, repeat, partials, critical) and sglang[2] == repeat
 
 
+def _read_one_l40s_vllm_row(tmp_path: Path, row: dict[str, Any], table: str) -> Any:
+    """The module family ``aic_mla.module_rows`` reads from an L40S vLLM 0.24.0 folder
+    holding ``row`` alone in ``table``."""
+    folder = tmp_path / "l40s" / "mla" / "vllm" / "0.24.0"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([row]), folder / table)
+    (fam,) = aic_mla.module_rows(tmp_path / "l40s", "vllm")
+    return fam
+
+
 def test_the_reader_gives_triton_mla_module_rows_their_launch_and_l2(tmp_path) -> None:
     """An L40S vLLM ``TRITON_MLA`` decode-module row: its launch is vLLM's Triton rule on
     L40S's SMs, and at 16 heads and 2 keys its bytes are read from L2."""
     row = {"batch_size": 1, "isl": 1, "step": 2, "num_heads": 16, "latency": 1e-4,
            "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16",
            "model": "deepseek-ai/DeepSeek-V3", "kernel_source": "TRITON_MLA"}  # fmt: skip
-    folder = tmp_path / "l40s" / "mla" / "vllm" / "0.24.0"
-    folder.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([row]), folder / "mla_generation_module_perf.parquet")
-    (fam,) = aic_mla.module_rows(tmp_path / "l40s", "vllm")
+    fam = _read_one_l40s_vllm_row(tmp_path, row, "mla_generation_module_perf.parquet")
     r = fam.rows[0]
     want = mf.mla_decode_launch("vllm_triton", 1, 2, 1, aic_mla.dims(16), 2, 142)
     names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
@@ -137,10 +146,7 @@ def test_the_reader_keeps_prefill_module_rows_without_l2(tmp_path) -> None:
     row = {"batch_size": 1, "isl": 16, "step": 0, "num_heads": 16, "latency": 1e-4,
            "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "gemm_type": "bfloat16",
            "model": "deepseek-ai/DeepSeek-V3", "kernel_source": "FLASH_ATTN"}  # fmt: skip
-    folder = tmp_path / "l40s" / "mla" / "vllm" / "0.24.0"
-    folder.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist([row]), folder / "mla_context_module_perf.parquet")
-    (fam,) = aic_mla.module_rows(tmp_path / "l40s", "vllm")
+    fam = _read_one_l40s_vllm_row(tmp_path, row, "mla_context_module_perf.parquet")
     assert "l2_bytes" not in fam.rows[0] and fam.rows[0]["bytes"] > 0
 
 
