@@ -21,9 +21,9 @@
   (``twin.costmodel.mla_pricing``).
 
 Rows kept: the attention computed in bf16 (``mla_dtype`` bfloat16: vLLM's fp8 prefill
-query rows are an opt-in, ``TRTLLM_RAGGED``); every kernel source of a module table (the
-backend is chosen per shape: vLLM 0.24 runs prompts of up to 512 tokens through its
-decode backend, ``FLASH_ATTN_MLA`` on Hopper).
+query rows are an opt-in, ``TRTLLM_RAGGED``); every kernel source of a module table but
+vLLM's context rows that ran its decode path (``VLLM_MLA_DECODE_SOURCES``: the absorbed
+form, which the prefill families do not price).
 
 SGLang's ``wideep_context_mla_perf`` / ``wideep_generation_mla_perf`` (collected at 0.5.6.post2
 and 0.5.10, before SGLang's kernel tables at 0.5.14) time the attention module, not the
@@ -57,6 +57,7 @@ from twin.calibration.aic_tables import (
 from twin.costmodel import formulas as fm
 from twin.costmodel.mla_features import (
     TRTLLM_MLA_SOURCE,
+    VLLM_TRITON_MLA_SOURCE,
     MlaDims,
     bmm_quant_rule,
     bmm_quant_steps,
@@ -246,6 +247,35 @@ def _gpu(system: Path) -> tuple[str, int, float | None]:
     return (gpu, get_gpu(gpu).sm_count or 0, system_l2(system))
 
 
+# vLLM's MLA decode backends (``AttentionBackendEnum`` names, vllm 0.24.0 wheel from PyPI,
+# the tables' release). vLLM runs a batch whose every query is at most the backend's
+# ``reorder_batch_threshold`` tokens through its decode path, the absorbed form (W_UK, MQA
+# over the latent, W_UV; no kv_b_proj): ``model_executor/layers/attention/
+# mla_attention.py`` ``MLACommonMetadataBuilder`` calls ``v1/attention/backends/utils.py``
+# ``split_decodes_and_prefills(decode_threshold=self.reorder_batch_threshold)``, and
+# ``v1/attention/backends/mla/flashattn_mla.py`` sets ``reorder_batch_threshold = 512``
+# ("process small prefills with decode pathway"), ``flashmla.py`` 128, the others 1. The
+# module collector names such a context row by the decode backend it ran
+# (ai-dynamo/aiconfigurator 095f58a51, ``collector/vllm/collect_mla_module.py``
+# ``_mla_backend_name``: "context" batches that vLLM classified entirely as decodes, e.g.
+# s=1, run ``attn_backend``), so the tables say it row by row: H100 / H200 bf16 KV
+# ``FLASH_ATTN_MLA`` at 1-512 prompt tokens, fp8 KV ``FLASHMLA`` at 1-128, Blackwell
+# ``FLASHINFER_MLA`` and L40S / RTX PRO 6000 ``TRITON_MLA`` at 1. Those rows time the
+# absorbed kernel chain, not the decompressed one the ``mla_module_prefill`` families price
+# (``mla_features.mla_module_prefill_sums``; one fit of both forms priced H100's
+# decompressed rows at median / P90 3.8 / 9.3% against 1.4 / 4.5% without them:
+# docs/decisions.md, helper ``mla-prefill30``): the prefill families leave them out.
+VLLM_MLA_DECODE_SOURCES = frozenset(
+    {"FLASH_ATTN_MLA", "FLASHMLA", "FLASHINFER_MLA", "CUTLASS_MLA", VLLM_TRITON_MLA_SOURCE}
+)
+
+
+def prefill_form(engine: str, row: dict[str, Any]) -> bool:
+    """Whether a module table's context ``row`` timed the decompressed prefill form: all
+    but vLLM's rows that ran its decode path (``VLLM_MLA_DECODE_SOURCES``)."""
+    return engine != "vllm" or str(row.get("kernel_source")) not in VLLM_MLA_DECODE_SOURCES
+
+
 def module_rows(
     system: Path, engine: str, release: str | None = None, replay_l2: bool = True
 ) -> list[FamilyRows]:
@@ -267,6 +297,7 @@ def module_rows(
             for r in _read(table)
             if r.get("mla_dtype") in ("bfloat16", "float16")
             and str(r.get("model", "deepseek-ai/DeepSeek-V3")) == "deepseek-ai/DeepSeek-V3"
+            and (phase != "prefill" or prefill_form(engine, r))
         ]
         for gemm, fmt_name in MODULE_FORMATS.items():
             for dtype in fm.MLA_KV:
@@ -406,12 +437,14 @@ def mla_rows(system: Path, engine: str, release: str | None = None) -> list[Fami
 __all__ = [
     "DSV3",
     "PREFILL_SOURCES",
+    "VLLM_MLA_DECODE_SOURCES",
     "WIDEEP_SOURCES",
     "bmm_rows",
     "dims",
     "kernel_rows",
     "mla_rows",
     "module_rows",
+    "prefill_form",
     "system_gpu",
     "system_sms",
     "wideep_rows",
