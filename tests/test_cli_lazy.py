@@ -3,6 +3,7 @@ line it prints is the help typer shows once the command is imported."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -22,19 +23,24 @@ def test_help_imports_no_command_module() -> None:
         "assert 'simulate' in out.getvalue()\n"
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('twin'))))\n"
         "print('numpy' in sys.modules)\n"
-    )
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in HEAVY)))\n"
+    ).replace("HEAVY", repr(("numpy", "pyarrow", "markdown_it", "pygments")))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    modules, numpy = done.stdout.split("\n")[:2]
+    modules, numpy, heavy = done.stdout.split("\n")[:3]
     assert set(modules.split()) == {
         "twin",
         "twin.cli",
         "twin.cli.lazy",
         "twin.cli.main",
+        "twin.cli.rich_help",
         "twin.cli.root",
         "twin.errors",
     }
     assert numpy == "False"
+    # typer's formatter imports rich.markdown (markdown_it, pygments) for markdown markup
+    # only: twin.cli.rich_help defers it, a third of the help's CPU (issue 33)
+    assert heavy == ""
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
@@ -75,3 +81,41 @@ def test_source_help_refuses_what_it_cannot_read() -> None:
         source_help("twin.cli.cost", "COST_NOT_THERE")
     with pytest.raises(LookupError):
         source_help("twin.no_such_module", "x")
+
+
+def _markdown_help(defer: bool) -> str:
+    """The help of a ``rich_markup_mode="markdown"`` app, in a fresh interpreter."""
+    deferring = "from twin.cli.rich_help import defer_unused_rich\ndefer_unused_rich()\n"
+    code = (
+        "import typer\n"
+        + (deferring if defer else "")
+        + "app = typer.Typer(rich_markup_mode='markdown', add_completion=False)\n"
+        "@app.command()\n"
+        "def go(n: int = typer.Option(1, help='How **many**: `n` times.')) -> None:\n"
+        "    'Do *it*: **now**.'\n"
+        "app(['--help'], prog_name='x')\n"
+    )
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_deferred_markdown_renders_as_the_real_one() -> None:
+    # An app that does use markdown markup gets the real rich.markdown on first use.
+    shown = _markdown_help(defer=True)
+    assert "many" in shown and "**" not in shown  # parsed as markdown, not printed raw
+    assert shown == _markdown_help(defer=False)
+
+
+def test_stand_ins_reach_the_real_classes() -> None:
+    import rich.markdown
+    import rich.traceback
+
+    from twin.cli.rich_help import DEFERRED, stand_in
+
+    markdown = stand_in("rich.markdown", DEFERRED["rich.markdown"]).Markdown
+    made = markdown("# title")
+    assert isinstance(made, rich.markdown.Markdown) and isinstance(made, markdown)
+    traceback = stand_in("rich.traceback", DEFERRED["rich.traceback"]).Traceback
+    assert traceback.from_exception == rich.traceback.Traceback.from_exception
