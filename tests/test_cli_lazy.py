@@ -13,22 +13,30 @@ import typer
 from twin.cli.lazy import COMMANDS, LazyCommands, load_command, source_help
 from twin.cli.main import run
 
+HEAVY = ("numpy", "pyarrow", "markdown_it", "pygments")
 
-def test_help_imports_no_command_module() -> None:
+
+def _help_imports(argv: list[str]) -> tuple[set[str], set[str]]:
+    """The ``twin`` modules and the :data:`HEAVY` packages' modules that ``twin ARGV``
+    (a help) imports, in a fresh interpreter."""
     code = (
         "import contextlib, io, sys\n"
         "from twin.cli.main import run\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-        "    assert run(['--help']) == 0\n"
-        "assert 'simulate' in out.getvalue()\n"
+        f"    assert run({argv!r}) == 0\n"
+        "assert 'Usage' in out.getvalue()\n"
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('twin'))))\n"
-        "print('numpy' in sys.modules)\n"
-        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in HEAVY)))\n"
-    ).replace("HEAVY", repr(("numpy", "pyarrow", "markdown_it", "pygments")))
+        f"print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    modules, numpy, heavy = done.stdout.split("\n")[:3]
-    assert set(modules.split()) == {
+    modules, heavy = done.stdout.split("\n")[:2]
+    return set(modules.split()), set(heavy.split())
+
+
+def test_help_imports_no_command_module() -> None:
+    modules, heavy = _help_imports(["--help"])
+    assert modules == {
         "twin",
         "twin.cli",
         "twin.cli.lazy",
@@ -37,10 +45,21 @@ def test_help_imports_no_command_module() -> None:
         "twin.cli.root",
         "twin.errors",
     }
-    assert numpy == "False"
-    # typer's formatter imports rich.markdown (markdown_it, pygments) for markdown markup
-    # only: twin.cli.rich_help defers it, a third of the help's CPU (issue 33)
-    assert heavy == ""
+    # No numpy or pyarrow; and typer's formatter imports rich.markdown (markdown_it,
+    # pygments) for markdown markup only: twin.cli.rich_help defers it, a third of the
+    # help's CPU (issue 33)
+    assert heavy == set()
+
+
+@pytest.mark.parametrize("argv", [["models", "--help"], ["models", "show", "--help"]])
+def test_models_help_imports_no_engine(argv: list[str]) -> None:
+    # What these helps show (presets, precisions) needs neither the engine nor numpy.
+    modules, heavy = _help_imports(argv)
+    assert "twin.cli.models" in modules
+    assert not any(
+        m.split(".")[1] in ("engine", "costmodel", "policies") for m in modules if "." in m
+    )
+    assert heavy == set()
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
