@@ -25,7 +25,7 @@ from twin.costmodel.profile import KernelFit, _upgrade
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig
 from twin.engine.config import ClusterConfig
-from twin.engine.dp_attention import DPStepPricer, dp_pricer
+from twin.engine.dp_pricing import DPStepPricer, dp_pricer
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
 from twin.hardware import get_gpu

@@ -12,20 +12,11 @@ from twin.costmodel import CostModel
 from twin.costmodel.breakdown import StepCost
 from twin.costmodel.profile_store import resolve_profile
 from twin.engine import EngineConfig, memory_budget
+from twin.engine.adp_balance import ADPBalance, adp_balance
 from twin.engine.config import ClusterConfig, MemoryConfig, SchedulerConfig
-from twin.engine.dp_attention import (
-    IDLE,
-    ADPBalance,
-    DPCluster,
-    DPReplica,
-    DPStepPricer,
-    RoundRobin,
-    TRTLLMBalanced,
-    VLLMLeastLoaded,
-    adp_balance,
-    dp_pricer,
-    rank_config,
-)
+from twin.engine.dp_attention import DPCluster, DPReplica, rank_config
+from twin.engine.dp_dealing import RoundRobin, TRTLLMBalanced, VLLMLeastLoaded
+from twin.engine.dp_pricing import IDLE, DPStepPricer, dp_pricer
 from twin.engine.modes import get_mode
 from twin.engine.run import build_run
 from twin.errors import TwinError

@@ -1,7 +1,7 @@
 """Speculative decoding under attention data parallelism: every forward of an iteration
 (the verification and each draft pass) is a synchronised step of the ranks
-(``twin.engine.speculative.SpeculativePricer.sync_time`` over
-``twin.engine.dp_attention.DPStepPricer``)."""
+(``twin.engine.speculative_pricing.SpeculativePricer.sync_time`` over
+``twin.engine.dp_pricing.DPStepPricer``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 from twin.cli.main import run as twin
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import ClusterConfig, EngineConfig, EngineModeConfig
-from twin.engine.dp_attention import IDLE, DPStepPricer, SyncPricer, dp_pricer
-from twin.engine.speculative import Speculation, SpeculativePricer, speculative_pricer
+from twin.engine.dp_pricing import IDLE, DPStepPricer, SyncPricer, dp_pricer
+from twin.engine.speculative import Speculation
+from twin.engine.speculative_pricing import SpeculativePricer, speculative_pricer
 from twin.errors import TwinError
 from twin.parallel import Layout, weight_bytes_per_gpu
 from twin.presets import get_model

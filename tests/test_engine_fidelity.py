@@ -560,7 +560,7 @@ def test_sglang_polls_for_new_requests_every_n_decode_iterations(tmp_path, sched
 
 class SpeculatingPricer(LinearPricer):
     """A LinearPricer whose token steps are ``1 / tau`` of an engine iteration, as
-    ``twin.engine.speculative.SpeculativePricer``'s."""
+    ``twin.engine.speculative_pricing.SpeculativePricer``'s."""
 
     def __init__(self, tau: float, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]

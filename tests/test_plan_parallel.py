@@ -13,7 +13,7 @@ import pytest
 from test_bad_input import assert_clean_error
 
 from twin.costmodel.profile_store import resolve_profile
-from twin.engine.dp_attention import dp_pricer
+from twin.engine.dp_pricing import dp_pricer
 from twin.errors import TwinError
 from twin.parallel import Layout
 from twin.presets import resolve_model

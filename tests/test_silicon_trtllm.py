@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from silicon_small import CONFIGS, _inferencemax_r1, _layout, _rows
 
+from twin.engine.adp_balance import adp_balance
 from twin.engine.config import EngineConfig, SchedulerConfig
-from twin.engine.dp_attention import adp_balance
 from twin.engine.modes import get_mode
 from twin.presets import get_model
 from twin.validate import silicon as sil

@@ -15,16 +15,10 @@ from twin.engine import build_run
 from twin.engine.cluster import Cluster, memory_budget
 from twin.engine.cost import PricerBase
 from twin.engine.modes import get_mode
-from twin.engine.speculative import (
-    METHODS,
-    Speculation,
-    SpeculativePricer,
-    build,
-    iid_length,
-    iid_rate,
-    parse_acceptance,
-    sglang_verify_reserve,
-)
+from twin.engine.speculative import Speculation, build, sglang_verify_reserve
+from twin.engine.speculative_acceptance import iid_length, iid_rate, parse_acceptance
+from twin.engine.speculative_methods import METHODS
+from twin.engine.speculative_pricing import SpeculativePricer
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.workloads.examples import example_path

@@ -15,7 +15,9 @@ from test_specdec import Linear
 from twin.cli.main import run
 from twin.engine import build_run
 from twin.engine.modes import get_mode
-from twin.engine.speculative import Speculation, SpeculativePricer, iid_length
+from twin.engine.speculative import Speculation
+from twin.engine.speculative_acceptance import iid_length
+from twin.engine.speculative_pricing import SpeculativePricer
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.workloads.reader import Workload

@@ -174,7 +174,7 @@ def _dp_cost(
     layout: KernelLayout = DEFAULT_LAYOUT,
 ) -> None:
     """``twin cost --dp-attention``: the synchronised steps' tables (or JSON)."""
-    from twin.engine.dp_attention import dp_pricer
+    from twin.engine.dp_pricing import dp_pricer
 
     pricer = dp_pricer(spec, prof, tp, ep, dp, 0.0, 0.0, moe_a2a, kernel_layout=layout)
     data = dp_predictions(pricer, lengths, cached_frac, batches, context)

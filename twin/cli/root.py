@@ -7,6 +7,9 @@ from __future__ import annotations
 import typer
 
 from twin.cli.lazy import LazyGroup
+from twin.cli.rich_help import defer_unused_rich
+
+defer_unused_rich()  # before typer formats any help
 
 app = typer.Typer(
     name="twin",

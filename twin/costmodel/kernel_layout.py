@@ -101,12 +101,12 @@ class KernelLayout:
     # them by a reduce-scatter, and the dense MLP layers run on each rank's own tokens with
     # no exchange (TensorRT-LLM without its all-to-all): priced by
     # ``twin.costmodel.gather_scatter.GatherScatterPrice`` in
-    # ``twin.engine.dp_attention.DPStepPricer.comm_time``; False: SGLang's gather/scatter.
+    # ``twin.engine.dp_pricing.DPStepPricer.comm_time``; False: SGLang's gather/scatter.
     moe_gather_scatter: bool = False
     # Under attention DP the dense MLP layers and the MoE layers' shared expert run on each
     # rank's own tokens with the rank's own weights (TensorRT-LLM's and vLLM's; SGLang's
     # default runs its dense layers at the replica's TP over every rank's tokens): priced
-    # on the ranks' side of ``twin.engine.dp_attention.DPStepPricer`` at the attention TP,
+    # on the ranks' side of ``twin.engine.dp_pricing.DPStepPricer`` at the attention TP,
     # with no exchange for the dense layers (the rule: ``twin.engine.kernel_layouts``).
     dense_ffn_on_rank: bool = False
     # The engine's custom all-reduce stops at a message size per GPU and GPU count

@@ -23,53 +23,15 @@ twin takes from it:
   engine while any engine has requests (``_has_global_unfinished_reqs``). The twin
   runs one step loop for the replica (:meth:`DPReplica.run`): each rank with work plans
   its step, the step takes the synchronised price of all of them
-  (:class:`DPStepPricer`), and every rank applies its step's end at the same moment.
-- **The price of a synchronised step** (:meth:`DPStepPricer.sync_time`): the slowest
-  rank's attention side (everything but the FFN/MoE layers, priced by the cost model
-  at the attention TP ``tp / D`` on that rank's own chunks and decodes), plus the FFN
-  and MoE layers priced once on all ranks' tokens together at ``tp`` (and ``ep``),
-  their own all-reduce replaced by the gather/scatter SGLang runs
-  (``layers/dp_attention.py`` and ``layers/communicator.py``, 0.5.4): with a prefill
-  in any rank the tokens are summed (``DpPaddingMode.SUM_LEN``: an all-reduce of the
-  summed tokens gathers them, the MLP's all-reduce and ``dp_scatter`` return them),
-  else the mode with less traffic, padding every rank to the longest
-  (``MAX_LEN``, when ``2 x sum > D x max``: an all-gather and a reduce-scatter of
-  ``D x max`` rows, the bytes of one all-reduce of them). Each all-reduce is the
-  profile's fitted all-reduce at ``tp`` GPUs, else the ring on its link
-  (``CostModel.allreduce_time``). vLLM's default ``VLLM_ALL2ALL_BACKEND``,
-  ``allgather_reducescatter`` (``vllm/envs.py``, 0.11.0), moves the same bytes.
-  The host time per step (the mode's ``step_host_s`` and ``seq_host_s``) is the
-  busiest rank's: the ranks' schedulers run side by side.
-- **Requests are dealt to ranks** by the engine's rule (:data:`DEALERS`): SGLang's DP
-  controller round-robin (``load_balance_method`` default ``round_robin``,
-  ``server_args.py`` 0.5.4); vLLM's ``DPLBAsyncMPClient.get_core_engine_for_request``
-  (``vllm/v1/engine/core_client.py``, 0.11.0): the lowest ``4 x waiting + running``,
-  scanning from rank 0 (vLLM reads the counts from the coordinator's 100 ms stats; the
-  twin reads them now); TensorRT-LLM's ``balance_requests_across_ranks``
-  (``tensorrt_llm/_torch/pyexecutor/request_utils.py``, main as indexed in 2026): among
-  the ranks below the expected active count, the fewest active tokens.
-- **TensorRT-LLM holds contexts back across ranks** where ``attention_dp_config``
-  says ``enable_balance`` (:class:`ADPBalance`, options ``attention_dp_balance``,
-  ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters`` of the
-  ``trtllm`` mode): an iteration runs its ranks' context requests only when every
-  rank has one and room for it, or when the hold has lasted ``timeout_iters``
-  iterations, or some rank has no generation request.
+  (``twin.engine.dp_pricing.DPStepPricer``), and every rank applies its step's end at the
+  same moment.
+- **The price of a synchronised step** is :mod:`twin.engine.dp_pricing`'s; **requests are
+  dealt to ranks** by :mod:`twin.engine.dp_dealing`; **TensorRT-LLM holds contexts back
+  across ranks** by :mod:`twin.engine.adp_balance`.
 
-With DeepEP (SGLang's ``--moe-a2a-backend deepep``, vLLM's ``--all2all-backend
-deepep_high_throughput`` / ``deepep_low_latency``: ``EngineConfig.moe_a2a``) the MoE layers
-exchange tokens by DeepEP's dispatch and combine instead, priced from the profile's
-all-to-all fits on the busiest rank's tokens (``twin.costmodel.a2a.A2APrice``); the dense
-layers keep the gather/scatter. TensorRT-LLM runs an all-gather and a reduce-scatter of all
-ranks' tokens in the MoE layers and no exchange in the dense ones
-(``KernelLayout.moe_gather_scatter``, ``twin.costmodel.gather_scatter``). Not modelled:
-DeepEP across nodes (the fits are one node's), MoE load imbalance between ranks,
-TensorRT-LLM's ``attention_dp_enable_balance`` delays without the option, overlap of
-communication with compute, fast-forwarded decode runs (each synchronised step is priced on
-its own) and host tiers (refused by ``EngineConfig``). With speculative decoding every
-forward of an iteration (the verification, each draft pass) is a synchronised step of its
-own (``twin.engine.speculative.SpeculativePricer.sync_time``), the draft priced by this
-module's pricer too. A disaggregated pool's workers are built of ranks here too
-(:func:`dp_replica`; ``--prefill-dp-attention/--decode-dp-attention``,
+Not modelled here: fast-forwarded decode runs (each synchronised step is priced on its own)
+and host tiers (refused by ``EngineConfig``). A disaggregated pool's workers are built of
+ranks here too (:func:`dp_replica`; ``--prefill-dp-attention/--decode-dp-attention``,
 ``twin.engine.disagg``).
 """
 
@@ -77,21 +39,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from twin.cache import HeldCache
-from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
+from twin.engine.adp_balance import ADPBalance, adp_balance
 from twin.engine.cluster import Cluster
 from twin.engine.composite import PartsClock
 from twin.engine.config import EngineConfig
-from twin.engine.cost import Chunk, PricerBase, RankStep, StepPricer, WrappingPricer, affine_fit
+from twin.engine.cost import Chunk, RankStep, StepPricer, WrappingPricer
+from twin.engine.dp_dealing import RankLoad, dealer_for
+from twin.engine.dp_pricing import IDLE, SyncPricer
 from twin.engine.lpm import order_by_prefix
 from twin.engine.modes_trtllm import (
-    ADP_BATCHING_WAIT_ITERS,
-    ADP_TIMEOUT_ITERS,
-    TRTLLM_ADP_BALANCE,
     TRTLLM_BATCH_WAIT,
     TRTLLM_OVERLAP,
 )
@@ -101,175 +62,6 @@ from twin.engine.sim import Event
 from twin.errors import TwinError
 from twin.model import ModelSpec
 from twin.workloads.reader import Request, Workload
-
-IDLE: RankStep = ((), 0, 0)
-
-
-@runtime_checkable
-class SyncPricer(StepPricer, Protocol):
-    """What prices a replica's synchronised steps: :class:`DPStepPricer`, or speculative
-    decoding's iterations over it (``twin.engine.speculative.SpeculativePricer``)."""
-
-    def sync_time(self, steps: Sequence[RankStep]) -> float: ...
-
-
-# Breakdown kinds of the layers that run on all ranks' tokens (the rest is the attention side).
-FFN_KINDS = ("mlp", "moe")
-
-
-class DPStepPricer(PricerBase):
-    """Prices a synchronised step of ``dp`` attention ranks (module docstring).
-
-    ``attention`` is the cost model at the attention TP (``tp / dp`` GPUs), ``ffn`` at
-    the replica's ``tp`` and ``ep``; both are ``twin.costmodel.CostModel`` (or anything
-    with ``step_spread_cost`` and ``allreduce_time``). As a plain :class:`StepPricer` it
-    prices one rank's step alone (the others idle).
-    """
-
-    def __init__(
-        self,
-        attention: Any,
-        ffn: Any,
-        dp: int,
-        ffn_layers: int,
-        step_host_s: float = 0.0,
-        seq_host_s: float = 0.0,
-        a2a: Any = None,
-        moe_layers: int = 0,
-        gather_scatter: Any = None,
-        dense_on_rank: bool = False,
-    ) -> None:
-        self.attention, self.ffn, self.dp = attention, ffn, dp
-        self.ffn_layers = ffn_layers
-        # The dense MLP layers and the shared experts on each rank's own tokens at the
-        # attention TP (``KernelLayout.dense_ffn_on_rank``): in :meth:`attention_time`,
-        # out of :meth:`ffn_time`, and the dense layers exchange nothing (comm_time).
-        self.dense_on_rank = dense_on_rank
-        self.shared_layers = moe_layers if dense_on_rank else 0
-        # The layer kinds whose FFN runs on every rank's tokens together.
-        self._exchanged_kinds: tuple[str, ...] = ("moe",) if dense_on_rank else FFN_KINDS
-        dense_layers = ffn_layers - moe_layers
-        # DeepEP's dispatch + combine of the MoE layers (``twin.costmodel.a2a.A2APrice``),
-        # in place of their gather/scatter; None: every FFN layer gathers (comm_time).
-        self.a2a, self.moe_layers = a2a, moe_layers if a2a is not None else 0
-        # Else the engine's all-gather + reduce-scatter of the MoE layers, the dense layers
-        # on their own ranks (``twin.costmodel.gather_scatter.GatherScatterPrice``).
-        self.gather_scatter = gather_scatter if a2a is None else None
-        self.gathering_layers = moe_layers if self.gather_scatter is not None else 0
-        # The layers SGLang's gather/scatter exchanges: the rest (comm_time).
-        self.gathered_layers = ffn_layers - self.moe_layers - (dense_layers if dense_on_rank else 0)
-        self.step_host_s, self.seq_host_s = step_host_s, seq_host_s
-        self._ffn_cache: dict[int, float] = {}
-        self._attn_ffn_cache: dict[int, float] = {}
-        self._affine: dict[int, tuple[float, float] | None] = {}
-
-    @property
-    def provenance(self) -> str:
-        base = str(getattr(self.ffn, "provenance", ""))
-        return f"{base}; {self.a2a.provenance}" if self.moe_layers else base
-
-    def attention_time(self, step: RankStep) -> float:
-        """Seconds of a rank's attention side: its step at the attention TP but the FFN
-        and MoE layers (which depend on the token count alone). A pure-decode step is
-        ``a + b x context`` per batch size where the cost model's price is affine in the
-        context (``twin.engine.cost.affine_fit``, as the plain pricer's decode runs)."""
-        prefills, batch, context = step
-        tokens = sum(c for c, _ in prefills) + batch
-        if not tokens:
-            return 0.0
-        spread = self.attention.step_spread
-        if prefills:
-            total = float(spread(prefills, batch, context))
-        else:
-            if batch not in self._affine:
-                self._affine[batch] = affine_fit(lambda x: float(spread((), batch, x)), batch)
-            fit = self._affine[batch]
-            total = float(spread((), batch, context)) if fit is None else fit[0] + fit[1] * context
-        return total - self._attention_ffn(tokens)
-
-    def _attention_ffn(self, tokens: int) -> float:
-        """The share of a step of ``tokens`` tokens at the attention TP that the ranks
-        run together (subtracted from its price: :meth:`attention_time`): the FFN and MoE
-        layers, less those a rank runs on its own tokens (``dense_on_rank``)."""
-        got = self._attn_ffn_cache.get(tokens)
-        if got is None:
-            cost = self.attention.step_spread_cost((), tokens, 0)
-            got = float(
-                sum(sum(cost.items.get(kind, {}).values()) for kind in self._exchanged_kinds)
-            )
-            if self.shared_layers:
-                got -= self.shared_layers * self.attention.shared_expert_s(tokens)
-            self._attn_ffn_cache[tokens] = got
-        return got
-
-    def ffn_time(self, tokens: int) -> float:
-        """Seconds of the FFN and MoE layers on ``tokens`` tokens at ``tp`` (and ``ep``),
-        without their all-reduce (the gather/scatter replaces it: :meth:`comm_time`)."""
-        got = self._ffn_cache.get(tokens)
-        if got is None:
-            cost = self.ffn.step_spread_cost((), tokens, 0)  # the FFN sees rows only
-            got = sum(
-                s
-                for kind in self._exchanged_kinds
-                for kernel, s in cost.items.get(kind, {}).items()
-                if kernel != "allreduce"
-            )
-            if self.shared_layers:  # on the ranks' own tokens: attention_time's
-                got -= self.shared_layers * self.ffn.shared_expert_s(tokens)
-            self._ffn_cache[tokens] = got
-        return got
-
-    def comm_time(self, tokens: Sequence[int], extend: bool) -> float:
-        """Seconds of the gather/scatter of every FFN layer for ranks with these token
-        counts (SGLang's ``DpPaddingMode``, module docstring), or of the MoE layers'
-        all-gather + reduce-scatter where the engine runs those (``gather_scatter``)."""
-        total, most = sum(tokens), max(tokens)
-        if not total:
-            return 0.0
-        if self.gather_scatter is not None:  # the MoE layers' only: dense layers stay put
-            return float(self.gathering_layers * self.gather_scatter.seconds(total))
-        ar = self.ffn.allreduce_time
-        if not extend and 2 * total > most * self.dp:  # MAX_LEN
-            per_layer = ar(most * self.dp)
-        else:  # SUM_LEN: gather by all-reduce, then the layer's own all-reduce
-            per_layer = 2 * ar(total)
-        gathered = self.gathered_layers
-        if not self.moe_layers:
-            return float(gathered * per_layer)
-        # DeepEP: every rank sends its own tokens; the layer waits for the busiest rank.
-        return float(gathered * per_layer + self.moe_layers * self.a2a.seconds(most, extend))
-
-    def sync_time(self, steps: Sequence[RankStep], extend: bool | None = None) -> float:
-        """Seconds of one synchronised step whose ranks run ``steps`` (idle ranks:
-        :data:`IDLE`): the slowest attention side + the FFN on the sum + the
-        gather/scatter + the busiest rank's host time. ``extend``: whether the ranks
-        exchange tokens as an extend batch (:meth:`comm_time`); None: where any rank
-        runs chunks (speculative decoding's verifications are chunks of a decode batch:
-        ``twin.engine.speculative.SpeculativePricer``)."""
-        tokens = [sum(c for c, _ in p) + b for p, b, _ in steps]
-        total = sum(tokens)
-        if not total:
-            return 0.0
-        seqs = max(len(p) + b for p, b, _ in steps)
-        if extend is None:
-            extend = any(p for p, _, _ in steps)
-        return (
-            max(self.attention_time(s) for s in steps)
-            + self.ffn_time(total)
-            + self.comm_time(tokens, extend)
-            + self.step_host_s
-            + self.seq_host_s * seqs
-        )
-
-    # ------------------------------------------------ StepPricer: one rank alone
-    def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
-        step: RankStep = (prefills, decode_batch, decode_context)
-        return self.sync_time([step] + [IDLE] * (self.dp - 1))
-
-    def checkpoint_copy_time(self) -> float:
-        # A rank's recurrent-state checkpoint copy on its attention-TP GPUs, as the plain
-        # pricer prices it (``CostModelPricer``: ``CostModel.checkpoint_copy_s(1)``).
-        return float(self.attention.checkpoint_copy_s(1))
 
 
 class RankRecorder(WrappingPricer):
@@ -284,173 +76,6 @@ class RankRecorder(WrappingPricer):
     def step_time(self, prefills: Sequence[Chunk], decode_batch: int, decode_context: int) -> float:
         self.last = (list(prefills), decode_batch, decode_context)
         return 0.0
-
-
-# ------------------------------------------------------------------ dealing requests
-class RankLoad:
-    """What a dealer sees of a rank: requests waiting, running, and outstanding tokens."""
-
-    __slots__ = ("running", "tokens", "waiting")
-
-    def __init__(self, rank: Replica) -> None:
-        s: Any = rank.scheduler
-        self.waiting = len(s.waiting)
-        self.running = len(s.prefilling) + len(s.decoding)
-        self.tokens = rank.outstanding_tokens
-
-
-class Dealer:
-    """Which rank a new request goes to (one per engine's rule, :data:`DEALERS`)."""
-
-    name: ClassVar[str] = ""
-
-    def pick(self, loads: Sequence[RankLoad]) -> int:
-        raise NotImplementedError
-
-
-class RoundRobin(Dealer):
-    """SGLang's ``DataParallelController.round_robin_scheduler`` (0.5.4): in turn."""
-
-    name = "round-robin"
-
-    def __init__(self) -> None:
-        self.next = 0
-
-    def pick(self, loads: Sequence[RankLoad]) -> int:
-        i = self.next
-        self.next = (i + 1) % len(loads)
-        return i
-
-
-class VLLMLeastLoaded(Dealer):
-    """vLLM's ``DPLBAsyncMPClient.get_core_engine_for_request`` (0.11.0): the lowest
-    ``waiting x 4 + running``, the first such from rank 0."""
-
-    name = "vllm-least-loaded"
-
-    def pick(self, loads: Sequence[RankLoad]) -> int:
-        scores = [4 * x.waiting + x.running for x in loads]
-        return scores.index(min(scores))
-
-
-class TRTLLMBalanced(Dealer):
-    """TensorRT-LLM's ``balance_requests_across_ranks``: of the ranks with fewer active
-    requests than ``max(ceil((active + 1) / D), most active)``, the one with the fewest
-    active tokens (then requests, then rank: its heap's order)."""
-
-    name = "trtllm-balanced"
-
-    def pick(self, loads: Sequence[RankLoad]) -> int:
-        active = [x.waiting + x.running for x in loads]
-        expected = max(-(-(sum(active) + 1) // len(loads)), max(active))
-        keys = [
-            (x.tokens, a, i)
-            for i, (x, a) in enumerate(zip(loads, active, strict=True))
-            if a < expected
-        ]
-        return min(keys)[2] if keys else 0
-
-
-DEALERS: dict[str, type[Dealer]] = {
-    cls.name: cls for cls in (RoundRobin, VLLMLeastLoaded, TRTLLMBalanced)
-}
-# The engine mode's rule; other modes deal round-robin (SGLang's default).
-DEALER_OF_ENGINE = {
-    "sglang": "round-robin",
-    "vllm": "vllm-least-loaded",
-    "trtllm": "trtllm-balanced",
-}
-
-
-def dealer_for(engine: str) -> Dealer:
-    """The dealer of engine mode ``engine`` (round-robin for the twin's own modes)."""
-    return DEALERS[DEALER_OF_ENGINE.get(engine, "round-robin")]()
-
-
-# ------------------------------------------------------------------ holding contexts
-class ADPBalance:
-    """TensorRT-LLM's context balance across attention-DP ranks (``attention_dp_config:
-    enable_balance``): ``PyExecutor._balance_adp_requests``, called from ``_schedule``
-    when ``enable_attention_dp`` and the balance are on
-    (``tensorrt_llm/_torch/pyexecutor/py_executor.py``, read in stored versions of the
-    1.1 and 1.2 lines; main as indexed in 2026 moves it to ``balance_adp_requests`` of the
-    scheduler package, "logic unchanged"). Each iteration the ranks all-gather their
-    scheduled context and generation counts, and every rank takes the same decision:
-
-    - every rank has a context scheduled and fewer generation requests than
-      ``max_batch_size``: the hold count is reset; the contexts run, unless every rank
-      also has generation requests and the batching count is still below
-      ``batching_wait_iters`` (then that count goes up and no context runs);
-    - otherwise no context runs and the hold count goes up by one; when it reaches
-      ``timeout_iters``, or some rank has no generation request, it is reset and every
-      rank's contexts run.
-
-    The hold count goes up in iterations where no rank has a context too, so under a
-    steady trickle of arrivals it is a clock: a new request that lands alone waits for
-    the next tick, every ``timeout_iters`` iterations. It goes up once an executor
-    iteration: ``_executor_loop`` calls ``_prepare_and_schedule_batch`` once, whose
-    ``_schedule`` calls the balance once, after ``schedule_request``'s capacity
-    scheduler has made its preemptions. A re-plan of the twin's loop after a rank
-    preempted all it ran is the same iteration, so the loop takes that pass's tick back
-    (:meth:`take_back`). While every queue's head waits for memory the executor spins
-    (``executor_request_queue.py`` ``_fetch_new_requests`` blocks only when no rank has
-    an active request), a tick each spin; a waiting rank has no generation request, so
-    each leaves the hold count at 0 and the batching count as it was, as the loop's one
-    tick before it waits does. A rank with no request at all counts as one with a
-    generation request: the executor pads it with a dummy one
-    (``_pad_attention_dp_dummy_request``). The counts are of executor iterations: with
-    speculative decoding the twin's token step is ``1 / tau`` of one (``iteration``).
-    ``AttentionDpConfig`` defaults (``tensorrt_llm/llmapi/llm_args.py``): balance off,
-    ``timeout_iters`` 50, ``batching_wait_iters`` 10.
-    """
-
-    def __init__(
-        self, timeout_iters: int, batching_wait_iters: int, max_batch_size: int, iteration: float
-    ) -> None:
-        self.timeout, self.batching = timeout_iters, batching_wait_iters
-        self.max_batch, self.iteration = max_batch_size, iteration
-        self.waited = 0.0  # adp_ctx_waiting_iters_count
-        self.batched = 0.0  # adp_ctx_batching_wait_iters_count
-        self._before = (0.0, 0.0)  # the counts before the last tick (take_back)
-
-    def contexts_run(self, contexts: Sequence[bool], generating: Sequence[int]) -> bool:
-        """Whether this iteration's scheduled contexts run, given which ranks have one
-        and how many generation requests each runs (updates the counts)."""
-        self._before = (self.waited, self.batched)
-        all_gen = all(g > 0 for g in generating)
-        if all(contexts) and all(g < self.max_batch for g in generating):
-            self.waited = 0.0
-            if all_gen and self.batched < self.batching:
-                self.batched += self.iteration
-                return False
-            if all_gen:
-                self.batched = 0.0
-            return True
-        self.waited += self.iteration
-        if self.waited >= self.timeout or not all_gen:
-            self.waited = 0.0
-            return True
-        return False
-
-    def take_back(self) -> None:
-        """Undo the last :meth:`contexts_run`'s counts: its iteration is planned again."""
-        self.waited, self.batched = self._before
-
-
-def adp_balance(config: EngineConfig, pricer: SyncPricer) -> ADPBalance | None:
-    """The context balance ``config`` asks for (:class:`ADPBalance`, the ``trtllm`` mode's
-    options ``TRTLLM_ADP_BALANCE``, their defaults ``AttentionDpConfig``'s); ``None``: none."""
-    options = config.scheduling.scheduler_options
-    balance, timeout, batching_wait = TRTLLM_ADP_BALANCE
-    if not options.get(balance):
-        return None
-    tau = float(getattr(pricer, "tau", 1.0) or 1.0)
-    return ADPBalance(
-        int(options.get(timeout, ADP_TIMEOUT_ITERS)),
-        int(options.get(batching_wait, ADP_BATCHING_WAIT_ITERS)),
-        config.scheduling.max_running,
-        1.0 / tau,
-    )
 
 
 # ------------------------------------------------------------------ the replica
@@ -788,70 +413,11 @@ def dp_replica(
     return DPReplica(ranks, recorders, pricer, engine, balance, eager_s)
 
 
-def dp_pricer(
-    model: ModelSpec,
-    profile: Any,
-    tp: int,
-    ep: int,
-    dp: int,
-    step_host_s: float,
-    seq_host_s: float,
-    moe_a2a: str = "",
-    absorbed_extend: int = 0,
-    kernel_layout: KernelLayout = DEFAULT_LAYOUT,
-) -> DPStepPricer:
-    """The synchronised step pricer of a replica of ``tp`` GPUs, ``ep`` expert ranks and
-    ``dp`` attention ranks on ``profile``; ``moe_a2a`` ``"deepep"``: the MoE layers'
-    dispatch and combine from the profile's DeepEP fits (``twin.costmodel.a2a``;
-    ``deepep_ht`` / ``deepep_ll`` one mode for every step); ``absorbed_extend``: the
-    ranks' prefill chunks of at most that many tokens priced as MLA's absorbed extends
-    (speculative decoding's verification, ``twin.engine.cost.make_pricer``);
-    ``kernel_layout``: the engine build's (``twin.costmodel.kernel_layout``)."""
-    from twin.costmodel import CostModel
-    from twin.parallel import Layout, check_layout
-
-    check_layout(model, Layout(tp, ep, dp))
-    attention = CostModel(
-        model, profile, tp // dp, absorbed_extend=absorbed_extend, kernel_layout=kernel_layout
-    )
-    attention.compile_steps()  # its compiled mixed step where the model has one
-    ffn = CostModel(model, profile, tp, ep=ep, kernel_layout=kernel_layout)
-    layers = model.n_mlp_layers + model.n_moe_layers
-    a2a = None
-    if moe_a2a:
-        from twin.costmodel.a2a import A2APrice
-
-        a2a = A2APrice(model, profile, ep, moe_a2a)
-    gather_scatter = None
-    if kernel_layout.moe_gather_scatter:
-        from twin.costmodel.gather_scatter import GatherScatterPrice
-
-        gather_scatter = GatherScatterPrice(model, ffn)
-    return DPStepPricer(
-        attention,
-        ffn,
-        dp,
-        layers,
-        step_host_s,
-        seq_host_s,
-        a2a,
-        model.n_moe_layers,
-        gather_scatter,
-        kernel_layout.dense_ffn_on_rank,
-    )
-
-
 __all__ = [
-    "DEALERS",
     "RANK_DROPPED_OPTIONS",
-    "ADPBalance",
     "DPCluster",
     "DPReplica",
-    "DPStepPricer",
     "RankRecorder",
-    "SyncPricer",
-    "adp_balance",
-    "dp_pricer",
     "dp_replica",
     "rank_config",
 ]

@@ -78,7 +78,7 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
 
 def _acceptance(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
     """``--set speculative_acceptance=`` (both engines): read with the speculative tokens
-    once every flag is given (``twin.engine.speculative.parse_acceptance``)."""
+    once every flag is given (``twin.engine.speculative_acceptance.parse_acceptance``)."""
     out["spec_acceptance"] = value
 
 

@@ -237,7 +237,7 @@ def _auto_spec_params(algorithm: str, model: ModelSpec) -> tuple[int, int, int]:
 # request), then ``process_batch_result_decode`` another. Where the overlap scheduler
 # runs (every plain run) this time hides under the GPU's, which is why the B200 / B300
 # engine times hold none; where a GPU's engine times give a host time (H100) that is
-# priced instead (``twin.engine.speculative.speculative_pricer``). Fitted on the fit split
+# priced instead (``twin.engine.speculative_pricing.speculative_pricer``). Fitted on the fit split
 # only: the 1,500-row sample's 37 InferenceMAX -mtp fit rows
 # (``benchmarks/results/sgl-mtp/mtp-rows.csv``: DeepSeek-R1 B200 fp8 12, Qwen3.5 B200 fp8
 # 22, B300 fp8 3), the least TPOT MAPE of the estimate ``twin + (fixed + each x running) /

@@ -6,7 +6,7 @@ section): a ``decoding_type`` naming the config class and that class's fields. T
 twin takes the section as ``--set speculative_config=JSON`` (JSON is YAML's flow
 style, so the section's keys and values are written as they are in the file) and
 reads it through the engines' one parser (:func:`twin.engine.speculative.read_config`),
-mapping onto the twin's methods (:data:`twin.engine.speculative.METHODS`).
+mapping onto the twin's methods (:data:`twin.engine.speculative_methods.METHODS`).
 
 Release followed: TensorRT-LLM 1.0, the release :mod:`twin.engine.trtllm_batching`
 follows. Its wheels are on NVIDIA's package index, not PyPI (PyPI's ``tensorrt_llm``
@@ -180,7 +180,7 @@ TRTLLM_OVERLAP = ("overlap_scheduler",)
 # tensorrt_llm/llmapi/llm_args.py: ``enable_balance`` false, ``timeout_iters`` 50,
 # ``batching_wait_iters`` 10), read by the executor only with ``enable_attention_dp``:
 # context requests are held until every attention-DP rank has one, or for at most
-# ``timeout_iters`` iterations (twin.engine.dp_attention.ADPBalance; ranks of
+# ``timeout_iters`` iterations (twin.engine.adp_balance.ADPBalance; ranks of
 # ``--dp-attention`` only, a plain replica ignores them as the engine does).
 TRTLLM_ADP_BALANCE = (
     "attention_dp_balance",

@@ -22,6 +22,7 @@ from twin.engine.mode_base import (
     _int,
 )
 from twin.engine.releases import Release, release_of
+from twin.engine.speculative_acceptance import length_from_rates
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -228,7 +229,7 @@ def _vllm_synthetic(cfg: dict[str, Any], release: Release, k: int) -> tuple[floa
     try:
         if key == "synthetic_acceptance_rates":
             rates = [float(v) for v in value]
-            return speculative.length_from_rates(f"{flag}: {key}", rates, k), label
+            return length_from_rates(f"{flag}: {key}", rates, k), label
         number = float(value)
     except (TypeError, ValueError):
         raise TwinError(f"{flag}: {key} must be numeric (got {value!r})") from None

@@ -658,7 +658,7 @@ def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> Step
         absorb = Speculation.from_dict(config.mode.speculative).absorbed_extend
     pricer: StepPricer
     if c.dp_attention > 1:  # ranks' steps priced together (twin.engine.dp_attention)
-        from twin.engine.dp_attention import dp_pricer
+        from twin.engine.dp_pricing import dp_pricer
 
         pricer = dp_pricer(
             model,
@@ -693,7 +693,7 @@ def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> Step
 
             pricer = HostTimePricer(pricer, h.step_host_s, h.seq_host_s, overlap=overlap)
     if config.mode.speculative:  # drafting and verification (twin.engine.speculative)
-        from twin.engine.speculative import speculative_pricer
+        from twin.engine.speculative_pricing import speculative_pricer
 
         pricer = speculative_pricer(pricer, model, profile, config, layout)
     return pricer

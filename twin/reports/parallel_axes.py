@@ -200,7 +200,7 @@ def lone_decode_s(pricer: Any) -> float:
 def bound_pricer(model: ModelSpec, profile: Any, layout: Layout, engine: str = "") -> Any:
     """The step prices the plan's analytic bound reads for ``layout``: the cost model at
     ``tp`` and ``ep`` (without host times, as the bound always read it), with attention
-    DP the synchronised pricer of its ranks (``twin.engine.dp_attention.dp_pricer``), with
+    DP the synchronised pricer of its ranks (``twin.engine.dp_pricing.dp_pricer``), with
     pipeline stages the slowest stage's (:class:`PipelineBoundPricer`, the stages split
     as engine mode ``engine`` splits them)."""
     if layout.pp > 1:
@@ -210,7 +210,7 @@ def bound_pricer(model: ModelSpec, profile: Any, layout: Layout, engine: str = "
             pipeline_pricer(model, profile, layout.tp, layout.ep, layout.pp, engine=engine)
         )
     if layout.dp > 1:
-        from twin.engine.dp_attention import dp_pricer
+        from twin.engine.dp_pricing import dp_pricer
 
         return dp_pricer(model, profile, layout.tp, layout.ep, layout.dp, 0.0, 0.0)
     from twin.engine import make_pricer

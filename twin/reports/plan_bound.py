@@ -67,7 +67,7 @@ def cheapest_token_s(
     """The lowest price per token of any step shape a replica runs: prefill chunks, decode
     batches (context 1 each) and mixed steps, at every halving of the step budget. With
     ``ranks`` attention data-parallel ranks (``pricer`` is their synchronised pricer,
-    ``twin.engine.dp_attention.DPStepPricer``) every rank runs the shape at once, each
+    ``twin.engine.dp_pricing.DPStepPricer``) every rank runs the shape at once, each
     with its own step budget, and the step's tokens are all of theirs."""
 
     def per_token(prefills: list[tuple[int, int]], batch: int, tokens: int) -> float:

@@ -147,7 +147,8 @@ class DisaggCluster(Cluster):
         config, pricer, budget = self._replica_setup(i)
         if config.cluster.dp_attention <= 1:
             return super()._new_replica(i)
-        from twin.engine.dp_attention import RankRecorder, SyncPricer, dp_replica
+        from twin.engine.dp_attention import RankRecorder, dp_replica
+        from twin.engine.dp_pricing import SyncPricer
 
         assert isinstance(pricer, SyncPricer)
 
@@ -190,7 +191,7 @@ class DisaggCluster(Cluster):
         """The decode unit for a request: the worker holding the fewest requests, ties
         rotating; under attention DP the rank its engine deals it to (SGLang 0.5.10.post1
         ``server_args.py`` ``_handle_load_balance_method``: a decode server's DP
-        controller deals round-robin; ``twin.engine.dp_attention.DEALERS``)."""
+        controller deals round-robin; ``twin.engine.dp_dealing.DEALERS``)."""
         units = self._units
         held = [sum(self._held[u] for u in us) for us in units]
         n = len(held)

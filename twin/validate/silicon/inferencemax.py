@@ -87,7 +87,7 @@ def inferencemax_deepseek(row: SiliconRow) -> bool:
 # first draft with the rate ``INFERENCEMAX_MTP_ACCEPTANCE[0]``, each later draft, given the
 # ones before it, with ``[1]``; passed as the unconditional per-position rates (the share of
 # steps whose first ``i`` drafts are all accepted, ``--set speculative_acceptance=r1,r2,..``,
-# ``twin.engine.speculative.length_from_rates``) by :func:`inferencemax_mtp_acceptance`.
+# ``twin.engine.speculative_acceptance.length_from_rates``) by :func:`inferencemax_mtp_acceptance`.
 # Why one rule: the engines draft and verify the same way on these rows.
 # - Drafting: one MTP layer (DeepSeek-R1's and Qwen3.5's checkpoints carry one) run once
 #   per draft, each later draft on the hidden state the previous draft step returned: SGLang
@@ -113,7 +113,7 @@ def inferencemax_deepseek(row: SiliconRow) -> bool:
 #   ``run_benchmark_serving``; ``benchmark_serving.py`` ``sample_random_requests``: runs of
 #   consecutive token ids from a random offset, in the chat template), not the text the
 #   DeepSeek-V3 report measured its 85-90% second-token acceptance on (the twin's MTP
-#   default, ``twin.engine.speculative.Mtp``); the outputs are the model's greedy answer to
+#   default, ``twin.engine.speculative_methods.Mtp``); the outputs are the model's greedy answer to
 #   that, continued past its end of sequence.
 # Fitted on the fit split only, on the TPOT of all 164 -mtp fit rows of both engines
 # together (``benchmarks/results/mtp-accept-before-fit``, each row's decode time scaled by

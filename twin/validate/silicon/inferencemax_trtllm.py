@@ -37,7 +37,7 @@ INFERENCEMAX_TRTLLM_FLOOR = 8192  # the plain scripts' MAX_NUM_TOKENS floor
 # ``dsr1_fp8_h200_trt_slurm.sh`` from ec90f3fe7, 2025-09-18, on; the -mtp scripts at
 # bf3456727; ``dsr1_fp{4,8}_b200_trt.sh`` at 6eecc0e66 / ec7bafaae and
 # ``dsr1_fp{4,8}_b200_trt_mtp.sh`` at 0aae52d4c / 5d517074c): TensorRT-LLM's context
-# balance across the ranks (``twin.engine.dp_attention.ADPBalance``).
+# balance across the ranks (``twin.engine.adp_balance.ADPBalance``).
 INFERENCEMAX_ADP_BALANCE = {
     "attention_dp_balance": "true",
     "attention_dp_timeout_iters": "60",
