@@ -606,3 +606,20 @@ def test_a_serving_step_prices_vllms_marlin_padding_at_the_fitted_rate() -> None
     assert step_s(1e-13, 64) > step_s(0.0, 64)
     # another kernel's fit: the term reads 0 whatever its coefficient
     assert step_s(1e-13, 64, "vllm_marlin_int4_moe") == step_s(0.0, 64, "vllm_marlin_int4_moe")
+
+
+@pytest.mark.parametrize("gpu", ["b200", "b300", "gb200", "gb300"])
+@pytest.mark.parametrize("family", ["moe_int4_wo", "moe_mxfp4"])
+def test_the_blackwell_vllm_token_tile_fits_meet_the_kernel_target(gpu: str, family: str) -> None:
+    # regenerated with the token tile's terms (helper moe30, session 30): vLLM's Marlin
+    # int4 and FlashInfer TRT-LLM-gen mxfp4 tables, held out <= 5% median, <= 15% P90
+    from twin.costmodel.formulas import get_formula
+
+    fit = resolve_profile(gpu, None, "vllm").kernels[family]
+    assert fit.model == get_formula(family).model_name
+    assert fit.provenance["kernel_source"] in (
+        ft.VLLM_MARLIN_SOURCES | ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
+    )
+    assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
+    assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
+    assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15
