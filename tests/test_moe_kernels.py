@@ -47,6 +47,8 @@ TRUE = {
     "c_tile_bytes": 0.0,  # tests/data/aic/make_moe_table.py's: its rows predate these terms
     "c_l2_bytes": 0.0,
     "c_large_m_weights": 0.0,
+    "c_pad_flops": 0.0,
+    "c_restream_weights": 0.0,
     "c_active_experts": 0.0,
 }
 
@@ -231,7 +233,9 @@ def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
     assert with_term == pytest.approx(without + 30 * 2e-6, rel=1e-12)
     fast = lat.compile_fast("moe", params, peaks)
     x, y, u = extras["weight_elems"], extras["routed_elems"], extras["tile_bytes"]
-    assert fast(flops, nbytes, x, y, u, 0.0, 0.0, 30.0) == pytest.approx(with_term, rel=1e-12)
+    assert fast(flops, nbytes, x, y, u, 0.0, 0.0, 0.0, 0.0, 30.0) == pytest.approx(
+        with_term, rel=1e-12
+    )
     # the decode paths' compiled constants carry no serial term: refused, not dropped
     with pytest.raises(AssertionError, match=r"extra features|serial"):
         lat.kernel_constants("moe", params, peaks)
@@ -245,12 +249,17 @@ def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
         kernels={**resolve_profile("h100", None, "vllm").kernels, "moe": fit},
     )
     again = type(prof).from_dict(prof.to_dict())
-    want = "roofline+weight_elems+routed_elems+tile_bytes+l2_bytes+large_m_weights+active_experts"
+    want = (
+        "roofline+weight_elems+routed_elems+tile_bytes+l2_bytes+large_m_weights+pad_flops"
+        "+restream_weights+active_experts"
+    )
     assert again.kernels["moe"].model == want
     assert again.kernels["moe"].params["c_active_experts"] == 0.0
     assert again.kernels["moe"].params["c_tile_bytes"] == 0.0
     assert again.kernels["moe"].params["c_l2_bytes"] == 0.0
     assert again.kernels["moe"].params["c_large_m_weights"] == 0.0
+    assert again.kernels["moe"].params["c_pad_flops"] == 0.0
+    assert again.kernels["moe"].params["c_restream_weights"] == 0.0
 
 
 def _synthetic_rows(
@@ -294,8 +303,10 @@ def test_the_array_form_prices_the_serial_term_like_the_scalar_form() -> None:
     x, y = np.array([1e6, 1e8, 0.0]), np.array([1e5, 1e7, 1e3])
     u, z = np.array([5e5, 1e6, 0.0]), np.array([1.0, 64.0, 8.0])
     w = np.array([0.0, 0.0, 3e6])  # a table row's L2 bytes
-    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, w, z, strict=True)]
-    assert many(flops, nbytes, x, y, u, w, z).tolist() == want
+    o = np.zeros(3)  # large-M weights, padded FLOPs, re-streamed weights: z is the serial term
+    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, w, o, o, o, z, strict=True)]
+    assert many(flops, nbytes, x, y, u, w, o, o, o, z).tolist() == want
+    assert want[1] > fast(flops[1], nbytes[1], x[1], y[1], u[1], w[1]) + 63 * 2e-6
     assert many(flops, nbytes, x, y).tolist() == [
         fast(*v) for v in zip(flops, nbytes, x, y, strict=True)
     ]
@@ -476,10 +487,139 @@ def test_regenerated_moe_fits_keep_the_l2_and_large_m_terms(name: str) -> None:
     fams = {k: f for k, f in raw.items() if k.startswith("moe") and k != kept}
     assert fams
     for kernel, fit in fams.items():
-        # written in the current form (not upgraded on load) and read with the replays' L2
-        assert fit["model"] == get_formula(kernel).model_name, kernel
+        # written with the L2 and large-M terms (the current form, or the one before the
+        # token tile's terms, which reads them as 0) and read with the replays' L2
+        current = get_formula(kernel).model_name
+        before = current.replace("+pad_flops+restream_weights", "")
+        assert fit["model"] in (current, before), kernel
         assert reads_replay_l2(fit["params"]), kernel
     sglang_triton = fams["moe"]["provenance"]["kernel_source"] == ft.SGLANG_TRITON_SOURCE
     if sglang_triton:  # the large-M config's rate fitted, well above the fit's floor
         assert fams["moe"]["params"]["c_large_m_weights"] > 1e-13
     assert sglang_triton == (name in SGLANG_TRITON_PROFILES)
+
+
+# Kimi-K2.5's experts (the shape of vLLM 0.24.0's Marlin int4 tables), EP 1.
+KIMI_EP1 = {
+    "hidden_size": 7168,
+    "inter_size": 2048,
+    "topk": 8,
+    "num_experts": 384,
+    "moe_tp_size": 1,
+    "moe_ep_size": 1,
+}
+VLLM_MARLIN = "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"
+GPT_OSS_EP1 = {
+    "hidden_size": 2880,
+    "inter_size": 2880,
+    "topk": 4,
+    "num_experts": 128,
+    "moe_tp_size": 1,
+    "moe_ep_size": 1,
+}
+
+
+def test_vllms_marlin_moe_picks_its_row_block_from_the_tokens_per_local_expert() -> None:
+    # vLLM 0.24.0 fused_marlin_moe: the first of 8/16/32/48/64 with M*topk/E/block < 0.9
+    assert VLLM_MARLIN in ft.VLLM_MARLIN_SOURCES
+    tokens = (1, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 16384)
+    got = {t: ft.vllm_marlin_block_m(VLLM_MARLIN, t, 8, 384) for t in tokens}
+    want = (8, 8, 16, 16, 32, 32, 48, 48, 64, 64)
+    assert got == dict(zip(tokens, want, strict=True))
+    # E is the rank's experts: under EP 2 (192 a rank) the block grows at half the tokens
+    assert ft.vllm_marlin_block_m(VLLM_MARLIN, 160, 8, 192) == 8
+    assert ft.vllm_marlin_block_m(VLLM_MARLIN, 192, 8, 192) == 16
+    # any other kernel: no block
+    assert ft.vllm_marlin_block_m("vllm_marlin_int4_moe", 4096, 8, 384) == 0
+
+
+def test_block_padded_rows_pad_each_experts_rows_to_whole_blocks() -> None:
+    assert ft.block_padded_rows(24576, 384, 64) == 24576  # 64 rows each: one block
+    assert ft.block_padded_rows(32768, 384, 64) == 384 * 128  # 85-86 each: two blocks
+    assert ft.block_padded_rows(17, 2, 8) == 8 + 16  # 8 and 9 rows
+    assert ft.block_padded_rows(2560, 384, 8) == 384 * 8  # 6-7 rows each
+    assert ft.block_padded_rows(17, 2, 0) == 17  # no block, no padding
+
+
+def test_vllms_marlin_rows_carry_the_flops_of_their_padded_rows() -> None:
+    int4 = WEIGHT_FORMATS["int4"]
+
+    def pad(tokens: int, source: str = VLLM_MARLIN) -> float:
+        shape = {**KIMI_EP1, "num_tokens": tokens, "kernel_source": source}
+        return float(moe_row(shape, int4, "moe_int4_wo", 1.0)["pad_flops"])
+
+    per_row = 2.0 * 7168 * (2 * 2048 + 2048)  # both GEMMs
+    assert pad(3072) == 0.0  # 64 rows an expert in one block of 64
+    assert pad(4096) == pytest.approx((384 * 128 - 4096 * 8) * per_row)  # two blocks each
+    assert pad(320) == pytest.approx((384 * 8 - 320 * 8) * per_row)  # block 8
+    assert pad(4096, "vllm_marlin_int4_moe") == 0.0  # 0.19.0's table: Triton WNA16
+    # each block past an expert's first streams its weights again
+    shape = {**KIMI_EP1, "num_tokens": 4096, "kernel_source": VLLM_MARLIN}
+    again = moe_row(shape, int4, "moe_int4_wo", 1.0)["restream_weights"]
+    assert again == 384 * 7168 * (2 * 2048 + 2048)
+
+
+GPT_OSS_TRTLLM_GEN = "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic"
+
+
+def test_flashinfers_untuned_trtllm_gen_tile_is_the_one_below_its_centre() -> None:
+    # flashinfer 0.6.12 selectDefaultTileN: centre nextPowerOfTwo(t * k / local experts)
+    # within 8..64, then the smallest of the centre's neighbours (-1, +1, +2)
+    assert GPT_OSS_TRTLLM_GEN in ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
+    tokens = (1, 256, 320, 512, 768, 1024, 1536, 16384)
+    got = {t: ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, t, 4, 128) for t in tokens}
+    assert got == dict(zip(tokens, (8, 8, 8, 8, 16, 16, 32, 32), strict=True))
+    assert ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, 320, 4, 64) == 16  # EP 2: 64 a rank
+    assert ft.moe_token_tile("sglang_flashinfer_trtllm_moe", 320, 4, 128) == 0  # not read
+
+
+def test_a_trtllm_gen_mxfp4_row_streams_each_experts_weights_once_a_tile() -> None:
+    mxfp4 = WEIGHT_FORMATS["mxfp4"]
+    shape = {**GPT_OSS_EP1, "kernel_source": GPT_OSS_TRTLLM_GEN}
+
+    def again(tokens: int) -> float:
+        row = moe_row({**shape, "num_tokens": tokens}, mxfp4, "moe_mxfp4", 1.0)
+        return float(row["restream_weights"])
+
+    per_expert = 2880 * (2 * 2880 + 2880)
+    assert again(256) == 0.0  # 8 rows an expert: one tile of 8
+    assert again(320) == 128 * per_expert  # 10 rows: two tiles of 8 (the tables' step)
+    assert again(4096) == 3 * 128 * per_expert  # 128 rows: four tiles of 32
+
+
+def test_a_serving_step_prices_vllms_marlin_padding_at_the_fitted_rate() -> None:
+    prof = resolve_profile("b200", None, "vllm")
+    assert prof.kernels["moe_int4_wo"].provenance["kernel_source"] == VLLM_MARLIN
+    kimi = override_model(get_model("kimi-k2.5"), ["moe_precision=int4"])
+
+    def step_s(c: float, batch: int, source: str = VLLM_MARLIN) -> float:
+        fit = prof.kernels["moe_int4_wo"]
+        fit = dataclasses.replace(
+            fit,
+            params={**fit.params, "c_pad_flops": c},
+            provenance={**fit.provenance, "kernel_source": source},
+        )
+        p = dataclasses.replace(prof, kernels={**prof.kernels, "moe_int4_wo": fit})
+        step = CostModel(kimi, p, 8).decode([1000] * batch, breakdown=True)
+        return float(step.by_kernel["moe"])  # type: ignore[union-attr]
+
+    assert step_s(1e-13, 64) > step_s(0.0, 64)
+    # another kernel's fit: the term reads 0 whatever its coefficient
+    assert step_s(1e-13, 64, "vllm_marlin_int4_moe") == step_s(0.0, 64, "vllm_marlin_int4_moe")
+
+
+@pytest.mark.parametrize("gpu", ["b200", "b300", "gb200", "gb300"])
+@pytest.mark.parametrize("family", ["moe_int4_wo", "moe_mxfp4"])
+def test_the_blackwell_vllm_token_tile_fits_meet_the_kernel_target(gpu: str, family: str) -> None:
+    # regenerated with the token tile's terms (helper moe30, session 30): vLLM's Marlin
+    # int4 and FlashInfer TRT-LLM-gen mxfp4 tables, held out <= 5% median, <= 15% P90
+    from twin.costmodel.formulas import get_formula
+
+    fit = resolve_profile(gpu, None, "vllm").kernels[family]
+    assert fit.model == get_formula(family).model_name
+    assert fit.provenance["kernel_source"] in (
+        ft.VLLM_MARLIN_SOURCES | ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
+    )
+    assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
+    assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
+    assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15

@@ -65,7 +65,8 @@ def moe_row(
     the L2 of the table's GPU (``system_l2``): a working set that fits stays there
     across the collector's replays (``features.moe_features``). SGLang's Triton rows
     above as many tokens as local experts ran its large-M default config
-    (``features.sglang_large_m``)."""
+    (``features.sglang_large_m``); vLLM's Marlin and FlashInfer TRT-LLM-gen mxfp4 rows
+    take each expert's rows in the token tile the kernel picks (``features.moe_token_tile``)."""
     t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
     source = str(r.get("kernel_source", ""))
     load = (
@@ -82,8 +83,9 @@ def moe_row(
     width = inter // mtp
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
     large_m = ft.sglang_large_m(source, fmt.bytes_per_param is None, t, n_exp // ep)
+    tile = ft.moe_token_tile(source, t, top, n_exp // ep)
     feats = ft.moe_features(
-        rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m
+        rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m, tile
     )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)

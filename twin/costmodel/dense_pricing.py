@@ -506,7 +506,16 @@ class DensePricing(ShardShapes):
         unquantised = self.priced.expert.bytes_per_param is None
         large_m = ft.sglang_large_m(self._moe_source, unquantised, t, local)
         large_w = weights if large_m else 0.0
-        experts = kernel(flops, nbytes, weights, float(routed * d), tile, 0.0, large_w, active)
+        # The token tile the kernel takes each expert's rows in (``features.
+        # moe_token_tile``: vLLM's Marlin MoE, FlashInfer's TRT-LLM-gen mxfp4; 0 for every
+        # other kernel, and a fit written before the terms reads their coefficients 0).
+        token_tile = ft.moe_token_tile(self._moe_source, t, top, local)
+        pad, restream = ft.moe_tile_extras(
+            rows, active, token_tile, d, self._moe_width, self.up_mats
+        )
+        experts = kernel(
+            flops, nbytes, weights, float(routed * d), tile, 0.0, large_w, pad, restream, active
+        )
         if series is not None:  # a measured shape: its kernel config (series_term)
             experts *= math.exp(series[0].log_factor(series[1], t))
         # A kernel whose cost per expert held the fit does not carry (KernelLayout).

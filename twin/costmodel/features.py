@@ -8,6 +8,7 @@ how the cost model prices a step. ``e`` is bytes per element. Pure Python.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from twin.model import keys_upto
@@ -272,6 +273,7 @@ def moe_features(
     w_e: float,
     l2_bytes: float | None = None,
     large_m: bool = False,
+    tile: int = 0,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
     the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra,
@@ -301,15 +303,23 @@ def moe_features(
     (``sglang_large_m``): the weights it streams are the ``large_m_weights`` extra too
     (zero where the set is read from L2), a second rate for the weight stream of that
     tile (NVIDIA's A100 SGLang 0.5.10 bf16 table, 2,048 x 768 experts, 128 of them, TP 1:
-    752 us at 128 tokens, 1,121 us at 160, the same experts' weights streamed)."""
+    752 us at 128 tokens, 1,121 us at 160, the same experts' weights streamed).
+
+    ``tile``: the token tile the kernel takes each expert's rows in (``moe_token_tile``;
+    0: none read): the padded rows' FLOPs are the extra ``pad_flops``, the weights each
+    further tile of an expert streams again the extra ``restream_weights``
+    (``moe_tile_extras``)."""
     flops, nbytes, weights = moe_sums(rows, active, d, width, up_mats, e, act_e, w_e)
     resident = replay_resident(nbytes, l2_bytes)
+    pad, restream = moe_tile_extras(rows, active, tile, d, width, up_mats)
     extras = {
         "weight_elems": 0.0 if resident else weights,
         "routed_elems": float(routed),
         "tile_bytes": moe_tile_bytes(d, width, up_mats, w_e),
         "l2_bytes": nbytes if resident else 0.0,
         "large_m_weights": weights if large_m and not resident else 0.0,
+        "pad_flops": pad,
+        "restream_weights": restream,
         "active_experts": active,
     }
     return flops, 0.0 if resident else nbytes, extras
@@ -333,6 +343,108 @@ def sglang_large_m(source: str, unquantised: bool, tokens: float, local_experts:
     return source == SGLANG_TRITON_SOURCE and unquantised and tokens > local_experts
 
 
+# vLLM's Marlin MoE (the table label 0.24.0 writes for ``MarlinExperts``, the kernel
+# ``engine_kernels.MARLIN_WNA16``: Kimi-K2.5's int4 experts) picks its row block per launch
+# (vllm 0.24.0 wheel, PyPI sha256 2d2831ae..., ``model_executor/layers/fused_moe/experts/
+# marlin_moe.py`` ``fused_marlin_moe``): ``for block_size_m in [8, 16, 32, 48, 64]: if M *
+# topk / E / block_size_m < 0.9: break`` (64 when none breaks), ``M`` the launch's tokens and
+# ``E = w1.size(0)`` the experts on the rank (the local experts under EP, where the rank's
+# rows per expert are the global ones: the block is then EP times too large);
+# ``moe_align_block_size`` pads each expert's rows to whole blocks and
+# ``ops.moe_wna16_marlin_gemm`` computes every block's ``block_size_m`` rows over the
+# expert's whole width (both GEMMs). aiconfigurator's collector times vLLM 0.24.0's
+# ``FusedMoE`` module (``collector/vllm/collect_moe.py``, ai-dynamo/aiconfigurator
+# 095f58a51: ``enable_expert_parallel`` when moe_ep > 1). The tables step where the rule
+# does (B200, 7,168 x 2,048 experts, 384, top 8, EP 2: 1,220 us at 160 tokens, 1,320 at
+# 192 (block 8 -> 16), 1,338 at 320, 1,985 at 384 (16 -> 32); EP 1: 7.3 ms at 3,072 tokens
+# (64 rows an expert, one block), 14.2 at 4,096 (85, two blocks), 21.6 at 8,192 (171, three)).
+VLLM_MARLIN_SOURCES = frozenset({"vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"})
+VLLM_MARLIN_BLOCKS_M = (8, 16, 32, 48, 64)
+VLLM_MARLIN_BLOCK_SLACK = 0.9
+
+
+def vllm_marlin_block_m(source: str, tokens: float, top_k: int, local_experts: float) -> int:
+    """vLLM's Marlin MoE row block for a launch of ``tokens`` tokens, ``top_k`` experts
+    each, ``local_experts`` experts on the rank; 0 for any other kernel source."""
+    if source not in VLLM_MARLIN_SOURCES:
+        return 0
+    per_expert = tokens * top_k / local_experts
+    for block in VLLM_MARLIN_BLOCKS_M:
+        if per_expert / block < VLLM_MARLIN_BLOCK_SLACK:
+            return block
+    return VLLM_MARLIN_BLOCKS_M[-1]
+
+
+# FlashInfer's TRT-LLM-gen MXFP4 fused MoE with bf16 activations (the table label vLLM
+# 0.24.0 writes for ``TrtLlmMxfp4ExpertsMonolithic``, ``engine_kernels.
+# FLASHINFER_TRTLLM_MXFP4``: gpt-oss's experts on SM100) picks its token tile per launch
+# (flashinfer-python 0.6.12, vLLM 0.24.0's pin, PyPI sha256 0c7a01e5...,
+# ``data/csrc/trtllm_fused_moe_kernel_launcher.cu``): without a tuned tactic (the collector
+# runs no autotuning; aiconfigurator ``collector/vllm/collect_moe.py`` 095f58a51)
+# ``resolveMoeTileAndConfig`` takes ``selectDefaultTileN``: ``computeSelectedTileN`` centres
+# on ``nextPowerOfTwo(num_tokens * top_k / num_local_experts)`` clamped to the supported
+# tiles (bf16 activations: 8, 16, 32, 64, ``FP4BlockScaleLauncher::getSupportedTileNums``)
+# and returns it with its neighbours (-1, +1, +2) as a sorted set, whose first is taken:
+# one tile below the centre. Each tile of an expert's rows streams the expert's weights.
+FLASHINFER_TRTLLM_MXFP4_SOURCES = frozenset(
+    {"vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic"}
+)
+FLASHINFER_BF16_TILES = (8, 16, 32, 64)
+
+
+def flashinfer_default_tile(tokens: float, top_k: int, local_experts: float) -> int:
+    """FlashInfer's untuned TRT-LLM-gen token tile (bf16 activations) for a launch of
+    ``tokens`` tokens, ``top_k`` experts each, ``local_experts`` on the rank."""
+    tiles = FLASHINFER_BF16_TILES
+    centre = 1 << max(0, math.ceil(tokens * top_k / local_experts) - 1).bit_length()
+    centre = min(max(centre, tiles[0]), tiles[-1])
+    return tiles[max(0, tiles.index(centre) - 1)]
+
+
+def moe_token_tile(source: str, tokens: float, top_k: int, local_experts: float) -> int:
+    """The token tile a fused-MoE kernel pads each expert's rows to and streams the
+    expert's weights once for (``vllm_marlin_block_m``, ``flashinfer_default_tile``);
+    0 for a kernel whose tile was not read."""
+    if source in FLASHINFER_TRTLLM_MXFP4_SOURCES:
+        return flashinfer_default_tile(tokens, top_k, local_experts)
+    return vllm_marlin_block_m(source, tokens, top_k, local_experts)
+
+
+def moe_expert_tiles(rows: float, active: float, tile: int) -> float:
+    """The tiles of ``tile`` rows ``active`` experts take for ``rows`` routed rows spread
+    evenly over them (each ``floor`` or ``ceil`` of the mean); 0 where ``tile`` is 0 or
+    no expert is reached."""
+    if not tile or active <= 0.0 or rows <= 0.0:
+        return 0.0
+    n = max(1, round(active))
+    low = math.floor(rows / n)
+    high = min(n, max(0, round(rows - low * n)))  # experts with one row more
+    return float((n - high) * math.ceil(low / tile) + high * math.ceil((low + 1) / tile))
+
+
+def block_padded_rows(rows: float, active: float, block: int) -> float:
+    """The rows ``active`` experts compute for ``rows`` routed rows, each expert's rows
+    padded to whole blocks of ``block`` (``moe_expert_tiles``; ``rows`` itself where
+    ``block`` is 0 or no expert is reached)."""
+    tiles = moe_expert_tiles(rows, active, block)
+    return max(rows, tiles * block) if tiles else rows
+
+
+def moe_tile_extras(
+    rows: float, active: float, tile: int, d: int, width: int, up_mats: int
+) -> tuple[float, float]:
+    """(``pad_flops``, ``restream_weights``) of a fused-MoE launch whose kernel takes each
+    expert's rows in tiles of ``tile`` (``moe_token_tile``): the FLOPs of the rows the
+    tiles pad (both GEMMs, ``moe_sums``' FLOPs a row) and the weight elements the tiles
+    past an expert's first stream again; (0, 0) where ``tile`` is 0."""
+    tiles = moe_expert_tiles(rows, active, tile)
+    if not tiles:
+        return 0.0, 0.0
+    per_row = d * (up_mats * width + width)
+    pad = 2.0 * max(0.0, tiles * tile - rows) * per_row
+    return pad, max(0.0, tiles - max(1, round(active))) * per_row
+
+
 def allreduce_features(nbytes: float, n_gpus: int) -> Features:
     """A ring all-reduce of ``nbytes`` per GPU: each GPU sends and receives 2 (n-1)/n of it."""
     return 0.0, 2.0 * (n_gpus - 1) / n_gpus * float(nbytes), {}
@@ -351,28 +463,39 @@ def copy_features(nbytes: float, kernel: str) -> Features:
 
 
 __all__ = [
+    "FLASHINFER_BF16_TILES",
+    "FLASHINFER_TRTLLM_MXFP4_SOURCES",
     "REPLAY_L2_SHARE",
     "SGLANG_TRITON_SOURCE",
+    "VLLM_MARLIN_BLOCKS_M",
+    "VLLM_MARLIN_BLOCK_SLACK",
+    "VLLM_MARLIN_SOURCES",
     "Features",
     "allreduce_features",
     "attn_decode_features",
     "attn_decode_sums",
     "attn_prefill_features",
     "attn_prefill_sums",
+    "block_padded_rows",
     "conv1d_features",
     "copy_features",
     "elementwise_features",
+    "flashinfer_default_tile",
     "gather_features",
     "gemm_features",
     "gemm_features_at",
     "gemm_sums",
     "gemm_sums_at",
+    "moe_expert_tiles",
     "moe_features",
     "moe_sums",
     "moe_tile_bytes",
+    "moe_tile_extras",
+    "moe_token_tile",
     "replay_resident",
     "sglang_large_m",
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",
+    "vllm_marlin_block_m",
 ]

@@ -120,7 +120,20 @@ MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS, **MOE_ONLY_MODES}
 # with ``c_l2_bytes`` 0 and prices as it did (``profile._upgrade``). ``large_m_weights``:
 # the weights SGLang's large-M default Triton config streams (``features.sglang_large_m``;
 # zero for every other kernel); a fit written before it reads ``c_large_m_weights`` 0.
-MOE_EXTRAS = ("weight_elems", "routed_elems", "tile_bytes", "l2_bytes", "large_m_weights")
+# ``pad_flops`` / ``restream_weights``: the FLOPs of the rows a kernel pads each expert's
+# rows with to its token tile, and the weights each further tile of an expert streams
+# again (``features.moe_token_tile``: vLLM's Marlin MoE, FlashInfer's TRT-LLM-gen mxfp4;
+# zero for every other kernel); a fit written before them reads ``c_pad_flops`` and
+# ``c_restream_weights`` 0.
+MOE_EXTRAS = (
+    "weight_elems",
+    "routed_elems",
+    "tile_bytes",
+    "l2_bytes",
+    "large_m_weights",
+    "pad_flops",
+    "restream_weights",
+)
 MOE_SERIAL = ("active_experts",)
 
 
