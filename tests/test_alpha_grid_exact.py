@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from marconi_oracle import ORACLES, python_grid_scores, replay_grid, restore, window_score
 from test_policies_props import traces
-from token_seqs import chat_sessions
+from token_seqs import cache_bytes, chat_sessions, full_sequences
 
 from twin.cache import serve
 from twin.policies import policy_class
@@ -34,18 +34,10 @@ MODELS = [HYBRID, get_model("tiny-transformer")]
 TUNED = ("marconi", "marconi-twin")
 
 
-def _capacity(model, tokens_cap: int, states_cap: int) -> int:
-    return tokens_cap * model.kv_bytes_per_token + states_cap * model.ssm_checkpoint_bytes
-
-
-def _window(pairs) -> list[tuple[np.ndarray, int]]:
-    return [(np.r_[p, o].astype(np.int32), len(p)) for p, o in pairs]
-
-
 def _start_snapshot(name: str, model, capacity: int, warm) -> object:
     """A cache after serving ``warm`` at alpha 0 (a mid-run start, like marconi-twin's)."""
     cache = make_cache(ORACLES[name](alpha=0.0), model, capacity)
-    for full, n in _window(warm):
+    for full, n in full_sequences(warm):
         serve(cache, full[:n], full)
     return cache.snapshot()
 
@@ -63,9 +55,9 @@ def test_grid_replay_serves_like_one_replay_per_alpha(
     trace, warm, name_i, model_i, tokens_cap, states_cap
 ):
     name, model = TUNED[name_i], MODELS[model_i]
-    capacity = _capacity(model, tokens_cap, states_cap)
+    capacity = cache_bytes(tokens_cap, states_cap, model)
     snap = _start_snapshot(name, model, capacity, trace[:warm])
-    window = _window(trace[warm:]) or _window(trace)
+    window = full_sequences(trace[warm:]) or full_sequences(trace)
     cls = ORACLES[name]
     for alpha, cache, served in replay_grid(
         ALPHA_GRID, lambda a: cls(alpha=a), model, window, start=snap
@@ -95,7 +87,7 @@ def test_tuned_policies_choose_the_exhaustive_alpha(
     trace, name_i, multiplier, tokens_cap, states_cap
 ):
     name = TUNED[name_i]
-    capacity = _capacity(HYBRID, tokens_cap, states_cap)
+    capacity = cache_bytes(tokens_cap, states_cap, HYBRID)
     t = Trace.from_pairs(trace)
     options = {"bootstrap_multiplier": multiplier}
     fast = replay(t, HYBRID, capacity, name, options, per_request=True)
@@ -125,7 +117,7 @@ def test_tuned_policies_choose_the_exhaustive_alpha(
 )
 def test_oracle_equals_one_full_replay_per_alpha(trace, model_i, metric, tokens_cap, states_cap):
     model = MODELS[model_i]
-    capacity = _capacity(model, tokens_cap, states_cap)
+    capacity = cache_bytes(tokens_cap, states_cap, model)
     t = Trace.from_pairs(trace)
     options = {"alpha_metric": metric}
     fast = replay(t, model, capacity, "oracle", options, per_request=True)
@@ -158,7 +150,7 @@ def test_the_grid_on_threads_is_the_exhaustive_grid(name, threads, seed):
     radix tree gives alone (hits, scores), so the chosen alpha is the exhaustive grid's."""
     window = _sessions(seed)
     tokens = sum(len(full) for full, _ in window)
-    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    capacity = cache_bytes(tokens // 12, len(window) // 8, HYBRID)
     cls, oracle = policy_class(name), ORACLES[name]
     snap = _start_snapshot(name, HYBRID, capacity, [])
     with mock.patch("twin.policies.compiled.cores", return_value=threads):
@@ -187,7 +179,7 @@ def test_the_grid_streamed_as_requests_arrive_is_the_grid(name, background, warm
     nothing, as the tuner relies on (``AlphaTuner.record``)."""
     window = _sessions(warm)
     tokens = sum(len(full) for full, _ in window)
-    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    capacity = cache_bytes(tokens // 12, len(window) // 8, HYBRID)
     cls = policy_class(name)
     earlier = [(full[:n], full[n:]) for full, n in _sessions(warm + 7)[:warm]]
     snap = _start_snapshot(name, HYBRID, capacity, earlier)
@@ -226,7 +218,7 @@ def test_a_tuned_replay_with_its_grid_in_the_background_is_the_same(name):
     is free) reports what it reports with the grid replayed at the tuning alone."""
     window = _sessions(3)
     tokens = sum(len(full) for full, _ in window)
-    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    capacity = cache_bytes(tokens // 12, len(window) // 8, HYBRID)
     t = Trace.from_pairs([(full[:n], full[n:]) for full, n in window])
     options = {"bootstrap_multiplier": 3}
     out = []
@@ -246,7 +238,7 @@ def test_a_tuned_replay_with_its_grid_in_the_background_is_the_same(name):
 def _grid_hits(name: str, seed: int) -> list[list[int]]:
     window = _sessions(seed)
     tokens = sum(len(full) for full, _ in window)
-    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    capacity = cache_bytes(tokens // 12, len(window) // 8, HYBRID)
     runs = compiled_grid_runs(HYBRID, capacity, window, ALPHA_GRID, policy_class(name))
     return [run.hits for run in runs]
 
@@ -270,7 +262,7 @@ def test_an_error_in_the_background_replay_is_raised_at_the_tuning():
     (the tuning) raises it, and no later batch is started after it."""
     window = _sessions(0)
     tokens = sum(len(full) for full, _ in window)
-    capacity = _capacity(HYBRID, tokens // 12, len(window) // 8)
+    capacity = cache_bytes(tokens // 12, len(window) // 8, HYBRID)
     calls = []
 
     def broken(self, batch):

@@ -24,7 +24,7 @@ from marconi_oracle import (
     restore,
 )
 from test_policies_props import traces
-from token_seqs import chat_sessions
+from token_seqs import cache_bytes, chat_sessions, full_sequences
 
 from twin.cache import CacheSnapshot, PrefixCache, RequestCache
 from twin.errors import TwinError
@@ -54,14 +54,6 @@ MODELS = st.sampled_from([HYBRID, TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED])
 
 
 ORACLE = {MarconiPolicy: MarconiOracle, MarconiTwinPolicy: MarconiTwinOracle}
-
-
-def _capacity(tokens: int, states: int, model=HYBRID) -> int:
-    return tokens * model.kv_bytes_per_token + states * model.ssm_checkpoint_bytes
-
-
-def _requests(pairs) -> list[tuple[np.ndarray, int]]:
-    return [(np.r_[p, o].astype(np.int32), len(p)) for p, o in pairs]
 
 
 def _python(requests, capacity: int, alpha: float, cls=MarconiPolicy, start=None, model=HYBRID):
@@ -118,7 +110,7 @@ ALPHAS = st.sampled_from([0.0, 0.1, 0.7, 1.0, 2.0])  # 1.0: ties as 1 + 0 = 0 + 
 )
 def test_compiled_replay_serves_like_the_python_cache(trace, tokens, states, alpha, twin, model):
     cls = MarconiTwinPolicy if twin else MarconiPolicy
-    _same(_requests(trace), _capacity(tokens, states, model), alpha, cls, model=model)
+    _same(full_sequences(trace), cache_bytes(tokens, states, model), alpha, cls, model=model)
 
 
 @settings(max_examples=150, deadline=None)
@@ -133,8 +125,8 @@ def test_compiled_replay_serves_like_the_python_cache(trace, tokens, states, alp
 )
 def test_compiled_replay_from_a_snapshot(trace, warm, tokens, states, alpha, twin, model):
     cls = MarconiTwinPolicy if twin else MarconiPolicy
-    requests = _requests(trace)
-    capacity = _capacity(tokens, states, model)
+    requests = full_sequences(trace)
+    capacity = cache_bytes(tokens, states, model)
     start = _snapshot(cls, capacity, requests[:warm], model)
     _same(requests[warm:] or requests, capacity, alpha, cls, start, model)
 
@@ -154,7 +146,7 @@ def _chat_like(seed: int, sessions: int = 40, turns: int = 6) -> list[tuple[np.n
 def test_compiled_replay_on_chat_like_traces(seed, fraction, model):
     requests = _chat_like(seed)
     total = sum(len(full) for full, _ in requests)
-    capacity = int(fraction * _capacity(total, len(requests), model))
+    capacity = int(fraction * cache_bytes(total, len(requests), model))
     half = len(requests) // 2
     for alpha in (0.0, 0.3, 1.0, 1.5):  # 1.0: ties (1 + 0 = 0 + 1), broken in pre-order
         for cls in (MarconiPolicy, MarconiTwinPolicy):
@@ -171,7 +163,7 @@ def test_compiled_replay_of_negative_and_extreme_token_ids(cls):
     ids = np.array([-(2**31), -1, 0, 2**31 - 1], np.int32)
     for seed in (0, 1):
         requests = [(ids[full % 4], n) for full, n in _chat_like(seed, sessions=20, turns=4)]
-        capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
+        capacity = int(0.05 * cache_bytes(sum(len(f) for f, _ in requests), len(requests), HYBRID))
         for alpha in (0.0, 1.0):
             _same(requests, capacity, alpha, cls)
 
@@ -190,14 +182,14 @@ def test_compiled_replay_of_requests_without_output_or_tokens(cls):
         requests.append((np.r_[prompt, output].astype(np.int32), len(prompt)))
     assert any(len(f) == n for f, n in requests) and any(len(f) == 0 for f, _ in requests)
     for alpha in (0.0, 1.0):
-        _same(requests, _capacity(20, 3), alpha, cls)
+        _same(requests, cache_bytes(20, 3, HYBRID), alpha, cls)
 
 
 @settings(max_examples=40, deadline=None)
 @given(trace=traces(), tokens=st.integers(0, 40), states=st.integers(0, 6))
 def test_grid_scores_are_the_python_grids(trace, tokens, states):
-    window = _requests(trace)
-    capacity = _capacity(tokens, states)
+    window = full_sequences(trace)
+    capacity = cache_bytes(tokens, states, HYBRID)
     grid = ALPHA_GRID[::4]
     for cls, snap in (
         (MarconiPolicy, make_cache(MarconiPolicy(), HYBRID, capacity).snapshot()),
@@ -212,7 +204,7 @@ def test_grid_scores_are_the_python_grids(trace, tokens, states):
 def test_oracle_replay_is_the_python_one(metric):
     requests = _chat_like(3, sessions=20, turns=4)
     trace = Trace([full for full, _ in requests], [n for _, n in requests])
-    capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
+    capacity = int(0.05 * cache_bytes(sum(len(f) for f, _ in requests), len(requests), HYBRID))
     options = {"alpha_metric": metric}
     fast = replay(trace, HYBRID, capacity, "oracle", options, per_request=True)
     slow = python_replay(trace, HYBRID, capacity, "oracle", options, per_request=True)
@@ -227,7 +219,7 @@ def test_oracle_replay_is_the_python_one(metric):
 def test_marconi_tuning_is_the_python_one(name):
     requests = _chat_like(4, sessions=30, turns=5)
     trace = Trace([full for full, _ in requests], [n for _, n in requests])
-    capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
+    capacity = int(0.05 * cache_bytes(sum(len(f) for f, _ in requests), len(requests), HYBRID))
     fast = replay(trace, HYBRID, capacity, name, per_request=True)
     assert fast.details["bootstrap"]["completed"]
     slow = python_replay(trace, HYBRID, capacity, name, per_request=True)
@@ -235,7 +227,7 @@ def test_marconi_tuning_is_the_python_one(name):
 
 
 def test_every_model_and_marconi_policy_runs_compiled():
-    requests = _requests([(np.array([1, 2, 3]), np.array([4]))])
+    requests = full_sequences([(np.array([1, 2, 3]), np.array([4]))])
     for cls in (MarconiPolicy, OraclePolicy, MarconiTwinPolicy):
         for model in (HYBRID, TRANSFORMER, SWA, SWA_HYBRID, SSM, MIXED):
             (run,) = compiled_grid_runs(model, 10**6, requests, (0.0,), cls)
@@ -312,7 +304,7 @@ def test_declared_prompt_modules_are_ignored_as_the_python_cache_ignores_them(na
     requests = _chat_like(6, sessions=20, turns=4)
     modules = [np.array([0, n // 2, n], np.int32) for _, n in requests]
     trace = Trace([f for f, _ in requests], [n for _, n in requests], modules=modules)
-    capacity = int(0.05 * _capacity(sum(len(f) for f, _ in requests), len(requests)))
+    capacity = int(0.05 * cache_bytes(sum(len(f) for f, _ in requests), len(requests), HYBRID))
     fast = replay(trace, HYBRID, capacity, name, per_request=True)
     slow = python_replay(trace, HYBRID, capacity, name, per_request=True)
     assert fast.evictions > 0

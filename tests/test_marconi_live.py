@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from marconi_oracle import MarconiOracle, MarconiTwinOracle
 from test_policies_props import traces
+from token_seqs import cache_bytes
 
 from twin.cache import RequestCache, cache_stats
 from twin.policies.compiled.live import LiveCache
@@ -43,10 +44,6 @@ MODELS = st.sampled_from(
 
 
 ORACLE = {MarconiPolicy: MarconiOracle, MarconiTwinPolicy: MarconiTwinOracle}
-
-
-def _capacity(tokens: int, states: int, model=HYBRID) -> int:
-    return tokens * model.kv_bytes_per_token + states * model.ssm_checkpoint_bytes
 
 
 def _pair(
@@ -182,7 +179,7 @@ SETTINGS = settings(max_examples=150, deadline=None)
     MODELS,
 )
 def test_fixed_alpha_interleaved(pairs, tokens, states, alpha, choices, pool, cls, model) -> None:
-    _run(pairs, _capacity(tokens, states, model), alpha, 5.0, choices, pool, cls, model)
+    _run(pairs, cache_bytes(tokens, states, model), alpha, 5.0, choices, pool, cls, model)
 
 
 @SETTINGS
@@ -201,7 +198,7 @@ def test_tuned_online_interleaved(
 ) -> None:
     """Alpha tuned online: the window, its snapshot (``marconi-twin``'s is of a cache
     that has evicted: the live tree's own, exported) and the chosen alpha are the same."""
-    capacity = _capacity(tokens, states, model)
+    capacity = cache_bytes(tokens, states, model)
     python, live, _ = _run(pairs, capacity, None, multiplier, choices, pool, cls, model)
     assert python.policy.stats() == live.policy.stats()
 
@@ -225,7 +222,7 @@ def test_host_tier_interleaved(
     """Over a host tier (SGLang's HiCache by write policy, vLLM's CPU offload): the GPU
     caches, the host caches, the hits loaded back and the copies written back are the
     same; alpha fixed or tuned online (the host's policy is never tuned)."""
-    capacity, host = _capacity(tokens, states, model), _capacity(host_tokens, states + 1, model)
+    capacity, host = cache_bytes(tokens, states, model), cache_bytes(host_tokens, states + 1, model)
     multiplier = 2.0
     python, live, _ = _run(
         pairs, capacity, alpha, multiplier, choices, pool, cls, model, host, write_policy
@@ -249,12 +246,12 @@ def test_host_tier_evicts_on_both_tiers() -> None:
     for write_policy in ("write_back", "write_through"):
         python, live, req = _run(
             pairs,
-            _capacity(150, 4),
+            cache_bytes(150, 4, HYBRID),
             None,
             2.0,
             choices,
             True,
-            host=_capacity(300, 8),
+            host=cache_bytes(300, 8, HYBRID),
             write_policy=write_policy,
         )
         assert python.evictions > 50 and req.host.evictions > 20, write_policy
@@ -279,7 +276,7 @@ def test_tuning_completes_and_memory_follows_the_cache() -> None:
         full = np.r_[prompt, output]
         history = [*history[-40:], full[: min(len(full), 300)]]
         pairs.append((prompt[:400], output))
-    capacity = _capacity(600, 12)
+    capacity = cache_bytes(600, 12, HYBRID)
     choices = rng.integers(0, 30, 64).tolist()
     python, live, _ = _run(pairs, capacity, None, 2.0, choices)
     assert python.policy.tuner.phase == live.policy.tuner.phase == "tuned"

@@ -17,6 +17,16 @@ def a(*xs: int) -> np.ndarray:
     return np.array(xs, np.int32)
 
 
+def cache_bytes(tokens: int, states: int, model) -> int:
+    """Bytes that hold ``tokens`` tokens' KV and ``states`` state checkpoints of ``model``."""
+    return tokens * model.kv_bytes_per_token + states * model.ssm_checkpoint_bytes
+
+
+def full_sequences(pairs) -> list[tuple[np.ndarray, int]]:
+    """(full sequence, prompt length) of each (prompt, output) pair, as replays take them."""
+    return [(np.r_[p, o].astype(np.int32), len(p)) for p, o in pairs]
+
+
 def path_tokens(node) -> np.ndarray:
     """The tokens on the radix tree's path from the root to the end of ``node``."""
     parts = []

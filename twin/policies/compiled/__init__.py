@@ -158,7 +158,7 @@ def constants(model: ModelSpec, capacity: int, rules: int) -> tuple[np.ndarray, 
         [
             capacity,
             model.kv_bytes_per_token,
-            KindBytes(model).full_kv_per_token,
+            kinds.full_kv_per_token,
             model.ssm_checkpoint_bytes if model.n_ssm_layers else 0,
             model.d_model,
             model.ssm_d_state,

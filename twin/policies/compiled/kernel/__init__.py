@@ -3,8 +3,9 @@
 Everything compiled lives in this package, and every function is cached on disk under
 a hash of all its modules (``compiling``: a cached function carries its callees'
 code, and numba alone would not see a callee in another file change), so any change
-recompiles all of it. The modules import each other's names, underscored ones too
-(an underscore here: private to the package).
+recompiles all of it. The modules import each other as modules (``state.LEN``,
+``edits._pin``: numba reads a module's attribute at compile time as it reads a name; an
+underscore here: private to the package).
 
 The state of one replay is one tuple ``st = (nd, sc, mc, mf, cr, cf, ch, cn,
 kids, buf, victims, score, path, free, handed, ends)`` of flat arrays (``state``):

@@ -10,68 +10,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from twin.policies.compiled.kernel.admission_cost import _cost, _missing, _truncate
-from twin.policies.compiled.kernel.buffer import _write
+from twin.policies.compiled.kernel import admission_cost, buffer, edits, state, victims
 from twin.policies.compiled.kernel.compiling import jit
-from twin.policies.compiled.kernel.edits import (
-    _add_chain,
-    _ending_at,
-    _merge,
-    _pin,
-    _remove_leaf,
-    _tidy,
-    _touch,
-    _unpin,
-)
-from twin.policies.compiled.kernel.state import (
-    BASE,
-    CKHIT,
-    CKPT,
-    DEP,
-    LEN,
-    M_CAP,
-    M_CKB,
-    M_HOOK,
-    M_KVPT,
-    M_LIVE,
-    M_RULES,
-    M_SSM,
-    M_SWAKV,
-    NCH,
-    NID,
-    PAR,
-    REFERENCE,
-    S_ADMITTED,
-    S_CHOSE,
-    S_CKHIT,
-    S_CKPTS,
-    S_CLOCK,
-    S_EVICTIONS,
-    S_FIRST_EVICTION,
-    S_HANDED,
-    S_HANDED_TOKENS,
-    S_KV,
-    S_NOW,
-    S_PEAK,
-    S_PEAK_KV,
-    S_PEAK_SSM,
-    S_SWA,
-    STAMP,
-    T,
-)
-from twin.policies.compiled.kernel.victims import changed, choose_victim
 
 
 @jit(inline="always")
 def _used(st) -> int:
     sc, mc = st[1], st[2]
-    return _kv_bytes(sc, mc) + sc[S_CKPTS] * mc[M_CKB]
+    return _kv_bytes(sc, mc) + sc[state.S_CKPTS] * mc[state.M_CKB]
 
 
 @jit(inline="always")
 def _kv_bytes(sc: np.ndarray, mc: np.ndarray) -> int:
     """``PrefixCache.kv_bytes``: every token's full-attention KV, every node's window tail."""
-    return sc[S_KV] * (mc[M_KVPT] - mc[M_SWAKV]) + sc[S_SWA] * mc[M_SWAKV]
+    return (
+        sc[state.S_KV] * (mc[state.M_KVPT] - mc[state.M_SWAKV])
+        + sc[state.S_SWA] * mc[state.M_SWAKV]
+    )
 
 
 @jit
@@ -83,42 +38,44 @@ def _hand(st, v: int) -> None:
     their paths fit in the sum of every node's depth then (``S_DEPTHS``), which the caller
     gave ``handed``; and their count in ``ends``, a column per node id."""
     nd, sc, buf, handed, ends = st[0], st[1], st[9], st[14], st[15]
-    at = sc[S_HANDED_TOKENS]
+    at = sc[state.S_HANDED_TOKENS]
     u = v
     while u != 0:
-        n, d = nd[LEN, u], nd[DEP, u]
-        end = nd[BASE, u] + d
+        n, d = nd[state.LEN, u], nd[state.DEP, u]
+        end = nd[state.BASE, u] + d
         handed[at + d - n : at + d] = buf[end - n : end]
-        u = nd[PAR, u]
-    i = sc[S_HANDED]
-    ends[0, i] = at + nd[DEP, v]
-    ends[1, i] = nd[CKPT, v] != 0 or st[2][M_SSM] == 0
-    sc[S_HANDED] = i + 1
-    sc[S_HANDED_TOKENS] = at + nd[DEP, v]
+        u = nd[state.PAR, u]
+    i = sc[state.S_HANDED]
+    ends[0, i] = at + nd[state.DEP, v]
+    ends[1, i] = nd[state.CKPT, v] != 0 or st[2][state.M_SSM] == 0
+    sc[state.S_HANDED] = i + 1
+    sc[state.S_HANDED_TOKENS] = at + nd[state.DEP, v]
 
 
 @jit
 def _evict_until(st, need: int) -> bool:
     """``base.evict_for`` with ``PrefixCache.evict``: a leaf goes, a one-child node folds."""
     nd, sc, mc = st[0], st[1], st[2]
-    while mc[M_CAP] - _used(st) < need:
-        sc[S_CHOSE] += 1
-        v = choose_victim(st)
+    while mc[state.M_CAP] - _used(st) < need:
+        sc[state.S_CHOSE] += 1
+        v = victims.choose_victim(st)
         if v < 0:
             return False
-        if not mc[M_LIVE]:
-            st[10][sc[S_EVICTIONS]] = nd[NID, v]  # the victims, in order (tests compare them)
-        if mc[M_HOOK]:
+        if not mc[state.M_LIVE]:
+            st[10][sc[state.S_EVICTIONS]] = nd[
+                state.NID, v
+            ]  # the victims, in order (tests compare them)
+        if mc[state.M_HOOK]:
             _hand(st, v)
-        if sc[S_FIRST_EVICTION] < 0:
-            sc[S_FIRST_EVICTION] = sc[S_CLOCK]
-        if nd[NCH, v] > 0:
-            _merge(st, v)
+        if sc[state.S_FIRST_EVICTION] < 0:
+            sc[state.S_FIRST_EVICTION] = sc[state.S_CLOCK]
+        if nd[state.NCH, v] > 0:
+            edits._merge(st, v)
         else:
-            p = nd[PAR, v]
-            _remove_leaf(st, v)
-            _tidy(st, p)
-        sc[S_EVICTIONS] += 1
+            p = nd[state.PAR, v]
+            edits._remove_leaf(st, v)
+            edits._tidy(st, p)
+        sc[state.S_EVICTIONS] += 1
     return True
 
 
@@ -132,55 +89,57 @@ def _insert(
     if npos == 0:
         return 0
     upto = pos[npos - 1]
-    if mc[M_SSM] == 0:  # Transformers: no states to place, only the end matters
+    if mc[state.M_SSM] == 0:  # Transformers: no states to place, only the end matters
         pos[0] = upto
         npos = 1
     base = part if part >= 0 else mnode
-    bound = mc[M_CAP] - covered * (mc[M_KVPT] - mc[M_SWAKV])
-    missing = _missing(st, base, pos, npos, covered)
-    need = _cost(mc, pos, npos, covered, len(missing))
+    bound = mc[state.M_CAP] - covered * (mc[state.M_KVPT] - mc[state.M_SWAKV])
+    missing = admission_cost._missing(st, base, pos, npos, covered)
+    need = admission_cost._cost(mc, pos, npos, covered, len(missing))
     if need > bound:
-        npos = _truncate(mc, pos, npos, covered, missing, max(bound, 0))
+        npos = admission_cost._truncate(mc, pos, npos, covered, missing, max(bound, 0))
         if npos == 0:
             return 0
         upto = pos[npos - 1]
-        missing = _missing(st, base, pos, npos, covered)
-        need = _cost(mc, pos, npos, covered, len(missing))
+        missing = admission_cost._missing(st, base, pos, npos, covered)
+        need = admission_cost._cost(mc, pos, npos, covered, len(missing))
     pinned = False
-    while need > mc[M_CAP] - _used(st):
+    while need > mc[state.M_CAP] - _used(st):
         if not pinned and base != 0:
-            _pin(st, base)  # keep the attach point while making room
+            edits._pin(st, base)  # keep the attach point while making room
             pinned = True
         if not _evict_until(st, need):
-            missing = _missing(st, base, pos, npos, covered)
-            npos = _truncate(mc, pos, npos, covered, missing, mc[M_CAP] - _used(st))
+            missing = admission_cost._missing(st, base, pos, npos, covered)
+            npos = admission_cost._truncate(
+                mc, pos, npos, covered, missing, mc[state.M_CAP] - _used(st)
+            )
             upto = pos[npos - 1] if npos else 0
             missing = missing[missing <= upto]
             break
-        missing = _missing(st, base, pos, npos, covered)
-        need = _cost(mc, pos, npos, covered, len(missing))
+        missing = admission_cost._missing(st, base, pos, npos, covered)
+        need = admission_cost._cost(mc, pos, npos, covered, len(missing))
     added = 0
     if npos:
         for p in missing:
-            v = _ending_at(st, base, p)
-            nd[CKPT, v] = 1  # _set_ckpt
-            nd[T, v] = sc[S_CLOCK]
-            sc[S_CKPTS] += 1
-            sc[S_ADMITTED] += 1
-            changed(st, v)
+            v = edits._ending_at(st, base, p)
+            nd[state.CKPT, v] = 1  # _set_ckpt
+            nd[state.T, v] = sc[state.S_CLOCK]
+            sc[state.S_CKPTS] += 1
+            sc[state.S_ADMITTED] += 1
+            victims.changed(st, v)
         if upto > covered:
-            attach = _ending_at(st, base, covered) if covered else 0
+            attach = edits._ending_at(st, base, covered) if covered else 0
             start = s0
-            if mc[M_LIVE]:  # the new tokens are copied once, the chain's edges cut from them
-                start = _write(st, q, s0 + covered, upto - covered) - covered
-            _add_chain(st, attach, start, covered, pos, npos)
+            if mc[state.M_LIVE]:  # the new tokens are copied once, the chain's edges cut from them
+                start = buffer._write(st, q, s0 + covered, upto - covered) - covered
+            edits._add_chain(st, attach, start, covered, pos, npos)
             added = upto - covered
-        elif mc[M_SSM]:
-            _touch(st, _ending_at(st, base, upto))
+        elif mc[state.M_SSM]:
+            edits._touch(st, edits._ending_at(st, base, upto))
         else:
-            _touch(st, base)
+            edits._touch(st, base)
     if pinned:
-        _unpin(st, base)
+        edits._unpin(st, base)
     _note_peaks(st)
     return added
 
@@ -189,10 +148,10 @@ def _insert(
 def _note_peaks(st) -> None:
     """``TokenStateBytes.note_peaks``."""
     sc, mc = st[1], st[2]
-    kv, ssm = _kv_bytes(sc, mc), sc[S_CKPTS] * mc[M_CKB]
-    sc[S_PEAK] = max(sc[S_PEAK], kv + ssm)
-    sc[S_PEAK_KV] = max(sc[S_PEAK_KV], kv)
-    sc[S_PEAK_SSM] = max(sc[S_PEAK_SSM], ssm)
+    kv, ssm = _kv_bytes(sc, mc), sc[state.S_CKPTS] * mc[state.M_CKB]
+    sc[state.S_PEAK] = max(sc[state.S_PEAK], kv + ssm)
+    sc[state.S_PEAK_KV] = max(sc[state.S_PEAK_KV], kv)
+    sc[state.S_PEAK_SSM] = max(sc[state.S_PEAK_SSM], ssm)
 
 
 @jit
@@ -205,14 +164,14 @@ def _usable(
     unless that node is longer than the sliding ``window``, whose KV there was dropped: the
     hit then resumes at its start, ``KindBytes.hit_inside_ok``)."""
     if ssm:
-        while node != 0 and nd[CKPT, node] == 0:
-            node = nd[PAR, node]
-        return node, nd[DEP, node] if node != 0 else 0
+        while node != 0 and nd[state.CKPT, node] == 0:
+            node = nd[state.PAR, node]
+        return node, nd[state.DEP, node] if node != 0 else 0
     if length == 0:
         return 0, 0
     if partial >= 0:
-        n = nd[LEN, partial]
-        start = nd[DEP, partial] - n
+        n = nd[state.LEN, partial]
+        start = nd[state.DEP, partial] - n
         if not (length - start == n or window == 0 or n <= window):
             return (0, 0) if node == 0 else (node, start)
         return partial, length
@@ -224,9 +183,9 @@ def _hit(st, node: int) -> None:
     """``PrefixCache.lookup``'s hit on ``node``: a state's first hit counted, the policy's
     ``on_hit`` (the reference stamps it on its logical clock; both touch it)."""
     nd, sc, mc = st[0], st[1], st[2]
-    if mc[M_SSM] > 0 and nd[CKHIT, node] == 0:
-        nd[CKHIT, node] = 1
-        sc[S_CKHIT] += 1
-    if mc[M_RULES] == REFERENCE:
-        nd[STAMP, node] = sc[S_NOW]
-    _touch(st, node)
+    if mc[state.M_SSM] > 0 and nd[state.CKHIT, node] == 0:
+        nd[state.CKHIT, node] = 1
+        sc[state.S_CKHIT] += 1
+    if mc[state.M_RULES] == state.REFERENCE:
+        nd[state.STAMP, node] = sc[state.S_NOW]
+    edits._touch(st, node)

@@ -11,137 +11,97 @@ from __future__ import annotations
 
 import numpy as np
 
-from twin.policies.compiled.kernel.buffer import _join_edges
+from twin.policies.compiled.kernel import buffer, scores, state, tree, victims
 from twin.policies.compiled.kernel.compiling import jit
-from twin.policies.compiled.kernel.scores import tail
-from twin.policies.compiled.kernel.state import (
-    BASE,
-    CKPT,
-    DEP,
-    FIRST,
-    LAST,
-    LEN,
-    LOCK,
-    M_LIVE,
-    M_SSM,
-    NCH,
-    NID,
-    NXT,
-    PAR,
-    PRV,
-    S_ADMITTED,
-    S_CKPTS,
-    S_CLOCK,
-    S_DEPTHS,
-    S_FREE,
-    S_GONE,
-    S_KV,
-    S_NEXT,
-    S_NID,
-    S_NOW,
-    S_SWA,
-    STAMP,
-    T,
-)
-from twin.policies.compiled.kernel.tree import (
-    append_child,
-    delete,
-    first_token,
-    key,
-    new_node,
-    put,
-    rehash,
-    replace_sibling,
-    unlink_child,
-)
-from twin.policies.compiled.kernel.victims import changed, table_drop
 
 
 @jit(inline="always")
 def _make_node(st, base: int, depth: int, length: int) -> int:
     """A new node (``RadixTree``: the next creation id)."""
     nd, sc = st[0], st[1]
-    if sc[S_FREE] > 0:  # a live cache reuses the ids of nodes gone (section 4)
-        sc[S_FREE] -= 1
-        v = new_node(nd, st[13][sc[S_FREE]], base, depth, length)
+    if sc[state.S_FREE] > 0:  # a live cache reuses the ids of nodes gone (section 4)
+        sc[state.S_FREE] -= 1
+        v = tree.new_node(nd, st[13][sc[state.S_FREE]], base, depth, length)
     else:
-        v = new_node(nd, sc[S_NEXT], base, depth, length)
-        sc[S_NEXT] += 1
-    nd[NID, v] = sc[S_NID]
-    sc[S_NID] += 1
-    if st[2][M_LIVE]:
-        sc[S_DEPTHS] += depth
+        v = tree.new_node(nd, sc[state.S_NEXT], base, depth, length)
+        sc[state.S_NEXT] += 1
+    nd[state.NID, v] = sc[state.S_NID]
+    sc[state.S_NID] += 1
+    if st[2][state.M_LIVE]:
+        sc[state.S_DEPTHS] += depth
     return v
 
 
 @jit(inline="always")
 def _added(st, v: int) -> None:
     """``on_node_added``: the reference stamps it now (the twin's rules only hear of it)."""
-    st[0][STAMP, v] = st[1][S_NOW]
-    changed(st, v)
+    st[0][state.STAMP, v] = st[1][state.S_NOW]
+    victims.changed(st, v)
 
 
 @jit(inline="always")
 def _touch(st, v: int) -> None:
     """``PrefixCache.touch``: accessed now."""
-    st[0][T, v] = st[1][S_CLOCK]
-    changed(st, v)
+    st[0][state.T, v] = st[1][state.S_CLOCK]
+    victims.changed(st, v)
 
 
 @jit(inline="always")
 def _gone(st, v: int) -> None:
     """``v`` left the tree; a live cache reuses its id and clears deleted keys now and then."""
-    st[0][PAR, v] = -1
+    st[0][state.PAR, v] = -1
     sc = st[1]
-    if st[2][M_LIVE]:
-        sc[S_DEPTHS] -= st[0][DEP, v]
-        st[13][sc[S_FREE]] = v
-        sc[S_FREE] += 1
+    if st[2][state.M_LIVE]:
+        sc[state.S_DEPTHS] -= st[0][state.DEP, v]
+        st[13][sc[state.S_FREE]] = v
+        sc[state.S_FREE] += 1
         kids = st[8]
-        if 4 * sc[S_GONE] > kids.shape[0]:
-            rehash(kids, kids.copy())
-            sc[S_GONE] = 0
+        if 4 * sc[state.S_GONE] > kids.shape[0]:
+            tree.rehash(kids, kids.copy())
+            sc[state.S_GONE] = 0
 
 
 @jit
 def _remove_leaf(st, v: int) -> None:
     """``TreeEdits._remove_leaf`` (and ``RadixTree.remove_leaf``)."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
-    p = nd[PAR, v]
-    unlink_child(nd, v)
-    sc[S_GONE] += delete(kids, key(p, first_token(nd, buf, v)))
-    sc[S_KV] -= nd[LEN, v]
-    sc[S_SWA] -= tail(st[2], nd[LEN, v])
-    sc[S_CKPTS] -= nd[CKPT, v]
-    table_drop(st, v)  # on_node_removed
+    p = nd[state.PAR, v]
+    tree.unlink_child(nd, v)
+    sc[state.S_GONE] += tree.delete(kids, tree.key(p, tree.first_token(nd, buf, v)))
+    sc[state.S_KV] -= nd[state.LEN, v]
+    sc[state.S_SWA] -= scores.tail(st[2], nd[state.LEN, v])
+    sc[state.S_CKPTS] -= nd[state.CKPT, v]
+    victims.table_drop(st, v)  # on_node_removed
     _gone(st, v)
     if p != 0:
-        changed(st, p)
+        victims.changed(st, p)
 
 
 @jit
 def _merge(st, v: int) -> None:
     """``TreeEdits._merge``: fold one-child ``v`` into its child (``merge_into_child``)."""
     nd, sc, kids, buf = st[0], st[1], st[8], st[9]
-    child = nd[FIRST, v]
-    sc[S_GONE] += delete(kids, key(v, first_token(nd, buf, child)))
-    if st[2][M_LIVE]:
-        _join_edges(st, v, child)
-    upper, lower = nd[LEN, v], nd[LEN, child]
-    sc[S_SWA] += tail(st[2], upper + lower) - tail(st[2], upper) - tail(st[2], lower)
-    nd[LEN, child] += nd[LEN, v]  # the child's creator holds the longer edge too
-    replace_sibling(nd, v, child)
-    nd[PAR, child] = nd[PAR, v]
-    put(kids, key(nd[PAR, v], first_token(nd, buf, child)), child)
-    nd[FIRST, v] = nd[LAST, v] = -1
-    nd[NCH, v] = 0
-    sc[S_CKPTS] -= nd[CKPT, v]
+    child = nd[state.FIRST, v]
+    sc[state.S_GONE] += tree.delete(kids, tree.key(v, tree.first_token(nd, buf, child)))
+    if st[2][state.M_LIVE]:
+        buffer._join_edges(st, v, child)
+    upper, lower = nd[state.LEN, v], nd[state.LEN, child]
+    sc[state.S_SWA] += (
+        scores.tail(st[2], upper + lower) - scores.tail(st[2], upper) - scores.tail(st[2], lower)
+    )
+    nd[state.LEN, child] += nd[state.LEN, v]  # the child's creator holds the longer edge too
+    tree.replace_sibling(nd, v, child)
+    nd[state.PAR, child] = nd[state.PAR, v]
+    tree.put(kids, tree.key(nd[state.PAR, v], tree.first_token(nd, buf, child)), child)
+    nd[state.FIRST, v] = nd[state.LAST, v] = -1
+    nd[state.NCH, v] = 0
+    sc[state.S_CKPTS] -= nd[state.CKPT, v]
     # on_node_removed(v, child): the reference's child keeps the later stamp
     # (``_evict_intermediate_node``); the twin's keeps its own last access.
-    nd[STAMP, child] = max(nd[STAMP, child], nd[STAMP, v])
-    table_drop(st, v)
+    nd[state.STAMP, child] = max(nd[state.STAMP, child], nd[state.STAMP, v])
+    victims.table_drop(st, v)
     _gone(st, v)
-    changed(st, child)
+    victims.changed(st, child)
 
 
 @jit
@@ -149,15 +109,15 @@ def _tidy(st, v: int) -> None:
     """``TreeEdits._tidy``: drop state-less leaves, fold a state-less one-child node (models
     with SSM layers: a Transformer's nodes never hold a state, and nothing is tidied)."""
     nd = st[0]
-    if st[2][M_SSM] == 0:
+    if st[2][state.M_SSM] == 0:
         return
-    while v > 0 and nd[LOCK, v] == 0 and nd[CKPT, v] == 0:
-        if nd[NCH, v] == 0:
-            p = nd[PAR, v]
+    while v > 0 and nd[state.LOCK, v] == 0 and nd[state.CKPT, v] == 0:
+        if nd[state.NCH, v] == 0:
+            p = nd[state.PAR, v]
             _remove_leaf(st, v)
             v = p
             continue
-        if nd[NCH, v] == 1:
+        if nd[state.NCH, v] == 1:
             _merge(st, v)
         return
 
@@ -165,17 +125,17 @@ def _tidy(st, v: int) -> None:
 @jit(inline="always")
 def _pin(st, v: int) -> None:
     nd = st[0]
-    nd[LOCK, v] += 1
-    if nd[LOCK, v] == 1:
-        changed(st, v)
+    nd[state.LOCK, v] += 1
+    if nd[state.LOCK, v] == 1:
+        victims.changed(st, v)
 
 
 @jit(inline="always")
 def _unpin(st, v: int) -> None:
     nd = st[0]
-    nd[LOCK, v] -= 1
-    if nd[LOCK, v] == 0 and nd[PAR, v] >= 0:
-        changed(st, v)
+    nd[state.LOCK, v] -= 1
+    if nd[state.LOCK, v] == 0 and nd[state.PAR, v] >= 0:
+        victims.changed(st, v)
         _tidy(st, v)
 
 
@@ -184,28 +144,28 @@ def _ending_at(st, below: int, p: int) -> int:
     """``TreeEdits._node_ending_at``: the node ending at depth ``p``, an edge split if needed."""
     nd, kids, buf = st[0], st[8], st[9]
     v = below
-    while nd[DEP, v] - nd[LEN, v] >= p:
-        v = nd[PAR, v]
-    if nd[DEP, v] == p:
+    while nd[state.DEP, v] - nd[state.LEN, v] >= p:
+        v = nd[state.PAR, v]
+    if nd[state.DEP, v] == p:
         return v
-    k = p - (nd[DEP, v] - nd[LEN, v])
-    parent = nd[PAR, v]
-    upper = _make_node(st, nd[BASE, v], p, k)  # RadixTree.split
-    nd[T, upper] = nd[T, v]  # the upper part inherits the last access
-    replace_sibling(nd, v, upper)
-    nd[PAR, upper] = parent
-    put(kids, key(parent, first_token(nd, buf, upper)), upper)
-    before = nd[LEN, v]
-    nd[LEN, v] -= k
+    k = p - (nd[state.DEP, v] - nd[state.LEN, v])
+    parent = nd[state.PAR, v]
+    upper = _make_node(st, nd[state.BASE, v], p, k)  # RadixTree.split
+    nd[state.T, upper] = nd[state.T, v]  # the upper part inherits the last access
+    tree.replace_sibling(nd, v, upper)
+    nd[state.PAR, upper] = parent
+    tree.put(kids, tree.key(parent, tree.first_token(nd, buf, upper)), upper)
+    before = nd[state.LEN, v]
+    nd[state.LEN, v] -= k
     mc = st[2]
-    st[1][S_SWA] += tail(mc, k) + tail(mc, before - k) - tail(mc, before)
-    nd[PAR, v] = upper
-    nd[FIRST, upper] = nd[LAST, upper] = v
-    nd[PRV, v] = nd[NXT, v] = -1
-    nd[NCH, upper] = 1
-    put(kids, key(upper, first_token(nd, buf, v)), v)
+    st[1][state.S_SWA] += scores.tail(mc, k) + scores.tail(mc, before - k) - scores.tail(mc, before)
+    nd[state.PAR, v] = upper
+    nd[state.FIRST, upper] = nd[state.LAST, upper] = v
+    nd[state.PRV, v] = nd[state.NXT, v] = -1
+    nd[state.NCH, upper] = 1
+    tree.put(kids, tree.key(upper, tree.first_token(nd, buf, v)), v)
     _added(st, upper)
-    changed(st, v)
+    victims.changed(st, v)
     return upper
 
 
@@ -222,19 +182,19 @@ def _add_chain(st, attach: int, s0: int, start: int, pos: np.ndarray, npos: int)
         if end <= start:
             continue
         v = _make_node(st, s0, end, end - prev)
-        append_child(nd, parent, v)
-        put(kids, key(parent, buf[s0 + prev]), v)
-        nd[T, v] = sc[S_CLOCK]
-        sc[S_SWA] += tail(st[2], end - prev)
-        if st[2][M_SSM]:
-            nd[CKPT, v] = 1
-            sc[S_CKPTS] += 1
-            sc[S_ADMITTED] += 1
+        tree.append_child(nd, parent, v)
+        tree.put(kids, tree.key(parent, buf[s0 + prev]), v)
+        nd[state.T, v] = sc[state.S_CLOCK]
+        sc[state.S_SWA] += scores.tail(st[2], end - prev)
+        if st[2][state.M_SSM]:
+            nd[state.CKPT, v] = 1
+            sc[state.S_CKPTS] += 1
+            sc[state.S_ADMITTED] += 1
         chain[m] = v
         m += 1
         parent, prev = v, end
-    sc[S_KV] += prev - start
+    sc[state.S_KV] += prev - start
     for j in range(m):  # hooks once the chain is whole
         _added(st, chain[j])
     if attach != 0:
-        changed(st, attach)
+        victims.changed(st, attach)

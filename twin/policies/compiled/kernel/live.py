@@ -18,44 +18,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from twin.policies.compiled.kernel.cache import _evict_until, _hit, _insert, _usable
+from twin.policies.compiled.kernel import cache, edits, request, state, tree
 from twin.policies.compiled.kernel.compiling import jit
-from twin.policies.compiled.kernel.edits import _unpin
-from twin.policies.compiled.kernel.request import _admit
-from twin.policies.compiled.kernel.state import (
-    FIRST,
-    LAST,
-    LIVE_NODE_SLACK,
-    M_SSM,
-    M_WINDOW,
-    N_FIELDS,
-    N_SCALARS,
-    NXT,
-    PAR,
-    PRV,
-    S_ADMITTED,
-    S_BUFEND,
-    S_CLOCK,
-    S_FIRST_EVICTION,
-    S_FREE,
-    S_GONE,
-    S_KV,
-    S_NCAND,
-    S_NEXT,
-    S_NID,
-    SLOT,
-    borrow,
-)
-from twin.policies.compiled.kernel.tree import EMPTY, prefix, rehash, walk
 
 
 @jit
 def live_start(mc, mf, nodes: int, tokens: int):
     """An empty live cache with room for ``nodes`` nodes and ``tokens`` tokens."""
-    nd = np.zeros((N_FIELDS, nodes), np.int64)
-    nd[FIRST, 0] = nd[LAST, 0] = nd[NXT, 0] = nd[PRV, 0] = nd[PAR, 0] = nd[SLOT, 0] = -1
-    sc = np.zeros(N_SCALARS, np.int64)
-    sc[S_NEXT], sc[S_NID], sc[S_FIRST_EVICTION] = 1, 1, -1
+    nd = np.zeros((state.N_FIELDS, nodes), np.int64)
+    nd[state.FIRST, 0] = nd[state.LAST, 0] = nd[state.NXT, 0] = nd[state.PRV, 0] = nd[
+        state.PAR, 0
+    ] = nd[state.SLOT, 0] = -1
+    sc = np.zeros(state.N_SCALARS, np.int64)
+    sc[state.S_NEXT], sc[state.S_NID], sc[state.S_FIRST_EVICTION] = 1, 1, -1
     return (
         nd,
         sc,
@@ -65,7 +40,7 @@ def live_start(mc, mf, nodes: int, tokens: int):
         np.zeros(nodes),
         np.zeros(nodes, np.bool_),
         np.zeros(nodes, np.int64),
-        np.full((8 * nodes, 2), EMPTY, np.int64),
+        np.full((8 * nodes, 2), tree.EMPTY, np.int64),
         np.zeros(tokens, np.int32),
         np.zeros(0, np.int64),
         np.zeros(nodes),
@@ -82,7 +57,7 @@ def live_grow(st, nodes: int, tokens: int):
     nd, sc = st[0], st[1]
     have = nd.shape[1]
     nodes = max(nodes, have)
-    nd2 = np.zeros((N_FIELDS, nodes), np.int64)
+    nd2 = np.zeros((state.N_FIELDS, nodes), np.int64)
     nd2[:, :have] = nd
     cr, cf, ch, cn = (
         np.zeros(nodes),
@@ -90,19 +65,19 @@ def live_grow(st, nodes: int, tokens: int):
         np.zeros(nodes, np.bool_),
         np.zeros(nodes, np.int64),
     )
-    n = sc[S_NCAND]
+    n = sc[state.S_NCAND]
     cr[:n], cf[:n], ch[:n], cn[:n] = st[4][:n], st[5][:n], st[6][:n], st[7][:n]
     kids = st[8]
     if kids.shape[0] < 8 * nodes:
-        kids = np.full((8 * nodes, 2), EMPTY, np.int64)
-        rehash(kids, st[8])
-        sc[S_GONE] = 0
+        kids = np.full((8 * nodes, 2), tree.EMPTY, np.int64)
+        tree.rehash(kids, st[8])
+        sc[state.S_GONE] = 0
     buf = st[9]
     if tokens > len(buf):
         buf = np.zeros(tokens, np.int32)
-        buf[: sc[S_BUFEND]] = st[9][: sc[S_BUFEND]]
+        buf[: sc[state.S_BUFEND]] = st[9][: sc[state.S_BUFEND]]
     free = np.zeros(nodes, np.int64)
-    free[: sc[S_FREE]] = st[13][: sc[S_FREE]]
+    free[: sc[state.S_FREE]] = st[13][: sc[state.S_FREE]]
     return (
         nd2,
         sc,
@@ -127,7 +102,7 @@ def live_grow(st, nodes: int, tokens: int):
 def live_shrink(st) -> None:
     """``PrefixCache.shrink_to``'s evictions: victims go until the cache holds at most its
     capacity (``mc[M_CAP]``, which the caller set: a shared pool's room) or none is left."""
-    _evict_until(borrow(st), 0)
+    cache._evict_until(state.borrow(st), 0)
 
 
 @jit
@@ -135,9 +110,9 @@ def live_admit(st, q: np.ndarray, plen: int, flen: int, clock: int, pos: np.ndar
     """``RequestCache.admit`` of prompt ``q[:plen]``, input + output ``q[:flen]`` at cache
     clock ``clock``: the hit node (0: none; pinned), its tokens and how many checkpoint
     positions ``pos`` got (``_serve`` up to its insert)."""
-    st = borrow(st)
-    st[1][S_CLOCK] = clock
-    node, hit, npos, _, _, _ = _admit(st, q, 0, plen, flen, pos, st[12], pos[:0], False)
+    st = state.borrow(st)
+    st[1][state.S_CLOCK] = clock
+    node, hit, npos, _, _, _ = request._admit(st, q, 0, plen, flen, pos, st[12], pos[:0], False)
     return node, hit, npos
 
 
@@ -149,8 +124,10 @@ def live_room(st, tokens: int) -> bool:
     buffer of twice what the cache and the insert may hold
     (packing it then always frees enough for a fold's copy or the insert's tokens)."""
     nd, sc = st[0], st[1]
-    free_ids = nd.shape[1] - sc[S_NEXT] + sc[S_FREE]
-    return free_ids >= LIVE_NODE_SLACK and len(st[9]) >= live_tokens_needed(sc[S_KV], tokens)
+    free_ids = nd.shape[1] - sc[state.S_NEXT] + sc[state.S_FREE]
+    return free_ids >= state.LIVE_NODE_SLACK and len(st[9]) >= live_tokens_needed(
+        sc[state.S_KV], tokens
+    )
 
 
 @jit
@@ -166,38 +143,40 @@ def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int, unpin: int) -> tu
     dispatch of the state's 16 arrays): (tokens newly cached, states admitted);
     ``(-1, 0)`` without doing anything where ``st`` lacks room (:func:`live_room`: grow it
     and call again)."""
-    st = borrow(st)
+    st = state.borrow(st)
     nd, sc = st[0], st[1]
-    added, before = 0, sc[S_ADMITTED]
+    added, before = 0, sc[state.S_ADMITTED]
     if npos > 0:
         if not live_room(st, pos[npos - 1]):
             return -1, 0
         path = st[12]
-        count, length, partial = walk(nd, st[8], st[9], q, 0, pos[npos - 1], path, path[:0], False)
-        added = _insert(st, q, 0, pos, npos, path[count - 1], length, partial)
+        count, length, partial = tree.walk(
+            nd, st[8], st[9], q, 0, pos[npos - 1], path, path[:0], False
+        )
+        added = cache._insert(st, q, 0, pos, npos, path[count - 1], length, partial)
     if unpin:
-        _unpin(st, unpin)
-    return added, sc[S_ADMITTED] - before
+        edits._unpin(st, unpin)
+    return added, sc[state.S_ADMITTED] - before
 
 
 @jit
 def live_lookup(st, q: np.ndarray, plen: int) -> tuple[int, int]:
     """``PrefixCache.lookup`` of ``q[:plen]`` without a pin (a host tier's, whose policy
     hears no request: no clock ticks): the hit node (0: none) and its tokens."""
-    st = borrow(st)
+    st = state.borrow(st)
     nd, mc, path = st[0], st[2], st[12]
-    count, length, partial = walk(nd, st[8], st[9], q, 0, plen, path, path[:0], False)
-    mnode, p, part = prefix(nd, path, count, length, partial, plen)
-    node, hit = _usable(nd, mc[M_SSM] > 0, mc[M_WINDOW], mnode, p, part)
+    count, length, partial = tree.walk(nd, st[8], st[9], q, 0, plen, path, path[:0], False)
+    mnode, p, part = tree.prefix(nd, path, count, length, partial, plen)
+    node, hit = cache._usable(nd, mc[state.M_SSM] > 0, mc[state.M_WINDOW], mnode, p, part)
     if node != 0:
-        _hit(st, node)
+        cache._hit(st, node)
     return node, hit
 
 
 @jit
 def live_release(st, node: int) -> None:
     """``RequestCache.release``: unpin the hit node."""
-    _unpin(borrow(st), node)
+    edits._unpin(state.borrow(st), node)
 
 
 @jit
@@ -216,6 +195,6 @@ def live_peek(
     Given the four arrays it reads (``st[0]``, ``st[8]``, ``st[9]``, ``st[12]``) rather than
     the state tuple: a router probes every replica for every request, and numba's dispatch
     of the 14-array tuple cost about 1 us of a probe's 3."""
-    count, length, partial = walk(nd, kids, buf, q, 0, plen, path, path[:0], False)
-    mnode, p, part = prefix(nd, path, count, length, partial, plen)
-    return _usable(nd, ssm, window, mnode, p, part)[1]
+    count, length, partial = tree.walk(nd, kids, buf, q, 0, plen, path, path[:0], False)
+    mnode, p, part = tree.prefix(nd, path, count, length, partial, plen)
+    return cache._usable(nd, ssm, window, mnode, p, part)[1]

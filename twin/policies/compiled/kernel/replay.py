@@ -10,36 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from twin.policies.compiled.kernel import edits, request, scores, state, tree
 from twin.policies.compiled.kernel.compiling import jit
-from twin.policies.compiled.kernel.edits import _added
-from twin.policies.compiled.kernel.request import _serve
-from twin.policies.compiled.kernel.scores import tail
-from twin.policies.compiled.kernel.state import (
-    CKHIT,
-    CKPT,
-    F_ALPHA,
-    FIRST,
-    LAST,
-    LEN,
-    N_FIELDS,
-    N_SCALARS,
-    NID,
-    NXT,
-    PAR,
-    PRV,
-    S_CKPTS,
-    S_CLOCK,
-    S_EVICTIONS,
-    S_FIRST_EVICTION,
-    S_KV,
-    S_NEXT,
-    S_NID,
-    S_SWA,
-    SLOT,
-    T,
-    borrow,
-)
-from twin.policies.compiled.kernel.tree import EMPTY, append_child, first_token, key, new_node, put
 
 
 @jit
@@ -53,14 +25,21 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
     """
     restored = snap.shape[1]
     size = restored + 3 * n_requests + 2  # an insert adds at most a split and two chain nodes
-    nd = np.zeros((N_FIELDS, size), np.int64)
-    nd[FIRST, 0] = nd[LAST, 0] = nd[NXT, 0] = nd[PRV, 0] = nd[PAR, 0] = nd[SLOT, 0] = -1
-    sc = np.zeros(N_SCALARS, np.int64)
-    sc[S_NEXT], sc[S_CLOCK], sc[S_NID], sc[S_FIRST_EVICTION] = 1, clock, next_nid, -1
+    nd = np.zeros((state.N_FIELDS, size), np.int64)
+    nd[state.FIRST, 0] = nd[state.LAST, 0] = nd[state.NXT, 0] = nd[state.PRV, 0] = nd[
+        state.PAR, 0
+    ] = nd[state.SLOT, 0] = -1
+    sc = np.zeros(state.N_SCALARS, np.int64)
+    sc[state.S_NEXT], sc[state.S_CLOCK], sc[state.S_NID], sc[state.S_FIRST_EVICTION] = (
+        1,
+        clock,
+        next_nid,
+        -1,
+    )
     table = 1
     while table < 8 * size:  # a key per node ever made: never a quarter full
         table *= 2
-    kids = np.full((table, 2), EMPTY, np.int64)
+    kids = np.full((table, 2), tree.EMPTY, np.int64)
     st = (
         nd,
         sc,
@@ -80,18 +59,18 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
         np.zeros((2, 0), np.int64),
     )
     for i in range(restored):  # fill: the tree first, then the policy hears every node
-        v = new_node(nd, i + 1, snap[1, i], snap[2, i], snap[3, i])
+        v = tree.new_node(nd, i + 1, snap[1, i], snap[2, i], snap[3, i])
         parent = snap[0, i] + 1
-        append_child(nd, parent, v)
-        put(kids, key(parent, first_token(nd, buf, v)), v)
-        nd[CKPT, v], nd[T, v], nd[NID, v] = snap[4, i], snap[5, i], snap[6, i]
-        nd[CKHIT, v] = snap[7, i]
-        sc[S_KV] += nd[LEN, v]
-        sc[S_SWA] += tail(mc, nd[LEN, v])
-        sc[S_CKPTS] += nd[CKPT, v]
-    sc[S_NEXT] = restored + 1
+        tree.append_child(nd, parent, v)
+        tree.put(kids, tree.key(parent, tree.first_token(nd, buf, v)), v)
+        nd[state.CKPT, v], nd[state.T, v], nd[state.NID, v] = snap[4, i], snap[5, i], snap[6, i]
+        nd[state.CKHIT, v] = snap[7, i]
+        sc[state.S_KV] += nd[state.LEN, v]
+        sc[state.S_SWA] += scores.tail(mc, nd[state.LEN, v])
+        sc[state.S_CKPTS] += nd[state.CKPT, v]
+    sc[state.S_NEXT] = restored + 1
     for i in range(restored):
-        _added(st, i + 1)
+        edits._added(st, i + 1)
     return st
 
 
@@ -99,7 +78,7 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
 def copy(st, alpha: float):
     """An independent copy of ``st`` that goes on at ``alpha`` (the model and tokens shared)."""
     mf = st[3].copy()
-    mf[F_ALPHA] = alpha
+    mf[state.F_ALPHA] = alpha
     return (
         st[0].copy(),
         st[1].copy(),
@@ -125,20 +104,20 @@ def serve_range(st, starts, plens, flens, i0: int, i1: int, hits, hit_nids, know
     """Serve requests ``i0`` to ``i1 - 1``: their hit tokens and hit nodes' creation ids (-1).
     ``known[i]``: request ``i``'s agreements with creators (:func:`_agreement`), which this
     replay adds to if ``learn`` (one replay at a time: the others only read them)."""
-    st = borrow(st)
+    st = state.borrow(st)
     nd, sc = st[0], st[1]
     pos = np.zeros(2, np.int64)
     path = np.zeros(nd.shape[1], np.int64)
-    first = sc[S_CLOCK] - i0  # the cache clock of request 0
+    first = sc[state.S_CLOCK] - i0  # the cache clock of request 0
     for i in range(i0, i1):
-        sc[S_CLOCK] = first + i  # RequestCache: the admission's clock
-        node, hit = _serve(st, starts[i], plens[i], flens[i], pos, path, known[i], learn)
+        sc[state.S_CLOCK] = first + i  # RequestCache: the admission's clock
+        node, hit = request._serve(st, starts[i], plens[i], flens[i], pos, path, known[i], learn)
         hits[i] = hit
-        hit_nids[i] = nd[NID, node] if node != 0 else -1
-    sc[S_CLOCK] = first + i1
+        hit_nids[i] = nd[state.NID, node] if node != 0 else -1
+    sc[state.S_CLOCK] = first + i1
 
 
 @jit
 def victims(st) -> np.ndarray:
     """The creation ids of the nodes evicted so far, in order."""
-    return st[10][: st[1][S_EVICTIONS]].copy()
+    return st[10][: st[1][state.S_EVICTIONS]].copy()

@@ -9,22 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from twin.policies.compiled.kernel.cache import _hit, _insert, _usable
+from twin.policies.compiled.kernel import cache, edits, state, tree, victims
 from twin.policies.compiled.kernel.compiling import jit
-from twin.policies.compiled.kernel.edits import _pin, _unpin
-from twin.policies.compiled.kernel.state import (
-    CKPT,
-    M_RULES,
-    M_SSM,
-    M_WINDOW,
-    NCH,
-    REFERENCE,
-    S_NOW,
-    S_TICKED,
-    STAMP,
-)
-from twin.policies.compiled.kernel.tree import prefix, walk
-from twin.policies.compiled.kernel.victims import changed
 
 
 @jit(inline="always")
@@ -34,28 +20,30 @@ def _admit(st, q, s0: int, plen: int, flen: int, pos, path, known: np.ndarray, l
     positions in ``pos``. Returns (hit node or 0, its tokens, positions, and the walk of the
     input + output: nodes on ``path``, length, partial) for the insert that follows."""
     nd, sc, mc = st[0], st[1], st[2]
-    reference = mc[M_RULES] == REFERENCE
-    ssm = mc[M_SSM] > 0
-    count, length, partial = walk(nd, st[8], st[9], q, s0, flen, path, known, learn)
+    reference = mc[state.M_RULES] == state.REFERENCE
+    ssm = mc[state.M_SSM] > 0
+    count, length, partial = tree.walk(nd, st[8], st[9], q, s0, flen, path, known, learn)
     if reference:
-        sc[S_NOW] += 1  # on_request: the lookup's tick
-    mnode, p, part = prefix(nd, path, count, length, partial, plen)
-    node, hit = _usable(nd, ssm, mc[M_WINDOW], mnode, p, part)  # lookup
+        sc[state.S_NOW] += 1  # on_request: the lookup's tick
+    mnode, p, part = tree.prefix(nd, path, count, length, partial, plen)
+    node, hit = cache._usable(nd, ssm, mc[state.M_WINDOW], mnode, p, part)  # lookup
     if node != 0:
-        _hit(st, node)
-        _pin(st, node)
+        cache._hit(st, node)
+        edits._pin(st, node)
     if reference:
         # marconi's admit: the insert's refresh (two ticks; the deepest whole node of the full)
-        sc[S_NOW] += 2
-        sc[S_TICKED] = 0
+        sc[state.S_NOW] += 2
+        sc[state.S_TICKED] = 0
         whole = path[count - 1]
         if whole != 0:
-            nd[STAMP, whole] = sc[S_NOW]
-            changed(st, whole)
+            nd[state.STAMP, whole] = sc[state.S_NOW]
+            victims.changed(st, whole)
     # judicious admission: speculative insertion of the prompt (PrefixCache.speculative_insert),
     # on the lookup's match (pins and stamps change no edge)
     npos = 0
-    if p > 0 and (part >= 0 or (nd[CKPT, mnode] == 0 and (p == plen or nd[NCH, mnode] > 0))):
+    if p > 0 and (
+        part >= 0 or (nd[state.CKPT, mnode] == 0 and (p == plen or nd[state.NCH, mnode] > 0))
+    ):
         pos[0] = p
         npos = 1
     # Sorted and unique, as ``insert`` makes them; an empty request caches nothing.
@@ -73,7 +61,7 @@ def _serve(st, s0: int, plen: int, flen: int, pos, path, known: np.ndarray, lear
         st, st[9], s0, plen, flen, pos, path, known, learn
     )
     # The insert of the whole input + output: the walk's own match.
-    _insert(st, st[9], s0, pos, npos, path[count - 1], length, partial)
+    cache._insert(st, st[9], s0, pos, npos, path[count - 1], length, partial)
     if node != 0:
-        _unpin(st, node)
+        edits._unpin(st, node)
     return node, hit

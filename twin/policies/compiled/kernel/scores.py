@@ -11,22 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from twin.policies.compiled.kernel import state
 from twin.policies.compiled.kernel.compiling import jit
-from twin.policies.compiled.kernel.state import (
-    F_LINEAR,
-    F_QUAD,
-    F_QUADW,
-    M_ATTN,
-    M_CKB,
-    M_D,
-    M_FULLKV,
-    M_KVPT,
-    M_MLP,
-    M_NSTATE,
-    M_SSM,
-    M_SWAKV,
-    M_WINDOW,
-)
 
 
 @jit(inline="always")
@@ -42,16 +28,16 @@ def reference_efficiency(depth: int, own: int, mc: np.ndarray) -> float:
     exact integers divided once; past it each step rounds as IEEE 754 says, never
     overflowing (the reference's Python ints do not round; the authors' numbers never
     leave the exact range)."""
-    d, n, parent = float(mc[M_D]), float(own), float(depth - own)
+    d, n, parent = float(mc[state.M_D]), float(own), float(depth - own)
     t = float(depth)
-    mamba = 12.0 * n * d * d + 16.0 * n * d * float(mc[M_NSTATE]) + 10.0 * n * d
+    mamba = 12.0 * n * d * d + 16.0 * n * d * float(mc[state.M_NSTATE]) + 10.0 * n * d
     saved = (
-        float(mc[M_SSM]) * mamba
-        + float(mc[M_ATTN]) * (_attn(t, d) - _attn(parent, d))
-        + float(mc[M_MLP]) * (16.0 * t * d * d - _attn(parent, d))
+        float(mc[state.M_SSM]) * mamba
+        + float(mc[state.M_ATTN]) * (_attn(t, d) - _attn(parent, d))
+        + float(mc[state.M_MLP]) * (16.0 * t * d * d - _attn(parent, d))
     )
     # The state's bytes, then all ``depth`` tokens' KV.
-    held = float(mc[M_CKB]) + float(mc[M_KVPT]) * t
+    held = float(mc[state.M_CKB]) + float(mc[state.M_KVPT]) * t
     if held == 0.0:
         return 0.0
     return saved / held
@@ -60,14 +46,14 @@ def reference_efficiency(depth: int, own: int, mc: np.ndarray) -> float:
 @jit
 def twin_efficiency(depth: int, own: int, ckpt: int, mc: np.ndarray, mf: np.ndarray) -> float:
     """``FlopAwareEviction``'s: ``PrefillFlops.total(own, depth - own)`` over the node's bytes."""
-    c, n, w = depth - own, own, mc[M_WINDOW]
-    saved = mf[F_LINEAR] * n
-    if mf[F_QUAD]:  # ``PrefillFlops._formula``: keys attended (``keys_upto``)
-        saved += mf[F_QUAD] * (keys_upto(c + n, 0) - keys_upto(c, 0))
-    if mf[F_QUADW]:
-        saved += mf[F_QUADW] * (keys_upto(c + n, w) - keys_upto(c, w))
-    held = own * mc[M_FULLKV] + tail(mc, own) * mc[M_SWAKV]  # ``KindBytes.node_bytes``
-    held += mc[M_CKB] if ckpt else 0
+    c, n, w = depth - own, own, mc[state.M_WINDOW]
+    saved = mf[state.F_LINEAR] * n
+    if mf[state.F_QUAD]:  # ``PrefillFlops._formula``: keys attended (``keys_upto``)
+        saved += mf[state.F_QUAD] * (keys_upto(c + n, 0) - keys_upto(c, 0))
+    if mf[state.F_QUADW]:
+        saved += mf[state.F_QUADW] * (keys_upto(c + n, w) - keys_upto(c, w))
+    held = own * mc[state.M_FULLKV] + tail(mc, own) * mc[state.M_SWAKV]  # ``KindBytes.node_bytes``
+    held += mc[state.M_CKB] if ckpt else 0
     if held == 0:
         return 0.0
     return saved / held
@@ -85,5 +71,5 @@ def keys_upto(m: int, window: int) -> int:
 @jit(inline="always")
 def tail(mc: np.ndarray, n: int) -> int:
     """``KindBytes.tail``: the sliding-window tokens a node of ``n`` tokens keeps."""
-    w = mc[M_WINDOW]
+    w = mc[state.M_WINDOW]
     return n if w == 0 or n < w else w

@@ -73,9 +73,6 @@ M_HOOK = 13
 LIVE_NODE_SLACK = 16  # free node ids a live cache keeps before an insert
 
 
-N_CONSTANTS = 14
-
-
 # Float constants, entries of ``mf``: alpha, then ``PrefillFlops``'s linear,
 # full-attention and sliding-window quadratic coefficients (``marconi-twin``'s efficiency).
 F_ALPHA, F_LINEAR, F_QUAD, F_QUADW = range(4)

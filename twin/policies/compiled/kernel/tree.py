@@ -17,19 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from twin.policies.compiled.kernel import state
 from twin.policies.compiled.kernel.compiling import jit
-from twin.policies.compiled.kernel.state import (
-    BASE,
-    DEP,
-    FIRST,
-    LAST,
-    LEN,
-    NCH,
-    NXT,
-    PAR,
-    PRV,
-    SLOT,
-)
 
 EMPTY, GONE = -1, -2  # free and deleted slots of the key table
 
@@ -80,7 +69,7 @@ def delete(kids: np.ndarray, k: int) -> bool:
 
 @jit
 def first_token(nd: np.ndarray, buf: np.ndarray, v: int) -> int:
-    return buf[nd[BASE, v] + nd[DEP, v] - nd[LEN, v]]
+    return buf[nd[state.BASE, v] + nd[state.DEP, v] - nd[state.LEN, v]]
 
 
 @jit
@@ -115,11 +104,11 @@ def walk(
         child = get(kids, key(node, q[s0 + pos]))
         if child < 0:
             return count, pos, -1
-        m = nd[LEN, child]
-        es = nd[BASE, child] + nd[DEP, child] - m
+        m = nd[state.LEN, child]
+        es = nd[state.BASE, child] + nd[state.DEP, child] - m
         lim = min(m, n - pos)
         if len(known):
-            k = _agreement(known, learn, nd[BASE, child], buf, q, s0, pos, lim)
+            k = _agreement(known, learn, nd[state.BASE, child], buf, q, s0, pos, lim)
         else:
             k = 0
             while k < lim and buf[es + k] == q[s0 + pos + k]:
@@ -169,10 +158,10 @@ def _agreement(known, learn: bool, base: int, buf, q, s0: int, pos: int, lim: in
 def prefix(nd: np.ndarray, path: np.ndarray, count: int, length: int, partial: int, n: int):
     """The match of the walked sequence's first ``n`` tokens: (node, length, partial or -1)."""
     j = count - 1
-    while nd[DEP, path[j]] > n:
+    while nd[state.DEP, path[j]] > n:
         j -= 1
     node = path[j]
-    if nd[DEP, node] == n:
+    if nd[state.DEP, node] == n:
         return node, n, -1
     if j + 1 < count:  # the next whole node runs past ``n``
         return node, n, path[j + 1]
@@ -184,43 +173,43 @@ def _bridge(nd: np.ndarray, p: int, a: int, b: int, after_a: int, before_b: int)
     """Among ``p``'s children, ``after_a`` follows ``a`` and ``before_b`` precedes ``b``
     (-1: the list's ends, ``p``'s first and last child)."""
     if a >= 0:
-        nd[NXT, a] = after_a
+        nd[state.NXT, a] = after_a
     else:
-        nd[FIRST, p] = after_a
+        nd[state.FIRST, p] = after_a
     if b >= 0:
-        nd[PRV, b] = before_b
+        nd[state.PRV, b] = before_b
     else:
-        nd[LAST, p] = before_b
+        nd[state.LAST, p] = before_b
 
 
 @jit
 def replace_sibling(nd: np.ndarray, old: int, new: int) -> None:
     """``parent.children[key] = new`` over ``old``: the key keeps its position."""
-    p, a, b = nd[PAR, old], nd[PRV, old], nd[NXT, old]
-    nd[PRV, new], nd[NXT, new] = a, b
+    p, a, b = nd[state.PAR, old], nd[state.PRV, old], nd[state.NXT, old]
+    nd[state.PRV, new], nd[state.NXT, new] = a, b
     _bridge(nd, p, a, b, new, new)
 
 
 @jit
 def append_child(nd: np.ndarray, p: int, v: int) -> None:
     """A new key: last among ``p``'s children."""
-    last = nd[LAST, p]
-    nd[PRV, v], nd[NXT, v] = last, -1
+    last = nd[state.LAST, p]
+    nd[state.PRV, v], nd[state.NXT, v] = last, -1
     if last >= 0:
-        nd[NXT, last] = v
+        nd[state.NXT, last] = v
     else:
-        nd[FIRST, p] = v
-    nd[LAST, p] = v
-    nd[NCH, p] += 1
-    nd[PAR, v] = p
+        nd[state.FIRST, p] = v
+    nd[state.LAST, p] = v
+    nd[state.NCH, p] += 1
+    nd[state.PAR, v] = p
 
 
 @jit
 def unlink_child(nd: np.ndarray, v: int) -> None:
     """``del parent.children[key]``."""
-    p, a, b = nd[PAR, v], nd[PRV, v], nd[NXT, v]
+    p, a, b = nd[state.PAR, v], nd[state.PRV, v], nd[state.NXT, v]
     _bridge(nd, p, a, b, b, a)
-    nd[NCH, p] -= 1
+    nd[state.NCH, p] -= 1
 
 
 @jit
@@ -228,9 +217,9 @@ def new_node(nd: np.ndarray, next_index: int, base: int, depth: int, length: int
     """Clear column ``next_index`` for a node of ``length`` tokens ending at ``depth``."""
     v = next_index
     nd[:, v] = 0
-    nd[FIRST, v] = nd[LAST, v] = nd[NXT, v] = nd[PRV, v] = -1
-    nd[SLOT, v] = -1
-    nd[BASE, v], nd[DEP, v], nd[LEN, v] = base, depth, length
+    nd[state.FIRST, v] = nd[state.LAST, v] = nd[state.NXT, v] = nd[state.PRV, v] = -1
+    nd[state.SLOT, v] = -1
+    nd[state.BASE, v], nd[state.DEP, v], nd[state.LEN, v] = base, depth, length
     return v
 
 
@@ -239,29 +228,29 @@ def preorder_before(nd: np.ndarray, a: int, b: int) -> bool:
     """Is ``a`` before ``b`` in the tree's pre-order (the oracle's ``preorder_key``)?"""
     da, db, x = 0, 0, a
     while x != 0:
-        x = nd[PAR, x]
+        x = nd[state.PAR, x]
         da += 1
     x = b
     while x != 0:
-        x = nd[PAR, x]
+        x = nd[state.PAR, x]
         db += 1
     while da > db:  # an ancestor comes before its descendants
-        a = nd[PAR, a]
+        a = nd[state.PAR, a]
         da -= 1
         if a == b:
             return False
     while db > da:
-        b = nd[PAR, b]
+        b = nd[state.PAR, b]
         db -= 1
         if a == b:
             return True
-    while nd[PAR, a] != nd[PAR, b]:
-        a, b = nd[PAR, a], nd[PAR, b]
-    x = nd[NXT, a]
+    while nd[state.PAR, a] != nd[state.PAR, b]:
+        a, b = nd[state.PAR, a], nd[state.PAR, b]
+    x = nd[state.NXT, a]
     while x >= 0:  # siblings in insertion order: is ``b`` after ``a``?
         if x == b:
             return True
-        x = nd[NXT, x]
+        x = nd[state.NXT, x]
     return False
 
 

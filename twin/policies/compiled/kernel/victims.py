@@ -14,61 +14,40 @@ from __future__ import annotations
 
 import numpy as np
 
+from twin.policies.compiled.kernel import scores, state, tree
 from twin.policies.compiled.kernel.compiling import jit
-from twin.policies.compiled.kernel.scores import reference_efficiency, twin_efficiency
-from twin.policies.compiled.kernel.state import (
-    CKPT,
-    DEP,
-    F_ALPHA,
-    LEN,
-    LOCK,
-    M_CKB,
-    M_RULES,
-    NCH,
-    NID,
-    REFERENCE,
-    S_NCAND,
-    S_NHELD,
-    S_NOW,
-    S_TICKED,
-    SLOT,
-    STAMP,
-    TWIN,
-    T,
-)
-from twin.policies.compiled.kernel.tree import preorder_before
 
 
 @jit(inline="always")
 def _table_set(st, v: int, r: float, f: float, held: bool) -> None:
     nd, sc, cr, cf, ch, cn = st[0], st[1], st[4], st[5], st[6], st[7]
-    i = nd[SLOT, v]
+    i = nd[state.SLOT, v]
     if i < 0:
-        i = sc[S_NCAND]
-        nd[SLOT, v] = i
+        i = sc[state.S_NCAND]
+        nd[state.SLOT, v] = i
         cn[i] = v
         ch[i] = False
-        sc[S_NCAND] += 1
+        sc[state.S_NCAND] += 1
     cr[i], cf[i] = r, f
-    sc[S_NHELD] += int(held) - int(ch[i])
+    sc[state.S_NHELD] += int(held) - int(ch[i])
     ch[i] = held
 
 
 @jit(inline="always")
 def table_drop(st, v: int) -> None:
     nd, sc, cr, cf, ch, cn = st[0], st[1], st[4], st[5], st[6], st[7]
-    i = nd[SLOT, v]
+    i = nd[state.SLOT, v]
     if i < 0:
         return
-    last = sc[S_NCAND] - 1
-    sc[S_NHELD] -= int(ch[i])
+    last = sc[state.S_NCAND] - 1
+    sc[state.S_NHELD] -= int(ch[i])
     if i != last:
         moved = cn[last]
         cn[i] = moved
-        nd[SLOT, moved] = i
+        nd[state.SLOT, moved] = i
         cr[i], cf[i], ch[i] = cr[last], cf[last], ch[last]
-    sc[S_NCAND] = last
-    nd[SLOT, v] = -1
+    sc[state.S_NCAND] = last
+    nd[state.SLOT, v] = -1
 
 
 @jit(inline="always")
@@ -80,14 +59,14 @@ def changed(st, v: int) -> None:
     ones (``PrefixCache.evictable``).
     """
     nd, mc, mf = st[0], st[2], st[3]
-    n = nd[NCH, v]
-    candidate = v != 0 and (n == 0 or (n == 1 and nd[CKPT, v] != 0 and mc[M_CKB] > 0))
-    if mc[M_RULES] == REFERENCE and candidate:
-        eff = reference_efficiency(nd[DEP, v], nd[LEN, v], mc)
-        _table_set(st, v, float(nd[STAMP, v]), eff, nd[LOCK, v] > 0)
-    elif mc[M_RULES] == TWIN and candidate and nd[LOCK, v] == 0:
-        eff = twin_efficiency(nd[DEP, v], nd[LEN, v], nd[CKPT, v], mc, mf)
-        _table_set(st, v, float(nd[T, v]), eff, False)
+    n = nd[state.NCH, v]
+    candidate = v != 0 and (n == 0 or (n == 1 and nd[state.CKPT, v] != 0 and mc[state.M_CKB] > 0))
+    if mc[state.M_RULES] == state.REFERENCE and candidate:
+        eff = scores.reference_efficiency(nd[state.DEP, v], nd[state.LEN, v], mc)
+        _table_set(st, v, float(nd[state.STAMP, v]), eff, nd[state.LOCK, v] > 0)
+    elif mc[state.M_RULES] == state.TWIN and candidate and nd[state.LOCK, v] == 0:
+        eff = scores.twin_efficiency(nd[state.DEP, v], nd[state.LEN, v], nd[state.CKPT, v], mc, mf)
+        _table_set(st, v, float(nd[state.T, v]), eff, False)
     else:
         table_drop(st, v)
 
@@ -209,19 +188,27 @@ def twin_victim_row(
 def _reference_victim(st) -> int:
     """``ReferenceFlopAwareEviction.choose_victim`` on this tree (-1 if none)."""
     nd, sc, mf, cn, score = st[0], st[1], st[3], st[7], st[11]
-    n = sc[S_NCAND]
+    n = sc[state.S_NCAND]
     best, tied, now = reference_victim_row(
-        st[4], st[5], st[6], n, sc[S_NHELD], sc[S_NOW], sc[S_TICKED], mf[F_ALPHA], score
+        st[4],
+        st[5],
+        st[6],
+        n,
+        sc[state.S_NHELD],
+        sc[state.S_NOW],
+        sc[state.S_TICKED],
+        mf[state.F_ALPHA],
+        score,
     )
     if best < 0:
         return -1
-    sc[S_NOW] = now
-    sc[S_TICKED] = 1
+    sc[state.S_NOW] = now
+    sc[state.S_TICKED] = 1
     victim = cn[best]
     if tied:  # the first in pre-order among the minima (held rows score infinity)
         low = score[best]
         for i in range(best + 1, n):
-            if score[i] == low and preorder_before(nd, cn[i], victim):
+            if score[i] == low and tree.preorder_before(nd, cn[i], victim):
                 victim = cn[i]
     return victim
 
@@ -230,12 +217,12 @@ def _reference_victim(st) -> int:
 def _twin_victim(st) -> int:
     """``FlopAwareEviction.choose_victim`` on this tree (-1 if none)."""
     nd, sc, mf, cn = st[0], st[1], st[3], st[7]
-    best = twin_victim_row(st[4], st[5], cn, nd[NID], sc[S_NCAND], mf[F_ALPHA])
+    best = twin_victim_row(st[4], st[5], cn, nd[state.NID], sc[state.S_NCAND], mf[state.F_ALPHA])
     return -1 if best < 0 else cn[best]
 
 
 @jit(inline="always")
 def choose_victim(st) -> int:
-    if st[2][M_RULES] == REFERENCE:
+    if st[2][state.M_RULES] == state.REFERENCE:
         return _reference_victim(st)
     return _twin_victim(st)
