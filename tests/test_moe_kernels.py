@@ -587,6 +587,41 @@ def test_a_trtllm_gen_mxfp4_row_streams_each_experts_weights_once_a_tile() -> No
     assert again(4096) == 3 * 128 * per_expert  # 128 rows: four tiles of 32
 
 
+FI_CUTLASS_FP8 = "vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"
+NEMOTRON_EP1 = {  # the H200 vLLM fp8 table's 1,024 x 2,688 shape (512 experts, top 22)
+    "hidden_size": 1024,
+    "inter_size": 2688,
+    "topk": 22,
+    "num_experts": 512,
+    "moe_tp_size": 1,
+    "moe_ep_size": 1,
+}
+
+
+def test_flashinfers_untuned_cutlass_moe_takes_128_rows_of_an_expert_a_tile() -> None:
+    # flashinfer's fallback tactic 0: get_candidate_tiles_sm90's first grouped tile,
+    # CtaShape128x16x128B, whatever the tokens
+    assert ft.FLASHINFER_CUTLASS_SM90_TILE_M == 128
+    for tokens in (1, 2048, 3072, 16384):
+        assert ft.moe_token_tile(FI_CUTLASS_FP8, tokens, 22, 512) == 128
+    # the block-fp8 label (moe_fp8_block) was not read this session; Triton: no tile read
+    assert ft.moe_token_tile("vllm_fp8moe_flashinfer_cutlass_flashinferexperts", 64, 8, 8) == 0
+    assert ft.moe_token_tile("vllm_fused_moe", 3072, 22, 512) == 0
+
+
+def test_a_cutlass_fp8_row_restreams_each_experts_weights_past_128_rows() -> None:
+    fp8 = WEIGHT_FORMATS["fp8"]
+    shape = {**NEMOTRON_EP1, "kernel_source": FI_CUTLASS_FP8}
+
+    def row(tokens: int) -> dict[str, Any]:
+        return moe_row({**shape, "num_tokens": tokens}, fp8, "moe_fp8", 1.0)
+
+    per_expert = 1024 * (2 * 2688 + 2688)
+    assert row(2048)["restream_weights"] == 0.0  # 88 rows an expert: one tile
+    assert row(3072)["restream_weights"] == 512 * per_expert  # 132 rows: two (the step)
+    assert row(2048)["pad_flops"] == pytest.approx(2.0 * (512 * 128 - 2048 * 22) * per_expert)
+
+
 def test_a_serving_step_prices_vllms_marlin_padding_at_the_fitted_rate() -> None:
     prof = resolve_profile("b200", None, "vllm")
     assert prof.kernels["moe_int4_wo"].provenance["kernel_source"] == VLLM_MARLIN
@@ -608,17 +643,23 @@ def test_a_serving_step_prices_vllms_marlin_padding_at_the_fitted_rate() -> None
     assert step_s(1e-13, 64, "vllm_marlin_int4_moe") == step_s(0.0, 64, "vllm_marlin_int4_moe")
 
 
-@pytest.mark.parametrize("gpu", ["b200", "b300", "gb200", "gb300"])
-@pytest.mark.parametrize("family", ["moe_int4_wo", "moe_mxfp4"])
-def test_the_blackwell_vllm_token_tile_fits_meet_the_kernel_target(gpu: str, family: str) -> None:
-    # regenerated with the token tile's terms (helper moe30, session 30): vLLM's Marlin
-    # int4 and FlashInfer TRT-LLM-gen mxfp4 tables, held out <= 5% median, <= 15% P90
+@pytest.mark.parametrize(
+    ("gpu", "family"),
+    [(g, f) for g in ("b200", "b300", "gb200", "gb300") for f in ("moe_int4_wo", "moe_mxfp4")]
+    + [("h100", "moe_fp8"), ("h200", "moe_fp8")],
+)
+def test_the_vllm_token_tile_fits_meet_the_kernel_target(gpu: str, family: str) -> None:
+    # regenerated with the token tile's terms (helpers moe30, moe-tile30, session 30):
+    # vLLM's Marlin int4, FlashInfer TRT-LLM-gen mxfp4 and FlashInfer CUTLASS fp8 tables,
+    # held out <= 5% median, <= 15% P90
     from twin.costmodel.formulas import get_formula
 
     fit = resolve_profile(gpu, None, "vllm").kernels[family]
     assert fit.model == get_formula(family).model_name
     assert fit.provenance["kernel_source"] in (
-        ft.VLLM_MARLIN_SOURCES | ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
+        ft.VLLM_MARLIN_SOURCES
+        | ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
+        | ft.FLASHINFER_CUTLASS_SM90_SOURCES
     )
     assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None

@@ -401,12 +401,35 @@ def flashinfer_default_tile(tokens: float, top_k: int, local_experts: float) -> 
     return tiles[max(0, tiles.index(centre) - 1)]
 
 
+# FlashInfer's CUTLASS fused MoE (``cutlass_fused_moe``; the table label vLLM 0.24.0 writes for
+# ``FlashInferExperts`` under ModelOpt per-tensor fp8, ``experts/flashinfer_cutlass_moe.py``:
+# no tactic passed) runs the TMA warp-specialised grouped GEMM with each expert's rows as a
+# problem's M. Without a tuned tactic (the collector runs no autotuning: flashinfer-python
+# 0.6.12 ``autotuner.py`` returns the fallback tactic -1 outside ``autotune()``) the runner
+# takes ``mAllProfiles.front()`` (flashinfer ``csrc/fused_moe/cutlass_backend/
+# flashinfer_cutlass_fused_moe_binding.cu``: "Fallback tactic is set to be 0"), the first of
+# ``get_candidate_configs_sm90``: ``get_candidate_tiles_sm90``'s first grouped-GEMM tile,
+# ``CtaShape128x16x128B`` (``csrc/nv_internal/tensorrt_llm/kernels/cutlass_kernels/
+# cutlass_heuristic.cpp``, flashinfer-ai/flashinfer 052b8940; the 0.6.12 wheel JIT-builds it
+# and ships no copy): 128 rows of an expert a CTA, each M tile streaming the expert's
+# weights through its N tiles. The tables step where an expert's rows cross 128 (H200,
+# 1,024 x 2,688 experts, 512, top 22, EP 1: 3.71 ms at 2,048 tokens, 88 rows an expert; 7.56
+# at 3,072, 132 rows, two tiles; 10.7 at 6,144, three).
+FLASHINFER_CUTLASS_SM90_SOURCES = frozenset(
+    {"vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"}
+)
+FLASHINFER_CUTLASS_SM90_TILE_M = 128
+
+
 def moe_token_tile(source: str, tokens: float, top_k: int, local_experts: float) -> int:
     """The token tile a fused-MoE kernel pads each expert's rows to and streams the
-    expert's weights once for (``vllm_marlin_block_m``, ``flashinfer_default_tile``);
+    expert's weights once for (``vllm_marlin_block_m``, ``flashinfer_default_tile``,
+    ``FLASHINFER_CUTLASS_SM90_TILE_M``);
     0 for a kernel whose tile was not read."""
     if source in FLASHINFER_TRTLLM_MXFP4_SOURCES:
         return flashinfer_default_tile(tokens, top_k, local_experts)
+    if source in FLASHINFER_CUTLASS_SM90_SOURCES:
+        return FLASHINFER_CUTLASS_SM90_TILE_M
     return vllm_marlin_block_m(source, tokens, top_k, local_experts)
 
 
@@ -464,6 +487,8 @@ def copy_features(nbytes: float, kernel: str) -> Features:
 
 __all__ = [
     "FLASHINFER_BF16_TILES",
+    "FLASHINFER_CUTLASS_SM90_SOURCES",
+    "FLASHINFER_CUTLASS_SM90_TILE_M",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
     "REPLAY_L2_SHARE",
     "SGLANG_TRITON_SOURCE",
