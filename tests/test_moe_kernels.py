@@ -533,12 +533,12 @@ def test_vllms_marlin_moe_picks_its_row_block_from_the_tokens_per_local_expert()
     assert ft.vllm_marlin_block_m("vllm_marlin_int4_moe", 4096, 8, 384) == 0
 
 
-def test_block_padded_rows_pad_each_experts_rows_to_whole_blocks() -> None:
-    assert ft.block_padded_rows(24576, 384, 64) == 24576  # 64 rows each: one block
-    assert ft.block_padded_rows(32768, 384, 64) == 384 * 128  # 85-86 each: two blocks
-    assert ft.block_padded_rows(17, 2, 8) == 8 + 16  # 8 and 9 rows
-    assert ft.block_padded_rows(2560, 384, 8) == 384 * 8  # 6-7 rows each
-    assert ft.block_padded_rows(17, 2, 0) == 17  # no block, no padding
+def test_moe_expert_tiles_count_each_experts_whole_tiles() -> None:
+    assert ft.moe_expert_tiles(24576, 384, 64) == 384  # 64 rows each: one tile
+    assert ft.moe_expert_tiles(32768, 384, 64) == 384 * 2  # 85-86 each: two tiles
+    assert ft.moe_expert_tiles(17, 2, 8) == 1 + 2  # 8 and 9 rows
+    assert ft.moe_expert_tiles(2560, 384, 8) == 384  # 6-7 rows each
+    assert ft.moe_expert_tiles(17, 2, 0) == 0  # no tile read
 
 
 def test_vllms_marlin_rows_carry_the_flops_of_their_padded_rows() -> None:

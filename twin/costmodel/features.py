@@ -422,14 +422,6 @@ def moe_expert_tiles(rows: float, active: float, tile: int) -> float:
     return float((n - high) * math.ceil(low / tile) + high * math.ceil((low + 1) / tile))
 
 
-def block_padded_rows(rows: float, active: float, block: int) -> float:
-    """The rows ``active`` experts compute for ``rows`` routed rows, each expert's rows
-    padded to whole blocks of ``block`` (``moe_expert_tiles``; ``rows`` itself where
-    ``block`` is 0 or no expert is reached)."""
-    tiles = moe_expert_tiles(rows, active, block)
-    return max(rows, tiles * block) if tiles else rows
-
-
 def moe_tile_extras(
     rows: float, active: float, tile: int, d: int, width: int, up_mats: int
 ) -> tuple[float, float]:
@@ -476,7 +468,6 @@ __all__ = [
     "attn_decode_sums",
     "attn_prefill_features",
     "attn_prefill_sums",
-    "block_padded_rows",
     "conv1d_features",
     "copy_features",
     "elementwise_features",
