@@ -138,3 +138,18 @@ def test_stand_ins_reach_the_real_classes() -> None:
     assert isinstance(made, rich.markdown.Markdown) and isinstance(made, markdown)
     traceback = stand_in("rich.traceback", DEFERRED["rich.traceback"]).Traceback
     assert traceback.from_exception == rich.traceback.Traceback.from_exception
+
+
+def test_a_stand_in_read_while_it_is_lent_fails_plainly(monkeypatch: pytest.MonkeyPatch) -> None:
+    # While typer.rich_utils runs (or from another thread meanwhile) the stand-in module
+    # is what ``import rich.markdown`` finds: a missing attribute reads as missing and a
+    # call says why, instead of each stand-in loading itself again without end.
+    from twin.cli.rich_help import DEFERRED, stand_in
+
+    lent = stand_in("rich.markdown", DEFERRED["rich.markdown"])
+    monkeypatch.setitem(sys.modules, "rich.markdown", lent)
+    markdown = lent.Markdown
+    assert getattr(markdown, "__origin__", None) is None
+    assert "Markdown" in repr(markdown | int)  # a union's repr reads __origin__
+    with pytest.raises(ImportError, match="stand-in"):
+        markdown("# title")

@@ -533,12 +533,30 @@ def test_vllms_marlin_moe_picks_its_row_block_from_the_tokens_per_local_expert()
     assert ft.vllm_marlin_block_m("vllm_marlin_int4_moe", 4096, 8, 384) == 0
 
 
-def test_block_padded_rows_pad_each_experts_rows_to_whole_blocks() -> None:
-    assert ft.block_padded_rows(24576, 384, 64) == 24576  # 64 rows each: one block
-    assert ft.block_padded_rows(32768, 384, 64) == 384 * 128  # 85-86 each: two blocks
-    assert ft.block_padded_rows(17, 2, 8) == 8 + 16  # 8 and 9 rows
-    assert ft.block_padded_rows(2560, 384, 8) == 384 * 8  # 6-7 rows each
-    assert ft.block_padded_rows(17, 2, 0) == 17  # no block, no padding
+def test_every_vllm_marlinexperts_table_takes_the_row_block() -> None:
+    # vLLM 0.24.0's collector labels a table by its experts class last: every
+    # ``MarlinExperts`` table (int4 WNA16, the w4a4 mxfp4 checkpoints', gpt-oss's mxfp4 on
+    # Marlin) ran ``fused_marlin_moe`` and its row block; so does the Marlin mxfp4 price
+    # ``Profile.with_marlin_experts`` derives from the int4 fit (its provenance's source).
+    pytest.importorskip("aiconfigurator_core")
+    import pyarrow.parquet as pq
+
+    labels: set[str] = set()
+    for gpu in ("h100", "h200", "b200", "gb200", "l40s", "rtx-pro-6000"):
+        table = system_dir(gpu) / "moe/vllm/0.24.0/moe_perf.parquet"
+        column = pq.read_table(table, columns=["kernel_source"]).column(0).to_pylist()
+        labels |= {str(s) for s in column if "_marlinexperts" in str(s)}
+    assert len(labels) == 4 and labels == set(ft.VLLM_MARLIN_SOURCES)
+    for label in labels:
+        assert ft.vllm_marlin_block_m(label, 2048, 16, 896) == 48  # 36.6 rows an expert
+
+
+def test_moe_expert_tiles_count_each_experts_whole_tiles() -> None:
+    assert ft.moe_expert_tiles(24576, 384, 64) == 384  # 64 rows each: one tile
+    assert ft.moe_expert_tiles(32768, 384, 64) == 384 * 2  # 85-86 each: two tiles
+    assert ft.moe_expert_tiles(17, 2, 8) == 1 + 2  # 8 and 9 rows
+    assert ft.moe_expert_tiles(2560, 384, 8) == 384  # 6-7 rows each
+    assert ft.moe_expert_tiles(17, 2, 0) == 0  # no tile read
 
 
 def test_vllms_marlin_rows_carry_the_flops_of_their_padded_rows() -> None:

@@ -28,12 +28,19 @@ GPT_OSS = {"hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 12
 
 def expert_s(profile, family: str, tokens: int, moe_tp: int = 1) -> float:
     """One fused-MoE launch of gpt-oss-120b's experts at ``tokens`` tokens, priced with
-    ``family``'s fit of ``profile`` (as the fits are made: ``aic_moe.moe_row``)."""
-    shape = {**GPT_OSS, "num_tokens": tokens, "moe_tp_size": moe_tp, "moe_ep_size": 1}
+    ``family``'s fit of ``profile`` (as the fits are made: ``aic_moe.moe_row``, with the
+    fit's kernel source, whose token tile the serving step prices too)."""
+    fit = profile.kernels[family]
+    shape = {
+        **GPT_OSS,
+        "num_tokens": tokens,
+        "moe_tp_size": moe_tp,
+        "moe_ep_size": 1,
+        "kernel_source": str(fit.provenance.get("kernel_source", "")),
+    }
     row = aic_moe.moe_row(shape, px.WEIGHT_FORMATS["mxfp4"], family, 1.0)
     extras = {k: v for k, v in row.items() if k not in ("kernel", "flops", "bytes", "median_s")}
     extras.pop("shape")
-    fit = profile.kernels[family]
     return predict(family, fit.params, profile.peaks, row["flops"], row["bytes"], extras)
 
 

@@ -13,7 +13,8 @@ the real module the first time they are called or read (``Markdown(...)``,
 ``Traceback.from_exception(...)``, ``isinstance``), so a markdown help string or a pretty
 traceback still works and renders as before. The stand-ins are removed from
 ``sys.modules`` once ``typer.rich_utils`` has run: any other import of ``rich.markdown``
-gets the real module.
+gets the real module. (While it runs, another thread's ``import rich.markdown`` would find
+the stand-in; a stand-in used then raises ``ImportError`` rather than loading itself.)
 """
 
 from __future__ import annotations
@@ -36,13 +37,20 @@ class Deferred(type):
     module: str
 
     def real(cls) -> Any:
-        return getattr(importlib.import_module(cls.module), cls.__name__)
+        found = getattr(importlib.import_module(cls.module), cls.__name__)
+        if found is cls:  # the stand-in is still lent: typer.rich_utils is running
+            raise ImportError(f"{cls.module} is a stand-in while {FORMATTER} is imported")
+        return found
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         return cls.real()(*args, **kwargs)
 
     def __getattr__(cls, name: str) -> Any:
-        return getattr(cls.real(), name)
+        try:
+            real = cls.real()
+        except ImportError:
+            raise AttributeError(name) from None
+        return getattr(real, name)
 
     def __instancecheck__(cls, instance: Any) -> bool:
         return isinstance(instance, cls.real())

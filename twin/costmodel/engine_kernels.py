@@ -216,17 +216,19 @@ TABLE_KERNELS: dict[tuple[str, str], str] = {
 # ``vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu`` table (hidden
 # 3,584, 896 experts, top 16, moe_tp 1-16; ``{h100_sxm,h200_sxm}/moe/vllm/0.24.0/
 # moe_perf.parquet``): the WNA16 fit's ``eff_flops`` divided by the factor that makes the
-# median of table / price 1 over its 84 balanced compute-bound rows (2,048-16,384 tokens):
-# H200 1.44, H100 1.49 (the fit alone prices those rows at 0.78 / 0.75 of the table: the
-# e2m1 + e8m0 dequantisation in the MMA loop costs more than int4's). Its decode-sized rows
-# (1-64 tokens, 896 experts, 16 a token) stay under-priced at ~0.72 with or without it: a
-# per-expert cost of that shape, not scaled (gpt-oss's H200 TPOT sits at 1.0 without it).
+# median of table / price 1 over its 84 balanced compute-bound rows (2,048-16,384 tokens),
+# priced as the fits are, with Marlin's row block (``features.vllm_marlin_block_m``):
+# H200 1.27, H100 1.30 against the WNA16 fits regenerated with the block's terms (session
+# 30; 1.44 / 1.49 against the fits before them). The fit alone prices those rows at 0.87 /
+# 0.85 of the table: the e2m1 + e8m0 dequantisation in the MMA loop costs more than int4's.
+# Its decode-sized rows (1-64 tokens, 896 experts, 16 a token) stay under-priced at ~0.78 /
+# 0.85 with or without it: a per-expert cost of that shape, not scaled.
 # Both Marlin tables saturate at 190-250 TFLOP/s from ~150 rows an expert, where vLLM's
 # bf16 Triton MoE and OAI Triton's mxfp4 one reach 500-560 on H200: at prefill sizes
 # Marlin is not priced like a bf16 GEMM. Only those two GPUs have a Marlin mxfp4 table.
 MARLIN_EXPERT_SCALE: dict[tuple[str, str], float] = {
-    ("moe_mxfp4", "h200"): 1.44,
-    ("moe_mxfp4", "h100"): 1.49,
+    ("moe_mxfp4", "h200"): 1.27,
+    ("moe_mxfp4", "h100"): 1.30,
 }
 
 

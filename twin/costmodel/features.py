@@ -358,7 +358,17 @@ def sglang_large_m(source: str, unquantised: bool, tokens: float, local_experts:
 # does (B200, 7,168 x 2,048 experts, 384, top 8, EP 2: 1,220 us at 160 tokens, 1,320 at
 # 192 (block 8 -> 16), 1,338 at 320, 1,985 at 384 (16 -> 32); EP 1: 7.3 ms at 3,072 tokens
 # (64 rows an expert, one block), 14.2 at 4,096 (85, two blocks), 21.6 at 8,192 (171, three)).
-VLLM_MARLIN_SOURCES = frozenset({"vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"})
+# The same ``MarlinExperts`` (the label's last part) runs vLLM 0.24.0's mxfp4 experts where
+# Marlin is their backend (the checkpoints' w4a4 mxfp4 and gpt-oss's mxfp4 tables, and the
+# Marlin mxfp4 price ``Profile.with_marlin_experts`` derives from the int4 fit): one rule.
+VLLM_MARLIN_SOURCES = frozenset(
+    {
+        "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts",
+        "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts",
+        "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu",
+        "vllm_gptossmxfp4moe_marlin_marlinexperts",
+    }
+)
 VLLM_MARLIN_BLOCKS_M = (8, 16, 32, 48, 64)
 VLLM_MARLIN_BLOCK_SLACK = 0.9
 
@@ -445,14 +455,6 @@ def moe_expert_tiles(rows: float, active: float, tile: int) -> float:
     return float((n - high) * math.ceil(low / tile) + high * math.ceil((low + 1) / tile))
 
 
-def block_padded_rows(rows: float, active: float, block: int) -> float:
-    """The rows ``active`` experts compute for ``rows`` routed rows, each expert's rows
-    padded to whole blocks of ``block`` (``moe_expert_tiles``; ``rows`` itself where
-    ``block`` is 0 or no expert is reached)."""
-    tiles = moe_expert_tiles(rows, active, block)
-    return max(rows, tiles * block) if tiles else rows
-
-
 def moe_tile_extras(
     rows: float, active: float, tile: int, d: int, width: int, up_mats: int
 ) -> tuple[float, float]:
@@ -463,9 +465,9 @@ def moe_tile_extras(
     tiles = moe_expert_tiles(rows, active, tile)
     if not tiles:
         return 0.0, 0.0
-    per_row = d * (up_mats * width + width)
-    pad = 2.0 * max(0.0, tiles * tile - rows) * per_row
-    return pad, max(0.0, tiles - max(1, round(active))) * per_row
+    expert_elems = d * (up_mats * width + width)  # one expert's weights; a row's FLOPs / 2
+    pad = 2.0 * max(0.0, tiles * tile - rows) * expert_elems
+    return pad, max(0.0, tiles - max(1, round(active))) * expert_elems
 
 
 def allreduce_features(nbytes: float, n_gpus: int) -> Features:
@@ -501,7 +503,6 @@ __all__ = [
     "attn_decode_sums",
     "attn_prefill_features",
     "attn_prefill_sums",
-    "block_padded_rows",
     "conv1d_features",
     "copy_features",
     "elementwise_features",
