@@ -27,11 +27,11 @@ from twin.cli.common import (
 )
 from twin.engine import ROUTERS
 from twin.engine.modes import ENGINE_MODES
-from twin.engine.run import DEFAULT_MODEL
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.metrics import to_json
 from twin.policies import POLICIES
+from twin.presets import DEFAULT_MODEL
 from twin.reports.layouts import parse_layouts
 from twin.reports.parallel_axes import parse_degrees
 from twin.reports.plan import plan

@@ -30,12 +30,12 @@ from twin.cli.common import (
 )
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.engine.router import DEFAULT_ROUTER
-from twin.engine.run import DEFAULT_MODEL
 from twin.errors import TwinError
 from twin.limits import MAX_CACHE_GB, MAX_POINTS
 from twin.metrics import to_json
 from twin.policies import POLICIES
 from twin.precision import model_sets
+from twin.presets import DEFAULT_MODEL
 from twin.reports.analysis import parse_slos, rate_label, slo_text, verdict
 from twin.reports.capacity import CapacityReport, capacity_report, report_document
 from twin.reports.capacity_request import (

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from twin.engine.modes import get_mode
-from twin.engine.run import DEFAULT_MODEL
+from twin.presets import DEFAULT_MODEL
 from twin.reports.analysis import Slo
 
 # The policies swept when none are named: the paper's three; with --engine NAME, the
