@@ -24,11 +24,11 @@ from twin.validate import (
     join,
     judge,
     metrics,
-    predict,
     rel_err,
     validate,
 )
 from twin.validate.compare import PLOT_FILE, REQUESTS_FILE, VALIDATION_FILE
+from twin.validate.predict import predict
 from twin.workloads.reader import Workload
 
 MODEL = get_model("tiny-hybrid")

@@ -80,3 +80,12 @@ def check_json_depth(text: str | bytes, where: str) -> None:
                 raise TwinError(f"{where}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
         elif tok in "]}":
             depth -= 1
+
+
+# Longest sequence (a session's full prompt + output) accepted: 16M tokens is
+# beyond every context window published today, so longer means a broken file.
+MAX_SEQUENCE_TOKENS = 2**24
+
+# The longest prompt + output of any turn a generated workload allows unless told
+# (``twin workload generate --max-context``, ``WorkloadGenerator.write``).
+DEFAULT_MAX_CONTEXT = 32768

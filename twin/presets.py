@@ -22,6 +22,8 @@ from twin.preset_specs import PUBLIC_SPECS
 from twin.preset_test_shapes import TINY_SPECS
 
 PRESETS: dict[str, ModelSpec] = {m.name: m for m in (*PUBLIC_SPECS, *TINY_SPECS, *MEASURED_SPECS)}
+# The model a run simulates when none is named (`twin simulate`'s default, twin.engine.run's).
+DEFAULT_MODEL = "marconi-hybrid-7b"
 # The presets every shipped profile prices: no mixer kind waiting for kernels, and the
 # default precision (a quantised preset, e.g. gpt-oss-120b's mxfp4 experts, needs a
 # profile with its GEMM fit; twin.costmodel.precision_kernels says which).

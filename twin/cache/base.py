@@ -23,12 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-import numpy as np
-
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from twin.cache.requests import Requests
 
 # A structure's node (what its policy's hooks are told of and what it evicts: a radix
@@ -65,7 +65,7 @@ class Hit(Generic[H_co]):
 # Told when cached content leaves the GPU (a host tier's write-back, ``RequestCache``):
 # the token path from the root to the evicted node's end, and whether that
 # position's state (an SSM checkpoint; always true on Transformers) went with it.
-EvictHook = Callable[[np.ndarray, bool], None]
+EvictHook = Callable[["np.ndarray", bool], None]  # numpy only to mypy: a help need not load it
 
 # The counters every cache keeps (they only grow): snapshots carry them, reports show them.
 COUNTERS = (

@@ -29,12 +29,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-import numpy as np
-
 from twin.cache.base import CacheStructure, H, HeldCache, Hit
 from twin.errors import TwinError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from twin.cache.base import HostCache
 
 C = TypeVar("C", bound=HeldCache)  # the GPU's cache, as its own protocol knows it

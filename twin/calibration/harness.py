@@ -14,7 +14,7 @@ from typing import Any
 from twin.atomic import OutputSet
 from twin.calibration.device import DeviceInfo, check_requested, import_torch, provenance
 from twin.calibration.fit import HOLDOUT_SHARE, fit_all, pooled_heldout
-from twin.calibration.kernels import LEVELS, SweepContext
+from twin.calibration.kernels import DEFAULT_SHAPE_MODEL, LEVELS, SweepContext
 from twin.calibration.sweep import measure_ceilings, run_sweep, sweep_size, write_raw
 from twin.calibration.transfer import transfer_profile
 from twin.costmodel.profile import Profile
@@ -24,7 +24,6 @@ from twin.hardware import DEFAULT_ALLREDUCE_LATENCY_S, get_gpu
 from twin.model import ModelSpec
 from twin.presets import resolve_model
 
-DEFAULT_SHAPE_MODEL = "marconi-hybrid-7b"  # the paper's hybrid: its GEMMs seed the GPU grid
 # Most bytes one shape's buffers may take on the CPU: small for the test suite's
 # tiny sweep (every fresh page costs a fault on a virtual machine).
 CPU_MEM_CAP = {"tiny": 128 << 20, "quick": 512 << 20, "full": 1 << 30}

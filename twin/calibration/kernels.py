@@ -26,6 +26,7 @@ from twin.costmodel import formulas as fm
 from twin.model import ModelSpec
 
 LEVELS = ("tiny", "quick", "full")
+DEFAULT_SHAPE_MODEL = "marconi-hybrid-7b"  # the paper's hybrid: its GEMMs seed the GPU grid
 # Shapes per kernel at each level (None: the whole grid). tiny is the test
 # suite's (seconds), quick is CI's (under a minute on 2 cores).
 LEVEL_COUNTS: dict[str, int | None] = {"tiny": 8, "quick": 16, "full": None}

@@ -5,16 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from twin.calibration.device import CHOICES
-from twin.calibration.harness import DEFAULT_SHAPE_MODEL, CalibrationResult
-from twin.calibration.harness import calibrate as run_calibration
-from twin.calibration.harness import transfer as run_transfer
-from twin.calibration.kernels import LEVELS
+from twin.calibration.kernels import DEFAULT_SHAPE_MODEL, LEVELS
 from twin.cli import checks
 from twin.cli.common import comma_list, console, print_json, progress_bar
 from twin.costmodel.formulas import FORMULAS, KERNELS
@@ -25,6 +22,12 @@ from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.limits import MAX_JOBS
 from twin.presets import resolve_model
+
+if TYPE_CHECKING:
+    from twin.calibration.harness import CalibrationResult
+
+# The harness (numpy, pyarrow, the fits) is imported where a command runs it: ``twin
+# calibrate --help`` imports none of it (issue 33).
 
 
 def _pct(v: float | None) -> str:
@@ -201,6 +204,9 @@ def calibrate(
       twin calibrate --gpu a100 --out /tmp/a100.json \\
         --transfer-from twin/calibration/validation/gpu_stage2/h100.json
     """
+    from twin.calibration.harness import calibrate as run_calibration
+    from twin.calibration.harness import transfer as run_transfer
+
     # Which of the four ways, then every flag checked against it before any work: a flag
     # the chosen way does not read is refused rather than silently ignored.
     given = {
@@ -338,6 +344,8 @@ def _from_tables(
     refit: tuple[str, ...] = (),
 ) -> None:
     """``--from aiconfigurator``: fit the GPU's profile to NVIDIA's tables for ``engine``."""
+    from twin.calibration.harness import CalibrationResult
+
     if source.lower() != "aiconfigurator":
         raise TwinError(f"--from {source!r}: the one table source is 'aiconfigurator'")
     if refit and keep_fits is None:
@@ -373,6 +381,7 @@ def _merge(
     paths: list[Path], out: Path | None, gpu: str | None, source: str | None, as_json: bool
 ) -> None:
     """``--merge A.json --merge B.json --out P.json``."""
+    from twin.calibration.harness import CalibrationResult
     from twin.calibration.merge import merge_profiles
 
     if gpu is not None or source is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -24,17 +24,20 @@ from twin.cli.common import (
     print_json,
     with_precision,
 )
-from twin.costmodel import KINDS, CostModel, StepCost
-from twin.costmodel.a2a import A2APrice
-from twin.costmodel.breakdown import LABEL, MIXER_LABELS
+from twin.costmodel.breakdown import KINDS, LABEL, MIXER_LABELS, StepCost
 from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.profile_store import available_profiles, resolve_profile, shipped_name
 from twin.costmodel.provenance import family_label
 from twin.errors import TwinError
-from twin.limits import MAX_BATCH, MAX_LIST_ITEMS
+from twin.limits import MAX_BATCH, MAX_LIST_ITEMS, MAX_SEQUENCE_TOKENS
 from twin.model import ModelSpec
 from twin.presets import resolve_model
-from twin.workloads.schema import MAX_SEQUENCE_TOKENS
+
+if TYPE_CHECKING:
+    from twin.costmodel import CostModel
+
+# The cost model itself (numpy) is imported in the command's body: ``twin cost --help``
+# imports none of it (issue 33).
 
 
 def _ints(text: str, flag: str, high: int) -> list[int]:
@@ -373,6 +376,9 @@ def cost(
     the last), the send of the activations between stages, and the decode tokens a
     second with N micro-batches of that batch in flight.
     """
+    from twin.costmodel import CostModel
+    from twin.costmodel.a2a import A2APrice
+
     if (gpu is None) == (profile is None):
         raise TwinError(
             "give either --gpu NAME or --profile PATH (exactly one); shipped: "

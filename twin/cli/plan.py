@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -25,16 +26,14 @@ from twin.cli.common import (
     console,
     err_console,
 )
-from twin.engine import ROUTERS
 from twin.engine.modes import ENGINE_MODES
-from twin.engine.run import DEFAULT_MODEL
+from twin.engine.router import ROUTERS
 from twin.errors import TwinError
 from twin.hardware import GPUS
-from twin.metrics import to_json
 from twin.policies import POLICIES
+from twin.presets import DEFAULT_MODEL
 from twin.reports.layouts import parse_layouts
 from twin.reports.parallel_axes import parse_degrees
-from twin.reports.plan import plan
 from twin.reports.plan_inputs import (
     DEFAULT_CACHE,
     DEFAULT_DP_ATTENTION,
@@ -49,16 +48,18 @@ from twin.reports.plan_inputs import (
     check_executor,
     parse_load,
 )
-from twin.reports.plan_render import seed_span, seeds_text, winner_sentence
-from twin.reports.plan_result import OUTCOMES, PLAN_FILE, PlanResult
 from twin.reports.plan_routers import MIN_REUSE_SHARE, resolve_routers
-from twin.reports.plan_runner import PlanProgress
 from twin.reports.plan_screen import SCREEN_FRACTION, SCREEN_MIN_S
 from twin.reports.plan_search import DEFAULT_SEARCH, SEARCHES
-from twin.reports.render import HTML_FILE, MD_FILE
-from twin.reports.sweep import RESULTS_FILE
 from twin.workloads.examples import DEFAULT_EXAMPLE as EXAMPLE
 from twin.workloads.examples import example_path
+
+if TYPE_CHECKING:
+    from twin.reports.plan_result import PlanResult
+    from twin.reports.plan_runner import PlanProgress
+
+# The plan's runs and report (the engine, numpy, pyarrow) are imported in the command's
+# body: ``twin plan --help`` shows only the defaults and names above (issue 33).
 
 SEARCH_HELP = (
     "How each candidate's fewest replicas is found: "
@@ -333,6 +334,13 @@ def plan_cmd(
         --duration 2400 --warmup-s 800 --gpus h100 --engines vllm --tp 1 --pp 1,2 \\
         --seeds 1 --out plan-pp
     """
+    from twin.metrics import to_json
+    from twin.reports.plan import plan
+    from twin.reports.plan_render import seeds_text
+    from twin.reports.plan_result import PLAN_FILE
+    from twin.reports.render import HTML_FILE, MD_FILE
+    from twin.reports.sweep import RESULTS_FILE
+
     if workload is not None:
         checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
@@ -445,6 +453,9 @@ def plan_cmd(
 
 def _print(p: PlanResult) -> None:
     """The candidates, cheapest outcome first, and the winner's sentence and command."""
+    from twin.reports.plan_render import seed_span, seeds_text, winner_sentence
+    from twin.reports.plan_result import OUTCOMES
+
     table = Table(title=f"candidates ({p.prices.label})", title_justify="left")
     several = len(p.seeds) > 1
     cols = ["candidate", "outcome", "replicas", "GPUs", "$/hour"]

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import typer
 from rich.table import Table
 
 from twin import precision as px
-from twin.atomic import atomic_path
 from twin.cli import checks
 from twin.cli.common import (
     KvDtypeOption,
@@ -29,11 +25,13 @@ from twin.cli.common import (
 )
 from twin.errors import TwinError
 from twin.hardware import GB
-from twin.policies import POLICIES, get_policy
-from twin.presets import resolve_model
-from twin.replay import ReplayResult, Trace, replay_work
-from twin.replay import replay as run_replay
-from twin.workloads.reader import Workload
+from twin.policies import POLICIES
+
+if TYPE_CHECKING:
+    from twin.replay import ReplayResult
+
+# The replay's own modules (numpy, pyarrow, the policies) are imported in the command's
+# body: ``twin replay --help`` shows only the policies' names (issue 33).
 
 
 def _policies(text: str) -> list[str]:
@@ -102,6 +100,12 @@ def replay(
 
       twin replay chat.parquet -m llama-3-8b --cache-gb 20 -p sglang+ --kv-dtype fp8
     """
+    from twin.policies import get_policy
+    from twin.presets import resolve_model
+    from twin.replay import Trace, replay_work
+    from twin.replay import replay as run_replay
+    from twin.workloads.reader import Workload
+
     checks.number("--cache-gb", cache_gb, low=0)
     checks.number("--bootstrap-multiplier", bootstrap_multiplier, low=0, low_open=True)
     if requests_out is not None:
@@ -178,6 +182,12 @@ def _options_for(
 
 def _write_requests(path: Path, results: list[ReplayResult]) -> None:
     """One row per policy and request, in replay order (``--requests``)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from twin.atomic import atomic_path
+
     cols: dict[str, list[Any]] = {
         "policy": [],
         "request": [],

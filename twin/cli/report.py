@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -30,14 +31,11 @@ from twin.cli.common import (
 )
 from twin.engine.modes import ENGINE_MODES, get_mode
 from twin.engine.router import DEFAULT_ROUTER
-from twin.engine.run import DEFAULT_MODEL
 from twin.errors import TwinError
 from twin.limits import MAX_CACHE_GB, MAX_POINTS
-from twin.metrics import to_json
 from twin.policies import POLICIES
 from twin.precision import model_sets
-from twin.reports.analysis import parse_slos, rate_label, slo_text, verdict
-from twin.reports.capacity import CapacityReport, capacity_report, report_document
+from twin.presets import DEFAULT_MODEL
 from twin.reports.capacity_request import (
     DEFAULT_POLICIES,
     CapacityRequest,
@@ -48,9 +46,12 @@ from twin.reports.capacity_request import (
     default_policies,
 )
 from twin.reports.layouts import parse_layouts
-from twin.reports.load import load_verdict
-from twin.reports.render import HTML_FILE, MD_FILE, REC_HEAD, rec_cells
-from twin.reports.sweep import AUTO_GB, RESULTS_FILE, engine_variant, grid
+
+if TYPE_CHECKING:
+    from twin.reports.capacity import CapacityReport
+
+# The sweep, its analysis and its report (the engine, numpy, pyarrow) are imported where a
+# command runs them: ``twin report capacity --help`` shows only the names above (issue 33).
 
 app = typer.Typer(
     help="Capacity-planning reports: sweeps of the simulator rendered as HTML and Markdown.",
@@ -75,6 +76,8 @@ def _numbers(flag: str, text: str, positive: bool) -> list[float]:
 
 def _policy_list(text: str) -> list[str]:
     """Policies and engine modes (``sglang[flag=value;...]``), split on commas outside [...]."""
+    from twin.reports.sweep import engine_variant
+
     names = comma_list("--policies", text, "vllm+,sglang+,marconi", r",(?![^\[]*\])")
     unknown = []
     for name in names:
@@ -267,6 +270,12 @@ def capacity(
         --policies "vllm,sglang,sglang\\[mamba_radix_cache_strategy=extra_buffer]" \\
         --session-rates 2,8 --out capacity-engines
     """
+    from twin.metrics import to_json
+    from twin.reports.analysis import parse_slos
+    from twin.reports.capacity import capacity_report, report_document
+    from twin.reports.render import HTML_FILE, MD_FILE
+    from twin.reports.sweep import AUTO_GB, RESULTS_FILE, grid
+
     checks.in_file("WORKLOAD", workload, "workload file")
     checks.out_dir("--out", out)
     checks.claim_out("--out", out)
@@ -367,6 +376,11 @@ def capacity(
 
 def _print_recommendations(found: CapacityReport) -> None:
     """The smallest cache meeting the SLOs per policy and rate, and the verdict sentences."""
+    from twin.reports.analysis import slo_text, verdict
+    from twin.reports.load import load_verdict
+    from twin.reports.render import REC_HEAD, rec_cells
+    from twin.reports.sweep import AUTO_GB
+
     table = Table(
         title=f"smallest cache meeting {slo_text(found.slos)} (stable)", title_justify="left"
     )
@@ -406,6 +420,8 @@ POINT_HEAD = (
 
 def _print_points(found: CapacityReport) -> None:
     """Without --slo: one line per point (mean across seeds) and its steady state."""
+    from twin.reports.analysis import rate_label
+
     seeds = max((a["seeds"] for a in found.aggregate), default=1)
     title = "points" + (f" (mean across {seeds} seeds)" if seeds > 1 else "")
     table = Table(title=title, title_justify="left")

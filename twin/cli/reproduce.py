@@ -20,7 +20,6 @@ from twin.cli.common import (
 )
 from twin.errors import TwinError
 from twin.reports.reproduce import PAPERS, get_paper
-from twin.reports.reproduce.runner import plan_size, reproduce
 
 
 def _command_line(paper: str) -> str:
@@ -59,6 +58,8 @@ def reproduce_cmd(
 
       twin reproduce jenga --out repro-jenga
     """
+    from twin.reports.reproduce.runner import plan_size, reproduce  # the runs: numpy, the engine
+
     get_paper(paper)  # an unknown name fails before any work
     if executor not in ("local", "ray"):
         raise TwinError(f"--executor {executor!r}: choose from local, ray")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -35,20 +36,18 @@ from twin.cli.common import (
     progress_bar,
     with_precision,
 )
-from twin.engine import ROUTERS, RunArgs, build_run, typed_settings
-from twin.engine.modes import get_mode
-from twin.engine.router import DEFAULT_ROUTER
-from twin.engine.run import DEFAULT_MODEL, REQUESTS_FILE, SUMMARY_FILE
+from twin.engine.router import DEFAULT_ROUTER, ROUTERS
 from twin.hardware import GB
 from twin.limits import MAX_SECONDS, MAX_SESSION_RATE
-from twin.metrics import to_json
 from twin.policies import POLICIES
-from twin.presets import resolve_model
-from twin.slo import parse_slos
-from twin.steady_state import OVERLOADED
-from twin.summary import STAT_COLUMNS, RunSummary
+from twin.presets import DEFAULT_MODEL
 from twin.workloads.examples import DEFAULT_EXAMPLE as EXAMPLE
-from twin.workloads.examples import example_path
+
+if TYPE_CHECKING:
+    from twin.summary import RunSummary
+
+# The run's own modules (the engine, numpy, pyarrow) are imported in the command's body:
+# ``twin simulate --help`` shows only what the names above hold (issue 33).
 
 
 def simulate_epilog() -> str:
@@ -336,6 +335,14 @@ def simulate(
     speculative_acceptance=RATE, or one rate per drafted token; a workload's
     spec_acceptance column gives a request its own).
     """
+    from twin.engine.modes import get_mode
+    from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, RunArgs, build_run
+    from twin.engine.settings import typed_settings
+    from twin.metrics import to_json
+    from twin.presets import resolve_model
+    from twin.slo import parse_slos
+    from twin.workloads.examples import example_path
+
     cache = checks.cache_gb("--cache-gb", cache_gb)
     checks.number("--gpu-mem-util", gpu_mem_util, low=0, high=1, low_open=True)
     for flag, rate in (("--session-rate", session_rate), ("--request-rate", request_rate)):
@@ -450,6 +457,9 @@ def _alphas(s: RunSummary) -> str:
 
 
 def _print_table(s: RunSummary, out: Path) -> None:
+    from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE
+    from twin.summary import STAT_COLUMNS
+
     cfg, req, cluster = s.config, s.requests, s.cluster
     memory = (
         f"shared KV pool {cluster.memory_budget_bytes / GB:.1f} GB"
@@ -536,6 +546,8 @@ def _print_table(s: RunSummary, out: Path) -> None:
 
 def _print_verdict(s: RunSummary) -> None:
     """The steady-state verdict, the SLO targets, and a warning when nothing can be read."""
+    from twin.steady_state import OVERLOADED
+
     steady = s.steady_state
     if steady is not None:
         t0, t1 = steady.window_s

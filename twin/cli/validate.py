@@ -20,15 +20,18 @@ from twin.cli.common import (
     progress_bar,
 )
 from twin.limits import MAX_REPEATS, MAX_SESSIONS
-from twin.metrics import to_json
 from twin.presets import resolve_model
-from twin.validate.entry import load_executor, validate_model
 from twin.validate.request import CacheSetup, Measurement, RequestSource, ValidationRequest
 from twin.workloads.generators import GENERATORS
+
+# The validation's run (the engine, numpy) is imported in the command's body: ``twin
+# validate --help`` imports none of it (issue 33).
 
 
 def _executor() -> tuple[Any, Callable[..., Any], type]:
     """The real executor (tests replace this with a fake)."""
+    from twin.validate.entry import load_executor
+
     return load_executor()
 
 
@@ -116,6 +119,9 @@ def validate(
       twin validate --device cuda --profile h100-measured.json -m marconi-hybrid-7b \\
         --generate chat --requests 50 --out val-gpu
     """
+    from twin.metrics import to_json
+    from twin.validate.entry import validate_model
+
     checks.out_dir("--out", out)
     checks.claim_out("--out", out)
     request = ValidationRequest(

@@ -13,14 +13,12 @@ from rich.table import Table
 from twin.cli import checks
 from twin.cli.common import console, parse_pairs, print_json, progress_bar
 from twin.errors import TwinError
-from twin.limits import MAX_SESSIONS
-from twin.workload_stats import summarize
-from twin.workloads.exporters import export_marconi
+from twin.limits import DEFAULT_MAX_CONTEXT, MAX_SESSIONS
 from twin.workloads.generators import GENERATORS, get_generator
-from twin.workloads.generators.base import DEFAULT_MAX_CONTEXT, KnobError
 from twin.workloads.importers import IMPORTERS, get_importer
-from twin.workloads.reader import Workload
-from twin.workloads.writer import WorkloadWriter
+
+# What reads and writes workloads (numpy, pyarrow) is imported in each command's body: a
+# help lists the kinds and formats only (issue 33).
 
 app = typer.Typer(help="Generate, import, export and describe workloads.", no_args_is_help=True)
 
@@ -117,6 +115,9 @@ def generate(
       twin workload generate fixed --isl 2048 --osl 256 --isl-dist uniform --isl-spread 0.2 \\
           --prefix-len 512 --prefix-share 0.5 -n 200 -o fixed-prefix.parquet
     """
+    from twin.workloads.generators.base import KnobError
+    from twin.workloads.writer import WorkloadWriter
+
     if sessions is not None and duration is not None:
         raise TwinError("--sessions and --duration are mutually exclusive: give one")
     checks.number("--duration", duration, low=0, low_open=True)
@@ -222,6 +223,8 @@ def import_(
 
       twin workload import mooncake mooncake_synthetic_trace.jsonl -o mooncake.parquet
     """
+    from twin.workloads.writer import WorkloadWriter
+
     importer = get_importer(fmt)()
     checks.in_file("IN", src, "trace file")
     checks.out_file("--out", out)
@@ -250,6 +253,9 @@ def export(
 
       twin workload export marconi chat.parquet -o chat.jsonl
     """
+    from twin.workloads.exporters import export_marconi
+    from twin.workloads.reader import Workload
+
     if fmt != "marconi":
         raise TwinError(f"export format {fmt!r} is unknown; the only one is 'marconi'")
     checks.out_file("--out", out)
@@ -274,6 +280,9 @@ def info(
 
       twin workload info chat.parquet --json
     """
+    from twin.workload_stats import summarize
+    from twin.workloads.reader import Workload
+
     workload = Workload.open(src)
     with progress_bar("reading", workload.num_rows) as advance:
         summary = summarize(workload, on_request=advance)

@@ -7,30 +7,45 @@ router registry (:data:`ROUTERS`, :func:`get_router`), the scheduler registry
 (:data:`SCHEDULERS`, :func:`get_scheduler`: batch formation, apart from the
 replica's cache and memory) and the :class:`StepPricer` protocol the engine
 prices steps with.
+
+Each name is imported from its module on first use (PEP 562), so importing one
+submodule (``twin.engine.modes`` for ``twin simulate --help``) does not import the
+whole engine (:mod:`twin.exports`: the ``TYPE_CHECKING`` block below lists them).
 """
 
-from twin.engine.batching import ContinuousBatching
-from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
-from twin.engine.config import (
-    ArrivalConfig,
-    CacheConfig,
-    ClusterConfig,
-    DisaggConfig,
-    EngineConfig,
-    EngineModeConfig,
-    HostTimeConfig,
-    MemoryConfig,
-    SchedulerConfig,
-)
-from twin.engine.config_build import build_config
-from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
-from twin.engine.replica import Replica
-from twin.engine.router import ROUTERS, Router, get_router
-from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, Run, RunArgs, build_run, simulate
-from twin.engine.scheduler import SCHEDULERS, Scheduler, get_scheduler
-from twin.engine.seq import Seq
-from twin.engine.settings import typed_settings
-from twin.engine.source import SessionSource
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twin.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from twin.engine.batching import ContinuousBatching
+    from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
+    from twin.engine.config import (
+        ArrivalConfig,
+        CacheConfig,
+        ClusterConfig,
+        DisaggConfig,
+        EngineConfig,
+        EngineModeConfig,
+        HostTimeConfig,
+        MemoryConfig,
+        SchedulerConfig,
+    )
+    from twin.engine.config_build import build_config
+    from twin.engine.cost import CostModelPricer, PricerBase, StepPricer, make_pricer
+    from twin.engine.replica import Replica
+    from twin.engine.router import ROUTERS, Router, get_router
+    from twin.engine.run import REQUESTS_FILE, SUMMARY_FILE, Run, RunArgs, build_run, simulate
+    from twin.engine.scheduler import SCHEDULERS, Scheduler, get_scheduler
+    from twin.engine.seq import Seq
+    from twin.engine.settings import typed_settings
+    from twin.engine.source import SessionSource
+
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(__name__)
+
 
 __all__ = [
     "REQUESTS_FILE",

@@ -28,6 +28,7 @@ from twin.engine.kernel_layouts import trtllm_kernel_layout
 from twin.engine.mode_base import EngineMode
 from twin.engine.modes_sglang import SGLANG
 from twin.engine.modes_trtllm import (
+    MAX_BATCH_SIZE,
     TRTLLM_ADP_BALANCE,
     TRTLLM_BATCH_WAIT,
     TRTLLM_BATCHING,
@@ -39,7 +40,6 @@ from twin.engine.modes_trtllm import (
 )
 from twin.engine.modes_vllm import VLLM
 from twin.engine.releases import Release, pick_release, release_for_measured, split_engine
-from twin.engine.trtllm_batching import MAX_BATCH_SIZE
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -88,7 +88,7 @@ TRTLLM_RELEASES = (
 
 
 # TensorRT-LLM's ``max_batch_size`` default (BuildConfig, which TorchLlmArgs and
-# trtllm-serve use in 1.0: twin.engine.trtllm_batching.MAX_BATCH_SIZE), where not given.
+# trtllm-serve use in 1.0: twin.engine.modes_trtllm.MAX_BATCH_SIZE), where not given.
 def trtllm_gpu_defaults(
     gpu_bytes: float,
     tp: int,

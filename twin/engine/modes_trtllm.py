@@ -30,11 +30,15 @@ from typing import Any
 from twin.engine import speculative
 from twin.engine.mode_base import Flag, _acceptance, _bool, _choice, _field, _int
 from twin.engine.releases import release_of
-from twin.engine.trtllm_batching import MAX_BATCH_SIZE, MAX_NUM_TOKENS
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
 FLAG = "--set speculative_config"
+
+# BuildConfig / TorchLlmArgs defaults in TensorRT-LLM 1.0 (the flags' defaults below; here,
+# not in twin.engine.trtllm_batching, so that listing the flags imports no batching).
+MAX_NUM_TOKENS = 8192
+MAX_BATCH_SIZE = 2048
 
 # llmapi/llm_args.py (1.0) DecodingBaseConfig.from_dict: decoding_type -> the twin's
 # method. The PyTorch backend (the one the twin's TensorRT-LLM mode models) runs

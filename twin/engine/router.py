@@ -9,12 +9,14 @@ queues; the cache lookup that decides the hit happens later, at admission.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-import numpy as np
-
-from twin.cache import HeldCache
 from twin.errors import TwinError
+
+if TYPE_CHECKING:  # annotations only: listing the routers (a help) imports neither
+    import numpy as np
+
+    from twin.cache import HeldCache
 
 
 class Routable(Protocol):

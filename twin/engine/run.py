@@ -40,6 +40,7 @@ from twin.engine.settings import typed_settings
 from twin.errors import TwinError
 from twin.metrics import RecordWriter, RequestRecord, SummaryBuilder, to_json
 from twin.model import ModelSpec
+from twin.presets import DEFAULT_MODEL
 from twin.slo import Slo
 from twin.summary import (
     CacheOccupancy,
@@ -78,8 +79,6 @@ class RunArgs(RunSettings, total=False):
 
 # build_run's own arguments (the rest are the run's settings, for the config)
 _OWN_ARGS = RunArgs.__optional_keys__ - RunSettings.__optional_keys__
-# The model a run simulates when none is named (`twin simulate`'s default).
-DEFAULT_MODEL = "marconi-hybrid-7b"
 
 
 # Net allocations between two runs of Python's cyclic garbage collector during a

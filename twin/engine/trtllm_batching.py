@@ -62,10 +62,6 @@ from typing import Any, ClassVar
 from twin.engine.batching import ContinuousBatching
 from twin.engine.seq import Seq
 
-# BuildConfig / TorchLlmArgs defaults in TensorRT-LLM 1.0.
-MAX_NUM_TOKENS = 8192
-MAX_BATCH_SIZE = 2048
-
 
 class TRTLLMBatching(ContinuousBatching):
     """TensorRT-LLM's in-flight batching (module docstring): decodes, then whole contexts."""

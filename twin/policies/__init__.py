@@ -1,44 +1,52 @@
 """Prefix-cache policies (admission, eviction, refresh), one module each, found by name.
 
 Add a policy by subclassing :class:`policies.base.Policy` (a radix tree's:
-:class:`policies.base.RadixPolicy`) in its own module and listing it in ``POLICIES``;
-its admission is a rule of :mod:`policies.admissions`, a leaf policy's eviction
-order a function of :mod:`policies.eviction_orders` and the structures it runs on
-names of :mod:`policies.structures` (which chooses one and builds it), each by name.
+:class:`policies.base.RadixPolicy`) in its own module and listing it in ``POLICIES`` (its
+name and ``module:Class``); its admission is a rule of :mod:`policies.admissions`, a leaf
+policy's eviction order a function of :mod:`policies.eviction_orders` and the structures it
+runs on names of :mod:`policies.structures` (which chooses one and builds it), each by name.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twin.errors import TwinError
-from twin.policies.admissions import ADMISSIONS, admission_rule
-from twin.policies.alpha_tuning import ALPHA_GRID
-from twin.policies.base import Policy
-from twin.policies.jenga import JengaPolicy
-from twin.policies.marconi import MarconiPolicy
-from twin.policies.marconi_twin import MarconiTwinPolicy
-from twin.policies.oracle import OraclePolicy
-from twin.policies.prompt_cache import PromptCachePolicy
-from twin.policies.sglang_hybrid import SGLangPolicy
-from twin.policies.sglang_plus import SGLangPlusPolicy
-from twin.policies.vanilla import VanillaPolicy
-from twin.policies.vllm_plus import VLLMPlusPolicy
+from twin.exports import Registry, lazy_exports
 
-POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls
-    for cls in (
-        VanillaPolicy,
-        VLLMPlusPolicy,
-        SGLangPlusPolicy,
-        MarconiPolicy,
-        MarconiTwinPolicy,
-        OraclePolicy,
-        PromptCachePolicy,
-        JengaPolicy,
-        SGLangPolicy,
-    )
-}
+if TYPE_CHECKING:
+    from twin.policies.admissions import ADMISSIONS, admission_rule
+    from twin.policies.alpha_tuning import ALPHA_GRID
+    from twin.policies.base import Policy
+    from twin.policies.jenga import JengaPolicy
+    from twin.policies.marconi import MarconiPolicy
+    from twin.policies.marconi_twin import MarconiTwinPolicy
+    from twin.policies.oracle import OraclePolicy
+    from twin.policies.prompt_cache import PromptCachePolicy
+    from twin.policies.sglang_hybrid import SGLangPolicy
+    from twin.policies.sglang_plus import SGLangPlusPolicy
+    from twin.policies.vanilla import VanillaPolicy
+    from twin.policies.vllm_plus import VLLMPlusPolicy
+
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(__name__)  # the names above on first use
+
+# Each policy by its ``name``, in the order ``--policy`` lists them, imported when looked up
+# (a help lists the names without importing numpy and every policy; tests/test_policies.py
+# checks each entry's class carries its name).
+POLICIES: Registry[type[Policy]] = Registry(
+    {
+        "vanilla": "twin.policies.vanilla:VanillaPolicy",
+        "vllm+": "twin.policies.vllm_plus:VLLMPlusPolicy",
+        "sglang+": "twin.policies.sglang_plus:SGLangPlusPolicy",
+        "marconi": "twin.policies.marconi:MarconiPolicy",
+        "marconi-twin": "twin.policies.marconi_twin:MarconiTwinPolicy",
+        "oracle": "twin.policies.oracle:OraclePolicy",
+        "prompt-cache": "twin.policies.prompt_cache:PromptCachePolicy",
+        "jenga": "twin.policies.jenga:JengaPolicy",
+        "sglang": "twin.policies.sglang_hybrid:SGLangPolicy",
+    }
+)
 
 
 def get_policy(name: str, **options: Any) -> Policy:
@@ -62,10 +70,9 @@ def get_policy(name: str, **options: Any) -> Policy:
 
 def policy_class(name: str) -> type[Policy]:
     """The registered class called ``name``, or a ``TwinError`` listing the valid names."""
-    cls = POLICIES.get(name)
-    if cls is None:
+    if name not in POLICIES:
         raise TwinError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}")
-    return cls
+    return POLICIES[name]
 
 
 def options_for(name: str, options: dict[str, Any]) -> dict[str, Any]:

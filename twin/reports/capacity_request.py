@@ -14,10 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from twin.engine.modes import get_mode
-from twin.engine.run import DEFAULT_MODEL
-from twin.reports.analysis import Slo
+from twin.presets import DEFAULT_MODEL
+
+if TYPE_CHECKING:  # an annotation: ``twin report capacity --help`` reads the defaults here
+    from twin.reports.analysis import Slo
 
 # The policies swept when none are named: the paper's three; with --engine NAME, the
 # engine mode itself (what `twin simulate --engine NAME` runs): default_policies.

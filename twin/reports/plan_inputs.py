@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from twin.engine.modes import get_mode
 from twin.errors import TwinError
@@ -13,9 +14,10 @@ from twin.hardware import GPUS
 from twin.limits import MAX_CACHE_GB, MAX_TP
 from twin.policies import POLICIES
 from twin.reports.layouts import AGG
-from twin.reports.plan_result import Load
 from twin.reports.ray_executor import import_ray
-from twin.reports.sweep import EXECUTORS
+
+if TYPE_CHECKING:  # ``twin plan --help`` reads the defaults here without the sweep's modules
+    from twin.reports.plan_result import Load
 
 DEFAULT_GPUS = ("h100", "h200", "b200")
 DEFAULT_ENGINES = ("vllm", "sglang")
@@ -135,6 +137,8 @@ def parse_load(
     request_rate: float | None = None,
 ) -> Load:
     """The load every candidate is sized for, checked (one line naming the flag)."""
+    from twin.reports.plan_result import Load
+
     given = [
         flag
         for flag, v in (
@@ -170,6 +174,8 @@ def parse_load(
 def check_executor(executor: str, ray_address: str | None = None) -> None:
     """Refuse an unknown ``--executor``, or ``ray`` not installed or not answering at
     ``ray_address``, in one line before any work (:mod:`reports.ray_executor`)."""
+    from twin.reports.sweep import EXECUTORS
+
     if executor not in EXECUTORS:
         raise TwinError(f"--executor {executor!r}: choose from {', '.join(EXECUTORS)}")
     if executor == "ray":

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from twin.reports.sweep import SweepSpec
-from twin.reports.verdicts import verdict_of
-from twin.slo import Slo
-from twin.steady_state import OVERLOADED
+if TYPE_CHECKING:  # annotations only: ``twin plan --help`` reads the constants below
+    from twin.reports.sweep import SweepSpec
+    from twin.slo import Slo
 
 # Screening runs (successive halving's first rung): each replica count a search asks for
 # is first simulated for SCREEN_FRACTION of --duration; only a count the short run does not
@@ -40,6 +39,9 @@ def screened_out(row: dict[str, Any], slos: Sequence[Slo]) -> bool:
     """Whether a screening run rules its replica count out: the steady state judged
     overloaded, or a target missed by more than :data:`SCREEN_MARGIN` times its threshold
     (a null value, nothing measured, rules nothing out)."""
+    from twin.reports.verdicts import verdict_of
+    from twin.steady_state import OVERLOADED
+
     if verdict_of(row) == OVERLOADED:
         return True
     for slo in slos:

@@ -22,10 +22,12 @@ lowers (:meth:`ReplicaSearch.cap`) as cheaper deployments are found.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from twin.errors import TwinError
-from twin.slo import Slo
+
+if TYPE_CHECKING:  # annotations only: ``twin plan --help`` lists the searches
+    from twin.slo import Slo
 
 # The most replicas a search asks for without --budget-gpus (a judgement call: 64
 # replicas of even one GPU is a fleet; the exponential probe reaches it in 7 steps).

@@ -14,11 +14,21 @@ The pipeline, one module a step:
   (:func:`validate_model`): inputs checked first, outputs published as a set.
 """
 
-from twin.validate.arrivals import fix_arrivals
-from twin.validate.compare import TARGETS, join, judge, metrics, rel_err, write_outputs
-from twin.validate.entry import validate_model
-from twin.validate.predict import PrefillOnlyPricer, predict
-from twin.validate.run import CacheChoice, default_cache, validate
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twin.exports import lazy_exports
+
+if TYPE_CHECKING:
+    from twin.validate.arrivals import fix_arrivals
+    from twin.validate.compare import TARGETS, join, judge, metrics, rel_err, write_outputs
+    from twin.validate.entry import validate_model
+    from twin.validate.predict import PrefillOnlyPricer
+    from twin.validate.run import CacheChoice, default_cache, validate
+
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(__name__)  # the names above on first use
 
 __all__ = [
     "TARGETS",
@@ -29,7 +39,6 @@ __all__ = [
     "join",
     "judge",
     "metrics",
-    "predict",
     "rel_err",
     "validate",
     "validate_model",

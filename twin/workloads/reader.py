@@ -23,13 +23,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from twin.errors import TwinError, where
+from twin.limits import MAX_SEQUENCE_TOKENS
 from twin.workloads.arrow_numpy import numpy_of
 from twin.workloads.modules import check_row_modules, is_module_list, module_lists
 from twin.workloads.schema import (
     ACCEPTANCE_COLUMN,
     COLUMNS,
     INDEX_COLUMNS,
-    MAX_SEQUENCE_TOKENS,
     METADATA_KEY,
     MODULES_COLUMN,
     TOKEN_ID_MAX,

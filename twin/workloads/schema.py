@@ -78,9 +78,6 @@ INDEX_COLUMNS = ("session_id", "turn", "arrival_s", "think_s", "extends_history"
 METADATA_KEY = b"twin.workload"
 
 TOKEN_ID_MAX = 2**31 - 1
-# Longest sequence (a session's full prompt + output) accepted: 16M tokens is
-# beyond every context window published today, so longer means a broken file.
-MAX_SEQUENCE_TOKENS = 2**24
 
 
 @dataclass(slots=True)

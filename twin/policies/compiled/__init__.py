@@ -26,8 +26,8 @@ import numpy as np
 from twin.cache import CacheSnapshot, PrefillFlops
 from twin.cache.kinds import KindBytes
 from twin.errors import TwinError
+from twin.limits import MAX_SEQUENCE_TOKENS
 from twin.model import ModelSpec
-from twin.workloads.schema import MAX_SEQUENCE_TOKENS
 
 # Bytes the kernel counts in int64: a cache's bytes, an insert's cost. One sequence of the
 # longest length a workload holds must stay below this, so sums of two never overflow.

@@ -10,21 +10,30 @@ the runner or the renderer.
 
 from __future__ import annotations
 
-from twin.errors import TwinError
-from twin.reports.reproduce.base import Paper
-from twin.reports.reproduce.jenga import Jenga
-from twin.reports.reproduce.marconi import Marconi
-from twin.reports.reproduce.prompt_cache import PromptCache
+from typing import TYPE_CHECKING
 
-PAPERS: dict[str, Paper] = {p.name: p for p in (Marconi(), PromptCache(), Jenga())}
+from twin.errors import TwinError
+from twin.exports import Registry
+
+if TYPE_CHECKING:
+    from twin.reports.reproduce.base import Paper
+
+# Each paper by its ``name``, imported when looked up (``twin reproduce --help`` lists the
+# names without importing the papers' runs: issue 33).
+PAPERS: Registry[type[Paper]] = Registry(
+    {
+        "marconi": "twin.reports.reproduce.marconi:Marconi",
+        "prompt-cache": "twin.reports.reproduce.prompt_cache:PromptCache",
+        "jenga": "twin.reports.reproduce.jenga:Jenga",
+    }
+)
 
 
 def get_paper(name: str) -> Paper:
-    """The paper registered as ``name``; a ``TwinError`` listing the available ones otherwise."""
-    try:
-        return PAPERS[name]
-    except KeyError:
-        raise TwinError(f"unknown paper {name!r}; available: {', '.join(PAPERS)}") from None
+    """The paper called ``name`` (a fresh one), or a ``TwinError`` listing the papers."""
+    if name not in PAPERS:
+        raise TwinError(f"unknown paper {name!r}; available: {', '.join(PAPERS)}")
+    return PAPERS[name]()
 
 
 __all__ = ["PAPERS", "get_paper"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from twin.limits import DEFAULT_MAX_CONTEXT
 from twin.workloads.generators import get_generator
-from twin.workloads.generators.base import DEFAULT_MAX_CONTEXT
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
 # The example a command runs when given no workload (twin simulate, twin plan).

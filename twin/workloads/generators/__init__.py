@@ -14,26 +14,34 @@ listing it here.
 
 from __future__ import annotations
 
-from twin.errors import TwinError
-from twin.workloads.generators.base import GeneratorParams, Turn, WorkloadGenerator
-from twin.workloads.generators.chat import ChatGenerator, ChatParams
-from twin.workloads.generators.doc_qa import DocQAGenerator, DocQAParams
-from twin.workloads.generators.fixed import FixedGenerator, FixedParams
-from twin.workloads.generators.sharegpt import ShareGPTGenerator, ShareGPTParams
-from twin.workloads.generators.swebench import SWEBenchGenerator, SWEBenchParams
-from twin.workloads.generators.system_prompt import SystemPromptGenerator, SystemPromptParams
+from typing import TYPE_CHECKING
 
-GENERATORS: dict[str, type[WorkloadGenerator]] = {
-    cls.name: cls
-    for cls in (
-        ChatGenerator,
-        DocQAGenerator,
-        FixedGenerator,
-        ShareGPTGenerator,
-        SWEBenchGenerator,
-        SystemPromptGenerator,
-    )
-}
+from twin.errors import TwinError
+from twin.exports import Registry, lazy_exports
+
+if TYPE_CHECKING:
+    from twin.workloads.generators.base import GeneratorParams, Turn, WorkloadGenerator
+    from twin.workloads.generators.chat import ChatGenerator, ChatParams
+    from twin.workloads.generators.doc_qa import DocQAGenerator, DocQAParams
+    from twin.workloads.generators.fixed import FixedGenerator, FixedParams
+    from twin.workloads.generators.sharegpt import ShareGPTGenerator, ShareGPTParams
+    from twin.workloads.generators.swebench import SWEBenchGenerator, SWEBenchParams
+    from twin.workloads.generators.system_prompt import SystemPromptGenerator, SystemPromptParams
+
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(__name__)  # the names above on first use
+
+# Each kind by its ``name``, imported when looked up (a help lists the kinds without numpy).
+GENERATORS: Registry[type[WorkloadGenerator]] = Registry(
+    {
+        "chat": "twin.workloads.generators.chat:ChatGenerator",
+        "doc-qa": "twin.workloads.generators.doc_qa:DocQAGenerator",
+        "fixed": "twin.workloads.generators.fixed:FixedGenerator",
+        "sharegpt": "twin.workloads.generators.sharegpt:ShareGPTGenerator",
+        "swebench": "twin.workloads.generators.swebench:SWEBenchGenerator",
+        "system-prompt": "twin.workloads.generators.system_prompt:SystemPromptGenerator",
+    }
+)
 
 
 def get_generator(kind: str) -> type[WorkloadGenerator]:

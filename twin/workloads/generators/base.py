@@ -38,12 +38,10 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from twin.errors import TwinError
-from twin.workloads.schema import MAX_SEQUENCE_TOKENS, TOKEN_ID_MAX, WorkloadRow
+from twin.limits import DEFAULT_MAX_CONTEXT, MAX_SEQUENCE_TOKENS
+from twin.workloads.schema import TOKEN_ID_MAX, WorkloadRow
 from twin.workloads.writer import WorkloadWriter
 
-# The longest prompt + output of any turn a generated workload allows unless told
-# (``twin workload generate --max-context``, ``WorkloadGenerator.write``).
-DEFAULT_MAX_CONTEXT = 32768
 # Spawn keys of the three independent random streams derived from the seed.
 _ARRIVALS, _SESSIONS, _SHARED = 0, 1, 2
 # Exponential gaps are drawn in blocks: one numpy call per block instead of per session.

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from twin.errors import TwinError
+from twin.limits import MAX_SEQUENCE_TOKENS
 from twin.workloads.generators.base import (
     GeneratorParams,
     Turn,
@@ -42,7 +43,6 @@ from twin.workloads.generators.base import (
     lognormal_int,
     token_ids,
 )
-from twin.workloads.schema import MAX_SEQUENCE_TOKENS
 
 # vLLM's benchmark request sampler: vllm/benchmarks/datasets.py, class RandomDataset
 # (DEFAULT_INPUT_LEN = 1024, DEFAULT_OUTPUT_LEN = 128, DEFAULT_RANGE_RATIO = 0.0,

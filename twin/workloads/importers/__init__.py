@@ -6,14 +6,26 @@ The CLI calls ``get_importer(fmt)()`` and writes ``rows(path)`` through a
 
 from __future__ import annotations
 
-from twin.errors import TwinError
-from twin.workloads.importers.base import Importer
-from twin.workloads.importers.marconi import MarconiImporter
-from twin.workloads.importers.mooncake import MooncakeImporter
+from typing import TYPE_CHECKING
 
-IMPORTERS: dict[str, type[Importer]] = {
-    cls.name: cls for cls in (MooncakeImporter, MarconiImporter)
-}
+from twin.errors import TwinError
+from twin.exports import Registry, lazy_exports
+
+if TYPE_CHECKING:
+    from twin.workloads.importers.base import Importer
+    from twin.workloads.importers.marconi import MarconiImporter
+    from twin.workloads.importers.mooncake import MooncakeImporter
+
+if not TYPE_CHECKING:
+    __getattr__ = lazy_exports(__name__)  # the names above on first use
+
+# Each format by its ``name``, imported when looked up (a help lists the formats without numpy).
+IMPORTERS: Registry[type[Importer]] = Registry(
+    {
+        "mooncake": "twin.workloads.importers.mooncake:MooncakeImporter",
+        "marconi": "twin.workloads.importers.marconi:MarconiImporter",
+    }
+)
 
 
 def get_importer(fmt: str) -> type[Importer]:

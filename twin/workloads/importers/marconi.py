@@ -44,6 +44,7 @@ from typing import ClassVar
 import numpy as np
 
 from twin.errors import TwinError
+from twin.limits import MAX_SEQUENCE_TOKENS
 from twin.workloads.importers.base import (
     Importer,
     ProgressFn,
@@ -54,7 +55,7 @@ from twin.workloads.importers.base import (
     get_time,
     json_lines,
 )
-from twin.workloads.schema import MAX_SEQUENCE_TOKENS, WorkloadRow
+from twin.workloads.schema import WorkloadRow
 
 
 @dataclass(slots=True)

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from twin.errors import TwinError
+from twin.limits import MAX_SEQUENCE_TOKENS
 from twin.workloads.importers.base import (
     Importer,
     ProgressFn,
@@ -41,7 +42,7 @@ from twin.workloads.importers.base import (
     get_time,
     json_lines,
 )
-from twin.workloads.schema import MAX_SEQUENCE_TOKENS, TOKEN_ID_MAX, WorkloadRow
+from twin.workloads.schema import TOKEN_ID_MAX, WorkloadRow
 
 
 class MooncakeImporter(Importer):
