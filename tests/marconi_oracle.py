@@ -569,7 +569,9 @@ def python_policies(monkeypatch: Any) -> None:
     """``marconi`` and ``marconi-twin`` from the registry are the oracles from here on (the
     engine's and a replay's caches, the radix tree; their grids, Python)."""
     for name, cls in ORACLES.items():
-        monkeypatch.setitem(POLICIES, name, cls)
+        # The registry imports an entry on lookup and keeps it in ``loaded``: the oracle
+        # is put there, so every lookup of the name finds it.
+        monkeypatch.setitem(POLICIES.loaded, name, cls)
 
 
 def tree_policy(name: str, **options: Any) -> Any:

@@ -637,7 +637,7 @@ def test_screened_out_rule() -> None:
 
 
 def test_no_workload_plans_the_bundled_example_at_a_judgeable_load(monkeypatch, tmp_path) -> None:
-    import twin.cli.plan as cli_plan
+    import twin.reports.plan as reports_plan
     from twin.workloads.examples import DEFAULT_EXAMPLE, example_path
 
     seen: dict[str, Any] = {}
@@ -649,7 +649,7 @@ def test_no_workload_plans_the_bundled_example_at_a_judgeable_load(monkeypatch, 
         seen.update(kw, workload=workload, out=out)
         raise Stop
 
-    monkeypatch.setattr(cli_plan, "plan", fake)
+    monkeypatch.setattr(reports_plan, "plan", fake)  # the command imports it when it runs
     monkeypatch.chdir(tmp_path)
     with pytest.raises(Stop):
         run(["plan", "--slo", "p95_ttft<=500ms"])
