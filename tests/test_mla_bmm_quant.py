@@ -47,10 +47,6 @@ def test_a_bmm_fit_of_the_older_form_prices_as_before() -> None:
         model="hbm_roofline+waves+l2_bytes",
         params={"t0_s": 6e-6, "eff_flops": 0.1, "eff_bytes": 1.0, "p": 5.0}
         | {"c_waves": 2.6e-6, "c_l2_bytes": 2e-13},
-        heldout_median_rel_err=None,
-        heldout_max_rel_err=None,
-        n_shapes=0,
-        n_heldout=0,
     )
     _upgrade(fit, fm.get_formula("mla_bmm_fp8").model_name)
     assert fit.params["c_quant_steps"] == 0.0

@@ -571,10 +571,6 @@ def test_a_triton_decode_fit_of_the_older_form_prices_as_before() -> None:
         model="roofline+tiles+seq_keys",
         params={"t0_s": 1.4e-5, "eff_flops": 0.1, "eff_bytes": 0.8, "p": 20.0}
         | {"c_tiles": 6e-7, "c_seq_keys": 2e-17},
-        heldout_median_rel_err=None,
-        heldout_max_rel_err=None,
-        n_shapes=0,
-        n_heldout=0,
     )
     _upgrade(fit, fm.get_formula("mla_decode").model_name)
     peaks = get_gpu("l40s").peaks()

@@ -172,10 +172,6 @@ def test_a_fit_changes_the_price_it_is_asked_for() -> None:
             "moe": KernelFit(
                 model=fit.model,
                 params={**fit.params, "t0_s": 2 * fit.params["t0_s"]},
-                heldout_median_rel_err=None,
-                heldout_max_rel_err=None,
-                n_shapes=0,
-                n_heldout=0,
                 series=fit.series,
             ),
         },
