@@ -81,10 +81,15 @@ def test_a_decode_step_s_attention_is_the_measured_module() -> None:
             attn = cost.items["attention"]  # type: ignore[union-attr]
             indexer = sum(priced._indexer(batch))
             per_layer = attn["mla_sparse_decode_module"] / LAYERS + indexer
-            assert per_layer == pytest.approx(module.price(batch, batch * 8193, batch * 2048))
-    # Below the top-k the selection is not paid.
+            whole = module.price(batch, batch * 8193, batch * 2048)
+            # The twin's own indexer launches can exceed the module's floor (8 sequences:
+            # by 0.4 us); then the layer pays them and the module's key terms.
+            launches = module.price(batch, 0, 0)
+            assert per_layer == pytest.approx(whole - launches + max(launches, indexer))
+    # Below the top-k the selection is not paid; a sequence's own keys stop at the top-k.
+    more = module.index_key_s * 8000 + (module.key_s * 4 + module.seq_key_s) * 1048
     assert module.price(4, 4000, 4000) + module.past_topk_s == pytest.approx(
-        module.price(4, 12000, 4 * 2048) - module.index_key_s * 8000 - module.key_s * 4 * 1048
+        module.price(4, 12000, 4 * 2048) - more
     )
 
 
@@ -101,12 +106,15 @@ def test_a_model_without_the_module_prices_as_before() -> None:
 def test_a_module_refuses_negative_rates() -> None:
     with pytest.raises(TwinError, match="every rate must be >= 0"):
         SparseMlaDecodeModule(1e-5, -1.0, 0.0, 0.0, 0.0)
+    with pytest.raises(TwinError, match="every rate must be >= 0"):
+        SparseMlaDecodeModule(1e-5, 0.0, 0.0, 0.0, 0.0, -1e-9)
     assert SparseMlaDecodeModule(1e-5, 1e-7, 1e-10, 1e-10, 1e-5).price(0, 0, 0) == 0.0
 
 
 def test_the_decode_modules_reproduce_their_table_rows() -> None:
     """The fits against aiconfigurator_core 0.12.0's SGLang 0.5.14 H200 rows (GLM-5-FP8,
-    tp 8, batches 1-256, cached prefixes to 32k): median within 5%, every row within 16%."""
+    tp 8, batches 1-256, cached prefixes to 32k): median within 5%, P90 within 8.5%, every
+    row within 16%."""
     pd = pytest.importorskip("pandas")
     aic = pytest.importorskip("aiconfigurator_core")
     table = (
@@ -131,4 +139,5 @@ def test_the_decode_modules_reproduce_their_table_rows() -> None:
             errors.append(abs(price / (ms * 1e-3) - 1.0))
         errors.sort()
         assert errors[len(errors) // 2] < 0.05, backend
+        assert errors[int(0.9 * len(errors))] < 0.085, backend
         assert errors[-1] < 0.16, backend

@@ -56,9 +56,12 @@ class SparseMlaDecodeModule:
     sequence, the top-k, and the sparse kernel over each sequence's selected keys), for a
     step of ``decodes`` sequences reading ``keys`` keys in all, ``topk_keys`` of them each
     sequence's capped at the model's ``index_topk`` (``StepFeatures.decode_topk_keys``):
-    ``floor_s + seq_s x decodes + key_s x topk_keys + index_key_s x keys``, plus
-    ``past_topk_s`` once some sequence reads more than the top-k (the top-k then selects;
-    below it every key is kept). Values and sources:
+    ``floor_s + seq_s x decodes + key_s x topk_keys + index_key_s x keys + seq_key_s x
+    topk_keys / decodes``, the last the selected keys of one sequence (a sequence's keys
+    walked in series: what a few long sequences cost beyond their bytes; the step's
+    sequences are priced at their mean, as the twin's MLA steps spread their context
+    evenly), plus ``past_topk_s`` once some sequence reads more than the top-k (the top-k
+    then selects; below it every key is kept). Values and sources:
     ``twin.engine.kernel_layouts.SGLANG_DSA_DECODE_MODULE``."""
 
     floor_s: float
@@ -66,9 +69,11 @@ class SparseMlaDecodeModule:
     key_s: float
     index_key_s: float
     past_topk_s: float
+    seq_key_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.floor_s, self.seq_s, self.key_s, self.index_key_s, self.past_topk_s) < 0.0:
+        rates = (self.floor_s, self.seq_s, self.key_s, self.index_key_s, self.past_topk_s)
+        if min(*rates, self.seq_key_s) < 0.0:
             raise TwinError("sparse MLA decode module: every rate must be >= 0")
 
     def price(self, decodes: int, keys: int, topk_keys: int) -> float:
@@ -81,6 +86,7 @@ class SparseMlaDecodeModule:
             + self.seq_s * decodes
             + self.key_s * topk_keys
             + self.index_key_s * keys
+            + self.seq_key_s * topk_keys / decodes
             + past
         )
 

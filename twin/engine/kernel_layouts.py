@@ -192,7 +192,9 @@ def with_nsa_prefill_backend(
 # ``self_attn.forward`` (the projections, the indexer and the sparse kernel) in a captured
 # decode graph, its ``step`` each sequence's cached prefix; batches 1-256 (512 and 1,024
 # run eager), prefixes to 32k, 125 rows each, non-negative least squares on relative error:
-# fa3 median 2.7%, P90 7.7%; flashmla_kv 4.2%, 8.0%. The tables time SGLang 0.5.14; the
+# fa3 median 2.1%, P90 6.9%; flashmla_kv 4.3%, 8.0% (without the one-sequence key term fa3
+# 2.7% / 7.7%, its 1k-prefix rows at 8-64 sequences 7-13% low: at one sequence the module
+# grows 6 us from 1 to 1,024 keys, 7x what its bytes cost). The tables time SGLang 0.5.14; the
 # dispatch above is the rows' 0.5.9 (the GLM-5 H200 rows' ``glm5-hopper`` image has its
 # NSA backend, ``sglang_kernel_layout``). The single-layer replay keeps part of the
 # module's ~45 MB of fp8 projections in H200's L2; not taken out (the decode floor is its
@@ -201,9 +203,11 @@ def with_nsa_prefill_backend(
 SGLANG_DSA_DECODE_HEADS = 8
 SGLANG_DSA_DECODE_PRECISIONS = frozenset({"fp8", "fp8-block"})
 SGLANG_DSA_DECODE_MODULE = {
-    ("h200", "fa3"): SparseMlaDecodeModule(6.327e-05, 1.559e-07, 2.439e-10, 1.077e-10, 1.625e-05),
+    ("h200", "fa3"): SparseMlaDecodeModule(
+        6.177e-05, 1.646e-07, 2.070e-10, 1.104e-10, 2.897e-06, 7.446e-09
+    ),
     ("h200", "flashmla_kv"): SparseMlaDecodeModule(
-        8.050e-05, 7.493e-07, 4.109e-11, 1.222e-10, 1.016e-05
+        8.026e-05, 7.508e-07, 3.636e-11, 1.225e-10, 8.299e-06, 1.052e-09
     ),
 }
 
