@@ -48,6 +48,50 @@ class SparseMlaModule:
 
 
 @dataclass(frozen=True)
+class SparseMlaDecodeModule:
+    """The measured price of one layer's sparse-MLA decode attention module on one GPU
+    (``KernelLayout.nsa_decode_module``; ``MlaPricing._dsa_decode_module``): everything of
+    the layer's self-attention but the all-reduce, its DSA indexer included (the
+    projections, the indexer's query and key, its paged logits over every key of each
+    sequence, the top-k, and the sparse kernel over each sequence's selected keys), for a
+    step of ``decodes`` sequences reading ``keys`` keys in all, ``topk_keys`` of them each
+    sequence's capped at the model's ``index_topk`` (``StepFeatures.decode_topk_keys``):
+    ``floor_s + seq_s x decodes + key_s x topk_keys + index_key_s x keys + seq_key_s x
+    topk_keys / decodes``, the last the selected keys of one sequence (a sequence's keys
+    walked in series: what a few long sequences cost beyond their bytes; the step's
+    sequences are priced at their mean, as the twin's MLA steps spread their context
+    evenly), plus ``past_topk_s`` once some sequence reads more than the top-k (the top-k
+    then selects; below it every key is kept). Values and sources:
+    ``twin.engine.kernel_layouts.SGLANG_DSA_DECODE_MODULE``."""
+
+    floor_s: float
+    seq_s: float
+    key_s: float
+    index_key_s: float
+    past_topk_s: float
+    seq_key_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        rates = (self.floor_s, self.seq_s, self.key_s, self.index_key_s, self.past_topk_s)
+        if min(*rates, self.seq_key_s) < 0.0:
+            raise TwinError("sparse MLA decode module: every rate must be >= 0")
+
+    def price(self, decodes: int, keys: int, topk_keys: int) -> float:
+        """Seconds of one layer's module for a step of these decodes (class docstring)."""
+        if decodes <= 0:
+            return 0.0
+        past = self.past_topk_s if topk_keys < keys else 0.0
+        return (
+            self.floor_s
+            + self.seq_s * decodes
+            + self.key_s * topk_keys
+            + self.index_key_s * keys
+            + self.seq_key_s * topk_keys / decodes
+            + past
+        )
+
+
+@dataclass(frozen=True)
 class KernelLayout:
     """An engine build's kernel layout (module docstring); each field's pricing is in
     ``twin.costmodel.dense_pricing.DensePricing`` unless its comment names another."""
@@ -85,6 +129,12 @@ class KernelLayout:
     # dense MLA price and of ``nsa_sparse_prefill``'s Hopper form; the indexer stays
     # priced apart (``nsa_indexer_pair_s``, ``MlaPricing._indexer``). None: not forced.
     nsa_sparse_module: SparseMlaModule | None = None
+    # The decodes' MLA attention module of a DeepSeek-sparse-attention model, its indexer
+    # included, priced from its measured module (SGLang's NSA decode on Hopper:
+    # ``twin.engine.kernel_layouts.sglang_dsa_decode_module``), in place of the dense MLA
+    # decode price, which reads every key, and of the indexer's per-token launches.
+    # None: the dense price.
+    nsa_decode_module: SparseMlaDecodeModule | None = None
     # The experts run as DeepGEMM's contiguous grouped GEMM at every step size, each
     # expert a launch reaches padded to this many rows (its M alignment); 0: the fused-MoE
     # fit's rows as routed (vLLM 0.12.0's block-fp8 experts on a GPU DeepGEMM supports,
@@ -169,5 +219,6 @@ __all__ = [
     "SPARSE_MLA_KERNELS",
     "VLLM_CUSTOM_ALLREDUCE_MAX_BYTES",
     "KernelLayout",
+    "SparseMlaDecodeModule",
     "SparseMlaModule",
 ]

@@ -225,7 +225,11 @@ class MlaPricing(ShardShapes):
             if indexer:
                 parts.append(("mla", "indexer_prefill", indexer))
         if f.decodes:
-            parts.extend(self._mla_decode(f.decodes, f.decode_keys))
+            module = self._dsa_decode_module(f)
+            if module is not None:
+                parts.append(("mla", "mla_sparse_decode_module", module))
+            else:
+                parts.extend(self._mla_decode(f.decodes, f.decode_keys))
         if f.absorbed_chunks:
             parts.extend(
                 self._mla_decode(
@@ -298,6 +302,28 @@ class MlaPricing(ShardShapes):
         if self.mla_mode != "module":
             price = max(price - sum(self._projections(n)), 0.0)
         return "mla_sparse_module", price
+
+    def _dsa_decode_module(self, f: StepFeatures) -> float | None:
+        """The decodes' attention module where the engine's layout prices it from its
+        measured module (``KernelLayout.nsa_decode_module``: SGLang's NSA decode on Hopper,
+        ``twin.engine.kernel_layouts.SGLANG_DSA_DECODE_MODULE``; else None): its floor, a
+        rate a sequence, a selected key (``StepFeatures.decode_topk_keys``) and a key the
+        indexer's logits read (every key, ``decode_keys``), and the top-k's selection once
+        a sequence passes it. The measured module holds the layer's projections and its
+        indexer: ``_mla_dense`` prices the indexer's launches (and outside the module
+        pricing the projections) for every token of the step, so the decodes' come off
+        the module's floor and per-sequence part (never below zero: the twin's own launch
+        floors can exceed the graph-replayed module's); its key terms (the sparse kernel's
+        and the logits' streams) stay whole."""
+        m = self.kernel_layout.nsa_decode_module
+        if m is None:
+            return None
+        n = f.decodes
+        keys = m.price(n, f.decode_keys, f.decode_topk_keys) - m.price(n, 0, 0)
+        launches = m.price(n, 0, 0) - sum(self._indexer(n))
+        if self.mla_mode != "module":
+            launches -= sum(self._projections(n))
+        return keys + max(launches, 0.0)
 
     def _mla_sparse_prefill(self, f: StepFeatures) -> tuple[str, float] | None:
         """The prefill chunks' attention in SGLang's sparse absorbed form, where the

@@ -446,9 +446,10 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
     def _shape_args(self) -> tuple[Mapping[str, int], int, int, int, int, int]:
         """What ``step_features`` needs of the model: mixer counts, window, chunk lengths,
         the absorbed extends' length, the DSA top-k where a layout prices its capped keys
-        (``KernelLayout.nsa_sparse_module``; else 0)."""
-        kinds = self.kinds
-        topk = self.model.index_topk if self.kernel_layout.nsa_sparse_module else 0
+        (``KernelLayout.nsa_sparse_module``, ``nsa_decode_module``; else 0)."""
+        kinds, layout = self.kinds, self.kernel_layout
+        capped = layout.nsa_sparse_module or layout.nsa_decode_module
+        topk = self.model.index_topk if capped else 0
         return (
             kinds,
             self.model.sliding_window or 0,

@@ -44,6 +44,10 @@ class StepFeatures(NamedTuple):
     # tokens, cached keys counted; SGLang's trtllm sparse MLA prefill reads that many,
     # ``MlaPricing._dsa_sparse_module``); 0 without a top-k.
     prefill_topk_keys: int = 0
+    # The same for the decodes: each decode query's keys (its context plus the new token)
+    # capped at ``index_topk``, summed (SGLang's sparse decode reads that many,
+    # ``MlaPricing._dsa_decode_module``); 0 without a top-k.
+    decode_topk_keys: int = 0
 
 
 def aggregate_step(
@@ -62,7 +66,7 @@ def aggregate_step(
     ``chunk``, ``g_chunk``: the Mamba2 scan's and the GDN delta rule's chunk lengths
     (1 for a model without that kind); ``absorb``: prefill chunks of at most this many
     new tokens are absorbed extends (:func:`split_absorbed`; 0: none); ``topk``: the
-    model's DSA ``index_topk`` (``prefill_topk_keys``; 0: none).
+    model's DSA ``index_topk`` (``prefill_topk_keys``, ``decode_topk_keys``; 0: none).
     """
     prefills, absorbed = split_absorbed(prefills, absorb)
     sums = _prefill_sums(prefills, kinds, window, chunk, g_chunk, topk)
@@ -71,8 +75,11 @@ def aggregate_step(
         raise TwinError("a decode context must be >= 0")
     d_keys = sum(decodes) + n_dec if _full(kinds) else 0
     s_dec = sum(min(c + 1, window) for c in decodes) if "swa" in kinds else 0
+    t_dec = sum(min(c + 1, topk) for c in decodes) if topk else 0
     depth = _gdn_depth(prefills, g_chunk) if "gdn" in kinds else 0
-    return _features(len(prefills), sums, n_dec, d_keys, s_dec, absorbed, _longest(prefills), depth)
+    return _features(
+        len(prefills), sums, n_dec, d_keys, s_dec, absorbed, _longest(prefills), depth, t_dec
+    )
 
 
 def aggregate_spread(
@@ -98,8 +105,13 @@ def aggregate_spread(
     s_dec = 0
     if "swa" in kinds and batch:
         s_dec = extra * min(base + 2, window) + (batch - extra) * min(base + 1, window)
+    t_dec = 0
+    if topk and batch:
+        t_dec = extra * min(base + 2, topk) + (batch - extra) * min(base + 1, topk)
     depth = _gdn_depth(prefills, g_chunk) if "gdn" in kinds else 0
-    return _features(len(prefills), sums, batch, d_keys, s_dec, absorbed, _longest(prefills), depth)
+    return _features(
+        len(prefills), sums, batch, d_keys, s_dec, absorbed, _longest(prefills), depth, t_dec
+    )
 
 
 def split_absorbed(
@@ -191,6 +203,7 @@ def _features(
     absorbed: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0),
     longest: int = 0,
     gdn_depth: int = 0,
+    t_dec: int = 0,
 ) -> StepFeatures:
     p_tok, p_keys, p_kv, chunks, s_keys, s_kv, g_chunks, t_keys = sums
     a_chunks, a_tok, a_keys, a_rows, a_width = absorbed
@@ -217,4 +230,5 @@ def _features(
         prefill_longest=longest,
         gdn_depth=gdn_depth,
         prefill_topk_keys=t_keys,
+        decode_topk_keys=t_dec,
     )

@@ -17,7 +17,12 @@ import re
 
 from twin import precision as px
 from twin.costmodel.engine_kernels import HOPPER, SM100_EXACT
-from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout, SparseMlaModule
+from twin.costmodel.kernel_layout import (
+    DEFAULT_LAYOUT,
+    KernelLayout,
+    SparseMlaDecodeModule,
+    SparseMlaModule,
+)
 from twin.costmodel.table_release import release_at_least, version_key
 from twin.model import ModelSpec
 
@@ -163,6 +168,68 @@ def with_nsa_prefill_backend(
     return dataclasses.replace(layout, nsa_sparse_module=module)
 
 
+# SGLang decodes a DeepSeek-sparse-attention model through its NSA backend at every
+# context: 0.5.9 ``layers/attention/nsa/nsa_indexer.py`` ``Indexer.forward_cuda`` skips the
+# indexer's logits only for an extend (``skip_logits_computation`` needs
+# ``is_extend_without_speculative``), so a decode step always scores every key of each
+# sequence (``_get_topk_paged``: ``deep_gemm.fp8_paged_mqa_logits``, then
+# ``topk_transform``, whose fast path keeps every key of a sequence at most ``index_topk``
+# long) and the sparse kernel reads at most ``index_topk`` keys a sequence. The decode
+# backend is ``server_args.py`` ``_set_default_nsa_backends``' on Hopper where the script
+# names none (InferenceMAX's ``glm5_fp8_h200.sh``: no ``--nsa-*-backend``, no
+# ``--kv-cache-dtype``): ``fa3`` over the bf16 cache ``_set_default_nsa_kv_cache_dtype``
+# gives below SM100, ``flashmla_kv`` over an fp8 one. The twin's dense MLA decode price
+# reads every key at the latent's width instead (2.2x the sparse kernel's keys at an 8k
+# context) and leaves the logits' key reads out (``MlaPricing._indexer``).
+# Priced from the measured module (``KernelLayout.nsa_decode_module``, the form:
+# ``SparseMlaDecodeModule``), per (GPU, decode backend), at 8 query heads a rank (GLM-5's
+# 64 at tp 8, the rows' layout) and fp8 projections (other head counts and precisions keep
+# the dense price). Source: aiconfigurator_core 0.12.0's SGLang 0.5.14 table
+# ``systems/data/h200_sxm/sparse_attention/sglang/0.5.14/dsa_generation_module_perf.parquet``,
+# zai-org/GLM-5-FP8, tp 8, kernel_source ``sglang_dsa_indexer_fa3`` (bf16 cache) and
+# ``sglang_dsa_indexer_flashmla_kv`` (fp8 cache): aiconfigurator
+# ``collector/sglang/collect_mla_module.py`` (stored tree 095f58a51) times
+# ``self_attn.forward`` (the projections, the indexer and the sparse kernel) in a captured
+# decode graph, its ``step`` each sequence's cached prefix; batches 1-256 (512 and 1,024
+# run eager), prefixes to 32k, 125 rows each, non-negative least squares on relative error:
+# fa3 median 2.1%, P90 6.9%; flashmla_kv 4.3%, 8.0% (without the one-sequence key term fa3
+# 2.7% / 7.7%, its 1k-prefix rows at 8-64 sequences 7-13% low: at one sequence the module
+# grows 6 us from 1 to 1,024 keys, 7x what its bytes cost). The tables time SGLang 0.5.14; the
+# dispatch above is the rows' 0.5.9 (the GLM-5 H200 rows' ``glm5-hopper`` image has its
+# NSA backend, ``sglang_kernel_layout``). The single-layer replay keeps part of the
+# module's ~45 MB of fp8 projections in H200's L2; not taken out (the decode floor is its
+# ~20 launches). Derivation: benchmarks/results/sgl-h200-s31/dsa_decode_fit.py.txt (output
+# ``dsa_decode_fit.txt``).
+SGLANG_DSA_DECODE_HEADS = 8
+SGLANG_DSA_DECODE_PRECISIONS = frozenset({"fp8", "fp8-block"})
+SGLANG_DSA_DECODE_MODULE = {
+    ("h200", "fa3"): SparseMlaDecodeModule(
+        6.177e-05, 1.646e-07, 2.070e-10, 1.104e-10, 2.897e-06, 7.446e-09
+    ),
+    ("h200", "flashmla_kv"): SparseMlaDecodeModule(
+        8.026e-05, 7.508e-07, 3.636e-11, 1.225e-10, 8.299e-06, 1.052e-09
+    ),
+}
+
+
+def sglang_dsa_decode_module(
+    model: ModelSpec, tp: int, gpu: str, dp: int = 1
+) -> SparseMlaDecodeModule | None:
+    """The measured sparse-MLA decode module SGLang runs ``model`` with on ``gpu`` at
+    ``tp`` GPUs and ``dp`` attention-DP ranks among them (above: a DSA model at 8 heads an
+    attention rank, fp8 projections, the decode backend of its cache's dtype, on a GPU of
+    the table); else None."""
+    if not (model.index_n_heads and model.index_topk):
+        return None
+    if model.precision not in SGLANG_DSA_DECODE_PRECISIONS:
+        return None
+    attn_tp = tp // dp if dp > 0 else 0
+    if attn_tp <= 0 or model.n_heads != SGLANG_DSA_DECODE_HEADS * attn_tp:
+        return None
+    backend = "flashmla_kv" if model.kv_dtype == "fp8" else "fa3"
+    return SGLANG_DSA_DECODE_MODULE.get((gpu, backend))
+
+
 def sglang_kernel_layout(
     model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
@@ -172,8 +239,9 @@ def sglang_kernel_layout(
     ``twin.costmodel.mla_pricing.MlaPricing._mla_sparse_prefill``, and its indexer's
     prefill logits on a ``gpu`` of :data:`SGLANG_DSA_INDEXER_PAIR_S`; GLM-5's forced
     sparse-MLA prefill module on Blackwell at SGLang's default prefill backend,
-    :func:`sglang_forced_sparse_module`, at ``tp / dp`` GPUs an attention rank); the same
-    on every ``ep``."""
+    :func:`sglang_forced_sparse_module`, at ``tp / dp`` GPUs an attention rank; its
+    measured sparse decode module, :func:`sglang_dsa_decode_module`); the same on every
+    ``ep``."""
     gemms = sglang_gdn_in_proj_gemms(model, build)
     sparse = bool(model.index_n_heads and model.index_topk)
     if gemms == 1 and not sparse:
@@ -184,6 +252,7 @@ def sglang_kernel_layout(
         nsa_sparse_prefill=sparse,
         nsa_indexer_pair_s=pair_s,
         nsa_sparse_module=sglang_forced_sparse_module(model, tp, gpu, dp=dp),
+        nsa_decode_module=sglang_dsa_decode_module(model, tp, gpu, dp),
     )
 
 
