@@ -83,12 +83,26 @@ def moe_row(
     width = inter // mtp
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
     large_m = ft.sglang_large_m(source, fmt.bytes_per_param is None, t, n_exp // ep)
-    tile = ft.moe_token_tile(source, t, top, n_exp // ep)
+    tile = ft.moe_token_tile(source, t, top, n_exp // ep) or ft.sglang_triton_block_m(
+        source,
+        str(r.get("device", "")),
+        fmt.table_mode,
+        _rank_tokens(t, top, ep),
+        n_exp // ep,
+        width,
+    )
     feats = ft.moe_features(
         rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m, tile
     )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)
+
+
+def _rank_tokens(tokens: int, top: int, ep: int) -> float:
+    """The tokens SGLang's collector launches on the timed rank (``collector/sglang/
+    collect_moe.py`` ``build_rank0_workloads``: the tokens routing at least one of their
+    ``top`` experts to rank 0), under uniform routing: all of them at EP 1."""
+    return tokens * (1.0 - (1.0 - 1.0 / ep) ** top)
 
 
 def _moe_raw(table: Path, dtype: str) -> list[dict[str, Any]]:

@@ -48,6 +48,7 @@ class DensePricing(ShardShapes):
     _moe_fit: tuple[Callable[..., float], float, float, float] | None
     # The fused-MoE fit's kernel source (its tables' ``kernel_source``; "" without a fit).
     _moe_source: str
+    _moe_device: str
     moe_key: str | None
     # Per fused-MoE kernel (the default one, TensorRT-LLM's min-latency one), the model's
     # series in the fit's per-shape term: the term and its knot values; None where the
@@ -171,6 +172,7 @@ class DensePricing(ShardShapes):
         for their format, else ``None``: two grouped GEMMs of the linear fits, as before."""
         self._moe_fit, self.moe_key = None, None
         self._moe_source = ""
+        self._moe_device = ""
         self._routing = routing_for(self.model)
         self._moe_small: Callable[..., float] | None = None
         self._moe_series = self._moe_small_series = None
@@ -201,6 +203,7 @@ class DensePricing(ShardShapes):
         tile = ft.moe_tile_bytes(self.d_model, self._moe_width, self.up_mats, weight)
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight, tile)
         self._moe_source = source
+        self._moe_device = str(fit.provenance.get("device", ""))
         self.moe_key = key
         self._moe_series = self._series_of(fit)
         small = self.priced.keys.get("moe_small")  # TensorRT-LLM's min-latency kernel
@@ -509,7 +512,19 @@ class DensePricing(ShardShapes):
         # The token tile the kernel takes each expert's rows in (``features.
         # moe_token_tile``: vLLM's Marlin MoE, FlashInfer's TRT-LLM-gen mxfp4; 0 for every
         # other kernel, and a fit written before the terms reads their coefficients 0).
-        token_tile = ft.moe_token_tile(self._moe_source, t, top, local)
+        # SGLang's Triton kernel: the BLOCK_SIZE_M its config lookup resolves for the served
+        # experts (``features.sglang_triton_block_m``: ``E`` is 257 where the shared expert is
+        # fused).
+        token_tile = ft.moe_token_tile(self._moe_source, t, top, local) or (
+            ft.sglang_triton_block_m(
+                self._moe_source,
+                self._moe_device,
+                self.priced.expert.table_mode,
+                t,
+                local,
+                self._moe_width,
+            )
+        )
         pad, restream = ft.moe_tile_extras(
             rows, active, token_tile, d, self._moe_width, self.up_mats
         )
