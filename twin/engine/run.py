@@ -524,7 +524,7 @@ def _decode_pool(
     step prices and memory budget; refused in one line where the pool cannot hold the
     model."""
     from twin.costmodel.precision_kernels import provenance_label
-    from twin.engine.cluster import memory_budget
+    from twin.engine.budget import memory_budget
 
     own = {
         **{k: v for k, v in settings.items() if k not in _POOL_FIELDS},
