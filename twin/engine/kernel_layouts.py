@@ -3,7 +3,7 @@ default pricing (``twin.costmodel.kernel_layout.KernelLayout``): one rule an eng
 engine mode's ``kernel_layout`` (``twin.engine.mode_base.EngineMode``). The run chooses
 the layout from the engine mode, its build (``EngineModeConfig.engine_build``, else the
 kernel tables' release, else the engine's release) and the replica's GPUs
-(``twin.engine.run.kernel_layout_of``), for ``twin simulate --engine`` and the silicon
+(``twin.engine.run_pricing.kernel_layout_of``), for ``twin simulate --engine`` and the silicon
 scorer alike.
 
 A model is recognised by its name (a preset's, or the Hugging Face id a config was read
