@@ -444,8 +444,8 @@ def mla_decode_launch(
     heads at one cached key, over a 22 us launch); the second query block's re-read keys;
     the split sequences' partial outputs; the busiest part's key blocks (with the
     scheduler's 5-block overhead a sequence) as keys. NVIDIA's H200 table, bf16 cache,
-    held out: 6.0 / 23.5% -> 3.7 / 14.6% (docs/decisions.md, issue 34, helper
-    ``mla-kern31``).
+    held out: 6.0 / 23.5% -> 3.7 / 14.6%, 3.5 / 10.2% with :func:`decode_tiles`
+    (docs/decisions.md, issue 34, helper ``mla-kern31``).
     FlashAttention-3 (:func:`fa3_num_splits`): one CTA per sequence, 64 query rows and
     split; each further 64-row block reads the keys again; a split's keys times the
     waves. SGLang's Triton kernel (``TRITON_DECODE_BLOCK_H``): the whole grid's programs,
@@ -506,6 +506,22 @@ def mla_decode_launch(
     repeat = latent * kv_rows * (passes - 1)
     partials = float(seqs * rows * splits * dims.kv_lora) if gmem else 0.0
     return float(ctas), float(_cdiv(ctas, sms)), repeat, partials, critical
+
+
+def decode_tiles(rule: str | None, tiles: Sums, queries: Sums, heads: int) -> Sums:
+    """The decode kernel's ``tiles`` feature under ``rule`` (:func:`decode_rule`): the
+    batch's query rows (``queries`` query tokens x ``heads``) for TensorRT-LLM's FlashMLA
+    (``FLASHMLA_GPUS``), whose generation ropes each row (and over an fp8 cache quantises
+    it) in ``invokeMLARopeGeneration`` before the kernel (``cpp/tensorrt_llm/kernels/
+    mlaKernels.cu``: a grid row per head, 8 more a head over an fp8 cache) and loads and
+    writes each; ``tiles`` (a sequence's 64-row blocks, :func:`mla_absorbed_sums`) for the
+    rest. NVIDIA's H200 TensorRT-LLM tables, held out (median / P90 %), with the
+    FlashMLA launch: bf16 cache 3.7 / 14.6 -> 3.5 / 10.2 and fp8 4.8 / 19.0 -> 3.8 / 12.6
+    with the rows (the rope kernel's own grid instead, ``ceil(batch / 32)`` x its rows:
+    3.6 / 12.0 and 4.6 / 15.6; docs/decisions.md, issue 34, helper ``mla-kern31``)."""
+    if rule == "flashmla":
+        return queries * float(heads)
+    return tiles
 
 
 def mla_decode_sums(
