@@ -195,36 +195,6 @@ def test_the_grid_streamed_as_requests_arrive_is_the_grid(name, background, warm
     _assert_agreements_true(stream)
 
 
-def test_the_grid_alongside_its_caller_keeps_to_one_thread():
-    """Streamed on its background thread with two cores, the grid replays every alpha on
-    that one thread (the caller keeps the other core: no side-by-side pool is made) and
-    each replay learns its agreements; at the tuning, on the caller's thread, the alphas
-    go side by side. Either way, the runs are the whole window's grid."""
-    from twin.policies import compiled
-
-    window = _sessions(1)
-    tokens = sum(len(full) for full, _ in window)
-    capacity = cache_bytes(tokens // 12, len(window) // 8, HYBRID)
-    cls = policy_class("marconi")
-    whole = compiled_grid_runs(HYBRID, capacity, window, ALPHA_GRID, cls)
-    compiled._forget_pools()
-    with (
-        mock.patch("twin.policies.compiled.cores", return_value=2),
-        mock.patch("twin.policies.compiled.STREAM_BATCH", 5),
-    ):
-        stream = GridStream(HYBRID, capacity, CompiledTrace(len(window)), ALPHA_GRID, cls, True)
-        for full, n in window[: len(window) // 2]:
-            stream.add(full, n)
-        while (job := stream._job) is not None:  # the background's batches, alongside
-            job.result()
-        assert stream.served > 0 and len(stream.states) == len(ALPHA_GRID)
-        assert not any(use == "alphas" for use, _ in compiled._POOLS)
-        for full, n in window[len(window) // 2 :]:
-            stream.add(full, n)
-        assert stream.runs() == whole
-    _assert_agreements_true(stream)
-
-
 def _assert_agreements_true(stream: GridStream) -> None:
     """What the replays learned of each request (``kernel.tree._agreement``) is so: the request
     and the creator agree on their first ``L`` tokens, and where exact, not on the next."""
@@ -295,7 +265,7 @@ def test_an_error_in_the_background_replay_is_raised_at_the_tuning():
     capacity = cache_bytes(tokens // 12, len(window) // 8, HYBRID)
     calls = []
 
-    def broken(self, batch, alongside=False):
+    def broken(self, batch):
         calls.append(len(batch))
         raise RuntimeError("replay failed")
 

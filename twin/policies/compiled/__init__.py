@@ -294,20 +294,19 @@ class GridStream:
         with self._lock:
             self._pending.append((full, prompt_len))
             if self.background and self._job is None and len(self._pending) >= STREAM_BATCH:
-                self._job = _pool("background", max(cores() - 1, 1)).submit(self._drain, True)
+                self._job = _pool("background", max(cores() - 1, 1)).submit(self._drain)
 
-    def _drain(self, alongside: bool = False) -> None:
-        """Serve what has arrived, until nothing is left (one drain at a time);
-        ``alongside``: on the background thread, while the caller runs on its core."""
+    def _drain(self) -> None:
+        """Serve what has arrived, until nothing is left (one drain at a time)."""
         while True:
             with self._lock:
                 batch, self._pending = self._pending, []
                 if not batch:
                     self._job = None
                     return
-            self._serve(batch, alongside)
+            self._serve(batch)
 
-    def _serve(self, batch: list[Any], alongside: bool = False) -> None:
+    def _serve(self, batch: list[Any]) -> None:
         t, k = self.trace, self.k
         buf = t.buf
         t.extend(batch)
@@ -339,10 +338,9 @@ class GridStream:
 
         # The other alphas' replays share nothing they write but what they learn, and the
         # kernel runs without the GIL: one thread per core replays them side by side,
-        # learning nothing then (one at a time, each learns). Alongside the caller, the
-        # background thread is the grid's one thread: the caller keeps its core.
+        # learning nothing then (one at a time, each learns).
         others = range(1, len(self.states))
-        threads = min(len(others), cores() - 1 if alongside else cores())
+        threads = min(len(others), cores())
 
         def go_on(j: int) -> None:
             st, hits, nids = self.states[j], self.hits[j], self.nids[j]
