@@ -522,6 +522,13 @@ class DensePricing(ShardShapes):
         experts += self.kernel_layout.moe_layer_extra_s
         router = self._router(t, n_exp)
         shared, act = self._shared_expert(t)
+        if 0 < t <= self.kernel_layout.shared_expert_stream_tokens and shared + act > 0.0:
+            # The shared expert on a second stream beside the router and the routed
+            # experts (``KernelLayout.shared_expert_stream_tokens``): the layer waits for
+            # the longer path, so only the shared expert's excess over the routed path
+            # is added (its GEMM and activation shares kept for the breakdown).
+            keep = max(shared + act - (router + experts), 0.0) / (shared + act)
+            shared, act = shared * keep, act * keep
         return (
             ("elementwise", norm + act),
             ("gemm", router + shared),

@@ -6,6 +6,7 @@ prefill."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -148,7 +149,22 @@ def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> Kernel
     backend = m.engine_flags.get("nsa_prefill_backend", "")
     layout = with_nsa_prefill_backend(layout, model, c.tp, gpu, backend, c.dp_attention)
     # vLLM's --set float32_matmul_precision (twin.engine.modes_vllm): TF32 for an fp32 GEMM.
-    return with_float32_matmul(layout, m.engine_flags.get("float32_matmul_precision", ""))
+    layout = with_float32_matmul(layout, m.engine_flags.get("float32_matmul_precision", ""))
+    if m.engine == "trtllm" and layout.shared_expert_stream_tokens:
+        # TensorRT-LLM's shared expert on its own stream in the captured generation steps
+        # (``twin.engine.kernel_layouts.trtllm_shared_expert_stream``): up to the run's
+        # graphs' largest batch, the running requests a closed loop can hold (InferenceMAX
+        # captures up to its concurrency), each verifying its draft tokens under speculation.
+        batch = config.scheduling.max_running
+        if config.arrivals.concurrency is not None:
+            batch = min(batch, config.arrivals.concurrency)
+        verify = 1
+        if m.speculative:
+            from twin.engine.speculative import Speculation
+
+            verify = Speculation.from_dict(m.speculative).absorbed_extend
+        layout = dataclasses.replace(layout, shared_expert_stream_tokens=batch * verify)
+    return layout
 
 
 def _layout_pricer(model: ModelSpec, profile: Any, config: EngineConfig) -> StepPricer:
