@@ -274,6 +274,7 @@ def moe_features(
     l2_bytes: float | None = None,
     large_m: bool = False,
     tile: int = 0,
+    grid_flops: float = 0.0,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
     the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra,
@@ -308,7 +309,11 @@ def moe_features(
     ``tile``: the token tile the kernel takes each expert's rows in (``moe_token_tile``;
     0: none read): the padded rows' FLOPs are the extra ``pad_flops``, the weights each
     further tile of an expert streams again the extra ``restream_weights``
-    (``moe_tile_extras``)."""
+    (``moe_tile_extras``).
+
+    ``grid_flops``: the FLOPs the kernel's grid runs as whole waves of its tiles
+    (``sglang_grid_flops``; 0 for a kernel whose grid was not read), the extra
+    ``grid_flops``."""
     flops, nbytes, weights = moe_sums(rows, active, d, width, up_mats, e, act_e, w_e)
     resident = replay_resident(nbytes, l2_bytes)
     pad, restream = moe_tile_extras(rows, active, tile, d, width, up_mats)
@@ -320,6 +325,7 @@ def moe_features(
         "large_m_weights": weights if large_m and not resident else 0.0,
         "pad_flops": pad,
         "restream_weights": restream,
+        "grid_flops": grid_flops,
         "active_experts": active,
     }
     return flops, 0.0 if resident else nbytes, extras
@@ -341,6 +347,41 @@ def sglang_large_m(source: str, unquantised: bool, tokens: float, local_experts:
     (kernel source ``source``; ``unquantised`` bf16 experts; ``local_experts`` experts on
     the rank): SGLang's Triton kernel, unquantised experts, more tokens than experts."""
     return source == SGLANG_TRITON_SOURCE and unquantised and tokens > local_experts
+
+
+# SGLang's fused-MoE Triton kernel runs a 1-D grid of ``cdiv(EM, BLOCK_SIZE_M) *
+# cdiv(N, BLOCK_SIZE_N)`` programs (sglang 0.5.14 ``srt/layers/moe/moe_runner/
+# triton_utils/fused_moe_triton_kernels.py`` ``invoke_fused_moe_kernel``, the same in
+# 0.5.10 ``fused_moe_triton/fused_moe.py``), once for the gate-and-up GEMM (N = 2 x the
+# expert width, K = hidden) and once for the down GEMM (N = hidden, K = the width):
+# ``moe_align_block_size`` pads each expert's rows to whole BLOCK_SIZE_M blocks, a program
+# past ``num_tokens_post_padded`` returns at once, and every other computes one
+# BLOCK_SIZE_M x BLOCK_SIZE_N tile over the whole K, one program an SM at a time. The
+# default config's tiles (``get_default_config``, bf16 experts): 16 x 32 while the tokens
+# are at most the rank's experts, 64 x 64 above (``sglang_large_m``). Where the programs
+# are few the time goes by waves of them, not by bytes or FLOPs: NVIDIA's L40S SGLang 0.5.14
+# bf16 table (142 SMs), 2,048 x 768 experts, 128 of them, top 8, EP 32 (four on the
+# collector's rank 0, ``collector_routing``): 115 us at 1,024 tokens (64 rows an expert,
+# 4 x 24 = 96 gate-and-up programs, one wave), 239 us at 1,536 (96 rows, two blocks an
+# expert: 192 programs, two waves).
+SGLANG_DEFAULT_TILES = {False: (16, 32), True: (64, 64)}  # large-M -> (BLOCK_M, BLOCK_N)
+
+
+def sglang_grid_flops(
+    rows: float, active: float, d: int, width: int, up_mats: int, large_m: bool, sms: int | None
+) -> float:
+    """The FLOPs SGLang's Triton fused MoE runs for ``rows`` routed rows over ``active``
+    experts of width ``width`` (hidden ``d``) with its default config's tiles
+    (``large_m``: the large-M config), counted as whole waves of programs over ``sms``
+    SMs: each wave's programs times one tile's FLOPs over the GEMM's K, both GEMMs; 0
+    where the SMs are not tabulated or no row is routed."""
+    bm, bn = SGLANG_DEFAULT_TILES[large_m]
+    blocks = moe_expert_tiles(rows, active, bm)
+    if not blocks or not sms:
+        return 0.0
+    up = blocks * math.ceil(up_mats * width / bn)  # gate-and-up programs, K = d
+    down = blocks * math.ceil(d / bn)  # down programs, K = width
+    return 2.0 * bm * bn * sms * (math.ceil(up / sms) * d + math.ceil(down / sms) * width)
 
 
 # vLLM's Marlin MoE (the table label 0.24.0 writes for ``MarlinExperts``, the kernel
@@ -493,6 +534,7 @@ __all__ = [
     "FLASHINFER_CUTLASS_SM90_TILE_M",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
     "REPLAY_L2_SHARE",
+    "SGLANG_DEFAULT_TILES",
     "SGLANG_TRITON_SOURCE",
     "VLLM_MARLIN_BLOCKS_M",
     "VLLM_MARLIN_BLOCK_SLACK",
@@ -519,6 +561,7 @@ __all__ = [
     "moe_tile_extras",
     "moe_token_tile",
     "replay_resident",
+    "sglang_grid_flops",
     "sglang_large_m",
     "ssm_scan_features",
     "ssm_scan_sums",
