@@ -86,8 +86,17 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     # own reader; read as its own fit was fitted
     mxfp8 = prof.kernels.get(MXFP8_FAMILY)
     mxfp8_l2 = mxfp8 is not None and aic_moe.reads_replay_l2(mxfp8.params)
+    # SGLang's Triton rows with the grid and the collector's rank 0 where the family's fit
+    # was fitted so (``aic_moe.reads_sglang_grid``), as before otherwise
+    grid = {k for k, f in prof.kernels.items() if aic_moe.reads_sglang_grid(f.params)}
+    moe_fams = aic_moe.moe_rows(system, engine, replay_l2=l2)
+    if any(f.kernel not in grid for f in moe_fams):
+        before = {
+            f.kernel: f for f in aic_moe.moe_rows(system, engine, replay_l2=l2, sglang_grid=False)
+        }
+        moe_fams = [f if f.kernel in grid else before[f.kernel] for f in moe_fams]
     families = [
-        *aic_moe.moe_rows(system, engine, replay_l2=l2),
+        *moe_fams,
         *(aic_moe.mxfp8_activation_rows(system, engine, replay_l2=mxfp8_l2) if mxfp8 else ()),
     ]
     for fam in families:

@@ -306,7 +306,7 @@ def test_a_kv_link_without_disaggregation_is_refused():
 
 
 def _pool(config: dict[str, object], pricer, model, gpu: str | None = "h100"):
-    from twin.engine.cluster import memory_budget
+    from twin.engine.budget import memory_budget
 
     cfg = EngineConfig.of(**config)
     return WorkerPool(cfg, pricer, memory_budget(model, cfg), gpu, "test pricer")

@@ -303,7 +303,7 @@ def test_a_step_where_any_rank_prefills_pays_the_eager_host_time_once(tmp_path):
 
 def test_a_built_run_leaves_the_eager_host_time_to_the_ranks_step_loop(tmp_path):
     """``build_run`` under attention DP does not wrap the synchronised pricer in the eager
-    floor (``run._pricer``; it would no longer price synchronised steps): the replica's
+    floor (``run_pricing.run_pricer``; it would no longer price synchronised steps): the replica's
     loop pays it (``DPReplica.eager_s``), in a disaggregated pool's ranks too, where it
     moves a request as much as it does without attention DP."""
     path = single_turns(tmp_path / "w.parquet", [0.0], prompt_len=64, output_len=4)

@@ -15,7 +15,7 @@ from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
 from twin.engine.kernel_layouts import sglang_gdn_in_proj_gemms
-from twin.engine.run import kernel_layout_of
+from twin.engine.run_pricing import kernel_layout_of
 from twin.errors import TwinError
 from twin.presets import get_model
 from twin.validate.silicon.deployment import engine_build

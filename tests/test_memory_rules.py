@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from twin.engine.cluster import memory_budget
+from twin.engine.budget import memory_budget
 from twin.engine.config import EngineConfig, EngineModeConfig, MemoryConfig, SchedulerConfig
 from twin.engine.memory_rules import (
     activation_bytes,

@@ -219,8 +219,9 @@ def test_the_reader_gives_decode_module_rows_their_attention_launch(tmp_path: Pa
 
 def test_an_old_decode_fit_reads_with_zero_launch_terms() -> None:
     """A ``roofline+tiles+seq_keys`` decode fit (those without a rule still) loads with
-    zero launch coefficients: the same prices as before the launch features."""
-    fit = load_profile("h200", "trtllm").kernels["mla_decode"]
+    zero launch coefficients: the same prices as before the launch features (the RTX PRO
+    6000's fp8-cache TensorRT-LLM fit: its split kernel is not read)."""
+    fit = load_profile("rtx-pro-6000", "trtllm").kernels["mla_decode_fp8kv"]
     assert fit.model == fm.get_formula("mla_decode").model_name
     assert all(fit.params[f"c_{x}"] == 0 for x in (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL))
 

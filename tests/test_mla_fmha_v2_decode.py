@@ -29,8 +29,8 @@ def test_fmha_v2_rule_on_ampere_and_ada_tensorrt_llm_tables(gpu: str, kv_e: int)
 def test_fmha_v2_rule_leaves_the_other_kernels() -> None:
     assert mf.kernel_decode_rule("rtx-pro-6000", "default", 2) == "fmha_v2"
     assert mf.kernel_decode_rule("rtx-pro-6000", "default", 1) is None  # a split kernel
-    assert mf.kernel_decode_rule("h100", "default", 2) is None  # split: not this kernel
-    assert mf.kernel_decode_rule("h200", "default", 1) is None
+    assert mf.kernel_decode_rule("h100", "default", 2) == "flashmla"  # split: not this kernel
+    assert mf.kernel_decode_rule("h200", "default", 1) == "flashmla"
     assert mf.kernel_decode_rule("b200", "default", 2) == "trtllm_gen"
     assert mf.kernel_decode_rule("l40s", "triton", 2) == "triton"  # SGLang's
     assert mf.kernel_decode_rule("h200", "flash_attention", 2) == "fa3"
@@ -68,10 +68,10 @@ def test_l40s_trtllm_decode_refit_reads_the_fmha_v2_launch() -> None:
 def test_a_decode_fit_without_the_floor_prices_as_before() -> None:
     """An ``mla_decode`` fit written before the floor (every serving GPU's) reads
     ``floor_s`` 0: the same price at any features; with a floor, at least the floor."""
-    fit = load_profile("h200", "trtllm").kernels["mla_decode"]
+    fit = load_profile("b200", "trtllm").kernels["mla_decode"]
     assert "floor" not in fit.model.split("+")[:-1]
     assert fit.params[FLOOR_PARAM] == 0.0
-    peaks = load_profile("h200", "trtllm").peaks
+    peaks = load_profile("b200", "trtllm").peaks
     d = dims(16)
     sums = mf.mla_decode_sums(1, 8, d, 2, 2)
     feats = (*sums[2:], 0.0, *mf.NO_LAUNCH)

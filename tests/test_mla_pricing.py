@@ -291,7 +291,7 @@ def test_the_engine_holds_mla_tokens_at_their_replicated_bytes() -> None:
     """MLA's latent is whole on every TP rank, so DeepSeek at tp 8 holds an eighth of the
     tokens ``kv_bytes_per_token`` alone would give: the replica's budget is scaled by
     that ratio. Sharded GQA (Llama-3-8B's 8 KV heads at tp 8) and hybrids keep theirs."""
-    from twin.engine.cluster import kv_replication_scale, memory_budget
+    from twin.engine.budget import kv_replication_scale, memory_budget
     from twin.engine.config import ClusterConfig, EngineConfig, MemoryConfig
 
     ds = get_model("deepseek-v3")

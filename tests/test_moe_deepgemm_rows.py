@@ -64,7 +64,7 @@ def test_a_decode_step_computes_128_rows_an_expert_reached() -> None:
 
 def test_the_run_lays_out_the_profiles_gpu_and_ep() -> None:
     from twin.engine.config import EngineConfig
-    from twin.engine.run import kernel_layout_of
+    from twin.engine.run_pricing import kernel_layout_of
 
     config = EngineConfig.of(engine="vllm", engine_build="0.12.0", tp=2)
     assert kernel_layout_of(QWEN3, config, "h200") == PADDED

@@ -15,7 +15,7 @@ from twin.costmodel.kernel_layout import DEFAULT_LAYOUT, KernelLayout
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
 from twin.engine.kernel_layouts import trtllm_norm_in_allreduce
-from twin.engine.run import kernel_layout_of
+from twin.engine.run_pricing import kernel_layout_of
 from twin.presets import get_model
 
 FUSED = KernelLayout(norm_in_allreduce=True, allreduce_quantises_input=True)

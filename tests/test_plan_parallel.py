@@ -102,7 +102,7 @@ def test_the_bound_prices_attention_ranks_stepping_together() -> None:
 # DeepSeek-V3 on 8 H200s under SGLang, 8,192-token prompts and 1,024 output tokens at 1.3
 # requests/s: with attention over all 8 GPUs (tp 8, dp 1) every GPU holds each token's
 # whole MLA latent, so the replica's KV pool holds an eighth of the tokens its bytes
-# would (twin.engine.cluster.kv_replication_scale); with 8 attention ranks each token
+# would (twin.engine.budget.kv_replication_scale); with 8 attention ranks each token
 # lives on one GPU. The plain replica's pool fills at about 82 running sequences (H200's
 # driver total, 141 GiB) and its queue grows; the attention-DP replica runs over 1.6 times
 # as many with its pool under 0.8 full and meets P95 TTFT <= 6 s on the same 8 GPUs.

@@ -472,7 +472,7 @@ def test_inferencemax_deepseek_fp4_trtllm_experts_priced_by_the_scripts_moe_back
     tokens, CUTLASS at 128 and below)."""
     from twin import precision as px
     from twin.costmodel.profile_store import load_profile
-    from twin.engine.run import priced_profile, trtllm_moe_backend_profile
+    from twin.engine.run_pricing import priced_profile, trtllm_moe_backend_profile
 
     backend = sil.inferencemax_trtllm_fp4_moe_backend
     fp4 = _inferencemax_r1(

@@ -12,7 +12,8 @@ from test_bad_input import assert_clean_error
 
 from twin.cache.pool import SplitPool
 from twin.engine import build_run
-from twin.engine.cluster import Cluster, memory_budget
+from twin.engine.budget import memory_budget
+from twin.engine.cluster import Cluster
 from twin.engine.cost import PricerBase
 from twin.engine.modes import get_mode
 from twin.engine.speculative import Speculation, build, sglang_verify_reserve

@@ -17,7 +17,7 @@ from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel.moe_layout import measured_ep
 from twin.costmodel.profile_store import resolve_profile
-from twin.engine.run import priced_profile
+from twin.engine.run_pricing import priced_profile
 from twin.presets import get_model
 
 FAMILY = fm.moe_mxfp8_activation_kernel("mxfp4")
@@ -101,7 +101,7 @@ def test_a_b200_trtllm_gpt_oss_row_is_priced_at_the_checkpoint_with_an_fp8_cache
 
 def test_the_plans_bound_prices_the_experts_the_run_prices():
     """``twin plan``'s analytic bound reads the profile as the run prices it
-    (``engine.run.priced_profile``): a B200 TensorRT-LLM gpt-oss candidate at tp 2 whose
+    (``engine.run_pricing.priced_profile``): a B200 TensorRT-LLM gpt-oss candidate at tp 2 whose
     decode step the run prices at 2.6 ms is not refused by a 3 ms TPOT, as it was when the
     bound priced the bf16-activation experts (3.9 ms a step)."""
     from twin.reports.plan_bound import analyse, workload_stats
@@ -120,11 +120,11 @@ def test_the_plans_bound_prices_the_experts_the_run_prices():
 
 def test_twin_cost_prices_the_experts_the_trtllm_mode_runs(capsys, monkeypatch):
     """``twin cost --engine trtllm`` reads the profile as ``twin simulate --engine trtllm``
-    prices it (``engine.run.priced_profile``): gpt-oss's experts on B200 at the mxfp8 fit,
+    prices it (``engine.run_pricing.priced_profile``): gpt-oss's experts on B200 at the mxfp8 fit,
     its decode's MoE cheaper than the bf16-activation experts' price."""
     import json
 
-    import twin.engine.run as run
+    import twin.engine.run_pricing as run_pricing
     from twin.cli.main import run as twin
 
     argv = ["cost", "-m", "gpt-oss-120b", "--gpu", "b200", "--tp", "2", "--engine", "trtllm"]
@@ -134,7 +134,7 @@ def test_twin_cost_prices_the_experts_the_trtllm_mode_runs(capsys, monkeypatch):
         return json.loads(capsys.readouterr().out)["decode"][0]["by_kind"]["moe"]
 
     swapped = moe_s()
-    monkeypatch.setattr(run, "priced_profile", lambda model, profile, *_: profile)
+    monkeypatch.setattr(run_pricing, "priced_profile", lambda model, profile, *_: profile)
     assert swapped < 0.8 * moe_s()
 
 

@@ -14,7 +14,7 @@ from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile_store import load_profile
 from twin.engine.config import EngineConfig
 from twin.engine.kernel_layouts import FLASHINFER_CUTLASS_EXPERT_S, vllm_kernel_layout
-from twin.engine.run import kernel_layout_of
+from twin.engine.run_pricing import kernel_layout_of
 from twin.errors import TwinError
 from twin.presets import get_model
 

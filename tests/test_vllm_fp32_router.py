@@ -21,7 +21,7 @@ from twin.engine.kernel_layouts import (
     vllm_router_precision,
     with_float32_matmul,
 )
-from twin.engine.run import kernel_layout_of
+from twin.engine.run_pricing import kernel_layout_of
 from twin.errors import TwinError
 from twin.hardware import GPUS
 from twin.presets import get_model

@@ -22,7 +22,7 @@ parallelism, and what each GPU holds under it.
   last (vLLM's ``PPMissingLayer`` elsewhere), so a GPU holds its stage's layers, their
   KV and states (:func:`stage_models`, :func:`stage_weight_bytes_per_gpu`,
   :func:`stage_shares`; the tightest stage sets the pool:
-  ``twin.engine.cluster.memory_budget``). The engine's stages and micro-batches are
+  ``twin.engine.budget.memory_budget``). The engine's stages and micro-batches are
   ``twin.engine.pipeline``.
 
 Dense FFN layers and shared experts are split over all ``tp`` GPUs (SGLang's default

@@ -18,9 +18,10 @@ from twin.calibration.aic_tables import (
     _require,
     _row,
     _versions,
+    system_gpu,
     system_l2,
 )
-from twin.calibration.collector_routing import table_rank_load
+from twin.calibration.collector_routing import sglang_rank0_row, table_rank_load
 from twin.calibration.moe_sibling import (
     BAND,
     MOE_SHAPE_COLUMNS,
@@ -34,6 +35,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel.routing import ROUTINGS
 from twin.costmodel.table_release import pick_version
+from twin.hardware import get_gpu
 
 
 def reads_replay_l2(params: dict[str, float]) -> bool:
@@ -42,6 +44,20 @@ def reads_replay_l2(params: dict[str, float]) -> bool:
     (the fit's parameters are exponentials, never 0); one written before reads with 0
     (``profile._upgrade``) and was fitted with every byte from HBM."""
     return params.get("c_l2_bytes", 0.0) > 0.0
+
+
+def reads_sglang_grid(params: dict[str, float]) -> bool:
+    """Whether a fused-MoE fit was fitted on rows with SGLang's Triton grid
+    (``features.sglang_grid_flops``) and the SGLang collector's rank 0
+    (``collector_routing.sglang_rank0_row``): a positive ``c_grid_flops``; one written
+    before reads 0 (``profile._upgrade``) and was fitted on the mean rank without it."""
+    return params.get("c_grid_flops", 0.0) > 0.0
+
+
+def system_sms(system: Path) -> int | None:
+    """The SMs (``twin.hardware.SM_COUNTS``) of the GPU whose tables are under ``system``."""
+    gpu = system_gpu(system)
+    return get_gpu(gpu).sm_count if gpu is not None else None
 
 
 MOE_COLUMNS = ("num_tokens", *MOE_SHAPE_COLUMNS)
@@ -54,6 +70,7 @@ def moe_row(
     latency_ms: float,
     l2_bytes: float | None = None,
     timed_rank: bool = True,
+    sms: int | None = None,
 ) -> dict[str, Any]:
     """One balanced ``moe_perf`` row as a fitting row, per GPU: the rank receives
     ``tokens x topk / ep`` rows (balanced routing spreads them evenly over the experts,
@@ -66,11 +83,16 @@ def moe_row(
     across the collector's replays (``features.moe_features``). SGLang's Triton rows
     above as many tokens as local experts ran its large-M default config
     (``features.sglang_large_m``); vLLM's Marlin and FlashInfer TRT-LLM-gen mxfp4 rows
-    take each expert's rows in the token tile the kernel picks (``features.moe_token_tile``)."""
+    take each expert's rows in the token tile the kernel picks (``features.moe_token_tile``).
+    ``sms``: the SMs of the table's GPU, for SGLang's Triton grid
+    (``features.sglang_grid_flops``, bf16 rows; None: not read, and SGLang's rows at the
+    mean rank, as a fit written before the grid was fitted read them); with it, SGLang's
+    Triton rows under EP are those of its collector's rank 0 (``sglang_rank0_row``)."""
     t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
     source = str(r.get("kernel_source", ""))
+    rank0 = sms is not None and sglang_rank0_row(source, str(r.get("moe_dtype", "")), ep)
     load = (
-        table_rank_load(source, t, n_exp, top, ep)
+        table_rank_load(source, t, n_exp, top, ep, rank0)
         if timed_rank
         else ROUTINGS["balanced"].rank_load(t, n_exp, top, ep)
     )
@@ -91,8 +113,10 @@ def moe_row(
         n_exp // ep,
         width,
     )
+    triton_bf16 = source == ft.SGLANG_TRITON_SOURCE and fmt.bytes_per_param is None
+    grid = ft.sglang_grid_flops(rows, active, d, width, 2, large_m, sms) if triton_bf16 else 0.0
     feats = ft.moe_features(
-        rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m, tile
+        rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m, tile, grid
     )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)
@@ -213,16 +237,23 @@ def moe_table_rows(table: Path, dtype: str, distribution: str) -> list[dict[str,
 
 
 def moe_rows(
-    system: Path, engine: str, release: str | None = None, replay_l2: bool = True
+    system: Path,
+    engine: str,
+    release: str | None = None,
+    replay_l2: bool = True,
+    sglang_grid: bool = True,
 ) -> list[FamilyRows]:
     """The fused-MoE families of ``engine``: one per expert format the tables timed, each
     from the table of engine release ``release`` among the versions with rows of that
     format (``twin.costmodel.table_release.pick_version``; None: the newest such).
     ``replay_l2`` False: every row's bytes from HBM and vLLM's rows at the mean rank, the
     features a fit written before the L2 term (and the collector's rank,
-    ``collector_routing``) was fitted on (its ``c_l2_bytes`` 0: ``reads_replay_l2``)."""
+    ``collector_routing``) was fitted on (its ``c_l2_bytes`` 0: ``reads_replay_l2``).
+    ``sglang_grid`` False: SGLang's Triton rows without the grid and at the mean rank, as
+    a fit written before them was fitted (``reads_sglang_grid``)."""
     versions = _versions(system / "moe" / engine, "moe_perf.parquet")
     l2 = system_l2(system) if replay_l2 else None
+    sms = system_sms(system) if sglang_grid else None
     families = []
     for dtype, name in px.MOE_TABLE_MODES.items():
         fmt = px.WEIGHT_FORMATS[name]
@@ -266,7 +297,7 @@ def moe_rows(
         out = []
         for i, r in enumerate(raw):
             _require(r, MOE_COLUMNS, table, i)
-            out.append(moe_row(r, fmt, kernel, r["latency"], l2, replay_l2))
+            out.append(moe_row(r, fmt, kernel, r["latency"], l2, replay_l2, sms))
         note = _sibling_note(table, source, dtype)
         families.append(_family(kernel, table, raw, source, out, note))
     return families

@@ -24,6 +24,10 @@ from twin.costmodel.routing import ROUTINGS, RankLoad
 
 # The kernel sources of the vLLM collector's rows (``collect_moe.py`` logs ``vllm_<method>``).
 VLLM_SOURCE_PREFIX = "vllm_"
+# The SGLang collector's rows timed through ``fused_moe`` on rank 0's workload: its Triton
+# label and the table modes it runs that way (``collect_moe.py``: not the framework layer).
+SGLANG_RANK0_SOURCE = "sglang_fused_moe_triton"
+SGLANG_RANK0_MODES = frozenset({"bfloat16", "fp8_block"})
 
 
 @functools.lru_cache(maxsize=65536)
@@ -40,9 +44,18 @@ def collector_rank0_load(tokens: int, n_experts: int, top_k: int, ep: int) -> Ra
     return RankLoad(float(mine.size), float(np.unique(mine).size))
 
 
-def table_rank_load(source: str, tokens: int, n_experts: int, top_k: int, ep: int) -> RankLoad:
+def sglang_rank0_row(source: str, mode: str, ep: int) -> bool:
+    """Whether the SGLang collector timed a row (kernel source ``source``, table mode
+    ``mode``, ``ep`` ranks) on rank 0's workload (above)."""
+    return source == SGLANG_RANK0_SOURCE and mode in SGLANG_RANK0_MODES and ep > 1
+
+
+def table_rank_load(
+    source: str, tokens: int, n_experts: int, top_k: int, ep: int, sglang_rank0: bool = False
+) -> RankLoad:
     """The load of the rank a balanced ``moe_perf`` row of kernel source ``source`` timed:
-    the vLLM collector's rank 0 (above); the mean rank (``routing.Balanced``) otherwise."""
-    if source.startswith(VLLM_SOURCE_PREFIX):
+    the vLLM collector's rank 0 (above), and the SGLang collector's where ``sglang_rank0``
+    (``sglang_rank0_row``); the mean rank (``routing.Balanced``) otherwise."""
+    if source.startswith(VLLM_SOURCE_PREFIX) or sglang_rank0:
         return collector_rank0_load(tokens, n_experts, top_k, ep)
     return ROUTINGS["balanced"].rank_load(tokens, n_experts, top_k, ep)

@@ -400,7 +400,7 @@ def cost(
     prof = resolve_profile(gpu, profile, engine)
     if engine is not None:  # the experts as twin simulate --engine prices them
         from twin.engine.modes import get_mode  # late: the CLI imports the engine only to run
-        from twin.engine.run import priced_profile
+        from twin.engine.run_pricing import priced_profile
 
         prof = priced_profile(spec, prof, get_mode(engine).name)
     layout = _kernel_layout(spec, engine, tp, dp_attention, ep, prof.gpu)

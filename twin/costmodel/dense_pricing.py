@@ -22,6 +22,7 @@ from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import SeriesTerm, series_key
 from twin.costmodel.shard_shapes import ShardShapes
+from twin.hardware import GPUS
 
 FP32_BYTES = 4  # an IEEE fp32 element (the fp32 router's operands: DensePricing._router)
 
@@ -49,6 +50,7 @@ class DensePricing(ShardShapes):
     # The fused-MoE fit's kernel source (its tables' ``kernel_source``; "" without a fit).
     _moe_source: str
     _moe_device: str
+    _moe_sms: int | None
     moe_key: str | None
     # Per fused-MoE kernel (the default one, TensorRT-LLM's min-latency one), the model's
     # series in the fit's per-shape term: the term and its knot values; None where the
@@ -173,6 +175,8 @@ class DensePricing(ShardShapes):
         self._moe_fit, self.moe_key = None, None
         self._moe_source = ""
         self._moe_device = ""
+        spec = GPUS.get(self.profile.gpu)
+        self._moe_sms = spec.sm_count if spec is not None else None
         self._routing = routing_for(self.model)
         self._moe_small: Callable[..., float] | None = None
         self._moe_series = self._moe_small_series = None
@@ -528,8 +532,29 @@ class DensePricing(ShardShapes):
         pad, restream = ft.moe_tile_extras(
             rows, active, token_tile, d, self._moe_width, self.up_mats
         )
+        # SGLang's Triton grid in waves of its default config's tiles (``features.
+        # sglang_grid_flops``; 0 for every other kernel, and a fit written before the term
+        # reads ``c_grid_flops`` 0). A serving rank runs every token's rows (no rank-0
+        # workload), at the routing rule's rows and experts.
+        grid = (
+            ft.sglang_grid_flops(
+                rows, active, d, self._moe_width, self.up_mats, large_m, self._moe_sms
+            )
+            if unquantised and self._moe_source == ft.SGLANG_TRITON_SOURCE
+            else 0.0
+        )
         experts = kernel(
-            flops, nbytes, weights, float(routed * d), tile, 0.0, large_w, pad, restream, active
+            flops,
+            nbytes,
+            weights,
+            float(routed * d),
+            tile,
+            0.0,
+            large_w,
+            pad,
+            restream,
+            grid,
+            active,
         )
         if series is not None:  # a measured shape: its kernel config (series_term)
             experts *= math.exp(series[0].log_factor(series[1], t))
@@ -537,6 +562,13 @@ class DensePricing(ShardShapes):
         experts += self.kernel_layout.moe_layer_extra_s
         router = self._router(t, n_exp)
         shared, act = self._shared_expert(t)
+        if 0 < t <= self.kernel_layout.shared_expert_stream_tokens and shared + act > 0.0:
+            # The shared expert on a second stream beside the router and the routed
+            # experts (``KernelLayout.shared_expert_stream_tokens``): the layer waits for
+            # the longer path, so only the shared expert's excess over the routed path
+            # is added (its GEMM and activation shares kept for the breakdown).
+            keep = max(shared + act - (router + experts), 0.0) / (shared + act)
+            shared, act = shared * keep, act * keep
         return (
             ("elementwise", norm + act),
             ("gemm", router + shared),

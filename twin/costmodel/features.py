@@ -274,6 +274,7 @@ def moe_features(
     l2_bytes: float | None = None,
     large_m: bool = False,
     tile: int = 0,
+    grid_flops: float = 0.0,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
     the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra,
@@ -308,7 +309,11 @@ def moe_features(
     ``tile``: the token tile the kernel takes each expert's rows in (``moe_token_tile``;
     0: none read): the padded rows' FLOPs are the extra ``pad_flops``, the weights each
     further tile of an expert streams again the extra ``restream_weights``
-    (``moe_tile_extras``)."""
+    (``moe_tile_extras``).
+
+    ``grid_flops``: the FLOPs the kernel's grid runs as whole waves of its tiles
+    (``sglang_grid_flops``; 0 for a kernel whose grid was not read), the extra
+    ``grid_flops``."""
     flops, nbytes, weights = moe_sums(rows, active, d, width, up_mats, e, act_e, w_e)
     resident = replay_resident(nbytes, l2_bytes)
     pad, restream = moe_tile_extras(rows, active, tile, d, width, up_mats)
@@ -320,6 +325,7 @@ def moe_features(
         "large_m_weights": weights if large_m and not resident else 0.0,
         "pad_flops": pad,
         "restream_weights": restream,
+        "grid_flops": grid_flops,
         "active_experts": active,
     }
     return flops, 0.0 if resident else nbytes, extras
@@ -341,6 +347,97 @@ def sglang_large_m(source: str, unquantised: bool, tokens: float, local_experts:
     (kernel source ``source``; ``unquantised`` bf16 experts; ``local_experts`` experts on
     the rank): SGLang's Triton kernel, unquantised experts, more tokens than experts."""
     return source == SGLANG_TRITON_SOURCE and unquantised and tokens > local_experts
+
+
+# SGLang's fused-MoE Triton kernel runs a 1-D grid of ``cdiv(EM, BLOCK_SIZE_M) *
+# cdiv(N, BLOCK_SIZE_N)`` programs (sglang 0.5.14 ``srt/layers/moe/moe_runner/
+# triton_utils/fused_moe_triton_kernels.py`` ``invoke_fused_moe_kernel``, the same in
+# 0.5.10 ``fused_moe_triton/fused_moe.py``), once for the gate-and-up GEMM (N = 2 x the
+# expert width, K = hidden) and once for the down GEMM (N = hidden, K = the width):
+# ``moe_align_block_size`` pads each expert's rows to whole BLOCK_SIZE_M blocks, a program
+# past ``num_tokens_post_padded`` returns at once, and every other computes one
+# BLOCK_SIZE_M x BLOCK_SIZE_N tile over the whole K, one program an SM at a time. The
+# default config's tiles (``get_default_config``, bf16 experts): 16 x 32 while the tokens
+# are at most the rank's experts, 64 x 64 above (``sglang_large_m``). Where the programs
+# are few the time goes by waves of them, not by bytes or FLOPs: NVIDIA's L40S SGLang 0.5.14
+# bf16 table (142 SMs), 2,048 x 768 experts, 128 of them, top 8, EP 32 (four on the
+# collector's rank 0, ``collector_routing``): 115 us at 1,024 tokens (64 rows an expert,
+# 4 x 24 = 96 gate-and-up programs, one wave), 239 us at 1,536 (96 rows, two blocks an
+# expert: 192 programs, two waves).
+SGLANG_DEFAULT_TILES = {False: (16, 32), True: (64, 64)}  # large-M -> (BLOCK_M, BLOCK_N)
+
+
+def sglang_grid_flops(
+    rows: float, active: float, d: int, width: int, up_mats: int, large_m: bool, sms: int | None
+) -> float:
+    """The FLOPs SGLang's Triton fused MoE runs for ``rows`` routed rows over ``active``
+    experts of width ``width`` (hidden ``d``) with its default config's tiles
+    (``large_m``: the large-M config), counted as whole waves of programs over ``sms``
+    SMs: each wave's programs times one tile's FLOPs over the GEMM's K, both GEMMs; 0
+    where the SMs are not tabulated or no row is routed."""
+    bm, bn = SGLANG_DEFAULT_TILES[large_m]
+    blocks = moe_expert_tiles(rows, active, bm)
+    if not blocks or not sms:
+        return 0.0
+    up = blocks * math.ceil(up_mats * width / bn)  # gate-and-up programs, K = d
+    down = blocks * math.ceil(d / bn)  # down programs, K = width
+    return 2.0 * bm * bn * sms * (math.ceil(up / sms) * d + math.ceil(down / sms) * width)
+
+
+# The same kernel's config where a tuned file exists (bf16 experts without one: the default
+# tiles above, ``SGLANG_DEFAULT_TILES``). SGLang's Triton fused MoE (``SGLANG_TRITON_SOURCE``)
+# takes each expert's rows in tiles of the BLOCK_SIZE_M its config lookup resolves (sglang
+# 0.5.9 / 0.5.10 ``srt/layers/moe/fused_moe_triton/fused_moe_triton_config.py``, 0.5.14
+# ``moe_runner/triton_utils/``, the same files, sha256-equal): ``get_moe_configs(E, N, dtype,
+# 128, 128)`` with ``E`` the rank's experts (``w1.shape[0]``) and ``N`` the expert width on
+# the rank, reads ``configs/triton_<running Triton>/E=<E>,N=<N>,device_name=NVIDIA_H200,
+# dtype=fp8_w8a8,block_shape=[128, 128].json``,
+# else the first found in ``triton_3_4_0``, ``3_3_1``, ``3_2_0``, ``3_1_0``, and takes the entry
+# whose key is nearest the launch's tokens; without a file ``get_default_config``'s block-fp8
+# config is BLOCK_SIZE_M 64 (per-tensor fp8, a width not a multiple of 128: 64 while the
+# tokens are at most ``E``, else 128). ``moe_align_block_size`` pads each expert's rows to
+# whole blocks. aiconfigurator's collector (``collector/sglang/collect_moe.py``,
+# ai-dynamo/aiconfigurator af05a670a) asks for ``E = num_experts // moe_ep`` and times the
+# config under ``override_config`` (both GEMMs); SGLang 0.5.9 (torch 2.9.1, Triton 3.5.1) serving
+# DeepSeek-V3/R1 or GLM-5 with the shared expert fused looks up ``E=257`` and finds the
+# ``triton_3_5_1`` file (its ``_down`` file takes the same BLOCK_SIZE_M at every key). The H200
+# fp8_w8a8 files' BLOCK_SIZE_M by key (keys 1-4096; a range shares one value):
+# (E, N, block_shape [128, 128]): (key up to which, BLOCK_SIZE_M), ...
+SGLANG_H200_FP8_TILES: dict[tuple[int, int, bool], tuple[tuple[int, int], ...]] = {
+    # triton_3_1_0: 16 at 1-2, 64 at 4-8, 16 at 16, 64 at 24-2048, 128 at 3072, 64 at 4096
+    (256, 256, True): ((2, 16), (8, 64), (16, 16), (2048, 64), (3072, 128), (4096, 64)),
+    (64, 512, True): ((1024, 64), (1536, 128), (4096, 64)),  # triton_3_1_0
+    (128, 384, True): ((128, 16), (4096, 64)),  # triton_3_2_0
+    (128, 768, True): ((2, 64), (128, 16), (4096, 64)),  # triton_3_2_0
+    (160, 640, True): ((256, 16), (512, 32), (4096, 64)),  # triton_3_3_1
+    (384, 128, True): ((512, 16), (1024, 32), (4096, 64)),  # triton_3_3_1
+    (257, 256, True): ((256, 16), (512, 32), (1024, 64)),  # triton_3_5_1, up and _down
+    (257, 128, True): ((512, 16), (4096, 64)),  # triton_3_3_1 (DeepSeek at TP 16, fused)
+    (128, 192, False): ((256, 16), (1024, 64), (1536, 128), (2048, 64), (4096, 128)),  # 3_4_0
+}
+SGLANG_H200_FP8_KEYS: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512)
+SGLANG_H200_FP8_KEYS += (1024, 1536, 2048, 3072, 4096)  # the files' token keys
+SGLANG_H200_DEVICE = "NVIDIA H200"
+
+
+def sglang_triton_block_m(
+    source: str, device: str, table_mode: str, tokens: float, local_experts: float, width: int
+) -> int:
+    """SGLang's Triton fused-MoE BLOCK_SIZE_M for a launch of ``tokens`` tokens over
+    ``local_experts`` experts of width ``width`` (``SGLANG_H200_FP8_TILES``): fp8 experts
+    (``table_mode`` ``fp8_block``) on ``SGLANG_H200_DEVICE``; 0 for any other kernel,
+    format or GPU (their files were not read)."""
+    if source != SGLANG_TRITON_SOURCE or device != SGLANG_H200_DEVICE:
+        return 0
+    if table_mode != "fp8_block":
+        return 0
+    e, block = round(local_experts), width % 128 == 0
+    ranges = SGLANG_H200_FP8_TILES.get((e, width, block))
+    if ranges is None:  # get_default_config
+        return 64 if block or tokens <= e else 128
+    keys = [k for k in SGLANG_H200_FP8_KEYS if k <= ranges[-1][0]]
+    key = min(keys, key=lambda k: abs(k - tokens))
+    return next(m for upto, m in ranges if key <= upto)
 
 
 # vLLM's Marlin MoE (the table label 0.24.0 writes for ``MarlinExperts``, the kernel
@@ -443,60 +540,6 @@ def moe_token_tile(source: str, tokens: float, top_k: int, local_experts: float)
     return vllm_marlin_block_m(source, tokens, top_k, local_experts)
 
 
-# SGLang's Triton fused MoE (``SGLANG_TRITON_SOURCE``) takes each expert's rows in tiles of the
-# BLOCK_SIZE_M its config lookup resolves (sglang 0.5.9 / 0.5.10 ``srt/layers/moe/
-# fused_moe_triton/fused_moe_triton_config.py``, 0.5.14 ``moe_runner/triton_utils/``, the same
-# files, sha256-equal): ``get_moe_configs(E, N, dtype, 128, 128)`` with ``E`` the rank's experts
-# (``w1.shape[0]``) and ``N`` the expert width on the rank, reads ``configs/triton_<running
-# Triton>/E=<E>,N=<N>,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json``,
-# else the first found in ``triton_3_4_0``, ``3_3_1``, ``3_2_0``, ``3_1_0``, and takes the entry
-# whose key is nearest the launch's tokens; without a file ``get_default_config``'s block-fp8
-# config is BLOCK_SIZE_M 64 (per-tensor fp8, a width not a multiple of 128: 64 while the
-# tokens are at most ``E``, else 128). ``moe_align_block_size`` pads each expert's rows to
-# whole blocks. aiconfigurator's collector (``collector/sglang/collect_moe.py``,
-# ai-dynamo/aiconfigurator af05a670a) asks for ``E = num_experts // moe_ep`` and times the
-# config under ``override_config`` (both GEMMs); SGLang 0.5.9 (torch 2.9.1, Triton 3.5.1) serving
-# DeepSeek-V3/R1 or GLM-5 with the shared expert fused looks up ``E=257`` and finds the
-# ``triton_3_5_1`` file (its ``_down`` file takes the same BLOCK_SIZE_M at every key). The H200
-# fp8_w8a8 files' BLOCK_SIZE_M by key (keys 1-4096; a range shares one value):
-# (E, N, block_shape [128, 128]): (key up to which, BLOCK_SIZE_M), ...
-SGLANG_H200_FP8_TILES: dict[tuple[int, int, bool], tuple[tuple[int, int], ...]] = {
-    # triton_3_1_0: 16 at 1-2, 64 at 4-8, 16 at 16, 64 at 24-2048, 128 at 3072, 64 at 4096
-    (256, 256, True): ((2, 16), (8, 64), (16, 16), (2048, 64), (3072, 128), (4096, 64)),
-    (64, 512, True): ((1024, 64), (1536, 128), (4096, 64)),  # triton_3_1_0
-    (128, 384, True): ((128, 16), (4096, 64)),  # triton_3_2_0
-    (128, 768, True): ((2, 64), (128, 16), (4096, 64)),  # triton_3_2_0
-    (160, 640, True): ((256, 16), (512, 32), (4096, 64)),  # triton_3_3_1
-    (384, 128, True): ((512, 16), (1024, 32), (4096, 64)),  # triton_3_3_1
-    (257, 256, True): ((256, 16), (512, 32), (1024, 64)),  # triton_3_5_1, up and _down
-    (257, 128, True): ((512, 16), (4096, 64)),  # triton_3_3_1 (DeepSeek at TP 16, fused)
-    (128, 192, False): ((256, 16), (1024, 64), (1536, 128), (2048, 64), (4096, 128)),  # 3_4_0
-}
-SGLANG_H200_FP8_KEYS: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512)
-SGLANG_H200_FP8_KEYS += (1024, 1536, 2048, 3072, 4096)  # the files' token keys
-SGLANG_H200_DEVICE = "NVIDIA H200"
-
-
-def sglang_triton_block_m(
-    source: str, device: str, table_mode: str, tokens: float, local_experts: float, width: int
-) -> int:
-    """SGLang's Triton fused-MoE BLOCK_SIZE_M for a launch of ``tokens`` tokens over
-    ``local_experts`` experts of width ``width`` (``SGLANG_H200_FP8_TILES``): fp8 experts
-    (``table_mode`` ``fp8_block``) on ``SGLANG_H200_DEVICE``; 0 for any other kernel,
-    format or GPU (their files were not read)."""
-    if source != SGLANG_TRITON_SOURCE or device != SGLANG_H200_DEVICE:
-        return 0
-    if table_mode != "fp8_block":
-        return 0
-    e, block = round(local_experts), width % 128 == 0
-    ranges = SGLANG_H200_FP8_TILES.get((e, width, block))
-    if ranges is None:  # get_default_config
-        return 64 if block or tokens <= e else 128
-    keys = [k for k in SGLANG_H200_FP8_KEYS if k <= ranges[-1][0]]
-    key = min(keys, key=lambda k: abs(k - tokens))
-    return next(m for upto, m in ranges if key <= upto)
-
-
 def moe_expert_tiles(rows: float, active: float, tile: int) -> float:
     """The tiles of ``tile`` rows ``active`` experts take for ``rows`` routed rows spread
     evenly over them (each ``floor`` or ``ceil`` of the mean); 0 where ``tile`` is 0 or
@@ -547,6 +590,7 @@ __all__ = [
     "FLASHINFER_CUTLASS_SM90_TILE_M",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
     "REPLAY_L2_SHARE",
+    "SGLANG_DEFAULT_TILES",
     "SGLANG_H200_DEVICE",
     "SGLANG_H200_FP8_KEYS",
     "SGLANG_H200_FP8_TILES",
@@ -576,6 +620,7 @@ __all__ = [
     "moe_tile_extras",
     "moe_token_tile",
     "replay_resident",
+    "sglang_grid_flops",
     "sglang_large_m",
     "sglang_triton_block_m",
     "ssm_scan_features",

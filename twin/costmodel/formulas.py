@@ -124,7 +124,9 @@ MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS, **MOE_ONLY_MODES}
 # rows with to its token tile, and the weights each further tile of an expert streams
 # again (``features.moe_token_tile``: vLLM's Marlin MoE, FlashInfer's TRT-LLM-gen mxfp4;
 # zero for every other kernel); a fit written before them reads ``c_pad_flops`` and
-# ``c_restream_weights`` 0.
+# ``c_restream_weights`` 0. ``grid_flops``: the FLOPs SGLang's Triton kernel runs as whole
+# waves of its default config's tiles (``features.sglang_grid_flops``; zero for every
+# other kernel); a fit written before it reads ``c_grid_flops`` 0.
 MOE_EXTRAS = (
     "weight_elems",
     "routed_elems",
@@ -133,6 +135,7 @@ MOE_EXTRAS = (
     "large_m_weights",
     "pad_flops",
     "restream_weights",
+    "grid_flops",
 )
 MOE_SERIAL = ("active_experts",)
 

@@ -174,6 +174,14 @@ class KernelLayout:
     # (the GPU's TF32 peak): ``DensePricing._router`` (vLLM's MiniMax-M2,
     # ``twin.engine.kernel_layouts.vllm_router_precision``).
     router_precision: str = ""
+    # The MoE layers' shared expert runs on a second CUDA stream beside the router and
+    # the routed experts in every step of at most this many tokens, so the layer waits for
+    # the longer of the two paths (``DensePricing._moe_fused``); 0: never (the shared
+    # expert after the routed experts, on one stream). The engines' rules:
+    # ``twin.engine.kernel_layouts.vllm_shared_expert_stream_tokens`` (vLLM's
+    # ``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD``) and TensorRT-LLM's DeepSeek-V3
+    # module in its captured CUDA graphs (``twin.engine.run_pricing.kernel_layout_of``).
+    shared_expert_stream_tokens: int = 0
 
     def __post_init__(self) -> None:
         if not self.moe_layer_extra_s >= 0.0:
@@ -184,6 +192,11 @@ class KernelLayout:
             raise TwinError(
                 "kernel layout: moe_rows_per_expert must be >= 0 "
                 f"(got {self.moe_rows_per_expert!r})"
+            )
+        if self.shared_expert_stream_tokens < 0:
+            raise TwinError(
+                "kernel layout: shared_expert_stream_tokens must be >= 0 "
+                f"(got {self.shared_expert_stream_tokens!r})"
             )
         if self.router_precision not in ROUTER_PRECISIONS:
             raise TwinError(

@@ -259,8 +259,8 @@ def triton_num_kv_splits(batch: int, keys: int, blocks: int, sms: int) -> int:
 
 
 # The rules read: trtllm-gen's MLA generation kernels, FlashAttention-3, SGLang's Triton,
-# TensorRT-LLM's FMHA v2 MLA generation (``kernel_decode_rule``).
-DECODE_RULES = ("trtllm_gen", "fa3", "triton", "fmha_v2")
+# TensorRT-LLM's FMHA v2 MLA generation and its FlashMLA on Hopper (``kernel_decode_rule``).
+DECODE_RULES = ("trtllm_gen", "fa3", "triton", "fmha_v2", "flashmla")
 FA3_GPUS = HOPPER  # compute capability 9.0 (``engine_kernels.HOPPER``)
 
 
@@ -299,22 +299,85 @@ def decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
 # L40S, 1.3.0rc20 on the RTX PRO 6000, ``kernel_source`` default) show it: at 131,071 keys
 # batches 1-32 of 16 heads take the same time (L40S 10.4-10.8 ms, A100 15.7-16.2, RTX PRO
 # 6000 11.9-12.0 over a bf16 cache), 128 heads (two blocks) from half the batch on.
-# H100 / H200 are not this kernel (their batch 1 at 131,071 keys takes 74 us: split),
-# nor the RTX PRO 6000 over an fp8 cache (128 heads 3-4x faster than 16 at 131,071 keys:
-# another, split kernel, not read); they keep no rule.
+# H100 / H200 are not this kernel (their batch 1 at 131,071 keys takes 74 us: split;
+# FlashMLA, ``FLASHMLA_GPUS``), nor the RTX PRO 6000 over an fp8 cache (128 heads 3-4x
+# faster than 16 at 131,071 keys: another, split kernel, not read; it keeps no rule).
 FMHA_V2_MLA_GPUS = frozenset({"a100-80gb", "l40s", "rtx-pro-6000"})
 FMHA_V2_MLA_FP8_GPUS = frozenset({"a100-80gb", "l40s"})
 FMHA_V2_MLA_ROWS = 64  # query rows a CTA (the tables: flat to 64 heads, two CTAs at 128)
 TRTLLM_DEFAULT_SOURCE = "default"  # TensorRT-LLM's tables' ``kernel_source``
 
+# TensorRT-LLM's MLA generation on Hopper is FlashMLA (``mUseGenFlashMLA``), over a bf16
+# and an fp8 cache: the op takes it on SM90 with 64 tokens a KV block, which DeepSeek's
+# 576-wide MLA forces there (aiconfigurator 095f58a5 ``collector/trtllm/collect_mla.py``
+# ``_mla_tokens_per_block``, citing TensorRT-LLM v1.3.0rc20 ``_torch/model_config.py``,
+# ``py_executor_creator.py`` and ``thop/attentionOp.cpp``; its fp8 cache has no other
+# generation kernel there). Its launch (NVIDIA/TensorRT-LLM ``cpp/tensorrt_llm/common/
+# attentionOp.cpp`` ``mlaGeneration``'s ``mUseGenFlashMLA`` branch and ``attentionOp.h``
+# ``getFlashMlaNumSmParts``; ``cpp/tensorrt_llm/kernels/flashMLA/
+# flash_fwd_mla_metadata.cu`` ``get_mla_metadata_kernel``, stored snapshots): the grid is
+# ``SMs / ceil(rows / 64)`` SM parts times the 64-row query blocks, one persistent CTA
+# each; every sequence costs ``ceil(keys / 64)`` key blocks plus 5 blocks of fixed
+# overhead, and each part takes in turn ``ceil(total / parts) + 5`` blocks' payload of the
+# sequences in order, splitting a sequence where its payload ends (the split outputs
+# reduced by a combine kernel). :func:`flashmla_schedule` replays that loop. NVIDIA's
+# tables (H200 TensorRT-LLM 1.3.0rc20): flat in the heads from 1 to 64 and x1.6-2 at 128
+# (two blocks), and at short contexts the time grows with the sequences a part takes
+# times their heads (batch 256, 1 cached token: 22 us at 1 head, 36 at 64, 68 at 128):
+# each sequence segment a CTA runs loads its query rows and writes their output.
+FLASHMLA_GPUS = HOPPER
+FLASHMLA_BLOCK_M = 64  # ``block_size_m``: query rows a CTA
+FLASHMLA_BLOCK_N = 64  # ``block_size_n``: keys a block
+FLASHMLA_OVERHEAD_BLOCKS = 5  # ``fixed_overhead_num_blocks``
+
+
+class FlashMlaSchedule(NamedTuple):
+    """FlashMLA's tile schedule of one launch (:func:`flashmla_schedule`)."""
+
+    parts: int  # SM parts: persistent CTAs per query block
+    m_blocks: int  # 64-row query blocks a sequence
+    work: int  # the most key blocks (overhead blocks included) one part runs
+    segments: int  # the most sequence segments one part runs
+    split_outputs: int  # partial outputs of the sequences split over parts
+
+
+def flashmla_schedule(batch: int, keys: int, rows: int, sms: int) -> FlashMlaSchedule:
+    """FlashMLA's schedule of ``batch`` sequences of ``keys`` keys and ``rows`` query rows
+    each on ``sms`` SMs (``get_mla_metadata_kernel``'s loop, see ``FLASHMLA_GPUS``)."""
+    m_blocks = _cdiv(rows, FLASHMLA_BLOCK_M)
+    parts = max(1, sms // m_blocks)
+    n, extra = _cdiv(keys, FLASHMLA_BLOCK_N), FLASHMLA_OVERHEAD_BLOCKS
+    payload = _cdiv(batch * (n + extra), parts) + extra
+    idx = done = pieces = 0
+    work = segments = split = 0
+    for _ in range(parts):
+        left, ran, segs = payload, 0, 0
+        while idx < batch:
+            rest = n - done
+            if left >= rest + extra:
+                left -= rest + extra
+                ran, segs = ran + rest + extra, segs + 1
+                split += pieces + 1 if pieces else 0
+                idx, done, pieces = idx + 1, 0, 0
+            else:
+                if left - extra > 0:
+                    done += left - extra
+                    ran, segs, pieces = ran + left, segs + 1, pieces + 1
+                break
+        work, segments = max(work, ran), max(segments, segs)
+    return FlashMlaSchedule(parts, m_blocks, work, segments, split)
+
 
 def kernel_decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     """:func:`decode_rule` of an ``mla_decode*`` table (or its fit), with TensorRT-LLM's
-    FMHA v2 MLA generation (``"fmha_v2"``, ``FMHA_V2_MLA_GPUS``) where that runs. The
+    FMHA v2 MLA generation (``"fmha_v2"``, ``FMHA_V2_MLA_GPUS``) and its FlashMLA on Hopper
+    (``"flashmla"``, ``FLASHMLA_GPUS``) where those run. The
     module tables keep :func:`decode_rule` (their fits were made without this rule)."""
     rule = decode_rule(gpu, kernel_source, kv_e)
     if rule is not None or kernel_source != TRTLLM_DEFAULT_SOURCE:
         return rule
+    if gpu in FLASHMLA_GPUS:
+        return "flashmla"
     if gpu in (FMHA_V2_MLA_FP8_GPUS if kv_e == 1 else FMHA_V2_MLA_GPUS):
         return "fmha_v2"
     return None
@@ -375,6 +438,14 @@ def mla_decode_launch(
     two CTAs a sequence, each reading every key) a long context takes longer than at 64
     heads (one high-throughput CTA); a fit without these features missed those series by
     30% and the small-batch 64- and 128-head rows the low-latency kernel takes by 20-50%.
+    TensorRT-LLM's FlashMLA on Hopper (``"flashmla"``, :func:`flashmla_schedule`): the
+    grid (one wave); in the waves slot the query rows the busiest part loads and writes,
+    its sequence segments times the rows (the tables: +14 us at batch 256 from 1 to 64
+    heads at one cached key, over a 22 us launch); the second query block's re-read keys;
+    the split sequences' partial outputs; the busiest part's key blocks (with the
+    scheduler's 5-block overhead a sequence) as keys. NVIDIA's H200 table, bf16 cache,
+    held out: 6.0 / 23.5% -> 3.7 / 14.6%, 3.5 / 10.2% with :func:`decode_tiles`
+    (docs/decisions.md, issue 34, helper ``mla-kern31``).
     FlashAttention-3 (:func:`fa3_num_splits`): one CTA per sequence, 64 query rows and
     split; each further 64-row block reads the keys again; a split's keys times the
     waves. SGLang's Triton kernel (``TRITON_DECODE_BLOCK_H``): the whole grid's programs,
@@ -399,6 +470,16 @@ def mla_decode_launch(
         waves = _cdiv(ctas, sms)
         repeat = latent * kv_rows * (blocks - 1)
         return float(ctas), float(waves), repeat, 0.0, float(keys * waves)
+    if rule == "flashmla":  # one wave of persistent CTAs; its waves slot: segment rows
+        sched = flashmla_schedule(seqs, keys, rows, sms)
+        repeat = latent * kv_rows * (sched.m_blocks - 1)
+        return (
+            float(sched.parts * sched.m_blocks),
+            float(sched.segments * rows),
+            repeat,
+            float(sched.split_outputs * rows * dims.kv_lora),
+            float(sched.work * FLASHMLA_BLOCK_N),
+        )
     if rule == "trtllm_gen":
         launch = trtllm_gen_launch(seqs, keys, rows, sms)
         ctas, splits, passes = launch.ctas, launch.splits, launch.kv_passes(seqs)
@@ -425,6 +506,22 @@ def mla_decode_launch(
     repeat = latent * kv_rows * (passes - 1)
     partials = float(seqs * rows * splits * dims.kv_lora) if gmem else 0.0
     return float(ctas), float(_cdiv(ctas, sms)), repeat, partials, critical
+
+
+def decode_tiles(rule: str | None, tiles: Sums, queries: Sums, heads: int) -> Sums:
+    """The decode kernel's ``tiles`` feature under ``rule`` (:func:`decode_rule`): the
+    batch's query rows (``queries`` query tokens x ``heads``) for TensorRT-LLM's FlashMLA
+    (``FLASHMLA_GPUS``), whose generation ropes each row (and over an fp8 cache quantises
+    it) in ``invokeMLARopeGeneration`` before the kernel (``cpp/tensorrt_llm/kernels/
+    mlaKernels.cu``: a grid row per head, 8 more a head over an fp8 cache) and loads and
+    writes each; ``tiles`` (a sequence's 64-row blocks, :func:`mla_absorbed_sums`) for the
+    rest. NVIDIA's H200 TensorRT-LLM tables, held out (median / P90 %), with the
+    FlashMLA launch: bf16 cache 3.7 / 14.6 -> 3.5 / 10.2 and fp8 4.8 / 19.0 -> 3.8 / 12.6
+    with the rows (the rope kernel's own grid instead, ``ceil(batch / 32)`` x its rows:
+    3.6 / 12.0 and 4.6 / 15.6; docs/decisions.md, issue 34, helper ``mla-kern31``)."""
+    if rule == "flashmla":
+        return queries * float(heads)
+    return tiles
 
 
 def mla_decode_sums(

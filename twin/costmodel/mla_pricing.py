@@ -399,7 +399,10 @@ class MlaPricing(ShardShapes):
             return [("mla", "mla_module", price)]
         bmms = self._absorbed_bmms(rows)
         if mode == "kernels":
-            sums = mf.mla_absorbed_sums(batch, rows, keys, kv, width, d, e, kv_e)
+            flops, nbytes, tiles, seq = mf.mla_absorbed_sums(
+                batch, rows, keys, kv, width, d, e, kv_e
+            )
+            sums = (flops, nbytes, mf.decode_tiles(self._mla_rule, tiles, rows, d.heads), seq)
             sms = self._mla_sms or 0
             launch = mf.mla_decode_launch(self._mla_rule, batch, kv, width, d, kv_e, sms)
             block_keys = mf.decode_block_keys(self._mla_block, kv, d.heads * width)

@@ -21,7 +21,8 @@ from twin.exports import lazy_exports
 
 if TYPE_CHECKING:
     from twin.engine.batching import ContinuousBatching
-    from twin.engine.cluster import Cluster, RunStats, expected_horizon, memory_budget
+    from twin.engine.budget import memory_budget
+    from twin.engine.cluster import Cluster, RunStats, expected_horizon
     from twin.engine.config import (
         ArrivalConfig,
         CacheConfig,

@@ -526,13 +526,6 @@ class EngineConfig:
                 name,
                 "is not modelled with attention data parallelism",
             )
-        need(
-            not h.stream_token_s
-            or (c.dp_attention == 1 and c.pp == 1 and not self.disagg.prefill_workers),
-            "stream_token_s",
-            "is modelled on an aggregated replica without attention data parallelism or "
-            "pipeline stages",
-        )
         need(h.eager_graph_tokens >= 0, "eager_graph_tokens", "must be >= 0")
         need(isinstance(h.eager_overlap, bool), "eager_overlap", "must be true or false")
         cold = h.cold_prefix_stall_s
@@ -544,12 +537,14 @@ class EngineConfig:
             "cold_prefix_stall_s",
             "must be a number of seconds >= 0",
         )
-        need(
-            not cold or (c.dp_attention == 1 and c.pp == 1 and not self.disagg.prefill_workers),
-            "cold_prefix_stall_s",
-            "is modelled on an aggregated replica without attention data parallelism or "
-            "pipeline stages",
-        )
+        one_loop = c.dp_attention == 1 and c.pp == 1 and not self.disagg.prefill_workers
+        for name in ("stream_token_s", "cold_prefix_stall_s"):  # the replica's own step loop
+            need(
+                not self.get(name) or one_loop,
+                name,
+                "is modelled on an aggregated replica without attention data parallelism or "
+                "pipeline stages",
+            )
         need(a.concurrency is None or a.concurrency >= 1, "concurrency", "must be >= 1")
         need(
             math.isfinite(a.burstiness) and a.burstiness > 0,

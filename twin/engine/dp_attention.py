@@ -12,7 +12,7 @@ twin takes from it:
   ``EngineCore`` per DP rank (``vllm/v1/engine/core.py`` ``DPEngineCoreProc``, 0.11.0).
   The twin builds ``D`` ordinary :class:`~twin.engine.replica.Replica` objects (each
   with the engine mode's scheduler, its cache and ``1 / D`` of the replica's memory
-  budget: ``twin.engine.cluster.memory_budget`` counts a token on its rank's ``tp / D``
+  budget: ``twin.engine.budget.memory_budget`` counts a token on its rank's ``tp / D``
   GPUs, ``twin.parallel.kv_bytes_per_token_per_gpu``), and each rank decides its own
   step by its mode's rules (a prefill batch, a mixed step or a decode step).
 - **The ranks step in lockstep.** Every MoE/MLP layer gathers all ranks' tokens, so no

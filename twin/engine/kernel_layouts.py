@@ -3,7 +3,7 @@ default pricing (``twin.costmodel.kernel_layout.KernelLayout``): one rule an eng
 engine mode's ``kernel_layout`` (``twin.engine.mode_base.EngineMode``). The run chooses
 the layout from the engine mode, its build (``EngineModeConfig.engine_build``, else the
 kernel tables' release, else the engine's release) and the replica's GPUs
-(``twin.engine.run.kernel_layout_of``), for ``twin simulate --engine`` and the silicon
+(``twin.engine.run_pricing.kernel_layout_of``), for ``twin simulate --engine`` and the silicon
 scorer alike.
 
 A model is recognised by its name (a preset's, or the Hugging Face id a config was read
@@ -325,7 +325,8 @@ def trtllm_kernel_layout(
     fused, quantised = trtllm_norm_in_allreduce(model, tp, dp)
     qk = trtllm_qk_norm_rope_pass(model)
     gather = dp > 1
-    if not (fused or qk or gather):
+    stream = TRTLLM_CUDA_GRAPH_MAX_BATCH if trtllm_shared_expert_stream(model, dp) else 0
+    if not (fused or qk or gather or stream):
         return DEFAULT_LAYOUT
     return KernelLayout(
         norm_in_allreduce=fused,
@@ -333,7 +334,60 @@ def trtllm_kernel_layout(
         qk_norm_rope_pass=qk,
         moe_gather_scatter=gather,
         dense_ffn_on_rank=gather,
+        shared_expert_stream_tokens=stream,
     )
+
+
+# TensorRT-LLM's DeepSeek-V3 MoE layer (``tensorrt_llm/_torch/models/modeling_deepseekv3.py``
+# ``Deepseekv3MoE.forward``, NVIDIA/TensorRT-LLM stored at 000561df, the 1.1 / 1.2 module;
+# Kimi-K2 and K2.5 load the same module) runs its shared experts through
+# ``maybe_execute_in_parallel(_compute_routed_output, _compute_shared_output, ...,
+# self.aux_stream)``: the router GEMM, routing and routed experts on the main stream, the
+# shared expert's gate/up GEMM, activation and down GEMM on ``AuxStreamType.MoeShared``,
+# joined before their sum. ``modules/multi_stream_utils.py`` takes the second stream only
+# under ``do_multi_stream()``, which the CUDA-graph runner sets while it captures
+# ("Multi-stream is only enabled when cuda graph is turned on"): the generation steps the
+# graphs replay, not the eager context steps. Without attention DP (under it the twin
+# prices the shared expert on the ranks' side, ``KernelLayout.dense_ffn_on_rank``). The
+# graphs' largest batch: ``CudaGraphConfig.max_batch_size`` or 128 when unset
+# (``tensorrt_llm/llmapi/llm_args.py`` ``CudaGraphConfig.validate_cuda_graph_config``), so
+# steps of up to 128 tokens here; a run sets its own
+# (``twin.engine.run_pricing.kernel_layout_of``: InferenceMAX's scripts capture up to the
+# concurrency, ``dsr1_fp4_b200_trt.sh`` ``cuda_graph_config.max_batch_size: $CONC``, each
+# request verifying its draft tokens too under MTP).
+TRTLLM_CUDA_GRAPH_MAX_BATCH = 128
+
+
+def trtllm_shared_expert_stream(model: ModelSpec, dp: int) -> bool:
+    """Whether TensorRT-LLM runs ``model``'s shared expert on a second stream in its CUDA
+    graphs (above): a DeepSeek-V3-style MoE (MLA layers and a shared expert), no
+    attention DP."""
+    return dp == 1 and bool(model.mixer_counts.get("mla")) and model.moe_shared_d_ff > 0
+
+
+# vLLM runs a MoE layer's shared expert on a second CUDA stream beside its router gate and
+# routed experts in a step of at most ``VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD`` (256,
+# ``envs.py``) tokens (wheels read: 0.12.0 and 0.15.1 ``model_executor/layers/fused_moe/
+# layer.py`` ``FusedMoE._maybe_setup_shared_experts_stream``, 0.17.0 and 0.19.0
+# ``fused_moe/runner/default_moe_runner.py``): ``shared_experts_stream.wait_stream`` before
+# the gate, the shared expert under ``torch.cuda.stream(self.shared_experts_stream)``, the
+# main stream waiting for it after the routed experts. It needs the shared expert apart
+# from the routed kernel (``has_separate_shared_experts``: the modular kernel owns it only
+# with all-to-all kernels, 0.17.0 ``oracle/nvfp4.py`` ``make_nvfp4_moe_kernel``) and no DP
+# chunking: a tensor-parallel run without attention DP (DeepSeek's and Kimi-K2.5's
+# ``DeepseekV2MoE`` pass ``shared_experts`` and ``gate`` to ``SharedFusedMoE``).
+VLLM_SHARED_EXPERTS_STREAM_TOKENS = 256
+VLLM_SHARED_EXPERTS_STREAM_SINCE = "0.12.0"
+
+
+def vllm_shared_expert_stream_tokens(model: ModelSpec, build: str, dp: int) -> int:
+    """The largest step (tokens) in which vLLM ``build`` overlaps ``model``'s shared expert
+    with its routed experts (above); 0: never."""
+    if dp > 1 or not model.moe_shared_d_ff or not model.n_moe_layers:
+        return 0
+    if not release_at_least(build, VLLM_SHARED_EXPERTS_STREAM_SINCE):
+        return 0
+    return VLLM_SHARED_EXPERTS_STREAM_TOKENS
 
 
 # vLLM 0.12.0 runs a block-fp8 MoE through DeepGEMM's contiguous grouped GEMM at every step
@@ -490,9 +544,11 @@ def vllm_kernel_layout(
         and vllm_moe_tp(tp, dp, ep) < VLLM_DEEPGEMM_MOE_MAX_TP
     )
     router = vllm_router_precision(model, build)
-    if not (padded or on_rank or static or extra or router):
+    stream = vllm_shared_expert_stream_tokens(model, build, dp)
+    if not (padded or on_rank or static or extra or router or stream):
         return DEFAULT_LAYOUT
     return KernelLayout(
+        shared_expert_stream_tokens=stream,
         router_precision=router,
         moe_rows_per_expert=DEEPGEMM_M_ALIGNMENT if padded else 0,
         moe_layer_extra_s=extra,
@@ -505,6 +561,7 @@ def vllm_kernel_layout(
 __all__ = [
     "DEEPGEMM_GPUS",
     "FLASHINFER_CUTLASS_EXPERT_S",
+    "TRTLLM_CUDA_GRAPH_MAX_BATCH",
     "VLLM_FLASHINFER_CUTLASS_TP_BUILDS",
     "VLLM_FP32_ROUTER_MODELS",
     "sglang_gdn_in_proj_gemms",
@@ -512,9 +569,11 @@ __all__ = [
     "trtllm_kernel_layout",
     "trtllm_norm_in_allreduce",
     "trtllm_qk_norm_rope_pass",
+    "trtllm_shared_expert_stream",
     "vllm_flashinfer_cutlass_tp_s",
     "vllm_kernel_layout",
     "vllm_moe_tp",
     "vllm_router_precision",
+    "vllm_shared_expert_stream_tokens",
     "with_float32_matmul",
 ]

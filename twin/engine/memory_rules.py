@@ -1,7 +1,7 @@
 """How each engine sizes its KV pool from the GPU's memory, per release modelled.
 
 A replica's pool is what the engine leaves for KV after the weights and what it holds
-besides (:func:`pool_bytes`, read by :func:`twin.engine.cluster.memory_budget`):
+besides (:func:`pool_bytes`, read by :func:`twin.engine.budget.memory_budget`):
 
 - **SGLang** (and the paper's world): ``mem_fraction_static`` x the device total, less the
   weights. Its default, when not given, is SGLang's own rule

@@ -171,7 +171,7 @@ class EngineMode:
     @property
     def build(self) -> str:
         """The engine build a run of this mode lays its kernels out as when it names none
-        (``EngineModeConfig.engine_build``; ``twin.engine.run.kernel_layout_of``): the
+        (``EngineModeConfig.engine_build``; ``twin.engine.run_pricing.kernel_layout_of``): the
         current release's, which a run's config records as ``engine_release``, or as
         ``kernel_tables`` where ``NAME==VERSION`` picks it; "" for a mode without releases."""
         rel = self.current

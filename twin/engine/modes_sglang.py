@@ -355,7 +355,7 @@ def _sglang_page(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 
 # --nsa-prefill-backend (0.5.9 / 0.5.10.post1 ``server_args.py`` NSA_CHOICES): the
 # DeepSeek-sparse-attention prefill kernel. Read by the kernel layout only
-# (``twin.engine.run.kernel_layout_of`` -> ``kernel_layouts.with_nsa_prefill_backend``:
+# (``twin.engine.run_pricing.kernel_layout_of`` -> ``kernel_layouts.with_nsa_prefill_backend``:
 # GLM-5's forced sparse MLA on Blackwell); the others are refused (no measured module).
 # SGLang's default over an fp8 cache on Blackwell, ``flashmla_auto``, runs
 # ``flashmla_sparse`` without a cached prefix (``nsa_backend.py`` ``set_nsa_prefill_impl``).

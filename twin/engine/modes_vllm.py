@@ -333,8 +333,8 @@ def _vllm_options(model: ModelSpec, out: dict[str, Any]) -> dict[str, Any]:
 # default"); None in 0.14.0, 0.15.1 and 0.18.0, which vllm/config/vllm.py
 # VllmConfig.__post_init__ turns on unless speculative decoding other than EAGLE/MTP/
 # n-gram, or an executor other than mp/uni/external_launcher (Ray), is in use (given
-# explicitly with CPU n-gram drafting it is refused: twin.engine.run._async_scheduling). The mode
-# keeps it off unless given (the shipped H100 host time was fitted on 0.12.0's
+# explicitly with CPU n-gram drafting it is refused: run_pricing._async_scheduling). The
+# mode keeps it off unless given (the shipped H100 host time was fitted on 0.12.0's
 # synchronous runs: twin/calibration/engine_times.json); the silicon harness passes the
 # measured run's own (twin.validate.silicon.inferencemax_vllm.vllm_async_scheduling).
 VLLM_ASYNC_FROM = "0.14.0"
@@ -364,7 +364,7 @@ def _vllm_f32_matmul(value: str, model: ModelSpec, out: dict[str, Any]) -> None:
 # VLLM_MXFP4_USE_MARLIN=1 that InferenceMAX's Hopper gpt-oss scripts set (0.15.1-0.18.0
 # quantization/mxfp4.py get_mxfp4_backend; 0.19.0 fused_moe/oracle/mxfp4.py
 # select_mxfp4_moe_backend): "marlin" runs the mxfp4 experts through the Marlin MoE kernel
-# (twin.costmodel.engine_kernels.MARLIN_EXPERT_SCALE; twin.engine.run._pricer swaps the
+# (twin.costmodel.engine_kernels.MARLIN_EXPERT_SCALE; twin.engine.run_pricing swaps the
 # fit). Int4 experts run Marlin already (engine_kernels.RELEASE_KERNELS).
 # "flashinfer_trtllm_afp8" (0.19.0 fused_moe/oracle/mxfp4.py ``map_mxfp4_backend``:
 # FLASHINFER_TRTLLM_MXFP4_MXFP8), or the environment variable

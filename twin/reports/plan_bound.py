@@ -15,7 +15,7 @@ from twin.costmodel.profile_store import resolve_profile
 from twin.engine import memory_budget
 from twin.engine.config import PipelineConflict
 from twin.engine.modes import get_mode
-from twin.engine.run import priced_profile
+from twin.engine.run_pricing import priced_profile
 from twin.errors import TwinError
 from twin.presets import resolve_model
 from twin.reports.parallel_axes import PP_FLAG, bound_pricer, layout_settings, lone_decode_s

@@ -64,7 +64,7 @@ BLOCK_SCALED_EXPERTS = frozenset({"vllm"})
 # (NVIDIA/TensorRT-LLM, the 1.2 line read) maps ``quant_method`` mxfp4 to the experts'
 # mxfp4 algorithm with group 32 and leaves ``block.*.attn.qkv``, ``attn.out``,
 # ``mlp.gate``, the embedding and the unembedding unquantised (bf16), on every GPU; the
-# activations it picks by GPU are the engine's (``twin.engine.run.TRTLLM_MXFP8_EXPERTS``).
+# activations it picks by GPU are the engine's (``twin.engine.run_pricing.TRTLLM_MXFP8_EXPERTS``).
 # InferenceMAX's ``gptoss_fp4_b200_trt.sh`` serves ``openai/gpt-oss-120b`` with
 # ``kv_cache_config.dtype: fp8`` (the columns' fp8 pairing, kept).
 CHECKPOINT_EXPERTS = frozenset({("vllm", "mxfp4"), ("trtllm", "mxfp4")})
