@@ -99,7 +99,7 @@ def moe_row(
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
     large_m = ft.sglang_large_m(source, fmt.bytes_per_param is None, t, n_exp // ep)
     tile = ft.moe_token_tile(source, t, top, n_exp // ep)
-    triton_bf16 = source == ft.SGLANG_TRITON_SOURCE and fmt.bytes_per_param is None
+    triton_bf16 = ft.sglang_default_config(source, fmt.bytes_per_param is None)
     grid = ft.sglang_grid_flops(rows, active, d, width, 2, large_m, sms) if triton_bf16 else 0.0
     feats = ft.moe_features(
         rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m, tile, grid
