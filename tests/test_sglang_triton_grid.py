@@ -66,6 +66,10 @@ def test_the_sglang_collectors_triton_rows_under_ep_time_rank_0() -> None:
     assert not sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "bfloat16", 1)
     assert sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "fp8_block", 2)
     assert not sglang_rank0_row("sglang_marlin_moe", "bfloat16", 2)
+    # the grid's kernel: SGLang's Triton source at bf16 experts only
+    assert ft.sglang_default_config(ft.SGLANG_TRITON_SOURCE, True)
+    assert not ft.sglang_default_config(ft.SGLANG_TRITON_SOURCE, False)
+    assert not ft.sglang_default_config("vllm_unquantizedfusedmoemethod_triton", True)
     # quantised experts get no grid (their default config was not read)
     fp8 = moe_row({**row, "moe_dtype": "fp8_block"}, WEIGHT_FORMATS["fp8-block"], "m", 0.1)
     assert fp8["grid_flops"] == 0.0

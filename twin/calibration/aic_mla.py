@@ -53,6 +53,7 @@ from twin.calibration.aic_tables import (
     release_version,
     system_gpu,
     system_l2,
+    system_sm_count,
 )
 from twin.costmodel import formulas as fm
 from twin.costmodel.mla_features import (
@@ -104,8 +105,7 @@ def operand_bytes(fmt_name: str) -> tuple[float, float]:
 def system_sms(system: Path) -> int:
     """The SM count (``twin.hardware.SM_COUNTS``) of the GPU whose tables are under
     ``system`` (``systems/data/<system>``)."""
-    gpu = system_gpu(system)
-    sms = get_gpu(gpu).sm_count if gpu is not None else None
+    sms = system_sm_count(system)
     if sms is None:
         raise TwinError(f"{system}: no SM count for this GPU (twin.hardware.SM_COUNTS)")
     return sms

@@ -18,8 +18,8 @@ from twin.calibration.aic_tables import (
     _require,
     _row,
     _versions,
-    system_gpu,
     system_l2,
+    system_sm_count,
 )
 from twin.calibration.collector_routing import sglang_rank0_row, table_rank_load
 from twin.calibration.moe_sibling import (
@@ -35,7 +35,6 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel.routing import ROUTINGS
 from twin.costmodel.table_release import pick_version
-from twin.hardware import get_gpu
 
 
 def reads_replay_l2(params: dict[str, float]) -> bool:
@@ -52,12 +51,6 @@ def reads_sglang_grid(params: dict[str, float]) -> bool:
     (``collector_routing.sglang_rank0_row``): a positive ``c_grid_flops``; one written
     before reads 0 (``profile._upgrade``) and was fitted on the mean rank without it."""
     return params.get("c_grid_flops", 0.0) > 0.0
-
-
-def system_sms(system: Path) -> int | None:
-    """The SMs (``twin.hardware.SM_COUNTS``) of the GPU whose tables are under ``system``."""
-    gpu = system_gpu(system)
-    return get_gpu(gpu).sm_count if gpu is not None else None
 
 
 MOE_COLUMNS = ("num_tokens", *MOE_SHAPE_COLUMNS)
@@ -113,7 +106,7 @@ def moe_row(
         n_exp // ep,
         width,
     )
-    triton_bf16 = source == ft.SGLANG_TRITON_SOURCE and fmt.bytes_per_param is None
+    triton_bf16 = ft.sglang_default_config(source, fmt.bytes_per_param is None)
     grid = ft.sglang_grid_flops(rows, active, d, width, 2, large_m, sms) if triton_bf16 else 0.0
     feats = ft.moe_features(
         rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m, tile, grid
@@ -253,7 +246,7 @@ def moe_rows(
     a fit written before them was fitted (``reads_sglang_grid``)."""
     versions = _versions(system / "moe" / engine, "moe_perf.parquet")
     l2 = system_l2(system) if replay_l2 else None
-    sms = system_sms(system) if sglang_grid else None
+    sms = system_sm_count(system) if sglang_grid else None
     families = []
     for dtype, name in px.MOE_TABLE_MODES.items():
         fmt = px.WEIGHT_FORMATS[name]

@@ -65,6 +65,13 @@ def system_l2(system: Path) -> float | None:
     return get_gpu(gpu).l2_bytes if gpu is not None else None
 
 
+def system_sm_count(system: Path) -> int | None:
+    """The SMs (``twin.hardware.SM_COUNTS``) of the GPU whose tables are under ``system``;
+    None where not tabulated."""
+    gpu = system_gpu(system)
+    return get_gpu(gpu).sm_count if gpu is not None else None
+
+
 ELEM_BYTES = 2  # bf16
 
 

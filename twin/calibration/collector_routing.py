@@ -20,13 +20,16 @@ import math
 
 import numpy as np
 
+from twin.costmodel.features import SGLANG_TRITON_SOURCE
 from twin.costmodel.routing import ROUTINGS, RankLoad
 
 # The kernel sources of the vLLM collector's rows (``collect_moe.py`` logs ``vllm_<method>``).
 VLLM_SOURCE_PREFIX = "vllm_"
 # The SGLang collector's rows timed through ``fused_moe`` on rank 0's workload: its Triton
-# label and the table modes it runs that way (``collect_moe.py``: not the framework layer).
-SGLANG_RANK0_SOURCE = "sglang_fused_moe_triton"
+# label (``features.SGLANG_TRITON_SOURCE``) and the table modes it runs that way, not
+# through the framework layer (ai-dynamo/aiconfigurator 095f58a51
+# ``collector/sglang/collect_moe.py`` ``build_rank0_workloads`` under ``moe_ep_size > 1``,
+# the same routing as the vLLM collector's rank 0 above).
 SGLANG_RANK0_MODES = frozenset({"bfloat16", "fp8_block"})
 
 
@@ -47,7 +50,7 @@ def collector_rank0_load(tokens: int, n_experts: int, top_k: int, ep: int) -> Ra
 def sglang_rank0_row(source: str, mode: str, ep: int) -> bool:
     """Whether the SGLang collector timed a row (kernel source ``source``, table mode
     ``mode``, ``ep`` ranks) on rank 0's workload (above)."""
-    return source == SGLANG_RANK0_SOURCE and mode in SGLANG_RANK0_MODES and ep > 1
+    return source == SGLANG_TRITON_SOURCE and mode in SGLANG_RANK0_MODES and ep > 1
 
 
 def table_rank_load(

@@ -540,7 +540,7 @@ class DensePricing(ShardShapes):
             ft.sglang_grid_flops(
                 rows, active, d, self._moe_width, self.up_mats, large_m, self._moe_sms
             )
-            if unquantised and self._moe_source == ft.SGLANG_TRITON_SOURCE
+            if ft.sglang_default_config(self._moe_source, unquantised)
             else 0.0
         )
         experts = kernel(

@@ -342,11 +342,17 @@ def moe_features(
 SGLANG_TRITON_SOURCE = "sglang_fused_moe_triton"
 
 
+def sglang_default_config(source: str, unquantised: bool) -> bool:
+    """Whether a fused-MoE launch (kernel source ``source``; ``unquantised``: bf16 experts)
+    runs SGLang's Triton kernel at ``get_default_config``'s bf16 tiles (above)."""
+    return source == SGLANG_TRITON_SOURCE and unquantised
+
+
 def sglang_large_m(source: str, unquantised: bool, tokens: float, local_experts: float) -> bool:
     """Whether a fused-MoE launch of ``tokens`` runs SGLang's large-M default Triton config
     (kernel source ``source``; ``unquantised`` bf16 experts; ``local_experts`` experts on
     the rank): SGLang's Triton kernel, unquantised experts, more tokens than experts."""
-    return source == SGLANG_TRITON_SOURCE and unquantised and tokens > local_experts
+    return sglang_default_config(source, unquantised) and tokens > local_experts
 
 
 # SGLang's fused-MoE Triton kernel runs a 1-D grid of ``cdiv(EM, BLOCK_SIZE_M) *
@@ -620,6 +626,7 @@ __all__ = [
     "moe_tile_extras",
     "moe_token_tile",
     "replay_resident",
+    "sglang_default_config",
     "sglang_grid_flops",
     "sglang_large_m",
     "sglang_triton_block_m",

@@ -315,7 +315,9 @@ TRTLLM_DEFAULT_SOURCE = "default"  # TensorRT-LLM's tables' ``kernel_source``
 # generation kernel there). Its launch (NVIDIA/TensorRT-LLM ``cpp/tensorrt_llm/common/
 # attentionOp.cpp`` ``mlaGeneration``'s ``mUseGenFlashMLA`` branch and ``attentionOp.h``
 # ``getFlashMlaNumSmParts``; ``cpp/tensorrt_llm/kernels/flashMLA/
-# flash_fwd_mla_metadata.cu`` ``get_mla_metadata_kernel``, stored snapshots): the grid is
+# flash_fwd_mla_metadata.cu`` ``get_mla_metadata_kernel``, stored snapshots, the latter
+# at 06f28ae8; ``block_size_m`` 64 in ``getFlashMlaNumSmParts``, ``block_size_n`` 64 and
+# ``fixed_overhead_num_blocks`` 5 in the ``thop`` op that launches the latter): the grid is
 # ``SMs / ceil(rows / 64)`` SM parts times the 64-row query blocks, one persistent CTA
 # each; every sequence costs ``ceil(keys / 64)`` key blocks plus 5 blocks of fixed
 # overhead, and each part takes in turn ``ceil(total / parts) + 5`` blocks' payload of the
@@ -326,7 +328,7 @@ TRTLLM_DEFAULT_SOURCE = "default"  # TensorRT-LLM's tables' ``kernel_source``
 # times their heads (batch 256, 1 cached token: 22 us at 1 head, 36 at 64, 68 at 128):
 # each sequence segment a CTA runs loads its query rows and writes their output.
 FLASHMLA_GPUS = HOPPER
-FLASHMLA_BLOCK_M = 64  # ``block_size_m``: query rows a CTA
+FLASHMLA_BLOCK_M = MLA_DECODE_HEAD_TILE  # ``block_size_m``: query rows a CTA (above)
 FLASHMLA_BLOCK_N = 64  # ``block_size_n``: keys a block
 FLASHMLA_OVERHEAD_BLOCKS = 5  # ``fixed_overhead_num_blocks``
 
