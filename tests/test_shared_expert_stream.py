@@ -61,6 +61,11 @@ def test_trtllm_overlaps_deepseeks_shared_expert_up_to_the_graphs_batch() -> Non
     )
     config = EngineConfig.of(engine="trtllm", engine_build="1.2.0rc6", tp=8, concurrency=32)
     assert kernel_layout_of(DEEPSEEK, config, "b200").shared_expert_stream_tokens == 32
+    # an open-loop run captures TensorRT-LLM's default graphs, not its whole running set
+    open_loop = EngineConfig.of(engine="trtllm", engine_build="1.2.0rc6", tp=8, max_running=512)
+    assert kernel_layout_of(DEEPSEEK, open_loop, "b200").shared_expert_stream_tokens == 128
+    small = EngineConfig.of(engine="trtllm", engine_build="1.2.0rc6", tp=8, max_running=48)
+    assert kernel_layout_of(DEEPSEEK, small, "b200").shared_expert_stream_tokens == 48
     mtp = dataclasses.replace(
         config,
         mode=dataclasses.replace(

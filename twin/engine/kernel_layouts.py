@@ -358,6 +358,14 @@ def trtllm_kernel_layout(
 TRTLLM_CUDA_GRAPH_MAX_BATCH = 128
 
 
+def trtllm_graph_batch(max_running: int, concurrency: int | None) -> int:
+    """The largest batch (requests) a run's TensorRT-LLM CUDA graphs capture (above): a
+    closed-loop client's concurrency, as InferenceMAX's scripts set it; without one,
+    TensorRT-LLM's default; never more than the requests the run holds."""
+    cap = TRTLLM_CUDA_GRAPH_MAX_BATCH if concurrency is None else concurrency
+    return min(max_running, cap)
+
+
 def trtllm_shared_expert_stream(model: ModelSpec, dp: int) -> bool:
     """Whether TensorRT-LLM runs ``model``'s shared expert on a second stream in its CUDA
     graphs (above): a DeepSeek-V3-style MoE (MLA layers and a shared expert), no
@@ -566,6 +574,7 @@ __all__ = [
     "VLLM_FP32_ROUTER_MODELS",
     "sglang_gdn_in_proj_gemms",
     "sglang_kernel_layout",
+    "trtllm_graph_batch",
     "trtllm_kernel_layout",
     "trtllm_norm_in_allreduce",
     "trtllm_qk_norm_rope_pass",

@@ -16,7 +16,11 @@ from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.profile import Profile
 from twin.engine.config import EngineConfig
 from twin.engine.cost import StepPricer, make_pricer
-from twin.engine.kernel_layouts import with_float32_matmul, with_nsa_prefill_backend
+from twin.engine.kernel_layouts import (
+    trtllm_graph_batch,
+    with_float32_matmul,
+    with_nsa_prefill_backend,
+)
 from twin.errors import TwinError
 from twin.model import ModelSpec
 
@@ -153,11 +157,9 @@ def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> Kernel
     if m.engine == "trtllm" and layout.shared_expert_stream_tokens:
         # TensorRT-LLM's shared expert on its own stream in the captured generation steps
         # (``twin.engine.kernel_layouts.trtllm_shared_expert_stream``): up to the run's
-        # graphs' largest batch, the running requests a closed loop can hold (InferenceMAX
-        # captures up to its concurrency), each verifying its draft tokens under speculation.
-        batch = config.scheduling.max_running
-        if config.arrivals.concurrency is not None:
-            batch = min(batch, config.arrivals.concurrency)
+        # graphs' largest batch (``kernel_layouts.trtllm_graph_batch``), each request
+        # verifying its draft tokens under speculation.
+        batch = trtllm_graph_batch(config.scheduling.max_running, config.arrivals.concurrency)
         verify = 1
         if m.speculative:
             from twin.engine.speculative import Speculation
