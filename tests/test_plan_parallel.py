@@ -99,7 +99,7 @@ def test_the_bound_prices_attention_ranks_stepping_together() -> None:
     assert plain.step_time([], 8, 8) > 0 and not hasattr(plain, "sync_time")
 
 
-# DeepSeek-V3 on 8 H200s under SGLang, 8,192-token prompts and 1,024 output tokens at 1.3
+# DeepSeek-V3 on 8 H200s under SGLang, 8,192-token prompts and 1,024 output tokens at 1.2
 # requests/s: with attention over all 8 GPUs (tp 8, dp 1) every GPU holds each token's
 # whole MLA latent, so the replica's KV pool holds an eighth of the tokens its bytes
 # would (twin.engine.budget.kv_replication_scale); with 8 attention ranks each token
@@ -107,7 +107,9 @@ def test_the_bound_prices_attention_ranks_stepping_together() -> None:
 # driver total, 141 GiB) and its queue grows; the attention-DP replica runs over 1.6 times
 # as many with its pool under 0.8 full and meets P95 TTFT <= 6 s on the same 8 GPUs.
 # (The experts are priced from SGLang 0.5.10's table, not 0.5.14's group tie: 2 requests/s
-# and 5 s held before; moe_layout.group_tied_table.)
+# and 5 s held before; moe_layout.group_tied_table. Session 31's H200 fp8-block refit on the
+# collector's rank-0 rows put the attention-DP replica's P95 at 6.02 s at 1.3 requests/s, so
+# the load is 1.2, where it meets at 5.5 s and the plain replica's is 24 s.)
 DS_SLO = "p95_ttft<=6s"
 
 
@@ -118,7 +120,7 @@ def test_attention_dp_decides_the_answer_for_deepseek(tmp_path: Path) -> None:
         tmp_path / "plan",
         model="deepseek-v3",
         slos=[DS_SLO],
-        session_rate=1.3,
+        session_rate=1.2,
         duration_s=120,
         gpus=["h200"],
         engines=["sglang"],
