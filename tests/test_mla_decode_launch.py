@@ -293,13 +293,15 @@ def test_hopper_fa3_over_an_fp8_cache_streams_its_keys_per_128_row_block() -> No
     assert "block_keys" in fm.get_formula("mla_decode_fp8kv").extras
 
 
-def test_the_reader_gives_hopper_fp8_cache_rows_their_block_keys(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def h200_decode_families(
+    tmp_path: Path, engine: str, framework: str, version: str, source: str
+) -> dict:
+    """The MLA families ``aic_mla.kernel_rows`` reads from one H200 decode shape (16 heads,
+    64 sequences at an 8,192-key context) collected over a bf16 and an fp8 cache, in a
+    generation table written under ``tmp_path`` as ``engine``'s ``version`` labels it."""
     base = {
-        "framework": "SGLang",
-        "version": "0.5.14",
+        "framework": framework,
+        "version": version,
         "device": "NVIDIA H200",
         "mla_dtype": "bfloat16",
         "num_heads": 16,
@@ -308,13 +310,17 @@ def test_the_reader_gives_hopper_fp8_cache_rows_their_block_keys(tmp_path: Path)
         "tp_size": 8,
         "step": 8191,
         "latency": 1.0,
-        "kernel_source": "flash_attention",
+        "kernel_source": source,
     }
     rows = [{**base, "kv_cache_dtype": kv} for kv in ("bfloat16", "fp8")]  # fmt: skip
-    folder = tmp_path / "h200_sxm" / "mla" / "sglang" / "0.5.14"
+    folder = tmp_path / "h200_sxm" / "mla" / engine / version
     folder.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(rows), folder / "generation_mla_perf.parquet")
-    fams = {f.kernel: f for f in aic_mla.kernel_rows(tmp_path / "h200_sxm", "sglang")}
+    return {f.kernel: f for f in aic_mla.kernel_rows(tmp_path / "h200_sxm", engine)}
+
+
+def test_the_reader_gives_hopper_fp8_cache_rows_their_block_keys(tmp_path: Path) -> None:
+    fams = h200_decode_families(tmp_path, "sglang", "SGLang", "0.5.14", "flash_attention")
     assert fams["mla_decode_fp8kv"].rows[0]["block_keys"] == 64 * 8192  # one 128-row block
     assert fams["mla_decode"].rows[0]["block_keys"] == 0  # bf16: FA3's split rule instead
 

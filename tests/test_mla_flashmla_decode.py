@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from test_mla_decode_launch import h200_decode_families
 
 from twin.calibration import aic_mla
 from twin.calibration.aic_import import split_impossible
@@ -87,27 +88,7 @@ def test_flashmla_tiles_are_the_batchs_query_rows() -> None:
 
 
 def test_the_reader_gives_hopper_trtllm_rows_the_flashmla_launch(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    base = {
-        "framework": "TRTLLM",
-        "version": "1.3.0rc20",
-        "device": "NVIDIA H200",
-        "mla_dtype": "bfloat16",
-        "num_heads": 16,
-        "batch_size": 64,
-        "isl": 1,
-        "tp_size": 8,
-        "step": 8191,
-        "latency": 1.0,
-        "kernel_source": "default",
-    }
-    rows = [{**base, "kv_cache_dtype": kv} for kv in ("bfloat16", "fp8")]  # fmt: skip
-    folder = tmp_path / "h200_sxm" / "mla" / "trtllm" / "1.3.0rc20"
-    folder.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(rows), folder / "generation_mla_perf.parquet")
-    fams = {f.kernel: f for f in aic_mla.kernel_rows(tmp_path / "h200_sxm", "trtllm")}
+    fams = h200_decode_families(tmp_path, "trtllm", "TRTLLM", "1.3.0rc20", "default")
     sms = get_gpu("h200").sm_count or 0
     for key, kv_e in (("mla_decode", 2), ("mla_decode_fp8kv", 1)):
         row = fams[key].rows[0]
