@@ -273,7 +273,7 @@ def test_sglang_releases_price_the_tree_as_their_workers_run_it():
 def test_sglang_spec_v1_exposes_its_loop_host_time_where_engine_times_give_none():
     """SGLang's spec v1 (0.5.10.post1) runs without the overlap scheduler: each iteration
     pays its loop's host time, fixed and per request; v2 (0.5.23) overlaps it."""
-    from twin.engine.modes_sglang import SGLANG_SPEC_V1_LOOP_HOST
+    from twin.engine.sglang_speculation import SGLANG_SPEC_V1_LOOP_HOST
 
     chain = tree_sets(2, 1, 3)
     old = get_mode("sglang==0.5.10.post1").settings(LLAMA, chain)["speculative"]

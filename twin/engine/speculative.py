@@ -14,7 +14,7 @@ recurrent states: vLLM ``num_speculative_tokens`` more a running request
 (``MambaSpec.num_speculative_blocks``), SGLang a verify buffer of
 ``speculative_num_draft_tokens`` states per request slot taken from the mamba pool
 (:func:`sglang_verify_reserve`). The engine modes' flags (:mod:`twin.engine.modes_vllm`,
-:mod:`twin.engine.modes_sglang`, :mod:`twin.engine.modes_trtllm`; the JSON objects through
+:mod:`twin.engine.sglang_speculation`, :mod:`twin.engine.modes_trtllm`; the JSON objects through
 one parser, :func:`read_config`) build a :class:`Speculation`; methods are found by name
 in :data:`METHODS`. A workload's ``spec_acceptance`` column gives a request its own
 acceptance (:meth:`Speculation.decode_scale`).
