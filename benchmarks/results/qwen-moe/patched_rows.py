@@ -14,7 +14,7 @@ sys.path.insert(0, "benchmarks")
 
 import silicon_rows
 
-import twin.engine.modes_sglang as modes_sglang
+import twin.engine.sglang_speculation as sglang_speculation
 import twin.validate.silicon.inferencemax as im
 import twin.validate.silicon.inferencemax_sglang as ims
 
@@ -26,6 +26,6 @@ if os.environ.get("ACC"):
     print("acceptance", ims._QWEN35_MTP["speculative_acceptance"], flush=True)
 if os.environ.get("LOOP"):
     fixed, each = (float(x) for x in os.environ["LOOP"].split(","))
-    modes_sglang.SGLANG_SPEC_V1_LOOP_HOST = (fixed, each)
-    print("loop host", modes_sglang.SGLANG_SPEC_V1_LOOP_HOST, flush=True)
+    sglang_speculation.SGLANG_SPEC_V1_LOOP_HOST = (fixed, each)
+    print("loop host", sglang_speculation.SGLANG_SPEC_V1_LOOP_HOST, flush=True)
 sys.exit(silicon_rows.main(sys.argv[1:]))
