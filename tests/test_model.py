@@ -58,6 +58,12 @@ def test_preset_bytes(name: str, kv: int, ckpt: int) -> None:
         ("mamba2-2.7b", 2.70),
         ("nemotron-h-8b", 8.1),
         ("jamba-1.5-mini", 51.5),
+        ("qwen3.5-9b", 8.95),  # card: 9B (GGUF metadata: 8.95B)
+        ("qwen3.5-35b-a3b", 35),
+        ("qwen3-next-80b-a3b", 80),
+        ("granite-4.0-h-small", 32),
+        ("gpt-oss-20b", 20.91),  # gpt-oss model card: 20.91B total
+        ("gemma-3-4b", 3.88),  # text tower: 3,880,099,328 (keras-hub gemma3_4b_text)
     ],
 )
 def test_parameter_counts_match_published_sizes(name: str, billions: float) -> None:

@@ -33,7 +33,8 @@ def test_layer_plan_follows_the_pattern() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["tiny-gdn-hybrid", "tiny-mamba1-hybrid", "tiny-parallel", "tiny-moe-hybrid"]
+    "name",
+    ["tiny-hybrid", "tiny-gdn-hybrid", "tiny-mamba1-hybrid", "tiny-parallel", "tiny-moe-hybrid"],
 )
 def test_resuming_from_states_equals_one_pass(name: str) -> None:
     lm = HybridLM(get_model(name), "cpu", F64, seed=3)
