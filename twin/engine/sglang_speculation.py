@@ -157,51 +157,36 @@ def sglang_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
 # The twin's speculative methods by SGLang's --speculative-algorithm (the memory rule's).
 SGLANG_ALGORITHMS = {method: name for name, method in ALGORITHM_METHODS.items()}
 
+# SGLang's speculative flags: how each value reads (``_sglang_spec``), the default the help
+# shows, the help.
+_FLAGS = {
+    "speculative_algorithm": (
+        "algorithm",
+        "none",
+        "EAGLE, EAGLE3, NEXTN (MTP), STANDALONE (draft model), NGRAM; max_running_requests then 48",
+    ),
+    "speculative_draft_model_path": (
+        "str",
+        "none",
+        "STANDALONE: the draft (a preset or config.json); EAGLE heads: recorded",
+    ),
+    "speculative_num_steps": (
+        "int",
+        "auto",
+        "draft passes a step (unset: 5/4/8 for Llama, else 3/1/4)",
+    ),
+    "speculative_eagle_topk": ("int", "auto", "branches a draft pass"),
+    "speculative_num_draft_tokens": ("int", "auto", "tokens verified a step (topk 1: steps + 1)"),
+    "sglang_simulate_acc_len": (
+        "float",
+        "-1 (off)",
+        "acceptance length a verify (env SGLANG_SIMULATE_ACC_LEN)",
+    ),
+}
 SPECULATIVE_FLAGS: tuple[tuple[str, Flag], ...] = (
-    (
-        "speculative_algorithm",
-        Flag(
-            "EAGLE, EAGLE3, NEXTN (MTP), STANDALONE (draft model), NGRAM; "
-            "max_running_requests then 48",
-            _sglang_spec("speculative_algorithm", "algorithm"),
-            "none",
-        ),
-    ),
-    (
-        "speculative_draft_model_path",
-        Flag(
-            "STANDALONE: the draft (a preset or config.json); EAGLE heads: recorded",
-            _sglang_spec("speculative_draft_model_path", "str"),
-            "none",
-        ),
-    ),
-    (
-        "speculative_num_steps",
-        Flag(
-            "draft passes a step (unset: 5/4/8 for Llama, else 3/1/4)",
-            _sglang_spec("speculative_num_steps", "int"),
-            "auto",
-        ),
-    ),
-    (
-        "speculative_eagle_topk",
-        Flag("branches a draft pass", _sglang_spec("speculative_eagle_topk", "int"), "auto"),
-    ),
-    (
-        "speculative_num_draft_tokens",
-        Flag(
-            "tokens verified a step (topk 1: steps + 1)",
-            _sglang_spec("speculative_num_draft_tokens", "int"),
-            "auto",
-        ),
-    ),
-    (
-        "sglang_simulate_acc_len",
-        Flag(
-            "acceptance length a verify (env SGLANG_SIMULATE_ACC_LEN)",
-            _sglang_spec("sglang_simulate_acc_len", "float"),
-            "-1 (off)",
-        ),
+    *(
+        (name, Flag(help, _sglang_spec(name, kind), default))
+        for name, (kind, default, help) in _FLAGS.items()
     ),
     (
         "speculative_acceptance",
