@@ -94,6 +94,27 @@ def test_trtllm_rows_run_with_the_overlap_scheduler() -> None:
     assert isinstance(plan, sil.RowPlan) and "sets" not in plan.deployment
 
 
+def test_trtllm_1_3_0rc1_gap_analysis_rows_are_not_expressed() -> None:
+    """The gap-analysis collection's TensorRT-LLM 1.3.0rc1 rows (TPOT not set by their
+    own decode batch: ``twin.validate.silicon.harness``) are counted under their reason,
+    before anything is priced; the same collection's other releases, and 1.3.0rc1 rows
+    of another source, are planned."""
+    row = _rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"]
+    src = "source_file=/Users/x/aic-auto-gap-analysis/data/b200_sxm/trtllm/1.3.0rc1/m.csv; "
+    gap = replace(row, backend_version="1.3.0rc1", source=src + "silicon_concurrency=4")
+    assert sil.gap_analysis_tpot_unpaced(gap)
+    assert sil.plan_row(gap, CONFIGS) == sil.REASON_GAP_ANALYSIS_TPOT
+    assert sil.plan_row(gap, CONFIGS, "defaults") == sil.REASON_GAP_ANALYSIS_TPOT
+    for other in (
+        replace(gap, backend_version="1.3.0rc5"),
+        replace(gap, backend="vllm"),
+        replace(gap, source="source_file=2026-04-06.csv; silicon_concurrency=4"),
+        replace(gap, source="/x/aic-auto-gap-analysis/y.csv; silicon_concurrency=4"),
+    ):
+        assert not sil.gap_analysis_tpot_unpaced(other)
+    assert isinstance(sil.plan_row(replace(gap, backend_version="1.3.0rc5"), CONFIGS), sil.RowPlan)
+
+
 def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     """InferenceMAX's DeepSeek-R1 TensorRT-LLM runs on B200 in the 1.2.0rc6.post3 image
     are its ``-mtp`` configurations: MTP with 3 drafts (1 with attention DP); the

@@ -136,3 +136,39 @@ def cold_server(row: SiliconRow) -> bool:
     row measured before :data:`INFERENCEMAX_WARMUP_FROM`."""
     day = measured_on(row)
     return inferencemax_row(row) and day is not None and day < INFERENCEMAX_WARMUP_FROM
+
+
+# The TensorRT-LLM 1.3.0rc1 rows of the "aic-auto-gap-analysis" collection (26 rows:
+# Qwen3-32B GB200, DeepSeek-R1-NVFP4 B200, gpt-oss-120b H100; Dynamo 0.9.0 runtime image,
+# measured 2026-03-17 to -23) record a TPOT that their own fields' decode work does not set
+# (docs/decisions.md, "Issue 31, step: the Llama-3.1-8B-FP8 vLLM and TensorRT-LLM 1.3.0rc1
+# outliers"), read off the fit rows:
+# - Qwen3-32B GB200 tp 2: each ISL/OSL is one deployment (one ``gtl_task_id`` for all its
+#   concurrencies, ``batch_size`` the clients a worker gets: c / 2 at 2k/500, c / 4 at
+#   4k/1k). At one client a worker TPOT is 8.1 ms with one client in all (c 1) and 41.9 ms
+#   with two (c 2, 2k/500); at 4k/1k 8.2 ms at one client, 50.7 ms at two a worker, 94.1 at
+#   four and 71.8 at 32: a TPOT that falls as each worker's batch grows 8x, where decoding
+#   one to four sequences of a 32B dense model reads the same weights.
+# - DeepSeek-R1-NVFP4 B200: 85.2-91.8 ms over 5 to 56 clients a worker at tp 4 and 8 (an 11x
+#   batch and half the GPUs within 8%), where DeepSeek-V3.1-NVFP4 (the same architecture)
+#   on B200 with TensorRT-LLM 1.3.0rc5, tp 8 ep 8, batch 56 (448 clients) measures 21.2 ms.
+# - gpt-oss-120b H100 tp 4: 47.3 and 49.3 ms at 40 and 96 clients a worker.
+# No reading of the fields (their workers; one worker with every client; attention DP
+# over the tp ranks) brings the twin's decode near these; no source names what else ran.
+GAP_ANALYSIS_SOURCE = "aic-auto-gap-analysis/"
+GAP_ANALYSIS_UNPACED_RELEASES = frozenset({("trtllm", "1.3.0rc1")})
+REASON_GAP_ANALYSIS_TPOT = (
+    "TensorRT-LLM 1.3.0rc1 gap-analysis rows: TPOT not set by their decode batch "
+    "(inconsistent within a sweep)"
+)
+
+
+def gap_analysis_tpot_unpaced(row: SiliconRow) -> bool:
+    """Whether ``row`` is one of the gap-analysis collection's releases whose TPOT its
+    own decode batch does not set (above)."""
+    found = _SOURCE_FILE.search(row.source)
+    return (
+        found is not None
+        and GAP_ANALYSIS_SOURCE in found.group(1)
+        and (row.backend, row.backend_version) in GAP_ANALYSIS_UNPACED_RELEASES
+    )

@@ -32,7 +32,12 @@ from twin.validate.silicon.eager_prefill import (
     vllm_eager_overlaps,
     vllm_graph_tokens,
 )
-from twin.validate.silicon.harness import harness_of, inferencemax_row
+from twin.validate.silicon.harness import (
+    REASON_GAP_ANALYSIS_TPOT,
+    gap_analysis_tpot_unpaced,
+    harness_of,
+    inferencemax_row,
+)
 from twin.validate.silicon.inferencemax import (
     INFERENCEMAX_DISAGG_SYSTEMS,
     REASON_INFERENCEMAX_DISAGG,
@@ -171,6 +176,8 @@ def plan_row(
         return REASON_INFERENCEMAX_DISAGG
     if inferencemax_client_capped(row):
         return REASON_INFERENCEMAX_CLIENT_CAP
+    if gap_analysis_tpot_unpaced(row):
+        return REASON_GAP_ANALYSIS_TPOT
     if (row.pp or 1) > 1:
         return REASON_PP
     unpriced = _unpriced_columns(row)
