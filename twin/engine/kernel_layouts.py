@@ -316,8 +316,8 @@ def trtllm_qk_norm_rope_pass(model: ModelSpec) -> bool:
 def trtllm_kernel_layout(
     model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
-    """TensorRT-LLM's kernel layout of ``model`` (every 1.x build read: ``build``, ``ep``
-    and ``gpu`` unused).
+    """TensorRT-LLM's kernel layout of ``model`` (``ep`` unused; ``build`` and ``gpu`` only
+    for the 1.1 line's DeepGEMM experts, :func:`trtllm_deepgemm_rows_per_expert`).
     Under attention DP its MoE layers all-gather and reduce-scatter the ranks' tokens
     (``twin.costmodel.gather_scatter``, which cites the modules and the releases'
     all-to-all selection) and its dense MLP layers and shared expert run on each rank's
@@ -326,7 +326,8 @@ def trtllm_kernel_layout(
     qk = trtllm_qk_norm_rope_pass(model)
     gather = dp > 1
     stream = TRTLLM_CUDA_GRAPH_MAX_BATCH if trtllm_shared_expert_stream(model, dp) else 0
-    if not (fused or qk or gather or stream):
+    rows = trtllm_deepgemm_rows_per_expert(model, build, gpu)
+    if not (fused or qk or gather or stream or rows):
         return DEFAULT_LAYOUT
     return KernelLayout(
         norm_in_allreduce=fused,
@@ -335,7 +336,45 @@ def trtllm_kernel_layout(
         moe_gather_scatter=gather,
         dense_ffn_on_rank=gather,
         shared_expert_stream_tokens=stream,
+        moe_rows_per_expert=rows,
     )
+
+
+# TensorRT-LLM's DEEPGEMM MoE backend (``DeepGemmFusedMoE``, ``tensorrt_llm/_torch/modules/
+# fused_moe/fused_moe_deepgemm.py``, read at jmydurant/TensorRT-LLM f44cd328, a 2026 fork)
+# lays each local expert's tokens out in a masked buffer (``m_max = align(tokens, 128)``
+# rows an expert, ``masked_m`` the rows it holds) and runs DeepGEMM's masked grouped GEMM
+# (``fp8_m_grouped_gemm_nt_masked``) for both expert GEMMs, on SM 100 / 103 and block-fp8
+# experts only (``can_implement``). DeepGEMM's SM100 kernels put the tokens on the MMA's M
+# side in tiles of 128 rows unless they swap A and B: DeepGEMM's SM100 support as NVIDIA
+# contributed it (deepseek-ai/DeepGEMM pull request 112, 2025-06-12) lists "small M
+# optimization (~128)", "very small M values (<64), with swap AB optimization" and "masked
+# grouped GEMM optimization" as still to come, and TensorRT-LLM pull request 7355 (merged
+# 2025-08-29, "Support DeepGEMM swap-AB on sm100") added swap-AB as a tactic of the FP8
+# blockwise linear GEMM only; today's DeepGEMM (``csrc/jit_kernels/heuristics/sm100.hpp``
+# ``get_layout_candidates``) always swaps for the m-grouped GEMMs (tokens on the N side, 16-
+# row steps). So a decode step of the 1.1 line computes 128 rows for every expert its
+# tokens reach (``DensePricing._moe_padded_rows``) where the priced table (NVIDIA's B200
+# ``moe_perf`` 1.3.0rc20 DeepGEMM rows, ``twin.validate.silicon.precision``
+# ``TRTLLM_BLOCK_EXPERT_TABLES``) times the swapped kernel. The 1.1.0rc2.post2 wheel was not
+# read (not reachable); the release bound is measured: InferenceMAX's B200 fp8 DeepSeek-R1
+# rows at the same lengths, clients, TP and drafts run 33-56% slower in TPOT on
+# 1.1.0rc2.post2 (DEEPGEMM) than on 1.2.0rc6 (TRTLLM, or DEEPGEMM under attention DP,
+# whose rows the unpadded table prices within +4%), while the image's fp4 rows (nvfp4
+# experts, not DeepGEMM) price within -4% (median) with no release term
+# (docs/decisions.md, "TensorRT-LLM 1.1's DeepGEMM experts", session 32).
+TRTLLM_DEEPGEMM_SWAP_AB_SINCE = "1.2.0rc0"
+
+
+def trtllm_deepgemm_rows_per_expert(model: ModelSpec, build: str, gpu: str) -> int:
+    """The rows TensorRT-LLM ``build``'s DeepGEMM experts compute for each expert a step
+    reaches on ``gpu`` (above): DeepGEMM's M tile for block-fp8 experts on an SM 10.0 GPU
+    before 1.2; 0 (the rows as routed) otherwise, or where ``build`` is not a release."""
+    if not model.n_moe_layers or gpu not in SM100_EXACT:
+        return 0
+    if px.moe_format(model).name != DEEPGEMM_FORMAT or version_key(build) is None:
+        return 0
+    return 0 if release_at_least(build, TRTLLM_DEEPGEMM_SWAP_AB_SINCE) else DEEPGEMM_M_ALIGNMENT
 
 
 # TensorRT-LLM's DeepSeek-V3 MoE layer (``tensorrt_llm/_torch/models/modeling_deepseekv3.py``
@@ -570,10 +609,12 @@ __all__ = [
     "DEEPGEMM_GPUS",
     "FLASHINFER_CUTLASS_EXPERT_S",
     "TRTLLM_CUDA_GRAPH_MAX_BATCH",
+    "TRTLLM_DEEPGEMM_SWAP_AB_SINCE",
     "VLLM_FLASHINFER_CUTLASS_TP_BUILDS",
     "VLLM_FP32_ROUTER_MODELS",
     "sglang_gdn_in_proj_gemms",
     "sglang_kernel_layout",
+    "trtllm_deepgemm_rows_per_expert",
     "trtllm_graph_batch",
     "trtllm_kernel_layout",
     "trtllm_norm_in_allreduce",
