@@ -291,7 +291,7 @@ class DensePricing(ShardShapes):
                         ),
                     )
         if kinds.get("mla"):  # twin.costmodel.mla_pricing
-            total += put(LABEL["mla"], kinds["mla"], self._mla_dense(t, norm, ar))
+            total += put(LABEL["mla"], kinds["mla"], self._mla_dense(t, layer_norm, ar))
         if kinds.get("mamba2"):
             g_in = self._proj(t, d, self.in_proj_width)
             g_out = self._proj(t, self.d_inner, d)
@@ -357,8 +357,17 @@ class DensePricing(ShardShapes):
 
         gpt-oss (``modeling_gpt_oss.py`` ``TransformerBlock.forward_tp``, at 050b6cb9)
         fuses both norms the same way under TP, with ``RESIDUAL_RMS_NORM`` alone: no
-        quantisation is taken off."""
+        quantisation is taken off.
+
+        SGLang's FlashInfer all-reduce fusion runs the fused kernel (FlashInfer's
+        ``trtllm_allreduce_fusion``) only in steps of at most
+        ``KernelLayout.norm_in_allreduce_max_tokens`` tokens; larger steps keep the norm
+        pass (``twin.engine.kernel_layouts.sglang_allreduce_norm_tokens``). An MLA
+        layer's pre-attention norm is the one given here too (``MlaPricing._mla_dense``)."""
         if not self.kernel_layout.norm_in_allreduce or self.tp == 1:
+            return norm, 0.0
+        cap = self.kernel_layout.norm_in_allreduce_max_tokens
+        if cap and t > cap:  # past the fused kernel's size: all-reduce, then the norm
             return norm, 0.0
         if not self.kernel_layout.allreduce_quantises_input or self.priced.linear.name != "nvfp4":
             return 0.0, 0.0

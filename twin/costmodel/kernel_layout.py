@@ -107,6 +107,11 @@ class KernelLayout:
     # nvfp4 format there too (its Llama): ``DensePricing._norm_in_allreduce``.
     norm_in_allreduce: bool = False
     allreduce_quantises_input: bool = False
+    # The largest step (tokens) whose all-reduces run fused with the norms where
+    # ``norm_in_allreduce`` holds; a larger step runs the plain all-reduce and the norm
+    # pass apart (SGLang's FlashInfer fusion:
+    # ``twin.engine.kernel_layouts.sglang_allreduce_norm_tokens``); 0: every step.
+    norm_in_allreduce_max_tokens: int = 0
     # Per-head q/k RMSNorms run as a pass of their own over q and k before attention,
     # RoPE inside it (TensorRT-LLM's Qwen3 ``fused_qk_norm_rope``): one element-wise pass
     # an attention layer (``DensePricing._qk_norm``).
@@ -192,6 +197,11 @@ class KernelLayout:
             raise TwinError(
                 "kernel layout: moe_rows_per_expert must be >= 0 "
                 f"(got {self.moe_rows_per_expert!r})"
+            )
+        if self.norm_in_allreduce_max_tokens < 0:
+            raise TwinError(
+                "kernel layout: norm_in_allreduce_max_tokens must be >= 0 "
+                f"(got {self.norm_in_allreduce_max_tokens!r})"
             )
         if self.shared_expert_stream_tokens < 0:
             raise TwinError(

@@ -16,7 +16,7 @@ import dataclasses
 import re
 
 from twin import precision as px
-from twin.costmodel.engine_kernels import HOPPER, SM100_EXACT
+from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER, SM100_EXACT
 from twin.costmodel.kernel_layout import (
     DEFAULT_LAYOUT,
     KernelLayout,
@@ -230,6 +230,48 @@ def sglang_dsa_decode_module(
     return SGLANG_DSA_DECODE_MODULE.get((gpu, backend))
 
 
+# SGLang runs each layer's residual add + RMSNorm inside its tensor-parallel all-reduces
+# (FlashInfer's ``trtllm_allreduce_fusion``, one-shot Lamport kernel) where
+# ``enable_flashinfer_allreduce_fusion`` is on: 0.5.9 and 0.5.10.post1 (the wheels)
+# ``srt/server_args.py`` ``_handle_model_specific_adjustments`` turns it on by default
+# for :data:`SGLANG_ALLREDUCE_FUSION_MODELS` on SM90 or SM10x (``is_sm90_supported`` /
+# ``is_sm100_supported``: capability major 9 or 10, B300 included) at ``tp_size > 1``
+# (0.5.10.post1; 0.5.9 fuses nothing on one GPU either), without DP attention, on one
+# node, with no MoE all-to-all backend; 0.5.10.post1 adds Qwen3.5
+# (``Qwen3_5MoeForConditionalGeneration``). ``srt/layers/communicator.py``
+# ``apply_flashinfer_allreduce_fusion``: in a step of at most
+# ``FUSE_ALLREDUCE_MAX_BATCH_SIZE`` (2,048) tokens the post-attention all-reduce runs
+# with the MLP's norm (``_gather_hidden_states_and_residual``:
+# ``layernorm.forward_with_allreduce_fusion``) and the MLP's with the next layer's input
+# norm (``should_fuse_mlp_allreduce_with_next_layer``, the MLP then skipping its own
+# all-reduce: ``models/deepseek_v2.py``, ``gpt_oss.py``, ``qwen3_moe.py``; 0.5.10.post1
+# ``qwen3_5.py``). Priced by ``DensePricing._norm_in_allreduce`` (both norms leave; the
+# all-reduce's fit stands for the fused kernel). Releases before 0.5.9 and the nightly
+# builds are not read here: unchanged.
+SGLANG_ALLREDUCE_FUSION_SINCE = "0.5.9"
+SGLANG_ALLREDUCE_FUSION_MODELS = ("deepseek-r1", "deepseek-v3", "kimi-k2", "gpt-oss")
+SGLANG_ALLREDUCE_FUSION_QWEN35_SINCE = "0.5.10"
+SGLANG_ALLREDUCE_FUSION_GPUS = HOPPER | BLACKWELL_SM100
+SGLANG_FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048
+
+
+def sglang_allreduce_norm_tokens(model: ModelSpec, build: str, tp: int, dp: int, gpu: str) -> int:
+    """The largest step (tokens) in which SGLang ``build`` runs ``model``'s norms inside
+    its all-reduces on ``tp`` ``gpu`` GPUs with ``dp`` attention-DP ranks (above); 0: never."""
+    if tp <= 1 or dp > 1 or gpu not in SGLANG_ALLREDUCE_FUSION_GPUS:
+        return 0
+    if not release_at_least(build, SGLANG_ALLREDUCE_FUSION_SINCE):
+        return 0
+    qwen3_moe = model.name.lower().rsplit("/", 1)[-1].startswith("qwen3-") and bool(
+        model.n_moe_layers
+    )
+    qwen35 = _named(model, "qwen3.5") and release_at_least(
+        build, SGLANG_ALLREDUCE_FUSION_QWEN35_SINCE
+    )
+    named = any(_named(model, m) for m in SGLANG_ALLREDUCE_FUSION_MODELS)
+    return SGLANG_FUSE_ALLREDUCE_MAX_BATCH_SIZE if (named or qwen3_moe or qwen35) else 0
+
+
 def sglang_kernel_layout(
     model: ModelSpec, build: str, tp: int, dp: int, ep: int, gpu: str
 ) -> KernelLayout:
@@ -240,14 +282,17 @@ def sglang_kernel_layout(
     prefill logits on a ``gpu`` of :data:`SGLANG_DSA_INDEXER_PAIR_S`; GLM-5's forced
     sparse-MLA prefill module on Blackwell at SGLang's default prefill backend,
     :func:`sglang_forced_sparse_module`, at ``tp / dp`` GPUs an attention rank; its
-    measured sparse decode module, :func:`sglang_dsa_decode_module`); the same on every
-    ``ep``."""
+    measured sparse decode module, :func:`sglang_dsa_decode_module`; its norms inside the
+    all-reduces, :func:`sglang_allreduce_norm_tokens`); the same on every ``ep``."""
     gemms = sglang_gdn_in_proj_gemms(model, build)
     sparse = bool(model.index_n_heads and model.index_topk)
-    if gemms == 1 and not sparse:
+    fused = sglang_allreduce_norm_tokens(model, build, tp, dp, gpu)
+    if gemms == 1 and not sparse and not fused:
         return DEFAULT_LAYOUT
     pair_s = SGLANG_DSA_INDEXER_PAIR_S.get(gpu, 0.0) if sparse else 0.0
     return KernelLayout(
+        norm_in_allreduce=bool(fused),
+        norm_in_allreduce_max_tokens=fused,
         gdn_in_proj_gemms=gemms,
         nsa_sparse_prefill=sparse,
         nsa_indexer_pair_s=pair_s,
@@ -612,6 +657,7 @@ __all__ = [
     "TRTLLM_DEEPGEMM_SWAP_AB_SINCE",
     "VLLM_FLASHINFER_CUTLASS_TP_BUILDS",
     "VLLM_FP32_ROUTER_MODELS",
+    "sglang_allreduce_norm_tokens",
     "sglang_gdn_in_proj_gemms",
     "sglang_kernel_layout",
     "trtllm_deepgemm_rows_per_expert",
