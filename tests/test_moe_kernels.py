@@ -495,7 +495,9 @@ def test_regenerated_moe_fits_keep_the_l2_and_large_m_terms(name: str) -> None:
         assert reads_replay_l2(fit["params"]), kernel
     sglang_triton = fams["moe"]["provenance"]["kernel_source"] == ft.SGLANG_TRITON_SOURCE
     if sglang_triton:  # the large-M config's rate fitted, well above the fit's floor
-        assert fams["moe"]["params"]["c_large_m_weights"] > 1e-13
+        # (a coefficient at its floor sits near 1e-21 here; A100's 0.5.10 fit, whose rows
+        # carry the collector's clamped slots, fits 9.7e-14: helper moe32, session 32)
+        assert fams["moe"]["params"]["c_large_m_weights"] > 1e-14
     assert sglang_triton == (name in SGLANG_TRITON_PROFILES)
 
 

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from twin.calibration.aic_moe import moe_row, reads_sglang_grid
-from twin.calibration.collector_routing import collector_rank0_load, sglang_rank0_row
+from twin.calibration.collector_routing import (
+    SGLANG_CLAMPED_RELEASES,
+    collector_rank0_load,
+    sglang_clamped_rows,
+    sglang_rank0_row,
+)
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
 from twin.costmodel.profile_store import resolve_profile
@@ -55,8 +60,17 @@ def test_the_sglang_collectors_triton_rows_under_ep_time_rank_0() -> None:
     # token i's experts are i mod 16 + 16 j: a quarter of the tokens, one row each
     assert (new["active_experts"], rank0.rows) == (4.0, 256.0)
     assert new["grid_flops"] == ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142)
-    # without the SMs (a fit written before the grid): the mean rank and no grid
-    old = moe_row(row, bf16, "moe", 0.1, None, True)
+    # a table of a release whose collector computed its clamped slots (0.5.10): the
+    # launch's rows are rank 0's 256 tokens' 8 slots each, the 1,792 masked ones clamped
+    # onto expert 0 (``sglang_clamped_rows``)
+    assert "0.5.10" in SGLANG_CLAMPED_RELEASES and "0.5.14" not in SGLANG_CLAMPED_RELEASES
+    hot = sglang_clamped_rows(1024, 128, 8, 32)
+    assert hot == 256 * 8 - 256
+    clamped = moe_row(row, bf16, "moe", 0.1, None, True, 142, True)
+    assert clamped["grid_flops"] == ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142, hot)
+    assert clamped["flops"] == pytest.approx(new["flops"] * (rank0.rows + hot) / rank0.rows)
+    # without the SMs (a fit written before the grid): the mean rank, no grid, no clamp
+    old = moe_row(row, bf16, "moe", 0.1, None, True, None, True)
     assert old["grid_flops"] == 0.0
     mean = ROUTINGS["balanced"].rank_load(1024, 128, 8, 32)
     assert old["routed_elems"] == new["routed_elems"]
@@ -73,6 +87,28 @@ def test_the_sglang_collectors_triton_rows_under_ep_time_rank_0() -> None:
     # quantised experts get no grid (their default config was not read)
     fp8 = moe_row({**row, "moe_dtype": "fp8_block"}, WEIGHT_FORMATS["fp8-block"], "m", 0.1)
     assert fp8["grid_flops"] == 0.0
+
+
+def test_the_sglang_collectors_masked_slots_run_as_rows_of_expert_0() -> None:
+    # aiconfigurator's collector clamps rank 0's masked slots (expert -1) to expert 0:
+    # 1,024 tokens, 128 experts, top 8, EP 32: 256 tokens hold one of rank 0's 4 experts,
+    # their other 7 slots each a row of expert 0 (64 + 1,792 rows: 29 blocks of 64)
+    assert ft.moe_expert_tiles(256.0, 4.0, 64, 1792.0) == 3 + 29
+    assert ft.moe_expert_tiles(256.0, 4.0, 64) == 4
+    grid = ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142, 1792.0)
+    # 32 blocks: 768 gate-and-up programs (6 waves on 142 SMs), 1,024 down programs (8)
+    assert grid == 2.0 * 64 * 64 * 142 * (6 * 2048 + 8 * 768)
+    # the rows are the launch's: FLOPs of 2,048 rows, the padding of expert 0's last block
+    flops, _, extras = ft.moe_features(
+        256.0, 1.0, 4.0, 2048, 768, 2, 2, 2.0, 2.0, None, True, 64, grid, 1792.0
+    )
+    assert flops == ft.moe_sums(2048.0, 4.0, 2048, 768, 2, 2, 2.0, 2.0)[0]
+    assert extras["pad_flops"] == 2.0 * (32 * 64 - 2048) * 2048 * 3 * 768
+    # EP 1 and 1 token an expert-0 row: nothing clamped beyond the token's other slots
+    assert sglang_clamped_rows(4, 128, 8, 1) == 0.0
+    assert sglang_clamped_rows(1, 128, 8, 32) == 7.0
+    # a serving rank skips its remote slots: the step's grid reads no clamped rows
+    assert ft.sglang_grid_flops(256.0, 4.0, 2048, 768, 2, True, 142) < grid
 
 
 def _step(prof: Any, c: float, batch: int) -> float:
@@ -111,3 +147,31 @@ def test_the_hopper_sglang_triton_fits_price_as_before() -> None:
     for gpu in ("h100", "h200"):
         fit = resolve_profile(gpu, None, "sglang").kernels["moe"]
         assert not reads_sglang_grid(fit.params) and fit.params["c_grid_flops"] == 0.0
+
+
+def _series_rows(gpu: str, tokens: int) -> dict[int, dict[str, Any]]:
+    """The 2,048 x 768 experts, 128, top 8, TP 1 rows of ``gpu``'s SGLang bf16 family at
+    ``tokens`` tokens, by EP, as the reader features them."""
+    from twin.calibration.aic_moe import moe_rows
+    from twin.calibration.aic_tables import system_dir
+
+    fam = next(f for f in moe_rows(system_dir(gpu), "sglang") if f.kernel == "moe")
+    shape = {"d": 2048, "i": 768, "k": 8, "e": 128, "tp": 1, "t": tokens}
+    return {
+        r["shape"]["ep"]: r for r in fam.rows if all(r["shape"][k] == v for k, v in shape.items())
+    }
+
+
+@pytest.mark.slow
+def test_the_0510_tables_time_the_clamped_slots_and_the_0514_tables_do_not() -> None:
+    pytest.importorskip("aiconfigurator_core")
+    # A100 (0.5.10): every token holds one of rank 0's experts up to EP 8 (the routing's
+    # stride is 16 experts), so rank 0 launches all 16,384 x 8 slots and the time stays
+    # flat (12.1 -> 11.7 ms); the reader gives EP 8 the FLOPs of EP 1
+    a100 = _series_rows("a100-80gb", 16384)
+    assert a100[8]["median_s"] > 0.9 * a100[1]["median_s"]
+    assert a100[8]["flops"] == pytest.approx(a100[1]["flops"])
+    # L40S (0.5.14): the time falls with EP and the reader keeps rank 0's own rows
+    l40s = _series_rows("l40s", 16384)
+    assert l40s[8]["median_s"] < 0.5 * l40s[1]["median_s"]
+    assert l40s[8]["flops"] == pytest.approx(l40s[1]["flops"] / 8)

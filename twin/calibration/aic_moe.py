@@ -21,7 +21,12 @@ from twin.calibration.aic_tables import (
     system_l2,
     system_sm_count,
 )
-from twin.calibration.collector_routing import sglang_rank0_row, table_rank_load
+from twin.calibration.collector_routing import (
+    SGLANG_CLAMPED_RELEASES,
+    sglang_clamped_rows,
+    sglang_rank0_row,
+    table_rank_load,
+)
 from twin.calibration.moe_sibling import (
     BAND,
     MOE_SHAPE_COLUMNS,
@@ -64,6 +69,7 @@ def moe_row(
     l2_bytes: float | None = None,
     timed_rank: bool = True,
     sms: int | None = None,
+    clamped: bool = False,
 ) -> dict[str, Any]:
     """One balanced ``moe_perf`` row as a fitting row, per GPU: the rank receives
     ``tokens x topk / ep`` rows (balanced routing spreads them evenly over the experts,
@@ -80,7 +86,9 @@ def moe_row(
     ``sms``: the SMs of the table's GPU, for SGLang's Triton grid
     (``features.sglang_grid_flops``, bf16 rows; None: not read, and SGLang's rows at the
     mean rank, as a fit written before the grid was fitted read them); with it, SGLang's
-    Triton rows under EP are those of its collector's rank 0 (``sglang_rank0_row``)."""
+    Triton rows under EP are those of its collector's rank 0 (``sglang_rank0_row``);
+    ``clamped``: with the rows its clamp of the masked slots puts on expert 0
+    (``sglang_clamped_rows``: a table of ``SGLANG_CLAMPED_RELEASES``)."""
     t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
     source = str(r.get("kernel_source", ""))
     rank0 = sms is not None and sglang_rank0_row(source, str(r.get("moe_dtype", "")), ep)
@@ -106,10 +114,27 @@ def moe_row(
         n_exp // ep,
         width,
     )
+    # the collector's clamped slots: rows of rank 0's expert 0 (``sglang_clamped_rows``)
+    hot = sglang_clamped_rows(t, n_exp, top, ep) if rank0 and timed_rank and clamped else 0.0
     triton_bf16 = ft.sglang_default_config(source, fmt.bytes_per_param is None)
-    grid = ft.sglang_grid_flops(rows, active, d, width, 2, large_m, sms) if triton_bf16 else 0.0
+    grid = (
+        ft.sglang_grid_flops(rows, active, d, width, 2, large_m, sms, hot) if triton_bf16 else 0.0
+    )
     feats = ft.moe_features(
-        rows, routed, active, d, width, 2, ELEM_BYTES, act_e, w_e, l2_bytes, large_m, tile, grid
+        rows,
+        routed,
+        active,
+        d,
+        width,
+        2,
+        ELEM_BYTES,
+        act_e,
+        w_e,
+        l2_bytes,
+        large_m,
+        tile,
+        grid,
+        hot,
     )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)
@@ -287,10 +312,11 @@ def moe_rows(
             counts[src] = counts.get(src, 0) + 1
         source = max(sorted(counts), key=lambda k: counts[k])
         raw = [r for r in raw if str(r.get("kernel_source", "")) == source]
+        clamped = chosen in SGLANG_CLAMPED_RELEASES  # the collector's clamped slots
         out = []
         for i, r in enumerate(raw):
             _require(r, MOE_COLUMNS, table, i)
-            out.append(moe_row(r, fmt, kernel, r["latency"], l2, replay_l2, sms))
+            out.append(moe_row(r, fmt, kernel, r["latency"], l2, replay_l2, sms, clamped))
         note = _sibling_note(table, source, dtype)
         families.append(_family(kernel, table, raw, source, out, note))
     return families

@@ -33,18 +33,58 @@ VLLM_SOURCE_PREFIX = "vllm_"
 SGLANG_RANK0_MODES = frozenset({"bfloat16", "fp8_block"})
 
 
-@functools.lru_cache(maxsize=65536)
-def collector_rank0_load(tokens: int, n_experts: int, top_k: int, ep: int) -> RankLoad:
-    """(rows, distinct experts) of EP rank 0 under the collector's balanced routing."""
+def _balanced_experts(tokens: int, n_experts: int, top_k: int) -> np.ndarray:
+    """The collector's balanced routing: each token's ``top_k`` experts (above)."""
     stride = math.ceil(n_experts / top_k)
     i = np.arange(tokens)[:, None]
     j = np.arange(top_k)[None, :]
     if tokens >= stride:
-        experts = (i + j * stride) % n_experts
-    else:  # torch's true division, then ``.long()`` (truncation) after the modulo
-        experts = np.floor((i * stride / tokens + j * stride) % n_experts).astype(np.int64)
+        return (i + j * stride) % n_experts
+    # torch's true division, then ``.long()`` (truncation) after the modulo
+    return np.floor((i * stride / tokens + j * stride) % n_experts).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=65536)
+def collector_rank0_load(tokens: int, n_experts: int, top_k: int, ep: int) -> RankLoad:
+    """(rows, distinct experts) of EP rank 0 under the collector's balanced routing."""
+    experts = _balanced_experts(tokens, n_experts, top_k)
     mine = experts[experts < n_experts // ep]
     return RankLoad(float(mine.size), float(np.unique(mine).size))
+
+
+# The SGLang table releases whose rank-0 rows ran the clamp below as computed rows. Its
+# signature: rank 0 launches every one of its tokens' top-k slots, so while every token
+# holds one of rank 0's experts (``E / ep`` at least the routing's stride ``E / topk``)
+# the time does not fall with EP. NVIDIA's A100 SGLang 0.5.10 bf16 table, 2,048 x 768
+# experts, 128, top 8, 16,384 tokens: 12.1 / 11.9 / 11.9 / 11.7 ms at EP 1 / 2 / 4 / 8,
+# 5.3 at EP 16 (half the tokens); H200 0.5.10 fp8-block, 7,168 x 2,048, 256, top 8,
+# 16,384 tokens: 17.1 / 16.5 / 16.5 / 16.3 ms at EP 1-8, 9.2 at EP 16. The 0.5.14 tables
+# fall with EP instead (L40S, 4,096 x 2,048, 256, top 8, 8,192 tokens: 34.8 / 19.1 /
+# 11.3 / 7.4 ms at EP 1 / 2 / 4 / 8), and would run above the dense bf16 peak were the
+# slots computed (L40S 448-732 TFLOP/s against 362, RTX PRO 6000 529-717 against 468):
+# their rows did not compute them, whatever the collector's source says (docs/decisions.md,
+# helper ``moe32``, session 32). Regenerated on this reading: A100 ``moe``; H200's 0.5.10
+# ``moe_fp8_block`` fit is kept as fitted before it (its refit moves the served H200 SGLang
+# rows the wrong way: the same section).
+SGLANG_CLAMPED_RELEASES = frozenset({"0.5.10"})
+
+
+@functools.lru_cache(maxsize=65536)
+def sglang_clamped_rows(tokens: int, n_experts: int, top_k: int, ep: int) -> float:
+    """The rows the SGLang collector's rank-0 launch computes on rank 0's expert 0 for the
+    slots of its tokens routed off the rank. ``build_rank0_local_workload``
+    (``collector/helper.py``) keeps the tokens with an expert among rank 0's ``E / ep``
+    and sets their other slots' expert to -1 and weight to 0; ``benchmark_config``
+    (``collector/sglang/collect_moe.py``, ai-dynamo/aiconfigurator cb4d907c7 and
+    e23be5a79, the commits that collected the 0.5.10 and 0.5.14 tables, and 095f58a51)
+    passes ``topk_ids.clamp(min=0)`` to ``fused_moe`` ("The Triton fused_moe kernel
+    indexes weight tensors by expert ID without masking, so clamp -1 to 0; the zero
+    weight still ensures no contribution"): every masked slot is a row of local expert
+    0, computed through both GEMMs. So the launch runs its tokens x ``top_k`` rows, the
+    rank's own (``collector_rank0_load``) plus these on one expert, in the tables of
+    ``SGLANG_CLAMPED_RELEASES``; a serving rank's remote slots are skipped instead."""
+    local = _balanced_experts(tokens, n_experts, top_k) < n_experts // ep
+    return float(local.any(axis=1).sum() * top_k - local.sum())
 
 
 def sglang_rank0_row(source: str, mode: str, ep: int) -> bool:

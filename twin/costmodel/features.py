@@ -275,6 +275,7 @@ def moe_features(
     large_m: bool = False,
     tile: int = 0,
     grid_flops: float = 0.0,
+    clamped: float = 0.0,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
     the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra,
@@ -313,10 +314,15 @@ def moe_features(
 
     ``grid_flops``: the FLOPs the kernel's grid runs as whole waves of its tiles
     (``sglang_grid_flops``; 0 for a kernel whose grid was not read), the extra
-    ``grid_flops``."""
-    flops, nbytes, weights = moe_sums(rows, active, d, width, up_mats, e, act_e, w_e)
+    ``grid_flops``.
+
+    ``clamped``: rows one of the ``active`` experts computes on top of ``rows`` (the
+    SGLang collector's rank-0 rows of the slots it masked, ``collector_routing.
+    sglang_clamped_rows``): counted in the FLOPs and bytes as rows, and in that expert's
+    tiles (0 in a serving step)."""
+    flops, nbytes, weights = moe_sums(rows + clamped, active, d, width, up_mats, e, act_e, w_e)
     resident = replay_resident(nbytes, l2_bytes)
-    pad, restream = moe_tile_extras(rows, active, tile, d, width, up_mats)
+    pad, restream = moe_tile_extras(rows, active, tile, d, width, up_mats, clamped)
     extras = {
         "weight_elems": 0.0 if resident else weights,
         "routed_elems": float(routed),
@@ -374,15 +380,23 @@ SGLANG_DEFAULT_TILES = {False: (16, 32), True: (64, 64)}  # large-M -> (BLOCK_M,
 
 
 def sglang_grid_flops(
-    rows: float, active: float, d: int, width: int, up_mats: int, large_m: bool, sms: int | None
+    rows: float,
+    active: float,
+    d: int,
+    width: int,
+    up_mats: int,
+    large_m: bool,
+    sms: int | None,
+    hot: float = 0.0,
 ) -> float:
     """The FLOPs SGLang's Triton fused MoE runs for ``rows`` routed rows over ``active``
     experts of width ``width`` (hidden ``d``) with its default config's tiles
     (``large_m``: the large-M config), counted as whole waves of programs over ``sms``
     SMs: each wave's programs times one tile's FLOPs over the GEMM's K, both GEMMs; 0
-    where the SMs are not tabulated or no row is routed."""
+    where the SMs are not tabulated or no row is routed. ``hot``: rows one expert holds
+    on top of ``rows`` (``collector_routing.sglang_clamped_rows``)."""
     bm, bn = SGLANG_DEFAULT_TILES[large_m]
-    blocks = moe_expert_tiles(rows, active, bm)
+    blocks = moe_expert_tiles(rows, active, bm, hot)
     if not blocks or not sms:
         return 0.0
     up = blocks * math.ceil(up_mats * width / bn)  # gate-and-up programs, K = d
@@ -546,30 +560,36 @@ def moe_token_tile(source: str, tokens: float, top_k: int, local_experts: float)
     return vllm_marlin_block_m(source, tokens, top_k, local_experts)
 
 
-def moe_expert_tiles(rows: float, active: float, tile: int) -> float:
+def moe_expert_tiles(rows: float, active: float, tile: int, hot: float = 0.0) -> float:
     """The tiles of ``tile`` rows ``active`` experts take for ``rows`` routed rows spread
-    evenly over them (each ``floor`` or ``ceil`` of the mean); 0 where ``tile`` is 0 or
-    no expert is reached."""
+    evenly over them (each ``floor`` or ``ceil`` of the mean), one of them (one of the
+    ``floor`` ones) holding ``hot`` rows more (``collector_routing.sglang_clamped_rows``);
+    0 where ``tile`` is 0 or no expert is reached."""
     if not tile or active <= 0.0 or rows <= 0.0:
         return 0.0
     n = max(1, round(active))
     low = math.floor(rows / n)
     high = min(n, max(0, round(rows - low * n)))  # experts with one row more
-    return float((n - high) * math.ceil(low / tile) + high * math.ceil((low + 1) / tile))
+    tiles = (n - high) * math.ceil(low / tile) + high * math.ceil((low + 1) / tile)
+    if hot > 0.0:  # that expert's further tiles
+        base = low if high < n else low + 1
+        tiles += math.ceil((base + hot) / tile) - math.ceil(base / tile)
+    return float(tiles)
 
 
 def moe_tile_extras(
-    rows: float, active: float, tile: int, d: int, width: int, up_mats: int
+    rows: float, active: float, tile: int, d: int, width: int, up_mats: int, hot: float = 0.0
 ) -> tuple[float, float]:
     """(``pad_flops``, ``restream_weights``) of a fused-MoE launch whose kernel takes each
     expert's rows in tiles of ``tile`` (``moe_token_tile``): the FLOPs of the rows the
     tiles pad (both GEMMs, ``moe_sums``' FLOPs a row) and the weight elements the tiles
-    past an expert's first stream again; (0, 0) where ``tile`` is 0."""
-    tiles = moe_expert_tiles(rows, active, tile)
+    past an expert's first stream again; (0, 0) where ``tile`` is 0. ``hot``: rows one
+    expert holds on top of ``rows`` (``moe_expert_tiles``)."""
+    tiles = moe_expert_tiles(rows, active, tile, hot)
     if not tiles:
         return 0.0, 0.0
     expert_elems = d * (up_mats * width + width)  # one expert's weights; a row's FLOPs / 2
-    pad = 2.0 * max(0.0, tiles * tile - rows) * expert_elems
+    pad = 2.0 * max(0.0, tiles * tile - rows - hot) * expert_elems
     return pad, max(0.0, tiles - max(1, round(active))) * expert_elems
 
 
