@@ -82,9 +82,11 @@ def test_flashmla_launch_features() -> None:
 def test_flashmla_tiles_are_the_batchs_query_rows() -> None:
     """FlashMLA's ``tiles`` feature is the query rows (tokens x heads: each roped, and
     loaded and written, a row at a time); every other rule keeps the 64-row blocks."""
-    assert mf.decode_tiles("flashmla", 2.0, 32, 16) == 32 * 16
-    assert mf.decode_tiles("fa3", 2.0, 32, 16) == 2.0
-    assert mf.decode_tiles(None, 2.0, 32, 16) == 2.0
+    for kv_e in (2, 1):
+        assert mf.decode_tile_rule("h200", "default", kv_e) == "query_rows"
+        assert mf.decode_tiles("query_rows", 2.0, 32, 16, kv_e) == 32 * 16
+    assert mf.decode_tile_rule("h200", "flash_attention", 2) is None
+    assert mf.decode_tiles(None, 2.0, 32, 16, 2) == 2.0
 
 
 def test_the_reader_gives_hopper_trtllm_rows_the_flashmla_launch(tmp_path: Path) -> None:

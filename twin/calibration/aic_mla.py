@@ -64,6 +64,7 @@ from twin.costmodel.mla_features import (
     bmm_quant_steps,
     decode_block_keys,
     decode_block_rows,
+    decode_tile_rule,
     decode_tiles,
     kernel_decode_rule,
     mla_bmm_features,
@@ -127,10 +128,11 @@ def _kernel_row(
         keys = int(r["step"]) + 1  # the cached tokens and the new one
         flops, nbytes, tiles, seq = mla_decode_sums(b, b * keys, dm, ELEM_BYTES, kv_e)
         shape = {"b": b, "c": keys - 1, "h": h}
-        rule = kernel_decode_rule(gpu, str(r.get("kernel_source", "")), kv_e)
-        tiles = decode_tiles(rule, tiles, b, h)
+        source = str(r.get("kernel_source", ""))
+        rule = kernel_decode_rule(gpu, source, kv_e)
+        tiles = decode_tiles(decode_tile_rule(gpu, source, kv_e), tiles, b, h, kv_e)
         launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, sms)
-        block = decode_block_rows(gpu, str(r.get("kernel_source", "")), kv_e)
+        block = decode_block_rows(gpu, source, kv_e)
         names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
         extras = {
             "tiles": tiles,

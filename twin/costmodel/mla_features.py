@@ -510,19 +510,63 @@ def mla_decode_launch(
     return float(ctas), float(_cdiv(ctas, sms)), repeat, partials, critical
 
 
-def decode_tiles(rule: str | None, tiles: Sums, queries: Sums, heads: int) -> Sums:
-    """The decode kernel's ``tiles`` feature under ``rule`` (:func:`decode_rule`): the
-    batch's query rows (``queries`` query tokens x ``heads``) for TensorRT-LLM's FlashMLA
-    (``FLASHMLA_GPUS``), whose generation ropes each row (and over an fp8 cache quantises
-    it) in ``invokeMLARopeGeneration`` before the kernel (``cpp/tensorrt_llm/kernels/
-    mlaKernels.cu``: a grid row per head, 8 more a head over an fp8 cache) and loads and
-    writes each; ``tiles`` (a sequence's 64-row blocks, :func:`mla_absorbed_sums`) for the
-    rest. NVIDIA's H200 TensorRT-LLM tables, held out (median / P90 %), with the
-    FlashMLA launch: bf16 cache 3.7 / 14.6 -> 3.5 / 10.2 and fp8 4.8 / 19.0 -> 3.8 / 12.6
-    with the rows (the rope kernel's own grid instead, ``ceil(batch / 32)`` x its rows:
-    3.6 / 12.0 and 4.6 / 15.6; docs/decisions.md, issue 34, helper ``mla-kern31``)."""
+# TensorRT-LLM's generation ropes the queries (and over an fp8 cache quantises them) in a
+# kernel of its own before the attention kernel, on every GPU: ``mla_rope_generation``
+# (``cpp/tensorrt_llm/thop``), which NVIDIA's collector times with the kernel
+# (aiconfigurator 095f58a5 ``collector/trtllm/collect_mla.py``: ``kernel_func`` calls
+# ``attn_mla.mla_rope_generation`` then ``attn_mla.forward``, TensorRT-LLM 1.3.0rc20).
+# Its launch (NVIDIA/TensorRT-LLM ``cpp/tensorrt_llm/kernels/mlaKernels.cu``
+# ``invokeMLARopeGeneration``, stored snapshot 2423fe2a; the same grid in every stored
+# version): ``divUp(acc_q_len, 32)`` x ``head_num + 1 + 8`` blocks of 256 threads, plus
+# ``head_num * 8`` rows over an fp8 cache (the query's 512-wide nope part quantised, 8
+# blocks a head): a block per 32 query tokens and grid row, flat in the tokens below 32.
+TRTLLM_ROPE_TOKENS = 32  # query tokens a block (``divUp(acc_q_len, 32)``)
+TRTLLM_ROPE_EXTRA_ROWS = 1 + 8  # grid rows beyond the heads (the latent's and 8 more)
+TRTLLM_ROPE_FP8_ROWS = 8  # grid rows a head more over an fp8 cache (the quantise-copy)
+# The ``tiles`` feature's rules (:func:`decode_tile_rule`): the batch's query rows, the
+# rope kernel's grid.
+DECODE_TILE_RULES = ("query_rows", "rope_grid")
+
+
+def decode_tile_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
+    """What the ``tiles`` feature of an ``mla_decode*`` table (or its fit) counts
+    (:func:`decode_tiles`): ``"query_rows"`` for TensorRT-LLM's FlashMLA on Hopper
+    (:func:`kernel_decode_rule` ``"flashmla"``), ``"rope_grid"`` for TensorRT-LLM's
+    trtllm-gen generation on ``TRTLLM_GEN_GPUS`` (``default`` source, both caches: SGLang's
+    ``trtllm_mla`` and vLLM's FlashInfer MLA do not run TensorRT-LLM's rope kernel); None
+    for the rest (a sequence's 64-row blocks)."""
+    rule = kernel_decode_rule(gpu, kernel_source, kv_e)
     if rule == "flashmla":
+        return "query_rows"
+    if rule == "trtllm_gen" and kernel_source == TRTLLM_DEFAULT_SOURCE:
+        return "rope_grid"
+    return None
+
+
+def trtllm_rope_grid(queries: Sums, heads: int, kv_e: float) -> Sums:
+    """The blocks of TensorRT-LLM's generation rope kernel for ``queries`` query tokens in
+    all at ``heads`` heads a rank, over a cache of ``kv_e`` bytes an element (the quantise
+    rows over an fp8 cache; ``TRTLLM_ROPE_TOKENS``)."""
+    rows = heads + TRTLLM_ROPE_EXTRA_ROWS + (TRTLLM_ROPE_FP8_ROWS * heads if kv_e == 1 else 0)
+    return -(-queries // TRTLLM_ROPE_TOKENS) * float(rows)
+
+
+def decode_tiles(rule: str | None, tiles: Sums, queries: Sums, heads: int, kv_e: float) -> Sums:
+    """The decode kernel's ``tiles`` feature under ``rule`` (:func:`decode_tile_rule`):
+    ``"query_rows"``, the batch's query rows (``queries`` query tokens x ``heads``) for
+    TensorRT-LLM's FlashMLA (``FLASHMLA_GPUS``), whose generation ropes each row (and over
+    an fp8 cache quantises it) in its rope kernel before the kernel and loads and writes
+    each; ``"rope_grid"``, that rope kernel's blocks (:func:`trtllm_rope_grid`) before
+    trtllm-gen; ``tiles`` (a sequence's 64-row blocks, :func:`mla_absorbed_sums`) for the
+    rest. NVIDIA's TensorRT-LLM tables, held out (median / P90 %): H200 with the FlashMLA
+    launch, bf16 cache 3.7 / 14.6 -> 3.5 / 10.2 and fp8 4.8 / 19.0 -> 3.8 / 12.6 with the
+    rows (the rope grid instead: 3.6 / 12.0 and 4.6 / 15.6; docs/decisions.md, issue 34,
+    helper ``mla-kern31``); Blackwell's fp8 cache with the rope grid, fit rows, B200 6.4 /
+    20.0 -> 4.5 / 14.2 (the rows instead 5.0 / 13.6; helper ``rope32``)."""
+    if rule == "query_rows":
         return queries * float(heads)
+    if rule == "rope_grid":
+        return trtllm_rope_grid(queries, heads, kv_e)
     return tiles
 
 
@@ -889,6 +933,7 @@ def module_decode_features(
 
 __all__ = [
     "DECODE_RULES",
+    "DECODE_TILE_RULES",
     "FA3_FP8_BLOCK_ROWS",
     "FA3_GPUS",
     "FMHA_V2_MLA_GPUS",
@@ -902,6 +947,9 @@ __all__ = [
     "TRTLLM_GEN_GPUS",
     "TRTLLM_GEN_SOURCES",
     "TRTLLM_MLA_SOURCE",
+    "TRTLLM_ROPE_EXTRA_ROWS",
+    "TRTLLM_ROPE_FP8_ROWS",
+    "TRTLLM_ROPE_TOKENS",
     "VLLM_TRITON_MIN_WORK_PER_SPLIT",
     "VLLM_TRITON_MLA_SOURCE",
     "VLLM_TRITON_OCCUPANCY",
@@ -915,6 +963,7 @@ __all__ = [
     "decode_block_rows",
     "decode_head_tiles",
     "decode_rule",
+    "decode_tile_rule",
     "fa3_num_splits",
     "kernel_decode_rule",
     "mla_absorbed_sums",
@@ -935,5 +984,6 @@ __all__ = [
     "triton_max_kv_splits",
     "triton_num_kv_splits",
     "trtllm_gen_launch",
+    "trtllm_rope_grid",
     "vllm_triton_num_kv_splits",
 ]

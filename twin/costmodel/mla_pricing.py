@@ -89,6 +89,10 @@ class MlaPricing(ShardShapes):
         self._mla_rule = self._decode_rule(
             "mla_decode", self.priced.mla_kv_elem_bytes[1], mf.kernel_decode_rule
         )
+        # What its ``tiles`` feature counts (``mla_features.decode_tile_rule``).
+        self._mla_tile_rule = self._decode_rule(
+            "mla_decode", self.priced.mla_kv_elem_bytes[1], mf.decode_tile_rule
+        )
         # Its query-row block where read (``mla_features.decode_block_rows``).
         self._mla_block = self._decode_block("mla_decode", self.priced.mla_kv_elem_bytes[1])
         # The decode module's attention launch: the rule of the kernel its table timed, at
@@ -402,7 +406,8 @@ class MlaPricing(ShardShapes):
             flops, nbytes, tiles, seq = mf.mla_absorbed_sums(
                 batch, rows, keys, kv, width, d, e, kv_e
             )
-            sums = (flops, nbytes, mf.decode_tiles(self._mla_rule, tiles, rows, d.heads), seq)
+            tiles = mf.decode_tiles(self._mla_tile_rule, tiles, rows, d.heads, kv_e)
+            sums = (flops, nbytes, tiles, seq)
             sms = self._mla_sms or 0
             launch = mf.mla_decode_launch(self._mla_rule, batch, kv, width, d, kv_e, sms)
             block_keys = mf.decode_block_keys(self._mla_block, kv, d.heads * width)
