@@ -331,19 +331,19 @@ class LiveCache:
         (sorted, unique, positive; three at most, with a prefix loaded back from a host
         tier; none: no insert), then the unpin of node ``unpin`` (0: none; a request's
         release, :meth:`LiveRequests.complete`): (tokens newly cached, states admitted)."""
-        live = self.calls
-        if len(positions) > len(self._ins):
-            self._ins = np.zeros(len(positions), np.int64)
-        pos = self._ins
-        pos[: len(positions)] = positions
+        live, pos, npos = self.calls, self._ins, len(positions)
+        if npos > len(pos):
+            pos = self._ins = np.zeros(npos, np.int64)
+        for i, p in enumerate(positions):  # item by item: two at most (three: a host tier)
+            pos[i] = p
         self._log_room()
-        added, made = live.live_insert(self.st, full, pos, len(positions), unpin)
+        added, made = live.live_insert(self.st, full, pos, npos, unpin)
         if added < 0:  # no room: grow, then the same insert
             self.grow_for(positions[-1])
-            added, made = live.live_insert(self.st, full, pos, len(positions), unpin)
+            added, made = live.live_insert(self.st, full, pos, npos, unpin)
         self._hand_victims()
         self.chosen()
-        return int(added), int(made)
+        return added, made
 
     def unpin(self, node: int) -> None:
         """Release a request's pin of ``node`` (``PrefixCache.unpin``)."""
@@ -402,19 +402,17 @@ class LiveRequests(HostWrites[LiveCache]):
         node, hit, npos = cache.calls.live_admit(cache.st, full, len(prompt), len(full), order, pos)
         if cache.reference and policy.tuner.tune_if_due(cache.model):
             cache.mf[k.F_ALPHA] = policy.alpha
-        n = len(prompt)
-        pinned = int(node)
-        found: Hit[object] = Hit(int(hit), pinned) if pinned else _MISS
+        n, pinned = len(prompt), node
+        found: Hit[object] = Hit(hit, pinned) if pinned else _MISS
         positions = pos[:npos].tolist()
         loaded = 0
         if self.host is not None:
             found, loaded = self._load_back(prompt, found)
             positions = self._with_loaded(positions, found, loaded)
-        if cache.has_ssm:  # ``RequestCache``'s split: a Transformer's prompt goes in at the end
-            at_prefill = [p for p in positions if p <= n]
-            at_completion = [p for p in positions if p > n]
-        else:
-            at_prefill, at_completion = [], positions
+        cut = 0  # ``RequestCache``'s split (sorted): a Transformer's prompt goes in at the end
+        while cache.has_ssm and cut < len(positions) and positions[cut] <= n:
+            cut += 1
+        at_prefill, at_completion = positions[:cut], positions[cut:]
         adm = Admission(order, prompt, full, found, at_prefill, at_completion, modules)
         adm.host_tokens = loaded
         if pinned:
@@ -453,7 +451,7 @@ class LiveRequests(HostWrites[LiveCache]):
 
     def complete(self, adm: Admission) -> int:
         """``RequestCache.complete``: the insert at completion and the release."""
-        if adm.at_completion:
+        if adm.at_completion and self.host is not None:
             assert adm.full is not None, "insert after release"
             self._write_through(adm.full, adm.at_completion, adm.modules)
         return self._last_insert(adm, adm.at_completion)

@@ -142,16 +142,19 @@ def live_insert(st, q: np.ndarray, pos: np.ndarray, npos: int, unpin: int) -> tu
     (0: none; a request's last insert and its release in one call, which saves a call's
     dispatch of the state's 16 arrays): (tokens newly cached, states admitted);
     ``(-1, 0)`` without doing anything where ``st`` lacks room (:func:`live_room`: grow it
-    and call again)."""
+    and call again). With SSM layers the walk starts at ``unpin``, the pinned hit: whole on
+    ``q``'s path, its end kept (splits and folds move its edge's start only)."""
     st = state.borrow(st)
     nd, sc = st[0], st[1]
     added, before = 0, sc[state.S_ADMITTED]
     if npos > 0:
-        if not live_room(st, pos[npos - 1]):
+        upto = pos[npos - 1]
+        if not live_room(st, upto):
             return -1, 0
         path = st[12]
+        start = unpin if st[2][state.M_SSM] > 0 and nd[state.DEP, unpin] <= upto else 0
         count, length, partial = tree.walk(
-            nd, st[8], st[9], q, 0, pos[npos - 1], path, path[:0], False
+            nd, st[8], st[9], q, 0, upto, path, path[:0], False, start
         )
         added = cache._insert(st, q, 0, pos, npos, path[count - 1], length, partial)
     if unpin:

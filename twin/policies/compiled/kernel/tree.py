@@ -83,9 +83,11 @@ def walk(
     path: np.ndarray,
     known: np.ndarray,
     learn: bool,
+    start: int = 0,
 ):
     """``RadixTree.match`` of ``q[s0:s0 + n]``: (nodes on ``path``, length, partial or -1);
-    the edges' tokens are in ``buf`` (a replay's ``q`` is ``buf`` itself).
+    the edges' tokens are in ``buf`` (a replay's ``q`` is ``buf`` itself); from ``start``, a
+    node no deeper than ``n`` whose path ``q`` starts with (``path`` then begins there).
 
     ``path[:count]`` gets the root and every node whose whole edge matched, so
     that the match of any prefix is read off it (:func:`prefix`): a request's
@@ -98,8 +100,8 @@ def walk(
     replays of the same request; empty (a live cache's: its edges are not laid out
     in their creators' sequences): compare every token.
     """
-    node, pos, count = 0, 0, 1
-    path[0] = 0
+    node, pos, count = start, nd[state.DEP, start], 1
+    path[0] = start
     while pos < n:
         child = get(kids, key(node, q[s0 + pos]))
         if child < 0:
