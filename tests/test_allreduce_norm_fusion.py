@@ -26,6 +26,7 @@ def test_sglang_fuses_its_listed_models_from_0_5_9() -> None:
     assert sglang_allreduce_norm_tokens(r1, "0.5.9", 8, 1, "h200") == 2048
     assert sglang_allreduce_norm_tokens(r1, "0.5.10.post1", 8, 1, "b300") == 2048
     assert sglang_allreduce_norm_tokens(r1, "0.5.9", 8, 8, "b200") == 0  # DP attention
+    assert sglang_allreduce_norm_tokens(r1, "0.5.9", 16, 1, "h200") == 0  # two nodes
     assert sglang_allreduce_norm_tokens(r1, "0.5.6.post2", 8, 1, "h200") == 0  # unread
     assert sglang_allreduce_norm_tokens(r1, "nightly-dev", 8, 1, "b200") == 0
     llama = get_model("llama-3.1-8b")  # not in the list

@@ -24,6 +24,7 @@ from twin.costmodel.kernel_layout import (
     SparseMlaModule,
 )
 from twin.costmodel.table_release import release_at_least, version_key
+from twin.engine.fabric import NODE_GPUS
 from twin.model import ModelSpec
 
 # SGLang runs Qwen3.5's GDN input projection as the checkpoint's four matrices, one GEMM
@@ -263,8 +264,9 @@ SGLANG_FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048
 
 def sglang_allreduce_norm_tokens(model: ModelSpec, build: str, tp: int, dp: int, gpu: str) -> int:
     """The largest step (tokens) in which SGLang ``build`` runs ``model``'s norms inside
-    its all-reduces on ``tp`` ``gpu`` GPUs with ``dp`` attention-DP ranks (above); 0: never."""
-    if tp <= 1 or dp > 1 or gpu not in SGLANG_ALLREDUCE_FUSION_GPUS:
+    its all-reduces on ``tp`` ``gpu`` GPUs with ``dp`` attention-DP ranks (above); 0: never.
+    One node (``nnodes == 1``): at most the twin's node of ``fabric.NODE_GPUS``."""
+    if tp <= 1 or tp > NODE_GPUS or dp > 1 or gpu not in SGLANG_ALLREDUCE_FUSION_GPUS:
         return 0
     if not release_at_least(build, SGLANG_ALLREDUCE_FUSION_SINCE):
         return 0
