@@ -6,6 +6,8 @@ size (``KernelLayout.norm_in_allreduce_max_tokens``; the rule
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from twin.costmodel import CostModel
@@ -24,12 +26,30 @@ def test_sglang_fuses_its_listed_models_from_0_5_9() -> None:
     assert sglang_allreduce_norm_tokens(r1, "0.5.9", 8, 1, "h200") == 2048
     assert sglang_allreduce_norm_tokens(r1, "0.5.10.post1", 8, 1, "b300") == 2048
     assert sglang_allreduce_norm_tokens(r1, "0.5.9", 8, 8, "b200") == 0  # DP attention
+    assert sglang_allreduce_norm_tokens(r1, "0.5.9", 16, 1, "h200") == 0  # two nodes
     assert sglang_allreduce_norm_tokens(r1, "0.5.6.post2", 8, 1, "h200") == 0  # unread
     assert sglang_allreduce_norm_tokens(r1, "nightly-dev", 8, 1, "b200") == 0
     llama = get_model("llama-3.1-8b")  # not in the list
     assert sglang_allreduce_norm_tokens(llama, "0.5.9", 4, 1, "h200") == 0
     layout = sglang_kernel_layout(r1, "0.5.9", 8, 1, 1, "b200")
     assert layout.norm_in_allreduce and layout.norm_in_allreduce_max_tokens == 2048
+
+
+def test_sglang_fuses_only_the_listed_architectures() -> None:
+    # Qwen3-MoE fuses; Qwen3-Next (``Qwen3NextForCausalLM``, GDN layers) is not listed
+    assert sglang_allreduce_norm_tokens(get_model("qwen3-235b-a22b"), "0.5.9", 8, 1, "h200")
+    assert not sglang_allreduce_norm_tokens(
+        get_model("qwen3-next-80b-a3b"), "0.5.10.post1", 4, 1, "h200"
+    )
+    r1 = get_model("deepseek-r1")
+    # DeepSeek-V3.2's sparse-attention indexer: ``DeepseekV32ForCausalLM``, not listed
+    v32 = dataclasses.replace(
+        r1, name="deepseek-v3.2", index_n_heads=64, index_head_dim=128, index_topk=2048
+    )
+    assert not sglang_allreduce_norm_tokens(v32, "0.5.9", 8, 1, "b200")
+    # a dense model distilled from R1 (``Qwen2ForCausalLM``): named after R1, no MLA
+    distill = dataclasses.replace(get_model("llama-3.1-8b"), name="deepseek-r1-distill-8b")
+    assert not sglang_allreduce_norm_tokens(distill, "0.5.9", 8, 1, "b200")
 
 
 def test_the_norms_leave_only_up_to_the_cap() -> None:

@@ -293,16 +293,16 @@ def test_hopper_fa3_over_an_fp8_cache_streams_its_keys_per_128_row_block() -> No
     assert "block_keys" in fm.get_formula("mla_decode_fp8kv").extras
 
 
-def h200_decode_families(
-    tmp_path: Path, engine: str, framework: str, version: str, source: str
+def decode_families(
+    tmp_path: Path, engine: str, framework: str, version: str, source: str, gpu: str = "h200"
 ) -> dict:
-    """The MLA families ``aic_mla.kernel_rows`` reads from one H200 decode shape (16 heads,
-    64 sequences at an 8,192-key context) collected over a bf16 and an fp8 cache, in a
-    generation table written under ``tmp_path`` as ``engine``'s ``version`` labels it."""
+    """The MLA families ``aic_mla.kernel_rows`` reads from one decode shape on ``gpu`` (16
+    heads, 64 sequences at an 8,192-key context) collected over a bf16 and an fp8 cache, in
+    a generation table written under ``tmp_path`` as ``engine``'s ``version`` labels it."""
     base = {
         "framework": framework,
         "version": version,
-        "device": "NVIDIA H200",
+        "device": f"NVIDIA {gpu.upper()}",
         "mla_dtype": "bfloat16",
         "num_heads": 16,
         "batch_size": 64,
@@ -313,14 +313,14 @@ def h200_decode_families(
         "kernel_source": source,
     }
     rows = [{**base, "kv_cache_dtype": kv} for kv in ("bfloat16", "fp8")]  # fmt: skip
-    folder = tmp_path / "h200_sxm" / "mla" / engine / version
+    folder = tmp_path / f"{gpu}_sxm" / "mla" / engine / version
     folder.mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(rows), folder / "generation_mla_perf.parquet")
-    return {f.kernel: f for f in aic_mla.kernel_rows(tmp_path / "h200_sxm", engine)}
+    return {f.kernel: f for f in aic_mla.kernel_rows(tmp_path / f"{gpu}_sxm", engine)}
 
 
 def test_the_reader_gives_hopper_fp8_cache_rows_their_block_keys(tmp_path: Path) -> None:
-    fams = h200_decode_families(tmp_path, "sglang", "SGLang", "0.5.14", "flash_attention")
+    fams = decode_families(tmp_path, "sglang", "SGLang", "0.5.14", "flash_attention")
     assert fams["mla_decode_fp8kv"].rows[0]["block_keys"] == 64 * 8192  # one 128-row block
     assert fams["mla_decode"].rows[0]["block_keys"] == 0  # bf16: FA3's split rule instead
 

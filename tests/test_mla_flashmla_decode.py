@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from test_mla_decode_launch import h200_decode_families
+from test_mla_decode_launch import decode_families
 
 from twin.calibration import aic_mla
 from twin.calibration.aic_import import split_impossible
@@ -90,7 +90,7 @@ def test_flashmla_tiles_are_the_batchs_query_rows() -> None:
 
 
 def test_the_reader_gives_hopper_trtllm_rows_the_flashmla_launch(tmp_path: Path) -> None:
-    fams = h200_decode_families(tmp_path, "trtllm", "TRTLLM", "1.3.0rc20", "default")
+    fams = decode_families(tmp_path, "trtllm", "TRTLLM", "1.3.0rc20", "default")
     sms = get_gpu("h200").sm_count or 0
     for key, kv_e in (("mla_decode", 2), ("mla_decode_fp8kv", 1)):
         row = fams[key].rows[0]

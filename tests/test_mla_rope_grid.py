@@ -9,9 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from test_mla_decode_launch import decode_families
 
 from twin.calibration import aic_mla
 from twin.calibration.aic_import import split_impossible
@@ -58,24 +57,7 @@ def _b200_decode_families(tmp_path: Path, source: str) -> dict:
     engine, framework, version = (
         ("trtllm", "TRTLLM", "1.3.0rc20") if source == "default" else ("sglang", "SGLang", "0.5.14")
     )
-    base = {
-        "framework": framework,
-        "version": version,
-        "device": "NVIDIA B200",
-        "mla_dtype": "bfloat16",
-        "num_heads": 16,
-        "batch_size": 64,
-        "isl": 1,
-        "tp_size": 8,
-        "step": 8191,
-        "latency": 1.0,
-        "kernel_source": source,
-    }
-    rows = [{**base, "kv_cache_dtype": kv} for kv in ("bfloat16", "fp8")]
-    folder = tmp_path / "b200_sxm" / "mla" / engine / version
-    folder.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(rows), folder / "generation_mla_perf.parquet")
-    return {f.kernel: f for f in aic_mla.kernel_rows(tmp_path / "b200_sxm", engine)}
+    return decode_families(tmp_path, engine, framework, version, source, "b200")
 
 
 def test_the_reader_gives_blackwell_trtllm_rows_the_rope_grid(tmp_path: Path) -> None:

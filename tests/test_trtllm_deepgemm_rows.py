@@ -59,6 +59,13 @@ def test_a_run_on_b200_lays_out_its_build() -> None:
     assert kernel_layout_of(BLOCK, old, "b200").moe_rows_per_expert == 128
     assert kernel_layout_of(BLOCK, new, "b200").moe_rows_per_expert == 0
     assert kernel_layout_of(BLOCK, old, "h200").moe_rows_per_expert == 0
+    # another moe_config.backend than DeepGEMM: the rows as routed
+    for backend in ("CUTLASS", "TRTLLM"):
+        flags = {"moe_backend": backend}
+        other = EngineConfig.of(
+            engine="trtllm", engine_build="1.1.0rc2.post2", tp=8, ep=8, engine_flags=flags
+        )
+        assert kernel_layout_of(BLOCK, other, "b200").moe_rows_per_expert == 0
 
 
 def test_a_decode_step_pays_for_128_rows_an_expert_reached() -> None:

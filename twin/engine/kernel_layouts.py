@@ -24,6 +24,7 @@ from twin.costmodel.kernel_layout import (
     SparseMlaModule,
 )
 from twin.costmodel.table_release import release_at_least, version_key
+from twin.engine.fabric import NODE_GPUS
 from twin.model import ModelSpec
 
 # SGLang runs Qwen3.5's GDN input projection as the checkpoint's four matrices, one GEMM
@@ -247,9 +248,15 @@ def sglang_dsa_decode_module(
 # all-reduce: ``models/deepseek_v2.py``, ``gpt_oss.py``, ``qwen3_moe.py``; 0.5.10.post1
 # ``qwen3_5.py``). Priced by ``DensePricing._norm_in_allreduce`` (both norms leave; the
 # all-reduce's fit stands for the fused kernel). Releases before 0.5.9 and the nightly
-# builds are not read here: unchanged.
+# builds are not read here: unchanged. The architectures by name: DeepSeek-V3 / R1 and
+# Kimi-K2 / K2.5 (``DeepseekV3ForCausalLM``, ``KimiK25ForConditionalGeneration``) with
+# MLA and no sparse-attention indexer (not DeepSeek-V3.2's ``DeepseekV32ForCausalLM``, nor
+# a distilled dense model named after R1), gpt-oss, Qwen3-MoE (:func:`_qwen3_architecture`
+# with MoE layers: not Qwen3-Next), Qwen3.5. ``Glm4MoeForCausalLM`` /
+# ``Glm4MoeLiteForCausalLM`` (GLM-4.5 to 4.7) are in both lists too but not named here.
 SGLANG_ALLREDUCE_FUSION_SINCE = "0.5.9"
-SGLANG_ALLREDUCE_FUSION_MODELS = ("deepseek-r1", "deepseek-v3", "kimi-k2", "gpt-oss")
+SGLANG_ALLREDUCE_FUSION_MLA_MODELS = ("deepseek-r1", "deepseek-v3", "kimi-k2")
+SGLANG_ALLREDUCE_FUSION_MODELS = ("gpt-oss",)
 SGLANG_ALLREDUCE_FUSION_QWEN35_SINCE = "0.5.10"
 SGLANG_ALLREDUCE_FUSION_GPUS = HOPPER | BLACKWELL_SM100
 SGLANG_FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048
@@ -257,18 +264,20 @@ SGLANG_FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048
 
 def sglang_allreduce_norm_tokens(model: ModelSpec, build: str, tp: int, dp: int, gpu: str) -> int:
     """The largest step (tokens) in which SGLang ``build`` runs ``model``'s norms inside
-    its all-reduces on ``tp`` ``gpu`` GPUs with ``dp`` attention-DP ranks (above); 0: never."""
-    if tp <= 1 or dp > 1 or gpu not in SGLANG_ALLREDUCE_FUSION_GPUS:
+    its all-reduces on ``tp`` ``gpu`` GPUs with ``dp`` attention-DP ranks (above); 0: never.
+    One node (``nnodes == 1``): at most the twin's node of ``fabric.NODE_GPUS``."""
+    if tp <= 1 or tp > NODE_GPUS or dp > 1 or gpu not in SGLANG_ALLREDUCE_FUSION_GPUS:
         return 0
     if not release_at_least(build, SGLANG_ALLREDUCE_FUSION_SINCE):
         return 0
-    qwen3_moe = model.name.lower().rsplit("/", 1)[-1].startswith("qwen3-") and bool(
-        model.n_moe_layers
-    )
+    qwen3_moe = _qwen3_architecture(model) and bool(model.n_moe_layers)
     qwen35 = _named(model, "qwen3.5") and release_at_least(
         build, SGLANG_ALLREDUCE_FUSION_QWEN35_SINCE
     )
-    named = any(_named(model, m) for m in SGLANG_ALLREDUCE_FUSION_MODELS)
+    mla = bool(model.kv_lora_rank) and not model.index_topk  # DeepseekV3ForCausalLM's MLA
+    named = any(_named(model, m) for m in SGLANG_ALLREDUCE_FUSION_MODELS) or (
+        mla and any(_named(model, m) for m in SGLANG_ALLREDUCE_FUSION_MLA_MODELS)
+    )
     return SGLANG_FUSE_ALLREDUCE_MAX_BATCH_SIZE if (named or qwen3_moe or qwen35) else 0
 
 
@@ -335,16 +344,21 @@ def trtllm_norm_in_allreduce(model: ModelSpec, tp: int, dp: int) -> tuple[bool, 
 # ``models/modeling_qwen3.py`` and ``models/modeling_qwen3_moe.py`` build; NVIDIA/
 # TensorRT-LLM at 5dedf53b) is a ``QKNormRoPEAttention`` with ``fuse_qk_norm_rope``
 # true: one ``fused_qk_norm_rope`` launch an attention layer, the per-head q/k norms and
-# RoPE over the fused QKV. Those two architectures (``model_type`` ``qwen3`` and
-# ``qwen3_moe``) by name: ``Qwen3-<size>``, not Qwen3.5 (``qwen3_5_moe``) nor a hybrid
-# with GDN layers (Qwen3-Next, ``qwen3_next``: modules of its own).
-TRTLLM_QK_NORM_ROPE_STEM = "qwen3-"
+# RoPE over the fused QKV. Those two architectures: :func:`_qwen3_architecture`.
+QWEN3_STEM = "qwen3-"
+
+
+def _qwen3_architecture(model: ModelSpec) -> bool:
+    """Whether ``model`` is Qwen3 or Qwen3-MoE (``model_type`` ``qwen3`` / ``qwen3_moe``)
+    by name: ``Qwen3-<size>``, not Qwen3.5 (``qwen3_5_moe``) nor a hybrid with GDN layers
+    (Qwen3-Next, ``qwen3_next``: modules of its own)."""
+    base = model.name.lower().rsplit("/", 1)[-1]
+    return base.startswith(QWEN3_STEM) and not model.mixer_counts.get("gdn")
 
 
 def trtllm_qk_norm_rope_pass(model: ModelSpec) -> bool:
     """Whether TensorRT-LLM runs ``model``'s q/k norms and RoPE as a pass of their own."""
-    base = model.name.lower().rsplit("/", 1)[-1]
-    return base.startswith(TRTLLM_QK_NORM_ROPE_STEM) and not model.mixer_counts.get("gdn")
+    return _qwen3_architecture(model)
 
 
 # Under attention DP TensorRT-LLM's DeepSeek runs its dense MLP layers and its shared

@@ -154,6 +154,10 @@ def kernel_layout_of(model: ModelSpec, config: EngineConfig, gpu: str) -> Kernel
     layout = with_nsa_prefill_backend(layout, model, c.tp, gpu, backend, c.dp_attention)
     # vLLM's --set float32_matmul_precision (twin.engine.modes_vllm): TF32 for an fp32 GEMM.
     layout = with_float32_matmul(layout, m.engine_flags.get("float32_matmul_precision", ""))
+    if m.engine == "trtllm" and layout.moe_rows_per_expert and m.engine_flags.get("moe_backend"):
+        # ``kernel_layouts.trtllm_deepgemm_rows_per_expert`` is DeepGEMM's tile: a
+        # ``moe_config.backend`` the mode takes (CUTLASS, TRTLLM) runs the rows as routed.
+        layout = dataclasses.replace(layout, moe_rows_per_expert=0)
     if m.engine == "trtllm" and layout.shared_expert_stream_tokens:
         # TensorRT-LLM's shared expert on its own stream in the captured generation steps
         # (``twin.engine.kernel_layouts.trtllm_shared_expert_stream``): up to the run's
