@@ -523,9 +523,6 @@ def mla_decode_launch(
 TRTLLM_ROPE_TOKENS = 32  # query tokens a block (``divUp(acc_q_len, 32)``)
 TRTLLM_ROPE_EXTRA_ROWS = 1 + 8  # grid rows beyond the heads (the latent's and 8 more)
 TRTLLM_ROPE_FP8_ROWS = 8  # grid rows a head more over an fp8 cache (the quantise-copy)
-# The ``tiles`` feature's rules (:func:`decode_tile_rule`): the batch's query rows, the
-# rope kernel's grid.
-DECODE_TILE_RULES = ("query_rows", "rope_grid")
 
 
 def decode_tile_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
@@ -933,7 +930,6 @@ def module_decode_features(
 
 __all__ = [
     "DECODE_RULES",
-    "DECODE_TILE_RULES",
     "FA3_FP8_BLOCK_ROWS",
     "FA3_GPUS",
     "FMHA_V2_MLA_GPUS",

@@ -429,9 +429,7 @@ def trtllm_deepgemm_rows_per_expert(model: ModelSpec, build: str, gpu: str) -> i
     """The rows TensorRT-LLM ``build``'s DeepGEMM experts compute for each expert a step
     reaches on ``gpu`` (above): DeepGEMM's M tile for block-fp8 experts on an SM 10.0 GPU
     before 1.2; 0 (the rows as routed) otherwise, or where ``build`` is not a release."""
-    if not model.n_moe_layers or gpu not in SM100_EXACT:
-        return 0
-    if px.moe_format(model).name != DEEPGEMM_FORMAT or version_key(build) is None:
+    if not _block_fp8_experts(model) or gpu not in SM100_EXACT or version_key(build) is None:
         return 0
     return 0 if release_at_least(build, TRTLLM_DEEPGEMM_SWAP_AB_SINCE) else DEEPGEMM_M_ALIGNMENT
 
@@ -520,6 +518,12 @@ DEEPGEMM_GPUS = HOPPER | SM100_EXACT
 DEEPGEMM_FORMAT = "fp8-block"  # block-quantised fp8 experts (``block_quant``)
 
 
+def _block_fp8_experts(model: ModelSpec) -> bool:
+    """Whether ``model`` has MoE layers whose experts are block-quantised fp8 (the format
+    DeepGEMM's and FlashInfer's block-fp8 MoE kernels take)."""
+    return bool(model.n_moe_layers) and px.moe_format(model).name == DEEPGEMM_FORMAT
+
+
 # vLLM's data-parallel ranks are engines of their own, each a tensor-parallel group of
 # ``--tensor-parallel-size`` GPUs; only the MoE layers' experts span the DP x TP group.
 # Its DeepSeek builds the dense MLP layers and the shared expert at that group's size
@@ -578,9 +582,8 @@ def vllm_flashinfer_cutlass_tp_s(model: ModelSpec, build: str, moe_tp: int, gpu:
     if (
         per_expert is None
         or moe_tp <= 1
-        or not model.n_moe_layers
         or build not in VLLM_FLASHINFER_CUTLASS_TP_BUILDS
-        or px.moe_format(model).name != DEEPGEMM_FORMAT
+        or not _block_fp8_experts(model)
     ):
         return 0.0
     return per_expert * model.moe_n_experts * (1.0 - 1.0 / moe_tp)
@@ -643,9 +646,8 @@ def vllm_kernel_layout(
     static = build in VLLM_STATIC_FP8_BUILDS
     extra = vllm_flashinfer_cutlass_tp_s(model, build, vllm_moe_tp(tp, dp, ep), gpu)
     padded = (
-        bool(model.n_moe_layers)
-        and build in VLLM_DEEPGEMM_MOE_BUILDS
-        and px.moe_format(model).name == DEEPGEMM_FORMAT
+        build in VLLM_DEEPGEMM_MOE_BUILDS
+        and _block_fp8_experts(model)
         and gpu in DEEPGEMM_GPUS
         and vllm_moe_tp(tp, dp, ep) < VLLM_DEEPGEMM_MOE_MAX_TP
     )
