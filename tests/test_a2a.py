@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
+from aic_refit import assert_heldout
 
 from twin.calibration.aic_a2a import a2a_rows
 from twin.calibration.aic_import import fit_family, split_impossible
@@ -364,5 +365,4 @@ def test_sglang_s_gb300_dispatch_meets_the_kernel_target() -> None:
     fam = next(f for f in a2a_rows(system_dir("gb300"), "sglang", "0.5.12") if f.kernel == kernel)
     rows, _ = split_impossible(kernel, fam.rows, peaks)
     fit = fit_kernel(kernel, rows, peaks)
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+    assert_heldout(fit, 0.05, 0.15)

@@ -5,11 +5,10 @@ kernel runs a serial token loop per program (``mla_features.bmm_quant_steps``), 
 from __future__ import annotations
 
 import pytest
+from aic_refit import assert_heldout, refit_family
 
 from twin.calibration import aic_mla
-from twin.calibration.aic_import import split_impossible
 from twin.calibration.aic_tables import system_dir
-from twin.calibration.fit import fit_kernel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_features as mf
@@ -63,8 +62,7 @@ def test_shipped_rtx_trtllm_fp8_bmm_fit_reads_the_quantisation() -> None:
     fit = load_profile("rtx-pro-6000", "trtllm").kernels["mla_bmm_fp8"]
     assert fit.provenance["kernel_source"] == SOURCE
     assert fit.params["c_quant_steps"] > 5e-7
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.07
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.25
+    assert_heldout(fit, 0.07, 0.25)
 
 
 @pytest.mark.slow
@@ -74,13 +72,7 @@ def test_rtx_trtllm_fp8_bmm_refit_follows_the_quantisation_loop() -> None:
     steps 18.4 / 61.8%: one head of W_UV at 20,480 tokens, 0.47 ms, priced at a tenth)."""
     pytest.importorskip("aiconfigurator_core")
     peaks = load_profile("rtx-pro-6000", "trtllm").peaks
-    fam = next(
-        f
-        for f in aic_mla.bmm_rows(system_dir("rtx-pro-6000"), "trtllm")
-        if f.kernel == "mla_bmm_fp8"
-    )
-    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
+    families = aic_mla.bmm_rows(system_dir("rtx-pro-6000"), "trtllm")
+    rows, fit = refit_family(families, "mla_bmm_fp8", peaks)
     assert {r["quant_steps"] > 0 for r in rows} == {True}
-    fit = fit_kernel(fam.kernel, rows, peaks)
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.07
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.25
+    assert_heldout(fit, 0.07, 0.25)

@@ -13,13 +13,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from aic_refit import assert_heldout, refit_family
 from test_mla_pricing import DSV3, dims
 
 from twin import precision as px
 from twin.calibration import aic_mla
-from twin.calibration.aic_import import split_impossible
 from twin.calibration.aic_tables import system_dir
-from twin.calibration.fit import fit_kernel
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
@@ -143,8 +142,7 @@ def test_shipped_triton_decode_fits_read_their_launch(gpu: str) -> None:
     fit = load_profile(gpu, "sglang").kernels["mla_decode"]
     assert fit.provenance["kernel_source"] == "triton"
     assert fit.params["c_launch_ctas"] > 1e-12
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.08
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.30
+    assert_heldout(fit, 0.08, 0.30)
 
 
 def test_fa3_splits_a_small_batch_to_fill_the_sms() -> None:
@@ -358,8 +356,7 @@ def test_hopper_sglang_fp8_cache_decode_fits_ship_their_block_keys(gpu: str) -> 
     fit = load_profile(gpu, "sglang").kernels["mla_decode_fp8kv"]
     assert "block_keys" in fit.model.split("+")
     assert fit.params["c_block_keys"] > 1e-12  # seconds a key a 128-row block: ~1.9 ns
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+    assert_heldout(fit, 0.05, 0.15)
 
 
 def _refit_sglang_decode(gpu: str, kernel: str, feature: str) -> KernelFit:
@@ -367,10 +364,9 @@ def _refit_sglang_decode(gpu: str, kernel: str, feature: str) -> KernelFit:
     aside), after checking every row carries ``feature``; skipped without the extra."""
     pytest.importorskip("aiconfigurator_core")
     peaks = get_gpu(gpu).peaks()
-    fam = next(f for f in aic_mla.kernel_rows(system_dir(gpu), "sglang") if f.kernel == kernel)
-    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
+    rows, fit = refit_family(aic_mla.kernel_rows(system_dir(gpu), "sglang"), kernel, peaks)
     assert {r[feature] > 0 for r in rows} == {True}
-    return fit_kernel(fam.kernel, rows, peaks)
+    return fit
 
 
 @pytest.mark.slow
@@ -380,8 +376,7 @@ def test_h200_sglang_fp8_cache_decode_meets_the_kernel_target() -> None:
     within 15% (without: 5.1% / 45.9%, the 128-head batches of 512-1,024 sequences at short
     contexts priced 4-5x their time)."""
     fit = _refit_sglang_decode("h200", "mla_decode_fp8kv", "block_keys")
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+    assert_heldout(fit, 0.05, 0.15)
 
 
 @pytest.mark.slow
@@ -393,5 +388,4 @@ def test_l40s_sglang_triton_decode_fit_reads_the_grid() -> None:
     Issue 34's target (5% / 15%) is still missed: one head runs another kernel
     (``decode_attention_fwd_normal``), 12-25% under."""
     fit = _refit_sglang_decode("l40s", "mla_decode", "launch_ctas")
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.08
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.30
+    assert_heldout(fit, 0.08, 0.30)

@@ -9,13 +9,12 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from aic_refit import assert_heldout, refit_family
 from test_mla_decode_launch import decode_families
 
 from twin.calibration import aic_mla
-from twin.calibration.aic_import import split_impossible
 from twin.calibration.aic_mla import dims
 from twin.calibration.aic_tables import system_dir
-from twin.calibration.fit import fit_kernel
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
@@ -128,14 +127,9 @@ def test_h200_trtllm_decode_refit_reads_the_flashmla_launch() -> None:
     23.5%, median / P90)."""
     pytest.importorskip("aiconfigurator_core")
     peaks = load_profile("h200", "trtllm").peaks
-    fam = next(
-        f for f in aic_mla.kernel_rows(system_dir("h200"), "trtllm") if f.kernel == "mla_decode"
-    )
-    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
+    rows, fit = refit_family(aic_mla.kernel_rows(system_dir("h200"), "trtllm"), "mla_decode", peaks)
     assert {r["critical_keys"] > 0 for r in rows} == {True}
-    fit = fit_kernel(fam.kernel, rows, peaks)
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+    assert_heldout(fit, 0.05, 0.15)
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
@@ -149,8 +143,7 @@ def test_shipped_hopper_trtllm_decode_fits_read_the_flashmla_launch(gpu: str) ->
         fit = prof.kernels[key]
         assert fit.params["c_critical_keys"] > 1e-9
         assert fit.params["c_launch_waves"] > 1e-9
-        assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
-        assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+        assert_heldout(fit, 0.05, 0.15)
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])

@@ -5,12 +5,11 @@ keys, no split (``mla_features.kernel_decode_rule``, the ``fmha_v2`` launch; iss
 from __future__ import annotations
 
 import pytest
+from aic_refit import assert_heldout, refit_family
 
 from twin.calibration import aic_mla
-from twin.calibration.aic_import import split_impossible
 from twin.calibration.aic_mla import dims
 from twin.calibration.aic_tables import system_dir
-from twin.calibration.fit import fit_kernel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_features as mf
@@ -56,13 +55,9 @@ def test_l40s_trtllm_decode_refit_reads_the_fmha_v2_launch() -> None:
     held-out P90 is within 28% (without: 5.1 / 30.9%, median / P90)."""
     pytest.importorskip("aiconfigurator_core")
     peaks = load_profile("l40s", "trtllm").peaks
-    fam = next(
-        f for f in aic_mla.kernel_rows(system_dir("l40s"), "trtllm") if f.kernel == "mla_decode"
-    )
-    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
+    rows, fit = refit_family(aic_mla.kernel_rows(system_dir("l40s"), "trtllm"), "mla_decode", peaks)
     assert {r["critical_keys"] > 0 for r in rows} == {True}
-    fit = fit_kernel(fam.kernel, rows, peaks)
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.28
+    assert_heldout(fit, None, 0.28)
 
 
 def test_a_decode_fit_without_the_floor_prices_as_before() -> None:
@@ -94,5 +89,4 @@ def test_shipped_fmha_v2_decode_fits_read_the_launch_and_the_floor(gpu: str) -> 
     fit = load_profile(gpu, "trtllm").kernels["mla_decode"]
     assert 5e-6 < fit.params[FLOOR_PARAM] < 2e-5
     assert fit.params["c_critical_keys"] > 1e-9
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.18
+    assert_heldout(fit, 0.05, 0.18)

@@ -15,13 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from aic_refit import assert_heldout, refit_family
 from test_bad_input import assert_clean_error
 
 from twin import precision as px
 from twin.calibration import aic_mla
-from twin.calibration.aic_import import split_impossible
 from twin.calibration.aic_tables import system_dir
-from twin.calibration.fit import fit_kernel
 from twin.costmodel import CostModel
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
@@ -523,14 +522,12 @@ def test_h200_trtllm_s_bf16_bmm_meets_the_kernel_target() -> None:
     outgrows L2 mispriced)."""
     pytest.importorskip("aiconfigurator_core")
     peaks = get_gpu("h200").peaks()
-    fam = next(f for f in aic_mla.bmm_rows(system_dir("h200"), "trtllm", "1.3.0rc20"))
-    assert fam.kernel == "mla_bmm"
-    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
-    fit = fit_kernel(fam.kernel, rows, peaks)
+    families = list(aic_mla.bmm_rows(system_dir("h200"), "trtllm", "1.3.0rc20"))
+    assert families[0].kernel == "mla_bmm"
+    rows, fit = refit_family(families, "mla_bmm", peaks)
     assert fit.model == "hbm_roofline+waves+l2_bytes+quant_steps"  # no steps on SM90
     assert {r["quant_steps"] for r in rows} == {0.0}
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+    assert_heldout(fit, 0.05, 0.15)
 
 
 def test_a_serving_step_reads_the_bmm_weights_from_hbm() -> None:
@@ -576,10 +573,7 @@ def test_b200_trtllm_s_bf16_decode_module_meets_the_kernel_target() -> None:
     pytest.importorskip("aiconfigurator_core")
     peaks = get_gpu("b200").peaks()
     fams = aic_mla.module_rows(system_dir("b200"), "trtllm", "1.3.0rc20")
-    fam = next(f for f in fams if f.kernel == "mla_module_decode")
-    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
+    rows, fit = refit_family(fams, "mla_module_decode", peaks)
     assert {r["launch_ctas"] > 0 for r in rows} == {True}
-    fit = fit_kernel(fam.kernel, rows, peaks)
     assert fit.model == fm.get_formula("mla_module_decode").model_name
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+    assert_heldout(fit, 0.05, 0.15)

@@ -10,12 +10,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from aic_refit import assert_heldout, refit_family
 from test_mla_decode_launch import decode_families
 
 from twin.calibration import aic_mla
-from twin.calibration.aic_import import split_impossible
 from twin.calibration.aic_tables import system_dir
-from twin.calibration.fit import fit_kernel
 from twin.costmodel import CostModel
 from twin.costmodel import latency as lat
 from twin.costmodel import mla_features as mf
@@ -116,12 +115,6 @@ def test_b200_trtllm_fp8_decode_refit_reads_the_rope_grid() -> None:
     ones meet issue 34's target (6.2 / 15.8% without)."""
     pytest.importorskip("aiconfigurator_core")
     peaks = load_profile("b200", "trtllm").peaks
-    fam = next(
-        f
-        for f in aic_mla.kernel_rows(system_dir("b200"), "trtllm")
-        if f.kernel == "mla_decode_fp8kv"
-    )
-    rows, _ = split_impossible(fam.kernel, fam.rows, peaks)
-    fit = fit_kernel(fam.kernel, rows, peaks)
-    assert fit.heldout_median_rel_err is not None and fit.heldout_median_rel_err <= 0.05
-    assert fit.heldout_p90_rel_err is not None and fit.heldout_p90_rel_err <= 0.15
+    families = aic_mla.kernel_rows(system_dir("b200"), "trtllm")
+    _, fit = refit_family(families, "mla_decode_fp8kv", peaks)
+    assert_heldout(fit, 0.05, 0.15)
