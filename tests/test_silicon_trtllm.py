@@ -115,6 +115,26 @@ def test_trtllm_1_3_0rc1_gap_analysis_rows_are_not_expressed() -> None:
     assert isinstance(sil.plan_row(replace(gap, backend_version="1.3.0rc5"), CONFIGS), sil.RowPlan)
 
 
+def test_trtllm_1_2_0rc2_attention_dp_rows_are_not_expressed() -> None:
+    """TensorRT-LLM 1.2.0rc2 computed gpt-oss wrongly under attention DP (InferenceX #514:
+    ``twin.validate.silicon.harness``): its attention-DP rows are counted under their
+    reason before anything is priced; the same release without attention DP, and the
+    fixed 1.2.0rc2.post2 with it, are planned."""
+    row = _rows()["tiny_b200_trtllm_agg_128x16_c4_tp1"]
+    broken = replace(row, backend_version="1.2.0rc2", attention_dp=2)
+    assert sil.attention_dp_broken(broken)
+    for kind in ("benchmark", "defaults"):
+        assert sil.plan_row(broken, CONFIGS, kind) == sil.REASON_BROKEN_ATTENTION_DP
+    for other in (
+        replace(broken, attention_dp=1),
+        replace(broken, attention_dp=None),
+        replace(broken, backend_version="1.2.0rc2.post2"),
+    ):
+        assert not sil.attention_dp_broken(other)
+        assert isinstance(sil.plan_row(other, CONFIGS), sil.RowPlan)
+    assert not sil.attention_dp_broken(replace(broken, backend="sglang"))
+
+
 def test_inferencemax_mtp_rows_run_with_mtp() -> None:
     """InferenceMAX's DeepSeek-R1 TensorRT-LLM runs on B200 in the 1.2.0rc6.post3 image
     are its ``-mtp`` configurations: MTP with 3 drafts (1 with attention DP); the

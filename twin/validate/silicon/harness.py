@@ -172,3 +172,29 @@ def gap_analysis_tpot_unpaced(row: SiliconRow) -> bool:
         and GAP_ANALYSIS_SOURCE in found.group(1)
         and (row.backend, row.backend_version) in GAP_ANALYSIS_UNPACED_RELEASES
     )
+
+
+# TensorRT-LLM 1.2.0rc2's attention DP did not compute gpt-oss-120b correctly: InferenceMAX's
+# B200 runs in that image with ``dp-attn: true`` (``.github/configs/nvidia-master.yaml``,
+# InferenceX PR #266, 2025-12-02) answered GSM8K with ``"<|channel|>!!!!..."`` (InferenceX
+# issue #514, 2026-01-21, TP 2 EP 2 DP attention on B200); PR #430 (2026-01-15, "Fixes accuracy
+# issue when DP ATTN is on") moved the image to 1.2.0rc2.post1, reverted by #459 (01-17), and
+# the config ran 1.2.0rc2.post2 from then on (#1490's "from v1.2.0rc2.post2"). A row of that
+# release with attention DP timed an engine that skipped or broke part of the work the model
+# sets: on the two fit rows (ids ending 390 and 2006, tp 1 x attention DP 4) the twin's TPOT
+# is +48% / +40%, where the 1.2.0rc2.post2 rows of the same layout are -5..0%, and the measured
+# TPOT at 64 clients is 5.66 ms under 1.2.0rc2 and 6.42 ms under 1.2.0rc2.post2
+# (benchmarks/results/gptdq-s35/); 1.2.0rc2's rows without attention DP are priced as before.
+BROKEN_ATTENTION_DP_RELEASES = frozenset({("trtllm", "1.2.0rc2")})
+REASON_BROKEN_ATTENTION_DP = (
+    "TensorRT-LLM 1.2.0rc2 attention-DP rows: the release's attention DP computed a wrong "
+    "answer (InferenceX #514)"
+)
+
+
+def attention_dp_broken(row: SiliconRow) -> bool:
+    """Whether ``row`` ran attention DP in a release whose attention DP was broken (above)."""
+    return (row.attention_dp or 1) > 1 and (
+        row.backend,
+        row.backend_version,
+    ) in BROKEN_ATTENTION_DP_RELEASES

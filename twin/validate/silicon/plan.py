@@ -33,7 +33,9 @@ from twin.validate.silicon.eager_prefill import (
     vllm_graph_tokens,
 )
 from twin.validate.silicon.harness import (
+    REASON_BROKEN_ATTENTION_DP,
     REASON_GAP_ANALYSIS_TPOT,
+    attention_dp_broken,
     gap_analysis_tpot_unpaced,
     harness_of,
     inferencemax_row,
@@ -178,6 +180,8 @@ def plan_row(
         return REASON_INFERENCEMAX_CLIENT_CAP
     if gap_analysis_tpot_unpaced(row):
         return REASON_GAP_ANALYSIS_TPOT
+    if attention_dp_broken(row):
+        return REASON_BROKEN_ATTENTION_DP
     if (row.pp or 1) > 1:
         return REASON_PP
     unpriced = _unpriced_columns(row)
