@@ -525,18 +525,39 @@ TRTLLM_ROPE_EXTRA_ROWS = 1 + 8  # grid rows beyond the heads (the latent's and 8
 TRTLLM_ROPE_FP8_ROWS = 8  # grid rows a head more over an fp8 cache (the quantise-copy)
 
 
+# SGLang's ``trtllm_mla`` decode prepares the query row by row before trtllm-gen's kernel
+# (sglang 0.5.14, the release of NVIDIA's Blackwell SGLang decode tables:
+# ``python/sglang/srt/layers/attention/trtllm_mla_backend.py``
+# ``TRTLLMMLABackend.forward_decode``): over an fp8 cache ``mla_quantize_and_rope_for_fp8``
+# (``layers/attention/utils.py``: FlashInfer's ``mla_rope_quantize_fp8``) ropes each
+# query row's 64-wide part and quantises its 512 + 64 elements into a new
+# ``[tokens, heads, 576]`` tensor; over a bf16 cache ``concat_mla_absorb_q_general``
+# concatenates each row's nope and rope parts into one (``jit_kernel/concat_mla.py``
+# ``concat_mla_absorb_q``); the kernel then writes each row's 512-wide output. Its table
+# times that whole ``forward_decode``: aiconfigurator's collector calls the
+# ``RadixAttention`` layer with ``q_rope``, ``k_rope`` and ``cos_sin_cache``
+# (ai-dynamo/aiconfigurator 095f58a5 ``collector/sglang/collect_mla.py`` ``run_mla``,
+# ``kernel_source`` trtllm_mla on SM100 / SM103): work that scales with the query rows
+# (queries x heads), not with a sequence's 64-row blocks: :func:`decode_tile_rule` gives
+# ``"query_rows"`` for ``TRTLLM_MLA_SOURCE`` on ``TRTLLM_GEN_GPUS``.
+
+
 def decode_tile_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     """What the ``tiles`` feature of an ``mla_decode*`` table (or its fit) counts
     (:func:`decode_tiles`): ``"query_rows"`` for TensorRT-LLM's FlashMLA on Hopper
-    (:func:`kernel_decode_rule` ``"flashmla"``), ``"rope_grid"`` for TensorRT-LLM's
-    trtllm-gen generation on ``TRTLLM_GEN_GPUS`` (``default`` source, both caches: SGLang's
-    ``trtllm_mla`` and vLLM's FlashInfer MLA do not run TensorRT-LLM's rope kernel); None
-    for the rest (a sequence's 64-row blocks)."""
+    (:func:`kernel_decode_rule` ``"flashmla"``) and for SGLang's ``trtllm_mla`` backend on
+    ``TRTLLM_GEN_GPUS`` (both caches: its query preparation row by row before trtllm-gen,
+    above), ``"rope_grid"`` for TensorRT-LLM's trtllm-gen
+    generation on ``TRTLLM_GEN_GPUS`` (``default`` source, both caches: TensorRT-LLM's
+    rope kernel's grid); None for the rest (a sequence's 64-row blocks; vLLM's FlashInfer
+    MLA among them)."""
     rule = kernel_decode_rule(gpu, kernel_source, kv_e)
     if rule == "flashmla":
         return "query_rows"
     if rule == "trtllm_gen" and kernel_source == TRTLLM_DEFAULT_SOURCE:
         return "rope_grid"
+    if rule == "trtllm_gen" and kernel_source == TRTLLM_MLA_SOURCE:
+        return "query_rows"
     return None
 
 
