@@ -574,13 +574,20 @@ def decode_tiles(rule: str | None, tiles: Sums, queries: Sums, heads: int, kv_e:
     ``"query_rows"``, the batch's query rows (``queries`` query tokens x ``heads``) for
     TensorRT-LLM's FlashMLA (``FLASHMLA_GPUS``), whose generation ropes each row (and over
     an fp8 cache quantises it) in its rope kernel before the kernel and loads and writes
-    each; ``"rope_grid"``, that rope kernel's blocks (:func:`trtllm_rope_grid`) before
+    each, and for SGLang's ``trtllm_mla`` on ``TRTLLM_GEN_GPUS``, whose ``forward_decode``
+    concatenates each row (bf16 cache) or ropes and quantises it (fp8) before trtllm-gen;
+    ``"rope_grid"``, that rope kernel's blocks (:func:`trtllm_rope_grid`) before
     trtllm-gen; ``tiles`` (a sequence's 64-row blocks, :func:`mla_absorbed_sums`) for the
     rest. NVIDIA's TensorRT-LLM tables, held out (median / P90 %): H200 with the FlashMLA
     launch, bf16 cache 3.7 / 14.6 -> 3.5 / 10.2 and fp8 4.8 / 19.0 -> 3.8 / 12.6 with the
     rows (the rope grid instead: 3.6 / 12.0 and 4.6 / 15.6; docs/decisions.md, issue 34,
     helper ``mla-kern31``); Blackwell's fp8 cache with the rope grid, fit rows, B200 6.4 /
-    20.0 -> 4.5 / 14.2 (the rows instead 5.0 / 13.6; helper ``rope32``)."""
+    20.0 -> 4.5 / 14.2 (the rows instead 5.0 / 13.6; helper ``rope32``). NVIDIA's SGLang
+    0.5.14 Blackwell tables with the rows instead of the 64-row blocks, fit rows, every
+    family better: B200 bf16 5.1 / 14.5 -> 4.8 / 14.3, fp8 4.5 / 16.1 -> 3.9 / 13.5; B300
+    4.2 / 15.1 -> 4.1 / 14.5, 5.7 / 17.0 -> 5.1 / 15.1; GB200 4.6 / 14.9 -> 4.1 / 14.1, 4.9 /
+    15.5 -> 4.2 / 13.6; GB300 4.7 / 14.5 -> 4.4 / 14.0, 4.4 / 15.0 -> 3.9 / 13.3 (helper
+    ``mla35``)."""
     if rule == "query_rows":
         return queries * float(heads)
     if rule == "rope_grid":
