@@ -61,12 +61,12 @@ def test_l40s_trtllm_decode_refit_reads_the_fmha_v2_launch() -> None:
 
 
 def test_a_decode_fit_without_the_floor_prices_as_before() -> None:
-    """An ``mla_decode`` fit written before the floor (every serving GPU's) reads
+    """An ``mla_decode`` fit written before the floor (H200 SGLang's) reads
     ``floor_s`` 0: the same price at any features; with a floor, at least the floor."""
-    fit = load_profile("b200", "sglang").kernels["mla_decode"]
+    fit = load_profile("h200", "sglang").kernels["mla_decode"]
     assert "floor" not in fit.model.split("+")[:-1]
     assert fit.params[FLOOR_PARAM] == 0.0
-    peaks = load_profile("b200", "sglang").peaks
+    peaks = load_profile("h200", "sglang").peaks
     d = dims(16)
     sums = mf.mla_decode_sums(1, 8, d, 2, 2)
     feats = (*sums[2:], 0.0, *mf.NO_LAUNCH)

@@ -30,8 +30,9 @@ BLACKWELL = ("b200", "b300", "gb200", "gb300")
 @pytest.mark.parametrize("gpu", BLACKWELL)
 def test_rope_grid_rule_reads_tensorrt_llm_tables_only(gpu: str, kv_e: int) -> None:
     assert mf.decode_tile_rule(gpu, "default", kv_e) == "rope_grid"
-    # SGLang's and vLLM's trtllm-gen backends do not run TensorRT-LLM's rope kernel
-    assert mf.decode_tile_rule(gpu, "trtllm_mla", kv_e) is None
+    # SGLang's and vLLM's trtllm-gen backends do not run TensorRT-LLM's rope kernel (SGLang's
+    # prepares its query rows itself: tests/test_mla_sglang_query_rows.py)
+    assert mf.decode_tile_rule(gpu, "trtllm_mla", kv_e) == "query_rows"
     assert mf.decode_tile_rule(gpu, "FLASHINFER_MLA", kv_e) is None
     # Hopper's FlashMLA keeps the query rows; FMHA v2 GPUs keep the 64-row blocks
     assert mf.decode_tile_rule("h200", "default", kv_e) == "query_rows"
@@ -50,26 +51,14 @@ def test_rope_grid_is_the_kernels_launch() -> None:
     assert mf.decode_tiles(None, 3.0, 64, 16, 1) == 3.0
 
 
-def _b200_decode_families(tmp_path: Path, source: str) -> dict:
-    """The families ``aic_mla.kernel_rows`` reads from one B200 decode shape (16 heads, 64
-    sequences at 8,192 keys) over a bf16 and an fp8 cache, ``source`` its kernel."""
-    engine, framework, version = (
-        ("trtllm", "TRTLLM", "1.3.0rc20") if source == "default" else ("sglang", "SGLang", "0.5.14")
-    )
-    return decode_families(tmp_path, engine, framework, version, source, "b200")
-
-
 def test_the_reader_gives_blackwell_trtllm_rows_the_rope_grid(tmp_path: Path) -> None:
-    fams = _b200_decode_families(tmp_path, "default")
+    """One B200 TensorRT-LLM decode shape (16 heads, 64 sequences at 8,192 keys) over a
+    bf16 and an fp8 cache."""
+    fams = decode_families(tmp_path, "trtllm", "TRTLLM", "1.3.0rc20", "default", "b200")
     assert fams["mla_decode_fp8kv"].rows[0]["tiles"] == 2 * (16 + 9 + 8 * 16)
     assert fams["mla_decode"].rows[0]["tiles"] == 2 * (16 + 9)
     # the launch features are trtllm-gen's, as before
     assert fams["mla_decode_fp8kv"].rows[0]["launch_ctas"] > 0
-
-
-def test_sglang_trtllm_mla_rows_keep_the_head_blocks(tmp_path: Path) -> None:
-    fams = _b200_decode_families(tmp_path, "trtllm_mla")
-    assert fams["mla_decode_fp8kv"].rows[0]["tiles"] == 64  # one 64-row block a sequence
 
 
 def test_b200_trtllm_kernels_pricing_reads_the_rope_grid() -> None:

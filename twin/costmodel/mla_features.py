@@ -525,18 +525,39 @@ TRTLLM_ROPE_EXTRA_ROWS = 1 + 8  # grid rows beyond the heads (the latent's and 8
 TRTLLM_ROPE_FP8_ROWS = 8  # grid rows a head more over an fp8 cache (the quantise-copy)
 
 
+# SGLang's ``trtllm_mla`` decode prepares the query row by row before trtllm-gen's kernel
+# (sglang 0.5.14, the release of NVIDIA's Blackwell SGLang decode tables:
+# ``python/sglang/srt/layers/attention/trtllm_mla_backend.py``
+# ``TRTLLMMLABackend.forward_decode``): over an fp8 cache ``mla_quantize_and_rope_for_fp8``
+# (``layers/attention/utils.py``: FlashInfer's ``mla_rope_quantize_fp8``) ropes each
+# query row's 64-wide part and quantises its 512 + 64 elements into a new
+# ``[tokens, heads, 576]`` tensor; over a bf16 cache ``concat_mla_absorb_q_general``
+# concatenates each row's nope and rope parts into one (``jit_kernel/concat_mla.py``
+# ``concat_mla_absorb_q``); the kernel then writes each row's 512-wide output. Its table
+# times that whole ``forward_decode``: aiconfigurator's collector calls the
+# ``RadixAttention`` layer with ``q_rope``, ``k_rope`` and ``cos_sin_cache``
+# (ai-dynamo/aiconfigurator 095f58a5 ``collector/sglang/collect_mla.py`` ``run_mla``,
+# ``kernel_source`` trtllm_mla on SM100 / SM103): work that scales with the query rows
+# (queries x heads), not with a sequence's 64-row blocks: :func:`decode_tile_rule` gives
+# ``"query_rows"`` for ``TRTLLM_MLA_SOURCE`` on ``TRTLLM_GEN_GPUS``.
+
+
 def decode_tile_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     """What the ``tiles`` feature of an ``mla_decode*`` table (or its fit) counts
     (:func:`decode_tiles`): ``"query_rows"`` for TensorRT-LLM's FlashMLA on Hopper
-    (:func:`kernel_decode_rule` ``"flashmla"``), ``"rope_grid"`` for TensorRT-LLM's
-    trtllm-gen generation on ``TRTLLM_GEN_GPUS`` (``default`` source, both caches: SGLang's
-    ``trtllm_mla`` and vLLM's FlashInfer MLA do not run TensorRT-LLM's rope kernel); None
-    for the rest (a sequence's 64-row blocks)."""
+    (:func:`kernel_decode_rule` ``"flashmla"``) and for SGLang's ``trtllm_mla`` backend on
+    ``TRTLLM_GEN_GPUS`` (both caches: its query preparation row by row before trtllm-gen,
+    above), ``"rope_grid"`` for TensorRT-LLM's trtllm-gen
+    generation on ``TRTLLM_GEN_GPUS`` (``default`` source, both caches: TensorRT-LLM's
+    rope kernel's grid); None for the rest (a sequence's 64-row blocks; vLLM's FlashInfer
+    MLA among them)."""
     rule = kernel_decode_rule(gpu, kernel_source, kv_e)
     if rule == "flashmla":
         return "query_rows"
     if rule == "trtllm_gen" and kernel_source == TRTLLM_DEFAULT_SOURCE:
         return "rope_grid"
+    if rule == "trtllm_gen" and kernel_source == TRTLLM_MLA_SOURCE:
+        return "query_rows"
     return None
 
 
@@ -553,13 +574,20 @@ def decode_tiles(rule: str | None, tiles: Sums, queries: Sums, heads: int, kv_e:
     ``"query_rows"``, the batch's query rows (``queries`` query tokens x ``heads``) for
     TensorRT-LLM's FlashMLA (``FLASHMLA_GPUS``), whose generation ropes each row (and over
     an fp8 cache quantises it) in its rope kernel before the kernel and loads and writes
-    each; ``"rope_grid"``, that rope kernel's blocks (:func:`trtllm_rope_grid`) before
+    each, and for SGLang's ``trtllm_mla`` on ``TRTLLM_GEN_GPUS``, whose ``forward_decode``
+    concatenates each row (bf16 cache) or ropes and quantises it (fp8) before trtllm-gen;
+    ``"rope_grid"``, that rope kernel's blocks (:func:`trtllm_rope_grid`) before
     trtllm-gen; ``tiles`` (a sequence's 64-row blocks, :func:`mla_absorbed_sums`) for the
     rest. NVIDIA's TensorRT-LLM tables, held out (median / P90 %): H200 with the FlashMLA
     launch, bf16 cache 3.7 / 14.6 -> 3.5 / 10.2 and fp8 4.8 / 19.0 -> 3.8 / 12.6 with the
     rows (the rope grid instead: 3.6 / 12.0 and 4.6 / 15.6; docs/decisions.md, issue 34,
     helper ``mla-kern31``); Blackwell's fp8 cache with the rope grid, fit rows, B200 6.4 /
-    20.0 -> 4.5 / 14.2 (the rows instead 5.0 / 13.6; helper ``rope32``)."""
+    20.0 -> 4.5 / 14.2 (the rows instead 5.0 / 13.6; helper ``rope32``). NVIDIA's SGLang
+    0.5.14 Blackwell tables with the rows instead of the 64-row blocks, fit rows, every
+    family better: B200 bf16 5.1 / 14.5 -> 4.8 / 14.3, fp8 4.5 / 16.1 -> 3.9 / 13.5; B300
+    4.2 / 15.1 -> 4.1 / 14.5, 5.7 / 17.0 -> 5.1 / 15.1; GB200 4.6 / 14.9 -> 4.1 / 14.1, 4.9 /
+    15.5 -> 4.2 / 13.6; GB300 4.7 / 14.5 -> 4.4 / 14.0, 4.4 / 15.0 -> 3.9 / 13.3 (helper
+    ``mla35``)."""
     if rule == "query_rows":
         return queries * float(heads)
     if rule == "rope_grid":
