@@ -42,6 +42,9 @@ def _model(
 ) -> np.ndarray:
     """Vectorised formula at parameters ``theta`` (in ``param_names`` order)."""
     f = get_formula(kernel)
+    if f.lines > 1:  # the least of the lines (``KernelFormula.lines``)
+        t0s, effs = theta[0::2, None], theta[1::2, None]
+        return np.min(t0s + nbytes[None, :] / (effs * peaks[f.bytes_peak]), axis=0)
     t0 = theta[0]
     if not f.uses_flops:  # extras add to the byte time (the all-to-all's)
         n = extras.shape[1]
@@ -81,6 +84,8 @@ def _starts(
         x = extras[:, j]
         pos = x > 0
         cs.append(0.1 * float(np.median(y[pos] / x[pos])) if pos.any() else 1e-15)
+    if f.lines > 1:
+        return _line_starts(f.lines, float(np.min(y)))
     lo = [1e-10]
     hi = [10.0]
     starts: list[list[float]] = []
@@ -108,6 +113,26 @@ def _starts(
     return [np.clip(np.log(np.array(s)), lo_a, hi_a) for s in starts], lo_a, hi_a
 
 
+def _line_starts(lines: int, fastest: float) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Starting points and log-space bounds of a formula of several lines
+    (``KernelFormula.lines``): the first line's latency at or under the fastest row's and
+    each later line slower to start and faster per byte (the order the algorithms take
+    over in), at a few bandwidth scales."""
+    lo = np.log(np.array([1e-10, 1e-5] * lines))
+    hi = np.log(np.array([10.0, 4.0] * lines))
+    starts = []
+    for t0 in (0.5 * fastest, fastest):
+        for eff in (0.1, 0.5, 1.0):
+            for step in (2.0, 5.0):
+                s = [
+                    v
+                    for i in range(lines)
+                    for v in (t0 * (step * 3 ** (i - 1) if i else 1.0), eff * (i + 1) / lines)
+                ]
+                starts.append(np.clip(np.log(np.array(s)), lo, hi))
+    return starts, lo, hi
+
+
 def fit_params(
     kernel: str, rows: Sequence[dict[str, Any]], peaks: dict[str, float]
 ) -> dict[str, float]:
@@ -133,6 +158,9 @@ def fit_params(
             best = res
     assert best is not None
     theta = np.exp(best.x)
+    if f.lines > 1:  # the lines by latency: the order they take over in as bytes grow
+        pairs = sorted(zip(theta[0::2], theta[1::2], strict=True))
+        theta = np.array([v for pair in pairs for v in pair])
     return {name: float(v) for name, v in zip(f.param_names, theta, strict=True)}
 
 

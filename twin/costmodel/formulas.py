@@ -14,7 +14,9 @@ scan, whose state passing is sequential; and the weight elements of a GEMM, whos
 per-panel work (packing, tile edges) makes few-token products slower than their
 FLOPs. Every coefficient is non-negative and every feature grows with tokens and
 context, so predictions are monotone in both. Byte-only kernels (copies,
-element-wise passes) are ``t0 + B / (eff_bytes * bytes_peak)``.
+element-wise passes) are ``t0 + B / (eff_bytes * bytes_peak)``; the all-reduce's
+(``KernelFormula.lines``) the least of a few such lines, one per algorithm the library
+chooses among.
 
 Features are additive across the sequences of one batched launch, so a batch of
 prefill chunks is priced as one launch with the summed features (one ``t0``).
@@ -35,6 +37,18 @@ from twin.errors import TwinError
 # The model-name part and parameter of ``KernelFormula.floor``.
 FLOOR = "floor"
 FLOOR_PARAM = "floor_s"
+
+
+def line_params(i: int) -> tuple[str, str]:
+    """The latency and efficiency parameters of line ``i`` (1-based) of a byte-only
+    formula with several lines (``KernelFormula.lines``): ``t0_s`` and ``eff_bytes`` for
+    the first, ``t0_<i>_s`` and ``eff_bytes_<i>`` after it."""
+    return ("t0_s", "eff_bytes") if i == 1 else (f"t0_{i}_s", f"eff_bytes_{i}")
+
+
+# The most lines a formula may have (``KernelFormula.lines``); their parameters' ranges
+# (``twin.costmodel.profile.PARAM_RANGES``) are written for these.
+MAX_LINES = 3
 
 
 @dataclass(frozen=True)
@@ -70,11 +84,25 @@ class KernelFormula:
     # (``profile._upgrade``): the same prices. ``latency.compile_kernel`` and
     # ``latency.compile_fast`` of a formula with serial features price it.
     floor: bool = False
+    # Lines: a byte-only formula that is the least of this many latency-plus-bandwidth
+    # lines, ``min_i(t0_i + B / (eff_bytes_i * peak))`` (parameters :func:`line_params`),
+    # one per algorithm a collective library picks among by message size, each at its own
+    # latency and bandwidth: the all-reduce's (the custom all-reduce's one-shot and
+    # two-shot kernels, NCCL above them; NCCL's own protocols). Named ``min<lines>``; no
+    # extras, serial features or floor with it.
+    lines: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.lines <= MAX_LINES:
+            raise ValueError(f"{self.kernel}: lines must be 1..{MAX_LINES} (got {self.lines})")
+        if self.lines > 1 and (self.uses_flops or self.features or self.floor):
+            raise ValueError(f"{self.kernel}: several lines only for a plain byte-only formula")
 
     @property
     def model_name(self) -> str:
         """Formula name stored in a profile."""
-        base = self.base or ("roofline" if self.uses_flops else "bandwidth")
+        plain = "roofline" if self.uses_flops else "bandwidth"
+        base = self.base or (plain if self.lines == 1 else f"min{self.lines}_{plain}")
         return "+".join((base, *self.extras, *self.serial, *((FLOOR,) if self.floor else ())))
 
     @property
@@ -85,6 +113,8 @@ class KernelFormula:
     @property
     def param_names(self) -> tuple[str, ...]:
         """Parameter names in fitting order."""
+        if self.lines > 1:
+            return tuple(n for i in range(1, self.lines + 1) for n in line_params(i))
         names = ["t0_s"]
         if self.uses_flops:
             names += ["eff_flops", "eff_bytes", "p"]
@@ -364,6 +394,34 @@ A2A_EXTRAS = {
 }
 
 
+# The all-reduce families' lines (``KernelFormula.lines``): an all-reduce of B bytes a
+# GPU is the least of ``t0_i + 2 (n-1)/n B / (eff_bytes_i * interconnect_bw)`` over the
+# algorithms the engine picks among by message size, each with its own latency and
+# bandwidth. The engines switch where one algorithm overtakes the next, so the least of
+# the lines follows their switches without a threshold table per engine, release, GPU
+# and GPU count:
+# - SGLang and vLLM's custom all-reduce: the one-shot kernel (every rank reads all its
+#   peers' buffers, (n-1) B) below 512 KB at 4 GPUs and 256 KB at 8, at every size at 2;
+#   the two-shot kernel (reduce-scatter then all-gather, the ring's bytes) above (vLLM
+#   ``csrc/custom_all_reduce.cuh`` ``CustomAllreduce::allreduce``; SGLang's
+#   ``sgl-kernel/csrc/allreduce/custom_all_reduce.cuh`` the same rule); NCCL from the
+#   custom all-reduce's largest size (SGLang ``distributed/device_communicators/
+#   custom_all_reduce.py`` ``_MAX_CAR_SIZE`` 8 MiB on CUDA, called the NCCL crossover
+#   there; vLLM ``all_reduce_utils.py`` ``CUSTOM_ALL_REDUCE_MAX_SIZES``, then its
+#   symmetric-memory all-reduce to ``SYMM_MEM_ALL_REDUCE_MAX_SIZES``, then NCCL);
+# - TensorRT-LLM's ``AllReduceStrategy.AUTO``: one-shot, two-shot (Lamport kernels) or
+#   NCCL from its strategy table by size (``thop/allreduceOp.cpp`` ``selectImplementation``;
+#   NVIDIA's collector times AUTO with the autotuner off: aiconfigurator
+#   ``collector/network/collect_all_reduce.py``);
+# - NCCL alone: its tuner prices every algorithm and protocol as a latency plus bytes
+#   over a bandwidth and runs the least (``src/graph/tuning.cc`` ``ncclTopoGetAlgoTime``;
+#   three protocols: LL, LL128, Simple).
+# The one-shot kernel's (n-1) B is n/2 times the ring's bytes at a fixed GPU count (one
+# fit per count), so its line's efficiency is fitted on the ring's bytes as the others'.
+# Tables, per family: ``benchmarks/results/ar35-s35/`` (docs/decisions.md, "Issue 34,
+# step: the all-reduce families as the least of three lines").
+ALLREDUCE_LINES = 3
+
 FORMULAS: dict[str, KernelFormula] = {
     f.kernel: f
     for f in (
@@ -602,13 +660,18 @@ FORMULAS: dict[str, KernelFormula] = {
             for phase in A2A_PHASES
         ),
         # One fit per GPU count, stored as ``allreduce_<n>gpu``; without one the cost
-        # model prices a ring from the profile's peaks.
+        # model prices a ring from the profile's peaks. The least of three lines
+        # (:data:`ALLREDUCE_LINES`): each engine's all-reduce picks among three
+        # algorithms by message size, and NCCL's table above its largest size.
         KernelFormula(
             "allreduce",
             "interconnect_bw",
             False,
             (),
-            "all-reduce across the tensor-parallel GPUs (ring bytes per GPU)",
+            "all-reduce across the tensor-parallel GPUs: the least of a latency plus the "
+            "ring bytes per GPU over a bandwidth for each algorithm the engine picks among "
+            "by message size (one-shot, two-shot, NCCL: ``ALLREDUCE_LINES``)",
+            lines=ALLREDUCE_LINES,
         ),
         # NCCL's all-gather and reduce-scatter, one fit per GPU count as the all-reduce
         # (``allgather_<n>gpu``, ``reducescatter_<n>gpu``): TensorRT-LLM's MoE exchange
@@ -631,7 +694,10 @@ FORMULAS: dict[str, KernelFormula] = {
             "interconnect_bw",
             False,
             (),
-            "NCCL all-reduce across the tensor-parallel GPUs (ring bytes per GPU)",
+            "NCCL all-reduce across the tensor-parallel GPUs: the least of a latency plus "
+            "the ring bytes per GPU over a bandwidth for each of NCCL's protocols "
+            "(``ALLREDUCE_LINES``)",
+            lines=ALLREDUCE_LINES,
         ),
     )
 }
@@ -711,7 +777,8 @@ def check_params(kernel: str, params: dict[str, float]) -> None:
             raise TwinError(
                 f"kernel {kernel!r}: parameter {name} must be finite and >= 0 (got {v!r})"
             )
-    for name in ("eff_flops", "eff_bytes"):
+    effs = ("eff_flops", *(line_params(i)[1] for i in range(1, MAX_LINES + 1)))
+    for name in effs:
         if name in params and params[name] <= 0:
             raise TwinError(f"kernel {kernel!r}: {name} must be positive")
     if "p" in params and params["p"] < 1:
@@ -722,10 +789,12 @@ __all__ = [
     "A2A_MODES",
     "A2A_PHASES",
     "A2A_VARIANTS",
+    "ALLREDUCE_LINES",
     "FLOOR",
     "FLOOR_PARAM",
     "FORMULAS",
     "KERNELS",
+    "MAX_LINES",
     "MLA_BMM_BASE",
     "MLA_BMM_EXTRAS",
     "MLA_BMM_MODES",
@@ -764,6 +833,7 @@ __all__ = [
     "collective_kernel",
     "family",
     "get_formula",
+    "line_params",
     "mla_kernel",
     "moe_kernel",
     "moe_min_latency_kernel",

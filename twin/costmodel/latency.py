@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from twin.costmodel.formulas import FLOOR_PARAM, KernelFormula, get_formula
+from twin.costmodel.formulas import FLOOR_PARAM, KernelFormula, get_formula, line_params
 from twin.errors import TwinError
 
 
@@ -49,6 +49,9 @@ def compile_kernel(
     missing = [p for p in f.param_names if p not in params]
     if missing:
         raise TwinError(f"kernel {kernel!r}: profile lacks parameter(s) {', '.join(missing)}")
+    if f.lines > 1:
+        lowest = _least_line(f, params, peaks)
+        return lambda flops, nbytes, extras: lowest(flops, nbytes)
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     coeffs = [(x, float(params[f"c_{x}"])) for x in f.extras]
@@ -96,9 +99,30 @@ def compile_fast(
     kernel's extra features in formula order: no dict per call, for the cost model. A
     formula with serial features (``KernelFormula.serial``) takes every feature in
     ``KernelFormula.features`` order (``_compile_serial``)."""
-    if get_formula(kernel).serial:
+    f = get_formula(kernel)
+    if f.lines > 1:
+        compile_kernel(kernel, params, peaks)  # validates the parameters
+        return _least_line(f, params, peaks)
+    if f.serial:
         return _compile_serial(kernel, params, peaks)
     return _compile_pair(kernel, params, peaks)[0]
+
+
+def _least_line(
+    f: KernelFormula, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[..., float]:
+    """``(flops, bytes, ...) -> seconds`` of a formula of several lines
+    (``KernelFormula.lines``): the least of ``t0_i + bytes / (eff_bytes_i * peak)``."""
+    peak = float(peaks[f.bytes_peak])
+    lines = [
+        (float(params[t0]), 1.0 / (float(params[eff]) * peak))
+        for t0, eff in (line_params(i) for i in range(1, f.lines + 1))
+    ]
+
+    def least(flops: float, nbytes: float, *_: float) -> float:
+        return min(t0 + nbytes * inv_b for t0, inv_b in lines)
+
+    return least
 
 
 def _compile_serial(
@@ -202,6 +226,7 @@ def kernel_constants(
     (``KernelFormula.serial``): such a formula is compiled by ``_compile_serial``."""
     f = get_formula(kernel)
     assert not f.floor, "the compiled constants carry no floor"
+    assert f.lines == 1, "the compiled constants carry one line"
     assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
     assert not f.serial, "the compiled constants carry no serial feature"
     compile_kernel(kernel, params, peaks)  # validates the parameters

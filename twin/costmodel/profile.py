@@ -39,7 +39,15 @@ from typing import Any
 
 from twin.atomic import write_text_atomic
 from twin.costmodel.engine_kernels import release_kernel, table_kernel
-from twin.costmodel.formulas import FLOOR, FLOOR_PARAM, MOE_VARIANTS, check_params, get_formula
+from twin.costmodel.formulas import (
+    FLOOR,
+    FLOOR_PARAM,
+    MAX_LINES,
+    MOE_VARIANTS,
+    check_params,
+    get_formula,
+    line_params,
+)
 from twin.costmodel.moe_layout import group_tied_table
 from twin.costmodel.series_term import SeriesError, SeriesTerm
 from twin.costmodel.table_release import pick_for_kernel, pick_version
@@ -81,6 +89,14 @@ PARAM_RANGES: dict[str, tuple[float, float, str]] = {
     "p": (1.0, 100.0, "(the smooth-max exponent)"),
     FLOOR_PARAM: (0.0, 10.0, "s"),  # a floor the work hides under (``KernelFormula.floor``)
 }
+# A several-line formula's later lines (``KernelFormula.lines``): as the first's.
+PARAM_RANGES.update(
+    {
+        name: PARAM_RANGES[first]
+        for i in range(2, MAX_LINES + 1)
+        for name, first in zip(line_params(i), line_params(1), strict=True)
+    }
+)
 COEF_RANGE = (0.0, 1.0, "s per unit of its feature")
 MAX_OVERHEAD_S = 10.0  # a layer's host overhead, seconds
 
