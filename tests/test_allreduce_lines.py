@@ -6,6 +6,10 @@ by a third either way."""
 
 from __future__ import annotations
 
+import json
+from importlib import resources
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -97,3 +101,25 @@ def test_shipped_h200_sglang_fit_follows_its_table() -> None:
     for nbytes in (128 << 10, 128 << 20):
         got = price(*ft.allreduce_features(nbytes, 8)[:2])
         assert got == pytest.approx(table[nbytes], rel=0.1), nbytes
+
+
+def test_a_one_line_profile_still_loads_at_its_prices(tmp_path: Path) -> None:
+    """A profile saved before the all-reduce had three lines (``"model": "bandwidth"``,
+    ``t0_s`` and ``eff_bytes``) loads with that line repeated: the same prices."""
+    data = json.loads(
+        resources.files("twin.calibration").joinpath("profiles/h200-sglang.json").read_text()
+    )
+    kernel = fm.allreduce_kernel(8)
+    old = {"t0_s": 5e-6, "eff_bytes": 0.4}
+    data["kernels"][kernel]["model"] = "bandwidth"
+    data["kernels"][kernel]["params"] = dict(old)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    profile = load_profile(path)
+    fit = profile.kernels[kernel]
+    assert fit.model == "min3_bandwidth"
+    price = lat.compile_fast(kernel, fit.params, profile.peaks)
+    for nbytes in (4 << 10, 1 << 20, 256 << 20):
+        ring = ft.allreduce_features(nbytes, 8)[1]
+        want = old["t0_s"] + ring / (old["eff_bytes"] * profile.peaks["interconnect_bw"])
+        assert price(0.0, ring) == pytest.approx(want, rel=1e-12)

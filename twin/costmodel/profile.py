@@ -594,9 +594,20 @@ class Profile:
 
 def _upgrade(fit: KernelFit, current: str) -> None:
     """Read a fit written before its formula gained extra features: the new features
-    get a zero coefficient, and a new floor (``KernelFormula.floor``) a zero floor,
-    so the fit predicts exactly what it did."""
+    get a zero coefficient, a new floor (``KernelFormula.floor``) a zero floor, and a
+    one-line fit of a formula that now has several lines that line repeated, so the fit
+    predicts exactly what it did."""
     old, new = fit.model.split("+"), current.split("+")
+    lines = re.fullmatch(r"min(\d+)_(\w+)", new[0])
+    if lines and len(new) == 1 and old == [lines.group(2)]:
+        # One line written before the formula had several (``KernelFormula.lines``): every
+        # later line a copy of it, so the least of them is the line it was.
+        for i in range(2, int(lines.group(1)) + 1):
+            for name, first in zip(line_params(i), line_params(1), strict=True):
+                if first in fit.params:
+                    fit.params.setdefault(name, fit.params[first])
+        fit.model = current
+        return
     if old == new or old[0] != new[0] or not set(old[1:]) <= set(new[1:]):
         return
     for extra in new[1:]:
