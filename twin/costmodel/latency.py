@@ -108,19 +108,46 @@ def compile_fast(
     return _compile_pair(kernel, params, peaks)[0]
 
 
+def _lines(
+    f: KernelFormula, params: dict[str, float], peaks: dict[str, float]
+) -> list[tuple[float, float]]:
+    """``(t0_i, 1 / (eff_bytes_i * peak))`` of each line of a formula of several lines
+    (``KernelFormula.lines``)."""
+    peak = float(peaks[f.bytes_peak])
+    return [
+        (float(params[t0]), 1.0 / (float(params[eff]) * peak))
+        for t0, eff in (line_params(i) for i in range(1, f.lines + 1))
+    ]
+
+
 def _least_line(
     f: KernelFormula, params: dict[str, float], peaks: dict[str, float]
 ) -> Callable[..., float]:
     """``(flops, bytes, ...) -> seconds`` of a formula of several lines
     (``KernelFormula.lines``): the least of ``t0_i + bytes / (eff_bytes_i * peak)``."""
-    peak = float(peaks[f.bytes_peak])
-    lines = [
-        (float(params[t0]), 1.0 / (float(params[eff]) * peak))
-        for t0, eff in (line_params(i) for i in range(1, f.lines + 1))
-    ]
+    lines = _lines(f, params, peaks)
 
     def least(flops: float, nbytes: float, *_: float) -> float:
         return min(t0 + nbytes * inv_b for t0, inv_b in lines)
+
+    return least
+
+
+def _least_line_many(
+    f: KernelFormula, params: dict[str, float], peaks: dict[str, float]
+) -> Callable[..., np.ndarray]:
+    """:func:`_least_line` over arrays (broadcast against ``flops``), equal to it to the
+    bit: each line's ``t0 + bytes * inv_b`` is the same two IEEE operations, and the least
+    of equal values is that value."""
+    lines = _lines(f, params, peaks)
+
+    def least(flops: Any, nbytes: Any, *_: Any) -> np.ndarray:
+        shape = np.broadcast(np.asarray(flops), np.asarray(nbytes)).shape
+        b = np.broadcast_to(np.asarray(nbytes, dtype=np.float64), shape)
+        out = np.full(shape, np.inf)
+        for t0, inv_b in lines:
+            out = np.minimum(out, t0 + b * inv_b)
+        return out
 
     return least
 
@@ -184,8 +211,12 @@ def compile_many(
     scalar one to the bit (the same operations in the same order, and the same ``pow``:
     Python's, not numpy's, whose SIMD versions may round differently). For runs of
     decode steps (``CostModel.decode_steps_s``). A formula with serial features takes
-    them as ``compile_fast`` does."""
-    if get_formula(kernel).serial:
+    them as ``compile_fast`` does, one of several lines the least of them."""
+    f = get_formula(kernel)
+    if f.lines > 1:
+        compile_kernel(kernel, params, peaks)  # validates the parameters
+        return _least_line_many(f, params, peaks)
+    if f.serial:
         return _compile_serial(kernel, params, peaks, many=True)
     return _compile_pair(kernel, params, peaks)[1]
 
