@@ -283,6 +283,21 @@ SGLANG_MLA_MODULE_TABLES = {
 # attention kernel's KV stream and its FLOPs, priced after the smooth maximum of the
 # module's GEMMs; and the name of that smooth maximum (``KernelFormula.base``).
 MLA_MODULE_SERIAL = ("attn_kv_bytes", "attn_flops")
+# The prefill modules' floor (``KernelFormula.floor``): SGLang's module collector times one
+# eager forward of the attention module between two CUDA events, synchronising after each
+# (ai-dynamo/aiconfigurator cb4d907c7, the 0.5.9 / 0.5.10 tables,
+# ``collector/sglang/collect_mla_module.py`` ``_run_prefill``: no CUDA graph, ``use_module_
+# cuda_graph`` is the decode's; 0.5.6.post2's ``collector/sglang/collect_wideep_attn.py``
+# times its context rows the same way). The host issues the module's kernels one Python
+# call after another and the GPU runs each as it arrives, so the GPU's work hides under the
+# host's until it outgrows it: the larger of the two, not their sum. NVIDIA's H200 SGLang
+# 0.5.10 flashinfer table, 16 heads, one sequence: 0.59-0.62 ms from 1 to 2,048 prompt
+# tokens, then 0.72, 1.17, 2.70 ms at 4,096, 8,192, 16,384; a fit with the host time as its
+# launch latency ``t0`` in series (0.55 ms) priced those three 18-23% high (0.87, 1.43,
+# 3.30 ms; docs/decisions.md, helper ``mlapre35``). TensorRT-LLM's and vLLM's module
+# tables (timed in CUDA graphs) fit a floor as well, at or under their fastest rows; a fit
+# without it reads with a zero floor: the same prices.
+MLA_MODULE_PREFILL_FLOOR = True
 # The prefill attention kernel's serial feature: its waves of CTAs over the SMs
 # (``mla_features.mla_prefill_waves``), each about one CTA's time.
 MLA_PREFILL_SERIAL = ("waves",)
@@ -629,9 +644,16 @@ FORMULAS: dict[str, KernelFormula] = {
                 flops_peak=MOE_MODES[gemm],
                 serial=serial,
                 base=MLA_MODULE_BASE,
+                floor=MLA_MODULE_PREFILL_FLOOR and phase == "prefill",
             )
             for phase, extras, serial, doc in (
-                ("prefill", MLA_MODULE_EXTRAS, MLA_MODULE_SERIAL, ""),
+                (
+                    "prefill",
+                    MLA_MODULE_EXTRAS,
+                    MLA_MODULE_SERIAL,
+                    "; at least a fitted floor, the host time of an eager call that small "
+                    "work hides under (``MLA_MODULE_PREFILL_FLOOR``)",
+                ),
                 (
                     "decode",
                     (*MLA_MODULE_DECODE_EXTRAS, *MLA_MODULE_REPLAY),
@@ -809,6 +831,7 @@ __all__ = [
     "MLA_MODULE_DECODE_SERIAL",
     "MLA_MODULE_EXTRAS",
     "MLA_MODULE_GEMMS",
+    "MLA_MODULE_PREFILL_FLOOR",
     "MLA_MODULE_REPLAY",
     "MLA_MODULE_SERIAL",
     "MLA_PREFILL_SERIAL",
