@@ -18,6 +18,7 @@ from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
 from twin.costmodel import latency as lat
 from twin.costmodel.profile_store import load_profile
+from twin.errors import TwinError
 
 PEAKS = {"interconnect_bw": 450e9}
 # One-shot, two-shot, NCCL: each later line slower to start and faster per byte.
@@ -63,6 +64,8 @@ def test_every_form_prices_the_least_line() -> None:
     )
     with pytest.raises(AssertionError, match="one line"):
         lat.kernel_constants(kernel, LINES, PEAKS)
+    with pytest.raises(TwinError, match="several lines"):
+        lat.compile_affine(kernel, LINES, PEAKS)
 
 
 def test_a_fit_recovers_three_lines() -> None:

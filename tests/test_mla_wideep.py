@@ -215,7 +215,7 @@ def test_h200_sglang_0510_prefill_module_at_8k_tokens_known_answer() -> None:
     """DeepSeek-R1's attention on a TP-8 rank (16 heads), one prompt of 8,192 tokens, on
     H200: SGLang 0.5.10's module table (flashinfer) timed 1.173 ms per layer
     (``h200_sxm/mla/sglang/0.5.10/wideep_context_mla_perf.parquet``). A fit that put the
-    eager collection's host time in series with the kernels priced it 1.43 ms (+22%; 4,096
+    eager collection's host time in series with the kernels priced it 1.40 ms (+19%; 4,096
     and 16,384 tokens +18-23% too); with the host time as a floor the kernels hide under
     (``formulas.MLA_MODULE_PREFILL_FLOOR``) 1.28 ms. Fit rows and held-out rows alike: the
     bias was along the whole prompt axis past ~2k tokens."""

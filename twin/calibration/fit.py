@@ -74,6 +74,8 @@ def _starts(
 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """Starting points and log-space bounds from the data's own scale."""
     f = get_formula(kernel)
+    if f.lines > 1:
+        return _line_starts(f.lines, float(np.min(y)))
     t0 = max(0.5 * float(np.min(y)), 1e-9)
     # The efficiency each shape would need if it were all FLOPs (bytes): the best
     # shapes bound it from below; their upper quantile is a fair start.
@@ -84,8 +86,6 @@ def _starts(
         x = extras[:, j]
         pos = x > 0
         cs.append(0.1 * float(np.median(y[pos] / x[pos])) if pos.any() else 1e-15)
-    if f.lines > 1:
-        return _line_starts(f.lines, float(np.min(y)))
     lo = [1e-10]
     hi = [10.0]
     starts: list[list[float]] = []
@@ -116,8 +116,8 @@ def _starts(
 def _line_starts(lines: int, fastest: float) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """Starting points and log-space bounds of a formula of several lines
     (``KernelFormula.lines``): the first line's latency at or under the fastest row's and
-    each later line slower to start and faster per byte (the order the algorithms take
-    over in), at a few bandwidth scales."""
+    each later line slower to start and faster per byte, at a few bandwidth scales (the
+    fit need not keep that order: a line may end up never the least)."""
     lo = np.log(np.array([1e-10, 1e-5] * lines))
     hi = np.log(np.array([10.0, 4.0] * lines))
     starts = []
@@ -158,7 +158,7 @@ def fit_params(
             best = res
     assert best is not None
     theta = np.exp(best.x)
-    if f.lines > 1:  # the lines by latency: the order they take over in as bytes grow
+    if f.lines > 1:  # the lines stored by latency (a stable order for the same prices)
         pairs = sorted(zip(theta[0::2], theta[1::2], strict=True))
         theta = np.array([v for pair in pairs for v in pair])
     return {name: float(v) for name, v in zip(f.param_names, theta, strict=True)}

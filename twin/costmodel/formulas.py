@@ -294,9 +294,10 @@ MLA_MODULE_SERIAL = ("attn_kv_bytes", "attn_flops")
 # 0.5.10 flashinfer table, 16 heads, one sequence: 0.59-0.62 ms from 1 to 2,048 prompt
 # tokens, then 0.72, 1.17, 2.70 ms at 4,096, 8,192, 16,384; a fit with the host time as its
 # launch latency ``t0`` in series (0.55 ms) priced those three 18-23% high (0.87, 1.43,
-# 3.30 ms; docs/decisions.md, helper ``mlapre35``). TensorRT-LLM's and vLLM's module
-# tables (timed in CUDA graphs) fit a floor as well, at or under their fastest rows; a fit
-# without it reads with a zero floor: the same prices.
+# 3.30 ms; docs/decisions.md, helper ``mlapre35``). Only SGLang's fits were refitted with
+# it; TensorRT-LLM's and vLLM's shipped fits read a zero floor (the same prices) and take a
+# fitted floor at their next ``--refit mla_module`` (one refit of h200-trtllm's: a floor near
+# its fastest row, held-out error unchanged; session 35's review).
 MLA_MODULE_PREFILL_FLOOR = True
 # The prefill attention kernel's serial feature: its waves of CTAs over the SMs
 # (``mla_features.mla_prefill_waves``), each about one CTA's time.
@@ -433,8 +434,11 @@ A2A_EXTRAS = {
 #   three protocols: LL, LL128, Simple).
 # The one-shot kernel's (n-1) B is n/2 times the ring's bytes at a fixed GPU count (one
 # fit per count), so its line's efficiency is fitted on the ring's bytes as the others'.
-# Tables, per family: ``benchmarks/results/ar35-s35/`` (docs/decisions.md, "Issue 34,
-# step: the all-reduce families as the least of three lines").
+# Up to three lines, not one per named algorithm: a fit places them where the table bends,
+# and on a table with fewer regimes a line may never be the least over the tables' sizes
+# (47 of the 211 shipped all-reduce fits; session 35's review), its parameters then
+# meaningless on their own. Tables, per family: ``benchmarks/results/ar35-s35/``
+# (docs/decisions.md, "Issue 34, step: the all-reduce families as the least of three lines").
 ALLREDUCE_LINES = 3
 
 FORMULAS: dict[str, KernelFormula] = {

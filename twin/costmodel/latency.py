@@ -229,7 +229,10 @@ def compile_affine(
     [seconds per count]``, each equal to ``compile_fast``'s price of those features to
     the bit (the same operations in the same order; the features themselves are exact
     while they are integers below 2^53). A tight loop without a call per element, for
-    short runs of decode steps (``CostModel.decode_steps_s``: ``n`` the keys read)."""
+    short runs of decode steps (``CostModel.decode_steps_s``: ``n`` the keys read). Not for
+    a formula of several lines (``KernelFormula.lines``): refused."""
+    if get_formula(kernel).lines > 1:
+        raise TwinError(f"kernel {kernel!r}: no affine form for a formula of several lines")
     return _compile_pair(kernel, params, peaks)[2]
 
 
