@@ -44,6 +44,7 @@ from twin.costmodel.formulas import (
     FLOOR_PARAM,
     MAX_LINES,
     MOE_VARIANTS,
+    KernelFormula,
     check_params,
     get_formula,
     line_params,
@@ -305,7 +306,7 @@ class Profile:
             fits += [(name, f) for f in rel.fits.values()]
         for name, fit in fits:
             formula = get_formula(name)
-            _upgrade(fit, formula.model_name)
+            _upgrade(fit, formula)
             if fit.model != formula.model_name:
                 raise TwinError(
                     f"profile {self.gpu!r}, kernel {name!r}: model {fit.model!r} "
@@ -592,17 +593,17 @@ class Profile:
         return cls.from_dict(data, where=str(path))
 
 
-def _upgrade(fit: KernelFit, current: str) -> None:
+def _upgrade(fit: KernelFit, formula: KernelFormula) -> None:
     """Read a fit written before its formula gained extra features: the new features
     get a zero coefficient, a new floor (``KernelFormula.floor``) a zero floor, and a
     one-line fit of a formula that now has several lines that line repeated, so the fit
     predicts exactly what it did."""
+    current = formula.model_name
     old, new = fit.model.split("+"), current.split("+")
-    lines = re.fullmatch(r"min(\d+)_(\w+)", new[0])
-    if lines and len(new) == 1 and old == [lines.group(2)]:
+    if formula.lines > 1 and old == ["bandwidth"]:
         # One line written before the formula had several (``KernelFormula.lines``): every
         # later line a copy of it, so the least of them is the line it was.
-        for i in range(2, int(lines.group(1)) + 1):
+        for i in range(2, formula.lines + 1):
             for name, first in zip(line_params(i), line_params(1), strict=True):
                 if first in fit.params:
                     fit.params.setdefault(name, fit.params[first])
