@@ -344,7 +344,7 @@ def test_every_family_is_at_least_its_floor() -> None:
         old = {k: TRUE[k] for k in old_names}
         old_model = formula.model_name.removesuffix("+floor").replace("+rank_rows", "")
         fit = KernelFit(old_model, dict(old))
-        _upgrade(fit, formula.model_name)
+        _upgrade(fit, formula)
         assert fit.model == formula.model_name and fit.params["floor_s"] == 0.0
         for tokens in (1, 64, 4096):
             _, b, x = a2a.a2a_features(mode, phase, tokens, 7168, 8, 256, 8, SMS)

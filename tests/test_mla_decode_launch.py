@@ -122,7 +122,7 @@ def test_a_triton_decode_fit_of_the_older_form_prices_as_before() -> None:
         params={"t0_s": 1.4e-5, "eff_flops": 0.1, "eff_bytes": 0.8, "p": 20.0}
         | {"c_tiles": 6e-7, "c_seq_keys": 2e-17},
     )
-    _upgrade(fit, fm.get_formula("mla_decode").model_name)
+    _upgrade(fit, fm.get_formula("mla_decode"))
     peaks = get_gpu("l40s").peaks()
     price = lat.compile_fast("mla_decode", fit.params, peaks)
     d = dims(128)

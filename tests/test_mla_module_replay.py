@@ -127,7 +127,7 @@ def test_a_decode_module_fit_without_l2_prices_as_before() -> None:
     (B200 TensorRT-LLM, DeepSeek-V3 on 8 GPUs)."""
     key = "mla_module_decode"
     old = KernelFit(model="gemms_roofline+tiles+seq_keys", params={"c_tiles": 1.0})
-    _upgrade(old, fm.get_formula(key).model_name)
+    _upgrade(old, fm.get_formula(key))
     assert old.params["c_l2_bytes"] == 0.0
     model = get_model("deepseek-v3")
     prof = load_profile("b200", "trtllm")
