@@ -84,6 +84,31 @@ def test_a_fit_without_a_default_round_trips_and_prices_only_its_releases() -> N
         Profile.from_dict(bad)
 
 
+def _price(kernel: str, prof: Profile, sums: tuple) -> float:
+    """``kernel``'s fit in ``prof`` at a module's sums (FLOPs, bytes, then the formula's
+    features in order)."""
+    flops, nbytes, *features = sums
+    extras = dict(zip(fm.get_formula(kernel).features, map(float, features), strict=True))
+    return lat.predict(
+        kernel, prof.kernels[kernel].params, prof.peaks, float(flops), float(nbytes), extras
+    )
+
+
+def _table_ms(table: str, **match: object) -> float | None:
+    """The one flashinfer row of ``table`` (under the installed aiconfigurator-core's data)
+    whose columns equal ``match``, in seconds; None without the extra."""
+    if importlib.util.find_spec("aiconfigurator_core") is None:
+        return None
+    from twin.calibration.aic_tables import _read, data_root
+
+    (measured,) = [
+        r["latency"] * 1e-3
+        for r in _read(data_root() / table)
+        if r["kernel_source"] == "flashinfer" and all(r[k] == v for k, v in match.items())
+    ]
+    return measured
+
+
 def test_deepseek_fp8_on_sglang_059_takes_the_module_and_014_the_kernels() -> None:
     model = with_precision(resolve_model("deepseek-r1"), "fp8", "fp8")
     prof = load_profile("h200", "sglang")
@@ -108,21 +133,16 @@ def test_h200_sglang_059_decode_module_known_answer() -> None:
     # FlashInfer's Hopper MLA kernel: no split rule read (``mla_features.decode_rule``)
     assert mf.decode_rule("h200", str(fit.provenance["kernel_source"]), 1) is None
     args = mf.module_decode_features(sums, mf.NO_LAUNCH)
-    extras = dict(zip(fm.get_formula(DECODE).features, map(float, args[2:]), strict=True))
-    seconds = lat.predict(DECODE, fit.params, prof.peaks, float(sums[0]), float(sums[1]), extras)
+    seconds = _price(DECODE, prof, (sums[0], sums[1], *args[2:]))
     assert seconds == pytest.approx(0.129e-3, rel=0.15)
-    if importlib.util.find_spec("aiconfigurator_core") is None:
-        return
-    from twin.calibration.aic_tables import _read, data_root
-
-    table = data_root() / "h200_sxm/mla/sglang/0.5.6.post2/wideep_generation_mla_perf.parquet"
-    (measured,) = [
-        r["latency"] * 1e-3
-        for r in _read(table)
-        if r["kernel_source"] == "flashinfer"
-        and (r["num_heads"], r["batch_size"], r["isl"]) == (16, batch, cached)
-    ]
-    assert seconds == pytest.approx(measured, rel=0.15)
+    measured = _table_ms(
+        "h200_sxm/mla/sglang/0.5.6.post2/wideep_generation_mla_perf.parquet",
+        num_heads=16,
+        batch_size=batch,
+        isl=cached,
+    )
+    if measured is not None:
+        assert seconds == pytest.approx(measured, rel=0.15)
 
 
 def test_a_bf16_cache_on_sglang_059_takes_the_module_its_tables_timed() -> None:
@@ -221,30 +241,23 @@ def test_h200_sglang_0510_prefill_module_at_8k_tokens_known_answer() -> None:
     bias was along the whole prompt axis past ~2k tokens."""
     kernel = "mla_module_prefill_fp8_fp8kv"
     prof = load_profile("h200", "sglang").at_release("0.5.13")  # the 0.5.10 tables
-    fit = prof.kernels[kernel]
-    assert fit.provenance["version"] == "0.5.10"
+    assert prof.kernels[kernel].provenance["version"] == "0.5.10"
     act_e, w_e = operand_bytes("fp8")
-    n = 8192
-    sums = mf.mla_module_prefill_sums(dims(16), n, n * (n + 1) // 2, n, 1, 2, act_e, w_e, 1)
-    flops, nbytes, *features = sums
-    extras = dict(zip(fm.get_formula(kernel).features, map(float, features), strict=True))
-    seconds = lat.predict(kernel, fit.params, prof.peaks, float(flops), float(nbytes), extras)
+
+    def prompt(n: int) -> float:  # one prompt of n tokens
+        sums = mf.mla_module_prefill_sums(dims(16), n, n * (n + 1) // 2, n, 1, 2, act_e, w_e, 1)
+        return _price(kernel, prof, sums)
+
+    seconds = prompt(8192)
     assert seconds == pytest.approx(1.173e-3, rel=0.12)
     # The host time binds a short prompt (0.59-0.62 ms from 1 to 2,048 tokens).
-    short = mf.mla_module_prefill_sums(dims(16), 256, 256 * 257 // 2, 256, 1, 2, act_e, w_e, 1)
-    extras = dict(zip(fm.get_formula(kernel).features, map(float, short[2:]), strict=True))
-    low = lat.predict(kernel, fit.params, prof.peaks, float(short[0]), float(short[1]), extras)
-    assert low == pytest.approx(0.602e-3, rel=0.1)
-    if importlib.util.find_spec("aiconfigurator_core") is None:
-        return
-    from twin.calibration.aic_tables import _read, data_root
-
-    table = data_root() / "h200_sxm/mla/sglang/0.5.10/wideep_context_mla_perf.parquet"
-    (measured,) = [
-        r["latency"] * 1e-3
-        for r in _read(table)
-        if r["kernel_source"] == "flashinfer"
-        and r["gemm_type"] == "fp8_block"
-        and (r["num_heads"], r["batch_size"], r["isl"]) == (16, 1, n)
-    ]
-    assert seconds == pytest.approx(measured, rel=0.12)
+    assert prompt(256) == pytest.approx(0.602e-3, rel=0.1)
+    measured = _table_ms(
+        "h200_sxm/mla/sglang/0.5.10/wideep_context_mla_perf.parquet",
+        gemm_type="fp8_block",
+        num_heads=16,
+        batch_size=1,
+        isl=8192,
+    )
+    if measured is not None:
+        assert seconds == pytest.approx(measured, rel=0.12)
