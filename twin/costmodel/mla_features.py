@@ -552,12 +552,10 @@ def decode_tile_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
     rope kernel's grid); None for the rest (a sequence's 64-row blocks; vLLM's FlashInfer
     MLA among them)."""
     rule = kernel_decode_rule(gpu, kernel_source, kv_e)
-    if rule == "flashmla":
+    if rule == "flashmla" or (rule == "trtllm_gen" and kernel_source == TRTLLM_MLA_SOURCE):
         return "query_rows"
     if rule == "trtllm_gen" and kernel_source == TRTLLM_DEFAULT_SOURCE:
         return "rope_grid"
-    if rule == "trtllm_gen" and kernel_source == TRTLLM_MLA_SOURCE:
-        return "query_rows"
     return None
 
 
