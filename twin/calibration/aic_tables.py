@@ -143,10 +143,46 @@ def system_dir(gpu: str, root: Path | None = None) -> Path:
 def _versions(directory: Path, table: str) -> list[Path]:
     """Version directories under ``directory`` holding ``table``, newest first (PEP 440
     order: ``twin.costmodel.table_release``). Some version directories hold only a
-    ``reuse.yaml`` pointing at an older collection; they are skipped."""
+    ``reuse.yaml`` pointing at an older collection; they are skipped, and so is an
+    engine's table whose rows name another engine (:func:`foreign_table`)."""
     found = [p for p in directory.iterdir() if (p / table).is_file()] if directory.is_dir() else []
-    by_name = {p.name: p for p in found}
+    engine = directory.name if directory.name in ENGINES else None
+    by_name = {
+        p.name: p for p in found if engine is None or not foreign_table(p / table, engine)
+    }
     return [by_name[v] for v in newest_first(by_name)]
+
+
+def _engine_key(framework: str) -> str:
+    """A table's ``framework`` label as an engine key: "SGLang" -> "sglang", "TRTLLM" ->
+    "trtllm", "vLLM" -> "vllm"."""
+    return "".join(c for c in framework.lower() if c.isalnum())
+
+
+def foreign_table(path: Path, engine: str) -> bool:
+    """True where the table at ``path``, filed under ``engine``'s directory, holds rows
+    labelled with another engine's ``framework``: it times that engine's kernel, not this
+    one's, so it prices no release of ``engine``. aiconfigurator-core 0.12.0 files
+    TensorRT-LLM 1.2.0rc5's custom all-reduce rows (``framework`` TRTLLM, byte-identical
+    to ``comm/trtllm/1.2.0rc5/custom_allreduce_perf.parquet``) as SGLang 0.5.6.post2's on
+    H100 and H200, and TensorRT-LLM rows as SGLang 0.5.9's on L40S; they are the
+    package's only such tables (issue 31, helper q235)."""
+    return bool(_frameworks(path, path.stat().st_mtime_ns) - {engine})
+
+
+@functools.lru_cache(maxsize=256)
+def _frameworks(path: Path, mtime_ns: int) -> frozenset[str]:
+    """The engine keys of the ``framework`` labels of the table's rows (empty: no such
+    column); only that column is read."""
+    import pyarrow.parquet as pq
+
+    try:
+        if "framework" not in pq.read_schema(path).names:
+            return frozenset()
+        column = pq.read_table(path, columns=["framework"]).column(0)
+    except Exception as err:  # pyarrow raises several types for a broken file
+        raise TwinError(f"{path}: cannot read the table ({err})") from None
+    return frozenset(_engine_key(str(v)) for v in column.unique().to_pylist() if v)
 
 
 def latest_version(directory: Path, table: str) -> Path | None:
