@@ -147,9 +147,7 @@ def _versions(directory: Path, table: str) -> list[Path]:
     engine's table whose rows name another engine (:func:`foreign_table`)."""
     found = [p for p in directory.iterdir() if (p / table).is_file()] if directory.is_dir() else []
     engine = directory.name if directory.name in ENGINES else None
-    by_name = {
-        p.name: p for p in found if engine is None or not foreign_table(p / table, engine)
-    }
+    by_name = {p.name: p for p in found if engine is None or not foreign_table(p / table, engine)}
     return [by_name[v] for v in newest_first(by_name)]
 
 
