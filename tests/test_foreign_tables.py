@@ -46,7 +46,7 @@ def _relabelled(root: Path, version: str, framework: str) -> Path:
 def test_a_table_of_another_engines_rows_prices_no_release(tmp_path: Path) -> None:
     root = tmp_path / "data"
     shutil.copytree(DATA, root)
-    foreign = _relabelled(root, "0.19.0", "TRTLLM")
+    foreign = _relabelled(root, "0.19.0", "TensorRT-LLM")
     own = root / MOE / "0.24.0" / "moe_perf.parquet"
     assert foreign_table(foreign, "vllm") and not foreign_table(own, "vllm")
     assert not foreign_table(foreign, "trtllm")
@@ -62,6 +62,7 @@ def test_the_engines_own_label_in_any_spelling_is_its_own(tmp_path: Path) -> Non
     shutil.copytree(DATA, root)
     path = _relabelled(root, "0.19.0", "vLLM")
     assert not foreign_table(path, "vllm")
+    assert foreign_table(path, "trtllm")
     (old,) = moe_rows(system_dir("h100", root), "vllm", "0.19.0")
     assert old.version == "0.19.0"  # its own table, half the latencies, is read
 

@@ -152,9 +152,10 @@ def _versions(directory: Path, table: str) -> list[Path]:
 
 
 def _engine_key(framework: str) -> str:
-    """A table's ``framework`` label as an engine key: "SGLang" -> "sglang", "TRTLLM" ->
-    "trtllm", "vLLM" -> "vllm"."""
-    return "".join(c for c in framework.lower() if c.isalnum())
+    """A table's ``framework`` label as an engine key: "SGLang" -> "sglang", "TRTLLM" and
+    "TensorRT-LLM" -> "trtllm", "vLLM" -> "vllm"."""
+    key = "".join(c for c in framework.lower() if c.isalnum())
+    return "trtllm" if key == "tensorrtllm" else key
 
 
 def foreign_table(path: Path, engine: str) -> bool:
