@@ -38,7 +38,14 @@ def _rows(
     return rows
 
 
-GEMM_TRUE = {"t0_s": 6e-6, "eff_flops": 0.65, "eff_bytes": 0.8, "p": 3.0, "c_weight_elems": 2e-13}
+GEMM_TRUE = {
+    "t0_s": 6e-6,
+    "eff_flops": 0.65,
+    "eff_bytes": 0.8,
+    "p": 3.0,
+    "c_weight_elems": 2e-13,
+    "c_wave_k": 0.0,  # no SM count: GEMM_SHAPES have no waves (ft.gemm_wave_k)
+}
 GEMM_SHAPES = [
     ft.gemm_features(m, k, n, 2)
     for m in (1, 8, 64, 512, 4096, 16384)

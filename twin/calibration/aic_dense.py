@@ -23,6 +23,7 @@ from twin.calibration.aic_tables import (
     _row,
     latest_version,
     release_version,
+    system_sm_count,
 )
 from twin.costmodel import features as ft
 from twin.errors import TwinError
@@ -67,14 +68,15 @@ def gemm_rows(
     raw = [r for r in _read(table) if _keep(r, gemm_dtype=accepted)]
     if mode != "bfloat16":
         raw = [r for r in raw if r.get("gemm_dtype") == mode]  # a table without the column
+    sms = system_sm_count(system)  # the waves of output tiles (``ft.gemm_wave_k``)
     out = []
     for i, r in enumerate(raw):
         _require(r, ("m", "n", "k"), table, i)
         m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
         feats = (
-            ft.gemm_features(m, k, n, ELEM_BYTES)
+            ft.gemm_features(m, k, n, ELEM_BYTES, sms)
             if operands is None
-            else ft.gemm_features_at(m, k, n, ELEM_BYTES, *operands)
+            else ft.gemm_features_at(m, k, n, ELEM_BYTES, *operands, sms)
         )
         out.append(_row(kernel, feats, r["latency"], {"m": m, "n": n, "k": k}))
     sources = sorted({str(r.get("kernel_source", "")) for r in raw})

@@ -27,7 +27,15 @@ _T0 = 5e-6
 DEFAULTS: dict[str, dict[str, float]] = {
     # 0.8 x datasheet: an 8192^3 bf16 matmul ran at 798 of 989 TFLOP/s (0.81) on the
     # lent H100 (gpu_datasheets.md); model-sized GEMMs are smaller, so assumed 0.7.
-    "gemm": {"t0_s": _T0, "eff_flops": 0.7, "eff_bytes": 0.8, "p": _P, "c_weight_elems": 0.0},
+    # No wave term (``features.gemm_wave_k``): a datasheet has no tile costs to read.
+    "gemm": {
+        "t0_s": _T0,
+        "eff_flops": 0.7,
+        "eff_bytes": 0.8,
+        "p": _P,
+        "c_weight_elems": 0.0,
+        "c_wave_k": 0.0,
+    },
     # FlashAttention-2 forward reaches 50-73% of A100 peak (Dao 2023, arXiv 2307.08691,
     # sec. 4.1): 0.5 for the low end over varied shapes; softmax folded into the FLOPs.
     "attn_prefill": {

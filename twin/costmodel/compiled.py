@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from twin.costmodel import latency as lat
+from twin.costmodel.features import GEMM_TILE_M, GEMM_TILE_N
 from twin.jit import jit
 
 
@@ -167,7 +168,8 @@ GDN_SEQ_ROW = 13  # (the GDN chunk's seconds a chunk of its sequential pass, ``m
     SWA_LAYERS,  # 0: no sliding-window attention
     WINDOW,  # ``_shape_args``' window (0: none)
     KV_ELEM,  # bytes per K/V element attention reads (``CostModel.kv_elem_bytes``)
-) = range(31)
+    SMS,  # the SMs a GEMM's waves run over (``DensePricing._gemm_sms``; 0: not known)
+) = range(32)
 _KINDS = {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
 
@@ -215,6 +217,7 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         kinds.get("swa", 0),
         m.sliding_window or 0,
         cm.kv_elem_bytes,
+        cm._gemm_sms or 0,
     ]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
         return None
@@ -424,7 +427,12 @@ def step_seconds(
     if sequences:
         lm_flops = 2.0 * sequences * d * vocab
         lm_bytes = float(e * (sequences * d + d * vocab + sequences * vocab))
-        lm = _kernel_s(kc[GEMM], lm_flops, lm_bytes, float(d * vocab), 0.0)
+        # ``features.gemm_wave_k(sequences, vocab, d, sms)``: integers, exact as there
+        sms, waves = mi[SMS], 0
+        if sms:
+            tiles = -(-sequences // GEMM_TILE_M) * -(-vocab // GEMM_TILE_N)
+            waves = -(-tiles // sms) * d
+        lm = _kernel_s(kc[GEMM], lm_flops, lm_bytes, float(d * vocab), float(waves))
     head = embed + norm + lm
     # ``_seconds`` and ``_with_host``
     kernels = dense + total + head

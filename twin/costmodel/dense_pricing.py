@@ -42,6 +42,7 @@ class DensePricing(ShardShapes):
     _allreduce_fit: Callable[..., float] | None
     _gather_fits: dict[str, Callable[..., float]]
     _linear_q: tuple[Callable[..., float], float, float] | None
+    _gemm_sms: int | None
     _expert_q: tuple[Callable[..., float], float, float] | None
     # The fused-MoE fit of the experts' format with its operand bytes (None: no fit in the
     # profile, the experts are priced as GEMMs) and the profile key it was read from.
@@ -143,6 +144,9 @@ class DensePricing(ShardShapes):
         fit and features (its prices unchanged to the bit); else the format's fit and its
         operand bytes (``twin.precision.gemm_operand_bytes``)."""
         prof, e = self.profile, self.model.dtype_bytes
+        # The SMs a GEMM's waves of output tiles run over (``ft.gemm_wave_k``).
+        spec = GPUS.get(prof.gpu)
+        self._gemm_sms = spec.sm_count if spec is not None else None
 
         def quantised(fmt: px.WeightFormat) -> tuple[Callable[..., float], float, float] | None:
             if fmt.bytes_per_param is None:
@@ -229,7 +233,8 @@ class DensePricing(ShardShapes):
 
     def _gemm(self, rows: float, k: float, n: float) -> float:
         """A bf16 GEMM (the LM head, the MoE router; every projection of a bf16 model)."""
-        return self._k["gemm"](*ft.gemm_sums(rows, k, n, self.elem_bytes))
+        waves = ft.gemm_wave_k(rows, n, k, self._gemm_sms)
+        return self._k["gemm"](*ft.gemm_sums(rows, k, n, self.elem_bytes), waves)
 
     def _router(self, t: float, n_exp: int) -> float:
         """The MoE router (gate) GEMM over ``t`` tokens at its precision
@@ -242,7 +247,10 @@ class DensePricing(ShardShapes):
             return self._gemm(t, self.d_model, n_exp)
         flops, nbytes, weights = ft.gemm_sums(t, self.d_model, n_exp, FP32_BYTES)
         peak = mk.fp32_peak(self.profile) if precision == "fp32" else mk.tf32_peak(self.profile)
-        return self._k["gemm"](flops * float(self.profile.peaks["flops"]) / peak, nbytes, weights)
+        waves = ft.gemm_wave_k(t, n_exp, self.d_model, self._gemm_sms)
+        return self._k["gemm"](
+            flops * float(self.profile.peaks["flops"]) / peak, nbytes, weights, waves
+        )
 
     def _proj(self, rows: float, k: float, n: float, expert: bool = False) -> float:
         """A linear layer's GEMM at the model's precision (``expert``: at the experts'
@@ -251,7 +259,8 @@ class DensePricing(ShardShapes):
         if q is None:
             return self._gemm(rows, k, n)
         kernel, act, weight = q
-        return kernel(*ft.gemm_sums_at(rows, k, n, self.elem_bytes, act, weight))
+        waves = ft.gemm_wave_k(rows, n, k, self._gemm_sms)
+        return kernel(*ft.gemm_sums_at(rows, k, n, self.elem_bytes, act, weight), waves)
 
     def _dense(self, t: int, cost: StepCost | None) -> float:
         """Everything that depends only on the step's token count: GEMMs, norms, all-reduces."""
@@ -442,17 +451,23 @@ class DensePricing(ShardShapes):
         load = self._routing.rank_load(t, n_exp, top, self.ep)
         rows, active = load.rows, load.active
         wide = self.up_mats * self.expert_width
+        # Each expert reached a GEMM of its share of the rows (``ft.gemm_wave_k``'s groups).
+        share, sms = (rows / active if active else 0.0), self._gemm_sms
+        up_waves = ft.gemm_wave_k(share, wide, d, sms, active)
+        down_waves = ft.gemm_wave_k(share, d, self.expert_width, sms, active)
         q = self._expert_q
         if q is None:
             up = k["gemm"](
                 2.0 * rows * d * wide,
                 e * (rows * d + active * d * wide + rows * wide),
                 active * d * wide,
+                up_waves,
             )
             down = k["gemm"](
                 2.0 * rows * self.expert_width * d,
                 e * (rows * self.expert_width + active * self.expert_width * d + rows * d),
                 active * self.expert_width * d,
+                down_waves,
             )
         else:  # the experts' format: activations and weights at its bytes, bf16 out
             kernel, a, w = q
@@ -460,11 +475,13 @@ class DensePricing(ShardShapes):
                 2.0 * rows * d * wide,
                 a * rows * d + w * active * d * wide + e * rows * wide,
                 active * d * wide,
+                up_waves,
             )
             down = kernel(
                 2.0 * rows * self.expert_width * d,
                 a * rows * self.expert_width + w * active * self.expert_width * d + e * rows * d,
                 active * self.expert_width * d,
+                down_waves,
             )
         router = self._router(t, n_exp)
         act = k["elementwise"](0.0, e * ((self.up_mats + 1.0) * rows * self.expert_width))

@@ -21,10 +21,11 @@ Sums = Any
 Features = tuple[float, float, dict[str, float]]
 
 
-def gemm_features(m: int, k: int, n: int, e: int) -> Features:
-    """A (m x k) @ (k x n) product: activations in, weights in, output out."""
+def gemm_features(m: int, k: int, n: int, e: int, sms: int | None = None) -> Features:
+    """A (m x k) @ (k x n) product: activations in, weights in, output out; its waves of
+    output tiles over ``sms`` SMs (``gemm_wave_k``; 0 without an SM count)."""
     flops, nbytes, weights = gemm_sums(m, k, n, e)
-    return flops, nbytes, {"weight_elems": weights}
+    return flops, nbytes, {"weight_elems": weights, "wave_k": gemm_wave_k(m, n, k, sms)}
 
 
 def gemm_sums(m: float, k: float, n: float, e: int) -> tuple[float, float, float]:
@@ -40,10 +41,38 @@ def gemm_sums_at(
     return 2.0 * m * k * n, act_e * m * k + w_e * k * n + float(e * m * n), float(k * n)
 
 
-def gemm_features_at(m: int, k: int, n: int, e: int, act_e: float, w_e: float) -> Features:
+def gemm_features_at(
+    m: int, k: int, n: int, e: int, act_e: float, w_e: float, sms: int | None = None
+) -> Features:
     """``gemm_features`` of a quantised product (``gemm_sums_at``)."""
     flops, nbytes, weights = gemm_sums_at(m, k, n, e, act_e, w_e)
-    return flops, nbytes, {"weight_elems": weights}
+    return flops, nbytes, {"weight_elems": weights, "wave_k": gemm_wave_k(m, n, k, sms)}
+
+
+# The output tile of a GEMM's CTA in the wave feature (``gemm_wave_k``): 128 x 128, the
+# default tile of CUTLASS's TMA warp-specialised GEMMs the engines' dense kernels build on
+# (vLLM 0.24.0 ``csrc/quantization/cutlass_w8a8/c3x/scaled_mm_sm90_fp8_dispatch.cuh``
+# ``sm90_fp8_config_default``: ``TileShape = Shape<_128, _128, _128>``; DeepGEMM's
+# BLOCK_M 128 above its small-M tiles). Each kernel picks its own tile by shape; one tile
+# for every GEMM family is an approximation whose cost a fit's ``c_wave_k`` scales
+# (docs/decisions.md, "Issue 34, step: the dense GEMMs' waves", helper gemm36).
+GEMM_TILE_M = 128
+GEMM_TILE_N = 128
+
+
+def gemm_wave_k(m: Sums, n: float, k: float, sms: int | None, groups: float = 1) -> Sums:
+    """K-steps on the busiest SM of ``groups`` independent (m x k) @ (k x n) products
+    (a batched or grouped GEMM; 1: one GEMM): the output's ``GEMM_TILE_M x GEMM_TILE_N``
+    tiles, one CTA each, run in ``ceil(tiles / sms)`` waves over the ``sms`` SMs, and each
+    wave's CTAs loop over all of ``k`` whatever the other SMs do: ``waves x k``. The
+    tables' steps where m crosses a tile multiple (128 -> 129 rows) and their few-CTA
+    launches (n = 1024 at one row: 8 CTAs on 132 SMs stream their weights slower than
+    the whole GPU) (``formulas``: the GEMM families' ``wave_k`` extra). Non-decreasing in
+    m. 0 where the SM count is not known (``twin.hardware.SM_COUNTS``) or m is 0."""
+    if not sms:
+        return 0.0
+    tiles = groups * -(-m // GEMM_TILE_M) * -(-n // GEMM_TILE_N)
+    return -(-tiles // sms) * k
 
 
 def attn_prefill_features(
@@ -639,6 +668,7 @@ __all__ = [
     "gemm_features_at",
     "gemm_sums",
     "gemm_sums_at",
+    "gemm_wave_k",
     "moe_expert_tiles",
     "moe_features",
     "moe_sums",

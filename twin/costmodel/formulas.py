@@ -441,12 +441,20 @@ A2A_EXTRAS = {
 # (docs/decisions.md, "Issue 34, step: the all-reduce families as the least of three lines").
 ALLREDUCE_LINES = 3
 
+# The dense GEMM families' extras (``gemm`` and each ``gemm_<mode>``), on the compute
+# side: the weights streamed (``weight_elems``) and the k-steps on the busiest SM of the
+# launch's waves of output tiles (``wave_k``: ``features.gemm_wave_k``, the SMs of
+# ``twin.hardware.SM_COUNTS``). NVIDIA's tables step where m crosses a tile multiple and
+# run few-CTA launches (small n at a few rows) slower than their bytes at the GPU's
+# bandwidth: held out, the median of the 87 shipped GEMM fits' medians 7.7 -> 6.5%
+# (docs/decisions.md, "Issue 34, step: the dense GEMMs' waves", helper gemm36). A fit
+# written before it loads with ``c_wave_k`` 0: the same prices.
+GEMM_EXTRAS = ("weight_elems", "wave_k")
+
 FORMULAS: dict[str, KernelFormula] = {
     f.kernel: f
     for f in (
-        KernelFormula(
-            "gemm", "mem_bw", True, ("weight_elems",), "dense GEMM (m tokens x k) @ (k x n)"
-        ),
+        KernelFormula("gemm", "mem_bw", True, GEMM_EXTRAS, "dense GEMM (m tokens x k) @ (k x n)"),
         KernelFormula(
             "attn_prefill",
             "mem_bw",
@@ -519,7 +527,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 f"gemm_{mode}",
                 "mem_bw",
                 True,
-                ("weight_elems",),
+                GEMM_EXTRAS,
                 f"{mode} GEMM: quantised activations and weights in, bf16 out",
                 flops_peak=peak,
             )

@@ -372,7 +372,9 @@ class MlaPricing(ShardShapes):
                 quant = mf.bmm_quant_steps(self._mla_bmm_quant, rows, d.heads, k, sms)
                 total += self._mla_bmm(*feats, quant)
             else:
-                total += self._mla_bmm(*mf.mla_bmm_sums(rows, d.heads, k, n, e, act_b, w_b))
+                # The GEMM fit: one product a head (``ft.gemm_wave_k``'s groups).
+                waves = ft.gemm_wave_k(rows, n, k, self._mla_sms, d.heads)
+                total += self._mla_bmm(*mf.mla_bmm_sums(rows, d.heads, k, n, e, act_b, w_b), waves)
         return total
 
     def _mla_decode(

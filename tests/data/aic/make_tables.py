@@ -33,7 +33,14 @@ PEAKS = {**get_gpu("h100").peaks(), **get_gpu("h100").low_precision_peaks()}
 DEVICE = "NVIDIA H100 80GB HBM3"
 AR_OFF = {"t0_2_s": 1.0, "eff_bytes_2": 1.0, "t0_3_s": 1.0, "eff_bytes_3": 1.0}
 TRUE = {
-    "gemm": {"t0_s": 4e-6, "eff_flops": 0.75, "eff_bytes": 0.8, "p": 3.0, "c_weight_elems": 0.0},
+    "gemm": {
+        "t0_s": 4e-6,
+        "eff_flops": 0.75,
+        "eff_bytes": 0.8,
+        "p": 3.0,
+        "c_weight_elems": 0.0,
+        "c_wave_k": 0.0,
+    },
     "attn_prefill": {
         "t0_s": 1e-5,
         "eff_flops": 0.6,
@@ -55,7 +62,14 @@ TRUE = {
     # One line: the other two (``formulas.ALLREDUCE_LINES``) a second out of the way.
     "allreduce_2gpu": {**AR_OFF, "t0_s": 4e-6, "eff_bytes": 0.6},
     "allreduce_8gpu": {**AR_OFF, "t0_s": 6e-6, "eff_bytes": 0.7},
-    "gemm_fp8": {"t0_s": 6e-6, "eff_flops": 0.6, "eff_bytes": 0.8, "p": 2.0, "c_weight_elems": 0.0},
+    "gemm_fp8": {
+        "t0_s": 6e-6,
+        "eff_flops": 0.6,
+        "eff_bytes": 0.8,
+        "p": 2.0,
+        "c_weight_elems": 0.0,
+        "c_wave_k": 0.0,
+    },
     "attn_prefill_fp8kv": {
         "t0_s": 1e-5,
         "eff_flops": 0.35,

@@ -1,0 +1,102 @@
+"""The dense GEMM families' wave feature (``features.gemm_wave_k``): its values at known
+shapes, a fit that finds a wave step, and the pricing paths that pass it."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from twin.calibration.fit import fit_params, predict_rows
+from twin.costmodel import features as ft
+from twin.costmodel import formulas as fm
+from twin.costmodel import latency as lat
+from twin.costmodel.profile import KernelFit, _upgrade
+
+H100_SMS = 132  # twin.hardware.SM_COUNTS["h100"]
+PEAKS = {"flops": 989e12, "mem_bw": 3.35e12}
+
+
+def test_wave_k_at_known_shapes() -> None:
+    # 128 x 1024 output: 8 tiles of 128 x 128, one wave on 132 SMs, all of k.
+    assert ft.gemm_wave_k(128, 1024, 4096, H100_SMS) == 4096
+    # One row more: a second row of tiles (16), still one wave.
+    assert ft.gemm_wave_k(129, 1024, 4096, H100_SMS) == 4096
+    # 132 column tiles fill the SMs at 128 rows; 129 rows take a second wave.
+    assert ft.gemm_wave_k(128, 132 * 128, 4096, H100_SMS) == 4096
+    assert ft.gemm_wave_k(129, 132 * 128, 4096, H100_SMS) == 2 * 4096
+    # Grouped: 8 products of 10 rows x 256 columns = 16 tiles, 4 waves on 4 SMs.
+    assert ft.gemm_wave_k(10, 256, 512, 4, groups=8) == 4 * 512
+    # No SM count, no rows: no waves.
+    assert ft.gemm_wave_k(128, 1024, 4096, None) == 0.0
+    assert ft.gemm_wave_k(0, 1024, 4096, H100_SMS) == 0
+
+
+def test_wave_k_never_falls_as_rows_grow() -> None:
+    waves = [ft.gemm_wave_k(m, 7168, 2048, H100_SMS) for m in range(1, 4200, 7)]
+    assert all(b >= a for a, b in itertools.pairwise(waves))
+    assert waves[-1] > waves[0]
+
+
+def test_features_carry_the_waves_of_the_sm_count() -> None:
+    _, _, extras = ft.gemm_features(129, 4096, 132 * 128, 2, H100_SMS)
+    assert extras == {"weight_elems": 4096 * 132 * 128, "wave_k": 2 * 4096}
+    _, _, q = ft.gemm_features_at(129, 4096, 132 * 128, 2, 1.0, 1.0, H100_SMS)
+    assert q["wave_k"] == 2 * 4096
+    assert ft.gemm_features(129, 4096, 1024, 2)[2]["wave_k"] == 0.0  # no SM count
+
+
+@pytest.mark.parametrize("kernel", ["gemm", *(f"gemm_{m}" for m in fm.PRECISION_GEMMS)])
+def test_every_gemm_family_reads_the_waves(kernel: str) -> None:
+    assert fm.get_formula(kernel).extras == ("weight_elems", "wave_k")
+
+
+def test_fit_finds_a_wave_step() -> None:
+    """Timings with a cost per wave: the fit prices the step where m crosses a tile row
+    that adds a wave, which a smooth roofline could not."""
+    kernel = "gemm"
+    truth = {
+        "t0_s": 4e-6,
+        "eff_flops": 0.7,
+        "eff_bytes": 0.8,
+        "p": 3.0,
+        "c_weight_elems": 0.0,
+        "c_wave_k": 1e-8,
+    }
+    shapes = [
+        (m, k, n)
+        for m in (1, 16, 64, 128, 129, 256, 257, 512, 1024, 2048, 4096)
+        for k, n in ((1024, 1024), (4096, 4096), (4096, 132 * 128), (8192, 2048), (2048, 28672))
+    ]
+    rows = []
+    for m, k, n in shapes:
+        flops, nbytes, extras = ft.gemm_features(m, k, n, 2, H100_SMS)
+        t = lat.predict(kernel, truth, PEAKS, flops, nbytes, extras)
+        rows.append({"flops": flops, "bytes": nbytes, **extras, "median_s": t})
+    fitted = fit_params(kernel, rows, PEAKS)
+    pred = predict_rows(kernel, fitted, PEAKS, rows)
+    y = np.array([r["median_s"] for r in rows])
+    assert np.max(np.abs(pred / y - 1.0)) < 0.02
+
+    def price(m: int) -> float:
+        flops, nbytes, extras = ft.gemm_features(m, 4096, 132 * 128, 2, H100_SMS)
+        return lat.predict(kernel, fitted, PEAKS, flops, nbytes, extras)
+
+    # 128 -> 129 rows: a second wave of 132 tiles; the price steps by a wave's k-loop.
+    assert price(129) / price(128) > 1.3
+    assert price(130) == pytest.approx(price(129), rel=0.01)
+
+
+def test_an_old_fit_prices_as_before() -> None:
+    """A fit written before the waves (``roofline+weight_elems``) reads with ``c_wave_k``
+    0 (``profile._upgrade``): its prices are what they were, the waves passed or not."""
+    params = {"t0_s": 4e-6, "eff_flops": 0.7, "eff_bytes": 0.8, "p": 3.0, "c_weight_elems": 1e-13}
+    fit = KernelFit(model="roofline+weight_elems", params=dict(params))
+    _upgrade(fit, fm.get_formula("gemm"))
+    assert fit.model == "roofline+weight_elems+wave_k"
+    assert fit.params == {**params, "c_wave_k": 0.0}
+    flops, nbytes, extras = ft.gemm_features(129, 4096, 132 * 128, 2, H100_SMS)
+    fast = lat.compile_fast("gemm", fit.params, PEAKS)
+    priced = fast(flops, nbytes, extras["weight_elems"], extras["wave_k"])
+    assert priced == fast(flops, nbytes, extras["weight_elems"])
