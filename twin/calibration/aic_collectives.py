@@ -15,11 +15,12 @@ from twin.calibration.aic_tables import (
     FamilyRows,
     _read,
     _row,
+    _versions,
     latest_version,
-    release_version,
 )
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
+from twin.costmodel.table_release import pick_version
 
 
 def _nccl_by_size(
@@ -96,11 +97,30 @@ def gather_rows(system: Path) -> list[FamilyRows]:
     return sorted(families, key=lambda f: f.kernel)
 
 
+# The custom all-reduce tables filed under an engine whose rows time another engine's
+# all-reduce: aiconfigurator-core 0.12.0's ``{h100_sxm,h200_sxm}/comm/sglang/0.5.6.post2``
+# (``collection_meta.yaml`` ``provenance: legacy``) rows are TensorRT-LLM 1.2.0rc5's,
+# ``framework`` TRTLLM, ``implementation`` trtllm, every latency equal to
+# ``comm/trtllm/1.2.0rc5``'s; ``l40s/comm/sglang/0.5.9``'s are TensorRT-LLM 1.0.0's. They
+# time no kernel the engine runs, so no release of it reads them: a release older than
+# every table of the engine's own reads its oldest (``table_release.pick_version``).
+def _own_table(table: Path, engine: str) -> bool:
+    """Whether ``table``'s rows are ``engine``'s own (their ``framework`` column, the
+    collector's name, is the engine's: SGLang, TRTLLM, vLLM; a table without the column
+    is taken as its directory's)."""
+    names = {str(r.get("framework", engine)).lower() for r in _read(table)}
+    return names == {engine.lower()}
+
+
 def allreduce_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """One family per GPU count: the engine's graph-mode custom all-reduce (engine release
-    ``release``'s table: :func:`release_version`), NCCL above it."""
+    ``release``'s table among the engine's own: :func:`_own_table`,
+    ``table_release.pick_version``), NCCL above it."""
     custom = "custom_allreduce_perf.parquet"
-    custom_dir = release_version(system / "comm" / engine, custom, release)
+    own = {p.name: p for p in _versions(system / "comm" / engine, custom)}
+    own = {v: p for v, p in own.items() if _own_table(p / custom, engine)}
+    picked = pick_version(own, release)
+    custom_dir = None if picked is None else own[picked]
     by_size, device = _nccl_by_size(system)
     if custom_dir is not None:
         table = custom_dir / "custom_allreduce_perf.parquet"
