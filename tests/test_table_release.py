@@ -232,3 +232,41 @@ def test_a_run_carries_the_release_in_its_config_and_summary() -> None:
     row = build_run(chat, engine="vllm==0.19.0", kernel_tables="0.24.0", **kw)  # type: ignore[arg-type]
     assert row.profile_info["kernel_tables"]["families"]["moe_fp8"] == "0.24.0"
     assert row.profile.kernels["moe_fp8"].params == plain.profile.kernels["moe_fp8"].params
+
+
+def test_an_all_reduce_table_of_another_engine_is_never_read(tmp_path: Path) -> None:
+    """A custom all-reduce table filed under an engine whose rows are another engine's
+    (aiconfigurator-core 0.12.0's SGLang 0.5.6.post2 H100 / H200 tables are TensorRT-LLM
+    1.2.0rc5's rows: ``aic_collectives._own_table``) prices no release of that engine: a
+    release older than every table of its own reads its own oldest, not the foreign one."""
+    from twin.calibration.aic_collectives import allreduce_rows
+
+    root = tmp_path / "data"
+    shutil.copytree(DATA, root)
+    comm = root / "h100_sxm" / "comm" / "vllm"
+    table = pq.read_table(comm / "0.24.0" / "custom_allreduce_perf.parquet")
+    doubled = pa.compute.multiply(table.column("latency"), 2.0)
+    foreign = table.set_column(table.schema.get_field_index("latency"), "latency", doubled)
+    names = pa.array(["TRTLLM"] * foreign.num_rows)
+    foreign = foreign.set_column(foreign.schema.get_field_index("framework"), "framework", names)
+    (comm / "0.19.0").mkdir()
+    pq.write_table(foreign, comm / "0.19.0" / "custom_allreduce_perf.parquet")
+    system = system_dir("h100", root)
+    newest = {f.kernel: f for f in allreduce_rows(system, "vllm")}
+    for release in ("0.19.0", "0.12.0"):
+        old = {f.kernel: f for f in allreduce_rows(system, "vllm", release)}
+        assert old.keys() == newest.keys()
+        for kernel, fam in old.items():
+            assert fam.release == "0.24.0" and fam.tables == newest[kernel].tables
+            assert [r["median_s"] for r in fam.rows] == [r["median_s"] for r in newest[kernel].rows]
+
+
+def test_an_older_sglang_release_reads_sglang_s_own_all_reduce_table() -> None:
+    """SGLang 0.5.1.post1 (Qwen3-32B H100 rows) on H100: older than every table, so the
+    oldest of SGLang's own, 0.5.9; never 0.5.6.post2's TensorRT-LLM rows (a 4-GPU jump
+    from 3.7 to 11.5 us at 32 -> 64 KiB that SGLang's tables do not have)."""
+    profile = load_profile("h100-sglang")
+    for n in (2, 4, 8):
+        rel = profile.table_releases[f"allreduce_{n}gpu"]
+        assert "0.5.6.post2" not in rel.fits
+        assert profile.table_picks("0.5.1.post1")[f"allreduce_{n}gpu"] == "0.5.9"

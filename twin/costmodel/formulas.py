@@ -451,6 +451,20 @@ ALLREDUCE_LINES = 3
 # written before it loads with ``c_wave_k`` 0: the same prices.
 GEMM_EXTRAS = ("weight_elems", "wave_k")
 
+# NCCL's all-gather and reduce-scatter families' lines (``KernelFormula.lines``), the same
+# form on the ring's bytes, ``(n-1)/n B`` a GPU: NCCL's tuner prices each algorithm x
+# protocol it may run as a latency plus the bytes over a bandwidth and runs the least
+# (NCCL v2.29.2-1 and v2.30.7-1 ``src/graph/tuning.cc``: ``ncclTopoTuneModel`` fills
+# ``latencies`` / ``bandwidths``, ``ncclTopoGetAlgoTime`` is ``lat + bytes / bw``). Within
+# one node it may run, for these two collectives, the ring with its three protocols (LL,
+# LL128, Simple) and NVLS with Simple where the switch has it (PAT needs one GPU a node;
+# CollNet a network): up to four lines. Three, as the all-reduce's: NVLS and the ring's
+# Simple are both the large messages' regime, and a fit places the lines where the table
+# bends
+# (docs/decisions.md, "Issue 34, step: NCCL's all-gather and reduce-scatter as the least
+# of three lines").
+GATHER_LINES = 3
+
 FORMULAS: dict[str, KernelFormula] = {
     f.kernel: f
     for f in (
@@ -717,7 +731,10 @@ FORMULAS: dict[str, KernelFormula] = {
                 "interconnect_bw",
                 False,
                 (),
-                f"NCCL {what} across the GPUs (ring bytes per GPU: (n-1)/n of the buffer)",
+                f"NCCL {what} across the GPUs: the least of a latency plus the ring bytes "
+                "per GPU ((n-1)/n of the buffer) over a bandwidth for each of NCCL's "
+                "algorithm x protocol pairs (``GATHER_LINES``)",
+                lines=GATHER_LINES,
             )
             for op, what in (("allgather", "all-gather"), ("reducescatter", "reduce-scatter"))
         ),
@@ -827,6 +844,7 @@ __all__ = [
     "FLOOR",
     "FLOOR_PARAM",
     "FORMULAS",
+    "GATHER_LINES",
     "KERNELS",
     "MAX_LINES",
     "MLA_BMM_BASE",
