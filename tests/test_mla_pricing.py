@@ -544,8 +544,9 @@ def test_a_serving_step_reads_the_bmm_weights_from_hbm() -> None:
     sms, l2 = get_gpu("b200").sm_count or 0, get_gpu("b200").l2_bytes
     cold = warm = 0.0
     for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
-        cold += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, None))
-        warm += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, l2))
+        steps = (0.0, mf.bmm_k_steps(k))  # no quantisation loop; the k-loop's steps
+        cold += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, None), *steps)
+        warm += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, l2), *steps)
     parts = dict((k, v) for _, k, v in cm._mla_decode(8, 8 * 1000))
     assert parts["mla_bmm"] == pytest.approx(cold, rel=1e-12)
     assert cold > warm
