@@ -273,9 +273,9 @@ def test_every_mla_family_has_a_formula() -> None:
         # the modules price their attention kernel after the GEMMs' smooth maximum
         module = key.startswith("mla_module")
         prefill = key.startswith("mla_prefill")
-        bmm = key.startswith("mla_bmm")  # after them, its quantisation's steps
+        bmm = key.startswith("mla_bmm")  # after them, its quantisation's and k-loop's steps
         serial = fm.MLA_MODULE_SERIAL if module else fm.MLA_PREFILL_SERIAL if prefill else ()
-        serial = ("quant_steps",) if bmm else serial
+        serial = ("quant_steps", "k_steps") if bmm else serial
         after = ("kv_repeat", "partials", "critical_keys") if decode else ()
         assert f.serial == (*serial, *after)
         base = "gemms_roofline+" if module else "hbm_roofline+" if bmm else "roofline+"
@@ -525,8 +525,8 @@ def test_h200_trtllm_s_bf16_bmm_meets_the_kernel_target() -> None:
     families = list(aic_mla.bmm_rows(system_dir("h200"), "trtllm", "1.3.0rc20"))
     assert families[0].kernel == "mla_bmm"
     rows, fit = refit_family(families, "mla_bmm", peaks)
-    assert fit.model == "hbm_roofline+waves+l2_bytes+quant_steps"  # no steps on SM90
-    assert {r["quant_steps"] for r in rows} == {0.0}
+    assert fit.model == "hbm_roofline+waves+l2_bytes+quant_steps+k_steps"
+    assert {r["quant_steps"] for r in rows} == {0.0}  # no quantisation steps on SM90
     assert_heldout(fit, 0.05, 0.15)
 
 
@@ -544,8 +544,9 @@ def test_a_serving_step_reads_the_bmm_weights_from_hbm() -> None:
     sms, l2 = get_gpu("b200").sm_count or 0, get_gpu("b200").l2_bytes
     cold = warm = 0.0
     for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
-        cold += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, None))
-        warm += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, l2))
+        steps = (0.0, mf.bmm_k_steps(k))  # no quantisation loop; the k-loop's steps
+        cold += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, None), *steps)
+        warm += bmm(*mf.mla_bmm_features(8, d.heads, k, n, e, act_b, w_b, sms, l2), *steps)
     parts = dict((k, v) for _, k, v in cm._mla_decode(8, 8 * 1000))
     assert parts["mla_bmm"] == pytest.approx(cold, rel=1e-12)
     assert cold > warm

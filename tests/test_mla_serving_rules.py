@@ -82,8 +82,9 @@ def test_rtx_pro_6000_trtllm_serving_bmm_prices_the_quantisation_steps() -> None
     with_q = without = 0.0
     for k, n in ((d.nope, d.kv_lora), (d.kv_lora, d.v)):
         feats = mf.mla_bmm_features(rows, d.heads, k, n, e, act_b, w_b, sms, None)
-        with_q += bmm(*feats, mf.bmm_quant_steps(True, rows, d.heads, k, sms))
-        without += bmm(*feats, 0.0)
+        steps = mf.bmm_k_steps(k)
+        with_q += bmm(*feats, mf.bmm_quant_steps(True, rows, d.heads, k, sms), steps)
+        without += bmm(*feats, 0.0, steps)
     parts = dict((k, v) for _, k, v in cm._mla_decode(rows, rows * 1000))
     assert parts["mla_bmm"] == pytest.approx(with_q, rel=1e-12)
     assert with_q > without * 1.01

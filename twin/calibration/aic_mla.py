@@ -60,6 +60,7 @@ from twin.costmodel.mla_features import (
     TRTLLM_MLA_SOURCE,
     VLLM_TRITON_MLA_SOURCE,
     MlaDims,
+    bmm_k_steps,
     bmm_quant_rule,
     bmm_quant_steps,
     decode_block_keys,
@@ -194,7 +195,7 @@ def _bmm_row(
     flops, hbm, waves, l2_bytes = mla_bmm_features(t, h, k, n, ELEM_BYTES, *operands, sms, l2)
     shape = {"t": t, "h": h, "k": k, "n": n}
     quant = bmm_quant_steps(rule, t, h, k, sms)
-    extras = {"waves": waves, "l2_bytes": l2_bytes, "quant_steps": quant}
+    extras = {"waves": waves, "l2_bytes": l2_bytes, "quant_steps": quant, "k_steps": bmm_k_steps(k)}
     return _row(kernel, (flops, hbm, extras), r["latency"], shape)
 
 

@@ -345,9 +345,11 @@ MLA_BMM_EXTRAS = ("waves", "l2_bytes")
 MLA_BMM_BASE = "hbm_roofline"
 # The absorbed BMMs' serial feature: the steps of the activation's quantisation kernel
 # where the table times one with a serial token loop (``mla_features.bmm_quant_steps``:
-# TensorRT-LLM's fp8 BMM on SM120); zero elsewhere. A fit without it reads with a zero
+# TensorRT-LLM's fp8 BMM on SM120); zero elsewhere. And the K-tile steps of one CTA's
+# reduction loop (``mla_features.bmm_k_steps``: W_UV's k = 512 against W_UK's 128), on the
+# critical path beside the throughput terms. A fit without either reads with a zero
 # coefficient: the same prices.
-MLA_BMM_SERIAL = ("quant_steps",)
+MLA_BMM_SERIAL = ("quant_steps", "k_steps")
 
 
 def mla_kernel(family: str, gemm_mode: str = "bfloat16", kv: str = "bfloat16") -> str:

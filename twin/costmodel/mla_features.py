@@ -747,6 +747,28 @@ def bmm_quant_steps(quant: bool, rows: Sums, heads: int, k: int, sms: int) -> Su
     return -(-rows // QUANT_PROGRAMS) * float(-(-programs // (sms * SM120_BLOCKS_PER_SM)))
 
 
+# The absorbed BMM's reduction on its critical path (``mla_bmm*``'s serial ``k_steps``):
+# each CTA of the batched GEMM loops over the reduction dimension ``k`` in steps of a K
+# tile, each step waiting on the loads of its A and B slices; the throughput terms (FLOPs,
+# bytes, the output tiles' waves at a constant each) do not carry that loop, so a small
+# launch of W_UV (k = kv_lora = 512) costs more than one of W_UK (k = nope = 128) at the
+# same FLOPs, bytes and fewer tiles. NVIDIA's tables show it at one wave: GB200 SGLang bf16
+# (``sglang_torch_bmm``), 1-16 tokens at 8-32 heads: W_UK 4.8-5.3 us, W_UV 5.5-6.6 us;
+# L40S TensorRT-LLM bf16, 2-64 tokens at 2-16 heads: W_UK 4.2-4.6 us, W_UV 5.3-5.9 us.
+# The K tile: 64 elements of a 16-bit operand (CUTLASS 3.x's Hopper GEMMs, NVIDIA/cutlass
+# ``examples/48_hopper_warp_specialized_gemm``: ``TileShape`` 128 x 128 x 64); both
+# BMMs' ``k`` are multiples of it, so it only sets the feature's unit (the fit's
+# coefficient is a step's time).
+MLA_BMM_TILE_K = 64
+
+
+def bmm_k_steps(k: int) -> float:
+    """The ``k_steps`` feature of ``mla_bmm*``: the K-tile steps of one CTA's reduction
+    loop, ``cdiv(k, MLA_BMM_TILE_K)`` (above); the same for every token count and head
+    count of a BMM shape."""
+    return float(-(-k // MLA_BMM_TILE_K))
+
+
 def _gemms(
     gemms: list[tuple[Sums, int, int]], e: int, act_e: float, w_e: float
 ) -> tuple[Sums, Sums, float]:
@@ -960,6 +982,7 @@ __all__ = [
     "FA3_GPUS",
     "FMHA_V2_MLA_GPUS",
     "MLA_BMM_TILE",
+    "MLA_BMM_TILE_K",
     "MLA_DECODE_HEAD_TILE",
     "MLA_PREFILL_TILE_Q",
     "NO_LAUNCH",
@@ -979,6 +1002,7 @@ __all__ = [
     "MlaDims",
     "MlaGenLaunch",
     "ModuleSums",
+    "bmm_k_steps",
     "bmm_quant_rule",
     "bmm_quant_steps",
     "decode_block_keys",

@@ -370,7 +370,7 @@ class MlaPricing(ShardShapes):
                 feats = mf.mla_bmm_features(rows, d.heads, k, n, e, act_b, w_b, *self._mla_bmm_gpu)
                 sms = self._mla_bmm_gpu[0]
                 quant = mf.bmm_quant_steps(self._mla_bmm_quant, rows, d.heads, k, sms)
-                total += self._mla_bmm(*feats, quant)
+                total += self._mla_bmm(*feats, quant, mf.bmm_k_steps(k))
             else:
                 # The GEMM fit: one product a head (``ft.gemm_wave_k``'s groups).
                 waves = ft.gemm_wave_k(rows, n, k, self._mla_sms, d.heads)
