@@ -50,6 +50,7 @@ TRUE = {
     "c_pad_flops": 0.0,
     "c_restream_weights": 0.0,
     "c_grid_flops": 0.0,
+    "c_routed_passes": 0.0,
     "c_active_experts": 0.0,
 }
 
@@ -230,7 +231,7 @@ def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
     assert with_term == pytest.approx(without + 30 * 2e-6, rel=1e-12)
     fast = lat.compile_fast("moe", params, peaks)
     x, y, u = extras["weight_elems"], extras["routed_elems"], extras["tile_bytes"]
-    assert fast(flops, nbytes, x, y, u, 0.0, 0.0, 0.0, 0.0, 0.0, 30.0) == pytest.approx(
+    assert fast(flops, nbytes, x, y, u, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 30.0) == pytest.approx(
         with_term, rel=1e-12
     )
     # the decode paths' compiled constants carry no serial term: refused, not dropped
@@ -248,7 +249,7 @@ def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
     again = type(prof).from_dict(prof.to_dict())
     want = (
         "roofline+weight_elems+routed_elems+tile_bytes+l2_bytes+large_m_weights+pad_flops"
-        "+restream_weights+grid_flops+active_experts"
+        "+restream_weights+grid_flops+routed_passes+active_experts"
     )
     assert again.kernels["moe"].model == want
     assert again.kernels["moe"].params["c_active_experts"] == 0.0
@@ -258,6 +259,7 @@ def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
     assert again.kernels["moe"].params["c_pad_flops"] == 0.0
     assert again.kernels["moe"].params["c_restream_weights"] == 0.0
     assert again.kernels["moe"].params["c_grid_flops"] == 0.0
+    assert again.kernels["moe"].params["c_routed_passes"] == 0.0
 
 
 def _synthetic_rows(
@@ -301,9 +303,10 @@ def test_the_array_form_prices_the_serial_term_like_the_scalar_form() -> None:
     x, y = np.array([1e6, 1e8, 0.0]), np.array([1e5, 1e7, 1e3])
     u, z = np.array([5e5, 1e6, 0.0]), np.array([1.0, 64.0, 8.0])
     w = np.array([0.0, 0.0, 3e6])  # a table row's L2 bytes
-    o = np.zeros(3)  # large-M weights, padded FLOPs, re-streamed weights, grid FLOPs; z serial
-    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, w, o, o, o, o, z, strict=True)]
-    assert many(flops, nbytes, x, y, u, w, o, o, o, o, z).tolist() == want
+    o = np.zeros(3)  # large-M weights, padded FLOPs, re-streamed weights, grid FLOPs, routed
+    # passes; z serial
+    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, w, o, o, o, o, o, z, strict=True)]
+    assert many(flops, nbytes, x, y, u, w, o, o, o, o, o, z).tolist() == want
     assert want[1] > fast(flops[1], nbytes[1], x[1], y[1], u[1], w[1]) + 63 * 2e-6
     assert many(flops, nbytes, x, y).tolist() == [
         fast(*v) for v in zip(flops, nbytes, x, y, strict=True)
@@ -489,9 +492,10 @@ def test_regenerated_moe_fits_keep_the_l2_and_large_m_terms(name: str) -> None:
         # token tile's or the SGLang grid's terms, which reads them as 0) and read with the
         # replays' L2
         current = get_formula(kernel).model_name
-        no_grid = current.replace("+grid_flops", "")
+        no_passes = current.replace("+routed_passes", "")
+        no_grid = no_passes.replace("+grid_flops", "")
         before = no_grid.replace("+pad_flops+restream_weights", "")
-        assert fit["model"] in (current, no_grid, before), kernel
+        assert fit["model"] in (current, no_passes, no_grid, before), kernel
         assert reads_replay_l2(fit["params"]), kernel
     sglang_triton = fams["moe"]["provenance"]["kernel_source"] == ft.SGLANG_TRITON_SOURCE
     if sglang_triton:  # the large-M config's rate fitted, well above the fit's floor

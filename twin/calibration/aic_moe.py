@@ -135,6 +135,7 @@ def moe_row(
         tile,
         grid,
         hot,
+        ft.vllm_triton_routed_elems(source, t * top, rows, d, width, 2),
     )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)

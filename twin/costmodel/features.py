@@ -276,6 +276,7 @@ def moe_features(
     tile: int = 0,
     grid_flops: float = 0.0,
     clamped: float = 0.0,
+    routed_passes: float = 0.0,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
     the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra,
@@ -316,6 +317,10 @@ def moe_features(
     (``sglang_grid_flops``; 0 for a kernel whose grid was not read), the extra
     ``grid_flops``.
 
+    ``routed_passes``: the elements the kernel moves for every routed row beyond the
+    rank's GEMMs (``vllm_triton_routed_elems``; 0 for a kernel whose passes were not read),
+    the extra ``routed_passes``.
+
     ``clamped``: rows one of the ``active`` experts computes on top of ``rows`` (the
     SGLang collector's rank-0 rows of the slots it masked, ``collector_routing.
     sglang_clamped_rows``): counted in the FLOPs and bytes as rows, and in that expert's
@@ -332,6 +337,7 @@ def moe_features(
         "pad_flops": pad,
         "restream_weights": restream,
         "grid_flops": grid_flops,
+        "routed_passes": routed_passes,
         "active_experts": active,
     }
     return flops, 0.0 if resident else nbytes, extras
@@ -546,6 +552,46 @@ FLASHINFER_CUTLASS_SM90_SOURCES = frozenset(
     {"vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"}
 )
 FLASHINFER_CUTLASS_SM90_TILE_M = 128
+
+
+# vLLM's Triton fused MoE (``TritonExperts``: the table labels vLLM 0.24.0 writes for its
+# unquantised, ModelOpt per-tensor fp8 and block-fp8 experts on the Triton backend) passes
+# over every routed row of the launch, not only the rank's (vllm 0.24.0 wheel, PyPI sha256
+# 2d2831aeba31..., ``model_executor/layers/fused_moe/experts/triton_moe.py``
+# ``TritonExperts.apply``): ``intermediate_cache1`` is ``(num_tokens, top_k, N)``, the
+# activation (``silu_and_mul``: reads the gate-and-up row, writes the width) runs over all
+# ``num_tokens x top_k`` of its rows, and ``moe_sum`` reads all of ``intermediate_cache3``.
+# Under expert parallelism ``_prepare_expert_assignment`` calls ``moe_align_block_size``
+# with the expert map and ``ignore_invalid_experts`` False (``fused_moe.py``): every global
+# expert's rows keep their blocks, a remote expert's block gets expert id -1, and
+# ``fused_moe_kernel`` writes zeros for it (``write_zeros_to_output``) in both GEMMs, so
+# each remote row writes the gate-and-up width and the hidden width as zeros. The
+# collector times that module (aiconfigurator ``collector/vllm/collect_moe.py``,
+# ai-dynamo/aiconfigurator 095f58a51: one rank, ``enable_expert_parallel`` when moe_ep >
+# 1, every token routed over the global experts). NVIDIA's L40S vLLM bf16 table, 2,048 x
+# 768 experts, 128 of them, top 8, EP 128 (one local expert): 94 us at 1,024 tokens, 229
+# at 2,048, 469 at 3,072, where the rank's own rows are 64, 128 and 192.
+VLLM_TRITON_SOURCES = frozenset(
+    {
+        "vllm_unquantizedfusedmoe_triton_tritonexperts",
+        "vllm_modeloptfp8moe_triton_tritonexperts",
+        "vllm_fp8moe_triton_tritonexperts",
+    }
+)
+
+
+def vllm_triton_routed_elems(
+    source: str, routed: float, rows: float, d: int, width: int, up_mats: int
+) -> float:
+    """The elements vLLM's Triton fused MoE (``VLLM_TRITON_SOURCES``) moves for every
+    routed row of a launch beyond the rank's GEMMs: the activation over all ``routed``
+    token x top-k rows (reads ``up_mats x width``, writes ``width``) and the zeros the
+    remote experts' blocks write (``routed - rows`` rows: ``up_mats x width`` in the first
+    GEMM, ``d`` in the second; ``rows`` the rank's own); 0 for any other kernel source."""
+    if source not in VLLM_TRITON_SOURCES:
+        return 0.0
+    remote = max(0.0, routed - rows)
+    return routed * (up_mats + 1) * width + remote * (up_mats * width + d)
 
 
 def moe_token_tile(source: str, tokens: float, top_k: int, local_experts: float) -> int:
