@@ -124,6 +124,15 @@ def _moe_layer_s(prof, tp: int, ep: int, t: int) -> float:
         "weight_elems": weights,
         "routed_elems": t * m.moe_top_k * m.d_model,
         "tile_bytes": ft.moe_tile_bytes(m.d_model, width, 2, 2),
+        # vLLM's Triton experts' passes over every routed row (the H100 fit's kernel)
+        "routed_passes": ft.vllm_triton_routed_elems(
+            prof.kernels["moe"].provenance["kernel_source"],
+            t * m.moe_top_k,
+            load.rows,
+            m.d_model,
+            width,
+            2,
+        ),
         "active_experts": load.active,
     }
     one = lat.predict("moe", prof.kernels["moe"].params, prof.peaks, flops, nbytes, features)
@@ -171,11 +180,7 @@ def test_a_fit_changes_the_price_it_is_asked_for() -> None:
         prof,
         kernels={
             **prof.kernels,
-            "moe": KernelFit(
-                model=fit.model,
-                params={**fit.params, "t0_s": 2 * fit.params["t0_s"]},
-                series=fit.series,
-            ),
+            "moe": dataclasses.replace(fit, params={**fit.params, "t0_s": 2 * fit.params["t0_s"]}),
         },
     )
     m = _qwen_moe()
@@ -529,14 +534,14 @@ def test_vllms_marlin_moe_picks_its_row_block_from_the_tokens_per_local_expert()
     # vLLM 0.24.0 fused_marlin_moe: the first of 8/16/32/48/64 with M*topk/E/block < 0.9
     assert VLLM_MARLIN in ft.VLLM_MARLIN_SOURCES
     tokens = (1, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 16384)
-    got = {t: ft.vllm_marlin_block_m(VLLM_MARLIN, t, 8, 384) for t in tokens}
+    got = {t: ft.marlin_block_m(VLLM_MARLIN, t, 8, 384) for t in tokens}
     want = (8, 8, 16, 16, 32, 32, 48, 48, 64, 64)
     assert got == dict(zip(tokens, want, strict=True))
     # E is the rank's experts: under EP 2 (192 a rank) the block grows at half the tokens
-    assert ft.vllm_marlin_block_m(VLLM_MARLIN, 160, 8, 192) == 8
-    assert ft.vllm_marlin_block_m(VLLM_MARLIN, 192, 8, 192) == 16
+    assert ft.marlin_block_m(VLLM_MARLIN, 160, 8, 192) == 8
+    assert ft.marlin_block_m(VLLM_MARLIN, 192, 8, 192) == 16
     # any other kernel: no block
-    assert ft.vllm_marlin_block_m("vllm_marlin_int4_moe", 4096, 8, 384) == 0
+    assert ft.marlin_block_m("vllm_marlin_int4_moe", 4096, 8, 384) == 0
 
 
 def test_every_vllm_marlinexperts_table_takes_the_row_block() -> None:
@@ -554,7 +559,7 @@ def test_every_vllm_marlinexperts_table_takes_the_row_block() -> None:
         labels |= {str(s) for s in column if "_marlinexperts" in str(s)}
     assert len(labels) == 4 and labels == set(ft.VLLM_MARLIN_SOURCES)
     for label in labels:
-        assert ft.vllm_marlin_block_m(label, 2048, 16, 896) == 48  # 36.6 rows an expert
+        assert ft.marlin_block_m(label, 2048, 16, 896) == 48  # 36.6 rows an expert
 
 
 def test_moe_expert_tiles_count_each_experts_whole_tiles() -> None:
@@ -688,3 +693,23 @@ def test_the_vllm_token_tile_fits_meet_the_kernel_target(gpu: str, family: str) 
     assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
     assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15
+
+
+def test_sglangs_marlin_moe_takes_vllms_row_block() -> None:
+    # sglang 0.5.10 / 0.5.14 fused_marlin_moe: the same loop over M * topk / E (E the rank's
+    # experts); the table label the SGLang collector writes for it takes the block, and a
+    # table row carries the padded rows' FLOPs (helper moe36, session 36)
+    sglang = "sglang_marlin_moe"
+    assert sglang in ft.MARLIN_MOE_SOURCES and sglang not in ft.VLLM_MARLIN_SOURCES
+    for t in (320, 384, 3072, 4096):
+        assert ft.marlin_block_m(sglang, t, 8, 384) == ft.marlin_block_m(VLLM_MARLIN, t, 8, 384)
+    int4 = WEIGHT_FORMATS["int4"]
+
+    def pad(tokens: int, source: str = sglang) -> float:
+        shape = {**KIMI_EP1, "num_tokens": tokens, "kernel_source": source}
+        return float(moe_row(shape, int4, "moe_int4_wo", 1.0)["pad_flops"])
+
+    per_row = 2.0 * 7168 * (2 * 2048 + 2048)
+    assert pad(3072) == 0.0  # 64 rows an expert: one block of 64
+    assert pad(4096) == pytest.approx((384 * 128 - 4096 * 8) * per_row)  # two blocks each
+    assert pad(4096, "sglang_fused_moe_triton") == 0.0  # SGLang's Triton int4: not Marlin

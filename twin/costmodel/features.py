@@ -492,14 +492,27 @@ VLLM_MARLIN_SOURCES = frozenset(
         "vllm_gptossmxfp4moe_marlin_marlinexperts",
     }
 )
+# SGLang's Marlin MoE picks its row block by the same loop (sglang 0.5.14 wheel, PyPI sha256
+# 4fe16056b45c..., and 0.5.10, ac8855a5d57d..., ``srt/layers/moe/fused_moe_triton/
+# fused_marlin_moe.py`` ``fused_marlin_moe``: ``for block_size_m in [8, 16, 32, 48, 64]: if
+# M * topk / E / block_size_m < 0.9: break``, ``E = w1.shape[0]``, the rank's experts), and
+# pads each expert's rows to whole blocks through ``moe_align_block_size``. aiconfigurator's
+# collector times it through SGLang's ``FusedMoE`` layer with every token on the rank
+# (``collector/sglang/collect_moe.py`` ``_benchmark_framework_quantized_moe``, ai-dynamo/
+# aiconfigurator 095f58a51: the label ``sglang_marlin_moe``, int4 and w4a16 mxfp4 experts).
+# NVIDIA's H200 SGLang 0.5.14 int4 table steps there as vLLM's does (7,168 x 2,048 experts,
+# 384, top 8: 64 rows an expert at 3,072 tokens, one block; two blocks at 4,096).
+SGLANG_MARLIN_SOURCES = frozenset({"sglang_marlin_moe"})
+MARLIN_MOE_SOURCES = VLLM_MARLIN_SOURCES | SGLANG_MARLIN_SOURCES
 VLLM_MARLIN_BLOCKS_M = (8, 16, 32, 48, 64)
 VLLM_MARLIN_BLOCK_SLACK = 0.9
 
 
-def vllm_marlin_block_m(source: str, tokens: float, top_k: int, local_experts: float) -> int:
-    """vLLM's Marlin MoE row block for a launch of ``tokens`` tokens, ``top_k`` experts
-    each, ``local_experts`` experts on the rank; 0 for any other kernel source."""
-    if source not in VLLM_MARLIN_SOURCES:
+def marlin_block_m(source: str, tokens: float, top_k: int, local_experts: float) -> int:
+    """vLLM's or SGLang's Marlin MoE row block (``MARLIN_MOE_SOURCES``) for a launch of
+    ``tokens`` tokens, ``top_k`` experts each, ``local_experts`` experts on the rank; 0 for
+    any other kernel source."""
+    if source not in MARLIN_MOE_SOURCES:
         return 0
     per_expert = tokens * top_k / local_experts
     for block in VLLM_MARLIN_BLOCKS_M:
@@ -596,14 +609,14 @@ def vllm_triton_routed_elems(
 
 def moe_token_tile(source: str, tokens: float, top_k: int, local_experts: float) -> int:
     """The token tile a fused-MoE kernel pads each expert's rows to and streams the
-    expert's weights once for (``vllm_marlin_block_m``, ``flashinfer_default_tile``,
+    expert's weights once for (``marlin_block_m``, ``flashinfer_default_tile``,
     ``FLASHINFER_CUTLASS_SM90_TILE_M``);
     0 for a kernel whose tile was not read."""
     if source in FLASHINFER_TRTLLM_MXFP4_SOURCES:
         return flashinfer_default_tile(tokens, top_k, local_experts)
     if source in FLASHINFER_CUTLASS_SM90_SOURCES:
         return FLASHINFER_CUTLASS_SM90_TILE_M
-    return vllm_marlin_block_m(source, tokens, top_k, local_experts)
+    return marlin_block_m(source, tokens, top_k, local_experts)
 
 
 def moe_expert_tiles(rows: float, active: float, tile: int, hot: float = 0.0) -> float:
@@ -661,15 +674,18 @@ __all__ = [
     "FLASHINFER_CUTLASS_SM90_SOURCES",
     "FLASHINFER_CUTLASS_SM90_TILE_M",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
+    "MARLIN_MOE_SOURCES",
     "REPLAY_L2_SHARE",
     "SGLANG_DEFAULT_TILES",
     "SGLANG_H200_DEVICE",
     "SGLANG_H200_FP8_KEYS",
     "SGLANG_H200_FP8_TILES",
+    "SGLANG_MARLIN_SOURCES",
     "SGLANG_TRITON_SOURCE",
     "VLLM_MARLIN_BLOCKS_M",
     "VLLM_MARLIN_BLOCK_SLACK",
     "VLLM_MARLIN_SOURCES",
+    "VLLM_TRITON_SOURCES",
     "Features",
     "allreduce_features",
     "attn_decode_features",
@@ -685,6 +701,7 @@ __all__ = [
     "gemm_features_at",
     "gemm_sums",
     "gemm_sums_at",
+    "marlin_block_m",
     "moe_expert_tiles",
     "moe_features",
     "moe_sums",
@@ -699,5 +716,5 @@ __all__ = [
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",
-    "vllm_marlin_block_m",
+    "vllm_triton_routed_elems",
 ]
