@@ -713,3 +713,26 @@ def test_sglangs_marlin_moe_takes_vllms_row_block() -> None:
     assert pad(3072) == 0.0  # 64 rows an expert: one block of 64
     assert pad(4096) == pytest.approx((384 * 128 - 4096 * 8) * per_row)  # two blocks each
     assert pad(4096, "sglang_fused_moe_triton") == 0.0  # SGLang's Triton int4: not Marlin
+
+
+def test_sglangs_int4_experts_on_sm100_take_flashinfers_untuned_mxint4_tile() -> None:
+    # SGLang 0.5.14's mxint4 experts call FlashInfer 0.6.12's trtllm_mxint4_block_scale_moe
+    # without a tactic: one tile below the rows an expert's next power of two, tiles 8-128
+    # (helper moe36, session 36); the label's other formats keep no tile
+    label = ft.SGLANG_FLASHINFER_TRTLLM_SOURCE
+    tokens = (1, 320, 1536, 2048, 3072, 4096, 16384)
+    got = {t: ft.moe_token_tile(label, t, 8, 384, "int4_wo") for t in tokens}
+    assert got == dict(zip(tokens, (8, 8, 16, 32, 32, 64, 64), strict=True))  # 128 centres only
+    assert ft.moe_token_tile(label, 4096, 8, 384, "nvfp4") == 0
+    assert ft.moe_token_tile(label, 4096, 8, 384) == 0
+    int4 = WEIGHT_FORMATS["int4"]
+
+    def row(tokens: int) -> dict[str, Any]:
+        return moe_row(
+            {**KIMI_EP1, "num_tokens": tokens, "kernel_source": label}, int4, "moe_int4_wo", 1.0
+        )
+
+    per_expert = 7168 * (2 * 2048 + 2048)
+    assert row(3072)["pad_flops"] == 0.0  # 64 rows an expert: two tiles of 32, full
+    assert row(3072)["restream_weights"] == 384 * per_expert  # each expert's second tile
+    assert row(4096)["pad_flops"] == pytest.approx(2.0 * (384 * 128 - 4096 * 8) * per_expert)

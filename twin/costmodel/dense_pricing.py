@@ -528,7 +528,9 @@ class DensePricing(ShardShapes):
         # SGLang's Triton kernel: the BLOCK_SIZE_M its config lookup resolves for the served
         # experts (``features.sglang_triton_block_m``: ``E`` is 257 where the shared expert is
         # fused).
-        token_tile = ft.moe_token_tile(self._moe_source, t, top, local) or (
+        token_tile = ft.moe_token_tile(
+            self._moe_source, t, top, local, self.priced.expert.table_mode
+        ) or (
             ft.sglang_triton_block_m(
                 self._moe_source,
                 self._moe_device,

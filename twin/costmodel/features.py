@@ -538,13 +538,33 @@ FLASHINFER_TRTLLM_MXFP4_SOURCES = frozenset(
 FLASHINFER_BF16_TILES = (8, 16, 32, 64)
 
 
-def flashinfer_default_tile(tokens: float, top_k: int, local_experts: float) -> int:
-    """FlashInfer's untuned TRT-LLM-gen token tile (bf16 activations) for a launch of
-    ``tokens`` tokens, ``top_k`` experts each, ``local_experts`` on the rank."""
-    tiles = FLASHINFER_BF16_TILES
+def flashinfer_default_tile(
+    tokens: float, top_k: int, local_experts: float, tiles: tuple[int, ...] = FLASHINFER_BF16_TILES
+) -> int:
+    """FlashInfer's untuned TRT-LLM-gen token tile for a launch of ``tokens`` tokens,
+    ``top_k`` experts each, ``local_experts`` on the rank, over the launcher's ``tiles``
+    (bf16 activations' by default; ``FLASHINFER_MXINT4_TILES``)."""
     centre = 1 << max(0, math.ceil(tokens * top_k / local_experts) - 1).bit_length()
     centre = min(max(centre, tiles[0]), tiles[-1])
     return tiles[max(0, tiles.index(centre) - 1)]
+
+
+# SGLang 0.5.14's int4 experts on SM100 (the table label ``sglang_flashinfer_trtllm_moe``, mode
+# ``int4_wo``: Kimi-K2.5's experts) run FlashInfer's TRT-LLM-gen MxInt4 MoE without a tactic
+# (sglang wheel sha256 4fe16056b45c..., ``srt/layers/quantization/compressed_tensors/schemes/
+# compressed_tensors_w4a4_mxint4_moe.py`` ``apply_weights``: ``trtllm_mxint4_block_scale_moe``
+# with ``tune_max_num_tokens`` only; flashinfer-python 0.6.12, SGLang 0.5.14's pin,
+# ``trtllm_mxint4_block_scale_moe`` -> ``resolveMoeTileAndConfig`` -> ``selectDefaultTileN``)
+# over ``MxInt4BlockScaleLauncher::mSupportedTileNums`` = 8, 16, 32, 64, 128: one tile below
+# ``nextPowerOfTwo`` of the rows an expert, as above. The collector times SGLang's
+# ``FusedMoE`` layer with every token on the rank (``collector/sglang/collect_moe.py``
+# ``_benchmark_framework_quantized_moe``, ai-dynamo/aiconfigurator 095f58a51). NVIDIA's GB200
+# SGLang 0.5.14 int4 table steps there (7,168 x 2,048 experts, 384, top 8, EP 1: 64 rows an
+# expert at 3,072 tokens in two tiles of 32, 85 at 4,096 in two of 64: the shipped fit +0.15
+# log too slow at 3,072 and -0.13 too fast at 4,096 on the held-out rows).
+SGLANG_FLASHINFER_TRTLLM_SOURCE = "sglang_flashinfer_trtllm_moe"
+FLASHINFER_MXINT4_MODE = "int4_wo"
+FLASHINFER_MXINT4_TILES = (8, 16, 32, 64, 128)
 
 
 # FlashInfer's CUTLASS fused MoE (``cutlass_fused_moe``; the table label vLLM 0.24.0 writes for
@@ -607,13 +627,18 @@ def vllm_triton_routed_elems(
     return routed * (up_mats + 1) * width + remote * (up_mats * width + d)
 
 
-def moe_token_tile(source: str, tokens: float, top_k: int, local_experts: float) -> int:
+def moe_token_tile(
+    source: str, tokens: float, top_k: int, local_experts: float, table_mode: str = ""
+) -> int:
     """The token tile a fused-MoE kernel pads each expert's rows to and streams the
     expert's weights once for (``marlin_block_m``, ``flashinfer_default_tile``,
-    ``FLASHINFER_CUTLASS_SM90_TILE_M``);
+    ``FLASHINFER_CUTLASS_SM90_TILE_M``); ``table_mode``: the experts' format (the tables'
+    mode), where one label times several kernels (``SGLANG_FLASHINFER_TRTLLM_SOURCE``);
     0 for a kernel whose tile was not read."""
     if source in FLASHINFER_TRTLLM_MXFP4_SOURCES:
         return flashinfer_default_tile(tokens, top_k, local_experts)
+    if source == SGLANG_FLASHINFER_TRTLLM_SOURCE and table_mode == FLASHINFER_MXINT4_MODE:
+        return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_MXINT4_TILES)
     if source in FLASHINFER_CUTLASS_SM90_SOURCES:
         return FLASHINFER_CUTLASS_SM90_TILE_M
     return marlin_block_m(source, tokens, top_k, local_experts)
@@ -673,10 +698,13 @@ __all__ = [
     "FLASHINFER_BF16_TILES",
     "FLASHINFER_CUTLASS_SM90_SOURCES",
     "FLASHINFER_CUTLASS_SM90_TILE_M",
+    "FLASHINFER_MXINT4_MODE",
+    "FLASHINFER_MXINT4_TILES",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
     "MARLIN_MOE_SOURCES",
     "REPLAY_L2_SHARE",
     "SGLANG_DEFAULT_TILES",
+    "SGLANG_FLASHINFER_TRTLLM_SOURCE",
     "SGLANG_H200_DEVICE",
     "SGLANG_H200_FP8_KEYS",
     "SGLANG_H200_FP8_TILES",
