@@ -736,3 +736,21 @@ def test_sglangs_int4_experts_on_sm100_take_flashinfers_untuned_mxint4_tile() ->
     assert row(3072)["pad_flops"] == 0.0  # 64 rows an expert: two tiles of 32, full
     assert row(3072)["restream_weights"] == 384 * per_expert  # each expert's second tile
     assert row(4096)["pad_flops"] == pytest.approx(2.0 * (384 * 128 - 4096 * 8) * per_expert)
+
+
+@pytest.mark.parametrize(
+    "gpu", ["h200", "h100", "l40s", "rtx-pro-6000", "a100-80gb", "b200", "b300", "gb200", "gb300"]
+)
+def test_the_sglang_int4_token_tile_fits_meet_the_kernel_target(gpu: str) -> None:
+    # regenerated with SGLang's Marlin row block or FlashInfer's untuned MxInt4 tile (helper
+    # moe36, session 36): held out <= 5% median, <= 15% P90, the tile's terms fitted
+    from twin.costmodel.formulas import get_formula
+
+    fit = resolve_profile(gpu, None, "sglang").kernels["moe_int4_wo"]
+    assert fit.model == get_formula("moe_int4_wo").model_name
+    assert fit.provenance["kernel_source"] in (
+        ft.SGLANG_MARLIN_SOURCES | {ft.SGLANG_FLASHINFER_TRTLLM_SOURCE}
+    )
+    assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
+    assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
+    assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15

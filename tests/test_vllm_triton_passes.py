@@ -98,3 +98,10 @@ def test_the_triton_fits_price_the_passes(gpu: str, family: str) -> None:
     fit = resolve_profile(gpu, None, "vllm").kernels[family]
     assert fit.provenance["kernel_source"] in ft.VLLM_TRITON_SOURCES
     assert fit.params["c_routed_passes"] > 1e-14
+
+
+def test_the_l40s_vllm_bf16_fit_meets_the_kernel_target() -> None:
+    # 2.66 / 16.33% held out (median / P90) before the term, 2.43 / 14.78% with it
+    fit = resolve_profile("l40s", None, "vllm").kernels["moe"]
+    assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
+    assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15
