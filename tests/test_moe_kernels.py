@@ -50,6 +50,7 @@ TRUE = {
     "c_pad_flops": 0.0,
     "c_restream_weights": 0.0,
     "c_grid_flops": 0.0,
+    "c_routed_passes": 0.0,
     "c_active_experts": 0.0,
 }
 
@@ -123,6 +124,15 @@ def _moe_layer_s(prof, tp: int, ep: int, t: int) -> float:
         "weight_elems": weights,
         "routed_elems": t * m.moe_top_k * m.d_model,
         "tile_bytes": ft.moe_tile_bytes(m.d_model, width, 2, 2),
+        # vLLM's Triton experts' passes over every routed row (the H100 fit's kernel)
+        "routed_passes": ft.vllm_triton_routed_elems(
+            prof.kernels["moe"].provenance["kernel_source"],
+            t * m.moe_top_k,
+            load.rows,
+            m.d_model,
+            width,
+            2,
+        ),
         "active_experts": load.active,
     }
     one = lat.predict("moe", prof.kernels["moe"].params, prof.peaks, flops, nbytes, features)
@@ -170,11 +180,7 @@ def test_a_fit_changes_the_price_it_is_asked_for() -> None:
         prof,
         kernels={
             **prof.kernels,
-            "moe": KernelFit(
-                model=fit.model,
-                params={**fit.params, "t0_s": 2 * fit.params["t0_s"]},
-                series=fit.series,
-            ),
+            "moe": dataclasses.replace(fit, params={**fit.params, "t0_s": 2 * fit.params["t0_s"]}),
         },
     )
     m = _qwen_moe()
@@ -230,7 +236,7 @@ def test_the_serial_per_expert_term_adds_after_the_smooth_max() -> None:
     assert with_term == pytest.approx(without + 30 * 2e-6, rel=1e-12)
     fast = lat.compile_fast("moe", params, peaks)
     x, y, u = extras["weight_elems"], extras["routed_elems"], extras["tile_bytes"]
-    assert fast(flops, nbytes, x, y, u, 0.0, 0.0, 0.0, 0.0, 0.0, 30.0) == pytest.approx(
+    assert fast(flops, nbytes, x, y, u, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 30.0) == pytest.approx(
         with_term, rel=1e-12
     )
     # the decode paths' compiled constants carry no serial term: refused, not dropped
@@ -248,7 +254,7 @@ def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
     again = type(prof).from_dict(prof.to_dict())
     want = (
         "roofline+weight_elems+routed_elems+tile_bytes+l2_bytes+large_m_weights+pad_flops"
-        "+restream_weights+grid_flops+active_experts"
+        "+restream_weights+grid_flops+routed_passes+active_experts"
     )
     assert again.kernels["moe"].model == want
     assert again.kernels["moe"].params["c_active_experts"] == 0.0
@@ -258,6 +264,7 @@ def test_a_fit_written_before_the_serial_term_prices_as_it_did() -> None:
     assert again.kernels["moe"].params["c_pad_flops"] == 0.0
     assert again.kernels["moe"].params["c_restream_weights"] == 0.0
     assert again.kernels["moe"].params["c_grid_flops"] == 0.0
+    assert again.kernels["moe"].params["c_routed_passes"] == 0.0
 
 
 def _synthetic_rows(
@@ -301,9 +308,10 @@ def test_the_array_form_prices_the_serial_term_like_the_scalar_form() -> None:
     x, y = np.array([1e6, 1e8, 0.0]), np.array([1e5, 1e7, 1e3])
     u, z = np.array([5e5, 1e6, 0.0]), np.array([1.0, 64.0, 8.0])
     w = np.array([0.0, 0.0, 3e6])  # a table row's L2 bytes
-    o = np.zeros(3)  # large-M weights, padded FLOPs, re-streamed weights, grid FLOPs; z serial
-    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, w, o, o, o, o, z, strict=True)]
-    assert many(flops, nbytes, x, y, u, w, o, o, o, o, z).tolist() == want
+    o = np.zeros(3)  # large-M weights, padded FLOPs, re-streamed weights, grid FLOPs, routed
+    # passes; z serial
+    want = [fast(*v) for v in zip(flops, nbytes, x, y, u, w, o, o, o, o, o, z, strict=True)]
+    assert many(flops, nbytes, x, y, u, w, o, o, o, o, o, z).tolist() == want
     assert want[1] > fast(flops[1], nbytes[1], x[1], y[1], u[1], w[1]) + 63 * 2e-6
     assert many(flops, nbytes, x, y).tolist() == [
         fast(*v) for v in zip(flops, nbytes, x, y, strict=True)
@@ -489,9 +497,10 @@ def test_regenerated_moe_fits_keep_the_l2_and_large_m_terms(name: str) -> None:
         # token tile's or the SGLang grid's terms, which reads them as 0) and read with the
         # replays' L2
         current = get_formula(kernel).model_name
-        no_grid = current.replace("+grid_flops", "")
+        no_passes = current.replace("+routed_passes", "")
+        no_grid = no_passes.replace("+grid_flops", "")
         before = no_grid.replace("+pad_flops+restream_weights", "")
-        assert fit["model"] in (current, no_grid, before), kernel
+        assert fit["model"] in (current, no_passes, no_grid, before), kernel
         assert reads_replay_l2(fit["params"]), kernel
     sglang_triton = fams["moe"]["provenance"]["kernel_source"] == ft.SGLANG_TRITON_SOURCE
     if sglang_triton:  # the large-M config's rate fitted, well above the fit's floor
@@ -525,14 +534,14 @@ def test_vllms_marlin_moe_picks_its_row_block_from_the_tokens_per_local_expert()
     # vLLM 0.24.0 fused_marlin_moe: the first of 8/16/32/48/64 with M*topk/E/block < 0.9
     assert VLLM_MARLIN in ft.VLLM_MARLIN_SOURCES
     tokens = (1, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 16384)
-    got = {t: ft.vllm_marlin_block_m(VLLM_MARLIN, t, 8, 384) for t in tokens}
+    got = {t: ft.marlin_block_m(VLLM_MARLIN, t, 8, 384) for t in tokens}
     want = (8, 8, 16, 16, 32, 32, 48, 48, 64, 64)
     assert got == dict(zip(tokens, want, strict=True))
     # E is the rank's experts: under EP 2 (192 a rank) the block grows at half the tokens
-    assert ft.vllm_marlin_block_m(VLLM_MARLIN, 160, 8, 192) == 8
-    assert ft.vllm_marlin_block_m(VLLM_MARLIN, 192, 8, 192) == 16
+    assert ft.marlin_block_m(VLLM_MARLIN, 160, 8, 192) == 8
+    assert ft.marlin_block_m(VLLM_MARLIN, 192, 8, 192) == 16
     # any other kernel: no block
-    assert ft.vllm_marlin_block_m("vllm_marlin_int4_moe", 4096, 8, 384) == 0
+    assert ft.marlin_block_m("vllm_marlin_int4_moe", 4096, 8, 384) == 0
 
 
 def test_every_vllm_marlinexperts_table_takes_the_row_block() -> None:
@@ -550,7 +559,7 @@ def test_every_vllm_marlinexperts_table_takes_the_row_block() -> None:
         labels |= {str(s) for s in column if "_marlinexperts" in str(s)}
     assert len(labels) == 4 and labels == set(ft.VLLM_MARLIN_SOURCES)
     for label in labels:
-        assert ft.vllm_marlin_block_m(label, 2048, 16, 896) == 48  # 36.6 rows an expert
+        assert ft.marlin_block_m(label, 2048, 16, 896) == 48  # 36.6 rows an expert
 
 
 def test_moe_expert_tiles_count_each_experts_whole_tiles() -> None:
@@ -680,6 +689,67 @@ def test_the_vllm_token_tile_fits_meet_the_kernel_target(gpu: str, family: str) 
         ft.VLLM_MARLIN_SOURCES
         | ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
         | ft.FLASHINFER_CUTLASS_SM90_SOURCES
+    )
+    assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
+    assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
+    assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15
+
+
+def test_sglangs_marlin_moe_takes_vllms_row_block() -> None:
+    # sglang 0.5.10 / 0.5.14 fused_marlin_moe: the same loop over M * topk / E (E the rank's
+    # experts); the table label the SGLang collector writes for it takes the block, and a
+    # table row carries the padded rows' FLOPs (helper moe36, session 36)
+    sglang = "sglang_marlin_moe"
+    assert sglang in ft.MARLIN_MOE_SOURCES and sglang not in ft.VLLM_MARLIN_SOURCES
+    for t in (320, 384, 3072, 4096):
+        assert ft.marlin_block_m(sglang, t, 8, 384) == ft.marlin_block_m(VLLM_MARLIN, t, 8, 384)
+    int4 = WEIGHT_FORMATS["int4"]
+
+    def pad(tokens: int, source: str = sglang) -> float:
+        shape = {**KIMI_EP1, "num_tokens": tokens, "kernel_source": source}
+        return float(moe_row(shape, int4, "moe_int4_wo", 1.0)["pad_flops"])
+
+    per_row = 2.0 * 7168 * (2 * 2048 + 2048)
+    assert pad(3072) == 0.0  # 64 rows an expert: one block of 64
+    assert pad(4096) == pytest.approx((384 * 128 - 4096 * 8) * per_row)  # two blocks each
+    assert pad(4096, "sglang_fused_moe_triton") == 0.0  # SGLang's Triton int4: not Marlin
+
+
+def test_sglangs_int4_experts_on_sm100_take_flashinfers_untuned_mxint4_tile() -> None:
+    # SGLang 0.5.14's mxint4 experts call FlashInfer 0.6.12's trtllm_mxint4_block_scale_moe
+    # without a tactic: one tile below the rows an expert's next power of two, tiles 8-128
+    # (helper moe36, session 36); the label's other formats keep no tile
+    label = ft.SGLANG_FLASHINFER_TRTLLM_SOURCE
+    tokens = (1, 320, 1536, 2048, 3072, 4096, 16384)
+    got = {t: ft.moe_token_tile(label, t, 8, 384, "int4_wo") for t in tokens}
+    assert got == dict(zip(tokens, (8, 8, 16, 32, 32, 64, 64), strict=True))  # 128 centres only
+    assert ft.moe_token_tile(label, 4096, 8, 384, "nvfp4") == 0
+    assert ft.moe_token_tile(label, 4096, 8, 384) == 0
+    int4 = WEIGHT_FORMATS["int4"]
+
+    def row(tokens: int) -> dict[str, Any]:
+        return moe_row(
+            {**KIMI_EP1, "num_tokens": tokens, "kernel_source": label}, int4, "moe_int4_wo", 1.0
+        )
+
+    per_expert = 7168 * (2 * 2048 + 2048)
+    assert row(3072)["pad_flops"] == 0.0  # 64 rows an expert: two tiles of 32, full
+    assert row(3072)["restream_weights"] == 384 * per_expert  # each expert's second tile
+    assert row(4096)["pad_flops"] == pytest.approx(2.0 * (384 * 128 - 4096 * 8) * per_expert)
+
+
+@pytest.mark.parametrize(
+    "gpu", ["h200", "h100", "l40s", "rtx-pro-6000", "a100-80gb", "b200", "b300", "gb200", "gb300"]
+)
+def test_the_sglang_int4_token_tile_fits_meet_the_kernel_target(gpu: str) -> None:
+    # regenerated with SGLang's Marlin row block or FlashInfer's untuned MxInt4 tile (helper
+    # moe36, session 36): held out <= 5% median, <= 15% P90, the tile's terms fitted
+    from twin.costmodel.formulas import get_formula
+
+    fit = resolve_profile(gpu, None, "sglang").kernels["moe_int4_wo"]
+    assert fit.model == get_formula("moe_int4_wo").model_name
+    assert fit.provenance["kernel_source"] in (
+        ft.SGLANG_MARLIN_SOURCES | {ft.SGLANG_FLASHINFER_TRTLLM_SOURCE}
     )
     assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None

@@ -140,7 +140,7 @@ def test_the_regenerated_sglang_triton_fits_read_the_grid(name: str) -> None:
     gpu, engine = name.rsplit("-", 1)
     fit = resolve_profile(gpu, None, engine).kernels["moe"]
     assert reads_sglang_grid(fit.params)
-    assert fit.model.endswith("+restream_weights+grid_flops+active_experts")
+    assert fit.model.endswith("+restream_weights+grid_flops+routed_passes+active_experts")
 
 
 def test_the_hopper_sglang_triton_fits_price_as_before() -> None:

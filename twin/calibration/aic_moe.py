@@ -106,7 +106,9 @@ def moe_row(
     width = inter // mtp
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
     large_m = ft.sglang_large_m(source, fmt.bytes_per_param is None, t, n_exp // ep)
-    tile = ft.moe_token_tile(source, t, top, n_exp // ep) or ft.sglang_triton_block_m(
+    tile = ft.moe_token_tile(
+        source, t, top, n_exp // ep, fmt.table_mode
+    ) or ft.sglang_triton_block_m(
         source,
         str(r.get("device", "")),
         fmt.table_mode,
@@ -135,6 +137,7 @@ def moe_row(
         tile,
         grid,
         hot,
+        ft.vllm_triton_routed_elems(source, t * top, rows, d, width, 2),
     )
     shape = {"t": t, "d": d, "i": inter, "k": top, "e": n_exp, "tp": mtp, "ep": ep}
     return _row(kernel, feats, latency_ms, shape)

@@ -545,7 +545,9 @@ class DensePricing(ShardShapes):
         # SGLang's Triton kernel: the BLOCK_SIZE_M its config lookup resolves for the served
         # experts (``features.sglang_triton_block_m``: ``E`` is 257 where the shared expert is
         # fused).
-        token_tile = ft.moe_token_tile(self._moe_source, t, top, local) or (
+        token_tile = ft.moe_token_tile(
+            self._moe_source, t, top, local, self.priced.expert.table_mode
+        ) or (
             ft.sglang_triton_block_m(
                 self._moe_source,
                 self._moe_device,
@@ -569,6 +571,13 @@ class DensePricing(ShardShapes):
             if ft.sglang_default_config(self._moe_source, unquantised)
             else 0.0
         )
+        # vLLM's Triton kernel passes over every routed row of the step (its activation;
+        # the remote experts' zero writes under EP, every rank holding every token):
+        # ``features.vllm_triton_routed_elems``; 0 for every other kernel, and a fit written
+        # before the term reads ``c_routed_passes`` 0.
+        passes = ft.vllm_triton_routed_elems(
+            self._moe_source, routed, rows, d, self._moe_width, self.up_mats
+        )
         experts = kernel(
             flops,
             nbytes,
@@ -580,6 +589,7 @@ class DensePricing(ShardShapes):
             pad,
             restream,
             grid,
+            passes,
             active,
         )
         if series is not None:  # a measured shape: its kernel config (series_term)

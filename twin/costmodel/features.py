@@ -305,6 +305,7 @@ def moe_features(
     tile: int = 0,
     grid_flops: float = 0.0,
     clamped: float = 0.0,
+    routed_passes: float = 0.0,
 ) -> Features:
     """``moe_sums`` as a fitting row's features, with ``routed`` (every token x top-k row of
     the step, all ranks' together, times the hidden width) as the ``routed_elems`` extra,
@@ -345,6 +346,10 @@ def moe_features(
     (``sglang_grid_flops``; 0 for a kernel whose grid was not read), the extra
     ``grid_flops``.
 
+    ``routed_passes``: the elements the kernel moves for every routed row beyond the
+    rank's GEMMs (``vllm_triton_routed_elems``; 0 for a kernel whose passes were not read),
+    the extra ``routed_passes``.
+
     ``clamped``: rows one of the ``active`` experts computes on top of ``rows`` (the
     SGLang collector's rank-0 rows of the slots it masked, ``collector_routing.
     sglang_clamped_rows``): counted in the FLOPs and bytes as rows, and in that expert's
@@ -361,6 +366,7 @@ def moe_features(
         "pad_flops": pad,
         "restream_weights": restream,
         "grid_flops": grid_flops,
+        "routed_passes": routed_passes,
         "active_experts": active,
     }
     return flops, 0.0 if resident else nbytes, extras
@@ -515,14 +521,27 @@ VLLM_MARLIN_SOURCES = frozenset(
         "vllm_gptossmxfp4moe_marlin_marlinexperts",
     }
 )
+# SGLang's Marlin MoE picks its row block by the same loop (sglang 0.5.14 wheel, PyPI sha256
+# 4fe16056b45c..., and 0.5.10, ac8855a5d57d..., ``srt/layers/moe/fused_moe_triton/
+# fused_marlin_moe.py`` ``fused_marlin_moe``: ``for block_size_m in [8, 16, 32, 48, 64]: if
+# M * topk / E / block_size_m < 0.9: break``, ``E = w1.shape[0]``, the rank's experts), and
+# pads each expert's rows to whole blocks through ``moe_align_block_size``. aiconfigurator's
+# collector times it through SGLang's ``FusedMoE`` layer with every token on the rank
+# (``collector/sglang/collect_moe.py`` ``_benchmark_framework_quantized_moe``, ai-dynamo/
+# aiconfigurator 095f58a51: the label ``sglang_marlin_moe``, int4 and w4a16 mxfp4 experts).
+# NVIDIA's H200 SGLang 0.5.14 int4 table steps there as vLLM's does (7,168 x 2,048 experts,
+# 384, top 8: 64 rows an expert at 3,072 tokens, one block; two blocks at 4,096).
+SGLANG_MARLIN_SOURCES = frozenset({"sglang_marlin_moe"})
+MARLIN_MOE_SOURCES = VLLM_MARLIN_SOURCES | SGLANG_MARLIN_SOURCES
 VLLM_MARLIN_BLOCKS_M = (8, 16, 32, 48, 64)
 VLLM_MARLIN_BLOCK_SLACK = 0.9
 
 
-def vllm_marlin_block_m(source: str, tokens: float, top_k: int, local_experts: float) -> int:
-    """vLLM's Marlin MoE row block for a launch of ``tokens`` tokens, ``top_k`` experts
-    each, ``local_experts`` experts on the rank; 0 for any other kernel source."""
-    if source not in VLLM_MARLIN_SOURCES:
+def marlin_block_m(source: str, tokens: float, top_k: int, local_experts: float) -> int:
+    """vLLM's or SGLang's Marlin MoE row block (``MARLIN_MOE_SOURCES``) for a launch of
+    ``tokens`` tokens, ``top_k`` experts each, ``local_experts`` experts on the rank; 0 for
+    any other kernel source."""
+    if source not in MARLIN_MOE_SOURCES:
         return 0
     per_expert = tokens * top_k / local_experts
     for block in VLLM_MARLIN_BLOCKS_M:
@@ -548,13 +567,33 @@ FLASHINFER_TRTLLM_MXFP4_SOURCES = frozenset(
 FLASHINFER_BF16_TILES = (8, 16, 32, 64)
 
 
-def flashinfer_default_tile(tokens: float, top_k: int, local_experts: float) -> int:
-    """FlashInfer's untuned TRT-LLM-gen token tile (bf16 activations) for a launch of
-    ``tokens`` tokens, ``top_k`` experts each, ``local_experts`` on the rank."""
-    tiles = FLASHINFER_BF16_TILES
+def flashinfer_default_tile(
+    tokens: float, top_k: int, local_experts: float, tiles: tuple[int, ...] = FLASHINFER_BF16_TILES
+) -> int:
+    """FlashInfer's untuned TRT-LLM-gen token tile for a launch of ``tokens`` tokens,
+    ``top_k`` experts each, ``local_experts`` on the rank, over the launcher's ``tiles``
+    (bf16 activations' by default; ``FLASHINFER_MXINT4_TILES``)."""
     centre = 1 << max(0, math.ceil(tokens * top_k / local_experts) - 1).bit_length()
     centre = min(max(centre, tiles[0]), tiles[-1])
     return tiles[max(0, tiles.index(centre) - 1)]
+
+
+# SGLang 0.5.14's int4 experts on SM100 (the table label ``sglang_flashinfer_trtllm_moe``, mode
+# ``int4_wo``: Kimi-K2.5's experts) run FlashInfer's TRT-LLM-gen MxInt4 MoE without a tactic
+# (sglang wheel sha256 4fe16056b45c..., ``srt/layers/quantization/compressed_tensors/schemes/
+# compressed_tensors_w4a4_mxint4_moe.py`` ``apply_weights``: ``trtllm_mxint4_block_scale_moe``
+# with ``tune_max_num_tokens`` only; flashinfer-python 0.6.12, SGLang 0.5.14's pin,
+# ``trtllm_mxint4_block_scale_moe`` -> ``resolveMoeTileAndConfig`` -> ``selectDefaultTileN``)
+# over ``MxInt4BlockScaleLauncher::mSupportedTileNums`` = 8, 16, 32, 64, 128: one tile below
+# ``nextPowerOfTwo`` of the rows an expert, as above. The collector times SGLang's
+# ``FusedMoE`` layer with every token on the rank (``collector/sglang/collect_moe.py``
+# ``_benchmark_framework_quantized_moe``, ai-dynamo/aiconfigurator 095f58a51). NVIDIA's GB200
+# SGLang 0.5.14 int4 table steps there (7,168 x 2,048 experts, 384, top 8, EP 1: 64 rows an
+# expert at 3,072 tokens in two tiles of 32, 85 at 4,096 in two of 64: the shipped fit +0.15
+# log too slow at 3,072 and -0.13 too fast at 4,096 on the held-out rows).
+SGLANG_FLASHINFER_TRTLLM_SOURCE = "sglang_flashinfer_trtllm_moe"
+FLASHINFER_MXINT4_MODE = "int4_wo"
+FLASHINFER_MXINT4_TILES = (8, 16, 32, 64, 128)
 
 
 # FlashInfer's CUTLASS fused MoE (``cutlass_fused_moe``; the table label vLLM 0.24.0 writes for
@@ -577,16 +616,61 @@ FLASHINFER_CUTLASS_SM90_SOURCES = frozenset(
 FLASHINFER_CUTLASS_SM90_TILE_M = 128
 
 
-def moe_token_tile(source: str, tokens: float, top_k: int, local_experts: float) -> int:
+# vLLM's Triton fused MoE (``TritonExperts``: the table labels vLLM 0.24.0 writes for its
+# unquantised, ModelOpt per-tensor fp8 and block-fp8 experts on the Triton backend) passes
+# over every routed row of the launch, not only the rank's (vllm 0.24.0 wheel, PyPI sha256
+# 2d2831aeba31..., ``model_executor/layers/fused_moe/experts/triton_moe.py``
+# ``TritonExperts.apply``): ``intermediate_cache1`` is ``(num_tokens, top_k, N)``, the
+# activation (``silu_and_mul``: reads the gate-and-up row, writes the width) runs over all
+# ``num_tokens x top_k`` of its rows, and ``moe_sum`` reads all of ``intermediate_cache3``.
+# Under expert parallelism ``_prepare_expert_assignment`` calls ``moe_align_block_size``
+# with the expert map and ``ignore_invalid_experts`` False (``fused_moe.py``): every global
+# expert's rows keep their blocks, a remote expert's block gets expert id -1, and
+# ``fused_moe_kernel`` writes zeros for it (``write_zeros_to_output``) in both GEMMs, so
+# each remote row writes the gate-and-up width and the hidden width as zeros. The
+# collector times that module (aiconfigurator ``collector/vllm/collect_moe.py``,
+# ai-dynamo/aiconfigurator 095f58a51: one rank, ``enable_expert_parallel`` when moe_ep >
+# 1, every token routed over the global experts). NVIDIA's L40S vLLM bf16 table, 2,048 x
+# 768 experts, 128 of them, top 8, EP 128 (one local expert): 94 us at 1,024 tokens, 229
+# at 2,048, 469 at 3,072, where the rank's own rows are 64, 128 and 192.
+VLLM_TRITON_SOURCES = frozenset(
+    {
+        "vllm_unquantizedfusedmoe_triton_tritonexperts",
+        "vllm_modeloptfp8moe_triton_tritonexperts",
+        "vllm_fp8moe_triton_tritonexperts",
+    }
+)
+
+
+def vllm_triton_routed_elems(
+    source: str, routed: float, rows: float, d: int, width: int, up_mats: int
+) -> float:
+    """The elements vLLM's Triton fused MoE (``VLLM_TRITON_SOURCES``) moves for every
+    routed row of a launch beyond the rank's GEMMs: the activation over all ``routed``
+    token x top-k rows (reads ``up_mats x width``, writes ``width``) and the zeros the
+    remote experts' blocks write (``routed - rows`` rows: ``up_mats x width`` in the first
+    GEMM, ``d`` in the second; ``rows`` the rank's own); 0 for any other kernel source."""
+    if source not in VLLM_TRITON_SOURCES:
+        return 0.0
+    remote = max(0.0, routed - rows)
+    return routed * (up_mats + 1) * width + remote * (up_mats * width + d)
+
+
+def moe_token_tile(
+    source: str, tokens: float, top_k: int, local_experts: float, table_mode: str = ""
+) -> int:
     """The token tile a fused-MoE kernel pads each expert's rows to and streams the
-    expert's weights once for (``vllm_marlin_block_m``, ``flashinfer_default_tile``,
-    ``FLASHINFER_CUTLASS_SM90_TILE_M``);
+    expert's weights once for (``marlin_block_m``, ``flashinfer_default_tile``,
+    ``FLASHINFER_CUTLASS_SM90_TILE_M``); ``table_mode``: the experts' format (the tables'
+    mode), where one label times several kernels (``SGLANG_FLASHINFER_TRTLLM_SOURCE``);
     0 for a kernel whose tile was not read."""
     if source in FLASHINFER_TRTLLM_MXFP4_SOURCES:
         return flashinfer_default_tile(tokens, top_k, local_experts)
+    if source == SGLANG_FLASHINFER_TRTLLM_SOURCE and table_mode == FLASHINFER_MXINT4_MODE:
+        return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_MXINT4_TILES)
     if source in FLASHINFER_CUTLASS_SM90_SOURCES:
         return FLASHINFER_CUTLASS_SM90_TILE_M
-    return vllm_marlin_block_m(source, tokens, top_k, local_experts)
+    return marlin_block_m(source, tokens, top_k, local_experts)
 
 
 def moe_expert_tiles(rows: float, active: float, tile: int, hot: float = 0.0) -> float:
@@ -643,16 +727,22 @@ __all__ = [
     "FLASHINFER_BF16_TILES",
     "FLASHINFER_CUTLASS_SM90_SOURCES",
     "FLASHINFER_CUTLASS_SM90_TILE_M",
+    "FLASHINFER_MXINT4_MODE",
+    "FLASHINFER_MXINT4_TILES",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
+    "MARLIN_MOE_SOURCES",
     "REPLAY_L2_SHARE",
     "SGLANG_DEFAULT_TILES",
+    "SGLANG_FLASHINFER_TRTLLM_SOURCE",
     "SGLANG_H200_DEVICE",
     "SGLANG_H200_FP8_KEYS",
     "SGLANG_H200_FP8_TILES",
+    "SGLANG_MARLIN_SOURCES",
     "SGLANG_TRITON_SOURCE",
     "VLLM_MARLIN_BLOCKS_M",
     "VLLM_MARLIN_BLOCK_SLACK",
     "VLLM_MARLIN_SOURCES",
+    "VLLM_TRITON_SOURCES",
     "Features",
     "allreduce_features",
     "attn_decode_features",
@@ -669,6 +759,7 @@ __all__ = [
     "gemm_sums",
     "gemm_sums_at",
     "gemm_wave_k",
+    "marlin_block_m",
     "moe_expert_tiles",
     "moe_features",
     "moe_sums",
@@ -683,5 +774,5 @@ __all__ = [
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",
-    "vllm_marlin_block_m",
+    "vllm_triton_routed_elems",
 ]

@@ -156,7 +156,11 @@ MOE_MODES = {"bfloat16": "flops", **PRECISION_GEMMS, **MOE_ONLY_MODES}
 # zero for every other kernel); a fit written before them reads ``c_pad_flops`` and
 # ``c_restream_weights`` 0. ``grid_flops``: the FLOPs SGLang's Triton kernel runs as whole
 # waves of its default config's tiles (``features.sglang_grid_flops``; zero for every
-# other kernel); a fit written before it reads ``c_grid_flops`` 0.
+# other kernel); a fit written before it reads ``c_grid_flops`` 0. ``routed_passes``: the
+# elements vLLM's Triton kernel moves for every routed row beyond the rank's GEMMs (its
+# activation over all of them, the remote experts' zero writes under EP: ``features.
+# vllm_triton_routed_elems``; zero for every other kernel); a fit written before it reads
+# ``c_routed_passes`` 0.
 MOE_EXTRAS = (
     "weight_elems",
     "routed_elems",
@@ -166,6 +170,7 @@ MOE_EXTRAS = (
     "pad_flops",
     "restream_weights",
     "grid_flops",
+    "routed_passes",
 )
 MOE_SERIAL = ("active_experts",)
 
