@@ -560,7 +560,7 @@ def test_an_mla_bmm_fit_on_a_gpu_without_an_sm_count_prices_no_waves() -> None:
     prof = dataclasses.replace(load_profile("h200", "sglang"), gpu="own-gpu")
     model = px.with_precision(get_model("deepseek-r1"), "fp8-block", "bf16")
     cm = CostModel(model, prof, 8)
-    assert cm._mla_bmm_fit and cm._mla_sms is None
+    assert cm._mla_bmm_fit and cm.sms is None
     assert 0 < cm.decode([1000] * 8) < cm.decode([1000] * 64)
 
 
