@@ -219,8 +219,11 @@ def test_the_reader_counts_keys_as_each_table_logs_them(tmp_path: Path) -> None:
     assert len(fams["mla_prefill"].rows) == 1 and fams["mla_prefill"].kernel_source == "trtllm_mla"
     # two sequences x 16 heads x one 128-row tile = 32 CTAs: one wave on the H200's 132 SMs
     assert fams["mla_prefill"].rows[0]["waves"] == 1
+    # vLLM's module table: its rows labelled vLLM (an SGLang label under vLLM's folder is
+    # another engine's table, ``aic_tables.foreign_table``, and is never read)
     module = [
-        {**base, "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "gemm_type": g,
+        {**base, "framework": "vLLM", "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16",
+         "gemm_type": g,
          "model": "deepseek-ai/DeepSeek-V3", "num_heads": 16, "batch_size": 2, "isl": 1,
          "tp_size": 1, "step": 100, "latency": 0.09, "kernel_source": "FLASH_ATTN_MLA"}
         for g in ("bfloat16", "fp8_block")
