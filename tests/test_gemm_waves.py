@@ -100,3 +100,43 @@ def test_an_old_fit_prices_as_before() -> None:
     fast = lat.compile_fast("gemm", fit.params, PEAKS)
     priced = fast(flops, nbytes, extras["weight_elems"], extras["wave_k"])
     assert priced == fast(flops, nbytes, extras["weight_elems"])
+
+
+def test_a_gpu_sweeps_gemm_rows_carry_the_waves_of_its_sms() -> None:
+    """``twin calibrate`` on a GPU records each GEMM row's waves at the GPU's SMs (the
+    sweep context's ``sms``), as a serving step on that GPU prices them; on a CPU (no SM
+    count) none (helper review36: the rows were written with ``wave_k`` 0, so the fit
+    never saw the feature it is priced with)."""
+    from twin.calibration.kernels import SweepContext, registry
+    from twin.presets import get_model
+
+    def ctx(sms: int | None) -> SweepContext:
+        return SweepContext(None, "cuda", None, 2, "quick", get_model("tiny-hybrid"), sms=sms)
+
+    gemm = registry()["gemm"]
+    shape = {"m": 129, "k": 4096, "n": 132 * 128}
+    assert gemm.measured_features(shape, ctx(H100_SMS)) == ft.gemm_features(
+        129, 4096, 132 * 128, 2, H100_SMS
+    )
+    assert gemm.measured_features(shape, ctx(H100_SMS))[2]["wave_k"] == 2 * 4096
+    assert gemm.measured_features(shape, ctx(None))[2]["wave_k"] == 0.0
+
+
+def test_a_serving_gemm_prices_the_waves_of_its_gpu() -> None:
+    """A serving step's bf16 GEMM passes the waves at the profile's GPU's SMs, as the fit's
+    rows carry them: the shipped H100 vLLM fit prices 129 rows x 132 column tiles (two
+    waves) at its features with ``wave_k``, above the same price without."""
+    from twin.costmodel import CostModel
+    from twin.costmodel.profile_store import resolve_profile
+    from twin.presets import get_model
+
+    prof = resolve_profile("h100", None, "vllm")
+    fit = prof.kernels["gemm"]
+    assert fit.params["c_wave_k"] > 0
+    cm = CostModel(get_model("llama-3-8b"), prof)
+    assert cm.sms == H100_SMS
+    fast = lat.compile_fast("gemm", fit.params, prof.peaks)
+    flops, nbytes, extras = ft.gemm_features(129, 4096, 132 * 128, 2, H100_SMS)
+    want = fast(flops, nbytes, extras["weight_elems"], extras["wave_k"])
+    assert cm._gemm(129, 4096, 132 * 128) == want
+    assert want > fast(flops, nbytes, extras["weight_elems"])

@@ -219,8 +219,8 @@ def test_the_reader_counts_keys_as_each_table_logs_them(tmp_path: Path) -> None:
     assert len(fams["mla_prefill"].rows) == 1 and fams["mla_prefill"].kernel_source == "trtllm_mla"
     # two sequences x 16 heads x one 128-row tile = 32 CTAs: one wave on the H200's 132 SMs
     assert fams["mla_prefill"].rows[0]["waves"] == 1
-    # filed under vLLM, so its rows are vLLM's (a table naming another engine is skipped:
-    # ``aic_tables.foreign_table``)
+    # vLLM's module table: its rows labelled vLLM (an SGLang label under vLLM's folder is
+    # another engine's table, ``aic_tables.foreign_table``, and is never read)
     module = [
         {**base, "framework": "vLLM", "mla_dtype": "bfloat16", "kv_cache_dtype": "bfloat16",
          "gemm_type": g,
@@ -563,7 +563,7 @@ def test_an_mla_bmm_fit_on_a_gpu_without_an_sm_count_prices_no_waves() -> None:
     prof = dataclasses.replace(load_profile("h200", "sglang"), gpu="own-gpu")
     model = px.with_precision(get_model("deepseek-r1"), "fp8-block", "bf16")
     cm = CostModel(model, prof, 8)
-    assert cm._mla_bmm_fit and cm._mla_sms is None
+    assert cm._mla_bmm_fit and cm.sms is None
     assert 0 < cm.decode([1000] * 8) < cm.decode([1000] * 64)
 
 

@@ -237,7 +237,7 @@ def test_a_run_carries_the_release_in_its_config_and_summary() -> None:
 def test_an_all_reduce_table_of_another_engine_is_never_read(tmp_path: Path) -> None:
     """A custom all-reduce table filed under an engine whose rows are another engine's
     (aiconfigurator-core 0.12.0's SGLang 0.5.6.post2 H100 / H200 tables are TensorRT-LLM
-    1.2.0rc5's rows: ``aic_collectives._own_table``) prices no release of that engine: a
+    1.2.0rc5's rows: ``aic_tables.foreign_table``) prices no release of that engine: a
     release older than every table of its own reads its own oldest, not the foreign one."""
     from twin.calibration.aic_collectives import allreduce_rows
 

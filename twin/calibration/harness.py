@@ -152,6 +152,7 @@ def _calibrate(
         mem_cap_bytes=int(min(8 << 30, 0.2 * (device.total_memory or 0)))
         if cuda
         else CPU_MEM_CAP[level],
+        sms=get_gpu(device.gpu).sm_count if cuda and device.gpu is not None else None,
     )
     ceilings = measure_ceilings(ctx)
     advance = progress(sweep_size(ctx, kernels)) if progress else None

@@ -57,6 +57,10 @@ class SweepContext:
     # GPU: time eagerly (host launch gaps included) instead of CUDA-graph replay; only
     # for describing an eager executor (``twin validate``), never production profiles.
     eager: bool = False
+    # The GPU's SMs (``twin.hardware.SM_COUNTS``; None on a CPU or where not tabulated):
+    # a GEMM row's waves of output tiles (``features.gemm_wave_k``), as serving prices them
+    # from the profile's GPU.
+    sms: int | None = None
 
     @property
     def grid_key(self) -> str:
@@ -218,6 +222,10 @@ class Gemm(Kernel):
 
     def features(self, shape: Shape, e: int) -> ft.Features:
         return ft.gemm_features(shape["m"], shape["k"], shape["n"], e)
+
+    def measured_features(self, shape: Shape, ctx: SweepContext) -> ft.Features:
+        # With the GPU's SMs: the fit reads the waves a serving step passes (``wave_k``).
+        return ft.gemm_features(shape["m"], shape["k"], shape["n"], ctx.dtype_bytes, ctx.sms)
 
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         t, (m, k, n) = ctx.torch, (shape["m"], shape["k"], shape["n"])

@@ -168,7 +168,7 @@ GDN_SEQ_ROW = 13  # (the GDN chunk's seconds a chunk of its sequential pass, ``m
     SWA_LAYERS,  # 0: no sliding-window attention
     WINDOW,  # ``_shape_args``' window (0: none)
     KV_ELEM,  # bytes per K/V element attention reads (``CostModel.kv_elem_bytes``)
-    SMS,  # the SMs a GEMM's waves run over (``DensePricing._gemm_sms``; 0: not known)
+    SMS,  # the SMs a GEMM's waves run over (``CostModel.sms``; 0: not known)
 ) = range(32)
 _KINDS = {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
@@ -217,7 +217,7 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
         kinds.get("swa", 0),
         m.sliding_window or 0,
         cm.kv_elem_bytes,
-        cm._gemm_sms or 0,
+        cm.sms or 0,
     ]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
         return None

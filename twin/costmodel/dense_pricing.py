@@ -22,7 +22,6 @@ from twin.costmodel.profile import KernelFit
 from twin.costmodel.routing import routing_for
 from twin.costmodel.series_term import SeriesTerm, series_key
 from twin.costmodel.shard_shapes import ShardShapes
-from twin.hardware import GPUS
 
 FP32_BYTES = 4  # an IEEE fp32 element (the fp32 router's operands: DensePricing._router)
 
@@ -42,7 +41,6 @@ class DensePricing(ShardShapes):
     _allreduce_fit: Callable[..., float] | None
     _gather_fits: dict[str, Callable[..., float]]
     _linear_q: tuple[Callable[..., float], float, float] | None
-    _gemm_sms: int | None
     _expert_q: tuple[Callable[..., float], float, float] | None
     # The fused-MoE fit of the experts' format with its operand bytes (None: no fit in the
     # profile, the experts are priced as GEMMs) and the profile key it was read from.
@@ -51,7 +49,6 @@ class DensePricing(ShardShapes):
     # The fused-MoE fit's kernel source (its tables' ``kernel_source``; "" without a fit).
     _moe_source: str
     _moe_device: str
-    _moe_sms: int | None
     moe_key: str | None
     # Per fused-MoE kernel (the default one, TensorRT-LLM's min-latency one), the model's
     # series in the fit's per-shape term: the term and its knot values; None where the
@@ -144,9 +141,6 @@ class DensePricing(ShardShapes):
         fit and features (its prices unchanged to the bit); else the format's fit and its
         operand bytes (``twin.precision.gemm_operand_bytes``)."""
         prof, e = self.profile, self.model.dtype_bytes
-        # The SMs a GEMM's waves of output tiles run over (``ft.gemm_wave_k``).
-        spec = GPUS.get(prof.gpu)
-        self._gemm_sms = spec.sm_count if spec is not None else None
 
         def quantised(fmt: px.WeightFormat) -> tuple[Callable[..., float], float, float] | None:
             if fmt.bytes_per_param is None:
@@ -179,8 +173,6 @@ class DensePricing(ShardShapes):
         self._moe_fit, self.moe_key = None, None
         self._moe_source = ""
         self._moe_device = ""
-        spec = GPUS.get(self.profile.gpu)
-        self._moe_sms = spec.sm_count if spec is not None else None
         self._routing = routing_for(self.model)
         self._moe_small: Callable[..., float] | None = None
         self._moe_series = self._moe_small_series = None
@@ -233,7 +225,7 @@ class DensePricing(ShardShapes):
 
     def _gemm(self, rows: float, k: float, n: float) -> float:
         """A bf16 GEMM (the LM head, the MoE router; every projection of a bf16 model)."""
-        waves = ft.gemm_wave_k(rows, n, k, self._gemm_sms)
+        waves = ft.gemm_wave_k(rows, n, k, self.sms)
         return self._k["gemm"](*ft.gemm_sums(rows, k, n, self.elem_bytes), waves)
 
     def _router(self, t: float, n_exp: int) -> float:
@@ -247,7 +239,7 @@ class DensePricing(ShardShapes):
             return self._gemm(t, self.d_model, n_exp)
         flops, nbytes, weights = ft.gemm_sums(t, self.d_model, n_exp, FP32_BYTES)
         peak = mk.fp32_peak(self.profile) if precision == "fp32" else mk.tf32_peak(self.profile)
-        waves = ft.gemm_wave_k(t, n_exp, self.d_model, self._gemm_sms)
+        waves = ft.gemm_wave_k(t, n_exp, self.d_model, self.sms)
         return self._k["gemm"](
             flops * float(self.profile.peaks["flops"]) / peak, nbytes, weights, waves
         )
@@ -259,7 +251,7 @@ class DensePricing(ShardShapes):
         if q is None:
             return self._gemm(rows, k, n)
         kernel, act, weight = q
-        waves = ft.gemm_wave_k(rows, n, k, self._gemm_sms)
+        waves = ft.gemm_wave_k(rows, n, k, self.sms)
         return kernel(*ft.gemm_sums_at(rows, k, n, self.elem_bytes, act, weight), waves)
 
     def _dense(self, t: int, cost: StepCost | None) -> float:
@@ -452,7 +444,7 @@ class DensePricing(ShardShapes):
         rows, active = load.rows, load.active
         wide = self.up_mats * self.expert_width
         # Each expert reached a GEMM of its share of the rows (``ft.gemm_wave_k``'s groups).
-        share, sms = (rows / active if active else 0.0), self._gemm_sms
+        share, sms = (rows / active if active else 0.0), self.sms
         up_waves = ft.gemm_wave_k(share, wide, d, sms, active)
         down_waves = ft.gemm_wave_k(share, d, self.expert_width, sms, active)
         q = self._expert_q
@@ -565,9 +557,7 @@ class DensePricing(ShardShapes):
         # reads ``c_grid_flops`` 0). A serving rank runs every token's rows (no rank-0
         # workload), at the routing rule's rows and experts.
         grid = (
-            ft.sglang_grid_flops(
-                rows, active, d, self._moe_width, self.up_mats, large_m, self._moe_sms
-            )
+            ft.sglang_grid_flops(rows, active, d, self._moe_width, self.up_mats, large_m, self.sms)
             if ft.sglang_default_config(self._moe_source, unquantised)
             else 0.0
         )

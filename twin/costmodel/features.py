@@ -533,8 +533,8 @@ VLLM_MARLIN_SOURCES = frozenset(
 # 384, top 8: 64 rows an expert at 3,072 tokens, one block; two blocks at 4,096).
 SGLANG_MARLIN_SOURCES = frozenset({"sglang_marlin_moe"})
 MARLIN_MOE_SOURCES = VLLM_MARLIN_SOURCES | SGLANG_MARLIN_SOURCES
-VLLM_MARLIN_BLOCKS_M = (8, 16, 32, 48, 64)
-VLLM_MARLIN_BLOCK_SLACK = 0.9
+MARLIN_BLOCKS_M = (8, 16, 32, 48, 64)
+MARLIN_BLOCK_SLACK = 0.9
 
 
 def marlin_block_m(source: str, tokens: float, top_k: int, local_experts: float) -> int:
@@ -544,10 +544,10 @@ def marlin_block_m(source: str, tokens: float, top_k: int, local_experts: float)
     if source not in MARLIN_MOE_SOURCES:
         return 0
     per_expert = tokens * top_k / local_experts
-    for block in VLLM_MARLIN_BLOCKS_M:
-        if per_expert / block < VLLM_MARLIN_BLOCK_SLACK:
+    for block in MARLIN_BLOCKS_M:
+        if per_expert / block < MARLIN_BLOCK_SLACK:
             return block
-    return VLLM_MARLIN_BLOCKS_M[-1]
+    return MARLIN_BLOCKS_M[-1]
 
 
 # FlashInfer's TRT-LLM-gen MXFP4 fused MoE with bf16 activations (the table label vLLM
@@ -730,6 +730,8 @@ __all__ = [
     "FLASHINFER_MXINT4_MODE",
     "FLASHINFER_MXINT4_TILES",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
+    "MARLIN_BLOCKS_M",
+    "MARLIN_BLOCK_SLACK",
     "MARLIN_MOE_SOURCES",
     "REPLAY_L2_SHARE",
     "SGLANG_DEFAULT_TILES",
@@ -739,8 +741,6 @@ __all__ = [
     "SGLANG_H200_FP8_TILES",
     "SGLANG_MARLIN_SOURCES",
     "SGLANG_TRITON_SOURCE",
-    "VLLM_MARLIN_BLOCKS_M",
-    "VLLM_MARLIN_BLOCK_SLACK",
     "VLLM_MARLIN_SOURCES",
     "VLLM_TRITON_SOURCES",
     "Features",

@@ -40,7 +40,6 @@ from twin.costmodel import mla_features as mf
 from twin.costmodel.kernel_layout import KernelLayout
 from twin.costmodel.shard_shapes import ShardShapes
 from twin.costmodel.step_features import StepFeatures
-from twin.hardware import GPUS
 from twin.precision import kv_elem_bytes
 
 MODES = ("module", "kernels", "gqa")
@@ -74,11 +73,10 @@ class MlaPricing(ShardShapes):
             m.v_head_dim,
             self.heads,
         )
-        # The SMs the prefill kernel's waves run over (``mla_features.mla_prefill_waves``);
-        # every GPU with NVIDIA's MLA tables has a count (``calibration.aic_mla`` refuses
-        # to fit one without), so a GPU without one has no fit that prices its waves.
-        spec = GPUS.get(prof.gpu)
-        self._mla_sms = spec.sm_count if spec is not None else None
+        # The prefill kernel's waves run over the GPU's SMs (``self.sms``,
+        # ``mla_features.mla_prefill_waves``); every GPU with NVIDIA's MLA tables has a
+        # count (``calibration.aic_mla`` refuses to fit one without), so a GPU without one
+        # has no fit that prices its waves.
         self._mla: dict[str, Callable[..., float]] = {}
         for family in ("mla_module_prefill", "mla_module_decode", "mla_prefill", "mla_decode"):
             key = keys.get(family)
@@ -116,7 +114,7 @@ class MlaPricing(ShardShapes):
             # No L2 residency in a serving step: the tables' L2 reads are their CUDA-graph
             # replays on the same buffers (``mla_bmm_features``); in a forward pass a
             # layer's W_UK / W_UV were last read a whole pass earlier, so they come from HBM.
-            self._mla_bmm_gpu = (self._mla_sms or 0, None)
+            self._mla_bmm_gpu = (self.sms or 0, None)
             # The quantisation kernel's serial steps where its table timed one
             # (``mla_features.bmm_quant_rule``: TensorRT-LLM's fp8 BMM on SM120).
             source = str(prof.kernels[bmm].provenance.get("kernel_source", ""))
@@ -279,7 +277,7 @@ class MlaPricing(ShardShapes):
         kv_b = self._proj(rows, d.kv_lora, d.heads * (d.nope + d.v))
         if mode == "kernels":
             sums = mf.mla_prefill_sums(n, keys, rows, seqs, d, e, kv_e)
-            sms = self._mla_sms
+            sms = self.sms
             waves = mf.mla_prefill_waves(n, seqs, d.heads, sms) if sms else 0.0
             return "mla_prefill", kv_b + self._mla["mla_prefill"](*sums, waves)
         # GQA stand-in: MHA at the mean of the QK and V widths (4 x width per score: exact
@@ -373,7 +371,7 @@ class MlaPricing(ShardShapes):
                 total += self._mla_bmm(*feats, quant, mf.bmm_k_steps(k))
             else:
                 # The GEMM fit: one product a head (``ft.gemm_wave_k``'s groups).
-                waves = ft.gemm_wave_k(rows, n, k, self._mla_sms, d.heads)
+                waves = ft.gemm_wave_k(rows, n, k, self.sms, d.heads)
                 total += self._mla_bmm(*mf.mla_bmm_sums(rows, d.heads, k, n, e, act_b, w_b), waves)
         return total
 
@@ -399,7 +397,7 @@ class MlaPricing(ShardShapes):
             module = mf.mla_module_absorbed_sums(
                 d, batch, rows, keys, kv, width, e, act_e, w_e, stream
             )
-            sms = self._mla_sms or 0
+            sms = self.sms or 0
             launch = mf.mla_decode_launch(self._module_rule, batch, kv, width, d, stream, sms)
             price = self._mla["mla_module_decode"](*mf.module_decode_features(module, launch))
             return [("mla", "mla_module", price)]
@@ -410,7 +408,7 @@ class MlaPricing(ShardShapes):
             )
             tiles = mf.decode_tiles(self._mla_tile_rule, tiles, rows, d.heads, kv_e)
             sums = (flops, nbytes, tiles, seq)
-            sms = self._mla_sms or 0
+            sms = self.sms or 0
             launch = mf.mla_decode_launch(self._mla_rule, batch, kv, width, d, kv_e, sms)
             block_keys = mf.decode_block_keys(self._mla_block, kv, d.heads * width)
             attn = self._mla["mla_decode"](*sums, block_keys, *launch)

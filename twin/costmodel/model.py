@@ -65,6 +65,7 @@ from twin.costmodel.precision_kernels import priced_precision, provenance_label
 from twin.costmodel.profile import Profile
 from twin.costmodel.step_features import StepFeatures, aggregate_spread, aggregate_step
 from twin.errors import TwinError
+from twin.hardware import GPUS
 from twin.mixers import UNPRICED_KINDS
 from twin.model import ModelSpec
 from twin.parallel import Layout, check_layout
@@ -117,6 +118,8 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
                 "cannot price tensor parallelism: use --tp 1"
             )
         self.model, self.profile, self.tp = model, profile, tp
+        spec = GPUS.get(profile.gpu)
+        self.sms = spec.sm_count if spec is not None else None
         # How the engine build lays out the model's kernels (twin.costmodel.kernel_layout).
         self.kernel_layout = kernel_layout
         # Prefill chunks of at most this many new tokens run MLA's absorbed form (the

@@ -36,6 +36,10 @@ class ShardShapes:
     elem_bytes: int
     kv_elem_bytes: int  # bytes per K/V element the attention kernels read (fp8 KV: 1)
     priced: PricedPrecision  # the fits the model's precision takes
+    # The profile's GPU's SMs (``twin.hardware.SM_COUNTS``; None where not tabulated): the
+    # waves of a launch's tiles (``features.gemm_wave_k``, ``features.sglang_grid_flops``,
+    # ``mla_features.mla_bmm_features``).
+    sms: int | None
     d_model: int
     heads: int
     kv_heads: int
