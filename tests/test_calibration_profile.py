@@ -88,6 +88,20 @@ def test_transfer_scales_to_target_peaks_and_says_so() -> None:
     assert "transferred from h100" in out.kernels["gemm"].note
 
 
+def test_transfer_scales_a_per_sm_coefficient_by_one_sms_peak() -> None:
+    """The GEMM's wave term is one SM's time a k-step: H100 -> A100 scales it by the FLOP
+    ratio times 108 / 132 SMs, not the FLOP ratio alone."""
+    src = _measured("h100")
+    src.kernels["gemm"].params["c_wave_k"] = 1e-9
+    out = transfer_profile(src, "a100")
+    ratio = get_gpu("h100").flops / get_gpu("a100").flops
+    got = out.kernels["gemm"].params["c_wave_k"]
+    assert got == pytest.approx(1e-9 * ratio * 108 / 132)
+    assert out.kernels["gemm"].params["c_weight_elems"] == pytest.approx(
+        src.kernels["gemm"].params["c_weight_elems"] * ratio
+    )
+
+
 def test_transfer_refuses_a_datasheet_source() -> None:
     with pytest.raises(TwinError, match="needs a measured profile"):
         transfer_profile(datasheet_profile("h100"), "a100")

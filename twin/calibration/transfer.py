@@ -5,7 +5,8 @@ carry over: the target's profile keeps them (and the smooth-max exponent) and
 swaps in the target's datasheet peaks. Launch overheads are host/driver time
 and are kept as measured. The extra per-score and per-chunk coefficients are
 seconds of arithmetic, so they are scaled by the ratio of the FLOP peaks (a
-first-order assumption: softmax and state passing speed up with the chip).
+first-order assumption: softmax and state passing speed up with the chip); a per-SM one
+(the GEMM's waves) by the ratio of one SM's peaks.
 The result is labelled ``transferred from <gpu>`` wherever it is shown.
 """
 
@@ -17,7 +18,12 @@ from pathlib import Path
 from twin.costmodel.formulas import get_formula
 from twin.costmodel.profile import KernelFit, Profile
 from twin.errors import TwinError
-from twin.hardware import get_gpu
+from twin.hardware import SM_COUNTS, get_gpu
+
+# The coefficients that are one SM's time a unit of work rather than the whole GPU's: the
+# GEMM's k-steps on the busiest SM of its waves (``features.gemm_wave_k``). One SM's speed is
+# the GPU's peak over its SMs, so these scale by the FLOP ratio times the SM ratio.
+PER_SM_COEFFICIENTS = ("c_wave_k",)
 
 
 def transfer_profile(
@@ -33,6 +39,8 @@ def transfer_profile(
     spec = get_gpu(target_gpu)
     peaks = spec.peaks()
     flop_ratio = source.peaks["flops"] / peaks["flops"]
+    sms = SM_COUNTS.get(spec.name), SM_COUNTS.get(source.gpu)
+    sm_ratio = sms[0] / sms[1] if sms[0] and sms[1] else 1.0
     kernels: dict[str, KernelFit] = {}
     for name, fit in source.kernels.items():
         needs = get_formula(name).flops_peak
@@ -43,7 +51,7 @@ def transfer_profile(
         params = dict(fit.params)
         for key in params:
             if key.startswith("c_"):
-                params[key] *= flop_ratio
+                params[key] *= flop_ratio * (sm_ratio if key in PER_SM_COEFFICIENTS else 1.0)
         kernels[name] = KernelFit(
             model=fit.model,
             params=params,
