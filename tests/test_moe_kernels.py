@@ -596,10 +596,10 @@ def test_flashinfers_untuned_trtllm_gen_tile_is_the_one_below_its_centre() -> No
     # within 8..64, then the smallest of the centre's neighbours (-1, +1, +2)
     assert GPT_OSS_TRTLLM_GEN in ft.FLASHINFER_TRTLLM_MXFP4_SOURCES
     tokens = (1, 256, 320, 512, 768, 1024, 1536, 16384)
-    got = {t: ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, t, 4, 128) for t in tokens}
+    got = {t: ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, t, 4, 128, "mxfp4") for t in tokens}
     assert got == dict(zip(tokens, (8, 8, 8, 8, 16, 16, 32, 32), strict=True))
-    assert ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, 320, 4, 64) == 16  # EP 2: 64 a rank
-    assert ft.moe_token_tile("sglang_flashinfer_trtllm_moe", 320, 4, 128) == 0  # not read
+    assert ft.moe_token_tile(GPT_OSS_TRTLLM_GEN, 320, 4, 64, "mxfp4") == 16  # EP 2: 64 a rank
+    assert ft.moe_token_tile("sglang_flashinfer_trtllm_moe", 320, 4, 128, "") == 0  # not read
 
 
 def test_a_trtllm_gen_mxfp4_row_streams_each_experts_weights_once_a_tile() -> None:
@@ -632,10 +632,12 @@ def test_flashinfers_untuned_cutlass_moe_takes_128_rows_of_an_expert_a_tile() ->
     # CtaShape128x16x128B, whatever the tokens
     assert ft.FLASHINFER_CUTLASS_SM90_TILE_M == 128
     for tokens in (1, 2048, 3072, 16384):
-        assert ft.moe_token_tile(FI_CUTLASS_FP8, tokens, 22, 512) == 128
+        assert ft.moe_token_tile(FI_CUTLASS_FP8, tokens, 22, 512, "fp8") == 128
     # the block-fp8 label (moe_fp8_block) was not read this session; Triton: no tile read
-    assert ft.moe_token_tile("vllm_fp8moe_flashinfer_cutlass_flashinferexperts", 64, 8, 8) == 0
-    assert ft.moe_token_tile("vllm_fused_moe", 3072, 22, 512) == 0
+    assert (
+        ft.moe_token_tile("vllm_fp8moe_flashinfer_cutlass_flashinferexperts", 64, 8, 8, "fp8") == 0
+    )
+    assert ft.moe_token_tile("vllm_fused_moe", 3072, 22, 512, "fp8") == 0
 
 
 def test_a_cutlass_fp8_row_restreams_each_experts_weights_past_128_rows() -> None:
@@ -724,7 +726,7 @@ def test_sglangs_int4_experts_on_sm100_take_flashinfers_untuned_mxint4_tile() ->
     got = {t: ft.moe_token_tile(label, t, 8, 384, "int4_wo") for t in tokens}
     assert got == dict(zip(tokens, (8, 8, 16, 32, 32, 64, 64), strict=True))  # 128 centres only
     assert ft.moe_token_tile(label, 4096, 8, 384, "nvfp4") == 0
-    assert ft.moe_token_tile(label, 4096, 8, 384) == 0
+    assert ft.moe_token_tile(label, 4096, 8, 384, "") == 0
     int4 = WEIGHT_FORMATS["int4"]
 
     def row(tokens: int) -> dict[str, Any]:

@@ -657,12 +657,13 @@ def vllm_triton_routed_elems(
 
 
 def moe_token_tile(
-    source: str, tokens: float, top_k: int, local_experts: float, table_mode: str = ""
+    source: str, tokens: float, top_k: int, local_experts: float, table_mode: str
 ) -> int:
     """The token tile a fused-MoE kernel pads each expert's rows to and streams the
     expert's weights once for (``marlin_block_m``, ``flashinfer_default_tile``,
     ``FLASHINFER_CUTLASS_SM90_TILE_M``); ``table_mode``: the experts' format (the tables'
-    mode), where one label times several kernels (``SGLANG_FLASHINFER_TRTLLM_SOURCE``);
+    mode), where one label times several kernels (``SGLANG_FLASHINFER_TRTLLM_SOURCE``;
+    required, so no caller loses that rule by leaving it out);
     0 for a kernel whose tile was not read."""
     if source in FLASHINFER_TRTLLM_MXFP4_SOURCES:
         return flashinfer_default_tile(tokens, top_k, local_experts)
