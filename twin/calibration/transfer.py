@@ -39,8 +39,8 @@ def transfer_profile(
     spec = get_gpu(target_gpu)
     peaks = spec.peaks()
     flop_ratio = source.peaks["flops"] / peaks["flops"]
-    sms = SM_COUNTS.get(spec.name), SM_COUNTS.get(source.gpu)
-    sm_ratio = sms[0] / sms[1] if sms[0] and sms[1] else 1.0
+    target_sms, source_sms = spec.sm_count, SM_COUNTS.get(source.gpu)
+    sm_ratio = target_sms / source_sms if target_sms and source_sms else 1.0
     kernels: dict[str, KernelFit] = {}
     for name, fit in source.kernels.items():
         needs = get_formula(name).flops_peak
