@@ -192,10 +192,11 @@ def _bmm_row(
     k, n = (DSV3["nope"], DSV3["kv_lora"]) if pre else (DSV3["kv_lora"], DSV3["v"])
     sms = gpu[1]
     rule = bmm_quant_rule(gpu[0], str(r.get("kernel_source", "")))
-    flops, hbm, waves, l2_bytes = mla_bmm_features(t, h, k, n, ELEM_BYTES, *operands, sms, l2)
+    flops, hbm, *launch = mla_bmm_features(t, h, k, n, ELEM_BYTES, *operands, sms, l2)
     shape = {"t": t, "h": h, "k": k, "n": n}
     quant = bmm_quant_steps(rule, t, h, k, sms)
-    extras = {"waves": waves, "l2_bytes": l2_bytes, "quant_steps": quant, "k_steps": bmm_k_steps(k)}
+    extras = dict(zip(fm.MLA_BMM_EXTRAS, launch, strict=True))
+    extras.update(quant_steps=quant, k_steps=bmm_k_steps(k))
     return _row(kernel, (flops, hbm, extras), r["latency"], shape)
 
 

@@ -343,10 +343,13 @@ MLA_MODULE_REPLAY = ("l2_bytes",)
 MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
 MLA_MODULE_BASE = "gemms_roofline"
 # The absorbed BMMs' compute-side features (``mla_features.mla_bmm_features``): the output
-# tiles' waves over the SMs and the bytes of a working set that stays in L2 across the
-# tables' replays; the smooth maximum's bytes are HBM bytes only (zero for such a set), so
-# the formula has a name of its own (a ``roofline+weight_elems`` fit is refused by name).
-MLA_BMM_EXTRAS = ("waves", "l2_bytes")
+# tiles' waves over the SMs, the bytes of a working set that stays in L2 across the
+# tables' replays, and the waves of the library's smaller (64 x 64) tiles
+# (``mla_features.MLA_BMM_SMALL_TILE``); the smooth maximum's bytes are HBM bytes only
+# (zero for such a set), so the formula has a name of its own (a ``roofline+weight_elems``
+# fit is refused by name). A fit without ``small_waves`` reads with ``c_small_waves`` 0
+# (``profile._upgrade``): the same prices.
+MLA_BMM_EXTRAS = ("waves", "l2_bytes", "small_waves")
 MLA_BMM_BASE = "hbm_roofline"
 # The absorbed BMMs' serial feature: the steps of the activation's quantisation kernel
 # where the table times one with a serial token loop (``mla_features.bmm_quant_steps``:
@@ -655,8 +658,8 @@ FORMULAS: dict[str, KernelFormula] = {
                 MLA_BMM_EXTRAS,
                 f"MLA absorbed decode's per-head batched GEMMs (W_UK in, W_UV out; {mode}): "
                 "the smooth maximum of the FLOPs with the output tiles' waves over the SMs "
-                "and the bytes of a working set resident in L2, and the HBM bytes of one "
-                "that is not (``mla_features.mla_bmm_features``)",
+                "(128 x 128 and 64 x 64 tiles) and the bytes of a working set resident in "
+                "L2, and the HBM bytes of one that is not (``mla_features.mla_bmm_features``)",
                 flops_peak=peak,
                 base=MLA_BMM_BASE,
                 serial=MLA_BMM_SERIAL,

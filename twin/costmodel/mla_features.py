@@ -679,6 +679,22 @@ def mla_bmm_sums(
 # HBM's: the tables step up where it stops fitting (H200 SGLang bf16 W_UV, 32 heads: 11.4
 # us at 1,024 tokens, 42 MB, and 22.2 us at 1,536, 63 MB, against a 50 MB L2).
 MLA_BMM_TILE = 128  # output rows and columns a CTA computes (cuBLAS's common bf16 tile)
+# (c) The library picks the CTA tile by shape, and small or ragged launches run a smaller
+# one: cuBLASLt's heuristic chooses among tiles from 64 x 64 up (NVIDIA cuBLAS
+# ``cublasLtMatmulTile_t``: ``CUBLASLT_MATMUL_TILE_64x64`` ... ``_128x128``, ``_256x128``);
+# 64 rows is one Hopper warpgroup's MMA (PTX ISA ``wgmma.mma_async`` shape m64nNk16); the
+# fp8 BMMs run cuBLASLt too (sgl-kernel's ``bmm_fp8``, FlashInfer
+# ``include/flashinfer/gemm/bmm_fp8.cuh``) or TensorRT-LLM's DeepGEMM-derived block-scaled
+# kernel (``cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp`` ``fp8_block_scaling_bmm_out``
+# -> ``CutlassFp8BlockScaleGemmRunner::strideBatchGemm``, 1.3.0rc20), whose BLOCK_M is 64
+# for small M (DeepGEMM ``get_best_configs``). The tables show launches between the
+# 128 x 128 staircase's steps (GB200 SGLang bf16 W_UK, 16-64 heads: 48 tokens 7.4-7.6 us
+# against 4.8-6.7 at 32 and 64; L40S SGLang W_UK at 128 heads: 10.3, 17.9, 18.7, 26.2,
+# 26.9, 34.8 us at 32, 48, 64, 80, 96, 128 tokens). Which tile a launch gets is the
+# library's closed heuristic, so the form carries the 64 x 64 tiles' waves beside the
+# 128 x 128 ones and the fit weighs the two (``small_waves``; docs/decisions.md, helper
+# bmm37).
+MLA_BMM_SMALL_TILE = 64
 # The share of L2 a working set may fill and still be read from L2 across the replays is
 # ``features.REPLAY_L2_SHARE`` (chosen on these BMMs' fit rows, docs/decisions.md issue 34).
 
@@ -693,19 +709,22 @@ def mla_bmm_features(
     w_e: float,
     sms: int,
     l2_bytes: float | None,
-) -> tuple[Sums, Sums, Sums, Sums]:
-    """(FLOPs, HBM bytes, waves, L2 bytes) of one absorbed-decode batched GEMM
+) -> tuple[Sums, Sums, Sums, Sums, Sums]:
+    """(FLOPs, HBM bytes, waves, L2 bytes, small-tile waves) of one absorbed-decode batched GEMM
     (:func:`mla_bmm_sums`' arguments) on a GPU of ``sms`` SMs and ``l2_bytes`` of L2 (None:
     nothing resident): the ``mla_bmm`` families' features. The working set is read from
     HBM, or, where it fits in ``features.REPLAY_L2_SHARE`` of L2, from L2 (its bytes then on the
     compute side of the smooth maximum, HBM bytes zero); ``waves`` =
-    ``ceil(heads x ceil(rows / 128) x ceil(n / 128) / sms)``, 0 without an SM count (a
-    profile of a GPU ``twin.hardware.SM_COUNTS`` lacks, as :func:`mla_decode_launch`)."""
+    ``ceil(heads x ceil(rows / 128) x ceil(n / 128) / sms)`` and the small-tile waves the
+    same over ``MLA_BMM_SMALL_TILE`` square tiles, 0 without an SM count (a profile of a
+    GPU ``twin.hardware.SM_COUNTS`` lacks, as :func:`mla_decode_launch`)."""
     flops, nbytes, _ = mla_bmm_sums(rows, heads, k, n, e, act_e, w_e)
     tiles = heads * -(-rows // MLA_BMM_TILE) * -(-n // MLA_BMM_TILE)
+    small = heads * -(-rows // MLA_BMM_SMALL_TILE) * -(-n // MLA_BMM_SMALL_TILE)
     waves = -(-tiles // sms) if sms else 0
+    small_waves = -(-small // sms) if sms else 0
     resident = replay_resident(nbytes, l2_bytes)
-    return flops, nbytes * (1 - resident), waves, nbytes * resident
+    return flops, nbytes * (1 - resident), waves, nbytes * resident, small_waves
 
 
 # TensorRT-LLM's fp8 absorbed BMM on SM120 (the RTX PRO 6000): what NVIDIA's tables time
