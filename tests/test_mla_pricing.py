@@ -496,10 +496,12 @@ def test_the_bmm_features_are_its_waves_and_where_its_working_set_is_read() -> N
         nbytes,
         -(-32 * 8 * 1 // 132),  # 256 tiles of 128 x 128: 2 waves
         0,
+        -(-32 * 16 * 2 // 132),  # 1,024 tiles of 64 x 64: 8 waves
     )
     small = mf.mla_bmm_features(512, 32, 512, 128, 2, 2, 2, sms, l2)
     assert small[1] == 0 and small[3] == mf.mla_bmm_sums(512, 32, 512, 128, 2, 2, 2)[1]
     assert small[2] == 1  # 128 tiles, one wave
+    assert small[4] == 4  # 512 tiles of 64 x 64, four waves
     # no L2 tabulated: everything from HBM
     assert mf.mla_bmm_features(512, 32, 512, 128, 2, 2, 2, sms, None)[1::2] == (small[3], 0)
 
@@ -528,7 +530,7 @@ def test_h200_trtllm_s_bf16_bmm_meets_the_kernel_target() -> None:
     families = list(aic_mla.bmm_rows(system_dir("h200"), "trtllm", "1.3.0rc20"))
     assert families[0].kernel == "mla_bmm"
     rows, fit = refit_family(families, "mla_bmm", peaks)
-    assert fit.model == "hbm_roofline+waves+l2_bytes+quant_steps+k_steps"
+    assert fit.model == "hbm_roofline+waves+l2_bytes+small_waves+quant_steps+k_steps"
     assert {r["quant_steps"] for r in rows} == {0.0}  # no quantisation steps on SM90
     assert_heldout(fit, 0.05, 0.15)
 
@@ -559,7 +561,7 @@ def test_an_mla_bmm_fit_on_a_gpu_without_an_sm_count_prices_no_waves() -> None:
     """A profile whose GPU ``twin.hardware.SM_COUNTS`` lacks (a renamed or own profile,
     ``--profile``) keeps its BMM fit and prices no waves, as the decode kernel's launch
     prices none (``mla_decode_launch``): no division by a zero SM count."""
-    assert mf.mla_bmm_features(64, 16, 128, 512, 2, 2.0, 2.0, 0, None)[2] == 0
+    assert mf.mla_bmm_features(64, 16, 128, 512, 2, 2.0, 2.0, 0, None)[2::2] == (0, 0)
     prof = dataclasses.replace(load_profile("h200", "sglang"), gpu="own-gpu")
     model = px.with_precision(get_model("deepseek-r1"), "fp8-block", "bf16")
     cm = CostModel(model, prof, 8)

@@ -687,13 +687,14 @@ MLA_BMM_TILE = 128  # output rows and columns a CTA computes (cuBLAS's common bf
 # ``include/flashinfer/gemm/bmm_fp8.cuh``) or TensorRT-LLM's DeepGEMM-derived block-scaled
 # kernel (``cpp/tensorrt_llm/thop/fp8BlockScalingGemm.cpp`` ``fp8_block_scaling_bmm_out``
 # -> ``CutlassFp8BlockScaleGemmRunner::strideBatchGemm``, 1.3.0rc20), whose BLOCK_M is 64
-# for small M (DeepGEMM ``get_best_configs``). The tables show launches between the
-# 128 x 128 staircase's steps (GB200 SGLang bf16 W_UK, 16-64 heads: 48 tokens 7.4-7.6 us
-# against 4.8-6.7 at 32 and 64; L40S SGLang W_UK at 128 heads: 10.3, 17.9, 18.7, 26.2,
-# 26.9, 34.8 us at 32, 48, 64, 80, 96, 128 tokens). Which tile a launch gets is the
-# library's closed heuristic, so the form carries the 64 x 64 tiles' waves beside the
-# 128 x 128 ones and the fit weighs the two (``small_waves``; docs/decisions.md, helper
-# bmm37).
+# for small M (DeepGEMM ``get_best_configs``). The tables rise within one step of the
+# 128 x 128 staircase: H200 SGLang bf16 W_UK at 128 heads, 512 such tiles (four waves on
+# 132 SMs) from 1 to 128 tokens, takes 6.2, 7.7, 10.2 us at 32, 64, 128 tokens (64 x 64
+# tiles: 1,024, 1,024, 2,048); L40S SGLang's steps every 32 tokens there (10.3, 18.7,
+# 26.9, 34.8 us at 32, 64, 96, 128). Which tile a launch gets is the library's closed
+# heuristic, so the form carries the 64 x 64 tiles' waves beside the 128 x 128 ones and
+# the fit weighs the two (``small_waves``; 64 x 64 measured best of 32 x 128, 64 x 128,
+# 64 x 32 and 64 x 64 on the fits' held-out rows: docs/decisions.md, helper bmm37).
 MLA_BMM_SMALL_TILE = 64
 # The share of L2 a working set may fill and still be read from L2 across the replays is
 # ``features.REPLAY_L2_SHARE`` (chosen on these BMMs' fit rows, docs/decisions.md issue 34).
