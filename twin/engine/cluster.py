@@ -490,9 +490,10 @@ def _handed_out(seq: Seq, handout_s: float) -> None:
     same for every token of a step, so it moves TTFT and the completion by the same
     amount and TPOT not at all; the engine loop does not wait for it (the GPU runs the
     next step meanwhile), and a closed-loop client sends its next request only once the
-    last token has reached it (:meth:`Cluster._request`). One number per (engine, GPU),
-    fitted on the fit split of the measured runs (``twin/calibration/engine_times.json``;
-    docs/decisions.md, helper ``ftd37``, session 37)."""
+    last token has reached it (:meth:`Cluster._request`), so where the engine is the
+    bottleneck the request waits that much less in its queue and TTFT moves by less than
+    the lag. 0 unless set: no fitted value is shipped (``engine_times.json`` has room for
+    one per (engine, GPU); docs/decisions.md, "the hand-out lag", helper ``ftd37``)."""
     seq.first_token_s += handout_s
     seq.done_s += handout_s
 
