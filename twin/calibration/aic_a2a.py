@@ -71,6 +71,20 @@ BACKENDS = {
 # comment on ``formulas.A2A_EXTRAS``).
 KERNEL_TABLES = {("vllm", "ll"): "sglang"}
 WIRE_DTYPES = {"trtllm": {"bfloat16"}, "vllm": {"default"}}
+# Wire formats whose rows time the *same* kernel as the read one (repeats of a shape), per
+# (engine, mode, phase): TensorRT-LLM's low-latency combine. Its ``DeepEPLowLatency.combine``
+# (``tensorrt_llm/_torch/modules/fused_moe/communication/deep_ep_low_latency.py``) calls
+# DeepEP's bf16 ``low_latency_combine`` unless ``use_low_precision_combine``, which the
+# table's collector turns off (ai-dynamo/aiconfigurator
+# ``collector/wideep/trtllm/collect_moe_a2a.py``, ``use_low_precision_moe_combine=False``,
+# TensorRT-LLM 1.3.0rc11 at 14efb6ac): the ``fp8`` invocation changes the dispatch's payload
+# only, its combine row times the bf16 combine of the same bf16 expert output. A shape timed
+# twice keeps its faster timing: the collector builds one DeepEP backend per (wire format,
+# shape) and times each token count after 20 warm-up iterations, and the slow repeats are
+# the first rows after a new backend (H100's first shape at one token 136 us against 28 in
+# its repeat; GB300's first shape 226-247 us at every token count against 56-78): timing
+# noise adds time, it never removes it (docs/decisions.md, helper a2a37).
+REPEAT_DTYPES = {("trtllm", "ll", "combine"): ("fp8",)}
 SGLANG_TABLES = {"ht": "wideep_deepep_normal_perf.parquet", "ll": "wideep_deepep_ll_perf.parquet"}
 
 
@@ -91,18 +105,37 @@ def _own_device(rows: list[dict[str, Any]], table: Path) -> list[dict[str, Any]]
 
 
 def _unified(table: Path, engine: str, mode: str, phase: str) -> list[dict[str, Any]]:
-    """``moe_a2a_perf`` rows of ``engine``'s ``mode`` backend and ``phase``."""
+    """``moe_a2a_perf`` rows of ``engine``'s ``mode`` backend and ``phase``; a shape that
+    a repeat wire format timed again (``REPEAT_DTYPES``) keeps the faster of its rows."""
     backend = BACKENDS[engine][mode]
     wire = WIRE_DTYPES[engine]
+    repeats = REPEAT_DTYPES.get((engine, mode, phase), ())
     rows = [
         r
         for r in _read(table)
         if r.get("comm_backend") == backend
         and r.get("phase") == phase
-        and str(r.get("comm_dtype")) in wire
+        and str(r.get("comm_dtype")) in {*wire, *repeats}
         and int(r.get("node_num") or 1) == 1
     ]
-    return _own_device(rows, table)
+    rows = _own_device(rows, table)
+    if not repeats:
+        return rows
+    fastest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        if str(r.get("comm_dtype")) in wire:
+            fastest[_shape_key(r)] = r
+    for r in rows:
+        key = _shape_key(r)
+        if key in fastest and float(r["latency"]) < float(fastest[key]["latency"]):
+            fastest[key] = r  # a repeat of a read shape only: no shape the wire lacks
+    return list(fastest.values())
+
+
+def _shape_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    """One ``moe_a2a_perf`` row's shape: what a repeat must match."""
+    cols = ("ep_size", "hidden_size", "topk", "num_experts", "num_tokens")
+    return tuple(int(r.get(c) or 0) for c in cols)
 
 
 def _sglang(table: Path, mode: str, phase: str) -> list[dict[str, Any]]:

@@ -56,8 +56,18 @@ the commit vLLM 0.24.0's table was collected with; the terms of each family:
   ``group_row_elems``, ``hidden`` times ``ceil(tokens x topk / experts / warps)``. With
   8 experts the dispatch runs on 8 SMs: SGLang 0.5.12's H200 table times 64 tokens at
   hidden 6144, top-2 at 36 us, twice what the bytes and the per-expert term said.
-- ``ll`` combine keeps the bytes and the per-expert term: its launch's terms were tried
-  (the same rows per SM and per group, from its own launch rule) and fitted no better.
+- ``ll`` combine keeps the bytes and the per-expert term, and adds the rows a receiving
+  group reduces in series (``topk_rows``). Its receive phase (``internode_ll.cu``
+  ``combine``) gives each SM's receiving groups the tokens ``sm_id + SMs x group, ...``;
+  per token a TMA warp loads the token's ``topk`` rows one after another into a
+  three-stage ring and the reduction warps wait on each stage's barrier in turn: a lone
+  token's combine has its ``topk`` row loads on the critical path, whatever the bytes.
+  The launch is the dispatch's (``ll_launch``), with ``min(2, warps / (decode warps +
+  1))`` receiving groups a SM (``ll_combine_slots``), so the tables' <= 256 tokens a rank
+  are one token a group: ``topk_rows`` is ``topk`` there. Without it TensorRT-LLM
+  1.3.0rc11's B200 combine, flat at 36-40 us at top-6 and 43-47 us at top-8 up to 32
+  tokens, was priced between the two (docs/decisions.md, helper a2a37). The rows per SM
+  and per group without the top-k (session 22) fitted no better.
 """
 
 from __future__ import annotations
@@ -121,6 +131,20 @@ def ll_launch(experts: int, sms: int) -> tuple[int, int, int]:
     return groups, 32 // groups, -(-experts // groups)
 
 
+def ll_combine_slots(experts: int, hidden: int, sms: int) -> int:
+    """Tokens DeepEP's low-latency combine reduces at once on a GPU of ``sms`` SMs: its
+    launch's SMs (``ll_launch``) times the receiving groups a SM (``internode_ll.cu``
+    ``combine`` at 73b6ea4: ``kNumSendUnrolls`` 4 where ``hidden`` is a multiple of 1,024
+    else 2; the row's 16-byte words padded to ``32 x kNumSendUnrolls``; one decode warp
+    per ``32 x kNumRecvUnrolls`` (2) words; ``num_groups = min(2, warps / (decode warps
+    + 1))``, the warps ``groups x 32 / groups`` of the launch)."""
+    groups, warps, used = ll_launch(experts, sms)
+    unrolls = 4 if hidden % 1024 == 0 else 2
+    words = -(-(hidden // 8) // (32 * unrolls)) * 32 * unrolls
+    decode_warps = words // (32 * 2)
+    return used * max(1, min(2, groups * warps // (decode_warps + 1)))
+
+
 def a2a_features(
     mode: str,
     phase: str,
@@ -132,7 +156,7 @@ def a2a_features(
     sms: int | None,
 ) -> Features:
     """The fitting features of one all-to-all ``phase`` of DeepEP mode ``mode`` on a GPU
-    of ``sms`` SMs (None: not known; the low-latency dispatch needs it): no FLOPs, the
+    of ``sms`` SMs (None: not known; the low-latency phases need it): no FLOPs, the
     bytes on the links, and the family's extra terms (``formulas.A2A_EXTRAS``, module
     docstring)."""
     nbytes = a2a_bytes(mode, tokens, hidden, topk, experts, ep, ELEM_BYTES)
@@ -145,14 +169,19 @@ def a2a_features(
             float(hidden),
             float(tokens) * ranks_reached(topk, experts, ep),
         )
-    elif phase == "combine":
-        values = (experts / max(ep, 1),)
+        return 0.0, nbytes, dict(zip(names, values, strict=True))
+    if sms is None:
+        raise TwinError(
+            f"DeepEP's low-latency {phase}: the GPU's SM count is not known "
+            "(twin.hardware.SM_COUNTS)"
+        )
+    if phase == "combine":
+        slots = ll_combine_slots(experts, hidden, sms)
+        values = (
+            experts / max(ep, 1),
+            float(min(topk, experts) * math.ceil(float(tokens) / slots)),
+        )
     else:
-        if sms is None:
-            raise TwinError(
-                "DeepEP's low-latency dispatch: the GPU's SM count is not known "
-                "(twin.hardware.SM_COUNTS)"
-            )
         _, warps, used = ll_launch(experts, sms)
         per_group = math.ceil(float(tokens) * min(topk, experts) / experts / warps)
         values = (
@@ -213,7 +242,7 @@ class A2APrice:
         if self.sms is None and self.forced != "ht":
             raise TwinError(
                 f"DeepEP all-to-all: GPU {profile.gpu!r} has no SM count for the "
-                "low-latency dispatch's launch (twin.hardware.SM_COUNTS)"
+                "low-latency kernels' launch (twin.hardware.SM_COUNTS)"
             )
 
     def mode(self, extend: bool) -> str:
@@ -243,6 +272,7 @@ __all__ = [
     "a2a_bytes",
     "a2a_features",
     "copies",
+    "ll_combine_slots",
     "ll_launch",
     "ranks_reached",
 ]

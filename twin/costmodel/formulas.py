@@ -391,7 +391,8 @@ def a2a_kernel(mode: str, phase: str) -> str:
 # reaches (each a warp's slot, copy and metadata: ``a2a.rank_rows``); the low-latency
 # dispatch's per local expert, the rows one SM sends in series and the rows one warp of an
 # expert's group receives in series (its launch: ``a2a.ll_launch``); the low-latency
-# combine's per local expert.
+# combine's per local expert and the rows one receiving group reduces in series, a token's
+# top-k rows one TMA load after another (``a2a.ll_combine_slots``).
 A2A_HT_EXTRAS = ("tokens", "token_elems", "row_elems", "rank_rows")
 # Every all-to-all family is priced as the larger of a fitted floor and the formula
 # (``KernelFormula.floor``, set for each below): the time a small batch's work hides under.
@@ -416,7 +417,7 @@ A2A_EXTRAS = {
     a2a_kernel("ht", "dispatch"): A2A_HT_EXTRAS,
     a2a_kernel("ht", "combine"): A2A_HT_EXTRAS,
     a2a_kernel("ll", "dispatch"): ("local_experts", "sm_row_elems", "group_row_elems"),
-    a2a_kernel("ll", "combine"): ("local_experts",),
+    a2a_kernel("ll", "combine"): ("local_experts", "topk_rows"),
 }
 
 
