@@ -14,7 +14,9 @@ Families ``a2a_<mode>_<phase>`` (``twin.costmodel.formulas.a2a_kernel``; feature
   (DeepEP v2, not the engine's default) are not read. TensorRT-LLM's wire format: the
   ``bfloat16`` rows, what ``communication_dtype_for`` (same file) picks for a bf16 or an
   fp8 model's high-throughput path and a bf16 model's low-latency one (its fp8 and nvfp4
-  wire formats are left for a later step); vLLM's rows are all ``default``.
+  wire formats are left for a later step), but the low-latency combine's ``fp8`` rows,
+  which time the same bf16 combine again (``REPEAT_DTYPES``: a shape keeps its faster
+  timing); vLLM's rows are all ``default``.
 - SGLang: ``wideep_deepep_normal_perf`` (``ht``: ``<phase>_transmit_us +
   <phase>_notify_us`` at ``dispatch_sms`` / ``combine_sms`` 20, DeepEP's
   ``Buffer.num_sms`` default, the SM budget vLLM's table was collected at) and
