@@ -643,11 +643,16 @@ TRTLLM_MXFP8_TILES = (8, 16, 32, 64, 128, 256)
 # flashinfer-python 0.6.12 (vLLM 0.24.0's pin, ``data/csrc/trtllm_fused_moe_kernel_launcher.cu``)
 # ``resolveMoeTileAndConfig`` -> ``selectDefaultTileN`` as above, over
 # ``FP4BlockScaleLauncher::getSupportedTileNums`` for non-bf16 activations: 8, 16, 32, 64,
-# 128, 256 (helper moe-tile30 read it, session 30; helper moe37 built it, session 37).
+# 128, 256 (helper moe-tile30 read it, session 30; helper moe37 built it, session 37). The
+# same launcher with mxfp8 activations times vLLM's mxfp4 x mxfp8 family (SGLang 0.5.14's
+# ``sglang_flashinfer_trtllm_moe`` rows of mode ``w4a8_mxfp4_mxfp8``, ``calibration.aic_moe.
+# MXFP8_ACTIVATION_SOURCE``: ``trtllm_fp4_block_scale_moe``, no tactic, as SGLang's int4 call
+# below; SGLang's own mxfp4 call was not re-read in session 37): the same one-below tile over
+# these tiles, which the fit rows identify against the centre (``moe37-s37/vmxfp8.txt``).
 FLASHINFER_TRTLLM_NVFP4_SOURCES = frozenset(
     {"vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic"}
 )
-FLASHINFER_NVFP4_TILES = (8, 16, 32, 64, 128, 256)
+FLASHINFER_FP4_TILES = (8, 16, 32, 64, 128, 256)
 
 
 FLASHINFER_CUTLASS_SM90_SOURCES = frozenset(
@@ -709,9 +714,11 @@ def moe_token_tile(
     if source in FLASHINFER_TRTLLM_MXFP4_SOURCES:
         return flashinfer_default_tile(tokens, top_k, local_experts)
     if source in FLASHINFER_TRTLLM_NVFP4_SOURCES:
-        return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_NVFP4_TILES)
+        return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_FP4_TILES)
     if source == TRTLLM_GEN_MXFP8_SOURCE and table_mode == MXFP8_ACTIVATION_MODE:
         return trtllm_gen_centre_tile(tokens, top_k, local_experts, TRTLLM_MXFP8_TILES)
+    if source == SGLANG_FLASHINFER_TRTLLM_SOURCE and table_mode == MXFP8_ACTIVATION_MODE:
+        return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_FP4_TILES)
     if source == SGLANG_FLASHINFER_TRTLLM_SOURCE and table_mode == FLASHINFER_MXINT4_MODE:
         return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_MXINT4_TILES)
     if source in FLASHINFER_CUTLASS_SM90_SOURCES:
@@ -773,9 +780,9 @@ __all__ = [
     "FLASHINFER_BF16_TILES",
     "FLASHINFER_CUTLASS_SM90_SOURCES",
     "FLASHINFER_CUTLASS_SM90_TILE_M",
+    "FLASHINFER_FP4_TILES",
     "FLASHINFER_MXINT4_MODE",
     "FLASHINFER_MXINT4_TILES",
-    "FLASHINFER_NVFP4_TILES",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
     "FLASHINFER_TRTLLM_NVFP4_SOURCES",
     "MARLIN_BLOCKS_M",
