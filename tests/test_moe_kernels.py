@@ -826,3 +826,28 @@ def test_the_mxfp8_token_tile_fits_meet_the_kernel_target(profile: str, family: 
     assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
     assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15
+
+
+def test_tensorrt_llms_hopper_triton_moe_takes_its_routings_row_block() -> None:
+    # fused_moe_triton.py TritonEPRouter: the routing over the rank's experts, every token's
+    # gates; triton_kernels' block max(16, min(next_pow2(gates // experts), 128)) (helper moe37)
+    src, h200 = ft.TRTLLM_GEN_MXFP8_SOURCE, "NVIDIA H200"
+    got = [ft.trtllm_triton_block_m(src, h200, "mxfp4", t, 4, 128) for t in (1, 640, 2048, 8192)]
+    assert got == [16, 32, 64, 128]  # 0, 20, 64, 256 gates an expert
+    assert ft.trtllm_triton_block_m(src, h200, "mxfp4", 320, 4, 16) == 128  # EP 8: 80 -> 128
+    assert ft.trtllm_triton_block_m(src, "NVIDIA B200", "mxfp4", 640, 4, 128) == 0  # TRT-LLM-gen
+    assert ft.trtllm_triton_block_m(src, h200, MXFP8, 640, 4, 128) == 0
+    mxfp4 = WEIGHT_FORMATS["mxfp4"]
+    shape = {**GPT_OSS_EP1, "num_tokens": 640, "kernel_source": src, "device": h200}
+    row = moe_row(shape, mxfp4, "moe_mxfp4", 1.0)
+    per_expert = 2880 * (2 * 2880 + 2880)
+    assert row["pad_flops"] == pytest.approx(2.0 * (128 * 32 - 640 * 4) * per_expert)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_the_hopper_trtllm_mxfp4_fits_meet_the_kernel_target(gpu: str) -> None:
+    fit = resolve_profile(gpu, None, "trtllm").kernels["moe_mxfp4"]
+    assert fit.provenance["kernel_source"] == ft.TRTLLM_GEN_MXFP8_SOURCE
+    assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
+    assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
+    assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15

@@ -110,13 +110,13 @@ def moe_row(
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
     large_m = ft.sglang_large_m(source, fmt.bytes_per_param is None, t, n_exp // ep)
     mode = fmt.table_mode if table_mode is None else table_mode
-    tile = ft.moe_token_tile(source, t, top, n_exp // ep, mode) or ft.sglang_triton_block_m(
-        source,
-        str(r.get("device", "")),
-        fmt.table_mode,
-        _rank_tokens(t, top, ep),
-        n_exp // ep,
-        width,
+    device = str(r.get("device", ""))
+    tile = (
+        ft.moe_token_tile(source, t, top, n_exp // ep, mode)
+        or ft.sglang_triton_block_m(
+            source, device, fmt.table_mode, _rank_tokens(t, top, ep), n_exp // ep, width
+        )
+        or ft.trtllm_triton_block_m(source, device, mode, t, top, n_exp // ep)
     )
     # the collector's clamped slots: rows of rank 0's expert 0 (``sglang_clamped_rows``)
     hot = sglang_clamped_rows(t, n_exp, top, ep) if rank0 and timed_rank and clamped else 0.0

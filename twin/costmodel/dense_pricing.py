@@ -546,15 +546,20 @@ class DensePricing(ShardShapes):
         # other kernel, and a fit written before the terms reads their coefficients 0).
         # SGLang's Triton kernel: the BLOCK_SIZE_M its config lookup resolves for the served
         # experts (``features.sglang_triton_block_m``: ``E`` is 257 where the shared expert is
-        # fused).
-        token_tile = ft.moe_token_tile(self._moe_source, t, top, local, self._moe_tile_mode) or (
-            ft.sglang_triton_block_m(
+        # fused). TensorRT-LLM's Triton MoE on Hopper: its routing's row block
+        # (``features.trtllm_triton_block_m``).
+        token_tile = (
+            ft.moe_token_tile(self._moe_source, t, top, local, self._moe_tile_mode)
+            or ft.sglang_triton_block_m(
                 self._moe_source,
                 self._moe_device,
                 self.priced.expert.table_mode,
                 t,
                 local,
                 self._moe_width,
+            )
+            or ft.trtllm_triton_block_m(
+                self._moe_source, self._moe_device, self._moe_tile_mode, t, top, local
             )
         )
         pad, restream = ft.moe_tile_extras(

@@ -726,6 +726,39 @@ def moe_token_tile(
     return marlin_block_m(source, tokens, top_k, local_experts)
 
 
+# TensorRT-LLM's mxfp4 experts on Hopper (``W4A16_MXFP4``: ``TritonFusedMoE``, the table label
+# ``moe_torch_flow``, mode ``mxfp4``, on the H100 / H200 tables) run triton_kernels'
+# ``matmul_ogs`` over the ``RoutingData`` of ``TritonEPRouter`` (NVIDIA/TensorRT-LLM
+# ``tensorrt_llm/_torch/modules/fused_moe/fused_moe_triton.py``, as stored at 00131d71): under
+# EP the router prunes the gates to the rank's experts and builds the routing over
+# ``n_expts_local`` experts, while the gate count stays every token's ``t x top_k``; the
+# routing's row block is ``max(16, min(next_power_of_2(max(1, gates // experts)), 128))``
+# (triton_kernels ``routing``; the same derivation in ROCm/aiter's port, whose comment says it
+# overstates the rows an expert holds under EP). So under EP the block is ``ep`` times the
+# rows an expert holds, as in the TRT-LLM-gen rules above. The triton_kernels release
+# TensorRT-LLM 1.3.0rc20 pins was not read (a risk); the fit rows identify the local count
+# against the global one (helper moe37, session 37, ``moe37-s37/vhopper.txt``).
+TRTLLM_TRITON_MOE_DEVICES = frozenset({"NVIDIA H100 80GB HBM3", "NVIDIA H200"})
+TRTLLM_TRITON_BLOCKS_M = (16, 128)
+
+
+def trtllm_triton_block_m(
+    source: str, device: str, table_mode: str, tokens: float, top_k: int, local_experts: float
+) -> int:
+    """TensorRT-LLM's Triton MoE row block on Hopper (above) for a launch of ``tokens``
+    tokens, ``top_k`` experts each, ``local_experts`` on the rank, on the table's ``device``;
+    0 for any other kernel, format or device."""
+    if (
+        source != TRTLLM_GEN_MXFP8_SOURCE
+        or table_mode != "mxfp4"
+        or device not in TRTLLM_TRITON_MOE_DEVICES
+    ):
+        return 0
+    gates = max(1, math.floor(tokens * top_k / local_experts))
+    low, high = TRTLLM_TRITON_BLOCKS_M
+    return max(low, min(1 << (gates - 1).bit_length(), high))
+
+
 def moe_expert_tiles(rows: float, active: float, tile: int, hot: float = 0.0) -> float:
     """The tiles of ``tile`` rows ``active`` experts take for ``rows`` routed rows spread
     evenly over them (each ``floor`` or ``ceil`` of the mean), one of them (one of the
@@ -799,6 +832,8 @@ __all__ = [
     "SGLANG_TRITON_SOURCE",
     "TRTLLM_GEN_MXFP8_SOURCE",
     "TRTLLM_MXFP8_TILES",
+    "TRTLLM_TRITON_BLOCKS_M",
+    "TRTLLM_TRITON_MOE_DEVICES",
     "VLLM_MARLIN_SOURCES",
     "VLLM_TRITON_SOURCES",
     "Features",
@@ -833,5 +868,6 @@ __all__ = [
     "ssm_scan_sums",
     "ssm_step_features",
     "trtllm_gen_centre_tile",
+    "trtllm_triton_block_m",
     "vllm_triton_routed_elems",
 ]
