@@ -756,3 +756,98 @@ def test_the_sglang_int4_token_tile_fits_meet_the_kernel_target(gpu: str) -> Non
     assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
     assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15
+
+
+MXFP8 = ft.MXFP8_ACTIVATION_MODE  # the tables' mode of the mxfp4 x mxfp8 experts
+
+
+def test_tensorrt_llms_untuned_mxfp8_runner_takes_its_centre_tile() -> None:
+    # TensorRT-LLM mxFp4BlockScaleMoe.cpp MxE4m3MxE2m1BlockScaleMoeRunner::run without a
+    # tactic: clamp(nextPowerOfTwo(t * k / local experts)) over 8..256, not the tile below it
+    # (helper moe37, session 37)
+    src = ft.TRTLLM_GEN_MXFP8_SOURCE
+    tokens = (1, 256, 320, 1024, 2048, 16384)  # 0.03, 8, 10, 32, 64, 512 rows an expert
+    got = {t: ft.moe_token_tile(src, t, 4, 128, MXFP8) for t in tokens}
+    assert got == dict(zip(tokens, (8, 8, 16, 32, 64, 256), strict=True))
+    assert ft.moe_token_tile(src, 320, 4, 16, MXFP8) == 128  # EP 8: every token over 16 experts
+    assert ft.moe_token_tile(src, 320, 4, 128, "mxfp4") == 0  # bf16 activations: not read
+
+
+def test_flashinfers_untuned_fp4_launcher_tile_reaches_vllms_nvfp4_and_sglangs_mxfp8_rows() -> None:
+    # flashinfer 0.6.12 FP4BlockScaleLauncher, nvfp4 or mxfp8 activations: tiles 8..256, the
+    # one below the centre (helper moe37, session 37)
+    (nvfp4,) = ft.FLASHINFER_TRTLLM_NVFP4_SOURCES
+    # 4,096 x 1,024 experts, 512, top 10, EP 16 (32 a rank): the tables' tile-64 launches
+    assert [ft.moe_token_tile(nvfp4, t, 10, 32, "nvfp4") for t in (192, 256, 512, 4096)] == [
+        32,
+        64,
+        128,
+        128,
+    ]
+    sglang = ft.SGLANG_FLASHINFER_TRTLLM_SOURCE
+    assert ft.moe_token_tile(sglang, 320, 4, 16, MXFP8) == 64  # centre 128
+    assert ft.moe_token_tile(sglang, 320, 4, 16, "mxfp4") == 0  # its bf16 activations: not read
+
+
+def test_an_mxfp8_table_row_pads_each_expert_to_the_runners_tile() -> None:
+    mxfp4 = WEIGHT_FORMATS["mxfp4"]
+    shape = {**GPT_OSS_EP1, "num_tokens": 320, "kernel_source": ft.TRTLLM_GEN_MXFP8_SOURCE}
+    per_expert = 2880 * (2 * 2880 + 2880)
+    row = moe_row(shape, mxfp4, "moe_mxfp4_mxfp8", 1.0, table_mode=MXFP8)
+    assert row["pad_flops"] == pytest.approx(2.0 * (128 * 16 - 320 * 4) * per_expert)  # 10 of 16
+    assert row["restream_weights"] == 0.0
+    # read as the bf16-activation experts' row (their format's mode): no tile
+    assert moe_row(shape, mxfp4, "moe_mxfp4_mxfp8", 1.0)["pad_flops"] == 0.0
+
+
+def test_a_serving_step_reads_the_mxfp8_tile_where_the_mxfp8_fit_prices_the_experts() -> None:
+    from twin.engine.run_pricing import priced_profile
+
+    gpt_oss = get_model("gpt-oss-120b")
+    b200 = resolve_profile("b200", None, "trtllm")
+    priced = CostModel(gpt_oss, priced_profile(gpt_oss, b200, "trtllm"), tp=1)
+    assert priced._moe_tile_mode == MXFP8  # TensorRT-LLM's W4A8_MXFP4_MXFP8 experts
+    assert CostModel(gpt_oss, b200, tp=1)._moe_tile_mode == "mxfp4"  # their own fit
+
+
+@pytest.mark.parametrize(
+    ("profile", "family"),
+    [(f"{g}-trtllm", "moe_mxfp4_mxfp8") for g in ("b200", "b300", "gb200", "gb300")]
+    + [("b200-vllm", "moe_mxfp4_mxfp8")],
+)
+def test_the_mxfp8_token_tile_fits_meet_the_kernel_target(profile: str, family: str) -> None:
+    # regenerated with the runner's tile (helper moe37, session 37): held out <= 5% median,
+    # <= 15% P90, the tile's terms fitted
+    from twin.costmodel.formulas import get_formula
+
+    gpu, engine = profile.rsplit("-", 1)
+    fit = resolve_profile(gpu, None, engine).kernels[family]
+    assert fit.model == get_formula(family).model_name
+    assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
+    assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
+    assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15
+
+
+def test_tensorrt_llms_hopper_triton_moe_takes_its_routings_row_block() -> None:
+    # fused_moe_triton.py TritonEPRouter: the routing over the rank's experts, every token's
+    # gates; triton_kernels' block max(16, min(next_pow2(gates // experts), 128)) (helper moe37)
+    src, h200 = ft.TRTLLM_GEN_MXFP8_SOURCE, "NVIDIA H200"
+    got = [ft.trtllm_triton_block_m(src, h200, "mxfp4", t, 4, 128) for t in (1, 640, 2048, 8192)]
+    assert got == [16, 32, 64, 128]  # 0, 20, 64, 256 gates an expert
+    assert ft.trtllm_triton_block_m(src, h200, "mxfp4", 320, 4, 16) == 128  # EP 8: 80 -> 128
+    assert ft.trtllm_triton_block_m(src, "NVIDIA B200", "mxfp4", 640, 4, 128) == 0  # TRT-LLM-gen
+    assert ft.trtllm_triton_block_m(src, h200, MXFP8, 640, 4, 128) == 0
+    mxfp4 = WEIGHT_FORMATS["mxfp4"]
+    shape = {**GPT_OSS_EP1, "num_tokens": 640, "kernel_source": src, "device": h200}
+    row = moe_row(shape, mxfp4, "moe_mxfp4", 1.0)
+    per_expert = 2880 * (2 * 2880 + 2880)
+    assert row["pad_flops"] == pytest.approx(2.0 * (128 * 32 - 640 * 4) * per_expert)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_the_hopper_trtllm_mxfp4_fits_meet_the_kernel_target(gpu: str) -> None:
+    fit = resolve_profile(gpu, None, "trtllm").kernels["moe_mxfp4"]
+    assert fit.provenance["kernel_source"] == ft.TRTLLM_GEN_MXFP8_SOURCE
+    assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
+    assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
+    assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15

@@ -140,14 +140,13 @@ def test_twin_cost_prices_the_experts_the_trtllm_mode_runs(capsys, monkeypatch):
 
 def test_the_mxfp8_rows_read_as_a_fit_written_before_the_l2_term_was_fitted():
     """``mxfp8_activation_rows(replay_l2=False)`` reads every byte from HBM, as a fit written
-    before the L2 term was fitted (its ``c_l2_bytes`` is 0: GB300's shipped fit; B200's was
-    regenerated with the term in session 29); the default reads the small launches NVIDIA's
-    replays keep in L2 from L2 (``features.replay_resident``)."""
+    before the L2 term was fitted (its ``c_l2_bytes`` is 0; GB300's was the last shipped one,
+    regenerated with the term in session 37, B200's in session 29); the default reads the
+    small launches NVIDIA's replays keep in L2 from L2 (``features.replay_resident``)."""
     pytest.importorskip("aiconfigurator_core")
-    assert not aic_moe.reads_replay_l2(
-        resolve_profile("gb300", None, "trtllm").kernels[FAMILY].params
-    )
-    assert aic_moe.reads_replay_l2(resolve_profile("b200", None, "trtllm").kernels[FAMILY].params)
+    assert not aic_moe.reads_replay_l2({"c_l2_bytes": 0.0})
+    for gpu in ("b200", "gb300"):
+        assert aic_moe.reads_replay_l2(resolve_profile(gpu, None, "trtllm").kernels[FAMILY].params)
     system = at.system_dir("b200")
     (hbm,) = aic_moe.mxfp8_activation_rows(system, "trtllm", replay_l2=False)
     (l2,) = aic_moe.mxfp8_activation_rows(system, "trtllm")

@@ -15,6 +15,7 @@ from test_engine_helpers import single_turns
 import twin.precision as px
 from twin.calibration import aic_moe
 from twin.calibration import aic_tables as at
+from twin.costmodel import formulas as fm
 from twin.costmodel.engine_kernels import MARLIN_EXPERT_SCALE
 from twin.costmodel.latency import predict
 from twin.costmodel.profile_store import resolve_profile
@@ -38,7 +39,10 @@ def expert_s(profile, family: str, tokens: int, moe_tp: int = 1) -> float:
         "moe_ep_size": 1,
         "kernel_source": str(fit.provenance.get("kernel_source", "")),
     }
-    row = aic_moe.moe_row(shape, px.WEIGHT_FORMATS["mxfp4"], family, 1.0)
+    # the mxfp8-activation family's rows carry the table's own mode (its token tile)
+    mxfp8 = family == fm.moe_mxfp8_activation_kernel("mxfp4")
+    mode = fm.MOE_MXFP8_ACTIVATION_TABLE_MODE if mxfp8 else None
+    row = aic_moe.moe_row(shape, px.WEIGHT_FORMATS["mxfp4"], family, 1.0, table_mode=mode)
     extras = {k: v for k, v in row.items() if k not in ("kernel", "flops", "bytes", "median_s")}
     extras.pop("shape")
     return predict(family, fit.params, profile.peaks, row["flops"], row["bytes"], extras)

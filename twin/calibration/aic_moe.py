@@ -70,6 +70,7 @@ def moe_row(
     timed_rank: bool = True,
     sms: int | None = None,
     clamped: bool = False,
+    table_mode: str | None = None,
 ) -> dict[str, Any]:
     """One balanced ``moe_perf`` row as a fitting row, per GPU: the rank receives
     ``tokens x topk / ep`` rows (balanced routing spreads them evenly over the experts,
@@ -88,7 +89,9 @@ def moe_row(
     mean rank, as a fit written before the grid was fitted read them); with it, SGLang's
     Triton rows under EP are those of its collector's rank 0 (``sglang_rank0_row``);
     ``clamped``: with the rows its clamp of the masked slots puts on expert 0
-    (``sglang_clamped_rows``: a table of ``SGLANG_CLAMPED_RELEASES``)."""
+    (``sglang_clamped_rows``: a table of ``SGLANG_CLAMPED_RELEASES``); ``table_mode``: the
+    table's expert mode where ``fmt``'s does not name the kernel (the mxfp8-activation rows,
+    ``mxfp8_activation_rows``), for the token tile; None: ``fmt``'s."""
     t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
     source = str(r.get("kernel_source", ""))
     rank0 = sms is not None and sglang_rank0_row(source, str(r.get("moe_dtype", "")), ep)
@@ -106,15 +109,14 @@ def moe_row(
     width = inter // mtp
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
     large_m = ft.sglang_large_m(source, fmt.bytes_per_param is None, t, n_exp // ep)
-    tile = ft.moe_token_tile(
-        source, t, top, n_exp // ep, fmt.table_mode
-    ) or ft.sglang_triton_block_m(
-        source,
-        str(r.get("device", "")),
-        fmt.table_mode,
-        _rank_tokens(t, top, ep),
-        n_exp // ep,
-        width,
+    mode = fmt.table_mode if table_mode is None else table_mode
+    device = str(r.get("device", ""))
+    tile = (
+        ft.moe_token_tile(source, t, top, n_exp // ep, mode)
+        or ft.sglang_triton_block_m(
+            source, device, fmt.table_mode, _rank_tokens(t, top, ep), n_exp // ep, width
+        )
+        or ft.trtllm_triton_block_m(source, device, mode, t, top, n_exp // ep)
     )
     # the collector's clamped slots: rows of rank 0's expert 0 (``sglang_clamped_rows``)
     hot = sglang_clamped_rows(t, n_exp, top, ep) if rank0 and timed_rank and clamped else 0.0
@@ -353,7 +355,7 @@ MXFP8_ACTIVATION_SOURCE = ("sglang", "sglang_flashinfer_trtllm_moe")
 # ``moe_torch_flow``). Read from the table of the release the bf16-activation mxfp4
 # family reads (the newest with rows of that format: 1.3.0rc20 on B200, the one timing
 # gpt-oss's 2,880 x 2,880, 128 experts, top 4; 1.3.0rc23's rows time other shapes only).
-TRTLLM_MXFP8_ACTIVATION_SOURCE = "moe_torch_flow"
+TRTLLM_MXFP8_ACTIVATION_SOURCE = ft.TRTLLM_GEN_MXFP8_SOURCE
 
 
 def _trtllm_mxfp8_versions(system: Path) -> list[Path]:
@@ -390,7 +392,9 @@ def mxfp8_activation_rows(system: Path, engine: str, replay_l2: bool = True) -> 
             for i, r in enumerate(raw):
                 _require(r, MOE_COLUMNS, table, i)
             l2 = system_l2(system) if replay_l2 else None
-            out = [moe_row(r, fmt, kernel, r["latency"], l2, replay_l2) for r in raw]
+            out = [
+                moe_row(r, fmt, kernel, r["latency"], l2, replay_l2, table_mode=dtype) for r in raw
+            ]
             note = _sibling_note(table, source, dtype)
             families.append(_family(kernel, table, raw, source, out, note))
             break

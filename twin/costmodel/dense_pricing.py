@@ -48,6 +48,7 @@ class DensePricing(ShardShapes):
     _moe_fit: tuple[Callable[..., float], float, float, float] | None
     # The fused-MoE fit's kernel source (its tables' ``kernel_source``; "" without a fit).
     _moe_source: str
+    _moe_tile_mode: str
     _moe_device: str
     moe_key: str | None
     # Per fused-MoE kernel (the default one, TensorRT-LLM's min-latency one), the model's
@@ -172,6 +173,7 @@ class DensePricing(ShardShapes):
         for their format, else ``None``: two grouped GEMMs of the linear fits, as before."""
         self._moe_fit, self.moe_key = None, None
         self._moe_source = ""
+        self._moe_tile_mode = ""
         self._moe_device = ""
         self._routing = routing_for(self.model)
         self._moe_small: Callable[..., float] | None = None
@@ -203,6 +205,14 @@ class DensePricing(ShardShapes):
         tile = ft.moe_tile_bytes(self.d_model, self._moe_width, self.up_mats, weight)
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight, tile)
         self._moe_source = source
+        # The experts' table mode for the token tile: the mxfp8-activation kernel's where the
+        # experts are priced by its fit (``Profile.with_experts_fit``), else the format's.
+        mxfp8 = (
+            self.profile.kernels.get(fm.moe_mxfp8_activation_kernel(fmt.name))
+            if fmt.name in fm.MOE_MXFP8_ACTIVATION_MODES
+            else None
+        )
+        self._moe_tile_mode = fm.MOE_MXFP8_ACTIVATION_TABLE_MODE if fit == mxfp8 else fmt.table_mode
         self._moe_device = str(fit.provenance.get("device", ""))
         self.moe_key = key
         self._moe_series = self._series_of(fit)
@@ -536,17 +546,20 @@ class DensePricing(ShardShapes):
         # other kernel, and a fit written before the terms reads their coefficients 0).
         # SGLang's Triton kernel: the BLOCK_SIZE_M its config lookup resolves for the served
         # experts (``features.sglang_triton_block_m``: ``E`` is 257 where the shared expert is
-        # fused).
-        token_tile = ft.moe_token_tile(
-            self._moe_source, t, top, local, self.priced.expert.table_mode
-        ) or (
-            ft.sglang_triton_block_m(
+        # fused). TensorRT-LLM's Triton MoE on Hopper: its routing's row block
+        # (``features.trtllm_triton_block_m``).
+        token_tile = (
+            ft.moe_token_tile(self._moe_source, t, top, local, self._moe_tile_mode)
+            or ft.sglang_triton_block_m(
                 self._moe_source,
                 self._moe_device,
                 self.priced.expert.table_mode,
                 t,
                 local,
                 self._moe_width,
+            )
+            or ft.trtllm_triton_block_m(
+                self._moe_source, self._moe_device, self._moe_tile_mode, t, top, local
             )
         )
         pad, restream = ft.moe_tile_extras(

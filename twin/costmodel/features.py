@@ -567,14 +567,23 @@ FLASHINFER_TRTLLM_MXFP4_SOURCES = frozenset(
 FLASHINFER_BF16_TILES = (8, 16, 32, 64)
 
 
+def trtllm_gen_centre_tile(
+    tokens: float, top_k: int, local_experts: float, tiles: tuple[int, ...]
+) -> int:
+    """The TRT-LLM-gen launchers' centre tile for a launch of ``tokens`` tokens, ``top_k``
+    experts each, ``local_experts`` on the rank: ``nextPowerOfTwo(tokens x top_k /
+    local_experts)`` clamped to ``tiles`` (``computeSelectedTileN``'s centre)."""
+    centre = 1 << max(0, math.ceil(tokens * top_k / local_experts) - 1).bit_length()
+    return min(max(centre, tiles[0]), tiles[-1])
+
+
 def flashinfer_default_tile(
     tokens: float, top_k: int, local_experts: float, tiles: tuple[int, ...] = FLASHINFER_BF16_TILES
 ) -> int:
     """FlashInfer's untuned TRT-LLM-gen token tile for a launch of ``tokens`` tokens,
     ``top_k`` experts each, ``local_experts`` on the rank, over the launcher's ``tiles``
-    (bf16 activations' by default; ``FLASHINFER_MXINT4_TILES``)."""
-    centre = 1 << max(0, math.ceil(tokens * top_k / local_experts) - 1).bit_length()
-    centre = min(max(centre, tiles[0]), tiles[-1])
+    (bf16 activations' by default; ``FLASHINFER_MXINT4_TILES``): one below the centre."""
+    centre = trtllm_gen_centre_tile(tokens, top_k, local_experts, tiles)
     return tiles[max(0, tiles.index(centre) - 1)]
 
 
@@ -596,6 +605,23 @@ FLASHINFER_MXINT4_MODE = "int4_wo"
 FLASHINFER_MXINT4_TILES = (8, 16, 32, 64, 128)
 
 
+# TensorRT-LLM's mxfp4 experts with mxfp8 activations on SM100 (``TRTLLMGenFusedMoE`` ->
+# ``MxE4m3MxE2m1BlockScaleMoERunner``; the table label ``moe_torch_flow``, mode
+# ``w4a8_mxfp4_mxfp8``: ``calibration.aic_moe.TRTLLM_MXFP8_ACTIVATION_SOURCE``). Without a tuned
+# tactic (``[-1, -1]``) the runner takes the centre tile itself, not the one below it:
+# ``tileN = clamp(nextPowerOfTwo(num_tokens * top_k / local_num_experts))`` over its MxFp8
+# tiles 8, 16, 32, 64, 128, 256, with that tile's default config (NVIDIA/TensorRT-LLM
+# ``cpp/tensorrt_llm/thop/mxFp4BlockScaleMoe.cpp`` ``MxE4m3MxE2m1BlockScaleMoeRunner::run``,
+# as stored at 03853d11; the 1.3.0rc20 text the table was collected with was not read). The
+# autotuner, where it ran, picks among ``computeSelectedTileN``'s centre and neighbours; of
+# those four the fit rows identify the centre (helper moe37, session 37, ``benchmarks/results/
+# moe37-s37/vmxfp8.txt``). Its ``num_tokens`` is every token of the launch (the collector gives
+# the rank all of them), so under EP the tile is ``ep`` times the rows an expert holds.
+TRTLLM_GEN_MXFP8_SOURCE = "moe_torch_flow"
+MXFP8_ACTIVATION_MODE = "w4a8_mxfp4_mxfp8"
+TRTLLM_MXFP8_TILES = (8, 16, 32, 64, 128, 256)
+
+
 # FlashInfer's CUTLASS fused MoE (``cutlass_fused_moe``; the table label vLLM 0.24.0 writes for
 # ``FlashInferExperts`` under ModelOpt per-tensor fp8, ``experts/flashinfer_cutlass_moe.py``:
 # no tactic passed) runs the TMA warp-specialised grouped GEMM with each expert's rows as a
@@ -610,6 +636,25 @@ FLASHINFER_MXINT4_TILES = (8, 16, 32, 64, 128)
 # weights through its N tiles. The tables step where an expert's rows cross 128 (H200,
 # 1,024 x 2,688 experts, 512, top 22, EP 1: 3.71 ms at 2,048 tokens, 88 rows an expert; 7.56
 # at 3,072, 132 rows, two tiles; 10.7 at 6,144, three).
+# vLLM 0.24.0's nvfp4 experts on SM100 (``TrtLlmNvFp4ExpertsMonolithic``, vllm wheel sha256
+# 2d2831aeba31..., ``model_executor/layers/fused_moe/experts/trtllm_nvfp4_moe.py``: the table
+# label below) call FlashInfer's ``trtllm_fp4_block_scale_moe`` without a tactic, and the
+# collector runs no autotuning (aiconfigurator ``collector/vllm/collect_moe.py`` 095f58a51):
+# flashinfer-python 0.6.12 (vLLM 0.24.0's pin, ``data/csrc/trtllm_fused_moe_kernel_launcher.cu``)
+# ``resolveMoeTileAndConfig`` -> ``selectDefaultTileN`` as above, over
+# ``FP4BlockScaleLauncher::getSupportedTileNums`` for non-bf16 activations: 8, 16, 32, 64,
+# 128, 256 (helper moe-tile30 read it, session 30; helper moe37 built it, session 37). The
+# same launcher with mxfp8 activations times vLLM's mxfp4 x mxfp8 family (SGLang 0.5.14's
+# ``sglang_flashinfer_trtllm_moe`` rows of mode ``w4a8_mxfp4_mxfp8``, ``calibration.aic_moe.
+# MXFP8_ACTIVATION_SOURCE``: ``trtllm_fp4_block_scale_moe``, no tactic, as SGLang's int4 call
+# below; SGLang's own mxfp4 call was not re-read in session 37): the same one-below tile over
+# these tiles, which the fit rows identify against the centre (``moe37-s37/vmxfp8.txt``).
+FLASHINFER_TRTLLM_NVFP4_SOURCES = frozenset(
+    {"vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic"}
+)
+FLASHINFER_FP4_TILES = (8, 16, 32, 64, 128, 256)
+
+
 FLASHINFER_CUTLASS_SM90_SOURCES = frozenset(
     {"vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"}
 )
@@ -660,18 +705,58 @@ def moe_token_tile(
     source: str, tokens: float, top_k: int, local_experts: float, table_mode: str
 ) -> int:
     """The token tile a fused-MoE kernel pads each expert's rows to and streams the
-    expert's weights once for (``marlin_block_m``, ``flashinfer_default_tile``,
-    ``FLASHINFER_CUTLASS_SM90_TILE_M``); ``table_mode``: the experts' format (the tables'
-    mode), where one label times several kernels (``SGLANG_FLASHINFER_TRTLLM_SOURCE``;
-    required, so no caller loses that rule by leaving it out);
+    expert's weights once for (``marlin_block_m``, ``flashinfer_default_tile`` over the
+    launcher's tiles, ``trtllm_gen_centre_tile``, ``FLASHINFER_CUTLASS_SM90_TILE_M``);
+    ``table_mode``: the experts' format (the tables' mode), where one label times several
+    kernels (``SGLANG_FLASHINFER_TRTLLM_SOURCE``, ``TRTLLM_GEN_MXFP8_SOURCE``; required, so
+    no caller loses that rule by leaving it out);
     0 for a kernel whose tile was not read."""
     if source in FLASHINFER_TRTLLM_MXFP4_SOURCES:
         return flashinfer_default_tile(tokens, top_k, local_experts)
+    if source in FLASHINFER_TRTLLM_NVFP4_SOURCES:
+        return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_FP4_TILES)
+    if source == TRTLLM_GEN_MXFP8_SOURCE and table_mode == MXFP8_ACTIVATION_MODE:
+        return trtllm_gen_centre_tile(tokens, top_k, local_experts, TRTLLM_MXFP8_TILES)
+    if source == SGLANG_FLASHINFER_TRTLLM_SOURCE and table_mode == MXFP8_ACTIVATION_MODE:
+        return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_FP4_TILES)
     if source == SGLANG_FLASHINFER_TRTLLM_SOURCE and table_mode == FLASHINFER_MXINT4_MODE:
         return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_MXINT4_TILES)
     if source in FLASHINFER_CUTLASS_SM90_SOURCES:
         return FLASHINFER_CUTLASS_SM90_TILE_M
     return marlin_block_m(source, tokens, top_k, local_experts)
+
+
+# TensorRT-LLM's mxfp4 experts on Hopper (``W4A16_MXFP4``: ``TritonFusedMoE``, the table label
+# ``moe_torch_flow``, mode ``mxfp4``, on the H100 / H200 tables) run triton_kernels'
+# ``matmul_ogs`` over the ``RoutingData`` of ``TritonEPRouter`` (NVIDIA/TensorRT-LLM
+# ``tensorrt_llm/_torch/modules/fused_moe/fused_moe_triton.py``, as stored at 00131d71): under
+# EP the router prunes the gates to the rank's experts and builds the routing over
+# ``n_expts_local`` experts, while the gate count stays every token's ``t x top_k``; the
+# routing's row block is ``max(16, min(next_power_of_2(max(1, gates // experts)), 128))``
+# (triton_kernels ``routing``; the same derivation in ROCm/aiter's port, whose comment says it
+# overstates the rows an expert holds under EP). So under EP the block is ``ep`` times the
+# rows an expert holds, as in the TRT-LLM-gen rules above. The triton_kernels release
+# TensorRT-LLM 1.3.0rc20 pins was not read (a risk); the fit rows identify the local count
+# against the global one (helper moe37, session 37, ``moe37-s37/vhopper.txt``).
+TRTLLM_TRITON_MOE_DEVICES = frozenset({"NVIDIA H100 80GB HBM3", "NVIDIA H200"})
+TRTLLM_TRITON_BLOCKS_M = (16, 128)
+
+
+def trtllm_triton_block_m(
+    source: str, device: str, table_mode: str, tokens: float, top_k: int, local_experts: float
+) -> int:
+    """TensorRT-LLM's Triton MoE row block on Hopper (above) for a launch of ``tokens``
+    tokens, ``top_k`` experts each, ``local_experts`` on the rank, on the table's ``device``;
+    0 for any other kernel, format or device."""
+    if (
+        source != TRTLLM_GEN_MXFP8_SOURCE
+        or table_mode != "mxfp4"
+        or device not in TRTLLM_TRITON_MOE_DEVICES
+    ):
+        return 0
+    gates = max(1, math.floor(tokens * top_k / local_experts))
+    low, high = TRTLLM_TRITON_BLOCKS_M
+    return max(low, min(1 << (gates - 1).bit_length(), high))
 
 
 def moe_expert_tiles(rows: float, active: float, tile: int, hot: float = 0.0) -> float:
@@ -728,12 +813,15 @@ __all__ = [
     "FLASHINFER_BF16_TILES",
     "FLASHINFER_CUTLASS_SM90_SOURCES",
     "FLASHINFER_CUTLASS_SM90_TILE_M",
+    "FLASHINFER_FP4_TILES",
     "FLASHINFER_MXINT4_MODE",
     "FLASHINFER_MXINT4_TILES",
     "FLASHINFER_TRTLLM_MXFP4_SOURCES",
+    "FLASHINFER_TRTLLM_NVFP4_SOURCES",
     "MARLIN_BLOCKS_M",
     "MARLIN_BLOCK_SLACK",
     "MARLIN_MOE_SOURCES",
+    "MXFP8_ACTIVATION_MODE",
     "REPLAY_L2_SHARE",
     "SGLANG_DEFAULT_TILES",
     "SGLANG_FLASHINFER_TRTLLM_SOURCE",
@@ -742,6 +830,10 @@ __all__ = [
     "SGLANG_H200_FP8_TILES",
     "SGLANG_MARLIN_SOURCES",
     "SGLANG_TRITON_SOURCE",
+    "TRTLLM_GEN_MXFP8_SOURCE",
+    "TRTLLM_MXFP8_TILES",
+    "TRTLLM_TRITON_BLOCKS_M",
+    "TRTLLM_TRITON_MOE_DEVICES",
     "VLLM_MARLIN_SOURCES",
     "VLLM_TRITON_SOURCES",
     "Features",
@@ -775,5 +867,7 @@ __all__ = [
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",
+    "trtllm_gen_centre_tile",
+    "trtllm_triton_block_m",
     "vllm_triton_routed_elems",
 ]

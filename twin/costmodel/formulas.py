@@ -32,6 +32,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from twin.costmodel import features as ft
 from twin.errors import TwinError
 
 # The model-name part and parameter of ``KernelFormula.floor``.
@@ -237,7 +238,7 @@ def moe_trtllm_gen_kernel(mode: str) -> str:
 # Its peak is the weight format's own (``MOE_MODES``), which ``Profile.with_experts_fit``
 # relies on.
 MOE_MXFP8_ACTIVATION_MODES = {mode: MOE_MODES[mode] for mode in ("mxfp4",)}
-MOE_MXFP8_ACTIVATION_TABLE_MODE = "w4a8_mxfp4_mxfp8"
+MOE_MXFP8_ACTIVATION_TABLE_MODE = ft.MXFP8_ACTIVATION_MODE  # the tables' mode
 
 
 def moe_mxfp8_activation_kernel(mode: str) -> str:
