@@ -129,8 +129,10 @@ def test_a_triton_decode_fit_of_the_older_form_prices_as_before() -> None:
     flops, nbytes, tiles, seq = mf.mla_decode_sums(64, 64 * 8192, d, 2, 2)
     launch = mf.mla_decode_launch("triton", 64, 64 * 8192, 1, d, 2, 142)
     assert launch != mf.NO_LAUNCH
-    with_rule = price(flops, nbytes, tiles, seq, 0.0, *launch)
-    assert with_rule == price(flops, nbytes, tiles, seq, 0.0, *mf.NO_LAUNCH)
+    with_rule = price(*mf.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, launch))
+    assert with_rule == price(
+        *mf.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, mf.NO_LAUNCH)
+    )
 
 
 @pytest.mark.parametrize("gpu", ["l40s", "rtx-pro-6000"])

@@ -68,9 +68,14 @@ def test_b200_sglang_kernels_pricing_reads_the_query_rows() -> None:
     rows = batch * d.heads
     assert rows != tiles  # 4,096 query rows, 256 blocks
     parts = {k: v for _, k, v in cm._mla_decode(batch, keys)}
-    assert parts["mla_decode"] == fit(flops, nbytes, rows, seq, 0.0, *launch)
+    assert parts["mla_decode"] == fit(
+        *mf.decode_kernel_features((flops, nbytes, rows, seq), 0.0, launch)
+    )
     no_tiles = lat.compile_fast(key, {**params, "c_tiles": 0.0}, prof.peaks)
-    assert no_tiles(flops, nbytes, rows, seq, 0.0, *launch) < parts["mla_decode"]
+    assert (
+        no_tiles(*mf.decode_kernel_features((flops, nbytes, rows, seq), 0.0, launch))
+        < parts["mla_decode"]
+    )
 
 
 @pytest.mark.parametrize("gpu", BLACKWELL)
