@@ -92,8 +92,11 @@ def test_shipped_fmha_v2_decode_fits_read_the_launch_and_the_floor(gpu: str) -> 
     """The A100 / L40S / RTX PRO 6000 TensorRT-LLM ``mla_decode`` fits (regenerated in
     session 29 with the FMHA v2 launch and the floor) carry a floor of ~10-15 us and a
     critical path's key cost, and the held-out errors they were fitted with (before: A100
-    6.6 / 27.9%, L40S 5.1 / 30.9%, RTX PRO 6000 7.2 / 28.0%)."""
+    6.6 / 27.9%, L40S 5.1 / 30.9%, RTX PRO 6000 7.2 / 28.0%). L40S's refit with the
+    replays' L2 term (session 37) carries a sequence's keys in ``c_seq_keys`` instead (the
+    two collinear along its one-launch series; one sequence of 1,024-131,072 keys prices
+    within 1.2% of the fit before: docs/decisions.md, helper ``mla37``)."""
     fit = load_profile(gpu, "trtllm").kernels["mla_decode"]
     assert 5e-6 < fit.params[FLOOR_PARAM] < 2e-5
-    assert fit.params["c_critical_keys"] > 1e-9
+    assert fit.params["c_critical_keys"] > 1e-9 or fit.params["c_seq_keys"] > 1e-9
     assert_heldout(fit, 0.05, 0.18)
