@@ -94,7 +94,7 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     self-interpolation floor (needs ``aiconfigurator-core``)."""
     from twin.calibration import aic_tables as at
     from twin.calibration.aic_import import split_impossible
-    from twin.calibration.aic_mla import mla_rows, module_rows
+    from twin.calibration.aic_mla import kernel_rows, mla_rows, module_rows
     from twin.calibration.fit import predict_rows, split_holdout
     from twin.hardware import get_gpu
 
@@ -102,14 +102,17 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     sms = get_gpu(gpu).sm_count or 0
     out: dict[str, dict[str, Any]] = {}
     system = at.system_dir(gpu)
-    # A decode-module fit without the replays' L2 term (``c_l2_bytes`` 0: written before
-    # it) reads its rows as it was fitted, every byte from HBM.
+    # A decode-module or decode-kernel fit without the replays' L2 term (``c_l2_bytes`` 0:
+    # written before it) reads its rows as it was fitted, every byte from HBM.
     unread = {f.kernel: f for f in module_rows(system, engine, replay_l2=False)}
+    unread |= {f.kernel: f for f in kernel_rows(system, engine, replay_l2=False)}
     for fam in mla_rows(system, engine):
         fit: KernelFit | None = prof.kernels.get(fam.kernel)
         if fit is None or fam.kernel in out:
             continue
-        if fit.params.get("c_l2_bytes", 1.0) == 0 and fam.kernel.startswith("mla_module_decode"):
+        if fit.params.get("c_l2_bytes", 1.0) == 0 and fam.kernel.startswith(
+            ("mla_module_decode", "mla_decode")
+        ):
             fam = unread.get(fam.kernel, fam)
         ok, _ = split_impossible(fam.kernel, fam.rows, prof.peaks)
         y = np.array([float(r["median_s"]) for r in ok])

@@ -129,8 +129,10 @@ def test_a_triton_decode_fit_of_the_older_form_prices_as_before() -> None:
     flops, nbytes, tiles, seq = mf.mla_decode_sums(64, 64 * 8192, d, 2, 2)
     launch = mf.mla_decode_launch("triton", 64, 64 * 8192, 1, d, 2, 142)
     assert launch != mf.NO_LAUNCH
-    with_rule = price(flops, nbytes, tiles, seq, 0.0, *launch)
-    assert with_rule == price(flops, nbytes, tiles, seq, 0.0, *mf.NO_LAUNCH)
+    with_rule = price(*mf.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, launch))
+    assert with_rule == price(
+        *mf.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, mf.NO_LAUNCH)
+    )
 
 
 @pytest.mark.parametrize("gpu", ["l40s", "rtx-pro-6000"])
@@ -216,12 +218,18 @@ def test_the_reader_gives_decode_module_rows_their_attention_launch(tmp_path: Pa
 
 
 def test_an_old_decode_fit_reads_with_zero_launch_terms() -> None:
-    """A ``roofline+tiles+seq_keys`` decode fit (those without a rule still) loads with
-    zero launch coefficients: the same prices as before the launch features (the RTX PRO
-    6000's fp8-cache TensorRT-LLM fit: its split kernel is not read)."""
-    fit = load_profile("rtx-pro-6000", "trtllm").kernels["mla_decode_fp8kv"]
+    """A ``roofline+tiles+seq_keys`` decode fit (as the RTX PRO 6000's fp8-cache TensorRT-LLM
+    fit shipped until session 37's refit) loads with zero launch and L2 coefficients: the
+    same prices as before those features."""
+    fit = KernelFit(
+        model="roofline+tiles+seq_keys",
+        params={"t0_s": 1e-5, "eff_flops": 0.1, "eff_bytes": 0.8, "p": 4.0}
+        | {"c_tiles": 1e-9, "c_seq_keys": 1e-12},
+    )
+    _upgrade(fit, fm.get_formula("mla_decode_fp8kv"))
     assert fit.model == fm.get_formula("mla_decode").model_name
-    assert all(fit.params[f"c_{x}"] == 0 for x in (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL))
+    zero = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_REPLAY, *fm.MLA_DECODE_SERIAL)
+    assert all(fit.params[f"c_{x}"] == 0 for x in zero)
 
 
 def test_the_decode_kernel_prices_its_launch() -> None:

@@ -114,10 +114,10 @@ def test_h200_trtllm_kernels_pricing_reads_the_flashmla_launch() -> None:
     fit = lat.compile_fast(key, cm.profile.kernels[key].params, cm.profile.peaks)
     flops, nbytes, tiles, seq = mf.mla_absorbed_sums(batch, batch, keys, keys, 1, d, e, kv_e)
     launch = mf.mla_decode_launch("flashmla", batch, keys, 1, d, kv_e, sms)
-    want = fit(flops, nbytes, batch * d.heads, seq, 0.0, *launch)
+    want = fit(*mf.decode_kernel_features((flops, nbytes, batch * d.heads, seq), 0.0, launch))
     parts = dict((k, v) for _, k, v in cm._mla_decode(batch, keys))
     assert parts["mla_decode"] == want
-    assert want != fit(flops, nbytes, tiles, seq, 0.0, *mf.NO_LAUNCH)
+    assert want != fit(*mf.decode_kernel_features((flops, nbytes, tiles, seq), 0.0, mf.NO_LAUNCH))
 
 
 @pytest.mark.slow

@@ -271,7 +271,9 @@ def test_every_mla_family_has_a_formula() -> None:
         # the decode kernel's block keys (``mla_features.decode_block_keys``) before them
         block = ("block_keys",) if key.startswith("mla_decode") else ()
         # the decode module's working set read from L2 in the tables' replays after them
+        # (the decode kernel's too: ``mla_features.decode_replay_l2``)
         l2 = fm.MLA_MODULE_REPLAY if key.startswith("mla_module_decode") else ()
+        l2 = fm.MLA_DECODE_REPLAY if key.startswith("mla_decode") else l2
         assert f.extras in (("tiles", "seq_keys", *block, *launch, *l2), fm.MLA_BMM_EXTRAS)
         # the modules price their attention kernel after the GEMMs' smooth maximum
         module = key.startswith("mla_module")

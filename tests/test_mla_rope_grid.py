@@ -81,11 +81,11 @@ def test_b200_trtllm_kernels_pricing_reads_the_rope_grid() -> None:
     flops, nbytes, _, seq = mf.mla_absorbed_sums(batch, batch, keys, keys, 1, d, e, kv_e)
     launch = mf.mla_decode_launch("trtllm_gen", batch, keys, 1, d, kv_e, sms)
     grid = mf.trtllm_rope_grid(batch, d.heads, kv_e)
-    want = fit(flops, nbytes, grid, seq, 0.0, *launch)
+    want = fit(*mf.decode_kernel_features((flops, nbytes, grid, seq), 0.0, launch))
     parts = {k: v for _, k, v in cm._mla_decode(batch, keys)}
     assert parts["mla_decode"] == want
     no_tiles = lat.compile_fast(key, {**params, "c_tiles": 0.0}, cm.profile.peaks)
-    assert no_tiles(flops, nbytes, grid, seq, 0.0, *launch) < want
+    assert no_tiles(*mf.decode_kernel_features((flops, nbytes, grid, seq), 0.0, launch)) < want
 
 
 @pytest.mark.parametrize("gpu", BLACKWELL)

@@ -40,7 +40,7 @@ def test_a100_trtllm_serving_decode_prices_the_fmha_v2_launch() -> None:
 
     def price(rule: str | None) -> float:
         launch = mf.mla_decode_launch(rule, batch, keys, 1, d, kv_e, sms)
-        return attn(*sums, 0.0, *launch)
+        return attn(*mf.decode_kernel_features(sums, 0.0, launch))
 
     parts = dict((k, v) for _, k, v in cm._mla_decode(batch, keys))
     assert parts["mla_decode"] == price("fmha_v2")

@@ -68,9 +68,14 @@ def test_b200_sglang_kernels_pricing_reads_the_query_rows() -> None:
     rows = batch * d.heads
     assert rows != tiles  # 4,096 query rows, 256 blocks
     parts = {k: v for _, k, v in cm._mla_decode(batch, keys)}
-    assert parts["mla_decode"] == fit(flops, nbytes, rows, seq, 0.0, *launch)
+    assert parts["mla_decode"] == fit(
+        *mf.decode_kernel_features((flops, nbytes, rows, seq), 0.0, launch)
+    )
     no_tiles = lat.compile_fast(key, {**params, "c_tiles": 0.0}, prof.peaks)
-    assert no_tiles(flops, nbytes, rows, seq, 0.0, *launch) < parts["mla_decode"]
+    assert (
+        no_tiles(*mf.decode_kernel_features((flops, nbytes, rows, seq), 0.0, launch))
+        < parts["mla_decode"]
+    )
 
 
 @pytest.mark.parametrize("gpu", BLACKWELL)
@@ -79,10 +84,12 @@ def test_shipped_blackwell_sglang_decode_fits_price_the_query_rows(gpu: str, ker
     """The B200 / B300 / GB200 / GB300 SGLang ``mla_decode*`` fits (regenerated in session
     35 with the query rows) give the rows a time: 256 sequences at 128 heads (32,768 rows)
     at least 5 us (7.8-8.7 us over a bf16 cache, 11.0-12.9 over an fp8 one, whose rows are
-    roped and quantised as well), and their held-out P90 stays within 16% (median 5.2%)."""
+    roped and quantised as well), and their held-out P90 stays within 16% (median 5.3%:
+    B300 over an fp8 cache 5.13 -> 5.23% at session 37's refit with the replays' L2 term,
+    its P90 15.1 -> 14.5%)."""
     fit = load_profile(gpu, "sglang").kernels[kernel]
     assert fit.params["c_tiles"] * 256 * 128 > 5e-6
-    assert_heldout(fit, 0.052, 0.16)
+    assert_heldout(fit, 0.053, 0.16)
 
 
 @pytest.mark.slow

@@ -65,6 +65,8 @@ from twin.costmodel.mla_features import (
     bmm_quant_steps,
     decode_block_keys,
     decode_block_rows,
+    decode_kernel_features,
+    decode_replay_l2,
     decode_tile_rule,
     decode_tiles,
     kernel_decode_rule,
@@ -114,8 +116,10 @@ def system_sms(system: Path) -> int:
 
 
 def _kernel_row(
-    kernel: str, r: dict[str, Any], phase: str, kv_e: int, sms: int, gpu: str
+    kernel: str, r: dict[str, Any], phase: str, kv_e: int, sms: int, gpu: str, l2: float | None
 ) -> dict[str, Any]:
+    """One attention-kernel row; a decode row's bytes its replays keep in an L2 of ``l2``
+    (None: none) read from there (``mla_features.decode_replay_l2``)."""
     b, h = int(r["batch_size"]), int(r["num_heads"])
     dm = dims(h)
     if phase == "prefill":
@@ -132,15 +136,13 @@ def _kernel_row(
         source = str(r.get("kernel_source", ""))
         rule = kernel_decode_rule(gpu, source, kv_e)
         tiles = decode_tiles(decode_tile_rule(gpu, source, kv_e), tiles, b, h, kv_e)
+        sums, l2_bytes = decode_replay_l2((flops, nbytes, tiles, seq), l2)
         launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, sms)
         block = decode_block_rows(gpu, source, kv_e)
-        names = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_SERIAL)
-        extras = {
-            "tiles": tiles,
-            "seq_keys": seq,
-            "block_keys": decode_block_keys(block, b * keys, h),
-            **dict(zip(names, launch, strict=True)),
-        }
+        flops, nbytes, *features = decode_kernel_features(
+            sums, decode_block_keys(block, b * keys, h), launch, l2_bytes
+        )
+        extras = dict(zip(fm.get_formula(kernel).features, features, strict=True))
     return _row(kernel, (flops, nbytes, extras), r["latency"], shape)
 
 
@@ -213,10 +215,16 @@ _KERNEL_COLUMNS = ("batch_size", "isl", "num_heads", "step")
 PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({TRTLLM_MLA_SOURCE})}
 
 
-def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
-    """``mla_prefill`` / ``mla_decode`` (and ``_fp8kv``) from the attention-kernel tables."""
+def kernel_rows(
+    system: Path, engine: str, release: str | None = None, replay_l2: bool = True
+) -> list[FamilyRows]:
+    """``mla_prefill`` / ``mla_decode`` (and ``_fp8kv``) from the attention-kernel tables;
+    ``replay_l2`` False: no decode row's bytes read from L2 (``mla_features.
+    decode_replay_l2``), as a decode fit written before that term was fitted (its
+    ``c_l2_bytes`` 0: ``profile._upgrade``; a bench pricing it)."""
     families = []
     sms = 0
+    l2 = system_l2(system) if replay_l2 else None
     for phase, name in (("prefill", "context"), ("decode", "generation")):
         table_name = f"{name}_mla_perf.parquet"
         version = release_version(system / "mla" / engine, table_name, release)
@@ -238,7 +246,7 @@ def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[F
             out = []
             for i, r in enumerate(mine):
                 _require(r, _KERNEL_COLUMNS, table, i)
-                out.append(_kernel_row(kernel, r, phase, kv_e, sms, gpu))
+                out.append(_kernel_row(kernel, r, phase, kv_e, sms, gpu, l2))
             families.append(_family(kernel, table, mine, _sources(mine), out))
     return families
 

@@ -328,6 +328,12 @@ MLA_DECODE_FLOOR = True
 # without it reads with a zero coefficient: the same prices.
 MLA_DECODE_BLOCK = ("block_keys",)
 MLA_DECODE_SERIAL = ("kv_repeat", "partials", "critical_keys")
+# The decode kernel's bytes a kernel table's CUDA-graph replays read from L2
+# (``mla_features.decode_replay_l2``: the cache, query and output within
+# ``features.REPLAY_L2_SHARE`` of L2, the decode modules' rule), on the compute side after
+# the launch's, its HBM bytes then zero; a serving step reads from HBM (zero). A fit without
+# it reads with ``c_l2_bytes`` 0 (``profile._upgrade``): the same prices.
+MLA_DECODE_REPLAY = ("l2_bytes",)
 # The decode module's features: the module's, with its attention kernel's launch
 # (``mla_features.module_decode_features``: the same split rule as ``mla_decode``'s, read
 # from the module table's ``kernel_source``) on each side as there. A decode-module fit of
@@ -642,12 +648,13 @@ FORMULAS: dict[str, KernelFormula] = {
                 ),
                 (
                     "decode",
-                    (*MLA_DECODE_BLOCK, *MLA_DECODE_LAUNCH),
+                    (*MLA_DECODE_BLOCK, *MLA_DECODE_LAUNCH, *MLA_DECODE_REPLAY),
                     MLA_DECODE_SERIAL,
                     "one query per sequence in the absorbed form (over the latent); "
                     "seq_keys: the keys of one sequence, its split-KV critical path; "
                     "the launch's CTAs, waves, re-read keys and split partials "
-                    "(``mla_features.mla_decode_launch``)",
+                    "(``mla_features.mla_decode_launch``); l2_bytes: a table row's bytes "
+                    "read from L2 across its replays (``mla_features.decode_replay_l2``)",
                 ),
             )
             for kv in MLA_KV
@@ -866,6 +873,7 @@ __all__ = [
     "MLA_DECODE_BLOCK",
     "MLA_DECODE_FLOOR",
     "MLA_DECODE_LAUNCH",
+    "MLA_DECODE_REPLAY",
     "MLA_DECODE_SERIAL",
     "MLA_KV",
     "MLA_MODULE_BASE",

@@ -627,6 +627,46 @@ def mla_absorbed_sums(
     return flops, nbytes, float(blocks) * sequences + 0.0 * keys, kv_rows / sequences
 
 
+# The decode kernel tables' replays (``mla_decode*``): both collectors time one decode
+# call captured in a CUDA graph and replayed on the same buffers, the same latent cache
+# every replay, with no L2 flush between (ai-dynamo/aiconfigurator 095f58a51,
+# ``collector/trtllm/collect_mla.py`` and ``collector/sglang/collect_mla.py`` call
+# ``collector/helper.py`` ``benchmark_with_power``, whose ``use_cuda_graph`` defaults to
+# True: capture ``repeat_n`` calls, warm-up replays, then timed replays). A cache (and query
+# and output) that fits in ``features.REPLAY_L2_SHARE`` of L2 stays there from one replay to
+# the next and is read at L2's rate, as the BMMs' and the decode modules' working sets
+# (:func:`module_replay_l2`). The tables step where it stops: NVIDIA's RTX PRO 6000
+# TensorRT-LLM fp8-KV table (128 MB L2, 576 bytes a cached token) runs 18-28% over a fit
+# without the term at batch x keys = 2^18 (151 MB) whatever the split between batch and
+# context, and sits on it at 2^17 (75 MB) (docs/decisions.md, issue 34, helper ``mla36``).
+DecodeSums = tuple[Sums, Sums, Sums, Sums]
+
+
+def decode_replay_l2(sums: DecodeSums, l2_bytes: float | None) -> tuple[DecodeSums, Sums]:
+    """The decode kernel's sums (:func:`mla_decode_sums`: FLOPs, bytes, tiles, keys a
+    sequence) with the bytes a kernel table's replays read from L2, and those L2 bytes
+    (``formulas.MLA_DECODE_REPLAY``): where the kernel's bytes (the latent cache, the
+    absorbed query in and the output out) fit in an L2 of ``l2_bytes``
+    (``features.replay_resident``), all of them are read from L2, its HBM bytes zero; else
+    nothing. ``l2_bytes`` None: nothing resident (a serving step: between two reads of one
+    layer's cache every other layer's weights and cache stream through L2)."""
+    flops, nbytes, tiles, seq = sums
+    resident = replay_resident(nbytes, l2_bytes)
+    return (flops, nbytes * (1 - resident), tiles, seq), nbytes * resident
+
+
+def decode_kernel_features(
+    sums: DecodeSums, block_keys: Sums, launch: LaunchSums, l2: Sums = 0.0
+) -> tuple[Sums, ...]:
+    """The ``mla_decode*`` families' arguments in their formula's order
+    (``formulas``: ``tiles``, ``seq_keys``, ``MLA_DECODE_BLOCK``, ``MLA_DECODE_LAUNCH``,
+    ``MLA_DECODE_REPLAY``, then ``MLA_DECODE_SERIAL``): the kernel's sums, its query-row
+    blocks' keys (:func:`decode_block_keys`), its launch (:func:`mla_decode_launch`) and a
+    table row's L2 bytes (:func:`decode_replay_l2`; zero for a serving step)."""
+    ctas, waves, repeat, partials, critical = launch
+    return (*sums, block_keys, ctas, waves, l2, repeat, partials, critical)
+
+
 # SGLang's sparse (DeepSeek-sparse-attention) prefill kernel, FlashMLA's
 # ``flash_mla_sparse_fwd``, takes a multiple of 64 query heads on Hopper (128 on
 # Blackwell): ``_forward_flashmla_sparse`` (``layers/attention/nsa_backend.py``, SGLang
@@ -1018,6 +1058,7 @@ __all__ = [
     "VLLM_TRITON_MIN_WORK_PER_SPLIT",
     "VLLM_TRITON_MLA_SOURCE",
     "VLLM_TRITON_OCCUPANCY",
+    "DecodeSums",
     "LaunchSums",
     "MlaDims",
     "MlaGenLaunch",
@@ -1028,6 +1069,8 @@ __all__ = [
     "decode_block_keys",
     "decode_block_rows",
     "decode_head_tiles",
+    "decode_kernel_features",
+    "decode_replay_l2",
     "decode_rule",
     "decode_tile_rule",
     "fa3_num_splits",

@@ -411,7 +411,10 @@ class MlaPricing(ShardShapes):
             sms = self.sms or 0
             launch = mf.mla_decode_launch(self._mla_rule, batch, kv, width, d, kv_e, sms)
             block_keys = mf.decode_block_keys(self._mla_block, kv, d.heads * width)
-            attn = self._mla["mla_decode"](*sums, block_keys, *launch)
+            # No L2 term: the tables' L2 reads are their CUDA-graph replays over one cache
+            # (``mf.decode_replay_l2``); a serving step reads each layer's cache once, after
+            # every other layer's weights and cache have streamed through L2, so from HBM.
+            attn = self._mla["mla_decode"](*mf.decode_kernel_features(sums, block_keys, launch))
             kernel = "mla_decode"
         else:
             # GQA stand-in: one KV head of half the latent width (2 x width bytes per key:
