@@ -71,11 +71,7 @@ class CompiledTrace:
         fulls = [_int32_ids(req[0]) for req in requests]
         need = self.end + sum(len(f) for f in fulls)
         if need > len(self.buf):
-            # Room for the requests still to come at the mean length so far (a window fed
-            # in batches is then copied about once, not once a doubling); where they run
-            # longer, doubling goes on. Where the tokens lie moves no replay.
-            ahead = need * len(self.starts) // (self.count + len(requests))
-            grown = np.zeros(max(need, 2 * len(self.buf), ahead), np.int32)
+            grown = np.zeros(max(need, 2 * len(self.buf)), np.int32)
             grown[: self.end] = self.buf[: self.end]
             self.buf = grown
         i = self.count
