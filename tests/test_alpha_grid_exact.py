@@ -21,7 +21,13 @@ from token_seqs import cache_bytes, chat_sessions, full_sequences
 
 from twin.cache import serve
 from twin.policies import policy_class
-from twin.policies.alpha_tuning import ALPHA_GRID, AlphaTuner, best_alpha, grid_scores
+from twin.policies.alpha_tuning import (
+    ALPHA_GRID,
+    AlphaTuner,
+    best_alpha,
+    grid_scores,
+    run_scores,
+)
 from twin.policies.compiled import CompiledTrace, GridStream, compiled_grid_runs
 from twin.policies.structures import make_cache
 from twin.presets import get_model
@@ -193,6 +199,50 @@ def test_the_grid_streamed_as_requests_arrive_is_the_grid(name, background, warm
             stream.add(full, n)
         assert stream.runs() == whole
     _assert_agreements_true(stream)
+
+
+@pytest.mark.parametrize("name", TUNED)
+@pytest.mark.parametrize("seed", [0, 2])
+def test_a_copy_at_the_first_eviction_reads_nothing_it_did_not_copy(name, seed):
+    """``kernel.replay.copy`` copies only the node columns, candidate rows and victims its
+    replay wrote and leaves the rest of each array uninitialised: with that rest filled
+    with garbage, every alpha's replay from its copy is still its own replay alone (hits,
+    hit nodes, victims, counters), and the oracle's tree gives the same hits and scores,
+    so the chosen alpha is the exhaustive grid's."""
+    from twin.policies.compiled.kernel import replay as kernel_replay
+    from twin.policies.compiled.kernel import state as kernel_state
+
+    copy = kernel_replay.copy
+    poisoned = []
+
+    def poisoned_copy(st, alpha):
+        out = copy(st, alpha)
+        sc = out[1]
+        used, ncand = sc[kernel_state.S_NEXT], sc[kernel_state.S_NCAND]
+        out[0][:, used:] = -7
+        out[4][ncand:], out[5][ncand:] = np.nan, np.nan
+        out[6][ncand:], out[7][ncand:] = True, -7
+        out[10][sc[kernel_state.S_EVICTIONS] :] = -7
+        out[11][:] = np.nan
+        poisoned.append(alpha)
+        return out
+
+    window = _sessions(seed)
+    tokens = sum(len(full) for full, _ in window)
+    capacity = cache_bytes(tokens // 12, len(window) // 8, HYBRID)
+    cls, oracle = policy_class(name), ORACLES[name]
+    snap = _start_snapshot(name, HYBRID, capacity, [])
+    with mock.patch.object(kernel_replay, "copy", poisoned_copy):
+        runs = compiled_grid_runs(HYBRID, capacity, window, ALPHA_GRID, cls, snap)
+    assert poisoned == list(ALPHA_GRID[1:])
+    scores = {}
+    for run in runs:
+        (alone,) = compiled_grid_runs(HYBRID, capacity, window, (run.alpha,), cls, snap)
+        assert run == alone, run.alpha
+        tree = restore(snap, HYBRID, oracle(alpha=run.alpha))
+        assert run.hits == [serve(tree, full[:n], full).length for full, n in window]
+        scores[run.alpha] = window_score(snap, HYBRID, window, run.alpha, oracle, "hit-rate")
+    assert best_alpha(run_scores(runs, HYBRID, "hit-rate")) == best_alpha(scores)
 
 
 def _assert_agreements_true(stream: GridStream) -> None:

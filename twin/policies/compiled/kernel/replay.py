@@ -37,7 +37,7 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
         -1,
     )
     table = 1
-    while table < 8 * size:  # a key per node ever made: never a quarter full
+    while table < 2 * size:  # a key per node ever made: never half full
         table *= 2
     kids = np.full((table, 2), tree.EMPTY, np.int64)
     st = (
@@ -76,22 +76,45 @@ def start(buf, n_requests, mc, mf, snap, clock, next_nid):
 
 @jit
 def copy(st, alpha: float):
-    """An independent copy of ``st`` that goes on at ``alpha`` (the model and tokens shared)."""
+    """An independent copy of ``st`` that goes on at ``alpha`` (the model and tokens shared).
+
+    Only what the replay has written is copied: node columns below ``S_NEXT``, candidate
+    rows below ``S_NCAND``, victims below ``S_EVICTIONS`` (a replay writes each column and
+    row before it reads it: ``tree.new_node`` clears a new node's column, the candidate
+    table and the victim list are appended to, the victim pass writes its scratch before
+    reading it). The rest is left uninitialised, so a copy made at the first eviction
+    touches the memory its replay will use, not its whole bound (``start``'s ``size``).
+    """
+    nd, sc = st[0], st[1]
+    used, ncand, gone = sc[state.S_NEXT], sc[state.S_NCAND], sc[state.S_EVICTIONS]
+    size = nd.shape[1]
+    nd2 = np.empty((state.N_FIELDS, size), np.int64)
+    nd2[:, :used] = nd[:, :used]
+    cr, cf = np.empty(size), np.empty(size)
+    ch, cn = np.empty(size, np.bool_), np.empty(size, np.int64)
+    cr[:ncand], cf[:ncand], ch[:ncand], cn[:ncand] = (
+        st[4][:ncand],
+        st[5][:ncand],
+        st[6][:ncand],
+        st[7][:ncand],
+    )
+    evicted = np.empty(len(st[10]), np.int64)
+    evicted[:gone] = st[10][:gone]
     mf = st[3].copy()
     mf[state.F_ALPHA] = alpha
     return (
-        st[0].copy(),
-        st[1].copy(),
+        nd2,
+        sc.copy(),
         st[2],
         mf,
-        st[4].copy(),
-        st[5].copy(),
-        st[6].copy(),
-        st[7].copy(),
+        cr,
+        cf,
+        ch,
+        cn,
         st[8].copy(),
         st[9],
-        st[10].copy(),
-        np.zeros(len(st[11])),
+        evicted,
+        np.empty(len(st[11])),
         st[12],
         st[13],
         st[14],
