@@ -622,6 +622,25 @@ MXFP8_ACTIVATION_MODE = "w4a8_mxfp4_mxfp8"
 TRTLLM_MXFP8_TILES = (8, 16, 32, 64, 128, 256)
 
 
+# vLLM 0.24.0's nvfp4 experts on SM100 (``TrtLlmNvFp4ExpertsMonolithic``, vllm wheel sha256
+# 2d2831aeba31..., ``model_executor/layers/fused_moe/experts/trtllm_nvfp4_moe.py``: the table
+# label below) call FlashInfer's ``trtllm_fp4_block_scale_moe`` without a tactic, and the
+# collector runs no autotuning (aiconfigurator ``collector/vllm/collect_moe.py`` 095f58a51):
+# flashinfer-python 0.6.12 (vLLM 0.24.0's pin, ``data/csrc/trtllm_fused_moe_kernel_launcher.cu``)
+# ``resolveMoeTileAndConfig`` -> ``selectDefaultTileN`` as above, over
+# ``FP4BlockScaleLauncher::getSupportedTileNums`` for non-bf16 activations: 8, 16, 32, 64,
+# 128, 256 (helper moe-tile30 read it, session 30; helper moe37 built it, session 37). The
+# same launcher with mxfp8 activations times vLLM's mxfp4 x mxfp8 family (SGLang 0.5.14's
+# ``sglang_flashinfer_trtllm_moe`` rows of mode ``w4a8_mxfp4_mxfp8``, ``calibration.aic_moe.
+# MXFP8_ACTIVATION_SOURCE``: ``trtllm_fp4_block_scale_moe``, no tactic, as SGLang's int4 call
+# above; SGLang's own mxfp4 call was not re-read in session 37): the same one-below tile over
+# these tiles, which the fit rows identify against the centre (``moe37-s37/vmxfp8.txt``).
+FLASHINFER_TRTLLM_NVFP4_SOURCES = frozenset(
+    {"vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic"}
+)
+FLASHINFER_FP4_TILES = (8, 16, 32, 64, 128, 256)
+
+
 # FlashInfer's CUTLASS fused MoE (``cutlass_fused_moe``; the table label vLLM 0.24.0 writes for
 # ``FlashInferExperts`` under ModelOpt per-tensor fp8, ``experts/flashinfer_cutlass_moe.py``:
 # no tactic passed) runs the TMA warp-specialised grouped GEMM with each expert's rows as a
@@ -636,25 +655,6 @@ TRTLLM_MXFP8_TILES = (8, 16, 32, 64, 128, 256)
 # weights through its N tiles. The tables step where an expert's rows cross 128 (H200,
 # 1,024 x 2,688 experts, 512, top 22, EP 1: 3.71 ms at 2,048 tokens, 88 rows an expert; 7.56
 # at 3,072, 132 rows, two tiles; 10.7 at 6,144, three).
-# vLLM 0.24.0's nvfp4 experts on SM100 (``TrtLlmNvFp4ExpertsMonolithic``, vllm wheel sha256
-# 2d2831aeba31..., ``model_executor/layers/fused_moe/experts/trtllm_nvfp4_moe.py``: the table
-# label below) call FlashInfer's ``trtllm_fp4_block_scale_moe`` without a tactic, and the
-# collector runs no autotuning (aiconfigurator ``collector/vllm/collect_moe.py`` 095f58a51):
-# flashinfer-python 0.6.12 (vLLM 0.24.0's pin, ``data/csrc/trtllm_fused_moe_kernel_launcher.cu``)
-# ``resolveMoeTileAndConfig`` -> ``selectDefaultTileN`` as above, over
-# ``FP4BlockScaleLauncher::getSupportedTileNums`` for non-bf16 activations: 8, 16, 32, 64,
-# 128, 256 (helper moe-tile30 read it, session 30; helper moe37 built it, session 37). The
-# same launcher with mxfp8 activations times vLLM's mxfp4 x mxfp8 family (SGLang 0.5.14's
-# ``sglang_flashinfer_trtllm_moe`` rows of mode ``w4a8_mxfp4_mxfp8``, ``calibration.aic_moe.
-# MXFP8_ACTIVATION_SOURCE``: ``trtllm_fp4_block_scale_moe``, no tactic, as SGLang's int4 call
-# below; SGLang's own mxfp4 call was not re-read in session 37): the same one-below tile over
-# these tiles, which the fit rows identify against the centre (``moe37-s37/vmxfp8.txt``).
-FLASHINFER_TRTLLM_NVFP4_SOURCES = frozenset(
-    {"vllm_compressedtensorsw4a4nvfp4moe_flashinfer_trtllm_trtllmnvfp4expertsmonolithic"}
-)
-FLASHINFER_FP4_TILES = (8, 16, 32, 64, 128, 256)
-
-
 FLASHINFER_CUTLASS_SM90_SOURCES = frozenset(
     {"vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"}
 )
