@@ -765,7 +765,7 @@ def test_tensorrt_llms_untuned_mxfp8_runner_takes_its_centre_tile() -> None:
     # TensorRT-LLM mxFp4BlockScaleMoe.cpp MxE4m3MxE2m1BlockScaleMoeRunner::run without a
     # tactic: clamp(nextPowerOfTwo(t * k / local experts)) over 8..256, not the tile below it
     # (helper moe37, session 37)
-    src = ft.TRTLLM_GEN_MXFP8_SOURCE
+    src = ft.TRTLLM_MOE_SOURCE
     tokens = (1, 256, 320, 1024, 2048, 16384)  # 0.03, 8, 10, 32, 64, 512 rows an expert
     got = {t: ft.moe_token_tile(src, t, 4, 128, MXFP8) for t in tokens}
     assert got == dict(zip(tokens, (8, 8, 16, 32, 64, 256), strict=True))
@@ -791,7 +791,7 @@ def test_flashinfers_untuned_fp4_launcher_tile_reaches_vllms_nvfp4_and_sglangs_m
 
 def test_an_mxfp8_table_row_pads_each_expert_to_the_runners_tile() -> None:
     mxfp4 = WEIGHT_FORMATS["mxfp4"]
-    shape = {**GPT_OSS_EP1, "num_tokens": 320, "kernel_source": ft.TRTLLM_GEN_MXFP8_SOURCE}
+    shape = {**GPT_OSS_EP1, "num_tokens": 320, "kernel_source": ft.TRTLLM_MOE_SOURCE}
     per_expert = 2880 * (2 * 2880 + 2880)
     row = moe_row(shape, mxfp4, "moe_mxfp4_mxfp8", 1.0, table_mode=MXFP8)
     assert row["pad_flops"] == pytest.approx(2.0 * (128 * 16 - 320 * 4) * per_expert)  # 10 of 16
@@ -831,7 +831,7 @@ def test_the_mxfp8_token_tile_fits_meet_the_kernel_target(profile: str, family: 
 def test_tensorrt_llms_hopper_triton_moe_takes_its_routings_row_block() -> None:
     # fused_moe_triton.py TritonEPRouter: the routing over the rank's experts, every token's
     # gates; triton_kernels' block max(16, min(next_pow2(gates // experts), 128)) (helper moe37)
-    src, h200 = ft.TRTLLM_GEN_MXFP8_SOURCE, "NVIDIA H200"
+    src, h200 = ft.TRTLLM_MOE_SOURCE, "NVIDIA H200"
     got = [ft.trtllm_triton_block_m(src, h200, "mxfp4", t, 4, 128) for t in (1, 640, 2048, 8192)]
     assert got == [16, 32, 64, 128]  # 0, 20, 64, 256 gates an expert
     assert ft.trtllm_triton_block_m(src, h200, "mxfp4", 320, 4, 16) == 128  # EP 8: 80 -> 128
@@ -847,7 +847,7 @@ def test_tensorrt_llms_hopper_triton_moe_takes_its_routings_row_block() -> None:
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
 def test_the_hopper_trtllm_mxfp4_fits_meet_the_kernel_target(gpu: str) -> None:
     fit = resolve_profile(gpu, None, "trtllm").kernels["moe_mxfp4"]
-    assert fit.provenance["kernel_source"] == ft.TRTLLM_GEN_MXFP8_SOURCE
+    assert fit.provenance["kernel_source"] == ft.TRTLLM_MOE_SOURCE
     assert fit.params["c_pad_flops"] > 1e-16 and fit.params["c_restream_weights"] > 1e-15
     assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
     assert fit.heldout_median_rel_err <= 0.05 and fit.heldout_p90_rel_err <= 0.15

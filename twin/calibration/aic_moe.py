@@ -355,7 +355,7 @@ MXFP8_ACTIVATION_SOURCE = ("sglang", "sglang_flashinfer_trtllm_moe")
 # ``moe_torch_flow``). Read from the table of the release the bf16-activation mxfp4
 # family reads (the newest with rows of that format: 1.3.0rc20 on B200, the one timing
 # gpt-oss's 2,880 x 2,880, 128 experts, top 4; 1.3.0rc23's rows time other shapes only).
-TRTLLM_MXFP8_ACTIVATION_SOURCE = ft.TRTLLM_GEN_MXFP8_SOURCE
+TRTLLM_MXFP8_ACTIVATION_SOURCE = ft.TRTLLM_MOE_SOURCE
 
 
 def _trtllm_mxfp8_versions(system: Path) -> list[Path]:

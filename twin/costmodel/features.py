@@ -617,7 +617,10 @@ FLASHINFER_MXINT4_TILES = (8, 16, 32, 64, 128)
 # those four the fit rows identify the centre (helper moe37, session 37, ``benchmarks/results/
 # moe37-s37/vmxfp8.txt``). Its ``num_tokens`` is every token of the launch (the collector gives
 # the rank all of them), so under EP the tile is ``ep`` times the rows an expert holds.
-TRTLLM_GEN_MXFP8_SOURCE = "moe_torch_flow"
+# The label is TensorRT-LLM's for its fused-MoE tables whatever kernel runs (TRT-LLM-gen
+# on SM100, Triton on Hopper: ``trtllm_triton_block_m``), so its rules also key on the mode
+# and the device.
+TRTLLM_MOE_SOURCE = "moe_torch_flow"
 MXFP8_ACTIVATION_MODE = "w4a8_mxfp4_mxfp8"
 TRTLLM_MXFP8_TILES = (8, 16, 32, 64, 128, 256)
 
@@ -708,14 +711,14 @@ def moe_token_tile(
     expert's weights once for (``marlin_block_m``, ``flashinfer_default_tile`` over the
     launcher's tiles, ``trtllm_gen_centre_tile``, ``FLASHINFER_CUTLASS_SM90_TILE_M``);
     ``table_mode``: the experts' format (the tables' mode), where one label times several
-    kernels (``SGLANG_FLASHINFER_TRTLLM_SOURCE``, ``TRTLLM_GEN_MXFP8_SOURCE``; required, so
+    kernels (``SGLANG_FLASHINFER_TRTLLM_SOURCE``, ``TRTLLM_MOE_SOURCE``; required, so
     no caller loses that rule by leaving it out);
     0 for a kernel whose tile was not read."""
     if source in FLASHINFER_TRTLLM_MXFP4_SOURCES:
         return flashinfer_default_tile(tokens, top_k, local_experts)
     if source in FLASHINFER_TRTLLM_NVFP4_SOURCES:
         return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_FP4_TILES)
-    if source == TRTLLM_GEN_MXFP8_SOURCE and table_mode == MXFP8_ACTIVATION_MODE:
+    if source == TRTLLM_MOE_SOURCE and table_mode == MXFP8_ACTIVATION_MODE:
         return trtllm_gen_centre_tile(tokens, top_k, local_experts, TRTLLM_MXFP8_TILES)
     if source == SGLANG_FLASHINFER_TRTLLM_SOURCE and table_mode == MXFP8_ACTIVATION_MODE:
         return flashinfer_default_tile(tokens, top_k, local_experts, FLASHINFER_FP4_TILES)
@@ -749,7 +752,7 @@ def trtllm_triton_block_m(
     tokens, ``top_k`` experts each, ``local_experts`` on the rank, on the table's ``device``;
     0 for any other kernel, format or device."""
     if (
-        source != TRTLLM_GEN_MXFP8_SOURCE
+        source != TRTLLM_MOE_SOURCE
         or table_mode != "mxfp4"
         or device not in TRTLLM_TRITON_MOE_DEVICES
     ):
@@ -830,7 +833,7 @@ __all__ = [
     "SGLANG_H200_FP8_TILES",
     "SGLANG_MARLIN_SOURCES",
     "SGLANG_TRITON_SOURCE",
-    "TRTLLM_GEN_MXFP8_SOURCE",
+    "TRTLLM_MOE_SOURCE",
     "TRTLLM_MXFP8_TILES",
     "TRTLLM_TRITON_BLOCKS_M",
     "TRTLLM_TRITON_MOE_DEVICES",

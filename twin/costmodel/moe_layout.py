@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from twin.costmodel.features import TRTLLM_MOE_SOURCE
 from twin.costmodel.table_release import release_at_least
 from twin.model import ModelSpec
 
@@ -95,7 +96,7 @@ def group_tied_table(engine: str, version: str) -> bool:
 # ``moe_torch_flow`` (the mxfp4 experts: Triton on Hopper, TRTLLM-Gen on Blackwell). Other
 # sources with shapes timed at EP only (the fp8-block tables at MoE widths the 128-wide
 # blocks do not split: Qwen3-235B's 1,536 / 8) are not covered: not checked against runs.
-EP_PRICED_TP_SOURCES = frozenset({"moe_torch_flow"})
+EP_PRICED_TP_SOURCES = frozenset({TRTLLM_MOE_SOURCE})
 
 
 def measured_ep(
