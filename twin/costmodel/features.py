@@ -60,6 +60,24 @@ GEMM_TILE_M = 128
 GEMM_TILE_N = 128
 
 
+def tile_waves(
+    m: Sums,
+    n: float,
+    sms: int | None,
+    groups: float = 1,
+    tile_m: int = GEMM_TILE_M,
+    tile_n: int = GEMM_TILE_N,
+) -> Sums:
+    """Waves of ``groups`` independent (m x n) outputs' ``tile_m x tile_n`` tiles, one CTA
+    each, over ``sms`` SMs: ``ceil(groups x ceil(m / tile_m) x ceil(n / tile_n) / sms)``; 0
+    without an SM count. The one wave count of the GEMM families (:func:`gemm_wave_k`) and
+    the absorbed BMMs' two tile sizes (``mla_features.mla_bmm_features``)."""
+    if not sms:
+        return 0
+    tiles = groups * -(-m // tile_m) * -(-n // tile_n)
+    return -(-tiles // sms)
+
+
 def gemm_wave_k(m: Sums, n: float, k: float, sms: int | None, groups: float = 1) -> Sums:
     """K-steps on the busiest SM of ``groups`` independent (m x k) @ (k x n) products
     (a batched or grouped GEMM; 1: one GEMM): the output's ``GEMM_TILE_M x GEMM_TILE_N``
@@ -71,8 +89,7 @@ def gemm_wave_k(m: Sums, n: float, k: float, sms: int | None, groups: float = 1)
     m. 0 where the SM count is not known (``twin.hardware.SM_COUNTS``) or m is 0."""
     if not sms:
         return 0.0
-    tiles = groups * -(-m // GEMM_TILE_M) * -(-n // GEMM_TILE_N)
-    return -(-tiles // sms) * k
+    return tile_waves(m, n, sms, groups) * k
 
 
 def attn_prefill_features(
@@ -870,6 +887,7 @@ __all__ = [
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",
+    "tile_waves",
     "trtllm_gen_centre_tile",
     "trtllm_triton_block_m",
     "vllm_triton_routed_elems",

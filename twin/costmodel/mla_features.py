@@ -28,7 +28,7 @@ import math
 from typing import NamedTuple
 
 from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
-from twin.costmodel.features import Sums, gemm_sums_at, replay_resident
+from twin.costmodel.features import Sums, gemm_sums_at, replay_resident, tile_waves
 
 
 class MlaDims(NamedTuple):
@@ -760,10 +760,8 @@ def mla_bmm_features(
     same over ``MLA_BMM_SMALL_TILE`` square tiles, 0 without an SM count (a profile of a
     GPU ``twin.hardware.SM_COUNTS`` lacks, as :func:`mla_decode_launch`)."""
     flops, nbytes, _ = mla_bmm_sums(rows, heads, k, n, e, act_e, w_e)
-    tiles = heads * -(-rows // MLA_BMM_TILE) * -(-n // MLA_BMM_TILE)
-    small = heads * -(-rows // MLA_BMM_SMALL_TILE) * -(-n // MLA_BMM_SMALL_TILE)
-    waves = -(-tiles // sms) if sms else 0
-    small_waves = -(-small // sms) if sms else 0
+    waves = tile_waves(rows, n, sms, heads, MLA_BMM_TILE, MLA_BMM_TILE)
+    small_waves = tile_waves(rows, n, sms, heads, MLA_BMM_SMALL_TILE, MLA_BMM_SMALL_TILE)
     resident = replay_resident(nbytes, l2_bytes)
     return flops, nbytes * (1 - resident), waves, nbytes * resident, small_waves
 
