@@ -379,7 +379,7 @@ def mxfp8_activation_rows(system: Path, engine: str, replay_l2: bool = True) -> 
         versions = _trtllm_mxfp8_versions(system)
     else:
         return []
-    dtype = fm.MOE_MXFP8_ACTIVATION_TABLE_MODE
+    dtype = ft.MXFP8_ACTIVATION_MODE
     families = []
     for mode in fm.MOE_MXFP8_ACTIVATION_MODES:
         fmt = px.WEIGHT_FORMATS[mode]

@@ -212,7 +212,7 @@ class DensePricing(ShardShapes):
             if fmt.name in fm.MOE_MXFP8_ACTIVATION_MODES
             else None
         )
-        self._moe_tile_mode = fm.MOE_MXFP8_ACTIVATION_TABLE_MODE if fit == mxfp8 else fmt.table_mode
+        self._moe_tile_mode = ft.MXFP8_ACTIVATION_MODE if fit == mxfp8 else fmt.table_mode
         self._moe_device = str(fit.provenance.get("device", ""))
         self.moe_key = key
         self._moe_series = self._series_of(fit)

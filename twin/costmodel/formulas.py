@@ -32,7 +32,6 @@ import math
 import re
 from dataclasses import dataclass
 
-from twin.costmodel import features as ft
 from twin.errors import TwinError
 
 # The model-name part and parameter of ``KernelFormula.floor``.
@@ -230,15 +229,14 @@ def moe_trtllm_gen_kernel(mode: str) -> str:
 # The mxfp4 experts with their activations quantised to mxfp8 on the way in (FlashInfer's
 # TRT-LLM-gen ``trtllm_fp4_block_scale_moe`` fed ``mxfp8_quantize``'s output: vLLM's
 # ``SM100_FI_MXFP4_MXFP8_TRTLLM`` / ``FLASHINFER_TRTLLM_MXFP4_MXFP8`` backend on Blackwell,
-# the tables' ``w4a8_mxfp4_mxfp8``): a second kernel of the same weight format, which a
-# run takes only when asked (``twin.engine.modes_vllm`` ``moe_backend``). Its fit keeps
-# the weight format's features and peak (the bf16 rate, as ``mxfp4``'s), so it stands in
-# for that format's fit (``Profile.with_experts_fit``); the faster MMAs are in its
-# efficiency.
+# the tables' ``w4a8_mxfp4_mxfp8``, ``features.MXFP8_ACTIVATION_MODE``): a second kernel
+# of the same weight format, which a run takes only when asked (``twin.engine.modes_vllm``
+# ``moe_backend``). Its fit keeps the weight format's features and peak (the bf16 rate, as
+# ``mxfp4``'s), so it stands in for that format's fit (``Profile.with_experts_fit``); the
+# faster MMAs are in its efficiency.
 # Its peak is the weight format's own (``MOE_MODES``), which ``Profile.with_experts_fit``
 # relies on.
 MOE_MXFP8_ACTIVATION_MODES = {mode: MOE_MODES[mode] for mode in ("mxfp4",)}
-MOE_MXFP8_ACTIVATION_TABLE_MODE = ft.MXFP8_ACTIVATION_MODE  # the tables' mode
 
 
 def moe_mxfp8_activation_kernel(mode: str) -> str:
@@ -892,7 +890,6 @@ __all__ = [
     "MOE_MIN_LATENCY_SOURCE",
     "MOE_MODES",
     "MOE_MXFP8_ACTIVATION_MODES",
-    "MOE_MXFP8_ACTIVATION_TABLE_MODE",
     "MOE_ONLY_MODES",
     "MOE_VARIANTS",
     "OPTIONAL",
