@@ -774,9 +774,9 @@ def trtllm_triton_block_m(
         or device not in TRTLLM_TRITON_MOE_DEVICES
     ):
         return 0
-    gates = max(1, math.floor(tokens * top_k / local_experts))
+    per_expert = max(1, math.floor(tokens * top_k / local_experts))  # gates // experts
     low, high = TRTLLM_TRITON_BLOCKS_M
-    return max(low, min(1 << (gates - 1).bit_length(), high))
+    return max(low, min(1 << (per_expert - 1).bit_length(), high))
 
 
 def moe_expert_tiles(rows: float, active: float, tile: int, hot: float = 0.0) -> float:
