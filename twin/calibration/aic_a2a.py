@@ -123,7 +123,7 @@ def _unified(table: Path, engine: str, mode: str, phase: str) -> list[dict[str, 
     rows = _own_device(rows, table)
     if not repeats:
         return rows
-    fastest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    fastest: dict[tuple[int, ...], dict[str, Any]] = {}
     for r in rows:
         if str(r.get("comm_dtype")) in wire:
             fastest[_shape_key(r)] = r
@@ -134,7 +134,7 @@ def _unified(table: Path, engine: str, mode: str, phase: str) -> list[dict[str, 
     return list(fastest.values())
 
 
-def _shape_key(r: dict[str, Any]) -> tuple[Any, ...]:
+def _shape_key(r: dict[str, Any]) -> tuple[int, ...]:
     """One ``moe_a2a_perf`` row's shape: what a repeat must match."""
     cols = ("ep_size", "hidden_size", "topk", "num_experts", "num_tokens")
     return tuple(int(r.get(c) or 0) for c in cols)
