@@ -137,7 +137,7 @@ def ll_combine_slots(experts: int, hidden: int, sms: int) -> int:
     ``combine`` at 73b6ea4: ``kNumSendUnrolls`` 4 where ``hidden`` is a multiple of 1,024
     else 2; the row's 16-byte words padded to ``32 x kNumSendUnrolls``; one decode warp
     per ``32 x kNumRecvUnrolls`` (2) words; ``num_groups = min(2, warps / (decode warps
-    + 1))``, the warps ``groups x 32 / groups`` of the launch)."""
+    + 1))``, ``warps`` the SM's ``groups x (32 / groups)`` of the launch)."""
     groups, warps, used = ll_launch(experts, sms)
     unrolls = 4 if hidden % 1024 == 0 else 2
     words = -(-(hidden // 8) // (32 * unrolls)) * 32 * unrolls
