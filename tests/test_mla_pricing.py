@@ -272,12 +272,20 @@ def test_every_mla_family_has_a_formula() -> None:
         block = ("block_keys",) if key.startswith("mla_decode") else ()
         # the decode module's working set read from L2 in the tables' replays after them
         l2 = fm.MLA_MODULE_REPLAY if key.startswith("mla_module_decode") else ()
+        # the prefill kernel's bytes its table's replays read from L2
+        l2 = fm.MLA_PREFILL_REPLAY if key.startswith("mla_prefill") else l2
         assert f.extras in (("tiles", "seq_keys", *block, *launch, *l2), fm.MLA_BMM_EXTRAS)
         # the modules price their attention kernel after the GEMMs' smooth maximum
         module = key.startswith("mla_module")
         prefill = key.startswith("mla_prefill")
         bmm = key.startswith("mla_bmm")  # after them, its quantisation's and k-loop's steps
-        serial = fm.MLA_MODULE_SERIAL if module else fm.MLA_PREFILL_SERIAL if prefill else ()
+        # the prefill module's after them: its context attention's waves (``mla_prefill``'s)
+        module_serial = (
+            fm.MLA_MODULE_PREFILL_SERIAL
+            if key.startswith("mla_module_prefill")
+            else fm.MLA_MODULE_SERIAL
+        )
+        serial = module_serial if module else fm.MLA_PREFILL_SERIAL if prefill else ()
         serial = ("quant_steps", "k_steps") if bmm else serial
         after = ("kv_repeat", "partials", "critical_keys") if decode else ()
         assert f.serial == (*serial, *after)

@@ -73,10 +73,12 @@ from twin.costmodel.mla_features import (
     mla_decode_sums,
     mla_module_decode_sums,
     mla_module_prefill_sums,
+    mla_prefill_replay_l2,
     mla_prefill_sums,
     mla_prefill_waves,
     module_decode_features,
     module_decode_rule,
+    module_prefill_features,
     module_replay_l2,
 )
 from twin.costmodel.table_release import pick_version
@@ -114,17 +116,26 @@ def system_sms(system: Path) -> int:
 
 
 def _kernel_row(
-    kernel: str, r: dict[str, Any], phase: str, kv_e: int, sms: int, gpu: str
+    kernel: str,
+    r: dict[str, Any],
+    phase: str,
+    kv_e: int,
+    sms: int,
+    gpu: str,
+    l2: float | None = None,
 ) -> dict[str, Any]:
+    """One kernel row; ``l2`` the L2 a prefill row's replays keep its bytes in
+    (``mla_features.mla_prefill_replay_l2``; None: nothing resident)."""
     b, h = int(r["batch_size"]), int(r["num_heads"])
     dm = dims(h)
     if phase == "prefill":
         s = int(r["isl"])
-        flops, nbytes, tiles, seq = mla_prefill_sums(
-            b * s, b * s * (s + 1) // 2, b * s, b, dm, ELEM_BYTES, kv_e
+        flops, nbytes, tiles, seq, l2_bytes = mla_prefill_replay_l2(
+            mla_prefill_sums(b * s, b * s * (s + 1) // 2, b * s, b, dm, ELEM_BYTES, kv_e), l2
         )
         shape = {"b": b, "s": s, "h": h}
-        extras = {"tiles": tiles, "seq_keys": seq, "waves": mla_prefill_waves(b * s, b, h, sms)}
+        waves = mla_prefill_waves(b * s, b, h, sms)
+        extras = {"tiles": tiles, "seq_keys": seq, "l2_bytes": l2_bytes, "waves": waves}
     else:
         keys = int(r["step"]) + 1  # the cached tokens and the new one
         flops, nbytes, tiles, seq = mla_decode_sums(b, b * keys, dm, ELEM_BYTES, kv_e)
@@ -152,7 +163,8 @@ def _module_row(
     kv_e: int,
     gpu: tuple[str, int, float | None],
 ) -> dict[str, Any]:
-    """One module row; ``gpu`` the table's GPU, its SMs (a decode row's attention
+    """One module row; ``gpu`` the table's GPU, its SMs (a prefill row's attention
+    waves, ``mla_features.module_prefill_features``; a decode row's attention
     launch: ``mla_features.module_decode_features``, its rule from the row's
     ``kernel_source``) and its L2 (the working set the replays keep there:
     ``mla_features.module_replay_l2``)."""
@@ -162,8 +174,11 @@ def _module_row(
     sums: tuple[Any, ...]
     if phase == "prefill":
         s = int(r["isl"])
-        sums = mla_module_prefill_sums(
-            dm, b * s, b * s * (s + 1) // 2, b * s, b, ELEM_BYTES, act_e, w_e, kv_e
+        sums = module_prefill_features(
+            mla_module_prefill_sums(
+                dm, b * s, b * s * (s + 1) // 2, b * s, b, ELEM_BYTES, act_e, w_e, kv_e
+            ),
+            mla_prefill_waves(b * s, b, h, gpu[1]),
         )
         shape = {"b": b, "s": s, "h": h}
     else:
@@ -212,6 +227,13 @@ _KERNEL_COLUMNS = ("batch_size", "isl", "num_heads", "step")
 PREFILL_SOURCES: dict[str, frozenset[str]] = {"sglang": frozenset({TRTLLM_MLA_SOURCE})}
 
 
+# Engines whose attention-kernel collector replays a CUDA graph on the same buffers, so a
+# prefill row's working set stays in L2 where it fits (``formulas.MLA_PREFILL_REPLAY``):
+# TensorRT-LLM's (ai-dynamo/aiconfigurator 070f5afd, ``collector/trtllm/collect_mla.py``
+# ``run_mla``). SGLang's kernel rows are left as they were fitted (its collector not read).
+REPLAYED_KERNEL_TABLES = frozenset({"trtllm"})
+
+
 def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """``mla_prefill`` / ``mla_decode`` (and ``_fp8kv``) from the attention-kernel tables."""
     families = []
@@ -234,10 +256,11 @@ def kernel_rows(system: Path, engine: str, release: str | None = None) -> list[F
             kv_e = px.KV_FP8_BYTES if dtype == "fp8" else ELEM_BYTES
             sms = sms or system_sms(system)
             gpu = system_gpu(system) or ""
+            l2 = system_l2(system) if engine in REPLAYED_KERNEL_TABLES else None
             out = []
             for i, r in enumerate(mine):
                 _require(r, _KERNEL_COLUMNS, table, i)
-                out.append(_kernel_row(kernel, r, phase, kv_e, sms, gpu))
+                out.append(_kernel_row(kernel, r, phase, kv_e, sms, gpu, l2))
             families.append(_family(kernel, table, mine, _sources(mine), out))
     return families
 

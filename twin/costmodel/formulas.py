@@ -307,6 +307,21 @@ MLA_MODULE_PREFILL_FLOOR = True
 # The prefill attention kernel's serial feature: its waves of CTAs over the SMs
 # (``mla_features.mla_prefill_waves``), each about one CTA's time.
 MLA_PREFILL_SERIAL = ("waves",)
+# The prefill attention kernel's bytes read from L2 across its table's CUDA-graph replays
+# (``mla_features.mla_prefill_replay_l2``: where Q, K, V, O and the latent written fit in
+# ``features.REPLAY_L2_SHARE`` of L2, all of them, their HBM bytes then zero), on the
+# compute side; a serving step reads from HBM (zero). TensorRT-LLM's kernel collector
+# captures the context attention in a CUDA graph and replays it on the same buffers
+# (ai-dynamo/aiconfigurator 070f5afd, ``collector/trtllm/collect_mla.py`` ``run_mla``:
+# ``torch.cuda.graph``, then ``g.replay()`` ``test_ite`` times over one ``fused_q`` and
+# ``latent_cache``), as the BMM and module collectors do (``MLA_MODULE_REPLAY``). NVIDIA's
+# L40S TensorRT-LLM 1.0.0 table (96 MB L2), batch 64, 16 heads: 0.047 / 0.054 / 0.348 ms at
+# 32 / 64 / 128 tokens a sequence (44 / 89 / 177 MB of bf16 Q, K, V, O and latent): a 6x
+# step for 2x the work, then ~2.3-2.9 ns a token and head whatever the prompt, the HBM
+# stream (the 89 MB row, over the 0.8 share, is priced as streamed: a boundary miss). A
+# fit without it reads with ``c_l2_bytes`` 0 (``profile._upgrade``): the same prices
+# (SGLang's fits).
+MLA_PREFILL_REPLAY = ("l2_bytes",)
 # The decode attention kernel's launch features (``mla_features.mla_decode_launch``, the
 # split-KV rule of the kernel the table times): its CTAs and their waves on the compute
 # side, the keys re-read by a sequence's other CTAs, the split reduction's partial
@@ -341,6 +356,19 @@ MLA_MODULE_DECODE_EXTRAS = (*MLA_MODULE_EXTRAS, *MLA_DECODE_LAUNCH)
 # modules: on their fit rows it measured worse (docs/decisions.md, helper ``mla-module``).
 MLA_MODULE_REPLAY = ("l2_bytes",)
 MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
+# The prefill module's context attention's CTA waves over the SMs after its KV stream and
+# FLOPs: the ``mla_prefill`` kernel's serial feature (``MLA_PREFILL_SERIAL``,
+# ``mla_features.module_prefill_features``). The module runs that kernel: TensorRT-LLM
+# 1.3.0rc20 (the tables' release) ``tensorrt_llm/_torch/modules/attention.py``
+# ``MLA.forward_context_default``, taken where the context has no cached prefix (the
+# module tables' ``step`` 0), runs kv_b_proj over the new rows, copies k_nope and the
+# broadcast k_pe into one K and calls ``self.mha.forward`` (``TrtllmAttention``) with
+# ``AttentionInputType.context_only``: the context FMHA NVIDIA's ``context_mla_perf``
+# tables time alone, whose fits price each wave of CTAs (docs/decisions.md, issue 34).
+# On the module tables' fit rows the feature lowered the fitted error of most families
+# (docs/decisions.md, helper ``mlamod37``). A fit without it reads with ``c_waves`` 0
+# (``profile._upgrade``): the same prices (SGLang's per-release fits).
+MLA_MODULE_PREFILL_SERIAL = (*MLA_MODULE_SERIAL, *MLA_PREFILL_SERIAL)
 MLA_MODULE_BASE = "gemms_roofline"
 # The absorbed BMMs' compute-side features (``mla_features.mla_bmm_features``): the output
 # tiles' waves over the SMs and the bytes of a working set that stays in L2 across the
@@ -629,11 +657,12 @@ FORMULAS: dict[str, KernelFormula] = {
             for phase, launch, serial, doc in (
                 (
                     "prefill",
-                    (),
+                    MLA_PREFILL_REPLAY,
                     MLA_PREFILL_SERIAL,
                     "prompts in the decompressed form (per-head K/V, nope + rope); "
-                    "waves: the CTAs' waves over the SMs after the smooth maximum "
-                    "(``mla_features.mla_prefill_waves``)",
+                    "the bytes its table's replays read from L2 on the compute side "
+                    "(``mla_features.mla_prefill_replay_l2``); waves: the CTAs' waves over "
+                    "the SMs after the smooth maximum (``mla_features.mla_prefill_waves``)",
                 ),
                 (
                     "decode",
@@ -683,7 +712,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 (
                     "prefill",
                     MLA_MODULE_EXTRAS,
-                    MLA_MODULE_SERIAL,
+                    MLA_MODULE_PREFILL_SERIAL,
                     "; at least a fitted floor, the host time of an eager call that small "
                     "work hides under (``MLA_MODULE_PREFILL_FLOOR``)",
                 ),
@@ -869,8 +898,10 @@ __all__ = [
     "MLA_MODULE_EXTRAS",
     "MLA_MODULE_GEMMS",
     "MLA_MODULE_PREFILL_FLOOR",
+    "MLA_MODULE_PREFILL_SERIAL",
     "MLA_MODULE_REPLAY",
     "MLA_MODULE_SERIAL",
+    "MLA_PREFILL_REPLAY",
     "MLA_PREFILL_SERIAL",
     "MLA_VARIANTS",
     "MODEL_VARIANTS",

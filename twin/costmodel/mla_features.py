@@ -86,6 +86,20 @@ def mla_prefill_waves(queries: Sums, sequences: Sums, heads: int, sms: int) -> S
     return -(-(sequences * heads * tiles) // sms)
 
 
+def mla_prefill_replay_l2(
+    sums: tuple[Sums, Sums, Sums, Sums], l2_bytes: float | None
+) -> tuple[Sums, Sums, Sums, Sums, Sums]:
+    """The prefill kernel's sums (:func:`mla_prefill_sums`: FLOPs, bytes, tiles, keys per
+    sequence) with the bytes its table's CUDA-graph replays read from L2 last
+    (``formulas.MLA_PREFILL_REPLAY``): where all its bytes fit in
+    ``features.REPLAY_L2_SHARE`` of an L2 of ``l2_bytes`` (``features.replay_resident``)
+    they are read from L2, its HBM bytes zero; else nothing. ``l2_bytes`` None: nothing
+    resident (a serving step, or a table not timed by replays)."""
+    flops, nbytes, tiles, seq = sums
+    resident = replay_resident(nbytes, l2_bytes)
+    return flops, nbytes * (1 - resident), tiles, seq, nbytes * resident
+
+
 # Query heads one thread block of an MLA decode kernel computes against each key block:
 # FlashMLA's 64 (deepseek-ai/FlashMLA, docs/20250422-new-kernel-deep-dive.md: a CTA holds
 # 64 query rows, h_q x s_q), which FlashInfer's and TensorRT-LLM's MLA decode kernels
@@ -859,6 +873,15 @@ def mla_module_prefill_sums(
     return module_attention_split(gf, gb, attention, kv_bytes, attention[0])
 
 
+def module_prefill_features(module: ModuleSums, waves: Sums) -> tuple[Sums, ...]:
+    """The ``mla_module_prefill`` families' arguments in their formula's order
+    (``formulas.MLA_MODULE_PREFILL_SERIAL``): the module's sums
+    (:func:`mla_module_prefill_sums`) and, last, its context attention's waves of CTAs
+    (:func:`mla_prefill_waves`, the ``mla_prefill`` kernel's feature: the module runs
+    that kernel)."""
+    return (*module, waves)
+
+
 def mla_module_decode_sums(
     dims: MlaDims, batch: Sums, keys: Sums, e: int, act_e: float, w_e: float, kv_e: float
 ) -> ModuleSums:
@@ -1020,12 +1043,14 @@ __all__ = [
     "mla_module_absorbed_sums",
     "mla_module_decode_sums",
     "mla_module_prefill_sums",
+    "mla_prefill_replay_l2",
     "mla_prefill_sums",
     "mla_prefill_waves",
     "mla_projection_sums",
     "module_attention_split",
     "module_decode_features",
     "module_decode_rule",
+    "module_prefill_features",
     "module_replay_l2",
     "triton_max_kv_splits",
     "triton_num_kv_splits",
