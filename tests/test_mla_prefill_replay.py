@@ -110,8 +110,8 @@ def test_a_trtllm_kernel_row_carries_its_l2_bytes_and_an_sglang_row_none() -> No
     small, big = rows[(64, 32, 16)], rows[(64, 128, 16)]
     assert small["bytes"] == 0 and small["l2_bytes"] == pytest.approx(44.3e6, rel=0.01)
     assert big["l2_bytes"] == 0 and big["bytes"] == pytest.approx(177e6, rel=0.01)
-    assert small["median_s"] == pytest.approx(0.047e-3, abs=1e-6)
-    assert big["median_s"] == pytest.approx(0.348e-3, abs=1e-6)
+    assert small["median_s"] == pytest.approx(0.047e-3, abs=2e-6)
+    assert big["median_s"] == pytest.approx(0.348e-3, abs=2e-6)
     assert "sglang" not in aic_mla.REPLAYED_KERNEL_TABLES
     for fam in aic_mla.kernel_rows(system_dir("h200"), "sglang"):
         if fam.kernel.startswith("mla_prefill"):
