@@ -102,7 +102,7 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
     sms = get_gpu(gpu).sm_count or 0
     out: dict[str, dict[str, Any]] = {}
     system = at.system_dir(gpu)
-    # A decode-module or decode-kernel fit without the replays' L2 term (``c_l2_bytes`` 0:
+    # A decode-module or attention-kernel fit without the replays' L2 term (``c_l2_bytes`` 0:
     # written before it) reads its rows as it was fitted, every byte from HBM.
     unread = {f.kernel: f for f in module_rows(system, engine, replay_l2=False)}
     unread |= {f.kernel: f for f in kernel_rows(system, engine, replay_l2=False)}
@@ -111,7 +111,7 @@ def miss_reasons(name: str, prof: Profile) -> dict[str, dict[str, Any]]:
         if fit is None or fam.kernel in out:
             continue
         if fit.params.get("c_l2_bytes", 1.0) == 0 and fam.kernel.startswith(
-            ("mla_module_decode", "mla_decode")
+            ("mla_module_decode", "mla_decode", "mla_prefill")
         ):
             fam = unread.get(fam.kernel, fam)
         ok, _ = split_impossible(fam.kernel, fam.rows, prof.peaks)

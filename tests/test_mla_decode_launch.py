@@ -228,7 +228,7 @@ def test_an_old_decode_fit_reads_with_zero_launch_terms() -> None:
     )
     _upgrade(fit, fm.get_formula("mla_decode_fp8kv"))
     assert fit.model == fm.get_formula("mla_decode").model_name
-    zero = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_DECODE_REPLAY, *fm.MLA_DECODE_SERIAL)
+    zero = (*fm.MLA_DECODE_LAUNCH, *fm.MLA_KERNEL_REPLAY, *fm.MLA_DECODE_SERIAL)
     assert all(fit.params[f"c_{x}"] == 0 for x in zero)
 
 

@@ -1,6 +1,6 @@
 """The MLA decode kernel tables' replays (issue 34, helper ``mla37``): NVIDIA's collectors
 replay one decode call in a CUDA graph over the same latent cache, so a cache that fits in
-L2 is read from there (``mla_features.decode_replay_l2``, the decode modules' rule
+L2 is read from there (``mla_features.kernel_replay_l2``, the decode modules' rule
 ``features.replay_resident``); a serving step reads from HBM.
 
 DeepSeek-V3's widths (``aic_mla.DSV3``): 576 latent elements a cached token, the absorbed
@@ -31,7 +31,7 @@ from twin.presets import get_model
 RTX_L2 = get_gpu("rtx-pro-6000").l2_bytes  # 128 MB
 
 
-def _sums(batch: int, keys: int, kv_e: int = 1) -> mf.DecodeSums:
+def _sums(batch: int, keys: int, kv_e: int = 1) -> mf.KernelSums:
     return mf.mla_decode_sums(batch, batch * keys, aic_mla.dims(16), 2, kv_e)
 
 
@@ -44,15 +44,15 @@ def test_a_decode_cache_that_fits_in_l2_is_read_from_l2() -> None:
     small, big = _sums(2, 65536), _sums(4, 65536)
     assert small[1] == 576 * 2**17 + 2 * 2 * 16 * 1088 == 75_567_104
     assert small[1] <= REPLAY_L2_SHARE * RTX_L2 < big[1]
-    kept, l2 = mf.decode_replay_l2(small, RTX_L2)
+    kept, l2 = mf.kernel_replay_l2(small, RTX_L2)
     assert l2 == 75_567_104 and kept == (small[0], 0.0, small[2], small[3])
-    assert mf.decode_replay_l2(big, RTX_L2) == (big, 0.0)
-    assert mf.decode_replay_l2(small, None) == (small, 0.0)
+    assert mf.kernel_replay_l2(big, RTX_L2) == (big, 0.0)
+    assert mf.kernel_replay_l2(small, None) == (small, 0.0)
 
 
 def test_the_decode_formula_reads_l2_bytes_on_the_compute_side() -> None:
     """Both decode families read ``l2_bytes`` after the launch's compute-side features and
-    before the serial ones, where ``decode_kernel_features`` puts it; prefill does not."""
+    before the serial ones, where ``decode_kernel_features`` puts it; prefill's the same."""
     for key in ("mla_decode", "mla_decode_fp8kv"):
         f = fm.get_formula(key)
         assert f.extras[-1] == "l2_bytes" and "l2_bytes" not in f.serial
@@ -61,7 +61,9 @@ def test_the_decode_formula_reads_l2_bytes_on_the_compute_side() -> None:
         named = dict(zip(f.features, args[2:], strict=True))
         assert named["l2_bytes"] == 7.0 and named["block_keys"] == 3.0
         assert named["launch_waves"] == 2.0 and named["kv_repeat"] == 4.0
-    assert "l2_bytes" not in fm.get_formula("mla_prefill").features
+    # the prefill kernel's replays are read by the same rule, before its serial waves
+    prefill = fm.get_formula("mla_prefill")
+    assert prefill.extras[-1] == "l2_bytes" and "l2_bytes" not in prefill.serial
 
 
 def test_the_reader_puts_a_small_cache_in_l2(tmp_path: Path) -> None:

@@ -271,15 +271,21 @@ def test_every_mla_family_has_a_formula() -> None:
         # the decode kernel's block keys (``mla_features.decode_block_keys``) before them
         block = ("block_keys",) if key.startswith("mla_decode") else ()
         # the decode module's working set read from L2 in the tables' replays after them
-        # (the decode kernel's too: ``mla_features.decode_replay_l2``)
+        # (the attention kernel's too: ``mla_features.kernel_replay_l2``)
         l2 = fm.MLA_MODULE_REPLAY if key.startswith("mla_module_decode") else ()
-        l2 = fm.MLA_DECODE_REPLAY if key.startswith("mla_decode") else l2
+        l2 = fm.MLA_KERNEL_REPLAY if key.startswith(("mla_decode", "mla_prefill")) else l2
         assert f.extras in (("tiles", "seq_keys", *block, *launch, *l2), fm.MLA_BMM_EXTRAS)
         # the modules price their attention kernel after the GEMMs' smooth maximum
         module = key.startswith("mla_module")
         prefill = key.startswith("mla_prefill")
         bmm = key.startswith("mla_bmm")  # after them, its quantisation's and k-loop's steps
-        serial = fm.MLA_MODULE_SERIAL if module else fm.MLA_PREFILL_SERIAL if prefill else ()
+        # the prefill module's after them: its context attention's waves (``mla_prefill``'s)
+        module_serial = (
+            fm.MLA_MODULE_PREFILL_SERIAL
+            if key.startswith("mla_module_prefill")
+            else fm.MLA_MODULE_SERIAL
+        )
+        serial = module_serial if module else fm.MLA_PREFILL_SERIAL if prefill else ()
         serial = ("quant_steps", "k_steps") if bmm else serial
         after = ("kv_repeat", "partials", "critical_keys") if decode else ()
         assert f.serial == (*serial, *after)

@@ -246,7 +246,8 @@ def test_h200_sglang_0510_prefill_module_at_8k_tokens_known_answer() -> None:
 
     def prompt(n: int) -> float:  # one prompt of n tokens
         sums = mf.mla_module_prefill_sums(dims(16), n, n * (n + 1) // 2, n, 1, 2, act_e, w_e, 1)
-        return _price(kernel, prof, sums)
+        waves = mf.mla_prefill_waves(n, 1, 16, get_gpu("h200").sm_count or 0)
+        return _price(kernel, prof, mf.module_prefill_features(sums, waves))
 
     seconds = prompt(8192)
     assert seconds == pytest.approx(1.173e-3, rel=0.12)

@@ -66,10 +66,10 @@ from twin.costmodel.mla_features import (
     decode_block_keys,
     decode_block_rows,
     decode_kernel_features,
-    decode_replay_l2,
     decode_tile_rule,
     decode_tiles,
     kernel_decode_rule,
+    kernel_replay_l2,
     mla_bmm_features,
     mla_decode_launch,
     mla_decode_sums,
@@ -79,6 +79,7 @@ from twin.costmodel.mla_features import (
     mla_prefill_waves,
     module_decode_features,
     module_decode_rule,
+    module_prefill_features,
     module_replay_l2,
 )
 from twin.costmodel.table_release import pick_version
@@ -118,17 +119,18 @@ def system_sms(system: Path) -> int:
 def _kernel_row(
     kernel: str, r: dict[str, Any], phase: str, kv_e: int, sms: int, gpu: str, l2: float | None
 ) -> dict[str, Any]:
-    """One attention-kernel row; a decode row's bytes its replays keep in an L2 of ``l2``
-    (None: none) read from there (``mla_features.decode_replay_l2``)."""
+    """One attention-kernel row; its bytes the table's replays keep in an L2 of ``l2``
+    (None: none) read from there (``mla_features.kernel_replay_l2``)."""
     b, h = int(r["batch_size"]), int(r["num_heads"])
     dm = dims(h)
     if phase == "prefill":
         s = int(r["isl"])
-        flops, nbytes, tiles, seq = mla_prefill_sums(
-            b * s, b * s * (s + 1) // 2, b * s, b, dm, ELEM_BYTES, kv_e
+        (flops, nbytes, tiles, seq), l2_bytes = kernel_replay_l2(
+            mla_prefill_sums(b * s, b * s * (s + 1) // 2, b * s, b, dm, ELEM_BYTES, kv_e), l2
         )
         shape = {"b": b, "s": s, "h": h}
-        extras = {"tiles": tiles, "seq_keys": seq, "waves": mla_prefill_waves(b * s, b, h, sms)}
+        waves = mla_prefill_waves(b * s, b, h, sms)
+        extras = {"tiles": tiles, "seq_keys": seq, "l2_bytes": l2_bytes, "waves": waves}
     else:
         keys = int(r["step"]) + 1  # the cached tokens and the new one
         flops, nbytes, tiles, seq = mla_decode_sums(b, b * keys, dm, ELEM_BYTES, kv_e)
@@ -136,7 +138,7 @@ def _kernel_row(
         source = str(r.get("kernel_source", ""))
         rule = kernel_decode_rule(gpu, source, kv_e)
         tiles = decode_tiles(decode_tile_rule(gpu, source, kv_e), tiles, b, h, kv_e)
-        sums, l2_bytes = decode_replay_l2((flops, nbytes, tiles, seq), l2)
+        sums, l2_bytes = kernel_replay_l2((flops, nbytes, tiles, seq), l2)
         launch = mla_decode_launch(rule, b, b * keys, 1, dm, kv_e, sms)
         block = decode_block_rows(gpu, source, kv_e)
         flops, nbytes, *features = decode_kernel_features(
@@ -154,7 +156,8 @@ def _module_row(
     kv_e: int,
     gpu: tuple[str, int, float | None],
 ) -> dict[str, Any]:
-    """One module row; ``gpu`` the table's GPU, its SMs (a decode row's attention
+    """One module row; ``gpu`` the table's GPU, its SMs (a prefill row's attention
+    waves, ``mla_features.module_prefill_features``; a decode row's attention
     launch: ``mla_features.module_decode_features``, its rule from the row's
     ``kernel_source``) and its L2 (the working set the replays keep there:
     ``mla_features.module_replay_l2``)."""
@@ -164,8 +167,11 @@ def _module_row(
     sums: tuple[Any, ...]
     if phase == "prefill":
         s = int(r["isl"])
-        sums = mla_module_prefill_sums(
-            dm, b * s, b * s * (s + 1) // 2, b * s, b, ELEM_BYTES, act_e, w_e, kv_e
+        sums = module_prefill_features(
+            mla_module_prefill_sums(
+                dm, b * s, b * s * (s + 1) // 2, b * s, b, ELEM_BYTES, act_e, w_e, kv_e
+            ),
+            mla_prefill_waves(b * s, b, h, gpu[1]),
         )
         shape = {"b": b, "s": s, "h": h}
     else:
@@ -219,9 +225,9 @@ def kernel_rows(
     system: Path, engine: str, release: str | None = None, replay_l2: bool = True
 ) -> list[FamilyRows]:
     """``mla_prefill`` / ``mla_decode`` (and ``_fp8kv``) from the attention-kernel tables;
-    ``replay_l2`` False: no decode row's bytes read from L2 (``mla_features.
-    decode_replay_l2``), as a decode fit written before that term was fitted (its
-    ``c_l2_bytes`` 0: ``profile._upgrade``; a bench pricing it)."""
+    ``replay_l2`` False: no row's bytes read from L2 (``mla_features.kernel_replay_l2``),
+    as a fit written before that term was fitted (its ``c_l2_bytes`` 0:
+    ``profile._upgrade``; a bench pricing it)."""
     families = []
     sms = 0
     l2 = system_l2(system) if replay_l2 else None

@@ -306,6 +306,14 @@ MLA_MODULE_PREFILL_FLOOR = True
 # The prefill attention kernel's serial feature: its waves of CTAs over the SMs
 # (``mla_features.mla_prefill_waves``), each about one CTA's time.
 MLA_PREFILL_SERIAL = ("waves",)
+# The attention kernel's bytes read from L2 across its table's CUDA-graph replays
+# (``mla_features.kernel_replay_l2``: where the kernel's whole working set fits in
+# ``features.REPLAY_L2_SHARE`` of L2, all of it, its HBM bytes then zero; the collectors'
+# replays are cited there), on the compute side; a serving step reads from HBM (zero). A
+# fit without it reads with ``c_l2_bytes`` 0 (``profile._upgrade``): the same prices.
+# ``mla_prefill*`` takes it before its serial ``waves``, ``mla_decode*`` after its launch
+# features.
+MLA_KERNEL_REPLAY = ("l2_bytes",)
 # The decode attention kernel's launch features (``mla_features.mla_decode_launch``, the
 # split-KV rule of the kernel the table times): its CTAs and their waves on the compute
 # side, the keys re-read by a sequence's other CTAs, the split reduction's partial
@@ -326,12 +334,6 @@ MLA_DECODE_FLOOR = True
 # without it reads with a zero coefficient: the same prices.
 MLA_DECODE_BLOCK = ("block_keys",)
 MLA_DECODE_SERIAL = ("kv_repeat", "partials", "critical_keys")
-# The decode kernel's bytes a kernel table's CUDA-graph replays read from L2
-# (``mla_features.decode_replay_l2``: the cache, query and output within
-# ``features.REPLAY_L2_SHARE`` of L2, the decode modules' rule), on the compute side after
-# the launch's, its HBM bytes then zero; a serving step reads from HBM (zero). A fit without
-# it reads with ``c_l2_bytes`` 0 (``profile._upgrade``): the same prices.
-MLA_DECODE_REPLAY = ("l2_bytes",)
 # The decode module's features: the module's, with its attention kernel's launch
 # (``mla_features.module_decode_features``: the same split rule as ``mla_decode``'s, read
 # from the module table's ``kernel_source``) on each side as there. A decode-module fit of
@@ -346,6 +348,19 @@ MLA_MODULE_DECODE_EXTRAS = (*MLA_MODULE_EXTRAS, *MLA_DECODE_LAUNCH)
 # modules: on their fit rows it measured worse (docs/decisions.md, helper ``mla-module``).
 MLA_MODULE_REPLAY = ("l2_bytes",)
 MLA_MODULE_DECODE_SERIAL = (*MLA_MODULE_SERIAL, *MLA_DECODE_SERIAL)
+# The prefill module's context attention's CTA waves over the SMs after its KV stream and
+# FLOPs: the ``mla_prefill`` kernel's serial feature (``MLA_PREFILL_SERIAL``,
+# ``mla_features.module_prefill_features``). The module runs that kernel: TensorRT-LLM
+# 1.3.0rc20 (the tables' release) ``tensorrt_llm/_torch/modules/attention.py``
+# ``MLA.forward_context_default``, taken where the context has no cached prefix (the
+# module tables' ``step`` 0), runs kv_b_proj over the new rows, copies k_nope and the
+# broadcast k_pe into one K and calls ``self.mha.forward`` (``TrtllmAttention``) with
+# ``AttentionInputType.context_only``: the context FMHA NVIDIA's ``context_mla_perf``
+# tables time alone, whose fits price each wave of CTAs (docs/decisions.md, issue 34).
+# On the module tables' fit rows the feature lowered the fitted error of most families
+# (docs/decisions.md, helper ``mlamod37``). A fit without it reads with ``c_waves`` 0
+# (``profile._upgrade``): the same prices (SGLang's per-release fits).
+MLA_MODULE_PREFILL_SERIAL = (*MLA_MODULE_SERIAL, *MLA_PREFILL_SERIAL)
 MLA_MODULE_BASE = "gemms_roofline"
 # The absorbed BMMs' compute-side features (``mla_features.mla_bmm_features``): the output
 # tiles' waves over the SMs, the bytes of a working set that stays in L2 across the
@@ -638,21 +653,22 @@ FORMULAS: dict[str, KernelFormula] = {
             for phase, launch, serial, doc in (
                 (
                     "prefill",
-                    (),
+                    MLA_KERNEL_REPLAY,
                     MLA_PREFILL_SERIAL,
                     "prompts in the decompressed form (per-head K/V, nope + rope); "
-                    "waves: the CTAs' waves over the SMs after the smooth maximum "
-                    "(``mla_features.mla_prefill_waves``)",
+                    "the bytes its table's replays read from L2 on the compute side "
+                    "(``mla_features.kernel_replay_l2``); waves: the CTAs' waves over "
+                    "the SMs after the smooth maximum (``mla_features.mla_prefill_waves``)",
                 ),
                 (
                     "decode",
-                    (*MLA_DECODE_BLOCK, *MLA_DECODE_LAUNCH, *MLA_DECODE_REPLAY),
+                    (*MLA_DECODE_BLOCK, *MLA_DECODE_LAUNCH, *MLA_KERNEL_REPLAY),
                     MLA_DECODE_SERIAL,
                     "one query per sequence in the absorbed form (over the latent); "
                     "seq_keys: the keys of one sequence, its split-KV critical path; "
                     "the launch's CTAs, waves, re-read keys and split partials "
                     "(``mla_features.mla_decode_launch``); l2_bytes: a table row's bytes "
-                    "read from L2 across its replays (``mla_features.decode_replay_l2``)",
+                    "read from L2 across its replays (``mla_features.kernel_replay_l2``)",
                 ),
             )
             for kv in MLA_KV
@@ -693,7 +709,7 @@ FORMULAS: dict[str, KernelFormula] = {
                 (
                     "prefill",
                     MLA_MODULE_EXTRAS,
-                    MLA_MODULE_SERIAL,
+                    MLA_MODULE_PREFILL_SERIAL,
                     "; at least a fitted floor, the host time of an eager call that small "
                     "work hides under (``MLA_MODULE_PREFILL_FLOOR``)",
                 ),
@@ -871,8 +887,8 @@ __all__ = [
     "MLA_DECODE_BLOCK",
     "MLA_DECODE_FLOOR",
     "MLA_DECODE_LAUNCH",
-    "MLA_DECODE_REPLAY",
     "MLA_DECODE_SERIAL",
+    "MLA_KERNEL_REPLAY",
     "MLA_KV",
     "MLA_MODULE_BASE",
     "MLA_MODULE_DECODE_EXTRAS",
@@ -880,6 +896,7 @@ __all__ = [
     "MLA_MODULE_EXTRAS",
     "MLA_MODULE_GEMMS",
     "MLA_MODULE_PREFILL_FLOOR",
+    "MLA_MODULE_PREFILL_SERIAL",
     "MLA_MODULE_REPLAY",
     "MLA_MODULE_SERIAL",
     "MLA_PREFILL_SERIAL",

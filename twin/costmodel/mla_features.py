@@ -627,42 +627,44 @@ def mla_absorbed_sums(
     return flops, nbytes, float(blocks) * sequences + 0.0 * keys, kv_rows / sequences
 
 
-# The decode kernel tables' replays (``mla_decode*``): both collectors time one decode
-# call captured in a CUDA graph and replayed on the same buffers, the same latent cache
-# every replay, with no L2 flush between (ai-dynamo/aiconfigurator 095f58a51,
-# ``collector/trtllm/collect_mla.py`` and ``collector/sglang/collect_mla.py`` call
-# ``collector/helper.py`` ``benchmark_with_power``, whose ``use_cuda_graph`` defaults to
-# True: capture ``repeat_n`` calls, warm-up replays, then timed replays). A cache (and query
-# and output) that fits in ``features.REPLAY_L2_SHARE`` of L2 stays there from one replay to
-# the next and is read at L2's rate, as the BMMs' and the decode modules' working sets
-# (:func:`module_replay_l2`). The tables step where it stops: NVIDIA's RTX PRO 6000
-# TensorRT-LLM fp8-KV table (128 MB L2, 576 bytes a cached token) runs 18-28% over a fit
-# without the term at batch x keys = 2^18 (151 MB) whatever the split between batch and
-# context, and sits on it at 2^17 (75 MB) (docs/decisions.md, issue 34, helper ``mla36``).
-DecodeSums = tuple[Sums, Sums, Sums, Sums]
+# The attention-kernel tables' replays (``mla_prefill*`` and ``mla_decode*``): the
+# collectors time one call captured in a CUDA graph and replayed on the same buffers, with
+# no L2 flush between (ai-dynamo/aiconfigurator 095f58a51: ``collector/trtllm/collect_mla.py``
+# and ``collector/sglang/collect_mla.py`` call ``collector/helper.py``
+# ``benchmark_with_power``, whose ``use_cuda_graph`` defaults to True; 070f5afd's TensorRT-LLM
+# ``run_mla`` replays ``g.replay()`` ``test_ite`` times over one ``fused_q`` and
+# ``latent_cache``). A working set that fits in ``features.REPLAY_L2_SHARE`` of L2 stays
+# there from one replay to the next and is read at L2's rate, as the BMMs' and the
+# modules' (:func:`module_replay_l2`). The tables step where it stops: NVIDIA's RTX PRO 6000
+# TensorRT-LLM fp8-KV decode table (128 MB L2, 576 bytes a cached token) runs 18-28% over a
+# fit without the term at batch x keys = 2^18 (151 MB) and sits on it at 2^17 (75 MB)
+# (docs/decisions.md, issue 34, helpers ``mla36`` and ``mla37``); the L40S TensorRT-LLM
+# prefill table (96 MB L2) steps 6x for 2x the work from 44 to 177 MB of Q, K, V, O and
+# latent (helper ``mlamod37``).
+KernelSums = tuple[Sums, Sums, Sums, Sums]
 
 
-def decode_replay_l2(sums: DecodeSums, l2_bytes: float | None) -> tuple[DecodeSums, Sums]:
-    """The decode kernel's sums (:func:`mla_decode_sums`: FLOPs, bytes, tiles, keys a
-    sequence) with the bytes a kernel table's replays read from L2, and those L2 bytes
-    (``formulas.MLA_DECODE_REPLAY``): where the kernel's bytes (the latent cache, the
-    absorbed query in and the output out) fit in an L2 of ``l2_bytes``
-    (``features.replay_resident``), all of them are read from L2, its HBM bytes zero; else
-    nothing. ``l2_bytes`` None: nothing resident (a serving step: between two reads of one
-    layer's cache every other layer's weights and cache stream through L2)."""
+def kernel_replay_l2(sums: KernelSums, l2_bytes: float | None) -> tuple[KernelSums, Sums]:
+    """An attention kernel's sums (:func:`mla_prefill_sums` / :func:`mla_decode_sums`:
+    FLOPs, bytes, tiles, keys a sequence) with the bytes a kernel table's replays read from
+    L2, and those L2 bytes (``formulas.MLA_KERNEL_REPLAY``): where all the kernel's bytes
+    fit in an L2 of ``l2_bytes`` (``features.replay_resident``) they are read from L2, its
+    HBM bytes zero; else nothing. ``l2_bytes`` None: nothing resident (a serving step:
+    between two reads of one layer's cache every other layer's weights and cache stream
+    through L2)."""
     flops, nbytes, tiles, seq = sums
     resident = replay_resident(nbytes, l2_bytes)
     return (flops, nbytes * (1 - resident), tiles, seq), nbytes * resident
 
 
 def decode_kernel_features(
-    sums: DecodeSums, block_keys: Sums, launch: LaunchSums, l2: Sums = 0.0
+    sums: KernelSums, block_keys: Sums, launch: LaunchSums, l2: Sums = 0.0
 ) -> tuple[Sums, ...]:
     """The ``mla_decode*`` families' arguments in their formula's order
     (``formulas``: ``tiles``, ``seq_keys``, ``MLA_DECODE_BLOCK``, ``MLA_DECODE_LAUNCH``,
-    ``MLA_DECODE_REPLAY``, then ``MLA_DECODE_SERIAL``): the kernel's sums, its query-row
+    ``MLA_KERNEL_REPLAY``, then ``MLA_DECODE_SERIAL``): the kernel's sums, its query-row
     blocks' keys (:func:`decode_block_keys`), its launch (:func:`mla_decode_launch`) and a
-    table row's L2 bytes (:func:`decode_replay_l2`; zero for a serving step)."""
+    table row's L2 bytes (:func:`kernel_replay_l2`; zero for a serving step)."""
     ctas, waves, repeat, partials, critical = launch
     return (*sums, block_keys, ctas, waves, l2, repeat, partials, critical)
 
@@ -917,6 +919,15 @@ def mla_module_prefill_sums(
     return module_attention_split(gf, gb, attention, kv_bytes, attention[0])
 
 
+def module_prefill_features(module: ModuleSums, waves: Sums) -> tuple[Sums, ...]:
+    """The ``mla_module_prefill`` families' arguments in their formula's order
+    (``formulas.MLA_MODULE_PREFILL_SERIAL``): the module's sums
+    (:func:`mla_module_prefill_sums`) and, last, its context attention's waves of CTAs
+    (:func:`mla_prefill_waves`, the ``mla_prefill`` kernel's feature: the module runs
+    that kernel)."""
+    return (*module, waves)
+
+
 def mla_module_decode_sums(
     dims: MlaDims, batch: Sums, keys: Sums, e: int, act_e: float, w_e: float, kv_e: float
 ) -> ModuleSums:
@@ -1056,7 +1067,7 @@ __all__ = [
     "VLLM_TRITON_MIN_WORK_PER_SPLIT",
     "VLLM_TRITON_MLA_SOURCE",
     "VLLM_TRITON_OCCUPANCY",
-    "DecodeSums",
+    "KernelSums",
     "LaunchSums",
     "MlaDims",
     "MlaGenLaunch",
@@ -1068,11 +1079,11 @@ __all__ = [
     "decode_block_rows",
     "decode_head_tiles",
     "decode_kernel_features",
-    "decode_replay_l2",
     "decode_rule",
     "decode_tile_rule",
     "fa3_num_splits",
     "kernel_decode_rule",
+    "kernel_replay_l2",
     "mla_absorbed_sums",
     "mla_bmm_features",
     "mla_bmm_sums",
@@ -1087,6 +1098,7 @@ __all__ = [
     "module_attention_split",
     "module_decode_features",
     "module_decode_rule",
+    "module_prefill_features",
     "module_replay_l2",
     "triton_max_kv_splits",
     "triton_num_kv_splits",

@@ -73,10 +73,10 @@ class MlaPricing(ShardShapes):
             m.v_head_dim,
             self.heads,
         )
-        # The prefill kernel's waves run over the GPU's SMs (``self.sms``,
-        # ``mla_features.mla_prefill_waves``); every GPU with NVIDIA's MLA tables has a
-        # count (``calibration.aic_mla`` refuses to fit one without), so a GPU without one
-        # has no fit that prices its waves.
+        # The prefill kernel's waves (alone and in the prefill module) run over the GPU's
+        # SMs (``self.sms``, ``mla_features.mla_prefill_waves``); every GPU with NVIDIA's
+        # MLA tables has a count (``calibration.aic_mla`` refuses to fit one without), so
+        # a GPU without one has no fit that prices its waves.
         self._mla: dict[str, Callable[..., float]] = {}
         for family in ("mla_module_prefill", "mla_module_decode", "mla_prefill", "mla_decode"):
             key = keys.get(family)
@@ -273,13 +273,17 @@ class MlaPricing(ShardShapes):
         if mode == "module":
             act_e, w_e = self._mla_gemm_bytes
             module = mf.mla_module_prefill_sums(d, n, keys, rows, seqs, e, act_e, w_e, kv_e)
-            return "mla_module", self._mla["mla_module_prefill"](*module)
+            waves = mf.mla_prefill_waves(n, seqs, d.heads, self.sms) if self.sms else 0.0
+            features = mf.module_prefill_features(module, waves)
+            return "mla_module", self._mla["mla_module_prefill"](*features)
         kv_b = self._proj(rows, d.kv_lora, d.heads * (d.nope + d.v))
         if mode == "kernels":
             sums = mf.mla_prefill_sums(n, keys, rows, seqs, d, e, kv_e)
             sms = self.sms
             waves = mf.mla_prefill_waves(n, seqs, d.heads, sms) if sms else 0.0
-            return "mla_prefill", kv_b + self._mla["mla_prefill"](*sums, waves)
+            # No L2 bytes: the tables' L2 reads are their CUDA-graph replays over one set of
+            # buffers (``mf.kernel_replay_l2``); a serving step reads its prompt from HBM.
+            return "mla_prefill", kv_b + self._mla["mla_prefill"](*sums, 0.0, waves)
         # GQA stand-in: MHA at the mean of the QK and V widths (4 x width per score: exact
         # FLOPs), one tile per sequence and head.
         width = (d.nope + d.rope + d.v) // 2
@@ -412,7 +416,7 @@ class MlaPricing(ShardShapes):
             launch = mf.mla_decode_launch(self._mla_rule, batch, kv, width, d, kv_e, sms)
             block_keys = mf.decode_block_keys(self._mla_block, kv, d.heads * width)
             # No L2 term: the tables' L2 reads are their CUDA-graph replays over one cache
-            # (``mf.decode_replay_l2``); a serving step reads each layer's cache once, after
+            # (``mf.kernel_replay_l2``); a serving step reads each layer's cache once, after
             # every other layer's weights and cache have streamed through L2, so from HBM.
             attn = self._mla["mla_decode"](*mf.decode_kernel_features(sums, block_keys, launch))
             kernel = "mla_decode"
