@@ -663,47 +663,6 @@ def test_a_closed_loop_client_sends_its_next_request_when_the_last_token_reaches
     assert b.first_token_s == b.arrival_s + 1.25
 
 
-def test_the_hand_out_lag_moves_ttft_and_the_completion_by_it_and_tpot_not_at_all(tmp_path):
-    """One client, two requests of 3 tokens, a hand-out lag of 0.25 s: the first token
-    leaves the GPU at 1 and reaches the client at 1.25, the last at 3.25, when the client
-    sends the second request; the time between first and last token is unchanged."""
-    path = single_turns(tmp_path / "w.parquet", [None, None], prompt_len=8, output_len=3)
-    _, base = run(path, ConstantPricer(), policy="vanilla", concurrency=1)
-    _, lagged = run(path, ConstantPricer(), policy="vanilla", concurrency=1, handout_s=0.25)
-    a, b = lagged
-    assert (a.first_token_s, a.completed_s) == (a.arrival_s + 1.25, a.arrival_s + 3.25)
-    assert b.arrival_s == a.completed_s  # the closed loop waits for the lagged last token
-    for before, after in zip(base, lagged, strict=True):
-        assert after.ttft_s == pytest.approx(before.ttft_s + 0.25)
-        assert after.tpot_s == pytest.approx(before.tpot_s)
-    assert "handout_s" not in EngineConfig().to_dict()  # the paper's summary is unchanged
-
-
-def test_the_hand_out_lag_holds_no_engine_resource(tmp_path):
-    """Open loop, four requests at once on a 16-token budget (two prefill a step): with a
-    lag the engine runs the same steps, so every first token and completion comes exactly
-    the lag later and every admission at the same time."""
-    path = single_turns(tmp_path / "w.parquet", [0.0, 0.0, 0.0, 0.5], prompt_len=8, output_len=4)
-    kw = {"policy": "vanilla", "max_batched_tokens": 16, "max_running": 8}
-    _, base = run(path, ConstantPricer(), **kw)
-    _, lagged = run(path, ConstantPricer(), handout_s=0.1, **kw)
-    before, after = _by_row(base), _by_row(lagged)
-    assert sorted(before) == sorted(after) == [0, 1, 2, 3]
-    for row, rec in before.items():
-        assert after[row].admitted_s == rec.admitted_s
-        assert after[row].first_token_s == pytest.approx(rec.first_token_s + 0.1)
-        assert after[row].completed_s == pytest.approx(rec.completed_s + 0.1)
-    assert len({rec.admitted_s for rec in before.values()}) > 1  # a queue formed
-
-
-def test_the_hand_out_lag_is_fitted_nowhere_and_never_negative():
-    for engine in ("vllm", "sglang", "trtllm"):
-        for gpu in ("h100", "h200", "b200", "b300"):
-            assert "handout_s" not in engine_time_defaults(engine, gpu)
-    with pytest.raises(TwinError, match="handout-s"):
-        EngineConfig.of(handout_s=-1e-3)
-
-
 def test_the_response_path_is_refused_where_no_single_loop_streams():
     with pytest.raises(TwinError, match="stream-token-s"):
         EngineConfig.of(stream_token_s=1e-4, dp_attention=2, tp=2)

@@ -335,9 +335,6 @@ class Cluster:
         # The scheduler stamps its admission (cache looked up, hit pinned, checkpoints
         # chosen) and first token (prefill of the uncached tokens done) as they happen.
         yield seq.done  # decoded to output_len; final state cached, hit unpinned, memory freed
-        handout = self.config.host_time.handout_s
-        if handout:  # every token reaches the client that much later (_handed_out)
-            _handed_out(seq, handout)
         if seq.done_s > self.env.now:  # the response path still holds its last token
             yield self.env.timeout(seq.done_s - self.env.now)
         self.on_record(_record(seq))
@@ -474,28 +471,6 @@ class Cluster:
             self.source.peak_buffered,
             [r.token_gaps() for r in self.replicas],
         )
-
-
-def _handed_out(seq: Seq, handout_s: float) -> None:
-    """``seq``'s first token and completion as the client sees them: ``handout_s`` after
-    the steps that made them (``HostTimeConfig.handout_s``).
-
-    TensorRT-LLM's overlap loop hands a step's outputs out only after it has scheduled and
-    launched the next step (``tensorrt_llm/_torch/pyexecutor/py_executor.py``
-    ``_executor_loop_overlap``, 1.x line as stored in NVIDIA/TensorRT-LLM: ``_forward_step``
-    of the new batch, then ``_update_requests`` of the previous batch's sample state, then
-    ``_process_previous_batch``, whose ``_handle_responses`` creates the responses), and the
-    responses then travel the worker's result queue to the serving process
-    (``executor/proxy.py`` ``dispatch_result_task``) and its HTTP stream. That time is the
-    same for every token of a step, so it moves TTFT and the completion by the same
-    amount and TPOT not at all; the engine loop does not wait for it (the GPU runs the
-    next step meanwhile), and a closed-loop client sends its next request only once the
-    last token has reached it (:meth:`Cluster._request`), so where the engine is the
-    bottleneck the request waits that much less in its queue and TTFT moves by less than
-    the lag. 0 unless set: no fitted value is shipped (``engine_times.json`` has room for
-    one per (engine, GPU); docs/decisions.md, "the hand-out lag", helper ``ftd37``)."""
-    seq.first_token_s += handout_s
-    seq.done_s += handout_s
 
 
 def _record(seq: Seq) -> RequestRecord:

@@ -237,13 +237,6 @@ class HostTimeConfig:
         "time per replica; a token reaches the client when it has been handled, so a "
         "backlog delays first tokens and completions (twin.engine.batching). 0: none",
     )
-    handout_s: float = _opt(
-        0.0,
-        "seconds between a step's end and the hand-out of its tokens to the client, the "
-        "same for every request and token (an overlap loop hands a step's outputs out "
-        "after it has launched the next step); it delays first tokens and completions, "
-        "holds no engine resource, and leaves TPOT alone (twin.engine.cluster). 0: none",
-    )
     step_host_s: float = _opt(
         0.0,
         "the engine's host time per step (scheduling, input preparation, launch, "
@@ -386,7 +379,6 @@ SUMMARY_ORDER = (
     "new_token_ratio",
     "frontend_s",
     "stream_token_s",
-    "handout_s",
     "step_host_s",
     "seq_host_s",
     "eager_prefill_s",
@@ -517,7 +509,6 @@ class EngineConfig:
         for name in (
             "frontend_s",
             "stream_token_s",
-            "handout_s",
             "step_host_s",
             "seq_host_s",
             "eager_prefill_s",

@@ -4,9 +4,7 @@
 cannot give: the host time of an engine step (``step_host_s``, ``seq_host_s``:
 :mod:`twin.engine.host_time`), the serving front end's time per request (``frontend_s``:
 :class:`twin.engine.cluster.Cluster`) and the response path's per streamed output token
-(``stream_token_s``: :class:`twin.engine.batching.ContinuousBatching`) and the lag between a
-step's end and the hand-out of its tokens (``handout_s``: ``twin.engine.cluster._handed_out``).
-Each entry says how
+(``stream_token_s``: :class:`twin.engine.batching.ContinuousBatching`). Each entry says how
 it was fitted (which rows of NVIDIA's ``silicon_sample.csv``, the fit split only, when,
 and with which version of the twin's engine rules). :func:`engine_time_defaults` gives an
 engine mode's numbers on a GPU as :class:`~twin.engine.config.EngineConfig` fields, which
@@ -23,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 FILE = "engine_times.json"
-FIELDS = ("step_host_s", "seq_host_s", "frontend_s", "stream_token_s", "handout_s")
+FIELDS = ("step_host_s", "seq_host_s", "frontend_s", "stream_token_s")
 
 
 def data_path() -> Path:

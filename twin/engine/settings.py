@@ -70,7 +70,6 @@ class NamedSettings(TypedDict, total=False):
     # host_time (HostTimeConfig)
     frontend_s: float
     stream_token_s: float
-    handout_s: float
     step_host_s: float
     seq_host_s: float
     eager_prefill_s: float
