@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -100,6 +101,28 @@ def test_transfer_scales_a_per_sm_coefficient_by_one_sms_peak() -> None:
     assert out.kernels["gemm"].params["c_weight_elems"] == pytest.approx(
         src.kernels["gemm"].params["c_weight_elems"] * ratio
     )
+
+
+@pytest.mark.parametrize("coefficient", ["c_waves", "c_small_waves", "c_launch_waves"])
+def test_transfer_scales_every_wave_coefficient_by_one_sms_peak(coefficient: str) -> None:
+    """A wave over the SMs is one CTA's time on one SM whatever its feature (the BMMs' and
+    the MLA prefill's waves, the small tiles', the decode launch's): H100 -> A100 by the FLOP
+    ratio times 108 / 132, as the GEMM's ``c_wave_k``."""
+    src = _measured("h100")
+    shipped = load_profile("h100", "trtllm")  # the MLA fits: a datasheet profile has none
+    for name in ("mla_bmm", "mla_decode"):
+        src.kernels[name] = dataclasses.replace(
+            shipped.kernels[name], params=dict(shipped.kernels[name].params)
+        )
+    names = [k for k, f in src.kernels.items() if coefficient in f.params]
+    assert names, f"no kernel of the H100 profile has {coefficient}"
+    for name in names:
+        src.kernels[name].params[coefficient] = 1e-9
+    out = transfer_profile(src, "a100")
+    ratio = get_gpu("h100").flops / get_gpu("a100").flops
+    for name in names:
+        got = out.kernels[name].params[coefficient]
+        assert got == pytest.approx(1e-9 * ratio * 108 / 132), name
 
 
 def test_transfer_refuses_a_datasheet_source() -> None:

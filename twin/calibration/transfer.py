@@ -6,7 +6,7 @@ swaps in the target's datasheet peaks. Launch overheads are host/driver time
 and are kept as measured. The extra per-score and per-chunk coefficients are
 seconds of arithmetic, so they are scaled by the ratio of the FLOP peaks (a
 first-order assumption: softmax and state passing speed up with the chip); a per-SM one
-(the GEMM's waves) by the ratio of one SM's peaks.
+(a count of waves over the SMs) by the ratio of one SM's peaks.
 The result is labelled ``transferred from <gpu>`` wherever it is shown.
 """
 
@@ -20,10 +20,14 @@ from twin.costmodel.profile import KernelFit, Profile
 from twin.errors import TwinError
 from twin.hardware import SM_COUNTS, get_gpu
 
-# The coefficients that are one SM's time a unit of work rather than the whole GPU's: the
-# GEMM's k-steps on the busiest SM of its waves (``features.gemm_wave_k``). One SM's speed is
-# the GPU's peak over its SMs, so these scale by the FLOP ratio times the SM ratio.
-PER_SM_COEFFICIENTS = ("c_wave_k",)
+# The coefficients that are one SM's time a unit of work rather than the whole GPU's: those
+# of a count of waves over the SMs, each wave about one CTA's time on one SM: the GEMM's
+# k-steps on the busiest SM of its waves (``features.gemm_wave_k``), the absorbed BMMs' and
+# the MLA prefill kernel's waves (``mla_features.mla_bmm_features``,
+# ``mla_prefill_waves``), the BMMs' small-tile waves and the MLA decode launch's waves
+# (``mla_features.mla_decode_launch``). One SM's speed is the GPU's peak over its SMs, so
+# these scale by the FLOP ratio times the SM ratio.
+PER_SM_COEFFICIENTS = ("c_wave_k", "c_waves", "c_small_waves", "c_launch_waves")
 
 
 def transfer_profile(
