@@ -299,6 +299,14 @@ def moe_tile_bytes(d: int, width: int, up_mats: int, w_e: float) -> float:
 REPLAY_L2_SHARE = 0.8
 
 
+def next_power_of_two(n: int) -> int:
+    """The least power of two at least ``n`` (1 for ``n`` <= 1): CUDA's and Triton's
+    ``nextPowerOfTwo`` / ``next_power_of_2``, which the launch rules below and in
+    ``mla_features`` round their counts to (each rounds its count to an integer as its
+    source does before)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
 def replay_resident(nbytes: Sums, l2_bytes: float | None) -> Sums:
     """Whether a launch's working set of ``nbytes`` stays in an L2 of ``l2_bytes`` across
     a table's replays (``REPLAY_L2_SHARE``; None: no L2 tabulated, nothing resident). A
@@ -590,7 +598,7 @@ def trtllm_gen_centre_tile(
     """The TRT-LLM-gen launchers' centre tile for a launch of ``tokens`` tokens, ``top_k``
     experts each, ``local_experts`` on the rank: ``nextPowerOfTwo(tokens x top_k /
     local_experts)`` clamped to ``tiles`` (``computeSelectedTileN``'s centre)."""
-    centre = 1 << max(0, math.ceil(tokens * top_k / local_experts) - 1).bit_length()
+    centre = next_power_of_two(math.ceil(tokens * top_k / local_experts))
     return min(max(centre, tiles[0]), tiles[-1])
 
 
@@ -776,7 +784,7 @@ def trtllm_triton_block_m(
         return 0
     per_expert = max(1, math.floor(tokens * top_k / local_experts))  # gates // experts
     low, high = TRTLLM_TRITON_BLOCKS_M
-    return max(low, min(1 << (per_expert - 1).bit_length(), high))
+    return max(low, min(next_power_of_two(per_expert), high))
 
 
 def moe_expert_tiles(rows: float, active: float, tile: int, hot: float = 0.0) -> float:
@@ -879,6 +887,7 @@ __all__ = [
     "moe_tile_bytes",
     "moe_tile_extras",
     "moe_token_tile",
+    "next_power_of_two",
     "replay_resident",
     "sglang_default_config",
     "sglang_grid_flops",

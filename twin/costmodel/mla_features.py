@@ -28,7 +28,13 @@ import math
 from typing import NamedTuple
 
 from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
-from twin.costmodel.features import Sums, gemm_sums_at, replay_resident, tile_waves
+from twin.costmodel.features import (
+    Sums,
+    gemm_sums_at,
+    next_power_of_two,
+    replay_resident,
+    tile_waves,
+)
 
 
 class MlaDims(NamedTuple):
@@ -247,7 +253,7 @@ TRITON_SOURCE = "triton"
 
 def triton_max_kv_splits(sms: int) -> int:
     """SGLang's Triton MLA decode ``MAX_KV_SPLITS`` on ``sms`` SMs (``TRITON_DECODE_BLOCK_H``)."""
-    return max(TRITON_MIN_KV_SPLITS, 1 << (sms - 1).bit_length())
+    return max(TRITON_MIN_KV_SPLITS, next_power_of_two(sms))
 
 
 def triton_num_kv_splits(batch: int, keys: int, blocks: int, sms: int) -> int:
@@ -986,7 +992,7 @@ VLLM_TRITON_OCCUPANCY = 2  # ``occupancy_multiplier``: at most 2 x SMs splits
 def vllm_triton_num_kv_splits(keys: int, sms: int) -> int:
     """The splits vLLM's ``TRITON_MLA`` gives sequences of ``keys`` keys on ``sms`` SMs."""
     ideal = max(1, keys // VLLM_TRITON_MIN_WORK_PER_SPLIT)
-    return min(1 << (ideal - 1).bit_length(), VLLM_TRITON_OCCUPANCY * sms)
+    return min(next_power_of_two(ideal), VLLM_TRITON_OCCUPANCY * sms)
 
 
 def module_decode_rule(gpu: str, kernel_source: str, kv_e: float) -> str | None:
