@@ -48,6 +48,8 @@ class DensePricing(ShardShapes):
     _moe_fit: tuple[Callable[..., float], float, float, float] | None
     # The fused-MoE fit's kernel source (its tables' ``kernel_source``; "" without a fit).
     _moe_source: str
+    # The table mode and device the fused-MoE fit's token-tile rule reads
+    # (``features.moe_token_tile``: the rules are per kernel, format and GPU).
     _moe_tile_mode: str
     _moe_device: str
     moe_key: str | None
