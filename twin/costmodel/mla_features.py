@@ -741,8 +741,10 @@ MLA_BMM_TILE = 128  # output rows and columns a CTA computes (cuBLAS's common bf
 # tiles: 1,024, 1,024, 2,048); L40S SGLang's steps every 32 tokens there (10.3, 18.7,
 # 26.9, 34.8 us at 32, 64, 96, 128). Which tile a launch gets is the library's closed
 # heuristic, so the form carries the 64 x 64 tiles' waves beside the 128 x 128 ones and
-# the fit weighs the two (``small_waves``; 64 x 64 measured best of 32 x 128, 64 x 128,
-# 64 x 32 and 64 x 64 on the fits' held-out rows: docs/decisions.md, helper bmm37).
+# the fit weighs the two (``small_waves``). On the 40 fits' train rows 64 x 64 and 64 x 128
+# tie (27 fits meeting the target each, mean P90 12.49%; 64 x 64 the lower median of
+# medians, 64 x 128 the lower median of P90s), 32 x 128 and 64 x 32 are behind; 64 x 64 is
+# kept, DeepGEMM's 64-row block (docs/decisions.md, helpers bmm37 and train37).
 MLA_BMM_SMALL_TILE = 64
 # The share of L2 a working set may fill and still be read from L2 across the replays is
 # ``features.REPLAY_L2_SHARE`` (chosen on these BMMs' fit rows, docs/decisions.md issue 34).
