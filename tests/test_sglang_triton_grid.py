@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from twin.calibration.aic_moe import moe_row, reads_sglang_grid
+from twin.calibration.aic_moe import moe_row
 from twin.calibration.collector_routing import (
     SGLANG_CLAMPED_RELEASES,
     collector_rank0_load,
@@ -18,6 +18,7 @@ from twin.calibration.collector_routing import (
 )
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
+from twin.costmodel.features import reads_sglang_grid
 from twin.costmodel.profile_store import resolve_profile
 from twin.costmodel.routing import ROUTINGS
 from twin.precision import WEIGHT_FORMATS
