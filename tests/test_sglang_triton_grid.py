@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from twin.calibration.aic_moe import moe_row, reads_sglang_grid
+from twin.calibration.aic_moe import moe_row
 from twin.calibration.collector_routing import (
     SGLANG_CLAMPED_RELEASES,
     collector_rank0_load,
@@ -18,6 +18,7 @@ from twin.calibration.collector_routing import (
 )
 from twin.costmodel import CostModel
 from twin.costmodel import features as ft
+from twin.costmodel.features import reads_sglang_grid
 from twin.costmodel.profile_store import resolve_profile
 from twin.costmodel.routing import ROUTINGS
 from twin.precision import WEIGHT_FORMATS
@@ -75,8 +76,10 @@ def test_the_sglang_collectors_triton_rows_under_ep_time_rank_0() -> None:
     mean = ROUTINGS["balanced"].rank_load(1024, 128, 8, 32)
     assert old["routed_elems"] == new["routed_elems"]
     assert old["flops"] == pytest.approx(new["flops"] * mean.rows / rank0.rows)
-    # the framework layer's formats (mxfp4, under the same label) and EP 1: the mean rank
-    assert not sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "w4a16_mxfp4", 32)
+    # the framework layer's mxfp4 rows (the same label) run as EP rank 0 too (moe37b); its
+    # other formats are other labels (int4 Marlin) and EP 1 is one rank: the mean rank
+    assert sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "w4a16_mxfp4", 32)
+    assert not sglang_rank0_row("sglang_marlin_moe", "int4_wo", 32)
     assert not sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "bfloat16", 1)
     assert sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "fp8_block", 2)
     assert not sglang_rank0_row("sglang_marlin_moe", "bfloat16", 2)

@@ -50,14 +50,6 @@ def reads_replay_l2(params: dict[str, float]) -> bool:
     return params.get("c_l2_bytes", 0.0) > 0.0
 
 
-def reads_sglang_grid(params: dict[str, float]) -> bool:
-    """Whether a fused-MoE fit was fitted on rows with SGLang's Triton grid
-    (``features.sglang_grid_flops``) and the SGLang collector's rank 0
-    (``collector_routing.sglang_rank0_row``): a positive ``c_grid_flops``; one written
-    before reads 0 (``profile._upgrade``) and was fitted on the mean rank without it."""
-    return params.get("c_grid_flops", 0.0) > 0.0
-
-
 MOE_COLUMNS = ("num_tokens", *MOE_SHAPE_COLUMNS)
 
 
@@ -85,7 +77,8 @@ def moe_row(
     (``features.sglang_large_m``); vLLM's Marlin and FlashInfer TRT-LLM-gen mxfp4 rows
     take each expert's rows in the token tile the kernel picks (``features.moe_token_tile``).
     ``sms``: the SMs of the table's GPU, for SGLang's Triton grid
-    (``features.sglang_grid_flops``, bf16 rows; None: not read, and SGLang's rows at the
+    (``features.sglang_grid_flops``, bf16 rows and the mxfp4 rows it upcasts to bf16,
+    ``features.sglang_upcast_experts``; None: not read, and SGLang's rows at the
     mean rank, as a fit written before the grid was fitted read them); with it, SGLang's
     Triton rows under EP are those of its collector's rank 0 (``sglang_rank0_row``);
     ``clamped``: with the rows its clamp of the masked slots puts on expert 0
@@ -101,14 +94,19 @@ def moe_row(
         else ROUTINGS["balanced"].rank_load(t, n_exp, top, ep)
     )
     rows, active = load.rows, load.active
+    # SGLang's Triton runner upcasts mxfp4 experts to bf16 (``features.sglang_upcast_experts``;
+    # rows for a fit written before SGLang's grid keep the experts' own bytes)
+    unquantised = fmt.bytes_per_param is None or ft.sglang_upcast_experts(
+        source, fmt.table_mode, sms is not None
+    )
     act_e, w_e = (
         (float(ELEM_BYTES), float(ELEM_BYTES))
-        if fmt.bytes_per_param is None
+        if unquantised
         else px.gemm_operand_bytes(fmt, ELEM_BYTES)
     )
     width = inter // mtp
     routed = t * top * d  # every routed row of the batch, all ranks' (the hidden width)
-    large_m = ft.sglang_large_m(source, fmt.bytes_per_param is None, t, n_exp // ep)
+    large_m = ft.sglang_large_m(source, unquantised, t, n_exp // ep)
     mode = fmt.table_mode if table_mode is None else table_mode
     device = str(r.get("device", ""))
     tile = (
@@ -120,7 +118,7 @@ def moe_row(
     )
     # the collector's clamped slots: rows of rank 0's expert 0 (``sglang_clamped_rows``)
     hot = sglang_clamped_rows(t, n_exp, top, ep) if rank0 and timed_rank and clamped else 0.0
-    triton_bf16 = ft.sglang_default_config(source, fmt.bytes_per_param is None)
+    triton_bf16 = ft.sglang_default_config(source, unquantised)
     grid = (
         ft.sglang_grid_flops(rows, active, d, width, 2, large_m, sms, hot) if triton_bf16 else 0.0
     )

@@ -25,12 +25,18 @@ from twin.costmodel.routing import ROUTINGS, RankLoad
 
 # The kernel sources of the vLLM collector's rows (``collect_moe.py`` logs ``vllm_<method>``).
 VLLM_SOURCE_PREFIX = "vllm_"
-# The SGLang collector's rows timed through ``fused_moe`` on rank 0's workload: its Triton
-# label (``features.SGLANG_TRITON_SOURCE``) and the table modes it runs that way, not
-# through the framework layer (ai-dynamo/aiconfigurator 095f58a51
-# ``collector/sglang/collect_moe.py`` ``build_rank0_workloads`` under ``moe_ep_size > 1``,
-# the same routing as the vLLM collector's rank 0 above).
-SGLANG_RANK0_MODES = frozenset({"bfloat16", "fp8_block"})
+# The SGLang collector's rows timed on rank 0's workload: its Triton label
+# (``features.SGLANG_TRITON_SOURCE``) and the table modes it runs that way
+# (ai-dynamo/aiconfigurator 095f58a51 ``collector/sglang/collect_moe.py``): bf16 and fp8-block
+# through ``fused_moe`` (``build_rank0_workloads`` under ``moe_ep_size > 1``, the same routing
+# as the vLLM collector's rank 0 above), mxfp4 through the framework layer
+# (``_benchmark_framework_quantized_moe``: every token's balanced logits over the global
+# experts, the layer built as EP rank 0, ``_patch_framework_moe_parallel(moe_ep_rank=0)``, so
+# it computes rank 0's experts' rows; SGLang's Triton runner upcasts those experts to bf16,
+# ``features.sglang_upcast_experts``). The framework layer clamps nothing
+# (``sglang_clamped_rows`` is the collector's own ``fused_moe`` call); its tables are 0.5.14's.
+# Chosen on the fit rows (docs/decisions.md, issue 34, helper ``moe37b``, session 37).
+SGLANG_RANK0_MODES = frozenset({"bfloat16", "fp8_block", "w4a16_mxfp4"})
 
 
 def _balanced_experts(tokens: int, n_experts: int, top_k: int) -> np.ndarray:

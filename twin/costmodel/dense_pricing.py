@@ -48,6 +48,9 @@ class DensePricing(ShardShapes):
     _moe_fit: tuple[Callable[..., float], float, float, float] | None
     # The fused-MoE fit's kernel source (its tables' ``kernel_source``; "" without a fit).
     _moe_source: str
+    # Whether the fused-MoE fit prices the experts as bf16 (bf16 experts, or those SGLang's
+    # Triton runner upcasts: ``features.sglang_upcast_experts``).
+    _moe_unquantised: bool
     # The table mode and device the fused-MoE fit's token-tile rule reads
     # (``features.moe_token_tile``: the rules are per kernel, format and GPU).
     _moe_tile_mode: str
@@ -175,6 +178,7 @@ class DensePricing(ShardShapes):
         for their format, else ``None``: two grouped GEMMs of the linear fits, as before."""
         self._moe_fit, self.moe_key = None, None
         self._moe_source = ""
+        self._moe_unquantised = False
         self._moe_tile_mode = ""
         self._moe_device = ""
         self._routing = routing_for(self.model)
@@ -201,8 +205,13 @@ class DensePricing(ShardShapes):
             self._moe_ep = measured_ep(m, self.tp, self._moe_ep, source, timed)
         self._moe_width = self.model.moe_d_ff // (self.tp // self._moe_ep)
         e = self.model.dtype_bytes
+        # SGLang's Triton runner upcasts mxfp4 experts to bf16 (``features.
+        # sglang_upcast_experts``; a fit written before SGLang's grid keeps their own bytes)
+        self._moe_unquantised = fmt.bytes_per_param is None or ft.sglang_upcast_experts(
+            source, fmt.table_mode, ft.reads_sglang_grid(fit.params)
+        )
         act, weight = (
-            (float(e), float(e)) if fmt.bytes_per_param is None else px.gemm_operand_bytes(fmt, e)
+            (float(e), float(e)) if self._moe_unquantised else px.gemm_operand_bytes(fmt, e)
         )
         tile = ft.moe_tile_bytes(self.d_model, self._moe_width, self.up_mats, weight)
         self._moe_fit = (lat.compile_fast(key, fit.params, self.profile.peaks), act, weight, tile)
@@ -540,7 +549,7 @@ class DensePricing(ShardShapes):
         # (``features.sglang_large_m``; 0 for every other kernel, and a fit written before
         # the term reads ``c_large_m_weights`` 0).
         local = n_exp / ep + (1.0 if self._shared_fused else 0.0)
-        unquantised = self.priced.expert.bytes_per_param is None
+        unquantised = self._moe_unquantised
         large_m = ft.sglang_large_m(self._moe_source, unquantised, t, local)
         large_w = weights if large_m else 0.0
         # The token tile the kernel takes each expert's rows in (``features.

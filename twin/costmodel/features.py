@@ -414,6 +414,37 @@ def sglang_default_config(source: str, unquantised: bool) -> bool:
     return source == SGLANG_TRITON_SOURCE and unquantised
 
 
+# SGLang's Triton runner with mxfp4 experts (``Mxfp4MoEMethod`` on the ``triton`` runner
+# backend, the label ``SGLANG_TRITON_SOURCE`` with table mode ``mxfp4``: the H100, H200 and
+# L40S 0.5.14 tables) does not run them as mxfp4: ``process_weights_after_loading`` upcasts
+# both expert weights to bf16 (``triton_kernels.numerics_details.mxfp.upcast_from_mxfp(...,
+# target_dtype=torch.bfloat16)``) and ``apply`` hands them to the Triton runner as
+# ``TritonMoeQuantInfo`` without a quantisation flag: the bf16 fused-MoE kernel at bf16
+# bytes, ``get_default_config``'s bf16 tiles (sglang 0.5.14 wheel, sha256 4fe16056b45c...,
+# ``srt/layers/quantization/mxfp4.py``). aiconfigurator's collector asks for that backend
+# (``collector/sglang/collect_moe.py`` ``source_by_backend``: ``triton`` ->
+# ``sglang_fused_moe_triton``, ai-dynamo/aiconfigurator 095f58a51). SGLang serving gpt-oss on
+# Hopper at EP 1 picks ``triton_kernel`` instead (``server_args.py``); the fit prices the
+# kernel its table timed (docs/decisions.md, issue 34, helper ``moe37b``, session 37).
+SGLANG_UPCAST_MODES = frozenset({"mxfp4"})
+
+
+def sglang_upcast_experts(source: str, table_mode: str, grid_fitted: bool) -> bool:
+    """Whether a fused-MoE launch (kernel source ``source``, experts of table mode
+    ``table_mode``) runs SGLang's Triton kernel on experts upcast to bf16 (above), for a fit
+    that reads SGLang's Triton grid (``grid_fitted``: ``reads_sglang_grid``; a fit written
+    before was fitted on the experts' own bytes and keeps them)."""
+    return grid_fitted and source == SGLANG_TRITON_SOURCE and table_mode in SGLANG_UPCAST_MODES
+
+
+def reads_sglang_grid(params: dict[str, float]) -> bool:
+    """Whether a fused-MoE fit was fitted on rows with SGLang's Triton grid
+    (``sglang_grid_flops``) and the SGLang collector's rank 0
+    (``collector_routing.sglang_rank0_row``): a positive ``c_grid_flops``; one written
+    before reads 0 (``profile._upgrade``) and was fitted on the mean rank without it."""
+    return params.get("c_grid_flops", 0.0) > 0.0
+
+
 def sglang_large_m(source: str, unquantised: bool, tokens: float, local_experts: float) -> bool:
     """Whether a fused-MoE launch of ``tokens`` runs SGLang's large-M default Triton config
     (kernel source ``source``; ``unquantised`` bf16 experts; ``local_experts`` experts on
@@ -858,6 +889,7 @@ __all__ = [
     "SGLANG_H200_FP8_TILES",
     "SGLANG_MARLIN_SOURCES",
     "SGLANG_TRITON_SOURCE",
+    "SGLANG_UPCAST_MODES",
     "TRTLLM_MOE_SOURCE",
     "TRTLLM_MXFP8_TILES",
     "TRTLLM_TRITON_BLOCKS_M",
@@ -888,11 +920,13 @@ __all__ = [
     "moe_tile_extras",
     "moe_token_tile",
     "next_power_of_two",
+    "reads_sglang_grid",
     "replay_resident",
     "sglang_default_config",
     "sglang_grid_flops",
     "sglang_large_m",
     "sglang_triton_block_m",
+    "sglang_upcast_experts",
     "ssm_scan_features",
     "ssm_scan_sums",
     "ssm_step_features",
