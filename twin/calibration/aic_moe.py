@@ -80,18 +80,14 @@ def moe_row(
     (``features.sglang_grid_flops``, bf16 rows and the mxfp4 rows it upcasts to bf16,
     ``features.sglang_upcast_experts``; None: not read, and SGLang's rows at the
     mean rank, as a fit written before the grid was fitted read them); with it, SGLang's
-    Triton rows under EP are those of its collector's rank 0 (``sglang_rank0_row``; its
-    mxfp4 Marlin rows with or without it);
+    Triton rows under EP are those of its collector's rank 0 (``sglang_rank0_row``);
     ``clamped``: with the rows its clamp of the masked slots puts on expert 0
     (``sglang_clamped_rows``: a table of ``SGLANG_CLAMPED_RELEASES``); ``table_mode``: the
     table's expert mode where ``fmt``'s does not name the kernel (the mxfp8-activation rows,
     ``mxfp8_activation_rows``), for the token tile; None: ``fmt``'s."""
     t, d, inter, top, n_exp, mtp, ep = (int(r[c]) for c in MOE_COLUMNS)
     source = str(r.get("kernel_source", ""))
-    # a Triton fit written before SGLang's grid keeps the mean rank's rows
-    rank0 = sglang_rank0_row(source, str(r.get("moe_dtype", "")), ep) and (
-        sms is not None or source != ft.SGLANG_TRITON_SOURCE
-    )
+    rank0 = sms is not None and sglang_rank0_row(source, str(r.get("moe_dtype", "")), ep)
     load = (
         table_rank_load(source, t, n_exp, top, ep, rank0)
         if timed_rank

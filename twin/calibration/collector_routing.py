@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from twin.costmodel.features import SGLANG_MARLIN_SOURCES, SGLANG_TRITON_SOURCE
+from twin.costmodel.features import SGLANG_TRITON_SOURCE
 from twin.costmodel.routing import ROUTINGS, RankLoad
 
 # The kernel sources of the vLLM collector's rows (``collect_moe.py`` logs ``vllm_<method>``).
@@ -37,12 +37,6 @@ VLLM_SOURCE_PREFIX = "vllm_"
 # (``sglang_clamped_rows`` is the collector's own ``fused_moe`` call); its tables are 0.5.14's.
 # Chosen on the fit rows (docs/decisions.md, issue 34, helper ``moe37b``, session 37).
 SGLANG_RANK0_MODES = frozenset({"bfloat16", "fp8_block", "w4a16_mxfp4"})
-# The same framework layer times SGLang's Marlin runner (``source_by_backend["marlin"]``, the
-# label ``sglang_marlin_moe``: the RTX PRO 6000 0.5.14 table's mxfp4 experts), so those rows
-# under EP are rank 0's as well. Only its mxfp4 rows are read that way: the int4 Marlin rows
-# (the same function) feed fits of served profiles (H100 / H200 SGLang), left as fitted.
-# Chosen on the fit rows (docs/decisions.md, issue 34, helper ``moe37c``, session 37).
-SGLANG_MARLIN_RANK0_MODES = frozenset({"w4a16_mxfp4"})
 
 
 def _balanced_experts(tokens: int, n_experts: int, top_k: int) -> np.ndarray:
@@ -102,9 +96,7 @@ def sglang_clamped_rows(tokens: int, n_experts: int, top_k: int, ep: int) -> flo
 def sglang_rank0_row(source: str, mode: str, ep: int) -> bool:
     """Whether the SGLang collector timed a row (kernel source ``source``, table mode
     ``mode``, ``ep`` ranks) on rank 0's workload (above)."""
-    triton = source == SGLANG_TRITON_SOURCE and mode in SGLANG_RANK0_MODES
-    marlin = source in SGLANG_MARLIN_SOURCES and mode in SGLANG_MARLIN_RANK0_MODES
-    return (triton or marlin) and ep > 1
+    return source == SGLANG_TRITON_SOURCE and mode in SGLANG_RANK0_MODES and ep > 1
 
 
 def table_rank_load(
