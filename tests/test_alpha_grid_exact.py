@@ -163,13 +163,7 @@ def test_the_grid_on_threads_is_the_exhaustive_grid(name, threads, seed):
         runs = compiled_grid_runs(HYBRID, capacity, window, ALPHA_GRID, cls, snap)
     assert [run.alpha for run in runs] == list(ALPHA_GRID)
     assert runs[0].counters["evictions"] > 0
-    scores = {}
-    for run in runs:
-        (alone,) = compiled_grid_runs(HYBRID, capacity, window, (run.alpha,), cls, snap)
-        assert run == alone, run.alpha
-        tree = restore(snap, HYBRID, oracle(alpha=run.alpha))
-        assert run.hits == [serve(tree, full[:n], full).length for full, n in window]
-        scores[run.alpha] = window_score(snap, HYBRID, window, run.alpha, oracle, "hit-rate")
+    scores = _each_alpha_alone(runs, capacity, window, cls, oracle, snap)
     assert len({run.victims[:50] == runs[0].victims[:50] for run in runs}) == 2  # alphas differ
     grid = grid_scores(snap, HYBRID, window, cls, "hit-rate")
     assert grid == scores and best_alpha(grid) == best_alpha(scores)
@@ -235,6 +229,13 @@ def test_a_copy_at_the_first_eviction_reads_nothing_it_did_not_copy(name, seed):
     with mock.patch.object(kernel_replay, "copy", poisoned_copy):
         runs = compiled_grid_runs(HYBRID, capacity, window, ALPHA_GRID, cls, snap)
     assert poisoned == list(ALPHA_GRID[1:])
+    scores = _each_alpha_alone(runs, capacity, window, cls, oracle, snap)
+    assert best_alpha(run_scores(runs, HYBRID, "hit-rate")) == best_alpha(scores)
+
+
+def _each_alpha_alone(runs, capacity, window, cls, oracle, snap) -> dict[float, float]:
+    """Assert every alpha's run of the grid is that alpha's compiled replay alone and gives
+    the oracle tree's hits; return the oracle's window score of each alpha."""
     scores = {}
     for run in runs:
         (alone,) = compiled_grid_runs(HYBRID, capacity, window, (run.alpha,), cls, snap)
@@ -242,7 +243,7 @@ def test_a_copy_at_the_first_eviction_reads_nothing_it_did_not_copy(name, seed):
         tree = restore(snap, HYBRID, oracle(alpha=run.alpha))
         assert run.hits == [serve(tree, full[:n], full).length for full, n in window]
         scores[run.alpha] = window_score(snap, HYBRID, window, run.alpha, oracle, "hit-rate")
-    assert best_alpha(run_scores(runs, HYBRID, "hit-rate")) == best_alpha(scores)
+    return scores
 
 
 def _assert_agreements_true(stream: GridStream) -> None:
