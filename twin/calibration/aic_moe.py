@@ -109,12 +109,8 @@ def moe_row(
     large_m = ft.sglang_large_m(source, unquantised, t, n_exp // ep)
     mode = fmt.table_mode if table_mode is None else table_mode
     device = str(r.get("device", ""))
-    tile = (
-        ft.moe_token_tile(source, t, top, n_exp // ep, mode)
-        or ft.sglang_triton_block_m(
-            source, device, fmt.table_mode, _rank_tokens(t, top, ep), n_exp // ep, width
-        )
-        or ft.trtllm_triton_block_m(source, device, mode, t, top, n_exp // ep)
+    tile = ft.expert_token_tile(
+        source, device, mode, fmt.table_mode, t, _rank_tokens(t, top, ep), top, n_exp // ep, width
     )
     # the collector's clamped slots: rows of rank 0's expert 0 (``sglang_clamped_rows``)
     hot = sglang_clamped_rows(t, n_exp, top, ep) if rank0 and timed_rank and clamped else 0.0

@@ -559,19 +559,16 @@ class DensePricing(ShardShapes):
         # experts (``features.sglang_triton_block_m``: ``E`` is 257 where the shared expert is
         # fused). TensorRT-LLM's Triton MoE on Hopper: its routing's row block
         # (``features.trtllm_triton_block_m``).
-        token_tile = (
-            ft.moe_token_tile(self._moe_source, t, top, local, self._moe_tile_mode)
-            or ft.sglang_triton_block_m(
-                self._moe_source,
-                self._moe_device,
-                self.priced.expert.table_mode,
-                t,
-                local,
-                self._moe_width,
-            )
-            or ft.trtllm_triton_block_m(
-                self._moe_source, self._moe_device, self._moe_tile_mode, t, top, local
-            )
+        token_tile = ft.expert_token_tile(
+            self._moe_source,
+            self._moe_device,
+            self._moe_tile_mode,
+            self.priced.expert.table_mode,
+            t,
+            t,
+            top,
+            local,
+            self._moe_width,
         )
         pad, restream = ft.moe_tile_extras(
             rows, active, token_tile, d, self._moe_width, self.up_mats

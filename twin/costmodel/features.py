@@ -818,6 +818,31 @@ def trtllm_triton_block_m(
     return max(low, min(next_power_of_two(per_expert), high))
 
 
+def expert_token_tile(
+    source: str,
+    device: str,
+    tile_mode: str,
+    expert_mode: str,
+    tokens: float,
+    launch_tokens: float,
+    top_k: int,
+    local_experts: float,
+    width: int,
+) -> int:
+    """The token tile of a fused-MoE launch on ``device`` (kernel source ``source``), the
+    one rule each kernel has: :func:`moe_token_tile` (``tile_mode``: the experts' table mode,
+    or the mxfp8-activation kernel's), :func:`sglang_triton_block_m` (``expert_mode``: the
+    experts' format; ``launch_tokens``: the tokens the launch sees, rank 0's in SGLang's
+    collector, every token's in serving) or :func:`trtllm_triton_block_m`; 0 where no rule
+    names the kernel. The fit reader and serving both call this, so a new rule is read and
+    priced alike."""
+    return (
+        moe_token_tile(source, tokens, top_k, local_experts, tile_mode)
+        or sglang_triton_block_m(source, device, expert_mode, launch_tokens, local_experts, width)
+        or trtllm_triton_block_m(source, device, tile_mode, tokens, top_k, local_experts)
+    )
+
+
 def moe_expert_tiles(rows: float, active: float, tile: int, hot: float = 0.0) -> float:
     """The tiles of ``tile`` rows ``active`` experts take for ``rows`` routed rows spread
     evenly over them (each ``floor`` or ``ceil`` of the mean), one of them (one of the
@@ -905,6 +930,7 @@ __all__ = [
     "conv1d_features",
     "copy_features",
     "elementwise_features",
+    "expert_token_tile",
     "flashinfer_default_tile",
     "gather_features",
     "gemm_features",
