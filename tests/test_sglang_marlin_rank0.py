@@ -85,6 +85,8 @@ def test_a_0510_marlin_row_is_the_collectors_own_launch_of_rank_0s_tokens() -> N
 @pytest.mark.parametrize(
     ("gpu", "family", "median", "p90"),
     [
+        # before -> after, held out median / P90 %: A100 (0.5.10) 4.55 / 13.88 -> 2.60 / 9.91
+        ("a100-80gb", "moe_int4_wo", 0.027, 0.100),
         ("h100", "moe_int4_wo", 0.016, 0.052),
         ("h200", "moe_int4_wo", 0.018, 0.055),
         ("l40s", "moe_int4_wo", 0.020, 0.111),
@@ -99,4 +101,5 @@ def test_the_refitted_marlin_fits_held_out(
     fit = resolve_profile(gpu, None, "sglang").kernels[family]
     assert fit.provenance["kernel_source"] == MARLIN
     assert ft.reads_sglang_grid(fit.params)  # read at rank 0 (``aic_moe.moe_row``)
+    assert fit.heldout_median_rel_err is not None and fit.heldout_p90_rel_err is not None
     assert fit.heldout_median_rel_err < median and fit.heldout_p90_rel_err < p90
