@@ -76,13 +76,14 @@ def test_the_sglang_collectors_triton_rows_under_ep_time_rank_0() -> None:
     mean = ROUTINGS["balanced"].rank_load(1024, 128, 8, 32)
     assert old["routed_elems"] == new["routed_elems"]
     assert old["flops"] == pytest.approx(new["flops"] * mean.rows / rank0.rows)
-    # the framework layer's mxfp4 rows (the same label) run as EP rank 0 too (moe37b); its
-    # other formats are other labels (int4 Marlin) and EP 1 is one rank: the mean rank
+    # the framework layer's mxfp4 rows (the same label) run as EP rank 0 too (moe37b), and
+    # so do its Marlin label's (int4 and mxfp4, marlin38: ``test_sglang_marlin_rank0``);
+    # EP 1 is one rank, and the label's other modes are not the collector's rank-0 ones
     assert sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "w4a16_mxfp4", 32)
-    assert not sglang_rank0_row("sglang_marlin_moe", "int4_wo", 32)
+    assert sglang_rank0_row("sglang_marlin_moe", "int4_wo", 32)
     assert not sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "bfloat16", 1)
     assert sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "fp8_block", 2)
-    assert not sglang_rank0_row("sglang_marlin_moe", "bfloat16", 2)
+    assert not sglang_rank0_row(ft.SGLANG_TRITON_SOURCE, "int4_wo", 2)
     # the grid's kernel: SGLang's Triton source at bf16 experts only
     assert ft.sglang_default_config(ft.SGLANG_TRITON_SOURCE, True)
     assert not ft.sglang_default_config(ft.SGLANG_TRITON_SOURCE, False)

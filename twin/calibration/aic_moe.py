@@ -80,7 +80,7 @@ def moe_row(
     (``features.sglang_grid_flops``, bf16 rows and the mxfp4 rows it upcasts to bf16,
     ``features.sglang_upcast_experts``; None: not read, and SGLang's rows at the
     mean rank, as a fit written before the grid was fitted read them); with it, SGLang's
-    Triton rows under EP are those of its collector's rank 0 (``sglang_rank0_row``);
+    Triton and Marlin rows under EP are those of its collector's rank 0 (``sglang_rank0_row``);
     ``clamped``: with the rows its clamp of the masked slots puts on expert 0
     (``sglang_clamped_rows``: a table of ``SGLANG_CLAMPED_RELEASES``); ``table_mode``: the
     table's expert mode where ``fmt``'s does not name the kernel (the mxfp8-activation rows,
@@ -109,11 +109,26 @@ def moe_row(
     large_m = ft.sglang_large_m(source, unquantised, t, n_exp // ep)
     mode = fmt.table_mode if table_mode is None else table_mode
     device = str(r.get("device", ""))
+    launch = _rank_tokens(t, top, ep)
+    # the clamping releases' collector launches rank 0's tokens itself, their masked slots on
+    # expert 0 (``sglang_clamped_rows``); for SGLang's ``fused_marlin_moe`` (ai-dynamo/
+    # aiconfigurator cb4d907c7 ``benchmark_config``) the row block is of those tokens, where
+    # the framework layer (0.5.14) launches every token
+    own_launch = rank0 and timed_rank and clamped
+    clamped_launch = own_launch and source in ft.SGLANG_MARLIN_SOURCES
     tile = ft.expert_token_tile(
-        source, device, mode, fmt.table_mode, t, _rank_tokens(t, top, ep), top, n_exp // ep, width
+        source,
+        device,
+        mode,
+        fmt.table_mode,
+        launch if clamped_launch else t,
+        launch,
+        top,
+        n_exp // ep,
+        width,
     )
     # the collector's clamped slots: rows of rank 0's expert 0 (``sglang_clamped_rows``)
-    hot = sglang_clamped_rows(t, n_exp, top, ep) if rank0 and timed_rank and clamped else 0.0
+    hot = sglang_clamped_rows(t, n_exp, top, ep) if own_launch else 0.0
     triton_bf16 = ft.sglang_default_config(source, unquantised)
     grid = (
         ft.sglang_grid_flops(rows, active, d, width, 2, large_m, sms, hot) if triton_bf16 else 0.0

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from twin.costmodel.features import SGLANG_TRITON_SOURCE
+from twin.costmodel.features import SGLANG_MARLIN_SOURCES, SGLANG_TRITON_SOURCE
 from twin.costmodel.routing import ROUTINGS, RankLoad
 
 # The kernel sources of the vLLM collector's rows (``collect_moe.py`` logs ``vllm_<method>``).
@@ -37,6 +37,29 @@ VLLM_SOURCE_PREFIX = "vllm_"
 # (``sglang_clamped_rows`` is the collector's own ``fused_moe`` call); its tables are 0.5.14's.
 # Chosen on the fit rows (docs/decisions.md, issue 34, helper ``moe37b``, session 37).
 SGLANG_RANK0_MODES = frozenset({"bfloat16", "fp8_block", "w4a16_mxfp4"})
+# SGLang's Marlin rows (``features.SGLANG_MARLIN_SOURCES``, every table mode: ``int4_wo`` and
+# ``w4a16_mxfp4``) under EP are rank 0's workload in both releases the tables hold. 0.5.10
+# (ai-dynamo/aiconfigurator cb4d907c7 ``collector/sglang/collect_moe.py``, the A100 / H100 /
+# H200 int4 tables): ``run_moe_torch`` builds ``build_rank0_workloads`` under ``moe_ep_size >
+# 1`` and ``benchmark_config`` runs ``fused_marlin_moe`` on the rank's ``E / ep`` experts with
+# ``topk_ids.clamp(min=0)``, the masked slots on local expert 0 (``sglang_clamped_rows``, read
+# where the release is in ``SGLANG_CLAMPED_RELEASES``). 0.5.14 (e23be5a79 and 095f58a51, the
+# H100 / H200 / L40S / RTX PRO 6000 int4 tables and RTX PRO 6000's mxfp4): ``int4_wo`` and
+# ``w4a16_mxfp4`` take ``_benchmark_framework_quantized_moe`` (``use_framework_layer``), whose
+# ``FusedMoE`` is built under ``_patch_framework_moe_parallel`` with ``moe_ep_rank=0`` and
+# labelled ``source_by_backend["marlin"]`` = ``sglang_marlin_moe``; every token is launched
+# and no clamp is the collector's (as for its mxfp4 Triton rows above). Docs/decisions.md,
+# issue 34, helper ``marlin38``, session 38.
+
+
+def sglang_rank0_row(source: str, mode: str, ep: int) -> bool:
+    """Whether the SGLang collector timed a row (kernel source ``source``, table mode
+    ``mode``, ``ep`` ranks) on rank 0's workload (above): its Triton rows of
+    ``SGLANG_RANK0_MODES`` and its Marlin rows of every mode, under EP."""
+    rank0 = (
+        source == SGLANG_TRITON_SOURCE and mode in SGLANG_RANK0_MODES
+    ) or source in SGLANG_MARLIN_SOURCES
+    return rank0 and ep > 1
 
 
 def _balanced_experts(tokens: int, n_experts: int, top_k: int) -> np.ndarray:
@@ -91,12 +114,6 @@ def sglang_clamped_rows(tokens: int, n_experts: int, top_k: int, ep: int) -> flo
     ``SGLANG_CLAMPED_RELEASES``; a serving rank's remote slots are skipped instead."""
     local = _balanced_experts(tokens, n_experts, top_k) < n_experts // ep
     return float(local.any(axis=1).sum() * top_k - local.sum())
-
-
-def sglang_rank0_row(source: str, mode: str, ep: int) -> bool:
-    """Whether the SGLang collector timed a row (kernel source ``source``, table mode
-    ``mode``, ``ep`` ranks) on rank 0's workload (above)."""
-    return source == SGLANG_TRITON_SOURCE and mode in SGLANG_RANK0_MODES and ep > 1
 
 
 def table_rank_load(

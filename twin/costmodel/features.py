@@ -584,7 +584,9 @@ VLLM_MARLIN_SOURCES = frozenset(
 # pads each expert's rows to whole blocks through ``moe_align_block_size``. aiconfigurator's
 # collector times it through SGLang's ``FusedMoE`` layer with every token on the rank
 # (``collector/sglang/collect_moe.py`` ``_benchmark_framework_quantized_moe``, ai-dynamo/
-# aiconfigurator 095f58a51: the label ``sglang_marlin_moe``, int4 and w4a16 mxfp4 experts).
+# aiconfigurator 095f58a51: the label ``sglang_marlin_moe``, int4 and w4a16 mxfp4 experts),
+# the layer built as EP rank 0 (``collector_routing.sglang_rank0_row``; the 0.5.10 int4
+# tables, cb4d907c7, call ``fused_marlin_moe`` on rank 0's tokens instead).
 # NVIDIA's H200 SGLang 0.5.14 int4 table steps there as vLLM's does (7,168 x 2,048 experts,
 # 384, top 8: 64 rows an expert at 3,072 tokens, one block; two blocks at 4,096).
 SGLANG_MARLIN_SOURCES = frozenset({"sglang_marlin_moe"})
