@@ -106,7 +106,7 @@ def tile_waves(
 # takes 256 x 128 at m >= 8192, k >= 6144: read too, and the train rows took the first
 # (``gemm38-s38/sweep_area.txt``). The Blackwell dispatch (``scaled_mm_sm100_fp8_
 # dispatch.cuh``: swap-AB 32 / 64-row tiles to 64 rows, 128 x 128 to 256, 256 x 128 above,
-# 2-SM clusters) was read and lost on the train rows of all four Blackwell profiles, so
+# 2-SM clusters) was read and lost the train median on all four Blackwell profiles, so
 # those keep the one tile.
 VLLM_CUTLASS_FP8_SOURCE = "CutlassFP8ScaledMMLinearKernel"
 HOPPER_DEVICES = frozenset({"NVIDIA H100 80GB HBM3", "NVIDIA H200"})
