@@ -140,3 +140,72 @@ def test_a_serving_gemm_prices_the_waves_of_its_gpu() -> None:
     want = fast(flops, nbytes, extras["weight_elems"], extras["wave_k"])
     assert cm._gemm(129, 4096, 132 * 128) == want
     assert want > fast(flops, nbytes, extras["weight_elems"])
+
+
+VLLM_FP8 = ft.VLLM_CUTLASS_FP8_SOURCE
+H100_DEVICE = "NVIDIA H100 80GB HBM3"
+
+
+def test_the_tile_rule_is_the_kernels_and_the_gpus() -> None:
+    """vLLM's per-tensor fp8 CUTLASS GEMM on Hopper reads its sm90 dispatch's tiles; the
+    same kernel on Blackwell, and every other kernel, the one default tile."""
+    rule = ft.VLLM_SM90_FP8_TILES
+    assert ft.gemm_tile_rule(VLLM_FP8, H100_DEVICE) == rule
+    assert ft.gemm_tile_rule(VLLM_FP8, "NVIDIA H200") == rule
+    assert ft.gemm_tile_rule(VLLM_FP8, "NVIDIA B200") == ""
+    assert ft.gemm_tile_rule("sglang_sgl_kernel_fp8_scaled_mm", H100_DEVICE) == ""
+    assert ft.gemm_tile_rule("torch.nn.functional.linear", H100_DEVICE) == ""
+
+
+def test_vllm_sm90_fp8_tiles_by_rows() -> None:
+    """``scaled_mm_sm90_fp8_dispatch.cuh``: 64 x 64 tiles to 64 rows, 64 x 128 to 128, 128 x
+    128 above; the waves weighted by the tile's area in 128 x 128 tiles."""
+    rule, k, n = ft.VLLM_SM90_FP8_TILES, 4096, 132 * 128
+    # 64 rows: 264 tiles of 64 x 64, two waves of a quarter tile's k-loop each.
+    assert ft.gemm_wave_k(64, n, k, H100_SMS, tiles=rule) == 2 * 0.25 * k
+    # 65 rows: 2 x 132 tiles of 64 x 128: two waves of half a tile.
+    assert ft.gemm_wave_k(65, n, k, H100_SMS, tiles=rule) == 2 * 0.5 * k
+    # 129 rows: the default 128 x 128, as without a rule.
+    assert ft.gemm_wave_k(129, n, k, H100_SMS, tiles=rule) == ft.gemm_wave_k(129, n, k, H100_SMS)
+    # A 1-row decode GEMM of 1024 columns: 16 small tiles, one wave of a quarter tile.
+    assert ft.gemm_wave_k(1, 1024, k, H100_SMS, tiles=rule) == 0.25 * k
+    assert ft.gemm_wave_k(1, 1024, k, None, tiles=rule) == 0.0
+    # Grouped and vectorised (a decode run's steps): element by element as scalars.
+    rows = np.array([1.0, 64.0, 65.0, 500.0])
+    got = ft.gemm_wave_k(rows, 2048, 512, 4, 8, rule)
+    assert list(got) == [ft.gemm_wave_k(float(m), 2048, 512, 4, 8, rule) for m in rows]
+
+
+@pytest.mark.parametrize("n", [1024, 1280, 4096, 7168, 132 * 128, 28672])
+def test_vllm_sm90_fp8_waves_never_fall_as_rows_grow(n: int) -> None:
+    waves = [
+        ft.gemm_wave_k(m, n, 4096, H100_SMS, tiles=ft.VLLM_SM90_FP8_TILES) for m in range(1, 600)
+    ]
+    assert all(b >= a for a, b in itertools.pairwise(waves))
+
+
+def test_reader_and_serving_read_the_same_tiles() -> None:
+    """The shipped H100 vLLM fp8 fit: its provenance names the kernel and device the rule
+    reads, and a serving fp8 projection prices the waves at that rule, not the default."""
+    import dataclasses
+
+    from twin.costmodel import CostModel
+    from twin.costmodel.profile_store import resolve_profile
+    from twin.presets import get_model
+
+    prof = resolve_profile("h100", None, "vllm")
+    fit = prof.kernels["gemm_fp8"]
+    rule = ft.gemm_tile_rule(fit.provenance["kernel_source"], fit.provenance["device"])
+    assert rule == ft.VLLM_SM90_FP8_TILES
+    cm = CostModel(dataclasses.replace(get_model("llama-3-8b"), precision="fp8"), prof)
+    assert cm._linear_q is not None
+    price, act, weight, tiles = cm._linear_q
+    assert tiles == rule
+    m, k, n = 64, 4096, 132 * 128
+    sums = ft.gemm_sums_at(m, k, n, cm.elem_bytes, act, weight)
+    own = price(*sums, ft.gemm_wave_k(m, n, k, H100_SMS, 1, rule))
+    assert cm._proj(m, k, n) == own
+    assert own != price(*sums, ft.gemm_wave_k(m, n, k, H100_SMS))
+    # B200's fit of the same kernel keeps the default tile.
+    b200 = resolve_profile("b200", None, "vllm").kernels["gemm_fp8"].provenance
+    assert ft.gemm_tile_rule(b200["kernel_source"], b200["device"]) == ""

@@ -69,18 +69,21 @@ def gemm_rows(
     if mode != "bfloat16":
         raw = [r for r in raw if r.get("gemm_dtype") == mode]  # a table without the column
     sms = system_sm_count(system)  # the waves of output tiles (``ft.gemm_wave_k``)
+    source = ",".join(sorted({str(r.get("kernel_source", "")) for r in raw}))
+    # The kernel's own tiles (``ft.gemm_tile_rule``), from the strings its fit's
+    # provenance keeps (``_family``: the first row's device), as serving reads them.
+    tiles = ft.gemm_tile_rule(source, str(raw[0].get("device", "")) if raw else "")
     out = []
     for i, r in enumerate(raw):
         _require(r, ("m", "n", "k"), table, i)
         m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
         feats = (
-            ft.gemm_features(m, k, n, ELEM_BYTES, sms)
+            ft.gemm_features(m, k, n, ELEM_BYTES, sms, tiles)
             if operands is None
-            else ft.gemm_features_at(m, k, n, ELEM_BYTES, *operands, sms)
+            else ft.gemm_features_at(m, k, n, ELEM_BYTES, *operands, sms, tiles)
         )
         out.append(_row(kernel, feats, r["latency"], {"m": m, "n": n, "k": k}))
-    sources = sorted({str(r.get("kernel_source", "")) for r in raw})
-    family = _family(kernel, table, raw, ",".join(sources), out)
+    family = _family(kernel, table, raw, source, out)
     if mode == "fp8" and engine in DYNAMIC_FP8_GEMMS:
         _static_fp8(family, system, engine, version.name)
     return family

@@ -40,8 +40,10 @@ class DensePricing(ShardShapes):
 
     _allreduce_fit: Callable[..., float] | None
     _gather_fits: dict[str, Callable[..., float]]
-    _linear_q: tuple[Callable[..., float], float, float] | None
-    _expert_q: tuple[Callable[..., float], float, float] | None
+    # A quantised format's GEMM fit: (its price, activation and weight bytes an element,
+    # its kernel's tile rule, ``features.gemm_tile_rule``); None: the bf16 GEMM.
+    _linear_q: tuple[Callable[..., float], float, float, str] | None
+    _expert_q: tuple[Callable[..., float], float, float, str] | None
     # The fused-MoE fit of the experts' format with its operand bytes (None: no fit in the
     # profile, the experts are priced as GEMMs) and the profile key it was read from.
     # (the fused-MoE fit, activation and weight bytes an element, one CTA's weight bytes)
@@ -148,7 +150,9 @@ class DensePricing(ShardShapes):
         operand bytes (``twin.precision.gemm_operand_bytes``)."""
         prof, e = self.profile, self.model.dtype_bytes
 
-        def quantised(fmt: px.WeightFormat) -> tuple[Callable[..., float], float, float] | None:
+        def quantised(
+            fmt: px.WeightFormat,
+        ) -> tuple[Callable[..., float], float, float, str] | None:
             if fmt.bytes_per_param is None:
                 return None
             fit = prof.kernels[fmt.kernel]
@@ -160,7 +164,12 @@ class DensePricing(ShardShapes):
                 # collector/vllm/collect_gemm.py, Fp8Config(activation_scheme="dynamic")).
                 gap = max(fit.params["t0_s"] - prof.kernels["gemm"].params["t0_s"], 0.0)
                 price = _less(price, gap)
-            return price, act, weight
+            # The kernel's own tiles, read from the fit's provenance as the fit read them.
+            source = fit.provenance or {}
+            tiles = ft.gemm_tile_rule(
+                str(source.get("kernel_source", "")), str(source.get("device", ""))
+            )
+            return price, act, weight, tiles
 
         self._linear_q = quantised(self.priced.linear)
         expert = self.priced.expert
@@ -271,8 +280,8 @@ class DensePricing(ShardShapes):
         q = self._expert_q if expert else self._linear_q
         if q is None:
             return self._gemm(rows, k, n)
-        kernel, act, weight = q
-        waves = ft.gemm_wave_k(rows, n, k, self.sms)
+        kernel, act, weight, tiles = q
+        waves = ft.gemm_wave_k(rows, n, k, self.sms, 1, tiles)
         return kernel(*ft.gemm_sums_at(rows, k, n, self.elem_bytes, act, weight), waves)
 
     def _dense(self, t: int, cost: StepCost | None) -> float:
@@ -466,9 +475,10 @@ class DensePricing(ShardShapes):
         wide = self.up_mats * self.expert_width
         # Each expert reached a GEMM of its share of the rows (``ft.gemm_wave_k``'s groups).
         share, sms = (rows / active if active else 0.0), self.sms
-        up_waves = ft.gemm_wave_k(share, wide, d, sms, active)
-        down_waves = ft.gemm_wave_k(share, d, self.expert_width, sms, active)
         q = self._expert_q
+        tiles = q[3] if q is not None else ""  # the fit's kernel's tiles
+        up_waves = ft.gemm_wave_k(share, wide, d, sms, active, tiles)
+        down_waves = ft.gemm_wave_k(share, d, self.expert_width, sms, active, tiles)
         if q is None:
             up = k["gemm"](
                 2.0 * rows * d * wide,
@@ -483,7 +493,7 @@ class DensePricing(ShardShapes):
                 down_waves,
             )
         else:  # the experts' format: activations and weights at its bytes, bf16 out
-            kernel, a, w = q
+            kernel, a, w, _ = q
             up = kernel(
                 2.0 * rows * d * wide,
                 a * rows * d + w * active * d * wide + e * rows * wide,

@@ -21,11 +21,14 @@ Sums = Any
 Features = tuple[float, float, dict[str, float]]
 
 
-def gemm_features(m: int, k: int, n: int, e: int, sms: int | None = None) -> Features:
+def gemm_features(
+    m: int, k: int, n: int, e: int, sms: int | None = None, tiles: str = ""
+) -> Features:
     """A (m x k) @ (k x n) product: activations in, weights in, output out; its waves of
-    output tiles over ``sms`` SMs (``gemm_wave_k``; 0 without an SM count)."""
+    output tiles over ``sms`` SMs (``gemm_wave_k`` at the kernel's ``tiles`` rule; 0
+    without an SM count)."""
     flops, nbytes, weights = gemm_sums(m, k, n, e)
-    return flops, nbytes, {"weight_elems": weights, "wave_k": gemm_wave_k(m, n, k, sms)}
+    return flops, nbytes, {"weight_elems": weights, "wave_k": gemm_wave_k(m, n, k, sms, 1, tiles)}
 
 
 def gemm_sums(m: float, k: float, n: float, e: int) -> tuple[float, float, float]:
@@ -42,11 +45,18 @@ def gemm_sums_at(
 
 
 def gemm_features_at(
-    m: int, k: int, n: int, e: int, act_e: float, w_e: float, sms: int | None = None
+    m: int,
+    k: int,
+    n: int,
+    e: int,
+    act_e: float,
+    w_e: float,
+    sms: int | None = None,
+    tiles: str = "",
 ) -> Features:
     """``gemm_features`` of a quantised product (``gemm_sums_at``)."""
     flops, nbytes, weights = gemm_sums_at(m, k, n, e, act_e, w_e)
-    return flops, nbytes, {"weight_elems": weights, "wave_k": gemm_wave_k(m, n, k, sms)}
+    return flops, nbytes, {"weight_elems": weights, "wave_k": gemm_wave_k(m, n, k, sms, 1, tiles)}
 
 
 # The output tile of a GEMM's CTA in the wave feature (``gemm_wave_k``): 128 x 128, the
@@ -78,18 +88,69 @@ def tile_waves(
     return -(-tiles // sms)
 
 
-def gemm_wave_k(m: Sums, n: float, k: float, sms: int | None, groups: float = 1) -> Sums:
+# Each GEMM kernel's own output tiles, where its dispatch source was read and the fit's
+# train rows take the reading (docs/decisions.md, "Issue 34, step: each GEMM kernel's own
+# tile", helper gemm38): a rule name of ``GEMM_TILE_RULES``, chosen by the family's kernel
+# source and the table's device (:func:`gemm_tile_rule`); "" is ``GEMM_TILE_M x
+# GEMM_TILE_N`` at every shape. The fit reader (``aic_dense.gemm_rows``) and serving
+# (``DensePricing``: the quantised fits' projections and experts-as-GEMMs) both take the
+# rule from the same two strings (the fit's ``provenance``).
+#
+# vLLM's per-tensor fp8 CUTLASS GEMM (``CutlassFP8ScaledMMLinearKernel`` ->
+# ``ops.cutlass_scaled_mm``) on Hopper: ``csrc/quantization/cutlass_w8a8/c3x/
+# scaled_mm_sm90_fp8_dispatch.cuh`` (vllm-project/vllm as stored at 44d638a8)
+# ``cutlass_gemm_sm90_fp8_dispatch``: m in [1, 64] ``sm90_fp8_config_M64`` (TileShape 64 x
+# 64), m in (64, 128] ``sm90_fp8_config_M128`` (64 x 128), above ``sm90_fp8_config_default``
+# (128 x 128). The tables are vLLM 0.24.0's; a later copy of the same file (the
+# ``libtorch_stable`` one) swaps A and B below 64 rows (16 x 64 tiles of the output) and
+# takes 256 x 128 at m >= 8192, k >= 6144: read too, and the train rows took the first
+# (``gemm38-s38/sweep_area.txt``). The Blackwell dispatch (``scaled_mm_sm100_fp8_
+# dispatch.cuh``: swap-AB 32 / 64-row tiles to 64 rows, 128 x 128 to 256, 256 x 128 above,
+# 2-SM clusters) was read and lost the train median on all four Blackwell profiles, so
+# those keep the one tile.
+VLLM_CUTLASS_FP8_SOURCE = "CutlassFP8ScaledMMLinearKernel"
+HOPPER_DEVICES = frozenset({"NVIDIA H100 80GB HBM3", "NVIDIA H200"})
+VLLM_SM90_FP8_TILES = "vllm_sm90_fp8"
+# (rows up to, tile rows, tile columns), the last bucket open-ended.
+GEMM_TILE_RULES: dict[str, tuple[tuple[float, int, int], ...]] = {
+    VLLM_SM90_FP8_TILES: ((64, 64, 64), (128, 64, 128), (math.inf, GEMM_TILE_M, GEMM_TILE_N)),
+}
+
+
+def gemm_tile_rule(kernel_source: str, device: str) -> str:
+    """The tile rule (a key of ``GEMM_TILE_RULES``, "" for the one default tile) of a GEMM
+    family timed with ``kernel_source`` on ``device`` (a fit's ``provenance``)."""
+    if kernel_source == VLLM_CUTLASS_FP8_SOURCE and device in HOPPER_DEVICES:
+        return VLLM_SM90_FP8_TILES
+    return ""
+
+
+def gemm_wave_k(
+    m: Sums, n: float, k: float, sms: int | None, groups: float = 1, tiles: str = ""
+) -> Sums:
     """K-steps on the busiest SM of ``groups`` independent (m x k) @ (k x n) products
     (a batched or grouped GEMM; 1: one GEMM): the output's ``GEMM_TILE_M x GEMM_TILE_N``
     tiles, one CTA each, run in ``ceil(tiles / sms)`` waves over the ``sms`` SMs, and each
     wave's CTAs loop over all of ``k`` whatever the other SMs do: ``waves x k``. The
     tables' steps where m crosses a tile multiple (128 -> 129 rows) and their few-CTA
     launches (n = 1024 at one row: 8 CTAs on 132 SMs stream their weights slower than
-    the whole GPU) (``formulas``: the GEMM families' ``wave_k`` extra). Non-decreasing in
-    m. 0 where the SM count is not known (``twin.hardware.SM_COUNTS``) or m is 0."""
+    the whole GPU) (``formulas``: the GEMM families' ``wave_k`` extra). ``tiles``, a rule
+    of ``GEMM_TILE_RULES``: the kernel's own tile for the bucket of m, its waves weighted
+    by the tile's area in default tiles (a 64 x 64 tile's k-step is a quarter of a 128 x
+    128 one's), so one fitted cost a k-step holds across the buckets. Non-decreasing in m.
+    0 where the SM count is not known (``twin.hardware.SM_COUNTS``) or m is 0."""
     if not sms:
         return 0.0
-    return tile_waves(m, n, sms, groups) * k
+    if not tiles:
+        return tile_waves(m, n, sms, groups) * k
+    total: Sums = 0.0
+    low = 0.0
+    for high, tile_m, tile_n in GEMM_TILE_RULES[tiles]:
+        area = tile_m * tile_n / (GEMM_TILE_M * GEMM_TILE_N)
+        waves = tile_waves(m, n, sms, groups, tile_m, tile_n)
+        total = total + ((m > low) & (m <= high)) * waves * (area * k)
+        low = high
+    return total
 
 
 def attn_prefill_features(
@@ -799,7 +860,7 @@ def moe_token_tile(
 # rows an expert holds, as in the TRT-LLM-gen rules above. The triton_kernels release
 # TensorRT-LLM 1.3.0rc20 pins was not read (a risk); the fit rows identify the local count
 # against the global one (helper moe37, session 37, ``moe37-s37/vhopper.txt``).
-TRTLLM_TRITON_MOE_DEVICES = frozenset({"NVIDIA H100 80GB HBM3", "NVIDIA H200"})
+TRTLLM_TRITON_MOE_DEVICES = HOPPER_DEVICES
 TRTLLM_TRITON_BLOCKS_M = (16, 128)
 
 
@@ -939,6 +1000,7 @@ __all__ = [
     "gemm_features_at",
     "gemm_sums",
     "gemm_sums_at",
+    "gemm_tile_rule",
     "gemm_wave_k",
     "marlin_block_m",
     "moe_expert_tiles",
