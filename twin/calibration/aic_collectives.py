@@ -15,11 +15,12 @@ from twin.calibration.aic_tables import (
     FamilyRows,
     _read,
     _row,
+    _versions,
     latest_version,
-    release_version,
 )
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
+from twin.costmodel.table_release import pick_version
 
 
 def _nccl_by_size(
@@ -96,11 +97,44 @@ def gather_rows(system: Path) -> list[FamilyRows]:
     return sorted(families, key=lambda f: f.kernel)
 
 
+# TensorRT-LLM custom all-reduce tables (system directory, release) that time, at decode
+# sizes, a kernel TensorRT-LLM's decode layers do not run there. The collector times the
+# op un-fused (ai-dynamo/aiconfigurator ``collector/collect_all_reduce.py``: ``AllReduce``
+# with ``AllReduceStrategy.AUTO`` and ``AllReduceFusionOp.NONE``), and AUTO picks by fusion
+# op (NVIDIA/TensorRT-LLM ``cpp/tensorrt_llm/thop/allreduceOp.cpp`` ``selectImplementation``
+# -> ``cpp/tensorrt_llm/common/customAllReduceUtils.h`` ``selectStrategyLookUpTable``,
+# ``AllReduceBestStrategyTableSM90``, stored tree): hidden 4096, fusion NONE, two-shot at
+# 2 and 8 tokens on 2 GPUs and at 8-64 tokens on 4, one-shot around them; fusion
+# RESIDUAL_RMS_NORM, which the decode layers run (``_torch/models/modeling_qwen3_moe.py``
+# ``Qwen3MoEDecoderLayer``: both all-reduces of a layer fused with the next RMSNorm,
+# ``PRE_MOE_FUSION`` / ``POST_MOE_FUSION``), one-shot up to 1,024 / 256 tokens on 2 / 4
+# GPUs. In aiconfigurator-core 0.12.0's 1.2.0rc5 Hopper tables exactly those two-shot
+# points stand out (H100, 2 GPUs: 9.9 / 8.4 us at 8 / 32 Ki elements against 3.4-3.8 at
+# the sizes around them; 4 GPUs: 10.9-11.9 us at 32-256 Ki against 3.7 at 16 Ki and 13.2
+# at 512 Ki; H200 alike), where the 1.3.0rc10 and 1.3.0rc20 tables run smoothly through
+# them (4 GPUs 3.7-7.9 us); the Blackwell 1.2.0rc5 table, whose SM100 column is one-shot
+# there, has no such points. Such a table prices no release (the pick falls to the
+# engine's other tables: for older releases the oldest of them); issue 31, helper q235h38.
+UNFUSED_TWOSHOT_TABLES = frozenset({("h100_sxm", "1.2.0rc5"), ("h200_sxm", "1.2.0rc5")})
+
+
+def custom_allreduce_dir(system: Path, engine: str, release: str | None) -> Path | None:
+    """The version directory whose custom all-reduce table prices engine release
+    ``release`` (``twin.costmodel.table_release.pick_version``: the newest at or before
+    it; ``None``, the newest), :data:`UNFUSED_TWOSHOT_TABLES` passed over."""
+    by_name = {
+        p.name: p
+        for p in _versions(system / "comm" / engine, "custom_allreduce_perf.parquet")
+        if engine != "trtllm" or (system.name, p.name) not in UNFUSED_TWOSHOT_TABLES
+    }
+    chosen = pick_version(by_name, release)
+    return None if chosen is None else by_name[chosen]
+
+
 def allreduce_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:
     """One family per GPU count: the engine's graph-mode custom all-reduce (engine release
-    ``release``'s table: :func:`release_version`), NCCL above it."""
-    custom = "custom_allreduce_perf.parquet"
-    custom_dir = release_version(system / "comm" / engine, custom, release)
+    ``release``'s table: :func:`custom_allreduce_dir`), NCCL above it."""
+    custom_dir = custom_allreduce_dir(system, engine, release)
     by_size, device = _nccl_by_size(system)
     if custom_dir is not None:
         table = custom_dir / "custom_allreduce_perf.parquet"
