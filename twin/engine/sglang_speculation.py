@@ -86,8 +86,13 @@ def _auto_spec_params(algorithm: str, model: ModelSpec) -> tuple[int, int, int]:
 # tau`` over a grid of 0-6 ms and 0-300 us (a script not kept; best 1.0-1.25 ms, 85-105 us),
 # confirmed scored: ``python benchmarks/silicon_rows.py benchmarks/results/sgl-mtp/mtp-rows.csv
 # --split fit --jobs 2``: TTFT / TPOT MAPE 37.3 / 12.5 -> 13.7 / 10.3% (docs/decisions.md,
-# "SGLang's MTP iteration").
-SGLANG_SPEC_V1_LOOP_HOST = (1.25e-3, 90e-6)
+# "SGLang's MTP iteration"). Refitted at session 38's tree (helper dsb38), whose verify,
+# MLA and MoE prices moved since: the same estimate over every SGLang -mtp fit row of
+# ``benchmarks/results/silicon-all-s37/predictions.csv`` (88: DeepSeek-R1 B200 fp8 30,
+# Qwen3.5 B200 fp8 51, B300 fp8 7), grid 0-2.5 ms x 90-190 us
+# (``benchmarks/results/dsb38-s38/grid.py.txt``), flat optimum 0.5-0.75 ms and 120-130 us;
+# confirmed scored (docs/decisions.md, "the SGLang spec-v1 loop host refitted").
+SGLANG_SPEC_V1_LOOP_HOST = (0.625e-3, 120e-6)
 
 
 def sglang_speculation(model: ModelSpec, out: dict[str, Any]) -> None:
