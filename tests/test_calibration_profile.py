@@ -103,14 +103,16 @@ def test_transfer_scales_a_per_sm_coefficient_by_one_sms_peak() -> None:
     )
 
 
-@pytest.mark.parametrize("coefficient", ["c_waves", "c_small_waves", "c_launch_waves"])
+@pytest.mark.parametrize(
+    "coefficient", ["c_waves", "c_small_waves", "c_launch_waves", "c_cta_waves"]
+)
 def test_transfer_scales_every_wave_coefficient_by_one_sms_peak(coefficient: str) -> None:
     """A wave over the SMs is one CTA's time on one SM whatever its feature (the BMMs' and
-    the MLA prefill's waves, the small tiles', the decode launch's): H100 -> A100 by the FLOP
-    ratio times 108 / 132, as the GEMM's ``c_wave_k``."""
+    the MLA prefill's waves, the small tiles', the decode launch's, the conv update's CTAs):
+    H100 -> A100 by the FLOP ratio times 108 / 132, as the GEMM's ``c_wave_k``."""
     src = _measured("h100")
     shipped = load_profile("h100", "trtllm")  # the MLA fits: a datasheet profile has none
-    for name in ("mla_bmm", "mla_decode"):
+    for name in ("mla_bmm", "mla_decode", "conv1d_update"):
         src.kernels[name] = dataclasses.replace(
             shipped.kernels[name], params=dict(shipped.kernels[name].params)
         )

@@ -214,6 +214,7 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
         return []
     table = version / "mamba2_perf.parquet"
     raw = _read(table)
+    sms = system_sm_count(system)  # the update's waves of CTAs (``ft.conv1d_features``)
     families = []
     for kernel, source in (
         ("conv1d", "causal_conv1d_fn"),
@@ -235,7 +236,9 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
             )
             update = kernel == "conv1d_update"
             length = 1 if update else s
-            feats = ft.conv1d_features(b, length, width, taps, ELEM_BYTES, with_state=update)
+            # The collector's batched call (``collector/trtllm/collect_mamba2.py``: x of
+            # (batch, dim, seqlen), no ``query_start_loc``): not varlen.
+            feats = ft.conv1d_features(b, length, width, taps, ELEM_BYTES, update, sms)
             shape = {"b": b, "l": length, "c": width, "k": taps}
             out.append(_row(kernel, feats, r["latency"], shape))
         if out:

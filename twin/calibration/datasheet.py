@@ -63,7 +63,14 @@ DEFAULTS: dict[str, dict[str, float]] = {
     "ssm_step": {"t0_s": _T0, "eff_flops": 0.1, "eff_bytes": 0.5, "p": _P},  # assumed
     # Depthwise conv runs on CUDA cores, not tensor cores: FLOP efficiency against the
     # tensor peak is small (assumed 0.05); it is memory-bound in practice.
-    "conv1d": {"t0_s": _T0, "eff_flops": 0.05, "eff_bytes": 0.6, "p": _P, "c_seq_channels": 0.0},
+    "conv1d": {
+        "t0_s": _T0,
+        "eff_flops": 0.05,
+        "eff_bytes": 0.6,
+        "p": _P,
+        "c_seq_channels": 0.0,
+        "c_unaligned_ctas": 0.0,
+    },
     "elementwise": {"t0_s": _T0, "eff_bytes": 0.7},  # assumed
     # A device copy ran at 3.0 of 3.35 TB/s (read + write) on the lent H100: 0.9.
     "copy_d2d": {"t0_s": 2 * _T0, "eff_bytes": 0.9},

@@ -34,7 +34,12 @@ from typing import Any
 import numpy as np
 
 from twin.costmodel import latency as lat
-from twin.costmodel.features import GEMM_TILE_M, GEMM_TILE_N
+from twin.costmodel.features import (
+    CONV_UPDATE_RESIDENT,
+    CONV_UPDATE_THREADS,
+    GEMM_TILE_M,
+    GEMM_TILE_N,
+)
 from twin.jit import jit
 
 
@@ -297,20 +302,27 @@ def _keys_upto(m: int, window: int) -> int:
 @jit("f8(f8[:, ::1], i8, i8, i8, i8, i8)")
 def _conv_prompt(kc: np.ndarray, e: int, n: int, chunks: int, width: int, taps: int) -> float:
     """``MixerPricing._conv`` over a step's prompt tokens: ``conv1d_features(1, n, width,
-    taps, e)``, the chunks' channels as the extra feature."""
+    taps, e, sequences=chunks)``, a varlen call: the chunks' channels are its CTAs, every
+    one unaligned (both extra features)."""
     cf = 2.0 * 1 * n * width * taps
     cb = float(e * (2 * 1 * n * width + width * taps))
-    return _kernel_s(kc[CONV1D], cf, cb, float(chunks * width), 0.0)
+    ctas = float(chunks * width)
+    return _kernel_s(kc[CONV1D], cf, cb, ctas, ctas)
 
 
-@jit("f8(f8[:, ::1], i8, i8, i8, i8)")
-def _conv_update(kc: np.ndarray, e: int, batch: int, width: int, taps: int) -> float:
+@jit("f8(f8[:, ::1], i8, i8, i8, i8, i8)")
+def _conv_update(kc: np.ndarray, e: int, batch: int, width: int, taps: int, sms: int) -> float:
     """``MixerPricing._conv``'s decode update: ``conv1d_features(batch, 1, width, taps, e,
-    with_state=True)`` priced by ``CostModel._conv_update``."""
+    True, sms)`` priced by ``CostModel._conv_update``: the waves of its 64-thread CTAs
+    (``features.tile_waves``; 0 without an SM count)."""
     cf = 2.0 * batch * 1 * width * taps
     ub = e * (2 * batch * 1 * width + width * taps)
     ub += e * 2 * batch * width * taps
-    return _kernel_s(kc[CONV_UPDATE], cf, float(ub), 0.0, 0.0)
+    waves = 0
+    if sms:
+        ctas = batch * -(-width // CONV_UPDATE_THREADS)
+        waves = -(-ctas // (sms * CONV_UPDATE_RESIDENT))
+    return _kernel_s(kc[CONV_UPDATE], cf, float(ub), float(waves), 0.0)
 
 
 @jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, f8)")
@@ -376,7 +388,7 @@ def step_seconds(
                 )
             )
             total += layers * _kernel_s(kc[SSM_STEP], sf, sb, 0.0, 0.0)
-            total += layers * _conv_update(kc, e, batch, width, taps)
+            total += layers * _conv_update(kc, e, batch, width, taps, mi[SMS])
     if mi[M1_LAYERS]:
         layers, inner, d_state, taps = mi[M1_LAYERS], mi[M1_INNER], mi[M1_STATE], mi[TAPS]
         per_channel = 8 * d_state + 2  # ``mixers.mamba1_scan_flops_per_channel``
@@ -393,7 +405,7 @@ def step_seconds(
                 batch * (2 * inner * d_state * mi[STATE_ELEM] + e * (4 * inner + 2 * d_state))
             )
             total += layers * _kernel_s(kc[M1_STEP], sf, sb, 0.0, 0.0)
-            total += layers * _conv_update(kc, e, batch, inner, taps)
+            total += layers * _conv_update(kc, e, batch, inner, taps, mi[SMS])
     if mi[GDN_LAYERS]:
         layers, v_heads, k_heads = mi[GDN_LAYERS], mi[GDN_V], mi[GDN_K]
         k_dim, v_dim, g_chunk = mi[GDN_KDIM], mi[GDN_VDIM], mi[GDN_CHUNK_LEN]
@@ -418,7 +430,7 @@ def step_seconds(
             state = 2 * v_heads * k_dim * v_dim * mi[STATE_ELEM]
             sb = float(batch * (state + e * io))
             total += layers * _kernel_s(kc[GDN_STEP], sf, sb, 0.0, 0.0)
-            total += layers * _conv_update(kc, e, batch, width, taps)
+            total += layers * _conv_update(kc, e, batch, width, taps, mi[SMS])
     # 3. ``_head``: embedding gather, final norm, the LM head's GEMM (``gemm_sums``).
     d, vocab = mi[D_MODEL], mi[VOCAB]
     embed = _kernel_s(kc[ELEMENTWISE], 0.0, e * 2.0 * tokens * d, 0.0, 0.0)

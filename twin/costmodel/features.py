@@ -285,21 +285,54 @@ def ssm_step_features(
     return flops, nbytes, {}
 
 
+# The causal conv1d's launches (TensorRT-LLM 1.3.0rc20's copy of Dao-AILab causal-conv1d,
+# ``cpp/tensorrt_llm/kernels/causalConv1d/causalConv1d.cu``, read at NVIDIA/TensorRT-LLM
+# 0c8de69; the same code as vLLM's and sgl-kernel's CUDA copies). The prompt pass:
+# ``causal_conv1d_fwd_launch`` grid ``(batch, dim)``, one CTA of 128 threads per (sequence,
+# channel), 8 bf16 elements a thread, so 1,024 tokens a loop iteration; vectorised loads
+# only when ``seqlen % 8 == 0`` and the call is not varlen (``kIsVecLoad``), else cub's
+# warp-transposed loads and stores through shared memory. The decode update:
+# ``causal_conv1d_update_launch`` grid ``(batch, ceil(dim / 64))``, 64 threads, a thread
+# per channel.
+CONV_VEC_ELEMS = 8
+CONV_UPDATE_THREADS = 64
+# Resident 64-thread CTAs an SM holds: 32 (the block limit of compute capability 8.0, 9.0
+# and 10.0, 2,048 threads; sm_89 / sm_120 hold 24, an approximation the fit's
+# ``c_cta_waves`` scales).
+CONV_UPDATE_RESIDENT = 32
+
+
 def conv1d_features(
-    batch: int, seqlen: int, channels: int, kernel: int, e: int, with_state: bool = False
+    batch: int,
+    seqlen: int,
+    channels: int,
+    kernel: int,
+    e: int,
+    with_state: bool = False,
+    sms: int | None = None,
+    sequences: int | None = None,
 ) -> Features:
     """Causal depthwise conv; ``with_state`` adds the decode conv-state read + write.
 
-    A prompt pass (``with_state=False``) also counts sequences x channels: the
-    varlen kernel sets up every channel of each sequence (NVIDIA's tables: ~1 ns per
-    sequence-channel on H100, 0.7 ms for 64 one-token prompts of 10,240 channels).
+    A prompt pass (``with_state=False``) counts its CTAs, one per sequence x channel
+    (``seq_channels``; ~1 ns each on H100), and those of them that run the kernel's
+    unvectorised load path (``unaligned_ctas``: every CTA of a varlen call, else of a
+    length not a multiple of 8; NVIDIA's tables: 1-4 token prompts ~1.3x the cost of 8-512
+    token ones, which cost the same). ``sequences``: a varlen call (the engines' serving
+    call, ``query_start_loc`` set) of that many sequences packed into ``batch x seqlen``
+    tokens. A decode update counts the waves of its 64-thread CTAs over ``sms`` SMs
+    (``cta_waves``; 0 without an SM count).
     """
     flops = 2.0 * batch * seqlen * channels * kernel
     nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
     if with_state:
         nbytes += e * 2 * batch * channels * kernel
-        return flops, float(nbytes), {}
-    return flops, float(nbytes), {"seq_channels": float(batch * channels)}
+        resident = sms * CONV_UPDATE_RESIDENT if sms else None
+        waves = tile_waves(batch, channels, resident, tile_m=1, tile_n=CONV_UPDATE_THREADS)
+        return flops, float(nbytes), {"cta_waves": float(waves)}
+    ctas = float((batch if sequences is None else sequences) * channels)
+    unaligned = sequences is not None or seqlen % CONV_VEC_ELEMS != 0
+    return flops, float(nbytes), {"seq_channels": ctas, "unaligned_ctas": ctas * unaligned}
 
 
 def elementwise_features(rows: int, width: int, e: int, passes: float = 2.0) -> Features:

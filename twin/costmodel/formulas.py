@@ -517,7 +517,11 @@ FORMULAS: dict[str, KernelFormula] = {
         KernelFormula("ssm_scan", "mem_bw", True, ("chunks",), "Mamba2 chunked (SSD) scan"),
         KernelFormula("ssm_step", "mem_bw", True, (), "Mamba2 one-token state update (decode)"),
         KernelFormula(
-            "conv1d", "mem_bw", True, ("seq_channels",), "causal depthwise conv1d over prompts"
+            "conv1d",
+            "mem_bw",
+            True,
+            ("seq_channels", "unaligned_ctas"),
+            "causal depthwise conv1d over prompts",
         ),
         KernelFormula(
             "elementwise", "mem_bw", False, (), "element-wise pass / RMSNorm: bytes in and out"
@@ -530,7 +534,7 @@ FORMULAS: dict[str, KernelFormula] = {
             "conv1d_update",
             "mem_bw",
             True,
-            (),
+            ("cta_waves",),
             "causal conv1d decode update: one token per sequence, conv state read + written",
         ),
         # Issue 13's mixer kinds (optional: a profile without them takes the datasheet

@@ -159,9 +159,11 @@ class MixerPricing(ShardShapes):
         decode update."""
         e = self.elem_bytes
         if decode:
-            cf, cb, _ = ft.conv1d_features(f.decodes, 1, width, taps, e, with_state=True)
-            return (kind, "conv1d", self._conv_update(cf, cb))
-        # Features of one sequence holding all the step's prompt tokens; the
-        # per-sequence term counts every chunk.
-        cf, cb, _ = ft.conv1d_features(1, f.prefill_tokens, width, taps, e)
-        return (kind, "conv1d", self._k["conv1d"](cf, cb, f.prefill_chunks * width))
+            cf, cb, x = ft.conv1d_features(f.decodes, 1, width, taps, e, True, self.sms)
+            return (kind, "conv1d", self._conv_update(cf, cb, x["cta_waves"]))
+        # The engines' varlen call: the step's prompt tokens packed, a CTA per chunk and
+        # channel, every one on the unvectorised path (``features.conv1d_features``).
+        cf, cb, x = ft.conv1d_features(
+            1, f.prefill_tokens, width, taps, e, sequences=f.prefill_chunks
+        )
+        return (kind, "conv1d", self._k["conv1d"](cf, cb, x["seq_channels"], x["unaligned_ctas"]))

@@ -156,9 +156,12 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         self._setup_moe()
         # The decode conv update: its own fit where the profile has one (NVIDIA's tables
         # time causal_conv1d_update apart), else the prompt conv's model with no
-        # per-sequence term.
+        # per-CTA terms (its coefficients zeroed: the update's own feature, the waves of
+        # its CTAs, is passed in their place).
         name = "conv1d_update" if "conv1d_update" in profile.kernels else "conv1d"
         params = profile.kernels[name].params
+        if name == "conv1d":
+            params = {**params, **{f"c_{x}": 0.0 for x in fm.get_formula("conv1d").extras}}
         self._conv_update = lat.compile_fast(name, params, profile.peaks)
         self._conv_update_constants = lat.kernel_constants(name, params, profile.peaks)
         self._setup_mixer_kernels()
