@@ -15,12 +15,11 @@ from twin.calibration.aic_tables import (
     FamilyRows,
     _read,
     _row,
-    _versions,
     latest_version,
+    release_version,
 )
 from twin.costmodel import features as ft
 from twin.costmodel import formulas as fm
-from twin.costmodel.table_release import pick_version
 
 
 def _nccl_by_size(
@@ -120,15 +119,13 @@ UNFUSED_TWOSHOT_TABLES = frozenset({("h100_sxm", "1.2.0rc5"), ("h200_sxm", "1.2.
 
 def custom_allreduce_dir(system: Path, engine: str, release: str | None) -> Path | None:
     """The version directory whose custom all-reduce table prices engine release
-    ``release`` (``twin.costmodel.table_release.pick_version``: the newest at or before
-    it; ``None``, the newest), :data:`UNFUSED_TWOSHOT_TABLES` passed over."""
-    by_name = {
-        p.name: p
-        for p in _versions(system / "comm" / engine, "custom_allreduce_perf.parquet")
-        if engine != "trtllm" or (system.name, p.name) not in UNFUSED_TWOSHOT_TABLES
-    }
-    chosen = pick_version(by_name, release)
-    return None if chosen is None else by_name[chosen]
+    ``release`` (:func:`release_version`), :data:`UNFUSED_TWOSHOT_TABLES` passed over."""
+    passed_over = (
+        {v for s, v in UNFUSED_TWOSHOT_TABLES if s == system.name} if engine == "trtllm" else set()
+    )
+    return release_version(
+        system / "comm" / engine, "custom_allreduce_perf.parquet", release, passed_over
+    )
 
 
 def allreduce_rows(system: Path, engine: str, release: str | None = None) -> list[FamilyRows]:

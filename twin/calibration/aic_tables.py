@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,11 +190,13 @@ def latest_version(directory: Path, table: str) -> Path | None:
     return versions[0] if versions else None
 
 
-def release_version(directory: Path, table: str, release: str | None) -> Path | None:
+def release_version(
+    directory: Path, table: str, release: str | None, passed_over: Collection[str] = ()
+) -> Path | None:
     """The version directory under ``directory`` whose ``table`` prices engine release
     ``release`` (``twin.costmodel.table_release.pick_version``: the newest at or before
-    it; ``None``, the newest)."""
-    by_name = {p.name: p for p in _versions(directory, table)}
+    it; ``None``, the newest); the versions named in ``passed_over`` price no release."""
+    by_name = {p.name: p for p in _versions(directory, table) if p.name not in passed_over}
     chosen = pick_version(by_name, release)
     return None if chosen is None else by_name[chosen]
 
