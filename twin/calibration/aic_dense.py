@@ -103,8 +103,13 @@ def gemm_rows(
 # ``fp8_static`` mode, "static FP8 derived from dynamic FP8" and those tables
 # (aiconfigurator-core 0.12.0 ``sdk/perf_database.py`` ``_gemm_key_names``,
 # ``sdk/models/helpers.py``: per-tensor fp8 is static unless the checkpoint says
-# dynamic). vLLM's collector builds its fp8 rows with ``activation_scheme="static"``
-# (``collector/vllm/collect_gemm.py``): nothing to take off.
+# dynamic). vLLM's collector times a dynamic scale too (``collector/vllm/collect_gemm.py``
+# ``Fp8Config(activation_scheme="dynamic")`` since ai-dynamo/aiconfigurator f027123fc,
+# and at d5bad971c, the 0.24.0 collection of the tables; "static" before), but its rows
+# are kept as measured: serving takes the dynamic floor off a static checkpoint's vLLM
+# fp8 GEMM itself (``DensePricing``, ``KernelLayout.fp8_static_activation``), and the
+# ``quantize/vllm`` tables are not read (review38, session 38: a comment that said the
+# vLLM rows were static corrected; the choice of route is left to the lead).
 DYNAMIC_FP8_GEMMS = ("trtllm",)
 COMPUTE_SCALE_TABLE = "computescale_perf.parquet"
 
