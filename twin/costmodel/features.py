@@ -287,7 +287,11 @@ def ssm_step_features(
 
 # The causal conv1d's launches (TensorRT-LLM 1.3.0rc20's copy of Dao-AILab causal-conv1d,
 # ``cpp/tensorrt_llm/kernels/causalConv1d/causalConv1d.cu``, read at NVIDIA/TensorRT-LLM
-# 0c8de69; the same code as vLLM's and sgl-kernel's CUDA copies). The prompt pass:
+# 0c8de69; the same code as sgl-kernel's CUDA copy, which SGLang serves). vLLM serves its
+# own Triton port instead (``vllm/model_executor/layers/mamba/ops/causal_conv1d.py``
+# ``_causal_conv1d_fwd_kernel``, vllm-project/vllm as stored), whose launch this does not
+# read: its prices take this kernel's fit and terms, as every engine's conv did before
+# (review38, session 38; left to the lead). The prompt pass:
 # ``causal_conv1d_fwd_launch`` grid ``(batch, dim)``, one CTA of 128 threads per (sequence,
 # channel), 8 bf16 elements a thread, so 1,024 tokens a loop iteration; vectorised loads
 # only when ``seqlen % 8 == 0`` and the call is not varlen (``kIsVecLoad``), else cub's
