@@ -302,7 +302,8 @@ CONV_VEC_ELEMS = 8
 CONV_UPDATE_THREADS = 64
 # Resident 64-thread CTAs an SM holds: 32 (the block limit of compute capability 8.0, 9.0
 # and 10.0, 2,048 threads; sm_89 / sm_120 hold 24, an approximation the fit's
-# ``c_cta_waves`` scales).
+# ``c_cta_waves`` scales; NVIDIA's CUDA C++ Programming Guide, "Technical Specifications
+# per Compute Capability": maximum resident blocks and threads per SM).
 CONV_UPDATE_RESIDENT = 32
 
 
