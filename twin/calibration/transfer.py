@@ -25,9 +25,10 @@ from twin.hardware import SM_COUNTS, get_gpu
 # k-steps on the busiest SM of its waves (``features.gemm_wave_k``), the absorbed BMMs' and
 # the MLA prefill kernel's waves (``mla_features.mla_bmm_features``,
 # ``mla_prefill_waves``), the BMMs' small-tile waves and the MLA decode launch's waves
-# (``mla_features.mla_decode_launch``). One SM's speed is the GPU's peak over its SMs, so
+# (``mla_features.mla_decode_launch``), the attention decode launch's waves x head dim
+# (``features.attn_decode_waves_d``). One SM's speed is the GPU's peak over its SMs, so
 # these scale by the FLOP ratio times the SM ratio.
-PER_SM_COEFFICIENTS = ("c_wave_k", "c_waves", "c_small_waves", "c_launch_waves")
+PER_SM_COEFFICIENTS = ("c_wave_k", "c_waves", "c_small_waves", "c_launch_waves", "c_waves_d")
 
 
 def transfer_profile(
