@@ -178,6 +178,7 @@ def attention_rows(
         raw = [r for r in raw if r.get("attn_dtype") == fmha]
         if phase == "prefill" and fmha == "fp8":
             source = f"{source}, fp8 FMHA"
+    sms = system_sm_count(system)  # the decode launch's waves (``ft.attn_decode_waves_d``)
     out = []
     for i, r in enumerate(raw):
         _require(r, ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"), table, i)
@@ -192,13 +193,14 @@ def attention_rows(
                 b * s, b * s * (s + 1) // 2, b * s, b, h, kvh, hd, ELEM_BYTES, kv_e
             )
             shape = {"b": b, "s": s, "h": h, "kvh": kvh, "d": hd}
+            extras = {"score_elems": scores, "tiles": tiles}
         else:
             keys = int(r["step"]) + 1  # the cached tokens and the new one
-            flops, nbytes, scores, tiles = ft.attn_decode_sums(
-                b, b * keys, h, kvh, hd, ELEM_BYTES, kv_e
+            flops, nbytes, scores, tiles, waves = ft.attn_decode_sums(
+                b, b * keys, h, kvh, hd, ELEM_BYTES, kv_e, sms
             )
             shape = {"b": b, "c": keys - 1, "h": h, "kvh": kvh, "d": hd}
-        extras = {"score_elems": scores, "tiles": tiles}
+            extras = {"score_elems": scores, "tiles": tiles, "waves_d": waves}
         out.append(_row(kernel, (flops, nbytes, extras), r["latency"], shape))
     return _family(kernel, table, raw, source, out)
 

@@ -205,13 +205,48 @@ def attn_prefill_sums(
 
 
 def attn_decode_features(
-    batch: int, keys: int, heads: int, kv_heads: int, head_dim: int, e: int, kv_e: int | None = None
+    batch: int,
+    keys: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    e: int,
+    kv_e: int | None = None,
+    sms: int | None = None,
 ) -> Features:
     """``batch`` single-token queries, each over ``keys`` keys (KV read dominates)."""
-    flops, nbytes, scores, tiles = attn_decode_sums(
-        batch, batch * keys, heads, kv_heads, head_dim, e, kv_e
+    flops, nbytes, scores, tiles, waves = attn_decode_sums(
+        batch, batch * keys, heads, kv_heads, head_dim, e, kv_e, sms
     )
-    return flops, nbytes, {"score_elems": scores, "tiles": tiles}
+    return flops, nbytes, {"score_elems": scores, "tiles": tiles, "waves_d": waves}
+
+
+# The packed query rows of one decode CTA (``attn_decode_waves_d``): FlashAttention-3 packs a
+# KV head's query heads into the query rows of one m-block (``flash_api.cpp``
+# ``get_num_splits`` / ``heuristics.h`` ``should_pack_gqa``, Dao-AILab/flash-attention
+# ``hopper/`` commits 07602adc, 13d0fd9c; its 64-row block, ``mla_features.FA3_BLOCK_M``).
+# One block for every GQA ratio up to 64, so the grid is (sequence, KV head) on the engines'
+# models.
+DECODE_PACKED_ROWS = 64
+
+
+def attn_decode_waves_d(
+    batch: float, heads: int, kv_heads: int, head_dim: int, sms: int | None
+) -> float:
+    """The unsplit decode grid's waves over the SMs times the head dim: ``ceil(batch x
+    kv_heads x ceil(gqa / DECODE_PACKED_ROWS) / sms) x head_dim``, one CTA per (sequence,
+    KV head, block of packed query rows). A wave's per-CTA fixed work (the query tile, the
+    first K/V block, the output) scales with the head dim; the ``tiles`` term, linear in
+    the batch, misses that the time is flat up to a wave (the attention decode families'
+    ``waves_d`` extra; docs/decisions.md, "the decode launch's waves x head dim", helpers
+    attn36 / attn38). Constant in the keys (the affine decode runs stay affine,
+    ``decode_pricing.affine_in_keys``), non-decreasing in the batch; 0 where the SM count
+    is not known (``twin.hardware.SM_COUNTS``: a datasheet profile prices as without it)."""
+    if not sms or batch <= 0:
+        return 0.0
+    blocks = -(-(heads // kv_heads) // DECODE_PACKED_ROWS)
+    ctas = int(batch) * kv_heads * blocks
+    return float(-(-ctas // sms) * head_dim)
 
 
 def attn_decode_sums(
@@ -222,10 +257,15 @@ def attn_decode_sums(
     head_dim: int,
     e: int,
     kv_e: int | None = None,
-) -> tuple[Sums, Sums, Sums, Sums]:
-    """(FLOPs, bytes, score elements, tiles) of ``batch`` decode queries over ``keys`` keys
-    in all: a prefill of one query per sequence, every key's K/V row read once."""
-    return attn_prefill_sums(batch, keys, keys, batch, heads, kv_heads, head_dim, e, kv_e)
+    sms: int | None = None,
+) -> tuple[Sums, Sums, Sums, Sums, float]:
+    """(FLOPs, bytes, score elements, tiles, waves x head dim) of ``batch`` decode queries
+    over ``keys`` keys in all: a prefill of one query per sequence, every key's K/V row read
+    once; the launch's waves over ``sms`` SMs (``attn_decode_waves_d``; 0 without)."""
+    flops, nbytes, scores, tiles = attn_prefill_sums(
+        batch, keys, keys, batch, heads, kv_heads, head_dim, e, kv_e
+    )
+    return flops, nbytes, scores, tiles, attn_decode_waves_d(batch, heads, kv_heads, head_dim, sms)
 
 
 def ssm_scan_features(
@@ -1021,6 +1061,7 @@ __all__ = [
     "allreduce_features",
     "attn_decode_features",
     "attn_decode_sums",
+    "attn_decode_waves_d",
     "attn_prefill_features",
     "attn_prefill_sums",
     "conv1d_features",

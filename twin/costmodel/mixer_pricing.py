@@ -90,8 +90,8 @@ class MixerPricing(ShardShapes):
                     )
                     parts.append((kind, "attn_prefill", k["attn_prefill"](*feats)))
                 if f.decodes:
-                    feats = ft.attn_decode_sums(f.decodes, dec_keys, *heads)
-                    parts.append((kind, "attn_decode", k["attn_decode"](*feats)))
+                    dec = ft.attn_decode_sums(f.decodes, dec_keys, *heads, self.sms)
+                    parts.append((kind, "attn_decode", k["attn_decode"](*dec)))
         if kinds.get("mla"):  # twin.costmodel.mla_pricing
             parts.extend(self._mla_parts(f))
         if kinds.get("mamba2"):

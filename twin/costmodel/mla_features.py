@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
 from twin.costmodel.features import (
+    DECODE_PACKED_ROWS,
     Sums,
     gemm_sums_at,
     next_power_of_two,
@@ -195,7 +196,7 @@ def trtllm_gen_launch(batch: int, keys: int, heads: int, sms: int) -> MlaGenLaun
 # a 50 MiB L2 and the m-blocks are twice the SMs) or at <= 4 key blocks; else the fewest
 # splits whose wave efficiency is >= 85% of the best. The split outputs are reduced by a
 # combine kernel (``run_mha_fwd_combine``).
-FA3_BLOCK_M = 64
+FA3_BLOCK_M = DECODE_PACKED_ROWS  # 64
 FA3_BLOCK_N = 64
 FA3_MAX_SPLITS = 128
 FA3_L2_BYTES = 50 * 1024 * 1024
