@@ -23,6 +23,7 @@ from twin.calibration.aic_tables import (
     _row,
     latest_version,
     release_version,
+    system_l2,
     system_sm_count,
 )
 from twin.costmodel import features as ft
@@ -217,6 +218,7 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
     table = version / "mamba2_perf.parquet"
     raw = _read(table)
     sms = system_sm_count(system)  # the update's waves of CTAs (``ft.conv1d_features``)
+    l2 = system_l2(system)  # the update's buffers the table's replays keep in L2
     families = []
     for kernel, source in (
         ("conv1d", "causal_conv1d_fn"),
@@ -239,8 +241,11 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
             update = kernel == "conv1d_update"
             length = 1 if update else s
             # The collector's batched call (``collector/trtllm/collect_mamba2.py``: x of
-            # (batch, dim, seqlen), no ``query_start_loc``): not varlen.
-            feats = ft.conv1d_features(b, length, width, taps, ELEM_BYTES, update, sms)
+            # (batch, dim, seqlen), no ``query_start_loc``): not varlen. The update's
+            # graph replays one call on the same buffers (``ft.conv1d_features``).
+            feats = ft.conv1d_features(
+                b, length, width, taps, ELEM_BYTES, update, sms, l2_bytes=l2 if update else None
+            )
             shape = {"b": b, "l": length, "c": width, "k": taps}
             out.append(_row(kernel, feats, r["latency"], shape))
         if out:

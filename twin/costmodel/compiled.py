@@ -326,7 +326,8 @@ def _conv_prompt(kc: np.ndarray, e: int, n: int, chunks: int, width: int, taps: 
 def _conv_update(kc: np.ndarray, e: int, batch: int, width: int, taps: int, sms: int) -> float:
     """``MixerPricing._conv``'s decode update: ``conv1d_features(batch, 1, width, taps, e,
     True, sms)`` priced by ``CostModel._conv_update``: the waves of its 64-thread CTAs
-    (``features.tile_waves``; 0 without an SM count)."""
+    (``features.tile_waves``; 0 without an SM count) and no L2 bytes (serving's
+    ``l2_bytes`` None: the second extra 0)."""
     cf = 2.0 * batch * 1 * width * taps
     ub = e * (2 * batch * 1 * width + width * taps)
     ub += e * 2 * batch * width * taps

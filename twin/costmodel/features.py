@@ -351,6 +351,7 @@ def conv1d_features(
     with_state: bool = False,
     sms: int | None = None,
     sequences: int | None = None,
+    l2_bytes: float | None = None,
 ) -> Features:
     """Causal depthwise conv; ``with_state`` adds the decode conv-state read + write.
 
@@ -361,7 +362,17 @@ def conv1d_features(
     token ones, which cost the same). ``sequences``: a varlen call (the engines' serving
     call, ``query_start_loc`` set) of that many sequences packed into ``batch x seqlen``
     tokens. A decode update counts the waves of its 64-thread CTAs over ``sms`` SMs
-    (``cta_waves``; 0 without an SM count).
+    (``cta_waves``; 0 without an SM count), and the bytes a kernel table's replays read
+    from an L2 of ``l2_bytes`` (``l2_bytes``, on the compute side; the HBM bytes then 0):
+    NVIDIA's collector (ai-dynamo/aiconfigurator ``collector/trtllm/collect_mamba2.py``,
+    ``run_mamba2_generation_benchmark``, through ``collector/helper.py``
+    ``benchmark_with_power``, read at 9a0cf44d) captures one ``causal_conv1d_update`` call
+    in a CUDA graph (its input pool's index is read once, at capture) and replays it, so
+    the same ``x``, output, weight and ``conv_state`` every replay; where those buffers
+    (the state, read and written in place, counted once) fit (``replay_l2``, the rule of
+    ``mla_features.kernel_replay_l2``) every byte comes from L2. ``l2_bytes`` None (a
+    serving step: a layer's state was last touched a forward pass earlier): 0, the HBM
+    bytes as before.
     """
     flops = 2.0 * batch * seqlen * channels * kernel
     nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
@@ -369,7 +380,9 @@ def conv1d_features(
         nbytes += e * 2 * batch * channels * kernel
         resident = sms * CONV_UPDATE_RESIDENT if sms else None
         waves = tile_waves(batch, channels, resident, tile_m=1, tile_n=CONV_UPDATE_THREADS)
-        return flops, float(nbytes), {"cta_waves": float(waves)}
+        buffers = e * (2 * batch * channels + channels * kernel + batch * channels * (kernel - 1))
+        hbm, l2 = replay_l2(float(nbytes), l2_bytes, float(buffers))
+        return flops, hbm, {"cta_waves": float(waves), "l2_bytes": l2}
     ctas = float((batch if sequences is None else sequences) * channels)
     unaligned = sequences is not None or seqlen % CONV_VEC_ELEMS != 0
     return flops, float(nbytes), {"seq_channels": ctas, "unaligned_ctas": ctas * unaligned}
@@ -447,6 +460,20 @@ def replay_resident(nbytes: Sums, l2_bytes: float | None) -> Sums:
     serving step passes None: a layer's weights were last read a whole forward pass
     earlier, so they come from HBM."""
     return nbytes <= REPLAY_L2_SHARE * (l2_bytes or 0.0)
+
+
+def replay_l2(
+    nbytes: Sums, l2_bytes: float | None, footprint: Sums | None = None
+) -> tuple[Sums, Sums]:
+    """A launch's ``nbytes`` split into those read from HBM and those a table's replays
+    read from L2: all of them from L2 where its buffers fit in an L2 of ``l2_bytes``
+    (:func:`replay_resident` on ``footprint``, the bytes its buffers occupy; None: the
+    bytes it moves, each read once), else all from HBM. ``l2_bytes`` None (a serving
+    step): ``(nbytes, 0)``. The one rule of the attention kernels
+    (``mla_features.kernel_replay_l2``) and the conv update (``conv1d_features``)."""
+    held = nbytes if footprint is None else footprint
+    resident = l2_bytes is not None and replay_resident(held, l2_bytes)
+    return nbytes * (1 - resident), nbytes * resident
 
 
 def moe_features(
@@ -1085,6 +1112,7 @@ __all__ = [
     "moe_token_tile",
     "next_power_of_two",
     "reads_sglang_grid",
+    "replay_l2",
     "replay_resident",
     "sglang_default_config",
     "sglang_grid_flops",

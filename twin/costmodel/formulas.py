@@ -542,7 +542,10 @@ FORMULAS: dict[str, KernelFormula] = {
             "conv1d_update",
             "mem_bw",
             True,
-            ("cta_waves",),
+            # ``l2_bytes``: the bytes the table's CUDA-graph replays read from L2
+            # (``features.conv1d_features``, the rule of ``MLA_KERNEL_REPLAY``); a serving
+            # step passes 0. A fit without it reads ``c_l2_bytes`` 0 (``profile._upgrade``).
+            ("cta_waves", *MLA_KERNEL_REPLAY),
             "causal conv1d decode update: one token per sequence, conv state read + written",
         ),
         # Issue 13's mixer kinds (optional: a profile without them takes the datasheet

@@ -159,8 +159,9 @@ class MixerPricing(ShardShapes):
         decode update."""
         e = self.elem_bytes
         if decode:
+            # No L2 term in serving (``l2_bytes`` None: the state from HBM, 0 L2 bytes).
             cf, cb, x = ft.conv1d_features(f.decodes, 1, width, taps, e, True, self.sms)
-            return (kind, "conv1d", self._conv_update(cf, cb, x["cta_waves"]))
+            return (kind, "conv1d", self._conv_update(cf, cb, x["cta_waves"], x["l2_bytes"]))
         # The engines' varlen call: the step's prompt tokens packed, a CTA per chunk and
         # channel, every one on the unvectorised path (``features.conv1d_features``).
         cf, cb, x = ft.conv1d_features(
