@@ -141,6 +141,7 @@ def test_the_affine_form_prices_the_waves_as_the_scalar_one() -> None:
 def test_the_fit_reader_passes_the_sms_of_the_tables_gpu() -> None:
     """NVIDIA's decode rows carry the waves at the table's GPU's SMs, as a serving step on
     that GPU prices them (the one features function: ``attn_decode_sums``)."""
+    pytest.importorskip("aiconfigurator_core")
     from twin.calibration import aic_dense
     from twin.calibration.aic_tables import system_dir, system_sm_count
 
