@@ -127,7 +127,7 @@ def _kernel(params: dict[str, float]) -> tuple[str, lat.KernelConstants]:
 def _python_path(
     params: dict[str, float],
     parts: tuple[float, float, int, list[float], float],
-    keys: tuple[float, float, float, float, float],
+    keys: tuple[float, float, float, float, float, float],
     host_s: float,
     host_mode: str,
     counts: list[int],
@@ -149,6 +149,7 @@ _roofline = st.fixed_dictionaries(
         "p": st.one_of(st.floats(0.5, 16.0), st.sampled_from([1.0, 2.0, 4.0])),
         "c_score_elems": st.one_of(st.just(0.0), st.floats(1e-22, 1e-9)),
         "c_tiles": st.one_of(st.just(0.0), st.floats(1e-10, 1e-6)),
+        "c_waves_d": st.one_of(st.just(0.0), st.floats(1e-12, 1e-7)),
     }
 )
 _bandwidth = st.fixed_dictionaries(
@@ -159,7 +160,14 @@ _bandwidth = st.fixed_dictionaries(
 @settings(max_examples=400, deadline=None)
 @given(
     params=st.one_of(_roofline, _bandwidth),
-    keys=st.tuples(_coefficient, _coefficient, _coefficient, _coefficient, st.floats(0.0, 1e4)),
+    keys=st.tuples(
+        _coefficient,
+        _coefficient,
+        _coefficient,
+        _coefficient,
+        st.floats(0.0, 1e4),
+        st.one_of(st.just(0.0), st.floats(0.0, 1e6)),
+    ),
     parts=st.tuples(
         st.floats(0.0, 1e-1),
         st.floats(0.0, 1e-1),
@@ -175,7 +183,7 @@ _bandwidth = st.fixed_dictionaries(
 )
 def test_random_constants_give_the_python_prices(
     params: dict[str, float],
-    keys: tuple[float, float, float, float, float],
+    keys: tuple[float, float, float, float, float, float],
     parts: tuple[float, float, int, list[float], float],
     host: tuple[float, str],
     batch: int,
@@ -192,19 +200,19 @@ def test_random_constants_give_the_python_prices(
 
 def test_the_edge_branches_and_both_sides_larger() -> None:
     params = {"t0_s": 1e-5, "eff_bytes": 1e12, "eff_flops": 1e15, "p": 1.4}
-    params |= {"c_score_elems": 2e-20, "c_tiles": 2e-8}
+    params |= {"c_score_elems": 2e-20, "c_tiles": 2e-8, "c_waves_d": 3e-9}
     kernel = _kernel(params)[1]
     parts = (1e-3, 2e-4, 32, [1e-4, 3e-5], 5e-5)
     counts = [1 + j * 7 for j in range(200)]
     for keys, sides in (
-        ((0.0, 1e6, 1e3, 0.0, 0.0), {"a <= 0"}),
-        ((1e9, 0.0, 0.0, 0.0, 4.0), {"b <= 0"}),
-        ((1e2, 1e3, 1e3, 1.0, 4.0), {"a > b", "a <= b"}),  # compute-bound, then memory-bound
+        ((0.0, 1e6, 1e3, 0.0, 0.0, 0.0), {"a <= 0"}),
+        ((1e9, 0.0, 0.0, 0.0, 4.0, 128.0), {"b <= 0"}),
+        ((1e2, 1e3, 1e3, 1.0, 4.0, 256.0), {"a > b", "a <= b"}),  # compute-, then memory-bound
     ):
-        fn, b0, bn, xn, y = keys
+        fn, b0, bn, xn, y, z = keys
         seen = set()
         for n in counts:  # which branch of ``affine`` each count takes
-            a = fn * n * kernel.inv_f + kernel.cx * (xn * n) + kernel.cy * y
+            a = fn * n * kernel.inv_f + kernel.cx * (xn * n) + kernel.cy * y + kernel.cz * z
             b = (b0 + bn * n) * kernel.inv_b
             seen.add("a <= 0" if a <= 0 else "b <= 0" if b <= 0 else "a > b" if a > b else "a <= b")
         assert seen == sides

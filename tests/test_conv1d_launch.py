@@ -7,6 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from twin.calibration.aic_dense import conv1d_rows
 from twin.calibration.aic_tables import system_dir
 from twin.costmodel import CostModel, StepCost
@@ -38,6 +40,7 @@ def test_a_decode_update_counts_waves_of_its_64_thread_ctas() -> None:
 
 
 def test_the_fit_reader_gives_the_tables_rows_the_launch_features() -> None:
+    pytest.importorskip("aiconfigurator_core")
     fams = {f.kernel: f for f in conv1d_rows(system_dir("h100"))}
     prompt = fams["conv1d"].rows
     short = [r for r in prompt if r["shape"]["l"] <= 4]

@@ -108,7 +108,8 @@ def test_kernel_prices_match_the_profile_formulas() -> None:
     assert cost.items["attention"]["attn_prefill"] == pytest.approx(expect, rel=1e-12)
     dec = cm.decode([999] * 7, breakdown=True)
     assert isinstance(dec, StepCost)
-    f, b, ex = ft.attn_decode_features(7, 1000, m.n_heads, m.n_kv_heads, m.head_dim, 2)
+    # The launch's waves at the GPU's SMs (``waves_d``), as the fit's rows carry them.
+    f, b, ex = ft.attn_decode_features(7, 1000, m.n_heads, m.n_kv_heads, m.head_dim, 2, sms=cm.sms)
     expect = m.n_attention_layers * lat.predict(
         "attn_decode", H100.kernels["attn_decode"].params, H100.peaks, f, b, ex
     )

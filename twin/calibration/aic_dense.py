@@ -23,6 +23,7 @@ from twin.calibration.aic_tables import (
     _row,
     latest_version,
     release_version,
+    system_l2,
     system_sm_count,
 )
 from twin.costmodel import features as ft
@@ -183,6 +184,7 @@ def attention_rows(
         raw = [r for r in raw if r.get("attn_dtype") == fmha]
         if phase == "prefill" and fmha == "fp8":
             source = f"{source}, fp8 FMHA"
+    sms = system_sm_count(system)  # the decode launch's waves (``ft.attn_decode_waves_d``)
     out = []
     for i, r in enumerate(raw):
         _require(r, ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"), table, i)
@@ -197,13 +199,14 @@ def attention_rows(
                 b * s, b * s * (s + 1) // 2, b * s, b, h, kvh, hd, ELEM_BYTES, kv_e
             )
             shape = {"b": b, "s": s, "h": h, "kvh": kvh, "d": hd}
+            extras = {"score_elems": scores, "tiles": tiles}
         else:
             keys = int(r["step"]) + 1  # the cached tokens and the new one
-            flops, nbytes, scores, tiles = ft.attn_decode_sums(
-                b, b * keys, h, kvh, hd, ELEM_BYTES, kv_e
+            flops, nbytes, scores, tiles, waves = ft.attn_decode_sums(
+                b, b * keys, h, kvh, hd, ELEM_BYTES, kv_e, sms
             )
             shape = {"b": b, "c": keys - 1, "h": h, "kvh": kvh, "d": hd}
-        extras = {"score_elems": scores, "tiles": tiles}
+            extras = {"score_elems": scores, "tiles": tiles, "waves_d": waves}
         out.append(_row(kernel, (flops, nbytes, extras), r["latency"], shape))
     return _family(kernel, table, raw, source, out)
 
@@ -220,6 +223,7 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
     table = version / "mamba2_perf.parquet"
     raw = _read(table)
     sms = system_sm_count(system)  # the update's waves of CTAs (``ft.conv1d_features``)
+    l2 = system_l2(system)  # the update's buffers the table's replays keep in L2
     families = []
     for kernel, source in (
         ("conv1d", "causal_conv1d_fn"),
@@ -242,8 +246,11 @@ def conv1d_rows(system: Path) -> list[FamilyRows]:
             update = kernel == "conv1d_update"
             length = 1 if update else s
             # The collector's batched call (``collector/trtllm/collect_mamba2.py``: x of
-            # (batch, dim, seqlen), no ``query_start_loc``): not varlen.
-            feats = ft.conv1d_features(b, length, width, taps, ELEM_BYTES, update, sms)
+            # (batch, dim, seqlen), no ``query_start_loc``): not varlen. The update's
+            # graph replays one call on the same buffers (``ft.conv1d_features``).
+            feats = ft.conv1d_features(
+                b, length, width, taps, ELEM_BYTES, update, sms, l2_bytes=l2 if update else None
+            )
             shape = {"b": b, "l": length, "c": width, "k": taps}
             out.append(_row(kernel, feats, r["latency"], shape))
         if out:

@@ -47,7 +47,8 @@ DEFAULTS: dict[str, dict[str, float]] = {
         "c_tiles": 0.0,
     },
     # Decode attention streams the KV cache: assumed 0.6 of HBM bandwidth (a single
-    # query per sequence leaves part of the chip idle without split-KV).
+    # query per sequence leaves part of the chip idle without split-KV). No wave term
+    # (``features.attn_decode_waves_d``): a datasheet has no launch costs to read.
     "attn_decode": {
         "t0_s": 2 * _T0,
         "eff_flops": 0.3,
@@ -55,6 +56,7 @@ DEFAULTS: dict[str, dict[str, float]] = {
         "p": _P,
         "c_score_elems": 0.0,
         "c_tiles": 0.0,
+        "c_waves_d": 0.0,
     },
     # mamba_chunk_scan_combined runs five Triton kernels (chunk cumsum, chunk state,
     # state passing, bmm, chunk scan; mamba_ssm/ops/triton/ssd_combined.py): 5 x t0.

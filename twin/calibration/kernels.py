@@ -335,6 +335,14 @@ class AttnDecode(Kernel):
         h = shape["h"]
         return ft.attn_decode_features(shape["b"], shape["c"], h, h, shape["d"], e)
 
+    def measured_features(self, shape: Shape, ctx: SweepContext) -> ft.Features:
+        # With the GPU's SMs: the fit reads the launch's waves a serving step passes
+        # (``waves_d``; none on a CPU).
+        h = shape["h"]
+        return ft.attn_decode_features(
+            shape["b"], shape["c"], h, h, shape["d"], ctx.dtype_bytes, sms=ctx.sms
+        )
+
     def build(self, shape: Shape, ctx: SweepContext, nbuf: int) -> Runner:
         t = ctx.torch
         sdpa = t.nn.functional.scaled_dot_product_attention

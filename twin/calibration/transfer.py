@@ -26,9 +26,17 @@ from twin.hardware import SM_COUNTS, get_gpu
 # the MLA prefill kernel's waves (``mla_features.mla_bmm_features``,
 # ``mla_prefill_waves``), the BMMs' small-tile waves and the MLA decode launch's waves
 # (``mla_features.mla_decode_launch``), the causal conv1d update's waves of CTAs
-# (``features.conv1d_features``). One SM's speed is the GPU's peak over its SMs, so these
+# (``features.conv1d_features``), the attention decode launch's waves x head dim
+# (``features.attn_decode_waves_d``). One SM's speed is the GPU's peak over its SMs, so these
 # scale by the FLOP ratio times the SM ratio.
-PER_SM_COEFFICIENTS = ("c_wave_k", "c_waves", "c_small_waves", "c_launch_waves", "c_cta_waves")
+PER_SM_COEFFICIENTS = (
+    "c_wave_k",
+    "c_waves",
+    "c_small_waves",
+    "c_launch_waves",
+    "c_cta_waves",
+    "c_waves_d",
+)
 
 
 def transfer_profile(

@@ -37,16 +37,18 @@ from twin.costmodel import latency as lat
 from twin.costmodel.features import (
     CONV_UPDATE_RESIDENT,
     CONV_UPDATE_THREADS,
+    DECODE_PACKED_ROWS,
     GEMM_TILE_M,
     GEMM_TILE_N,
 )
 from twin.jit import jit
 
 
-@jit("f8(f8[::1], f8, f8, f8, f8)")
-def _kernel_s(k: np.ndarray, flops: float, nbytes: float, x: float, y: float) -> float:
+@jit("f8(f8[::1], f8, f8, f8, f8, f8)")
+def _kernel_s(k: np.ndarray, flops: float, nbytes: float, x: float, y: float, z: float) -> float:
     """``latency._compile_pair``'s ``fast`` (or the bandwidth-only ``scalar``) of the kernel
-    whose constants are ``k`` (a ``latency.KernelConstants``, in its order).
+    whose constants are ``k`` (a ``latency.KernelConstants``, in its order; ``z`` the third
+    extra, the attention decode families' ``waves_d``, 0 for every other kernel).
 
     ``fast`` ends ``m * ((a/m)**p + (b/m)**p) ** inv_p`` with ``m`` the larger side; here
     that side's term is 1.0, as in ``compile_affine``'s loop: ``m / m`` is exactly 1.0,
@@ -55,8 +57,8 @@ def _kernel_s(k: np.ndarray, flops: float, nbytes: float, x: float, y: float) ->
     t0, inv_b = k[1], k[2]
     if k[0] == 0.0:
         return t0 + nbytes * inv_b
-    inv_f, cx, cy, p, inv_p = k[3], k[4], k[5], k[6], k[7]
-    a = flops * inv_f + cx * x + cy * y
+    inv_f, cx, cy, p, inv_p, cz = k[3], k[4], k[5], k[6], k[7], k[8]
+    a = flops * inv_f + cx * x + cy * y + cz * z
     b = nbytes * inv_b
     if a <= 0.0:
         return t0 + b
@@ -72,11 +74,13 @@ def _kernel_s(k: np.ndarray, flops: float, nbytes: float, x: float, y: float) ->
 # (``CostModel._decode_shape``: dense layers, the mixers summed before full attention, its
 # layer count, the head), the host time and its mode (1: a floor, 0: added), the attention
 # decode features' coefficients in the keys (``decode_pricing.affine_in_keys``: FLOPs,
-# bytes at 0 keys and per key, score elements per key, tiles), the kernel's constants
-# (``latency.KernelConstants``, 8 entries), then the count of the later parts and the parts.
-DENSE, BEFORE, LAYERS, HEAD, HOST, HOST_FLOOR, FN, B0, BN, XN, Y = range(11)
-KERNEL = 11
-N_AFTER = KERNEL + 8
+# bytes at 0 keys and per key, score elements per key, tiles, waves x head dim), the
+# kernel's constants (``latency.KernelConstants``, 9 entries), then the count of the later
+# parts and the parts.
+DENSE, BEFORE, LAYERS, HEAD, HOST, HOST_FLOOR, FN, B0, BN, XN, Y, Z = range(12)
+KERNEL = 12
+N_CONSTANTS = len(lat.KernelConstants._fields)
+N_AFTER = KERNEL + N_CONSTANTS
 AFTER = N_AFTER + 1
 
 
@@ -84,16 +88,16 @@ def pack_decode(
     parts: tuple[float, float, int, Sequence[float], float],
     host_s: float,
     host_floor: bool,
-    keys: tuple[float, float, float, float, float],
+    keys: tuple[float, float, float, float, float, float],
     kernel: lat.KernelConstants,
 ) -> np.ndarray:
     """The constants of one batch size: ``parts`` = ``(dense, before, layers, after, head)``
-    (``CostModel._decode_shape``), ``keys`` = ``(fn, b0, bn, xn, y)`` (``affine_in_keys``)."""
+    (``CostModel._decode_shape``), ``keys`` = ``(fn, b0, bn, xn, y, z)`` (``affine_in_keys``)."""
     dense, before, layers, after, head = parts
     c = np.zeros(AFTER + len(after), np.float64)
     c[DENSE], c[BEFORE], c[LAYERS], c[HEAD] = dense, before, layers, head
     c[HOST], c[HOST_FLOOR] = host_s, float(host_floor)
-    c[FN : Y + 1] = keys
+    c[FN : Z + 1] = keys
     c[KERNEL:N_AFTER] = kernel
     c[N_AFTER] = len(after)
     c[AFTER:] = after
@@ -112,13 +116,13 @@ def fill_ends(c: np.ndarray, keys0: int, batch: int, ends: np.ndarray, first: in
     """
     dense, before, layers, head = c[DENSE], c[BEFORE], c[LAYERS], c[HEAD]
     host, floor = c[HOST], c[HOST_FLOOR] != 0.0
-    fn, b0, bn, xn, y = c[FN], c[B0], c[BN], c[XN], c[Y]
+    fn, b0, bn, xn, y, z = c[FN], c[B0], c[BN], c[XN], c[Y], c[Z]
     kernel = c[KERNEL:N_AFTER]
     n_after = int(c[N_AFTER])
     total_s = ends[first - 1] if first else 0.0
     for j in range(first, first + n):
         keys = keys0 + j * batch
-        r = _kernel_s(kernel, fn * keys, b0 + bn * keys, xn * keys, y)
+        r = _kernel_s(kernel, fn * keys, b0 + bn * keys, xn * keys, y, z)
         # ``decode_steps``: the parts in ``_sum_parts``' order, then ``_with_host``.
         total = before + layers * r
         for i in range(n_after):
@@ -173,7 +177,7 @@ GDN_SEQ_ROW = 13  # (the GDN chunk's seconds a chunk of its sequential pass, ``m
     SWA_LAYERS,  # 0: no sliding-window attention
     WINDOW,  # ``_shape_args``' window (0: none)
     KV_ELEM,  # bytes per K/V element attention reads (``CostModel.kv_elem_bytes``)
-    SMS,  # the SMs a GEMM's waves run over (``CostModel.sms``; 0: not known)
+    SMS,  # the SMs a GEMM's / decode attention's waves run over (``CostModel.sms``; 0: not known)
 ) = range(32)
 _KINDS = {"attention", "swa", "mamba2", "mamba1", "gdn"}
 
@@ -227,7 +231,7 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
         return None
     prof = cm.profile
-    kc = np.zeros((GDN_SEQ_ROW + 1, 8), np.float64)
+    kc = np.zeros((GDN_SEQ_ROW + 1, N_CONSTANTS), np.float64)
     for row, name in (
         (ATTN_PREFILL, "attn_prefill"),
         (ATTN_DECODE, "attn_decode"),
@@ -258,7 +262,9 @@ def pack_step(cm: Any) -> tuple[np.ndarray, np.ndarray] | None:
 def _attention_s(
     kc: np.ndarray, mi: np.ndarray, row: int, queries: int, keys: int, kv_rows: int, seqs: int
 ) -> float:
-    """``features.attn_prefill_sums`` priced by kernel ``row``."""
+    """``features.attn_prefill_sums`` priced by kernel ``row``; the decode kernel's
+    (``ATTN_DECODE``) with its launch's waves x head dim (``features.attn_decode_waves_d``:
+    integers, exact as there)."""
     e, heads, kv_heads, head_dim = mi[ELEM], mi[HEADS], mi[KV_HEADS], mi[HEAD_DIM]
     kv_e = mi[KV_ELEM]
     flops = 4.0 * heads * head_dim * keys
@@ -266,7 +272,13 @@ def _attention_s(
         nbytes = e * (2.0 * queries * heads * head_dim + 2.0 * kv_rows * kv_heads * head_dim)
     else:
         nbytes = e * 2.0 * queries * heads * head_dim + kv_e * 2.0 * kv_rows * kv_heads * head_dim
-    return _kernel_s(kc[row], flops, nbytes, float(heads) * keys, float(kv_heads * seqs))
+    waves = 0
+    sms = mi[SMS]
+    if row == ATTN_DECODE and sms and seqs > 0:
+        blocks = -(-(heads // kv_heads) // DECODE_PACKED_ROWS)
+        waves = -(-(seqs * kv_heads * blocks) // sms) * head_dim
+    x, y = float(heads) * keys, float(kv_heads * seqs)
+    return _kernel_s(kc[row], flops, nbytes, x, y, float(waves))
 
 
 @jit("f8(f8[:, ::1], i8[::1], f8, i8, i8, i8, i8, i8, i8)")
@@ -307,14 +319,15 @@ def _conv_prompt(kc: np.ndarray, e: int, n: int, chunks: int, width: int, taps: 
     cf = 2.0 * 1 * n * width * taps
     cb = float(e * (2 * 1 * n * width + width * taps))
     ctas = float(chunks * width)
-    return _kernel_s(kc[CONV1D], cf, cb, ctas, ctas)
+    return _kernel_s(kc[CONV1D], cf, cb, ctas, ctas, 0.0)
 
 
 @jit("f8(f8[:, ::1], i8, i8, i8, i8, i8)")
 def _conv_update(kc: np.ndarray, e: int, batch: int, width: int, taps: int, sms: int) -> float:
     """``MixerPricing._conv``'s decode update: ``conv1d_features(batch, 1, width, taps, e,
     True, sms)`` priced by ``CostModel._conv_update``: the waves of its 64-thread CTAs
-    (``features.tile_waves``; 0 without an SM count)."""
+    (``features.tile_waves``; 0 without an SM count) and no L2 bytes (serving's
+    ``l2_bytes`` None: the second extra 0)."""
     cf = 2.0 * batch * 1 * width * taps
     ub = e * (2 * batch * 1 * width + width * taps)
     ub += e * 2 * batch * width * taps
@@ -322,7 +335,7 @@ def _conv_update(kc: np.ndarray, e: int, batch: int, width: int, taps: int, sms:
     if sms:
         ctas = batch * -(-width // CONV_UPDATE_THREADS)
         waves = -(-ctas // (sms * CONV_UPDATE_RESIDENT))
-    return _kernel_s(kc[CONV_UPDATE], cf, float(ub), float(waves), 0.0)
+    return _kernel_s(kc[CONV_UPDATE], cf, float(ub), float(waves), 0.0, 0.0)
 
 
 @jit("f8(f8[:, ::1], i8[::1], i8, i8, i8, i8, f8)")
@@ -374,7 +387,7 @@ def step_seconds(
                 e * n * (2.0 * channels + 2.0 * ngroups * d_state + nheads)
                 + 8.0 * scan_chunks * channels * d_state
             )
-            s = _kernel_s(kc[SSM_SCAN], flops, nbytes, float(scan_chunks * nheads), 0.0)
+            s = _kernel_s(kc[SSM_SCAN], flops, nbytes, float(scan_chunks * nheads), 0.0, 0.0)
             total += layers * s
             total += layers * _conv_prompt(kc, e, n, chunks, width, taps)
         if batch:
@@ -387,7 +400,7 @@ def step_seconds(
                     + e * (2 * channels + 2 * ngroups * d_state + 2 * nheads)
                 )
             )
-            total += layers * _kernel_s(kc[SSM_STEP], sf, sb, 0.0, 0.0)
+            total += layers * _kernel_s(kc[SSM_STEP], sf, sb, 0.0, 0.0, 0.0)
             total += layers * _conv_update(kc, e, batch, width, taps, mi[SMS])
     if mi[M1_LAYERS]:
         layers, inner, d_state, taps = mi[M1_LAYERS], mi[M1_INNER], mi[M1_STATE], mi[TAPS]
@@ -396,7 +409,7 @@ def step_seconds(
             # ``mixer_kernels.mamba1_scan_sums(n, inner, d_state, e)``, then the prompt conv
             flops = float(n * inner * per_channel)
             nbytes = e * n * (4.0 * inner + 2.0 * d_state) + 4.0 * inner * d_state
-            total += layers * _kernel_s(kc[M1_SCAN], flops, nbytes, 0.0, 0.0)
+            total += layers * _kernel_s(kc[M1_SCAN], flops, nbytes, 0.0, 0.0, 0.0)
             total += layers * _conv_prompt(kc, e, n, chunks, inner, taps)
         if batch:
             # ``mamba1_step_features``, then the conv update
@@ -404,7 +417,7 @@ def step_seconds(
             sb = float(
                 batch * (2 * inner * d_state * mi[STATE_ELEM] + e * (4 * inner + 2 * d_state))
             )
-            total += layers * _kernel_s(kc[M1_STEP], sf, sb, 0.0, 0.0)
+            total += layers * _kernel_s(kc[M1_STEP], sf, sb, 0.0, 0.0, 0.0)
             total += layers * _conv_update(kc, e, batch, inner, taps, mi[SMS])
     if mi[GDN_LAYERS]:
         layers, v_heads, k_heads = mi[GDN_LAYERS], mi[GDN_V], mi[GDN_K]
@@ -420,7 +433,7 @@ def step_seconds(
             x = float(g_chunks * v_heads)
             # ``mk.gdn_chunk_s``: the one chunk's sequential pass where longer
             chunk_s = max(
-                _kernel_s(kc[GDN_CHUNK], flops, nbytes, x, 0.0), kc[GDN_SEQ_ROW, 0] * g_chunks
+                _kernel_s(kc[GDN_CHUNK], flops, nbytes, x, 0.0, 0.0), kc[GDN_SEQ_ROW, 0] * g_chunks
             )
             total += layers * chunk_s
             total += layers * _conv_prompt(kc, e, n, chunks, width, taps)
@@ -429,12 +442,12 @@ def step_seconds(
             sf = float(batch * v_heads * 8 * k_dim * v_dim)
             state = 2 * v_heads * k_dim * v_dim * mi[STATE_ELEM]
             sb = float(batch * (state + e * io))
-            total += layers * _kernel_s(kc[GDN_STEP], sf, sb, 0.0, 0.0)
+            total += layers * _kernel_s(kc[GDN_STEP], sf, sb, 0.0, 0.0, 0.0)
             total += layers * _conv_update(kc, e, batch, width, taps, mi[SMS])
     # 3. ``_head``: embedding gather, final norm, the LM head's GEMM (``gemm_sums``).
     d, vocab = mi[D_MODEL], mi[VOCAB]
-    embed = _kernel_s(kc[ELEMENTWISE], 0.0, e * 2.0 * tokens * d, 0.0, 0.0)
-    norm = _kernel_s(kc[ELEMENTWISE], 0.0, e * (2.0 * tokens * d + d), 0.0, 0.0)
+    embed = _kernel_s(kc[ELEMENTWISE], 0.0, e * 2.0 * tokens * d, 0.0, 0.0, 0.0)
+    norm = _kernel_s(kc[ELEMENTWISE], 0.0, e * (2.0 * tokens * d + d), 0.0, 0.0, 0.0)
     lm = 0.0
     if sequences:
         lm_flops = 2.0 * sequences * d * vocab
@@ -444,7 +457,7 @@ def step_seconds(
         if sms:
             tiles = -(-sequences // GEMM_TILE_M) * -(-vocab // GEMM_TILE_N)
             waves = -(-tiles // sms) * d
-        lm = _kernel_s(kc[GEMM], lm_flops, lm_bytes, float(d * vocab), float(waves))
+        lm = _kernel_s(kc[GEMM], lm_flops, lm_bytes, float(d * vocab), float(waves), 0.0)
     head = embed + norm + lm
     # ``_seconds`` and ``_with_host``
     kernels = dense + total + head

@@ -46,17 +46,18 @@ def decode_steps(
 
 
 def affine_in_keys(
-    batch: int, heads: tuple[int, int, int, int, int]
-) -> tuple[float, float, float, float, float]:
-    """``(fn, b0, bn, xn, y)``: the attention decode features of ``batch`` sequences
+    batch: int, heads: tuple[int, int, int, int, int, int | None]
+) -> tuple[float, float, float, float, float, float]:
+    """``(fn, b0, bn, xn, y, z)``: the attention decode features of ``batch`` sequences
     reading ``n`` keys in all are ``fn n`` FLOPs, ``b0 + bn n`` bytes, ``xn n`` score
-    elements and ``y`` tiles (``latency.compile_affine``). Read off the features
-    themselves at 0 and 1 key and checked at a third count: every term is an integer."""
-    f0, b0, x0, y = ft.attn_decode_sums(batch, 0, *heads)
-    f1, b1, x1, _ = ft.attn_decode_sums(batch, 1, *heads)
+    elements, ``y`` tiles and ``z`` waves x head dim (``latency.compile_affine``). Read off
+    the features themselves at 0 and 1 key and checked at a third count: every term is an
+    integer."""
+    f0, b0, x0, y, z = ft.attn_decode_sums(batch, 0, *heads)
+    f1, b1, x1, _, _ = ft.attn_decode_sums(batch, 1, *heads)
     fn, bn, xn = f1 - f0, b1 - b0, x1 - x0
     n = 1 << 24
-    fx, bx, xx, yx = ft.attn_decode_sums(batch, n, *heads)
-    if (f0, x0) != (0.0, 0.0) or (fx, bx, xx, yx) != (fn * n, b0 + bn * n, xn * n, y):
+    fx, bx, xx, yx, zx = ft.attn_decode_sums(batch, n, *heads)
+    if (f0, x0) != (0.0, 0.0) or (fx, bx, xx, yx, zx) != (fn * n, b0 + bn * n, xn * n, y, z):
         raise AssertionError("attention decode features are no longer affine in the keys")
-    return fn, b0, bn, xn, y
+    return fn, b0, bn, xn, y, z

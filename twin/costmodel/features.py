@@ -205,13 +205,48 @@ def attn_prefill_sums(
 
 
 def attn_decode_features(
-    batch: int, keys: int, heads: int, kv_heads: int, head_dim: int, e: int, kv_e: int | None = None
+    batch: int,
+    keys: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    e: int,
+    kv_e: int | None = None,
+    sms: int | None = None,
 ) -> Features:
     """``batch`` single-token queries, each over ``keys`` keys (KV read dominates)."""
-    flops, nbytes, scores, tiles = attn_decode_sums(
-        batch, batch * keys, heads, kv_heads, head_dim, e, kv_e
+    flops, nbytes, scores, tiles, waves = attn_decode_sums(
+        batch, batch * keys, heads, kv_heads, head_dim, e, kv_e, sms
     )
-    return flops, nbytes, {"score_elems": scores, "tiles": tiles}
+    return flops, nbytes, {"score_elems": scores, "tiles": tiles, "waves_d": waves}
+
+
+# The packed query rows of one decode CTA (``attn_decode_waves_d``): FlashAttention-3 packs a
+# KV head's query heads into the query rows of one m-block (``flash_api.cpp``
+# ``get_num_splits`` / ``heuristics.h`` ``should_pack_gqa``, Dao-AILab/flash-attention
+# ``hopper/`` commits 07602adc, 13d0fd9c; its 64-row block, ``mla_features.FA3_BLOCK_M``).
+# One block for every GQA ratio up to 64, so the grid is (sequence, KV head) on the engines'
+# models.
+DECODE_PACKED_ROWS = 64
+
+
+def attn_decode_waves_d(
+    batch: float, heads: int, kv_heads: int, head_dim: int, sms: int | None
+) -> float:
+    """The unsplit decode grid's waves over the SMs times the head dim: ``ceil(batch x
+    kv_heads x ceil(gqa / DECODE_PACKED_ROWS) / sms) x head_dim``, one CTA per (sequence,
+    KV head, block of packed query rows). A wave's per-CTA fixed work (the query tile, the
+    first K/V block, the output) scales with the head dim; the ``tiles`` term, linear in
+    the batch, misses that the time is flat up to a wave (the attention decode families'
+    ``waves_d`` extra; docs/decisions.md, "the decode launch's waves x head dim", helpers
+    attn36 / attn38). Constant in the keys (the affine decode runs stay affine,
+    ``decode_pricing.affine_in_keys``), non-decreasing in the batch; 0 where the SM count
+    is not known (``twin.hardware.SM_COUNTS``: a datasheet profile prices as without it)."""
+    if not sms or batch <= 0:
+        return 0.0
+    blocks = -(-(heads // kv_heads) // DECODE_PACKED_ROWS)
+    ctas = int(batch) * kv_heads * blocks
+    return float(-(-ctas // sms) * head_dim)
 
 
 def attn_decode_sums(
@@ -222,10 +257,15 @@ def attn_decode_sums(
     head_dim: int,
     e: int,
     kv_e: int | None = None,
-) -> tuple[Sums, Sums, Sums, Sums]:
-    """(FLOPs, bytes, score elements, tiles) of ``batch`` decode queries over ``keys`` keys
-    in all: a prefill of one query per sequence, every key's K/V row read once."""
-    return attn_prefill_sums(batch, keys, keys, batch, heads, kv_heads, head_dim, e, kv_e)
+    sms: int | None = None,
+) -> tuple[Sums, Sums, Sums, Sums, float]:
+    """(FLOPs, bytes, score elements, tiles, waves x head dim) of ``batch`` decode queries
+    over ``keys`` keys in all: a prefill of one query per sequence, every key's K/V row read
+    once; the launch's waves over ``sms`` SMs (``attn_decode_waves_d``; 0 without)."""
+    flops, nbytes, scores, tiles = attn_prefill_sums(
+        batch, keys, keys, batch, heads, kv_heads, head_dim, e, kv_e
+    )
+    return flops, nbytes, scores, tiles, attn_decode_waves_d(batch, heads, kv_heads, head_dim, sms)
 
 
 def ssm_scan_features(
@@ -316,6 +356,7 @@ def conv1d_features(
     with_state: bool = False,
     sms: int | None = None,
     sequences: int | None = None,
+    l2_bytes: float | None = None,
 ) -> Features:
     """Causal depthwise conv; ``with_state`` adds the decode conv-state read + write.
 
@@ -326,7 +367,17 @@ def conv1d_features(
     token ones, which cost the same). ``sequences``: a varlen call (the engines' serving
     call, ``query_start_loc`` set) of that many sequences packed into ``batch x seqlen``
     tokens. A decode update counts the waves of its 64-thread CTAs over ``sms`` SMs
-    (``cta_waves``; 0 without an SM count).
+    (``cta_waves``; 0 without an SM count), and the bytes a kernel table's replays read
+    from an L2 of ``l2_bytes`` (``l2_bytes``, on the compute side; the HBM bytes then 0):
+    NVIDIA's collector (ai-dynamo/aiconfigurator ``collector/trtllm/collect_mamba2.py``,
+    ``run_mamba2_generation_benchmark``, through ``collector/helper.py``
+    ``benchmark_with_power``, read at 9a0cf44d) captures one ``causal_conv1d_update`` call
+    in a CUDA graph (its input pool's index is read once, at capture) and replays it, so
+    the same ``x``, output, weight and ``conv_state`` every replay; where those buffers
+    (the state, read and written in place, counted once) fit (``replay_l2``, the rule of
+    ``mla_features.kernel_replay_l2``) every byte comes from L2. ``l2_bytes`` None (a
+    serving step: a layer's state was last touched a forward pass earlier): 0, the HBM
+    bytes as before.
     """
     flops = 2.0 * batch * seqlen * channels * kernel
     nbytes = e * (2 * batch * seqlen * channels + channels * kernel)
@@ -334,7 +385,9 @@ def conv1d_features(
         nbytes += e * 2 * batch * channels * kernel
         resident = sms * CONV_UPDATE_RESIDENT if sms else None
         waves = tile_waves(batch, channels, resident, tile_m=1, tile_n=CONV_UPDATE_THREADS)
-        return flops, float(nbytes), {"cta_waves": float(waves)}
+        buffers = e * (2 * batch * channels + channels * kernel + batch * channels * (kernel - 1))
+        hbm, l2 = replay_l2(float(nbytes), l2_bytes, float(buffers))
+        return flops, hbm, {"cta_waves": float(waves), "l2_bytes": l2}
     ctas = float((batch if sequences is None else sequences) * channels)
     unaligned = sequences is not None or seqlen % CONV_VEC_ELEMS != 0
     return flops, float(nbytes), {"seq_channels": ctas, "unaligned_ctas": ctas * unaligned}
@@ -412,6 +465,20 @@ def replay_resident(nbytes: Sums, l2_bytes: float | None) -> Sums:
     serving step passes None: a layer's weights were last read a whole forward pass
     earlier, so they come from HBM."""
     return nbytes <= REPLAY_L2_SHARE * (l2_bytes or 0.0)
+
+
+def replay_l2(
+    nbytes: Sums, l2_bytes: float | None, footprint: Sums | None = None
+) -> tuple[Sums, Sums]:
+    """A launch's ``nbytes`` split into those read from HBM and those a table's replays
+    read from L2: all of them from L2 where its buffers fit in an L2 of ``l2_bytes``
+    (:func:`replay_resident` on ``footprint``, the bytes its buffers occupy; None: the
+    bytes it moves, each read once), else all from HBM. ``l2_bytes`` None (a serving
+    step): ``(nbytes, 0)``. The one rule of the attention kernels
+    (``mla_features.kernel_replay_l2``) and the conv update (``conv1d_features``)."""
+    held = nbytes if footprint is None else footprint
+    resident = l2_bytes is not None and replay_resident(held, l2_bytes)
+    return nbytes * (1 - resident), nbytes * resident
 
 
 def moe_features(
@@ -1026,6 +1093,7 @@ __all__ = [
     "allreduce_features",
     "attn_decode_features",
     "attn_decode_sums",
+    "attn_decode_waves_d",
     "attn_prefill_features",
     "attn_prefill_sums",
     "conv1d_features",
@@ -1049,6 +1117,7 @@ __all__ = [
     "moe_token_tile",
     "next_power_of_two",
     "reads_sglang_grid",
+    "replay_l2",
     "replay_resident",
     "sglang_default_config",
     "sglang_grid_flops",

@@ -482,6 +482,14 @@ ALLREDUCE_LINES = 3
 # written before it loads with ``c_wave_k`` 0: the same prices.
 GEMM_EXTRAS = ("weight_elems", "wave_k")
 
+# The attention decode families' extras: the score elements, the (sequence, KV head) tiles,
+# and the launch's waves over the SMs times the head dim (``features.attn_decode_waves_d``).
+# Held out, measured offline on every shipped profile: the median of the decode medians
+# 10.0 -> 8.0%, of the fp8-KV ones 8.0 -> 7.3% (docs/decisions.md, "the decode launch's
+# waves x head dim", helpers attn36 / attn38). A fit written before reads ``c_waves_d`` 0
+# (``profile._upgrade``): the same prices.
+ATTN_DECODE_EXTRAS = ("score_elems", "tiles", "waves_d")
+
 # NCCL's all-gather and reduce-scatter families' lines (``KernelFormula.lines``), the same
 # form on the ring's bytes, ``(n-1)/n B`` a GPU: NCCL's tuner prices each algorithm x
 # protocol it may run as a latency plus the bytes over a bandwidth and runs the least
@@ -511,7 +519,7 @@ FORMULAS: dict[str, KernelFormula] = {
             "attn_decode",
             "mem_bw",
             True,
-            ("score_elems", "tiles"),
+            ATTN_DECODE_EXTRAS,
             "one query token per sequence over its context",
         ),
         KernelFormula("ssm_scan", "mem_bw", True, ("chunks",), "Mamba2 chunked (SSD) scan"),
@@ -534,7 +542,10 @@ FORMULAS: dict[str, KernelFormula] = {
             "conv1d_update",
             "mem_bw",
             True,
-            ("cta_waves",),
+            # ``l2_bytes``: the bytes the table's CUDA-graph replays read from L2
+            # (``features.conv1d_features``, the rule of ``MLA_KERNEL_REPLAY``); a serving
+            # step passes 0. A fit without it reads ``c_l2_bytes`` 0 (``profile._upgrade``).
+            ("cta_waves", *MLA_KERNEL_REPLAY),
             "causal conv1d decode update: one token per sequence, conv state read + written",
         ),
         # Issue 13's mixer kinds (optional: a profile without them takes the datasheet
@@ -594,7 +605,7 @@ FORMULAS: dict[str, KernelFormula] = {
             "attn_decode_fp8kv",
             "mem_bw",
             True,
-            ("score_elems", "tiles"),
+            ATTN_DECODE_EXTRAS,
             "one query token per sequence over an fp8 KV cache",
             flops_peak="fp8_flops",
         ),

@@ -95,8 +95,8 @@ def compile_kernel(
 def compile_fast(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
 ) -> Callable[..., float]:
-    """Like ``compile_kernel`` but ``(flops, bytes, x=0, y=0)`` with ``x``, ``y`` the
-    kernel's extra features in formula order: no dict per call, for the cost model. A
+    """Like ``compile_kernel`` but ``(flops, bytes, x=0, y=0, z=0)`` with ``x``, ``y``, ``z``
+    the kernel's extra features in formula order: no dict per call, for the cost model. A
     formula with serial features (``KernelFormula.serial``) takes every feature in
     ``KernelFormula.features`` order (``_compile_serial``)."""
     f = get_formula(kernel)
@@ -223,9 +223,9 @@ def compile_many(
 
 def compile_affine(
     kernel: str, params: dict[str, float], peaks: dict[str, float]
-) -> Callable[[float, float, float, float, float, Iterable[int]], list[float]]:
+) -> Callable[[float, float, float, float, float, float, Iterable[int]], list[float]]:
     """``compile_fast`` over counts ``n`` whose features are ``flops = fn * n``, ``bytes =
-    b0 + bn * n``, ``x = xn * n`` and a fixed ``y``: ``(fn, b0, bn, xn, y, counts) ->
+    b0 + bn * n``, ``x = xn * n`` and a fixed ``y`` and ``z``: ``(fn, b0, bn, xn, y, z, counts) ->
     [seconds per count]``, each equal to ``compile_fast``'s price of those features to
     the bit (the same operations in the same order; the features themselves are exact
     while they are integers below 2^53). A tight loop without a call per element, for
@@ -238,9 +238,11 @@ def compile_affine(
 
 class KernelConstants(NamedTuple):
     """One kernel's model with its parameters and peaks folded: ``t0 + bytes x inv_b``
-    (``roofline`` false; ``+ cx x + cy y`` for a byte-only kernel with extras), or ``t0``
-    plus the p-norm of the compute side ``flops x inv_f + cx x + cy y`` and the memory
-    side ``bytes x inv_b`` (``inv_p = 1 / p``)."""
+    (``roofline`` false; ``+ cx x + cy y + cz z`` for a byte-only kernel with extras), or
+    ``t0`` plus the p-norm of the compute side ``flops x inv_f + cx x + cy y + cz z`` and
+    the memory side ``bytes x inv_b`` (``inv_p = 1 / p``). ``cz`` last: the third extra
+    (the attention decode families' ``waves_d``), 0 for every other kernel, whose prices
+    it leaves as they were (adding ``0.0 x 0.0`` to a sum is exact)."""
 
     roofline: bool
     t0: float
@@ -250,6 +252,7 @@ class KernelConstants(NamedTuple):
     cy: float = 0.0
     p: float = 1.0
     inv_p: float = 1.0
+    cz: float = 0.0
 
 
 def kernel_constants(
@@ -261,38 +264,40 @@ def kernel_constants(
     f = get_formula(kernel)
     assert not f.floor, "the compiled constants carry no floor"
     assert f.lines == 1, "the compiled constants carry one line"
-    assert len(f.extras) <= 2, "compile_fast handles at most two extra features"
+    assert len(f.extras) <= 3, "compile_fast handles at most three extra features"
     assert not f.serial, "the compiled constants carry no serial feature"
     compile_kernel(kernel, params, peaks)  # validates the parameters
     t0 = float(params["t0_s"])
     inv_b = 1.0 / (float(params["eff_bytes"]) * float(peaks[f.bytes_peak]))
     if not f.uses_flops:  # extras (the all-to-all's) add to the byte time
-        cx, cy = _coefficients(f, params)
-        return KernelConstants(False, t0, inv_b, cx=cx, cy=cy)
+        cx, cy, cz = _coefficients(f, params)
+        return KernelConstants(False, t0, inv_b, cx=cx, cy=cy, cz=cz)
     inv_f = 1.0 / (float(params["eff_flops"]) * float(peaks[f.flops_peak]))
     p = float(params["p"])
-    cx, cy = _coefficients(f, params)
-    return KernelConstants(True, t0, inv_b, inv_f, cx, cy, p, 1.0 / p)
+    cx, cy, cz = _coefficients(f, params)
+    return KernelConstants(True, t0, inv_b, inv_f, cx, cy, p, 1.0 / p, cz)
 
 
 def _bandwidth_plus(
-    t0: float, inv_b: float, cx: float, cy: float
+    t0: float, inv_b: float, cx: float, cy: float, cz: float
 ) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
-    """The three forms of ``t0 + bytes x inv_b + cx x + cy y`` (a byte-only kernel whose
-    extras add to its byte time)."""
+    """The three forms of ``t0 + bytes x inv_b + cx x + cy y + cz z`` (a byte-only kernel
+    whose extras add to its byte time)."""
 
-    def scalar(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0) -> float:
-        return t0 + nbytes * inv_b + cx * x + cy * y
+    def scalar(
+        flops: float, nbytes: float, x: float = 0.0, y: float = 0.0, z: float = 0.0
+    ) -> float:
+        return t0 + nbytes * inv_b + cx * x + cy * y + cz * z
 
-    def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:
+    def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0, z: Any = 0.0) -> np.ndarray:
         b = np.asarray(nbytes, np.float64) * inv_b
         out = t0 + np.broadcast_arrays(b, np.asarray(flops))[0] + cx * np.asarray(x, np.float64)
-        return out + cy * np.asarray(y, np.float64)
+        return out + cy * np.asarray(y, np.float64) + cz * np.asarray(z, np.float64)
 
     def affine(
-        fn: float, b0: float, bn: float, xn: float, y: float, counts: Iterable[int]
+        fn: float, b0: float, bn: float, xn: float, y: float, z: float, counts: Iterable[int]
     ) -> list[float]:
-        return [t0 + (b0 + bn * n) * inv_b + cx * (xn * n) + cy * y for n in counts]
+        return [t0 + (b0 + bn * n) * inv_b + cx * (xn * n) + cy * y + cz * z for n in counts]
 
     return scalar, many, affine
 
@@ -302,25 +307,27 @@ def _compile_pair(
 ) -> tuple[Callable[..., float], Callable[..., np.ndarray], Callable[..., list[float]]]:
     """The scalar, the array and the affine form of one kernel's model (one set of
     constants)."""
-    roofline, t0, inv_b, inv_f, cx, cy, p, inv_p = kernel_constants(kernel, params, peaks)
+    roofline, t0, inv_b, inv_f, cx, cy, p, inv_p, cz = kernel_constants(kernel, params, peaks)
     if not roofline:
 
-        def bandwidth_many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:
+        def bandwidth_many(
+            flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0, z: Any = 0.0
+        ) -> np.ndarray:
             b = np.asarray(nbytes, np.float64) * inv_b
             return t0 + np.broadcast_arrays(b, np.asarray(flops))[0]
 
         def bandwidth_affine(
-            fn: float, b0: float, bn: float, xn: float, y: float, counts: Iterable[int]
+            fn: float, b0: float, bn: float, xn: float, y: float, z: float, counts: Iterable[int]
         ) -> list[float]:
             return [t0 + (b0 + bn * n) * inv_b for n in counts]
 
-        scalar = lambda flops, nbytes, x=0.0, y=0.0: t0 + nbytes * inv_b  # noqa: E731
-        if cx or cy:  # a byte-only kernel with extras (the all-to-all's): they add
-            return _bandwidth_plus(t0, inv_b, cx, cy)
+        scalar = lambda flops, nbytes, x=0.0, y=0.0, z=0.0: t0 + nbytes * inv_b  # noqa: E731
+        if cx or cy or cz:  # a byte-only kernel with extras (the all-to-all's): they add
+            return _bandwidth_plus(t0, inv_b, cx, cy, cz)
         return scalar, bandwidth_many, bandwidth_affine
 
-    def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0) -> float:
-        a = flops * inv_f + cx * x + cy * y
+    def fast(flops: float, nbytes: float, x: float = 0.0, y: float = 0.0, z: float = 0.0) -> float:
+        a = flops * inv_f + cx * x + cy * y + cz * z
         b = nbytes * inv_b
         if a <= 0.0:
             return t0 + b
@@ -329,8 +336,8 @@ def _compile_pair(
         m = a if a > b else b
         return t0 + m * ((a / m) ** p + (b / m) ** p) ** inv_p
 
-    def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0) -> np.ndarray:
-        a = np.asarray(flops, np.float64) * inv_f + cx * x + cy * y
+    def many(flops: Any, nbytes: Any, x: Any = 0.0, y: Any = 0.0, z: Any = 0.0) -> np.ndarray:
+        a = np.asarray(flops, np.float64) * inv_f + cx * x + cy * y + cz * z
         b = np.asarray(nbytes, np.float64) * inv_b
         if a.shape != b.shape:
             a, b = np.broadcast_arrays(a, b)
@@ -352,13 +359,14 @@ def _compile_pair(
         return out
 
     def affine(
-        fn: float, b0: float, bn: float, xn: float, y: float, counts: Iterable[int]
+        fn: float, b0: float, bn: float, xn: float, y: float, z: float, counts: Iterable[int]
     ) -> list[float]:
         out = []
-        cyy = cy * y
+        cyy, czz = cy * y, cz * z
         for n in counts:
-            # ``fast`` on (fn * n, b0 + bn * n, xn * n, y), inline.
-            a = fn * n * inv_f + cx * (xn * n) + cyy
+            # ``fast`` on (fn * n, b0 + bn * n, xn * n, y, z), inline (the same additions
+            # in the same order: ``czz`` added after ``cyy``, not summed with it first).
+            a = fn * n * inv_f + cx * (xn * n) + cyy + czz
             b = (b0 + bn * n) * inv_b
             if a <= 0.0:
                 out.append(t0 + b)
@@ -374,10 +382,10 @@ def _compile_pair(
     return fast, many, affine
 
 
-def _coefficients(f: KernelFormula, params: dict[str, float]) -> tuple[float, float]:
-    """The extra features' coefficients in formula order, padded with zeros to two."""
-    cs = [*(float(params[f"c_{name}"]) for name in f.extras), 0.0, 0.0]
-    return cs[0], cs[1]
+def _coefficients(f: KernelFormula, params: dict[str, float]) -> tuple[float, float, float]:
+    """The extra features' coefficients in formula order, padded with zeros to three."""
+    cs = [*(float(params[f"c_{name}"]) for name in f.extras), 0.0, 0.0, 0.0]
+    return cs[0], cs[1], cs[2]
 
 
 def predict_many(

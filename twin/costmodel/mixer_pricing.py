@@ -90,8 +90,8 @@ class MixerPricing(ShardShapes):
                     )
                     parts.append((kind, "attn_prefill", k["attn_prefill"](*feats)))
                 if f.decodes:
-                    feats = ft.attn_decode_sums(f.decodes, dec_keys, *heads)
-                    parts.append((kind, "attn_decode", k["attn_decode"](*feats)))
+                    dec = ft.attn_decode_sums(f.decodes, dec_keys, *heads, self.sms)
+                    parts.append((kind, "attn_decode", k["attn_decode"](*dec)))
         if kinds.get("mla"):  # twin.costmodel.mla_pricing
             parts.extend(self._mla_parts(f))
         if kinds.get("mamba2"):
@@ -159,8 +159,9 @@ class MixerPricing(ShardShapes):
         decode update."""
         e = self.elem_bytes
         if decode:
+            # No L2 term in serving (``l2_bytes`` None: the state from HBM, 0 L2 bytes).
             cf, cb, x = ft.conv1d_features(f.decodes, 1, width, taps, e, True, self.sms)
-            return (kind, "conv1d", self._conv_update(cf, cb, x["cta_waves"]))
+            return (kind, "conv1d", self._conv_update(cf, cb, x["cta_waves"], x["l2_bytes"]))
         # The engines' varlen call: the step's prompt tokens packed, a CTA per chunk and
         # channel, every one on the unvectorised path (``features.conv1d_features``).
         cf, cb, x = ft.conv1d_features(

@@ -29,9 +29,11 @@ from typing import NamedTuple
 
 from twin.costmodel.engine_kernels import BLACKWELL_SM100, HOPPER
 from twin.costmodel.features import (
+    DECODE_PACKED_ROWS,
     Sums,
     gemm_sums_at,
     next_power_of_two,
+    replay_l2,
     replay_resident,
     tile_waves,
 )
@@ -195,7 +197,7 @@ def trtllm_gen_launch(batch: int, keys: int, heads: int, sms: int) -> MlaGenLaun
 # a 50 MiB L2 and the m-blocks are twice the SMs) or at <= 4 key blocks; else the fewest
 # splits whose wave efficiency is >= 85% of the best. The split outputs are reduced by a
 # combine kernel (``run_mha_fwd_combine``).
-FA3_BLOCK_M = 64
+FA3_BLOCK_M = DECODE_PACKED_ROWS  # 64
 FA3_BLOCK_N = 64
 FA3_MAX_SPLITS = 128
 FA3_L2_BYTES = 50 * 1024 * 1024
@@ -659,8 +661,8 @@ def kernel_replay_l2(sums: KernelSums, l2_bytes: float | None) -> tuple[KernelSu
     between two reads of one layer's cache every other layer's weights and cache stream
     through L2)."""
     flops, nbytes, tiles, seq = sums
-    resident = replay_resident(nbytes, l2_bytes)
-    return (flops, nbytes * (1 - resident), tiles, seq), nbytes * resident
+    hbm, l2 = replay_l2(nbytes, l2_bytes)
+    return (flops, hbm, tiles, seq), l2
 
 
 def decode_kernel_features(
@@ -772,8 +774,8 @@ def mla_bmm_features(
     flops, nbytes, _ = mla_bmm_sums(rows, heads, k, n, e, act_e, w_e)
     waves = tile_waves(rows, n, sms, heads, MLA_BMM_TILE, MLA_BMM_TILE)
     small_waves = tile_waves(rows, n, sms, heads, MLA_BMM_SMALL_TILE, MLA_BMM_SMALL_TILE)
-    resident = replay_resident(nbytes, l2_bytes)
-    return flops, nbytes * (1 - resident), waves, nbytes * resident, small_waves
+    hbm, l2 = replay_l2(nbytes, l2_bytes)
+    return flops, hbm, waves, l2, small_waves
 
 
 # TensorRT-LLM's fp8 absorbed BMM on SM120 (the RTX PRO 6000): what NVIDIA's tables time

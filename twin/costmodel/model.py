@@ -149,7 +149,7 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
             decode, profile.kernels[decode].params, profile.peaks
         )
         # Per decode batch size: the attention decode features' coefficients in the keys.
-        self._decode_keys_affine: dict[int, tuple[float, float, float, float, float]] = {}
+        self._decode_keys_affine: dict[int, tuple[float, float, float, float, float, float]] = {}
         self._setup_shapes()
         self._setup_rope()
         self._setup_allreduce()
@@ -169,7 +169,10 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
         self._dense_cache: dict[int, float] = {}
         # ``compile_steps``: the compiled mixed step and its tables, once asked for.
         self._step_kernel: Callable[..., float] | None = None
-        self._step_tables: tuple[np.ndarray, np.ndarray] = (np.zeros((0, 8)), np.zeros(0))
+        self._step_tables: tuple[np.ndarray, np.ndarray] = (
+            np.zeros((0, len(lat.KernelConstants._fields))),
+            np.zeros(0),
+        )
         # Per decode batch size: ``_decode_shape``'s parts (``decode_steps_s``).
         self._decode_shapes: dict[int, tuple[float, float, int | None, list[float], float]] = {}
         self._setup_overhead()
@@ -407,15 +410,18 @@ class CostModel(DensePricing, MixerPricing, MlaPricing, CopyPricing):
                 self._decode_shapes[batch] = shape
         return shape
 
-    def _keys_affine(self, batch: int) -> tuple[float, float, float, float, float]:
+    def _keys_affine(self, batch: int) -> tuple[float, float, float, float, float, float]:
         """``affine_in_keys`` for ``batch`` decodes, remembered."""
         coeffs = self._decode_keys_affine.get(batch)
         if coeffs is None:
             coeffs = self._decode_keys_affine[batch] = affine_in_keys(batch, self._attn_heads())
         return coeffs
 
-    def _attn_heads(self) -> tuple[int, int, int, int, int]:
-        return (self.heads, self.kv_heads, self.head_dim, self.elem_bytes, self.kv_elem_bytes)
+    def _attn_heads(self) -> tuple[int, int, int, int, int, int | None]:
+        """``features.attn_decode_sums``' arguments after the batch and the keys: the
+        rank's heads, KV heads, head dim, element and K/V element bytes, the SMs."""
+        h = (self.heads, self.kv_heads, self.head_dim, self.elem_bytes, self.kv_elem_bytes)
+        return (*h, self.sms)
 
     def _decode_shape(self, batch: int) -> tuple[float, float, int | None, list[float], float]:
         """What a pure-decode step of ``batch`` sequences costs besides the context sum.
